@@ -1,0 +1,162 @@
+//! The `peregrine` command: glue between the command line and the libraries.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use peregrine::{AccessLog, Limits, Request, Response, Server};
+
+/// Peregrine: a fast HTTP/1.1 server.
+#[derive(Parser, Debug)]
+#[command(name = "peregrine", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Answer `Hello, World!` (text/plain) on every path: the engine alone.
+    Hello {
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+}
+
+/// Flags every serving command shares.
+#[derive(Args, Debug)]
+struct ServerArgs {
+    /// Address to listen on; repeat for several.
+    #[arg(long = "bind", default_value = "127.0.0.1:8080")]
+    bind: Vec<SocketAddr>,
+    /// Worker threads, each with its own event loop (default: one per core).
+    #[arg(long)]
+    workers: Option<usize>,
+    /// Write a Combined Log Format line per request to PATH, or `-` for stdout.
+    #[arg(long, value_name = "PATH|-")]
+    access_log: Option<String>,
+    #[command(flatten)]
+    limits: LimitArgs,
+}
+
+/// The engine's limits; defaults are those of `peregrine::Limits`.
+#[derive(Args, Debug)]
+struct LimitArgs {
+    /// Longest request head, in bytes (longer: 431).
+    #[arg(long, value_name = "BYTES")]
+    head_bytes_max: Option<usize>,
+    /// Longest request target, in bytes (longer: 414).
+    #[arg(long, value_name = "BYTES")]
+    uri_bytes_max: Option<usize>,
+    /// Most header fields per request (more: 431).
+    #[arg(long, value_name = "N")]
+    n_headers_max: Option<usize>,
+    /// Largest request body, in bytes (larger: 413).
+    #[arg(long, value_name = "BYTES")]
+    body_bytes_max: Option<u64>,
+    /// Seconds allowed to receive a whole request head (then 408).
+    #[arg(long, value_name = "SECS")]
+    head_timeout: Option<f64>,
+    /// Seconds allowed between two reads of a request body (then 408).
+    #[arg(long, value_name = "SECS")]
+    body_timeout: Option<f64>,
+    /// Seconds an idle keep-alive connection is kept.
+    #[arg(long, value_name = "SECS")]
+    idle_timeout: Option<f64>,
+    /// Seconds a client may go without reading before it is dropped.
+    #[arg(long, value_name = "SECS")]
+    send_timeout: Option<f64>,
+    /// Most open connections per worker (more are refused with 503).
+    #[arg(long, value_name = "N")]
+    n_conns_max: Option<usize>,
+    /// Seconds given to requests in flight on shutdown.
+    #[arg(long, value_name = "SECS")]
+    shutdown_timeout: Option<f64>,
+}
+
+impl LimitArgs {
+    fn to_limits(&self) -> anyhow::Result<Limits> {
+        let mut l = Limits::default();
+        let secs = |name: &str, v: f64| -> anyhow::Result<Duration> {
+            Duration::try_from_secs_f64(v).ok().filter(|d| !d.is_zero()).with_context(|| format!("--{name} must be a positive number of seconds, not {v}"))
+        };
+        if let Some(v) = self.head_bytes_max {
+            l.head_bytes_max = v;
+        }
+        if let Some(v) = self.uri_bytes_max {
+            l.uri_bytes_max = v;
+        }
+        if let Some(v) = self.n_headers_max {
+            l.n_headers_max = v;
+        }
+        if let Some(v) = self.body_bytes_max {
+            l.body_bytes_max = v;
+        }
+        if let Some(v) = self.head_timeout {
+            l.head_timeout = secs("head-timeout", v)?;
+        }
+        if let Some(v) = self.body_timeout {
+            l.body_timeout = secs("body-timeout", v)?;
+        }
+        if let Some(v) = self.idle_timeout {
+            l.idle_timeout = secs("idle-timeout", v)?;
+        }
+        if let Some(v) = self.send_timeout {
+            l.send_timeout = secs("send-timeout", v)?;
+        }
+        if let Some(v) = self.n_conns_max {
+            l.n_conns_max = v;
+        }
+        if let Some(v) = self.shutdown_timeout {
+            l.shutdown_timeout = secs("shutdown-timeout", v)?;
+        }
+        Ok(l)
+    }
+
+    fn server(&self, args: &ServerArgs) -> anyhow::Result<Server> {
+        let mut server = Server::new().limits(self.to_limits()?);
+        for addr in &args.bind {
+            server = server.bind(*addr);
+        }
+        if let Some(n) = args.workers {
+            anyhow::ensure!(n > 0, "--workers must be at least 1");
+            server = server.workers(n);
+        }
+        if let Some(path) = &args.access_log {
+            server = server.access_log(AccessLog::from_arg(path));
+        }
+        Ok(server)
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("peregrine: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    // Thousands of connections need more than the usual 1,024 descriptors.
+    if let Err(e) = peregrine::raise_open_files_limit() {
+        eprintln!("peregrine: warning: cannot raise the open files limit: {e}");
+    }
+    match cli.command {
+        Command::Hello { server } => {
+            let srv = server.limits.server(&server)?;
+            eprintln!("peregrine: hello on {}", join_addrs(&server.bind));
+            srv.serve(|_req: &Request<'_>| Response::text("Hello, World!")).context("hello server")?;
+        }
+    }
+    Ok(())
+}
+
+fn join_addrs(addrs: &[SocketAddr]) -> String {
+    addrs.iter().map(|a| format!("http://{a}/")).collect::<Vec<_>>().join(", ")
+}

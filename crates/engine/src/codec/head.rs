@@ -1,0 +1,602 @@
+//! Request heads: the request line, the header fields, and the framing of the
+//! body that follows (RFC 9112 §2–§7).
+//!
+//! httparse does the tokenising (it rejects bare CR, control bytes, whitespace
+//! before a colon and obs-fold); this module adds the rules of RFC 9112 that
+//! decide how long the body is and whether the connection persists. It never
+//! guesses: anything ambiguous is an error that the engine turns into a 4xx
+//! or 5xx and a close.
+
+use std::mem::MaybeUninit;
+
+use crate::limits::Limits;
+
+/// The protocol version of a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Version {
+    /// HTTP/1.0: connections close unless the client asks for keep-alive.
+    Http10,
+    /// HTTP/1.1: connections persist unless either side says `close`.
+    Http11,
+}
+
+impl Version {
+    /// The version as it appears on the wire, e.g. `HTTP/1.1`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Version::Http10 => "HTTP/1.0",
+            Version::Http11 => "HTTP/1.1",
+        }
+    }
+}
+
+/// How the body of a request is delimited (RFC 9112 §6.3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Framing {
+    /// No body: neither Content-Length nor Transfer-Encoding.
+    Empty,
+    /// `Content-Length: n` with n > 0.
+    Length(u64),
+    /// `Transfer-Encoding: chunked`.
+    Chunked,
+}
+
+/// Why a request head was refused. Each maps to one status code, and each
+/// closes the connection: after a bad head, the framing of what follows
+/// cannot be trusted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeadError {
+    /// 400, with a short reason for the log and the error page.
+    BadRequest(&'static str),
+    /// 414: the request target is longer than `uri_bytes_max`.
+    UriTooLong,
+    /// 431: the head is longer than `head_bytes_max` or has too many fields.
+    HeadTooLarge,
+    /// 413: the declared body is longer than `body_bytes_max`.
+    BodyTooLarge,
+    /// 417: an `Expect` other than `100-continue`.
+    ExpectationFailed,
+    /// 501: a transfer coding other than `chunked`.
+    NotImplemented,
+    /// 505: an HTTP version other than 1.0 and 1.1.
+    VersionNotSupported,
+}
+
+impl HeadError {
+    /// The status code this error is answered with.
+    pub fn status(self) -> u16 {
+        match self {
+            HeadError::BadRequest(_) => 400,
+            HeadError::UriTooLong => 414,
+            HeadError::HeadTooLarge => 431,
+            HeadError::BodyTooLarge => 413,
+            HeadError::ExpectationFailed => 417,
+            HeadError::NotImplemented => 501,
+            HeadError::VersionNotSupported => 505,
+        }
+    }
+
+    /// A short human-readable reason.
+    pub fn reason(self) -> &'static str {
+        match self {
+            HeadError::BadRequest(why) => why,
+            HeadError::UriTooLong => "request target too long",
+            HeadError::HeadTooLarge => "request head too large",
+            HeadError::BodyTooLarge => "request body too large",
+            HeadError::ExpectationFailed => "unsupported expectation",
+            HeadError::NotImplemented => "unsupported transfer coding",
+            HeadError::VersionNotSupported => "unsupported HTTP version",
+        }
+    }
+}
+
+/// A complete, validated request head. Borrows the read buffer.
+#[derive(Debug)]
+pub struct Head<'b, 'h> {
+    /// The method token, e.g. `GET`.
+    pub method: &'b str,
+    /// The request target exactly as sent.
+    pub target: &'b str,
+    /// The protocol version.
+    pub version: Version,
+    /// Bytes of the head, including the empty line that ends it.
+    pub head_len: usize,
+    /// How the body is delimited.
+    pub framing: Framing,
+    /// Whether the connection may persist after this exchange (RFC 9112 §9.3).
+    pub keep_alive: bool,
+    /// The client sent `Expect: 100-continue`.
+    pub expect_continue: bool,
+    /// The authority: from an absolute-form target if there is one (RFC 9112
+    /// §3.2.2: it replaces Host), else the Host field.
+    pub host: Option<&'b str>,
+    /// The header fields, in order.
+    pub headers: &'h [httparse::Header<'b>],
+}
+
+/// The result of [`parse_head`] on bytes that are not (yet) an error.
+#[derive(Debug)]
+pub enum Parsed<'b, 'h> {
+    /// A whole head was found.
+    Complete(Head<'b, 'h>),
+    /// More bytes are needed; not an error.
+    Partial,
+}
+
+/// Parses one request head at the start of `buf`.
+///
+/// `headers` receives the fields; at most `limits.n_headers_max` of them are
+/// used. It need not be initialised, so a large array on the stack costs
+/// nothing. Bytes after the head are not looked at.
+pub fn parse_head<'b, 'h>(
+    buf: &'b [u8],
+    headers: &'h mut [MaybeUninit<httparse::Header<'b>>],
+    limits: &Limits,
+) -> Result<Parsed<'b, 'h>, HeadError> {
+    // RFC 9112 §2.2: "a server that is expecting to receive and parse a
+    // request-line SHOULD ignore at least one empty line (CRLF) received prior
+    // to the request-line". httparse skips them; they count toward the limit.
+    let line_len = memchr::memchr(b'\n', buf).unwrap_or(buf.len());
+    if line_len > limits.uri_bytes_max + LINE_OVERHEAD_MAX {
+        return Err(HeadError::UriTooLong);
+    }
+    let n_headers_max = headers.len().min(limits.n_headers_max);
+    let mut req = httparse::Request::new(&mut []);
+    let status = match req.parse_with_uninit_headers(buf, &mut headers[..n_headers_max]) {
+        Ok(status) => status,
+        Err(httparse::Error::TooManyHeaders) => return Err(HeadError::HeadTooLarge),
+        Err(httparse::Error::Version) => return Err(version_error(buf)),
+        Err(e) => return Err(HeadError::BadRequest(httparse_reason(e))),
+    };
+    let head_len = match status {
+        httparse::Status::Complete(n) => n,
+        httparse::Status::Partial => {
+            if buf.len() > limits.head_bytes_max {
+                return Err(HeadError::HeadTooLarge);
+            }
+            return Ok(Parsed::Partial);
+        }
+    };
+    if head_len > limits.head_bytes_max {
+        return Err(HeadError::HeadTooLarge);
+    }
+    // httparse fills every field on Complete.
+    let (Some(method), Some(target), Some(minor)) = (req.method, req.path, req.version) else {
+        return Err(HeadError::BadRequest("incomplete request line"));
+    };
+    if target.len() > limits.uri_bytes_max {
+        return Err(HeadError::UriTooLong);
+    }
+    let version = if minor == 0 { Version::Http10 } else { Version::Http11 };
+    let headers: &'h [httparse::Header<'b>] = req.headers;
+    let fields = Fields::scan(headers, version)?;
+
+    // RFC 9112 §3.2: origin-form, absolute-form, authority-form (CONNECT) or
+    // asterisk-form (OPTIONS). Anything else is not a request target.
+    let authority = target_authority(method, target)?;
+
+    // RFC 9112 §3.2: "A server MUST respond with a 400 (Bad Request) status
+    // code to any HTTP/1.1 request message that lacks a Host header field and
+    // to any request message that contains more than one Host header field
+    // line or a Host header field with an invalid field value."
+    if fields.n_hosts > 1 {
+        return Err(HeadError::BadRequest("more than one Host field"));
+    }
+    if version == Version::Http11 && fields.n_hosts == 0 {
+        return Err(HeadError::BadRequest("missing Host field"));
+    }
+    let host = match (authority, fields.host) {
+        (Some(authority), _) => Some(authority),
+        (None, Some(host)) => Some(host),
+        (None, None) => None,
+    };
+
+    let framing = fields.framing(version, limits)?;
+    let keep_alive = match version {
+        Version::Http11 => !fields.conn_close,
+        Version::Http10 => fields.conn_keep_alive && !fields.conn_close,
+    };
+    Ok(Parsed::Complete(Head {
+        method,
+        target,
+        version,
+        head_len,
+        framing,
+        keep_alive,
+        expect_continue: fields.expect_continue,
+        host,
+        headers,
+    }))
+}
+
+/// Room for the method, spaces and version around the target in a request line.
+const LINE_OVERHEAD_MAX: usize = 64;
+
+/// httparse refuses every version but 1.0 and 1.1. `HTTP/2.0` or `HTTP/3`
+/// gets a 505, as RFC 9110 §15.6.6 asks; a version that is not even shaped
+/// like one is a plain 400.
+fn version_error(buf: &[u8]) -> HeadError {
+    let line = match memchr::memchr(b'\n', buf) {
+        Some(end) => &buf[..end],
+        None => buf,
+    };
+    let line = line.strip_suffix(b"\r").unwrap_or(line);
+    let version = match memchr::memrchr(b' ', line) {
+        Some(space) => &line[space + 1..],
+        None => return HeadError::BadRequest("malformed request line"),
+    };
+    match version {
+        [b'H', b'T', b'T', b'P', b'/', major, b'.', minor] if major.is_ascii_digit() && minor.is_ascii_digit() => {
+            HeadError::VersionNotSupported
+        }
+        [b'H', b'T', b'T', b'P', b'/', major] if major.is_ascii_digit() => HeadError::VersionNotSupported,
+        _ => HeadError::BadRequest("malformed HTTP version"),
+    }
+}
+
+fn httparse_reason(e: httparse::Error) -> &'static str {
+    match e {
+        httparse::Error::HeaderName => "invalid header field name",
+        httparse::Error::HeaderValue => "invalid header field value",
+        httparse::Error::NewLine => "invalid line ending",
+        httparse::Error::Status => "invalid status",
+        httparse::Error::Token => "invalid token in request line",
+        httparse::Error::TooManyHeaders => "too many header fields",
+        httparse::Error::Version => "invalid HTTP version",
+    }
+}
+
+/// Returns the authority of an absolute-form target, checks the other forms.
+fn target_authority<'b>(method: &str, target: &'b str) -> Result<Option<&'b str>, HeadError> {
+    let bytes = target.as_bytes();
+    match bytes.first() {
+        Some(b'/') => return Ok(None),
+        Some(b'*') if bytes.len() == 1 && method == "OPTIONS" => return Ok(None),
+        _ => {}
+    }
+    if method == "CONNECT" {
+        // authority-form: host:port. Left to the handler, which will refuse it.
+        return Ok(None);
+    }
+    let rest = strip_prefix_ignore_case(target, "http://")
+        .or_else(|| strip_prefix_ignore_case(target, "https://"))
+        .ok_or(HeadError::BadRequest("invalid request target"))?;
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let authority = &rest[..end];
+    if authority.is_empty() || !is_valid_host(authority.as_bytes()) {
+        return Err(HeadError::BadRequest("invalid authority in request target"));
+    }
+    Ok(Some(authority))
+}
+
+fn strip_prefix_ignore_case<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
+    let head = s.get(..prefix.len())?;
+    head.eq_ignore_ascii_case(prefix).then(|| &s[prefix.len()..])
+}
+
+/// Host = uri-host [ ":" port ] (RFC 9110 §7.2), uri-host being a reg-name,
+/// an IPv4 address or a bracketed IP literal. No userinfo, no path.
+fn is_valid_host(host: &[u8]) -> bool {
+    host.iter().all(|&b| {
+        b.is_ascii_alphanumeric()
+            || matches!(
+                b,
+                b'-' | b'.' | b'_' | b'~' | b'!' | b'$' | b'&' | b'\'' | b'(' | b')' | b'*' | b'+' | b','
+                    | b';' | b'=' | b':' | b'%' | b'[' | b']'
+            )
+    })
+}
+
+/// What the header fields say about framing and the connection, gathered in
+/// one pass.
+#[derive(Default)]
+struct Fields<'b> {
+    n_hosts: usize,
+    host: Option<&'b str>,
+    content_length: Option<u64>,
+    chunked: bool,
+    transfer_encoding: bool,
+    unknown_coding: bool,
+    conn_close: bool,
+    conn_keep_alive: bool,
+    expect_continue: bool,
+}
+
+impl<'b> Fields<'b> {
+    fn scan(headers: &[httparse::Header<'b>], version: Version) -> Result<Fields<'b>, HeadError> {
+        let mut f = Fields::default();
+        for h in headers {
+            let name = h.name.as_bytes();
+            // Dispatch on length first: most fields are none of these.
+            match name.len() {
+                4 if name.eq_ignore_ascii_case(b"host") => {
+                    f.n_hosts += 1;
+                    let value = trim_ows(h.value);
+                    if !is_valid_host(value) {
+                        return Err(HeadError::BadRequest("invalid Host field"));
+                    }
+                    // is_valid_host admits ASCII only.
+                    f.host = std::str::from_utf8(value).ok();
+                }
+                6 if name.eq_ignore_ascii_case(b"expect") => {
+                    let value = trim_ows(h.value);
+                    if value.eq_ignore_ascii_case(b"100-continue") {
+                        f.expect_continue = version == Version::Http11;
+                    } else {
+                        return Err(HeadError::ExpectationFailed);
+                    }
+                }
+                10 if name.eq_ignore_ascii_case(b"connection") => {
+                    for token in list_elements(h.value) {
+                        if token.eq_ignore_ascii_case(b"close") {
+                            f.conn_close = true;
+                        } else if token.eq_ignore_ascii_case(b"keep-alive") {
+                            f.conn_keep_alive = true;
+                        }
+                    }
+                }
+                14 if name.eq_ignore_ascii_case(b"content-length") => {
+                    // RFC 9110 §8.6: a list of identical values may be taken as
+                    // one; differing values are an unrecoverable error.
+                    for element in h.value.split(|&b| b == b',') {
+                        let n = parse_content_length(trim_ows(element))?;
+                        match f.content_length {
+                            Some(prev) if prev != n => {
+                                return Err(HeadError::BadRequest("differing Content-Length values"))
+                            }
+                            _ => f.content_length = Some(n),
+                        }
+                    }
+                }
+                17 if name.eq_ignore_ascii_case(b"transfer-encoding") => {
+                    f.transfer_encoding = true;
+                    for coding in list_elements(h.value) {
+                        // RFC 9112 §6.1: "A sender MUST NOT apply the chunked
+                        // transfer coding more than once to a message body."
+                        if f.chunked {
+                            return Err(HeadError::BadRequest("chunked is not the final transfer coding"));
+                        }
+                        if coding.eq_ignore_ascii_case(b"chunked") {
+                            f.chunked = true;
+                        } else if is_token(coding) {
+                            f.unknown_coding = true;
+                        } else {
+                            return Err(HeadError::BadRequest("malformed Transfer-Encoding"));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(f)
+    }
+
+    /// RFC 9112 §6.3, the message body length rules, for requests.
+    fn framing(&self, version: Version, limits: &Limits) -> Result<Framing, HeadError> {
+        if self.transfer_encoding {
+            // §6.1: "A server or client that receives an HTTP/1.0 message
+            // containing a Transfer-Encoding header field MUST treat the
+            // message as if the framing is faulty".
+            if version == Version::Http10 {
+                return Err(HeadError::BadRequest("Transfer-Encoding in an HTTP/1.0 request"));
+            }
+            // §6.3: a message with both "ought to be handled as an error";
+            // we refuse it rather than guess (request smuggling).
+            if self.content_length.is_some() {
+                return Err(HeadError::BadRequest("both Transfer-Encoding and Content-Length"));
+            }
+            if self.unknown_coding && self.chunked {
+                return Err(HeadError::NotImplemented);
+            }
+            // §6.3: "If a Transfer-Encoding header field is present in a
+            // request and the chunked transfer coding is not the final
+            // encoding, the message body length cannot be determined reliably;
+            // the server MUST respond with the 400 (Bad Request) status code".
+            if !self.chunked {
+                return Err(if self.unknown_coding {
+                    HeadError::NotImplemented
+                } else {
+                    HeadError::BadRequest("empty Transfer-Encoding")
+                });
+            }
+            return Ok(Framing::Chunked);
+        }
+        match self.content_length {
+            None | Some(0) => Ok(Framing::Empty),
+            Some(n) if n > limits.body_bytes_max => Err(HeadError::BodyTooLarge),
+            Some(n) => Ok(Framing::Length(n)),
+        }
+    }
+}
+
+/// Content-Length = 1*DIGIT. No sign, no spaces inside, no overflow.
+fn parse_content_length(digits: &[u8]) -> Result<u64, HeadError> {
+    const BAD: HeadError = HeadError::BadRequest("invalid Content-Length");
+    if digits.is_empty() || digits.len() > 19 {
+        return Err(BAD);
+    }
+    let mut n: u64 = 0;
+    for &d in digits {
+        if !d.is_ascii_digit() {
+            return Err(BAD);
+        }
+        n = n * 10 + u64::from(d - b'0');
+    }
+    Ok(n)
+}
+
+/// The non-empty elements of a comma-separated list (RFC 9110 §5.6.1),
+/// with optional whitespace (SP and HTAB only) trimmed.
+fn list_elements(value: &[u8]) -> impl Iterator<Item = &[u8]> {
+    value.split(|&b| b == b',').map(trim_ows).filter(|e| !e.is_empty())
+}
+
+/// Trims OWS = *( SP / HTAB ). Other whitespace, like VT or FF, is kept so
+/// that it makes the value invalid rather than being silently ignored.
+pub(crate) fn trim_ows(mut s: &[u8]) -> &[u8] {
+    while let [b' ' | b'\t', rest @ ..] = s {
+        s = rest;
+    }
+    while let [rest @ .., b' ' | b'\t'] = s {
+        s = rest;
+    }
+    s
+}
+
+/// token = 1*tchar (RFC 9110 §5.6.2).
+pub(crate) fn is_token(s: &[u8]) -> bool {
+    !s.is_empty() && s.iter().all(|&b| is_tchar(b))
+}
+
+pub(crate) fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric()
+        || matches!(
+            b,
+            b'!' | b'#' | b'$' | b'%' | b'&' | b'\'' | b'*' | b'+' | b'-' | b'.' | b'^' | b'_' | b'`' | b'|' | b'~'
+        )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(bytes: &[u8]) -> Result<Option<(Framing, bool, Option<String>)>, HeadError> {
+        let mut headers = [const { MaybeUninit::uninit() }; 100];
+        match parse_head(bytes, &mut headers, &Limits::default())? {
+            Parsed::Complete(h) => Ok(Some((h.framing, h.keep_alive, h.host.map(str::to_owned)))),
+            Parsed::Partial => Ok(None),
+        }
+    }
+
+    fn status(bytes: &[u8]) -> u16 {
+        match parse(bytes) {
+            Ok(Some(_)) => 200,
+            Ok(None) => 0,
+            Err(e) => e.status(),
+        }
+    }
+
+    #[test]
+    fn well_formed_heads_parse() {
+        let ok: &[(&[u8], Framing, bool)] = &[
+            (b"GET / HTTP/1.1\r\nHost: a\r\n\r\n", Framing::Empty, true),
+            (b"GET / HTTP/1.1\nHost: a\n\n", Framing::Empty, true),
+            (b"\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n", Framing::Empty, true),
+            (b"GET / HTTP/1.0\r\n\r\n", Framing::Empty, false),
+            (b"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n", Framing::Empty, true),
+            (b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", Framing::Empty, false),
+            (b"GET / HTTP/1.1\r\nHost: a\r\nConnection: Keep-Alive, CLOSE\r\n\r\n", Framing::Empty, false),
+            (b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n", Framing::Length(5), true),
+            (b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n", Framing::Empty, true),
+            (b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5, 5\r\n\r\n", Framing::Length(5), true),
+            (b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n", Framing::Length(5), true),
+            (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n", Framing::Chunked, true),
+            (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: CHUNKED \r\n\r\n", Framing::Chunked, true),
+            (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: ,chunked\r\n\r\n", Framing::Chunked, true),
+            (b"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n", Framing::Empty, true),
+            (b"GET http://example.com/x HTTP/1.1\r\nHost: other\r\n\r\n", Framing::Empty, true),
+        ];
+        for (bytes, framing, keep_alive) in ok {
+            let got = parse(bytes).unwrap_or_else(|e| panic!("{:?}: {e:?}", String::from_utf8_lossy(bytes)));
+            let (f, k, _) = got.expect("complete");
+            assert_eq!((f, k), (*framing, *keep_alive), "{:?}", String::from_utf8_lossy(bytes));
+        }
+    }
+
+    #[test]
+    fn absolute_form_authority_replaces_host() {
+        let got = parse(b"GET http://Example.com:8080/x?y HTTP/1.1\r\nHost: other\r\n\r\n").unwrap().unwrap();
+        assert_eq!(got.2.as_deref(), Some("Example.com:8080"));
+        let got = parse(b"GET / HTTP/1.1\r\nHost:  site.test \r\n\r\n").unwrap().unwrap();
+        assert_eq!(got.2.as_deref(), Some("site.test"));
+    }
+
+    #[test]
+    fn incomplete_heads_are_partial_not_errors() {
+        for bytes in [&b""[..], b"G", b"GET / HTTP/1.1\r\n", b"GET / HTTP/1.1\r\nHost: a\r\n", b"GET / HTTP/1.1\r\nHost: a\r\n\r"] {
+            assert_eq!(status(bytes), 0, "{:?}", String::from_utf8_lossy(bytes));
+        }
+    }
+
+    #[test]
+    fn bad_heads_get_the_right_status() {
+        let table: &[(&[u8], u16)] = &[
+            // Framing that cannot be trusted.
+            (b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
+            (b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n", 400),
+            (b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5, 6\r\n\r\n", 400),
+            (b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: +5\r\n\r\n", 400),
+            (b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5 5\r\n\r\n", 400),
+            (b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 0x5\r\n\r\n", 400),
+            (b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: \r\n\r\n", 400),
+            (b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 99999999999999999999\r\n\r\n", 400),
+            (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, identity\r\n\r\n", 400),
+            (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: identity\r\n\r\n", 400),
+            (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, chunked\r\n\r\n", 400),
+            (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: \x0bchunked\r\n\r\n", 400),
+            (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chun ked\r\n\r\n", 400),
+            (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: \"chunked\"\r\n\r\n", 400),
+            (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding:\r\n\r\n", 400),
+            (b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
+            (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501),
+            (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\n", 501),
+            // Syntax.
+            (b"GET / HTTP/1.1\r\nHost: a\rX: y\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\rHost: a\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\nHost: a\r\nX: a\x00b\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\nHost: a\r\nX: a\x01b\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\nHost: a\r\nX: a\x7fb\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\nHost: a\r\nX : y\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\nHost: a\r\n X: y\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\nHost: a\r\nX: y\r\n z\r\n\r\n", 400),
+            (b"GET /\x00 HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+            (b"GET /a b HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+            (b"G\x01T / HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+            (b"GET foo HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+            (b"GET ftp://a/ HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+            (b"GET http:///x HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+            (b"GET http://a@b/ HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+            // Host.
+            (b"GET / HTTP/1.1\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\nHost: a/b\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\nHost: a b\r\n\r\n", 400),
+            // Versions.
+            (b"GET / HTTP/2.0\r\nHost: a\r\n\r\n", 505),
+            (b"GET / HTTP/0.9\r\nHost: a\r\n\r\n", 505),
+            (b"GET / HTTP/3\r\nHost: a\r\n\r\n", 505),
+            (b"GET / HTTX/1.1\r\nHost: a\r\n\r\n", 400),
+            (b"GET / http/1.1\r\nHost: a\r\n\r\n", 400),
+            // Expectations.
+            (b"POST / HTTP/1.1\r\nHost: a\r\nExpect: 200-ok\r\n\r\n", 417),
+        ];
+        for (bytes, want) in table {
+            assert_eq!(status(bytes), *want, "{:?}", String::from_utf8_lossy(bytes));
+        }
+    }
+
+    #[test]
+    fn limits_give_414_431_and_413() {
+        let limits = Limits { uri_bytes_max: 100, head_bytes_max: 300, n_headers_max: 4, ..Limits::default() };
+        let check = |bytes: &[u8]| -> u16 {
+            let mut headers = [const { MaybeUninit::uninit() }; 100];
+            match parse_head(bytes, &mut headers, &limits) {
+                Ok(Parsed::Complete(_)) => 200,
+                Ok(Parsed::Partial) => 0,
+                Err(e) => e.status(),
+            }
+        };
+        let long_target = format!("GET /{} HTTP/1.1\r\nHost: a\r\n\r\n", "a".repeat(150));
+        assert_eq!(check(long_target.as_bytes()), 414);
+        // Still arriving, already too long: 414 without waiting for the end.
+        assert_eq!(check(&long_target.as_bytes()[..170]), 414);
+        let big_head = format!("GET / HTTP/1.1\r\nHost: a\r\nX: {}\r\n\r\n", "b".repeat(300));
+        assert_eq!(check(big_head.as_bytes()), 431);
+        assert_eq!(check(&big_head.as_bytes()[..320]), 431);
+        assert_eq!(check(b"GET / HTTP/1.1\r\nHost: a\r\nA: 1\r\nB: 1\r\nC: 1\r\nD: 1\r\n\r\n"), 431);
+        assert_eq!(check(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1048577\r\n\r\n"), 413);
+        // Empty lines before the request line count toward the head limit.
+        let blank = b"\r\n".repeat(200);
+        assert_eq!(check(&blank), 431);
+    }
+}

@@ -1,0 +1,10 @@
+//! The sans-I/O HTTP/1.1 codec: bytes in, parsed heads and body bytes out,
+//! response bytes appended to a buffer. Nothing here touches a socket, so all
+//! of it is tested with byte tables and fuzzed (`fuzz/`).
+
+pub mod chunked;
+pub mod head;
+pub mod write;
+
+pub use chunked::{ChunkedDecoder, ChunkedError};
+pub use head::{parse_head, Framing, Head, HeadError, Parsed, Version};

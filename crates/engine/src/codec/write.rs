@@ -1,0 +1,237 @@
+//! Response heads, chunk framing and canned error responses, appended to an
+//! output buffer. The engine decides framing; this module only spells it.
+
+use crate::response::Response;
+
+/// How the body after a head is delimited.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BodyFraming {
+    /// `Content-Length: n`.
+    Length(u64),
+    /// `Transfer-Encoding: chunked`.
+    Chunked,
+    /// No length; the body ends when the connection closes (HTTP/1.0 streams).
+    Close,
+    /// No body and no Content-Length: 1xx, 204 and 304 (RFC 9110 §8.6).
+    Bodiless,
+}
+
+/// What the `Connection` field says, if anything.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConnField {
+    /// Nothing: HTTP/1.1 persists by default.
+    Omit,
+    /// `Connection: close`.
+    Close,
+    /// `Connection: keep-alive`, for an HTTP/1.0 client that asked for it.
+    KeepAlive,
+}
+
+/// Appends the head of `resp`.
+pub fn write_head(out: &mut Vec<u8>, resp: &Response, date: &[u8], framing: BodyFraming, conn: ConnField) {
+    write_status_line(out, resp.status);
+    if !resp.headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("server")) {
+        out.extend_from_slice(b"Server: peregrine\r\n");
+    }
+    out.extend_from_slice(b"Date: ");
+    out.extend_from_slice(date);
+    out.extend_from_slice(b"\r\n");
+    if let Some(ct) = &resp.content_type {
+        out.extend_from_slice(b"Content-Type: ");
+        out.extend_from_slice(ct.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    write_framing(out, framing);
+    write_conn(out, conn);
+    for (name, value) in &resp.headers {
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Appends a whole plain-text error response that closes the connection,
+/// its body naming the problem, e.g. `400 Bad Request: invalid chunk size`.
+pub fn write_error(out: &mut Vec<u8>, status: u16, detail: &str, date: &[u8], head_only: bool) {
+    let reason = reason(status);
+    let body_len = 3 + 1 + reason.len() + if detail.is_empty() { 0 } else { 2 + detail.len() } + 1;
+    write_status_line(out, status);
+    out.extend_from_slice(b"Server: peregrine\r\nDate: ");
+    out.extend_from_slice(date);
+    out.extend_from_slice(b"\r\nContent-Type: text/plain; charset=utf-8\r\n");
+    write_framing(out, BodyFraming::Length(body_len as u64));
+    write_conn(out, ConnField::Close);
+    out.extend_from_slice(b"\r\n");
+    if head_only {
+        return;
+    }
+    write_u64(out, u64::from(status));
+    out.push(b' ');
+    out.extend_from_slice(reason.as_bytes());
+    if !detail.is_empty() {
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(detail.as_bytes());
+    }
+    out.push(b'\n');
+}
+
+/// `HTTP/1.1 100 Continue`, sent before reading a body the client is
+/// holding back (RFC 9110 §10.1.1).
+pub const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+
+/// Appends the framing of one chunk's start: `size-in-hex CRLF`.
+pub fn write_chunk_start(out: &mut Vec<u8>, len: usize) {
+    let mut digits = [0u8; 16];
+    let mut n = len;
+    let mut i = digits.len();
+    loop {
+        i -= 1;
+        digits[i] = b"0123456789abcdef"[n & 0xf];
+        n >>= 4;
+        if n == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[i..]);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// The end of a chunk's data.
+pub const CHUNK_END: &[u8] = b"\r\n";
+/// The last chunk and an empty trailer section.
+pub const LAST_CHUNK: &[u8] = b"0\r\n\r\n";
+
+fn write_status_line(out: &mut Vec<u8>, status: u16) {
+    out.extend_from_slice(b"HTTP/1.1 ");
+    write_u64(out, u64::from(status));
+    out.push(b' ');
+    out.extend_from_slice(reason(status).as_bytes());
+    out.extend_from_slice(b"\r\n");
+}
+
+fn write_framing(out: &mut Vec<u8>, framing: BodyFraming) {
+    match framing {
+        BodyFraming::Length(n) => {
+            out.extend_from_slice(b"Content-Length: ");
+            write_u64(out, n);
+            out.extend_from_slice(b"\r\n");
+        }
+        BodyFraming::Chunked => out.extend_from_slice(b"Transfer-Encoding: chunked\r\n"),
+        BodyFraming::Close | BodyFraming::Bodiless => {}
+    }
+}
+
+fn write_conn(out: &mut Vec<u8>, conn: ConnField) {
+    match conn {
+        ConnField::Omit => {}
+        ConnField::Close => out.extend_from_slice(b"Connection: close\r\n"),
+        ConnField::KeepAlive => out.extend_from_slice(b"Connection: keep-alive\r\n"),
+    }
+}
+
+fn write_u64(out: &mut Vec<u8>, n: u64) {
+    let mut buf = itoa::Buffer::new();
+    out.extend_from_slice(buf.format(n).as_bytes());
+}
+
+/// The reason phrase for a status code (RFC 9110 §15), or `Unknown`.
+pub fn reason(status: u16) -> &'static str {
+    match status {
+        100 => "Continue",
+        101 => "Switching Protocols",
+        200 => "OK",
+        201 => "Created",
+        202 => "Accepted",
+        203 => "Non-Authoritative Information",
+        204 => "No Content",
+        205 => "Reset Content",
+        206 => "Partial Content",
+        300 => "Multiple Choices",
+        301 => "Moved Permanently",
+        302 => "Found",
+        303 => "See Other",
+        304 => "Not Modified",
+        307 => "Temporary Redirect",
+        308 => "Permanent Redirect",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        402 => "Payment Required",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        406 => "Not Acceptable",
+        407 => "Proxy Authentication Required",
+        408 => "Request Timeout",
+        409 => "Conflict",
+        410 => "Gone",
+        411 => "Length Required",
+        412 => "Precondition Failed",
+        413 => "Content Too Large",
+        414 => "URI Too Long",
+        415 => "Unsupported Media Type",
+        416 => "Range Not Satisfiable",
+        417 => "Expectation Failed",
+        421 => "Misdirected Request",
+        422 => "Unprocessable Content",
+        426 => "Upgrade Required",
+        428 => "Precondition Required",
+        429 => "Too Many Requests",
+        431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
+        501 => "Not Implemented",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        504 => "Gateway Timeout",
+        505 => "HTTP Version Not Supported",
+        _ => "Unknown",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DATE: &[u8] = b"Sun, 06 Nov 1994 08:49:37 GMT";
+
+    #[test]
+    fn heads_are_spelled_exactly() {
+        let mut out = Vec::new();
+        let resp = Response::text("Hello").with_header("X-A", "1");
+        write_head(&mut out, &resp, DATE, BodyFraming::Length(5), ConnField::Omit);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "HTTP/1.1 200 OK\r\nServer: peregrine\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\n\
+             Content-Type: text/plain; charset=utf-8\r\nContent-Length: 5\r\nX-A: 1\r\n\r\n"
+        );
+        let mut out = Vec::new();
+        let resp = Response::new(204).with_header("Server", "custom");
+        write_head(&mut out, &resp, DATE, BodyFraming::Bodiless, ConnField::Close);
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "HTTP/1.1 204 No Content\r\nDate: Sun, 06 Nov 1994 08:49:37 GMT\r\nConnection: close\r\nServer: custom\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn error_responses_name_the_problem_and_close() {
+        let mut out = Vec::new();
+        write_error(&mut out, 400, "invalid chunk size", DATE, false);
+        let text = String::from_utf8(out).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.1 400 Bad Request\r\n"));
+        assert!(head.contains("\r\nConnection: close"));
+        assert_eq!(body, "400 Bad Request: invalid chunk size\n");
+        assert!(head.contains(&format!("Content-Length: {}", body.len())));
+    }
+
+    #[test]
+    fn chunk_sizes_are_lowercase_hex() {
+        for (n, want) in [(0, "0\r\n"), (10, "a\r\n"), (255, "ff\r\n"), (4096, "1000\r\n")] {
+            let mut out = Vec::new();
+            write_chunk_start(&mut out, n);
+            assert_eq!(out, want.as_bytes());
+        }
+    }
+}

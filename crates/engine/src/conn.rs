@@ -1,0 +1,832 @@
+//! One connection: its buffers, its state machine, and the read → parse →
+//! answer → write cycle that the worker drives on every readiness event.
+//!
+//! The cycle, for a keep-alive client sending one request at a time, is one
+//! `read`, one handler call and one `write`. For a pipelining client, every
+//! complete request already in the read buffer is answered into one output
+//! buffer, which leaves in one `write`: answers are never split across writes
+//! unless they outgrow `write_buffer_bytes_max` or carry a large body.
+//!
+//! Invariants:
+//! - Responses leave in the order requests arrived. A deferred request, or a
+//!   response with a large body still being sent, holds back the requests
+//!   after it (they wait in the read buffer).
+//! - A connection holds no buffer while idle: both go back to the worker's
+//!   pool, so an idle keep-alive connection costs only this struct.
+//! - After an error response the connection is half-closed and drained
+//!   ("lingering close", as nginx does) so the client reads the error rather
+//!   than a reset.
+
+use std::cell::Cell;
+use std::io::{self, IoSlice, Read, Write};
+use std::mem::MaybeUninit;
+use std::net::{Shutdown, SocketAddr};
+use std::os::unix::fs::FileExt;
+use std::panic::{self, AssertUnwindSafe};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mio::net::TcpStream;
+use mio::{Interest, Token};
+
+use crate::access_log::{LogRequest, LogWriter};
+use crate::codec::write::{self as wire, BodyFraming, ConnField};
+use crate::codec::{parse_head, ChunkedDecoder, Framing, Head, Parsed, Version};
+use crate::date::DateCache;
+use crate::handler::{Handler, Reply};
+use crate::limits::{Limits, BUFFER_BYTES, INLINE_BODY_BYTES_MAX, POOL_BUFFERS_MAX};
+use crate::request::{DeferSlot, Request};
+use crate::responder::Mailbox;
+use crate::response::{Body, FileRange, Response, SharedBytes};
+
+/// Header fields parsed per request at most: the stack array's size.
+/// `Limits::n_headers_max` above this is treated as this.
+pub(crate) const HEADERS_ARRAY_MAX: usize = 256;
+
+/// How long a lingering close waits for the client to finish sending.
+const LINGER_TIMEOUT: Duration = Duration::from_secs(2);
+/// How many bytes a lingering close reads and discards at most.
+const LINGER_BYTES_MAX: usize = 1024 * 1024;
+
+/// What the worker lends a connection while it handles an event.
+pub(crate) struct Ctx<'w> {
+    pub(crate) handler: &'w dyn Handler,
+    pub(crate) limits: &'w Limits,
+    pub(crate) date: &'w DateCache,
+    pub(crate) pool: &'w mut BufPool,
+    pub(crate) log: Option<&'w mut LogWriter>,
+    pub(crate) registry: &'w mio::Registry,
+    pub(crate) mailbox: &'w Arc<Mailbox>,
+    pub(crate) next_defer_id: &'w Cell<u64>,
+    pub(crate) now: Instant,
+    /// Shutting down: answer what is in flight with `Connection: close`.
+    pub(crate) draining: bool,
+}
+
+/// A worker's spare buffers. Read buffers are kept zero-filled to their full
+/// length so reads need no `unsafe`; write buffers are kept empty.
+#[derive(Default)]
+pub(crate) struct BufPool {
+    read: Vec<Vec<u8>>,
+    write: Vec<Vec<u8>>,
+}
+
+impl BufPool {
+    fn take_read(&mut self) -> Vec<u8> {
+        self.read.pop().unwrap_or_else(|| vec![0; BUFFER_BYTES])
+    }
+
+    fn take_write(&mut self) -> Vec<u8> {
+        self.write.pop().unwrap_or_else(|| Vec::with_capacity(BUFFER_BYTES))
+    }
+
+    fn give_read(&mut self, buf: Vec<u8>) {
+        if buf.len() == BUFFER_BYTES && self.read.len() < POOL_BUFFERS_MAX {
+            self.read.push(buf);
+        }
+    }
+
+    fn give_write(&mut self, mut buf: Vec<u8>) {
+        if buf.capacity() == BUFFER_BYTES && self.write.len() < POOL_BUFFERS_MAX {
+            buf.clear();
+            self.write.push(buf);
+        }
+    }
+}
+
+/// What the worker should do with a connection after an event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Next {
+    Keep,
+    Close,
+}
+
+/// Where a connection is in its request/response cycle.
+enum State {
+    /// Between requests, nothing of the next one received.
+    Idle,
+    /// Part of a request head received.
+    Head,
+    /// The head is complete; the body is arriving.
+    Body(Box<BodyWait>),
+    /// The handler will answer through a `Responder`.
+    Deferred(Box<Deferred>),
+    /// The last response is queued; half-close once it is sent.
+    Closing,
+    /// Half-closed; reading and discarding until the client closes.
+    Lingering { discarded: usize },
+}
+
+struct BodyWait {
+    head_len: usize,
+    kind: BodyKind,
+}
+
+enum BodyKind {
+    Length(u64),
+    /// Offsets are relative to the start of the request in the read buffer.
+    Chunked { decoder: ChunkedDecoder, read: usize, write: usize },
+}
+
+struct Deferred {
+    id: u64,
+    head_only: bool,
+    version: Version,
+    keep_alive: bool,
+    log: Option<LogRequest>,
+}
+
+/// Bytes read and not yet consumed: `buf[start..end]`. `buf` is empty while
+/// the connection is idle.
+#[derive(Default)]
+struct Input {
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+}
+
+/// Bytes to send: `buf[pos..]`, then `tail`. `buf` is empty while idle.
+#[derive(Default)]
+struct Output {
+    buf: Vec<u8>,
+    pos: usize,
+    tail: Option<Tail>,
+}
+
+/// A large body sent after the bytes in the output buffer.
+enum Tail {
+    Bytes { data: Vec<u8>, pos: usize },
+    Shared { bytes: SharedBytes, pos: usize },
+    File { range: FileRange, sent: u64 },
+    Stream { chunks: Box<dyn Iterator<Item = Vec<u8>> + Send>, chunked: bool },
+}
+
+/// Why processing of buffered input stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stop {
+    /// Need more bytes from the client.
+    Input,
+    /// Output must drain first (large body or backpressure).
+    Output,
+    /// Waiting for a deferred answer.
+    Deferred,
+    /// The connection is closing.
+    Closing,
+}
+
+enum Flushed {
+    All,
+    Blocked,
+    Failed,
+}
+
+pub(crate) struct Conn {
+    stream: TcpStream,
+    peer: SocketAddr,
+    token: usize,
+    input: Input,
+    output: Output,
+    state: State,
+    /// When the current state times out, if it can.
+    pub(crate) deadline: Option<Instant>,
+    writable_interest: bool,
+    /// The client has sent FIN: answer what is complete, then close.
+    peer_closed: bool,
+    /// epoll said the peer hung up: read to the end, short reads included.
+    read_closed_hint: bool,
+}
+
+impl Conn {
+    pub(crate) fn new(stream: TcpStream, peer: SocketAddr, token: usize, deadline: Instant) -> Self {
+        Conn {
+            stream,
+            peer,
+            token,
+            input: Input::default(),
+            output: Output::default(),
+            state: State::Idle,
+            deadline: Some(deadline),
+            writable_interest: false,
+            peer_closed: false,
+            read_closed_hint: false,
+        }
+    }
+
+    /// Handles a readiness event.
+    pub(crate) fn on_ready(&mut self, ctx: &mut Ctx<'_>, read_closed: bool) -> Next {
+        self.read_closed_hint |= read_closed;
+        self.drive(ctx)
+    }
+
+    /// Handles a deferred answer addressed to this connection.
+    pub(crate) fn on_answer(&mut self, ctx: &mut Ctx<'_>, id: u64, response: Response) -> Next {
+        let State::Deferred(wait) = &self.state else { return Next::Keep };
+        if wait.id != id {
+            return Next::Keep;
+        }
+        let State::Deferred(wait) = std::mem::replace(&mut self.state, State::Idle) else { unreachable!() };
+        self.ensure_output(ctx.pool);
+        let keep_alive = wait.keep_alive && !ctx.draining;
+        let sent = write_response(ctx.date, &mut self.output, response, wait.head_only, wait.version, keep_alive);
+        if let (Some(log), Some(req)) = (ctx.log.as_deref_mut(), &wait.log) {
+            log.record_owned(ctx.date.clf(), self.peer, req, sent.status, sent.body_bytes);
+        }
+        self.state = if sent.keep_alive { State::Idle } else { State::Closing };
+        self.drive(ctx)
+    }
+
+    /// Handles the deadline having passed.
+    pub(crate) fn on_timeout(&mut self, ctx: &mut Ctx<'_>) -> Next {
+        if self.has_output() {
+            // send_timeout: the client stopped reading.
+            return Next::Close;
+        }
+        match self.state {
+            State::Head | State::Body(_) => {
+                self.fail(ctx, 408, "request not received in time");
+                self.drive(ctx)
+            }
+            State::Deferred(_) => {
+                self.deadline = None;
+                Next::Keep
+            }
+            State::Idle | State::Closing | State::Lingering { .. } => Next::Close,
+        }
+    }
+
+    /// Whether the connection can be closed now without losing anything:
+    /// used when shutting down.
+    pub(crate) fn is_idle(&self) -> bool {
+        matches!(self.state, State::Idle) && self.input.start == self.input.end && !self.has_output()
+    }
+
+    /// Gives the buffers back to the pool before the connection is dropped.
+    pub(crate) fn release(&mut self, pool: &mut BufPool) {
+        pool.give_read(std::mem::take(&mut self.input.buf));
+        pool.give_write(std::mem::take(&mut self.output.buf));
+    }
+
+    fn has_output(&self) -> bool {
+        self.output.pos < self.output.buf.len() || self.output.tail.is_some()
+    }
+
+    /// Reads, answers and writes until the connection must wait.
+    fn drive(&mut self, ctx: &mut Ctx<'_>) -> Next {
+        if let State::Lingering { .. } = self.state {
+            return self.linger(ctx);
+        }
+        loop {
+            let stop = self.read_and_process(ctx);
+            match self.flush() {
+                Flushed::All => {}
+                Flushed::Blocked => {
+                    if !self.writable_interest {
+                        let interest = Interest::READABLE | Interest::WRITABLE;
+                        if ctx.registry.reregister(&mut self.stream, Token(self.token), interest).is_err() {
+                            return Next::Close;
+                        }
+                        self.writable_interest = true;
+                    }
+                    self.deadline = Some(ctx.now + ctx.limits.send_timeout);
+                    return Next::Keep;
+                }
+                Flushed::Failed => return Next::Close,
+            }
+            if let State::Closing = self.state {
+                return self.start_lingering(ctx);
+            }
+            if stop != Stop::Output {
+                break;
+            }
+        }
+        if self.writable_interest {
+            if ctx.registry.reregister(&mut self.stream, Token(self.token), Interest::READABLE).is_err() {
+                return Next::Close;
+            }
+            self.writable_interest = false;
+        }
+        let input_empty = self.input.start == self.input.end;
+        match self.state {
+            State::Idle if input_empty => {
+                if self.peer_closed || ctx.draining {
+                    return Next::Close;
+                }
+                self.deadline = Some(ctx.now + ctx.limits.idle_timeout);
+            }
+            State::Idle | State::Head if self.peer_closed => return Next::Close,
+            State::Body(_) if self.peer_closed => return Next::Close,
+            State::Body(_) => self.deadline = Some(ctx.now + ctx.limits.body_timeout),
+            State::Deferred(_) => self.deadline = None,
+            _ => {}
+        }
+        // An idle connection holds no buffers.
+        if input_empty && !self.input.buf.is_empty() {
+            self.input.start = 0;
+            self.input.end = 0;
+            ctx.pool.give_read(std::mem::take(&mut self.input.buf));
+        }
+        if !self.output.buf.is_empty() || self.output.buf.capacity() != 0 {
+            self.output.pos = 0;
+            ctx.pool.give_write(std::mem::take(&mut self.output.buf));
+        }
+        Next::Keep
+    }
+
+    /// Answers complete requests in the buffer, reading more while the socket
+    /// has some, until something must wait.
+    fn read_and_process(&mut self, ctx: &mut Ctx<'_>) -> Stop {
+        let mut may_read = !self.peer_closed;
+        loop {
+            let stop = self.process(ctx);
+            if stop != Stop::Input || !may_read {
+                return stop;
+            }
+            if !self.make_room(ctx) {
+                return Stop::Closing;
+            }
+            let room = self.input.buf.len() - self.input.end;
+            match self.stream.read(&mut self.input.buf[self.input.end..]) {
+                Ok(0) => {
+                    self.peer_closed = true;
+                    may_read = false;
+                }
+                Ok(n) => {
+                    self.input.end += n;
+                    // A short read drained the socket: under edge-triggered
+                    // epoll, new bytes will raise a new event. Saves a read
+                    // that would only say EAGAIN.
+                    if n < room && !self.read_closed_hint {
+                        may_read = false;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => may_read = false,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => {
+                    self.peer_closed = true;
+                    may_read = false;
+                }
+            }
+        }
+    }
+
+    /// Makes sure there is room to read into. False if the request in the
+    /// buffer cannot grow further (the error response is then queued).
+    fn make_room(&mut self, ctx: &mut Ctx<'_>) -> bool {
+        let input = &mut self.input;
+        if input.buf.is_empty() {
+            input.buf = ctx.pool.take_read();
+            input.start = 0;
+            input.end = 0;
+        }
+        if input.end < input.buf.len() {
+            return true;
+        }
+        // Reclaim the framing bytes already decoded out of a chunked body.
+        if let State::Body(wait) = &mut self.state {
+            if let BodyKind::Chunked { read, write, .. } = &mut wait.kind {
+                if *read > *write {
+                    let (from, to) = (input.start + *read, input.start + *write);
+                    input.buf.copy_within(from..input.end, to);
+                    input.end -= *read - *write;
+                    *read = *write;
+                }
+            }
+        }
+        if input.start > 0 {
+            input.buf.copy_within(input.start..input.end, 0);
+            input.end -= input.start;
+            input.start = 0;
+        }
+        if input.end < input.buf.len() {
+            return true;
+        }
+        let limits = ctx.limits;
+        let max = limits.head_bytes_max + usize::try_from(limits.body_bytes_max).unwrap_or(usize::MAX) + BUFFER_BYTES;
+        let want = match &self.state {
+            State::Body(wait) => match wait.kind {
+                BodyKind::Length(n) => wait.head_len + usize::try_from(n).unwrap_or(usize::MAX),
+                BodyKind::Chunked { .. } => input.buf.len() * 2,
+            },
+            _ => input.buf.len() * 2,
+        };
+        let new_len = want.max(input.buf.len() + 1).min(max);
+        if new_len <= input.buf.len() {
+            let (status, why) = match self.state {
+                State::Body(_) => (413, "request body too large"),
+                _ => (431, "request head too large"),
+            };
+            self.fail(ctx, status, why);
+            return false;
+        }
+        input.buf.resize(new_len, 0);
+        true
+    }
+
+    /// Answers the complete requests in the read buffer.
+    fn process(&mut self, ctx: &mut Ctx<'_>) -> Stop {
+        loop {
+            if self.output.tail.is_some()
+                || self.output.buf.len() - self.output.pos > ctx.limits.write_buffer_bytes_max
+            {
+                return Stop::Output;
+            }
+            match self.state {
+                State::Deferred(_) => return Stop::Deferred,
+                State::Closing | State::Lingering { .. } => return Stop::Closing,
+                State::Idle | State::Head | State::Body(_) => {}
+            }
+            if self.input.start == self.input.end {
+                return Stop::Input;
+            }
+            let stop = match self.state {
+                State::Body(_) => self.continue_body(ctx),
+                _ => self.start_request(ctx),
+            };
+            if let Some(stop) = stop {
+                return stop;
+            }
+        }
+    }
+
+    /// Parses a head at the start of the buffer and answers the request if
+    /// it has no body or its body is here. `None` means: go on.
+    fn start_request(&mut self, ctx: &mut Ctx<'_>) -> Option<Stop> {
+        let Conn { input, output, state, .. } = self;
+        let data = &input.buf[input.start..input.end];
+        let mut headers = [const { MaybeUninit::uninit() }; HEADERS_ARRAY_MAX];
+        let head = match parse_head(data, &mut headers, ctx.limits) {
+            Ok(Parsed::Complete(head)) => head,
+            Ok(Parsed::Partial) => {
+                if let State::Idle = state {
+                    *state = State::Head;
+                    self.deadline = Some(ctx.now + ctx.limits.head_timeout);
+                }
+                return Some(Stop::Input);
+            }
+            Err(e) => {
+                self.fail(ctx, e.status(), e.reason());
+                return Some(Stop::Closing);
+            }
+        };
+        let head_len = head.head_len;
+        match head.framing {
+            Framing::Empty => {
+                let (token, peer) = (self.token, self.peer);
+                ensure_output(output, ctx.pool);
+                dispatch(ctx, output, state, token, peer, &head, &[]);
+                input.start += head_len;
+                None
+            }
+            Framing::Length(n) if (data.len() - head_len) as u64 >= n => {
+                let (token, peer) = (self.token, self.peer);
+                let n = n as usize;
+                ensure_output(output, ctx.pool);
+                dispatch(ctx, output, state, token, peer, &head, &data[head_len..head_len + n]);
+                input.start += head_len + n;
+                None
+            }
+            framing => {
+                let expect_continue = head.expect_continue && data.len() == head_len;
+                let kind = match framing {
+                    Framing::Length(n) => BodyKind::Length(n),
+                    _ => BodyKind::Chunked {
+                        decoder: ChunkedDecoder::new(ctx.limits.body_bytes_max),
+                        read: head_len,
+                        write: head_len,
+                    },
+                };
+                *state = State::Body(Box::new(BodyWait { head_len, kind }));
+                if expect_continue {
+                    // RFC 9110 §10.1.1: the client waits for this before
+                    // sending the body.
+                    ensure_output(output, ctx.pool);
+                    output.buf.extend_from_slice(wire::CONTINUE);
+                }
+                None
+            }
+        }
+    }
+
+    /// Checks whether the body being waited for is complete, and if so
+    /// answers its request.
+    fn continue_body(&mut self, ctx: &mut Ctx<'_>) -> Option<Stop> {
+        let Conn { input, output, state, .. } = self;
+        let State::Body(wait) = state else { return None };
+        let head_len = wait.head_len;
+        let (body, consumed) = match &mut wait.kind {
+            BodyKind::Length(n) => {
+                let total = head_len + *n as usize;
+                if input.end - input.start < total {
+                    return Some(Stop::Input);
+                }
+                (head_len..total, total)
+            }
+            BodyKind::Chunked { decoder, read, write } => {
+                let buf = &mut input.buf[input.start..input.end];
+                match decoder.decode_in_place(buf, read, write) {
+                    Ok(true) => (head_len..*write, *read),
+                    Ok(false) => return Some(Stop::Input),
+                    Err(e) => {
+                        self.fail(ctx, e.status(), e.reason());
+                        return Some(Stop::Closing);
+                    }
+                }
+            }
+        };
+        let data = &input.buf[input.start..input.end];
+        let mut headers = [const { MaybeUninit::uninit() }; HEADERS_ARRAY_MAX];
+        // The head was valid when it arrived and its bytes have not moved
+        // relative to the request start; parse it again rather than keep a
+        // self-referential borrow across reads.
+        let Ok(Parsed::Complete(head)) = parse_head(&data[..head_len], &mut headers, ctx.limits) else {
+            self.fail(ctx, 500, "request head changed");
+            return Some(Stop::Closing);
+        };
+        *state = State::Idle;
+        let (token, peer) = (self.token, self.peer);
+        ensure_output(output, ctx.pool);
+        dispatch(ctx, output, state, token, peer, &head, &data[body]);
+        input.start += consumed;
+        None
+    }
+
+    /// Queues an error response and moves to closing. The rest of the input
+    /// is dropped: its framing cannot be trusted.
+    fn fail(&mut self, ctx: &mut Ctx<'_>, status: u16, why: &str) {
+        self.ensure_output(ctx.pool);
+        wire::write_error(&mut self.output.buf, status, why, ctx.date.http(), false);
+        if let Some(log) = ctx.log.as_deref_mut() {
+            log.record(ctx.date.clf(), self.peer, b"-", b"-", b"-", status, 0, None, None);
+        }
+        self.input.start = self.input.end;
+        self.state = State::Closing;
+    }
+
+    fn ensure_output(&mut self, pool: &mut BufPool) {
+        ensure_output(&mut self.output, pool);
+    }
+
+    /// Writes what is queued until done or the socket is full.
+    fn flush(&mut self) -> Flushed {
+        let out = &mut self.output;
+        loop {
+            let buffered = &out.buf[out.pos.min(out.buf.len())..];
+            let result = match (&mut out.tail, buffered.is_empty()) {
+                (None, true) => {
+                    out.buf.clear();
+                    out.pos = 0;
+                    return Flushed::All;
+                }
+                (Some(Tail::Bytes { data, pos }), false) => {
+                    self.stream.write_vectored(&[IoSlice::new(buffered), IoSlice::new(&data[*pos..])])
+                }
+                (Some(Tail::Shared { bytes, pos }), false) => {
+                    let rest = &bytes.as_slice()[*pos..];
+                    self.stream.write_vectored(&[IoSlice::new(buffered), IoSlice::new(rest)])
+                }
+                (_, false) => self.stream.write(buffered),
+                (Some(Tail::Bytes { data, pos }), true) => self.stream.write(&data[*pos..]),
+                (Some(Tail::Shared { bytes, pos }), true) => self.stream.write(&bytes.as_slice()[*pos..]),
+                (Some(Tail::File { range, sent }), true) => {
+                    match crate::sys::sendfile::sendfile(&self.stream, &range.file, range.offset + *sent, range.len - *sent) {
+                        // The file shrank under us: the promised length can no
+                        // longer be sent, so the connection must close.
+                        Ok(0) => return Flushed::Failed,
+                        other => other,
+                    }
+                }
+                (Some(Tail::Stream { chunks, chunked }), true) => {
+                    out.buf.clear();
+                    out.pos = 0;
+                    match chunks.next() {
+                        Some(chunk) if chunk.is_empty() => {}
+                        Some(chunk) if *chunked => {
+                            wire::write_chunk_start(&mut out.buf, chunk.len());
+                            out.buf.extend_from_slice(&chunk);
+                            out.buf.extend_from_slice(wire::CHUNK_END);
+                        }
+                        Some(chunk) => out.buf.extend_from_slice(&chunk),
+                        None => {
+                            if *chunked {
+                                out.buf.extend_from_slice(wire::LAST_CHUNK);
+                            }
+                            out.tail = None;
+                        }
+                    }
+                    continue;
+                }
+            };
+            match result {
+                Ok(0) => return Flushed::Failed,
+                Ok(mut n) => {
+                    let from_buf = n.min(out.buf.len() - out.pos);
+                    out.pos += from_buf;
+                    n -= from_buf;
+                    let done = match &mut out.tail {
+                        Some(Tail::Bytes { data, pos }) => {
+                            *pos += n;
+                            *pos == data.len()
+                        }
+                        Some(Tail::Shared { bytes, pos }) => {
+                            *pos += n;
+                            *pos == bytes.range.len()
+                        }
+                        Some(Tail::File { range, sent }) => {
+                            *sent += n as u64;
+                            *sent == range.len
+                        }
+                        Some(Tail::Stream { .. }) | None => false,
+                    };
+                    if done {
+                        out.tail = None;
+                    }
+                    if out.pos == out.buf.len() {
+                        out.buf.clear();
+                        out.pos = 0;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Flushed::Blocked,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return Flushed::Failed,
+            }
+        }
+    }
+
+    /// All output is sent after an error: half-close and drain.
+    fn start_lingering(&mut self, ctx: &mut Ctx<'_>) -> Next {
+        if self.peer_closed || self.stream.shutdown(Shutdown::Write).is_err() {
+            return Next::Close;
+        }
+        self.state = State::Lingering { discarded: 0 };
+        self.deadline = Some(ctx.now + LINGER_TIMEOUT);
+        self.input.start = 0;
+        self.input.end = 0;
+        self.linger(ctx)
+    }
+
+    fn linger(&mut self, ctx: &mut Ctx<'_>) -> Next {
+        let State::Lingering { discarded } = &mut self.state else { return Next::Close };
+        if self.input.buf.is_empty() {
+            self.input.buf = ctx.pool.take_read();
+        }
+        loop {
+            match self.stream.read(&mut self.input.buf) {
+                Ok(0) => return Next::Close,
+                Ok(n) => {
+                    *discarded += n;
+                    if *discarded > LINGER_BYTES_MAX {
+                        return Next::Close;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return Next::Close,
+            }
+        }
+        ctx.pool.give_read(std::mem::take(&mut self.input.buf));
+        Next::Keep
+    }
+}
+
+fn ensure_output(output: &mut Output, pool: &mut BufPool) {
+    if output.buf.capacity() == 0 {
+        output.buf = pool.take_write();
+        output.pos = 0;
+    }
+}
+
+/// Calls the handler for one request and queues its answer.
+fn dispatch(
+    ctx: &mut Ctx<'_>,
+    output: &mut Output,
+    state: &mut State,
+    token: usize,
+    peer: SocketAddr,
+    head: &Head<'_, '_>,
+    body: &[u8],
+) {
+    let slot = DeferSlot { mailbox: ctx.mailbox, token, next_id: ctx.next_defer_id, id: Cell::new(None) };
+    let mut req = Request::new(head.method, head.target, head.version, head.headers, head.host, body, peer);
+    req.defer = Some(&slot);
+    let head_only = head.method == "HEAD";
+    let keep_alive = head.keep_alive && !ctx.draining;
+    let handler = ctx.handler;
+    let reply = panic::catch_unwind(AssertUnwindSafe(|| handler.call(&req)));
+    let response = match reply {
+        Ok(Reply::Now(response)) => response,
+        Ok(Reply::Later) => {
+            if let Some(id) = slot.id.get() {
+                let log = ctx.log.is_some().then(|| log_request(&req));
+                *state = State::Deferred(Box::new(Deferred { id, head_only, version: head.version, keep_alive, log }));
+                return;
+            }
+            eprintln!("peregrine: handler returned Reply::Later without calling Request::defer");
+            Response::error(500).with_close()
+        }
+        // The panic hook has already printed the message.
+        Err(_) => Response::error(500).with_close(),
+    };
+    let sent = write_response(ctx.date, output, response, head_only, head.version, keep_alive);
+    if let Some(log) = ctx.log.as_deref_mut() {
+        log.record(
+            ctx.date.clf(),
+            peer,
+            head.method.as_bytes(),
+            head.target.as_bytes(),
+            head.version.as_str().as_bytes(),
+            sent.status,
+            sent.body_bytes,
+            req.header_bytes("referer"),
+            req.header_bytes("user-agent"),
+        );
+    }
+    *state = if sent.keep_alive { State::Idle } else { State::Closing };
+}
+
+fn log_request(req: &Request<'_>) -> LogRequest {
+    let mut request_line = Vec::with_capacity(req.method().len() + req.target().len() + 10);
+    request_line.extend_from_slice(req.method().as_bytes());
+    request_line.push(b' ');
+    request_line.extend_from_slice(req.target().as_bytes());
+    request_line.push(b' ');
+    request_line.extend_from_slice(req.version().as_str().as_bytes());
+    LogRequest {
+        request_line,
+        referer: req.header_bytes("referer").map(<[u8]>::to_vec),
+        user_agent: req.header_bytes("user-agent").map(<[u8]>::to_vec),
+    }
+}
+
+/// What was sent, for the log and the connection state.
+struct Sent {
+    status: u16,
+    body_bytes: u64,
+    keep_alive: bool,
+}
+
+/// Queues a response: its head, and its body inline or as the tail.
+fn write_response(
+    date: &DateCache,
+    out: &mut Output,
+    mut resp: Response,
+    head_only: bool,
+    version: Version,
+    keep_alive: bool,
+) -> Sent {
+    if let Some(why) = resp.invalid {
+        eprintln!("peregrine: handler returned an invalid response ({why}); answering 500");
+        resp = Response::error(500).with_close();
+    }
+    let status = resp.status;
+    let bodiless = status == 204 || status == 304;
+    let mut keep_alive = keep_alive && !resp.close;
+    let framing = match resp.body.len() {
+        _ if bodiless => BodyFraming::Bodiless,
+        Some(n) => BodyFraming::Length(n),
+        None if version == Version::Http11 => BodyFraming::Chunked,
+        None => {
+            keep_alive = false;
+            BodyFraming::Close
+        }
+    };
+    let conn = match (keep_alive, version) {
+        (false, _) => ConnField::Close,
+        (true, Version::Http10) => ConnField::KeepAlive,
+        (true, Version::Http11) => ConnField::Omit,
+    };
+    let head_start = out.buf.len();
+    wire::write_head(&mut out.buf, &resp, date.http(), framing, conn);
+    let body_bytes = match framing {
+        BodyFraming::Length(n) => n,
+        _ => 0,
+    };
+    let sent = Sent { status, body_bytes, keep_alive };
+    if head_only || bodiless {
+        return sent;
+    }
+    match resp.body {
+        Body::Empty => {}
+        Body::Static(b) if b.len() <= INLINE_BODY_BYTES_MAX => out.buf.extend_from_slice(b),
+        Body::Static(b) => out.tail = Some(Tail::Shared { bytes: SharedBytes::new(Arc::new(b)), pos: 0 }),
+        Body::Bytes(b) if b.len() <= INLINE_BODY_BYTES_MAX => out.buf.extend_from_slice(&b),
+        Body::Bytes(b) => out.tail = Some(Tail::Bytes { data: b, pos: 0 }),
+        Body::Shared(s) if s.range.len() <= INLINE_BODY_BYTES_MAX => out.buf.extend_from_slice(s.as_slice()),
+        Body::Shared(s) => out.tail = Some(Tail::Shared { bytes: s, pos: 0 }),
+        Body::File(f) if f.len <= INLINE_BODY_BYTES_MAX as u64 => {
+            // Small files: read them next to the head, so both leave in one
+            // write instead of a write and a sendfile.
+            let at = out.buf.len();
+            out.buf.resize(at + f.len as usize, 0);
+            if f.file.read_exact_at(&mut out.buf[at..], f.offset).is_err() {
+                out.buf.truncate(head_start);
+                wire::write_error(&mut out.buf, 500, "file could not be read", date.http(), false);
+                return Sent { status: 500, body_bytes: 0, keep_alive: false };
+            }
+        }
+        Body::File(f) => out.tail = Some(Tail::File { range: f, sent: 0 }),
+        Body::Stream(chunks) => {
+            out.tail = Some(Tail::Stream { chunks, chunked: framing == BodyFraming::Chunked });
+        }
+    }
+    sent
+}

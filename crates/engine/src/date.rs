@@ -1,0 +1,72 @@
+//! The `Date` header value, formatted at most once per second per worker
+//! (RFC 9110 §6.6.1: an origin server with a clock MUST send Date). Owned by
+//! the worker, not shared: no lock, no atomic (see hyper's `common/date.rs`).
+
+use std::io::Write;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// `Sun, 06 Nov 1994 08:49:37 GMT` is 29 bytes.
+pub(crate) const DATE_LEN: usize = 29;
+
+/// A worker's cached Date, and the Common Log Format timestamp derived from it.
+pub(crate) struct DateCache {
+    secs: u64,
+    http: [u8; DATE_LEN],
+    /// `06/Nov/1994:08:49:37 +0000`
+    clf: [u8; 26],
+}
+
+impl DateCache {
+    pub(crate) fn new() -> Self {
+        let mut cache = DateCache { secs: u64::MAX, http: [b' '; DATE_LEN], clf: [b' '; 26] };
+        cache.update(SystemTime::now());
+        cache
+    }
+
+    /// Re-formats if the second has changed. Does not allocate.
+    pub(crate) fn update(&mut self, now: SystemTime) {
+        let secs = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        if secs == self.secs {
+            return;
+        }
+        self.secs = secs;
+        let mut cursor = std::io::Cursor::new(&mut self.http[..]);
+        // Cannot fail: the output is always exactly 29 bytes.
+        let _ = write!(cursor, "{}", httpdate::HttpDate::from(UNIX_EPOCH + std::time::Duration::from_secs(secs)));
+        // "Sun, 06 Nov 1994 08:49:37 GMT" → "06/Nov/1994:08:49:37 +0000"
+        let h = &self.http;
+        let clf = &mut self.clf;
+        clf[0..2].copy_from_slice(&h[5..7]);
+        clf[2] = b'/';
+        clf[3..6].copy_from_slice(&h[8..11]);
+        clf[6] = b'/';
+        clf[7..11].copy_from_slice(&h[12..16]);
+        clf[11] = b':';
+        clf[12..20].copy_from_slice(&h[17..25]);
+        clf[20..26].copy_from_slice(b" +0000");
+    }
+
+    /// The value for the `Date` header.
+    pub(crate) fn http(&self) -> &[u8; DATE_LEN] {
+        &self.http
+    }
+
+    /// The timestamp for an access log line.
+    pub(crate) fn clf(&self) -> &[u8] {
+        &self.clf
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn formats_imf_fixdate_and_clf() {
+        let mut d = DateCache::new();
+        d.update(UNIX_EPOCH + Duration::from_secs(784_111_777));
+        assert_eq!(&d.http()[..], b"Sun, 06 Nov 1994 08:49:37 GMT");
+        assert_eq!(d.clf(), b"06/Nov/1994:08:49:37 +0000");
+    }
+}

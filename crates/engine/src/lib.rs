@@ -1,0 +1,62 @@
+//! Peregrine: a non-blocking HTTP/1.1 server engine.
+//!
+//! One event loop per worker thread, each with its own SO_REUSEPORT
+//! listener; keep-alive and pipelining with one write per batch of answers;
+//! a handler is one function from a [`Request`] to a [`Response`].
+//!
+//! ```no_run
+//! use peregrine::{Request, Response, Router, Server};
+//!
+//! let app = Router::new()
+//!     .get("/", |_: &Request<'_>| Response::text("Hello, World!"))
+//!     .get("/users/:id", |req: &Request<'_>| {
+//!         Response::text(format!("user {}", req.param("id").unwrap_or("?")))
+//!     });
+//! Server::new().bind("127.0.0.1:8080").serve(app).unwrap();
+//! ```
+//!
+//! A handler that must wait answers later from any thread:
+//!
+//! ```no_run
+//! use peregrine::{Reply, Request, Response, Server};
+//!
+//! Server::new().bind("127.0.0.1:8080").serve(|req: &Request<'_>| {
+//!     let responder = req.defer();
+//!     std::thread::spawn(move || responder.send(Response::text("later")));
+//!     Reply::Later
+//! }).unwrap();
+//! ```
+//!
+//! Module map: [`codec`] is the sans-I/O HTTP/1.1 codec; `conn` and `worker`
+//! are the event loop; `sys` is the only place that calls libc.
+
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+mod access_log;
+pub mod codec;
+mod conn;
+mod date;
+mod error;
+mod handler;
+mod limits;
+mod request;
+mod responder;
+mod response;
+mod router;
+mod server;
+#[allow(unsafe_code)]
+mod sys;
+mod worker;
+
+pub use access_log::AccessLog;
+pub use codec::Version;
+pub use error::Error;
+pub use handler::{Handler, Reply};
+pub use limits::Limits;
+pub use request::{percent_decode, Request};
+pub use responder::Responder;
+pub use response::{Body, FileRange, Response, SharedBytes};
+pub use router::Router;
+pub use server::{Running, Server, ShutdownHandle};
+pub use sys::raise_open_files_limit;

@@ -1,0 +1,245 @@
+//! The request a handler sees: a zero-copy view into the connection's read
+//! buffer, valid for the duration of the handler call.
+
+use std::borrow::Cow;
+use std::cell::Cell;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use crate::codec::Version;
+use crate::responder::{Mailbox, Responder};
+
+/// An HTTP request. Everything it returns borrows the connection's buffer;
+/// copy what must outlive the handler call.
+pub struct Request<'a> {
+    pub(crate) method: &'a str,
+    pub(crate) target: &'a str,
+    pub(crate) path: &'a str,
+    pub(crate) query: Option<&'a str>,
+    pub(crate) version: Version,
+    pub(crate) headers: &'a [httparse::Header<'a>],
+    pub(crate) host: Option<&'a str>,
+    pub(crate) body: &'a [u8],
+    pub(crate) peer: SocketAddr,
+    pub(crate) params: &'a [(&'a str, &'a str)],
+    pub(crate) defer: Option<&'a DeferSlot<'a>>,
+}
+
+/// Where a handler's [`Request::defer`] records that it will answer later.
+pub(crate) struct DeferSlot<'w> {
+    pub(crate) mailbox: &'w Arc<Mailbox>,
+    pub(crate) token: usize,
+    /// The worker's counter of deferred requests, so ids never repeat.
+    pub(crate) next_id: &'w Cell<u64>,
+    /// Set by `defer`: the id the answer must carry.
+    pub(crate) id: Cell<Option<u64>>,
+}
+
+impl<'a> Request<'a> {
+    /// Builds a request from parsed parts (used by the engine and by tests).
+    pub(crate) fn new(
+        method: &'a str,
+        target: &'a str,
+        version: Version,
+        headers: &'a [httparse::Header<'a>],
+        host: Option<&'a str>,
+        body: &'a [u8],
+        peer: SocketAddr,
+    ) -> Self {
+        let origin = origin_form(target);
+        let (path, query) = match memchr::memchr(b'?', origin.as_bytes()) {
+            Some(q) => (&origin[..q], Some(&origin[q + 1..])),
+            None => (origin, None),
+        };
+        Request { method, target, path, query, version, headers, host, body, peer, params: &[], defer: None }
+    }
+
+    /// The method, e.g. `GET`. Methods are case-sensitive (RFC 9110 §9.1).
+    pub fn method(&self) -> &'a str {
+        self.method
+    }
+
+    /// The request target exactly as sent, e.g. `/a%20b?x=1`.
+    pub fn target(&self) -> &'a str {
+        self.target
+    }
+
+    /// The path of the target, still percent-encoded, without the query.
+    /// For an absolute-form target (`http://host/p`), the path part (`/p`).
+    pub fn path(&self) -> &'a str {
+        self.path
+    }
+
+    /// The path, percent-decoded. Invalid UTF-8 after decoding is replaced
+    /// with U+FFFD; use [`percent_decode`] on [`Request::path`] for the bytes.
+    pub fn path_decoded(&self) -> Cow<'a, str> {
+        match percent_decode(self.path.as_bytes()) {
+            Cow::Borrowed(_) => Cow::Borrowed(self.path),
+            Cow::Owned(bytes) => Cow::Owned(String::from_utf8_lossy(&bytes).into_owned()),
+        }
+    }
+
+    /// The query string after `?`, still percent-encoded.
+    pub fn query(&self) -> Option<&'a str> {
+        self.query
+    }
+
+    /// The protocol version.
+    pub fn version(&self) -> Version {
+        self.version
+    }
+
+    /// The value of the first header field named `name` (case-insensitive),
+    /// if it is valid UTF-8.
+    pub fn header(&self, name: &str) -> Option<&'a str> {
+        self.header_bytes(name).and_then(|v| std::str::from_utf8(v).ok())
+    }
+
+    /// The raw value of the first header field named `name` (case-insensitive).
+    pub fn header_bytes(&self, name: &str) -> Option<&'a [u8]> {
+        self.headers.iter().find(|h| h.name.eq_ignore_ascii_case(name)).map(|h| h.value)
+    }
+
+    /// All header fields in order, as (name, raw value).
+    pub fn headers(&self) -> impl Iterator<Item = (&'a str, &'a [u8])> + '_ {
+        self.headers.iter().map(|h| (h.name, h.value))
+    }
+
+    /// The host the request is for: the authority of an absolute-form
+    /// target, else the `Host` field. `None` for HTTP/1.0 without Host.
+    pub fn host(&self) -> Option<&'a str> {
+        self.host
+    }
+
+    /// The request body, complete (de-chunked if it was chunked).
+    pub fn body(&self) -> &'a [u8] {
+        self.body
+    }
+
+    /// The address of the client.
+    pub fn peer_addr(&self) -> SocketAddr {
+        self.peer
+    }
+
+    /// The value captured by the router for `:name` or `*name`, still
+    /// percent-encoded.
+    pub fn param(&self, name: &str) -> Option<&'a str> {
+        self.params.iter().find(|(n, _)| *n == name).map(|(_, v)| *v)
+    }
+
+    /// Promises an answer from elsewhere: returns a [`Responder`] that may be
+    /// sent to any thread, and the handler must then return [`crate::Reply::Later`].
+    /// The event loop goes on serving other connections meanwhile; this
+    /// connection's next pipelined requests wait, so answers stay in order.
+    ///
+    /// Outside a running server (e.g. a request built in a test) the
+    /// responder's answer goes nowhere.
+    pub fn defer(&self) -> Responder {
+        match self.defer {
+            Some(slot) => {
+                let id = slot.next_id.get();
+                slot.next_id.set(id + 1);
+                slot.id.set(Some(id));
+                Responder::new(Some(slot.mailbox.clone()), slot.token, id)
+            }
+            None => Responder::new(None, 0, 0),
+        }
+    }
+
+    /// A copy of this request with router captures attached.
+    pub(crate) fn with_params<'b>(&'b self, params: &'b [(&'b str, &'b str)]) -> Request<'b>
+    where
+        'a: 'b,
+    {
+        Request { params, ..*self }
+    }
+}
+
+impl std::fmt::Debug for Request<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Request")
+            .field("method", &self.method)
+            .field("target", &self.target)
+            .field("version", &self.version)
+            .field("n_headers", &self.headers.len())
+            .field("body_len", &self.body.len())
+            .field("peer", &self.peer)
+            .finish()
+    }
+}
+
+/// The origin-form part of an absolute-form target (RFC 9112 §3.2.2).
+fn origin_form(target: &str) -> &str {
+    if target.starts_with('/') || target == "*" {
+        return target;
+    }
+    let Some(scheme_end) = target.find("://") else { return target };
+    let rest = &target[scheme_end + 3..];
+    match rest.find(['/', '?']) {
+        Some(i) if rest.as_bytes()[i] == b'/' => &rest[i..],
+        // `http://host?q` has an empty path, which means `/`.
+        _ => "/",
+    }
+}
+
+/// Decodes `%XX` escapes. Borrows when there are none; a `%` not followed by
+/// two hex digits is kept as it is.
+pub fn percent_decode(input: &[u8]) -> Cow<'_, [u8]> {
+    let Some(first) = memchr::memchr(b'%', input) else { return Cow::Borrowed(input) };
+    let mut out = Vec::with_capacity(input.len());
+    out.extend_from_slice(&input[..first]);
+    let mut i = first;
+    while i < input.len() {
+        let b = input[i];
+        if b == b'%' && i + 2 < input.len() {
+            if let (Some(h), Some(l)) = (hex(input[i + 1]), hex(input[i + 2])) {
+                out.push(h << 4 | l);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(b);
+        i += 1;
+    }
+    Cow::Owned(out)
+}
+
+fn hex(b: u8) -> Option<u8> {
+    (b as char).to_digit(16).map(|d| d as u8)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(target: &str) -> Request<'_> {
+        Request::new("GET", target, Version::Http11, &[], None, b"", "127.0.0.1:1".parse().unwrap())
+    }
+
+    #[test]
+    fn path_and_query_are_split() {
+        let table = [
+            ("/", "/", None),
+            ("/a/b?x=1&y", "/a/b", Some("x=1&y")),
+            ("/a?", "/a", Some("")),
+            ("http://h/p?q", "/p", Some("q")),
+            ("http://h", "/", None),
+            ("http://h?q", "/", None),
+            ("*", "*", None),
+        ];
+        for (target, path, query) in table {
+            let r = req(target);
+            assert_eq!((r.path(), r.query()), (path, query), "{target}");
+        }
+    }
+
+    #[test]
+    fn percent_decoding() {
+        assert!(matches!(percent_decode(b"/plain"), Cow::Borrowed(_)));
+        assert_eq!(&*percent_decode(b"/a%20b%2F%2e"), b"/a b/.");
+        assert_eq!(&*percent_decode(b"/%zz%4"), b"/%zz%4");
+        assert_eq!(&*percent_decode(b"%41"), b"A");
+        assert_eq!(&*percent_decode(b"%"), b"%");
+        assert_eq!(req("/caf%C3%A9").path_decoded(), "café");
+    }
+}

@@ -1,0 +1,299 @@
+//! The response a handler returns: a status, header fields and a body.
+//!
+//! The engine owns framing: it writes `Content-Length` or chunked coding,
+//! `Date`, `Server` and `Connection` itself, so a handler cannot produce a
+//! response that desynchronises the connection. A header that would (CR or
+//! LF in a value, a name that is not a token) makes the response a 500.
+
+use std::borrow::Cow;
+use std::fs::File;
+use std::ops::Range;
+use std::sync::Arc;
+
+/// An HTTP response. Build it with the constructors and `with_*` methods:
+///
+/// ```
+/// use peregrine::Response;
+/// let r = Response::text("Hello, World!").with_header("Cache-Control", "no-store");
+/// assert_eq!(r.status(), 200);
+/// ```
+pub struct Response {
+    pub(crate) status: u16,
+    pub(crate) content_type: Option<Cow<'static, str>>,
+    pub(crate) headers: Vec<(Cow<'static, str>, Cow<'static, str>)>,
+    pub(crate) body: Body,
+    /// Set when a header given was invalid or reserved; answered as 500.
+    pub(crate) invalid: Option<&'static str>,
+    /// Close the connection after this response.
+    pub(crate) close: bool,
+}
+
+/// The body of a response.
+pub enum Body {
+    /// No body (`Content-Length: 0`, or nothing for 204 and 304).
+    Empty,
+    /// Bytes with a `'static` lifetime, such as a literal; never copied to the heap.
+    Static(&'static [u8]),
+    /// Owned bytes.
+    Bytes(Vec<u8>),
+    /// A range of a long-lived shared buffer, such as a memory map. Large
+    /// ranges are written straight from the buffer, without copying.
+    Shared(SharedBytes),
+    /// A range of an open file, sent with `sendfile(2)`.
+    File(FileRange),
+    /// Chunks of unknown total length, sent with the chunked transfer coding
+    /// (or, to an HTTP/1.0 client, delimited by closing the connection).
+    /// The iterator runs on the event loop: it must not block.
+    Stream(Box<dyn Iterator<Item = Vec<u8>> + Send>),
+}
+
+/// A range of a shared, immutable buffer.
+#[derive(Clone)]
+pub struct SharedBytes {
+    pub(crate) buf: Arc<dyn AsRef<[u8]> + Send + Sync>,
+    pub(crate) range: Range<usize>,
+}
+
+impl SharedBytes {
+    /// The whole of `buf`.
+    pub fn new(buf: Arc<dyn AsRef<[u8]> + Send + Sync>) -> Self {
+        let len = (*buf).as_ref().len();
+        SharedBytes { buf, range: 0..len }
+    }
+
+    /// `range` of `buf`; `None` if the range is out of bounds.
+    pub fn slice(buf: Arc<dyn AsRef<[u8]> + Send + Sync>, range: Range<usize>) -> Option<Self> {
+        let len = (*buf).as_ref().len();
+        (range.start <= range.end && range.end <= len).then_some(SharedBytes { buf, range })
+    }
+
+    /// The bytes of the range.
+    pub fn as_slice(&self) -> &[u8] {
+        &(*self.buf).as_ref()[self.range.clone()]
+    }
+}
+
+/// A range of an open file. The file is shared, so one open file can serve
+/// many responses at once (`sendfile` does not move the file position).
+#[derive(Clone)]
+pub struct FileRange {
+    pub(crate) file: Arc<File>,
+    pub(crate) offset: u64,
+    pub(crate) len: u64,
+}
+
+impl FileRange {
+    /// `len` bytes of `file` starting at `offset`. If the file turns out to
+    /// be shorter when sent, the connection is closed rather than send a
+    /// response of the wrong length.
+    pub fn new(file: Arc<File>, offset: u64, len: u64) -> Self {
+        FileRange { file, offset, len }
+    }
+
+    /// The whole file, its length taken now.
+    pub fn whole(file: File) -> std::io::Result<Self> {
+        let len = file.metadata()?.len();
+        Ok(FileRange { file: Arc::new(file), offset: 0, len })
+    }
+}
+
+impl Body {
+    /// The length of the body, if known before sending.
+    pub fn len(&self) -> Option<u64> {
+        match self {
+            Body::Empty => Some(0),
+            Body::Static(b) => Some(b.len() as u64),
+            Body::Bytes(b) => Some(b.len() as u64),
+            Body::Shared(s) => Some(s.range.len() as u64),
+            Body::File(f) => Some(f.len),
+            Body::Stream(_) => None,
+        }
+    }
+
+    /// Whether the body is known to be empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == Some(0)
+    }
+}
+
+impl From<&'static str> for Body {
+    fn from(s: &'static str) -> Self {
+        Body::Static(s.as_bytes())
+    }
+}
+
+impl From<&'static [u8]> for Body {
+    fn from(s: &'static [u8]) -> Self {
+        Body::Static(s)
+    }
+}
+
+impl From<String> for Body {
+    fn from(s: String) -> Self {
+        Body::Bytes(s.into_bytes())
+    }
+}
+
+impl From<Vec<u8>> for Body {
+    fn from(v: Vec<u8>) -> Self {
+        Body::Bytes(v)
+    }
+}
+
+impl From<SharedBytes> for Body {
+    fn from(s: SharedBytes) -> Self {
+        Body::Shared(s)
+    }
+}
+
+impl From<FileRange> for Body {
+    fn from(f: FileRange) -> Self {
+        Body::File(f)
+    }
+}
+
+/// Fields the engine writes itself; a handler setting them is a bug that
+/// would break framing, so the response becomes a 500.
+const RESERVED: &[&str] = &["content-length", "transfer-encoding", "date", "connection", "keep-alive", "upgrade", "trailer"];
+
+impl Response {
+    /// A response with `status` and no body.
+    pub fn new(status: u16) -> Self {
+        let invalid = (!(100..=999).contains(&status) || (100..200).contains(&status)).then_some("invalid status code");
+        Response { status, content_type: None, headers: Vec::new(), body: Body::Empty, invalid, close: false }
+    }
+
+    /// 200 with a `text/plain; charset=utf-8` body.
+    pub fn text(body: impl Into<Body>) -> Self {
+        Response::new(200).with_content_type("text/plain; charset=utf-8").with_body(body)
+    }
+
+    /// 200 with a `text/html; charset=utf-8` body.
+    pub fn html(body: impl Into<Body>) -> Self {
+        Response::new(200).with_content_type("text/html; charset=utf-8").with_body(body)
+    }
+
+    /// 200 with `body` of the given content type.
+    pub fn bytes(content_type: impl Into<Cow<'static, str>>, body: impl Into<Body>) -> Self {
+        Response::new(200).with_content_type(content_type).with_body(body)
+    }
+
+    /// A plain-text error page for `status`, e.g. `404 Not Found`.
+    pub fn error(status: u16) -> Self {
+        let reason = crate::codec::write::reason(status);
+        Response::new(status).with_content_type("text/plain; charset=utf-8").with_body(format!("{status} {reason}\n"))
+    }
+
+    /// Replaces the status code.
+    pub fn with_status(mut self, status: u16) -> Self {
+        let fresh = Response::new(status);
+        self.status = status;
+        self.invalid = self.invalid.or(fresh.invalid);
+        self
+    }
+
+    /// Sets the `Content-Type`.
+    pub fn with_content_type(mut self, content_type: impl Into<Cow<'static, str>>) -> Self {
+        let value = content_type.into();
+        if !is_valid_value(value.as_bytes()) {
+            self.invalid = Some("invalid Content-Type value");
+        }
+        self.content_type = Some(value);
+        self
+    }
+
+    /// Replaces the body.
+    pub fn with_body(mut self, body: impl Into<Body>) -> Self {
+        self.body = body.into();
+        self
+    }
+
+    /// Adds a header field. `Content-Length`, `Transfer-Encoding`, `Date`,
+    /// `Connection` and the like are the engine's: setting one, or a name or
+    /// value that is not valid on the wire, turns the response into a 500.
+    /// Use [`Response::with_close`] to close the connection after a response.
+    pub fn with_header(mut self, name: impl Into<Cow<'static, str>>, value: impl Into<Cow<'static, str>>) -> Self {
+        let (name, value) = (name.into(), value.into());
+        if !crate::codec::head::is_token(name.as_bytes()) || !is_valid_value(value.as_bytes()) {
+            self.invalid = Some("invalid header field");
+        } else if RESERVED.iter().any(|r| r.eq_ignore_ascii_case(&name)) {
+            self.invalid = Some("handler set a framing header");
+        } else if name.eq_ignore_ascii_case("content-type") {
+            self.content_type = Some(value);
+            return self;
+        }
+        self.headers.push((name, value));
+        self
+    }
+
+    /// Closes the connection once this response is sent.
+    pub fn with_close(mut self) -> Self {
+        self.close = true;
+        self
+    }
+
+    /// The status code.
+    pub fn status(&self) -> u16 {
+        self.status
+    }
+
+    /// The value of the first header field named `name` (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        if name.eq_ignore_ascii_case("content-type") {
+            return self.content_type.as_deref();
+        }
+        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_ref())
+    }
+
+    /// The body.
+    pub fn body(&self) -> &Body {
+        &self.body
+    }
+}
+
+/// field-value = *field-content: VCHAR, SP, HTAB, obs-text; no CR, LF, NUL.
+fn is_valid_value(v: &[u8]) -> bool {
+    v.iter().all(|&b| b == b'\t' || (b >= 0x20 && b != 0x7f))
+}
+
+impl std::fmt::Debug for Response {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Response")
+            .field("status", &self.status)
+            .field("content_type", &self.content_type)
+            .field("headers", &self.headers)
+            .field("body_len", &self.body.len())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headers_that_would_break_framing_make_a_500() {
+        assert!(Response::text("x").with_header("X-Ok", "fine").invalid.is_none());
+        for (name, value) in [
+            ("X-Bad", "a\r\nInjected: yes"),
+            ("X-Bad", "a\nb"),
+            ("X-Bad", "a\0b"),
+            ("Bad Name", "x"),
+            ("", "x"),
+            ("Content-Length", "5"),
+            ("transfer-encoding", "chunked"),
+            ("Connection", "close"),
+        ] {
+            assert!(Response::text("x").with_header(name, value).invalid.is_some(), "{name}: {value:?}");
+        }
+        assert!(Response::new(42).invalid.is_some());
+        assert!(Response::new(101).invalid.is_some());
+    }
+
+    #[test]
+    fn content_type_header_replaces_the_default() {
+        let r = Response::text("x").with_header("content-type", "text/csv");
+        assert_eq!(r.header("Content-Type"), Some("text/csv"));
+        assert!(r.headers.is_empty());
+    }
+}

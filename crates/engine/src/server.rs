@@ -1,0 +1,225 @@
+//! The `Server` builder: addresses, workers, limits, log; then `serve` or
+//! `start`. Binding happens before any thread starts, so an address in use is
+//! reported by `start` itself.
+
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use crate::access_log::{AccessLog, LogWriter};
+use crate::error::Error;
+use crate::handler::Handler;
+use crate::limits::Limits;
+use crate::responder::Mailbox;
+use crate::worker::{Worker, WAKER};
+
+/// Configures and starts a server.
+///
+/// ```no_run
+/// use peregrine::{Request, Response, Server};
+/// Server::new()
+///     .bind("127.0.0.1:8080")
+///     .serve(|_req: &Request<'_>| Response::text("Hello, World!"))
+///     .unwrap();
+/// ```
+#[derive(Debug)]
+pub struct Server {
+    addrs: Vec<SocketAddr>,
+    error: Option<Error>,
+    n_workers: usize,
+    limits: Limits,
+    access_log: Option<AccessLog>,
+}
+
+impl Default for Server {
+    fn default() -> Self {
+        Server::new()
+    }
+}
+
+impl Server {
+    /// A server with one worker per core, default limits, no address yet.
+    pub fn new() -> Self {
+        let n_workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Server { addrs: Vec::new(), error: None, n_workers, limits: Limits::default(), access_log: None }
+    }
+
+    /// Adds an address to listen on (call again for more). Port 0 picks a
+    /// free port, shared by all workers: see [`Running::local_addrs`].
+    pub fn bind(mut self, addr: impl ToSocketAddrs + std::fmt::Debug) -> Self {
+        match addr.to_socket_addrs() {
+            Ok(found) => self.addrs.extend(found),
+            Err(e) => {
+                self.error.get_or_insert(Error::resolve(format!("{addr:?}"), e));
+            }
+        }
+        self
+    }
+
+    /// Sets the number of worker threads (at least 1).
+    pub fn workers(mut self, n: usize) -> Self {
+        self.n_workers = n.max(1);
+        self
+    }
+
+    /// Sets the limits.
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Writes a Combined Log Format line per request.
+    pub fn access_log(mut self, log: AccessLog) -> Self {
+        self.access_log = Some(log);
+        self
+    }
+
+    /// Starts the workers and returns at once.
+    pub fn start(self, handler: impl Handler) -> Result<Running, Error> {
+        if let Some(e) = self.error {
+            return Err(e);
+        }
+        if self.addrs.is_empty() {
+            return Err(Error::setup(std::io::Error::new(std::io::ErrorKind::InvalidInput, "no address to listen on")));
+        }
+        let sink = match &self.access_log {
+            Some(log) => Some(log.open().map_err(Error::setup)?),
+            None => None,
+        };
+        // Bind everything first: an error here leaves no thread behind.
+        let mut per_worker: Vec<Vec<std::net::TcpListener>> = (0..self.n_workers).map(|_| Vec::new()).collect();
+        let mut local_addrs = Vec::new();
+        for addr in &self.addrs {
+            let group = crate::sys::socket::bind_group(*addr, self.n_workers).map_err(|e| Error::bind(*addr, e))?;
+            local_addrs.push(group[0].local_addr().map_err(Error::setup)?);
+            for (i, listener) in group.into_iter().enumerate() {
+                per_worker[i].push(listener);
+            }
+        }
+        let handler: Arc<dyn Handler> = Arc::new(handler);
+        let flag = Arc::new(AtomicBool::new(false));
+        let mut workers = Vec::with_capacity(self.n_workers);
+        let mut mailboxes = Vec::with_capacity(self.n_workers);
+        for listeners in per_worker {
+            let poll = mio::Poll::new().map_err(Error::setup)?;
+            let waker = mio::Waker::new(poll.registry(), WAKER).map_err(Error::setup)?;
+            let mailbox = Arc::new(Mailbox { answers: Mutex::new(Vec::new()), waker });
+            mailboxes.push(mailbox.clone());
+            workers.push(Worker {
+                poll,
+                listeners: listeners.into_iter().map(mio::net::TcpListener::from_std).collect(),
+                handler: handler.clone(),
+                limits: self.limits.clone(),
+                log: sink.clone().map(LogWriter::new),
+                mailbox,
+                shutdown: flag.clone(),
+            });
+        }
+        let shutdown = ShutdownHandle { flag, mailboxes };
+        let mut threads = Vec::with_capacity(workers.len());
+        for (i, worker) in workers.into_iter().enumerate() {
+            let thread = std::thread::Builder::new()
+                .name(format!("peregrine-worker-{i}"))
+                .spawn(move || worker.run())
+                .map_err(|e| {
+                    shutdown.shutdown();
+                    Error::setup(e)
+                })?;
+            threads.push(thread);
+        }
+        Ok(Running { local_addrs, shutdown, threads })
+    }
+
+    /// Starts the workers and blocks until SIGINT or SIGTERM, then shuts
+    /// down gracefully: stop accepting, finish requests in flight within
+    /// `Limits::shutdown_timeout`, close idle connections. A second signal
+    /// exits at once.
+    pub fn serve(self, handler: impl Handler) -> Result<(), Error> {
+        let running = self.start(handler)?;
+        let handle = running.shutdown_handle();
+        let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])
+            .map_err(Error::setup)?;
+        std::thread::Builder::new()
+            .name("peregrine-signals".into())
+            .spawn(move || {
+                let mut seen = 0;
+                for _ in signals.forever() {
+                    seen += 1;
+                    if seen == 1 {
+                        handle.shutdown();
+                    } else {
+                        std::process::exit(130);
+                    }
+                }
+            })
+            .map_err(Error::setup)?;
+        running.join()
+    }
+}
+
+/// A started server.
+#[derive(Debug)]
+pub struct Running {
+    local_addrs: Vec<SocketAddr>,
+    shutdown: ShutdownHandle,
+    threads: Vec<JoinHandle<std::io::Result<()>>>,
+}
+
+impl Running {
+    /// The addresses listened on, in `bind` order, with ports resolved.
+    pub fn local_addrs(&self) -> &[SocketAddr] {
+        &self.local_addrs
+    }
+
+    /// The first address listened on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addrs[0]
+    }
+
+    /// A handle that can stop the server from any thread.
+    pub fn shutdown_handle(&self) -> ShutdownHandle {
+        self.shutdown.clone()
+    }
+
+    /// Asks the server to shut down gracefully; [`Running::join`] waits.
+    pub fn shutdown(&self) {
+        self.shutdown.shutdown();
+    }
+
+    /// Waits for every worker to finish.
+    pub fn join(self) -> Result<(), Error> {
+        let mut result = Ok(());
+        for thread in self.threads {
+            match thread.join() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => result = Err(Error::worker(e)),
+                Err(_) => result = Err(Error::worker(std::io::Error::other("worker thread panicked"))),
+            }
+        }
+        result
+    }
+}
+
+/// Stops a server gracefully from any thread.
+#[derive(Clone)]
+pub struct ShutdownHandle {
+    flag: Arc<AtomicBool>,
+    mailboxes: Vec<Arc<Mailbox>>,
+}
+
+impl ShutdownHandle {
+    /// Asks every worker to stop accepting and finish what is in flight.
+    pub fn shutdown(&self) {
+        self.flag.store(true, Ordering::Release);
+        for mailbox in &self.mailboxes {
+            let _ = mailbox.waker.wake();
+        }
+    }
+}
+
+impl std::fmt::Debug for ShutdownHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShutdownHandle").field("shut_down", &self.flag.load(Ordering::Relaxed)).finish()
+    }
+}

@@ -1,0 +1,186 @@
+//! A worker: one thread, one `mio::Poll`, its own listeners (SO_REUSEPORT),
+//! connections, buffer pool, Date cache and log buffer. Workers share
+//! nothing on the request path: no lock, no atomic.
+
+use std::cell::Cell;
+use std::io::{self, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token};
+use slab::Slab;
+
+use crate::access_log::LogWriter;
+use crate::conn::{BufPool, Conn, Ctx, Next};
+use crate::date::DateCache;
+use crate::handler::Handler;
+use crate::limits::Limits;
+use crate::responder::Mailbox;
+
+/// Tokens at or above this are listeners; below, connections (slab keys).
+const LISTENER_BASE: usize = usize::MAX / 2;
+pub(crate) const WAKER: Token = Token(usize::MAX - 1);
+
+/// Sent to a client refused at the connection cap, best effort.
+const REFUSAL: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
+
+pub(crate) struct Worker {
+    pub(crate) poll: Poll,
+    pub(crate) listeners: Vec<TcpListener>,
+    pub(crate) handler: Arc<dyn Handler>,
+    pub(crate) limits: Limits,
+    pub(crate) log: Option<LogWriter>,
+    pub(crate) mailbox: Arc<Mailbox>,
+    pub(crate) shutdown: Arc<AtomicBool>,
+}
+
+impl Worker {
+    /// Runs the event loop until shutdown has been asked for and the
+    /// connections in flight have finished (or the shutdown timeout passed).
+    pub(crate) fn run(self) -> io::Result<()> {
+        let Worker { mut poll, mut listeners, handler, limits, mut log, mailbox, shutdown } = self;
+        for (i, listener) in listeners.iter_mut().enumerate() {
+            poll.registry().register(listener, Token(LISTENER_BASE + i), Interest::READABLE)?;
+        }
+        let mut conns: Slab<Conn> = Slab::with_capacity(1024);
+        let mut events = Events::with_capacity(1024);
+        let mut pool = BufPool::default();
+        let mut date = DateCache::new();
+        let next_defer_id = Cell::new(0);
+        let mut expired: Vec<usize> = Vec::new();
+        let mut next_sweep = Instant::now() + limits.sweep_interval;
+        let mut drain_deadline: Option<Instant> = None;
+        let mut accept_paused = false;
+
+        loop {
+            match poll.poll(&mut events, Some(limits.sweep_interval)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+            let now = Instant::now();
+            date.update(SystemTime::now());
+            let mut ctx = Ctx {
+                handler: &*handler,
+                limits: &limits,
+                date: &date,
+                pool: &mut pool,
+                log: log.as_mut(),
+                registry: poll.registry(),
+                mailbox: &mailbox,
+                next_defer_id: &next_defer_id,
+                now,
+                draining: drain_deadline.is_some(),
+            };
+            for event in events.iter() {
+                match event.token() {
+                    WAKER => {
+                        for answer in mailbox.take() {
+                            if let Some(conn) = conns.get_mut(answer.token) {
+                                if conn.on_answer(&mut ctx, answer.id, answer.response) == Next::Close {
+                                    close(&mut conns, answer.token, ctx.pool);
+                                }
+                            }
+                        }
+                    }
+                    Token(t) if t >= LISTENER_BASE => {
+                        if let Some(listener) = listeners.get(t - LISTENER_BASE) {
+                            accept_paused |= !accept(listener, &mut conns, &ctx);
+                        }
+                    }
+                    Token(t) => {
+                        if let Some(conn) = conns.get_mut(t) {
+                            if conn.on_ready(&mut ctx, event.is_read_closed()) == Next::Close {
+                                close(&mut conns, t, ctx.pool);
+                            }
+                        }
+                    }
+                }
+            }
+
+            if now >= next_sweep {
+                next_sweep = now + limits.sweep_interval;
+                expired.extend(conns.iter().filter(|(_, c)| c.deadline.is_some_and(|d| d <= now)).map(|(t, _)| t));
+                for t in expired.drain(..) {
+                    if conns[t].on_timeout(&mut ctx) == Next::Close {
+                        close(&mut conns, t, ctx.pool);
+                    }
+                }
+                if accept_paused {
+                    accept_paused = false;
+                    for listener in &listeners {
+                        accept_paused |= !accept(listener, &mut conns, &ctx);
+                    }
+                }
+                if let Some(log) = ctx.log.as_deref_mut() {
+                    log.flush();
+                }
+            }
+
+            if drain_deadline.is_none() && shutdown.load(Ordering::Acquire) {
+                // Stop accepting; close what is idle; let the rest finish.
+                for mut listener in listeners.drain(..) {
+                    let _ = poll.registry().deregister(&mut listener);
+                }
+                drain_deadline = Some(now + limits.shutdown_timeout);
+                let idle: Vec<usize> = conns.iter().filter(|(_, c)| c.is_idle()).map(|(t, _)| t).collect();
+                for t in idle {
+                    close(&mut conns, t, &mut pool);
+                }
+            }
+            if let Some(deadline) = drain_deadline {
+                if conns.is_empty() || now >= deadline {
+                    break;
+                }
+            }
+        }
+        if let Some(log) = log.as_mut() {
+            log.flush();
+        }
+        Ok(())
+    }
+}
+
+/// Accepts every pending connection. Returns false if accepting must be
+/// retried later (out of file descriptors).
+fn accept(listener: &TcpListener, conns: &mut Slab<Conn>, ctx: &Ctx<'_>) -> bool {
+    loop {
+        let (mut stream, peer) = match listener.accept() {
+            Ok(accepted) => accepted,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
+            Err(e) if matches!(e.kind(), io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted) => continue,
+            Err(e) => {
+                // EMFILE, ENFILE, ENOBUFS: the connection stays queued;
+                // retry at the next sweep rather than spin.
+                eprintln!("peregrine: accept failed: {e}");
+                return false;
+            }
+        };
+        if conns.len() >= ctx.limits.n_conns_max {
+            refuse(&mut stream);
+            continue;
+        }
+        let _ = stream.set_nodelay(true);
+        let entry = conns.vacant_entry();
+        let token = entry.key();
+        if ctx.registry.register(&mut stream, Token(token), Interest::READABLE).is_err() {
+            continue;
+        }
+        entry.insert(Conn::new(stream, peer, token, ctx.now + ctx.limits.head_timeout));
+    }
+}
+
+fn refuse(stream: &mut TcpStream) {
+    let _ = stream.write(REFUSAL);
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+}
+
+fn close(conns: &mut Slab<Conn>, token: usize, pool: &mut BufPool) {
+    if let Some(mut conn) = conns.try_remove(token) {
+        conn.release(pool);
+        // Dropping the connection closes the socket, which also removes it
+        // from the epoll set: no deregister call needed.
+    }
+}
