@@ -150,8 +150,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Hello { server } => {
             let srv = server.limits.server(&server)?;
-            eprintln!("peregrine: hello on {}", join_addrs(&server.bind));
-            srv.serve(|_req: &Request<'_>| Response::text("Hello, World!")).context("hello server")?;
+            let running = srv.start(|_req: &Request<'_>| Response::text("Hello, World!"))?;
+            eprintln!("peregrine: hello on {}", join_addrs(running.local_addrs()));
+            running.wait()?;
         }
     }
     Ok(())

@@ -131,30 +131,10 @@ impl Server {
         Ok(Running { local_addrs, shutdown, threads })
     }
 
-    /// Starts the workers and blocks until SIGINT or SIGTERM, then shuts
-    /// down gracefully: stop accepting, finish requests in flight within
-    /// `Limits::shutdown_timeout`, close idle connections. A second signal
-    /// exits at once.
+    /// Starts the workers and blocks until SIGINT or SIGTERM: see
+    /// [`Running::wait`].
     pub fn serve(self, handler: impl Handler) -> Result<(), Error> {
-        let running = self.start(handler)?;
-        let handle = running.shutdown_handle();
-        let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])
-            .map_err(Error::setup)?;
-        std::thread::Builder::new()
-            .name("peregrine-signals".into())
-            .spawn(move || {
-                let mut seen = 0;
-                for _ in signals.forever() {
-                    seen += 1;
-                    if seen == 1 {
-                        handle.shutdown();
-                    } else {
-                        std::process::exit(130);
-                    }
-                }
-            })
-            .map_err(Error::setup)?;
-        running.join()
+        self.start(handler)?.wait()
     }
 }
 
@@ -187,7 +167,32 @@ impl Running {
         self.shutdown.shutdown();
     }
 
-    /// Waits for every worker to finish.
+    /// Blocks until SIGINT or SIGTERM, then shuts down gracefully: stop
+    /// accepting, finish requests in flight within
+    /// [`Limits::shutdown_timeout`], close idle connections, return. A second
+    /// signal exits the process at once.
+    pub fn wait(self) -> Result<(), Error> {
+        let handle = self.shutdown_handle();
+        let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])
+            .map_err(Error::setup)?;
+        std::thread::Builder::new()
+            .name("peregrine-signals".into())
+            .spawn(move || {
+                let mut seen = 0;
+                for _ in signals.forever() {
+                    seen += 1;
+                    if seen == 1 {
+                        handle.shutdown();
+                    } else {
+                        std::process::exit(130);
+                    }
+                }
+            })
+            .map_err(Error::setup)?;
+        self.join()
+    }
+
+    /// Waits for every worker to finish (after [`Running::shutdown`]).
     pub fn join(self) -> Result<(), Error> {
         let mut result = Ok(());
         for thread in self.threads {

@@ -221,6 +221,10 @@ fn version_error(buf: &[u8]) -> HeadError {
         None => buf,
     };
     let line = line.strip_suffix(b"\r").unwrap_or(line);
+    // request-line = method SP request-target SP HTTP-version
+    if memchr::memchr_iter(b' ', line).count() != 2 {
+        return HeadError::BadRequest("malformed request line");
+    }
     let version = match memchr::memrchr(b' ', line) {
         Some(space) => &line[space + 1..],
         None => return HeadError::BadRequest("malformed request line"),
