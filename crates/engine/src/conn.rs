@@ -797,7 +797,7 @@ fn write_response(
     let head_start = out.buf.len();
     wire::write_head(&mut out.buf, &resp, date.http(), framing, conn);
     let body_bytes = match framing {
-        BodyFraming::Length(n) => n,
+        BodyFraming::Length(n) if !head_only => n,
         _ => 0,
     };
     let sent = Sent { status, body_bytes, keep_alive };

@@ -1,0 +1,80 @@
+//! No heap allocation per request on a warm keep-alive connection, counted
+//! with a global counting allocator (the only test in this binary, so the
+//! harness itself is quiet while it runs).
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use peregrine::{Request, Response, Server};
+
+struct Counting;
+
+static N_ALLOCS: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: forwards to the system allocator unchanged; only counts calls.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        N_ALLOCS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: same contract as our caller's.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: same contract as our caller's.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        N_ALLOCS.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: same contract as our caller's.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+#[test]
+fn warm_keep_alive_requests_allocate_nothing() {
+    let server = Server::new()
+        .bind("127.0.0.1:0")
+        .workers(1)
+        .start(|_: &Request<'_>| Response::text("Hello, World!"))
+        .unwrap();
+    let mut stream = TcpStream::connect(server.local_addr()).unwrap();
+    stream.set_nodelay(true).unwrap();
+    let request = b"GET /plaintext HTTP/1.1\r\nHost: localhost\r\nUser-Agent: alloc-test\r\nAccept: */*\r\n\r\n";
+    let pipelined = request.repeat(16);
+    let mut buf = [0u8; 16384];
+    // Every response has the same length (the Date is fixed-width).
+    let mut exchange = |bytes: &[u8], n_responses: usize, expect_len: &mut usize| {
+        stream.write_all(bytes).unwrap();
+        let mut got = 0;
+        loop {
+            got += stream.read(&mut buf[got..]).unwrap();
+            if *expect_len == 0 {
+                if let Some(end) = buf[..got].windows(17).position(|w| w == b"\r\n\r\nHello, World!") {
+                    *expect_len = end + 17;
+                }
+            }
+            if *expect_len != 0 && got >= *expect_len * n_responses {
+                assert_eq!(got, *expect_len * n_responses);
+                return;
+            }
+        }
+    };
+    let mut len = 0;
+    for _ in 0..200 {
+        exchange(request, 1, &mut len);
+        exchange(&pipelined, 16, &mut len);
+    }
+    let before = N_ALLOCS.load(Ordering::SeqCst);
+    for _ in 0..2000 {
+        exchange(request, 1, &mut len);
+    }
+    for _ in 0..200 {
+        exchange(&pipelined, 16, &mut len);
+    }
+    let after = N_ALLOCS.load(Ordering::SeqCst);
+    assert_eq!(after - before, 0, "allocations during 5,200 warm requests");
+}

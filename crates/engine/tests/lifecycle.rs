@@ -1,0 +1,230 @@
+//! Connections over time: timeouts, the connection cap, deferred answers,
+//! graceful shutdown, the access log.
+
+mod common;
+
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{start, start_with, status_of, Client};
+use peregrine::{AccessLog, Limits, Reply, Request, Response, Server};
+
+fn hello(_: &Request<'_>) -> Response {
+    Response::text("hello")
+}
+
+fn short_timeouts() -> Limits {
+    Limits {
+        head_timeout: Duration::from_millis(300),
+        body_timeout: Duration::from_millis(300),
+        idle_timeout: Duration::from_millis(300),
+        send_timeout: Duration::from_millis(300),
+        sweep_interval: Duration::from_millis(50),
+        ..Limits::default()
+    }
+}
+
+#[test]
+fn a_head_that_never_completes_gets_408_and_a_close() {
+    let server = start_with(short_timeouts(), hello);
+    let mut c = Client::connect(server.local_addr());
+    c.send(b"GET / HTTP/1.1\r\nHost: x\r\nX-Slow: ");
+    let raw = c.read_to_close();
+    assert_eq!(status_of(&raw), 408);
+}
+
+#[test]
+fn a_body_that_stalls_gets_408_and_a_close() {
+    let server = start_with(short_timeouts(), hello);
+    let mut c = Client::connect(server.local_addr());
+    c.send(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc");
+    let raw = c.read_to_close();
+    assert_eq!(status_of(&raw), 408);
+}
+
+#[test]
+fn idle_keep_alive_connections_are_closed_silently() {
+    let server = start_with(short_timeouts(), hello);
+    let mut c = Client::connect(server.local_addr());
+    c.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(c.response().status, 200);
+    assert!(c.is_closed());
+    // A connection that never sends anything is closed too.
+    let mut silent = Client::connect(server.local_addr());
+    assert!(silent.is_closed());
+}
+
+#[test]
+fn a_client_that_stops_reading_is_dropped() {
+    let big: &'static [u8] = Box::leak(vec![b'b'; 32 << 20].into_boxed_slice());
+    let server = start_with(short_timeouts(), move |_: &Request<'_>| Response::bytes("application/octet-stream", big));
+    let mut c = Client::connect(server.local_addr());
+    c.stream.set_recv_buffer_size_hint();
+    c.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    // Read nothing until the send timeout has certainly passed; the server
+    // must give up on us rather than hold the response forever.
+    std::thread::sleep(Duration::from_millis(1500));
+    let got = c.read_to_close();
+    assert!(got.len() < big.len(), "the server dropped the connection before sending everything");
+    // And it still serves others.
+    let mut other = Client::connect(server.local_addr());
+    other.send(b"HEAD / HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(other.response_to("HEAD").status, 200);
+}
+
+trait RecvBufferHint {
+    fn set_recv_buffer_size_hint(&self);
+}
+
+impl RecvBufferHint for std::net::TcpStream {
+    /// Keeps the kernel from buffering the whole response for us.
+    fn set_recv_buffer_size_hint(&self) {
+        let sock = socket2::SockRef::from(self);
+        let _ = sock.set_recv_buffer_size(64 * 1024);
+    }
+}
+
+#[test]
+fn at_the_connection_cap_new_connections_are_refused_and_old_ones_served() {
+    let server = start_with(Limits { n_conns_max: 2, ..Limits::default() }, hello);
+    let mut a = Client::connect(server.local_addr());
+    let mut b = Client::connect(server.local_addr());
+    a.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(a.response().status, 200);
+    b.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(b.response().status, 200);
+    let mut refused = Client::connect(server.local_addr());
+    let raw = refused.read_to_close();
+    assert_eq!(status_of(&raw), 503);
+    a.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(a.response().status, 200);
+    drop(b);
+    // Once b is gone there is room again. Its close and our connect can land
+    // in one epoll batch with the accept first, so allow a few attempts.
+    let mut served = false;
+    for _ in 0..50 {
+        let mut c = Client::connect(server.local_addr());
+        c.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+        if c.response().status == 200 {
+            served = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(served);
+}
+
+/// A handler that answers `/slow` from another thread only when the test
+/// says so, and `/fast` at once.
+fn gated() -> (impl peregrine::Handler, mpsc::Sender<()>) {
+    let (release, gate) = mpsc::channel::<()>();
+    let gate = Arc::new(Mutex::new(gate));
+    let handler = move |req: &Request<'_>| -> Reply {
+        match req.path() {
+            "/slow" => {
+                let responder = req.defer();
+                let gate = gate.clone();
+                std::thread::spawn(move || {
+                    let _ = gate.lock().unwrap().recv();
+                    responder.send(Response::text("slow done"));
+                });
+                Reply::Later
+            }
+            "/drop" => {
+                let responder = req.defer();
+                std::thread::spawn(move || drop(responder));
+                Reply::Later
+            }
+            "/forgot" => Reply::Later,
+            _ => Response::text(format!("fast {}", req.path())).into(),
+        }
+    };
+    (handler, release)
+}
+
+#[test]
+fn a_deferred_answer_does_not_block_the_worker() {
+    let (handler, release) = gated();
+    let server = start(handler); // one worker
+    let mut slow = Client::connect(server.local_addr());
+    slow.send(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\nGET /after-slow HTTP/1.1\r\nHost: x\r\n\r\n");
+    // While /slow waits on the gate, the same worker serves another client.
+    let mut fast = Client::connect(server.local_addr());
+    for i in 0..5 {
+        fast.send(format!("GET /fast{i} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes());
+        assert_eq!(fast.response().text(), format!("fast /fast{i}"));
+    }
+    release.send(()).unwrap();
+    // Answers on the slow connection stay in request order.
+    assert_eq!(slow.response().text(), "slow done");
+    assert_eq!(slow.response().text(), "fast /after-slow");
+}
+
+#[test]
+fn a_dropped_responder_answers_500_and_a_forgotten_defer_too() {
+    let (handler, _release) = gated();
+    let server = start(handler);
+    let mut c = Client::connect(server.local_addr());
+    c.send(b"GET /drop HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(c.response().status, 500);
+    c.send(b"GET /after HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(c.response().text(), "fast /after");
+    let mut c = Client::connect(server.local_addr());
+    c.send(b"GET /forgot HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(c.response().status, 500);
+}
+
+#[test]
+fn shutdown_finishes_requests_in_flight_and_stops_accepting() {
+    let (handler, release) = gated();
+    let server = start(handler);
+    let addr = server.local_addr();
+    let mut idle = Client::connect(addr);
+    idle.send(b"GET /warm HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(idle.response().status, 200);
+    let mut busy = Client::connect(addr);
+    busy.send(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n");
+    // Make sure the slow request has reached the handler.
+    let mut probe = Client::connect(addr);
+    probe.send(b"GET /probe HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(probe.response().status, 200);
+
+    server.shutdown();
+    // The idle connection is closed; the busy one is still answered, with
+    // Connection: close.
+    assert!(idle.is_closed());
+    release.send(()).unwrap();
+    let r = busy.response();
+    assert_eq!(r.text(), "slow done");
+    assert_eq!(r.header("connection"), Some("close"));
+    server.join().unwrap();
+    assert!(std::net::TcpStream::connect(addr).is_err(), "no longer listening");
+}
+
+#[test]
+fn the_access_log_has_one_combined_line_per_request() {
+    let path = std::env::temp_dir().join(format!("peregrine-access-{}.log", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let server = Server::new()
+        .bind("127.0.0.1:0")
+        .workers(1)
+        .access_log(AccessLog::File(path.clone()))
+        .start(hello)
+        .unwrap();
+    let mut c = Client::connect(server.local_addr());
+    c.send(b"GET /a?b=1 HTTP/1.1\r\nHost: x\r\nUser-Agent: test/1.0\r\nReferer: http://r/\r\n\r\n");
+    assert_eq!(c.response().status, 200);
+    c.send(b"HEAD /h HTTP/1.1\r\nHost: x\r\n\r\n");
+    c.response_to("HEAD");
+    drop(c);
+    server.shutdown();
+    server.join().unwrap();
+    let log = std::fs::read_to_string(&path).unwrap();
+    let lines: Vec<&str> = log.lines().collect();
+    assert_eq!(lines.len(), 2, "{log}");
+    assert!(lines[0].starts_with("127.0.0.1 - - ["), "{}", lines[0]);
+    assert!(lines[0].ends_with("] \"GET /a?b=1 HTTP/1.1\" 200 5 \"http://r/\" \"test/1.0\""), "{}", lines[0]);
+    assert!(lines[1].ends_with("\"HEAD /h HTTP/1.1\" 200 - \"-\" \"-\""), "{}", lines[1]);
+    let _ = std::fs::remove_file(&path);
+}
