@@ -255,9 +255,13 @@ impl Conn {
     }
 
     /// Whether the connection can be closed now without losing anything:
-    /// used when shutting down.
-    pub(crate) fn is_idle(&self) -> bool {
-        matches!(self.state, State::Idle) && self.input.start == self.input.end && !self.has_output()
+    /// used when shutting down. A lingering connection has sent everything.
+    pub(crate) fn is_closable(&self) -> bool {
+        match self.state {
+            State::Idle => self.input.start == self.input.end && !self.has_output(),
+            State::Lingering { .. } => true,
+            _ => false,
+        }
     }
 
     /// Gives the buffers back to the pool before the connection is dropped.

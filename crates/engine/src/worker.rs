@@ -125,7 +125,7 @@ impl Worker {
                     let _ = poll.registry().deregister(&mut listener);
                 }
                 drain_deadline = Some(now + limits.shutdown_timeout);
-                let idle: Vec<usize> = conns.iter().filter(|(_, c)| c.is_idle()).map(|(t, _)| t).collect();
+                let idle: Vec<usize> = conns.iter().filter(|(_, c)| c.is_closable()).map(|(t, _)| t).collect();
                 for t in idle {
                     close(&mut conns, t, &mut pool);
                 }
