@@ -80,7 +80,10 @@ impl LimitArgs {
     fn to_limits(&self) -> anyhow::Result<Limits> {
         let mut l = Limits::default();
         let secs = |name: &str, v: f64| -> anyhow::Result<Duration> {
-            Duration::try_from_secs_f64(v).ok().filter(|d| !d.is_zero()).with_context(|| format!("--{name} must be a positive number of seconds, not {v}"))
+            Duration::try_from_secs_f64(v)
+                .ok()
+                .filter(|d| !d.is_zero())
+                .with_context(|| format!("--{name} must be a positive number of seconds, not {v}"))
         };
         if let Some(v) = self.head_bytes_max {
             l.head_bytes_max = v;
@@ -159,5 +162,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 }
 
 fn join_addrs(addrs: &[SocketAddr]) -> String {
-    addrs.iter().map(|a| format!("http://{a}/")).collect::<Vec<_>>().join(", ")
+    addrs
+        .iter()
+        .map(|a| format!("http://{a}/"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }

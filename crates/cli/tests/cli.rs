@@ -19,21 +19,34 @@ fn hello_answers_and_exits_cleanly_on_sigterm() {
     let mut line = String::new();
     stderr.read_line(&mut line).unwrap();
     // "peregrine: hello on http://127.0.0.1:PORT/"
-    let addr = line.trim().rsplit("http://").next().unwrap().trim_end_matches('/').to_owned();
+    let addr = line
+        .trim()
+        .rsplit("http://")
+        .next()
+        .unwrap()
+        .trim_end_matches('/')
+        .to_owned();
     let mut s = TcpStream::connect(&addr).unwrap();
-    s.write_all(b"GET /anything HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    s.write_all(b"GET /anything HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
     assert!(out.starts_with("HTTP/1.1 200 OK\r\n"), "{out}");
     assert!(out.ends_with("\r\n\r\nHello, World!"), "{out}");
-    let status = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
     assert!(status.success());
     assert_eq!(child.wait().unwrap().code(), Some(0));
 }
 
 #[test]
 fn bad_arguments_are_named_in_the_error() {
-    let out = peregrine().args(["hello", "--workers", "0", "--bind", "127.0.0.1:0"]).output().unwrap();
+    let out = peregrine()
+        .args(["hello", "--workers", "0", "--bind", "127.0.0.1:0"])
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--workers must be at least 1"));
     let out = peregrine().args(["hello", "--idle-timeout=0"]).output().unwrap();

@@ -36,12 +36,15 @@ impl Pool {
 
 fn main() -> Result<(), peregrine::Error> {
     let pool = Pool::new(4);
-    Server::new().bind("127.0.0.1:8080").workers(1).serve(move |req: &Request<'_>| -> Reply {
-        if req.path() == "/slow" {
-            let responder = req.defer();
-            let _ = pool.jobs.lock().unwrap().send((req.path().to_owned(), responder));
-            return Reply::Later;
-        }
-        Response::text("fast\n").into()
-    })
+    Server::new()
+        .bind("127.0.0.1:8080")
+        .workers(1)
+        .serve(move |req: &Request<'_>| -> Reply {
+            if req.path() == "/slow" {
+                let responder = req.defer();
+                let _ = pool.jobs.lock().unwrap().send((req.path().to_owned(), responder));
+                return Reply::Later;
+            }
+            Response::text("fast\n").into()
+        })
 }

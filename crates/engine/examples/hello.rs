@@ -5,5 +5,7 @@
 use peregrine::{Request, Response, Server};
 
 fn main() -> Result<(), peregrine::Error> {
-    Server::new().bind("127.0.0.1:8080").serve(|_req: &Request<'_>| Response::text("Hello, World!"))
+    Server::new()
+        .bind("127.0.0.1:8080")
+        .serve(|_req: &Request<'_>| Response::text("Hello, World!"))
 }

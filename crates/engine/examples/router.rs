@@ -13,8 +13,14 @@ use peregrine::{Request, Response, Router, Server};
 fn main() -> Result<(), peregrine::Error> {
     let app = Router::new()
         .get("/", |_: &Request<'_>| Response::html("<h1>Peregrine</h1>"))
-        .get("/users/:id", |req: &Request<'_>| Response::text(format!("user {}\n", req.param("id").unwrap_or("?"))))
-        .post("/echo", |req: &Request<'_>| Response::bytes("application/octet-stream", req.body().to_vec()))
-        .get("/static/*rest", |req: &Request<'_>| Response::text(format!("rest = {}\n", req.param("rest").unwrap_or(""))));
+        .get("/users/:id", |req: &Request<'_>| {
+            Response::text(format!("user {}\n", req.param("id").unwrap_or("?")))
+        })
+        .post("/echo", |req: &Request<'_>| {
+            Response::bytes("application/octet-stream", req.body().to_vec())
+        })
+        .get("/static/*rest", |req: &Request<'_>| {
+            Response::text(format!("rest = {}\n", req.param("rest").unwrap_or("")))
+        });
     Server::new().bind("127.0.0.1:8080").serve(app)
 }

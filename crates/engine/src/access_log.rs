@@ -72,7 +72,10 @@ pub(crate) struct LogRequest {
 
 impl LogWriter {
     pub(crate) fn new(sink: Sink) -> Self {
-        LogWriter { sink, buf: Vec::with_capacity(FLUSH_BYTES + 4096) }
+        LogWriter {
+            sink,
+            buf: Vec::with_capacity(FLUSH_BYTES + 4096),
+        }
     }
 
     /// Appends one line.
@@ -124,12 +127,33 @@ impl LogWriter {
     }
 
     /// A line for a request whose parts were copied earlier.
-    pub(crate) fn record_owned(&mut self, clf_time: &[u8], peer: SocketAddr, req: &LogRequest, status: u16, body_bytes: u64) {
+    pub(crate) fn record_owned(
+        &mut self,
+        clf_time: &[u8],
+        peer: SocketAddr,
+        req: &LogRequest,
+        status: u16,
+        body_bytes: u64,
+    ) {
         // The request line was stored escaped and whole; split it back.
         let line = &req.request_line;
         let mut parts = line.splitn(3, |&b| b == b' ');
-        let (m, t, v) = (parts.next().unwrap_or(b"-"), parts.next().unwrap_or(b"-"), parts.next().unwrap_or(b"-"));
-        self.record(clf_time, peer, m, t, v, status, body_bytes, req.referer.as_deref(), req.user_agent.as_deref());
+        let (m, t, v) = (
+            parts.next().unwrap_or(b"-"),
+            parts.next().unwrap_or(b"-"),
+            parts.next().unwrap_or(b"-"),
+        );
+        self.record(
+            clf_time,
+            peer,
+            m,
+            t,
+            v,
+            status,
+            body_bytes,
+            req.referer.as_deref(),
+            req.user_agent.as_deref(),
+        );
     }
 
     /// Writes out what is buffered. Errors are reported once per flush on
@@ -193,6 +217,9 @@ mod tests {
             Some(b"ua\n\xff"),
         );
         let line = String::from_utf8(std::mem::take(&mut w.buf)).unwrap();
-        assert_eq!(line, "10.0.0.1 - - [06/Nov/1994:08:49:37 +0000] \"GET /a\\\"b HTTP/1.1\" 200 13 \"-\" \"ua\\x0a\\xff\"\n");
+        assert_eq!(
+            line,
+            "10.0.0.1 - - [06/Nov/1994:08:49:37 +0000] \"GET /a\\\"b HTTP/1.1\" 200 13 \"-\" \"ua\\x0a\\xff\"\n"
+        );
     }
 }

@@ -125,7 +125,11 @@ struct BodyWait {
 enum BodyKind {
     Length(u64),
     /// Offsets are relative to the start of the request in the read buffer.
-    Chunked { decoder: ChunkedDecoder, read: usize, write: usize },
+    Chunked {
+        decoder: ChunkedDecoder,
+        read: usize,
+        write: usize,
+    },
 }
 
 struct Deferred {
@@ -155,10 +159,22 @@ struct Output {
 
 /// A large body sent after the bytes in the output buffer.
 enum Tail {
-    Bytes { data: Vec<u8>, pos: usize },
-    Shared { bytes: SharedBytes, pos: usize },
-    File { range: FileRange, sent: u64 },
-    Stream { chunks: Box<dyn Iterator<Item = Vec<u8>> + Send>, chunked: bool },
+    Bytes {
+        data: Vec<u8>,
+        pos: usize,
+    },
+    Shared {
+        bytes: SharedBytes,
+        pos: usize,
+    },
+    File {
+        range: FileRange,
+        sent: u64,
+    },
+    Stream {
+        chunks: Box<dyn Iterator<Item = Vec<u8>> + Send>,
+        chunked: bool,
+    },
 }
 
 /// Why processing of buffered input stopped.
@@ -220,14 +236,25 @@ impl Conn {
 
     /// Handles a deferred answer addressed to this connection.
     pub(crate) fn on_answer(&mut self, ctx: &mut Ctx<'_>, id: u64, response: Response) -> Next {
-        let State::Deferred(wait) = &self.state else { return Next::Keep };
+        let State::Deferred(wait) = &self.state else {
+            return Next::Keep;
+        };
         if wait.id != id {
             return Next::Keep;
         }
-        let State::Deferred(wait) = std::mem::replace(&mut self.state, State::Idle) else { unreachable!() };
+        let State::Deferred(wait) = std::mem::replace(&mut self.state, State::Idle) else {
+            unreachable!()
+        };
         self.ensure_output(ctx.pool);
         let keep_alive = wait.keep_alive && !ctx.draining;
-        let sent = write_response(ctx.date, &mut self.output, response, wait.head_only, wait.version, keep_alive);
+        let sent = write_response(
+            ctx.date,
+            &mut self.output,
+            response,
+            wait.head_only,
+            wait.version,
+            keep_alive,
+        );
         if let (Some(log), Some(req)) = (ctx.log.as_deref_mut(), &wait.log) {
             log.record_owned(ctx.date.clf(), self.peer, req, sent.status, sent.body_bytes);
         }
@@ -286,7 +313,11 @@ impl Conn {
                 Flushed::Blocked => {
                     if !self.writable_interest {
                         let interest = Interest::READABLE | Interest::WRITABLE;
-                        if ctx.registry.reregister(&mut self.stream, Token(self.token), interest).is_err() {
+                        if ctx
+                            .registry
+                            .reregister(&mut self.stream, Token(self.token), interest)
+                            .is_err()
+                        {
                             return Next::Close;
                         }
                         self.writable_interest = true;
@@ -304,7 +335,11 @@ impl Conn {
             }
         }
         if self.writable_interest {
-            if ctx.registry.reregister(&mut self.stream, Token(self.token), Interest::READABLE).is_err() {
+            if ctx
+                .registry
+                .reregister(&mut self.stream, Token(self.token), Interest::READABLE)
+                .is_err()
+            {
                 return Next::Close;
             }
             self.writable_interest = false;
@@ -429,8 +464,7 @@ impl Conn {
     /// Answers the complete requests in the read buffer.
     fn process(&mut self, ctx: &mut Ctx<'_>) -> Stop {
         loop {
-            if self.output.tail.is_some()
-                || self.output.buf.len() - self.output.pos > ctx.limits.write_buffer_bytes_max
+            if self.output.tail.is_some() || self.output.buf.len() - self.output.pos > ctx.limits.write_buffer_bytes_max
             {
                 return Stop::Output;
             }
@@ -455,7 +489,9 @@ impl Conn {
     /// Parses a head at the start of the buffer and answers the request if
     /// it has no body or its body is here. `None` means: go on.
     fn start_request(&mut self, ctx: &mut Ctx<'_>) -> Option<Stop> {
-        let Conn { input, output, state, .. } = self;
+        let Conn {
+            input, output, state, ..
+        } = self;
         let data = &input.buf[input.start..input.end];
         let mut headers = [const { MaybeUninit::uninit() }; HEADERS_ARRAY_MAX];
         let head = match parse_head(data, &mut headers, ctx.limits) {
@@ -514,7 +550,9 @@ impl Conn {
     /// Checks whether the body being waited for is complete, and if so
     /// answers its request.
     fn continue_body(&mut self, ctx: &mut Ctx<'_>) -> Option<Stop> {
-        let Conn { input, output, state, .. } = self;
+        let Conn {
+            input, output, state, ..
+        } = self;
         let State::Body(wait) = state else { return None };
         let head_len = wait.head_len;
         let (body, consumed) = match &mut wait.kind {
@@ -581,18 +619,24 @@ impl Conn {
                     out.pos = 0;
                     return Flushed::All;
                 }
-                (Some(Tail::Bytes { data, pos }), false) => {
-                    self.stream.write_vectored(&[IoSlice::new(buffered), IoSlice::new(&data[*pos..])])
-                }
+                (Some(Tail::Bytes { data, pos }), false) => self
+                    .stream
+                    .write_vectored(&[IoSlice::new(buffered), IoSlice::new(&data[*pos..])]),
                 (Some(Tail::Shared { bytes, pos }), false) => {
                     let rest = &bytes.as_slice()[*pos..];
-                    self.stream.write_vectored(&[IoSlice::new(buffered), IoSlice::new(rest)])
+                    self.stream
+                        .write_vectored(&[IoSlice::new(buffered), IoSlice::new(rest)])
                 }
                 (_, false) => self.stream.write(buffered),
                 (Some(Tail::Bytes { data, pos }), true) => self.stream.write(&data[*pos..]),
                 (Some(Tail::Shared { bytes, pos }), true) => self.stream.write(&bytes.as_slice()[*pos..]),
                 (Some(Tail::File { range, sent }), true) => {
-                    match crate::sys::sendfile::sendfile(&self.stream, &range.file, range.offset + *sent, range.len - *sent) {
+                    match crate::sys::sendfile::sendfile(
+                        &self.stream,
+                        &range.file,
+                        range.offset + *sent,
+                        range.len - *sent,
+                    ) {
                         // The file shrank under us: the promised length can no
                         // longer be sent, so the connection must close.
                         Ok(0) => return Flushed::Failed,
@@ -669,7 +713,9 @@ impl Conn {
     }
 
     fn linger(&mut self, ctx: &mut Ctx<'_>) -> Next {
-        let State::Lingering { discarded } = &mut self.state else { return Next::Close };
+        let State::Lingering { discarded } = &mut self.state else {
+            return Next::Close;
+        };
         if self.input.buf.is_empty() {
             self.input.buf = ctx.pool.take_read();
         }
@@ -709,8 +755,21 @@ fn dispatch(
     head: &Head<'_, '_>,
     body: &[u8],
 ) {
-    let slot = DeferSlot { mailbox: ctx.mailbox, token, next_id: ctx.next_defer_id, id: Cell::new(None) };
-    let mut req = Request::new(head.method, head.target, head.version, head.headers, head.host, body, peer);
+    let slot = DeferSlot {
+        mailbox: ctx.mailbox,
+        token,
+        next_id: ctx.next_defer_id,
+        id: Cell::new(None),
+    };
+    let mut req = Request::new(
+        head.method,
+        head.target,
+        head.version,
+        head.headers,
+        head.host,
+        body,
+        peer,
+    );
     req.defer = Some(&slot);
     let head_only = head.method == "HEAD";
     let keep_alive = head.keep_alive && !ctx.draining;
@@ -721,7 +780,13 @@ fn dispatch(
         Ok(Reply::Later) => {
             if let Some(id) = slot.id.get() {
                 let log = ctx.log.is_some().then(|| log_request(&req));
-                *state = State::Deferred(Box::new(Deferred { id, head_only, version: head.version, keep_alive, log }));
+                *state = State::Deferred(Box::new(Deferred {
+                    id,
+                    head_only,
+                    version: head.version,
+                    keep_alive,
+                    log,
+                }));
                 return;
             }
             eprintln!("peregrine: handler returned Reply::Later without calling Request::defer");
@@ -804,14 +869,23 @@ fn write_response(
         BodyFraming::Length(n) if !head_only => n,
         _ => 0,
     };
-    let sent = Sent { status, body_bytes, keep_alive };
+    let sent = Sent {
+        status,
+        body_bytes,
+        keep_alive,
+    };
     if head_only || bodiless {
         return sent;
     }
     match resp.body {
         Body::Empty => {}
         Body::Static(b) if b.len() <= INLINE_BODY_BYTES_MAX => out.buf.extend_from_slice(b),
-        Body::Static(b) => out.tail = Some(Tail::Shared { bytes: SharedBytes::new(Arc::new(b)), pos: 0 }),
+        Body::Static(b) => {
+            out.tail = Some(Tail::Shared {
+                bytes: SharedBytes::new(Arc::new(b)),
+                pos: 0,
+            })
+        }
         Body::Bytes(b) if b.len() <= INLINE_BODY_BYTES_MAX => out.buf.extend_from_slice(&b),
         Body::Bytes(b) => out.tail = Some(Tail::Bytes { data: b, pos: 0 }),
         Body::Shared(s) if s.range.len() <= INLINE_BODY_BYTES_MAX => out.buf.extend_from_slice(s.as_slice()),
@@ -824,12 +898,19 @@ fn write_response(
             if f.file.read_exact_at(&mut out.buf[at..], f.offset).is_err() {
                 out.buf.truncate(head_start);
                 wire::write_error(&mut out.buf, 500, "file could not be read", date.http(), false);
-                return Sent { status: 500, body_bytes: 0, keep_alive: false };
+                return Sent {
+                    status: 500,
+                    body_bytes: 0,
+                    keep_alive: false,
+                };
             }
         }
         Body::File(f) => out.tail = Some(Tail::File { range: f, sent: 0 }),
         Body::Stream(chunks) => {
-            out.tail = Some(Tail::Stream { chunks, chunked: framing == BodyFraming::Chunked });
+            out.tail = Some(Tail::Stream {
+                chunks,
+                chunked: framing == BodyFraming::Chunked,
+            });
         }
     }
     sent

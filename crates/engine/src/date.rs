@@ -18,7 +18,11 @@ pub(crate) struct DateCache {
 
 impl DateCache {
     pub(crate) fn new() -> Self {
-        let mut cache = DateCache { secs: u64::MAX, http: [b' '; DATE_LEN], clf: [b' '; 26] };
+        let mut cache = DateCache {
+            secs: u64::MAX,
+            http: [b' '; DATE_LEN],
+            clf: [b' '; 26],
+        };
         cache.update(SystemTime::now());
         cache
     }
@@ -32,7 +36,11 @@ impl DateCache {
         self.secs = secs;
         let mut cursor = std::io::Cursor::new(&mut self.http[..]);
         // Cannot fail: the output is always exactly 29 bytes.
-        let _ = write!(cursor, "{}", httpdate::HttpDate::from(UNIX_EPOCH + std::time::Duration::from_secs(secs)));
+        let _ = write!(
+            cursor,
+            "{}",
+            httpdate::HttpDate::from(UNIX_EPOCH + std::time::Duration::from_secs(secs))
+        );
         // "Sun, 06 Nov 1994 08:49:37 GMT" → "06/Nov/1994:08:49:37 +0000"
         let h = &self.http;
         let clf = &mut self.clf;

@@ -21,19 +21,31 @@ enum Kind {
 
 impl Error {
     pub(crate) fn bind(addr: SocketAddr, source: io::Error) -> Self {
-        Error { kind: Kind::Bind(addr), source }
+        Error {
+            kind: Kind::Bind(addr),
+            source,
+        }
     }
 
     pub(crate) fn resolve(addr: String, source: io::Error) -> Self {
-        Error { kind: Kind::Resolve(addr), source }
+        Error {
+            kind: Kind::Resolve(addr),
+            source,
+        }
     }
 
     pub(crate) fn setup(source: io::Error) -> Self {
-        Error { kind: Kind::Setup, source }
+        Error {
+            kind: Kind::Setup,
+            source,
+        }
     }
 
     pub(crate) fn worker(source: io::Error) -> Self {
-        Error { kind: Kind::Worker, source }
+        Error {
+            kind: Kind::Worker,
+            source,
+        }
     }
 
     /// A listening address could not be bound (in use, no permission, ...).

@@ -51,7 +51,19 @@ impl<'a> Request<'a> {
             Some(q) => (&origin[..q], Some(&origin[q + 1..])),
             None => (origin, None),
         };
-        Request { method, target, path, query, version, headers, host, body, peer, params: &[], defer: None }
+        Request {
+            method,
+            target,
+            path,
+            query,
+            version,
+            headers,
+            host,
+            body,
+            peer,
+            params: &[],
+            defer: None,
+        }
     }
 
     /// The method, e.g. `GET`. Methods are case-sensitive (RFC 9110 §9.1).
@@ -97,7 +109,10 @@ impl<'a> Request<'a> {
 
     /// The raw value of the first header field named `name` (case-insensitive).
     pub fn header_bytes(&self, name: &str) -> Option<&'a [u8]> {
-        self.headers.iter().find(|h| h.name.eq_ignore_ascii_case(name)).map(|h| h.value)
+        self.headers
+            .iter()
+            .find(|h| h.name.eq_ignore_ascii_case(name))
+            .map(|h| h.value)
     }
 
     /// All header fields in order, as (name, raw value).
@@ -173,7 +188,9 @@ fn origin_form(target: &str) -> &str {
     if target.starts_with('/') || target == "*" {
         return target;
     }
-    let Some(scheme_end) = target.find("://") else { return target };
+    let Some(scheme_end) = target.find("://") else {
+        return target;
+    };
     let rest = &target[scheme_end + 3..];
     match rest.find(['/', '?']) {
         Some(i) if rest.as_bytes()[i] == b'/' => &rest[i..],
@@ -185,7 +202,9 @@ fn origin_form(target: &str) -> &str {
 /// Decodes `%XX` escapes. Borrows when there are none; a `%` not followed by
 /// two hex digits is kept as it is.
 pub fn percent_decode(input: &[u8]) -> Cow<'_, [u8]> {
-    let Some(first) = memchr::memchr(b'%', input) else { return Cow::Borrowed(input) };
+    let Some(first) = memchr::memchr(b'%', input) else {
+        return Cow::Borrowed(input);
+    };
     let mut out = Vec::with_capacity(input.len());
     out.extend_from_slice(&input[..first]);
     let mut i = first;
@@ -213,7 +232,15 @@ mod tests {
     use super::*;
 
     fn req(target: &str) -> Request<'_> {
-        Request::new("GET", target, Version::Http11, &[], None, b"", "127.0.0.1:1".parse().unwrap())
+        Request::new(
+            "GET",
+            target,
+            Version::Http11,
+            &[],
+            None,
+            b"",
+            "127.0.0.1:1".parse().unwrap(),
+        )
     }
 
     #[test]

@@ -59,7 +59,11 @@ impl Responder {
     /// Sends the response. If the client has gone meanwhile it is dropped.
     pub fn send(mut self, response: Response) {
         if let Some(mailbox) = self.mailbox.take() {
-            mailbox.post(Answer { token: self.token, id: self.id, response });
+            mailbox.post(Answer {
+                token: self.token,
+                id: self.id,
+                response,
+            });
         }
     }
 }
@@ -67,13 +71,20 @@ impl Responder {
 impl Drop for Responder {
     fn drop(&mut self) {
         if let Some(mailbox) = self.mailbox.take() {
-            mailbox.post(Answer { token: self.token, id: self.id, response: Response::error(500) });
+            mailbox.post(Answer {
+                token: self.token,
+                id: self.id,
+                response: Response::error(500),
+            });
         }
     }
 }
 
 impl std::fmt::Debug for Responder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Responder").field("token", &self.token).field("id", &self.id).finish()
+        f.debug_struct("Responder")
+            .field("token", &self.token)
+            .field("id", &self.id)
+            .finish()
     }
 }

@@ -93,7 +93,11 @@ impl FileRange {
     /// The whole file, its length taken now.
     pub fn whole(file: File) -> std::io::Result<Self> {
         let len = file.metadata()?.len();
-        Ok(FileRange { file: Arc::new(file), offset: 0, len })
+        Ok(FileRange {
+            file: Arc::new(file),
+            offset: 0,
+            len,
+        })
     }
 }
 
@@ -154,23 +158,42 @@ impl From<FileRange> for Body {
 
 /// Fields the engine writes itself; a handler setting them is a bug that
 /// would break framing, so the response becomes a 500.
-const RESERVED: &[&str] = &["content-length", "transfer-encoding", "date", "connection", "keep-alive", "upgrade", "trailer"];
+const RESERVED: &[&str] = &[
+    "content-length",
+    "transfer-encoding",
+    "date",
+    "connection",
+    "keep-alive",
+    "upgrade",
+    "trailer",
+];
 
 impl Response {
     /// A response with `status` and no body.
     pub fn new(status: u16) -> Self {
         let invalid = (!(100..=999).contains(&status) || (100..200).contains(&status)).then_some("invalid status code");
-        Response { status, content_type: None, headers: Vec::new(), body: Body::Empty, invalid, close: false }
+        Response {
+            status,
+            content_type: None,
+            headers: Vec::new(),
+            body: Body::Empty,
+            invalid,
+            close: false,
+        }
     }
 
     /// 200 with a `text/plain; charset=utf-8` body.
     pub fn text(body: impl Into<Body>) -> Self {
-        Response::new(200).with_content_type("text/plain; charset=utf-8").with_body(body)
+        Response::new(200)
+            .with_content_type("text/plain; charset=utf-8")
+            .with_body(body)
     }
 
     /// 200 with a `text/html; charset=utf-8` body.
     pub fn html(body: impl Into<Body>) -> Self {
-        Response::new(200).with_content_type("text/html; charset=utf-8").with_body(body)
+        Response::new(200)
+            .with_content_type("text/html; charset=utf-8")
+            .with_body(body)
     }
 
     /// 200 with `body` of the given content type.
@@ -181,7 +204,9 @@ impl Response {
     /// A plain-text error page for `status`, e.g. `404 Not Found`.
     pub fn error(status: u16) -> Self {
         let reason = crate::codec::write::reason(status);
-        Response::new(status).with_content_type("text/plain; charset=utf-8").with_body(format!("{status} {reason}\n"))
+        Response::new(status)
+            .with_content_type("text/plain; charset=utf-8")
+            .with_body(format!("{status} {reason}\n"))
     }
 
     /// Replaces the status code.
@@ -242,7 +267,10 @@ impl Response {
         if name.eq_ignore_ascii_case("content-type") {
             return self.content_type.as_deref();
         }
-        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_ref())
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_ref())
     }
 
     /// The body.
@@ -284,7 +312,10 @@ mod tests {
             ("transfer-encoding", "chunked"),
             ("Connection", "close"),
         ] {
-            assert!(Response::text("x").with_header(name, value).invalid.is_some(), "{name}: {value:?}");
+            assert!(
+                Response::text("x").with_header(name, value).invalid.is_some(),
+                "{name}: {value:?}"
+            );
         }
         assert!(Response::new(42).invalid.is_some());
         assert!(Response::new(101).invalid.is_some());

@@ -56,7 +56,10 @@ impl Router {
     /// not last, or has more than [`PARAMS_MAX`] captures: these are
     /// programming errors, found when the router is built.
     pub fn route(mut self, method: &str, pattern: &str, handler: impl Handler) -> Self {
-        assert!(pattern.starts_with('/'), "route pattern {pattern:?} must start with '/'");
+        assert!(
+            pattern.starts_with('/'),
+            "route pattern {pattern:?} must start with '/'"
+        );
         let segments: Vec<Segment> = pattern[1..]
             .split('/')
             .map(|s| match s.as_bytes().first() {
@@ -71,8 +74,15 @@ impl Router {
             "in route pattern {pattern:?}, only the last segment may be *rest"
         );
         let n_params = segments.iter().filter(|s| !matches!(s, Segment::Literal(_))).count();
-        assert!(n_params <= PARAMS_MAX, "route pattern {pattern:?} has more than {PARAMS_MAX} captures");
-        self.routes.push(Route { method: method.to_owned(), segments, handler: Box::new(handler) });
+        assert!(
+            n_params <= PARAMS_MAX,
+            "route pattern {pattern:?} has more than {PARAMS_MAX} captures"
+        );
+        self.routes.push(Route {
+            method: method.to_owned(),
+            segments,
+            handler: Box::new(handler),
+        });
         self
     }
 
@@ -111,7 +121,9 @@ impl Handler for Router {
         let mut path_known = false;
         let mut head_route = None;
         for route in &self.routes {
-            let Some(n) = route.matches(path, &mut params) else { continue };
+            let Some(n) = route.matches(path, &mut params) else {
+                continue;
+            };
             path_known = true;
             if route.method == method {
                 return route.handler.call(&req.with_params(&params[..n]));
@@ -197,7 +209,15 @@ mod tests {
     use crate::codec::Version;
 
     fn call(router: &Router, method: &str, target: &str) -> (u16, String, Option<String>) {
-        let req = Request::new(method, target, Version::Http11, &[], None, b"", "127.0.0.1:1".parse().unwrap());
+        let req = Request::new(
+            method,
+            target,
+            Version::Http11,
+            &[],
+            None,
+            b"",
+            "127.0.0.1:1".parse().unwrap(),
+        );
         match router.call(&req) {
             Reply::Now(r) => {
                 let body = match r.body() {
@@ -214,12 +234,16 @@ mod tests {
     fn router() -> Router {
         Router::new()
             .get("/", |_: &Request<'_>| Response::text("root"))
-            .get("/users/:id", |r: &Request<'_>| Response::text(format!("user {}", r.param("id").unwrap())))
+            .get("/users/:id", |r: &Request<'_>| {
+                Response::text(format!("user {}", r.param("id").unwrap()))
+            })
             .get("/users/:id/posts/:post", |r: &Request<'_>| {
                 Response::text(format!("{}/{}", r.param("id").unwrap(), r.param("post").unwrap()))
             })
             .post("/users", |_: &Request<'_>| Response::text("created"))
-            .get("/static/*rest", |r: &Request<'_>| Response::text(format!("file {}", r.param("rest").unwrap())))
+            .get("/static/*rest", |r: &Request<'_>| {
+                Response::text(format!("file {}", r.param("rest").unwrap()))
+            })
     }
 
     #[test]

@@ -42,7 +42,13 @@ impl Server {
     /// A server with one worker per core, default limits, no address yet.
     pub fn new() -> Self {
         let n_workers = std::thread::available_parallelism().map_or(1, |n| n.get());
-        Server { addrs: Vec::new(), error: None, n_workers, limits: Limits::default(), access_log: None }
+        Server {
+            addrs: Vec::new(),
+            error: None,
+            n_workers,
+            limits: Limits::default(),
+            access_log: None,
+        }
     }
 
     /// Adds an address to listen on (call again for more). Port 0 picks a
@@ -81,7 +87,10 @@ impl Server {
             return Err(e);
         }
         if self.addrs.is_empty() {
-            return Err(Error::setup(std::io::Error::new(std::io::ErrorKind::InvalidInput, "no address to listen on")));
+            return Err(Error::setup(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "no address to listen on",
+            )));
         }
         let sink = match &self.access_log {
             Some(log) => Some(log.open().map_err(Error::setup)?),
@@ -104,7 +113,10 @@ impl Server {
         for listeners in per_worker {
             let poll = mio::Poll::new().map_err(Error::setup)?;
             let waker = mio::Waker::new(poll.registry(), WAKER).map_err(Error::setup)?;
-            let mailbox = Arc::new(Mailbox { answers: Mutex::new(Vec::new()), waker });
+            let mailbox = Arc::new(Mailbox {
+                answers: Mutex::new(Vec::new()),
+                waker,
+            });
             mailboxes.push(mailbox.clone());
             workers.push(Worker {
                 poll,
@@ -128,7 +140,11 @@ impl Server {
                 })?;
             threads.push(thread);
         }
-        Ok(Running { local_addrs, shutdown, threads })
+        Ok(Running {
+            local_addrs,
+            shutdown,
+            threads,
+        })
     }
 
     /// Starts the workers and blocks until SIGINT or SIGTERM: see
@@ -173,8 +189,9 @@ impl Running {
     /// signal exits the process at once.
     pub fn wait(self) -> Result<(), Error> {
         let handle = self.shutdown_handle();
-        let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])
-            .map_err(Error::setup)?;
+        let mut signals =
+            signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])
+                .map_err(Error::setup)?;
         std::thread::Builder::new()
             .name("peregrine-signals".into())
             .spawn(move || {
@@ -225,6 +242,8 @@ impl ShutdownHandle {
 
 impl std::fmt::Debug for ShutdownHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ShutdownHandle").field("shut_down", &self.flag.load(Ordering::Relaxed)).finish()
+        f.debug_struct("ShutdownHandle")
+            .field("shut_down", &self.flag.load(Ordering::Relaxed))
+            .finish()
     }
 }

@@ -40,9 +40,18 @@ impl Worker {
     /// Runs the event loop until shutdown has been asked for and the
     /// connections in flight have finished (or the shutdown timeout passed).
     pub(crate) fn run(self) -> io::Result<()> {
-        let Worker { mut poll, mut listeners, handler, limits, mut log, mailbox, shutdown } = self;
+        let Worker {
+            mut poll,
+            mut listeners,
+            handler,
+            limits,
+            mut log,
+            mailbox,
+            shutdown,
+        } = self;
         for (i, listener) in listeners.iter_mut().enumerate() {
-            poll.registry().register(listener, Token(LISTENER_BASE + i), Interest::READABLE)?;
+            poll.registry()
+                .register(listener, Token(LISTENER_BASE + i), Interest::READABLE)?;
         }
         let mut conns: Slab<Conn> = Slab::with_capacity(1024);
         let mut events = Events::with_capacity(1024);
@@ -102,7 +111,12 @@ impl Worker {
 
             if now >= next_sweep {
                 next_sweep = now + limits.sweep_interval;
-                expired.extend(conns.iter().filter(|(_, c)| c.deadline.is_some_and(|d| d <= now)).map(|(t, _)| t));
+                expired.extend(
+                    conns
+                        .iter()
+                        .filter(|(_, c)| c.deadline.is_some_and(|d| d <= now))
+                        .map(|(t, _)| t),
+                );
                 for t in expired.drain(..) {
                     if conns[t].on_timeout(&mut ctx) == Next::Close {
                         close(&mut conns, t, ctx.pool);
@@ -165,7 +179,11 @@ fn accept(listener: &TcpListener, conns: &mut Slab<Conn>, ctx: &Ctx<'_>) -> bool
         let _ = stream.set_nodelay(true);
         let entry = conns.vacant_entry();
         let token = entry.key();
-        if ctx.registry.register(&mut stream, Token(token), Interest::READABLE).is_err() {
+        if ctx
+            .registry
+            .register(&mut stream, Token(token), Interest::READABLE)
+            .is_err()
+        {
             continue;
         }
         entry.insert(Conn::new(stream, peer, token, ctx.now + ctx.limits.head_timeout));

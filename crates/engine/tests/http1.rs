@@ -44,13 +44,18 @@ fn pipelined_requests_get_answers_in_order() {
         batch.extend_from_slice(format!("GET /{i} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes());
     }
     batch.extend_from_slice(b"POST /body HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello");
-    batch.extend_from_slice(b"POST /chunked HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n");
+    batch.extend_from_slice(
+        b"POST /chunked HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n",
+    );
     batch.extend_from_slice(b"GET /last HTTP/1.1\r\nHost: x\r\n\r\n");
     c.send(&batch);
     for i in 0..64 {
         assert!(c.response().text().contains(&format!("path=/{i} ")));
     }
-    assert!(c.response().text().ends_with("path=/body query=None host=Some(\"x\") body=hello"));
+    assert!(c
+        .response()
+        .text()
+        .ends_with("path=/body query=None host=Some(\"x\") body=hello"));
     assert!(c.response().text().ends_with("body=abc"));
     assert!(c.response().text().contains("path=/last"));
 }
@@ -64,19 +69,30 @@ fn requests_split_into_single_bytes_are_reassembled() {
         c.send(&[*b]);
     }
     let r = c.response();
-    assert!(r.text().ends_with("path=/slow query=Some(\"q=1\") host=Some(\"x\") body=wxyz!"), "{}", r.text());
+    assert!(
+        r.text()
+            .ends_with("path=/slow query=Some(\"q=1\") host=Some(\"x\") body=wxyz!"),
+        "{}",
+        r.text()
+    );
 }
 
 #[test]
 fn large_bodies_survive_partial_reads_and_writes() {
     let big: &'static [u8] = Box::leak(vec![b'z'; 3 << 20].into_boxed_slice());
-    let server = start_with(Limits { body_bytes_max: 4 << 20, ..Limits::default() }, move |req: &Request<'_>| {
-        if req.method() == "POST" {
-            Response::text(format!("got {}", req.body().len()))
-        } else {
-            Response::bytes("application/octet-stream", big)
-        }
-    });
+    let server = start_with(
+        Limits {
+            body_bytes_max: 4 << 20,
+            ..Limits::default()
+        },
+        move |req: &Request<'_>| {
+            if req.method() == "POST" {
+                Response::text(format!("got {}", req.body().len()))
+            } else {
+                Response::bytes("application/octet-stream", big)
+            }
+        },
+    );
     let mut c = Client::connect(server.local_addr());
     let body = vec![b'a'; 2 << 20];
     c.send(format!("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n", body.len()).as_bytes());
@@ -124,7 +140,10 @@ fn connection_close_is_honoured_after_the_response() {
     c.send(b"GET /a HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\nGET /b HTTP/1.1\r\nHost: x\r\n\r\n");
     let r = c.response();
     assert_eq!(r.header("connection"), Some("close"));
-    assert!(c.is_closed(), "the request after Connection: close must not be answered");
+    assert!(
+        c.is_closed(),
+        "the request after Connection: close must not be answered"
+    );
 }
 
 #[test]
@@ -132,7 +151,10 @@ fn absolute_form_targets_take_their_host_from_the_target() {
     let server = start(echo);
     let mut c = Client::connect(server.local_addr());
     c.send(b"GET http://example.org:81/p/q?x=y HTTP/1.1\r\nHost: ignored\r\n\r\n");
-    assert!(c.response().text().contains("path=/p/q query=Some(\"x=y\") host=Some(\"example.org:81\")"));
+    assert!(c
+        .response()
+        .text()
+        .contains("path=/p/q query=Some(\"x=y\") host=Some(\"example.org:81\")"));
 }
 
 #[test]
@@ -148,26 +170,70 @@ fn expect_100_continue_gets_an_interim_response_before_the_body() {
 
 #[test]
 fn expect_100_continue_with_a_body_too_large_gets_413_without_waiting() {
-    let server = start_with(Limits { body_bytes_max: 10, ..Limits::default() }, echo);
-    let raw = exchange(server.local_addr(), b"PUT / HTTP/1.1\r\nHost: x\r\nContent-Length: 11\r\nExpect: 100-continue\r\n\r\n");
+    let server = start_with(
+        Limits {
+            body_bytes_max: 10,
+            ..Limits::default()
+        },
+        echo,
+    );
+    let raw = exchange(
+        server.local_addr(),
+        b"PUT / HTTP/1.1\r\nHost: x\r\nContent-Length: 11\r\nExpect: 100-continue\r\n\r\n",
+    );
     assert_eq!(status_of(&raw), 413);
 }
 
 #[test]
 fn malformed_requests_get_a_4xx_or_5xx_and_a_close() {
-    let server = start_with(Limits { uri_bytes_max: 200, head_bytes_max: 1024, body_bytes_max: 100, ..Limits::default() }, echo);
+    let server = start_with(
+        Limits {
+            uri_bytes_max: 200,
+            head_bytes_max: 1024,
+            body_bytes_max: 100,
+            ..Limits::default()
+        },
+        echo,
+    );
     let long_uri = format!("GET /{} HTTP/1.1\r\nHost: x\r\n\r\n", "u".repeat(300));
     let big_head = format!("GET / HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n", "h".repeat(2000));
     let table: Vec<(&[u8], u16)> = vec![
-        (b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400),
-        (b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd", 400),
-        (b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, identity\r\n\r\n", 400),
-        (b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: xchunked\r\n\r\n", 501),
-        (b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding:\tchunked\x0b\r\n\r\n", 400),
-        (b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", 400),
-        (b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3;\x01\r\nabc\r\n0\r\n\r\n", 400),
-        (b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcX\r\n", 400),
-        (b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n65\r\n", 413),
+        (
+            b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            400,
+        ),
+        (
+            b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\nabcd",
+            400,
+        ),
+        (
+            b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, identity\r\n\r\n",
+            400,
+        ),
+        (
+            b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: xchunked\r\n\r\n",
+            501,
+        ),
+        (
+            b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding:\tchunked\x0b\r\n\r\n",
+            400,
+        ),
+        (
+            b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+            400,
+        ),
+        (
+            b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3;\x01\r\nabc\r\n0\r\n\r\n",
+            400,
+        ),
+        (
+            b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcX\r\n",
+            400,
+        ),
+        (
+            b"POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n65\r\n",
+            413,
+        ),
         (b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 101\r\n\r\n", 413),
         (b"GET / HTTP/1.1\r\nHost: x\rY: z\r\n\r\n", 400),
         (b"GET / HTTP/1.1\r\nHost: x\r\nX: a\x00b\r\n\r\n", 400),
@@ -226,10 +292,15 @@ fn bodies_of_every_kind_are_framed_correctly() {
         .get("/empty", |_: &Request<'_>| Response::new(200))
         .get("/nocontent", |_: &Request<'_>| Response::new(204))
         .get("/shared", move |_: &Request<'_>| {
-            Response::bytes("application/octet-stream", peregrine::SharedBytes::slice(shared.clone(), 100..200_100).unwrap())
+            Response::bytes(
+                "application/octet-stream",
+                peregrine::SharedBytes::slice(shared.clone(), 100..200_100).unwrap(),
+            )
         })
         .get("/small-file", move |_: &Request<'_>| {
-            Response::text(Body::File(FileRange::whole(std::fs::File::open(&small2).unwrap()).unwrap()))
+            Response::text(Body::File(
+                FileRange::whole(std::fs::File::open(&small2).unwrap()).unwrap(),
+            ))
         })
         .get("/large-file", move |_: &Request<'_>| {
             let f = std::sync::Arc::new(std::fs::File::open(&large2).unwrap());
@@ -279,14 +350,20 @@ fn a_file_that_shrinks_during_sendfile_closes_the_connection() {
     let raw = exchange(server.local_addr(), b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
     let head_end = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
     assert!(String::from_utf8_lossy(&raw[..head_end]).contains("Content-Length: 200000"));
-    assert_eq!(raw.len() - head_end, 100_000, "the connection closes after what the file had");
+    assert_eq!(
+        raw.len() - head_end,
+        100_000,
+        "the connection closes after what the file had"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn router_gives_404_405_and_params() {
     let router = Router::new()
-        .get("/users/:id", |r: &Request<'_>| Response::text(format!("user {}", r.param("id").unwrap())))
+        .get("/users/:id", |r: &Request<'_>| {
+            Response::text(format!("user {}", r.param("id").unwrap()))
+        })
         .post("/users", |_: &Request<'_>| Response::new(201));
     let server = start(router);
     let mut c = Client::connect(server.local_addr());
@@ -349,7 +426,10 @@ fn several_workers_and_addresses_all_answer() {
 fn binding_a_port_in_use_is_a_clear_error() {
     let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = holder.local_addr().unwrap();
-    let err = peregrine::Server::new().bind(addr).start(|_: &Request<'_>| Response::text("")).unwrap_err();
+    let err = peregrine::Server::new()
+        .bind(addr)
+        .start(|_: &Request<'_>| Response::text(""))
+        .unwrap_err();
     assert!(err.is_bind());
     assert!(err.to_string().contains(&addr.to_string()), "{err}");
 }

@@ -58,7 +58,9 @@ fn idle_keep_alive_connections_are_closed_silently() {
 #[test]
 fn a_client_that_stops_reading_is_dropped() {
     let big: &'static [u8] = Box::leak(vec![b'b'; 32 << 20].into_boxed_slice());
-    let server = start_with(short_timeouts(), move |_: &Request<'_>| Response::bytes("application/octet-stream", big));
+    let server = start_with(short_timeouts(), move |_: &Request<'_>| {
+        Response::bytes("application/octet-stream", big)
+    });
     let mut c = Client::connect(server.local_addr());
     c.stream.set_recv_buffer_size_hint();
     c.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
@@ -66,7 +68,10 @@ fn a_client_that_stops_reading_is_dropped() {
     // must give up on us rather than hold the response forever.
     std::thread::sleep(Duration::from_millis(1500));
     let got = c.read_to_close();
-    assert!(got.len() < big.len(), "the server dropped the connection before sending everything");
+    assert!(
+        got.len() < big.len(),
+        "the server dropped the connection before sending everything"
+    );
     // And it still serves others.
     let mut other = Client::connect(server.local_addr());
     other.send(b"HEAD / HTTP/1.1\r\nHost: x\r\n\r\n");
@@ -87,7 +92,13 @@ impl RecvBufferHint for std::net::TcpStream {
 
 #[test]
 fn at_the_connection_cap_new_connections_are_refused_and_old_ones_served() {
-    let server = start_with(Limits { n_conns_max: 2, ..Limits::default() }, hello);
+    let server = start_with(
+        Limits {
+            n_conns_max: 2,
+            ..Limits::default()
+        },
+        hello,
+    );
     let mut a = Client::connect(server.local_addr());
     let mut b = Client::connect(server.local_addr());
     a.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
@@ -224,7 +235,15 @@ fn the_access_log_has_one_combined_line_per_request() {
     let lines: Vec<&str> = log.lines().collect();
     assert_eq!(lines.len(), 2, "{log}");
     assert!(lines[0].starts_with("127.0.0.1 - - ["), "{}", lines[0]);
-    assert!(lines[0].ends_with("] \"GET /a?b=1 HTTP/1.1\" 200 5 \"http://r/\" \"test/1.0\""), "{}", lines[0]);
-    assert!(lines[1].ends_with("\"HEAD /h HTTP/1.1\" 200 - \"-\" \"-\""), "{}", lines[1]);
+    assert!(
+        lines[0].ends_with("] \"GET /a?b=1 HTTP/1.1\" 200 5 \"http://r/\" \"test/1.0\""),
+        "{}",
+        lines[0]
+    );
+    assert!(
+        lines[1].ends_with("\"HEAD /h HTTP/1.1\" 200 - \"-\" \"-\""),
+        "{}",
+        lines[1]
+    );
     let _ = std::fs::remove_file(&path);
 }

@@ -149,7 +149,11 @@ impl ChunkedDecoder {
                 if self.remaining == 0 {
                     self.state = State::DataCr;
                 }
-                return Ok(Step { consumed: i + n, data: i..i + n, done: false });
+                return Ok(Step {
+                    consumed: i + n,
+                    data: i..i + n,
+                    done: false,
+                });
             }
             if self.state == State::Done {
                 break;
@@ -157,7 +161,11 @@ impl ChunkedDecoder {
             self.byte(input[i])?;
             i += 1;
         }
-        Ok(Step { consumed: i, data: i..i, done: self.state == State::Done })
+        Ok(Step {
+            consumed: i,
+            data: i..i,
+            done: self.state == State::Done,
+        })
     }
 
     fn byte(&mut self, b: u8) -> Result<(), ChunkedError> {
@@ -286,7 +294,12 @@ impl ChunkedDecoder {
     /// `buf[*write..]`, both cursors advance. `*write <= *read` always holds,
     /// so decoded data never overwrites bytes not yet decoded. Returns whether
     /// the body is complete; `*read` is then just past the final CRLF.
-    pub fn decode_in_place(&mut self, buf: &mut [u8], read: &mut usize, write: &mut usize) -> Result<bool, ChunkedError> {
+    pub fn decode_in_place(
+        &mut self,
+        buf: &mut [u8],
+        read: &mut usize,
+        write: &mut usize,
+    ) -> Result<bool, ChunkedError> {
         while *read < buf.len() && !self.is_done() {
             let step = self.step(&buf[*read..])?;
             let data = (*read + step.data.start)..(*read + step.data.end);
@@ -343,7 +356,8 @@ mod tests {
         ];
         for (input, want) in table {
             for piece in [1, 2, 3, 7, input.len()] {
-                let got = decode(input, piece).unwrap_or_else(|e| panic!("{:?}: {e:?}", String::from_utf8_lossy(input)));
+                let got =
+                    decode(input, piece).unwrap_or_else(|e| panic!("{:?}: {e:?}", String::from_utf8_lossy(input)));
                 let (body, consumed) = got.expect("complete");
                 assert_eq!(body, *want, "{:?}", String::from_utf8_lossy(input));
                 assert_eq!(consumed, input.len());
@@ -361,7 +375,15 @@ mod tests {
 
     #[test]
     fn incomplete_bodies_need_more() {
-        for input in [&b""[..], b"5", b"5\r", b"5\r\nhel", b"5\r\nhello", b"5\r\nhello\r\n0\r\n", b"0\r\nX: y\r\n"] {
+        for input in [
+            &b""[..],
+            b"5",
+            b"5\r",
+            b"5\r\nhel",
+            b"5\r\nhello",
+            b"5\r\nhello\r\n0\r\n",
+            b"0\r\nX: y\r\n",
+        ] {
             assert_eq!(decode(input, 1).unwrap(), None, "{:?}", String::from_utf8_lossy(input));
         }
     }
@@ -414,7 +436,14 @@ mod tests {
     #[test]
     fn bodies_over_the_limit_are_refused_before_their_data_arrives() {
         let mut dec = ChunkedDecoder::new(10);
-        assert_eq!(dec.step(b"5\r\nhello\r\n"), Ok(Step { consumed: 8, data: 3..8, done: false }));
+        assert_eq!(
+            dec.step(b"5\r\nhello\r\n"),
+            Ok(Step {
+                consumed: 8,
+                data: 3..8,
+                done: false
+            })
+        );
         let mut dec = ChunkedDecoder::new(10);
         let err = (|| {
             let mut input: &[u8] = b"6\r\nhello \r\n6\r\n";

@@ -285,8 +285,24 @@ fn is_valid_host(host: &[u8]) -> bool {
         b.is_ascii_alphanumeric()
             || matches!(
                 b,
-                b'-' | b'.' | b'_' | b'~' | b'!' | b'$' | b'&' | b'\'' | b'(' | b')' | b'*' | b'+' | b','
-                    | b';' | b'=' | b':' | b'%' | b'[' | b']'
+                b'-' | b'.'
+                    | b'_'
+                    | b'~'
+                    | b'!'
+                    | b'$'
+                    | b'&'
+                    | b'\''
+                    | b'('
+                    | b')'
+                    | b'*'
+                    | b'+'
+                    | b','
+                    | b';'
+                    | b'='
+                    | b':'
+                    | b'%'
+                    | b'['
+                    | b']'
             )
     })
 }
@@ -487,18 +503,62 @@ mod tests {
             (b"GET / HTTP/1.1\nHost: a\n\n", Framing::Empty, true),
             (b"\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n", Framing::Empty, true),
             (b"GET / HTTP/1.0\r\n\r\n", Framing::Empty, false),
-            (b"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n", Framing::Empty, true),
-            (b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n", Framing::Empty, false),
-            (b"GET / HTTP/1.1\r\nHost: a\r\nConnection: Keep-Alive, CLOSE\r\n\r\n", Framing::Empty, false),
-            (b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n", Framing::Length(5), true),
-            (b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n", Framing::Empty, true),
-            (b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5, 5\r\n\r\n", Framing::Length(5), true),
-            (b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n", Framing::Length(5), true),
-            (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n", Framing::Chunked, true),
-            (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: CHUNKED \r\n\r\n", Framing::Chunked, true),
-            (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: ,chunked\r\n\r\n", Framing::Chunked, true),
+            (
+                b"GET / HTTP/1.0\r\nConnection: keep-alive\r\n\r\n",
+                Framing::Empty,
+                true,
+            ),
+            (
+                b"GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+                Framing::Empty,
+                false,
+            ),
+            (
+                b"GET / HTTP/1.1\r\nHost: a\r\nConnection: Keep-Alive, CLOSE\r\n\r\n",
+                Framing::Empty,
+                false,
+            ),
+            (
+                b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n",
+                Framing::Length(5),
+                true,
+            ),
+            (
+                b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n",
+                Framing::Empty,
+                true,
+            ),
+            (
+                b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5, 5\r\n\r\n",
+                Framing::Length(5),
+                true,
+            ),
+            (
+                b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n",
+                Framing::Length(5),
+                true,
+            ),
+            (
+                b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n",
+                Framing::Chunked,
+                true,
+            ),
+            (
+                b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: CHUNKED \r\n\r\n",
+                Framing::Chunked,
+                true,
+            ),
+            (
+                b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: ,chunked\r\n\r\n",
+                Framing::Chunked,
+                true,
+            ),
             (b"OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n", Framing::Empty, true),
-            (b"GET http://example.com/x HTTP/1.1\r\nHost: other\r\n\r\n", Framing::Empty, true),
+            (
+                b"GET http://example.com/x HTTP/1.1\r\nHost: other\r\n\r\n",
+                Framing::Empty,
+                true,
+            ),
         ];
         for (bytes, framing, keep_alive) in ok {
             let got = parse(bytes).unwrap_or_else(|e| panic!("{:?}: {e:?}", String::from_utf8_lossy(bytes)));
@@ -509,7 +569,9 @@ mod tests {
 
     #[test]
     fn absolute_form_authority_replaces_host() {
-        let got = parse(b"GET http://Example.com:8080/x?y HTTP/1.1\r\nHost: other\r\n\r\n").unwrap().unwrap();
+        let got = parse(b"GET http://Example.com:8080/x?y HTTP/1.1\r\nHost: other\r\n\r\n")
+            .unwrap()
+            .unwrap();
         assert_eq!(got.2.as_deref(), Some("Example.com:8080"));
         let got = parse(b"GET / HTTP/1.1\r\nHost:  site.test \r\n\r\n").unwrap().unwrap();
         assert_eq!(got.2.as_deref(), Some("site.test"));
@@ -517,7 +579,13 @@ mod tests {
 
     #[test]
     fn incomplete_heads_are_partial_not_errors() {
-        for bytes in [&b""[..], b"G", b"GET / HTTP/1.1\r\n", b"GET / HTTP/1.1\r\nHost: a\r\n", b"GET / HTTP/1.1\r\nHost: a\r\n\r"] {
+        for bytes in [
+            &b""[..],
+            b"G",
+            b"GET / HTTP/1.1\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\n\r",
+        ] {
             assert_eq!(status(bytes), 0, "{:?}", String::from_utf8_lossy(bytes));
         }
     }
@@ -526,23 +594,53 @@ mod tests {
     fn bad_heads_get_the_right_status() {
         let table: &[(&[u8], u16)] = &[
             // Framing that cannot be trusted.
-            (b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
-            (b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n", 400),
+            (
+                b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
+                400,
+            ),
+            (
+                b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n",
+                400,
+            ),
             (b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5, 6\r\n\r\n", 400),
             (b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: +5\r\n\r\n", 400),
             (b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5 5\r\n\r\n", 400),
             (b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 0x5\r\n\r\n", 400),
             (b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: \r\n\r\n", 400),
-            (b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 99999999999999999999\r\n\r\n", 400),
-            (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, identity\r\n\r\n", 400),
-            (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: identity\r\n\r\n", 400),
-            (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, chunked\r\n\r\n", 400),
-            (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: \x0bchunked\r\n\r\n", 400),
-            (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chun ked\r\n\r\n", 400),
-            (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: \"chunked\"\r\n\r\n", 400),
+            (
+                b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 99999999999999999999\r\n\r\n",
+                400,
+            ),
+            (
+                b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, identity\r\n\r\n",
+                400,
+            ),
+            (
+                b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: identity\r\n\r\n",
+                400,
+            ),
+            (
+                b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, chunked\r\n\r\n",
+                400,
+            ),
+            (
+                b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: \x0bchunked\r\n\r\n",
+                400,
+            ),
+            (
+                b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chun ked\r\n\r\n",
+                400,
+            ),
+            (
+                b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: \"chunked\"\r\n\r\n",
+                400,
+            ),
             (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding:\r\n\r\n", 400),
             (b"POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n", 400),
-            (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", 501),
+            (
+                b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+                501,
+            ),
             (b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\n", 501),
             // Syntax.
             (b"GET / HTTP/1.1\r\nHost: a\rX: y\r\n\r\n", 400),
@@ -581,7 +679,12 @@ mod tests {
 
     #[test]
     fn limits_give_414_431_and_413() {
-        let limits = Limits { uri_bytes_max: 100, head_bytes_max: 300, n_headers_max: 4, ..Limits::default() };
+        let limits = Limits {
+            uri_bytes_max: 100,
+            head_bytes_max: 300,
+            n_headers_max: 4,
+            ..Limits::default()
+        };
         let check = |bytes: &[u8]| -> u16 {
             let mut headers = [const { MaybeUninit::uninit() }; 100];
             match parse_head(bytes, &mut headers, &limits) {
@@ -597,8 +700,14 @@ mod tests {
         let big_head = format!("GET / HTTP/1.1\r\nHost: a\r\nX: {}\r\n\r\n", "b".repeat(300));
         assert_eq!(check(big_head.as_bytes()), 431);
         assert_eq!(check(&big_head.as_bytes()[..320]), 431);
-        assert_eq!(check(b"GET / HTTP/1.1\r\nHost: a\r\nA: 1\r\nB: 1\r\nC: 1\r\nD: 1\r\n\r\n"), 431);
-        assert_eq!(check(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1048577\r\n\r\n"), 413);
+        assert_eq!(
+            check(b"GET / HTTP/1.1\r\nHost: a\r\nA: 1\r\nB: 1\r\nC: 1\r\nD: 1\r\n\r\n"),
+            431
+        );
+        assert_eq!(
+            check(b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1048577\r\n\r\n"),
+            413
+        );
         // Empty lines before the request line count toward the head limit.
         let blank = b"\r\n".repeat(200);
         assert_eq!(check(&blank), 431);

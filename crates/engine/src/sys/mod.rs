@@ -11,7 +11,10 @@ pub(crate) mod socket;
 /// does: a server with 10,000 connections needs more than the usual 1,024.
 /// Returns the new soft limit.
 pub fn raise_open_files_limit() -> std::io::Result<u64> {
-    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
     // SAFETY: `lim` is a valid, writable rlimit for the duration of the call.
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
         return Err(std::io::Error::last_os_error());

@@ -17,7 +17,12 @@ pub fn start(handler: impl Handler) -> Running {
 }
 
 pub fn start_with(limits: Limits, handler: impl Handler) -> Running {
-    Server::new().bind("127.0.0.1:0").workers(1).limits(limits).start(handler).expect("server starts")
+    Server::new()
+        .bind("127.0.0.1:0")
+        .workers(1)
+        .limits(limits)
+        .start(handler)
+        .expect("server starts")
 }
 
 /// A parsed response.
@@ -30,7 +35,10 @@ pub struct Resp {
 
 impl Resp {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
     }
 
     pub fn text(&self) -> String {
@@ -49,7 +57,10 @@ impl Client {
         let stream = TcpStream::connect(addr).expect("connect");
         stream.set_read_timeout(Some(PATIENCE)).unwrap();
         stream.set_nodelay(true).unwrap();
-        Client { stream, buf: Vec::new() }
+        Client {
+            stream,
+            buf: Vec::new(),
+        }
     }
 
     pub fn send(&mut self, bytes: &[u8]) -> &mut Self {
@@ -82,7 +93,12 @@ impl Client {
                         .iter()
                         .map(|h| (h.name.to_owned(), String::from_utf8_lossy(h.value).into_owned()))
                         .collect();
-                    let get = |n: &str| headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(n)).map(|(_, v)| v.clone());
+                    let get = |n: &str| {
+                        headers
+                            .iter()
+                            .find(|(k, _)| k.eq_ignore_ascii_case(n))
+                            .map(|(_, v)| v.clone())
+                    };
                     let bodiless = method == "HEAD" || status == 204 || status == 304 || (100..200).contains(&status);
                     let body = if bodiless {
                         self.buf.drain(..head_len);
@@ -106,7 +122,11 @@ impl Client {
                     return Resp { status, headers, body };
                 }
                 httparse::Status::Partial => {
-                    assert!(self.fill() > 0, "connection closed before a response: {:?}", String::from_utf8_lossy(&self.buf));
+                    assert!(
+                        self.fill() > 0,
+                        "connection closed before a response: {:?}",
+                        String::from_utf8_lossy(&self.buf)
+                    );
                 }
             }
         }
@@ -161,5 +181,7 @@ pub fn exchange(addr: SocketAddr, bytes: &[u8]) -> Vec<u8> {
 /// The status code at the start of a raw response.
 pub fn status_of(raw: &[u8]) -> u16 {
     let text = String::from_utf8_lossy(raw);
-    text.get(9..12).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("no status line in {text:?}"))
+    text.get(9..12)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no status line in {text:?}"))
 }
