@@ -456,6 +456,58 @@ mod tests {
         assert_eq!(err, Err(ChunkedError::TooLarge));
     }
 
+    /// A small deterministic generator, so the model test needs no crate.
+    struct XorShift(u64);
+    impl XorShift {
+        fn below(&mut self, n: u64) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0 % n
+        }
+    }
+
+    #[test]
+    fn random_encodings_decode_to_their_body_in_any_pieces() {
+        let mut rng = XorShift(0x9e37_79b9_7f4a_7c15);
+        for _ in 0..500 {
+            let body: Vec<u8> = (0..rng.below(300)).map(|_| rng.below(256) as u8).collect();
+            let mut encoded = Vec::new();
+            let mut rest = &body[..];
+            while !rest.is_empty() {
+                let n = (rng.below(40) as usize + 1).min(rest.len());
+                let size = if rng.below(2) == 0 {
+                    format!("{n:x}")
+                } else {
+                    format!("{n:X}")
+                };
+                encoded.extend_from_slice(size.as_bytes());
+                if rng.below(3) == 0 {
+                    encoded.extend_from_slice(b" ; name=\"quoted;value\";flag");
+                }
+                encoded.extend_from_slice(b"\r\n");
+                encoded.extend_from_slice(&rest[..n]);
+                encoded.extend_from_slice(b"\r\n");
+                rest = &rest[n..];
+            }
+            encoded.extend_from_slice(b"0\r\n");
+            if rng.below(2) == 0 {
+                encoded.extend_from_slice(b"Checksum: abc\r\n");
+            }
+            encoded.extend_from_slice(b"\r\n");
+            let piece = rng.below(20) as usize + 1;
+            let (decoded, consumed) = decode(&encoded, piece).unwrap().unwrap();
+            assert_eq!(decoded, body);
+            assert_eq!(consumed, encoded.len());
+            let mut buf = encoded.clone();
+            let (mut read, mut write) = (0, 0);
+            assert!(ChunkedDecoder::new(1 << 20)
+                .decode_in_place(&mut buf, &mut read, &mut write)
+                .unwrap());
+            assert_eq!(&buf[..write], &body[..]);
+        }
+    }
+
     #[test]
     fn in_place_decoding_compacts_the_body() {
         let mut buf = b"HEAD3\r\nabc\r\n2;x=y\r\nde\r\n0\r\n\r\nNEXT".to_vec();

@@ -1,0 +1,29 @@
+//! The request head parser on arbitrary bytes: never panics, and a complete
+//! head is consistent with the bytes it came from.
+#![no_main]
+
+use std::mem::MaybeUninit;
+
+use libfuzzer_sys::fuzz_target;
+use peregrine::codec::{parse_head, Framing, Parsed};
+use peregrine::Limits;
+
+fuzz_target!(|data: &[u8]| {
+    let limits = Limits { uri_bytes_max: 512, head_bytes_max: 2048, n_headers_max: 16, body_bytes_max: 4096, ..Limits::default() };
+    let mut headers = [const { MaybeUninit::uninit() }; 32];
+    if let Ok(Parsed::Complete(head)) = parse_head(data, &mut headers, &limits) {
+        assert!(head.head_len <= data.len());
+        assert!(head.head_len <= limits.head_bytes_max);
+        assert!(head.target.len() <= limits.uri_bytes_max);
+        assert!(head.headers.len() <= limits.n_headers_max);
+        if let Framing::Length(n) = head.framing {
+            assert!(n > 0 && n <= limits.body_bytes_max);
+        }
+        // Parsing a prefix never yields a different complete head.
+        let mut again = [const { MaybeUninit::uninit() }; 32];
+        match parse_head(&data[..head.head_len], &mut again, &limits) {
+            Ok(Parsed::Complete(h)) => assert_eq!(h.head_len, head.head_len),
+            other => panic!("head not complete on its own bytes: {other:?}"),
+        }
+    }
+});
