@@ -3,7 +3,7 @@
 //! the worker, not shared: no lock, no atomic (see hyper's `common/date.rs`).
 
 use std::io::Write;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// `Sun, 06 Nov 1994 08:49:37 GMT` is 29 bytes.
 pub(crate) const DATE_LEN: usize = 29;
@@ -11,6 +11,9 @@ pub(crate) const DATE_LEN: usize = 29;
 /// A worker's cached Date, and the Common Log Format timestamp derived from it.
 pub(crate) struct DateCache {
     secs: u64,
+    /// When the wall clock's second will next change: until then `tick`
+    /// needs no second clock read.
+    next_tick: Instant,
     http: [u8; DATE_LEN],
     /// `06/Nov/1994:08:49:37 +0000`
     clf: [u8; 26],
@@ -18,13 +21,27 @@ pub(crate) struct DateCache {
 
 impl DateCache {
     pub(crate) fn new() -> Self {
+        let now = Instant::now();
         let mut cache = DateCache {
             secs: u64::MAX,
+            next_tick: now,
             http: [b' '; DATE_LEN],
             clf: [b' '; 26],
         };
-        cache.update(SystemTime::now());
+        cache.tick(now);
         cache
+    }
+
+    /// Called once per loop iteration with the time just read: reads the
+    /// wall clock only when its second may have changed.
+    pub(crate) fn tick(&mut self, now: Instant) {
+        if now < self.next_tick {
+            return;
+        }
+        let wall = SystemTime::now();
+        let into_second = wall.duration_since(UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
+        self.next_tick = now + Duration::from_secs(1) - Duration::from_nanos(u64::from(into_second));
+        self.update(wall);
     }
 
     /// Re-formats if the second has changed. Does not allocate.

@@ -6,7 +6,7 @@ use std::cell::Cell;
 use std::io::{self, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Instant, SystemTime};
+use std::time::Instant;
 
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
@@ -70,7 +70,7 @@ impl Worker {
                 Err(e) => return Err(e),
             }
             let now = Instant::now();
-            date.update(SystemTime::now());
+            date.tick(now);
             let mut ctx = Ctx {
                 handler: &*handler,
                 limits: &limits,
