@@ -1,0 +1,126 @@
+"""Draws a run's charts from its summary.csv; run by bench/run in bench/.venv.
+
+chart.png: requests/s, grouped bars (one group per load point, one bar per
+server), in up to three panels so that pipelined throughput does not flatten the
+rest, stacked top to bottom. cpu.png: CPU µs per request, same layout. memory.png: idle10k bytes
+per connection, when that scenario ran.
+
+Usage: .venv/bin/python bench/lib/charts.py RUN_DIR
+"""
+import csv
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import FuncFormatter  # noqa: E402
+
+ORDER = ["limit", "peregrine", "nginx", "h2o", "go-fasthttp", "go-nethttp", "node"]
+COLORS = {"limit": "#7f7f7f", "peregrine": "#d62728", "nginx": "#2ca02c", "h2o": "#9467bd",
+          "go-fasthttp": "#17becf", "go-nethttp": "#1f77b4", "node": "#ff7f0e"}
+PANELS = [
+    ("keep-alive", ["c10", "c50", "c100", "c400"]),
+    ("pipelined (50 conns)", ["pipe16", "pipe32"]),
+    ("sweep (connections)", ["sweep-c1", "sweep-c10", "sweep-c100", "sweep-c1000"]),
+]
+
+
+def load(run_dir):
+    with open(os.path.join(run_dir, "summary.csv")) as f:
+        return list(csv.DictReader(f))
+
+
+def value(row, fig):
+    v = row.get(fig, "")
+    return float(v) if v not in ("", None) else None
+
+
+def human(v):
+    if v >= 1e6:
+        return f"{v / 1e6:g}M"
+    if v >= 1e3:
+        return f"{v / 1e3:g}k"
+    return f"{v:g}"
+
+
+def grouped(run_dir, rows, fig, ylabel, title, out_name, fmt):
+    table = {(r["server"], r["point"]): value(r, fig) for r in rows}
+    names = [s for s in ORDER if any(k[0] == s and v is not None for k, v in table.items())]
+    panels = [(t, [p for p in pts if any(table.get((s, p)) is not None for s in names)])
+              for t, pts in PANELS]
+    panels = [(t, pts) for t, pts in panels if pts]
+    if not panels:
+        return None
+    fig_, axes = plt.subplots(len(panels), 1, figsize=(10, 3.4 * len(panels) + 1.2), squeeze=False)
+    bar_w = 0.8 / max(len(names), 1)
+    for ax, (panel_title, pts) in zip(axes[:, 0], panels):
+        for i, s in enumerate(names):
+            xs = [j + (i - (len(names) - 1) / 2) * bar_w for j in range(len(pts))]
+            ys = [table.get((s, p)) or 0 for p in pts]
+            bars = ax.bar(xs, ys, bar_w, label=s, color=COLORS.get(s))
+            for b, y in zip(bars, ys):
+                if y:
+                    ax.annotate(fmt(y), (b.get_x() + b.get_width() / 2, y), ha="center", va="bottom",
+                                fontsize=7, rotation=90, xytext=(0, 2), textcoords="offset points")
+        ax.set_xticks(range(len(pts)))
+        ax.set_xticklabels([p.replace("sweep-", "") for p in pts])
+        ax.set_title(panel_title, fontsize=10)
+        ax.set_ylabel(ylabel, fontsize=9)
+        ax.margins(y=0.18)
+        ax.grid(axis="y", alpha=0.3)
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: human(v)))
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig_.suptitle(title, fontsize=11)
+    bottom = 0.6 / fig_.get_figheight()  # room for the legend, in figure fraction
+    fig_.tight_layout(rect=(0, bottom, 1, 1))
+    fig_.legend(handles, labels, loc="lower center", ncol=len(names), frameon=False,
+                bbox_to_anchor=(0.5, 0.0))
+    path = os.path.join(run_dir, out_name)
+    fig_.savefig(path, dpi=130)
+    plt.close(fig_)
+    return path
+
+
+def memory(run_dir, rows, stamp):
+    data = [(r["server"], value(r, "idle_bytes_per_conn")) for r in rows if r["point"] == "idle10k"]
+    data = [(s, v) for s, v in sorted(data, key=lambda d: ORDER.index(d[0]) if d[0] in ORDER else 99)
+            if v is not None]
+    if not data:
+        return None
+    fig, ax = plt.subplots(figsize=(6, 4))
+    bars = ax.bar([s for s, _ in data], [v for _, v in data], color=[COLORS.get(s) for s, _ in data])
+    for b, (_, v) in zip(bars, data):
+        ax.annotate(f"{v:,.0f}", (b.get_x() + b.get_width() / 2, v), ha="center", va="bottom", fontsize=8)
+    ax.set_ylabel("bytes of RSS per idle connection")
+    ax.set_title(f"idle10k: memory per idle keep-alive connection\n{stamp}", fontsize=10)
+    ax.grid(axis="y", alpha=0.3)
+    ax.margins(y=0.15)
+    fig.tight_layout()
+    path = os.path.join(run_dir, "memory.png")
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path
+
+
+def main():
+    run_dir = sys.argv[1]
+    stamp = os.path.basename(os.path.normpath(run_dir))
+    rows = load(run_dir)
+    made = [
+        grouped(run_dir, rows, "req_per_s", "requests per second",
+                f"Requests per second, one worker pinned to one CPU (higher is better)\n{stamp}",
+                "chart.png", lambda v: f"{v / 1000:.0f}k"),
+        grouped(run_dir, rows, "cpu_us_per_req", "server CPU µs per request",
+                f"Server CPU time per request (lower is better)\n{stamp}",
+                "cpu.png", lambda v: f"{v:.1f}"),
+        memory(run_dir, rows, stamp),
+    ]
+    for p in made:
+        if p:
+            print(os.path.basename(p))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,202 @@
+"""The scenarios and the load they apply: wrk runs and the idle10k client.
+
+A scenario is a list of load points (sweep has four). Every wrk run is
+bounded by its -d duration plus a margin after which it is killed; the idle
+client is bounded by its own deadline and by the runner's read timeouts.
+"""
+import json
+import os
+import resource
+import selectors
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+import procs
+
+BENCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+WRK_CPU = "1"
+WRK_TIMEOUT = "2s"          # wrk's per-request timeout; late answers count as timeouts
+WRK_MARGIN_S = 30.0         # a wrk run that outlives -d by this much is killed
+IDLE_CONNS = 10_000
+IDLE_DEADLINE_S = 60.0
+
+
+@dataclass(frozen=True)
+class Point:
+    label: str      # e.g. "c50", "pipe16", "sweep-c1000"
+    scenario: str   # the --scenarios name it belongs to
+    conns: int
+    depth: int = 1  # pipelined requests per write
+
+
+SCENARIOS = {
+    "c10": [Point("c10", "c10", 10)],
+    "c50": [Point("c50", "c50", 50)],
+    "c100": [Point("c100", "c100", 100)],
+    "c400": [Point("c400", "c400", 400)],
+    "pipe16": [Point("pipe16", "pipe16", 50, 16)],
+    "pipe32": [Point("pipe32", "pipe32", 50, 32)],
+    "sweep": [Point(f"sweep-c{c}", "sweep", c) for c in (1, 10, 100, 1000)],
+    "idle10k": [Point("idle10k", "idle10k", IDLE_CONNS)],
+}
+
+DESCRIPTIONS = {
+    "c10": "keep-alive GET /, 10 connections",
+    "c50": "keep-alive GET /, 50 connections",
+    "c100": "keep-alive GET /, 100 connections",
+    "c400": "keep-alive GET /, 400 connections",
+    "pipe16": "50 connections, 16 pipelined GETs per write",
+    "pipe32": "50 connections, 32 pipelined GETs per write",
+    "sweep": "keep-alive GET / at 1, 10, 100 and 1000 connections",
+    "idle10k": "memory per idle keep-alive connection, 10,000 connections",
+}
+
+
+def wrk_argv(port, point, duration_s):
+    script = "pipeline.lua" if point.depth > 1 else "report.lua"
+    argv = ["taskset", "-c", WRK_CPU, "wrk", "-t", "1", "-c", str(point.conns),
+            "-d", f"{duration_s:g}s", "--timeout", WRK_TIMEOUT,
+            "-s", os.path.join(BENCH, "wrk", script), f"http://127.0.0.1:{port}/"]
+    if point.depth > 1:
+        argv += ["--", str(point.depth)]
+    return argv
+
+
+def run_wrk(port, point, duration_s):
+    """One wrk run. Returns (figures dict, None) or (None, error string)."""
+    argv = wrk_argv(port, point, duration_s)
+    rc, out, err = procs.run_bounded(argv, duration_s + WRK_MARGIN_S)
+    if rc is None:
+        return None, f"wrk did not finish within {duration_s + WRK_MARGIN_S:.0f} s"
+    for line in out.splitlines():
+        if line.startswith("BENCH_JSON "):
+            return json.loads(line[len("BENCH_JSON "):]), None
+    return None, f"wrk exited {rc} without a report: {(err or out).strip()[-300:]}"
+
+
+def measure_wrk(running, point, duration_s):
+    """A measured wrk run against a running server, with its CPU time."""
+    pid = running.proc.pid
+    cpu_before = procs.cpu_ticks(pid)
+    wrk_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    sys_before = procs.system_ticks()
+    t_before = time.monotonic()
+    fig, err = run_wrk(running.port, point, duration_s)
+    wall_s = time.monotonic() - t_before
+    sys_after = procs.system_ticks()
+    wrk_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu_after = procs.cpu_ticks(pid)
+    row = {"conns": point.conns, "depth": point.depth}
+    # How busy each side was: a server well under 100 % while wrk sits at
+    # 100 % means the client, not the server, set the req/s of this run.
+    wrk_cpu_s = (wrk_after.ru_utime + wrk_after.ru_stime) - (wrk_before.ru_utime + wrk_before.ru_stime)
+    row["server_cpu_pct"] = round(100 * procs.ticks_to_us(cpu_after - cpu_before) / 1e6 / wall_s, 1)
+    row["wrk_cpu_pct"] = round(100 * wrk_cpu_s / wall_s, 1)
+    # Interference: CPU that neither side used (other processes, the
+    # runner, the kernel's own threads) and CPU stolen by the hypervisor, in
+    # % of one CPU. Evidence for judging a noisy row, not a correction.
+    busy_pct = 100 * procs.ticks_to_us(sys_after[0] - sys_before[0]) / 1e6 / wall_s
+    row["other_cpu_pct"] = round(max(0.0, busy_pct - row["server_cpu_pct"] - row["wrk_cpu_pct"]), 1)
+    row["steal_pct"] = round(100 * procs.ticks_to_us(sys_after[1] - sys_before[1]) / 1e6 / wall_s, 1)
+    if err:
+        row["note"] = err
+        return row
+    requests = fig["requests"]
+    seconds = fig["duration_us"] / 1e6
+    errors = sum(fig[k] for k in ("err_connect", "err_read", "err_write", "err_timeout", "err_status"))
+    row.update({
+        "duration_s": round(seconds, 3),
+        "requests": requests,
+        "req_per_s": round(requests / seconds, 1) if seconds > 0 else "",
+        "err_connect": fig["err_connect"], "err_read": fig["err_read"],
+        "err_write": fig["err_write"], "err_timeout": fig["err_timeout"],
+        "err_status": fig["err_status"], "errors": errors,
+        "cpu_ticks": cpu_after - cpu_before,
+        "cpu_us_per_req": round(procs.ticks_to_us(cpu_after - cpu_before) / requests, 3) if requests else "",
+        "rss_kib": procs.rss_kib(pid),
+        # bytes per response, head and body: the servers' headers differ
+        "resp_bytes": round(fig["bytes"] / requests, 1) if requests else "",
+        "wrk_p50_us": fig["p50_us"], "wrk_p99_us": fig["p99_us"],
+        "lat_mean_wrk_us": fig["lat_mean_us"], "lat_max_us": fig["lat_max_us"],
+    })
+    # Little's law: a closed loop keeps conns x depth requests outstanding,
+    # so the mean time from write to answer is outstanding / throughput.
+    if requests and seconds > 0:
+        row["lat_little_us"] = round(point.conns * point.depth / (requests / seconds) * 1e6, 1)
+    # wrk's percentiles are void with pipelining (see bench/wrk/report.lua)
+    if point.depth == 1:
+        row.update({"p50_us": fig["p50_us"], "p90_us": fig["p90_us"],
+                    "p99_us": fig["p99_us"], "p999_us": fig["p999_us"]})
+    if not running.alive():
+        row["note"] = f"server exited with {running.proc.returncode} during the run"
+    return row
+
+
+def _read_line(stream, timeout_s):
+    """Reads one line from a pipe, or returns None after timeout_s."""
+    deadline = time.monotonic() + timeout_s
+    buf = b""
+    sel = selectors.DefaultSelector()
+    sel.register(stream, selectors.EVENT_READ)
+    try:
+        while b"\n" not in buf:
+            left = deadline - time.monotonic()
+            if left <= 0 or not sel.select(timeout=left):
+                return None
+            chunk = os.read(stream.fileno(), 4096)
+            if not chunk:
+                return None
+            buf += chunk
+    finally:
+        sel.close()
+    return buf.split(b"\n", 1)[0].decode()
+
+
+def measure_idle(running, hold_s):
+    """Opens IDLE_CONNS idle keep-alive connections; RSS per connection."""
+    pid = running.proc.pid
+    row = {"conns": IDLE_CONNS, "depth": 1}
+    rss_before = procs.rss_kib(pid)
+    client = procs.spawn(
+        ["taskset", "-c", WRK_CPU, sys.executable, os.path.join(BENCH, "lib", "idle_client.py"),
+         "--port", str(running.port), "--conns", str(IDLE_CONNS), "--deadline", str(IDLE_DEADLINE_S)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        line = _read_line(client.stdout, IDLE_DEADLINE_S + 15)
+        if line is None:
+            row["note"] = "idle client gave no report: " + (client.stderr.read1(500).decode(errors="replace") if client.poll() is not None else "timeout")
+            return row
+        opened = json.loads(line)
+        time.sleep(hold_s)  # idle: nothing is sent on any connection
+        rss_after = procs.rss_kib(pid)
+        client.stdin.write(b"check\n")
+        client.stdin.flush()
+        line = _read_line(client.stdout, 30)
+        checked = json.loads(line) if line else {"still_open": 0, "closed_by_server": opened["ok"]}
+    finally:
+        procs.kill(client, grace_s=5.0)
+    n_ok = checked["still_open"]
+    row.update({
+        "idle_conns_ok": opened["ok"],
+        "idle_failed": opened["failed"],
+        "idle_closed_by_server": checked["closed_by_server"],
+        "errors": opened["failed"] + checked["closed_by_server"],
+        "idle_rss_before_kib": rss_before,
+        "idle_rss_after_kib": rss_after,
+        "rss_kib": rss_after,
+        "duration_s": opened["elapsed_s"],
+    })
+    if n_ok:
+        row["idle_bytes_per_conn"] = round((rss_after - rss_before) * 1024 / n_ok, 1)
+    notes = []
+    if opened["why"]:
+        notes.append("failed: " + ", ".join(f"{k} x{v}" for k, v in opened["why"].items()))
+    if checked["closed_by_server"]:
+        notes.append(f"server closed {checked['closed_by_server']} idle connections")
+    if not running.alive():
+        notes.append(f"server exited with {running.proc.returncode}")
+    if notes:
+        row["note"] = "; ".join(notes)
+    return row

@@ -1,0 +1,286 @@
+"""What a run leaves behind: results.csv, summary.csv, summary.md, meta.txt,
+and the section of BENCHMARKS.md between the bench markers.
+
+Raw rows go to results.csv as they are measured, so an interrupted run keeps
+what it had. Every summary figure is the median over the repetitions of one
+server at one load point; ratios compare with `limit` at the same point, in
+the same run.
+"""
+import csv
+import os
+import re
+import statistics
+
+import load
+import servers
+
+RESULT_FIELDS = [
+    "server", "scenario", "point", "conns", "depth", "rep",
+    "duration_s", "requests", "req_per_s",
+    "p50_us", "p90_us", "p99_us", "p999_us", "lat_little_us",
+    "wrk_p50_us", "wrk_p99_us", "lat_mean_wrk_us", "lat_max_us",
+    "err_connect", "err_read", "err_write", "err_timeout", "err_status", "errors",
+    "cpu_ticks", "cpu_us_per_req", "server_cpu_pct", "wrk_cpu_pct",
+    "other_cpu_pct", "steal_pct", "resp_bytes", "rss_kib",
+    "idle_conns_ok", "idle_failed", "idle_closed_by_server",
+    "idle_rss_before_kib", "idle_rss_after_kib", "idle_bytes_per_conn",
+    "note",
+]
+
+SUMMARY_FIGURES = ["req_per_s", "p50_us", "p99_us", "lat_little_us", "errors",
+                   "cpu_us_per_req", "server_cpu_pct", "wrk_cpu_pct", "other_cpu_pct", "steal_pct",
+                   "resp_bytes", "idle_bytes_per_conn"]
+SUMMARY_FIELDS = ["server", "scenario", "point", "conns", "depth", "reps"] + SUMMARY_FIGURES + \
+    ["req_per_s_vs_limit", "cpu_us_per_req_vs_limit", "note"]
+
+# The engine issue's targets, as ratios to limit (bytes are absolute).
+TARGETS = [
+    ("c50", "req_per_s_vs_limit", ">=", 0.95, "c50 req/s vs limit"),
+    ("c50", "cpu_us_per_req_vs_limit", "<=", 1.15, "c50 CPU µs/req vs limit"),
+    ("pipe16", "req_per_s_vs_limit", ">=", 0.75, "pipe16 req/s vs limit"),
+    ("idle10k", "idle_bytes_per_conn", "<=", 600, "idle10k bytes per connection"),
+]
+
+
+class ResultsWriter:
+    def __init__(self, path):
+        self.path = path
+        self.rows = []
+        with open(path, "w", newline="") as f:
+            csv.DictWriter(f, RESULT_FIELDS).writeheader()
+
+    def add(self, row):
+        self.rows.append(row)
+        with open(self.path, "a", newline="") as f:
+            csv.DictWriter(f, RESULT_FIELDS, extrasaction="ignore").writerow(row)
+
+
+def _num(v):
+    if v is None or v == "":
+        return None
+    return float(v)
+
+
+def summarize(rows):
+    """One summary row per (server, point), in table order."""
+    groups = {}
+    for r in rows:
+        groups.setdefault((r["server"], r["point"]), []).append(r)
+    out = {}
+    for (server, point), rs in groups.items():
+        s = {"server": server, "scenario": rs[0]["scenario"], "point": point,
+             "conns": rs[0].get("conns", ""), "depth": rs[0].get("depth", ""),
+             "reps": sum(1 for r in rs if _num(r.get("req_per_s")) is not None
+                         or _num(r.get("idle_bytes_per_conn")) is not None)}
+        for fig in SUMMARY_FIGURES:
+            vals = [_num(r.get(fig)) for r in rs]
+            vals = [v for v in vals if v is not None]
+            s[fig] = statistics.median(vals) if vals else None
+        notes = sorted({r["note"] for r in rs if r.get("note")})
+        s["note"] = "; ".join(notes)
+        out[(server, point)] = s
+    for (server, point), s in out.items():
+        ref = out.get(("limit", point))
+        for fig in ("req_per_s", "cpu_us_per_req"):
+            key = f"{fig}_vs_limit"
+            s[key] = None
+            if ref and ref[fig] and s[fig] is not None:
+                s[key] = s[fig] / ref[fig]
+    order = {name: i for i, name in enumerate(servers.ORDER)}
+    point_order = {p.label: i for i, p in enumerate(p for ps in load.SCENARIOS.values() for p in ps)}
+    return sorted(out.values(), key=lambda s: (point_order.get(s["point"], 99), order.get(s["server"], 99)))
+
+
+def write_summary_csv(path, summary):
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, SUMMARY_FIELDS)
+        w.writeheader()
+        for s in summary:
+            w.writerow({k: ("" if s.get(k) is None else
+                            round(s[k], 4) if isinstance(s.get(k), float) else s[k])
+                        for k in SUMMARY_FIELDS})
+
+
+def fmt_int(v):
+    return "–" if v is None else f"{v:,.0f}"
+
+
+def fmt_ratio(v):
+    return "–" if v is None else f"{v:.2f}×"
+
+
+def fmt_us(v):
+    if v is None:
+        return "–"
+    if v < 1000:
+        return f"{v:.0f} µs"
+    if v < 1_000_000:
+        return f"{v / 1000:.2f} ms"
+    return f"{v / 1e6:.2f} s"
+
+
+def fmt_cpu(v):
+    return "–" if v is None else f"{v:.2f}"
+
+
+def _row_cells(s, pipelined):
+    lat = [fmt_us(s["lat_little_us"])] if pipelined else [fmt_us(s["p50_us"]), fmt_us(s["p99_us"])]
+    busy = "–" if s["server_cpu_pct"] is None else \
+        f"{s['server_cpu_pct']:.0f} / {s['wrk_cpu_pct']:.0f} / {s['other_cpu_pct']:.0f}"
+    return [fmt_int(s["req_per_s"]), fmt_ratio(s["req_per_s_vs_limit"]), *lat,
+            fmt_int(s["errors"]), fmt_cpu(s["cpu_us_per_req"]), fmt_ratio(s["cpu_us_per_req_vs_limit"]), busy]
+
+
+def _table(header, rows):
+    align = [":---" if h in ("server", "note", "target", "") else "---:" for h in header]
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return lines
+
+
+def summary_markdown(summary, ctx):
+    """ctx: stamp, command, quick, reps, duration_s, warmup_s, cpu_model, skipped, scenarios."""
+    md = [f"# Peer benchmark run {ctx['stamp']}", ""]
+    if ctx["quick"]:
+        md += ["**Quick run** (1 repetition of 1 s): a check that the runner works, "
+               "not evidence. Do not quote these numbers.", ""]
+    md += [
+        f"- Command: `{ctx['command']}`",
+        f"- Machine: {ctx['cpu_model']}, {ctx['n_cpus']} CPUs; every server pinned to CPU 0, "
+        f"wrk (`-t 1`) and the idle client to CPU 1. Versions in `meta.txt`.",
+        f"- Each figure is the median of {ctx['reps']} run(s) of {ctx['duration_s']:g} s after a "
+        f"{ctx['warmup_s']:g} s warm-up; a fresh server per scenario (per repetition for idle10k).",
+        "- `× limit` compares with the `limit` server (bench/limit/limit.c, which parses nothing) "
+        "at the same load point of this run. req/s: higher is better; CPU µs/req: lower is better.",
+        "- CPU µs/req: the server's user+system CPU time over the run divided by the requests "
+        "wrk completed. CPU % srv / wrk / other: how busy the server and wrk were, and "
+        "how much CPU went to neither (other processes, the kernel, and time the hypervisor stole); wrk near 100 % with the server "
+        "below it means the client set that row's req/s, and only CPU µs/req compares the servers "
+        "there; other above a few % means the row was disturbed. Latencies are wrk's (see bench/README.md).",
+    ]
+    md += _interference(ctx["rows"]) + _response_sizes(summary) + [""]
+    by_point = {}
+    for s in summary:
+        by_point.setdefault(s["point"], []).append(s)
+
+    targets = _targets(by_point)
+    if targets:
+        md += ["## Engine targets (peregrine)", ""]
+        md += _table(["target", "measured", "goal", ""], targets)
+        md += [""]
+
+    for scenario in ctx["scenarios"]:
+        points = [p for p in load.SCENARIOS[scenario] if p.label in by_point]
+        if not points:
+            continue
+        md += [f"## {scenario}: {load.DESCRIPTIONS[scenario]}", ""]
+        if scenario == "idle10k":
+            rows = []
+            for s in by_point["idle10k"]:
+                rows.append([s["server"], fmt_int(s["errors"]),
+                             "–" if s["idle_bytes_per_conn"] is None else f"{s['idle_bytes_per_conn']:,.0f}",
+                             s["note"] or ""])
+            md += _table(["server", "errors", "bytes/conn", "note"], rows)
+            md += ["", "bytes/conn: growth of the server's resident memory (VmRSS, whole process "
+                   "tree) from before the 10,000 connections were opened to after all were "
+                   "answered and left idle, divided by the connections still open.", ""]
+            continue
+        pipelined = points[0].depth > 1
+        lat_head = ["mean RTT"] if pipelined else ["p50", "p99"]
+        head = ["server"] + (["conns"] if scenario == "sweep" else []) + \
+            ["req/s", "× limit", *lat_head, "errors", "CPU µs/req", "× limit", "CPU % srv / wrk / other"]
+        rows = []
+        for p in points:
+            for s in by_point[p.label]:
+                rows.append([s["server"]] + ([str(p.conns)] if scenario == "sweep" else []) + _row_cells(s, pipelined))
+        md += _table(head, rows)
+        notes = [f"{s['server']} at {s['point']}: {s['note']}" for p in points for s in by_point[p.label] if s["note"]]
+        if pipelined:
+            md += ["", "wrk gives no valid latency percentiles with pipelining (bench/wrk/report.lua "
+                   "says why); mean RTT is the mean time from a write of the batch to its last "
+                   "answer, by Little's law: connections × depth / (req/s)."]
+        if notes:
+            md += [""] + [f"- {n}" for n in notes]
+        md += [""]
+
+    if ctx["skipped"]:
+        md += ["## Skipped or failed", ""] + [f"- {name}: {why}" for name, why in ctx["skipped"].items()] + [""]
+    return "\n".join(md)
+
+
+def _interference(rows):
+    """One line on how quiet the machine was during the measured runs."""
+    other = [(_num(r.get("other_cpu_pct")), r) for r in rows if _num(r.get("other_cpu_pct")) is not None]
+    steal = [_num(r.get("steal_pct")) for r in rows if _num(r.get("steal_pct")) is not None]
+    if not other:
+        return []
+    worst, r = max(other, key=lambda x: x[0])
+    return [f"- Interference: CPU used by neither the server nor wrk was at most {worst:.0f} % of one CPU "
+            f"(median {statistics.median(v for v, _ in other):.0f} %; worst: {r['server']} at {r['point']} "
+            f"rep {r['rep']}); hypervisor steal (part of that) at most {max(steal):.0f} %. Per-run figures in results.csv."]
+
+
+def _response_sizes(summary):
+    sizes = {}
+    for s in summary:
+        if s.get("resp_bytes") is not None:
+            sizes.setdefault(s["server"], s["resp_bytes"])
+    if not sizes:
+        return []
+    return ["- Bytes per response (status line, headers and the 13-byte body, as wrk counted them): "
+            + ", ".join(f"{name} {size:.0f}" for name, size in sizes.items()) + "."]
+
+
+def _targets(by_point):
+    rows = []
+    for point, fig, op, goal, label in TARGETS:
+        s = next((s for s in by_point.get(point, []) if s["server"] == "peregrine"), None)
+        if s is None:
+            continue
+        v = s.get(fig)
+        if v is None:
+            rows.append([label, "–", f"{op.replace('>=', '≥').replace('<=', '≤')} {goal:g}", "no figure"])
+            continue
+        met = v >= goal if op == ">=" else v <= goal
+        unit = "" if fig == "idle_bytes_per_conn" else "×"
+        shown = f"{v:,.0f}" if fig == "idle_bytes_per_conn" else f"{v:.3f}"
+        rows.append([label, shown + unit, f"{op.replace('>=', '≥').replace('<=', '≤')} {goal:g}{unit}",
+                     "met" if met else "not met"])
+    return rows
+
+
+BEGIN = "<!-- bench:begin -->"
+END = "<!-- bench:end -->"
+
+
+def update_benchmarks_md(path, run_rel, command, date, summary_md, charts):
+    """Rewrites the section between the markers, keeping all other prose."""
+    # the run's headings sit one level below BENCHMARKS.md's own
+    body = re.sub(r"^(#+) ", lambda m: "#" + m.group(1) + " ", summary_md, flags=re.M)
+    section = [BEGIN,
+               "<!-- Written by bench/run from one run; edits inside the markers are overwritten. -->",
+               "",
+               f"Last run: [`{run_rel}/`]({run_rel}/), {date}, with `{command}`.",
+               "",
+               body.strip(),
+               ""]
+    for name, alt in charts:
+        section += [f"![{alt}]({run_rel}/{name})", ""]
+    section += [END]
+    section_text = "\n".join(section)
+    if os.path.exists(path):
+        with open(path) as f:
+            text = f.read()
+    else:
+        text = ("# Benchmarks\n\n"
+                "How to run them and what each scenario means: [bench/README.md](bench/README.md).\n\n")
+    if BEGIN in text and END in text and text.index(BEGIN) < text.index(END):
+        head, rest = text.split(BEGIN, 1)
+        _, tail = rest.split(END, 1)
+        text = head + section_text + tail
+    else:
+        text = text.rstrip("\n") + "\n\n" + section_text + "\n"
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)

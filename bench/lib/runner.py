@@ -1,0 +1,301 @@
+"""bench/run's main: installs, builds, runs every scenario on every server,
+and writes the run directory. See bench/README.md for what is measured.
+
+Order of work: install what is missing; build the selected servers (skipping
+those that fail); then for each scenario and each server start the server
+fresh, warm up, measure the repetitions, stop it; last, write the summary,
+charts and meta, and rewrite BENCHMARKS.md's bench section.
+"""
+import argparse
+import datetime
+import os
+import platform
+import shlex
+import subprocess
+import sys
+import time
+
+import install
+import load
+import procs
+import report
+import servers
+
+BENCH = install.BENCH
+REPO = servers.REPO
+WARMUP_S = 1.0
+
+
+def log(msg):
+    print(f"bench: {msg}", flush=True)
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(
+        prog="bench/run",
+        description="Peregrine's peer benchmarks: every server pinned to CPU 0, wrk on CPU 1.")
+    ap.add_argument("--quick", action="store_true",
+                    help="1 s runs, 1 repetition, into runs/<stamp>-quick/ (a smoke test, not evidence)")
+    ap.add_argument("--only", metavar="SERVER,...",
+                    help="servers to run, from: " + ",".join(servers.ORDER))
+    ap.add_argument("--scenarios", metavar="NAME,...",
+                    help="scenarios to run, from: " + ",".join(load.SCENARIOS))
+    ap.add_argument("--duration", type=float, help="seconds per measured run (default 5, quick 1)")
+    ap.add_argument("--reps", type=int, help="repetitions per load point (default 3, quick 1)")
+    ap.add_argument("--no-cargo", action="store_true",
+                    help="do not run cargo build --release; measure target/release/peregrine as it is")
+    ap.add_argument("--benchmarks-md", metavar="PATH",
+                    help="write the bench section into PATH instead of BENCHMARKS.md at the repo root "
+                         "(also for quick runs)")
+    ap.add_argument("--no-benchmarks-md", action="store_true",
+                    help="leave BENCHMARKS.md alone")
+    args = ap.parse_args(argv)
+
+    def pick(value, known, what):
+        if not value:
+            return list(known)
+        names = [n.strip() for n in value.split(",") if n.strip()]
+        unknown = [n for n in names if n not in known]
+        if unknown:
+            ap.error(f"unknown {what}: {', '.join(unknown)} (known: {', '.join(known)})")
+        return [n for n in known if n in names]  # canonical order
+
+    args.servers = pick(args.only, servers.ORDER, "server")
+    args.scenario_names = pick(args.scenarios, list(load.SCENARIOS), "scenario")
+    args.duration = args.duration or (1.0 if args.quick else 5.0)
+    args.reps = args.reps or (1 if args.quick else 3)
+    return args
+
+
+def sh(argv):
+    try:
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+        return (r.stdout + r.stderr).strip()
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"({argv[0]}: {e})"
+
+
+def cpu_model():
+    for line in sh(["lscpu"]).splitlines():
+        if line.startswith("Model name:"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or "unknown CPU"
+
+
+def mem_total():
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                return f"{int(line.split()[1]) / 1024 / 1024:.1f} GiB"
+    return "unknown"
+
+
+def machine_busy_pct(seconds=1.0):
+    """How much CPU the machine used over `seconds`, in % of one CPU."""
+    before = procs.system_ticks()[0]
+    time.sleep(seconds)
+    return 100 * procs.ticks_to_us(procs.system_ticks()[0] - before) / 1e6 / seconds
+
+
+def write_meta(path, args, command, started, prepared, skipped, venv_python, nofile):
+    lines = [
+        f"command: {command}",
+        f"started: {started.isoformat(timespec='seconds')} (local), "
+        f"{started.astimezone(datetime.timezone.utc).isoformat(timespec='seconds')}",
+        f"finished: {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}",
+        f"uname -a: {sh(['uname', '-a'])}",
+        f"cpu: {cpu_model()}; nproc {os.cpu_count()}",
+        f"load average at start: {args.loadavg_start}; CPU busy over 1 s at start: "
+        f"{args.busy_start:.0f} % of one CPU",
+        f"memory: {mem_total()}",
+        f"pinning: servers taskset -c {servers.SERVER_CPU}; wrk -t 1 and idle client taskset -c {load.WRK_CPU}",
+        f"runs: {args.reps} x {args.duration:g} s per load point after a {WARMUP_S:g} s warm-up; "
+        f"wrk --timeout {load.WRK_TIMEOUT}",
+        f"scenarios: {','.join(args.scenario_names)}",
+        f"servers asked: {','.join(args.servers)}",
+        f"RLIMIT_NOFILE: {nofile}",
+    ]
+    for knob in ("net/core/somaxconn", "net/ipv4/tcp_tw_reuse", "net/ipv4/ip_local_port_range"):
+        try:
+            with open(f"/proc/sys/{knob}") as f:
+                lines.append(f"{knob}: {f.read().strip()}")
+        except OSError:
+            pass
+    lines += ["", "versions:",
+              f"  wrk: {sh(['wrk', '-v']).splitlines()[0] if sh(['wrk', '-v']) else 'missing'}",
+              f"  python: {sys.version.split()[0]}",
+              f"  gcc: {sh(['gcc', '--version']).splitlines()[0]}"]
+    if venv_python:
+        lines.append("  matplotlib: " + sh([venv_python, "-c", "import matplotlib; print(matplotlib.__version__)"]))
+    for name, server in prepared.items():
+        try:
+            lines.append(f"  {name}: {server.version()}")
+        except Exception as e:  # a version is information, never a reason to fail
+            lines.append(f"  {name}: (version unknown: {e})")
+    if skipped:
+        lines += ["", "skipped:"] + [f"  {n}: {why}" for n, why in skipped.items()]
+    lines += ["", "lscpu:"] + ["  " + line for line in sh(["lscpu"]).splitlines()]
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def main(argv):
+    args = parse_args(argv)
+    command = "bench/run" + ("" if not argv else " " + shlex.join(argv))
+    started = datetime.datetime.now().astimezone()
+    stamp = started.strftime("%Y-%m-%dT%H%M%S") + ("-quick" if args.quick else "")
+    run_dir = os.path.join(BENCH, "runs", stamp)
+    logs = os.path.join(run_dir, "logs")
+    os.makedirs(logs, exist_ok=True)
+    with open("/proc/loadavg") as f:
+        args.loadavg_start = f.read().strip()
+    args.busy_start = machine_busy_pct()
+
+    procs.install_cleanup()
+    nofile = procs.raise_nofile()
+    log(f"run directory {os.path.relpath(run_dir, REPO)}; RLIMIT_NOFILE {nofile}")
+    if nofile < load.IDLE_CONNS + 100 and "idle10k" in args.scenario_names:
+        log(f"WARNING: RLIMIT_NOFILE is {nofile}; idle10k needs more than {load.IDLE_CONNS}")
+    if os.cpu_count() < 2:
+        log("WARNING: one CPU only: the server and wrk will share it")
+
+    busy = args.busy_start
+    if busy > 20:
+        log(f"WARNING: the machine is busy before the run ({busy:.0f} % of a CPU over 1 s): "
+            "numbers will be disturbed; the summary shows how much, per row")
+
+    # 1. install
+    if not install.ensure_wrk():
+        log("ERROR: wrk is missing and could not be installed")
+        return 1
+    venv_python = install.ensure_venv()
+
+    # 2. build
+    servers.Peregrine.run_cargo = not args.no_cargo
+    prepared, skipped = {}, {}
+    for name in args.servers:
+        server = servers.ALL[name]()
+        log(f"preparing {name}")
+        try:
+            reason = server.prepare()
+        except Exception as e:
+            reason = f"{type(e).__name__}: {e}"
+        if reason:
+            skipped[name] = reason
+            log(f"skipping {name}: {reason}")
+        else:
+            prepared[name] = server
+    if "limit" not in prepared:
+        log("WARNING: no limit server: ratios to limit will be empty")
+
+    # 3. measure
+    results = report.ResultsWriter(os.path.join(run_dir, "results.csv"))
+    # Repetitions go round the servers (rep 1 of every server, then rep 2,
+    # ...) so that the host's noise, which drifts over minutes here, falls on
+    # every server alike instead of on whichever ran during a bad spell.
+    for scenario in args.scenario_names:
+        for rep in range(1, args.reps + 1):
+            for name, server in prepared.items():
+                log_path = os.path.join(logs, f"{name}-{scenario}.log")
+                if scenario == "idle10k":
+                    run_idle(server, args, results, log_path, skipped, rep)
+                else:
+                    run_scenario(server, scenario, args, results, log_path, skipped, rep)
+
+    # 4. report
+    summary = report.summarize(results.rows)
+    report.write_summary_csv(os.path.join(run_dir, "summary.csv"), summary)
+    ctx = {"stamp": stamp, "command": command, "quick": args.quick, "reps": args.reps,
+           "duration_s": args.duration, "warmup_s": WARMUP_S, "cpu_model": cpu_model(),
+           "n_cpus": os.cpu_count(), "skipped": skipped, "scenarios": args.scenario_names,
+           "rows": results.rows}
+    summary_md = report.summary_markdown(summary, ctx)
+    with open(os.path.join(run_dir, "summary.md"), "w") as f:
+        f.write(summary_md + "\n")
+    write_meta(os.path.join(run_dir, "meta.txt"), args, command, started, prepared, skipped,
+               venv_python, nofile)
+
+    charts = []
+    if venv_python:
+        r = subprocess.run([venv_python, os.path.join(BENCH, "lib", "charts.py"), run_dir],
+                           capture_output=True, text=True, timeout=300)
+        if r.returncode != 0:
+            log("WARNING: charts failed: " + r.stderr.strip()[-500:])
+        made = r.stdout.split()
+        alts = {"chart.png": "requests per second", "cpu.png": "server CPU µs per request",
+                "memory.png": "bytes per idle connection"}
+        charts = [(m, alts.get(m, m)) for m in made]
+    else:
+        log("WARNING: no matplotlib: no charts")
+
+    print()
+    print(summary_md)
+    print()
+    log(f"wrote {os.path.relpath(run_dir, REPO)}/: results.csv summary.csv summary.md meta.txt "
+        + " ".join(m for m, _ in charts))
+
+    if args.no_benchmarks_md:
+        return 0
+    if args.quick and not args.benchmarks_md:
+        log("quick run: BENCHMARKS.md left alone (quick runs are not evidence)")
+        return 0
+    md_path = args.benchmarks_md or os.path.join(REPO, "BENCHMARKS.md")
+    report.update_benchmarks_md(md_path, os.path.relpath(run_dir, REPO), command,
+                                started.strftime("%Y-%m-%d %H:%M %Z"), summary_md, charts)
+    log(f"updated the bench section of {md_path}")
+    return 0
+
+
+def _start(server, log_path, skipped, scenario):
+    running = servers.Running(server, log_path)
+    reason = running.start()
+    if reason:
+        log(f"{server.name} failed to start for {scenario}: {reason}")
+        running.stop()
+        skipped.setdefault(server.name, f"failed to start ({scenario}): {reason.splitlines()[0][:200]}")
+        return None, reason
+    return running, None
+
+
+def run_scenario(server, scenario, args, results, log_path, skipped, rep):
+    """One repetition of a scenario on a freshly started server."""
+    running, reason = _start(server, log_path, skipped, scenario)
+    try:
+        for point in load.SCENARIOS[scenario]:
+            base = {"server": server.name, "scenario": scenario, "point": point.label,
+                    "conns": point.conns, "depth": point.depth}
+            if running is None:
+                results.add({**base, "rep": rep, "note": f"did not start: {reason.splitlines()[0][:200]}"})
+                continue
+            if not running.alive():
+                results.add({**base, "rep": rep, "note": f"server exited with {running.proc.returncode}"})
+                continue
+            load.run_wrk(running.port, point, WARMUP_S)  # warm-up, not recorded
+            row = load.measure_wrk(running, point, args.duration)
+            results.add({**base, "rep": rep, **row})
+            log(f"{scenario:8} {point.label:12} {server.name:12} rep {rep}: "
+                + (f"{row['req_per_s']:>12,.0f} req/s  cpu {row['cpu_us_per_req']} µs/req  "
+                   f"errors {row['errors']}" if row.get("req_per_s") not in (None, "") else "")
+                + (f"  [{row['note']}]" if row.get("note") else ""))
+    finally:
+        if running:
+            running.stop()
+
+
+def run_idle(server, args, results, log_path, skipped, rep):
+    """One repetition of idle10k on a freshly started server."""
+    hold_s = 1.0 if args.quick else 2.0
+    base = {"server": server.name, "scenario": "idle10k", "point": "idle10k",
+            "conns": load.IDLE_CONNS, "depth": 1, "rep": rep}
+    running, reason = _start(server, log_path, skipped, "idle10k")
+    if running is None:
+        results.add({**base, "note": f"did not start: {reason.splitlines()[0][:200]}"})
+        return
+    try:
+        row = load.measure_idle(running, hold_s)
+    finally:
+        running.stop()
+    results.add({**base, **row})
+    log(f"idle10k  {'':12} {server.name:12} rep {rep}: "
+        f"{row.get('idle_bytes_per_conn', '–')} B/conn, errors {row.get('errors', '–')}"
+        + (f"  [{row['note']}]" if row.get("note") else ""))

@@ -1,0 +1,327 @@
+"""The servers under test: how each is built, started, checked and stopped.
+
+Every server answers GET / with the 13-byte body "Hello, World!" as
+text/plain, runs one worker (one thread, one process, or GOMAXPROCS=1),
+listens on its own free port on 127.0.0.1 and is pinned to CPU 0 with
+`taskset -c 0`; wrk runs on CPU 1. A server that fails to build or to start
+is reported with the reason and skipped; it never stops the run.
+"""
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+import install
+import procs
+
+BENCH = install.BENCH
+REPO = os.path.dirname(BENCH)
+BUILD = os.path.join(BENCH, "build")
+PEERS = os.path.join(BENCH, "peers")
+SERVER_CPU = "0"
+BODY = b"Hello, World!"
+READY_TIMEOUT_S = 20.0
+
+# Table order: the reference first, then the engine, then the peers.
+ORDER = ["limit", "peregrine", "nginx", "h2o", "go-fasthttp", "go-nethttp", "node"]
+
+
+def log(msg):
+    print(f"bench: {msg}", flush=True)
+
+
+class Server:
+    """One server kind. `prepare` installs and builds it (returns None or the
+    reason it cannot run); `argv` says how to start it on a port."""
+
+    name = ""
+    env = None
+
+    def prepare(self):
+        return None
+
+    def argv(self, port, tmp):
+        raise NotImplementedError
+
+    def version(self):
+        return ""
+
+
+class Limit(Server):
+    name = "limit"
+
+    def prepare(self):
+        if not install.ensure_gcc():
+            return "no gcc"
+        os.makedirs(BUILD, exist_ok=True)
+        src = os.path.join(BENCH, "limit", "limit.c")
+        self.binary = os.path.join(BUILD, "limit")
+        r = subprocess.run(["gcc", "-O2", "-Wall", "-o", self.binary, src],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            return "gcc failed: " + r.stderr.strip()[-500:]
+        # The reference must be right before anything is measured against it.
+        r = subprocess.run([sys.executable, os.path.join(BENCH, "limit", "check.py"), self.binary],
+                           capture_output=True, text=True, timeout=120)
+        if r.returncode != 0:
+            return "limit/check.py failed: " + (r.stdout + r.stderr).strip()[-500:]
+        log(r.stdout.strip())
+        return None
+
+    def argv(self, port, tmp):
+        return [self.binary, str(port)]
+
+    def version(self):
+        r = subprocess.run(["gcc", "--version"], capture_output=True, text=True)
+        return "bench/limit/limit.c built with " + r.stdout.splitlines()[0] + " -O2"
+
+
+class Peregrine(Server):
+    name = "peregrine"
+    run_cargo = True  # bench/run --no-cargo: measure the binary as it is
+
+    def prepare(self):
+        self.binary = os.path.join(REPO, "target", "release", "peregrine")
+        cargo = shutil.which("cargo") or os.path.expanduser("~/.cargo/bin/cargo")
+        if not self.run_cargo:
+            log("--no-cargo: using target/release/peregrine as it is")
+            reason = None
+        elif not os.access(cargo, os.X_OK):
+            reason = "no cargo"
+        else:
+            log("cargo build --release")
+            r = subprocess.run([cargo, "build", "--release"], cwd=REPO,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            reason = None if r.returncode == 0 else \
+                "cargo build --release failed:\n" + r.stdout.strip()[-1500:]
+        if reason is None and not os.access(self.binary, os.X_OK):
+            reason = f"{self.binary} is missing after the build"
+        if reason:
+            log(f"WARNING: skipping peregrine: {reason}")
+        return reason
+
+    def argv(self, port, tmp):
+        return [self.binary, "hello", "--bind", f"127.0.0.1:{port}", "--workers", "1"]
+
+    def version(self):
+        rev = subprocess.run(["git", "-C", REPO, "rev-parse", "--short=12", "HEAD"],
+                             capture_output=True, text=True)
+        dirty = subprocess.run(["git", "-C", REPO, "status", "--porcelain", "--", "crates", "Cargo.toml", "Cargo.lock"],
+                               capture_output=True, text=True)
+        rev_s = rev.stdout.strip() if rev.returncode == 0 else "no commit"
+        if dirty.stdout.strip():
+            rev_s += " + uncommitted changes in crates/ or Cargo.*"
+        if not self.run_cargo:
+            mtime = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(os.path.getmtime(self.binary)))
+            rev_s += f"; not rebuilt (--no-cargo), binary built {mtime}"
+        rustc = subprocess.run([shutil.which("rustc") or os.path.expanduser("~/.cargo/bin/rustc"), "--version"],
+                               capture_output=True, text=True)
+        return f"git {rev_s}; {rustc.stdout.strip()}"
+
+
+class Nginx(Server):
+    name = "nginx"
+
+    def prepare(self):
+        if not install.ensure_nginx():
+            return "nginx could not be installed"
+        self.binary = install.nginx_binary()
+        return None
+
+    def argv(self, port, tmp):
+        with open(os.path.join(PEERS, "nginx", "nginx.conf.in")) as f:
+            conf = f.read().replace("@TMP@", tmp).replace("@PORT@", str(port))
+        path = os.path.join(tmp, "nginx.conf")
+        with open(path, "w") as f:
+            f.write(conf)
+        return [self.binary, "-p", tmp, "-c", path, "-e", os.path.join(tmp, "error.log")]
+
+    def version(self):
+        r = subprocess.run([self.binary, "-v"], capture_output=True, text=True)
+        return r.stderr.strip()
+
+
+class H2o(Server):
+    name = "h2o"
+
+    def prepare(self):
+        reason = install.ensure_h2o()
+        if reason:
+            return reason
+        self.binary = install.h2o_binary()
+        return None
+
+    def argv(self, port, tmp):
+        with open(os.path.join(PEERS, "h2o", "h2o.conf.in")) as f:
+            conf = f.read().replace("@TMP@", tmp).replace("@PORT@", str(port))
+        with open(os.path.join(tmp, "hello.txt"), "wb") as f:
+            f.write(BODY)
+        path = os.path.join(tmp, "h2o.conf")
+        with open(path, "w") as f:
+            f.write(conf)
+        return [self.binary, "-c", path]
+
+    def version(self):
+        r = subprocess.run([self.binary, "--version"], capture_output=True, text=True)
+        return r.stdout.splitlines()[0] if r.stdout else ""
+
+
+class GoServer(Server):
+    module = ""
+    env = dict(os.environ, GOMAXPROCS="1")
+
+    def prepare(self):
+        go = install.go_binary()
+        if go is None:
+            return "no Go toolchain"
+        src = os.path.join(PEERS, self.module)
+        reason = install.ensure_go_modules(src)
+        if reason:
+            return reason
+        os.makedirs(BUILD, exist_ok=True)
+        self.binary = os.path.join(BUILD, self.module)
+        r = subprocess.run([go, "build", "-o", self.binary, "."], cwd=src, env=install.go_env(),
+                           capture_output=True, text=True, timeout=900)
+        if r.returncode != 0:
+            return "go build failed: " + r.stderr.strip()[-500:]
+        return None
+
+    def argv(self, port, tmp):
+        return [self.binary, "-bind", f"127.0.0.1:{port}"]
+
+    def version(self):
+        r = subprocess.run([install.go_binary(), "version"], capture_output=True, text=True)
+        return r.stdout.strip()
+
+
+class GoNetHttp(GoServer):
+    name = "go-nethttp"
+    module = "go-nethttp"
+
+
+class GoFastHttp(GoServer):
+    name = "go-fasthttp"
+    module = "go-fasthttp"
+
+    def version(self):
+        fasthttp = "fasthttp version unknown"
+        try:
+            with open(os.path.join(PEERS, self.module, "go.sum")) as f:
+                for line in f:
+                    parts = line.split()
+                    if parts and parts[0] == "github.com/valyala/fasthttp" and not parts[1].endswith("/go.mod"):
+                        fasthttp = f"github.com/valyala/fasthttp {parts[1]} (go.sum)"
+        except OSError:
+            pass
+        return f"{fasthttp}; {super().version()}"
+
+
+class Node(Server):
+    name = "node"
+
+    def prepare(self):
+        self.binary = shutil.which("node")
+        return None if self.binary else "no node on PATH"
+
+    def argv(self, port, tmp):
+        return [self.binary, os.path.join(PEERS, "node", "hello.js"), f"127.0.0.1:{port}"]
+
+    def version(self):
+        r = subprocess.run([self.binary, "--version"], capture_output=True, text=True)
+        return "node " + r.stdout.strip()
+
+
+ALL = {cls.name: cls for cls in (Limit, Peregrine, Nginx, H2o, GoFastHttp, GoNetHttp, Node)}
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def probe(port, timeout_s=1.0):
+    """One GET over a fresh connection. Returns None if the answer is the
+    expected 200 with the body, else what went wrong."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as s:
+            s.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            buf = b""
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                buf += chunk
+                if buf.endswith(BODY):
+                    break
+    except OSError as e:
+        return f"{type(e).__name__}: {e}"
+    if not buf.startswith(b"HTTP/1.1 200"):
+        return f"unexpected answer {buf[:60]!r}"
+    if not buf.endswith(BODY):
+        return f"body is not {BODY!r}: {buf[-40:]!r}"
+    return None
+
+
+class Running:
+    """A started server: its process group, port and temporary directory."""
+
+    def __init__(self, server, log_path):
+        self.server = server
+        self.port = free_port()
+        self.tmp = tempfile.mkdtemp(prefix=f"peregrine-bench-{server.name}-")
+        self.log_path = log_path
+        self.proc = None
+        procs.add_cleanup(self.tmp, lambda: shutil.rmtree(self.tmp, ignore_errors=True))
+
+    def start(self):
+        """Starts and waits until ready. Returns None or the failure reason."""
+        argv = ["taskset", "-c", SERVER_CPU] + self.server.argv(self.port, self.tmp)
+        with open(self.log_path, "ab") as log_file:
+            log_file.write(("$ " + " ".join(argv) + "\n").encode())
+            log_file.flush()
+            self.proc = procs.spawn(argv, stdout=log_file, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, env=self.server.env)
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        last = "not started"
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                return f"exited with {self.proc.returncode} before it was ready: " + self.log_tail()
+            last = probe(self.port)
+            if last is None:
+                return None
+            time.sleep(0.05)
+        return f"not ready after {READY_TIMEOUT_S:.0f} s ({last}): " + self.log_tail()
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def log_tail(self, n=600):
+        try:
+            with open(self.log_path, "rb") as f:
+                data = f.read()
+            # nginx and h2o log to files in tmp
+            for name in ("error.log",):
+                p = os.path.join(self.tmp, name)
+                if os.path.exists(p):
+                    with open(p, "rb") as f:
+                        data += f.read()
+            lines = [ln for ln in data.decode(errors="replace").splitlines()
+                     if ln.strip() and not ln.startswith("$ ")]
+            return " | ".join(lines)[-n:] or "(no output)"
+        except OSError:
+            return ""
+
+    def stop(self):
+        procs.kill(self.proc)
+        for name in ("error.log",):
+            p = os.path.join(self.tmp, name)
+            if os.path.exists(p) and os.path.getsize(p):
+                with open(p, "rb") as src, open(self.log_path, "ab") as dst:
+                    dst.write(src.read())
+        shutil.rmtree(self.tmp, ignore_errors=True)
+        procs.remove_cleanup(self.tmp)

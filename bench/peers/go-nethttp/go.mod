@@ -1,0 +1,3 @@
+module peregrine.bench/go-nethttp
+
+go 1.22
