@@ -71,6 +71,10 @@ struct LimitArgs {
     /// Most open connections per worker (more are refused with 503).
     #[arg(long, value_name = "N")]
     n_conns_max: Option<usize>,
+    /// Pending response bytes above which pipelined requests wait until the
+    /// client reads.
+    #[arg(long, value_name = "BYTES")]
+    write_buffer_bytes_max: Option<usize>,
     /// Seconds given to requests in flight on shutdown.
     #[arg(long, value_name = "SECS")]
     shutdown_timeout: Option<f64>,
@@ -111,6 +115,9 @@ impl LimitArgs {
         }
         if let Some(v) = self.n_conns_max {
             l.n_conns_max = v;
+        }
+        if let Some(v) = self.write_buffer_bytes_max {
+            l.write_buffer_bytes_max = v;
         }
         if let Some(v) = self.shutdown_timeout {
             l.shutdown_timeout = secs("shutdown-timeout", v)?;
