@@ -135,7 +135,8 @@ impl LogWriter {
         status: u16,
         body_bytes: u64,
     ) {
-        // The request line was stored escaped and whole; split it back.
+        // The request line was stored whole and raw (`record` escapes it);
+        // split it back into its three parts.
         let line = &req.request_line;
         let mut parts = line.splitn(3, |&b| b == b' ');
         let (m, t, v) = (

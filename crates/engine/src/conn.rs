@@ -63,8 +63,9 @@ pub(crate) struct Ctx<'w> {
     pub(crate) draining: bool,
 }
 
-/// A worker's spare buffers. Read buffers are kept zero-filled to their full
-/// length so reads need no `unsafe`; write buffers are kept empty.
+/// A worker's spare buffers. Read buffers keep their full length (their
+/// bytes are initialised, with whatever the last connection left in them)
+/// so reads need no `unsafe`; write buffers are kept empty.
 #[derive(Default)]
 pub(crate) struct BufPool {
     read: Vec<Vec<u8>>,
@@ -97,9 +98,22 @@ impl BufPool {
 /// What the worker should do with a connection after an event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Next {
+    /// Wait for the next readiness event or deadline.
     Keep,
+    /// Close the connection now.
     Close,
+    /// The connection used up its turn with work left: call `on_ready`
+    /// again after the other ready connections have had theirs.
+    Again,
 }
+
+/// Work one connection may do per turn, so that a client that pipelines
+/// without pause cannot starve the worker's other connections: 1,024
+/// requests, or 64 reads and writes, or a mix (a request costs 1, a system
+/// call `SYSCALL_WORK`). A pipelined batch of 16 is far inside one turn.
+const TURN_WORK: u32 = 1024;
+/// What a read or write costs out of `TURN_WORK`.
+const SYSCALL_WORK: u32 = 16;
 
 /// Where a connection is in its request/response cycle.
 enum State {
@@ -119,6 +133,8 @@ enum State {
 
 struct BodyWait {
     head_len: usize,
+    /// The request is HEAD: an error answer must carry no body either.
+    head_only: bool,
     kind: BodyKind,
 }
 
@@ -188,11 +204,18 @@ enum Stop {
     Deferred,
     /// The connection is closing.
     Closing,
+    /// The connection used up its turn (`TURN_WORK`).
+    Turn,
 }
 
 enum Flushed {
     All,
-    Blocked,
+    /// The socket is full. `progress`: some bytes left in this call.
+    Blocked {
+        progress: bool,
+    },
+    /// The connection used up its turn with output left to send.
+    Turn,
     Failed,
 }
 
@@ -203,8 +226,18 @@ pub(crate) struct Conn {
     input: Input,
     output: Output,
     state: State,
-    /// When the current state times out, if it can.
+    /// When the connection times out, if it can: the send deadline while
+    /// output is blocked, otherwise `state_deadline`. The worker reads this.
     pub(crate) deadline: Option<Instant>,
+    /// The deadline of the request/idle state (head, body, idle timeouts),
+    /// kept apart so that a blocked send does not move it.
+    state_deadline: Option<Instant>,
+    /// Set while output is blocked: `send_timeout` after the last byte left.
+    send_deadline: Option<Instant>,
+    /// Work left in this turn (see `TURN_WORK`).
+    work_left: u32,
+    /// In the worker's list of connections waiting for another turn.
+    pub(crate) queued: bool,
     writable_interest: bool,
     /// The client has sent FIN: answer what is complete, then close.
     peer_closed: bool,
@@ -213,7 +246,7 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
-    pub(crate) fn new(stream: TcpStream, peer: SocketAddr, token: usize, deadline: Instant) -> Self {
+    pub(crate) fn new(stream: TcpStream, peer: SocketAddr, token: usize, deadline: Option<Instant>) -> Self {
         Conn {
             stream,
             peer,
@@ -221,7 +254,11 @@ impl Conn {
             input: Input::default(),
             output: Output::default(),
             state: State::Idle,
-            deadline: Some(deadline),
+            deadline,
+            state_deadline: deadline,
+            send_deadline: None,
+            work_left: TURN_WORK,
+            queued: false,
             writable_interest: false,
             peer_closed: false,
             read_closed_hint: false,
@@ -275,6 +312,7 @@ impl Conn {
             }
             State::Deferred(_) => {
                 self.deadline = None;
+                self.state_deadline = None;
                 Next::Keep
             }
             State::Idle | State::Closing | State::Lingering { .. } => Next::Close,
@@ -306,11 +344,13 @@ impl Conn {
         if let State::Lingering { .. } = self.state {
             return self.linger(ctx);
         }
+        self.work_left = TURN_WORK;
         loop {
             let stop = self.read_and_process(ctx);
             match self.flush() {
-                Flushed::All => {}
-                Flushed::Blocked => {
+                Flushed::All => self.send_deadline = None,
+                Flushed::Turn => return Next::Again,
+                Flushed::Blocked { progress } => {
                     if !self.writable_interest {
                         let interest = Interest::READABLE | Interest::WRITABLE;
                         if ctx
@@ -322,7 +362,13 @@ impl Conn {
                         }
                         self.writable_interest = true;
                     }
-                    self.deadline = Some(ctx.now + ctx.limits.send_timeout);
+                    // The send timeout runs from the last byte that left, so
+                    // a client that reads slowly but steadily is kept, and
+                    // one that wakes us without reading is not.
+                    if progress || self.send_deadline.is_none() {
+                        self.send_deadline = ctx.now.checked_add(ctx.limits.send_timeout);
+                    }
+                    self.deadline = self.send_deadline;
                     return Next::Keep;
                 }
                 Flushed::Failed => return Next::Close,
@@ -330,8 +376,10 @@ impl Conn {
             if let State::Closing = self.state {
                 return self.start_lingering(ctx);
             }
-            if stop != Stop::Output {
-                break;
+            match stop {
+                Stop::Output => {}
+                Stop::Turn => return Next::Again,
+                Stop::Input | Stop::Deferred | Stop::Closing => break,
             }
         }
         if self.writable_interest {
@@ -350,14 +398,15 @@ impl Conn {
                 if self.peer_closed || ctx.draining {
                     return Next::Close;
                 }
-                self.deadline = Some(ctx.now + ctx.limits.idle_timeout);
+                self.state_deadline = ctx.now.checked_add(ctx.limits.idle_timeout);
             }
             State::Idle | State::Head if self.peer_closed => return Next::Close,
             State::Body(_) if self.peer_closed => return Next::Close,
-            State::Body(_) => self.deadline = Some(ctx.now + ctx.limits.body_timeout),
-            State::Deferred(_) => self.deadline = None,
+            State::Body(_) => self.state_deadline = ctx.now.checked_add(ctx.limits.body_timeout),
+            State::Deferred(_) => self.state_deadline = None,
             _ => {}
         }
+        self.deadline = self.state_deadline;
         // An idle connection holds no buffers.
         if input_empty && !self.input.buf.is_empty() {
             self.input.start = 0;
@@ -380,6 +429,10 @@ impl Conn {
             if stop != Stop::Input || !may_read {
                 return stop;
             }
+            if self.work_left < SYSCALL_WORK {
+                return Stop::Turn;
+            }
+            self.work_left -= SYSCALL_WORK;
             if !self.make_room(ctx) {
                 return Stop::Closing;
             }
@@ -439,14 +492,23 @@ impl Conn {
         if input.end < input.buf.len() {
             return true;
         }
+        // Grow geometrically, never past what the request still needs (a
+        // Content-Length body) or the limits allow: a client announcing a
+        // large body costs memory only as its bytes arrive.
         let limits = ctx.limits;
-        let max = limits.head_bytes_max + usize::try_from(limits.body_bytes_max).unwrap_or(usize::MAX) + BUFFER_BYTES;
+        let max = limits
+            .head_bytes_max
+            .saturating_add(usize::try_from(limits.body_bytes_max).unwrap_or(usize::MAX))
+            .saturating_add(BUFFER_BYTES);
+        let doubled = input.buf.len().saturating_mul(2);
         let want = match &self.state {
             State::Body(wait) => match wait.kind {
-                BodyKind::Length(n) => wait.head_len + usize::try_from(n).unwrap_or(usize::MAX),
-                BodyKind::Chunked { .. } => input.buf.len() * 2,
+                BodyKind::Length(n) => {
+                    doubled.min(wait.head_len.saturating_add(usize::try_from(n).unwrap_or(usize::MAX)))
+                }
+                BodyKind::Chunked { .. } => doubled,
             },
-            _ => input.buf.len() * 2,
+            _ => doubled,
         };
         let new_len = want.max(input.buf.len() + 1).min(max);
         if new_len <= input.buf.len() {
@@ -476,6 +538,10 @@ impl Conn {
             if self.input.start == self.input.end {
                 return Stop::Input;
             }
+            if self.work_left == 0 {
+                return Stop::Turn;
+            }
+            self.work_left -= 1;
             let stop = match self.state {
                 State::Body(_) => self.continue_body(ctx),
                 _ => self.start_request(ctx),
@@ -499,7 +565,7 @@ impl Conn {
             Ok(Parsed::Partial) => {
                 if let State::Idle = state {
                     *state = State::Head;
-                    self.deadline = Some(ctx.now + ctx.limits.head_timeout);
+                    self.state_deadline = ctx.now.checked_add(ctx.limits.head_timeout);
                 }
                 return Some(Stop::Input);
             }
@@ -535,7 +601,11 @@ impl Conn {
                         write: head_len,
                     },
                 };
-                *state = State::Body(Box::new(BodyWait { head_len, kind }));
+                *state = State::Body(Box::new(BodyWait {
+                    head_len,
+                    head_only: head.method == "HEAD",
+                    kind,
+                }));
                 if expect_continue {
                     // RFC 9110 §10.1.1: the client waits for this before
                     // sending the body.
@@ -596,7 +666,8 @@ impl Conn {
     /// is dropped: its framing cannot be trusted.
     fn fail(&mut self, ctx: &mut Ctx<'_>, status: u16, why: &str) {
         self.ensure_output(ctx.pool);
-        wire::write_error(&mut self.output.buf, status, why, ctx.date.http(), false);
+        let head_only = matches!(&self.state, State::Body(wait) if wait.head_only);
+        wire::write_error(&mut self.output.buf, status, why, ctx.date.http(), head_only);
         if let Some(log) = ctx.log.as_deref_mut() {
             log.record(ctx.date.clf(), self.peer, b"-", b"-", b"-", status, 0, None, None);
         }
@@ -611,14 +682,20 @@ impl Conn {
     /// Writes what is queued until done or the socket is full.
     fn flush(&mut self) -> Flushed {
         let out = &mut self.output;
+        let mut progress = false;
         loop {
             let buffered = &out.buf[out.pos.min(out.buf.len())..];
+            if out.tail.is_none() && buffered.is_empty() {
+                out.buf.clear();
+                out.pos = 0;
+                return Flushed::All;
+            }
+            if self.work_left < SYSCALL_WORK {
+                return Flushed::Turn;
+            }
+            self.work_left -= SYSCALL_WORK;
             let result = match (&mut out.tail, buffered.is_empty()) {
-                (None, true) => {
-                    out.buf.clear();
-                    out.pos = 0;
-                    return Flushed::All;
-                }
+                (None, true) => unreachable!("checked above"),
                 (Some(Tail::Bytes { data, pos }), false) => self
                     .stream
                     .write_vectored(&[IoSlice::new(buffered), IoSlice::new(&data[*pos..])]),
@@ -646,7 +723,13 @@ impl Conn {
                 (Some(Tail::Stream { chunks, chunked }), true) => {
                     out.buf.clear();
                     out.pos = 0;
-                    match chunks.next() {
+                    // The iterator is the application's code: a panic in it
+                    // ends this response (its length can no longer be
+                    // right), not the worker.
+                    let Ok(next) = panic::catch_unwind(AssertUnwindSafe(|| chunks.next())) else {
+                        return Flushed::Failed;
+                    };
+                    match next {
                         Some(chunk) if chunk.is_empty() => {}
                         Some(chunk) if *chunked => {
                             wire::write_chunk_start(&mut out.buf, chunk.len());
@@ -667,6 +750,7 @@ impl Conn {
             match result {
                 Ok(0) => return Flushed::Failed,
                 Ok(mut n) => {
+                    progress = true;
                     let from_buf = n.min(out.buf.len() - out.pos);
                     out.pos += from_buf;
                     n -= from_buf;
@@ -693,7 +777,7 @@ impl Conn {
                         out.pos = 0;
                     }
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Flushed::Blocked,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Flushed::Blocked { progress },
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(_) => return Flushed::Failed,
             }
@@ -704,6 +788,17 @@ impl Conn {
     fn start_lingering(&mut self, ctx: &mut Ctx<'_>) -> Next {
         if self.peer_closed || self.stream.shutdown(Shutdown::Write).is_err() {
             return Next::Close;
+        }
+        if self.writable_interest {
+            // Nothing more will be written: stop waking up for writability.
+            if ctx
+                .registry
+                .reregister(&mut self.stream, Token(self.token), Interest::READABLE)
+                .is_err()
+            {
+                return Next::Close;
+            }
+            self.writable_interest = false;
         }
         self.state = State::Lingering { discarded: 0 };
         self.deadline = Some(ctx.now + LINGER_TIMEOUT);

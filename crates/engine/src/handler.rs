@@ -34,7 +34,9 @@ impl From<Response> for Reply {
 ///
 /// Handlers run on the event loop: a handler that would block must
 /// [`Request::defer`] instead. A handler that panics gets its client a 500
-/// and a closed connection; the worker carries on.
+/// and a closed connection; the worker carries on (this needs the default
+/// `panic = "unwind"`). A streamed body whose iterator panics ends its
+/// connection the same way.
 pub trait Handler: Send + Sync + 'static {
     /// Answers one request.
     fn call(&self, req: &Request<'_>) -> Reply;

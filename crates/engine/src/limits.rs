@@ -16,7 +16,8 @@ pub struct Limits {
     pub head_bytes_max: usize,
     /// Longest request target, in bytes; longer → 414. nginx's line limit is 8 KiB.
     pub uri_bytes_max: usize,
-    /// Most header fields in one request; more → 431.
+    /// Most header fields in one request; more → 431. Values above 256 act
+    /// as 256 (the size of the parser's stack array).
     pub n_headers_max: usize,
     /// Largest request body, in bytes (decoded, for chunked); larger → 413.
     /// nginx's `client_max_body_size` default is 1 MiB.
@@ -24,12 +25,18 @@ pub struct Limits {
     /// Time allowed for a whole request head once its first byte has arrived;
     /// past it → 408 and close. Defends against slowloris.
     pub head_timeout: Duration,
-    /// Time allowed between two reads of a request body; past it → 408 and close.
+    /// Longest wait for more bytes of a request body once its head is
+    /// complete (restarted by every read that brings some); past it → 408
+    /// and close.
     pub body_timeout: Duration,
     /// How long an idle keep-alive connection is kept open (nginx: 75 s).
     pub idle_timeout: Duration,
     /// Time allowed between two writes that make progress; a client that stops
     /// reading longer than this is dropped (nginx's `send_timeout`: 60 s).
+    ///
+    /// A deferred request (see [`crate::Request::defer`]) has no timeout:
+    /// the application owns its deadline and must answer or drop the
+    /// `Responder` (which answers 500).
     pub send_timeout: Duration,
     /// Most open connections per worker; further connections are refused
     /// with a best-effort 503 and closed at once.
@@ -39,7 +46,7 @@ pub struct Limits {
     pub write_buffer_bytes_max: usize,
     /// On shutdown, how long requests in flight are given to finish.
     pub shutdown_timeout: Duration,
-    /// How often timeouts are checked.
+    /// How often timeouts are checked; kept between 1 ms and 60 s.
     pub sweep_interval: Duration,
 }
 

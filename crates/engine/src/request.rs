@@ -46,11 +46,7 @@ impl<'a> Request<'a> {
         body: &'a [u8],
         peer: SocketAddr,
     ) -> Self {
-        let origin = origin_form(target);
-        let (path, query) = match memchr::memchr(b'?', origin.as_bytes()) {
-            Some(q) => (&origin[..q], Some(&origin[q + 1..])),
-            None => (origin, None),
-        };
+        let (path, query) = split_target(target);
         Request {
             method,
             target,
@@ -183,20 +179,22 @@ impl std::fmt::Debug for Request<'_> {
     }
 }
 
-/// The origin-form part of an absolute-form target (RFC 9112 §3.2.2).
-fn origin_form(target: &str) -> &str {
-    if target.starts_with('/') || target == "*" {
-        return target;
-    }
-    let Some(scheme_end) = target.find("://") else {
-        return target;
+/// The path and query of a target, the scheme and authority of an
+/// absolute-form one removed (RFC 9112 §3.2.2).
+fn split_target(target: &str) -> (&str, Option<&str>) {
+    let origin = match target.find("://") {
+        Some(scheme_end) if !target.starts_with('/') => {
+            let rest = &target[scheme_end + 3..];
+            rest.find(['/', '?']).map_or("", |i| &rest[i..])
+        }
+        _ => target,
     };
-    let rest = &target[scheme_end + 3..];
-    match rest.find(['/', '?']) {
-        Some(i) if rest.as_bytes()[i] == b'/' => &rest[i..],
-        // `http://host?q` has an empty path, which means `/`.
-        _ => "/",
-    }
+    let (path, query) = match memchr::memchr(b'?', origin.as_bytes()) {
+        Some(q) => (&origin[..q], Some(&origin[q + 1..])),
+        None => (origin, None),
+    };
+    // `http://host` and `http://host?q` have an empty path, which means `/`.
+    (if path.is_empty() { "/" } else { path }, query)
 }
 
 /// Decodes `%XX` escapes. Borrows when there are none; a `%` not followed by
@@ -251,7 +249,8 @@ mod tests {
             ("/a?", "/a", Some("")),
             ("http://h/p?q", "/p", Some("q")),
             ("http://h", "/", None),
-            ("http://h?q", "/", None),
+            ("http://h?q", "/", Some("q")),
+            ("http://h?x=1/y", "/", Some("x=1/y")),
             ("*", "*", None),
         ];
         for (target, path, query) in table {

@@ -6,7 +6,7 @@ use std::cell::Cell;
 use std::io::{self, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
@@ -44,11 +44,16 @@ impl Worker {
             mut poll,
             mut listeners,
             handler,
-            limits,
+            mut limits,
             mut log,
             mailbox,
             shutdown,
         } = self;
+        // Timeouts are only noticed at sweeps; a sweep at least every minute
+        // keeps them meaningful and the deadline arithmetic in range.
+        limits.sweep_interval = limits
+            .sweep_interval
+            .clamp(Duration::from_millis(1), Duration::from_secs(60));
         for (i, listener) in listeners.iter_mut().enumerate() {
             poll.registry()
                 .register(listener, Token(LISTENER_BASE + i), Interest::READABLE)?;
@@ -62,9 +67,20 @@ impl Worker {
         let mut next_sweep = Instant::now() + limits.sweep_interval;
         let mut drain_deadline: Option<Instant> = None;
         let mut accept_paused = false;
+        // Connections that used up their turn with work left, and the list
+        // being worked through (swapped, so a connection can requeue).
+        let mut ready: Vec<usize> = Vec::new();
+        let mut ready_now: Vec<usize> = Vec::new();
 
         loop {
-            match poll.poll(&mut events, Some(limits.sweep_interval)) {
+            // With connections waiting for another turn, only look for new
+            // events; do not sleep.
+            let timeout = if ready.is_empty() {
+                limits.sweep_interval
+            } else {
+                Duration::ZERO
+            };
+            match poll.poll(&mut events, Some(timeout)) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),
@@ -88,9 +104,8 @@ impl Worker {
                     WAKER => {
                         for answer in mailbox.take() {
                             if let Some(conn) = conns.get_mut(answer.token) {
-                                if conn.on_answer(&mut ctx, answer.id, answer.response) == Next::Close {
-                                    close(&mut conns, answer.token, ctx.pool);
-                                }
+                                let next = conn.on_answer(&mut ctx, answer.id, answer.response);
+                                settle(&mut conns, answer.token, next, &mut ready, ctx.pool);
                             }
                         }
                     }
@@ -101,11 +116,20 @@ impl Worker {
                     }
                     Token(t) => {
                         if let Some(conn) = conns.get_mut(t) {
-                            if conn.on_ready(&mut ctx, event.is_read_closed()) == Next::Close {
-                                close(&mut conns, t, ctx.pool);
-                            }
+                            let next = conn.on_ready(&mut ctx, event.is_read_closed());
+                            settle(&mut conns, t, next, &mut ready, ctx.pool);
                         }
                     }
+                }
+            }
+            // Another turn for those that had more to do. A token may have
+            // been closed and reused since; a spurious turn is harmless.
+            std::mem::swap(&mut ready, &mut ready_now);
+            for t in ready_now.drain(..) {
+                if let Some(conn) = conns.get_mut(t) {
+                    conn.queued = false;
+                    let next = conn.on_ready(&mut ctx, false);
+                    settle(&mut conns, t, next, &mut ready, ctx.pool);
                 }
             }
 
@@ -118,9 +142,8 @@ impl Worker {
                         .map(|(t, _)| t),
                 );
                 for t in expired.drain(..) {
-                    if conns[t].on_timeout(&mut ctx) == Next::Close {
-                        close(&mut conns, t, ctx.pool);
-                    }
+                    let next = conns[t].on_timeout(&mut ctx);
+                    settle(&mut conns, t, next, &mut ready, ctx.pool);
                 }
                 if accept_paused {
                     accept_paused = false;
@@ -138,7 +161,11 @@ impl Worker {
                 for mut listener in listeners.drain(..) {
                     let _ = poll.registry().deregister(&mut listener);
                 }
-                drain_deadline = Some(now + limits.shutdown_timeout);
+                // A timeout too large to add means: no deadline (far future).
+                drain_deadline = Some(
+                    now.checked_add(limits.shutdown_timeout)
+                        .unwrap_or(now + Duration::from_secs(1 << 32)),
+                );
                 let idle: Vec<usize> = conns.iter().filter(|(_, c)| c.is_closable()).map(|(t, _)| t).collect();
                 for t in idle {
                     close(&mut conns, t, &mut pool);
@@ -186,13 +213,35 @@ fn accept(listener: &TcpListener, conns: &mut Slab<Conn>, ctx: &Ctx<'_>) -> bool
         {
             continue;
         }
-        entry.insert(Conn::new(stream, peer, token, ctx.now + ctx.limits.head_timeout));
+        entry.insert(Conn::new(
+            stream,
+            peer,
+            token,
+            ctx.now.checked_add(ctx.limits.head_timeout),
+        ));
     }
 }
 
 fn refuse(stream: &mut TcpStream) {
     let _ = stream.write(REFUSAL);
     let _ = stream.shutdown(std::net::Shutdown::Write);
+}
+
+/// Acts on what a connection asked for after an event.
+fn settle(conns: &mut Slab<Conn>, token: usize, next: Next, ready: &mut Vec<usize>, pool: &mut BufPool) {
+    match next {
+        Next::Keep => {}
+        Next::Again => {
+            // At most once in the list, however many events arrive meanwhile.
+            if let Some(conn) = conns.get_mut(token) {
+                if !conn.queued {
+                    conn.queued = true;
+                    ready.push(token);
+                }
+            }
+        }
+        Next::Close => close(conns, token, pool),
+    }
 }
 
 fn close(conns: &mut Slab<Conn>, token: usize, pool: &mut BufPool) {

@@ -117,6 +117,29 @@ fn head_gets_the_headers_of_get_and_no_body() {
 }
 
 #[test]
+fn an_error_answering_head_has_no_body_either() {
+    let server = start(echo);
+    // The head is HEAD with a chunked body that turns out malformed: the
+    // 400 that answers it must still carry no body (RFC 9110 §9.3.2).
+    let raw = exchange(
+        server.local_addr(),
+        b"HEAD / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+    );
+    let text = String::from_utf8_lossy(&raw);
+    assert_eq!(status_of(&raw), 400, "{text}");
+    assert!(text.contains("\r\nContent-Length: "), "{text}");
+    assert!(text.ends_with("\r\n\r\n"), "a body followed the head: {text}");
+}
+
+#[test]
+fn absolute_form_targets_keep_their_query() {
+    let server = start(|req: &Request<'_>| Response::text(format!("{} {:?}", req.path(), req.query())));
+    let mut c = Client::connect(server.local_addr());
+    c.send(b"GET http://x?a=1 HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(c.response().text(), "/ Some(\"a=1\")");
+}
+
+#[test]
 fn http10_closes_unless_keep_alive_is_asked_for() {
     let server = start(echo);
     let raw = exchange(server.local_addr(), b"GET /old HTTP/1.0\r\n\r\n");
@@ -238,6 +261,7 @@ fn malformed_requests_get_a_4xx_or_5xx_and_a_close() {
         (b"GET / HTTP/1.1\r\nHost: x\rY: z\r\n\r\n", 400),
         (b"GET / HTTP/1.1\r\nHost: x\r\nX: a\x00b\r\n\r\n", 400),
         (b"GET /\x01 HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+        (b"GET /a#b HTTP/1.1\r\nHost: x\r\n\r\n", 400),
         (b"GET / HTTP/1.1\r\nHost : x\r\n\r\n", 400),
         (b"GET / HTTP/1.1\r\n\r\n", 400),
         (b"GET / HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n", 400),

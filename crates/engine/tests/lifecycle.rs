@@ -78,6 +78,98 @@ fn a_client_that_stops_reading_is_dropped() {
     assert_eq!(other.response_to("HEAD").status, 200);
 }
 
+#[test]
+fn a_client_that_sends_but_never_reads_is_dropped_too() {
+    // Each byte it sends wakes the server; waking without reading must not
+    // restart the send timeout (only bytes leaving do).
+    let big: &'static [u8] = Box::leak(vec![b'b'; 32 << 20].into_boxed_slice());
+    let server = start_with(short_timeouts(), move |_: &Request<'_>| {
+        Response::bytes("application/octet-stream", big)
+    });
+    let mut c = Client::connect(server.local_addr());
+    c.stream.set_recv_buffer_size_hint();
+    c.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    // Keep poking for far longer than the 300 ms send timeout; the server
+    // must close, which makes a write fail sooner or later.
+    let mut dropped = false;
+    for _ in 0..200 {
+        std::thread::sleep(Duration::from_millis(50));
+        if std::io::Write::write_all(&mut c.stream, b"x").is_err() {
+            dropped = true;
+            break;
+        }
+    }
+    assert!(dropped, "the server kept a client that never reads for 10 s");
+}
+
+#[test]
+fn a_client_pipelining_without_pause_does_not_starve_the_others() {
+    use std::io::{Read, Write};
+    // The handler is slower than the client can send (20 µs of spinning
+    // each), notes the order it is called in, and holds its first call
+    // until B's request is in the kernel, so both race from the same point.
+    let calls: Arc<Mutex<Vec<u8>>> = Arc::default();
+    let (first_tx, first_rx) = mpsc::channel::<()>();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let gate = Mutex::new(Some((first_tx, go_rx)));
+    let log = calls.clone();
+    // No flush forced by the size of the pending output either: only the
+    // turn limit can make the worker look at B.
+    let limits = Limits {
+        write_buffer_bytes_max: usize::MAX / 2,
+        ..Limits::default()
+    };
+    let server = start_with(limits, move |req: &Request<'_>| {
+        if let Some((first, go)) = gate.lock().unwrap().take() {
+            first.send(()).unwrap();
+            go.recv().unwrap();
+        }
+        let spin = std::time::Instant::now();
+        while spin.elapsed() < Duration::from_micros(20) {}
+        log.lock().unwrap().push(req.path().as_bytes()[1]);
+        Response::text("hello")
+    });
+    let addr = server.local_addr();
+    // A: 16,000 pipelined requests written in one go while a second thread
+    // reads the answers, so A's socket always has requests waiting.
+    const N_A: usize = 16_000;
+    let a = std::net::TcpStream::connect(addr).unwrap();
+    let mut a_read = a.try_clone().unwrap();
+    let a_end = a.try_clone().unwrap();
+    let mut a_write = a;
+    let writer = std::thread::spawn(move || {
+        let batch = b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n".repeat(N_A);
+        a_write.write_all(&batch).unwrap();
+    });
+    let reader = std::thread::spawn(move || {
+        let mut buf = vec![0; 1 << 20];
+        let mut total = 0usize;
+        loop {
+            match a_read.read(&mut buf) {
+                Ok(0) | Err(_) => break total,
+                Ok(n) => total += n,
+            }
+        }
+    });
+    first_rx.recv_timeout(common::PATIENCE).unwrap();
+    // All of A (450 KB) is now in the kernel's buffers or on its way.
+    let mut b = Client::connect(addr);
+    b.send(b"GET /b HTTP/1.1\r\nHost: x\r\n\r\n");
+    go_tx.send(()).unwrap();
+    // Without turns, B would wait behind all of A's requests that keep
+    // coming; with them, behind a few turns' worth (1,024 each).
+    assert_eq!(b.response().status, 200);
+    let a_before_b = calls.lock().unwrap().iter().position(|&w| w == b'b').unwrap();
+    eprintln!("B was answered after {a_before_b} of A's requests");
+    writer.join().unwrap();
+    let _ = a_end.shutdown(std::net::Shutdown::Both);
+    let _ = reader.join();
+    assert!(
+        a_before_b < N_A / 2,
+        "B was answered only after {a_before_b} of A's {N_A} requests"
+    );
+}
+
 trait RecvBufferHint {
     fn set_recv_buffer_size_hint(&self);
 }

@@ -55,6 +55,8 @@ impl ChunkedError {
 
 /// Longest chunk-ext accepted on one chunk line, in bytes.
 const EXT_BYTES_MAX: usize = 1024;
+/// Hex digits in a chunk size, at most.
+const SIZE_DIGITS_MAX: usize = 16;
 /// Longest trailer section accepted, in bytes.
 const TRAILER_BYTES_MAX: usize = 8 * 1024;
 
@@ -104,6 +106,8 @@ pub struct ChunkedDecoder {
     n_decoded: u64,
     body_bytes_max: u64,
     ext_bytes: usize,
+    /// Hex digits in the current size, leading zeros included.
+    size_digits: usize,
     trailer_bytes: usize,
     trailer_has_colon: bool,
 }
@@ -128,6 +132,7 @@ impl ChunkedDecoder {
             n_decoded: 0,
             body_bytes_max,
             ext_bytes: 0,
+            size_digits: 0,
             trailer_bytes: 0,
             trailer_has_colon: false,
         }
@@ -174,7 +179,10 @@ impl ChunkedDecoder {
         self.state = match self.state {
             SizeStart | Size => match hex_value(b) {
                 Some(v) => {
-                    if self.remaining > (u64::MAX >> 4) {
+                    // 16 hex digits hold any u64; more is either an overflow
+                    // or a stream of leading zeros.
+                    self.size_digits += 1;
+                    if self.remaining > (u64::MAX >> 4) || self.size_digits > SIZE_DIGITS_MAX {
                         return Err(ChunkedError::Size);
                     }
                     self.remaining = (self.remaining << 4) | u64::from(v);
@@ -220,7 +228,10 @@ impl ChunkedDecoder {
                 _ => return Err(ChunkedError::LineEnding),
             },
             DataLf => match b {
-                b'\n' => SizeStart,
+                b'\n' => {
+                    self.size_digits = 0;
+                    SizeStart
+                }
                 _ => return Err(ChunkedError::LineEnding),
             },
             TrailerStart => match b {
@@ -352,7 +363,7 @@ mod tests {
             (b"5;ext\r\nhello\r\n0\r\n\r\n", b"hello"),
             (b"5 ; ext = val ; e2=\"q\\\"x\"\r\nhello\r\n0\r\n\r\n", b"hello"),
             (b"5\r\nhello\r\n0\r\nTrailer: value\r\nX-Other:\r\n\r\n", b"hello"),
-            (b"0000000000000000000001\r\nx\r\n0\r\n\r\n", b"x"),
+            (b"000000000000001\r\nx\r\n0000000000000000\r\n\r\n", b"x"),
         ];
         for (input, want) in table {
             for piece in [1, 2, 3, 7, input.len()] {
@@ -393,6 +404,8 @@ mod tests {
         let table: &[(&[u8], ChunkedError)] = &[
             (b"\r\nhello\r\n0\r\n\r\n", ChunkedError::Size),
             (b"g\r\n", ChunkedError::Size),
+            (b"00000000000000001\r\nx\r\n0\r\n\r\n", ChunkedError::Size),
+            (b"1\r\nx\r\n00000000000000000\r\n\r\n", ChunkedError::Size),
             (b"-5\r\n", ChunkedError::Size),
             (b"+5\r\n", ChunkedError::Size),
             (b"0x5\r\n", ChunkedError::Size),

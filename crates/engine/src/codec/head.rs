@@ -137,7 +137,7 @@ pub fn parse_head<'b, 'h>(
     // request-line SHOULD ignore at least one empty line (CRLF) received prior
     // to the request-line". httparse skips them; they count toward the limit.
     let line_len = memchr::memchr(b'\n', buf).unwrap_or(buf.len());
-    if line_len > limits.uri_bytes_max + LINE_OVERHEAD_MAX {
+    if line_len > limits.uri_bytes_max.saturating_add(LINE_OVERHEAD_MAX) {
         return Err(HeadError::UriTooLong);
     }
     let n_headers_max = headers.len().min(limits.n_headers_max);
@@ -166,6 +166,11 @@ pub fn parse_head<'b, 'h>(
     };
     if target.len() > limits.uri_bytes_max {
         return Err(HeadError::UriTooLong);
+    }
+    // RFC 9112 §3.2: no form of request-target has a fragment; a client
+    // must not send one. Refuse rather than let `#` reach a path.
+    if memchr::memchr(b'#', target.as_bytes()).is_some() {
+        return Err(HeadError::BadRequest("fragment in request target"));
     }
     let version = if minor == 0 { Version::Http10 } else { Version::Http11 };
     let headers: &'h [httparse::Header<'b>] = req.headers;
@@ -665,6 +670,8 @@ mod tests {
             (b"GET /a b HTTP/1.1\r\nHost: a\r\n\r\n", 400),
             (b"G\x01T / HTTP/1.1\r\nHost: a\r\n\r\n", 400),
             (b"GET foo HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+            (b"GET /a#b HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+            (b"GET http://a/#b HTTP/1.1\r\nHost: a\r\n\r\n", 400),
             (b"GET ftp://a/ HTTP/1.1\r\nHost: a\r\n\r\n", 400),
             (b"GET http:///x HTTP/1.1\r\nHost: a\r\n\r\n", 400),
             (b"GET http://a@b/ HTTP/1.1\r\nHost: a\r\n\r\n", 400),

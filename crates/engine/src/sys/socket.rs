@@ -18,6 +18,11 @@ pub(crate) fn bind_group(addr: SocketAddr, n_workers: usize) -> io::Result<Vec<T
     // traffic. Probe with an ordinary bind first to report "in use" plainly.
     if addr.port() != 0 {
         let probe = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+        if addr.is_ipv6() {
+            // As the listeners below: otherwise `[::]:P` would collide
+            // with a separate `0.0.0.0:P` listener that is allowed.
+            probe.set_only_v6(true)?;
+        }
         probe.set_reuse_address(true)?;
         probe.bind(&addr.into())?;
     }

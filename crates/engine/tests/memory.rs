@@ -1,0 +1,70 @@
+//! A request that announces a large body costs memory as its bytes arrive,
+//! not up front: the read buffer grows geometrically. Watched with a global
+//! allocator that records the largest allocation (the only test in this
+//! binary, so nothing else allocates meanwhile).
+
+mod common;
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use common::{start_with, Client, PATIENCE};
+use peregrine::{Limits, Request, Response};
+
+struct Largest;
+
+static LARGEST: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: forwards to the system allocator unchanged; only records sizes.
+unsafe impl GlobalAlloc for Largest {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LARGEST.fetch_max(layout.size(), Ordering::Relaxed);
+        // SAFETY: same contract as our caller's.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: same contract as our caller's.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        LARGEST.fetch_max(new_size, Ordering::Relaxed);
+        // SAFETY: same contract as our caller's.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Largest = Largest;
+
+#[test]
+fn an_announced_body_is_not_allocated_before_it_arrives() {
+    let server = start_with(
+        Limits {
+            body_bytes_max: 1 << 30,
+            ..Limits::default()
+        },
+        |req: &Request<'_>| Response::text(format!("{}", req.body().len())),
+    );
+    static BODY: [u8; 40 << 10] = [b'a'; 40 << 10];
+    let mut c = Client::connect(server.local_addr());
+    // Start counting now: the server's start-up allocates its tables.
+    std::thread::sleep(Duration::from_millis(100));
+    LARGEST.store(0, Ordering::SeqCst);
+    // 1 GiB announced, 40 KiB sent: more than the 16 KiB pooled buffer, so
+    // the server must grow it, but only to what has come.
+    c.send(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000000\r\n\r\n");
+    c.send(&BODY);
+    let start = Instant::now();
+    while LARGEST.load(Ordering::SeqCst) <= 16 << 10 {
+        assert!(start.elapsed() < PATIENCE, "the server never grew its buffer");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // Give it the chance to read all that was sent.
+    std::thread::sleep(Duration::from_millis(200));
+    let largest = LARGEST.load(Ordering::SeqCst);
+    assert!(
+        largest < 1 << 20,
+        "largest allocation {largest} bytes for 40 KiB received"
+    );
+}
