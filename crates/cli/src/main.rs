@@ -1,12 +1,14 @@
 //! The `peregrine` command: glue between the command line and the libraries.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use peregrine::{AccessLog, Limits, Request, Response, Server};
+use peregrine_files::{FileServer, Options};
 
 /// Peregrine: a fast HTTP/1.1 server.
 #[derive(Parser, Debug)]
@@ -23,6 +25,72 @@ enum Command {
         #[command(flatten)]
         server: ServerArgs,
     },
+    /// Serve the files of a directory.
+    Serve {
+        /// The directory to serve.
+        #[arg(value_name = "DIR")]
+        root: PathBuf,
+        #[command(flatten)]
+        files: FileArgs,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+}
+
+/// How `serve` answers for files.
+#[derive(Args, Debug)]
+struct FileArgs {
+    /// File names tried for a directory, in order (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "index.html", value_name = "NAMES")]
+    index: Vec<String>,
+    /// List directories that have no index file, as HTML.
+    #[arg(long)]
+    list_dirs: bool,
+    /// Follow symlinks that lead outside the directory (by default only
+    /// symlinks that resolve inside it are followed).
+    #[arg(long)]
+    follow_symlinks: bool,
+    /// Page sent with 404 for missing paths (a path within DIR).
+    #[arg(long = "404", value_name = "PATH")]
+    not_found: Option<String>,
+    /// Page sent with 200 for missing paths without a file extension, for
+    /// single-page applications (a path within DIR, e.g. index.html).
+    #[arg(long, value_name = "PATH")]
+    fallback: Option<String>,
+    /// Cache-Control for paths matching GLOB: `GLOB=VALUE`, repeatable, first
+    /// match wins; `VALUE` alone sets the default (`no-cache`).
+    #[arg(long = "cache-control", value_name = "[GLOB=]VALUE")]
+    cache_control: Vec<String>,
+    /// Do not send X-Content-Type-Options, X-Frame-Options and
+    /// Referrer-Policy.
+    #[arg(long)]
+    no_security_headers: bool,
+    /// Do not look for pre-compressed siblings (NAME.br, NAME.zst, NAME.gz).
+    #[arg(long)]
+    no_precompressed: bool,
+}
+
+impl FileArgs {
+    fn options(&self, root: PathBuf) -> Options {
+        let mut o = Options::new(root);
+        o.index = self.index.clone();
+        o.list_dirs = self.list_dirs;
+        o.follow_symlinks = self.follow_symlinks;
+        o.not_found_page = self.not_found.clone();
+        o.fallback = self.fallback.clone();
+        for rule in &self.cache_control {
+            match rule.split_once('=') {
+                // A glob has no spaces before `=`; `max-age=60` is a value.
+                Some((glob, value)) if glob.starts_with('/') || glob.contains('*') => {
+                    o.cache_rules.push((glob.to_owned(), value.to_owned()))
+                }
+                _ => o.cache_control = Some(rule.clone()),
+            }
+        }
+        o.security_headers = !self.no_security_headers;
+        o.precompressed = !self.no_precompressed;
+        o
+    }
 }
 
 /// Flags every serving command shares.
@@ -162,6 +230,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let srv = server.limits.server(&server)?;
             let running = srv.start(|_req: &Request<'_>| Response::text("Hello, World!"))?;
             eprintln!("peregrine: hello on {}", join_addrs(running.local_addrs()));
+            running.wait()?;
+        }
+        Command::Serve { root, files, server } => {
+            let handler = FileServer::new(files.options(root.clone()))?;
+            let srv = server.limits.server(&server)?;
+            let running = srv.start(handler)?;
+            eprintln!(
+                "peregrine: serving {} on {}",
+                root.display(),
+                join_addrs(running.local_addrs())
+            );
             running.wait()?;
         }
     }

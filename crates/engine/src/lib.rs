@@ -56,7 +56,7 @@ pub use handler::{Handler, Reply};
 pub use limits::Limits;
 pub use request::{percent_decode, Request};
 pub use responder::Responder;
-pub use response::{Body, FileRange, Response, SharedBytes};
+pub use response::{Body, FileRange, HeaderBlock, Response, SharedBytes};
 pub use router::Router;
 pub use server::{Running, Server, ShutdownHandle};
 pub use sys::raise_open_files_limit;

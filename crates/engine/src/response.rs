@@ -21,6 +21,8 @@ pub struct Response {
     pub(crate) status: u16,
     pub(crate) content_type: Option<Cow<'static, str>>,
     pub(crate) headers: Vec<(Cow<'static, str>, Cow<'static, str>)>,
+    /// Header lines validated ahead of time, written verbatim.
+    pub(crate) block: Option<HeaderBlock>,
     pub(crate) body: Body,
     /// Set when a header given was invalid or reserved; answered as 500.
     pub(crate) invalid: Option<&'static str>,
@@ -176,6 +178,7 @@ impl Response {
             status,
             content_type: None,
             headers: Vec::new(),
+            block: None,
             body: Body::Empty,
             invalid,
             close: false,
@@ -251,6 +254,14 @@ impl Response {
         self
     }
 
+    /// Adds header fields validated ahead of time (see [`HeaderBlock`]):
+    /// the way to answer many requests with the same fields without building
+    /// them each time. Written after the fields given with `with_header`.
+    pub fn with_header_block(mut self, block: HeaderBlock) -> Self {
+        self.block = Some(block);
+        self
+    }
+
     /// Closes the connection once this response is sent.
     pub fn with_close(mut self) -> Self {
         self.close = true;
@@ -267,15 +278,77 @@ impl Response {
         if name.eq_ignore_ascii_case("content-type") {
             return self.content_type.as_deref();
         }
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_ref())
+        let given = self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name));
+        if let Some((_, v)) = given {
+            return Some(v.as_ref());
+        }
+        // The block was validated as UTF-8 lines `Name: value\r\n`.
+        let block = std::str::from_utf8(self.block.as_ref()?.as_bytes()).ok()?;
+        block.split("\r\n").find_map(|line| {
+            let (n, v) = line.split_once(": ")?;
+            n.eq_ignore_ascii_case(name).then_some(v)
+        })
     }
 
     /// The body.
     pub fn body(&self) -> &Body {
         &self.body
+    }
+}
+
+/// Header fields checked once and kept as the bytes that go on the wire
+/// (`Name: value\r\n` each), cheap to clone (one reference count).
+///
+/// A server answering the same resource many times (a file, an archive
+/// entry) builds its fields once and adds them to each response with
+/// [`Response::with_header_block`], so the hot path neither allocates nor
+/// re-validates.
+///
+/// ```
+/// use peregrine::{HeaderBlock, Response};
+/// let block = HeaderBlock::new(&[("Content-Type", "text/css"), ("ETag", "\"x\"")]).unwrap();
+/// let r = Response::new(200).with_header_block(block.clone());
+/// assert_eq!(block.as_bytes(), b"Content-Type: text/css\r\nETag: \"x\"\r\n");
+/// assert!(HeaderBlock::new(&[("Content-Length", "5")]).is_err());
+/// ```
+#[derive(Clone)]
+pub struct HeaderBlock(Arc<[u8]>);
+
+impl HeaderBlock {
+    /// Checks and joins `fields`. An invalid name or value, or a field the
+    /// engine writes itself (`Content-Length`, `Date`, ...), is an error
+    /// naming the field.
+    pub fn new(fields: &[(&str, &str)]) -> Result<Self, String> {
+        let mut bytes = Vec::new();
+        for (name, value) in fields {
+            if !crate::codec::head::is_token(name.as_bytes()) {
+                return Err(format!("invalid header field name {name:?}"));
+            }
+            if !is_valid_value(value.as_bytes()) {
+                return Err(format!("invalid value for header field {name}"));
+            }
+            if RESERVED.iter().any(|r| r.eq_ignore_ascii_case(name)) || name.eq_ignore_ascii_case("server") {
+                return Err(format!("header field {name} is written by the engine"));
+            }
+            bytes.extend_from_slice(name.as_bytes());
+            bytes.extend_from_slice(b": ");
+            bytes.extend_from_slice(value.as_bytes());
+            bytes.extend_from_slice(b"\r\n");
+        }
+        Ok(HeaderBlock(bytes.into()))
+    }
+
+    /// The fields as written on the wire.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for HeaderBlock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("HeaderBlock")
+            .field(&String::from_utf8_lossy(&self.0))
+            .finish()
     }
 }
 

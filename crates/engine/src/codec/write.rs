@@ -49,6 +49,9 @@ pub fn write_head(out: &mut Vec<u8>, resp: &Response, date: &[u8], framing: Body
         out.extend_from_slice(value.as_bytes());
         out.extend_from_slice(b"\r\n");
     }
+    if let Some(block) = &resp.block {
+        out.extend_from_slice(block.as_bytes());
+    }
     out.extend_from_slice(b"\r\n");
 }
 

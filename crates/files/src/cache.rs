@@ -1,0 +1,378 @@
+//! What a worker remembers about files: open handles, identities,
+//! validators, pre-built header blocks and, for small files, contents.
+//!
+//! One cache per worker thread and site (`thread_local!`), so lookups take
+//! no lock. An entry is trusted for `revalidate_interval`; after that one
+//! `stat` per variant tells whether the path still names the same unchanged
+//! file (device, inode, size, mtime), and the entry is rebuilt if not. Entity
+//! tags are content hashes, memoised process-wide by file identity so each
+//! file is hashed once, not once per worker.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::rc::Rc;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant, SystemTime};
+
+use peregrine::{Body, FileRange, HeaderBlock, SharedBytes};
+
+use crate::encoding::Encoding;
+use crate::sys::{self, FileId};
+
+/// Files up to this size are kept in memory and sent from there.
+pub const SMALL_FILE_BYTES: u64 = 64 * 1024;
+/// Entries per worker and site; past it, an arbitrary one is dropped.
+const ENTRIES_MAX: usize = 4096;
+/// Bytes of small-file contents per worker and site; past it, small files
+/// are sent from their file like large ones.
+const CONTENT_BYTES_MAX: usize = 64 << 20;
+/// Memoised entity tags, process-wide; cleared when full.
+const ETAGS_MAX: usize = 100_000;
+/// Bytes read at a time when hashing a large file.
+const HASH_BLOCK_BYTES: usize = 256 * 1024;
+
+/// A file as served in one coding.
+pub struct Variant {
+    pub id: FileId,
+    pub len: u64,
+    /// `"SIZE-HASH"`, a strong tag: the same bytes give the same tag,
+    /// whatever their mtime (reproducible builds).
+    pub etag: String,
+    pub last_modified: SystemTime,
+    /// The whole file in memory (small files), or its open handle.
+    pub data: Data,
+    /// Content-Type and everything of `meta`: a 200's fields.
+    pub block_200: HeaderBlock,
+    /// A 206/416's fields without Content-Type (multipart sets its own).
+    pub meta: HeaderBlock,
+    /// A 304's fields: ETag, Last-Modified, Cache-Control, Vary.
+    pub block_304: HeaderBlock,
+}
+
+/// Where a variant's bytes are.
+pub enum Data {
+    Memory(SharedBytes),
+    File(Arc<File>),
+}
+
+impl Variant {
+    /// The bytes `range` of the variant as a response body.
+    pub fn body(&self, range: std::ops::Range<u64>) -> Body {
+        match &self.data {
+            Data::Memory(bytes) => {
+                let whole = bytes.as_slice();
+                let part = &whole[range.start as usize..range.end as usize];
+                if part.len() == whole.len() {
+                    Body::Shared(bytes.clone())
+                } else {
+                    Body::Bytes(part.to_vec())
+                }
+            }
+            Data::File(file) => Body::File(FileRange::new(file.clone(), range.start, range.end - range.start)),
+        }
+    }
+
+    /// Reads `range` into `out` (for multipart answers).
+    pub fn read_into(&self, range: std::ops::Range<u64>, out: &mut Vec<u8>) -> io::Result<()> {
+        match &self.data {
+            Data::Memory(bytes) => {
+                out.extend_from_slice(&bytes.as_slice()[range.start as usize..range.end as usize]);
+                Ok(())
+            }
+            Data::File(file) => {
+                let at = out.len();
+                out.resize(at + (range.end - range.start) as usize, 0);
+                file.read_exact_at(&mut out[at..], range.start)
+            }
+        }
+    }
+}
+
+/// A file with its pre-compressed siblings.
+pub struct Resource {
+    /// The file's path within the root.
+    pub rel: String,
+    pub content_type: String,
+    pub identity: Variant,
+    /// Siblings found, in `Encoding::ALL` order.
+    pub encoded: Vec<(Encoding, Variant)>,
+    /// Available codings, for negotiation.
+    pub codings: Vec<Encoding>,
+    /// Siblings were looked for (so their appearing matters).
+    precompressed: bool,
+    checked: std::cell::Cell<Instant>,
+}
+
+impl Resource {
+    /// The variant for a coding (`None`: identity).
+    pub fn variant(&self, coding: Option<Encoding>) -> &Variant {
+        coding
+            .and_then(|c| self.encoded.iter().find(|(e, _)| *e == c))
+            .map_or(&self.identity, |(_, v)| v)
+    }
+
+    /// Whether responses vary by `Accept-Encoding`.
+    pub fn negotiable(&self) -> bool {
+        !self.encoded.is_empty()
+    }
+}
+
+/// The fields every response for a file carries besides validators.
+pub struct Fields<'a> {
+    pub cache_control: Option<&'a str>,
+    pub security_headers: bool,
+}
+
+/// Security headers sent by default (`--no-security-headers` drops them).
+pub const SECURITY_HEADERS: [(&str, &str); 3] = [
+    ("X-Content-Type-Options", "nosniff"),
+    ("X-Frame-Options", "SAMEORIGIN"),
+    ("Referrer-Policy", "strict-origin-when-cross-origin"),
+];
+
+/// One worker's entries for one site, keyed by raw request path.
+#[derive(Default)]
+pub struct Cache {
+    entries: HashMap<Box<[u8]>, Rc<Resource>>,
+    content_bytes: usize,
+}
+
+thread_local! {
+    /// The caches of this worker thread, one per site (by site id).
+    static CACHES: RefCell<Vec<(u64, Cache)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// Runs `f` with this thread's cache for site `id`.
+pub fn with_cache<R>(id: u64, f: impl FnOnce(&mut Cache) -> R) -> R {
+    CACHES.with(|caches| {
+        let mut caches = caches.borrow_mut();
+        let idx = match caches.iter().position(|(i, _)| *i == id) {
+            Some(idx) => idx,
+            None => {
+                caches.push((id, Cache::default()));
+                caches.len() - 1
+            }
+        };
+        f(&mut caches[idx].1)
+    })
+}
+
+impl Cache {
+    /// The cached resource for `key`, if still trusted (or still valid
+    /// after a re-`stat`).
+    pub fn get(
+        &mut self,
+        key: &[u8],
+        root: &std::os::fd::OwnedFd,
+        interval: Duration,
+        now: Instant,
+    ) -> Option<Rc<Resource>> {
+        let res = self.entries.get(key)?;
+        if now.saturating_duration_since(res.checked.get()) < interval {
+            return Some(res.clone());
+        }
+        if still_valid(res, root) {
+            res.checked.set(now);
+            return Some(res.clone());
+        }
+        self.remove(key);
+        None
+    }
+
+    /// Remembers a resource found for `key`.
+    pub fn insert(&mut self, key: &[u8], res: Rc<Resource>) {
+        if self.entries.len() >= ENTRIES_MAX {
+            if let Some(victim) = self.entries.keys().next().cloned() {
+                self.remove(&victim);
+            }
+        }
+        self.content_bytes += memory_bytes(&res);
+        if let Some(old) = self.entries.insert(key.into(), res) {
+            self.content_bytes -= memory_bytes(&old);
+        }
+    }
+
+    /// Bytes of small-file contents this cache may still hold.
+    pub fn room(&self) -> u64 {
+        CONTENT_BYTES_MAX.saturating_sub(self.content_bytes) as u64
+    }
+
+    fn remove(&mut self, key: &[u8]) {
+        if let Some(old) = self.entries.remove(key) {
+            self.content_bytes -= memory_bytes(&old);
+        }
+    }
+}
+
+fn memory_bytes(res: &Resource) -> usize {
+    std::iter::once(&res.identity)
+        .chain(res.encoded.iter().map(|(_, v)| v))
+        .map(|v| match &v.data {
+            Data::Memory(b) => b.as_slice().len(),
+            Data::File(_) => 0,
+        })
+        .sum()
+}
+
+/// Whether every variant's path still names the same unchanged file, and no
+/// sibling appeared.
+fn still_valid(res: &Resource, root: &std::os::fd::OwnedFd) -> bool {
+    if sys::stat_beneath(root, &res.rel).ok() != Some(res.identity.id) {
+        return false;
+    }
+    if !res.precompressed {
+        return true;
+    }
+    Encoding::ALL.iter().all(|&e| {
+        let now = sys::stat_beneath(root, &format!("{}{}", res.rel, e.suffix())).ok();
+        let was = res.encoded.iter().find(|(c, _)| *c == e).map(|(_, v)| v.id);
+        now.filter(|id| id.is_file) == was
+    })
+}
+
+/// Opens `rel` and its siblings and builds the resource, keeping contents
+/// of small files in memory while `room` (bytes) allows. `Ok(None)`: the
+/// path is not a regular file.
+pub fn load(
+    root: &std::os::fd::OwnedFd,
+    rel: &str,
+    follow_symlinks: bool,
+    precompressed: bool,
+    fields: &Fields<'_>,
+    mut room: u64,
+) -> io::Result<Option<Resource>> {
+    let file = sys::open_beneath(root, rel, follow_symlinks)?;
+    let id = sys::fstat(&file)?;
+    if !id.is_file {
+        return Ok(None);
+    }
+    let name = rel.rsplit('/').next().unwrap_or(rel);
+    let content_type = crate::mime::content_type(name);
+    let mut encoded = Vec::new();
+    if precompressed {
+        for e in Encoding::ALL {
+            let Ok(sibling) = sys::open_beneath(root, &format!("{rel}{}", e.suffix()), follow_symlinks) else {
+                continue;
+            };
+            let Ok(sid) = sys::fstat(&sibling) else { continue };
+            if sid.is_file {
+                encoded.push((e, (sibling, sid)));
+            }
+        }
+    }
+    let negotiable = !encoded.is_empty();
+    let identity = variant(file, id, &content_type, None, negotiable, fields, &mut room)?;
+    let mut variants = Vec::new();
+    for (e, (f, sid)) in encoded {
+        variants.push((e, variant(f, sid, &content_type, Some(e), true, fields, &mut room)?));
+    }
+    Ok(Some(Resource {
+        rel: rel.to_owned(),
+        content_type,
+        identity,
+        codings: variants.iter().map(|(e, _)| *e).collect(),
+        encoded: variants,
+        precompressed,
+        checked: std::cell::Cell::new(Instant::now()),
+    }))
+}
+
+fn variant(
+    file: File,
+    id: FileId,
+    content_type: &str,
+    coding: Option<Encoding>,
+    negotiable: bool,
+    fields: &Fields<'_>,
+    room: &mut u64,
+) -> io::Result<Variant> {
+    let small = id.size <= SMALL_FILE_BYTES && id.size <= *room;
+    if small {
+        *room -= id.size;
+    }
+    let (data, etag) = if small {
+        let mut bytes = vec![0; id.size as usize];
+        file.read_exact_at(&mut bytes, 0)?;
+        // The file may have grown or changed since fstat: what we read is
+        // what we serve, and the tag is of that.
+        let etag = format_etag(bytes.len() as u64, xxhash_rust::xxh3::xxh3_64(&bytes));
+        (Data::Memory(SharedBytes::new(Arc::new(bytes))), etag)
+    } else {
+        let etag = etag_of_file(&file, id)?;
+        (Data::File(Arc::new(file)), etag)
+    };
+    let len = match &data {
+        Data::Memory(b) => b.as_slice().len() as u64,
+        Data::File(_) => id.size,
+    };
+    let last_modified = SystemTime::UNIX_EPOCH + Duration::from_nanos(u64::try_from(id.mtime_ns).unwrap_or(0));
+    let lm = httpdate::fmt_http_date(last_modified);
+    let mut meta: Vec<(&str, &str)> = vec![("ETag", &etag), ("Last-Modified", &lm), ("Accept-Ranges", "bytes")];
+    if let Some(cc) = fields.cache_control {
+        meta.push(("Cache-Control", cc));
+    }
+    if negotiable {
+        meta.push(("Vary", "Accept-Encoding"));
+    }
+    if let Some(e) = coding {
+        meta.push(("Content-Encoding", e.name()));
+    }
+    if fields.security_headers {
+        meta.extend(SECURITY_HEADERS);
+    }
+    let mut with_type = vec![("Content-Type", content_type)];
+    with_type.extend(meta.iter().copied());
+    let mut not_modified: Vec<(&str, &str)> = vec![("ETag", &etag), ("Last-Modified", &lm)];
+    if let Some(cc) = fields.cache_control {
+        not_modified.push(("Cache-Control", cc));
+    }
+    if negotiable {
+        not_modified.push(("Vary", "Accept-Encoding"));
+    }
+    let block = |f: &[(&str, &str)]| HeaderBlock::new(f).map_err(io::Error::other);
+    Ok(Variant {
+        id,
+        len,
+        block_200: block(&with_type)?,
+        meta: block(&meta)?,
+        block_304: block(&not_modified)?,
+        etag,
+        last_modified,
+        data,
+    })
+}
+
+fn format_etag(len: u64, hash: u64) -> String {
+    format!("\"{len:x}-{hash:016x}\"")
+}
+
+/// The tag of a large file, hashed once per process per file identity.
+fn etag_of_file(file: &File, id: FileId) -> io::Result<String> {
+    static MEMO: OnceLock<Mutex<HashMap<FileId, String>>> = OnceLock::new();
+    let memo = MEMO.get_or_init(Default::default);
+    if let Some(tag) = memo.lock().unwrap_or_else(|e| e.into_inner()).get(&id) {
+        return Ok(tag.clone());
+    }
+    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    let mut buf = vec![0; HASH_BLOCK_BYTES];
+    let mut at = 0u64;
+    while at < id.size {
+        let want = (id.size - at).min(HASH_BLOCK_BYTES as u64) as usize;
+        let n = file.read_at(&mut buf[..want], at)?;
+        if n == 0 {
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "file shrank while hashed"));
+        }
+        hasher.update(&buf[..n]);
+        at += n as u64;
+    }
+    let tag = format_etag(id.size, hasher.digest());
+    let mut memo = memo.lock().unwrap_or_else(|e| e.into_inner());
+    if memo.len() >= ETAGS_MAX {
+        memo.clear();
+    }
+    memo.insert(id, tag.clone());
+    Ok(tag)
+}

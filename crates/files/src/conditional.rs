@@ -1,0 +1,334 @@
+//! Conditional requests (RFC 9110 §13): validators in, a verdict out.
+//! Pure; the order of evaluation is §13.2.2's.
+
+use std::time::SystemTime;
+
+/// The request's precondition fields (raw values; absent when `None`).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Preconditions<'a> {
+    /// `If-Match`.
+    pub if_match: Option<&'a [u8]>,
+    /// `If-None-Match`.
+    pub if_none_match: Option<&'a [u8]>,
+    /// `If-Modified-Since`.
+    pub if_modified_since: Option<&'a [u8]>,
+    /// `If-Unmodified-Since`.
+    pub if_unmodified_since: Option<&'a [u8]>,
+}
+
+/// What to answer, given the selected representation's validators.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Go on: answer normally (200 or 206).
+    Proceed,
+    /// 304 Not Modified.
+    NotModified,
+    /// 412 Precondition Failed.
+    PreconditionFailed,
+}
+
+/// Evaluates the preconditions of a GET or HEAD against a representation
+/// with strong entity tag `etag` (quotes included) and `last_modified`.
+pub fn evaluate(pre: &Preconditions<'_>, etag: &str, last_modified: SystemTime) -> Verdict {
+    // Step 1: If-Match, strong comparison (§13.1.1).
+    if let Some(value) = pre.if_match {
+        if !matches_any(value, etag, Comparison::Strong) {
+            return Verdict::PreconditionFailed;
+        }
+    } else if let Some(date) = pre.if_unmodified_since.and_then(parse_date) {
+        // Step 2: If-Unmodified-Since, only without If-Match; an invalid
+        // date is ignored (§13.1.4).
+        if seconds(last_modified) > seconds(date) {
+            return Verdict::PreconditionFailed;
+        }
+    }
+    // Step 3: If-None-Match, weak comparison (§13.1.2).
+    if let Some(value) = pre.if_none_match {
+        if matches_any(value, etag, Comparison::Weak) {
+            return Verdict::NotModified;
+        }
+    } else if let Some(date) = pre.if_modified_since.and_then(parse_date) {
+        // Step 4: If-Modified-Since, only without If-None-Match.
+        if seconds(last_modified) <= seconds(date) {
+            return Verdict::NotModified;
+        }
+    }
+    Verdict::Proceed
+}
+
+/// Whether a Range request may be honoured given its `If-Range` value
+/// (§13.1.5): the entity tag must match strongly, or the date must equal
+/// Last-Modified exactly. No `If-Range` means yes.
+pub fn if_range_holds(value: Option<&[u8]>, etag: &str, last_modified: SystemTime) -> bool {
+    let Some(value) = value else { return true };
+    let value = trim(value);
+    if value.starts_with(b"\"") || value.starts_with(b"W/") {
+        // A weak tag never matches strongly.
+        return value == etag.as_bytes();
+    }
+    parse_date(value).is_some_and(|d| seconds(d) == seconds(last_modified))
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Comparison {
+    Strong,
+    Weak,
+}
+
+/// `*` or a list of entity tags, one of which matches `etag`.
+fn matches_any(value: &[u8], etag: &str, how: Comparison) -> bool {
+    let value = trim(value);
+    if value == b"*" {
+        return true;
+    }
+    let ours = etag.as_bytes();
+    let ours_opaque = ours.strip_prefix(b"W/").unwrap_or(ours);
+    tags(value).any(|tag| match how {
+        // Strong: both strong and identical.
+        Comparison::Strong => !tag.starts_with(b"W/") && !ours.starts_with(b"W/") && tag == ours,
+        // Weak: opaque tags identical, weakness ignored.
+        Comparison::Weak => tag.strip_prefix(b"W/").unwrap_or(tag) == ours_opaque,
+    })
+}
+
+/// The entity tags of a list, quotes included; commas inside quotes are
+/// part of the tag (an entity tag may hold any byte but `"`).
+fn tags(list: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut rest = list;
+    std::iter::from_fn(move || loop {
+        rest = trim_start(rest);
+        while let [b',', tail @ ..] = rest {
+            rest = trim_start(tail);
+        }
+        if rest.is_empty() {
+            return None;
+        }
+        let start = rest;
+        let body = rest.strip_prefix(b"W/").unwrap_or(rest);
+        let prefix = start.len() - body.len();
+        if body.first() == Some(&b'"') {
+            if let Some(close) = body[1..].iter().position(|&b| b == b'"') {
+                let len = prefix + close + 2;
+                rest = &start[len..];
+                return Some(&start[..len]);
+            }
+        }
+        // Not an entity tag: skip to the next comma.
+        let end = start.iter().position(|&b| b == b',').unwrap_or(start.len());
+        rest = &start[end..];
+        if rest.is_empty() {
+            return None;
+        }
+    })
+}
+
+fn parse_date(value: &[u8]) -> Option<SystemTime> {
+    httpdate::parse_http_date(std::str::from_utf8(trim(value)).ok()?).ok()
+}
+
+/// HTTP dates have one-second resolution; compare at that.
+fn seconds(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+fn trim_start(mut s: &[u8]) -> &[u8] {
+    while let [b' ' | b'\t', rest @ ..] = s {
+        s = rest;
+    }
+    s
+}
+
+fn trim(s: &[u8]) -> &[u8] {
+    let mut s = trim_start(s);
+    while let [rest @ .., b' ' | b'\t'] = s {
+        s = rest;
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    const TAG: &str = "\"abc\"";
+
+    fn at(secs: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
+    }
+
+    // 1994-11-06 08:49:37 UTC, RFC 9110's example date.
+    const T: u64 = 784_111_777;
+    const DATE: &[u8] = b"Sun, 06 Nov 1994 08:49:37 GMT";
+    const EARLIER: &[u8] = b"Sun, 06 Nov 1994 08:49:36 GMT";
+
+    #[test]
+    fn preconditions_are_evaluated_in_rfc_order() {
+        use Verdict::*;
+        let none = Preconditions::default();
+        let table: &[(Preconditions<'_>, Verdict)] = &[
+            (none, Proceed),
+            // If-None-Match: weak comparison, lists, *.
+            (
+                Preconditions {
+                    if_none_match: Some(b"\"abc\""),
+                    ..none
+                },
+                NotModified,
+            ),
+            (
+                Preconditions {
+                    if_none_match: Some(b"W/\"abc\""),
+                    ..none
+                },
+                NotModified,
+            ),
+            (
+                Preconditions {
+                    if_none_match: Some(b"\"x\", \"abc\""),
+                    ..none
+                },
+                NotModified,
+            ),
+            (
+                Preconditions {
+                    if_none_match: Some(b"\"x\",\"y\""),
+                    ..none
+                },
+                Proceed,
+            ),
+            (
+                Preconditions {
+                    if_none_match: Some(b"*"),
+                    ..none
+                },
+                NotModified,
+            ),
+            (
+                Preconditions {
+                    if_none_match: Some(b"\"a,bc\""),
+                    ..none
+                },
+                Proceed,
+            ),
+            (
+                Preconditions {
+                    if_none_match: Some(b"abc"),
+                    ..none
+                },
+                Proceed,
+            ),
+            // If-Modified-Since, ignored when If-None-Match is present.
+            (
+                Preconditions {
+                    if_modified_since: Some(DATE),
+                    ..none
+                },
+                NotModified,
+            ),
+            (
+                Preconditions {
+                    if_modified_since: Some(EARLIER),
+                    ..none
+                },
+                Proceed,
+            ),
+            (
+                Preconditions {
+                    if_modified_since: Some(b"yesterday"),
+                    ..none
+                },
+                Proceed,
+            ),
+            (
+                Preconditions {
+                    if_none_match: Some(b"\"x\""),
+                    if_modified_since: Some(DATE),
+                    ..none
+                },
+                Proceed,
+            ),
+            // If-Match: strong comparison, and it wins over If-None-Match.
+            (
+                Preconditions {
+                    if_match: Some(b"\"abc\""),
+                    ..none
+                },
+                Proceed,
+            ),
+            (
+                Preconditions {
+                    if_match: Some(b"W/\"abc\""),
+                    ..none
+                },
+                PreconditionFailed,
+            ),
+            (
+                Preconditions {
+                    if_match: Some(b"*"),
+                    ..none
+                },
+                Proceed,
+            ),
+            (
+                Preconditions {
+                    if_match: Some(b"\"x\""),
+                    ..none
+                },
+                PreconditionFailed,
+            ),
+            (
+                Preconditions {
+                    if_match: Some(b"\"x\""),
+                    if_none_match: Some(b"\"abc\""),
+                    ..none
+                },
+                PreconditionFailed,
+            ),
+            // If-Unmodified-Since, ignored when If-Match is present.
+            (
+                Preconditions {
+                    if_unmodified_since: Some(EARLIER),
+                    ..none
+                },
+                PreconditionFailed,
+            ),
+            (
+                Preconditions {
+                    if_unmodified_since: Some(DATE),
+                    ..none
+                },
+                Proceed,
+            ),
+            (
+                Preconditions {
+                    if_match: Some(b"\"abc\""),
+                    if_unmodified_since: Some(EARLIER),
+                    ..none
+                },
+                Proceed,
+            ),
+            (
+                Preconditions {
+                    if_unmodified_since: Some(b"garbage"),
+                    ..none
+                },
+                Proceed,
+            ),
+        ];
+        for (pre, want) in table {
+            assert_eq!(evaluate(pre, TAG, at(T)), *want, "{pre:?}");
+        }
+    }
+
+    #[test]
+    fn if_range_needs_a_strong_match_or_the_exact_date() {
+        assert!(if_range_holds(None, TAG, at(T)));
+        assert!(if_range_holds(Some(b"\"abc\""), TAG, at(T)));
+        assert!(!if_range_holds(Some(b"W/\"abc\""), TAG, at(T)));
+        assert!(!if_range_holds(Some(b"\"x\""), TAG, at(T)));
+        assert!(if_range_holds(Some(DATE), TAG, at(T)));
+        assert!(!if_range_holds(Some(EARLIER), TAG, at(T)));
+        assert!(!if_range_holds(Some(b"nonsense"), TAG, at(T)));
+    }
+}

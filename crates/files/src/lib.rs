@@ -1,0 +1,128 @@
+//! Static file serving for Peregrine: `peregrine serve DIR`.
+//!
+//! [`FileServer`] is a [`peregrine::Handler`]. Each request goes through one
+//! linear pipeline (as static-web-server's handler does), each step a module
+//! with its own tests:
+//!
+//! method → [`path`] (normalise, refuse) → lookup (`cache`, through `sys`,
+//! which keeps every open beneath the root) → directory (index, redirect,
+//! `listing`) → [`encoding`] (pre-compressed siblings) → [`conditional`]
+//! (304/412) → [`range`] (206/416) → reply.
+//!
+//! ```no_run
+//! use peregrine::Server;
+//! use peregrine_files::{FileServer, Options};
+//!
+//! let files = FileServer::new(Options::new("./public")).unwrap();
+//! Server::new().bind("127.0.0.1:8080").serve(files).unwrap();
+//! ```
+
+#![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+mod cache;
+pub mod conditional;
+pub mod encoding;
+mod listing;
+pub mod mime;
+pub mod path;
+pub mod range;
+mod serve;
+#[allow(unsafe_code)]
+mod sys;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use peregrine::{Handler, Reply, Request};
+
+/// How a directory is served. Defaults are those of `peregrine serve`.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// The directory served.
+    pub root: PathBuf,
+    /// File names tried, in order, for a directory (default `index.html`).
+    pub index: Vec<String>,
+    /// List a directory without an index file as HTML (default off: 404).
+    pub list_dirs: bool,
+    /// Follow symlinks that point outside the root (default off: only
+    /// symlinks that resolve inside the root are followed).
+    pub follow_symlinks: bool,
+    /// A page (path within the root) sent with 404 for a missing path.
+    pub not_found_page: Option<String>,
+    /// A page (path within the root) sent with 200 for a missing path that
+    /// has no file extension: single-page applications' routes. Missing
+    /// assets (`/app.js`) still get a real 404.
+    pub fallback: Option<String>,
+    /// `Cache-Control` for files no rule matches (default `no-cache`:
+    /// always revalidate, which the validators make cheap).
+    pub cache_control: Option<String>,
+    /// `Cache-Control` per path glob (`/assets/**`, `*.woff2`), first match
+    /// wins; matched against the file's path within the root, with a
+    /// leading `/`.
+    pub cache_rules: Vec<(String, String)>,
+    /// Send `X-Content-Type-Options: nosniff`, `X-Frame-Options:
+    /// SAMEORIGIN` and `Referrer-Policy: strict-origin-when-cross-origin`
+    /// (default on).
+    pub security_headers: bool,
+    /// Look for `NAME.br`, `NAME.zst` and `NAME.gz` next to each file and
+    /// serve them to clients that accept them (default on).
+    pub precompressed: bool,
+    /// How long a cached lookup is trusted before the file is `stat`ed
+    /// again to see whether it changed (default 1 s; zero: every request).
+    pub revalidate_interval: Duration,
+}
+
+impl Options {
+    /// The defaults, serving `root`.
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        Options {
+            root: root.into(),
+            index: vec!["index.html".to_owned()],
+            list_dirs: false,
+            follow_symlinks: false,
+            not_found_page: None,
+            fallback: None,
+            cache_control: Some("no-cache".to_owned()),
+            cache_rules: Vec::new(),
+            security_headers: true,
+            precompressed: true,
+            revalidate_interval: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Why a [`FileServer`] could not be made.
+#[derive(Debug)]
+pub struct Error(String);
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// Serves a directory. Cheap to share: workers keep their own caches.
+pub struct FileServer {
+    inner: Arc<serve::Site>,
+}
+
+impl FileServer {
+    /// Opens the root and checks the options.
+    pub fn new(options: Options) -> Result<Self, Error> {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(0);
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        let site = serve::Site::new(options, id)?;
+        Ok(FileServer { inner: Arc::new(site) })
+    }
+}
+
+impl Handler for FileServer {
+    fn call(&self, req: &Request<'_>) -> Reply {
+        Reply::Now(self.inner.respond(req))
+    }
+}

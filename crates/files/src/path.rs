@@ -1,0 +1,220 @@
+//! From a request path to a path relative to the served root, or a reason
+//! to refuse it. Pure: no file system access, so it is tested as a byte
+//! table and fuzzed.
+//!
+//! The steps, in order:
+//! 1. percent-decode once (`%2e%2e` is `..`; `%252e` stays the literal
+//!    `%2e`, a file name like any other);
+//! 2. refuse what no file path should hold: NUL (`%00`), backslashes, bytes
+//!    that are not UTF-8 (overlong forms such as `%c0%ae` among them), other
+//!    control bytes;
+//! 3. remove dot segments (RFC 3986 §5.2.4: `..` above the root stays at the
+//!    root) and collapse empty segments (`//`).
+//!
+//! The result never starts with `/`, never contains `.` or `..` segments or
+//! empty ones, so joining it to the root cannot leave the root (symlinks are
+//! the file system layer's business: see `sys`).
+
+use std::fmt;
+
+/// A request path made safe to join to the root.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SitePath {
+    /// Segments joined by `/`, without a leading `/`; empty for the root.
+    pub rel: String,
+    /// The request path ended with `/` (or was the root).
+    pub trailing_slash: bool,
+}
+
+impl SitePath {
+    /// The segments, in order.
+    pub fn segments(&self) -> impl Iterator<Item = &str> {
+        self.rel.split('/').filter(|s| !s.is_empty())
+    }
+
+    /// Whether a segment names a dotfile or dot-directory, other than a
+    /// leading `.well-known` (RFC 8615).
+    pub fn is_hidden(&self) -> bool {
+        self.segments()
+            .enumerate()
+            .any(|(i, s)| s.starts_with('.') && !(i == 0 && s == ".well-known"))
+    }
+
+    /// The last segment, if any.
+    pub fn file_name(&self) -> Option<&str> {
+        self.segments().last()
+    }
+}
+
+/// Why a path was refused; each becomes a 400 naming the problem.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PathError {
+    /// The path does not start with `/` (e.g. `*`).
+    NotAbsolute,
+    /// `%00`, or a raw NUL.
+    Nul,
+    /// A backslash, raw or `%5c`: on some systems a separator.
+    Backslash,
+    /// A control byte other than NUL.
+    Control,
+    /// The decoded bytes are not UTF-8 (this includes overlong encodings).
+    NotUtf8,
+}
+
+impl PathError {
+    /// The reason given in the 400 response.
+    pub fn reason(self) -> &'static str {
+        match self {
+            PathError::NotAbsolute => "path does not start with /",
+            PathError::Nul => "NUL byte in path",
+            PathError::Backslash => "backslash in path",
+            PathError::Control => "control byte in path",
+            PathError::NotUtf8 => "path is not UTF-8",
+        }
+    }
+}
+
+impl fmt::Display for PathError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.reason())
+    }
+}
+
+impl std::error::Error for PathError {}
+
+/// Normalises a raw (still percent-encoded) request path, query excluded.
+pub fn normalize(raw: &[u8]) -> Result<SitePath, PathError> {
+    if raw.first() != Some(&b'/') {
+        return Err(PathError::NotAbsolute);
+    }
+    let decoded = peregrine::percent_decode(raw);
+    for &b in decoded.iter() {
+        match b {
+            0 => return Err(PathError::Nul),
+            b'\\' => return Err(PathError::Backslash),
+            0x01..=0x1f | 0x7f => return Err(PathError::Control),
+            _ => {}
+        }
+    }
+    let decoded = std::str::from_utf8(&decoded).map_err(|_| PathError::NotUtf8)?;
+    let trailing_slash = decoded.ends_with('/');
+    let mut out: Vec<&str> = Vec::new();
+    let mut last_was_dot = false;
+    for seg in decoded.split('/') {
+        last_was_dot = false;
+        match seg {
+            "" => {}
+            "." => last_was_dot = true,
+            ".." => {
+                out.pop();
+                last_was_dot = true;
+            }
+            s => out.push(s),
+        }
+    }
+    Ok(SitePath {
+        rel: out.join("/"),
+        // `/a/.` and `/a/..` name directories (RFC 3986 §5.2.4 leaves a
+        // trailing slash for them).
+        trailing_slash: trailing_slash || last_was_dot || out.is_empty(),
+    })
+}
+
+/// Percent-encodes a site path for a `Location` header or a link: every
+/// byte outside RFC 3986's unreserved set and `/` is escaped.
+pub fn encode(path: &str) -> String {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    let mut out = String::with_capacity(path.len());
+    for &b in path.as_bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~' | b'/') {
+            out.push(b as char);
+        } else {
+            out.push('%');
+            out.push(HEX[usize::from(b >> 4)] as char);
+            out.push(HEX[usize::from(b & 15)] as char);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok(raw: &str) -> (String, bool) {
+        let p = normalize(raw.as_bytes()).unwrap_or_else(|e| panic!("{raw}: {e}"));
+        (p.rel, p.trailing_slash)
+    }
+
+    #[test]
+    fn dot_segments_and_empty_segments_are_removed() {
+        let table: &[(&str, &str, bool)] = &[
+            ("/", "", true),
+            ("/a", "a", false),
+            ("/a/", "a", true),
+            ("//a///b", "a/b", false),
+            ("/a/./b", "a/b", false),
+            ("/a/b/..", "a", true),
+            ("/a/b/.", "a/b", true),
+            ("/abc/../def/../../", "", true),
+            ("/../../etc/passwd", "etc/passwd", false),
+            ("/a/../../../b", "b", false),
+            ("/%2e%2e/%2e%2e/etc/passwd", "etc/passwd", false),
+            ("/%2E%2E/secret", "secret", false),
+            ("/.%2e/secret", "secret", false),
+            ("/a%2f..%2f..%2fsecret", "secret", false),
+            // Decoded once only: `%252e` is the file name `%2e`.
+            ("/%252e%252e/secret", "%2e%2e/secret", false),
+            ("/a%20b", "a b", false),
+            ("/caf%C3%A9", "café", false),
+            ("/...", "...", false),
+            ("/a/..b", "a/..b", false),
+        ];
+        for (raw, rel, slash) in table {
+            assert_eq!(ok(raw), (rel.to_string(), *slash), "{raw}");
+        }
+    }
+
+    #[test]
+    fn dangerous_bytes_are_refused() {
+        let table: &[(&[u8], PathError)] = &[
+            (b"/a%00.html", PathError::Nul),
+            (b"/a\0", PathError::Nul),
+            (b"/..\\..\\etc", PathError::Backslash),
+            (b"/%5c..%5csecret", PathError::Backslash),
+            (b"/%c0%ae%c0%ae/secret", PathError::NotUtf8),
+            (b"/%e0%80%ae", PathError::NotUtf8),
+            (b"/%ff", PathError::NotUtf8),
+            (b"/a%0d%0aX: y", PathError::Control),
+            (b"/a%7f", PathError::Control),
+            (b"*", PathError::NotAbsolute),
+            (b"", PathError::NotAbsolute),
+            (b"a/b", PathError::NotAbsolute),
+        ];
+        for (raw, want) in table {
+            assert_eq!(normalize(raw), Err(*want), "{:?}", String::from_utf8_lossy(raw));
+        }
+    }
+
+    #[test]
+    fn dotfiles_are_hidden_except_well_known() {
+        let hidden = |raw: &str| normalize(raw.as_bytes()).unwrap().is_hidden();
+        assert!(hidden("/.env"));
+        assert!(hidden("/.git/config"));
+        assert!(hidden("/a/.htpasswd"));
+        assert!(hidden("/%2egit/HEAD"));
+        assert!(!hidden("/.well-known/security.txt"));
+        assert!(hidden("/a/.well-known/x"));
+        assert!(hidden("/.well-known/.secret"));
+        assert!(!hidden("/a.b/c"));
+        assert!(!hidden("/../x"));
+    }
+
+    #[test]
+    fn encoding_round_trips_through_normalize() {
+        for rel in ["a b/c?d#e", "café/%2e", "x+y&z=1"] {
+            let encoded = encode(&format!("/{rel}"));
+            assert_eq!(normalize(encoded.as_bytes()).unwrap().rel, rel);
+        }
+    }
+}
