@@ -1,0 +1,505 @@
+//! `FileServer` end to end: a real root on disk with a secret planted next
+//! to it, a real server on loopback, raw requests.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
+
+use peregrine::{Running, Server};
+use peregrine_files::{FileServer, Options};
+
+const SECRET: &str = "top secret: outside the root";
+
+/// A temporary directory `root/` with `secret.txt` beside it.
+struct Fixture {
+    dir: PathBuf,
+}
+
+impl Fixture {
+    fn new(name: &str) -> Fixture {
+        let dir = std::env::temp_dir().join(format!("peregrine-files-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("root")).unwrap();
+        std::fs::write(dir.join("secret.txt"), SECRET).unwrap();
+        Fixture { dir }
+    }
+
+    fn root(&self) -> PathBuf {
+        self.dir.join("root")
+    }
+
+    fn write(&self, rel: &str, bytes: impl AsRef<[u8]>) -> PathBuf {
+        let path = self.root().join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, bytes).unwrap();
+        path
+    }
+
+    fn serve(&self, tweak: impl FnOnce(&mut Options)) -> Running {
+        let mut options = Options::new(self.root());
+        tweak(&mut options);
+        Server::new()
+            .bind("127.0.0.1:0")
+            .workers(1)
+            .start(FileServer::new(options).unwrap())
+            .unwrap()
+    }
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[derive(Debug)]
+struct Resp {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Resp {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// Sends one request (`Connection: close` added) and reads the response.
+fn request(addr: SocketAddr, method: &str, target: &str, headers: &[(&str, &str)]) -> Resp {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut req = format!("{method} {target} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n");
+    for (n, v) in headers {
+        req.push_str(&format!("{n}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let mut h = [httparse::EMPTY_HEADER; 64];
+    let mut r = httparse::Response::new(&mut h);
+    let head_len = match r.parse(&raw).unwrap() {
+        httparse::Status::Complete(n) => n,
+        httparse::Status::Partial => panic!("incomplete response: {:?}", String::from_utf8_lossy(&raw)),
+    };
+    let headers: Vec<(String, String)> = r
+        .headers
+        .iter()
+        .map(|h| (h.name.to_owned(), String::from_utf8_lossy(h.value).into_owned()))
+        .collect();
+    let resp = Resp {
+        status: r.code.unwrap(),
+        headers,
+        body: raw[head_len..].to_vec(),
+    };
+    if let (Some(len), false) = (resp.header("content-length"), method == "HEAD") {
+        assert_eq!(
+            len.parse::<usize>().unwrap(),
+            resp.body.len(),
+            "Content-Length is right"
+        );
+    }
+    resp
+}
+
+fn get(addr: SocketAddr, target: &str) -> Resp {
+    request(addr, "GET", target, &[])
+}
+
+#[test]
+fn no_request_reaches_outside_the_root() {
+    let f = Fixture::new("traversal");
+    f.write("index.html", "home");
+    f.write("inner.txt", "inside");
+    std::os::unix::fs::symlink("../secret.txt", f.root().join("out")).unwrap();
+    std::os::unix::fs::symlink(f.dir.join("secret.txt"), f.root().join("abs")).unwrap();
+    std::os::unix::fs::symlink("..", f.root().join("up")).unwrap();
+    std::os::unix::fs::symlink("inner.txt", f.root().join("in")).unwrap();
+    let server = f.serve(|_| {});
+    let addr = server.local_addr();
+    for target in [
+        "/../secret.txt",
+        "/../../secret.txt",
+        "/%2e%2e/secret.txt",
+        "/%2E%2E/secret.txt",
+        "/.%2e/secret.txt",
+        "/%252e%252e/secret.txt",
+        "/..%2fsecret.txt",
+        "/%2e%2e%2fsecret.txt",
+        "/%c0%ae%c0%ae/secret.txt",
+        "/%e0%80%ae%e0%80%ae/secret.txt",
+        "/..\\secret.txt",
+        "/..%5csecret.txt",
+        "//../secret.txt",
+        "/./../secret.txt",
+        "/inner.txt/../../secret.txt",
+        "/out",
+        "/abs",
+        "/up/secret.txt",
+        "/secret.txt%00.html",
+        "/%00",
+    ] {
+        let r = get(addr, target);
+        assert!(
+            matches!(r.status, 400 | 403 | 404),
+            "{target}: {} {}",
+            r.status,
+            r.text()
+        );
+        assert!(!r.text().contains("top secret"), "{target} leaked the secret");
+    }
+    // NUL and backslashes are named in the 400.
+    let r = get(addr, "/a%00b");
+    assert_eq!((r.status, r.text().trim()), (400, "400 Bad Request: NUL byte in path"));
+    // A symlink that stays inside is followed.
+    assert_eq!(get(addr, "/in").text(), "inside");
+    // Absolute-form targets take the same path.
+    assert_eq!(get(addr, "http://t/../secret.txt").status, 404);
+
+    // --follow-symlinks lets the administrator's own links out.
+    let server = f.serve(|o| o.follow_symlinks = true);
+    assert_eq!(get(server.local_addr(), "/out").text(), SECRET);
+    assert_eq!(get(server.local_addr(), "/../secret.txt").status, 404);
+}
+
+#[test]
+fn dotfiles_are_hidden_except_well_known() {
+    let f = Fixture::new("dotfiles");
+    f.write(".env", "KEY=1");
+    f.write(".git/config", "[core]");
+    f.write(".well-known/security.txt", "Contact: x");
+    let server = f.serve(|_| {});
+    let addr = server.local_addr();
+    assert_eq!(get(addr, "/.env").status, 404);
+    assert_eq!(get(addr, "/.git/config").status, 404);
+    assert_eq!(get(addr, "/%2egit/config").status, 404);
+    assert_eq!(get(addr, "/.well-known/security.txt").text(), "Contact: x");
+}
+
+#[test]
+fn directories_redirect_index_and_list() {
+    let f = Fixture::new("dirs");
+    f.write("docs/index.html", "docs home");
+    f.write("empty/.keep", "");
+    f.write("files/b.txt", "b");
+    f.write("files/<a>&'\".txt", "x");
+    f.write("files/sub dir/x", "x");
+    f.write("files/.hidden", "x");
+    let server = f.serve(|_| {});
+    let addr = server.local_addr();
+    let r = get(addr, "/docs?x=1");
+    assert_eq!(r.status, 301);
+    assert_eq!(r.header("location"), Some("/docs/?x=1"));
+    assert_eq!(get(addr, "/docs/").text(), "docs home");
+    assert_eq!(get(addr, "/docs/index.html").text(), "docs home");
+    // No index, no listing: 404. A file with a trailing slash: 404.
+    assert_eq!(get(addr, "/files/").status, 404);
+    assert_eq!(get(addr, "/docs/index.html/").status, 404);
+
+    let server = f.serve(|o| o.list_dirs = true);
+    let r = get(server.local_addr(), "/files/");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-type"), Some("text/html; charset=utf-8"));
+    let html = r.text();
+    assert!(html.contains("&lt;a&gt;&amp;&#39;&quot;.txt"), "{html}");
+    assert!(!html.contains("<a>&"), "names are escaped: {html}");
+    assert!(html.contains("href=\"./sub%20dir/\""), "{html}");
+    assert!(!html.contains(".hidden"));
+    // Directories first, then files by name.
+    let sub = html.find("sub dir/").unwrap();
+    let a = html.find("&lt;a&gt;").unwrap();
+    let b = html.find(">b.txt<").unwrap();
+    assert!(sub < a && a < b, "{html}");
+}
+
+#[test]
+fn methods_other_than_get_and_head_are_refused_with_allow() {
+    let f = Fixture::new("methods");
+    f.write("a.txt", "hello");
+    let server = f.serve(|_| {});
+    let addr = server.local_addr();
+    let r = request(addr, "OPTIONS", "/a.txt", &[]);
+    assert_eq!((r.status, r.header("allow")), (204, Some("GET, HEAD, OPTIONS")));
+    let r = request(addr, "DELETE", "/a.txt", &[]);
+    assert_eq!((r.status, r.header("allow")), (405, Some("GET, HEAD, OPTIONS")));
+    let r = request(addr, "HEAD", "/a.txt", &[]);
+    assert_eq!(r.status, 200);
+    assert!(r.body.is_empty());
+}
+
+#[test]
+fn types_and_default_headers() {
+    let f = Fixture::new("types");
+    f.write("a.css", "body{}");
+    f.write("a.png", [0x89, b'P', b'N', b'G']);
+    f.write("assets/app.js", "x");
+    let server = f.serve(|o| {
+        o.cache_rules = vec![("/assets/**".into(), "public, max-age=31536000, immutable".into())];
+    });
+    let addr = server.local_addr();
+    let r = get(addr, "/a.css");
+    assert_eq!(r.header("content-type"), Some("text/css; charset=utf-8"));
+    assert_eq!(r.header("x-content-type-options"), Some("nosniff"));
+    assert_eq!(r.header("cache-control"), Some("no-cache"));
+    assert_eq!(get(addr, "/a.png").header("content-type"), Some("image/png"));
+    let r = get(addr, "/assets/app.js");
+    assert_eq!(r.header("content-type"), Some("text/javascript; charset=utf-8"));
+    assert_eq!(r.header("cache-control"), Some("public, max-age=31536000, immutable"));
+    let server = f.serve(|o| o.security_headers = false);
+    assert_eq!(
+        get(server.local_addr(), "/a.css").header("x-content-type-options"),
+        None
+    );
+}
+
+fn set_mtime(path: &Path, secs: u64) {
+    let f = std::fs::File::options().write(true).open(path).unwrap();
+    f.set_modified(SystemTime::UNIX_EPOCH + Duration::from_secs(secs))
+        .unwrap();
+}
+
+#[test]
+fn validators_answer_304_and_412_and_etags_ignore_mtime() {
+    let f = Fixture::new("conditional");
+    let path = f.write("a.txt", "same bytes");
+    set_mtime(&path, 1_000_000_000);
+    let server = f.serve(|o| o.revalidate_interval = Duration::ZERO);
+    let addr = server.local_addr();
+    let r = get(addr, "/a.txt");
+    let etag = r.header("etag").unwrap().to_owned();
+    assert!(etag.starts_with('"') && etag.ends_with('"'), "strong: {etag}");
+    assert_eq!(r.header("last-modified"), Some("Sun, 09 Sep 2001 01:46:40 GMT"));
+
+    // A rebuild that only changes the mtime keeps the tag.
+    set_mtime(&path, 0);
+    let r = get(addr, "/a.txt");
+    assert_eq!(r.header("etag"), Some(etag.as_str()));
+    assert_eq!(r.header("last-modified"), Some("Thu, 01 Jan 1970 00:00:00 GMT"));
+    set_mtime(&path, 1_000_000_000);
+
+    let cases: &[(&[(&str, &str)], u16)] = &[
+        (&[("If-None-Match", &etag)], 304),
+        (&[("If-None-Match", &format!("\"x\", W/{etag}"))], 304),
+        (&[("If-None-Match", "*")], 304),
+        (&[("If-None-Match", "\"other\"")], 200),
+        (&[("If-Modified-Since", "Sun, 09 Sep 2001 01:46:40 GMT")], 304),
+        (&[("If-Modified-Since", "Sun, 09 Sep 2001 01:46:39 GMT")], 200),
+        (
+            &[
+                ("If-None-Match", "\"other\""),
+                ("If-Modified-Since", "Sun, 09 Sep 2001 01:46:40 GMT"),
+            ],
+            200,
+        ),
+        (&[("If-Match", &etag)], 200),
+        (&[("If-Match", "\"other\"")], 412),
+        (&[("If-Match", &format!("W/{etag}"))], 412),
+        (&[("If-Unmodified-Since", "Sun, 09 Sep 2001 01:46:39 GMT")], 412),
+        (&[("If-Unmodified-Since", "Sun, 09 Sep 2001 01:46:40 GMT")], 200),
+    ];
+    for (headers, want) in cases {
+        let r = request(addr, "GET", "/a.txt", headers);
+        assert_eq!(r.status, *want, "{headers:?}");
+        if r.status == 304 {
+            assert!(r.body.is_empty());
+            assert_eq!(r.header("etag"), Some(etag.as_str()));
+            assert_eq!(r.header("cache-control"), Some("no-cache"));
+        }
+    }
+    // A changed file gets a new tag at once (revalidation interval zero).
+    std::fs::write(&path, "new bytes!").unwrap();
+    let r = request(addr, "GET", "/a.txt", &[("If-None-Match", &etag)]);
+    assert_eq!((r.status, r.text().as_str()), (200, "new bytes!"));
+    assert_ne!(r.header("etag"), Some(etag.as_str()));
+}
+
+#[test]
+fn ranges_single_suffix_multiple_and_unsatisfiable() {
+    let f = Fixture::new("ranges");
+    let content: Vec<u8> = (0..1000u32).map(|i| b'a' + (i % 26) as u8).collect();
+    f.write("f.txt", &content);
+    let server = f.serve(|_| {});
+    let addr = server.local_addr();
+    let range = |v: &str| request(addr, "GET", "/f.txt", &[("Range", v)]);
+
+    let r = range("bytes=10-19");
+    assert_eq!(r.status, 206);
+    assert_eq!(r.header("content-range"), Some("bytes 10-19/1000"));
+    assert_eq!(r.body, &content[10..20]);
+    let r = range("bytes=-5");
+    assert_eq!((r.status, r.header("content-range")), (206, Some("bytes 995-999/1000")));
+    assert_eq!(r.body, &content[995..]);
+    let r = range("bytes=990-");
+    assert_eq!(r.body, &content[990..]);
+    let r = range("bytes=990-5000");
+    assert_eq!(r.header("content-range"), Some("bytes 990-999/1000"));
+
+    let r = range("bytes=1000-");
+    assert_eq!((r.status, r.header("content-range")), (416, Some("bytes */1000")));
+    assert_eq!(range("items=0-1").status, 200);
+    assert_eq!(range("bytes=5-1").status, 200);
+
+    // Multiple ranges: multipart/byteranges, parts in order, merged.
+    let r = range("bytes=0-1, 10-11, 5-6, 6-7");
+    assert_eq!(r.status, 206);
+    let ct = r.header("content-type").unwrap().to_owned();
+    let boundary = ct.strip_prefix("multipart/byteranges; boundary=").expect(&ct);
+    let text = r.text();
+    let parts: Vec<&str> = text.split(&format!("--{boundary}")).collect();
+    assert_eq!(parts.len(), 5, "{text}"); // "", 3 parts, "--\r\n"
+    assert!(
+        parts[1].contains("Content-Range: bytes 0-1/1000\r\n\r\nab\r\n"),
+        "{text}"
+    );
+    assert!(
+        parts[2].contains("Content-Range: bytes 5-7/1000\r\n\r\nfgh\r\n"),
+        "{text}"
+    );
+    assert!(
+        parts[3].contains("Content-Range: bytes 10-11/1000\r\n\r\nkl\r\n"),
+        "{text}"
+    );
+    assert_eq!(parts[4], "--\r\n");
+
+    // Overlapping lists do not amplify: one part, each byte once.
+    let many = format!("bytes={}", vec!["0-999"; 100].join(","));
+    let r = range(&many);
+    assert_eq!((r.status, r.body.len()), (206, 1000));
+
+    // If-Range: a stale validator means the whole, current file.
+    let etag = get(addr, "/f.txt").header("etag").unwrap().to_owned();
+    let r = request(addr, "GET", "/f.txt", &[("Range", "bytes=0-1"), ("If-Range", &etag)]);
+    assert_eq!(r.status, 206);
+    let r = request(
+        addr,
+        "GET",
+        "/f.txt",
+        &[("Range", "bytes=0-1"), ("If-Range", "\"stale\"")],
+    );
+    assert_eq!((r.status, r.body.len()), (200, 1000));
+    // HEAD ignores Range.
+    assert_eq!(request(addr, "HEAD", "/f.txt", &[("Range", "bytes=0-1")]).status, 200);
+}
+
+#[test]
+fn precompressed_siblings_are_negotiated() {
+    let f = Fixture::new("encodings");
+    f.write("app.js", "identity bytes");
+    f.write("app.js.br", "brotli");
+    f.write("app.js.zst", "zstandard!");
+    f.write("app.js.gz", "gzipped bytes");
+    f.write("plain.txt", "no siblings");
+    let server = f.serve(|_| {});
+    let addr = server.local_addr();
+    let with = |ae: &str| request(addr, "GET", "/app.js", &[("Accept-Encoding", ae)]);
+    let cases = [
+        ("gzip, deflate, br, zstd", Some("br"), "brotli"),
+        ("gzip;q=1.0, br;q=0.5", Some("gzip"), "gzipped bytes"),
+        ("zstd", Some("zstd"), "zstandard!"),
+        ("zst", None, "identity bytes"),
+        ("br;q=0, *;q=0.1", Some("zstd"), "zstandard!"),
+        ("identity", None, "identity bytes"),
+        ("identity;q=0, gzip", Some("gzip"), "gzipped bytes"),
+    ];
+    for (ae, coding, body) in cases {
+        let r = with(ae);
+        assert_eq!(r.header("content-encoding"), coding, "{ae}");
+        assert_eq!(r.text(), body, "{ae}");
+        assert_eq!(r.header("vary"), Some("Accept-Encoding"), "{ae}");
+        assert_eq!(r.header("content-type"), Some("text/javascript; charset=utf-8"));
+    }
+    let r = get(addr, "/app.js");
+    assert_eq!(
+        (r.header("content-encoding"), r.text().as_str()),
+        (None, "identity bytes")
+    );
+    // Each representation has its own tag; Vary on 206 and 304 too.
+    let br = with("br");
+    let gz = with("gzip");
+    assert_ne!(br.header("etag"), gz.header("etag"));
+    let r = request(
+        addr,
+        "GET",
+        "/app.js",
+        &[("Accept-Encoding", "br"), ("Range", "bytes=0-1")],
+    );
+    assert_eq!((r.status, r.text().as_str()), (206, "br"));
+    assert_eq!(r.header("vary"), Some("Accept-Encoding"));
+    let r = request(
+        addr,
+        "GET",
+        "/app.js",
+        &[("Accept-Encoding", "br"), ("If-None-Match", br.header("etag").unwrap())],
+    );
+    assert_eq!((r.status, r.header("vary")), (304, Some("Accept-Encoding")));
+    // The gzip tag does not validate the brotli representation.
+    let r = request(
+        addr,
+        "GET",
+        "/app.js",
+        &[("Accept-Encoding", "br"), ("If-None-Match", gz.header("etag").unwrap())],
+    );
+    assert_eq!(r.status, 200);
+    // A file without siblings does not vary.
+    assert_eq!(get(addr, "/plain.txt").header("vary"), None);
+    // Siblings can be turned off.
+    let server = f.serve(|o| o.precompressed = false);
+    let r = request(server.local_addr(), "GET", "/app.js", &[("Accept-Encoding", "br")]);
+    assert_eq!((r.header("content-encoding"), r.header("vary")), (None, None));
+}
+
+#[test]
+fn not_found_page_and_single_page_fallback() {
+    let f = Fixture::new("errors");
+    f.write("index.html", "the app");
+    f.write("404.html", "custom not found");
+    let server = f.serve(|o| o.not_found_page = Some("404.html".into()));
+    let r = get(server.local_addr(), "/nope");
+    assert_eq!((r.status, r.text().as_str()), (404, "custom not found"));
+    assert_eq!(r.header("content-type"), Some("text/html; charset=utf-8"));
+
+    let server = f.serve(|o| {
+        o.fallback = Some("/index.html".into());
+        o.not_found_page = Some("404.html".into());
+    });
+    let addr = server.local_addr();
+    let r = get(addr, "/users/42");
+    assert_eq!((r.status, r.text().as_str()), (200, "the app"));
+    let r = get(addr, "/missing.js");
+    assert_eq!((r.status, r.text().as_str()), (404, "custom not found"));
+    // Configured pages must exist.
+    assert!(FileServer::new({
+        let mut o = Options::new(f.root());
+        o.not_found_page = Some("nope.html".into());
+        o
+    })
+    .is_err());
+}
+
+#[test]
+fn large_files_are_sent_whole_and_replacements_are_seen() {
+    let f = Fixture::new("large");
+    let big: Vec<u8> = (0..(3u32 << 20)).map(|i| (i % 251) as u8).collect();
+    let path = f.write("big.bin", &big);
+    let server = f.serve(|o| o.revalidate_interval = Duration::ZERO);
+    let addr = server.local_addr();
+    let r = get(addr, "/big.bin");
+    assert_eq!(r.body.len(), big.len());
+    assert!(r.body == big, "the body is the file");
+    let r = request(addr, "GET", "/big.bin", &[("Range", "bytes=1000000-1000009")]);
+    assert_eq!(r.body, &big[1_000_000..1_000_010]);
+    // Replaced by rename, as deploy tools do: the new file is served.
+    let tmp = f.dir.join("new.bin");
+    std::fs::write(&tmp, b"replaced").unwrap();
+    std::fs::rename(&tmp, &path).unwrap();
+    assert_eq!(get(addr, "/big.bin").text(), "replaced");
+}

@@ -1,0 +1,18 @@
+//! The path normaliser must never panic, and what it returns must be safe to
+//! join to a root: no `.`/`..`/empty segments, no leading `/`, no NUL or
+//! backslash; and normalising is idempotent.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use peregrine_files::path::{encode, normalize};
+
+fuzz_target!(|data: &[u8]| {
+    let Ok(p) = normalize(data) else { return };
+    assert!(!p.rel.starts_with('/'));
+    assert!(!p.rel.contains('\0') && !p.rel.contains('\\'));
+    for seg in p.rel.split('/') {
+        assert!(p.rel.is_empty() || !matches!(seg, "" | "." | ".."), "{:?}", p.rel);
+    }
+    let again = normalize(encode(&format!("/{}", p.rel)).as_bytes()).expect("encoded paths normalise");
+    assert_eq!(again.rel, p.rel);
+});
