@@ -172,7 +172,14 @@ impl Cache {
     ) -> Option<Rc<Resource>> {
         let res = self.entries.get(key)?;
         if now.saturating_duration_since(res.checked.get()) < interval {
-            return Some(res.clone());
+            // Large files are sent from the open file: one fstat (cheap next
+            // to sending 64 KiB or more) catches a file rewritten in place,
+            // which would otherwise be answered with its old length.
+            if open_files_unchanged(res) {
+                return Some(res.clone());
+            }
+            self.remove(key);
+            return None;
         }
         if still_valid(res, root) {
             res.checked.set(now);
@@ -215,6 +222,17 @@ fn memory_bytes(res: &Resource) -> usize {
             Data::File(_) => 0,
         })
         .sum()
+}
+
+/// Whether the files kept open for large variants still have the size and
+/// mtime they had when the entry was made.
+fn open_files_unchanged(res: &Resource) -> bool {
+    std::iter::once(&res.identity)
+        .chain(res.encoded.iter().map(|(_, v)| v))
+        .all(|v| match &v.data {
+            Data::Memory(_) => true,
+            Data::File(f) => sys::fstat(f).is_ok_and(|id| id == v.id),
+        })
 }
 
 /// Whether every variant's path still names the same unchanged file, and no

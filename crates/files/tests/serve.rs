@@ -503,3 +503,41 @@ fn large_files_are_sent_whole_and_replacements_are_seen() {
     std::fs::rename(&tmp, &path).unwrap();
     assert_eq!(get(addr, "/big.bin").text(), "replaced");
 }
+
+#[test]
+fn a_file_truncated_during_a_transfer_ends_the_connection_short() {
+    let f = Fixture::new("truncate");
+    let path = f.write("big.bin", vec![b'z'; 16 << 20]);
+    let server = f.serve(|_| {});
+    let mut s = TcpStream::connect(server.local_addr()).unwrap();
+    // A small receive buffer keeps most of the file on the server's side.
+    let _ = socket2::SockRef::from(&s).set_recv_buffer_size(64 * 1024);
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(b"GET /big.bin HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    let mut got = vec![0u8; 256 * 1024];
+    let mut n = 0;
+    while n < got.len() {
+        n += s.read(&mut got[n..]).unwrap();
+    }
+    assert!(got.starts_with(b"HTTP/1.1 200 OK\r\n"));
+    assert!(String::from_utf8_lossy(&got[..512]).contains(&format!("Content-Length: {}", 16 << 20)));
+    // Shrink it in place, as `cp small big.bin` or a truncating writer would.
+    std::fs::File::options()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_len(1 << 20)
+        .unwrap();
+    let mut rest = Vec::new();
+    match s.read_to_end(&mut rest) {
+        Ok(_) => {}
+        Err(e) => assert_eq!(e.kind(), std::io::ErrorKind::ConnectionReset, "{e}"),
+    }
+    let body_bytes = n + rest.len();
+    assert!(
+        body_bytes < 16 << 20,
+        "the connection closed short of the promised length rather than pad or hang"
+    );
+    // The server lives on.
+    assert_eq!(get(server.local_addr(), "/big.bin").body.len(), 1 << 20);
+}
