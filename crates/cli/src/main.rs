@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use peregrine::{AccessLog, Limits, Request, Response, Server};
+use peregrine_archive::{Archive, ArchiveServer, Mode, PackOptions};
 use peregrine_files::{FileServer, Options};
 
 /// Peregrine: a fast HTTP/1.1 server.
@@ -25,16 +26,74 @@ enum Command {
         #[command(flatten)]
         server: ServerArgs,
     },
-    /// Serve the files of a directory.
+    /// Serve the files of a directory, or a site archive made by `pack`.
     Serve {
-        /// The directory to serve.
-        #[arg(value_name = "DIR")]
+        /// The directory or archive to serve.
+        #[arg(value_name = "DIR|ARCHIVE")]
         root: PathBuf,
         #[command(flatten)]
         files: FileArgs,
         #[command(flatten)]
+        archive: ServeArchiveArgs,
+        #[command(flatten)]
         server: ServerArgs,
     },
+    /// Pack a directory into a site archive (written atomically).
+    Pack {
+        /// The directory to pack (the default site).
+        #[arg(value_name = "DIR")]
+        root: PathBuf,
+        /// The archive to write.
+        #[arg(short, long, value_name = "ARCHIVE")]
+        output: PathBuf,
+        /// Another site, chosen by the Host header: `NAME=DIR`; repeatable.
+        #[arg(long = "host", value_name = "NAME=DIR")]
+        hosts: Vec<String>,
+        /// Cache-Control for files `_headers` gives none.
+        #[arg(long, default_value = "no-cache", value_name = "VALUE")]
+        cache_control: String,
+        /// Do not add X-Content-Type-Options, X-Frame-Options, Referrer-Policy.
+        #[arg(long)]
+        no_security_headers: bool,
+        /// Store identity only (no gzip, brotli, zstd variants).
+        #[arg(long)]
+        no_compress: bool,
+    },
+    /// Inspect a site archive.
+    Archive {
+        #[command(subcommand)]
+        command: ArchiveCommand,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum ArchiveCommand {
+    /// List the entries: site, path, kind, status, sizes per encoding.
+    Ls { archive: PathBuf },
+    /// Write one entry's body (identity) to standard output.
+    Cat {
+        archive: PathBuf,
+        /// The path, e.g. /index.html.
+        path: String,
+        /// The site's host name (default: the default site).
+        #[arg(long)]
+        host: Option<String>,
+    },
+    /// Check every checksum; exit 1 if the archive is damaged.
+    Verify { archive: PathBuf },
+    /// Counts and sizes.
+    Stat { archive: PathBuf },
+}
+
+/// How `serve` holds an archive.
+#[derive(Args, Debug)]
+struct ServeArchiveArgs {
+    /// Archives: read the whole archive into memory instead of mapping it.
+    #[arg(long)]
+    in_memory: bool,
+    /// Archives: fault every page of the map in at load.
+    #[arg(long)]
+    prefault: bool,
 }
 
 /// How `serve` answers for files.
@@ -232,16 +291,145 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             eprintln!("peregrine: hello on {}", join_addrs(running.local_addrs()));
             running.wait()?;
         }
-        Command::Serve { root, files, server } => {
-            let handler = FileServer::new(files.options(root.clone()))?;
+        Command::Serve {
+            root,
+            files,
+            archive,
+            server,
+        } => {
             let srv = server.limits.server(&server)?;
-            let running = srv.start(handler)?;
+            let running = if peregrine_archive::is_archive(&root) {
+                let mode = match (archive.in_memory, archive.prefault) {
+                    (true, _) => Mode::Heap,
+                    (false, true) => Mode::MapPopulate,
+                    (false, false) => Mode::Map,
+                };
+                srv.start(ArchiveServer::open(&root, mode)?)?
+            } else {
+                srv.start(FileServer::new(files.options(root.clone()))?)?
+            };
             eprintln!(
                 "peregrine: serving {} on {}",
                 root.display(),
                 join_addrs(running.local_addrs())
             );
             running.wait()?;
+        }
+        Command::Pack {
+            root,
+            output,
+            hosts,
+            cache_control,
+            no_security_headers,
+            no_compress,
+        } => {
+            let mut opts = PackOptions::new(root, &output);
+            for h in hosts {
+                let (name, dir) = h
+                    .split_once('=')
+                    .with_context(|| format!("--host {h:?}: expected NAME=DIR"))?;
+                opts.hosts.push((name.to_owned(), PathBuf::from(dir)));
+            }
+            opts.cache_control = cache_control;
+            opts.security_headers = !no_security_headers;
+            opts.compress = !no_compress;
+            opts.progress = true;
+            let stats = peregrine_archive::pack(&opts).map_err(anyhow::Error::msg)?;
+            for s in &stats.skipped_symlinks {
+                eprintln!("peregrine: skipped {s}: a symlink leading outside the tree");
+            }
+            eprintln!(
+                "peregrine: packed {} files ({} bytes) into {} ({} bytes)",
+                stats.n_files,
+                stats.bytes_in,
+                output.display(),
+                stats.archive_bytes
+            );
+        }
+        Command::Archive { command } => archive_command(command)?,
+    }
+    Ok(())
+}
+
+fn archive_command(command: ArchiveCommand) -> anyhow::Result<()> {
+    use peregrine_archive::format::{KIND_PATTERN, KIND_REDIRECT};
+    use std::io::Write;
+    match command {
+        ArchiveCommand::Ls { archive } => {
+            let a = Archive::open(&archive, Mode::Map)?;
+            let mut out = std::io::stdout().lock();
+            for e in a.entries() {
+                let path = String::from_utf8_lossy(e.path()).replace('\0', "\\0");
+                let line = match e.kind() {
+                    KIND_REDIRECT | KIND_PATTERN => format!(
+                        "{}\t{path}\t{} {}",
+                        e.site(),
+                        e.status(),
+                        String::from_utf8_lossy(e.location())
+                    ),
+                    _ => {
+                        let sizes: Vec<String> = ["identity", "br", "zstd", "gzip"]
+                            .iter()
+                            .enumerate()
+                            .filter_map(|(i, n)| e.variant(i).map(|v| format!("{n}={}", v.body_len)))
+                            .collect();
+                        format!("{}\t{path}\t200 {}", e.site(), sizes.join(" "))
+                    }
+                };
+                if writeln!(out, "{line}").is_err() {
+                    break; // a closed pipe (`| head`) is not an error
+                }
+            }
+        }
+        ArchiveCommand::Cat { archive, path, host } => {
+            let a = Archive::open(&archive, Mode::Map)?;
+            let site = a.site_for_host(host.as_deref());
+            let e = a
+                .get(site, path.as_bytes())
+                .with_context(|| format!("{path}: no such entry in {}", archive.display()))?;
+            let v = e
+                .variant(0)
+                .with_context(|| format!("{path}: not a file (a redirect)"))?;
+            std::io::stdout().write_all(a.slice(v.body_off, v.body_len))?;
+        }
+        ArchiveCommand::Verify { archive } => {
+            let a = Archive::open(&archive, Mode::Map)?;
+            a.verify_data()?;
+            for e in a.entries() {
+                for i in 0..4 {
+                    if let Some(v) = e.variant(i) {
+                        let body = a.slice(v.body_off, v.body_len);
+                        anyhow::ensure!(
+                            peregrine_archive::format::hash(body) == v.body_hash,
+                            "{}: body checksum mismatch",
+                            String::from_utf8_lossy(e.path())
+                        );
+                    }
+                }
+            }
+            eprintln!("peregrine: {}: OK ({} entries)", archive.display(), a.n_entries());
+        }
+        ArchiveCommand::Stat { archive } => {
+            let a = Archive::open(&archive, Mode::Map)?;
+            let (mut resources, mut redirects, mut bodies) = (0, 0, 0u64);
+            for e in a.entries() {
+                if e.kind() == KIND_REDIRECT || e.kind() == KIND_PATTERN {
+                    redirects += 1;
+                } else {
+                    resources += 1;
+                    bodies += (0..4).filter_map(|i| e.variant(i)).map(|v| v.body_len).sum::<u64>();
+                }
+            }
+            println!("archive: {}", archive.display());
+            println!("bytes: {}", a.len());
+            println!(
+                "entries: {} ({resources} resources, {redirects} redirects)",
+                a.n_entries()
+            );
+            println!("body bytes referenced (all encodings, before dedup): {bodies}");
+            for (host, site) in a.hosts() {
+                println!("host: {host} -> site {site}");
+            }
         }
     }
     Ok(())

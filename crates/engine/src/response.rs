@@ -312,7 +312,7 @@ impl Response {
 /// assert!(HeaderBlock::new(&[("Content-Length", "5")]).is_err());
 /// ```
 #[derive(Clone)]
-pub struct HeaderBlock(Arc<[u8]>);
+pub struct HeaderBlock(SharedBytes);
 
 impl HeaderBlock {
     /// Checks and joins `fields`. An invalid name or value, or a field the
@@ -335,19 +335,49 @@ impl HeaderBlock {
             bytes.extend_from_slice(value.as_bytes());
             bytes.extend_from_slice(b"\r\n");
         }
-        Ok(HeaderBlock(bytes.into()))
+        Ok(HeaderBlock(SharedBytes::new(Arc::new(bytes))))
+    }
+
+    /// Uses bytes that are already header lines (`Name: value\r\n` each),
+    /// such as a head stored in a memory-mapped archive, without copying
+    /// them. They are checked as [`HeaderBlock::new`] checks its fields.
+    pub fn from_lines(lines: SharedBytes) -> Result<Self, String> {
+        let mut rest = lines.as_slice();
+        while !rest.is_empty() {
+            let Some(end) = rest.windows(2).position(|w| w == b"\r\n") else {
+                return Err("header lines must end with CRLF".to_owned());
+            };
+            let line = &rest[..end];
+            let Some(colon) = line.iter().position(|&b| b == b':') else {
+                return Err("header line without a colon".to_owned());
+            };
+            let (name, value) = (&line[..colon], &line[colon + 1..]);
+            let name_str = String::from_utf8_lossy(name);
+            if !crate::codec::head::is_token(name) || std::str::from_utf8(value).is_err() {
+                return Err(format!("invalid header field {name_str:?}"));
+            }
+            if !is_valid_value(value) {
+                return Err(format!("invalid value for header field {name_str}"));
+            }
+            if RESERVED.iter().any(|r| r.as_bytes().eq_ignore_ascii_case(name)) || name.eq_ignore_ascii_case(b"server")
+            {
+                return Err(format!("header field {name_str} is written by the engine"));
+            }
+            rest = &rest[end + 2..];
+        }
+        Ok(HeaderBlock(lines))
     }
 
     /// The fields as written on the wire.
     pub fn as_bytes(&self) -> &[u8] {
-        &self.0
+        self.0.as_slice()
     }
 }
 
 impl std::fmt::Debug for HeaderBlock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_tuple("HeaderBlock")
-            .field(&String::from_utf8_lossy(&self.0))
+            .field(&String::from_utf8_lossy(self.as_bytes()))
             .finish()
     }
 }
@@ -392,6 +422,20 @@ mod tests {
         }
         assert!(Response::new(42).invalid.is_some());
         assert!(Response::new(101).invalid.is_some());
+    }
+
+    #[test]
+    fn header_blocks_from_lines_are_checked_like_fields() {
+        let ok = |s: &'static str| HeaderBlock::from_lines(SharedBytes::new(Arc::new(s.as_bytes()))).is_ok();
+        assert!(ok(""));
+        assert!(ok("Content-Type: text/css\r\nETag: \"x\"\r\n"));
+        assert!(ok("X-Empty:\r\n"));
+        assert!(!ok("Content-Type: text/css"));
+        assert!(!ok("Content-Length: 5\r\n"));
+        assert!(!ok("X: a\nb\r\n"));
+        assert!(!ok("Bad Name: x\r\n"));
+        assert!(!ok("no colon\r\n"));
+        assert!(!ok("X: a\r\n\r\n"));
     }
 
     #[test]

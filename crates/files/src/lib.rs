@@ -38,6 +38,8 @@ use std::time::Duration;
 
 use peregrine::{Handler, Reply, Request};
 
+pub use cache::SECURITY_HEADERS;
+
 /// How a directory is served. Defaults are those of `peregrine serve`.
 #[derive(Debug, Clone)]
 pub struct Options {

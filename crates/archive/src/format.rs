@@ -1,0 +1,60 @@
+//! The byte layout of FORMAT.md, as constants and little-endian helpers.
+//! Both the writer and the reader use these; nothing else knows offsets.
+
+pub const MAGIC: &[u8; 8] = b"PRGNARC\0";
+pub const VERSION: u32 = 1;
+pub const HEADER_LEN: usize = 64;
+pub const INDEX_HEADER_LEN: usize = 64;
+pub const HOST_LEN: usize = 16;
+pub const SLOT_LEN: usize = 4;
+pub const ENTRY_LEN: usize = 192;
+pub const VARIANT_LEN: usize = 40;
+/// Variants per entry: identity, br, zstd, gzip.
+pub const N_VARIANTS: usize = 4;
+
+pub const KIND_RESOURCE: u8 = 1;
+pub const KIND_REDIRECT: u8 = 2;
+/// A `_redirects` rule with `*` or `:placeholders`, matched at lookup.
+pub const KIND_PATTERN: u8 = 3;
+
+pub const FLAG_WILDCARD: u8 = 1;
+pub const FLAG_NOT_FOUND: u8 = 2;
+
+/// The key a wildcard file is stored under: its folder and this suffix.
+pub const WILDCARD_KEY: &str = "\0wildcard";
+/// The key of a site's not-found page.
+pub const NOT_FOUND_KEY: &str = "/\0not-found";
+
+/// XXH3-64 with seed 0, the one hash of the format.
+pub fn hash(bytes: &[u8]) -> u64 {
+    xxhash_rust::xxh3::xxh3_64(bytes)
+}
+
+/// The slot hash of a site and path.
+pub fn key_hash(site: u32, path: &[u8]) -> u64 {
+    let mut h = xxhash_rust::xxh3::Xxh3::new();
+    h.update(&site.to_le_bytes());
+    h.update(path);
+    h.digest()
+}
+
+/// The strong entity tag of a body.
+pub fn etag(body_len: u64, body_hash: u64) -> String {
+    format!("\"{body_len:x}-{body_hash:016x}\"")
+}
+
+pub fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+pub fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+pub fn put_u32(b: &mut [u8], at: usize, v: u32) {
+    b[at..at + 4].copy_from_slice(&v.to_le_bytes());
+}
+
+pub fn put_u64(b: &mut [u8], at: usize, v: u64) {
+    b[at..at + 8].copy_from_slice(&v.to_le_bytes());
+}

@@ -1,0 +1,36 @@
+//! Peregrine site archives: `peregrine pack` writes a whole site as
+//! pre-built responses into one file (FORMAT.md); `peregrine serve` maps it
+//! and answers from memory, and swaps it atomically when the file is
+//! replaced.
+//!
+//! - [`pack`]: the tree walk, the site conventions, compression, the atomic
+//!   write;
+//! - `write` / [`read`]: the format, both ways; [`read::Archive::open`]
+//!   validates everything a lookup relies on;
+//! - [`ArchiveServer`]: the handler: lookup, then the same negotiation,
+//!   conditional and range logic as `serve DIR` (`peregrine_files`), and the
+//!   hot swap.
+
+#![deny(unsafe_code)]
+
+pub mod format;
+mod map;
+pub mod pack;
+pub mod pattern;
+pub mod read;
+mod serve;
+pub mod write;
+
+pub use pack::{pack, PackOptions, PackStats};
+pub use read::{Archive, Invalid, Mode};
+pub use serve::ArchiveServer;
+
+/// Whether the file at `path` starts like an archive (for `serve`, which
+/// takes a directory or an archive).
+pub fn is_archive(path: &std::path::Path) -> bool {
+    use std::io::Read;
+    let mut magic = [0u8; 8];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut magic))
+        .is_ok_and(|()| &magic == format::MAGIC)
+}

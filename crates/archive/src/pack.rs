@@ -1,0 +1,536 @@
+//! `peregrine pack`: walks a tree (or several, one per virtual host),
+//! applies the site conventions, compresses, and writes the archive
+//! atomically (a temporary file beside the target, then `rename`).
+//!
+//! Conventions (as kawipiko and static hosts use them):
+//! - `dir/index.html` also answers `/dir/`; `/dir` redirects (301) there;
+//! - `_wildcard.*` answers any missing path below its folder, deepest first;
+//! - `_404.html` is the site's not-found page;
+//! - `_headers` adds header fields by path pattern; `_redirects` lists
+//!   redirects (Netlify syntax, statuses 301, 302, 307, 308, `*` splats and
+//!   `:placeholders`); both are compiled here, nothing is parsed at serve time
+//!   but the patterns.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::{self, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::time::UNIX_EPOCH;
+
+use peregrine_files::encoding::Encoding;
+
+use crate::format::*;
+use crate::write::{VariantIn, Writer};
+
+/// Smallest body worth compressing.
+const COMPRESS_MIN_BYTES: usize = 128;
+
+/// What to pack.
+#[derive(Debug, Clone)]
+pub struct PackOptions {
+    /// The default site's tree.
+    pub root: PathBuf,
+    /// Further sites: (host name, tree).
+    pub hosts: Vec<(String, PathBuf)>,
+    /// The archive to write.
+    pub output: PathBuf,
+    /// `Cache-Control` for files `_headers` does not give one (`no-cache`).
+    pub cache_control: String,
+    /// Add the security headers `serve DIR` sends by default.
+    pub security_headers: bool,
+    /// Compress: gzip, brotli and zstd variants kept when smaller.
+    pub compress: bool,
+    /// Print progress on standard error (when it is a terminal).
+    pub progress: bool,
+}
+
+impl PackOptions {
+    /// The defaults for packing `root` into `output`.
+    pub fn new(root: impl Into<PathBuf>, output: impl Into<PathBuf>) -> Self {
+        PackOptions {
+            root: root.into(),
+            hosts: Vec::new(),
+            output: output.into(),
+            cache_control: "no-cache".to_owned(),
+            security_headers: true,
+            compress: true,
+            progress: false,
+        }
+    }
+}
+
+/// What was packed.
+#[derive(Debug, Default, Clone)]
+pub struct PackStats {
+    pub n_files: usize,
+    pub n_entries: usize,
+    pub bytes_in: u64,
+    pub archive_bytes: u64,
+    pub skipped_symlinks: Vec<String>,
+}
+
+/// Packs the trees into the archive. Any unreadable file, bad convention
+/// file or conflicting entry is an error naming it; nothing is written
+/// under the target name unless the whole archive is.
+pub fn pack(opts: &PackOptions) -> Result<PackStats, String> {
+    let dir = opts
+        .output
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let name = opts.output.file_name().ok_or("the output needs a file name")?;
+    let tmp = dir.join(format!(".{}.tmp-{}", name.to_string_lossy(), std::process::id()));
+    let result = pack_into(opts, &tmp);
+    match result {
+        Ok(stats) => {
+            fs::rename(&tmp, &opts.output).map_err(|e| {
+                let _ = fs::remove_file(&tmp);
+                format!("cannot rename into {}: {e}", opts.output.display())
+            })?;
+            Ok(stats)
+        }
+        Err(e) => {
+            let _ = fs::remove_file(&tmp);
+            Err(e)
+        }
+    }
+}
+
+fn pack_into(opts: &PackOptions, tmp: &Path) -> Result<PackStats, String> {
+    let file = fs::File::create(tmp).map_err(|e| format!("cannot create {}: {e}", tmp.display()))?;
+    let mut w = Writer::new(file).map_err(|e| e.to_string())?;
+    let mut stats = PackStats::default();
+    let mut sites = vec![(None, opts.root.clone())];
+    sites.extend(opts.hosts.iter().map(|(h, p)| (Some(h.clone()), p.clone())));
+    for (site, (host, root)) in sites.iter().enumerate() {
+        let site = u32::try_from(site).map_err(|_| "too many sites")?;
+        if let Some(host) = host {
+            w.add_host(host, site).map_err(|e| e.to_string())?;
+        }
+        pack_site(opts, &mut w, site, root, &mut stats)?;
+    }
+    w.set_default_site(0);
+    stats.n_entries = 0;
+    stats.bytes_in = w.bytes_in;
+    stats.archive_bytes = w.finish().map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+    Ok(stats)
+}
+
+/// A file found in the tree.
+struct Found {
+    /// Site path, decoded, starting with `/`.
+    path: String,
+    disk: PathBuf,
+    mtime: u64,
+}
+
+fn pack_site(opts: &PackOptions, w: &mut Writer, site: u32, root: &Path, stats: &mut PackStats) -> Result<(), String> {
+    let root = fs::canonicalize(root).map_err(|e| format!("cannot open {}: {e}", root.display()))?;
+    if !root.is_dir() {
+        return Err(format!("{} is not a directory", root.display()));
+    }
+    let mut files = Vec::new();
+    let mut errors = Vec::new();
+    walk(&root, &root, "", &mut files, &mut errors, &mut stats.skipped_symlinks);
+    if !errors.is_empty() {
+        return Err(format!("cannot pack {}:\n  {}", root.display(), errors.join("\n  ")));
+    }
+    let headers = match files.iter().find(|f| f.path == "/_headers") {
+        Some(f) => parse_headers(&read(&f.disk)?).map_err(|e| format!("{}: {e}", f.disk.display()))?,
+        None => Vec::new(),
+    };
+    let redirects = match files.iter().find(|f| f.path == "/_redirects") {
+        Some(f) => parse_redirects(&read(&f.disk)?).map_err(|e| format!("{}: {e}", f.disk.display()))?,
+        None => Vec::new(),
+    };
+    // Forced redirects shadow files; others come after them.
+    for r in redirects.iter().filter(|r| r.force && !r.is_pattern()) {
+        w.add_redirect(site, KIND_REDIRECT, &r.from, r.status, &r.to)
+            .map_err(|e| e.to_string())?;
+    }
+    // `x.js.gz` beside `x.js` is a pre-compressed sibling for `serve DIR`;
+    // the archive makes its own variants, so siblings are not entries.
+    let paths: std::collections::HashSet<&str> = files.iter().map(|f| f.path.as_str()).collect();
+    let is_sibling = |p: &str| {
+        Encoding::ALL
+            .iter()
+            .any(|e| p.strip_suffix(e.suffix()).is_some_and(|base| paths.contains(base)))
+    };
+    let files: Vec<&Found> = files.iter().filter(|f| !is_sibling(&f.path)).collect();
+    let total = files.len();
+    let show = opts.progress && io::stderr().is_terminal() && total > 200;
+    for (i, f) in files.iter().enumerate() {
+        if show && i % 100 == 0 {
+            eprint!("\rpacking {}: {i}/{total} files", root.display());
+        }
+        let name = f.path.rsplit('/').next().unwrap_or_default();
+        if matches!(f.path.as_str(), "/_headers" | "/_redirects") {
+            continue;
+        }
+        let folder = &f.path[..f.path.len() - name.len()];
+        let (keys, flags): (Vec<String>, u8) = if name == "_404.html" && folder == "/" {
+            (vec![NOT_FOUND_KEY.to_owned()], FLAG_NOT_FOUND)
+        } else if name.starts_with("_wildcard.") {
+            (vec![format!("{folder}{WILDCARD_KEY}")], FLAG_WILDCARD)
+        } else if name == "index.html" {
+            (vec![f.path.clone(), folder.to_owned()], 0)
+        } else {
+            (vec![f.path.clone()], 0)
+        };
+        let body = read(&f.disk)?;
+        stats.n_files += 1;
+        let content_type = peregrine_files::mime::content_type(name);
+        let custom = headers_for(&headers, &f.path);
+        let variants = encode(&body, &content_type, opts.compress)?;
+        let heads: Vec<(Vec<u8>, Vec<u8>)> = variants
+            .iter()
+            .map(|(coding, bytes)| {
+                heads(
+                    opts,
+                    &content_type,
+                    *coding,
+                    bytes,
+                    f.mtime,
+                    variants.len() > 1,
+                    &custom,
+                )
+            })
+            .collect::<Result<_, _>>()?;
+        let mut slots: [Option<VariantIn<'_>>; N_VARIANTS] = Default::default();
+        for ((coding, bytes), (h200, h304)) in variants.iter().zip(&heads) {
+            slots[variant_index(*coding)] = Some(VariantIn {
+                body: bytes,
+                head_200: h200,
+                head_304: h304,
+            });
+        }
+        for key in &keys {
+            if w.has(site, key) {
+                continue; // a forced redirect shadows it
+            }
+            let variants_again: [Option<VariantIn<'_>>; N_VARIANTS] = std::array::from_fn(|j| {
+                slots[j].as_ref().map(|v| VariantIn {
+                    body: v.body,
+                    head_200: v.head_200,
+                    head_304: v.head_304,
+                })
+            });
+            w.add_resource(site, key, flags, f.mtime, variants_again)
+                .map_err(|e| format!("{}: {e}", f.disk.display()))?;
+        }
+        if name == "index.html" && folder != "/" {
+            let dir = folder.trim_end_matches('/');
+            if !w.has(site, dir) {
+                let location = peregrine_files::path::encode(folder);
+                w.add_redirect(site, KIND_REDIRECT, dir, 301, &location)
+                    .map_err(|e| e.to_string())?;
+            }
+        }
+    }
+    if show {
+        eprintln!("\rpacking {}: {total}/{total} files", root.display());
+    }
+    for r in redirects.iter().filter(|r| !r.force || r.is_pattern()) {
+        let kind = if r.is_pattern() { KIND_PATTERN } else { KIND_REDIRECT };
+        if kind == KIND_REDIRECT && w.has(site, &r.from) {
+            continue; // a file is there: files win unless forced (`!`)
+        }
+        w.add_redirect(site, kind, &r.from, r.status, &r.to)
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+fn variant_index(coding: Option<Encoding>) -> usize {
+    match coding {
+        None => 0,
+        Some(Encoding::Brotli) => 1,
+        Some(Encoding::Zstd) => 2,
+        Some(Encoding::Gzip) => 3,
+    }
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, String> {
+    fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+}
+
+/// Walks `dir` in byte order of names. Dotfiles are left out (except
+/// `.well-known`); symlinks are followed only when they resolve inside the
+/// root.
+fn walk(
+    root: &Path,
+    dir: &Path,
+    prefix: &str,
+    out: &mut Vec<Found>,
+    errors: &mut Vec<String>,
+    skipped: &mut Vec<String>,
+) {
+    let entries = match fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) => {
+            errors.push(format!("{}: {e}", dir.display()));
+            return;
+        }
+    };
+    let mut names: Vec<(Vec<u8>, fs::DirEntry)> = Vec::new();
+    for entry in entries {
+        match entry {
+            Ok(e) => names.push((e.file_name().as_encoded_bytes().to_vec(), e)),
+            Err(e) => errors.push(format!("{}: {e}", dir.display())),
+        }
+    }
+    names.sort_by(|a, b| a.0.cmp(&b.0));
+    for (_, entry) in names {
+        let Ok(name) = entry.file_name().into_string() else {
+            errors.push(format!("{}: file name is not UTF-8", entry.path().display()));
+            continue;
+        };
+        if name.starts_with('.') && !(prefix.is_empty() && name == ".well-known") {
+            continue;
+        }
+        let path = entry.path();
+        let site_path = format!("{prefix}/{name}");
+        let mut meta = match fs::symlink_metadata(&path) {
+            Ok(m) => m,
+            Err(e) => {
+                errors.push(format!("{}: {e}", path.display()));
+                continue;
+            }
+        };
+        if meta.file_type().is_symlink() {
+            match fs::canonicalize(&path) {
+                Ok(target) if target.starts_with(root) => match fs::metadata(&target) {
+                    Ok(m) => meta = m,
+                    Err(e) => {
+                        errors.push(format!("{}: {e}", path.display()));
+                        continue;
+                    }
+                },
+                _ => {
+                    skipped.push(site_path);
+                    continue;
+                }
+            }
+        }
+        if meta.is_dir() {
+            walk(root, &path, &site_path, out, errors, skipped);
+        } else if meta.is_file() {
+            let mtime = meta
+                .modified()
+                .ok()
+                .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_secs());
+            out.push(Found {
+                path: site_path,
+                disk: path,
+                mtime,
+            });
+        }
+    }
+}
+
+/// Identity first, then the codings that came out smaller.
+/// A body in each coding kept (`None`: identity).
+type Encoded = Vec<(Option<Encoding>, Vec<u8>)>;
+
+fn encode(body: &[u8], content_type: &str, compress: bool) -> Result<Encoded, String> {
+    let mut out = vec![(None, body.to_vec())];
+    if !compress || body.len() < COMPRESS_MIN_BYTES || !compressible(content_type) {
+        return Ok(out);
+    }
+    for coding in Encoding::ALL {
+        let packed = match coding {
+            Encoding::Brotli => {
+                let mut o = Vec::new();
+                let params = brotli::enc::BrotliEncoderParams {
+                    quality: 11,
+                    lgwin: 22,
+                    ..Default::default()
+                };
+                brotli::BrotliCompress(&mut &body[..], &mut o, &params).map_err(|e| e.to_string())?;
+                o
+            }
+            Encoding::Zstd => zstd::bulk::compress(body, 19).map_err(|e| e.to_string())?,
+            Encoding::Gzip => {
+                let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+                e.write_all(body).map_err(|e| e.to_string())?;
+                e.finish().map_err(|e| e.to_string())?
+            }
+        };
+        if packed.len() < body.len() {
+            out.push((Some(coding), packed));
+        }
+    }
+    Ok(out)
+}
+
+fn compressible(content_type: &str) -> bool {
+    let t = content_type.split(';').next().unwrap_or_default();
+    t.starts_with("text/")
+        || t.ends_with("+json")
+        || t.ends_with("+xml")
+        || matches!(
+            t,
+            "application/json"
+                | "application/xml"
+                | "application/wasm"
+                | "image/x-icon"
+                | "image/vnd.microsoft.icon"
+                | "application/vnd.ms-fontobject"
+                | "font/ttf"
+                | "font/otf"
+        )
+}
+
+fn heads(
+    opts: &PackOptions,
+    content_type: &str,
+    coding: Option<Encoding>,
+    body: &[u8],
+    mtime: u64,
+    negotiable: bool,
+    custom: &[(String, String)],
+) -> Result<(Vec<u8>, Vec<u8>), String> {
+    let etag = etag(body.len() as u64, hash(body));
+    let lm = httpdate::fmt_http_date(UNIX_EPOCH + std::time::Duration::from_secs(mtime));
+    let cache_control = custom
+        .iter()
+        .rev()
+        .find(|(n, _)| n.eq_ignore_ascii_case("cache-control"))
+        .map_or(opts.cache_control.as_str(), |(_, v)| v.as_str());
+    let mut f200: Vec<(&str, &str)> = vec![
+        ("Content-Type", content_type),
+        ("ETag", &etag),
+        ("Last-Modified", &lm),
+        ("Accept-Ranges", "bytes"),
+        ("Cache-Control", cache_control),
+    ];
+    if negotiable {
+        f200.push(("Vary", "Accept-Encoding"));
+    }
+    if let Some(c) = coding {
+        f200.push(("Content-Encoding", c.name()));
+    }
+    if opts.security_headers {
+        for (n, v) in peregrine_files::SECURITY_HEADERS {
+            if !custom.iter().any(|(cn, _)| cn.eq_ignore_ascii_case(n)) {
+                f200.push((n, v));
+            }
+        }
+    }
+    for (n, v) in custom {
+        if !n.eq_ignore_ascii_case("cache-control") {
+            f200.push((n, v));
+        }
+    }
+    let mut f304: Vec<(&str, &str)> = vec![
+        ("ETag", &etag),
+        ("Last-Modified", &lm),
+        ("Cache-Control", cache_control),
+    ];
+    if negotiable {
+        f304.push(("Vary", "Accept-Encoding"));
+    }
+    let block = |f: &[(&str, &str)]| peregrine::HeaderBlock::new(f).map(|b| b.as_bytes().to_vec());
+    Ok((block(&f200)?, block(&f304)?))
+}
+
+/// A `_headers` rule: a path pattern and its fields.
+type HeaderRule = (String, Vec<(String, String)>);
+
+/// Netlify/Cloudflare `_headers`: a path pattern line, then indented
+/// `Name: value` lines. `#` starts a comment.
+fn parse_headers(text: &[u8]) -> Result<Vec<HeaderRule>, String> {
+    let text = std::str::from_utf8(text).map_err(|_| "not UTF-8".to_owned())?;
+    let mut rules: Vec<HeaderRule> = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let n = n + 1;
+        if line.trim().is_empty() || line.trim_start().starts_with('#') {
+            continue;
+        }
+        if !line.starts_with([' ', '\t']) {
+            if !line.starts_with('/') {
+                return Err(format!("line {n}: a path pattern must start with /"));
+            }
+            rules.push((line.trim().to_owned(), Vec::new()));
+            continue;
+        }
+        let Some(rule) = rules.last_mut() else {
+            return Err(format!("line {n}: a header before any path pattern"));
+        };
+        let Some((name, value)) = line.trim().split_once(':') else {
+            return Err(format!("line {n}: expected `Name: value`"));
+        };
+        let (name, value) = (name.trim(), value.trim());
+        peregrine::HeaderBlock::new(&[(name, value)]).map_err(|e| format!("line {n}: {e}"))?;
+        rule.1.push((name.to_owned(), value.to_owned()));
+    }
+    Ok(rules)
+}
+
+fn headers_for(rules: &[HeaderRule], path: &str) -> Vec<(String, String)> {
+    let mut out: BTreeMap<String, (String, String)> = BTreeMap::new();
+    for (pattern, fields) in rules {
+        if crate::pattern::matches(pattern, path).is_some() {
+            for (n, v) in fields {
+                out.insert(n.to_ascii_lowercase(), (n.clone(), v.clone()));
+            }
+        }
+    }
+    out.into_values().collect()
+}
+
+/// A `_redirects` rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Redirect {
+    pub from: String,
+    pub to: String,
+    pub status: u16,
+    pub force: bool,
+}
+
+impl Redirect {
+    fn is_pattern(&self) -> bool {
+        self.from.contains('*') || self.from.split('/').any(|s| s.starts_with(':'))
+    }
+}
+
+/// Netlify `_redirects`: `FROM TO [STATUS[!]]` per line, `#` comments.
+pub fn parse_redirects(text: &[u8]) -> Result<Vec<Redirect>, String> {
+    let text = std::str::from_utf8(text).map_err(|_| "not UTF-8".to_owned())?;
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let n = n + 1;
+        let line = line.split('#').next().unwrap_or_default().trim();
+        if line.is_empty() {
+            continue;
+        }
+        let parts: Vec<&str> = line.split_whitespace().collect();
+        let (from, to, status) = match parts.as_slice() {
+            [from, to] => (*from, *to, "301"),
+            [from, to, status] => (*from, *to, *status),
+            _ => return Err(format!("line {n}: expected `FROM TO [STATUS]`")),
+        };
+        let (status, force) = match status.strip_suffix('!') {
+            Some(s) => (s, true),
+            None => (status, false),
+        };
+        let status: u16 = status.parse().map_err(|_| format!("line {n}: bad status {status:?}"))?;
+        if !matches!(status, 301 | 302 | 307 | 308) {
+            return Err(format!(
+                "line {n}: status {status} is not a redirect (301, 302, 307 or 308)"
+            ));
+        }
+        if !from.starts_with('/') {
+            return Err(format!("line {n}: FROM must start with /"));
+        }
+        peregrine::HeaderBlock::new(&[("Location", to)]).map_err(|e| format!("line {n}: {e}"))?;
+        out.push(Redirect {
+            from: from.to_owned(),
+            to: to.to_owned(),
+            status,
+            force,
+        });
+    }
+    Ok(out)
+}

@@ -1,0 +1,410 @@
+//! Opens and validates an archive (FORMAT.md, "What a reader may assume"),
+//! then answers lookups straight from its bytes: no parsing, no rebuilding.
+
+use std::fmt;
+use std::fs::File;
+use std::io::Read;
+use std::path::Path;
+use std::sync::Arc;
+
+use peregrine::SharedBytes;
+
+use crate::format::*;
+use crate::map::{self, Backing};
+
+/// How to hold an archive's bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Mode {
+    /// Memory-mapped (the default).
+    #[default]
+    Map,
+    /// Memory-mapped with every page faulted in at load.
+    MapPopulate,
+    /// Read into the heap.
+    Heap,
+}
+
+/// Why an archive was refused.
+#[derive(Debug)]
+pub struct Invalid(pub String);
+
+impl fmt::Display for Invalid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Invalid {}
+
+fn invalid<T>(why: impl Into<String>) -> Result<T, Invalid> {
+    Err(Invalid(why.into()))
+}
+
+/// An open, validated archive.
+pub struct Archive {
+    bytes: Arc<Backing>,
+    index_off: usize,
+    n_hosts: usize,
+    n_slots: usize,
+    n_entries: usize,
+    default_site: u32,
+    hosts_at: usize,
+    slots_at: usize,
+    entries_at: usize,
+    strings_at: usize,
+    /// Pattern redirects, per site, in archive order: (site, entry index).
+    patterns: Vec<(u32, usize)>,
+}
+
+/// A variant of a resource, as stored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Variant {
+    pub body_off: u64,
+    pub body_len: u64,
+    pub body_hash: u64,
+    pub head_off: u64,
+    pub head_len: u32,
+    pub head304_len: u32,
+}
+
+/// An entry of the index.
+#[derive(Clone, Copy)]
+pub struct Entry<'a> {
+    archive: &'a Archive,
+    idx: usize,
+}
+
+impl Archive {
+    /// Opens and validates the archive at `path`.
+    pub fn open(path: &Path, mode: Mode) -> Result<Archive, Invalid> {
+        let mut file = File::open(path).map_err(|e| Invalid(format!("cannot open {}: {e}", path.display())))?;
+        let bytes = match mode {
+            Mode::Heap => {
+                let mut v = Vec::new();
+                file.read_to_end(&mut v)
+                    .map_err(|e| Invalid(format!("cannot read {}: {e}", path.display())))?;
+                Backing::Heap(v)
+            }
+            Mode::Map | Mode::MapPopulate => map::map(&file, mode == Mode::MapPopulate)
+                .map_err(|e| Invalid(format!("cannot map {}: {e}", path.display())))?,
+        };
+        Archive::from_backing(bytes).map_err(|e| Invalid(format!("{}: {e}", path.display())))
+    }
+
+    /// Validates bytes already in memory (tests, fuzzing).
+    pub fn from_bytes(bytes: Vec<u8>) -> Result<Archive, Invalid> {
+        Archive::from_backing(Backing::Heap(bytes))
+    }
+
+    fn from_backing(backing: Backing) -> Result<Archive, Invalid> {
+        let b = backing.as_ref();
+        if b.len() < HEADER_LEN {
+            return invalid(format!("not an archive: {} bytes is shorter than the header", b.len()));
+        }
+        if &b[..8] != MAGIC {
+            return invalid("not a Peregrine archive (bad magic)");
+        }
+        let version = u32_at(b, 8);
+        if version != VERSION {
+            return invalid(format!(
+                "archive format version {version}; this build reads version {VERSION}"
+            ));
+        }
+        if u32_at(b, 12) != 0 {
+            return invalid("unknown archive flags");
+        }
+        if hash(&b[..56]) != u64_at(b, 56) {
+            return invalid("header checksum mismatch (corrupt header)");
+        }
+        let file_len = u64_at(b, 16);
+        if file_len != b.len() as u64 {
+            return invalid(format!(
+                "truncated or extended: header says {file_len} bytes, file has {}",
+                b.len()
+            ));
+        }
+        let index_off = u64_at(b, 24);
+        let index_len = u64_at(b, 32);
+        if index_off < HEADER_LEN as u64 || index_off.checked_add(index_len) != Some(file_len) {
+            return invalid("index does not end the file");
+        }
+        let index_off = index_off as usize;
+        let index = &b[index_off..];
+        if hash(index) != u64_at(b, 40) {
+            return invalid("index checksum mismatch (corrupt index)");
+        }
+        if index.len() < INDEX_HEADER_LEN {
+            return invalid("index shorter than its header");
+        }
+        let n_hosts = u32_at(index, 0) as usize;
+        let n_slots = u32_at(index, 4) as usize;
+        let n_entries = u32_at(index, 8) as usize;
+        let default_site = u32_at(index, 12);
+        let table = |off_at: usize, count: usize, size: usize, what: &str| -> Result<(usize, usize), Invalid> {
+            let off = u64_at(index, off_at);
+            let len = (count as u64).checked_mul(size as u64);
+            match (usize::try_from(off).ok(), len.and_then(|l| off.checked_add(l))) {
+                (Some(o), Some(end)) if o >= INDEX_HEADER_LEN && end <= index.len() as u64 => Ok((o, end as usize)),
+                _ => invalid(format!("{what} table outside the index")),
+            }
+        };
+        let (hosts_off, hosts_end) = table(16, n_hosts, HOST_LEN, "host")?;
+        let (slots_off, slots_end) = table(24, n_slots, SLOT_LEN, "slot")?;
+        let (entries_off, entries_end) = table(32, n_entries, ENTRY_LEN, "entry")?;
+        let strings_len = u64_at(index, 48) as usize;
+        let (strings_off, strings_end) = table(40, strings_len, 1, "string")?;
+        let mut spans = [
+            (hosts_off, hosts_end),
+            (slots_off, slots_end),
+            (entries_off, entries_end),
+            (strings_off, strings_end),
+        ];
+        spans.sort();
+        if spans.windows(2).any(|w| w[0].1 > w[1].0) {
+            return invalid("index tables overlap");
+        }
+        if !n_slots.is_power_of_two() || n_slots < n_entries {
+            return invalid("slot count is not a power of two at least the entry count");
+        }
+        let in_strings = |off: u32, len: u32| (off as u64 + len as u64) <= strings_len as u64;
+        for i in 0..n_hosts {
+            let at = hosts_off + i * HOST_LEN;
+            if !in_strings(u32_at(index, at), u32_at(index, at + 4)) {
+                return invalid(format!("host {i} name outside the string table"));
+            }
+        }
+        let data_end = index_off as u64;
+        let mut patterns = Vec::new();
+        for i in 0..n_entries {
+            let at = entries_off + i * ENTRY_LEN;
+            let kind = index[at + 4];
+            if !matches!(kind, KIND_RESOURCE | KIND_REDIRECT | KIND_PATTERN) {
+                return invalid(format!("entry {i} has unknown kind {kind}"));
+            }
+            if !in_strings(u32_at(index, at + 8), u32_at(index, at + 12))
+                || !in_strings(u32_at(index, at + 24), u32_at(index, at + 28))
+            {
+                return invalid(format!("entry {i} strings outside the string table"));
+            }
+            if kind == KIND_PATTERN {
+                patterns.push((u32_at(index, at), i));
+            }
+            for j in 0..N_VARIANTS {
+                let v = variant_at(index, at + 32 + j * VARIANT_LEN);
+                let body_ok = v.body_off.checked_add(v.body_len).is_some_and(|e| e <= data_end)
+                    && (v.body_len == 0 || v.body_off >= HEADER_LEN as u64);
+                let heads = u64::from(v.head_len) + u64::from(v.head304_len);
+                let heads_ok = v.head_off.checked_add(heads).is_some_and(|e| e <= data_end)
+                    && (heads == 0 || v.head_off >= HEADER_LEN as u64);
+                if !body_ok || !heads_ok {
+                    return invalid(format!("entry {i} variant {j} outside the data"));
+                }
+            }
+            if kind == KIND_RESOURCE && variant_at(index, at + 32).head_len == 0 {
+                return invalid(format!("entry {i} has no identity variant"));
+            }
+        }
+        for s in 0..n_slots {
+            if u32_at(index, slots_off + s * SLOT_LEN) as usize > n_entries {
+                return invalid(format!("slot {s} names a missing entry"));
+            }
+        }
+        Ok(Archive {
+            bytes: Arc::new(backing),
+            index_off,
+            n_hosts,
+            n_slots,
+            n_entries,
+            default_site,
+            hosts_at: index_off + hosts_off,
+            slots_at: index_off + slots_off,
+            entries_at: index_off + entries_off,
+            strings_at: index_off + strings_off,
+            patterns,
+        })
+    }
+
+    /// Checks the data hash: every body and head as written (FORMAT.md).
+    pub fn verify_data(&self) -> Result<(), Invalid> {
+        let b = self.bytes();
+        if hash(&b[HEADER_LEN..self.index_off]) != u64_at(b, 48) {
+            return invalid("data checksum mismatch (corrupt bodies)");
+        }
+        Ok(())
+    }
+
+    fn bytes(&self) -> &[u8] {
+        (*self.bytes).as_ref()
+    }
+
+    /// The archive's total length.
+    pub fn len(&self) -> u64 {
+        self.bytes().len() as u64
+    }
+
+    /// Whether the archive has no entries.
+    pub fn is_empty(&self) -> bool {
+        self.n_entries == 0
+    }
+
+    /// Number of entries.
+    pub fn n_entries(&self) -> usize {
+        self.n_entries
+    }
+
+    /// The site for a `Host` value (port and case ignored).
+    pub fn site_for_host(&self, host: Option<&str>) -> u32 {
+        let Some(host) = host else { return self.default_site };
+        let name = strip_port(host);
+        for i in 0..self.n_hosts {
+            let at = self.hosts_at + i * HOST_LEN;
+            let b = self.bytes();
+            if self
+                .string(u32_at(b, at), u32_at(b, at + 4))
+                .eq_ignore_ascii_case(name.as_bytes())
+            {
+                return u32_at(b, at + 8);
+            }
+        }
+        self.default_site
+    }
+
+    /// The host names and their sites.
+    pub fn hosts(&self) -> Vec<(String, u32)> {
+        let b = self.bytes();
+        (0..self.n_hosts)
+            .map(|i| {
+                let at = self.hosts_at + i * HOST_LEN;
+                let name = self.string(u32_at(b, at), u32_at(b, at + 4));
+                (String::from_utf8_lossy(name).into_owned(), u32_at(b, at + 8))
+            })
+            .collect()
+    }
+
+    fn string(&self, off: u32, len: u32) -> &[u8] {
+        let at = self.strings_at + off as usize;
+        &self.bytes()[at..at + len as usize]
+    }
+
+    /// The entry stored under `key` for `site`.
+    pub fn get(&self, site: u32, key: &[u8]) -> Option<Entry<'_>> {
+        let mask = self.n_slots - 1;
+        let mut slot = (key_hash(site, key) as usize) & mask;
+        // At most n_slots probes: a corrupt full table cannot loop forever.
+        for _ in 0..self.n_slots {
+            let v = u32_at(self.bytes(), self.slots_at + slot * SLOT_LEN) as usize;
+            if v == 0 {
+                return None;
+            }
+            let e = Entry {
+                archive: self,
+                idx: v - 1,
+            };
+            if e.site() == site && e.key() == key {
+                return Some(e);
+            }
+            slot = (slot + 1) & mask;
+        }
+        None
+    }
+
+    /// Every entry, in archive order.
+    pub fn entries(&self) -> impl Iterator<Item = Entry<'_>> {
+        (0..self.n_entries).map(move |idx| Entry { archive: self, idx })
+    }
+
+    /// The pattern redirects of `site`, in `_redirects` order.
+    pub fn patterns(&self, site: u32) -> impl Iterator<Item = Entry<'_>> {
+        self.patterns
+            .iter()
+            .filter(move |(s, _)| *s == site)
+            .map(move |&(_, idx)| Entry { archive: self, idx })
+    }
+
+    /// A range of the archive's bytes, shared without copying.
+    pub fn shared(&self, off: u64, len: u64) -> SharedBytes {
+        let start = off as usize;
+        SharedBytes::slice(self.bytes.clone(), start..start + len as usize).expect("validated at open")
+    }
+
+    /// The bytes at `off..off+len` (validated to lie in the data).
+    pub fn slice(&self, off: u64, len: u64) -> &[u8] {
+        &self.bytes()[off as usize..(off + len) as usize]
+    }
+}
+
+impl<'a> Entry<'a> {
+    fn rec(&self) -> &'a [u8] {
+        let at = self.archive.entries_at + self.idx * ENTRY_LEN;
+        &self.archive.bytes()[at..at + ENTRY_LEN]
+    }
+
+    /// Position in the archive, for per-entry bookkeeping.
+    pub fn index(&self) -> usize {
+        self.idx
+    }
+
+    pub fn site(&self) -> u32 {
+        u32_at(self.rec(), 0)
+    }
+
+    pub fn kind(&self) -> u8 {
+        self.rec()[4]
+    }
+
+    pub fn flags(&self) -> u8 {
+        self.rec()[5]
+    }
+
+    pub fn status(&self) -> u16 {
+        u16::from_le_bytes([self.rec()[6], self.rec()[7]])
+    }
+
+    /// The path as stored (for patterns, the pattern).
+    pub fn path(&self) -> &'a [u8] {
+        self.archive.string(u32_at(self.rec(), 8), u32_at(self.rec(), 12))
+    }
+
+    fn key(&self) -> Vec<u8> {
+        if self.kind() == KIND_PATTERN {
+            let mut k = b"\0pattern".to_vec();
+            k.extend_from_slice(self.path());
+            k
+        } else {
+            self.path().to_vec()
+        }
+    }
+
+    pub fn last_modified(&self) -> u64 {
+        u64_at(self.rec(), 16)
+    }
+
+    pub fn location(&self) -> &'a [u8] {
+        self.archive.string(u32_at(self.rec(), 24), u32_at(self.rec(), 28))
+    }
+
+    /// Variant `i` (0 identity, 1 br, 2 zstd, 3 gzip), if present.
+    pub fn variant(&self, i: usize) -> Option<Variant> {
+        let v = variant_at(self.rec(), 32 + i * VARIANT_LEN);
+        (v.head_len != 0).then_some(v)
+    }
+}
+
+fn variant_at(b: &[u8], at: usize) -> Variant {
+    Variant {
+        body_off: u64_at(b, at),
+        body_len: u64_at(b, at + 8),
+        body_hash: u64_at(b, at + 16),
+        head_off: u64_at(b, at + 24),
+        head_len: u32_at(b, at + 32),
+        head304_len: u32_at(b, at + 36),
+    }
+}
+
+/// `example.com:8080` → `example.com`; `[::1]:80` → `[::1]`.
+fn strip_port(host: &str) -> &str {
+    if host.starts_with('[') {
+        return host.find(']').map_or(host, |i| &host[..=i]);
+    }
+    host.rsplit_once(':').map_or(host, |(h, _)| h)
+}
