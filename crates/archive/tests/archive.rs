@@ -1,0 +1,504 @@
+//! Pack → serve round trips for every convention, determinism, refusal of
+//! damaged archives, a model test against the source tree, and hot swaps
+//! under load.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use peregrine::{Running, Server};
+use peregrine_archive::{pack, Archive, ArchiveServer, Mode, PackOptions};
+
+struct Tmp(PathBuf);
+
+impl Tmp {
+    fn new(name: &str) -> Tmp {
+        let dir = std::env::temp_dir().join(format!("peregrine-archive-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Tmp(dir)
+    }
+
+    fn write(&self, rel: &str, bytes: impl AsRef<[u8]>) {
+        let p = self.0.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, bytes).unwrap();
+    }
+}
+
+impl Drop for Tmp {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn serve(archive: &Path) -> (Running, ArchiveServer) {
+    let handler = ArchiveServer::open(archive, Mode::Map).unwrap();
+    let probe = ArchiveServer::open(archive, Mode::Map).unwrap();
+    let running = Server::new().bind("127.0.0.1:0").workers(1).start(handler).unwrap();
+    (running, probe)
+}
+
+#[derive(Debug)]
+struct Resp {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+impl Resp {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// Parses one response from the front of `buf`; returns it and its length.
+fn parse(buf: &[u8], head_only: bool) -> Option<(Resp, usize)> {
+    let mut h = [httparse::EMPTY_HEADER; 64];
+    let mut r = httparse::Response::new(&mut h);
+    let httparse::Status::Complete(head_len) = r.parse(buf).ok()? else {
+        return None;
+    };
+    let headers: Vec<(String, String)> = r
+        .headers
+        .iter()
+        .map(|h| (h.name.to_owned(), String::from_utf8_lossy(h.value).into_owned()))
+        .collect();
+    let status = r.code.unwrap();
+    let len = if head_only || status == 304 {
+        0
+    } else {
+        headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
+            .map_or(0, |(_, v)| v.parse().unwrap())
+    };
+    if buf.len() < head_len + len {
+        return None;
+    }
+    Some((
+        Resp {
+            status,
+            headers,
+            body: buf[head_len..head_len + len].to_vec(),
+        },
+        head_len + len,
+    ))
+}
+
+fn request(addr: SocketAddr, method: &str, target: &str, headers: &[(&str, &str)]) -> Resp {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut req = format!("{method} {target} HTTP/1.1\r\nConnection: close\r\n");
+    if !headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("host")) {
+        req.push_str("Host: t\r\n");
+    }
+    for (n, v) in headers {
+        req.push_str(&format!("{n}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    parse(&raw, method == "HEAD")
+        .unwrap_or_else(|| panic!("bad response: {:?}", String::from_utf8_lossy(&raw)))
+        .0
+}
+
+fn get(addr: SocketAddr, target: &str) -> Resp {
+    request(addr, "GET", target, &[])
+}
+
+fn site(t: &Tmp) -> PathBuf {
+    let css = "body { color: #123456; margin: 0 auto; }\n".repeat(40);
+    t.write("site/index.html", "<h1>home</h1>");
+    t.write("site/docs/index.html", "docs");
+    t.write("site/assets/app.css", &css);
+    t.write("site/assets/logo.png", [0x89, b'P', b'N', b'G', 0, 1, 2, 3]);
+    t.write("site/_404.html", "custom not found");
+    t.write("site/app/_wildcard.html", "spa shell");
+    t.write("site/app/deep/_wildcard.html", "deeper shell");
+    t.write("site/forced", "shadowed by a forced redirect");
+    t.write("site/kept", "a file wins over a plain redirect");
+    t.write("site/.secret", "never packed");
+    t.write(
+        "site/_headers",
+        "# comment\n/assets/*\n  Cache-Control: public, max-age=31536000, immutable\n  X-Asset: yes\n",
+    );
+    t.write(
+        "site/_redirects",
+        "/old /new 301\n/blog/:year/* /posts/:year/:splat 302\n/forced /elsewhere 308!\n/kept /nowhere 307\n",
+    );
+    std::os::unix::fs::symlink("/etc/passwd", t.0.join("site/passwd")).unwrap();
+    t.write("other/index.html", "the other host");
+    t.0.join("site")
+}
+
+fn pack_site(t: &Tmp) -> PathBuf {
+    let root = site(t);
+    let out = t.0.join("site.prg");
+    let mut opts = PackOptions::new(&root, &out);
+    opts.hosts.push(("other.example".into(), t.0.join("other")));
+    let stats = pack(&opts).unwrap();
+    assert_eq!(stats.skipped_symlinks, vec!["/passwd".to_owned()]);
+    out
+}
+
+#[test]
+fn every_convention_round_trips() {
+    let t = Tmp::new("conventions");
+    let archive = pack_site(&t);
+    let (server, _) = serve(&archive);
+    let addr = server.local_addr();
+
+    let r = get(addr, "/");
+    assert_eq!((r.status, r.text().as_str()), (200, "<h1>home</h1>"));
+    assert_eq!(r.header("content-type"), Some("text/html; charset=utf-8"));
+    assert_eq!(get(addr, "/index.html").text(), "<h1>home</h1>");
+    let r = get(addr, "/docs");
+    assert_eq!((r.status, r.header("location")), (301, Some("/docs/")));
+    assert_eq!(get(addr, "/docs/").text(), "docs");
+    assert_eq!(get(addr, "/%64ocs/").text(), "docs");
+
+    // _headers.
+    let r = get(addr, "/assets/app.css");
+    assert_eq!(r.header("cache-control"), Some("public, max-age=31536000, immutable"));
+    assert_eq!(r.header("x-asset"), Some("yes"));
+    assert_eq!(get(addr, "/").header("cache-control"), Some("no-cache"));
+
+    // Encodings made at pack time, chosen per request.
+    let css = "body { color: #123456; margin: 0 auto; }\n".repeat(40);
+    for (ae, coding) in [
+        ("br", Some("br")),
+        ("gzip", Some("gzip")),
+        ("zstd", Some("zstd")),
+        ("identity", None),
+    ] {
+        let r = request(addr, "GET", "/assets/app.css", &[("Accept-Encoding", ae)]);
+        assert_eq!(r.header("content-encoding"), coding, "{ae}");
+        assert_eq!(r.header("vary"), Some("Accept-Encoding"));
+        let decoded = decode(coding, &r.body);
+        assert_eq!(decoded, css.as_bytes(), "{ae}");
+    }
+    // Incompressible content has one variant and no Vary.
+    let r = request(addr, "GET", "/assets/logo.png", &[("Accept-Encoding", "br")]);
+    assert_eq!((r.header("content-encoding"), r.header("vary")), (None, None));
+
+    // _redirects: exact, placeholders and splats, forced, shadowed.
+    let r = get(addr, "/old");
+    assert_eq!((r.status, r.header("location")), (301, Some("/new")));
+    let r = get(addr, "/blog/2024/a/b");
+    assert_eq!((r.status, r.header("location")), (302, Some("/posts/2024/a/b")));
+    let r = get(addr, "/forced");
+    assert_eq!((r.status, r.header("location")), (308, Some("/elsewhere")));
+    assert_eq!(get(addr, "/kept").text(), "a file wins over a plain redirect");
+
+    // _wildcard: the deepest wins; _404.html for the rest.
+    assert_eq!(get(addr, "/app/users/7").text(), "spa shell");
+    assert_eq!(get(addr, "/app/deep/x/y").text(), "deeper shell");
+    let r = get(addr, "/nothing/here");
+    assert_eq!((r.status, r.text().as_str()), (404, "custom not found"));
+
+    // Never packed: dotfiles, symlinks out of the tree; bad paths refused.
+    assert_eq!(get(addr, "/.secret").status, 404);
+    assert_eq!(get(addr, "/passwd").status, 404);
+    assert_eq!(get(addr, "/a%00").status, 400);
+
+    // Virtual hosts.
+    let r = request(addr, "GET", "/", &[("Host", "Other.Example:8080")]);
+    assert_eq!(r.text(), "the other host");
+    assert_eq!(
+        request(addr, "GET", "/", &[("Host", "unknown")]).text(),
+        "<h1>home</h1>"
+    );
+
+    // Conditional and range requests, as for `serve DIR`.
+    let r = get(addr, "/assets/app.css");
+    let etag = r.header("etag").unwrap().to_owned();
+    let r = request(addr, "GET", "/assets/app.css", &[("If-None-Match", &etag)]);
+    assert_eq!((r.status, r.header("etag")), (304, Some(etag.as_str())));
+    assert_eq!(r.header("vary"), Some("Accept-Encoding"));
+    let r = request(addr, "GET", "/assets/app.css", &[("If-Match", "\"nope\"")]);
+    assert_eq!(r.status, 412);
+    let r = request(addr, "GET", "/assets/app.css", &[("Range", "bytes=0-3")]);
+    assert_eq!((r.status, r.text().as_str()), (206, "body"));
+    assert_eq!(r.header("content-range"), Some(&*format!("bytes 0-3/{}", css.len())));
+    let r = request(addr, "GET", "/assets/app.css", &[("Range", "bytes=0-1,5-6")]);
+    assert_eq!(r.status, 206);
+    assert!(r
+        .header("content-type")
+        .unwrap()
+        .starts_with("multipart/byteranges; boundary="));
+    let r = request(addr, "GET", "/assets/app.css", &[("Range", "bytes=99999-")]);
+    assert_eq!(r.status, 416);
+    let r = request(addr, "HEAD", "/assets/app.css", &[]);
+    assert_eq!(
+        (r.status, r.header("content-length")),
+        (200, Some(&*css.len().to_string()))
+    );
+    assert_eq!(request(addr, "POST", "/", &[]).status, 405);
+}
+
+fn decode(coding: Option<&str>, body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    match coding {
+        None => out.extend_from_slice(body),
+        Some("gzip") => {
+            flate2::read::GzDecoder::new(body).read_to_end(&mut out).unwrap();
+        }
+        Some("br") => {
+            brotli::BrotliDecompress(&mut &body[..], &mut out).unwrap();
+        }
+        Some("zstd") => out = zstd::stream::decode_all(body).unwrap(),
+        Some(other) => panic!("unexpected coding {other}"),
+    }
+    out
+}
+
+#[test]
+fn packing_is_deterministic_and_atomic() {
+    let t = Tmp::new("determinism");
+    let root = site(&t);
+    let a = t.0.join("a.prg");
+    let b = t.0.join("b.prg");
+    pack(&PackOptions::new(&root, &a)).unwrap();
+    pack(&PackOptions::new(&root, &b)).unwrap();
+    assert!(
+        std::fs::read(&a).unwrap() == std::fs::read(&b).unwrap(),
+        "byte-identical"
+    );
+    // A failed pack leaves neither a temporary file nor the target.
+    t.write("site/bad/_redirects", "");
+    t.write("site/_redirects", "/x /y 200\n");
+    let c = t.0.join("c.prg");
+    let err = pack(&PackOptions::new(&root, &c)).unwrap_err();
+    assert!(err.contains("line 1: status 200 is not a redirect"), "{err}");
+    assert!(!c.exists());
+    let leftovers: Vec<_> = std::fs::read_dir(&t.0)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().contains(".tmp-"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+#[test]
+fn damaged_archives_are_refused_with_a_reason() {
+    let t = Tmp::new("damage");
+    let archive = pack_site(&t);
+    let good = std::fs::read(&archive).unwrap();
+    assert!(Archive::from_bytes(good.clone()).is_ok());
+    let refuse = |bytes: Vec<u8>, why: &str| {
+        let err = match Archive::from_bytes(bytes) {
+            Ok(a) => a.verify_data().unwrap_err(),
+            Err(e) => e,
+        };
+        assert!(err.to_string().contains(why), "{err} (wanted {why})");
+    };
+    refuse(good[..good.len() - 1].to_vec(), "truncated");
+    refuse(good[..10].to_vec(), "shorter than the header");
+    refuse(
+        b"hello world, this is not an archive at all, not even close to one.".to_vec(),
+        "bad magic",
+    );
+    let mut v = good.clone();
+    v[8] = 9;
+    refuse(v, "version 9");
+    let index_off = u64::from_le_bytes(good[24..32].try_into().unwrap()) as usize;
+    let mut v = good.clone();
+    v[index_off + 70] ^= 1;
+    refuse(v, "index checksum");
+    let mut v = good.clone();
+    v[100] ^= 1;
+    refuse(v, "data checksum");
+    let mut v = good.clone();
+    v[20] ^= 1;
+    refuse(v, "header checksum");
+    // The server refuses to start on one.
+    let bad = t.0.join("bad.prg");
+    std::fs::write(&bad, &good[..good.len() - 5]).unwrap();
+    assert!(ArchiveServer::open(&bad, Mode::Map).is_err());
+}
+
+/// A small deterministic generator for the model test.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+#[test]
+fn random_trees_pack_to_archives_that_answer_like_the_tree() {
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    for round in 0..8 {
+        let t = Tmp::new(&format!("model-{round}"));
+        let mut model: BTreeMap<String, Vec<u8>> = BTreeMap::new();
+        for _ in 0..rng.below(60) + 1 {
+            let depth = rng.below(3);
+            let mut path = String::new();
+            for _ in 0..depth {
+                path.push_str(&format!("d{}/", rng.below(4)));
+            }
+            let ext = ["txt", "html", "css", "bin", "js"][rng.below(5) as usize];
+            path.push_str(&format!("f{}.{ext}", rng.below(1000)));
+            let len = [0, 1, 17, 300, 5000, 70_000][rng.below(6) as usize];
+            let body: Vec<u8> = if rng.below(2) == 0 {
+                (0..len).map(|_| b'a' + (rng.below(3) as u8)).collect()
+            } else {
+                (0..len).map(|_| rng.next() as u8).collect()
+            };
+            // A directory and a file cannot share a name.
+            if model
+                .keys()
+                .any(|k| k.starts_with(&format!("{path}/")) || path.starts_with(&format!("{k}/")))
+            {
+                continue;
+            }
+            t.write(&format!("src/{path}"), &body);
+            model.insert(path, body);
+        }
+        let out = t.0.join("m.prg");
+        pack(&PackOptions::new(t.0.join("src"), &out)).unwrap();
+        let a = Archive::open(&out, Mode::Map).unwrap();
+        a.verify_data().unwrap();
+        let mut n_resources = 0;
+        for (path, body) in &model {
+            let e = a
+                .get(0, format!("/{path}").as_bytes())
+                .unwrap_or_else(|| panic!("{path} missing"));
+            let v = e.variant(0).unwrap();
+            assert_eq!(a.slice(v.body_off, v.body_len), &body[..], "{path}");
+            for (i, coding) in [(1, "br"), (2, "zstd"), (3, "gzip")] {
+                if let Some(v) = e.variant(i) {
+                    assert!(
+                        v.body_len < body.len() as u64,
+                        "{path} {coding} kept though not smaller"
+                    );
+                    assert_eq!(
+                        decode(Some(coding), a.slice(v.body_off, v.body_len)),
+                        &body[..],
+                        "{path} {coding}"
+                    );
+                }
+            }
+            n_resources += 1;
+        }
+        // Nothing else answers: every entry is a file of the model (or an
+        // index alias or its redirect, which the model has none of).
+        assert_eq!(a.entries().count(), n_resources);
+        assert!(a.get(0, b"/not-in-the-model").is_none());
+    }
+}
+
+/// Every file of generation `g` is this body, so a reader can tell which
+/// generation a body came from, and whether it is whole.
+fn generation_body(g: usize, file: usize) -> Vec<u8> {
+    let mut b = format!("generation {g:03} file {file:02}|").into_bytes();
+    b.resize(20_000 + file * 1000, b'0' + (g % 10) as u8);
+    b
+}
+
+fn pack_generation(t: &Tmp, g: usize, target: &Path) {
+    let src = t.0.join(format!("gen{g}"));
+    for file in 0..8 {
+        let p = src.join(format!("f{file}.bin"));
+        std::fs::create_dir_all(&src).unwrap();
+        std::fs::write(p, generation_body(g, file)).unwrap();
+    }
+    // Packed beside the target, then renamed over it, as a deploy would.
+    let tmp = t.0.join(format!("next-{g}.prg"));
+    pack(&PackOptions::new(&src, &tmp)).unwrap();
+    std::fs::rename(&tmp, target).unwrap();
+}
+
+#[test]
+fn archives_replaced_by_rename_swap_under_load_without_failures() {
+    let t = Tmp::new("swap");
+    let target = t.0.join("live.prg");
+    pack_generation(&t, 0, &target);
+    let (server, probe) = serve(&target);
+    let addr = server.local_addr();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let clients: Vec<_> = (0..3)
+        .map(|c| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut s = TcpStream::connect(addr).unwrap();
+                s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+                let (mut n, mut buf, mut seen) = (0usize, Vec::new(), std::collections::BTreeSet::new());
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let file = (n + c) % 8;
+                    s.write_all(format!("GET /f{file}.bin HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes())
+                        .unwrap();
+                    let resp = loop {
+                        if let Some((r, used)) = parse(&buf, false) {
+                            buf.drain(..used);
+                            break r;
+                        }
+                        let mut chunk = [0u8; 65536];
+                        let k = s.read(&mut chunk).expect("the connection stays up");
+                        assert!(k > 0, "the server closed the connection");
+                        buf.extend_from_slice(&chunk[..k]);
+                    };
+                    assert_eq!(resp.status, 200, "request {n} failed");
+                    let g: usize = std::str::from_utf8(&resp.body[11..14]).unwrap().parse().unwrap();
+                    assert_eq!(resp.body, generation_body(g, file), "a body mixes generations");
+                    seen.insert(g);
+                    n += 1;
+                }
+                (n, seen)
+            })
+        })
+        .collect();
+    for g in 1..=20 {
+        pack_generation(&t, g, &target);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while probe.generation() < g as u64 + 1 {
+            assert!(Instant::now() < deadline, "generation {g} was never loaded");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // The server's own watcher sees the same file; give clients time to
+        // be served from this generation.
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    std::thread::sleep(Duration::from_millis(400));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut total = 0;
+    let mut generations = std::collections::BTreeSet::new();
+    for c in clients {
+        let (n, seen) = c.join().expect("a client failed");
+        total += n;
+        generations.extend(seen);
+    }
+    assert!(total > 100, "only {total} requests");
+    assert!(
+        generations.contains(&20),
+        "the last generation was served: {generations:?}"
+    );
+    assert!(generations.len() > 5, "swaps were seen while serving: {generations:?}");
+    // A corrupt replacement is refused; the last good one keeps serving.
+    let bad = t.0.join("bad.prg");
+    std::fs::write(&bad, b"PRGNARC\0 this is not a valid archive").unwrap();
+    std::fs::rename(&bad, &target).unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    let r = get(addr, "/f1.bin");
+    assert_eq!(r.body, generation_body(20, 1));
+}
