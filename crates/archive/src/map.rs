@@ -1,11 +1,18 @@
 //! The archive's bytes: a read-only memory map of the file, or a copy in
 //! the heap (`--in-memory`). The only `unsafe` in this crate.
 //!
-//! The contract of a map: the file must not shrink while it is mapped, or
-//! touching a page past the new end raises SIGBUS. Peregrine replaces
-//! archives by `rename` (a new inode; the old one stays whole while mapped),
-//! which is safe. Rewriting the file in place is the hazard; see the
-//! `read` module and ARCHITECTURE.md for the defence and its limits.
+//! The contract of a map: the file must not shrink or change while it is
+//! mapped, or touching a page past the new end raises SIGBUS. Replacing an
+//! archive by `rename` is safe (a new inode; the old one stays whole while
+//! mapped). Rewriting it in place (`cp new old`, `truncate`) is defended by
+//! a read lease (F_SETLEASE): the writer's open waits while the server
+//! copies the archive into memory, switches to the copy, lets responses
+//! still sending from the map finish, and releases the lease
+//! (`serve::move_off_the_map`). `tests/archive.rs` dies of SIGBUS without
+//! the lease and passes with it. Not covered: a writer that had the file
+//! open for writing before the lease was taken (then no lease is granted
+//! and the archive is read into memory instead), and responses still
+//! sending after 30 s when the lease is released anyway.
 
 use std::fs::File;
 use std::io;
@@ -32,10 +39,57 @@ pub fn map(file: &File, populate: bool) -> io::Result<Backing> {
     if populate {
         opts.populate();
     }
-    // SAFETY: the map is read-only and private to this process; Rust never
-    // sees the bytes change because archives are replaced by rename, not
-    // rewritten (the hazard of an in-place rewrite is handled by the
-    // caller, which validates lengths against the file before use).
+    // SAFETY: the map is read-only. The file does not change under it: the
+    // caller (`read::Archive::open`) maps only a file it holds a read lease
+    // on, and moves off the map before releasing the lease to a writer.
     let map = unsafe { opts.map(file)? };
     Ok(Backing::Map(map))
 }
+
+/// Takes a read lease on `file` (opened read-only): another process that
+/// opens it for writing or truncates it is made to wait (up to
+/// `/proc/sys/fs/lease-break-time`, 45 s by default) while this process is
+/// told with SIGIO and gets off the map. Fails with EAGAIN if the file is
+/// open for writing now, EACCES if another user owns it.
+#[allow(unsafe_code)]
+pub fn take_read_lease(file: &File) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // A lease break is signalled with SIGIO (no F_SETSIG given).
+    install_sigio_handler();
+    // SAFETY: a plain fcntl call on a descriptor we own; no memory involved.
+    let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETLEASE, libc::F_RDLCK) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Whether a writer is waiting for our lease to go.
+#[allow(unsafe_code)]
+pub fn lease_broken(file: &File) -> bool {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a plain fcntl query on a descriptor we own.
+    let lease = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETLEASE) };
+    // During a break, F_GETLEASE reports the type the lease must become.
+    lease != libc::F_RDLCK
+}
+
+/// Gives the lease up: the waiting writer proceeds.
+#[allow(unsafe_code)]
+pub fn release_lease(file: &File) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a plain fcntl call on a descriptor we own.
+    unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETLEASE, libc::F_UNLCK) };
+}
+
+/// SIGIO's default action ends the process; with leases it is only news.
+/// The watcher polls the leases, so the handler just counts.
+fn install_sigio_handler() {
+    static INSTALLED: std::sync::Once = std::sync::Once::new();
+    INSTALLED.call_once(|| {
+        let _ = signal_hook::flag::register(signal_hook::consts::SIGIO, SIGIO_SEEN.clone());
+    });
+}
+
+static SIGIO_SEEN: std::sync::LazyLock<std::sync::Arc<std::sync::atomic::AtomicBool>> =
+    std::sync::LazyLock::new(Default::default);

@@ -43,6 +43,8 @@ fn invalid<T>(why: impl Into<String>) -> Result<T, Invalid> {
 /// An open, validated archive.
 pub struct Archive {
     bytes: Arc<Backing>,
+    /// The mapped file, holding a read lease (maps only).
+    leased: std::sync::Mutex<Option<File>>,
     index_off: usize,
     n_hosts: usize,
     n_slots: usize,
@@ -78,17 +80,64 @@ impl Archive {
     /// Opens and validates the archive at `path`.
     pub fn open(path: &Path, mode: Mode) -> Result<Archive, Invalid> {
         let mut file = File::open(path).map_err(|e| Invalid(format!("cannot open {}: {e}", path.display())))?;
-        let bytes = match mode {
-            Mode::Heap => {
+        // A map needs the file never to shrink under it: the read lease
+        // makes a writer wait until we have moved off it (see `serve`).
+        // Without a lease (the file is open for writing right now, or
+        // another user owns it), the archive is read into memory instead.
+        let mut leased = None;
+        if mode != Mode::Heap {
+            match map::take_read_lease(&file) {
+                Ok(()) => leased = Some(()),
+                Err(e) => eprintln!(
+                    "peregrine: no read lease on {} ({e}); reading it into memory instead of mapping it",
+                    path.display()
+                ),
+            }
+        }
+        let bytes = match leased {
+            None => {
                 let mut v = Vec::new();
                 file.read_to_end(&mut v)
                     .map_err(|e| Invalid(format!("cannot read {}: {e}", path.display())))?;
                 Backing::Heap(v)
             }
-            Mode::Map | Mode::MapPopulate => map::map(&file, mode == Mode::MapPopulate)
+            Some(()) => map::map(&file, mode == Mode::MapPopulate)
                 .map_err(|e| Invalid(format!("cannot map {}: {e}", path.display())))?,
         };
-        Archive::from_backing(bytes).map_err(|e| Invalid(format!("{}: {e}", path.display())))
+        let mut archive = Archive::from_backing(bytes).map_err(|e| Invalid(format!("{}: {e}", path.display())))?;
+        archive.leased = std::sync::Mutex::new(leased.map(|()| file));
+        Ok(archive)
+    }
+
+    /// Whether another process waits to write the mapped file.
+    pub fn lease_broken(&self) -> bool {
+        self.leased
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .is_some_and(map::lease_broken)
+    }
+
+    /// A copy of this archive in the heap, off the file.
+    pub fn to_heap(&self) -> Result<Archive, Invalid> {
+        Archive::from_backing(Backing::Heap(self.bytes().to_vec()))
+    }
+
+    /// Responses still holding this archive's bytes (beyond the archive).
+    pub fn bytes_in_flight(&self) -> usize {
+        Arc::strong_count(&self.bytes) - 1
+    }
+
+    /// Lets a waiting writer proceed. The bytes must not be touched after.
+    pub fn release_lease(&self) {
+        if let Some(f) = self.leased.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            map::release_lease(&f);
+        }
+    }
+
+    /// Whether the bytes are a map of the file (not a heap copy).
+    pub fn is_mapped(&self) -> bool {
+        matches!(*self.bytes, Backing::Map(_))
     }
 
     /// Validates bytes already in memory (tests, fuzzing).
@@ -211,6 +260,7 @@ impl Archive {
         }
         Ok(Archive {
             bytes: Arc::new(backing),
+            leased: std::sync::Mutex::new(None),
             index_off,
             n_hosts,
             n_slots,

@@ -27,6 +27,12 @@ use crate::read::{Archive, Entry, Invalid, Mode, Variant};
 
 /// How often the watcher looks at the archive's path.
 const WATCH_INTERVAL: Duration = Duration::from_millis(250);
+/// After moving off a map, time for requests that had already looked at the
+/// old generation to take their references.
+const SWITCH_GRACE: Duration = Duration::from_millis(100);
+/// How long responses sending from an old map are waited for before its
+/// lease is released (the kernel breaks leases after 45 s by default).
+const LEASE_WAIT: Duration = Duration::from_secs(30);
 /// Multipart answers are built in memory up to this size (as `serve DIR`).
 const MULTIPART_BYTES_MAX: u64 = 8 << 20;
 const ALLOW: &str = "GET, HEAD, OPTIONS";
@@ -95,6 +101,11 @@ fn watch(shared: Weak<Shared>, mut seen: FileIdentity) {
     loop {
         std::thread::sleep(WATCH_INTERVAL);
         let Some(shared) = shared.upgrade() else { return };
+        let current = shared.current.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        if current.lease_broken() {
+            move_off_the_map(&shared, &current);
+        }
+        drop(current);
         let now = identity(&shared.path);
         let asked = shared.reload.swap(false, Ordering::AcqRel);
         if now == seen && !asked {
@@ -125,6 +136,41 @@ fn watch(shared: Weak<Shared>, mut seen: FileIdentity) {
             ),
         }
     }
+}
+
+/// Someone opened the mapped file to write it in place (`cp new old`,
+/// `truncate`): they wait on our lease. Copy the archive into the heap (the
+/// file is still whole), serve the copy, let responses that hold bytes of
+/// the map finish, then release the lease. The writer's new contents are
+/// loaded like any replacement once they validate.
+fn move_off_the_map(shared: &Shared, old: &Arc<Archive>) {
+    match old.to_heap() {
+        Ok(copy) => {
+            *shared.current.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(copy);
+            let g = shared.generation.fetch_add(1, Ordering::AcqRel) + 1;
+            eprintln!(
+                "peregrine: {} is being rewritten in place; serving a copy in memory (generation {g})",
+                shared.path.display()
+            );
+        }
+        Err(e) => eprintln!("peregrine: cannot copy {} off its map: {e}", shared.path.display()),
+    }
+    // A request that read the old generation just before the switch is
+    // done within microseconds; then wait for bytes in flight (slow
+    // clients) for up to LEASE_WAIT, well inside the kernel's 45 s.
+    std::thread::sleep(SWITCH_GRACE);
+    let deadline = std::time::Instant::now() + LEASE_WAIT;
+    while old.bytes_in_flight() > 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    if old.bytes_in_flight() > 0 {
+        eprintln!(
+            "peregrine: {} responses still send from the old map of {}; releasing it anyway",
+            old.bytes_in_flight(),
+            shared.path.display()
+        );
+    }
+    old.release_lease();
 }
 
 /// A worker's view of one server's archive.

@@ -502,3 +502,64 @@ fn archives_replaced_by_rename_swap_under_load_without_failures() {
     let r = get(addr, "/f1.bin");
     assert_eq!(r.body, generation_body(20, 1));
 }
+
+#[test]
+fn archives_rewritten_in_place_do_not_crash_the_server() {
+    let t = Tmp::new("inplace");
+    let target = t.0.join("live.prg");
+    pack_generation(&t, 0, &target);
+    let (server, probe) = serve(&target);
+    let addr = server.local_addr();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let client = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut n = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let file = n % 8;
+                let r = get(addr, &format!("/f{file}.bin"));
+                assert_eq!(r.status, 200, "request {n}");
+                let g: usize = std::str::from_utf8(&r.body[11..14]).unwrap().parse().unwrap();
+                assert_eq!(r.body, generation_body(g, file), "a body mixes generations");
+                n += 1;
+            }
+            n
+        })
+    };
+    for g in 1..=3 {
+        let next = t.0.join(format!("next-{g}.prg"));
+        let src = t.0.join(format!("gen{g}"));
+        for file in 0..8 {
+            std::fs::create_dir_all(&src).unwrap();
+            std::fs::write(src.join(format!("f{file}.bin")), generation_body(g, file)).unwrap();
+        }
+        pack(&PackOptions::new(&src, &next)).unwrap();
+        let bytes = std::fs::read(&next).unwrap();
+        // In place: truncate, then write, through the same inode (as `cp`
+        // does). The open waits on the server's lease while it moves off
+        // the map; without that, the server would die of SIGBUS.
+        std::fs::write(&target, &bytes).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let r = get(addr, "/f3.bin");
+            if r.body == generation_body(g, 3) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "generation {g} was never served");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    // Truncated to nothing in place: refused, the last good archive serves.
+    std::fs::File::options()
+        .write(true)
+        .open(&target)
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    assert_eq!(get(addr, "/f2.bin").body, generation_body(3, 2));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let n = client.join().expect("the client saw a failure");
+    assert!(n > 10, "only {n} requests");
+    assert!(probe.generation() > 1);
+}
