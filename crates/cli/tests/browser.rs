@@ -27,13 +27,16 @@ impl Drop for Server {
     }
 }
 
-/// Starts `peregrine serve site` on a free port and returns it with its URL,
-/// read from the line it prints once it listens.
-fn serve_site() -> (Server, String) {
-    let site = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../site");
+fn example_site() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../site")
+}
+
+/// Starts `peregrine serve WHAT` (a directory or an archive) on a free port
+/// and returns it with its URL, read from the line it prints once it listens.
+fn serve(what: &Path) -> (Server, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_peregrine"))
         .arg("serve")
-        .arg(&site)
+        .arg(what)
         .args(["--bind", "127.0.0.1:0"])
         .stderr(Stdio::piped())
         .spawn()
@@ -97,9 +100,34 @@ fn apt_install(package: &str) {
 
 #[test]
 fn example_site_loads_in_chromium_and_a_reload_is_answered_not_modified() {
+    check_in_chromium(&example_site(), "dir");
+}
+
+#[test]
+fn packed_example_site_loads_in_chromium_with_brotli_and_a_reload_is_answered_not_modified() {
+    let archive = env::temp_dir().join(format!("peregrine-browser-{}.prg", std::process::id()));
+    let out = Command::new(env!("CARGO_BIN_EXE_peregrine"))
+        .arg("pack")
+        .arg(example_site())
+        .arg("-o")
+        .arg(&archive)
+        .output()
+        .expect("cannot run peregrine pack");
+    assert!(
+        out.status.success(),
+        "pack failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    check_in_chromium(&archive, "archive");
+    let _ = std::fs::remove_file(&archive);
+}
+
+/// Serves `what` and runs check.mjs on it (`served`: dir or archive, which
+/// says what encodings to expect).
+fn check_in_chromium(what: &Path, served: &str) {
     let chromium = program("PEREGRINE_CHROMIUM", &["chromium", "chromium-browser"], "chromium");
     let node = program("PEREGRINE_NODE", &["node", "nodejs"], "nodejs");
-    let (_server, url) = serve_site();
+    let (_server, url) = serve(what);
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser/check.mjs");
     // check.mjs checks, on the first load: the title; that app.js ran (#status);
     // that style.css applied (body background); that falcon.svg rendered; that
@@ -113,13 +141,15 @@ fn example_site_loads_in_chromium_and_a_reload_is_answered_not_modified() {
         .arg(&script)
         .arg(&chromium)
         .arg(&url)
+        .arg(served)
         .output()
         .unwrap_or_else(|e| panic!("cannot run {}: {e}", node.display()));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         out.status.success(),
-        "the example site, served on {url}, failed in headless Chromium ({}):\n{stdout}{stderr}",
+        "{} (served on {url}) failed in headless Chromium ({}):\n{stdout}{stderr}",
+        what.display(),
         chromium.display(),
     );
     println!("{stdout}");

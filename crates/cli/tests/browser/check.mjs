@@ -13,9 +13,9 @@ import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 
-const [chromiumPath, pageUrl] = process.argv.slice(2);
-if (!chromiumPath || !pageUrl) {
-  console.error("usage: node check.mjs CHROMIUM URL");
+const [chromiumPath, pageUrl, served = "dir"] = process.argv.slice(2);
+if (!chromiumPath || !pageUrl || !["dir", "archive"].includes(served)) {
+  console.error("usage: node check.mjs CHROMIUM URL [dir|archive]");
   process.exit(2);
 }
 
@@ -23,12 +23,22 @@ if (!chromiumPath || !pageUrl) {
 const DEADLINE_MS = 45_000;
 const ORIGIN = new URL(pageUrl).origin;
 // The page's own resources: path → what the check needs of it.
-const RESOURCES = {
-  "/": { type: "Document", encoding: "zstd" },
-  "/assets/style.css": { type: "Stylesheet", encoding: "zstd" },
-  "/assets/app.js": { type: "Script", encoding: "zstd" },
-  "/assets/falcon.svg": { type: "Image", encoding: null }, // no .zst or .gz sibling
-};
+// `serve site` negotiates among the .zst/.gz siblings (Chromium prefers the
+// first of br, zstd, gzip that exists: zstd); an archive made by `pack` has
+// brotli variants of every compressible file, the SVG included.
+const RESOURCES = served === "dir"
+  ? {
+    "/": { type: "Document", encoding: "zstd" },
+    "/assets/style.css": { type: "Stylesheet", encoding: "zstd" },
+    "/assets/app.js": { type: "Script", encoding: "zstd" },
+    "/assets/falcon.svg": { type: "Image", encoding: null }, // no .zst or .gz sibling
+  }
+  : {
+    "/": { type: "Document", encoding: "br" },
+    "/assets/style.css": { type: "Stylesheet", encoding: "br" },
+    "/assets/app.js": { type: "Script", encoding: "br" },
+    "/assets/falcon.svg": { type: "Image", encoding: "br" },
+  };
 
 const failures = [];
 const check = (ok, message) => {
