@@ -350,7 +350,7 @@ impl Archive {
                 archive: self,
                 idx: v - 1,
             };
-            if e.site() == site && e.key() == key {
+            if e.site() == site && e.has_key(key) {
                 return Some(e);
             }
             slot = (slot + 1) & mask;
@@ -415,13 +415,12 @@ impl<'a> Entry<'a> {
         self.archive.string(u32_at(self.rec(), 8), u32_at(self.rec(), 12))
     }
 
-    fn key(&self) -> Vec<u8> {
+    /// Whether this entry is stored under `key` (patterns under a prefix).
+    fn has_key(&self, key: &[u8]) -> bool {
         if self.kind() == KIND_PATTERN {
-            let mut k = b"\0pattern".to_vec();
-            k.extend_from_slice(self.path());
-            k
+            key.strip_prefix(b"\0pattern") == Some(self.path())
         } else {
-            self.path().to_vec()
+            key == self.path()
         }
     }
 

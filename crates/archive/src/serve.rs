@@ -11,7 +11,9 @@
 //! keeps serving.
 
 use std::cell::RefCell;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -178,8 +180,9 @@ struct Local {
     id: u64,
     generation: u64,
     archive: Arc<Archive>,
-    /// Bodies whose hash this worker has checked: bit `entry * 4 + variant`.
-    verified: Vec<u64>,
+    /// Variants this worker has checked (body hash, header blocks) and
+    /// prepared, by `entry * 4 + variant`: later hits cost a map lookup.
+    prepared: HashMap<u32, Rc<Prepared>>,
 }
 
 thread_local! {
@@ -199,7 +202,7 @@ impl Handler for ArchiveServer {
                         id: shared.id,
                         generation: 0,
                         archive: shared.current.lock().unwrap_or_else(|e| e.into_inner()).clone(),
-                        verified: Vec::new(),
+                        prepared: HashMap::new(),
                     });
                     locals.len() - 1
                 }
@@ -208,8 +211,7 @@ impl Handler for ArchiveServer {
             if local.generation != generation {
                 local.archive = shared.current.lock().unwrap_or_else(|e| e.into_inner()).clone();
                 local.generation = generation;
-                local.verified.clear();
-                local.verified.resize(local.archive.n_entries().div_ceil(16), 0);
+                local.prepared.clear();
             }
             respond(local, req)
         });
@@ -336,37 +338,25 @@ fn answer(local: &mut Local, archive: &Archive, e: Entry<'_>, f: &Fields<'_>, he
     let Some(v) = e.variant(vi) else {
         return Response::error(500);
     };
-    if !verified(local, archive, e.index(), vi, &v) {
-        eprintln!(
-            "peregrine: archive body for {} does not match its checksum; not served",
-            String::from_utf8_lossy(e.path())
-        );
-        return Response::error(500);
-    }
-    let Ok(block) = HeaderBlock::from_lines(archive.shared(v.head_off, u64::from(v.head_len))) else {
+    let Some(prepared) = prepare(local, archive, &e, vi, &v) else {
         return Response::error(500);
     };
+    let block = prepared.block.clone();
     let body = |r: std::ops::Range<u64>| Body::Shared(archive.shared(v.body_off + r.start, r.end - r.start));
     if status != 200 {
         return Response::new(status)
             .with_header_block(block)
             .with_body(body(0..v.body_len));
     }
-    let etag = etag(v.body_len, v.body_hash);
+    let etag = prepared.etag.as_str();
     let last_modified = std::time::UNIX_EPOCH + Duration::from_secs(e.last_modified());
-    match conditional::evaluate(&f.pre, &etag, last_modified) {
+    match conditional::evaluate(&f.pre, etag, last_modified) {
         Verdict::Proceed => {}
-        Verdict::NotModified => {
-            let h304 = archive.shared(v.head_off + u64::from(v.head_len), u64::from(v.head304_len));
-            return match HeaderBlock::from_lines(h304) {
-                Ok(b) => Response::new(304).with_header_block(b),
-                Err(_) => Response::error(500),
-            };
-        }
+        Verdict::NotModified => return Response::new(304).with_header_block(prepared.block_304.clone()),
         Verdict::PreconditionFailed => return Response::error(412),
     }
     if let (Some(value), false) = (f.range, head) {
-        if conditional::if_range_holds(f.if_range, &etag, last_modified) {
+        if conditional::if_range_holds(f.if_range, etag, last_modified) {
             match range::parse(value, v.body_len) {
                 Ranges::Full => {}
                 Ranges::Unsatisfiable => {
@@ -399,20 +389,41 @@ fn answer(local: &mut Local, archive: &Archive, e: Entry<'_>, f: &Fields<'_>, he
         .with_body(body(0..v.body_len))
 }
 
-/// Checks a body's hash the first time this worker sends it.
-fn verified(local: &mut Local, archive: &Archive, entry: usize, variant: usize, v: &Variant) -> bool {
-    let bit = entry * 4 + variant;
-    let (word, mask) = (bit / 64, 1u64 << (bit % 64));
-    if local.verified.get(word).is_some_and(|w| w & mask != 0) {
-        return true;
+/// A variant checked and made ready to send.
+struct Prepared {
+    block: HeaderBlock,
+    block_304: HeaderBlock,
+    etag: String,
+}
+
+/// The first time this worker sends a variant: checks the body against its
+/// hash and the stored heads as header lines, and keeps the result. `None`:
+/// the archive is damaged there (logged; answered 500, never sent).
+fn prepare(local: &mut Local, archive: &Archive, e: &Entry<'_>, vi: usize, v: &Variant) -> Option<Rc<Prepared>> {
+    let key = u32::try_from(e.index() * 4 + vi).ok()?;
+    if let Some(p) = local.prepared.get(&key) {
+        return Some(p.clone());
     }
+    let path = String::from_utf8_lossy(e.path());
     if hash(archive.slice(v.body_off, v.body_len)) != v.body_hash {
-        return false;
+        eprintln!("peregrine: archive body for {path} does not match its checksum; not served");
+        return None;
     }
-    if let Some(w) = local.verified.get_mut(word) {
-        *w |= mask;
-    }
-    true
+    let heads = (
+        HeaderBlock::from_lines(archive.shared(v.head_off, u64::from(v.head_len))),
+        HeaderBlock::from_lines(archive.shared(v.head_off + u64::from(v.head_len), u64::from(v.head304_len))),
+    );
+    let (Ok(block), Ok(block_304)) = heads else {
+        eprintln!("peregrine: archive heads for {path} are not valid header lines; not served");
+        return None;
+    };
+    let p = Rc::new(Prepared {
+        block,
+        block_304,
+        etag: etag(v.body_len, v.body_hash),
+    });
+    local.prepared.insert(key, p.clone());
+    Some(p)
 }
 
 fn multipart(archive: &Archive, v: &Variant, block: &HeaderBlock, parts: &[std::ops::Range<u64>]) -> Option<Response> {
