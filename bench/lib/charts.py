@@ -3,7 +3,9 @@
 chart.png: requests/s, grouped bars (one group per load point, one bar per
 server), in up to three panels so that pipelined throughput does not flatten the
 rest, stacked top to bottom. cpu.png: CPU µs per request, same layout. memory.png: idle10k bytes
-per connection, when that scenario ran.
+per connection, when that scenario ran. files.png: the file scenarios, in
+panels of their own figure: requests/s and CPU µs per request for the small
+answers (f17, f4k, f304, frange), bytes/s for the large files (f64k, f10m).
 
 Usage: .venv/bin/python bench/lib/charts.py RUN_DIR
 """
@@ -17,14 +19,16 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FuncFormatter  # noqa: E402
 
-ORDER = ["limit", "peregrine", "nginx", "h2o", "go-fasthttp", "go-nethttp", "node"]
+ORDER = ["limit", "peregrine", "nginx", "h2o", "lighttpd", "go-fasthttp", "go-nethttp", "node"]
 COLORS = {"limit": "#7f7f7f", "peregrine": "#d62728", "nginx": "#2ca02c", "h2o": "#9467bd",
-          "go-fasthttp": "#17becf", "go-nethttp": "#1f77b4", "node": "#ff7f0e"}
+          "lighttpd": "#8c564b", "go-fasthttp": "#17becf", "go-nethttp": "#1f77b4", "node": "#ff7f0e"}
 PANELS = [
     ("keep-alive", ["c10", "c50", "c100", "c400"]),
     ("pipelined (50 conns)", ["pipe16", "pipe32"]),
     ("sweep (connections)", ["sweep-c1", "sweep-c10", "sweep-c100", "sweep-c1000"]),
 ]
+SMALL_FILES = ["f17", "f4k", "f304", "frange"]
+LARGE_FILES = ["f64k", "f10m"]
 
 
 def load(run_dir):
@@ -45,20 +49,26 @@ def human(v):
     return f"{v:g}"
 
 
-def grouped(run_dir, rows, fig, ylabel, title, out_name, fmt):
-    table = {(r["server"], r["point"]): value(r, fig) for r in rows}
+def grouped(run_dir, rows, fig, ylabel, title, out_name, fmt, panels=PANELS):
+    """panels: (title, points), all of figure `fig`; or (title, points, fig,
+    ylabel, fmt) for a panel with a figure of its own."""
+    panels = [p if len(p) == 5 else (p[0], p[1], fig, ylabel, fmt) for p in panels]
+    table = {(r["server"], r["point"], f): value(r, f) for r in rows for f in {p[2] for p in panels}}
     names = [s for s in ORDER if any(k[0] == s and v is not None for k, v in table.items())]
-    panels = [(t, [p for p in pts if any(table.get((s, p)) is not None for s in names)])
-              for t, pts in PANELS]
-    panels = [(t, pts) for t, pts in panels if pts]
+    panels = [(t, [p for p in pts if any(table.get((s, p, f)) is not None for s in names)], f, yl, fm)
+              for t, pts, f, yl, fm in panels]
+    panels = [p for p in panels if p[1]]
     if not panels:
         return None
+    # servers with a figure in some panel shown
+    names = [s for s in names if any(table.get((s, p, f)) is not None for _, pts, f, _, _ in panels for p in pts)]
     fig_, axes = plt.subplots(len(panels), 1, figsize=(10, 3.4 * len(panels) + 1.2), squeeze=False)
     bar_w = 0.8 / max(len(names), 1)
-    for ax, (panel_title, pts) in zip(axes[:, 0], panels):
+    for ax, (panel_title, pts, f, ylabel, fmt) in zip(axes[:, 0], panels):
+        scale = 2 ** 20 if f == "bytes_per_s" else 1  # bytes/s drawn in MiB/s
         for i, s in enumerate(names):
             xs = [j + (i - (len(names) - 1) / 2) * bar_w for j in range(len(pts))]
-            ys = [table.get((s, p)) or 0 for p in pts]
+            ys = [(table.get((s, p, f)) or 0) / scale for p in pts]
             bars = ax.bar(xs, ys, bar_w, label=s, color=COLORS.get(s))
             for b, y in zip(bars, ys):
                 if y:
@@ -116,6 +126,16 @@ def main():
                 f"Server CPU time per request (lower is better)\n{stamp}",
                 "cpu.png", lambda v: f"{v:.1f}"),
         memory(run_dir, rows, stamp),
+        grouped(run_dir, rows, None, None,
+                f"Static files, one worker pinned to one CPU; limit: its 13-byte hello\n{stamp}",
+                "files.png", None, panels=[
+                    ("small answers: requests per second (higher is better)", SMALL_FILES,
+                     "req_per_s", "requests per second", lambda v: f"{v / 1000:.0f}k"),
+                    ("small answers: server CPU µs per request (lower is better)", SMALL_FILES,
+                     "cpu_us_per_req", "server CPU µs per request", lambda v: f"{v:.1f}"),
+                    ("large files: MiB per second read by wrk (higher is better)", LARGE_FILES,
+                     "bytes_per_s", "MiB per second", lambda v: f"{v:,.0f}"),
+                ]),
     ]
     for p in made:
         if p:

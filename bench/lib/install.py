@@ -1,6 +1,6 @@
 """Installs what the bench needs, only when missing, so every run may call it.
 
-Debian packages (wrk, nginx-light, h2o if Debian has it, gcc), matplotlib in
+Debian packages (wrk, nginx-light, h2o and lighttpd if Debian has them, gcc), matplotlib in
 bench/.venv, and the Go modules of the fasthttp peer through the Go module
 proxy. Each step reports what it did; a step that fails leaves the servers
 that need it to be skipped, it does not stop the run.
@@ -102,6 +102,26 @@ def ensure_h2o():
         return "Debian has no h2o package here"
     if not apt_install("h2o") or not h2o_binary():
         return "apt-get install h2o failed"
+    return None
+
+
+def lighttpd_binary():
+    return shutil.which("lighttpd") or next(
+        (p for p in ("/usr/sbin/lighttpd",) if os.access(p, os.X_OK)), None)
+
+
+def ensure_lighttpd():
+    """Installs lighttpd (file scenarios only) if Debian has it. Returns a
+    reason string when it cannot. Like nginx's, Debian's package starts a
+    service on port 80 where init scripts may run (not in containers whose
+    policy-rc.d forbids it); bench/run never uses it, it starts its own."""
+    if lighttpd_binary():
+        return None
+    apt_update()
+    if apt_candidate("lighttpd") is None:
+        return "Debian has no lighttpd package here"
+    if not apt_install("lighttpd") or not lighttpd_binary():
+        return "apt-get install lighttpd failed"
     return None
 
 

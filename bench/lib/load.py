@@ -3,6 +3,10 @@
 A scenario is a list of load points (sweep has four). Every wrk run is
 bounded by its -d duration plus a margin after which it is killed; the idle
 client is bounded by its own deadline and by the runner's read timeouts.
+
+Two families: the hello scenarios (GET / on each server's hello mode) and
+the file scenarios (f17 ... frange: GETs of files from filetree.Tree, served
+by each server's file mode; limit answers its hello as the reference).
 """
 import json
 import os
@@ -21,6 +25,7 @@ WRK_TIMEOUT = "2s"          # wrk's per-request timeout; late answers count as t
 WRK_MARGIN_S = 30.0         # a wrk run that outlives -d by this much is killed
 IDLE_CONNS = 10_000
 IDLE_DEADLINE_S = 60.0
+HEAD_BYTES_MAX = 2048       # file scenarios: a status line and headers are shorter than this
 
 
 @dataclass(frozen=True)
@@ -29,6 +34,18 @@ class Point:
     scenario: str   # the --scenarios name it belongs to
     conns: int
     depth: int = 1  # pipelined requests per write
+    path: str = "/"  # request target
+    # "hello": GET / of the hello servers; file scenarios: "file" (200 with
+    # the whole file), "304" (If-None-Match with the server's own ETag),
+    # "range" (Range: bytes=0-1023, 206)
+    kind: str = "hello"
+    # file scenarios: whether limit's hello runs as the reference (only
+    # where answers are small enough for a hello to say something)
+    limit_ref: bool = True
+
+    @property
+    def files(self):
+        return self.kind != "hello"
 
 
 SCENARIOS = {
@@ -40,7 +57,20 @@ SCENARIOS = {
     "pipe32": [Point("pipe32", "pipe32", 50, 32)],
     "sweep": [Point(f"sweep-c{c}", "sweep", c) for c in (1, 10, 100, 1000)],
     "idle10k": [Point("idle10k", "idle10k", IDLE_CONNS)],
+    # Static files (peregrine serve DIR against nginx, h2o, lighttpd, Go).
+    "f17": [Point("f17", "f17", 50, path="/17.txt", kind="file")],
+    "f4k": [Point("f4k", "f4k", 50, path="/4k.txt", kind="file")],
+    "f64k": [Point("f64k", "f64k", 50, path="/64k.txt", kind="file", limit_ref=False)],
+    # 10 connections, not 50: one 10 MiB answer already fills a connection's
+    # socket buffers (loopback autotunes them to MiBs), so 10 keep the
+    # server busy; 50 would park hundreds of MiB in kernel buffers and
+    # measure memory pressure and wrk's reads more than the server.
+    "f10m": [Point("f10m", "f10m", 10, path="/10m.txt", kind="file", limit_ref=False)],
+    "f304": [Point("f304", "f304", 50, path="/4k.txt", kind="304")],
+    "frange": [Point("frange", "frange", 50, path="/64k.txt", kind="range")],
 }
+
+FILE_SCENARIOS = [name for name, points in SCENARIOS.items() if points[0].files]
 
 DESCRIPTIONS = {
     "c10": "keep-alive GET /, 10 connections",
@@ -51,22 +81,32 @@ DESCRIPTIONS = {
     "pipe32": "50 connections, 32 pipelined GETs per write",
     "sweep": "keep-alive GET / at 1, 10, 100 and 1000 connections",
     "idle10k": "memory per idle keep-alive connection, 10,000 connections",
+    "f17": "keep-alive GET of a 17-byte file, 50 connections",
+    "f4k": "keep-alive GET of a 4 KiB file, 50 connections",
+    "f64k": "keep-alive GET of a 64 KiB file, 50 connections",
+    "f10m": "keep-alive GET of a 10 MiB file, 10 connections",
+    "f304": "GET of the 4 KiB file with If-None-Match: the server's own ETag (every answer 304), 50 connections",
+    "frange": "GET of the 64 KiB file with Range: bytes=0-1023 (every answer 206), 50 connections",
 }
 
 
-def wrk_argv(port, point, duration_s):
+def wrk_argv(port, point, duration_s, headers=()):
+    """headers: request header lines ("Name: value") wrk adds with -H; the
+    request stays static (no Lua per request), report.lua only reports."""
     script = "pipeline.lua" if point.depth > 1 else "report.lua"
     argv = ["taskset", "-c", WRK_CPU, "wrk", "-t", "1", "-c", str(point.conns),
-            "-d", f"{duration_s:g}s", "--timeout", WRK_TIMEOUT,
-            "-s", os.path.join(BENCH, "wrk", script), f"http://127.0.0.1:{port}/"]
+            "-d", f"{duration_s:g}s", "--timeout", WRK_TIMEOUT]
+    for h in headers:
+        argv += ["-H", h]
+    argv += ["-s", os.path.join(BENCH, "wrk", script), f"http://127.0.0.1:{port}{point.path}"]
     if point.depth > 1:
         argv += ["--", str(point.depth)]
     return argv
 
 
-def run_wrk(port, point, duration_s):
+def run_wrk(port, point, duration_s, headers=()):
     """One wrk run. Returns (figures dict, None) or (None, error string)."""
-    argv = wrk_argv(port, point, duration_s)
+    argv = wrk_argv(port, point, duration_s, headers)
     rc, out, err = procs.run_bounded(argv, duration_s + WRK_MARGIN_S)
     if rc is None:
         return None, f"wrk did not finish within {duration_s + WRK_MARGIN_S:.0f} s"
@@ -76,14 +116,18 @@ def run_wrk(port, point, duration_s):
     return None, f"wrk exited {rc} without a report: {(err or out).strip()[-300:]}"
 
 
-def measure_wrk(running, point, duration_s):
-    """A measured wrk run against a running server, with its CPU time."""
+def measure_wrk(running, point, duration_s, headers=(), body_bytes=None):
+    """A measured wrk run against a running server, with its CPU time.
+
+    body_bytes: the body each answer was checked to carry (file scenarios);
+    wrk's bytes per response must then lie between it and it plus a head,
+    else the run is flagged: the server answered something else mid-run."""
     pid = running.proc.pid
     cpu_before = procs.cpu_ticks(pid)
     wrk_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     sys_before = procs.system_ticks()
     t_before = time.monotonic()
-    fig, err = run_wrk(running.port, point, duration_s)
+    fig, err = run_wrk(running.port, point, duration_s, headers)
     wall_s = time.monotonic() - t_before
     sys_after = procs.system_ticks()
     wrk_after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -118,6 +162,9 @@ def measure_wrk(running, point, duration_s):
         "rss_kib": procs.rss_kib(pid),
         # bytes per response, head and body: the servers' headers differ
         "resp_bytes": round(fig["bytes"] / requests, 1) if requests else "",
+        # wrk's Transfer/sec: every byte it read (heads and bodies) / run time
+        "bytes": fig["bytes"],
+        "bytes_per_s": round(fig["bytes"] / seconds, 1) if seconds > 0 else "",
         "wrk_p50_us": fig["p50_us"], "wrk_p99_us": fig["p99_us"],
         "lat_mean_wrk_us": fig["lat_mean_us"], "lat_max_us": fig["lat_max_us"],
     })
@@ -129,8 +176,20 @@ def measure_wrk(running, point, duration_s):
     if point.depth == 1:
         row.update({"p50_us": fig["p50_us"], "p90_us": fig["p90_us"],
                     "p99_us": fig["p99_us"], "p999_us": fig["p999_us"]})
+    notes = []
+    if body_bytes is not None and requests:
+        # wrk's bytes also count the answers still in flight when it
+        # stopped (up to one per connection), which it does not count as
+        # requests: with 10 MiB answers that is a lot per request
+        per = fig["bytes"] / requests
+        in_flight = point.conns * point.depth * (body_bytes + HEAD_BYTES_MAX) / requests
+        if not body_bytes <= per <= body_bytes + HEAD_BYTES_MAX + in_flight:
+            notes.append(f"{per:,.0f} bytes per answer, not the checked {body_bytes:,}-byte body "
+                         f"plus a head: the answers changed during the run")
     if not running.alive():
-        row["note"] = f"server exited with {running.proc.returncode} during the run"
+        notes.append(f"server exited with {running.proc.returncode} during the run")
+    if notes:
+        row["note"] = "; ".join(notes)
     return row
 
 

@@ -3,8 +3,8 @@ and the section of BENCHMARKS.md between the bench markers.
 
 Raw rows go to results.csv as they are measured, so an interrupted run keeps
 what it had. Every summary figure is the median over the repetitions of one
-server at one load point; ratios compare with `limit` at the same point, in
-the same run.
+server at one load point; ratios compare with `limit` (and, for the file
+scenarios, with `nginx`) at the same point, in the same run.
 """
 import csv
 import os
@@ -21,17 +21,19 @@ RESULT_FIELDS = [
     "wrk_p50_us", "wrk_p99_us", "lat_mean_wrk_us", "lat_max_us",
     "err_connect", "err_read", "err_write", "err_timeout", "err_status", "errors",
     "cpu_ticks", "cpu_us_per_req", "server_cpu_pct", "wrk_cpu_pct",
-    "other_cpu_pct", "steal_pct", "resp_bytes", "rss_kib",
+    "other_cpu_pct", "steal_pct", "resp_bytes", "head_bytes", "bytes", "bytes_per_s", "rss_kib",
     "idle_conns_ok", "idle_failed", "idle_closed_by_server",
     "idle_rss_before_kib", "idle_rss_after_kib", "idle_bytes_per_conn",
-    "note",
+    "request_headers", "checked", "note",
 ]
 
 SUMMARY_FIGURES = ["req_per_s", "p50_us", "p99_us", "lat_little_us", "errors",
                    "cpu_us_per_req", "server_cpu_pct", "wrk_cpu_pct", "other_cpu_pct", "steal_pct",
-                   "resp_bytes", "idle_bytes_per_conn"]
+                   "resp_bytes", "head_bytes", "bytes_per_s", "idle_bytes_per_conn"]
+RATIOS = [("req_per_s", "limit"), ("cpu_us_per_req", "limit"),
+          ("req_per_s", "nginx"), ("bytes_per_s", "nginx"), ("cpu_us_per_req", "nginx")]
 SUMMARY_FIELDS = ["server", "scenario", "point", "conns", "depth", "reps"] + SUMMARY_FIGURES + \
-    ["req_per_s_vs_limit", "cpu_us_per_req_vs_limit", "note"]
+    [f"{fig}_vs_{ref}" for fig, ref in RATIOS] + ["note"]
 
 # The engine issue's targets, as ratios to limit (bytes are absolute).
 TARGETS = [
@@ -39,6 +41,17 @@ TARGETS = [
     ("c50", "cpu_us_per_req_vs_limit", "<=", 1.15, "c50 CPU µs/req vs limit"),
     ("pipe16", "req_per_s_vs_limit", ">=", 0.75, "pipe16 req/s vs limit"),
     ("idle10k", "idle_bytes_per_conn", "<=", 600, "idle10k bytes per connection"),
+]
+
+# The static-file issue's targets. "limit hello": limit answers every request
+# of the file scenarios with its canned 13-byte hello.
+FILES_TARGETS = [
+    ("f17", "req_per_s_vs_nginx", ">=", 1.5, "f17 req/s vs nginx"),
+    ("f17", "req_per_s_vs_limit", ">=", 0.9, "f17 req/s vs limit hello"),
+    ("f4k", "req_per_s_vs_nginx", ">=", 1.5, "f4k req/s vs nginx"),
+    ("f4k", "req_per_s_vs_limit", ">=", 0.9, "f4k req/s vs limit hello"),
+    ("f64k", "bytes_per_s_vs_nginx", ">=", 1.0, "f64k bytes/s vs nginx"),
+    ("f10m", "bytes_per_s_vs_nginx", ">=", 1.0, "f10m bytes/s vs nginx"),
 ]
 
 
@@ -80,9 +93,9 @@ def summarize(rows):
         s["note"] = "; ".join(notes)
         out[(server, point)] = s
     for (server, point), s in out.items():
-        ref = out.get(("limit", point))
-        for fig in ("req_per_s", "cpu_us_per_req"):
-            key = f"{fig}_vs_limit"
+        for fig, ref_name in RATIOS:
+            ref = out.get((ref_name, point))
+            key = f"{fig}_vs_{ref_name}"
             s[key] = None
             if ref and ref[fig] and s[fig] is not None:
                 s[key] = s[fig] / ref[fig]
@@ -123,10 +136,22 @@ def fmt_cpu(v):
     return "–" if v is None else f"{v:.2f}"
 
 
+def fmt_mib(v):
+    """bytes/s as MiB/s (wrk's Transfer/sec uses binary units too)."""
+    if v is None:
+        return "–"
+    v /= 1 << 20
+    return f"{v:,.0f}" if v >= 100 else f"{v:.1f}"
+
+
+def _busy(s):
+    return "–" if s["server_cpu_pct"] is None else \
+        f"{s['server_cpu_pct']:.0f} / {s['wrk_cpu_pct']:.0f} / {s['other_cpu_pct']:.0f}"
+
+
 def _row_cells(s, pipelined):
     lat = [fmt_us(s["lat_little_us"])] if pipelined else [fmt_us(s["p50_us"]), fmt_us(s["p99_us"])]
-    busy = "–" if s["server_cpu_pct"] is None else \
-        f"{s['server_cpu_pct']:.0f} / {s['wrk_cpu_pct']:.0f} / {s['other_cpu_pct']:.0f}"
+    busy = _busy(s)
     return [fmt_int(s["req_per_s"]), fmt_ratio(s["req_per_s_vs_limit"]), *lat,
             fmt_int(s["errors"]), fmt_cpu(s["cpu_us_per_req"]), fmt_ratio(s["cpu_us_per_req_vs_limit"]), busy]
 
@@ -158,22 +183,43 @@ def summary_markdown(summary, ctx):
         "below it means the client set that row's req/s, and only CPU µs/req compares the servers "
         "there; other above a few % means the row was disturbed. Latencies are wrk's (see bench/README.md).",
     ]
+    if any(sc in load.FILE_SCENARIOS for sc in ctx["scenarios"]):
+        md += [
+            "- File scenarios (f17 ... frange): every file server serves the same generated "
+            "directory (meta.txt lists its files); each answer was checked before the run "
+            "(status, body, Content-Range; the 304 scenario sends each server its own ETag). "
+            "`× nginx` compares with nginx at the same point; `× limit` with limit's canned "
+            "13-byte hello, which it sends to every request (only where answers are small). "
+            "MiB/s is wrk's Transfer/sec: every byte it read, heads and bodies, over the run. "
+            "head B: the size of the server's status line and header fields in the checked answer "
+            "(bodies are the same for all).",
+        ]
     md += _interference(ctx["rows"]) + _response_sizes(summary) + [""]
     by_point = {}
     for s in summary:
         by_point.setdefault(s["point"], []).append(s)
 
-    targets = _targets(by_point)
+    targets = _targets(by_point, TARGETS)
     if targets:
         md += ["## Engine targets (peregrine)", ""]
         md += _table(["target", "measured", "goal", ""], targets)
         md += [""]
+    targets = _targets(by_point, FILES_TARGETS)
+    if targets:
+        md += ["## Files targets (peregrine serve)", ""]
+        md += _table(["target", "measured", "goal", ""], targets)
+        md += ["", "When wrk's CPU is near 100 % at f17 and f4k, the client caps every server's "
+               "req/s and compresses these ratios towards 1; the tables' CPU µs/req × nginx "
+               "then compares the servers.", ""]
 
     for scenario in ctx["scenarios"]:
         points = [p for p in load.SCENARIOS[scenario] if p.label in by_point]
         if not points:
             continue
         md += [f"## {scenario}: {load.DESCRIPTIONS[scenario]}", ""]
+        if scenario in load.FILE_SCENARIOS:
+            md += _files_table(points, by_point) + [""]
+            continue
         if scenario == "idle10k":
             rows = []
             for s in by_point["idle10k"]:
@@ -220,10 +266,31 @@ def _interference(rows):
             f"rep {r['rep']}); hypervisor steal (part of that) at most {max(steal):.0f} %. Per-run figures in results.csv."]
 
 
+def _files_table(points, by_point):
+    with_limit = any(p.limit_ref for p in points)
+    head = ["server", "req/s", "× nginx"] + (["× limit"] if with_limit else []) + \
+        ["MiB/s", "× nginx", "p50", "p99", "errors", "CPU µs/req", "× nginx", "head B",
+         "CPU % srv / wrk / other"]
+    rows, notes = [], []
+    for p in points:
+        for s in by_point[p.label]:
+            name = s["server"] + (" (hello)" if s["server"] == "limit" else "")
+            rows.append([name, fmt_int(s["req_per_s"]), fmt_ratio(s["req_per_s_vs_nginx"])]
+                        + ([fmt_ratio(s["req_per_s_vs_limit"])] if with_limit else [])
+                        + [fmt_mib(s["bytes_per_s"]), fmt_ratio(s["bytes_per_s_vs_nginx"]),
+                           fmt_us(s["p50_us"]), fmt_us(s["p99_us"]), fmt_int(s["errors"]),
+                           fmt_cpu(s["cpu_us_per_req"]), fmt_ratio(s["cpu_us_per_req_vs_nginx"]),
+                           fmt_int(s["head_bytes"]), _busy(s)])
+            if s["note"]:
+                notes.append(f"{s['server']} at {s['point']}: {s['note']}")
+    return _table(head, rows) + ([""] + [f"- {n}" for n in notes] if notes else [])
+
+
 def _response_sizes(summary):
     sizes = {}
+    hello = {p.label for sc, ps in load.SCENARIOS.items() for p in ps if not p.files}
     for s in summary:
-        if s.get("resp_bytes") is not None:
+        if s["point"] in hello and s.get("resp_bytes") is not None:
             sizes.setdefault(s["server"], s["resp_bytes"])
     if not sizes:
         return []
@@ -231,9 +298,9 @@ def _response_sizes(summary):
             + ", ".join(f"{name} {size:.0f}" for name, size in sizes.items()) + "."]
 
 
-def _targets(by_point):
+def _targets(by_point, targets):
     rows = []
-    for point, fig, op, goal, label in TARGETS:
+    for point, fig, op, goal, label in targets:
         s = next((s for s in by_point.get(point, []) if s["server"] == "peregrine"), None)
         if s is None:
             continue

@@ -1,10 +1,12 @@
 """bench/run's main: installs, builds, runs every scenario on every server,
 and writes the run directory. See bench/README.md for what is measured.
 
-Order of work: install what is missing; build the selected servers (skipping
-those that fail); then for each scenario and each server start the server
-fresh, warm up, measure the repetitions, stop it; last, write the summary,
-charts and meta, and rewrite BENCHMARKS.md's bench section.
+Order of work: install what is missing; build the selected servers that
+take part in a selected scenario (skipping those that fail); write the file
+tree if a file scenario is selected; then for each scenario, repetition and
+server start the server fresh, check its answers (file scenarios), warm up,
+measure, stop it; last, write the summary, charts and meta, and rewrite
+BENCHMARKS.md's bench section.
 """
 import argparse
 import datetime
@@ -15,6 +17,7 @@ import subprocess
 import sys
 import time
 
+import filetree
 import install
 import load
 import procs
@@ -97,7 +100,7 @@ def machine_busy_pct(seconds=1.0):
     return 100 * procs.ticks_to_us(procs.system_ticks()[0] - before) / 1e6 / seconds
 
 
-def write_meta(path, args, command, started, prepared, skipped, venv_python, nofile):
+def write_meta(path, args, command, started, prepared, skipped, venv_python, nofile, tree=None):
     lines = [
         f"command: {command}",
         f"started: {started.isoformat(timespec='seconds')} (local), "
@@ -115,6 +118,9 @@ def write_meta(path, args, command, started, prepared, skipped, venv_python, nof
         f"servers asked: {','.join(args.servers)}",
         f"RLIMIT_NOFILE: {nofile}",
     ]
+    if tree is not None:
+        lines.append(f"file tree (file scenarios; one temporary directory all file servers served, "
+                     f"mtime {filetree.MTIME}): {tree.describe()}")
     for knob in ("net/core/somaxconn", "net/ipv4/tcp_tw_reuse", "net/ipv4/ip_local_port_range"):
         try:
             with open(f"/proc/sys/{knob}") as f:
@@ -173,8 +179,12 @@ def main(argv):
     # 2. build
     servers.Peregrine.run_cargo = not args.no_cargo
     prepared, skipped = {}, {}
+    points = [p for sc in args.scenario_names for p in load.SCENARIOS[sc]]
     for name in args.servers:
         server = servers.ALL[name]()
+        if not any(server.takes_part(p) for p in points):
+            log(f"{name} takes part in none of the scenarios asked: not prepared")
+            continue
         log(f"preparing {name}")
         try:
             reason = server.prepare()
@@ -189,18 +199,31 @@ def main(argv):
         log("WARNING: no limit server: ratios to limit will be empty")
 
     # 3. measure
+    tree = None
+    if any(p.files for p in points):
+        # one tree for the whole run, served by every file server alike
+        tree = filetree.Tree()
+        procs.add_cleanup(tree.root, tree.remove)
+        log(f"file tree {tree.root}: {tree.describe()}")
     results = report.ResultsWriter(os.path.join(run_dir, "results.csv"))
     # Repetitions go round the servers (rep 1 of every server, then rep 2,
     # ...) so that the host's noise, which drifts over minutes here, falls on
     # every server alike instead of on whichever ran during a bad spell.
     for scenario in args.scenario_names:
+        taking_part = {n: s for n, s in prepared.items()
+                       if any(s.takes_part(p) for p in load.SCENARIOS[scenario])}
+        left_out = [n for n in prepared if n not in taking_part]
+        if left_out:
+            log(f"{scenario}: without {', '.join(left_out)} (no "
+                f"{'file' if load.SCENARIOS[scenario][0].files else 'hello'} mode"
+                f"{', or limit where its hello says nothing' if 'limit' in left_out else ''})")
         for rep in range(1, args.reps + 1):
-            for name, server in prepared.items():
+            for name, server in taking_part.items():
                 log_path = os.path.join(logs, f"{name}-{scenario}.log")
                 if scenario == "idle10k":
                     run_idle(server, args, results, log_path, skipped, rep)
                 else:
-                    run_scenario(server, scenario, args, results, log_path, skipped, rep)
+                    run_scenario(server, scenario, args, results, log_path, skipped, rep, tree)
 
     # 4. report
     summary = report.summarize(results.rows)
@@ -213,7 +236,7 @@ def main(argv):
     with open(os.path.join(run_dir, "summary.md"), "w") as f:
         f.write(summary_md + "\n")
     write_meta(os.path.join(run_dir, "meta.txt"), args, command, started, prepared, skipped,
-               venv_python, nofile)
+               venv_python, nofile, tree)
 
     charts = []
     if venv_python:
@@ -223,7 +246,8 @@ def main(argv):
             log("WARNING: charts failed: " + r.stderr.strip()[-500:])
         made = r.stdout.split()
         alts = {"chart.png": "requests per second", "cpu.png": "server CPU µs per request",
-                "memory.png": "bytes per idle connection"}
+                "memory.png": "bytes per idle connection",
+                "files.png": "static files: requests per second, CPU µs per request, bytes per second"}
         charts = [(m, alts.get(m, m)) for m in made]
     else:
         log("WARNING: no matplotlib: no charts")
@@ -246,8 +270,8 @@ def main(argv):
     return 0
 
 
-def _start(server, log_path, skipped, scenario):
-    running = servers.Running(server, log_path)
+def _start(server, log_path, skipped, scenario, tree=None):
+    running = servers.Running(server, log_path, tree)
     reason = running.start()
     if reason:
         log(f"{server.name} failed to start for {scenario}: {reason}")
@@ -257,9 +281,12 @@ def _start(server, log_path, skipped, scenario):
     return running, None
 
 
-def run_scenario(server, scenario, args, results, log_path, skipped, rep):
-    """One repetition of a scenario on a freshly started server."""
-    running, reason = _start(server, log_path, skipped, scenario)
+def run_scenario(server, scenario, args, results, log_path, skipped, rep, tree=None):
+    """One repetition of a scenario on a freshly started server. In a file
+    scenario the server's answers are checked first, with the very requests
+    wrk will send; a server that answers wrong is not measured."""
+    files = load.SCENARIOS[scenario][0].files
+    running, reason = _start(server, log_path, skipped, scenario, tree if files else None)
     try:
         for point in load.SCENARIOS[scenario]:
             base = {"server": server.name, "scenario": scenario, "point": point.label,
@@ -270,12 +297,26 @@ def run_scenario(server, scenario, args, results, log_path, skipped, rep):
             if not running.alive():
                 results.add({**base, "rep": rep, "note": f"server exited with {running.proc.returncode}"})
                 continue
-            load.run_wrk(running.port, point, WARMUP_S)  # warm-up, not recorded
-            row = load.measure_wrk(running, point, args.duration)
-            results.add({**base, "rep": rep, **row})
+            headers, body_bytes, head_bytes, checked = (), None, "", ""
+            if point.files:
+                try:
+                    headers, body_bytes, head_bytes, checked = filetree.check(
+                        running.port, point, tree, servers.BODY if server.files_hello else None)
+                except filetree.WrongAnswer as e:
+                    why = f"wrong answer, not measured: {e}"
+                    log(f"ERROR: {server.name} at {point.label}: {why}")
+                    skipped.setdefault(f"{server.name} at {point.label}", why)
+                    results.add({**base, "rep": rep, "note": why})
+                    continue
+            load.run_wrk(running.port, point, WARMUP_S, headers)  # warm-up, not recorded
+            row = load.measure_wrk(running, point, args.duration, headers, body_bytes)
+            results.add({**base, "rep": rep, "request_headers": " | ".join(headers),
+                         "checked": checked, "head_bytes": head_bytes, **row})
             log(f"{scenario:8} {point.label:12} {server.name:12} rep {rep}: "
                 + (f"{row['req_per_s']:>12,.0f} req/s  cpu {row['cpu_us_per_req']} µs/req  "
                    f"errors {row['errors']}" if row.get("req_per_s") not in (None, "") else "")
+                + (f"  {row['bytes_per_s'] / 2**20:,.1f} MiB/s"
+                   if point.files and row.get("bytes_per_s") not in (None, "") else "")
                 + (f"  [{row['note']}]" if row.get("note") else ""))
     finally:
         if running:

@@ -1,10 +1,14 @@
 """The servers under test: how each is built, started, checked and stopped.
 
-Every server answers GET / with the 13-byte body "Hello, World!" as
-text/plain, runs one worker (one thread, one process, or GOMAXPROCS=1),
-listens on its own free port on 127.0.0.1 and is pinned to CPU 0 with
-`taskset -c 0`; wrk runs on CPU 1. A server that fails to build or to start
-is reported with the reason and skipped; it never stops the run.
+In its hello mode every server answers GET / with the 13-byte body
+"Hello, World!" as text/plain; in its file mode (the file scenarios) it
+serves the run's generated file tree (filetree.py), and limit answers its
+hello to every request. Every server runs one worker (one thread, one
+process, or GOMAXPROCS=1), listens on its own free port on 127.0.0.1 and is
+pinned to CPU 0 with `taskset -c 0`; wrk runs on CPU 1. A server that fails
+to build or to start is reported with the reason and skipped; it never
+stops the run. A server without a mode takes no part in that mode's
+scenarios (lighttpd has no hello; go-fasthttp and node serve no files).
 """
 import os
 import shutil
@@ -26,7 +30,7 @@ BODY = b"Hello, World!"
 READY_TIMEOUT_S = 20.0
 
 # Table order: the reference first, then the engine, then the peers.
-ORDER = ["limit", "peregrine", "nginx", "h2o", "go-fasthttp", "go-nethttp", "node"]
+ORDER = ["limit", "peregrine", "nginx", "h2o", "lighttpd", "go-fasthttp", "go-nethttp", "node"]
 
 
 def log(msg):
@@ -35,10 +39,14 @@ def log(msg):
 
 class Server:
     """One server kind. `prepare` installs and builds it (returns None or the
-    reason it cannot run); `argv` says how to start it on a port."""
+    reason it cannot run); `argv` says how to start it on a port in its
+    hello mode, `files_argv` in its file mode, serving `root`."""
 
     name = ""
     env = None
+    hello = True          # has a hello mode (the hello scenarios)
+    serves_files = False  # has a file mode (the file scenarios)
+    files_hello = False   # answers the file scenarios with its hello (limit)
 
     def prepare(self):
         return None
@@ -46,12 +54,35 @@ class Server:
     def argv(self, port, tmp):
         raise NotImplementedError
 
+    def files_argv(self, port, tmp, root):
+        raise NotImplementedError
+
+    def takes_part(self, point):
+        """Whether this server runs at a load point."""
+        if not point.files:
+            return self.hello
+        if self.files_hello:
+            return point.limit_ref
+        return self.serves_files
+
     def version(self):
         return ""
 
 
+def _fill(template, out_path, **values):
+    """Writes a peer's configuration template with its @NAME@s filled."""
+    with open(template) as f:
+        conf = f.read()
+    for k, v in values.items():
+        conf = conf.replace(f"@{k}@", str(v))
+    with open(out_path, "w") as f:
+        f.write(conf)
+    return out_path
+
+
 class Limit(Server):
     name = "limit"
+    files_hello = True
 
     def prepare(self):
         if not install.ensure_gcc():
@@ -81,6 +112,7 @@ class Limit(Server):
 
 class Peregrine(Server):
     name = "peregrine"
+    serves_files = True
     run_cargo = True  # bench/run --no-cargo: measure the binary as it is
 
     def prepare(self):
@@ -106,6 +138,11 @@ class Peregrine(Server):
     def argv(self, port, tmp):
         return [self.binary, "hello", "--bind", f"127.0.0.1:{port}", "--workers", "1"]
 
+    def files_argv(self, port, tmp, root):
+        # the defaults: ETag, Last-Modified, Cache-Control: no-cache, the
+        # three security headers, pre-compressed siblings looked for
+        return [self.binary, "serve", root, "--bind", f"127.0.0.1:{port}", "--workers", "1"]
+
     def version(self):
         rev = subprocess.run(["git", "-C", REPO, "rev-parse", "--short=12", "HEAD"],
                              capture_output=True, text=True)
@@ -124,6 +161,7 @@ class Peregrine(Server):
 
 class Nginx(Server):
     name = "nginx"
+    serves_files = True
 
     def prepare(self):
         if not install.ensure_nginx():
@@ -139,6 +177,11 @@ class Nginx(Server):
             f.write(conf)
         return [self.binary, "-p", tmp, "-c", path, "-e", os.path.join(tmp, "error.log")]
 
+    def files_argv(self, port, tmp, root):
+        path = _fill(os.path.join(PEERS, "nginx", "files.conf.in"), os.path.join(tmp, "nginx.conf"),
+                     TMP=tmp, PORT=port, ROOT=root)
+        return [self.binary, "-p", tmp, "-c", path, "-e", os.path.join(tmp, "error.log")]
+
     def version(self):
         r = subprocess.run([self.binary, "-v"], capture_output=True, text=True)
         return r.stderr.strip()
@@ -146,6 +189,7 @@ class Nginx(Server):
 
 class H2o(Server):
     name = "h2o"
+    serves_files = True
 
     def prepare(self):
         reason = install.ensure_h2o()
@@ -164,9 +208,39 @@ class H2o(Server):
             f.write(conf)
         return [self.binary, "-c", path]
 
+    def files_argv(self, port, tmp, root):
+        path = _fill(os.path.join(PEERS, "h2o", "files.conf.in"), os.path.join(tmp, "h2o.conf"),
+                     TMP=tmp, PORT=port, ROOT=root)
+        return [self.binary, "-c", path]
+
     def version(self):
         r = subprocess.run([self.binary, "--version"], capture_output=True, text=True)
         return r.stdout.splitlines()[0] if r.stdout else ""
+
+
+class Lighttpd(Server):
+    """File scenarios only: lighttpd has no fixed-response directive, and
+    h2o already stands for "a file handler answering hello"."""
+
+    name = "lighttpd"
+    hello = False
+    serves_files = True
+
+    def prepare(self):
+        reason = install.ensure_lighttpd()
+        if reason:
+            return reason
+        self.binary = install.lighttpd_binary()
+        return None
+
+    def files_argv(self, port, tmp, root):
+        path = _fill(os.path.join(PEERS, "lighttpd", "files.conf.in"), os.path.join(tmp, "lighttpd.conf"),
+                     TMP=tmp, PORT=port, ROOT=root)
+        return [self.binary, "-D", "-f", path]
+
+    def version(self):
+        r = subprocess.run([self.binary, "-v"], capture_output=True, text=True)
+        return (r.stdout or r.stderr).strip().splitlines()[0]
 
 
 class GoServer(Server):
@@ -200,6 +274,10 @@ class GoServer(Server):
 class GoNetHttp(GoServer):
     name = "go-nethttp"
     module = "go-nethttp"
+    serves_files = True
+
+    def files_argv(self, port, tmp, root):
+        return [self.binary, "-bind", f"127.0.0.1:{port}", "-dir", root]
 
 
 class GoFastHttp(GoServer):
@@ -234,7 +312,7 @@ class Node(Server):
         return "node " + r.stdout.strip()
 
 
-ALL = {cls.name: cls for cls in (Limit, Peregrine, Nginx, H2o, GoFastHttp, GoNetHttp, Node)}
+ALL = {cls.name: cls for cls in (Limit, Peregrine, Nginx, H2o, Lighttpd, GoFastHttp, GoNetHttp, Node)}
 
 
 def free_port():
@@ -243,12 +321,12 @@ def free_port():
         return s.getsockname()[1]
 
 
-def probe(port, timeout_s=1.0):
+def probe(port, timeout_s=1.0, path="/", body=BODY):
     """One GET over a fresh connection. Returns None if the answer is the
     expected 200 with the body, else what went wrong."""
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as s:
-            s.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            s.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
             buf = b""
             deadline = time.monotonic() + timeout_s
             while time.monotonic() < deadline:
@@ -256,22 +334,24 @@ def probe(port, timeout_s=1.0):
                 if not chunk:
                     break
                 buf += chunk
-                if buf.endswith(BODY):
+                if buf.endswith(body):
                     break
     except OSError as e:
         return f"{type(e).__name__}: {e}"
     if not buf.startswith(b"HTTP/1.1 200"):
         return f"unexpected answer {buf[:60]!r}"
-    if not buf.endswith(BODY):
-        return f"body is not {BODY!r}: {buf[-40:]!r}"
+    if not buf.endswith(body):
+        return f"body is not {body!r}: {buf[-40:]!r}"
     return None
 
 
 class Running:
-    """A started server: its process group, port and temporary directory."""
+    """A started server: its process group, port and temporary directory.
+    With `tree` (a filetree.Tree), the server runs in its file mode."""
 
-    def __init__(self, server, log_path):
+    def __init__(self, server, log_path, tree=None):
         self.server = server
+        self.tree = tree
         self.port = free_port()
         self.tmp = tempfile.mkdtemp(prefix=f"peregrine-bench-{server.name}-")
         self.log_path = log_path
@@ -280,7 +360,13 @@ class Running:
 
     def start(self):
         """Starts and waits until ready. Returns None or the failure reason."""
-        argv = ["taskset", "-c", SERVER_CPU] + self.server.argv(self.port, self.tmp)
+        if self.tree is None or self.server.files_hello:
+            mode_argv = self.server.argv(self.port, self.tmp)
+            ready = dict(path="/", body=BODY)
+        else:
+            mode_argv = self.server.files_argv(self.port, self.tmp, self.tree.root)
+            ready = dict(path="/17.txt", body=self.tree.files["/17.txt"])
+        argv = ["taskset", "-c", SERVER_CPU] + mode_argv
         with open(self.log_path, "ab") as log_file:
             log_file.write(("$ " + " ".join(argv) + "\n").encode())
             log_file.flush()
@@ -291,7 +377,7 @@ class Running:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 return f"exited with {self.proc.returncode} before it was ready: " + self.log_tail()
-            last = probe(self.port)
+            last = probe(self.port, **ready)
             if last is None:
                 return None
             time.sleep(0.05)

@@ -1,0 +1,199 @@
+"""The file tree the static-file scenarios serve, and the check that each
+server answers them right before anything is measured.
+
+One tree per run, in a temporary directory: every file server (peregrine
+serve, nginx, h2o, lighttpd, Go's http.FileServer) serves the same
+directory. The files have fixed contents and a fixed mtime, so their sizes,
+contents and validators are the same from run to run (Peregrine's ETag is a
+content hash; nginx's and lighttpd's derive from mtime and size).
+"""
+import hashlib
+import os
+import shutil
+import socket
+import tempfile
+import time
+
+# name -> size in bytes; the scenarios in load.py name these paths
+SIZES = {
+    "17.txt": 17,
+    "4k.txt": 4 * 1024,
+    "64k.txt": 64 * 1024,
+    "10m.txt": 10 * 1024 * 1024,
+}
+MTIME = 1_767_225_600  # 2026-01-01T00:00:00Z: Last-Modified is the same every run
+SMALL = b"Hello, Peregrine\n"  # the 17-byte file
+assert len(SMALL) == SIZES["17.txt"]
+
+
+def content(name):
+    """The fixed bytes of a file: printable lines (64 hex digits of
+    SHA-256 of a counter, then a newline), cut to the file's size."""
+    size = SIZES[name]
+    if name == "17.txt":
+        return SMALL
+    lines, have, i = [], 0, 0
+    while have < size:
+        line = hashlib.sha256(b"peregrine-bench-%d" % i).hexdigest().encode() + b"\n"
+        lines.append(line)
+        have += len(line)
+        i += 1
+    return b"".join(lines)[:size]
+
+
+class Tree:
+    """The generated directory and the contents of its files."""
+
+    def __init__(self, parent=None):
+        self.root = tempfile.mkdtemp(prefix="peregrine-bench-files-", dir=parent)
+        os.chmod(self.root, 0o755)
+        self.files = {}
+        for name in SIZES:
+            data = content(name)
+            path = os.path.join(self.root, name)
+            with open(path, "wb") as f:
+                f.write(data)
+            os.chmod(path, 0o644)
+            os.utime(path, (MTIME, MTIME))
+            self.files["/" + name] = data
+
+    def describe(self):
+        return ", ".join(f"{name} ({len(self.files['/' + name]):,} B, sha256 "
+                         f"{hashlib.sha256(self.files['/' + name]).hexdigest()[:12]})"
+                         for name in SIZES)
+
+    def remove(self):
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+# -- checking answers ------------------------------------------------------
+
+class WrongAnswer(Exception):
+    """A server's answer is not the one the scenario measures."""
+
+
+def _read_answer(sock, buf, method_head, deadline):
+    """Reads one HTTP/1.1 answer from sock; returns (status, headers, body,
+    rest); headers has the head's size in bytes under None."""
+    def more():
+        if time.monotonic() > deadline:
+            raise WrongAnswer("no complete answer within the time allowed")
+        chunk = sock.recv(1 << 20)
+        if not chunk:
+            raise WrongAnswer("the server closed the connection mid-answer")
+        return chunk
+
+    while b"\r\n\r\n" not in buf:
+        buf += more()
+    head, buf = buf.split(b"\r\n\r\n", 1)
+    lines = head.decode("latin-1").split("\r\n")
+    parts = lines[0].split(" ", 2)
+    if len(parts) < 2 or not parts[0].startswith("HTTP/1.") or not parts[1].isdigit():
+        raise WrongAnswer(f"bad status line {lines[0][:80]!r}")
+    status = int(parts[1])
+    headers = {None: len(head) + 4}
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        headers.setdefault(name.strip().lower(), value.strip())
+    if method_head or status in (204, 304) or 100 <= status < 200:
+        return status, headers, b"", buf
+    if "chunked" in headers.get("transfer-encoding", "").lower():
+        body = b""
+        while True:
+            while b"\r\n" not in buf:
+                buf += more()
+            size_line, buf = buf.split(b"\r\n", 1)
+            size = int(size_line.split(b";")[0], 16)
+            while len(buf) < size + 2:
+                buf += more()
+            body, buf = body + buf[:size], buf[size + 2:]
+            if size == 0:
+                return status, headers, body, buf
+    if "content-length" not in headers:
+        raise WrongAnswer(f"{status} answer without Content-Length or chunked body")
+    n = int(headers["content-length"])
+    while len(buf) < n:
+        buf += more()
+    return status, headers, buf[:n], buf[n:]
+
+
+def get(port, path, headers=(), times=1, timeout_s=10.0):
+    """`times` GETs of path on one keep-alive connection; the answers as
+    (status, headers with lower-case names and the head's size under None,
+    body)."""
+    req = f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n" + \
+        "".join(h + "\r\n" for h in headers) + "\r\n"
+    deadline = time.monotonic() + timeout_s
+    out, buf = [], b""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as s:
+            for _ in range(times):
+                s.sendall(req.encode("latin-1"))
+                status, hdrs, body, buf = _read_answer(s, buf, False, deadline)
+                out.append((status, hdrs, body))
+    except OSError as e:
+        raise WrongAnswer(f"{type(e).__name__}: {e}") from e
+    return out
+
+
+def _show(status, headers, body):
+    return f"{status} with {len(body):,} body bytes" + \
+        (f" ({body[:60]!r})" if status >= 400 or len(body) < 60 else "")
+
+
+def check(port, point, tree, hello_body=None):
+    """Checks the answers a file scenario measures, with the requests wrk
+    will send: twice each on one keep-alive connection (the second from the
+    server's cache, when it has one).
+
+    Returns (the header lines wrk must send, the body bytes each answer
+    carries, the head bytes (status line and fields) of the last answer,
+    what was checked). Raises WrongAnswer.
+
+    hello_body: the server answers every request with this canned body (the
+    limit server), which is then what is checked."""
+    kind = point.kind
+    if hello_body is not None:
+        # limit parses nothing: it gets the same kind of request, whatever
+        # the header says, and answers its hello
+        extra = {"304": ['If-None-Match: "limit-has-no-etag"'],
+                 "range": ["Range: bytes=0-1023"]}.get(kind, [])
+        for status, h, body in get(port, point.path, extra, times=2):
+            if status != 200 or body != hello_body:
+                raise WrongAnswer(f"expected its canned 200 hello, got {_show(status, {}, body)}")
+        return extra, len(hello_body), h[None], "200 hello"
+    data = tree.files[point.path]
+    if kind == "file":
+        for status, h, body in get(port, point.path, times=2):
+            if status != 200:
+                raise WrongAnswer(f"GET {point.path}: expected 200, got {_show(status, h, body)}")
+            if body != data:
+                raise WrongAnswer(f"GET {point.path}: body of {len(body):,} bytes is not the "
+                                  f"file's {len(data):,}")
+        return [], len(data), h[None], f"200, {len(data)} B body equal to the file"
+    if kind == "304":
+        [(status, h, body)] = get(port, point.path)
+        if status != 200 or body != data:
+            raise WrongAnswer(f"GET {point.path}: expected 200 with the file, got {_show(status, h, body)}")
+        etag = h.get("etag")
+        if not etag:
+            raise WrongAnswer(f"GET {point.path}: no ETag in the answer, so no If-None-Match can match")
+        extra = [f"If-None-Match: {etag}"]
+        for status, h, body in get(port, point.path, extra, times=2):
+            if status != 304:
+                raise WrongAnswer(f"GET {point.path} with If-None-Match {etag}: expected 304, "
+                                  f"got {_show(status, h, body)}")
+        return extra, 0, h[None], f"304 for If-None-Match {etag}"
+    if kind == "range":
+        extra = ["Range: bytes=0-1023"]
+        want_cr = f"bytes 0-1023/{len(data)}"
+        for status, h, body in get(port, point.path, extra, times=2):
+            if status != 206:
+                raise WrongAnswer(f"GET {point.path} with Range bytes=0-1023: expected 206, "
+                                  f"got {_show(status, h, body)}")
+            if h.get("content-range") != want_cr:
+                raise WrongAnswer(f"Content-Range {h.get('content-range')!r}, expected {want_cr!r}")
+            if body != data[:1024]:
+                raise WrongAnswer(f"206 body of {len(body):,} bytes is not the file's first 1,024")
+        return extra, 1024, h[None], f"206, Content-Range {want_cr}, 1024 B body"
+    raise ValueError(f"unknown kind {kind}")
