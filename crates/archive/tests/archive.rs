@@ -563,3 +563,18 @@ fn archives_rewritten_in_place_do_not_crash_the_server() {
     assert!(n > 10, "only {n} requests");
     assert!(probe.generation() > 1);
 }
+
+#[test]
+fn sighup_reloads_the_archive() {
+    let t = Tmp::new("sighup");
+    let target = t.0.join("live.prg");
+    pack_generation(&t, 0, &target);
+    let server = ArchiveServer::open(&target, Mode::Map).unwrap();
+    assert_eq!(server.generation(), 1);
+    signal_hook::low_level::raise(signal_hook::consts::SIGHUP).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while server.generation() < 2 {
+        assert!(Instant::now() < deadline, "SIGHUP did not reload the archive");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
