@@ -412,7 +412,7 @@ fn heads(
         f200.push(("Content-Encoding", c.name()));
     }
     if opts.security_headers {
-        for (n, v) in peregrine_files::SECURITY_HEADERS {
+        for &(n, v) in peregrine_files::security_headers(content_type) {
             if !custom.iter().any(|(cn, _)| cn.eq_ignore_ascii_case(n)) {
                 f200.push((n, v));
             }

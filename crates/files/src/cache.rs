@@ -127,11 +127,23 @@ pub struct Fields<'a> {
 }
 
 /// Security headers sent by default (`--no-security-headers` drops them).
+/// `nosniff` goes on every response (it matters for scripts and styles);
+/// the others only on documents (`text/html`), the only place a browser
+/// uses them, which keeps every asset's head about 80 bytes shorter.
 pub const SECURITY_HEADERS: [(&str, &str); 3] = [
     ("X-Content-Type-Options", "nosniff"),
     ("X-Frame-Options", "SAMEORIGIN"),
     ("Referrer-Policy", "strict-origin-when-cross-origin"),
 ];
+
+/// The security headers for a response of `content_type`.
+pub fn security_headers(content_type: &str) -> &'static [(&'static str, &'static str)] {
+    if content_type.starts_with("text/html") {
+        &SECURITY_HEADERS
+    } else {
+        &SECURITY_HEADERS[..1]
+    }
+}
 
 /// One worker's entries for one site, keyed by raw request path.
 #[derive(Default)]
@@ -339,7 +351,7 @@ fn variant(
         meta.push(("Content-Encoding", e.name()));
     }
     if fields.security_headers {
-        meta.extend(SECURITY_HEADERS);
+        meta.extend(security_headers(content_type));
     }
     let mut with_type = vec![("Content-Type", content_type)];
     with_type.extend(meta.iter().copied());

@@ -38,7 +38,7 @@ use std::time::Duration;
 
 use peregrine::{Handler, Reply, Request};
 
-pub use cache::SECURITY_HEADERS;
+pub use cache::{security_headers, SECURITY_HEADERS};
 
 /// How a directory is served. Defaults are those of `peregrine serve`.
 #[derive(Debug, Clone)]

@@ -249,7 +249,14 @@ fn types_and_default_headers() {
     let r = get(addr, "/a.css");
     assert_eq!(r.header("content-type"), Some("text/css; charset=utf-8"));
     assert_eq!(r.header("x-content-type-options"), Some("nosniff"));
+    // Frame and referrer policies matter for documents only.
+    assert_eq!(r.header("x-frame-options"), None);
     assert_eq!(r.header("cache-control"), Some("no-cache"));
+    f.write("page.html", "<p>");
+    let r = get(addr, "/page.html");
+    assert_eq!(r.header("x-frame-options"), Some("SAMEORIGIN"));
+    assert_eq!(r.header("referrer-policy"), Some("strict-origin-when-cross-origin"));
+    assert_eq!(r.header("x-content-type-options"), Some("nosniff"));
     assert_eq!(get(addr, "/a.png").header("content-type"), Some("image/png"));
     let r = get(addr, "/assets/app.js");
     assert_eq!(r.header("content-type"), Some("text/javascript; charset=utf-8"));
