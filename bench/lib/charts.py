@@ -5,7 +5,9 @@ server), in up to three panels so that pipelined throughput does not flatten the
 rest, stacked top to bottom. cpu.png: CPU µs per request, same layout. memory.png: idle10k bytes
 per connection, when that scenario ran. files.png: the file scenarios, in
 panels of their own figure: requests/s and CPU µs per request for the small
-answers (f17, f4k, f304, frange), bytes/s for the large files (f64k, f10m).
+answers (f17, f4k, f304, frange), requests/s for the pipelined 17-byte file
+(fpipe16), bytes/s for the large files (f64k, f10m). peregrine-archive
+(`peregrine serve FILE.prg`) is drawn next to peregrine (`serve DIR`).
 
 Usage: .venv/bin/python bench/lib/charts.py RUN_DIR
 """
@@ -19,8 +21,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FuncFormatter  # noqa: E402
 
-ORDER = ["limit", "peregrine", "nginx", "h2o", "lighttpd", "go-fasthttp", "go-nethttp", "node"]
-COLORS = {"limit": "#7f7f7f", "peregrine": "#d62728", "nginx": "#2ca02c", "h2o": "#9467bd",
+ORDER = ["limit", "peregrine", "peregrine-archive", "nginx", "h2o", "lighttpd", "go-fasthttp", "go-nethttp", "node"]
+COLORS = {"limit": "#7f7f7f", "peregrine": "#d62728", "peregrine-archive": "#e377c2", "nginx": "#2ca02c", "h2o": "#9467bd",
           "lighttpd": "#8c564b", "go-fasthttp": "#17becf", "go-nethttp": "#1f77b4", "node": "#ff7f0e"}
 PANELS = [
     ("keep-alive", ["c10", "c50", "c100", "c400"]),
@@ -29,6 +31,7 @@ PANELS = [
 ]
 SMALL_FILES = ["f17", "f4k", "f304", "frange"]
 LARGE_FILES = ["f64k", "f10m"]
+PIPELINED_FILES = ["fpipe16"]
 
 
 def load(run_dir):
@@ -133,6 +136,8 @@ def main():
                      "req_per_s", "requests per second", lambda v: f"{v / 1000:.0f}k"),
                     ("small answers: server CPU µs per request (lower is better)", SMALL_FILES,
                      "cpu_us_per_req", "server CPU µs per request", lambda v: f"{v:.1f}"),
+                    ("17-byte file, 16 pipelined GETs per write: requests per second (higher is better)",
+                     PIPELINED_FILES, "req_per_s", "requests per second", lambda v: f"{v / 1000:.0f}k"),
                     ("large files: MiB per second read by wrk (higher is better)", LARGE_FILES,
                      "bytes_per_s", "MiB per second", lambda v: f"{v:,.0f}"),
                 ]),

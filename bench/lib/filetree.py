@@ -6,9 +6,15 @@ serve, nginx, h2o, lighttpd, Go's http.FileServer) serves the same
 directory. The files have fixed contents and a fixed mtime, so their sizes,
 contents and validators are the same from run to run (Peregrine's ETag is a
 content hash; nginx's and lighttpd's derive from mtime and size).
+peregrine-archive serves this same tree packed into an archive.
+
+ManyFiles is the load100k scenario's tree: 100,000 small files with fixed
+contents in three directory levels, written once per run when that scenario
+runs.
 """
 import hashlib
 import os
+import random
 import shutil
 import socket
 import tempfile
@@ -61,6 +67,71 @@ class Tree:
         return ", ".join(f"{name} ({len(self.files['/' + name]):,} B, sha256 "
                          f"{hashlib.sha256(self.files['/' + name]).hexdigest()[:12]})"
                          for name in SIZES)
+
+    def remove(self):
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+class ManyFiles:
+    """load100k's tree: N_FILES small text files, /DD/DD/DD.txt (10 top
+    folders of 100 folders of 100 files: three levels), each 100 to 2,000
+    bytes (spread evenly, about 1 KiB on average): a line with the file's
+    own path, then text cut from a fixed pool of words (so every file is
+    different and compresses like prose). Fixed contents and mtime."""
+
+    N_FILES = 100_000
+    N_PROBED = 1_000  # paths asked once each after the first answer
+
+    def __init__(self, parent=None, n_files=N_FILES):
+        self.n_files = n_files
+        self.root = tempfile.mkdtemp(prefix="peregrine-bench-many-", dir=parent)
+        os.chmod(self.root, 0o755)
+        rng = random.Random(20260101)
+        words = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(2, 9)))
+                 for _ in range(400)]
+        pool = " ".join(rng.choice(words) for _ in range(400_000)).encode()
+        self.pool = pool
+        self.bytes = 0
+        made = set()
+        for i in range(n_files):
+            path = self.path(i)
+            folder = os.path.join(self.root, os.path.dirname(path[1:]))
+            if folder not in made:
+                os.makedirs(folder, mode=0o755, exist_ok=True)
+                made.add(folder)
+            data = self.content(i)
+            disk = os.path.join(self.root, path[1:])
+            with open(disk, "wb") as f:
+                f.write(data)
+            os.utime(disk, (MTIME, MTIME))
+            self.bytes += len(data)
+        for folder in made | {os.path.join(self.root, d) for d in os.listdir(self.root)}:
+            os.utime(folder, (MTIME, MTIME))
+
+    @staticmethod
+    def path(i):
+        return f"/{i // 10_000:02d}/{i // 100 % 100:02d}/{i % 100:02d}.txt"
+
+    def size(self, i):
+        return 100 + (i * 7_919) % 1_901
+
+    def content(self, i):
+        head = self.path(i).encode() + b"\n"
+        n = self.size(i) - len(head)
+        at = (i * 104_729) % (len(self.pool) - 2_000)
+        return head + self.pool[at:at + n]
+
+    def probed(self):
+        """The N_PROBED indices asked after the first answer, spread over
+        the tree: with 100,000 files one in each of the 1,000 folders, at
+        varied names; the first is 0, the path the first GET asks for."""
+        n = min(self.N_PROBED, self.n_files)
+        stride = self.n_files // n
+        return [k * stride + (k * 37) % stride for k in range(n)]
+
+    def describe(self):
+        return (f"{self.n_files:,} files /DD/DD/DD.txt (3 levels), 100 to 2,000 B each, "
+                f"{self.bytes:,} B in all, mtime {MTIME}")
 
     def remove(self):
         shutil.rmtree(self.root, ignore_errors=True)
@@ -131,6 +202,22 @@ def get(port, path, headers=(), times=1, timeout_s=10.0):
                 s.sendall(req.encode("latin-1"))
                 status, hdrs, body, buf = _read_answer(s, buf, False, deadline)
                 out.append((status, hdrs, body))
+    except OSError as e:
+        raise WrongAnswer(f"{type(e).__name__}: {e}") from e
+    return out
+
+
+def get_many(port, paths, timeout_s=60.0):
+    """One GET of each path, in turn, on one keep-alive connection;
+    [(status, body)]."""
+    deadline = time.monotonic() + timeout_s
+    out, buf = [], b""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as s:
+            for path in paths:
+                s.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode("latin-1"))
+                status, _h, body, buf = _read_answer(s, buf, False, deadline)
+                out.append((status, body))
     except OSError as e:
         raise WrongAnswer(f"{type(e).__name__}: {e}") from e
     return out

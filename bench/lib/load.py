@@ -5,8 +5,11 @@ bounded by its -d duration plus a margin after which it is killed; the idle
 client is bounded by its own deadline and by the runner's read timeouts.
 
 Two families: the hello scenarios (GET / on each server's hello mode) and
-the file scenarios (f17 ... frange: GETs of files from filetree.Tree, served
-by each server's file mode; limit answers its hello as the reference).
+the file scenarios (f17 ... frange, fpipe16: GETs of files from
+filetree.Tree, served by each server's file mode; limit answers its hello as
+the reference). And load100k, which runs no wrk: it starts a server on
+filetree.ManyFiles (100,000 small files; peregrine-archive packs them) and
+times its first answer, then reads its RSS (measure_load).
 """
 import json
 import os
@@ -17,6 +20,7 @@ import sys
 import time
 from dataclasses import dataclass
 
+import filetree
 import procs
 
 BENCH = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -26,6 +30,8 @@ WRK_MARGIN_S = 30.0         # a wrk run that outlives -d by this much is killed
 IDLE_CONNS = 10_000
 IDLE_DEADLINE_S = 60.0
 HEAD_BYTES_MAX = 2048       # file scenarios: a status line and headers are shorter than this
+LOAD_DEADLINE_S = 120.0     # load100k: a server that has not answered by then is reported
+LOAD_POLL_S = 0.0005        # load100k: pause between two attempts at the first GET
 
 
 @dataclass(frozen=True)
@@ -37,7 +43,7 @@ class Point:
     path: str = "/"  # request target
     # "hello": GET / of the hello servers; file scenarios: "file" (200 with
     # the whole file), "304" (If-None-Match with the server's own ETag),
-    # "range" (Range: bytes=0-1023, 206)
+    # "range" (Range: bytes=0-1023, 206); "load": load100k (no wrk)
     kind: str = "hello"
     # file scenarios: whether limit's hello runs as the reference (only
     # where answers are small enough for a hello to say something)
@@ -45,7 +51,8 @@ class Point:
 
     @property
     def files(self):
-        return self.kind != "hello"
+        """A wrk scenario on the file tree (not load100k, which has its own)."""
+        return self.kind in ("file", "304", "range")
 
 
 SCENARIOS = {
@@ -68,6 +75,10 @@ SCENARIOS = {
     "f10m": [Point("f10m", "f10m", 10, path="/10m.txt", kind="file", limit_ref=False)],
     "f304": [Point("f304", "f304", 50, path="/4k.txt", kind="304")],
     "frange": [Point("frange", "frange", 50, path="/64k.txt", kind="range")],
+    # pipe16 on the 17-byte file: pipeline.lua repeats GET of the URL's path
+    "fpipe16": [Point("fpipe16", "fpipe16", 50, 16, path="/17.txt", kind="file")],
+    # Start-up and memory on 100,000 small files (no wrk; measure_load).
+    "load100k": [Point("load100k", "load100k", 1, kind="load")],
 }
 
 FILE_SCENARIOS = [name for name, points in SCENARIOS.items() if points[0].files]
@@ -87,6 +98,8 @@ DESCRIPTIONS = {
     "f10m": "keep-alive GET of a 10 MiB file, 10 connections",
     "f304": "GET of the 4 KiB file with If-None-Match: the server's own ETag (every answer 304), 50 connections",
     "frange": "GET of the 64 KiB file with Range: bytes=0-1023 (every answer 206), 50 connections",
+    "fpipe16": "GET of the 17-byte file, 50 connections, 16 pipelined GETs per write",
+    "load100k": "start-up and memory with 100,000 small files",
 }
 
 
@@ -254,6 +267,90 @@ def measure_idle(running, hold_s):
         notes.append("failed: " + ", ".join(f"{k} x{v}" for k, v in opened["why"].items()))
     if checked["closed_by_server"]:
         notes.append(f"server closed {checked['closed_by_server']} idle connections")
+    if not running.alive():
+        notes.append(f"server exited with {running.proc.returncode}")
+    if notes:
+        row["note"] = "; ".join(notes)
+    return row
+
+
+# -- load100k ---------------------------------------------------------------
+
+def _pinned_to(cpu):
+    """Pins this process (the runner) to `cpu`; returns the mask to restore.
+    While a server starts on CPU 0, the runner polls from wrk's CPU."""
+    before = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, {int(cpu)})
+    except OSError:
+        pass
+    return before
+
+
+def start_to_first_answer(running, argv, path, body, deadline_s=LOAD_DEADLINE_S):
+    """Starts argv (pinned like every server) and GETs path on a fresh
+    connection every LOAD_POLL_S until the answer is 200 with body. Returns
+    (milliseconds from just before the process was created to the end of
+    that answer, None) or (None, why not). The time includes the process's
+    own start (exec, dynamic linking), the server's set-up (an archive's
+    open and checks) and one request."""
+    before = _pinned_to(WRK_CPU)
+    try:
+        t0 = time.monotonic()
+        running.launch(argv)
+        deadline = t0 + deadline_s
+        last = "no answer"
+        while True:
+            now = time.monotonic()
+            if now > deadline:
+                return None, f"no right answer to GET {path} after {deadline_s:.0f} s ({last})"
+            if running.proc.poll() is not None:
+                return None, f"exited with {running.proc.returncode} before answering: {running.log_tail()}"
+            try:
+                [(status, _h, got)] = filetree.get(running.port, path, timeout_s=max(1.0, deadline - now))
+                if status == 200 and got == body:
+                    return (time.monotonic() - t0) * 1000, None
+                last = f"GET {path}: {status} with {len(got):,} body bytes"
+            except filetree.WrongAnswer as e:
+                last = str(e)
+            time.sleep(LOAD_POLL_S)
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def measure_load(running, argv, many):
+    """load100k on one fresh server: start to first answer (GET of the
+    tree's first file), RSS then, one GET of each of many.probed() on one
+    keep-alive connection (each answer checked), RSS again."""
+    row = {}
+    ms, err = start_to_first_answer(running, argv, many.path(0), many.content(0))
+    if ms is None:
+        row["note"] = err
+        return row
+    pid = running.proc.pid
+    first = procs.rss_detail_kib(pid)
+    row.update({"start_ms": round(ms, 2),
+                "start_cpu_ms": round(procs.ticks_to_us(procs.cpu_ticks(pid)) / 1000, 1),
+                "rss_first_kib": first["VmRSS"], "rss_anon_first_kib": first["RssAnon"],
+                "rss_file_first_kib": first["RssFile"]})
+    probed = many.probed()
+    ok, wrong = 0, []
+    try:
+        answers = filetree.get_many(running.port, [many.path(i) for i in probed])
+    except filetree.WrongAnswer as e:
+        answers, wrong = [], [str(e)]
+    for i, (status, body) in zip(probed, answers):
+        if status == 200 and body == many.content(i):
+            ok += 1
+        elif len(wrong) < 3:
+            wrong.append(f"GET {many.path(i)}: {status} with {len(body):,} body bytes")
+    after = procs.rss_detail_kib(pid)
+    row.update({"paths_ok": ok, "errors": len(probed) - ok,
+                "rss_kib": after["VmRSS"], "rss_after_kib": after["VmRSS"],
+                "rss_anon_after_kib": after["RssAnon"], "rss_file_after_kib": after["RssFile"]})
+    notes = []
+    if wrong:
+        notes.append(f"{len(probed) - ok} of {len(probed)} answers wrong: " + "; ".join(wrong))
     if not running.alive():
         notes.append(f"server exited with {running.proc.returncode}")
     if notes:

@@ -164,6 +164,24 @@ def rss_kib(pid):
     return total
 
 
+def rss_detail_kib(pid):
+    """VmRSS and its parts (RssAnon: heap and stacks; RssFile: mapped files,
+    an archive's map included, pages the kernel can drop and share;
+    RssShmem) of pid and its descendants, in KiB, keyed by those names."""
+    keys = ("VmRSS", "RssAnon", "RssFile", "RssShmem")
+    total = dict.fromkeys(keys, 0)
+    for p in process_tree(pid):
+        try:
+            with open(f"/proc/{p}/status") as f:
+                for line in f:
+                    name = line.split(":", 1)[0]
+                    if name in total:
+                        total[name] += int(line.split()[1])
+        except OSError:
+            continue
+    return total
+
+
 def system_ticks():
     """(busy, steal) clock ticks of the whole machine from /proc/stat, all CPUs.
 

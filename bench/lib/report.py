@@ -4,7 +4,8 @@ and the section of BENCHMARKS.md between the bench markers.
 Raw rows go to results.csv as they are measured, so an interrupted run keeps
 what it had. Every summary figure is the median over the repetitions of one
 server at one load point; ratios compare with `limit` (and, for the file
-scenarios, with `nginx`) at the same point, in the same run.
+scenarios, with `nginx`) at the same point, in the same run. load100k rows
+carry start-up times and RSS instead of wrk's figures.
 """
 import csv
 import os
@@ -24,12 +25,21 @@ RESULT_FIELDS = [
     "other_cpu_pct", "steal_pct", "resp_bytes", "head_bytes", "bytes", "bytes_per_s", "rss_kib",
     "idle_conns_ok", "idle_failed", "idle_closed_by_server",
     "idle_rss_before_kib", "idle_rss_after_kib", "idle_bytes_per_conn",
+    "start_ms", "hello_start_ms", "load_ms", "start_cpu_ms",
+    "rss_first_kib", "rss_anon_first_kib", "rss_file_first_kib",
+    "rss_after_kib", "rss_anon_after_kib", "rss_file_after_kib", "paths_ok",
+    "pack_s", "archive_bytes",
     "request_headers", "checked", "note",
 ]
 
 SUMMARY_FIGURES = ["req_per_s", "p50_us", "p99_us", "lat_little_us", "errors",
                    "cpu_us_per_req", "server_cpu_pct", "wrk_cpu_pct", "other_cpu_pct", "steal_pct",
                    "resp_bytes", "head_bytes", "bytes_per_s", "idle_bytes_per_conn"]
+LOAD_FIGURES = ["start_ms", "hello_start_ms", "load_ms", "start_cpu_ms",
+                "rss_first_kib", "rss_anon_first_kib", "rss_file_first_kib",
+                "rss_after_kib", "rss_anon_after_kib", "rss_file_after_kib", "paths_ok",
+                "pack_s", "archive_bytes"]
+SUMMARY_FIGURES += LOAD_FIGURES
 RATIOS = [("req_per_s", "limit"), ("cpu_us_per_req", "limit"),
           ("req_per_s", "nginx"), ("bytes_per_s", "nginx"), ("cpu_us_per_req", "nginx")]
 SUMMARY_FIELDS = ["server", "scenario", "point", "conns", "depth", "reps"] + SUMMARY_FIGURES + \
@@ -52,6 +62,17 @@ FILES_TARGETS = [
     ("f4k", "req_per_s_vs_limit", ">=", 0.9, "f4k req/s vs limit hello"),
     ("f64k", "bytes_per_s_vs_nginx", ">=", 1.0, "f64k bytes/s vs nginx"),
     ("f10m", "bytes_per_s_vs_nginx", ">=", 1.0, "f10m bytes/s vs nginx"),
+]
+
+# The site-archive issue's targets, for peregrine-archive (`peregrine serve
+# FILE.prg`). "limit hello" as above; fpipe16 is pipe16 on the 17-byte file.
+ARCHIVE_TARGETS = [
+    ("f17", "req_per_s_vs_limit", ">=", 0.95, "f17 req/s vs limit hello"),
+    ("f17", "cpu_us_per_req_vs_limit", "<=", 1.2, "f17 CPU µs/req vs limit hello"),
+    ("fpipe16", "req_per_s_vs_limit", ">=", 0.7, "fpipe16 req/s vs limit hello"),
+    ("f64k", "bytes_per_s_vs_nginx", ">=", 1.0, "f64k bytes/s vs nginx"),
+    ("f17", "req_per_s_vs_nginx", ">=", 1.5, "f17 req/s vs nginx"),
+    ("f4k", "req_per_s_vs_nginx", ">=", 1.5, "f4k req/s vs nginx"),
 ]
 
 
@@ -84,7 +105,8 @@ def summarize(rows):
         s = {"server": server, "scenario": rs[0]["scenario"], "point": point,
              "conns": rs[0].get("conns", ""), "depth": rs[0].get("depth", ""),
              "reps": sum(1 for r in rs if _num(r.get("req_per_s")) is not None
-                         or _num(r.get("idle_bytes_per_conn")) is not None)}
+                         or _num(r.get("idle_bytes_per_conn")) is not None
+                         or _num(r.get("start_ms")) is not None)}
         for fig in SUMMARY_FIGURES:
             vals = [_num(r.get(fig)) for r in rs]
             vals = [v for v in vals if v is not None]
@@ -174,7 +196,7 @@ def summary_markdown(summary, ctx):
         f"- Machine: {ctx['cpu_model']}, {ctx['n_cpus']} CPUs; every server pinned to CPU 0, "
         f"wrk (`-t 1`) and the idle client to CPU 1. Versions in `meta.txt`.",
         f"- Each figure is the median of {ctx['reps']} run(s) of {ctx['duration_s']:g} s after a "
-        f"{ctx['warmup_s']:g} s warm-up; a fresh server per scenario (per repetition for idle10k).",
+        f"{ctx['warmup_s']:g} s warm-up; a fresh server per scenario (per repetition for idle10k and load100k, which run no wrk).",
         "- `× limit` compares with the `limit` server (bench/limit/limit.c, which parses nothing) "
         "at the same load point of this run. req/s: higher is better; CPU µs/req: lower is better.",
         "- CPU µs/req: the server's user+system CPU time over the run divided by the requests "
@@ -185,8 +207,10 @@ def summary_markdown(summary, ctx):
     ]
     if any(sc in load.FILE_SCENARIOS for sc in ctx["scenarios"]):
         md += [
-            "- File scenarios (f17 ... frange): every file server serves the same generated "
-            "directory (meta.txt lists its files); each answer was checked before the run "
+            "- File scenarios (f17 ... frange, fpipe16): every file server serves the same generated "
+            "directory (meta.txt lists its files), peregrine-archive the same directory packed "
+            "once by `peregrine pack` and served with `peregrine serve FILE.prg`; "
+            "each answer was checked before the run "
             "(status, body, Content-Range; the 304 scenario sends each server its own ETag). "
             "`× nginx` compares with nginx at the same point; `× limit` with limit's canned "
             "13-byte hello, which it sends to every request (only where answers are small). "
@@ -211,6 +235,14 @@ def summary_markdown(summary, ctx):
         md += ["", "When wrk's CPU is near 100 % at f17 and f4k, the client caps every server's "
                "req/s and compresses these ratios towards 1; the tables' CPU µs/req × nginx "
                "then compares the servers.", ""]
+    targets = _targets(by_point, ARCHIVE_TARGETS, "peregrine-archive") + _load_target_rows(by_point)
+    if targets:
+        md += ["## Archive targets (peregrine-archive)", ""]
+        md += _table(["target", "measured", "goal", ""], targets)
+        md += ["", "peregrine-archive: `peregrine serve FILE.prg`, the same file tree packed by "
+               "`peregrine pack`. The same caveat on wrk's CPU holds for f17 and f4k; at f17 "
+               "the CPU µs/req ratio to limit's hello is the figure that separates them. "
+               "load100k has no target: its figures are in its own table below.", ""]
 
     for scenario in ctx["scenarios"]:
         points = [p for p in load.SCENARIOS[scenario] if p.label in by_point]
@@ -219,6 +251,9 @@ def summary_markdown(summary, ctx):
         md += [f"## {scenario}: {load.DESCRIPTIONS[scenario]}", ""]
         if scenario in load.FILE_SCENARIOS:
             md += _files_table(points, by_point) + [""]
+            continue
+        if scenario == "load100k":
+            md += _load_table(by_point["load100k"], ctx.get("many_notes", [])) + [""]
             continue
         if scenario == "idle10k":
             rows = []
@@ -268,27 +303,98 @@ def _interference(rows):
 
 def _files_table(points, by_point):
     with_limit = any(p.limit_ref for p in points)
+    pipelined = points[0].depth > 1
+    with_cpu_limit = pipelined  # fpipe16 compares with limit's pipelined hello
     head = ["server", "req/s", "× nginx"] + (["× limit"] if with_limit else []) + \
-        ["MiB/s", "× nginx", "p50", "p99", "errors", "CPU µs/req", "× nginx", "head B",
-         "CPU % srv / wrk / other"]
+        ["MiB/s", "× nginx"] + (["mean RTT"] if pipelined else ["p50", "p99"]) + \
+        ["errors", "CPU µs/req", "× nginx"] + (["× limit"] if with_cpu_limit else []) + \
+        ["head B", "CPU % srv / wrk / other"]
     rows, notes = [], []
     for p in points:
         for s in by_point[p.label]:
             name = s["server"] + (" (hello)" if s["server"] == "limit" else "")
             rows.append([name, fmt_int(s["req_per_s"]), fmt_ratio(s["req_per_s_vs_nginx"])]
                         + ([fmt_ratio(s["req_per_s_vs_limit"])] if with_limit else [])
-                        + [fmt_mib(s["bytes_per_s"]), fmt_ratio(s["bytes_per_s_vs_nginx"]),
-                           fmt_us(s["p50_us"]), fmt_us(s["p99_us"]), fmt_int(s["errors"]),
-                           fmt_cpu(s["cpu_us_per_req"]), fmt_ratio(s["cpu_us_per_req_vs_nginx"]),
-                           fmt_int(s["head_bytes"]), _busy(s)])
+                        + [fmt_mib(s["bytes_per_s"]), fmt_ratio(s["bytes_per_s_vs_nginx"])]
+                        + ([fmt_us(s["lat_little_us"])] if pipelined
+                           else [fmt_us(s["p50_us"]), fmt_us(s["p99_us"])])
+                        + [fmt_int(s["errors"]),
+                           fmt_cpu(s["cpu_us_per_req"]), fmt_ratio(s["cpu_us_per_req_vs_nginx"])]
+                        + ([fmt_ratio(s["cpu_us_per_req_vs_limit"])] if with_cpu_limit else [])
+                        + [fmt_int(s["head_bytes"]), _busy(s)])
             if s["note"]:
                 notes.append(f"{s['server']} at {s['point']}: {s['note']}")
-    return _table(head, rows) + ([""] + [f"- {n}" for n in notes] if notes else [])
+    out = _table(head, rows) + ([""] + [f"- {n}" for n in notes] if notes else [])
+    if pipelined:
+        out += ["", "16 pipelined GETs of the file per write, as pipe16 (bench/wrk/pipeline.lua); "
+                "limit answers its hello, so `× limit` compares with its pipe16. Mean RTT by "
+                "Little's law, as in pipe16: wrk's percentiles are void with pipelining."]
+    return out
+
+
+def fmt_ms(v):
+    return "–" if v is None else f"{v:,.1f} ms"
+
+
+def fmt_mib_kib(v):
+    """KiB as MiB."""
+    return "–" if v is None else f"{v / 1024:,.1f} MiB"
+
+
+def _load_table(rows_, notes):
+    head = ["server", "start → first answer", "peregrine hello", "difference", "CPU to first answer",
+            "RSS at first answer", "RSS after 1,000 paths", "anon / file", "errors", "note"]
+    rows = []
+    for s in rows_:
+        rows.append([s["server"], fmt_ms(s["start_ms"]), fmt_ms(s["hello_start_ms"]), fmt_ms(s["load_ms"]),
+                     fmt_ms(s["start_cpu_ms"]), fmt_mib_kib(s["rss_first_kib"]),
+                     fmt_mib_kib(s["rss_after_kib"]),
+                     "–" if s["rss_anon_after_kib"] is None else
+                     f"{s['rss_anon_after_kib'] / 1024:,.1f} / {s['rss_file_after_kib'] / 1024:,.1f}",
+                     fmt_int(s["errors"]), s["note"] or ""])
+    out = _table(head, rows)
+    out += ["", "The server is started fresh per repetition on 100,000 small files (100 to 2,000 B, "
+            "three folder levels): peregrine-archive on their archive, peregrine (`serve DIR`) and "
+            "nginx on the files themselves. start → first answer: from just before the process is "
+            "created to the end of the first right answer to a GET of a known path, polled every "
+            "0.5 ms from wrk's CPU: it includes starting the process and, for the archive, opening and "
+            "checking it. peregrine hello: the same measure of `peregrine hello` in the same "
+            "repetition, the cost of starting the process alone; difference: the archive's share "
+            "(median of the per-repetition differences). CPU to first answer: the server's CPU "
+            "time until then (10 ms ticks). RSS: VmRSS right after the first answer, and after "
+            "one GET of each of 1,000 paths spread over the tree on one connection (each answer "
+            "checked); anon / file splits the latter into the heap and mapped files (an archive's "
+            "map is file pages: page cache, shared, droppable)."]
+    if notes:
+        out += [""] + [f"- {n}" for n in notes]
+    return out
+
+
+def _load_target_rows(by_point):
+    """load100k's figures for the archive targets table (measured, no goal)."""
+    rows = []
+    by_server = {s["server"]: s for s in by_point.get("load100k", [])}
+    a = by_server.get("peregrine-archive")
+    if a is None:
+        return rows
+    ng = by_server.get("nginx")
+    if a["start_ms"] is not None:
+        rows.append(["load100k: start → first answer (100,000 files)", fmt_ms(a["start_ms"]),
+                     "measured", f"peregrine hello {fmt_ms(a['hello_start_ms'])}"
+                     + (f"; nginx {fmt_ms(ng['start_ms'])}" if ng and ng["start_ms"] is not None else "")])
+    if a["rss_after_kib"] is not None:
+        rows.append(["load100k: RSS after 1,000 paths", fmt_mib_kib(a["rss_after_kib"]), "measured",
+                     f"anon {fmt_mib_kib(a['rss_anon_after_kib'])}"
+                     + (f"; nginx {fmt_mib_kib(ng['rss_after_kib'])}" if ng and ng["rss_after_kib"] is not None else "")])
+    if a["pack_s"] is not None:
+        rows.append(["load100k: pack time, archive size", f"{a['pack_s']:,.1f} s",
+                     "measured", f"{a['archive_bytes'] / 2**20:,.1f} MiB"])
+    return rows
 
 
 def _response_sizes(summary):
     sizes = {}
-    hello = {p.label for sc, ps in load.SCENARIOS.items() for p in ps if not p.files}
+    hello = {p.label for sc, ps in load.SCENARIOS.items() for p in ps if p.kind == "hello"}
     for s in summary:
         if s["point"] in hello and s.get("resp_bytes") is not None:
             sizes.setdefault(s["server"], s["resp_bytes"])
@@ -298,10 +404,10 @@ def _response_sizes(summary):
             + ", ".join(f"{name} {size:.0f}" for name, size in sizes.items()) + "."]
 
 
-def _targets(by_point, targets):
+def _targets(by_point, targets, server="peregrine"):
     rows = []
     for point, fig, op, goal, label in targets:
-        s = next((s for s in by_point.get(point, []) if s["server"] == "peregrine"), None)
+        s = next((s for s in by_point.get(point, []) if s["server"] == server), None)
         if s is None:
             continue
         v = s.get(fig)

@@ -3,9 +3,10 @@ and writes the run directory. See bench/README.md for what is measured.
 
 Order of work: install what is missing; build the selected servers that
 take part in a selected scenario (skipping those that fail); write the file
-tree if a file scenario is selected; then for each scenario, repetition and
-server start the server fresh, check its answers (file scenarios), warm up,
-measure, stop it; last, write the summary, charts and meta, and rewrite
+tree if a file scenario is selected, and pack it for peregrine-archive; then
+for each scenario, repetition and server start the server fresh, check its
+answers (file scenarios), warm up, measure, stop it (load100k writes and
+packs its own 100,000 files first, and times start-up instead); last, write the summary, charts and meta, and rewrite
 BENCHMARKS.md's bench section.
 """
 import argparse
@@ -100,7 +101,8 @@ def machine_busy_pct(seconds=1.0):
     return 100 * procs.ticks_to_us(procs.system_ticks()[0] - before) / 1e6 / seconds
 
 
-def write_meta(path, args, command, started, prepared, skipped, venv_python, nofile, tree=None):
+def write_meta(path, args, command, started, prepared, skipped, venv_python, nofile, tree=None,
+               many_notes=()):
     lines = [
         f"command: {command}",
         f"started: {started.isoformat(timespec='seconds')} (local), "
@@ -121,6 +123,9 @@ def write_meta(path, args, command, started, prepared, skipped, venv_python, nof
     if tree is not None:
         lines.append(f"file tree (file scenarios; one temporary directory all file servers served, "
                      f"mtime {filetree.MTIME}): {tree.describe()}")
+    lines += [f"load100k: {n}" for n in many_notes]
+    for name, server in prepared.items():
+        lines += [f"{name}: {n}" for n in server.setup_notes()]
     for knob in ("net/core/somaxconn", "net/ipv4/tcp_tw_reuse", "net/ipv4/ip_local_port_range"):
         try:
             with open(f"/proc/sys/{knob}") as f:
@@ -205,7 +210,20 @@ def main(argv):
         tree = filetree.Tree()
         procs.add_cleanup(tree.root, tree.remove)
         log(f"file tree {tree.root}: {tree.describe()}")
+        # work done once per tree (peregrine-archive packs it)
+        for name, server in list(prepared.items()):
+            if not any(server.takes_part(p) for p in points if p.files):
+                continue
+            try:
+                reason = server.prepare_files(tree, os.path.join(logs, f"{name}-prepare.log"))
+            except Exception as e:
+                reason = f"{type(e).__name__}: {e}"
+            if reason:
+                skipped[name] = reason
+                log(f"skipping {name}: {reason}")
+                del prepared[name]
     results = report.ResultsWriter(os.path.join(run_dir, "results.csv"))
+    many_notes = []  # load100k: its tree and archive, for meta.txt
     # Repetitions go round the servers (rep 1 of every server, then rep 2,
     # ...) so that the host's noise, which drifts over minutes here, falls on
     # every server alike instead of on whichever ran during a bad spell.
@@ -214,9 +232,12 @@ def main(argv):
                        if any(s.takes_part(p) for p in load.SCENARIOS[scenario])}
         left_out = [n for n in prepared if n not in taking_part]
         if left_out:
-            log(f"{scenario}: without {', '.join(left_out)} (no "
-                f"{'file' if load.SCENARIOS[scenario][0].files else 'hello'} mode"
-                f"{', or limit where its hello says nothing' if 'limit' in left_out else ''})")
+            mode = {"hello": "hello", "load": "load100k"}.get(load.SCENARIOS[scenario][0].kind, "file")
+            log(f"{scenario}: without {', '.join(left_out)} (no {mode} mode"
+                f"{', or limit where its hello says nothing' if 'limit' in left_out and mode == 'file' else ''})")
+        if scenario == "load100k":
+            run_load100k(taking_part, args, results, logs, skipped, many_notes)
+            continue
         for rep in range(1, args.reps + 1):
             for name, server in taking_part.items():
                 log_path = os.path.join(logs, f"{name}-{scenario}.log")
@@ -229,6 +250,7 @@ def main(argv):
     summary = report.summarize(results.rows)
     report.write_summary_csv(os.path.join(run_dir, "summary.csv"), summary)
     ctx = {"stamp": stamp, "command": command, "quick": args.quick, "reps": args.reps,
+           "many_notes": many_notes,
            "duration_s": args.duration, "warmup_s": WARMUP_S, "cpu_model": cpu_model(),
            "n_cpus": os.cpu_count(), "skipped": skipped, "scenarios": args.scenario_names,
            "rows": results.rows}
@@ -236,7 +258,7 @@ def main(argv):
     with open(os.path.join(run_dir, "summary.md"), "w") as f:
         f.write(summary_md + "\n")
     write_meta(os.path.join(run_dir, "meta.txt"), args, command, started, prepared, skipped,
-               venv_python, nofile, tree)
+               venv_python, nofile, tree, many_notes)
 
     charts = []
     if venv_python:
@@ -340,3 +362,86 @@ def run_idle(server, args, results, log_path, skipped, rep):
     log(f"idle10k  {'':12} {server.name:12} rep {rep}: "
         f"{row.get('idle_bytes_per_conn', '–')} B/conn, errors {row.get('errors', '–')}"
         + (f"  [{row['note']}]" if row.get("note") else ""))
+
+
+def run_load100k(taking_part, args, results, logs, skipped, notes):
+    """load100k: writes filetree.ManyFiles (100,000 small files) once,
+    packs it once for peregrine-archive (pack time and archive size), then
+    per repetition, round the servers: a fresh server on that tree (nginx,
+    peregrine serve DIR) or its archive (peregrine-archive), timed from
+    process creation to its first right answer, RSS then and after one GET
+    of each of 1,000 paths (load.measure_load). For peregrine-archive each
+    repetition first times `peregrine hello` the same way: what starting
+    the process costs without an archive."""
+    if not taking_part:
+        return
+    t0 = time.monotonic()
+    many = filetree.ManyFiles()
+    procs.add_cleanup(many.root, many.remove)
+    took = time.monotonic() - t0
+    notes.append(f"tree {many.root}: {many.describe()}; written in {took:.1f} s")
+    log(f"load100k tree {many.root}: {many.describe()} ({took:.1f} s)")
+    archive, packed = None, {}
+    try:
+        if "peregrine-archive" in taking_part:
+            server = taking_part["peregrine-archive"]
+            try:
+                archive, seconds, size, said = server.pack_many(
+                    many.root, os.path.join(logs, "peregrine-archive-load100k-pack.log"))
+                packed = {"pack_s": round(seconds, 2), "archive_bytes": size}
+                note = (f"pack: `peregrine pack` of the tree took {seconds:.2f} s; archive "
+                        f"{size:,} bytes for {many.bytes:,} bytes of files ({said})")
+                notes.append(note)
+                log(f"load100k {note}")
+            except RuntimeError as e:
+                why = str(e)
+                log(f"ERROR: peregrine-archive at load100k: {why}")
+                skipped["peregrine-archive at load100k"] = why
+        for rep in range(1, args.reps + 1):
+            for name, server in taking_part.items():
+                log_path = os.path.join(logs, f"{name}-load100k.log")
+                base = {"server": name, "scenario": "load100k", "point": "load100k",
+                        "conns": 1, "depth": 1, "rep": rep, **packed}
+                if name == "peregrine-archive" and archive is None:
+                    results.add({**base, "note": "not measured: pack failed"})
+                    continue
+                row = {}
+                if name == "peregrine-archive":
+                    # the baseline: the same binary, no archive to open
+                    hello = servers.Running(server, log_path)
+                    try:
+                        ms, err = load.start_to_first_answer(hello, server.argv(hello.port, hello.tmp),
+                                                             "/", servers.BODY)
+                    finally:
+                        hello.stop()
+                    if ms is not None:
+                        row["hello_start_ms"] = round(ms, 2)
+                    else:
+                        row["note"] = f"peregrine hello: {err}"
+                running = servers.Running(server, log_path)
+                try:
+                    got = load.measure_load(
+                        running, server.load_argv(running.port, running.tmp, many.root, archive), many)
+                finally:
+                    running.stop()
+                if row.get("note") and got.get("note"):
+                    got["note"] = row.pop("note") + "; " + got["note"]
+                row.update(got)
+                if "start_ms" in row and "hello_start_ms" in row:
+                    row["load_ms"] = round(row["start_ms"] - row["hello_start_ms"], 2)
+                results.add({**base, **row})
+                log(f"load100k {'':12} {name:17} rep {rep}: "
+                    + (f"first answer after {row['start_ms']:.1f} ms"
+                       + (f" (peregrine hello: {row['hello_start_ms']:.1f} ms)" if "hello_start_ms" in row else "")
+                       + f", RSS {row['rss_first_kib'] / 1024:,.1f} MiB, after {row['paths_ok']:,} paths "
+                       f"{row['rss_after_kib'] / 1024:,.1f} MiB (anon {row['rss_anon_after_kib'] / 1024:,.1f}, "
+                       f"file {row['rss_file_after_kib'] / 1024:,.1f})" if "start_ms" in row else "")
+                    + (f"  [{row['note']}]" if row.get("note") else ""))
+    finally:
+        many.remove()
+        procs.remove_cleanup(many.root)
+        if archive:
+            try:
+                os.remove(archive)
+            except OSError:
+                pass

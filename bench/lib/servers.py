@@ -9,6 +9,12 @@ pinned to CPU 0 with `taskset -c 0`; wrk runs on CPU 1. A server that fails
 to build or to start is reported with the reason and skipped; it never
 stops the run. A server without a mode takes no part in that mode's
 scenarios (lighttpd has no hello; go-fasthttp and node serve no files).
+
+peregrine-archive is Peregrine's site-archive server: it has no hello mode;
+once per run it packs the generated file tree with `peregrine pack` and then
+serves that archive (`peregrine serve FILE.prg`) in the file scenarios. The
+load100k scenario (load.py) starts peregrine-archive, peregrine (`serve
+DIR`) and nginx on a tree of 100,000 small files.
 """
 import os
 import shutil
@@ -30,7 +36,7 @@ BODY = b"Hello, World!"
 READY_TIMEOUT_S = 20.0
 
 # Table order: the reference first, then the engine, then the peers.
-ORDER = ["limit", "peregrine", "nginx", "h2o", "lighttpd", "go-fasthttp", "go-nethttp", "node"]
+ORDER = ["limit", "peregrine", "peregrine-archive", "nginx", "h2o", "lighttpd", "go-fasthttp", "go-nethttp", "node"]
 
 
 def log(msg):
@@ -47,9 +53,20 @@ class Server:
     hello = True          # has a hello mode (the hello scenarios)
     serves_files = False  # has a file mode (the file scenarios)
     files_hello = False   # answers the file scenarios with its hello (limit)
+    loads = False         # takes part in load100k (load_argv)
 
     def prepare(self):
         return None
+
+    def prepare_files(self, tree, log_path=None):
+        """Called once per run, after the file tree is written, before the
+        first file scenario: work done once per tree (packing an archive).
+        Returns None or the reason the server cannot serve it."""
+        return None
+
+    def setup_notes(self):
+        """Lines for meta.txt about what prepare_files did."""
+        return []
 
     def argv(self, port, tmp):
         raise NotImplementedError
@@ -59,6 +76,8 @@ class Server:
 
     def takes_part(self, point):
         """Whether this server runs at a load point."""
+        if point.kind == "load":
+            return self.loads
         if not point.files:
             return self.hello
         if self.files_hello:
@@ -113,10 +132,14 @@ class Limit(Server):
 class Peregrine(Server):
     name = "peregrine"
     serves_files = True
+    loads = True
     run_cargo = True  # bench/run --no-cargo: measure the binary as it is
+    _built = False    # one cargo build per run for peregrine and peregrine-archive
 
     def prepare(self):
         self.binary = os.path.join(REPO, "target", "release", "peregrine")
+        if Peregrine._built and os.access(self.binary, os.X_OK):
+            return None
         cargo = shutil.which("cargo") or os.path.expanduser("~/.cargo/bin/cargo")
         if not self.run_cargo:
             log("--no-cargo: using target/release/peregrine as it is")
@@ -132,7 +155,8 @@ class Peregrine(Server):
         if reason is None and not os.access(self.binary, os.X_OK):
             reason = f"{self.binary} is missing after the build"
         if reason:
-            log(f"WARNING: skipping peregrine: {reason}")
+            log(f"WARNING: skipping {self.name}: {reason}")
+        Peregrine._built = reason is None
         return reason
 
     def argv(self, port, tmp):
@@ -142,6 +166,10 @@ class Peregrine(Server):
         # the defaults: ETag, Last-Modified, Cache-Control: no-cache, the
         # three security headers, pre-compressed siblings looked for
         return [self.binary, "serve", root, "--bind", f"127.0.0.1:{port}", "--workers", "1"]
+
+    def load_argv(self, port, tmp, root, archive):
+        """load100k: `serve DIR` of the 100,000-file tree (no load step)."""
+        return self.files_argv(port, tmp, root)
 
     def version(self):
         rev = subprocess.run(["git", "-C", REPO, "rev-parse", "--short=12", "HEAD"],
@@ -159,9 +187,86 @@ class Peregrine(Server):
         return f"git {rev_s}; {rustc.stdout.strip()}"
 
 
+def pack(binary, root, out_path, log_path=None):
+    """`peregrine pack root -o out_path` with pack's defaults (gzip, br and
+    zstd variants, the default Cache-Control and security headers), as one
+    process on the runner's CPUs (pack is single-threaded). Returns
+    (seconds, archive bytes, pack's own summary line); raises RuntimeError
+    if pack fails."""
+    argv = [binary, "pack", root, "-o", out_path]
+    t0 = time.monotonic()
+    r = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    seconds = time.monotonic() - t0
+    out = (r.stdout + r.stderr).strip()
+    if log_path:
+        with open(log_path, "a") as f:
+            f.write("$ " + " ".join(argv) + f"\n{out}\n(exit {r.returncode} after {seconds:.2f} s)\n")
+    if r.returncode != 0 or not os.path.exists(out_path):
+        raise RuntimeError(f"{' '.join(argv)} failed (exit {r.returncode}): {out[-500:]}")
+    return seconds, os.path.getsize(out_path), out.splitlines()[-1] if out else ""
+
+
+class PeregrineArchive(Peregrine):
+    """Peregrine's site-archive server: the run's file tree packed once with
+    `peregrine pack`, served with `peregrine serve FILE.prg` (recognised by
+    its magic bytes) from a memory map, with its defaults."""
+
+    name = "peregrine-archive"
+    hello = False
+    serves_files = True
+    loads = True
+
+    def __init__(self):
+        self.archive = None
+        self.notes = []
+        self.dir = None
+
+    def _dir(self):
+        if self.dir is None:
+            self.dir = tempfile.mkdtemp(prefix="peregrine-bench-archive-")
+            procs.add_cleanup(self.dir, lambda: shutil.rmtree(self.dir, ignore_errors=True))
+        return self.dir
+
+    def prepare_files(self, tree, log_path=None):
+        out = os.path.join(self._dir(), "files.prg")
+        log(f"{self.name}: peregrine pack {tree.root} -o {out}")
+        try:
+            seconds, size, said = pack(self.binary, tree.root, out, log_path)
+        except RuntimeError as e:
+            return str(e)
+        self.archive = out
+        note = (f"file scenarios' archive: `peregrine pack TREE -o files.prg` took {seconds:.2f} s, "
+                f"{size:,} bytes ({said})")
+        self.notes.append(note)
+        log(f"{self.name}: {note}")
+        return None
+
+    def setup_notes(self):
+        return self.notes
+
+    def files_argv(self, port, tmp, root):
+        if self.archive is None:
+            raise RuntimeError("the file tree was not packed (prepare_files did not run)")
+        return [self.binary, "serve", self.archive, "--bind", f"127.0.0.1:{port}", "--workers", "1"]
+
+    def pack_many(self, root, log_path=None):
+        """load100k: packs the 100,000-file tree once per run. Returns
+        (archive path, seconds, bytes, pack's summary line); raises
+        RuntimeError."""
+        out = os.path.join(self._dir(), "many.prg")
+        log(f"{self.name}: peregrine pack {root} -o {out}")
+        seconds, size, said = pack(self.binary, root, out, log_path)
+        return out, seconds, size, said
+
+    def load_argv(self, port, tmp, root, archive):
+        """load100k: the 100,000-file tree's archive."""
+        return [self.binary, "serve", archive, "--bind", f"127.0.0.1:{port}", "--workers", "1"]
+
+
 class Nginx(Server):
     name = "nginx"
     serves_files = True
+    loads = True
 
     def prepare(self):
         if not install.ensure_nginx():
@@ -181,6 +286,10 @@ class Nginx(Server):
         path = _fill(os.path.join(PEERS, "nginx", "files.conf.in"), os.path.join(tmp, "nginx.conf"),
                      TMP=tmp, PORT=port, ROOT=root)
         return [self.binary, "-p", tmp, "-c", path, "-e", os.path.join(tmp, "error.log")]
+
+    def load_argv(self, port, tmp, root, archive):
+        """load100k: the same configuration on the unpacked 100,000-file tree."""
+        return self.files_argv(port, tmp, root)
 
     def version(self):
         r = subprocess.run([self.binary, "-v"], capture_output=True, text=True)
@@ -312,7 +421,7 @@ class Node(Server):
         return "node " + r.stdout.strip()
 
 
-ALL = {cls.name: cls for cls in (Limit, Peregrine, Nginx, H2o, Lighttpd, GoFastHttp, GoNetHttp, Node)}
+ALL = {cls.name: cls for cls in (Limit, Peregrine, PeregrineArchive, Nginx, H2o, Lighttpd, GoFastHttp, GoNetHttp, Node)}
 
 
 def free_port():
@@ -366,12 +475,7 @@ class Running:
         else:
             mode_argv = self.server.files_argv(self.port, self.tmp, self.tree.root)
             ready = dict(path="/17.txt", body=self.tree.files["/17.txt"])
-        argv = ["taskset", "-c", SERVER_CPU] + mode_argv
-        with open(self.log_path, "ab") as log_file:
-            log_file.write(("$ " + " ".join(argv) + "\n").encode())
-            log_file.flush()
-            self.proc = procs.spawn(argv, stdout=log_file, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, env=self.server.env)
+        self.launch(mode_argv)
         deadline = time.monotonic() + READY_TIMEOUT_S
         last = "not started"
         while time.monotonic() < deadline:
@@ -382,6 +486,15 @@ class Running:
                 return None
             time.sleep(0.05)
         return f"not ready after {READY_TIMEOUT_S:.0f} s ({last}): " + self.log_tail()
+
+    def launch(self, mode_argv):
+        """Starts mode_argv pinned to the server CPU, its output to the log."""
+        argv = ["taskset", "-c", SERVER_CPU] + mode_argv
+        with open(self.log_path, "ab") as log_file:
+            log_file.write(("$ " + " ".join(argv) + "\n").encode())
+            log_file.flush()
+            self.proc = procs.spawn(argv, stdout=log_file, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, env=self.server.env)
 
     def alive(self):
         return self.proc is not None and self.proc.poll() is None
