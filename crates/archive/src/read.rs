@@ -275,9 +275,21 @@ impl Archive {
     }
 
     /// Checks the data hash: every body and head as written (FORMAT.md).
+    ///
+    /// A mapped archive is read through its file descriptor, not the map:
+    /// the same page-cache pages, but only the pages a response later
+    /// touches count in the server's resident set (measured by load100k:
+    /// hashing through the map left the whole archive, 435 MiB for 100,000
+    /// files, mapped in after start-up).
     pub fn verify_data(&self) -> Result<(), Invalid> {
         let b = self.bytes();
-        if hash(&b[HEADER_LEN..self.index_off]) != u64_at(b, 48) {
+        let want = u64_at(b, 48);
+        let got = match (&*self.bytes, &*self.leased.lock().unwrap_or_else(|e| e.into_inner())) {
+            (Backing::Map(_), Some(file)) => hash_file_range(file, HEADER_LEN as u64, self.index_off as u64)
+                .map_err(|e| Invalid(format!("cannot read the archive's data: {e}")))?,
+            _ => hash(&b[HEADER_LEN..self.index_off]),
+        };
+        if got != want {
             return invalid("data checksum mismatch (corrupt bodies)");
         }
         Ok(())
@@ -381,6 +393,21 @@ impl Archive {
     pub fn slice(&self, off: u64, len: u64) -> &[u8] {
         &self.bytes()[off as usize..(off + len) as usize]
     }
+}
+
+/// XXH3-64 of `file[from..to]`, read in 1 MiB pieces.
+fn hash_file_range(file: &File, from: u64, to: u64) -> std::io::Result<u64> {
+    use std::os::unix::fs::FileExt;
+    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    let mut buf = vec![0; 1 << 20];
+    let mut at = from;
+    while at < to {
+        let n = usize::try_from(to - at).unwrap_or(usize::MAX).min(buf.len());
+        file.read_exact_at(&mut buf[..n], at)?;
+        hasher.update(&buf[..n]);
+        at += n as u64;
+    }
+    Ok(hasher.digest())
 }
 
 impl<'a> Entry<'a> {

@@ -270,8 +270,20 @@ fn packing_is_deterministic_and_atomic() {
     let root = site(&t);
     let a = t.0.join("a.prg");
     let b = t.0.join("b.prg");
-    pack(&PackOptions::new(&root, &a)).unwrap();
-    pack(&PackOptions::new(&root, &b)).unwrap();
+    // More files than one batch of the packing threads (256), so that
+    // batches and threads finish in different orders.
+    for i in 0..600 {
+        t.write(
+            &format!("site/many/{i:03}.txt"),
+            format!("file {i} ").repeat(i % 50 + 1),
+        );
+    }
+    let mut one_thread = PackOptions::new(&root, &a);
+    one_thread.threads = 1;
+    pack(&one_thread).unwrap();
+    let mut three_threads = PackOptions::new(&root, &b);
+    three_threads.threads = 3;
+    pack(&three_threads).unwrap();
     assert!(
         std::fs::read(&a).unwrap() == std::fs::read(&b).unwrap(),
         "byte-identical"
