@@ -243,6 +243,11 @@ pub(crate) struct Conn {
     peer_closed: bool,
     /// epoll said the peer hung up: read to the end, short reads included.
     read_closed_hint: bool,
+    /// The last read found the socket empty (a short read or EAGAIN) and
+    /// no readiness event came since: under edge-triggered epoll a read now
+    /// could only say EAGAIN. Saves that read after every large response
+    /// (strace of f64k: one `recvfrom` → EAGAIN per request without it).
+    drained: bool,
 }
 
 impl Conn {
@@ -262,12 +267,20 @@ impl Conn {
             writable_interest: false,
             peer_closed: false,
             read_closed_hint: false,
+            drained: false,
         }
     }
 
     /// Handles a readiness event.
     pub(crate) fn on_ready(&mut self, ctx: &mut Ctx<'_>, read_closed: bool) -> Next {
         self.read_closed_hint |= read_closed;
+        self.drained = false;
+        self.drive(ctx)
+    }
+
+    /// Gives the connection another turn (it used up its last one with
+    /// work left); no new readiness is known.
+    pub(crate) fn on_turn(&mut self, ctx: &mut Ctx<'_>) -> Next {
         self.drive(ctx)
     }
 
@@ -423,7 +436,7 @@ impl Conn {
     /// Answers complete requests in the buffer, reading more while the socket
     /// has some, until something must wait.
     fn read_and_process(&mut self, ctx: &mut Ctx<'_>) -> Stop {
-        let mut may_read = !self.peer_closed;
+        let mut may_read = !self.peer_closed && !self.drained;
         loop {
             let stop = self.process(ctx);
             if stop != Stop::Input || !may_read {
@@ -449,9 +462,13 @@ impl Conn {
                     // that would only say EAGAIN.
                     if n < room && !self.read_closed_hint {
                         may_read = false;
+                        self.drained = true;
                     }
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => may_read = false,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    may_read = false;
+                    self.drained = true;
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(_) => {
                     self.peer_closed = true;

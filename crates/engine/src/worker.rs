@@ -128,7 +128,7 @@ impl Worker {
             for t in ready_now.drain(..) {
                 if let Some(conn) = conns.get_mut(t) {
                     conn.queued = false;
-                    let next = conn.on_ready(&mut ctx, false);
+                    let next = conn.on_turn(&mut ctx);
                     settle(&mut conns, t, next, &mut ready, ctx.pool);
                 }
             }
