@@ -47,6 +47,7 @@ mod router;
 mod server;
 #[allow(unsafe_code)]
 mod sys;
+mod tls;
 mod worker;
 
 pub use access_log::AccessLog;
@@ -60,3 +61,4 @@ pub use response::{Body, FileRange, HeaderBlock, Response, SharedBytes};
 pub use router::Router;
 pub use server::{Running, Server, ShutdownHandle};
 pub use sys::raise_open_files_limit;
+pub use tls::TlsConfig;

@@ -82,3 +82,10 @@ pub(crate) const POOL_BUFFERS_MAX: usize = 256;
 /// output buffer next to their head, so head and body leave in one write.
 /// Larger shared bodies are written from where they live with `writev`.
 pub(crate) const INLINE_BODY_BYTES_MAX: usize = 16 * 1024;
+
+/// Encrypted bytes rustls may hold for one TLS connection before we stop
+/// encrypting more (`set_buffer_limit`): a slow reader of a 10 MiB file
+/// costs this much, not the file. 64 KiB is rustls' own default, four full
+/// records, enough to fill a loopback `writev` in one call.
+pub(crate) const TLS_SEND_BYTES_MAX: usize = 64 * 1024;
+
