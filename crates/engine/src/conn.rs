@@ -365,7 +365,14 @@ impl Conn {
                 self.state_deadline = None;
                 Next::Keep
             }
-            State::Idle | State::Closing | State::Lingering { .. } => Next::Close,
+            State::Idle | State::Closing | State::Lingering { .. } => {
+                if let Transport::Tls(tls) = &self.transport {
+                    if tls.is_handshaking() {
+                        crate::tls::session::debug(self.peer, "handshake not finished within head_timeout");
+                    }
+                }
+                Next::Close
+            }
         }
     }
 
@@ -665,7 +672,16 @@ impl Conn {
                 let via = Via::of(self.redirect, &self.transport);
                 let n = n as usize;
                 ensure_output(output, ctx.pool);
-                dispatch(ctx, output, state, token, peer, via, &head, &data[head_len..head_len + n]);
+                dispatch(
+                    ctx,
+                    output,
+                    state,
+                    token,
+                    peer,
+                    via,
+                    &head,
+                    &data[head_len..head_len + n],
+                );
                 input.start += head_len + n;
                 None
             }

@@ -88,4 +88,3 @@ pub(crate) const INLINE_BODY_BYTES_MAX: usize = 16 * 1024;
 /// costs this much, not the file. 64 KiB is rustls' own default, four full
 /// records, enough to fill a loopback `writev` in one call.
 pub(crate) const TLS_SEND_BYTES_MAX: usize = 64 * 1024;
-

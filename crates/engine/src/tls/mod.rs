@@ -198,8 +198,7 @@ fn load(provider: &CryptoProvider, source: &Source) -> Result<CertifiedKey, Erro
     webpki::EndEntityCert::try_from(&chain[0])
         .map_err(|e| Error::tls(format!("{cert_name}: not a usable certificate: {e}")))?;
     let key = PrivateKeyDer::from_pem_file(&source.key).map_err(|e| Error::tls(format!("{key_name}: {e}")))?;
-    CertifiedKey::from_der(chain, key, provider)
-        .map_err(|e| Error::tls(format!("{cert_name} with {key_name}: {e}")))
+    CertifiedKey::from_der(chain, key, provider).map_err(|e| Error::tls(format!("{cert_name} with {key_name}: {e}")))
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

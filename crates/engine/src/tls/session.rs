@@ -52,7 +52,14 @@ impl TlsSession {
                 Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
                     // Most clients close without close_notify; HTTP's
                     // own framing tells whether a message was complete.
-                    debug(peer, "closed without close_notify");
+                    debug(
+                        peer,
+                        if self.conn.is_handshaking() {
+                            "closed during the handshake"
+                        } else {
+                            "closed without close_notify (maybe mid-record)"
+                        },
+                    );
                     return Ok(0);
                 }
                 Err(e) => return Err(e),
