@@ -80,8 +80,13 @@ struct Running {
 
 impl Running {
     fn start(args: &[&str]) -> Running {
+        Running::start_env(args, &[])
+    }
+
+    fn start_env(args: &[&str], env: &[(&str, &str)]) -> Running {
         let mut child = Command::new(env!("CARGO_BIN_EXE_peregrine"))
             .args(args)
+            .envs(env.iter().copied())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
@@ -342,4 +347,34 @@ fn an_archive_and_its_certificates_both_reload_on_one_sighup() {
     assert!(peer_cert(&fresh) == second);
     assert_eq!(get(&mut fresh, "/", "localhost").1, b"first");
     assert_eq!(get(&mut c, "/", "localhost").1, b"first");
+}
+
+#[test]
+fn bad_clients_are_logged_at_debug_level_when_asked() {
+    let pki = Pki::new("debug");
+    let (cert, key, _) = pki.issue("live", &["localhost"]);
+    let (cert_s, key_s) = (cert.to_str().unwrap(), key.to_str().unwrap());
+    let args = [
+        "hello",
+        "--bind",
+        "127.0.0.1:0",
+        "--workers",
+        "1",
+        "--tls-cert",
+        cert_s,
+        "--tls-key",
+        key_s,
+    ];
+    let mut server = Running::start_env(&args, &[("PEREGRINE_DEBUG", "1")]);
+    let addr = server.addr("https");
+    let mut plain = TcpStream::connect(&addr).unwrap();
+    plain.set_read_timeout(Some(PATIENCE)).unwrap();
+    plain.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut rest = Vec::new();
+    let _ = plain.read_to_end(&mut rest);
+    let line = server.wait_for_lines(&["peregrine: debug: tls 127.0.0.1:"]);
+    assert!(line.contains("handshake failed"), "{line}");
+    // The server goes on.
+    let mut c = connect(&addr, &pki.client(), "localhost");
+    assert_eq!(get(&mut c, "/", "localhost").1, b"Hello, World!");
 }

@@ -573,3 +573,28 @@ fn plain_and_tls_listeners_share_a_server() {
     server.shutdown();
     server.join().unwrap();
 }
+
+#[test]
+fn errors_over_tls_are_answered_then_closed() {
+    let pki = Pki::new("errors");
+    let (cert, key, _) = pki.issue("localhost", &["localhost"]);
+    let limits = Limits {
+        head_timeout: Duration::from_millis(200),
+        sweep_interval: Duration::from_millis(20),
+        ..Limits::default()
+    };
+    let server = start_with(limits, TlsConfig::from_pem_files(&cert, &key).unwrap(), echo_path);
+    let config = pki.client_config(&[&rustls::version::TLS13]);
+    // A malformed request: 400 naming the problem, then the close.
+    let mut c = connect(server.local_addr(), &config, "localhost");
+    let r = c
+        .send(b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n")
+        .response();
+    assert_eq!(r.status, 400);
+    assert!(c.is_closed());
+    // Half a head after the handshake: 408 once head_timeout passes.
+    let mut c = connect(server.local_addr(), &config, "localhost");
+    let r = c.send(b"GET / HTTP/1.1\r\nHost: loc").response();
+    assert_eq!(r.status, 408);
+    assert!(c.is_closed());
+}
