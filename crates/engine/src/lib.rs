@@ -27,8 +27,12 @@
 //! }).unwrap();
 //! ```
 //!
+//! HTTPS is a property of a listener, below handlers:
+//! [`Server::bind_tls`] with a [`TlsConfig`] (rustls, TLS 1.2 and 1.3).
+//!
 //! Module map: [`codec`] is the sans-I/O HTTP/1.1 codec; `conn` and `worker`
-//! are the event loop; `sys` is the only place that calls libc.
+//! are the event loop; `tls` holds certificates and each connection's rustls
+//! state; `sys` is the only place that calls libc.
 
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
