@@ -28,7 +28,11 @@ impl Handler for HttpsRedirect {
             location.push(':');
             location.push_str(itoa::Buffer::new().format(self.port));
         }
-        location.push_str(origin_form(req.target()));
+        let path = origin_form(req.target());
+        if !path.starts_with('/') {
+            location.push('/');
+        }
+        location.push_str(path);
         Reply::Now(
             Response::new(308)
                 .with_header("Location", location)
@@ -74,17 +78,15 @@ fn is_port(s: &str) -> bool {
 }
 
 /// The path and query of a request target: itself in origin-form, the part
-/// after the authority in absolute-form, `/` otherwise (`*`, authority-form).
+/// after the authority in absolute-form (`?q` when the path is empty: the
+/// caller puts `/` before it), `/` otherwise (`*`, authority-form).
 fn origin_form(target: &str) -> &str {
     if target.starts_with('/') {
         return target;
     }
     if let Some((_, rest)) = target.split_once("://") {
         if let Some(i) = rest.find(['/', '?']) {
-            let path = &rest[i..];
-            if path.starts_with('/') {
-                return path;
-            }
+            return &rest[i..];
         }
     }
     "/"
@@ -127,7 +129,7 @@ mod tests {
         assert_eq!(origin_form("/a/b?c=d"), "/a/b?c=d");
         assert_eq!(origin_form("http://h.test/a?b"), "/a?b");
         assert_eq!(origin_form("http://h.test"), "/");
-        assert_eq!(origin_form("http://h.test?q"), "/");
+        assert_eq!(origin_form("http://h.test?q"), "?q");
         assert_eq!(origin_form("*"), "/");
         assert_eq!(origin_form("h.test:443"), "/");
     }
