@@ -26,6 +26,11 @@ impl Pki {
         std::fs::create_dir_all(&dir).unwrap();
         let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
         params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        // A name of its own: with the leaves' default one, OpenSSL would
+        // take each leaf for self-signed.
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, format!("peregrine test CA {tag}"));
         let ca = rcgen::CertifiedIssuer::self_signed(params, rcgen::KeyPair::generate().unwrap()).unwrap();
         Pki { dir, ca }
     }
@@ -377,4 +382,76 @@ fn bad_clients_are_logged_at_debug_level_when_asked() {
     // The server goes on.
     let mut c = connect(&addr, &pki.client(), "localhost");
     assert_eq!(get(&mut c, "/", "localhost").1, b"Hello, World!");
+}
+
+/// curl (OpenSSL) as a second, independent client: installed from Debian's
+/// packages when it is missing, like the browser test's Chromium.
+fn curl() -> PathBuf {
+    let on_path = || {
+        std::env::var_os("PATH").and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|dir| dir.join("curl"))
+                .find(|p| p.is_file())
+        })
+    };
+    if let Some(path) = on_path() {
+        return path;
+    }
+    let script = "apt-get update -q && apt-get install -y -q --no-install-recommends -o DPkg::Lock::Timeout=300 curl";
+    let out = Command::new("sh")
+        .args(["-c", script])
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .output()
+        .expect("cannot run apt-get");
+    assert!(
+        out.status.success(),
+        "this test needs curl and could not install it (`{script}`):\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    on_path().expect("curl installed but not on PATH")
+}
+
+#[test]
+fn curl_gets_pages_over_tls12_and_tls13() {
+    let pki = Pki::new("curl");
+    let (cert, key, _) = pki.issue("live", &["localhost"]);
+    let ca = pki.dir.join("ca.pem");
+    std::fs::write(&ca, pki.ca.pem()).unwrap();
+    let (cert_s, key_s) = (cert.to_str().unwrap(), key.to_str().unwrap());
+    let server = Running::start(&[
+        "hello",
+        "--bind",
+        "127.0.0.1:0",
+        "--workers",
+        "1",
+        "--tls-cert",
+        cert_s,
+        "--tls-key",
+        key_s,
+        "--hsts",
+        "60",
+    ]);
+    let port = server.addr("https").rsplit(':').next().unwrap().to_owned();
+    let url = format!("https://localhost:{port}/");
+    for versions in [["--tlsv1.2", "--tls-max", "1.2"], ["--tlsv1.3", "--tls-max", "1.3"]] {
+        // Two URLs: curl keeps the connection alive for the second.
+        let out = Command::new(curl())
+            .args(["--silent", "--show-error", "--include", "--max-time", "10"])
+            .args(versions)
+            .arg("--cacert")
+            .arg(&ca)
+            .args(["--resolve", &format!("localhost:{port}:127.0.0.1")])
+            .args([&url, &url])
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "curl {versions:?} failed: {}{stdout}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(stdout.matches("HTTP/1.1 200 OK").count(), 2, "{stdout}");
+        assert_eq!(stdout.matches("Hello, World!").count(), 2, "{stdout}");
+        assert!(stdout.contains("Strict-Transport-Security: max-age=60"), "{stdout}");
+    }
 }
