@@ -23,7 +23,9 @@ pub struct Limits {
     /// nginx's `client_max_body_size` default is 1 MiB.
     pub body_bytes_max: u64,
     /// Time allowed for a whole request head once its first byte has arrived;
-    /// past it → 408 and close. Defends against slowloris.
+    /// past it → 408 and close. Defends against slowloris. On a TLS
+    /// listener it also bounds the handshake, counted from accept (past
+    /// it: close, as no 408 can be sent before the handshake).
     pub head_timeout: Duration,
     /// Longest wait for more bytes of a request body once its head is
     /// complete (restarted by every read that brings some); past it → 408
