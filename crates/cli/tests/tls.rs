@@ -455,3 +455,24 @@ fn curl_gets_pages_over_tls12_and_tls13() {
         assert!(stdout.contains("Strict-Transport-Security: max-age=60"), "{stdout}");
     }
 }
+
+#[test]
+fn tls_arguments_that_do_not_fit_are_named_in_the_error() {
+    let pki = Pki::new("args");
+    let (cert, _, _) = pki.issue("live", &["localhost"]);
+    let cert_s = cert.to_str().unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_peregrine"))
+            .args(["hello", "--bind", "127.0.0.1:0"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    assert!(run(&["--tls-cert", cert_s]).contains("one --tls-key per --tls-cert"));
+    assert!(run(&["--hsts", "60"]).contains("need --tls-cert"));
+    assert!(run(&["--redirect-http", "127.0.0.1:0"]).contains("need --tls-cert"));
+    let err = run(&["--tls-cert", cert_s, "--tls-key", "/nonexistent/key.pem"]);
+    assert!(err.contains("/nonexistent/key.pem"), "{err}");
+}
