@@ -598,3 +598,47 @@ fn errors_over_tls_are_answered_then_closed() {
     assert_eq!(r.status, 408);
     assert!(c.is_closed());
 }
+
+#[test]
+fn random_bytes_at_the_tls_port_never_hurt_the_server() {
+    let pki = Pki::new("random");
+    let (cert, key, _) = pki.issue("localhost", &["localhost"]);
+    let server = start(TlsConfig::from_pem_files(&cert, &key).unwrap(), echo_path);
+    let addr = server.local_addr();
+    let config = pki.client_config(&[&rustls::version::TLS13, &rustls::version::TLS12]);
+    // A genuine ClientHello to mutate, so that many inputs get past the
+    // record layer into the handshake parser.
+    let mut hello = Vec::new();
+    ClientConnection::new(config.clone(), ServerName::try_from("localhost").unwrap())
+        .unwrap()
+        .write_tls(&mut hello)
+        .unwrap();
+    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    for i in 0..200 {
+        let bytes: Vec<u8> = if i % 2 == 0 {
+            let len = (next() % 600) as usize + 1;
+            (0..len).map(|_| next() as u8).collect()
+        } else {
+            let mut m = hello.clone();
+            for _ in 0..(next() % 8 + 1) {
+                let at = (next() as usize) % m.len();
+                m[at] = next() as u8;
+            }
+            m.truncate((next() as usize) % m.len() + 1);
+            m
+        };
+        let mut s = TcpStream::connect(addr).unwrap();
+        // The server may close (and reset) before taking all of it.
+        let _ = s.write_all(&bytes);
+        let _ = s.shutdown(std::net::Shutdown::Write);
+        read_until_closed(&mut s);
+    }
+    let mut c = connect(addr, &config, "localhost");
+    assert_eq!(c.send(&get("/still")).response().text(), "path /still");
+}
