@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
-use peregrine::{AccessLog, Limits, Request, Response, Server};
+use peregrine::{AccessLog, Limits, Request, Response, Server, TlsConfig};
 use peregrine_archive::{Archive, ArchiveServer, Mode, PackOptions};
 use peregrine_files::{FileServer, Options};
 
@@ -166,6 +166,72 @@ struct ServerArgs {
     access_log: Option<String>,
     #[command(flatten)]
     limits: LimitArgs,
+    #[command(flatten)]
+    tls: TlsArgs,
+}
+
+/// HTTPS: with `--tls-cert`, every `--bind` address speaks TLS.
+#[derive(Args, Debug)]
+struct TlsArgs {
+    /// Certificate chain (PEM, leaf first): serve HTTPS. Repeat with
+    /// `--tls-key` for more sites: the first is the default, the others are
+    /// chosen by the name the client asks for (SNI) among their own names.
+    #[arg(long = "tls-cert", value_name = "PEM")]
+    certs: Vec<PathBuf>,
+    /// Private key (PEM) for the `--tls-cert` in the same position.
+    #[arg(long = "tls-key", value_name = "PEM")]
+    keys: Vec<PathBuf>,
+    /// Also listen for plain HTTP on ADDR, answering every request with a
+    /// 308 redirect to the same URL over HTTPS.
+    #[arg(long, value_name = "ADDR")]
+    redirect_http: Option<SocketAddr>,
+    /// Add `Strict-Transport-Security: max-age=SECONDS` to HTTPS responses.
+    #[arg(long, value_name = "SECONDS")]
+    hsts: Option<u64>,
+}
+
+impl TlsArgs {
+    /// The certificates, if HTTPS was asked for.
+    fn config(&self) -> anyhow::Result<Option<TlsConfig>> {
+        anyhow::ensure!(
+            self.certs.len() == self.keys.len(),
+            "give one --tls-key per --tls-cert ({} certificates, {} keys)",
+            self.certs.len(),
+            self.keys.len()
+        );
+        let mut pairs = self.certs.iter().zip(&self.keys);
+        let Some((cert, key)) = pairs.next() else {
+            anyhow::ensure!(
+                self.redirect_http.is_none() && self.hsts.is_none(),
+                "--redirect-http and --hsts need --tls-cert and --tls-key"
+            );
+            return Ok(None);
+        };
+        let mut tls = TlsConfig::from_pem_files(cert, key)?;
+        for (cert, key) in pairs {
+            tls = tls.with_cert(cert, key)?;
+        }
+        if let Some(secs) = self.hsts {
+            tls = tls.hsts(Duration::from_secs(secs));
+        }
+        Ok(Some(tls))
+    }
+
+    /// The addresses listened on, as URLs: the `--bind` ones first, then
+    /// the redirecting one.
+    fn urls(&self, addrs: &[SocketAddr]) -> String {
+        let scheme = |i: usize| match (self.certs.is_empty(), self.redirect_http.is_some()) {
+            (true, _) => "http",
+            (false, true) if i + 1 == addrs.len() => "http",
+            (false, _) => "https",
+        };
+        let urls: Vec<String> = addrs
+            .iter()
+            .enumerate()
+            .map(|(i, a)| format!("{}://{a}/", scheme(i)))
+            .collect();
+        urls.join(", ")
+    }
 }
 
 /// The engine's limits; defaults are those of `peregrine::Limits`.
@@ -254,8 +320,15 @@ impl LimitArgs {
 
     fn server(&self, args: &ServerArgs) -> anyhow::Result<Server> {
         let mut server = Server::new().limits(self.to_limits()?);
+        let tls = args.tls.config()?;
         for addr in &args.bind {
-            server = server.bind(*addr);
+            server = match &tls {
+                Some(tls) => server.bind_tls(*addr, tls.clone()),
+                None => server.bind(*addr),
+            };
+        }
+        if let Some(addr) = args.tls.redirect_http {
+            server = server.redirect_http(addr);
         }
         if let Some(n) = args.workers {
             anyhow::ensure!(n > 0, "--workers must be at least 1");
@@ -288,7 +361,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Hello { server } => {
             let srv = server.limits.server(&server)?;
             let running = srv.start(|_req: &Request<'_>| Response::text("Hello, World!"))?;
-            eprintln!("peregrine: hello on {}", join_addrs(running.local_addrs()));
+            eprintln!("peregrine: hello on {}", server.tls.urls(running.local_addrs()));
             running.wait()?;
         }
         Command::Serve {
@@ -311,7 +384,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             eprintln!(
                 "peregrine: serving {} on {}",
                 root.display(),
-                join_addrs(running.local_addrs())
+                server.tls.urls(running.local_addrs())
             );
             running.wait()?;
         }
@@ -433,12 +506,4 @@ fn archive_command(command: ArchiveCommand) -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-fn join_addrs(addrs: &[SocketAddr]) -> String {
-    addrs
-        .iter()
-        .map(|a| format!("http://{a}/"))
-        .collect::<Vec<_>>()
-        .join(", ")
 }

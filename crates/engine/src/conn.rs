@@ -16,6 +16,13 @@
 //! - After an error response the connection is half-closed and drained
 //!   ("lingering close", as nginx does) so the client reads the error rather
 //!   than a reset.
+//!
+//! Transport: a connection is plain TCP or TLS (`Transport`, an enum: the
+//! plain path pays one branch). Under TLS the buffers hold plaintext as
+//! they do for TCP; reads go through `TlsSession::read`, and `flush_tls`
+//! encrypts the output buffer and tail while rustls has room, then writes
+//! the records. Files are read with `pread` into a pooled buffer instead of
+//! `sendfile`.
 
 use std::cell::Cell;
 use std::io::{self, IoSlice, Read, Write};
@@ -38,6 +45,7 @@ use crate::limits::{Limits, BUFFER_BYTES, INLINE_BODY_BYTES_MAX, POOL_BUFFERS_MA
 use crate::request::{DeferSlot, Request};
 use crate::responder::Mailbox;
 use crate::response::{Body, FileRange, Response, SharedBytes};
+use crate::tls::session::TlsSession;
 
 /// Header fields parsed per request at most: the stack array's size.
 /// `Limits::n_headers_max` above this is treated as this.
@@ -51,6 +59,8 @@ const LINGER_BYTES_MAX: usize = 1024 * 1024;
 /// What the worker lends a connection while it handles an event.
 pub(crate) struct Ctx<'w> {
     pub(crate) handler: &'w dyn Handler,
+    /// The handler of plain listeners that redirect to HTTPS.
+    pub(crate) redirect: Option<&'w dyn Handler>,
     pub(crate) limits: &'w Limits,
     pub(crate) date: &'w DateCache,
     pub(crate) pool: &'w mut BufPool,
@@ -206,6 +216,8 @@ enum Stop {
     Closing,
     /// The connection used up its turn (`TURN_WORK`).
     Turn,
+    /// TLS failed (a bad record, a failed handshake): close at once.
+    Broken,
 }
 
 enum Flushed {
@@ -219,8 +231,36 @@ enum Flushed {
     Failed,
 }
 
+/// What carries the bytes: the socket itself, or TLS over it.
+pub(crate) enum Transport {
+    Plain,
+    /// Boxed: rustls' state is large, and a plain connection should not
+    /// carry its size.
+    Tls(Box<TlsSession>),
+}
+
+impl Transport {
+    fn wants_write(&self) -> bool {
+        match self {
+            Transport::Plain => false,
+            Transport::Tls(tls) => tls.wants_write(),
+        }
+    }
+
+    /// Header fields added to every response on this transport (HSTS).
+    fn extra_fields(&self) -> &[u8] {
+        match self {
+            Transport::Tls(tls) => tls.listener.hsts_field.as_deref().unwrap_or(&[]),
+            Transport::Plain => &[],
+        }
+    }
+}
+
 pub(crate) struct Conn {
     stream: TcpStream,
+    transport: Transport,
+    /// Accepted on a redirecting listener: answered by `Ctx::redirect`.
+    redirect: bool,
     peer: SocketAddr,
     token: usize,
     input: Input,
@@ -251,9 +291,18 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
-    pub(crate) fn new(stream: TcpStream, peer: SocketAddr, token: usize, deadline: Option<Instant>) -> Self {
+    pub(crate) fn new(
+        stream: TcpStream,
+        transport: Transport,
+        redirect: bool,
+        peer: SocketAddr,
+        token: usize,
+        deadline: Option<Instant>,
+    ) -> Self {
         Conn {
             stream,
+            transport,
+            redirect,
             peer,
             token,
             input: Input::default(),
@@ -304,6 +353,7 @@ impl Conn {
             wait.head_only,
             wait.version,
             keep_alive,
+            self.transport.extra_fields(),
         );
         if let (Some(log), Some(req)) = (ctx.log.as_deref_mut(), &wait.log) {
             log.record_owned(ctx.date.clf(), self.peer, req, sent.status, sent.body_bytes);
@@ -328,7 +378,14 @@ impl Conn {
                 self.state_deadline = None;
                 Next::Keep
             }
-            State::Idle | State::Closing | State::Lingering { .. } => Next::Close,
+            State::Idle | State::Closing | State::Lingering { .. } => {
+                if let Transport::Tls(tls) = &self.transport {
+                    if tls.is_handshaking() {
+                        crate::tls::session::debug(self.peer, "handshake not finished within head_timeout");
+                    }
+                }
+                Next::Close
+            }
         }
     }
 
@@ -342,14 +399,18 @@ impl Conn {
         }
     }
 
-    /// Gives the buffers back to the pool before the connection is dropped.
+    /// Gives the buffers back to the pool before the connection is dropped,
+    /// and ends a TLS session with close_notify (best effort).
     pub(crate) fn release(&mut self, pool: &mut BufPool) {
+        if let Transport::Tls(tls) = &mut self.transport {
+            tls.close(&mut self.stream);
+        }
         pool.give_read(std::mem::take(&mut self.input.buf));
         pool.give_write(std::mem::take(&mut self.output.buf));
     }
 
     fn has_output(&self) -> bool {
-        self.output.pos < self.output.buf.len() || self.output.tail.is_some()
+        self.output.pos < self.output.buf.len() || self.output.tail.is_some() || self.transport.wants_write()
     }
 
     /// Reads, answers and writes until the connection must wait.
@@ -360,7 +421,14 @@ impl Conn {
         self.work_left = TURN_WORK;
         loop {
             let stop = self.read_and_process(ctx);
-            match self.flush() {
+            if stop == Stop::Broken {
+                // Send the alert if the socket takes it; nothing else.
+                if let Transport::Tls(tls) = &mut self.transport {
+                    tls.close(&mut self.stream);
+                }
+                return Next::Close;
+            }
+            match self.flush(ctx.pool) {
                 Flushed::All => self.send_deadline = None,
                 Flushed::Turn => return Next::Again,
                 Flushed::Blocked { progress } => {
@@ -392,7 +460,7 @@ impl Conn {
             match stop {
                 Stop::Output => {}
                 Stop::Turn => return Next::Again,
-                Stop::Input | Stop::Deferred | Stop::Closing => break,
+                Stop::Input | Stop::Deferred | Stop::Closing | Stop::Broken => break,
             }
         }
         if self.writable_interest {
@@ -411,7 +479,13 @@ impl Conn {
                 if self.peer_closed || ctx.draining {
                     return Next::Close;
                 }
-                self.state_deadline = ctx.now.checked_add(ctx.limits.idle_timeout);
+                // A handshake keeps the deadline set at accept
+                // (`head_timeout`): a client that never finishes one is
+                // closed then (a 408 cannot be sent before it).
+                let handshaking = matches!(&self.transport, Transport::Tls(tls) if tls.is_handshaking());
+                if !handshaking {
+                    self.state_deadline = ctx.now.checked_add(ctx.limits.idle_timeout);
+                }
             }
             State::Idle | State::Head if self.peer_closed => return Next::Close,
             State::Body(_) if self.peer_closed => return Next::Close,
@@ -450,7 +524,12 @@ impl Conn {
                 return Stop::Closing;
             }
             let room = self.input.buf.len() - self.input.end;
-            match self.stream.read(&mut self.input.buf[self.input.end..]) {
+            let into = &mut self.input.buf[self.input.end..];
+            let result = match &mut self.transport {
+                Transport::Plain => self.stream.read(into),
+                Transport::Tls(tls) => tls.read(&mut self.stream, into, self.peer),
+            };
+            match result {
                 Ok(0) => {
                     self.peer_closed = true;
                     may_read = false;
@@ -459,8 +538,9 @@ impl Conn {
                     self.input.end += n;
                     // A short read drained the socket: under edge-triggered
                     // epoll, new bytes will raise a new event. Saves a read
-                    // that would only say EAGAIN.
-                    if n < room && !self.read_closed_hint {
+                    // that would only say EAGAIN. (Not under TLS: a short
+                    // read there may be the end of one record.)
+                    if n < room && !self.read_closed_hint && matches!(self.transport, Transport::Plain) {
                         may_read = false;
                         self.drained = true;
                     }
@@ -470,6 +550,9 @@ impl Conn {
                     self.drained = true;
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == io::ErrorKind::InvalidData && matches!(self.transport, Transport::Tls(_)) => {
+                    return Stop::Broken;
+                }
                 Err(_) => {
                     self.peer_closed = true;
                     may_read = false;
@@ -595,16 +678,27 @@ impl Conn {
         match head.framing {
             Framing::Empty => {
                 let (token, peer) = (self.token, self.peer);
+                let via = Via::of(self.redirect, &self.transport);
                 ensure_output(output, ctx.pool);
-                dispatch(ctx, output, state, token, peer, &head, &[]);
+                dispatch(ctx, output, state, token, peer, via, &head, &[]);
                 input.start += head_len;
                 None
             }
             Framing::Length(n) if (data.len() - head_len) as u64 >= n => {
                 let (token, peer) = (self.token, self.peer);
+                let via = Via::of(self.redirect, &self.transport);
                 let n = n as usize;
                 ensure_output(output, ctx.pool);
-                dispatch(ctx, output, state, token, peer, &head, &data[head_len..head_len + n]);
+                dispatch(
+                    ctx,
+                    output,
+                    state,
+                    token,
+                    peer,
+                    via,
+                    &head,
+                    &data[head_len..head_len + n],
+                );
                 input.start += head_len + n;
                 None
             }
@@ -673,8 +767,9 @@ impl Conn {
         };
         *state = State::Idle;
         let (token, peer) = (self.token, self.peer);
+        let via = Via::of(self.redirect, &self.transport);
         ensure_output(output, ctx.pool);
-        dispatch(ctx, output, state, token, peer, &head, &data[body]);
+        dispatch(ctx, output, state, token, peer, via, &head, &data[body]);
         input.start += consumed;
         None
     }
@@ -697,7 +792,10 @@ impl Conn {
     }
 
     /// Writes what is queued until done or the socket is full.
-    fn flush(&mut self) -> Flushed {
+    fn flush(&mut self, pool: &mut BufPool) -> Flushed {
+        if let Transport::Tls(_) = self.transport {
+            return self.flush_tls(pool);
+        }
         let out = &mut self.output;
         let mut progress = false;
         loop {
@@ -801,8 +899,54 @@ impl Conn {
         }
     }
 
+    /// Under TLS: encrypts queued plaintext while rustls has room
+    /// (`TLS_SEND_BYTES_MAX`), writes the records, until done or the socket
+    /// is full. A batch of pipelined answers is one record and one write.
+    fn flush_tls(&mut self, pool: &mut BufPool) -> Flushed {
+        let Transport::Tls(tls) = &mut self.transport else {
+            unreachable!("called for TLS only")
+        };
+        let out = &mut self.output;
+        let mut progress = false;
+        let mut scratch: Vec<u8> = Vec::new();
+        let flushed = loop {
+            if !encrypt(tls, out, pool, &mut scratch) {
+                break Flushed::Failed;
+            }
+            if !tls.wants_write() {
+                if out.tail.is_none() && out.pos >= out.buf.len() {
+                    out.buf.clear();
+                    out.pos = 0;
+                    break Flushed::All;
+                }
+                // rustls took nothing and has nothing to send: only while
+                // a handshake waits for the client. Wait for an event.
+                break Flushed::Blocked { progress };
+            }
+            if self.work_left < SYSCALL_WORK {
+                break Flushed::Turn;
+            }
+            self.work_left -= SYSCALL_WORK;
+            match tls.write_tls(&mut self.stream) {
+                Ok(0) => break Flushed::Failed,
+                Ok(_) => progress = true,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break Flushed::Blocked { progress },
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => break Flushed::Failed,
+            }
+        };
+        if !scratch.is_empty() {
+            pool.give_read(scratch);
+        }
+        flushed
+    }
+
     /// All output is sent after an error: half-close and drain.
     fn start_lingering(&mut self, ctx: &mut Ctx<'_>) -> Next {
+        if let Transport::Tls(tls) = &mut self.transport {
+            // close_notify before the FIN, as TLS asks (RFC 8446 §6.1).
+            tls.close(&mut self.stream);
+        }
         if self.peer_closed || self.stream.shutdown(Shutdown::Write).is_err() {
             return Next::Close;
         }
@@ -850,6 +994,88 @@ impl Conn {
     }
 }
 
+/// Feeds queued plaintext (buffer, then tail) to rustls until it is all
+/// taken or rustls' outgoing buffer is full. False if the response cannot
+/// be completed (the file shrank or failed, the stream panicked).
+fn encrypt(tls: &mut TlsSession, out: &mut Output, pool: &mut BufPool, scratch: &mut Vec<u8>) -> bool {
+    loop {
+        if out.pos < out.buf.len() {
+            out.pos += tls.encrypt(&out.buf[out.pos..]);
+            if out.pos < out.buf.len() {
+                return true;
+            }
+        }
+        out.buf.clear();
+        out.pos = 0;
+        let done = match &mut out.tail {
+            None => return true,
+            Some(Tail::Bytes { data, pos }) => {
+                *pos += tls.encrypt(&data[*pos..]);
+                if *pos < data.len() {
+                    return true;
+                }
+                true
+            }
+            Some(Tail::Shared { bytes, pos }) => {
+                *pos += tls.encrypt(&bytes.as_slice()[*pos..]);
+                if *pos < bytes.range.len() {
+                    return true;
+                }
+                true
+            }
+            Some(Tail::File { range, sent }) => {
+                if scratch.is_empty() {
+                    *scratch = pool.take_read();
+                }
+                let want = usize::try_from(range.len - *sent).map_or(scratch.len(), |n| n.min(scratch.len()));
+                let got = match range.file.read_at(&mut scratch[..want], range.offset + *sent) {
+                    // The file shrank under us: the promised length can no
+                    // longer be sent, so the connection must close.
+                    Ok(0) => return false,
+                    Ok(n) => n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(_) => return false,
+                };
+                // Bytes rustls does not take now are read again next time.
+                let n = tls.encrypt(&scratch[..got]);
+                *sent += n as u64;
+                if n < got {
+                    return true;
+                }
+                *sent == range.len
+            }
+            Some(Tail::Stream { chunks, chunked }) => {
+                // As in `flush`: the application's iterator may panic.
+                let Ok(next) = panic::catch_unwind(AssertUnwindSafe(|| chunks.next())) else {
+                    return false;
+                };
+                match next {
+                    Some(chunk) if chunk.is_empty() => false,
+                    Some(chunk) if *chunked => {
+                        wire::write_chunk_start(&mut out.buf, chunk.len());
+                        out.buf.extend_from_slice(&chunk);
+                        out.buf.extend_from_slice(wire::CHUNK_END);
+                        false
+                    }
+                    Some(chunk) => {
+                        out.buf.extend_from_slice(&chunk);
+                        false
+                    }
+                    None => {
+                        if *chunked {
+                            out.buf.extend_from_slice(wire::LAST_CHUNK);
+                        }
+                        true
+                    }
+                }
+            }
+        };
+        if done {
+            out.tail = None;
+        }
+    }
+}
+
 fn ensure_output(output: &mut Output, pool: &mut BufPool) {
     if output.buf.capacity() == 0 {
         output.buf = pool.take_write();
@@ -857,13 +1083,32 @@ fn ensure_output(output: &mut Output, pool: &mut BufPool) {
     }
 }
 
+/// What a request arrived through: which handler answers it and which
+/// header fields the transport adds.
+#[derive(Clone, Copy)]
+struct Via<'c> {
+    redirect: bool,
+    extra_fields: &'c [u8],
+}
+
+impl<'c> Via<'c> {
+    fn of(redirect: bool, transport: &'c Transport) -> Self {
+        Via {
+            redirect,
+            extra_fields: transport.extra_fields(),
+        }
+    }
+}
+
 /// Calls the handler for one request and queues its answer.
+#[allow(clippy::too_many_arguments)]
 fn dispatch(
     ctx: &mut Ctx<'_>,
     output: &mut Output,
     state: &mut State,
     token: usize,
     peer: SocketAddr,
+    via: Via<'_>,
     head: &Head<'_, '_>,
     body: &[u8],
 ) {
@@ -885,7 +1130,10 @@ fn dispatch(
     req.defer = Some(&slot);
     let head_only = head.method == "HEAD";
     let keep_alive = head.keep_alive && !ctx.draining;
-    let handler = ctx.handler;
+    let handler = match (via.redirect, ctx.redirect) {
+        (true, Some(redirect)) => redirect,
+        _ => ctx.handler,
+    };
     let reply = panic::catch_unwind(AssertUnwindSafe(|| handler.call(&req)));
     let response = match reply {
         Ok(Reply::Now(response)) => response,
@@ -907,7 +1155,15 @@ fn dispatch(
         // The panic hook has already printed the message.
         Err(_) => Response::error(500).with_close(),
     };
-    let sent = write_response(ctx.date, output, response, head_only, head.version, keep_alive);
+    let sent = write_response(
+        ctx.date,
+        output,
+        response,
+        head_only,
+        head.version,
+        keep_alive,
+        via.extra_fields,
+    );
     if let Some(log) = ctx.log.as_deref_mut() {
         log.record(
             ctx.date.clf(),
@@ -946,6 +1202,8 @@ struct Sent {
 }
 
 /// Queues a response: its head, and its body inline or as the tail.
+/// `extra_fields` (complete `Name: value\r\n` lines, from the transport)
+/// go at the end of the head unless the handler set the same field.
 fn write_response(
     date: &DateCache,
     out: &mut Output,
@@ -953,6 +1211,7 @@ fn write_response(
     head_only: bool,
     version: Version,
     keep_alive: bool,
+    extra_fields: &[u8],
 ) -> Sent {
     if let Some(why) = resp.invalid {
         eprintln!("peregrine: handler returned an invalid response ({why}); answering 500");
@@ -977,6 +1236,16 @@ fn write_response(
     };
     let head_start = out.buf.len();
     wire::write_head(&mut out.buf, &resp, date.http(), framing, conn);
+    if !extra_fields.is_empty() {
+        let name = extra_fields.split(|&b| b == b':').next().unwrap_or_default();
+        let given = std::str::from_utf8(name).is_ok_and(|name| resp.header(name).is_some());
+        if !given {
+            // Before the blank line that ends the head.
+            out.buf.truncate(out.buf.len() - 2);
+            out.buf.extend_from_slice(extra_fields);
+            out.buf.extend_from_slice(b"\r\n");
+        }
+    }
     let body_bytes = match framing {
         BodyFraming::Length(n) if !head_only => n,
         _ => 0,

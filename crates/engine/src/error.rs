@@ -16,6 +16,7 @@ enum Kind {
     Bind(SocketAddr),
     Resolve(String),
     Setup,
+    Tls,
     Worker,
 }
 
@@ -41,6 +42,13 @@ impl Error {
         }
     }
 
+    pub(crate) fn tls(why: String) -> Self {
+        Error {
+            kind: Kind::Tls,
+            source: io::Error::new(io::ErrorKind::InvalidData, why),
+        }
+    }
+
     pub(crate) fn worker(source: io::Error) -> Self {
         Error {
             kind: Kind::Worker,
@@ -56,6 +64,11 @@ impl Error {
     /// An address given to `bind` could not be resolved.
     pub fn is_resolve(&self) -> bool {
         matches!(self.kind, Kind::Resolve(_))
+    }
+
+    /// A certificate or key could not be loaded, or TLS could not be set up.
+    pub fn is_tls(&self) -> bool {
+        matches!(self.kind, Kind::Tls)
     }
 
     /// A worker's event loop failed while running.
@@ -75,6 +88,7 @@ impl fmt::Display for Error {
             Kind::Bind(addr) => write!(f, "cannot listen on {addr}: {}", self.source),
             Kind::Resolve(addr) => write!(f, "cannot resolve {addr:?}: {}", self.source),
             Kind::Setup => write!(f, "cannot start the server: {}", self.source),
+            Kind::Tls => write!(f, "TLS: {}", self.source),
             Kind::Worker => write!(f, "a worker failed: {}", self.source),
         }
     }

@@ -27,8 +27,12 @@
 //! }).unwrap();
 //! ```
 //!
+//! HTTPS is a property of a listener, below handlers:
+//! [`Server::bind_tls`] with a [`TlsConfig`] (rustls, TLS 1.2 and 1.3).
+//!
 //! Module map: [`codec`] is the sans-I/O HTTP/1.1 codec; `conn` and `worker`
-//! are the event loop; `sys` is the only place that calls libc.
+//! are the event loop; `tls` holds certificates and each connection's rustls
+//! state; `sys` is the only place that calls libc.
 
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
@@ -47,6 +51,7 @@ mod router;
 mod server;
 #[allow(unsafe_code)]
 mod sys;
+mod tls;
 mod worker;
 
 pub use access_log::AccessLog;
@@ -60,3 +65,4 @@ pub use response::{Body, FileRange, HeaderBlock, Response, SharedBytes};
 pub use router::Router;
 pub use server::{Running, Server, ShutdownHandle};
 pub use sys::raise_open_files_limit;
+pub use tls::TlsConfig;

@@ -23,7 +23,9 @@ pub struct Limits {
     /// nginx's `client_max_body_size` default is 1 MiB.
     pub body_bytes_max: u64,
     /// Time allowed for a whole request head once its first byte has arrived;
-    /// past it → 408 and close. Defends against slowloris.
+    /// past it → 408 and close. Defends against slowloris. On a TLS
+    /// listener it also bounds the handshake, counted from accept (past
+    /// it: close, as no 408 can be sent before the handshake).
     pub head_timeout: Duration,
     /// Longest wait for more bytes of a request body once its head is
     /// complete (restarted by every read that brings some); past it → 408
@@ -82,3 +84,9 @@ pub(crate) const POOL_BUFFERS_MAX: usize = 256;
 /// output buffer next to their head, so head and body leave in one write.
 /// Larger shared bodies are written from where they live with `writev`.
 pub(crate) const INLINE_BODY_BYTES_MAX: usize = 16 * 1024;
+
+/// Encrypted bytes rustls may hold for one TLS connection before we stop
+/// encrypting more (`set_buffer_limit`): a slow reader of a 10 MiB file
+/// costs this much, not the file. 64 KiB is rustls' own default, four full
+/// records, enough to fill a loopback `writev` in one call.
+pub(crate) const TLS_SEND_BYTES_MAX: usize = 64 * 1024;

@@ -1,6 +1,9 @@
-//! The `Server` builder: addresses, workers, limits, log; then `serve` or
-//! `start`. Binding happens before any thread starts, so an address in use is
-//! reported by `start` itself.
+//! The `Server` builder: addresses (plain, TLS, redirecting to HTTPS),
+//! workers, limits, log; then `serve` or `start`. Binding happens before any
+//! thread starts, so an address in use is reported by `start` itself.
+//! `Running::wait` handles the signals: SIGINT/SIGTERM stop, SIGHUP reloads
+//! TLS certificates (through signal-hook, as the archive server's SIGHUP
+//! does, so both hear it).
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,7 +15,9 @@ use crate::error::Error;
 use crate::handler::Handler;
 use crate::limits::Limits;
 use crate::responder::Mailbox;
-use crate::worker::{Worker, WAKER};
+use crate::tls::redirect::HttpsRedirect;
+use crate::tls::TlsConfig;
+use crate::worker::{Listener, ListenerKind, Worker, WAKER};
 
 /// Configures and starts a server.
 ///
@@ -25,11 +30,19 @@ use crate::worker::{Worker, WAKER};
 /// ```
 #[derive(Debug)]
 pub struct Server {
-    addrs: Vec<SocketAddr>,
+    addrs: Vec<(SocketAddr, Bind)>,
     error: Option<Error>,
     n_workers: usize,
     limits: Limits,
     access_log: Option<AccessLog>,
+}
+
+/// What an address speaks.
+#[derive(Clone, Debug)]
+enum Bind {
+    Plain,
+    Tls(TlsConfig),
+    Redirect,
 }
 
 impl Default for Server {
@@ -53,9 +66,28 @@ impl Server {
 
     /// Adds an address to listen on (call again for more). Port 0 picks a
     /// free port, shared by all workers: see [`Running::local_addrs`].
-    pub fn bind(mut self, addr: impl ToSocketAddrs + std::fmt::Debug) -> Self {
+    pub fn bind(self, addr: impl ToSocketAddrs + std::fmt::Debug) -> Self {
+        self.bind_as(addr, Bind::Plain)
+    }
+
+    /// Adds an address that speaks HTTPS (TLS 1.2 and 1.3, ALPN
+    /// `http/1.1`) with `tls`'s certificates. Any handler works unchanged:
+    /// TLS lives below the connection's buffers.
+    pub fn bind_tls(self, addr: impl ToSocketAddrs + std::fmt::Debug, tls: TlsConfig) -> Self {
+        self.bind_as(addr, Bind::Tls(tls))
+    }
+
+    /// Adds a plain-HTTP address whose every request is answered `308
+    /// Permanent Redirect` to the same path and query over HTTPS, at the
+    /// host the client named and the port of the first TLS address. Needs
+    /// a [`Server::bind_tls`] address.
+    pub fn redirect_http(self, addr: impl ToSocketAddrs + std::fmt::Debug) -> Self {
+        self.bind_as(addr, Bind::Redirect)
+    }
+
+    fn bind_as(mut self, addr: impl ToSocketAddrs + std::fmt::Debug, kind: Bind) -> Self {
         match addr.to_socket_addrs() {
-            Ok(found) => self.addrs.extend(found),
+            Ok(found) => self.addrs.extend(found.map(|a| (a, kind.clone()))),
             Err(e) => {
                 self.error.get_or_insert(Error::resolve(format!("{addr:?}"), e));
             }
@@ -97,15 +129,42 @@ impl Server {
             None => None,
         };
         // Bind everything first: an error here leaves no thread behind.
-        let mut per_worker: Vec<Vec<std::net::TcpListener>> = (0..self.n_workers).map(|_| Vec::new()).collect();
+        let mut per_worker: Vec<Vec<Listener>> = (0..self.n_workers).map(|_| Vec::new()).collect();
         let mut local_addrs = Vec::new();
-        for addr in &self.addrs {
+        let mut https_port = None;
+        let mut tls_configs: Vec<TlsConfig> = Vec::new();
+        for (addr, bind) in &self.addrs {
             let group = crate::sys::socket::bind_group(*addr, self.n_workers).map_err(|e| Error::bind(*addr, e))?;
-            local_addrs.push(group[0].local_addr().map_err(Error::setup)?);
+            let local = group[0].local_addr().map_err(Error::setup)?;
+            local_addrs.push(local);
+            let tls = match bind {
+                Bind::Tls(config) => {
+                    https_port.get_or_insert(local.port());
+                    tls_configs.push(config.clone());
+                    Some(config.listener()?)
+                }
+                Bind::Plain | Bind::Redirect => None,
+            };
             for (i, listener) in group.into_iter().enumerate() {
-                per_worker[i].push(listener);
+                let kind = match (&tls, bind) {
+                    (Some(tls), _) => ListenerKind::Tls(tls.clone()),
+                    (None, Bind::Redirect) => ListenerKind::Redirect,
+                    (None, _) => ListenerKind::Plain,
+                };
+                per_worker[i].push(Listener {
+                    socket: mio::net::TcpListener::from_std(listener),
+                    kind,
+                });
             }
         }
+        let redirect: Option<Arc<dyn Handler>> = if self.addrs.iter().any(|(_, b)| matches!(b, Bind::Redirect)) {
+            let Some(port) = https_port else {
+                return Err(Error::tls("redirect_http needs a TLS address (bind_tls)".into()));
+            };
+            Some(Arc::new(HttpsRedirect { port }))
+        } else {
+            None
+        };
         let handler: Arc<dyn Handler> = Arc::new(handler);
         let flag = Arc::new(AtomicBool::new(false));
         let mut workers = Vec::with_capacity(self.n_workers);
@@ -120,8 +179,9 @@ impl Server {
             mailboxes.push(mailbox.clone());
             workers.push(Worker {
                 poll,
-                listeners: listeners.into_iter().map(mio::net::TcpListener::from_std).collect(),
+                listeners,
                 handler: handler.clone(),
+                redirect: redirect.clone(),
                 limits: self.limits.clone(),
                 log: sink.clone().map(LogWriter::new),
                 mailbox,
@@ -144,6 +204,7 @@ impl Server {
             local_addrs,
             shutdown,
             threads,
+            tls: tls_configs,
         })
     }
 
@@ -160,6 +221,8 @@ pub struct Running {
     local_addrs: Vec<SocketAddr>,
     shutdown: ShutdownHandle,
     threads: Vec<JoinHandle<std::io::Result<()>>>,
+    /// Certificates to reload on SIGHUP.
+    tls: Vec<TlsConfig>,
 }
 
 impl Running {
@@ -187,16 +250,29 @@ impl Running {
     /// accepting, finish requests in flight within
     /// [`Limits::shutdown_timeout`], close idle connections, return. A second
     /// signal exits the process at once.
+    ///
+    /// With TLS addresses, SIGHUP reloads their certificates
+    /// ([`TlsConfig::reload`]) and prints a line saying how it went; a
+    /// failed reload keeps the certificates loaded before. Without TLS,
+    /// SIGHUP keeps its default meaning here.
     pub fn wait(self) -> Result<(), Error> {
+        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
         let handle = self.shutdown_handle();
-        let mut signals =
-            signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])
-                .map_err(Error::setup)?;
+        let mut wanted = vec![SIGINT, SIGTERM];
+        if !self.tls.is_empty() {
+            wanted.push(SIGHUP);
+        }
+        let mut signals = signal_hook::iterator::Signals::new(wanted).map_err(Error::setup)?;
+        let tls = self.tls.clone();
         std::thread::Builder::new()
             .name("peregrine-signals".into())
             .spawn(move || {
                 let mut seen = 0;
-                for _ in signals.forever() {
+                for signal in signals.forever() {
+                    if signal == SIGHUP {
+                        reload_all(&tls);
+                        continue;
+                    }
                     seen += 1;
                     if seen == 1 {
                         handle.shutdown();
@@ -220,6 +296,16 @@ impl Running {
             }
         }
         result
+    }
+}
+
+/// Reloads every TLS address's certificates, one line each on stderr.
+fn reload_all(configs: &[TlsConfig]) {
+    for config in configs {
+        match config.reload() {
+            Ok(n) => eprintln!("peregrine: TLS certificates reloaded ({n})"),
+            Err(e) => eprintln!("peregrine: TLS reload failed, keeping the certificates loaded before: {e}"),
+        }
     }
 }
 

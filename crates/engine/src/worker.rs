@@ -13,11 +13,13 @@ use mio::{Events, Interest, Poll, Token};
 use slab::Slab;
 
 use crate::access_log::LogWriter;
-use crate::conn::{BufPool, Conn, Ctx, Next};
+use crate::conn::{BufPool, Conn, Ctx, Next, Transport};
 use crate::date::DateCache;
 use crate::handler::Handler;
 use crate::limits::Limits;
 use crate::responder::Mailbox;
+use crate::tls::session::TlsSession;
+use crate::tls::TlsListener;
 
 /// Tokens at or above this are listeners; below, connections (slab keys).
 const LISTENER_BASE: usize = usize::MAX / 2;
@@ -26,10 +28,24 @@ pub(crate) const WAKER: Token = Token(usize::MAX - 1);
 /// Sent to a client refused at the connection cap, best effort.
 const REFUSAL: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
 
+/// One listening socket and what its connections speak.
+pub(crate) struct Listener {
+    pub(crate) socket: TcpListener,
+    pub(crate) kind: ListenerKind,
+}
+
+pub(crate) enum ListenerKind {
+    Plain,
+    Tls(Arc<TlsListener>),
+    /// Plain HTTP answered by `Worker::redirect` (to HTTPS).
+    Redirect,
+}
+
 pub(crate) struct Worker {
     pub(crate) poll: Poll,
-    pub(crate) listeners: Vec<TcpListener>,
+    pub(crate) listeners: Vec<Listener>,
     pub(crate) handler: Arc<dyn Handler>,
+    pub(crate) redirect: Option<Arc<dyn Handler>>,
     pub(crate) limits: Limits,
     pub(crate) log: Option<LogWriter>,
     pub(crate) mailbox: Arc<Mailbox>,
@@ -44,6 +60,7 @@ impl Worker {
             mut poll,
             mut listeners,
             handler,
+            redirect,
             mut limits,
             mut log,
             mailbox,
@@ -56,7 +73,7 @@ impl Worker {
             .clamp(Duration::from_millis(1), Duration::from_secs(60));
         for (i, listener) in listeners.iter_mut().enumerate() {
             poll.registry()
-                .register(listener, Token(LISTENER_BASE + i), Interest::READABLE)?;
+                .register(&mut listener.socket, Token(LISTENER_BASE + i), Interest::READABLE)?;
         }
         let mut conns: Slab<Conn> = Slab::with_capacity(1024);
         let mut events = Events::with_capacity(1024);
@@ -89,6 +106,7 @@ impl Worker {
             date.tick(now);
             let mut ctx = Ctx {
                 handler: &*handler,
+                redirect: redirect.as_deref(),
                 limits: &limits,
                 date: &date,
                 pool: &mut pool,
@@ -159,7 +177,7 @@ impl Worker {
             if drain_deadline.is_none() && shutdown.load(Ordering::Acquire) {
                 // Stop accepting; close what is idle; let the rest finish.
                 for mut listener in listeners.drain(..) {
-                    let _ = poll.registry().deregister(&mut listener);
+                    let _ = poll.registry().deregister(&mut listener.socket);
                 }
                 // A timeout too large to add means: no deadline (far future).
                 drain_deadline = Some(
@@ -186,9 +204,9 @@ impl Worker {
 
 /// Accepts every pending connection. Returns false if accepting must be
 /// retried later (out of file descriptors).
-fn accept(listener: &TcpListener, conns: &mut Slab<Conn>, ctx: &Ctx<'_>) -> bool {
+fn accept(listener: &Listener, conns: &mut Slab<Conn>, ctx: &Ctx<'_>) -> bool {
     loop {
-        let (mut stream, peer) = match listener.accept() {
+        let (mut stream, peer) = match listener.socket.accept() {
             Ok(accepted) => accepted,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return true,
             Err(e) if matches!(e.kind(), io::ErrorKind::Interrupted | io::ErrorKind::ConnectionAborted) => continue,
@@ -200,9 +218,20 @@ fn accept(listener: &TcpListener, conns: &mut Slab<Conn>, ctx: &Ctx<'_>) -> bool
             }
         };
         if conns.len() >= ctx.limits.n_conns_max {
-            refuse(&mut stream);
+            // A TLS client could not read a plaintext 503: just close.
+            if !matches!(listener.kind, ListenerKind::Tls(_)) {
+                refuse(&mut stream);
+            }
             continue;
         }
+        let transport = match &listener.kind {
+            ListenerKind::Plain | ListenerKind::Redirect => Transport::Plain,
+            ListenerKind::Tls(tls) => match TlsSession::new(tls) {
+                Some(session) => Transport::Tls(Box::new(session)),
+                None => continue,
+            },
+        };
+        let redirect = matches!(listener.kind, ListenerKind::Redirect);
         let _ = stream.set_nodelay(true);
         let entry = conns.vacant_entry();
         let token = entry.key();
@@ -215,6 +244,8 @@ fn accept(listener: &TcpListener, conns: &mut Slab<Conn>, ctx: &Ctx<'_>) -> bool
         }
         entry.insert(Conn::new(
             stream,
+            transport,
+            redirect,
             peer,
             token,
             ctx.now.checked_add(ctx.limits.head_timeout),

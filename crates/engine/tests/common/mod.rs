@@ -46,9 +46,9 @@ impl Resp {
     }
 }
 
-/// A raw HTTP/1.1 client over one connection.
-pub struct Client {
-    pub stream: TcpStream,
+/// A raw HTTP/1.1 client over one connection (TCP, or TLS over it).
+pub struct Client<S = TcpStream> {
+    pub stream: S,
     buf: Vec<u8>,
 }
 
@@ -57,6 +57,13 @@ impl Client {
         let stream = TcpStream::connect(addr).expect("connect");
         stream.set_read_timeout(Some(PATIENCE)).unwrap();
         stream.set_nodelay(true).unwrap();
+        Client::over(stream)
+    }
+}
+
+impl<S: Read + Write> Client<S> {
+    /// A client over a connected stream.
+    pub fn over(stream: S) -> Client<S> {
         Client {
             stream,
             buf: Vec::new(),
@@ -75,7 +82,8 @@ impl Client {
                 self.buf.extend_from_slice(&chunk[..n]);
                 n
             }
-            Err(e) if e.kind() == ErrorKind::ConnectionReset => 0,
+            // A TLS peer closing without close_notify reads as UnexpectedEof.
+            Err(e) if matches!(e.kind(), ErrorKind::ConnectionReset | ErrorKind::UnexpectedEof) => 0,
             Err(e) => panic!("read failed (timed out waiting for the server?): {e}"),
         }
     }

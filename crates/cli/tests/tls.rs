@@ -1,0 +1,478 @@
+//! `peregrine` over HTTPS, run as a user would: certificates made here,
+//! a rustls client, SIGHUP sent to the child process.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
+
+const PATIENCE: Duration = Duration::from_secs(10);
+
+struct Pki {
+    dir: PathBuf,
+    ca: rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
+}
+
+impl Pki {
+    fn new(tag: &str) -> Pki {
+        let dir = std::env::temp_dir().join(format!("peregrine-cli-tls-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        // A name of its own: with the leaves' default one, OpenSSL would
+        // take each leaf for self-signed.
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, format!("peregrine test CA {tag}"));
+        let ca = rcgen::CertifiedIssuer::self_signed(params, rcgen::KeyPair::generate().unwrap()).unwrap();
+        Pki { dir, ca }
+    }
+
+    /// Issues a certificate for `names` into `stem.pem` / `stem.key`.
+    fn issue(&self, stem: &str, names: &[&str]) -> (PathBuf, PathBuf, CertificateDer<'static>) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        let cert = rcgen::CertificateParams::new(names)
+            .unwrap()
+            .signed_by(&key, &self.ca)
+            .unwrap();
+        let (c, k) = (
+            self.dir.join(format!("{stem}.pem")),
+            self.dir.join(format!("{stem}.key")),
+        );
+        std::fs::write(&c, cert.pem()).unwrap();
+        std::fs::write(&k, key.serialize_pem()).unwrap();
+        (c, k, cert.der().clone())
+    }
+
+    /// A client trusting the CA, without session resumption (a resumed
+    /// session shows no certificate).
+    fn client(&self) -> Arc<ClientConfig> {
+        let mut roots = RootCertStore::empty();
+        roots.add(self.ca.der().clone()).unwrap();
+        let mut config = ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        config.resumption = rustls::client::Resumption::disabled();
+        Arc::new(config)
+    }
+}
+
+impl Drop for Pki {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A running `peregrine`, killed when dropped.
+struct Running {
+    child: Child,
+    /// The child's stderr, line by line (read on a thread, so that a
+    /// missing line fails the test after `PATIENCE` instead of hanging it).
+    stderr: Receiver<String>,
+    /// The URLs of the first stderr line.
+    urls: Vec<String>,
+}
+
+impl Running {
+    fn start(args: &[&str]) -> Running {
+        Running::start_env(args, &[])
+    }
+
+    fn start_env(args: &[&str], env: &[(&str, &str)]) -> Running {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_peregrine"))
+            .args(args)
+            .envs(env.iter().copied())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut reader = BufReader::new(child.stderr.take().unwrap());
+        let (tx, stderr) = mpsc::channel();
+        std::thread::spawn(move || loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 || tx.send(line).is_err() {
+                return;
+            }
+        });
+        let line = stderr.recv_timeout(PATIENCE).expect("a first line on stderr");
+        let urls = line
+            .trim()
+            .split(" on ")
+            .nth(1)
+            .unwrap_or_else(|| panic!("no addresses in {line:?}"))
+            .split(", ")
+            .map(str::to_owned)
+            .collect();
+        Running { child, stderr, urls }
+    }
+
+    /// `host:port` of the URL with this scheme.
+    fn addr(&self, scheme: &str) -> String {
+        let prefix = format!("{scheme}://");
+        let url = self.urls.iter().find(|u| u.starts_with(&prefix)).unwrap();
+        url[prefix.len()..].trim_end_matches('/').to_owned()
+    }
+
+    fn signal(&self, name: &str) {
+        let ok = Command::new("kill")
+            .args([&format!("-{name}"), &self.child.id().to_string()])
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok);
+    }
+
+    /// Waits for stderr lines containing each of `needles`, in any order
+    /// (other lines are skipped); returns the first match.
+    fn wait_for_lines(&mut self, needles: &[&str]) -> String {
+        let mut missing: Vec<&str> = needles.to_vec();
+        let mut first = None;
+        while !missing.is_empty() {
+            let line = self
+                .stderr
+                .recv_timeout(PATIENCE)
+                .unwrap_or_else(|_| panic!("no line saying {missing:?} on stderr"));
+            if let Some(i) = missing.iter().position(|n| line.contains(n)) {
+                missing.remove(i);
+                first.get_or_insert(line);
+            }
+        }
+        first.unwrap_or_default()
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+type Tls = StreamOwned<ClientConnection, TcpStream>;
+
+fn connect(addr: &str, config: &Arc<ClientConfig>, name: &str) -> Tls {
+    let tcp = TcpStream::connect(addr).unwrap();
+    tcp.set_read_timeout(Some(PATIENCE)).unwrap();
+    let conn = ClientConnection::new(config.clone(), ServerName::try_from(name.to_owned()).unwrap()).unwrap();
+    let mut s = StreamOwned::new(conn, tcp);
+    while s.conn.is_handshaking() {
+        s.conn.complete_io(&mut s.sock).expect("handshake");
+    }
+    s
+}
+
+fn peer_cert(s: &Tls) -> CertificateDer<'static> {
+    s.conn.peer_certificates().unwrap()[0].clone()
+}
+
+/// One GET on a kept-alive connection: (head, body).
+fn get(s: &mut impl ReadWrite, path: &str, host: &str) -> (String, Vec<u8>) {
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {host}\r\n\r\n").unwrap();
+    read_response(s)
+}
+
+trait ReadWrite: Read + Write {}
+impl<T: Read + Write> ReadWrite for T {}
+
+fn read_response(s: &mut impl Read) -> (String, Vec<u8>) {
+    let mut buf = Vec::new();
+    let mut byte = [0u8; 1];
+    while !buf.ends_with(b"\r\n\r\n") {
+        assert_eq!(s.read(&mut byte).unwrap(), 1, "closed in the head: {buf:?}");
+        buf.push(byte[0]);
+    }
+    let head = String::from_utf8(buf).unwrap();
+    let len: usize = head
+        .lines()
+        .find_map(|l| {
+            let (n, v) = l.split_once(": ")?;
+            n.eq_ignore_ascii_case("content-length").then(|| v.parse().unwrap())
+        })
+        .unwrap_or(0);
+    let mut body = vec![0; len];
+    s.read_exact(&mut body).unwrap();
+    (head, body)
+}
+
+fn copy(from: &Path, to: &Path) {
+    std::fs::write(to, std::fs::read(from).unwrap()).unwrap();
+}
+
+#[test]
+fn sighup_reloads_certificates_and_keeps_connections() {
+    let pki = Pki::new("sighup");
+    let (cert, key, first) = pki.issue("live", &["localhost"]);
+    let (cert_s, key_s) = (cert.to_str().unwrap(), key.to_str().unwrap());
+    let mut server = Running::start(&[
+        "hello",
+        "--bind",
+        "127.0.0.1:0",
+        "--workers",
+        "2",
+        "--tls-cert",
+        cert_s,
+        "--tls-key",
+        key_s,
+    ]);
+    let addr = server.addr("https");
+    let config = pki.client();
+    let mut old = connect(&addr, &config, "localhost");
+    assert!(peer_cert(&old) == first);
+    let (head, body) = get(&mut old, "/", "localhost");
+    assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+    assert_eq!(body, b"Hello, World!");
+
+    let (next_cert, next_key, second) = pki.issue("next", &["localhost"]);
+    copy(&next_cert, &cert);
+    copy(&next_key, &key);
+    server.signal("HUP");
+    server.wait_for_lines(&["TLS certificates reloaded"]);
+    let mut new = connect(&addr, &config, "localhost");
+    assert!(peer_cert(&new) == second, "SIGHUP did not load the new certificate");
+    assert_eq!(get(&mut new, "/", "localhost").1, b"Hello, World!");
+    assert_eq!(get(&mut old, "/", "localhost").1, b"Hello, World!");
+
+    // A broken file: a line says so, and the last good certificate stays.
+    std::fs::write(&key, "not a key\n").unwrap();
+    server.signal("HUP");
+    let line = server.wait_for_lines(&["TLS reload failed"]);
+    assert!(line.contains("live.key"), "{line}");
+    let mut again = connect(&addr, &config, "localhost");
+    assert!(peer_cert(&again) == second);
+    assert_eq!(get(&mut again, "/", "localhost").1, b"Hello, World!");
+
+    server.signal("TERM");
+    assert_eq!(server.child.wait().unwrap().code(), Some(0));
+}
+
+#[test]
+fn serve_dir_over_https_with_sni_redirect_and_hsts() {
+    let pki = Pki::new("serve");
+    let (a_cert, a_key, a_der) = pki.issue("a", &["a.test"]);
+    let (b_cert, b_key, b_der) = pki.issue("b", &["b.test"]);
+    let root = pki.dir.join("site");
+    std::fs::create_dir_all(&root).unwrap();
+    let big: Vec<u8> = (0..(2 << 20) + 77).map(|i: u32| (i % 251) as u8).collect();
+    std::fs::write(root.join("big.bin"), &big).unwrap();
+    std::fs::write(root.join("index.html"), "<h1>hi</h1>").unwrap();
+    let s = |p: &Path| p.to_str().unwrap().to_owned();
+    let server = Running::start(&[
+        "serve",
+        &s(&root),
+        "--bind",
+        "127.0.0.1:0",
+        "--workers",
+        "1",
+        "--tls-cert",
+        &s(&a_cert),
+        "--tls-key",
+        &s(&a_key),
+        "--tls-cert",
+        &s(&b_cert),
+        "--tls-key",
+        &s(&b_key),
+        "--redirect-http",
+        "127.0.0.1:0",
+        "--hsts",
+        "600",
+    ]);
+    let https = server.addr("https");
+    let config = pki.client();
+    let mut a = connect(&https, &config, "a.test");
+    assert!(peer_cert(&a) == a_der);
+    let (head, body) = get(&mut a, "/big.bin", "a.test");
+    assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+    assert!(head.contains("Strict-Transport-Security: max-age=600\r\n"), "{head}");
+    assert!(body == big, "the file arrived damaged ({} bytes)", body.len());
+    let mut b = connect(&https, &config, "b.test");
+    assert!(peer_cert(&b) == b_der);
+    let (head, body) = get(&mut b, "/", "b.test");
+    assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+    assert_eq!(body, b"<h1>hi</h1>");
+
+    let mut plain = TcpStream::connect(server.addr("http")).unwrap();
+    plain.set_read_timeout(Some(PATIENCE)).unwrap();
+    let (head, _) = get(&mut plain, "/big.bin?x=1", "a.test");
+    assert!(head.starts_with("HTTP/1.1 308 Permanent Redirect\r\n"), "{head}");
+    let port = https.rsplit(':').next().unwrap();
+    assert!(
+        head.contains(&format!("Location: https://a.test:{port}/big.bin?x=1\r\n")),
+        "{head}"
+    );
+    assert!(!head.contains("Strict-Transport-Security"), "{head}");
+}
+
+#[test]
+fn an_archive_and_its_certificates_both_reload_on_one_sighup() {
+    let pki = Pki::new("archive");
+    let (cert, key, _) = pki.issue("live", &["localhost"]);
+    let root = pki.dir.join("site");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(root.join("index.html"), "first").unwrap();
+    let archive = pki.dir.join("site.prg");
+    let s = |p: &Path| p.to_str().unwrap().to_owned();
+    let packed = Command::new(env!("CARGO_BIN_EXE_peregrine"))
+        .args(["pack", &s(&root), "-o", &s(&archive)])
+        .output()
+        .unwrap();
+    assert!(packed.status.success(), "{packed:?}");
+    let mut server = Running::start(&[
+        "serve",
+        &s(&archive),
+        "--bind",
+        "127.0.0.1:0",
+        "--workers",
+        "1",
+        "--tls-cert",
+        &s(&cert),
+        "--tls-key",
+        &s(&key),
+    ]);
+    let https = server.addr("https");
+    let config = pki.client();
+    let mut c = connect(&https, &config, "localhost");
+    assert_eq!(get(&mut c, "/", "localhost").1, b"first");
+
+    let (next_cert, next_key, second) = pki.issue("next", &["localhost"]);
+    copy(&next_cert, &cert);
+    copy(&next_key, &key);
+    server.signal("HUP");
+    // Both hear it: the archive is loaded again, the certificates too.
+    server.wait_for_lines(&["TLS certificates reloaded", "loaded as generation 2"]);
+    let mut fresh = connect(&https, &config, "localhost");
+    assert!(peer_cert(&fresh) == second);
+    assert_eq!(get(&mut fresh, "/", "localhost").1, b"first");
+    assert_eq!(get(&mut c, "/", "localhost").1, b"first");
+}
+
+#[test]
+fn bad_clients_are_logged_at_debug_level_when_asked() {
+    let pki = Pki::new("debug");
+    let (cert, key, _) = pki.issue("live", &["localhost"]);
+    let (cert_s, key_s) = (cert.to_str().unwrap(), key.to_str().unwrap());
+    let args = [
+        "hello",
+        "--bind",
+        "127.0.0.1:0",
+        "--workers",
+        "1",
+        "--tls-cert",
+        cert_s,
+        "--tls-key",
+        key_s,
+    ];
+    let mut server = Running::start_env(&args, &[("PEREGRINE_DEBUG", "1")]);
+    let addr = server.addr("https");
+    let mut plain = TcpStream::connect(&addr).unwrap();
+    plain.set_read_timeout(Some(PATIENCE)).unwrap();
+    plain.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut rest = Vec::new();
+    let _ = plain.read_to_end(&mut rest);
+    let line = server.wait_for_lines(&["peregrine: debug: tls 127.0.0.1:"]);
+    assert!(line.contains("handshake failed"), "{line}");
+    // The server goes on.
+    let mut c = connect(&addr, &pki.client(), "localhost");
+    assert_eq!(get(&mut c, "/", "localhost").1, b"Hello, World!");
+}
+
+/// curl (OpenSSL) as a second, independent client: installed from Debian's
+/// packages when it is missing, like the browser test's Chromium.
+fn curl() -> PathBuf {
+    let on_path = || {
+        std::env::var_os("PATH").and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|dir| dir.join("curl"))
+                .find(|p| p.is_file())
+        })
+    };
+    if let Some(path) = on_path() {
+        return path;
+    }
+    let script = "apt-get update -q && apt-get install -y -q --no-install-recommends -o DPkg::Lock::Timeout=300 curl";
+    let out = Command::new("sh")
+        .args(["-c", script])
+        .env("DEBIAN_FRONTEND", "noninteractive")
+        .output()
+        .expect("cannot run apt-get");
+    assert!(
+        out.status.success(),
+        "this test needs curl and could not install it (`{script}`):\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    on_path().expect("curl installed but not on PATH")
+}
+
+#[test]
+fn curl_gets_pages_over_tls12_and_tls13() {
+    let pki = Pki::new("curl");
+    let (cert, key, _) = pki.issue("live", &["localhost"]);
+    let ca = pki.dir.join("ca.pem");
+    std::fs::write(&ca, pki.ca.pem()).unwrap();
+    let (cert_s, key_s) = (cert.to_str().unwrap(), key.to_str().unwrap());
+    let server = Running::start(&[
+        "hello",
+        "--bind",
+        "127.0.0.1:0",
+        "--workers",
+        "1",
+        "--tls-cert",
+        cert_s,
+        "--tls-key",
+        key_s,
+        "--hsts",
+        "60",
+    ]);
+    let port = server.addr("https").rsplit(':').next().unwrap().to_owned();
+    let url = format!("https://localhost:{port}/");
+    for versions in [["--tlsv1.2", "--tls-max", "1.2"], ["--tlsv1.3", "--tls-max", "1.3"]] {
+        // Two URLs: curl keeps the connection alive for the second.
+        let out = Command::new(curl())
+            .args(["--silent", "--show-error", "--include", "--max-time", "10"])
+            .args(versions)
+            .arg("--cacert")
+            .arg(&ca)
+            .args(["--resolve", &format!("localhost:{port}:127.0.0.1")])
+            .args([&url, &url])
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "curl {versions:?} failed: {}{stdout}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(stdout.matches("HTTP/1.1 200 OK").count(), 2, "{stdout}");
+        assert_eq!(stdout.matches("Hello, World!").count(), 2, "{stdout}");
+        assert!(stdout.contains("Strict-Transport-Security: max-age=60"), "{stdout}");
+    }
+}
+
+#[test]
+fn tls_arguments_that_do_not_fit_are_named_in_the_error() {
+    let pki = Pki::new("args");
+    let (cert, _, _) = pki.issue("live", &["localhost"]);
+    let cert_s = cert.to_str().unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_peregrine"))
+            .args(["hello", "--bind", "127.0.0.1:0"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    assert!(run(&["--tls-cert", cert_s]).contains("one --tls-key per --tls-cert"));
+    assert!(run(&["--hsts", "60"]).contains("need --tls-cert"));
+    assert!(run(&["--redirect-http", "127.0.0.1:0"]).contains("need --tls-cert"));
+    let err = run(&["--tls-cert", cert_s, "--tls-key", "/nonexistent/key.pem"]);
+    assert!(err.contains("/nonexistent/key.pem"), "{err}");
+}

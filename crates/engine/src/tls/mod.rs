@@ -1,0 +1,206 @@
+//! TLS for listeners: certificates and keys from PEM files, one chosen per
+//! handshake by the name the client asks for (SNI), reloadable while
+//! serving. rustls with the `ring` provider; TLS 1.2 and 1.3; ALPN
+//! `http/1.1`.
+//!
+//! A [`TlsConfig`] is a list of (certificate chain, key) file pairs. The
+//! first pair is the default; a client whose SNI name is covered by a later
+//! certificate's names (its subjectAltName DNS entries, wildcards included,
+//! checked as a client would check them) gets that certificate. Reloading
+//! reads every pair again and replaces the whole set only if all of them
+//! load: new handshakes use the new set, established connections keep the
+//! keys they negotiated.
+//!
+//! The set is behind a mutex that is taken once per handshake (to clone an
+//! `Arc`), never per request: workers still share nothing on the request
+//! path.
+
+pub(crate) mod redirect;
+pub(crate) mod session;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::Duration;
+
+use rustls::crypto::CryptoProvider;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+
+use crate::error::Error;
+
+/// `PEREGRINE_DEBUG=1` (any value but empty or `0`) turns on debug lines
+/// on standard error: failed handshakes, plaintext sent to a TLS port,
+/// truncated records. Read once.
+pub(crate) static DEBUG: LazyLock<bool> =
+    LazyLock::new(|| std::env::var_os("PEREGRINE_DEBUG").is_some_and(|v| !v.is_empty() && v != "0"));
+
+/// Certificates for TLS listeners. Cheap to clone; clones share the loaded
+/// certificates, so [`TlsConfig::reload`] on any clone changes them for all.
+///
+/// ```no_run
+/// use peregrine::{Response, Request, Server, TlsConfig};
+/// let tls = TlsConfig::from_pem_files("cert.pem", "key.pem")?
+///     .with_cert("other-site.pem", "other-site.key")?;
+/// Server::new()
+///     .bind_tls("0.0.0.0:443", tls)
+///     .redirect_http("0.0.0.0:80")
+///     .serve(|_: &Request<'_>| Response::text("Hello over TLS"))?;
+/// # Ok::<(), peregrine::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct TlsConfig {
+    resolver: Arc<CertResolver>,
+    hsts: Option<Duration>,
+}
+
+/// One certificate chain and its key, as files.
+#[derive(Clone, Debug)]
+struct Source {
+    cert: PathBuf,
+    key: PathBuf,
+}
+
+/// Picks a certificate per handshake; holds the file names to reload from.
+#[derive(Debug)]
+struct CertResolver {
+    provider: Arc<CryptoProvider>,
+    sources: Mutex<Vec<Source>>,
+    current: Mutex<Arc<[Arc<CertifiedKey>]>>,
+}
+
+impl TlsConfig {
+    /// Loads a certificate chain (PEM, leaf first) and its private key
+    /// (PEM: PKCS#8, PKCS#1 or SEC1). This is the default certificate.
+    pub fn from_pem_files(cert: impl AsRef<Path>, key: impl AsRef<Path>) -> Result<Self, Error> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let source = Source {
+            cert: cert.as_ref().to_owned(),
+            key: key.as_ref().to_owned(),
+        };
+        let loaded = load(&provider, &source)?;
+        Ok(TlsConfig {
+            resolver: Arc::new(CertResolver {
+                provider,
+                sources: Mutex::new(vec![source]),
+                current: Mutex::new(Arc::from(vec![Arc::new(loaded)])),
+            }),
+            hsts: None,
+        })
+    }
+
+    /// Adds another certificate, sent to clients whose SNI name it covers
+    /// (and that an earlier certificate does not).
+    pub fn with_cert(self, cert: impl AsRef<Path>, key: impl AsRef<Path>) -> Result<Self, Error> {
+        let source = Source {
+            cert: cert.as_ref().to_owned(),
+            key: key.as_ref().to_owned(),
+        };
+        let loaded = Arc::new(load(&self.resolver.provider, &source)?);
+        lock(&self.resolver.sources).push(source);
+        let mut current = lock(&self.resolver.current);
+        let mut set = current.to_vec();
+        set.push(loaded);
+        *current = Arc::from(set);
+        drop(current);
+        Ok(self)
+    }
+
+    /// Adds `Strict-Transport-Security: max-age=SECONDS` to every response
+    /// sent over TLS (unless the handler set the field itself).
+    pub fn hsts(mut self, max_age: Duration) -> Self {
+        self.hsts = Some(max_age);
+        self
+    }
+
+    /// Reads every certificate and key file again. If all load, new
+    /// handshakes use them and the number of certificates is returned;
+    /// otherwise the certificates loaded before stay in use and the error
+    /// names the file that failed.
+    pub fn reload(&self) -> Result<usize, Error> {
+        let sources = lock(&self.resolver.sources).clone();
+        let mut set = Vec::with_capacity(sources.len());
+        for source in &sources {
+            set.push(Arc::new(load(&self.resolver.provider, source)?));
+        }
+        *lock(&self.resolver.current) = Arc::from(set);
+        Ok(sources.len())
+    }
+
+    /// The rustls configuration listeners with this certificate set use.
+    pub(crate) fn listener(&self) -> Result<Arc<TlsListener>, Error> {
+        let versions: &[&rustls::SupportedProtocolVersion] = &[&rustls::version::TLS13, &rustls::version::TLS12];
+        let mut config = rustls::ServerConfig::builder_with_provider(self.resolver.provider.clone())
+            .with_protocol_versions(versions)
+            .map_err(|e| Error::tls(format!("TLS versions: {e}")))?
+            .with_no_client_auth()
+            .with_cert_resolver(self.resolver.clone());
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let hsts_field = self.hsts.map(|age| {
+            format!("Strict-Transport-Security: max-age={}\r\n", age.as_secs())
+                .into_bytes()
+                .into_boxed_slice()
+        });
+        Ok(Arc::new(TlsListener {
+            config: Arc::new(config),
+            hsts_field,
+        }))
+    }
+}
+
+impl std::fmt::Debug for TlsConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsConfig")
+            .field("sources", &*lock(&self.resolver.sources))
+            .field("hsts", &self.hsts)
+            .finish()
+    }
+}
+
+/// What a worker needs to accept on one TLS listener.
+pub(crate) struct TlsListener {
+    pub(crate) config: Arc<rustls::ServerConfig>,
+    /// `Strict-Transport-Security: ...\r\n`, if asked for.
+    pub(crate) hsts_field: Option<Box<[u8]>>,
+}
+
+impl ResolvesServerCert for CertResolver {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        let set = lock(&self.current).clone();
+        if set.len() > 1 {
+            if let Some(name) = hello.server_name().and_then(|n| ServerName::try_from(n).ok()) {
+                let covers = |key: &&Arc<CertifiedKey>| {
+                    key.end_entity_cert().is_ok_and(|der| {
+                        webpki::EndEntityCert::try_from(der)
+                            .is_ok_and(|cert| cert.verify_is_valid_for_subject_name(&name).is_ok())
+                    })
+                };
+                if let Some(key) = set.iter().find(covers) {
+                    return Some(key.clone());
+                }
+            }
+        }
+        set.first().cloned()
+    }
+}
+
+/// Reads one chain and key and checks that they belong together.
+fn load(provider: &CryptoProvider, source: &Source) -> Result<CertifiedKey, Error> {
+    let cert_name = source.cert.display();
+    let key_name = source.key.display();
+    let chain = CertificateDer::pem_file_iter(&source.cert)
+        .and_then(|iter| iter.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| Error::tls(format!("{cert_name}: {e}")))?;
+    if chain.is_empty() {
+        return Err(Error::tls(format!("{cert_name}: no CERTIFICATE in the file")));
+    }
+    webpki::EndEntityCert::try_from(&chain[0])
+        .map_err(|e| Error::tls(format!("{cert_name}: not a usable certificate: {e}")))?;
+    let key = PrivateKeyDer::from_pem_file(&source.key).map_err(|e| Error::tls(format!("{key_name}: {e}")))?;
+    CertifiedKey::from_der(chain, key, provider).map_err(|e| Error::tls(format!("{cert_name} with {key_name}: {e}")))
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}

@@ -1,0 +1,134 @@
+//! One TLS connection's record layer, between the socket and the
+//! connection's plaintext buffers (`conn.rs`). Reads: records from the
+//! socket into rustls, decrypted bytes out into the read buffer. Writes:
+//! plaintext into rustls while its outgoing buffer has room
+//! (`TLS_SEND_BYTES_MAX`), records out to the socket with one `writev`.
+//!
+//! Everything a client can send (garbage, plaintext HTTP, a record cut
+//! short, a failed handshake) ends as an error for this connection alone,
+//! logged at debug level (`PEREGRINE_DEBUG=1`).
+
+use std::io::{self, Read, Write};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use mio::net::TcpStream;
+use rustls::ServerConnection;
+
+use super::{TlsListener, DEBUG};
+use crate::limits::TLS_SEND_BYTES_MAX;
+
+pub(crate) struct TlsSession {
+    conn: ServerConnection,
+    pub(crate) listener: Arc<TlsListener>,
+    /// A fatal alert or our close_notify is queued: nothing more is
+    /// encrypted or read.
+    done: bool,
+}
+
+impl TlsSession {
+    pub(crate) fn new(listener: &Arc<TlsListener>) -> Option<Self> {
+        let mut conn = ServerConnection::new(listener.config.clone()).ok()?;
+        conn.set_buffer_limit(Some(TLS_SEND_BYTES_MAX));
+        Some(TlsSession {
+            conn,
+            listener: listener.clone(),
+            done: false,
+        })
+    }
+
+    /// Reads plaintext, as a socket read would: `Ok(0)` is the end (the
+    /// client's close_notify, or a TCP close without one), `WouldBlock`
+    /// means the socket is drained. A TLS failure is `InvalidData`; its
+    /// alert, if any, is queued for [`TlsSession::write_tls`].
+    pub(crate) fn read(&mut self, stream: &mut TcpStream, buf: &mut [u8], peer: SocketAddr) -> io::Result<usize> {
+        if self.done {
+            return Ok(0);
+        }
+        loop {
+            match self.conn.reader().read(buf) {
+                Ok(n) => return Ok(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                    // Most clients close without close_notify; HTTP's
+                    // own framing tells whether a message was complete.
+                    debug(
+                        peer,
+                        if self.conn.is_handshaking() {
+                            "closed during the handshake"
+                        } else {
+                            "closed without close_notify (maybe mid-record)"
+                        },
+                    );
+                    return Ok(0);
+                }
+                Err(e) => return Err(e),
+            }
+            // rustls holds no plaintext: read records from the socket.
+            match self.conn.read_tls(stream) {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Err(e),
+                Err(e) if e.kind() == io::ErrorKind::InvalidData => {
+                    // rustls refuses to buffer more (a handshake message
+                    // over 64 KiB): the client is misbehaving.
+                    debug(peer, &e.to_string());
+                    self.done = true;
+                    return Err(e);
+                }
+                Err(e) => return Err(e),
+            }
+            if let Err(e) = self.conn.process_new_packets() {
+                let what = if self.conn.is_handshaking() {
+                    format!("handshake failed: {e}")
+                } else {
+                    format!("TLS error: {e}")
+                };
+                debug(peer, &what);
+                self.done = true;
+                return Err(io::Error::new(io::ErrorKind::InvalidData, e));
+            }
+        }
+    }
+
+    /// Encrypts as much of `plain` as the outgoing buffer has room for;
+    /// returns how much. 0 means: send first.
+    pub(crate) fn encrypt(&mut self, plain: &[u8]) -> usize {
+        if self.done {
+            return 0;
+        }
+        self.conn.writer().write(plain).unwrap_or(0)
+    }
+
+    /// Writes queued records to the socket (vectored, one call).
+    pub(crate) fn write_tls(&mut self, stream: &mut TcpStream) -> io::Result<usize> {
+        self.conn.write_tls(stream)
+    }
+
+    /// Records are waiting to be written.
+    pub(crate) fn wants_write(&self) -> bool {
+        self.conn.wants_write()
+    }
+
+    /// The handshake has not completed yet.
+    pub(crate) fn is_handshaking(&self) -> bool {
+        self.conn.is_handshaking()
+    }
+
+    /// Queues close_notify (once, and only after a handshake) and writes
+    /// what is queued, best effort: the connection is closing either way.
+    pub(crate) fn close(&mut self, stream: &mut TcpStream) {
+        if !self.done && !self.conn.is_handshaking() {
+            self.conn.send_close_notify();
+        }
+        self.done = true;
+        let _ = self.conn.write_tls(stream);
+    }
+}
+
+/// One debug line, only when `PEREGRINE_DEBUG` is set.
+pub(crate) fn debug(peer: SocketAddr, what: &str) {
+    if *DEBUG {
+        eprintln!("peregrine: debug: tls {peer}: {what}");
+    }
+}

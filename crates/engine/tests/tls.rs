@@ -1,0 +1,644 @@
+//! TLS end to end: a throwaway CA and certificates made here (rcgen), a
+//! rustls client over loopback. Versions, ALPN, pipelining, large bodies,
+//! bad clients, SNI, reload, the HTTPS redirect and HSTS.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{Client, PATIENCE};
+use peregrine::{Body, FileRange, Limits, Reply, Request, Response, Running, Server, TlsConfig};
+use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
+
+type Tls = StreamOwned<ClientConnection, TcpStream>;
+
+/// A CA, and leaf certificates it signs, written as PEM files.
+struct Pki {
+    dir: PathBuf,
+    ca: rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
+}
+
+impl Pki {
+    fn new(tag: &str) -> Pki {
+        let dir = std::env::temp_dir().join(format!("peregrine-tls-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, format!("peregrine test CA {tag}"));
+        let ca = rcgen::CertifiedIssuer::self_signed(params, rcgen::KeyPair::generate().unwrap()).unwrap();
+        Pki { dir, ca }
+    }
+
+    /// Issues a certificate for `names`, written to `stem.pem` and
+    /// `stem.key`; returns the paths and the certificate's DER.
+    fn issue(&self, stem: &str, names: &[&str]) -> (PathBuf, PathBuf, CertificateDer<'static>) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        let cert = rcgen::CertificateParams::new(names)
+            .unwrap()
+            .signed_by(&key, &self.ca)
+            .unwrap();
+        let (cert_path, key_path) = (
+            self.dir.join(format!("{stem}.pem")),
+            self.dir.join(format!("{stem}.key")),
+        );
+        std::fs::write(&cert_path, cert.pem()).unwrap();
+        std::fs::write(&key_path, key.serialize_pem()).unwrap();
+        (cert_path, key_path, cert.der().clone())
+    }
+
+    fn client_config(&self, versions: &[&'static rustls::SupportedProtocolVersion]) -> Arc<ClientConfig> {
+        let mut roots = RootCertStore::empty();
+        roots.add(self.ca.der().clone()).unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut config = ClientConfig::builder_with_provider(provider)
+            .with_protocol_versions(versions)
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Arc::new(config)
+    }
+}
+
+impl Drop for Pki {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn connect(addr: SocketAddr, config: &Arc<ClientConfig>, name: &str) -> Client<Tls> {
+    let tcp = TcpStream::connect(addr).unwrap();
+    tcp.set_read_timeout(Some(PATIENCE)).unwrap();
+    tcp.set_nodelay(true).unwrap();
+    let conn = ClientConnection::new(config.clone(), ServerName::try_from(name.to_owned()).unwrap()).unwrap();
+    let mut stream = StreamOwned::new(conn, tcp);
+    // Finish the handshake now, so tests can look at what was negotiated.
+    while stream.conn.is_handshaking() {
+        stream.conn.complete_io(&mut stream.sock).expect("handshake");
+    }
+    Client::over(stream)
+}
+
+fn start(tls: TlsConfig, handler: impl peregrine::Handler) -> Running {
+    start_with(Limits::default(), tls, handler)
+}
+
+fn start_with(limits: Limits, tls: TlsConfig, handler: impl peregrine::Handler) -> Running {
+    Server::new()
+        .bind_tls("127.0.0.1:0", tls)
+        .workers(1)
+        .limits(limits)
+        .start(handler)
+        .expect("server starts")
+}
+
+fn echo_path(req: &Request<'_>) -> Response {
+    Response::text(format!("path {}", req.target()))
+}
+
+fn get(path: &str) -> Vec<u8> {
+    format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n").into_bytes()
+}
+
+#[test]
+fn get_over_tls13_negotiates_http11() {
+    let pki = Pki::new("v13");
+    let (cert, key, _) = pki.issue("localhost", &["localhost"]);
+    let server = start(TlsConfig::from_pem_files(&cert, &key).unwrap(), echo_path);
+    let mut c = connect(
+        server.local_addr(),
+        &pki.client_config(&[&rustls::version::TLS13]),
+        "localhost",
+    );
+    assert_eq!(c.stream.conn.protocol_version(), Some(rustls::ProtocolVersion::TLSv1_3));
+    assert_eq!(c.stream.conn.alpn_protocol(), Some(&b"http/1.1"[..]));
+    let r = c.send(&get("/v13")).response();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.text(), "path /v13");
+    // Keep-alive: a second request on the same session.
+    assert_eq!(c.send(&get("/again")).response().text(), "path /again");
+}
+
+#[test]
+fn get_over_tls12_negotiates_http11() {
+    let pki = Pki::new("v12");
+    let (cert, key, _) = pki.issue("localhost", &["localhost"]);
+    let server = start(TlsConfig::from_pem_files(&cert, &key).unwrap(), echo_path);
+    let mut c = connect(
+        server.local_addr(),
+        &pki.client_config(&[&rustls::version::TLS12]),
+        "localhost",
+    );
+    assert_eq!(c.stream.conn.protocol_version(), Some(rustls::ProtocolVersion::TLSv1_2));
+    assert_eq!(c.stream.conn.alpn_protocol(), Some(&b"http/1.1"[..]));
+    let r = c.send(&get("/v12")).response();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.text(), "path /v12");
+}
+
+#[test]
+fn pipelined_requests_over_tls_are_answered_in_order() {
+    let pki = Pki::new("pipe");
+    let (cert, key, _) = pki.issue("localhost", &["localhost"]);
+    let server = start(TlsConfig::from_pem_files(&cert, &key).unwrap(), echo_path);
+    let mut c = connect(
+        server.local_addr(),
+        &pki.client_config(&[&rustls::version::TLS13]),
+        "localhost",
+    );
+    let mut batch = Vec::new();
+    for i in 0..32 {
+        batch.extend_from_slice(&get(&format!("/{i}")));
+    }
+    c.send(&batch);
+    for i in 0..32 {
+        assert_eq!(c.response().text(), format!("path /{i}"));
+    }
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+#[test]
+fn large_bodies_from_files_and_memory_arrive_intact() {
+    let pki = Pki::new("large");
+    let (cert, key, _) = pki.issue("localhost", &["localhost"]);
+    let file_bytes = pattern(3 * 1024 * 1024 + 12345, 7);
+    let file_path = pki.dir.join("big.bin");
+    std::fs::write(&file_path, &file_bytes).unwrap();
+    let mem_bytes = Arc::new(pattern(2 * 1024 * 1024 + 1, 3));
+    let (fp, mb) = (file_path.clone(), mem_bytes.clone());
+    let handler = move |req: &Request<'_>| -> Response {
+        match req.path() {
+            "/file" => {
+                let range = FileRange::whole(std::fs::File::open(&fp).unwrap()).unwrap();
+                Response::bytes("application/octet-stream", Body::File(range))
+            }
+            "/bytes" => Response::bytes("application/octet-stream", mb.as_ref().clone()),
+            "/stream" => {
+                let chunks = (0..64).map(|i| pattern(40_000, i));
+                Response::bytes("application/octet-stream", Body::Stream(Box::new(chunks)))
+            }
+            _ => Response::error(404),
+        }
+    };
+    let server = start(TlsConfig::from_pem_files(&cert, &key).unwrap(), handler);
+    for versions in [&[&rustls::version::TLS13], &[&rustls::version::TLS12]] {
+        let mut c = connect(server.local_addr(), &pki.client_config(versions), "localhost");
+        // Pipelined behind each other: each body must end where it should.
+        let mut batch = get("/file");
+        batch.extend_from_slice(&get("/bytes"));
+        batch.extend_from_slice(&get("/stream"));
+        c.send(&batch);
+        let r = c.response();
+        assert_eq!(r.status, 200);
+        assert!(r.body == file_bytes, "file body differs ({} bytes)", r.body.len());
+        let r = c.response();
+        assert!(r.body == *mem_bytes, "memory body differs ({} bytes)", r.body.len());
+        let r = c.response();
+        let want: Vec<u8> = (0..64).flat_map(|i| pattern(40_000, i)).collect();
+        assert!(r.body == want, "streamed body differs ({} bytes)", r.body.len());
+    }
+}
+
+#[test]
+fn request_bodies_arrive_over_tls() {
+    let pki = Pki::new("body");
+    let (cert, key, _) = pki.issue("localhost", &["localhost"]);
+    let server = start(TlsConfig::from_pem_files(&cert, &key).unwrap(), |req: &Request<'_>| {
+        Response::text(format!(
+            "{} bytes, sum {}",
+            req.body().len(),
+            req.body().iter().map(|&b| b as u64).sum::<u64>()
+        ))
+    });
+    let body = pattern(200_000, 9);
+    let sum: u64 = body.iter().map(|&b| b as u64).sum();
+    let mut c = connect(
+        server.local_addr(),
+        &pki.client_config(&[&rustls::version::TLS13]),
+        "localhost",
+    );
+    let mut req = format!(
+        "POST /up HTTP/1.1\r\nHost: localhost\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    req.extend_from_slice(&body);
+    assert_eq!(c.send(&req).response().text(), format!("200000 bytes, sum {sum}"));
+}
+
+#[test]
+fn deferred_answers_go_out_over_tls() {
+    let pki = Pki::new("defer");
+    let (cert, key, _) = pki.issue("localhost", &["localhost"]);
+    let server = start(TlsConfig::from_pem_files(&cert, &key).unwrap(), |req: &Request<'_>| {
+        let responder = req.defer();
+        std::thread::spawn(move || responder.send(Response::text("later")));
+        Reply::Later
+    });
+    let mut c = connect(
+        server.local_addr(),
+        &pki.client_config(&[&rustls::version::TLS13]),
+        "localhost",
+    );
+    let mut batch = get("/a");
+    batch.extend_from_slice(&get("/b"));
+    c.send(&batch);
+    assert_eq!(c.response().text(), "later");
+    assert_eq!(c.response().text(), "later");
+}
+
+/// Reads from a raw socket until the server closes it; returns the bytes.
+fn read_until_closed(s: &mut TcpStream) -> Vec<u8> {
+    s.set_read_timeout(Some(PATIENCE)).unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return got,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return got,
+            Err(e) => panic!("the server did not close the connection: {e}"),
+        }
+    }
+}
+
+#[test]
+fn bad_clients_are_closed_and_others_still_served() {
+    let pki = Pki::new("bad");
+    let (cert, key, _) = pki.issue("localhost", &["localhost"]);
+    let server = start(TlsConfig::from_pem_files(&cert, &key).unwrap(), echo_path);
+    let addr = server.local_addr();
+    let config = pki.client_config(&[&rustls::version::TLS13]);
+    // A keep-alive client that stays connected through all of it.
+    let mut steady = connect(addr, &config, "localhost");
+    assert_eq!(steady.send(&get("/1")).response().text(), "path /1");
+
+    // Plaintext HTTP sent to the TLS port.
+    let mut plain = TcpStream::connect(addr).unwrap();
+    plain.write_all(&get("/plain")).unwrap();
+    let got = read_until_closed(&mut plain);
+    assert!(!got.starts_with(b"HTTP/"), "answered in plaintext: {got:?}");
+
+    // A handshake record whose contents are garbage.
+    let mut garbage = TcpStream::connect(addr).unwrap();
+    garbage.write_all(b"\x16\x03\x01\x00\x08garbage!").unwrap();
+    read_until_closed(&mut garbage);
+
+    // A record header promising more than ever comes, then the client's FIN.
+    let mut truncated = TcpStream::connect(addr).unwrap();
+    truncated.write_all(b"\x16\x03\x01\x40\x00\x01\x00").unwrap();
+    truncated.shutdown(std::net::Shutdown::Write).unwrap();
+    read_until_closed(&mut truncated);
+
+    // A session cut in the middle of an application-data record.
+    let mut cut = connect(addr, &config, "localhost");
+    assert_eq!(cut.send(&get("/2")).response().text(), "path /2");
+    let mut record = Vec::new();
+    cut.stream.conn.writer().write_all(&get("/never")).unwrap();
+    cut.stream.conn.write_tls(&mut record).unwrap();
+    cut.stream.sock.write_all(&record[..record.len() / 2]).unwrap();
+    cut.stream.sock.shutdown(std::net::Shutdown::Write).unwrap();
+    read_until_closed(&mut cut.stream.sock);
+
+    // An application-data record that fails to decrypt.
+    let mut forged = connect(addr, &config, "localhost");
+    forged
+        .stream
+        .sock
+        .write_all(b"\x17\x03\x03\x00\x20aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa")
+        .unwrap();
+    read_until_closed(&mut forged.stream.sock);
+
+    // A client offering only an application protocol we do not speak.
+    let mut h2_only = (*config).clone();
+    h2_only.alpn_protocols = vec![b"h2".to_vec()];
+    let tcp = TcpStream::connect(addr).unwrap();
+    tcp.set_read_timeout(Some(PATIENCE)).unwrap();
+    let conn = ClientConnection::new(Arc::new(h2_only), ServerName::try_from("localhost").unwrap()).unwrap();
+    let mut s = StreamOwned::new(conn, tcp);
+    let mut refused = false;
+    while s.conn.is_handshaking() {
+        if s.conn.complete_io(&mut s.sock).is_err() {
+            refused = true;
+            break;
+        }
+    }
+    assert!(refused, "a handshake without http/1.1 succeeded");
+
+    // Everyone else is still served, on the old and on new connections.
+    assert_eq!(steady.send(&get("/3")).response().text(), "path /3");
+    let mut fresh = connect(addr, &config, "localhost");
+    assert_eq!(fresh.send(&get("/4")).response().text(), "path /4");
+}
+
+#[test]
+fn a_client_that_never_finishes_its_handshake_is_closed() {
+    let pki = Pki::new("slow");
+    let (cert, key, _) = pki.issue("localhost", &["localhost"]);
+    let limits = Limits {
+        head_timeout: Duration::from_millis(200),
+        sweep_interval: Duration::from_millis(20),
+        ..Limits::default()
+    };
+    let server = start_with(limits, TlsConfig::from_pem_files(&cert, &key).unwrap(), echo_path);
+    // Nothing at all.
+    let mut silent = TcpStream::connect(server.local_addr()).unwrap();
+    assert!(read_until_closed(&mut silent).is_empty());
+    // Half a ClientHello.
+    let config = pki.client_config(&[&rustls::version::TLS13]);
+    let mut conn = ClientConnection::new(config, ServerName::try_from("localhost").unwrap()).unwrap();
+    let mut hello = Vec::new();
+    conn.write_tls(&mut hello).unwrap();
+    let mut half = TcpStream::connect(server.local_addr()).unwrap();
+    half.write_all(&hello[..hello.len() / 2]).unwrap();
+    read_until_closed(&mut half);
+}
+
+#[test]
+fn sni_picks_the_certificate_for_the_name() {
+    let pki = Pki::new("sni");
+    let (a_cert, a_key, a_der) = pki.issue("a", &["a.test"]);
+    let (b_cert, b_key, b_der) = pki.issue("b", &["b.test", "*.b.test"]);
+    let tls = TlsConfig::from_pem_files(&a_cert, &a_key)
+        .unwrap()
+        .with_cert(&b_cert, &b_key)
+        .unwrap();
+    let server = start(tls, echo_path);
+    let config = pki.client_config(&[&rustls::version::TLS13, &rustls::version::TLS12]);
+    for (name, want) in [("a.test", &a_der), ("b.test", &b_der), ("www.b.test", &b_der)] {
+        let mut c = connect(server.local_addr(), &config, name);
+        let got = &c.stream.conn.peer_certificates().unwrap()[0];
+        assert!(got == want, "wrong certificate for {name}");
+        assert_eq!(c.send(&get("/")).response().status, 200);
+    }
+    // A name no certificate covers (and an IP address, which has no SNI)
+    // gets the first: the client refuses it, as it should.
+    let strict = connect_result(server.local_addr(), &config, "c.test");
+    assert!(strict.is_err(), "a certificate for c.test appeared");
+}
+
+fn connect_result(addr: SocketAddr, config: &Arc<ClientConfig>, name: &str) -> Result<(), rustls::Error> {
+    let tcp = TcpStream::connect(addr).unwrap();
+    tcp.set_read_timeout(Some(PATIENCE)).unwrap();
+    let conn = ClientConnection::new(config.clone(), ServerName::try_from(name.to_owned()).unwrap()).unwrap();
+    let mut s = StreamOwned::new(conn, tcp);
+    while s.conn.is_handshaking() {
+        if let Err(e) = s.conn.complete_io(&mut s.sock) {
+            return Err(e
+                .into_inner()
+                .and_then(|e| e.downcast::<rustls::Error>().ok())
+                .map_or(rustls::Error::General("io".into()), |e| *e));
+        }
+    }
+    Ok(())
+}
+
+fn peer_cert(c: &Client<Tls>) -> CertificateDer<'static> {
+    c.stream.conn.peer_certificates().unwrap()[0].clone()
+}
+
+fn copy(from: &Path, to: &Path) {
+    std::fs::write(to, std::fs::read(from).unwrap()).unwrap();
+}
+
+#[test]
+fn reload_switches_new_handshakes_and_keeps_old_connections() {
+    let pki = Pki::new("reload");
+    let (cert, key, first) = pki.issue("live", &["localhost"]);
+    let tls = TlsConfig::from_pem_files(&cert, &key).unwrap();
+    let server = start(tls.clone(), echo_path);
+    let config = pki.client_config(&[&rustls::version::TLS13]);
+    let mut old = connect(server.local_addr(), &config, "localhost");
+    assert!(peer_cert(&old) == first);
+    assert_eq!(old.send(&get("/before")).response().text(), "path /before");
+
+    // New files in place (issued elsewhere, then copied over).
+    let (next_cert, next_key, second) = pki.issue("next", &["localhost"]);
+    copy(&next_cert, &cert);
+    copy(&next_key, &key);
+    assert_eq!(tls.reload().unwrap(), 1);
+    // A fresh client: resuming the old session would skip certificates.
+    let config = pki.client_config(&[&rustls::version::TLS13]);
+    let mut new = connect(server.local_addr(), &config, "localhost");
+    assert!(peer_cert(&new) == second, "the new certificate is not used");
+    assert_eq!(new.send(&get("/new")).response().text(), "path /new");
+    assert_eq!(old.send(&get("/after")).response().text(), "path /after");
+
+    // A bad file: refused, the certificate loaded before stays.
+    std::fs::write(
+        &cert,
+        "-----BEGIN CERTIFICATE-----\nnot base64!\n-----END CERTIFICATE-----\n",
+    )
+    .unwrap();
+    let err = tls.reload().unwrap_err();
+    assert!(err.is_tls(), "{err}");
+    assert!(err.to_string().contains("live.pem"), "{err}");
+    let c = connect(
+        server.local_addr(),
+        &pki.client_config(&[&rustls::version::TLS12]),
+        "localhost",
+    );
+    assert!(peer_cert(&c) == second);
+    // A key that does not match its certificate: refused too.
+    copy(&next_cert, &cert);
+    let (_, other_key, _) = pki.issue("other", &["localhost"]);
+    copy(&other_key, &key);
+    assert!(tls.reload().is_err());
+    let c = connect(
+        server.local_addr(),
+        &pki.client_config(&[&rustls::version::TLS12]),
+        "localhost",
+    );
+    assert!(peer_cert(&c) == second);
+}
+
+#[test]
+fn loading_bad_files_fails_with_the_file_named() {
+    let pki = Pki::new("badfiles");
+    let (cert, key, _) = pki.issue("ok", &["localhost"]);
+    let missing = pki.dir.join("missing.pem");
+    let err = TlsConfig::from_pem_files(&missing, &key).unwrap_err();
+    assert!(err.is_tls() && err.to_string().contains("missing.pem"), "{err}");
+    let err = TlsConfig::from_pem_files(&key, &key).unwrap_err();
+    assert!(err.to_string().contains("ok.key"), "{err}");
+    let err = TlsConfig::from_pem_files(&cert, &cert).unwrap_err();
+    assert!(err.to_string().contains("ok.pem"), "{err}");
+}
+
+#[test]
+fn redirect_listener_answers_308_to_https() {
+    let pki = Pki::new("redirect");
+    let (cert, key, _) = pki.issue("localhost", &["localhost"]);
+    let server = Server::new()
+        .bind_tls("127.0.0.1:0", TlsConfig::from_pem_files(&cert, &key).unwrap())
+        .redirect_http("127.0.0.1:0")
+        .workers(1)
+        .start(echo_path)
+        .unwrap();
+    let (https, http) = (server.local_addrs()[0], server.local_addrs()[1]);
+    let mut c = Client::connect(http);
+    let r = c
+        .send(b"GET /a/b?c=d&e HTTP/1.1\r\nHost: example.test:8080\r\n\r\n")
+        .response();
+    assert_eq!(r.status, 308);
+    assert_eq!(
+        r.header("location"),
+        Some(format!("https://example.test:{}/a/b?c=d&e", https.port()).as_str())
+    );
+    assert_eq!(r.header("strict-transport-security"), None);
+    // Keep-alive; a POST too; IPv6 literal hosts keep their brackets.
+    let r = c
+        .send(b"POST /form HTTP/1.1\r\nHost: [::1]:80\r\nContent-Length: 3\r\n\r\nabc")
+        .response();
+    assert_eq!(r.status, 308);
+    assert_eq!(
+        r.header("location"),
+        Some(format!("https://[::1]:{}/form", https.port()).as_str())
+    );
+    // A host that could smuggle something into Location is refused.
+    let r = c
+        .send(b"GET / HTTP/1.1\r\nHost: evil.test/x@good.test\r\n\r\n")
+        .response();
+    assert_eq!(r.status, 400);
+}
+
+#[test]
+fn redirect_without_tls_is_an_error() {
+    let err = Server::new().redirect_http("127.0.0.1:0").start(echo_path).unwrap_err();
+    assert!(err.is_tls(), "{err}");
+}
+
+#[test]
+fn hsts_is_added_over_tls_when_asked() {
+    let pki = Pki::new("hsts");
+    let (cert, key, _) = pki.issue("localhost", &["localhost"]);
+    let tls = TlsConfig::from_pem_files(&cert, &key)
+        .unwrap()
+        .hsts(Duration::from_secs(31_536_000));
+    let server = start(tls, |req: &Request<'_>| {
+        if req.path() == "/own" {
+            Response::text("own").with_header("Strict-Transport-Security", "max-age=5")
+        } else {
+            Response::text("default")
+        }
+    });
+    let config = pki.client_config(&[&rustls::version::TLS13]);
+    let mut c = connect(server.local_addr(), &config, "localhost");
+    let r = c.send(&get("/")).response();
+    assert_eq!(r.header("strict-transport-security"), Some("max-age=31536000"));
+    assert_eq!(r.text(), "default");
+    let r = c.send(&get("/own")).response();
+    assert_eq!(r.header("strict-transport-security"), Some("max-age=5"));
+    let n = r
+        .headers
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case("strict-transport-security"))
+        .count();
+    assert_eq!(n, 1);
+    // Without hsts(): no field.
+    let plain = start(TlsConfig::from_pem_files(&cert, &key).unwrap(), echo_path);
+    let mut c = connect(plain.local_addr(), &config, "localhost");
+    assert_eq!(c.send(&get("/")).response().header("strict-transport-security"), None);
+}
+
+#[test]
+fn plain_and_tls_listeners_share_a_server() {
+    let pki = Pki::new("both");
+    let (cert, key, _) = pki.issue("localhost", &["localhost"]);
+    let server = Server::new()
+        .bind("127.0.0.1:0")
+        .bind_tls("127.0.0.1:0", TlsConfig::from_pem_files(&cert, &key).unwrap())
+        .workers(2)
+        .start(echo_path)
+        .unwrap();
+    let (plain, tls) = (server.local_addrs()[0], server.local_addrs()[1]);
+    let mut p = Client::connect(plain);
+    assert_eq!(p.send(&get("/p")).response().text(), "path /p");
+    let mut t = connect(tls, &pki.client_config(&[&rustls::version::TLS13]), "localhost");
+    assert_eq!(t.send(&get("/t")).response().text(), "path /t");
+    server.shutdown();
+    server.join().unwrap();
+}
+
+#[test]
+fn errors_over_tls_are_answered_then_closed() {
+    let pki = Pki::new("errors");
+    let (cert, key, _) = pki.issue("localhost", &["localhost"]);
+    let limits = Limits {
+        head_timeout: Duration::from_millis(200),
+        sweep_interval: Duration::from_millis(20),
+        ..Limits::default()
+    };
+    let server = start_with(limits, TlsConfig::from_pem_files(&cert, &key).unwrap(), echo_path);
+    let config = pki.client_config(&[&rustls::version::TLS13]);
+    // A malformed request: 400 naming the problem, then the close.
+    let mut c = connect(server.local_addr(), &config, "localhost");
+    let r = c
+        .send(b"GET / HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n")
+        .response();
+    assert_eq!(r.status, 400);
+    assert!(c.is_closed());
+    // Half a head after the handshake: 408 once head_timeout passes.
+    let mut c = connect(server.local_addr(), &config, "localhost");
+    let r = c.send(b"GET / HTTP/1.1\r\nHost: loc").response();
+    assert_eq!(r.status, 408);
+    assert!(c.is_closed());
+}
+
+#[test]
+fn random_bytes_at_the_tls_port_never_hurt_the_server() {
+    let pki = Pki::new("random");
+    let (cert, key, _) = pki.issue("localhost", &["localhost"]);
+    let server = start(TlsConfig::from_pem_files(&cert, &key).unwrap(), echo_path);
+    let addr = server.local_addr();
+    let config = pki.client_config(&[&rustls::version::TLS13, &rustls::version::TLS12]);
+    // A genuine ClientHello to mutate, so that many inputs get past the
+    // record layer into the handshake parser.
+    let mut hello = Vec::new();
+    ClientConnection::new(config.clone(), ServerName::try_from("localhost").unwrap())
+        .unwrap()
+        .write_tls(&mut hello)
+        .unwrap();
+    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    for i in 0..200 {
+        let bytes: Vec<u8> = if i % 2 == 0 {
+            let len = (next() % 600) as usize + 1;
+            (0..len).map(|_| next() as u8).collect()
+        } else {
+            let mut m = hello.clone();
+            for _ in 0..(next() % 8 + 1) {
+                let at = (next() as usize) % m.len();
+                m[at] = next() as u8;
+            }
+            m.truncate((next() as usize) % m.len() + 1);
+            m
+        };
+        let mut s = TcpStream::connect(addr).unwrap();
+        // The server may close (and reset) before taking all of it.
+        let _ = s.write_all(&bytes);
+        let _ = s.shutdown(std::net::Shutdown::Write);
+        read_until_closed(&mut s);
+    }
+    let mut c = connect(addr, &config, "localhost");
+    assert_eq!(c.send(&get("/still")).response().text(), "path /still");
+}
