@@ -1,5 +1,8 @@
 //! The `peregrine` command: glue between the command line and the libraries.
 
+mod config;
+mod docs;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -13,7 +16,7 @@ use peregrine_files::{FileServer, Options};
 
 /// Peregrine: a fast HTTP/1.1 server.
 #[derive(Parser, Debug)]
-#[command(name = "peregrine", version, about)]
+#[command(name = "peregrine", version, long_version = docs::LONG_VERSION, about)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -63,6 +66,16 @@ enum Command {
     Archive {
         #[command(subcommand)]
         command: ArchiveCommand,
+    },
+    /// Write a shell completion script to standard output.
+    Completions { shell: clap_complete::Shell },
+    /// Write the man page (roff) to standard output.
+    Man {
+        /// The subcommand whose page to write (default: `peregrine`'s own).
+        command: Option<String>,
+        /// Write every page into DIR instead (peregrine.1, peregrine-serve.1, ...).
+        #[arg(long, value_name = "DIR", conflicts_with = "command")]
+        out_dir: Option<PathBuf>,
     },
 }
 
@@ -269,8 +282,12 @@ impl LimitArgs {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    match run(cli) {
+    // Flags, PEREGRINE_* variables and a --config file, merged (config.rs).
+    let result = config::parse::<Cli>(std::env::args_os()).and_then(|invocation| match invocation {
+        config::Invocation::Run(cli) => run(cli),
+        config::Invocation::Check(cli, settings) => check(&cli).map(|()| print!("{settings}")),
+    });
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("peregrine: {e:#}");
@@ -347,6 +364,35 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             );
         }
         Command::Archive { command } => archive_command(command)?,
+        Command::Completions { shell } => docs::completions(config::command::<Cli>(), shell)?,
+        Command::Man { command, out_dir } => {
+            docs::man(config::command::<Cli>(), command.as_deref(), out_dir.as_deref())?
+        }
+    }
+    Ok(())
+}
+
+/// `check-config`: what `run` checks before it binds, without binding (the
+/// port may well be in use by the server being reconfigured).
+fn check(cli: &Cli) -> anyhow::Result<()> {
+    match &cli.command {
+        Command::Hello { server } => {
+            server.limits.server(server)?;
+        }
+        Command::Serve {
+            root,
+            files,
+            archive: _,
+            server,
+        } => {
+            server.limits.server(server)?;
+            if peregrine_archive::is_archive(root) {
+                Archive::open(root, Mode::Map)?;
+            } else {
+                FileServer::new(files.options(root.clone()))?;
+            }
+        }
+        _ => unreachable!("check-config takes only the serving subcommands"),
     }
     Ok(())
 }
