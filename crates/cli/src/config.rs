@@ -153,7 +153,7 @@ pub fn parse<T: CommandFactory + FromArgMatches>(
     };
     let sub = cmd.find_subcommand(name).expect("parsed subcommand");
     let file = match sub_matches.get_one::<PathBuf>(CONFIG) {
-        Some(path) => Some(File::load(path, sub)?),
+        Some(path) => Some(File::load(path, &cmd, name)?),
         None => None,
     };
 
@@ -384,7 +384,10 @@ impl Kind {
 }
 
 impl File {
-    fn load(path: &Path, sub: &Command) -> anyhow::Result<File> {
+    /// Reads the file and checks it against the settings of `cmd`'s
+    /// subcommand `name`.
+    fn load(path: &Path, cmd: &Command, name: &str) -> anyhow::Result<File> {
+        let sub = cmd.find_subcommand(name).expect("serving subcommand");
         let shown = path.display();
         let text = std::fs::read_to_string(path).map_err(|e| anyhow!("cannot read config file {shown}: {e}"))?;
         let doc = DeTable::parse(&text).map_err(|e| {
@@ -401,9 +404,17 @@ impl File {
             let line = line_of(&text, k.span().start);
             let name: &str = k.get_ref();
             let Some(arg) = settings.iter().find(|a| key(a) == name) else {
-                let hint = suggest(name, settings.iter().map(|a| key(a)))
-                    .map(|s| format!(" (did you mean \"{s}\"?)"))
-                    .unwrap_or_default();
+                // A setting of another subcommand is no typo: say whose it is.
+                let owner = SERVING.iter().find(|other| {
+                    cmd.find_subcommand(other)
+                        .is_some_and(|o| o.get_arguments().any(|a| is_setting(a) && key(a) == name))
+                });
+                let hint = match owner {
+                    Some(owner) => format!(" (a setting of `{owner}` only)"),
+                    None => suggest(name, settings.iter().map(|a| key(a)))
+                        .map(|s| format!(" (did you mean \"{s}\"?)"))
+                        .unwrap_or_default(),
+                };
                 let what = if v.get_ref().is_table() {
                     "unknown table"
                 } else {
