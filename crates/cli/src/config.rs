@@ -21,7 +21,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::anyhow;
-use clap::builder::BoolishValueParser;
+use clap::builder::{BoolishValueParser, Resettable};
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::parser::ValueSource;
 use clap::{Arg, ArgAction, ArgMatches, Command, CommandFactory, FromArgMatches};
@@ -95,6 +95,37 @@ pub fn command<T: CommandFactory>() -> Command {
     cmd.subcommand(check)
 }
 
+/// The command for the first parse, which only collects the command line's
+/// values: no setting is required, requires or conflicts with another yet,
+/// since the file may still supply or override it. The merged line gets
+/// `command`'s full rules.
+fn lenient(cmd: Command) -> Command {
+    fn relax(sub: Command) -> Command {
+        let ids: Vec<_> = sub.get_arguments().map(|a| a.get_id().clone()).collect();
+        let mut sub = sub;
+        for id in ids {
+            sub = sub.mut_arg(id, |arg| {
+                arg.required(false)
+                    .required_unless_present(Resettable::Reset)
+                    .requires(Resettable::Reset)
+                    .conflicts_with(Resettable::Reset)
+            });
+        }
+        sub
+    }
+    let mut cmd = cmd;
+    for name in SERVING {
+        cmd = cmd.mut_subcommand(name, relax);
+    }
+    cmd.mut_subcommand(CHECK, |check| {
+        let mut check = check;
+        for name in SERVING {
+            check = check.mut_subcommand(name, relax);
+        }
+        check
+    })
+}
+
 /// Adds `--config` and the variables to one serving subcommand.
 fn serving(sub: Command) -> Command {
     let ids: Vec<_> = sub.get_arguments().map(|a| a.get_id().clone()).collect();
@@ -133,9 +164,11 @@ pub fn parse<T: CommandFactory + FromArgMatches>(
     let argv: Vec<OsString> = argv.into_iter().collect();
     let mut cmd = command::<T>();
     cmd.build();
-    let matches = match cmd.clone().try_get_matches_from(&argv) {
+    let mut first = lenient(command::<T>());
+    first.build();
+    let matches = match first.clone().try_get_matches_from(&argv) {
         Ok(m) => m,
-        Err(e) => match bad_env_var(&cmd, &argv, &e) {
+        Err(e) => match bad_env_var(&first, &argv, &e) {
             Some(named) => return Err(named),
             None => e.exit(),
         },
@@ -219,7 +252,15 @@ pub fn parse<T: CommandFactory + FromArgMatches>(
         flags.push("--".into());
         flags.extend(positionals);
     }
-    let merged = cmd.clone().try_get_matches_from(flags).unwrap_or_else(|e| e.exit());
+    let merged = cmd.clone().try_get_matches_from(flags).unwrap_or_else(|e| {
+        // Requirements and conflicts between settings are checked here, on
+        // the merged line, where clap names every setting by its flag.
+        let _ = e.print();
+        if sources.values().any(|s| matches!(s, Source::File(_) | Source::Env)) {
+            eprintln!("note: settings from the --config file and PEREGRINE_* variables are named by their flags");
+        }
+        std::process::exit(e.exit_code())
+    });
     let parsed = T::from_arg_matches(&merged).unwrap_or_else(|e| e.format(&mut T::command()).exit());
     if !check {
         return Ok(Invocation::Run(parsed));
@@ -657,6 +698,50 @@ mod tests {
             }
             assert!(n >= 14, "{name}: only {n} settings found");
         }
+    }
+
+    /// A command line shaped like peregrine's, with settings that require
+    /// each other (as `--tls-cert` and `--tls-key` may).
+    #[derive(clap::Parser, Debug)]
+    struct PairCli {
+        #[command(subcommand)]
+        command: PairCommand,
+    }
+
+    #[derive(clap::Subcommand, Debug, PartialEq)]
+    enum PairCommand {
+        Hello {
+            #[arg(long, requires = "key")]
+            cert: Option<String>,
+            #[arg(long, requires = "cert")]
+            key: Option<String>,
+        },
+        Serve {
+            root: PathBuf,
+        },
+    }
+
+    /// The first parse must not insist on `--key` when the file gives it.
+    #[test]
+    fn a_setting_may_require_one_that_comes_from_the_file() {
+        let path = std::env::temp_dir().join(format!("peregrine-pair-{}.toml", std::process::id()));
+        std::fs::write(&path, "key = \"k.pem\"\n").unwrap();
+        let argv = ["peregrine", "hello", "--cert", "c.pem", "--config"]
+            .map(OsString::from)
+            .into_iter()
+            .chain([path.clone().into_os_string()]);
+        let parsed = parse::<PairCli>(argv);
+        std::fs::remove_file(&path).unwrap();
+        let Ok(Invocation::Run(cli)) = parsed else {
+            panic!("not parsed");
+        };
+        assert_eq!(
+            cli.command,
+            PairCommand::Hello {
+                cert: Some("c.pem".into()),
+                key: Some("k.pem".into())
+            }
+        );
     }
 
     #[test]
