@@ -190,68 +190,8 @@ pub fn parse<T: CommandFactory + FromArgMatches>(
         None => None,
     };
 
-    // Where each setting comes from, and the new argument list.
-    let mut sources = BTreeMap::new();
-    let mut flags: Vec<OsString> = vec!["peregrine".into(), name.into()];
-    let mut positionals: Vec<OsString> = Vec::new();
-    for arg in sub.get_arguments().filter(|a| is_setting(a)) {
-        let id = arg.get_id().as_str();
-        let (source, values) = match sub_matches.value_source(id) {
-            Some(ValueSource::CommandLine) => {
-                let values = if is_flag(arg) {
-                    vec![OsString::from(sub_matches.get_flag(id).to_string())]
-                } else {
-                    raw_values(sub_matches, id)
-                };
-                (Source::Flag, values)
-            }
-            // Not written out: clap reads the variable again.
-            Some(ValueSource::EnvVariable) => (Source::Env, Vec::new()),
-            _ => match file.as_ref().and_then(|f| f.values.get(key(arg))) {
-                Some(v) => (Source::File(v.line), v.values.clone()),
-                None => (Source::Default, Vec::new()),
-            },
-        };
-        for value in values {
-            if arg.is_positional() {
-                positionals.push(value);
-            } else if is_flag(arg) {
-                if value == "true" {
-                    flags.push(format!("--{}", key(arg)).into());
-                }
-            } else {
-                let mut flag = OsString::from(format!("--{}=", key(arg)));
-                flag.push(value);
-                flags.push(flag);
-            }
-        }
-        sources.insert(id.to_owned(), source);
-    }
-
-    // A required arg given nowhere: say every way to give it.
-    if let Some(base) = T::command().find_subcommand(name) {
-        for arg in base.get_arguments().filter(|a| a.is_required_set()) {
-            let id = arg.get_id().as_str();
-            let given = sub_matches.contains_id(id) || matches!(sources.get(id), Some(Source::File(_) | Source::Flag));
-            if !given {
-                let name_on_line = arg
-                    .get_value_names()
-                    .and_then(|v| v.first())
-                    .map_or(id.to_owned(), |n| n.to_string());
-                return Err(anyhow!(
-                    "`{name}` needs {name_on_line}: give it on the command line, as `{}` in \
-                     the --config file, or in {}",
-                    key(arg),
-                    env_var(arg)
-                ));
-            }
-        }
-    }
-
-    if !positionals.is_empty() {
-        flags.push("--".into());
-        flags.extend(positionals);
-    }
+    let (flags, sources) = merged_line(sub, sub_matches, file.as_ref());
+    require_given(T::command().find_subcommand(name), name, sub_matches, &sources)?;
     let merged = cmd.clone().try_get_matches_from(flags).unwrap_or_else(|e| {
         // Requirements and conflicts between settings are checked here, on
         // the merged line, where clap names every setting by its flag.
@@ -268,6 +208,89 @@ pub fn parse<T: CommandFactory + FromArgMatches>(
     let merged_sub = merged.subcommand_matches(name).expect("merged subcommand");
     let report = render(name, sub, merged_sub, &sources, file.as_ref().map(|f| f.path.as_path()));
     Ok(Invocation::Check(parsed, report))
+}
+
+/// The command line to parse again: the command line's own values, then the
+/// file's where neither the command line nor a variable gave one (variables
+/// are not written out: clap reads them again). Also where each setting came
+/// from, by arg id.
+fn merged_line(
+    sub: &Command,
+    sub_matches: &ArgMatches,
+    file: Option<&File>,
+) -> (Vec<OsString>, BTreeMap<String, Source>) {
+    let mut sources = BTreeMap::new();
+    let mut flags: Vec<OsString> = vec!["peregrine".into(), sub.get_name().into()];
+    let mut positionals: Vec<OsString> = Vec::new();
+    for arg in sub.get_arguments().filter(|a| is_setting(a)) {
+        let id = arg.get_id().as_str();
+        let (source, values) = match sub_matches.value_source(id) {
+            Some(ValueSource::CommandLine) => {
+                let values = if is_flag(arg) {
+                    vec![OsString::from(sub_matches.get_flag(id).to_string())]
+                } else {
+                    raw_values(sub_matches, id)
+                };
+                (Source::Flag, values)
+            }
+            Some(ValueSource::EnvVariable) => (Source::Env, Vec::new()),
+            _ => match file.and_then(|f| f.values.get(key(arg))) {
+                Some(v) => (Source::File(v.line), v.values.clone()),
+                None => (Source::Default, Vec::new()),
+            },
+        };
+        for value in values {
+            if arg.is_positional() {
+                positionals.push(value);
+            } else if is_flag(arg) {
+                if value == "true" {
+                    flags.push(format!("--{}", key(arg)).into());
+                }
+            } else {
+                // `--key=value`: a value starting with `-` stays a value.
+                let mut flag = OsString::from(format!("--{}=", key(arg)));
+                flag.push(value);
+                flags.push(flag);
+            }
+        }
+        sources.insert(id.to_owned(), source);
+    }
+    if !positionals.is_empty() {
+        flags.push("--".into());
+        flags.extend(positionals);
+    }
+    (flags, sources)
+}
+
+/// An arg the definition requires (serve's DIR|ARCHIVE) that no source gave:
+/// an error naming every way to give it.
+fn require_given(
+    base: Option<&Command>,
+    name: &str,
+    sub_matches: &ArgMatches,
+    sources: &BTreeMap<String, Source>,
+) -> anyhow::Result<()> {
+    for arg in base
+        .into_iter()
+        .flat_map(|b| b.get_arguments())
+        .filter(|a| a.is_required_set())
+    {
+        let id = arg.get_id().as_str();
+        let given = sub_matches.contains_id(id) || matches!(sources.get(id), Some(Source::File(_) | Source::Flag));
+        if !given {
+            let shown = arg
+                .get_value_names()
+                .and_then(|v| v.first())
+                .map_or(id.to_owned(), |n| n.to_string());
+            return Err(anyhow!(
+                "`{name}` needs {shown}: give it on the command line, as `{}` in the --config \
+                 file, or in {}",
+                key(arg),
+                env_var(arg)
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Where a setting's value came from.
