@@ -35,12 +35,13 @@ fn main() {
     println!("cargo:rustc-env=PEREGRINE_TARGET={}", env("TARGET"));
     println!("cargo:rustc-env=PEREGRINE_PROFILE={}", env("PROFILE"));
 
-    // Rebuild when HEAD moves: HEAD itself (a checkout), the branch it points
-    // to (a commit), packed-refs (after `git gc`). `--git-path` finds them in
-    // a worktree too, where `.git` is a file. Without any of these lines
-    // cargo would rerun this script on every change in the package instead.
+    // Rebuild when HEAD moves: HEAD itself (a checkout), its reflog (every
+    // commit and checkout, even when the branch's ref lives only in
+    // packed-refs), the branch's ref and packed-refs. `--git-path` finds
+    // them in a worktree too, where `.git` is a file. Without any of these
+    // lines cargo would rerun this script on every change in the package.
     println!("cargo:rerun-if-changed=build.rs");
-    let mut watched = vec!["HEAD".to_owned(), "packed-refs".to_owned()];
+    let mut watched = vec!["HEAD".to_owned(), "logs/HEAD".to_owned(), "packed-refs".to_owned()];
     if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
         watched.push(branch);
     }

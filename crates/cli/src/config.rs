@@ -615,6 +615,9 @@ fn render(
     file: Option<&Path>,
 ) -> String {
     let mut out = format!("# Effective settings of `peregrine {name}` (flag > env > file > default).\n");
+    if let Some(path) = file {
+        let _ = writeln!(out, "# Config file: {}", path.display());
+    }
     for arg in sub.get_arguments().filter(|a| is_setting(a)) {
         let id = arg.get_id().as_str();
         let k = key(arg);
