@@ -116,16 +116,22 @@ fn precedence_is_flag_over_env_over_file_over_default() {
 fn a_repeated_flag_replaces_the_files_list_and_switches_come_from_anywhere() {
     let site = scratch();
     let file = config(&format!(
-        "root = {:?}\nbind = [\"127.0.0.1:1\", \"127.0.0.1:2\"]\nlist-dirs = true\n",
+        "root = {:?}\nbind = [\"127.0.0.1:1\", \"127.0.0.1:2\"]\nlist-dirs = true\nno-precompressed = true\n",
         site.display().to_string()
     ));
     let f = file.display().to_string();
     let out = peregrine()
         .args(["check-config", "serve", "--config", &f, "--bind", "127.0.0.1:3"])
         .env("PEREGRINE_PREFAULT", "yes")
+        .env("PEREGRINE_NO_PRECOMPRESSED", "false")
         .output()
         .unwrap();
     let s = settings(&out);
+    // A variable turns off what the file turned on.
+    assert_eq!(
+        s["no-precompressed"],
+        ("false".into(), "env PEREGRINE_NO_PRECOMPRESSED".into())
+    );
     assert_eq!(s["bind"], ("[\"127.0.0.1:3\"]".into(), "flag".into()));
     assert_eq!(s["list-dirs"], ("true".into(), format!("file {f}:3")));
     assert_eq!(s["prefault"], ("true".into(), "env PEREGRINE_PREFAULT".into()));
