@@ -8,12 +8,15 @@
 //! (`PEREGRINE_HEAD_BYTES_MAX`, `PEREGRINE_ROOT`), and nothing can drift.
 //!
 //! How: clap parses the command line with the variables attached to the
-//! args (`Arg::env`), and `ArgMatches::value_source` says where each value
-//! came from. Where it came from nowhere or from a default, the file's value
-//! is written into a new argument list after the command line's own values;
-//! clap parses that list again and the derive structs are built from it, so
-//! the rest of the program sees one ordinary command line, checked by clap's
-//! own rules (types, conflicts, requirements).
+//! args (`Arg::env`), leniently (nothing required, no requirements or
+//! conflicts between settings: the file may still supply or override them),
+//! and `ArgMatches::value_source` says where each value came from. Where it
+//! came from nowhere or from a default, the file's value is written into a
+//! new argument list after the command line's own values; clap parses that
+//! list again with the full rules and the derive structs are built from it,
+//! so the rest of the program sees one ordinary command line. Values from
+//! the file go through each arg's own value parser first, so a bad one is
+//! reported at its line.
 
 use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
