@@ -182,11 +182,12 @@ fn serve_from_a_config_file_answers_on_every_listener() {
     std::fs::write(site.join("index.html"), "<p>configured</p>").unwrap();
     // IPv6 loopback is tried only where the machine has it.
     let ipv6 = std::net::TcpListener::bind("[::1]:0").is_ok();
+    // Two ports on IPv4 (port 0: each address gets its own free port).
     let binds = if ipv6 {
-        r#"["127.0.0.1:0", "[::1]:0"]"#
+        r#"["127.0.0.1:0", "127.0.0.1:0", "[::1]:0"]"#
     } else {
         eprintln!("no IPv6 loopback here: testing 127.0.0.1 only");
-        r#"["127.0.0.1:0"]"#
+        r#"["127.0.0.1:0", "127.0.0.1:0"]"#
     };
     let file = config(&format!(
         "root = {:?}\nbind = {binds}\nworkers = 2\n",
@@ -202,15 +203,20 @@ fn serve_from_a_config_file_answers_on_every_listener() {
     BufReader::new(child.stderr.take().unwrap())
         .read_line(&mut line)
         .unwrap();
-    // "peregrine: serving ROOT on http://127.0.0.1:P/, http://[::1]:Q/"
+    // "peregrine: serving ROOT on http://127.0.0.1:P/, http://127.0.0.1:Q/, http://[::1]:R/"
     let addrs: Vec<String> = line
         .split("http://")
         .skip(1)
         .map(|a| a.trim().trim_end_matches(',').trim_end_matches('/').to_owned())
         .collect();
-    assert_eq!(addrs.len(), if ipv6 { 2 } else { 1 }, "{line}");
+    assert_eq!(addrs.len(), if ipv6 { 3 } else { 2 }, "{line}");
+    assert!(
+        addrs[0].starts_with("127.0.0.1:") && addrs[1].starts_with("127.0.0.1:"),
+        "{line}"
+    );
+    assert_ne!(addrs[0], addrs[1], "{line}");
     if ipv6 {
-        assert!(addrs[1].starts_with("[::1]:"), "{line}");
+        assert!(addrs[2].starts_with("[::1]:"), "{line}");
     }
     for addr in &addrs {
         let mut s = TcpStream::connect(addr).unwrap();
