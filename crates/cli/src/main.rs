@@ -181,42 +181,43 @@ struct ServerArgs {
     limits: LimitArgs,
 }
 
-/// The engine's limits; defaults are those of `peregrine::Limits`.
+/// The engine's limits; defaults are those of `peregrine::Limits`, shown by
+/// `--help` and `check-config`.
 #[derive(Args, Debug)]
 struct LimitArgs {
     /// Longest request head, in bytes (longer: 431).
-    #[arg(long, value_name = "BYTES")]
+    #[arg(long, value_name = "BYTES", default_value = Limits::default().head_bytes_max.to_string())]
     head_bytes_max: Option<usize>,
     /// Longest request target, in bytes (longer: 414).
-    #[arg(long, value_name = "BYTES")]
+    #[arg(long, value_name = "BYTES", default_value = Limits::default().uri_bytes_max.to_string())]
     uri_bytes_max: Option<usize>,
     /// Most header fields per request (more: 431).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", default_value = Limits::default().n_headers_max.to_string())]
     n_headers_max: Option<usize>,
     /// Largest request body, in bytes (larger: 413).
-    #[arg(long, value_name = "BYTES")]
+    #[arg(long, value_name = "BYTES", default_value = Limits::default().body_bytes_max.to_string())]
     body_bytes_max: Option<u64>,
     /// Seconds allowed to receive a whole request head (then 408).
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "SECS", default_value = Limits::default().head_timeout.as_secs_f64().to_string())]
     head_timeout: Option<f64>,
     /// Seconds allowed between two reads of a request body (then 408).
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "SECS", default_value = Limits::default().body_timeout.as_secs_f64().to_string())]
     body_timeout: Option<f64>,
     /// Seconds an idle keep-alive connection is kept.
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "SECS", default_value = Limits::default().idle_timeout.as_secs_f64().to_string())]
     idle_timeout: Option<f64>,
     /// Seconds a client may go without reading before it is dropped.
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "SECS", default_value = Limits::default().send_timeout.as_secs_f64().to_string())]
     send_timeout: Option<f64>,
     /// Most open connections per worker (more are refused with 503).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", default_value = Limits::default().n_conns_max.to_string())]
     n_conns_max: Option<usize>,
     /// Pending response bytes above which pipelined requests wait until the
     /// client reads.
-    #[arg(long, value_name = "BYTES")]
+    #[arg(long, value_name = "BYTES", default_value = Limits::default().write_buffer_bytes_max.to_string())]
     write_buffer_bytes_max: Option<usize>,
     /// Seconds given to requests in flight on shutdown.
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "SECS", default_value = Limits::default().shutdown_timeout.as_secs_f64().to_string())]
     shutdown_timeout: Option<f64>,
 }
 

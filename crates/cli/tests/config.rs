@@ -108,8 +108,11 @@ fn precedence_is_flag_over_env_over_file_over_default() {
     assert_eq!(s["idle-timeout"], ("1.5".into(), format!("file {f}:5")));
     // Default when nobody says.
     assert_eq!(s["bind"], ("[\"127.0.0.1:8080\"]".into(), "default".into()));
-    assert!(!s.contains_key("body-bytes-max"));
-    assert!(stdout(&out).contains("# body-bytes-max is not set"));
+    // The engine's own default, shown.
+    let body_bytes_max = peregrine::Limits::default().body_bytes_max;
+    assert_eq!(s["body-bytes-max"], (body_bytes_max.to_string(), "default".into()));
+    assert!(!s.contains_key("access-log"));
+    assert!(stdout(&out).contains("# access-log is not set"));
 }
 
 #[test]
