@@ -21,8 +21,30 @@ fn peregrine() -> Command {
     cmd
 }
 
-/// A fresh directory under the system's temporary directory.
-fn scratch() -> PathBuf {
+/// A fresh directory under the system's temporary directory, removed when
+/// dropped.
+struct Scratch(PathBuf);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for Scratch {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.0.as_os_str()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn scratch() -> Scratch {
     static N: AtomicUsize = AtomicUsize::new(0);
     let dir = std::env::temp_dir().join(format!(
         "peregrine-config-test-{}-{}",
@@ -31,14 +53,34 @@ fn scratch() -> PathBuf {
     ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    dir
+    Scratch(dir)
 }
 
-/// Writes `text` as `peregrine.toml` in a fresh directory.
-fn config(text: &str) -> PathBuf {
-    let path = scratch().join("peregrine.toml");
+/// `text` written as `peregrine.toml` in a fresh directory (removed when
+/// dropped).
+struct ConfigFile {
+    path: PathBuf,
+    _dir: Scratch,
+}
+
+impl std::ops::Deref for ConfigFile {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl AsRef<std::ffi::OsStr> for ConfigFile {
+    fn as_ref(&self) -> &std::ffi::OsStr {
+        self.path.as_os_str()
+    }
+}
+
+fn config(text: &str) -> ConfigFile {
+    let dir = scratch();
+    let path = dir.join("peregrine.toml");
     std::fs::write(&path, text).unwrap();
-    path
+    ConfigFile { path, _dir: dir }
 }
 
 fn workspace_root() -> PathBuf {
