@@ -1,5 +1,8 @@
 //! The `peregrine` command: glue between the command line and the libraries.
 
+mod config;
+mod docs;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -13,7 +16,7 @@ use peregrine_files::{FileServer, Options};
 
 /// Peregrine: a fast HTTP/1.1 server.
 #[derive(Parser, Debug)]
-#[command(name = "peregrine", version, about)]
+#[command(name = "peregrine", version, long_version = docs::LONG_VERSION, about)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -63,6 +66,16 @@ enum Command {
     Archive {
         #[command(subcommand)]
         command: ArchiveCommand,
+    },
+    /// Write a shell completion script to standard output.
+    Completions { shell: clap_complete::Shell },
+    /// Write the man page (roff) to standard output.
+    Man {
+        /// The subcommand whose page to write (default: `peregrine`'s own).
+        command: Option<String>,
+        /// Write every page into DIR instead (peregrine.1, peregrine-serve.1, ...).
+        #[arg(long, value_name = "DIR", conflicts_with = "command")]
+        out_dir: Option<PathBuf>,
     },
 }
 
@@ -234,42 +247,43 @@ impl TlsArgs {
     }
 }
 
-/// The engine's limits; defaults are those of `peregrine::Limits`.
+/// The engine's limits; defaults are those of `peregrine::Limits`, shown by
+/// `--help` and `check-config`.
 #[derive(Args, Debug)]
 struct LimitArgs {
     /// Longest request head, in bytes (longer: 431).
-    #[arg(long, value_name = "BYTES")]
+    #[arg(long, value_name = "BYTES", default_value = Limits::default().head_bytes_max.to_string())]
     head_bytes_max: Option<usize>,
     /// Longest request target, in bytes (longer: 414).
-    #[arg(long, value_name = "BYTES")]
+    #[arg(long, value_name = "BYTES", default_value = Limits::default().uri_bytes_max.to_string())]
     uri_bytes_max: Option<usize>,
     /// Most header fields per request (more: 431).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", default_value = Limits::default().n_headers_max.to_string())]
     n_headers_max: Option<usize>,
     /// Largest request body, in bytes (larger: 413).
-    #[arg(long, value_name = "BYTES")]
+    #[arg(long, value_name = "BYTES", default_value = Limits::default().body_bytes_max.to_string())]
     body_bytes_max: Option<u64>,
     /// Seconds allowed to receive a whole request head (then 408).
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "SECS", default_value = Limits::default().head_timeout.as_secs_f64().to_string())]
     head_timeout: Option<f64>,
     /// Seconds allowed between two reads of a request body (then 408).
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "SECS", default_value = Limits::default().body_timeout.as_secs_f64().to_string())]
     body_timeout: Option<f64>,
     /// Seconds an idle keep-alive connection is kept.
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "SECS", default_value = Limits::default().idle_timeout.as_secs_f64().to_string())]
     idle_timeout: Option<f64>,
     /// Seconds a client may go without reading before it is dropped.
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "SECS", default_value = Limits::default().send_timeout.as_secs_f64().to_string())]
     send_timeout: Option<f64>,
     /// Most open connections per worker (more are refused with 503).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", default_value = Limits::default().n_conns_max.to_string())]
     n_conns_max: Option<usize>,
     /// Pending response bytes above which pipelined requests wait until the
     /// client reads.
-    #[arg(long, value_name = "BYTES")]
+    #[arg(long, value_name = "BYTES", default_value = Limits::default().write_buffer_bytes_max.to_string())]
     write_buffer_bytes_max: Option<usize>,
     /// Seconds given to requests in flight on shutdown.
-    #[arg(long, value_name = "SECS")]
+    #[arg(long, value_name = "SECS", default_value = Limits::default().shutdown_timeout.as_secs_f64().to_string())]
     shutdown_timeout: Option<f64>,
 }
 
@@ -342,8 +356,12 @@ impl LimitArgs {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    match run(cli) {
+    // Flags, PEREGRINE_* variables and a --config file, merged (config.rs).
+    let result = config::parse::<Cli>(std::env::args_os()).and_then(|invocation| match invocation {
+        config::Invocation::Run(cli) => run(cli),
+        config::Invocation::Check(cli, settings) => check(&cli).map(|()| print!("{settings}")),
+    });
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("peregrine: {e:#}");
@@ -420,6 +438,35 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             );
         }
         Command::Archive { command } => archive_command(command)?,
+        Command::Completions { shell } => docs::completions(config::command::<Cli>(), shell)?,
+        Command::Man { command, out_dir } => {
+            docs::man(config::command::<Cli>(), command.as_deref(), out_dir.as_deref())?
+        }
+    }
+    Ok(())
+}
+
+/// `check-config`: what `run` checks before it binds, without binding (the
+/// port may well be in use by the server being reconfigured).
+fn check(cli: &Cli) -> anyhow::Result<()> {
+    match &cli.command {
+        Command::Hello { server } => {
+            server.limits.server(server)?;
+        }
+        Command::Serve {
+            root,
+            files,
+            archive: _,
+            server,
+        } => {
+            server.limits.server(server)?;
+            if peregrine_archive::is_archive(root) {
+                Archive::open(root, Mode::Map)?;
+            } else {
+                FileServer::new(files.options(root.clone()))?;
+            }
+        }
+        _ => unreachable!("check-config takes only the serving subcommands"),
     }
     Ok(())
 }

@@ -1,0 +1,795 @@
+//! Settings from a TOML file and `PEREGRINE_*` environment variables, merged
+//! under the command line: flag > environment > file > default.
+//!
+//! The layer knows no flag by name. It walks the clap definition of each
+//! serving subcommand (`hello`, `serve`), so every flag, present or added
+//! later, has a file key (its long name: `--head-bytes-max` is
+//! `head-bytes-max`; a positional has its id: `root`) and a variable
+//! (`PEREGRINE_HEAD_BYTES_MAX`, `PEREGRINE_ROOT`), and nothing can drift.
+//!
+//! How: clap parses the command line with the variables attached to the
+//! args (`Arg::env`), leniently (nothing required, no requirements or
+//! conflicts between settings: the file may still supply or override them),
+//! and `ArgMatches::value_source` says where each value came from. Where it
+//! came from nowhere or from a default, the file's value is written into a
+//! new argument list after the command line's own values; clap parses that
+//! list again with the full rules and the derive structs are built from it,
+//! so the rest of the program sees one ordinary command line. Values from
+//! the file go through each arg's own value parser first, so a bad one is
+//! reported at its line.
+
+use std::collections::BTreeMap;
+use std::ffi::{OsStr, OsString};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::anyhow;
+use clap::builder::{BoolishValueParser, Resettable};
+use clap::error::{ContextKind, ContextValue, ErrorKind};
+use clap::parser::ValueSource;
+use clap::{Arg, ArgAction, ArgMatches, Command, CommandFactory, FromArgMatches};
+use toml::de::{DeTable, DeValue};
+use toml::Spanned;
+
+/// The subcommands that take a configuration.
+pub const SERVING: [&str; 2] = ["hello", "serve"];
+/// The flag naming the file, on each serving subcommand.
+const CONFIG: &str = "config";
+/// Prefix of every variable.
+const ENV_PREFIX: &str = "PEREGRINE_";
+/// The subcommand that checks a configuration instead of running it.
+pub const CHECK: &str = "check-config";
+
+const CONFIG_HELP: &str = "\
+Settings can also come from a TOML file (--config FILE) and from PEREGRINE_* \
+environment variables. A file key is a long flag's name without its dashes \
+(`head-bytes-max = 16384`, `bind = [\"127.0.0.1:8080\", \"[::1]:8080\"]`, \
+`list-dirs = true`), `root` for DIR|ARCHIVE; a variable is the key in capitals \
+with `_` for `-` after PEREGRINE_ (PEREGRINE_HEAD_BYTES_MAX). A flag beats a \
+variable, which beats the file, which beats the default. \
+`peregrine check-config serve --config FILE` prints the result.";
+
+/// What the command line asked for.
+pub enum Invocation<T> {
+    /// Run it.
+    Run(T),
+    /// `check-config`: check it without running, then print the effective
+    /// settings (already rendered as TOML).
+    Check(T, String),
+}
+
+/// The file key of an arg: its long name, or its id for a positional.
+pub fn key(arg: &Arg) -> &str {
+    arg.get_long().unwrap_or(arg.get_id().as_str())
+}
+
+/// The variable of an arg: `PEREGRINE_` and the key in capitals, `_` for `-`.
+pub fn env_var(arg: &Arg) -> String {
+    format!("{ENV_PREFIX}{}", key(arg).to_uppercase().replace('-', "_"))
+}
+
+/// Whether an arg is a setting (not `--help`, `--version`, `--config`).
+pub fn is_setting(arg: &Arg) -> bool {
+    !matches!(
+        arg.get_action(),
+        ArgAction::Help | ArgAction::HelpShort | ArgAction::HelpLong | ArgAction::Version
+    ) && arg.get_id() != CONFIG
+}
+
+/// The full command line: `T`'s definition with `--config` and a variable on
+/// every setting of the serving subcommands, and `check-config`. Completions
+/// and man pages are made from this, so they show both.
+pub fn command<T: CommandFactory>() -> Command {
+    let mut cmd = T::command();
+    for name in SERVING {
+        cmd = cmd.mut_subcommand(name, serving);
+    }
+    let check = Command::new(CHECK)
+        .about("Check a configuration and print the effective settings, without serving")
+        .long_about(
+            "Check a configuration and print the effective settings, without serving.\n\n\
+             Give it the command line you would run: `peregrine check-config serve --config \
+             peregrine.toml`. It reads the file and the PEREGRINE_* variables as that command \
+             would, checks every value, opens the root, and prints each setting as TOML with \
+             where it came from (flag, env, file:line, default). Nothing is bound.",
+        )
+        .subcommand_required(true)
+        .subcommands(SERVING.map(|n| cmd.find_subcommand(n).expect("serving subcommand").clone()));
+    cmd.subcommand(check)
+}
+
+/// The command for the first parse, which only collects the command line's
+/// values: no setting is required, requires or conflicts with another yet,
+/// since the file may still supply or override it. The merged line gets
+/// `command`'s full rules.
+fn lenient(cmd: Command) -> Command {
+    fn relax(sub: Command) -> Command {
+        let ids: Vec<_> = sub.get_arguments().map(|a| a.get_id().clone()).collect();
+        let mut sub = sub;
+        for id in ids {
+            sub = sub.mut_arg(id, |arg| {
+                arg.required(false)
+                    .required_unless_present(Resettable::Reset)
+                    .requires(Resettable::Reset)
+                    .conflicts_with(Resettable::Reset)
+            });
+        }
+        sub
+    }
+    let mut cmd = cmd;
+    for name in SERVING {
+        cmd = cmd.mut_subcommand(name, relax);
+    }
+    cmd.mut_subcommand(CHECK, |check| {
+        let mut check = check;
+        for name in SERVING {
+            check = check.mut_subcommand(name, relax);
+        }
+        check
+    })
+}
+
+/// Adds `--config` and the variables to one serving subcommand.
+fn serving(sub: Command) -> Command {
+    let ids: Vec<_> = sub.get_arguments().map(|a| a.get_id().clone()).collect();
+    let mut sub = sub;
+    for id in ids {
+        sub = sub.mut_arg(id, |arg| {
+            let var = env_var(&arg);
+            let mut arg = arg.env(var);
+            // A required arg (serve's DIR|ARCHIVE) may come from the file.
+            if arg.is_required_set() {
+                arg = arg.required(false).required_unless_present(CONFIG);
+            }
+            // `PEREGRINE_LIST_DIRS=1` (or yes, on, true) switches a flag on.
+            if matches!(arg.get_action(), ArgAction::SetTrue) {
+                arg = arg.value_parser(BoolishValueParser::new());
+            }
+            arg
+        });
+    }
+    sub.arg(
+        Arg::new(CONFIG)
+            .long(CONFIG)
+            .value_name("FILE")
+            .value_parser(clap::value_parser!(PathBuf))
+            .env(format!("{ENV_PREFIX}CONFIG"))
+            .help("Read settings from a TOML file; flags and PEREGRINE_* variables override it"),
+    )
+    .after_long_help(CONFIG_HELP)
+}
+
+/// Parses the command line, merging in the file and the variables for a
+/// serving subcommand. Exits as clap does for `--help` and usage errors.
+pub fn parse<T: CommandFactory + FromArgMatches>(
+    argv: impl IntoIterator<Item = OsString>,
+) -> anyhow::Result<Invocation<T>> {
+    let argv: Vec<OsString> = argv.into_iter().collect();
+    let mut cmd = command::<T>();
+    cmd.build();
+    let mut first = lenient(command::<T>());
+    first.build();
+    let matches = match first.clone().try_get_matches_from(&argv) {
+        Ok(m) => m,
+        Err(e) => match bad_env_var(&first, &argv, &e) {
+            Some(named) => return Err(named),
+            None => e.exit(),
+        },
+    };
+    let (check, name, sub_matches) = match matches.subcommand() {
+        Some((CHECK, m)) => {
+            let (name, m) = m.subcommand().expect("check-config requires a subcommand");
+            (true, name, m)
+        }
+        Some((name, m)) if SERVING.contains(&name) => (false, name, m),
+        _ => {
+            let parsed = T::from_arg_matches(&matches).unwrap_or_else(|e| e.format(&mut cmd).exit());
+            return Ok(Invocation::Run(parsed));
+        }
+    };
+    let sub = cmd.find_subcommand(name).expect("parsed subcommand");
+    let file = match sub_matches.get_one::<PathBuf>(CONFIG) {
+        Some(path) => Some(File::load(path, &cmd, name)?),
+        None => None,
+    };
+
+    let (flags, sources) = merged_line(sub, sub_matches, file.as_ref());
+    require_given(T::command().find_subcommand(name), name, sub_matches, &sources)?;
+    let merged = cmd.clone().try_get_matches_from(flags).unwrap_or_else(|e| {
+        // Requirements and conflicts between settings are checked here, on
+        // the merged line, where clap names every setting by its flag.
+        let _ = e.print();
+        if sources.values().any(|s| matches!(s, Source::File(_) | Source::Env)) {
+            eprintln!("note: settings from the --config file and PEREGRINE_* variables are named by their flags");
+        }
+        std::process::exit(e.exit_code())
+    });
+    let parsed = T::from_arg_matches(&merged).unwrap_or_else(|e| e.format(&mut T::command()).exit());
+    if !check {
+        return Ok(Invocation::Run(parsed));
+    }
+    let merged_sub = merged.subcommand_matches(name).expect("merged subcommand");
+    let report = render(name, sub, merged_sub, &sources, file.as_ref().map(|f| f.path.as_path()));
+    Ok(Invocation::Check(parsed, report))
+}
+
+/// The command line to parse again: the command line's own values, then the
+/// file's where neither the command line nor a variable gave one (variables
+/// are not written out: clap reads them again). Also where each setting came
+/// from, by arg id.
+fn merged_line(
+    sub: &Command,
+    sub_matches: &ArgMatches,
+    file: Option<&File>,
+) -> (Vec<OsString>, BTreeMap<String, Source>) {
+    let mut sources = BTreeMap::new();
+    let mut flags: Vec<OsString> = vec!["peregrine".into(), sub.get_name().into()];
+    let mut positionals: Vec<OsString> = Vec::new();
+    for arg in sub.get_arguments().filter(|a| is_setting(a)) {
+        let id = arg.get_id().as_str();
+        let (source, values) = match sub_matches.value_source(id) {
+            Some(ValueSource::CommandLine) => {
+                let values = if is_flag(arg) {
+                    vec![OsString::from(sub_matches.get_flag(id).to_string())]
+                } else {
+                    raw_values(sub_matches, id)
+                };
+                (Source::Flag, values)
+            }
+            Some(ValueSource::EnvVariable) => (Source::Env, Vec::new()),
+            _ => match file.and_then(|f| f.values.get(key(arg))) {
+                Some(v) => (Source::File(v.line), v.values.clone()),
+                None => (Source::Default, Vec::new()),
+            },
+        };
+        for value in values {
+            if arg.is_positional() {
+                positionals.push(value);
+            } else if is_flag(arg) {
+                if value == "true" {
+                    flags.push(format!("--{}", key(arg)).into());
+                }
+            } else {
+                // `--key=value`: a value starting with `-` stays a value.
+                let mut flag = OsString::from(format!("--{}=", key(arg)));
+                flag.push(value);
+                flags.push(flag);
+            }
+        }
+        sources.insert(id.to_owned(), source);
+    }
+    if !positionals.is_empty() {
+        flags.push("--".into());
+        flags.extend(positionals);
+    }
+    (flags, sources)
+}
+
+/// An arg the definition requires (serve's DIR|ARCHIVE) that no source gave:
+/// an error naming every way to give it.
+fn require_given(
+    base: Option<&Command>,
+    name: &str,
+    sub_matches: &ArgMatches,
+    sources: &BTreeMap<String, Source>,
+) -> anyhow::Result<()> {
+    for arg in base
+        .into_iter()
+        .flat_map(|b| b.get_arguments())
+        .filter(|a| a.is_required_set())
+    {
+        let id = arg.get_id().as_str();
+        let given = sub_matches.contains_id(id) || matches!(sources.get(id), Some(Source::File(_) | Source::Flag));
+        if !given {
+            let shown = arg
+                .get_value_names()
+                .and_then(|v| v.first())
+                .map_or(id.to_owned(), |n| n.to_string());
+            return Err(anyhow!(
+                "`{name}` needs {shown}: give it on the command line, as `{}` in the --config \
+                 file, or in {}",
+                key(arg),
+                env_var(arg)
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Where a setting's value came from.
+enum Source {
+    Flag,
+    Env,
+    File(usize),
+    Default,
+}
+
+fn is_flag(arg: &Arg) -> bool {
+    matches!(arg.get_action(), ArgAction::SetTrue)
+}
+
+fn raw_values(m: &ArgMatches, id: &str) -> Vec<OsString> {
+    m.get_raw(id)
+        .map(|vals| vals.map(OsStr::to_owned).collect())
+        .unwrap_or_default()
+}
+
+/// When clap refused a value that came from a variable, an error that names
+/// the variable (clap's own names only the flag).
+fn bad_env_var(cmd: &Command, argv: &[OsString], err: &clap::Error) -> Option<anyhow::Error> {
+    if !matches!(err.kind(), ErrorKind::ValueValidation | ErrorKind::InvalidValue) {
+        return None;
+    }
+    let Some(ContextValue::String(refused)) = err.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    for name in SERVING {
+        let sub = cmd.find_subcommand(name)?;
+        for arg in sub.get_arguments().filter(|a| is_setting(a)) {
+            if arg.to_string() != *refused {
+                continue;
+            }
+            let on_line = arg.get_long().is_some_and(|long| {
+                let flag = format!("--{long}");
+                argv.iter()
+                    .filter_map(|a| a.to_str())
+                    .any(|a| a == flag || a.strip_prefix(&flag).is_some_and(|rest| rest.starts_with('=')))
+            });
+            let var = env_var(arg);
+            let Some(value) = std::env::var_os(&var) else {
+                continue;
+            };
+            if on_line {
+                continue;
+            }
+            if let Err(e) = check_value(arg, &value) {
+                return Some(anyhow!("environment variable {var}={value:?}: {}", why_refused(&e)));
+            }
+        }
+    }
+    None
+}
+
+/// Runs one value through an arg's own value parser: the same check the
+/// command line gets, and clap keeps the direct call to itself.
+fn check_value(arg: &Arg, value: &OsStr) -> Result<(), clap::Error> {
+    let mut flag = OsString::from("--value=");
+    flag.push(value);
+    Command::new("value")
+        .no_binary_name(true)
+        .arg(
+            Arg::new("value")
+                .long("value")
+                .action(ArgAction::Set)
+                .value_parser(arg.get_value_parser().clone()),
+        )
+        .try_get_matches_from([flag])
+        .map(drop)
+}
+
+/// The reason inside a clap value error, without clap's framing.
+fn why_refused(e: &clap::Error) -> String {
+    if let Some(source) = std::error::Error::source(e) {
+        return source.to_string();
+    }
+    if let Some(ContextValue::Strings(valid)) = e.get(ContextKind::ValidValue) {
+        return format!("expected one of {}", valid.join(", "));
+    }
+    let text = e.to_string();
+    let first = text.lines().next().unwrap_or("invalid value");
+    first.trim_start_matches("error: ").to_owned()
+}
+
+/// A configuration file's values, checked against one subcommand.
+struct File {
+    path: PathBuf,
+    /// By key.
+    values: BTreeMap<String, FileValue>,
+}
+
+struct FileValue {
+    /// 1-based line of the key.
+    line: usize,
+    /// As they would be written on the command line; `"true"`/`"false"` for
+    /// a flag.
+    values: Vec<OsString>,
+}
+
+/// What TOML type a setting takes, from its value parser's output type.
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Bool,
+    Unsigned,
+    Signed,
+    Number,
+    Text,
+}
+
+impl Kind {
+    fn of(arg: &Arg) -> Kind {
+        use std::any::TypeId;
+        if is_flag(arg) {
+            return Kind::Bool;
+        }
+        let t = arg.get_value_parser().type_id();
+        let unsigned = [
+            TypeId::of::<u8>(),
+            TypeId::of::<u16>(),
+            TypeId::of::<u32>(),
+            TypeId::of::<u64>(),
+            TypeId::of::<u128>(),
+            TypeId::of::<usize>(),
+        ];
+        let signed = [
+            TypeId::of::<i8>(),
+            TypeId::of::<i16>(),
+            TypeId::of::<i32>(),
+            TypeId::of::<i64>(),
+            TypeId::of::<i128>(),
+            TypeId::of::<isize>(),
+        ];
+        if unsigned.iter().any(|u| t == *u) {
+            Kind::Unsigned
+        } else if signed.iter().any(|s| t == *s) {
+            Kind::Signed
+        } else if t == TypeId::of::<f64>() || t == TypeId::of::<f32>() {
+            Kind::Number
+        } else {
+            Kind::Text
+        }
+    }
+
+    fn expected(self) -> &'static str {
+        match self {
+            Kind::Bool => "true or false",
+            Kind::Unsigned => "a whole number",
+            Kind::Signed => "an integer",
+            Kind::Number => "a number",
+            Kind::Text => "a string",
+        }
+    }
+}
+
+impl File {
+    /// Reads the file and checks it against the settings of `cmd`'s
+    /// subcommand `name`.
+    fn load(path: &Path, cmd: &Command, name: &str) -> anyhow::Result<File> {
+        let sub = cmd.find_subcommand(name).expect("serving subcommand");
+        let shown = path.display();
+        let text = std::fs::read_to_string(path).map_err(|e| anyhow!("cannot read config file {shown}: {e}"))?;
+        let doc = DeTable::parse(&text).map_err(|e| {
+            let line = e.span().map_or(1, |s| line_of(&text, s.start));
+            anyhow!("{shown}:{line}: TOML syntax error: {}", e.message().trim())
+        })?;
+        let mut entries: Vec<_> = doc.get_ref().iter().collect();
+        entries.sort_by_key(|(k, _)| k.span().start);
+
+        let settings: Vec<&Arg> = sub.get_arguments().filter(|a| is_setting(a)).collect();
+        let mut values = BTreeMap::new();
+        let mut errors = Vec::new();
+        for (k, v) in entries {
+            let line = line_of(&text, k.span().start);
+            let name: &str = k.get_ref();
+            let Some(arg) = settings.iter().find(|a| key(a) == name) else {
+                // A setting of another subcommand is no typo: say whose it is.
+                let owner = SERVING.iter().find(|other| {
+                    cmd.find_subcommand(other)
+                        .is_some_and(|o| o.get_arguments().any(|a| is_setting(a) && key(a) == name))
+                });
+                let hint = match owner {
+                    Some(owner) => format!(" (a setting of `{owner}` only)"),
+                    None => suggest(name, settings.iter().map(|a| key(a)))
+                        .map(|s| format!(" (did you mean \"{s}\"?)"))
+                        .unwrap_or_default(),
+                };
+                let what = if v.get_ref().is_table() {
+                    "unknown table"
+                } else {
+                    "unknown key"
+                };
+                errors.push(format!(
+                    "{shown}:{line}: {what} \"{name}\" for `{}`{hint}",
+                    sub.get_name()
+                ));
+                continue;
+            };
+            match file_values(arg, v, &text) {
+                Ok(vals) => {
+                    values.insert(name.to_owned(), FileValue { line, values: vals });
+                }
+                Err((at, why)) => errors.push(format!("{shown}:{at}: {name}: {why}")),
+            }
+        }
+        if !errors.is_empty() {
+            return Err(anyhow!(errors.join("\n")));
+        }
+        Ok(File {
+            path: path.to_owned(),
+            values,
+        })
+    }
+}
+
+/// One key's value as command-line values, or the line and reason it is
+/// refused.
+fn file_values(arg: &Arg, value: &Spanned<DeValue<'_>>, text: &str) -> Result<Vec<OsString>, (usize, String)> {
+    let repeatable = matches!(arg.get_action(), ArgAction::Append);
+    let items: Vec<&Spanned<DeValue<'_>>> = match value.get_ref() {
+        DeValue::Array(items) if repeatable => {
+            if items.is_empty() {
+                return Err((
+                    line_of(text, value.span().start),
+                    "an empty list: leave the key out for the default".to_owned(),
+                ));
+            }
+            items.iter().collect()
+        }
+        _ => vec![value],
+    };
+    let kind = Kind::of(arg);
+    let mut out = Vec::new();
+    for item in items {
+        let line = line_of(text, item.span().start);
+        let found = item.get_ref();
+        let wrong_type = || {
+            let list = if repeatable { " (or a list of them)" } else { "" };
+            (
+                line,
+                format!("expected {}{list}, found {}", kind.expected(), describe(found)),
+            )
+        };
+        let text_value = match (kind, found) {
+            (Kind::Bool, DeValue::Boolean(b)) => b.to_string(),
+            (Kind::Unsigned | Kind::Signed | Kind::Number, DeValue::Integer(i)) => {
+                let n = i128::from_str_radix(i.as_str(), i.radix()).map_err(|_| wrong_type())?;
+                if kind == Kind::Unsigned && n < 0 {
+                    return Err((line, format!("{n}: must not be negative")));
+                }
+                n.to_string()
+            }
+            (Kind::Number, DeValue::Float(f)) => f.as_str().to_owned(),
+            (Kind::Text, DeValue::String(s)) => s.to_string(),
+            _ => return Err(wrong_type()),
+        };
+        if kind != Kind::Bool {
+            if let Err(e) = check_value(arg, OsStr::new(&text_value)) {
+                return Err((line, format!("bad value {text_value:?}: {}", why_refused(&e))));
+            }
+        }
+        out.push(OsString::from(text_value));
+    }
+    Ok(out)
+}
+
+fn describe(v: &DeValue<'_>) -> &'static str {
+    match v {
+        DeValue::String(_) => "a string",
+        DeValue::Integer(_) => "an integer",
+        DeValue::Float(_) => "a float",
+        DeValue::Boolean(_) => "a boolean",
+        DeValue::Datetime(_) => "a date-time",
+        DeValue::Array(_) => "a list",
+        DeValue::Table(_) => "a table",
+    }
+}
+
+/// 1-based line of a byte offset.
+fn line_of(text: &str, offset: usize) -> usize {
+    text.as_bytes()[..offset.min(text.len())]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1
+}
+
+/// The known key closest to a misspelt one, if it is close.
+fn suggest<'a>(wrong: &str, known: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+    let dashed = wrong.replace('_', "-");
+    known
+        .map(|k| (edit_distance(&dashed, k), k))
+        .filter(|(d, k)| *d <= 2.max(k.len() / 4))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, k)| k)
+}
+
+/// Levenshtein distance, by characters.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (diagonal + usize::from(ca != *cb)).min(row[j] + 1).min(above + 1);
+            diagonal = above;
+        }
+    }
+    row[b.len()]
+}
+
+/// The effective settings as a TOML file that would reproduce them, each
+/// line saying where its value came from.
+fn render(
+    name: &str,
+    sub: &Command,
+    m: &ArgMatches,
+    sources: &BTreeMap<String, Source>,
+    file: Option<&Path>,
+) -> String {
+    let mut out = format!("# Effective settings of `peregrine {name}` (flag > env > file > default).\n");
+    if let Some(path) = file {
+        let _ = writeln!(out, "# Config file: {}", path.display());
+    }
+    for arg in sub.get_arguments().filter(|a| is_setting(a)) {
+        let id = arg.get_id().as_str();
+        let k = key(arg);
+        let from = match sources.get(id) {
+            Some(Source::Flag) => "flag".to_owned(),
+            Some(Source::Env) => format!("env {}", env_var(arg)),
+            Some(Source::File(line)) => format!("file {}:{line}", file.map_or("?".into(), |p| p.display().to_string())),
+            Some(Source::Default) | None => "default".to_owned(),
+        };
+        let value = if is_flag(arg) {
+            Some(m.get_flag(id).to_string())
+        } else {
+            let kind = Kind::of(arg);
+            let values: Vec<String> = m
+                .get_raw(id)
+                .map(|vals| vals.map(|v| toml_scalar(kind, &v.to_string_lossy())).collect())
+                .unwrap_or_default();
+            match values.len() {
+                0 => None,
+                1 if !matches!(arg.get_action(), ArgAction::Append) => values.into_iter().next(),
+                _ => Some(format!("[{}]", values.join(", "))),
+            }
+        };
+        let _ = match value {
+            Some(v) => writeln!(out, "{} = {v}  # {from}", toml_key(k)),
+            None => writeln!(out, "# {} is not set: the built-in default applies", toml_key(k)),
+        };
+    }
+    out
+}
+
+fn toml_key(k: &str) -> String {
+    if k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
+        k.to_owned()
+    } else {
+        toml_string(k)
+    }
+}
+
+fn toml_scalar(kind: Kind, raw: &str) -> String {
+    match kind {
+        Kind::Unsigned | Kind::Signed => raw.trim_start_matches('+').to_owned(),
+        Kind::Number => match raw.parse::<f64>() {
+            Ok(f) if f.is_finite() => format!("{f}"),
+            _ => toml_string(raw),
+        },
+        Kind::Bool | Kind::Text => toml_string(raw),
+    }
+}
+
+/// A TOML basic string.
+fn toml_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if c.is_control() => {
+                let _ = write!(out, "\\u{:04X}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every setting of every serving subcommand has a key and a variable,
+    /// each unique, and a kind of action this layer writes back: a new flag
+    /// cannot slip past the file and the environment.
+    #[test]
+    fn every_serving_flag_has_a_unique_key_and_variable() {
+        let mut cmd = command::<crate::Cli>();
+        cmd.build();
+        for name in SERVING {
+            let sub = cmd.find_subcommand(name).unwrap();
+            let mut keys = std::collections::HashSet::new();
+            let mut vars = std::collections::HashSet::new();
+            let mut n = 0;
+            for arg in sub.get_arguments().filter(|a| is_setting(a)) {
+                n += 1;
+                assert!(keys.insert(key(arg).to_owned()), "{name}: key {} twice", key(arg));
+                let var = env_var(arg);
+                assert_eq!(arg.get_env(), Some(OsStr::new(&var)), "{name}: {}", key(arg));
+                assert!(vars.insert(var), "{name}: variable of {} twice", key(arg));
+                assert!(
+                    matches!(
+                        arg.get_action(),
+                        ArgAction::Set | ArgAction::Append | ArgAction::SetTrue
+                    ),
+                    "{name}: {}: action {:?} cannot be set from a file",
+                    key(arg),
+                    arg.get_action()
+                );
+                assert!(arg.is_positional() || arg.get_long().is_some(), "{name}: {}", key(arg));
+            }
+            assert!(n >= 14, "{name}: only {n} settings found");
+        }
+    }
+
+    /// A command line shaped like peregrine's, with settings that require
+    /// each other (as `--tls-cert` and `--tls-key` may).
+    #[derive(clap::Parser, Debug)]
+    struct PairCli {
+        #[command(subcommand)]
+        command: PairCommand,
+    }
+
+    #[derive(clap::Subcommand, Debug, PartialEq)]
+    enum PairCommand {
+        Hello {
+            #[arg(long, requires = "key")]
+            cert: Option<String>,
+            #[arg(long, requires = "cert")]
+            key: Option<String>,
+        },
+        Serve {
+            root: PathBuf,
+        },
+    }
+
+    /// The first parse must not insist on `--key` when the file gives it.
+    #[test]
+    fn a_setting_may_require_one_that_comes_from_the_file() {
+        let path = std::env::temp_dir().join(format!("peregrine-pair-{}.toml", std::process::id()));
+        std::fs::write(&path, "key = \"k.pem\"\n").unwrap();
+        let argv = ["peregrine", "hello", "--cert", "c.pem", "--config"]
+            .map(OsString::from)
+            .into_iter()
+            .chain([path.clone().into_os_string()]);
+        let parsed = parse::<PairCli>(argv);
+        std::fs::remove_file(&path).unwrap();
+        let Ok(Invocation::Run(cli)) = parsed else {
+            panic!("not parsed");
+        };
+        assert_eq!(
+            cli.command,
+            PairCommand::Hello {
+                cert: Some("c.pem".into()),
+                key: Some("k.pem".into())
+            }
+        );
+    }
+
+    #[test]
+    fn misspelt_keys_get_a_suggestion() {
+        let known = ["workers", "bind", "head-bytes-max", "list-dirs"];
+        assert_eq!(suggest("wrokers", known.into_iter()), Some("workers"));
+        assert_eq!(suggest("head_bytes_max", known.into_iter()), Some("head-bytes-max"));
+        assert_eq!(suggest("listdirs", known.into_iter()), Some("list-dirs"));
+        assert_eq!(suggest("colour", known.into_iter()), None);
+    }
+
+    #[test]
+    fn lines_are_counted_from_one() {
+        assert_eq!(line_of("a = 1\nb = 2\n", 0), 1);
+        assert_eq!(line_of("a = 1\nb = 2\n", 6), 2);
+    }
+
+    #[test]
+    fn toml_strings_are_escaped() {
+        assert_eq!(toml_string("a\"b\\c\u{1}"), "\"a\\\"b\\\\c\\u0001\"");
+    }
+}
