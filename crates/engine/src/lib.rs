@@ -49,7 +49,7 @@ mod server;
 mod sys;
 mod worker;
 
-pub use access_log::AccessLog;
+pub use access_log::{AccessLog, LogFormat};
 pub use codec::Version;
 pub use error::Error;
 pub use handler::{Handler, Reply};
@@ -59,4 +59,10 @@ pub use responder::Responder;
 pub use response::{Body, FileRange, HeaderBlock, Response, SharedBytes};
 pub use router::Router;
 pub use server::{Running, Server, ShutdownHandle};
+pub use sys::privileges::Identity;
 pub use sys::raise_open_files_limit;
+
+/// systemd: socket activation and readiness notification.
+pub mod systemd {
+    pub use crate::sys::systemd::{listen_fds, notify};
+}

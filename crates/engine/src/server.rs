@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use crate::access_log::{AccessLog, LogWriter};
+use crate::access_log::{AccessLog, LogFormat, LogWriter, Sink};
 use crate::error::Error;
 use crate::handler::Handler;
 use crate::limits::Limits;
@@ -30,6 +30,10 @@ pub struct Server {
     n_workers: usize,
     limits: Limits,
     access_log: Option<AccessLog>,
+    log_format: LogFormat,
+    /// Listening sockets made elsewhere (systemd socket activation).
+    inherited: Vec<std::net::TcpListener>,
+    run_as: crate::Identity,
 }
 
 impl Default for Server {
@@ -48,6 +52,9 @@ impl Server {
             n_workers,
             limits: Limits::default(),
             access_log: None,
+            log_format: LogFormat::Combined,
+            inherited: Vec::new(),
+            run_as: crate::Identity::default(),
         }
     }
 
@@ -63,6 +70,20 @@ impl Server {
         self
     }
 
+    /// Adds a socket that is already listening (e.g. one of
+    /// [`crate::systemd::listen_fds`]). Every worker accepts from it.
+    pub fn listener(mut self, listener: std::net::TcpListener) -> Self {
+        self.inherited.push(listener);
+        self
+    }
+
+    /// After binding, before any request: become this user and group
+    /// (needs root; see [`crate::Identity`]).
+    pub fn run_as(mut self, who: crate::Identity) -> Self {
+        self.run_as = who;
+        self
+    }
+
     /// Sets the number of worker threads (at least 1).
     pub fn workers(mut self, n: usize) -> Self {
         self.n_workers = n.max(1);
@@ -75,9 +96,16 @@ impl Server {
         self
     }
 
-    /// Writes a Combined Log Format line per request.
+    /// Writes an access log line per request (Combined Log Format unless
+    /// [`Server::access_log_format`] says otherwise).
     pub fn access_log(mut self, log: AccessLog) -> Self {
         self.access_log = Some(log);
+        self
+    }
+
+    /// Sets the access log's line format.
+    pub fn access_log_format(mut self, format: LogFormat) -> Self {
+        self.log_format = format;
         self
     }
 
@@ -86,7 +114,7 @@ impl Server {
         if let Some(e) = self.error {
             return Err(e);
         }
-        if self.addrs.is_empty() {
+        if self.addrs.is_empty() && self.inherited.is_empty() {
             return Err(Error::setup(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
                 "no address to listen on",
@@ -106,6 +134,18 @@ impl Server {
                 per_worker[i].push(listener);
             }
         }
+        // Inherited sockets: each worker accepts from its own duplicate
+        // (no SO_REUSEPORT group can be made from one socket); the kernel
+        // wakes them all and one wins each accept.
+        for listener in &self.inherited {
+            listener.set_nonblocking(true).map_err(Error::setup)?;
+            local_addrs.push(listener.local_addr().map_err(Error::setup)?);
+            for own in &mut per_worker {
+                own.push(listener.try_clone().map_err(Error::setup)?);
+            }
+        }
+        // Every port is bound: root is no longer needed.
+        crate::sys::privileges::drop_to(&self.run_as).map_err(Error::setup)?;
         let handler: Arc<dyn Handler> = Arc::new(handler);
         let flag = Arc::new(AtomicBool::new(false));
         let mut workers = Vec::with_capacity(self.n_workers);
@@ -123,7 +163,7 @@ impl Server {
                 listeners: listeners.into_iter().map(mio::net::TcpListener::from_std).collect(),
                 handler: handler.clone(),
                 limits: self.limits.clone(),
-                log: sink.clone().map(LogWriter::new),
+                log: sink.clone().map(|s| LogWriter::new(s, self.log_format)),
                 mailbox,
                 shutdown: flag.clone(),
             });
@@ -144,6 +184,7 @@ impl Server {
             local_addrs,
             shutdown,
             threads,
+            log: sink,
         })
     }
 
@@ -160,6 +201,7 @@ pub struct Running {
     local_addrs: Vec<SocketAddr>,
     shutdown: ShutdownHandle,
     threads: Vec<JoinHandle<std::io::Result<()>>>,
+    log: Option<Sink>,
 }
 
 impl Running {
@@ -183,22 +225,42 @@ impl Running {
         self.shutdown.shutdown();
     }
 
+    /// Reopens the access log file under its path, as SIGUSR1 does (for
+    /// logrotate: move the file away, then ask). Lines buffered by a
+    /// worker go to the new file from its next flush on.
+    pub fn reopen_logs(&self) -> Result<(), Error> {
+        crate::access_log::reopen(self.log.as_ref()).map_err(Error::setup)
+    }
+
     /// Blocks until SIGINT or SIGTERM, then shuts down gracefully: stop
     /// accepting, finish requests in flight within
     /// [`Limits::shutdown_timeout`], close idle connections, return. A second
-    /// signal exits the process at once.
+    /// signal exits the process at once. Meanwhile SIGUSR1 reopens the
+    /// access log file ([`Running::reopen_logs`]).
     pub fn wait(self) -> Result<(), Error> {
+        use signal_hook::consts::{SIGINT, SIGTERM, SIGUSR1};
         let handle = self.shutdown_handle();
-        let mut signals =
-            signal_hook::iterator::Signals::new([signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM])
-                .map_err(Error::setup)?;
+        let log = self.log.clone();
+        // Under systemd (Type=notify): serving from now on.
+        if let Err(e) = crate::sys::systemd::notify("READY=1") {
+            eprintln!("peregrine: cannot notify systemd: {e}");
+        }
+        let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGUSR1]).map_err(Error::setup)?;
         std::thread::Builder::new()
             .name("peregrine-signals".into())
             .spawn(move || {
                 let mut seen = 0;
-                for _ in signals.forever() {
+                for signal in signals.forever() {
+                    if signal == SIGUSR1 {
+                        match crate::access_log::reopen(log.as_ref()) {
+                            Ok(()) => eprintln!("peregrine: access log reopened"),
+                            Err(e) => eprintln!("peregrine: {e}; still writing to the old file"),
+                        }
+                        continue;
+                    }
                     seen += 1;
                     if seen == 1 {
+                        let _ = crate::sys::systemd::notify("STOPPING=1");
                         handle.shutdown();
                     } else {
                         std::process::exit(130);
