@@ -168,15 +168,27 @@ impl FileArgs {
 /// Flags every serving command shares.
 #[derive(Args, Debug)]
 struct ServerArgs {
-    /// Address to listen on; repeat for several.
-    #[arg(long = "bind", default_value = "127.0.0.1:8080")]
+    /// Address to listen on; repeat for several (IPv4 and IPv6). Default:
+    /// 127.0.0.1:8080, unless systemd passed listening sockets
+    /// (LISTEN_FDS), which are always used.
+    #[arg(long = "bind", value_name = "ADDR")]
     bind: Vec<SocketAddr>,
     /// Worker threads, each with its own event loop (default: one per core).
     #[arg(long)]
     workers: Option<usize>,
-    /// Write a Combined Log Format line per request to PATH, or `-` for stdout.
+    /// Write an access log line per request to PATH, or `-` for stdout;
+    /// SIGUSR1 reopens the file (for logrotate).
     #[arg(long, value_name = "PATH|-")]
     access_log: Option<String>,
+    /// The access log's format: `combined` (Combined Log Format) or `json`.
+    #[arg(long, default_value = "combined", value_name = "FORMAT")]
+    access_log_format: peregrine::LogFormat,
+    /// After binding, switch to this user (name or uid); needs root.
+    #[arg(long, value_name = "USER")]
+    user: Option<String>,
+    /// After binding, switch to this group (default: the user's group).
+    #[arg(long, value_name = "GROUP")]
+    group: Option<String>,
     #[command(flatten)]
     limits: LimitArgs,
     #[command(flatten)]
@@ -335,15 +347,34 @@ impl LimitArgs {
     fn server(&self, args: &ServerArgs) -> anyhow::Result<Server> {
         let mut server = Server::new().limits(self.to_limits()?);
         let tls = args.tls.config()?;
-        for addr in &args.bind {
+        let inherited = peregrine::systemd::listen_fds().context("socket activation (LISTEN_FDS)")?;
+        let default_bind = [SocketAddr::from(([127, 0, 0, 1], 8080))];
+        let binds = match (&args.bind[..], inherited.is_empty()) {
+            ([], true) => &default_bind[..],
+            (given, _) => given,
+        };
+        for addr in binds {
             server = match &tls {
                 Some(tls) => server.bind_tls(*addr, tls.clone()),
                 None => server.bind(*addr),
             };
         }
+        // Sockets systemd passed speak TLS too when certificates are given.
+        for listener in inherited {
+            server = match &tls {
+                Some(tls) => server.listener_tls(listener, tls.clone()),
+                None => server.listener(listener),
+            };
+        }
         if let Some(addr) = args.tls.redirect_http {
             server = server.redirect_http(addr);
         }
+        server = server
+            .access_log_format(args.access_log_format)
+            .run_as(peregrine::Identity {
+                user: args.user.clone(),
+                group: args.group.clone(),
+            });
         if let Some(n) = args.workers {
             anyhow::ensure!(n > 0, "--workers must be at least 1");
             server = server.workers(n);

@@ -54,7 +54,7 @@ mod sys;
 mod tls;
 mod worker;
 
-pub use access_log::AccessLog;
+pub use access_log::{AccessLog, LogFormat};
 pub use codec::Version;
 pub use error::Error;
 pub use handler::{Handler, Reply};
@@ -64,5 +64,11 @@ pub use responder::Responder;
 pub use response::{Body, FileRange, HeaderBlock, Response, SharedBytes};
 pub use router::Router;
 pub use server::{Running, Server, ShutdownHandle};
+pub use sys::privileges::Identity;
 pub use sys::raise_open_files_limit;
 pub use tls::TlsConfig;
+
+/// systemd: socket activation and readiness notification.
+pub mod systemd {
+    pub use crate::sys::systemd::{listen_fds, notify};
+}

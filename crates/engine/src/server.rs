@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use crate::access_log::{AccessLog, LogWriter};
+use crate::access_log::{AccessLog, LogFormat, LogWriter, Sink};
 use crate::error::Error;
 use crate::handler::Handler;
 use crate::limits::Limits;
@@ -35,6 +35,10 @@ pub struct Server {
     n_workers: usize,
     limits: Limits,
     access_log: Option<AccessLog>,
+    log_format: LogFormat,
+    /// Listening sockets made elsewhere (systemd socket activation).
+    inherited: Vec<(std::net::TcpListener, Bind)>,
+    run_as: crate::Identity,
 }
 
 /// What an address speaks.
@@ -61,6 +65,9 @@ impl Server {
             n_workers,
             limits: Limits::default(),
             access_log: None,
+            log_format: LogFormat::Combined,
+            inherited: Vec::new(),
+            run_as: crate::Identity::default(),
         }
     }
 
@@ -95,6 +102,26 @@ impl Server {
         self
     }
 
+    /// Adds a socket that is already listening (e.g. one of
+    /// [`crate::systemd::listen_fds`]). Every worker accepts from it.
+    pub fn listener(mut self, listener: std::net::TcpListener) -> Self {
+        self.inherited.push((listener, Bind::Plain));
+        self
+    }
+
+    /// Adds a socket that is already listening, speaking TLS with `tls`.
+    pub fn listener_tls(mut self, listener: std::net::TcpListener, tls: TlsConfig) -> Self {
+        self.inherited.push((listener, Bind::Tls(tls)));
+        self
+    }
+
+    /// After binding, before any request: become this user and group
+    /// (needs root; see [`crate::Identity`]).
+    pub fn run_as(mut self, who: crate::Identity) -> Self {
+        self.run_as = who;
+        self
+    }
+
     /// Sets the number of worker threads (at least 1).
     pub fn workers(mut self, n: usize) -> Self {
         self.n_workers = n.max(1);
@@ -107,9 +134,16 @@ impl Server {
         self
     }
 
-    /// Writes a Combined Log Format line per request.
+    /// Writes an access log line per request (Combined Log Format unless
+    /// [`Server::access_log_format`] says otherwise).
     pub fn access_log(mut self, log: AccessLog) -> Self {
         self.access_log = Some(log);
+        self
+    }
+
+    /// Sets the access log's line format.
+    pub fn access_log_format(mut self, format: LogFormat) -> Self {
+        self.log_format = format;
         self
     }
 
@@ -118,7 +152,7 @@ impl Server {
         if let Some(e) = self.error {
             return Err(e);
         }
-        if self.addrs.is_empty() {
+        if self.addrs.is_empty() && self.inherited.is_empty() {
             return Err(Error::setup(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
                 "no address to listen on",
@@ -133,8 +167,23 @@ impl Server {
         let mut local_addrs = Vec::new();
         let mut https_port = None;
         let mut tls_configs: Vec<TlsConfig> = Vec::new();
+        let mut groups: Vec<(Vec<std::net::TcpListener>, &Bind)> = Vec::new();
         for (addr, bind) in &self.addrs {
             let group = crate::sys::socket::bind_group(*addr, self.n_workers).map_err(|e| Error::bind(*addr, e))?;
+            groups.push((group, bind));
+        }
+        // Inherited sockets: each worker accepts from its own duplicate
+        // (no SO_REUSEPORT group can be made from one socket); the kernel
+        // wakes them all and one wins each accept.
+        for (listener, bind) in &self.inherited {
+            listener.set_nonblocking(true).map_err(Error::setup)?;
+            let group = (0..self.n_workers)
+                .map(|_| listener.try_clone())
+                .collect::<std::io::Result<Vec<_>>>()
+                .map_err(Error::setup)?;
+            groups.push((group, bind));
+        }
+        for (group, bind) in groups {
             let local = group[0].local_addr().map_err(Error::setup)?;
             local_addrs.push(local);
             let tls = match bind {
@@ -165,6 +214,8 @@ impl Server {
         } else {
             None
         };
+        // Every port is bound: root is no longer needed.
+        crate::sys::privileges::drop_to(&self.run_as).map_err(Error::setup)?;
         let handler: Arc<dyn Handler> = Arc::new(handler);
         let flag = Arc::new(AtomicBool::new(false));
         let mut workers = Vec::with_capacity(self.n_workers);
@@ -183,7 +234,7 @@ impl Server {
                 handler: handler.clone(),
                 redirect: redirect.clone(),
                 limits: self.limits.clone(),
-                log: sink.clone().map(LogWriter::new),
+                log: sink.clone().map(|s| LogWriter::new(s, self.log_format)),
                 mailbox,
                 shutdown: flag.clone(),
             });
@@ -205,6 +256,7 @@ impl Server {
             shutdown,
             threads,
             tls: tls_configs,
+            log: sink,
         })
     }
 
@@ -223,6 +275,8 @@ pub struct Running {
     threads: Vec<JoinHandle<std::io::Result<()>>>,
     /// Certificates to reload on SIGHUP.
     tls: Vec<TlsConfig>,
+    /// The access log, reopened on SIGUSR1.
+    log: Option<Sink>,
 }
 
 impl Running {
@@ -246,24 +300,40 @@ impl Running {
         self.shutdown.shutdown();
     }
 
+    /// Reopens the access log file under its path, as SIGUSR1 does (for
+    /// logrotate: move the file away, then ask). Lines buffered by a
+    /// worker go to the new file from its next flush on.
+    pub fn reopen_logs(&self) -> Result<(), Error> {
+        crate::access_log::reopen(self.log.as_ref()).map_err(Error::setup)
+    }
+
     /// Blocks until SIGINT or SIGTERM, then shuts down gracefully: stop
     /// accepting, finish requests in flight within
     /// [`Limits::shutdown_timeout`], close idle connections, return. A second
-    /// signal exits the process at once.
+    /// signal exits the process at once. Meanwhile SIGUSR1 reopens the
+    /// access log file ([`Running::reopen_logs`]).
     ///
     /// With TLS addresses, SIGHUP reloads their certificates
     /// ([`TlsConfig::reload`]) and prints a line saying how it went; a
     /// failed reload keeps the certificates loaded before. Without TLS,
     /// SIGHUP keeps its default meaning here.
+    ///
+    /// Under systemd (`NOTIFY_SOCKET`), sends `READY=1` now and
+    /// `STOPPING=1` when shutting down.
     pub fn wait(self) -> Result<(), Error> {
-        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
         let handle = self.shutdown_handle();
-        let mut wanted = vec![SIGINT, SIGTERM];
+        let mut wanted = vec![SIGINT, SIGTERM, SIGUSR1];
         if !self.tls.is_empty() {
             wanted.push(SIGHUP);
         }
         let mut signals = signal_hook::iterator::Signals::new(wanted).map_err(Error::setup)?;
         let tls = self.tls.clone();
+        let log = self.log.clone();
+        // Type=notify: serving from now on.
+        if let Err(e) = crate::sys::systemd::notify("READY=1") {
+            eprintln!("peregrine: cannot notify systemd: {e}");
+        }
         std::thread::Builder::new()
             .name("peregrine-signals".into())
             .spawn(move || {
@@ -273,8 +343,16 @@ impl Running {
                         reload_all(&tls);
                         continue;
                     }
+                    if signal == SIGUSR1 {
+                        match crate::access_log::reopen(log.as_ref()) {
+                            Ok(()) => eprintln!("peregrine: access log reopened"),
+                            Err(e) => eprintln!("peregrine: {e}; still writing to the old file"),
+                        }
+                        continue;
+                    }
                     seen += 1;
                     if seen == 1 {
+                        let _ = crate::sys::systemd::notify("STOPPING=1");
                         handle.shutdown();
                     } else {
                         std::process::exit(130);

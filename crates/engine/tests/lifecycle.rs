@@ -339,3 +339,50 @@ fn the_access_log_has_one_combined_line_per_request() {
     );
     let _ = std::fs::remove_file(&path);
 }
+
+#[test]
+fn the_access_log_reopens_under_its_path_for_logrotate_and_writes_json() {
+    let dir = std::env::temp_dir().join(format!("peregrine-reopen-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("access.log");
+    let rotated = dir.join("access.log.1");
+    let server = Server::new()
+        .bind("127.0.0.1:0")
+        .workers(1)
+        .access_log(AccessLog::File(path.clone()))
+        .access_log_format(peregrine::LogFormat::Json)
+        .start(hello)
+        .unwrap();
+    let mut c = Client::connect(server.local_addr());
+    c.send(b"GET /before HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(c.response().status, 200);
+    // The worker writes its buffer at each sweep: wait for the line.
+    while !std::fs::read_to_string(&path).unwrap().contains("/before") {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // What logrotate does: move the file away, then ask for a reopen.
+    std::fs::rename(&path, &rotated).unwrap();
+    server.reopen_logs().unwrap();
+    assert!(path.exists(), "reopened under its path");
+    c.send(b"GET /after HTTP/1.1\r\nHost: x\r\nUser-Agent: t\r\n\r\n");
+    assert_eq!(c.response().status, 200);
+    drop(c);
+    server.shutdown();
+    server.join().unwrap();
+    let old = std::fs::read_to_string(&rotated).unwrap();
+    let new = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(old.lines().count(), 1, "{old}");
+    assert!(old.contains("\"target\":\"/before\""), "{old}");
+    assert_eq!(new.lines().count(), 1, "{new}");
+    let line = new.lines().next().unwrap();
+    assert!(line.starts_with("{\"time\":\""), "{line}");
+    assert!(
+        line.ends_with(
+            "\"remote\":\"127.0.0.1\",\"method\":\"GET\",\"target\":\"/after\",\"version\":\"HTTP/1.1\",\
+             \"status\":200,\"bytes\":5,\"referer\":null,\"user_agent\":\"t\"}"
+        ),
+        "{line}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -4,8 +4,10 @@
 //! Contract: every function here takes and returns ordinary Rust types;
 //! every `unsafe` block says why it is sound.
 
+pub(crate) mod privileges;
 pub(crate) mod sendfile;
 pub(crate) mod socket;
+pub(crate) mod systemd;
 
 /// Raises the soft limit on open files to the hard limit, as Go's runtime
 /// does: a server with 10,000 connections needs more than the usual 1,024.

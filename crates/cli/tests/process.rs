@@ -1,0 +1,233 @@
+//! Running under a service manager: systemd socket activation and
+//! readiness notification, dropping root after binding, SIGUSR1.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::os::unix::net::UnixDatagram;
+use std::process::{Child, Command, Stdio};
+
+fn peregrine() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_peregrine"))
+}
+
+fn get(addr: &str, path: &str) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+/// Reads the "... on http://ADDR/" line the server prints once serving.
+fn served_addr(child: &mut Child) -> String {
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    stderr.read_line(&mut line).unwrap();
+    assert!(line.contains("http://"), "{line}");
+    line.trim()
+        .rsplit("http://")
+        .next()
+        .unwrap()
+        .trim_end_matches('/')
+        .to_owned()
+}
+
+fn terminate(mut child: Child) {
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+}
+
+#[test]
+fn sockets_passed_by_systemd_are_served_and_readiness_is_notified() {
+    let dir = std::env::temp_dir().join(format!("peregrine-sd-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let notify_path = dir.join("notify");
+    let notify = UnixDatagram::bind(&notify_path).unwrap();
+    // What systemd does, in a few lines of Python: a listening socket at
+    // descriptor 3, LISTEN_FDS=1 and LISTEN_PID naming the process that
+    // the exec turns into peregrine.
+    let launcher = r#"
+import os, socket, sys
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen(128)
+print(s.getsockname()[1], flush=True)
+if s.fileno() != 3:
+    os.dup2(s.fileno(), 3)
+os.set_inheritable(3, True)
+os.environ["LISTEN_FDS"] = "1"
+os.environ["LISTEN_PID"] = str(os.getpid())
+os.execv(sys.argv[1], sys.argv[1:])
+"#;
+    let mut child = Command::new("python3")
+        .args([
+            "-c",
+            launcher,
+            env!("CARGO_BIN_EXE_peregrine"),
+            "hello",
+            "--workers",
+            "2",
+        ])
+        .env("NOTIFY_SOCKET", &notify_path)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("python3 runs the launcher");
+    let mut port = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut port)
+        .unwrap();
+    let passed = format!("127.0.0.1:{}", port.trim());
+    let mut buf = [0u8; 64];
+    let n = notify.recv(&mut buf).unwrap();
+    assert_eq!(&buf[..n], b"READY=1");
+    // Only the passed socket: the default 127.0.0.1:8080 is not bound.
+    let addr = served_addr(&mut child);
+    assert_eq!(addr, passed);
+    for _ in 0..4 {
+        let out = get(&passed, "/x");
+        assert!(out.starts_with("HTTP/1.1 200 OK\r\n"), "{out}");
+    }
+    let pid = child.id();
+    let status = Command::new("kill").args(["-TERM", &pid.to_string()]).status().unwrap();
+    assert!(status.success());
+    let n = notify.recv(&mut buf).unwrap();
+    assert_eq!(&buf[..n], b"STOPPING=1");
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_socket_activation_fd_that_is_not_a_listener_is_refused_by_name() {
+    let launcher = r#"
+import os, sys
+r, w = os.pipe()
+if r != 3:
+    os.dup2(r, 3)
+os.set_inheritable(3, True)
+os.environ["LISTEN_FDS"] = "1"
+os.environ["LISTEN_PID"] = str(os.getpid())
+os.execv(sys.argv[1], sys.argv[1:])
+"#;
+    let out = Command::new("python3")
+        .args(["-c", launcher, env!("CARGO_BIN_EXE_peregrine"), "hello"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("socket activation (LISTEN_FDS)"), "{err}");
+}
+
+#[test]
+fn root_is_dropped_after_binding() {
+    // Who runs the tests: the effective uid, from /proc.
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let euid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .unwrap()
+        .to_owned();
+    let mut child = peregrine()
+        .args(["hello", "--bind", "127.0.0.1:0", "--workers", "2", "--user", "nobody"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    if euid != "0" {
+        // Not root: asking is an error that says why.
+        let mut err = String::new();
+        child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+        assert_eq!(child.wait().unwrap().code(), Some(1));
+        assert!(err.contains("need the server to start as root"), "{err}");
+        return;
+    }
+    let addr = served_addr(&mut child);
+    let out = get(&addr, "/");
+    assert!(out.starts_with("HTTP/1.1 200 OK\r\n"), "{out}");
+    // Every thread of the process runs as nobody (65534 on Debian).
+    let tasks = std::fs::read_dir(format!("/proc/{}/task", child.id())).unwrap();
+    let mut n_threads = 0;
+    for task in tasks {
+        let status = std::fs::read_to_string(task.unwrap().path().join("status")).unwrap();
+        let uids = status.lines().find(|l| l.starts_with("Uid:")).unwrap().to_owned();
+        let gids = status.lines().find(|l| l.starts_with("Gid:")).unwrap().to_owned();
+        let groups = status.lines().find(|l| l.starts_with("Groups:")).unwrap().to_owned();
+        assert_eq!(
+            uids.split_whitespace().skip(1).collect::<Vec<_>>(),
+            ["65534"; 4],
+            "{uids}"
+        );
+        assert_eq!(
+            gids.split_whitespace().skip(1).collect::<Vec<_>>(),
+            ["65534"; 4],
+            "{gids}"
+        );
+        assert_eq!(
+            groups.split_whitespace().skip(1).collect::<Vec<_>>(),
+            ["65534"],
+            "{groups}"
+        );
+        n_threads += 1;
+    }
+    assert!(n_threads >= 3, "main, signal and two workers: {n_threads}");
+    terminate(child);
+}
+
+#[test]
+fn sigusr1_reopens_the_access_log() {
+    let dir = std::env::temp_dir().join(format!("peregrine-usr1-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("access.log");
+    let mut child = peregrine()
+        .args([
+            "hello",
+            "--bind",
+            "127.0.0.1:0",
+            "--workers",
+            "1",
+            "--access-log-format",
+            "json",
+        ])
+        .arg("--access-log")
+        .arg(&log)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    stderr.read_line(&mut line).unwrap();
+    let addr = line
+        .trim()
+        .rsplit("http://")
+        .next()
+        .unwrap()
+        .trim_end_matches('/')
+        .to_owned();
+    get(&addr, "/one");
+    // The worker writes its buffer at each sweep: wait for the line.
+    while !std::fs::read_to_string(&log).unwrap().contains("/one") {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    std::fs::rename(&log, dir.join("access.log.1")).unwrap();
+    let status = Command::new("kill")
+        .args(["-USR1", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    line.clear();
+    stderr.read_line(&mut line).unwrap();
+    assert_eq!(line.trim(), "peregrine: access log reopened");
+    get(&addr, "/two");
+    terminate(child);
+    let new = std::fs::read_to_string(&log).unwrap();
+    assert!(new.contains("\"target\":\"/two\"") && !new.contains("/one"), "{new}");
+    let old = std::fs::read_to_string(dir.join("access.log.1")).unwrap();
+    assert!(old.contains("\"target\":\"/one\"") && !old.contains("/two"), "{old}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,83 @@
+//! systemd integration: socket activation (`LISTEN_FDS`, sd_listen_fds(3))
+//! and readiness notification (`NOTIFY_SOCKET`, sd_notify(3)), without
+//! libsystemd: both are a few lines of protocol.
+
+use std::io;
+use std::net::TcpListener;
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+
+use socket2::{Socket, Type};
+
+/// The first descriptor systemd passes (SD_LISTEN_FDS_START).
+const LISTEN_FDS_START: RawFd = 3;
+
+/// Takes the listening sockets systemd passed to this process, if any:
+/// `LISTEN_PID` must name this process and `LISTEN_FDS` say how many, from
+/// descriptor 3 on. The variables are removed so that children do not take
+/// the sockets too. Each socket must be a listening TCP socket; it is made
+/// non-blocking and close-on-exec.
+pub fn listen_fds() -> io::Result<Vec<TcpListener>> {
+    let for_us = std::env::var("LISTEN_PID")
+        .ok()
+        .and_then(|p| p.trim().parse::<u32>().ok())
+        .is_some_and(|pid| pid == std::process::id());
+    let n: RawFd = match std::env::var("LISTEN_FDS") {
+        Ok(n) if for_us => n
+            .trim()
+            .parse()
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, format!("LISTEN_FDS={n:?} is not a count")))?,
+        _ => return Ok(Vec::new()),
+    };
+    for var in ["LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"] {
+        std::env::remove_var(var);
+    }
+    let mut listeners = Vec::new();
+    for fd in LISTEN_FDS_START..LISTEN_FDS_START.saturating_add(n) {
+        // SAFETY: F_GETFD only reads the descriptor's flags; any integer
+        // is a valid argument (a closed one gives EBADF).
+        if unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("descriptor {fd} passed by systemd is not open"),
+            ));
+        }
+        // SAFETY: systemd's protocol hands descriptors 3 .. 3 + LISTEN_FDS
+        // to this process (LISTEN_PID checked above), and nothing else in
+        // the process owns them: the variables are removed, so this runs
+        // at most once per process for them.
+        let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+        let socket = Socket::from(owned);
+        let listening = socket.r#type()? == Type::STREAM && socket.is_listener()?;
+        if !listening {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("descriptor {fd} passed by systemd is not a listening stream socket"),
+            ));
+        }
+        socket.set_nonblocking(true)?;
+        socket.set_cloexec(true)?;
+        listeners.push(socket.into());
+    }
+    Ok(listeners)
+}
+
+/// Sends `state` (e.g. `READY=1`, `STOPPING=1`) to the service manager if
+/// `NOTIFY_SOCKET` names one; does nothing otherwise. A path starting with
+/// `@` is in the abstract namespace.
+pub fn notify(state: &str) -> io::Result<()> {
+    use std::os::unix::net::{SocketAddr, UnixDatagram};
+    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
+        return Ok(());
+    };
+    let bytes = std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str());
+    let addr = match bytes.strip_prefix(b"@") {
+        Some(name) => {
+            use std::os::linux::net::SocketAddrExt;
+            SocketAddr::from_abstract_name(name)?
+        }
+        None => SocketAddr::from_pathname(&path)?,
+    };
+    let socket = UnixDatagram::unbound()?;
+    socket.send_to_addr(state.as_bytes(), &addr)?;
+    Ok(())
+}
