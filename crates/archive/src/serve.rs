@@ -45,6 +45,8 @@ struct Shared {
     mode: Mode,
     current: Mutex<Arc<Archive>>,
     generation: AtomicU64,
+    /// Replacements refused (damaged, truncated, unreadable).
+    refused: AtomicU64,
     reload: Arc<AtomicBool>,
 }
 
@@ -69,6 +71,7 @@ impl ArchiveServer {
             mode,
             current: Mutex::new(Arc::new(archive)),
             generation: AtomicU64::new(1),
+            refused: AtomicU64::new(0),
             reload,
         });
         let weak = Arc::downgrade(&shared);
@@ -83,6 +86,19 @@ impl ArchiveServer {
     /// The generation being served: 1 at start, one more per swap.
     pub fn generation(&self) -> u64 {
         self.shared.generation.load(Ordering::Acquire)
+    }
+
+    /// Replacements refused so far (the old archive kept serving).
+    pub fn refused(&self) -> u64 {
+        self.shared.refused.load(Ordering::Acquire)
+    }
+
+    /// A handle on the same archive for reading its counters (for metrics)
+    /// after the server itself has been given to the engine.
+    pub fn counters(&self) -> ArchiveServer {
+        ArchiveServer {
+            shared: self.shared.clone(),
+        }
     }
 
     /// Asks for a reload now, as SIGHUP does.
@@ -132,10 +148,13 @@ fn watch(shared: Weak<Shared>, mut seen: FileIdentity) {
                 let g = shared.generation.fetch_add(1, Ordering::AcqRel) + 1;
                 eprintln!("peregrine: {} loaded as generation {g}", shared.path.display());
             }
-            Err(e) => eprintln!(
-                "peregrine: refusing the new archive ({e}); still serving generation {}",
-                shared.generation.load(Ordering::Acquire)
-            ),
+            Err(e) => {
+                shared.refused.fetch_add(1, Ordering::AcqRel);
+                eprintln!(
+                    "peregrine: refusing the new archive ({e}); still serving generation {}",
+                    shared.generation.load(Ordering::Acquire)
+                )
+            }
         }
     }
 }

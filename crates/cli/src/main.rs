@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
-use peregrine::{AccessLog, Limits, Request, Response, Server, TlsConfig};
+use std::sync::Arc;
+
+use peregrine::{AccessLog, Limits, Metrics, Request, Response, Router, Server, TlsConfig};
 use peregrine_archive::{Archive, ArchiveServer, Mode, PackOptions};
 use peregrine_files::{FileServer, Options};
 
@@ -183,6 +185,10 @@ struct ServerArgs {
     /// The access log's format: `combined` (Combined Log Format) or `json`.
     #[arg(long, default_value = "combined", value_name = "FORMAT")]
     access_log_format: peregrine::LogFormat,
+    /// Serve Prometheus metrics at http://ADDR/metrics, and `ok` at
+    /// /healthz, on a listener of their own (one more thread).
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<SocketAddr>,
     /// After binding, switch to this user (name or uid); needs root.
     #[arg(long, value_name = "USER")]
     user: Option<String>,
@@ -408,7 +414,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     }
     match cli.command {
         Command::Hello { server } => {
-            let srv = server.limits.server(&server)?;
+            let (srv, metrics) = with_metrics(server.limits.server(&server)?, &server);
+            let _metrics = serve_metrics(&server, metrics)?;
             let running = srv.start(|_req: &Request<'_>| Response::text("Hello, World!"))?;
             eprintln!("peregrine: hello on {}", server.tls.urls(running.local_addrs()));
             running.wait()?;
@@ -419,16 +426,40 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             archive,
             server,
         } => {
-            let srv = server.limits.server(&server)?;
+            let (srv, metrics) = with_metrics(server.limits.server(&server)?, &server);
             let running = if peregrine_archive::is_archive(&root) {
                 let mode = match (archive.in_memory, archive.prefault) {
                     (true, _) => Mode::Heap,
                     (false, true) => Mode::MapPopulate,
                     (false, false) => Mode::Map,
                 };
-                srv.start(ArchiveServer::open(&root, mode)?)?
+                let archive = ArchiveServer::open(&root, mode)?;
+                if let Some(m) = &metrics {
+                    let a = archive.counters();
+                    m.gauge(
+                        "peregrine_archive_generation",
+                        "The archive being served: 1 at start, one more per swap.",
+                        move || a.generation(),
+                    );
+                    let a = archive.counters();
+                    m.counter(
+                        "peregrine_archive_swaps_total",
+                        "Archives swapped in while serving (rename or SIGHUP).",
+                        move || a.generation() - 1,
+                    );
+                    let a = archive.counters();
+                    m.counter(
+                        "peregrine_archive_refused_total",
+                        "Replacement archives refused (damaged or unreadable); the old one kept serving.",
+                        move || a.refused(),
+                    );
+                }
+                let _metrics = serve_metrics(&server, metrics)?;
+                srv.start(archive)?
             } else {
-                srv.start(FileServer::new(files.options(root.clone()))?)?
+                let files = FileServer::new(files.options(root.clone()))?;
+                let _metrics = serve_metrics(&server, metrics)?;
+                srv.start(files)?
             };
             eprintln!(
                 "peregrine: serving {} on {}",
@@ -479,6 +510,41 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 
 /// `check-config`: what `run` checks before it binds, without binding (the
 /// port may well be in use by the server being reconfigured).
+/// Attaches metrics to the server if `--metrics` asks for them.
+fn with_metrics(srv: Server, args: &ServerArgs) -> (Server, Option<Arc<Metrics>>) {
+    match args.metrics {
+        Some(_) => {
+            let metrics = Arc::new(Metrics::new());
+            (srv.metrics(metrics.clone()), Some(metrics))
+        }
+        None => (srv, None),
+    }
+}
+
+/// Serves `/metrics` (Prometheus text format) and `/healthz` on the
+/// `--metrics` address: a server of its own with one worker, so scrapes
+/// never wait behind client traffic and are not counted in it.
+fn serve_metrics(args: &ServerArgs, metrics: Option<Arc<Metrics>>) -> anyhow::Result<Option<peregrine::Running>> {
+    let (Some(addr), Some(metrics)) = (args.metrics, metrics) else {
+        return Ok(None);
+    };
+    let app = Router::new()
+        .get("/metrics", move |_: &Request<'_>| {
+            Response::bytes("text/plain; version=0.0.4; charset=utf-8", metrics.render())
+                .with_header("Cache-Control", "no-store")
+        })
+        .get("/healthz", |_: &Request<'_>| {
+            Response::text("ok\n").with_header("Cache-Control", "no-store")
+        });
+    let running = Server::new()
+        .bind(addr)
+        .workers(1)
+        .start(app)
+        .with_context(|| format!("--metrics {addr}"))?;
+    eprintln!("peregrine: metrics on http://{}/metrics", running.local_addr());
+    Ok(Some(running))
+}
+
 fn check(cli: &Cli) -> anyhow::Result<()> {
     match &cli.command {
         Command::Hello { server } => {

@@ -231,3 +231,66 @@ fn sigusr1_reopens_the_access_log() {
     assert!(old.contains("\"target\":\"/one\"") && !old.contains("/two"), "{old}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn metrics_and_health_are_served_on_their_own_listener() {
+    let dir = std::env::temp_dir().join(format!("peregrine-metrics-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("site")).unwrap();
+    std::fs::write(dir.join("site/index.html"), "<h1>hi</h1>").unwrap();
+    let archive = dir.join("site.prg");
+    let out = peregrine()
+        .arg("pack")
+        .arg(dir.join("site"))
+        .arg("-o")
+        .arg(&archive)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let mut child = peregrine()
+        .arg("serve")
+        .arg(&archive)
+        .args(["--bind", "127.0.0.1:0", "--workers", "2", "--metrics", "127.0.0.1:0"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let (mut metrics_addr, mut addr) = (None, None);
+    while metrics_addr.is_none() || addr.is_none() {
+        let mut line = String::new();
+        assert!(stderr.read_line(&mut line).unwrap() > 0, "exited early");
+        let url = line.trim().rsplit("http://").next().unwrap().to_owned();
+        if line.contains("metrics on") {
+            metrics_addr = Some(url.trim_end_matches("/metrics").to_owned());
+        } else if line.contains("serving") {
+            addr = Some(url.trim_end_matches('/').to_owned());
+        }
+    }
+    let (metrics_addr, addr) = (metrics_addr.unwrap(), addr.unwrap());
+    for _ in 0..3 {
+        assert!(get(&addr, "/").starts_with("HTTP/1.1 200 OK\r\n"));
+    }
+    assert!(get(&addr, "/missing").starts_with("HTTP/1.1 404"));
+    let health = get(&metrics_addr, "/healthz");
+    assert!(
+        health.starts_with("HTTP/1.1 200 OK\r\n") && health.ends_with("\r\n\r\nok\n"),
+        "{health}"
+    );
+    let scrape = get(&metrics_addr, "/metrics");
+    assert!(scrape.contains("Content-Type: text/plain; version=0.0.4"), "{scrape}");
+    let text = scrape.split("\r\n\r\n").nth(1).unwrap();
+    for line in [
+        "peregrine_requests_total{class=\"2xx\"} 3",
+        "peregrine_requests_total{class=\"4xx\"} 1",
+        "peregrine_requests_by_method_total{method=\"GET\"} 4",
+        "peregrine_connections_accepted_total 4",
+        "peregrine_workers 2",
+        "peregrine_archive_generation 1",
+        "peregrine_archive_swaps_total 0",
+        "peregrine_archive_refused_total 0",
+    ] {
+        assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
+    }
+    terminate(child);
+    let _ = std::fs::remove_dir_all(&dir);
+}

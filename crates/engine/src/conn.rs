@@ -42,6 +42,7 @@ use crate::codec::{parse_head, ChunkedDecoder, Framing, Head, Parsed, Version};
 use crate::date::DateCache;
 use crate::handler::{Handler, Reply};
 use crate::limits::{Limits, BUFFER_BYTES, INLINE_BODY_BYTES_MAX, POOL_BUFFERS_MAX};
+use crate::metrics::WorkerMetrics;
 use crate::request::{DeferSlot, Request};
 use crate::responder::Mailbox;
 use crate::response::{Body, FileRange, Response, SharedBytes};
@@ -71,6 +72,8 @@ pub(crate) struct Ctx<'w> {
     pub(crate) now: Instant,
     /// Shutting down: answer what is in flight with `Connection: close`.
     pub(crate) draining: bool,
+    /// This worker's counters, when the server keeps metrics.
+    pub(crate) metrics: Option<&'w WorkerMetrics>,
 }
 
 /// A worker's spare buffers. Read buffers keep their full length (their
@@ -160,6 +163,9 @@ enum BodyKind {
 
 struct Deferred {
     id: u64,
+    /// When the request was ready, and its method's metrics label.
+    started: Instant,
+    method_idx: usize,
     head_only: bool,
     version: Version,
     keep_alive: bool,
@@ -288,6 +294,10 @@ pub(crate) struct Conn {
     /// could only say EAGAIN. Saves that read after every large response
     /// (strace of f64k: one `recvfrom` → EAGAIN per request without it).
     drained: bool,
+    /// Bytes written since the metrics last counted them.
+    bytes_out: u64,
+    /// TLS: the handshake's end has been counted in the metrics.
+    handshake_counted: bool,
 }
 
 impl Conn {
@@ -317,6 +327,8 @@ impl Conn {
             peer_closed: false,
             read_closed_hint: false,
             drained: false,
+            bytes_out: 0,
+            handshake_counted: false,
         }
     }
 
@@ -358,6 +370,10 @@ impl Conn {
         if let (Some(log), Some(req)) = (ctx.log.as_deref_mut(), &wait.log) {
             log.record_owned(ctx.date.clf(), self.peer, req, sent.status, sent.body_bytes);
         }
+        if let Some(m) = ctx.metrics {
+            m.record_index(wait.method_idx, sent.status, wait.started);
+            m.deferred_ended.add(1);
+        }
         self.state = if sent.keep_alive { State::Idle } else { State::Closing };
         self.drive(ctx)
     }
@@ -387,6 +403,11 @@ impl Conn {
                 Next::Close
             }
         }
+    }
+
+    /// Whether a deferred handler still owes this connection an answer.
+    pub(crate) fn is_deferred(&self) -> bool {
+        matches!(self.state, State::Deferred(_))
     }
 
     /// Whether the connection can be closed now without losing anything:
@@ -424,11 +445,24 @@ impl Conn {
             if stop == Stop::Broken {
                 // Send the alert if the socket takes it; nothing else.
                 if let Transport::Tls(tls) = &mut self.transport {
+                    if let (Some(m), true) = (ctx.metrics, tls.is_handshaking()) {
+                        m.tls_handshake_failures.add(1);
+                    }
                     tls.close(&mut self.stream);
                 }
                 return Next::Close;
             }
-            match self.flush(ctx.pool) {
+            let flushed = self.flush(ctx.pool);
+            if let Some(m) = ctx.metrics {
+                m.bytes_sent.add(std::mem::take(&mut self.bytes_out));
+                if let Transport::Tls(tls) = &self.transport {
+                    if !self.handshake_counted && !tls.is_handshaking() {
+                        self.handshake_counted = true;
+                        m.tls_handshakes.add(1);
+                    }
+                }
+            }
+            match flushed {
                 Flushed::All => self.send_deadline = None,
                 Flushed::Turn => return Next::Again,
                 Flushed::Blocked { progress } => {
@@ -783,6 +817,9 @@ impl Conn {
         if let Some(log) = ctx.log.as_deref_mut() {
             log.record(ctx.date.clf(), self.peer, b"-", b"-", b"-", status, 0, None, None);
         }
+        if let Some(m) = ctx.metrics {
+            m.record(b"-", status, ctx.now);
+        }
         self.input.start = self.input.end;
         self.state = State::Closing;
     }
@@ -866,6 +903,7 @@ impl Conn {
                 Ok(0) => return Flushed::Failed,
                 Ok(mut n) => {
                     progress = true;
+                    self.bytes_out += n as u64;
                     let from_buf = n.min(out.buf.len() - out.pos);
                     out.pos += from_buf;
                     n -= from_buf;
@@ -929,7 +967,10 @@ impl Conn {
             self.work_left -= SYSCALL_WORK;
             match tls.write_tls(&mut self.stream) {
                 Ok(0) => break Flushed::Failed,
-                Ok(_) => progress = true,
+                Ok(n) => {
+                    progress = true;
+                    self.bytes_out += n as u64;
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break Flushed::Blocked { progress },
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(_) => break Flushed::Failed,
@@ -1140,8 +1181,13 @@ fn dispatch(
         Ok(Reply::Later) => {
             if let Some(id) = slot.id.get() {
                 let log = ctx.log.is_some().then(|| log_request(&req));
+                if let Some(m) = ctx.metrics {
+                    m.deferred_started.add(1);
+                }
                 *state = State::Deferred(Box::new(Deferred {
                     id,
+                    started: ctx.now,
+                    method_idx: crate::metrics::method_index(head.method.as_bytes()),
                     head_only,
                     version: head.version,
                     keep_alive,
@@ -1176,6 +1222,9 @@ fn dispatch(
             req.header_bytes("referer"),
             req.header_bytes("user-agent"),
         );
+    }
+    if let Some(m) = ctx.metrics {
+        m.record(head.method.as_bytes(), sent.status, ctx.now);
     }
     *state = if sent.keep_alive { State::Idle } else { State::Closing };
 }

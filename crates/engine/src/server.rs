@@ -39,6 +39,7 @@ pub struct Server {
     /// Listening sockets made elsewhere (systemd socket activation).
     inherited: Vec<(std::net::TcpListener, Bind)>,
     run_as: crate::Identity,
+    metrics: Option<Arc<crate::Metrics>>,
 }
 
 /// What an address speaks.
@@ -68,6 +69,7 @@ impl Server {
             log_format: LogFormat::Combined,
             inherited: Vec::new(),
             run_as: crate::Identity::default(),
+            metrics: None,
         }
     }
 
@@ -112,6 +114,13 @@ impl Server {
     /// Adds a socket that is already listening, speaking TLS with `tls`.
     pub fn listener_tls(mut self, listener: std::net::TcpListener, tls: TlsConfig) -> Self {
         self.inherited.push((listener, Bind::Tls(tls)));
+        self
+    }
+
+    /// Keeps metrics in `metrics` (one set of counters per worker, summed
+    /// when [`crate::Metrics::render`] is called).
+    pub fn metrics(mut self, metrics: Arc<crate::Metrics>) -> Self {
+        self.metrics = Some(metrics);
         self
     }
 
@@ -237,6 +246,7 @@ impl Server {
                 log: sink.clone().map(|s| LogWriter::new(s, self.log_format)),
                 mailbox,
                 shutdown: flag.clone(),
+                metrics: self.metrics.as_ref().map(|m| m.add_worker()),
             });
         }
         let shutdown = ShutdownHandle { flag, mailboxes };

@@ -17,6 +17,7 @@ use crate::conn::{BufPool, Conn, Ctx, Next, Transport};
 use crate::date::DateCache;
 use crate::handler::Handler;
 use crate::limits::Limits;
+use crate::metrics::WorkerMetrics;
 use crate::responder::Mailbox;
 use crate::tls::session::TlsSession;
 use crate::tls::TlsListener;
@@ -50,6 +51,7 @@ pub(crate) struct Worker {
     pub(crate) log: Option<LogWriter>,
     pub(crate) mailbox: Arc<Mailbox>,
     pub(crate) shutdown: Arc<AtomicBool>,
+    pub(crate) metrics: Option<Arc<WorkerMetrics>>,
 }
 
 impl Worker {
@@ -65,6 +67,7 @@ impl Worker {
             mut log,
             mailbox,
             shutdown,
+            metrics,
         } = self;
         // Timeouts are only noticed at sweeps; a sweep at least every minute
         // keeps them meaningful and the deadline arithmetic in range.
@@ -116,6 +119,7 @@ impl Worker {
                 next_defer_id: &next_defer_id,
                 now,
                 draining: drain_deadline.is_some(),
+                metrics: metrics.as_deref(),
             };
             for event in events.iter() {
                 match event.token() {
@@ -123,7 +127,7 @@ impl Worker {
                         for answer in mailbox.take() {
                             if let Some(conn) = conns.get_mut(answer.token) {
                                 let next = conn.on_answer(&mut ctx, answer.id, answer.response);
-                                settle(&mut conns, answer.token, next, &mut ready, ctx.pool);
+                                settle(&mut conns, answer.token, next, &mut ready, ctx.pool, ctx.metrics);
                             }
                         }
                     }
@@ -135,7 +139,7 @@ impl Worker {
                     Token(t) => {
                         if let Some(conn) = conns.get_mut(t) {
                             let next = conn.on_ready(&mut ctx, event.is_read_closed());
-                            settle(&mut conns, t, next, &mut ready, ctx.pool);
+                            settle(&mut conns, t, next, &mut ready, ctx.pool, ctx.metrics);
                         }
                     }
                 }
@@ -147,7 +151,7 @@ impl Worker {
                 if let Some(conn) = conns.get_mut(t) {
                     conn.queued = false;
                     let next = conn.on_turn(&mut ctx);
-                    settle(&mut conns, t, next, &mut ready, ctx.pool);
+                    settle(&mut conns, t, next, &mut ready, ctx.pool, ctx.metrics);
                 }
             }
 
@@ -161,7 +165,7 @@ impl Worker {
                 );
                 for t in expired.drain(..) {
                     let next = conns[t].on_timeout(&mut ctx);
-                    settle(&mut conns, t, next, &mut ready, ctx.pool);
+                    settle(&mut conns, t, next, &mut ready, ctx.pool, ctx.metrics);
                 }
                 if accept_paused {
                     accept_paused = false;
@@ -186,7 +190,7 @@ impl Worker {
                 );
                 let idle: Vec<usize> = conns.iter().filter(|(_, c)| c.is_closable()).map(|(t, _)| t).collect();
                 for t in idle {
-                    close(&mut conns, t, &mut pool);
+                    close(&mut conns, t, &mut pool, metrics.as_deref());
                 }
             }
             if let Some(deadline) = drain_deadline {
@@ -242,6 +246,9 @@ fn accept(listener: &Listener, conns: &mut Slab<Conn>, ctx: &Ctx<'_>) -> bool {
         {
             continue;
         }
+        if let Some(m) = ctx.metrics {
+            m.conns_accepted.add(1);
+        }
         entry.insert(Conn::new(
             stream,
             transport,
@@ -259,7 +266,14 @@ fn refuse(stream: &mut TcpStream) {
 }
 
 /// Acts on what a connection asked for after an event.
-fn settle(conns: &mut Slab<Conn>, token: usize, next: Next, ready: &mut Vec<usize>, pool: &mut BufPool) {
+fn settle(
+    conns: &mut Slab<Conn>,
+    token: usize,
+    next: Next,
+    ready: &mut Vec<usize>,
+    pool: &mut BufPool,
+    metrics: Option<&WorkerMetrics>,
+) {
     match next {
         Next::Keep => {}
         Next::Again => {
@@ -271,12 +285,18 @@ fn settle(conns: &mut Slab<Conn>, token: usize, next: Next, ready: &mut Vec<usiz
                 }
             }
         }
-        Next::Close => close(conns, token, pool),
+        Next::Close => close(conns, token, pool, metrics),
     }
 }
 
-fn close(conns: &mut Slab<Conn>, token: usize, pool: &mut BufPool) {
+fn close(conns: &mut Slab<Conn>, token: usize, pool: &mut BufPool, metrics: Option<&WorkerMetrics>) {
     if let Some(mut conn) = conns.try_remove(token) {
+        if let Some(m) = metrics {
+            m.conns_closed.add(1);
+            if conn.is_deferred() {
+                m.deferred_ended.add(1); // abandoned: its answer will be dropped
+            }
+        }
         conn.release(pool);
         // Dropping the connection closes the socket, which also removes it
         // from the epoll set: no deregister call needed.

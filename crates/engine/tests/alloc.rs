@@ -7,7 +7,9 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use peregrine::{Request, Response, Server};
+use std::sync::Arc;
+
+use peregrine::{Metrics, Request, Response, Server};
 
 struct Counting;
 
@@ -36,12 +38,22 @@ static GLOBAL: Counting = Counting;
 
 #[test]
 fn warm_keep_alive_requests_allocate_nothing() {
-    let server = Server::new()
-        .bind("127.0.0.1:0")
-        .workers(1)
-        .start(|_: &Request<'_>| Response::text("Hello, World!"))
-        .unwrap();
-    let mut stream = TcpStream::connect(server.local_addr()).unwrap();
+    // Without metrics, then with them: counting a request allocates nothing.
+    for metrics in [None, Some(Arc::new(Metrics::new()))] {
+        let with_metrics = metrics.is_some();
+        let mut server = Server::new().bind("127.0.0.1:0").workers(1);
+        if let Some(m) = metrics {
+            server = server.metrics(m);
+        }
+        let server = server.start(|_: &Request<'_>| Response::text("Hello, World!")).unwrap();
+        warm_requests_allocate_nothing(server.local_addr(), with_metrics);
+        server.shutdown();
+        server.join().unwrap();
+    }
+}
+
+fn warm_requests_allocate_nothing(addr: std::net::SocketAddr, with_metrics: bool) {
+    let mut stream = TcpStream::connect(addr).unwrap();
     stream.set_nodelay(true).unwrap();
     let request = b"GET /plaintext HTTP/1.1\r\nHost: localhost\r\nUser-Agent: alloc-test\r\nAccept: */*\r\n\r\n";
     let pipelined = request.repeat(16);
@@ -76,5 +88,9 @@ fn warm_keep_alive_requests_allocate_nothing() {
         exchange(&pipelined, 16, &mut len);
     }
     let after = N_ALLOCS.load(Ordering::SeqCst);
-    assert_eq!(after - before, 0, "allocations during 5,200 warm requests");
+    assert_eq!(
+        after - before,
+        0,
+        "allocations during 5,200 warm requests (metrics: {with_metrics})"
+    );
 }

@@ -642,3 +642,38 @@ fn random_bytes_at_the_tls_port_never_hurt_the_server() {
     let mut c = connect(addr, &config, "localhost");
     assert_eq!(c.send(&get("/still")).response().text(), "path /still");
 }
+
+#[test]
+fn metrics_count_tls_handshakes_by_result() {
+    let pki = Pki::new("metrics");
+    let (cert, key, _) = pki.issue("localhost", &["localhost"]);
+    let metrics = Arc::new(peregrine::Metrics::new());
+    let server = Server::new()
+        .bind_tls("127.0.0.1:0", TlsConfig::from_pem_files(&cert, &key).unwrap())
+        .workers(1)
+        .metrics(metrics.clone())
+        .start(echo_path)
+        .unwrap();
+    let addr = server.local_addr();
+    for version in [&rustls::version::TLS13, &rustls::version::TLS12] {
+        let mut c = connect(addr, &pki.client_config(&[version]), "localhost");
+        assert_eq!(c.send(&get("/m")).response().status, 200);
+    }
+    // Two handshakes that fail: plaintext, and a garbage record.
+    for bytes in [&get("/plain")[..], b"\x16\x03\x01\x00\x08garbage!"] {
+        let mut bad = TcpStream::connect(addr).unwrap();
+        bad.write_all(bytes).unwrap();
+        read_until_closed(&mut bad);
+    }
+    server.shutdown();
+    server.join().unwrap();
+    let text = metrics.render();
+    for line in [
+        "peregrine_tls_handshakes_total{result=\"ok\"} 2",
+        "peregrine_tls_handshakes_total{result=\"failed\"} 2",
+        "peregrine_requests_total{class=\"2xx\"} 2",
+        "peregrine_connections_accepted_total 4",
+    ] {
+        assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
+    }
+}

@@ -88,7 +88,7 @@ pub fn negotiate(accept: Option<&[u8]>, available: &[Encoding]) -> Option<Encodi
             continue;
         }
         let q = named[e.index()].or(star).unwrap_or(0);
-        if q > 0 && best.map_or(true, |(bq, _)| q > bq) {
+        if q > 0 && best.is_none_or(|(bq, _)| q > bq) {
             best = Some((q, e));
         }
     }

@@ -223,7 +223,7 @@ impl Site {
     /// routes, else the 404 page.
     fn missing(&self, p: &SitePath, fields: &Fields0<'_>, head: bool) -> Response {
         if let Some(fallback) = &self.options.fallback {
-            let is_route = p.file_name().map_or(true, |name| !name.contains('.'));
+            let is_route = p.file_name().is_none_or(|name| !name.contains('.'));
             if is_route {
                 if let Some(res) = self.page(fallback) {
                     return self.reply(&res, fields, head, 200);

@@ -1,0 +1,309 @@
+//! Metrics in Prometheus' text format: requests by status class and by
+//! method, bytes sent, connections, requests in flight, a latency
+//! histogram, TLS handshakes, and whatever gauges the application adds (an
+//! archive's generation, say).
+//!
+//! Each worker owns one `WorkerMetrics` and is its only writer: a counter is
+//! a relaxed load and store of a word the worker alone changes (no locked
+//! instruction, no lock, no allocation per request). A scrape reads every
+//! worker's words and adds them up; it may see one worker a request ahead
+//! of another, never a torn or lost count.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// A monotonic count written by one thread only.
+#[derive(Default)]
+pub(crate) struct Counter(AtomicU64);
+
+impl Counter {
+    /// Adds `n`. Only the owning worker calls this, so load + store cannot
+    /// lose an update, and needs no locked read-modify-write.
+    #[inline]
+    pub(crate) fn add(&self, n: u64) {
+        self.0
+            .store(self.0.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+    }
+
+    fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// Method labels; anything else counts as `other`.
+const METHODS: [&str; 8] = ["GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH", "other"];
+
+/// Upper bounds of the latency buckets, in microseconds (the last bucket,
+/// `+Inf`, is implicit). From 50 µs, where a cached file is answered here,
+/// to 10 s, a slow deferred handler.
+const LATENCY_BOUNDS_US: [u64; 16] = [
+    50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000, 25_000, 50_000, 100_000, 250_000, 500_000, 1_000_000, 2_500_000,
+    10_000_000,
+];
+
+/// One worker's counters.
+#[derive(Default)]
+pub(crate) struct WorkerMetrics {
+    /// Responses by status class: 1xx .. 5xx.
+    by_class: [Counter; 5],
+    by_method: [Counter; METHODS.len()],
+    /// Bytes written to sockets: heads, bodies, TLS records.
+    pub(crate) bytes_sent: Counter,
+    pub(crate) conns_accepted: Counter,
+    pub(crate) conns_closed: Counter,
+    /// Requests handed to a deferred handler, and those since answered or
+    /// abandoned: the difference is in flight.
+    pub(crate) deferred_started: Counter,
+    pub(crate) deferred_ended: Counter,
+    latency_buckets: [Counter; LATENCY_BOUNDS_US.len()],
+    latency_sum_us: Counter,
+    latency_count: Counter,
+    pub(crate) tls_handshakes: Counter,
+    pub(crate) tls_handshake_failures: Counter,
+}
+
+/// The label index of a request method (`other` for the rest).
+#[inline]
+pub(crate) fn method_index(method: &[u8]) -> usize {
+    METHODS[..METHODS.len() - 1]
+        .iter()
+        .position(|&name| name.as_bytes() == method)
+        .unwrap_or(METHODS.len() - 1)
+}
+
+impl WorkerMetrics {
+    /// Counts one response: its method, status and the time since the
+    /// request was ready to be answered (`since`).
+    #[inline]
+    pub(crate) fn record(&self, method: &[u8], status: u16, since: Instant) {
+        self.record_index(method_index(method), status, since);
+    }
+
+    /// As `record`, with the method's label index.
+    #[inline]
+    pub(crate) fn record_index(&self, method: usize, status: u16, since: Instant) {
+        let class = usize::from(status / 100).clamp(1, 5) - 1;
+        self.by_class[class].add(1);
+        self.by_method[method.min(METHODS.len() - 1)].add(1);
+        let us = u64::try_from(since.elapsed().as_micros()).unwrap_or(u64::MAX);
+        // The histogram keeps per-bucket counts; a scrape makes them
+        // cumulative, as Prometheus wants.
+        if let Some(b) = LATENCY_BOUNDS_US.iter().position(|&bound| us <= bound) {
+            self.latency_buckets[b].add(1);
+        }
+        self.latency_sum_us.add(us);
+        self.latency_count.add(1);
+    }
+}
+
+/// A value the application reports at each scrape.
+struct Extra {
+    name: String,
+    help: String,
+    kind: &'static str,
+    read: Box<dyn Fn() -> u64 + Send + Sync>,
+}
+
+/// A server's metrics: give it to [`crate::Server::metrics`], then serve
+/// [`Metrics::render`] wherever scrapes come from (the command line's
+/// `--metrics ADDR` serves it at `/metrics`).
+pub struct Metrics {
+    workers: Mutex<Vec<Arc<WorkerMetrics>>>,
+    extras: Mutex<Vec<Extra>>,
+    started: Instant,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Metrics {
+    /// Empty metrics, the clock of `uptime` starting now.
+    pub fn new() -> Self {
+        Metrics {
+            workers: Mutex::new(Vec::new()),
+            extras: Mutex::new(Vec::new()),
+            started: Instant::now(),
+        }
+    }
+
+    /// A new worker's counters (called once per worker at start).
+    pub(crate) fn add_worker(&self) -> Arc<WorkerMetrics> {
+        let w = Arc::new(WorkerMetrics::default());
+        self.workers.lock().unwrap_or_else(|e| e.into_inner()).push(w.clone());
+        w
+    }
+
+    /// Adds a gauge read at each scrape. `name` should follow Prometheus'
+    /// rules (`[a-z_][a-z0-9_]*`).
+    pub fn gauge(&self, name: &str, help: &str, read: impl Fn() -> u64 + Send + Sync + 'static) {
+        self.extra(name, help, "gauge", Box::new(read));
+    }
+
+    /// Adds a counter (a value that only grows) read at each scrape.
+    pub fn counter(&self, name: &str, help: &str, read: impl Fn() -> u64 + Send + Sync + 'static) {
+        self.extra(name, help, "counter", Box::new(read));
+    }
+
+    fn extra(&self, name: &str, help: &str, kind: &'static str, read: Box<dyn Fn() -> u64 + Send + Sync>) {
+        self.extras.lock().unwrap_or_else(|e| e.into_inner()).push(Extra {
+            name: name.to_owned(),
+            help: help.to_owned(),
+            kind,
+            read,
+        });
+    }
+
+    /// Every metric in Prometheus' text exposition format (version 0.0.4).
+    pub fn render(&self) -> String {
+        let workers = self.workers.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let sum = |f: &dyn Fn(&WorkerMetrics) -> u64| workers.iter().map(|w| f(w)).fold(0u64, u64::wrapping_add);
+        let mut out = String::with_capacity(4096);
+        let head = |out: &mut String, name: &str, kind: &str, help: &str| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        };
+        head(
+            &mut out,
+            "peregrine_requests_total",
+            "counter",
+            "Responses sent, by status class.",
+        );
+        for (i, class) in ["1xx", "2xx", "3xx", "4xx", "5xx"].iter().enumerate() {
+            let n = sum(&|w| w.by_class[i].get());
+            let _ = writeln!(out, "peregrine_requests_total{{class=\"{class}\"}} {n}");
+        }
+        head(
+            &mut out,
+            "peregrine_requests_by_method_total",
+            "counter",
+            "Responses sent, by request method.",
+        );
+        for (i, method) in METHODS.iter().enumerate() {
+            let n = sum(&|w| w.by_method[i].get());
+            let _ = writeln!(out, "peregrine_requests_by_method_total{{method=\"{method}\"}} {n}");
+        }
+        let simple: [(&str, &str, &str, u64); 4] = [
+            (
+                "peregrine_sent_bytes_total",
+                "counter",
+                "Bytes written to client sockets (heads, bodies, TLS records).",
+                sum(&|w| w.bytes_sent.get()),
+            ),
+            (
+                "peregrine_connections_accepted_total",
+                "counter",
+                "Connections accepted.",
+                sum(&|w| w.conns_accepted.get()),
+            ),
+            (
+                "peregrine_connections_open",
+                "gauge",
+                "Connections open now.",
+                sum(&|w| w.conns_accepted.get().wrapping_sub(w.conns_closed.get())),
+            ),
+            (
+                "peregrine_requests_in_flight",
+                "gauge",
+                "Requests waiting for a deferred handler's answer.",
+                sum(&|w| w.deferred_started.get().wrapping_sub(w.deferred_ended.get())),
+            ),
+        ];
+        for (name, kind, help, value) in simple {
+            head(&mut out, name, kind, help);
+            let _ = writeln!(out, "{name} {value}");
+        }
+        head(
+            &mut out,
+            "peregrine_request_duration_seconds",
+            "histogram",
+            "Time from a request being ready to its response being queued.",
+        );
+        let mut cumulative = 0u64;
+        for (i, bound) in LATENCY_BOUNDS_US.iter().enumerate() {
+            cumulative = cumulative.wrapping_add(sum(&|w| w.latency_buckets[i].get()));
+            let le = Duration::from_micros(*bound).as_secs_f64();
+            let _ = writeln!(
+                out,
+                "peregrine_request_duration_seconds_bucket{{le=\"{le}\"}} {cumulative}"
+            );
+        }
+        let count = sum(&|w| w.latency_count.get());
+        let _ = writeln!(out, "peregrine_request_duration_seconds_bucket{{le=\"+Inf\"}} {count}");
+        let seconds = sum(&|w| w.latency_sum_us.get()) as f64 / 1e6;
+        let _ = writeln!(out, "peregrine_request_duration_seconds_sum {seconds}");
+        let _ = writeln!(out, "peregrine_request_duration_seconds_count {count}");
+        head(
+            &mut out,
+            "peregrine_tls_handshakes_total",
+            "counter",
+            "TLS handshakes, by result.",
+        );
+        let ok = sum(&|w| w.tls_handshakes.get());
+        let failed = sum(&|w| w.tls_handshake_failures.get());
+        let _ = writeln!(out, "peregrine_tls_handshakes_total{{result=\"ok\"}} {ok}");
+        let _ = writeln!(out, "peregrine_tls_handshakes_total{{result=\"failed\"}} {failed}");
+        head(&mut out, "peregrine_workers", "gauge", "Worker threads.");
+        let _ = writeln!(out, "peregrine_workers {}", workers.len());
+        head(
+            &mut out,
+            "peregrine_uptime_seconds",
+            "gauge",
+            "Seconds since the metrics were made.",
+        );
+        let _ = writeln!(out, "peregrine_uptime_seconds {}", self.started.elapsed().as_secs());
+        for extra in self.extras.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            head(&mut out, &extra.name, extra.kind, &extra.help);
+            let _ = writeln!(out, "{} {}", extra.name, (extra.read)());
+        }
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn workers_are_summed_and_the_histogram_is_cumulative() {
+        let m = Metrics::new();
+        let (a, b) = (m.add_worker(), m.add_worker());
+        let long_ago = Instant::now() - Duration::from_secs(3);
+        a.record(b"GET", 200, Instant::now());
+        b.record(b"GET", 404, Instant::now());
+        b.record(b"BREW", 501, long_ago);
+        a.bytes_sent.add(100);
+        b.bytes_sent.add(23);
+        a.conns_accepted.add(3);
+        a.conns_closed.add(1);
+        m.gauge("peregrine_archive_generation", "The archive's generation.", || 7);
+        let text = m.render();
+        for line in [
+            "peregrine_requests_total{class=\"2xx\"} 1",
+            "peregrine_requests_total{class=\"4xx\"} 1",
+            "peregrine_requests_total{class=\"5xx\"} 1",
+            "peregrine_requests_by_method_total{method=\"GET\"} 2",
+            "peregrine_requests_by_method_total{method=\"other\"} 1",
+            "peregrine_sent_bytes_total 123",
+            "peregrine_connections_open 2",
+            "peregrine_request_duration_seconds_bucket{le=\"2.5\"} 2",
+            "peregrine_request_duration_seconds_bucket{le=\"10\"} 3",
+            "peregrine_request_duration_seconds_bucket{le=\"+Inf\"} 3",
+            "peregrine_request_duration_seconds_count 3",
+            "# TYPE peregrine_archive_generation gauge",
+            "peregrine_archive_generation 7",
+            "peregrine_workers 2",
+        ] {
+            assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
+        }
+    }
+}
