@@ -8,6 +8,8 @@ panels of their own figure: requests/s and CPU µs per request for the small
 answers (f17, f4k, f304, frange), requests/s for the pipelined 17-byte file
 (fpipe16), bytes/s for the large files (f64k, f10m). peregrine-archive
 (`peregrine serve FILE.prg`) is drawn next to peregrine (`serve DIR`).
+tls.png: the TLS scenarios (tls-c50, tls-f17): requests/s and CPU µs per
+request, when they ran.
 
 Usage: .venv/bin/python bench/lib/charts.py RUN_DIR
 """
@@ -32,6 +34,7 @@ PANELS = [
 SMALL_FILES = ["f17", "f4k", "f304", "frange"]
 LARGE_FILES = ["f64k", "f10m"]
 PIPELINED_FILES = ["fpipe16"]
+TLS = ["tls-c50", "tls-f17"]
 
 
 def load(run_dir):
@@ -140,6 +143,14 @@ def main():
                      PIPELINED_FILES, "req_per_s", "requests per second", lambda v: f"{v / 1000:.0f}k"),
                     ("large files: MiB per second read by wrk (higher is better)", LARGE_FILES,
                      "bytes_per_s", "MiB per second", lambda v: f"{v:,.0f}"),
+                ]),
+        grouped(run_dir, rows, None, None,
+                f"Over TLS (same certificate and cipher suite), keep-alive, one worker pinned to one CPU\n{stamp}",
+                "tls.png", None, panels=[
+                    ("requests per second (higher is better)", TLS,
+                     "req_per_s", "requests per second", lambda v: f"{v / 1000:.0f}k"),
+                    ("server CPU µs per request (lower is better)", TLS,
+                     "cpu_us_per_req", "server CPU µs per request", lambda v: f"{v:.1f}"),
                 ]),
     ]
     for p in made:

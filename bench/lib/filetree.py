@@ -20,6 +20,8 @@ import socket
 import tempfile
 import time
 
+import tls
+
 # name -> size in bytes; the scenarios in load.py name these paths
 SIZES = {
     "17.txt": 17,
@@ -188,16 +190,17 @@ def _read_answer(sock, buf, method_head, deadline):
     return status, headers, buf[:n], buf[n:]
 
 
-def get(port, path, headers=(), times=1, timeout_s=10.0):
+def get(port, path, headers=(), times=1, timeout_s=10.0, ssl_ctx=None):
     """`times` GETs of path on one keep-alive connection; the answers as
     (status, headers with lower-case names and the head's size under None,
-    body)."""
+    body). ssl_ctx: over TLS with that client context (tls.Cert's, which
+    verifies the run's certificate)."""
     req = f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n" + \
         "".join(h + "\r\n" for h in headers) + "\r\n"
     deadline = time.monotonic() + timeout_s
     out, buf = [], b""
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as s:
+        with tls.wrap(socket.create_connection(("127.0.0.1", port), timeout=timeout_s), ssl_ctx) as s:
             for _ in range(times):
                 s.sendall(req.encode("latin-1"))
                 status, hdrs, body, buf = _read_answer(s, buf, False, deadline)
@@ -228,7 +231,7 @@ def _show(status, headers, body):
         (f" ({body[:60]!r})" if status >= 400 or len(body) < 60 else "")
 
 
-def check(port, point, tree, hello_body=None):
+def check(port, point, tree, hello_body=None, ssl_ctx=None):
     """Checks the answers a file scenario measures, with the requests wrk
     will send: twice each on one keep-alive connection (the second from the
     server's cache, when it has one).
@@ -238,8 +241,15 @@ def check(port, point, tree, hello_body=None):
     what was checked). Raises WrongAnswer.
 
     hello_body: the server answers every request with this canned body (the
-    limit server), which is then what is checked."""
+    limit server; or a hello scenario, tls-c50), which is then what is
+    checked. ssl_ctx: over TLS (the TLS scenarios), verifying the run's
+    certificate."""
     kind = point.kind
+    if kind == "hello":
+        for status, h, body in get(port, point.path, times=2, ssl_ctx=ssl_ctx):
+            if status != 200 or body != hello_body:
+                raise WrongAnswer(f"GET {point.path}: expected 200 with {hello_body!r}, got {_show(status, h, body)}")
+        return [], len(hello_body), h[None], f"200, {len(hello_body)} B hello"
     if hello_body is not None:
         # limit parses nothing: it gets the same kind of request, whatever
         # the header says, and answers its hello
@@ -251,7 +261,7 @@ def check(port, point, tree, hello_body=None):
         return extra, len(hello_body), h[None], "200 hello"
     data = tree.files[point.path]
     if kind == "file":
-        for status, h, body in get(port, point.path, times=2):
+        for status, h, body in get(port, point.path, times=2, ssl_ctx=ssl_ctx):
             if status != 200:
                 raise WrongAnswer(f"GET {point.path}: expected 200, got {_show(status, h, body)}")
             if body != data:

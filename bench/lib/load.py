@@ -7,7 +7,8 @@ client is bounded by its own deadline and by the runner's read timeouts.
 Two families: the hello scenarios (GET / on each server's hello mode) and
 the file scenarios (f17 ... frange, fpipe16: GETs of files from
 filetree.Tree, served by each server's file mode; limit answers its hello as
-the reference). And load100k, which runs no wrk: it starts a server on
+the reference). tls-c50 and tls-f17 are c50 and f17 over TLS (https URLs;
+wrk's OpenSSL client), for the servers with a TLS mode. And load100k, which runs no wrk: it starts a server on
 filetree.ManyFiles (100,000 small files; peregrine-archive packs them) and
 times its first answer, then reads its RSS (measure_load).
 """
@@ -48,6 +49,9 @@ class Point:
     # file scenarios: whether limit's hello runs as the reference (only
     # where answers are small enough for a hello to say something)
     limit_ref: bool = True
+    # over TLS (https, the run's certificate: tls.py); only servers with a
+    # TLS mode take part
+    tls: bool = False
 
     @property
     def files(self):
@@ -77,11 +81,18 @@ SCENARIOS = {
     "frange": [Point("frange", "frange", 50, path="/64k.txt", kind="range")],
     # pipe16 on the 17-byte file: pipeline.lua repeats GET of the URL's path
     "fpipe16": [Point("fpipe16", "fpipe16", 50, 16, path="/17.txt", kind="file")],
+    # Over TLS (the run's ECDSA P-256 certificate; every server on the
+    # same protocol, cipher suite and group: tls.py): the hello and the
+    # 17-byte file, keep-alive, so each connection's handshake is paid once
+    # and the figures are the cost of the records (limit has no TLS).
+    "tls-c50": [Point("tls-c50", "tls-c50", 50, tls=True)],
+    "tls-f17": [Point("tls-f17", "tls-f17", 50, path="/17.txt", kind="file", limit_ref=False, tls=True)],
     # Start-up and memory on 100,000 small files (no wrk; measure_load).
     "load100k": [Point("load100k", "load100k", 1, kind="load")],
 }
 
-FILE_SCENARIOS = [name for name, points in SCENARIOS.items() if points[0].files]
+FILE_SCENARIOS = [name for name, points in SCENARIOS.items() if points[0].files and not points[0].tls]
+TLS_SCENARIOS = [name for name, points in SCENARIOS.items() if points[0].tls]
 
 DESCRIPTIONS = {
     "c10": "keep-alive GET /, 10 connections",
@@ -99,6 +110,8 @@ DESCRIPTIONS = {
     "f304": "GET of the 4 KiB file with If-None-Match: the server's own ETag (every answer 304), 50 connections",
     "frange": "GET of the 64 KiB file with Range: bytes=0-1023 (every answer 206), 50 connections",
     "fpipe16": "GET of the 17-byte file, 50 connections, 16 pipelined GETs per write",
+    "tls-c50": "keep-alive GET / over TLS, 50 connections (one handshake per connection)",
+    "tls-f17": "keep-alive GET of the 17-byte file over TLS, 50 connections (one handshake per connection)",
     "load100k": "start-up and memory with 100,000 small files",
 }
 
@@ -111,7 +124,8 @@ def wrk_argv(port, point, duration_s, headers=()):
             "-d", f"{duration_s:g}s", "--timeout", WRK_TIMEOUT]
     for h in headers:
         argv += ["-H", h]
-    argv += ["-s", os.path.join(BENCH, "wrk", script), f"http://127.0.0.1:{port}{point.path}"]
+    scheme = "https" if point.tls else "http"
+    argv += ["-s", os.path.join(BENCH, "wrk", script), f"{scheme}://127.0.0.1:{port}{point.path}"]
     if point.depth > 1:
         argv += ["--", str(point.depth)]
     return argv

@@ -29,7 +29,7 @@ RESULT_FIELDS = [
     "rss_first_kib", "rss_anon_first_kib", "rss_file_first_kib",
     "rss_after_kib", "rss_anon_after_kib", "rss_file_after_kib", "paths_ok",
     "pack_s", "archive_bytes",
-    "request_headers", "checked", "note",
+    "request_headers", "checked", "tls", "note",
 ]
 
 SUMMARY_FIGURES = ["req_per_s", "p50_us", "p99_us", "lat_little_us", "errors",
@@ -62,6 +62,18 @@ FILES_TARGETS = [
     ("f4k", "req_per_s_vs_limit", ">=", 0.9, "f4k req/s vs limit hello"),
     ("f64k", "bytes_per_s_vs_nginx", ">=", 1.0, "f64k bytes/s vs nginx"),
     ("f10m", "bytes_per_s_vs_nginx", ">=", 1.0, "f10m bytes/s vs nginx"),
+]
+
+# The TLS issue's targets: Peregrine over TLS against nginx with the same
+# certificate, protocol, cipher suite and group (bench/lib/tls.py).
+TLS_TARGETS = [
+    ("tls-c50", "req_per_s_vs_nginx", ">=", 1.2, "tls-c50 req/s vs nginx"),
+    ("tls-f17", "req_per_s_vs_nginx", ">=", 1.2, "tls-f17 req/s vs nginx"),
+]
+# shown under them, measured, without a goal
+TLS_MEASURED = [
+    ("tls-c50", "cpu_us_per_req_vs_nginx", "tls-c50 CPU µs/req vs nginx"),
+    ("tls-f17", "cpu_us_per_req_vs_nginx", "tls-f17 CPU µs/req vs nginx"),
 ]
 
 # The site-archive issue's targets, for peregrine-archive (`peregrine serve
@@ -179,7 +191,7 @@ def _row_cells(s, pipelined):
 
 
 def _table(header, rows):
-    align = [":---" if h in ("server", "note", "target", "") else "---:" for h in header]
+    align = [":---" if h in ("server", "note", "target", "negotiated", "") else "---:" for h in header]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join(align) + "|"]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return lines
@@ -218,6 +230,16 @@ def summary_markdown(summary, ctx):
             "head B: the size of the server's status line and header fields in the checked answer "
             "(bodies are the same for all).",
         ]
+    if any(sc in load.TLS_SCENARIOS for sc in ctx["scenarios"]):
+        md += [
+            "- TLS scenarios (tls-c50, tls-f17): c50 and f17 over TLS, wrk's OpenSSL client, every "
+            "server with the run's throwaway ECDSA P-256 certificate; keep-alive, so each of the 50 "
+            "connections pays its handshake once and the figures are the cost of the records. "
+            "What each server negotiated with wrk's offer (`openssl s_client`, same library and "
+            "defaults) is in its table and in meta.txt; answers were checked over TLS with the "
+            "certificate verified. limit has no TLS and sits them out; `× nginx` compares with "
+            "nginx at the same point.",
+        ]
     md += _interference(ctx["rows"]) + _response_sizes(summary) + [""]
     by_point = {}
     for s in summary:
@@ -235,6 +257,15 @@ def summary_markdown(summary, ctx):
         md += ["", "When wrk's CPU is near 100 % at f17 and f4k, the client caps every server's "
                "req/s and compresses these ratios towards 1; the tables' CPU µs/req × nginx "
                "then compares the servers.", ""]
+    targets = _targets(by_point, TLS_TARGETS)
+    if targets:
+        targets += _measured(by_point, TLS_MEASURED)
+        md += ["## TLS targets (peregrine over TLS)", ""]
+        md += _table(["target", "measured", "goal", ""], targets)
+        md += [""] + _tls_agreement(ctx.get("tls_seen") or {}) + [
+            "", "Keep-alive: the handshake is paid once per connection, so these compare the "
+               "cost of encrypting, decrypting and serving requests, not of handshakes. When wrk's "
+               "CPU is near 100 %, the client caps req/s and CPU µs/req × nginx compares the servers.", ""]
     targets = _targets(by_point, ARCHIVE_TARGETS, "peregrine-archive") + _load_target_rows(by_point)
     if targets:
         md += ["## Archive targets (peregrine-archive)", ""]
@@ -249,6 +280,9 @@ def summary_markdown(summary, ctx):
         if not points:
             continue
         md += [f"## {scenario}: {load.DESCRIPTIONS[scenario]}", ""]
+        if scenario in load.TLS_SCENARIOS:
+            md += _tls_table(points, by_point, ctx.get("tls_seen") or {}) + [""]
+            continue
         if scenario in load.FILE_SCENARIOS:
             md += _files_table(points, by_point) + [""]
             continue
@@ -332,6 +366,52 @@ def _files_table(points, by_point):
     return out
 
 
+def _tls_table(points, by_point, tls_seen):
+    head = ["server", "req/s", "× nginx", "p50", "p99", "errors", "CPU µs/req", "× nginx",
+            "head B", "negotiated", "CPU % srv / wrk / other"]
+    rows, notes = [], []
+    for p in points:
+        for s in by_point[p.label]:
+            seen = "; ".join(sorted(tls_seen.get((s["server"], p.scenario), ()))) or "–"
+            rows.append([s["server"], fmt_int(s["req_per_s"]), fmt_ratio(s["req_per_s_vs_nginx"]),
+                         fmt_us(s["p50_us"]), fmt_us(s["p99_us"]), fmt_int(s["errors"]),
+                         fmt_cpu(s["cpu_us_per_req"]), fmt_ratio(s["cpu_us_per_req_vs_nginx"]),
+                         fmt_int(s["head_bytes"]), seen, _busy(s)])
+            if s["note"]:
+                notes.append(f"{s['server']} at {s['point']}: {s['note']}")
+    return _table(head, rows) + ([""] + [f"- {n}" for n in notes] if notes else []) + [
+        "", "negotiated: protocol, cipher suite, key-exchange group and signature that the server "
+            "chose for OpenSSL's default client offer (wrk's), by `openssl s_client`, in every "
+            "repetition. head B: the status line and header fields of the checked answer."]
+
+
+def _tls_agreement(tls_seen):
+    """A line saying whether every server negotiated the same, per TLS scenario."""
+    out = []
+    for scenario in load.TLS_SCENARIOS:
+        per = {name: seen for (name, sc), seen in tls_seen.items() if sc == scenario}
+        if not per:
+            continue
+        all_seen = set().union(*per.values())
+        if len(all_seen) == 1:
+            out.append(f"- {scenario}: every server negotiated {next(iter(all_seen))}.")
+        else:
+            out.append(f"- **{scenario}: the servers negotiated different parameters, the comparison "
+                       f"is not like for like**: " + "; ".join(
+                           f"{name} {', '.join(sorted(seen))}" for name, seen in sorted(per.items())))
+    return out
+
+
+def _measured(by_point, measured, server="peregrine"):
+    rows = []
+    for point, fig, label in measured:
+        s = next((s for s in by_point.get(point, []) if s["server"] == server), None)
+        if s is not None:
+            rows.append([label, "–" if s.get(fig) is None else f"{s[fig]:.3f}×", "measured",
+                         "lower is better"])
+    return rows
+
+
 def fmt_ms(v):
     return "–" if v is None else f"{v:,.1f} ms"
 
@@ -394,7 +474,7 @@ def _load_target_rows(by_point):
 
 def _response_sizes(summary):
     sizes = {}
-    hello = {p.label for sc, ps in load.SCENARIOS.items() for p in ps if p.kind == "hello"}
+    hello = {p.label for sc, ps in load.SCENARIOS.items() for p in ps if p.kind == "hello" and not p.tls}
     for s in summary:
         if s["point"] in hello and s.get("resp_bytes") is not None:
             sizes.setdefault(s["server"], s["resp_bytes"])

@@ -3,9 +3,11 @@ and writes the run directory. See bench/README.md for what is measured.
 
 Order of work: install what is missing; build the selected servers that
 take part in a selected scenario (skipping those that fail); write the file
-tree if a file scenario is selected, and pack it for peregrine-archive; then
+tree if a file scenario is selected, and pack it for peregrine-archive; make
+a throwaway certificate if a TLS scenario is selected; then
 for each scenario, repetition and server start the server fresh, check its
-answers (file scenarios), warm up, measure, stop it (load100k writes and
+answers (file and TLS scenarios; for TLS also what it negotiates), warm up,
+measure, stop it (load100k writes and
 packs its own 100,000 files first, and times start-up instead); last, write the summary, charts and meta, and rewrite
 BENCHMARKS.md's bench section.
 """
@@ -24,6 +26,7 @@ import load
 import procs
 import report
 import servers
+import tls
 
 BENCH = install.BENCH
 REPO = servers.REPO
@@ -102,7 +105,7 @@ def machine_busy_pct(seconds=1.0):
 
 
 def write_meta(path, args, command, started, prepared, skipped, venv_python, nofile, tree=None,
-               many_notes=()):
+               many_notes=(), cert=None, tls_seen=None):
     lines = [
         f"command: {command}",
         f"started: {started.isoformat(timespec='seconds')} (local), "
@@ -124,6 +127,15 @@ def write_meta(path, args, command, started, prepared, skipped, venv_python, nof
         lines.append(f"file tree (file scenarios; one temporary directory all file servers served, "
                      f"mtime {filetree.MTIME}): {tree.describe()}")
     lines += [f"load100k: {n}" for n in many_notes]
+    if cert is not None:
+        lines.append(f"TLS scenarios' certificate: {cert.describe()}")
+        lines.append(f"TLS: nginx pinned to TLSv1.3, ssl_conf_command Ciphersuites {tls.TLS13_CIPHERSUITE}, "
+                     f"ssl_ecdh_curve {tls.GROUPS} (bench/peers/nginx/tls.conf.in); h2o minimum-version TLSv1.3 "
+                     f"with OpenSSL's server defaults; Peregrine with rustls' defaults (ring provider, "
+                     f"TLS 1.3 and 1.2); wrk offers OpenSSL's defaults")
+        for (name, scenario), seen in sorted((tls_seen or {}).items()):
+            lines.append(f"TLS negotiated by {name} at {scenario} (openssl s_client with OpenSSL's default "
+                         f"offer, as wrk; per repetition): {'; '.join(sorted(seen))}")
     for name, server in prepared.items():
         lines += [f"{name}: {n}" for n in server.setup_notes()]
     for knob in ("net/core/somaxconn", "net/ipv4/tcp_tw_reuse", "net/ipv4/ip_local_port_range"):
@@ -136,6 +148,8 @@ def write_meta(path, args, command, started, prepared, skipped, venv_python, nof
               f"  wrk: {sh(['wrk', '-v']).splitlines()[0] if sh(['wrk', '-v']) else 'missing'}",
               f"  python: {sys.version.split()[0]}",
               f"  gcc: {sh(['gcc', '--version']).splitlines()[0]}"]
+    if cert is not None:
+        lines.append(f"  openssl (wrk's and s_client's library): {sh(['openssl', 'version'])}")
     if venv_python:
         lines.append("  matplotlib: " + sh([venv_python, "-c", "import matplotlib; print(matplotlib.__version__)"]))
     for name, server in prepared.items():
@@ -222,6 +236,18 @@ def main(argv):
                 skipped[name] = reason
                 log(f"skipping {name}: {reason}")
                 del prepared[name]
+    cert = None
+    if any(p.tls for p in points) and any(s.takes_part(p) for s in prepared.values() for p in points if p.tls):
+        # one certificate for the whole run, given to every TLS server
+        try:
+            if not tls.ensure_openssl():
+                raise RuntimeError("the openssl CLI is missing and could not be installed")
+            cert = tls.Cert()
+            log(f"TLS certificate {cert.cert}: {cert.describe()}")
+        except (RuntimeError, OSError) as e:
+            log(f"ERROR: no certificate, the TLS scenarios are not run: {e}")
+            skipped["TLS scenarios"] = f"no certificate: {e}"
+    tls_seen = {}  # (server, scenario) -> {what it negotiated}
     results = report.ResultsWriter(os.path.join(run_dir, "results.csv"))
     many_notes = []  # load100k: its tree and archive, for meta.txt
     # Repetitions go round the servers (rep 1 of every server, then rep 2,
@@ -233,10 +259,14 @@ def main(argv):
         left_out = [n for n in prepared if n not in taking_part]
         if left_out:
             mode = {"hello": "hello", "load": "load100k"}.get(load.SCENARIOS[scenario][0].kind, "file")
+            if load.SCENARIOS[scenario][0].tls:
+                mode = f"TLS {mode}"
             log(f"{scenario}: without {', '.join(left_out)} (no {mode} mode"
                 f"{', or limit where its hello says nothing' if 'limit' in left_out and mode == 'file' else ''})")
         if scenario == "load100k":
             run_load100k(taking_part, args, results, logs, skipped, many_notes)
+            continue
+        if load.SCENARIOS[scenario][0].tls and cert is None:
             continue
         for rep in range(1, args.reps + 1):
             for name, server in taking_part.items():
@@ -244,7 +274,13 @@ def main(argv):
                 if scenario == "idle10k":
                     run_idle(server, args, results, log_path, skipped, rep)
                 else:
-                    run_scenario(server, scenario, args, results, log_path, skipped, rep, tree)
+                    run_scenario(server, scenario, args, results, log_path, skipped, rep, tree,
+                                 cert, tls_seen)
+        if load.SCENARIOS[scenario][0].tls:
+            seen = {name: got for (name, sc), got in tls_seen.items() if sc == scenario}
+            if len(set().union(*seen.values()) if seen else ()) > 1:
+                log(f"WARNING: {scenario}: the servers negotiated different TLS parameters: "
+                    + "; ".join(f"{n} {', '.join(sorted(g))}" for n, g in sorted(seen.items())))
 
     # 4. report
     summary = report.summarize(results.rows)
@@ -253,12 +289,12 @@ def main(argv):
            "many_notes": many_notes,
            "duration_s": args.duration, "warmup_s": WARMUP_S, "cpu_model": cpu_model(),
            "n_cpus": os.cpu_count(), "skipped": skipped, "scenarios": args.scenario_names,
-           "rows": results.rows}
+           "rows": results.rows, "tls_seen": tls_seen}
     summary_md = report.summary_markdown(summary, ctx)
     with open(os.path.join(run_dir, "summary.md"), "w") as f:
         f.write(summary_md + "\n")
     write_meta(os.path.join(run_dir, "meta.txt"), args, command, started, prepared, skipped,
-               venv_python, nofile, tree, many_notes)
+               venv_python, nofile, tree, many_notes, cert, tls_seen)
 
     charts = []
     if venv_python:
@@ -269,7 +305,8 @@ def main(argv):
         made = r.stdout.split()
         alts = {"chart.png": "requests per second", "cpu.png": "server CPU µs per request",
                 "memory.png": "bytes per idle connection",
-                "files.png": "static files: requests per second, CPU µs per request, bytes per second"}
+                "files.png": "static files: requests per second, CPU µs per request, bytes per second",
+                "tls.png": "over TLS: requests per second and CPU µs per request"}
         charts = [(m, alts.get(m, m)) for m in made]
     else:
         log("WARNING: no matplotlib: no charts")
@@ -292,8 +329,8 @@ def main(argv):
     return 0
 
 
-def _start(server, log_path, skipped, scenario, tree=None):
-    running = servers.Running(server, log_path, tree)
+def _start(server, log_path, skipped, scenario, tree=None, cert=None):
+    running = servers.Running(server, log_path, tree, cert)
     reason = running.start()
     if reason:
         log(f"{server.name} failed to start for {scenario}: {reason}")
@@ -303,12 +340,17 @@ def _start(server, log_path, skipped, scenario, tree=None):
     return running, None
 
 
-def run_scenario(server, scenario, args, results, log_path, skipped, rep, tree=None):
+def run_scenario(server, scenario, args, results, log_path, skipped, rep, tree=None, cert=None,
+                 tls_seen=None):
     """One repetition of a scenario on a freshly started server. In a file
-    scenario the server's answers are checked first, with the very requests
-    wrk will send; a server that answers wrong is not measured."""
+    or TLS scenario the server's answers are checked first, with the very
+    requests wrk will send; a server that answers wrong is not measured. In
+    a TLS scenario what the server negotiates with OpenSSL's default offer
+    (wrk's) is recorded in the row (and in meta.txt)."""
     files = load.SCENARIOS[scenario][0].files
-    running, reason = _start(server, log_path, skipped, scenario, tree if files else None)
+    over_tls = load.SCENARIOS[scenario][0].tls
+    running, reason = _start(server, log_path, skipped, scenario, tree if files else None,
+                             cert if over_tls else None)
     try:
         for point in load.SCENARIOS[scenario]:
             base = {"server": server.name, "scenario": scenario, "point": point.label,
@@ -319,11 +361,19 @@ def run_scenario(server, scenario, args, results, log_path, skipped, rep, tree=N
             if not running.alive():
                 results.add({**base, "rep": rep, "note": f"server exited with {running.proc.returncode}"})
                 continue
-            headers, body_bytes, head_bytes, checked = (), None, "", ""
-            if point.files:
+            headers, body_bytes, head_bytes, checked, negotiated = (), None, "", "", ""
+            if point.files or point.tls:
                 try:
                     headers, body_bytes, head_bytes, checked = filetree.check(
-                        running.port, point, tree, servers.BODY if server.files_hello else None)
+                        running.port, point, tree,
+                        servers.BODY if server.files_hello or not point.files else None, running.ssl_ctx)
+                    if point.tls:
+                        try:
+                            negotiated = tls.short(tls.negotiated(running.port, cert))
+                        except RuntimeError as e:
+                            raise filetree.WrongAnswer(str(e)) from e
+                        tls_seen.setdefault((server.name, scenario), set()).add(negotiated)
+                        checked += f"; {negotiated}"
                 except filetree.WrongAnswer as e:
                     why = f"wrong answer, not measured: {e}"
                     log(f"ERROR: {server.name} at {point.label}: {why}")
@@ -333,12 +383,13 @@ def run_scenario(server, scenario, args, results, log_path, skipped, rep, tree=N
             load.run_wrk(running.port, point, WARMUP_S, headers)  # warm-up, not recorded
             row = load.measure_wrk(running, point, args.duration, headers, body_bytes)
             results.add({**base, "rep": rep, "request_headers": " | ".join(headers),
-                         "checked": checked, "head_bytes": head_bytes, **row})
+                         "checked": checked, "head_bytes": head_bytes, "tls": negotiated, **row})
             log(f"{scenario:8} {point.label:12} {server.name:12} rep {rep}: "
                 + (f"{row['req_per_s']:>12,.0f} req/s  cpu {row['cpu_us_per_req']} µs/req  "
                    f"errors {row['errors']}" if row.get("req_per_s") not in (None, "") else "")
                 + (f"  {row['bytes_per_s'] / 2**20:,.1f} MiB/s"
                    if point.files and row.get("bytes_per_s") not in (None, "") else "")
+                + (f"  {negotiated}" if negotiated else "")
                 + (f"  [{row['note']}]" if row.get("note") else ""))
     finally:
         if running:

@@ -15,6 +15,12 @@ once per run it packs the generated file tree with `peregrine pack` and then
 serves that archive (`peregrine serve FILE.prg`) in the file scenarios. The
 load100k scenario (load.py) starts peregrine-archive, peregrine (`serve
 DIR`) and nginx on a tree of 100,000 small files.
+
+The TLS scenarios (tls-c50, tls-f17) run the servers with a TLS mode
+(peregrine, peregrine-archive in tls-f17, nginx, h2o) with the run's throwaway
+certificate (tls.Cert): `tls_argv` and `tls_files_argv`. limit, the
+reference for plain HTTP, has no TLS and sits them out, as do lighttpd, the
+Go peers and node (no TLS set up for them here).
 """
 import os
 import shutil
@@ -26,6 +32,7 @@ import time
 
 import install
 import procs
+import tls as tls_
 
 BENCH = install.BENCH
 REPO = os.path.dirname(BENCH)
@@ -54,6 +61,7 @@ class Server:
     serves_files = False  # has a file mode (the file scenarios)
     files_hello = False   # answers the file scenarios with its hello (limit)
     loads = False         # takes part in load100k (load_argv)
+    tls = False           # has a TLS mode (the TLS scenarios: tls_argv, tls_files_argv)
 
     def prepare(self):
         return None
@@ -74,8 +82,18 @@ class Server:
     def files_argv(self, port, tmp, root):
         raise NotImplementedError
 
+    def tls_argv(self, port, tmp, cert):
+        """The hello mode over TLS with cert (a tls.Cert)."""
+        raise NotImplementedError
+
+    def tls_files_argv(self, port, tmp, root, cert):
+        """The file mode over TLS with cert (a tls.Cert)."""
+        raise NotImplementedError
+
     def takes_part(self, point):
         """Whether this server runs at a load point."""
+        if point.tls and not self.tls:
+            return False
         if point.kind == "load":
             return self.loads
         if not point.files:
@@ -133,6 +151,7 @@ class Peregrine(Server):
     name = "peregrine"
     serves_files = True
     loads = True
+    tls = True
     run_cargo = True  # bench/run --no-cargo: measure the binary as it is
     _built = False    # one cargo build per run for peregrine and peregrine-archive
 
@@ -170,6 +189,15 @@ class Peregrine(Server):
     def load_argv(self, port, tmp, root, archive):
         """load100k: `serve DIR` of the 100,000-file tree (no load step)."""
         return self.files_argv(port, tmp, root)
+
+    # The TLS scenarios: the same commands with the run's certificate
+    # (rustls with the ring provider, its defaults: TLS 1.3 and 1.2, ALPN
+    # http/1.1, no HSTS).
+    def tls_argv(self, port, tmp, cert):
+        return self.argv(port, tmp) + ["--tls-cert", cert.cert, "--tls-key", cert.key]
+
+    def tls_files_argv(self, port, tmp, root, cert):
+        return self.files_argv(port, tmp, root) + ["--tls-cert", cert.cert, "--tls-key", cert.key]
 
     def version(self):
         rev = subprocess.run(["git", "-C", REPO, "rev-parse", "--short=12", "HEAD"],
@@ -267,6 +295,7 @@ class Nginx(Server):
     name = "nginx"
     serves_files = True
     loads = True
+    tls = True
 
     def prepare(self):
         if not install.ensure_nginx():
@@ -291,6 +320,22 @@ class Nginx(Server):
         """load100k: the same configuration on the unpacked 100,000-file tree."""
         return self.files_argv(port, tmp, root)
 
+    def tls_files_argv(self, port, tmp, root, cert):
+        """tls.conf.in: files.conf.in's settings with `ssl` on the listener,
+        the run's certificate, TLS 1.3 with the one cipher suite rustls
+        picks (tls.TLS13_CIPHERSUITE) and rustls' groups, and GET / answered
+        with the hello as in nginx.conf.in."""
+        path = _fill(os.path.join(PEERS, "nginx", "tls.conf.in"), os.path.join(tmp, "nginx.conf"),
+                     TMP=tmp, PORT=port, ROOT=root, CERT=cert.cert, KEY=cert.key,
+                     CIPHERSUITES=tls_.TLS13_CIPHERSUITE, GROUPS=tls_.GROUPS)
+        return [self.binary, "-p", tmp, "-c", path, "-e", os.path.join(tmp, "error.log")]
+
+    def tls_argv(self, port, tmp, cert):
+        # the same configuration; its root (the empty tmp/www) is never asked
+        root = os.path.join(tmp, "www")
+        os.makedirs(root, exist_ok=True)
+        return self.tls_files_argv(port, tmp, root, cert)
+
     def version(self):
         r = subprocess.run([self.binary, "-v"], capture_output=True, text=True)
         return r.stderr.strip()
@@ -299,6 +344,7 @@ class Nginx(Server):
 class H2o(Server):
     name = "h2o"
     serves_files = True
+    tls = True
 
     def prepare(self):
         reason = install.ensure_h2o()
@@ -321,6 +367,33 @@ class H2o(Server):
         path = _fill(os.path.join(PEERS, "h2o", "files.conf.in"), os.path.join(tmp, "h2o.conf"),
                      TMP=tmp, PORT=port, ROOT=root)
         return [self.binary, "-c", path]
+
+    # The TLS scenarios: the same configurations with an ssl block on the
+    # listener. h2o 2.2 cannot name TLS 1.3 suites; with OpenSSL's server
+    # defaults and the client's order it picks what rustls picks (the
+    # runner checks), so only the version is pinned. OCSP stapling off: it
+    # would start a fetch-ocsp-response process (and the certificate has
+    # no OCSP URI).
+    SSL_BLOCK = ("  ssl:\n    certificate-file: {cert}\n    key-file: {key}\n"
+                 "    minimum-version: TLSv1.3\n    ocsp-update-interval: 0\n")
+
+    def _with_ssl(self, argv, port, cert):
+        path = argv[-1]
+        with open(path) as f:
+            conf = f.read()
+        listen = f"  port: {port}\n"
+        if conf.count(listen) != 1:
+            raise RuntimeError(f"{path}: no single '{listen.strip()}' line to add ssl to")
+        conf = conf.replace(listen, listen + self.SSL_BLOCK.format(cert=cert.cert, key=cert.key))
+        with open(path, "w") as f:
+            f.write(conf)
+        return argv
+
+    def tls_argv(self, port, tmp, cert):
+        return self._with_ssl(self.argv(port, tmp), port, cert)
+
+    def tls_files_argv(self, port, tmp, root, cert):
+        return self._with_ssl(self.files_argv(port, tmp, root), port, cert)
 
     def version(self):
         r = subprocess.run([self.binary, "--version"], capture_output=True, text=True)
@@ -430,11 +503,11 @@ def free_port():
         return s.getsockname()[1]
 
 
-def probe(port, timeout_s=1.0, path="/", body=BODY):
-    """One GET over a fresh connection. Returns None if the answer is the
-    expected 200 with the body, else what went wrong."""
+def probe(port, timeout_s=1.0, path="/", body=BODY, ssl_ctx=None):
+    """One GET over a fresh connection (over TLS with ssl_ctx). Returns None
+    if the answer is the expected 200 with the body, else what went wrong."""
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as s:
+        with tls_.wrap(socket.create_connection(("127.0.0.1", port), timeout=timeout_s), ssl_ctx) as s:
             s.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
             buf = b""
             deadline = time.monotonic() + timeout_s
@@ -456,11 +529,14 @@ def probe(port, timeout_s=1.0, path="/", body=BODY):
 
 class Running:
     """A started server: its process group, port and temporary directory.
-    With `tree` (a filetree.Tree), the server runs in its file mode."""
+    With `tree` (a filetree.Tree), the server runs in its file mode; with
+    `cert` (a tls.Cert), over TLS."""
 
-    def __init__(self, server, log_path, tree=None):
+    def __init__(self, server, log_path, tree=None, cert=None):
         self.server = server
         self.tree = tree
+        self.cert = cert
+        self.ssl_ctx = cert.client_context() if cert else None
         self.port = free_port()
         self.tmp = tempfile.mkdtemp(prefix=f"peregrine-bench-{server.name}-")
         self.log_path = log_path
@@ -470,11 +546,14 @@ class Running:
     def start(self):
         """Starts and waits until ready. Returns None or the failure reason."""
         if self.tree is None or self.server.files_hello:
-            mode_argv = self.server.argv(self.port, self.tmp)
+            mode_argv = self.server.tls_argv(self.port, self.tmp, self.cert) if self.cert else \
+                self.server.argv(self.port, self.tmp)
             ready = dict(path="/", body=BODY)
         else:
-            mode_argv = self.server.files_argv(self.port, self.tmp, self.tree.root)
+            mode_argv = self.server.tls_files_argv(self.port, self.tmp, self.tree.root, self.cert) \
+                if self.cert else self.server.files_argv(self.port, self.tmp, self.tree.root)
             ready = dict(path="/17.txt", body=self.tree.files["/17.txt"])
+        ready["ssl_ctx"] = self.ssl_ctx
         self.launch(mode_argv)
         deadline = time.monotonic() + READY_TIMEOUT_S
         last = "not started"
