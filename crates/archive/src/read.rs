@@ -88,10 +88,10 @@ impl Archive {
         if mode != Mode::Heap {
             match map::take_read_lease(&file) {
                 Ok(()) => leased = Some(()),
-                Err(e) => eprintln!(
-                    "peregrine: no read lease on {} ({e}); reading it into memory instead of mapping it",
+                Err(e) => peregrine::log::warn(format_args!(
+                    "no read lease on {} ({e}); reading it into memory instead of mapping it",
                     path.display()
-                ),
+                )),
             }
         }
         let bytes = match leased {

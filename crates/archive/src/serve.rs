@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use peregrine::{Body, Handler, HeaderBlock, Reply, Request, Response};
+use peregrine::{log, Body, Handler, HeaderBlock, Reply, Request, Response};
 use peregrine_files::conditional::{self, Preconditions, Verdict};
 use peregrine_files::encoding::{self, Encoding};
 use peregrine_files::path;
@@ -131,10 +131,10 @@ fn watch(shared: Weak<Shared>, mut seen: FileIdentity) {
         }
         seen = now;
         if now.is_none() {
-            eprintln!(
-                "peregrine: {} is gone; still serving the archive loaded before",
+            log::warn(format_args!(
+                "{} is gone; still serving the archive loaded before",
                 shared.path.display()
-            );
+            ));
             continue;
         }
         let loaded = Archive::open(&shared.path, shared.mode).and_then(|a| {
@@ -146,14 +146,14 @@ fn watch(shared: Weak<Shared>, mut seen: FileIdentity) {
             Ok(archive) => {
                 *shared.current.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(archive);
                 let g = shared.generation.fetch_add(1, Ordering::AcqRel) + 1;
-                eprintln!("peregrine: {} loaded as generation {g}", shared.path.display());
+                log::info(format_args!("{} loaded as generation {g}", shared.path.display()));
             }
             Err(e) => {
                 shared.refused.fetch_add(1, Ordering::AcqRel);
-                eprintln!(
-                    "peregrine: refusing the new archive ({e}); still serving generation {}",
+                log::error(format_args!(
+                    "refusing the new archive ({e}); still serving generation {}",
                     shared.generation.load(Ordering::Acquire)
-                )
+                ))
             }
         }
     }
@@ -169,12 +169,12 @@ fn move_off_the_map(shared: &Shared, old: &Arc<Archive>) {
         Ok(copy) => {
             *shared.current.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(copy);
             let g = shared.generation.fetch_add(1, Ordering::AcqRel) + 1;
-            eprintln!(
-                "peregrine: {} is being rewritten in place; serving a copy in memory (generation {g})",
+            log::warn(format_args!(
+                "{} is being rewritten in place; serving a copy in memory (generation {g})",
                 shared.path.display()
-            );
+            ));
         }
-        Err(e) => eprintln!("peregrine: cannot copy {} off its map: {e}", shared.path.display()),
+        Err(e) => log::error(format_args!("cannot copy {} off its map: {e}", shared.path.display())),
     }
     // A request that read the old generation just before the switch is
     // done within microseconds; then wait for bytes in flight (slow
@@ -185,11 +185,11 @@ fn move_off_the_map(shared: &Shared, old: &Arc<Archive>) {
         std::thread::sleep(Duration::from_millis(10));
     }
     if old.bytes_in_flight() > 0 {
-        eprintln!(
-            "peregrine: {} responses still send from the old map of {}; releasing it anyway",
+        log::warn(format_args!(
+            "{} responses still send from the old map of {}; releasing it anyway",
             old.bytes_in_flight(),
             shared.path.display()
-        );
+        ));
     }
     old.release_lease();
 }
@@ -425,7 +425,9 @@ fn prepare(local: &mut Local, archive: &Archive, e: &Entry<'_>, vi: usize, v: &V
     }
     let path = String::from_utf8_lossy(e.path());
     if hash(archive.slice(v.body_off, v.body_len)) != v.body_hash {
-        eprintln!("peregrine: archive body for {path} does not match its checksum; not served");
+        log::error(format_args!(
+            "archive body for {path} does not match its checksum; not served"
+        ));
         return None;
     }
     let heads = (
@@ -433,7 +435,9 @@ fn prepare(local: &mut Local, archive: &Archive, e: &Entry<'_>, vi: usize, v: &V
         HeaderBlock::from_lines(archive.shared(v.head_off + u64::from(v.head_len), u64::from(v.head304_len))),
     );
     let (Ok(block), Ok(block_304)) = heads else {
-        eprintln!("peregrine: archive heads for {path} are not valid header lines; not served");
+        log::error(format_args!(
+            "archive heads for {path} are not valid header lines; not served"
+        ));
         return None;
     };
     let p = Rc::new(Prepared {

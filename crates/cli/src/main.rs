@@ -185,6 +185,11 @@ struct ServerArgs {
     /// The access log's format: `combined` (Combined Log Format) or `json`.
     #[arg(long, default_value = "combined", value_name = "FORMAT")]
     access_log_format: peregrine::LogFormat,
+    /// The least severe error-log lines written to standard error: `error`,
+    /// `warn`, `info` (default) or `debug` (per-connection detail such as
+    /// failed TLS handshakes; `PEREGRINE_DEBUG=1` also turns it on).
+    #[arg(long, value_name = "LEVEL")]
+    log_level: Option<peregrine::log::Level>,
     /// Serve Prometheus metrics at http://ADDR/metrics, and `ok` at
     /// /healthz, on a listener of their own (one more thread).
     #[arg(long, value_name = "ADDR")]
@@ -351,6 +356,9 @@ impl LimitArgs {
     }
 
     fn server(&self, args: &ServerArgs) -> anyhow::Result<Server> {
+        if let Some(level) = args.log_level {
+            peregrine::log::set_level(level);
+        }
         let mut server = Server::new().limits(self.to_limits()?);
         let tls = args.tls.config()?;
         let inherited = peregrine::systemd::listen_fds().context("socket activation (LISTEN_FDS)")?;
@@ -410,14 +418,14 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> anyhow::Result<()> {
     // Thousands of connections need more than the usual 1,024 descriptors.
     if let Err(e) = peregrine::raise_open_files_limit() {
-        eprintln!("peregrine: warning: cannot raise the open files limit: {e}");
+        peregrine::log::warn(format_args!("cannot raise the open files limit: {e}"));
     }
     match cli.command {
         Command::Hello { server } => {
             let (srv, metrics) = with_metrics(server.limits.server(&server)?, &server);
             let _metrics = serve_metrics(&server, metrics)?;
             let running = srv.start(|_req: &Request<'_>| Response::text("Hello, World!"))?;
-            eprintln!("peregrine: hello on {}", server.tls.urls(running.local_addrs()));
+            peregrine::log::info(format_args!("hello on {}", server.tls.urls(running.local_addrs())));
             running.wait()?;
         }
         Command::Serve {
@@ -461,11 +469,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 let _metrics = serve_metrics(&server, metrics)?;
                 srv.start(files)?
             };
-            eprintln!(
-                "peregrine: serving {} on {}",
+            peregrine::log::info(format_args!(
+                "serving {} on {}",
                 root.display(),
                 server.tls.urls(running.local_addrs())
-            );
+            ));
             running.wait()?;
         }
         Command::Pack {
@@ -541,7 +549,7 @@ fn serve_metrics(args: &ServerArgs, metrics: Option<Arc<Metrics>>) -> anyhow::Re
         .workers(1)
         .start(app)
         .with_context(|| format!("--metrics {addr}"))?;
-    eprintln!("peregrine: metrics on http://{}/metrics", running.local_addr());
+    peregrine::log::info(format_args!("metrics on http://{}/metrics", running.local_addr()));
     Ok(Some(running))
 }
 

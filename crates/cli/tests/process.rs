@@ -294,3 +294,39 @@ fn metrics_and_health_are_served_on_their_own_listener() {
     terminate(child);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn log_level_chooses_the_lines_written() {
+    // A free port, found by binding and letting go.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let mut child = peregrine()
+        .args(["hello", "--bind", &addr, "--workers", "1", "--log-level", "error"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // No "hello on" line at level error: wait for the port instead.
+    let out = loop {
+        match TcpStream::connect(&addr) {
+            Ok(_) => break get(&addr, "/"),
+            Err(_) => std::thread::sleep(std::time::Duration::from_millis(10)),
+        }
+    };
+    assert!(out.starts_with("HTTP/1.1 200 OK\r\n"), "{out}");
+    let mut stderr = child.stderr.take().unwrap();
+    terminate(child);
+    let mut said = String::new();
+    stderr.read_to_string(&mut said).unwrap();
+    assert_eq!(said, "", "nothing below error is written");
+    let out = peregrine().args(["hello", "--log-level", "loud"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("--log-level") && err.contains("unknown log level \"loud\""),
+        "{err}"
+    );
+}

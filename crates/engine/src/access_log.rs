@@ -243,7 +243,7 @@ impl LogWriter {
             }
         };
         if let Err(e) = result {
-            eprintln!("peregrine: access log write failed: {e}");
+            crate::log::error(format_args!("access log write failed: {e}"));
         }
         self.buf.clear();
     }

@@ -1195,7 +1195,9 @@ fn dispatch(
                 }));
                 return;
             }
-            eprintln!("peregrine: handler returned Reply::Later without calling Request::defer");
+            crate::log::error(format_args!(
+                "handler returned Reply::Later without calling Request::defer"
+            ));
             Response::error(500).with_close()
         }
         // The panic hook has already printed the message.
@@ -1263,7 +1265,9 @@ fn write_response(
     extra_fields: &[u8],
 ) -> Sent {
     if let Some(why) = resp.invalid {
-        eprintln!("peregrine: handler returned an invalid response ({why}); answering 500");
+        crate::log::error(format_args!(
+            "handler returned an invalid response ({why}); answering 500"
+        ));
         resp = Response::error(500).with_close();
     }
     let status = resp.status;

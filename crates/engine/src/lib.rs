@@ -44,6 +44,7 @@ mod date;
 mod error;
 mod handler;
 mod limits;
+pub mod log;
 mod metrics;
 mod request;
 mod responder;

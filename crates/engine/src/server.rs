@@ -342,7 +342,7 @@ impl Running {
         let log = self.log.clone();
         // Type=notify: serving from now on.
         if let Err(e) = crate::sys::systemd::notify("READY=1") {
-            eprintln!("peregrine: cannot notify systemd: {e}");
+            crate::log::warn(format_args!("cannot notify systemd: {e}"));
         }
         std::thread::Builder::new()
             .name("peregrine-signals".into())
@@ -355,8 +355,8 @@ impl Running {
                     }
                     if signal == SIGUSR1 {
                         match crate::access_log::reopen(log.as_ref()) {
-                            Ok(()) => eprintln!("peregrine: access log reopened"),
-                            Err(e) => eprintln!("peregrine: {e}; still writing to the old file"),
+                            Ok(()) => crate::log::info(format_args!("access log reopened")),
+                            Err(e) => crate::log::error(format_args!("{e}; still writing to the old file")),
                         }
                         continue;
                     }
@@ -391,8 +391,10 @@ impl Running {
 fn reload_all(configs: &[TlsConfig]) {
     for config in configs {
         match config.reload() {
-            Ok(n) => eprintln!("peregrine: TLS certificates reloaded ({n})"),
-            Err(e) => eprintln!("peregrine: TLS reload failed, keeping the certificates loaded before: {e}"),
+            Ok(n) => crate::log::info(format_args!("TLS certificates reloaded ({n})")),
+            Err(e) => crate::log::error(format_args!(
+                "TLS reload failed, keeping the certificates loaded before: {e}"
+            )),
         }
     }
 }

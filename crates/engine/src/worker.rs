@@ -217,7 +217,7 @@ fn accept(listener: &Listener, conns: &mut Slab<Conn>, ctx: &Ctx<'_>) -> bool {
             Err(e) => {
                 // EMFILE, ENFILE, ENOBUFS: the connection stays queued;
                 // retry at the next sweep rather than spin.
-                eprintln!("peregrine: accept failed: {e}");
+                crate::log::warn(format_args!("accept failed: {e}"));
                 return false;
             }
         };

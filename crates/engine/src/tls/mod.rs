@@ -19,7 +19,7 @@ pub(crate) mod redirect;
 pub(crate) mod session;
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rustls::crypto::CryptoProvider;
@@ -29,12 +29,6 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
 use crate::error::Error;
-
-/// `PEREGRINE_DEBUG=1` (any value but empty or `0`) turns on debug lines
-/// on standard error: failed handshakes, plaintext sent to a TLS port,
-/// truncated records. Read once.
-pub(crate) static DEBUG: LazyLock<bool> =
-    LazyLock::new(|| std::env::var_os("PEREGRINE_DEBUG").is_some_and(|v| !v.is_empty() && v != "0"));
 
 /// Certificates for TLS listeners. Cheap to clone; clones share the loaded
 /// certificates, so [`TlsConfig::reload`] on any clone changes them for all.

@@ -6,7 +6,7 @@
 //!
 //! Everything a client can send (garbage, plaintext HTTP, a record cut
 //! short, a failed handshake) ends as an error for this connection alone,
-//! logged at debug level (`PEREGRINE_DEBUG=1`).
+//! logged at debug level (`--log-level debug` or `PEREGRINE_DEBUG=1`).
 
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
@@ -15,7 +15,7 @@ use std::sync::Arc;
 use mio::net::TcpStream;
 use rustls::ServerConnection;
 
-use super::{TlsListener, DEBUG};
+use super::TlsListener;
 use crate::limits::TLS_SEND_BYTES_MAX;
 
 pub(crate) struct TlsSession {
@@ -126,9 +126,7 @@ impl TlsSession {
     }
 }
 
-/// One debug line, only when `PEREGRINE_DEBUG` is set.
+/// One debug line (`--log-level debug`, or `PEREGRINE_DEBUG=1`).
 pub(crate) fn debug(peer: SocketAddr, what: &str) {
-    if *DEBUG {
-        eprintln!("peregrine: debug: tls {peer}: {what}");
-    }
+    crate::log::debug(format_args!("tls {peer}: {what}"));
 }
