@@ -51,6 +51,8 @@ pub(crate) struct Worker {
     pub(crate) log: Option<LogWriter>,
     pub(crate) mailbox: Arc<Mailbox>,
     pub(crate) shutdown: Arc<AtomicBool>,
+    /// Read when shutdown begins: keep idle connections (a hand-over).
+    pub(crate) keep_idle: Arc<AtomicBool>,
     pub(crate) metrics: Option<Arc<WorkerMetrics>>,
 }
 
@@ -67,6 +69,7 @@ impl Worker {
             mut log,
             mailbox,
             shutdown,
+            keep_idle,
             metrics,
         } = self;
         // Timeouts are only noticed at sweeps; a sweep at least every minute
@@ -180,6 +183,8 @@ impl Worker {
 
             if drain_deadline.is_none() && shutdown.load(Ordering::Acquire) {
                 // Stop accepting; close what is idle; let the rest finish.
+                // Dropping a listener closes only this worker's descriptor:
+                // a server taking over (a reload) accepts from its own.
                 for mut listener in listeners.drain(..) {
                     let _ = poll.registry().deregister(&mut listener.socket);
                 }
@@ -188,9 +193,12 @@ impl Worker {
                     now.checked_add(limits.shutdown_timeout)
                         .unwrap_or(now + Duration::from_secs(1 << 32)),
                 );
-                let idle: Vec<usize> = conns.iter().filter(|(_, c)| c.is_closable()).map(|(t, _)| t).collect();
-                for t in idle {
-                    close(&mut conns, t, &mut pool, metrics.as_deref());
+                ctx.draining = true;
+                let keep_idle = keep_idle.load(Ordering::Acquire);
+                let tokens: Vec<usize> = conns.iter().map(|(t, _)| t).collect();
+                for t in tokens {
+                    let next = conns[t].on_drain(&mut ctx, keep_idle);
+                    settle(&mut conns, t, next, &mut ready, ctx.pool, ctx.metrics);
                 }
             }
             if let Some(deadline) = drain_deadline {
