@@ -148,8 +148,10 @@ fn precedence_is_flag_over_env_over_file_over_default() {
     // File beats default, with the line.
     assert_eq!(s["head-bytes-max"], ("1000".into(), format!("file {f}:4")));
     assert_eq!(s["idle-timeout"], ("1.5".into(), format!("file {f}:5")));
-    // Default when nobody says.
-    assert_eq!(s["bind"], ("[\"127.0.0.1:8080\"]".into(), "default".into()));
+    // Not set when nobody says: the built-in default (127.0.0.1:8080, or
+    // the sockets systemd passes) applies.
+    assert!(!s.contains_key("bind"));
+    assert!(stdout(&out).contains("# bind is not set"));
     // The engine's own default, shown.
     let body_bytes_max = peregrine::Limits::default().body_bytes_max;
     assert_eq!(s["body-bytes-max"], (body_bytes_max.to_string(), "default".into()));
