@@ -75,6 +75,19 @@ impl Server {
         }
     }
 
+    /// Waits for lines containing each of `needles`, in any order.
+    fn lines(&self, needles: &[&str]) {
+        let mut missing: Vec<&str> = needles.to_vec();
+        let deadline = Instant::now() + PATIENCE;
+        while !missing.is_empty() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.stderr.recv_timeout(left) {
+                Ok(line) => missing.retain(|n| !line.contains(n)),
+                Err(_) => panic!("no line with {missing:?} on stderr"),
+            }
+        }
+    }
+
     /// `host:port` of the first `http://` URL in the line with `needle`.
     fn addr(&self, needle: &str) -> String {
         let line = self.line(needle);
@@ -349,5 +362,158 @@ fn hello_reloads_its_worker_count() {
         text.lines().any(|l| l == "peregrine_requests_total{class=\"2xx\"} 2"),
         "{text}"
     );
+    server.terminate();
+}
+
+/// A port free a moment ago.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[test]
+fn addresses_added_on_reload_are_bound_and_removed_ones_close() {
+    let t = Tmp::new("addrs");
+    let config = t.path("peregrine.toml");
+    let site = t.path("site");
+    let root = format!("root = {:?}\n", s(&site));
+    std::fs::write(&config, format!("{root}bind = [\"127.0.0.1:0\"]\n")).unwrap();
+    let server = Server::start(&["serve", "--config", s(&config), "--workers", "1"]);
+    let first = server.addr("serving");
+    let second = format!("127.0.0.1:{}", free_port());
+
+    std::fs::write(&config, format!("{root}bind = [\"127.0.0.1:0\", {second:?}]\n")).unwrap();
+    server.signal("HUP");
+    server.line("configuration reloaded (generation 2)");
+    // The first address kept its socket (and the port 0 gave it).
+    assert!(get(&first, "/").unwrap().head.starts_with("HTTP/1.1 200 "));
+    assert!(get(&second, "/").unwrap().head.starts_with("HTTP/1.1 200 "));
+
+    std::fs::write(&config, format!("{root}bind = [{second:?}]\n")).unwrap();
+    server.signal("HUP");
+    server.line("configuration reloaded (generation 3)");
+    assert!(get(&second, "/").unwrap().head.starts_with("HTTP/1.1 200 "));
+    // The old generation has nothing left to finish: the removed port closes.
+    let deadline = Instant::now() + PATIENCE;
+    while TcpStream::connect(&first).is_ok() {
+        assert!(Instant::now() < deadline, "{first} is still open");
+        std::thread::yield_now();
+    }
+    server.terminate();
+}
+
+#[test]
+fn a_reload_is_announced_to_systemd() {
+    use std::os::unix::net::UnixDatagram;
+    let t = Tmp::new("notify");
+    let notify_path = t.path("notify");
+    let notify = UnixDatagram::bind(&notify_path).unwrap();
+    notify.set_read_timeout(Some(PATIENCE)).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_peregrine"))
+        .args(["hello", "--bind", "127.0.0.1:0", "--workers", "1"])
+        .env("NOTIFY_SOCKET", &notify_path)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut buf = [0u8; 128];
+    let mut next = || {
+        let n = notify.recv(&mut buf).expect("a notification");
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    };
+    assert_eq!(next(), "READY=1");
+    let kill = |signal: &str| {
+        let status = Command::new("kill")
+            .args([signal, &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    };
+    kill("-HUP");
+    let reloading = next();
+    let usec = reloading
+        .strip_prefix("RELOADING=1\nMONOTONIC_USEC=")
+        .unwrap_or_else(|| panic!("{reloading:?}"));
+    assert!(usec.parse::<u64>().unwrap() > 0, "{reloading:?}");
+    assert_eq!(next(), "READY=1");
+    kill("-TERM");
+    assert_eq!(next(), "STOPPING=1");
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+}
+
+#[test]
+fn after_dropping_root_a_reload_keeps_its_ports_and_refuses_a_new_privileged_one() {
+    // Only root can drop root (process.rs checks the refusal otherwise).
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let euid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .unwrap()
+        .to_owned();
+    if euid != "0" {
+        return;
+    }
+    let t = Tmp::new("user");
+    let config = t.path("peregrine.toml");
+    std::fs::write(&config, "bind = [\"127.0.0.1:0\"]\nworkers = 1\n").unwrap();
+    let server = Server::start(&["hello", "--config", s(&config), "--user", "nobody"]);
+    let addr = server.addr("hello on");
+
+    std::fs::write(&config, "bind = [\"127.0.0.1:0\"]\nworkers = 2\n").unwrap();
+    server.signal("HUP");
+    server.line("configuration reloaded (generation 2)");
+    assert_eq!(get(&addr, "/").unwrap().body, b"Hello, World!");
+
+    std::fs::write(&config, "bind = [\"127.0.0.1:0\", \"127.0.0.1:1\"]\nworkers = 2\n").unwrap();
+    server.signal("HUP");
+    let line = server.line("configuration not reloaded");
+    assert!(line.contains("127.0.0.1:1"), "{line}");
+    assert!(line.contains("root was given up"), "{line}");
+    assert_eq!(get(&addr, "/").unwrap().body, b"Hello, World!");
+    server.terminate();
+}
+
+#[test]
+fn serve_archive_reloads_the_same_archive_once_and_opens_a_new_path() {
+    let t = Tmp::new("archive");
+    let pack = |body: &str, out: &Path| {
+        let dir = t.path(body);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("index.html"), body).unwrap();
+        let status = Command::new(env!("CARGO_BIN_EXE_peregrine"))
+            .args(["pack", s(&dir), "-o", s(out)])
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success());
+    };
+    let (a, b) = (t.path("a.prg"), t.path("b.prg"));
+    pack("first", &a);
+    pack("second", &b);
+    let config = t.path("peregrine.toml");
+    std::fs::write(&config, format!("root = {:?}\n", s(&a))).unwrap();
+    let server = Server::start(&[
+        "serve",
+        "--config",
+        s(&config),
+        "--bind",
+        "127.0.0.1:0",
+        "--workers",
+        "1",
+    ]);
+    let addr = server.addr("serving");
+    assert_eq!(get(&addr, "/").unwrap().body, b"first");
+
+    // The same path: the archive is read again (its own line), once.
+    server.signal("HUP");
+    server.lines(&["configuration reloaded (generation 2)", "loaded as generation 2"]);
+    // Another path: that archive is served.
+    std::fs::write(&config, format!("root = {:?}\n", s(&b))).unwrap();
+    server.signal("HUP");
+    server.line("configuration reloaded (generation 3)");
+    eventually(&addr, "/", "the second archive", |a| a.body == b"second");
     server.terminate();
 }
