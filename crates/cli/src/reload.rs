@@ -33,7 +33,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use anyhow::Context;
-use peregrine::{AccessLog, Identity, Listening, Metrics, Request, Response, Router, Running, Server};
+use peregrine::{AccessLog, Identity, Listening, Metrics, Request, Response, Router, Running, Server, ShutdownHandle};
 use peregrine_archive::{ArchiveServer, Mode};
 use peregrine_files::FileServer;
 
@@ -76,6 +76,9 @@ struct ServedArchive {
     mode: Mode,
     server: ArchiveServer,
 }
+
+/// A generation that has handed over, finishing on a thread of its own.
+type Retired = (ShutdownHandle, JoinHandle<()>);
 
 /// What lives as long as the process.
 struct Process {
@@ -124,7 +127,7 @@ pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()>
     if let Err(e) = peregrine::systemd::notify("READY=1") {
         eprintln!("peregrine: cannot notify systemd: {e}");
     }
-    let mut retired: Vec<JoinHandle<()>> = Vec::new();
+    let mut retired: Vec<Retired> = Vec::new();
     for signal in signals.forever() {
         match signal {
             SIGHUP => {
@@ -147,8 +150,13 @@ pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()>
         }
     }
     // SIGINT or SIGTERM: stop gracefully; a second one exits at once.
+    // Generations still finishing after a reload close their idle
+    // connections now too.
     let _ = peregrine::systemd::notify("STOPPING=1");
     current.running.shutdown();
+    for (handle, _) in &retired {
+        handle.shutdown();
+    }
     if let Some((_, metrics)) = &process.metrics_server {
         metrics.shutdown();
     }
@@ -161,7 +169,7 @@ pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()>
         })
         .context("cannot start the signal thread")?;
     let result = current.running.join();
-    for thread in retired {
+    for (_, thread) in retired {
         let _ = thread.join();
     }
     Ok(result?)
@@ -169,7 +177,7 @@ pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()>
 
 /// SIGHUP: builds the next generation from the configuration as it is now,
 /// then hands the current one over to it (in the background).
-fn reload(process: &mut Process, current: &mut Generation, retired: &mut Vec<JoinHandle<()>>) -> anyhow::Result<()> {
+fn reload(process: &mut Process, current: &mut Generation, retired: &mut Vec<Retired>) -> anyhow::Result<()> {
     let cli: Cli = config::reparse(process.argv.clone())?;
     let listening = current.running.listeners()?;
     let taken = current.origins.iter().copied().zip(listening).collect();
@@ -181,6 +189,7 @@ fn reload(process: &mut Process, current: &mut Generation, retired: &mut Vec<Joi
     }
     let old = std::mem::replace(current, next);
     old.running.hand_over();
+    let handle = old.running.shutdown_handle();
     let thread = std::thread::Builder::new()
         .name(format!("peregrine-retire-{}", old.number))
         .spawn(move || {
@@ -190,9 +199,9 @@ fn reload(process: &mut Process, current: &mut Generation, retired: &mut Vec<Joi
         });
     // Without a thread to wait for it, the old generation still finishes.
     if let Ok(thread) = thread {
-        retired.push(thread);
+        retired.push((handle, thread));
     }
-    retired.retain(|t| !t.is_finished());
+    retired.retain(|(_, t)| !t.is_finished());
     Ok(())
 }
 
@@ -291,7 +300,13 @@ fn build(
             if let Some((_, m)) = metrics_server {
                 m.shutdown();
             }
-            if !first && !fresh.is_empty() && (process.identity.user.is_some() || process.identity.group.is_some()) {
+            // After --user, binding a port below 1024 is refused.
+            let refused = e.downcast_ref::<peregrine::Error>().is_some_and(|e| {
+                let io = std::error::Error::source(e).and_then(|s| s.downcast_ref::<std::io::Error>());
+                e.is_bind() && io.is_some_and(|io| io.kind() == std::io::ErrorKind::PermissionDenied)
+            });
+            let dropped = process.identity.user.is_some() || process.identity.group.is_some();
+            if !first && refused && dropped {
                 return Err(e.context("root was given up at start, so a new port below 1024 needs a restart"));
             }
             return Err(e);

@@ -373,9 +373,10 @@ impl Running {
     /// one request, answered with `Connection: close` (its client then
     /// connects to the new server), until its idle timeout or the shutdown
     /// timeout ends. A client about to reuse its connection is not cut off.
+    /// A later [`ShutdownHandle::shutdown`] closes the idle ones after all.
     pub fn hand_over(&self) {
         self.shutdown.keep_idle.store(true, Ordering::Release);
-        self.shutdown.shutdown();
+        self.shutdown.begin();
     }
 
     /// Reopens the access log file under its path, as SIGUSR1 does (for
@@ -469,7 +470,7 @@ fn reload_all(configs: &[TlsConfig]) {
 #[derive(Clone)]
 pub struct ShutdownHandle {
     flag: Arc<AtomicBool>,
-    /// Set before `flag` by [`Running::hand_over`].
+    /// Set before `flag` by [`Running::hand_over`]; cleared by `shutdown`.
     keep_idle: Arc<AtomicBool>,
     mailboxes: Vec<Arc<Mailbox>>,
     /// Duplicates of the listening sockets for [`Running::listeners`],
@@ -479,8 +480,14 @@ pub struct ShutdownHandle {
 }
 
 impl ShutdownHandle {
-    /// Asks every worker to stop accepting and finish what is in flight.
+    /// Asks every worker to stop accepting and finish what is in flight,
+    /// closing idle connections (also after [`Running::hand_over`]).
     pub fn shutdown(&self) {
+        self.keep_idle.store(false, Ordering::Release);
+        self.begin();
+    }
+
+    fn begin(&self) {
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
         self.flag.store(true, Ordering::Release);
         held.clear();

@@ -89,6 +89,9 @@ impl Worker {
         let mut expired: Vec<usize> = Vec::new();
         let mut next_sweep = Instant::now() + limits.sweep_interval;
         let mut drain_deadline: Option<Instant> = None;
+        // Draining with idle connections kept (a hand-over), until a plain
+        // shutdown asks for them to be closed too.
+        let mut idle_kept = false;
         let mut accept_paused = false;
         // Connections that used up their turn with work left, and the list
         // being worked through (swapped, so a connection can requeue).
@@ -194,10 +197,17 @@ impl Worker {
                         .unwrap_or(now + Duration::from_secs(1 << 32)),
                 );
                 ctx.draining = true;
-                let keep_idle = keep_idle.load(Ordering::Acquire);
+                idle_kept = keep_idle.load(Ordering::Acquire);
                 let tokens: Vec<usize> = conns.iter().map(|(t, _)| t).collect();
                 for t in tokens {
-                    let next = conns[t].on_drain(&mut ctx, keep_idle);
+                    let next = conns[t].on_drain(&mut ctx, idle_kept);
+                    settle(&mut conns, t, next, &mut ready, ctx.pool, ctx.metrics);
+                }
+            } else if idle_kept && !keep_idle.load(Ordering::Acquire) {
+                idle_kept = false;
+                let tokens: Vec<usize> = conns.iter().map(|(t, _)| t).collect();
+                for t in tokens {
+                    let next = conns[t].on_drain(&mut ctx, false);
                     settle(&mut conns, t, next, &mut ready, ctx.pool, ctx.metrics);
                 }
             }

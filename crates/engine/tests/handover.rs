@@ -112,3 +112,43 @@ fn at_shutdown_a_connection_that_has_not_sent_its_request_yet_is_answered() {
     drop(c);
     server.join().unwrap();
 }
+
+#[test]
+fn a_shutdown_after_a_hand_over_closes_the_idle_connections_kept() {
+    // Timeouts far beyond the test's patience: only the shutdown can close.
+    let limits = peregrine::Limits {
+        idle_timeout: std::time::Duration::from_secs(600),
+        shutdown_timeout: std::time::Duration::from_secs(600),
+        ..peregrine::Limits::default()
+    };
+    let server = Server::new()
+        .bind("127.0.0.1:0")
+        .workers(1)
+        .limits(limits)
+        .start(|_: &Request<'_>| Response::text("hello"))
+        .unwrap();
+    let addr = server.local_addr();
+    let mut a = Client::connect(addr);
+    let mut b = Client::connect(addr);
+    for c in [&mut a, &mut b] {
+        c.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert_eq!(c.response().status, 200);
+    }
+    server.hand_over();
+    // No server took the socket over: the port refuses once the worker has
+    // seen the hand-over.
+    let deadline = Instant::now() + PATIENCE;
+    while std::net::TcpStream::connect(addr).is_ok() {
+        assert!(Instant::now() < deadline, "the port never closed");
+        std::thread::yield_now();
+    }
+    // Idle connections are kept for one more request...
+    a.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    let r = a.response();
+    assert_eq!((r.status, r.header("connection")), (200, Some("close")));
+    // ...until a shutdown closes them.
+    server.shutdown_handle().shutdown();
+    assert!(b.is_closed());
+    drop((a, b));
+    server.join().unwrap();
+}
