@@ -47,7 +47,9 @@ environment variables. A file key is a long flag's name without its dashes \
 `list-dirs = true`), `root` for DIR|ARCHIVE; a variable is the key in capitals \
 with `_` for `-` after PEREGRINE_ (PEREGRINE_HEAD_BYTES_MAX). A flag beats a \
 variable, which beats the file, which beats the default. \
-`peregrine check-config serve --config FILE` prints the result.";
+`peregrine check-config serve --config FILE` prints the result. SIGHUP makes \
+a running server read them all again: new connections get the new settings, \
+connections already open finish under the old ones.";
 
 /// What the command line asked for.
 pub enum Invocation<T> {
