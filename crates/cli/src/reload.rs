@@ -255,18 +255,12 @@ fn build(
         .chain((0..process.n_inherited).map(|i| (Origin::Inherited(i), Role::Serve)))
         .chain(args.tls.redirect_http.map(|a| (Origin::Configured(a), Role::Redirect)))
         .collect();
-    // The engine lists what it binds first, then the sockets it is given.
-    let (mut fresh, mut reused) = (Vec::new(), Vec::new());
-    for (shown, &(origin, role)) in plan.iter().enumerate() {
+    // Given in this order, listed by the engine in this order.
+    for &(origin, role) in &plan {
         let old = taken
             .iter()
             .position(|(o, _)| *o == origin)
             .map(|i| taken.swap_remove(i).1);
-        if old.is_some() {
-            reused.push(shown);
-        } else {
-            fresh.push(shown);
-        }
         srv = match (old, origin, role, &tls) {
             (Some(socket), _, Role::Redirect, _) => srv.listener_redirect(socket),
             (Some(socket), _, Role::Serve, Some(tls)) => srv.listener_tls(socket, tls.clone()),
@@ -280,7 +274,6 @@ fn build(
     // Sockets of addresses no longer configured: these duplicates close
     // now, the old generation's own when it has finished.
     drop(taken);
-    let order: Vec<usize> = fresh.iter().chain(&reused).copied().collect();
 
     let metrics = args
         .metrics
@@ -335,24 +328,19 @@ fn build(
             a.reload();
         }
     }
-    let locals = running.local_addrs();
-    let mut shown_addrs = vec![None; plan.len()];
-    for (k, &shown) in order.iter().enumerate() {
-        shown_addrs[shown] = locals.get(k).copied();
-    }
-    let urls: Vec<String> = (plan.iter().zip(shown_addrs))
-        .filter_map(|((_, role), local)| {
+    let urls: Vec<String> = (plan.iter().zip(running.local_addrs()))
+        .map(|((_, role), local)| {
             let scheme = match (role, &tls) {
                 (Role::Serve, Some(_)) => "https",
                 _ => "http",
             };
-            Some(format!("{scheme}://{}/", local?))
+            format!("{scheme}://{local}/")
         })
         .collect();
     let generation = Generation {
         number: 1,
         running,
-        origins: order.iter().map(|&i| plan[i].0).collect(),
+        origins: plan.iter().map(|(origin, _)| *origin).collect(),
         archive,
     };
     Ok((generation, urls.join(", ")))

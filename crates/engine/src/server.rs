@@ -35,17 +35,26 @@ use crate::worker::{Listener, ListenerKind, Worker, WAKER};
 /// ```
 #[derive(Debug)]
 pub struct Server {
-    addrs: Vec<(SocketAddr, Bind)>,
+    /// What to listen on, in the order given: addresses to bind, and
+    /// sockets made elsewhere (systemd socket activation, or a server
+    /// taking over from another).
+    listen: Vec<(Source, Bind)>,
     error: Option<Error>,
     n_workers: usize,
     limits: Limits,
     access_log: Option<AccessLog>,
     log_format: LogFormat,
-    /// Listening sockets made elsewhere (systemd socket activation, or a
-    /// server taking over from another).
-    inherited: Vec<(Listening, Bind)>,
     run_as: crate::Identity,
     metrics: Option<Arc<crate::Metrics>>,
+}
+
+/// Where a listener comes from.
+#[derive(Debug)]
+enum Source {
+    /// An address to bind (one socket per worker, SO_REUSEPORT).
+    Addr(SocketAddr),
+    /// Sockets already listening.
+    Sockets(Listening),
 }
 
 /// What an address speaks.
@@ -67,13 +76,12 @@ impl Server {
     pub fn new() -> Self {
         let n_workers = std::thread::available_parallelism().map_or(1, |n| n.get());
         Server {
-            addrs: Vec::new(),
+            listen: Vec::new(),
             error: None,
             n_workers,
             limits: Limits::default(),
             access_log: None,
             log_format: LogFormat::Combined,
-            inherited: Vec::new(),
             run_as: crate::Identity::default(),
             metrics: None,
         }
@@ -102,7 +110,7 @@ impl Server {
 
     fn bind_as(mut self, addr: impl ToSocketAddrs + std::fmt::Debug, kind: Bind) -> Self {
         match addr.to_socket_addrs() {
-            Ok(found) => self.addrs.extend(found.map(|a| (a, kind.clone()))),
+            Ok(found) => self.listen.extend(found.map(|a| (Source::Addr(a), kind.clone()))),
             Err(e) => {
                 self.error.get_or_insert(Error::resolve(format!("{addr:?}"), e));
             }
@@ -115,20 +123,20 @@ impl Server {
     /// from a running server ([`Running::listeners`]). Every socket gets at
     /// least one worker, and every worker at least one socket.
     pub fn listener(mut self, listener: impl Into<Listening>) -> Self {
-        self.inherited.push((listener.into(), Bind::Plain));
+        self.listen.push((Source::Sockets(listener.into()), Bind::Plain));
         self
     }
 
     /// Adds a socket that is already listening, speaking TLS with `tls`.
     pub fn listener_tls(mut self, listener: impl Into<Listening>, tls: TlsConfig) -> Self {
-        self.inherited.push((listener.into(), Bind::Tls(tls)));
+        self.listen.push((Source::Sockets(listener.into()), Bind::Tls(tls)));
         self
     }
 
     /// Adds a socket that is already listening, redirecting to HTTPS as
     /// [`Server::redirect_http`] does.
     pub fn listener_redirect(mut self, listener: impl Into<Listening>) -> Self {
-        self.inherited.push((listener.into(), Bind::Redirect));
+        self.listen.push((Source::Sockets(listener.into()), Bind::Redirect));
         self
     }
 
@@ -176,7 +184,7 @@ impl Server {
         if let Some(e) = self.error {
             return Err(e);
         }
-        if self.addrs.is_empty() && self.inherited.is_empty() {
+        if self.listen.is_empty() {
             return Err(Error::setup(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
                 "no address to listen on",
@@ -195,16 +203,22 @@ impl Server {
         // for `Running::listeners`.
         let mut groups: Vec<(Vec<(usize, std::net::TcpListener)>, &Bind)> = Vec::new();
         let mut held = Vec::new();
-        for (addr, bind) in &self.addrs {
-            let group = crate::sys::socket::bind_group(*addr, self.n_workers).map_err(|e| Error::bind(*addr, e))?;
-            held.push(Listening::duplicate(&group).map_err(Error::setup)?);
-            groups.push((group.into_iter().enumerate().collect(), bind));
-        }
-        // Sockets made elsewhere: spread over the workers (several workers
-        // accepting from one socket are all woken, and one wins each
-        // accept). Taken over from a server with as many workers, each
-        // worker gets one socket of the SO_REUSEPORT group, as when bound.
-        for (listening, bind) in &self.inherited {
+        for (source, bind) in &self.listen {
+            let listening = match source {
+                Source::Addr(addr) => {
+                    let group =
+                        crate::sys::socket::bind_group(*addr, self.n_workers).map_err(|e| Error::bind(*addr, e))?;
+                    held.push(Listening::duplicate(&group).map_err(Error::setup)?);
+                    groups.push((group.into_iter().enumerate().collect(), bind));
+                    continue;
+                }
+                Source::Sockets(listening) => listening,
+            };
+            // Sockets made elsewhere: spread over the workers (several
+            // workers accepting from one socket are all woken, and one wins
+            // each accept). Taken over from a server with as many workers,
+            // each worker gets one socket of the SO_REUSEPORT group, as when
+            // bound.
             if listening.sockets.is_empty() {
                 return Err(Error::setup(std::io::Error::new(
                     std::io::ErrorKind::InvalidInput,
@@ -240,9 +254,7 @@ impl Server {
                 });
             }
         }
-        let any_redirect = (self.addrs.iter().map(|(_, b)| b))
-            .chain(self.inherited.iter().map(|(_, b)| b))
-            .any(|b| matches!(b, Bind::Redirect));
+        let any_redirect = self.listen.iter().any(|(_, b)| matches!(b, Bind::Redirect));
         let redirect: Option<Arc<dyn Handler>> = if any_redirect {
             let Some(port) = https_port else {
                 return Err(Error::tls("redirect_http needs a TLS address (bind_tls)".into()));
@@ -325,9 +337,8 @@ pub struct Running {
 }
 
 impl Running {
-    /// The addresses listened on, with ports resolved: those bound
-    /// (`bind`, `bind_tls`, `redirect_http`) in the order given, then the
-    /// sockets given (`listener`...) in the order given.
+    /// The addresses listened on, with ports resolved, in the order they
+    /// were given (`bind`, `listener` and their TLS and redirect forms).
     pub fn local_addrs(&self) -> &[SocketAddr] {
         &self.local_addrs
     }
