@@ -50,21 +50,32 @@ struct Shared {
     reload: Arc<AtomicBool>,
 }
 
-/// Serves an archive. See the module documentation for the hot swap.
+/// Serves an archive. See the module documentation for the hot swap. A
+/// clone serves the same archive (and swaps with it).
+#[derive(Clone)]
 pub struct ArchiveServer {
     shared: Arc<Shared>,
 }
 
 impl ArchiveServer {
-    /// Opens and fully validates the archive, and starts watching its path.
+    /// Opens and fully validates the archive, and starts watching its path;
+    /// SIGHUP reloads it.
     pub fn open(path: &Path, mode: Mode) -> Result<Self, Invalid> {
+        let server = ArchiveServer::open_without_sighup(path, mode)?;
+        let _ = signal_hook::flag::register(signal_hook::consts::SIGHUP, server.shared.reload.clone());
+        Ok(server)
+    }
+
+    /// As [`ArchiveServer::open`], for a program that handles SIGHUP itself
+    /// and calls [`ArchiveServer::reload`] when it means to (the command
+    /// line does, when it reloads its configuration).
+    pub fn open_without_sighup(path: &Path, mode: Mode) -> Result<Self, Invalid> {
         static NEXT_ID: AtomicU64 = AtomicU64::new(0);
         let archive = Archive::open(path, mode)?;
         archive
             .verify_data()
             .map_err(|e| Invalid(format!("{}: {e}", path.display())))?;
         let reload = Arc::new(AtomicBool::new(false));
-        let _ = signal_hook::flag::register(signal_hook::consts::SIGHUP, reload.clone());
         let shared = Arc::new(Shared {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             path: path.to_owned(),

@@ -47,7 +47,9 @@ environment variables. A file key is a long flag's name without its dashes \
 `list-dirs = true`), `root` for DIR|ARCHIVE; a variable is the key in capitals \
 with `_` for `-` after PEREGRINE_ (PEREGRINE_HEAD_BYTES_MAX). A flag beats a \
 variable, which beats the file, which beats the default. \
-`peregrine check-config serve --config FILE` prints the result.";
+`peregrine check-config serve --config FILE` prints the result. SIGHUP makes \
+a running server read them all again: new connections get the new settings, \
+connections already open finish under the old ones.";
 
 /// What the command line asked for.
 pub enum Invocation<T> {
@@ -164,6 +166,38 @@ fn serving(sub: Command) -> Command {
 pub fn parse<T: CommandFactory + FromArgMatches>(
     argv: impl IntoIterator<Item = OsString>,
 ) -> anyhow::Result<Invocation<T>> {
+    parse_with(argv, OnUsageError::Exit)
+}
+
+/// Parses the command line again, as [`parse`] does, to reload the file
+/// and the variables while serving: a usage error (a setting the file now
+/// gives that conflicts with another, say) is returned, not printed with an
+/// exit.
+pub fn reparse<T: CommandFactory + FromArgMatches>(argv: impl IntoIterator<Item = OsString>) -> anyhow::Result<T> {
+    match parse_with(argv, OnUsageError::Return)? {
+        Invocation::Run(parsed) | Invocation::Check(parsed, _) => Ok(parsed),
+    }
+}
+
+/// What a usage error does: at start, clap's message and exit; on a
+/// reload, an error (the server keeps running).
+#[derive(Clone, Copy, PartialEq)]
+enum OnUsageError {
+    Exit,
+    Return,
+}
+
+/// The first line of a clap error, without clap's `error: `.
+fn usage_error(e: &clap::Error) -> anyhow::Error {
+    let text = e.to_string();
+    let first = text.lines().next().unwrap_or("usage error");
+    anyhow!("{}", first.trim_start_matches("error: "))
+}
+
+fn parse_with<T: CommandFactory + FromArgMatches>(
+    argv: impl IntoIterator<Item = OsString>,
+    on_error: OnUsageError,
+) -> anyhow::Result<Invocation<T>> {
     let argv: Vec<OsString> = argv.into_iter().collect();
     let mut cmd = command::<T>();
     cmd.build();
@@ -173,6 +207,7 @@ pub fn parse<T: CommandFactory + FromArgMatches>(
         Ok(m) => m,
         Err(e) => match bad_env_var(&first, &argv, &e) {
             Some(named) => return Err(named),
+            None if on_error == OnUsageError::Return => return Err(usage_error(&e)),
             None => e.exit(),
         },
     };
@@ -195,7 +230,11 @@ pub fn parse<T: CommandFactory + FromArgMatches>(
 
     let (flags, sources) = merged_line(sub, sub_matches, file.as_ref());
     require_given(T::command().find_subcommand(name), name, sub_matches, &sources)?;
-    let merged = cmd.clone().try_get_matches_from(flags).unwrap_or_else(|e| {
+    let merged = cmd.clone().try_get_matches_from(flags);
+    if let (Err(e), OnUsageError::Return) = (&merged, on_error) {
+        return Err(usage_error(e));
+    }
+    let merged = merged.unwrap_or_else(|e| {
         // Requirements and conflicts between settings are checked here, on
         // the merged line, where clap names every setting by its flag.
         let _ = e.print();
@@ -204,7 +243,11 @@ pub fn parse<T: CommandFactory + FromArgMatches>(
         }
         std::process::exit(e.exit_code())
     });
-    let parsed = T::from_arg_matches(&merged).unwrap_or_else(|e| e.format(&mut T::command()).exit());
+    let parsed = match T::from_arg_matches(&merged) {
+        Ok(parsed) => parsed,
+        Err(e) if on_error == OnUsageError::Return => return Err(usage_error(&e)),
+        Err(e) => e.format(&mut T::command()).exit(),
+    };
     if !check {
         return Ok(Invocation::Run(parsed));
     }

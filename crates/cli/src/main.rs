@@ -2,7 +2,9 @@
 
 mod config;
 mod docs;
+mod reload;
 
+use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -10,10 +12,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
-use std::sync::Arc;
 
-use peregrine::{AccessLog, Limits, Metrics, Request, Response, Router, Server, TlsConfig};
-use peregrine_archive::{Archive, ArchiveServer, Mode, PackOptions};
+use peregrine::{AccessLog, Limits, Server, TlsConfig};
+use peregrine_archive::{Archive, Mode, PackOptions};
 use peregrine_files::{FileServer, Options};
 
 /// Peregrine: a fast HTTP/1.1 server.
@@ -252,22 +253,6 @@ impl TlsArgs {
         }
         Ok(Some(tls))
     }
-
-    /// The addresses listened on, as URLs: the `--bind` ones first, then
-    /// the redirecting one.
-    fn urls(&self, addrs: &[SocketAddr]) -> String {
-        let scheme = |i: usize| match (self.certs.is_empty(), self.redirect_http.is_some()) {
-            (true, _) => "http",
-            (false, true) if i + 1 == addrs.len() => "http",
-            (false, _) => "https",
-        };
-        let urls: Vec<String> = addrs
-            .iter()
-            .enumerate()
-            .map(|(i, a)| format!("{}://{a}/", scheme(i)))
-            .collect();
-        urls.join(", ")
-    }
 }
 
 /// The engine's limits; defaults are those of `peregrine::Limits`, shown by
@@ -402,8 +387,9 @@ impl LimitArgs {
 
 fn main() -> ExitCode {
     // Flags, PEREGRINE_* variables and a --config file, merged (config.rs).
-    let result = config::parse::<Cli>(std::env::args_os()).and_then(|invocation| match invocation {
-        config::Invocation::Run(cli) => run(cli),
+    let argv: Vec<OsString> = std::env::args_os().collect();
+    let result = config::parse::<Cli>(argv.clone()).and_then(|invocation| match invocation {
+        config::Invocation::Run(cli) => run(cli, argv),
         config::Invocation::Check(cli, settings) => check(&cli).map(|()| print!("{settings}")),
     });
     match result {
@@ -415,67 +401,14 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(cli: Cli) -> anyhow::Result<()> {
+fn run(cli: Cli, argv: Vec<OsString>) -> anyhow::Result<()> {
     // Thousands of connections need more than the usual 1,024 descriptors.
     if let Err(e) = peregrine::raise_open_files_limit() {
         peregrine::log::warn(format_args!("cannot raise the open files limit: {e}"));
     }
     match cli.command {
-        Command::Hello { server } => {
-            let (srv, metrics) = with_metrics(server.limits.server(&server)?, &server);
-            let _metrics = serve_metrics(&server, metrics)?;
-            let running = srv.start(|_req: &Request<'_>| Response::text("Hello, World!"))?;
-            peregrine::log::info(format_args!("hello on {}", server.tls.urls(running.local_addrs())));
-            running.wait()?;
-        }
-        Command::Serve {
-            root,
-            files,
-            archive,
-            server,
-        } => {
-            let (srv, metrics) = with_metrics(server.limits.server(&server)?, &server);
-            let running = if peregrine_archive::is_archive(&root) {
-                let mode = match (archive.in_memory, archive.prefault) {
-                    (true, _) => Mode::Heap,
-                    (false, true) => Mode::MapPopulate,
-                    (false, false) => Mode::Map,
-                };
-                let archive = ArchiveServer::open(&root, mode)?;
-                if let Some(m) = &metrics {
-                    let a = archive.counters();
-                    m.gauge(
-                        "peregrine_archive_generation",
-                        "The archive being served: 1 at start, one more per swap.",
-                        move || a.generation(),
-                    );
-                    let a = archive.counters();
-                    m.counter(
-                        "peregrine_archive_swaps_total",
-                        "Archives swapped in while serving (rename or SIGHUP).",
-                        move || a.generation() - 1,
-                    );
-                    let a = archive.counters();
-                    m.counter(
-                        "peregrine_archive_refused_total",
-                        "Replacement archives refused (damaged or unreadable); the old one kept serving.",
-                        move || a.refused(),
-                    );
-                }
-                let _metrics = serve_metrics(&server, metrics)?;
-                srv.start(archive)?
-            } else {
-                let files = FileServer::new(files.options(root.clone()))?;
-                let _metrics = serve_metrics(&server, metrics)?;
-                srv.start(files)?
-            };
-            peregrine::log::info(format_args!(
-                "serving {} on {}",
-                root.display(),
-                server.tls.urls(running.local_addrs())
-            ));
-            running.wait()?;
-        }
+        // Served until SIGINT/SIGTERM; SIGHUP reloads the configuration.
+        command @ (Command::Hello { .. } | Command::Serve { .. }) => reload::serve(argv, command)?,
         Command::Pack {
             root,
             output,
@@ -518,41 +451,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 
 /// `check-config`: what `run` checks before it binds, without binding (the
 /// port may well be in use by the server being reconfigured).
-/// Attaches metrics to the server if `--metrics` asks for them.
-fn with_metrics(srv: Server, args: &ServerArgs) -> (Server, Option<Arc<Metrics>>) {
-    match args.metrics {
-        Some(_) => {
-            let metrics = Arc::new(Metrics::new());
-            (srv.metrics(metrics.clone()), Some(metrics))
-        }
-        None => (srv, None),
-    }
-}
-
-/// Serves `/metrics` (Prometheus text format) and `/healthz` on the
-/// `--metrics` address: a server of its own with one worker, so scrapes
-/// never wait behind client traffic and are not counted in it.
-fn serve_metrics(args: &ServerArgs, metrics: Option<Arc<Metrics>>) -> anyhow::Result<Option<peregrine::Running>> {
-    let (Some(addr), Some(metrics)) = (args.metrics, metrics) else {
-        return Ok(None);
-    };
-    let app = Router::new()
-        .get("/metrics", move |_: &Request<'_>| {
-            Response::bytes("text/plain; version=0.0.4; charset=utf-8", metrics.render())
-                .with_header("Cache-Control", "no-store")
-        })
-        .get("/healthz", |_: &Request<'_>| {
-            Response::text("ok\n").with_header("Cache-Control", "no-store")
-        });
-    let running = Server::new()
-        .bind(addr)
-        .workers(1)
-        .start(app)
-        .with_context(|| format!("--metrics {addr}"))?;
-    peregrine::log::info(format_args!("metrics on http://{}/metrics", running.local_addr()));
-    Ok(Some(running))
-}
-
 fn check(cli: &Cli) -> anyhow::Result<()> {
     match &cli.command {
         Command::Hello { server } => {

@@ -148,9 +148,8 @@ fn precedence_is_flag_over_env_over_file_over_default() {
     // File beats default, with the line.
     assert_eq!(s["head-bytes-max"], ("1000".into(), format!("file {f}:4")));
     assert_eq!(s["idle-timeout"], ("1.5".into(), format!("file {f}:5")));
-    // Default when nobody says.
-    // bind has no fixed default: 127.0.0.1:8080 unless systemd passed
-    // sockets (LISTEN_FDS), decided at start.
+    // Not set when nobody says: the built-in default (127.0.0.1:8080, or
+    // the sockets systemd passes) applies.
     assert!(!s.contains_key("bind"));
     assert!(stdout(&out).contains("# bind is not set"));
     // The engine's own default, shown.

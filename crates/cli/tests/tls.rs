@@ -265,7 +265,7 @@ fn serve_dir_over_https_with_sni_redirect_and_hsts() {
     std::fs::write(root.join("big.bin"), &big).unwrap();
     std::fs::write(root.join("index.html"), "<h1>hi</h1>").unwrap();
     let s = |p: &Path| p.to_str().unwrap().to_owned();
-    let server = Running::start(&[
+    let mut server = Running::start(&[
         "serve",
         &s(&root),
         "--bind",
@@ -309,6 +309,22 @@ fn serve_dir_over_https_with_sni_redirect_and_hsts() {
         "{head}"
     );
     assert!(!head.contains("Strict-Transport-Security"), "{head}");
+
+    // After a reload, the same sockets: the redirect still points at the
+    // HTTPS port, and the certificates still serve by name.
+    server.signal("HUP");
+    server.wait_for_lines(&["configuration reloaded (generation 2)"]);
+    let mut plain = TcpStream::connect(server.addr("http")).unwrap();
+    plain.set_read_timeout(Some(PATIENCE)).unwrap();
+    let (head, _) = get(&mut plain, "/x", "a.test");
+    assert!(head.starts_with("HTTP/1.1 308 Permanent Redirect\r\n"), "{head}");
+    assert!(
+        head.contains(&format!("Location: https://a.test:{port}/x\r\n")),
+        "{head}"
+    );
+    let mut b = connect(&https, &config, "b.test");
+    assert!(peer_cert(&b) == b_der);
+    assert_eq!(get(&mut b, "/", "b.test").1, b"<h1>hi</h1>");
 }
 
 #[test]

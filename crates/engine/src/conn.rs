@@ -298,6 +298,10 @@ pub(crate) struct Conn {
     bytes_out: u64,
     /// TLS: the handshake's end has been counted in the metrics.
     handshake_counted: bool,
+    /// No byte of a request has arrived yet: the client has just
+    /// connected, and its first request is presumably on its way. A
+    /// shutdown answers it rather than closing the connection as idle.
+    fresh: bool,
 }
 
 impl Conn {
@@ -329,6 +333,7 @@ impl Conn {
             drained: false,
             bytes_out: 0,
             handshake_counted: false,
+            fresh: true,
         }
     }
 
@@ -410,13 +415,23 @@ impl Conn {
         matches!(self.state, State::Deferred(_))
     }
 
-    /// Whether the connection can be closed now without losing anything:
-    /// used when shutting down. A lingering connection has sent everything.
-    pub(crate) fn is_closable(&self) -> bool {
+    /// Shutdown has begun (`ctx.draining`): closes the connection if
+    /// nothing would be lost. A lingering connection has sent everything.
+    /// An idle one is read once more first, since a request may have
+    /// arrived that no event has announced yet: it is answered (with
+    /// `Connection: close`) instead of being cut off. With `keep_idle` (a
+    /// hand-over to another server), an idle connection is kept until its
+    /// idle timeout for one more request. A connection that has not
+    /// received its first request yet is kept for it, within
+    /// `head_timeout`; the rest finish what they are doing.
+    pub(crate) fn on_drain(&mut self, ctx: &mut Ctx<'_>, keep_idle: bool) -> Next {
         match self.state {
-            State::Idle => self.input.start == self.input.end && !self.has_output(),
-            State::Lingering { .. } => true,
-            _ => false,
+            State::Lingering { .. } => Next::Close,
+            State::Idle if !self.fresh && !keep_idle && self.input.start == self.input.end && !self.has_output() => {
+                self.drained = false;
+                self.drive(ctx)
+            }
+            _ => Next::Keep,
         }
     }
 
@@ -510,7 +525,7 @@ impl Conn {
         let input_empty = self.input.start == self.input.end;
         match self.state {
             State::Idle if input_empty => {
-                if self.peer_closed || ctx.draining {
+                if self.peer_closed || (ctx.draining && !self.fresh) {
                     return Next::Close;
                 }
                 // A handshake keeps the deadline set at accept
@@ -570,6 +585,7 @@ impl Conn {
                 }
                 Ok(n) => {
                     self.input.end += n;
+                    self.fresh = false;
                     // A short read drained the socket: under edge-triggered
                     // epoll, new bytes will raise a new event. Saves a read
                     // that would only say EAGAIN. (Not under TLS: a short

@@ -66,12 +66,12 @@ pub use request::{percent_decode, Request};
 pub use responder::Responder;
 pub use response::{Body, FileRange, HeaderBlock, Response, SharedBytes};
 pub use router::Router;
-pub use server::{Running, Server, ShutdownHandle};
+pub use server::{Listening, Running, Server, ShutdownHandle};
 pub use sys::privileges::Identity;
 pub use sys::raise_open_files_limit;
 pub use tls::TlsConfig;
 
 /// systemd: socket activation and readiness notification.
 pub mod systemd {
-    pub use crate::sys::systemd::{listen_fds, notify};
+    pub use crate::sys::systemd::{listen_fds, notify, notify_reloading};
 }

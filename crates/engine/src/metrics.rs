@@ -144,19 +144,23 @@ impl Metrics {
         w
     }
 
-    /// Adds a gauge read at each scrape. `name` should follow Prometheus'
-    /// rules (`[a-z_][a-z0-9_]*`).
+    /// Adds a gauge read at each scrape, in place of any gauge or counter
+    /// of the same name. `name` should follow Prometheus' rules
+    /// (`[a-z_][a-z0-9_]*`).
     pub fn gauge(&self, name: &str, help: &str, read: impl Fn() -> u64 + Send + Sync + 'static) {
         self.extra(name, help, "gauge", Box::new(read));
     }
 
-    /// Adds a counter (a value that only grows) read at each scrape.
+    /// Adds a counter (a value that only grows) read at each scrape, in
+    /// place of any of the same name.
     pub fn counter(&self, name: &str, help: &str, read: impl Fn() -> u64 + Send + Sync + 'static) {
         self.extra(name, help, "counter", Box::new(read));
     }
 
     fn extra(&self, name: &str, help: &str, kind: &'static str, read: Box<dyn Fn() -> u64 + Send + Sync>) {
-        self.extras.lock().unwrap_or_else(|e| e.into_inner()).push(Extra {
+        let mut extras = self.extras.lock().unwrap_or_else(|e| e.into_inner());
+        extras.retain(|e| e.name != name);
+        extras.push(Extra {
             name: name.to_owned(),
             help: help.to_owned(),
             kind,
@@ -166,7 +170,10 @@ impl Metrics {
 
     /// Every metric in Prometheus' text exposition format (version 0.0.4).
     pub fn render(&self) -> String {
-        let workers = self.workers.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        // Held while rendering (a scrape is rare; workers take the lock only
+        // when they start): a copy of the list would add to the reference
+        // counts that tell running workers apart.
+        let workers = self.workers.lock().unwrap_or_else(|e| e.into_inner());
         let sum = |f: &dyn Fn(&WorkerMetrics) -> u64| workers.iter().map(|w| f(w)).fold(0u64, u64::wrapping_add);
         let mut out = String::with_capacity(4096);
         let head = |out: &mut String, name: &str, kind: &str, help: &str| {
@@ -252,8 +259,12 @@ impl Metrics {
         let failed = sum(&|w| w.tls_handshake_failures.get());
         let _ = writeln!(out, "peregrine_tls_handshakes_total{{result=\"ok\"}} {ok}");
         let _ = writeln!(out, "peregrine_tls_handshakes_total{{result=\"failed\"}} {failed}");
-        head(&mut out, "peregrine_workers", "gauge", "Worker threads.");
-        let _ = writeln!(out, "peregrine_workers {}", workers.len());
+        // A worker holds its counters while it runs: those only kept here
+        // belong to workers that have finished (after a reload, say), whose
+        // counts still add to the totals.
+        let running = workers.iter().filter(|w| Arc::strong_count(w) > 1).count();
+        head(&mut out, "peregrine_workers", "gauge", "Worker threads running.");
+        let _ = writeln!(out, "peregrine_workers {running}");
         head(
             &mut out,
             "peregrine_uptime_seconds",
@@ -285,7 +296,9 @@ mod tests {
         b.bytes_sent.add(23);
         a.conns_accepted.add(3);
         a.conns_closed.add(1);
+        m.gauge("peregrine_archive_generation", "The archive's generation.", || 6);
         m.gauge("peregrine_archive_generation", "The archive's generation.", || 7);
+        drop(m.add_worker()); // a worker that has finished
         let text = m.render();
         for line in [
             "peregrine_requests_total{class=\"2xx\"} 1",
@@ -305,5 +318,7 @@ mod tests {
         ] {
             assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
         }
+        // A gauge added again replaces the first; a finished worker is not counted.
+        assert!(!text.contains("peregrine_archive_generation 6"), "{text}");
     }
 }

@@ -4,6 +4,11 @@
 //! `Running::wait` handles the signals: SIGINT/SIGTERM stop, SIGHUP reloads
 //! TLS certificates (through signal-hook, as the archive server's SIGHUP
 //! does, so both hear it).
+//!
+//! A running server hands out duplicates of its listening sockets
+//! (`Running::listeners`), so that a new server (new settings, say) can
+//! accept from the same sockets before the old one shuts down: nothing
+//! queued in an accept backlog is lost, and no port is bound again.
 
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -30,16 +35,26 @@ use crate::worker::{Listener, ListenerKind, Worker, WAKER};
 /// ```
 #[derive(Debug)]
 pub struct Server {
-    addrs: Vec<(SocketAddr, Bind)>,
+    /// What to listen on, in the order given: addresses to bind, and
+    /// sockets made elsewhere (systemd socket activation, or a server
+    /// taking over from another).
+    listen: Vec<(Source, Bind)>,
     error: Option<Error>,
     n_workers: usize,
     limits: Limits,
     access_log: Option<AccessLog>,
     log_format: LogFormat,
-    /// Listening sockets made elsewhere (systemd socket activation).
-    inherited: Vec<(std::net::TcpListener, Bind)>,
     run_as: crate::Identity,
     metrics: Option<Arc<crate::Metrics>>,
+}
+
+/// Where a listener comes from.
+#[derive(Debug)]
+enum Source {
+    /// An address to bind (one socket per worker, SO_REUSEPORT).
+    Addr(SocketAddr),
+    /// Sockets already listening.
+    Sockets(Listening),
 }
 
 /// What an address speaks.
@@ -61,13 +76,12 @@ impl Server {
     pub fn new() -> Self {
         let n_workers = std::thread::available_parallelism().map_or(1, |n| n.get());
         Server {
-            addrs: Vec::new(),
+            listen: Vec::new(),
             error: None,
             n_workers,
             limits: Limits::default(),
             access_log: None,
             log_format: LogFormat::Combined,
-            inherited: Vec::new(),
             run_as: crate::Identity::default(),
             metrics: None,
         }
@@ -96,7 +110,7 @@ impl Server {
 
     fn bind_as(mut self, addr: impl ToSocketAddrs + std::fmt::Debug, kind: Bind) -> Self {
         match addr.to_socket_addrs() {
-            Ok(found) => self.addrs.extend(found.map(|a| (a, kind.clone()))),
+            Ok(found) => self.listen.extend(found.map(|a| (Source::Addr(a), kind.clone()))),
             Err(e) => {
                 self.error.get_or_insert(Error::resolve(format!("{addr:?}"), e));
             }
@@ -105,15 +119,24 @@ impl Server {
     }
 
     /// Adds a socket that is already listening (e.g. one of
-    /// [`crate::systemd::listen_fds`]). Every worker accepts from it.
-    pub fn listener(mut self, listener: std::net::TcpListener) -> Self {
-        self.inherited.push((listener, Bind::Plain));
+    /// [`crate::systemd::listen_fds`]), or an address's sockets taken over
+    /// from a running server ([`Running::listeners`]). Every socket gets at
+    /// least one worker, and every worker at least one socket.
+    pub fn listener(mut self, listener: impl Into<Listening>) -> Self {
+        self.listen.push((Source::Sockets(listener.into()), Bind::Plain));
         self
     }
 
     /// Adds a socket that is already listening, speaking TLS with `tls`.
-    pub fn listener_tls(mut self, listener: std::net::TcpListener, tls: TlsConfig) -> Self {
-        self.inherited.push((listener, Bind::Tls(tls)));
+    pub fn listener_tls(mut self, listener: impl Into<Listening>, tls: TlsConfig) -> Self {
+        self.listen.push((Source::Sockets(listener.into()), Bind::Tls(tls)));
+        self
+    }
+
+    /// Adds a socket that is already listening, redirecting to HTTPS as
+    /// [`Server::redirect_http`] does.
+    pub fn listener_redirect(mut self, listener: impl Into<Listening>) -> Self {
+        self.listen.push((Source::Sockets(listener.into()), Bind::Redirect));
         self
     }
 
@@ -161,7 +184,7 @@ impl Server {
         if let Some(e) = self.error {
             return Err(e);
         }
-        if self.addrs.is_empty() && self.inherited.is_empty() {
+        if self.listen.is_empty() {
             return Err(Error::setup(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
                 "no address to listen on",
@@ -176,24 +199,40 @@ impl Server {
         let mut local_addrs = Vec::new();
         let mut https_port = None;
         let mut tls_configs: Vec<TlsConfig> = Vec::new();
-        let mut groups: Vec<(Vec<std::net::TcpListener>, &Bind)> = Vec::new();
-        for (addr, bind) in &self.addrs {
-            let group = crate::sys::socket::bind_group(*addr, self.n_workers).map_err(|e| Error::bind(*addr, e))?;
-            groups.push((group, bind));
-        }
-        // Inherited sockets: each worker accepts from its own duplicate
-        // (no SO_REUSEPORT group can be made from one socket); the kernel
-        // wakes them all and one wins each accept.
-        for (listener, bind) in &self.inherited {
-            listener.set_nonblocking(true).map_err(Error::setup)?;
-            let group = (0..self.n_workers)
-                .map(|_| listener.try_clone())
-                .collect::<std::io::Result<Vec<_>>>()
-                .map_err(Error::setup)?;
-            groups.push((group, bind));
+        // Each address's sockets, by worker; and duplicates of them kept
+        // for `Running::listeners`.
+        let mut groups: Vec<(Vec<(usize, std::net::TcpListener)>, &Bind)> = Vec::new();
+        let mut held = Vec::new();
+        for (source, bind) in &self.listen {
+            let listening = match source {
+                Source::Addr(addr) => {
+                    let group =
+                        crate::sys::socket::bind_group(*addr, self.n_workers).map_err(|e| Error::bind(*addr, e))?;
+                    held.push(Listening::duplicate(&group).map_err(Error::setup)?);
+                    groups.push((group.into_iter().enumerate().collect(), bind));
+                    continue;
+                }
+                Source::Sockets(listening) => listening,
+            };
+            // Sockets made elsewhere: spread over the workers (several
+            // workers accepting from one socket are all woken, and one wins
+            // each accept). Taken over from a server with as many workers,
+            // each worker gets one socket of the SO_REUSEPORT group, as when
+            // bound.
+            if listening.sockets.is_empty() {
+                return Err(Error::setup(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    "a listener with no socket",
+                )));
+            }
+            for socket in &listening.sockets {
+                socket.set_nonblocking(true).map_err(Error::setup)?;
+            }
+            groups.push((listening.spread(self.n_workers).map_err(Error::setup)?, bind));
+            held.push(Listening::duplicate(&listening.sockets).map_err(Error::setup)?);
         }
         for (group, bind) in groups {
-            let local = group[0].local_addr().map_err(Error::setup)?;
+            let local = group[0].1.local_addr().map_err(Error::setup)?;
             local_addrs.push(local);
             let tls = match bind {
                 Bind::Tls(config) => {
@@ -203,7 +242,7 @@ impl Server {
                 }
                 Bind::Plain | Bind::Redirect => None,
             };
-            for (i, listener) in group.into_iter().enumerate() {
+            for (i, listener) in group {
                 let kind = match (&tls, bind) {
                     (Some(tls), _) => ListenerKind::Tls(tls.clone()),
                     (None, Bind::Redirect) => ListenerKind::Redirect,
@@ -215,7 +254,8 @@ impl Server {
                 });
             }
         }
-        let redirect: Option<Arc<dyn Handler>> = if self.addrs.iter().any(|(_, b)| matches!(b, Bind::Redirect)) {
+        let any_redirect = self.listen.iter().any(|(_, b)| matches!(b, Bind::Redirect));
+        let redirect: Option<Arc<dyn Handler>> = if any_redirect {
             let Some(port) = https_port else {
                 return Err(Error::tls("redirect_http needs a TLS address (bind_tls)".into()));
             };
@@ -227,6 +267,7 @@ impl Server {
         crate::sys::privileges::drop_to(&self.run_as).map_err(Error::setup)?;
         let handler: Arc<dyn Handler> = Arc::new(handler);
         let flag = Arc::new(AtomicBool::new(false));
+        let keep_idle = Arc::new(AtomicBool::new(false));
         let mut workers = Vec::with_capacity(self.n_workers);
         let mut mailboxes = Vec::with_capacity(self.n_workers);
         for listeners in per_worker {
@@ -246,10 +287,16 @@ impl Server {
                 log: sink.clone().map(|s| LogWriter::new(s, self.log_format)),
                 mailbox,
                 shutdown: flag.clone(),
+                keep_idle: keep_idle.clone(),
                 metrics: self.metrics.as_ref().map(|m| m.add_worker()),
             });
         }
-        let shutdown = ShutdownHandle { flag, mailboxes };
+        let shutdown = ShutdownHandle {
+            flag,
+            keep_idle,
+            mailboxes,
+            held: Arc::new(Mutex::new(held)),
+        };
         let mut threads = Vec::with_capacity(workers.len());
         for (i, worker) in workers.into_iter().enumerate() {
             let thread = std::thread::Builder::new()
@@ -290,9 +337,30 @@ pub struct Running {
 }
 
 impl Running {
-    /// The addresses listened on, in `bind` order, with ports resolved.
+    /// The addresses listened on, with ports resolved, in the order they
+    /// were given (`bind`, `listener` and their TLS and redirect forms).
     pub fn local_addrs(&self) -> &[SocketAddr] {
         &self.local_addrs
+    }
+
+    /// Duplicates of the listening sockets, one [`Listening`] per address in
+    /// [`Running::local_addrs`] order, for a server that takes over from
+    /// this one ([`Server::listener`] and its TLS and redirect forms): start
+    /// it, then shut this one down. Connections waiting in the accept
+    /// queues are accepted by whichever server gets to them first; none is
+    /// lost, since the sockets stay open as long as either server holds
+    /// them. Fails once shutdown has begun (the sockets are closing).
+    pub fn listeners(&self) -> Result<Vec<Listening>, Error> {
+        let held = self.shutdown.held.lock().unwrap_or_else(|e| e.into_inner());
+        if self.shutdown.flag.load(Ordering::Acquire) {
+            return Err(Error::setup(std::io::Error::other(
+                "the server is shutting down: its sockets are closing",
+            )));
+        }
+        held.iter()
+            .map(|l| Listening::duplicate(&l.sockets))
+            .collect::<std::io::Result<Vec<_>>>()
+            .map_err(Error::setup)
     }
 
     /// The first address listened on.
@@ -308,6 +376,18 @@ impl Running {
     /// Asks the server to shut down gracefully; [`Running::join`] waits.
     pub fn shutdown(&self) {
         self.shutdown.shutdown();
+    }
+
+    /// Shuts down for a server that has taken over the sockets
+    /// ([`Running::listeners`]): as [`Running::shutdown`], except that idle
+    /// keep-alive connections are not closed at once. Each may still send
+    /// one request, answered with `Connection: close` (its client then
+    /// connects to the new server), until its idle timeout or the shutdown
+    /// timeout ends. A client about to reuse its connection is not cut off.
+    /// A later [`ShutdownHandle::shutdown`] closes the idle ones after all.
+    pub fn hand_over(&self) {
+        self.shutdown.keep_idle.store(true, Ordering::Release);
+        self.shutdown.begin();
     }
 
     /// Reopens the access log file under its path, as SIGUSR1 does (for
@@ -403,16 +483,80 @@ fn reload_all(configs: &[TlsConfig]) {
 #[derive(Clone)]
 pub struct ShutdownHandle {
     flag: Arc<AtomicBool>,
+    /// Set before `flag` by [`Running::hand_over`]; cleared by `shutdown`.
+    keep_idle: Arc<AtomicBool>,
     mailboxes: Vec<Arc<Mailbox>>,
+    /// Duplicates of the listening sockets for [`Running::listeners`],
+    /// closed when shutdown begins, so that a stopping server's ports
+    /// refuse new connections instead of queueing them for nobody.
+    held: Arc<Mutex<Vec<Listening>>>,
 }
 
 impl ShutdownHandle {
-    /// Asks every worker to stop accepting and finish what is in flight.
+    /// Asks every worker to stop accepting and finish what is in flight,
+    /// closing idle connections (also after [`Running::hand_over`]).
     pub fn shutdown(&self) {
+        self.keep_idle.store(false, Ordering::Release);
+        self.begin();
+    }
+
+    fn begin(&self) {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
         self.flag.store(true, Ordering::Release);
+        held.clear();
+        drop(held);
         for mailbox in &self.mailboxes {
             let _ = mailbox.waker.wake();
         }
+    }
+}
+
+/// An address's listening sockets: the one a caller made (systemd's, say),
+/// or duplicates of a running server's ([`Running::listeners`]): one per
+/// worker of its SO_REUSEPORT group when the server bound them.
+#[derive(Debug)]
+pub struct Listening {
+    sockets: Vec<std::net::TcpListener>,
+}
+
+impl Listening {
+    /// The address the sockets listen on.
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        match self.sockets.first() {
+            Some(socket) => socket.local_addr(),
+            None => Err(std::io::Error::other("a listener with no socket")),
+        }
+    }
+
+    /// Duplicates of `sockets` (new descriptors, same sockets).
+    fn duplicate(sockets: &[std::net::TcpListener]) -> std::io::Result<Listening> {
+        let sockets = sockets
+            .iter()
+            .map(std::net::TcpListener::try_clone)
+            .collect::<std::io::Result<_>>()?;
+        Ok(Listening { sockets })
+    }
+
+    /// Duplicates of the sockets, each with the worker that accepts from
+    /// it: socket `j` goes to worker `j % n_workers`, and workers beyond the
+    /// sockets' count share one (worker `i` takes socket `i % n_sockets`).
+    /// Every socket is accepted from, so no queued connection is stranded.
+    fn spread(&self, n_workers: usize) -> std::io::Result<Vec<(usize, std::net::TcpListener)>> {
+        let n_sockets = self.sockets.len();
+        let mut out = Vec::with_capacity(n_sockets.max(n_workers));
+        for (j, socket) in self.sockets.iter().enumerate() {
+            out.push((j % n_workers, socket.try_clone()?));
+        }
+        for i in n_sockets..n_workers {
+            out.push((i, self.sockets[i % n_sockets].try_clone()?));
+        }
+        Ok(out)
+    }
+}
+
+impl From<std::net::TcpListener> for Listening {
+    fn from(socket: std::net::TcpListener) -> Self {
+        Listening { sockets: vec![socket] }
     }
 }
 

@@ -51,6 +51,8 @@ pub(crate) struct Worker {
     pub(crate) log: Option<LogWriter>,
     pub(crate) mailbox: Arc<Mailbox>,
     pub(crate) shutdown: Arc<AtomicBool>,
+    /// Read when shutdown begins: keep idle connections (a hand-over).
+    pub(crate) keep_idle: Arc<AtomicBool>,
     pub(crate) metrics: Option<Arc<WorkerMetrics>>,
 }
 
@@ -67,6 +69,7 @@ impl Worker {
             mut log,
             mailbox,
             shutdown,
+            keep_idle,
             metrics,
         } = self;
         // Timeouts are only noticed at sweeps; a sweep at least every minute
@@ -86,6 +89,9 @@ impl Worker {
         let mut expired: Vec<usize> = Vec::new();
         let mut next_sweep = Instant::now() + limits.sweep_interval;
         let mut drain_deadline: Option<Instant> = None;
+        // Draining with idle connections kept (a hand-over), until a plain
+        // shutdown asks for them to be closed too.
+        let mut idle_kept = false;
         let mut accept_paused = false;
         // Connections that used up their turn with work left, and the list
         // being worked through (swapped, so a connection can requeue).
@@ -180,6 +186,8 @@ impl Worker {
 
             if drain_deadline.is_none() && shutdown.load(Ordering::Acquire) {
                 // Stop accepting; close what is idle; let the rest finish.
+                // Dropping a listener closes only this worker's descriptor:
+                // a server taking over (a reload) accepts from its own.
                 for mut listener in listeners.drain(..) {
                     let _ = poll.registry().deregister(&mut listener.socket);
                 }
@@ -188,9 +196,19 @@ impl Worker {
                     now.checked_add(limits.shutdown_timeout)
                         .unwrap_or(now + Duration::from_secs(1 << 32)),
                 );
-                let idle: Vec<usize> = conns.iter().filter(|(_, c)| c.is_closable()).map(|(t, _)| t).collect();
-                for t in idle {
-                    close(&mut conns, t, &mut pool, metrics.as_deref());
+                ctx.draining = true;
+                idle_kept = keep_idle.load(Ordering::Acquire);
+                let tokens: Vec<usize> = conns.iter().map(|(t, _)| t).collect();
+                for t in tokens {
+                    let next = conns[t].on_drain(&mut ctx, idle_kept);
+                    settle(&mut conns, t, next, &mut ready, ctx.pool, ctx.metrics);
+                }
+            } else if idle_kept && !keep_idle.load(Ordering::Acquire) {
+                idle_kept = false;
+                let tokens: Vec<usize> = conns.iter().map(|(t, _)| t).collect();
+                for t in tokens {
+                    let next = conns[t].on_drain(&mut ctx, false);
+                    settle(&mut conns, t, next, &mut ready, ctx.pool, ctx.metrics);
                 }
             }
             if let Some(deadline) = drain_deadline {

@@ -91,6 +91,7 @@ fn counters_match_a_known_set_of_requests() {
     };
     assert_eq!(sample(&text, "peregrine_requests_total{class=\"2xx\"}"), 5);
     assert_eq!(sample(&text, "peregrine_connections_open"), 2, "{text}");
+    assert_eq!(sample(&text, "peregrine_workers"), 2, "{text}");
     release_tx.send(()).unwrap();
     let r = slow.response_to("GET");
     assert_eq!(r.text(), "slow");
@@ -141,7 +142,8 @@ fn counters_match_a_known_set_of_requests() {
         10,
         "{text}"
     );
-    assert_eq!(sample(&text, "peregrine_workers"), 2, "{text}");
+    // Stopped: no worker runs, and the counts they made remain.
+    assert_eq!(sample(&text, "peregrine_workers"), 0, "{text}");
     assert_eq!(
         sample(&text, "peregrine_tls_handshakes_total{result=\"ok\"}"),
         0,

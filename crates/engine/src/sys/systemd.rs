@@ -61,6 +61,19 @@ pub fn listen_fds() -> io::Result<Vec<TcpListener>> {
     Ok(listeners)
 }
 
+/// Tells the service manager that a configuration reload has begun:
+/// `RELOADING=1` with `MONOTONIC_USEC` (the time on CLOCK_MONOTONIC, which
+/// `Type=notify-reload` asks for, sd_notify(3)). `READY=1` says it ended.
+pub fn notify_reloading() -> io::Result<()> {
+    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec through a valid pointer.
+    if unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let usec = u64::try_from(now.tv_sec).unwrap_or(0) * 1_000_000 + u64::try_from(now.tv_nsec).unwrap_or(0) / 1_000;
+    notify(&format!("RELOADING=1\nMONOTONIC_USEC={usec}"))
+}
+
 /// Sends `state` (e.g. `READY=1`, `STOPPING=1`) to the service manager if
 /// `NOTIFY_SOCKET` names one; does nothing otherwise. A path starting with
 /// `@` is in the abstract namespace.

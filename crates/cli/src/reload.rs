@@ -1,0 +1,448 @@
+//! Serving with reloads: `hello` and `serve` run as generations of
+//! workers, and SIGHUP starts the next one, as nginx does within one
+//! process.
+//!
+//! On SIGHUP the command line is read again as at start (the same
+//! arguments, the `--config` file, the `PEREGRINE_*` variables; a flag still
+//! beats the file) and the next generation is built from it completely:
+//! limits, workers, access log, file options, certificates (read again from
+//! their files), the root or archive, metrics. It accepts from duplicates of
+//! the current generation's listening sockets (`Running::listeners`), so no
+//! connection waiting in an accept queue is lost and no port is bound again;
+//! only addresses new to the configuration are bound. Then the old
+//! generation is handed over (`Running::hand_over`): it stops accepting,
+//! finishes requests in flight, and answers each idle keep-alive
+//! connection's next request with `Connection: close`, under the old
+//! settings. Addresses the new configuration dropped close when the old
+//! generation has finished.
+//!
+//! Anything wrong (a bad value at a file line, a certificate that does not
+//! load, a root that cannot be opened, a new port that cannot be bound)
+//! leaves everything as it was, with one line saying why.
+//!
+//! SIGHUP's older meanings are part of this: certificates are read again by
+//! building the generation, and an archive at the same path (and mode) is
+//! kept and asked to reload ([`ArchiveServer::reload`]), once. The archive
+//! is opened without its own SIGHUP handler, so exactly one thing happens
+//! per signal: this reload.
+
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use anyhow::Context;
+use peregrine::{
+    log, AccessLog, Identity, Listening, Metrics, Request, Response, Router, Running, Server, ShutdownHandle,
+};
+use peregrine_archive::{ArchiveServer, Mode};
+use peregrine_files::FileServer;
+
+use crate::{config, Cli, Command, ServerArgs};
+
+/// Where a listening socket came from, to find it again at the next
+/// reload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Origin {
+    /// An address of the configuration (`--bind`, `--redirect-http`, or
+    /// the default) as written there: `127.0.0.1:0` keeps the port it got.
+    Configured(SocketAddr),
+    /// The n-th socket systemd passed (`LISTEN_FDS`).
+    Inherited(usize),
+}
+
+/// What a listening socket speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    /// HTTP, or HTTPS when certificates are given.
+    Serve,
+    /// `--redirect-http`: plain HTTP redirected to HTTPS.
+    Redirect,
+}
+
+/// One set of workers with one configuration.
+struct Generation {
+    number: u64,
+    running: Running,
+    /// The origin of each of `running`'s listeners, in its order.
+    origins: Vec<Origin>,
+    /// The archive served, kept by the next generation if its path and
+    /// mode are unchanged.
+    archive: Option<ServedArchive>,
+}
+
+/// An archive and how it was asked for.
+struct ServedArchive {
+    root: PathBuf,
+    mode: Mode,
+    server: ArchiveServer,
+}
+
+/// A generation that has handed over, finishing on a thread of its own.
+type Retired = (ShutdownHandle, JoinHandle<()>);
+
+/// What lives as long as the process.
+struct Process {
+    /// The command line, parsed again at each reload.
+    argv: Vec<OsString>,
+    /// `--user`/`--group` at start: root is given up once, so they cannot
+    /// change.
+    identity: Identity,
+    /// How many sockets systemd passed.
+    n_inherited: usize,
+    /// Counters keep adding up across generations.
+    metrics: Option<Arc<Metrics>>,
+    /// The `--metrics` listener, as configured, kept while its address is.
+    metrics_server: Option<(SocketAddr, Running)>,
+}
+
+/// Runs `hello` or `serve` until SIGINT or SIGTERM, reloading on SIGHUP
+/// and reopening the access log on SIGUSR1.
+pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
+    // Before anything is bound: from now on a SIGHUP reloads, it does not
+    // end the process.
+    let mut signals =
+        signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGUSR1, SIGHUP]).context("cannot handle signals")?;
+    let inherited = peregrine::systemd::listen_fds().context("socket activation (LISTEN_FDS)")?;
+    let args = server_args(&command);
+    let mut process = Process {
+        argv,
+        identity: Identity {
+            user: args.user.clone(),
+            group: args.group.clone(),
+        },
+        n_inherited: inherited.len(),
+        metrics: None,
+        metrics_server: None,
+    };
+    let taken = (inherited.into_iter().enumerate())
+        .map(|(i, socket)| (Origin::Inherited(i), Listening::from(socket)))
+        .collect();
+    let (mut current, urls) = build(&command, taken, None, &mut process)?;
+    match &command {
+        Command::Serve { root, .. } => log::info(format_args!("serving {} on {urls}", root.display())),
+        _ => log::info(format_args!("hello on {urls}")),
+    }
+    // Type=notify: serving from now on.
+    if let Err(e) = peregrine::systemd::notify("READY=1") {
+        log::warn(format_args!("cannot notify systemd: {e}"));
+    }
+    let mut retired: Vec<Retired> = Vec::new();
+    for signal in signals.forever() {
+        match signal {
+            SIGHUP => {
+                let _ = peregrine::systemd::notify_reloading();
+                match reload(&mut process, &mut current, &mut retired) {
+                    Ok(()) => log::info(format_args!("configuration reloaded (generation {})", current.number)),
+                    Err(e) => log::error(format_args!(
+                        "configuration not reloaded, still serving generation {}: {}",
+                        current.number,
+                        one_line(&e)
+                    )),
+                }
+                let _ = peregrine::systemd::notify("READY=1");
+            }
+            SIGUSR1 => match current.running.reopen_logs() {
+                Ok(()) => log::info(format_args!("access log reopened")),
+                Err(e) => log::error(format_args!("{e}; still writing to the old file")),
+            },
+            _ => break,
+        }
+    }
+    // SIGINT or SIGTERM: stop gracefully; a second one exits at once.
+    // Generations still finishing after a reload close their idle
+    // connections now too.
+    let _ = peregrine::systemd::notify("STOPPING=1");
+    current.running.shutdown();
+    for (handle, _) in &retired {
+        handle.shutdown();
+    }
+    if let Some((_, metrics)) = &process.metrics_server {
+        metrics.shutdown();
+    }
+    std::thread::Builder::new()
+        .name("peregrine-signals".into())
+        .spawn(move || {
+            if signals.forever().any(|s| s == SIGINT || s == SIGTERM) {
+                std::process::exit(130);
+            }
+        })
+        .context("cannot start the signal thread")?;
+    let result = current.running.join();
+    for (_, thread) in retired {
+        let _ = thread.join();
+    }
+    Ok(result?)
+}
+
+/// SIGHUP: builds the next generation from the configuration as it is now,
+/// then hands the current one over to it (in the background).
+fn reload(process: &mut Process, current: &mut Generation, retired: &mut Vec<Retired>) -> anyhow::Result<()> {
+    let cli: Cli = config::reparse(process.argv.clone())?;
+    let listening = current.running.listeners()?;
+    let taken = current.origins.iter().copied().zip(listening).collect();
+    let (mut next, _) = build(&cli.command, taken, Some(&*current), process)?;
+    next.number = current.number + 1;
+    let n_certs = server_args(&cli.command).tls.certs.len();
+    if n_certs > 0 {
+        log::info(format_args!("TLS certificates reloaded ({n_certs})"));
+    }
+    let old = std::mem::replace(current, next);
+    old.running.hand_over();
+    let handle = old.running.shutdown_handle();
+    let thread = std::thread::Builder::new()
+        .name(format!("peregrine-retire-{}", old.number))
+        .spawn(move || {
+            if let Err(e) = old.running.join() {
+                log::error(format_args!("generation {}: {e}", old.number));
+            }
+        });
+    // Without a thread to wait for it, the old generation still finishes.
+    if let Ok(thread) = thread {
+        retired.push((handle, thread));
+    }
+    retired.retain(|(_, t)| !t.is_finished());
+    Ok(())
+}
+
+/// Builds and starts a generation from `command`, on the sockets `taken`
+/// from the previous one (or from systemd) and new ones for new addresses.
+/// Also returns the URLs listened on, for the first line. Nothing is
+/// changed unless it succeeds.
+fn build(
+    command: &Command,
+    mut taken: Vec<(Origin, Listening)>,
+    previous: Option<&Generation>,
+    process: &mut Process,
+) -> anyhow::Result<(Generation, String)> {
+    let args = server_args(command);
+    if let Some(level) = args.log_level {
+        log::set_level(level);
+    }
+    let identity = Identity {
+        user: args.user.clone(),
+        group: args.group.clone(),
+    };
+    let first = previous.is_none();
+    anyhow::ensure!(
+        first || identity == process.identity,
+        "--user and --group cannot change while serving (root was given up at start); restart to change them"
+    );
+    let tls = match args.tls.config() {
+        Ok(tls) => tls,
+        Err(e) if !first => return Err(e.context("TLS reload failed, keeping the certificates loaded before")),
+        Err(e) => return Err(e),
+    };
+    let mut srv = Server::new()
+        .limits(args.limits.to_limits()?)
+        .access_log_format(args.access_log_format);
+    if first {
+        srv = srv.run_as(identity);
+    }
+    if let Some(n) = args.workers {
+        anyhow::ensure!(n > 0, "--workers must be at least 1");
+        srv = srv.workers(n);
+    }
+    if let Some(path) = &args.access_log {
+        srv = srv.access_log(AccessLog::from_arg(path));
+    }
+
+    // The addresses, in the order they are shown: `--bind` (or the
+    // default), systemd's, the redirecting one.
+    let default_bind = [SocketAddr::from(([127, 0, 0, 1], 8080))];
+    let binds = match (&args.bind[..], process.n_inherited) {
+        ([], 0) => &default_bind[..],
+        (given, _) => given,
+    };
+    let plan: Vec<(Origin, Role)> = (binds.iter().map(|a| (Origin::Configured(*a), Role::Serve)))
+        .chain((0..process.n_inherited).map(|i| (Origin::Inherited(i), Role::Serve)))
+        .chain(args.tls.redirect_http.map(|a| (Origin::Configured(a), Role::Redirect)))
+        .collect();
+    // Given in this order, listed by the engine in this order.
+    for &(origin, role) in &plan {
+        let old = taken
+            .iter()
+            .position(|(o, _)| *o == origin)
+            .map(|i| taken.swap_remove(i).1);
+        srv = match (old, origin, role, &tls) {
+            (Some(socket), _, Role::Redirect, _) => srv.listener_redirect(socket),
+            (Some(socket), _, Role::Serve, Some(tls)) => srv.listener_tls(socket, tls.clone()),
+            (Some(socket), _, Role::Serve, None) => srv.listener(socket),
+            (None, Origin::Configured(addr), Role::Redirect, _) => srv.redirect_http(addr),
+            (None, Origin::Configured(addr), Role::Serve, Some(tls)) => srv.bind_tls(addr, tls.clone()),
+            (None, Origin::Configured(addr), Role::Serve, None) => srv.bind(addr),
+            (None, Origin::Inherited(i), _, _) => anyhow::bail!("socket {i} passed by systemd is gone"),
+        };
+    }
+    // Sockets of addresses no longer configured: these duplicates close
+    // now, the old generation's own when it has finished.
+    drop(taken);
+
+    let metrics = args
+        .metrics
+        .map(|_| process.metrics.get_or_insert_with(|| Arc::new(Metrics::new())).clone());
+    if let Some(m) = &metrics {
+        srv = srv.metrics(m.clone());
+    }
+    // The metrics listener is kept while its address is unchanged.
+    let metrics_server = match (args.metrics, &metrics, &process.metrics_server) {
+        (Some(addr), _, Some((old, _))) if *old == addr => None,
+        (Some(addr), Some(m), _) => Some((addr, serve_metrics(addr, m.clone())?)),
+        _ => None,
+    };
+    let (running, archive, kept) = match start(command, srv, previous) {
+        Ok(started) => started,
+        Err(e) => {
+            if let Some((_, m)) = metrics_server {
+                m.shutdown();
+            }
+            // After --user, binding a port below 1024 is refused.
+            let refused = e.downcast_ref::<peregrine::Error>().is_some_and(|e| {
+                let io = std::error::Error::source(e).and_then(|s| s.downcast_ref::<std::io::Error>());
+                e.is_bind() && io.is_some_and(|io| io.kind() == std::io::ErrorKind::PermissionDenied)
+            });
+            let dropped = process.identity.user.is_some() || process.identity.group.is_some();
+            if !first && refused && dropped {
+                return Err(e.context("root was given up at start, so a new port below 1024 needs a restart"));
+            }
+            return Err(e);
+        }
+    };
+
+    // Started: from here on nothing fails.
+    match (args.metrics, metrics_server) {
+        (_, Some(new)) => {
+            if let Some((_, old)) = process.metrics_server.replace(new) {
+                old.shutdown();
+            }
+        }
+        (None, None) => {
+            if let Some((_, old)) = process.metrics_server.take() {
+                old.shutdown();
+            }
+        }
+        (Some(_), None) => {}
+    }
+    if let Some(ServedArchive { server: a, .. }) = &archive {
+        if let Some(m) = &metrics {
+            archive_gauges(m, a);
+        }
+        if kept {
+            a.reload();
+        }
+    }
+    let urls: Vec<String> = (plan.iter().zip(running.local_addrs()))
+        .map(|((_, role), local)| {
+            let scheme = match (role, &tls) {
+                (Role::Serve, Some(_)) => "https",
+                _ => "http",
+            };
+            format!("{scheme}://{local}/")
+        })
+        .collect();
+    let generation = Generation {
+        number: 1,
+        running,
+        origins: plan.iter().map(|(origin, _)| *origin).collect(),
+        archive,
+    };
+    Ok((generation, urls.join(", ")))
+}
+
+/// Starts the workers with the handler `command` asks for. An archive at
+/// the path (and in the mode) the previous generation served is kept; the
+/// last value says so.
+fn start(
+    command: &Command,
+    srv: Server,
+    previous: Option<&Generation>,
+) -> anyhow::Result<(Running, Option<ServedArchive>, bool)> {
+    let Command::Serve {
+        root, files, archive, ..
+    } = command
+    else {
+        let running = srv.start(|_req: &Request<'_>| Response::text("Hello, World!"))?;
+        return Ok((running, None, false));
+    };
+    if !peregrine_archive::is_archive(root) {
+        let files = FileServer::new(files.options(root.clone()))?;
+        return Ok((srv.start(files)?, None, false));
+    }
+    let mode = match (archive.in_memory, archive.prefault) {
+        (true, _) => Mode::Heap,
+        (false, true) => Mode::MapPopulate,
+        (false, false) => Mode::Map,
+    };
+    let same = previous
+        .and_then(|p| p.archive.as_ref())
+        .filter(|a| a.root == *root && a.mode == mode);
+    let (server, kept) = match same {
+        Some(same) => (same.server.clone(), true),
+        None => (ArchiveServer::open_without_sighup(root, mode)?, false),
+    };
+    let running = srv.start(server.clone())?;
+    let served = ServedArchive {
+        root: root.clone(),
+        mode,
+        server,
+    };
+    Ok((running, Some(served), kept))
+}
+
+/// The archive's gauges, in place of those of an archive served before.
+fn archive_gauges(m: &Metrics, archive: &ArchiveServer) {
+    let a = archive.clone();
+    m.gauge(
+        "peregrine_archive_generation",
+        "The archive being served: 1 at start, one more per swap.",
+        move || a.generation(),
+    );
+    let a = archive.clone();
+    m.counter(
+        "peregrine_archive_swaps_total",
+        "Archives swapped in while serving (rename or SIGHUP).",
+        move || a.generation() - 1,
+    );
+    let a = archive.clone();
+    m.counter(
+        "peregrine_archive_refused_total",
+        "Replacement archives refused (damaged or unreadable); the old one kept serving.",
+        move || a.refused(),
+    );
+}
+
+/// Serves `/metrics` (Prometheus text format) and `/healthz` on the
+/// `--metrics` address: a server of its own with one worker, so scrapes
+/// never wait behind client traffic and are not counted in it.
+fn serve_metrics(addr: SocketAddr, metrics: Arc<Metrics>) -> anyhow::Result<Running> {
+    let app = Router::new()
+        .get("/metrics", move |_: &Request<'_>| {
+            Response::bytes("text/plain; version=0.0.4; charset=utf-8", metrics.render())
+                .with_header("Cache-Control", "no-store")
+        })
+        .get("/healthz", |_: &Request<'_>| {
+            Response::text("ok\n").with_header("Cache-Control", "no-store")
+        });
+    let running = Server::new()
+        .bind(addr)
+        .workers(1)
+        .start(app)
+        .with_context(|| format!("--metrics {addr}"))?;
+    log::info(format_args!("metrics on http://{}/metrics", running.local_addr()));
+    Ok(running)
+}
+
+/// The serving flags of `hello` or `serve`.
+fn server_args(command: &Command) -> &ServerArgs {
+    match command {
+        Command::Hello { server } | Command::Serve { server, .. } => server,
+        _ => unreachable!("only hello and serve are served"),
+    }
+}
+
+/// An error with its causes, on one line.
+fn one_line(e: &anyhow::Error) -> String {
+    format!("{e:#}").replace('\n', "; ")
+}

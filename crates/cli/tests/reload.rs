@@ -1,0 +1,532 @@
+//! SIGHUP reloads the configuration of a running `peregrine`: new
+//! connections get the new settings, connections already open finish under
+//! the old ones, and nothing is refused meanwhile.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long an expected effect is waited for before the test fails.
+const PATIENCE: Duration = Duration::from_secs(20);
+
+/// A scratch directory, removed when dropped.
+struct Tmp(PathBuf);
+
+impl Tmp {
+    fn new(tag: &str) -> Tmp {
+        let dir = std::env::temp_dir().join(format!("peregrine-reload-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("site")).unwrap();
+        std::fs::write(dir.join("site/index.html"), "<p>hello</p>\n").unwrap();
+        Tmp(dir)
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Tmp {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A running `peregrine`, killed when dropped.
+struct Server {
+    child: Child,
+    /// Its stderr, line by line (read on a thread).
+    stderr: Receiver<String>,
+}
+
+impl Server {
+    fn start(args: &[&str]) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_peregrine"))
+            .args(args)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut reader = BufReader::new(child.stderr.take().unwrap());
+        let (tx, stderr) = mpsc::channel();
+        std::thread::spawn(move || loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 || tx.send(line).is_err() {
+                return;
+            }
+        });
+        Server { child, stderr }
+    }
+
+    /// Waits for a stderr line containing `needle`, and returns it.
+    fn line(&self, needle: &str) -> String {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.stderr.recv_timeout(left) {
+                Ok(line) if line.contains(needle) => return line,
+                Ok(_) => {}
+                Err(_) => panic!("no line with {needle:?} on stderr"),
+            }
+        }
+    }
+
+    /// Waits for lines containing each of `needles`, in any order.
+    fn lines(&self, needles: &[&str]) {
+        let mut missing: Vec<&str> = needles.to_vec();
+        let deadline = Instant::now() + PATIENCE;
+        while !missing.is_empty() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.stderr.recv_timeout(left) {
+                Ok(line) => missing.retain(|n| !line.contains(n)),
+                Err(_) => panic!("no line with {missing:?} on stderr"),
+            }
+        }
+    }
+
+    /// `host:port` of the first `http://` URL in the line with `needle`.
+    fn addr(&self, needle: &str) -> String {
+        let line = self.line(needle);
+        let url = line
+            .split("http://")
+            .nth(1)
+            .unwrap_or_else(|| panic!("no URL in {line:?}"));
+        url.split('/').next().unwrap().to_owned()
+    }
+
+    fn signal(&self, name: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{name}"), &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    fn terminate(mut self) {
+        self.signal("TERM");
+        assert_eq!(self.child.wait().unwrap().code(), Some(0));
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A response: its head (lower-cased field names kept as sent) and body.
+struct Answer {
+    head: String,
+    body: Vec<u8>,
+}
+
+impl Answer {
+    fn field(&self, name: &str) -> Option<&str> {
+        self.head.lines().find_map(|l| {
+            let (n, v) = l.split_once(':')?;
+            n.eq_ignore_ascii_case(name).then(|| v.trim())
+        })
+    }
+}
+
+/// Reads one response (with Content-Length) from a keep-alive connection.
+fn read_answer(s: &mut TcpStream) -> std::io::Result<Answer> {
+    let mut buf = Vec::new();
+    let mut byte = [0u8; 1];
+    while !buf.ends_with(b"\r\n\r\n") {
+        if s.read(&mut byte)? == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!("closed after {:?}", String::from_utf8_lossy(&buf)),
+            ));
+        }
+        buf.push(byte[0]);
+    }
+    let head = String::from_utf8(buf).unwrap();
+    let mut answer = Answer { head, body: Vec::new() };
+    let n: usize = answer.field("content-length").map_or(0, |v| v.parse().unwrap());
+    answer.body = vec![0; n];
+    s.read_exact(&mut answer.body)?;
+    Ok(answer)
+}
+
+fn connect(addr: &str) -> TcpStream {
+    let s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(PATIENCE)).unwrap();
+    s
+}
+
+/// One request on a new connection.
+fn get(addr: &str, path: &str) -> std::io::Result<Answer> {
+    let mut s = TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(PATIENCE))?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")?;
+    read_answer(&mut s)
+}
+
+/// Asks on new connections until `check` holds for an answer.
+fn eventually(addr: &str, path: &str, what: &str, check: impl Fn(&Answer) -> bool) -> Answer {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let answer = get(addr, path).unwrap();
+        if check(&answer) {
+            return answer;
+        }
+        assert!(Instant::now() < deadline, "never saw {what}; last:\n{}", answer.head);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn sighup_gives_new_connections_the_new_settings_and_refuses_none() {
+    let t = Tmp::new("switch");
+    let config = t.path("peregrine.toml");
+    let site = t.path("site");
+    std::fs::write(
+        &config,
+        format!("root = {:?}\ncache-control = \"max-age=1\"\n", s(&site)),
+    )
+    .unwrap();
+    let server = Server::start(&[
+        "serve",
+        "--config",
+        s(&config),
+        "--bind",
+        "127.0.0.1:0",
+        "--workers",
+        "2",
+    ]);
+    let addr = server.addr("serving");
+
+    // An idle keep-alive connection, and one in the middle of a request.
+    let mut idle = connect(&addr);
+    write!(idle, "GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    assert_eq!(
+        read_answer(&mut idle).unwrap().field("cache-control"),
+        Some("max-age=1")
+    );
+    // (Answered once first: a connection still waiting in the accept queue
+    // at the reload would rightly go to the new workers.)
+    let mut midway = connect(&addr);
+    write!(midway, "GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    assert_eq!(
+        read_answer(&mut midway).unwrap().field("cache-control"),
+        Some("max-age=1")
+    );
+    write!(midway, "GET / HTTP/1.1\r\nHost: x\r\n").unwrap();
+
+    // Clients asking without pause, on new connections, all along.
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients: Vec<_> = (0..2)
+        .map(|_| {
+            let (addr, stop) = (addr.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let (mut n_ok, mut failures) = (0, Vec::new());
+                while !stop.load(Ordering::Relaxed) {
+                    match get(&addr, "/") {
+                        Ok(a) if a.head.starts_with("HTTP/1.1 200 ") => n_ok += 1,
+                        Ok(a) => failures.push(a.head),
+                        Err(e) => failures.push(e.to_string()),
+                    }
+                }
+                (n_ok, failures)
+            })
+        })
+        .collect();
+
+    std::fs::write(
+        &config,
+        format!("root = {:?}\ncache-control = \"max-age=2\"\n", s(&site)),
+    )
+    .unwrap();
+    server.signal("HUP");
+    server.line("configuration reloaded (generation 2)");
+    eventually(&addr, "/", "the new Cache-Control", |a| {
+        a.field("cache-control") == Some("max-age=2")
+    });
+
+    // Connections open before finish under the old settings, then close
+    // (once their worker has seen the hand-over: it may be a moment late).
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        write!(idle, "GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let old = read_answer(&mut idle).unwrap();
+        assert_eq!(old.field("cache-control"), Some("max-age=1"), "{}", old.head);
+        if old.field("connection") == Some("close") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never Connection: close");
+    }
+    write!(midway, "\r\n").unwrap();
+    let old = read_answer(&mut midway).unwrap();
+    assert_eq!(old.field("cache-control"), Some("max-age=1"), "{}", old.head);
+
+    // Once more, with the loop still running: every answer was a 200.
+    std::fs::write(
+        &config,
+        format!("root = {:?}\ncache-control = \"max-age=3\"\n", s(&site)),
+    )
+    .unwrap();
+    server.signal("HUP");
+    server.line("configuration reloaded (generation 3)");
+    eventually(&addr, "/", "the third Cache-Control", |a| {
+        a.field("cache-control") == Some("max-age=3")
+    });
+    stop.store(true, Ordering::Relaxed);
+    for client in clients {
+        let (n_ok, failures) = client.join().unwrap();
+        assert!(
+            failures.is_empty(),
+            "{} failed (of {}): {:?}",
+            failures.len(),
+            n_ok + failures.len(),
+            failures
+        );
+        assert!(n_ok > 0);
+    }
+    server.terminate();
+}
+
+#[test]
+fn a_bad_config_on_sighup_is_named_and_the_old_settings_stay() {
+    let t = Tmp::new("bad");
+    let config = t.path("peregrine.toml");
+    let site = t.path("site");
+    std::fs::write(&config, format!("root = {:?}\nindex = [\"index.html\"]\n", s(&site))).unwrap();
+    let server = Server::start(&[
+        "serve",
+        "--config",
+        s(&config),
+        "--bind",
+        "127.0.0.1:0",
+        "--workers",
+        "1",
+    ]);
+    let addr = server.addr("serving");
+    assert!(get(&addr, "/").unwrap().head.starts_with("HTTP/1.1 200 "));
+
+    // A misspelt key on line 3: named with its file and line.
+    std::fs::write(
+        &config,
+        format!("root = {:?}\nindex = [\"index.html\"]\nlist-dir = true\n", s(&site)),
+    )
+    .unwrap();
+    server.signal("HUP");
+    let line = server.line("configuration not reloaded");
+    assert!(line.contains("still serving generation 1"), "{line}");
+    assert!(line.contains(&format!("{}:3", s(&config))), "{line}");
+    assert!(line.contains("\"list-dir\""), "{line}");
+    assert!(line.contains("did you mean \"list-dirs\""), "{line}");
+    // A bad value: named too.
+    std::fs::write(&config, format!("root = {:?}\nworkers = -2\n", s(&site))).unwrap();
+    server.signal("HUP");
+    let line = server.line("configuration not reloaded");
+    assert!(line.contains(&format!("{}:2: workers", s(&config))), "{line}");
+    // The old settings still serve: no listing, the index page.
+    assert!(get(&addr, "/").unwrap().head.starts_with("HTTP/1.1 200 "));
+    std::fs::create_dir_all(t.path("site/empty")).unwrap();
+    assert!(get(&addr, "/empty/").unwrap().head.starts_with("HTTP/1.1 404 "));
+
+    // Fixed: the next generation is number 2.
+    std::fs::write(&config, format!("root = {:?}\nlist-dirs = true\n", s(&site))).unwrap();
+    server.signal("HUP");
+    server.line("configuration reloaded (generation 2)");
+    eventually(&addr, "/empty/", "a directory listing", |a| {
+        a.head.starts_with("HTTP/1.1 200 ")
+    });
+    server.terminate();
+}
+
+#[test]
+fn hello_reloads_its_worker_count() {
+    let t = Tmp::new("hello");
+    let config = t.path("peregrine.toml");
+    std::fs::write(&config, "workers = 1\nmetrics = \"127.0.0.1:0\"\n").unwrap();
+    let server = Server::start(&["hello", "--config", s(&config), "--bind", "127.0.0.1:0"]);
+    let metrics = server.addr("metrics on");
+    let addr = server.addr("hello on");
+    let scrape = || String::from_utf8(get(&metrics, "/metrics").unwrap().body).unwrap();
+    assert!(scrape().lines().any(|l| l == "peregrine_workers 1"));
+    assert_eq!(get(&addr, "/").unwrap().body, b"Hello, World!");
+
+    std::fs::write(&config, "workers = 2\nmetrics = \"127.0.0.1:0\"\n").unwrap();
+    server.signal("HUP");
+    server.line("configuration reloaded (generation 2)");
+    // The old generation's worker finishes; two new ones run. The metrics
+    // listener is the same (its address did not change).
+    let deadline = Instant::now() + PATIENCE;
+    while !scrape().lines().any(|l| l == "peregrine_workers 2") {
+        assert!(Instant::now() < deadline, "never two workers:\n{}", scrape());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(get(&addr, "/").unwrap().body, b"Hello, World!");
+    // Counters add up across generations: one request before, one after.
+    let text = scrape();
+    assert!(
+        text.lines().any(|l| l == "peregrine_requests_total{class=\"2xx\"} 2"),
+        "{text}"
+    );
+    server.terminate();
+}
+
+/// A port free a moment ago.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[test]
+fn addresses_added_on_reload_are_bound_and_removed_ones_close() {
+    let t = Tmp::new("addrs");
+    let config = t.path("peregrine.toml");
+    let site = t.path("site");
+    let root = format!("root = {:?}\n", s(&site));
+    std::fs::write(&config, format!("{root}bind = [\"127.0.0.1:0\"]\n")).unwrap();
+    let server = Server::start(&["serve", "--config", s(&config), "--workers", "1"]);
+    let first = server.addr("serving");
+    let second = format!("127.0.0.1:{}", free_port());
+
+    std::fs::write(&config, format!("{root}bind = [\"127.0.0.1:0\", {second:?}]\n")).unwrap();
+    server.signal("HUP");
+    server.line("configuration reloaded (generation 2)");
+    // The first address kept its socket (and the port 0 gave it).
+    assert!(get(&first, "/").unwrap().head.starts_with("HTTP/1.1 200 "));
+    assert!(get(&second, "/").unwrap().head.starts_with("HTTP/1.1 200 "));
+
+    std::fs::write(&config, format!("{root}bind = [{second:?}]\n")).unwrap();
+    server.signal("HUP");
+    server.line("configuration reloaded (generation 3)");
+    assert!(get(&second, "/").unwrap().head.starts_with("HTTP/1.1 200 "));
+    // The old generation has nothing left to finish: the removed port closes.
+    let deadline = Instant::now() + PATIENCE;
+    while TcpStream::connect(&first).is_ok() {
+        assert!(Instant::now() < deadline, "{first} is still open");
+        std::thread::yield_now();
+    }
+    server.terminate();
+}
+
+#[test]
+fn a_reload_is_announced_to_systemd() {
+    use std::os::unix::net::UnixDatagram;
+    let t = Tmp::new("notify");
+    let notify_path = t.path("notify");
+    let notify = UnixDatagram::bind(&notify_path).unwrap();
+    notify.set_read_timeout(Some(PATIENCE)).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_peregrine"))
+        .args(["hello", "--bind", "127.0.0.1:0", "--workers", "1"])
+        .env("NOTIFY_SOCKET", &notify_path)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut buf = [0u8; 128];
+    let mut next = || {
+        let n = notify.recv(&mut buf).expect("a notification");
+        String::from_utf8_lossy(&buf[..n]).into_owned()
+    };
+    assert_eq!(next(), "READY=1");
+    let kill = |signal: &str| {
+        let status = Command::new("kill")
+            .args([signal, &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    };
+    kill("-HUP");
+    let reloading = next();
+    let usec = reloading
+        .strip_prefix("RELOADING=1\nMONOTONIC_USEC=")
+        .unwrap_or_else(|| panic!("{reloading:?}"));
+    assert!(usec.parse::<u64>().unwrap() > 0, "{reloading:?}");
+    assert_eq!(next(), "READY=1");
+    kill("-TERM");
+    assert_eq!(next(), "STOPPING=1");
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+}
+
+#[test]
+fn after_dropping_root_a_reload_keeps_its_ports_and_refuses_a_new_privileged_one() {
+    // Only root can drop root (process.rs checks the refusal otherwise).
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let euid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .unwrap()
+        .to_owned();
+    if euid != "0" {
+        return;
+    }
+    let t = Tmp::new("user");
+    let config = t.path("peregrine.toml");
+    std::fs::write(&config, "bind = [\"127.0.0.1:0\"]\nworkers = 1\n").unwrap();
+    let server = Server::start(&["hello", "--config", s(&config), "--user", "nobody"]);
+    let addr = server.addr("hello on");
+
+    std::fs::write(&config, "bind = [\"127.0.0.1:0\"]\nworkers = 2\n").unwrap();
+    server.signal("HUP");
+    server.line("configuration reloaded (generation 2)");
+    assert_eq!(get(&addr, "/").unwrap().body, b"Hello, World!");
+
+    std::fs::write(&config, "bind = [\"127.0.0.1:0\", \"127.0.0.1:1\"]\nworkers = 2\n").unwrap();
+    server.signal("HUP");
+    let line = server.line("configuration not reloaded");
+    assert!(line.contains("127.0.0.1:1"), "{line}");
+    assert!(line.contains("root was given up"), "{line}");
+    assert_eq!(get(&addr, "/").unwrap().body, b"Hello, World!");
+    server.terminate();
+}
+
+#[test]
+fn serve_archive_reloads_the_same_archive_once_and_opens_a_new_path() {
+    let t = Tmp::new("archive");
+    let pack = |body: &str, out: &Path| {
+        let dir = t.path(body);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("index.html"), body).unwrap();
+        let status = Command::new(env!("CARGO_BIN_EXE_peregrine"))
+            .args(["pack", s(&dir), "-o", s(out)])
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success());
+    };
+    let (a, b) = (t.path("a.prg"), t.path("b.prg"));
+    pack("first", &a);
+    pack("second", &b);
+    let config = t.path("peregrine.toml");
+    std::fs::write(&config, format!("root = {:?}\n", s(&a))).unwrap();
+    let server = Server::start(&[
+        "serve",
+        "--config",
+        s(&config),
+        "--bind",
+        "127.0.0.1:0",
+        "--workers",
+        "1",
+    ]);
+    let addr = server.addr("serving");
+    assert_eq!(get(&addr, "/").unwrap().body, b"first");
+
+    // The same path: the archive is read again (its own line), once.
+    server.signal("HUP");
+    server.lines(&["configuration reloaded (generation 2)", "loaded as generation 2"]);
+    // Another path: that archive is served.
+    std::fs::write(&config, format!("root = {:?}\n", s(&b))).unwrap();
+    server.signal("HUP");
+    server.line("configuration reloaded (generation 3)");
+    eventually(&addr, "/", "the second archive", |a| a.body == b"second");
+    server.terminate();
+}
