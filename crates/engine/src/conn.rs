@@ -298,6 +298,8 @@ pub(crate) struct Conn {
     bytes_out: u64,
     /// TLS: the handshake's end has been counted in the metrics.
     handshake_counted: bool,
+    /// TCP_CORK is on while a file body goes out with sendfile.
+    corked: bool,
     /// No byte of a request has arrived yet: the client has just
     /// connected, and its first request is presumably on its way. A
     /// shutdown answers it rather than closing the connection as idle.
@@ -333,6 +335,7 @@ impl Conn {
             drained: false,
             bytes_out: 0,
             handshake_counted: false,
+            corked: false,
             fresh: true,
         }
     }
@@ -852,6 +855,14 @@ impl Conn {
         let out = &mut self.output;
         let mut progress = false;
         loop {
+            // While a file goes out with sendfile, cork the socket (as
+            // nginx's tcp_nopush does): the head and the file's pages leave
+            // in full segments, and the last one when the file is done.
+            let file_tail = matches!(out.tail, Some(Tail::File { .. }));
+            if file_tail != self.corked {
+                self.corked = file_tail;
+                crate::sys::socket::set_cork(&self.stream, file_tail);
+            }
             let buffered = &out.buf[out.pos.min(out.buf.len())..];
             if out.tail.is_none() && buffered.is_empty() {
                 out.buf.clear();

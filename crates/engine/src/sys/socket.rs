@@ -44,3 +44,10 @@ pub(crate) fn bind_group(addr: SocketAddr, n_workers: usize) -> io::Result<Vec<T
     }
     Ok(listeners)
 }
+
+/// Sets or clears TCP_CORK: while set, the kernel sends only full segments;
+/// clearing it sends what is left at once. Best effort: a socket that
+/// refuses only loses the batching.
+pub(crate) fn set_cork(stream: &mio::net::TcpStream, on: bool) {
+    let _ = socket2::SockRef::from(stream).set_cork(on);
+}
