@@ -1,12 +1,10 @@
 //! The `peregrine` binary, run as a user would.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
-use std::process::{Command, Stdio};
+mod common;
 
-fn peregrine() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_peregrine"))
-}
+use std::process::Stdio;
+
+use common::{get, peregrine, served_addr, terminate};
 
 #[test]
 fn hello_answers_and_exits_cleanly_on_sigterm() {
@@ -15,30 +13,12 @@ fn hello_answers_and_exits_cleanly_on_sigterm() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    stderr.read_line(&mut line).unwrap();
     // "peregrine: hello on http://127.0.0.1:PORT/"
-    let addr = line
-        .trim()
-        .rsplit("http://")
-        .next()
-        .unwrap()
-        .trim_end_matches('/')
-        .to_owned();
-    let mut s = TcpStream::connect(&addr).unwrap();
-    s.write_all(b"GET /anything HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-        .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
+    let addr = served_addr(&mut child);
+    let out = get(&addr, "/anything");
     assert!(out.starts_with("HTTP/1.1 200 OK\r\n"), "{out}");
     assert!(out.ends_with("\r\n\r\nHello, World!"), "{out}");
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    assert_eq!(child.wait().unwrap().code(), Some(0));
+    terminate(child);
 }
 
 #[test]

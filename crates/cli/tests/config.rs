@@ -2,24 +2,15 @@
 //! flags, checked through `peregrine check-config` and one real start; and
 //! the completions, man pages and `--version` made from the same definition.
 
+mod common;
+
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-/// The binary, with no PEREGRINE_* variable inherited from whoever runs the
-/// tests.
-fn peregrine() -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_peregrine"));
-    for (name, _) in std::env::vars_os() {
-        if name.to_string_lossy().starts_with("PEREGRINE_") {
-            cmd.env_remove(name);
-        }
-    }
-    cmd
-}
+use common::{get, peregrine, terminate};
 
 /// A fresh directory under the system's temporary directory, removed when
 /// dropped.
@@ -266,20 +257,11 @@ fn serve_from_a_config_file_answers_on_every_listener() {
         assert!(addrs[2].starts_with("[::1]:"), "{line}");
     }
     for addr in &addrs {
-        let mut s = TcpStream::connect(addr).unwrap();
-        s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-            .unwrap();
-        let mut out = String::new();
-        s.read_to_string(&mut out).unwrap();
+        let out = get(addr, "/");
         assert!(out.starts_with("HTTP/1.1 200 OK\r\n"), "{addr}: {out}");
         assert!(out.ends_with("<p>configured</p>"), "{addr}: {out}");
     }
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    assert_eq!(child.wait().unwrap().code(), Some(0));
+    terminate(child);
 }
 
 #[test]

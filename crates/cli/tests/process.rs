@@ -1,57 +1,19 @@
 //! Running under a service manager: systemd socket activation and
 //! readiness notification, dropping root after binding, SIGUSR1.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+mod common;
+
+use std::io::{BufRead, BufReader, Read};
 use std::os::unix::net::UnixDatagram;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
-fn peregrine() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_peregrine"))
-}
+use common::{get, peregrine, served_addr, terminate};
 
-fn get(addr: &str, path: &str) -> String {
-    let mut s = TcpStream::connect(addr).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
-}
-
-/// Reads the "... on http://ADDR/" line the server prints once serving.
-fn served_addr(child: &mut Child) -> String {
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    stderr.read_line(&mut line).unwrap();
-    assert!(line.contains("http://"), "{line}");
-    line.trim()
-        .rsplit("http://")
-        .next()
-        .unwrap()
-        .trim_end_matches('/')
-        .to_owned()
-}
-
-fn terminate(mut child: Child) {
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    assert_eq!(child.wait().unwrap().code(), Some(0));
-}
-
-#[test]
-fn sockets_passed_by_systemd_are_served_and_readiness_is_notified() {
-    let dir = std::env::temp_dir().join(format!("peregrine-sd-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let notify_path = dir.join("notify");
-    let notify = UnixDatagram::bind(&notify_path).unwrap();
-    // What systemd does, in a few lines of Python: a listening socket at
-    // descriptor 3, LISTEN_FDS=1 and LISTEN_PID naming the process that
-    // the exec turns into peregrine.
-    let launcher = r#"
+/// What systemd does, in a few lines of Python: a listening socket at
+/// descriptor 3, LISTEN_FDS=1 and LISTEN_PID naming the process that the
+/// exec turns into peregrine. Known before peregrine starts, its port needs
+/// no line from the server and cannot be taken by another test meanwhile.
+const SOCKET_ACTIVATION: &str = r#"
 import os, socket, sys
 s = socket.socket()
 s.bind(("127.0.0.1", 0))
@@ -64,16 +26,17 @@ os.environ["LISTEN_FDS"] = "1"
 os.environ["LISTEN_PID"] = str(os.getpid())
 os.execv(sys.argv[1], sys.argv[1:])
 "#;
-    let mut child = Command::new("python3")
-        .args([
-            "-c",
-            launcher,
-            env!("CARGO_BIN_EXE_peregrine"),
-            "hello",
-            "--workers",
-            "2",
-        ])
-        .env("NOTIFY_SOCKET", &notify_path)
+
+/// Starts `peregrine ARGS` on a socket passed as systemd would; returns it
+/// (stderr piped) with the socket's port.
+fn socket_activated(args: &[&str], env: &[(&str, &std::path::Path)]) -> (std::process::Child, u16) {
+    let mut cmd = Command::new("python3");
+    cmd.args(["-c", SOCKET_ACTIVATION, env!("CARGO_BIN_EXE_peregrine")])
+        .args(args);
+    for (name, value) in env {
+        cmd.env(name, value);
+    }
+    let mut child = cmd
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -82,7 +45,18 @@ os.execv(sys.argv[1], sys.argv[1:])
     BufReader::new(child.stdout.take().unwrap())
         .read_line(&mut port)
         .unwrap();
-    let passed = format!("127.0.0.1:{}", port.trim());
+    (child, port.trim().parse().expect("the launcher prints its port"))
+}
+
+#[test]
+fn sockets_passed_by_systemd_are_served_and_readiness_is_notified() {
+    let dir = std::env::temp_dir().join(format!("peregrine-sd-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let notify_path = dir.join("notify");
+    let notify = UnixDatagram::bind(&notify_path).unwrap();
+    let (mut child, port) = socket_activated(&["hello", "--workers", "2"], &[("NOTIFY_SOCKET", &notify_path)]);
+    let passed = format!("127.0.0.1:{port}");
     let mut buf = [0u8; 64];
     let n = notify.recv(&mut buf).unwrap();
     assert_eq!(&buf[..n], b"READY=1");
@@ -297,31 +271,17 @@ fn metrics_and_health_are_served_on_their_own_listener() {
 
 #[test]
 fn log_level_chooses_the_lines_written() {
-    // A free port, found by binding and letting go.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let addr = format!("127.0.0.1:{port}");
-    let mut child = peregrine()
-        .args(["hello", "--bind", &addr, "--workers", "1", "--log-level", "error"])
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    // No "hello on" line at level error: wait for the port instead.
-    let out = loop {
-        match TcpStream::connect(&addr) {
-            Ok(_) => break get(&addr, "/"),
-            Err(_) => std::thread::sleep(std::time::Duration::from_millis(10)),
-        }
-    };
+    let (child, port) = socket_activated(&["hello", "--workers", "1", "--log-level", "error"], &[]);
+    // Killed even if an assertion below fails.
+    let mut guard = KillOnDrop(Some(child));
+    let out = get(&format!("127.0.0.1:{port}"), "/");
     assert!(out.starts_with("HTTP/1.1 200 OK\r\n"), "{out}");
-    let mut stderr = child.stderr.take().unwrap();
-    terminate(child);
+    let mut running = guard.0.take().unwrap();
+    let mut stderr = running.stderr.take().unwrap();
+    terminate(running);
     let mut said = String::new();
     stderr.read_to_string(&mut said).unwrap();
-    assert_eq!(said, "", "nothing below error is written");
+    assert_eq!(said, "", "nothing below error is written (no \"hello on\" line)");
     let out = peregrine().args(["hello", "--log-level", "loud"]).output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
@@ -329,4 +289,16 @@ fn log_level_chooses_the_lines_written() {
         err.contains("--log-level") && err.contains("unknown log level \"loud\""),
         "{err}"
     );
+}
+
+/// A child process killed when dropped (a failing test leaves none behind).
+struct KillOnDrop(Option<std::process::Child>);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
 }
