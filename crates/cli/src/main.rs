@@ -13,7 +13,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 
-use peregrine::{AccessLog, Limits, Server, TlsConfig};
+use peregrine::{Limits, TlsConfig};
 use peregrine_archive::{Archive, Mode, PackOptions};
 use peregrine_files::{FileServer, Options};
 
@@ -339,50 +339,6 @@ impl LimitArgs {
         }
         Ok(l)
     }
-
-    fn server(&self, args: &ServerArgs) -> anyhow::Result<Server> {
-        if let Some(level) = args.log_level {
-            peregrine::log::set_level(level);
-        }
-        let mut server = Server::new().limits(self.to_limits()?);
-        let tls = args.tls.config()?;
-        let inherited = peregrine::systemd::listen_fds().context("socket activation (LISTEN_FDS)")?;
-        let default_bind = [SocketAddr::from(([127, 0, 0, 1], 8080))];
-        let binds = match (&args.bind[..], inherited.is_empty()) {
-            ([], true) => &default_bind[..],
-            (given, _) => given,
-        };
-        for addr in binds {
-            server = match &tls {
-                Some(tls) => server.bind_tls(*addr, tls.clone()),
-                None => server.bind(*addr),
-            };
-        }
-        // Sockets systemd passed speak TLS too when certificates are given.
-        for listener in inherited {
-            server = match &tls {
-                Some(tls) => server.listener_tls(listener, tls.clone()),
-                None => server.listener(listener),
-            };
-        }
-        if let Some(addr) = args.tls.redirect_http {
-            server = server.redirect_http(addr);
-        }
-        server = server
-            .access_log_format(args.access_log_format)
-            .run_as(peregrine::Identity {
-                user: args.user.clone(),
-                group: args.group.clone(),
-            });
-        if let Some(n) = args.workers {
-            anyhow::ensure!(n > 0, "--workers must be at least 1");
-            server = server.workers(n);
-        }
-        if let Some(path) = &args.access_log {
-            server = server.access_log(AccessLog::from_arg(path));
-        }
-        Ok(server)
-    }
 }
 
 fn main() -> ExitCode {
@@ -451,18 +407,25 @@ fn run(cli: Cli, argv: Vec<OsString>) -> anyhow::Result<()> {
 
 /// `check-config`: what `run` checks before it binds, without binding (the
 /// port may well be in use by the server being reconfigured).
+/// What building the server would refuse, without binding anything or
+/// taking systemd's sockets: `reload::build` makes the same checks.
+fn check_server(args: &ServerArgs) -> anyhow::Result<()> {
+    args.limits.to_limits()?;
+    args.tls.config()?;
+    anyhow::ensure!(args.workers != Some(0), "--workers must be at least 1");
+    Ok(())
+}
+
 fn check(cli: &Cli) -> anyhow::Result<()> {
     match &cli.command {
-        Command::Hello { server } => {
-            server.limits.server(server)?;
-        }
+        Command::Hello { server } => check_server(server)?,
         Command::Serve {
             root,
             files,
             archive: _,
             server,
         } => {
-            server.limits.server(server)?;
+            check_server(server)?;
             if peregrine_archive::is_archive(root) {
                 Archive::open(root, Mode::Map)?;
             } else {
