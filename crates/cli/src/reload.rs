@@ -196,7 +196,8 @@ fn reload(process: &mut Process, current: &mut Generation, retired: &mut Vec<Ret
         .name(format!("peregrine-retire-{}", old.number))
         .spawn(move || {
             if let Err(e) = old.running.join() {
-                log::error(format_args!("generation {}: {e}", old.number));
+                let e = anyhow::Error::new(e);
+                log::error(format_args!("generation {}: {e:#}", old.number));
             }
         });
     // Without a thread to wait for it, the old generation still finishes.

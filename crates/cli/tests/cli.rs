@@ -34,12 +34,15 @@ fn bad_arguments_are_named_in_the_error() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--idle-timeout"));
 }
 
+/// The cause once: the library's error no longer repeats its source in its
+/// own message, which the CLI prints as a chain.
 #[test]
-fn an_address_in_use_is_reported_and_exits_non_zero() {
+fn an_address_in_use_is_reported_once_and_exits_non_zero() {
     let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = holder.local_addr().unwrap().to_string();
     let out = peregrine().args(["hello", "--bind", &addr]).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains(&format!("cannot listen on {addr}")), "{err}");
+    assert_eq!(err.matches("Address already in use").count(), 1, "{err}");
 }
