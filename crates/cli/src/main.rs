@@ -112,11 +112,14 @@ struct ServeArchiveArgs {
     prefault: bool,
 }
 
+/// The file tried for a directory unless `--index` names others.
+const DEFAULT_INDEX: &str = "index.html";
+
 /// How `serve` answers for files.
 #[derive(Args, Debug)]
 struct FileArgs {
     /// File names tried for a directory, in order (comma-separated).
-    #[arg(long, value_delimiter = ',', default_value = "index.html", value_name = "NAMES")]
+    #[arg(long, value_delimiter = ',', default_value = DEFAULT_INDEX, value_name = "NAMES")]
     index: Vec<String>,
     /// List directories that have no index file, as HTML.
     #[arg(long)]
@@ -422,11 +425,11 @@ fn check(cli: &Cli) -> anyhow::Result<()> {
         Command::Serve {
             root,
             files,
-            archive: _,
+            archive,
             server,
         } => {
             check_server(server)?;
-            if peregrine_archive::is_archive(root) {
+            if is_archive_root(root, files, archive)? {
                 Archive::open(root, Mode::Map)?;
             } else {
                 FileServer::new(files.options(root.clone()))?;
@@ -435,6 +438,68 @@ fn check(cli: &Cli) -> anyhow::Result<()> {
         _ => unreachable!("check-config takes only the serving subcommands"),
     }
     Ok(())
+}
+
+/// Whether `serve ROOT` serves an archive: any file that is not a
+/// directory is taken for one, so that a wrong file is named as "not a
+/// Peregrine archive" (with what it starts with) rather than as a directory
+/// that cannot be opened. Refuses the flags that mean nothing for what ROOT
+/// is, which would otherwise be silently ignored.
+fn is_archive_root(root: &std::path::Path, files: &FileArgs, archive: &ServeArchiveArgs) -> anyhow::Result<bool> {
+    let Ok(metadata) = std::fs::metadata(root) else {
+        return Ok(false); // opening it as a directory says what is wrong
+    };
+    let is_archive = !metadata.is_dir();
+    let shown = root.display();
+    if is_archive {
+        // Each with where its setting lives in an archive.
+        let misplaced = [
+            (
+                files.index != [DEFAULT_INDEX],
+                "--index",
+                "pack serves index.html for a directory",
+            ),
+            (files.list_dirs, "--list-dirs", "an archive has no listings"),
+            (
+                files.follow_symlinks,
+                "--follow-symlinks",
+                "pack decides which symlinks it follows",
+            ),
+            (files.not_found.is_some(), "--404", "pack takes _404.html"),
+            (files.fallback.is_some(), "--fallback", "pack takes _wildcard.*"),
+            (
+                !files.cache_control.is_empty(),
+                "--cache-control",
+                "use pack --cache-control or _headers",
+            ),
+            (
+                files.no_security_headers,
+                "--no-security-headers",
+                "use pack --no-security-headers",
+            ),
+            (files.no_precompressed, "--no-precompressed", "use pack --no-compress"),
+        ];
+        let given: Vec<String> = misplaced
+            .iter()
+            .filter(|(given, ..)| *given)
+            .map(|(_, flag, instead)| format!("{flag} ({instead})"))
+            .collect();
+        anyhow::ensure!(
+            given.is_empty(),
+            "{shown} is an archive, whose answers were fixed when it was packed, so these flags for a \
+             directory mean nothing here: {}",
+            given.join(", ")
+        );
+    } else {
+        let misplaced = [(archive.in_memory, "--in-memory"), (archive.prefault, "--prefault")];
+        let given: Vec<&str> = misplaced.iter().filter(|(given, _)| *given).map(|(_, f)| *f).collect();
+        anyhow::ensure!(
+            given.is_empty(),
+            "{} applies to an archive, and {shown} is a directory",
+            given.join(" and ")
+        );
+    }
+    Ok(is_archive)
 }
 
 fn archive_command(command: ArchiveCommand) -> anyhow::Result<()> {

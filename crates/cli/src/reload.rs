@@ -367,7 +367,7 @@ fn start(
         let running = srv.start(|_req: &Request<'_>| Response::text("Hello, World!"))?;
         return Ok((running, None, false));
     };
-    if !peregrine_archive::is_archive(root) {
+    if !crate::is_archive_root(root, files, archive)? {
         let files = FileServer::new(files.options(root.clone()))?;
         return Ok((srv.start(files)?, None, false));
     }

@@ -2,6 +2,8 @@
 
 mod common;
 
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
 use common::{get, peregrine, served_addr, terminate};
@@ -45,4 +47,93 @@ fn an_address_in_use_is_reported_once_and_exits_non_zero() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains(&format!("cannot listen on {addr}")), "{err}");
     assert_eq!(err.matches("Address already in use").count(), 1, "{err}");
+}
+
+/// A scratch directory for one test, empty.
+fn scratch(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("peregrine-cli-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Runs the binary with `args`; it must fail with 1. Returns its stderr.
+fn refused(args: &[&OsStr]) -> String {
+    let out = peregrine().args(args).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+    err
+}
+
+#[test]
+fn a_file_that_is_not_an_archive_is_named_so_with_its_first_bytes() {
+    let dir = scratch("not-archive");
+    let empty = dir.join("empty.prg");
+    std::fs::write(&empty, b"").unwrap();
+    let page = dir.join("page.html");
+    std::fs::write(&page, b"<html>\x01hi</html>").unwrap();
+    for prefix in [&["serve"][..], &["check-config", "serve"]] {
+        let run = |file: &Path| {
+            let mut args: Vec<&OsStr> = prefix.iter().map(OsStr::new).collect();
+            args.extend([file.as_os_str(), OsStr::new("--bind"), OsStr::new("127.0.0.1:0")]);
+            refused(&args)
+        };
+        let err = run(&empty);
+        assert!(
+            err.contains("empty.prg: not a Peregrine archive: the file is empty"),
+            "{err}"
+        );
+        assert!(!err.contains("directory"), "{err}");
+        let err = run(&page);
+        assert!(err.contains("page.html: not a Peregrine archive"), "{err}");
+        assert!(err.contains(r#"it starts with "<html>\x01hi</html>""#), "{err}");
+    }
+}
+
+#[test]
+fn directory_flags_are_refused_for_an_archive_and_archive_flags_for_a_directory() {
+    let dir = scratch("misplaced");
+    let site = dir.join("site");
+    std::fs::create_dir(&site).unwrap();
+    std::fs::write(site.join("index.html"), "hi").unwrap();
+    let archive = dir.join("site.prg");
+    let out = peregrine()
+        .arg("pack")
+        .arg(&site)
+        .arg("-o")
+        .arg(&archive)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for prefix in [&["serve"][..], &["check-config", "serve"]] {
+        let with = |root: &Path, flags: &[&str]| -> String {
+            let mut args: Vec<&OsStr> = prefix.iter().map(OsStr::new).collect();
+            args.push(root.as_os_str());
+            args.extend(["--bind", "127.0.0.1:0"].map(OsStr::new));
+            args.extend(flags.iter().map(OsStr::new));
+            refused(&args)
+        };
+        for flag in [
+            &["--list-dirs"][..],
+            &["--404", "/missing.html"],
+            &["--fallback", "/index.html"],
+            &["--cache-control", "max-age=60"],
+            &["--no-security-headers"],
+            &["--index", "home.html"],
+            &["--follow-symlinks"],
+            &["--no-precompressed"],
+        ] {
+            let err = with(&archive, flag);
+            assert!(err.contains("site.prg is an archive"), "{flag:?}: {err}");
+            assert!(err.contains(flag[0]), "{flag:?}: {err}");
+        }
+        let err = with(&archive, &["--list-dirs", "--404", "/x"]);
+        assert!(
+            err.contains("--list-dirs (an archive has no listings), --404 (pack takes _404.html)"),
+            "{err}"
+        );
+        let err = with(&site, &["--in-memory"]);
+        assert!(err.contains("--in-memory applies to an archive, and "), "{err}");
+        assert!(err.contains("site is a directory"), "{err}");
+    }
 }

@@ -160,7 +160,7 @@ fn a_repeated_flag_replaces_the_files_list_and_switches_come_from_anywhere() {
     let f = file.display().to_string();
     let out = peregrine()
         .args(["check-config", "serve", "--config", &f, "--bind", "127.0.0.1:3"])
-        .env("PEREGRINE_PREFAULT", "yes")
+        .env("PEREGRINE_FOLLOW_SYMLINKS", "yes")
         .env("PEREGRINE_NO_PRECOMPRESSED", "false")
         .output()
         .unwrap();
@@ -172,7 +172,10 @@ fn a_repeated_flag_replaces_the_files_list_and_switches_come_from_anywhere() {
     );
     assert_eq!(s["bind"], ("[\"127.0.0.1:3\"]".into(), "flag".into()));
     assert_eq!(s["list-dirs"], ("true".into(), format!("file {f}:3")));
-    assert_eq!(s["prefault"], ("true".into(), "env PEREGRINE_PREFAULT".into()));
+    assert_eq!(
+        s["follow-symlinks"],
+        ("true".into(), "env PEREGRINE_FOLLOW_SYMLINKS".into())
+    );
     assert_eq!(s["root"].1, format!("file {f}:1"));
     // A root on the command line beats the file's.
     let other = scratch();
