@@ -174,11 +174,14 @@ impl FileArgs {
 /// Flags every serving command shares.
 #[derive(Args, Debug)]
 struct ServerArgs {
-    /// Address to listen on; repeat for several (IPv4 and IPv6). Default:
-    /// 127.0.0.1:8080, unless systemd passed listening sockets
-    /// (LISTEN_FDS), which are always used.
-    #[arg(long = "bind", value_name = "ADDR")]
-    bind: Vec<SocketAddr>,
+    /// Address to listen on; repeat for several. `IP:PORT` or `[IPv6]:PORT`;
+    /// `HOST:PORT` binds every address HOST resolves to (`localhost:8080`:
+    /// 127.0.0.1 and ::1); `:PORT` or `PORT` alone means 0.0.0.0:PORT, every
+    /// IPv4 interface, as nginx's `listen PORT` (add `--bind [::]:PORT` for
+    /// IPv6). Default: 127.0.0.1:8080, unless systemd passed listening
+    /// sockets (LISTEN_FDS), which are always used.
+    #[arg(long = "bind", value_name = "ADDR", value_parser = parse_bind)]
+    bind: Vec<BindAddrs>,
     /// Worker threads, each with its own event loop (default: one per core).
     #[arg(long)]
     workers: Option<usize>,
@@ -208,6 +211,47 @@ struct ServerArgs {
     limits: LimitArgs,
     #[command(flatten)]
     tls: TlsArgs,
+}
+
+/// The addresses one `--bind` value names, resolved when it is read (at
+/// start, and again at each reload).
+#[derive(Clone, Debug)]
+struct BindAddrs(Vec<SocketAddr>);
+
+/// Parses a `--bind` value (see its help). Unix-domain sockets (`unix:`)
+/// are refused by name: the engine listens on TCP sockets only.
+fn parse_bind(s: &str) -> Result<BindAddrs, String> {
+    use std::net::ToSocketAddrs;
+    const FORMS: &str = "expected IP:PORT, [IPv6]:PORT, HOST:PORT, :PORT or PORT";
+    if let Ok(addr) = s.parse::<SocketAddr>() {
+        return Ok(BindAddrs(vec![addr]));
+    }
+    if s.starts_with("unix:") {
+        return Err("unix-domain sockets are not supported (Peregrine listens on TCP only)".into());
+    }
+    if let Ok(ip) = s.parse::<std::net::IpAddr>() {
+        return Err(format!("{ip} has no port: give {}", SocketAddr::new(ip, 8080)));
+    }
+    if let Ok(port) = s.strip_prefix(':').unwrap_or(s).parse::<u16>() {
+        return Ok(BindAddrs(vec![SocketAddr::from(([0, 0, 0, 0], port))]));
+    }
+    let Some((host, port)) = s.rsplit_once(':').filter(|(h, _)| !h.is_empty() && !h.contains(':')) else {
+        return Err(FORMS.into());
+    };
+    let port: u16 = port.parse().map_err(|_| format!("{port:?} is not a port: {FORMS}"))?;
+    let mut addrs: Vec<SocketAddr> = Vec::new();
+    let resolved = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve {host:?}: {e}"))?;
+    for addr in resolved {
+        if !addrs.contains(&addr) {
+            addrs.push(addr);
+        }
+    }
+    if addrs.is_empty() {
+        return Err(format!("{host:?} resolves to no address"));
+    }
+    Ok(BindAddrs(addrs))
 }
 
 /// HTTPS: with `--tls-cert`, every `--bind` address speaks TLS.

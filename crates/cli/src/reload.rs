@@ -253,7 +253,8 @@ fn build(
     // The addresses, in the order they are shown: `--bind` (or the
     // default), systemd's, the redirecting one.
     let default_bind = [SocketAddr::from(([127, 0, 0, 1], 8080))];
-    let binds = match (&args.bind[..], process.n_inherited) {
+    let given: Vec<SocketAddr> = args.bind.iter().flat_map(|b| b.0.iter().copied()).collect();
+    let binds = match (&given[..], process.n_inherited) {
         ([], 0) => &default_bind[..],
         (given, _) => given,
     };

@@ -57,11 +57,12 @@ fn scratch(tag: &str) -> PathBuf {
     dir
 }
 
-/// Runs the binary with `args`; it must fail with 1. Returns its stderr.
-fn refused(args: &[&OsStr]) -> String {
+/// Runs the binary with `args`; it must exit with `code` (2: clap refused
+/// a value; 1: the value was read and found wrong). Returns its stderr.
+fn refused(code: i32, args: &[&OsStr]) -> String {
     let out = peregrine().args(args).output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+    assert_eq!(out.status.code(), Some(code), "{args:?}: {err}");
     err
 }
 
@@ -76,7 +77,7 @@ fn a_file_that_is_not_an_archive_is_named_so_with_its_first_bytes() {
         let run = |file: &Path| {
             let mut args: Vec<&OsStr> = prefix.iter().map(OsStr::new).collect();
             args.extend([file.as_os_str(), OsStr::new("--bind"), OsStr::new("127.0.0.1:0")]);
-            refused(&args)
+            refused(1, &args)
         };
         let err = run(&empty);
         assert!(
@@ -111,7 +112,7 @@ fn directory_flags_are_refused_for_an_archive_and_archive_flags_for_a_directory(
             args.push(root.as_os_str());
             args.extend(["--bind", "127.0.0.1:0"].map(OsStr::new));
             args.extend(flags.iter().map(OsStr::new));
-            refused(&args)
+            refused(1, &args)
         };
         for flag in [
             &["--list-dirs"][..],
@@ -135,5 +136,38 @@ fn directory_flags_are_refused_for_an_archive_and_archive_flags_for_a_directory(
         let err = with(&site, &["--in-memory"]);
         assert!(err.contains("--in-memory applies to an archive, and "), "{err}");
         assert!(err.contains("site is a directory"), "{err}");
+    }
+}
+
+/// `--bind HOST:PORT` binds what HOST resolves to; `:PORT` is every IPv4
+/// interface, as nginx's `listen PORT`.
+#[test]
+fn bind_takes_a_host_name_and_a_bare_port() {
+    for (bind, listening) in [("localhost:0", "127.0.0.1:"), (":0", "0.0.0.0:")] {
+        let mut child = peregrine()
+            .args(["hello", "--workers", "1", "--bind", bind])
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let addr = served_addr(&mut child);
+        assert!(addr.starts_with(listening), "--bind {bind}: {addr}");
+        let port = addr.rsplit(':').next().unwrap();
+        let out = get(&format!("127.0.0.1:{port}"), "/");
+        assert!(out.ends_with("Hello, World!"), "--bind {bind}: {out}");
+        terminate(child);
+    }
+}
+
+#[test]
+fn bind_values_that_cannot_be_listened_on_say_why() {
+    for (bind, why) in [
+        ("unix:/run/peregrine.sock", "unix-domain sockets are not supported"),
+        ("localhost:http", "\"http\" is not a port"),
+        ("::1", "::1 has no port: give [::1]:8080"),
+        ("[::1", "expected IP:PORT, [IPv6]:PORT, HOST:PORT, :PORT or PORT"),
+        ("no-such-host.invalid:80", "cannot resolve \"no-such-host.invalid\""),
+    ] {
+        let err = refused(2, &["hello", "--bind", bind].map(OsStr::new));
+        assert!(err.contains(why), "--bind {bind}: {err}");
     }
 }

@@ -328,7 +328,7 @@ fn bad_values_name_file_line_and_key() {
         &out,
         &[
             // The line of the bad item, not of the key.
-            &format!("{f}:3: bind: bad value \"localhost:eighty\": invalid socket address syntax"),
+            &format!("{f}:3: bind: bad value \"localhost:eighty\": \"eighty\" is not a port"),
             &format!("{f}:5: n-conns-max: -5: must not be negative"),
         ],
     );
@@ -362,7 +362,13 @@ fn bad_variables_are_named() {
         .env("PEREGRINE_BIND", "127.0.0.1")
         .output()
         .unwrap();
-    assert_error(&out, &["PEREGRINE_BIND=\"127.0.0.1\"", "invalid socket address"]);
+    assert_error(
+        &out,
+        &[
+            "PEREGRINE_BIND=\"127.0.0.1\"",
+            "127.0.0.1 has no port: give 127.0.0.1:8080",
+        ],
+    );
     let out = peregrine()
         .args(["check-config", "serve", "/"])
         .env("PEREGRINE_LIST_DIRS", "maybe")
