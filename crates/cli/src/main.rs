@@ -6,6 +6,7 @@ mod reload;
 
 use std::ffi::OsString;
 use std::net::SocketAddr;
+use std::ops::RangeInclusive;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -128,15 +129,18 @@ struct FileArgs {
     /// symlinks that resolve inside it are followed).
     #[arg(long)]
     follow_symlinks: bool,
-    /// Page sent with 404 for missing paths (a path within DIR).
+    /// Page sent with 404 for missing paths (a path within DIR). Default: a
+    /// short built-in page.
     #[arg(long = "404", value_name = "PATH")]
     not_found: Option<String>,
     /// Page sent with 200 for missing paths without a file extension, for
     /// single-page applications (a path within DIR, e.g. index.html).
+    /// Default: none (404).
     #[arg(long, value_name = "PATH")]
     fallback: Option<String>,
     /// Cache-Control for paths matching GLOB: `GLOB=VALUE`, repeatable, first
-    /// match wins; `VALUE` alone sets the default (`no-cache`).
+    /// match wins; `VALUE` alone sets the value for other paths. Default:
+    /// no-cache.
     #[arg(long = "cache-control", value_name = "[GLOB=]VALUE")]
     cache_control: Vec<String>,
     /// Do not send X-Content-Type-Options, X-Frame-Options and
@@ -182,29 +186,30 @@ struct ServerArgs {
     /// sockets (LISTEN_FDS), which are always used.
     #[arg(long = "bind", value_name = "ADDR", value_parser = parse_bind)]
     bind: Vec<BindAddrs>,
-    /// Worker threads, each with its own event loop (default: one per core).
-    #[arg(long)]
+    /// Worker threads, each with its own event loop. Default: one per core.
+    #[arg(long, value_name = "N", value_parser = within(Limits::N_WORKERS_RANGE))]
     workers: Option<usize>,
     /// Write an access log line per request to PATH, or `-` for stdout;
-    /// SIGUSR1 reopens the file (for logrotate).
+    /// SIGUSR1 reopens the file (for logrotate). Default: none.
     #[arg(long, value_name = "PATH|-")]
     access_log: Option<String>,
     /// The access log's format: `combined` (Combined Log Format) or `json`.
     #[arg(long, default_value = "combined", value_name = "FORMAT")]
     access_log_format: peregrine::LogFormat,
     /// The least severe error-log lines written to standard error: `error`,
-    /// `warn`, `info` (default) or `debug` (per-connection detail such as
-    /// failed TLS handshakes; `PEREGRINE_DEBUG=1` also turns it on).
+    /// `warn`, `info` or `debug` (per-connection detail such as failed TLS
+    /// handshakes; `PEREGRINE_DEBUG=1` also turns it on). Default: info.
     #[arg(long, value_name = "LEVEL")]
     log_level: Option<peregrine::log::Level>,
     /// Serve Prometheus metrics at http://ADDR/metrics, and `ok` at
-    /// /healthz, on a listener of their own (one more thread).
+    /// /healthz, on a listener of their own (one more thread). Default: none.
     #[arg(long, value_name = "ADDR")]
     metrics: Option<SocketAddr>,
     /// After binding, switch to this user (name or uid); needs root.
+    /// Default: stay the user that started it.
     #[arg(long, value_name = "USER")]
     user: Option<String>,
-    /// After binding, switch to this group (default: the user's group).
+    /// After binding, switch to this group. Default: the --user's group.
     #[arg(long, value_name = "GROUP")]
     group: Option<String>,
     #[command(flatten)]
@@ -260,35 +265,44 @@ struct TlsArgs {
     /// Certificate chain (PEM, leaf first): serve HTTPS. Repeat with
     /// `--tls-key` for more sites: the first is the default, the others are
     /// chosen by the name the client asks for (SNI) among their own names.
+    /// Default: none (plain HTTP).
     #[arg(long = "tls-cert", value_name = "PEM")]
     certs: Vec<PathBuf>,
-    /// Private key (PEM) for the `--tls-cert` in the same position.
+    /// Private key (PEM) for the `--tls-cert` in the same position. Default:
+    /// none.
     #[arg(long = "tls-key", value_name = "PEM")]
     keys: Vec<PathBuf>,
     /// Also listen for plain HTTP on ADDR, answering every request with a
-    /// 308 redirect to the same URL over HTTPS.
+    /// 308 redirect to the same URL over HTTPS. Default: none.
     #[arg(long, value_name = "ADDR")]
     redirect_http: Option<SocketAddr>,
     /// Add `Strict-Transport-Security: max-age=SECONDS` to HTTPS responses.
-    #[arg(long, value_name = "SECONDS")]
+    /// Default: none (no such field).
+    #[arg(long, value_name = "SECONDS", value_parser = within(Limits::HSTS_SECS_RANGE))]
     hsts: Option<u64>,
 }
 
 impl TlsArgs {
     /// The certificates, if HTTPS was asked for.
     fn config(&self) -> anyhow::Result<Option<TlsConfig>> {
+        // Each named with where it was set, when that was a file's line.
         anyhow::ensure!(
             self.certs.len() == self.keys.len(),
-            "give one --tls-key per --tls-cert ({} certificates, {} keys)",
+            "give one --tls-key per --tls-cert ({} certificates{}, {} keys{})",
             self.certs.len(),
-            self.keys.len()
+            config::origin("certs"),
+            self.keys.len(),
+            config::origin("keys"),
         );
         let mut pairs = self.certs.iter().zip(&self.keys);
         let Some((cert, key)) = pairs.next() else {
-            anyhow::ensure!(
-                self.redirect_http.is_none() && self.hsts.is_none(),
-                "--redirect-http and --hsts need --tls-cert and --tls-key"
-            );
+            let given = [
+                ("--redirect-http", "redirect_http", self.redirect_http.is_some()),
+                ("--hsts", "hsts", self.hsts.is_some()),
+            ];
+            if let Some((flag, id, _)) = given.iter().find(|(.., given)| *given) {
+                anyhow::bail!("{flag}{} needs --tls-cert and --tls-key", config::origin(id));
+            }
             return Ok(None);
         };
         let mut tls = TlsConfig::from_pem_files(cert, key)?;
@@ -302,43 +316,81 @@ impl TlsArgs {
     }
 }
 
+/// A value parser for a number that must lie in `range` (limits.rs says
+/// why each range is what it is). Used by the config file and variables
+/// too, so that a value out of range is named with its file and line.
+fn within<T>(range: RangeInclusive<T>) -> impl Fn(&str) -> Result<T, String> + Clone + Send + Sync + 'static
+where
+    T: std::str::FromStr + PartialOrd + std::fmt::Display + Clone + Send + Sync + 'static,
+    T::Err: std::fmt::Display,
+{
+    move |s: &str| {
+        let v: T = s.parse().map_err(|e| format!("{e}"))?;
+        if !range.contains(&v) {
+            return Err(format!(
+                "{v} is out of range: from {} to {}",
+                range.start(),
+                range.end()
+            ));
+        }
+        Ok(v)
+    }
+}
+
+/// A value parser for seconds (fractions allowed) that must lie in `range`.
+fn seconds_within(
+    range: RangeInclusive<Duration>,
+) -> impl Fn(&str) -> Result<f64, String> + Clone + Send + Sync + 'static {
+    move |s: &str| {
+        let v: f64 = s.parse().map_err(|e| format!("{e}"))?;
+        match Duration::try_from_secs_f64(v) {
+            Ok(d) if range.contains(&d) => Ok(v),
+            _ => Err(format!(
+                "{v} is out of range: from {} to {} seconds",
+                range.start().as_secs_f64(),
+                range.end().as_secs_f64()
+            )),
+        }
+    }
+}
+
 /// The engine's limits; defaults are those of `peregrine::Limits`, shown by
 /// `--help` and `check-config`.
 #[derive(Args, Debug)]
 struct LimitArgs {
     /// Longest request head, in bytes (longer: 431).
-    #[arg(long, value_name = "BYTES", default_value = Limits::default().head_bytes_max.to_string())]
+    #[arg(long, value_name = "BYTES", default_value = Limits::default().head_bytes_max.to_string(), value_parser = within(Limits::HEAD_BYTES_MAX_RANGE))]
     head_bytes_max: Option<usize>,
     /// Longest request target, in bytes (longer: 414).
-    #[arg(long, value_name = "BYTES", default_value = Limits::default().uri_bytes_max.to_string())]
+    #[arg(long, value_name = "BYTES", default_value = Limits::default().uri_bytes_max.to_string(), value_parser = within(Limits::URI_BYTES_MAX_RANGE))]
     uri_bytes_max: Option<usize>,
     /// Most header fields per request (more: 431).
-    #[arg(long, value_name = "N", default_value = Limits::default().n_headers_max.to_string())]
+    #[arg(long, value_name = "N", default_value = Limits::default().n_headers_max.to_string(), value_parser = within(Limits::N_HEADERS_MAX_RANGE))]
     n_headers_max: Option<usize>,
     /// Largest request body, in bytes (larger: 413).
-    #[arg(long, value_name = "BYTES", default_value = Limits::default().body_bytes_max.to_string())]
+    #[arg(long, value_name = "BYTES", default_value = Limits::default().body_bytes_max.to_string(), value_parser = within(Limits::BODY_BYTES_MAX_RANGE))]
     body_bytes_max: Option<u64>,
     /// Seconds allowed to receive a whole request head (then 408).
-    #[arg(long, value_name = "SECS", default_value = Limits::default().head_timeout.as_secs_f64().to_string())]
+    #[arg(long, value_name = "SECS", default_value = Limits::default().head_timeout.as_secs_f64().to_string(), value_parser = seconds_within(Limits::TIMEOUT_RANGE))]
     head_timeout: Option<f64>,
     /// Seconds allowed between two reads of a request body (then 408).
-    #[arg(long, value_name = "SECS", default_value = Limits::default().body_timeout.as_secs_f64().to_string())]
+    #[arg(long, value_name = "SECS", default_value = Limits::default().body_timeout.as_secs_f64().to_string(), value_parser = seconds_within(Limits::TIMEOUT_RANGE))]
     body_timeout: Option<f64>,
     /// Seconds an idle keep-alive connection is kept.
-    #[arg(long, value_name = "SECS", default_value = Limits::default().idle_timeout.as_secs_f64().to_string())]
+    #[arg(long, value_name = "SECS", default_value = Limits::default().idle_timeout.as_secs_f64().to_string(), value_parser = seconds_within(Limits::TIMEOUT_RANGE))]
     idle_timeout: Option<f64>,
     /// Seconds a client may go without reading before it is dropped.
-    #[arg(long, value_name = "SECS", default_value = Limits::default().send_timeout.as_secs_f64().to_string())]
+    #[arg(long, value_name = "SECS", default_value = Limits::default().send_timeout.as_secs_f64().to_string(), value_parser = seconds_within(Limits::TIMEOUT_RANGE))]
     send_timeout: Option<f64>,
     /// Most open connections per worker (more are refused with 503).
-    #[arg(long, value_name = "N", default_value = Limits::default().n_conns_max.to_string())]
+    #[arg(long, value_name = "N", default_value = Limits::default().n_conns_max.to_string(), value_parser = within(Limits::N_CONNS_MAX_RANGE))]
     n_conns_max: Option<usize>,
     /// Pending response bytes above which pipelined requests wait until the
     /// client reads.
-    #[arg(long, value_name = "BYTES", default_value = Limits::default().write_buffer_bytes_max.to_string())]
+    #[arg(long, value_name = "BYTES", default_value = Limits::default().write_buffer_bytes_max.to_string(), value_parser = within(Limits::WRITE_BUFFER_BYTES_MAX_RANGE))]
     write_buffer_bytes_max: Option<usize>,
     /// Seconds given to requests in flight on shutdown.
-    #[arg(long, value_name = "SECS", default_value = Limits::default().shutdown_timeout.as_secs_f64().to_string())]
+    #[arg(long, value_name = "SECS", default_value = Limits::default().shutdown_timeout.as_secs_f64().to_string(), value_parser = seconds_within(Limits::TIMEOUT_RANGE))]
     shutdown_timeout: Option<f64>,
 }
 
@@ -459,7 +511,6 @@ fn run(cli: Cli, argv: Vec<OsString>) -> anyhow::Result<()> {
 fn check_server(args: &ServerArgs) -> anyhow::Result<()> {
     args.limits.to_limits()?;
     args.tls.config()?;
-    anyhow::ensure!(args.workers != Some(0), "--workers must be at least 1");
     Ok(())
 }
 

@@ -243,7 +243,6 @@ fn build(
         srv = srv.run_as(identity);
     }
     if let Some(n) = args.workers {
-        anyhow::ensure!(n > 0, "--workers must be at least 1");
         srv = srv.workers(n);
     }
     if let Some(path) = &args.access_log {

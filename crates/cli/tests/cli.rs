@@ -30,7 +30,7 @@ fn bad_arguments_are_named_in_the_error() {
         .output()
         .unwrap();
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--workers must be at least 1"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--workers <N>': 0 is out of range: from 1 to 1024"));
     let out = peregrine().args(["hello", "--idle-timeout=0"]).output().unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--idle-timeout"));

@@ -115,7 +115,7 @@ fn precedence_is_flag_over_env_over_file_over_default() {
         "# comment\n\
          workers = 2\n\
          uri-bytes-max = 2000\n\
-         head-bytes-max = 1000\n\
+         head-bytes-max = 4000\n\
          idle-timeout = 1.5\n",
     );
     let f = file.display().to_string();
@@ -137,12 +137,12 @@ fn precedence_is_flag_over_env_over_file_over_default() {
     // Variable beats default.
     assert_eq!(s["n-conns-max"], ("77".into(), "env PEREGRINE_N_CONNS_MAX".into()));
     // File beats default, with the line.
-    assert_eq!(s["head-bytes-max"], ("1000".into(), format!("file {f}:4")));
+    assert_eq!(s["head-bytes-max"], ("4000".into(), format!("file {f}:4")));
     assert_eq!(s["idle-timeout"], ("1.5".into(), format!("file {f}:5")));
     // Not set when nobody says: the built-in default (127.0.0.1:8080, or
     // the sockets systemd passes) applies.
     assert!(!s.contains_key("bind"));
-    assert!(stdout(&out).contains("# bind is not set"));
+    assert!(stdout(&out).contains("# bind is not set, so the built-in default applies: 127.0.0.1:8080, unless systemd"));
     // The engine's own default, shown.
     let body_bytes_max = peregrine::Limits::default().body_bytes_max;
     assert_eq!(s["body-bytes-max"], (body_bytes_max.to_string(), "default".into()));
@@ -332,21 +332,77 @@ fn bad_values_name_file_line_and_key() {
             &format!("{f}:5: n-conns-max: -5: must not be negative"),
         ],
     );
-    // Checks beyond the type, made where the server is built, run too.
-    let file = config("workers = 0\n");
+}
+
+/// Every value has bounds (limits.rs says why), checked where the value is
+/// read, so a file's value out of range is named with its line.
+#[test]
+fn values_out_of_range_are_refused_with_their_range_and_line() {
+    let file =
+        config("workers = 99999\nhead-bytes-max = 10\nidle-timeout = 1e9\nshutdown-timeout = 0\nhsts = 99999999999\n");
+    let f = file.display().to_string();
+    let out = peregrine()
+        .args(["check-config", "hello", "--config", &f])
+        .output()
+        .unwrap();
+    assert_error(
+        &out,
+        &[
+            &format!("{f}:1: workers: bad value \"99999\": 99999 is out of range: from 1 to 1024"),
+            &format!("{f}:2: head-bytes-max: bad value \"10\": 10 is out of range: from 1024 to 1048576"),
+            &format!("{f}:3: idle-timeout: bad value \"1e9\": 1000000000 is out of range: from 0.25 to 86400 seconds"),
+            &format!("{f}:4: shutdown-timeout: bad value \"0\": 0 is out of range"),
+        ],
+    );
+    for (flag, value) in [
+        ("--n-headers-max", "1000"),
+        ("--n-conns-max", "0"),
+        ("--write-buffer-bytes-max", "1"),
+    ] {
+        let out = peregrine()
+            .args(["check-config", "hello", flag, value])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{flag} {value}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains(&format!("{value} is out of range")),
+            "{}",
+            stderr(&out)
+        );
+    }
+}
+
+/// Settings that go together, and the root, say which line (or file) to
+/// fix when the file is where they were (not) given.
+#[test]
+fn a_missing_partner_or_root_names_the_file_and_line() {
+    let file = config("workers = 2\ntls-cert = [\"cert.pem\"]\n");
     let out = peregrine()
         .args(["check-config", "hello", "--config"])
         .arg(&file)
         .output()
         .unwrap();
-    assert_error(&out, &["--workers must be at least 1"]);
-    let file = config("shutdown-timeout = 0\n");
+    let f = file.display().to_string();
+    assert_error(
+        &out,
+        &[&format!(
+            "one --tls-key per --tls-cert (1 certificates (file {f}:2), 0 keys)"
+        )],
+    );
+    let file = config("hsts = 60\n");
     let out = peregrine()
         .args(["check-config", "hello", "--config"])
         .arg(&file)
         .output()
         .unwrap();
-    assert_error(&out, &["--shutdown-timeout must be a positive number of seconds"]);
+    let f = file.display().to_string();
+    assert_error(&out, &[&format!("--hsts (file {f}:1) needs --tls-cert and --tls-key")]);
+    let out = peregrine()
+        .args(["check-config", "serve", "--config"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert_error(&out, &[&format!("as `root` in {f} (which has no `root` line)")]);
 }
 
 #[test]

@@ -483,8 +483,8 @@ fn tls_arguments_that_do_not_fit_are_named_in_the_error() {
         String::from_utf8_lossy(&out.stderr).into_owned()
     };
     assert!(run(&["--tls-cert", cert_s]).contains("one --tls-key per --tls-cert"));
-    assert!(run(&["--hsts", "60"]).contains("need --tls-cert"));
-    assert!(run(&["--redirect-http", "127.0.0.1:0"]).contains("need --tls-cert"));
+    assert!(run(&["--hsts", "60"]).contains("needs --tls-cert"));
+    assert!(run(&["--redirect-http", "127.0.0.1:0"]).contains("needs --tls-cert"));
     let err = run(&["--tls-cert", cert_s, "--tls-key", "/nonexistent/key.pem"]);
     assert_eq!(err.matches("/nonexistent/key.pem").count(), 1, "each cause once: {err}");
 }
