@@ -28,7 +28,7 @@
 
 use std::ffi::OsString;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -122,7 +122,10 @@ pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()>
         .collect();
     let (mut current, urls) = build(&command, taken, None, &mut process)?;
     match &command {
-        Command::Serve { root, .. } => log::info(format_args!("serving {} on {urls}", root.display())),
+        Command::Serve { root, files, .. } => {
+            log::info(format_args!("serving {} on {urls}", root.display()));
+            warn_if_nothing_to_serve(root, &files.index, &process.identity);
+        }
         _ => log::info(format_args!("hello on {urls}")),
     }
     // Type=notify: serving from now on.
@@ -433,6 +436,40 @@ fn serve_metrics(addr: SocketAddr, metrics: Arc<Metrics>) -> anyhow::Result<Runn
         .with_context(|| format!("--metrics {addr}"))?;
     log::info(format_args!("metrics on http://{}/metrics", running.local_addr()));
     Ok(running)
+}
+
+/// A directory that is empty, or that the server cannot read once it has
+/// become `--user`, answers 404 or 403 to every request with no other sign
+/// of trouble: one warning at start says so. Called after the privileges
+/// were dropped, so every check is made as the user that serves.
+fn warn_if_nothing_to_serve(root: &Path, index: &[String], identity: &Identity) {
+    if std::fs::metadata(root).is_ok_and(|m| !m.is_dir()) {
+        return; // an archive, read whole before the privileges were dropped
+    }
+    let shown = root.display();
+    let as_user = identity
+        .user
+        .as_deref()
+        .map_or(String::new(), |u| format!(" by user {u}"));
+    let unreadable = |what: String, e: std::io::Error| {
+        log::warn(format_args!(
+            "{what} cannot be read{as_user} ({e}): requests for it will be answered 403 or 404"
+        ))
+    };
+    match std::fs::read_dir(root).map(|mut entries| entries.next().is_none()) {
+        Err(e) => unreadable(shown.to_string(), e),
+        Ok(true) => log::warn(format_args!("{shown} is empty: every request will be answered 404")),
+        Ok(false) => {
+            for name in index {
+                let path = root.join(name);
+                if let Err(e) = std::fs::File::open(&path).and_then(|f| f.metadata()) {
+                    if e.kind() == std::io::ErrorKind::PermissionDenied {
+                        unreadable(path.display().to_string(), e);
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// The serving flags of `hello` or `serve`.

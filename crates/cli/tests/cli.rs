@@ -3,8 +3,10 @@
 mod common;
 
 use std::ffi::OsStr;
+use std::io::{BufRead, BufReader, Read};
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
+use std::process::{Command, Stdio};
 
 use common::{get, peregrine, served_addr, terminate};
 
@@ -170,4 +172,75 @@ fn bind_values_that_cannot_be_listened_on_say_why() {
         let err = refused(2, &["hello", "--bind", bind].map(OsStr::new));
         assert!(err.contains(why), "--bind {bind}: {err}");
     }
+}
+
+/// Starts `serve DIR` with `extra` flags; returns its stderr up to its exit
+/// after SIGTERM (one request answered first, so the start is complete).
+fn serve_and_stop(dir: &Path, extra: &[&str]) -> String {
+    let mut child = peregrine()
+        .arg("serve")
+        .arg(dir)
+        .args(["--bind", "127.0.0.1:0", "--workers", "1"])
+        .args(extra)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut first = String::new();
+    stderr.read_line(&mut first).unwrap();
+    let addr = first.trim().rsplit("http://").next().unwrap().trim_end_matches('/');
+    get(addr, "/");
+    let mut rest = String::new();
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    stderr.read_to_string(&mut rest).unwrap();
+    assert_eq!(child.wait().unwrap().code(), Some(0), "{first}{rest}");
+    first + &rest
+}
+
+#[test]
+fn an_empty_root_is_warned_of_at_start_and_a_full_one_is_not() {
+    let dir = scratch("empty-root");
+    let err = serve_and_stop(&dir, &[]);
+    assert!(
+        err.contains(&format!(
+            "warning: {} is empty: every request will be answered 404",
+            dir.display()
+        )),
+        "{err}"
+    );
+    std::fs::write(dir.join("index.html"), "hi").unwrap();
+    let err = serve_and_stop(&dir, &[]);
+    assert!(!err.contains("warning"), "{err}");
+}
+
+/// Only root can become another user: run as anyone else, the test checks
+/// that `--user` is refused instead (the tests run as root on CI).
+#[test]
+fn a_root_the_dropped_user_cannot_read_is_warned_of_at_start() {
+    let dir = scratch("unreadable-root");
+    std::fs::write(dir.join("index.html"), "hi").unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let root = status
+        .lines()
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"));
+    if !root {
+        let args = [
+            OsStr::new("serve"),
+            dir.as_os_str(),
+            OsStr::new("--user"),
+            OsStr::new("nobody"),
+        ];
+        assert!(refused(1, &args).contains("need the server to start as root"));
+        return;
+    }
+    let err = serve_and_stop(&dir, &["--user", "nobody"]);
+    assert!(
+        err.contains(&format!("warning: {} cannot be read by user nobody", dir.display())),
+        "{err}"
+    );
 }
