@@ -482,17 +482,23 @@ fn run(cli: Cli, argv: Vec<OsString>) -> anyhow::Result<()> {
             opts.cache_control = cache_control;
             opts.security_headers = !no_security_headers;
             opts.compress = !no_compress;
+            let opts_compress = opts.compress;
             opts.progress = true;
             let stats = peregrine_archive::pack(&opts).map_err(anyhow::Error::msg)?;
             for s in &stats.skipped_symlinks {
                 eprintln!("peregrine: skipped {s}: a symlink leading outside the tree");
             }
             eprintln!(
-                "peregrine: packed {} files ({} bytes) into {} ({} bytes)",
+                "peregrine: packed {} files ({} bytes read) into {}: {} bytes, with every response's head{}",
                 stats.n_files,
                 stats.bytes_in,
                 output.display(),
-                stats.archive_bytes
+                stats.archive_bytes,
+                if opts_compress {
+                    " and its compressed variants"
+                } else {
+                    ""
+                }
             );
         }
         Command::Archive { command } => archive_command(command)?,
@@ -597,32 +603,81 @@ fn is_archive_root(root: &std::path::Path, files: &FileArgs, archive: &ServeArch
     Ok(is_archive)
 }
 
+/// The body encodings an archive entry may hold, in variant order.
+const ENCODINGS: [&str; 4] = ["identity", "br", "zstd", "gzip"];
+
+/// How `archive ls` and `verify` name an archive's sites: `default` for the
+/// site served when no `--host` name matches, else its host names.
+fn site_labels(a: &Archive) -> std::collections::BTreeMap<u32, String> {
+    let mut labels = std::collections::BTreeMap::from([(0, "default".to_owned())]);
+    for (host, site) in a.hosts() {
+        labels
+            .entry(site)
+            .and_modify(|l| {
+                if site != 0 {
+                    *l = format!("{l},{host}");
+                }
+            })
+            .or_insert(host);
+    }
+    labels
+}
+
+/// An entry's key as a reader would write it: the conventions' internal
+/// keys (`/\0not-found`, `DIR/\0wildcard`) by what they are, other bytes
+/// that are not printable escaped.
+fn shown_key(e: &peregrine_archive::read::Entry<'_>) -> String {
+    use peregrine_archive::format::{FLAG_NOT_FOUND, WILDCARD_KEY};
+    let path = e.path();
+    if e.flags() & FLAG_NOT_FOUND != 0 {
+        return "(the 404 page)".to_owned();
+    }
+    if let Some(folder) = path.strip_suffix(WILDCARD_KEY.as_bytes()) {
+        return format!("{}* (wildcard)", folder.escape_ascii());
+    }
+    path.escape_ascii().to_string()
+}
+
 fn archive_command(command: ArchiveCommand) -> anyhow::Result<()> {
-    use peregrine_archive::format::{KIND_PATTERN, KIND_REDIRECT};
+    use peregrine_archive::format::{FLAG_NOT_FOUND, KIND_PATTERN, KIND_REDIRECT};
     use std::io::Write;
     match command {
         ArchiveCommand::Ls { archive } => {
             let a = Archive::open(&archive, Mode::Map)?;
-            let mut out = std::io::stdout().lock();
+            let labels = site_labels(&a);
+            let mut rows = vec![[
+                "SITE".to_owned(),
+                "PATH".to_owned(),
+                "STATUS".to_owned(),
+                format!("BODY BYTES ({})", ENCODINGS.join(" ")),
+            ]];
             for e in a.entries() {
-                let path = String::from_utf8_lossy(e.path()).replace('\0', "\\0");
-                let line = match e.kind() {
-                    KIND_REDIRECT | KIND_PATTERN => format!(
-                        "{}\t{path}\t{} {}",
-                        e.site(),
-                        e.status(),
-                        String::from_utf8_lossy(e.location())
-                    ),
+                let site = labels
+                    .get(&e.site())
+                    .cloned()
+                    .unwrap_or_else(|| format!("site {}", e.site()));
+                let (status, body) = match e.kind() {
+                    KIND_REDIRECT | KIND_PATTERN => (e.status(), format!("-> {}", e.location().escape_ascii())),
                     _ => {
-                        let sizes: Vec<String> = ["identity", "br", "zstd", "gzip"]
-                            .iter()
-                            .enumerate()
-                            .filter_map(|(i, n)| e.variant(i).map(|v| format!("{n}={}", v.body_len)))
+                        let sizes: Vec<String> = (0..ENCODINGS.len())
+                            .map(|i| e.variant(i).map_or("-".to_owned(), |v| v.body_len.to_string()))
                             .collect();
-                        format!("{}\t{path}\t200 {}", e.site(), sizes.join(" "))
+                        let status = if e.flags() & FLAG_NOT_FOUND != 0 { 404 } else { 200 };
+                        (status, sizes.join(" "))
                     }
                 };
-                if writeln!(out, "{line}").is_err() {
+                rows.push([site, shown_key(&e), status.to_string(), body]);
+            }
+            let mut widths = [0; 3];
+            for row in &rows {
+                for (w, cell) in widths.iter_mut().zip(row) {
+                    *w = (*w).max(cell.chars().count());
+                }
+            }
+            let mut out = std::io::stdout().lock();
+            for [site, path, status, body] in rows {
+                let [w0, w1, w2] = widths;
+                if writeln!(out, "{site:w0$}  {path:w1$}  {status:w2$}  {body}").is_err() {
                     break; // a closed pipe (`| head`) is not an error
                 }
             }
@@ -640,20 +695,27 @@ fn archive_command(command: ArchiveCommand) -> anyhow::Result<()> {
         }
         ArchiveCommand::Verify { archive } => {
             let a = Archive::open(&archive, Mode::Map)?;
-            a.verify_data()?;
+            let shown = archive.display();
+            // Each body first, so that a damaged one is named; then the
+            // data checksum, which also covers the response heads.
+            let labels = site_labels(&a);
+            let mut damaged = Vec::new();
             for e in a.entries() {
-                for i in 0..4 {
-                    if let Some(v) = e.variant(i) {
-                        let body = a.slice(v.body_off, v.body_len);
-                        anyhow::ensure!(
-                            peregrine_archive::format::hash(body) == v.body_hash,
-                            "{}: body checksum mismatch",
-                            String::from_utf8_lossy(e.path())
-                        );
+                for (i, encoding) in ENCODINGS.iter().enumerate() {
+                    let Some(v) = e.variant(i) else { continue };
+                    if peregrine_archive::format::hash(a.slice(v.body_off, v.body_len)) != v.body_hash {
+                        let site = labels.get(&e.site()).map_or("?", String::as_str);
+                        damaged.push(format!("{} ({encoding}, site {site})", shown_key(&e)));
                     }
                 }
             }
-            eprintln!("peregrine: {}: OK ({} entries)", archive.display(), a.n_entries());
+            anyhow::ensure!(
+                damaged.is_empty(),
+                "{shown}: damaged: checksum mismatch in the body of {}",
+                damaged.join(", ")
+            );
+            a.verify_data().with_context(|| format!("{shown}: damaged"))?;
+            eprintln!("peregrine: {shown}: OK ({} entries)", a.n_entries());
         }
         ArchiveCommand::Stat { archive } => {
             let a = Archive::open(&archive, Mode::Map)?;

@@ -244,3 +244,94 @@ fn a_root_the_dropped_user_cannot_read_is_warned_of_at_start() {
         "{err}"
     );
 }
+
+/// Packs `files` (path, contents) into an archive in a scratch directory;
+/// returns it and pack's closing line.
+fn packed(tag: &str, files: &[(&str, &str)], extra: &[&str]) -> (PathBuf, String) {
+    let dir = scratch(tag);
+    for (path, contents) in files {
+        let path = dir.join("site").join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, contents).unwrap();
+    }
+    let archive = dir.join("site.prg");
+    let out = peregrine()
+        .arg("pack")
+        .arg(dir.join("site"))
+        .arg("-o")
+        .arg(&archive)
+        .args(extra)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    (archive, err)
+}
+
+#[test]
+fn pack_reports_the_bytes_read_and_the_archive_bytes() {
+    let page = "<!doctype html><title>x</title>".repeat(40);
+    let (archive, err) = packed("pack-line", &[("index.html", &page), ("a.txt", "hello")], &[]);
+    let size = std::fs::metadata(&archive).unwrap().len();
+    let read = page.len() + "hello".len();
+    assert!(
+        err.contains(&format!(
+            "packed 2 files ({read} bytes read) into {}: {size} bytes",
+            archive.display()
+        )),
+        "{err}"
+    );
+}
+
+#[test]
+fn archive_ls_labels_its_columns_and_shows_convention_keys_readably() {
+    let (archive, _) = packed(
+        "ls",
+        &[
+            ("index.html", "home"),
+            ("_404.html", "gone"),
+            ("app/_wildcard.html", "app"),
+            ("_redirects", "/old /new 301\n"),
+        ],
+        &["--no-compress"],
+    );
+    let out = peregrine().args(["archive", "ls"]).arg(&archive).output().unwrap();
+    assert!(out.status.success());
+    let ls = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<Vec<&str>> = ls.lines().map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(lines[0][..4], ["SITE", "PATH", "STATUS", "BODY"], "{ls}");
+    assert!(!ls.contains('\0'), "{ls}");
+    for row in [
+        &["default", "(the", "404", "page)", "404", "4", "-", "-", "-"][..],
+        &["default", "/app/*", "(wildcard)", "200", "3", "-", "-", "-"],
+        &["default", "/index.html", "200", "4", "-", "-", "-"],
+        &["default", "/old", "301", "->", "/new"],
+    ] {
+        assert!(lines.iter().any(|l| l == row), "{row:?} not in:\n{ls}");
+    }
+}
+
+#[test]
+fn archive_verify_names_the_file_whose_body_is_damaged() {
+    let (archive, _) = packed(
+        "verify",
+        &[("index.html", "home"), ("notes.txt", "a body worth keeping intact")],
+        &["--no-compress"],
+    );
+    let verify = || peregrine().args(["archive", "verify"]).arg(&archive).output().unwrap();
+    assert!(verify().status.success());
+    let mut bytes = std::fs::read(&archive).unwrap();
+    let at = bytes.windows(6).position(|w| w == b"intact").unwrap();
+    bytes[at] = b'I';
+    std::fs::write(&archive, bytes).unwrap();
+    let out = verify();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{}: damaged: checksum mismatch in the body of /notes.txt (identity, site default)",
+            archive.display()
+        )),
+        "{err}"
+    );
+}
