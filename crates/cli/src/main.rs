@@ -203,7 +203,7 @@ struct ServerArgs {
     log_level: Option<peregrine::log::Level>,
     /// Serve Prometheus metrics at http://ADDR/metrics, and `ok` at
     /// /healthz, on a listener of their own (one more thread). Default: none.
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", value_parser = parse_addr)]
     metrics: Option<SocketAddr>,
     /// After binding, switch to this user (name or uid); needs root.
     /// Default: stay the user that started it.
@@ -259,6 +259,15 @@ fn parse_bind(s: &str) -> Result<BindAddrs, String> {
     Ok(BindAddrs(addrs))
 }
 
+/// Parses an address that must be one socket (`--redirect-http`,
+/// `--metrics`): the forms `--bind` takes, naming a single address.
+fn parse_addr(s: &str) -> Result<SocketAddr, String> {
+    match parse_bind(s)?.0[..] {
+        [one] => Ok(one),
+        ref several => Err(format!("{s} names {} addresses; give one", several.len())),
+    }
+}
+
 /// HTTPS: with `--tls-cert`, every `--bind` address speaks TLS.
 #[derive(Args, Debug)]
 struct TlsArgs {
@@ -274,7 +283,7 @@ struct TlsArgs {
     keys: Vec<PathBuf>,
     /// Also listen for plain HTTP on ADDR, answering every request with a
     /// 308 redirect to the same URL over HTTPS. Default: none.
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", value_parser = parse_addr)]
     redirect_http: Option<SocketAddr>,
     /// Add `Strict-Transport-Security: max-age=SECONDS` to HTTPS responses.
     /// Default: none (no such field).

@@ -172,6 +172,14 @@ fn bind_values_that_cannot_be_listened_on_say_why() {
         let err = refused(2, &["hello", "--bind", bind].map(OsStr::new));
         assert!(err.contains(why), "--bind {bind}: {err}");
     }
+    // The single-address flags take the same forms, but one address.
+    let out = peregrine()
+        .args(["check-config", "hello", "--metrics", ":9100"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let err = refused(2, &["hello", "--metrics", "unix:/run/m.sock"].map(OsStr::new));
+    assert!(err.contains("unix-domain sockets are not supported"), "{err}");
 }
 
 /// Starts `serve DIR` with `extra` flags; returns its stderr up to its exit

@@ -545,6 +545,23 @@ fn completions_and_man_pages_come_from_the_definition() {
     assert!(page.contains(".TH peregrine-serve"), "{page}");
     assert!(page.contains(r"\-\-workers"), "{page}");
     assert!(page.contains("PEREGRINE_WORKERS"), "{page}");
+    // Each option with its value in the synopsis; the sections no flag carries.
+    assert!(page.contains(r"[\fB\-\-bind\fR \fIADDR\fR]..."), "{page}");
+    assert!(page.contains(r"[\fB\-\-workers\fR \fIN\fR]"), "{page}");
+    for section in ["SIGNALS", "FILES", "ENVIRONMENT", "EXAMPLES"] {
+        assert!(
+            page.contains(&format!("\n.SH {section}\n")),
+            "{section} missing from {page}"
+        );
+    }
+    assert!(page.contains("SIGHUP") && page.contains("LISTEN_FDS"), "{page}");
+    let out = peregrine().args(["man", "pack"]).output().unwrap();
+    let page = stdout(&out);
+    assert!(
+        page.contains(r"\fBperegrine pack\fR \fIDIR\fR \fB\-\-output\fR \fIARCHIVE\fR"),
+        "{page}"
+    );
+    assert!(!page.contains(".SH SIGNALS"), "{page}");
     let out = peregrine().arg("man").output().unwrap();
     assert!(stdout(&out).contains(r"peregrine\-serve(1)"));
     let dir = scratch();
@@ -552,6 +569,7 @@ fn completions_and_man_pages_come_from_the_definition() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(dir.join("peregrine.1").is_file());
     assert!(dir.join("peregrine-serve.1").is_file());
+    assert!(dir.join("peregrine-archive-ls.1").is_file());
 }
 
 #[test]
