@@ -3,12 +3,12 @@
 mod common;
 
 use std::ffi::OsStr;
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
-use common::{get, peregrine, served_addr, terminate};
+use common::{get, packed, peregrine, served, served_addr, terminate};
 
 #[test]
 fn hello_answers_and_exits_cleanly_on_sigterm() {
@@ -96,18 +96,8 @@ fn a_file_that_is_not_an_archive_is_named_so_with_its_first_bytes() {
 #[test]
 fn directory_flags_are_refused_for_an_archive_and_archive_flags_for_a_directory() {
     let dir = scratch("misplaced");
+    let (archive, _) = packed(&dir, &[("index.html", "hi")], &[]);
     let site = dir.join("site");
-    std::fs::create_dir(&site).unwrap();
-    std::fs::write(site.join("index.html"), "hi").unwrap();
-    let archive = dir.join("site.prg");
-    let out = peregrine()
-        .arg("pack")
-        .arg(&site)
-        .arg("-o")
-        .arg(&archive)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     for prefix in [&["serve"][..], &["check-config", "serve"]] {
         let with = |root: &Path, flags: &[&str]| -> String {
             let mut args: Vec<&OsStr> = prefix.iter().map(OsStr::new).collect();
@@ -182,8 +172,9 @@ fn bind_values_that_cannot_be_listened_on_say_why() {
     assert!(err.contains("unix-domain sockets are not supported"), "{err}");
 }
 
-/// Starts `serve DIR` with `extra` flags; returns its stderr up to its exit
-/// after SIGTERM (one request answered first, so the start is complete).
+/// Starts `serve DIR` with `extra` flags; returns what it printed after its
+/// first line, up to its exit after SIGTERM (one request answered first, so
+/// the start is complete).
 fn serve_and_stop(dir: &Path, extra: &[&str]) -> String {
     let mut child = peregrine()
         .arg("serve")
@@ -193,20 +184,12 @@ fn serve_and_stop(dir: &Path, extra: &[&str]) -> String {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    let mut stderr = BufReader::new(child.stderr.take().unwrap());
-    let mut first = String::new();
-    stderr.read_line(&mut first).unwrap();
-    let addr = first.trim().rsplit("http://").next().unwrap().trim_end_matches('/');
-    get(addr, "/");
+    let (addr, mut stderr) = served(&mut child);
+    get(&addr, "/");
+    terminate(child);
     let mut rest = String::new();
-    let status = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
     stderr.read_to_string(&mut rest).unwrap();
-    assert_eq!(child.wait().unwrap().code(), Some(0), "{first}{rest}");
-    first + &rest
+    rest
 }
 
 #[test]
@@ -253,33 +236,10 @@ fn a_root_the_dropped_user_cannot_read_is_warned_of_at_start() {
     );
 }
 
-/// Packs `files` (path, contents) into an archive in a scratch directory;
-/// returns it and pack's closing line.
-fn packed(tag: &str, files: &[(&str, &str)], extra: &[&str]) -> (PathBuf, String) {
-    let dir = scratch(tag);
-    for (path, contents) in files {
-        let path = dir.join("site").join(path);
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(path, contents).unwrap();
-    }
-    let archive = dir.join("site.prg");
-    let out = peregrine()
-        .arg("pack")
-        .arg(dir.join("site"))
-        .arg("-o")
-        .arg(&archive)
-        .args(extra)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "{err}");
-    (archive, err)
-}
-
 #[test]
 fn pack_reports_the_bytes_read_and_the_archive_bytes() {
     let page = "<!doctype html><title>x</title>".repeat(40);
-    let (archive, err) = packed("pack-line", &[("index.html", &page), ("a.txt", "hello")], &[]);
+    let (archive, err) = packed(&scratch("pack-line"), &[("index.html", &page), ("a.txt", "hello")], &[]);
     let size = std::fs::metadata(&archive).unwrap().len();
     let read = page.len() + "hello".len();
     assert!(
@@ -294,7 +254,7 @@ fn pack_reports_the_bytes_read_and_the_archive_bytes() {
 #[test]
 fn archive_ls_labels_its_columns_and_shows_convention_keys_readably() {
     let (archive, _) = packed(
-        "ls",
+        &scratch("ls"),
         &[
             ("index.html", "home"),
             ("_404.html", "gone"),
@@ -322,7 +282,7 @@ fn archive_ls_labels_its_columns_and_shows_convention_keys_readably() {
 #[test]
 fn archive_verify_names_the_file_whose_body_is_damaged() {
     let (archive, _) = packed(
-        "verify",
+        &scratch("verify"),
         &[("index.html", "home"), ("notes.txt", "a body worth keeping intact")],
         &["--no-compress"],
     );

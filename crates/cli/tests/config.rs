@@ -100,6 +100,15 @@ fn settings(out: &Output) -> BTreeMap<String, (String, String)> {
         .collect()
 }
 
+/// `peregrine check-config COMMAND --config FILE`, run.
+fn check_config(command: &str, file: &ConfigFile) -> Output {
+    peregrine()
+        .args(["check-config", command, "--config"])
+        .arg(file)
+        .output()
+        .unwrap()
+}
+
 /// Asserts a failed run whose error contains every one of `parts`.
 fn assert_error(out: &Output, parts: &[&str]) {
     assert_eq!(out.status.code(), Some(1), "{}", stderr(out));
@@ -341,10 +350,7 @@ fn values_out_of_range_are_refused_with_their_range_and_line() {
     let file =
         config("workers = 99999\nhead-bytes-max = 10\nidle-timeout = 1e9\nshutdown-timeout = 0\nhsts = 99999999999\n");
     let f = file.display().to_string();
-    let out = peregrine()
-        .args(["check-config", "hello", "--config", &f])
-        .output()
-        .unwrap();
+    let out = check_config("hello", &file);
     assert_error(
         &out,
         &[
@@ -377,11 +383,7 @@ fn values_out_of_range_are_refused_with_their_range_and_line() {
 #[test]
 fn a_missing_partner_or_root_names_the_file_and_line() {
     let file = config("workers = 2\ntls-cert = [\"cert.pem\"]\n");
-    let out = peregrine()
-        .args(["check-config", "hello", "--config"])
-        .arg(&file)
-        .output()
-        .unwrap();
+    let out = check_config("hello", &file);
     let f = file.display().to_string();
     assert_error(
         &out,
@@ -390,18 +392,10 @@ fn a_missing_partner_or_root_names_the_file_and_line() {
         )],
     );
     let file = config("hsts = 60\n");
-    let out = peregrine()
-        .args(["check-config", "hello", "--config"])
-        .arg(&file)
-        .output()
-        .unwrap();
+    let out = check_config("hello", &file);
     let f = file.display().to_string();
     assert_error(&out, &[&format!("--hsts (file {f}:1) needs --tls-cert and --tls-key")]);
-    let out = peregrine()
-        .args(["check-config", "serve", "--config"])
-        .arg(&file)
-        .output()
-        .unwrap();
+    let out = check_config("serve", &file);
     assert_error(&out, &[&format!("as `root` in {f} (which has no `root` line)")]);
 }
 

@@ -5,7 +5,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command};
+use std::process::{Child, ChildStderr, Command};
 
 /// The binary under test, with no PEREGRINE_* variable inherited from
 /// whoever runs the tests (each is a setting).
@@ -31,16 +31,46 @@ pub fn get(addr: &str, path: &str) -> String {
 /// Reads the "... on http://ADDR/" line the server prints once serving
 /// (its stderr must be piped) and returns ADDR.
 pub fn served_addr(child: &mut Child) -> String {
+    served(child).0
+}
+
+/// As `served_addr`, also returning its stderr to read what follows.
+pub fn served(child: &mut Child) -> (String, BufReader<ChildStderr>) {
     let mut stderr = BufReader::new(child.stderr.take().unwrap());
     let mut line = String::new();
     stderr.read_line(&mut line).unwrap();
     assert!(line.contains("http://"), "{line}");
-    line.trim()
+    let addr = line
+        .trim()
         .rsplit("http://")
         .next()
         .unwrap()
         .trim_end_matches('/')
-        .to_owned()
+        .to_owned();
+    (addr, stderr)
+}
+
+/// Writes `files` (path, contents) under DIR/site and packs them into
+/// DIR/site.prg with `extra` flags; returns the archive and what pack
+/// printed.
+pub fn packed(dir: &std::path::Path, files: &[(&str, &str)], extra: &[&str]) -> (std::path::PathBuf, String) {
+    for (path, contents) in files {
+        let path = dir.join("site").join(path);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, contents).unwrap();
+    }
+    let archive = dir.join("site.prg");
+    let out = peregrine()
+        .arg("pack")
+        .arg(dir.join("site"))
+        .arg("-o")
+        .arg(&archive)
+        .args(extra)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{err}");
+    (archive, err)
 }
 
 /// SIGTERM, then the exit status must be 0 (a graceful shutdown).
