@@ -372,7 +372,7 @@ impl Source {
 }
 
 /// Where each setting of the last serving command line parsed came from,
-/// by arg id, when it was the file or a variable: for the checks made after
+/// by its long name (its file key), when it was the file or a variable: for the checks made after
 /// parsing (settings that go in pairs), so that their errors point at the
 /// line to fix. Replaced at each reload.
 static ORIGINS: std::sync::Mutex<BTreeMap<String, String>> = std::sync::Mutex::new(BTreeMap::new());
@@ -380,22 +380,20 @@ static ORIGINS: std::sync::Mutex<BTreeMap<String, String>> = std::sync::Mutex::n
 fn remember_origins(sub: &Command, sources: &BTreeMap<String, Source>, file: Option<&Path>) {
     let origins = sub
         .get_arguments()
-        .filter_map(|arg| {
-            let id = arg.get_id().as_str();
-            match sources.get(id) {
-                Some(source @ (Source::File(_) | Source::Env)) => Some((id.to_owned(), source.describe(arg, file))),
-                _ => None,
-            }
+        .filter_map(|arg| match sources.get(arg.get_id().as_str()) {
+            Some(source @ (Source::File(_) | Source::Env)) => Some((key(arg).to_owned(), source.describe(arg, file))),
+            _ => None,
         })
         .collect();
     *ORIGINS.lock().unwrap_or_else(|e| e.into_inner()) = origins;
 }
 
-/// ` (file peregrine.toml:3)` or ` (env PEREGRINE_X)` when the setting with
-/// this arg id came from there; empty for a flag or a default.
-pub fn origin(id: &str) -> String {
+/// ` (file peregrine.toml:3)` or ` (env PEREGRINE_X)` when the setting
+/// `--flag` came from there; empty for a flag or a default.
+pub fn origin(flag: &str) -> String {
     let origins = ORIGINS.lock().unwrap_or_else(|e| e.into_inner());
-    origins.get(id).map_or(String::new(), |o| format!(" ({o})"))
+    let key = flag.trim_start_matches("--");
+    origins.get(key).map_or(String::new(), |o| format!(" ({o})"))
 }
 
 fn is_flag(arg: &Arg) -> bool {

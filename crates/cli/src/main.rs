@@ -299,18 +299,18 @@ impl TlsArgs {
             self.certs.len() == self.keys.len(),
             "give one --tls-key per --tls-cert ({} certificates{}, {} keys{})",
             self.certs.len(),
-            config::origin("certs"),
+            config::origin("--tls-cert"),
             self.keys.len(),
-            config::origin("keys"),
+            config::origin("--tls-key"),
         );
         let mut pairs = self.certs.iter().zip(&self.keys);
         let Some((cert, key)) = pairs.next() else {
             let given = [
-                ("--redirect-http", "redirect_http", self.redirect_http.is_some()),
-                ("--hsts", "hsts", self.hsts.is_some()),
+                ("--redirect-http", self.redirect_http.is_some()),
+                ("--hsts", self.hsts.is_some()),
             ];
-            if let Some((flag, id, _)) = given.iter().find(|(.., given)| *given) {
-                anyhow::bail!("{flag}{} needs --tls-cert and --tls-key", config::origin(id));
+            if let Some((flag, _)) = given.iter().find(|(_, given)| *given) {
+                anyhow::bail!("{flag}{} needs --tls-cert and --tls-key", config::origin(flag));
             }
             return Ok(None);
         };
@@ -592,7 +592,7 @@ fn is_archive_root(root: &std::path::Path, files: &FileArgs, archive: &ServeArch
         let given: Vec<String> = misplaced
             .iter()
             .filter(|(given, ..)| *given)
-            .map(|(_, flag, instead)| format!("{flag} ({instead})"))
+            .map(|(_, flag, instead)| format!("{flag}{} ({instead})", config::origin(flag)))
             .collect();
         anyhow::ensure!(
             given.is_empty(),
@@ -602,7 +602,11 @@ fn is_archive_root(root: &std::path::Path, files: &FileArgs, archive: &ServeArch
         );
     } else {
         let misplaced = [(archive.in_memory, "--in-memory"), (archive.prefault, "--prefault")];
-        let given: Vec<&str> = misplaced.iter().filter(|(given, _)| *given).map(|(_, f)| *f).collect();
+        let given: Vec<String> = misplaced
+            .iter()
+            .filter(|(given, _)| *given)
+            .map(|(_, flag)| format!("{flag}{}", config::origin(flag)))
+            .collect();
         anyhow::ensure!(
             given.is_empty(),
             "{} applies to an archive, and {shown} is a directory",

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use common::{get, peregrine, terminate};
+use common::{get, packed, peregrine, terminate};
 
 /// A fresh directory under the system's temporary directory, removed when
 /// dropped.
@@ -397,6 +397,31 @@ fn a_missing_partner_or_root_names_the_file_and_line() {
     assert_error(&out, &[&format!("--hsts (file {f}:1) needs --tls-cert and --tls-key")]);
     let out = check_config("serve", &file);
     assert_error(&out, &[&format!("as `root` in {f} (which has no `root` line)")]);
+}
+
+/// A directory's setting given with an archive is refused, naming the line
+/// it came from; an archive's given with a directory, the variable.
+#[test]
+fn settings_that_do_not_apply_to_the_root_name_where_they_came_from() {
+    let dir = scratch();
+    let (archive, _) = packed(&dir, &[("index.html", "hi")], &[]);
+    let file = config(&format!(
+        "root = {:?}\nlist-dirs = true\n",
+        archive.display().to_string()
+    ));
+    let f = file.display().to_string();
+    let out = check_config("serve", &file);
+    assert_error(
+        &out,
+        &[&format!("--list-dirs (file {f}:2) (an archive has no listings)")],
+    );
+    let out = peregrine()
+        .args(["check-config", "serve"])
+        .arg(dir.join("site"))
+        .env("PEREGRINE_PREFAULT", "yes")
+        .output()
+        .unwrap();
+    assert_error(&out, &["--prefault (env PEREGRINE_PREFAULT) applies to an archive"]);
 }
 
 #[test]
