@@ -71,6 +71,7 @@ impl PackOptions {
 pub struct PackStats {
     pub n_files: usize,
     pub n_entries: usize,
+    /// Bytes of the files packed, as read.
     pub bytes_in: u64,
     pub archive_bytes: u64,
     pub skipped_symlinks: Vec<String>,
@@ -118,7 +119,6 @@ fn pack_into(opts: &PackOptions, tmp: &Path) -> Result<PackStats, String> {
     }
     w.set_default_site(0);
     stats.n_entries = 0;
-    stats.bytes_in = w.bytes_in;
     stats.archive_bytes = w.finish().map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
     Ok(stats)
 }
@@ -284,6 +284,11 @@ fn add_file(
         (vec![f.path.clone()], 0)
     };
     stats.n_files += 1;
+    // The file as read (its identity variant), not the encodings made of it.
+    stats.bytes_in += variants
+        .iter()
+        .find(|(coding, _)| coding.is_none())
+        .map_or(0, |(_, body)| body.len() as u64);
     for key in &keys {
         if w.has(site, key) {
             continue; // a forced redirect shadows it

@@ -147,11 +147,24 @@ impl Archive {
 
     fn from_backing(backing: Backing) -> Result<Archive, Invalid> {
         let b = backing.as_ref();
-        if b.len() < HEADER_LEN {
-            return invalid(format!("not an archive: {} bytes is shorter than the header", b.len()));
+        // What the file looks like, for someone who gave the wrong one
+        // (a page, a tarball, an empty file left by a failed copy).
+        if b.is_empty() {
+            return invalid("not a Peregrine archive: the file is empty");
         }
-        if &b[..8] != MAGIC {
-            return invalid("not a Peregrine archive (bad magic)");
+        if !b.starts_with(MAGIC) {
+            let start = &b[..b.len().min(16)];
+            return invalid(format!(
+                "not a Peregrine archive (bad magic): it starts with \"{}\", an archive with \"{}\"",
+                start.escape_ascii(),
+                MAGIC.escape_ascii()
+            ));
+        }
+        if b.len() < HEADER_LEN {
+            return invalid(format!(
+                "truncated archive: {} bytes is shorter than the header ({HEADER_LEN} bytes)",
+                b.len()
+            ));
         }
         let version = u32_at(b, 8);
         if version != VERSION {
