@@ -265,6 +265,31 @@ fn decode(coding: Option<&str>, body: &[u8]) -> Vec<u8> {
 }
 
 #[test]
+fn a_symlink_loop_is_packed_once_and_named_as_a_loop() {
+    let t = Tmp::new("loop");
+    t.write("site/d/a.txt", "a");
+    t.write("site/index.html", "home");
+    std::os::unix::fs::symlink("..", t.0.join("site/d/up")).unwrap();
+    std::os::unix::fs::symlink("d", t.0.join("site/alias")).unwrap();
+    let out = t.0.join("site.prg");
+    let stats = pack(&PackOptions::new(t.0.join("site"), &out)).unwrap();
+    // Reached twice, once through the alias: each is a loop.
+    assert_eq!(stats.skipped_loops, vec!["/alias/up".to_owned(), "/d/up".to_owned()]);
+    assert!(stats.skipped_symlinks.is_empty(), "{:?}", stats.skipped_symlinks);
+    // /d/a.txt, /index.html, and /alias/a.txt through the symlink that
+    // stays inside and loops nowhere; nothing under /d/up.
+    assert_eq!(stats.n_files, 3);
+    let archive = Archive::open(&out, Mode::Heap).unwrap();
+    let mut paths: Vec<String> = archive
+        .entries()
+        .map(|e| String::from_utf8_lossy(e.path()).into_owned())
+        .collect();
+    paths.sort();
+    assert!(paths.iter().all(|p| !p.contains("/up")), "{paths:?}");
+    assert!(paths.contains(&"/alias/a.txt".to_owned()), "{paths:?}");
+}
+
+#[test]
 fn packing_is_deterministic_and_atomic() {
     let t = Tmp::new("determinism");
     let root = site(&t);
