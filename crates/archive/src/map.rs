@@ -74,12 +74,18 @@ pub fn lease_broken(file: &File) -> bool {
     lease != libc::F_RDLCK
 }
 
-/// Gives the lease up: the waiting writer proceeds.
+/// Gives the lease up: the waiting writer proceeds. An error (EBADF,
+/// EINVAL: no lease to give up) means the writer was not waiting on us;
+/// the caller reports it, and closing the file drops any lease anyway.
 #[allow(unsafe_code)]
-pub fn release_lease(file: &File) {
+pub fn release_lease(file: &File) -> io::Result<()> {
     use std::os::fd::AsRawFd;
     // SAFETY: a plain fcntl call on a descriptor we own.
-    unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETLEASE, libc::F_UNLCK) };
+    let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETLEASE, libc::F_UNLCK) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// SIGIO's default action ends the process; with leases it is only news.

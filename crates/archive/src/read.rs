@@ -129,9 +129,11 @@ impl Archive {
     }
 
     /// Lets a waiting writer proceed. The bytes must not be touched after.
-    pub fn release_lease(&self) {
-        if let Some(f) = self.leased.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            map::release_lease(&f);
+    /// The file is closed either way, which drops a lease fcntl could not.
+    pub fn release_lease(&self) -> std::io::Result<()> {
+        match self.leased.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            Some(f) => map::release_lease(&f),
+            None => Ok(()),
         }
     }
 

@@ -202,7 +202,12 @@ fn move_off_the_map(shared: &Shared, old: &Arc<Archive>) {
             shared.path.display()
         ));
     }
-    old.release_lease();
+    if let Err(e) = old.release_lease() {
+        log::warn(format_args!(
+            "cannot release the lease on {}: {e}",
+            shared.path.display()
+        ));
+    }
 }
 
 /// A worker's view of one server's archive.
