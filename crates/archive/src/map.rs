@@ -9,10 +9,13 @@
 //! copies the archive into memory, switches to the copy, lets responses
 //! still sending from the map finish, and releases the lease
 //! (`serve::move_off_the_map`). `tests/archive.rs` dies of SIGBUS without
-//! the lease and passes with it. Not covered: a writer that had the file
-//! open for writing before the lease was taken (then no lease is granted
-//! and the archive is read into memory instead), and responses still
-//! sending after 30 s when the lease is released anyway.
+//! the lease and passes with it. A writer that had the file open for
+//! writing before the lease was taken gets no lease at all: the archive is
+//! read into memory instead. Responses that outlive the lease (a slow
+//! client, past `LEASE_WAIT`) never read the map: bodies over 16 KiB are
+//! sent from the file's descriptor (`Archive::body_file`), where a file cut
+//! short gives a short read and closes that connection; smaller ones are
+//! copied out of the map while their request is handled.
 
 use std::fs::File;
 use std::io;
