@@ -246,6 +246,8 @@ fn every_convention_round_trips() {
         (200, Some(&*css.len().to_string()))
     );
     assert_eq!(request(addr, "POST", "/", &[]).status, 405);
+    // RFC 9110 §9.1: a method the server does not recognise is 501.
+    assert_eq!(request(addr, "ANNOUNCE", "/", &[]).status, 501);
 }
 
 fn decode(coding: Option<&str>, body: &[u8]) -> Vec<u8> {
