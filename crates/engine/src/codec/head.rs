@@ -566,8 +566,9 @@ fn list_elements(value: &[u8]) -> impl Iterator<Item = &[u8]> {
 }
 
 /// Trims OWS = *( SP / HTAB ). Other whitespace, like VT or FF, is kept so
-/// that it makes the value invalid rather than being silently ignored.
-pub(crate) fn trim_ows(mut s: &[u8]) -> &[u8] {
+/// that it makes the value invalid rather than being silently ignored. The
+/// one OWS trim of the workspace: `peregrine_files` parses its fields with it.
+pub fn trim_ows(mut s: &[u8]) -> &[u8] {
     while let [b' ' | b'\t', rest @ ..] = s {
         s = rest;
     }
