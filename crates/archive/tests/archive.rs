@@ -36,9 +36,19 @@ impl Drop for Tmp {
 
 fn serve(archive: &Path) -> (Running, ArchiveServer) {
     let handler = ArchiveServer::open(archive, Mode::Map).unwrap();
-    let probe = ArchiveServer::open(archive, Mode::Map).unwrap();
+    // The served archive's own counters, to wait for its swaps and refusals.
+    let probe = handler.counters();
     let running = Server::new().bind("127.0.0.1:0").workers(1).start(handler).unwrap();
     (running, probe)
+}
+
+/// Polls `done` until it holds; fails after 10 s.
+fn wait_until(what: &str, done: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(Instant::now() < deadline, "never: {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 #[derive(Debug)]
@@ -536,8 +546,9 @@ fn archives_replaced_by_rename_swap_under_load_without_failures() {
     // A corrupt replacement is refused; the last good one keeps serving.
     let bad = t.0.join("bad.prg");
     std::fs::write(&bad, b"PRGNARC\0 this is not a valid archive").unwrap();
+    let refused = probe.refused();
     std::fs::rename(&bad, &target).unwrap();
-    std::thread::sleep(Duration::from_millis(700));
+    wait_until("the corrupt archive was refused", || probe.refused() > refused);
     let r = get(addr, "/f1.bin");
     assert_eq!(r.body, generation_body(20, 1));
 }
@@ -589,13 +600,14 @@ fn archives_rewritten_in_place_do_not_crash_the_server() {
         }
     }
     // Truncated to nothing in place: refused, the last good archive serves.
+    let refused = probe.refused();
     std::fs::File::options()
         .write(true)
         .open(&target)
         .unwrap()
         .set_len(0)
         .unwrap();
-    std::thread::sleep(Duration::from_millis(800));
+    wait_until("the truncated archive was refused", || probe.refused() > refused);
     assert_eq!(get(addr, "/f2.bin").body, generation_body(3, 2));
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let n = client.join().expect("the client saw a failure");
