@@ -9,7 +9,13 @@ use peregrine::codec::{parse_head, Framing, Parsed};
 use peregrine::Limits;
 
 fuzz_target!(|data: &[u8]| {
-    let limits = Limits { uri_bytes_max: 512, head_bytes_max: 2048, n_headers_max: 16, body_bytes_max: 4096, ..Limits::default() };
+    let limits = Limits {
+        uri_bytes_max: 512,
+        head_bytes_max: 2048,
+        n_headers_max: 16,
+        body_bytes_max: 4096,
+        ..Limits::default()
+    };
     let mut headers = [const { MaybeUninit::uninit() }; 32];
     if let Ok(Parsed::Complete(head)) = parse_head(data, &mut headers, &limits) {
         assert!(head.head_len <= data.len());

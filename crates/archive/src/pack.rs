@@ -534,11 +534,11 @@ fn heads(
 }
 
 /// A `_headers` rule: a path pattern and its fields.
-type HeaderRule = (String, Vec<(String, String)>);
+pub type HeaderRule = (String, Vec<(String, String)>);
 
 /// Netlify/Cloudflare `_headers`: a path pattern line, then indented
 /// `Name: value` lines. `#` starts a comment.
-fn parse_headers(text: &[u8]) -> Result<Vec<HeaderRule>, String> {
+pub fn parse_headers(text: &[u8]) -> Result<Vec<HeaderRule>, String> {
     let text = std::str::from_utf8(text).map_err(|_| "not UTF-8".to_owned())?;
     let mut rules: Vec<HeaderRule> = Vec::new();
     for (n, line) in text.lines().enumerate() {
