@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use peregrine::{log, Body, Handler, HeaderBlock, Reply, Request, Response};
+use peregrine::{log, Body, FileRange, Handler, HeaderBlock, Reply, Request, Response};
 use peregrine_files::conditional::{self, Preconditions, Verdict};
 use peregrine_files::encoding::{self, Encoding};
 use peregrine_files::path;
@@ -35,6 +35,15 @@ const SWITCH_GRACE: Duration = Duration::from_millis(100);
 /// How long responses sending from an old map are waited for before its
 /// lease is released (the kernel breaks leases after 45 s by default).
 const LEASE_WAIT: Duration = Duration::from_secs(30);
+/// Largest body sent from the map. The engine copies a body this small into
+/// its output buffer while the request is handled (its
+/// `INLINE_BODY_BYTES_MAX`), so the map is read only then, within
+/// `SWITCH_GRACE` of a move off it. A larger body may be sent for minutes
+/// to a slow client, past `LEASE_WAIT`, after which a writer may truncate
+/// the file: it goes out from the file's descriptor (sendfile, or pread
+/// under TLS), where truncation makes a short read and closes that one
+/// connection, instead of from the map, where it would be SIGBUS.
+const MAP_BODY_BYTES_MAX: u64 = 16 * 1024;
 /// Multipart answers are built in memory up to this size (as `serve DIR`).
 const MULTIPART_BYTES_MAX: u64 = 8 << 20;
 const ALLOW: &str = "GET, HEAD, OPTIONS";
@@ -202,7 +211,12 @@ fn move_off_the_map(shared: &Shared, old: &Arc<Archive>) {
             shared.path.display()
         ));
     }
-    old.release_lease();
+    if let Err(e) = old.release_lease() {
+        log::warn(format_args!(
+            "cannot release the lease on {}: {e}",
+            shared.path.display()
+        ));
+    }
 }
 
 /// A worker's view of one server's archive.
@@ -372,7 +386,13 @@ fn answer(local: &mut Local, archive: &Archive, e: Entry<'_>, f: &Fields<'_>, he
         return Response::error(500);
     };
     let block = prepared.block.clone();
-    let body = |r: std::ops::Range<u64>| Body::Shared(archive.shared(v.body_off + r.start, r.end - r.start));
+    let body = |r: std::ops::Range<u64>| match archive.body_file() {
+        // Held past the request: from the file, never the map.
+        Some(file) if r.end - r.start > MAP_BODY_BYTES_MAX => {
+            Body::File(FileRange::new(file.clone(), v.body_off + r.start, r.end - r.start))
+        }
+        _ => Body::Shared(archive.shared(v.body_off + r.start, r.end - r.start)),
+    };
     if status != 200 {
         return Response::new(status)
             .with_header_block(block)

@@ -497,6 +497,9 @@ fn run(cli: Cli, argv: Vec<OsString>) -> anyhow::Result<()> {
             for s in &stats.skipped_symlinks {
                 eprintln!("peregrine: skipped {s}: a symlink leading outside the tree");
             }
+            for s in &stats.skipped_loops {
+                eprintln!("peregrine: skipped {s}: a symlink loop (it leads back to a directory above it)");
+            }
             eprintln!(
                 "peregrine: packed {} files ({} bytes read) into {}: {} bytes, with every response's head{}",
                 stats.n_files,

@@ -39,6 +39,7 @@ use std::time::Duration;
 use peregrine::{Handler, Reply, Request};
 
 pub use cache::{security_headers, SECURITY_HEADERS};
+pub use sys::has_openat2;
 
 /// How a directory is served. Defaults are those of `peregrine serve`.
 #[derive(Debug, Clone)]

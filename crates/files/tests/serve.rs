@@ -231,6 +231,9 @@ fn methods_other_than_get_and_head_are_refused_with_allow() {
     assert_eq!((r.status, r.header("allow")), (204, Some("GET, HEAD, OPTIONS")));
     let r = request(addr, "DELETE", "/a.txt", &[]);
     assert_eq!((r.status, r.header("allow")), (405, Some("GET, HEAD, OPTIONS")));
+    // RFC 9110 §9.1: a method the server does not recognise is 501.
+    assert_eq!(request(addr, "ANNOUNCE", "/a.txt", &[]).status, 501);
+    assert_eq!(request(addr, "PROPFIND", "/a.txt", &[]).status, 405);
     let r = request(addr, "HEAD", "/a.txt", &[]);
     assert_eq!(r.status, 200);
     assert!(r.body.is_empty());
