@@ -84,4 +84,4 @@ def describe(probed, layout, why):
             parts.append(f"{name} ({where}): {p['req_per_s']:,.0f} req/s, {p['rtt_us']:,.0f} µs per round trip")
         else:
             parts.append(f"{name} ({where}): no figure ({p.get('note', 'not run')})")
-    return (f"layout {layout} ({why}); probe: limit, wrk -c 1, {PROBE_S:g} s each: " + "; ".join(parts))
+    return (f"{layout} ({why}); probe: limit, wrk -c 1, {PROBE_S:g} s each: " + "; ".join(parts))

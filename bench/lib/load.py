@@ -242,6 +242,11 @@ def measure_wrk(running, point, duration_s, headers=(), body_bytes=None, script_
         if not body_bytes <= per <= body_bytes + HEAD_BYTES_MAX + in_flight:
             notes.append(f"{per:,.0f} bytes per answer, not the checked {body_bytes:,}-byte body "
                          f"plus a head: the answers changed during the run")
+    return with_notes(row, notes, running)
+
+
+def with_notes(row, notes, running):
+    """row with its notes joined, and one more if the server died."""
     if not running.alive():
         notes.append(f"server exited with {running.proc.returncode} during the run")
     if notes:

@@ -131,8 +131,4 @@ def measure(binary, running, point, rate, duration_s, headers=()):
     if answered and seconds and answered / seconds < HELD_MIN * rate:
         notes.append(f"answered {answered / seconds:,.0f} req/s of the {rate:,.0f} asked: the rate was not "
                      f"held, so the client or the server was saturated (see CPU %)")
-    if not running.alive():
-        notes.append(f"server exited with {running.proc.returncode} during the run")
-    if notes:
-        row["note"] = "; ".join(notes)
-    return row
+    return load.with_notes(row, notes, running)

@@ -406,18 +406,21 @@ def fmt_mib_kib(v):
     return "–" if v is None else f"{v / 1024:,.1f} MiB"
 
 
+def _noted_table(head, summaries, cells):
+    """A table of one row per summary (`cells` makes it), then each row's
+    note as a bullet."""
+    notes = [f"{s['server']} at {s['point']}: {s['note']}" for s in summaries if s["note"]]
+    return _table(head, [cells(s) for s in summaries]) + ([""] + [f"- {n}" for n in notes] if notes else [])
+
+
 def _real_table(rows_, real_line):
     head = ["server", "req/s", "× nginx", "p50", "p99", "errors", "CPU µs/req", "× nginx",
             "RSS after", "CPU % srv / wrk / other"]
-    rows, notes = [], []
-    for s in rows_:
-        rows.append([s["server"], fmt_int(s["req_per_s"]), fmt_ratio(s["req_per_s_vs_nginx"]),
-                     fmt_us(s["p50_us"]), fmt_us(s["p99_us"]), fmt_int(s["errors"]),
-                     fmt_cpu(s["cpu_us_per_req"]), fmt_ratio(s["cpu_us_per_req_vs_nginx"]),
-                     fmt_mib_kib(s["rss_kib"]), _busy(s)])
-        if s["note"]:
-            notes.append(f"{s['server']}: {s['note']}")
-    return _table(head, rows) + ([""] + [f"- {n}" for n in notes] if notes else []) + [
+    return _noted_table(head, rows_, lambda s: [
+        s["server"], fmt_int(s["req_per_s"]), fmt_ratio(s["req_per_s_vs_nginx"]),
+        fmt_us(s["p50_us"]), fmt_us(s["p99_us"]), fmt_int(s["errors"]),
+        fmt_cpu(s["cpu_us_per_req"]), fmt_ratio(s["cpu_us_per_req_vs_nginx"]),
+        fmt_mib_kib(s["rss_kib"]), _busy(s)]) + [
         "", "kawipiko's \"real\" scenario: wrk (bench/wrk/paths.lua) asks every file of the tree in "
             "turn, in a fixed shuffled order, so each request is for a different file than the last "
             "thousands: a file server's lookup and caches, not one hot entry. peregrine: `serve DIR` "
@@ -429,16 +432,12 @@ def _real_table(rows_, real_line):
 def _rate_table(points, by_point, rate_line):
     head = ["server", "rate", "asked req/s", "answered", "p50", "p90", "p99", "p99.9", "p99.99",
             "errors", "CPU µs/req", "× limit", "CPU % srv / oha / other"]
-    rows, notes = [], []
-    for p in points:
-        for s in by_point.get(p.label, []):
-            rows.append([s["server"], f"{p.rate_pct} %", fmt_int(s["rate_asked"]), fmt_int(s["req_per_s"]),
-                         fmt_us(s["p50_us"]), fmt_us(s["p90_us"]), fmt_us(s["p99_us"]), fmt_us(s["p999_us"]),
-                         fmt_us(s["p9999_us"]), fmt_int(s["errors"]), fmt_cpu(s["cpu_us_per_req"]),
-                         fmt_ratio(s["cpu_us_per_req_vs_limit"]), _busy(s)])
-            if s["note"]:
-                notes.append(f"{s['server']} at {s['point']}: {s['note']}")
-    return _table(head, rows) + ([""] + [f"- {n}" for n in notes] if notes else []) + [
+    pct = {p.label: p.rate_pct for p in points}
+    return _noted_table(head, [s for p in points for s in by_point.get(p.label, [])], lambda s: [
+        s["server"], f"{pct[s['point']]} %", fmt_int(s["rate_asked"]), fmt_int(s["req_per_s"]),
+        fmt_us(s["p50_us"]), fmt_us(s["p90_us"]), fmt_us(s["p99_us"]), fmt_us(s["p999_us"]),
+        fmt_us(s["p9999_us"]), fmt_int(s["errors"]), fmt_cpu(s["cpu_us_per_req"]),
+        fmt_ratio(s["cpu_us_per_req_vs_limit"]), _busy(s)]) + [
         "", "Haywire's latency at a fixed rate: oha sends on a schedule at the asked rate over 50 "
             "connections and, with --latency-correction, times each request from when it was due, "
             "so a stall counts for every request it delayed (no coordinated omission). The rates are "

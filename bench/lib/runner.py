@@ -441,21 +441,15 @@ def run_scenario(server, scenario, args, results, log_path, skipped, rep, tree=N
                 continue
             headers, body_bytes, head_bytes, checked, negotiated = (), None, "", "", ""
             script_args = ()
-            if point.kind == "real":
+            if point.file_mode or point.tls:
                 try:
-                    checked = filetree.check_real(running.port, tree)
-                except filetree.WrongAnswer as e:
-                    why = f"wrong answer, not measured: {e}"
-                    log(f"ERROR: {server.name} at {point.label}: {why}")
-                    skipped.setdefault(f"{server.name} at {point.label}", why)
-                    results.add({**base, "rep": rep, "note": why})
-                    continue
-                script_args = (tree.list_path,)
-            elif point.files or point.tls:
-                try:
-                    headers, body_bytes, head_bytes, checked = filetree.check(
-                        running.port, point, tree,
-                        servers.BODY if server.files_hello or not point.files else None, running.ssl_ctx)
+                    if point.kind == "real":
+                        checked = filetree.check_real(running.port, tree)
+                        script_args = (tree.list_path,)
+                    else:
+                        headers, body_bytes, head_bytes, checked = filetree.check(
+                            running.port, point, tree,
+                            servers.BODY if server.files_hello or not point.files else None, running.ssl_ctx)
                     if point.tls:
                         try:
                             negotiated = tls.short(tls.negotiated(running.port, cert))

@@ -519,13 +519,8 @@ fn large_files_are_sent_whole_and_replacements_are_seen() {
 fn large_files_get_an_identity_etag_and_are_not_read_to_make_it() {
     use std::os::unix::fs::MetadataExt;
     let f = Fixture::new("identity-etag");
-    let huge = f.write("huge.bin", b"");
-    std::fs::File::options()
-        .write(true)
-        .open(&huge)
-        .unwrap()
-        .set_len(4 << 30)
-        .unwrap();
+    let huge = f.root().join("huge.bin");
+    std::fs::File::create(&huge).unwrap().set_len(4 << 30).unwrap();
     let at_threshold = f.write("mib.bin", vec![b'm'; 1 << 20]);
     set_mtime(&at_threshold, 1_000_000_000);
     let server = f.serve(|o| o.revalidate_interval = Duration::ZERO);
