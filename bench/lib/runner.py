@@ -196,8 +196,9 @@ def main(argv):
     procs.install_cleanup()
     nofile = procs.raise_nofile()
     log(f"run directory {os.path.relpath(run_dir, REPO)}; RLIMIT_NOFILE {nofile}")
-    if nofile < load.IDLE_CONNS + 100 and "idle10k" in args.scenario_names:
-        log(f"WARNING: RLIMIT_NOFILE is {nofile}; idle10k needs more than {load.IDLE_CONNS}")
+    most = max(p.conns for sc in args.scenario_names for p in load.SCENARIOS[sc])
+    if nofile < most + 100:
+        log(f"WARNING: RLIMIT_NOFILE is {nofile}; {most:,} connections need more")
     if os.cpu_count() < 2:
         log("WARNING: one CPU only: the server and wrk will share it")
 
