@@ -224,8 +224,8 @@ struct Local {
     id: u64,
     generation: u64,
     archive: Arc<Archive>,
-    /// Variants this worker has checked (body hash, header blocks) and
-    /// prepared, by `entry * 4 + variant`: later hits cost a map lookup.
+    /// Variants this worker has prepared (header blocks parsed, entity tag
+    /// formatted), by `entry * 4 + variant`: later hits cost a map lookup.
     prepared: HashMap<u32, Rc<Prepared>>,
 }
 
@@ -439,28 +439,32 @@ fn answer(local: &mut Local, archive: &Archive, e: Entry<'_>, f: &Fields<'_>, he
         .with_body(body(0..v.body_len))
 }
 
-/// A variant checked and made ready to send.
+/// A variant made ready to send.
 struct Prepared {
     block: HeaderBlock,
     block_304: HeaderBlock,
     etag: String,
 }
 
-/// The first time this worker sends a variant: checks the body against its
-/// hash and the stored heads as header lines, and keeps the result. `None`:
-/// the archive is damaged there (logged; answered 500, never sent).
+/// The first time this worker sends a variant: turns the stored heads into
+/// header blocks and keeps them. `None`: the heads are not header lines
+/// (logged; answered 500, never sent).
+///
+/// The body is not hashed here. Every generation this server publishes was
+/// opened with its whole data region checked against `data_hash`
+/// ([`ArchiveServer::open`] and the watcher both call `verify_data`), and
+/// the bytes cannot change after that: a map is of a file we hold a read
+/// lease on (a writer waits while we move to a heap copy, `map.rs`), and a
+/// heap copy is ours. Hashing each body again at its first send on each
+/// worker only re-read bytes already proven, on the event loop, one whole
+/// body per worker and variant (FORMAT.md, "What a reader may assume after
+/// validation").
 fn prepare(local: &mut Local, archive: &Archive, e: &Entry<'_>, vi: usize, v: &Variant) -> Option<Rc<Prepared>> {
     let key = u32::try_from(e.index() * 4 + vi).ok()?;
     if let Some(p) = local.prepared.get(&key) {
         return Some(p.clone());
     }
     let path = String::from_utf8_lossy(e.path());
-    if hash(archive.slice(v.body_off, v.body_len)) != v.body_hash {
-        log::error(format_args!(
-            "archive body for {path} does not match its checksum; not served"
-        ));
-        return None;
-    }
     let heads = (
         HeaderBlock::from_lines(archive.shared(v.head_off, u64::from(v.head_len))),
         HeaderBlock::from_lines(archive.shared(v.head_off + u64::from(v.head_len), u64::from(v.head304_len))),

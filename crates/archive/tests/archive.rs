@@ -378,6 +378,53 @@ fn damaged_archives_are_refused_with_a_reason() {
     assert!(ArchiveServer::open(&bad, Mode::Map).is_err());
 }
 
+/// A server hashes no body when it sends it (serve.rs, `prepare`): the
+/// data hash, checked before an archive is served, is what catches a
+/// damaged body, at start and at a swap (FORMAT.md, "What a reader may
+/// assume after validation"). One byte of one body is flipped, the header
+/// and index left as written, so only the data hash can tell.
+#[test]
+fn a_damaged_body_is_refused_at_start_and_at_a_swap() {
+    let t = Tmp::new("damaged-body");
+    let target = t.0.join("live.prg");
+    pack_generation(&t, 1, &target);
+    let good = std::fs::read(&target).unwrap();
+    let body = generation_body(1, 3);
+    let at = good
+        .windows(body.len())
+        .position(|w| w == body.as_slice())
+        .expect("the identity body is stored as is");
+    let mut damaged = good.clone();
+    damaged[at + body.len() / 2] ^= 1;
+    assert!(
+        Archive::from_bytes(damaged.clone()).is_ok(),
+        "header and index still check"
+    );
+    let bad = t.0.join("bad.prg");
+    std::fs::write(&bad, &damaged).unwrap();
+    for mode in [Mode::Map, Mode::Heap] {
+        let err = ArchiveServer::open_without_sighup(&bad, mode)
+            .err()
+            .expect("a damaged body is refused");
+        assert!(err.to_string().contains("data checksum"), "{err}");
+    }
+    // At a swap: refused, and the archive served before keeps serving.
+    let handler = ArchiveServer::open_without_sighup(&target, Mode::Map).unwrap();
+    let counters = handler.counters();
+    let server = Server::new().bind("127.0.0.1:0").workers(1).start(handler).unwrap();
+    let addr = server.local_addr();
+    assert_eq!(get(addr, "/f3.bin").body, body);
+    std::fs::rename(&bad, &target).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while counters.refused() == 0 {
+        assert!(Instant::now() < deadline, "the damaged replacement was never looked at");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(counters.generation(), 1);
+    let r = get(addr, "/f3.bin");
+    assert_eq!((r.status, r.body), (200, body));
+}
+
 /// A small deterministic generator for the model test.
 struct Rng(u64);
 
