@@ -45,10 +45,7 @@ fn serve(what: &Path, tls: Option<&(PathBuf, PathBuf)>) -> (Server, String) {
     if let Some((cert, key)) = tls {
         cmd.arg("--tls-cert").arg(cert).arg("--tls-key").arg(key);
     }
-    let mut child = cmd
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("cannot start peregrine");
+    let mut child = cmd.stderr(Stdio::piped()).spawn().expect("cannot start peregrine");
     let stderr = BufReader::new(child.stderr.take().unwrap());
     let mut server = Server { child, stderr };
     let mut printed = String::new();

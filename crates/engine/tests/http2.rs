@@ -108,7 +108,10 @@ impl H2 {
         let stream = TcpStream::connect(addr).unwrap();
         stream.set_read_timeout(Some(PATIENCE)).unwrap();
         stream.set_nodelay(true).unwrap();
-        let mut c = H2 { stream, buf: Vec::new() };
+        let mut c = H2 {
+            stream,
+            buf: Vec::new(),
+        };
         let mut payload = Vec::new();
         for (id, value) in settings {
             payload.extend_from_slice(&id.to_be_bytes());
@@ -243,7 +246,10 @@ fn get_over_h2c_with_prior_knowledge() {
     let (status, body) = c.response(3);
     assert_eq!((status, body.len()), (200, 200_000));
     // HTTP/1.1 on another connection of the same listener still works.
-    let raw = common::exchange(server.local_addr(), b"GET /version HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    let raw = common::exchange(
+        server.local_addr(),
+        b"GET /version HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
     assert!(raw.ends_with(b"HTTP/1.1"), "{}", String::from_utf8_lossy(&raw));
 }
 
@@ -265,13 +271,20 @@ fn request_body_respects_flow_control() {
     let mut sent = 0;
     while sent < body.len() {
         if window == 0 {
-            let f = c.until("WINDOW_UPDATE for the stream", |f| f.kind == WINDOW_UPDATE && f.stream == 1);
+            let f = c.until("WINDOW_UPDATE for the stream", |f| {
+                f.kind == WINDOW_UPDATE && f.stream == 1
+            });
             window += i64::from(u32::from_be_bytes(f.payload[..4].try_into().unwrap()));
             continue;
         }
         let n = (window as usize).min(16_384).min(body.len() - sent);
         let last = sent + n == body.len();
-        c.send(&frame(DATA, if last { END_STREAM } else { 0 }, 1, &body[sent..sent + n]));
+        c.send(&frame(
+            DATA,
+            if last { END_STREAM } else { 0 },
+            1,
+            &body[sent..sent + n],
+        ));
         sent += n;
         window -= n as i64;
     }
@@ -330,7 +343,11 @@ fn graceful_shutdown_sends_goaway_and_finishes_streams_in_flight() {
     handle.shutdown();
     let g = c.until("GOAWAY", |f| f.kind == GOAWAY);
     assert_eq!(g.code(), NO_ERROR);
-    assert_eq!(u32::from_be_bytes(g.payload[..4].try_into().unwrap()), 1, "last stream id");
+    assert_eq!(
+        u32::from_be_bytes(g.payload[..4].try_into().unwrap()),
+        1,
+        "last stream id"
+    );
     responder.send(Response::text("late"));
     assert_eq!(c.response(1), (200, b"late".to_vec()));
     assert!(c.next().is_none(), "closed once the last stream is done");
@@ -510,7 +527,10 @@ fn preface_split_byte_by_byte() {
     let stream = TcpStream::connect(server.local_addr()).unwrap();
     stream.set_read_timeout(Some(PATIENCE)).unwrap();
     stream.set_nodelay(true).unwrap();
-    let mut c = H2 { stream, buf: Vec::new() };
+    let mut c = H2 {
+        stream,
+        buf: Vec::new(),
+    };
     let mut hello = PREFACE.to_vec();
     hello.extend(frame(SETTINGS, 0, 0, &[]));
     hello.extend(frame(HEADERS, END_STREAM | END_HEADERS, 1, &head("GET", "/", &[])));
