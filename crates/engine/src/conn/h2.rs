@@ -238,7 +238,6 @@ impl Conn {
                 if let Some(defer_id) = slot.id.get() {
                     let log = ctx.log.is_some().then(|| super::log_request(&req));
                     let method_idx = crate::metrics::method_index(req.method().as_bytes());
-                    drop(req);
                     h2.session.defer(id, defer_id);
                     h2.deferred.push(DeferredStream {
                         id: defer_id,
@@ -277,7 +276,6 @@ impl Conn {
         if let Some(m) = ctx.metrics {
             m.record(req.method().as_bytes(), sent.status, ctx.now);
         }
-        drop(req);
         h2.session
             .respond(id, response, head_only, date, extra_fields, &mut output.buf, budget);
     }
