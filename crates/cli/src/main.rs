@@ -3,6 +3,7 @@
 mod config;
 mod docs;
 mod reload;
+mod sandbox;
 
 use std::ffi::OsString;
 use std::net::SocketAddr;
@@ -201,6 +202,13 @@ struct ServerArgs {
     /// After binding, switch to this group (default: the user's group).
     #[arg(long, value_name = "GROUP")]
     group: Option<String>,
+    /// Do not sandbox the process. By default, once the configuration is
+    /// read, Landlock lets it read only beneath the root (an archive's
+    /// directory), the certificates' and the configuration's directories,
+    /// and write only the access log's; a seccomp allow-list refuses exec
+    /// and every system call serving does not need (EPERM).
+    #[arg(long)]
+    no_sandbox: bool,
     #[command(flatten)]
     limits: LimitArgs,
     #[command(flatten)]
@@ -346,7 +354,7 @@ fn main() -> ExitCode {
     let argv: Vec<OsString> = std::env::args_os().collect();
     let result = config::parse::<Cli>(argv.clone()).and_then(|invocation| match invocation {
         config::Invocation::Run(cli) => run(cli, argv),
-        config::Invocation::Check(cli, settings) => check(&cli).map(|()| print!("{settings}")),
+        config::Invocation::Check(cli, settings) => check(&cli, &argv).map(|()| print!("{settings}")),
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -416,7 +424,11 @@ fn check_server(args: &ServerArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn check(cli: &Cli) -> anyhow::Result<()> {
+fn check(cli: &Cli, argv: &[OsString]) -> anyhow::Result<()> {
+    // The checks run inside the sandbox serving would run in: the files
+    // they read must be readable there too.
+    let sandbox = sandbox::enter(&cli.command, argv)?;
+    eprintln!("peregrine: {sandbox}");
     match &cli.command {
         Command::Hello { server } => check_server(server)?,
         Command::Serve {

@@ -39,6 +39,7 @@ use peregrine::{
 use peregrine_archive::{ArchiveServer, Mode};
 use peregrine_files::FileServer;
 
+use crate::sandbox::{self, Sandbox};
 use crate::{config, Cli, Command, ServerArgs};
 
 /// Where a listening socket came from, to find it again at the next
@@ -89,12 +90,20 @@ struct Process {
     /// `--user`/`--group` at start: root is given up once, so they cannot
     /// change.
     identity: Identity,
+    /// The same by number, looked up before the sandbox hides the user
+    /// database.
+    run_as: Identity,
     /// How many sockets systemd passed.
     n_inherited: usize,
     /// Counters keep adding up across generations.
     metrics: Option<Arc<Metrics>>,
     /// The `--metrics` listener, as configured, kept while its address is.
     metrics_server: Option<(SocketAddr, Running)>,
+    /// The sandbox set up at start, which every reload must stay within.
+    sandbox: Sandbox,
+    /// Workers when `--workers` is not given: one per core the process
+    /// may use, counted before the sandbox hides the cgroup's CPU quota.
+    n_workers_default: usize,
 }
 
 /// Runs `hello` or `serve` until SIGINT or SIGTERM, reloading on SIGHUP
@@ -107,23 +116,35 @@ pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()>
         signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGUSR1, SIGHUP]).context("cannot handle signals")?;
     let inherited = peregrine::systemd::listen_fds().context("socket activation (LISTEN_FDS)")?;
     let args = server_args(&command);
+    let n_workers_default = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let identity = Identity {
+        user: args.user.clone(),
+        group: args.group.clone(),
+    };
+    let run_as = identity.resolve().context("--user/--group")?;
+    // Before any thread starts (the first generation's workers, the
+    // archive's watcher, the metrics listener's), so that all are inside.
+    let sandbox = sandbox::enter(&command, &argv)?;
     let mut process = Process {
         argv,
-        identity: Identity {
-            user: args.user.clone(),
-            group: args.group.clone(),
-        },
+        identity,
+        run_as,
         n_inherited: inherited.len(),
         metrics: None,
         metrics_server: None,
+        sandbox,
+        n_workers_default,
     };
     let taken = (inherited.into_iter().enumerate())
         .map(|(i, socket)| (Origin::Inherited(i), Listening::from(socket)))
         .collect();
     let (mut current, urls) = build(&command, taken, None, &mut process)?;
+    // "sandbox: ...; serving ROOT on URL, URL": the line ends with the
+    // addresses, which scripts (and the tests) read.
+    let sandbox = &process.sandbox.summary;
     match &command {
-        Command::Serve { root, .. } => log::info(format_args!("serving {} on {urls}", root.display())),
-        _ => log::info(format_args!("hello on {urls}")),
+        Command::Serve { root, .. } => log::info(format_args!("{sandbox}; serving {} on {urls}", root.display())),
+        _ => log::info(format_args!("{sandbox}; hello on {urls}")),
     }
     // Type=notify: serving from now on.
     if let Err(e) = peregrine::systemd::notify("READY=1") {
@@ -181,6 +202,7 @@ pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()>
 /// then hands the current one over to it (in the background).
 fn reload(process: &mut Process, current: &mut Generation, retired: &mut Vec<Retired>) -> anyhow::Result<()> {
     let cli: Cli = config::reparse(process.argv.clone())?;
+    process.sandbox.check(&cli.command, &process.argv)?;
     let listening = current.running.listeners()?;
     let taken = current.origins.iter().copied().zip(listening).collect();
     let (mut next, _) = build(&cli.command, taken, Some(&*current), process)?;
@@ -239,12 +261,11 @@ fn build(
         .limits(args.limits.to_limits()?)
         .access_log_format(args.access_log_format);
     if first {
-        srv = srv.run_as(identity);
+        srv = srv.run_as(process.run_as.clone());
     }
-    if let Some(n) = args.workers {
-        anyhow::ensure!(n > 0, "--workers must be at least 1");
-        srv = srv.workers(n);
-    }
+    let n_workers = args.workers.unwrap_or(process.n_workers_default);
+    anyhow::ensure!(n_workers > 0, "--workers must be at least 1");
+    srv = srv.workers(n_workers);
     if let Some(path) = &args.access_log {
         srv = srv.access_log(AccessLog::from_arg(path));
     }
@@ -363,12 +384,13 @@ fn start(
         root, files, archive, ..
     } = command
     else {
-        let running = srv.start(|_req: &Request<'_>| Response::text("Hello, World!"))?;
+        let hello = |_req: &Request<'_>| Response::text("Hello, World!");
+        let running = srv.start(sandbox::planted_bug(hello))?;
         return Ok((running, None, false));
     };
     if !peregrine_archive::is_archive(root) {
         let files = FileServer::new(files.options(root.clone()))?;
-        return Ok((srv.start(files)?, None, false));
+        return Ok((srv.start(sandbox::planted_bug(files))?, None, false));
     }
     let mode = match (archive.in_memory, archive.prefault) {
         (true, _) => Mode::Heap,
@@ -435,7 +457,7 @@ fn serve_metrics(addr: SocketAddr, metrics: Arc<Metrics>) -> anyhow::Result<Runn
 }
 
 /// The serving flags of `hello` or `serve`.
-fn server_args(command: &Command) -> &ServerArgs {
+pub(crate) fn server_args(command: &Command) -> &ServerArgs {
     match command {
         Command::Hello { server } | Command::Serve { server, .. } => server,
         _ => unreachable!("only hello and serve are served"),

@@ -7,6 +7,7 @@
 //! (info), `peregrine: debug: ...`.
 
 use std::fmt;
+use std::io::Write as _;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 /// How severe a line is.
@@ -61,12 +62,15 @@ pub fn write(level: Level, args: fmt::Arguments<'_>) {
     if !enabled(level) {
         return;
     }
-    match level {
-        Level::Error => eprintln!("peregrine: error: {args}"),
-        Level::Warn => eprintln!("peregrine: warning: {args}"),
-        Level::Info => eprintln!("peregrine: {args}"),
-        Level::Debug => eprintln!("peregrine: debug: {args}"),
-    }
+    let prefix = match level {
+        Level::Error => "error: ",
+        Level::Warn => "warning: ",
+        Level::Info => "",
+        Level::Debug => "debug: ",
+    };
+    // Not eprintln!, which panics: a closed standard error (a supervisor
+    // that read the first line and left) must not bring the server down.
+    let _ = writeln!(std::io::stderr(), "peregrine: {prefix}{args}");
 }
 
 /// An error line.

@@ -1,0 +1,282 @@
+//! The sandbox `hello` and `serve` run in by default: a request cannot make
+//! the process read outside what it serves, nor run a program, even
+//! through a bug (a planted one: `PEREGRINE_TEST_PLANTED_BUG`, in debug
+//! builds, answers `/open?PATH`, `/exec` and `/spawn` by trying), and a
+//! reload must stay within it.
+//!
+//! On a kernel without Landlock the start line must say so, and the tests
+//! check what seccomp still refuses.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::time::{Duration, Instant};
+
+use common::{get, peregrine, terminate};
+
+/// EACCES and EPERM, as the planted bug reports them.
+const EACCES: &str = "errno 13:";
+const EPERM: &str = "errno 1:";
+
+/// A scratch directory: `site/` to serve, `secret.txt` beside it, `conf/`
+/// for a configuration file, `elsewhere/` outside all three.
+struct Tmp(PathBuf);
+
+impl Tmp {
+    fn new(tag: &str) -> Tmp {
+        let dir = std::env::temp_dir().join(format!("peregrine-sandbox-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        for sub in ["site/sub", "conf", "elsewhere"] {
+            std::fs::create_dir_all(dir.join(sub)).unwrap();
+        }
+        std::fs::write(dir.join("site/index.html"), "site").unwrap();
+        std::fs::write(dir.join("site/sub/index.html"), "sub").unwrap();
+        std::fs::write(dir.join("elsewhere/index.html"), "elsewhere").unwrap();
+        std::fs::write(dir.join("secret.txt"), "secret").unwrap();
+        Tmp(dir)
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Tmp {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A running `peregrine` with the planted bug, its stderr read line by
+/// line; killed if a test fails before terminating it.
+struct Server {
+    child: Option<Child>,
+    lines: Receiver<String>,
+    /// The first line: the sandbox applied and the address.
+    start: String,
+    addr: String,
+}
+
+impl Server {
+    fn start(args: &[&str], extra_env: &[(&str, &str)]) -> Server {
+        let mut cmd = peregrine();
+        cmd.args(args)
+            .args(["--bind", "127.0.0.1:0", "--workers", "1"])
+            .env("PEREGRINE_TEST_PLANTED_BUG", "1")
+            .stderr(Stdio::piped());
+        for (name, value) in extra_env {
+            cmd.env(name, value);
+        }
+        let mut child = cmd.spawn().unwrap();
+        let mut reader = BufReader::new(child.stderr.take().unwrap());
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 || tx.send(line).is_err() {
+                return;
+            }
+        });
+        let mut server = Server {
+            child: Some(child),
+            lines,
+            start: String::new(),
+            addr: String::new(),
+        };
+        server.start = server.line(" on http://");
+        server.addr = server
+            .start
+            .trim()
+            .rsplit("http://")
+            .next()
+            .unwrap()
+            .trim_end_matches('/')
+            .to_owned();
+        server
+    }
+
+    /// Waits for a stderr line containing `needle`.
+    fn line(&self, needle: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            match self
+                .lines
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            {
+                Ok(line) if line.contains(needle) => return line,
+                Ok(_) => {}
+                Err(_) => panic!("no line with {needle:?} on stderr"),
+            }
+        }
+    }
+
+    /// The body of the answer to GET `path`.
+    fn body(&self, path: &str) -> String {
+        let answer = get(&self.addr, path);
+        answer
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_owned())
+            .unwrap_or(answer)
+    }
+
+    fn landlock(&self) -> bool {
+        self.start.contains("landlock ABI v")
+    }
+
+    fn seccomp(&self) -> bool {
+        self.start.contains("seccomp ") && self.start.contains(" syscalls")
+    }
+
+    fn signal(&self, name: &str) {
+        let pid = self.child.as_ref().unwrap().id().to_string();
+        let status = std::process::Command::new("kill")
+            .args([&format!("-{name}"), &pid])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    fn terminate(mut self) {
+        terminate(self.child.take().unwrap());
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn a_planted_bug_cannot_read_outside_the_root() {
+    let t = Tmp::new("read");
+    let server = Server::start(&["serve", s(&t.path("site"))], &[]);
+    // The bug works where reading is allowed: beneath the root.
+    let inside = server.body(&format!("/open?{}", s(&t.path("site/index.html"))));
+    assert_eq!(inside, "done: 4 bytes", "{}", server.start);
+    let outside = [t.path("secret.txt"), PathBuf::from("/etc/passwd")];
+    if server.landlock() {
+        for path in &outside {
+            let answer = server.body(&format!("/open?{}", s(path)));
+            assert!(answer.starts_with(EACCES), "{}: {answer}", path.display());
+        }
+    } else {
+        // Without Landlock the start line must say why; nothing else stops
+        // the read (seccomp cannot tell one open from another).
+        assert!(server.start.contains("no landlock ("), "{}", server.start);
+    }
+    // Still serving: the bug's refusal is an answer, not a crash.
+    assert_eq!(server.body("/"), "site");
+    server.terminate();
+
+    // Without the sandbox the same bug reads the secret: the check above
+    // can fail.
+    let open = Server::start(&["serve", s(&t.path("site")), "--no-sandbox"], &[]);
+    assert!(
+        open.start.contains("sandbox off (--no-sandbox); serving"),
+        "{}",
+        open.start
+    );
+    let answer = open.body(&format!("/open?{}", s(&t.path("secret.txt"))));
+    assert_eq!(answer, "done: 6 bytes");
+    open.terminate();
+}
+
+#[test]
+fn exec_and_new_processes_are_refused() {
+    let server = Server::start(&["hello"], &[]);
+    assert!(server.seccomp() || server.landlock(), "{}", server.start);
+    let exec = server.body("/exec");
+    let spawn = server.body("/spawn");
+    if server.seccomp() {
+        // execve is not on the list; a process is a clone without
+        // CLONE_THREAD, which the filter refuses.
+        assert!(exec.starts_with(EPERM), "{exec}");
+        assert!(spawn.starts_with(EPERM), "{spawn}");
+    } else {
+        // Landlock alone: no file may be executed.
+        assert!(exec.starts_with(EACCES), "{exec}");
+    }
+    assert_eq!(server.body("/"), "Hello, World!");
+    server.terminate();
+
+    let open = Server::start(&["hello"], &[("PEREGRINE_NO_SANDBOX", "1")]);
+    assert!(open.start.contains("sandbox off"), "{}", open.start);
+    assert_eq!(open.body("/spawn"), "done: exit status: 0");
+    open.terminate();
+}
+
+#[test]
+fn the_start_line_and_check_config_say_what_was_applied() {
+    let t = Tmp::new("say");
+    let server = Server::start(&["serve", s(&t.path("site"))], &[]);
+    // "peregrine: sandbox: landlock ABI v7, seccomp 73 syscalls; serving ..."
+    // (or "no landlock (why)", "no seccomp (why)").
+    let line = &server.start;
+    assert!(line.starts_with("peregrine: sandbox: "), "{line}");
+    assert!(server.landlock() || line.contains("no landlock ("), "{line}");
+    assert!(server.seccomp() || line.contains("no seccomp ("), "{line}");
+    server.terminate();
+
+    let out = peregrine()
+        .args(["check-config", "serve", s(&t.path("site"))])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr);
+    let root = std::fs::canonicalize(t.path("site")).unwrap();
+    assert!(said.starts_with("peregrine: sandbox: "), "{said}");
+    assert!(said.contains(&format!("read beneath {}\n", root.display())), "{said}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("\nno-sandbox = false"));
+}
+
+#[test]
+fn a_reload_must_stay_within_the_sandbox() {
+    let t = Tmp::new("reload");
+    let config = t.path("conf/peregrine.toml");
+    let set = |text: String| std::fs::write(&config, text).unwrap();
+    set(format!("root = {:?}\n", t.path("site")));
+    let server = Server::start(&["serve", "--config", s(&config)], &[]);
+    assert_eq!(server.body("/"), "site");
+
+    // A root outside what was readable at start: refused, with the reason.
+    set(format!("root = {:?}\n", t.path("elsewhere")));
+    server.signal("HUP");
+    let line = server.line("configuration not reloaded");
+    assert!(
+        line.contains("is outside what the sandbox set at start may read"),
+        "{line}"
+    );
+    assert!(line.contains("restart"), "{line}");
+    // An access log outside where it may write: refused too.
+    set(format!(
+        "root = {:?}\naccess-log = {:?}\n",
+        t.path("site"),
+        t.path("elsewhere/access.log")
+    ));
+    server.signal("HUP");
+    let line = server.line("configuration not reloaded");
+    assert!(line.contains("may write logs"), "{line}");
+    // Turning it off needs a restart.
+    set(format!("root = {:?}\nno-sandbox = true\n", t.path("site")));
+    server.signal("HUP");
+    let line = server.line("configuration not reloaded");
+    assert!(line.contains("cannot be turned off while serving"), "{line}");
+    assert_eq!(server.body("/"), "site");
+
+    // Within it: a directory beneath the root.
+    set(format!("root = {:?}\n", t.path("site/sub")));
+    server.signal("HUP");
+    server.line("configuration reloaded (generation 2)");
+    assert_eq!(server.body("/"), "sub");
+    server.terminate();
+}
