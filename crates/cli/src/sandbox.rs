@@ -70,15 +70,18 @@ fn policy(command: &Command, argv: &[OsString]) -> anyhow::Result<Policy> {
         set_ids: args.user.is_some() || args.group.is_some(),
         ..Policy::default()
     };
-    if let Command::Serve { root, .. } = command {
+    if let Command::Serve { root, files, .. } = command {
         // An archive is swapped by renaming another into its directory.
-        let readable = match peregrine_archive::is_archive(root) {
-            true => parent(root),
-            false => root.clone(),
-        };
+        let archive = peregrine_archive::is_archive(root);
+        let readable = if archive { parent(root) } else { root.clone() };
         policy
             .read(&readable)
             .with_context(|| format!("the root {}", root.display()))?;
+        if files.follow_symlinks && !archive {
+            for target in symlink_targets(root) {
+                policy.read(&target)?;
+            }
+        }
     }
     // Certificates are renewed by replacing the files (or a symlink's
     // target: the directory of the file it leads to is granted).
@@ -96,6 +99,35 @@ fn policy(command: &Command, argv: &[OsString]) -> anyhow::Result<Policy> {
             .with_context(|| format!("the access log {log}"))?;
     }
     Ok(policy)
+}
+
+/// `--follow-symlinks`: where the symlinks beneath `root` that lead out of
+/// it lead (what they point to, and everything beneath). A symlink added
+/// later that leads elsewhere is refused by the sandbox until a restart (a
+/// reload says so).
+fn symlink_targets(root: &Path) -> Vec<PathBuf> {
+    let Ok(inside) = std::fs::canonicalize(root) else {
+        return Vec::new();
+    };
+    let mut targets = Vec::new();
+    let mut dirs = vec![root.to_owned()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            match entry.file_type() {
+                Ok(t) if t.is_dir() => dirs.push(entry.path()),
+                Ok(t) if t.is_symlink() => {
+                    // Dangling links lead nowhere to grant.
+                    if let Ok(target) = std::fs::canonicalize(entry.path()) {
+                        if !target.starts_with(&inside) {
+                            targets.push(target);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    targets
 }
 
 /// The directory `path` is in (`.` for a bare file name).

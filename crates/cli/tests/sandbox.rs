@@ -280,3 +280,16 @@ fn a_reload_must_stay_within_the_sandbox() {
     assert_eq!(server.body("/"), "sub");
     server.terminate();
 }
+
+#[test]
+fn follow_symlinks_reaches_the_targets_there_at_start_and_no_further() {
+    let t = Tmp::new("links");
+    std::os::unix::fs::symlink(t.path("elsewhere/index.html"), t.path("site/away.html")).unwrap();
+    let server = Server::start(&["serve", s(&t.path("site")), "--follow-symlinks"], &[]);
+    assert_eq!(server.body("/away.html"), "elsewhere");
+    if server.landlock() {
+        let answer = server.body(&format!("/open?{}", s(&t.path("secret.txt"))));
+        assert!(answer.starts_with(EACCES), "{answer}");
+    }
+    server.terminate();
+}

@@ -92,7 +92,6 @@ impl Policy {
         match (read, append) {
             (Some(p), _) => Err(Outside::Read(p.clone(), self.read.clone())),
             (None, Some(p)) => Err(Outside::Append(p.clone(), self.append.clone())),
-            (None, None) if other.set_ids && !self.set_ids => Err(Outside::SetIds),
             (None, None) => Ok(()),
         }
     }
@@ -115,8 +114,6 @@ pub enum Outside {
     Read(PathBuf, Vec<PathBuf>),
     /// A log directory, and where logs may be written.
     Append(PathBuf, Vec<PathBuf>),
-    /// Changing users.
-    SetIds,
 }
 
 impl fmt::Display for Outside {
@@ -134,7 +131,6 @@ impl fmt::Display for Outside {
                 p.display(),
                 list(allowed)
             ),
-            Outside::SetIds => f.write_str("the sandbox set at start no longer allows changing users"),
         }
     }
 }
