@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::os::unix::net::UnixDatagram;
 use std::process::{Command, Stdio};
 
-use common::{get, peregrine, served_addr, terminate};
+use common::{get, last_addr, peregrine, served_addr, terminate};
 
 /// What systemd does, in a few lines of Python: a listening socket at
 /// descriptor 3, LISTEN_FDS=1 and LISTEN_PID naming the process that the
@@ -176,13 +176,7 @@ fn sigusr1_reopens_the_access_log() {
     let mut stderr = BufReader::new(child.stderr.take().unwrap());
     let mut line = String::new();
     stderr.read_line(&mut line).unwrap();
-    let addr = line
-        .trim()
-        .rsplit("http://")
-        .next()
-        .unwrap()
-        .trim_end_matches('/')
-        .to_owned();
+    let addr = last_addr(&line);
     get(&addr, "/one");
     // The worker writes its buffer at each sweep: wait for the line.
     while !std::fs::read_to_string(&log).unwrap().contains("/one") {

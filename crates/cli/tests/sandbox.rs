@@ -9,13 +9,10 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
-use std::sync::mpsc::{self, Receiver};
-use std::time::{Duration, Instant};
 
-use common::{get, peregrine, terminate};
+use common::{get, last_addr, peregrine, terminate, Scratch, Stderr};
 
 /// EACCES and EPERM, as the planted bug reports them.
 const EACCES: &str = "errno 13:";
@@ -23,38 +20,27 @@ const EPERM: &str = "errno 1:";
 
 /// A scratch directory: `site/` to serve, `secret.txt` beside it, `conf/`
 /// for a configuration file, `elsewhere/` outside all three.
-struct Tmp(PathBuf);
-
-impl Tmp {
-    fn new(tag: &str) -> Tmp {
-        let dir = std::env::temp_dir().join(format!("peregrine-sandbox-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        for sub in ["site/sub", "conf", "elsewhere"] {
-            std::fs::create_dir_all(dir.join(sub)).unwrap();
-        }
-        std::fs::write(dir.join("site/index.html"), "site").unwrap();
-        std::fs::write(dir.join("site/sub/index.html"), "sub").unwrap();
-        std::fs::write(dir.join("elsewhere/index.html"), "elsewhere").unwrap();
-        std::fs::write(dir.join("secret.txt"), "secret").unwrap();
-        Tmp(dir)
+fn tmp(tag: &str) -> Scratch {
+    let t = Scratch::new(&format!("peregrine-sandbox-{tag}"));
+    for sub in ["site/sub", "conf", "elsewhere"] {
+        std::fs::create_dir_all(t.path(sub)).unwrap();
     }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
+    for (file, text) in [
+        ("site/index.html", "site"),
+        ("site/sub/index.html", "sub"),
+        ("elsewhere/index.html", "elsewhere"),
+        ("secret.txt", "secret"),
+    ] {
+        std::fs::write(t.path(file), text).unwrap();
     }
-}
-
-impl Drop for Tmp {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+    t
 }
 
 /// A running `peregrine` with the planted bug, its stderr read line by
 /// line; killed if a test fails before terminating it.
 struct Server {
     child: Option<Child>,
-    lines: Receiver<String>,
+    lines: Stderr,
     /// The first line: the sandbox applied and the address.
     start: String,
     addr: String,
@@ -71,45 +57,20 @@ impl Server {
             cmd.env(name, value);
         }
         let mut child = cmd.spawn().unwrap();
-        let mut reader = BufReader::new(child.stderr.take().unwrap());
-        let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || loop {
-            let mut line = String::new();
-            if reader.read_line(&mut line).unwrap_or(0) == 0 || tx.send(line).is_err() {
-                return;
-            }
-        });
-        let mut server = Server {
+        let lines = Stderr::of(&mut child);
+        let start = lines.line(" on http://");
+        let addr = last_addr(&start);
+        Server {
             child: Some(child),
             lines,
-            start: String::new(),
-            addr: String::new(),
-        };
-        server.start = server.line(" on http://");
-        server.addr = server
-            .start
-            .trim()
-            .rsplit("http://")
-            .next()
-            .unwrap()
-            .trim_end_matches('/')
-            .to_owned();
-        server
+            start,
+            addr,
+        }
     }
 
     /// Waits for a stderr line containing `needle`.
     fn line(&self, needle: &str) -> String {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            match self
-                .lines
-                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            {
-                Ok(line) if line.contains(needle) => return line,
-                Ok(_) => {}
-                Err(_) => panic!("no line with {needle:?} on stderr"),
-            }
-        }
+        self.lines.line(needle)
     }
 
     /// The body of the answer to GET `path`.
@@ -158,7 +119,7 @@ fn s(p: &Path) -> &str {
 
 #[test]
 fn a_planted_bug_cannot_read_outside_the_root() {
-    let t = Tmp::new("read");
+    let t = tmp("read");
     let server = Server::start(&["serve", s(&t.path("site"))], &[]);
     // The bug works where reading is allowed: beneath the root.
     let inside = server.body(&format!("/open?{}", s(&t.path("site/index.html"))));
@@ -217,7 +178,7 @@ fn exec_and_new_processes_are_refused() {
 
 #[test]
 fn the_start_line_and_check_config_say_what_was_applied() {
-    let t = Tmp::new("say");
+    let t = tmp("say");
     let server = Server::start(&["serve", s(&t.path("site"))], &[]);
     // "peregrine: sandbox: landlock ABI v7, seccomp 73 syscalls; serving ..."
     // (or "no landlock (why)", "no seccomp (why)").
@@ -241,7 +202,7 @@ fn the_start_line_and_check_config_say_what_was_applied() {
 
 #[test]
 fn a_reload_must_stay_within_the_sandbox() {
-    let t = Tmp::new("reload");
+    let t = tmp("reload");
     let config = t.path("conf/peregrine.toml");
     let set = |text: String| std::fs::write(&config, text).unwrap();
     set(format!("root = {:?}\n", t.path("site")));
@@ -283,7 +244,7 @@ fn a_reload_must_stay_within_the_sandbox() {
 
 #[test]
 fn follow_symlinks_reaches_the_targets_there_at_start_and_no_further() {
-    let t = Tmp::new("links");
+    let t = tmp("links");
     std::os::unix::fs::symlink(t.path("elsewhere/index.html"), t.path("site/away.html")).unwrap();
     let server = Server::start(&["serve", s(&t.path("site")), "--follow-symlinks"], &[]);
     assert_eq!(server.body("/away.html"), "elsewhere");
