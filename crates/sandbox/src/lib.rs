@@ -18,6 +18,13 @@
 //! a line on stderr), not a crash of every connection. `clone3` fails with
 //! ENOSYS, so that glibc falls back to `clone`, whose flags a filter can
 //! read: only threads may be created (CLONE_THREAD, no new namespace).
+//!
+//! Left open, on purpose: binding and listening (a reload may add an
+//! address), and datagrams to any address (`sendto`, `sendmsg`: systemd's
+//! notifications, HTTP/3 later). `connect` is not on the list: the server
+//! never connects out. Landlock's network rights (ABI 4) are not used, and
+//! neither are rights newer than ABI 7 (connecting to a UNIX socket by
+//! path, ABI 9), which would cut off NOTIFY_SOCKET.
 
 #![forbid(unsafe_code)]
 
@@ -156,7 +163,8 @@ pub struct Applied {
 #[derive(Debug, PartialEq, Eq)]
 pub enum Landlock {
     /// Enforced, with the kernel's ABI; `full` unless the kernel knows only
-    /// part of the rights asked for (older than ABI 7).
+    /// part of what is asked for (before ABI 6, Linux 6.12: no signal
+    /// scoping; before ABI 3: truncation is not handled).
     Enforced { abi: i32, full: bool },
     /// Not enforced, and why.
     Unavailable(String),
@@ -184,13 +192,6 @@ impl fmt::Display for Applied {
             Seccomp::Enforced { n_syscalls } => write!(f, "seccomp {n_syscalls} syscalls"),
             Seccomp::Unavailable(why) => write!(f, "no seccomp ({why})"),
         }
-    }
-}
-
-impl Applied {
-    /// Whether anything is enforced at all.
-    pub fn any(&self) -> bool {
-        matches!(self.landlock, Landlock::Enforced { .. }) || matches!(self.seccomp, Seccomp::Enforced { .. })
     }
 }
 
