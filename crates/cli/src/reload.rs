@@ -404,7 +404,7 @@ fn start(
         Some(same) => (same.server.clone(), true),
         None => (ArchiveServer::open_without_sighup(root, mode)?, false),
     };
-    let running = srv.start(server.clone())?;
+    let running = srv.start(sandbox::planted_bug(server.clone()))?;
     let served = ServedArchive {
         root: root.clone(),
         mode,

@@ -254,3 +254,27 @@ fn follow_symlinks_reaches_the_targets_there_at_start_and_no_further() {
     }
     server.terminate();
 }
+
+#[test]
+fn an_archive_renamed_into_its_directory_is_swapped_in() {
+    let t = tmp("archive");
+    let dir = t.path("served");
+    std::fs::create_dir_all(&dir).unwrap();
+    let pack = |site: &str, to: &Path| {
+        let out = peregrine().args(["pack", site, "-o", s(to)]).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    };
+    let archive = dir.join("site.prg");
+    pack(s(&t.path("site")), &archive);
+    let server = Server::start(&["serve", s(&archive)], &[]);
+    assert_eq!(server.body("/"), "site");
+    // The archive's directory is readable, the rest is not.
+    let secret = server.body(&format!("/open?{}", s(&t.path("secret.txt"))));
+    assert!(!server.landlock() || secret.starts_with(EACCES), "{secret}");
+    let next = dir.join("next.prg");
+    pack(s(&t.path("elsewhere")), &next);
+    std::fs::rename(&next, &archive).unwrap();
+    server.line("loaded as generation 2");
+    assert_eq!(server.body("/"), "elsewhere");
+    server.terminate();
+}
