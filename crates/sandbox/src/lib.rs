@@ -326,8 +326,9 @@ const NAMESPACES: u64 = (libc::CLONE_NEWNS
 
 /// The system calls serving needs, each with the conditions on its
 /// arguments (none: any arguments). Derived with `strace -f` of the binary
-/// from the moment the filter is installed, under every workload the
-/// command line has: `hello` with TLS, the redirect listener, metrics and
+/// from the moment the filter is installed (`derive-syscalls.sh` beside
+/// this crate's manifest does it), under every workload the command line
+/// has: `hello` with TLS, the redirect listener, metrics and
 /// a JSON access log; `serve DIR` with listings, ranges and precompressed
 /// files; `serve ARCHIVE` with a swap by rename, a rewrite in place (the
 /// lease) and SIGHUP; SIGUSR1 after logrotate; `--user`; shutdown. Added
