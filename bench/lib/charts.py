@@ -9,7 +9,10 @@ answers (f17, f4k, f304, frange), requests/s for the pipelined 17-byte file
 (fpipe16), bytes/s for the large files (f64k, f10m). peregrine-archive
 (`peregrine serve FILE.prg`) is drawn next to peregrine (`serve DIR`).
 tls.png: the TLS scenarios (tls-c50, tls-f17): requests/s and CPU µs per
-request, when they ran.
+request, when they ran. chart.png and cpu.png also have a panel for the
+stress points (c512 ... c4096, f17-c512 ... f17-c4096) and real10k.
+latency.png: the rate scenarios, latency against percentile (50 to 99.99,
+log scales) per server, one panel per rate and scenario.
 
 Usage: .venv/bin/python bench/lib/charts.py RUN_DIR
 """
@@ -23,14 +26,20 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import FuncFormatter  # noqa: E402
 
-ORDER = ["limit", "peregrine", "peregrine-archive", "nginx", "h2o", "lighttpd", "go-fasthttp", "go-nethttp", "node"]
-COLORS = {"limit": "#7f7f7f", "peregrine": "#d62728", "peregrine-archive": "#e377c2", "nginx": "#2ca02c", "h2o": "#9467bd",
+ORDER = ["limit", "peregrine", "peregrine-archive", "nginx", "kawipiko", "h2o", "lighttpd", "go-fasthttp",
+         "go-nethttp", "node"]
+COLORS = {"limit": "#7f7f7f", "peregrine": "#d62728", "peregrine-archive": "#e377c2", "nginx": "#2ca02c",
+          "kawipiko": "#bcbd22", "h2o": "#9467bd",
           "lighttpd": "#8c564b", "go-fasthttp": "#17becf", "go-nethttp": "#1f77b4", "node": "#ff7f0e"}
 PANELS = [
     ("keep-alive", ["c10", "c50", "c100", "c400"]),
     ("pipelined (50 conns)", ["pipe16", "pipe32"]),
     ("sweep (connections)", ["sweep-c1", "sweep-c10", "sweep-c100", "sweep-c1000"]),
+    ("many connections (hello; 17-byte file) and real10k",
+     ["c512", "c2048", "c4096", "f17-c512", "f17-c2048", "f17-c4096", "real10k"]),
 ]
+RATE_PCTS = (25, 50, 75)
+PERCENTILES = [("p50_us", 50), ("p90_us", 90), ("p99_us", 99), ("p999_us", 99.9), ("p9999_us", 99.99)]
 SMALL_FILES = ["f17", "f4k", "f304", "frange"]
 LARGE_FILES = ["f64k", "f10m"]
 PIPELINED_FILES = ["fpipe16"]
@@ -120,6 +129,60 @@ def memory(run_dir, rows, stamp):
     return path
 
 
+def latency(run_dir, rows, stamp):
+    """The rate scenarios: one panel per scenario and rate, latency (log)
+    against percentile, spaced as 1 / (1 - p) (log), a line per server."""
+    panels = [(sc, pct) for sc in ("rate", "frate") for pct in RATE_PCTS
+              if any(r["point"] == f"{sc}{pct}" for r in rows)]
+    if not panels:
+        return None
+    n_rows = len({sc for sc, _ in panels})
+    fig, axes = plt.subplots(n_rows, len(RATE_PCTS), figsize=(4.2 * len(RATE_PCTS), 3.6 * n_rows + 1.0),
+                             squeeze=False)
+    scenarios = sorted({sc for sc, _ in panels}, key=["rate", "frate"].index)
+    xs = [1 / (1 - p / 100) for _, p in PERCENTILES]
+    for i, sc in enumerate(scenarios):
+        for j, pct in enumerate(RATE_PCTS):
+            ax = axes[i][j]
+            here = [r for r in rows if r["point"] == f"{sc}{pct}"]
+            here.sort(key=lambda r: ORDER.index(r["server"]) if r["server"] in ORDER else 99)
+            for r in here:
+                ys = [value(r, f) for f, _ in PERCENTILES]
+                pts = [(x, y / 1000) for x, y in zip(xs, ys) if y]
+                if pts:
+                    ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", markersize=3,
+                            label=r["server"], color=COLORS.get(r["server"]))
+            asked = next((value(r, "rate_asked") for r in here if value(r, "rate_asked")), None)
+            what = "GET /" if sc == "rate" else "17-byte file"
+            ax.set_title(f"{what} at {pct} % of limit" + (f" ({asked / 1000:,.0f}k req/s)" if asked else ""),
+                         fontsize=9)
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.set_xticks(xs)
+            ax.set_xticklabels([f"{p:g}" for _, p in PERCENTILES], fontsize=8)
+            ax.set_xlabel("percentile", fontsize=8)
+            ax.set_ylabel("latency, ms", fontsize=8)
+            plain = FuncFormatter(lambda v, _: f"{v:g}")
+            ax.yaxis.set_major_formatter(plain)
+            ax.yaxis.set_minor_formatter(plain)
+            ax.tick_params(axis="y", which="both", labelsize=7)
+            ax.grid(alpha=0.3, which="both")
+    handles = {}
+    for ax in axes.flat:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(lab, h)
+    fig.suptitle(f"Latency at a fixed rate, 50 connections (oha, corrected for coordinated omission; "
+                 f"lower is better)\n{stamp}", fontsize=10)
+    bottom = 0.5 / fig.get_figheight()
+    fig.tight_layout(rect=(0, bottom, 1, 1))
+    fig.legend(list(handles.values()), list(handles.keys()), loc="lower center", ncol=len(handles),
+               frameon=False, bbox_to_anchor=(0.5, 0.0))
+    path = os.path.join(run_dir, "latency.png")
+    fig.savefig(path, dpi=130)
+    plt.close(fig)
+    return path
+
+
 def main():
     run_dir = sys.argv[1]
     stamp = os.path.basename(os.path.normpath(run_dir))
@@ -152,6 +215,7 @@ def main():
                     ("server CPU µs per request (lower is better)", TLS,
                      "cpu_us_per_req", "server CPU µs per request", lambda v: f"{v:.1f}"),
                 ]),
+        latency(run_dir, rows, stamp),
     ]
     for p in made:
         if p:

@@ -10,7 +10,8 @@ peregrine-archive serves this same tree packed into an archive.
 
 ManyFiles is the load100k scenario's tree: 100,000 small files with fixed
 contents in three directory levels, written once per run when that scenario
-runs.
+runs. RealFiles is real10k's: 10,000 files of 1 to 20 KiB, and the shuffled
+list of their paths that bench/wrk/paths.lua asks in turn.
 """
 import hashlib
 import os
@@ -64,6 +65,8 @@ class Tree:
             os.chmod(path, 0o644)
             os.utime(path, (MTIME, MTIME))
             self.files["/" + name] = data
+        # what servers.Running asks to know the server is ready
+        self.ready = ("/17.txt", self.files["/17.txt"])
 
     def describe(self):
         return ", ".join(f"{name} ({len(self.files['/' + name]):,} B, sha256 "
@@ -109,6 +112,7 @@ class ManyFiles:
             self.bytes += len(data)
         for folder in made | {os.path.join(self.root, d) for d in os.listdir(self.root)}:
             os.utime(folder, (MTIME, MTIME))
+        self.ready = (self.path(0), self.content(0))
 
     @staticmethod
     def path(i):
@@ -137,6 +141,56 @@ class ManyFiles:
 
     def remove(self):
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+class RealFiles(ManyFiles):
+    """real10k's tree (kawipiko's "real" scenario): N_FILES files,
+    /D/D/DDD.txt (10 folders of 10 folders of 100 files: three levels),
+    1 to 20 KiB each (spread evenly), written like ManyFiles' (the path,
+    then prose from the fixed pool), and `list_path`: every path once, in an
+    order shuffled with a fixed seed, one per line, for paths.lua."""
+
+    N_FILES = 10_000
+    SIZE_MIN, SIZE_MAX = 1024, 20 * 1024
+
+    def __init__(self, parent=None):
+        super().__init__(parent, self.N_FILES)
+        order = [self.path(i) for i in range(self.n_files)]
+        random.Random(12).shuffle(order)
+        self.list_path = self.root + ".paths"
+        with open(self.list_path, "w") as f:
+            f.write("\n".join(order) + "\n")
+        self.order = order
+
+    @staticmethod
+    def path(i):
+        return f"/{i // 1000}/{i // 100 % 10}/{i % 100:03d}.txt"
+
+    def size(self, i):
+        return self.SIZE_MIN + (i * 7_919) % (self.SIZE_MAX - self.SIZE_MIN + 1)
+
+    def content(self, i):
+        head = self.path(i).encode() + b"\n"
+        n = self.size(i) - len(head)
+        at = (i * 104_729) % (len(self.pool) - self.SIZE_MAX)
+        return head + self.pool[at:at + n]
+
+    def checked(self):
+        """Indices checked before measuring: the list's first, middle, last."""
+        index = {p: i for i, p in enumerate(self.path(i) for i in range(self.n_files))}
+        return [index[self.order[k]] for k in (0, len(self.order) // 2, -1)]
+
+    def describe(self):
+        return (f"{self.n_files:,} files /D/D/DDD.txt (3 levels), {self.SIZE_MIN:,} to {self.SIZE_MAX:,} B "
+                f"each, {self.bytes:,} B in all, mtime {MTIME}; asked in the order of {self.list_path} "
+                f"(shuffled with a fixed seed)")
+
+    def remove(self):
+        super().remove()
+        try:
+            os.remove(self.list_path)
+        except OSError:
+            pass
 
 
 # -- checking answers ------------------------------------------------------
@@ -294,3 +348,16 @@ def check(port, point, tree, hello_body=None, ssl_ctx=None):
                 raise WrongAnswer(f"206 body of {len(body):,} bytes is not the file's first 1,024")
         return extra, 1024, h[None], f"206, Content-Range {want_cr}, 1024 B body"
     raise ValueError(f"unknown kind {kind}")
+
+
+def check_real(port, real):
+    """real10k: GETs of the list's first, middle and last path on one
+    connection, each 200 with the file's bytes. Returns what was checked;
+    raises WrongAnswer."""
+    indices = real.checked()
+    answers = get_many(port, [real.path(i) for i in indices])
+    for i, (status, body) in zip(indices, answers):
+        if status != 200 or body != real.content(i):
+            raise WrongAnswer(f"GET {real.path(i)}: expected 200 with its {real.size(i):,} bytes, got "
+                              f"{_show(status, {}, body)}")
+    return f"200 with the file's bytes for {', '.join(real.path(i) for i in indices)}"

@@ -15,6 +15,10 @@ VENV = os.path.join(BENCH, ".venv")
 VENV_PYTHON = os.path.join(VENV, "bin", "python")
 
 _apt_updated = False
+# apt-get is run under this lock (flock(1)) when flock is there: dpkg's own
+# lock makes a second apt-get fail at once instead of waiting, and several
+# people may run bench/run, or apt-get, on one machine.
+APT_LOCK = "/tmp/peregrine-apt.lock"
 
 
 def log(msg):
@@ -25,13 +29,20 @@ def _apt_env():
     return dict(os.environ, DEBIAN_FRONTEND="noninteractive")
 
 
+def _apt_get(*args):
+    """apt-get ARGS, waiting for APT_LOCK; its exit code."""
+    argv = ["apt-get", *args]
+    if shutil.which("flock"):
+        argv = ["flock", APT_LOCK] + argv
+    return subprocess.call(argv, env=_apt_env(), stdout=subprocess.DEVNULL)
+
+
 def apt_update():
     global _apt_updated
     if _apt_updated:
         return True
     log("apt-get update")
-    rc = subprocess.call(["apt-get", "update", "-qq"], env=_apt_env(),
-                         stdout=subprocess.DEVNULL)
+    rc = _apt_get("update", "-qq")
     _apt_updated = rc == 0
     return _apt_updated
 
@@ -62,8 +73,7 @@ def apt_install(*pkgs):
         return False
     apt_update()
     log(f"apt-get install {' '.join(missing)}")
-    rc = subprocess.call(["apt-get", "install", "-y", "-qq", "--no-install-recommends", *missing],
-                         env=_apt_env(), stdout=subprocess.DEVNULL)
+    rc = _apt_get("install", "-y", "-qq", "--no-install-recommends", *missing)
     return rc == 0
 
 

@@ -11,6 +11,17 @@ the reference). tls-c50 and tls-f17 are c50 and f17 over TLS (https URLs;
 wrk's OpenSSL client), for the servers with a TLS mode. And load100k, which runs no wrk: it starts a server on
 filetree.ManyFiles (100,000 small files; peregrine-archive packs them) and
 times its first answer, then reads its RSS (measure_load).
+
+And the seeds' own scenarios: c512 ... c4096 and f17-c512 ... f17-c4096
+(kawipiko's stress points: many connections, p99 beside CPU per request);
+real10k (kawipiko's "real" scenario: filetree.RealFiles, 10,000 small files
+asked in a fixed shuffled order by bench/wrk/paths.lua, RSS after the run);
+rate and frate (Haywire's latency at a fixed rate: rate.py, oha holding 25,
+50 and 75 % of limit's c50 capacity, corrected for coordinated omission).
+
+WRK_CPU is where every client runs (wrk, oha, the idle client, the runner's
+own probes in load100k): "1" in the split layout, "0" (the servers' CPU)
+in the same layout; the runner sets it from its layout probe (layout.py).
 """
 import json
 import os
@@ -35,6 +46,10 @@ LOAD_DEADLINE_S = 120.0     # load100k: a server that has not answered by then i
 LOAD_POLL_S = 0.0005        # load100k: pause between two attempts at the first GET
 
 
+STRESS_CONNS = (512, 2048, 4096)
+RATE_PCTS = (25, 50, 75)
+
+
 @dataclass(frozen=True)
 class Point:
     label: str      # e.g. "c50", "pipe16", "sweep-c1000"
@@ -52,11 +67,19 @@ class Point:
     # over TLS (https, the run's certificate: tls.py); only servers with a
     # TLS mode take part
     tls: bool = False
+    # rate and frate: oha holds this % of limit's c50 capacity (rate.py)
+    rate_pct: int = 0
 
     @property
     def files(self):
-        """A wrk scenario on the file tree (not load100k, which has its own)."""
+        """A wrk scenario on the file tree (not load100k or real10k, which
+        have their own)."""
         return self.kind in ("file", "304", "range")
+
+    @property
+    def file_mode(self):
+        """Whether servers run in their file mode (on Tree or RealFiles)."""
+        return self.files or self.kind == "real"
 
 
 SCENARIOS = {
@@ -89,9 +112,20 @@ SCENARIOS = {
     "tls-f17": [Point("tls-f17", "tls-f17", 50, path="/17.txt", kind="file", limit_ref=False, tls=True)],
     # Start-up and memory on 100,000 small files (no wrk; measure_load).
     "load100k": [Point("load100k", "load100k", 1, kind="load")],
+    # kawipiko's stress points: the hello and the 17-byte file at 512, 2,048
+    # and 4,096 connections (RLIMIT_NOFILE raised by procs.raise_nofile).
+    **{f"c{n}": [Point(f"c{n}", f"c{n}", n)] for n in STRESS_CONNS},
+    **{f"f17-c{n}": [Point(f"f17-c{n}", f"f17-c{n}", n, path="/17.txt", kind="file")] for n in STRESS_CONNS},
+    # kawipiko's "real" scenario: 10,000 small files in a shuffled order.
+    "real10k": [Point("real10k", "real10k", 50, path="/", kind="real", limit_ref=False)],
+    # Haywire's latency at a fixed rate (oha -q, rate.py), 50 connections.
+    "rate": [Point(f"rate{pct}", "rate", 50, rate_pct=pct) for pct in RATE_PCTS],
+    "frate": [Point(f"frate{pct}", "frate", 50, path="/17.txt", kind="file", rate_pct=pct) for pct in RATE_PCTS],
 }
 
-FILE_SCENARIOS = [name for name, points in SCENARIOS.items() if points[0].files and not points[0].tls]
+FILE_SCENARIOS = [name for name, points in SCENARIOS.items()
+                  if points[0].files and not points[0].tls and not points[0].rate_pct]
+RATE_SCENARIOS = [name for name, points in SCENARIOS.items() if points[0].rate_pct]
 TLS_SCENARIOS = [name for name, points in SCENARIOS.items() if points[0].tls]
 
 DESCRIPTIONS = {
@@ -113,13 +147,23 @@ DESCRIPTIONS = {
     "tls-c50": "keep-alive GET / over TLS, 50 connections (one handshake per connection)",
     "tls-f17": "keep-alive GET of the 17-byte file over TLS, 50 connections (one handshake per connection)",
     "load100k": "start-up and memory with 100,000 small files",
+    **{f"c{n}": f"keep-alive GET /, {n:,} connections" for n in STRESS_CONNS},
+    **{f"f17-c{n}": f"keep-alive GET of the 17-byte file, {n:,} connections" for n in STRESS_CONNS},
+    "real10k": "10,000 small files (1 to 20 KiB, three folder levels) asked in a shuffled order, "
+               "50 connections",
+    "rate": "GET / at a fixed rate (25, 50 and 75 % of limit's c50 capacity), 50 connections, "
+            "oha with coordinated-omission correction",
+    "frate": "GET of the 17-byte file at a fixed rate (25, 50 and 75 % of limit's c50 capacity), "
+             "50 connections, oha with coordinated-omission correction",
 }
 
 
-def wrk_argv(port, point, duration_s, headers=()):
+def wrk_argv(port, point, duration_s, headers=(), script_args=()):
     """headers: request header lines ("Name: value") wrk adds with -H; the
-    request stays static (no Lua per request), report.lua only reports."""
-    script = "pipeline.lua" if point.depth > 1 else "report.lua"
+    request stays static (no Lua per request), report.lua only reports.
+    real10k runs paths.lua, which builds each request from its list of
+    paths (script_args: the list's file)."""
+    script = "pipeline.lua" if point.depth > 1 else "paths.lua" if point.kind == "real" else "report.lua"
     argv = ["taskset", "-c", WRK_CPU, "wrk", "-t", "1", "-c", str(point.conns),
             "-d", f"{duration_s:g}s", "--timeout", WRK_TIMEOUT]
     for h in headers:
@@ -128,12 +172,14 @@ def wrk_argv(port, point, duration_s, headers=()):
     argv += ["-s", os.path.join(BENCH, "wrk", script), f"{scheme}://127.0.0.1:{port}{point.path}"]
     if point.depth > 1:
         argv += ["--", str(point.depth)]
+    elif script_args:
+        argv += ["--", *script_args]
     return argv
 
 
-def run_wrk(port, point, duration_s, headers=()):
+def run_wrk(port, point, duration_s, headers=(), script_args=()):
     """One wrk run. Returns (figures dict, None) or (None, error string)."""
-    argv = wrk_argv(port, point, duration_s, headers)
+    argv = wrk_argv(port, point, duration_s, headers, script_args)
     rc, out, err = procs.run_bounded(argv, duration_s + WRK_MARGIN_S)
     if rc is None:
         return None, f"wrk did not finish within {duration_s + WRK_MARGIN_S:.0f} s"
@@ -143,34 +189,17 @@ def run_wrk(port, point, duration_s, headers=()):
     return None, f"wrk exited {rc} without a report: {(err or out).strip()[-300:]}"
 
 
-def measure_wrk(running, point, duration_s, headers=(), body_bytes=None):
+def measure_wrk(running, point, duration_s, headers=(), body_bytes=None, script_args=()):
     """A measured wrk run against a running server, with its CPU time.
 
     body_bytes: the body each answer was checked to carry (file scenarios);
     wrk's bytes per response must then lie between it and it plus a head,
     else the run is flagged: the server answered something else mid-run."""
+    with CpuWindow(running.proc.pid) as window:
+        fig, err = run_wrk(running.port, point, duration_s, headers, script_args)
+    row = {"conns": point.conns, "depth": point.depth, **window.figures}
+    cpu_after, cpu_before = window.cpu_after, window.cpu_before
     pid = running.proc.pid
-    cpu_before = procs.cpu_ticks(pid)
-    wrk_before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    sys_before = procs.system_ticks()
-    t_before = time.monotonic()
-    fig, err = run_wrk(running.port, point, duration_s, headers)
-    wall_s = time.monotonic() - t_before
-    sys_after = procs.system_ticks()
-    wrk_after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu_after = procs.cpu_ticks(pid)
-    row = {"conns": point.conns, "depth": point.depth}
-    # How busy each side was: a server well under 100 % while wrk sits at
-    # 100 % means the client, not the server, set the req/s of this run.
-    wrk_cpu_s = (wrk_after.ru_utime + wrk_after.ru_stime) - (wrk_before.ru_utime + wrk_before.ru_stime)
-    row["server_cpu_pct"] = round(100 * procs.ticks_to_us(cpu_after - cpu_before) / 1e6 / wall_s, 1)
-    row["wrk_cpu_pct"] = round(100 * wrk_cpu_s / wall_s, 1)
-    # Interference: CPU that neither side used (other processes, the
-    # runner, the kernel's own threads) and CPU stolen by the hypervisor, in
-    # % of one CPU. Evidence for judging a noisy row, not a correction.
-    busy_pct = 100 * procs.ticks_to_us(sys_after[0] - sys_before[0]) / 1e6 / wall_s
-    row["other_cpu_pct"] = round(max(0.0, busy_pct - row["server_cpu_pct"] - row["wrk_cpu_pct"]), 1)
-    row["steal_pct"] = round(100 * procs.ticks_to_us(sys_after[1] - sys_before[1]) / 1e6 / wall_s, 1)
     if err:
         row["note"] = err
         return row
@@ -213,11 +242,52 @@ def measure_wrk(running, point, duration_s, headers=(), body_bytes=None):
         if not body_bytes <= per <= body_bytes + HEAD_BYTES_MAX + in_flight:
             notes.append(f"{per:,.0f} bytes per answer, not the checked {body_bytes:,}-byte body "
                          f"plus a head: the answers changed during the run")
+    return with_notes(row, notes, running)
+
+
+def with_notes(row, notes, running):
+    """row with its notes joined, and one more if the server died."""
     if not running.alive():
         notes.append(f"server exited with {running.proc.returncode} during the run")
     if notes:
         row["note"] = "; ".join(notes)
     return row
+
+
+class CpuWindow:
+    """The server's CPU ticks, the client's (children of the runner) and the
+    machine's over a `with` block: `figures` has the CPU % of each, and
+    `cpu_before` / `cpu_after` the server's ticks."""
+
+    def __init__(self, pid):
+        self.pid = pid
+
+    def __enter__(self):
+        self.cpu_before = procs.cpu_ticks(self.pid)
+        self.client_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        self.sys_before = procs.system_ticks()
+        self.t_before = time.monotonic()
+        return self
+
+    def __exit__(self, *_exc):
+        wall_s = time.monotonic() - self.t_before
+        sys_after = procs.system_ticks()
+        client_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        self.cpu_after = procs.cpu_ticks(self.pid)
+        # How busy each side was: a server well under 100 % while wrk sits at
+        # 100 % means the client, not the server, set the req/s of this run.
+        client_s = (client_after.ru_utime + client_after.ru_stime) - \
+            (self.client_before.ru_utime + self.client_before.ru_stime)
+        f = {"server_cpu_pct": round(100 * procs.ticks_to_us(self.cpu_after - self.cpu_before) / 1e6 / wall_s, 1),
+             "wrk_cpu_pct": round(100 * client_s / wall_s, 1)}
+        # Interference: CPU that neither side used (other processes, the
+        # runner, the kernel's own threads) and CPU stolen by the hypervisor, in
+        # % of one CPU. Evidence for judging a noisy row, not a correction.
+        busy_pct = 100 * procs.ticks_to_us(sys_after[0] - self.sys_before[0]) / 1e6 / wall_s
+        f["other_cpu_pct"] = round(max(0.0, busy_pct - f["server_cpu_pct"] - f["wrk_cpu_pct"]), 1)
+        f["steal_pct"] = round(100 * procs.ticks_to_us(sys_after[1] - self.sys_before[1]) / 1e6 / wall_s, 1)
+        self.figures = f
+        return False
 
 
 def _read_line(stream, timeout_s):

@@ -2,13 +2,17 @@
 and writes the run directory. See bench/README.md for what is measured.
 
 Order of work: install what is missing; build the selected servers that
-take part in a selected scenario (skipping those that fail); write the file
+take part in a selected scenario (skipping those that fail); probe the
+layout (layout.py: limit over one connection with the client on the other
+CPU and on the same one) and choose where the clients run; write the file
 tree if a file scenario is selected, and pack it for peregrine-archive; make
 a throwaway certificate if a TLS scenario is selected; then
 for each scenario, repetition and server start the server fresh, check its
 answers (file and TLS scenarios; for TLS also what it negotiates), warm up,
 measure, stop it (load100k writes and
-packs its own 100,000 files first, and times start-up instead); last, write the summary, charts and meta, and rewrite
+packs its own 100,000 files first, and times start-up instead; real10k
+writes its 10,000 files and packs them first; rate and frate measure limit's
+capacity first and run oha instead of wrk); last, write the summary, charts and meta, and rewrite
 BENCHMARKS.md's bench section.
 """
 import argparse
@@ -22,8 +26,10 @@ import time
 
 import filetree
 import install
+import layout
 import load
 import procs
+import rate
 import report
 import servers
 import tls
@@ -49,6 +55,9 @@ def parse_args(argv):
                     help="scenarios to run, from: " + ",".join(load.SCENARIOS))
     ap.add_argument("--duration", type=float, help="seconds per measured run (default 5, quick 1)")
     ap.add_argument("--reps", type=int, help="repetitions per load point (default 3, quick 1)")
+    ap.add_argument("--layout", choices=("auto", "split", "same"), default="auto",
+                    help="where the clients run: split (CPU 1, the servers on CPU 0), same (CPU 0 too), "
+                         "or auto (default): split unless the layout probe finds cross-CPU wake-ups slow")
     ap.add_argument("--no-cargo", action="store_true",
                     help="do not run cargo build --release; measure target/release/peregrine as it is")
     ap.add_argument("--benchmarks-md", metavar="PATH",
@@ -105,7 +114,7 @@ def machine_busy_pct(seconds=1.0):
 
 
 def write_meta(path, args, command, started, prepared, skipped, venv_python, nofile, tree=None,
-               many_notes=(), cert=None, tls_seen=None):
+               many_notes=(), cert=None, tls_seen=None, real=None):
     lines = [
         f"command: {command}",
         f"started: {started.isoformat(timespec='seconds')} (local), "
@@ -116,7 +125,9 @@ def write_meta(path, args, command, started, prepared, skipped, venv_python, nof
         f"load average at start: {args.loadavg_start}; CPU busy over 1 s at start: "
         f"{args.busy_start:.0f} % of one CPU",
         f"memory: {mem_total()}",
-        f"pinning: servers taskset -c {servers.SERVER_CPU}; wrk -t 1 and idle client taskset -c {load.WRK_CPU}",
+        f"pinning: servers taskset -c {servers.SERVER_CPU}; wrk -t 1, oha and the idle client taskset -c "
+        f"{load.WRK_CPU}",
+        f"layout: {args.layout_line}",
         f"runs: {args.reps} x {args.duration:g} s per load point after a {WARMUP_S:g} s warm-up; "
         f"wrk --timeout {load.WRK_TIMEOUT}",
         f"scenarios: {','.join(args.scenario_names)}",
@@ -127,6 +138,10 @@ def write_meta(path, args, command, started, prepared, skipped, venv_python, nof
         lines.append(f"file tree (file scenarios; one temporary directory all file servers served, "
                      f"mtime {filetree.MTIME}): {tree.describe()}")
     lines += [f"load100k: {n}" for n in many_notes]
+    if real is not None:
+        lines.append(f"real10k tree: {real.describe()}")
+    if args.rate:
+        lines.append(f"rate scenarios: {args.rate['line']}")
     if cert is not None:
         lines.append(f"TLS scenarios' certificate: {cert.describe()}")
         lines.append(f"TLS: nginx pinned to TLSv1.3, ssl_conf_command Ciphersuites {tls.TLS13_CIPHERSUITE}, "
@@ -150,6 +165,8 @@ def write_meta(path, args, command, started, prepared, skipped, venv_python, nof
               f"  gcc: {sh(['gcc', '--version']).splitlines()[0]}"]
     if cert is not None:
         lines.append(f"  openssl (wrk's and s_client's library): {sh(['openssl', 'version'])}")
+    if args.rate and args.rate.get("oha"):
+        lines.append(f"  oha: {rate.oha_version(args.rate['oha'])} ({args.rate['oha']})")
     if venv_python:
         lines.append("  matplotlib: " + sh([venv_python, "-c", "import matplotlib; print(matplotlib.__version__)"]))
     for name, server in prepared.items():
@@ -179,8 +196,9 @@ def main(argv):
     procs.install_cleanup()
     nofile = procs.raise_nofile()
     log(f"run directory {os.path.relpath(run_dir, REPO)}; RLIMIT_NOFILE {nofile}")
-    if nofile < load.IDLE_CONNS + 100 and "idle10k" in args.scenario_names:
-        log(f"WARNING: RLIMIT_NOFILE is {nofile}; idle10k needs more than {load.IDLE_CONNS}")
+    most = max(p.conns for sc in args.scenario_names for p in load.SCENARIOS[sc])
+    if nofile < most + 100:
+        log(f"WARNING: RLIMIT_NOFILE is {nofile}; {most:,} connections need more")
     if os.cpu_count() < 2:
         log("WARNING: one CPU only: the server and wrk will share it")
 
@@ -217,7 +235,40 @@ def main(argv):
     if "limit" not in prepared:
         log("WARNING: no limit server: ratios to limit will be empty")
 
-    # 3. measure
+    # 3. layout: where the clients run (layout.py), from a probe of limit
+    limit = prepared.get("limit")
+    if limit is None:
+        limit = servers.Limit()
+        why = limit.prepare()
+        if why:
+            log(f"WARNING: no limit server for the layout probe: {why}")
+            limit = None
+    probed = layout.probe(limit, os.path.join(logs, "layout-probe.log")) if limit else {}
+    args.layout, why = layout.choose(args.layout, probed)
+    load.WRK_CPU = layout.CPUS[args.layout]
+    args.layout_line = layout.describe(probed, args.layout, why)
+    log(args.layout_line)
+
+    # the rate scenarios' client and rates: limit's c50 capacity, this layout
+    args.rate = None
+    if any(sc in load.RATE_SCENARIOS for sc in args.scenario_names):
+        oha, why = rate.ensure_oha()
+        cap = None
+        if oha and limit:
+            cap, why = rate.capacity(limit, os.path.join(logs, "rate-capacity.log"), args.duration, WARMUP_S)
+        elif oha:
+            why = "no limit server to measure the capacity the rates are fractions of"
+        if cap:
+            line = (f"limit's capacity at 50 connections (wrk, {args.duration:g} s): {cap:,.0f} req/s; "
+                    f"oha -q at " + ", ".join(f"{p} % = {cap * p / 100:,.0f}" for p in load.RATE_PCTS)
+                    + " req/s, --latency-correction, one worker thread")
+            args.rate = {"oha": oha, "capacity": cap, "line": line}
+            log(f"rate scenarios: {line}")
+        else:
+            skipped["rate scenarios"] = why
+            log(f"skipping the rate scenarios: {why}")
+
+    # 4. measure
     tree = None
     if any(p.files for p in points):
         # one tree for the whole run, served by every file server alike
@@ -236,6 +287,23 @@ def main(argv):
                 skipped[name] = reason
                 log(f"skipping {name}: {reason}")
                 del prepared[name]
+    real = None
+    if "real10k" in args.scenario_names and any(s.takes_part(load.SCENARIOS["real10k"][0])
+                                                   for s in prepared.values()):
+        t0 = time.monotonic()
+        real = filetree.RealFiles()
+        procs.add_cleanup(real.root, real.remove)
+        log(f"real10k tree {real.root}: {real.describe()} ({time.monotonic() - t0:.1f} s)")
+        for name, server in list(prepared.items()):
+            if not server.takes_part(load.SCENARIOS["real10k"][0]):
+                continue
+            try:
+                reason = server.prepare_files(real, os.path.join(logs, f"{name}-prepare.log"), "real10k")
+            except Exception as e:
+                reason = f"{type(e).__name__}: {e}"
+            if reason:
+                skipped[f"{name} at real10k"] = reason
+                log(f"{name} sits out real10k: {reason}")
     cert = None
     if any(p.tls for p in points) and any(s.takes_part(p) for s in prepared.values() for p in points if p.tls):
         # one certificate for the whole run, given to every TLS server
@@ -268,33 +336,43 @@ def main(argv):
             continue
         if load.SCENARIOS[scenario][0].tls and cert is None:
             continue
+        if scenario in load.RATE_SCENARIOS and args.rate is None:
+            continue
+        if scenario == "real10k":
+            taking_part = {n: s for n, s in taking_part.items() if f"{n} at real10k" not in skipped}
         for rep in range(1, args.reps + 1):
             for name, server in taking_part.items():
                 log_path = os.path.join(logs, f"{name}-{scenario}.log")
                 if scenario == "idle10k":
                     run_idle(server, args, results, log_path, skipped, rep)
                 else:
-                    run_scenario(server, scenario, args, results, log_path, skipped, rep, tree,
-                                 cert, tls_seen)
+                    run_scenario(server, scenario, args, results, log_path, skipped, rep,
+                                 real if scenario == "real10k" else tree, cert, tls_seen)
         if load.SCENARIOS[scenario][0].tls:
             seen = {name: got for (name, sc), got in tls_seen.items() if sc == scenario}
             if len(set().union(*seen.values()) if seen else ()) > 1:
                 log(f"WARNING: {scenario}: the servers negotiated different TLS parameters: "
                     + "; ".join(f"{n} {', '.join(sorted(g))}" for n, g in sorted(seen.items())))
 
-    # 4. report
+    # 5. report
     summary = report.summarize(results.rows)
     report.write_summary_csv(os.path.join(run_dir, "summary.csv"), summary)
     ctx = {"stamp": stamp, "command": command, "quick": args.quick, "reps": args.reps,
            "many_notes": many_notes,
            "duration_s": args.duration, "warmup_s": WARMUP_S, "cpu_model": cpu_model(),
            "n_cpus": os.cpu_count(), "skipped": skipped, "scenarios": args.scenario_names,
-           "rows": results.rows, "tls_seen": tls_seen}
+           "rows": results.rows, "tls_seen": tls_seen, "layout_line": args.layout_line,
+           "layout": args.layout, "client_cpu": load.WRK_CPU, "server_cpu": servers.SERVER_CPU,
+           "rate_line": args.rate["line"] if args.rate else None,
+           "real_line": real.describe() if real else None}
     summary_md = report.summary_markdown(summary, ctx)
     with open(os.path.join(run_dir, "summary.md"), "w") as f:
         f.write(summary_md + "\n")
     write_meta(os.path.join(run_dir, "meta.txt"), args, command, started, prepared, skipped,
-               venv_python, nofile, tree, many_notes, cert, tls_seen)
+               venv_python, nofile, tree, many_notes, cert, tls_seen, real)
+    if real is not None:
+        real.remove()
+        procs.remove_cleanup(real.root)
 
     charts = []
     if venv_python:
@@ -306,7 +384,8 @@ def main(argv):
         alts = {"chart.png": "requests per second", "cpu.png": "server CPU µs per request",
                 "memory.png": "bytes per idle connection",
                 "files.png": "static files: requests per second, CPU µs per request, bytes per second",
-                "tls.png": "over TLS: requests per second and CPU µs per request"}
+                "tls.png": "over TLS: requests per second and CPU µs per request",
+                "latency.png": "latency at a fixed rate (oha, corrected for coordinated omission)"}
         charts = [(m, alts.get(m, m)) for m in made]
     else:
         log("WARNING: no matplotlib: no charts")
@@ -347,7 +426,7 @@ def run_scenario(server, scenario, args, results, log_path, skipped, rep, tree=N
     requests wrk will send; a server that answers wrong is not measured. In
     a TLS scenario what the server negotiates with OpenSSL's default offer
     (wrk's) is recorded in the row (and in meta.txt)."""
-    files = load.SCENARIOS[scenario][0].files
+    files = load.SCENARIOS[scenario][0].file_mode
     over_tls = load.SCENARIOS[scenario][0].tls
     running, reason = _start(server, log_path, skipped, scenario, tree if files else None,
                              cert if over_tls else None)
@@ -362,11 +441,16 @@ def run_scenario(server, scenario, args, results, log_path, skipped, rep, tree=N
                 results.add({**base, "rep": rep, "note": f"server exited with {running.proc.returncode}"})
                 continue
             headers, body_bytes, head_bytes, checked, negotiated = (), None, "", "", ""
-            if point.files or point.tls:
+            script_args = ()
+            if point.file_mode or point.tls:
                 try:
-                    headers, body_bytes, head_bytes, checked = filetree.check(
-                        running.port, point, tree,
-                        servers.BODY if server.files_hello or not point.files else None, running.ssl_ctx)
+                    if point.kind == "real":
+                        checked = filetree.check_real(running.port, tree)
+                        script_args = (tree.list_path,)
+                    else:
+                        headers, body_bytes, head_bytes, checked = filetree.check(
+                            running.port, point, tree,
+                            servers.BODY if server.files_hello or not point.files else None, running.ssl_ctx)
                     if point.tls:
                         try:
                             negotiated = tls.short(tls.negotiated(running.port, cert))
@@ -380,8 +464,12 @@ def run_scenario(server, scenario, args, results, log_path, skipped, rep, tree=N
                     skipped.setdefault(f"{server.name} at {point.label}", why)
                     results.add({**base, "rep": rep, "note": why})
                     continue
-            load.run_wrk(running.port, point, WARMUP_S, headers)  # warm-up, not recorded
-            row = load.measure_wrk(running, point, args.duration, headers, body_bytes)
+            load.run_wrk(running.port, point, WARMUP_S, headers, script_args)  # warm-up, not recorded
+            if point.rate_pct:
+                row = rate.measure(args.rate["oha"], running, point, args.rate["capacity"] * point.rate_pct / 100,
+                                   args.duration, headers)
+            else:
+                row = load.measure_wrk(running, point, args.duration, headers, body_bytes, script_args)
             results.add({**base, "rep": rep, "request_headers": " | ".join(headers),
                          "checked": checked, "head_bytes": head_bytes, "tls": negotiated, **row})
             log(f"{scenario:8} {point.label:12} {server.name:12} rep {rep}: "

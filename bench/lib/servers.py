@@ -21,6 +21,12 @@ The TLS scenarios (tls-c50, tls-f17) run the servers with a TLS mode
 certificate (tls.Cert): `tls_argv` and `tls_files_argv`. limit, the
 reference for plain HTTP, has no TLS and sits them out, as do lighttpd, the
 Go peers and node (no TLS set up for them here).
+
+kawipiko (a static server answering from a CDB file, the seeds' peer) takes
+part in the file scenarios and real10k when a `kawipiko-server` is on PATH or
+named by KAWIPIKO=/path (its `kawipiko-archiver` beside it, or on PATH, or
+KAWIPIKO_ARCHIVER=/path); otherwise it is skipped with that reason. Its Go
+module is not served by the module proxy here, so the runner cannot build it.
 """
 import os
 import shutil
@@ -43,7 +49,8 @@ BODY = b"Hello, World!"
 READY_TIMEOUT_S = 20.0
 
 # Table order: the reference first, then the engine, then the peers.
-ORDER = ["limit", "peregrine", "peregrine-archive", "nginx", "h2o", "lighttpd", "go-fasthttp", "go-nethttp", "node"]
+ORDER = ["limit", "peregrine", "peregrine-archive", "nginx", "kawipiko", "h2o", "lighttpd", "go-fasthttp",
+         "go-nethttp", "node"]
 
 
 def log(msg):
@@ -66,10 +73,11 @@ class Server:
     def prepare(self):
         return None
 
-    def prepare_files(self, tree, log_path=None):
-        """Called once per run, after the file tree is written, before the
-        first file scenario: work done once per tree (packing an archive).
-        Returns None or the reason the server cannot serve it."""
+    def prepare_files(self, tree, log_path=None, name="files"):
+        """Called once per run and tree (the file scenarios', real10k's),
+        after it is written, before the first scenario on it: work done once
+        per tree (packing an archive, named after `name`). Returns None or
+        the reason the server cannot serve it."""
         return None
 
     def setup_notes(self):
@@ -96,7 +104,7 @@ class Server:
             return False
         if point.kind == "load":
             return self.loads
-        if not point.files:
+        if not point.file_mode:
             return self.hello
         if self.files_hello:
             return point.limit_ref
@@ -245,7 +253,7 @@ class PeregrineArchive(Peregrine):
     loads = True
 
     def __init__(self):
-        self.archive = None
+        self.archives = {}  # tree root -> its archive (the file scenarios' tree, real10k's)
         self.notes = []
         self.dir = None
 
@@ -255,15 +263,15 @@ class PeregrineArchive(Peregrine):
             procs.add_cleanup(self.dir, lambda: shutil.rmtree(self.dir, ignore_errors=True))
         return self.dir
 
-    def prepare_files(self, tree, log_path=None):
-        out = os.path.join(self._dir(), "files.prg")
+    def prepare_files(self, tree, log_path=None, name="files"):
+        out = os.path.join(self._dir(), f"{name}.prg")
         log(f"{self.name}: peregrine pack {tree.root} -o {out}")
         try:
             seconds, size, said = pack(self.binary, tree.root, out, log_path)
         except RuntimeError as e:
             return str(e)
-        self.archive = out
-        note = (f"file scenarios' archive: `peregrine pack TREE -o files.prg` took {seconds:.2f} s, "
+        self.archives[tree.root] = out
+        note = (f"{name} archive: `peregrine pack TREE -o {name}.prg` took {seconds:.2f} s, "
                 f"{size:,} bytes ({said})")
         self.notes.append(note)
         log(f"{self.name}: {note}")
@@ -273,9 +281,9 @@ class PeregrineArchive(Peregrine):
         return self.notes
 
     def files_argv(self, port, tmp, root):
-        if self.archive is None:
-            raise RuntimeError("the file tree was not packed (prepare_files did not run)")
-        return [self.binary, "serve", self.archive, "--bind", f"127.0.0.1:{port}", "--workers", "1"]
+        if root not in self.archives:
+            raise RuntimeError(f"{root} was not packed (prepare_files did not run)")
+        return [self.binary, "serve", self.archives[root], "--bind", f"127.0.0.1:{port}", "--workers", "1"]
 
     def pack_many(self, root, log_path=None):
         """load100k: packs the 100,000-file tree once per run. Returns
@@ -339,6 +347,63 @@ class Nginx(Server):
     def version(self):
         r = subprocess.run([self.binary, "-v"], capture_output=True, text=True)
         return r.stderr.strip()
+
+
+class Kawipiko(Server):
+    """kawipiko-server on a CDB archive of the tree made by kawipiko-archiver
+    (identity bodies, as wrk asks for no coding), with the options its own
+    benchmarks use: the archive loaded into memory (--archive-inmem) and
+    indexed (--index-all), one process and one thread. No hello mode."""
+
+    name = "kawipiko"
+    hello = False
+    serves_files = True
+
+    def __init__(self):
+        self.archives = {}
+        self.notes = []
+        self.dir = None
+
+    def prepare(self):
+        self.binary = os.environ.get("KAWIPIKO") or shutil.which("kawipiko-server")
+        if not self.binary or not os.access(self.binary, os.X_OK):
+            return ("no kawipiko-server on PATH (KAWIPIKO=/path names one; its Go module is not "
+                    "served by the module proxy here, so it is not built)")
+        beside = os.path.join(os.path.dirname(self.binary), "kawipiko-archiver")
+        self.archiver = os.environ.get("KAWIPIKO_ARCHIVER") or \
+            (beside if os.access(beside, os.X_OK) else shutil.which("kawipiko-archiver"))
+        if not self.archiver:
+            return "kawipiko-server found, but no kawipiko-archiver beside it or on PATH (KAWIPIKO_ARCHIVER=/path)"
+        return None
+
+    def prepare_files(self, tree, log_path=None, name="files"):
+        if self.dir is None:
+            self.dir = tempfile.mkdtemp(prefix="peregrine-bench-kawipiko-")
+            procs.add_cleanup(self.dir, lambda: shutil.rmtree(self.dir, ignore_errors=True))
+        out = os.path.join(self.dir, f"{name}.cdb")
+        argv = [self.archiver, "--sources", tree.root, "--archive", out, "--compress", "identity"]
+        t0 = time.monotonic()
+        r = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        seconds = time.monotonic() - t0
+        if log_path:
+            with open(log_path, "a") as f:
+                f.write("$ " + " ".join(argv) + f"\n{r.stdout}{r.stderr}\n(exit {r.returncode})\n")
+        if r.returncode != 0 or not os.path.exists(out):
+            return f"kawipiko-archiver failed (exit {r.returncode}): {(r.stdout + r.stderr).strip()[-300:]}"
+        self.archives[tree.root] = out
+        self.notes.append(f"{name} archive: `kawipiko-archiver --compress identity` took {seconds:.2f} s, "
+                          f"{os.path.getsize(out):,} bytes")
+        return None
+
+    def setup_notes(self):
+        return self.notes
+
+    def files_argv(self, port, tmp, root):
+        return [self.binary, "--archive", self.archives[root], "--archive-inmem", "--index-all",
+                "--bind", f"127.0.0.1:{port}", "--processes", "1", "--threads", "1"]
+
+    def version(self):
+        return f"kawipiko-server {self.binary}, kawipiko-archiver {self.archiver}"
 
 
 class H2o(Server):
@@ -494,7 +559,8 @@ class Node(Server):
         return "node " + r.stdout.strip()
 
 
-ALL = {cls.name: cls for cls in (Limit, Peregrine, PeregrineArchive, Nginx, H2o, Lighttpd, GoFastHttp, GoNetHttp, Node)}
+ALL = {cls.name: cls for cls in (Limit, Peregrine, PeregrineArchive, Nginx, Kawipiko, H2o, Lighttpd, GoFastHttp,
+                                  GoNetHttp, Node)}
 
 
 def free_port():
@@ -552,7 +618,8 @@ class Running:
         else:
             mode_argv = self.server.tls_files_argv(self.port, self.tmp, self.tree.root, self.cert) \
                 if self.cert else self.server.files_argv(self.port, self.tmp, self.tree.root)
-            ready = dict(path="/17.txt", body=self.tree.files["/17.txt"])
+            path, body = self.tree.ready
+            ready = dict(path=path, body=body)
         ready["ssl_ctx"] = self.ssl_ctx
         self.launch(mode_argv)
         deadline = time.monotonic() + READY_TIMEOUT_S

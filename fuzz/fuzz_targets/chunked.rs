@@ -20,7 +20,9 @@ fn stepwise(input: &[u8], piece: usize) -> Result<Option<(Vec<u8>, usize)>, Chun
 }
 
 fuzz_target!(|data: &[u8]| {
-    let Some((&split, input)) = data.split_first() else { return };
+    let Some((&split, input)) = data.split_first() else {
+        return;
+    };
     let whole = stepwise(input, input.len().max(1));
     let pieces = stepwise(input, usize::from(split % 7) + 1);
     assert_eq!(whole, pieces);

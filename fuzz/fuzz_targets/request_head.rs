@@ -1,5 +1,6 @@
 //! The request head parser on arbitrary bytes: never panics, and a complete
-//! head is consistent with the bytes it came from.
+//! head is consistent with the bytes it came from, ends every line in CRLF,
+//! and has a registered method.
 #![no_main]
 
 use std::mem::MaybeUninit;
@@ -9,7 +10,13 @@ use peregrine::codec::{parse_head, Framing, Parsed};
 use peregrine::Limits;
 
 fuzz_target!(|data: &[u8]| {
-    let limits = Limits { uri_bytes_max: 512, head_bytes_max: 2048, n_headers_max: 16, body_bytes_max: 4096, ..Limits::default() };
+    let limits = Limits {
+        uri_bytes_max: 512,
+        head_bytes_max: 2048,
+        n_headers_max: 16,
+        body_bytes_max: 4096,
+        ..Limits::default()
+    };
     let mut headers = [const { MaybeUninit::uninit() }; 32];
     if let Ok(Parsed::Complete(head)) = parse_head(data, &mut headers, &limits) {
         assert!(head.head_len <= data.len());
@@ -19,6 +26,17 @@ fuzz_target!(|data: &[u8]| {
         if let Framing::Length(n) = head.framing {
             assert!(n > 0 && n <= limits.body_bytes_max);
         }
+        // Every line of an accepted head ends in CRLF: a bare LF would let
+        // a proxy in front frame it differently (smuggling).
+        let bytes = &data[..head.head_len];
+        for (i, &b) in bytes.iter().enumerate() {
+            assert!(
+                b != b'\n' || (i > 0 && bytes[i - 1] == b'\r'),
+                "bare LF accepted at {i}"
+            );
+        }
+        // A method that reached a handler is a registered one, and CONNECT never does.
+        assert!(head.method != "CONNECT" && head.method.bytes().all(|b| b.is_ascii_uppercase() || b == b'-'));
         // Parsing a prefix never yields a different complete head.
         let mut again = [const { MaybeUninit::uninit() }; 32];
         match parse_head(&data[..head.head_len], &mut again, &limits) {

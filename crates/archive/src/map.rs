@@ -9,10 +9,13 @@
 //! copies the archive into memory, switches to the copy, lets responses
 //! still sending from the map finish, and releases the lease
 //! (`serve::move_off_the_map`). `tests/archive.rs` dies of SIGBUS without
-//! the lease and passes with it. Not covered: a writer that had the file
-//! open for writing before the lease was taken (then no lease is granted
-//! and the archive is read into memory instead), and responses still
-//! sending after 30 s when the lease is released anyway.
+//! the lease and passes with it. A writer that had the file open for
+//! writing before the lease was taken gets no lease at all: the archive is
+//! read into memory instead. Responses that outlive the lease (a slow
+//! client, past `LEASE_WAIT`) never read the map: bodies over 16 KiB are
+//! sent from the file's descriptor (`Archive::body_file`), where a file cut
+//! short gives a short read and closes that connection; smaller ones are
+//! copied out of the map while their request is handled.
 
 use std::fs::File;
 use std::io;
@@ -74,12 +77,18 @@ pub fn lease_broken(file: &File) -> bool {
     lease != libc::F_RDLCK
 }
 
-/// Gives the lease up: the waiting writer proceeds.
+/// Gives the lease up: the waiting writer proceeds. An error (EBADF,
+/// EINVAL: no lease to give up) means the writer was not waiting on us;
+/// the caller reports it, and closing the file drops any lease anyway.
 #[allow(unsafe_code)]
-pub fn release_lease(file: &File) {
+pub fn release_lease(file: &File) -> io::Result<()> {
     use std::os::fd::AsRawFd;
     // SAFETY: a plain fcntl call on a descriptor we own.
-    unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETLEASE, libc::F_UNLCK) };
+    let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETLEASE, libc::F_UNLCK) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// SIGIO's default action ends the process; with leases it is only news.

@@ -71,9 +71,13 @@ impl PackOptions {
 pub struct PackStats {
     pub n_files: usize,
     pub n_entries: usize,
+    /// Bytes of the files packed, as read.
     pub bytes_in: u64,
     pub archive_bytes: u64,
+    /// Symlinks leading outside the tree (or nowhere), not followed.
     pub skipped_symlinks: Vec<String>,
+    /// Symlinks to one of their own ancestor directories, not followed.
+    pub skipped_loops: Vec<String>,
 }
 
 /// Packs the trees into the archive. Any unreadable file, bad convention
@@ -118,7 +122,6 @@ fn pack_into(opts: &PackOptions, tmp: &Path) -> Result<PackStats, String> {
     }
     w.set_default_site(0);
     stats.n_entries = 0;
-    stats.bytes_in = w.bytes_in;
     stats.archive_bytes = w.finish().map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
     Ok(stats)
 }
@@ -138,7 +141,13 @@ fn pack_site(opts: &PackOptions, w: &mut Writer, site: u32, root: &Path, stats: 
     }
     let mut files = Vec::new();
     let mut errors = Vec::new();
-    walk(&root, &root, "", &mut files, &mut errors, &mut stats.skipped_symlinks);
+    walk(
+        &root,
+        &mut files,
+        &mut errors,
+        &mut stats.skipped_symlinks,
+        &mut stats.skipped_loops,
+    );
     if !errors.is_empty() {
         return Err(format!("cannot pack {}:\n  {}", root.display(), errors.join("\n  ")));
     }
@@ -284,6 +293,11 @@ fn add_file(
         (vec![f.path.clone()], 0)
     };
     stats.n_files += 1;
+    // The file as read (its identity variant), not the encodings made of it.
+    stats.bytes_in += variants
+        .iter()
+        .find(|(coding, _)| coding.is_none())
+        .map_or(0, |(_, body)| body.len() as u64);
     for key in &keys {
         if w.has(site, key) {
             continue; // a forced redirect shadows it
@@ -323,79 +337,95 @@ fn read(path: &Path) -> Result<Vec<u8>, String> {
     fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
 }
 
-/// Walks `dir` in byte order of names. Dotfiles are left out (except
-/// `.well-known`); symlinks are followed only when they resolve inside the
-/// root.
+/// Walks the tree in byte order of names (depth first, as `walkdir` sorts).
+/// Dotfiles are left out (except `.well-known`); symlinks are followed only
+/// when they resolve inside the root, and a symlink back to one of its own
+/// ancestors (`ln -s .. d/up`) is a loop: skipped once, named in `loops`,
+/// not followed 40 levels deep.
 fn walk(
     root: &Path,
-    dir: &Path,
-    prefix: &str,
     out: &mut Vec<Found>,
     errors: &mut Vec<String>,
     skipped: &mut Vec<String>,
+    loops: &mut Vec<String>,
 ) {
-    let entries = match fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) => {
-            errors.push(format!("{}: {e}", dir.display()));
-            return;
-        }
-    };
-    let mut names: Vec<(Vec<u8>, fs::DirEntry)> = Vec::new();
+    // Decided before walkdir descends, so nothing refused is read.
+    let mut refused: Vec<Result<String, String>> = Vec::new();
+    let entries = walkdir::WalkDir::new(root)
+        .follow_links(true)
+        .sort_by_file_name()
+        .min_depth(1)
+        .into_iter()
+        .filter_entry(|e| admit(root, e, &mut refused));
     for entry in entries {
-        match entry {
-            Ok(e) => names.push((e.file_name().as_encoded_bytes().to_vec(), e)),
-            Err(e) => errors.push(format!("{}: {e}", dir.display())),
-        }
-    }
-    names.sort_by(|a, b| a.0.cmp(&b.0));
-    for (_, entry) in names {
-        let Ok(name) = entry.file_name().into_string() else {
-            errors.push(format!("{}: file name is not UTF-8", entry.path().display()));
-            continue;
-        };
-        if name.starts_with('.') && !(prefix.is_empty() && name == ".well-known") {
-            continue;
-        }
-        let path = entry.path();
-        let site_path = format!("{prefix}/{name}");
-        let mut meta = match fs::symlink_metadata(&path) {
-            Ok(m) => m,
+        let entry = match entry {
+            Ok(e) => e,
             Err(e) => {
-                errors.push(format!("{}: {e}", path.display()));
+                let path = e.path().unwrap_or(root).to_owned();
+                if e.loop_ancestor().is_some() {
+                    loops.push(site_path(root, &path));
+                } else if fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()) {
+                    skipped.push(site_path(root, &path)); // dangling
+                } else {
+                    errors.push(format!("{}: {}", path.display(), io::Error::from(e)));
+                }
                 continue;
             }
         };
-        if meta.file_type().is_symlink() {
-            match fs::canonicalize(&path) {
-                Ok(target) if target.starts_with(root) => match fs::metadata(&target) {
-                    Ok(m) => meta = m,
-                    Err(e) => {
-                        errors.push(format!("{}: {e}", path.display()));
-                        continue;
-                    }
-                },
-                _ => {
-                    skipped.push(site_path);
-                    continue;
-                }
-            }
+        if !entry.file_type().is_file() {
+            continue;
         }
-        if meta.is_dir() {
-            walk(root, &path, &site_path, out, errors, skipped);
-        } else if meta.is_file() {
-            let mtime = meta
+        let mtime = match entry.metadata() {
+            Ok(m) => m
                 .modified()
                 .ok()
                 .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-                .map_or(0, |d| d.as_secs());
-            out.push(Found {
-                path: site_path,
-                disk: path,
-                mtime,
-            });
+                .map_or(0, |d| d.as_secs()),
+            Err(e) => {
+                errors.push(format!("{}: {}", entry.path().display(), io::Error::from(e)));
+                continue;
+            }
+        };
+        out.push(Found {
+            path: site_path(root, entry.path()),
+            disk: entry.into_path(),
+            mtime,
+        });
+    }
+    for r in refused {
+        match r {
+            Ok(outside) => skipped.push(outside),
+            Err(e) => errors.push(e),
         }
     }
+}
+
+/// Whether the walk takes `e` (and, for a directory, descends into it).
+/// Refusals worth a word go to `refused`: `Ok(site path)` for a symlink
+/// leading outside the root, `Err(message)` for a name that is not UTF-8.
+fn admit(root: &Path, e: &walkdir::DirEntry, refused: &mut Vec<Result<String, String>>) -> bool {
+    let Some(name) = e.file_name().to_str() else {
+        refused.push(Err(format!("{}: file name is not UTF-8", e.path().display())));
+        return false;
+    };
+    if name.starts_with('.') && !(e.depth() == 1 && name == ".well-known") {
+        return false;
+    }
+    if e.path_is_symlink() && !fs::canonicalize(e.path()).is_ok_and(|target| target.starts_with(root)) {
+        refused.push(Ok(site_path(root, e.path())));
+        return false;
+    }
+    true
+}
+
+/// `/a/b` for `root/a/b`: every name on the way was admitted, so is UTF-8.
+fn site_path(root: &Path, path: &Path) -> String {
+    let rel = path.strip_prefix(root).unwrap_or(path);
+    rel.components().fold(String::new(), |mut s, c| {
+        s.push('/');
+        s.push_str(&c.as_os_str().to_string_lossy());
+        s
+    })
 }
 
 /// Identity first, then the codings that came out smaller.
@@ -509,11 +539,11 @@ fn heads(
 }
 
 /// A `_headers` rule: a path pattern and its fields.
-type HeaderRule = (String, Vec<(String, String)>);
+pub type HeaderRule = (String, Vec<(String, String)>);
 
 /// Netlify/Cloudflare `_headers`: a path pattern line, then indented
 /// `Name: value` lines. `#` starts a comment.
-fn parse_headers(text: &[u8]) -> Result<Vec<HeaderRule>, String> {
+pub fn parse_headers(text: &[u8]) -> Result<Vec<HeaderRule>, String> {
     let text = std::str::from_utf8(text).map_err(|_| "not UTF-8".to_owned())?;
     let mut rules: Vec<HeaderRule> = Vec::new();
     for (n, line) in text.lines().enumerate() {

@@ -43,8 +43,11 @@ fn invalid<T>(why: impl Into<String>) -> Result<T, Invalid> {
 /// An open, validated archive.
 pub struct Archive {
     bytes: Arc<Backing>,
-    /// The mapped file, holding a read lease (maps only).
-    leased: std::sync::Mutex<Option<File>>,
+    /// The mapped file, holding a read lease (maps only) until released.
+    leased: std::sync::Mutex<Option<Arc<File>>>,
+    /// The mapped file for as long as the archive lives (maps only): large
+    /// bodies are sent from it, not from the map (`body_file`).
+    file: Option<Arc<File>>,
     index_off: usize,
     n_hosts: usize,
     n_slots: usize,
@@ -105,7 +108,9 @@ impl Archive {
                 .map_err(|e| Invalid(format!("cannot map {}: {e}", path.display())))?,
         };
         let mut archive = Archive::from_backing(bytes).map_err(|e| Invalid(format!("{}: {e}", path.display())))?;
-        archive.leased = std::sync::Mutex::new(leased.map(|()| file));
+        let file = leased.map(|()| Arc::new(file));
+        archive.leased = std::sync::Mutex::new(file.clone());
+        archive.file = file;
         Ok(archive)
     }
 
@@ -115,7 +120,7 @@ impl Archive {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .as_ref()
-            .is_some_and(map::lease_broken)
+            .is_some_and(|f| map::lease_broken(f))
     }
 
     /// A copy of this archive in the heap, off the file.
@@ -128,11 +133,23 @@ impl Archive {
         Arc::strong_count(&self.bytes) - 1
     }
 
-    /// Lets a waiting writer proceed. The bytes must not be touched after.
-    pub fn release_lease(&self) {
-        if let Some(f) = self.leased.lock().unwrap_or_else(|e| e.into_inner()).take() {
-            map::release_lease(&f);
+    /// Lets a waiting writer proceed. The map must not be touched after;
+    /// bodies being sent from the file (`body_file`) may be, and a file
+    /// cut short under them ends their connection. If fcntl fails, the
+    /// kernel still breaks the lease after `lease-break-time`.
+    pub fn release_lease(&self) -> std::io::Result<()> {
+        match self.leased.lock().unwrap_or_else(|e| e.into_inner()).take() {
+            Some(f) => map::release_lease(&f),
+            None => Ok(()),
         }
+    }
+
+    /// The file under a map, for sending a body with `sendfile`/`pread`
+    /// rather than from the map: a read past the end of a file truncated in
+    /// place is short (the engine closes that connection) where a touch of
+    /// the map past it would be SIGBUS. `None` for a heap copy.
+    pub fn body_file(&self) -> Option<&Arc<File>> {
+        self.file.as_ref()
     }
 
     /// Whether the bytes are a map of the file (not a heap copy).
@@ -147,11 +164,24 @@ impl Archive {
 
     fn from_backing(backing: Backing) -> Result<Archive, Invalid> {
         let b = backing.as_ref();
-        if b.len() < HEADER_LEN {
-            return invalid(format!("not an archive: {} bytes is shorter than the header", b.len()));
+        // What the file looks like, for someone who gave the wrong one
+        // (a page, a tarball, an empty file left by a failed copy).
+        if b.is_empty() {
+            return invalid("not a Peregrine archive: the file is empty");
         }
-        if &b[..8] != MAGIC {
-            return invalid("not a Peregrine archive (bad magic)");
+        if !b.starts_with(MAGIC) {
+            let start = &b[..b.len().min(16)];
+            return invalid(format!(
+                "not a Peregrine archive (bad magic): it starts with \"{}\", an archive with \"{}\"",
+                start.escape_ascii(),
+                MAGIC.escape_ascii()
+            ));
+        }
+        if b.len() < HEADER_LEN {
+            return invalid(format!(
+                "truncated archive: {} bytes is shorter than the header ({HEADER_LEN} bytes)",
+                b.len()
+            ));
         }
         let version = u32_at(b, 8);
         if version != VERSION {
@@ -261,6 +291,7 @@ impl Archive {
         Ok(Archive {
             bytes: Arc::new(backing),
             leased: std::sync::Mutex::new(None),
+            file: None,
             index_off,
             n_hosts,
             n_slots,

@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use peregrine::{log, Body, Handler, HeaderBlock, Reply, Request, Response};
+use peregrine::{log, Body, FileRange, Handler, HeaderBlock, Reply, Request, Response};
 use peregrine_files::conditional::{self, Preconditions, Verdict};
 use peregrine_files::encoding::{self, Encoding};
 use peregrine_files::path;
@@ -35,6 +35,15 @@ const SWITCH_GRACE: Duration = Duration::from_millis(100);
 /// How long responses sending from an old map are waited for before its
 /// lease is released (the kernel breaks leases after 45 s by default).
 const LEASE_WAIT: Duration = Duration::from_secs(30);
+/// Largest body sent from the map. The engine copies a body this small into
+/// its output buffer while the request is handled (its
+/// `INLINE_BODY_BYTES_MAX`), so the map is read only then, within
+/// `SWITCH_GRACE` of a move off it. A larger body may be sent for minutes
+/// to a slow client, past `LEASE_WAIT`, after which a writer may truncate
+/// the file: it goes out from the file's descriptor (sendfile, or pread
+/// under TLS), where truncation makes a short read and closes that one
+/// connection, instead of from the map, where it would be SIGBUS.
+const MAP_BODY_BYTES_MAX: u64 = 16 * 1024;
 /// Multipart answers are built in memory up to this size (as `serve DIR`).
 const MULTIPART_BYTES_MAX: u64 = 8 << 20;
 const ALLOW: &str = "GET, HEAD, OPTIONS";
@@ -202,7 +211,12 @@ fn move_off_the_map(shared: &Shared, old: &Arc<Archive>) {
             shared.path.display()
         ));
     }
-    old.release_lease();
+    if let Err(e) = old.release_lease() {
+        log::warn(format_args!(
+            "cannot release the lease on {}: {e}",
+            shared.path.display()
+        ));
+    }
 }
 
 /// A worker's view of one server's archive.
@@ -210,8 +224,8 @@ struct Local {
     id: u64,
     generation: u64,
     archive: Arc<Archive>,
-    /// Variants this worker has checked (body hash, header blocks) and
-    /// prepared, by `entry * 4 + variant`: later hits cost a map lookup.
+    /// Variants this worker has prepared (header blocks parsed, entity tag
+    /// formatted), by `entry * 4 + variant`: later hits cost a map lookup.
     prepared: HashMap<u32, Rc<Prepared>>,
 }
 
@@ -372,7 +386,13 @@ fn answer(local: &mut Local, archive: &Archive, e: Entry<'_>, f: &Fields<'_>, he
         return Response::error(500);
     };
     let block = prepared.block.clone();
-    let body = |r: std::ops::Range<u64>| Body::Shared(archive.shared(v.body_off + r.start, r.end - r.start));
+    let body = |r: std::ops::Range<u64>| match archive.body_file() {
+        // Held past the request: from the file, never the map.
+        Some(file) if r.end - r.start > MAP_BODY_BYTES_MAX => {
+            Body::File(FileRange::new(file.clone(), v.body_off + r.start, r.end - r.start))
+        }
+        _ => Body::Shared(archive.shared(v.body_off + r.start, r.end - r.start)),
+    };
     if status != 200 {
         return Response::new(status)
             .with_header_block(block)
@@ -419,28 +439,32 @@ fn answer(local: &mut Local, archive: &Archive, e: Entry<'_>, f: &Fields<'_>, he
         .with_body(body(0..v.body_len))
 }
 
-/// A variant checked and made ready to send.
+/// A variant made ready to send.
 struct Prepared {
     block: HeaderBlock,
     block_304: HeaderBlock,
     etag: String,
 }
 
-/// The first time this worker sends a variant: checks the body against its
-/// hash and the stored heads as header lines, and keeps the result. `None`:
-/// the archive is damaged there (logged; answered 500, never sent).
+/// The first time this worker sends a variant: turns the stored heads into
+/// header blocks and keeps them. `None`: the heads are not header lines
+/// (logged; answered 500, never sent).
+///
+/// The body is not hashed here. Every generation this server publishes was
+/// opened with its whole data region checked against `data_hash`
+/// ([`ArchiveServer::open`] and the watcher both call `verify_data`), and
+/// the bytes cannot change after that: a map is of a file we hold a read
+/// lease on (a writer waits while we move to a heap copy, `map.rs`), and a
+/// heap copy is ours. Hashing each body again at its first send on each
+/// worker only re-read bytes already proven, on the event loop, one whole
+/// body per worker and variant (FORMAT.md, "What a reader may assume after
+/// validation").
 fn prepare(local: &mut Local, archive: &Archive, e: &Entry<'_>, vi: usize, v: &Variant) -> Option<Rc<Prepared>> {
     let key = u32::try_from(e.index() * 4 + vi).ok()?;
     if let Some(p) = local.prepared.get(&key) {
         return Some(p.clone());
     }
     let path = String::from_utf8_lossy(e.path());
-    if hash(archive.slice(v.body_off, v.body_len)) != v.body_hash {
-        log::error(format_args!(
-            "archive body for {path} does not match its checksum; not served"
-        ));
-        return None;
-    }
     let heads = (
         HeaderBlock::from_lines(archive.shared(v.head_off, u64::from(v.head_len))),
         HeaderBlock::from_lines(archive.shared(v.head_off + u64::from(v.head_len), u64::from(v.head304_len))),

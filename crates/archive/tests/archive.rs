@@ -36,9 +36,19 @@ impl Drop for Tmp {
 
 fn serve(archive: &Path) -> (Running, ArchiveServer) {
     let handler = ArchiveServer::open(archive, Mode::Map).unwrap();
-    let probe = ArchiveServer::open(archive, Mode::Map).unwrap();
+    // The served archive's own counters, to wait for its swaps and refusals.
+    let probe = handler.counters();
     let running = Server::new().bind("127.0.0.1:0").workers(1).start(handler).unwrap();
     (running, probe)
+}
+
+/// Polls `done` until it holds; fails after 10 s.
+fn wait_until(what: &str, done: impl Fn() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(Instant::now() < deadline, "never: {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 #[derive(Debug)]
@@ -246,6 +256,8 @@ fn every_convention_round_trips() {
         (200, Some(&*css.len().to_string()))
     );
     assert_eq!(request(addr, "POST", "/", &[]).status, 405);
+    // RFC 9110 §9.1: a method the server does not recognise is 501.
+    assert_eq!(request(addr, "ANNOUNCE", "/", &[]).status, 501);
 }
 
 fn decode(coding: Option<&str>, body: &[u8]) -> Vec<u8> {
@@ -262,6 +274,31 @@ fn decode(coding: Option<&str>, body: &[u8]) -> Vec<u8> {
         Some(other) => panic!("unexpected coding {other}"),
     }
     out
+}
+
+#[test]
+fn a_symlink_loop_is_packed_once_and_named_as_a_loop() {
+    let t = Tmp::new("loop");
+    t.write("site/d/a.txt", "a");
+    t.write("site/index.html", "home");
+    std::os::unix::fs::symlink("..", t.0.join("site/d/up")).unwrap();
+    std::os::unix::fs::symlink("d", t.0.join("site/alias")).unwrap();
+    let out = t.0.join("site.prg");
+    let stats = pack(&PackOptions::new(t.0.join("site"), &out)).unwrap();
+    // Reached twice, once through the alias: each is a loop.
+    assert_eq!(stats.skipped_loops, vec!["/alias/up".to_owned(), "/d/up".to_owned()]);
+    assert!(stats.skipped_symlinks.is_empty(), "{:?}", stats.skipped_symlinks);
+    // /d/a.txt, /index.html, and /alias/a.txt through the symlink that
+    // stays inside and loops nowhere; nothing under /d/up.
+    assert_eq!(stats.n_files, 3);
+    let archive = Archive::open(&out, Mode::Heap).unwrap();
+    let mut paths: Vec<String> = archive
+        .entries()
+        .map(|e| String::from_utf8_lossy(e.path()).into_owned())
+        .collect();
+    paths.sort();
+    assert!(paths.iter().all(|p| !p.contains("/up")), "{paths:?}");
+    assert!(paths.contains(&"/alias/a.txt".to_owned()), "{paths:?}");
 }
 
 #[test]
@@ -339,6 +376,53 @@ fn damaged_archives_are_refused_with_a_reason() {
     let bad = t.0.join("bad.prg");
     std::fs::write(&bad, &good[..good.len() - 5]).unwrap();
     assert!(ArchiveServer::open(&bad, Mode::Map).is_err());
+}
+
+/// A server hashes no body when it sends it (serve.rs, `prepare`): the
+/// data hash, checked before an archive is served, is what catches a
+/// damaged body, at start and at a swap (FORMAT.md, "What a reader may
+/// assume after validation"). One byte of one body is flipped, the header
+/// and index left as written, so only the data hash can tell.
+#[test]
+fn a_damaged_body_is_refused_at_start_and_at_a_swap() {
+    let t = Tmp::new("damaged-body");
+    let target = t.0.join("live.prg");
+    pack_generation(&t, 1, &target);
+    let good = std::fs::read(&target).unwrap();
+    let body = generation_body(1, 3);
+    let at = good
+        .windows(body.len())
+        .position(|w| w == body.as_slice())
+        .expect("the identity body is stored as is");
+    let mut damaged = good.clone();
+    damaged[at + body.len() / 2] ^= 1;
+    assert!(
+        Archive::from_bytes(damaged.clone()).is_ok(),
+        "header and index still check"
+    );
+    let bad = t.0.join("bad.prg");
+    std::fs::write(&bad, &damaged).unwrap();
+    for mode in [Mode::Map, Mode::Heap] {
+        let err = ArchiveServer::open_without_sighup(&bad, mode)
+            .err()
+            .expect("a damaged body is refused");
+        assert!(err.to_string().contains("data checksum"), "{err}");
+    }
+    // At a swap: refused, and the archive served before keeps serving.
+    let handler = ArchiveServer::open_without_sighup(&target, Mode::Map).unwrap();
+    let counters = handler.counters();
+    let server = Server::new().bind("127.0.0.1:0").workers(1).start(handler).unwrap();
+    let addr = server.local_addr();
+    assert_eq!(get(addr, "/f3.bin").body, body);
+    std::fs::rename(&bad, &target).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while counters.refused() == 0 {
+        assert!(Instant::now() < deadline, "the damaged replacement was never looked at");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(counters.generation(), 1);
+    let r = get(addr, "/f3.bin");
+    assert_eq!((r.status, r.body), (200, body));
 }
 
 /// A small deterministic generator for the model test.
@@ -509,8 +593,9 @@ fn archives_replaced_by_rename_swap_under_load_without_failures() {
     // A corrupt replacement is refused; the last good one keeps serving.
     let bad = t.0.join("bad.prg");
     std::fs::write(&bad, b"PRGNARC\0 this is not a valid archive").unwrap();
+    let refused = probe.refused();
     std::fs::rename(&bad, &target).unwrap();
-    std::thread::sleep(Duration::from_millis(700));
+    wait_until("the corrupt archive was refused", || probe.refused() > refused);
     let r = get(addr, "/f1.bin");
     assert_eq!(r.body, generation_body(20, 1));
 }
@@ -562,18 +647,154 @@ fn archives_rewritten_in_place_do_not_crash_the_server() {
         }
     }
     // Truncated to nothing in place: refused, the last good archive serves.
+    let refused = probe.refused();
     std::fs::File::options()
         .write(true)
         .open(&target)
         .unwrap()
         .set_len(0)
         .unwrap();
-    std::thread::sleep(Duration::from_millis(800));
+    wait_until("the truncated archive was refused", || probe.refused() > refused);
     assert_eq!(get(addr, "/f2.bin").body, generation_body(3, 2));
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let n = client.join().expect("the client saw a failure");
     assert!(n > 10, "only {n} requests");
     assert!(probe.generation() > 1);
+}
+
+#[test]
+fn a_slow_reader_survives_the_archive_being_truncated_under_it() {
+    slow_read_while_truncated("slow", false);
+}
+
+/// Under TLS the body is encrypted in user space: read from the map after
+/// the truncation, that was SIGBUS (a plain `writev` only got EFAULT).
+#[test]
+fn a_slow_tls_reader_survives_the_archive_being_truncated_under_it() {
+    slow_read_while_truncated("slow-tls", true);
+}
+
+trait Stream: Read + Write {}
+impl<T: Read + Write> Stream for T {}
+
+/// A client reads a large archived file at 1 KiB/s through a 4 KiB receive
+/// buffer while the archive is truncated in place; the process must live
+/// and keep serving others.
+fn slow_read_while_truncated(name: &str, tls: bool) {
+    let t = Tmp::new(name);
+    // Incompressible, so the response is the whole 8 MiB, far more than
+    // the socket buffers hold.
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let big: Vec<u8> = (0..8 << 20)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    t.write("site/big.bin", &big);
+    t.write("site/small.txt", "still here");
+    let target = t.0.join("live.prg");
+    pack(&PackOptions::new(t.0.join("site"), &target)).unwrap();
+    let handler = ArchiveServer::open(&target, Mode::Map).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    // The reader makes no progress for longer than the 30 s the server
+    // waits for responses in flight before it lets the writer go; the
+    // default send_timeout (30 s too) would drop it first and hide that.
+    let limits = peregrine::Limits {
+        send_timeout: Duration::from_secs(300),
+        ..peregrine::Limits::default()
+    };
+    let server = Server::new().workers(1).limits(limits);
+    let server = if tls {
+        t.write("c.pem", cert.pem());
+        t.write("k.pem", key.serialize_pem());
+        let config = peregrine::TlsConfig::from_pem_files(t.0.join("c.pem"), t.0.join("k.pem")).unwrap();
+        server.bind_tls("127.0.0.1:0", config).start(handler)
+    } else {
+        server.bind("127.0.0.1:0").start(handler)
+    }
+    .unwrap();
+    let addr = server.local_addr();
+    let connect = || -> Box<dyn Stream> {
+        let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        socket.set_recv_buffer_size(4096).unwrap();
+        socket.connect(&addr.into()).unwrap();
+        let tcp: TcpStream = socket.into();
+        tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        if !tls {
+            return Box::new(tcp);
+        }
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(cert.der().clone()).unwrap();
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+        let conn = rustls::ClientConnection::new(std::sync::Arc::new(config), name).unwrap();
+        Box::new(rustls::StreamOwned::new(conn, tcp))
+    };
+    let fetch = |target: &str| -> Vec<u8> {
+        let mut c = connect();
+        write!(
+            c,
+            "GET {target} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut raw = Vec::new();
+        let _ = c.read_to_end(&mut raw); // rustls: a close without close_notify
+        parse(&raw, false).expect("a whole response").0.body
+    };
+
+    let mut slow = connect();
+    slow.write_all(b"GET /big.bin HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .unwrap();
+    let mut buf = [0; 1024];
+    let mut received = slow.read(&mut buf).unwrap();
+    assert!(buf.starts_with(b"HTTP/1.1 200"));
+
+    // Truncated in place while that response is being sent: the open waits
+    // on the server's lease, which is released once the server has moved
+    // off the map, long before the response is done.
+    let truncate = {
+        let target = target.clone();
+        std::thread::spawn(move || {
+            std::fs::File::options()
+                .write(true)
+                .truncate(true)
+                .open(&target)
+                .unwrap();
+        })
+    };
+    while !truncate.is_finished() {
+        std::thread::sleep(Duration::from_secs(1));
+        received += slow.read(&mut buf).unwrap();
+        assert_eq!(fetch("/small.txt"), b"still here");
+    }
+    truncate.join().unwrap();
+    // The rest: what the socket buffers held, then a close, short of the
+    // promised length (the file has no more bytes to send).
+    loop {
+        match slow.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => received += n,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break,
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => break,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!(received < big.len(), "{received} bytes arrived");
+    // The process is alive and serves others from its copy in memory.
+    assert_eq!(fetch("/small.txt"), b"still here");
+    assert!(fetch("/big.bin") == big, "the body differs");
 }
 
 #[test]

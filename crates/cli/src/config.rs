@@ -229,7 +229,15 @@ fn parse_with<T: CommandFactory + FromArgMatches>(
     };
 
     let (flags, sources) = merged_line(sub, sub_matches, file.as_ref());
-    require_given(T::command().find_subcommand(name), name, sub_matches, &sources)?;
+    let file_path = file.as_ref().map(|f| f.path.as_path());
+    require_given(
+        T::command().find_subcommand(name),
+        name,
+        sub_matches,
+        &sources,
+        file_path,
+    )?;
+    remember_origins(sub, &sources, file_path);
     let merged = cmd.clone().try_get_matches_from(flags);
     if let (Err(e), OnUsageError::Return) = (&merged, on_error) {
         return Err(usage_error(e));
@@ -315,6 +323,7 @@ fn require_given(
     name: &str,
     sub_matches: &ArgMatches,
     sources: &BTreeMap<String, Source>,
+    file: Option<&Path>,
 ) -> anyhow::Result<()> {
     for arg in base
         .into_iter()
@@ -328,9 +337,12 @@ fn require_given(
                 .get_value_names()
                 .and_then(|v| v.first())
                 .map_or(id.to_owned(), |n| n.to_string());
+            let in_file = match file {
+                Some(path) => format!("{} (which has no `{}` line)", path.display(), key(arg)),
+                None => "the --config file".to_owned(),
+            };
             return Err(anyhow!(
-                "`{name}` needs {shown}: give it on the command line, as `{}` in the --config \
-                 file, or in {}",
+                "`{name}` needs {shown}: give it on the command line, as `{}` in {in_file}, or in {}",
                 key(arg),
                 env_var(arg)
             ));
@@ -345,6 +357,43 @@ enum Source {
     Env,
     File(usize),
     Default,
+}
+
+impl Source {
+    /// As `check-config` shows it: `flag`, `env PEREGRINE_X`, `file F:LINE`.
+    fn describe(&self, arg: &Arg, file: Option<&Path>) -> String {
+        match self {
+            Source::Flag => "flag".to_owned(),
+            Source::Env => format!("env {}", env_var(arg)),
+            Source::File(line) => format!("file {}:{line}", file.map_or("?".into(), |p| p.display().to_string())),
+            Source::Default => "default".to_owned(),
+        }
+    }
+}
+
+/// Where each setting of the last serving command line parsed came from,
+/// by its long name (its file key), when it was the file or a variable: for the checks made after
+/// parsing (settings that go in pairs), so that their errors point at the
+/// line to fix. Replaced at each reload.
+static ORIGINS: std::sync::Mutex<BTreeMap<String, String>> = std::sync::Mutex::new(BTreeMap::new());
+
+fn remember_origins(sub: &Command, sources: &BTreeMap<String, Source>, file: Option<&Path>) {
+    let origins = sub
+        .get_arguments()
+        .filter_map(|arg| match sources.get(arg.get_id().as_str()) {
+            Some(source @ (Source::File(_) | Source::Env)) => Some((key(arg).to_owned(), source.describe(arg, file))),
+            _ => None,
+        })
+        .collect();
+    *ORIGINS.lock().unwrap_or_else(|e| e.into_inner()) = origins;
+}
+
+/// ` (file peregrine.toml:3)` or ` (env PEREGRINE_X)` when the setting
+/// `--flag` came from there; empty for a flag or a default.
+pub fn origin(flag: &str) -> String {
+    let origins = ORIGINS.lock().unwrap_or_else(|e| e.into_inner());
+    let key = flag.trim_start_matches("--");
+    origins.get(key).map_or(String::new(), |o| format!(" ({o})"))
 }
 
 fn is_flag(arg: &Arg) -> bool {
@@ -667,12 +716,7 @@ fn render(
     for arg in sub.get_arguments().filter(|a| is_setting(a)) {
         let id = arg.get_id().as_str();
         let k = key(arg);
-        let from = match sources.get(id) {
-            Some(Source::Flag) => "flag".to_owned(),
-            Some(Source::Env) => format!("env {}", env_var(arg)),
-            Some(Source::File(line)) => format!("file {}:{line}", file.map_or("?".into(), |p| p.display().to_string())),
-            Some(Source::Default) | None => "default".to_owned(),
-        };
+        let from = sources.get(id).unwrap_or(&Source::Default).describe(arg, file);
         let value = if is_flag(arg) {
             Some(m.get_flag(id).to_string())
         } else {
@@ -689,10 +733,23 @@ fn render(
         };
         let _ = match value {
             Some(v) => writeln!(out, "{} = {v}  # {from}", toml_key(k)),
-            None => writeln!(out, "# {} is not set: the built-in default applies", toml_key(k)),
+            None => writeln!(
+                out,
+                "# {} is not set, so the built-in default applies: {}",
+                toml_key(k),
+                default_in_help(arg).as_deref().unwrap_or("see --help")
+            ),
         };
     }
     out
+}
+
+/// What a setting without a default value does when unset: the "Default:
+/// ..." sentence that ends its help, written once beside the flag.
+fn default_in_help(arg: &Arg) -> Option<String> {
+    let help = arg.get_long_help().or(arg.get_help())?.to_string();
+    let (_, default) = help.rsplit_once("Default: ")?;
+    Some(default.trim().trim_end_matches('.').replace('\n', " "))
 }
 
 fn toml_key(k: &str) -> String {

@@ -7,6 +7,7 @@ mod sandbox;
 
 use std::ffi::OsString;
 use std::net::SocketAddr;
+use std::ops::RangeInclusive;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -113,11 +114,14 @@ struct ServeArchiveArgs {
     prefault: bool,
 }
 
+/// The file tried for a directory unless `--index` names others.
+const DEFAULT_INDEX: &str = "index.html";
+
 /// How `serve` answers for files.
 #[derive(Args, Debug)]
 struct FileArgs {
     /// File names tried for a directory, in order (comma-separated).
-    #[arg(long, value_delimiter = ',', default_value = "index.html", value_name = "NAMES")]
+    #[arg(long, value_delimiter = ',', default_value = DEFAULT_INDEX, value_name = "NAMES")]
     index: Vec<String>,
     /// List directories that have no index file, as HTML.
     #[arg(long)]
@@ -126,15 +130,18 @@ struct FileArgs {
     /// symlinks that resolve inside it are followed).
     #[arg(long)]
     follow_symlinks: bool,
-    /// Page sent with 404 for missing paths (a path within DIR).
+    /// Page sent with 404 for missing paths (a path within DIR). Default: a
+    /// short built-in page.
     #[arg(long = "404", value_name = "PATH")]
     not_found: Option<String>,
     /// Page sent with 200 for missing paths without a file extension, for
     /// single-page applications (a path within DIR, e.g. index.html).
+    /// Default: none (404).
     #[arg(long, value_name = "PATH")]
     fallback: Option<String>,
     /// Cache-Control for paths matching GLOB: `GLOB=VALUE`, repeatable, first
-    /// match wins; `VALUE` alone sets the default (`no-cache`).
+    /// match wins; `VALUE` alone sets the value for other paths. Default:
+    /// no-cache.
     #[arg(long = "cache-control", value_name = "[GLOB=]VALUE")]
     cache_control: Vec<String>,
     /// Do not send X-Content-Type-Options, X-Frame-Options and
@@ -172,34 +179,38 @@ impl FileArgs {
 /// Flags every serving command shares.
 #[derive(Args, Debug)]
 struct ServerArgs {
-    /// Address to listen on; repeat for several (IPv4 and IPv6). Default:
-    /// 127.0.0.1:8080, unless systemd passed listening sockets
-    /// (LISTEN_FDS), which are always used.
-    #[arg(long = "bind", value_name = "ADDR")]
-    bind: Vec<SocketAddr>,
-    /// Worker threads, each with its own event loop (default: one per core).
-    #[arg(long)]
+    /// Address to listen on; repeat for several. `IP:PORT` or `[IPv6]:PORT`;
+    /// `HOST:PORT` binds every address HOST resolves to (`localhost:8080`:
+    /// 127.0.0.1 and ::1); `:PORT` or `PORT` alone means 0.0.0.0:PORT, every
+    /// IPv4 interface, as nginx's `listen PORT` (add `--bind [::]:PORT` for
+    /// IPv6). Default: 127.0.0.1:8080, unless systemd passed listening
+    /// sockets (LISTEN_FDS), which are always used.
+    #[arg(long = "bind", value_name = "ADDR", value_parser = parse_bind)]
+    bind: Vec<BindAddrs>,
+    /// Worker threads, each with its own event loop. Default: one per core.
+    #[arg(long, value_name = "N", value_parser = within(Limits::N_WORKERS_RANGE))]
     workers: Option<usize>,
     /// Write an access log line per request to PATH, or `-` for stdout;
-    /// SIGUSR1 reopens the file (for logrotate).
+    /// SIGUSR1 reopens the file (for logrotate). Default: none.
     #[arg(long, value_name = "PATH|-")]
     access_log: Option<String>,
     /// The access log's format: `combined` (Combined Log Format) or `json`.
     #[arg(long, default_value = "combined", value_name = "FORMAT")]
     access_log_format: peregrine::LogFormat,
     /// The least severe error-log lines written to standard error: `error`,
-    /// `warn`, `info` (default) or `debug` (per-connection detail such as
-    /// failed TLS handshakes; `PEREGRINE_DEBUG=1` also turns it on).
+    /// `warn`, `info` or `debug` (per-connection detail such as failed TLS
+    /// handshakes; `PEREGRINE_DEBUG=1` also turns it on). Default: info.
     #[arg(long, value_name = "LEVEL")]
     log_level: Option<peregrine::log::Level>,
     /// Serve Prometheus metrics at http://ADDR/metrics, and `ok` at
-    /// /healthz, on a listener of their own (one more thread).
-    #[arg(long, value_name = "ADDR")]
+    /// /healthz, on a listener of their own (one more thread). Default: none.
+    #[arg(long, value_name = "ADDR", value_parser = parse_addr)]
     metrics: Option<SocketAddr>,
     /// After binding, switch to this user (name or uid); needs root.
+    /// Default: stay the user that started it.
     #[arg(long, value_name = "USER")]
     user: Option<String>,
-    /// After binding, switch to this group (default: the user's group).
+    /// After binding, switch to this group. Default: the --user's group.
     #[arg(long, value_name = "GROUP")]
     group: Option<String>,
     /// Do not sandbox the process. By default, once the configuration is
@@ -215,41 +226,100 @@ struct ServerArgs {
     tls: TlsArgs,
 }
 
+/// The addresses one `--bind` value names, resolved when it is read (at
+/// start, and again at each reload).
+#[derive(Clone, Debug)]
+struct BindAddrs(Vec<SocketAddr>);
+
+/// Parses a `--bind` value (see its help). Unix-domain sockets (`unix:`)
+/// are refused by name: the engine listens on TCP sockets only.
+fn parse_bind(s: &str) -> Result<BindAddrs, String> {
+    use std::net::ToSocketAddrs;
+    const FORMS: &str = "expected IP:PORT, [IPv6]:PORT, HOST:PORT, :PORT or PORT";
+    if let Ok(addr) = s.parse::<SocketAddr>() {
+        return Ok(BindAddrs(vec![addr]));
+    }
+    if s.starts_with("unix:") {
+        return Err("unix-domain sockets are not supported (Peregrine listens on TCP only)".into());
+    }
+    if let Ok(ip) = s.parse::<std::net::IpAddr>() {
+        return Err(format!("{ip} has no port: give {}", SocketAddr::new(ip, 8080)));
+    }
+    if let Ok(port) = s.strip_prefix(':').unwrap_or(s).parse::<u16>() {
+        return Ok(BindAddrs(vec![SocketAddr::from(([0, 0, 0, 0], port))]));
+    }
+    let Some((host, port)) = s.rsplit_once(':').filter(|(h, _)| !h.is_empty() && !h.contains(':')) else {
+        return Err(FORMS.into());
+    };
+    let port: u16 = port.parse().map_err(|_| format!("{port:?} is not a port: {FORMS}"))?;
+    let mut addrs: Vec<SocketAddr> = Vec::new();
+    let resolved = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve {host:?}: {e}"))?;
+    for addr in resolved {
+        if !addrs.contains(&addr) {
+            addrs.push(addr);
+        }
+    }
+    if addrs.is_empty() {
+        return Err(format!("{host:?} resolves to no address"));
+    }
+    Ok(BindAddrs(addrs))
+}
+
+/// Parses an address that must be one socket (`--redirect-http`,
+/// `--metrics`): the forms `--bind` takes, naming a single address.
+fn parse_addr(s: &str) -> Result<SocketAddr, String> {
+    match parse_bind(s)?.0[..] {
+        [one] => Ok(one),
+        ref several => Err(format!("{s} names {} addresses; give one", several.len())),
+    }
+}
+
 /// HTTPS: with `--tls-cert`, every `--bind` address speaks TLS.
 #[derive(Args, Debug)]
 struct TlsArgs {
     /// Certificate chain (PEM, leaf first): serve HTTPS. Repeat with
     /// `--tls-key` for more sites: the first is the default, the others are
     /// chosen by the name the client asks for (SNI) among their own names.
+    /// Default: none (plain HTTP).
     #[arg(long = "tls-cert", value_name = "PEM")]
     certs: Vec<PathBuf>,
-    /// Private key (PEM) for the `--tls-cert` in the same position.
+    /// Private key (PEM) for the `--tls-cert` in the same position. Default:
+    /// none.
     #[arg(long = "tls-key", value_name = "PEM")]
     keys: Vec<PathBuf>,
     /// Also listen for plain HTTP on ADDR, answering every request with a
-    /// 308 redirect to the same URL over HTTPS.
-    #[arg(long, value_name = "ADDR")]
+    /// 308 redirect to the same URL over HTTPS. Default: none.
+    #[arg(long, value_name = "ADDR", value_parser = parse_addr)]
     redirect_http: Option<SocketAddr>,
     /// Add `Strict-Transport-Security: max-age=SECONDS` to HTTPS responses.
-    #[arg(long, value_name = "SECONDS")]
+    /// Default: none (no such field).
+    #[arg(long, value_name = "SECONDS", value_parser = within(Limits::HSTS_SECS_RANGE))]
     hsts: Option<u64>,
 }
 
 impl TlsArgs {
     /// The certificates, if HTTPS was asked for.
     fn config(&self) -> anyhow::Result<Option<TlsConfig>> {
+        // Each named with where it was set, when that was a file's line.
         anyhow::ensure!(
             self.certs.len() == self.keys.len(),
-            "give one --tls-key per --tls-cert ({} certificates, {} keys)",
+            "give one --tls-key per --tls-cert ({} certificates{}, {} keys{})",
             self.certs.len(),
-            self.keys.len()
+            config::origin("--tls-cert"),
+            self.keys.len(),
+            config::origin("--tls-key"),
         );
         let mut pairs = self.certs.iter().zip(&self.keys);
         let Some((cert, key)) = pairs.next() else {
-            anyhow::ensure!(
-                self.redirect_http.is_none() && self.hsts.is_none(),
-                "--redirect-http and --hsts need --tls-cert and --tls-key"
-            );
+            let given = [
+                ("--redirect-http", self.redirect_http.is_some()),
+                ("--hsts", self.hsts.is_some()),
+            ];
+            if let Some((flag, _)) = given.iter().find(|(_, given)| *given) {
+                anyhow::bail!("{flag}{} needs --tls-cert and --tls-key", config::origin(flag));
+            }
             return Ok(None);
         };
         let mut tls = TlsConfig::from_pem_files(cert, key)?;
@@ -263,43 +333,81 @@ impl TlsArgs {
     }
 }
 
+/// A value parser for a number that must lie in `range` (limits.rs says
+/// why each range is what it is). Used by the config file and variables
+/// too, so that a value out of range is named with its file and line.
+fn within<T>(range: RangeInclusive<T>) -> impl Fn(&str) -> Result<T, String> + Clone + Send + Sync + 'static
+where
+    T: std::str::FromStr + PartialOrd + std::fmt::Display + Clone + Send + Sync + 'static,
+    T::Err: std::fmt::Display,
+{
+    move |s: &str| {
+        let v: T = s.parse().map_err(|e| format!("{e}"))?;
+        if !range.contains(&v) {
+            return Err(format!(
+                "{v} is out of range: from {} to {}",
+                range.start(),
+                range.end()
+            ));
+        }
+        Ok(v)
+    }
+}
+
+/// A value parser for seconds (fractions allowed) that must lie in `range`.
+fn seconds_within(
+    range: RangeInclusive<Duration>,
+) -> impl Fn(&str) -> Result<f64, String> + Clone + Send + Sync + 'static {
+    move |s: &str| {
+        let v: f64 = s.parse().map_err(|e| format!("{e}"))?;
+        match Duration::try_from_secs_f64(v) {
+            Ok(d) if range.contains(&d) => Ok(v),
+            _ => Err(format!(
+                "{v} is out of range: from {} to {} seconds",
+                range.start().as_secs_f64(),
+                range.end().as_secs_f64()
+            )),
+        }
+    }
+}
+
 /// The engine's limits; defaults are those of `peregrine::Limits`, shown by
 /// `--help` and `check-config`.
 #[derive(Args, Debug)]
 struct LimitArgs {
     /// Longest request head, in bytes (longer: 431).
-    #[arg(long, value_name = "BYTES", default_value = Limits::default().head_bytes_max.to_string())]
+    #[arg(long, value_name = "BYTES", default_value = Limits::default().head_bytes_max.to_string(), value_parser = within(Limits::HEAD_BYTES_MAX_RANGE))]
     head_bytes_max: Option<usize>,
     /// Longest request target, in bytes (longer: 414).
-    #[arg(long, value_name = "BYTES", default_value = Limits::default().uri_bytes_max.to_string())]
+    #[arg(long, value_name = "BYTES", default_value = Limits::default().uri_bytes_max.to_string(), value_parser = within(Limits::URI_BYTES_MAX_RANGE))]
     uri_bytes_max: Option<usize>,
     /// Most header fields per request (more: 431).
-    #[arg(long, value_name = "N", default_value = Limits::default().n_headers_max.to_string())]
+    #[arg(long, value_name = "N", default_value = Limits::default().n_headers_max.to_string(), value_parser = within(Limits::N_HEADERS_MAX_RANGE))]
     n_headers_max: Option<usize>,
     /// Largest request body, in bytes (larger: 413).
-    #[arg(long, value_name = "BYTES", default_value = Limits::default().body_bytes_max.to_string())]
+    #[arg(long, value_name = "BYTES", default_value = Limits::default().body_bytes_max.to_string(), value_parser = within(Limits::BODY_BYTES_MAX_RANGE))]
     body_bytes_max: Option<u64>,
     /// Seconds allowed to receive a whole request head (then 408).
-    #[arg(long, value_name = "SECS", default_value = Limits::default().head_timeout.as_secs_f64().to_string())]
+    #[arg(long, value_name = "SECS", default_value = Limits::default().head_timeout.as_secs_f64().to_string(), value_parser = seconds_within(Limits::TIMEOUT_RANGE))]
     head_timeout: Option<f64>,
     /// Seconds allowed between two reads of a request body (then 408).
-    #[arg(long, value_name = "SECS", default_value = Limits::default().body_timeout.as_secs_f64().to_string())]
+    #[arg(long, value_name = "SECS", default_value = Limits::default().body_timeout.as_secs_f64().to_string(), value_parser = seconds_within(Limits::TIMEOUT_RANGE))]
     body_timeout: Option<f64>,
     /// Seconds an idle keep-alive connection is kept.
-    #[arg(long, value_name = "SECS", default_value = Limits::default().idle_timeout.as_secs_f64().to_string())]
+    #[arg(long, value_name = "SECS", default_value = Limits::default().idle_timeout.as_secs_f64().to_string(), value_parser = seconds_within(Limits::TIMEOUT_RANGE))]
     idle_timeout: Option<f64>,
     /// Seconds a client may go without reading before it is dropped.
-    #[arg(long, value_name = "SECS", default_value = Limits::default().send_timeout.as_secs_f64().to_string())]
+    #[arg(long, value_name = "SECS", default_value = Limits::default().send_timeout.as_secs_f64().to_string(), value_parser = seconds_within(Limits::TIMEOUT_RANGE))]
     send_timeout: Option<f64>,
     /// Most open connections per worker (more are refused with 503).
-    #[arg(long, value_name = "N", default_value = Limits::default().n_conns_max.to_string())]
+    #[arg(long, value_name = "N", default_value = Limits::default().n_conns_max.to_string(), value_parser = within(Limits::N_CONNS_MAX_RANGE))]
     n_conns_max: Option<usize>,
     /// Pending response bytes above which pipelined requests wait until the
     /// client reads.
-    #[arg(long, value_name = "BYTES", default_value = Limits::default().write_buffer_bytes_max.to_string())]
+    #[arg(long, value_name = "BYTES", default_value = Limits::default().write_buffer_bytes_max.to_string(), value_parser = within(Limits::WRITE_BUFFER_BYTES_MAX_RANGE))]
     write_buffer_bytes_max: Option<usize>,
     /// Seconds given to requests in flight on shutdown.
-    #[arg(long, value_name = "SECS", default_value = Limits::default().shutdown_timeout.as_secs_f64().to_string())]
+    #[arg(long, value_name = "SECS", default_value = Limits::default().shutdown_timeout.as_secs_f64().to_string(), value_parser = seconds_within(Limits::TIMEOUT_RANGE))]
     shutdown_timeout: Option<f64>,
 }
 
@@ -391,17 +499,26 @@ fn run(cli: Cli, argv: Vec<OsString>) -> anyhow::Result<()> {
             opts.cache_control = cache_control;
             opts.security_headers = !no_security_headers;
             opts.compress = !no_compress;
+            let opts_compress = opts.compress;
             opts.progress = true;
             let stats = peregrine_archive::pack(&opts).map_err(anyhow::Error::msg)?;
             for s in &stats.skipped_symlinks {
                 eprintln!("peregrine: skipped {s}: a symlink leading outside the tree");
             }
+            for s in &stats.skipped_loops {
+                eprintln!("peregrine: skipped {s}: a symlink loop (it leads back to a directory above it)");
+            }
             eprintln!(
-                "peregrine: packed {} files ({} bytes) into {} ({} bytes)",
+                "peregrine: packed {} files ({} bytes read) into {}: {} bytes, with every response's head{}",
                 stats.n_files,
                 stats.bytes_in,
                 output.display(),
-                stats.archive_bytes
+                stats.archive_bytes,
+                if opts_compress {
+                    " and its compressed variants"
+                } else {
+                    ""
+                }
             );
         }
         Command::Archive { command } => archive_command(command)?,
@@ -420,7 +537,6 @@ fn run(cli: Cli, argv: Vec<OsString>) -> anyhow::Result<()> {
 fn check_server(args: &ServerArgs) -> anyhow::Result<()> {
     args.limits.to_limits()?;
     args.tls.config()?;
-    anyhow::ensure!(args.workers != Some(0), "--workers must be at least 1");
     Ok(())
 }
 
@@ -434,11 +550,11 @@ fn check(cli: &Cli, argv: &[OsString]) -> anyhow::Result<()> {
         Command::Serve {
             root,
             files,
-            archive: _,
+            archive,
             server,
         } => {
             check_server(server)?;
-            if peregrine_archive::is_archive(root) {
+            if is_archive_root(root, files, archive)? {
                 Archive::open(root, Mode::Map)?;
             } else {
                 FileServer::new(files.options(root.clone()))?;
@@ -449,32 +565,147 @@ fn check(cli: &Cli, argv: &[OsString]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Whether `serve ROOT` serves an archive: any file that is not a
+/// directory is taken for one, so that a wrong file is named as "not a
+/// Peregrine archive" (with what it starts with) rather than as a directory
+/// that cannot be opened. Refuses the flags that mean nothing for what ROOT
+/// is, which would otherwise be silently ignored.
+fn is_archive_root(root: &std::path::Path, files: &FileArgs, archive: &ServeArchiveArgs) -> anyhow::Result<bool> {
+    let Ok(metadata) = std::fs::metadata(root) else {
+        return Ok(false); // opening it as a directory says what is wrong
+    };
+    let is_archive = !metadata.is_dir();
+    let shown = root.display();
+    if is_archive {
+        // Each with where its setting lives in an archive.
+        let misplaced = [
+            (
+                files.index != [DEFAULT_INDEX],
+                "--index",
+                "pack serves index.html for a directory",
+            ),
+            (files.list_dirs, "--list-dirs", "an archive has no listings"),
+            (
+                files.follow_symlinks,
+                "--follow-symlinks",
+                "pack decides which symlinks it follows",
+            ),
+            (files.not_found.is_some(), "--404", "pack takes _404.html"),
+            (files.fallback.is_some(), "--fallback", "pack takes _wildcard.*"),
+            (
+                !files.cache_control.is_empty(),
+                "--cache-control",
+                "use pack --cache-control or _headers",
+            ),
+            (
+                files.no_security_headers,
+                "--no-security-headers",
+                "use pack --no-security-headers",
+            ),
+            (files.no_precompressed, "--no-precompressed", "use pack --no-compress"),
+        ];
+        let given: Vec<String> = misplaced
+            .iter()
+            .filter(|(given, ..)| *given)
+            .map(|(_, flag, instead)| format!("{flag}{} ({instead})", config::origin(flag)))
+            .collect();
+        anyhow::ensure!(
+            given.is_empty(),
+            "{shown} is an archive, whose answers were fixed when it was packed, so these flags for a \
+             directory mean nothing here: {}",
+            given.join(", ")
+        );
+    } else {
+        let misplaced = [(archive.in_memory, "--in-memory"), (archive.prefault, "--prefault")];
+        let given: Vec<String> = misplaced
+            .iter()
+            .filter(|(given, _)| *given)
+            .map(|(_, flag)| format!("{flag}{}", config::origin(flag)))
+            .collect();
+        anyhow::ensure!(
+            given.is_empty(),
+            "{} applies to an archive, and {shown} is a directory",
+            given.join(" and ")
+        );
+    }
+    Ok(is_archive)
+}
+
+/// The body encodings an archive entry may hold, in variant order.
+const ENCODINGS: [&str; 4] = ["identity", "br", "zstd", "gzip"];
+
+/// How `archive ls` and `verify` name an archive's sites: `default` for the
+/// site served when no `--host` name matches, else its host names.
+fn site_labels(a: &Archive) -> std::collections::BTreeMap<u32, String> {
+    let mut labels = std::collections::BTreeMap::from([(0, "default".to_owned())]);
+    for (host, site) in a.hosts() {
+        labels
+            .entry(site)
+            .and_modify(|l| {
+                if site != 0 {
+                    *l = format!("{l},{host}");
+                }
+            })
+            .or_insert(host);
+    }
+    labels
+}
+
+/// An entry's key as a reader would write it: the conventions' internal
+/// keys (`/\0not-found`, `DIR/\0wildcard`) by what they are, other bytes
+/// that are not printable escaped.
+fn shown_key(e: &peregrine_archive::read::Entry<'_>) -> String {
+    use peregrine_archive::format::{FLAG_NOT_FOUND, WILDCARD_KEY};
+    let path = e.path();
+    if e.flags() & FLAG_NOT_FOUND != 0 {
+        return "(the 404 page)".to_owned();
+    }
+    if let Some(folder) = path.strip_suffix(WILDCARD_KEY.as_bytes()) {
+        return format!("{}* (wildcard)", folder.escape_ascii());
+    }
+    path.escape_ascii().to_string()
+}
+
 fn archive_command(command: ArchiveCommand) -> anyhow::Result<()> {
-    use peregrine_archive::format::{KIND_PATTERN, KIND_REDIRECT};
+    use peregrine_archive::format::{FLAG_NOT_FOUND, KIND_PATTERN, KIND_REDIRECT};
     use std::io::Write;
     match command {
         ArchiveCommand::Ls { archive } => {
             let a = Archive::open(&archive, Mode::Map)?;
-            let mut out = std::io::stdout().lock();
+            let labels = site_labels(&a);
+            let mut rows = vec![[
+                "SITE".to_owned(),
+                "PATH".to_owned(),
+                "STATUS".to_owned(),
+                format!("BODY BYTES ({})", ENCODINGS.join(" ")),
+            ]];
             for e in a.entries() {
-                let path = String::from_utf8_lossy(e.path()).replace('\0', "\\0");
-                let line = match e.kind() {
-                    KIND_REDIRECT | KIND_PATTERN => format!(
-                        "{}\t{path}\t{} {}",
-                        e.site(),
-                        e.status(),
-                        String::from_utf8_lossy(e.location())
-                    ),
+                let site = labels
+                    .get(&e.site())
+                    .cloned()
+                    .unwrap_or_else(|| format!("site {}", e.site()));
+                let (status, body) = match e.kind() {
+                    KIND_REDIRECT | KIND_PATTERN => (e.status(), format!("-> {}", e.location().escape_ascii())),
                     _ => {
-                        let sizes: Vec<String> = ["identity", "br", "zstd", "gzip"]
-                            .iter()
-                            .enumerate()
-                            .filter_map(|(i, n)| e.variant(i).map(|v| format!("{n}={}", v.body_len)))
+                        let sizes: Vec<String> = (0..ENCODINGS.len())
+                            .map(|i| e.variant(i).map_or("-".to_owned(), |v| v.body_len.to_string()))
                             .collect();
-                        format!("{}\t{path}\t200 {}", e.site(), sizes.join(" "))
+                        let status = if e.flags() & FLAG_NOT_FOUND != 0 { 404 } else { 200 };
+                        (status, sizes.join(" "))
                     }
                 };
-                if writeln!(out, "{line}").is_err() {
+                rows.push([site, shown_key(&e), status.to_string(), body]);
+            }
+            let mut widths = [0; 3];
+            for row in &rows {
+                for (w, cell) in widths.iter_mut().zip(row) {
+                    *w = (*w).max(cell.chars().count());
+                }
+            }
+            let mut out = std::io::stdout().lock();
+            for [site, path, status, body] in rows {
+                let [w0, w1, w2] = widths;
+                if writeln!(out, "{site:w0$}  {path:w1$}  {status:w2$}  {body}").is_err() {
                     break; // a closed pipe (`| head`) is not an error
                 }
             }
@@ -492,20 +723,27 @@ fn archive_command(command: ArchiveCommand) -> anyhow::Result<()> {
         }
         ArchiveCommand::Verify { archive } => {
             let a = Archive::open(&archive, Mode::Map)?;
-            a.verify_data()?;
+            let shown = archive.display();
+            // Each body first, so that a damaged one is named; then the
+            // data checksum, which also covers the response heads.
+            let labels = site_labels(&a);
+            let mut damaged = Vec::new();
             for e in a.entries() {
-                for i in 0..4 {
-                    if let Some(v) = e.variant(i) {
-                        let body = a.slice(v.body_off, v.body_len);
-                        anyhow::ensure!(
-                            peregrine_archive::format::hash(body) == v.body_hash,
-                            "{}: body checksum mismatch",
-                            String::from_utf8_lossy(e.path())
-                        );
+                for (i, encoding) in ENCODINGS.iter().enumerate() {
+                    let Some(v) = e.variant(i) else { continue };
+                    if peregrine_archive::format::hash(a.slice(v.body_off, v.body_len)) != v.body_hash {
+                        let site = labels.get(&e.site()).map_or("?", String::as_str);
+                        damaged.push(format!("{} ({encoding}, site {site})", shown_key(&e)));
                     }
                 }
             }
-            eprintln!("peregrine: {}: OK ({} entries)", archive.display(), a.n_entries());
+            anyhow::ensure!(
+                damaged.is_empty(),
+                "{shown}: damaged: checksum mismatch in the body of {}",
+                damaged.join(", ")
+            );
+            a.verify_data().with_context(|| format!("{shown}: damaged"))?;
+            eprintln!("peregrine: {shown}: OK ({} entries)", a.n_entries());
         }
         ArchiveCommand::Stat { archive } => {
             let a = Archive::open(&archive, Mode::Map)?;

@@ -28,7 +28,7 @@
 
 use std::ffi::OsString;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
@@ -143,7 +143,10 @@ pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()>
     // addresses, which scripts (and the tests) read.
     let sandbox = &process.sandbox.summary;
     match &command {
-        Command::Serve { root, .. } => log::info(format_args!("{sandbox}; serving {} on {urls}", root.display())),
+        Command::Serve { root, files, .. } => {
+            log::info(format_args!("{sandbox}; serving {} on {urls}", root.display()));
+            warn_if_nothing_to_serve(root, &files.index, &process.identity);
+        }
         _ => log::info(format_args!("{sandbox}; hello on {urls}")),
     }
     // Type=notify: serving from now on.
@@ -218,7 +221,8 @@ fn reload(process: &mut Process, current: &mut Generation, retired: &mut Vec<Ret
         .name(format!("peregrine-retire-{}", old.number))
         .spawn(move || {
             if let Err(e) = old.running.join() {
-                log::error(format_args!("generation {}: {e}", old.number));
+                let e = anyhow::Error::new(e);
+                log::error(format_args!("generation {}: {e:#}", old.number));
             }
         });
     // Without a thread to wait for it, the old generation still finishes.
@@ -263,9 +267,8 @@ fn build(
     if first {
         srv = srv.run_as(process.run_as.clone());
     }
-    let n_workers = args.workers.unwrap_or(process.n_workers_default);
-    anyhow::ensure!(n_workers > 0, "--workers must be at least 1");
-    srv = srv.workers(n_workers);
+    // Bounded by the flag's parser (`Limits::N_WORKERS_RANGE`).
+    srv = srv.workers(args.workers.unwrap_or(process.n_workers_default));
     if let Some(path) = &args.access_log {
         srv = srv.access_log(AccessLog::from_arg(path));
     }
@@ -273,7 +276,8 @@ fn build(
     // The addresses, in the order they are shown: `--bind` (or the
     // default), systemd's, the redirecting one.
     let default_bind = [SocketAddr::from(([127, 0, 0, 1], 8080))];
-    let binds = match (&args.bind[..], process.n_inherited) {
+    let given: Vec<SocketAddr> = args.bind.iter().flat_map(|b| b.0.iter().copied()).collect();
+    let binds = match (&given[..], process.n_inherited) {
         ([], 0) => &default_bind[..],
         (given, _) => given,
     };
@@ -388,7 +392,7 @@ fn start(
         let running = srv.start(sandbox::planted_bug(hello))?;
         return Ok((running, None, false));
     };
-    if !peregrine_archive::is_archive(root) {
+    if !crate::is_archive_root(root, files, archive)? {
         let files = FileServer::new(files.options(root.clone()))?;
         return Ok((srv.start(sandbox::planted_bug(files))?, None, false));
     }
@@ -454,6 +458,40 @@ fn serve_metrics(addr: SocketAddr, metrics: Arc<Metrics>) -> anyhow::Result<Runn
         .with_context(|| format!("--metrics {addr}"))?;
     log::info(format_args!("metrics on http://{}/metrics", running.local_addr()));
     Ok(running)
+}
+
+/// A directory that is empty, or that the server cannot read once it has
+/// become `--user`, answers 404 or 403 to every request with no other sign
+/// of trouble: one warning at start says so. Called after the privileges
+/// were dropped, so every check is made as the user that serves.
+fn warn_if_nothing_to_serve(root: &Path, index: &[String], identity: &Identity) {
+    if std::fs::metadata(root).is_ok_and(|m| !m.is_dir()) {
+        return; // an archive, read whole before the privileges were dropped
+    }
+    let shown = root.display();
+    let as_user = identity
+        .user
+        .as_deref()
+        .map_or(String::new(), |u| format!(" by user {u}"));
+    let unreadable = |what: String, e: std::io::Error| {
+        log::warn(format_args!(
+            "{what} cannot be read{as_user} ({e}): requests for it will be answered 403 or 404"
+        ))
+    };
+    match std::fs::read_dir(root).map(|mut entries| entries.next().is_none()) {
+        Err(e) => unreadable(shown.to_string(), e),
+        Ok(true) => log::warn(format_args!("{shown} is empty: every request will be answered 404")),
+        Ok(false) => {
+            for name in index {
+                let path = root.join(name);
+                if let Err(e) = std::fs::File::open(&path).and_then(|f| f.metadata()) {
+                    if e.kind() == std::io::ErrorKind::PermissionDenied {
+                        unreadable(path.display().to_string(), e);
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// The serving flags of `hello` or `serve`.

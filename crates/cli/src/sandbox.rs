@@ -1,6 +1,7 @@
 //! The sandbox a serving command runs in (`peregrine_sandbox`), from its
 //! settings: what it may read (the root, or the archive's directory; the
-//! certificates' and the configuration file's directories) and where it may
+//! certificates' and the configuration file's directories; the resolver's
+//! files in /etc, for host names in `--bind`) and where it may
 //! write (the access log's directory). Set up once, in the main thread
 //! before the first generation starts any thread; a reload must stay within
 //! it.
@@ -70,13 +71,19 @@ fn policy(command: &Command, argv: &[OsString]) -> anyhow::Result<Policy> {
         set_ids: args.user.is_some() || args.group.is_some(),
         ..Policy::default()
     };
+    // A path that does not exist is granted nothing: opening it fails
+    // after this, with the message of the flag that names it.
     if let Command::Serve { root, files, .. } = command {
-        // An archive is swapped by renaming another into its directory.
-        let archive = peregrine_archive::is_archive(root);
+        // As `is_archive_root`: any file that is not a directory is served
+        // as an archive, which is swapped by renaming another into its
+        // directory.
+        let archive = std::fs::metadata(root).is_ok_and(|m| !m.is_dir());
         let readable = if archive { parent(root) } else { root.clone() };
-        policy
-            .read(&readable)
-            .with_context(|| format!("the root {}", root.display()))?;
+        if readable.exists() {
+            policy
+                .read(&readable)
+                .with_context(|| format!("the root {}", root.display()))?;
+        }
         if files.follow_symlinks && !archive {
             for target in symlink_targets(root) {
                 policy.read(&target)?;
@@ -86,8 +93,16 @@ fn policy(command: &Command, argv: &[OsString]) -> anyhow::Result<Policy> {
     // Certificates are renewed by replacing the files (or a symlink's
     // target: the directory of the file it leads to is granted).
     for pem in args.tls.certs.iter().chain(&args.tls.keys) {
-        let file = std::fs::canonicalize(pem).with_context(|| format!("{}", pem.display()))?;
-        policy.read(&parent(&file))?;
+        if let Ok(file) = std::fs::canonicalize(pem) {
+            policy.read(&parent(&file))?;
+        }
+    }
+    // A reload reads `--bind HOST:PORT` again and resolves HOST: the C
+    // library's resolver reads these files. Names in /etc/hosts resolve;
+    // DNS does not (`connect` is refused), and the reload says it cannot
+    // resolve the name.
+    for file in RESOLVER_FILES.iter().map(Path::new).filter(|f| f.exists()) {
+        policy.read(file)?;
     }
     if let Some(file) = config_file(argv) {
         let file = std::fs::canonicalize(&file).with_context(|| format!("{}", file.display()))?;
@@ -100,6 +115,15 @@ fn policy(command: &Command, argv: &[OsString]) -> anyhow::Result<Policy> {
     }
     Ok(policy)
 }
+
+/// What glibc's `getaddrinfo` reads to resolve a host name from files.
+const RESOLVER_FILES: [&str; 5] = [
+    "/etc/nsswitch.conf",
+    "/etc/host.conf",
+    "/etc/resolv.conf",
+    "/etc/gai.conf",
+    "/etc/hosts",
+];
 
 /// `--follow-symlinks`: where the symlinks beneath `root` that lead out of
 /// it lead (what they point to, and everything beneath). A symlink added

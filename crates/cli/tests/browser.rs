@@ -5,13 +5,19 @@
 //! (`--remote-debugging-pipe`), with Node.js and nothing from npm. What the
 //! test needs and does not find it installs from Debian's packages
 //! (`chromium`, `nodejs`), so `cargo test --workspace` runs it on a fresh
-//! Debian machine as root. `PEREGRINE_CHROMIUM` and `PEREGRINE_NODE` name
+//! Debian machine as root: once per run, whichever test asks first, under a
+//! lock that other test binaries and runs take too (`common::find_or_install`). `PEREGRINE_CHROMIUM` and `PEREGRINE_NODE` name
 //! other binaries.
+
+mod common;
 
 use std::env;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStderr, Command, Stdio};
+use std::sync::OnceLock;
+
+use common::Program;
 
 /// The server, killed when the test ends however it ends. Its stderr stays
 /// open so that a late message does not fail on a closed pipe.
@@ -58,44 +64,33 @@ fn serve(what: &Path) -> (Server, String) {
     }
 }
 
-/// The first of `names` found on PATH.
-fn find_on_path(names: &[&str]) -> Option<PathBuf> {
-    let path = env::var_os("PATH")?;
-    env::split_paths(&path)
-        .flat_map(|dir| names.iter().map(move |name| dir.join(name)))
-        .find(|candidate| candidate.is_file())
-}
-
-/// The program `var` names, else the first of `names` on PATH, else the one
-/// Debian's `package` installs (as root, which the test command runs as on a
-/// fresh machine).
-fn program(var: &str, names: &[&str], package: &str) -> PathBuf {
-    if let Some(path) = env::var_os(var) {
-        return path.into();
+/// Chromium and Node.js, found or installed once per test binary: both
+/// tests ask, the first installs (under `common::APT_LOCK`, so that no other
+/// binary or run installs at the same time) and the second waits for it.
+/// An installation that failed fails every test that needs it, saying why.
+fn browser() -> &'static (PathBuf, PathBuf) {
+    static BROWSER: OnceLock<Result<(PathBuf, PathBuf), String>> = OnceLock::new();
+    let found = BROWSER.get_or_init(|| {
+        let programs = common::find_or_install(&[
+            Program {
+                var: "PEREGRINE_CHROMIUM",
+                names: &["chromium", "chromium-browser"],
+                package: "chromium",
+            },
+            Program {
+                var: "PEREGRINE_NODE",
+                names: &["node", "nodejs"],
+                package: "nodejs",
+            },
+        ])?;
+        Ok((programs[0].clone(), programs[1].clone()))
+    });
+    match found {
+        Ok(found) => found,
+        Err(why) => {
+            panic!("the browser test needs Chromium and Node.js (or PEREGRINE_CHROMIUM / PEREGRINE_NODE): {why}")
+        }
     }
-    if let Some(path) = find_on_path(names) {
-        return path;
-    }
-    apt_install(package);
-    find_on_path(names).unwrap_or_else(|| panic!("Debian's {package} is installed but none of {names:?} is on PATH"))
-}
-
-fn apt_install(package: &str) {
-    let script = format!(
-        "apt-get update -q && apt-get install -y -q --no-install-recommends -o DPkg::Lock::Timeout=300 {package}"
-    );
-    let out = Command::new("sh")
-        .args(["-c", &script])
-        .env("DEBIAN_FRONTEND", "noninteractive")
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run apt-get to install {package}: {e}"));
-    assert!(
-        out.status.success(),
-        "the browser test needs {package} and could not install it (`{script}` needs root and Debian's \
-         package repositories; or set PEREGRINE_CHROMIUM / PEREGRINE_NODE):\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-    );
 }
 
 #[test]
@@ -125,8 +120,7 @@ fn packed_example_site_loads_in_chromium_with_brotli_and_a_reload_is_answered_no
 /// Serves `what` and runs check.mjs on it (`served`: dir or archive, which
 /// says what encodings to expect).
 fn check_in_chromium(what: &Path, served: &str) {
-    let chromium = program("PEREGRINE_CHROMIUM", &["chromium", "chromium-browser"], "chromium");
-    let node = program("PEREGRINE_NODE", &["node", "nodejs"], "nodejs");
+    let (chromium, node) = browser();
     let (_server, url) = serve(what);
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser/check.mjs");
     // check.mjs checks, on the first load: the title; that app.js ran (#status);
@@ -137,9 +131,9 @@ fn check_in_chromium(what: &Path, served: &str) {
     // state; that the document went back with If-None-Match and was answered
     // 304 with the same ETag; that every asset came from a cache or a 304 with
     // its ETag and, where negotiated, Vary: Accept-Encoding (RFC 9110 §15.4.5).
-    let out = Command::new(&node)
+    let out = Command::new(node)
         .arg(&script)
-        .arg(&chromium)
+        .arg(chromium)
         .arg(&url)
         .arg(served)
         .output()

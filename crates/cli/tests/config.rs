@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use common::{get, peregrine, terminate};
+use common::{get, packed, peregrine, terminate};
 
 /// A fresh directory under the system's temporary directory, removed when
 /// dropped.
@@ -100,6 +100,15 @@ fn settings(out: &Output) -> BTreeMap<String, (String, String)> {
         .collect()
 }
 
+/// `peregrine check-config COMMAND --config FILE`, run.
+fn check_config(command: &str, file: &ConfigFile) -> Output {
+    peregrine()
+        .args(["check-config", command, "--config"])
+        .arg(file)
+        .output()
+        .unwrap()
+}
+
 /// Asserts a failed run whose error contains every one of `parts`.
 fn assert_error(out: &Output, parts: &[&str]) {
     assert_eq!(out.status.code(), Some(1), "{}", stderr(out));
@@ -115,7 +124,7 @@ fn precedence_is_flag_over_env_over_file_over_default() {
         "# comment\n\
          workers = 2\n\
          uri-bytes-max = 2000\n\
-         head-bytes-max = 1000\n\
+         head-bytes-max = 4000\n\
          idle-timeout = 1.5\n",
     );
     let f = file.display().to_string();
@@ -137,12 +146,12 @@ fn precedence_is_flag_over_env_over_file_over_default() {
     // Variable beats default.
     assert_eq!(s["n-conns-max"], ("77".into(), "env PEREGRINE_N_CONNS_MAX".into()));
     // File beats default, with the line.
-    assert_eq!(s["head-bytes-max"], ("1000".into(), format!("file {f}:4")));
+    assert_eq!(s["head-bytes-max"], ("4000".into(), format!("file {f}:4")));
     assert_eq!(s["idle-timeout"], ("1.5".into(), format!("file {f}:5")));
     // Not set when nobody says: the built-in default (127.0.0.1:8080, or
     // the sockets systemd passes) applies.
     assert!(!s.contains_key("bind"));
-    assert!(stdout(&out).contains("# bind is not set"));
+    assert!(stdout(&out).contains("# bind is not set, so the built-in default applies: 127.0.0.1:8080, unless systemd"));
     // The engine's own default, shown.
     let body_bytes_max = peregrine::Limits::default().body_bytes_max;
     assert_eq!(s["body-bytes-max"], (body_bytes_max.to_string(), "default".into()));
@@ -160,7 +169,7 @@ fn a_repeated_flag_replaces_the_files_list_and_switches_come_from_anywhere() {
     let f = file.display().to_string();
     let out = peregrine()
         .args(["check-config", "serve", "--config", &f, "--bind", "127.0.0.1:3"])
-        .env("PEREGRINE_PREFAULT", "yes")
+        .env("PEREGRINE_FOLLOW_SYMLINKS", "yes")
         .env("PEREGRINE_NO_PRECOMPRESSED", "false")
         .output()
         .unwrap();
@@ -172,7 +181,10 @@ fn a_repeated_flag_replaces_the_files_list_and_switches_come_from_anywhere() {
     );
     assert_eq!(s["bind"], ("[\"127.0.0.1:3\"]".into(), "flag".into()));
     assert_eq!(s["list-dirs"], ("true".into(), format!("file {f}:3")));
-    assert_eq!(s["prefault"], ("true".into(), "env PEREGRINE_PREFAULT".into()));
+    assert_eq!(
+        s["follow-symlinks"],
+        ("true".into(), "env PEREGRINE_FOLLOW_SYMLINKS".into())
+    );
     assert_eq!(s["root"].1, format!("file {f}:1"));
     // A root on the command line beats the file's.
     let other = scratch();
@@ -325,25 +337,91 @@ fn bad_values_name_file_line_and_key() {
         &out,
         &[
             // The line of the bad item, not of the key.
-            &format!("{f}:3: bind: bad value \"localhost:eighty\": invalid socket address syntax"),
+            &format!("{f}:3: bind: bad value \"localhost:eighty\": \"eighty\" is not a port"),
             &format!("{f}:5: n-conns-max: -5: must not be negative"),
         ],
     );
-    // Checks beyond the type, made where the server is built, run too.
-    let file = config("workers = 0\n");
+}
+
+/// Every value has bounds (limits.rs says why), checked where the value is
+/// read, so a file's value out of range is named with its line.
+#[test]
+fn values_out_of_range_are_refused_with_their_range_and_line() {
+    let file =
+        config("workers = 99999\nhead-bytes-max = 10\nidle-timeout = 1e9\nshutdown-timeout = 0\nhsts = 99999999999\n");
+    let f = file.display().to_string();
+    let out = check_config("hello", &file);
+    assert_error(
+        &out,
+        &[
+            &format!("{f}:1: workers: bad value \"99999\": 99999 is out of range: from 1 to 1024"),
+            &format!("{f}:2: head-bytes-max: bad value \"10\": 10 is out of range: from 1024 to 1048576"),
+            &format!("{f}:3: idle-timeout: bad value \"1e9\": 1000000000 is out of range: from 0.25 to 86400 seconds"),
+            &format!("{f}:4: shutdown-timeout: bad value \"0\": 0 is out of range"),
+        ],
+    );
+    for (flag, value) in [
+        ("--n-headers-max", "1000"),
+        ("--n-conns-max", "0"),
+        ("--write-buffer-bytes-max", "1"),
+    ] {
+        let out = peregrine()
+            .args(["check-config", "hello", flag, value])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{flag} {value}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains(&format!("{value} is out of range")),
+            "{}",
+            stderr(&out)
+        );
+    }
+}
+
+/// Settings that go together, and the root, say which line (or file) to
+/// fix when the file is where they were (not) given.
+#[test]
+fn a_missing_partner_or_root_names_the_file_and_line() {
+    let file = config("workers = 2\ntls-cert = [\"cert.pem\"]\n");
+    let out = check_config("hello", &file);
+    let f = file.display().to_string();
+    assert_error(
+        &out,
+        &[&format!(
+            "one --tls-key per --tls-cert (1 certificates (file {f}:2), 0 keys)"
+        )],
+    );
+    let file = config("hsts = 60\n");
+    let out = check_config("hello", &file);
+    let f = file.display().to_string();
+    assert_error(&out, &[&format!("--hsts (file {f}:1) needs --tls-cert and --tls-key")]);
+    let out = check_config("serve", &file);
+    assert_error(&out, &[&format!("as `root` in {f} (which has no `root` line)")]);
+}
+
+/// A directory's setting given with an archive is refused, naming the line
+/// it came from; an archive's given with a directory, the variable.
+#[test]
+fn settings_that_do_not_apply_to_the_root_name_where_they_came_from() {
+    let dir = scratch();
+    let (archive, _) = packed(&dir, &[("index.html", "hi")], &[]);
+    let file = config(&format!(
+        "root = {:?}\nlist-dirs = true\n",
+        archive.display().to_string()
+    ));
+    let f = file.display().to_string();
+    let out = check_config("serve", &file);
+    assert_error(
+        &out,
+        &[&format!("--list-dirs (file {f}:2) (an archive has no listings)")],
+    );
     let out = peregrine()
-        .args(["check-config", "hello", "--config"])
-        .arg(&file)
+        .args(["check-config", "serve"])
+        .arg(dir.join("site"))
+        .env("PEREGRINE_PREFAULT", "yes")
         .output()
         .unwrap();
-    assert_error(&out, &["--workers must be at least 1"]);
-    let file = config("shutdown-timeout = 0\n");
-    let out = peregrine()
-        .args(["check-config", "hello", "--config"])
-        .arg(&file)
-        .output()
-        .unwrap();
-    assert_error(&out, &["--shutdown-timeout must be a positive number of seconds"]);
+    assert_error(&out, &["--prefault (env PEREGRINE_PREFAULT) applies to an archive"]);
 }
 
 #[test]
@@ -359,7 +437,13 @@ fn bad_variables_are_named() {
         .env("PEREGRINE_BIND", "127.0.0.1")
         .output()
         .unwrap();
-    assert_error(&out, &["PEREGRINE_BIND=\"127.0.0.1\"", "invalid socket address"]);
+    assert_error(
+        &out,
+        &[
+            "PEREGRINE_BIND=\"127.0.0.1\"",
+            "127.0.0.1 has no port: give 127.0.0.1:8080",
+        ],
+    );
     let out = peregrine()
         .args(["check-config", "serve", "/"])
         .env("PEREGRINE_LIST_DIRS", "maybe")
@@ -480,6 +564,23 @@ fn completions_and_man_pages_come_from_the_definition() {
     assert!(page.contains(".TH peregrine-serve"), "{page}");
     assert!(page.contains(r"\-\-workers"), "{page}");
     assert!(page.contains("PEREGRINE_WORKERS"), "{page}");
+    // Each option with its value in the synopsis; the sections no flag carries.
+    assert!(page.contains(r"[\fB\-\-bind\fR \fIADDR\fR]..."), "{page}");
+    assert!(page.contains(r"[\fB\-\-workers\fR \fIN\fR]"), "{page}");
+    for section in ["SIGNALS", "FILES", "ENVIRONMENT", "EXAMPLES"] {
+        assert!(
+            page.contains(&format!("\n.SH {section}\n")),
+            "{section} missing from {page}"
+        );
+    }
+    assert!(page.contains("SIGHUP") && page.contains("LISTEN_FDS"), "{page}");
+    let out = peregrine().args(["man", "pack"]).output().unwrap();
+    let page = stdout(&out);
+    assert!(
+        page.contains(r"\fBperegrine pack\fR \fIDIR\fR \fB\-\-output\fR \fIARCHIVE\fR"),
+        "{page}"
+    );
+    assert!(!page.contains(".SH SIGNALS"), "{page}");
     let out = peregrine().arg("man").output().unwrap();
     assert!(stdout(&out).contains(r"peregrine\-serve(1)"));
     let dir = scratch();
@@ -487,6 +588,7 @@ fn completions_and_man_pages_come_from_the_definition() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(dir.join("peregrine.1").is_file());
     assert!(dir.join("peregrine-serve.1").is_file());
+    assert!(dir.join("peregrine-archive-ls.1").is_file());
 }
 
 #[test]

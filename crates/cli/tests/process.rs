@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::os::unix::net::UnixDatagram;
 use std::process::{Command, Stdio};
 
-use common::{get, last_addr, peregrine, served_addr, terminate};
+use common::{get, last_addr, packed, peregrine, served_addr, terminate};
 
 /// What systemd does, in a few lines of Python: a listening socket at
 /// descriptor 3, LISTEN_FDS=1 and LISTEN_PID naming the process that the
@@ -204,17 +204,7 @@ fn sigusr1_reopens_the_access_log() {
 fn metrics_and_health_are_served_on_their_own_listener() {
     let dir = std::env::temp_dir().join(format!("peregrine-metrics-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(dir.join("site")).unwrap();
-    std::fs::write(dir.join("site/index.html"), "<h1>hi</h1>").unwrap();
-    let archive = dir.join("site.prg");
-    let out = peregrine()
-        .arg("pack")
-        .arg(dir.join("site"))
-        .arg("-o")
-        .arg(&archive)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let (archive, _) = packed(&dir, &[("index.html", "<h1>hi</h1>")], &[]);
     let mut child = peregrine()
         .arg("serve")
         .arg(&archive)

@@ -82,20 +82,58 @@ impl Error {
     }
 }
 
+/// What went wrong, without the cause: as std's errors do, the cause is
+/// `source()`, and printing both made every report of a chain (anyhow's
+/// `{:#}`, a logger walking `source()`) say it twice. A TLS error is the
+/// exception: its message is the whole story (the file and what was wrong
+/// with it), carried in an `io::Error` only so that `io_error` has one.
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.kind {
-            Kind::Bind(addr) => write!(f, "cannot listen on {addr}: {}", self.source),
-            Kind::Resolve(addr) => write!(f, "cannot resolve {addr:?}: {}", self.source),
-            Kind::Setup => write!(f, "cannot start the server: {}", self.source),
+            Kind::Bind(addr) => write!(f, "cannot listen on {addr}"),
+            Kind::Resolve(addr) => write!(f, "cannot resolve {addr}"),
+            Kind::Setup => f.write_str("cannot start the server"),
             Kind::Tls => write!(f, "TLS: {}", self.source),
-            Kind::Worker => write!(f, "a worker failed: {}", self.source),
+            Kind::Worker => f.write_str("a worker failed"),
         }
     }
 }
 
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.source)
+        match self.kind {
+            Kind::Tls => None,
+            _ => Some(&self.source),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+
+    /// Each cause once along the chain, as `anyhow`'s `{:#}` prints it.
+    fn chain(e: &Error) -> String {
+        let mut out = e.to_string();
+        let mut next = e.source();
+        while let Some(cause) = next {
+            out += &format!(": {cause}");
+            next = cause.source();
+        }
+        out
+    }
+
+    #[test]
+    fn a_bind_error_prints_its_cause_once_along_the_chain() {
+        let in_use = io::Error::from(io::ErrorKind::AddrInUse);
+        let e = Error::bind("127.0.0.1:80".parse().unwrap(), in_use);
+        assert_eq!(chain(&e), "cannot listen on 127.0.0.1:80: address in use");
+    }
+
+    #[test]
+    fn a_tls_error_is_its_message_with_no_cause_repeating_it() {
+        let e = Error::tls("cert.pem: no CERTIFICATE in the file".into());
+        assert_eq!(chain(&e), "TLS: cert.pem: no CERTIFICATE in the file");
     }
 }

@@ -3,6 +3,7 @@
 //! Names carry their unit (`_bytes_max`, `_timeout`). The CLI exposes each one
 //! as a flag, and [`crate::Server::limits`] takes the whole set.
 
+use std::ops::RangeInclusive;
 use std::time::Duration;
 
 /// The limits one server applies to every connection and request.
@@ -69,6 +70,43 @@ impl Default for Limits {
             sweep_interval: Duration::from_millis(250),
         }
     }
+}
+
+/// The values a configuration may give each limit; the command line refuses
+/// others, naming the range. Wide enough for any real deployment, narrow
+/// enough to catch a slip of the keyboard (`--idle-timeout 1e9`,
+/// `--head-bytes-max 10`) before it takes a server down or holds every
+/// connection forever. The library itself takes any value.
+impl Limits {
+    /// Below 1 KiB an ordinary browser's request (cookies, user agent,
+    /// `Accept-*`) gets 431; above 1 MiB a head is an attack, not a request.
+    pub const HEAD_BYTES_MAX_RANGE: RangeInclusive<usize> = 1024..=1024 * 1024;
+    /// A request target needs room for a path; none is longer than a head.
+    pub const URI_BYTES_MAX_RANGE: RangeInclusive<usize> = 64..=1024 * 1024;
+    /// Browsers send 10 to 20 fields; the parser's stack array holds 256,
+    /// so a larger value would only pretend.
+    pub const N_HEADERS_MAX_RANGE: RangeInclusive<usize> = 16..=256;
+    /// 0 refuses every body (a static site takes none); 1 TiB is more than
+    /// any upload that one request should carry.
+    pub const BODY_BYTES_MAX_RANGE: RangeInclusive<u64> = 0..=1 << 40;
+    /// Every timeout: not below the sweep interval (250 ms), as timeouts
+    /// fire up to that late anyway; not above a day, past which a timeout
+    /// is no timeout.
+    pub const TIMEOUT_RANGE: RangeInclusive<Duration> = Duration::from_millis(250)..=Duration::from_secs(24 * 3600);
+    /// At least one connection; at most the kernel's ceiling on open
+    /// descriptors (`fs.nr_open`, 1,048,576 by default), which no worker
+    /// can exceed.
+    pub const N_CONNS_MAX_RANGE: RangeInclusive<usize> = 1..=1024 * 1024;
+    /// At least one pooled buffer (`BUFFER_BYTES`), at most 64 MiB of
+    /// answers queued for a client that does not read.
+    pub const WRITE_BUFFER_BYTES_MAX_RANGE: RangeInclusive<usize> = BUFFER_BYTES..=64 * 1024 * 1024;
+    /// Worker threads (`Server::workers`): one per core is the default; a
+    /// thousand is far beyond any machine's cores, each worker costing a
+    /// thread and a listening socket per address.
+    pub const N_WORKERS_RANGE: RangeInclusive<usize> = 1..=1024;
+    /// `Strict-Transport-Security` max-age: up to two years, the longest
+    /// the HSTS preload list asks for.
+    pub const HSTS_SECS_RANGE: RangeInclusive<u64> = 0..=2 * 365 * 24 * 3600;
 }
 
 /// Size of the pooled read and write buffers a busy connection borrows.

@@ -197,32 +197,10 @@ fn split_target(target: &str) -> (&str, Option<&str>) {
     (if path.is_empty() { "/" } else { path }, query)
 }
 
-/// Decodes `%XX` escapes. Borrows when there are none; a `%` not followed by
-/// two hex digits is kept as it is.
+/// Decodes `%XX` escapes (the `percent-encoding` crate). Borrows when there
+/// are none; a `%` not followed by two hex digits is kept as it is.
 pub fn percent_decode(input: &[u8]) -> Cow<'_, [u8]> {
-    let Some(first) = memchr::memchr(b'%', input) else {
-        return Cow::Borrowed(input);
-    };
-    let mut out = Vec::with_capacity(input.len());
-    out.extend_from_slice(&input[..first]);
-    let mut i = first;
-    while i < input.len() {
-        let b = input[i];
-        if b == b'%' && i + 2 < input.len() {
-            if let (Some(h), Some(l)) = (hex(input[i + 1]), hex(input[i + 2])) {
-                out.push(h << 4 | l);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(b);
-        i += 1;
-    }
-    Cow::Owned(out)
-}
-
-fn hex(b: u8) -> Option<u8> {
-    (b as char).to_digit(16).map(|d| d as u8)
+    percent_encoding::percent_decode(input).into()
 }
 
 #[cfg(test)]

@@ -5,7 +5,8 @@
 //! pattern but no method gets 405 with `Allow`; `HEAD` is answered by `GET`
 //! routes and `OPTIONS` with 204 and `Allow`, unless routes say otherwise.
 //! Patterns are matched against the path as sent (percent-encoded), segment
-//! by segment.
+//! by segment. A method the engine does not recognise never gets here: the
+//! codec answers it 501 (RFC 9110 §9.1), so 405 means "known, not here".
 
 use crate::handler::{Handler, Reply};
 use crate::request::Request;

@@ -287,6 +287,47 @@ fn malformed_requests_get_a_4xx_or_5xx_and_a_close() {
 }
 
 #[test]
+fn a_bare_lf_in_a_head_gets_one_400_and_a_close_not_a_smuggled_request() {
+    let server = start(echo);
+    // A front end reading the LF as part of Dummy's value sees no
+    // Content-Length and forwards the hidden request for /admin.
+    let smuggle = b"GET / HTTP/1.1\r\nHost: localhost\r\nDummy: x\nContent-Length: 23\r\n\r\n\
+                    GET / HTTP/1.1\r\nDummy: GET /admin HTTP/1.1\r\nHost: localhost\r\n\r\n";
+    // Here the server would otherwise wait for a chunked body.
+    let waits = b"POST / HTTP/1.1\r\nHost: x\r\nx:x\nTransfer-Encoding: chunked\r\n\r\n";
+    for bytes in [&smuggle[..], waits, b"GET / HTTP/1.1\nHost: x\r\n\r\n"] {
+        let raw = exchange(server.local_addr(), bytes);
+        let text = String::from_utf8_lossy(&raw);
+        assert_eq!(status_of(&raw), 400, "{text}");
+        assert_eq!(text.matches("HTTP/1.1 ").count(), 1, "{text}");
+        assert!(!text.contains("/admin"), "{text}");
+        assert!(text.contains("bare LF"), "{text}");
+    }
+}
+
+#[test]
+fn unknown_methods_get_501_and_a_malformed_connect_target_400() {
+    let server = start(echo);
+    let table: &[(&[u8], u16)] = &[
+        (b"ANNOUNCE / HTTP/1.1\r\nHost: x\r\n\r\n", 501),
+        (b"BREW /pot HTTP/1.1\r\nHost: x\r\n\r\n", 501),
+        (b"CONNECT x:443 HTTP/1.1\r\nHost: x:443\r\n\r\n", 501),
+        (b"CONNECT x HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+        (b"CONNECT /x HTTP/1.1\r\nHost: x\r\n\r\n", 400),
+    ];
+    for (bytes, want) in table {
+        let raw = exchange(server.local_addr(), bytes);
+        assert_eq!(status_of(&raw), *want, "{}", String::from_utf8_lossy(&raw));
+    }
+    // A registered method the handler does not single out still reaches it.
+    let mut c = Client::connect(server.local_addr());
+    c.send(b"PROPFIND /dav HTTP/1.1\r\nHost: x\r\n\r\n");
+    let r = c.response();
+    assert_eq!(r.status, 200);
+    assert!(r.text().starts_with("PROPFIND HTTP/1.1 path=/dav"), "{}", r.text());
+}
+
+#[test]
 fn an_error_response_reaches_the_client_even_with_unread_input_behind_it() {
     let server = start(echo);
     let mut c = Client::connect(server.local_addr());

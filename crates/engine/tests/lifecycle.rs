@@ -58,15 +58,34 @@ fn idle_keep_alive_connections_are_closed_silently() {
 #[test]
 fn a_client_that_stops_reading_is_dropped() {
     let big: &'static [u8] = Box::leak(vec![b'b'; 32 << 20].into_boxed_slice());
-    let server = start_with(short_timeouts(), move |_: &Request<'_>| {
-        Response::bytes("application/octet-stream", big)
-    });
+    let metrics = Arc::new(peregrine::Metrics::new());
+    let server = Server::new()
+        .bind("127.0.0.1:0")
+        .workers(1)
+        .limits(short_timeouts())
+        .metrics(metrics.clone())
+        .start(move |_: &Request<'_>| Response::bytes("application/octet-stream", big))
+        .unwrap();
     let mut c = Client::connect(server.local_addr());
     c.stream.set_recv_buffer_size_hint();
     c.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
-    // Read nothing until the send timeout has certainly passed; the server
-    // must give up on us rather than hold the response forever.
-    std::thread::sleep(Duration::from_millis(1500));
+    // Read nothing until the server has closed the connection: it must
+    // give up on us after the send timeout rather than hold the response
+    // forever.
+    let deadline = std::time::Instant::now() + common::PATIENCE;
+    loop {
+        let text = metrics.render();
+        if metric(&text, "peregrine_connections_accepted_total") == 1
+            && metric(&text, "peregrine_connections_open") == 0
+        {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the connection was never dropped:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let got = c.read_to_close();
     assert!(
         got.len() < big.len(),
@@ -385,4 +404,11 @@ fn the_access_log_reopens_under_its_path_for_logrotate_and_writes_json() {
         "{line}"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The value of a metric without labels in Prometheus text.
+fn metric(text: &str, name: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in:\n{text}"))
 }

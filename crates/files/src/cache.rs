@@ -6,7 +6,10 @@
 //! `stat` per variant tells whether the path still names the same unchanged
 //! file (device, inode, size, mtime), and the entry is rebuilt if not. Entity
 //! tags are content hashes, memoised process-wide by file identity so each
-//! file is hashed once, not once per worker.
+//! file is hashed once, not once per worker; a file larger than
+//! `Options::etag_hash_bytes_max` gets a tag of its identity instead (size,
+//! inode, mtime), so that no request waits while a worker reads a whole
+//! large file (`identity_etag`).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -39,7 +42,8 @@ pub struct Variant {
     pub id: FileId,
     pub len: u64,
     /// `"SIZE-HASH"`, a strong tag: the same bytes give the same tag,
-    /// whatever their mtime (reproducible builds).
+    /// whatever their mtime (reproducible builds). Above
+    /// `Fields::etag_hash_bytes_max`, `"SIZE-INODE-MTIME"` (`identity_etag`).
     pub etag: String,
     pub last_modified: SystemTime,
     /// The whole file in memory (small files), or its open handle.
@@ -120,10 +124,14 @@ impl Resource {
     }
 }
 
-/// The fields every response for a file carries besides validators.
+/// The fields every response for a file carries besides validators, and
+/// how its validator is made.
 pub struct Fields<'a> {
     pub cache_control: Option<&'a str>,
     pub security_headers: bool,
+    /// Files larger than this get an identity tag, not a content hash
+    /// (`Options::etag_hash_bytes_max`).
+    pub etag_hash_bytes_max: u64,
 }
 
 /// Security headers sent by default (`--no-security-headers` drops them).
@@ -323,15 +331,24 @@ fn variant(
     if small {
         *room -= id.size;
     }
+    let hashed = id.size <= fields.etag_hash_bytes_max;
     let (data, etag) = if small {
         let mut bytes = vec![0; id.size as usize];
         file.read_exact_at(&mut bytes, 0)?;
         // The file may have grown or changed since fstat: what we read is
         // what we serve, and the tag is of that.
-        let etag = format_etag(bytes.len() as u64, xxhash_rust::xxh3::xxh3_64(&bytes));
+        let etag = if hashed {
+            format_etag(bytes.len() as u64, xxhash_rust::xxh3::xxh3_64(&bytes))
+        } else {
+            identity_etag(id)
+        };
         (Data::Memory(SharedBytes::new(Arc::new(bytes))), etag)
     } else {
-        let etag = etag_of_file(&file, id)?;
+        let etag = if hashed {
+            etag_of_file(&file, id)?
+        } else {
+            identity_etag(id)
+        };
         (Data::File(Arc::new(file)), etag)
     };
     let len = match &data {
@@ -377,6 +394,25 @@ fn variant(
 
 fn format_etag(len: u64, hash: u64) -> String {
     format!("\"{len:x}-{hash:016x}\"")
+}
+
+/// The tag of a file too large to hash on the request path:
+/// `"SIZE-INODE-MTIME"` in hex (mtime in nanoseconds), as nginx's
+/// `"MTIME-SIZE"` but with the inode. It costs no read: hashing 1 GiB from
+/// the page cache held its worker for about 200 ms here, and every request
+/// on that worker with it.
+///
+/// Strong, as nginx's: it changes whenever the identity the cache already
+/// trusts to mean "unchanged" (`still_valid`) changes. The inode makes a
+/// file replaced by rename get a new tag even when size and mtime are
+/// kept, as deploys with a fixed mtime do (reproducible builds, Nix's
+/// store); the price is that copies of a file on two machines get
+/// different tags. Not caught, by this tag or by the cache: a file
+/// rewritten in place to the same size with its mtime set back.
+fn identity_etag(id: FileId) -> String {
+    // The mtime as two's complement: a file dated before 1970 still gets
+    // a tag, and a distinct one.
+    format!("\"{:x}-{:x}-{:x}\"", id.size, id.ino, id.mtime_ns as u128)
 }
 
 /// The tag of a large file, hashed once per process per file identity.

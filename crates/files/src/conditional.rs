@@ -1,6 +1,7 @@
 //! Conditional requests (RFC 9110 §13): validators in, a verdict out.
 //! Pure; the order of evaluation is §13.2.2's.
 
+use peregrine::codec::head::trim_ows;
 use std::time::SystemTime;
 
 /// The request's precondition fields (raw values; absent when `None`).
@@ -61,7 +62,7 @@ pub fn evaluate(pre: &Preconditions<'_>, etag: &str, last_modified: SystemTime) 
 /// Last-Modified exactly. No `If-Range` means yes.
 pub fn if_range_holds(value: Option<&[u8]>, etag: &str, last_modified: SystemTime) -> bool {
     let Some(value) = value else { return true };
-    let value = trim(value);
+    let value = trim_ows(value);
     if value.starts_with(b"\"") || value.starts_with(b"W/") {
         // A weak tag never matches strongly.
         return value == etag.as_bytes();
@@ -77,7 +78,7 @@ enum Comparison {
 
 /// `*` or a list of entity tags, one of which matches `etag`.
 fn matches_any(value: &[u8], etag: &str, how: Comparison) -> bool {
-    let value = trim(value);
+    let value = trim_ows(value);
     if value == b"*" {
         return true;
     }
@@ -123,7 +124,7 @@ fn tags(list: &[u8]) -> impl Iterator<Item = &[u8]> {
 }
 
 fn parse_date(value: &[u8]) -> Option<SystemTime> {
-    httpdate::parse_http_date(std::str::from_utf8(trim(value)).ok()?).ok()
+    httpdate::parse_http_date(std::str::from_utf8(trim_ows(value)).ok()?).ok()
 }
 
 /// HTTP dates have one-second resolution; compare at that.
@@ -133,14 +134,6 @@ fn seconds(t: SystemTime) -> u64 {
 
 fn trim_start(mut s: &[u8]) -> &[u8] {
     while let [b' ' | b'\t', rest @ ..] = s {
-        s = rest;
-    }
-    s
-}
-
-fn trim(s: &[u8]) -> &[u8] {
-    let mut s = trim_start(s);
-    while let [rest @ .., b' ' | b'\t'] = s {
         s = rest;
     }
     s

@@ -1,6 +1,8 @@
 //! Content negotiation on `Accept-Encoding` (RFC 9110 §12.5.3) among the
 //! pre-compressed siblings a file has (`x.br`, `x.zst`, `x.gz`). Pure.
 
+use peregrine::codec::head::trim_ows;
+
 /// A content coding Peregrine can serve from a pre-compressed sibling.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Encoding {
@@ -55,13 +57,13 @@ pub fn negotiate(accept: Option<&[u8]>, available: &[Encoding]) -> Option<Encodi
     let mut star: Option<u16> = None;
     for element in accept.split(|&b| b == b',') {
         let mut params = element.split(|&b| b == b';');
-        let coding = trim(params.next().unwrap_or_default());
+        let coding = trim_ows(params.next().unwrap_or_default());
         if coding.is_empty() {
             continue;
         }
         let mut q = 1000;
         for param in params {
-            let param = trim(param);
+            let param = trim_ows(param);
             if let Some(v) = param.strip_prefix(b"q=").or_else(|| param.strip_prefix(b"Q=")) {
                 q = qvalue(v).unwrap_or(0);
             }
@@ -98,7 +100,7 @@ pub fn negotiate(accept: Option<&[u8]>, available: &[Encoding]) -> Option<Encodi
 /// qvalue = ( "0" [ "." 0*3DIGIT ] ) / ( "1" [ "." 0*3("0") ] ), in
 /// thousandths. Invalid → None (treated as 0: not acceptable).
 fn qvalue(v: &[u8]) -> Option<u16> {
-    let v = trim(v);
+    let v = trim_ows(v);
     let (int, frac) = match v.iter().position(|&b| b == b'.') {
         Some(dot) => (&v[..dot], &v[dot + 1..]),
         None => (v, &b""[..]),
@@ -115,16 +117,6 @@ fn qvalue(v: &[u8]) -> Option<u16> {
         b"1" if thousandths == 0 => Some(1000),
         _ => None,
     }
-}
-
-fn trim(mut s: &[u8]) -> &[u8] {
-    while let [b' ' | b'\t', rest @ ..] = s {
-        s = rest;
-    }
-    while let [rest @ .., b' ' | b'\t'] = s {
-        s = rest;
-    }
-    s
 }
 
 #[cfg(test)]

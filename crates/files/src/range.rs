@@ -16,6 +16,7 @@
 //! or a header with more than `SPECS_MAX` specs, and the header is ignored
 //! (a full 200, which RFC 9110 allows).
 
+use peregrine::codec::head::trim_ows;
 use std::ops::Range;
 
 /// Range specs read from one header, at most; more and the header is ignored.
@@ -43,7 +44,7 @@ pub fn parse(value: &[u8], len: u64) -> Ranges {
     let mut ranges: Vec<Range<u64>> = Vec::new();
     let mut n_specs = 0;
     for spec in set.split(|&b| b == b',') {
-        let spec = trim(spec);
+        let spec = trim_ows(spec);
         if spec.is_empty() {
             // RFC 9110 §5.6.1: empty list elements are allowed and ignored.
             continue;
@@ -89,7 +90,7 @@ enum Spec {
 }
 
 fn strip_unit(value: &[u8]) -> Option<&[u8]> {
-    let value = trim(value);
+    let value = trim_ows(value);
     let (unit, set) = value.split_at(value.iter().position(|&b| b == b'=')?);
     // Range units are case-insensitive (RFC 9110 §14.1).
     unit.eq_ignore_ascii_case(b"bytes").then_some(&set[1..])
@@ -128,16 +129,6 @@ fn satisfy(spec: Spec, len: u64) -> Option<Range<u64>> {
         Spec::Suffix(n) if n == 0 || len == 0 => None,
         Spec::Suffix(n) => Some(len.saturating_sub(n)..len),
     }
-}
-
-fn trim(mut s: &[u8]) -> &[u8] {
-    while let [b' ' | b'\t', rest @ ..] = s {
-        s = rest;
-    }
-    while let [rest @ .., b' ' | b'\t'] = s {
-        s = rest;
-    }
-    s
 }
 
 #[cfg(test)]

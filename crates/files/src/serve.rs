@@ -194,6 +194,7 @@ impl Site {
         let fields = Fields {
             cache_control: cc,
             security_headers: self.options.security_headers,
+            etag_hash_bytes_max: self.options.etag_hash_bytes_max,
         };
         let room = cache::with_cache(self.id, |c| c.room());
         match cache::load(

@@ -231,6 +231,9 @@ fn methods_other_than_get_and_head_are_refused_with_allow() {
     assert_eq!((r.status, r.header("allow")), (204, Some("GET, HEAD, OPTIONS")));
     let r = request(addr, "DELETE", "/a.txt", &[]);
     assert_eq!((r.status, r.header("allow")), (405, Some("GET, HEAD, OPTIONS")));
+    // RFC 9110 §9.1: a method the server does not recognise is 501.
+    assert_eq!(request(addr, "ANNOUNCE", "/a.txt", &[]).status, 501);
+    assert_eq!(request(addr, "PROPFIND", "/a.txt", &[]).status, 405);
     let r = request(addr, "HEAD", "/a.txt", &[]);
     assert_eq!(r.status, 200);
     assert!(r.body.is_empty());
@@ -509,6 +512,49 @@ fn large_files_are_sent_whole_and_replacements_are_seen() {
     std::fs::write(&tmp, b"replaced").unwrap();
     std::fs::rename(&tmp, &path).unwrap();
     assert_eq!(get(addr, "/big.bin").text(), "replaced");
+}
+
+/// Above `etag_hash_bytes_max` (1 MiB by default) a file's tag is its
+/// identity, so its first request does not read it through on the worker
+/// while other requests wait. A sparse 4 GiB file: hashing it would read
+/// 4 GiB of zeros, and its tag would be a hash, not the one checked here.
+#[test]
+fn large_files_get_an_identity_etag_and_are_not_read_to_make_it() {
+    use std::os::unix::fs::MetadataExt;
+    let f = Fixture::new("identity-etag");
+    let huge = f.root().join("huge.bin");
+    std::fs::File::create(&huge).unwrap().set_len(4 << 30).unwrap();
+    let at_threshold = f.write("mib.bin", vec![b'm'; 1 << 20]);
+    set_mtime(&at_threshold, 1_000_000_000);
+    let server = f.serve(|o| o.revalidate_interval = Duration::ZERO);
+    let addr = server.local_addr();
+    let identity = |path: &Path| {
+        let m = std::fs::metadata(path).unwrap();
+        let mtime_ns = i128::from(m.mtime()) * 1_000_000_000 + i128::from(m.mtime_nsec());
+        format!("\"{:x}-{:x}-{:x}\"", m.size(), m.ino(), mtime_ns as u128)
+    };
+    let r = request(addr, "HEAD", "/huge.bin", &[]);
+    assert_eq!(r.header("content-length"), Some("4294967296"));
+    let tag = r.header("etag").unwrap().to_owned();
+    assert_eq!(tag, identity(&huge));
+    let r = request(addr, "HEAD", "/huge.bin", &[("If-None-Match", &tag)]);
+    assert_eq!(r.status, 304);
+    // Replaced by rename with the same size and mtime: a new inode, a new tag.
+    let modified = std::fs::metadata(&huge).unwrap().modified().unwrap();
+    let tmp = f.dir.join("next.bin");
+    let next = std::fs::File::create(&tmp).unwrap();
+    next.set_len(4 << 30).unwrap();
+    next.set_modified(modified).unwrap();
+    std::fs::rename(&tmp, &huge).unwrap();
+    let r = request(addr, "HEAD", "/huge.bin", &[("If-None-Match", &tag)]);
+    assert_eq!(r.status, 200);
+    assert_ne!(r.header("etag"), Some(tag.as_str()));
+
+    // At the threshold, still a content hash: it survives an mtime change.
+    let tag = get(addr, "/mib.bin").header("etag").unwrap().to_owned();
+    assert_eq!(tag.matches('-').count(), 1, "SIZE-HASH: {tag}");
+    set_mtime(&at_threshold, 0);
+    assert_eq!(get(addr, "/mib.bin").header("etag"), Some(tag.as_str()));
 }
 
 #[test]

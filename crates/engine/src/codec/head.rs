@@ -2,7 +2,8 @@
 //! body that follows (RFC 9112 §2–§7).
 //!
 //! httparse does the tokenising (it rejects bare CR, control bytes, whitespace
-//! before a colon and obs-fold); this module adds the rules of RFC 9112 that
+//! before a colon and obs-fold, but accepts a bare LF as a line ending, which
+//! this module refuses); this module adds the rules of RFC 9112 that
 //! decide how long the body is and whether the connection persists. It never
 //! guesses: anything ambiguous is an error that the engine turns into a 4xx
 //! or 5xx and a close.
@@ -58,6 +59,9 @@ pub enum HeadError {
     ExpectationFailed,
     /// 501: a transfer coding other than `chunked`.
     NotImplemented,
+    /// 501: a method not in IANA's HTTP Method Registry, or `CONNECT`, which
+    /// the engine cannot tunnel.
+    MethodNotImplemented,
     /// 505: an HTTP version other than 1.0 and 1.1.
     VersionNotSupported,
 }
@@ -71,7 +75,7 @@ impl HeadError {
             HeadError::HeadTooLarge => 431,
             HeadError::BodyTooLarge => 413,
             HeadError::ExpectationFailed => 417,
-            HeadError::NotImplemented => 501,
+            HeadError::NotImplemented | HeadError::MethodNotImplemented => 501,
             HeadError::VersionNotSupported => 505,
         }
     }
@@ -85,6 +89,7 @@ impl HeadError {
             HeadError::BodyTooLarge => "request body too large",
             HeadError::ExpectationFailed => "unsupported expectation",
             HeadError::NotImplemented => "unsupported transfer coding",
+            HeadError::MethodNotImplemented => "method not implemented",
             HeadError::VersionNotSupported => "unsupported HTTP version",
         }
     }
@@ -160,6 +165,9 @@ pub fn parse_head<'b, 'h>(
     if head_len > limits.head_bytes_max {
         return Err(HeadError::HeadTooLarge);
     }
+    if has_bare_lf(&buf[..head_len]) {
+        return Err(HeadError::BadRequest("bare LF in request head"));
+    }
     // httparse fills every field on Complete.
     let (Some(method), Some(target), Some(minor)) = (req.method, req.path, req.version) else {
         return Err(HeadError::BadRequest("incomplete request line"));
@@ -179,6 +187,7 @@ pub fn parse_head<'b, 'h>(
     // RFC 9112 §3.2: origin-form, absolute-form, authority-form (CONNECT) or
     // asterisk-form (OPTIONS). Anything else is not a request target.
     let authority = target_authority(method, target)?;
+    check_method(method)?;
 
     // RFC 9112 §3.2: "A server MUST respond with a 400 (Bad Request) status
     // code to any HTTP/1.1 request message that lacks a Host header field and
@@ -212,6 +221,30 @@ pub fn parse_head<'b, 'h>(
         host,
         headers,
     }))
+}
+
+/// Whether a line of `head` ends in LF without CR before it.
+///
+/// RFC 9112 §2.2: "a recipient MAY recognize a single LF as a line terminator
+/// and ignore any preceding CR". We do not: a front end that reads the LF as
+/// part of a field value (`Dummy: x\nContent-Length: 23`) frames the message
+/// differently from us, and that difference smuggles requests. So, as a
+/// server that may sit behind a proxy, we refuse a bare LF anywhere in the
+/// head (a 400 and a close).
+///
+/// A branch-free pass the compiler vectorises: 8-13 ns on a 395-byte,
+/// 13-line browser head, against 205 ns for the whole of `parse_head`
+/// (memchr from LF to LF took 50 ns: one call per line), and a request
+/// costs microseconds in system calls.
+fn has_bare_lf(head: &[u8]) -> bool {
+    let Some(&first) = head.first() else {
+        return false;
+    };
+    let mut bare = first == b'\n';
+    for (&prev, &b) in head.iter().zip(&head[1..]) {
+        bare |= (b == b'\n') & (prev != b'\r');
+    }
+    bare
 }
 
 /// Room for the method, spaces and version around the target in a request line.
@@ -257,15 +290,28 @@ fn httparse_reason(e: httparse::Error) -> &'static str {
 
 /// Returns the authority of an absolute-form target, checks the other forms.
 fn target_authority<'b>(method: &str, target: &'b str) -> Result<Option<&'b str>, HeadError> {
+    if method == "CONNECT" {
+        // RFC 9112 §3.2.3: authority-form = uri-host ":" port, and only for
+        // CONNECT. A malformed one is a 400; a good one still gets a 501
+        // (`check_method`).
+        return match target.rsplit_once(':') {
+            Some((host, port))
+                if !host.is_empty()
+                    && is_valid_host(host.as_bytes())
+                    && !port.is_empty()
+                    && port.len() <= 5
+                    && port.bytes().all(|b| b.is_ascii_digit()) =>
+            {
+                Ok(None)
+            }
+            _ => Err(HeadError::BadRequest("invalid authority-form target")),
+        };
+    }
     let bytes = target.as_bytes();
     match bytes.first() {
         Some(b'/') => return Ok(None),
         Some(b'*') if bytes.len() == 1 && method == "OPTIONS" => return Ok(None),
         _ => {}
-    }
-    if method == "CONNECT" {
-        // authority-form: host:port. Left to the handler, which will refuse it.
-        return Ok(None);
     }
     let rest = strip_prefix_ignore_case(target, "http://")
         .or_else(|| strip_prefix_ignore_case(target, "https://"))
@@ -277,6 +323,59 @@ fn target_authority<'b>(method: &str, target: &'b str) -> Result<Option<&'b str>
     }
     Ok(Some(authority))
 }
+
+/// RFC 9110 §9.1: "An origin server that receives a request method that is
+/// unrecognized or not implemented SHOULD respond with the 501 (Not
+/// Implemented) status code." The engine recognises the methods of IANA's
+/// HTTP Method Registry (RFC 9110's, PATCH, WebDAV's and the rest), so that
+/// every handler, a plain closure included, never sees one it could mistake
+/// for GET; a handler answers 405 for a registered method it does not allow.
+/// `CONNECT` is registered but asks for a tunnel, which the engine cannot
+/// open, and a 2xx to it would tell the client the tunnel is up: 501 too.
+fn check_method(method: &str) -> Result<(), HeadError> {
+    match method {
+        "GET" | "HEAD" | "POST" | "PUT" | "DELETE" | "OPTIONS" | "TRACE" | "PATCH" => Ok(()),
+        "CONNECT" => Err(HeadError::MethodNotImplemented),
+        _ if REGISTERED_METHODS.contains(&method) => Ok(()),
+        _ => Err(HeadError::MethodNotImplemented),
+    }
+}
+
+/// IANA's HTTP Method Registry beyond the common methods above (WebDAV,
+/// versioning, CalDAV, binding, QUERY), as of 2025. `PRI` is left out: it is
+/// the HTTP/2 preface, never a request.
+const REGISTERED_METHODS: [&str; 30] = [
+    "ACL",
+    "BASELINE-CONTROL",
+    "BIND",
+    "CHECKIN",
+    "CHECKOUT",
+    "COPY",
+    "LABEL",
+    "LINK",
+    "LOCK",
+    "MERGE",
+    "MKACTIVITY",
+    "MKCALENDAR",
+    "MKCOL",
+    "MKREDIRECTREF",
+    "MKWORKSPACE",
+    "MOVE",
+    "ORDERPATCH",
+    "PROPFIND",
+    "PROPPATCH",
+    "QUERY",
+    "REBIND",
+    "REPORT",
+    "SEARCH",
+    "UNBIND",
+    "UNCHECKOUT",
+    "UNLINK",
+    "UNLOCK",
+    "UPDATE",
+    "UPDATEREDIRECTREF",
+    "VERSION-CONTROL",
+];
 
 fn strip_prefix_ignore_case<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
     let head = s.get(..prefix.len())?;
@@ -467,8 +566,9 @@ fn list_elements(value: &[u8]) -> impl Iterator<Item = &[u8]> {
 }
 
 /// Trims OWS = *( SP / HTAB ). Other whitespace, like VT or FF, is kept so
-/// that it makes the value invalid rather than being silently ignored.
-pub(crate) fn trim_ows(mut s: &[u8]) -> &[u8] {
+/// that it makes the value invalid rather than being silently ignored. The
+/// one OWS trim of the workspace: `peregrine_files` parses its fields with it.
+pub fn trim_ows(mut s: &[u8]) -> &[u8] {
     while let [b' ' | b'\t', rest @ ..] = s {
         s = rest;
     }
@@ -515,7 +615,6 @@ mod tests {
     fn well_formed_heads_parse() {
         let ok: &[(&[u8], Framing, bool)] = &[
             (b"GET / HTTP/1.1\r\nHost: a\r\n\r\n", Framing::Empty, true),
-            (b"GET / HTTP/1.1\nHost: a\n\n", Framing::Empty, true),
             (b"\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n", Framing::Empty, true),
             (b"GET / HTTP/1.0\r\n\r\n", Framing::Empty, false),
             (
@@ -675,6 +774,22 @@ mod tests {
             (b"GET ftp://a/ HTTP/1.1\r\nHost: a\r\n\r\n", 400),
             (b"GET http:///x HTTP/1.1\r\nHost: a\r\n\r\n", 400),
             (b"GET http://a@b/ HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+            // A bare LF ends no line: the request line, a field line, the
+            // empty line, an empty line before the request line.
+            (b"GET / HTTP/1.1\nHost: a\n\n", 400),
+            (b"GET / HTTP/1.1\nHost: a\r\n\r\n", 400),
+            (b"GET / HTTP/1.1\r\nHost: a\r\n\n", 400),
+            (b"\nGET / HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+            (
+                b"GET / HTTP/1.1\r\nHost: localhost\r\nDummy: x\nContent-Length: 23\r\n\r\n\
+                  GET / HTTP/1.1\r\nDummy: GET /admin HTTP/1.1\r\nHost: localhost\r\n\r\n",
+                400,
+            ),
+            (
+                b"POST / HTTP/1.1\r\nHost: a\r\nx:x\nTransfer-Encoding: chunked\r\n\r\n",
+                400,
+            ),
+            (b"GET / HTTP/1.1\r\nHost: a\r\nX: a\nb\r\n\r\n", 400),
             // Host.
             (b"GET / HTTP/1.1\r\n\r\n", 400),
             (b"GET / HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n", 400),
@@ -688,6 +803,24 @@ mod tests {
             (b"GET / http/1.1\r\nHost: a\r\n\r\n", 400),
             // Expectations.
             (b"POST / HTTP/1.1\r\nHost: a\r\nExpect: 200-ok\r\n\r\n", 417),
+            // Methods: unknown ones and CONNECT are 501, a bad CONNECT
+            // target 400; registered ones reach the handler.
+            (b"ANNOUNCE / HTTP/1.1\r\nHost: a\r\n\r\n", 501),
+            (b"get / HTTP/1.1\r\nHost: a\r\n\r\n", 501),
+            (
+                b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n",
+                501,
+            ),
+            (b"CONNECT example.com HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+            (b"CONNECT example.com:https HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+            (b"CONNECT :443 HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+            (b"CONNECT a@b:443 HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+            (b"CONNECT http://a/ HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+            (b"CONNECT / HTTP/1.1\r\nHost: a\r\n\r\n", 400),
+            (b"PROPFIND / HTTP/1.1\r\nHost: a\r\n\r\n", 200),
+            (b"PATCH / HTTP/1.1\r\nHost: a\r\n\r\n", 200),
+            (b"TRACE / HTTP/1.1\r\nHost: a\r\n\r\n", 200),
+            (b"VERSION-CONTROL / HTTP/1.1\r\nHost: a\r\n\r\n", 200),
         ];
         for (bytes, want) in table {
             assert_eq!(status(bytes), *want, "{:?}", String::from_utf8_lossy(bytes));

@@ -5,6 +5,7 @@
 use std::io;
 use std::net::TcpListener;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use socket2::{Socket, Type};
 
@@ -13,10 +14,20 @@ const LISTEN_FDS_START: RawFd = 3;
 
 /// Takes the listening sockets systemd passed to this process, if any:
 /// `LISTEN_PID` must name this process and `LISTEN_FDS` say how many, from
-/// descriptor 3 on. The variables are removed so that children do not take
-/// the sockets too. Each socket must be a listening TCP socket; it is made
-/// non-blocking and close-on-exec.
+/// descriptor 3 on. Each socket must be a listening TCP socket; it is made
+/// non-blocking and close-on-exec. Only the first call takes them; later
+/// calls get none.
+///
+/// The variables are left in the environment: `std::env::remove_var` is
+/// unsound while other threads may read the environment (getenv in libc,
+/// DNS resolution), and this may run with workers alive. Nothing needs them
+/// gone: a child has another pid, so `LISTEN_PID` does not name it (sd_listen_fds(3) checks the same), and the
+/// descriptors are close-on-exec from here on.
 pub fn listen_fds() -> io::Result<Vec<TcpListener>> {
+    static TAKEN: AtomicBool = AtomicBool::new(false);
+    if TAKEN.swap(true, Ordering::AcqRel) {
+        return Ok(Vec::new());
+    }
     let for_us = std::env::var("LISTEN_PID")
         .ok()
         .and_then(|p| p.trim().parse::<u32>().ok())
@@ -28,9 +39,6 @@ pub fn listen_fds() -> io::Result<Vec<TcpListener>> {
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, format!("LISTEN_FDS={n:?} is not a count")))?,
         _ => return Ok(Vec::new()),
     };
-    for var in ["LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"] {
-        std::env::remove_var(var);
-    }
     let mut listeners = Vec::new();
     for fd in LISTEN_FDS_START..LISTEN_FDS_START.saturating_add(n) {
         // SAFETY: F_GETFD only reads the descriptor's flags; any integer
@@ -43,8 +51,8 @@ pub fn listen_fds() -> io::Result<Vec<TcpListener>> {
         }
         // SAFETY: systemd's protocol hands descriptors 3 .. 3 + LISTEN_FDS
         // to this process (LISTEN_PID checked above), and nothing else in
-        // the process owns them: the variables are removed, so this runs
-        // at most once per process for them.
+        // the process owns them: TAKEN lets this run at most once per
+        // process.
         let owned = unsafe { OwnedFd::from_raw_fd(fd) };
         let socket = Socket::from(owned);
         let listening = socket.r#type()? == Type::STREAM && socket.is_listener()?;

@@ -1,0 +1,468 @@
+//! HPACK (RFC 7541): the decoder for request header blocks, with its
+//! dynamic table, and the encoder for response heads.
+//!
+//! The decoder writes names and values into a caller's byte buffer and
+//! records their spans, so a warm connection decodes without allocating:
+//! the dynamic table reuses the buffers of the entries it evicts. The
+//! encoder never inserts into its dynamic table (RFC 7541 allows an encoder
+//! to use none): every field is a literal "without indexing", its name
+//! indexed from the static table when it is there, so the client's table
+//! size never matters to us.
+
+use super::huffman;
+
+/// The static table (RFC 7541 Appendix A), index 1 first.
+#[rustfmt::skip]
+pub(crate) const STATIC: [(&str, &str); 61] = [
+    (":authority", ""), (":method", "GET"), (":method", "POST"), (":path", "/"),
+    (":path", "/index.html"), (":scheme", "http"), (":scheme", "https"), (":status", "200"),
+    (":status", "204"), (":status", "206"), (":status", "304"), (":status", "400"),
+    (":status", "404"), (":status", "500"), ("accept-charset", ""), ("accept-encoding", "gzip, deflate"),
+    ("accept-language", ""), ("accept-ranges", ""), ("accept", ""), ("access-control-allow-origin", ""),
+    ("age", ""), ("allow", ""), ("authorization", ""), ("cache-control", ""),
+    ("content-disposition", ""), ("content-encoding", ""), ("content-language", ""), ("content-length", ""),
+    ("content-location", ""), ("content-range", ""), ("content-type", ""), ("cookie", ""),
+    ("date", ""), ("etag", ""), ("expect", ""), ("expires", ""),
+    ("from", ""), ("host", ""), ("if-match", ""), ("if-modified-since", ""),
+    ("if-none-match", ""), ("if-range", ""), ("if-unmodified-since", ""), ("last-modified", ""),
+    ("link", ""), ("location", ""), ("max-forwards", ""), ("proxy-authenticate", ""),
+    ("proxy-authorization", ""), ("range", ""), ("referer", ""), ("refresh", ""),
+    ("retry-after", ""), ("server", ""), ("set-cookie", ""), ("strict-transport-security", ""),
+    ("transfer-encoding", ""), ("user-agent", ""), ("vary", ""), ("via", ""),
+    ("www-authenticate", ""),
+];
+
+/// What an entry costs in the dynamic table besides its bytes (§4.1).
+const ENTRY_OVERHEAD: usize = 32;
+
+/// Why a header block cannot be decoded: a connection error of type
+/// COMPRESSION_ERROR (RFC 9113 §4.3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct HpackError(pub(crate) &'static str);
+
+/// One decoded field: spans into the caller's byte buffer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Field {
+    pub(crate) name: (u32, u32),
+    pub(crate) value: (u32, u32),
+}
+
+/// Where decoded fields go. Past `list_bytes_max` (names, values and 32
+/// bytes each, as SETTINGS_MAX_HEADER_LIST_SIZE counts) fields are still
+/// decoded, to keep the dynamic table in step with the client's, but no
+/// longer stored, and `oversized` is set.
+pub(crate) struct Sink<'a> {
+    pub(crate) bytes: &'a mut Vec<u8>,
+    pub(crate) fields: &'a mut Vec<Field>,
+    pub(crate) list_bytes_max: usize,
+    pub(crate) list_bytes: usize,
+    pub(crate) oversized: bool,
+}
+
+impl Sink<'_> {
+    fn push(&mut self, name: &[u8], value: &[u8]) {
+        self.list_bytes += name.len() + value.len() + ENTRY_OVERHEAD;
+        if self.list_bytes > self.list_bytes_max {
+            self.oversized = true;
+            return;
+        }
+        let at = self.bytes.len() as u32;
+        self.bytes.extend_from_slice(name);
+        self.bytes.extend_from_slice(value);
+        let name_len = name.len() as u32;
+        self.fields.push(Field {
+            name: (at, name_len),
+            value: (at + name_len, value.len() as u32),
+        });
+    }
+}
+
+/// The decoder's dynamic table: newest entry first.
+pub(crate) struct Decoder {
+    entries: std::collections::VecDeque<(Vec<u8>, Vec<u8>)>,
+    /// Buffers of evicted entries, reused by the next insertions.
+    spare: Vec<(Vec<u8>, Vec<u8>)>,
+    size: usize,
+    /// The size the client last chose with a size update.
+    size_max: usize,
+    /// Our SETTINGS_HEADER_TABLE_SIZE: the client may not choose more.
+    settings_size_max: usize,
+    /// Scratch for Huffman-decoded strings.
+    scratch: Vec<u8>,
+    scratch2: Vec<u8>,
+}
+
+impl Decoder {
+    pub(crate) fn new(settings_size_max: usize) -> Self {
+        Decoder {
+            entries: Default::default(),
+            spare: Vec::new(),
+            size: 0,
+            size_max: settings_size_max,
+            settings_size_max,
+            scratch: Vec::new(),
+            scratch2: Vec::new(),
+        }
+    }
+
+    /// Decodes one complete header block into `sink`.
+    pub(crate) fn decode(&mut self, mut block: &[u8], sink: &mut Sink<'_>) -> Result<(), HpackError> {
+        let mut first = true;
+        while let Some(&b) = block.first() {
+            if b & 0x80 != 0 {
+                // Indexed field (§6.1).
+                let index = integer(&mut block, 7)?;
+                let (name, value) = self.entry(index)?;
+                sink.push(name, value);
+            } else if b & 0xe0 == 0x20 {
+                // Dynamic table size update (§6.3): only at the start of a
+                // block (§4.2).
+                let size = integer(&mut block, 5)?;
+                if !first {
+                    return Err(HpackError("dynamic table size update after a field"));
+                }
+                if size > self.settings_size_max {
+                    return Err(HpackError("dynamic table size update above the settings"));
+                }
+                self.size_max = size;
+                self.evict(0);
+                continue;
+            } else {
+                // Literals (§6.2): with incremental indexing (01), without
+                // (0000) or never indexed (0001).
+                let (prefix, index_it) = if b & 0xc0 == 0x40 { (6, true) } else { (4, false) };
+                let index = integer(&mut block, prefix)?;
+                let mut name_buf = std::mem::take(&mut self.scratch);
+                let mut value_buf = std::mem::take(&mut self.scratch2);
+                name_buf.clear();
+                value_buf.clear();
+                let result = (|| {
+                    if index == 0 {
+                        string(&mut block, &mut name_buf)?;
+                    } else {
+                        name_buf.extend_from_slice(self.entry(index)?.0);
+                    }
+                    string(&mut block, &mut value_buf)
+                })();
+                if result.is_ok() {
+                    sink.push(&name_buf, &value_buf);
+                    if index_it {
+                        self.insert(&name_buf, &value_buf);
+                    }
+                }
+                self.scratch = name_buf;
+                self.scratch2 = value_buf;
+                result?;
+            }
+            first = false;
+        }
+        Ok(())
+    }
+
+    fn entry(&self, index: usize) -> Result<(&[u8], &[u8]), HpackError> {
+        match index {
+            0 => Err(HpackError("index 0")),
+            1..=61 => {
+                let (n, v) = STATIC[index - 1];
+                Ok((n.as_bytes(), v.as_bytes()))
+            }
+            _ => self
+                .entries
+                .get(index - 62)
+                .map(|(n, v)| (n.as_slice(), v.as_slice()))
+                .ok_or(HpackError("index past the dynamic table")),
+        }
+    }
+
+    fn insert(&mut self, name: &[u8], value: &[u8]) {
+        let size = name.len() + value.len() + ENTRY_OVERHEAD;
+        self.evict(size);
+        if size > self.size_max {
+            // An entry larger than the table empties it (§4.4).
+            return;
+        }
+        let (mut n, mut v) = self.spare.pop().unwrap_or_default();
+        n.clear();
+        v.clear();
+        n.extend_from_slice(name);
+        v.extend_from_slice(value);
+        self.entries.push_front((n, v));
+        self.size += size;
+    }
+
+    /// Evicts the oldest entries until `room` more bytes fit.
+    fn evict(&mut self, room: usize) {
+        while self.size + room > self.size_max {
+            let Some(old) = self.entries.pop_back() else {
+                break;
+            };
+            self.size -= old.0.len() + old.1.len() + ENTRY_OVERHEAD;
+            if self.spare.len() < 16 {
+                self.spare.push(old);
+            }
+        }
+    }
+}
+
+/// Reads an integer with an `n`-bit prefix (§5.1), at most 2^28.
+fn integer(block: &mut &[u8], n: u32) -> Result<usize, HpackError> {
+    let (&first, mut rest) = block.split_first().ok_or(HpackError("truncated integer"))?;
+    let mask = (1u32 << n) - 1;
+    let mut value = u32::from(first) & mask;
+    if value == mask {
+        let mut shift = 0;
+        loop {
+            let (&b, tail) = rest.split_first().ok_or(HpackError("truncated integer"))?;
+            rest = tail;
+            value = value
+                .checked_add(u32::from(b & 0x7f) << shift)
+                .filter(|&v| v < 1 << 28)
+                .ok_or(HpackError("integer too large"))?;
+            shift += 7;
+            if b & 0x80 == 0 {
+                break;
+            }
+            if shift > 21 {
+                return Err(HpackError("integer too large"));
+            }
+        }
+    }
+    *block = rest;
+    Ok(value as usize)
+}
+
+/// Reads a string literal (§5.2) into `out`.
+fn string(block: &mut &[u8], out: &mut Vec<u8>) -> Result<(), HpackError> {
+    let huffman = block.first().ok_or(HpackError("truncated string"))? & 0x80 != 0;
+    let len = integer(block, 7)?;
+    if len > block.len() {
+        return Err(HpackError("string longer than the block"));
+    }
+    let (bytes, rest) = block.split_at(len);
+    *block = rest;
+    if huffman {
+        huffman::decode(bytes, out).map_err(|_| HpackError("invalid Huffman string"))
+    } else {
+        out.extend_from_slice(bytes);
+        Ok(())
+    }
+}
+
+/// Appends an integer with an `n`-bit prefix; `first` holds the prefix's
+/// flag bits.
+pub(crate) fn write_integer(out: &mut Vec<u8>, first: u8, n: u32, mut value: usize) {
+    let mask = (1usize << n) - 1;
+    if value < mask {
+        out.push(first | value as u8);
+        return;
+    }
+    out.push(first | mask as u8);
+    value -= mask;
+    while value >= 0x80 {
+        out.push((value as u8 & 0x7f) | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
+}
+
+/// Appends a string literal, Huffman-coded when that is shorter.
+pub(crate) fn write_string(out: &mut Vec<u8>, s: &[u8]) {
+    let coded = huffman::encoded_len(s);
+    if coded < s.len() {
+        write_integer(out, 0x80, 7, coded);
+        huffman::encode(s, out);
+    } else {
+        write_integer(out, 0, 7, s.len());
+        out.extend_from_slice(s);
+    }
+}
+
+/// Appends `:status`: indexed when the static table has it (§6.1).
+pub(crate) fn write_status(out: &mut Vec<u8>, status: u16) {
+    let index = match status {
+        200 => 8,
+        204 => 9,
+        206 => 10,
+        304 => 11,
+        400 => 12,
+        404 => 13,
+        500 => 14,
+        _ => {
+            // Literal without indexing, name `:status` (index 8).
+            out.push(0x08);
+            out.push(3);
+            out.push(b'0' + (status / 100 % 10) as u8);
+            out.push(b'0' + (status / 10 % 10) as u8);
+            out.push(b'0' + (status % 10) as u8);
+            return;
+        }
+    };
+    out.push(0x80 | index);
+}
+
+/// Appends a field as a literal without indexing (§6.2.2). `name` must be
+/// lowercase already, or is lowercased here (field names are sent in
+/// lowercase in HTTP/2, RFC 9113 §8.2.1).
+pub(crate) fn write_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    match static_name_index(name) {
+        Some(index) => write_integer(out, 0, 4, index),
+        None => {
+            out.push(0);
+            write_integer(out, 0, 7, name.len());
+            out.extend(name.iter().map(u8::to_ascii_lowercase));
+        }
+    }
+    write_string(out, value);
+}
+
+/// The static table's index for a field name (any case), if it has one.
+fn static_name_index(name: &[u8]) -> Option<usize> {
+    // The pseudo-fields (1..=14) are not response field names.
+    STATIC[14..]
+        .iter()
+        .position(|(n, _)| n.as_bytes().eq_ignore_ascii_case(name))
+        .map(|i| i + 15)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hex(s: &str) -> Vec<u8> {
+        let s: String = s.split_whitespace().collect();
+        (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+    }
+
+    fn decode_all(dec: &mut Decoder, block: &[u8]) -> Result<Vec<(String, String)>, HpackError> {
+        let (mut bytes, mut fields) = (Vec::new(), Vec::new());
+        let mut sink = Sink {
+            bytes: &mut bytes,
+            fields: &mut fields,
+            list_bytes_max: 1 << 20,
+            list_bytes: 0,
+            oversized: false,
+        };
+        dec.decode(block, &mut sink)?;
+        let s = |(at, len): (u32, u32)| String::from_utf8(bytes[at as usize..(at + len) as usize].to_vec()).unwrap();
+        Ok(fields.iter().map(|f| (s(f.name), s(f.value))).collect())
+    }
+
+    fn pairs(list: &[(&str, &str)]) -> Vec<(String, String)> {
+        list.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect()
+    }
+
+    /// RFC 7541 Appendix C.3 (no Huffman) and C.4 (Huffman): three requests
+    /// on one connection, each relying on the table the last one built.
+    #[test]
+    fn rfc_request_examples() {
+        for blocks in [
+            [
+                "8286 8441 0f77 7777 2e65 7861 6d70 6c65 2e63 6f6d",
+                "8286 84be 5808 6e6f 2d63 6163 6865",
+                "8287 85bf 400a 6375 7374 6f6d 2d6b 6579 0c63 7573 746f 6d2d 7661 6c75 65",
+            ],
+            [
+                "8286 8441 8cf1 e3c2 e5f2 3a6b a0ab 90f4 ff",
+                "8286 84be 5886 a8eb 1064 9cbf",
+                "8287 85bf 4088 25a8 49e9 5ba9 7d7f 8925 a849 e95b b8e8 b4bf",
+            ],
+        ] {
+            let mut dec = Decoder::new(4096);
+            assert_eq!(
+                decode_all(&mut dec, &hex(blocks[0])).unwrap(),
+                pairs(&[(":method", "GET"), (":scheme", "http"), (":path", "/"), (":authority", "www.example.com")])
+            );
+            assert_eq!(
+                decode_all(&mut dec, &hex(blocks[1])).unwrap(),
+                pairs(&[
+                    (":method", "GET"),
+                    (":scheme", "http"),
+                    (":path", "/"),
+                    (":authority", "www.example.com"),
+                    ("cache-control", "no-cache")
+                ])
+            );
+            assert_eq!(
+                decode_all(&mut dec, &hex(blocks[2])).unwrap(),
+                pairs(&[
+                    (":method", "GET"),
+                    (":scheme", "https"),
+                    (":path", "/index.html"),
+                    (":authority", "www.example.com"),
+                    ("custom-key", "custom-value")
+                ])
+            );
+            assert_eq!(dec.size, 164);
+        }
+    }
+
+    #[test]
+    fn eviction_keeps_the_table_within_its_size() {
+        let mut dec = Decoder::new(100);
+        // Two literal-with-indexing fields of 32 + 10 + 20 = 62 bytes each.
+        let mut block = Vec::new();
+        for v in [b"aaaaaaaaaaaaaaaaaaaa", b"bbbbbbbbbbbbbbbbbbbb"] {
+            block.push(0x40);
+            write_integer(&mut block, 0, 7, 10);
+            block.extend_from_slice(b"custom-key");
+            write_integer(&mut block, 0, 7, 20);
+            block.extend_from_slice(v);
+        }
+        decode_all(&mut dec, &block).unwrap();
+        assert_eq!(dec.entries.len(), 1);
+        assert_eq!(dec.size, 62);
+        // Index 62 is the newest: the b's.
+        assert_eq!(decode_all(&mut dec, &[0x80 | 62]).unwrap()[0].1, "b".repeat(20));
+        assert!(decode_all(&mut dec, &[0x80 | 63]).is_err());
+    }
+
+    #[test]
+    fn malformed_blocks_are_compression_errors() {
+        let mut dec = Decoder::new(4096);
+        for bad in [
+            &[0x80][..],                  // index 0
+            &[0xff, 0x80],                // truncated integer
+            &[0xbe],                      // empty dynamic table
+            &[0x82, 0x3f, 0xe1, 0x1f],    // size update after a field
+            &[0x3f, 0xe2, 0x1f],          // size update above 4096
+            &[0x00, 0x05, b'a'],          // string past the end
+            &[0x00, 0x81, 0x00, 0x00],    // Huffman padding of zeros
+            &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f], // integer overflow
+        ] {
+            assert!(decode_all(&mut dec, bad).is_err(), "{bad:x?}");
+        }
+    }
+
+    #[test]
+    fn encoded_fields_decode_back() {
+        let mut block = Vec::new();
+        for status in [200, 404, 418, 503] {
+            block.clear();
+            write_status(&mut block, status);
+            write_field(&mut block, b"Content-Type", b"text/plain; charset=utf-8");
+            write_field(&mut block, b"X-Custom", b"Value");
+            let got = decode_all(&mut Decoder::new(4096), &block).unwrap();
+            assert_eq!(
+                got,
+                pairs(&[
+                    (":status", &status.to_string()),
+                    ("content-type", "text/plain; charset=utf-8"),
+                    ("x-custom", "Value")
+                ])
+            );
+        }
+    }
+
+    #[test]
+    fn integers_round_trip() {
+        for n in [1, 4, 5, 6, 7] {
+            for v in [0, 1, 30, 31, 126, 127, 128, 1337, 1 << 20] {
+                let mut out = Vec::new();
+                write_integer(&mut out, 0, n, v);
+                let mut s = &out[..];
+                assert_eq!(integer(&mut s, n).unwrap(), v);
+                assert!(s.is_empty());
+            }
+        }
+    }
+}

@@ -1,0 +1,290 @@
+//! A request's header block as HTTP/2 delivers it: the pseudo-fields and
+//! fields checked against RFC 9113 §8.2–§8.3, then shown to handlers as
+//! the `httparse::Header` list an HTTP/1.1 request gives them.
+
+use super::hpack::Field;
+
+/// Where a stream keeps its decoded request head.
+#[derive(Default)]
+pub(crate) struct Head {
+    /// Names and values, back to back; `fields` and the pseudo-fields hold
+    /// spans into it.
+    pub(crate) bytes: Vec<u8>,
+    pub(crate) fields: Vec<Field>,
+    pub(crate) method: Option<Field>,
+    pub(crate) scheme: Option<Field>,
+    pub(crate) path: Option<Field>,
+    pub(crate) authority: Option<Field>,
+    pub(crate) content_length: Option<u64>,
+}
+
+/// Why a request head is refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Refusal {
+    /// Malformed (§8.1.1): a stream error of type PROTOCOL_ERROR.
+    Malformed(&'static str),
+}
+
+impl Head {
+    pub(crate) fn clear(&mut self) {
+        self.bytes.clear();
+        self.fields.clear();
+        self.method = None;
+        self.scheme = None;
+        self.path = None;
+        self.authority = None;
+        self.content_length = None;
+    }
+
+    pub(crate) fn span(&self, (at, len): (u32, u32)) -> &[u8] {
+        &self.bytes[at as usize..(at + len) as usize]
+    }
+
+    /// Sorts the decoded fields into pseudo-fields and fields, checking
+    /// each rule of §8.2 and §8.3.1. `fields` holds everything decoded.
+    pub(crate) fn check_request(&mut self) -> Result<(), Refusal> {
+        let mut regular_seen = false;
+        let mut kept = 0;
+        let mut n_cookies = 0;
+        for i in 0..self.fields.len() {
+            let f = self.fields[i];
+            let name = self.span(f.name);
+            let value = self.span(f.value);
+            if name.is_empty() {
+                return Err(Refusal::Malformed("empty field name"));
+            }
+            if !value_is_valid(value) {
+                return Err(Refusal::Malformed("invalid field value"));
+            }
+            if name[0] == b':' {
+                if regular_seen {
+                    return Err(Refusal::Malformed("pseudo-field after a field"));
+                }
+                let slot = match name {
+                    b":method" => &mut self.method,
+                    b":scheme" => &mut self.scheme,
+                    b":path" => &mut self.path,
+                    b":authority" => &mut self.authority,
+                    _ => return Err(Refusal::Malformed("unknown pseudo-field")),
+                };
+                if slot.replace(f).is_some() {
+                    return Err(Refusal::Malformed("repeated pseudo-field"));
+                }
+                continue;
+            }
+            regular_seen = true;
+            if !name.iter().all(|&b| is_lower_tchar(b)) {
+                return Err(Refusal::Malformed("field name not a lowercase token"));
+            }
+            match name {
+                b"connection" | b"keep-alive" | b"proxy-connection" | b"transfer-encoding" | b"upgrade" => {
+                    return Err(Refusal::Malformed("connection-specific field"));
+                }
+                b"te" if value != b"trailers" => return Err(Refusal::Malformed("TE other than trailers")),
+                b"content-length" => {
+                    let n = parse_length(value).ok_or(Refusal::Malformed("invalid content-length"))?;
+                    if self.content_length.is_some_and(|m| m != n) {
+                        return Err(Refusal::Malformed("conflicting content-length"));
+                    }
+                    self.content_length = Some(n);
+                }
+                b"cookie" => n_cookies += 1,
+                _ => {}
+            }
+            self.fields[kept] = f;
+            kept += 1;
+        }
+        self.fields.truncate(kept);
+        let method = self.method.ok_or(Refusal::Malformed("no :method"))?;
+        let method = self.span(method.value);
+        if method.is_empty() || !method.iter().all(|&b| crate::codec::head::is_token(&[b])) {
+            return Err(Refusal::Malformed("invalid :method"));
+        }
+        if method == b"CONNECT" {
+            // §8.5: only :method and :authority.
+            if self.scheme.is_some() || self.path.is_some() || self.authority.is_none() {
+                return Err(Refusal::Malformed("CONNECT with :scheme or :path, or without :authority"));
+            }
+        } else {
+            let path = self.path.ok_or(Refusal::Malformed("no :path"))?;
+            self.scheme.ok_or(Refusal::Malformed("no :scheme"))?;
+            let path = self.span(path.value);
+            if path.is_empty() {
+                return Err(Refusal::Malformed("empty :path"));
+            }
+            if !(path[0] == b'/' || (path == b"*" && method == b"OPTIONS")) {
+                return Err(Refusal::Malformed(":path neither absolute nor *"));
+            }
+            if !path.iter().all(|&b| (0x21..0x7f).contains(&b)) {
+                return Err(Refusal::Malformed("invalid byte in :path"));
+            }
+        }
+        if let Some(a) = self.authority {
+            if !self.span(a.value).iter().all(|&b| (0x21..0x7f).contains(&b) && b != b'@') {
+                return Err(Refusal::Malformed("invalid :authority"));
+            }
+        }
+        if n_cookies > 1 {
+            self.join_cookies();
+        }
+        Ok(())
+    }
+
+    /// §8.2.3: cookie fields split for compression are joined with "; "
+    /// into one, as an HTTP/1.1 request would carry them.
+    fn join_cookies(&mut self) {
+        let start = self.bytes.len() as u32;
+        self.bytes.extend_from_slice(b"cookie");
+        let mut first = true;
+        for i in 0..self.fields.len() {
+            let f = self.fields[i];
+            if self.span(f.name) != b"cookie" {
+                continue;
+            }
+            if !first {
+                self.bytes.extend_from_slice(b"; ");
+            }
+            first = false;
+            let (at, len) = f.value;
+            self.bytes.extend_from_within(at as usize..(at + len) as usize);
+        }
+        let joined = Field {
+            name: (start, 6),
+            value: (start + 6, self.bytes.len() as u32 - start - 6),
+        };
+        let mut placed = false;
+        self.fields.retain_mut(|f| {
+            if self.bytes[f.name.0 as usize..(f.name.0 + f.name.1) as usize] != *b"cookie" {
+                return true;
+            }
+            if placed {
+                return false;
+            }
+            placed = true;
+            *f = joined;
+            true
+        });
+    }
+
+    /// Checks a trailer section (§8.1): no pseudo-fields.
+    pub(crate) fn check_trailers(&self, fields: &[Field]) -> Result<(), Refusal> {
+        for f in fields {
+            let name = self.span(f.name);
+            if name.first() == Some(&b':') {
+                return Err(Refusal::Malformed("pseudo-field in trailers"));
+            }
+            if name.is_empty() || !name.iter().all(|&b| is_lower_tchar(b)) {
+                return Err(Refusal::Malformed("field name not a lowercase token"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The pseudo-field's value as text (checked ASCII above).
+    pub(crate) fn text(&self, f: Option<Field>) -> Option<&str> {
+        f.and_then(|f| std::str::from_utf8(self.span(f.value)).ok())
+    }
+
+    /// Fills `out` with the fields as `httparse::Header`s; returns how many.
+    pub(crate) fn fill<'a>(&'a self, out: &mut [httparse::Header<'a>]) -> usize {
+        let mut n = 0;
+        for f in &self.fields {
+            if n == out.len() {
+                break;
+            }
+            // Names were checked to be ASCII tokens.
+            let Ok(name) = std::str::from_utf8(self.span(f.name)) else {
+                continue;
+            };
+            out[n] = httparse::Header {
+                name,
+                value: self.span(f.value),
+            };
+            n += 1;
+        }
+        n
+    }
+}
+
+fn is_lower_tchar(b: u8) -> bool {
+    !b.is_ascii_uppercase() && crate::codec::head::is_token(&[b])
+}
+
+/// §8.2.1: no NUL, CR or LF, and no whitespace at either end.
+fn value_is_valid(v: &[u8]) -> bool {
+    let edge = |b: Option<&u8>| !matches!(b, Some(b' ' | b'\t'));
+    edge(v.first()) && edge(v.last()) && !v.iter().any(|&b| b == 0 || b == b'\r' || b == b'\n')
+}
+
+fn parse_length(v: &[u8]) -> Option<u64> {
+    if v.is_empty() || v.len() > 19 || !v.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(v).ok()?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(fields: &[(&str, &str)]) -> Head {
+        let mut h = Head::default();
+        for (n, v) in fields {
+            let at = h.bytes.len() as u32;
+            h.bytes.extend_from_slice(n.as_bytes());
+            h.bytes.extend_from_slice(v.as_bytes());
+            h.fields.push(Field {
+                name: (at, n.len() as u32),
+                value: (at + n.len() as u32, v.len() as u32),
+            });
+        }
+        h
+    }
+
+    const BASE: [(&str, &str); 4] = [(":method", "GET"), (":scheme", "https"), (":path", "/"), (":authority", "a")];
+
+    #[test]
+    fn a_plain_request_passes_and_keeps_its_fields() {
+        let mut h = head(&[BASE[0], BASE[1], BASE[2], BASE[3], ("accept", "*/*"), ("content-length", "0")]);
+        h.check_request().unwrap();
+        assert_eq!(h.fields.len(), 2);
+        assert_eq!(h.text(h.path), Some("/"));
+        assert_eq!(h.content_length, Some(0));
+    }
+
+    #[test]
+    fn malformed_requests_are_refused() {
+        let cases: &[&[(&str, &str)]] = &[
+            &[BASE[1], BASE[2]],                                          // no :method
+            &[BASE[0], BASE[2]],                                          // no :scheme
+            &[BASE[0], BASE[1]],                                          // no :path
+            &[BASE[0], BASE[1], (":path", "")],                           // empty :path
+            &[BASE[0], BASE[0], BASE[1], BASE[2]],                        // repeated
+            &[BASE[0], BASE[1], BASE[2], (":status", "200")],             // response pseudo
+            &[BASE[0], BASE[1], BASE[2], (":foo", "x")],                  // unknown pseudo
+            &[BASE[0], BASE[1], ("x", "y"), BASE[2]],                     // pseudo after field
+            &[BASE[0], BASE[1], BASE[2], ("X-Upper", "y")],               // uppercase
+            &[BASE[0], BASE[1], BASE[2], ("connection", "keep-alive")],   // connection-specific
+            &[BASE[0], BASE[1], BASE[2], ("te", "gzip")],                 // TE
+            &[BASE[0], BASE[1], BASE[2], ("x", "a\r\nb")],                // CRLF in value
+            &[BASE[0], BASE[1], BASE[2], ("x", " padded")],               // leading space
+            &[BASE[0], BASE[1], BASE[2], ("content-length", "1x")],       // bad length
+            &[BASE[0], BASE[1], (":path", "/a b")],                       // space in path
+            &[(":method", "CONNECT"), BASE[1], BASE[2], BASE[3]],         // CONNECT with :path
+        ];
+        for fields in cases {
+            assert!(head(fields).check_request().is_err(), "{fields:?}");
+        }
+    }
+
+    #[test]
+    fn cookies_are_joined() {
+        let mut h = head(&[BASE[0], BASE[1], BASE[2], ("cookie", "a=1"), ("x", "y"), ("cookie", "b=2")]);
+        h.check_request().unwrap();
+        let mut out = [httparse::EMPTY_HEADER; 8];
+        let n = h.fill(&mut out);
+        assert_eq!(n, 2);
+        assert_eq!((out[0].name, out[0].value), ("cookie", &b"a=1; b=2"[..]));
+        assert_eq!(out[1].name, "x");
+    }
+}

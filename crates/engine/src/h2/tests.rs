@@ -1,0 +1,1 @@
+//! Tests of the HTTP/2 session, driven by scripted frames.

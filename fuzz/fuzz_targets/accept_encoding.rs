@@ -1,0 +1,24 @@
+//! Accept-Encoding negotiation on arbitrary values: never panics, chooses
+//! only a coding that is available, and says identity when the field is
+//! absent.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use peregrine_files::encoding::{negotiate, Encoding};
+
+fuzz_target!(|input: (u8, &[u8])| {
+    let (mask, value) = input;
+    // Any subset of the codings on disk, in Encoding::ALL's order.
+    let available: Vec<Encoding> = Encoding::ALL
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| mask & (1 << i) != 0)
+        .map(|(_, e)| *e)
+        .collect();
+    let chosen = negotiate(Some(value), &available);
+    if let Some(c) = chosen {
+        assert!(available.contains(&c), "{c:?} is not among {available:?}");
+    }
+    assert_eq!(negotiate(Some(value), &available), chosen, "not deterministic");
+    assert_eq!(negotiate(None, &available), None);
+});
