@@ -22,9 +22,9 @@
 //!
 //! SIGHUP's older meanings are part of this: certificates are read again by
 //! building the generation, and an archive at the same path (and mode) is
-//! kept and asked to reload ([`ArchiveServer::reload`]), once. The archive
-//! is opened without its own SIGHUP handler, so exactly one thing happens
-//! per signal: this reload.
+//! kept and asked to reload ([`ArchiveServer::reload`]), once. The
+//! libraries install no signal handler (the binary owns every signal), so
+//! exactly one thing happens per signal: this reload.
 
 use std::ffi::OsString;
 use std::net::SocketAddr;
@@ -406,7 +406,7 @@ fn start(
         .filter(|a| a.root == *root && a.mode == mode);
     let (server, kept) = match same {
         Some(same) => (same.server.clone(), true),
-        None => (ArchiveServer::open_without_sighup(root, mode)?, false),
+        None => (ArchiveServer::open(root, mode)?, false),
     };
     let running = srv.start(sandbox::planted_bug(server.clone()))?;
     let served = ServedArchive {

@@ -410,6 +410,14 @@ impl Running {
     ///
     /// Under systemd (`NOTIFY_SOCKET`), sends `READY=1` now and
     /// `STOPPING=1` when shutting down.
+    ///
+    /// A convenience for programs that want these meanings: it installs
+    /// handlers for those signals because the program asked for them by
+    /// calling it. Nothing else in Peregrine's libraries installs a signal
+    /// handler. A program that owns its signals (the `peregrine` binary
+    /// does) calls [`Running::join`] instead and acts on its own handlers
+    /// with [`ShutdownHandle::shutdown`], [`Running::reopen_logs`] and
+    /// [`TlsConfig::reload`].
     pub fn wait(self) -> Result<(), Error> {
         use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
         let handle = self.shutdown_handle();
