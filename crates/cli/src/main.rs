@@ -2,6 +2,7 @@
 
 mod config;
 mod docs;
+mod logger;
 mod reload;
 mod sandbox;
 
@@ -197,7 +198,12 @@ struct ServerArgs {
     /// The access log's format: `combined` (Combined Log Format) or `json`.
     #[arg(long, default_value = "combined", value_name = "FORMAT")]
     access_log_format: peregrine::LogFormat,
-    /// The least severe error-log lines written to standard error: `error`,
+    /// Append the error log (what the server says it does, warnings,
+    /// errors) to PATH instead of standard error; SIGUSR1 reopens it, as
+    /// it does the access log. Default: standard error.
+    #[arg(long, value_name = "PATH")]
+    error_log: Option<PathBuf>,
+    /// The least severe error-log lines written: `error`,
     /// `warn`, `info` or `debug` (per-connection detail such as failed TLS
     /// handshakes; `PEREGRINE_DEBUG=1` also turns it on). Default: info.
     #[arg(long, value_name = "LEVEL")]
@@ -458,6 +464,7 @@ impl LimitArgs {
 }
 
 fn main() -> ExitCode {
+    logger::install();
     // Flags, PEREGRINE_* variables and a --config file, merged (config.rs).
     let argv: Vec<OsString> = std::env::args_os().collect();
     let result = config::parse::<Cli>(argv.clone()).and_then(|invocation| match invocation {

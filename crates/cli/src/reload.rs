@@ -107,7 +107,7 @@ struct Process {
 }
 
 /// Runs `hello` or `serve` until SIGINT or SIGTERM, reloading on SIGHUP
-/// and reopening the access log on SIGUSR1.
+/// and reopening the access and error logs on SIGUSR1.
 pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
     // Before anything is bound: from now on a SIGHUP reloads, it does not
@@ -168,10 +168,17 @@ pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()>
                 }
                 let _ = peregrine::systemd::notify("READY=1");
             }
-            SIGUSR1 => match current.running.reopen_logs() {
-                Ok(()) => log::info(format_args!("access log reopened")),
-                Err(e) => log::error(format_args!("{e}; still writing to the old file")),
-            },
+            SIGUSR1 => {
+                match crate::logger::reopen() {
+                    Ok(true) => log::info(format_args!("error log reopened")),
+                    Ok(false) => {}
+                    Err(e) => log::error(format_args!("{e}; still writing to the old file")),
+                }
+                match current.running.reopen_logs() {
+                    Ok(()) => log::info(format_args!("access log reopened")),
+                    Err(e) => log::error(format_args!("{e}; still writing to the old file")),
+                }
+            }
             _ => break,
         }
     }
@@ -272,6 +279,7 @@ fn build(
     if let Some(path) = &args.access_log {
         srv = srv.access_log(AccessLog::from_arg(path));
     }
+    let error_log = crate::logger::Route::to(args.error_log.as_deref())?;
 
     // The addresses, in the order they are shown: `--bind` (or the
     // default), systemd's, the redirecting one.
@@ -337,6 +345,7 @@ fn build(
     };
 
     // Started: from here on nothing fails.
+    error_log.apply();
     match (args.metrics, metrics_server) {
         (_, Some(new)) => {
             if let Some((_, old)) = process.metrics_server.replace(new) {

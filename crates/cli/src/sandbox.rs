@@ -2,7 +2,7 @@
 //! settings: what it may read (the root, or the archive's directory; the
 //! certificates' and the configuration file's directories; the resolver's
 //! files in /etc, for host names in `--bind`) and where it may
-//! write (the access log's directory). Set up once, in the main thread
+//! write (the access and error logs' directories). Set up once, in the main thread
 //! before the first generation starts any thread; a reload must stay within
 //! it.
 
@@ -112,6 +112,11 @@ fn policy(command: &Command, argv: &[OsString]) -> anyhow::Result<Policy> {
         policy
             .append(&parent(Path::new(log)))
             .with_context(|| format!("the access log {log}"))?;
+    }
+    if let Some(log) = &args.error_log {
+        policy
+            .append(&parent(log))
+            .with_context(|| format!("the error log {}", log.display()))?;
     }
     Ok(policy)
 }

@@ -286,3 +286,53 @@ impl Drop for KillOnDrop {
         }
     }
 }
+
+/// Waits until `path` holds a line containing `needle`; returns the file.
+fn file_with(path: &std::path::Path, needle: &str) -> String {
+    let deadline = std::time::Instant::now() + common::PATIENCE;
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if text.contains(needle) {
+            return text;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no {needle:?} in {}: {text}",
+            path.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn the_error_log_goes_to_a_file_that_sigusr1_reopens() {
+    let dir = common::Scratch::new("peregrine-error-log");
+    let log = dir.path("error.log");
+    let mut child = peregrine()
+        .args(["hello", "--bind", "127.0.0.1:0", "--workers", "1", "--error-log"])
+        .arg(&log)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Today's lines, in the file: the sandbox's and the address.
+    let first = file_with(&log, " on http://");
+    assert!(first.starts_with("peregrine: sandbox"), "{first}");
+    let addr = last_addr(first.lines().next().unwrap());
+    assert!(get(&addr, "/").ends_with("Hello, World!"));
+    std::fs::rename(&log, dir.path("error.log.1")).unwrap();
+    let status = Command::new("kill")
+        .args(["-USR1", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let new = file_with(&log, "peregrine: access log reopened\n");
+    assert_eq!(new, "peregrine: error log reopened\nperegrine: access log reopened\n");
+    let mut stderr = child.stderr.take().unwrap();
+    terminate(child);
+    // Nothing went to standard error.
+    let mut said = String::new();
+    stderr.read_to_string(&mut said).unwrap();
+    assert_eq!(said, "");
+    let old = std::fs::read_to_string(dir.path("error.log.1")).unwrap();
+    assert!(!old.contains("reopened"), "{old}");
+}
