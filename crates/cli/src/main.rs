@@ -195,7 +195,15 @@ struct ServerArgs {
     /// SIGUSR1 reopens the file (for logrotate). Default: none.
     #[arg(long, value_name = "PATH|-")]
     access_log: Option<String>,
-    /// The access log's format: `combined` (Combined Log Format) or `json`.
+    /// The access log's format: `combined` (Combined Log Format), `json`
+    /// (with host, protocol and duration_us), or a template of nginx-like
+    /// variables, e.g. `'$remote_addr "$request" $status $body_bytes_sent
+    /// $request_time_us $host'`: $remote_addr, $remote_port, $time_local,
+    /// $time_iso8601, $request, $request_method, $request_uri, $protocol
+    /// (or $server_protocol), $host (or $http_host), $status,
+    /// $body_bytes_sent, $request_time_us, $request_time (seconds),
+    /// $http_referer, $http_user_agent; `${name}` when a letter follows.
+    /// An unknown variable is refused at start. Default: combined.
     #[arg(long, default_value = "combined", value_name = "FORMAT")]
     access_log_format: peregrine::LogFormat,
     /// Append the error log (what the server says it does, warnings,

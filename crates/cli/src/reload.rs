@@ -270,7 +270,7 @@ fn build(
     };
     let mut srv = Server::new()
         .limits(args.limits.to_limits()?)
-        .access_log_format(args.access_log_format);
+        .access_log_format(args.access_log_format.clone());
     if first {
         srv = srv.run_as(process.run_as.clone());
     }

@@ -336,3 +336,43 @@ fn the_error_log_goes_to_a_file_that_sigusr1_reopens() {
     let old = std::fs::read_to_string(dir.path("error.log.1")).unwrap();
     assert!(!old.contains("reopened"), "{old}");
 }
+
+#[test]
+fn an_access_log_template_is_written_and_an_unknown_variable_refused() {
+    let out = peregrine()
+        .args([
+            "check-config",
+            "hello",
+            "--access-log-format",
+            "$remote_addr $bytes_sent",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("unknown variable $bytes_sent in the access log format (known: $remote_addr"),
+        "{err}"
+    );
+
+    let dir = common::Scratch::new("peregrine-template");
+    let log = dir.path("access.log");
+    let mut child = peregrine()
+        .args(["hello", "--bind", "127.0.0.1:0", "--workers", "1"])
+        .args([
+            "--access-log-format",
+            "$host \"$request\" $protocol $status $body_bytes_sent $request_time_us",
+        ])
+        .arg("--access-log")
+        .arg(&log)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let addr = served_addr(&mut child);
+    get(&addr, "/t");
+    terminate(child);
+    let line = std::fs::read_to_string(&log).unwrap();
+    let (start, us) = line.trim_end().rsplit_once(' ').unwrap();
+    assert_eq!(start, "x \"GET /t HTTP/1.1\" HTTP/1.1 200 13", "{line}");
+    us.parse::<u64>().unwrap();
+}

@@ -284,7 +284,7 @@ impl Server {
                 handler: handler.clone(),
                 redirect: redirect.clone(),
                 limits: self.limits.clone(),
-                log: sink.clone().map(|s| LogWriter::new(s, self.log_format)),
+                log: sink.clone().map(|s| LogWriter::new(s, self.log_format.clone())),
                 mailbox,
                 shutdown: flag.clone(),
                 keep_idle: keep_idle.clone(),
