@@ -404,7 +404,7 @@ impl Running {
     /// access log file ([`Running::reopen_logs`]).
     ///
     /// With TLS addresses, SIGHUP reloads their certificates
-    /// ([`TlsConfig::reload`]) and prints a line saying how it went; a
+    /// ([`TlsConfig::reload`]) and logs a line saying how it went; a
     /// failed reload keeps the certificates loaded before. Without TLS,
     /// SIGHUP keeps its default meaning here.
     ///

@@ -463,3 +463,31 @@ fn a_template_logs_host_protocol_and_duration_for_deferred_answers_too() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Signals belong to the program: a running server, its access log and
+/// its reopening install no handler (only `Running::wait` does, when
+/// called). SigCgt in /proc/self/status is the mask of caught signals.
+#[test]
+fn a_server_installs_no_signal_handler() {
+    let dir = std::env::temp_dir().join(format!("peregrine-nosig-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let server = Server::new()
+        .bind("127.0.0.1:0")
+        .workers(1)
+        .access_log(AccessLog::File(dir.join("access.log")))
+        .start(hello)
+        .unwrap();
+    let mut c = Client::connect(server.local_addr());
+    c.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(c.response().status, 200);
+    server.reopen_logs().unwrap();
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let mask = status.lines().find_map(|l| l.strip_prefix("SigCgt:")).unwrap();
+    let caught = u64::from_str_radix(mask.trim(), 16).unwrap();
+    for signal in [libc::SIGHUP, libc::SIGINT, libc::SIGTERM, libc::SIGUSR1, libc::SIGIO] {
+        assert_eq!(caught & (1 << (signal - 1)), 0, "signal {signal} has a handler");
+    }
+    server.shutdown();
+    server.join().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
