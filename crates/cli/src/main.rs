@@ -234,6 +234,11 @@ struct ServerArgs {
     /// and every system call serving does not need (EPERM).
     #[arg(long)]
     no_sandbox: bool,
+    /// Speak HTTP/1.1 only: no HTTP/2 by ALPN on TLS listeners, and no
+    /// HTTP/2 with prior knowledge (h2c) on cleartext ones. Default: both
+    /// protocols, on every listener.
+    #[arg(long)]
+    no_http2: bool,
     #[command(flatten)]
     limits: LimitArgs,
     #[command(flatten)]
@@ -420,6 +425,10 @@ struct LimitArgs {
     /// client reads.
     #[arg(long, value_name = "BYTES", default_value = Limits::default().write_buffer_bytes_max.to_string(), value_parser = within(Limits::WRITE_BUFFER_BYTES_MAX_RANGE))]
     write_buffer_bytes_max: Option<usize>,
+    /// Most concurrent streams per HTTP/2 connection (more are refused
+    /// with RST_STREAM).
+    #[arg(long, value_name = "N", default_value = Limits::default().h2_streams_max.to_string(), value_parser = within(Limits::H2_STREAMS_MAX_RANGE))]
+    h2_streams_max: Option<u32>,
     /// Seconds given to requests in flight on shutdown.
     #[arg(long, value_name = "SECS", default_value = Limits::default().shutdown_timeout.as_secs_f64().to_string(), value_parser = seconds_within(Limits::TIMEOUT_RANGE))]
     shutdown_timeout: Option<f64>,
@@ -463,6 +472,9 @@ impl LimitArgs {
         }
         if let Some(v) = self.write_buffer_bytes_max {
             l.write_buffer_bytes_max = v;
+        }
+        if let Some(v) = self.h2_streams_max {
+            l.h2_streams_max = v;
         }
         if let Some(v) = self.shutdown_timeout {
             l.shutdown_timeout = secs("shutdown-timeout", v)?;

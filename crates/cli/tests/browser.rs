@@ -39,14 +39,13 @@ fn example_site() -> PathBuf {
 
 /// Starts `peregrine serve WHAT` (a directory or an archive) on a free port
 /// and returns it with its URL, read from the line it prints once it listens.
-fn serve(what: &Path) -> (Server, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_peregrine"))
-        .arg("serve")
-        .arg(what)
-        .args(["--bind", "127.0.0.1:0"])
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("cannot start peregrine");
+fn serve(what: &Path, tls: Option<&(PathBuf, PathBuf)>) -> (Server, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_peregrine"));
+    cmd.arg("serve").arg(what).args(["--bind", "127.0.0.1:0"]);
+    if let Some((cert, key)) = tls {
+        cmd.arg("--tls-cert").arg(cert).arg("--tls-key").arg(key);
+    }
+    let mut child = cmd.stderr(Stdio::piped()).spawn().expect("cannot start peregrine");
     let stderr = BufReader::new(child.stderr.take().unwrap());
     let mut server = Server { child, stderr };
     let mut printed = String::new();
@@ -55,10 +54,11 @@ fn serve(what: &Path) -> (Server, String) {
         if server.stderr.read_line(&mut line).unwrap() == 0 {
             panic!("peregrine serve exited without saying where it listens; it printed: {printed:?}");
         }
-        // "peregrine: serving SITE on http://127.0.0.1:PORT/"
-        if let Some((_, url)) = line.trim().rsplit_once(" on http://") {
-            let url = format!("http://{url}");
-            return (server, url);
+        // "peregrine: serving SITE on http://127.0.0.1:PORT/" (https://)
+        if let Some((_, url)) = line.trim().rsplit_once(" on ") {
+            if url.starts_with("http://") || url.starts_with("https://") {
+                return (server, url.to_owned());
+            }
         }
         printed.push_str(&line);
     }
@@ -95,7 +95,7 @@ fn browser() -> &'static (PathBuf, PathBuf) {
 
 #[test]
 fn example_site_loads_in_chromium_and_a_reload_is_answered_not_modified() {
-    check_in_chromium(&example_site(), "dir");
+    check_in_chromium(&example_site(), "dir", None);
 }
 
 #[test]
@@ -113,15 +113,33 @@ fn packed_example_site_loads_in_chromium_with_brotli_and_a_reload_is_answered_no
         "pack failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    check_in_chromium(&archive, "archive");
+    check_in_chromium(&archive, "archive", None);
     let _ = std::fs::remove_file(&archive);
+}
+
+/// Over HTTPS, Chromium must negotiate HTTP/2 (check.mjs checks each
+/// response's protocol): the site loads over h2 as it does over HTTP/1.1.
+#[test]
+fn example_site_loads_in_chromium_over_https_with_http2() {
+    let dir = env::temp_dir().join(format!("peregrine-browser-tls-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    let pair = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&pair.0, cert.pem()).unwrap();
+    std::fs::write(&pair.1, key.serialize_pem()).unwrap();
+    check_in_chromium(&example_site(), "dir", Some(&pair));
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Serves `what` and runs check.mjs on it (`served`: dir or archive, which
 /// says what encodings to expect).
-fn check_in_chromium(what: &Path, served: &str) {
+fn check_in_chromium(what: &Path, served: &str, tls: Option<&(PathBuf, PathBuf)>) {
     let (chromium, node) = browser();
-    let (_server, url) = serve(what);
+    let (_server, url) = serve(what, tls);
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser/check.mjs");
     // check.mjs checks, on the first load: the title; that app.js ran (#status);
     // that style.css applied (body background); that falcon.svg rendered; that

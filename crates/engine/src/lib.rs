@@ -42,6 +42,7 @@ pub mod codec;
 mod conn;
 mod date;
 mod error;
+mod h2;
 mod handler;
 mod limits;
 pub mod log;

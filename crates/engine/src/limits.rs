@@ -51,6 +51,10 @@ pub struct Limits {
     pub shutdown_timeout: Duration,
     /// How often timeouts are checked; kept between 1 ms and 60 s.
     pub sweep_interval: Duration,
+    /// Most concurrent streams one HTTP/2 connection may open
+    /// (SETTINGS_MAX_CONCURRENT_STREAMS); more are refused with
+    /// RST_STREAM(REFUSED_STREAM). nginx and h2o: 128 and 100.
+    pub h2_streams_max: u32,
 }
 
 impl Default for Limits {
@@ -68,6 +72,7 @@ impl Default for Limits {
             write_buffer_bytes_max: 256 * 1024,
             shutdown_timeout: Duration::from_secs(10),
             sweep_interval: Duration::from_millis(250),
+            h2_streams_max: 128,
         }
     }
 }
@@ -107,6 +112,9 @@ impl Limits {
     /// `Strict-Transport-Security` max-age: up to two years, the longest
     /// the HSTS preload list asks for.
     pub const HSTS_SECS_RANGE: RangeInclusive<u64> = 0..=2 * 365 * 24 * 3600;
+    /// HTTP/2 streams per connection: RFC 9113 §6.5.2 advises at least
+    /// 100; beyond 1,024 one client holds a worker's attention too long.
+    pub const H2_STREAMS_MAX_RANGE: RangeInclusive<u32> = 1..=1024;
 }
 
 /// Size of the pooled read and write buffers a busy connection borrows.
@@ -128,3 +136,20 @@ pub(crate) const INLINE_BODY_BYTES_MAX: usize = 16 * 1024;
 /// costs this much, not the file. 64 KiB is rustls' own default, four full
 /// records, enough to fill a loopback `writev` in one call.
 pub(crate) const TLS_SEND_BYTES_MAX: usize = 64 * 1024;
+
+/// How much request data an HTTP/2 client may send on a connection before
+/// we return window (WINDOW_UPDATE once half of it is used). Each stream
+/// keeps the protocol's default, 64 KiB; 1 MiB lets many streams upload at
+/// once without a round trip per 64 KiB.
+pub(crate) const H2_CONN_WINDOW: i64 = 1024 * 1024;
+
+/// Control frames (SETTINGS, PING, RST_STREAM, PRIORITY, WINDOW_UPDATE,
+/// empty DATA, CONTINUATION) an HTTP/2 client may send beyond the work it
+/// asked for (4 per response, 1 per 4 KiB of body sent); past that, GOAWAY
+/// with ENHANCE_YOUR_CALM. Covers the flood attacks of 2019 (CVE-2019-9512,
+/// 9515, 9518) and Rapid Reset (CVE-2023-44487).
+pub(crate) const H2_CONTROL_FRAMES_BASE: u64 = 1000;
+
+/// The read buffer of an HTTP/2 connection: room for the largest frame we
+/// accept (16 KiB + 9) after a partial one.
+pub(crate) const H2_READ_BYTES: usize = 2 * BUFFER_BYTES + 64;

@@ -46,6 +46,7 @@ pub struct Server {
     log_format: LogFormat,
     run_as: crate::Identity,
     metrics: Option<Arc<crate::Metrics>>,
+    http2: bool,
 }
 
 /// Where a listener comes from.
@@ -84,6 +85,7 @@ impl Server {
             log_format: LogFormat::Combined,
             run_as: crate::Identity::default(),
             metrics: None,
+            http2: true,
         }
     }
 
@@ -157,6 +159,16 @@ impl Server {
     /// Sets the number of worker threads (at least 1).
     pub fn workers(mut self, n: usize) -> Self {
         self.n_workers = n.max(1);
+        self
+    }
+
+    /// Speaks HTTP/2 (the default) or HTTP/1.1 only. With HTTP/2, TLS
+    /// listeners offer `h2` by ALPN before `http/1.1`, and cleartext
+    /// listeners take HTTP/2 from clients that open with its preface
+    /// (prior knowledge, as `curl --http2-prior-knowledge` does). The same
+    /// handler answers both.
+    pub fn http2(mut self, on: bool) -> Self {
+        self.http2 = on;
         self
     }
 
@@ -238,7 +250,7 @@ impl Server {
                 Bind::Tls(config) => {
                     https_port.get_or_insert(local.port());
                     tls_configs.push(config.clone());
-                    Some(config.listener()?)
+                    Some(config.listener(self.http2)?)
                 }
                 Bind::Plain | Bind::Redirect => None,
             };
@@ -284,6 +296,7 @@ impl Server {
                 handler: handler.clone(),
                 redirect: redirect.clone(),
                 limits: self.limits.clone(),
+                http2: self.http2,
                 log: sink.clone().map(|s| LogWriter::new(s, self.log_format.clone())),
                 mailbox,
                 shutdown: flag.clone(),

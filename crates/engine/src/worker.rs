@@ -48,6 +48,8 @@ pub(crate) struct Worker {
     pub(crate) handler: Arc<dyn Handler>,
     pub(crate) redirect: Option<Arc<dyn Handler>>,
     pub(crate) limits: Limits,
+    /// Speak HTTP/2 besides HTTP/1.1.
+    pub(crate) http2: bool,
     pub(crate) log: Option<LogWriter>,
     pub(crate) mailbox: Arc<Mailbox>,
     pub(crate) shutdown: Arc<AtomicBool>,
@@ -66,6 +68,7 @@ impl Worker {
             handler,
             redirect,
             mut limits,
+            http2,
             mut log,
             mailbox,
             shutdown,
@@ -90,6 +93,12 @@ impl Worker {
             poll.registry()
                 .register(&mut listener.socket, Token(LISTENER_BASE + i), Interest::READABLE)?;
         }
+        let h2 = http2.then(|| crate::h2::Config {
+            streams_max: limits.h2_streams_max,
+            head_bytes_max: limits.head_bytes_max,
+            n_headers_max: limits.n_headers_max.min(crate::conn::HEADERS_ARRAY_MAX),
+            body_bytes_max: limits.body_bytes_max,
+        });
         let mut conns: Slab<Conn> = Slab::with_capacity(1024);
         let mut events = Events::with_capacity(1024);
         let mut pool = BufPool::default();
@@ -138,6 +147,7 @@ impl Worker {
                 now,
                 draining: drain_deadline.is_some(),
                 metrics: metrics.as_deref(),
+                h2,
             };
             for event in events.iter() {
                 match event.token() {

@@ -19,6 +19,8 @@ pub enum Version {
     Http10,
     /// HTTP/1.1: connections persist unless either side says `close`.
     Http11,
+    /// HTTP/2: one stream of a multiplexed connection (RFC 9113).
+    Http2,
 }
 
 impl Version {
@@ -27,6 +29,7 @@ impl Version {
         match self {
             Version::Http10 => "HTTP/1.0",
             Version::Http11 => "HTTP/1.1",
+            Version::Http2 => "HTTP/2.0",
         }
     }
 }
@@ -64,13 +67,17 @@ pub enum HeadError {
     MethodNotImplemented,
     /// 505: an HTTP version other than 1.0 and 1.1.
     VersionNotSupported,
+    /// 400: the request line's last word is not an HTTP version at all:
+    /// the client may not speak HTTP/1 (on a listener that also takes
+    /// HTTP/2 with prior knowledge, it is an invalid connection preface).
+    NotHttp,
 }
 
 impl HeadError {
     /// The status code this error is answered with.
     pub fn status(self) -> u16 {
         match self {
-            HeadError::BadRequest(_) => 400,
+            HeadError::BadRequest(_) | HeadError::NotHttp => 400,
             HeadError::UriTooLong => 414,
             HeadError::HeadTooLarge => 431,
             HeadError::BodyTooLarge => 413,
@@ -91,6 +98,7 @@ impl HeadError {
             HeadError::NotImplemented => "unsupported transfer coding",
             HeadError::MethodNotImplemented => "method not implemented",
             HeadError::VersionNotSupported => "unsupported HTTP version",
+            HeadError::NotHttp => "malformed HTTP version",
         }
     }
 }
@@ -207,7 +215,7 @@ pub fn parse_head<'b, 'h>(
 
     let framing = fields.framing(version, limits)?;
     let keep_alive = match version {
-        Version::Http11 => !fields.conn_close,
+        Version::Http11 | Version::Http2 => !fields.conn_close,
         Version::Http10 => fields.conn_keep_alive && !fields.conn_close,
     };
     Ok(Parsed::Complete(Head {
@@ -272,7 +280,7 @@ fn version_error(buf: &[u8]) -> HeadError {
             HeadError::VersionNotSupported
         }
         [b'H', b'T', b'T', b'P', b'/', major] if major.is_ascii_digit() => HeadError::VersionNotSupported,
-        _ => HeadError::BadRequest("malformed HTTP version"),
+        _ => HeadError::NotHttp,
     }
 }
 

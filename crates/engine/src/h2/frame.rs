@@ -23,7 +23,6 @@ pub(crate) const END_HEADERS: u8 = 0x4;
 pub(crate) const PADDED: u8 = 0x8;
 pub(crate) const PRIORITY_FLAG: u8 = 0x20;
 
-pub(crate) const SETTINGS_HEADER_TABLE_SIZE: u16 = 0x1;
 pub(crate) const SETTINGS_ENABLE_PUSH: u16 = 0x2;
 pub(crate) const SETTINGS_MAX_CONCURRENT_STREAMS: u16 = 0x3;
 pub(crate) const SETTINGS_INITIAL_WINDOW_SIZE: u16 = 0x4;
@@ -37,7 +36,8 @@ pub(crate) const DEFAULT_WINDOW: i64 = 65_535;
 /// The frame payload every endpoint must accept (§4.2).
 pub(crate) const DEFAULT_FRAME_BYTES: usize = 16_384;
 
-/// Error codes (§7).
+/// Error codes (§7), all of them though we send only some.
+#[allow(dead_code)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u32)]
 pub(crate) enum Code {
@@ -127,7 +127,15 @@ mod tests {
         let mut out = Vec::new();
         write_header(&mut out, 0x12345, HEADERS, END_HEADERS | END_STREAM, 7);
         let h = Header::parse(&out).unwrap();
-        assert_eq!(h, Header { len: 0x12345, kind: HEADERS, flags: 5, stream: 7 });
+        assert_eq!(
+            h,
+            Header {
+                len: 0x12345,
+                kind: HEADERS,
+                flags: 5,
+                stream: 7
+            }
+        );
         out[5] |= 0x80;
         assert_eq!(Header::parse(&out).unwrap().stream, 7);
         assert!(Header::parse(&out[..8]).is_none());

@@ -330,7 +330,10 @@ mod tests {
 
     fn hex(s: &str) -> Vec<u8> {
         let s: String = s.split_whitespace().collect();
-        (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
     }
 
     fn decode_all(dec: &mut Decoder, block: &[u8]) -> Result<Vec<(String, String)>, HpackError> {
@@ -370,7 +373,12 @@ mod tests {
             let mut dec = Decoder::new(4096);
             assert_eq!(
                 decode_all(&mut dec, &hex(blocks[0])).unwrap(),
-                pairs(&[(":method", "GET"), (":scheme", "http"), (":path", "/"), (":authority", "www.example.com")])
+                pairs(&[
+                    (":method", "GET"),
+                    (":scheme", "http"),
+                    (":path", "/"),
+                    (":authority", "www.example.com")
+                ])
             );
             assert_eq!(
                 decode_all(&mut dec, &hex(blocks[1])).unwrap(),
@@ -420,13 +428,13 @@ mod tests {
     fn malformed_blocks_are_compression_errors() {
         let mut dec = Decoder::new(4096);
         for bad in [
-            &[0x80][..],                  // index 0
-            &[0xff, 0x80],                // truncated integer
-            &[0xbe],                      // empty dynamic table
-            &[0x82, 0x3f, 0xe1, 0x1f],    // size update after a field
-            &[0x3f, 0xe2, 0x1f],          // size update above 4096
-            &[0x00, 0x05, b'a'],          // string past the end
-            &[0x00, 0x81, 0x00, 0x00],    // Huffman padding of zeros
+            &[0x80][..],                                 // index 0
+            &[0xff, 0x80],                               // truncated integer
+            &[0xbe],                                     // empty dynamic table
+            &[0x82, 0x3f, 0xe1, 0x1f],                   // size update after a field
+            &[0x3f, 0xe2, 0x1f],                         // size update above 4096
+            &[0x00, 0x05, b'a'],                         // string past the end
+            &[0x00, 0x81, 0x00, 0x00],                   // Huffman padding of zeros
             &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f], // integer overflow
         ] {
             assert!(decode_all(&mut dec, bad).is_err(), "{bad:x?}");

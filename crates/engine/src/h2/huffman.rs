@@ -224,7 +224,9 @@ fn build() -> Table {
             let mut t = Transition::default();
             for i in (0..4).rev() {
                 let bit = usize::from((nibble >> i) & 1);
-                let Node::Inner { child, .. } = nodes[at] else { unreachable!() };
+                let Node::Inner { child, .. } = nodes[at] else {
+                    unreachable!()
+                };
                 at = child[bit] as usize;
                 if let Node::Leaf(symbol) = nodes[at] {
                     if symbol == EOS || t.flags & EMIT != 0 {
@@ -251,7 +253,10 @@ mod tests {
 
     fn hex(s: &str) -> Vec<u8> {
         let s: String = s.split_whitespace().collect();
-        (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
     }
 
     /// RFC 7541 Appendix C.4 and C.6.
@@ -263,7 +268,10 @@ mod tests {
             ("custom-value", "25a8 49e9 5bb8 e8b4 bf"),
             ("302", "6402"),
             ("private", "aec3 771a 4b"),
-            ("Mon, 21 Oct 2013 20:13:21 GMT", "d07a be94 1054 d444 a820 0595 040b 8166 e082 a62d 1bff"),
+            (
+                "Mon, 21 Oct 2013 20:13:21 GMT",
+                "d07a be94 1054 d444 a820 0595 040b 8166 e082 a62d 1bff",
+            ),
             ("https://www.example.com", "9d29 ad17 1863 c78f 0b97 c8e9 ae82 ae43 d3"),
         ];
         for (plain, coded) in table {

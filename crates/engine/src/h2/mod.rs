@@ -153,8 +153,14 @@ impl Stream {
 
 /// The part of a response body not sent yet.
 enum Pending {
-    Bytes { body: Body, pos: usize },
-    File { range: FileRange, sent: u64 },
+    Bytes {
+        body: Body,
+        pos: usize,
+    },
+    File {
+        range: FileRange,
+        sent: u64,
+    },
     Stream {
         chunks: Box<dyn Iterator<Item = Vec<u8>> + Send>,
         buf: Vec<u8>,
@@ -336,7 +342,11 @@ impl Session {
     fn frame(&mut self, h: Header, payload: &[u8], out: &mut Vec<u8>) {
         if let Some(c) = &self.continuation {
             if h.kind != frame::CONTINUATION || h.stream != c.stream {
-                return self.fail(out, Code::Protocol, "frame other than CONTINUATION inside a header block");
+                return self.fail(
+                    out,
+                    Code::Protocol,
+                    "frame other than CONTINUATION inside a header block",
+                );
             }
         }
         if !self.settings_seen && h.kind != frame::SETTINGS {
@@ -767,8 +777,10 @@ impl Session {
     }
 
     /// Queues the response to stream `id`: its HEADERS now, its body as
-    /// flow control allows (see `send`). `extra_fields` are complete
-    /// `Name: value\r\n` lines from the transport (HSTS).
+    /// flow control allows and until `out` holds `budget` bytes (the rest
+    /// through `send`). `extra_fields` are complete `Name: value\r\n`
+    /// lines from the transport (HSTS). `None` if the stream is gone.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn respond(
         &mut self,
         id: u32,
@@ -777,6 +789,7 @@ impl Session {
         date: &[u8],
         extra_fields: &[u8],
         out: &mut Vec<u8>,
+        budget: usize,
     ) -> Option<Sent> {
         let idx = self.find(id)?;
         if let Some(why) = resp.invalid {
@@ -801,13 +814,17 @@ impl Session {
         self.n_responses += 1;
         let s = &mut self.streams[idx];
         s.pending = body;
-        s.send = if s.pending.is_some() { Sending::Body } else { Sending::Done };
+        s.send = if s.pending.is_some() {
+            Sending::Body
+        } else {
+            Sending::Done
+        };
         let sent = Sent {
             status,
             body_bytes: if head_only { 0 } else { length.unwrap_or(0) },
         };
         if s.pending.is_some() {
-            self.send_stream(idx, out, usize::MAX);
+            self.send_stream(idx, out, budget);
         }
         self.finish(out);
         Some(sent)
@@ -891,6 +908,36 @@ impl Session {
                 idx += 1;
             }
         }
+    }
+
+    /// What `respond` will report for `resp`, known before it is called
+    /// (the access log reads the request, which borrows the session).
+    pub(crate) fn sent_of(resp: &Response, head_only: bool) -> Sent {
+        if resp.invalid.is_some() {
+            return Sent {
+                status: 500,
+                body_bytes: if head_only {
+                    0
+                } else {
+                    Response::error(500).body.len().unwrap_or(0)
+                },
+            };
+        }
+        let bodiless = resp.status == 204 || resp.status == 304;
+        Sent {
+            status: resp.status,
+            body_bytes: if head_only || bodiless {
+                0
+            } else {
+                resp.body.len().unwrap_or(0)
+            },
+        }
+    }
+
+    /// Body bytes sent so far on the connection: progress, for the send
+    /// timeout of a client that keeps its window closed.
+    pub(crate) fn bytes_sent(&self) -> u64 {
+        self.bytes_sent
     }
 
     /// Some stream has body bytes to send and the windows allow some.

@@ -103,7 +103,9 @@ impl Head {
         if method == b"CONNECT" {
             // §8.5: only :method and :authority.
             if self.scheme.is_some() || self.path.is_some() || self.authority.is_none() {
-                return Err(Refusal::Malformed("CONNECT with :scheme or :path, or without :authority"));
+                return Err(Refusal::Malformed(
+                    "CONNECT with :scheme or :path, or without :authority",
+                ));
             }
         } else {
             let path = self.path.ok_or(Refusal::Malformed("no :path"))?;
@@ -120,7 +122,11 @@ impl Head {
             }
         }
         if let Some(a) = self.authority {
-            if !self.span(a.value).iter().all(|&b| (0x21..0x7f).contains(&b) && b != b'@') {
+            if !self
+                .span(a.value)
+                .iter()
+                .all(|&b| (0x21..0x7f).contains(&b) && b != b'@')
+            {
                 return Err(Refusal::Malformed("invalid :authority"));
             }
         }
@@ -241,11 +247,23 @@ mod tests {
         h
     }
 
-    const BASE: [(&str, &str); 4] = [(":method", "GET"), (":scheme", "https"), (":path", "/"), (":authority", "a")];
+    const BASE: [(&str, &str); 4] = [
+        (":method", "GET"),
+        (":scheme", "https"),
+        (":path", "/"),
+        (":authority", "a"),
+    ];
 
     #[test]
     fn a_plain_request_passes_and_keeps_its_fields() {
-        let mut h = head(&[BASE[0], BASE[1], BASE[2], BASE[3], ("accept", "*/*"), ("content-length", "0")]);
+        let mut h = head(&[
+            BASE[0],
+            BASE[1],
+            BASE[2],
+            BASE[3],
+            ("accept", "*/*"),
+            ("content-length", "0"),
+        ]);
         h.check_request().unwrap();
         assert_eq!(h.fields.len(), 2);
         assert_eq!(h.text(h.path), Some("/"));
@@ -255,22 +273,22 @@ mod tests {
     #[test]
     fn malformed_requests_are_refused() {
         let cases: &[&[(&str, &str)]] = &[
-            &[BASE[1], BASE[2]],                                          // no :method
-            &[BASE[0], BASE[2]],                                          // no :scheme
-            &[BASE[0], BASE[1]],                                          // no :path
-            &[BASE[0], BASE[1], (":path", "")],                           // empty :path
-            &[BASE[0], BASE[0], BASE[1], BASE[2]],                        // repeated
-            &[BASE[0], BASE[1], BASE[2], (":status", "200")],             // response pseudo
-            &[BASE[0], BASE[1], BASE[2], (":foo", "x")],                  // unknown pseudo
-            &[BASE[0], BASE[1], ("x", "y"), BASE[2]],                     // pseudo after field
-            &[BASE[0], BASE[1], BASE[2], ("X-Upper", "y")],               // uppercase
-            &[BASE[0], BASE[1], BASE[2], ("connection", "keep-alive")],   // connection-specific
-            &[BASE[0], BASE[1], BASE[2], ("te", "gzip")],                 // TE
-            &[BASE[0], BASE[1], BASE[2], ("x", "a\r\nb")],                // CRLF in value
-            &[BASE[0], BASE[1], BASE[2], ("x", " padded")],               // leading space
-            &[BASE[0], BASE[1], BASE[2], ("content-length", "1x")],       // bad length
-            &[BASE[0], BASE[1], (":path", "/a b")],                       // space in path
-            &[(":method", "CONNECT"), BASE[1], BASE[2], BASE[3]],         // CONNECT with :path
+            &[BASE[1], BASE[2]],                                        // no :method
+            &[BASE[0], BASE[2]],                                        // no :scheme
+            &[BASE[0], BASE[1]],                                        // no :path
+            &[BASE[0], BASE[1], (":path", "")],                         // empty :path
+            &[BASE[0], BASE[0], BASE[1], BASE[2]],                      // repeated
+            &[BASE[0], BASE[1], BASE[2], (":status", "200")],           // response pseudo
+            &[BASE[0], BASE[1], BASE[2], (":foo", "x")],                // unknown pseudo
+            &[BASE[0], BASE[1], ("x", "y"), BASE[2]],                   // pseudo after field
+            &[BASE[0], BASE[1], BASE[2], ("X-Upper", "y")],             // uppercase
+            &[BASE[0], BASE[1], BASE[2], ("connection", "keep-alive")], // connection-specific
+            &[BASE[0], BASE[1], BASE[2], ("te", "gzip")],               // TE
+            &[BASE[0], BASE[1], BASE[2], ("x", "a\r\nb")],              // CRLF in value
+            &[BASE[0], BASE[1], BASE[2], ("x", " padded")],             // leading space
+            &[BASE[0], BASE[1], BASE[2], ("content-length", "1x")],     // bad length
+            &[BASE[0], BASE[1], (":path", "/a b")],                     // space in path
+            &[(":method", "CONNECT"), BASE[1], BASE[2], BASE[3]],       // CONNECT with :path
         ];
         for fields in cases {
             assert!(head(fields).check_request().is_err(), "{fields:?}");
@@ -279,7 +297,14 @@ mod tests {
 
     #[test]
     fn cookies_are_joined() {
-        let mut h = head(&[BASE[0], BASE[1], BASE[2], ("cookie", "a=1"), ("x", "y"), ("cookie", "b=2")]);
+        let mut h = head(&[
+            BASE[0],
+            BASE[1],
+            BASE[2],
+            ("cookie", "a=1"),
+            ("x", "y"),
+            ("cookie", "b=2"),
+        ]);
         h.check_request().unwrap();
         let mut out = [httparse::EMPTY_HEADER; 8];
         let n = h.fill(&mut out);

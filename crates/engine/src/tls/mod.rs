@@ -122,15 +122,20 @@ impl TlsConfig {
         Ok(sources.len())
     }
 
-    /// The rustls configuration listeners with this certificate set use.
-    pub(crate) fn listener(&self) -> Result<Arc<TlsListener>, Error> {
+    /// The rustls configuration listeners with this certificate set use;
+    /// with `http2`, ALPN offers `h2` before `http/1.1`.
+    pub(crate) fn listener(&self, http2: bool) -> Result<Arc<TlsListener>, Error> {
         let versions: &[&rustls::SupportedProtocolVersion] = &[&rustls::version::TLS13, &rustls::version::TLS12];
         let mut config = rustls::ServerConfig::builder_with_provider(self.resolver.provider.clone())
             .with_protocol_versions(versions)
             .map_err(|e| Error::tls(format!("TLS versions: {e}")))?
             .with_no_client_auth()
             .with_cert_resolver(self.resolver.clone());
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        config.alpn_protocols = if http2 {
+            vec![b"h2".to_vec(), b"http/1.1".to_vec()]
+        } else {
+            vec![b"http/1.1".to_vec()]
+        };
         let hsts_field = self.hsts.map(|age| {
             format!("Strict-Transport-Security: max-age={}\r\n", age.as_secs())
                 .into_bytes()

@@ -115,6 +115,11 @@ impl TlsSession {
         self.conn.is_handshaking()
     }
 
+    /// The client and we agreed on HTTP/2 by ALPN.
+    pub(crate) fn alpn_h2(&self) -> bool {
+        self.conn.alpn_protocol() == Some(b"h2")
+    }
+
     /// Queues close_notify (once, and only after a handshake) and writes
     /// what is queued, best effort: the connection is closing either way.
     pub(crate) fn close(&mut self, stream: &mut TcpStream) {

@@ -36,12 +36,14 @@ use std::time::{Duration, Instant};
 use mio::net::TcpStream;
 use mio::{Interest, Token};
 
+mod h2;
+
 use crate::access_log::{LogRequest, LogWriter};
 use crate::codec::write::{self as wire, BodyFraming, ConnField};
-use crate::codec::{parse_head, ChunkedDecoder, Framing, Head, Parsed, Version};
+use crate::codec::{parse_head, ChunkedDecoder, Framing, Head, HeadError, Parsed, Version};
 use crate::date::DateCache;
 use crate::handler::{Handler, Reply};
-use crate::limits::{Limits, BUFFER_BYTES, INLINE_BODY_BYTES_MAX, POOL_BUFFERS_MAX};
+use crate::limits::{Limits, BUFFER_BYTES, H2_READ_BYTES, INLINE_BODY_BYTES_MAX, POOL_BUFFERS_MAX};
 use crate::metrics::WorkerMetrics;
 use crate::request::{DeferSlot, Request};
 use crate::responder::Mailbox;
@@ -74,6 +76,8 @@ pub(crate) struct Ctx<'w> {
     pub(crate) draining: bool,
     /// This worker's counters, when the server keeps metrics.
     pub(crate) metrics: Option<&'w WorkerMetrics>,
+    /// HTTP/2's settings, unless the server speaks HTTP/1.1 only.
+    pub(crate) h2: Option<crate::h2::Config>,
 }
 
 /// A worker's spare buffers. Read buffers keep their full length (their
@@ -83,6 +87,8 @@ pub(crate) struct Ctx<'w> {
 pub(crate) struct BufPool {
     read: Vec<Vec<u8>>,
     write: Vec<Vec<u8>>,
+    /// Read buffers of HTTP/2 connections (`H2_READ_BYTES`).
+    h2_read: Vec<Vec<u8>>,
 }
 
 impl BufPool {
@@ -94,9 +100,15 @@ impl BufPool {
         self.write.pop().unwrap_or_else(|| Vec::with_capacity(BUFFER_BYTES))
     }
 
+    fn take_h2_read(&mut self) -> Vec<u8> {
+        self.h2_read.pop().unwrap_or_else(|| vec![0; H2_READ_BYTES])
+    }
+
     fn give_read(&mut self, buf: Vec<u8>) {
         if buf.len() == BUFFER_BYTES && self.read.len() < POOL_BUFFERS_MAX {
             self.read.push(buf);
+        } else if buf.len() == H2_READ_BYTES && self.h2_read.len() < POOL_BUFFERS_MAX {
+            self.h2_read.push(buf);
         }
     }
 
@@ -304,6 +316,12 @@ pub(crate) struct Conn {
     /// connected, and its first request is presumably on its way. A
     /// shutdown answers it rather than closing the connection as idle.
     fresh: bool,
+    /// No request has been answered yet: the connection may still turn
+    /// out to be HTTP/2 (its first bytes are the preface).
+    first: bool,
+    /// The connection speaks HTTP/2 (see `h2.rs`); `state` is then `Idle`
+    /// or `Closing` only.
+    h2: Option<Box<h2::H2>>,
 }
 
 impl Conn {
@@ -337,6 +355,8 @@ impl Conn {
             handshake_counted: false,
             corked: false,
             fresh: true,
+            first: true,
+            h2: None,
         }
     }
 
@@ -355,6 +375,13 @@ impl Conn {
 
     /// Handles a deferred answer addressed to this connection.
     pub(crate) fn on_answer(&mut self, ctx: &mut Ctx<'_>, id: u64, response: Response) -> Next {
+        if self.h2.is_some() {
+            return if self.on_answer_h2(ctx, id, response) {
+                self.drive(ctx)
+            } else {
+                Next::Keep
+            };
+        }
         let State::Deferred(wait) = &self.state else {
             return Next::Keep;
         };
@@ -392,6 +419,13 @@ impl Conn {
             // send_timeout: the client stopped reading.
             return Next::Close;
         }
+        if self.h2.is_some() {
+            if let State::Closing = self.state {
+                return Next::Close;
+            }
+            self.time_out_h2(ctx);
+            return self.drive(ctx);
+        }
         match self.state {
             State::Head | State::Body(_) => {
                 self.fail(ctx, 408, "request not received in time");
@@ -415,7 +449,7 @@ impl Conn {
 
     /// Whether a deferred handler still owes this connection an answer.
     pub(crate) fn is_deferred(&self) -> bool {
-        matches!(self.state, State::Deferred(_))
+        matches!(self.state, State::Deferred(_)) || self.h2_deferred()
     }
 
     /// Shutdown has begun (`ctx.draining`): closes the connection if
@@ -428,6 +462,14 @@ impl Conn {
     /// received its first request yet is kept for it, within
     /// `head_timeout`; the rest finish what they are doing.
     pub(crate) fn on_drain(&mut self, ctx: &mut Ctx<'_>, keep_idle: bool) -> Next {
+        if self.h2.is_some() {
+            // GOAWAY: the streams in flight finish, the client opens no
+            // more (process_h2 sends it while draining).
+            return match self.state {
+                State::Lingering { .. } => Next::Close,
+                _ => self.drive(ctx),
+            };
+        }
         match self.state {
             State::Lingering { .. } => Next::Close,
             State::Idle if !self.fresh && !keep_idle && self.input.start == self.input.end && !self.has_output() => {
@@ -526,24 +568,13 @@ impl Conn {
             self.writable_interest = false;
         }
         let input_empty = self.input.start == self.input.end;
-        match self.state {
-            State::Idle if input_empty => {
-                if self.peer_closed || (ctx.draining && !self.fresh) {
-                    return Next::Close;
-                }
-                // A handshake keeps the deadline set at accept
-                // (`head_timeout`): a client that never finishes one is
-                // closed then (a 408 cannot be sent before it).
-                let handshaking = matches!(&self.transport, Transport::Tls(tls) if tls.is_handshaking());
-                if !handshaking {
-                    self.state_deadline = ctx.now.checked_add(ctx.limits.idle_timeout);
-                }
+        if self.h2.is_some() {
+            if self.peer_closed {
+                return Next::Close;
             }
-            State::Idle | State::Head if self.peer_closed => return Next::Close,
-            State::Body(_) if self.peer_closed => return Next::Close,
-            State::Body(_) => self.state_deadline = ctx.now.checked_add(ctx.limits.body_timeout),
-            State::Deferred(_) => self.state_deadline = None,
-            _ => {}
+            self.h2_deadline(ctx);
+        } else if let Some(next) = self.h1_deadline(ctx, input_empty) {
+            return next;
         }
         self.deadline = self.state_deadline;
         // An idle connection holds no buffers.
@@ -557,6 +588,30 @@ impl Conn {
             ctx.pool.give_write(std::mem::take(&mut self.output.buf));
         }
         Next::Keep
+    }
+
+    /// Sets the HTTP/1 state's deadline once the connection waits.
+    fn h1_deadline(&mut self, ctx: &mut Ctx<'_>, input_empty: bool) -> Option<Next> {
+        match self.state {
+            State::Idle if input_empty => {
+                if self.peer_closed || (ctx.draining && !self.fresh) {
+                    return Some(Next::Close);
+                }
+                // A handshake keeps the deadline set at accept
+                // (`head_timeout`): a client that never finishes one is
+                // closed then (a 408 cannot be sent before it).
+                let handshaking = matches!(&self.transport, Transport::Tls(tls) if tls.is_handshaking());
+                if !handshaking {
+                    self.state_deadline = ctx.now.checked_add(ctx.limits.idle_timeout);
+                }
+            }
+            State::Idle | State::Head if self.peer_closed => return Some(Next::Close),
+            State::Body(_) if self.peer_closed => return Some(Next::Close),
+            State::Body(_) => self.state_deadline = ctx.now.checked_add(ctx.limits.body_timeout),
+            State::Deferred(_) => self.state_deadline = None,
+            _ => {}
+        }
+        None
     }
 
     /// Answers complete requests in the buffer, reading more while the socket
@@ -619,12 +674,28 @@ impl Conn {
     fn make_room(&mut self, ctx: &mut Ctx<'_>) -> bool {
         let input = &mut self.input;
         if input.buf.is_empty() {
-            input.buf = ctx.pool.take_read();
+            input.buf = if self.h2.is_some() {
+                ctx.pool.take_h2_read()
+            } else {
+                ctx.pool.take_read()
+            };
             input.start = 0;
             input.end = 0;
         }
         if input.end < input.buf.len() {
             return true;
+        }
+        if self.h2.is_some() {
+            // The session keeps only a partial frame; a frame fits.
+            if input.start > 0 {
+                input.buf.copy_within(input.start..input.end, 0);
+                input.end -= input.start;
+                input.start = 0;
+            }
+            if input.buf.len() < H2_READ_BYTES {
+                input.buf.resize(H2_READ_BYTES, 0);
+            }
+            return input.end < input.buf.len();
         }
         // Reclaim the framing bytes already decoded out of a chunked body.
         if let State::Body(wait) = &mut self.state {
@@ -678,6 +749,23 @@ impl Conn {
 
     /// Answers the complete requests in the read buffer.
     fn process(&mut self, ctx: &mut Ctx<'_>) -> Stop {
+        if self.h2.is_some() {
+            return self.process_h2(ctx);
+        }
+        if self.first && ctx.h2.is_some() && matches!(self.state, State::Idle) {
+            if self.alpn_h2() {
+                self.start_h2(ctx);
+                return self.process_h2(ctx);
+            }
+            match h2::preface(&self.input.buf[self.input.start..self.input.end]) {
+                h2::Preface::Yes => {
+                    self.start_h2(ctx);
+                    return self.process_h2(ctx);
+                }
+                h2::Preface::Maybe if self.input.start < self.input.end => return Stop::Input,
+                _ => {}
+            }
+        }
         loop {
             if self.output.tail.is_some() || self.output.buf.len() - self.output.pos > ctx.limits.write_buffer_bytes_max
             {
@@ -722,12 +810,25 @@ impl Conn {
                 }
                 return Some(Stop::Input);
             }
+            Err(HeadError::NotHttp) if self.first && ctx.h2.is_some() => {
+                // Neither HTTP/1 nor the HTTP/2 preface: an invalid
+                // connection preface, which ends the connection without an
+                // answer (RFC 9113 §3.4) — an HTTP/1 400 would be read as
+                // a broken frame by an HTTP/2 client.
+                if let Some(m) = ctx.metrics {
+                    m.record(b"-", 400, ctx.now);
+                }
+                self.input.start = self.input.end;
+                self.state = State::Closing;
+                return Some(Stop::Closing);
+            }
             Err(e) => {
                 self.fail(ctx, e.status(), e.reason());
                 return Some(Stop::Closing);
             }
         };
         let head_len = head.head_len;
+        self.first = false;
         match head.framing {
             Framing::Empty => {
                 let (token, peer) = (self.token, self.peer);
@@ -1312,7 +1413,7 @@ fn write_response(
     let conn = match (keep_alive, version) {
         (false, _) => ConnField::Close,
         (true, Version::Http10) => ConnField::KeepAlive,
-        (true, Version::Http11) => ConnField::Omit,
+        (true, Version::Http11 | Version::Http2) => ConnField::Omit,
     };
     let head_start = out.buf.len();
     wire::write_head(&mut out.buf, &resp, date.http(), framing, conn);

@@ -1,0 +1,364 @@
+//! The HTTP/2 side of a connection: bytes read go to the `h2::Session`
+//! (the protocol, which does no I/O), each complete stream goes to the
+//! same handler HTTP/1.1 requests go to, and the frames the session
+//! produces leave through the connection's own output buffer and flush
+//! (plain or TLS). No sendfile: file bodies are read into DATA frames as
+//! the flow-control windows allow.
+//!
+//! A connection becomes HTTP/2 before its first request: when TLS
+//! negotiated `h2` by ALPN, or when a cleartext client opens with the
+//! HTTP/2 preface (h2c with prior knowledge, RFC 9113 §3.3). `Upgrade:
+//! h2c` is not honoured (RFC 9113 §3.1 deprecates it): such a request is
+//! answered over HTTP/1.1.
+//!
+//! Timeouts: with no stream open the connection gets `idle_timeout`; while
+//! a request's head or body is arriving, `body_timeout` since the last
+//! frame; while responses wait only for the client's window,
+//! `send_timeout` since the last DATA byte left. Each ends the connection
+//! with GOAWAY. Deferred answers have no timeout, as on HTTP/1.1.
+
+use std::cell::Cell;
+use std::panic::{self, AssertUnwindSafe};
+use std::time::Instant;
+
+use super::{Conn, Ctx, State, Stop, Transport, HEADERS_ARRAY_MAX};
+use crate::access_log::LogRequest;
+use crate::codec::Version;
+use crate::h2::{Session, PREFACE};
+use crate::handler::Reply;
+use crate::request::{DeferSlot, Request};
+use crate::response::Response;
+
+/// An HTTP/2 connection's state beside the session.
+pub(super) struct H2 {
+    pub(super) session: Session,
+    /// Streams waiting for a deferred answer, with what the log and the
+    /// metrics need when it comes.
+    deferred: Vec<DeferredStream>,
+    /// Body bytes sent when the send timeout was last restarted.
+    sent_mark: u64,
+    /// While responses wait for the client's window: since when.
+    blocked_since: Option<Instant>,
+}
+
+struct DeferredStream {
+    id: u64,
+    started: Instant,
+    method_idx: usize,
+    head_only: bool,
+    log: Option<LogRequest>,
+}
+
+/// What the first bytes of a connection say about HTTP/2.
+pub(super) enum Preface {
+    /// The HTTP/2 preface: switch.
+    Yes,
+    /// A prefix of it: wait for more bytes.
+    Maybe,
+    No,
+}
+
+pub(super) fn preface(data: &[u8]) -> Preface {
+    if data.starts_with(PREFACE) {
+        Preface::Yes
+    } else if PREFACE.starts_with(data) {
+        Preface::Maybe
+    } else {
+        Preface::No
+    }
+}
+
+impl Conn {
+    /// TLS negotiated `h2` by ALPN.
+    pub(super) fn alpn_h2(&self) -> bool {
+        matches!(&self.transport, Transport::Tls(tls) if tls.alpn_h2())
+    }
+
+    /// Turns this connection into an HTTP/2 one: queues the server's
+    /// preface and makes room in the read buffer for a whole frame.
+    pub(super) fn start_h2(&mut self, ctx: &mut Ctx<'_>) {
+        let Some(cfg) = ctx.h2 else { return };
+        let mut session = Session::new(cfg);
+        self.ensure_output(ctx.pool);
+        session.start(&mut self.output.buf);
+        self.h2 = Some(Box::new(H2 {
+            session,
+            deferred: Vec::new(),
+            sent_mark: 0,
+            blocked_since: None,
+        }));
+    }
+
+    /// Feeds the read bytes to the session, answers the streams that are
+    /// complete, and queues DATA while the windows and the output budget
+    /// allow.
+    pub(super) fn process_h2(&mut self, ctx: &mut Ctx<'_>) -> Stop {
+        let budget = ctx.limits.write_buffer_bytes_max;
+        self.ensure_output(ctx.pool);
+        let Some(h2) = self.h2.as_mut() else {
+            return Stop::Closing;
+        };
+        if ctx.draining {
+            h2.session.go_away(&mut self.output.buf);
+        }
+        if self.output.buf.len() - self.output.pos > budget {
+            return Stop::Output;
+        }
+        let input = &mut self.input;
+        if input.start < input.end {
+            let used = h2
+                .session
+                .recv(&input.buf[input.start..input.end], &mut self.output.buf);
+            input.start += used;
+            if input.start == input.end {
+                input.start = 0;
+                input.end = 0;
+            }
+        }
+        loop {
+            if self.work_left == 0 {
+                return Stop::Turn;
+            }
+            let Some(h2) = self.h2.as_mut() else {
+                return Stop::Closing;
+            };
+            let Some(id) = h2.session.take_ready() else { break };
+            self.work_left -= 1;
+            self.answer_h2(ctx, id);
+            if self.output.buf.len() - self.output.pos > budget {
+                return Stop::Output;
+            }
+        }
+        let Some(h2) = self.h2.as_mut() else {
+            return Stop::Closing;
+        };
+        if h2.session.wants_send() {
+            h2.session.send(&mut self.output.buf, budget);
+        }
+        if h2.session.is_done() {
+            self.state = State::Closing;
+            return Stop::Closing;
+        }
+        if self.output.buf.len() - self.output.pos > budget || h2.session.wants_send() {
+            return Stop::Output;
+        }
+        Stop::Input
+    }
+
+    /// Calls the handler for stream `id` and queues its answer.
+    fn answer_h2(&mut self, ctx: &mut Ctx<'_>, id: u32) {
+        let Conn {
+            h2,
+            output,
+            transport,
+            token,
+            peer,
+            redirect,
+            ..
+        } = self;
+        let Some(h2) = h2.as_mut() else { return };
+        let extra_fields = transport.extra_fields();
+        let budget = ctx.limits.write_buffer_bytes_max;
+        let date = &ctx.date.http()[..];
+        if let Some((status, _why)) = h2.session.refused(id) {
+            let resp = Response::error(status);
+            let sent = h2
+                .session
+                .respond(id, resp, false, date, extra_fields, &mut output.buf, budget);
+            if let (Some(log), Some(sent)) = (ctx.log.as_deref_mut(), sent) {
+                log.record(
+                    ctx.date.clf(),
+                    *peer,
+                    b"-",
+                    b"-",
+                    b"HTTP/2.0",
+                    sent.status,
+                    0,
+                    None,
+                    None,
+                );
+            }
+            if let Some(m) = ctx.metrics {
+                m.record(b"-", status, ctx.now);
+            }
+            return;
+        }
+        let Some(parts) = h2.session.parts(id) else {
+            // A stream without :method or :path passed the checks only as
+            // CONNECT; answer what a malformed request gets.
+            let sent = h2.session.respond(
+                id,
+                Response::error(400),
+                false,
+                date,
+                extra_fields,
+                &mut output.buf,
+                budget,
+            );
+            if let (Some(m), Some(sent)) = (ctx.metrics, sent) {
+                m.record(b"-", sent.status, ctx.now);
+            }
+            return;
+        };
+        let slot = DeferSlot {
+            mailbox: ctx.mailbox,
+            token: *token,
+            next_id: ctx.next_defer_id,
+            id: Cell::new(None),
+        };
+        let mut small = [httparse::EMPTY_HEADER; 32];
+        let mut large = Vec::new();
+        let n_fields = parts.head.fields.len();
+        let headers: &mut [httparse::Header<'_>] = if n_fields <= small.len() {
+            &mut small
+        } else {
+            large.resize(n_fields.min(HEADERS_ARRAY_MAX), httparse::EMPTY_HEADER);
+            &mut large
+        };
+        let n = parts.head.fill(headers);
+        let mut req = Request::new(
+            parts.method,
+            parts.target,
+            Version::Http2,
+            &headers[..n],
+            parts.host,
+            parts.body,
+            *peer,
+        );
+        req.defer = Some(&slot);
+        let head_only = parts.method == "HEAD";
+        let handler = match (*redirect, ctx.redirect) {
+            (true, Some(redirect)) => redirect,
+            _ => ctx.handler,
+        };
+        let reply = panic::catch_unwind(AssertUnwindSafe(|| handler.call(&req)));
+        let response = match reply {
+            Ok(Reply::Now(response)) => response,
+            Ok(Reply::Later) => {
+                if let Some(defer_id) = slot.id.get() {
+                    let log = ctx.log.is_some().then(|| super::log_request(&req));
+                    let method_idx = crate::metrics::method_index(req.method().as_bytes());
+                    drop(req);
+                    h2.session.defer(id, defer_id);
+                    h2.deferred.push(DeferredStream {
+                        id: defer_id,
+                        started: ctx.now,
+                        method_idx,
+                        head_only,
+                        log,
+                    });
+                    if let Some(m) = ctx.metrics {
+                        m.deferred_started.add(1);
+                    }
+                    return;
+                }
+                crate::log::error(format_args!(
+                    "handler returned Reply::Later without calling Request::defer"
+                ));
+                Response::error(500)
+            }
+            // The panic hook has already printed the message.
+            Err(_) => Response::error(500),
+        };
+        let sent = Session::sent_of(&response, head_only);
+        if let Some(log) = ctx.log.as_deref_mut() {
+            log.record(
+                ctx.date.clf(),
+                *peer,
+                req.method().as_bytes(),
+                req.target().as_bytes(),
+                b"HTTP/2.0",
+                sent.status,
+                sent.body_bytes,
+                req.header_bytes("referer"),
+                req.header_bytes("user-agent"),
+            );
+        }
+        if let Some(m) = ctx.metrics {
+            m.record(req.method().as_bytes(), sent.status, ctx.now);
+        }
+        drop(req);
+        h2.session
+            .respond(id, response, head_only, date, extra_fields, &mut output.buf, budget);
+    }
+
+    /// A deferred answer for this HTTP/2 connection.
+    pub(super) fn on_answer_h2(&mut self, ctx: &mut Ctx<'_>, id: u64, response: Response) -> bool {
+        let Some(h2) = self.h2.as_mut() else { return false };
+        let Some(at) = h2.deferred.iter().position(|d| d.id == id) else {
+            return false;
+        };
+        let wait = h2.deferred.swap_remove(at);
+        if let Some(m) = ctx.metrics {
+            m.deferred_ended.add(1);
+        }
+        // The client may have reset the stream meanwhile.
+        let Some(stream) = h2.session.deferred_stream(id) else {
+            return true;
+        };
+        self.ensure_output(ctx.pool);
+        let Some(h2) = self.h2.as_mut() else { return false };
+        let sent = h2.session.respond(
+            stream,
+            response,
+            wait.head_only,
+            &ctx.date.http()[..],
+            self.transport.extra_fields(),
+            &mut self.output.buf,
+            ctx.limits.write_buffer_bytes_max,
+        );
+        if let Some(sent) = sent {
+            if let (Some(log), Some(req)) = (ctx.log.as_deref_mut(), &wait.log) {
+                log.record_owned(ctx.date.clf(), self.peer, req, sent.status, sent.body_bytes);
+            }
+            if let Some(m) = ctx.metrics {
+                m.record_index(wait.method_idx, sent.status, wait.started);
+            }
+        }
+        true
+    }
+
+    pub(super) fn h2_deferred(&self) -> bool {
+        self.h2.as_ref().is_some_and(|h2| !h2.deferred.is_empty())
+    }
+
+    /// Ends the connection after a timeout: GOAWAY, then close.
+    pub(super) fn time_out_h2(&mut self, ctx: &mut Ctx<'_>) {
+        self.ensure_output(ctx.pool);
+        if let Some(h2) = self.h2.as_mut() {
+            let why = if h2.session.is_idle() {
+                "idle timeout"
+            } else if h2.session.is_receiving() {
+                "request not received in time"
+            } else {
+                "client did not open its flow-control window in time"
+            };
+            h2.session.time_out(&mut self.output.buf, why);
+        }
+        self.state = State::Closing;
+    }
+
+    /// Sets the deadline for what the connection waits for; see the
+    /// module's documentation.
+    pub(super) fn h2_deadline(&mut self, ctx: &Ctx<'_>) {
+        let Some(h2) = self.h2.as_mut() else { return };
+        let s = &h2.session;
+        if s.is_flow_blocked() {
+            if h2.blocked_since.is_none() || h2.sent_mark != s.bytes_sent() {
+                h2.blocked_since = Some(ctx.now);
+                h2.sent_mark = s.bytes_sent();
+            }
+        } else {
+            h2.blocked_since = None;
+        }
+        self.state_deadline = if s.is_idle() {
+            ctx.now.checked_add(ctx.limits.idle_timeout)
+        } else if s.is_receiving() {
+            ctx.now.checked_add(ctx.limits.body_timeout)
+        } else if let Some(since) = h2.blocked_since {
+            since.checked_add(ctx.limits.send_timeout)
+        } else {
+            None
+        };
+    }
+}

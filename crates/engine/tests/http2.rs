@@ -1,0 +1,542 @@
+//! HTTP/2 end to end, over cleartext with prior knowledge: a scripted
+//! client writes frames byte by byte as an attacker would, and reads what
+//! the server answers. Each defence of RFC 9113's security section (and of
+//! the CVEs since) is performed here against a running server, followed by
+//! a request on another connection that must still be answered.
+
+mod common;
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::mpsc;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use common::PATIENCE;
+use peregrine::{Limits, Reply, Request, Responder, Response, Server};
+
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+const DATA: u8 = 0x0;
+const HEADERS: u8 = 0x1;
+const RST_STREAM: u8 = 0x3;
+const SETTINGS: u8 = 0x4;
+const PING: u8 = 0x6;
+const GOAWAY: u8 = 0x7;
+const WINDOW_UPDATE: u8 = 0x8;
+const CONTINUATION: u8 = 0x9;
+
+const END_STREAM: u8 = 0x1;
+const END_HEADERS: u8 = 0x4;
+
+const NO_ERROR: u32 = 0x0;
+const REFUSED_STREAM: u32 = 0x7;
+const ENHANCE_YOUR_CALM: u32 = 0xb;
+
+#[derive(Debug)]
+struct Frame {
+    kind: u8,
+    flags: u8,
+    stream: u32,
+    payload: Vec<u8>,
+}
+
+impl Frame {
+    /// The error code of a GOAWAY or RST_STREAM.
+    fn code(&self) -> u32 {
+        let at = if self.kind == GOAWAY { 4 } else { 0 };
+        u32::from_be_bytes(self.payload[at..at + 4].try_into().unwrap())
+    }
+
+    /// The `:status` of a response HEADERS frame (the server's encoder
+    /// indexes common statuses and writes the others as literals).
+    fn status(&self) -> u16 {
+        match self.payload[0] {
+            0x88 => 200,
+            0x89 => 204,
+            0x8a => 206,
+            0x8b => 304,
+            0x8c => 400,
+            0x8d => 404,
+            0x8e => 500,
+            0x08 => std::str::from_utf8(&self.payload[2..5]).unwrap().parse().unwrap(),
+            b => panic!("unexpected first byte of a response head: {b:#x}"),
+        }
+    }
+}
+
+fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = payload.len();
+    let mut f = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
+    f.extend_from_slice(&stream.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+/// A request head as HPACK literals without indexing, names from the
+/// static table (no Huffman: the server must take both).
+fn head(method: &str, path: &str, extra: &[(&str, &str)]) -> Vec<u8> {
+    let mut b = Vec::new();
+    let mut indexed_name = |index: u8, value: &str| {
+        b.push(index);
+        b.push(value.len() as u8);
+        b.extend_from_slice(value.as_bytes());
+    };
+    indexed_name(2, method);
+    indexed_name(6, "http");
+    indexed_name(4, path);
+    indexed_name(1, "localhost");
+    for (name, value) in extra {
+        b.push(0);
+        b.push(name.len() as u8);
+        b.extend_from_slice(name.as_bytes());
+        b.push(value.len() as u8);
+        b.extend_from_slice(value.as_bytes());
+    }
+    b
+}
+
+struct H2 {
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl H2 {
+    /// Connects, sends the preface and SETTINGS (`settings` pairs), and
+    /// reads the server's SETTINGS.
+    fn connect_with(addr: SocketAddr, settings: &[(u16, u32)]) -> H2 {
+        let stream = TcpStream::connect(addr).unwrap();
+        stream.set_read_timeout(Some(PATIENCE)).unwrap();
+        stream.set_nodelay(true).unwrap();
+        let mut c = H2 {
+            stream,
+            buf: Vec::new(),
+        };
+        let mut payload = Vec::new();
+        for (id, value) in settings {
+            payload.extend_from_slice(&id.to_be_bytes());
+            payload.extend_from_slice(&value.to_be_bytes());
+        }
+        let mut hello = PREFACE.to_vec();
+        hello.extend(frame(SETTINGS, 0, 0, &payload));
+        c.send(&hello);
+        let first = c.next().expect("the server's SETTINGS");
+        assert_eq!(first.kind, SETTINGS, "{first:?}");
+        c.send(&frame(SETTINGS, 1, 0, &[]));
+        c
+    }
+
+    fn connect(addr: SocketAddr) -> H2 {
+        H2::connect_with(addr, &[])
+    }
+
+    fn send(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).unwrap();
+    }
+
+    /// Sends bytes, ignoring a reset (the server may close mid-flood).
+    fn send_lossy(&mut self, bytes: &[u8]) -> bool {
+        self.stream.write_all(bytes).is_ok()
+    }
+
+    fn get(&mut self, id: u32, path: &str) {
+        self.send(&frame(HEADERS, END_STREAM | END_HEADERS, id, &head("GET", path, &[])));
+    }
+
+    /// The next frame, or `None` once the server has closed.
+    fn next(&mut self) -> Option<Frame> {
+        loop {
+            if self.buf.len() >= 9 {
+                let len = (usize::from(self.buf[0]) << 16) | (usize::from(self.buf[1]) << 8) | usize::from(self.buf[2]);
+                if self.buf.len() >= 9 + len {
+                    let f = Frame {
+                        kind: self.buf[3],
+                        flags: self.buf[4],
+                        stream: u32::from_be_bytes(self.buf[5..9].try_into().unwrap()) & 0x7fff_ffff,
+                        payload: self.buf[9..9 + len].to_vec(),
+                    };
+                    self.buf.drain(..9 + len);
+                    return Some(f);
+                }
+            }
+            let mut chunk = [0; 65536];
+            match self.stream.read(&mut chunk) {
+                Ok(0) => return None,
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == ErrorKind::ConnectionReset => return None,
+                Err(e) => panic!("no frame within {PATIENCE:?}: {e}"),
+            }
+        }
+    }
+
+    /// Reads until a frame matches; panics if the connection ends first.
+    fn until(&mut self, what: &str, pred: impl Fn(&Frame) -> bool) -> Frame {
+        loop {
+            match self.next() {
+                Some(f) if pred(&f) => return f,
+                Some(_) => {}
+                None => panic!("connection closed before {what}"),
+            }
+        }
+    }
+
+    /// A whole response on `id`: its status and body.
+    fn response(&mut self, id: u32) -> (u16, Vec<u8>) {
+        let h = self.until("a response HEADERS", |f| f.kind == HEADERS && f.stream == id);
+        let status = h.status();
+        let mut body = Vec::new();
+        if h.flags & END_STREAM == 0 {
+            loop {
+                let f = self.until("DATA", |f| f.kind == DATA && f.stream == id);
+                body.extend_from_slice(&f.payload);
+                if !f.payload.is_empty() {
+                    // Give the window back as a browser does.
+                    let inc = (f.payload.len() as u32).to_be_bytes();
+                    self.send(&frame(WINDOW_UPDATE, 0, 0, &inc));
+                    self.send(&frame(WINDOW_UPDATE, 0, id, &inc));
+                }
+                if f.flags & END_STREAM != 0 {
+                    break;
+                }
+            }
+        }
+        (status, body)
+    }
+
+    /// Reads to the end: the GOAWAY seen on the way (if any), and whether
+    /// the server closed the connection.
+    fn goaway(&mut self) -> Option<Frame> {
+        let mut seen = None;
+        while let Some(f) = self.next() {
+            if f.kind == GOAWAY {
+                seen = Some(f);
+            }
+        }
+        seen
+    }
+}
+
+fn hello(req: &Request<'_>) -> Reply {
+    match req.path() {
+        "/big" => Response::bytes("application/octet-stream", vec![b'x'; 200_000]).into(),
+        "/echo" => Response::text(format!("{} bytes\n", req.body().len())).into(),
+        "/version" => Response::text(req.version().as_str()).into(),
+        _ => Response::text("hello\n").into(),
+    }
+}
+
+fn start(limits: Limits) -> peregrine::Running {
+    common::start_with(limits, hello)
+}
+
+/// Another connection of the same worker is still answered.
+fn still_served(addr: SocketAddr) {
+    let mut c = H2::connect(addr);
+    c.get(1, "/");
+    assert_eq!(c.response(1), (200, b"hello\n".to_vec()));
+}
+
+#[test]
+fn get_over_h2c_with_prior_knowledge() {
+    let server = start(Limits::default());
+    let mut c = H2::connect(server.local_addr());
+    c.get(1, "/version");
+    assert_eq!(c.response(1), (200, b"HTTP/2.0".to_vec()));
+    c.get(3, "/big");
+    let (status, body) = c.response(3);
+    assert_eq!((status, body.len()), (200, 200_000));
+    // HTTP/1.1 on another connection of the same listener still works.
+    let raw = common::exchange(
+        server.local_addr(),
+        b"GET /version HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    assert!(raw.ends_with(b"HTTP/1.1"), "{}", String::from_utf8_lossy(&raw));
+}
+
+#[test]
+fn request_body_respects_flow_control() {
+    let server = start(Limits::default());
+    let mut c = H2::connect(server.local_addr());
+    let body = vec![7u8; 300_000];
+    let len = body.len().to_string();
+    c.send(&frame(
+        HEADERS,
+        END_HEADERS,
+        1,
+        &head("POST", "/echo", &[("content-length", &len)]),
+    ));
+    // The stream's window starts at 65,535: send within it and wait for
+    // WINDOW_UPDATE before going on, as a client must.
+    let mut window: i64 = 65_535;
+    let mut sent = 0;
+    while sent < body.len() {
+        if window == 0 {
+            let f = c.until("WINDOW_UPDATE for the stream", |f| {
+                f.kind == WINDOW_UPDATE && f.stream == 1
+            });
+            window += i64::from(u32::from_be_bytes(f.payload[..4].try_into().unwrap()));
+            continue;
+        }
+        let n = (window as usize).min(16_384).min(body.len() - sent);
+        let last = sent + n == body.len();
+        c.send(&frame(
+            DATA,
+            if last { END_STREAM } else { 0 },
+            1,
+            &body[sent..sent + n],
+        ));
+        sent += n;
+        window -= n as i64;
+    }
+    assert_eq!(c.response(1), (200, b"300000 bytes\n".to_vec()));
+}
+
+#[test]
+fn body_over_the_limit_is_413_and_connection_survives() {
+    let limits = Limits {
+        body_bytes_max: 1000,
+        ..Limits::default()
+    };
+    let server = start(limits);
+    let mut c = H2::connect(server.local_addr());
+    c.send(&frame(HEADERS, END_HEADERS, 1, &head("POST", "/echo", &[])));
+    c.send(&frame(DATA, END_STREAM, 1, &[0; 2000]));
+    assert_eq!(c.response(1).0, 413);
+    c.get(3, "/");
+    assert_eq!(c.response(3), (200, b"hello\n".to_vec()));
+}
+
+/// A deferred answer holds only its own stream: the connection's other
+/// streams are answered meanwhile.
+#[test]
+fn deferred_stream_does_not_hold_the_others() {
+    let (tx, rx) = mpsc::channel::<Responder>();
+    let tx = Mutex::new(tx);
+    let server = common::start(move |req: &Request<'_>| -> Reply {
+        if req.path() == "/slow" {
+            let _ = tx.lock().unwrap().send(req.defer());
+            return Reply::Later;
+        }
+        Response::text("fast").into()
+    });
+    let mut c = H2::connect(server.local_addr());
+    c.get(1, "/slow");
+    c.get(3, "/fast");
+    assert_eq!(c.response(3), (200, b"fast".to_vec()));
+    let responder = rx.recv_timeout(PATIENCE).unwrap();
+    responder.send(Response::text("slow"));
+    assert_eq!(c.response(1), (200, b"slow".to_vec()));
+}
+
+#[test]
+fn graceful_shutdown_sends_goaway_and_finishes_streams_in_flight() {
+    let (tx, rx) = mpsc::channel::<Responder>();
+    let tx = Mutex::new(tx);
+    let server = common::start(move |req: &Request<'_>| -> Reply {
+        let _ = tx.lock().unwrap().send(req.defer());
+        Reply::Later
+    });
+    let mut c = H2::connect(server.local_addr());
+    c.get(1, "/");
+    let responder = rx.recv_timeout(PATIENCE).unwrap();
+    let handle = server.shutdown_handle();
+    handle.shutdown();
+    let g = c.until("GOAWAY", |f| f.kind == GOAWAY);
+    assert_eq!(g.code(), NO_ERROR);
+    assert_eq!(
+        u32::from_be_bytes(g.payload[..4].try_into().unwrap()),
+        1,
+        "last stream id"
+    );
+    responder.send(Response::text("late"));
+    assert_eq!(c.response(1), (200, b"late".to_vec()));
+    assert!(c.next().is_none(), "closed once the last stream is done");
+    server.join().unwrap();
+}
+
+#[test]
+fn rapid_reset_is_answered_with_enhance_your_calm() {
+    let server = start(Limits::default());
+    let mut c = H2::connect(server.local_addr());
+    let mut burst = Vec::new();
+    for i in 0..5000u32 {
+        let id = 1 + 2 * i;
+        burst.extend(frame(HEADERS, END_STREAM | END_HEADERS, id, &head("GET", "/", &[])));
+        burst.extend(frame(RST_STREAM, 0, id, &8u32.to_be_bytes()));
+    }
+    c.send_lossy(&burst);
+    let g = c.goaway().expect("GOAWAY");
+    assert_eq!(g.code(), ENHANCE_YOUR_CALM);
+    still_served(server.local_addr());
+}
+
+#[test]
+fn continuation_flood_is_cut_off() {
+    let server = start(Limits::default());
+    let mut c = H2::connect(server.local_addr());
+    c.send(&frame(HEADERS, 0, 1, &head("GET", "/", &[])));
+    // Endless CONTINUATION without END_HEADERS (the 2024 CVE class): the
+    // block is bounded by head_bytes_max (32 KiB).
+    let filler = vec![0x40; 16_000];
+    for _ in 0..100 {
+        if !c.send_lossy(&frame(CONTINUATION, 0, 1, &filler)) {
+            break;
+        }
+    }
+    let g = c.goaway().expect("GOAWAY");
+    assert_eq!(g.code(), ENHANCE_YOUR_CALM);
+    still_served(server.local_addr());
+}
+
+#[test]
+fn hpack_bomb_gets_431_and_the_connection_survives() {
+    let server = start(Limits::default());
+    let mut c = H2::connect(server.local_addr());
+    // One 4,000-byte field added to the dynamic table, then referred to
+    // 200 times with one byte each: 800 KB decoded from 4 KB sent.
+    let mut block = head("GET", "/", &[]);
+    block.push(0x40); // literal with incremental indexing, new name
+    block.push(1);
+    block.push(b'x');
+    block.extend_from_slice(&[0x7f, 0x81, 0x1e]); // length 4000 (127 + 3873)
+    block.extend(std::iter::repeat_n(b'a', 4000));
+    block.extend(std::iter::repeat_n(0xbe, 200)); // indexed: dynamic entry 62
+    c.send(&frame(HEADERS, END_STREAM | END_HEADERS, 1, &block));
+    assert_eq!(c.response(1).0, 431);
+    c.get(3, "/");
+    assert_eq!(c.response(3), (200, b"hello\n".to_vec()));
+}
+
+/// Control frames that cost the server work and ask nothing of it.
+fn flood(control: impl Fn(u32) -> Vec<u8>) {
+    let server = start(Limits::default());
+    let mut c = H2::connect(server.local_addr());
+    let mut burst = Vec::new();
+    for i in 0..20_000 {
+        burst.extend(control(i));
+    }
+    c.send_lossy(&burst);
+    let g = c.goaway().expect("GOAWAY");
+    assert_eq!(g.code(), ENHANCE_YOUR_CALM);
+    still_served(server.local_addr());
+}
+
+#[test]
+fn settings_flood() {
+    flood(|_| frame(SETTINGS, 0, 0, &[]));
+}
+
+#[test]
+fn ping_flood() {
+    flood(|i| frame(PING, 0, 0, &u64::from(i).to_be_bytes()));
+}
+
+#[test]
+fn window_update_flood() {
+    flood(|_| frame(WINDOW_UPDATE, 0, 0, &1u32.to_be_bytes()));
+}
+
+#[test]
+fn empty_data_flood() {
+    flood(|i| {
+        if i == 0 {
+            frame(HEADERS, END_HEADERS, 1, &head("POST", "/echo", &[]))
+        } else {
+            frame(DATA, 0, 1, &[])
+        }
+    });
+}
+
+#[test]
+fn streams_beyond_the_limit_are_refused() {
+    let (tx, rx) = mpsc::channel::<Responder>();
+    let tx = Mutex::new(tx);
+    let limits = Limits {
+        h2_streams_max: 2,
+        ..Limits::default()
+    };
+    let server = common::start_with(limits, move |req: &Request<'_>| -> Reply {
+        let _ = tx.lock().unwrap().send(req.defer());
+        Reply::Later
+    });
+    let mut c = H2::connect(server.local_addr());
+    c.get(1, "/");
+    c.get(3, "/");
+    c.get(5, "/");
+    let r = c.until("RST_STREAM", |f| f.kind == RST_STREAM);
+    assert_eq!((r.stream, r.code()), (5, REFUSED_STREAM));
+    for _ in 0..2 {
+        rx.recv_timeout(PATIENCE).unwrap().send(Response::text("ok"));
+    }
+    assert_eq!(c.response(1).0, 200);
+    assert_eq!(c.response(3).0, 200);
+}
+
+/// A client that opens no window holds a response: the send timeout ends
+/// the connection, and memory stays bounded meanwhile.
+#[test]
+fn zero_window_reader_is_dropped_after_the_send_timeout() {
+    let limits = Limits {
+        send_timeout: Duration::from_millis(500),
+        sweep_interval: Duration::from_millis(50),
+        ..Limits::default()
+    };
+    let server = start(limits);
+    // SETTINGS_INITIAL_WINDOW_SIZE = 0: no DATA may be sent at all.
+    let mut c = H2::connect_with(server.local_addr(), &[(0x4, 0)]);
+    c.get(1, "/big");
+    let h = c.until("HEADERS", |f| f.kind == HEADERS);
+    assert_eq!(h.stream, 1);
+    let g = c.goaway().expect("GOAWAY before close");
+    assert_eq!(g.code(), NO_ERROR);
+    still_served(server.local_addr());
+}
+
+#[test]
+fn idle_connection_is_closed_with_goaway() {
+    let limits = Limits {
+        idle_timeout: Duration::from_millis(300),
+        sweep_interval: Duration::from_millis(50),
+        ..Limits::default()
+    };
+    let server = start(limits);
+    let mut c = H2::connect(server.local_addr());
+    c.get(1, "/");
+    assert_eq!(c.response(1).0, 200);
+    let g = c.goaway().expect("GOAWAY");
+    assert_eq!(g.code(), NO_ERROR);
+}
+
+#[test]
+fn http2_off_answers_the_preface_as_http1() {
+    let server = Server::new()
+        .bind("127.0.0.1:0")
+        .workers(1)
+        .http2(false)
+        .start(hello)
+        .unwrap();
+    let raw = common::exchange(server.local_addr(), PREFACE);
+    assert_eq!(common::status_of(&raw), 505, "{}", String::from_utf8_lossy(&raw));
+}
+
+/// The first bytes of a connection may arrive one at a time: the preface
+/// is recognised however it is split.
+#[test]
+fn preface_split_byte_by_byte() {
+    let server = start(Limits::default());
+    let stream = TcpStream::connect(server.local_addr()).unwrap();
+    stream.set_read_timeout(Some(PATIENCE)).unwrap();
+    stream.set_nodelay(true).unwrap();
+    let mut c = H2 {
+        stream,
+        buf: Vec::new(),
+    };
+    let mut hello = PREFACE.to_vec();
+    hello.extend(frame(SETTINGS, 0, 0, &[]));
+    hello.extend(frame(HEADERS, END_STREAM | END_HEADERS, 1, &head("GET", "/", &[])));
+    for b in hello {
+        c.send(&[b]);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(c.response(1), (200, b"hello\n".to_vec()));
+}
