@@ -295,7 +295,9 @@ pub(crate) struct LogRequest {
 /// What the connection's code does not pass to [`LogWriter::record`],
 /// noted per worker thread: the host of the request being handled, the
 /// start of the worker's turn, and the host and start of each deferred
-/// request, by client (a connection has at most one deferred request).
+/// request, by client and request line (an HTTP/2 connection may have
+/// several deferred at once; of identical ones, the oldest is answered
+/// first as far as the log knows).
 #[derive(Default)]
 pub(crate) struct Noted {
     /// The host of the request whose handler ran last, until its line is
@@ -304,7 +306,16 @@ pub(crate) struct Noted {
     /// Kept to be reused: no allocation per request on a warm worker.
     spare: Vec<u8>,
     turn: Option<Instant>,
-    deferred: Vec<(SocketAddr, Option<Vec<u8>>, Instant)>,
+    deferred: Vec<Deferred>,
+}
+
+/// A deferred request's noted values.
+struct Deferred {
+    peer: SocketAddr,
+    /// `method target version`, as `LogRequest::request_line`.
+    request_line: Vec<u8>,
+    host: Option<Vec<u8>>,
+    started: Instant,
 }
 
 /// Deferred requests noted at most; beyond, the oldest are forgotten
@@ -347,8 +358,13 @@ impl Handler for Noting {
                 if n.deferred.len() >= DEFERRED_NOTED_MAX {
                     n.deferred.drain(..DEFERRED_NOTED_MAX / 2);
                 }
-                n.deferred.retain(|(peer, ..)| *peer != req.peer);
-                n.deferred.push((req.peer, host, started));
+                let request_line = [req.method, " ", req.target, " ", req.version.as_str()].concat();
+                n.deferred.push(Deferred {
+                    peer: req.peer,
+                    request_line: request_line.into_bytes(),
+                    host,
+                    started,
+                });
             });
         }
         reply
@@ -451,10 +467,10 @@ impl LogWriter {
             parts.next().unwrap_or(b"-"),
         );
         let noted = NOTED.with_borrow_mut(|n| {
-            let i = n.deferred.iter().position(|(p, ..)| *p == peer)?;
-            Some(n.deferred.swap_remove(i))
+            let i = (n.deferred.iter()).position(|d| d.peer == peer && d.request_line == *line)?;
+            Some(n.deferred.remove(i))
         });
-        let (host, started) = noted.map_or((None, None), |(_, host, started)| (host, Some(started)));
+        let (host, started) = noted.map_or((None, None), |d| (d.host, Some(d.started)));
         self.write(&Line {
             clf_time,
             peer,
