@@ -1017,7 +1017,9 @@ impl Session {
             s.ready = false;
         }
         s.pending = None;
-        if self.spare.len() < 8 {
+        // Kept up to the concurrency the client has used (bounded by
+        // streams_max), so a warm connection reuses stream buffers.
+        if self.spare.len() < self.cfg.streams_max as usize {
             self.spare.push(s);
         }
     }
