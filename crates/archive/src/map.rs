@@ -5,10 +5,10 @@
 //! mapped, or touching a page past the new end raises SIGBUS. Replacing an
 //! archive by `rename` is safe (a new inode; the old one stays whole while
 //! mapped). Rewriting it in place (`cp new old`, `truncate`) is defended by
-//! a read lease (F_SETLEASE): the writer's open waits while the server
-//! copies the archive into memory, switches to the copy, lets responses
-//! still sending from the map finish, and releases the lease
-//! (`serve::move_off_the_map`). `tests/archive.rs` dies of SIGBUS without
+//! a read lease (F_SETLEASE, with no signal: see `take_read_lease`): the
+//! writer's open waits while the server copies the archive into memory,
+//! switches to the copy, lets responses still sending from the map finish,
+//! and releases the lease (`serve::move_off_the_map`). `tests/archive.rs` dies of SIGBUS without
 //! the lease and passes with it. A writer that had the file open for
 //! writing before the lease was taken gets no lease at all: the archive is
 //! read into memory instead. Responses that outlive the lease (a slow
@@ -51,21 +51,45 @@ pub fn map(file: &File, populate: bool) -> io::Result<Backing> {
 
 /// Takes a read lease on `file` (opened read-only): another process that
 /// opens it for writing or truncates it is made to wait (up to
-/// `/proc/sys/fs/lease-break-time`, 45 s by default) while this process is
-/// told with SIGIO and gets off the map. Fails with EAGAIN if the file is
-/// open for writing now, EACCES if another user owns it.
+/// `/proc/sys/fs/lease-break-time`, 45 s by default) while this process
+/// notices (the watcher polls [`lease_broken`]) and gets off the map. Fails
+/// with EAGAIN if the file is open for writing now, EACCES if another user
+/// owns it.
+///
+/// No signal is involved: the kernel would tell the lease's owner of a
+/// break with SIGIO, whose default action ends the process, and a library
+/// installs no signal handler (the program owns its signals). So the break
+/// is announced with SIGURG, ignored by default, and the lease then has no
+/// owner to tell at all (F_SETOWN 0): SIGURG can only come in the window
+/// between the two calls.
 #[allow(unsafe_code)]
 pub fn take_read_lease(file: &File) -> io::Result<()> {
     use std::os::fd::AsRawFd;
-    // A lease break is signalled with SIGIO (no F_SETSIG given).
-    install_sigio_handler();
-    // SAFETY: a plain fcntl call on a descriptor we own; no memory involved.
-    let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETLEASE, libc::F_RDLCK) };
+    let fd = file.as_raw_fd();
+    // SAFETY: a plain fcntl call on a descriptor we own, with integer
+    // arguments; no memory involved. The same holds for the two below.
+    let rc = unsafe { libc::fcntl(fd, F_SETSIG, libc::SIGURG) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: as above.
+    let rc = unsafe { libc::fcntl(fd, libc::F_SETLEASE, libc::F_RDLCK) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // Setting the lease made this process the descriptor's owner; an owner
+    // of 0 is none, and no signal is sent.
+    // SAFETY: as above.
+    let rc = unsafe { libc::fcntl(fd, libc::F_SETOWN, 0) };
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(())
 }
+
+/// fcntl's F_SETSIG, which the libc crate does not name: 10 in Linux's
+/// asm-generic/fcntl.h and on every architecture Rust targets but PA-RISC.
+const F_SETSIG: libc::c_int = 10;
 
 /// Whether a writer is waiting for our lease to go.
 #[allow(unsafe_code)]
@@ -90,15 +114,3 @@ pub fn release_lease(file: &File) -> io::Result<()> {
     }
     Ok(())
 }
-
-/// SIGIO's default action ends the process; with leases it is only news.
-/// The watcher polls the leases, so the handler just counts.
-fn install_sigio_handler() {
-    static INSTALLED: std::sync::Once = std::sync::Once::new();
-    INSTALLED.call_once(|| {
-        let _ = signal_hook::flag::register(signal_hook::consts::SIGIO, SIGIO_SEEN.clone());
-    });
-}
-
-static SIGIO_SEEN: std::sync::LazyLock<std::sync::Arc<std::sync::atomic::AtomicBool>> =
-    std::sync::LazyLock::new(Default::default);

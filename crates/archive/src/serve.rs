@@ -1,10 +1,12 @@
 //! Answers requests from an archive, and replaces the archive when its
-//! file is replaced (rename) or on SIGHUP.
+//! file is replaced (rename) or when the program asks
+//! ([`ArchiveServer::reload`]; the command line does on SIGHUP). The crate
+//! installs no signal handler: signals belong to the program.
 //!
 //! Hot swap: a watcher thread `stat`s the path every `WATCH_INTERVAL`; a new
-//! identity (device, inode, size, mtime) or a SIGHUP makes it open the file,
-//! validate it fully (the data hash included), and publish it as a new
-//! generation. Workers notice with one relaxed atomic load per request and
+//! identity (device, inode, size, mtime) or a reload asked for makes it
+//! open the file, validate it fully (the data hash included), and publish
+//! it as a new generation. Workers notice with one relaxed atomic load per request and
 //! take the new `Arc`; responses in flight hold the old map through their
 //! `SharedBytes`, so it is unmapped when the last of them is sent. A file
 //! that fails validation is refused with a log line and the old archive
@@ -67,18 +69,10 @@ pub struct ArchiveServer {
 }
 
 impl ArchiveServer {
-    /// Opens and fully validates the archive, and starts watching its path;
-    /// SIGHUP reloads it.
+    /// Opens and fully validates the archive, and starts watching its path.
+    /// Installs no signal handler: a program that wants SIGHUP to reload
+    /// the archive calls [`ArchiveServer::reload`] from its own handler.
     pub fn open(path: &Path, mode: Mode) -> Result<Self, Invalid> {
-        let server = ArchiveServer::open_without_sighup(path, mode)?;
-        let _ = signal_hook::flag::register(signal_hook::consts::SIGHUP, server.shared.reload.clone());
-        Ok(server)
-    }
-
-    /// As [`ArchiveServer::open`], for a program that handles SIGHUP itself
-    /// and calls [`ArchiveServer::reload`] when it means to (the command
-    /// line does, when it reloads its configuration).
-    pub fn open_without_sighup(path: &Path, mode: Mode) -> Result<Self, Invalid> {
         static NEXT_ID: AtomicU64 = AtomicU64::new(0);
         let archive = Archive::open(path, mode)?;
         archive
@@ -121,7 +115,8 @@ impl ArchiveServer {
         }
     }
 
-    /// Asks for a reload now, as SIGHUP does.
+    /// Asks the watcher to load the archive again now, even if its file
+    /// looks unchanged (what the command line does on SIGHUP).
     pub fn reload(&self) {
         self.shared.reload.store(true, Ordering::Release);
     }

@@ -403,13 +403,13 @@ fn a_damaged_body_is_refused_at_start_and_at_a_swap() {
     let bad = t.0.join("bad.prg");
     std::fs::write(&bad, &damaged).unwrap();
     for mode in [Mode::Map, Mode::Heap] {
-        let err = ArchiveServer::open_without_sighup(&bad, mode)
+        let err = ArchiveServer::open(&bad, mode)
             .err()
             .expect("a damaged body is refused");
         assert!(err.to_string().contains("data checksum"), "{err}");
     }
     // At a swap: refused, and the archive served before keeps serving.
-    let handler = ArchiveServer::open_without_sighup(&target, Mode::Map).unwrap();
+    let handler = ArchiveServer::open(&target, Mode::Map).unwrap();
     let counters = handler.counters();
     let server = Server::new().bind("127.0.0.1:0").workers(1).start(handler).unwrap();
     let addr = server.local_addr();
@@ -798,16 +798,48 @@ fn slow_read_while_truncated(name: &str, tls: bool) {
 }
 
 #[test]
-fn sighup_reloads_the_archive() {
-    let t = Tmp::new("sighup");
+fn reload_loads_the_archive_again() {
+    let t = Tmp::new("reload");
     let target = t.0.join("live.prg");
     pack_generation(&t, 0, &target);
     let server = ArchiveServer::open(&target, Mode::Map).unwrap();
     assert_eq!(server.generation(), 1);
-    signal_hook::low_level::raise(signal_hook::consts::SIGHUP).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while server.generation() < 2 {
-        assert!(Instant::now() < deadline, "SIGHUP did not reload the archive");
-        std::thread::sleep(Duration::from_millis(20));
+    server.reload();
+    wait_until("the reload asked for", || server.generation() >= 2);
+}
+
+/// The signals a process may catch, from /proc/self/status (`SigCgt`, a
+/// mask in hex whose bit n-1 is signal n).
+fn caught_signals() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let mask = status.lines().find_map(|l| l.strip_prefix("SigCgt:")).unwrap();
+    u64::from_str_radix(mask.trim(), 16).unwrap()
+}
+
+/// Signals belong to the program: serving an archive, taking its lease,
+/// and having the lease broken by a writer install no handler (SIGIO's
+/// default action would end the process; the break is polled instead).
+#[test]
+fn the_crate_installs_no_signal_handler() {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGIO, SIGTERM, SIGURG, SIGUSR1};
+    let t = Tmp::new("nosignals");
+    let target = t.0.join("live.prg");
+    pack_generation(&t, 0, &target);
+    let (running, server) = serve(&target);
+    assert_eq!(get(running.local_addr(), "/f0.bin").status, 200);
+    // A rewrite in place: the writer's open breaks the lease.
+    let copy = t.0.join("copy.prg");
+    pack_generation(&t, 1, &copy);
+    std::fs::write(&target, std::fs::read(&copy).unwrap()).unwrap();
+    let addr = running.local_addr();
+    wait_until("the rewritten archive", || {
+        get(addr, "/f0.bin").body == generation_body(1, 0)
+    });
+    assert!(server.generation() >= 3, "no move off the map and reload");
+    let caught = caught_signals();
+    for signal in [SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGIO, SIGURG] {
+        assert_eq!(caught & (1 << (signal - 1)), 0, "signal {signal} has a handler");
     }
+    running.shutdown();
+    running.join().unwrap();
 }

@@ -678,26 +678,10 @@ fn line_of(text: &str, offset: usize) -> usize {
 fn suggest<'a>(wrong: &str, known: impl Iterator<Item = &'a str>) -> Option<&'a str> {
     let dashed = wrong.replace('_', "-");
     known
-        .map(|k| (edit_distance(&dashed, k), k))
+        .map(|k| (strsim::levenshtein(&dashed, k), k))
         .filter(|(d, k)| *d <= 2.max(k.len() / 4))
         .min_by_key(|(d, _)| *d)
         .map(|(_, k)| k)
-}
-
-/// Levenshtein distance, by characters.
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let above = row[j + 1];
-            row[j + 1] = (diagonal + usize::from(ca != *cb)).min(row[j] + 1).min(above + 1);
-            diagonal = above;
-        }
-    }
-    row[b.len()]
 }
 
 /// The effective settings as a TOML file that would reproduce them, each

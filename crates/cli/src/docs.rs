@@ -167,7 +167,7 @@ const SIGNALS: Terms = &[
     ),
     (
         "SIGUSR1",
-        "Reopen the --access-log file under its path (for logrotate).",
+        "Reopen the --access-log and --error-log files under their paths (for logrotate).",
     ),
     (
         "SIGINT, SIGTERM",
@@ -188,6 +188,15 @@ const FILES: Terms = &[
         "A directory served as it is, or an archive made by peregrine pack, which follows the \
          conventions _headers, _redirects, _404.html and _wildcard.*; an archive replaced by \
          rename is swapped in while serving.",
+    ),
+    (
+        "--access-log PATH, --error-log PATH",
+        "Appended to (created if missing); SIGUSR1 reopens both. The access log's lines follow \
+         --access-log-format: combined, json, or a template of $variables such as \
+         '$remote_addr \"$request\" $status $body_bytes_sent $request_time_us $host $protocol' \
+         (the full list is in --help); an unknown variable is refused at start and by \
+         check-config. The error log holds the lines otherwise written to standard error. Under \
+         the sandbox both may only be created beneath the directories they had at start.",
     ),
     (
         "--tls-cert PEM, --tls-key PEM",

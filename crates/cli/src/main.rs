@@ -2,7 +2,9 @@
 
 mod config;
 mod docs;
+mod logger;
 mod reload;
+mod sandbox;
 
 use std::ffi::OsString;
 use std::net::SocketAddr;
@@ -193,10 +195,23 @@ struct ServerArgs {
     /// SIGUSR1 reopens the file (for logrotate). Default: none.
     #[arg(long, value_name = "PATH|-")]
     access_log: Option<String>,
-    /// The access log's format: `combined` (Combined Log Format) or `json`.
+    /// The access log's format: `combined` (Combined Log Format), `json`
+    /// (with host, protocol and duration_us), or a template of nginx-like
+    /// variables, e.g. `'$remote_addr "$request" $status $body_bytes_sent
+    /// $request_time_us $host'`: $remote_addr, $remote_port, $time_local,
+    /// $time_iso8601, $request, $request_method, $request_uri, $protocol
+    /// (or $server_protocol), $host (or $http_host), $status,
+    /// $body_bytes_sent, $request_time_us, $request_time (seconds),
+    /// $http_referer, $http_user_agent; `${name}` when a letter follows.
+    /// An unknown variable is refused at start. Default: combined.
     #[arg(long, default_value = "combined", value_name = "FORMAT")]
     access_log_format: peregrine::LogFormat,
-    /// The least severe error-log lines written to standard error: `error`,
+    /// Append the error log (what the server says it does, warnings,
+    /// errors) to PATH instead of standard error; SIGUSR1 reopens it, as
+    /// it does the access log. Default: standard error.
+    #[arg(long, value_name = "PATH")]
+    error_log: Option<PathBuf>,
+    /// The least severe error-log lines written: `error`,
     /// `warn`, `info` or `debug` (per-connection detail such as failed TLS
     /// handshakes; `PEREGRINE_DEBUG=1` also turns it on). Default: info.
     #[arg(long, value_name = "LEVEL")]
@@ -212,6 +227,13 @@ struct ServerArgs {
     /// After binding, switch to this group. Default: the --user's group.
     #[arg(long, value_name = "GROUP")]
     group: Option<String>,
+    /// Do not sandbox the process. By default, once the configuration is
+    /// read, Landlock lets it read only beneath the root (an archive's
+    /// directory), the certificates' and the configuration's directories,
+    /// and write only the access log's; a seccomp allow-list refuses exec
+    /// and every system call serving does not need (EPERM).
+    #[arg(long)]
+    no_sandbox: bool,
     /// Speak HTTP/1.1 only: no HTTP/2 by ALPN on TLS listeners, and no
     /// HTTP/2 with prior knowledge (h2c) on cleartext ones. Default: both
     /// protocols, on every listener.
@@ -462,11 +484,12 @@ impl LimitArgs {
 }
 
 fn main() -> ExitCode {
+    logger::install();
     // Flags, PEREGRINE_* variables and a --config file, merged (config.rs).
     let argv: Vec<OsString> = std::env::args_os().collect();
     let result = config::parse::<Cli>(argv.clone()).and_then(|invocation| match invocation {
         config::Invocation::Run(cli) => run(cli, argv),
-        config::Invocation::Check(cli, settings) => check(&cli).map(|()| print!("{settings}")),
+        config::Invocation::Check(cli, settings) => check(&cli, &argv).map(|()| print!("{settings}")),
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -544,7 +567,11 @@ fn check_server(args: &ServerArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn check(cli: &Cli) -> anyhow::Result<()> {
+fn check(cli: &Cli, argv: &[OsString]) -> anyhow::Result<()> {
+    // The checks run inside the sandbox serving would run in: the files
+    // they read must be readable there too.
+    let sandbox = sandbox::enter(&cli.command, argv)?;
+    eprintln!("peregrine: {sandbox}");
     match &cli.command {
         Command::Hello { server } => check_server(server)?,
         Command::Serve {

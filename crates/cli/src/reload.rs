@@ -22,9 +22,9 @@
 //!
 //! SIGHUP's older meanings are part of this: certificates are read again by
 //! building the generation, and an archive at the same path (and mode) is
-//! kept and asked to reload ([`ArchiveServer::reload`]), once. The archive
-//! is opened without its own SIGHUP handler, so exactly one thing happens
-//! per signal: this reload.
+//! kept and asked to reload ([`ArchiveServer::reload`]), once. The
+//! libraries install no signal handler (the binary owns every signal), so
+//! exactly one thing happens per signal: this reload.
 
 use std::ffi::OsString;
 use std::net::SocketAddr;
@@ -39,6 +39,7 @@ use peregrine::{
 use peregrine_archive::{ArchiveServer, Mode};
 use peregrine_files::FileServer;
 
+use crate::sandbox::{self, Sandbox};
 use crate::{config, Cli, Command, ServerArgs};
 
 /// Where a listening socket came from, to find it again at the next
@@ -89,16 +90,24 @@ struct Process {
     /// `--user`/`--group` at start: root is given up once, so they cannot
     /// change.
     identity: Identity,
+    /// The same by number, looked up before the sandbox hides the user
+    /// database.
+    run_as: Identity,
     /// How many sockets systemd passed.
     n_inherited: usize,
     /// Counters keep adding up across generations.
     metrics: Option<Arc<Metrics>>,
     /// The `--metrics` listener, as configured, kept while its address is.
     metrics_server: Option<(SocketAddr, Running)>,
+    /// The sandbox set up at start, which every reload must stay within.
+    sandbox: Sandbox,
+    /// Workers when `--workers` is not given: one per core the process
+    /// may use, counted before the sandbox hides the cgroup's CPU quota.
+    n_workers_default: usize,
 }
 
 /// Runs `hello` or `serve` until SIGINT or SIGTERM, reloading on SIGHUP
-/// and reopening the access log on SIGUSR1.
+/// and reopening the access and error logs on SIGUSR1.
 pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
     // Before anything is bound: from now on a SIGHUP reloads, it does not
@@ -107,26 +116,38 @@ pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()>
         signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGUSR1, SIGHUP]).context("cannot handle signals")?;
     let inherited = peregrine::systemd::listen_fds().context("socket activation (LISTEN_FDS)")?;
     let args = server_args(&command);
+    let n_workers_default = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let identity = Identity {
+        user: args.user.clone(),
+        group: args.group.clone(),
+    };
+    let run_as = identity.resolve().context("--user/--group")?;
+    // Before any thread starts (the first generation's workers, the
+    // archive's watcher, the metrics listener's), so that all are inside.
+    let sandbox = sandbox::enter(&command, &argv)?;
     let mut process = Process {
         argv,
-        identity: Identity {
-            user: args.user.clone(),
-            group: args.group.clone(),
-        },
+        identity,
+        run_as,
         n_inherited: inherited.len(),
         metrics: None,
         metrics_server: None,
+        sandbox,
+        n_workers_default,
     };
     let taken = (inherited.into_iter().enumerate())
         .map(|(i, socket)| (Origin::Inherited(i), Listening::from(socket)))
         .collect();
     let (mut current, urls) = build(&command, taken, None, &mut process)?;
+    // "sandbox: ...; serving ROOT on URL, URL": the line ends with the
+    // addresses, which scripts (and the tests) read.
+    let sandbox = &process.sandbox.summary;
     match &command {
         Command::Serve { root, files, .. } => {
-            log::info(format_args!("serving {} on {urls}", root.display()));
+            log::info(format_args!("{sandbox}; serving {} on {urls}", root.display()));
             warn_if_nothing_to_serve(root, &files.index, &process.identity);
         }
-        _ => log::info(format_args!("hello on {urls}")),
+        _ => log::info(format_args!("{sandbox}; hello on {urls}")),
     }
     // Type=notify: serving from now on.
     if let Err(e) = peregrine::systemd::notify("READY=1") {
@@ -147,10 +168,17 @@ pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()>
                 }
                 let _ = peregrine::systemd::notify("READY=1");
             }
-            SIGUSR1 => match current.running.reopen_logs() {
-                Ok(()) => log::info(format_args!("access log reopened")),
-                Err(e) => log::error(format_args!("{e}; still writing to the old file")),
-            },
+            SIGUSR1 => {
+                match crate::logger::reopen() {
+                    Ok(true) => log::info(format_args!("error log reopened")),
+                    Ok(false) => {}
+                    Err(e) => log::error(format_args!("{e}; still writing to the old file")),
+                }
+                match current.running.reopen_logs() {
+                    Ok(()) => log::info(format_args!("access log reopened")),
+                    Err(e) => log::error(format_args!("{e}; still writing to the old file")),
+                }
+            }
             _ => break,
         }
     }
@@ -184,6 +212,7 @@ pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()>
 /// then hands the current one over to it (in the background).
 fn reload(process: &mut Process, current: &mut Generation, retired: &mut Vec<Retired>) -> anyhow::Result<()> {
     let cli: Cli = config::reparse(process.argv.clone())?;
+    process.sandbox.check(&cli.command, &process.argv)?;
     let listening = current.running.listeners()?;
     let taken = current.origins.iter().copied().zip(listening).collect();
     let (mut next, _) = build(&cli.command, taken, Some(&*current), process)?;
@@ -241,17 +270,17 @@ fn build(
     };
     let mut srv = Server::new()
         .limits(args.limits.to_limits()?)
-        .access_log_format(args.access_log_format)
+        .access_log_format(args.access_log_format.clone())
         .http2(!args.no_http2);
     if first {
-        srv = srv.run_as(identity);
+        srv = srv.run_as(process.run_as.clone());
     }
-    if let Some(n) = args.workers {
-        srv = srv.workers(n);
-    }
+    // Bounded by the flag's parser (`Limits::N_WORKERS_RANGE`).
+    srv = srv.workers(args.workers.unwrap_or(process.n_workers_default));
     if let Some(path) = &args.access_log {
         srv = srv.access_log(AccessLog::from_arg(path));
     }
+    let error_log = crate::logger::Route::to(args.error_log.as_deref())?;
 
     // The addresses, in the order they are shown: `--bind` (or the
     // default), systemd's, the redirecting one.
@@ -317,6 +346,7 @@ fn build(
     };
 
     // Started: from here on nothing fails.
+    error_log.apply();
     match (args.metrics, metrics_server) {
         (_, Some(new)) => {
             if let Some((_, old)) = process.metrics_server.replace(new) {
@@ -368,12 +398,13 @@ fn start(
         root, files, archive, ..
     } = command
     else {
-        let running = srv.start(|_req: &Request<'_>| Response::text("Hello, World!"))?;
+        let hello = |_req: &Request<'_>| Response::text("Hello, World!");
+        let running = srv.start(sandbox::planted_bug(hello))?;
         return Ok((running, None, false));
     };
     if !crate::is_archive_root(root, files, archive)? {
         let files = FileServer::new(files.options(root.clone()))?;
-        return Ok((srv.start(files)?, None, false));
+        return Ok((srv.start(sandbox::planted_bug(files))?, None, false));
     }
     let mode = match (archive.in_memory, archive.prefault) {
         (true, _) => Mode::Heap,
@@ -385,9 +416,9 @@ fn start(
         .filter(|a| a.root == *root && a.mode == mode);
     let (server, kept) = match same {
         Some(same) => (same.server.clone(), true),
-        None => (ArchiveServer::open_without_sighup(root, mode)?, false),
+        None => (ArchiveServer::open(root, mode)?, false),
     };
-    let running = srv.start(server.clone())?;
+    let running = srv.start(sandbox::planted_bug(server.clone()))?;
     let served = ServedArchive {
         root: root.clone(),
         mode,
@@ -474,7 +505,7 @@ fn warn_if_nothing_to_serve(root: &Path, index: &[String], identity: &Identity) 
 }
 
 /// The serving flags of `hello` or `serve`.
-fn server_args(command: &Command) -> &ServerArgs {
+pub(crate) fn server_args(command: &Command) -> &ServerArgs {
     match command {
         Command::Hello { server } | Command::Serve { server, .. } => server,
         _ => unreachable!("only hello and serve are served"),

@@ -7,7 +7,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::os::unix::net::UnixDatagram;
 use std::process::{Command, Stdio};
 
-use common::{get, packed, peregrine, served_addr, terminate};
+use common::{get, last_addr, packed, peregrine, served_addr, terminate};
 
 /// What systemd does, in a few lines of Python: a listening socket at
 /// descriptor 3, LISTEN_FDS=1 and LISTEN_PID naming the process that the
@@ -176,13 +176,7 @@ fn sigusr1_reopens_the_access_log() {
     let mut stderr = BufReader::new(child.stderr.take().unwrap());
     let mut line = String::new();
     stderr.read_line(&mut line).unwrap();
-    let addr = line
-        .trim()
-        .rsplit("http://")
-        .next()
-        .unwrap()
-        .trim_end_matches('/')
-        .to_owned();
+    let addr = last_addr(&line);
     get(&addr, "/one");
     // The worker writes its buffer at each sweep: wait for the line.
     while !std::fs::read_to_string(&log).unwrap().contains("/one") {
@@ -291,4 +285,94 @@ impl Drop for KillOnDrop {
             let _ = child.wait();
         }
     }
+}
+
+/// Waits until `path` holds a line containing `needle`; returns the file.
+fn file_with(path: &std::path::Path, needle: &str) -> String {
+    let deadline = std::time::Instant::now() + common::PATIENCE;
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if text.contains(needle) {
+            return text;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no {needle:?} in {}: {text}",
+            path.display()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn the_error_log_goes_to_a_file_that_sigusr1_reopens() {
+    let dir = common::Scratch::new("peregrine-error-log");
+    let log = dir.path("error.log");
+    let mut child = peregrine()
+        .args(["hello", "--bind", "127.0.0.1:0", "--workers", "1", "--error-log"])
+        .arg(&log)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Today's lines, in the file: the sandbox's and the address.
+    let first = file_with(&log, " on http://");
+    assert!(first.starts_with("peregrine: sandbox"), "{first}");
+    let addr = last_addr(first.lines().next().unwrap());
+    assert!(get(&addr, "/").ends_with("Hello, World!"));
+    std::fs::rename(&log, dir.path("error.log.1")).unwrap();
+    let status = Command::new("kill")
+        .args(["-USR1", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let new = file_with(&log, "peregrine: access log reopened\n");
+    assert_eq!(new, "peregrine: error log reopened\nperegrine: access log reopened\n");
+    let mut stderr = child.stderr.take().unwrap();
+    terminate(child);
+    // Nothing went to standard error.
+    let mut said = String::new();
+    stderr.read_to_string(&mut said).unwrap();
+    assert_eq!(said, "");
+    let old = std::fs::read_to_string(dir.path("error.log.1")).unwrap();
+    assert!(!old.contains("reopened"), "{old}");
+}
+
+#[test]
+fn an_access_log_template_is_written_and_an_unknown_variable_refused() {
+    let out = peregrine()
+        .args([
+            "check-config",
+            "hello",
+            "--access-log-format",
+            "$remote_addr $bytes_sent",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("unknown variable $bytes_sent in the access log format (known: $remote_addr"),
+        "{err}"
+    );
+
+    let dir = common::Scratch::new("peregrine-template");
+    let log = dir.path("access.log");
+    let mut child = peregrine()
+        .args(["hello", "--bind", "127.0.0.1:0", "--workers", "1"])
+        .args([
+            "--access-log-format",
+            "$host \"$request\" $protocol $status $body_bytes_sent $request_time_us",
+        ])
+        .arg("--access-log")
+        .arg(&log)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let addr = served_addr(&mut child);
+    get(&addr, "/t");
+    terminate(child);
+    let line = std::fs::read_to_string(&log).unwrap();
+    let (start, us) = line.trim_end().rsplit_once(' ').unwrap();
+    assert_eq!(start, "x \"GET /t HTTP/1.1\" HTTP/1.1 200 13", "{line}");
+    us.parse::<u64>().unwrap();
 }

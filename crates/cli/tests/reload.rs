@@ -2,46 +2,31 @@
 //! connections get the new settings, connections already open finish under
 //! the old ones, and nothing is refused meanwhile.
 
-use std::io::{BufRead, BufReader, Read, Write};
+mod common;
+
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{self, Receiver};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// How long an expected effect is waited for before the test fails.
-const PATIENCE: Duration = Duration::from_secs(20);
+use common::{Scratch, Stderr, PATIENCE};
 
-/// A scratch directory, removed when dropped.
-struct Tmp(PathBuf);
-
-impl Tmp {
-    fn new(tag: &str) -> Tmp {
-        let dir = std::env::temp_dir().join(format!("peregrine-reload-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("site")).unwrap();
-        std::fs::write(dir.join("site/index.html"), "<p>hello</p>\n").unwrap();
-        Tmp(dir)
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for Tmp {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+/// A scratch directory with a site to serve, `site/index.html`.
+fn tmp(tag: &str) -> Scratch {
+    let t = Scratch::new(&format!("peregrine-reload-{tag}"));
+    std::fs::create_dir_all(t.path("site")).unwrap();
+    std::fs::write(t.path("site/index.html"), "<p>hello</p>\n").unwrap();
+    t
 }
 
 /// A running `peregrine`, killed when dropped.
 struct Server {
     child: Child,
     /// Its stderr, line by line (read on a thread).
-    stderr: Receiver<String>,
+    stderr: Stderr,
 }
 
 impl Server {
@@ -51,28 +36,13 @@ impl Server {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let mut reader = BufReader::new(child.stderr.take().unwrap());
-        let (tx, stderr) = mpsc::channel();
-        std::thread::spawn(move || loop {
-            let mut line = String::new();
-            if reader.read_line(&mut line).unwrap_or(0) == 0 || tx.send(line).is_err() {
-                return;
-            }
-        });
+        let stderr = Stderr::of(&mut child);
         Server { child, stderr }
     }
 
     /// Waits for a stderr line containing `needle`, and returns it.
     fn line(&self, needle: &str) -> String {
-        let deadline = Instant::now() + PATIENCE;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.stderr.recv_timeout(left) {
-                Ok(line) if line.contains(needle) => return line,
-                Ok(_) => {}
-                Err(_) => panic!("no line with {needle:?} on stderr"),
-            }
-        }
+        self.stderr.line(needle)
     }
 
     /// Waits for lines containing each of `needles`, in any order.
@@ -80,10 +50,9 @@ impl Server {
         let mut missing: Vec<&str> = needles.to_vec();
         let deadline = Instant::now() + PATIENCE;
         while !missing.is_empty() {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.stderr.recv_timeout(left) {
-                Ok(line) => missing.retain(|n| !line.contains(n)),
-                Err(_) => panic!("no line with {missing:?} on stderr"),
+            match self.stderr.next_before(deadline) {
+                Some(line) => missing.retain(|n| !line.contains(n)),
+                None => panic!("no line with {missing:?} on stderr"),
             }
         }
     }
@@ -188,7 +157,7 @@ fn s(p: &Path) -> &str {
 
 #[test]
 fn sighup_gives_new_connections_the_new_settings_and_refuses_none() {
-    let t = Tmp::new("switch");
+    let t = tmp("switch");
     let config = t.path("peregrine.toml");
     let site = t.path("site");
     std::fs::write(
@@ -298,7 +267,7 @@ fn sighup_gives_new_connections_the_new_settings_and_refuses_none() {
 
 #[test]
 fn a_bad_config_on_sighup_is_named_and_the_old_settings_stay() {
-    let t = Tmp::new("bad");
+    let t = tmp("bad");
     let config = t.path("peregrine.toml");
     let site = t.path("site");
     std::fs::write(&config, format!("root = {:?}\nindex = [\"index.html\"]\n", s(&site))).unwrap();
@@ -348,7 +317,7 @@ fn a_bad_config_on_sighup_is_named_and_the_old_settings_stay() {
 
 #[test]
 fn hello_reloads_its_worker_count() {
-    let t = Tmp::new("hello");
+    let t = tmp("hello");
     let config = t.path("peregrine.toml");
     std::fs::write(&config, "workers = 1\nmetrics = \"127.0.0.1:0\"\n").unwrap();
     let server = Server::start(&["hello", "--config", s(&config), "--bind", "127.0.0.1:0"]);
@@ -389,7 +358,7 @@ fn free_port() -> u16 {
 
 #[test]
 fn addresses_added_on_reload_are_bound_and_removed_ones_close() {
-    let t = Tmp::new("addrs");
+    let t = tmp("addrs");
     let config = t.path("peregrine.toml");
     let site = t.path("site");
     let root = format!("root = {:?}\n", s(&site));
@@ -421,7 +390,7 @@ fn addresses_added_on_reload_are_bound_and_removed_ones_close() {
 #[test]
 fn a_reload_is_announced_to_systemd() {
     use std::os::unix::net::UnixDatagram;
-    let t = Tmp::new("notify");
+    let t = tmp("notify");
     let notify_path = t.path("notify");
     let notify = UnixDatagram::bind(&notify_path).unwrap();
     notify.set_read_timeout(Some(PATIENCE)).unwrap();
@@ -469,7 +438,7 @@ fn after_dropping_root_a_reload_keeps_its_ports_and_refuses_a_new_privileged_one
     if euid != "0" {
         return;
     }
-    let t = Tmp::new("user");
+    let t = tmp("user");
     let config = t.path("peregrine.toml");
     std::fs::write(&config, "bind = [\"127.0.0.1:0\"]\nworkers = 1\n").unwrap();
     let server = Server::start(&["hello", "--config", s(&config), "--user", "nobody"]);
@@ -491,7 +460,7 @@ fn after_dropping_root_a_reload_keeps_its_ports_and_refuses_a_new_privileged_one
 
 #[test]
 fn serve_archive_reloads_the_same_archive_once_and_opens_a_new_path() {
-    let t = Tmp::new("archive");
+    let t = tmp("archive");
     let pack = |body: &str, out: &Path| {
         let dir = t.path(body);
         std::fs::create_dir_all(&dir).unwrap();

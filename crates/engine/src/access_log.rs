@@ -1,19 +1,33 @@
-//! The access log: one line per request, Combined Log Format or JSON,
-//! buffered per worker and written in large pieces (not a syscall per
-//! request). A log file is reopened on request (SIGUSR1, for logrotate):
+//! The access log: one line per request, Combined Log Format, JSON or a
+//! template of `$variables`, buffered per worker and written in large
+//! pieces (not a syscall per request). A log file is reopened on request (SIGUSR1, for logrotate):
 //! workers pick the new file up at their next flush, so the request path
 //! never looks at it.
 //!
 //! `127.0.0.1 - - [06/Nov/1994:08:49:37 +0000] "GET / HTTP/1.1" 200 13 "-" "curl/8.0"`
 //!
-//! `{"time":"1994-11-06T08:49:37Z","remote":"127.0.0.1","method":"GET","target":"/","version":"HTTP/1.1","status":200,"bytes":13,"referer":null,"user_agent":"curl/8.0"}`
+//! `{"time":"1994-11-06T08:49:37Z","remote":"127.0.0.1","host":"example.org","method":"GET","target":"/","version":"HTTP/1.1","protocol":"HTTP/1.1","status":200,"bytes":13,"duration_us":84,"referer":null,"user_agent":"curl/8.0"}`
+//!
+//! The host and the duration are noted beside the connection's code, which
+//! passes neither: when a log is kept, the worker wraps the handler in
+//! [`Noting`], which notes the request's host (and, for a deferred
+//! request, when it started) in a per-thread [`Noted`] that the next line
+//! written takes. The duration runs from the start of the worker's turn
+//! that read the request (the clock the latency metrics use) to the
+//! response being queued for writing, or for a deferred request to its
+//! answer being queued.
 
+use std::cell::RefCell;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use crate::handler::{Handler, Reply};
+use crate::request::Request;
 
 /// Where access log lines go.
 #[derive(Clone, Debug)]
@@ -47,26 +61,153 @@ impl AccessLog {
 }
 
 /// How each access log line is written.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum LogFormat {
     /// Combined Log Format, as Apache and nginx write it.
     #[default]
     Combined,
-    /// One JSON object per line: time (RFC 3339, UTC), remote, method,
-    /// target, version, status, bytes, referer, user_agent (null when
-    /// absent). Bytes that are not UTF-8 are written as `\u00XX`.
+    /// One JSON object per line: time (RFC 3339, UTC), remote, host,
+    /// method, target, version, protocol (the same as version: the name
+    /// nginx gives it), status, bytes, duration_us, referer, user_agent
+    /// (null when absent). Bytes that are not UTF-8 are written as
+    /// `\u00XX`.
     Json,
+    /// A line of text with `$variables` (nginx's `log_format`): see
+    /// [`Template`].
+    Template(Template),
 }
 
 impl std::str::FromStr for LogFormat {
     type Err = String;
 
+    /// `combined`, `json`, or a template: anything with a `$`.
     fn from_str(s: &str) -> Result<Self, String> {
         match s {
             "combined" => Ok(LogFormat::Combined),
             "json" => Ok(LogFormat::Json),
-            _ => Err(format!("unknown log format {s:?} (expected combined or json)")),
+            _ if s.contains('$') => Template::parse(s).map(LogFormat::Template),
+            _ => Err(format!(
+                "unknown log format {s:?} (expected combined, json, or a template such as \
+                 \"$remote_addr $request $status\")"
+            )),
         }
+    }
+}
+
+/// A custom access log line: text with `$name` or `${name}` variables,
+/// nginx's names where nginx has one. A value that is absent is `-`;
+/// bytes outside printable ASCII, `"` and `\\` are escaped as in the
+/// Combined Log Format, so a client cannot forge or break a line.
+///
+/// | variable | value |
+/// |---|---|
+/// | `$remote_addr`, `$remote_port` | the client's address and port |
+/// | `$time_local` | `06/Nov/1994:08:49:37 +0000` |
+/// | `$time_iso8601` | `1994-11-06T08:49:37Z` |
+/// | `$request` | `GET /index.html HTTP/1.1` |
+/// | `$request_method`, `$request_uri` | `GET`, `/index.html` |
+/// | `$protocol`, `$server_protocol` | `HTTP/1.1` |
+/// | `$host` | the request's host (its Host field), `-` without one |
+/// | `$status` | `200` |
+/// | `$body_bytes_sent` | body bytes, `0` for none |
+/// | `$request_time_us` | microseconds from the read to the response queued |
+/// | `$request_time` | the same in seconds, with milliseconds: `0.012` |
+/// | `$http_referer`, `$http_user_agent` | those fields |
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Template {
+    pieces: Vec<Piece>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Piece {
+    Text(String),
+    Var(Var),
+}
+
+/// A template's variables (see [`Template`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Var {
+    RemoteAddr,
+    RemotePort,
+    TimeLocal,
+    TimeIso8601,
+    Request,
+    Method,
+    Uri,
+    Protocol,
+    Host,
+    Status,
+    BodyBytes,
+    TimeUs,
+    TimeSecs,
+    Referer,
+    UserAgent,
+}
+
+/// Every variable by name.
+const VARS: [(&str, Var); 17] = [
+    ("remote_addr", Var::RemoteAddr),
+    ("remote_port", Var::RemotePort),
+    ("time_local", Var::TimeLocal),
+    ("time_iso8601", Var::TimeIso8601),
+    ("request", Var::Request),
+    ("request_method", Var::Method),
+    ("request_uri", Var::Uri),
+    ("protocol", Var::Protocol),
+    ("server_protocol", Var::Protocol),
+    ("host", Var::Host),
+    ("status", Var::Status),
+    ("body_bytes_sent", Var::BodyBytes),
+    ("request_time_us", Var::TimeUs),
+    ("request_time", Var::TimeSecs),
+    ("http_referer", Var::Referer),
+    ("http_user_agent", Var::UserAgent),
+    ("http_host", Var::Host),
+];
+
+impl Template {
+    /// Parses `$name` and `${name}` variables; an unknown name, or a `$`
+    /// with no name, is refused with a message naming it.
+    pub fn parse(s: &str) -> Result<Template, String> {
+        let mut pieces = Vec::new();
+        let mut text = String::new();
+        let mut rest = s;
+        while let Some(at) = rest.find('$') {
+            text.push_str(&rest[..at]);
+            let after = &rest[at + 1..];
+            let (name, next) = match after.strip_prefix('{') {
+                Some(braced) => match braced.find('}') {
+                    Some(end) => (&braced[..end], &braced[end + 1..]),
+                    None => return Err(format!("unclosed ${{ in the access log format {s:?}")),
+                },
+                None => {
+                    let end = after
+                        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                        .unwrap_or(after.len());
+                    (&after[..end], &after[end..])
+                }
+            };
+            if name.is_empty() {
+                return Err(format!("a $ with no variable name in the access log format {s:?}"));
+            }
+            let Some(&(_, var)) = VARS.iter().find(|(n, _)| *n == name) else {
+                let known: Vec<String> = VARS.iter().map(|(n, _)| format!("${n}")).collect();
+                return Err(format!(
+                    "unknown variable ${name} in the access log format (known: {})",
+                    known.join(" ")
+                ));
+            };
+            if !text.is_empty() {
+                pieces.push(Piece::Text(std::mem::take(&mut text)));
+            }
+            pieces.push(Piece::Var(var));
+            rest = next;
+        }
+        text.push_str(rest);
+        if !text.is_empty() {
+            pieces.push(Piece::Text(text));
+        }
+        Ok(Template { pieces })
     }
 }
 
@@ -151,6 +292,100 @@ pub(crate) struct LogRequest {
     pub(crate) user_agent: Option<Vec<u8>>,
 }
 
+/// What the connection's code does not pass to [`LogWriter::record`],
+/// noted per worker thread: the host of the request being handled, the
+/// start of the worker's turn, and the host and start of each deferred
+/// request, by client and request line (an HTTP/2 connection may have
+/// several deferred at once; of identical ones, the oldest is answered
+/// first as far as the log knows).
+#[derive(Default)]
+pub(crate) struct Noted {
+    /// The host of the request whose handler ran last, until its line is
+    /// written (`None` inside: it had none).
+    current: Option<Option<Vec<u8>>>,
+    /// Kept to be reused: no allocation per request on a warm worker.
+    spare: Vec<u8>,
+    turn: Option<Instant>,
+    deferred: Vec<Deferred>,
+}
+
+/// A deferred request's noted values.
+struct Deferred {
+    peer: SocketAddr,
+    /// `method target version`, as `LogRequest::request_line`.
+    request_line: Vec<u8>,
+    host: Option<Vec<u8>>,
+    started: Instant,
+}
+
+/// Deferred requests noted at most; beyond, the oldest are forgotten
+/// (their connections closed before the answer came).
+const DEFERRED_NOTED_MAX: usize = 4096;
+
+thread_local! {
+    static NOTED: RefCell<Noted> = RefCell::new(Noted::default());
+}
+
+/// The worker's turn began at `now` (the requests read in it started then).
+pub(crate) fn turn_started(now: Instant) {
+    NOTED.with_borrow_mut(|n| n.turn = Some(now));
+}
+
+/// A handler that notes, for the access log, what the connection's code
+/// does not pass to it (see the module documentation).
+pub(crate) struct Noting(pub(crate) Arc<dyn Handler>);
+
+impl Handler for Noting {
+    fn call(&self, req: &Request<'_>) -> Reply {
+        NOTED.with_borrow_mut(|n| {
+            let mut host = n
+                .current
+                .take()
+                .flatten()
+                .unwrap_or_else(|| std::mem::take(&mut n.spare));
+            host.clear();
+            n.current = Some(req.host.map(|h| {
+                host.extend_from_slice(h.as_bytes());
+                host
+            }));
+        });
+        let reply = self.0.call(req);
+        let deferred = req.defer.is_some_and(|slot| slot.id.get().is_some());
+        if matches!(reply, Reply::Later) && deferred {
+            NOTED.with_borrow_mut(|n| {
+                let host = n.current.take().flatten();
+                let started = n.turn.unwrap_or_else(Instant::now);
+                if n.deferred.len() >= DEFERRED_NOTED_MAX {
+                    n.deferred.drain(..DEFERRED_NOTED_MAX / 2);
+                }
+                let request_line = [req.method, " ", req.target, " ", req.version.as_str()].concat();
+                n.deferred.push(Deferred {
+                    peer: req.peer,
+                    request_line: request_line.into_bytes(),
+                    host,
+                    started,
+                });
+            });
+        }
+        reply
+    }
+}
+
+/// One access log line's values.
+struct Line<'a> {
+    clf_time: &'a [u8],
+    peer: SocketAddr,
+    method: &'a [u8],
+    target: &'a [u8],
+    version: &'a [u8],
+    status: u16,
+    body_bytes: u64,
+    referer: Option<&'a [u8]>,
+    user_agent: Option<&'a [u8]>,
+    host: Option<&'a [u8]>,
+    duration_us: Option<u64>,
+}
+
 impl LogWriter {
     pub(crate) fn new(sink: Sink, format: LogFormat) -> Self {
         let file = match &sink {
@@ -165,7 +400,8 @@ impl LogWriter {
         }
     }
 
-    /// Appends one line.
+    /// Appends one line, for the request just handled (or refused before
+    /// a handler saw it).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn record(
         &mut self,
@@ -179,11 +415,33 @@ impl LogWriter {
         referer: Option<&[u8]>,
         user_agent: Option<&[u8]>,
     ) {
-        let request = [method, target, version];
-        let fields = [referer, user_agent];
-        match self.format {
-            LogFormat::Combined => combined_line(&mut self.buf, clf_time, peer, request, status, body_bytes, fields),
-            LogFormat::Json => json_line(&mut self.buf, clf_time, peer, request, status, body_bytes, fields),
+        NOTED.with_borrow_mut(|n| {
+            let host = n.current.take().flatten();
+            let line = Line {
+                clf_time,
+                peer,
+                method,
+                target,
+                version,
+                status,
+                body_bytes,
+                referer,
+                user_agent,
+                host: host.as_deref(),
+                duration_us: n.turn.map(micros_since),
+            };
+            self.write(&line);
+            if let Some(host) = host {
+                n.spare = host;
+            }
+        });
+    }
+
+    fn write(&mut self, line: &Line<'_>) {
+        match &self.format {
+            LogFormat::Combined => combined_line(&mut self.buf, line),
+            LogFormat::Json => json_line(&mut self.buf, line),
+            LogFormat::Template(t) => template_line(&mut self.buf, t, line),
         }
         if self.buf.len() >= FLUSH_BYTES {
             self.flush();
@@ -208,17 +466,24 @@ impl LogWriter {
             parts.next().unwrap_or(b"-"),
             parts.next().unwrap_or(b"-"),
         );
-        self.record(
+        let noted = NOTED.with_borrow_mut(|n| {
+            let i = (n.deferred.iter()).position(|d| d.peer == peer && d.request_line == *line)?;
+            Some(n.deferred.remove(i))
+        });
+        let (host, started) = noted.map_or((None, None), |d| (d.host, Some(d.started)));
+        self.write(&Line {
             clf_time,
             peer,
-            m,
-            t,
-            v,
+            method: m,
+            target: t,
+            version: v,
             status,
             body_bytes,
-            req.referer.as_deref(),
-            req.user_agent.as_deref(),
-        );
+            referer: req.referer.as_deref(),
+            user_agent: req.user_agent.as_deref(),
+            host: host.as_deref(),
+            duration_us: started.map(micros_since),
+        });
     }
 
     /// Writes out what is buffered. Errors are reported once per flush on
@@ -255,36 +520,29 @@ impl Drop for LogWriter {
     }
 }
 
+/// Microseconds from `start` to now.
+fn micros_since(start: Instant) -> u64 {
+    u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX)
+}
+
 /// `ip - - [time] "method target version" status bytes "referer" "agent"`.
-fn combined_line(
-    b: &mut Vec<u8>,
-    clf_time: &[u8],
-    peer: SocketAddr,
-    [method, target, version]: [&[u8]; 3],
-    status: u16,
-    body_bytes: u64,
-    fields: [Option<&[u8]>; 2],
-) {
+fn combined_line(b: &mut Vec<u8>, line: &Line<'_>) {
     // Formatting an IP address into a Vec does not allocate beyond it.
-    let _ = write!(b, "{}", peer.ip());
+    let _ = write!(b, "{}", line.peer.ip());
     b.extend_from_slice(b" - - [");
-    b.extend_from_slice(clf_time);
+    b.extend_from_slice(line.clf_time);
     b.extend_from_slice(b"] \"");
-    escape(b, method);
-    b.push(b' ');
-    escape(b, target);
-    b.push(b' ');
-    escape(b, version);
+    request(b, line);
     b.extend_from_slice(b"\" ");
     let mut n = itoa::Buffer::new();
-    b.extend_from_slice(n.format(status).as_bytes());
+    b.extend_from_slice(n.format(line.status).as_bytes());
     b.push(b' ');
-    if body_bytes == 0 {
+    if line.body_bytes == 0 {
         b.push(b'-');
     } else {
-        b.extend_from_slice(n.format(body_bytes).as_bytes());
+        b.extend_from_slice(n.format(line.body_bytes).as_bytes());
     }
-    for field in fields {
+    for field in [line.referer, line.user_agent] {
         b.extend_from_slice(b" \"");
         match field {
             Some(v) => escape(b, v),
@@ -295,34 +553,92 @@ fn combined_line(
     b.push(b'\n');
 }
 
+/// `method target version`, escaped.
+fn request(b: &mut Vec<u8>, line: &Line<'_>) {
+    escape(b, line.method);
+    b.push(b' ');
+    escape(b, line.target);
+    b.push(b' ');
+    escape(b, line.version);
+}
+
 /// One JSON object on one line (see [`LogFormat::Json`]).
-fn json_line(
-    b: &mut Vec<u8>,
-    clf_time: &[u8],
-    peer: SocketAddr,
-    [method, target, version]: [&[u8]; 3],
-    status: u16,
-    body_bytes: u64,
-    [referer, user_agent]: [Option<&[u8]>; 2],
-) {
+fn json_line(b: &mut Vec<u8>, line: &Line<'_>) {
     b.extend_from_slice(b"{\"time\":\"");
-    rfc3339_from_clf(b, clf_time);
-    let _ = write!(b, "\",\"remote\":\"{}\",\"method\":", peer.ip());
-    json_string(b, Some(method));
+    rfc3339_from_clf(b, line.clf_time);
+    let _ = write!(b, "\",\"remote\":\"{}\",\"host\":", line.peer.ip());
+    json_string(b, line.host);
+    b.extend_from_slice(b",\"method\":");
+    json_string(b, Some(line.method));
     b.extend_from_slice(b",\"target\":");
-    json_string(b, Some(target));
+    json_string(b, Some(line.target));
     b.extend_from_slice(b",\"version\":");
-    json_string(b, Some(version));
+    json_string(b, Some(line.version));
+    b.extend_from_slice(b",\"protocol\":");
+    json_string(b, Some(line.version));
     let mut n = itoa::Buffer::new();
     b.extend_from_slice(b",\"status\":");
-    b.extend_from_slice(n.format(status).as_bytes());
+    b.extend_from_slice(n.format(line.status).as_bytes());
     b.extend_from_slice(b",\"bytes\":");
-    b.extend_from_slice(n.format(body_bytes).as_bytes());
+    b.extend_from_slice(n.format(line.body_bytes).as_bytes());
+    b.extend_from_slice(b",\"duration_us\":");
+    match line.duration_us {
+        Some(us) => b.extend_from_slice(n.format(us).as_bytes()),
+        None => b.extend_from_slice(b"null"),
+    }
     b.extend_from_slice(b",\"referer\":");
-    json_string(b, referer);
+    json_string(b, line.referer);
     b.extend_from_slice(b",\"user_agent\":");
-    json_string(b, user_agent);
+    json_string(b, line.user_agent);
     b.extend_from_slice(b"}\n");
+}
+
+/// A [`Template`]'s line.
+fn template_line(b: &mut Vec<u8>, template: &Template, line: &Line<'_>) {
+    let mut n = itoa::Buffer::new();
+    let or_dash = |b: &mut Vec<u8>, v: Option<&[u8]>| match v {
+        Some(v) => escape(b, v),
+        None => b.push(b'-'),
+    };
+    for piece in &template.pieces {
+        let var = match piece {
+            Piece::Text(text) => {
+                b.extend_from_slice(text.as_bytes());
+                continue;
+            }
+            Piece::Var(var) => *var,
+        };
+        match var {
+            Var::RemoteAddr => {
+                let _ = write!(b, "{}", line.peer.ip());
+            }
+            Var::RemotePort => b.extend_from_slice(n.format(line.peer.port()).as_bytes()),
+            Var::TimeLocal => b.extend_from_slice(line.clf_time),
+            Var::TimeIso8601 => rfc3339_from_clf(b, line.clf_time),
+            Var::Request => request(b, line),
+            Var::Method => escape(b, line.method),
+            Var::Uri => escape(b, line.target),
+            Var::Protocol => escape(b, line.version),
+            Var::Host => or_dash(b, line.host),
+            Var::Status => b.extend_from_slice(n.format(line.status).as_bytes()),
+            Var::BodyBytes => b.extend_from_slice(n.format(line.body_bytes).as_bytes()),
+            Var::TimeUs => match line.duration_us {
+                Some(us) => b.extend_from_slice(n.format(us).as_bytes()),
+                None => b.push(b'-'),
+            },
+            Var::TimeSecs => match line.duration_us {
+                Some(us) => {
+                    let ms = us / 1000;
+                    b.extend_from_slice(n.format(ms / 1000).as_bytes());
+                    let _ = write!(b, ".{:03}", ms % 1000);
+                }
+                None => b.push(b'-'),
+            },
+            Var::Referer => or_dash(b, line.referer),
+            Var::UserAgent => or_dash(b, line.user_agent),
+        }
+    }
+    b.push(b'\n');
 }
 
 /// `06/Nov/1994:08:49:37 +0000` → `1994-11-06T08:49:37Z` (the cache keeps
@@ -417,21 +733,28 @@ fn escape(out: &mut Vec<u8>, s: &[u8]) {
 mod tests {
     use super::*;
 
+    /// The line `format` writes for a GET through `record`, as the
+    /// connection calls it (no handler ran: no host noted).
+    fn recorded(format: LogFormat, peer: &str, target: &[u8], status: u16, body_bytes: u64, ua: &[u8]) -> String {
+        let mut w = LogWriter::new(Sink::Stdout, format);
+        let (time, peer) = (b"06/Nov/1994:08:49:37 +0000", peer.parse().unwrap());
+        w.record(
+            time,
+            peer,
+            b"GET",
+            target,
+            b"HTTP/1.1",
+            status,
+            body_bytes,
+            None,
+            Some(ua),
+        );
+        String::from_utf8(std::mem::take(&mut w.buf)).unwrap()
+    }
+
     #[test]
     fn lines_are_combined_log_format_and_escaped() {
-        let mut w = LogWriter::new(Sink::Stdout, LogFormat::Combined);
-        w.record(
-            b"06/Nov/1994:08:49:37 +0000",
-            "10.0.0.1:5555".parse().unwrap(),
-            b"GET",
-            b"/a\"b",
-            b"HTTP/1.1",
-            200,
-            13,
-            None,
-            Some(b"ua\n\xff"),
-        );
-        let line = String::from_utf8(std::mem::take(&mut w.buf)).unwrap();
+        let line = recorded(LogFormat::Combined, "10.0.0.1:5555", b"/a\"b", 200, 13, b"ua\n\xff");
         assert_eq!(
             line,
             "10.0.0.1 - - [06/Nov/1994:08:49:37 +0000] \"GET /a\\\"b HTTP/1.1\" 200 13 \"-\" \"ua\\x0a\\xff\"\n"
@@ -440,24 +763,69 @@ mod tests {
 
     #[test]
     fn json_lines_are_valid_json_whatever_the_bytes() {
-        let mut w = LogWriter::new(Sink::Stdout, LogFormat::Json);
-        w.record(
-            b"06/Nov/1994:08:49:37 +0000",
-            "[::1]:5555".parse().unwrap(),
-            b"GET",
+        let line = recorded(
+            LogFormat::Json,
+            "[::1]:5555",
             b"/caf\xc3\xa9\"\\",
-            b"HTTP/1.1",
             304,
             0,
-            None,
-            Some(b"ua\n\xff\x7f"),
+            b"ua\n\xff\x7f",
         );
+        assert_eq!(
+            line,
+            "{\"time\":\"1994-11-06T08:49:37Z\",\"remote\":\"::1\",\"host\":null,\"method\":\"GET\",\
+             \"target\":\"/caf\u{e9}\\\"\\\\\",\"version\":\"HTTP/1.1\",\"protocol\":\"HTTP/1.1\",\
+             \"status\":304,\"bytes\":0,\"duration_us\":null,\
+             \"referer\":null,\"user_agent\":\"ua\\u000a\\u00ff\\u007f\"}\n"
+        );
+    }
+
+    #[test]
+    fn templates_write_every_variable_escaped() {
+        let format: LogFormat = "$remote_addr:$remote_port [$time_local] $time_iso8601 \"$request\" \
+                                 $request_method ${request_uri}? $protocol $server_protocol $host $http_host \
+                                 $status $body_bytes_sent $request_time_us $request_time \
+                                 \"$http_referer\" \"$http_user_agent\""
+            .parse()
+            .unwrap();
+        let mut w = LogWriter::new(Sink::Stdout, format);
+        w.write(&Line {
+            clf_time: b"06/Nov/1994:08:49:37 +0000",
+            peer: "10.0.0.1:5555".parse().unwrap(),
+            method: b"GET",
+            target: b"/a\"b",
+            version: b"HTTP/1.1",
+            status: 200,
+            body_bytes: 0,
+            referer: None,
+            user_agent: Some(b"ua\n"),
+            host: Some(b"example.org"),
+            duration_us: Some(12_345),
+        });
         let line = String::from_utf8(std::mem::take(&mut w.buf)).unwrap();
         assert_eq!(
             line,
-            "{\"time\":\"1994-11-06T08:49:37Z\",\"remote\":\"::1\",\"method\":\"GET\",\
-             \"target\":\"/caf\u{e9}\\\"\\\\\",\"version\":\"HTTP/1.1\",\"status\":304,\"bytes\":0,\
-             \"referer\":null,\"user_agent\":\"ua\\u000a\\u00ff\\u007f\"}\n"
+            "10.0.0.1:5555 [06/Nov/1994:08:49:37 +0000] 1994-11-06T08:49:37Z \"GET /a\\\"b HTTP/1.1\" \
+             GET /a\\\"b? HTTP/1.1 HTTP/1.1 example.org example.org 200 0 12345 0.012 \"-\" \"ua\\x0a\"\n"
+        );
+    }
+
+    #[test]
+    fn templates_refuse_unknown_variables_by_name() {
+        let refused = |s: &str| s.parse::<LogFormat>().unwrap_err();
+        let e = refused("$remote_addr $bytes_sent");
+        assert!(
+            e.starts_with("unknown variable $bytes_sent in the access log format (known: $remote_addr"),
+            "{e}"
+        );
+        assert!(refused("cost $ 5").contains("a $ with no variable name"));
+        assert!(refused("${status").contains("unclosed ${"));
+        assert!(refused("common").contains("expected combined, json, or a template"));
+        assert_eq!(
+            "plain $status".parse::<LogFormat>().unwrap(),
+            LogFormat::Template(Template {
+                pieces: vec![Piece::Text("plain ".into()), Piece::Var(Var::Status)],
+            })
         );
     }
 }

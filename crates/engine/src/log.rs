@@ -1,13 +1,18 @@
-//! The error log: lines on standard error, each with a level, the least
-//! severe written chosen once at start (`--log-level`, default `info`;
-//! `PEREGRINE_DEBUG=1` also turns on `debug`). A line below the level costs
-//! one relaxed load.
+//! The error log, through the `log` facade: every line the libraries
+//! (`peregrine`, `peregrine_files`, `peregrine_archive`) write goes to
+//! `log` with the target `peregrine`, and the program's logger decides
+//! where it goes and which levels it keeps. Without a logger the lines go
+//! nowhere, as with any library that uses `log`. The `peregrine` binary
+//! installs one that writes `peregrine: error: ...`, `peregrine: warning:
+//! ...`, `peregrine: ...` (info) and `peregrine: debug: ...` to standard
+//! error or to `--error-log`.
 //!
-//! `peregrine: error: ...`, `peregrine: warning: ...`, `peregrine: ...`
-//! (info), `peregrine: debug: ...`.
+//! A line below `log::max_level()` costs one relaxed load.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU8, Ordering};
+
+/// The target of every line the libraries write, for a logger's filters.
+pub const TARGET: &str = "peregrine";
 
 /// How severe a line is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -37,36 +42,31 @@ impl std::str::FromStr for Level {
     }
 }
 
-/// 0: not set yet (the default, info, or debug under PEREGRINE_DEBUG).
-static LEVEL: AtomicU8 = AtomicU8::new(0);
+impl From<Level> for log::Level {
+    fn from(level: Level) -> log::Level {
+        match level {
+            Level::Error => log::Level::Error,
+            Level::Warn => log::Level::Warn,
+            Level::Info => log::Level::Info,
+            Level::Debug => log::Level::Debug,
+        }
+    }
+}
 
-/// Sets the least severe level written, for the whole process.
+/// Sets the least severe level written, for the whole process: the `log`
+/// crate's maximum level (which also filters other crates' lines).
 pub fn set_level(level: Level) {
-    LEVEL.store(level as u8, Ordering::Relaxed);
+    log::set_max_level(log::Level::from(level).to_level_filter());
 }
 
-/// Whether lines of `level` are written.
+/// Whether lines of `level` would reach the logger.
 pub fn enabled(level: Level) -> bool {
-    let mut set = LEVEL.load(Ordering::Relaxed);
-    if set == 0 {
-        let debug = std::env::var_os("PEREGRINE_DEBUG").is_some_and(|v| !v.is_empty() && v != "0");
-        set = if debug { Level::Debug } else { Level::Info } as u8;
-        LEVEL.store(set, Ordering::Relaxed);
-    }
-    level as u8 <= set
+    log::log_enabled!(target: TARGET, level.into())
 }
 
-/// Writes one line at `level` if it is enabled.
+/// Writes one line at `level`.
 pub fn write(level: Level, args: fmt::Arguments<'_>) {
-    if !enabled(level) {
-        return;
-    }
-    match level {
-        Level::Error => eprintln!("peregrine: error: {args}"),
-        Level::Warn => eprintln!("peregrine: warning: {args}"),
-        Level::Info => eprintln!("peregrine: {args}"),
-        Level::Debug => eprintln!("peregrine: debug: {args}"),
-    }
+    log::log!(target: TARGET, level.into(), "{args}");
 }
 
 /// An error line.

@@ -297,7 +297,7 @@ impl Server {
                 redirect: redirect.clone(),
                 limits: self.limits.clone(),
                 http2: self.http2,
-                log: sink.clone().map(|s| LogWriter::new(s, self.log_format)),
+                log: sink.clone().map(|s| LogWriter::new(s, self.log_format.clone())),
                 mailbox,
                 shutdown: flag.clone(),
                 keep_idle: keep_idle.clone(),
@@ -417,12 +417,20 @@ impl Running {
     /// access log file ([`Running::reopen_logs`]).
     ///
     /// With TLS addresses, SIGHUP reloads their certificates
-    /// ([`TlsConfig::reload`]) and prints a line saying how it went; a
+    /// ([`TlsConfig::reload`]) and logs a line saying how it went; a
     /// failed reload keeps the certificates loaded before. Without TLS,
     /// SIGHUP keeps its default meaning here.
     ///
     /// Under systemd (`NOTIFY_SOCKET`), sends `READY=1` now and
     /// `STOPPING=1` when shutting down.
+    ///
+    /// A convenience for programs that want these meanings: it installs
+    /// handlers for those signals because the program asked for them by
+    /// calling it. Nothing else in Peregrine's libraries installs a signal
+    /// handler. A program that owns its signals (the `peregrine` binary
+    /// does) calls [`Running::join`] instead and acts on its own handlers
+    /// with [`ShutdownHandle::shutdown`], [`Running::reopen_logs`] and
+    /// [`TlsConfig::reload`].
     pub fn wait(self) -> Result<(), Error> {
         use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
         let handle = self.shutdown_handle();

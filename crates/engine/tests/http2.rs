@@ -540,3 +540,63 @@ fn preface_split_byte_by_byte() {
     }
     assert_eq!(c.response(1), (200, b"hello\n".to_vec()));
 }
+
+/// The access log over HTTP/2: the protocol is `HTTP/2.0`, the host is
+/// `:authority`, and two streams deferred at once on one connection each
+/// get their own line with a duration, whatever order they are answered in.
+#[test]
+fn access_log_lines_of_streams_deferred_at_once() {
+    let dir = std::env::temp_dir().join(format!("peregrine-h2-log-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("access.log");
+    let (tx, rx) = mpsc::channel::<(String, Responder)>();
+    let tx = Mutex::new(tx);
+    let server = Server::new()
+        .bind("127.0.0.1:0")
+        .workers(1)
+        .access_log(peregrine::AccessLog::File(path.clone()))
+        .access_log_format(peregrine::LogFormat::Json)
+        .start(move |req: &Request<'_>| -> Reply {
+            if req.path().starts_with("/slow") {
+                let _ = tx.lock().unwrap().send((req.path().to_owned(), req.defer()));
+                return Reply::Later;
+            }
+            Response::text("fast").into()
+        })
+        .unwrap();
+    let mut c = H2::connect(server.local_addr());
+    c.get(1, "/slow1");
+    c.get(3, "/slow2");
+    c.get(5, "/fast");
+    assert_eq!(c.response(5), (200, b"fast".to_vec()));
+    let mut deferred: Vec<(String, Responder)> = (0..2).map(|_| rx.recv_timeout(PATIENCE).unwrap()).collect();
+    deferred.sort_by(|a, b| b.0.cmp(&a.0)); // /slow2 answered first
+    for (path, responder) in deferred {
+        responder.send(Response::text(path));
+    }
+    assert_eq!(c.response(3), (200, b"/slow2".to_vec()));
+    assert_eq!(c.response(1), (200, b"/slow1".to_vec()));
+    drop(c);
+    server.shutdown();
+    server.join().unwrap();
+    let log = std::fs::read_to_string(&path).unwrap();
+    let lines: Vec<&str> = log.lines().collect();
+    assert_eq!(lines.len(), 3, "{log}");
+    for (line, target) in lines.iter().zip(["/fast", "/slow2", "/slow1"]) {
+        let expected = format!(
+            "\"host\":\"localhost\",\"method\":\"GET\",\"target\":\"{target}\",\"version\":\"HTTP/2.0\",\
+             \"protocol\":\"HTTP/2.0\",\"status\":200,"
+        );
+        assert!(line.contains(&expected), "{line}");
+        let us = line
+            .split("\"duration_us\":")
+            .nth(1)
+            .unwrap()
+            .split(',')
+            .next()
+            .unwrap();
+        us.parse::<u64>().unwrap_or_else(|_| panic!("no duration in {line}"));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

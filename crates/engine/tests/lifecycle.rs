@@ -396,13 +396,18 @@ fn the_access_log_reopens_under_its_path_for_logrotate_and_writes_json() {
     assert_eq!(new.lines().count(), 1, "{new}");
     let line = new.lines().next().unwrap();
     assert!(line.starts_with("{\"time\":\""), "{line}");
+    // The host, the protocol and the duration (a number of µs) too.
+    let (head, tail) = line.split_once(",\"duration_us\":").unwrap();
     assert!(
-        line.ends_with(
-            "\"remote\":\"127.0.0.1\",\"method\":\"GET\",\"target\":\"/after\",\"version\":\"HTTP/1.1\",\
-             \"status\":200,\"bytes\":5,\"referer\":null,\"user_agent\":\"t\"}"
+        head.ends_with(
+            "\"remote\":\"127.0.0.1\",\"host\":\"x\",\"method\":\"GET\",\"target\":\"/after\",\
+             \"version\":\"HTTP/1.1\",\"protocol\":\"HTTP/1.1\",\"status\":200,\"bytes\":5"
         ),
         "{line}"
     );
+    let (us, tail) = tail.split_once(',').unwrap();
+    us.parse::<u64>().unwrap();
+    assert_eq!(tail, "\"referer\":null,\"user_agent\":\"t\"}", "{line}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
@@ -411,4 +416,78 @@ fn metric(text: &str, name: &str) -> u64 {
     text.lines()
         .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
         .unwrap_or_else(|| panic!("no {name} in:\n{text}"))
+}
+
+/// A template's line for a request answered at once, one deferred to
+/// another thread (its host and duration noted when it was deferred), and
+/// one refused before any handler saw it (no host).
+#[test]
+fn a_template_logs_host_protocol_and_duration_for_deferred_answers_too() {
+    let dir = std::env::temp_dir().join(format!("peregrine-template-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("access.log");
+    let (handler, release) = gated();
+    let server = Server::new()
+        .bind("127.0.0.1:0")
+        .workers(1)
+        .access_log(AccessLog::File(path.clone()))
+        .access_log_format("$host|$request|$protocol|$status|$request_time_us".parse().unwrap())
+        .start(handler)
+        .unwrap();
+    let mut slow = Client::connect(server.local_addr());
+    slow.send(b"GET /slow HTTP/1.1\r\nHost: deferred.example\r\n\r\n");
+    let mut fast = Client::connect(server.local_addr());
+    fast.send(b"GET /fast HTTP/1.1\r\nHost: fast.example\r\n\r\n");
+    assert_eq!(fast.response().text(), "fast /fast");
+    release.send(()).unwrap();
+    assert_eq!(slow.response().text(), "slow done");
+    let mut bad = Client::connect(server.local_addr());
+    bad.send(b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n");
+    assert_eq!(bad.response().status, 400);
+    server.shutdown();
+    server.join().unwrap();
+    let log = std::fs::read_to_string(&path).unwrap();
+    let lines: Vec<Vec<&str>> = log.lines().map(|l| l.split('|').collect()).collect();
+    assert_eq!(lines.len(), 3, "{log}");
+    // A request refused before it was read whole has no parts to show.
+    for (line, expected) in lines.iter().zip([
+        ["fast.example", "GET /fast HTTP/1.1", "HTTP/1.1", "200"],
+        ["deferred.example", "GET /slow HTTP/1.1", "HTTP/1.1", "200"],
+        ["-", "- - -", "-", "400"],
+    ]) {
+        assert_eq!(line[..4], expected, "{log}");
+        line[4]
+            .parse::<u64>()
+            .unwrap_or_else(|_| panic!("no duration in {log}"));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Signals belong to the program: a running server, its access log and
+/// its reopening install no handler (only `Running::wait` does, when
+/// called). SigCgt in /proc/self/status is the mask of caught signals.
+#[test]
+fn a_server_installs_no_signal_handler() {
+    let dir = std::env::temp_dir().join(format!("peregrine-nosig-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let server = Server::new()
+        .bind("127.0.0.1:0")
+        .workers(1)
+        .access_log(AccessLog::File(dir.join("access.log")))
+        .start(hello)
+        .unwrap();
+    let mut c = Client::connect(server.local_addr());
+    c.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(c.response().status, 200);
+    server.reopen_logs().unwrap();
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let mask = status.lines().find_map(|l| l.strip_prefix("SigCgt:")).unwrap();
+    let caught = u64::from_str_radix(mask.trim(), 16).unwrap();
+    for signal in [libc::SIGHUP, libc::SIGINT, libc::SIGTERM, libc::SIGUSR1, libc::SIGIO] {
+        assert_eq!(caught & (1 << (signal - 1)), 0, "signal {signal} has a handler");
+    }
+    server.shutdown();
+    server.join().unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -323,12 +323,13 @@ fn bad_clients_are_closed_and_others_still_served() {
         .unwrap();
     read_until_closed(&mut forged.stream.sock);
 
-    // A client offering only an application protocol we do not speak.
-    let mut h2_only = (*config).clone();
-    h2_only.alpn_protocols = vec![b"h2".to_vec()];
+    // A client offering only an application protocol we do not speak
+    // (h2 is spoken now: SPDY is not).
+    let mut spdy_only = (*config).clone();
+    spdy_only.alpn_protocols = vec![b"spdy/3.1".to_vec()];
     let tcp = TcpStream::connect(addr).unwrap();
     tcp.set_read_timeout(Some(PATIENCE)).unwrap();
-    let conn = ClientConnection::new(Arc::new(h2_only), ServerName::try_from("localhost").unwrap()).unwrap();
+    let conn = ClientConnection::new(Arc::new(spdy_only), ServerName::try_from("localhost").unwrap()).unwrap();
     let mut s = StreamOwned::new(conn, tcp);
     let mut refused = false;
     while s.conn.is_handshaking() {
@@ -337,7 +338,7 @@ fn bad_clients_are_closed_and_others_still_served() {
             break;
         }
     }
-    assert!(refused, "a handshake without http/1.1 succeeded");
+    assert!(refused, "a handshake offering only SPDY succeeded");
 
     // Everyone else is still served, on the old and on new connections.
     assert_eq!(steady.send(&get("/3")).response().text(), "path /3");

@@ -5,7 +5,13 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
+use std::path::PathBuf;
 use std::process::{Child, ChildStderr, Command};
+use std::sync::mpsc::{self, Receiver};
+use std::time::{Duration, Instant};
+
+/// How long an expected line or effect is waited for before a test fails.
+pub const PATIENCE: Duration = Duration::from_secs(20);
 
 /// The binary under test, with no PEREGRINE_* variable inherited from
 /// whoever runs the tests (each is a setting).
@@ -39,15 +45,19 @@ pub fn served(child: &mut Child) -> (String, BufReader<ChildStderr>) {
     let mut stderr = BufReader::new(child.stderr.take().unwrap());
     let mut line = String::new();
     stderr.read_line(&mut line).unwrap();
+    (last_addr(&line), stderr)
+}
+
+/// `host:port` of the last URL of a line such as "peregrine: ... on
+/// http://127.0.0.1:8080/".
+pub fn last_addr(line: &str) -> String {
     assert!(line.contains("http://"), "{line}");
-    let addr = line
-        .trim()
+    line.trim()
         .rsplit("http://")
         .next()
         .unwrap()
         .trim_end_matches('/')
-        .to_owned();
-    (addr, stderr)
+        .to_owned()
 }
 
 /// Writes `files` (path, contents) under DIR/site and packs them into
@@ -71,6 +81,66 @@ pub fn packed(dir: &std::path::Path, files: &[(&str, &str)], extra: &[&str]) -> 
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "{err}");
     (archive, err)
+}
+
+/// A fresh scratch directory, removed when dropped.
+pub struct Scratch(PathBuf);
+
+impl Scratch {
+    /// `NAME-PID` in the system's temporary directory, emptied.
+    pub fn new(name: &str) -> Scratch {
+        let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Scratch(dir)
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A child's standard error (piped), read line by line on a thread.
+pub struct Stderr(Receiver<String>);
+
+impl Stderr {
+    pub fn of(child: &mut Child) -> Stderr {
+        let mut reader = BufReader::new(child.stderr.take().unwrap());
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 || tx.send(line).is_err() {
+                return;
+            }
+        });
+        Stderr(lines)
+    }
+
+    /// The next line, if one comes before `deadline`.
+    pub fn next_before(&self, deadline: Instant) -> Option<String> {
+        self.0
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .ok()
+    }
+
+    /// Waits (up to `PATIENCE`) for a line containing `needle`, and
+    /// returns it.
+    pub fn line(&self, needle: &str) -> String {
+        let deadline = Instant::now() + PATIENCE;
+        loop {
+            match self.next_before(deadline) {
+                Some(line) if line.contains(needle) => return line,
+                Some(_) => {}
+                None => panic!("no line with {needle:?} on stderr"),
+            }
+        }
+    }
 }
 
 /// SIGTERM, then the exit status must be 0 (a graceful shutdown).

@@ -14,6 +14,25 @@ pub struct Identity {
     pub group: Option<String>,
 }
 
+impl Identity {
+    /// The same identity by number: the user's uid, and the group's gid
+    /// (the user's primary group when no group is given). For a process
+    /// that sandboxes itself before [`drop_to`] runs, where the user and
+    /// group databases (`/etc/passwd`, NSS modules) can no longer be read.
+    pub fn resolve(&self) -> io::Result<Identity> {
+        let user = self.user.as_deref().map(lookup_user).transpose()?;
+        let gid = match (&self.group, &user) {
+            (Some(g), _) => Some(lookup_group(g)?),
+            (None, Some((_, gid))) => Some(*gid),
+            (None, None) => None,
+        };
+        Ok(Identity {
+            user: user.map(|(uid, _)| uid.to_string()),
+            group: gid.map(|gid| gid.to_string()),
+        })
+    }
+}
+
 /// Switches the whole process (every thread: glibc applies set*id to all
 /// of them) to `who`. Supplementary groups are reduced to the one group.
 /// Fails unless running as root, and checks afterwards that root cannot be

@@ -1,0 +1,238 @@
+//! The sandbox a serving command runs in (`peregrine_sandbox`), from its
+//! settings: what it may read (the root, or the archive's directory; the
+//! certificates' and the configuration file's directories; the resolver's
+//! files in /etc, for host names in `--bind`) and where it may
+//! write (the access and error logs' directories). Set up once, in the main thread
+//! before the first generation starts any thread; a reload must stay within
+//! it.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use peregrine_sandbox::Policy;
+
+use crate::reload::server_args;
+use crate::{config, Cli, Command};
+
+/// The sandbox in force.
+pub(crate) struct Sandbox {
+    /// What it allows; `None` with `--no-sandbox`.
+    policy: Option<Policy>,
+    /// What was applied, for the start line: "sandbox: landlock ABI v7,
+    /// seccomp 73 syscalls", "sandbox off (--no-sandbox)".
+    pub(crate) summary: String,
+}
+
+/// Sandboxes the process for `command` (unless `--no-sandbox`). Must run
+/// while the process has one thread.
+pub(crate) fn enter(command: &Command, argv: &[OsString]) -> anyhow::Result<Sandbox> {
+    if server_args(command).no_sandbox {
+        return Ok(Sandbox {
+            policy: None,
+            summary: "sandbox off (--no-sandbox)".into(),
+        });
+    }
+    let policy = policy(command, argv)?;
+    let applied = peregrine_sandbox::apply(&policy).context("cannot set up the sandbox (--no-sandbox turns it off)")?;
+    Ok(Sandbox {
+        summary: format!("sandbox: {applied}"),
+        policy: Some(policy),
+    })
+}
+
+impl Sandbox {
+    /// Whether the configuration `command` can be served within this
+    /// sandbox; if not, why, for the reload's line.
+    pub(crate) fn check(&self, command: &Command, argv: &[OsString]) -> anyhow::Result<()> {
+        let wanted = !server_args(command).no_sandbox;
+        let Some(start) = &self.policy else {
+            anyhow::ensure!(
+                !wanted,
+                "the sandbox cannot be turned on while serving; restart to turn it on"
+            );
+            return Ok(());
+        };
+        anyhow::ensure!(
+            wanted,
+            "the sandbox set at start cannot be turned off while serving; restart with --no-sandbox"
+        );
+        let next = policy(command, argv)?;
+        start
+            .covers(&next)
+            .map_err(|outside| anyhow::anyhow!("{outside}; restart to widen it"))
+    }
+}
+
+/// What `command` needs to read and write.
+fn policy(command: &Command, argv: &[OsString]) -> anyhow::Result<Policy> {
+    let args = server_args(command);
+    let mut policy = Policy {
+        set_ids: args.user.is_some() || args.group.is_some(),
+        ..Policy::default()
+    };
+    // A path that does not exist is granted nothing: opening it fails
+    // after this, with the message of the flag that names it.
+    if let Command::Serve { root, files, .. } = command {
+        // As `is_archive_root`: any file that is not a directory is served
+        // as an archive, which is swapped by renaming another into its
+        // directory.
+        let archive = std::fs::metadata(root).is_ok_and(|m| !m.is_dir());
+        let readable = if archive { parent(root) } else { root.clone() };
+        if readable.exists() {
+            policy
+                .read(&readable)
+                .with_context(|| format!("the root {}", root.display()))?;
+        }
+        if files.follow_symlinks && !archive {
+            for target in symlink_targets(root) {
+                policy.read(&target)?;
+            }
+        }
+    }
+    // Certificates are renewed by replacing the files (or a symlink's
+    // target: the directory of the file it leads to is granted).
+    for pem in args.tls.certs.iter().chain(&args.tls.keys) {
+        if let Ok(file) = std::fs::canonicalize(pem) {
+            policy.read(&parent(&file))?;
+        }
+    }
+    // A reload reads `--bind HOST:PORT` again and resolves HOST: the C
+    // library's resolver reads these files. Names in /etc/hosts resolve;
+    // DNS does not (`connect` is refused), and the reload says it cannot
+    // resolve the name.
+    for file in RESOLVER_FILES.iter().map(Path::new).filter(|f| f.exists()) {
+        policy.read(file)?;
+    }
+    if let Some(file) = config_file(argv) {
+        let file = std::fs::canonicalize(&file).with_context(|| format!("{}", file.display()))?;
+        policy.read(&parent(&file))?;
+    }
+    if let Some(log) = args.access_log.as_deref().filter(|&l| l != "-") {
+        policy
+            .append(&parent(Path::new(log)))
+            .with_context(|| format!("the access log {log}"))?;
+    }
+    if let Some(log) = &args.error_log {
+        policy
+            .append(&parent(log))
+            .with_context(|| format!("the error log {}", log.display()))?;
+    }
+    Ok(policy)
+}
+
+/// What glibc's `getaddrinfo` reads to resolve a host name from files.
+const RESOLVER_FILES: [&str; 5] = [
+    "/etc/nsswitch.conf",
+    "/etc/host.conf",
+    "/etc/resolv.conf",
+    "/etc/gai.conf",
+    "/etc/hosts",
+];
+
+/// `--follow-symlinks`: where the symlinks beneath `root` that lead out of
+/// it lead (what they point to, and everything beneath). A symlink added
+/// later that leads elsewhere is refused by the sandbox until a restart (a
+/// reload says so).
+fn symlink_targets(root: &Path) -> Vec<PathBuf> {
+    let Ok(inside) = std::fs::canonicalize(root) else {
+        return Vec::new();
+    };
+    let mut targets = Vec::new();
+    let mut dirs = vec![root.to_owned()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            match entry.file_type() {
+                Ok(t) if t.is_dir() => dirs.push(entry.path()),
+                Ok(t) if t.is_symlink() => {
+                    // Dangling links lead nowhere to grant.
+                    if let Ok(target) = std::fs::canonicalize(entry.path()) {
+                        if !target.starts_with(&inside) {
+                            targets.push(target);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    targets
+}
+
+/// The directory `path` is in (`.` for a bare file name).
+fn parent(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir.to_owned(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// The `--config` file (or `PEREGRINE_CONFIG`) of the command line.
+fn config_file(argv: &[OsString]) -> Option<PathBuf> {
+    let matches = config::command::<Cli>()
+        .ignore_errors(true)
+        .try_get_matches_from(argv)
+        .ok()?;
+    let (name, mut sub) = matches.subcommand()?;
+    if name == config::CHECK {
+        sub = sub.subcommand()?.1;
+    }
+    sub.try_get_one::<PathBuf>("config").ok().flatten().cloned()
+}
+
+impl std::fmt::Display for Sandbox {
+    /// In full, for `check-config`: the summary, then what may be read
+    /// and written.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.summary)?;
+        let Some(policy) = &self.policy else { return Ok(()) };
+        let show = |paths: &[PathBuf]| {
+            paths
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        write!(
+            f,
+            " (others fail with EPERM, exec among them); read beneath {}",
+            show(&policy.read)
+        )?;
+        if !policy.append.is_empty() {
+            write!(f, "; logs in {}", show(&policy.append))?;
+        }
+        Ok(())
+    }
+}
+
+/// A planted bug for the tests, in debug builds only: with
+/// `PEREGRINE_TEST_PLANTED_BUG=1`, `/open?PATH` tries to read PATH,
+/// `/exec` to become `/bin/true`, `/spawn` to run it, and each answers
+/// with what happened (the errno that stopped it). The sandbox is what
+/// must stop them. Other paths go to `inner`.
+#[cfg(debug_assertions)]
+pub(crate) fn planted_bug(inner: impl peregrine::Handler) -> impl peregrine::Handler {
+    use peregrine::{Reply, Request, Response};
+    use std::os::unix::process::CommandExt;
+    let planted = std::env::var_os("PEREGRINE_TEST_PLANTED_BUG").is_some();
+    let outcome = |result: std::io::Result<String>| -> Reply {
+        match result {
+            Ok(done) => Response::text(format!("done: {done}")),
+            Err(e) => Response::text(format!("errno {}: {e}", e.raw_os_error().unwrap_or(0))),
+        }
+        .into()
+    };
+    move |req: &Request<'_>| match (planted, req.path()) {
+        (true, "/open") => outcome(std::fs::read(req.query().unwrap_or("")).map(|b| format!("{} bytes", b.len()))),
+        // Replaces the process if it works: the test then gets no answer.
+        (true, "/exec") => outcome(Err(std::process::Command::new("/bin/true").exec())),
+        (true, "/spawn") => outcome(std::process::Command::new("/bin/true").status().map(|s| s.to_string())),
+        _ => inner.call(req),
+    }
+}
+
+/// Release builds have no planted bug.
+#[cfg(not(debug_assertions))]
+pub(crate) fn planted_bug<H: peregrine::Handler>(inner: H) -> H {
+    inner
+}
