@@ -8,16 +8,10 @@
 //!
 //! `{"time":"1994-11-06T08:49:37Z","remote":"127.0.0.1","host":"example.org","method":"GET","target":"/","version":"HTTP/1.1","protocol":"HTTP/1.1","status":200,"bytes":13,"duration_us":84,"referer":null,"user_agent":"curl/8.0"}`
 //!
-//! The host and the duration are noted beside the connection's code, which
-//! passes neither: when a log is kept, the worker wraps the handler in
-//! [`Noting`], which notes the request's host (and, for a deferred
-//! request, when it started) in a per-thread [`Noted`] that the next line
-//! written takes. The duration runs from the start of the worker's turn
-//! that read the request (the clock the latency metrics use) to the
-//! response being queued for writing, or for a deferred request to its
-//! answer being queued.
+//! The duration runs from the start of the worker's turn that read the
+//! request (the clock the latency metrics use) to the response being queued
+//! for writing, or for a deferred request to its answer being queued.
 
-use std::cell::RefCell;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::net::SocketAddr;
@@ -25,9 +19,6 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
-
-use crate::handler::{Handler, Reply};
-use crate::request::Request;
 
 /// Where access log lines go.
 #[derive(Clone, Debug)]
@@ -290,100 +281,22 @@ pub(crate) struct LogRequest {
     pub(crate) request_line: Vec<u8>,
     pub(crate) referer: Option<Vec<u8>>,
     pub(crate) user_agent: Option<Vec<u8>>,
-}
-
-/// What the connection's code does not pass to [`LogWriter::record`],
-/// noted per worker thread: the host of the request being handled, the
-/// start of the worker's turn, and the host and start of each deferred
-/// request, by client and request line (an HTTP/2 connection may have
-/// several deferred at once; of identical ones, the oldest is answered
-/// first as far as the log knows).
-#[derive(Default)]
-pub(crate) struct Noted {
-    /// The host of the request whose handler ran last, until its line is
-    /// written (`None` inside: it had none).
-    current: Option<Option<Vec<u8>>>,
-    /// Kept to be reused: no allocation per request on a warm worker.
-    spare: Vec<u8>,
-    turn: Option<Instant>,
-    deferred: Vec<Deferred>,
-}
-
-/// A deferred request's noted values.
-struct Deferred {
-    peer: SocketAddr,
-    /// `method target version`, as `LogRequest::request_line`.
-    request_line: Vec<u8>,
-    host: Option<Vec<u8>>,
-    started: Instant,
-}
-
-/// Deferred requests noted at most; beyond, the oldest are forgotten
-/// (their connections closed before the answer came).
-const DEFERRED_NOTED_MAX: usize = 4096;
-
-thread_local! {
-    static NOTED: RefCell<Noted> = RefCell::new(Noted::default());
-}
-
-/// The worker's turn began at `now` (the requests read in it started then).
-pub(crate) fn turn_started(now: Instant) {
-    NOTED.with_borrow_mut(|n| n.turn = Some(now));
-}
-
-/// A handler that notes, for the access log, what the connection's code
-/// does not pass to it (see the module documentation).
-pub(crate) struct Noting(pub(crate) Arc<dyn Handler>);
-
-impl Handler for Noting {
-    fn call(&self, req: &Request<'_>) -> Reply {
-        NOTED.with_borrow_mut(|n| {
-            let mut host = n
-                .current
-                .take()
-                .flatten()
-                .unwrap_or_else(|| std::mem::take(&mut n.spare));
-            host.clear();
-            n.current = Some(req.host.map(|h| {
-                host.extend_from_slice(h.as_bytes());
-                host
-            }));
-        });
-        let reply = self.0.call(req);
-        let deferred = req.defer.is_some_and(|slot| slot.id.get().is_some());
-        if matches!(reply, Reply::Later) && deferred {
-            NOTED.with_borrow_mut(|n| {
-                let host = n.current.take().flatten();
-                let started = n.turn.unwrap_or_else(Instant::now);
-                if n.deferred.len() >= DEFERRED_NOTED_MAX {
-                    n.deferred.drain(..DEFERRED_NOTED_MAX / 2);
-                }
-                let request_line = [req.method, " ", req.target, " ", req.version.as_str()].concat();
-                n.deferred.push(Deferred {
-                    peer: req.peer,
-                    request_line: request_line.into_bytes(),
-                    host,
-                    started,
-                });
-            });
-        }
-        reply
-    }
+    pub(crate) host: Option<Vec<u8>>,
 }
 
 /// One access log line's values.
-struct Line<'a> {
-    clf_time: &'a [u8],
-    peer: SocketAddr,
-    method: &'a [u8],
-    target: &'a [u8],
-    version: &'a [u8],
-    status: u16,
-    body_bytes: u64,
-    referer: Option<&'a [u8]>,
-    user_agent: Option<&'a [u8]>,
-    host: Option<&'a [u8]>,
-    duration_us: Option<u64>,
+pub(crate) struct Line<'a> {
+    pub(crate) clf_time: &'a [u8],
+    pub(crate) peer: SocketAddr,
+    pub(crate) method: &'a [u8],
+    pub(crate) target: &'a [u8],
+    pub(crate) version: &'a [u8],
+    pub(crate) status: u16,
+    pub(crate) body_bytes: u64,
+    pub(crate) referer: Option<&'a [u8]>,
+    pub(crate) user_agent: Option<&'a [u8]>,
+    pub(crate) host: Option<&'a [u8]>,
+    pub(crate) duration_us: Option<u64>,
 }
 
 impl LogWriter {
@@ -402,39 +315,8 @@ impl LogWriter {
 
     /// Appends one line, for the request just handled (or refused before
     /// a handler saw it).
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn record(
-        &mut self,
-        clf_time: &[u8],
-        peer: SocketAddr,
-        method: &[u8],
-        target: &[u8],
-        version: &[u8],
-        status: u16,
-        body_bytes: u64,
-        referer: Option<&[u8]>,
-        user_agent: Option<&[u8]>,
-    ) {
-        NOTED.with_borrow_mut(|n| {
-            let host = n.current.take().flatten();
-            let line = Line {
-                clf_time,
-                peer,
-                method,
-                target,
-                version,
-                status,
-                body_bytes,
-                referer,
-                user_agent,
-                host: host.as_deref(),
-                duration_us: n.turn.map(micros_since),
-            };
-            self.write(&line);
-            if let Some(host) = host {
-                n.spare = host;
-            }
-        });
+    pub(crate) fn record(&mut self, line: &Line<'_>) {
+        self.write(line);
     }
 
     fn write(&mut self, line: &Line<'_>) {
@@ -456,6 +338,7 @@ impl LogWriter {
         req: &LogRequest,
         status: u16,
         body_bytes: u64,
+        started: Instant,
     ) {
         // The request line was stored whole and raw (`record` escapes it);
         // split it back into its three parts.
@@ -466,11 +349,6 @@ impl LogWriter {
             parts.next().unwrap_or(b"-"),
             parts.next().unwrap_or(b"-"),
         );
-        let noted = NOTED.with_borrow_mut(|n| {
-            let i = (n.deferred.iter()).position(|d| d.peer == peer && d.request_line == *line)?;
-            Some(n.deferred.remove(i))
-        });
-        let (host, started) = noted.map_or((None, None), |d| (d.host, Some(d.started)));
         self.write(&Line {
             clf_time,
             peer,
@@ -481,8 +359,8 @@ impl LogWriter {
             body_bytes,
             referer: req.referer.as_deref(),
             user_agent: req.user_agent.as_deref(),
-            host: host.as_deref(),
-            duration_us: started.map(micros_since),
+            host: req.host.as_deref(),
+            duration_us: Some(micros_since(started)),
         });
     }
 
@@ -734,21 +612,23 @@ mod tests {
     use super::*;
 
     /// The line `format` writes for a GET through `record`, as the
-    /// connection calls it (no handler ran: no host noted).
+    /// connection calls it for a request without a host or a duration.
     fn recorded(format: LogFormat, peer: &str, target: &[u8], status: u16, body_bytes: u64, ua: &[u8]) -> String {
         let mut w = LogWriter::new(Sink::Stdout, format);
         let (time, peer) = (b"06/Nov/1994:08:49:37 +0000", peer.parse().unwrap());
-        w.record(
-            time,
+        w.record(&Line {
+            clf_time: time,
             peer,
-            b"GET",
+            method: b"GET",
             target,
-            b"HTTP/1.1",
+            version: b"HTTP/1.1",
             status,
             body_bytes,
-            None,
-            Some(ua),
-        );
+            referer: None,
+            user_agent: Some(ua),
+            host: None,
+            duration_us: None,
+        });
         String::from_utf8(std::mem::take(&mut w.buf)).unwrap()
     }
 

@@ -12,7 +12,7 @@ use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 use slab::Slab;
 
-use crate::access_log::{self, LogWriter, Noting};
+use crate::access_log::LogWriter;
 use crate::conn::{BufPool, Conn, Ctx, Next, Transport};
 use crate::date::DateCache;
 use crate::handler::Handler;
@@ -75,15 +75,6 @@ impl Worker {
             keep_idle,
             metrics,
         } = self;
-        // With an access log, the handlers note what its lines need that
-        // the connection does not pass (`access_log::Noting`).
-        let (handler, redirect) = match log {
-            Some(_) => (
-                Arc::new(Noting(handler)) as Arc<dyn Handler>,
-                redirect.map(|r| Arc::new(Noting(r)) as Arc<dyn Handler>),
-            ),
-            None => (handler, redirect),
-        };
         // Timeouts are only noticed at sweeps; a sweep at least every minute
         // keeps them meaningful and the deadline arithmetic in range.
         limits.sweep_interval = limits
@@ -131,9 +122,6 @@ impl Worker {
             }
             let now = Instant::now();
             date.tick(now);
-            if log.is_some() {
-                access_log::turn_started(now);
-            }
             let mut ctx = Ctx {
                 handler: &*handler,
                 redirect: redirect.as_deref(),

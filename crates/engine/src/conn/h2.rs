@@ -22,7 +22,7 @@ use std::panic::{self, AssertUnwindSafe};
 use std::time::Instant;
 
 use super::{Conn, Ctx, State, Stop, Transport, HEADERS_ARRAY_MAX};
-use crate::access_log::LogRequest;
+use crate::access_log::{Line, LogRequest};
 use crate::codec::Version;
 use crate::h2::{Session, PREFACE};
 use crate::handler::Reply;
@@ -166,17 +166,13 @@ impl Conn {
                 .session
                 .respond(id, resp, false, date, extra_fields, &mut output.buf, budget);
             if let (Some(log), Some(sent)) = (ctx.log.as_deref_mut(), sent) {
-                log.record(
+                log.record(&super::refused_line(
                     ctx.date.clf(),
                     *peer,
-                    b"-",
-                    b"-",
                     b"HTTP/2.0",
                     sent.status,
-                    0,
-                    None,
-                    None,
-                );
+                    ctx.now,
+                ));
             }
             if let Some(m) = ctx.metrics {
                 m.record(b"-", status, ctx.now);
@@ -261,17 +257,19 @@ impl Conn {
         };
         let sent = Session::sent_of(&response, head_only);
         if let Some(log) = ctx.log.as_deref_mut() {
-            log.record(
-                ctx.date.clf(),
-                *peer,
-                req.method().as_bytes(),
-                req.target().as_bytes(),
-                b"HTTP/2.0",
-                sent.status,
-                sent.body_bytes,
-                req.header_bytes("referer"),
-                req.header_bytes("user-agent"),
-            );
+            log.record(&Line {
+                clf_time: ctx.date.clf(),
+                peer: *peer,
+                method: req.method().as_bytes(),
+                target: req.target().as_bytes(),
+                version: b"HTTP/2.0",
+                status: sent.status,
+                body_bytes: sent.body_bytes,
+                referer: req.header_bytes("referer"),
+                user_agent: req.header_bytes("user-agent"),
+                host: req.host().map(str::as_bytes),
+                duration_us: Some(super::micros_since(ctx.now)),
+            });
         }
         if let Some(m) = ctx.metrics {
             m.record(req.method().as_bytes(), sent.status, ctx.now);
@@ -307,7 +305,14 @@ impl Conn {
         );
         if let Some(sent) = sent {
             if let (Some(log), Some(req)) = (ctx.log.as_deref_mut(), &wait.log) {
-                log.record_owned(ctx.date.clf(), self.peer, req, sent.status, sent.body_bytes);
+                log.record_owned(
+                    ctx.date.clf(),
+                    self.peer,
+                    req,
+                    sent.status,
+                    sent.body_bytes,
+                    wait.started,
+                );
             }
             if let Some(m) = ctx.metrics {
                 m.record_index(wait.method_idx, sent.status, wait.started);

@@ -38,7 +38,7 @@ use mio::{Interest, Token};
 
 mod h2;
 
-use crate::access_log::{LogRequest, LogWriter};
+use crate::access_log::{Line, LogRequest, LogWriter};
 use crate::codec::write::{self as wire, BodyFraming, ConnField};
 use crate::codec::{parse_head, ChunkedDecoder, Framing, Head, HeadError, Parsed, Version};
 use crate::date::DateCache;
@@ -403,7 +403,14 @@ impl Conn {
             self.transport.extra_fields(),
         );
         if let (Some(log), Some(req)) = (ctx.log.as_deref_mut(), &wait.log) {
-            log.record_owned(ctx.date.clf(), self.peer, req, sent.status, sent.body_bytes);
+            log.record_owned(
+                ctx.date.clf(),
+                self.peer,
+                req,
+                sent.status,
+                sent.body_bytes,
+                wait.started,
+            );
         }
         if let Some(m) = ctx.metrics {
             m.record_index(wait.method_idx, sent.status, wait.started);
@@ -935,7 +942,7 @@ impl Conn {
         let head_only = matches!(&self.state, State::Body(wait) if wait.head_only);
         wire::write_error(&mut self.output.buf, status, why, ctx.date.http(), head_only);
         if let Some(log) = ctx.log.as_deref_mut() {
-            log.record(ctx.date.clf(), self.peer, b"-", b"-", b"-", status, 0, None, None);
+            log.record(&refused_line(ctx.date.clf(), self.peer, b"-", status, ctx.now));
         }
         if let Some(m) = ctx.metrics {
             m.record(b"-", status, ctx.now);
@@ -1341,17 +1348,19 @@ fn dispatch(
         via.extra_fields,
     );
     if let Some(log) = ctx.log.as_deref_mut() {
-        log.record(
-            ctx.date.clf(),
+        log.record(&Line {
+            clf_time: ctx.date.clf(),
             peer,
-            head.method.as_bytes(),
-            head.target.as_bytes(),
-            head.version.as_str().as_bytes(),
-            sent.status,
-            sent.body_bytes,
-            req.header_bytes("referer"),
-            req.header_bytes("user-agent"),
-        );
+            method: head.method.as_bytes(),
+            target: head.target.as_bytes(),
+            version: head.version.as_str().as_bytes(),
+            status: sent.status,
+            body_bytes: sent.body_bytes,
+            referer: req.header_bytes("referer"),
+            user_agent: req.header_bytes("user-agent"),
+            host: head.host.map(str::as_bytes),
+            duration_us: Some(micros_since(ctx.now)),
+        });
     }
     if let Some(m) = ctx.metrics {
         m.record(head.method.as_bytes(), sent.status, ctx.now);
@@ -1370,7 +1379,36 @@ fn log_request(req: &Request<'_>) -> LogRequest {
         request_line,
         referer: req.header_bytes("referer").map(<[u8]>::to_vec),
         user_agent: req.header_bytes("user-agent").map(<[u8]>::to_vec),
+        host: req.host().map(|h| h.as_bytes().to_vec()),
     }
+}
+
+/// The log line of a request refused before a handler saw it.
+fn refused_line<'a>(
+    clf_time: &'a [u8],
+    peer: SocketAddr,
+    version: &'a [u8],
+    status: u16,
+    started: Instant,
+) -> Line<'a> {
+    Line {
+        clf_time,
+        peer,
+        method: b"-",
+        target: b"-",
+        version,
+        status,
+        body_bytes: 0,
+        referer: None,
+        user_agent: None,
+        host: None,
+        duration_us: Some(micros_since(started)),
+    }
+}
+
+/// Microseconds since `start` (the access log's duration).
+fn micros_since(start: Instant) -> u64 {
+    u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX)
 }
 
 /// What was sent, for the log and the connection state.
