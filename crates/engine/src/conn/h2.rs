@@ -232,7 +232,7 @@ impl Conn {
             Ok(Reply::Now(response)) => response,
             Ok(Reply::Later) => {
                 if let Some(defer_id) = slot.id.get() {
-                    let log = ctx.log.is_some().then(|| super::log_request(&req));
+                    let log = ctx.log.is_some().then(|| super::h1::log_request(&req));
                     let method_idx = crate::metrics::method_index(req.method().as_bytes());
                     h2.session.defer(id, defer_id);
                     h2.deferred.push(DeferredStream {

@@ -1,0 +1,310 @@
+//! The I/O side of a connection, shared by HTTP/1.1 and HTTP/2: writing
+//! what the protocol queued (plain `write`/`writev`/`sendfile` with
+//! TCP_CORK, or TLS records), and the lingering close after an error.
+
+use super::*;
+
+impl Conn {
+    /// Writes what is queued until done or the socket is full.
+    pub(super) fn flush(&mut self, pool: &mut BufPool) -> Flushed {
+        if let Transport::Tls(_) = self.transport {
+            return self.flush_tls(pool);
+        }
+        let out = &mut self.output;
+        let mut progress = false;
+        loop {
+            // While a file goes out with sendfile, cork the socket (as
+            // nginx's tcp_nopush does): the head and the file's pages leave
+            // in full segments, and the last one when the file is done.
+            let file_tail = matches!(out.tail, Some(Tail::File { .. }));
+            if file_tail != self.corked {
+                self.corked = file_tail;
+                crate::sys::socket::set_cork(&self.stream, file_tail);
+            }
+            let buffered = &out.buf[out.pos.min(out.buf.len())..];
+            if out.tail.is_none() && buffered.is_empty() {
+                out.buf.clear();
+                out.pos = 0;
+                return Flushed::All;
+            }
+            if self.work_left < SYSCALL_WORK {
+                return Flushed::Turn;
+            }
+            self.work_left -= SYSCALL_WORK;
+            let result = match (&mut out.tail, buffered.is_empty()) {
+                (None, true) => unreachable!("checked above"),
+                (Some(Tail::Bytes { data, pos }), false) => self
+                    .stream
+                    .write_vectored(&[IoSlice::new(buffered), IoSlice::new(&data[*pos..])]),
+                (Some(Tail::Shared { bytes, pos }), false) => {
+                    let rest = &bytes.as_slice()[*pos..];
+                    self.stream
+                        .write_vectored(&[IoSlice::new(buffered), IoSlice::new(rest)])
+                }
+                (_, false) => self.stream.write(buffered),
+                (Some(Tail::Bytes { data, pos }), true) => self.stream.write(&data[*pos..]),
+                (Some(Tail::Shared { bytes, pos }), true) => self.stream.write(&bytes.as_slice()[*pos..]),
+                (Some(Tail::File { range, sent }), true) => {
+                    match crate::sys::sendfile::sendfile(
+                        &self.stream,
+                        &range.file,
+                        range.offset + *sent,
+                        range.len - *sent,
+                    ) {
+                        // The file shrank under us: the promised length can no
+                        // longer be sent, so the connection must close.
+                        Ok(0) => return Flushed::Failed,
+                        other => other,
+                    }
+                }
+                (Some(Tail::Stream { chunks, chunked }), true) => {
+                    out.buf.clear();
+                    out.pos = 0;
+                    // The iterator is the application's code: a panic in it
+                    // ends this response (its length can no longer be
+                    // right), not the worker.
+                    let Ok(next) = panic::catch_unwind(AssertUnwindSafe(|| chunks.next())) else {
+                        return Flushed::Failed;
+                    };
+                    match next {
+                        Some(chunk) if chunk.is_empty() => {}
+                        Some(chunk) if *chunked => {
+                            wire::write_chunk_start(&mut out.buf, chunk.len());
+                            out.buf.extend_from_slice(&chunk);
+                            out.buf.extend_from_slice(wire::CHUNK_END);
+                        }
+                        Some(chunk) => out.buf.extend_from_slice(&chunk),
+                        None => {
+                            if *chunked {
+                                out.buf.extend_from_slice(wire::LAST_CHUNK);
+                            }
+                            out.tail = None;
+                        }
+                    }
+                    continue;
+                }
+            };
+            match result {
+                Ok(0) => return Flushed::Failed,
+                Ok(mut n) => {
+                    progress = true;
+                    self.bytes_out += n as u64;
+                    let from_buf = n.min(out.buf.len() - out.pos);
+                    out.pos += from_buf;
+                    n -= from_buf;
+                    let done = match &mut out.tail {
+                        Some(Tail::Bytes { data, pos }) => {
+                            *pos += n;
+                            *pos == data.len()
+                        }
+                        Some(Tail::Shared { bytes, pos }) => {
+                            *pos += n;
+                            *pos == bytes.range.len()
+                        }
+                        Some(Tail::File { range, sent }) => {
+                            *sent += n as u64;
+                            *sent == range.len
+                        }
+                        Some(Tail::Stream { .. }) | None => false,
+                    };
+                    if done {
+                        out.tail = None;
+                    }
+                    if out.pos == out.buf.len() {
+                        out.buf.clear();
+                        out.pos = 0;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Flushed::Blocked { progress },
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return Flushed::Failed,
+            }
+        }
+    }
+
+    /// Under TLS: encrypts queued plaintext while rustls has room
+    /// (`TLS_SEND_BYTES_MAX`), writes the records, until done or the socket
+    /// is full. A batch of pipelined answers is one record and one write.
+    pub(super) fn flush_tls(&mut self, pool: &mut BufPool) -> Flushed {
+        let Transport::Tls(tls) = &mut self.transport else {
+            unreachable!("called for TLS only")
+        };
+        let out = &mut self.output;
+        let mut progress = false;
+        let mut scratch: Vec<u8> = Vec::new();
+        let flushed = loop {
+            if !encrypt(tls, out, pool, &mut scratch) {
+                break Flushed::Failed;
+            }
+            if !tls.wants_write() {
+                if out.tail.is_none() && out.pos >= out.buf.len() {
+                    out.buf.clear();
+                    out.pos = 0;
+                    break Flushed::All;
+                }
+                // rustls took nothing and has nothing to send: only while
+                // a handshake waits for the client. Wait for an event.
+                break Flushed::Blocked { progress };
+            }
+            if self.work_left < SYSCALL_WORK {
+                break Flushed::Turn;
+            }
+            self.work_left -= SYSCALL_WORK;
+            match tls.write_tls(&mut self.stream) {
+                Ok(0) => break Flushed::Failed,
+                Ok(n) => {
+                    progress = true;
+                    self.bytes_out += n as u64;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break Flushed::Blocked { progress },
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => break Flushed::Failed,
+            }
+        };
+        if !scratch.is_empty() {
+            pool.give_read(scratch);
+        }
+        flushed
+    }
+
+    /// All output is sent after an error: half-close and drain.
+    pub(super) fn start_lingering(&mut self, ctx: &mut Ctx<'_>) -> Next {
+        if let Transport::Tls(tls) = &mut self.transport {
+            // close_notify before the FIN, as TLS asks (RFC 8446 §6.1).
+            tls.close(&mut self.stream);
+        }
+        if self.peer_closed || self.stream.shutdown(Shutdown::Write).is_err() {
+            return Next::Close;
+        }
+        if self.writable_interest {
+            // Nothing more will be written: stop waking up for writability.
+            if ctx
+                .registry
+                .reregister(&mut self.stream, Token(self.token), Interest::READABLE)
+                .is_err()
+            {
+                return Next::Close;
+            }
+            self.writable_interest = false;
+        }
+        self.state = State::Lingering { discarded: 0 };
+        self.deadline = Some(ctx.now + LINGER_TIMEOUT);
+        self.input.start = 0;
+        self.input.end = 0;
+        self.linger(ctx)
+    }
+
+    pub(super) fn linger(&mut self, ctx: &mut Ctx<'_>) -> Next {
+        let State::Lingering { discarded } = &mut self.state else {
+            return Next::Close;
+        };
+        if self.input.buf.is_empty() {
+            self.input.buf = ctx.pool.take_read();
+        }
+        loop {
+            match self.stream.read(&mut self.input.buf) {
+                Ok(0) => return Next::Close,
+                Ok(n) => {
+                    *discarded += n;
+                    if *discarded > LINGER_BYTES_MAX {
+                        return Next::Close;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return Next::Close,
+            }
+        }
+        ctx.pool.give_read(std::mem::take(&mut self.input.buf));
+        Next::Keep
+    }
+}
+
+/// Feeds queued plaintext (buffer, then tail) to rustls until it is all
+/// taken or rustls' outgoing buffer is full. False if the response cannot
+/// be completed (the file shrank or failed, the stream panicked).
+pub(super) fn encrypt(tls: &mut TlsSession, out: &mut Output, pool: &mut BufPool, scratch: &mut Vec<u8>) -> bool {
+    loop {
+        if out.pos < out.buf.len() {
+            out.pos += tls.encrypt(&out.buf[out.pos..]);
+            if out.pos < out.buf.len() {
+                return true;
+            }
+        }
+        out.buf.clear();
+        out.pos = 0;
+        let done = match &mut out.tail {
+            None => return true,
+            Some(Tail::Bytes { data, pos }) => {
+                *pos += tls.encrypt(&data[*pos..]);
+                if *pos < data.len() {
+                    return true;
+                }
+                true
+            }
+            Some(Tail::Shared { bytes, pos }) => {
+                *pos += tls.encrypt(&bytes.as_slice()[*pos..]);
+                if *pos < bytes.range.len() {
+                    return true;
+                }
+                true
+            }
+            Some(Tail::File { range, sent }) => {
+                if scratch.is_empty() {
+                    *scratch = pool.take_read();
+                }
+                let want = usize::try_from(range.len - *sent).map_or(scratch.len(), |n| n.min(scratch.len()));
+                let got = match range.file.read_at(&mut scratch[..want], range.offset + *sent) {
+                    // The file shrank under us: the promised length can no
+                    // longer be sent, so the connection must close.
+                    Ok(0) => return false,
+                    Ok(n) => n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(_) => return false,
+                };
+                // Bytes rustls does not take now are read again next time.
+                let n = tls.encrypt(&scratch[..got]);
+                *sent += n as u64;
+                if n < got {
+                    return true;
+                }
+                *sent == range.len
+            }
+            Some(Tail::Stream { chunks, chunked }) => {
+                // As in `flush`: the application's iterator may panic.
+                let Ok(next) = panic::catch_unwind(AssertUnwindSafe(|| chunks.next())) else {
+                    return false;
+                };
+                match next {
+                    Some(chunk) if chunk.is_empty() => false,
+                    Some(chunk) if *chunked => {
+                        wire::write_chunk_start(&mut out.buf, chunk.len());
+                        out.buf.extend_from_slice(&chunk);
+                        out.buf.extend_from_slice(wire::CHUNK_END);
+                        false
+                    }
+                    Some(chunk) => {
+                        out.buf.extend_from_slice(&chunk);
+                        false
+                    }
+                    None => {
+                        if *chunked {
+                            out.buf.extend_from_slice(wire::LAST_CHUNK);
+                        }
+                        true
+                    }
+                }
+            }
+        };
+        if done {
+            out.tail = None;
+        }
+    }
+}
+
+pub(super) fn ensure_output(output: &mut Output, pool: &mut BufPool) {
+    if output.buf.capacity() == 0 {
+        output.buf = pool.take_write();
+        output.pos = 0;
+    }
+}
