@@ -190,7 +190,7 @@ impl Driver {
             .respond(id, resp, head_only, date, b"", &mut self.out, self.budget);
         assert!(sent.is_some(), "a ready stream could not be answered");
         assert!(self.out.len() > before, "an answer wrote nothing");
-        self.check.expected.insert(id, (length as u64, 0));
+        self.check.expected.insert(id, (length, 0));
     }
 
     /// Checks the frames written since the last call and forgets them, as
