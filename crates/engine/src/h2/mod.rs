@@ -49,6 +49,10 @@ pub(crate) use frame::PREFACE;
 const STREAM_WINDOW: i64 = frame::DEFAULT_WINDOW;
 /// Our SETTINGS_HEADER_TABLE_SIZE: the protocol's default.
 const HEADER_TABLE_BYTES: usize = 4096;
+/// How many of the streams we reset last are remembered, so that frames
+/// the client sent on them before it learnt are ignored (§5.1). The `h2`
+/// crate keeps 10 (`max_concurrent_reset_streams`).
+const RESET_IDS: usize = 16;
 
 /// What a session is configured with, from `Limits`.
 #[derive(Clone, Copy, Debug)]
@@ -80,6 +84,9 @@ pub(crate) struct Session {
     n_ready: usize,
     /// The highest stream id the client has opened.
     last_stream: u32,
+    /// The streams we sent RST_STREAM on last (a ring; 0 is no stream).
+    reset_ids: [u32; RESET_IDS],
+    n_resets: usize,
     /// A header block in progress (HEADERS without END_HEADERS).
     continuation: Option<Continuation>,
     block: Vec<u8>,
@@ -271,6 +278,8 @@ impl Session {
             spare: Vec::new(),
             n_ready: 0,
             last_stream: 0,
+            reset_ids: [0; RESET_IDS],
+            n_resets: 0,
             continuation: None,
             block: Vec::new(),
             decoder: hpack::Decoder::new(HEADER_TABLE_BYTES),
@@ -532,9 +541,14 @@ impl Session {
             return;
         }
         let Some(idx) = self.find(h.stream) else {
-            // Closed (§5.1): a stream error, counted like `reset`'s.
-            frame::write_rst_stream(out, h.stream, Code::StreamClosed);
-            self.cost(out);
+            // Closed (§5.1): ignored if we reset it ("An endpoint MUST
+            // ignore frames that it receives on closed streams after it has
+            // sent a RST_STREAM frame"), else a stream error, counted like
+            // `reset`'s.
+            if !self.was_reset(h.stream) {
+                frame::write_rst_stream(out, h.stream, Code::StreamClosed);
+                self.cost(out);
+            }
             return;
         };
         let body_bytes_max = self.cfg.body_bytes_max;
@@ -692,6 +706,10 @@ impl Session {
                 // After our GOAWAY, new streams are ignored (§6.8).
                 return;
             }
+            if id <= self.last_stream && self.was_reset(id) {
+                // Trailers sent before our RST_STREAM arrived (§5.1).
+                return;
+            }
             return if id % 2 == 0 {
                 self.fail(out, Code::Protocol, "even stream id from a client")
             } else if id == self.last_stream {
@@ -712,7 +730,7 @@ impl Session {
         }
         if self.streams.len() >= self.cfg.streams_max as usize {
             self.spare.push(s);
-            frame::write_rst_stream(out, id, Code::RefusedStream);
+            self.write_rst(out, id, Code::RefusedStream);
             self.cost(out);
             return;
         }
@@ -893,7 +911,8 @@ impl Session {
                 Err(_) => {
                     out.truncate(at);
                     // The length was promised: end the stream instead.
-                    frame::write_rst_stream(out, s.id, Code::Internal);
+                    let id = s.id;
+                    self.write_rst(out, id, Code::Internal);
                     return self.remove(idx);
                 }
             };
@@ -929,7 +948,8 @@ impl Session {
             let s = &self.streams[idx];
             if s.send == Sending::Done {
                 if !s.recv_done {
-                    frame::write_rst_stream(out, s.id, Code::NoError);
+                    let id = s.id;
+                    self.write_rst(out, id, Code::NoError);
                 }
                 self.remove(idx);
             } else {
@@ -1026,11 +1046,23 @@ impl Session {
     /// as a control frame: requests that each earn a RST_STREAM are the
     /// reset flood (CVE-2019-9514).
     fn reset(&mut self, out: &mut Vec<u8>, id: u32, code: Code) {
-        frame::write_rst_stream(out, id, code);
+        self.write_rst(out, id, code);
         if let Some(idx) = self.find(id) {
             self.remove(idx);
         }
         self.cost(out);
+    }
+
+    /// Writes RST_STREAM and remembers the stream among the last reset.
+    fn write_rst(&mut self, out: &mut Vec<u8>, id: u32, code: Code) {
+        frame::write_rst_stream(out, id, code);
+        self.reset_ids[self.n_resets % RESET_IDS] = id;
+        self.n_resets = self.n_resets.wrapping_add(1);
+    }
+
+    /// We sent RST_STREAM on stream `id` lately.
+    fn was_reset(&self, id: u32) -> bool {
+        id != 0 && self.reset_ids.contains(&id)
     }
 
     /// Counts a control frame against the work done; too many end the

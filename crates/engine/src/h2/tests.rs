@@ -690,9 +690,9 @@ fn a_body_over_body_bytes_max_gets_413_and_the_rest_is_refused() {
     // is told to stop with NO_ERROR.
     assert!(f.last().unwrap().is_rst(1, Code::NoError), "{f:?}");
     assert!(p.session.is_idle());
-    // DATA still in flight is refused as on any closed stream.
+    // DATA still in flight is ignored (§5.1).
     p.feed(&data(1, true, b"late"));
-    assert!(p.frames()[0].is_rst(1, Code::StreamClosed));
+    assert!(p.out.is_empty());
     p.feed(&get(3, "/next"));
     assert_eq!(p.answer_ready(echo).len(), 1);
 }
@@ -918,6 +918,49 @@ fn rst_stream_from_the_client_forgets_the_stream() {
     assert!(p.out.is_empty() && p.session.is_idle());
     // On a stream never opened, it is a connection error.
     p.feed(&rst_stream(7, Code::Cancel));
+    assert!(p.frames()[0].is_goaway(Code::Protocol));
+}
+
+#[test]
+fn frames_sent_before_our_rst_stream_arrived_are_ignored() {
+    // §5.1: "An endpoint MUST ignore frames that it receives on closed
+    // streams after it has sent a RST_STREAM frame."
+    let mut p = Peer::new(Config {
+        streams_max: 2,
+        body_bytes_max: 10,
+        ..cfg()
+    });
+    // Answered 413 before the body ended.
+    p.feed(&headers(1, false, &request("POST", "/", &[])));
+    p.feed(&data(1, false, &[0; 20]));
+    p.answer_ready(echo);
+    assert!(p.frames().last().unwrap().is_rst(1, Code::NoError));
+    // Reset for breaking its content-length.
+    p.feed(&headers(3, false, &request("POST", "/", &[("content-length", "1")])));
+    p.feed(&data(3, false, b"ab"));
+    assert!(p.frames()[0].is_rst(3, Code::Protocol));
+    // Refused past streams_max.
+    p.feed(&headers(5, false, &request("POST", "/", &[])));
+    p.feed(&headers(7, false, &request("POST", "/", &[])));
+    p.feed(&headers(9, false, &request("POST", "/", &[])));
+    assert!(p.frames()[0].is_rst(9, Code::RefusedStream));
+    // What the client had sent on them meanwhile: the rest of the bodies
+    // and trailers.
+    for id in [1, 3, 9] {
+        p.feed(&data(id, false, b"more"));
+        p.feed(&headers(id, true, &block(&[("x-t", "1")])));
+    }
+    assert!(p.out.is_empty(), "{:?}", p.frames());
+    assert!(!p.session.is_done());
+    // A stream closed both ways is another matter: DATA on it is a stream
+    // error, HEADERS a connection error.
+    p.feed(&data(5, true, b""));
+    p.feed(&data(7, true, b""));
+    assert_eq!(p.answer_ready(echo).len(), 2);
+    p.frames();
+    p.feed(&data(5, true, b"x"));
+    assert_eq!(p.frames(), [parse(&rst_stream(5, Code::StreamClosed))[0].clone()]);
+    p.feed(&headers(5, true, &block(&[("x-t", "1")])));
     assert!(p.frames()[0].is_goaway(Code::Protocol));
 }
 
