@@ -42,6 +42,8 @@ pub mod codec;
 mod conn;
 mod date;
 mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 mod h2;
 mod handler;
 mod limits;

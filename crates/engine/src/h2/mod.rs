@@ -22,10 +22,10 @@
 //! `head_bytes_max` end the connection with ENHANCE_YOUR_CALM, the
 //! CONTINUATION flood); decoded header lists (past `head_bytes_max` a 431,
 //! the HPACK bomb); control frames (SETTINGS, PING, RST_STREAM, PRIORITY,
-//! WINDOW_UPDATE, empty DATA and CONTINUATION: at most
-//! `H2_CONTROL_FRAMES_BASE` more than the useful work done, which covers
-//! Rapid Reset); the rest (slow readers, idle streams) by the driver's
-//! timeouts.
+//! WINDOW_UPDATE, empty DATA and CONTINUATION, and the RST_STREAMs a
+//! client's mistakes earn: at most `H2_CONTROL_FRAMES_BASE` more than the
+//! useful work done, which covers Rapid Reset and the reset flood); the
+//! rest (slow readers, idle streams) by the driver's timeouts.
 
 mod frame;
 mod hpack;
@@ -49,6 +49,10 @@ pub(crate) use frame::PREFACE;
 const STREAM_WINDOW: i64 = frame::DEFAULT_WINDOW;
 /// Our SETTINGS_HEADER_TABLE_SIZE: the protocol's default.
 const HEADER_TABLE_BYTES: usize = 4096;
+/// How many of the streams we reset last are remembered, so that frames
+/// the client sent on them before it learnt are ignored (§5.1). The `h2`
+/// crate keeps 10 (`max_concurrent_reset_streams`).
+const RESET_IDS: usize = 16;
 
 /// What a session is configured with, from `Limits`.
 #[derive(Clone, Copy, Debug)]
@@ -83,6 +87,9 @@ pub(crate) struct Session {
     n_ready: usize,
     /// The highest stream id the client has opened.
     last_stream: u32,
+    /// The streams we sent RST_STREAM on last (a ring; 0 is no stream).
+    reset_ids: [u32; RESET_IDS],
+    n_resets: usize,
     /// A header block in progress (HEADERS without END_HEADERS).
     continuation: Option<Continuation>,
     block: Vec<u8>,
@@ -275,6 +282,8 @@ impl Session {
             spare: Vec::new(),
             n_ready: 0,
             last_stream: 0,
+            reset_ids: [0; RESET_IDS],
+            n_resets: 0,
             continuation: None,
             block: Vec::new(),
             decoder: hpack::Decoder::new(HEADER_TABLE_BYTES),
@@ -364,7 +373,9 @@ impl Session {
                 if h.stream == 0 {
                     return self.fail(out, Code::Protocol, "PRIORITY on stream 0");
                 }
-                self.cost(out);
+                if !self.cost(out) {
+                    return;
+                }
                 if h.len != 5 {
                     self.reset(out, h.stream, Code::FrameSize);
                 } else if u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]]) & 0x7fff_ffff == h.stream
@@ -380,9 +391,14 @@ impl Session {
                     return self.fail(out, Code::FrameSize, "RST_STREAM of a length other than 4");
                 }
                 if h.stream > self.last_stream {
+                    if self.draining {
+                        return; // a stream opened after our GOAWAY (§6.8)
+                    }
                     return self.fail(out, Code::Protocol, "RST_STREAM on an idle stream");
                 }
-                self.cost(out);
+                if !self.cost(out) {
+                    return;
+                }
                 if let Some(idx) = self.find(h.stream) {
                     self.remove(idx);
                 }
@@ -396,8 +412,7 @@ impl Session {
                 if h.len != 8 {
                     return self.fail(out, Code::FrameSize, "PING of a length other than 8");
                 }
-                if h.flags & frame::ACK == 0 {
-                    self.cost(out);
+                if h.flags & frame::ACK == 0 && self.cost(out) {
                     frame::write_ping_ack(out, payload);
                 }
             }
@@ -430,8 +445,8 @@ impl Session {
         if h.len % 6 != 0 {
             return self.fail(out, Code::FrameSize, "SETTINGS length not a multiple of 6");
         }
-        if self.settings_seen {
-            self.cost(out);
+        if self.settings_seen && !self.cost(out) {
+            return;
         }
         self.settings_seen = true;
         for s in payload.chunks_exact(6) {
@@ -475,7 +490,9 @@ impl Session {
             return self.fail(out, Code::FrameSize, "WINDOW_UPDATE of a length other than 4");
         }
         let increment = i64::from(u32::from_be_bytes([payload[0], payload[1], payload[2], payload[3]]) & 0x7fff_ffff);
-        self.cost(out);
+        if !self.cost(out) {
+            return;
+        }
         if h.stream == 0 {
             if increment == 0 {
                 return self.fail(out, Code::Protocol, "WINDOW_UPDATE of 0 on the connection");
@@ -487,6 +504,9 @@ impl Session {
             return;
         }
         if h.stream > self.last_stream {
+            if self.draining {
+                return; // a stream opened after our GOAWAY (§6.8)
+            }
             return self.fail(out, Code::Protocol, "WINDOW_UPDATE on an idle stream");
         }
         let Some(idx) = self.find(h.stream) else { return };
@@ -513,15 +533,27 @@ impl Session {
         }
         self.recv_window -= len;
         if h.stream > self.last_stream {
+            if self.draining {
+                // §6.8: after our GOAWAY, the streams the client opened
+                // meanwhile are ignored, their DATA counted in the window.
+                return;
+            }
             return self.fail(out, Code::Protocol, "DATA on an idle stream");
         }
         let end_stream = h.flags & frame::END_STREAM != 0;
-        if data.is_empty() && !end_stream {
-            self.cost(out);
+        if data.is_empty() && !end_stream && !self.cost(out) {
+            return;
         }
         let Some(idx) = self.find(h.stream) else {
-            // Closed (§5.1): a stream error.
-            return frame::write_rst_stream(out, h.stream, Code::StreamClosed);
+            // Closed (§5.1): ignored if we reset it ("An endpoint MUST
+            // ignore frames that it receives on closed streams after it has
+            // sent a RST_STREAM frame"), else a stream error, counted like
+            // `reset`'s.
+            if !self.was_reset(h.stream) {
+                frame::write_rst_stream(out, h.stream, Code::StreamClosed);
+                self.cost(out);
+            }
+            return;
         };
         let body_bytes_max = self.cfg.body_bytes_max;
         let s = &mut self.streams[idx];
@@ -601,7 +633,9 @@ impl Session {
             return self.fail(out, Code::Protocol, "CONTINUATION outside a header block");
         };
         let (stream, end_stream, self_dependent) = (c.stream, c.end_stream, c.self_dependent);
-        self.cost(out);
+        if !self.cost(out) {
+            return;
+        }
         self.block.extend_from_slice(payload);
         if self.block.len() > self.cfg.head_bytes_max {
             return self.fail(out, Code::EnhanceYourCalm, "header block larger than head_bytes_max");
@@ -676,6 +710,10 @@ impl Session {
                 // After our GOAWAY, new streams are ignored (§6.8).
                 return;
             }
+            if id <= self.last_stream && self.was_reset(id) {
+                // Trailers sent before our RST_STREAM arrived (§5.1).
+                return;
+            }
             return if id % 2 == 0 {
                 self.fail(out, Code::Protocol, "even stream id from a client")
             } else if id == self.last_stream {
@@ -696,17 +734,20 @@ impl Session {
         }
         if self.streams.len() >= self.cfg.streams_max as usize {
             self.spare.push(s);
+            self.write_rst(out, id, Code::RefusedStream);
             self.cost(out);
-            return frame::write_rst_stream(out, id, Code::RefusedStream);
+            return;
         }
         s.refused = None;
         if oversized {
             s.refused = Some((431, "request header fields too large"));
-        } else if s.head.fields.len() > self.cfg.n_headers_max {
-            s.refused = Some((431, "too many header fields"));
         } else if s.head.check_request().is_err() {
             self.spare.push(s);
             return self.reset(out, id, Code::Protocol);
+        } else if s.head.fields.len() > self.cfg.n_headers_max {
+            // Counted after the check, as HTTP/1.1 counts them: without the
+            // pseudo-fields, and cookie crumbs joined into one (§8.2.3).
+            s.refused = Some((431, "too many header fields"));
         }
         if end_stream && s.head.content_length.is_some_and(|n| n > 0) {
             self.spare.push(s);
@@ -839,12 +880,19 @@ impl Session {
     /// Appends DATA frames while the windows allow, until `out` holds
     /// `budget` bytes.
     pub(crate) fn send(&mut self, out: &mut Vec<u8>, budget: usize) {
-        for idx in 0..self.streams.len() {
+        // Not a `for` over the indexes: a body that fails removes its
+        // stream.
+        let mut idx = 0;
+        while idx < self.streams.len() {
             if out.len() >= budget || self.send_window <= 0 {
                 break;
             }
+            let id = self.streams[idx].id;
             if self.streams[idx].pending.is_some() {
                 self.send_stream(idx, out, budget);
+            }
+            if self.streams.get(idx).is_some_and(|s| s.id == id) {
+                idx += 1;
             }
         }
         self.finish(out);
@@ -868,11 +916,10 @@ impl Session {
                 Ok(n) => n,
                 Err(_) => {
                     out.truncate(at);
-                    s.pending = None;
-                    s.send = Sending::Done;
-                    let id = s.id;
                     // The length was promised: end the stream instead.
-                    return self.reset(out, id, Code::Internal);
+                    let id = s.id;
+                    self.write_rst(out, id, Code::Internal);
+                    return self.remove(idx);
                 }
             };
             let done = pending.is_done();
@@ -907,7 +954,8 @@ impl Session {
             let s = &self.streams[idx];
             if s.send == Sending::Done {
                 if !s.recv_done {
-                    frame::write_rst_stream(out, s.id, Code::NoError);
+                    let id = s.id;
+                    self.write_rst(out, id, Code::NoError);
                 }
                 self.remove(idx);
             } else {
@@ -981,11 +1029,17 @@ impl Session {
         }
     }
 
-    /// Ends the connection with an error: GOAWAY names the cause.
+    /// Ends the connection with an error: GOAWAY names the cause, and
+    /// nothing follows it (§5.4.1: the connection is closed), so the open
+    /// streams are dropped unanswered.
     pub(crate) fn fail(&mut self, out: &mut Vec<u8>, code: Code, why: &str) {
         if !self.failed {
             self.failed = true;
             frame::write_goaway(out, self.last_stream, code, why);
+            while !self.streams.is_empty() {
+                self.remove(self.streams.len() - 1);
+            }
+            self.continuation = None;
         }
     }
 
@@ -994,22 +1048,39 @@ impl Session {
         self.fail(out, Code::NoError, why);
     }
 
-    /// A stream error: RST_STREAM, and the stream is forgotten.
+    /// A stream error: RST_STREAM, and the stream is forgotten. Counted
+    /// as a control frame: requests that each earn a RST_STREAM are the
+    /// reset flood (CVE-2019-9514).
     fn reset(&mut self, out: &mut Vec<u8>, id: u32, code: Code) {
-        frame::write_rst_stream(out, id, code);
+        self.write_rst(out, id, code);
         if let Some(idx) = self.find(id) {
             self.remove(idx);
         }
+        self.cost(out);
+    }
+
+    /// Writes RST_STREAM and remembers the stream among the last reset.
+    fn write_rst(&mut self, out: &mut Vec<u8>, id: u32, code: Code) {
+        frame::write_rst_stream(out, id, code);
+        self.reset_ids[self.n_resets % RESET_IDS] = id;
+        self.n_resets = self.n_resets.wrapping_add(1);
+    }
+
+    /// We sent RST_STREAM on stream `id` lately.
+    fn was_reset(&self, id: u32) -> bool {
+        id != 0 && self.reset_ids.contains(&id)
     }
 
     /// Counts a control frame against the work done; too many end the
-    /// connection with ENHANCE_YOUR_CALM.
-    fn cost(&mut self, out: &mut Vec<u8>) {
+    /// connection with ENHANCE_YOUR_CALM. False if the connection has
+    /// ended: the frame then gets no answer (nothing follows GOAWAY).
+    fn cost(&mut self, out: &mut Vec<u8>) -> bool {
         self.n_control += 1;
         let earned = H2_CONTROL_FRAMES_BASE + 4 * self.n_responses + self.bytes_sent / 4096;
         if self.n_control > earned {
             self.fail(out, Code::EnhanceYourCalm, "too many control frames for the work done");
         }
+        !self.failed
     }
 
     fn find(&self, id: u32) -> Option<usize> {

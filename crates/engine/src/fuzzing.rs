@@ -1,0 +1,304 @@
+//! Entry points for the fuzz targets in `fuzz/`: crate-private state
+//! machines driven the way their drivers drive them, with the invariants
+//! the drivers rely on asserted. Not part of the API; hidden from the docs.
+
+use std::collections::HashMap;
+
+use crate::h2::{Config, Session, PREFACE};
+use crate::response::Response;
+
+/// What the client sends before the fuzzer's bytes: the preface and an
+/// empty SETTINGS frame, so that every input starts past them.
+const CLIENT_START: [u8; 9] = [0, 0, 0, 4, 0, 0, 0, 0, 0];
+/// The limits: small, so that inputs reach them.
+const CFG: Config = Config {
+    streams_max: 4,
+    head_bytes_max: 1024,
+    n_headers_max: 8,
+    body_bytes_max: 2048,
+};
+/// The bodies the streams are answered with are slices of this: the
+/// largest is more than the client's initial window.
+static BODY: [u8; 70_000] = [b'x'; 70_000];
+const BODY_LENS: [usize; 4] = [0, 5, 3000, 70_000];
+/// The largest frame the session writes beyond the budget it is given: a
+/// DATA frame that starts below it may be 1 KiB long, after a HEADERS
+/// frame of our short heads.
+const BUDGET_SLACK: usize = 1024 + 9 + 512;
+/// What the session may write in answer to `n` bytes read: at most 13
+/// bytes (RST_STREAM, WINDOW_UPDATE) per frame of 9 or more, then one
+/// connection WINDOW_UPDATE and one GOAWAY with its debug text.
+fn recv_output_max(n: usize) -> usize {
+    2 * n + 256
+}
+
+/// Drives an HTTP/2 `Session` as the connection driver does, on
+/// `data[1..]` sent after a valid preface and SETTINGS. `data[0]` chooses
+/// how the bytes are split into reads (bits 0-3), whether every other
+/// stream is answered later through `defer` (bit 4), whether the server
+/// starts a graceful shutdown after the first read (bit 5), whether GET
+/// answers are sent as to HEAD (bit 6) and whether the output budget is
+/// 1 KiB or 16 KiB (bit 7). Panics if an invariant breaks: `recv` uses no
+/// more than it was given; the output is whole frames, bounded by the
+/// bytes read and the budget; no frame follows a GOAWAY for an error;
+/// each stream's HEADERS come before its DATA, which add up to its
+/// content-length and stop at END_STREAM; a stream that wants to send
+/// does; nothing is written once the session is done.
+#[doc(hidden)]
+pub fn h2_session(data: &[u8]) {
+    let Some((&seed, rest)) = data.split_first() else {
+        return;
+    };
+    let budget = if seed & 0x80 != 0 { 16 * 1024 } else { 1024 };
+    let mut d = Driver {
+        session: Session::new(CFG),
+        out: Vec::new(),
+        check: Check::default(),
+        deferred: Vec::new(),
+        n_deferred: 0,
+        defer_some: seed & 0x10 != 0,
+        head_only: seed & 0x40 != 0,
+        budget,
+    };
+    d.session.start(&mut d.out);
+    d.write_out();
+
+    let input = [PREFACE, &CLIENT_START, rest].concat();
+    let piece_max = 1usize << (seed & 0x0f);
+    let mut rng = u32::from(seed).wrapping_mul(0x9e37_79b9) | 1;
+    let mut read = Vec::new();
+    let mut at = 0;
+    let mut first = true;
+    while at < input.len() && !d.session.is_done() {
+        // xorshift32: the same seed splits the same way.
+        rng ^= rng << 13;
+        rng ^= rng >> 17;
+        rng ^= rng << 5;
+        let n = 1 + rng as usize % piece_max;
+        let end = input.len().min(at + n);
+        read.extend_from_slice(&input[at..end]);
+        at = end;
+        let used = d.session.recv(&read, &mut d.out);
+        assert!(used <= read.len(), "recv used more than it was given");
+        assert!(
+            d.out.len() <= recv_output_max(used),
+            "{} bytes written for {used} read",
+            d.out.len()
+        );
+        read.drain(..used);
+        if first && seed & 0x20 != 0 {
+            d.session.go_away(&mut d.out);
+        }
+        first = false;
+        d.write_out();
+        d.turn();
+    }
+    // The client stops sending; the server finishes what it can.
+    let mut n_turns = 0;
+    while !d.session.is_done() && d.turn() {
+        n_turns += 1;
+        assert!(n_turns < 10_000, "the session never stops wanting to send");
+    }
+    if d.session.is_done() {
+        d.session.send(&mut d.out, budget);
+        assert!(d.session.take_ready().is_none(), "a request ready after the end");
+        for id in &d.deferred {
+            assert!(d.session.deferred_stream(*id).is_none(), "a stream left after the end");
+        }
+        assert!(d.out.is_empty(), "output after the end");
+    }
+}
+
+/// The session and what the driver keeps beside it.
+struct Driver {
+    session: Session,
+    out: Vec<u8>,
+    check: Check,
+    /// Deferred answers not given yet, oldest first.
+    deferred: Vec<u64>,
+    n_deferred: u64,
+    defer_some: bool,
+    head_only: bool,
+    budget: usize,
+}
+
+impl Driver {
+    /// One turn after a read or a write: a deferred answer comes, ready
+    /// streams are answered while the output is under budget, DATA is
+    /// sent, the output written. False if there was nothing to do.
+    fn turn(&mut self) -> bool {
+        if let Some(defer_id) = (!self.deferred.is_empty()).then(|| self.deferred.remove(0)) {
+            if let Some(id) = self.session.deferred_stream(defer_id) {
+                self.answer(id);
+            }
+        }
+        while self.out.len() < self.budget {
+            let Some(id) = self.session.take_ready() else { break };
+            if self.defer_some && id % 4 == 1 && self.session.refused(id).is_none() {
+                self.n_deferred += 1;
+                self.session.defer(id, self.n_deferred);
+                self.deferred.push(self.n_deferred);
+            } else {
+                self.answer(id);
+            }
+        }
+        let wants_send = self.session.wants_send();
+        if wants_send {
+            let before = self.out.len();
+            self.session.send(&mut self.out, self.budget);
+            assert!(
+                before >= self.budget || self.out.len() > before,
+                "a stream wants to send but sends nothing"
+            );
+        }
+        assert!(
+            self.out.len() <= self.budget + BUDGET_SLACK,
+            "{} bytes queued",
+            self.out.len()
+        );
+        let busy = !self.out.is_empty() || wants_send || !self.deferred.is_empty();
+        self.write_out();
+        busy
+    }
+
+    /// Answers stream `id` as the handler would, having read its request.
+    fn answer(&mut self, id: u32) {
+        let (resp, head_only) = if let Some((status, _)) = self.session.refused(id) {
+            (Response::error(status), false)
+        } else if let Some(parts) = self.session.parts(id) {
+            let mut headers = [httparse::EMPTY_HEADER; 16];
+            let n = parts.head.fill(&mut headers);
+            assert!(n <= CFG.n_headers_max, "more fields than n_headers_max");
+            assert!(parts.body.len() as u64 <= CFG.body_bytes_max);
+            let len = BODY_LENS[(id as usize / 2) % BODY_LENS.len()];
+            let resp = match len {
+                0 => Response::new(204),
+                _ => Response::text(&BODY[..len]),
+            };
+            (resp, self.head_only || parts.method == "HEAD")
+        } else {
+            (Response::error(400), false)
+        };
+        let length = match resp.body() {
+            _ if head_only || resp.status() == 204 => 0,
+            body => body.len().unwrap_or(0),
+        };
+        let before = self.out.len();
+        let date = b"Mon, 23 Nov 2026 16:00:00 GMT";
+        let sent = self
+            .session
+            .respond(id, resp, head_only, date, b"", &mut self.out, self.budget);
+        assert!(sent.is_some(), "a ready stream could not be answered");
+        assert!(self.out.len() > before, "an answer wrote nothing");
+        self.check.expected.insert(id, (length, 0));
+    }
+
+    /// Checks the frames written since the last call and forgets them, as
+    /// a write to the socket would.
+    fn write_out(&mut self) {
+        self.check.frames(&self.out);
+        self.out.clear();
+    }
+}
+
+/// What the frames written so far must agree with.
+#[derive(Default)]
+struct Check {
+    /// A GOAWAY for an error was written: nothing may follow.
+    failed: bool,
+    /// Per answered stream: the body length promised, and sent so far.
+    expected: HashMap<u32, (u64, u64)>,
+    /// Streams whose HEADERS have been written, and those ended.
+    headed: HashMap<u32, bool>,
+}
+
+impl Check {
+    fn frames(&mut self, mut out: &[u8]) {
+        while !out.is_empty() {
+            assert!(!self.failed, "a frame after GOAWAY for an error");
+            assert!(out.len() >= 9, "a frame header cut short");
+            let len = usize::from(out[0]) << 16 | usize::from(out[1]) << 8 | usize::from(out[2]);
+            let (kind, flags) = (out[3], out[4]);
+            let stream = u32::from_be_bytes([out[5], out[6], out[7], out[8]]);
+            assert!(out.len() >= 9 + len, "a frame cut short");
+            let payload = &out[9..9 + len];
+            out = &out[9 + len..];
+            let end_stream = flags & 0x1 != 0;
+            match kind {
+                // DATA
+                0x0 => {
+                    assert_eq!(self.headed.get(&stream), Some(&false), "DATA outside a response");
+                    let (promised, sent) = self.expected.get_mut(&stream).expect("DATA on an unanswered stream");
+                    *sent += len as u64;
+                    assert!(*sent <= *promised, "more DATA than the content-length");
+                    if end_stream {
+                        assert_eq!(*sent, *promised, "END_STREAM before the content-length");
+                        self.headed.insert(stream, true);
+                    }
+                }
+                // HEADERS (our heads fit one frame)
+                0x1 => {
+                    assert!(self.headed.insert(stream, end_stream).is_none(), "a second HEADERS");
+                    assert_ne!(flags & 0x4, 0, "HEADERS without END_HEADERS");
+                    if end_stream {
+                        assert_eq!(self.expected.get(&stream).map(|e| e.0), Some(0), "a body cut off");
+                    }
+                }
+                // GOAWAY
+                0x7 => {
+                    assert!(len >= 8);
+                    self.failed = payload[4..8] != [0; 4];
+                }
+                0x3 | 0x4 | 0x6 | 0x8 => {}
+                _ => panic!("a frame of type {kind} from the server"),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+        let len = payload.len();
+        let mut f = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
+        f.extend_from_slice(&stream.to_be_bytes());
+        f.extend_from_slice(payload);
+        f
+    }
+
+    /// `GET /` (static table entries 2, 7, 4) with `:authority: a`.
+    const GET: &[u8] = &[0x82, 0x87, 0x84, 0x01, 0x01, b'a'];
+
+    #[test]
+    fn the_h2_driver_runs_its_seeds_every_way() {
+        let inputs = [
+            vec![],
+            [frame(1, 5, 1, GET), frame(1, 5, 3, GET), frame(1, 5, 5, GET)].concat(),
+            [
+                frame(1, 4, 1, GET),
+                frame(0, 0, 1, b"body"),
+                frame(6, 0, 0, &[1; 8]),
+                frame(0, 1, 1, b""),
+                frame(8, 0, 0, &[0, 1, 0, 0]),
+                frame(8, 0, 5, &[0, 1, 0, 0]),
+                frame(1, 5, 5, GET),
+                frame(8, 0, 5, &[0, 1, 0, 0]),
+            ]
+            .concat(),
+            [
+                frame(1, 5, 1, GET),
+                frame(3, 0, 1, &[0, 0, 0, 8]),
+                frame(0xff, 0, 0, b"?"),
+            ]
+            .concat(),
+            [frame(1, 5, 1, GET), frame(1, 5, 1, GET)].concat(),
+        ];
+        for input in &inputs {
+            for seed in 0..=255u8 {
+                h2_session(&[&[seed][..], input].concat());
+            }
+        }
+    }
+}
