@@ -133,6 +133,9 @@ struct Frame {
     flags: u8,
     stream: u32,
     payload: Vec<u8>,
+    /// A HEADERS frame's fields, decoded in order by the peer's decoder
+    /// (our encoder indexes: a block may refer to an earlier one's).
+    fields: Option<Vec<(String, String)>>,
 }
 
 impl Frame {
@@ -165,12 +168,14 @@ impl Frame {
         self.kind == frame::GOAWAY && self.code() == code as u32
     }
 
-    /// The decoded fields of a HEADERS frame (our encoder never indexes,
-    /// so a fresh decoder reads any of them).
+    /// The decoded fields of a HEADERS frame: as the peer decoded them in
+    /// order, or (for a frame parsed alone) with a fresh decoder.
     fn fields(&self) -> Vec<(String, String)> {
         assert_eq!(self.kind, frame::HEADERS);
         assert!(self.has(frame::END_HEADERS));
-        decode(&self.payload)
+        self.fields
+            .clone()
+            .unwrap_or_else(|| decode(&mut hpack::Decoder::new(4096), &self.payload))
     }
 
     fn field(&self, name: &str) -> Option<String> {
@@ -182,7 +187,7 @@ impl Frame {
     }
 }
 
-fn decode(block: &[u8]) -> Vec<(String, String)> {
+fn decode(decoder: &mut hpack::Decoder, block: &[u8]) -> Vec<(String, String)> {
     let (mut bytes, mut fields) = (Vec::new(), Vec::new());
     let mut sink = hpack::Sink {
         bytes: &mut bytes,
@@ -191,9 +196,15 @@ fn decode(block: &[u8]) -> Vec<(String, String)> {
         list_bytes: 0,
         oversized: false,
     };
-    hpack::Decoder::new(4096).decode(block, &mut sink).unwrap();
+    decoder.decode(block, &mut sink).unwrap();
     let s = |(at, len): (u32, u32)| String::from_utf8(bytes[at as usize..(at + len) as usize].to_vec()).unwrap();
     fields.iter().map(|f| (s(f.name), s(f.value))).collect()
+}
+
+/// A HEADERS frame's block, without padding or priority (ours have none).
+fn header_block(f: &Frame) -> &[u8] {
+    assert!(!f.has(frame::PADDED) && !f.has(frame::PRIORITY_FLAG));
+    &f.payload
 }
 
 /// Splits `out` into frames; it must hold whole frames only.
@@ -208,6 +219,7 @@ fn parse(mut out: &[u8]) -> Vec<Frame> {
             flags: h.flags,
             stream: h.stream,
             payload: out[frame::HEADER_LEN..end].to_vec(),
+            fields: None,
         });
         out = &out[end..];
     }
@@ -234,6 +246,8 @@ fn body_of(frames: &[Frame], stream: u32) -> (Vec<u8>, bool) {
 
 struct Peer {
     session: Session,
+    /// The client's HPACK decoder, reading our HEADERS in order.
+    decoder: hpack::Decoder,
     /// Bytes given to `recv` and not used yet (a partial frame).
     input: Vec<u8>,
     out: Vec<u8>,
@@ -255,6 +269,7 @@ impl Peer {
     fn raw(cfg: Config) -> Peer {
         let mut p = Peer {
             session: Session::new(cfg),
+            decoder: hpack::Decoder::new(4096),
             input: Vec::new(),
             out: Vec::new(),
         };
@@ -282,8 +297,13 @@ impl Peer {
 
     /// The frames written since the last call.
     fn frames(&mut self) -> Vec<Frame> {
-        let frames = parse(&self.out);
+        let mut frames = parse(&self.out);
         self.out.clear();
+        for f in &mut frames {
+            if f.kind == frame::HEADERS && f.has(frame::END_HEADERS) {
+                f.fields = Some(decode(&mut self.decoder, header_block(f)));
+            }
+        }
         frames
     }
 
