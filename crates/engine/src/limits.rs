@@ -144,10 +144,11 @@ pub(crate) const TLS_SEND_BYTES_MAX: usize = 64 * 1024;
 pub(crate) const H2_CONN_WINDOW: i64 = 1024 * 1024;
 
 /// Control frames (SETTINGS, PING, RST_STREAM, PRIORITY, WINDOW_UPDATE,
-/// empty DATA, CONTINUATION) an HTTP/2 client may send beyond the work it
-/// asked for (4 per response, 1 per 4 KiB of body sent); past that, GOAWAY
-/// with ENHANCE_YOUR_CALM. Covers the flood attacks of 2019 (CVE-2019-9512,
-/// 9515, 9518) and Rapid Reset (CVE-2023-44487).
+/// empty DATA, CONTINUATION), and RST_STREAMs its mistakes make us send,
+/// an HTTP/2 client may cause beyond the work it asked for (4 per response,
+/// 1 per 4 KiB of body sent); past that, GOAWAY with ENHANCE_YOUR_CALM.
+/// Covers the flood attacks of 2019 (CVE-2019-9512, 9514, 9515, 9518) and
+/// Rapid Reset (CVE-2023-44487).
 pub(crate) const H2_CONTROL_FRAMES_BASE: u64 = 1000;
 
 /// The read buffer of an HTTP/2 connection: room for the largest frame we

@@ -16,7 +16,8 @@
 //! - No server push (we never send PUSH_PROMISE).
 //! - Every error names its cause in GOAWAY's debug data, as h2o does.
 //!
-//! Defences (each a limit in `limits.rs`, each tested in
+//! Defences (each a limit in `limits.rs`, each tested in `tests.rs` on the
+//! session and performed against a running server in the engine's
 //! `tests/http2.rs`): concurrent streams (`Limits::h2_streams_max`,
 //! REFUSED_STREAM past it); header blocks (fragments beyond
 //! `head_bytes_max` end the connection with ENHANCE_YOUR_CALM, the
