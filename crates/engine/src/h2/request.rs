@@ -212,14 +212,32 @@ impl Head {
     }
 }
 
+/// Bytes a field name may hold in HTTP/2: token characters, no uppercase
+/// (§8.2.1). A table: checked for every byte of every field name.
+static LOWER_TCHAR: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        t[b] = c.is_ascii_digit()
+            || c.is_ascii_lowercase()
+            || matches!(
+                c,
+                b'!' | b'#' | b'$' | b'%' | b'&' | b'\'' | b'*' | b'+' | b'-' | b'.' | b'^' | b'_' | b'`' | b'|' | b'~'
+            );
+        b += 1;
+    }
+    t
+};
+
 fn is_lower_tchar(b: u8) -> bool {
-    !b.is_ascii_uppercase() && crate::codec::head::is_token(&[b])
+    LOWER_TCHAR[usize::from(b)]
 }
 
 /// §8.2.1: no NUL, CR or LF, and no whitespace at either end.
 fn value_is_valid(v: &[u8]) -> bool {
     let edge = |b: Option<&u8>| !matches!(b, Some(b' ' | b'\t'));
-    edge(v.first()) && edge(v.last()) && !v.iter().any(|&b| b == 0 || b == b'\r' || b == b'\n')
+    edge(v.first()) && edge(v.last()) && memchr::memchr3(0, b'\r', b'\n', v).is_none()
 }
 
 fn parse_length(v: &[u8]) -> Option<u64> {
@@ -311,5 +329,13 @@ mod tests {
         assert_eq!(n, 2);
         assert_eq!((out[0].name, out[0].value), ("cookie", &b"a=1; b=2"[..]));
         assert_eq!(out[1].name, "x");
+    }
+
+    #[test]
+    fn the_name_table_is_the_token_rule_without_uppercase() {
+        for b in 0..=255u8 {
+            let want = crate::codec::head::is_tchar(b) && !b.is_ascii_uppercase();
+            assert_eq!(is_lower_tchar(b), want, "byte {b:#x}");
+        }
     }
 }
