@@ -411,8 +411,9 @@ fn bad_clients_are_logged_at_debug_level_when_asked() {
     plain.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
     let mut rest = Vec::new();
     let _ = plain.read_to_end(&mut rest);
+    assert!(rest.starts_with(b"HTTP/1.1 400 "), "{}", String::from_utf8_lossy(&rest));
     let line = server.wait_for_lines(&["peregrine: debug: tls 127.0.0.1:"]);
-    assert!(line.contains("handshake failed"), "{line}");
+    assert!(line.contains("plain HTTP sent to the TLS port"), "{line}");
     // The server goes on.
     let mut c = connect(&addr, &pki.client(), "localhost");
     assert_eq!(get(&mut c, "/", "localhost").1, b"Hello, World!");

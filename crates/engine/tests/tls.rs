@@ -287,11 +287,16 @@ fn bad_clients_are_closed_and_others_still_served() {
     let mut steady = connect(addr, &config, "localhost");
     assert_eq!(steady.send(&get("/1")).response().text(), "path /1");
 
-    // Plaintext HTTP sent to the TLS port.
+    // Plaintext HTTP sent to the TLS port: a plain 400 that says why (as
+    // nginx answers), then the connection closes.
     let mut plain = TcpStream::connect(addr).unwrap();
     plain.write_all(&get("/plain")).unwrap();
-    let got = read_until_closed(&mut plain);
-    assert!(!got.starts_with(b"HTTP/"), "answered in plaintext: {got:?}");
+    let got = String::from_utf8(read_until_closed(&mut plain)).unwrap();
+    assert!(got.starts_with("HTTP/1.1 400 "), "{got:?}");
+    assert!(
+        got.ends_with("This port speaks HTTPS: use https:// to reach it.\n"),
+        "{got:?}"
+    );
 
     // A handshake record whose contents are garbage.
     let mut garbage = TcpStream::connect(addr).unwrap();

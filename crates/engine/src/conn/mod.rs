@@ -63,7 +63,7 @@ use crate::metrics::WorkerMetrics;
 use crate::request::{DeferSlot, Request};
 use crate::responder::Mailbox;
 use crate::response::{Body, FileRange, Response, SharedBytes};
-use crate::tls::session::TlsSession;
+use crate::tls::session::{PlainHttp, TlsSession};
 
 /// Header fields parsed per request at most: the stack array's size.
 /// `Limits::n_headers_max` above this is treated as this.
@@ -656,6 +656,18 @@ impl Conn {
                     self.drained = true;
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) if PlainHttp::is(&e) => {
+                    // Best effort, one write: then the lingering close
+                    // (without TLS) lets the client read it.
+                    let _ = self.stream.write(PlainHttp::ANSWER);
+                    self.transport = Transport::Plain;
+                    self.state = State::Closing;
+                    if let Some(m) = ctx.metrics {
+                        m.tls_handshake_failures.add(1);
+                        m.record(b"-", 400, ctx.now);
+                    }
+                    return Stop::Closing;
+                }
                 Err(e) if e.kind() == io::ErrorKind::InvalidData && matches!(self.transport, Transport::Tls(_)) => {
                     return Stop::Broken;
                 }

@@ -24,6 +24,30 @@ pub(crate) struct TlsSession {
     /// A fatal alert or our close_notify is queued: nothing more is
     /// encrypted or read.
     done: bool,
+    /// The client's first byte has been seen (and was not plain HTTP).
+    started: bool,
+}
+
+/// The error `TlsSession::read` returns when the client speaks plain HTTP.
+#[derive(Debug)]
+pub(crate) struct PlainHttp;
+
+impl std::fmt::Display for PlainHttp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("plain HTTP sent to the TLS port")
+    }
+}
+
+impl std::error::Error for PlainHttp {}
+
+impl PlainHttp {
+    /// Whether `e` says the client sent plain HTTP.
+    pub(crate) fn is(e: &io::Error) -> bool {
+        e.get_ref().is_some_and(|inner| inner.is::<PlainHttp>())
+    }
+
+    /// The answer it gets, in plaintext, before the connection closes.
+    pub(crate) const ANSWER: &'static [u8] = b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: 50\r\nConnection: close\r\n\r\nThis port speaks HTTPS: use https:// to reach it.\n";
 }
 
 impl TlsSession {
@@ -34,6 +58,7 @@ impl TlsSession {
             conn,
             listener: listener.clone(),
             done: false,
+            started: false,
         })
     }
 
@@ -65,6 +90,21 @@ impl TlsSession {
                 Err(e) => return Err(e),
             }
             // rustls holds no plaintext: read records from the socket.
+            if !self.started {
+                // A TLS connection starts with a handshake record (0x16);
+                // an uppercase letter is an HTTP method: plain HTTP sent
+                // to this port, which gets a plain answer (as nginx does).
+                let mut first = [0u8; 1];
+                match stream.peek(&mut first) {
+                    Ok(1) if first[0].is_ascii_uppercase() => {
+                        debug(peer, "plain HTTP sent to the TLS port");
+                        self.done = true;
+                        return Err(io::Error::other(PlainHttp));
+                    }
+                    Ok(1) => self.started = true,
+                    _ => {}
+                }
+            }
             match self.conn.read_tls(stream) {
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
