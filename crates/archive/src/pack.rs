@@ -9,14 +9,16 @@
 //! - `_headers` adds header fields by path pattern; `_redirects` lists
 //!   redirects (Netlify syntax, statuses 301, 302, 307, 308, `*` splats and
 //!   `:placeholders`); both are compiled here, nothing is parsed at serve time
-//!   but the patterns.
+//!   but the patterns. The parsers live in `peregrine_files::conventions`,
+//!   which `serve DIR` follows too, so a directory answers as its archive.
 
-use std::collections::BTreeMap;
 use std::fs;
 use std::io::{self, IsTerminal, Write};
 use std::path::{Path, PathBuf};
 use std::time::UNIX_EPOCH;
 
+use peregrine_files::conventions::headers_for;
+pub use peregrine_files::conventions::{parse_headers, parse_redirects, HeaderRule, Redirect};
 use peregrine_files::encoding::Encoding;
 
 use crate::format::*;
@@ -536,104 +538,4 @@ fn heads(
     }
     let block = |f: &[(&str, &str)]| peregrine::HeaderBlock::new(f).map(|b| b.as_bytes().to_vec());
     Ok((block(&f200)?, block(&f304)?))
-}
-
-/// A `_headers` rule: a path pattern and its fields.
-pub type HeaderRule = (String, Vec<(String, String)>);
-
-/// Netlify/Cloudflare `_headers`: a path pattern line, then indented
-/// `Name: value` lines. `#` starts a comment.
-pub fn parse_headers(text: &[u8]) -> Result<Vec<HeaderRule>, String> {
-    let text = std::str::from_utf8(text).map_err(|_| "not UTF-8".to_owned())?;
-    let mut rules: Vec<HeaderRule> = Vec::new();
-    for (n, line) in text.lines().enumerate() {
-        let n = n + 1;
-        if line.trim().is_empty() || line.trim_start().starts_with('#') {
-            continue;
-        }
-        if !line.starts_with([' ', '\t']) {
-            if !line.starts_with('/') {
-                return Err(format!("line {n}: a path pattern must start with /"));
-            }
-            rules.push((line.trim().to_owned(), Vec::new()));
-            continue;
-        }
-        let Some(rule) = rules.last_mut() else {
-            return Err(format!("line {n}: a header before any path pattern"));
-        };
-        let Some((name, value)) = line.trim().split_once(':') else {
-            return Err(format!("line {n}: expected `Name: value`"));
-        };
-        let (name, value) = (name.trim(), value.trim());
-        peregrine::HeaderBlock::new(&[(name, value)]).map_err(|e| format!("line {n}: {e}"))?;
-        rule.1.push((name.to_owned(), value.to_owned()));
-    }
-    Ok(rules)
-}
-
-fn headers_for(rules: &[HeaderRule], path: &str) -> Vec<(String, String)> {
-    let mut out: BTreeMap<String, (String, String)> = BTreeMap::new();
-    for (pattern, fields) in rules {
-        if crate::pattern::matches(pattern, path).is_some() {
-            for (n, v) in fields {
-                out.insert(n.to_ascii_lowercase(), (n.clone(), v.clone()));
-            }
-        }
-    }
-    out.into_values().collect()
-}
-
-/// A `_redirects` rule.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Redirect {
-    pub from: String,
-    pub to: String,
-    pub status: u16,
-    pub force: bool,
-}
-
-impl Redirect {
-    fn is_pattern(&self) -> bool {
-        self.from.contains('*') || self.from.split('/').any(|s| s.starts_with(':'))
-    }
-}
-
-/// Netlify `_redirects`: `FROM TO [STATUS[!]]` per line, `#` comments.
-pub fn parse_redirects(text: &[u8]) -> Result<Vec<Redirect>, String> {
-    let text = std::str::from_utf8(text).map_err(|_| "not UTF-8".to_owned())?;
-    let mut out = Vec::new();
-    for (n, line) in text.lines().enumerate() {
-        let n = n + 1;
-        let line = line.split('#').next().unwrap_or_default().trim();
-        if line.is_empty() {
-            continue;
-        }
-        let parts: Vec<&str> = line.split_whitespace().collect();
-        let (from, to, status) = match parts.as_slice() {
-            [from, to] => (*from, *to, "301"),
-            [from, to, status] => (*from, *to, *status),
-            _ => return Err(format!("line {n}: expected `FROM TO [STATUS]`")),
-        };
-        let (status, force) = match status.strip_suffix('!') {
-            Some(s) => (s, true),
-            None => (status, false),
-        };
-        let status: u16 = status.parse().map_err(|_| format!("line {n}: bad status {status:?}"))?;
-        if !matches!(status, 301 | 302 | 307 | 308) {
-            return Err(format!(
-                "line {n}: status {status} is not a redirect (301, 302, 307 or 308)"
-            ));
-        }
-        if !from.starts_with('/') {
-            return Err(format!("line {n}: FROM must start with /"));
-        }
-        peregrine::HeaderBlock::new(&[("Location", to)]).map_err(|e| format!("line {n}: {e}"))?;
-        out.push(Redirect {
-            from: from.to_owned(),
-            to: to.to_owned(),
-            status,
-            force,
-        });
-    }
-    Ok(out)
 }

@@ -22,6 +22,7 @@
 
 mod cache;
 pub mod conditional;
+pub mod conventions;
 pub mod encoding;
 mod listing;
 pub mod mime;
