@@ -354,10 +354,7 @@ fn respond(local: &mut Local, req: &Request<'_>) -> Response {
 }
 
 fn redirect(status: u16, location: &str) -> Response {
-    let r = Response::new(status)
-        .with_content_type("text/plain; charset=utf-8")
-        .with_body(format!("{status} {}\n", peregrine::codec::write::reason(status)));
-    r.with_header("Location", location.to_owned())
+    peregrine_files::conventions::redirect(status, location)
 }
 
 const CODINGS: [Encoding; 3] = [Encoding::Brotli, Encoding::Zstd, Encoding::Gzip];

@@ -132,6 +132,10 @@ pub struct Fields<'a> {
     /// Files larger than this get an identity tag, not a content hash
     /// (`Options::etag_hash_bytes_max`).
     pub etag_hash_bytes_max: u64,
+    /// Fields `_headers` gives this file: a `Cache-Control` among them
+    /// replaces `cache_control`, a security header replaces the default
+    /// one, the others are added last (as `pack` builds its heads).
+    pub custom: &'a [(String, String)],
 }
 
 /// Security headers sent by default (`--no-security-headers` drops them).
@@ -220,6 +224,13 @@ impl Cache {
         if let Some(old) = self.entries.insert(key.into(), res) {
             self.content_bytes -= memory_bytes(&old);
         }
+    }
+
+    /// Forgets every entry (the site's `_headers` changed, and with it the
+    /// header blocks built).
+    pub fn clear(&mut self) {
+        self.entries.clear();
+        self.content_bytes = 0;
     }
 
     /// Bytes of small-file contents this cache may still hold.
@@ -357,8 +368,13 @@ fn variant(
     };
     let last_modified = SystemTime::UNIX_EPOCH + Duration::from_nanos(u64::try_from(id.mtime_ns).unwrap_or(0));
     let lm = httpdate::fmt_http_date(last_modified);
+    let custom_has = |name: &str| fields.custom.iter().any(|(n, _)| n.eq_ignore_ascii_case(name));
+    let cache_control = match fields.custom.iter().rev().find(|(n, _)| n.eq_ignore_ascii_case("cache-control")) {
+        Some((_, v)) => Some(v.as_str()),
+        None => fields.cache_control,
+    };
     let mut meta: Vec<(&str, &str)> = vec![("ETag", &etag), ("Last-Modified", &lm), ("Accept-Ranges", "bytes")];
-    if let Some(cc) = fields.cache_control {
+    if let Some(cc) = cache_control {
         meta.push(("Cache-Control", cc));
     }
     if negotiable {
@@ -368,12 +384,21 @@ fn variant(
         meta.push(("Content-Encoding", e.name()));
     }
     if fields.security_headers {
-        meta.extend(security_headers(content_type));
+        for &(n, v) in security_headers(content_type) {
+            if !custom_has(n) {
+                meta.push((n, v));
+            }
+        }
+    }
+    for (n, v) in fields.custom {
+        if !n.eq_ignore_ascii_case("cache-control") {
+            meta.push((n, v));
+        }
     }
     let mut with_type = vec![("Content-Type", content_type)];
     with_type.extend(meta.iter().copied());
     let mut not_modified: Vec<(&str, &str)> = vec![("ETag", &etag), ("Last-Modified", &lm)];
-    if let Some(cc) = fields.cache_control {
+    if let Some(cc) = cache_control {
         not_modified.push(("Cache-Control", cc));
     }
     if negotiable {

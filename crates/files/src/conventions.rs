@@ -149,6 +149,15 @@ pub fn is_convention_file(rel: &str) -> bool {
     matches!(rel, "_headers" | "_redirects" | "_404.html") || name.starts_with("_wildcard.")
 }
 
+/// A `_redirects` answer (`serve DIR` and archives alike): the status, a
+/// `Location`, and a short text body naming the status.
+pub fn redirect(status: u16, location: &str) -> peregrine::Response {
+    peregrine::Response::new(status)
+        .with_content_type("text/plain; charset=utf-8")
+        .with_body(format!("{status} {}\n", peregrine::codec::write::reason(status)))
+        .with_header("Location", location.to_owned())
+}
+
 /// A site's `_headers` and `_redirects`, compiled for `serve DIR`.
 #[derive(Default)]
 pub struct Conventions {
