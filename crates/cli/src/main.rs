@@ -150,6 +150,11 @@ struct FileArgs {
     /// Do not look for pre-compressed siblings (NAME.br, NAME.zst, NAME.gz).
     #[arg(long)]
     no_precompressed: bool,
+    /// Seconds a cached file (and `_headers`, `_redirects`) is trusted
+    /// before it is looked at again: an edited file may be served as it
+    /// was for this long. 0: look at every request.
+    #[arg(long, value_name = "SECS", default_value = Options::new("").revalidate_interval.as_secs_f64().to_string(), value_parser = seconds_within(peregrine_files::REVALIDATE_INTERVAL_RANGE))]
+    revalidate_interval: Option<f64>,
 }
 
 impl FileArgs {
@@ -171,6 +176,10 @@ impl FileArgs {
         }
         o.security_headers = !self.no_security_headers;
         o.precompressed = !self.no_precompressed;
+        if let Some(secs) = self.revalidate_interval {
+            // In range: the value parser checked it.
+            o.revalidate_interval = Duration::try_from_secs_f64(secs).unwrap_or(o.revalidate_interval);
+        }
         o
     }
 }
@@ -591,6 +600,11 @@ fn is_archive_root(root: &std::path::Path, files: &FileArgs, archive: &ServeArch
                 "use pack --no-security-headers",
             ),
             (files.no_precompressed, "--no-precompressed", "use pack --no-compress"),
+            (
+                files.revalidate_interval != Some(Options::new("").revalidate_interval.as_secs_f64()),
+                "--revalidate-interval",
+                "an archive is swapped whole when its file is replaced",
+            ),
         ];
         let given: Vec<String> = misplaced
             .iter()

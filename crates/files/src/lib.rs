@@ -42,6 +42,14 @@ use peregrine::{Handler, Reply, Request};
 pub use cache::{security_headers, SECURITY_HEADERS};
 pub use sys::has_openat2;
 
+/// The bounds of [`Options::revalidate_interval`]: zero re-`stat`s on
+/// every request (a `stat` per file and sibling, measured at about 1 µs
+/// each from the dentry cache); an hour is already longer than anyone
+/// waits for an edit to show, and past it a mistake (seconds taken for
+/// milliseconds) would leave a site stale for days.
+pub const REVALIDATE_INTERVAL_RANGE: std::ops::RangeInclusive<Duration> =
+    Duration::ZERO..=Duration::from_secs(3600);
+
 /// How a directory is served. Defaults are those of `peregrine serve`.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -75,7 +83,9 @@ pub struct Options {
     /// serve them to clients that accept them (default on).
     pub precompressed: bool,
     /// How long a cached lookup is trusted before the file is `stat`ed
-    /// again to see whether it changed (default 1 s; zero: every request).
+    /// again to see whether it changed (default 1 s; zero: every request;
+    /// at most [`REVALIDATE_INTERVAL_RANGE`]'s end). An edited file may be
+    /// served as it was for this long; so may `_headers` and `_redirects`.
     pub revalidate_interval: Duration,
     /// Files up to this size get a content hash as their ETag (the same
     /// bytes, the same tag, whatever their mtime); larger ones get

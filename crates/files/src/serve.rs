@@ -104,6 +104,13 @@ impl Site {
                 }
             }
         }
+        if !crate::REVALIDATE_INTERVAL_RANGE.contains(&options.revalidate_interval) {
+            return Err(Error(format!(
+                "revalidate interval {:?} is out of range: at most {:?}",
+                options.revalidate_interval,
+                crate::REVALIDATE_INTERVAL_RANGE.end()
+            )));
+        }
         for name in &options.index {
             if name.is_empty() || name.contains('/') || name.starts_with('.') {
                 return Err(Error(format!("bad index file name {name:?}")));

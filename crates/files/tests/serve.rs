@@ -594,3 +594,31 @@ fn a_file_truncated_during_a_transfer_ends_the_connection_short() {
     // The server lives on.
     assert_eq!(get(server.local_addr(), "/big.bin").body.len(), 1 << 20);
 }
+
+/// An edited file is served as it was for up to `revalidate_interval`, then
+/// as it is; both ends of the range, so nothing here waits on a clock: an
+/// hour is never reached in a test, zero is always passed.
+#[test]
+fn an_edited_file_shows_after_the_trust_interval() {
+    let f = Fixture::new("trust");
+    f.write("page.txt", "first");
+    let trusting = f.serve(|o| o.revalidate_interval = Duration::from_secs(3600));
+    let checking = f.serve(|o| o.revalidate_interval = Duration::ZERO);
+    assert_eq!(get(trusting.local_addr(), "/page.txt").text(), "first");
+    assert_eq!(get(checking.local_addr(), "/page.txt").text(), "first");
+    // Replaced by rename, as editors and deploys do (a new inode).
+    let tmp = f.root().join(".page.txt.tmp");
+    std::fs::write(&tmp, "second, longer").unwrap();
+    std::fs::rename(&tmp, f.root().join("page.txt")).unwrap();
+    assert_eq!(get(trusting.local_addr(), "/page.txt").text(), "first");
+    assert_eq!(get(checking.local_addr(), "/page.txt").text(), "second, longer");
+}
+
+#[test]
+fn a_trust_interval_past_an_hour_is_refused() {
+    let f = Fixture::new("trust-bound");
+    let mut o = Options::new(f.root());
+    o.revalidate_interval = Duration::from_secs(3601);
+    let e = FileServer::new(o).err().expect("refused");
+    assert!(e.to_string().contains("out of range"), "{e}");
+}
