@@ -71,6 +71,14 @@ enum Command {
         #[command(subcommand)]
         command: ArchiveCommand,
     },
+    /// Ask a health endpoint (by default the one `--metrics 127.0.0.1:9090`
+    /// serves): exit 0 if it answers 2xx within 2 seconds, else 1. For
+    /// container health checks on images without a shell or curl.
+    Probe {
+        /// `http://HOST:PORT/PATH`.
+        #[arg(default_value = "http://127.0.0.1:9090/healthz", value_name = "URL")]
+        url: String,
+    },
     /// Write a shell completion script to standard output.
     Completions { shell: clap_complete::Shell },
     /// Write the man page (roff) to standard output.
@@ -523,6 +531,7 @@ fn run(cli: Cli, argv: Vec<OsString>) -> anyhow::Result<()> {
             );
         }
         Command::Archive { command } => archive_command(command)?,
+        Command::Probe { url } => probe(&url)?,
         Command::Completions { shell } => docs::completions(config::command::<Cli>(), shell)?,
         Command::Man { command, out_dir } => {
             docs::man(config::command::<Cli>(), command.as_deref(), out_dir.as_deref())?
@@ -631,6 +640,38 @@ fn is_archive_root(root: &std::path::Path, files: &FileArgs, archive: &ServeArch
         );
     }
     Ok(is_archive)
+}
+
+/// Time a probe waits to connect, and then for the answer's first line.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// `peregrine probe URL`: one GET over plain HTTP/1.1, the status line read.
+fn probe(url: &str) -> anyhow::Result<()> {
+    use std::io::{BufRead, Write};
+    let rest = url
+        .strip_prefix("http://")
+        .with_context(|| format!("{url}: expected http://HOST:PORT/PATH (plain HTTP only)"))?;
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let path = if path.is_empty() { "/" } else { path };
+    let addrs = parse_bind(authority).map_err(|e| anyhow::anyhow!("{url}: {e}"))?.0;
+    let mut last = None;
+    for addr in addrs {
+        let status = (|| -> std::io::Result<String> {
+            let mut s = std::net::TcpStream::connect_timeout(&addr, PROBE_TIMEOUT)?;
+            s.set_read_timeout(Some(PROBE_TIMEOUT))?;
+            s.set_write_timeout(Some(PROBE_TIMEOUT))?;
+            write!(s, "GET {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n")?;
+            let mut line = String::new();
+            std::io::BufReader::new(s).read_line(&mut line)?;
+            Ok(line.trim_end().to_owned())
+        })();
+        match status {
+            Ok(line) if line.starts_with("HTTP/1.1 2") || line.starts_with("HTTP/1.0 2") => return Ok(()),
+            Ok(line) => last = Some(format!("{addr} answered {line:?}")),
+            Err(e) => last = Some(format!("{addr}: {e}")),
+        }
+    }
+    anyhow::bail!("{url}: unhealthy: {}", last.unwrap_or_else(|| "no address".to_owned()))
 }
 
 /// The body encodings an archive entry may hold, in variant order.
