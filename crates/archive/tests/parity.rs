@@ -82,7 +82,12 @@ fn ask(addr: SocketAddr, method: &str, target: &str) -> Answer {
         .headers
         .iter()
         .filter(|h| FIELDS.contains(&h.name.to_ascii_lowercase().as_str()))
-        .map(|h| (h.name.to_ascii_lowercase(), String::from_utf8_lossy(h.value).into_owned()))
+        .map(|h| {
+            (
+                h.name.to_ascii_lowercase(),
+                String::from_utf8_lossy(h.value).into_owned(),
+            )
+        })
         .collect();
     fields.sort();
     Answer {
@@ -210,7 +215,12 @@ fn a_directory_answers_as_its_archive() {
             }
         }
     }
-    assert!(differ.is_empty(), "{} answers differ:\n{}", differ.len(), differ.join("\n"));
+    assert!(
+        differ.is_empty(),
+        "{} answers differ:\n{}",
+        differ.len(),
+        differ.join("\n")
+    );
 
     // The answers are the ones the conventions promise (so that the
     // comparison above is not between two servers equally wrong).
@@ -224,7 +234,11 @@ fn a_directory_answers_as_its_archive() {
             .map(|(_, v)| v)
     };
     for hidden in ["/_headers", "/_redirects", "/_404.html", "/.secret", "/style.css.gz"] {
-        assert_eq!((status(hidden), body(hidden)), (404, "<p>custom not found</p>".into()), "{hidden}");
+        assert_eq!(
+            (status(hidden), body(hidden)),
+            (404, "<p>custom not found</p>".into()),
+            "{hidden}"
+        );
     }
     assert_eq!(body("/app/_wildcard.html"), "<p>spa shell</p>");
     assert_eq!(status("/app/_wildcard.html"), 200);
@@ -287,6 +301,10 @@ fn a_bad_rule_file_refuses_the_directory_as_it_refuses_pack() {
     let root = tree(&t);
     t.write("site/_redirects", "/a /b 200\n");
     let e = FileServer::new(Options::new(&root)).err().expect("refused");
-    assert!(e.to_string().contains("_redirects: line 1: status 200 is not a redirect"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("_redirects: line 1: status 200 is not a redirect"),
+        "{e}"
+    );
     assert!(pack(&PackOptions::new(&root, t.0.join("x.prg"))).is_err());
 }

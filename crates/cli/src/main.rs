@@ -660,7 +660,10 @@ fn probe(url: &str) -> anyhow::Result<()> {
             let mut s = std::net::TcpStream::connect_timeout(&addr, PROBE_TIMEOUT)?;
             s.set_read_timeout(Some(PROBE_TIMEOUT))?;
             s.set_write_timeout(Some(PROBE_TIMEOUT))?;
-            write!(s, "GET {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n")?;
+            write!(
+                s,
+                "GET {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n"
+            )?;
             let mut line = String::new();
             std::io::BufReader::new(s).read_line(&mut line)?;
             Ok(line.trim_end().to_owned())

@@ -386,18 +386,24 @@ fn the_file_cache_trust_interval_is_a_bounded_setting() {
     let dir = scratch();
     let (archive, _) = packed(&dir, &[("index.html", "hi")], &[]);
     let site = dir.join("site").display().to_string();
-    let file = config(&format!("root = {site:?}
-"));
+    let file = config(&format!(
+        "root = {site:?}
+"
+    ));
     let s = settings(&check_config("serve", &file));
     assert_eq!(s["revalidate-interval"], ("1".to_owned(), "default".to_owned()));
-    let file = config(&format!("root = {site:?}
+    let file = config(&format!(
+        "root = {site:?}
 revalidate-interval = 0.5
-"));
+"
+    ));
     let s = settings(&check_config("serve", &file));
     assert_eq!(s["revalidate-interval"].0, "0.5");
-    let file = config(&format!("root = {site:?}
+    let file = config(&format!(
+        "root = {site:?}
 revalidate-interval = 4000
-"));
+"
+    ));
     let f = file.display().to_string();
     assert_error(
         &check_config("serve", &file),

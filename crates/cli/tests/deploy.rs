@@ -60,7 +60,15 @@ fn schema_checker() -> Result<PathBuf, String> {
     let partial = dir.with_extension(format!("partial-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&partial);
     let out = Command::new("timeout")
-        .args(["300", "python3", "-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
+        .args([
+            "300",
+            "python3",
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+        ])
         .arg("--target")
         .arg(&partial)
         .arg(KUBERNETES_VALIDATE)
@@ -107,7 +115,10 @@ fn kubernetes_manifests_pass_the_schemas() {
             return;
         }
     };
-    let files: Vec<PathBuf> = MANIFESTS.iter().map(|m| deploy_dir().join("kubernetes").join(m)).collect();
+    let files: Vec<PathBuf> = MANIFESTS
+        .iter()
+        .map(|m| deploy_dir().join("kubernetes").join(m))
+        .collect();
     for version in KUBERNETES_VERSIONS {
         let (ok, text) = check_schemas(&checker, version, &files);
         assert!(ok, "Kubernetes {version}:\n{text}");
@@ -121,7 +132,10 @@ fn kubernetes_manifests_pass_the_schemas() {
     .unwrap();
     let (ok, text) = check_schemas(&checker, KUBERNETES_VERSIONS[1], &[broken.clone()]);
     let _ = std::fs::remove_file(&broken);
-    assert!(!ok && text.contains("readynessProbe"), "a misspelt field passed:\n{text}");
+    assert!(
+        !ok && text.contains("readynessProbe"),
+        "a misspelt field passed:\n{text}"
+    );
 }
 
 /// What deploy/README.md promises of the manifests, beyond the schemas.
@@ -143,7 +157,10 @@ fn the_deployment_probes_healthz_and_mounts_the_archives_directory() {
             "{probe} is not on /healthz of the metrics port:\n{http}"
         );
     }
-    assert!(settings.contains("- --metrics\n            - 0.0.0.0:9090"), "/healthz needs --metrics");
+    assert!(
+        settings.contains("- --metrics\n            - 0.0.0.0:9090"),
+        "/healthz needs --metrics"
+    );
     assert!(settings.contains("name: metrics\n              containerPort: 9090"));
     assert!(settings.contains("- /srv/site/site.prg"));
     assert!(settings.contains("mountPath: /srv/site\n"));

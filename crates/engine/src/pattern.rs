@@ -130,15 +130,19 @@ impl Pattern {
     pub fn captures(&self, path: &str) -> Option<Vec<(String, String)>> {
         let mut caps = [("", ""); CAPTURES_MAX];
         let n = self.matches(path, &mut caps)?;
-        Some(caps[..n].iter().map(|(k, v)| ((*k).to_owned(), (*v).to_owned())).collect())
+        Some(
+            caps[..n]
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        )
     }
 }
 
 /// A path segment equals a literal as sent or once percent-decoded
 /// (compared byte by byte, without allocating).
 fn literal_eq(literal: &str, segment: &str) -> bool {
-    literal == segment
-        || (segment.contains('%') && percent_encoding::percent_decode_str(segment).eq(literal.bytes()))
+    literal == segment || (segment.contains('%') && percent_encoding::percent_decode_str(segment).eq(literal.bytes()))
 }
 
 #[cfg(test)]
@@ -190,10 +194,7 @@ mod tests {
     fn captures_are_named() {
         let p = Pattern::parse("/users/:id/*rest").unwrap();
         let caps = p.captures("/users/7/a/b").unwrap();
-        assert_eq!(
-            caps,
-            vec![("id".into(), "7".into()), ("rest".into(), "a/b".into())]
-        );
+        assert_eq!(caps, vec![("id".into(), "7".into()), ("rest".into(), "a/b".into())]);
         let caps = Pattern::parse("/x/*").unwrap().captures("/x/y").unwrap();
         assert_eq!(caps, vec![("splat".into(), "y".into())]);
     }

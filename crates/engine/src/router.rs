@@ -175,7 +175,9 @@ fn call_with(route: &Route, req: &Request<'_>, raw: &[(&str, &str)]) -> Reply {
             Err(_) => {
                 return Response::new(400)
                     .with_content_type("text/plain; charset=utf-8")
-                    .with_body(format!("400 Bad Request: the path's {name} is not UTF-8 once decoded\n"))
+                    .with_body(format!(
+                        "400 Bad Request: the path's {name} is not UTF-8 once decoded\n"
+                    ))
                     .into()
             }
         }

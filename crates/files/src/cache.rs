@@ -369,7 +369,12 @@ fn variant(
     let last_modified = SystemTime::UNIX_EPOCH + Duration::from_nanos(u64::try_from(id.mtime_ns).unwrap_or(0));
     let lm = httpdate::fmt_http_date(last_modified);
     let custom_has = |name: &str| fields.custom.iter().any(|(n, _)| n.eq_ignore_ascii_case(name));
-    let cache_control = match fields.custom.iter().rev().find(|(n, _)| n.eq_ignore_ascii_case("cache-control")) {
+    let cache_control = match fields
+        .custom
+        .iter()
+        .rev()
+        .find(|(n, _)| n.eq_ignore_ascii_case("cache-control"))
+    {
         Some((_, v)) => Some(v.as_str()),
         None => fields.cache_control,
     };

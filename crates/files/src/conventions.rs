@@ -252,7 +252,11 @@ mod tests {
             b"/a/*/b /c",
             b"/a /b\r\nc 301",
         ] {
-            assert!(parse_redirects(bad).is_err(), "{:?} accepted", String::from_utf8_lossy(bad));
+            assert!(
+                parse_redirects(bad).is_err(),
+                "{:?} accepted",
+                String::from_utf8_lossy(bad)
+            );
         }
     }
 
@@ -261,14 +265,21 @@ mod tests {
         let rules = parse_headers(b"/*\n  X-A: 1\n  Cache-Control: no-cache\n/a/*\n  x-a: 2\n").unwrap();
         assert_eq!(
             headers_for(&rules, "/a/b"),
-            vec![
-                ("Cache-Control".into(), "no-cache".into()),
-                ("x-a".into(), "2".into())
-            ]
+            vec![("Cache-Control".into(), "no-cache".into()), ("x-a".into(), "2".into())]
         );
         assert_eq!(headers_for(&rules, "/b").len(), 2);
-        for bad in [&b"  X: 1\n"[..], b"a\n", b"/a\n  nocolon\n", b"/a/*/b\n  X: 1\n", b"/\n  X: a\x01\n"] {
-            assert!(parse_headers(bad).is_err(), "{:?} accepted", String::from_utf8_lossy(bad));
+        for bad in [
+            &b"  X: 1\n"[..],
+            b"a\n",
+            b"/a\n  nocolon\n",
+            b"/a/*/b\n  X: 1\n",
+            b"/\n  X: a\x01\n",
+        ] {
+            assert!(
+                parse_headers(bad).is_err(),
+                "{:?} accepted",
+                String::from_utf8_lossy(bad)
+            );
         }
     }
 
@@ -289,10 +300,22 @@ mod tests {
 
     #[test]
     fn convention_files_are_recognised() {
-        for yes in ["_headers", "_redirects", "_404.html", "_wildcard.html", "a/b/_wildcard.txt"] {
+        for yes in [
+            "_headers",
+            "_redirects",
+            "_404.html",
+            "_wildcard.html",
+            "a/b/_wildcard.txt",
+        ] {
             assert!(is_convention_file(yes), "{yes}");
         }
-        for no in ["a/_headers", "a/_404.html", "_wildcard", "x_wildcard.html", "index.html"] {
+        for no in [
+            "a/_headers",
+            "a/_404.html",
+            "_wildcard",
+            "x_wildcard.html",
+            "index.html",
+        ] {
             assert!(!is_convention_file(no), "{no}");
         }
     }

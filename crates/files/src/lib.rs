@@ -47,8 +47,7 @@ pub use sys::has_openat2;
 /// each from the dentry cache); an hour is already longer than anyone
 /// waits for an edit to show, and past it a mistake (seconds taken for
 /// milliseconds) would leave a site stale for days.
-pub const REVALIDATE_INTERVAL_RANGE: std::ops::RangeInclusive<Duration> =
-    Duration::ZERO..=Duration::from_secs(3600);
+pub const REVALIDATE_INTERVAL_RANGE: std::ops::RangeInclusive<Duration> = Duration::ZERO..=Duration::from_secs(3600);
 
 /// How a directory is served. Defaults are those of `peregrine serve`.
 #[derive(Debug, Clone)]

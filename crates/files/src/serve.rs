@@ -186,8 +186,8 @@ impl Site {
                 return (l.rules.clone(), false);
             }
             l.checked = now;
-            let ids = ["_headers", "_redirects"]
-                .map(|name| sys::stat_beneath(&self.root, name).ok().filter(|id| id.is_file));
+            let ids =
+                ["_headers", "_redirects"].map(|name| sys::stat_beneath(&self.root, name).ok().filter(|id| id.is_file));
             // Folders may have gained or lost a wildcard too.
             l.wildcards.clear();
             if ids == l.ids {
@@ -254,9 +254,10 @@ impl Site {
             .collect();
         names.sort_unstable();
         let is_sibling = |n: &str| {
-            Encoding::ALL
-                .iter()
-                .any(|e| n.strip_suffix(e.suffix()).is_some_and(|base| names.iter().any(|m| m == base)))
+            Encoding::ALL.iter().any(|e| {
+                n.strip_suffix(e.suffix())
+                    .is_some_and(|base| names.iter().any(|m| m == base))
+            })
         };
         names.iter().find(|n| !is_sibling(n)).cloned()
     }
@@ -384,9 +385,11 @@ impl Site {
             // it is missing, as in an archive (which has no entry for a
             // directory without an index file).
             let answered = self.options.list_dirs
-                || self.options.index.iter().any(|name| {
-                    sys::stat_beneath(&self.root, &index(name)).is_ok_and(|id| id.is_file)
-                });
+                || self
+                    .options
+                    .index
+                    .iter()
+                    .any(|name| sys::stat_beneath(&self.root, &index(name)).is_ok_and(|id| id.is_file));
             return if answered { Found::Redirect } else { Found::Missing };
         }
         for name in &self.options.index {
