@@ -13,10 +13,11 @@
 //!   which `serve DIR` follows too, so a directory answers as its archive.
 
 use std::fs;
-use std::io::{self, IsTerminal, Write};
+use std::io::{self, IsTerminal};
 use std::path::{Path, PathBuf};
 use std::time::UNIX_EPOCH;
 
+use peregrine_files::compress::{encode, Encoded};
 use peregrine_files::conventions::headers_for;
 pub use peregrine_files::conventions::{parse_headers, parse_redirects, HeaderRule, Redirect};
 use peregrine_files::encoding::Encoding;
@@ -24,8 +25,6 @@ use peregrine_files::encoding::Encoding;
 use crate::format::*;
 use crate::write::{VariantIn, Writer};
 
-/// Smallest body worth compressing.
-const COMPRESS_MIN_BYTES: usize = 128;
 /// Files read and compressed at once, across threads, before they are
 /// written: bounds pack's memory whatever the tree's size.
 const PACK_BATCH_FILES: usize = 256;
@@ -256,7 +255,9 @@ fn prepare(opts: &PackOptions, f: &Found, headers: &[HeaderRule]) -> Result<Prep
     let body = read(&f.disk)?;
     let content_type = peregrine_files::mime::content_type(name);
     let custom = headers_for(headers, &f.path);
-    let variants = encode(&body, &content_type, opts.compress)?;
+    // The same settings `serve DIR` compresses with on the fly, so that a
+    // directory and its archive send the same bytes.
+    let variants = encode(&body, &content_type, opts.compress).map_err(|e| format!("{}: {e}", f.disk.display()))?;
     let heads = variants
         .iter()
         .map(|(coding, bytes)| {
@@ -428,63 +429,6 @@ fn site_path(root: &Path, path: &Path) -> String {
         s.push_str(&c.as_os_str().to_string_lossy());
         s
     })
-}
-
-/// Identity first, then the codings that came out smaller.
-/// A body in each coding kept (`None`: identity).
-type Encoded = Vec<(Option<Encoding>, Vec<u8>)>;
-
-fn encode(body: &[u8], content_type: &str, compress: bool) -> Result<Encoded, String> {
-    let mut out = vec![(None, body.to_vec())];
-    if !compress || body.len() < COMPRESS_MIN_BYTES || !compressible(content_type) {
-        return Ok(out);
-    }
-    for coding in Encoding::ALL {
-        let packed = match coding {
-            Encoding::Brotli => {
-                let mut o = Vec::new();
-                // The window need not exceed the body: a 4 MiB window
-                // (lgwin 22) for a 1 KiB file only costs set-up time.
-                let lgwin = body.len().next_power_of_two().trailing_zeros().clamp(10, 22) as i32;
-                let params = brotli::enc::BrotliEncoderParams {
-                    quality: 11,
-                    lgwin,
-                    size_hint: body.len(),
-                    ..Default::default()
-                };
-                brotli::BrotliCompress(&mut &body[..], &mut o, &params).map_err(|e| e.to_string())?;
-                o
-            }
-            Encoding::Zstd => zstd::bulk::compress(body, 19).map_err(|e| e.to_string())?,
-            Encoding::Gzip => {
-                let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
-                e.write_all(body).map_err(|e| e.to_string())?;
-                e.finish().map_err(|e| e.to_string())?
-            }
-        };
-        if packed.len() < body.len() {
-            out.push((Some(coding), packed));
-        }
-    }
-    Ok(out)
-}
-
-fn compressible(content_type: &str) -> bool {
-    let t = content_type.split(';').next().unwrap_or_default();
-    t.starts_with("text/")
-        || t.ends_with("+json")
-        || t.ends_with("+xml")
-        || matches!(
-            t,
-            "application/json"
-                | "application/xml"
-                | "application/wasm"
-                | "image/x-icon"
-                | "image/vnd.microsoft.icon"
-                | "application/vnd.ms-fontobject"
-                | "font/ttf"
-                | "font/otf"
-        )
 }
 
 fn heads(

@@ -156,8 +156,14 @@ struct FileArgs {
     #[arg(long)]
     no_security_headers: bool,
     /// Do not look for pre-compressed siblings (NAME.br, NAME.zst, NAME.gz).
+    /// A sibling older than its file is never served.
     #[arg(long)]
     no_precompressed: bool,
+    /// Do not compress text files that have no sibling on the fly (by
+    /// default each is compressed once, off the event loop, and the results
+    /// kept within 64 MiB; it is sent in identity until then).
+    #[arg(long)]
+    no_compress: bool,
     /// Seconds a cached file (and `_headers`, `_redirects`) is trusted
     /// before it is looked at again: an edited file may be served as it
     /// was for this long. 0: look at every request.
@@ -184,6 +190,7 @@ impl FileArgs {
         }
         o.security_headers = !self.no_security_headers;
         o.precompressed = !self.no_precompressed;
+        o.compress = !self.no_compress;
         if let Some(secs) = self.revalidate_interval {
             // In range: the value parser checked it.
             o.revalidate_interval = Duration::try_from_secs_f64(secs).unwrap_or(o.revalidate_interval);
@@ -609,6 +616,7 @@ fn is_archive_root(root: &std::path::Path, files: &FileArgs, archive: &ServeArch
                 "use pack --no-security-headers",
             ),
             (files.no_precompressed, "--no-precompressed", "use pack --no-compress"),
+            (files.no_compress, "--no-compress", "use pack --no-compress"),
             (
                 files.revalidate_interval != Some(Options::new("").revalidate_interval.as_secs_f64()),
                 "--revalidate-interval",

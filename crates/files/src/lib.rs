@@ -21,6 +21,7 @@
 #![warn(missing_docs)]
 
 mod cache;
+pub mod compress;
 pub mod conditional;
 pub mod conventions;
 pub mod encoding;
@@ -40,6 +41,7 @@ use std::time::Duration;
 use peregrine::{Handler, Reply, Request};
 
 pub use cache::{security_headers, SECURITY_HEADERS};
+pub use compress::settled as compression_settled;
 pub use sys::has_openat2;
 
 /// The bounds of [`Options::revalidate_interval`]: zero re-`stat`s on
@@ -79,8 +81,14 @@ pub struct Options {
     /// (default on).
     pub security_headers: bool,
     /// Look for `NAME.br`, `NAME.zst` and `NAME.gz` next to each file and
-    /// serve them to clients that accept them (default on).
+    /// serve them to clients that accept them (default on). A sibling older
+    /// than its file is not served (a warning says so).
     pub precompressed: bool,
+    /// Compress text files that have no sibling on the fly, once, off the
+    /// event loop, keeping the results within a memory bound
+    /// ([`compress`]; default on). Until a file's forms are ready it is
+    /// sent in identity.
+    pub compress: bool,
     /// How long a cached lookup is trusted before the file is `stat`ed
     /// again to see whether it changed (default 1 s; zero: every request;
     /// at most [`REVALIDATE_INTERVAL_RANGE`]'s end). An edited file may be
@@ -111,6 +119,7 @@ impl Options {
             cache_rules: Vec::new(),
             security_headers: true,
             precompressed: true,
+            compress: true,
             revalidate_interval: Duration::from_secs(1),
             etag_hash_bytes_max: 1 << 20,
         }

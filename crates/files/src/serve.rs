@@ -429,6 +429,7 @@ impl Site {
             rel,
             self.options.follow_symlinks,
             self.options.precompressed,
+            self.options.compress,
             &fields,
             room,
         ) {
