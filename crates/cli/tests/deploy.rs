@@ -130,7 +130,7 @@ fn kubernetes_manifests_pass_the_schemas() {
         read("kubernetes/deployment.yaml").replace("readinessProbe:", "readynessProbe:"),
     )
     .unwrap();
-    let (ok, text) = check_schemas(&checker, KUBERNETES_VERSIONS[1], &[broken.clone()]);
+    let (ok, text) = check_schemas(&checker, KUBERNETES_VERSIONS[1], std::slice::from_ref(&broken));
     let _ = std::fs::remove_file(&broken);
     assert!(
         !ok && text.contains("readynessProbe"),
