@@ -523,7 +523,7 @@ impl Site {
     fn reply(&self, res: &Resource, fields: &Fields0<'_>, head: bool, status: u16) -> Response {
         // 4. Encoding.
         let coding = encoding::negotiate(fields.accept_encoding, &res.codings);
-        let v = res.variant(coding);
+        let v = held(res, fields).unwrap_or_else(|| res.variant(coding));
         if status != 200 {
             return Response::new(status)
                 .with_header_block(v.block_200.clone())
@@ -565,6 +565,34 @@ impl Site {
             .with_header_block(v.block_200.clone())
             .with_body(v.body(0..v.len))
     }
+}
+
+/// The representation a revalidating client already holds, if it is still
+/// acceptable to it: the server chooses among acceptable representations
+/// (RFC 9110 §12.1), and choosing the one whose tag the client sent (its
+/// `If-None-Match`) makes the answer a 304 instead of a new download. It
+/// matters when a coding appears after the client's first request (a file
+/// compressed on the fly is sent in identity until its forms are ready):
+/// without it every client would fetch each such file twice.
+fn held<'r>(res: &'r Resource, fields: &Fields0<'_>) -> Option<&'r cache::Variant> {
+    let inm = fields.pre.if_none_match?;
+    if !res.negotiable() {
+        return None;
+    }
+    let pre = Preconditions {
+        if_none_match: Some(inm),
+        ..Default::default()
+    };
+    let candidates = std::iter::once((None, &res.identity)).chain(res.encoded.iter().map(|(e, v)| (Some(*e), v)));
+    for (coding, v) in candidates {
+        // Identity is always sent when nothing else is acceptable (as nginx
+        // and Caddy do), so it is acceptable here too.
+        let acceptable = coding.is_none_or(|c| encoding::negotiate(fields.accept_encoding, &[c]) == Some(c));
+        if acceptable && conditional::evaluate(&pre, &v.etag, v.last_modified) == Verdict::NotModified {
+            return Some(v);
+        }
+    }
+    None
 }
 
 /// A 416 still says how the answer varies.

@@ -663,6 +663,17 @@ fn text_without_a_sibling_is_compressed_on_the_fly() {
     }
     let r = get(addr, "/site.css");
     assert_eq!((r.header("content-encoding"), r.text()), (None, css.clone()));
+    // A client that fetched it in identity before and revalidates is told
+    // its copy is good (304), not sent it again compressed.
+    let first_tag = first.header("etag").unwrap();
+    let r = request(
+        addr,
+        "GET",
+        "/site.css",
+        &[("Accept-Encoding", "br, zstd, gzip"), ("If-None-Match", first_tag)],
+    );
+    assert_eq!((r.status, r.header("etag")), (304, Some(first_tag)));
+    assert_eq!(r.header("vary"), Some("Accept-Encoding"));
     // Binary types are not compressed, and do not vary.
     let r = request(addr, "GET", "/logo.png", &[("Accept-Encoding", "br")]);
     assert_eq!((r.header("content-encoding"), r.header("vary")), (None, None));
