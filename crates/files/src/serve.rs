@@ -52,8 +52,8 @@ struct Live {
     ids: RuleIds,
     checked: Instant,
     /// Folder (relative, no trailing slash) → its `_wildcard.*` file's
-    /// name, and when that was looked for.
-    wildcards: HashMap<String, (Instant, Option<String>)>,
+    /// name; forgotten at each look at the rule files.
+    wildcards: HashMap<String, Option<String>>,
 }
 
 thread_local! {
@@ -223,7 +223,7 @@ impl Site {
         let known = LIVE.with(|live| {
             let live = live.borrow();
             let l = live.iter().find(|l| l.site == self.id)?;
-            l.wildcards.get(folder).map(|(_, name)| name.clone())
+            l.wildcards.get(folder).cloned()
         });
         if let Some(name) = known {
             return name;
@@ -235,7 +235,7 @@ impl Site {
                 if l.wildcards.len() >= WILDCARD_FOLDERS_MAX {
                     l.wildcards.clear();
                 }
-                l.wildcards.insert(folder.to_owned(), (Instant::now(), found.clone()));
+                l.wildcards.insert(folder.to_owned(), found.clone());
             }
         });
         found
