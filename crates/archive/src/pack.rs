@@ -9,21 +9,22 @@
 //! - `_headers` adds header fields by path pattern; `_redirects` lists
 //!   redirects (Netlify syntax, statuses 301, 302, 307, 308, `*` splats and
 //!   `:placeholders`); both are compiled here, nothing is parsed at serve time
-//!   but the patterns.
+//!   but the patterns. The parsers live in `peregrine_files::conventions`,
+//!   which `serve DIR` follows too, so a directory answers as its archive.
 
-use std::collections::BTreeMap;
 use std::fs;
-use std::io::{self, IsTerminal, Write};
+use std::io::{self, IsTerminal};
 use std::path::{Path, PathBuf};
 use std::time::UNIX_EPOCH;
 
+use peregrine_files::compress::{encode, Encoded};
+use peregrine_files::conventions::headers_for;
+pub use peregrine_files::conventions::{parse_headers, parse_redirects, HeaderRule, Redirect};
 use peregrine_files::encoding::Encoding;
 
 use crate::format::*;
 use crate::write::{VariantIn, Writer};
 
-/// Smallest body worth compressing.
-const COMPRESS_MIN_BYTES: usize = 128;
 /// Files read and compressed at once, across threads, before they are
 /// written: bounds pack's memory whatever the tree's size.
 const PACK_BATCH_FILES: usize = 256;
@@ -254,7 +255,9 @@ fn prepare(opts: &PackOptions, f: &Found, headers: &[HeaderRule]) -> Result<Prep
     let body = read(&f.disk)?;
     let content_type = peregrine_files::mime::content_type(name);
     let custom = headers_for(headers, &f.path);
-    let variants = encode(&body, &content_type, opts.compress)?;
+    // The same settings `serve DIR` compresses with on the fly, so that a
+    // directory and its archive send the same bytes.
+    let variants = encode(&body, &content_type, opts.compress).map_err(|e| format!("{}: {e}", f.disk.display()))?;
     let heads = variants
         .iter()
         .map(|(coding, bytes)| {
@@ -428,63 +431,6 @@ fn site_path(root: &Path, path: &Path) -> String {
     })
 }
 
-/// Identity first, then the codings that came out smaller.
-/// A body in each coding kept (`None`: identity).
-type Encoded = Vec<(Option<Encoding>, Vec<u8>)>;
-
-fn encode(body: &[u8], content_type: &str, compress: bool) -> Result<Encoded, String> {
-    let mut out = vec![(None, body.to_vec())];
-    if !compress || body.len() < COMPRESS_MIN_BYTES || !compressible(content_type) {
-        return Ok(out);
-    }
-    for coding in Encoding::ALL {
-        let packed = match coding {
-            Encoding::Brotli => {
-                let mut o = Vec::new();
-                // The window need not exceed the body: a 4 MiB window
-                // (lgwin 22) for a 1 KiB file only costs set-up time.
-                let lgwin = body.len().next_power_of_two().trailing_zeros().clamp(10, 22) as i32;
-                let params = brotli::enc::BrotliEncoderParams {
-                    quality: 11,
-                    lgwin,
-                    size_hint: body.len(),
-                    ..Default::default()
-                };
-                brotli::BrotliCompress(&mut &body[..], &mut o, &params).map_err(|e| e.to_string())?;
-                o
-            }
-            Encoding::Zstd => zstd::bulk::compress(body, 19).map_err(|e| e.to_string())?,
-            Encoding::Gzip => {
-                let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
-                e.write_all(body).map_err(|e| e.to_string())?;
-                e.finish().map_err(|e| e.to_string())?
-            }
-        };
-        if packed.len() < body.len() {
-            out.push((Some(coding), packed));
-        }
-    }
-    Ok(out)
-}
-
-fn compressible(content_type: &str) -> bool {
-    let t = content_type.split(';').next().unwrap_or_default();
-    t.starts_with("text/")
-        || t.ends_with("+json")
-        || t.ends_with("+xml")
-        || matches!(
-            t,
-            "application/json"
-                | "application/xml"
-                | "application/wasm"
-                | "image/x-icon"
-                | "image/vnd.microsoft.icon"
-                | "application/vnd.ms-fontobject"
-                | "font/ttf"
-                | "font/otf"
-        )
-}
-
 fn heads(
     opts: &PackOptions,
     content_type: &str,
@@ -536,104 +482,4 @@ fn heads(
     }
     let block = |f: &[(&str, &str)]| peregrine::HeaderBlock::new(f).map(|b| b.as_bytes().to_vec());
     Ok((block(&f200)?, block(&f304)?))
-}
-
-/// A `_headers` rule: a path pattern and its fields.
-pub type HeaderRule = (String, Vec<(String, String)>);
-
-/// Netlify/Cloudflare `_headers`: a path pattern line, then indented
-/// `Name: value` lines. `#` starts a comment.
-pub fn parse_headers(text: &[u8]) -> Result<Vec<HeaderRule>, String> {
-    let text = std::str::from_utf8(text).map_err(|_| "not UTF-8".to_owned())?;
-    let mut rules: Vec<HeaderRule> = Vec::new();
-    for (n, line) in text.lines().enumerate() {
-        let n = n + 1;
-        if line.trim().is_empty() || line.trim_start().starts_with('#') {
-            continue;
-        }
-        if !line.starts_with([' ', '\t']) {
-            if !line.starts_with('/') {
-                return Err(format!("line {n}: a path pattern must start with /"));
-            }
-            rules.push((line.trim().to_owned(), Vec::new()));
-            continue;
-        }
-        let Some(rule) = rules.last_mut() else {
-            return Err(format!("line {n}: a header before any path pattern"));
-        };
-        let Some((name, value)) = line.trim().split_once(':') else {
-            return Err(format!("line {n}: expected `Name: value`"));
-        };
-        let (name, value) = (name.trim(), value.trim());
-        peregrine::HeaderBlock::new(&[(name, value)]).map_err(|e| format!("line {n}: {e}"))?;
-        rule.1.push((name.to_owned(), value.to_owned()));
-    }
-    Ok(rules)
-}
-
-fn headers_for(rules: &[HeaderRule], path: &str) -> Vec<(String, String)> {
-    let mut out: BTreeMap<String, (String, String)> = BTreeMap::new();
-    for (pattern, fields) in rules {
-        if crate::pattern::matches(pattern, path).is_some() {
-            for (n, v) in fields {
-                out.insert(n.to_ascii_lowercase(), (n.clone(), v.clone()));
-            }
-        }
-    }
-    out.into_values().collect()
-}
-
-/// A `_redirects` rule.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Redirect {
-    pub from: String,
-    pub to: String,
-    pub status: u16,
-    pub force: bool,
-}
-
-impl Redirect {
-    fn is_pattern(&self) -> bool {
-        self.from.contains('*') || self.from.split('/').any(|s| s.starts_with(':'))
-    }
-}
-
-/// Netlify `_redirects`: `FROM TO [STATUS[!]]` per line, `#` comments.
-pub fn parse_redirects(text: &[u8]) -> Result<Vec<Redirect>, String> {
-    let text = std::str::from_utf8(text).map_err(|_| "not UTF-8".to_owned())?;
-    let mut out = Vec::new();
-    for (n, line) in text.lines().enumerate() {
-        let n = n + 1;
-        let line = line.split('#').next().unwrap_or_default().trim();
-        if line.is_empty() {
-            continue;
-        }
-        let parts: Vec<&str> = line.split_whitespace().collect();
-        let (from, to, status) = match parts.as_slice() {
-            [from, to] => (*from, *to, "301"),
-            [from, to, status] => (*from, *to, *status),
-            _ => return Err(format!("line {n}: expected `FROM TO [STATUS]`")),
-        };
-        let (status, force) = match status.strip_suffix('!') {
-            Some(s) => (s, true),
-            None => (status, false),
-        };
-        let status: u16 = status.parse().map_err(|_| format!("line {n}: bad status {status:?}"))?;
-        if !matches!(status, 301 | 302 | 307 | 308) {
-            return Err(format!(
-                "line {n}: status {status} is not a redirect (301, 302, 307 or 308)"
-            ));
-        }
-        if !from.starts_with('/') {
-            return Err(format!("line {n}: FROM must start with /"));
-        }
-        peregrine::HeaderBlock::new(&[("Location", to)]).map_err(|e| format!("line {n}: {e}"))?;
-        out.push(Redirect {
-            from: from.to_owned(),
-            to: to.to_owned(),
-            status,
-            force,
-        });
-    }
-    Ok(out)
 }

@@ -1,46 +1,14 @@
-//! Path patterns of `_headers` and `_redirects`: literal segments,
-//! `:name` placeholders (one segment each) and a `*` splat (the rest of the
-//! path, possibly empty). Matching returns the captures; `substitute` puts
-//! them into a redirect target (`:splat` for the `*`).
+//! Path patterns of `_headers` and `_redirects`, for callers that hold
+//! them as text (the archive stores its `_redirects` patterns so): the
+//! matcher is `peregrine::pattern`, the one the engine's router uses, and
+//! the substitution is `peregrine_files::conventions`'.
 
-/// The captures of `pattern` on `path`, or `None` if it does not match.
+pub use peregrine_files::conventions::substitute;
+
+/// The captures of `pattern` on `path`, or `None` if it does not match
+/// (or is not a pattern `peregrine::pattern::Pattern` accepts).
 pub fn matches(pattern: &str, path: &str) -> Option<Vec<(String, String)>> {
-    let mut caps = Vec::new();
-    let mut pat = pattern.split('/');
-    let mut segs = path.split('/');
-    loop {
-        match (pat.next(), segs.next()) {
-            (None, None) => return Some(caps),
-            (Some(p), seg) if p.ends_with('*') => {
-                // `*` or `prefix*`: the rest of the path.
-                let prefix = &p[..p.len() - 1];
-                let first = seg.unwrap_or_default();
-                let first = first.strip_prefix(prefix)?;
-                let mut rest = first.to_owned();
-                for s in segs.by_ref() {
-                    rest.push('/');
-                    rest.push_str(s);
-                }
-                caps.push(("splat".to_owned(), rest));
-                return pat.next().is_none().then_some(caps);
-            }
-            (Some(p), Some(s)) if p.starts_with(':') && !s.is_empty() => caps.push((p[1..].to_owned(), s.to_owned())),
-            (Some(p), Some(s)) if p == s => {}
-            _ => return None,
-        }
-    }
-}
-
-/// `to` with `:name` replaced by the captures (longest names first, so
-/// `:splat` and `:s` do not clash).
-pub fn substitute(to: &str, caps: &[(String, String)]) -> String {
-    let mut sorted: Vec<&(String, String)> = caps.iter().collect();
-    sorted.sort_by_key(|(n, _)| std::cmp::Reverse(n.len()));
-    let mut out = to.to_owned();
-    for (name, value) in sorted {
-        out = out.replace(&format!(":{name}"), value);
-    }
-    out
+    peregrine::pattern::Pattern::parse(pattern).ok()?.captures(path)
 }
 
 #[cfg(test)]

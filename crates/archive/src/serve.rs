@@ -349,10 +349,7 @@ fn respond(local: &mut Local, req: &Request<'_>) -> Response {
 }
 
 fn redirect(status: u16, location: &str) -> Response {
-    let r = Response::new(status)
-        .with_content_type("text/plain; charset=utf-8")
-        .with_body(format!("{status} {}\n", peregrine::codec::write::reason(status)));
-    r.with_header("Location", location.to_owned())
+    peregrine_files::conventions::redirect(status, location)
 }
 
 const CODINGS: [Encoding; 3] = [Encoding::Brotli, Encoding::Zstd, Encoding::Gzip];
@@ -373,6 +370,11 @@ fn answer(local: &mut Local, archive: &Archive, e: Entry<'_>, f: &Fields<'_>, he
     let vi = match chosen {
         None => 0,
         Some(c) => 1 + CODINGS.iter().position(|x| *x == c).unwrap_or(0),
+    };
+    let vi = if status == 200 && n > 0 {
+        held(local, archive, &e, f).unwrap_or(vi)
+    } else {
+        vi
     };
     let Some(v) = e.variant(vi) else {
         return Response::error(500);
@@ -432,6 +434,37 @@ fn answer(local: &mut Local, archive: &Archive, e: Entry<'_>, f: &Fields<'_>, he
     Response::new(200)
         .with_header_block(block)
         .with_body(body(0..v.body_len))
+}
+
+/// The variant a revalidating client already holds (its tag is in
+/// `If-None-Match`), if its coding is still acceptable to it: chosen, so
+/// that the answer is a 304 rather than another download (as `serve DIR`
+/// chooses; RFC 9110 §12.1 leaves the choice among acceptable
+/// representations to the server).
+fn held(local: &mut Local, archive: &Archive, e: &Entry<'_>, f: &Fields<'_>) -> Option<usize> {
+    let inm = f.pre.if_none_match?;
+    let pre = Preconditions {
+        if_none_match: Some(inm),
+        ..Default::default()
+    };
+    let last_modified = std::time::UNIX_EPOCH + Duration::from_secs(e.last_modified());
+    for vi in 0..=CODINGS.len() {
+        let Some(v) = e.variant(vi) else { continue };
+        // Identity is sent when nothing else is acceptable, so it is
+        // acceptable here too.
+        let acceptable = vi == 0 || {
+            let c = CODINGS[vi - 1];
+            encoding::negotiate(f.accept_encoding, &[c]) == Some(c)
+        };
+        if !acceptable {
+            continue;
+        }
+        let prepared = prepare(local, archive, e, vi, &v)?;
+        if conditional::evaluate(&pre, &prepared.etag, last_modified) == Verdict::NotModified {
+            return Some(vi);
+        }
+    }
+    None
 }
 
 /// A variant made ready to send.

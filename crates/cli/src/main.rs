@@ -73,6 +73,14 @@ enum Command {
         #[command(subcommand)]
         command: ArchiveCommand,
     },
+    /// Ask a health endpoint (by default the one `--metrics 127.0.0.1:9090`
+    /// serves): exit 0 if it answers 2xx within 2 seconds, else 1. For
+    /// container health checks on images without a shell or curl.
+    Probe {
+        /// `http://HOST:PORT/PATH`.
+        #[arg(default_value = "http://127.0.0.1:9090/healthz", value_name = "URL")]
+        url: String,
+    },
     /// Write a shell completion script to standard output.
     Completions { shell: clap_complete::Shell },
     /// Write the man page (roff) to standard output.
@@ -150,8 +158,19 @@ struct FileArgs {
     #[arg(long)]
     no_security_headers: bool,
     /// Do not look for pre-compressed siblings (NAME.br, NAME.zst, NAME.gz).
+    /// A sibling older than its file is never served.
     #[arg(long)]
     no_precompressed: bool,
+    /// Do not compress text files that have no sibling on the fly (by
+    /// default each is compressed once, off the event loop, and the results
+    /// kept within 64 MiB; it is sent in identity until then).
+    #[arg(long)]
+    no_compress: bool,
+    /// Seconds a cached file (and `_headers`, `_redirects`) is trusted
+    /// before it is looked at again: an edited file may be served as it
+    /// was for this long. 0: look at every request.
+    #[arg(long, value_name = "SECS", default_value = Options::new("").revalidate_interval.as_secs_f64().to_string(), value_parser = seconds_within(peregrine_files::REVALIDATE_INTERVAL_RANGE))]
+    revalidate_interval: Option<f64>,
 }
 
 impl FileArgs {
@@ -173,6 +192,11 @@ impl FileArgs {
         }
         o.security_headers = !self.no_security_headers;
         o.precompressed = !self.no_precompressed;
+        o.compress = !self.no_compress;
+        if let Some(secs) = self.revalidate_interval {
+            // In range: the value parser checked it.
+            o.revalidate_interval = Duration::try_from_secs_f64(secs).unwrap_or(o.revalidate_interval);
+        }
         o
     }
 }
@@ -549,6 +573,7 @@ fn run(cli: Cli, argv: Vec<OsString>) -> anyhow::Result<()> {
             );
         }
         Command::Archive { command } => archive_command(command)?,
+        Command::Probe { url } => probe(&url)?,
         Command::Completions { shell } => docs::completions(config::command::<Cli>(), shell)?,
         Command::Man { command, out_dir } => {
             docs::man(config::command::<Cli>(), command.as_deref(), out_dir.as_deref())?
@@ -630,6 +655,12 @@ fn is_archive_root(root: &std::path::Path, files: &FileArgs, archive: &ServeArch
                 "use pack --no-security-headers",
             ),
             (files.no_precompressed, "--no-precompressed", "use pack --no-compress"),
+            (files.no_compress, "--no-compress", "use pack --no-compress"),
+            (
+                files.revalidate_interval != Some(Options::new("").revalidate_interval.as_secs_f64()),
+                "--revalidate-interval",
+                "an archive is swapped whole when its file is replaced",
+            ),
         ];
         let given: Vec<String> = misplaced
             .iter()
@@ -656,6 +687,41 @@ fn is_archive_root(root: &std::path::Path, files: &FileArgs, archive: &ServeArch
         );
     }
     Ok(is_archive)
+}
+
+/// Time a probe waits to connect, and then for the answer's first line.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// `peregrine probe URL`: one GET over plain HTTP/1.1, the status line read.
+fn probe(url: &str) -> anyhow::Result<()> {
+    use std::io::{BufRead, Write};
+    let rest = url
+        .strip_prefix("http://")
+        .with_context(|| format!("{url}: expected http://HOST:PORT/PATH (plain HTTP only)"))?;
+    let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let path = if path.is_empty() { "/" } else { path };
+    let addrs = parse_bind(authority).map_err(|e| anyhow::anyhow!("{url}: {e}"))?.0;
+    let mut last = None;
+    for addr in addrs {
+        let status = (|| -> std::io::Result<String> {
+            let mut s = std::net::TcpStream::connect_timeout(&addr, PROBE_TIMEOUT)?;
+            s.set_read_timeout(Some(PROBE_TIMEOUT))?;
+            s.set_write_timeout(Some(PROBE_TIMEOUT))?;
+            write!(
+                s,
+                "GET {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n"
+            )?;
+            let mut line = String::new();
+            std::io::BufReader::new(s).read_line(&mut line)?;
+            Ok(line.trim_end().to_owned())
+        })();
+        match status {
+            Ok(line) if line.starts_with("HTTP/1.1 2") || line.starts_with("HTTP/1.0 2") => return Ok(()),
+            Ok(line) => last = Some(format!("{addr} answered {line:?}")),
+            Err(e) => last = Some(format!("{addr}: {e}")),
+        }
+    }
+    anyhow::bail!("{url}: unhealthy: {}", last.unwrap_or_else(|| "no address".to_owned()))
 }
 
 /// The body encodings an archive entry may hold, in variant order.

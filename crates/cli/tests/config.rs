@@ -378,6 +378,51 @@ fn values_out_of_range_are_refused_with_their_range_and_line() {
     }
 }
 
+/// How long an edited file may be served as it was is a setting: 1 s by
+/// default, 0 to 3600, from a flag, a variable or the file; meaningless
+/// (so refused) for an archive.
+#[test]
+fn the_file_cache_trust_interval_is_a_bounded_setting() {
+    let dir = scratch();
+    let (archive, _) = packed(&dir, &[("index.html", "hi")], &[]);
+    let site = dir.join("site").display().to_string();
+    let file = config(&format!(
+        "root = {site:?}
+"
+    ));
+    let s = settings(&check_config("serve", &file));
+    assert_eq!(s["revalidate-interval"], ("1".to_owned(), "default".to_owned()));
+    let file = config(&format!(
+        "root = {site:?}
+revalidate-interval = 0.5
+"
+    ));
+    let s = settings(&check_config("serve", &file));
+    assert_eq!(s["revalidate-interval"].0, "0.5");
+    let file = config(&format!(
+        "root = {site:?}
+revalidate-interval = 4000
+"
+    ));
+    let f = file.display().to_string();
+    assert_error(
+        &check_config("serve", &file),
+        &[&format!(
+            "{f}:2: revalidate-interval: bad value \"4000\": 4000 is out of range: from 0 to 3600 seconds"
+        )],
+    );
+    let out = peregrine()
+        .args(["check-config", "serve"])
+        .arg(&archive)
+        .env("PEREGRINE_REVALIDATE_INTERVAL", "5")
+        .output()
+        .unwrap();
+    assert_error(
+        &out,
+        &["--revalidate-interval (env PEREGRINE_REVALIDATE_INTERVAL) (an archive is swapped whole"],
+    );
+}
+
 /// Settings that go together, and the root, say which line (or file) to
 /// fix when the file is where they were (not) given.
 #[test]

@@ -2,13 +2,15 @@
 //! database call would) while the same event loop keeps serving `/fast`.
 //!
 //! ```text
-//! cargo run -p peregrine --example deferred
+//! cargo run -p peregrine --example deferred   # -- --bind ADDR, or PEREGRINE_BIND=ADDR
 //! curl localhost:8080/slow &  curl localhost:8080/fast   # fast answers first
 //! ```
 
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+mod common;
 
 use peregrine::{Reply, Request, Responder, Response, Server};
 
@@ -36,15 +38,12 @@ impl Pool {
 
 fn main() -> Result<(), peregrine::Error> {
     let pool = Pool::new(4);
-    Server::new()
-        .bind("127.0.0.1:8080")
-        .workers(1)
-        .serve(move |req: &Request<'_>| -> Reply {
-            if req.path() == "/slow" {
-                let responder = req.defer();
-                let _ = pool.jobs.lock().unwrap().send((req.path().to_owned(), responder));
-                return Reply::Later;
-            }
-            Response::text("fast\n").into()
-        })
+    common::run(Server::new().workers(1), move |req: &Request<'_>| -> Reply {
+        if req.path() == "/slow" {
+            let responder = req.defer();
+            let _ = pool.jobs.lock().unwrap().send((req.path().to_owned(), responder));
+            return Reply::Later;
+        }
+        Response::text("fast\n").into()
+    })
 }

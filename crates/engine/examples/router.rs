@@ -1,12 +1,15 @@
 //! Routing by method and path pattern, with captured parameters.
 //!
 //! ```text
-//! cargo run -p peregrine --example router
+//! cargo run -p peregrine --example router   # -- --bind ADDR, or PEREGRINE_BIND=ADDR
 //! curl localhost:8080/users/42          # user 42
+//! curl localhost:8080/users/%E2%9C%93   # user ✓ (captures are percent-decoded)
 //! curl -X POST -d hi localhost:8080/echo # hi
 //! curl -X DELETE localhost:8080/echo     # 405, Allow: POST, OPTIONS
 //! curl localhost:8080/static/css/a.css   # rest = css/a.css
 //! ```
+
+mod common;
 
 use peregrine::{Request, Response, Router, Server};
 
@@ -22,5 +25,5 @@ fn main() -> Result<(), peregrine::Error> {
         .get("/static/*rest", |req: &Request<'_>| {
             Response::text(format!("rest = {}\n", req.param("rest").unwrap_or("")))
         });
-    Server::new().bind("127.0.0.1:8080").serve(app)
+    common::run(Server::new(), app)
 }

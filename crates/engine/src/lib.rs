@@ -49,6 +49,7 @@ mod handler;
 mod limits;
 pub mod log;
 mod metrics;
+pub mod pattern;
 mod request;
 mod responder;
 mod response;

@@ -132,8 +132,8 @@ impl<'a> Request<'a> {
         self.peer
     }
 
-    /// The value captured by the router for `:name` or `*name`, still
-    /// percent-encoded.
+    /// The value captured by the router for `:name` or `*name`,
+    /// percent-decoded (`/users/%E2%9C%93` gives `✓` for `/users/:id`).
     pub fn param(&self, name: &str) -> Option<&'a str> {
         self.params.iter().find(|(n, _)| *n == name).map(|(_, v)| *v)
     }

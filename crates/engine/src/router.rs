@@ -4,16 +4,23 @@
 //! matches the path and whose method matches wins. A path that matches some
 //! pattern but no method gets 405 with `Allow`; `HEAD` is answered by `GET`
 //! routes and `OPTIONS` with 204 and `Allow`, unless routes say otherwise.
-//! Patterns are matched against the path as sent (percent-encoded), segment
-//! by segment. A method the engine does not recognise never gets here: the
-//! codec answers it 501 (RFC 9110 §9.1), so 405 means "known, not here".
+//! Patterns (`crate::pattern`, the matcher `_redirects` uses too) are
+//! matched against the path as sent, segment by segment, so an encoded
+//! `%2F` stays inside its segment; captures are then percent-decoded for
+//! the handler (`/users/%E2%9C%93` gives `id` = `✓`), and a capture that
+//! does not decode to UTF-8 is a 400. A method the engine does not
+//! recognise never gets here: the codec answers it 501 (RFC 9110 §9.1), so
+//! 405 means "known, not here".
+
+use std::borrow::Cow;
 
 use crate::handler::{Handler, Reply};
+use crate::pattern::{Pattern, CAPTURES_MAX};
 use crate::request::Request;
 use crate::response::Response;
 
 /// Most `:name` and `*name` captures in one pattern.
-pub const PARAMS_MAX: usize = 8;
+pub const PARAMS_MAX: usize = CAPTURES_MAX;
 
 /// A table of routes; itself a [`Handler`].
 ///
@@ -34,14 +41,8 @@ pub struct Router {
 
 struct Route {
     method: String,
-    segments: Vec<Segment>,
+    pattern: Pattern,
     handler: Box<dyn Handler>,
-}
-
-enum Segment {
-    Literal(String),
-    Param(String),
-    Rest(String),
 }
 
 impl Router {
@@ -54,34 +55,16 @@ impl Router {
     ///
     /// # Panics
     /// If the pattern does not start with `/`, has a `*rest` segment that is
-    /// not last, or has more than [`PARAMS_MAX`] captures: these are
-    /// programming errors, found when the router is built.
+    /// not last, an empty `:` name, or more than [`PARAMS_MAX`] captures:
+    /// these are programming errors, found when the router is built.
     pub fn route(mut self, method: &str, pattern: &str, handler: impl Handler) -> Self {
-        assert!(
-            pattern.starts_with('/'),
-            "route pattern {pattern:?} must start with '/'"
-        );
-        let segments: Vec<Segment> = pattern[1..]
-            .split('/')
-            .map(|s| match s.as_bytes().first() {
-                Some(b':') => Segment::Param(s[1..].to_owned()),
-                Some(b'*') => Segment::Rest(s[1..].to_owned()),
-                _ => Segment::Literal(s.to_owned()),
-            })
-            .collect();
-        let n_rest = segments.iter().filter(|s| matches!(s, Segment::Rest(_))).count();
-        assert!(
-            n_rest == 0 || (n_rest == 1 && matches!(segments.last(), Some(Segment::Rest(_)))),
-            "in route pattern {pattern:?}, only the last segment may be *rest"
-        );
-        let n_params = segments.iter().filter(|s| !matches!(s, Segment::Literal(_))).count();
-        assert!(
-            n_params <= PARAMS_MAX,
-            "route pattern {pattern:?} has more than {PARAMS_MAX} captures"
-        );
+        let parsed = match Pattern::parse(pattern) {
+            Ok(p) => p,
+            Err(e) => panic!("{e}"),
+        };
         self.routes.push(Route {
             method: method.to_owned(),
-            segments,
+            pattern: parsed,
             handler: Box::new(handler),
         });
         self
@@ -127,7 +110,7 @@ impl Handler for Router {
             };
             path_known = true;
             if route.method == method {
-                return route.handler.call(&req.with_params(&params[..n]));
+                return call_with(route, req, &params[..n]);
             }
             if method == "HEAD" && route.method == "GET" && head_route.is_none() {
                 head_route = Some((route, n));
@@ -136,7 +119,7 @@ impl Handler for Router {
         if let Some((route, _)) = head_route {
             // Captures were overwritten by later candidates: match again.
             let n = route.matches(path, &mut params).unwrap_or(0);
-            return route.handler.call(&req.with_params(&params[..n]));
+            return call_with(route, req, &params[..n]);
         }
         if !path_known {
             return match &self.fallback {
@@ -174,34 +157,36 @@ impl Router {
 impl Route {
     /// Matches `path`, writing captures into `params`; returns their number.
     fn matches<'p>(&'p self, path: &'p str, params: &mut [(&'p str, &'p str); PARAMS_MAX]) -> Option<usize> {
-        let mut rest = path.strip_prefix('/')?;
-        let mut n = 0;
-        for (i, segment) in self.segments.iter().enumerate() {
-            let last = i + 1 == self.segments.len();
-            if let Segment::Rest(name) = segment {
-                params[n] = (name, rest);
-                return Some(n + 1);
-            }
-            let (part, tail) = match rest.find('/') {
-                Some(slash) => (&rest[..slash], Some(&rest[slash + 1..])),
-                None => (rest, None),
-            };
-            match segment {
-                Segment::Literal(lit) if lit == part => {}
-                Segment::Param(name) if !part.is_empty() => {
-                    params[n] = (name, part);
-                    n += 1;
-                }
-                _ => return None,
-            }
-            match (tail, last) {
-                (None, true) => return Some(n),
-                (None, false) | (Some(_), true) => return None,
-                (Some(t), false) => rest = t,
+        self.pattern.matches(path, params)
+    }
+}
+
+/// Calls the route's handler with its captures percent-decoded. A capture
+/// without `%` is passed as it is, so a warm route allocates nothing.
+fn call_with(route: &Route, req: &Request<'_>, raw: &[(&str, &str)]) -> Reply {
+    let mut decoded: [Cow<'_, str>; PARAMS_MAX] = Default::default();
+    for (slot, (name, value)) in decoded.iter_mut().zip(raw) {
+        if !value.contains('%') {
+            *slot = Cow::Borrowed(value);
+            continue;
+        }
+        match percent_encoding::percent_decode_str(value).decode_utf8() {
+            Ok(v) => *slot = v,
+            Err(_) => {
+                return Response::new(400)
+                    .with_content_type("text/plain; charset=utf-8")
+                    .with_body(format!(
+                        "400 Bad Request: the path's {name} is not UTF-8 once decoded\n"
+                    ))
+                    .into()
             }
         }
-        None
     }
+    let mut params: [(&str, &str); PARAMS_MAX] = [("", ""); PARAMS_MAX];
+    for (i, (name, _)) in raw.iter().enumerate() {
+        params[i] = (name, &decoded[i]);
+    }
+    route.handler.call(&req.with_params(&params[..raw.len()]))
 }
 
 #[cfg(test)]
@@ -271,6 +256,26 @@ mod tests {
         assert_eq!((status, allow.as_deref()), (405, Some("GET, HEAD, OPTIONS")));
         let (status, _, allow) = call(&r, "OPTIONS", "/users");
         assert_eq!((status, allow.as_deref()), (204, Some("POST, OPTIONS")));
+    }
+
+    #[test]
+    fn params_are_percent_decoded() {
+        let r = router();
+        assert_eq!(call(&r, "GET", "/users/%E2%9C%93").1, "user \u{2713}");
+        assert_eq!(call(&r, "GET", "/users/a%2Fb").1, "user a/b");
+        assert_eq!(call(&r, "GET", "/users/a%2Fb/posts/%41").1, "a/b/A");
+        assert_eq!(call(&r, "GET", "/static/a%20b/c").1, "file a b/c");
+        assert_eq!(call(&r, "GET", "/users/%25").1, "user %");
+        let (status, body, _) = call(&r, "GET", "/users/%FF");
+        assert_eq!(status, 400);
+        assert!(body.contains("id is not UTF-8"), "{body}");
+    }
+
+    #[test]
+    fn encoded_literals_match_their_route() {
+        let r = Router::new().get("/caf\u{e9}", |_: &Request<'_>| Response::text("menu"));
+        assert_eq!(call(&r, "GET", "/caf%C3%A9").1, "menu");
+        assert_eq!(call(&r, "GET", "/caf%c3%a9").1, "menu");
     }
 
     #[test]

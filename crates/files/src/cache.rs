@@ -17,6 +17,7 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -107,6 +108,14 @@ pub struct Resource {
     pub codings: Vec<Encoding>,
     /// Siblings were looked for (so their appearing matters).
     precompressed: bool,
+    /// The siblings `stat` saw when the entry was built (`Encoding::ALL`
+    /// order), served or not (a stale one is not): any change rebuilds it.
+    siblings_seen: [Option<FileId>; 3],
+    /// Compression on the fly is under way: raised when it is done, and
+    /// the next hit rebuilds the entry with the new variants.
+    pending: Option<Arc<AtomicBool>>,
+    /// Responses vary by `Accept-Encoding` (variants, or some on the way).
+    negotiable: bool,
     checked: std::cell::Cell<Instant>,
 }
 
@@ -120,7 +129,13 @@ impl Resource {
 
     /// Whether responses vary by `Accept-Encoding`.
     pub fn negotiable(&self) -> bool {
-        !self.encoded.is_empty()
+        self.negotiable
+    }
+
+    /// Whether compressed variants made on the fly are now ready (one
+    /// atomic load; no lock, no locked instruction).
+    fn compressed_since(&self) -> bool {
+        self.pending.as_ref().is_some_and(|done| done.load(Ordering::Acquire))
     }
 }
 
@@ -132,6 +147,10 @@ pub struct Fields<'a> {
     /// Files larger than this get an identity tag, not a content hash
     /// (`Options::etag_hash_bytes_max`).
     pub etag_hash_bytes_max: u64,
+    /// Fields `_headers` gives this file: a `Cache-Control` among them
+    /// replaces `cache_control`, a security header replaces the default
+    /// one, the others are added last (as `pack` builds its heads).
+    pub custom: &'a [(String, String)],
 }
 
 /// Security headers sent by default (`--no-security-headers` drops them).
@@ -191,6 +210,10 @@ impl Cache {
         now: Instant,
     ) -> Option<Rc<Resource>> {
         let res = self.entries.get(key)?;
+        if res.compressed_since() {
+            self.remove(key);
+            return None;
+        }
         if now.saturating_duration_since(res.checked.get()) < interval {
             // Large files are sent from the open file: one fstat (cheap next
             // to sending 64 KiB or more) catches a file rewritten in place,
@@ -220,6 +243,13 @@ impl Cache {
         if let Some(old) = self.entries.insert(key.into(), res) {
             self.content_bytes -= memory_bytes(&old);
         }
+    }
+
+    /// Forgets every entry (the site's `_headers` changed, and with it the
+    /// header blocks built).
+    pub fn clear(&mut self) {
+        self.entries.clear();
+        self.content_bytes = 0;
     }
 
     /// Bytes of small-file contents this cache may still hold.
@@ -264,21 +294,24 @@ fn still_valid(res: &Resource, root: &std::os::fd::OwnedFd) -> bool {
     if !res.precompressed {
         return true;
     }
-    Encoding::ALL.iter().all(|&e| {
+    Encoding::ALL.iter().zip(&res.siblings_seen).all(|(&e, was)| {
         let now = sys::stat_beneath(root, &format!("{}{}", res.rel, e.suffix())).ok();
-        let was = res.encoded.iter().find(|(c, _)| *c == e).map(|(_, v)| v.id);
-        now.filter(|id| id.is_file) == was
+        now.filter(|id| id.is_file) == *was
     })
 }
 
 /// Opens `rel` and its siblings and builds the resource, keeping contents
-/// of small files in memory while `room` (bytes) allows. `Ok(None)`: the
-/// path is not a regular file.
+/// of small files in memory while `room` (bytes) allows. A sibling older
+/// than the file is not served (a warning says so, once). A text file with
+/// no sibling gets compressed variants made on the fly when `compress`.
+/// `Ok(None)`: the path is not a regular file.
+#[allow(clippy::too_many_arguments)]
 pub fn load(
     root: &std::os::fd::OwnedFd,
     rel: &str,
     follow_symlinks: bool,
     precompressed: bool,
+    compress: bool,
     fields: &Fields<'_>,
     mut room: u64,
 ) -> io::Result<Option<Resource>> {
@@ -290,22 +323,51 @@ pub fn load(
     let name = rel.rsplit('/').next().unwrap_or(rel);
     let content_type = crate::mime::content_type(name);
     let mut encoded = Vec::new();
+    let mut siblings_seen = [None; 3];
     if precompressed {
-        for e in Encoding::ALL {
+        for (e, seen) in Encoding::ALL.into_iter().zip(&mut siblings_seen) {
             let Ok(sibling) = sys::open_beneath(root, &format!("{rel}{}", e.suffix()), follow_symlinks) else {
                 continue;
             };
             let Ok(sid) = sys::fstat(&sibling) else { continue };
-            if sid.is_file {
-                encoded.push((e, (sibling, sid)));
+            if !sid.is_file {
+                continue;
             }
+            *seen = Some(sid);
+            if sid.mtime_ns < id.mtime_ns {
+                warn_stale(rel, e, sid);
+                continue;
+            }
+            encoded.push((e, (sibling, sid)));
         }
     }
-    let negotiable = !encoded.is_empty();
+    let mut generated = Vec::new();
+    let mut pending = None;
+    let wanted = compress
+        && encoded.is_empty()
+        && (crate::compress::COMPRESS_MIN_BYTES..=crate::compress::COMPRESS_ON_THE_FLY_BYTES_MAX).contains(&id.size)
+        && crate::compress::compressible(&content_type);
+    if wanted {
+        match crate::compress::lookup(id, || file.try_clone().ok().map(Arc::new)) {
+            Some(crate::compress::Lookup::Ready(v)) => generated = v,
+            Some(crate::compress::Lookup::Pending(done)) => pending = Some(done),
+            None => {}
+        }
+    }
+    let negotiable = !encoded.is_empty() || !generated.is_empty() || pending.is_some();
     let identity = variant(file, id, &content_type, None, negotiable, fields, &mut room)?;
     let mut variants = Vec::new();
     for (e, (f, sid)) in encoded {
         variants.push((e, variant(f, sid, &content_type, Some(e), true, fields, &mut room)?));
+    }
+    for (e, bytes) in generated {
+        let etag = format_etag(
+            bytes.as_slice().len() as u64,
+            xxhash_rust::xxh3::xxh3_64(bytes.as_slice()),
+        );
+        let len = bytes.as_slice().len() as u64;
+        let v = assemble(id, len, etag, Data::Memory(bytes), &content_type, Some(e), true, fields)?;
+        variants.push((e, v));
     }
     Ok(Some(Resource {
         rel: rel.to_owned(),
@@ -314,8 +376,31 @@ pub fn load(
         codings: variants.iter().map(|(e, _)| *e).collect(),
         encoded: variants,
         precompressed,
+        siblings_seen,
+        pending,
+        negotiable,
         checked: std::cell::Cell::new(Instant::now()),
     }))
+}
+
+/// Says once per sibling (by identity) that it is older than its source,
+/// so not served: a build that rewrote `app.js` but not `app.js.gz` would
+/// otherwise send yesterday's script to every client that accepts gzip.
+fn warn_stale(rel: &str, coding: Encoding, sibling: FileId) {
+    static WARNED: OnceLock<Mutex<std::collections::HashSet<FileId>>> = OnceLock::new();
+    let mut warned = WARNED
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if warned.len() >= ETAGS_MAX {
+        warned.clear();
+    }
+    if warned.insert(sibling) {
+        peregrine::log::warn(format_args!(
+            "{rel}{} is older than {rel}: not served (rebuild it, or remove it to compress {rel} on the fly)",
+            coding.suffix()
+        ));
+    }
 }
 
 fn variant(
@@ -355,10 +440,35 @@ fn variant(
         Data::Memory(b) => b.as_slice().len() as u64,
         Data::File(_) => id.size,
     };
+    assemble(id, len, etag, data, content_type, coding, negotiable, fields)
+}
+
+/// A variant from its bytes and validator: the three header blocks built.
+#[allow(clippy::too_many_arguments)]
+fn assemble(
+    id: FileId,
+    len: u64,
+    etag: String,
+    data: Data,
+    content_type: &str,
+    coding: Option<Encoding>,
+    negotiable: bool,
+    fields: &Fields<'_>,
+) -> io::Result<Variant> {
     let last_modified = SystemTime::UNIX_EPOCH + Duration::from_nanos(u64::try_from(id.mtime_ns).unwrap_or(0));
     let lm = httpdate::fmt_http_date(last_modified);
+    let custom_has = |name: &str| fields.custom.iter().any(|(n, _)| n.eq_ignore_ascii_case(name));
+    let cache_control = match fields
+        .custom
+        .iter()
+        .rev()
+        .find(|(n, _)| n.eq_ignore_ascii_case("cache-control"))
+    {
+        Some((_, v)) => Some(v.as_str()),
+        None => fields.cache_control,
+    };
     let mut meta: Vec<(&str, &str)> = vec![("ETag", &etag), ("Last-Modified", &lm), ("Accept-Ranges", "bytes")];
-    if let Some(cc) = fields.cache_control {
+    if let Some(cc) = cache_control {
         meta.push(("Cache-Control", cc));
     }
     if negotiable {
@@ -368,12 +478,21 @@ fn variant(
         meta.push(("Content-Encoding", e.name()));
     }
     if fields.security_headers {
-        meta.extend(security_headers(content_type));
+        for &(n, v) in security_headers(content_type) {
+            if !custom_has(n) {
+                meta.push((n, v));
+            }
+        }
+    }
+    for (n, v) in fields.custom {
+        if !n.eq_ignore_ascii_case("cache-control") {
+            meta.push((n, v));
+        }
     }
     let mut with_type = vec![("Content-Type", content_type)];
     with_type.extend(meta.iter().copied());
     let mut not_modified: Vec<(&str, &str)> = vec![("ETag", &etag), ("Last-Modified", &lm)];
-    if let Some(cc) = fields.cache_control {
+    if let Some(cc) = cache_control {
         not_modified.push(("Cache-Control", cc));
     }
     if negotiable {

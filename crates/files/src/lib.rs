@@ -21,7 +21,9 @@
 #![warn(missing_docs)]
 
 mod cache;
+pub mod compress;
 pub mod conditional;
+pub mod conventions;
 pub mod encoding;
 mod listing;
 pub mod mime;
@@ -39,7 +41,15 @@ use std::time::Duration;
 use peregrine::{Handler, Reply, Request};
 
 pub use cache::{security_headers, SECURITY_HEADERS};
+pub use compress::settled as compression_settled;
 pub use sys::has_openat2;
+
+/// The bounds of [`Options::revalidate_interval`]: zero re-`stat`s on
+/// every request (a `stat` per file and sibling, measured at about 1 µs
+/// each from the dentry cache); an hour is already longer than anyone
+/// waits for an edit to show, and past it a mistake (seconds taken for
+/// milliseconds) would leave a site stale for days.
+pub const REVALIDATE_INTERVAL_RANGE: std::ops::RangeInclusive<Duration> = Duration::ZERO..=Duration::from_secs(3600);
 
 /// How a directory is served. Defaults are those of `peregrine serve`.
 #[derive(Debug, Clone)]
@@ -71,10 +81,18 @@ pub struct Options {
     /// (default on).
     pub security_headers: bool,
     /// Look for `NAME.br`, `NAME.zst` and `NAME.gz` next to each file and
-    /// serve them to clients that accept them (default on).
+    /// serve them to clients that accept them (default on). A sibling older
+    /// than its file is not served (a warning says so).
     pub precompressed: bool,
+    /// Compress text files that have no sibling on the fly, once, off the
+    /// event loop, keeping the results within a memory bound
+    /// ([`compress`]; default on). Until a file's forms are ready it is
+    /// sent in identity.
+    pub compress: bool,
     /// How long a cached lookup is trusted before the file is `stat`ed
-    /// again to see whether it changed (default 1 s; zero: every request).
+    /// again to see whether it changed (default 1 s; zero: every request;
+    /// at most [`REVALIDATE_INTERVAL_RANGE`]'s end). An edited file may be
+    /// served as it was for this long; so may `_headers` and `_redirects`.
     pub revalidate_interval: Duration,
     /// Files up to this size get a content hash as their ETag (the same
     /// bytes, the same tag, whatever their mtime); larger ones get
@@ -101,6 +119,7 @@ impl Options {
             cache_rules: Vec::new(),
             security_headers: true,
             precompressed: true,
+            compress: true,
             revalidate_interval: Duration::from_secs(1),
             etag_hash_bytes_max: 1 << 20,
         }

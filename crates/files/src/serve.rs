@@ -1,8 +1,20 @@
-//! The pipeline: method → path → lookup → directory → encoding →
+//! The pipeline: method → forced redirect → path → lookup → directory →
+//! (missing: redirect, wildcard, fallback, 404 page) → encoding →
 //! conditional → range → reply. Each step returns early with its answer.
+//!
+//! The site conventions (`conventions`: `_headers`, `_redirects`,
+//! `_404.html`, `_wildcard.*`) are read from the root and answered as
+//! `pack` compiles them into an archive, so that a directory answers as its
+//! archive will. Each worker keeps its own copy of the two rule files,
+//! trusted for `revalidate_interval` like any cached file, then `stat`ed;
+//! when they change, the worker re-reads them and forgets its cached header
+//! blocks (which `_headers` fed).
 
+use std::cell::RefCell;
+use std::collections::HashMap;
 use std::fs::File;
-use std::os::fd::OwnedFd;
+use std::io::Read;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::rc::Rc;
 use std::time::Instant;
 
@@ -11,7 +23,8 @@ use peregrine::{HeaderBlock, Request, Response};
 
 use crate::cache::{self, Fields, Resource, Variant};
 use crate::conditional::{self, Preconditions, Verdict};
-use crate::encoding;
+use crate::conventions::{self, Conventions};
+use crate::encoding::{self, Encoding};
 use crate::path::{self, SitePath};
 use crate::range::{self, Ranges};
 use crate::{listing, sys, Error, Options};
@@ -21,6 +34,31 @@ use crate::{listing, sys, Error, Options};
 const MULTIPART_BYTES_MAX: u64 = 8 << 20;
 
 const ALLOW: &str = "GET, HEAD, OPTIONS";
+
+/// Largest `_headers` or `_redirects` read: far above any real one (a
+/// thousand rules fit in 100 KiB), and each worker keeps its own copy.
+const CONVENTION_FILE_BYTES_MAX: u64 = 1 << 20;
+/// Folders whose `_wildcard.*` each worker remembers; cleared when full
+/// (missing paths name folders, so a client could otherwise grow it).
+const WILDCARD_FOLDERS_MAX: usize = 4096;
+
+/// The two rule files' identities (`None`: absent), to notice a change.
+type RuleIds = [Option<sys::FileId>; 2];
+
+/// One worker's view of a site's conventions.
+struct Live {
+    site: u64,
+    rules: Rc<Conventions>,
+    ids: RuleIds,
+    checked: Instant,
+    /// Folder (relative, no trailing slash) → its `_wildcard.*` file's
+    /// name; forgotten at each look at the rule files.
+    wildcards: HashMap<String, Option<String>>,
+}
+
+thread_local! {
+    static LIVE: RefCell<Vec<Live>> = const { RefCell::new(Vec::new()) };
+}
 
 /// A served directory and its settings, shared by all workers.
 pub struct Site {
@@ -66,17 +104,162 @@ impl Site {
                 }
             }
         }
+        if !crate::REVALIDATE_INTERVAL_RANGE.contains(&options.revalidate_interval) {
+            return Err(Error(format!(
+                "revalidate interval {:?} is out of range: at most {:?}",
+                options.revalidate_interval,
+                crate::REVALIDATE_INTERVAL_RANGE.end()
+            )));
+        }
         for name in &options.index {
             if name.is_empty() || name.contains('/') || name.starts_with('.') {
                 return Err(Error(format!("bad index file name {name:?}")));
             }
         }
-        Ok(Site {
+        let site = Site {
             id,
             root,
             options,
             rules,
-        })
+        };
+        // A bad `_headers` or `_redirects` refuses the start, as it
+        // refuses `pack` (and `check-config` says so).
+        site.read_conventions()
+            .map_err(|e| Error(format!("{}/{e}", site.options.root.display())))?;
+        Ok(site)
+    }
+
+    /// Reads and compiles `_headers` and `_redirects` from the root.
+    fn read_conventions(&self) -> Result<(Conventions, RuleIds), String> {
+        let mut texts: [Option<Vec<u8>>; 2] = [None, None];
+        let mut ids: RuleIds = [None, None];
+        for (i, name) in ["_headers", "_redirects"].into_iter().enumerate() {
+            let file = match sys::open_beneath(&self.root, name, self.options.follow_symlinks) {
+                Ok(f) => f,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(format!("{name}: {e}")),
+            };
+            let id = sys::fstat(&file).map_err(|e| format!("{name}: {e}"))?;
+            if !id.is_file {
+                continue;
+            }
+            if id.size > CONVENTION_FILE_BYTES_MAX {
+                return Err(format!(
+                    "{name}: {} bytes, more than the {CONVENTION_FILE_BYTES_MAX} read",
+                    id.size
+                ));
+            }
+            let mut text = Vec::new();
+            file.take(CONVENTION_FILE_BYTES_MAX)
+                .read_to_end(&mut text)
+                .map_err(|e| format!("{name}: {e}"))?;
+            texts[i] = Some(text);
+            ids[i] = Some(id);
+        }
+        let c = Conventions::new(texts[0].as_deref(), texts[1].as_deref())?;
+        Ok((c, ids))
+    }
+
+    /// This worker's rules, re-read when a rule file changed (looked at
+    /// once per `revalidate_interval`). A rule file that no longer parses
+    /// is logged and the rules read before stay.
+    fn conventions(&self, now: Instant) -> Rc<Conventions> {
+        let interval = self.options.revalidate_interval;
+        let (rules, changed) = LIVE.with(|live| {
+            let mut live = live.borrow_mut();
+            let idx = match live.iter().position(|l| l.site == self.id) {
+                Some(i) => i,
+                None => {
+                    let (rules, ids) = self.read_conventions().unwrap_or_default();
+                    live.push(Live {
+                        site: self.id,
+                        rules: Rc::new(rules),
+                        ids,
+                        checked: now,
+                        wildcards: HashMap::new(),
+                    });
+                    live.len() - 1
+                }
+            };
+            let l = &mut live[idx];
+            if now.saturating_duration_since(l.checked) < interval {
+                return (l.rules.clone(), false);
+            }
+            l.checked = now;
+            let ids =
+                ["_headers", "_redirects"].map(|name| sys::stat_beneath(&self.root, name).ok().filter(|id| id.is_file));
+            // Folders may have gained or lost a wildcard too.
+            l.wildcards.clear();
+            if ids == l.ids {
+                return (l.rules.clone(), false);
+            }
+            l.ids = ids;
+            match self.read_conventions() {
+                Ok((rules, ids)) => {
+                    l.ids = ids;
+                    l.rules = Rc::new(rules);
+                    (l.rules.clone(), true)
+                }
+                Err(e) => {
+                    peregrine::log::error(format_args!(
+                        "{}/{e}; still following the rules read before",
+                        self.options.root.display()
+                    ));
+                    (l.rules.clone(), false)
+                }
+            }
+        });
+        if changed {
+            cache::with_cache(self.id, |c| c.clear());
+        }
+        rules
+    }
+
+    /// The `_wildcard.*` file of a folder (relative, no trailing slash), by
+    /// name: the first in byte order, as `pack` takes it, siblings
+    /// (`_wildcard.html.gz`) left out. Remembered per worker until the next
+    /// look at the rule files.
+    fn wildcard_name(&self, folder: &str) -> Option<String> {
+        let known = LIVE.with(|live| {
+            let live = live.borrow();
+            let l = live.iter().find(|l| l.site == self.id)?;
+            l.wildcards.get(folder).cloned()
+        });
+        if let Some(name) = known {
+            return name;
+        }
+        let found = self.find_wildcard(folder);
+        LIVE.with(|live| {
+            let mut live = live.borrow_mut();
+            if let Some(l) = live.iter_mut().find(|l| l.site == self.id) {
+                if l.wildcards.len() >= WILDCARD_FOLDERS_MAX {
+                    l.wildcards.clear();
+                }
+                l.wildcards.insert(folder.to_owned(), found.clone());
+            }
+        });
+        found
+    }
+
+    fn find_wildcard(&self, folder: &str) -> Option<String> {
+        let dir = sys::open_beneath(&self.root, folder, self.options.follow_symlinks).ok()?;
+        if !sys::fstat(&dir).is_ok_and(|id| id.is_dir) {
+            return None;
+        }
+        // Read from the directory opened beneath the root (as listings are).
+        let entries = std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd())).ok()?;
+        let mut names: Vec<String> = entries
+            .filter_map(|e| e.ok()?.file_name().into_string().ok())
+            .filter(|n| n.starts_with("_wildcard."))
+            .collect();
+        names.sort_unstable();
+        let is_sibling = |n: &str| {
+            Encoding::ALL.iter().any(|e| {
+                n.strip_suffix(e.suffix())
+                    .is_some_and(|base| names.iter().any(|m| m == base))
+            })
+        };
+        names.iter().find(|n| !is_sibling(n)).cloned()
     }
 
     pub fn respond(&self, req: &Request<'_>) -> Response {
@@ -90,6 +273,15 @@ impl Site {
         let raw = req.path().as_bytes();
         let now = Instant::now();
         let fields = scan(req);
+        let rules = self.conventions(now);
+        // A forced redirect shadows any file, cached or not. A raw path
+        // without escapes or dot segments is already its key.
+        let plain = !req.path().contains(['%', '\\']) && !req.path().contains("/.") && !req.path().contains("//");
+        if plain && rules.has_forced() {
+            if let Some((status, to)) = rules.forced(req.path()) {
+                return conventions::redirect(status, to);
+            }
+        }
         // Hot path: a cached file for exactly this raw path.
         let interval = self.options.revalidate_interval;
         if let Some(res) = cache::with_cache(self.id, |c| c.get(raw, &self.root, interval, now)) {
@@ -100,11 +292,19 @@ impl Site {
             Ok(p) => p,
             Err(e) => return bad_request(e.reason()),
         };
-        if site_path.is_hidden() {
-            return self.not_found(&fields, head);
+        let key = site_key(&site_path);
+        if !plain && rules.has_forced() {
+            if let Some((status, to)) = rules.forced(&key) {
+                return conventions::redirect(status, to);
+            }
+        }
+        // Dotfiles and the convention files are not served (an archive
+        // has no entry for them either): what a missing path gets.
+        if site_path.is_hidden() || conventions::is_convention_file(&site_path.rel) {
+            return self.missing(&site_path, &key, &rules, &fields, head);
         }
         // 3. Lookup.
-        match self.lookup(&site_path) {
+        match self.lookup(&site_path, &rules) {
             Found::File(res) => {
                 cache::with_cache(self.id, |c| c.insert(raw, res.clone()));
                 self.reply(&res, &fields, head, 200)
@@ -143,12 +343,12 @@ impl Site {
                 }
             }
             Found::Forbidden => Response::error(403),
-            Found::Missing => self.missing(&site_path, &fields, head),
+            Found::Missing => self.missing(&site_path, &key, &rules, &fields, head),
         }
     }
 
     /// Finds what a normalised path names.
-    fn lookup(&self, p: &SitePath) -> Found {
+    fn lookup(&self, p: &SitePath, rules: &Conventions) -> Found {
         let file = match sys::open_beneath(&self.root, &p.rel, self.options.follow_symlinks) {
             Ok(f) => f,
             Err(e) => return found_for(&e),
@@ -161,23 +361,40 @@ impl Site {
                 // `/file.txt/` names nothing (nginx and Caddy: 404).
                 return Found::Missing;
             }
+            // `x.js.gz` beside `x.js` is a variant of it, not a resource
+            // (`pack` makes no entry for it).
+            if self.options.precompressed && self.is_sibling(&p.rel) {
+                return Found::Missing;
+            }
             drop(file);
-            return self.load(&p.rel);
+            return self.load(&p.rel, rules);
         }
         if !id.is_dir {
             // FIFOs, sockets, devices are never served.
             return Found::Forbidden;
         }
-        if !p.trailing_slash {
-            return Found::Redirect;
-        }
-        for name in &self.options.index {
-            let rel = if p.rel.is_empty() {
+        let index = |name: &String| {
+            if p.rel.is_empty() {
                 name.clone()
             } else {
                 format!("{}/{name}", p.rel)
-            };
-            match self.load(&rel) {
+            }
+        };
+        if !p.trailing_slash {
+            // Redirected to `/dir/` only if something answers there; else
+            // it is missing, as in an archive (which has no entry for a
+            // directory without an index file).
+            let answered = self.options.list_dirs
+                || self
+                    .options
+                    .index
+                    .iter()
+                    .any(|name| sys::stat_beneath(&self.root, &index(name)).is_ok_and(|id| id.is_file));
+            return if answered { Found::Redirect } else { Found::Missing };
+        }
+        for name in &self.options.index {
+            let rel = index(name);
+            match self.load(&rel, rules) {
                 Found::Missing => continue,
                 found => return found,
             }
@@ -189,12 +406,22 @@ impl Site {
         }
     }
 
-    fn load(&self, rel: &str) -> Found {
+    /// Whether `rel` is a pre-compressed sibling of a file beside it.
+    fn is_sibling(&self, rel: &str) -> bool {
+        Encoding::ALL.iter().any(|e| {
+            rel.strip_suffix(e.suffix())
+                .is_some_and(|base| sys::stat_beneath(&self.root, base).is_ok_and(|id| id.is_file))
+        })
+    }
+
+    fn load(&self, rel: &str, rules: &Conventions) -> Found {
         let cc = self.cache_control(rel);
+        let custom = rules.headers_for(&format!("/{rel}"));
         let fields = Fields {
             cache_control: cc,
             security_headers: self.options.security_headers,
             etag_hash_bytes_max: self.options.etag_hash_bytes_max,
+            custom: &custom,
         };
         let room = cache::with_cache(self.id, |c| c.room());
         match cache::load(
@@ -202,6 +429,7 @@ impl Site {
             rel,
             self.options.follow_symlinks,
             self.options.precompressed,
+            self.options.compress,
             &fields,
             room,
         ) {
@@ -220,39 +448,67 @@ impl Site {
             .or(self.options.cache_control.as_deref())
     }
 
-    /// A path that names nothing: the SPA fallback for extension-less
-    /// routes, else the 404 page.
-    fn missing(&self, p: &SitePath, fields: &Fields0<'_>, head: bool) -> Response {
+    /// A path that names nothing (`key`: its site path, `/a/b`): a
+    /// `_redirects` rule, the deepest `_wildcard.*` above it, the SPA
+    /// fallback for extension-less routes, else the 404 page.
+    fn missing(&self, p: &SitePath, key: &str, rules: &Conventions, fields: &Fields0<'_>, head: bool) -> Response {
+        if let Some((status, to)) = rules.redirect_for(key) {
+            return conventions::redirect(status, &to);
+        }
+        // `/a/b/c` and `/a/b/` look in `a/b`, then `a`, then the root.
+        let mut folder = &key[1..key.rfind('/').unwrap_or(0).max(1)];
+        loop {
+            let hidden = folder
+                .split('/')
+                .enumerate()
+                .any(|(i, s)| s.starts_with('.') && !(i == 0 && s == ".well-known"));
+            if let Some(name) = self.wildcard_name(folder).filter(|_| !hidden) {
+                let rel = if folder.is_empty() {
+                    name
+                } else {
+                    format!("{folder}/{name}")
+                };
+                if let Some(res) = self.page(&rel, rules) {
+                    return self.reply(&res, fields, head, 200);
+                }
+            }
+            if folder.is_empty() {
+                break;
+            }
+            folder = &folder[..folder.rfind('/').unwrap_or(0)];
+        }
         if let Some(fallback) = &self.options.fallback {
             let is_route = p.file_name().is_none_or(|name| !name.contains('.'));
             if is_route {
-                if let Some(res) = self.page(fallback) {
+                if let Some(res) = self.page(fallback, rules) {
                     return self.reply(&res, fields, head, 200);
                 }
             }
         }
-        self.not_found(fields, head)
+        self.not_found(rules, fields, head)
     }
 
-    fn not_found(&self, fields: &Fields0<'_>, head: bool) -> Response {
-        if let Some(page) = &self.options.not_found_page {
-            if let Some(res) = self.page(page) {
-                return self.reply(&res, fields, head, 404);
-            }
+    /// The `--404` page, else the root's `_404.html`, with status 404.
+    fn not_found(&self, rules: &Conventions, fields: &Fields0<'_>, head: bool) -> Response {
+        let page = self.options.not_found_page.as_deref().unwrap_or("_404.html");
+        if let Some(res) = self.page(page, rules) {
+            return self.reply(&res, fields, head, 404);
         }
         Response::error(404)
     }
 
-    /// A configured page, through the cache like any file.
-    fn page(&self, page: &str) -> Option<Rc<Resource>> {
-        let key = format!("/{}", page.trim_start_matches('/'));
+    /// A page (a path within the root) through the cache like any file,
+    /// under a key no request path can have (it starts with NUL), so that
+    /// asking for `/_404.html` is not answered from it.
+    fn page(&self, page: &str, rules: &Conventions) -> Option<Rc<Resource>> {
+        let key = format!("\0/{}", page.trim_start_matches('/'));
         let now = Instant::now();
         let interval = self.options.revalidate_interval;
         if let Some(res) = cache::with_cache(self.id, |c| c.get(key.as_bytes(), &self.root, interval, now)) {
             return Some(res);
         }
-        let p = path::normalize(key.as_bytes()).ok()?;
-        match self.load(&p.rel) {
+        let p = path::normalize(&key.as_bytes()[1..]).ok()?;
+        match self.load(&p.rel, rules) {
             Found::File(res) => {
                 cache::with_cache(self.id, |c| c.insert(key.as_bytes(), res.clone()));
                 Some(res)
@@ -267,7 +523,7 @@ impl Site {
     fn reply(&self, res: &Resource, fields: &Fields0<'_>, head: bool, status: u16) -> Response {
         // 4. Encoding.
         let coding = encoding::negotiate(fields.accept_encoding, &res.codings);
-        let v = res.variant(coding);
+        let v = held(res, fields).unwrap_or_else(|| res.variant(coding));
         if status != 200 {
             return Response::new(status)
                 .with_header_block(v.block_200.clone())
@@ -309,6 +565,34 @@ impl Site {
             .with_header_block(v.block_200.clone())
             .with_body(v.body(0..v.len))
     }
+}
+
+/// The representation a revalidating client already holds, if it is still
+/// acceptable to it: the server chooses among acceptable representations
+/// (RFC 9110 §12.1), and choosing the one whose tag the client sent (its
+/// `If-None-Match`) makes the answer a 304 instead of a new download. It
+/// matters when a coding appears after the client's first request (a file
+/// compressed on the fly is sent in identity until its forms are ready):
+/// without it every client would fetch each such file twice.
+fn held<'r>(res: &'r Resource, fields: &Fields0<'_>) -> Option<&'r cache::Variant> {
+    let inm = fields.pre.if_none_match?;
+    if !res.negotiable() {
+        return None;
+    }
+    let pre = Preconditions {
+        if_none_match: Some(inm),
+        ..Default::default()
+    };
+    let candidates = std::iter::once((None, &res.identity)).chain(res.encoded.iter().map(|(e, v)| (Some(*e), v)));
+    for (coding, v) in candidates {
+        // Identity is always sent when nothing else is acceptable (as nginx
+        // and Caddy do), so it is acceptable here too.
+        let acceptable = coding.is_none_or(|c| encoding::negotiate(fields.accept_encoding, &[c]) == Some(c));
+        if acceptable && conditional::evaluate(&pre, &v.etag, v.last_modified) == Verdict::NotModified {
+            return Some(v);
+        }
+    }
+    None
 }
 
 /// A 416 still says how the answer varies.
@@ -370,6 +654,17 @@ fn found_for(e: &std::io::Error) -> Found {
         // Both look like nothing there, as for a missing file.
         Some(libc::EACCES) | Some(libc::EPERM) => Found::Forbidden,
         _ => Found::Missing,
+    }
+}
+
+/// The key a normalised path has in an archive: `/`, `/a/b` or `/a/b/`.
+fn site_key(p: &SitePath) -> String {
+    if p.rel.is_empty() {
+        "/".to_owned()
+    } else if p.trailing_slash {
+        format!("/{}/", p.rel)
+    } else {
+        format!("/{}", p.rel)
     }
 }
 

@@ -594,3 +594,121 @@ fn a_file_truncated_during_a_transfer_ends_the_connection_short() {
     // The server lives on.
     assert_eq!(get(server.local_addr(), "/big.bin").body.len(), 1 << 20);
 }
+
+/// An edited file is served as it was for up to `revalidate_interval`, then
+/// as it is; both ends of the range, so nothing here waits on a clock: an
+/// hour is never reached in a test, zero is always passed.
+#[test]
+fn an_edited_file_shows_after_the_trust_interval() {
+    let f = Fixture::new("trust");
+    f.write("page.txt", "first");
+    let trusting = f.serve(|o| o.revalidate_interval = Duration::from_secs(3600));
+    let checking = f.serve(|o| o.revalidate_interval = Duration::ZERO);
+    assert_eq!(get(trusting.local_addr(), "/page.txt").text(), "first");
+    assert_eq!(get(checking.local_addr(), "/page.txt").text(), "first");
+    // Replaced by rename, as editors and deploys do (a new inode).
+    let tmp = f.root().join(".page.txt.tmp");
+    std::fs::write(&tmp, "second, longer").unwrap();
+    std::fs::rename(&tmp, f.root().join("page.txt")).unwrap();
+    assert_eq!(get(trusting.local_addr(), "/page.txt").text(), "first");
+    assert_eq!(get(checking.local_addr(), "/page.txt").text(), "second, longer");
+}
+
+#[test]
+fn a_trust_interval_past_an_hour_is_refused() {
+    let f = Fixture::new("trust-bound");
+    let mut o = Options::new(f.root());
+    o.revalidate_interval = Duration::from_secs(3601);
+    let e = FileServer::new(o).err().expect("refused");
+    assert!(e.to_string().contains("out of range"), "{e}");
+}
+
+/// A body decoded from its content coding.
+fn decoded(coding: &str, body: &[u8]) -> Vec<u8> {
+    use std::io::Read as _;
+    let mut out = Vec::new();
+    match coding {
+        "br" => brotli::Decompressor::new(body, 4096).read_to_end(&mut out).map(|_| ()),
+        "zstd" => zstd::stream::copy_decode(body, &mut out),
+        "gzip" => flate2::read::GzDecoder::new(body).read_to_end(&mut out).map(|_| ()),
+        other => panic!("{other}"),
+    }
+    .unwrap();
+    out
+}
+
+/// Compression on the fly: the first answer is identity (and says it
+/// varies) while the file is compressed off the event loop; once that is
+/// done, every coding is served, and decodes to the file.
+#[test]
+fn text_without_a_sibling_is_compressed_on_the_fly() {
+    let f = Fixture::new("on-the-fly");
+    let css = "body { color: #123456; margin: 0 auto; }\n".repeat(100);
+    f.write("site.css", &css);
+    f.write("logo.png", [0u8; 1000]);
+    let server = f.serve(|_| {});
+    let addr = server.local_addr();
+    let first = request(addr, "GET", "/site.css", &[("Accept-Encoding", "br, zstd, gzip")]);
+    assert_eq!(first.header("content-encoding"), None);
+    assert_eq!(first.header("vary"), Some("Accept-Encoding"));
+    assert_eq!(first.text(), css);
+    assert!(peregrine_files::compression_settled(Duration::from_secs(120)));
+    for coding in ["br", "zstd", "gzip"] {
+        let r = request(addr, "GET", "/site.css", &[("Accept-Encoding", coding)]);
+        assert_eq!(r.header("content-encoding"), Some(coding));
+        assert_eq!(r.header("vary"), Some("Accept-Encoding"));
+        assert!(r.body.len() < css.len() / 10, "{coding}: {} bytes", r.body.len());
+        assert_eq!(decoded(coding, &r.body), css.as_bytes(), "{coding}");
+        assert_ne!(r.header("etag"), first.header("etag"));
+    }
+    let r = get(addr, "/site.css");
+    assert_eq!((r.header("content-encoding"), r.text()), (None, css.clone()));
+    // A client that fetched it in identity before and revalidates is told
+    // its copy is good (304), not sent it again compressed.
+    let first_tag = first.header("etag").unwrap();
+    let r = request(
+        addr,
+        "GET",
+        "/site.css",
+        &[("Accept-Encoding", "br, zstd, gzip"), ("If-None-Match", first_tag)],
+    );
+    assert_eq!((r.status, r.header("etag")), (304, Some(first_tag)));
+    assert_eq!(r.header("vary"), Some("Accept-Encoding"));
+    // Binary types are not compressed, and do not vary.
+    let r = request(addr, "GET", "/logo.png", &[("Accept-Encoding", "br")]);
+    assert_eq!((r.header("content-encoding"), r.header("vary")), (None, None));
+    // It can be turned off.
+    let off = f.serve(|o| o.compress = false);
+    let r = request(off.local_addr(), "GET", "/site.css", &[("Accept-Encoding", "br")]);
+    assert_eq!((r.header("content-encoding"), r.header("vary")), (None, None));
+}
+
+/// A build that rewrote `app.js` but not `app.js.gz` must not send the old
+/// script to gzip clients: the stale sibling is passed over (with a
+/// warning), and the file is compressed on the fly instead.
+#[test]
+fn a_sibling_older_than_its_file_is_not_served() {
+    let f = Fixture::new("stale-sibling");
+    let js = "console.log('the current script, long enough to compress');\n".repeat(20);
+    f.write("app.js", &js);
+    let sibling = f.write("app.js.gz", "yesterday's gzip");
+    let an_hour_ago = SystemTime::now() - Duration::from_secs(3600);
+    std::fs::File::options()
+        .write(true)
+        .open(&sibling)
+        .unwrap()
+        .set_modified(an_hour_ago)
+        .unwrap();
+    let server = f.serve(|o| o.revalidate_interval = Duration::ZERO);
+    let addr = server.local_addr();
+    let r = request(addr, "GET", "/app.js", &[("Accept-Encoding", "gzip")]);
+    assert_eq!((r.header("content-encoding"), r.text()), (None, js.clone()));
+    assert!(peregrine_files::compression_settled(Duration::from_secs(120)));
+    let r = request(addr, "GET", "/app.js", &[("Accept-Encoding", "gzip")]);
+    assert_eq!(r.header("content-encoding"), Some("gzip"));
+    assert_eq!(decoded("gzip", &r.body), js.as_bytes());
+    // A sibling as new as its file is served again.
+    std::fs::write(&sibling, "today's gzip").unwrap();
+    let r = request(addr, "GET", "/app.js", &[("Accept-Encoding", "gzip")]);
+    assert_eq!(r.text(), "today's gzip");
+}

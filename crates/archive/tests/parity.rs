@@ -1,0 +1,341 @@
+//! A directory answers as its archive: one tree with every convention
+//! (`_headers`, `_redirects`, `_404.html`, `_wildcard.*`, index files,
+//! dotfiles, pre-compressed siblings), served by `FileServer` and, packed,
+//! by `ArchiveServer`; every request path gets the same status, the same
+//! fields that matter, and the same body from both.
+//!
+//! Without `Accept-Encoding` every path is compared. With it, every path
+//! but those with a pre-compressed sibling (which a directory serves as it
+//! finds it, and `pack` replaces with its own) is compared once the
+//! directory has compressed its text files on the fly, with the settings
+//! `pack` uses: the same bytes. `Vary` may differ (a directory says it on a
+//! file whose compression is still under way).
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use peregrine::Server;
+use peregrine_archive::{pack, ArchiveServer, Mode, PackOptions};
+use peregrine_files::{FileServer, Options};
+
+/// The fields compared; the others (Date, Content-Length's framing twin,
+/// Connection) say nothing about the site.
+const FIELDS: [&str; 14] = [
+    "content-type",
+    "content-encoding",
+    "content-length",
+    "location",
+    "cache-control",
+    "etag",
+    "last-modified",
+    "accept-ranges",
+    "x-content-type-options",
+    "x-frame-options",
+    "referrer-policy",
+    "x-site",
+    "x-docs",
+    "allow",
+];
+
+struct Tmp(PathBuf);
+
+impl Tmp {
+    fn new(name: &str) -> Tmp {
+        let dir = std::env::temp_dir().join(format!("peregrine-parity-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        Tmp(dir)
+    }
+
+    fn write(&self, rel: &str, bytes: impl AsRef<[u8]>) {
+        let p = self.0.join(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, bytes).unwrap();
+    }
+}
+
+impl Drop for Tmp {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// One answer, reduced to what is compared.
+#[derive(PartialEq, Eq)]
+struct Answer {
+    status: u16,
+    fields: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+/// Shown with its body as text (escaped), so that a difference reads well.
+impl std::fmt::Debug for Answer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Answer")
+            .field("status", &self.status)
+            .field("fields", &self.fields)
+            .field("body", &self.body.escape_ascii().to_string())
+            .finish()
+    }
+}
+
+fn ask(addr: SocketAddr, method: &str, target: &str) -> Answer {
+    ask_with(addr, method, target, "")
+}
+
+fn ask_with(addr: SocketAddr, method: &str, target: &str, fields: &str) -> Answer {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "{method} {target} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n{fields}\r\n"
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let mut h = [httparse::EMPTY_HEADER; 64];
+    let mut r = httparse::Response::new(&mut h);
+    let httparse::Status::Complete(head_len) = r.parse(&raw).unwrap() else {
+        panic!("{target}: incomplete answer {:?}", String::from_utf8_lossy(&raw));
+    };
+    let mut fields: Vec<(String, String)> = r
+        .headers
+        .iter()
+        .filter(|h| FIELDS.contains(&h.name.to_ascii_lowercase().as_str()))
+        .map(|h| {
+            (
+                h.name.to_ascii_lowercase(),
+                String::from_utf8_lossy(h.value).into_owned(),
+            )
+        })
+        .collect();
+    fields.sort();
+    Answer {
+        status: r.code.unwrap(),
+        fields,
+        body: raw[head_len..].to_vec(),
+    }
+}
+
+fn tree(t: &Tmp) -> PathBuf {
+    t.write("site/index.html", "<h1>home</h1>");
+    t.write("site/about.html", "<p>about</p>");
+    t.write("site/docs/index.html", "<p>docs</p>");
+    t.write("site/docs/guide.txt", "a guide, shadowed by a forced redirect");
+    t.write("site/docs/api.json", "{\"a\": 1}");
+    t.write(
+        "site/docs/big.json",
+        "{\"key\": \"a value worth compressing\"}\n".repeat(50),
+    );
+    t.write("site/big.html", "<p>a page long enough to compress</p>\n".repeat(50));
+    t.write("site/app/deep/big.txt", "text long enough to compress\n".repeat(50));
+    t.write("site/noindex/a.txt", "a directory without an index file");
+    t.write("site/plain/a.txt", "no redirect names this directory");
+    t.write("site/_404.html", "<p>custom not found</p>");
+    t.write("site/app/_wildcard.html", "<p>spa shell</p>");
+    t.write("site/app/deep/_wildcard.html", "<p>deeper shell</p>");
+    t.write("site/app/deep/_wildcard.html.gz", "not a wildcard: a sibling");
+    t.write("site/app/real.txt", "a real file under a wildcard");
+    t.write("site/style.css", "body { color: #123456 }\n".repeat(20));
+    t.write("site/style.css.gz", "a pre-compressed sibling is not a resource");
+    t.write("site/archive.tar.gz", "no file beside it: a resource");
+    t.write("site/.secret", "never served");
+    t.write("site/sub/_headers", "only the root's _headers is a convention");
+    t.write("site/sub/_404.html", "only the root's _404.html is the 404 page");
+    t.write("site/caf\u{e9}.txt", "caf\u{e9}");
+    t.write("site/.well-known/security.txt", "Contact: mailto:a@example.com");
+    t.write(
+        "site/_headers",
+        "# every file\n/*\n  X-Site: one\n/docs/*\n  Cache-Control: max-age=60\n  X-Docs: yes\n\
+         /about.html\n  X-Frame-Options: DENY\n",
+    );
+    t.write(
+        "site/_redirects",
+        "/old /about.html\n/about.html /nowhere 302\n/docs/guide.txt /forced.txt 307!\n\
+         /blog/:year/* /posts/:year/:splat 308\n/noindex /elsewhere 302\n/app/x /redirected 301\n\
+         /gone/* /:splat 301!\n",
+    );
+    t.0.join("site")
+}
+
+const TARGETS: &[&str] = &[
+    "/",
+    "/index.html",
+    "/about.html",
+    "/docs",
+    "/docs/",
+    "/docs/index.html",
+    "/docs/guide.txt",
+    "/docs/api.json",
+    "/docs/big.json",
+    "/big.html",
+    "/app/deep/big.txt",
+    "/docs/missing",
+    "/noindex",
+    "/noindex/",
+    "/noindex/a.txt",
+    "/plain",
+    "/plain/",
+    "/plain/a.txt",
+    "/old",
+    "/old/",
+    "/blog/2024/a/b",
+    "/blog/2024",
+    "/blog/",
+    "/gone/x/y",
+    "/app",
+    "/app/",
+    "/app/x",
+    "/app/y",
+    "/app/real.txt",
+    "/app/real.txt/",
+    "/app/deep",
+    "/app/deep/",
+    "/app/deep/y/z",
+    "/app/_wildcard.html",
+    "/app/deep/_wildcard.html.gz",
+    "/_headers",
+    "/_redirects",
+    "/_404.html",
+    "/missing",
+    "/missing/",
+    "/style.css",
+    "/style.css.gz",
+    "/archive.tar.gz",
+    "/.secret",
+    "/.well-known/security.txt",
+    "/sub/_headers",
+    "/sub/_404.html",
+    "/caf%C3%A9.txt",
+    "/caf%c3%a9.txt",
+    "/docs/../about.html",
+    "/%2e%2e/index.html",
+    "//about.html",
+    "/docs/./guide.txt",
+    "/%64ocs/guide.txt",
+];
+
+#[test]
+fn a_directory_answers_as_its_archive() {
+    let t = Tmp::new("dir");
+    let root = tree(&t);
+    let archive = t.0.join("site.prg");
+    pack(&PackOptions::new(&root, &archive)).unwrap();
+
+    let dir = Server::new()
+        .bind("127.0.0.1:0")
+        .workers(1)
+        .start(FileServer::new(Options::new(&root)).unwrap())
+        .unwrap();
+    let packed = Server::new()
+        .bind("127.0.0.1:0")
+        .workers(1)
+        .start(ArchiveServer::open_without_sighup(&archive, Mode::Map).unwrap())
+        .unwrap();
+    let (dir_addr, packed_addr) = (dir.local_addrs()[0], packed.local_addrs()[0]);
+
+    let mut differ = Vec::new();
+    for target in TARGETS {
+        for method in ["GET", "HEAD"] {
+            let d = ask(dir_addr, method, target);
+            let a = ask(packed_addr, method, target);
+            if d != a {
+                differ.push(format!("{method} {target}:\n  directory {d:?}\n  archive   {a:?}"));
+            }
+        }
+    }
+    assert!(
+        differ.is_empty(),
+        "{} answers differ:\n{}",
+        differ.len(),
+        differ.join("\n")
+    );
+
+    // The answers are the ones the conventions promise (so that the
+    // comparison above is not between two servers equally wrong).
+    let status = |t: &str| ask(dir_addr, "GET", t).status;
+    let body = |t: &str| String::from_utf8_lossy(&ask(dir_addr, "GET", t).body).into_owned();
+    let field = |t: &str, name: &str| {
+        ask(dir_addr, "GET", t)
+            .fields
+            .into_iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v)
+    };
+    for hidden in ["/_headers", "/_redirects", "/_404.html", "/.secret", "/style.css.gz"] {
+        assert_eq!(
+            (status(hidden), body(hidden)),
+            (404, "<p>custom not found</p>".into()),
+            "{hidden}"
+        );
+    }
+    assert_eq!(body("/app/_wildcard.html"), "<p>spa shell</p>");
+    assert_eq!(status("/app/_wildcard.html"), 200);
+    assert_eq!(body("/app/deep/y/z"), "<p>deeper shell</p>");
+    assert_eq!(body("/app/deep/_wildcard.html.gz"), "<p>deeper shell</p>");
+    assert_eq!(body("/app/real.txt"), "a real file under a wildcard");
+    assert_eq!(field("/app/x", "location").as_deref(), Some("/redirected"));
+    assert_eq!(field("/docs/guide.txt", "location").as_deref(), Some("/forced.txt"));
+    assert_eq!(status("/about.html"), 200);
+    assert_eq!(field("/about.html", "x-frame-options").as_deref(), Some("DENY"));
+    assert_eq!(field("/docs/api.json", "cache-control").as_deref(), Some("max-age=60"));
+    assert_eq!(field("/docs/api.json", "x-site").as_deref(), Some("one"));
+    assert_eq!(field("/blog/2024/a/b", "location").as_deref(), Some("/posts/2024/a/b"));
+    assert_eq!(field("/noindex", "location").as_deref(), Some("/elsewhere"));
+    assert_eq!(status("/plain"), 404);
+    assert_eq!(field("/docs", "location").as_deref(), Some("/docs/"));
+    assert_eq!(body("/sub/_headers"), "only the root's _headers is a convention");
+    assert_eq!(body("/archive.tar.gz"), "no file beside it: a resource");
+
+    dir.shutdown();
+    packed.shutdown();
+}
+
+/// `_headers` and `_redirects` are followed live: an edit shows once the
+/// trust interval has passed (zero here: at the next request).
+#[test]
+fn a_directory_follows_edited_conventions() {
+    let t = Tmp::new("live");
+    let root = tree(&t);
+    let mut options = Options::new(&root);
+    options.revalidate_interval = Duration::ZERO;
+    let dir = Server::new()
+        .bind("127.0.0.1:0")
+        .workers(1)
+        .start(FileServer::new(options).unwrap())
+        .unwrap();
+    let addr = dir.local_addrs()[0];
+    let x_site = |t: &str| {
+        ask(addr, "GET", t)
+            .fields
+            .into_iter()
+            .find(|(n, _)| n == "x-site")
+            .map(|(_, v)| v)
+    };
+    assert_eq!(x_site("/index.html").as_deref(), Some("one"));
+    assert_eq!(ask(addr, "GET", "/new-rule").status, 404);
+    t.write("site/_headers", "/*\n  X-Site: two\n");
+    t.write("site/_redirects", "/new-rule /index.html 302\n");
+    assert_eq!(x_site("/index.html").as_deref(), Some("two"));
+    assert_eq!(ask(addr, "GET", "/new-rule").status, 302);
+    // A rule file that no longer parses keeps the rules read before.
+    t.write("site/_redirects", "/a /b 200\n");
+    assert_eq!(ask(addr, "GET", "/new-rule").status, 302);
+    dir.shutdown();
+}
+
+#[test]
+fn a_bad_rule_file_refuses_the_directory_as_it_refuses_pack() {
+    let t = Tmp::new("bad");
+    let root = tree(&t);
+    t.write("site/_redirects", "/a /b 200\n");
+    let e = FileServer::new(Options::new(&root)).err().expect("refused");
+    assert!(
+        e.to_string()
+            .contains("_redirects: line 1: status 200 is not a redirect"),
+        "{e}"
+    );
+    assert!(pack(&PackOptions::new(&root, t.0.join("x.prg"))).is_err());
+}

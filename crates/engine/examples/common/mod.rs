@@ -1,0 +1,51 @@
+//! What every example shares: where to listen. `--bind ADDR` (repeatable;
+//! `IP:PORT`, `[IPv6]:PORT`, `HOST:PORT`, or `:PORT` for every IPv4
+//! interface, as the `peregrine` command takes them), else the
+//! `PEREGRINE_BIND` variable, else `127.0.0.1:8080`.
+
+use peregrine::{Handler, Server};
+
+/// The address an example listens on when nothing says otherwise.
+pub const DEFAULT_BIND: &str = "127.0.0.1:8080";
+
+/// The addresses asked for, from the arguments or the environment.
+pub fn addresses() -> Vec<String> {
+    let mut args = std::env::args().skip(1);
+    let mut given = Vec::new();
+    while let Some(arg) = args.next() {
+        let value = match arg.strip_prefix("--bind=") {
+            Some(v) => v.to_owned(),
+            None if arg == "--bind" => args.next().unwrap_or_else(|| usage("--bind needs an address")),
+            None => usage(&format!("unknown argument {arg:?}")),
+        };
+        given.push(value);
+    }
+    if given.is_empty() {
+        given.push(std::env::var("PEREGRINE_BIND").unwrap_or_else(|_| DEFAULT_BIND.to_owned()));
+    }
+    given
+        .into_iter()
+        .map(|a| match a.strip_prefix(':') {
+            Some(port) => format!("0.0.0.0:{port}"),
+            None => a,
+        })
+        .collect()
+}
+
+/// Binds `server` to the addresses asked for, starts it with `handler`,
+/// prints where it listens, and serves until SIGINT or SIGTERM.
+pub fn run(mut server: Server, handler: impl Handler) -> Result<(), peregrine::Error> {
+    for addr in addresses() {
+        server = server.bind(addr);
+    }
+    let running = server.start(handler)?;
+    for addr in running.local_addrs() {
+        println!("listening on http://{addr}/");
+    }
+    running.wait()
+}
+
+fn usage(why: &str) -> ! {
+    eprintln!("{why}\nusage: [--bind ADDR]... (or PEREGRINE_BIND=ADDR; default {DEFAULT_BIND})");
+    std::process::exit(2)
+}
