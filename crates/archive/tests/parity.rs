@@ -232,7 +232,7 @@ fn a_directory_answers_as_its_archive() {
     let packed = Server::new()
         .bind("127.0.0.1:0")
         .workers(1)
-        .start(ArchiveServer::open_without_sighup(&archive, Mode::Map).unwrap())
+        .start(ArchiveServer::open(&archive, Mode::Map).unwrap())
         .unwrap();
     let (dir_addr, packed_addr) = (dir.local_addrs()[0], packed.local_addrs()[0]);
 

@@ -392,7 +392,14 @@ function checkReload(found, firstEtags) {
         // falcon.svg held the cache entry while the <img> asked for it.
         // Then the right answer is the full 200 with the same ETag.
         check(r.wireStatus === 200, `reload: ${path} (sent without If-None-Match) was answered ${r.wireStatus}, not 200`);
-        check(etag === firstEtags[path], `reload: ${path}'s 200 carries ETag ${etag}, not ${firstEtags[path]}`);
+        // Without a validator the server may pick another representation
+        // (`serve DIR` compresses text files on the fly after the first
+        // request): then only a strong ETag is asked of it.
+        if (UNTRUSTED) {
+          check(/^"[^"]+"$/.test(etag ?? ""), `reload: ${path}'s 200 has no strong ETag (${etag})`);
+        } else {
+          check(etag === firstEtags[path], `reload: ${path}'s 200 carries ETag ${etag}, not ${firstEtags[path]}`);
+        }
         continue;
       }
       check(r.wireStatus === 304, `reload: ${path} was answered ${r.wireStatus}, not 304 Not Modified`);
