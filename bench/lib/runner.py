@@ -25,6 +25,7 @@ import sys
 import time
 
 import filetree
+import h2
 import install
 import layout
 import load
@@ -212,6 +213,11 @@ def main(argv):
         log("ERROR: wrk is missing and could not be installed")
         return 1
     venv_python = install.ensure_venv()
+    if any(sc in load.H2_SCENARIOS for sc in args.scenario_names):
+        why = h2.ensure_h2load()
+        if why:
+            log(f"ERROR: {why}: the HTTP/2 scenarios are not run")
+            args.scenario_names = [sc for sc in args.scenario_names if sc not in load.H2_SCENARIOS]
 
     # 2. build
     servers.Peregrine.run_cargo = not args.no_cargo
@@ -329,6 +335,8 @@ def main(argv):
             mode = {"hello": "hello", "load": "load100k"}.get(load.SCENARIOS[scenario][0].kind, "file")
             if load.SCENARIOS[scenario][0].tls:
                 mode = f"TLS {mode}"
+            if load.SCENARIOS[scenario][0].h2:
+                mode = f"HTTP/2 {mode}"
             log(f"{scenario}: without {', '.join(left_out)} (no {mode} mode"
                 f"{', or limit where its hello says nothing' if 'limit' in left_out and mode == 'file' else ''})")
         if scenario == "load100k":
@@ -385,6 +393,7 @@ def main(argv):
                 "memory.png": "bytes per idle connection",
                 "files.png": "static files: requests per second, CPU µs per request, bytes per second",
                 "tls.png": "over TLS: requests per second and CPU µs per request",
+                "h2.png": "HTTP/2 (h2load): requests per second, CPU µs per request, bytes per second",
                 "latency.png": "latency at a fixed rate (oha, corrected for coordinated omission)"}
         charts = [(m, alts.get(m, m)) for m in made]
     else:
@@ -408,8 +417,8 @@ def main(argv):
     return 0
 
 
-def _start(server, log_path, skipped, scenario, tree=None, cert=None):
-    running = servers.Running(server, log_path, tree, cert)
+def _start(server, log_path, skipped, scenario, tree=None, cert=None, h2_point=None):
+    running = servers.Running(server, log_path, tree, cert, h2_point)
     reason = running.start()
     if reason:
         log(f"{server.name} failed to start for {scenario}: {reason}")
@@ -428,6 +437,8 @@ def run_scenario(server, scenario, args, results, log_path, skipped, rep, tree=N
     (wrk's) is recorded in the row (and in meta.txt)."""
     files = load.SCENARIOS[scenario][0].file_mode
     over_tls = load.SCENARIOS[scenario][0].tls
+    if load.SCENARIOS[scenario][0].h2:
+        return run_h2(server, scenario, args, results, log_path, skipped, rep, tree, cert, tls_seen)
     running, reason = _start(server, log_path, skipped, scenario, tree if files else None,
                              cert if over_tls else None)
     try:
@@ -482,6 +493,44 @@ def run_scenario(server, scenario, args, results, log_path, skipped, rep, tree=N
     finally:
         if running:
             running.stop()
+
+
+def run_h2(server, scenario, args, results, log_path, skipped, rep, tree, cert, tls_seen):
+    """One repetition of an HTTP/2 scenario (h2.py) on a freshly started
+    server in its h2 mode: its answer checked over h2 (curl, then h2load
+    with two streams), a warm-up h2load run, then the measured one."""
+    [point] = load.SCENARIOS[scenario]
+    base = {"server": server.name, "scenario": scenario, "point": point.label,
+            "conns": point.conns, "depth": point.depth, "rep": rep}
+    running, reason = _start(server, log_path, skipped, scenario, tree, cert if point.tls else None, point)
+    if running is None:
+        results.add({**base, "note": f"did not start: {reason.splitlines()[0][:200]}"})
+        return
+    try:
+        body = tree.files[point.path]
+        try:
+            checked = h2.check(running.port, point, body, cert, load.WRK_CPU)
+        except h2.WrongAnswer as e:
+            why = f"wrong answer, not measured: {e}"
+            log(f"ERROR: {server.name} at {point.label}: {why}")
+            skipped.setdefault(f"{server.name} at {point.label}", why)
+            results.add({**base, "note": why})
+            return
+        try:  # warm-up, not recorded
+            h2.run(h2.h2load_argv(running.port, point, WARMUP_S, load.WRK_CPU), WARMUP_S + h2.H2LOAD_MARGIN_S)
+        except h2.WrongAnswer:
+            pass
+        row = h2.measure(running, point, args.duration, len(body), load.WRK_CPU)
+        if row.get("tls"):
+            tls_seen.setdefault((server.name, scenario), set()).add(row["tls"])
+        results.add({**base, "checked": checked, **row})
+        log(f"{scenario:8} {point.label:12} {server.name:12} rep {rep}: "
+            + (f"{row['req_per_s']:>12,.0f} req/s  cpu {row['cpu_us_per_req']} µs/req  errors {row['errors']}  "
+               f"{row['bytes_per_s'] / 2**20:,.1f} MiB/s  p50 {row.get('p50_us')} µs  p99 {row.get('p99_us')} µs  "
+               f"{row.get('tls')}" if row.get("req_per_s") not in (None, "") else "")
+            + (f"  [{row['note']}]" if row.get("note") else ""))
+    finally:
+        running.stop()
 
 
 def run_idle(server, args, results, log_path, skipped, rep):
