@@ -149,6 +149,12 @@ def write_meta(path, args, command, started, prepared, skipped, venv_python, nof
                      f"ssl_ecdh_curve {tls.GROUPS} (bench/peers/nginx/tls.conf.in); h2o minimum-version TLSv1.3 "
                      f"with OpenSSL's server defaults; Peregrine with rustls' defaults (ring provider, "
                      f"TLS 1.3 and 1.2); wrk offers OpenSSL's defaults")
+        if any(sc in load.H2_SCENARIOS for sc in args.scenario_names):
+            lines.append(f"HTTP/2 scenarios: h2load -t 1 -c {load.H2_CONNS} -m {load.H2_STREAMS} -D SECONDS, "
+                         f"over TLS with --tls13-ciphers {tls.TLS13_CIPHERSUITE} (h2-*) or h2c with prior "
+                         f"knowledge (h2c-*); nginx with bench/peers/nginx/h2.conf.in, h2o and Peregrine "
+                         f"with their file configurations (h2 on by default); what h2load negotiated is in "
+                         f"each row's tls column of results.csv")
         for (name, scenario), seen in sorted((tls_seen or {}).items()):
             lines.append(f"TLS negotiated by {name} at {scenario} (openssl s_client with OpenSSL's default "
                          f"offer, as wrk; per repetition): {'; '.join(sorted(seen))}")
@@ -166,6 +172,8 @@ def write_meta(path, args, command, started, prepared, skipped, venv_python, nof
               f"  gcc: {sh(['gcc', '--version']).splitlines()[0]}"]
     if cert is not None:
         lines.append(f"  openssl (wrk's and s_client's library): {sh(['openssl', 'version'])}")
+    if any(sc in load.H2_SCENARIOS for sc in args.scenario_names):
+        lines.append(f"  h2load: {sh(['h2load', '--version'])}; curl: {sh(['curl', '--version']).splitlines()[0]}")
     if args.rate and args.rate.get("oha"):
         lines.append(f"  oha: {rate.oha_version(args.rate['oha'])} ({args.rate['oha']})")
     if venv_python:
