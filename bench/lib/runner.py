@@ -156,6 +156,10 @@ def write_meta(path, args, command, started, prepared, skipped, venv_python, nof
                          f"with their file configurations (h2 on by default); what h2load negotiated is in "
                          f"each row's tls column of results.csv")
         for (name, scenario), seen in sorted((tls_seen or {}).items()):
+            if scenario in load.H2_SCENARIOS:
+                lines.append(f"HTTP/2 negotiated by {name} at {scenario} (as h2load reported it; per "
+                             f"repetition): {'; '.join(sorted(seen))}")
+                continue
             lines.append(f"TLS negotiated by {name} at {scenario} (openssl s_client with OpenSSL's default "
                          f"offer, as wrk; per repetition): {'; '.join(sorted(seen))}")
     for name, server in prepared.items():
