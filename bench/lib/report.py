@@ -225,7 +225,7 @@ def summary_markdown(summary, ctx):
         "- `× limit` compares with the `limit` server (bench/limit/limit.c, which parses nothing) "
         "at the same load point of this run. req/s: higher is better; CPU µs/req: lower is better.",
         "- CPU µs/req: the server's user+system CPU time over the run divided by the requests "
-        "wrk completed. CPU % srv / wrk / other: how busy the server and wrk were, and "
+        "wrk completed (h2load in the HTTP/2 scenarios, where it stands for wrk in what follows). CPU % srv / wrk / other: how busy the server and wrk were, and "
         "how much CPU went to neither (other processes, the kernel, and time the hypervisor stole); wrk near 100 % with the server "
         "below it means the client set that row's req/s, and only CPU µs/req compares the servers "
         "there; other above a few % means the row was disturbed. Latencies are wrk's (see bench/README.md).",
