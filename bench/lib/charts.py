@@ -12,7 +12,9 @@ tls.png: the TLS scenarios (tls-c50, tls-f17): requests/s and CPU µs per
 request, when they ran. chart.png and cpu.png also have a panel for the
 stress points (c512 ... c4096, f17-c512 ... f17-c4096) and real10k.
 latency.png: the rate scenarios, latency against percentile (50 to 99.99,
-log scales) per server, one panel per rate and scenario.
+log scales) per server, one panel per rate and scenario. h2.png: the
+HTTP/2 scenarios (h2-*, h2c-*): requests/s and CPU µs per request for the
+17-byte and 4 KiB files, bytes/s for the 1 MiB file.
 
 Usage: .venv/bin/python bench/lib/charts.py RUN_DIR
 """
@@ -44,6 +46,8 @@ SMALL_FILES = ["f17", "f4k", "f304", "frange"]
 LARGE_FILES = ["f64k", "f10m"]
 PIPELINED_FILES = ["fpipe16"]
 TLS = ["tls-c50", "tls-f17"]
+H2_SMALL = ["h2-c50", "h2c-c50", "h2-f4k", "h2c-f4k"]
+H2_LARGE = ["h2-f1m", "h2c-f1m"]
 
 
 def load(run_dir):
@@ -214,6 +218,16 @@ def main():
                      "req_per_s", "requests per second", lambda v: f"{v / 1000:.0f}k"),
                     ("server CPU µs per request (lower is better)", TLS,
                      "cpu_us_per_req", "server CPU µs per request", lambda v: f"{v:.1f}"),
+                ]),
+        grouped(run_dir, rows, None, None,
+                f"HTTP/2 (h2load -c 50 -m 32; h2: TLS, ALPN h2; h2c: cleartext), one worker pinned to one CPU\n{stamp}",
+                "h2.png", None, panels=[
+                    ("17-byte and 4 KiB files: requests per second (higher is better)", H2_SMALL,
+                     "req_per_s", "requests per second", lambda v: f"{v / 1000:.0f}k"),
+                    ("17-byte and 4 KiB files: server CPU µs per request (lower is better)", H2_SMALL,
+                     "cpu_us_per_req", "server CPU µs per request", lambda v: f"{v:.2f}"),
+                    ("1 MiB file: MiB per second read by h2load (higher is better)", H2_LARGE,
+                     "bytes_per_s", "MiB per second", lambda v: f"{v:,.0f}"),
                 ]),
         latency(run_dir, rows, stamp),
     ]

@@ -28,6 +28,7 @@ SIZES = {
     "17.txt": 17,
     "4k.txt": 4 * 1024,
     "64k.txt": 64 * 1024,
+    "1m.txt": 1024 * 1024,  # h2-f1m, h2c-f1m
     "10m.txt": 10 * 1024 * 1024,
 }
 MTIME = 1_767_225_600  # 2026-01-01T00:00:00Z: Last-Modified is the same every run

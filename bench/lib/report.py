@@ -30,6 +30,7 @@ RESULT_FIELDS = [
     "rss_first_kib", "rss_anon_first_kib", "rss_file_first_kib",
     "rss_after_kib", "rss_anon_after_kib", "rss_file_after_kib", "paths_ok",
     "pack_s", "archive_bytes",
+    "data_bytes", "cpu_us_per_mib", "h2_lat_min_us", "h2_lat_max_us", "h2_lat_mean_us", "h2_lat_sd_us",
     "request_headers", "checked", "tls", "note",
 ]
 
@@ -41,9 +42,14 @@ LOAD_FIGURES = ["start_ms", "hello_start_ms", "load_ms", "start_cpu_ms",
                 "rss_after_kib", "rss_anon_after_kib", "rss_file_after_kib", "paths_ok",
                 "pack_s", "archive_bytes"]
 SUMMARY_FIGURES += LOAD_FIGURES
+# h2load's "time for request" (the HTTP/2 scenarios)
+H2_FIGURES = ["h2_lat_min_us", "h2_lat_max_us", "h2_lat_mean_us", "h2_lat_sd_us", "cpu_us_per_mib"]
+SUMMARY_FIGURES += H2_FIGURES
 RATIOS = [("req_per_s", "limit"), ("cpu_us_per_req", "limit"),
           ("req_per_s", "nginx"), ("bytes_per_s", "nginx"), ("cpu_us_per_req", "nginx"),
-          ("cpu_us_per_req", "kawipiko")]
+          ("cpu_us_per_req", "kawipiko"),
+          ("req_per_s", "h2o"), ("bytes_per_s", "h2o"), ("cpu_us_per_req", "h2o"),
+          ("cpu_us_per_mib", "nginx"), ("cpu_us_per_mib", "h2o")]
 SUMMARY_FIELDS = ["server", "scenario", "point", "conns", "depth", "reps"] + SUMMARY_FIGURES + \
     [f"{fig}_vs_{ref}" for fig, ref in RATIOS] + ["note"]
 
@@ -70,6 +76,17 @@ TARGETS = [
 MEMORY_TARGETS = [
     ("peregrine", "idle10k", "idle_bytes_per_conn", "<=", 600, "idle10k bytes per connection"),
 ]
+# HTTP/2 (issue 10), over TLS (h2-*) and h2c (h2c-*) alike: server CPU µs
+# per request against nginx's and h2o's, and the 1 MiB file's bytes/s
+# against nginx's (higher is better there).
+H2_TARGETS = [
+    t for mode in ("h2", "h2c") for t in (
+        ("peregrine", f"{mode}-c50", "cpu_us_per_req_vs_nginx", "<=", 0.5, f"{mode}-c50 CPU µs/req vs nginx"),
+        ("peregrine", f"{mode}-c50", "cpu_us_per_req_vs_h2o", "<=", 0.8, f"{mode}-c50 CPU µs/req vs h2o"),
+        ("peregrine", f"{mode}-f4k", "cpu_us_per_req_vs_nginx", "<=", 0.5, f"{mode}-f4k CPU µs/req vs nginx"),
+        ("peregrine", f"{mode}-f4k", "cpu_us_per_req_vs_h2o", "<=", 0.8, f"{mode}-f4k CPU µs/req vs h2o"),
+        ("peregrine", f"{mode}-f1m", "bytes_per_s_vs_nginx", ">=", 1.0, f"{mode}-f1m bytes/s vs nginx"),
+    )]
 # Measured, without a goal: CPU ratios of the other scenarios.
 MEASURED = [
     ("peregrine", "tls-c50", "cpu_us_per_req_vs_nginx", "TLS hello c50 vs nginx"),
@@ -208,7 +225,7 @@ def summary_markdown(summary, ctx):
         "- `× limit` compares with the `limit` server (bench/limit/limit.c, which parses nothing) "
         "at the same load point of this run. req/s: higher is better; CPU µs/req: lower is better.",
         "- CPU µs/req: the server's user+system CPU time over the run divided by the requests "
-        "wrk completed. CPU % srv / wrk / other: how busy the server and wrk were, and "
+        "wrk completed (h2load in the HTTP/2 scenarios, where it stands for wrk in what follows). CPU % srv / wrk / other: how busy the server and wrk were, and "
         "how much CPU went to neither (other processes, the kernel, and time the hypervisor stole); wrk near 100 % with the server "
         "below it means the client set that row's req/s, and only CPU µs/req compares the servers "
         "there; other above a few % means the row was disturbed. Latencies are wrk's (see bench/README.md).",
@@ -225,6 +242,20 @@ def summary_markdown(summary, ctx):
             "MiB/s is wrk's Transfer/sec: every byte it read, heads and bodies, over the run. "
             "head B: the size of the server's status line and header fields in the checked answer "
             "(bodies are the same for all).",
+        ]
+    if any(sc in load.H2_SCENARIOS for sc in ctx["scenarios"]):
+        md += [
+            "- HTTP/2 scenarios (h2-* over TLS with ALPN h2, h2c-* cleartext with prior knowledge): "
+            "h2load (`-t 1 -c 50 -m 32 -D SECONDS`, pinned like wrk; over TLS it offers TLS 1.3 with "
+            "the one cipher suite nginx is pinned to) instead of wrk, on every file server's h2 mode, "
+            "the run's file tree. Each server's answer was checked over h2 first (curl: 200 over "
+            "HTTP/2 with the file's exact bytes; h2load with two streams on one connection: the "
+            "protocol, two 2xx, the DATA bytes). Each run's status codes, errors, negotiated "
+            "protocol and DATA bytes per answer are checked again (a row with a note failed one). "
+            "Latencies are h2load's: \"time for request\" min / mean / sd / max, and percentiles of "
+            "its per-request log; a closed loop with 1,600 requests outstanding, so they include "
+            "queueing and no coordinated-omission correction. MiB/s: every byte h2load read (frames, "
+            "HPACK heads, DATA) over the run.",
         ]
     if any(sc in load.TLS_SCENARIOS for sc in ctx["scenarios"]):
         md += [
@@ -253,6 +284,14 @@ def summary_markdown(summary, ctx):
                "idle10k is memory, judged in bytes.", ""]
     if any(sc in load.TLS_SCENARIOS for sc in ctx["scenarios"]):
         md += _tls_agreement(ctx.get("tls_seen") or {}) + [""]
+    h2_targets = _targets(by_point, H2_TARGETS)
+    if h2_targets:
+        md += ["## HTTP/2 targets (issue 10)", ""]
+        md += _table(["target", "measured", "goal", ""], h2_targets)
+        md += ["", "CPU ratios: the server's CPU µs per request over nginx's or h2o's at the same "
+               "point of this run, lower is better; bytes/s: every byte h2load read per second "
+               "over nginx's, higher is better. h2-*: over TLS (ALPN h2); h2c-*: cleartext with "
+               "prior knowledge.", ""]
 
     for scenario in ctx["scenarios"]:
         points = [p for p in load.SCENARIOS[scenario] if p.label in by_point]
@@ -261,6 +300,9 @@ def summary_markdown(summary, ctx):
         md += [f"## {scenario}: {load.DESCRIPTIONS[scenario]}", ""]
         if scenario in load.TLS_SCENARIOS:
             md += _tls_table(points, by_point, ctx.get("tls_seen") or {}) + [""]
+            continue
+        if scenario in load.H2_SCENARIOS:
+            md += _h2_table(points, by_point, ctx.get("tls_seen") or {}) + [""]
             continue
         if scenario in load.FILE_SCENARIOS:
             md += _files_table(points, by_point) + [""]
@@ -368,6 +410,41 @@ def _tls_table(points, by_point, tls_seen):
         "", "negotiated: protocol, cipher suite, key-exchange group and signature that the server "
             "chose for OpenSSL's default client offer (wrk's), by `openssl s_client`, in every "
             "repetition. head B: the status line and header fields of the checked answer."]
+
+
+def _h2_table(points, by_point, tls_seen):
+    large = points[0].path == "/1m.txt"
+    head = ["server", "req/s", "× nginx", "× h2o", "MiB/s", "× nginx", "× h2o",
+            "min / mean ± sd / max", "p50", "p90", "p99", "p99.9", "errors",
+            "CPU µs/req", "× nginx", "× h2o"] + (["CPU µs/MiB", "× nginx", "× h2o"] if large else []) + \
+        ["negotiated", "CPU % srv / h2load / other"]
+    rows, notes = [], []
+    for p in points:
+        for s in by_point[p.label]:
+            seen = "; ".join(sorted(tls_seen.get((s["server"], p.scenario), ()))) or ("h2c" if not p.tls else "–")
+            lat = "–" if s["h2_lat_mean_us"] is None else (
+                f"{fmt_us(s['h2_lat_min_us'])} / {fmt_us(s['h2_lat_mean_us'])} ± {fmt_us(s['h2_lat_sd_us'])}"
+                f" / {fmt_us(s['h2_lat_max_us'])}")
+            rows.append([s["server"], fmt_int(s["req_per_s"]), fmt_ratio(s["req_per_s_vs_nginx"]),
+                         fmt_ratio(s["req_per_s_vs_h2o"]), fmt_mib(s["bytes_per_s"]),
+                         fmt_ratio(s["bytes_per_s_vs_nginx"]), fmt_ratio(s["bytes_per_s_vs_h2o"]), lat,
+                         fmt_us(s["p50_us"]), fmt_us(s["p90_us"]), fmt_us(s["p99_us"]), fmt_us(s["p999_us"]),
+                         fmt_int(s["errors"]), fmt_cpu(s["cpu_us_per_req"]),
+                         fmt_ratio(s["cpu_us_per_req_vs_nginx"]), fmt_ratio(s["cpu_us_per_req_vs_h2o"])]
+                        + ([fmt_cpu(s["cpu_us_per_mib"]), fmt_ratio(s["cpu_us_per_mib_vs_nginx"]),
+                            fmt_ratio(s["cpu_us_per_mib_vs_h2o"])] if large else [])
+                        + [seen, _busy(s)])
+            if s["note"]:
+                notes.append(f"{s['server']} at {s['point']}: {s['note']}")
+    return _table(head, rows) + ([""] + [f"- {n}" for n in notes] if notes else []) + [
+        "", "h2load -t 1 -c 50 -m 32: 50 connections, 32 streams each. Latency: h2load's \"time for "
+            "request\" (median over the repetitions of each figure) and percentiles of its per-request "
+            "log. negotiated: what h2load reported (application protocol; over TLS also the version, "
+            "cipher suite and key-exchange group)."] + (
+        ["", "1 MiB file: with 1,600 streams outstanding, each answer takes about a second, so many "
+             "are cut when h2load stops and CPU µs/req (CPU over answers completed) overstates the cost; "
+             "CPU µs/MiB (CPU over every byte h2load read) does not, and MiB/s is the judged figure."]
+        if large else [])
 
 
 def _tls_agreement(tls_seen):

@@ -25,6 +25,7 @@ import sys
 import time
 
 import filetree
+import h2
 import install
 import layout
 import load
@@ -148,7 +149,17 @@ def write_meta(path, args, command, started, prepared, skipped, venv_python, nof
                      f"ssl_ecdh_curve {tls.GROUPS} (bench/peers/nginx/tls.conf.in); h2o minimum-version TLSv1.3 "
                      f"with OpenSSL's server defaults; Peregrine with rustls' defaults (ring provider, "
                      f"TLS 1.3 and 1.2); wrk offers OpenSSL's defaults")
+        if any(sc in load.H2_SCENARIOS for sc in args.scenario_names):
+            lines.append(f"HTTP/2 scenarios: h2load -t 1 -c {load.H2_CONNS} -m {load.H2_STREAMS} -D SECONDS, "
+                         f"over TLS with --tls13-ciphers {tls.TLS13_CIPHERSUITE} (h2-*) or h2c with prior "
+                         f"knowledge (h2c-*); nginx with bench/peers/nginx/h2.conf.in, h2o and Peregrine "
+                         f"with their file configurations (h2 on by default); what h2load negotiated is in "
+                         f"each row's tls column of results.csv")
         for (name, scenario), seen in sorted((tls_seen or {}).items()):
+            if scenario in load.H2_SCENARIOS:
+                lines.append(f"HTTP/2 negotiated by {name} at {scenario} (as h2load reported it; per "
+                             f"repetition): {'; '.join(sorted(seen))}")
+                continue
             lines.append(f"TLS negotiated by {name} at {scenario} (openssl s_client with OpenSSL's default "
                          f"offer, as wrk; per repetition): {'; '.join(sorted(seen))}")
     for name, server in prepared.items():
@@ -165,6 +176,8 @@ def write_meta(path, args, command, started, prepared, skipped, venv_python, nof
               f"  gcc: {sh(['gcc', '--version']).splitlines()[0]}"]
     if cert is not None:
         lines.append(f"  openssl (wrk's and s_client's library): {sh(['openssl', 'version'])}")
+    if any(sc in load.H2_SCENARIOS for sc in args.scenario_names):
+        lines.append(f"  h2load: {sh(['h2load', '--version'])}; curl: {sh(['curl', '--version']).splitlines()[0]}")
     if args.rate and args.rate.get("oha"):
         lines.append(f"  oha: {rate.oha_version(args.rate['oha'])} ({args.rate['oha']})")
     if venv_python:
@@ -212,6 +225,11 @@ def main(argv):
         log("ERROR: wrk is missing and could not be installed")
         return 1
     venv_python = install.ensure_venv()
+    if any(sc in load.H2_SCENARIOS for sc in args.scenario_names):
+        why = h2.ensure_h2load()
+        if why:
+            log(f"ERROR: {why}: the HTTP/2 scenarios are not run")
+            args.scenario_names = [sc for sc in args.scenario_names if sc not in load.H2_SCENARIOS]
 
     # 2. build
     servers.Peregrine.run_cargo = not args.no_cargo
@@ -329,6 +347,8 @@ def main(argv):
             mode = {"hello": "hello", "load": "load100k"}.get(load.SCENARIOS[scenario][0].kind, "file")
             if load.SCENARIOS[scenario][0].tls:
                 mode = f"TLS {mode}"
+            if load.SCENARIOS[scenario][0].h2:
+                mode = f"HTTP/2 {mode}"
             log(f"{scenario}: without {', '.join(left_out)} (no {mode} mode"
                 f"{', or limit where its hello says nothing' if 'limit' in left_out and mode == 'file' else ''})")
         if scenario == "load100k":
@@ -385,6 +405,7 @@ def main(argv):
                 "memory.png": "bytes per idle connection",
                 "files.png": "static files: requests per second, CPU µs per request, bytes per second",
                 "tls.png": "over TLS: requests per second and CPU µs per request",
+                "h2.png": "HTTP/2 (h2load): requests per second, CPU µs per request, bytes per second",
                 "latency.png": "latency at a fixed rate (oha, corrected for coordinated omission)"}
         charts = [(m, alts.get(m, m)) for m in made]
     else:
@@ -408,8 +429,8 @@ def main(argv):
     return 0
 
 
-def _start(server, log_path, skipped, scenario, tree=None, cert=None):
-    running = servers.Running(server, log_path, tree, cert)
+def _start(server, log_path, skipped, scenario, tree=None, cert=None, h2_point=None):
+    running = servers.Running(server, log_path, tree, cert, h2_point)
     reason = running.start()
     if reason:
         log(f"{server.name} failed to start for {scenario}: {reason}")
@@ -428,6 +449,8 @@ def run_scenario(server, scenario, args, results, log_path, skipped, rep, tree=N
     (wrk's) is recorded in the row (and in meta.txt)."""
     files = load.SCENARIOS[scenario][0].file_mode
     over_tls = load.SCENARIOS[scenario][0].tls
+    if load.SCENARIOS[scenario][0].h2:
+        return run_h2(server, scenario, args, results, log_path, skipped, rep, tree, cert, tls_seen)
     running, reason = _start(server, log_path, skipped, scenario, tree if files else None,
                              cert if over_tls else None)
     try:
@@ -482,6 +505,44 @@ def run_scenario(server, scenario, args, results, log_path, skipped, rep, tree=N
     finally:
         if running:
             running.stop()
+
+
+def run_h2(server, scenario, args, results, log_path, skipped, rep, tree, cert, tls_seen):
+    """One repetition of an HTTP/2 scenario (h2.py) on a freshly started
+    server in its h2 mode: its answer checked over h2 (curl, then h2load
+    with two streams), a warm-up h2load run, then the measured one."""
+    [point] = load.SCENARIOS[scenario]
+    base = {"server": server.name, "scenario": scenario, "point": point.label,
+            "conns": point.conns, "depth": point.depth, "rep": rep}
+    running, reason = _start(server, log_path, skipped, scenario, tree, cert if point.tls else None, point)
+    if running is None:
+        results.add({**base, "note": f"did not start: {reason.splitlines()[0][:200]}"})
+        return
+    try:
+        body = tree.files[point.path]
+        try:
+            checked = h2.check(running.port, point, body, cert, load.WRK_CPU)
+        except h2.WrongAnswer as e:
+            why = f"wrong answer, not measured: {e}"
+            log(f"ERROR: {server.name} at {point.label}: {why}")
+            skipped.setdefault(f"{server.name} at {point.label}", why)
+            results.add({**base, "note": why})
+            return
+        try:  # warm-up, not recorded
+            h2.run(h2.h2load_argv(running.port, point, WARMUP_S, load.WRK_CPU), WARMUP_S + h2.H2LOAD_MARGIN_S)
+        except h2.WrongAnswer:
+            pass
+        row = h2.measure(running, point, args.duration, len(body), load.WRK_CPU)
+        if row.get("tls"):
+            tls_seen.setdefault((server.name, scenario), set()).add(row["tls"])
+        results.add({**base, "checked": checked, **row})
+        log(f"{scenario:8} {point.label:12} {server.name:12} rep {rep}: "
+            + (f"{row['req_per_s']:>12,.0f} req/s  cpu {row['cpu_us_per_req']} µs/req  errors {row['errors']}  "
+               f"{row['bytes_per_s'] / 2**20:,.1f} MiB/s  p50 {row.get('p50_us')} µs  p99 {row.get('p99_us')} µs  "
+               f"{row.get('tls')}" if row.get("req_per_s") not in (None, "") else "")
+            + (f"  [{row['note']}]" if row.get("note") else ""))
+    finally:
+        running.stop()
 
 
 def run_idle(server, args, results, log_path, skipped, rep):

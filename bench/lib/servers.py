@@ -36,6 +36,9 @@ import sys
 import tempfile
 import time
 
+from dataclasses import replace
+
+import h2 as h2_
 import install
 import procs
 import tls as tls_
@@ -69,6 +72,7 @@ class Server:
     files_hello = False   # answers the file scenarios with its hello (limit)
     loads = False         # takes part in load100k (load_argv)
     tls = False           # has a TLS mode (the TLS scenarios: tls_argv, tls_files_argv)
+    h2 = False            # serves files over HTTP/2, TLS and h2c (the h2 scenarios: h2_files_argv)
 
     def prepare(self):
         return None
@@ -98,8 +102,16 @@ class Server:
         """The file mode over TLS with cert (a tls.Cert)."""
         raise NotImplementedError
 
+    def h2_files_argv(self, port, tmp, root, cert):
+        """The file mode over HTTP/2: over TLS with ALPN h2 when cert is
+        given, else h2c with prior knowledge. By default the TLS or plain
+        file mode, for servers that speak h2 there unasked (Peregrine, h2o)."""
+        return self.tls_files_argv(port, tmp, root, cert) if cert else self.files_argv(port, tmp, root)
+
     def takes_part(self, point):
         """Whether this server runs at a load point."""
+        if point.h2 and not self.h2:
+            return False
         if point.tls and not self.tls:
             return False
         if point.kind == "load":
@@ -160,6 +172,9 @@ class Peregrine(Server):
     serves_files = True
     loads = True
     tls = True
+    # HTTP/2 is on by default (--no-http2 turns it off): ALPN h2 before
+    # http/1.1 on TLS listeners, h2c prior knowledge on cleartext ones
+    h2 = True
     run_cargo = True  # bench/run --no-cargo: measure the binary as it is
     _built = False    # one cargo build per run for peregrine and peregrine-archive
 
@@ -174,11 +189,11 @@ class Peregrine(Server):
         elif not os.access(cargo, os.X_OK):
             reason = "no cargo"
         else:
-            log("cargo build --release")
-            r = subprocess.run([cargo, "build", "--release"], cwd=REPO,
+            log("cargo build --release -p peregrine-cli")
+            r = subprocess.run([cargo, "build", "--release", "-p", "peregrine-cli"], cwd=REPO,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             reason = None if r.returncode == 0 else \
-                "cargo build --release failed:\n" + r.stdout.strip()[-1500:]
+                "cargo build --release -p peregrine-cli failed:\n" + r.stdout.strip()[-1500:]
         if reason is None and not os.access(self.binary, os.X_OK):
             reason = f"{self.binary} is missing after the build"
         if reason:
@@ -304,6 +319,7 @@ class Nginx(Server):
     serves_files = True
     loads = True
     tls = True
+    h2 = True
 
     def prepare(self):
         if not install.ensure_nginx():
@@ -336,6 +352,18 @@ class Nginx(Server):
         path = _fill(os.path.join(PEERS, "nginx", "tls.conf.in"), os.path.join(tmp, "nginx.conf"),
                      TMP=tmp, PORT=port, ROOT=root, CERT=cert.cert, KEY=cert.key,
                      CIPHERSUITES=tls_.TLS13_CIPHERSUITE, GROUPS=tls_.GROUPS)
+        return [self.binary, "-p", tmp, "-c", path, "-e", os.path.join(tmp, "error.log")]
+
+    def h2_files_argv(self, port, tmp, root, cert):
+        """h2.conf.in: files.conf.in's settings on an `http2` listener (nginx
+        1.22's syntax), over TLS as tls.conf.in (`ssl http2`) or cleartext
+        (`http2` alone: h2c with prior knowledge, and no HTTP/1.1)."""
+        ssl = "" if cert is None else "\n    ".join([
+            f"ssl_certificate {cert.cert};", f"ssl_certificate_key {cert.key};", "ssl_protocols TLSv1.3;",
+            f"ssl_conf_command Ciphersuites {tls_.TLS13_CIPHERSUITE};", f"ssl_ecdh_curve {tls_.GROUPS};",
+            "ssl_session_cache off;", "ssl_session_tickets off;"])
+        path = _fill(os.path.join(PEERS, "nginx", "h2.conf.in"), os.path.join(tmp, "nginx.conf"),
+                     TMP=tmp, PORT=port, ROOT=root, LISTEN="ssl http2" if cert else "http2", SSL=ssl)
         return [self.binary, "-p", tmp, "-c", path, "-e", os.path.join(tmp, "error.log")]
 
     def tls_argv(self, port, tmp, cert):
@@ -410,6 +438,9 @@ class H2o(Server):
     name = "h2o"
     serves_files = True
     tls = True
+    # h2 by ALPN on its TLS listeners and h2c with prior knowledge on its
+    # cleartext ones, by default: files.conf.in serves both
+    h2 = True
 
     def prepare(self):
         reason = install.ensure_h2o()
@@ -598,10 +629,11 @@ class Running:
     With `tree` (a filetree.Tree), the server runs in its file mode; with
     `cert` (a tls.Cert), over TLS."""
 
-    def __init__(self, server, log_path, tree=None, cert=None):
+    def __init__(self, server, log_path, tree=None, cert=None, h2_point=None):
         self.server = server
         self.tree = tree
         self.cert = cert
+        self.h2_point = h2_point  # an h2 scenario's point: h2_files_argv, and ready over h2
         self.ssl_ctx = cert.client_context() if cert else None
         self.port = free_port()
         self.tmp = tempfile.mkdtemp(prefix=f"peregrine-bench-{server.name}-")
@@ -611,7 +643,11 @@ class Running:
 
     def start(self):
         """Starts and waits until ready. Returns None or the failure reason."""
-        if self.tree is None or self.server.files_hello:
+        if self.h2_point is not None:
+            mode_argv = self.server.h2_files_argv(self.port, self.tmp, self.tree.root, self.cert)
+            path, body = self.tree.ready
+            ready = dict(path=path, body=body)
+        elif self.tree is None or self.server.files_hello:
             mode_argv = self.server.tls_argv(self.port, self.tmp, self.cert) if self.cert else \
                 self.server.argv(self.port, self.tmp)
             ready = dict(path="/", body=BODY)
@@ -627,7 +663,11 @@ class Running:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 return f"exited with {self.proc.returncode} before it was ready: " + self.log_tail()
-            last = probe(self.port, **ready)
+            if self.h2_point is not None:
+                # over h2 (curl): an nginx h2c listener speaks no HTTP/1.1
+                last = h2_.ready(self.port, replace(self.h2_point, path=ready["path"]), ready["body"], self.cert)
+            else:
+                last = probe(self.port, **ready)
             if last is None:
                 return None
             time.sleep(0.05)
