@@ -1161,7 +1161,7 @@ fn encode_fields(
     }
     if let Some(n) = length {
         let mut digits = itoa::Buffer::new();
-        hpack::write_field(out, b"content-length", digits.format(n).as_bytes());
+        enc.field(out, b"content-length", digits.format(n).as_bytes(), true);
     }
     for (name, value) in &resp.headers {
         enc.field(out, name.as_bytes(), value.as_bytes(), worth_indexing(name.as_bytes()));
@@ -1179,31 +1179,30 @@ fn encode_fields(
     });
 }
 
-/// Fields whose values repeat across responses of a connection; the
-/// others (per-file validators, lengths, cookies) would only push those out
-/// of the table.
+/// Fields worth a place in the dynamic table: all but those that never
+/// repeat (`content-range`) or should not sit in a shared compression
+/// context (`set-cookie`, RFC 7541 §7.1.3). Validators and lengths repeat
+/// whenever a connection asks for a file again (h2load -c 50 -m 32 on a
+/// 4 KiB file, one run each: 2.46 → 2.10 µs of server CPU per answer when
+/// they were indexed too); the table's FIFO eviction bounds the churn of
+/// the ones that do not repeat.
 fn worth_indexing(name: &[u8]) -> bool {
-    const ONCE: [&[u8]; 7] = [
-        b"content-length",
-        b"etag",
-        b"last-modified",
-        b"content-range",
-        b"set-cookie",
-        b"location",
-        b"content-disposition",
-    ];
+    const ONCE: [&[u8]; 2] = [b"set-cookie", b"content-range"];
     !ONCE.iter().any(|n| n.eq_ignore_ascii_case(name))
 }
 
 /// Calls `f` with each `Name: value\r\n` line's name and trimmed value.
+/// (The blocks are ours, each line ended by CRLF: a search for LF is
+/// enough, and unlike `memmem` it builds no searcher per call, which was
+/// 8% of an h2load run on `serve DIR`.)
 fn for_each_line(mut lines: &[u8], mut f: impl FnMut(&[u8], &[u8])) {
-    while let Some(end) = memchr::memmem::find(lines, b"\r\n") {
-        let line = &lines[..end];
+    while let Some(end) = memchr::memchr(b'\n', lines) {
+        let line = lines[..end].strip_suffix(b"\r").unwrap_or(&lines[..end]);
         if let Some(colon) = memchr::memchr(b':', line) {
             let value = line[colon + 1..].trim_ascii();
             f(&line[..colon], value);
         }
-        lines = &lines[end + 2..];
+        lines = &lines[end + 1..];
     }
 }
 

@@ -553,7 +553,14 @@ fn run_script(script: &[u8], cuts: &[usize]) -> (Vec<Seen>, Vec<Frame>, Vec<Vec<
         p.feed(&script[at..cut]);
         at = cut;
         seen.extend(p.answer_ready(echo));
-        out.extend(p.frames());
+        // HEADERS compare by their decoded fields: with the encoder's
+        // dynamic table, the bytes depend on which answers went first.
+        out.extend(p.frames().into_iter().map(|mut f| {
+            if f.fields.is_some() {
+                f.payload.clear();
+            }
+            f
+        }));
     }
     assert!(p.input.is_empty());
     assert!(p.session.is_done());
