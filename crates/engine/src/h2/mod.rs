@@ -34,7 +34,6 @@ mod huffman;
 mod request;
 
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::panic::{self, AssertUnwindSafe};
 
 use frame::{Code, Header};
@@ -216,13 +215,7 @@ impl Pending {
             }
             Pending::File { range, sent } => {
                 let n = usize::try_from(range.len - *sent).map_or(max, |left| left.min(max));
-                let at = out.len();
-                out.resize(at + n, 0);
-                let result = range.file.read_exact_at(&mut out[at..], range.offset + *sent);
-                if let Err(e) = result {
-                    out.truncate(at);
-                    return Err(e);
-                }
+                crate::sys::sendfile::pread_append(&range.file, out, n, range.offset + *sent)?;
                 *sent += n as u64;
                 Ok(n)
             }
