@@ -176,16 +176,9 @@ impl Conn {
         if self.peer_closed || self.stream.shutdown(Shutdown::Write).is_err() {
             return Next::Close;
         }
-        if self.writable_interest {
-            // Nothing more will be written: stop waking up for writability.
-            if ctx
-                .registry
-                .reregister(&mut self.stream, Token(self.token), Interest::READABLE)
-                .is_err()
-            {
-                return Next::Close;
-            }
-            self.writable_interest = false;
+        // Nothing more will be written: stop waking up for writability.
+        if !self.stop_writable_interest(ctx) {
+            return Next::Close;
         }
         self.state = State::Lingering { discarded: 0 };
         self.deadline = Some(ctx.now + LINGER_TIMEOUT);

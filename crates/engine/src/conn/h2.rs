@@ -304,19 +304,16 @@ impl Conn {
             ctx.limits.write_buffer_bytes_max,
         );
         if let Some(sent) = sent {
-            if let (Some(log), Some(req)) = (ctx.log.as_deref_mut(), &wait.log) {
-                log.record_owned(
-                    ctx.date.clf(),
-                    self.peer,
-                    req,
-                    sent.status,
-                    sent.body_bytes,
-                    wait.started,
-                );
-            }
-            if let Some(m) = ctx.metrics {
-                m.record_index(wait.method_idx, sent.status, wait.started);
-            }
+            let (status, bytes) = (sent.status, sent.body_bytes);
+            super::record_deferred(
+                ctx,
+                self.peer,
+                wait.log.as_ref(),
+                wait.method_idx,
+                wait.started,
+                status,
+                bytes,
+            );
         }
         true
     }

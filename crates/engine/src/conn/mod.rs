@@ -417,18 +417,16 @@ impl Conn {
             keep_alive,
             self.transport.extra_fields(),
         );
-        if let (Some(log), Some(req)) = (ctx.log.as_deref_mut(), &wait.log) {
-            log.record_owned(
-                ctx.date.clf(),
-                self.peer,
-                req,
-                sent.status,
-                sent.body_bytes,
-                wait.started,
-            );
-        }
+        record_deferred(
+            ctx,
+            self.peer,
+            wait.log.as_ref(),
+            wait.method_idx,
+            wait.started,
+            sent.status,
+            sent.body_bytes,
+        );
         if let Some(m) = ctx.metrics {
-            m.record_index(wait.method_idx, sent.status, wait.started);
             m.deferred_ended.add(1);
         }
         self.state = if sent.keep_alive { State::Idle } else { State::Closing };
@@ -512,6 +510,23 @@ impl Conn {
         pool.give_write(std::mem::take(&mut self.output.buf));
     }
 
+    /// Stops waking up for writability (nothing is left to write). False
+    /// if the registration failed: the connection must close.
+    fn stop_writable_interest(&mut self, ctx: &Ctx<'_>) -> bool {
+        if self.writable_interest {
+            let interest = Interest::READABLE;
+            if ctx
+                .registry
+                .reregister(&mut self.stream, Token(self.token), interest)
+                .is_err()
+            {
+                return false;
+            }
+            self.writable_interest = false;
+        }
+        true
+    }
+
     fn has_output(&self) -> bool {
         self.output.pos < self.output.buf.len() || self.output.tail.is_some() || self.transport.wants_write()
     }
@@ -579,15 +594,8 @@ impl Conn {
                 Stop::Input | Stop::Deferred | Stop::Closing | Stop::Broken => break,
             }
         }
-        if self.writable_interest {
-            if ctx
-                .registry
-                .reregister(&mut self.stream, Token(self.token), Interest::READABLE)
-                .is_err()
-            {
-                return Next::Close;
-            }
-            self.writable_interest = false;
+        if !self.stop_writable_interest(ctx) {
+            return Next::Close;
         }
         let input_empty = self.input.start == self.input.end;
         if self.h2.is_some() {
@@ -828,6 +836,24 @@ fn refused_line<'a>(
         user_agent: None,
         host: None,
         duration_us: Some(micros_since(started)),
+    }
+}
+
+/// The log line and metrics of a deferred answer, once it is queued.
+fn record_deferred(
+    ctx: &mut Ctx<'_>,
+    peer: SocketAddr,
+    log: Option<&LogRequest>,
+    method_idx: usize,
+    started: Instant,
+    status: u16,
+    body_bytes: u64,
+) {
+    if let (Some(w), Some(req)) = (ctx.log.as_deref_mut(), log) {
+        w.record_owned(ctx.date.clf(), peer, req, status, body_bytes, started);
+    }
+    if let Some(m) = ctx.metrics {
+        m.record_index(method_idx, status, started);
     }
 }
 
