@@ -352,10 +352,13 @@ impl Encoder {
     /// Appends a response field: indexed if the table has it, else a
     /// literal that is added to the table when `index` allows and it fits.
     pub(crate) fn field(&mut self, out: &mut Vec<u8>, name: &[u8], value: &[u8], index: bool) {
+        // Lengths, then the value (a plain compare, and where entries
+        // differ most), then the name without regard to case.
         let hit = self.entries.iter().position(|e| {
-            e.bytes.len() == name.len() + value.len()
-                && e.bytes[..e.name_len].eq_ignore_ascii_case(name)
+            e.name_len == name.len()
+                && e.bytes.len() == name.len() + value.len()
                 && e.bytes[e.name_len..] == *value
+                && e.bytes[..e.name_len].eq_ignore_ascii_case(name)
         });
         if let Some(i) = hit {
             return write_integer(out, 0x80, 7, STATIC.len() + 1 + i);

