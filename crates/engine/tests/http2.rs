@@ -492,6 +492,61 @@ fn zero_window_reader_is_dropped_after_the_send_timeout() {
     still_served(server.local_addr());
 }
 
+/// A request whose body stops arriving is timed out even while the client
+/// keeps the connection busy with PINGs (which cost it nothing but its
+/// control-frame budget, far from spent here).
+#[test]
+fn a_stalled_body_times_out_though_pings_keep_coming() {
+    let limits = Limits {
+        body_timeout: Duration::from_millis(500),
+        sweep_interval: Duration::from_millis(50),
+        ..Limits::default()
+    };
+    let server = start(limits);
+    let mut c = H2::connect(server.local_addr());
+    c.send(&frame(
+        HEADERS,
+        END_HEADERS,
+        1,
+        &head("POST", "/echo", &[("content-length", "10")]),
+    ));
+    c.send(&frame(DATA, 0, 1, b"12345"));
+    c.stream.set_read_timeout(Some(Duration::from_millis(10))).unwrap();
+    // A PING every 100 ms for up to PATIENCE: 100 pings at most.
+    let mut goaway = None;
+    for i in 0..PATIENCE.as_millis() / 100 {
+        std::thread::sleep(Duration::from_millis(100));
+        if !c.send_lossy(&frame(PING, 0, 0, &(i as u64).to_be_bytes())) {
+            break;
+        }
+        let mut chunk = [0; 4096];
+        match c.stream.read(&mut chunk) {
+            Ok(0) => panic!("closed without GOAWAY after {i} pings"),
+            Ok(n) => c.buf.extend_from_slice(&chunk[..n]),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(e) => panic!("{e} after {i} pings"),
+        }
+        while c.buf.len() >= 9 {
+            let len = (usize::from(c.buf[0]) << 16) | (usize::from(c.buf[1]) << 8) | usize::from(c.buf[2]);
+            if c.buf.len() < 9 + len {
+                break;
+            }
+            if c.buf[3] == GOAWAY {
+                goaway = Some(u32::from_be_bytes(c.buf[13..17].try_into().unwrap()));
+            }
+            c.buf.drain(..9 + len);
+        }
+        if goaway.is_some() {
+            break;
+        }
+    }
+    assert_eq!(
+        goaway,
+        Some(NO_ERROR),
+        "no GOAWAY while the body stalled and PINGs kept coming"
+    );
+}
+
 #[test]
 fn idle_connection_is_closed_with_goaway() {
     let limits = Limits {

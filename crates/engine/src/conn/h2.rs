@@ -13,7 +13,9 @@
 //!
 //! Timeouts: with no stream open the connection gets `idle_timeout`; while
 //! a request's head or body is arriving, `body_timeout` since the last
-//! frame; while responses wait only for the client's window,
+//! HEADERS, CONTINUATION or DATA frame (a PING or SETTINGS does not
+//! restart it: else PINGs within the control-frame budget would hold a
+//! half-sent request open for hours); while responses wait only for the client's window,
 //! `send_timeout` since the last DATA byte left. Each ends the connection
 //! with GOAWAY. Deferred answers have no timeout, as on HTTP/1.1.
 
@@ -39,6 +41,10 @@ pub(super) struct H2 {
     sent_mark: u64,
     /// While responses wait for the client's window: since when.
     blocked_since: Option<Instant>,
+    /// Request frames received when the body timeout last restarted, and
+    /// when that was: only a request's own frames restart it.
+    recv_mark: u64,
+    receiving_since: Option<Instant>,
 }
 
 struct DeferredStream {
@@ -86,6 +92,8 @@ impl Conn {
             deferred: Vec::new(),
             sent_mark: 0,
             blocked_since: None,
+            recv_mark: 0,
+            receiving_since: None,
         }));
     }
 
@@ -351,10 +359,18 @@ impl Conn {
         } else {
             h2.blocked_since = None;
         }
+        if s.is_receiving() {
+            if h2.receiving_since.is_none() || h2.recv_mark != s.request_progress() {
+                h2.receiving_since = Some(ctx.now);
+                h2.recv_mark = s.request_progress();
+            }
+        } else {
+            h2.receiving_since = None;
+        }
         self.state_deadline = if s.is_idle() {
             ctx.now.checked_add(ctx.limits.idle_timeout)
-        } else if s.is_receiving() {
-            ctx.now.checked_add(ctx.limits.body_timeout)
+        } else if let Some(since) = h2.receiving_since {
+            since.checked_add(ctx.limits.body_timeout)
         } else if let Some(since) = h2.blocked_since {
             since.checked_add(ctx.limits.send_timeout)
         } else {

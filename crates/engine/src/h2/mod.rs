@@ -109,6 +109,9 @@ pub(crate) struct Session {
     n_control: u64,
     n_responses: u64,
     bytes_sent: u64,
+    /// Bytes of request frames (HEADERS, CONTINUATION, DATA) received:
+    /// progress, for the timeout of a request that stalls.
+    request_bytes: u64,
 }
 
 struct Continuation {
@@ -291,6 +294,7 @@ impl Session {
             n_control: 0,
             n_responses: 0,
             bytes_sent: 0,
+            request_bytes: 0,
         }
     }
 
@@ -363,8 +367,14 @@ impl Session {
             return self.fail(out, Code::Protocol, "first frame is not SETTINGS");
         }
         match h.kind {
-            frame::DATA => self.on_data(h, payload, out),
-            frame::HEADERS => self.on_headers(h, payload, out),
+            frame::DATA => {
+                self.request_bytes += h.len as u64 + 1;
+                self.on_data(h, payload, out)
+            }
+            frame::HEADERS => {
+                self.request_bytes += h.len as u64 + 1;
+                self.on_headers(h, payload, out)
+            }
             frame::PRIORITY => {
                 if h.stream == 0 {
                     return self.fail(out, Code::Protocol, "PRIORITY on stream 0");
@@ -422,7 +432,10 @@ impl Session {
                 self.peer_gone = true;
             }
             frame::WINDOW_UPDATE => self.on_window_update(h, payload, out),
-            frame::CONTINUATION => self.on_continuation(h, payload, out),
+            frame::CONTINUATION => {
+                self.request_bytes += h.len as u64 + 1;
+                self.on_continuation(h, payload, out)
+            }
             // §5.5: unknown frame types are ignored.
             _ => {}
         }
@@ -982,6 +995,13 @@ impl Session {
                 resp.body.len().unwrap_or(0)
             },
         }
+    }
+
+    /// Request frames received so far (a count that grows with each
+    /// HEADERS, CONTINUATION or DATA frame): progress, for the body
+    /// timeout, which other frames (PING, SETTINGS) must not restart.
+    pub(crate) fn request_progress(&self) -> u64 {
+        self.request_bytes
     }
 
     /// Body bytes sent so far on the connection: progress, for the send
