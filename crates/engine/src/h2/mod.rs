@@ -1168,7 +1168,7 @@ fn encode_fields(
     if !resp.headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("server")) {
         enc.field(out, b"server", b"peregrine", true);
     }
-    enc.field(out, b"date", date, true);
+    enc.date(out, date);
     if let Some(ct) = &resp.content_type {
         enc.field(out, b"content-type", ct.as_bytes(), true);
     }
