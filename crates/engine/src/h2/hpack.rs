@@ -473,14 +473,7 @@ fn static_name_index(name: &[u8]) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn hex(s: &str) -> Vec<u8> {
-        let s: String = s.split_whitespace().collect();
-        (0..s.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-            .collect()
-    }
+    use crate::h2::tests::hex;
 
     fn decode_all(dec: &mut Decoder, block: &[u8]) -> Result<Vec<(String, String)>, HpackError> {
         let (mut bytes, mut fields) = (Vec::new(), Vec::new());

@@ -250,14 +250,7 @@ fn build() -> Table {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn hex(s: &str) -> Vec<u8> {
-        let s: String = s.split_whitespace().collect();
-        (0..s.len())
-            .step_by(2)
-            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-            .collect()
-    }
+    use crate::h2::tests::hex;
 
     /// RFC 7541 Appendix C.4 and C.6.
     #[test]

@@ -117,7 +117,9 @@ fn literal(b: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     b.extend_from_slice(value);
 }
 
-fn hex(s: &str) -> Vec<u8> {
+/// Bytes from hex digits, spaces ignored (the RFC 7541 examples' form);
+/// shared by the h2 modules' tests.
+pub(super) fn hex(s: &str) -> Vec<u8> {
     let s: String = s.split_whitespace().collect();
     (0..s.len())
         .step_by(2)

@@ -28,6 +28,24 @@ pub(crate) struct TlsSession {
     started: bool,
 }
 
+/// The socket as rustls reads it, noting the first byte of what it reads
+/// (the connection's first byte tells TLS from plain HTTP, with no extra
+/// system call).
+struct FirstByte<'s> {
+    stream: &'s mut TcpStream,
+    first: Option<u8>,
+}
+
+impl Read for FirstByte<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.stream.read(buf)?;
+        if n > 0 && self.first.is_none() {
+            self.first = Some(buf[0]);
+        }
+        Ok(n)
+    }
+}
+
 /// The error `TlsSession::read` returns when the client speaks plain HTTP.
 #[derive(Debug)]
 pub(crate) struct PlainHttp;
@@ -90,22 +108,26 @@ impl TlsSession {
                 Err(e) => return Err(e),
             }
             // rustls holds no plaintext: read records from the socket.
+            let mut reader = FirstByte {
+                stream: &mut *stream,
+                first: None,
+            };
+            let read = self.conn.read_tls(&mut reader);
             if !self.started {
                 // A TLS connection starts with a handshake record (0x16);
                 // an uppercase letter is an HTTP method: plain HTTP sent
                 // to this port, which gets a plain answer (as nginx does).
-                let mut first = [0u8; 1];
-                match stream.peek(&mut first) {
-                    Ok(1) if first[0].is_ascii_uppercase() => {
+                match reader.first {
+                    Some(b) if b.is_ascii_uppercase() => {
                         debug(peer, "plain HTTP sent to the TLS port");
                         self.done = true;
                         return Err(io::Error::other(PlainHttp));
                     }
-                    Ok(1) => self.started = true,
-                    _ => {}
+                    Some(_) => self.started = true,
+                    None => {}
                 }
             }
-            match self.conn.read_tls(stream) {
+            match read {
                 Ok(_) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Err(e),
