@@ -4,34 +4,19 @@
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
 
 use peregrine::{Running, Server};
 use peregrine_archive::{pack, Archive, ArchiveServer, Mode, PackOptions};
+use test_support::http::{self, get, request};
+use test_support::{wait_until, Scratch};
 
-struct Tmp(PathBuf);
-
-impl Tmp {
-    fn new(name: &str) -> Tmp {
-        let dir = std::env::temp_dir().join(format!("peregrine-archive-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Tmp(dir)
-    }
-
-    fn write(&self, rel: &str, bytes: impl AsRef<[u8]>) {
-        let p = self.0.join(rel);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, bytes).unwrap();
-    }
-}
-
-impl Drop for Tmp {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
+fn tmp(name: &str) -> Scratch {
+    Scratch::new(&format!("peregrine-archive-{name}"))
 }
 
 fn serve(archive: &Path) -> (Running, ArchiveServer) {
@@ -42,93 +27,7 @@ fn serve(archive: &Path) -> (Running, ArchiveServer) {
     (running, probe)
 }
 
-/// Polls `done` until it holds; fails after 10 s.
-fn wait_until(what: &str, done: impl Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !done() {
-        assert!(Instant::now() < deadline, "never: {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-#[derive(Debug)]
-struct Resp {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
-impl Resp {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-}
-
-/// Parses one response from the front of `buf`; returns it and its length.
-fn parse(buf: &[u8], head_only: bool) -> Option<(Resp, usize)> {
-    let mut h = [httparse::EMPTY_HEADER; 64];
-    let mut r = httparse::Response::new(&mut h);
-    let httparse::Status::Complete(head_len) = r.parse(buf).ok()? else {
-        return None;
-    };
-    let headers: Vec<(String, String)> = r
-        .headers
-        .iter()
-        .map(|h| (h.name.to_owned(), String::from_utf8_lossy(h.value).into_owned()))
-        .collect();
-    let status = r.code.unwrap();
-    let len = if head_only || status == 304 {
-        0
-    } else {
-        headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case("content-length"))
-            .map_or(0, |(_, v)| v.parse().unwrap())
-    };
-    if buf.len() < head_len + len {
-        return None;
-    }
-    Some((
-        Resp {
-            status,
-            headers,
-            body: buf[head_len..head_len + len].to_vec(),
-        },
-        head_len + len,
-    ))
-}
-
-fn request(addr: SocketAddr, method: &str, target: &str, headers: &[(&str, &str)]) -> Resp {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let mut req = format!("{method} {target} HTTP/1.1\r\nConnection: close\r\n");
-    if !headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("host")) {
-        req.push_str("Host: t\r\n");
-    }
-    for (n, v) in headers {
-        req.push_str(&format!("{n}: {v}\r\n"));
-    }
-    req.push_str("\r\n");
-    s.write_all(req.as_bytes()).unwrap();
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).unwrap();
-    parse(&raw, method == "HEAD")
-        .unwrap_or_else(|| panic!("bad response: {:?}", String::from_utf8_lossy(&raw)))
-        .0
-}
-
-fn get(addr: SocketAddr, target: &str) -> Resp {
-    request(addr, "GET", target, &[])
-}
-
-fn site(t: &Tmp) -> PathBuf {
+fn site(t: &Scratch) -> PathBuf {
     let css = "body { color: #123456; margin: 0 auto; }\n".repeat(40);
     t.write("site/index.html", "<h1>home</h1>");
     t.write("site/docs/index.html", "docs");
@@ -148,16 +47,16 @@ fn site(t: &Tmp) -> PathBuf {
         "site/_redirects",
         "/old /new 301\n/blog/:year/* /posts/:year/:splat 302\n/forced /elsewhere 308!\n/kept /nowhere 307\n",
     );
-    std::os::unix::fs::symlink("/etc/passwd", t.0.join("site/passwd")).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", t.path("site/passwd")).unwrap();
     t.write("other/index.html", "the other host");
-    t.0.join("site")
+    t.path("site")
 }
 
-fn pack_site(t: &Tmp) -> PathBuf {
+fn pack_site(t: &Scratch) -> PathBuf {
     let root = site(t);
-    let out = t.0.join("site.prg");
+    let out = t.path("site.prg");
     let mut opts = PackOptions::new(&root, &out);
-    opts.hosts.push(("other.example".into(), t.0.join("other")));
+    opts.hosts.push(("other.example".into(), t.path("other")));
     let stats = pack(&opts).unwrap();
     assert_eq!(stats.skipped_symlinks, vec!["/passwd".to_owned()]);
     out
@@ -165,7 +64,7 @@ fn pack_site(t: &Tmp) -> PathBuf {
 
 #[test]
 fn every_convention_round_trips() {
-    let t = Tmp::new("conventions");
+    let t = tmp("conventions");
     let archive = pack_site(&t);
     let (server, _) = serve(&archive);
     let addr = server.local_addr();
@@ -278,13 +177,13 @@ fn decode(coding: Option<&str>, body: &[u8]) -> Vec<u8> {
 
 #[test]
 fn a_symlink_loop_is_packed_once_and_named_as_a_loop() {
-    let t = Tmp::new("loop");
+    let t = tmp("loop");
     t.write("site/d/a.txt", "a");
     t.write("site/index.html", "home");
-    std::os::unix::fs::symlink("..", t.0.join("site/d/up")).unwrap();
-    std::os::unix::fs::symlink("d", t.0.join("site/alias")).unwrap();
-    let out = t.0.join("site.prg");
-    let stats = pack(&PackOptions::new(t.0.join("site"), &out)).unwrap();
+    std::os::unix::fs::symlink("..", t.path("site/d/up")).unwrap();
+    std::os::unix::fs::symlink("d", t.path("site/alias")).unwrap();
+    let out = t.path("site.prg");
+    let stats = pack(&PackOptions::new(t.path("site"), &out)).unwrap();
     // Reached twice, once through the alias: each is a loop.
     assert_eq!(stats.skipped_loops, vec!["/alias/up".to_owned(), "/d/up".to_owned()]);
     assert!(stats.skipped_symlinks.is_empty(), "{:?}", stats.skipped_symlinks);
@@ -303,10 +202,10 @@ fn a_symlink_loop_is_packed_once_and_named_as_a_loop() {
 
 #[test]
 fn packing_is_deterministic_and_atomic() {
-    let t = Tmp::new("determinism");
+    let t = tmp("determinism");
     let root = site(&t);
-    let a = t.0.join("a.prg");
-    let b = t.0.join("b.prg");
+    let a = t.path("a.prg");
+    let b = t.path("b.prg");
     // More files than one batch of the packing threads (256), so that
     // batches and threads finish in different orders.
     for i in 0..600 {
@@ -328,11 +227,11 @@ fn packing_is_deterministic_and_atomic() {
     // A failed pack leaves neither a temporary file nor the target.
     t.write("site/bad/_redirects", "");
     t.write("site/_redirects", "/x /y 200\n");
-    let c = t.0.join("c.prg");
+    let c = t.path("c.prg");
     let err = pack(&PackOptions::new(&root, &c)).unwrap_err();
     assert!(err.contains("line 1: status 200 is not a redirect"), "{err}");
     assert!(!c.exists());
-    let leftovers: Vec<_> = std::fs::read_dir(&t.0)
+    let leftovers: Vec<_> = std::fs::read_dir(t.dir())
         .unwrap()
         .filter_map(|e| e.ok())
         .filter(|e| e.file_name().to_string_lossy().contains(".tmp-"))
@@ -342,7 +241,7 @@ fn packing_is_deterministic_and_atomic() {
 
 #[test]
 fn damaged_archives_are_refused_with_a_reason() {
-    let t = Tmp::new("damage");
+    let t = tmp("damage");
     let archive = pack_site(&t);
     let good = std::fs::read(&archive).unwrap();
     assert!(Archive::from_bytes(good.clone()).is_ok());
@@ -373,7 +272,7 @@ fn damaged_archives_are_refused_with_a_reason() {
     v[20] ^= 1;
     refuse(v, "header checksum");
     // The server refuses to start on one.
-    let bad = t.0.join("bad.prg");
+    let bad = t.path("bad.prg");
     std::fs::write(&bad, &good[..good.len() - 5]).unwrap();
     assert!(ArchiveServer::open(&bad, Mode::Map).is_err());
 }
@@ -385,8 +284,8 @@ fn damaged_archives_are_refused_with_a_reason() {
 /// and index left as written, so only the data hash can tell.
 #[test]
 fn a_damaged_body_is_refused_at_start_and_at_a_swap() {
-    let t = Tmp::new("damaged-body");
-    let target = t.0.join("live.prg");
+    let t = tmp("damaged-body");
+    let target = t.path("live.prg");
     pack_generation(&t, 1, &target);
     let good = std::fs::read(&target).unwrap();
     let body = generation_body(1, 3);
@@ -400,7 +299,7 @@ fn a_damaged_body_is_refused_at_start_and_at_a_swap() {
         Archive::from_bytes(damaged.clone()).is_ok(),
         "header and index still check"
     );
-    let bad = t.0.join("bad.prg");
+    let bad = t.path("bad.prg");
     std::fs::write(&bad, &damaged).unwrap();
     for mode in [Mode::Map, Mode::Heap] {
         let err = ArchiveServer::open(&bad, mode)
@@ -415,11 +314,7 @@ fn a_damaged_body_is_refused_at_start_and_at_a_swap() {
     let addr = server.local_addr();
     assert_eq!(get(addr, "/f3.bin").body, body);
     std::fs::rename(&bad, &target).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while counters.refused() == 0 {
-        assert!(Instant::now() < deadline, "the damaged replacement was never looked at");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until("the damaged replacement refused", || counters.refused() > 0);
     assert_eq!(counters.generation(), 1);
     let r = get(addr, "/f3.bin");
     assert_eq!((r.status, r.body), (200, body));
@@ -445,7 +340,7 @@ impl Rng {
 fn random_trees_pack_to_archives_that_answer_like_the_tree() {
     let mut rng = Rng(0x2545_f491_4f6c_dd1d);
     for round in 0..8 {
-        let t = Tmp::new(&format!("model-{round}"));
+        let t = tmp(&format!("model-{round}"));
         let mut model: BTreeMap<String, Vec<u8>> = BTreeMap::new();
         for _ in 0..rng.below(60) + 1 {
             let depth = rng.below(3);
@@ -471,8 +366,8 @@ fn random_trees_pack_to_archives_that_answer_like_the_tree() {
             t.write(&format!("src/{path}"), &body);
             model.insert(path, body);
         }
-        let out = t.0.join("m.prg");
-        pack(&PackOptions::new(t.0.join("src"), &out)).unwrap();
+        let out = t.path("m.prg");
+        pack(&PackOptions::new(t.path("src"), &out)).unwrap();
         let a = Archive::open(&out, Mode::Map).unwrap();
         a.verify_data().unwrap();
         let mut n_resources = 0;
@@ -512,40 +407,44 @@ fn generation_body(g: usize, file: usize) -> Vec<u8> {
     b
 }
 
-fn pack_generation(t: &Tmp, g: usize, target: &Path) {
-    let src = t.0.join(format!("gen{g}"));
+fn pack_generation(t: &Scratch, g: usize, target: &Path) {
+    let src = t.path(&format!("gen{g}"));
     for file in 0..8 {
         let p = src.join(format!("f{file}.bin"));
         std::fs::create_dir_all(&src).unwrap();
         std::fs::write(p, generation_body(g, file)).unwrap();
     }
     // Packed beside the target, then renamed over it, as a deploy would.
-    let tmp = t.0.join(format!("next-{g}.prg"));
+    let tmp = t.path(&format!("next-{g}.prg"));
     pack(&PackOptions::new(&src, &tmp)).unwrap();
     std::fs::rename(&tmp, target).unwrap();
 }
 
 #[test]
 fn archives_replaced_by_rename_swap_under_load_without_failures() {
-    let t = Tmp::new("swap");
-    let target = t.0.join("live.prg");
+    let t = tmp("swap");
+    let target = t.path("live.prg");
     pack_generation(&t, 0, &target);
     let (server, probe) = serve(&target);
     let addr = server.local_addr();
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
+    // What the clients have done so far, for the test to wait on: requests
+    // answered, and the newest generation a body came from.
+    let (n_answered, newest) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
     let clients: Vec<_> = (0..3)
         .map(|c| {
             let stop = stop.clone();
+            let (n_answered, newest) = (n_answered.clone(), newest.clone());
             std::thread::spawn(move || {
                 let mut s = TcpStream::connect(addr).unwrap();
                 s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
                 let (mut n, mut buf, mut seen) = (0usize, Vec::new(), std::collections::BTreeSet::new());
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                while !stop.load(Ordering::Relaxed) {
                     let file = (n + c) % 8;
                     s.write_all(format!("GET /f{file}.bin HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes())
                         .unwrap();
                     let resp = loop {
-                        if let Some((r, used)) = parse(&buf, false) {
+                        if let Some((r, used)) = http::parse(&buf, "GET") {
                             buf.drain(..used);
                             break r;
                         }
@@ -559,6 +458,8 @@ fn archives_replaced_by_rename_swap_under_load_without_failures() {
                     assert_eq!(resp.body, generation_body(g, file), "a body mixes generations");
                     seen.insert(g);
                     n += 1;
+                    n_answered.fetch_add(1, Ordering::Relaxed);
+                    newest.fetch_max(g, Ordering::Relaxed);
                 }
                 (n, seen)
             })
@@ -566,17 +467,14 @@ fn archives_replaced_by_rename_swap_under_load_without_failures() {
         .collect();
     for g in 1..=20 {
         pack_generation(&t, g, &target);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while probe.generation() < g as u64 + 1 {
-            assert!(Instant::now() < deadline, "generation {g} was never loaded");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        // The server's own watcher sees the same file; give clients time to
-        // be served from this generation.
-        std::thread::sleep(Duration::from_millis(30));
+        wait_until(&format!("generation {g} loaded"), || probe.generation() > g as u64);
+        // A client served from it before the next swap.
+        wait_until(&format!("a body of generation {g}"), || {
+            newest.load(Ordering::Relaxed) >= g
+        });
     }
-    std::thread::sleep(Duration::from_millis(400));
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    wait_until("over 100 answers", || n_answered.load(Ordering::Relaxed) > 100);
+    stop.store(true, Ordering::Relaxed);
     let mut total = 0;
     let mut generations = std::collections::BTreeSet::new();
     for c in clients {
@@ -591,7 +489,7 @@ fn archives_replaced_by_rename_swap_under_load_without_failures() {
     );
     assert!(generations.len() > 5, "swaps were seen while serving: {generations:?}");
     // A corrupt replacement is refused; the last good one keeps serving.
-    let bad = t.0.join("bad.prg");
+    let bad = t.path("bad.prg");
     std::fs::write(&bad, b"PRGNARC\0 this is not a valid archive").unwrap();
     let refused = probe.refused();
     std::fs::rename(&bad, &target).unwrap();
@@ -602,17 +500,17 @@ fn archives_replaced_by_rename_swap_under_load_without_failures() {
 
 #[test]
 fn archives_rewritten_in_place_do_not_crash_the_server() {
-    let t = Tmp::new("inplace");
-    let target = t.0.join("live.prg");
+    let t = tmp("inplace");
+    let target = t.path("live.prg");
     pack_generation(&t, 0, &target);
     let (server, probe) = serve(&target);
     let addr = server.local_addr();
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
     let client = {
         let stop = stop.clone();
         std::thread::spawn(move || {
             let mut n = 0;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            while !stop.load(Ordering::Relaxed) {
                 let file = n % 8;
                 let r = get(addr, &format!("/f{file}.bin"));
                 assert_eq!(r.status, 200, "request {n}");
@@ -624,8 +522,8 @@ fn archives_rewritten_in_place_do_not_crash_the_server() {
         })
     };
     for g in 1..=3 {
-        let next = t.0.join(format!("next-{g}.prg"));
-        let src = t.0.join(format!("gen{g}"));
+        let next = t.path(&format!("next-{g}.prg"));
+        let src = t.path(&format!("gen{g}"));
         for file in 0..8 {
             std::fs::create_dir_all(&src).unwrap();
             std::fs::write(src.join(format!("f{file}.bin")), generation_body(g, file)).unwrap();
@@ -636,15 +534,9 @@ fn archives_rewritten_in_place_do_not_crash_the_server() {
         // does). The open waits on the server's lease while it moves off
         // the map; without that, the server would die of SIGBUS.
         std::fs::write(&target, &bytes).unwrap();
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let r = get(addr, "/f3.bin");
-            if r.body == generation_body(g, 3) {
-                break;
-            }
-            assert!(Instant::now() < deadline, "generation {g} was never served");
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        wait_until(&format!("generation {g} served"), || {
+            get(addr, "/f3.bin").body == generation_body(g, 3)
+        });
     }
     // Truncated to nothing in place: refused, the last good archive serves.
     let refused = probe.refused();
@@ -656,7 +548,7 @@ fn archives_rewritten_in_place_do_not_crash_the_server() {
         .unwrap();
     wait_until("the truncated archive was refused", || probe.refused() > refused);
     assert_eq!(get(addr, "/f2.bin").body, generation_body(3, 2));
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    stop.store(true, Ordering::Relaxed);
     let n = client.join().expect("the client saw a failure");
     assert!(n > 10, "only {n} requests");
     assert!(probe.generation() > 1);
@@ -681,7 +573,7 @@ impl<T: Read + Write> Stream for T {}
 /// buffer while the archive is truncated in place; the process must live
 /// and keep serving others.
 fn slow_read_while_truncated(name: &str, tls: bool) {
-    let t = Tmp::new(name);
+    let t = tmp(name);
     // Incompressible, so the response is the whole 8 MiB, far more than
     // the socket buffers hold.
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
@@ -695,14 +587,12 @@ fn slow_read_while_truncated(name: &str, tls: bool) {
         .collect();
     t.write("site/big.bin", &big);
     t.write("site/small.txt", "still here");
-    let target = t.0.join("live.prg");
-    pack(&PackOptions::new(t.0.join("site"), &target)).unwrap();
+    let target = t.path("live.prg");
+    pack(&PackOptions::new(t.path("site"), &target)).unwrap();
     let handler = ArchiveServer::open(&target, Mode::Map).unwrap();
-    let key = rcgen::KeyPair::generate().unwrap();
-    let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
-        .unwrap()
-        .self_signed(&key)
-        .unwrap();
+    let pki = test_support::pki::Pki::new(&format!("archive-{name}"));
+    let (cert, key, _) = pki.issue("localhost", &["localhost"]);
+    let client = pki.client();
     // The reader makes no progress for longer than the 30 s the server
     // waits for responses in flight before it lets the writer go; the
     // default send_timeout (30 s too) would drop it first and hide that.
@@ -712,9 +602,7 @@ fn slow_read_while_truncated(name: &str, tls: bool) {
     };
     let server = Server::new().workers(1).limits(limits);
     let server = if tls {
-        t.write("c.pem", cert.pem());
-        t.write("k.pem", key.serialize_pem());
-        let config = peregrine::TlsConfig::from_pem_files(t.0.join("c.pem"), t.0.join("k.pem")).unwrap();
+        let config = peregrine::TlsConfig::from_pem_files(cert, key).unwrap();
         server.bind_tls("127.0.0.1:0", config).start(handler)
     } else {
         server.bind("127.0.0.1:0").start(handler)
@@ -730,16 +618,8 @@ fn slow_read_while_truncated(name: &str, tls: bool) {
         if !tls {
             return Box::new(tcp);
         }
-        let mut roots = rustls::RootCertStore::empty();
-        roots.add(cert.der().clone()).unwrap();
-        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-        let config = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
         let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
-        let conn = rustls::ClientConnection::new(std::sync::Arc::new(config), name).unwrap();
+        let conn = rustls::ClientConnection::new(client.clone(), name).unwrap();
         Box::new(rustls::StreamOwned::new(conn, tcp))
     };
     let fetch = |target: &str| -> Vec<u8> {
@@ -751,7 +631,7 @@ fn slow_read_while_truncated(name: &str, tls: bool) {
         .unwrap();
         let mut raw = Vec::new();
         let _ = c.read_to_end(&mut raw); // rustls: a close without close_notify
-        parse(&raw, false).expect("a whole response").0.body
+        http::parse(&raw, "GET").expect("a whole response").0.body
     };
 
     let mut slow = connect();
@@ -799,8 +679,8 @@ fn slow_read_while_truncated(name: &str, tls: bool) {
 
 #[test]
 fn reload_loads_the_archive_again() {
-    let t = Tmp::new("reload");
-    let target = t.0.join("live.prg");
+    let t = tmp("reload");
+    let target = t.path("live.prg");
     pack_generation(&t, 0, &target);
     let server = ArchiveServer::open(&target, Mode::Map).unwrap();
     assert_eq!(server.generation(), 1);
@@ -822,13 +702,13 @@ fn caught_signals() -> u64 {
 #[test]
 fn the_crate_installs_no_signal_handler() {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGIO, SIGTERM, SIGURG, SIGUSR1};
-    let t = Tmp::new("nosignals");
-    let target = t.0.join("live.prg");
+    let t = tmp("nosignals");
+    let target = t.path("live.prg");
     pack_generation(&t, 0, &target);
     let (running, server) = serve(&target);
     assert_eq!(get(running.local_addr(), "/f0.bin").status, 200);
     // A rewrite in place: the writer's open breaks the lease.
-    let copy = t.0.join("copy.prg");
+    let copy = t.path("copy.prg");
     pack_generation(&t, 1, &copy);
     std::fs::write(&target, std::fs::read(&copy).unwrap()).unwrap();
     let addr = running.local_addr();

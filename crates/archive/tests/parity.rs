@@ -11,14 +11,14 @@
 //! `pack` uses: the same bytes. `Vary` may differ (a directory says it on a
 //! file whose compression is still under way).
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use peregrine::Server;
 use peregrine_archive::{pack, ArchiveServer, Mode, PackOptions};
 use peregrine_files::{FileServer, Options};
+use test_support::{http, Scratch};
 
 /// The fields compared; the others (Date, Content-Length's framing twin,
 /// Connection) say nothing about the site.
@@ -38,29 +38,6 @@ const FIELDS: [&str; 14] = [
     "x-docs",
     "allow",
 ];
-
-struct Tmp(PathBuf);
-
-impl Tmp {
-    fn new(name: &str) -> Tmp {
-        let dir = std::env::temp_dir().join(format!("peregrine-parity-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        Tmp(dir)
-    }
-
-    fn write(&self, rel: &str, bytes: impl AsRef<[u8]>) {
-        let p = self.0.join(rel);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, bytes).unwrap();
-    }
-}
-
-impl Drop for Tmp {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
 
 /// One answer, reduced to what is compared.
 #[derive(PartialEq, Eq)]
@@ -82,44 +59,22 @@ impl std::fmt::Debug for Answer {
 }
 
 fn ask(addr: SocketAddr, method: &str, target: &str) -> Answer {
-    ask_with(addr, method, target, "")
-}
-
-fn ask_with(addr: SocketAddr, method: &str, target: &str, fields: &str) -> Answer {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(
-        s,
-        "{method} {target} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n{fields}\r\n"
-    )
-    .unwrap();
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).unwrap();
-    let mut h = [httparse::EMPTY_HEADER; 64];
-    let mut r = httparse::Response::new(&mut h);
-    let httparse::Status::Complete(head_len) = r.parse(&raw).unwrap() else {
-        panic!("{target}: incomplete answer {:?}", String::from_utf8_lossy(&raw));
-    };
+    let r = http::request(addr, method, target, &[]);
     let mut fields: Vec<(String, String)> = r
         .headers
-        .iter()
-        .filter(|h| FIELDS.contains(&h.name.to_ascii_lowercase().as_str()))
-        .map(|h| {
-            (
-                h.name.to_ascii_lowercase(),
-                String::from_utf8_lossy(h.value).into_owned(),
-            )
-        })
+        .into_iter()
+        .map(|(n, v)| (n.to_ascii_lowercase(), v))
+        .filter(|(n, _)| FIELDS.contains(&n.as_str()))
         .collect();
     fields.sort();
     Answer {
-        status: r.code.unwrap(),
+        status: r.status,
         fields,
-        body: raw[head_len..].to_vec(),
+        body: r.body,
     }
 }
 
-fn tree(t: &Tmp) -> PathBuf {
+fn tree(t: &Scratch) -> PathBuf {
     t.write("site/index.html", "<h1>home</h1>");
     t.write("site/about.html", "<p>about</p>");
     t.write("site/docs/index.html", "<p>docs</p>");
@@ -157,7 +112,7 @@ fn tree(t: &Tmp) -> PathBuf {
          /blog/:year/* /posts/:year/:splat 308\n/noindex /elsewhere 302\n/app/x /redirected 301\n\
          /gone/* /:splat 301!\n",
     );
-    t.0.join("site")
+    t.path("site")
 }
 
 const TARGETS: &[&str] = &[
@@ -219,9 +174,9 @@ const TARGETS: &[&str] = &[
 
 #[test]
 fn a_directory_answers_as_its_archive() {
-    let t = Tmp::new("dir");
+    let t = Scratch::new("peregrine-parity-dir");
     let root = tree(&t);
-    let archive = t.0.join("site.prg");
+    let archive = t.path("site.prg");
     pack(&PackOptions::new(&root, &archive)).unwrap();
 
     let dir = Server::new()
@@ -297,7 +252,7 @@ fn a_directory_answers_as_its_archive() {
 /// trust interval has passed (zero here: at the next request).
 #[test]
 fn a_directory_follows_edited_conventions() {
-    let t = Tmp::new("live");
+    let t = Scratch::new("peregrine-parity-live");
     let root = tree(&t);
     let mut options = Options::new(&root);
     options.revalidate_interval = Duration::ZERO;
@@ -328,7 +283,7 @@ fn a_directory_follows_edited_conventions() {
 
 #[test]
 fn a_bad_rule_file_refuses_the_directory_as_it_refuses_pack() {
-    let t = Tmp::new("bad");
+    let t = Scratch::new("peregrine-parity-bad");
     let root = tree(&t);
     t.write("site/_redirects", "/a /b 200\n");
     let e = FileServer::new(Options::new(&root)).err().expect("refused");
@@ -337,5 +292,5 @@ fn a_bad_rule_file_refuses_the_directory_as_it_refuses_pack() {
             .contains("_redirects: line 1: status 200 is not a redirect"),
         "{e}"
     );
-    assert!(pack(&PackOptions::new(&root, t.0.join("x.prg"))).is_err());
+    assert!(pack(&PackOptions::new(&root, t.path("x.prg"))).is_err());
 }

@@ -2,36 +2,13 @@
 //! with a global counting allocator (the only test in this binary, so the
 //! harness itself is quiet while it runs).
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use std::sync::Arc;
 
 use peregrine::{Metrics, Request, Response, Server};
-
-struct Counting;
-
-static N_ALLOCS: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards to the system allocator unchanged; only counts calls.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        N_ALLOCS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as our caller's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as our caller's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        N_ALLOCS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as our caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+use test_support::alloc::{n_allocs, Counting};
+use test_support::h2;
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
@@ -81,14 +58,14 @@ fn warm_requests_allocate_nothing(addr: std::net::SocketAddr, with_metrics: bool
         exchange(request, 1, &mut len);
         exchange(&pipelined, 16, &mut len);
     }
-    let before = N_ALLOCS.load(Ordering::SeqCst);
+    let before = n_allocs();
     for _ in 0..2000 {
         exchange(request, 1, &mut len);
     }
     for _ in 0..200 {
         exchange(&pipelined, 16, &mut len);
     }
-    let after = N_ALLOCS.load(Ordering::SeqCst);
+    let after = n_allocs();
     assert_eq!(
         after - before,
         0,
@@ -99,79 +76,21 @@ fn warm_requests_allocate_nothing(addr: std::net::SocketAddr, with_metrics: bool
 /// The same over HTTP/2 (cleartext, prior knowledge): streams one at a
 /// time, then 16 at once, on one warm connection.
 fn warm_h2_streams_allocate_nothing(addr: std::net::SocketAddr, with_metrics: bool) {
-    let mut stream = TcpStream::connect(addr).unwrap();
-    stream.set_nodelay(true).unwrap();
-    let frame = |kind: u8, flags: u8, id: u32, payload: &[u8]| {
-        let len = payload.len();
-        let mut f = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
-        f.extend_from_slice(&id.to_be_bytes());
-        f.extend_from_slice(payload);
-        f
-    };
-    // :method GET, :scheme http, :path /plaintext, :authority localhost
-    // as literals without indexing (static-table names).
-    let mut head = Vec::new();
-    for (index, value) in [(2u8, "GET"), (6, "http"), (4, "/plaintext"), (1, "localhost")] {
-        head.push(index);
-        head.push(value.len() as u8);
-        head.extend_from_slice(value.as_bytes());
-    }
-    let mut hello = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
-    // A window large enough that the test never needs WINDOW_UPDATE for
-    // the stream windows; the connection's is raised below.
-    hello.extend(frame(0x4, 0, 0, &[0, 4, 0x7f, 0xff, 0xff, 0xff]));
-    hello.extend(frame(0x8, 0, 0, &0x7fff_0000u32.to_be_bytes()));
-    stream.write_all(&hello).unwrap();
-    let mut buf = vec![0u8; 1 << 16];
-    let mut pending: Vec<u8> = Vec::with_capacity(1 << 20);
-    let mut next_id = 1u32;
-    // Sends `n` requests and reads until `n` streams have ended.
-    let mut batch: Vec<u8> = Vec::with_capacity(16 * (9 + head.len()));
-    let mut exchange = |n: usize| {
-        // Written in place: the client must not allocate either.
-        batch.clear();
-        for _ in 0..n {
-            let len = head.len();
-            batch.extend_from_slice(&[(len >> 16) as u8, (len >> 8) as u8, len as u8, 0x1, 0x5]);
-            batch.extend_from_slice(&next_id.to_be_bytes());
-            batch.extend_from_slice(&head);
-            next_id += 2;
-        }
-        stream.write_all(&batch).unwrap();
-        let mut ended = 0;
-        while ended < n {
-            while pending.len() >= 9 {
-                let len = (usize::from(pending[0]) << 16) | (usize::from(pending[1]) << 8) | usize::from(pending[2]);
-                if pending.len() < 9 + len {
-                    break;
-                }
-                let (kind, flags) = (pending[3], pending[4]);
-                if kind <= 1 && flags & 1 != 0 {
-                    ended += 1;
-                }
-                assert_ne!(kind, 0x7, "GOAWAY: {:?}", &pending[..9 + len]);
-                pending.drain(..9 + len);
-            }
-            if ended < n {
-                let got = stream.read(&mut buf).unwrap();
-                assert!(got > 0, "closed");
-                pending.extend_from_slice(&buf[..got]);
-            }
-        }
-    };
+    let heads = [h2::get_head("/plaintext", "localhost")];
+    let mut client = h2::Client::connect(addr);
     for _ in 0..200 {
-        exchange(1);
-        exchange(16);
+        client.exchange(&heads, 1);
+        client.exchange(&heads, 16);
     }
-    let before = N_ALLOCS.load(Ordering::SeqCst);
+    let before = n_allocs();
     for _ in 0..2000 {
-        exchange(1);
+        client.exchange(&heads, 1);
     }
     for _ in 0..200 {
-        exchange(16);
+        client.exchange(&heads, 16);
     }
-    let after = N_ALLOCS.load(Ordering::SeqCst);
-    // The client's own Vecs above are warm too (same sizes each time).
+    let after = n_allocs();
+    // The client's own Vecs are warm too (same sizes each time).
     assert_eq!(
         after - before,
         0,

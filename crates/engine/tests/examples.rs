@@ -1,10 +1,11 @@
 //! The examples listen where `--bind` or `PEREGRINE_BIND` says, and say
 //! where on their first line. `cargo test` builds them beside the tests.
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
+
+use test_support::http;
+use test_support::process::{last_addr, Process};
 
 /// An example's binary: `target/<profile>/examples/NAME`, next to `deps/`
 /// where this test runs from.
@@ -12,62 +13,44 @@ fn example(name: &str) -> Command {
     let exe = std::env::current_exe().unwrap();
     let dir: PathBuf = exe.parent().unwrap().parent().unwrap().join("examples");
     let mut cmd = Command::new(dir.join(name));
-    cmd.env_remove("PEREGRINE_BIND").stdout(Stdio::piped());
+    cmd.env_remove("PEREGRINE_BIND");
     cmd
 }
 
-/// The address on the example's first line (`listening on http://ADDR/`).
-fn listening(child: &mut Child) -> String {
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    line.trim()
-        .strip_prefix("listening on http://")
-        .and_then(|a| a.strip_suffix('/'))
-        .unwrap_or_else(|| panic!("first line: {line:?}"))
-        .to_owned()
+/// Starts the example; returns it with the address on its first line
+/// (`listening on http://ADDR/`).
+fn start(cmd: &mut Command) -> (Process, String) {
+    let example = Process::spawn_stdout(cmd);
+    let line = example
+        .lines
+        .next_before(std::time::Instant::now() + test_support::PATIENCE);
+    let line = line.expect("a first line");
+    assert!(line.starts_with("listening on http://"), "first line: {line:?}");
+    (example, last_addr(&line))
 }
 
 fn get(addr: &str, path: &str) -> String {
-    let mut s = TcpStream::connect(addr).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    out
-}
-
-/// SIGTERM, then a graceful exit (0).
-fn stop(mut child: Child) {
-    let killed = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
-    assert_eq!(child.wait().unwrap().code(), Some(0));
+    http::get(addr, path).text()
 }
 
 #[test]
 fn examples_listen_where_bind_says_and_print_it() {
-    let mut hello = example("hello").args(["--bind", "127.0.0.1:0"]).spawn().unwrap();
-    let addr = listening(&mut hello);
+    let (hello, addr) = start(example("hello").args(["--bind", "127.0.0.1:0"]));
     assert!(addr.starts_with("127.0.0.1:") && !addr.ends_with(":0"), "{addr}");
     assert!(get(&addr, "/").ends_with("Hello, World!"));
-    stop(hello);
+    hello.terminate();
 
-    let mut router = example("router").env("PEREGRINE_BIND", "127.0.0.1:0").spawn().unwrap();
-    let addr = listening(&mut router);
+    let (router, addr) = start(example("router").env("PEREGRINE_BIND", "127.0.0.1:0"));
     assert!(get(&addr, "/users/%E2%9C%93").ends_with("user \u{2713}\n"));
-    stop(router);
+    router.terminate();
 
-    let mut deferred = example("deferred")
-        .arg("--bind=127.0.0.1:0")
-        .env("PEREGRINE_BIND", "not an address: the flag wins")
-        .spawn()
-        .unwrap();
-    let addr = listening(&mut deferred);
+    let (deferred, addr) = start(
+        example("deferred")
+            .arg("--bind=127.0.0.1:0")
+            .env("PEREGRINE_BIND", "not an address: the flag wins"),
+    );
     assert!(get(&addr, "/fast").ends_with("fast\n"));
-    stop(deferred);
+    deferred.terminate();
 }
 
 #[test]

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use common::{start, start_with, status_of, Client};
 use peregrine::{AccessLog, Limits, Reply, Request, Response, Server};
+use test_support::wait_until;
 
 fn hello(_: &Request<'_>) -> Response {
     Response::text("hello")
@@ -72,20 +73,10 @@ fn a_client_that_stops_reading_is_dropped() {
     // Read nothing until the server has closed the connection: it must
     // give up on us after the send timeout rather than hold the response
     // forever.
-    let deadline = std::time::Instant::now() + common::PATIENCE;
-    loop {
+    wait_until("the connection dropped after the send timeout", || {
         let text = metrics.render();
-        if metric(&text, "peregrine_connections_accepted_total") == 1
-            && metric(&text, "peregrine_connections_open") == 0
-        {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the connection was never dropped:\n{text}"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+        metric(&text, "peregrine_connections_accepted_total") == 1 && metric(&text, "peregrine_connections_open") == 0
+    });
     let got = c.read_to_close();
     assert!(
         got.len() < big.len(),
@@ -203,13 +194,17 @@ impl RecvBufferHint for std::net::TcpStream {
 
 #[test]
 fn at_the_connection_cap_new_connections_are_refused_and_old_ones_served() {
-    let server = start_with(
-        Limits {
+    let metrics = Arc::new(peregrine::Metrics::new());
+    let server = Server::new()
+        .bind("127.0.0.1:0")
+        .workers(1)
+        .limits(Limits {
             n_conns_max: 2,
             ..Limits::default()
-        },
-        hello,
-    );
+        })
+        .metrics(metrics.clone())
+        .start(hello)
+        .unwrap();
     let mut a = Client::connect(server.local_addr());
     let mut b = Client::connect(server.local_addr());
     a.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
@@ -222,19 +217,15 @@ fn at_the_connection_cap_new_connections_are_refused_and_old_ones_served() {
     a.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
     assert_eq!(a.response().status, 200);
     drop(b);
-    // Once b is gone there is room again. Its close and our connect can land
-    // in one epoll batch with the accept first, so allow a few attempts.
-    let mut served = false;
-    for _ in 0..50 {
-        let mut c = Client::connect(server.local_addr());
-        c.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
-        if c.response().status == 200 {
-            served = true;
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert!(served);
+    // Once the worker has closed b there is room again (waited for: b's
+    // close and a connect sent at once could land in one epoll batch with
+    // the accept first).
+    wait_until("b's connection closed", || {
+        metric(&metrics.render(), "peregrine_connections_open") == 1
+    });
+    let mut c = Client::connect(server.local_addr());
+    c.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(c.response().status, 200);
 }
 
 /// A handler that answers `/slow` from another thread only when the test
@@ -377,9 +368,9 @@ fn the_access_log_reopens_under_its_path_for_logrotate_and_writes_json() {
     c.send(b"GET /before HTTP/1.1\r\nHost: x\r\n\r\n");
     assert_eq!(c.response().status, 200);
     // The worker writes its buffer at each sweep: wait for the line.
-    while !std::fs::read_to_string(&path).unwrap().contains("/before") {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until("the line for /before in the access log", || {
+        std::fs::read_to_string(&path).unwrap().contains("/before")
+    });
     // What logrotate does: move the file away, then ask for a reopen.
     std::fs::rename(&path, &rotated).unwrap();
     server.reopen_logs().unwrap();

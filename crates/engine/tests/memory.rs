@@ -5,36 +5,12 @@
 
 mod common;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
-
 use common::{start_with, Client};
 use peregrine::{Limits, Request, Response};
-
-struct Largest;
-
-static LARGEST: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards to the system allocator unchanged; only records sizes.
-unsafe impl GlobalAlloc for Largest {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LARGEST.fetch_max(layout.size(), Ordering::Relaxed);
-        // SAFETY: same contract as our caller's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as our caller's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        LARGEST.fetch_max(new_size, Ordering::Relaxed);
-        // SAFETY: same contract as our caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+use test_support::alloc::{largest, reset_largest, Counting};
 
 #[global_allocator]
-static GLOBAL: Largest = Largest;
+static GLOBAL: Counting = Counting;
 
 #[test]
 fn an_announced_body_is_not_allocated_before_it_arrives() {
@@ -51,7 +27,7 @@ fn an_announced_body_is_not_allocated_before_it_arrives() {
     // its start-up tables and pooled buffers are allocated.
     c.send(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n");
     assert_eq!(c.response().text(), "0");
-    LARGEST.store(0, Ordering::SeqCst);
+    reset_largest();
     // 1 GiB announced, 40 KiB sent: more than the 16 KiB pooled buffer, so
     // the server must grow it, but only to what has come.
     c.send(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000000\r\n\r\n");
@@ -61,11 +37,8 @@ fn an_announced_body_is_not_allocated_before_it_arrives() {
     // 40 KiB.
     c.stream.shutdown(std::net::Shutdown::Write).unwrap();
     let _ = c.read_to_close();
-    assert!(
-        LARGEST.load(Ordering::SeqCst) > 16 << 10,
-        "the server never grew its buffer"
-    );
-    let largest = LARGEST.load(Ordering::SeqCst);
+    assert!(largest() > 16 << 10, "the server never grew its buffer");
+    let largest = largest();
     assert!(
         largest < 1 << 20,
         "largest allocation {largest} bytes for 40 KiB received"

@@ -79,16 +79,13 @@ fn counters_match_a_known_set_of_requests() {
     // Wait until the workers have counted the deferred request in flight
     // and the bad connection closed: the first connection and the slow one
     // are left open.
-    let text = loop {
+    let text = test_support::wait_for("one request in flight, three 4xx, two connections open", || {
         let text = metrics.render();
-        if sample(&text, "peregrine_requests_in_flight") == 1
+        (sample(&text, "peregrine_requests_in_flight") == 1
             && sample(&text, "peregrine_requests_total{class=\"4xx\"}") == 3
-            && sample(&text, "peregrine_connections_open") == 2
-        {
-            break text;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    };
+            && sample(&text, "peregrine_connections_open") == 2)
+            .then_some(text)
+    });
     assert_eq!(sample(&text, "peregrine_requests_total{class=\"2xx\"}"), 5);
     assert_eq!(sample(&text, "peregrine_connections_open"), 2, "{text}");
     assert_eq!(sample(&text, "peregrine_workers"), 2, "{text}");

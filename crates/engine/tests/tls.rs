@@ -6,86 +6,25 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use common::{Client, PATIENCE};
 use peregrine::{Body, FileRange, Limits, Reply, Request, Response, Running, Server, TlsConfig};
 use rustls::pki_types::{CertificateDer, ServerName};
-use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
+use rustls::{ClientConfig, ClientConnection};
+use test_support::pki::{self, Pki, Tls};
 
-type Tls = StreamOwned<ClientConnection, TcpStream>;
-
-/// A CA, and leaf certificates it signs, written as PEM files.
-struct Pki {
-    dir: PathBuf,
-    ca: rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
-}
-
-impl Pki {
-    fn new(tag: &str) -> Pki {
-        let dir = std::env::temp_dir().join(format!("peregrine-tls-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, format!("peregrine test CA {tag}"));
-        let ca = rcgen::CertifiedIssuer::self_signed(params, rcgen::KeyPair::generate().unwrap()).unwrap();
-        Pki { dir, ca }
-    }
-
-    /// Issues a certificate for `names`, written to `stem.pem` and
-    /// `stem.key`; returns the paths and the certificate's DER.
-    fn issue(&self, stem: &str, names: &[&str]) -> (PathBuf, PathBuf, CertificateDer<'static>) {
-        let key = rcgen::KeyPair::generate().unwrap();
-        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
-        let cert = rcgen::CertificateParams::new(names)
-            .unwrap()
-            .signed_by(&key, &self.ca)
-            .unwrap();
-        let (cert_path, key_path) = (
-            self.dir.join(format!("{stem}.pem")),
-            self.dir.join(format!("{stem}.key")),
-        );
-        std::fs::write(&cert_path, cert.pem()).unwrap();
-        std::fs::write(&key_path, key.serialize_pem()).unwrap();
-        (cert_path, key_path, cert.der().clone())
-    }
-
-    fn client_config(&self, versions: &[&'static rustls::SupportedProtocolVersion]) -> Arc<ClientConfig> {
-        let mut roots = RootCertStore::empty();
-        roots.add(self.ca.der().clone()).unwrap();
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut config = ClientConfig::builder_with_provider(provider)
-            .with_protocol_versions(versions)
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
-        Arc::new(config)
-    }
-}
-
-impl Drop for Pki {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
+/// A client trusting `pki`'s CA, for `versions`, offering HTTP/1.1.
+fn client_config(pki: &Pki, versions: &[&'static rustls::SupportedProtocolVersion]) -> Arc<ClientConfig> {
+    let mut config = pki.client_config(versions);
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Arc::new(config)
 }
 
 fn connect(addr: SocketAddr, config: &Arc<ClientConfig>, name: &str) -> Client<Tls> {
-    let tcp = TcpStream::connect(addr).unwrap();
-    tcp.set_read_timeout(Some(PATIENCE)).unwrap();
-    tcp.set_nodelay(true).unwrap();
-    let conn = ClientConnection::new(config.clone(), ServerName::try_from(name.to_owned()).unwrap()).unwrap();
-    let mut stream = StreamOwned::new(conn, tcp);
-    // Finish the handshake now, so tests can look at what was negotiated.
-    while stream.conn.is_handshaking() {
-        stream.conn.complete_io(&mut stream.sock).expect("handshake");
-    }
-    Client::over(stream)
+    Client::over(pki::connect(addr, config, name))
 }
 
 fn start(tls: TlsConfig, handler: impl peregrine::Handler) -> Running {
@@ -116,7 +55,7 @@ fn get_over_tls13_negotiates_http11() {
     let server = start(TlsConfig::from_pem_files(&cert, &key).unwrap(), echo_path);
     let mut c = connect(
         server.local_addr(),
-        &pki.client_config(&[&rustls::version::TLS13]),
+        &client_config(&pki, &[&rustls::version::TLS13]),
         "localhost",
     );
     assert_eq!(c.stream.conn.protocol_version(), Some(rustls::ProtocolVersion::TLSv1_3));
@@ -135,7 +74,7 @@ fn get_over_tls12_negotiates_http11() {
     let server = start(TlsConfig::from_pem_files(&cert, &key).unwrap(), echo_path);
     let mut c = connect(
         server.local_addr(),
-        &pki.client_config(&[&rustls::version::TLS12]),
+        &client_config(&pki, &[&rustls::version::TLS12]),
         "localhost",
     );
     assert_eq!(c.stream.conn.protocol_version(), Some(rustls::ProtocolVersion::TLSv1_2));
@@ -152,7 +91,7 @@ fn pipelined_requests_over_tls_are_answered_in_order() {
     let server = start(TlsConfig::from_pem_files(&cert, &key).unwrap(), echo_path);
     let mut c = connect(
         server.local_addr(),
-        &pki.client_config(&[&rustls::version::TLS13]),
+        &client_config(&pki, &[&rustls::version::TLS13]),
         "localhost",
     );
     let mut batch = Vec::new();
@@ -176,7 +115,7 @@ fn large_bodies_from_files_and_memory_arrive_intact() {
     let pki = Pki::new("large");
     let (cert, key, _) = pki.issue("localhost", &["localhost"]);
     let file_bytes = pattern(3 * 1024 * 1024 + 12345, 7);
-    let file_path = pki.dir.join("big.bin");
+    let file_path = pki.dir().join("big.bin");
     std::fs::write(&file_path, &file_bytes).unwrap();
     let mem_bytes = Arc::new(pattern(2 * 1024 * 1024 + 1, 3));
     let (fp, mb) = (file_path.clone(), mem_bytes.clone());
@@ -196,7 +135,7 @@ fn large_bodies_from_files_and_memory_arrive_intact() {
     };
     let server = start(TlsConfig::from_pem_files(&cert, &key).unwrap(), handler);
     for versions in [&[&rustls::version::TLS13], &[&rustls::version::TLS12]] {
-        let mut c = connect(server.local_addr(), &pki.client_config(versions), "localhost");
+        let mut c = connect(server.local_addr(), &client_config(&pki, versions), "localhost");
         // Pipelined behind each other: each body must end where it should.
         let mut batch = get("/file");
         batch.extend_from_slice(&get("/bytes"));
@@ -228,7 +167,7 @@ fn request_bodies_arrive_over_tls() {
     let sum: u64 = body.iter().map(|&b| b as u64).sum();
     let mut c = connect(
         server.local_addr(),
-        &pki.client_config(&[&rustls::version::TLS13]),
+        &client_config(&pki, &[&rustls::version::TLS13]),
         "localhost",
     );
     let mut req = format!(
@@ -251,7 +190,7 @@ fn deferred_answers_go_out_over_tls() {
     });
     let mut c = connect(
         server.local_addr(),
-        &pki.client_config(&[&rustls::version::TLS13]),
+        &client_config(&pki, &[&rustls::version::TLS13]),
         "localhost",
     );
     let mut batch = get("/a");
@@ -282,7 +221,7 @@ fn bad_clients_are_closed_and_others_still_served() {
     let (cert, key, _) = pki.issue("localhost", &["localhost"]);
     let server = start(TlsConfig::from_pem_files(&cert, &key).unwrap(), echo_path);
     let addr = server.local_addr();
-    let config = pki.client_config(&[&rustls::version::TLS13]);
+    let config = client_config(&pki, &[&rustls::version::TLS13]);
     // A keep-alive client that stays connected through all of it.
     let mut steady = connect(addr, &config, "localhost");
     assert_eq!(steady.send(&get("/1")).response().text(), "path /1");
@@ -332,17 +271,7 @@ fn bad_clients_are_closed_and_others_still_served() {
     // (h2 is spoken now: SPDY is not).
     let mut spdy_only = (*config).clone();
     spdy_only.alpn_protocols = vec![b"spdy/3.1".to_vec()];
-    let tcp = TcpStream::connect(addr).unwrap();
-    tcp.set_read_timeout(Some(PATIENCE)).unwrap();
-    let conn = ClientConnection::new(Arc::new(spdy_only), ServerName::try_from("localhost").unwrap()).unwrap();
-    let mut s = StreamOwned::new(conn, tcp);
-    let mut refused = false;
-    while s.conn.is_handshaking() {
-        if s.conn.complete_io(&mut s.sock).is_err() {
-            refused = true;
-            break;
-        }
-    }
+    let refused = pki::handshake(addr, &Arc::new(spdy_only), "localhost").is_err();
     assert!(refused, "a handshake offering only SPDY succeeded");
 
     // Everyone else is still served, on the old and on new connections.
@@ -365,7 +294,7 @@ fn a_client_that_never_finishes_its_handshake_is_closed() {
     let mut silent = TcpStream::connect(server.local_addr()).unwrap();
     assert!(read_until_closed(&mut silent).is_empty());
     // Half a ClientHello.
-    let config = pki.client_config(&[&rustls::version::TLS13]);
+    let config = client_config(&pki, &[&rustls::version::TLS13]);
     let mut conn = ClientConnection::new(config, ServerName::try_from("localhost").unwrap()).unwrap();
     let mut hello = Vec::new();
     conn.write_tls(&mut hello).unwrap();
@@ -384,7 +313,7 @@ fn sni_picks_the_certificate_for_the_name() {
         .with_cert(&b_cert, &b_key)
         .unwrap();
     let server = start(tls, echo_path);
-    let config = pki.client_config(&[&rustls::version::TLS13, &rustls::version::TLS12]);
+    let config = client_config(&pki, &[&rustls::version::TLS13, &rustls::version::TLS12]);
     for (name, want) in [("a.test", &a_der), ("b.test", &b_der), ("www.b.test", &b_der)] {
         let mut c = connect(server.local_addr(), &config, name);
         let got = &c.stream.conn.peer_certificates().unwrap()[0];
@@ -393,24 +322,8 @@ fn sni_picks_the_certificate_for_the_name() {
     }
     // A name no certificate covers (and an IP address, which has no SNI)
     // gets the first: the client refuses it, as it should.
-    let strict = connect_result(server.local_addr(), &config, "c.test");
+    let strict = pki::handshake(server.local_addr(), &config, "c.test").map(drop);
     assert!(strict.is_err(), "a certificate for c.test appeared");
-}
-
-fn connect_result(addr: SocketAddr, config: &Arc<ClientConfig>, name: &str) -> Result<(), rustls::Error> {
-    let tcp = TcpStream::connect(addr).unwrap();
-    tcp.set_read_timeout(Some(PATIENCE)).unwrap();
-    let conn = ClientConnection::new(config.clone(), ServerName::try_from(name.to_owned()).unwrap()).unwrap();
-    let mut s = StreamOwned::new(conn, tcp);
-    while s.conn.is_handshaking() {
-        if let Err(e) = s.conn.complete_io(&mut s.sock) {
-            return Err(e
-                .into_inner()
-                .and_then(|e| e.downcast::<rustls::Error>().ok())
-                .map_or(rustls::Error::General("io".into()), |e| *e));
-        }
-    }
-    Ok(())
 }
 
 fn peer_cert(c: &Client<Tls>) -> CertificateDer<'static> {
@@ -427,7 +340,7 @@ fn reload_switches_new_handshakes_and_keeps_old_connections() {
     let (cert, key, first) = pki.issue("live", &["localhost"]);
     let tls = TlsConfig::from_pem_files(&cert, &key).unwrap();
     let server = start(tls.clone(), echo_path);
-    let config = pki.client_config(&[&rustls::version::TLS13]);
+    let config = client_config(&pki, &[&rustls::version::TLS13]);
     let mut old = connect(server.local_addr(), &config, "localhost");
     assert!(peer_cert(&old) == first);
     assert_eq!(old.send(&get("/before")).response().text(), "path /before");
@@ -438,7 +351,7 @@ fn reload_switches_new_handshakes_and_keeps_old_connections() {
     copy(&next_key, &key);
     assert_eq!(tls.reload().unwrap(), 1);
     // A fresh client: resuming the old session would skip certificates.
-    let config = pki.client_config(&[&rustls::version::TLS13]);
+    let config = client_config(&pki, &[&rustls::version::TLS13]);
     let mut new = connect(server.local_addr(), &config, "localhost");
     assert!(peer_cert(&new) == second, "the new certificate is not used");
     assert_eq!(new.send(&get("/new")).response().text(), "path /new");
@@ -455,7 +368,7 @@ fn reload_switches_new_handshakes_and_keeps_old_connections() {
     assert!(err.to_string().contains("live.pem"), "{err}");
     let c = connect(
         server.local_addr(),
-        &pki.client_config(&[&rustls::version::TLS12]),
+        &client_config(&pki, &[&rustls::version::TLS12]),
         "localhost",
     );
     assert!(peer_cert(&c) == second);
@@ -466,7 +379,7 @@ fn reload_switches_new_handshakes_and_keeps_old_connections() {
     assert!(tls.reload().is_err());
     let c = connect(
         server.local_addr(),
-        &pki.client_config(&[&rustls::version::TLS12]),
+        &client_config(&pki, &[&rustls::version::TLS12]),
         "localhost",
     );
     assert!(peer_cert(&c) == second);
@@ -476,7 +389,7 @@ fn reload_switches_new_handshakes_and_keeps_old_connections() {
 fn loading_bad_files_fails_with_the_file_named() {
     let pki = Pki::new("badfiles");
     let (cert, key, _) = pki.issue("ok", &["localhost"]);
-    let missing = pki.dir.join("missing.pem");
+    let missing = pki.dir().join("missing.pem");
     let err = TlsConfig::from_pem_files(&missing, &key).unwrap_err();
     assert!(err.is_tls() && err.to_string().contains("missing.pem"), "{err}");
     let err = TlsConfig::from_pem_files(&key, &key).unwrap_err();
@@ -542,7 +455,7 @@ fn hsts_is_added_over_tls_when_asked() {
             Response::text("default")
         }
     });
-    let config = pki.client_config(&[&rustls::version::TLS13]);
+    let config = client_config(&pki, &[&rustls::version::TLS13]);
     let mut c = connect(server.local_addr(), &config, "localhost");
     let r = c.send(&get("/")).response();
     assert_eq!(r.header("strict-transport-security"), Some("max-age=31536000"));
@@ -574,7 +487,7 @@ fn plain_and_tls_listeners_share_a_server() {
     let (plain, tls) = (server.local_addrs()[0], server.local_addrs()[1]);
     let mut p = Client::connect(plain);
     assert_eq!(p.send(&get("/p")).response().text(), "path /p");
-    let mut t = connect(tls, &pki.client_config(&[&rustls::version::TLS13]), "localhost");
+    let mut t = connect(tls, &client_config(&pki, &[&rustls::version::TLS13]), "localhost");
     assert_eq!(t.send(&get("/t")).response().text(), "path /t");
     server.shutdown();
     server.join().unwrap();
@@ -590,7 +503,7 @@ fn errors_over_tls_are_answered_then_closed() {
         ..Limits::default()
     };
     let server = start_with(limits, TlsConfig::from_pem_files(&cert, &key).unwrap(), echo_path);
-    let config = pki.client_config(&[&rustls::version::TLS13]);
+    let config = client_config(&pki, &[&rustls::version::TLS13]);
     // A malformed request: 400 naming the problem, then the close.
     let mut c = connect(server.local_addr(), &config, "localhost");
     let r = c
@@ -611,7 +524,7 @@ fn random_bytes_at_the_tls_port_never_hurt_the_server() {
     let (cert, key, _) = pki.issue("localhost", &["localhost"]);
     let server = start(TlsConfig::from_pem_files(&cert, &key).unwrap(), echo_path);
     let addr = server.local_addr();
-    let config = pki.client_config(&[&rustls::version::TLS13, &rustls::version::TLS12]);
+    let config = client_config(&pki, &[&rustls::version::TLS13, &rustls::version::TLS12]);
     // A genuine ClientHello to mutate, so that many inputs get past the
     // record layer into the handshake parser.
     let mut hello = Vec::new();
@@ -662,7 +575,7 @@ fn metrics_count_tls_handshakes_by_result() {
         .unwrap();
     let addr = server.local_addr();
     for version in [&rustls::version::TLS13, &rustls::version::TLS12] {
-        let mut c = connect(addr, &pki.client_config(&[version]), "localhost");
+        let mut c = connect(addr, &client_config(&pki, &[version]), "localhost");
         assert_eq!(c.send(&get("/m")).response().status, 200);
     }
     // Two handshakes that fail: plaintext, and a garbage record.

@@ -2,35 +2,12 @@
 //! response is a pre-built header block and a shared body. Counted with a
 //! global counting allocator (the only test in this binary).
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use peregrine::Server;
 use peregrine_files::{FileServer, Options};
-
-struct Counting;
-
-static N_ALLOCS: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: forwards to the system allocator unchanged; only counts calls.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        N_ALLOCS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as our caller's.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: same contract as our caller's.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        N_ALLOCS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as our caller's.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
+use test_support::alloc::{n_allocs, Counting};
+use test_support::http::exchange_in_place;
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
@@ -54,30 +31,17 @@ fn cached_files_are_served_without_allocating() {
     let mut buf = vec![0u8; 65536];
     let small = b"GET /small.txt HTTP/1.1\r\nHost: t\r\nUser-Agent: alloc-test\r\n\r\n";
     let four = b"GET /four.bin HTTP/1.1\r\nHost: t\r\nUser-Agent: alloc-test\r\n\r\n";
-    let mut exchange = |req: &[u8], body_len: usize| {
-        stream.write_all(req).unwrap();
-        let mut got = 0;
-        loop {
-            got += stream.read(&mut buf[got..]).unwrap();
-            if let Some(end) = buf[..got].windows(4).position(|w| w == b"\r\n\r\n") {
-                if got >= end + 4 + body_len {
-                    assert_eq!(got, end + 4 + body_len);
-                    assert!(buf.starts_with(b"HTTP/1.1 200 OK\r\n"));
-                    return;
-                }
-            }
-        }
-    };
+    let mut exchange = |req: &[u8], body_len: usize| exchange_in_place(&mut stream, &mut buf, req, body_len);
     for _ in 0..100 {
         exchange(small, 17);
         exchange(four, 4096);
     }
-    let before = N_ALLOCS.load(Ordering::SeqCst);
+    let before = n_allocs();
     for _ in 0..1000 {
         exchange(small, 17);
         exchange(four, 4096);
     }
-    let after = N_ALLOCS.load(Ordering::SeqCst);
+    let after = n_allocs();
     let _ = std::fs::remove_dir_all(&root);
     assert_eq!(after - before, 0, "allocations during 2,000 cached file requests");
 }

@@ -2,12 +2,13 @@
 //! to it, a real server on loopback, raw requests.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use peregrine::{Running, Server};
 use peregrine_files::{FileServer, Options};
+use test_support::http::{get, request};
 
 const SECRET: &str = "top secret: outside the root";
 
@@ -51,68 +52,6 @@ impl Drop for Fixture {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-#[derive(Debug)]
-struct Resp {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
-impl Resp {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-}
-
-/// Sends one request (`Connection: close` added) and reads the response.
-fn request(addr: SocketAddr, method: &str, target: &str, headers: &[(&str, &str)]) -> Resp {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let mut req = format!("{method} {target} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n");
-    for (n, v) in headers {
-        req.push_str(&format!("{n}: {v}\r\n"));
-    }
-    req.push_str("\r\n");
-    s.write_all(req.as_bytes()).unwrap();
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).unwrap();
-    let mut h = [httparse::EMPTY_HEADER; 64];
-    let mut r = httparse::Response::new(&mut h);
-    let head_len = match r.parse(&raw).unwrap() {
-        httparse::Status::Complete(n) => n,
-        httparse::Status::Partial => panic!("incomplete response: {:?}", String::from_utf8_lossy(&raw)),
-    };
-    let headers: Vec<(String, String)> = r
-        .headers
-        .iter()
-        .map(|h| (h.name.to_owned(), String::from_utf8_lossy(h.value).into_owned()))
-        .collect();
-    let resp = Resp {
-        status: r.code.unwrap(),
-        headers,
-        body: raw[head_len..].to_vec(),
-    };
-    if let (Some(len), false) = (resp.header("content-length"), method == "HEAD") {
-        assert_eq!(
-            len.parse::<usize>().unwrap(),
-            resp.body.len(),
-            "Content-Length is right"
-        );
-    }
-    resp
-}
-
-fn get(addr: SocketAddr, target: &str) -> Resp {
-    request(addr, "GET", target, &[])
 }
 
 #[test]

@@ -1,0 +1,102 @@
+//! A global allocator that forwards to the system's and counts: calls
+//! (`n_allocs`), the largest block asked for (`largest`), and the live and
+//! peak heap bytes of the threads that have not opted out (`live_bytes`,
+//! `peak_bytes`). A test binary installs it with
+//!
+//! ```ignore
+//! #[global_allocator]
+//! static GLOBAL: test_support::alloc::Counting = test_support::alloc::Counting;
+//! ```
+//!
+//! and is best the only test in its binary, so that the harness is quiet
+//! while it counts. The counters are relaxed atomics: one locked add per
+//! call, which is all a test that counts can afford.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
+
+/// The allocator; see the module's documentation.
+pub struct Counting;
+
+static N_ALLOCS: AtomicUsize = AtomicUsize::new(0);
+static LARGEST: AtomicUsize = AtomicUsize::new(0);
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+static PEAK: AtomicIsize = AtomicIsize::new(0);
+
+thread_local! {
+    /// False on a thread whose bytes are not the server's (a test's
+    /// client): `live_bytes` and `peak_bytes` leave them out.
+    static IN_LIVE: Cell<bool> = const { Cell::new(true) };
+}
+
+/// Allocations and reallocations so far, on every thread.
+pub fn n_allocs() -> usize {
+    N_ALLOCS.load(Ordering::SeqCst)
+}
+
+/// The largest block allocated or reallocated since the last
+/// `reset_largest`, on every thread.
+pub fn largest() -> usize {
+    LARGEST.load(Ordering::SeqCst)
+}
+
+pub fn reset_largest() {
+    LARGEST.store(0, Ordering::SeqCst);
+}
+
+/// Heap bytes allocated and not yet freed by the threads counted (the
+/// absolute value means nothing; differences do).
+pub fn live_bytes() -> isize {
+    LIVE.load(Ordering::SeqCst)
+}
+
+/// The highest `live_bytes` since the last `reset_peak`.
+pub fn peak_bytes() -> isize {
+    PEAK.load(Ordering::SeqCst)
+}
+
+/// Starts the peak again from the live bytes now.
+pub fn reset_peak() {
+    PEAK.store(LIVE.load(Ordering::SeqCst), Ordering::SeqCst);
+}
+
+/// Leaves the calling thread's bytes out of `live_bytes` and `peak_bytes`
+/// from now on (a test calls it on its own thread, the client's).
+pub fn leave_this_thread_out() {
+    IN_LIVE.with(|c| c.set(false));
+}
+
+fn add_live(delta: isize) {
+    // `try_with`: a thread being torn down counts no more.
+    if IN_LIVE.try_with(Cell::get).unwrap_or(false) {
+        let now = LIVE.fetch_add(delta, Ordering::Relaxed) + delta;
+        PEAK.fetch_max(now, Ordering::Relaxed);
+    }
+}
+
+// SAFETY: forwards every call to the system allocator unchanged; only
+// counts, with atomics and a const thread-local that never allocates.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        N_ALLOCS.fetch_add(1, Ordering::Relaxed);
+        LARGEST.fetch_max(layout.size(), Ordering::Relaxed);
+        add_live(layout.size() as isize);
+        // SAFETY: same contract as our caller's.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        add_live(-(layout.size() as isize));
+        // SAFETY: same contract as our caller's.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        N_ALLOCS.fetch_add(1, Ordering::Relaxed);
+        LARGEST.fetch_max(new_size, Ordering::Relaxed);
+        add_live(new_size as isize - layout.size() as isize);
+        // SAFETY: same contract as our caller's.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}

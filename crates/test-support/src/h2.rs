@@ -1,0 +1,104 @@
+//! An HTTP/2 client (cleartext, prior knowledge) for the allocation tests:
+//! it sends GETs whose heads the test encoded once, and reads frames until
+//! their streams end, in buffers it reuses, so that once warm it allocates
+//! nothing itself and every allocation counted is the server's.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+const HEADERS: u8 = 0x1;
+const RST_STREAM: u8 = 0x3;
+const GOAWAY: u8 = 0x7;
+const END_STREAM: u8 = 0x1;
+const END_HEADERS: u8 = 0x4;
+
+/// A GET's header block: `:method GET`, `:scheme http`, `path` and
+/// `authority`, as HPACK literals without indexing of static-table names
+/// (so that the server's decoder does the same work every time).
+pub fn get_head(path: &str, authority: &str) -> Vec<u8> {
+    let mut head = Vec::new();
+    for (index, value) in [(2u8, "GET"), (6, "http"), (4, path), (1, authority)] {
+        head.push(index);
+        head.push(u8::try_from(value.len()).expect("a short value"));
+        head.extend_from_slice(value.as_bytes());
+    }
+    head
+}
+
+/// One connection; see the module's documentation.
+pub struct Client {
+    stream: TcpStream,
+    /// Frames read and not yet looked at.
+    pending: Vec<u8>,
+    buf: Vec<u8>,
+    batch: Vec<u8>,
+    next_id: u32,
+}
+
+impl Client {
+    /// Connects, and sends the preface with windows so large (2^31-1 for
+    /// streams, nearly that for the connection) that the test never has
+    /// to send WINDOW_UPDATE.
+    pub fn connect(addr: SocketAddr) -> Client {
+        let mut stream = TcpStream::connect(addr).unwrap();
+        stream.set_nodelay(true).unwrap();
+        stream.set_read_timeout(Some(crate::PATIENCE)).unwrap();
+        let mut hello = PREFACE.to_vec();
+        // SETTINGS_INITIAL_WINDOW_SIZE = 2^31-1, then a WINDOW_UPDATE on
+        // the connection.
+        hello.extend_from_slice(&[0, 0, 6, 0x4, 0, 0, 0, 0, 0, 0, 4, 0x7f, 0xff, 0xff, 0xff]);
+        hello.extend_from_slice(&[0, 0, 4, 0x8, 0, 0, 0, 0, 0, 0x7f, 0xff, 0, 0]);
+        stream.write_all(&hello).unwrap();
+        Client {
+            stream,
+            pending: Vec::with_capacity(1 << 20),
+            buf: vec![0; 1 << 16],
+            batch: Vec::with_capacity(16 * 64),
+            next_id: 1,
+        }
+    }
+
+    /// Sends `n` requests in one write, the `i`th with `heads[i %
+    /// heads.len()]` (each under 256 bytes), and reads until all `n`
+    /// streams have ended. A GOAWAY or RST_STREAM fails the test.
+    pub fn exchange(&mut self, heads: &[Vec<u8>], n: usize) {
+        self.batch.clear();
+        for i in 0..n {
+            let head = &heads[i % heads.len()];
+            let len = u8::try_from(head.len()).expect("a head under 256 bytes");
+            self.batch
+                .extend_from_slice(&[0, 0, len, HEADERS, END_STREAM | END_HEADERS]);
+            self.batch.extend_from_slice(&self.next_id.to_be_bytes());
+            self.batch.extend_from_slice(head);
+            self.next_id += 2;
+        }
+        self.stream.write_all(&self.batch).unwrap();
+        let mut ended = 0;
+        while ended < n {
+            while self.pending.len() >= 9 {
+                let p = &self.pending;
+                let len = (usize::from(p[0]) << 16) | (usize::from(p[1]) << 8) | usize::from(p[2]);
+                if p.len() < 9 + len {
+                    break;
+                }
+                let (kind, flags) = (p[3], p[4]);
+                assert!(
+                    kind != GOAWAY && kind != RST_STREAM,
+                    "GOAWAY or RST_STREAM: {:?}",
+                    &p[..9 + len]
+                );
+                // DATA or HEADERS with END_STREAM.
+                if kind <= HEADERS && flags & END_STREAM != 0 {
+                    ended += 1;
+                }
+                self.pending.drain(..9 + len);
+            }
+            if ended < n {
+                let got = self.stream.read(&mut self.buf).unwrap();
+                assert!(got > 0, "the server closed the connection");
+                self.pending.extend_from_slice(&self.buf[..got]);
+            }
+        }
+    }
+}

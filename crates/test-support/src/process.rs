@@ -1,0 +1,158 @@
+//! Child processes under test (`peregrine`, the examples): spawned with one
+//! output stream read line by line on a thread (so that a missing line
+//! fails the test after `PATIENCE` instead of hanging it, and the child
+//! never blocks on a full pipe), signalled by PID, and killed when the
+//! test ends however it ends.
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::time::Instant;
+
+use crate::PATIENCE;
+
+/// The lines of a child's output stream, read on a thread.
+pub struct Lines(Receiver<String>);
+
+impl Lines {
+    /// Starts reading `stream` (a child's piped stdout or stderr).
+    pub fn of(stream: impl Read + Send + 'static) -> Lines {
+        let mut reader = BufReader::new(stream);
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || loop {
+            let mut line = String::new();
+            if reader.read_line(&mut line).unwrap_or(0) == 0 || tx.send(line).is_err() {
+                return;
+            }
+        });
+        Lines(lines)
+    }
+
+    /// The next line, if one comes before `deadline`.
+    pub fn next_before(&self, deadline: Instant) -> Option<String> {
+        self.0
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .ok()
+    }
+
+    /// Waits (up to `PATIENCE`) for a line containing `needle`, skipping
+    /// others, and returns it.
+    pub fn line(&self, needle: &str) -> String {
+        self.lines(&[needle])
+    }
+
+    /// Waits (up to `PATIENCE`) for lines containing each of `needles`, in
+    /// any order, skipping others; returns the first that matched.
+    pub fn lines(&self, needles: &[&str]) -> String {
+        let deadline = Instant::now() + PATIENCE;
+        let mut missing: Vec<&str> = needles.to_vec();
+        let mut first = None;
+        while !missing.is_empty() {
+            let Some(line) = self.next_before(deadline) else {
+                panic!("no line with {missing:?} within {PATIENCE:?}");
+            };
+            if let Some(i) = missing.iter().position(|n| line.contains(n)) {
+                missing.remove(i);
+                first.get_or_insert(line);
+            }
+        }
+        first.unwrap_or_default()
+    }
+}
+
+/// A running child, killed (and reaped) when dropped.
+pub struct Process {
+    child: Option<Child>,
+    /// The stream it was started with, line by line.
+    pub lines: Lines,
+}
+
+impl Process {
+    /// Spawns `cmd` with its stderr piped and read line by line.
+    pub fn spawn(cmd: &mut Command) -> Process {
+        let mut child = cmd.stderr(Stdio::piped()).spawn().expect("the program starts");
+        let lines = Lines::of(child.stderr.take().unwrap());
+        Process {
+            child: Some(child),
+            lines,
+        }
+    }
+
+    /// Spawns `cmd` with its stdout piped and read line by line.
+    pub fn spawn_stdout(cmd: &mut Command) -> Process {
+        let mut child = cmd.stdout(Stdio::piped()).spawn().expect("the program starts");
+        let lines = Lines::of(child.stdout.take().unwrap());
+        Process {
+            child: Some(child),
+            lines,
+        }
+    }
+
+    /// Waits for a line containing `needle`, and returns it.
+    pub fn line(&self, needle: &str) -> String {
+        self.lines.line(needle)
+    }
+
+    /// Waits for the line saying where the child listens (the first with
+    /// a URL, ` on http://...` or ` on https://...`) and returns it.
+    pub fn listening(&self) -> String {
+        self.line("://")
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    /// Sends signal `name` (`TERM`, `HUP`, ...) with kill(1).
+    pub fn signal(&self, name: &str) {
+        signal(self.pid(), name);
+    }
+
+    /// Waits for the child to exit, and returns how it did.
+    pub fn wait(mut self) -> ExitStatus {
+        self.child.take().unwrap().wait().unwrap()
+    }
+
+    /// SIGTERM, then the exit status must be 0 (a graceful shutdown).
+    pub fn terminate(self) {
+        self.signal("TERM");
+        assert_eq!(self.wait().code(), Some(0), "a graceful exit after SIGTERM");
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Sends signal `name` to `pid` with kill(1); it must be delivered.
+pub fn signal(pid: u32, name: &str) {
+    let status = Command::new("kill")
+        .args([&format!("-{name}"), &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success(), "kill -{name} {pid}");
+}
+
+/// The URLs of a line such as "peregrine: ... on https://127.0.0.1:8443/,
+/// http://127.0.0.1:8080/".
+pub fn urls(line: &str) -> Vec<String> {
+    line.trim()
+        .rsplit_once(" on ")
+        .unwrap_or_else(|| panic!("no addresses in {line:?}"))
+        .1
+        .split(", ")
+        .map(str::to_owned)
+        .collect()
+}
+
+/// `host:port` of the last URL of such a line.
+pub fn last_addr(line: &str) -> String {
+    let url = urls(line).pop().unwrap();
+    let (_, rest) = url.split_once("://").unwrap_or_else(|| panic!("no URL in {line:?}"));
+    rest.trim_end_matches('/').to_owned()
+}
