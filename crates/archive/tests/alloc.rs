@@ -2,13 +2,11 @@
 //! it: the response is the stored header block and a slice of the map.
 //! Counted with a global counting allocator (the only test in this binary).
 
-use std::net::TcpStream;
-
 use peregrine::Server;
 use peregrine_archive::{pack, ArchiveServer, Mode, PackOptions};
-use test_support::alloc::{n_allocs, Counting};
+use test_support::alloc::{allocations_after_warming, Counting};
 use test_support::h2;
-use test_support::http::exchange_in_place;
+use test_support::http::InPlace;
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
@@ -27,23 +25,14 @@ fn archive_hits_are_served_without_allocating() {
         .workers(1)
         .start(ArchiveServer::open(&archive, Mode::Map).unwrap())
         .unwrap();
-    let mut stream = TcpStream::connect(server.local_addr()).unwrap();
-    stream.set_nodelay(true).unwrap();
-    let mut buf = vec![0u8; 65536];
+    let mut client = InPlace::connect(server.local_addr());
     let small = b"GET /small.txt HTTP/1.1\r\nHost: t\r\nUser-Agent: alloc-test\r\n\r\n";
     let four = b"GET /four.bin HTTP/1.1\r\nHost: t\r\nUser-Agent: alloc-test\r\n\r\n";
-    let mut exchange = |req: &[u8], body_len: usize| exchange_in_place(&mut stream, &mut buf, req, body_len);
-    for _ in 0..100 {
-        exchange(small, 17);
-        exchange(four, 4096);
-    }
-    let before = n_allocs();
-    for _ in 0..1000 {
-        exchange(small, 17);
-        exchange(four, 4096);
-    }
-    let after = n_allocs();
-    assert_eq!(after - before, 0, "allocations during 2,000 archive requests");
+    let n_allocs = allocations_after_warming(100, 1000, || {
+        client.exchange(small, 17);
+        client.exchange(four, 4096);
+    });
+    assert_eq!(n_allocs, 0, "allocations during 2,000 archive requests");
     h2_archive_hits_allocate_nothing(server.local_addr());
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -55,21 +44,12 @@ fn archive_hits_are_served_without_allocating() {
 fn h2_archive_hits_allocate_nothing(addr: std::net::SocketAddr) {
     let heads = [h2::get_head("/small.txt", "t"), h2::get_head("/four.bin", "t")];
     let mut client = h2::Client::connect(addr);
-    for _ in 0..200 {
-        client.exchange(&heads, 1);
+    // Per round: ten streams one at a time, then 16 at once.
+    let n_allocs = allocations_after_warming(200, 100, || {
+        for _ in 0..10 {
+            client.exchange(&heads, 1);
+        }
         client.exchange(&heads, 16);
-    }
-    let before = n_allocs();
-    for _ in 0..1000 {
-        client.exchange(&heads, 1);
-    }
-    for _ in 0..100 {
-        client.exchange(&heads, 16);
-    }
-    let after = n_allocs();
-    assert_eq!(
-        after - before,
-        0,
-        "allocations during 2,600 warm HTTP/2 archive streams"
-    );
+    });
+    assert_eq!(n_allocs, 0, "allocations during 2,600 warm HTTP/2 archive streams");
 }

@@ -12,56 +12,31 @@
 mod common;
 
 use std::env;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStderr, Command, Stdio};
+use std::process::Command;
 use std::sync::OnceLock;
 
 use common::Program;
-
-/// The server, killed when the test ends however it ends. Its stderr stays
-/// open so that a late message does not fail on a closed pipe.
-struct Server {
-    child: Child,
-    stderr: BufReader<ChildStderr>,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use test_support::pki::SelfSigned;
+use test_support::process::{urls, Process};
 
 fn example_site() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../site")
 }
 
 /// Starts `peregrine serve WHAT` (a directory or an archive) on a free port
-/// and returns it with its URL, read from the line it prints once it listens.
-fn serve(what: &Path, tls: Option<&(PathBuf, PathBuf)>) -> (Server, String) {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_peregrine"));
+/// and returns it (killed when the test ends however it ends) with its URL,
+/// read from the line it prints once it listens.
+fn serve(what: &Path, tls: Option<&SelfSigned>) -> (Process, String) {
+    let mut cmd = common::peregrine();
     cmd.arg("serve").arg(what).args(["--bind", "127.0.0.1:0"]);
-    if let Some((cert, key)) = tls {
-        cmd.arg("--tls-cert").arg(cert).arg("--tls-key").arg(key);
+    if let Some(pki) = tls {
+        cmd.arg("--tls-cert").arg(&pki.cert).arg("--tls-key").arg(&pki.key);
     }
-    let mut child = cmd.stderr(Stdio::piped()).spawn().expect("cannot start peregrine");
-    let stderr = BufReader::new(child.stderr.take().unwrap());
-    let mut server = Server { child, stderr };
-    let mut printed = String::new();
-    loop {
-        let mut line = String::new();
-        if server.stderr.read_line(&mut line).unwrap() == 0 {
-            panic!("peregrine serve exited without saying where it listens; it printed: {printed:?}");
-        }
-        // "peregrine: serving SITE on http://127.0.0.1:PORT/" (https://)
-        if let Some((_, url)) = line.trim().rsplit_once(" on ") {
-            if url.starts_with("http://") || url.starts_with("https://") {
-                return (server, url.to_owned());
-            }
-        }
-        printed.push_str(&line);
-    }
+    let server = Process::spawn(&mut cmd);
+    // "peregrine: ...; serving SITE on http://127.0.0.1:PORT/" (https://)
+    let url = urls(&server.listening()).pop().unwrap();
+    (server, url)
 }
 
 /// Chromium and Node.js, found or installed once per test binary: both
@@ -121,23 +96,13 @@ fn packed_example_site_loads_in_chromium_with_brotli_and_a_reload_is_answered_no
 /// response's protocol): the site loads over h2 as it does over HTTP/1.1.
 #[test]
 fn example_site_loads_in_chromium_over_https_with_http2() {
-    let dir = env::temp_dir().join(format!("peregrine-browser-tls-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let key = rcgen::KeyPair::generate().unwrap();
-    let cert = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned(), "localhost".to_owned()])
-        .unwrap()
-        .self_signed(&key)
-        .unwrap();
-    let pair = (dir.join("cert.pem"), dir.join("key.pem"));
-    std::fs::write(&pair.0, cert.pem()).unwrap();
-    std::fs::write(&pair.1, key.serialize_pem()).unwrap();
-    check_in_chromium(&example_site(), "dir", Some(&pair));
-    let _ = std::fs::remove_dir_all(&dir);
+    let pki = SelfSigned::new("browser", &["127.0.0.1", "localhost"]);
+    check_in_chromium(&example_site(), "dir", Some(&pki));
 }
 
 /// Serves `what` and runs check.mjs on it (`served`: dir or archive, which
 /// says what encodings to expect).
-fn check_in_chromium(what: &Path, served: &str, tls: Option<&(PathBuf, PathBuf)>) {
+fn check_in_chromium(what: &Path, served: &str, tls: Option<&SelfSigned>) {
     let (chromium, node) = browser();
     let (_server, url) = serve(what, tls);
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/browser/check.mjs");

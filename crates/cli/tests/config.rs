@@ -11,40 +11,11 @@ use std::process::{Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::{get, packed, peregrine, terminate};
-
-/// A fresh directory under the system's temporary directory, removed when
-/// dropped.
-struct Scratch(PathBuf);
-
-impl std::ops::Deref for Scratch {
-    type Target = Path;
-    fn deref(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl AsRef<std::ffi::OsStr> for Scratch {
-    fn as_ref(&self) -> &std::ffi::OsStr {
-        self.0.as_os_str()
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
+use test_support::Scratch;
 
 fn scratch() -> Scratch {
     static N: AtomicUsize = AtomicUsize::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "peregrine-config-test-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    Scratch(dir)
+    Scratch::new(&format!("peregrine-config-test-{}", N.fetch_add(1, Ordering::Relaxed)))
 }
 
 /// `text` written as `peregrine.toml` in a fresh directory (removed when

@@ -10,70 +10,38 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::OnceLock;
 
 use common::Program;
+use test_support::pki::SelfSigned;
+use test_support::process::{last_addr, Process};
 
 /// A running `peregrine`, killed when dropped.
 struct Running {
-    child: Child,
+    _process: Process,
     addr: String,
 }
 
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start(args: &[&str], tls: Option<&Pki>) -> Running {
+fn start(args: &[&str], tls: Option<&SelfSigned>) -> Running {
     let mut cmd = common::peregrine();
     cmd.args(args).args(["--bind", "127.0.0.1:0"]);
     if let Some(pki) = tls {
         cmd.arg("--tls-cert").arg(&pki.cert).arg("--tls-key").arg(&pki.key);
     }
-    let mut child = cmd.stderr(Stdio::piped()).spawn().expect("peregrine starts");
-    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut stderr, &mut line).unwrap();
-    let addr = line
-        .trim()
-        .rsplit("://")
-        .next()
-        .unwrap_or_else(|| panic!("no address in {line:?}"))
-        .trim_end_matches('/')
-        .to_owned();
-    // Keep reading its stderr so that the server never blocks on it.
-    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
-    Running { child, addr }
-}
-
-struct Pki {
-    dir: PathBuf,
-    cert: PathBuf,
-    key: PathBuf,
-}
-
-impl Drop for Pki {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
+    // Its stderr is read to the end on a thread: the server never blocks
+    // on it.
+    let process = Process::spawn(&mut cmd);
+    let addr = last_addr(&process.listening());
+    Running {
+        _process: process,
+        addr,
     }
 }
 
-fn pki(tag: &str) -> Pki {
-    let dir = std::env::temp_dir().join(format!("peregrine-h2-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let key = rcgen::KeyPair::generate().unwrap();
-    let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
-        .unwrap()
-        .self_signed(&key)
-        .unwrap();
-    let (c, k) = (dir.join("cert.pem"), dir.join("key.pem"));
-    std::fs::write(&c, cert.pem()).unwrap();
-    std::fs::write(&k, key.serialize_pem()).unwrap();
-    Pki { dir, cert: c, key: k }
+/// A certificate for the server (the clients are told not to check it).
+fn pki(tag: &str) -> SelfSigned {
+    SelfSigned::new(&format!("h2-{tag}"), &["localhost", "127.0.0.1"])
 }
 
 /// A site with a small page and files of 1 MiB and 5 MB (bodies larger than

@@ -179,15 +179,11 @@ fn sigusr1_reopens_the_access_log() {
     let addr = last_addr(&line);
     get(&addr, "/one");
     // The worker writes its buffer at each sweep: wait for the line.
-    while !std::fs::read_to_string(&log).unwrap().contains("/one") {
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    test_support::wait_until("the line for /one in the access log", || {
+        std::fs::read_to_string(&log).unwrap().contains("/one")
+    });
     std::fs::rename(&log, dir.join("access.log.1")).unwrap();
-    let status = Command::new("kill")
-        .args(["-USR1", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    common::signal(child.id(), "USR1");
     line.clear();
     stderr.read_line(&mut line).unwrap();
     assert_eq!(line.trim(), "peregrine: access log reopened");
@@ -289,19 +285,9 @@ impl Drop for KillOnDrop {
 
 /// Waits until `path` holds a line containing `needle`; returns the file.
 fn file_with(path: &std::path::Path, needle: &str) -> String {
-    let deadline = std::time::Instant::now() + common::PATIENCE;
-    loop {
-        let text = std::fs::read_to_string(path).unwrap_or_default();
-        if text.contains(needle) {
-            return text;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no {needle:?} in {}: {text}",
-            path.display()
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    test_support::wait_for(&format!("{needle:?} in {}", path.display()), || {
+        Some(std::fs::read_to_string(path).unwrap_or_default()).filter(|text| text.contains(needle))
+    })
 }
 
 #[test]
@@ -320,11 +306,7 @@ fn the_error_log_goes_to_a_file_that_sigusr1_reopens() {
     let addr = last_addr(first.lines().next().unwrap());
     assert!(get(&addr, "/").ends_with("Hello, World!"));
     std::fs::rename(&log, dir.path("error.log.1")).unwrap();
-    let status = Command::new("kill")
-        .args(["-USR1", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    common::signal(child.id(), "USR1");
     let new = file_with(&log, "peregrine: access log reopened\n");
     assert_eq!(new, "peregrine: error log reopened\nperegrine: access log reopened\n");
     let mut stderr = child.stderr.take().unwrap();

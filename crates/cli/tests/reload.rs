@@ -7,12 +7,14 @@ mod common;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use common::{Scratch, Stderr, PATIENCE};
+use common::{Scratch, PATIENCE};
+use test_support::process::Process;
+use test_support::{wait_for, wait_until};
 
 /// A scratch directory with a site to serve, `site/index.html`.
 fn tmp(tag: &str) -> Scratch {
@@ -22,39 +24,13 @@ fn tmp(tag: &str) -> Scratch {
     t
 }
 
-/// A running `peregrine`, killed when dropped.
-struct Server {
-    child: Child,
-    /// Its stderr, line by line (read on a thread).
-    stderr: Stderr,
-}
+/// A running `peregrine`, killed when dropped; its stderr read line by
+/// line (`Process`'s methods).
+struct Server(Process);
 
 impl Server {
     fn start(args: &[&str]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_peregrine"))
-            .args(args)
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = Stderr::of(&mut child);
-        Server { child, stderr }
-    }
-
-    /// Waits for a stderr line containing `needle`, and returns it.
-    fn line(&self, needle: &str) -> String {
-        self.stderr.line(needle)
-    }
-
-    /// Waits for lines containing each of `needles`, in any order.
-    fn lines(&self, needles: &[&str]) {
-        let mut missing: Vec<&str> = needles.to_vec();
-        let deadline = Instant::now() + PATIENCE;
-        while !missing.is_empty() {
-            match self.stderr.next_before(deadline) {
-                Some(line) => missing.retain(|n| !line.contains(n)),
-                None => panic!("no line with {missing:?} on stderr"),
-            }
-        }
+        Server(Process::spawn(common::peregrine().args(args)))
     }
 
     /// `host:port` of the first `http://` URL in the line with `needle`.
@@ -67,24 +43,16 @@ impl Server {
         url.split('/').next().unwrap().to_owned()
     }
 
-    fn signal(&self, name: &str) {
-        let status = Command::new("kill")
-            .args([&format!("-{name}"), &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
-
-    fn terminate(mut self) {
-        self.signal("TERM");
-        assert_eq!(self.child.wait().unwrap().code(), Some(0));
+    fn terminate(self) {
+        self.0.terminate();
     }
 }
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+impl std::ops::Deref for Server {
+    type Target = Process;
+
+    fn deref(&self) -> &Process {
+        &self.0
     }
 }
 
@@ -140,15 +108,7 @@ fn get(addr: &str, path: &str) -> std::io::Result<Answer> {
 
 /// Asks on new connections until `check` holds for an answer.
 fn eventually(addr: &str, path: &str, what: &str, check: impl Fn(&Answer) -> bool) -> Answer {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        let answer = get(addr, path).unwrap();
-        if check(&answer) {
-            return answer;
-        }
-        assert!(Instant::now() < deadline, "never saw {what}; last:\n{}", answer.head);
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for(what, || Some(get(addr, path).unwrap()).filter(&check))
 }
 
 fn s(p: &Path) -> &str {
@@ -332,11 +292,7 @@ fn hello_reloads_its_worker_count() {
     server.line("configuration reloaded (generation 2)");
     // The old generation's worker finishes; two new ones run. The metrics
     // listener is the same (its address did not change).
-    let deadline = Instant::now() + PATIENCE;
-    while !scrape().lines().any(|l| l == "peregrine_workers 2") {
-        assert!(Instant::now() < deadline, "never two workers:\n{}", scrape());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_until("two workers", || scrape().lines().any(|l| l == "peregrine_workers 2"));
     assert_eq!(get(&addr, "/").unwrap().body, b"Hello, World!");
     // Counters add up across generations: one request before, one after.
     let text = scrape();

@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
-use common::{last_addr, peregrine, Scratch, Stderr};
+use common::{last_addr, peregrine, Lines, Scratch};
 
 /// `--shutdown-timeout`: short, so that rounds whose stuck connections
 /// run into it stay quick.
@@ -49,11 +49,7 @@ impl Rng {
 }
 
 fn signal(child: &Child, name: &str) {
-    let status = std::process::Command::new("kill")
-        .args([&format!("-{name}"), &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    common::signal(child.id(), name);
 }
 
 /// Requests in a loop until `stop`: three pipelined on each connection,
@@ -156,7 +152,7 @@ fn sigterm_at_any_moment_ends_the_process_within_the_shutdown_timeout() {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let lines = Stderr::of(&mut child);
+        let lines = Lines::of(child.stderr.take().unwrap());
         let addr = last_addr(&lines.line(" on http://"));
 
         let stop = Arc::new(AtomicBool::new(false));

@@ -3,86 +3,22 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc::{self, Receiver};
+use std::process::Command;
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
 
 use common::Program;
-
-use rustls::pki_types::{CertificateDer, ServerName};
-use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
-
-const PATIENCE: Duration = Duration::from_secs(10);
-
-struct Pki {
-    dir: PathBuf,
-    ca: rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
-}
-
-impl Pki {
-    fn new(tag: &str) -> Pki {
-        let dir = std::env::temp_dir().join(format!("peregrine-cli-tls-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        // A name of its own: with the leaves' default one, OpenSSL would
-        // take each leaf for self-signed.
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, format!("peregrine test CA {tag}"));
-        let ca = rcgen::CertifiedIssuer::self_signed(params, rcgen::KeyPair::generate().unwrap()).unwrap();
-        Pki { dir, ca }
-    }
-
-    /// Issues a certificate for `names` into `stem.pem` / `stem.key`.
-    fn issue(&self, stem: &str, names: &[&str]) -> (PathBuf, PathBuf, CertificateDer<'static>) {
-        let key = rcgen::KeyPair::generate().unwrap();
-        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
-        let cert = rcgen::CertificateParams::new(names)
-            .unwrap()
-            .signed_by(&key, &self.ca)
-            .unwrap();
-        let (c, k) = (
-            self.dir.join(format!("{stem}.pem")),
-            self.dir.join(format!("{stem}.key")),
-        );
-        std::fs::write(&c, cert.pem()).unwrap();
-        std::fs::write(&k, key.serialize_pem()).unwrap();
-        (c, k, cert.der().clone())
-    }
-
-    /// A client trusting the CA, without session resumption (a resumed
-    /// session shows no certificate).
-    fn client(&self) -> Arc<ClientConfig> {
-        let mut roots = RootCertStore::empty();
-        roots.add(self.ca.der().clone()).unwrap();
-        let mut config = ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        config.resumption = rustls::client::Resumption::disabled();
-        Arc::new(config)
-    }
-}
-
-impl Drop for Pki {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
+use rustls::pki_types::CertificateDer;
+use rustls::ClientConfig;
+use test_support::pki::{self, Pki, Tls};
+use test_support::process::{urls, Process};
+use test_support::PATIENCE;
 
 /// A running `peregrine`, killed when dropped.
 struct Running {
-    child: Child,
-    /// The child's stderr, line by line (read on a thread, so that a
-    /// missing line fails the test after `PATIENCE` instead of hanging it).
-    stderr: Receiver<String>,
+    process: Process,
     /// The URLs of the first stderr line.
     urls: Vec<String>,
 }
@@ -93,30 +29,9 @@ impl Running {
     }
 
     fn start_env(args: &[&str], env: &[(&str, &str)]) -> Running {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_peregrine"))
-            .args(args)
-            .envs(env.iter().copied())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut reader = BufReader::new(child.stderr.take().unwrap());
-        let (tx, stderr) = mpsc::channel();
-        std::thread::spawn(move || loop {
-            let mut line = String::new();
-            if reader.read_line(&mut line).unwrap_or(0) == 0 || tx.send(line).is_err() {
-                return;
-            }
-        });
-        let line = stderr.recv_timeout(PATIENCE).expect("a first line on stderr");
-        let urls = line
-            .trim()
-            .split(" on ")
-            .nth(1)
-            .unwrap_or_else(|| panic!("no addresses in {line:?}"))
-            .split(", ")
-            .map(str::to_owned)
-            .collect();
-        Running { child, stderr, urls }
+        let process = Process::spawn(common::peregrine().args(args).envs(env.iter().copied()));
+        let urls = urls(&process.first_line());
+        Running { process, urls }
     }
 
     /// `host:port` of the URL with this scheme.
@@ -127,51 +42,18 @@ impl Running {
     }
 
     fn signal(&self, name: &str) {
-        let ok = Command::new("kill")
-            .args([&format!("-{name}"), &self.child.id().to_string()])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok);
+        self.process.signal(name);
     }
 
     /// Waits for stderr lines containing each of `needles`, in any order
     /// (other lines are skipped); returns the first match.
     fn wait_for_lines(&mut self, needles: &[&str]) -> String {
-        let mut missing: Vec<&str> = needles.to_vec();
-        let mut first = None;
-        while !missing.is_empty() {
-            let line = self
-                .stderr
-                .recv_timeout(PATIENCE)
-                .unwrap_or_else(|_| panic!("no line saying {missing:?} on stderr"));
-            if let Some(i) = missing.iter().position(|n| line.contains(n)) {
-                missing.remove(i);
-                first.get_or_insert(line);
-            }
-        }
-        first.unwrap_or_default()
+        self.process.lines(needles)
     }
 }
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-type Tls = StreamOwned<ClientConnection, TcpStream>;
 
 fn connect(addr: &str, config: &Arc<ClientConfig>, name: &str) -> Tls {
-    let tcp = TcpStream::connect(addr).unwrap();
-    tcp.set_read_timeout(Some(PATIENCE)).unwrap();
-    let conn = ClientConnection::new(config.clone(), ServerName::try_from(name.to_owned()).unwrap()).unwrap();
-    let mut s = StreamOwned::new(conn, tcp);
-    while s.conn.is_handshaking() {
-        s.conn.complete_io(&mut s.sock).expect("handshake");
-    }
-    s
+    pki::connect(addr, config, name)
 }
 
 fn peer_cert(s: &Tls) -> CertificateDer<'static> {
@@ -244,18 +126,10 @@ fn sighup_reloads_certificates_and_keeps_connections() {
     // the hand-over, a moment after the new one starts (as in reload.rs):
     // a connection in between still gets the old certificate. It failed
     // about one run in four when asked only once.
-    let deadline = std::time::Instant::now() + PATIENCE;
-    let mut new = loop {
+    let mut new = test_support::wait_for("a new connection with the new certificate", || {
         let new = connect(&addr, &config, "localhost");
-        if peer_cert(&new) == second {
-            break new;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "SIGHUP did not load the new certificate"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+        (peer_cert(&new) == second).then_some(new)
+    });
     assert_eq!(get(&mut new, "/", "localhost").1, b"Hello, World!");
     assert_eq!(get(&mut old, "/", "localhost").1, b"Hello, World!");
 
@@ -268,8 +142,7 @@ fn sighup_reloads_certificates_and_keeps_connections() {
     assert!(peer_cert(&again) == second);
     assert_eq!(get(&mut again, "/", "localhost").1, b"Hello, World!");
 
-    server.signal("TERM");
-    assert_eq!(server.child.wait().unwrap().code(), Some(0));
+    server.process.terminate();
 }
 
 #[test]
@@ -277,7 +150,7 @@ fn serve_dir_over_https_with_sni_redirect_and_hsts() {
     let pki = Pki::new("serve");
     let (a_cert, a_key, a_der) = pki.issue("a", &["a.test"]);
     let (b_cert, b_key, b_der) = pki.issue("b", &["b.test"]);
-    let root = pki.dir.join("site");
+    let root = pki.dir().join("site");
     std::fs::create_dir_all(&root).unwrap();
     let big: Vec<u8> = (0..(2 << 20) + 77).map(|i: u32| (i % 251) as u8).collect();
     std::fs::write(root.join("big.bin"), &big).unwrap();
@@ -349,10 +222,10 @@ fn serve_dir_over_https_with_sni_redirect_and_hsts() {
 fn an_archive_and_its_certificates_both_reload_on_one_sighup() {
     let pki = Pki::new("archive");
     let (cert, key, _) = pki.issue("live", &["localhost"]);
-    let root = pki.dir.join("site");
+    let root = pki.dir().join("site");
     std::fs::create_dir_all(&root).unwrap();
     std::fs::write(root.join("index.html"), "first").unwrap();
-    let archive = pki.dir.join("site.prg");
+    let archive = pki.dir().join("site.prg");
     let s = |p: &Path| p.to_str().unwrap().to_owned();
     let packed = Command::new(env!("CARGO_BIN_EXE_peregrine"))
         .args(["pack", &s(&root), "-o", &s(&archive)])
@@ -442,8 +315,8 @@ fn curl() -> &'static Path {
 fn curl_gets_pages_over_tls12_and_tls13() {
     let pki = Pki::new("curl");
     let (cert, key, _) = pki.issue("live", &["localhost"]);
-    let ca = pki.dir.join("ca.pem");
-    std::fs::write(&ca, pki.ca.pem()).unwrap();
+    let ca = pki.dir().join("ca.pem");
+    std::fs::write(&ca, pki.ca_pem()).unwrap();
     let (cert_s, key_s) = (cert.to_str().unwrap(), key.to_str().unwrap());
     let server = Running::start(&[
         "hello",

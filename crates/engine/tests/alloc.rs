@@ -7,7 +7,7 @@ use std::net::TcpStream;
 use std::sync::Arc;
 
 use peregrine::{Metrics, Request, Response, Server};
-use test_support::alloc::{n_allocs, Counting};
+use test_support::alloc::{allocations_after_warming, Counting};
 use test_support::h2;
 
 #[global_allocator]
@@ -54,21 +54,15 @@ fn warm_requests_allocate_nothing(addr: std::net::SocketAddr, with_metrics: bool
         }
     };
     let mut len = 0;
-    for _ in 0..200 {
-        exchange(request, 1, &mut len);
+    // Per round: ten requests one at a time, then 16 pipelined.
+    let n_allocs = allocations_after_warming(200, 200, || {
+        for _ in 0..10 {
+            exchange(request, 1, &mut len);
+        }
         exchange(&pipelined, 16, &mut len);
-    }
-    let before = n_allocs();
-    for _ in 0..2000 {
-        exchange(request, 1, &mut len);
-    }
-    for _ in 0..200 {
-        exchange(&pipelined, 16, &mut len);
-    }
-    let after = n_allocs();
+    });
     assert_eq!(
-        after - before,
-        0,
+        n_allocs, 0,
         "allocations during 5,200 warm requests (metrics: {with_metrics})"
     );
 }
@@ -78,22 +72,16 @@ fn warm_requests_allocate_nothing(addr: std::net::SocketAddr, with_metrics: bool
 fn warm_h2_streams_allocate_nothing(addr: std::net::SocketAddr, with_metrics: bool) {
     let heads = [h2::get_head("/plaintext", "localhost")];
     let mut client = h2::Client::connect(addr);
-    for _ in 0..200 {
-        client.exchange(&heads, 1);
+    // Per round: ten streams one at a time, then 16 at once.
+    let n_allocs = allocations_after_warming(200, 200, || {
+        for _ in 0..10 {
+            client.exchange(&heads, 1);
+        }
         client.exchange(&heads, 16);
-    }
-    let before = n_allocs();
-    for _ in 0..2000 {
-        client.exchange(&heads, 1);
-    }
-    for _ in 0..200 {
-        client.exchange(&heads, 16);
-    }
-    let after = n_allocs();
+    });
     // The client's own Vecs are warm too (same sizes each time).
     assert_eq!(
-        after - before,
-        0,
+        n_allocs, 0,
         "allocations during 5,200 warm HTTP/2 streams (metrics: {with_metrics})"
     );
 }

@@ -21,10 +21,7 @@ fn example(name: &str) -> Command {
 /// (`listening on http://ADDR/`).
 fn start(cmd: &mut Command) -> (Process, String) {
     let example = Process::spawn_stdout(cmd);
-    let line = example
-        .lines
-        .next_before(std::time::Instant::now() + test_support::PATIENCE);
-    let line = line.expect("a first line");
+    let line = example.first_line();
     assert!(line.starts_with("listening on http://"), "first line: {line:?}");
     (example, last_addr(&line))
 }

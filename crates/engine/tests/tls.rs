@@ -1,4 +1,4 @@
-//! TLS end to end: a throwaway CA and certificates made here (rcgen), a
+//! TLS end to end: a throwaway CA and certificates (`test_support::pki`), a
 //! rustls client over loopback. Versions, ALPN, pipelining, large bodies,
 //! bad clients, SNI, reload, the HTTPS redirect and HSTS.
 

@@ -2,12 +2,10 @@
 //! response is a pre-built header block and a shared body. Counted with a
 //! global counting allocator (the only test in this binary).
 
-use std::net::TcpStream;
-
 use peregrine::Server;
 use peregrine_files::{FileServer, Options};
-use test_support::alloc::{n_allocs, Counting};
-use test_support::http::exchange_in_place;
+use test_support::alloc::{allocations_after_warming, Counting};
+use test_support::http::InPlace;
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
@@ -26,22 +24,13 @@ fn cached_files_are_served_without_allocating() {
         .workers(1)
         .start(FileServer::new(options).unwrap())
         .unwrap();
-    let mut stream = TcpStream::connect(server.local_addr()).unwrap();
-    stream.set_nodelay(true).unwrap();
-    let mut buf = vec![0u8; 65536];
+    let mut client = InPlace::connect(server.local_addr());
     let small = b"GET /small.txt HTTP/1.1\r\nHost: t\r\nUser-Agent: alloc-test\r\n\r\n";
     let four = b"GET /four.bin HTTP/1.1\r\nHost: t\r\nUser-Agent: alloc-test\r\n\r\n";
-    let mut exchange = |req: &[u8], body_len: usize| exchange_in_place(&mut stream, &mut buf, req, body_len);
-    for _ in 0..100 {
-        exchange(small, 17);
-        exchange(four, 4096);
-    }
-    let before = n_allocs();
-    for _ in 0..1000 {
-        exchange(small, 17);
-        exchange(four, 4096);
-    }
-    let after = n_allocs();
+    let n_allocs = allocations_after_warming(100, 1000, || {
+        client.exchange(small, 17);
+        client.exchange(four, 4096);
+    });
     let _ = std::fs::remove_dir_all(&root);
-    assert_eq!(after - before, 0, "allocations during 2,000 cached file requests");
+    assert_eq!(n_allocs, 0, "allocations during 2,000 cached file requests");
 }

@@ -30,6 +30,19 @@ thread_local! {
     static IN_LIVE: Cell<bool> = const { Cell::new(true) };
 }
 
+/// Runs `round` `n_warm` times (pools, caches and buffers fill), then `n`
+/// times more; returns the allocations made meanwhile, on every thread.
+pub fn allocations_after_warming(n_warm: usize, n: usize, mut round: impl FnMut()) -> usize {
+    for _ in 0..n_warm {
+        round();
+    }
+    let before = n_allocs();
+    for _ in 0..n {
+        round();
+    }
+    n_allocs() - before
+}
+
 /// Allocations and reallocations so far, on every thread.
 pub fn n_allocs() -> usize {
     N_ALLOCS.load(Ordering::SeqCst)

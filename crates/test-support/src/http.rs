@@ -231,21 +231,39 @@ impl<S: Read + Write> Client<S> {
     }
 }
 
-/// Sends `request` on `stream` and reads its answer, a 200 whose body is
-/// `body_len` bytes, into `buf`, allocating nothing (for the allocation
-/// tests): the answer must be exactly one head and that body.
-pub fn exchange_in_place(stream: &mut TcpStream, buf: &mut [u8], request: &[u8], body_len: usize) {
-    stream.write_all(request).unwrap();
-    let mut got = 0;
-    loop {
-        let n = stream.read(&mut buf[got..]).unwrap();
-        assert!(n > 0, "the server closed the connection");
-        got += n;
-        if let Some(end) = buf[..got].windows(4).position(|w| w == b"\r\n\r\n") {
-            if got >= end + 4 + body_len {
-                assert_eq!(got, end + 4 + body_len);
-                assert!(buf.starts_with(b"HTTP/1.1 200 OK\r\n"));
-                return;
+/// One keep-alive connection for the allocation tests: `exchange` reads
+/// into a buffer it reuses, so that it allocates nothing.
+pub struct InPlace {
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl InPlace {
+    pub fn connect(addr: impl ToSocketAddrs) -> InPlace {
+        let stream = TcpStream::connect(addr).unwrap();
+        stream.set_nodelay(true).unwrap();
+        stream.set_read_timeout(Some(PATIENCE)).unwrap();
+        InPlace {
+            stream,
+            buf: vec![0; 1 << 16],
+        }
+    }
+
+    /// Sends `request` and reads its answer, a 200 whose body is
+    /// `body_len` bytes: exactly one head and that body.
+    pub fn exchange(&mut self, request: &[u8], body_len: usize) {
+        self.stream.write_all(request).unwrap();
+        let mut got = 0;
+        loop {
+            let n = self.stream.read(&mut self.buf[got..]).unwrap();
+            assert!(n > 0, "the server closed the connection");
+            got += n;
+            if let Some(end) = self.buf[..got].windows(4).position(|w| w == b"\r\n\r\n") {
+                if got >= end + 4 + body_len {
+                    assert_eq!(got, end + 4 + body_len);
+                    assert!(self.buf.starts_with(b"HTTP/1.1 200 OK\r\n"));
+                    return;
+                }
             }
         }
     }

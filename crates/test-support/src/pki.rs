@@ -41,6 +41,12 @@ impl Pki {
         self.dir.dir()
     }
 
+    /// The CA's certificate as PEM (for a client outside the test: curl's
+    /// `--cacert`).
+    pub fn ca_pem(&self) -> String {
+        self.ca.pem()
+    }
+
     /// Issues a certificate for `names` (DNS names, or IP addresses as
     /// text), written to `STEM.pem` and `STEM.key`; returns the two paths
     /// and the certificate's DER.
@@ -105,4 +111,29 @@ pub fn handshake(
         }
     }
     Ok(stream)
+}
+
+/// A self-signed certificate and its key, as PEM files in a scratch
+/// directory removed when dropped: for clients told not to check it
+/// (h2spec `-k`, curl `-k`, Chromium's `--ignore-certificate-errors`).
+pub struct SelfSigned {
+    _dir: Scratch,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
+impl SelfSigned {
+    /// A certificate for `names` (DNS names, or IP addresses as text), in
+    /// `peregrine-cert-TAG-PID`.
+    pub fn new(tag: &str, names: &[&str]) -> SelfSigned {
+        let dir = Scratch::new(&format!("peregrine-cert-{tag}"));
+        let key = rcgen::KeyPair::generate().unwrap();
+        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        let cert = rcgen::CertificateParams::new(names).unwrap().self_signed(&key).unwrap();
+        SelfSigned {
+            cert: dir.write("cert.pem", cert.pem()),
+            key: dir.write("key.pem", key.serialize_pem()),
+            _dir: dir,
+        }
+    }
 }

@@ -64,7 +64,7 @@ impl Lines {
 pub struct Process {
     child: Option<Child>,
     /// The stream it was started with, line by line.
-    pub lines: Lines,
+    pub output: Lines,
 }
 
 impl Process {
@@ -74,7 +74,7 @@ impl Process {
         let lines = Lines::of(child.stderr.take().unwrap());
         Process {
             child: Some(child),
-            lines,
+            output: lines,
         }
     }
 
@@ -84,13 +84,30 @@ impl Process {
         let lines = Lines::of(child.stdout.take().unwrap());
         Process {
             child: Some(child),
-            lines,
+            output: lines,
         }
     }
 
     /// Waits for a line containing `needle`, and returns it.
     pub fn line(&self, needle: &str) -> String {
-        self.lines.line(needle)
+        self.output.line(needle)
+    }
+
+    /// Waits for lines containing each of `needles`, in any order; returns
+    /// the first that matched.
+    pub fn lines(&self, needles: &[&str]) -> String {
+        self.output.lines(needles)
+    }
+
+    /// The next line, if one comes before `deadline`.
+    pub fn next_line_before(&self, deadline: Instant) -> Option<String> {
+        self.output.next_before(deadline)
+    }
+
+    /// The first line, if one comes within `PATIENCE`.
+    pub fn first_line(&self) -> String {
+        self.next_line_before(Instant::now() + PATIENCE)
+            .expect("a first line within PATIENCE")
     }
 
     /// Waits for the line saying where the child listens (the first with
