@@ -23,6 +23,8 @@
 //! parsed (its framing cannot be trusted) and the machine is `Closing`.
 
 mod respond;
+#[doc(hidden)]
+pub(crate) mod script;
 #[cfg(test)]
 mod tests;
 
