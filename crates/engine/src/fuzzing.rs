@@ -4,7 +4,10 @@
 
 use std::collections::HashMap;
 
+use crate::h1::script::{answers, End, Script};
+use crate::h1::{TimedOut, Wait};
 use crate::h2::{Config, Session, PREFACE};
+use crate::limits::{Limits, BUFFER_BYTES};
 use crate::response::Response;
 
 /// What the client sends before the fuzzer's bytes: the preface and an
@@ -256,6 +259,93 @@ impl Check {
     }
 }
 
+/// Drives the HTTP/1.1 machine (`h1::H1`) as the connection driver does,
+/// through `h1::script::Script`, on `data[1..]`. `data[0]` chooses how the
+/// bytes are split into reads (bits 0-3), whether HTTP/2 is allowed on the
+/// connection (bit 4), whether a shutdown starts after the first read
+/// (bit 5), whether the read buffer starts at 16 bytes (bit 6) and whether
+/// a deferred request is answered after each read or only at the end
+/// (bit 7). Limits are small, so that inputs reach them. Panics if an
+/// invariant breaks: a request uses no more bytes than were read, the read
+/// buffer stays within the limits, the output is a sequence of whole
+/// answers (one per request, plus one error answer if the machine refused
+/// the input, with that status), nothing is written once the machine
+/// closed, and a timeout answers only a request in progress.
+#[doc(hidden)]
+pub fn h1_session(data: &[u8]) {
+    let Some((&seed, input)) = data.split_first() else {
+        return;
+    };
+    let limits = Limits {
+        head_bytes_max: 512,
+        uri_bytes_max: 128,
+        n_headers_max: 8,
+        body_bytes_max: 1024,
+        ..Limits::default()
+    };
+    let buffer = if seed & 0x40 != 0 { 16 } else { BUFFER_BYTES };
+    let mut s = Script::new(limits).with_buffer(buffer);
+    s.h2_allowed = seed & 0x10 != 0;
+    let piece_max = 1usize << (seed & 0x0f);
+    let mut rng = u32::from(seed).wrapping_mul(0x9e37_79b9) | 1;
+    let mut at = 0;
+    while at < input.len() && s.end.is_none() {
+        rng ^= rng << 13;
+        rng ^= rng >> 17;
+        rng ^= rng << 5;
+        let end = input.len().min(at + 1 + rng as usize % piece_max);
+        s.feed(&input[at..end]);
+        at = end;
+        if seed & 0x20 != 0 {
+            s.draining = true;
+        }
+        if s.deferred && seed & 0x80 != 0 {
+            s.answer_later();
+        }
+    }
+    while s.deferred {
+        s.answer_later();
+    }
+    let unfinished = s.end.is_none() && s.unconsumed() > 0;
+    if s.end.is_none() {
+        // Nothing is deferred now: a waiting connection has a deadline.
+        assert!(
+            matches!(s.wait(false), Wait::Until(Some(_))),
+            "a connection waits without a deadline"
+        );
+        match s.time_out() {
+            TimedOut::Refused { status } => assert!(unfinished && status == 408, "a 408 with no request in progress"),
+            TimedOut::Close => assert!(!unfinished, "a request in progress closed without an answer"),
+            TimedOut::Keep => panic!("a timeout kept with nothing deferred"),
+        }
+    }
+    let got = answers(&s.wire, &s.head_only);
+    for a in got.iter().filter(|a| a.status == 100) {
+        assert!(
+            a.head == "HTTP/1.1 100 Continue\r\n\r\n" && a.body.is_empty(),
+            "a malformed 100 Continue"
+        );
+    }
+    let n_final = got.iter().filter(|a| a.status != 100).count();
+    match s.end {
+        Some(End::Refused(status)) => {
+            assert_eq!(
+                n_final,
+                s.head_only.len() + 1,
+                "one answer per request and one error answer"
+            );
+            assert_eq!(got.last().map(|a| a.status), Some(status));
+        }
+        Some(End::NotHttp) => assert!(s.wire.is_empty(), "an answer to bytes that are not HTTP/1"),
+        Some(End::Closing) | None => assert_eq!(n_final, s.head_only.len(), "one answer per request"),
+    }
+    if s.end.is_some() {
+        let written = s.wire.len();
+        s.feed(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n");
+        assert_eq!(s.wire.len(), written, "bytes written after the end");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -270,6 +360,23 @@ mod tests {
 
     /// `GET /` (static table entries 2, 7, 4) with `:authority: a`.
     const GET: &[u8] = &[0x82, 0x87, 0x84, 0x01, 0x01, b'a'];
+
+    #[test]
+    fn the_h1_driver_runs_its_seeds_every_way() {
+        let inputs: [&[u8]; 6] = [
+            b"",
+            b"GET / HTTP/1.1\r\nHost: a\r\n\r\nHEAD /later HTTP/1.1\r\nHost: a\r\n\r\nGET /big HTTP/1.1\r\nHost: a\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\nGET /close HTTP/1.1\r\nHost: a\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\nabcGET / HTTP/1.0\r\n\r\n",
+            b"HEAD / HTTP/1.1\r\nHost: a\r\nContent-Length: 2000\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\nX: \x01\r\n\r\n",
+        ];
+        for input in inputs {
+            for seed in 0..=255u8 {
+                h1_session(&[&[seed][..], input].concat());
+            }
+        }
+    }
 
     #[test]
     fn the_h2_driver_runs_its_seeds_every_way() {

@@ -44,6 +44,7 @@ mod date;
 mod error;
 #[doc(hidden)]
 pub mod fuzzing;
+mod h1;
 mod h2;
 mod handler;
 mod limits;

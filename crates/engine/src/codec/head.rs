@@ -158,6 +158,14 @@ pub fn parse_head<'b, 'h>(
     let status = match req.parse_with_uninit_headers(buf, &mut headers[..n_headers_max]) {
         Ok(status) => status,
         Err(httparse::Error::TooManyHeaders) => return Err(HeadError::HeadTooLarge),
+        // A request line cut inside its version (`HTTP/2.`) may still end
+        // as a 505's `HTTP/2.0` or a 400's `HTTP/2.x`: wait for the line's
+        // end, so that how the bytes were split never changes the answer
+        // (found by splitting scripted requests at every offset). The line
+        // is bounded by the check above.
+        Err(httparse::Error::Version) if line_len == buf.len() && buf.len() <= limits.head_bytes_max => {
+            return Ok(Parsed::Partial)
+        }
         Err(httparse::Error::Version) => return Err(version_error(buf)),
         Err(e) => return Err(HeadError::BadRequest(httparse_reason(e))),
     };

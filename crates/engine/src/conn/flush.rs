@@ -180,7 +180,7 @@ impl Conn {
         if !self.stop_writable_interest(ctx) {
             return Next::Close;
         }
-        self.state = State::Lingering { discarded: 0 };
+        self.phase = Phase::Lingering { discarded: 0 };
         self.deadline = Some(ctx.now + LINGER_TIMEOUT);
         self.input.start = 0;
         self.input.end = 0;
@@ -188,7 +188,7 @@ impl Conn {
     }
 
     pub(super) fn linger(&mut self, ctx: &mut Ctx<'_>) -> Next {
-        let State::Lingering { discarded } = &mut self.state else {
+        let Phase::Lingering { discarded } = &mut self.phase else {
             return Next::Close;
         };
         if self.input.buf.is_empty() {
@@ -292,12 +292,5 @@ pub(super) fn encrypt(tls: &mut TlsSession, out: &mut Output, pool: &mut BufPool
         if done {
             out.tail = None;
         }
-    }
-}
-
-pub(super) fn ensure_output(output: &mut Output, pool: &mut BufPool) {
-    if output.buf.capacity() == 0 {
-        output.buf = pool.take_write();
-        output.pos = 0;
     }
 }

@@ -19,16 +19,13 @@
 //! `send_timeout` since the last DATA byte left. Each ends the connection
 //! with GOAWAY. Deferred answers have no timeout, as on HTTP/1.1.
 
-use std::cell::Cell;
-use std::panic::{self, AssertUnwindSafe};
 use std::time::Instant;
 
-use super::{Conn, Ctx, State, Stop, Transport, HEADERS_ARRAY_MAX};
-use crate::access_log::{Line, LogRequest};
+use super::dispatch::{self, Called, Deferral};
+use super::{Conn, Ctx, Phase, Stop, Transport, HEADERS_ARRAY_MAX};
 use crate::codec::Version;
 use crate::h2::{Session, PREFACE};
-use crate::handler::Reply;
-use crate::request::{DeferSlot, Request};
+use crate::request::Request;
 use crate::response::Response;
 
 /// An HTTP/2 connection's state beside the session.
@@ -36,7 +33,7 @@ pub(super) struct H2 {
     pub(super) session: Session,
     /// Streams waiting for a deferred answer, with what the log and the
     /// metrics need when it comes.
-    deferred: Vec<DeferredStream>,
+    deferred: Vec<Deferral>,
     /// Body bytes sent when the send timeout was last restarted.
     sent_mark: u64,
     /// While responses wait for the client's window: since when.
@@ -45,14 +42,6 @@ pub(super) struct H2 {
     /// when that was: only a request's own frames restart it.
     recv_mark: u64,
     receiving_since: Option<Instant>,
-}
-
-struct DeferredStream {
-    id: u64,
-    started: Instant,
-    method_idx: usize,
-    head_only: bool,
-    log: Option<LogRequest>,
 }
 
 /// What the first bytes of a connection say about HTTP/2.
@@ -144,7 +133,7 @@ impl Conn {
             h2.session.send(&mut self.output.buf, budget);
         }
         if h2.session.is_done() {
-            self.state = State::Closing;
+            self.phase = Phase::Closing;
             return Stop::Closing;
         }
         if self.output.buf.len() - self.output.pos > budget || h2.session.wants_send() {
@@ -167,7 +156,8 @@ impl Conn {
         let Some(h2) = h2.as_mut() else { return };
         let extra_fields = transport.extra_fields();
         let budget = ctx.limits.write_buffer_bytes_max;
-        let date = &ctx.date.http()[..];
+        let dates = ctx.date;
+        let date = &dates.http()[..];
         if let Some((status, _why)) = h2.session.refused(id) {
             let resp = Response::error(status);
             let sent = h2
@@ -204,12 +194,6 @@ impl Conn {
             }
             return;
         };
-        let slot = DeferSlot {
-            mailbox: ctx.mailbox,
-            token: *token,
-            next_id: ctx.next_defer_id,
-            id: Cell::new(None),
-        };
         let mut small = [httparse::EMPTY_HEADER; 32];
         let mut large = Vec::new();
         let n_fields = parts.head.fields.len();
@@ -220,7 +204,7 @@ impl Conn {
             &mut large
         };
         let n = parts.head.fill(headers);
-        let mut req = Request::new(
+        let req = Request::new(
             parts.method,
             parts.target,
             Version::Http2,
@@ -229,59 +213,17 @@ impl Conn {
             parts.body,
             *peer,
         );
-        req.defer = Some(&slot);
         let head_only = parts.method == "HEAD";
-        let handler = match (*redirect, ctx.redirect) {
-            (true, Some(redirect)) => redirect,
-            _ => ctx.handler,
-        };
-        let reply = panic::catch_unwind(AssertUnwindSafe(|| handler.call(&req)));
-        let response = match reply {
-            Ok(Reply::Now(response)) => response,
-            Ok(Reply::Later) => {
-                if let Some(defer_id) = slot.id.get() {
-                    let log = ctx.log.is_some().then(|| super::h1::log_request(&req));
-                    let method_idx = crate::metrics::method_index(req.method().as_bytes());
-                    h2.session.defer(id, defer_id);
-                    h2.deferred.push(DeferredStream {
-                        id: defer_id,
-                        started: ctx.now,
-                        method_idx,
-                        head_only,
-                        log,
-                    });
-                    if let Some(m) = ctx.metrics {
-                        m.deferred_started.add(1);
-                    }
-                    return;
-                }
-                crate::log::error(format_args!(
-                    "handler returned Reply::Later without calling Request::defer"
-                ));
-                Response::error(500)
+        let response = match dispatch::call(ctx, *redirect, *token, &req) {
+            Called::Now(response) => response,
+            Called::Later(deferral) => {
+                h2.session.defer(id, deferral.id);
+                h2.deferred.push(deferral);
+                return;
             }
-            // The panic hook has already printed the message.
-            Err(_) => Response::error(500),
         };
         let sent = Session::sent_of(&response, head_only);
-        if let Some(log) = ctx.log.as_deref_mut() {
-            log.record(&Line {
-                clf_time: ctx.date.clf(),
-                peer: *peer,
-                method: req.method().as_bytes(),
-                target: req.target().as_bytes(),
-                version: b"HTTP/2.0",
-                status: sent.status,
-                body_bytes: sent.body_bytes,
-                referer: req.header_bytes("referer"),
-                user_agent: req.header_bytes("user-agent"),
-                host: req.host().map(str::as_bytes),
-                duration_us: Some(super::micros_since(ctx.now)),
-            });
-        }
-        if let Some(m) = ctx.metrics {
-            m.record(req.method().as_bytes(), sent.status, ctx.now);
-        }
+        dispatch::record(ctx, &req, sent.status, sent.body_bytes);
         h2.session
             .respond(id, response, head_only, date, extra_fields, &mut output.buf, budget);
     }
@@ -293,11 +235,9 @@ impl Conn {
             return false;
         };
         let wait = h2.deferred.swap_remove(at);
-        if let Some(m) = ctx.metrics {
-            m.deferred_ended.add(1);
-        }
         // The client may have reset the stream meanwhile.
         let Some(stream) = h2.session.deferred_stream(id) else {
+            dispatch::finish(ctx, self.peer, &wait, None);
             return true;
         };
         self.ensure_output(ctx.pool);
@@ -311,18 +251,7 @@ impl Conn {
             &mut self.output.buf,
             ctx.limits.write_buffer_bytes_max,
         );
-        if let Some(sent) = sent {
-            let (status, bytes) = (sent.status, sent.body_bytes);
-            super::record_deferred(
-                ctx,
-                self.peer,
-                wait.log.as_ref(),
-                wait.method_idx,
-                wait.started,
-                status,
-                bytes,
-            );
-        }
+        dispatch::finish(ctx, self.peer, &wait, sent.map(|s| (s.status, s.body_bytes)));
         true
     }
 
@@ -343,7 +272,7 @@ impl Conn {
             };
             h2.session.time_out(&mut self.output.buf, why);
         }
-        self.state = State::Closing;
+        self.phase = Phase::Closing;
     }
 
     /// Sets the deadline for what the connection waits for; see the

@@ -36,7 +36,6 @@
 
 use std::cell::Cell;
 use std::io::{self, IoSlice, Read, Write};
-use std::mem::MaybeUninit;
 use std::net::{Shutdown, SocketAddr};
 use std::os::unix::fs::FileExt;
 use std::panic::{self, AssertUnwindSafe};
@@ -46,23 +45,25 @@ use std::time::{Duration, Instant};
 use mio::net::TcpStream;
 use mio::{Interest, Token};
 
+pub(crate) mod buffers;
+mod dispatch;
 mod flush;
 mod h1;
 mod h2;
 
-use flush::ensure_output;
-use h1::write_response;
+pub(crate) use buffers::BufPool;
+use buffers::{ensure_output, Input, Output, Tail};
+use dispatch::Deferral;
 
-use crate::access_log::{Line, LogRequest, LogWriter};
-use crate::codec::write::{self as wire, BodyFraming, ConnField};
-use crate::codec::{parse_head, ChunkedDecoder, Framing, Head, HeadError, Parsed, Version};
+use crate::access_log::{Line, LogWriter};
+use crate::codec::write as wire;
 use crate::date::DateCache;
-use crate::handler::{Handler, Reply};
-use crate::limits::{Limits, BUFFER_BYTES, H2_READ_BYTES, INLINE_BODY_BYTES_MAX, POOL_BUFFERS_MAX};
+use crate::h1::H1;
+use crate::handler::Handler;
+use crate::limits::{Limits, H2_READ_BYTES};
 use crate::metrics::WorkerMetrics;
-use crate::request::{DeferSlot, Request};
 use crate::responder::Mailbox;
-use crate::response::{Body, FileRange, Response, SharedBytes};
+use crate::response::Response;
 use crate::tls::session::{PlainHttp, TlsSession};
 
 /// Header fields parsed per request at most: the stack array's size.
@@ -95,66 +96,6 @@ pub(crate) struct Ctx<'w> {
     pub(crate) h2: Option<crate::h2::Config>,
 }
 
-/// A worker's spare buffers. Read buffers keep their full length (their
-/// bytes are initialised, with whatever the last connection left in them)
-/// so reads need no `unsafe`; write buffers are kept empty.
-#[derive(Default)]
-pub(crate) struct BufPool {
-    read: Vec<Vec<u8>>,
-    write: Vec<Vec<u8>>,
-    /// Read buffers of HTTP/2 connections (`H2_READ_BYTES`).
-    h2_read: Vec<Vec<u8>>,
-    /// Write buffers that grew past `BUFFER_BYTES` (see `give_write`).
-    large_write: Vec<Vec<u8>>,
-}
-
-impl BufPool {
-    fn take_read(&mut self) -> Vec<u8> {
-        self.read.pop().unwrap_or_else(|| vec![0; BUFFER_BYTES])
-    }
-
-    fn take_write(&mut self) -> Vec<u8> {
-        self.write.pop().unwrap_or_else(|| Vec::with_capacity(BUFFER_BYTES))
-    }
-
-    fn take_h2_read(&mut self) -> Vec<u8> {
-        self.h2_read.pop().unwrap_or_else(|| vec![0; H2_READ_BYTES])
-    }
-
-    fn give_read(&mut self, buf: Vec<u8>) {
-        if buf.len() == BUFFER_BYTES && self.read.len() < POOL_BUFFERS_MAX {
-            self.read.push(buf);
-        } else if buf.len() == H2_READ_BYTES && self.h2_read.len() < POOL_BUFFERS_MAX {
-            self.h2_read.push(buf);
-        }
-    }
-
-    fn give_write(&mut self, mut buf: Vec<u8>) {
-        buf.clear();
-        if buf.capacity() == BUFFER_BYTES && self.write.len() < POOL_BUFFERS_MAX {
-            self.write.push(buf);
-        } else if (BUFFER_BYTES..=LARGE_WRITE_BYTES_MAX).contains(&buf.capacity())
-            && self.large_write.len() < LARGE_WRITE_BUFFERS_MAX
-        {
-            self.large_write.push(buf);
-        }
-    }
-
-    /// A write buffer for an HTTP/2 connection, whose DATA frames are
-    /// written into it: one that grew before if there is one.
-    fn take_write_large(&mut self) -> Vec<u8> {
-        self.large_write.pop().unwrap_or_else(|| self.take_write())
-    }
-}
-
-/// Write buffers that grew (an HTTP/2 batch of DATA frames up to
-/// `write_buffer_bytes_max`) are kept, a few per worker, up to this size:
-/// a busy HTTP/2 connection then grows none per batch (measured: 3
-/// allocations per 16 streams of 4 KiB answers before), and an idle worker
-/// holds at most 8 × 1 MiB.
-const LARGE_WRITE_BYTES_MAX: usize = 1024 * 1024;
-const LARGE_WRITE_BUFFERS_MAX: usize = 8;
-
 /// What the worker should do with a connection after an event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Next {
@@ -174,87 +115,6 @@ pub(crate) enum Next {
 const TURN_WORK: u32 = 1024;
 /// What a read or write costs out of `TURN_WORK`.
 const SYSCALL_WORK: u32 = 16;
-
-/// Where a connection is in its request/response cycle.
-enum State {
-    /// Between requests, nothing of the next one received.
-    Idle,
-    /// Part of a request head received.
-    Head,
-    /// The head is complete; the body is arriving.
-    Body(Box<BodyWait>),
-    /// The handler will answer through a `Responder`.
-    Deferred(Box<Deferred>),
-    /// The last response is queued; half-close once it is sent.
-    Closing,
-    /// Half-closed; reading and discarding until the client closes.
-    Lingering { discarded: usize },
-}
-
-struct BodyWait {
-    head_len: usize,
-    /// The request is HEAD: an error answer must carry no body either.
-    head_only: bool,
-    kind: BodyKind,
-}
-
-enum BodyKind {
-    Length(u64),
-    /// Offsets are relative to the start of the request in the read buffer.
-    Chunked {
-        decoder: ChunkedDecoder,
-        read: usize,
-        write: usize,
-    },
-}
-
-struct Deferred {
-    id: u64,
-    /// When the request was ready, and its method's metrics label.
-    started: Instant,
-    method_idx: usize,
-    head_only: bool,
-    version: Version,
-    keep_alive: bool,
-    log: Option<LogRequest>,
-}
-
-/// Bytes read and not yet consumed: `buf[start..end]`. `buf` is empty while
-/// the connection is idle.
-#[derive(Default)]
-struct Input {
-    buf: Vec<u8>,
-    start: usize,
-    end: usize,
-}
-
-/// Bytes to send: `buf[pos..]`, then `tail`. `buf` is empty while idle.
-#[derive(Default)]
-struct Output {
-    buf: Vec<u8>,
-    pos: usize,
-    tail: Option<Tail>,
-}
-
-/// A large body sent after the bytes in the output buffer.
-enum Tail {
-    Bytes {
-        data: Vec<u8>,
-        pos: usize,
-    },
-    Shared {
-        bytes: SharedBytes,
-        pos: usize,
-    },
-    File {
-        range: FileRange,
-        sent: u64,
-    },
-    Stream {
-        chunks: Box<dyn Iterator<Item = Vec<u8>> + Send>,
-        chunked: bool,
-    },
-}
 
 /// Why processing of buffered input stopped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -318,7 +178,12 @@ pub(crate) struct Conn {
     token: usize,
     input: Input,
     output: Output,
-    state: State,
+    /// The HTTP/1.1 machine (idle once the connection speaks HTTP/2).
+    h1: H1,
+    /// The request whose answer a deferred handler owes (HTTP/1.1).
+    deferral: Option<Deferral>,
+    /// Closing or lingering, for both protocols.
+    phase: Phase,
     /// When the connection times out, if it can: the send deadline while
     /// output is blocked, otherwise `state_deadline`. The worker reads this.
     pub(crate) deadline: Option<Instant>,
@@ -351,12 +216,19 @@ pub(crate) struct Conn {
     /// connected, and its first request is presumably on its way. A
     /// shutdown answers it rather than closing the connection as idle.
     fresh: bool,
-    /// No request has been answered yet: the connection may still turn
-    /// out to be HTTP/2 (its first bytes are the preface).
-    first: bool,
-    /// The connection speaks HTTP/2 (see `h2.rs`); `state` is then `Idle`
-    /// or `Closing` only.
+    /// The connection speaks HTTP/2 (see `h2.rs`).
     h2: Option<Box<h2::H2>>,
+}
+
+/// The driver's side of closing, for both protocols.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// Serving (the protocol may still be closing: `H1::is_closing`).
+    Open,
+    /// The last bytes are queued; half-close once they are sent.
+    Closing,
+    /// Half-closed; reading and discarding until the client closes.
+    Lingering { discarded: usize },
 }
 
 impl Conn {
@@ -376,7 +248,13 @@ impl Conn {
             token,
             input: Input::default(),
             output: Output::default(),
-            state: State::Idle,
+            h1: {
+                let mut h1 = H1::new();
+                h1.set_deadline(deadline);
+                h1
+            },
+            deferral: None,
+            phase: Phase::Open,
             deadline,
             state_deadline: deadline,
             send_deadline: None,
@@ -390,7 +268,6 @@ impl Conn {
             handshake_counted: false,
             corked: false,
             fresh: true,
-            first: true,
             h2: None,
         }
     }
@@ -417,40 +294,11 @@ impl Conn {
                 Next::Keep
             };
         }
-        let State::Deferred(wait) = &self.state else {
-            return Next::Keep;
-        };
-        if wait.id != id {
-            return Next::Keep;
+        if self.on_answer_h1(ctx, id, response) {
+            self.drive(ctx)
+        } else {
+            Next::Keep
         }
-        let State::Deferred(wait) = std::mem::replace(&mut self.state, State::Idle) else {
-            unreachable!()
-        };
-        self.ensure_output(ctx.pool);
-        let keep_alive = wait.keep_alive && !ctx.draining;
-        let sent = write_response(
-            ctx.date,
-            &mut self.output,
-            response,
-            wait.head_only,
-            wait.version,
-            keep_alive,
-            self.transport.extra_fields(),
-        );
-        record_deferred(
-            ctx,
-            self.peer,
-            wait.log.as_ref(),
-            wait.method_idx,
-            wait.started,
-            sent.status,
-            sent.body_bytes,
-        );
-        if let Some(m) = ctx.metrics {
-            m.deferred_ended.add(1);
-        }
-        self.state = if sent.keep_alive { State::Idle } else { State::Closing };
-        self.drive(ctx)
     }
 
     /// Handles the deadline having passed.
@@ -460,36 +308,21 @@ impl Conn {
             return Next::Close;
         }
         if self.h2.is_some() {
-            if let State::Closing = self.state {
+            if self.phase != Phase::Open {
                 return Next::Close;
             }
             self.time_out_h2(ctx);
             return self.drive(ctx);
         }
-        match self.state {
-            State::Head | State::Body(_) => {
-                self.fail(ctx, 408, "request not received in time");
-                self.drive(ctx)
-            }
-            State::Deferred(_) => {
-                self.deadline = None;
-                self.state_deadline = None;
-                Next::Keep
-            }
-            State::Idle | State::Closing | State::Lingering { .. } => {
-                if let Transport::Tls(tls) = &self.transport {
-                    if tls.is_handshaking() {
-                        crate::tls::session::debug(self.peer, "handshake not finished within head_timeout");
-                    }
-                }
-                Next::Close
-            }
+        if self.phase != Phase::Open {
+            return Next::Close;
         }
+        self.h1_time_out(ctx)
     }
 
     /// Whether a deferred handler still owes this connection an answer.
     pub(crate) fn is_deferred(&self) -> bool {
-        matches!(self.state, State::Deferred(_)) || self.h2_deferred()
+        self.deferral.is_some() || self.h2_deferred()
     }
 
     /// Shutdown has begun (`ctx.draining`): closes the connection if
@@ -505,14 +338,16 @@ impl Conn {
         if self.h2.is_some() {
             // GOAWAY: the streams in flight finish, the client opens no
             // more (process_h2 sends it while draining).
-            return match self.state {
-                State::Lingering { .. } => Next::Close,
+            return match self.phase {
+                Phase::Lingering { .. } => Next::Close,
                 _ => self.drive(ctx),
             };
         }
-        match self.state {
-            State::Lingering { .. } => Next::Close,
-            State::Idle if !self.fresh && !keep_idle && self.input.start == self.input.end && !self.has_output() => {
+        match self.phase {
+            Phase::Lingering { .. } => Next::Close,
+            Phase::Open
+                if self.h1.is_idle() && !self.fresh && !keep_idle && self.input.is_empty() && !self.has_output() =>
+            {
                 self.drained = false;
                 self.drive(ctx)
             }
@@ -553,7 +388,7 @@ impl Conn {
 
     /// Reads, answers and writes until the connection must wait.
     fn drive(&mut self, ctx: &mut Ctx<'_>) -> Next {
-        if let State::Lingering { .. } = self.state {
+        if let Phase::Lingering { .. } = self.phase {
             return self.linger(ctx);
         }
         self.work_left = TURN_WORK;
@@ -605,7 +440,7 @@ impl Conn {
                 }
                 Flushed::Failed => return Next::Close,
             }
-            if let State::Closing = self.state {
+            if self.is_closing() {
                 return self.start_lingering(ctx);
             }
             match stop {
@@ -623,7 +458,7 @@ impl Conn {
                 return Next::Close;
             }
             self.h2_deadline(ctx);
-        } else if let Some(next) = self.h1_deadline(ctx, input_empty) {
+        } else if let Some(next) = self.h1_wait(ctx) {
             return next;
         }
         self.deadline = self.state_deadline;
@@ -689,7 +524,8 @@ impl Conn {
                     // (without TLS) lets the client read it.
                     let _ = self.stream.write(PlainHttp::ANSWER);
                     self.transport = Transport::Plain;
-                    self.state = State::Closing;
+                    self.h1.close();
+                    self.phase = Phase::Closing;
                     if let Some(m) = ctx.metrics {
                         m.tls_handshake_failures.add(1);
                         m.record(b"-", 400, ctx.now);
@@ -735,54 +571,7 @@ impl Conn {
             }
             return input.end < input.buf.len();
         }
-        // Reclaim the framing bytes already decoded out of a chunked body.
-        if let State::Body(wait) = &mut self.state {
-            if let BodyKind::Chunked { read, write, .. } = &mut wait.kind {
-                if *read > *write {
-                    let (from, to) = (input.start + *read, input.start + *write);
-                    input.buf.copy_within(from..input.end, to);
-                    input.end -= *read - *write;
-                    *read = *write;
-                }
-            }
-        }
-        if input.start > 0 {
-            input.buf.copy_within(input.start..input.end, 0);
-            input.end -= input.start;
-            input.start = 0;
-        }
-        if input.end < input.buf.len() {
-            return true;
-        }
-        // Grow geometrically, never past what the request still needs (a
-        // Content-Length body) or the limits allow: a client announcing a
-        // large body costs memory only as its bytes arrive.
-        let limits = ctx.limits;
-        let max = limits
-            .head_bytes_max
-            .saturating_add(usize::try_from(limits.body_bytes_max).unwrap_or(usize::MAX))
-            .saturating_add(BUFFER_BYTES);
-        let doubled = input.buf.len().saturating_mul(2);
-        let want = match &self.state {
-            State::Body(wait) => match wait.kind {
-                BodyKind::Length(n) => {
-                    doubled.min(wait.head_len.saturating_add(usize::try_from(n).unwrap_or(usize::MAX)))
-                }
-                BodyKind::Chunked { .. } => doubled,
-            },
-            _ => doubled,
-        };
-        let new_len = want.max(input.buf.len() + 1).min(max);
-        if new_len <= input.buf.len() {
-            let (status, why) = match self.state {
-                State::Body(_) => (413, "request body too large"),
-                _ => (431, "request head too large"),
-            };
-            self.fail(ctx, status, why);
-            return false;
-        }
-        input.buf.resize(new_len, 0);
-        true
+        self.h1_make_room(ctx)
     }
 
     /// Answers the complete requests in the read buffer.
@@ -790,7 +579,7 @@ impl Conn {
         if self.h2.is_some() {
             return self.process_h2(ctx);
         }
-        if self.first && ctx.h2.is_some() && matches!(self.state, State::Idle) {
+        if self.h1.is_first() && ctx.h2.is_some() && self.h1.is_idle() {
             if self.alpn_h2() {
                 self.start_h2(ctx);
                 return self.process_h2(ctx);
@@ -804,31 +593,12 @@ impl Conn {
                 _ => {}
             }
         }
-        loop {
-            if self.output.tail.is_some() || self.output.buf.len() - self.output.pos > ctx.limits.write_buffer_bytes_max
-            {
-                return Stop::Output;
-            }
-            match self.state {
-                State::Deferred(_) => return Stop::Deferred,
-                State::Closing | State::Lingering { .. } => return Stop::Closing,
-                State::Idle | State::Head | State::Body(_) => {}
-            }
-            if self.input.start == self.input.end {
-                return Stop::Input;
-            }
-            if self.work_left == 0 {
-                return Stop::Turn;
-            }
-            self.work_left -= 1;
-            let stop = match self.state {
-                State::Body(_) => self.continue_body(ctx),
-                _ => self.start_request(ctx),
-            };
-            if let Some(stop) = stop {
-                return stop;
-            }
-        }
+        self.process_h1(ctx)
+    }
+
+    /// The last answer is queued: half-close once it is sent.
+    fn is_closing(&self) -> bool {
+        self.phase == Phase::Closing || (self.h2.is_none() && self.h1.is_closing())
     }
 
     fn ensure_output(&mut self, pool: &mut BufPool) {
@@ -860,24 +630,6 @@ fn refused_line<'a>(
         user_agent: None,
         host: None,
         duration_us: Some(micros_since(started)),
-    }
-}
-
-/// The log line and metrics of a deferred answer, once it is queued.
-fn record_deferred(
-    ctx: &mut Ctx<'_>,
-    peer: SocketAddr,
-    log: Option<&LogRequest>,
-    method_idx: usize,
-    started: Instant,
-    status: u16,
-    body_bytes: u64,
-) {
-    if let (Some(w), Some(req)) = (ctx.log.as_deref_mut(), log) {
-        w.record_owned(ctx.date.clf(), peer, req, status, body_bytes, started);
-    }
-    if let Some(m) = ctx.metrics {
-        m.record_index(method_idx, status, started);
     }
 }
 

@@ -1,0 +1,135 @@
+//! Calling the handler, for both protocols: the one place that catches a
+//! panicking handler, turns `Reply::Later` into a `Deferral` (what the log
+//! and metrics need when the answer comes), and records answers in the
+//! access log and the metrics. HTTP/1.1 keeps at most one `Deferral` per
+//! connection, HTTP/2 one per deferred stream; both finish it here.
+
+use std::cell::Cell;
+use std::net::SocketAddr;
+use std::panic::{self, AssertUnwindSafe};
+use std::time::Instant;
+
+use super::{micros_since, Ctx};
+use crate::access_log::{Line, LogRequest};
+use crate::handler::Reply;
+use crate::request::{DeferSlot, Request};
+use crate::response::Response;
+
+/// What the handler gave.
+pub(super) enum Called {
+    /// An answer to send now.
+    Now(Response),
+    /// The answer will come through a `Responder` with this record's id.
+    Later(Deferral),
+}
+
+/// A request whose answer comes later: what is needed to match the answer
+/// and to log it.
+pub(super) struct Deferral {
+    pub(super) id: u64,
+    /// When the request was ready.
+    pub(super) started: Instant,
+    /// The method's metrics label.
+    pub(super) method_idx: usize,
+    pub(super) head_only: bool,
+    pub(super) log: Option<LogRequest>,
+}
+
+/// Calls the handler for `req` (the redirect handler on a redirecting
+/// listener). A panic, or `Reply::Later` without `Request::defer`, becomes
+/// a 500 that closes the connection.
+pub(super) fn call(ctx: &mut Ctx<'_>, redirect: bool, token: usize, req: &Request<'_>) -> Called {
+    let slot = DeferSlot {
+        mailbox: ctx.mailbox,
+        token,
+        next_id: ctx.next_defer_id,
+        id: Cell::new(None),
+    };
+    let req = Request {
+        defer: Some(&slot),
+        ..*req
+    };
+    let handler = match (redirect, ctx.redirect) {
+        (true, Some(redirect)) => redirect,
+        _ => ctx.handler,
+    };
+    match panic::catch_unwind(AssertUnwindSafe(|| handler.call(&req))) {
+        Ok(Reply::Now(response)) => Called::Now(response),
+        Ok(Reply::Later) => match slot.id.get() {
+            Some(id) => {
+                if let Some(m) = ctx.metrics {
+                    m.deferred_started.add(1);
+                }
+                Called::Later(Deferral {
+                    id,
+                    started: ctx.now,
+                    method_idx: crate::metrics::method_index(req.method().as_bytes()),
+                    head_only: req.method() == "HEAD",
+                    log: ctx.log.is_some().then(|| log_request(&req)),
+                })
+            }
+            None => {
+                crate::log::error(format_args!(
+                    "handler returned Reply::Later without calling Request::defer"
+                ));
+                Called::Now(Response::error(500).with_close())
+            }
+        },
+        // The panic hook has already printed the message.
+        Err(_) => Called::Now(Response::error(500).with_close()),
+    }
+}
+
+/// Records an answer sent now in the access log and the metrics.
+pub(super) fn record(ctx: &mut Ctx<'_>, req: &Request<'_>, status: u16, body_bytes: u64) {
+    if let Some(log) = ctx.log.as_deref_mut() {
+        log.record(&Line {
+            clf_time: ctx.date.clf(),
+            peer: req.peer_addr(),
+            method: req.method().as_bytes(),
+            target: req.target().as_bytes(),
+            version: req.version().as_str().as_bytes(),
+            status,
+            body_bytes,
+            referer: req.header_bytes("referer"),
+            user_agent: req.header_bytes("user-agent"),
+            host: req.host().map(str::as_bytes),
+            duration_us: Some(micros_since(ctx.now)),
+        });
+    }
+    if let Some(m) = ctx.metrics {
+        m.record(req.method().as_bytes(), status, ctx.now);
+    }
+}
+
+/// A deferred answer arrived: counts it, and records it in the log and
+/// the metrics if it was sent (`sent`: status and body bytes; `None` if
+/// its stream is gone).
+pub(super) fn finish(ctx: &mut Ctx<'_>, peer: SocketAddr, deferral: &Deferral, sent: Option<(u16, u64)>) {
+    if let Some(m) = ctx.metrics {
+        m.deferred_ended.add(1);
+    }
+    let Some((status, body_bytes)) = sent else { return };
+    if let (Some(w), Some(req)) = (ctx.log.as_deref_mut(), deferral.log.as_ref()) {
+        w.record_owned(ctx.date.clf(), peer, req, status, body_bytes, deferral.started);
+    }
+    if let Some(m) = ctx.metrics {
+        m.record_index(deferral.method_idx, status, deferral.started);
+    }
+}
+
+/// The owned copy of what the log line of a deferred request needs.
+fn log_request(req: &Request<'_>) -> LogRequest {
+    let mut request_line = Vec::with_capacity(req.method().len() + req.target().len() + 10);
+    request_line.extend_from_slice(req.method().as_bytes());
+    request_line.push(b' ');
+    request_line.extend_from_slice(req.target().as_bytes());
+    request_line.push(b' ');
+    request_line.extend_from_slice(req.version().as_str().as_bytes());
+    LogRequest {
+        request_line,
+        referer: req.header_bytes("referer").map(<[u8]>::to_vec),
+        user_agent: req.header_bytes("user-agent").map(<[u8]>::to_vec),
+        host: req.host().map(|h| h.as_bytes().to_vec()),
+    }
+}

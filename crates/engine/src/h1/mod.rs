@@ -1,0 +1,490 @@
+//! HTTP/1.1 as a sans-I/O state machine (as hyper's `proto/h1`,
+//! quinn-proto's `Connection`): bytes read go in, requests come out as
+//! events, responses go into the connection's output queue (head bytes,
+//! then a body inline or as a tail of shared bytes, a file range or a
+//! stream), and the machine says when it wants waking. It never touches a
+//! socket: `conn/` reads, writes, registers interest and calls the handler.
+//!
+//! The cycle, driven by `conn/h1.rs`:
+//! 1. `poll` on the unconsumed bytes: `Event::Request` (a head, its whole
+//!    body, and how many bytes it used), or why nothing can go on
+//!    (`Input`, `Deferred`, `Closing`, `Refused` after an error answer was
+//!    queued, `NotHttp`).
+//! 2. For a request, the driver calls the handler, then `respond` (queues
+//!    the answer) or `defer` (the answer comes later through `answer`), and
+//!    consumes the request's bytes. Pipelined requests are answered one
+//!    after the other into the same output, which leaves in one write.
+//! 3. When the driver waits, `wait` gives the deadline of the state (head,
+//!    body or idle timeout) or says the connection is done; `time_out`
+//!    answers 408 when a request was not received in time.
+//!
+//! Invariants: answers leave in request order (a deferred request holds
+//! the ones behind it in the input); after an error answer nothing else is
+//! parsed (its framing cannot be trusted) and the machine is `Closing`.
+
+mod respond;
+#[doc(hidden)]
+pub(crate) mod script;
+#[cfg(test)]
+mod tests;
+
+use std::mem::MaybeUninit;
+use std::time::Instant;
+
+pub(crate) use respond::{write_response, Sent};
+
+use crate::codec::write as wire;
+use crate::codec::{parse_head, ChunkedDecoder, Framing, Head, HeadError, Parsed, Version};
+use crate::conn::buffers::{Input, Output};
+use crate::limits::{Limits, BUFFER_BYTES};
+use crate::response::Response;
+
+/// What the machine needs from its surroundings on each call.
+#[derive(Clone, Copy)]
+pub(crate) struct Env<'a> {
+    pub(crate) limits: &'a Limits,
+    /// The `Date` field's value, for the answers the machine writes itself.
+    pub(crate) date: &'a [u8],
+    pub(crate) now: Instant,
+    /// Shutting down: answer with `Connection: close`.
+    pub(crate) draining: bool,
+    /// The listener also takes HTTP/2 by prior knowledge: first bytes that
+    /// are not HTTP/1 at all end the connection without an answer.
+    pub(crate) h2_allowed: bool,
+}
+
+/// What `poll` found.
+pub(crate) enum Event<'b, 'h> {
+    /// A complete request: call the handler, then `respond` or `defer`,
+    /// then consume `consumed` bytes of input.
+    Request {
+        head: Head<'b, 'h>,
+        body: &'b [u8],
+        consumed: usize,
+    },
+    /// More bytes are needed.
+    Input,
+    /// A head announcing a body was read: call again (the body may be
+    /// here already).
+    Again,
+    /// A deferred answer is awaited; the input waits behind it.
+    Deferred,
+    /// The last answer is queued: send it, then close.
+    Closing,
+    /// An error answer with this status was queued (the input must be
+    /// dropped); the machine is now `Closing`.
+    Refused { status: u16 },
+    /// The first bytes are neither HTTP/1 nor the HTTP/2 preface: an
+    /// invalid connection preface, closed without an answer (RFC 9113
+    /// §3.4; an HTTP/1 400 would be read as a broken frame by an HTTP/2
+    /// client). The machine is now `Closing`.
+    NotHttp,
+}
+
+/// What the driver should do once it waits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Wait {
+    /// Wait for bytes or an answer, until this deadline (none: forever).
+    Until(Option<Instant>),
+    /// The connection is done: close it.
+    Close,
+}
+
+/// Facts about the connection the machine does not own.
+#[derive(Clone, Copy)]
+pub(crate) struct Link {
+    /// The client sent FIN.
+    pub(crate) peer_closed: bool,
+    /// No byte of a request has arrived yet.
+    pub(crate) fresh: bool,
+    /// A TLS handshake is not finished: keep the deadline set at accept.
+    pub(crate) handshaking: bool,
+    pub(crate) input_empty: bool,
+}
+
+/// One HTTP/1.1 connection's protocol state.
+pub(crate) struct H1 {
+    state: State,
+    /// No request has been parsed yet (the bytes may be HTTP/2's preface).
+    first: bool,
+    /// The deadline of the state: head or body timeout, idle timeout.
+    deadline: Option<Instant>,
+}
+
+/// Where the connection is in its request/response cycle.
+enum State {
+    /// Between requests, nothing of the next one received.
+    Idle,
+    /// Part of a request head received, since `deadline - head_timeout`.
+    Head,
+    /// The head is complete; the body is arriving.
+    Body(Box<BodyWait>),
+    /// A request was handed out by `poll`: `respond` or `defer` is next.
+    Handling(Answer),
+    /// The handler will answer through a `Responder`.
+    Deferred(Answer),
+    /// The last answer is queued; close once it is sent.
+    Closing,
+}
+
+/// What an answer to the current request needs to know about it.
+#[derive(Clone, Copy)]
+struct Answer {
+    head_only: bool,
+    version: Version,
+    keep_alive: bool,
+}
+
+struct BodyWait {
+    head_len: usize,
+    /// The request is HEAD: an error answer must carry no body either.
+    head_only: bool,
+    kind: BodyKind,
+}
+
+enum BodyKind {
+    Length(u64),
+    /// Offsets are relative to the start of the request in the input.
+    Chunked {
+        decoder: ChunkedDecoder,
+        read: usize,
+        write: usize,
+    },
+}
+
+impl H1 {
+    pub(crate) fn new() -> Self {
+        H1 {
+            state: State::Idle,
+            first: true,
+            deadline: None,
+        }
+    }
+
+    /// Whether a whole request or more may be parsed: not waiting for an
+    /// answer, not closing.
+    pub(crate) fn is_idle(&self) -> bool {
+        matches!(self.state, State::Idle)
+    }
+
+    pub(crate) fn is_closing(&self) -> bool {
+        matches!(self.state, State::Closing)
+    }
+
+    /// No request has been parsed yet.
+    pub(crate) fn is_first(&self) -> bool {
+        self.first
+    }
+
+    /// Stops: the answer queued last is the last one (the transport failed
+    /// or refused the client).
+    pub(crate) fn close(&mut self) {
+        self.state = State::Closing;
+    }
+
+    /// Looks at the unconsumed input `data` for the next request. `headers`
+    /// receives its fields. Writes only the answers it makes itself (100
+    /// Continue, errors) into `out`.
+    pub(crate) fn poll<'b, 'h>(
+        &mut self,
+        data: &'b mut [u8],
+        headers: &'h mut [MaybeUninit<httparse::Header<'b>>],
+        env: &Env<'_>,
+        out: &mut Output,
+    ) -> Event<'b, 'h> {
+        match self.state {
+            State::Deferred(_) | State::Handling(_) => return Event::Deferred,
+            State::Closing => return Event::Closing,
+            State::Idle | State::Head | State::Body(_) => {}
+        }
+        if data.is_empty() {
+            return Event::Input;
+        }
+        if let State::Body(_) = self.state {
+            return self.continue_body(data, headers, env, out);
+        }
+        let data: &'b [u8] = data;
+        let head = match parse_head(data, headers, env.limits) {
+            Ok(Parsed::Complete(head)) => head,
+            Ok(Parsed::Partial) => {
+                if let State::Idle = self.state {
+                    self.state = State::Head;
+                    self.deadline = env.now.checked_add(env.limits.head_timeout);
+                }
+                return Event::Input;
+            }
+            Err(HeadError::NotHttp) if self.first && env.h2_allowed => {
+                self.state = State::Closing;
+                return Event::NotHttp;
+            }
+            Err(e) => return self.fail(out, env, e.status(), e.reason()),
+        };
+        self.first = false;
+        let head_len = head.head_len;
+        let head_only = head.method == "HEAD";
+        match head.framing {
+            Framing::Empty => self.handling(head, &data[head_len..head_len], head_len, env),
+            Framing::Length(n) if (data.len() - head_len) as u64 >= n => {
+                let end = head_len + n as usize;
+                self.handling(head, &data[head_len..end], end, env)
+            }
+            framing => {
+                let expect_continue = head.expect_continue && data.len() == head_len;
+                let kind = match framing {
+                    Framing::Length(n) => BodyKind::Length(n),
+                    _ => BodyKind::Chunked {
+                        decoder: ChunkedDecoder::new(env.limits.body_bytes_max),
+                        read: head_len,
+                        write: head_len,
+                    },
+                };
+                self.state = State::Body(Box::new(BodyWait {
+                    head_len,
+                    head_only,
+                    kind,
+                }));
+                if expect_continue {
+                    // RFC 9110 §10.1.1: the client waits for this before
+                    // sending the body.
+                    out.buf.extend_from_slice(wire::CONTINUE);
+                }
+                // The body may be here already: the next call looks.
+                Event::Again
+            }
+        }
+    }
+
+    /// A request is complete: hand it out.
+    fn handling<'b, 'h>(
+        &mut self,
+        head: Head<'b, 'h>,
+        body: &'b [u8],
+        consumed: usize,
+        env: &Env<'_>,
+    ) -> Event<'b, 'h> {
+        self.state = State::Handling(Answer {
+            head_only: head.method == "HEAD",
+            version: head.version,
+            keep_alive: head.keep_alive && !env.draining,
+        });
+        Event::Request { head, body, consumed }
+    }
+
+    /// Checks whether the body being waited for is complete.
+    fn continue_body<'b, 'h>(
+        &mut self,
+        data: &'b mut [u8],
+        headers: &'h mut [MaybeUninit<httparse::Header<'b>>],
+        env: &Env<'_>,
+        out: &mut Output,
+    ) -> Event<'b, 'h> {
+        let State::Body(wait) = &mut self.state else {
+            return Event::Input;
+        };
+        let head_len = wait.head_len;
+        let (body, consumed) = match &mut wait.kind {
+            BodyKind::Length(n) => {
+                let total = head_len + *n as usize;
+                if data.len() < total {
+                    return Event::Input;
+                }
+                (head_len..total, total)
+            }
+            BodyKind::Chunked { decoder, read, write } => match decoder.decode_in_place(data, read, write) {
+                Ok(true) => (head_len..*write, *read),
+                Ok(false) => return Event::Input,
+                Err(e) => return self.fail(out, env, e.status(), e.reason()),
+            },
+        };
+        let data: &'b [u8] = data;
+        // The head was valid when it arrived and its bytes have not moved
+        // relative to the request start; parse it again rather than keep a
+        // self-referential borrow across reads.
+        let Ok(Parsed::Complete(head)) = parse_head(&data[..head_len], headers, env.limits) else {
+            return self.fail(out, env, 500, "request head changed");
+        };
+        self.handling(head, &data[body], consumed, env)
+    }
+
+    /// Queues the handler's answer to the request `poll` gave out.
+    pub(crate) fn respond(&mut self, out: &mut Output, response: Response, env: &Env<'_>, extra_fields: &[u8]) -> Sent {
+        let State::Handling(answer) = self.state else {
+            debug_assert!(false, "respond without a request");
+            return Sent {
+                status: 0,
+                body_bytes: 0,
+                keep_alive: false,
+            };
+        };
+        self.answer_with(out, response, answer, env, extra_fields)
+    }
+
+    /// The handler will answer later (`answer`); the input waits.
+    pub(crate) fn defer(&mut self) {
+        if let State::Handling(answer) = self.state {
+            self.state = State::Deferred(answer);
+        }
+    }
+
+    /// Queues the deferred answer. `None` if none is awaited.
+    pub(crate) fn answer(
+        &mut self,
+        out: &mut Output,
+        response: Response,
+        env: &Env<'_>,
+        extra_fields: &[u8],
+    ) -> Option<Sent> {
+        let State::Deferred(answer) = self.state else {
+            return None;
+        };
+        Some(self.answer_with(out, response, answer, env, extra_fields))
+    }
+
+    fn answer_with(
+        &mut self,
+        out: &mut Output,
+        response: Response,
+        answer: Answer,
+        env: &Env<'_>,
+        extra_fields: &[u8],
+    ) -> Sent {
+        let keep_alive = answer.keep_alive && !env.draining;
+        let sent = write_response(
+            env.date,
+            out,
+            response,
+            answer.head_only,
+            answer.version,
+            keep_alive,
+            extra_fields,
+        );
+        self.state = if sent.keep_alive { State::Idle } else { State::Closing };
+        sent
+    }
+
+    /// Queues an error answer and moves to closing. The caller drops the
+    /// rest of the input: its framing cannot be trusted.
+    fn fail<'b, 'h>(&mut self, out: &mut Output, env: &Env<'_>, status: u16, why: &'static str) -> Event<'b, 'h> {
+        let head_only = matches!(&self.state, State::Body(wait) if wait.head_only);
+        wire::write_error(&mut out.buf, status, why, env.date, head_only);
+        self.state = State::Closing;
+        Event::Refused { status }
+    }
+
+    /// Makes room in `input` to read more into (its buffer is not empty):
+    /// moves the unconsumed bytes to the front and reclaims a chunked
+    /// body's framing, then grows the buffer geometrically, never past what
+    /// the request still needs (a Content-Length body) or the limits allow,
+    /// so a client announcing a large body costs memory only as its bytes
+    /// arrive. `Err` with the error answer queued if the request cannot
+    /// grow further.
+    pub(crate) fn make_room(&mut self, input: &mut Input, out: &mut Output, env: &Env<'_>) -> Result<(), u16> {
+        if input.end < input.buf.len() {
+            return Ok(());
+        }
+        if let State::Body(wait) = &mut self.state {
+            if let BodyKind::Chunked { read, write, .. } = &mut wait.kind {
+                if *read > *write {
+                    let (from, to) = (input.start + *read, input.start + *write);
+                    input.buf.copy_within(from..input.end, to);
+                    input.end -= *read - *write;
+                    *read = *write;
+                }
+            }
+        }
+        if input.start > 0 {
+            input.buf.copy_within(input.start..input.end, 0);
+            input.end -= input.start;
+            input.start = 0;
+        }
+        if input.end < input.buf.len() {
+            return Ok(());
+        }
+        let limits = env.limits;
+        let max = limits
+            .head_bytes_max
+            .saturating_add(usize::try_from(limits.body_bytes_max).unwrap_or(usize::MAX))
+            .saturating_add(BUFFER_BYTES);
+        let doubled = input.buf.len().saturating_mul(2);
+        let want = match &self.state {
+            State::Body(wait) => match wait.kind {
+                BodyKind::Length(n) => {
+                    doubled.min(wait.head_len.saturating_add(usize::try_from(n).unwrap_or(usize::MAX)))
+                }
+                BodyKind::Chunked { .. } => doubled,
+            },
+            _ => doubled,
+        };
+        let new_len = want.max(input.buf.len() + 1).min(max);
+        if new_len <= input.buf.len() {
+            let (status, why) = match self.state {
+                State::Body(_) => (413, "request body too large"),
+                _ => (431, "request head too large"),
+            };
+            self.fail(out, env, status, why);
+            return Err(status);
+        }
+        input.buf.resize(new_len, 0);
+        Ok(())
+    }
+
+    /// Called when the driver is about to wait: the deadline to wait
+    /// until, or `Close` if the connection is done (the client left, or a
+    /// shutdown found it between requests).
+    pub(crate) fn wait(&mut self, env: &Env<'_>, link: Link) -> Wait {
+        match self.state {
+            State::Idle if link.input_empty => {
+                if link.peer_closed || (env.draining && !link.fresh) {
+                    return Wait::Close;
+                }
+                // A handshake keeps the deadline set at accept
+                // (`head_timeout`): a client that never finishes one is
+                // closed then (a 408 cannot be sent before it).
+                if !link.handshaking {
+                    self.deadline = env.now.checked_add(env.limits.idle_timeout);
+                }
+            }
+            State::Idle | State::Head | State::Body(_) if link.peer_closed => return Wait::Close,
+            // Restarted by every read that brings some of the body.
+            State::Body(_) => self.deadline = env.now.checked_add(env.limits.body_timeout),
+            // The application owns a deferred answer's deadline.
+            State::Deferred(_) | State::Handling(_) => self.deadline = None,
+            State::Idle | State::Head | State::Closing => {}
+        }
+        Wait::Until(self.deadline)
+    }
+
+    /// Sets the deadline before the first `wait` (at accept).
+    pub(crate) fn set_deadline(&mut self, deadline: Option<Instant>) {
+        self.deadline = deadline;
+    }
+
+    /// The deadline passed. `Some(event)` if an answer was queued (a 408
+    /// for a request not received in time), else whether to close.
+    pub(crate) fn time_out(&mut self, out: &mut Output, env: &Env<'_>) -> TimedOut {
+        match self.state {
+            State::Head | State::Body(_) => {
+                let status = 408;
+                let why = "request not received in time";
+                self.fail(out, env, status, why);
+                TimedOut::Refused { status }
+            }
+            State::Deferred(_) | State::Handling(_) => {
+                self.deadline = None;
+                TimedOut::Keep
+            }
+            State::Idle | State::Closing => TimedOut::Close,
+        }
+    }
+}
+
+/// What a timeout did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TimedOut {
+    /// An error answer was queued; send it, then close.
+    Refused { status: u16 },
+    /// Nothing to do (a deferred answer has no timeout).
+    Keep,
+    /// Close now.
+    Close,
+}

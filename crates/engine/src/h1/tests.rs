@@ -1,0 +1,291 @@
+//! The HTTP/1.1 machine driven by scripted byte streams (`script.rs`),
+//! each split at every offset: the answers must not depend on how the
+//! bytes arrived.
+
+use std::time::Duration;
+
+use super::script::{answers, End, Script, BIG};
+use super::{TimedOut, Wait};
+use crate::limits::Limits;
+
+const GET_A: &str = "GET /a HTTP/1.1\r\nHost: x\r\n\r\n";
+const POST_B: &str = "POST /b HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello";
+const CHUNKED_C: &str =
+    "PUT /c HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2;ext=1\r\nde\r\n0\r\nT: 1\r\n\r\n";
+const HEAD_D: &str = "HEAD /d HTTP/1.1\r\nHost: x\r\n\r\n";
+
+/// Feeds `input` split at `at`, whole pieces after each split.
+fn run_split(input: &[u8], at: usize, buffer: usize) -> Script {
+    let mut s = Script::new(Limits::default()).with_buffer(buffer);
+    s.feed(&input[..at]);
+    s.feed(&input[at..]);
+    s
+}
+
+/// Runs `input` whole, then split at every offset, then a byte at a time,
+/// with a large and a 16-byte first read buffer: every way must write the
+/// same bytes and end the same way. Returns the whole run.
+fn every_split(input: &[u8]) -> Script {
+    let whole = run_split(input, input.len(), 16 * 1024);
+    for buffer in [16 * 1024, 16] {
+        for at in 0..=input.len() {
+            let s = run_split(input, at, buffer);
+            assert_eq!(
+                String::from_utf8_lossy(&s.wire),
+                String::from_utf8_lossy(&whole.wire),
+                "split at {at}, buffer {buffer}"
+            );
+            assert_eq!(s.end, whole.end, "split at {at}");
+        }
+        let mut s = Script::new(Limits::default()).with_buffer(buffer);
+        for b in input {
+            s.feed(std::slice::from_ref(b));
+        }
+        assert_eq!(s.wire, whole.wire, "a byte at a time, buffer {buffer}");
+    }
+    whole
+}
+
+fn bodies(s: &Script) -> Vec<(u16, String)> {
+    answers(&s.wire, &s.head_only)
+        .into_iter()
+        .map(|a| (a.status, String::from_utf8_lossy(&a.body).into_owned()))
+        .collect()
+}
+
+#[test]
+fn pipelined_requests_of_every_framing_are_answered_in_order_however_split() {
+    let input = [GET_A, POST_B, CHUNKED_C, HEAD_D, GET_A].concat();
+    let s = every_split(input.as_bytes());
+    assert_eq!(
+        bodies(&s),
+        [
+            (200, "GET /a 0:".into()),
+            (200, "POST /b 5:hello".into()),
+            (200, "PUT /c 5:abcde".into()),
+            (200, String::new()),
+            (200, "GET /a 0:".into()),
+        ]
+    );
+    assert_eq!(s.end, None);
+    assert_eq!(s.unconsumed(), 0);
+    // HEAD gets GET's Content-Length and no body (RFC 9110 §9.3.2).
+    let head = &answers(&s.wire, &s.head_only)[3].head;
+    assert!(head.contains("Content-Length: 10\r\n"), "{head}");
+}
+
+#[test]
+fn a_large_body_goes_out_as_a_tail_between_its_neighbours() {
+    let input = [GET_A, "GET /big HTTP/1.1\r\nHost: x\r\n\r\n", GET_A].concat();
+    let s = every_split(input.as_bytes());
+    let got = answers(&s.wire, &s.head_only);
+    assert_eq!(got.len(), 3);
+    assert_eq!(got[1].body, BIG);
+    assert_eq!(got[2].body, b"GET /a 0:");
+}
+
+#[test]
+fn expect_100_continue_is_answered_only_while_the_client_holds_its_body_back() {
+    let head = "POST /e HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 4\r\n\r\n";
+    let mut s = Script::new(Limits::default());
+    s.feed(head.as_bytes());
+    assert_eq!(s.wire, b"HTTP/1.1 100 Continue\r\n\r\n");
+    s.feed(b"body");
+    let got = answers(&s.wire, &s.head_only);
+    assert_eq!((got[0].status, got[1].status), (100, 200));
+    assert_eq!(got[1].body, b"POST /e 4:body");
+    // Body already sent with the head: no interim answer.
+    let mut s = Script::new(Limits::default());
+    s.feed([head, "body"].concat().as_bytes());
+    assert_eq!(bodies(&s), [(200, "POST /e 4:body".into())]);
+}
+
+#[test]
+fn a_bad_request_gets_one_error_answer_and_nothing_after_it() {
+    let table: &[(&str, u16)] = &[
+        ("GET / HTTP/1.1\nHost: x\r\n\r\n", 400),
+        ("GET / HTTP/1.1\r\nHost: x\nX: y\r\n\r\n", 400),
+        ("GET / HTTP/1.1\r\n\r\n", 400),
+        ("GET / HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n", 400),
+        ("FROB / HTTP/1.1\r\nHost: x\r\n\r\n", 501),
+        ("GET / HTTP/2.0\r\nHost: x\r\n\r\n", 505),
+        (
+            "GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n",
+            400,
+        ),
+        ("GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 5, 6\r\n\r\n", 400),
+        ("GET / HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999\r\n\r\n", 413),
+        ("GET / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n", 501),
+        ("GET / HTTP/1.1\r\nHost: x\r\nExpect: tea\r\n\r\n", 417),
+        (
+            "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+            400,
+        ),
+        (
+            "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabcX",
+            400,
+        ),
+    ];
+    for &(bad, status) in table {
+        // A valid request before it is answered; one after it is not.
+        let input = [GET_A, bad, GET_A].concat();
+        let s = every_split(input.as_bytes());
+        let got = bodies(&s);
+        assert_eq!(got.len(), 2, "{bad:?}: {got:?}");
+        assert_eq!(got[0], (200, "GET /a 0:".into()));
+        assert_eq!(got[1].0, status, "{bad:?}");
+        assert_eq!(s.end, Some(End::Refused(status)), "{bad:?}");
+        let last = &answers(&s.wire, &s.head_only)[1].head;
+        assert!(last.contains("Connection: close\r\n"), "{last}");
+    }
+}
+
+#[test]
+fn an_error_answering_head_has_no_body() {
+    let input = "HEAD / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n";
+    let s = every_split(input.as_bytes());
+    assert_eq!(s.end, Some(End::Refused(400)));
+    let text = String::from_utf8_lossy(&s.wire);
+    assert!(
+        text.ends_with("\r\n\r\n") && text.contains("Content-Length: "),
+        "{text}"
+    );
+}
+
+#[test]
+fn heads_and_bodies_past_the_limits_get_431_and_413() {
+    let limits = Limits {
+        head_bytes_max: 64,
+        body_bytes_max: 8,
+        ..Limits::default()
+    };
+    let long = format!("GET / HTTP/1.1\r\nHost: x\r\nX: {}\r\n\r\n", "y".repeat(100));
+    let chunked =
+        "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nabcde\r\n5\r\nfghij\r\n0\r\n\r\n";
+    for (input, status) in [(long.as_str(), 431), (chunked, 413)] {
+        for buffer in [16, 4096] {
+            let mut s = Script::new(limits.clone()).with_buffer(buffer);
+            s.feed(input.as_bytes());
+            assert_eq!(s.end, Some(End::Refused(status)), "{input:?} buffer {buffer}");
+        }
+    }
+    // A Content-Length body within the limit grows a small buffer only as
+    // far as it needs.
+    let limits = Limits {
+        body_bytes_max: 3000,
+        ..Limits::default()
+    };
+    let input = format!(
+        "POST /p HTTP/1.1\r\nHost: x\r\nContent-Length: 3000\r\n\r\n{}",
+        "z".repeat(3000)
+    );
+    let mut s = Script::new(limits).with_buffer(16);
+    s.feed(input.as_bytes());
+    assert_eq!(bodies(&s)[0].1.len(), "POST /p 3000:".len() + 3000);
+}
+
+#[test]
+fn a_deferred_request_holds_the_pipelined_ones_behind_it() {
+    let input = ["GET /later HTTP/1.1\r\nHost: x\r\n\r\n", GET_A, POST_B].concat();
+    for at in 0..=input.len() {
+        let mut s = run_split(input.as_bytes(), at, 4096);
+        assert!(s.deferred, "split at {at}");
+        assert!(s.wire.is_empty(), "nothing is answered before the deferred request");
+        assert_eq!(s.wait(false), Wait::Until(None), "a deferred answer has no deadline");
+        assert_eq!(s.time_out(), TimedOut::Keep);
+        s.answer_later();
+        assert_eq!(
+            bodies(&s),
+            [
+                (200, "later".into()),
+                (200, "GET /a 0:".into()),
+                (200, "POST /b 5:hello".into())
+            ]
+        );
+    }
+}
+
+#[test]
+fn connection_close_and_http10_end_the_connection_after_their_answer() {
+    let close = "GET /close HTTP/1.1\r\nHost: x\r\n\r\n";
+    let s = every_split([close, GET_A].concat().as_bytes());
+    assert_eq!(bodies(&s).len(), 1);
+    assert_eq!(s.end, Some(End::Closing));
+    assert!(answers(&s.wire, &s.head_only)[0].head.contains("Connection: close\r\n"));
+
+    let s = every_split(
+        ["GET /c HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", GET_A]
+            .concat()
+            .as_bytes(),
+    );
+    assert_eq!((bodies(&s).len(), s.end), (1, Some(End::Closing)));
+
+    let s = every_split(["GET /h HTTP/1.0\r\n\r\n", GET_A].concat().as_bytes());
+    assert_eq!((bodies(&s).len(), s.end), (1, Some(End::Closing)));
+
+    let keep = "GET /k HTTP/1.0\r\nConnection: keep-alive\r\n\r\n";
+    let s = every_split([keep, GET_A].concat().as_bytes());
+    assert_eq!(bodies(&s).len(), 2);
+    assert!(answers(&s.wire, &s.head_only)[0]
+        .head
+        .contains("Connection: keep-alive\r\n"));
+
+    // Draining: the request in hand is answered with `Connection: close`.
+    let mut s = Script::new(Limits::default());
+    s.draining = true;
+    s.feed([GET_A, GET_A].concat().as_bytes());
+    assert_eq!((bodies(&s).len(), s.end), (1, Some(End::Closing)));
+}
+
+#[test]
+fn each_state_asks_for_its_own_deadline() {
+    let limits = Limits::default();
+    let mut s = Script::new(limits.clone());
+    let now = s.now;
+    s.feed(b"GET / HT");
+    assert_eq!(s.wait(false), Wait::Until(Some(now + limits.head_timeout)));
+    // More of the head does not move the head's deadline (slowloris).
+    s.now = now + Duration::from_secs(1);
+    s.feed(b"TP/1.1\r\nHo");
+    assert_eq!(s.wait(false), Wait::Until(Some(now + limits.head_timeout)));
+    s.feed(b"st: x\r\nContent-Length: 2\r\n\r\n");
+    assert_eq!(s.wait(false), Wait::Until(Some(s.now + limits.body_timeout)));
+    assert_eq!(s.wait(true), Wait::Close, "a client gone mid-body");
+    s.feed(b"ok");
+    assert_eq!(s.wait(false), Wait::Until(Some(s.now + limits.idle_timeout)));
+    assert_eq!(s.wait(true), Wait::Close);
+    assert_eq!(s.time_out(), TimedOut::Close, "idle");
+}
+
+#[test]
+fn a_request_not_received_in_time_gets_408() {
+    for partial in [
+        "GET / HTTP/1.1\r\nHost",
+        "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 9\r\n\r\nabc",
+    ] {
+        let mut s = Script::new(Limits::default());
+        s.feed(partial.as_bytes());
+        assert_eq!(s.time_out(), TimedOut::Refused { status: 408 });
+        assert_eq!(bodies(&s)[0].0, 408);
+        let len = s.wire.len();
+        s.feed(GET_A.as_bytes());
+        assert_eq!(s.wire.len(), len, "nothing after the 408");
+    }
+}
+
+#[test]
+fn bytes_that_are_not_http1_close_silently_only_where_http2_may_be_spoken() {
+    let garbage = b"GET / NOPE\r\n\r\n";
+    let mut s = Script::new(Limits::default());
+    s.h2_allowed = true;
+    s.feed(garbage);
+    assert_eq!((s.end, s.wire.len()), (Some(End::NotHttp), 0));
+    let mut s = Script::new(Limits::default());
+    s.feed(garbage);
+    assert_eq!(s.end, Some(End::Refused(400)));
+    // After a first request, HTTP/2 is out of the question: a 400.
+    let mut s = Script::new(Limits::default());
+    s.h2_allowed = true;
+    s.feed([GET_A.as_bytes(), garbage].concat().as_slice());
+    assert_eq!(s.end, Some(End::Refused(400)));
+}
