@@ -23,6 +23,9 @@ pub mod write;
 
 pub use pack::{pack, PackOptions, PackStats};
 pub use read::{Archive, Invalid, Mode};
+#[cfg(feature = "test-hooks")]
+#[doc(hidden)]
+pub use serve::test_hooks;
 pub use serve::ArchiveServer;
 
 /// Whether the file at `path` starts like an archive (for `serve`, which

@@ -6,16 +6,19 @@
 //! archive by `rename` is safe (a new inode; the old one stays whole while
 //! mapped). Rewriting it in place (`cp new old`, `truncate`) is defended by
 //! a read lease (F_SETLEASE, with no signal: see `take_read_lease`): the
-//! writer's open waits while the server copies the archive into memory,
-//! switches to the copy, lets responses still sending from the map finish,
-//! and releases the lease (`serve::move_off_the_map`). `tests/archive.rs` dies of SIGBUS without
-//! the lease and passes with it. A writer that had the file open for
-//! writing before the lease was taken gets no lease at all: the archive is
-//! read into memory instead. Responses that outlive the lease (a slow
-//! client, past `LEASE_WAIT`) never read the map: bodies over 16 KiB are
-//! sent from the file's descriptor (`Archive::body_file`), where a file cut
-//! short gives a short read and closes that connection; smaller ones are
-//! copied out of the map while their request is handled.
+//! writer's open waits while the server puts an anonymous copy of the
+//! bytes where the map was ([`detach`]: one `mremap`, so every reader,
+//! whenever it reads, sees the same bytes and never the file again), and
+//! only then releases the lease (`serve::move_off_the_map`). So no timing
+//! of a worker (preempted, stopped in a debugger, swapped out between its
+//! lookup and its copy) or of a response (an HTTP/2 stream whose window
+//! stays shut) can touch the file's pages after the writer proceeds.
+//! `tests/archive.rs` dies of SIGBUS without this and passes with it. A
+//! writer that had the file open for writing before the lease was taken
+//! gets no lease at all: the archive is read into memory instead. Bodies
+//! over 16 KiB are sent from the file's descriptor (`Archive::body_file`),
+//! never from the map; a response still sending one when the writer
+//! proceeds gets a short read, and its connection is closed.
 
 use std::fs::File;
 use std::io;
@@ -47,6 +50,68 @@ pub fn map(file: &File, populate: bool) -> io::Result<Backing> {
     // on, and moves off the map before releasing the lease to a writer.
     let map = unsafe { opts.map(file)? };
     Ok(Backing::Map(map))
+}
+
+/// Replaces the pages of `map` with an anonymous, read-only copy of them,
+/// at the same address, in one step: afterwards the address range no longer
+/// maps the file, so the file may be truncated or rewritten without any
+/// reader of the range faulting or seeing other bytes. The caller holds a
+/// read lease on the file, so its bytes are whole while they are copied.
+///
+/// The step is `mremap(MREMAP_FIXED)` of the filled copy onto the map's
+/// range: the kernel holds the process's memory-map lock for writing for
+/// the whole call, and a page fault takes it for reading, so a concurrent
+/// reader gets either the file's page (before) or the copy's (after), the
+/// same bytes either way. The copy costs the archive's size in memory,
+/// as the heap copy it replaces did. When `memmap2` unmaps `map`, it
+/// unmaps the copy.
+#[allow(unsafe_code)]
+pub fn detach(map: &memmap2::Mmap) -> io::Result<()> {
+    let len = map.len();
+    if len == 0 {
+        return Ok(());
+    }
+    let at = map.as_ptr().cast_mut().cast::<libc::c_void>();
+    // SAFETY: asks for a new private anonymous mapping; no memory of ours
+    // is involved.
+    let copy = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if copy == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    let undo = |e: io::Error| {
+        // SAFETY: unmaps the mapping made above, which nothing else uses.
+        unsafe { libc::munmap(copy, len) };
+        Err(e)
+    };
+    // SAFETY: `copy` is a fresh writable mapping of `len` bytes; `at` is
+    // the start of `map`, `len` readable bytes of a file our lease keeps
+    // whole; the two do not overlap.
+    unsafe { std::ptr::copy_nonoverlapping(at.cast::<u8>(), copy.cast::<u8>(), len) };
+    // SAFETY: changes the protection of the mapping made above.
+    if unsafe { libc::mprotect(copy, len, libc::PROT_READ) } != 0 {
+        return undo(io::Error::last_os_error());
+    }
+    // SAFETY: moves the mapping made above onto `map`'s range, which
+    // memmap2 mapped at `at` (page-aligned: offset 0) for `len` bytes and
+    // keeps mapped while `map` lives. The range keeps its length, its
+    // protection (read-only) and its bytes, so every reference into it
+    // stays valid: only what backs the pages changes. (The kernel checks
+    // that the move can succeed before it unmaps the target; past that
+    // point only a failed kernel allocation could leave the range empty.)
+    let moved = unsafe { libc::mremap(copy, len, len, libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED, at) };
+    if moved == libc::MAP_FAILED {
+        return undo(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// Takes a read lease on `file` (opened read-only): another process that

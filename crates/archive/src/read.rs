@@ -123,19 +123,39 @@ impl Archive {
             .is_some_and(|f| map::lease_broken(f))
     }
 
-    /// A copy of this archive in the heap, off the file.
-    pub fn to_heap(&self) -> Result<Archive, Invalid> {
-        Archive::from_backing(Backing::Heap(self.bytes().to_vec()))
+    /// The same archive off its file: a map's pages are replaced in place
+    /// by an anonymous copy (`map::detach`), which this archive and every
+    /// byte it lent out (responses in flight, header blocks kept by
+    /// workers) now read, and the archive returned shares them without the
+    /// file, so it sends every body from memory. The file may then be
+    /// rewritten (once the lease is released) without anything reading it
+    /// again but bodies already being sent from its descriptor. A heap
+    /// archive is shared as it is.
+    pub fn detached(&self) -> Result<Archive, Invalid> {
+        if let Backing::Map(m) = &*self.bytes {
+            map::detach(m).map_err(|e| Invalid(format!("cannot copy the archive off its map: {e}")))?;
+        }
+        Ok(Archive {
+            bytes: self.bytes.clone(),
+            leased: std::sync::Mutex::new(None),
+            file: None,
+            index_off: self.index_off,
+            n_hosts: self.n_hosts,
+            n_slots: self.n_slots,
+            n_entries: self.n_entries,
+            default_site: self.default_site,
+            hosts_at: self.hosts_at,
+            slots_at: self.slots_at,
+            entries_at: self.entries_at,
+            strings_at: self.strings_at,
+            patterns: self.patterns.clone(),
+        })
     }
 
-    /// Responses still holding this archive's bytes (beyond the archive).
-    pub fn bytes_in_flight(&self) -> usize {
-        Arc::strong_count(&self.bytes) - 1
-    }
-
-    /// Lets a waiting writer proceed. The map must not be touched after;
-    /// bodies being sent from the file (`body_file`) may be, and a file
-    /// cut short under them ends their connection. If fcntl fails, the
+    /// Lets a waiting writer proceed. The map must have been detached
+    /// first ([`Archive::detached`]); bodies being sent from the file
+    /// (`body_file`) may still read it, and a file cut short under them
+    /// ends their connection. If fcntl fails, the
     /// kernel still breaks the lease after `lease-break-time`.
     pub fn release_lease(&self) -> std::io::Result<()> {
         match self.leased.lock().unwrap_or_else(|e| e.into_inner()).take() {

@@ -10,7 +10,8 @@
 //! take the new `Arc`; responses in flight hold the old map through their
 //! `SharedBytes`, so it is unmapped when the last of them is sent. A file
 //! that fails validation is refused with a log line and the old archive
-//! keeps serving.
+//! keeps serving. A file rewritten in place is detached from first
+//! (`move_off_the_map`).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -21,10 +22,9 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use peregrine::{log, Body, FileRange, Handler, HeaderBlock, Reply, Request, Response};
-use peregrine_files::conditional::{self, Preconditions, Verdict};
-use peregrine_files::encoding::{self, Encoding};
+use peregrine_files::encoding::Encoding;
 use peregrine_files::path;
-use peregrine_files::range::{self, Ranges};
+use peregrine_files::reply::{self, Fields, Method};
 
 use crate::format::*;
 use crate::read::{Archive, Entry, Invalid, Mode, Variant};
@@ -32,23 +32,16 @@ use crate::read::{Archive, Entry, Invalid, Mode, Variant};
 /// How often the watcher looks at the archive's path.
 const WATCH_INTERVAL: Duration = Duration::from_millis(250);
 /// After moving off a map, time for requests that had already looked at the
-/// old generation to take their references.
+/// old generation to start sending large bodies from its file before the
+/// writer may change it.
 const SWITCH_GRACE: Duration = Duration::from_millis(100);
-/// How long responses sending from an old map are waited for before its
-/// lease is released (the kernel breaks leases after 45 s by default).
-const LEASE_WAIT: Duration = Duration::from_secs(30);
-/// Largest body sent from the map. The engine copies a body this small into
-/// its output buffer while the request is handled (its
-/// `INLINE_BODY_BYTES_MAX`), so the map is read only then, within
-/// `SWITCH_GRACE` of a move off it. A larger body may be sent for minutes
-/// to a slow client, past `LEASE_WAIT`, after which a writer may truncate
-/// the file: it goes out from the file's descriptor (sendfile, or pread
-/// under TLS), where truncation makes a short read and closes that one
-/// connection, instead of from the map, where it would be SIGBUS.
+/// Largest body sent from the map (a larger one goes out from the file's
+/// descriptor: sendfile, or pread under TLS and HTTP/2). The engine copies
+/// a body this small into its output buffer while the request is handled
+/// (its `INLINE_BODY_BYTES_MAX`), so it costs a copy of mapped bytes; a
+/// larger one would keep the map's pages in play for as long as a slow
+/// client takes.
 const MAP_BODY_BYTES_MAX: u64 = 16 * 1024;
-/// Multipart answers are built in memory up to this size (as `serve DIR`).
-const MULTIPART_BYTES_MAX: u64 = 8 << 20;
-const ALLOW: &str = "GET, HEAD, OPTIONS";
 
 struct Shared {
     id: u64,
@@ -175,12 +168,21 @@ fn watch(shared: Weak<Shared>, mut seen: FileIdentity) {
 }
 
 /// Someone opened the mapped file to write it in place (`cp new old`,
-/// `truncate`): they wait on our lease. Copy the archive into the heap (the
-/// file is still whole), serve the copy, let responses that hold bytes of
-/// the map finish, then release the lease. The writer's new contents are
-/// loaded like any replacement once they validate.
+/// `truncate`): they wait on our lease. Put a copy of the bytes in memory
+/// where the map was (the file is still whole), serve that copy as a new
+/// generation with every body from memory, then release the lease. The
+/// writer's new contents are loaded like any replacement once they
+/// validate.
+///
+/// Nothing waits for readers of the map: after `detached` there are none,
+/// whatever their timing (a worker stalled between its lookup and its
+/// copy reads the copy). Bodies over `MAP_BODY_BYTES_MAX` already being
+/// sent from the file's descriptor may see the rewrite: a short read, and
+/// that connection closes. `SWITCH_GRACE` lets requests that looked at the
+/// old generation just before the switch start their sends before the
+/// writer goes on.
 fn move_off_the_map(shared: &Shared, old: &Arc<Archive>) {
-    match old.to_heap() {
+    match old.detached() {
         Ok(copy) => {
             *shared.current.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(copy);
             let g = shared.generation.fetch_add(1, Ordering::AcqRel) + 1;
@@ -189,23 +191,14 @@ fn move_off_the_map(shared: &Shared, old: &Arc<Archive>) {
                 shared.path.display()
             ));
         }
-        Err(e) => log::error(format_args!("cannot copy {} off its map: {e}", shared.path.display())),
+        Err(e) => {
+            // The lease stays (the watcher tries again at its next look);
+            // the kernel breaks it after lease-break-time regardless.
+            log::error(format_args!("{}: {e}", shared.path.display()));
+            return;
+        }
     }
-    // A request that read the old generation just before the switch is
-    // done within microseconds; then wait for bytes in flight (slow
-    // clients) for up to LEASE_WAIT, well inside the kernel's 45 s.
     std::thread::sleep(SWITCH_GRACE);
-    let deadline = std::time::Instant::now() + LEASE_WAIT;
-    while old.bytes_in_flight() > 0 && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    if old.bytes_in_flight() > 0 {
-        log::warn(format_args!(
-            "{} responses still send from the old map of {}; releasing it anyway",
-            old.bytes_in_flight(),
-            shared.path.display()
-        ));
-    }
     if let Err(e) = old.release_lease() {
         log::warn(format_args!(
             "cannot release the lease on {}: {e}",
@@ -258,71 +251,31 @@ impl Handler for ArchiveServer {
     }
 }
 
-/// The request fields used, in one pass.
-#[derive(Default)]
-struct Fields<'a> {
-    accept_encoding: Option<&'a [u8]>,
-    pre: Preconditions<'a>,
-    range: Option<&'a [u8]>,
-    if_range: Option<&'a [u8]>,
-}
-
-fn scan<'a>(req: &Request<'a>) -> Fields<'a> {
-    let mut f = Fields::default();
-    for (name, value) in req.headers() {
-        let slot = match name.len() {
-            5 if name.eq_ignore_ascii_case("range") => &mut f.range,
-            8 if name.eq_ignore_ascii_case("if-match") => &mut f.pre.if_match,
-            8 if name.eq_ignore_ascii_case("if-range") => &mut f.if_range,
-            13 if name.eq_ignore_ascii_case("if-none-match") => &mut f.pre.if_none_match,
-            15 if name.eq_ignore_ascii_case("accept-encoding") => &mut f.accept_encoding,
-            17 if name.eq_ignore_ascii_case("if-modified-since") => &mut f.pre.if_modified_since,
-            19 if name.eq_ignore_ascii_case("if-unmodified-since") => &mut f.pre.if_unmodified_since,
-            _ => continue,
-        };
-        if slot.is_none() {
-            *slot = Some(value);
-        }
-    }
-    f
-}
-
 fn respond(local: &mut Local, req: &Request<'_>) -> Response {
-    let head = match req.method() {
-        "GET" => false,
-        "HEAD" => true,
-        "OPTIONS" => return Response::new(204).with_header("Allow", ALLOW),
-        _ => return Response::error(405).with_header("Allow", ALLOW),
+    let head = match reply::method(req) {
+        Method::Get => false,
+        Method::Head => true,
+        Method::Answer(answer) => return answer,
     };
-    let archive = local.archive.clone();
+    let Local { archive, prepared, .. } = local;
+    let archive = &**archive;
     let site = archive.site_for_host(req.host());
-    let fields = scan(req);
+    let fields = Fields::scan(req);
     // Fast path: the raw path is already the key (no escapes, no dots).
     let raw = req.path();
-    let plain = !raw.contains(['%', '\\']) && !raw.contains("/.") && !raw.contains("//");
+    let plain = path::is_key(raw);
     if plain {
         if let Some(e) = archive.get(site, raw.as_bytes()) {
-            return answer(local, &archive, e, &fields, head, 200);
+            return answer(prepared, archive, e, &fields, head, 200);
         }
     }
-    let p = match path::normalize(raw.as_bytes()) {
-        Ok(p) => p,
-        Err(e) => {
-            return Response::new(400)
-                .with_content_type("text/plain; charset=utf-8")
-                .with_body(format!("400 Bad Request: {}\n", e.reason()))
-        }
-    };
-    let key = if p.rel.is_empty() {
-        "/".to_owned()
-    } else if p.trailing_slash {
-        format!("/{}/", p.rel)
-    } else {
-        format!("/{}", p.rel)
+    let key = match path::normalize(raw.as_bytes()) {
+        Ok(p) => p.key(),
+        Err(e) => return reply::bad_request(e.reason()),
     };
     if !plain {
         if let Some(e) = archive.get(site, key.as_bytes()) {
-            return answer(local, &archive, e, &fields, head, 200);
+            return answer(prepared, archive, e, &fields, head, 200);
         }
     }
     // `_redirects` patterns, in order.
@@ -338,12 +291,12 @@ fn respond(local: &mut Local, req: &Request<'_>) -> Response {
     let mut folder = &key[..key.rfind('/').map_or(0, |i| i + 1)];
     while !folder.is_empty() {
         if let Some(e) = archive.get(site, format!("{folder}{WILDCARD_KEY}").as_bytes()) {
-            return answer(local, &archive, e, &fields, head, 200);
+            return answer(prepared, archive, e, &fields, head, 200);
         }
         folder = &folder[..folder[..folder.len() - 1].rfind('/').map_or(0, |i| i + 1)];
     }
     if let Some(e) = archive.get(site, NOT_FOUND_KEY.as_bytes()) {
-        return answer(local, &archive, e, &fields, head, 404);
+        return answer(prepared, archive, e, &fields, head, 404);
     }
     Response::error(404)
 }
@@ -352,124 +305,131 @@ fn redirect(status: u16, location: &str) -> Response {
     peregrine_files::conventions::redirect(status, location)
 }
 
+/// The codings of variants 1 to 3, in the format's order.
 const CODINGS: [Encoding; 3] = [Encoding::Brotli, Encoding::Zstd, Encoding::Gzip];
 
-fn answer(local: &mut Local, archive: &Archive, e: Entry<'_>, f: &Fields<'_>, head: bool, status: u16) -> Response {
+/// A found entry: a redirect, or a resource answered by the steps `serve
+/// DIR` takes too (`peregrine_files::reply`).
+fn answer(
+    prepared: &mut HashMap<u32, Rc<Prepared>>,
+    archive: &Archive,
+    e: Entry<'_>,
+    f: &Fields<'_>,
+    head: bool,
+    status: u16,
+) -> Response {
     if e.kind() != KIND_RESOURCE {
         return redirect(e.status(), &String::from_utf8_lossy(e.location()));
     }
-    let mut available = [Encoding::Brotli; 3];
-    let mut n = 0;
+    #[cfg(feature = "test-hooks")]
+    test_hooks::stop_here(e.path());
+    let mut codings = [Encoding::Brotli; 3];
+    let mut n_codings = 0;
     for (i, c) in CODINGS.iter().enumerate() {
         if e.variant(i + 1).is_some() {
-            available[n] = *c;
-            n += 1;
+            codings[n_codings] = *c;
+            n_codings += 1;
         }
     }
-    let chosen = encoding::negotiate(f.accept_encoding, &available[..n]);
-    let vi = match chosen {
-        None => 0,
-        Some(c) => 1 + CODINGS.iter().position(|x| *x == c).unwrap_or(0),
+    let mut res = Stored {
+        prepared,
+        archive,
+        e,
+        codings,
+        n_codings,
     };
-    let vi = if status == 200 && n > 0 {
-        held(local, archive, &e, f).unwrap_or(vi)
-    } else {
-        vi
-    };
-    let Some(v) = e.variant(vi) else {
-        return Response::error(500);
-    };
-    let Some(prepared) = prepare(local, archive, &e, vi, &v) else {
-        return Response::error(500);
-    };
-    let block = prepared.block.clone();
-    let body = |r: std::ops::Range<u64>| match archive.body_file() {
-        // Held past the request: from the file, never the map.
-        Some(file) if r.end - r.start > MAP_BODY_BYTES_MAX => {
-            Body::File(FileRange::new(file.clone(), v.body_off + r.start, r.end - r.start))
-        }
-        _ => Body::Shared(archive.shared(v.body_off + r.start, r.end - r.start)),
-    };
-    if status != 200 {
-        return Response::new(status)
-            .with_header_block(block)
-            .with_body(body(0..v.body_len));
-    }
-    let etag = prepared.etag.as_str();
-    let last_modified = std::time::UNIX_EPOCH + Duration::from_secs(e.last_modified());
-    match conditional::evaluate(&f.pre, etag, last_modified) {
-        Verdict::Proceed => {}
-        Verdict::NotModified => return Response::new(304).with_header_block(prepared.block_304.clone()),
-        Verdict::PreconditionFailed => return Response::error(412),
-    }
-    if let (Some(value), false) = (f.range, head) {
-        if conditional::if_range_holds(f.if_range, etag, last_modified) {
-            match range::parse(value, v.body_len) {
-                Ranges::Full => {}
-                Ranges::Unsatisfiable => {
-                    let mut r = Response::error(416).with_header("Content-Range", format!("bytes */{}", v.body_len));
-                    if n > 0 {
-                        r = r.with_header("Vary", "Accept-Encoding");
-                    }
-                    return r;
-                }
-                Ranges::Partial(parts) if parts.len() == 1 => {
-                    let r = parts[0].clone();
-                    return Response::new(206)
-                        .with_header(
-                            "Content-Range",
-                            format!("bytes {}-{}/{}", r.start, r.end - 1, v.body_len),
-                        )
-                        .with_header_block(block)
-                        .with_body(body(r));
-                }
-                Ranges::Partial(parts) => {
-                    if let Some(r) = multipart(archive, &v, &block, &parts) {
-                        return r;
-                    }
-                }
-            }
-        }
-    }
-    Response::new(200)
-        .with_header_block(block)
-        .with_body(body(0..v.body_len))
+    reply::reply(&mut res, f, head, status)
 }
 
-/// The variant a revalidating client already holds (its tag is in
-/// `If-None-Match`), if its coding is still acceptable to it: chosen, so
-/// that the answer is a 304 rather than another download (as `serve DIR`
-/// chooses; RFC 9110 §12.1 leaves the choice among acceptable
-/// representations to the server).
-fn held(local: &mut Local, archive: &Archive, e: &Entry<'_>, f: &Fields<'_>) -> Option<usize> {
-    let inm = f.pre.if_none_match?;
-    let pre = Preconditions {
-        if_none_match: Some(inm),
-        ..Default::default()
-    };
-    let last_modified = std::time::UNIX_EPOCH + Duration::from_secs(e.last_modified());
-    for vi in 0..=CODINGS.len() {
-        let Some(v) = e.variant(vi) else { continue };
-        // Identity is sent when nothing else is acceptable, so it is
-        // acceptable here too.
-        let acceptable = vi == 0 || {
-            let c = CODINGS[vi - 1];
-            encoding::negotiate(f.accept_encoding, &[c]) == Some(c)
+/// An entry of kind resource, for the shared steps.
+struct Stored<'a, 'b> {
+    prepared: &'b mut HashMap<u32, Rc<Prepared>>,
+    archive: &'a Archive,
+    e: Entry<'a>,
+    codings: [Encoding; 3],
+    n_codings: usize,
+}
+
+impl<'a> reply::Resource for Stored<'a, '_> {
+    type Variant = StoredVariant<'a>;
+
+    fn codings(&self) -> &[Encoding] {
+        &self.codings[..self.n_codings]
+    }
+
+    fn negotiable(&self) -> bool {
+        self.n_codings > 0
+    }
+
+    fn representation(&mut self, coding: Option<Encoding>) -> Option<StoredVariant<'a>> {
+        let vi = match coding {
+            None => 0,
+            Some(c) => 1 + CODINGS.iter().position(|x| *x == c)?,
         };
-        if !acceptable {
-            continue;
-        }
-        let prepared = prepare(local, archive, e, vi, &v)?;
-        if conditional::evaluate(&pre, &prepared.etag, last_modified) == Verdict::NotModified {
-            return Some(vi);
+        let v = self.e.variant(vi)?;
+        let prepared = prepare(self.prepared, self.archive, &self.e, vi, &v)?;
+        Some(StoredVariant {
+            archive: self.archive,
+            v,
+            prepared,
+            last_modified: std::time::UNIX_EPOCH + Duration::from_secs(self.e.last_modified()),
+        })
+    }
+}
+
+/// A variant of an entry, prepared for sending.
+struct StoredVariant<'a> {
+    archive: &'a Archive,
+    v: Variant,
+    prepared: Rc<Prepared>,
+    last_modified: std::time::SystemTime,
+}
+
+impl reply::Representation for StoredVariant<'_> {
+    fn len(&self) -> u64 {
+        self.v.body_len
+    }
+    fn etag(&self) -> &str {
+        &self.prepared.etag
+    }
+    fn last_modified(&self) -> std::time::SystemTime {
+        self.last_modified
+    }
+    fn content_type(&self) -> &str {
+        &self.prepared.content_type
+    }
+    fn block_200(&self) -> HeaderBlock {
+        self.prepared.block.clone()
+    }
+    fn meta(&self) -> HeaderBlock {
+        self.prepared.meta.clone()
+    }
+    fn block_304(&self) -> HeaderBlock {
+        self.prepared.block_304.clone()
+    }
+    fn body(&self, r: std::ops::Range<u64>) -> Body {
+        match self.archive.body_file() {
+            // Held past the request: from the file, never the map.
+            Some(file) if r.end - r.start > MAP_BODY_BYTES_MAX => {
+                Body::File(FileRange::new(file.clone(), self.v.body_off + r.start, r.end - r.start))
+            }
+            _ => Body::Shared(self.archive.shared(self.v.body_off + r.start, r.end - r.start)),
         }
     }
-    None
+    fn read_into(&self, r: std::ops::Range<u64>, out: &mut Vec<u8>) -> std::io::Result<()> {
+        out.extend_from_slice(self.archive.slice(self.v.body_off + r.start, r.end - r.start));
+        Ok(())
+    }
 }
 
 /// A variant made ready to send.
 struct Prepared {
+    /// The stored 200 block.
     block: HeaderBlock,
+    /// The same without its first line, `Content-Type` (FORMAT.md puts it
+    /// first): a slice of the stored bytes, for multipart answers.
+    meta: HeaderBlock,
+    content_type: String,
     block_304: HeaderBlock,
     etag: String,
 }
@@ -482,22 +442,45 @@ struct Prepared {
 /// opened with its whole data region checked against `data_hash`
 /// ([`ArchiveServer::open`] and the watcher both call `verify_data`), and
 /// the bytes cannot change after that: a map is of a file we hold a read
-/// lease on (a writer waits while we move to a heap copy, `map.rs`), and a
-/// heap copy is ours. Hashing each body again at its first send on each
+/// lease on (a writer waits while we detach it into a copy in memory,
+/// `map.rs`), and a copy is ours. Hashing each body again at its first send on each
 /// worker only re-read bytes already proven, on the event loop, one whole
 /// body per worker and variant (FORMAT.md, "What a reader may assume after
 /// validation").
-fn prepare(local: &mut Local, archive: &Archive, e: &Entry<'_>, vi: usize, v: &Variant) -> Option<Rc<Prepared>> {
+fn prepare(
+    prepared: &mut HashMap<u32, Rc<Prepared>>,
+    archive: &Archive,
+    e: &Entry<'_>,
+    vi: usize,
+    v: &Variant,
+) -> Option<Rc<Prepared>> {
     let key = u32::try_from(e.index() * 4 + vi).ok()?;
-    if let Some(p) = local.prepared.get(&key) {
+    if let Some(p) = prepared.get(&key) {
         return Some(p.clone());
     }
     let path = String::from_utf8_lossy(e.path());
+    let stored = archive.slice(v.head_off, u64::from(v.head_len));
+    // `Content-Type: VALUE\r\n` first: its length and value.
+    let first = stored
+        .iter()
+        .position(|&b| b == b'\n')
+        .map(|i| &stored[..=i])
+        .filter(|l| l.len() > 14 && l[..14].eq_ignore_ascii_case(b"content-type: ") && l.ends_with(b"\r\n"))
+        .and_then(|l| Some((l.len(), std::str::from_utf8(&l[14..l.len() - 2]).ok()?.to_owned())));
+    let Some((first_len, content_type)) = first else {
+        log::error(format_args!(
+            "archive heads for {path} do not start with Content-Type; not served"
+        ));
+        return None;
+    };
     let heads = (
         HeaderBlock::from_lines(archive.shared(v.head_off, u64::from(v.head_len))),
+        HeaderBlock::from_lines(
+            archive.shared(v.head_off + first_len as u64, u64::from(v.head_len) - first_len as u64),
+        ),
         HeaderBlock::from_lines(archive.shared(v.head_off + u64::from(v.head_len), u64::from(v.head304_len))),
     );
-    let (Ok(block), Ok(block_304)) = heads else {
+    let (Ok(block), Ok(meta), Ok(block_304)) = heads else {
         log::error(format_args!(
             "archive heads for {path} are not valid header lines; not served"
         ));
@@ -505,51 +488,45 @@ fn prepare(local: &mut Local, archive: &Archive, e: &Entry<'_>, vi: usize, v: &V
     };
     let p = Rc::new(Prepared {
         block,
+        meta,
+        content_type,
         block_304,
         etag: etag(v.body_len, v.body_hash),
     });
-    local.prepared.insert(key, p.clone());
+    prepared.insert(key, p.clone());
     Some(p)
 }
 
-fn multipart(archive: &Archive, v: &Variant, block: &HeaderBlock, parts: &[std::ops::Range<u64>]) -> Option<Response> {
-    let total: u64 = parts.iter().map(|r| r.end - r.start).sum();
-    if total > MULTIPART_BYTES_MAX {
-        return None;
+/// Points where a test can stop a worker (feature `test-hooks`, which only
+/// this crate's tests turn on).
+#[cfg(feature = "test-hooks")]
+#[doc(hidden)]
+pub mod test_hooks {
+    use std::sync::mpsc::{Receiver, Sender};
+    use std::sync::Mutex;
+
+    type Stop = (Vec<u8>, Sender<()>, Receiver<()>);
+    static STOP: Mutex<Option<Stop>> = Mutex::new(None);
+
+    /// The next request that finds the resource `key` (`/a.txt`) stops
+    /// after its lookup, before it reads the heads or the body: it sends
+    /// on `stopped`, then waits for `go`. (Keyed, so that tests running
+    /// beside it in the same process are not stopped.)
+    pub fn stop_after_lookup(key: &str, stopped: Sender<()>, go: Receiver<()>) {
+        *STOP.lock().unwrap_or_else(|e| e.into_inner()) = Some((key.as_bytes().to_vec(), stopped, go));
     }
-    // The stored block starts with Content-Type; multipart replaces it.
-    let lines = std::str::from_utf8(block.as_bytes()).ok()?;
-    let mut content_type = "application/octet-stream";
-    let mut rest: Vec<(&str, &str)> = Vec::new();
-    for line in lines.split("\r\n").filter(|l| !l.is_empty()) {
-        let (n, val) = line.split_once(": ").unwrap_or((line, ""));
-        if n.eq_ignore_ascii_case("content-type") {
-            content_type = val;
-        } else {
-            rest.push((n, val));
+
+    pub(crate) fn stop_here(key: &[u8]) {
+        let armed = {
+            let mut stop = STOP.lock().unwrap_or_else(|e| e.into_inner());
+            match &*stop {
+                Some((k, _, _)) if k == key => stop.take(),
+                _ => None,
+            }
+        };
+        if let Some((_, stopped, go)) = armed {
+            let _ = stopped.send(());
+            let _ = go.recv();
         }
     }
-    let boundary = format!("peregrine-{:016x}", v.body_hash);
-    let mut body = Vec::with_capacity(total as usize + parts.len() * 128);
-    for r in parts {
-        body.extend_from_slice(
-            format!(
-                "--{boundary}\r\nContent-Type: {content_type}\r\nContent-Range: bytes {}-{}/{}\r\n\r\n",
-                r.start,
-                r.end - 1,
-                v.body_len
-            )
-            .as_bytes(),
-        );
-        body.extend_from_slice(archive.slice(v.body_off + r.start, r.end - r.start));
-        body.extend_from_slice(b"\r\n");
-    }
-    body.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
-    let meta = HeaderBlock::new(&rest).ok()?;
-    Some(
-        Response::new(206)
-            .with_content_type(format!("multipart/byteranges; boundary={boundary}"))
-            .with_header_block(meta)
-            .with_body(body),
-    )
 }

@@ -4,7 +4,7 @@
 
 use peregrine::Server;
 use peregrine_archive::{pack, ArchiveServer, Mode, PackOptions};
-use test_support::alloc::{allocations_after_warming, Counting};
+use test_support::alloc::{allocations_after_warming, wait_for_thread, Counting};
 use test_support::h2;
 use test_support::http::InPlace;
 
@@ -25,6 +25,8 @@ fn archive_hits_are_served_without_allocating() {
         .workers(1)
         .start(ArchiveServer::open(&archive, Mode::Map).unwrap())
         .unwrap();
+    // The archive's watcher thread allocates as it starts.
+    wait_for_thread("peregrine-archive-watch");
     let mut client = InPlace::connect(server.local_addr());
     let small = b"GET /small.txt HTTP/1.1\r\nHost: t\r\nUser-Agent: alloc-test\r\n\r\n";
     let four = b"GET /four.bin HTTP/1.1\r\nHost: t\r\nUser-Agent: alloc-test\r\n\r\n";

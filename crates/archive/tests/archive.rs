@@ -593,9 +593,9 @@ fn slow_read_while_truncated(name: &str, tls: bool) {
     let pki = test_support::pki::Pki::new(&format!("archive-{name}"));
     let (cert, key, _) = pki.issue("localhost", &["localhost"]);
     let client = pki.client();
-    // The reader makes no progress for longer than the 30 s the server
-    // waits for responses in flight before it lets the writer go; the
-    // default send_timeout (30 s too) would drop it first and hide that.
+    // The reader may make no progress for longer than the default
+    // send_timeout (30 s), which would drop it first and hide what the
+    // truncation does to it.
     let limits = peregrine::Limits {
         send_timeout: Duration::from_secs(300),
         ..peregrine::Limits::default()
@@ -675,6 +675,47 @@ fn slow_read_while_truncated(name: &str, tls: bool) {
     // The process is alive and serves others from its copy in memory.
     assert_eq!(fetch("/small.txt"), b"still here");
     assert!(fetch("/big.bin") == big, "the body differs");
+}
+
+/// A worker stopped between its lookup and its copy of the bytes
+/// (preempted, stopped in a debugger, swapped out) while the archive is
+/// truncated in place: when it goes on, it sends the bytes it looked up.
+/// Before the map was detached in place (`map::detach`), the lease was
+/// released after a grace period whatever the worker was doing, and its
+/// copy out of the truncated map was SIGBUS: this test process died.
+#[test]
+fn a_worker_stopped_mid_request_survives_the_archive_being_truncated() {
+    let t = tmp("stopped");
+    let body = "the bytes looked up before the truncation\n".repeat(100);
+    t.write("site/stopped.txt", &body);
+    let target = t.path("live.prg");
+    pack(&PackOptions::new(t.path("site"), &target)).unwrap();
+    let (server, probe) = serve(&target);
+    let addr = server.local_addr();
+    assert_eq!(get(addr, "/stopped.txt").body, body.as_bytes());
+
+    let (stopped_tx, stopped) = std::sync::mpsc::channel();
+    let (go, go_rx) = std::sync::mpsc::channel();
+    peregrine_archive::test_hooks::stop_after_lookup("/stopped.txt", stopped_tx, go_rx);
+    let client = std::thread::spawn(move || get(addr, "/stopped.txt"));
+    stopped
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the request never reached its lookup");
+    // The open waits on the lease until the server lets the writer go;
+    // then the file is empty.
+    std::fs::File::options()
+        .write(true)
+        .truncate(true)
+        .open(&target)
+        .unwrap();
+    assert_eq!(std::fs::metadata(&target).unwrap().len(), 0);
+    go.send(()).unwrap();
+    let r = client.join().expect("the client saw a failure");
+    assert_eq!((r.status, r.body), (200, body.clone().into_bytes()));
+    // Still served, from memory; the empty file is refused.
+    assert_eq!(get(addr, "/stopped.txt").body, body.as_bytes());
+    wait_until("the empty archive was refused", || probe.refused() > 0);
+    assert_eq!(get(addr, "/stopped.txt").body, body.as_bytes());
 }
 
 #[test]

@@ -22,8 +22,9 @@ use test_support::{http, Scratch};
 
 /// The fields compared; the others (Date, Content-Length's framing twin,
 /// Connection) say nothing about the site.
-const FIELDS: [&str; 14] = [
+const FIELDS: [&str; 15] = [
     "content-type",
+    "content-range",
     "content-encoding",
     "content-length",
     "location",
@@ -59,7 +60,20 @@ impl std::fmt::Debug for Answer {
 }
 
 fn ask(addr: SocketAddr, method: &str, target: &str) -> Answer {
-    let r = http::request(addr, method, target, &[]);
+    ask_with(addr, method, target, "")
+}
+
+/// `ask` with request fields, given as lines (`"Range: bytes=0-3\r\n"`).
+fn ask_with(addr: SocketAddr, method: &str, target: &str, fields: &str) -> Answer {
+    let pairs: Vec<(&str, &str)> = fields
+        .split("\r\n")
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            let (n, v) = l.split_once(':').expect("a field line");
+            (n.trim(), v.trim())
+        })
+        .collect();
+    let r = http::request(addr, method, target, &pairs);
     let mut fields: Vec<(String, String)> = r
         .headers
         .into_iter()
@@ -244,6 +258,109 @@ fn a_directory_answers_as_its_archive() {
     assert_eq!(body("/sub/_headers"), "only the root's _headers is a convention");
     assert_eq!(body("/archive.tar.gz"), "no file beside it: a resource");
 
+    dir.shutdown();
+    packed.shutdown();
+}
+
+/// The steps after the lookup (methods, preconditions, ranges,
+/// multipart) are one implementation (`peregrine_files::reply`); this checks
+/// that both servers answer through it alike, where they once differed
+/// (the multipart boundary, the 404 page's variant), and that the answers
+/// are the ones RFC 9110 asks for.
+#[test]
+fn conditional_and_range_requests_get_the_same_answers_from_both() {
+    let t = Scratch::new("peregrine-parity-steps");
+    let root = tree(&t);
+    let archive = t.path("site.prg");
+    pack(&PackOptions::new(&root, &archive)).unwrap();
+    let dir = Server::new()
+        .bind("127.0.0.1:0")
+        .workers(1)
+        .start(FileServer::new(Options::new(&root)).unwrap())
+        .unwrap();
+    let packed = Server::new()
+        .bind("127.0.0.1:0")
+        .workers(1)
+        .start(ArchiveServer::open(&archive, Mode::Map).unwrap())
+        .unwrap();
+    let (dir_addr, packed_addr) = (dir.local_addrs()[0], packed.local_addrs()[0]);
+    let field = |a: &Answer, name: &str| {
+        a.fields
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    };
+
+    let mut differ = Vec::new();
+    let mut statuses = Vec::new();
+    for target in ["/about.html", "/docs/api.json", "/big.html", "/missing"] {
+        let plain = ask(dir_addr, "GET", target);
+        let (etag, lm) = (field(&plain, "etag"), field(&plain, "last-modified"));
+        let cases = [
+            ("GET", format!("If-None-Match: {etag}\r\n")),
+            ("HEAD", format!("If-None-Match: {etag}\r\n")),
+            ("GET", "If-None-Match: \"other\", W/\"x\"\r\n".to_owned()),
+            ("GET", "If-None-Match: *\r\n".to_owned()),
+            ("GET", format!("If-Modified-Since: {lm}\r\n")),
+            ("GET", "If-Match: \"other\"\r\n".to_owned()),
+            ("GET", format!("If-Match: {etag}\r\nRange: bytes=2-5\r\n")),
+            (
+                "GET",
+                "If-Unmodified-Since: Thu, 01 Jan 1970 00:00:00 GMT\r\n".to_owned(),
+            ),
+            ("GET", "Range: bytes=0-3\r\n".to_owned()),
+            ("GET", "Range: bytes=-4\r\n".to_owned()),
+            ("GET", "Range: bytes=0-0,3-4,-2\r\n".to_owned()),
+            ("GET", "Range: bytes=100000-\r\n".to_owned()),
+            ("GET", "Range: pages=1\r\n".to_owned()),
+            ("HEAD", "Range: bytes=0-3\r\n".to_owned()),
+            ("GET", "If-Range: \"other\"\r\nRange: bytes=0-3\r\n".to_owned()),
+            ("GET", format!("If-Range: {etag}\r\nRange: bytes=0-3\r\n")),
+            ("GET", format!("If-Range: {lm}\r\nRange: bytes=1-2\r\n")),
+            ("POST", String::new()),
+            ("DELETE", String::new()),
+            ("OPTIONS", String::new()),
+        ];
+        for (method, fields) in &cases {
+            let d = ask_with(dir_addr, method, target, fields);
+            let a = ask_with(packed_addr, method, target, fields);
+            statuses.push((target, method.to_owned(), fields.clone(), d.status));
+            if d != a {
+                differ.push(format!(
+                    "{method} {target} {fields:?}:\n  directory {d:?}\n  archive   {a:?}"
+                ));
+            }
+        }
+    }
+    assert!(
+        differ.is_empty(),
+        "{} answers differ:\n{}",
+        differ.len(),
+        differ.join("\n")
+    );
+    // What RFC 9110 asks for, on a found file (§13.2.2, §14.2) and on the
+    // 404 page, which is sent whole whatever the validators and ranges.
+    let expected_found = [
+        304, 304, 200, 304, 304, 412, 206, 412, 206, 206, 206, 416, 200, 200, 200, 206, 206, 405, 405, 204,
+    ];
+    let expected_missing = [404; 17].into_iter().chain([405, 405, 204]);
+    let got = |t: &str| statuses.iter().filter(|s| s.0 == t).map(|s| s.3).collect::<Vec<_>>();
+    assert_eq!(got("/about.html"), expected_found, "{statuses:?}");
+    assert_eq!(got("/missing"), expected_missing.collect::<Vec<_>>());
+    // A multipart answer names its parts' type and ranges.
+    let m = ask_with(dir_addr, "GET", "/about.html", "Range: bytes=0-0,3-4\r\n");
+    let ct = field(&m, "content-type");
+    let boundary = ct.strip_prefix("multipart/byteranges; boundary=").expect(&ct);
+    let text = String::from_utf8_lossy(&m.body).into_owned();
+    assert_eq!(
+        text,
+        format!(
+            "--{boundary}\r\nContent-Type: text/html; charset=utf-8\r\nContent-Range: bytes 0-0/12\r\n\r\n<\r\n\
+             --{boundary}\r\nContent-Type: text/html; charset=utf-8\r\nContent-Range: bytes 3-4/12\r\n\r\nab\r\n\
+             --{boundary}--\r\n"
+        )
+    );
     dir.shutdown();
     packed.shutdown();
 }

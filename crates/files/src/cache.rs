@@ -139,6 +139,61 @@ impl Resource {
     }
 }
 
+/// A file's representation for the shared steps (`reply`): a variant and
+/// the resource it belongs to (which knows the content type).
+#[derive(Clone, Copy)]
+pub struct FileVariant<'r> {
+    res: &'r Resource,
+    v: &'r Variant,
+}
+
+impl crate::reply::Representation for FileVariant<'_> {
+    fn len(&self) -> u64 {
+        self.v.len
+    }
+    fn etag(&self) -> &str {
+        &self.v.etag
+    }
+    fn last_modified(&self) -> SystemTime {
+        self.v.last_modified
+    }
+    fn content_type(&self) -> &str {
+        &self.res.content_type
+    }
+    fn block_200(&self) -> HeaderBlock {
+        self.v.block_200.clone()
+    }
+    fn meta(&self) -> HeaderBlock {
+        self.v.meta.clone()
+    }
+    fn block_304(&self) -> HeaderBlock {
+        self.v.block_304.clone()
+    }
+    fn body(&self, range: std::ops::Range<u64>) -> Body {
+        self.v.body(range)
+    }
+    fn read_into(&self, range: std::ops::Range<u64>, out: &mut Vec<u8>) -> io::Result<()> {
+        self.v.read_into(range, out)
+    }
+}
+
+impl<'r> crate::reply::Resource for &'r Resource {
+    type Variant = FileVariant<'r>;
+    fn codings(&self) -> &[Encoding] {
+        &self.codings
+    }
+    fn negotiable(&self) -> bool {
+        self.negotiable
+    }
+    fn representation(&mut self, coding: Option<Encoding>) -> Option<FileVariant<'r>> {
+        let res: &'r Resource = self;
+        Some(FileVariant {
+            res,
+            v: res.variant(coding),
+        })
+    }
+}
+
 /// The fields every response for a file carries besides validators, and
 /// how its validator is made.
 pub struct Fields<'a> {

@@ -7,7 +7,9 @@
 //! method → [`path`] (normalise, refuse) → lookup (`cache`, through `sys`,
 //! which keeps every open beneath the root) → directory (index, redirect,
 //! `listing`) → [`encoding`] (pre-compressed siblings) → [`conditional`]
-//! (304/412) → [`range`] (206/416) → reply.
+//! (304/412) → [`range`] (206/416) → reply. The steps around the lookup
+//! ([`reply`]) are the same for `serve ARCHIVE` (`peregrine_archive`), which
+//! implements [`reply::Resource`] over its pre-built heads and bodies.
 //!
 //! ```no_run
 //! use peregrine::Server;
@@ -29,6 +31,7 @@ mod listing;
 pub mod mime;
 pub mod path;
 pub mod range;
+pub mod reply;
 mod serve;
 #[allow(unsafe_code)]
 mod sys;

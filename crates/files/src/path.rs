@@ -44,6 +44,28 @@ impl SitePath {
     pub fn file_name(&self) -> Option<&str> {
         self.segments().last()
     }
+
+    /// The key this path has in an archive, and the form rules match:
+    /// `/`, `/a/b` or `/a/b/`.
+    pub fn key(&self) -> String {
+        if self.rel.is_empty() {
+            "/".to_owned()
+        } else if self.trailing_slash {
+            format!("/{}/", self.rel)
+        } else {
+            format!("/{}", self.rel)
+        }
+    }
+}
+
+/// Whether a raw request path is already its own key ([`SitePath::key`]):
+/// no escapes, no backslash, no dot segment or dotfile, no empty segment.
+/// Such a path is looked up as it is, before (and without) [`normalize`]:
+/// the hot path of both `serve DIR` and `serve ARCHIVE`. It may still be
+/// refused by `normalize` for a control byte; a lookup of it finds nothing
+/// either way, since no key holds one.
+pub fn is_key(raw: &str) -> bool {
+    !raw.contains(['%', '\\']) && !raw.contains("/.") && !raw.contains("//")
 }
 
 /// Why a path was refused; each becomes a 400 naming the problem.
@@ -216,5 +238,18 @@ mod tests {
             let encoded = encode(&format!("/{rel}"));
             assert_eq!(normalize(encoded.as_bytes()).unwrap().rel, rel);
         }
+    }
+
+    #[test]
+    fn a_plain_path_is_its_own_key() {
+        for raw in ["/", "/a", "/a/b/", "/caf\u{e9}.txt", "/a.b/c"] {
+            assert!(is_key(raw), "{raw}");
+            assert_eq!(normalize(raw.as_bytes()).unwrap().key(), raw);
+        }
+        for raw in ["/a%2fb", "/a\\b", "/./a", "/a/../b", "//a", "/a//b", "/.env"] {
+            assert!(!is_key(raw), "{raw}");
+        }
+        assert_eq!(normalize(b"/a/./b/").unwrap().key(), "/a/b/");
+        assert_eq!(normalize(b"/..").unwrap().key(), "/");
     }
 }

@@ -21,19 +21,12 @@ use std::time::Instant;
 use globset::{Glob, GlobMatcher};
 use peregrine::{HeaderBlock, Request, Response};
 
-use crate::cache::{self, Fields, Resource, Variant};
-use crate::conditional::{self, Preconditions, Verdict};
+use crate::cache::{self, Resource};
 use crate::conventions::{self, Conventions};
-use crate::encoding::{self, Encoding};
+use crate::encoding::Encoding;
 use crate::path::{self, SitePath};
-use crate::range::{self, Ranges};
+use crate::reply::{self, bad_request, Fields, Method};
 use crate::{listing, sys, Error, Options};
-
-/// Multipart answers are built in memory up to this size; a larger set of
-/// ranges gets the whole file (200), as RFC 9110 §14.2 allows.
-const MULTIPART_BYTES_MAX: u64 = 8 << 20;
-
-const ALLOW: &str = "GET, HEAD, OPTIONS";
 
 /// Largest `_headers` or `_redirects` read: far above any real one (a
 /// thousand rules fit in 100 KiB), and each worker keeps its own copy.
@@ -66,15 +59,6 @@ pub struct Site {
     root: OwnedFd,
     options: Options,
     rules: Vec<(GlobMatcher, String)>,
-}
-
-/// The request fields the pipeline reads, found in one pass.
-#[derive(Default)]
-struct Fields0<'a> {
-    accept_encoding: Option<&'a [u8]>,
-    pre: Preconditions<'a>,
-    range: Option<&'a [u8]>,
-    if_range: Option<&'a [u8]>,
 }
 
 impl Site {
@@ -264,19 +248,18 @@ impl Site {
 
     pub fn respond(&self, req: &Request<'_>) -> Response {
         // 1. Method (RFC 9110 §9.3).
-        let head = match req.method() {
-            "GET" => false,
-            "HEAD" => true,
-            "OPTIONS" => return Response::new(204).with_header("Allow", ALLOW),
-            _ => return Response::error(405).with_header("Allow", ALLOW),
+        let head = match reply::method(req) {
+            Method::Get => false,
+            Method::Head => true,
+            Method::Answer(answer) => return answer,
         };
         let raw = req.path().as_bytes();
         let now = Instant::now();
-        let fields = scan(req);
+        let fields = Fields::scan(req);
         let rules = self.conventions(now);
         // A forced redirect shadows any file, cached or not. A raw path
         // without escapes or dot segments is already its key.
-        let plain = !req.path().contains(['%', '\\']) && !req.path().contains("/.") && !req.path().contains("//");
+        let plain = path::is_key(req.path());
         if plain && rules.has_forced() {
             if let Some((status, to)) = rules.forced(req.path()) {
                 return conventions::redirect(status, to);
@@ -292,7 +275,7 @@ impl Site {
             Ok(p) => p,
             Err(e) => return bad_request(e.reason()),
         };
-        let key = site_key(&site_path);
+        let key = site_path.key();
         if !plain && rules.has_forced() {
             if let Some((status, to)) = rules.forced(&key) {
                 return conventions::redirect(status, to);
@@ -417,7 +400,7 @@ impl Site {
     fn load(&self, rel: &str, rules: &Conventions) -> Found {
         let cc = self.cache_control(rel);
         let custom = rules.headers_for(&format!("/{rel}"));
-        let fields = Fields {
+        let fields = cache::Fields {
             cache_control: cc,
             security_headers: self.options.security_headers,
             etag_hash_bytes_max: self.options.etag_hash_bytes_max,
@@ -451,7 +434,7 @@ impl Site {
     /// A path that names nothing (`key`: its site path, `/a/b`): a
     /// `_redirects` rule, the deepest `_wildcard.*` above it, the SPA
     /// fallback for extension-less routes, else the 404 page.
-    fn missing(&self, p: &SitePath, key: &str, rules: &Conventions, fields: &Fields0<'_>, head: bool) -> Response {
+    fn missing(&self, p: &SitePath, key: &str, rules: &Conventions, fields: &Fields<'_>, head: bool) -> Response {
         if let Some((status, to)) = rules.redirect_for(key) {
             return conventions::redirect(status, &to);
         }
@@ -489,7 +472,7 @@ impl Site {
     }
 
     /// The `--404` page, else the root's `_404.html`, with status 404.
-    fn not_found(&self, rules: &Conventions, fields: &Fields0<'_>, head: bool) -> Response {
+    fn not_found(&self, rules: &Conventions, fields: &Fields<'_>, head: bool) -> Response {
         let page = self.options.not_found_page.as_deref().unwrap_or("_404.html");
         if let Some(res) = self.page(page, rules) {
             return self.reply(&res, fields, head, 404);
@@ -517,125 +500,11 @@ impl Site {
         }
     }
 
-    /// Steps 4 to 7 for a file: encoding, conditional, range, reply.
-    /// `status` is 200, or 404 for the not-found page (which is sent whole,
-    /// without validators' effects).
-    fn reply(&self, res: &Resource, fields: &Fields0<'_>, head: bool, status: u16) -> Response {
-        // 4. Encoding.
-        let coding = encoding::negotiate(fields.accept_encoding, &res.codings);
-        let v = held(res, fields).unwrap_or_else(|| res.variant(coding));
-        if status != 200 {
-            return Response::new(status)
-                .with_header_block(v.block_200.clone())
-                .with_body(v.body(0..v.len));
-        }
-        // 5. Conditional.
-        match conditional::evaluate(&fields.pre, &v.etag, v.last_modified) {
-            Verdict::Proceed => {}
-            Verdict::NotModified => return Response::new(304).with_header_block(v.block_304.clone()),
-            Verdict::PreconditionFailed => return Response::error(412),
-        }
-        // 6. Range: GET only (RFC 9110 §14.2).
-        if let (Some(value), false) = (fields.range, head) {
-            if conditional::if_range_holds(fields.if_range, &v.etag, v.last_modified) {
-                match range::parse(value, v.len) {
-                    Ranges::Full => {}
-                    Ranges::Unsatisfiable => {
-                        return Response::error(416)
-                            .with_header("Content-Range", format!("bytes */{}", v.len))
-                            .with_header_block(unsatisfiable_block(res))
-                    }
-                    Ranges::Partial(parts) if parts.len() == 1 => {
-                        let r = parts[0].clone();
-                        return Response::new(206)
-                            .with_header("Content-Range", format!("bytes {}-{}/{}", r.start, r.end - 1, v.len))
-                            .with_header_block(v.block_200.clone())
-                            .with_body(v.body(r));
-                    }
-                    Ranges::Partial(parts) => {
-                        if let Some(r) = multipart(res, v, &parts) {
-                            return r;
-                        }
-                    }
-                }
-            }
-        }
-        // 7. Reply.
-        Response::new(200)
-            .with_header_block(v.block_200.clone())
-            .with_body(v.body(0..v.len))
+    /// Steps 4 to 7 for a file (`reply`): encoding, conditional, range,
+    /// reply. `status` is 200, or 404 for the not-found page.
+    fn reply(&self, res: &Resource, fields: &Fields<'_>, head: bool, status: u16) -> Response {
+        reply::reply(&mut &*res, fields, head, status)
     }
-}
-
-/// The representation a revalidating client already holds, if it is still
-/// acceptable to it: the server chooses among acceptable representations
-/// (RFC 9110 §12.1), and choosing the one whose tag the client sent (its
-/// `If-None-Match`) makes the answer a 304 instead of a new download. It
-/// matters when a coding appears after the client's first request (a file
-/// compressed on the fly is sent in identity until its forms are ready):
-/// without it every client would fetch each such file twice.
-fn held<'r>(res: &'r Resource, fields: &Fields0<'_>) -> Option<&'r cache::Variant> {
-    let inm = fields.pre.if_none_match?;
-    if !res.negotiable() {
-        return None;
-    }
-    let pre = Preconditions {
-        if_none_match: Some(inm),
-        ..Default::default()
-    };
-    let candidates = std::iter::once((None, &res.identity)).chain(res.encoded.iter().map(|(e, v)| (Some(*e), v)));
-    for (coding, v) in candidates {
-        // Identity is always sent when nothing else is acceptable (as nginx
-        // and Caddy do), so it is acceptable here too.
-        let acceptable = coding.is_none_or(|c| encoding::negotiate(fields.accept_encoding, &[c]) == Some(c));
-        if acceptable && conditional::evaluate(&pre, &v.etag, v.last_modified) == Verdict::NotModified {
-            return Some(v);
-        }
-    }
-    None
-}
-
-/// A 416 still says how the answer varies.
-fn unsatisfiable_block(res: &Resource) -> HeaderBlock {
-    let fields: &[(&str, &str)] = if res.negotiable() {
-        &[("Vary", "Accept-Encoding")]
-    } else {
-        &[]
-    };
-    HeaderBlock::new(fields).expect("static fields are valid")
-}
-
-/// A `multipart/byteranges` 206 (RFC 9110 §14.6), or `None` to send the
-/// whole file instead when the parts are too large to build in memory.
-fn multipart(res: &Resource, v: &Variant, parts: &[std::ops::Range<u64>]) -> Option<Response> {
-    let total: u64 = parts.iter().map(|r| r.end - r.start).sum();
-    if total > MULTIPART_BYTES_MAX {
-        return None;
-    }
-    // The boundary must not occur in the parts; derived from the content
-    // hash, it is also the same for the same file.
-    let boundary = format!("peregrine-{}", v.etag.trim_matches('"'));
-    let mut body = Vec::with_capacity(total as usize + parts.len() * 128);
-    for r in parts {
-        body.extend_from_slice(b"--");
-        body.extend_from_slice(boundary.as_bytes());
-        body.extend_from_slice(b"\r\nContent-Type: ");
-        body.extend_from_slice(res.content_type.as_bytes());
-        body.extend_from_slice(
-            format!("\r\nContent-Range: bytes {}-{}/{}\r\n\r\n", r.start, r.end - 1, v.len).as_bytes(),
-        );
-        v.read_into(r.clone(), &mut body).ok()?;
-        body.extend_from_slice(b"\r\n");
-    }
-    body.extend_from_slice(b"--");
-    body.extend_from_slice(boundary.as_bytes());
-    body.extend_from_slice(b"--\r\n");
-    Some(
-        Response::new(206)
-            .with_content_type(format!("multipart/byteranges; boundary={boundary}"))
-            .with_header_block(v.meta.clone())
-            .with_body(body),
-    )
 }
 
 /// What a normalised path names.
@@ -655,44 +524,4 @@ fn found_for(e: &std::io::Error) -> Found {
         Some(libc::EACCES) | Some(libc::EPERM) => Found::Forbidden,
         _ => Found::Missing,
     }
-}
-
-/// The key a normalised path has in an archive: `/`, `/a/b` or `/a/b/`.
-fn site_key(p: &SitePath) -> String {
-    if p.rel.is_empty() {
-        "/".to_owned()
-    } else if p.trailing_slash {
-        format!("/{}/", p.rel)
-    } else {
-        format!("/{}", p.rel)
-    }
-}
-
-fn bad_request(why: &str) -> Response {
-    Response::new(400)
-        .with_content_type("text/plain; charset=utf-8")
-        .with_body(format!("400 Bad Request: {why}\n"))
-}
-
-/// Reads the request fields the pipeline uses, in one pass.
-fn scan<'a>(req: &Request<'a>) -> Fields0<'a> {
-    let mut f = Fields0::default();
-    for (name, value) in req.headers() {
-        let slot = match name.len() {
-            5 if name.eq_ignore_ascii_case("range") => &mut f.range,
-            8 if name.eq_ignore_ascii_case("if-match") => &mut f.pre.if_match,
-            8 if name.eq_ignore_ascii_case("if-range") => &mut f.if_range,
-            13 if name.eq_ignore_ascii_case("if-none-match") => &mut f.pre.if_none_match,
-            15 if name.eq_ignore_ascii_case("accept-encoding") => &mut f.accept_encoding,
-            17 if name.eq_ignore_ascii_case("if-modified-since") => &mut f.pre.if_modified_since,
-            19 if name.eq_ignore_ascii_case("if-unmodified-since") => &mut f.pre.if_unmodified_since,
-            _ => continue,
-        };
-        // A repeated list field is one list (RFC 9110 §5.3); for these few,
-        // the first is kept: clients do not split them.
-        if slot.is_none() {
-            *slot = Some(value);
-        }
-    }
-    f
 }

@@ -113,3 +113,22 @@ unsafe impl GlobalAlloc for Counting {
         unsafe { System.realloc(ptr, layout, new_size) }
     }
 }
+
+/// Waits until a thread of this process named `name` (as the kernel shows
+/// it: the first 15 bytes) is running its own code. A thread allocates once
+/// as it starts (std records its name for the stack-overflow handler), so a
+/// thread spawned just before a count, and scheduled late, would be
+/// counted: the archive's watcher was, about one run in three on a loaded
+/// machine.
+pub fn wait_for_thread(name: &str) {
+    let comm = &name.as_bytes()[..name.len().min(15)];
+    crate::wait_until(&format!("thread {name} started"), || {
+        std::fs::read_dir("/proc/self/task")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|task| {
+                std::fs::read(task.path().join("comm")).is_ok_and(|c| c.strip_suffix(b"\n").unwrap_or(&c) == comm)
+            })
+    });
+}

@@ -1,0 +1,302 @@
+//! The steps every answer from a site takes around its lookup, shared by
+//! `serve DIR` (this crate's `serve`) and `serve ARCHIVE`
+//! (`peregrine_archive`), so that both answer the same request the same
+//! way (`archive/tests/parity.rs` compares them):
+//!
+//! [`method`] → [`Fields::scan`] → (lookup: the caller's) → [`reply`]:
+//! encoding → conditional → range → reply.
+//!
+//! The two differ only in where a representation's bytes and fields come
+//! from: a directory's per-worker cache (open files, header blocks built
+//! from `stat`), or an archive's pre-built heads and bodies. Each side
+//! implements [`Resource`] and [`Representation`] over its own storage;
+//! the HTTP semantics (RFC 9110 §12 negotiation, §13 preconditions, §14
+//! ranges) are here once.
+
+use std::ops::Range;
+use std::time::SystemTime;
+
+use peregrine::{Body, HeaderBlock, Request, Response};
+
+use crate::conditional::{self, Preconditions, Verdict};
+use crate::encoding::{self, Encoding};
+use crate::range::{self, Ranges};
+
+/// The methods a site answers. RFC 9110 §9.3.2: a server that answers GET
+/// answers HEAD too; OPTIONS says which (§9.3.7). Methods outside IANA's
+/// registry (and CONNECT) get 501 from the engine before a handler runs.
+pub const ALLOW: &str = "GET, HEAD, OPTIONS";
+
+/// Multipart answers are built in memory up to this size; a larger set of
+/// ranges gets the whole representation (200), as RFC 9110 §14.2 allows
+/// ("a server MAY ignore the Range header field").
+pub const MULTIPART_BYTES_MAX: u64 = 8 << 20;
+
+/// What step 1 found the method to ask for.
+pub enum Method {
+    /// GET: a representation.
+    Get,
+    /// HEAD: the same answer without its body (RFC 9110 §9.3.2).
+    Head,
+    /// Anything else, answered here.
+    Answer(Response),
+}
+
+/// Step 1, the method: GET and HEAD go on; OPTIONS gets 204 with `Allow`;
+/// any other registered method 405 with `Allow` (RFC 9110 §15.5.6: "The
+/// origin server MUST generate an Allow header field in a 405 response").
+pub fn method(req: &Request<'_>) -> Method {
+    match req.method() {
+        "GET" => Method::Get,
+        "HEAD" => Method::Head,
+        "OPTIONS" => Method::Answer(Response::new(204).with_header("Allow", ALLOW)),
+        _ => Method::Answer(Response::error(405).with_header("Allow", ALLOW)),
+    }
+}
+
+/// A 400 naming why the request path was refused.
+pub fn bad_request(why: &str) -> Response {
+    Response::new(400)
+        .with_content_type("text/plain; charset=utf-8")
+        .with_body(format!("400 Bad Request: {why}\n"))
+}
+
+/// The request fields the steps read, found in one pass over the head.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Fields<'a> {
+    /// `Accept-Encoding`.
+    pub accept_encoding: Option<&'a [u8]>,
+    /// `If-Match`, `If-None-Match`, `If-Modified-Since`,
+    /// `If-Unmodified-Since`.
+    pub pre: Preconditions<'a>,
+    /// `Range`.
+    pub range: Option<&'a [u8]>,
+    /// `If-Range`.
+    pub if_range: Option<&'a [u8]>,
+}
+
+impl<'a> Fields<'a> {
+    /// Reads the fields from the request head (compared by length first:
+    /// most fields a browser sends are none of these).
+    pub fn scan(req: &Request<'a>) -> Fields<'a> {
+        let mut f = Fields::default();
+        for (name, value) in req.headers() {
+            let slot = match name.len() {
+                5 if name.eq_ignore_ascii_case("range") => &mut f.range,
+                8 if name.eq_ignore_ascii_case("if-match") => &mut f.pre.if_match,
+                8 if name.eq_ignore_ascii_case("if-range") => &mut f.if_range,
+                13 if name.eq_ignore_ascii_case("if-none-match") => &mut f.pre.if_none_match,
+                15 if name.eq_ignore_ascii_case("accept-encoding") => &mut f.accept_encoding,
+                17 if name.eq_ignore_ascii_case("if-modified-since") => &mut f.pre.if_modified_since,
+                19 if name.eq_ignore_ascii_case("if-unmodified-since") => &mut f.pre.if_unmodified_since,
+                _ => continue,
+            };
+            // A repeated list field is one list (RFC 9110 §5.3); for these
+            // few, the first is kept: clients do not split them.
+            if slot.is_none() {
+                *slot = Some(value);
+            }
+        }
+        f
+    }
+}
+
+/// One representation of a resource (identity, or one content coding), as
+/// stored: its validators, its pre-built fields and its bytes.
+pub trait Representation {
+    /// Length of the body in bytes.
+    fn len(&self) -> u64;
+    /// Whether the body is empty.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The strong entity tag, quotes included.
+    fn etag(&self) -> &str;
+    /// `Last-Modified`.
+    fn last_modified(&self) -> SystemTime;
+    /// `Content-Type` (a multipart answer names it in each part).
+    fn content_type(&self) -> &str;
+    /// A 200's fields, `Content-Type` first.
+    fn block_200(&self) -> HeaderBlock;
+    /// The same without `Content-Type` (a multipart 206 has its own).
+    fn meta(&self) -> HeaderBlock;
+    /// A 304's fields (RFC 9110 §15.4.5: those a 200 would carry among
+    /// ETag, Last-Modified, Cache-Control, Vary...).
+    fn block_304(&self) -> HeaderBlock;
+    /// Bytes `range` of the body, as a response body.
+    fn body(&self, range: Range<u64>) -> Body;
+    /// Appends bytes `range` of the body to `out` (multipart answers).
+    fn read_into(&self, range: Range<u64>, out: &mut Vec<u8>) -> std::io::Result<()>;
+}
+
+/// A resource: its representations, one per content coding.
+pub trait Resource {
+    /// A representation, as the caller stores it.
+    type Variant: Representation;
+    /// The content codings a representation exists in, besides identity.
+    fn codings(&self) -> &[Encoding];
+    /// Whether answers vary by `Accept-Encoding` (there are codings, or
+    /// some are being made).
+    fn negotiable(&self) -> bool;
+    /// The representation in `coding` (`None`: identity). `None` if it
+    /// cannot be sent (the caller has logged why): a 500.
+    fn representation(&mut self, coding: Option<Encoding>) -> Option<Self::Variant>;
+}
+
+/// Steps 4 to 7 for a found resource: encoding, conditional, range, reply.
+/// `status` is 200, or 404 for a site's not-found page, which is sent
+/// whole whatever the request's validators and ranges (as nginx's and
+/// Caddy's error pages are).
+pub fn reply<R: Resource>(res: &mut R, f: &Fields<'_>, head: bool, status: u16) -> Response {
+    // 4. Encoding (RFC 9110 §12.5.3).
+    let chosen = match held(res, f, status) {
+        Some(v) => Some(v),
+        None => {
+            let coding = encoding::negotiate(f.accept_encoding, res.codings());
+            res.representation(coding)
+        }
+    };
+    let Some(v) = chosen else {
+        return Response::error(500);
+    };
+    if status != 200 {
+        return Response::new(status)
+            .with_header_block(v.block_200())
+            .with_body(v.body(0..v.len()));
+    }
+    // 5. Conditional (RFC 9110 §13.2.2's order).
+    match conditional::evaluate(&f.pre, v.etag(), v.last_modified()) {
+        Verdict::Proceed => {}
+        Verdict::NotModified => return Response::new(304).with_header_block(v.block_304()),
+        Verdict::PreconditionFailed => return Response::error(412),
+    }
+    // 6. Range: GET only (RFC 9110 §14.2: "A server MUST ignore a Range
+    // header field received with a request method that is unrecognized or
+    // for which range handling is not defined"; HEAD answers as GET would
+    // without ranges, as nginx and Caddy do).
+    if let (Some(value), false) = (f.range, head) {
+        if conditional::if_range_holds(f.if_range, v.etag(), v.last_modified()) {
+            match range::parse(value, v.len()) {
+                Ranges::Full => {}
+                Ranges::Unsatisfiable => {
+                    // §15.5.17: a 416 says the current length; it still
+                    // says how the answer varies.
+                    let r = Response::error(416).with_header("Content-Range", format!("bytes */{}", v.len()));
+                    return if res.negotiable() {
+                        r.with_header("Vary", "Accept-Encoding")
+                    } else {
+                        r
+                    };
+                }
+                Ranges::Partial(parts) if parts.len() == 1 => {
+                    let r = parts[0].clone();
+                    return Response::new(206)
+                        .with_header("Content-Range", format!("bytes {}-{}/{}", r.start, r.end - 1, v.len()))
+                        .with_header_block(v.block_200())
+                        .with_body(v.body(r));
+                }
+                Ranges::Partial(parts) => {
+                    if let Some(r) = multipart(&v, &parts) {
+                        return r;
+                    }
+                }
+            }
+        }
+    }
+    // 7. Reply.
+    Response::new(200)
+        .with_header_block(v.block_200())
+        .with_body(v.body(0..v.len()))
+}
+
+/// The representation a revalidating client already holds, if it is still
+/// acceptable to it: the server chooses among acceptable representations
+/// (RFC 9110 §12.1), and choosing the one whose tag the client sent (its
+/// `If-None-Match`) makes the answer a 304 instead of a new download. It
+/// matters when a coding appears after the client's first request (a file
+/// compressed on the fly is sent in identity until its forms are ready):
+/// without it every client would fetch each such file twice. Only for a
+/// 200: other statuses ignore validators.
+fn held<R: Resource>(res: &mut R, f: &Fields<'_>, status: u16) -> Option<R::Variant> {
+    let inm = f.pre.if_none_match?;
+    if status != 200 || !res.negotiable() {
+        return None;
+    }
+    let pre = Preconditions {
+        if_none_match: Some(inm),
+        ..Default::default()
+    };
+    for i in 0..=res.codings().len() {
+        let coding = i.checked_sub(1).map(|c| res.codings()[c]);
+        // Identity is always sent when nothing else is acceptable (as nginx
+        // and Caddy do), so it is acceptable here too.
+        let acceptable = coding.is_none_or(|c| encoding::negotiate(f.accept_encoding, &[c]) == Some(c));
+        if !acceptable {
+            continue;
+        }
+        let Some(v) = res.representation(coding) else {
+            continue;
+        };
+        if conditional::evaluate(&pre, v.etag(), v.last_modified()) == Verdict::NotModified {
+            return Some(v);
+        }
+    }
+    None
+}
+
+/// A `multipart/byteranges` 206 (RFC 9110 §14.6), or `None` to send the
+/// whole representation instead when the parts are too large to build in
+/// memory.
+fn multipart<V: Representation>(v: &V, parts: &[Range<u64>]) -> Option<Response> {
+    let total: u64 = parts.iter().map(|r| r.end - r.start).sum();
+    if total > MULTIPART_BYTES_MAX {
+        return None;
+    }
+    let boundary = boundary(v.etag());
+    let mut body = Vec::with_capacity(total as usize + parts.len() * 128);
+    for r in parts {
+        body.extend_from_slice(b"--");
+        body.extend_from_slice(boundary.as_bytes());
+        body.extend_from_slice(b"\r\nContent-Type: ");
+        body.extend_from_slice(v.content_type().as_bytes());
+        body.extend_from_slice(
+            format!("\r\nContent-Range: bytes {}-{}/{}\r\n\r\n", r.start, r.end - 1, v.len()).as_bytes(),
+        );
+        v.read_into(r.clone(), &mut body).ok()?;
+        body.extend_from_slice(b"\r\n");
+    }
+    body.extend_from_slice(b"--");
+    body.extend_from_slice(boundary.as_bytes());
+    body.extend_from_slice(b"--\r\n");
+    Some(
+        Response::new(206)
+            .with_content_type(format!("multipart/byteranges; boundary={boundary}"))
+            .with_header_block(v.meta())
+            .with_body(body),
+    )
+}
+
+/// A multipart boundary for the representation tagged `etag`: the same for
+/// the same bytes, 26 characters whatever the tag's length (RFC 2046 §5.1.1
+/// allows 70), and a 64-bit hash, so it does not occur in the parts by
+/// accident.
+fn boundary(etag: &str) -> String {
+    format!("peregrine-{:016x}", xxhash_rust::xxh3::xxh3_64(etag.as_bytes()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_boundary_is_short_and_stable_whatever_the_tag() {
+        let long = format!("\"{:x}-{:x}-{:x}\"", u64::MAX, u64::MAX, u128::MAX);
+        for tag in ["\"0-0\"", "\"d-0123456789abcdef\"", long.as_str()] {
+            let b = boundary(tag);
+            assert_eq!(b.len(), 26, "{b}");
+            assert_eq!(b, boundary(tag));
+            assert!(b.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-'), "{b}");
+        }
+        assert_ne!(boundary("\"1-2\""), boundary("\"1-3\""));
+    }
+}
