@@ -17,7 +17,7 @@
 //! Server::new().bind("127.0.0.1:8080").serve(files).unwrap();
 //! ```
 
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 mod cache;
@@ -30,7 +30,6 @@ pub mod mime;
 pub mod path;
 pub mod range;
 mod serve;
-#[allow(unsafe_code)]
 mod sys;
 
 use std::path::PathBuf;
