@@ -49,7 +49,12 @@ pub struct FileId {
 pub fn open_root(path: &Path) -> io::Result<OwnedFd> {
     let root = rustix::fs::open(path, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
     if OPENAT2.load(Ordering::Relaxed) == UNKNOWN {
-        let works = match openat2(&root, c".", OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, BENEATH) {
+        let works = match openat2(
+            &root,
+            c".",
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            BENEATH,
+        ) {
             Err(e) if e == Errno::NOSYS || e == Errno::PERM => {
                 peregrine::log::warn(format_args!(
                     "openat2 is not available ({}): every path is resolved one component at a time \
@@ -106,7 +111,12 @@ const READ_FLAGS: OFlags = OFlags::RDONLY
     .union(OFlags::NOCTTY);
 const BENEATH: ResolveFlags = ResolveFlags::BENEATH.union(ResolveFlags::NO_MAGICLINKS);
 
-fn openat2<P: rustix::path::Arg>(dir: &OwnedFd, path: P, flags: OFlags, resolve: ResolveFlags) -> Result<OwnedFd, Errno> {
+fn openat2<P: rustix::path::Arg>(
+    dir: &OwnedFd,
+    path: P,
+    flags: OFlags,
+    resolve: ResolveFlags,
+) -> Result<OwnedFd, Errno> {
     rustix::fs::openat2(dir, path, flags, Mode::empty(), resolve)
 }
 
