@@ -19,7 +19,7 @@
 //! Server::new().bind("127.0.0.1:8080").serve(files).unwrap();
 //! ```
 
-#![deny(unsafe_code)]
+#![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
 mod cache;
@@ -33,7 +33,6 @@ pub mod path;
 pub mod range;
 pub mod reply;
 mod serve;
-#[allow(unsafe_code)]
 mod sys;
 
 use std::path::PathBuf;

@@ -1,6 +1,7 @@
 //! The file system calls that keep a lookup inside the root: `openat2(2)`
 //! with `RESOLVE_BENEATH`, so that neither `..` nor a symlink can leave the
-//! root directory, whatever the path. The only `unsafe` in this crate.
+//! root directory, whatever the path. Through `rustix` (system calls with
+//! safe signatures, no libc in between), so this crate has no `unsafe`.
 //!
 //! Contract: `rel` comes from `path::normalize` (no `.`/`..`, no leading
 //! `/`), but the checks here do not rely on it: the kernel enforces them.
@@ -14,12 +15,14 @@
 //! fail with `EXDEV`), so the guarantee is the same, at one system call per
 //! component instead of one per path.
 
-use std::ffi::CString;
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
 use std::sync::atomic::{AtomicU8, Ordering};
+
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags, Stat};
+use rustix::io::Errno;
 
 /// Whether openat2 works here: `UNKNOWN` until `open_root` has tried it.
 static OPENAT2: AtomicU8 = AtomicU8::new(UNKNOWN);
@@ -44,27 +47,19 @@ pub struct FileId {
 
 /// Opens the root directory, to resolve every request beneath it.
 pub fn open_root(path: &Path) -> io::Result<OwnedFd> {
-    let c = CString::new(path.as_os_str().as_encoded_bytes())
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in root path"))?;
-    // SAFETY: `c` is a valid NUL-terminated string; the returned descriptor
-    // is checked and then owned by exactly one OwnedFd.
-    let fd = unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `fd` is a fresh descriptor nobody else owns.
-    let root = unsafe { OwnedFd::from_raw_fd(fd) };
+    let root = rustix::fs::open(path, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
     if OPENAT2.load(Ordering::Relaxed) == UNKNOWN {
         let works = match openat2(
             &root,
             c".",
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
             BENEATH,
         ) {
-            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOSYS | libc::EPERM)) => {
+            Err(e) if e == Errno::NOSYS || e == Errno::PERM => {
                 peregrine::log::warn(format_args!(
-                    "openat2 is not available ({e}): every path is resolved one component at a time \
-                     with O_NOFOLLOW instead, with the same rules"
+                    "openat2 is not available ({}): every path is resolved one component at a time \
+                     with O_NOFOLLOW instead, with the same rules",
+                    io::Error::from(e)
                 ));
                 false
             }
@@ -88,65 +83,45 @@ pub fn has_openat2() -> bool {
 /// block the open (`O_NONBLOCK`); the caller refuses what is not a regular
 /// file or directory.
 pub fn open_beneath(root: &OwnedFd, rel: &str, follow_symlinks: bool) -> io::Result<File> {
-    let c = relative_cstring(rel)?;
+    let rel = relative(rel);
     let resolve = if follow_symlinks {
-        libc::RESOLVE_NO_MAGICLINKS
+        ResolveFlags::NO_MAGICLINKS
     } else {
         BENEATH
     };
     if OPENAT2.load(Ordering::Relaxed) != MISSING {
-        match openat2(root, &c, READ_FLAGS, resolve) {
+        match openat2(root, rel, READ_FLAGS, resolve) {
             // Refused after start (a filter installed later): walk from now on.
-            Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => OPENAT2.store(MISSING, Ordering::Relaxed),
-            result => return result.map(File::from),
+            Err(Errno::NOSYS) => OPENAT2.store(MISSING, Ordering::Relaxed),
+            result => return Ok(File::from(result?)),
         }
     }
     if follow_symlinks {
         // Symlinks may lead anywhere: the plain call is the rule.
-        return openat(root.as_raw_fd(), &c, READ_FLAGS).map(File::from);
+        return Ok(File::from(openat(root.as_fd(), rel, READ_FLAGS)?));
     }
     open_walking(root, rel)
 }
 
 /// How every file is opened: read-only; FIFOs and devices do not block the
 /// open; no controlling terminal.
-const READ_FLAGS: libc::c_int = libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOCTTY;
-const BENEATH: u64 = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_MAGICLINKS;
+const READ_FLAGS: OFlags = OFlags::RDONLY
+    .union(OFlags::CLOEXEC)
+    .union(OFlags::NONBLOCK)
+    .union(OFlags::NOCTTY);
+const BENEATH: ResolveFlags = ResolveFlags::BENEATH.union(ResolveFlags::NO_MAGICLINKS);
 
-fn openat2(dir: &OwnedFd, path: &std::ffi::CStr, flags: libc::c_int, resolve: u64) -> io::Result<OwnedFd> {
-    let how = OpenHow {
-        flags: flags as u64,
-        mode: 0,
-        resolve,
-    };
-    // SAFETY: openat2 reads `how` (size passed with it) and the
-    // NUL-terminated path; both outlive the call.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            dir.as_raw_fd(),
-            path.as_ptr(),
-            &how as *const OpenHow,
-            std::mem::size_of::<OpenHow>(),
-        )
-    };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let fd = i32::try_from(fd).map_err(|_| io::Error::other("descriptor out of range"))?;
-    // SAFETY: `fd` is a fresh descriptor nobody else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+fn openat2<P: rustix::path::Arg>(
+    dir: &OwnedFd,
+    path: P,
+    flags: OFlags,
+    resolve: ResolveFlags,
+) -> Result<OwnedFd, Errno> {
+    rustix::fs::openat2(dir, path, flags, Mode::empty(), resolve)
 }
 
-fn openat(dir: libc::c_int, path: &std::ffi::CStr, flags: libc::c_int) -> io::Result<OwnedFd> {
-    // SAFETY: `path` is NUL-terminated and outlives the call; the returned
-    // descriptor is checked and then owned by exactly one OwnedFd.
-    let fd = unsafe { libc::openat(dir, path.as_ptr(), flags) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `fd` is a fresh descriptor nobody else owns.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+fn openat<P: rustix::path::Arg>(dir: BorrowedFd<'_>, path: P, flags: OFlags) -> io::Result<OwnedFd> {
+    Ok(rustix::fs::openat(dir, path, flags, Mode::empty())?)
 }
 
 /// `RESOLVE_BENEATH` by hand: each component is opened with `O_PATH |
@@ -165,28 +140,29 @@ pub(crate) fn open_walking(root: &OwnedFd, rel: &str) -> io::Result<File> {
     let mut dirs: Vec<OwnedFd> = Vec::new();
     let mut n_links = 0;
     while let Some(name) = todo.pop_front() {
-        let here = dirs.last().map_or(root.as_raw_fd(), AsRawFd::as_raw_fd);
+        let here = dirs.last().unwrap_or(root).as_fd();
         match &name[..] {
             b"." => continue,
             b".." => {
                 if dirs.pop().is_none() {
-                    return Err(io::Error::from_raw_os_error(libc::EXDEV));
+                    return Err(Errno::XDEV.into());
                 }
                 continue;
             }
             _ => {}
         }
-        let c = CString::new(name).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in path"))?;
-        let fd = openat(here, &c, libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC)?;
-        let id = fstat_fd(fd.as_raw_fd())?;
+        let name = &name[..];
+        let fd = openat(here, name, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC)?;
+        let id = id_of(&rustix::fs::fstat(&fd)?);
         if id.is_symlink {
             n_links += 1;
             if n_links > SYMLINKS_MAX {
-                return Err(io::Error::from_raw_os_error(libc::ELOOP));
+                return Err(Errno::LOOP.into());
             }
-            let target = readlink(&fd)?;
+            // An empty path names the descriptor itself (Linux 2.6.39).
+            let target = rustix::fs::readlinkat(&fd, c"", Vec::new())?.into_bytes();
             if target.first() == Some(&b'/') {
-                return Err(io::Error::from_raw_os_error(libc::EXDEV));
+                return Err(Errno::XDEV.into());
             }
             for part in target.split(|&b| b == b'/').rev().filter(|p| !p.is_empty()) {
                 todo.push_front(part.to_vec());
@@ -194,94 +170,59 @@ pub(crate) fn open_walking(root: &OwnedFd, rel: &str) -> io::Result<File> {
             continue;
         }
         if todo.is_empty() {
-            let file = openat(here, &c, READ_FLAGS | libc::O_NOFOLLOW)?;
-            let now = fstat_fd(file.as_raw_fd())?;
+            let file = openat(here, name, READ_FLAGS | OFlags::NOFOLLOW)?;
+            let now = id_of(&rustix::fs::fstat(&file)?);
             if (now.dev, now.ino) != (id.dev, id.ino) {
                 // Replaced between the two opens: refuse rather than guess.
-                return Err(io::Error::from_raw_os_error(libc::EAGAIN));
+                return Err(Errno::AGAIN.into());
             }
             return Ok(File::from(file));
         }
         if !id.is_dir {
-            return Err(io::Error::from_raw_os_error(libc::ENOTDIR));
+            return Err(Errno::NOTDIR.into());
         }
         dirs.push(fd);
     }
     // Nothing left after `..` and `.`: the directory we stand in.
-    let here = dirs.last().map_or(root.as_raw_fd(), AsRawFd::as_raw_fd);
-    openat(here, c".", READ_FLAGS | libc::O_DIRECTORY).map(File::from)
-}
-
-/// The target of the symlink `link` (an `O_PATH | O_NOFOLLOW` descriptor).
-fn readlink(link: &OwnedFd) -> io::Result<Vec<u8>> {
-    let mut buf = vec![0u8; libc::PATH_MAX as usize];
-    // SAFETY: readlinkat writes at most `buf.len()` bytes into `buf`; an
-    // empty path names the descriptor itself (Linux 2.6.39).
-    let n = unsafe { libc::readlinkat(link.as_raw_fd(), c"".as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    buf.truncate(n as usize);
-    Ok(buf)
+    let here = dirs.last().unwrap_or(root).as_fd();
+    Ok(File::from(openat(here, c".", READ_FLAGS | OFlags::DIRECTORY)?))
 }
 
 /// `stat` of `rel` beneath `root`, following symlinks: only a change
 /// detector for the cache (a changed identity makes the cache reopen the
 /// path with `open_beneath`, which applies the rules).
 pub fn stat_beneath(root: &OwnedFd, rel: &str) -> io::Result<FileId> {
-    let c = relative_cstring(rel)?;
-    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
-    // SAFETY: `st` is written by fstatat on success, read only then.
-    let rc = unsafe { libc::fstatat(root.as_raw_fd(), c.as_ptr(), st.as_mut_ptr(), libc::AT_NO_AUTOMOUNT) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fstatat returned 0, so it filled `st`.
-    let st = unsafe { st.assume_init() };
-    Ok(id_of(&st))
+    Ok(id_of(&rustix::fs::statat(root, relative(rel), AtFlags::NO_AUTOMOUNT)?))
 }
 
 /// The identity of an open file.
 pub fn fstat(file: &File) -> io::Result<FileId> {
-    fstat_fd(file.as_raw_fd())
+    Ok(id_of(&rustix::fs::fstat(file)?))
 }
 
-fn fstat_fd(fd: libc::c_int) -> io::Result<FileId> {
-    let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
-    // SAFETY: `st` is written by fstat on success, read only then.
-    let rc = unsafe { libc::fstat(fd, st.as_mut_ptr()) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fstat returned 0, so it filled `st`.
-    let st = unsafe { st.assume_init() };
-    Ok(id_of(&st))
-}
-
-/// `struct open_how` of openat2(2), version 0 (24 bytes).
-#[repr(C)]
-struct OpenHow {
-    flags: u64,
-    mode: u64,
-    resolve: u64,
-}
-
-fn id_of(st: &libc::stat) -> FileId {
-    let kind = st.st_mode & libc::S_IFMT;
+// The field types of `struct stat` differ between architectures (`u64` or
+// `c_ulong`, `i64` or `c_long`): the conversions are no-ops on some.
+#[allow(clippy::useless_conversion, clippy::unnecessary_cast)]
+fn id_of(st: &Stat) -> FileId {
+    let kind = FileType::from_raw_mode(st.st_mode as _);
     FileId {
-        dev: st.st_dev,
-        ino: st.st_ino,
+        dev: st.st_dev as u64,
+        ino: st.st_ino as u64,
         size: u64::try_from(st.st_size).unwrap_or(0),
         mtime_ns: i128::from(st.st_mtime) * 1_000_000_000 + i128::from(st.st_mtime_nsec),
-        is_dir: kind == libc::S_IFDIR,
-        is_file: kind == libc::S_IFREG,
-        is_symlink: kind == libc::S_IFLNK,
+        is_dir: kind == FileType::Directory,
+        is_file: kind == FileType::RegularFile,
+        is_symlink: kind == FileType::Symlink,
     }
 }
 
-fn relative_cstring(rel: &str) -> io::Result<CString> {
-    let rel = if rel.is_empty() { "." } else { rel };
-    CString::new(rel).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "NUL in path"))
+/// The path to give the kernel for `rel`: itself, or `.` for the root.
+fn relative(rel: &str) -> &str {
+    if rel.is_empty() {
+        "."
+    } else {
+        rel
+    }
 }
 
 #[cfg(test)]
@@ -344,15 +285,14 @@ mod tests {
             "d/up/../secret.txt",
         ];
         for rel in paths {
-            let c = relative_cstring(rel).unwrap();
-            let kernel = openat2(&root_fd, &c, READ_FLAGS, BENEATH).map(File::from);
+            let kernel = openat2(&root_fd, relative(rel), READ_FLAGS, BENEATH).map(File::from);
             let walked = open_walking(&root_fd, rel);
             match (&kernel, &walked) {
                 (Ok(k), Ok(w)) => {
                     let (k, w) = (fstat(k).unwrap(), fstat(w).unwrap());
                     assert_eq!((k.dev, k.ino), (w.dev, w.ino), "{rel}");
                 }
-                (Err(k), Err(w)) => assert_eq!(k.raw_os_error(), w.raw_os_error(), "{rel}"),
+                (Err(k), Err(w)) => assert_eq!(Some(k.raw_os_error()), w.raw_os_error(), "{rel}"),
                 _ => panic!("{rel}: openat2 {kernel:?}, walk {walked:?}"),
             }
         }

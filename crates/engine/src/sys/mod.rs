@@ -1,5 +1,8 @@
-//! The operating system: the only place that calls libc. Linux only for
-//! now (SO_REUSEPORT load balancing, sendfile).
+//! The operating system: the only place that makes system calls. Linux only
+//! for now (SO_REUSEPORT load balancing, sendfile). Through `rustix` where
+//! it has the call with the same meaning (safe signatures, no `unsafe`
+//! here), libc where it has not (process-wide set*id, the user database,
+//! a descriptor's flags before it is owned).
 //!
 //! Contract: every function here takes and returns ordinary Rust types;
 //! every `unsafe` block says why it is sound.
@@ -13,21 +16,13 @@ pub(crate) mod systemd;
 /// does: a server with 10,000 connections needs more than the usual 1,024.
 /// Returns the new soft limit.
 pub fn raise_open_files_limit() -> std::io::Result<u64> {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: `lim` is a valid, writable rlimit for the duration of the call.
-    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
-        return Err(std::io::Error::last_os_error());
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut lim = getrlimit(Resource::Nofile);
+    // The soft limit is never above the hard one (None is RLIM_INFINITY).
+    if lim.current != lim.maximum {
+        lim.current = lim.maximum;
+        // Raising the soft limit up to the hard limit is always permitted.
+        setrlimit(Resource::Nofile, lim)?;
     }
-    if lim.rlim_cur < lim.rlim_max {
-        lim.rlim_cur = lim.rlim_max;
-        // SAFETY: `lim` is a valid rlimit; raising the soft limit up to the
-        // hard limit is always permitted.
-        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &lim) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-    }
-    Ok(lim.rlim_cur)
+    Ok(lim.current.unwrap_or(u64::MAX))
 }

@@ -34,15 +34,15 @@ impl Identity {
 }
 
 /// Switches the whole process (every thread: glibc applies set*id to all
-/// of them) to `who`. Supplementary groups are reduced to the one group.
+/// of them; rustix's calls, raw system calls, would change only the
+/// calling thread, hence libc here) to `who`. Supplementary groups are reduced to the one group.
 /// Fails unless running as root, and checks afterwards that root cannot be
 /// regained.
 pub fn drop_to(who: &Identity) -> io::Result<()> {
     if who.user.is_none() && who.group.is_none() {
         return Ok(());
     }
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } != 0 {
+    if !rustix::process::geteuid().is_root() {
         return Err(io::Error::new(
             io::ErrorKind::PermissionDenied,
             "--user/--group need the server to start as root",

@@ -73,11 +73,7 @@ pub fn listen_fds() -> io::Result<Vec<TcpListener>> {
 /// `RELOADING=1` with `MONOTONIC_USEC` (the time on CLOCK_MONOTONIC, which
 /// `Type=notify-reload` asks for, sd_notify(3)). `READY=1` says it ended.
 pub fn notify_reloading() -> io::Result<()> {
-    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes one timespec through a valid pointer.
-    if unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
+    let now = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
     let usec = u64::try_from(now.tv_sec).unwrap_or(0) * 1_000_000 + u64::try_from(now.tv_nsec).unwrap_or(0) / 1_000;
     notify(&format!("RELOADING=1\nMONOTONIC_USEC={usec}"))
 }
