@@ -182,12 +182,11 @@ impl std::fmt::Debug for Request<'_> {
 /// The path and query of a target, the scheme and authority of an
 /// absolute-form one removed (RFC 9112 §3.2.2).
 fn split_target(target: &str) -> (&str, Option<&str>) {
-    let origin = match target.find("://") {
-        Some(scheme_end) if !target.starts_with('/') => {
-            let rest = &target[scheme_end + 3..];
-            rest.find(['/', '?']).map_or("", |i| &rest[i..])
-        }
-        _ => target,
+    // Origin-form (`/…`) first: looking for "://" in it built a substring
+    // searcher per request (2 % of a pipelined hello's CPU, perf).
+    let origin = match target.as_bytes().first() {
+        Some(b'/') => target,
+        _ => absolute_path(target),
     };
     let (path, query) = match memchr::memchr(b'?', origin.as_bytes()) {
         Some(q) => (&origin[..q], Some(&origin[q + 1..])),
@@ -195,6 +194,17 @@ fn split_target(target: &str) -> (&str, Option<&str>) {
     };
     // `http://host` and `http://host?q` have an empty path, which means `/`.
     (if path.is_empty() { "/" } else { path }, query)
+}
+
+/// The path and query of a target that is not in origin-form.
+fn absolute_path(target: &str) -> &str {
+    match target.find("://") {
+        Some(scheme_end) => {
+            let rest = &target[scheme_end + 3..];
+            rest.find(['/', '?']).map_or("", |i| &rest[i..])
+        }
+        None => target,
+    }
 }
 
 /// Decodes `%XX` escapes (the `percent-encoding` crate). Borrows when there

@@ -172,6 +172,7 @@ const RESERVED: &[&str] = &[
 
 impl Response {
     /// A response with `status` and no body.
+    #[inline]
     pub fn new(status: u16) -> Self {
         let invalid = (!(100..=999).contains(&status) || (100..200).contains(&status)).then_some("invalid status code");
         Response {
@@ -186,6 +187,7 @@ impl Response {
     }
 
     /// 200 with a `text/plain; charset=utf-8` body.
+    #[inline]
     pub fn text(body: impl Into<Body>) -> Self {
         Response::new(200)
             .with_content_type("text/plain; charset=utf-8")
@@ -193,6 +195,7 @@ impl Response {
     }
 
     /// 200 with a `text/html; charset=utf-8` body.
+    #[inline]
     pub fn html(body: impl Into<Body>) -> Self {
         Response::new(200)
             .with_content_type("text/html; charset=utf-8")
@@ -200,6 +203,7 @@ impl Response {
     }
 
     /// 200 with `body` of the given content type.
+    #[inline]
     pub fn bytes(content_type: impl Into<Cow<'static, str>>, body: impl Into<Body>) -> Self {
         Response::new(200).with_content_type(content_type).with_body(body)
     }
@@ -213,6 +217,7 @@ impl Response {
     }
 
     /// Replaces the status code.
+    #[inline]
     pub fn with_status(mut self, status: u16) -> Self {
         let fresh = Response::new(status);
         self.status = status;
@@ -221,6 +226,7 @@ impl Response {
     }
 
     /// Sets the `Content-Type`.
+    #[inline]
     pub fn with_content_type(mut self, content_type: impl Into<Cow<'static, str>>) -> Self {
         let value = content_type.into();
         if !is_valid_value(value.as_bytes()) {
@@ -231,6 +237,7 @@ impl Response {
     }
 
     /// Replaces the body.
+    #[inline]
     pub fn with_body(mut self, body: impl Into<Body>) -> Self {
         self.body = body.into();
         self
@@ -257,12 +264,14 @@ impl Response {
     /// Adds header fields validated ahead of time (see [`HeaderBlock`]):
     /// the way to answer many requests with the same fields without building
     /// them each time. Written after the fields given with `with_header`.
+    #[inline]
     pub fn with_header_block(mut self, block: HeaderBlock) -> Self {
         self.block = Some(block);
         self
     }
 
     /// Closes the connection once this response is sent.
+    #[inline]
     pub fn with_close(mut self) -> Self {
         self.close = true;
         self

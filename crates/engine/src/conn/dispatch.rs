@@ -35,25 +35,26 @@ pub(super) struct Deferral {
     pub(super) log: Option<LogRequest>,
 }
 
-/// Calls the handler for `req` (the redirect handler on a redirecting
-/// listener). A panic, or `Reply::Later` without `Request::defer`, becomes
-/// a 500 that closes the connection.
-pub(super) fn call(ctx: &mut Ctx<'_>, redirect: bool, token: usize, req: &Request<'_>) -> Called {
-    let slot = DeferSlot {
+/// Where `req.defer()` records its promise: set it as the request's
+/// `defer` before `call`.
+pub(super) fn slot<'w>(ctx: &Ctx<'w>, token: usize) -> DeferSlot<'w> {
+    DeferSlot {
         mailbox: ctx.mailbox,
         token,
         next_id: ctx.next_defer_id,
         id: Cell::new(None),
-    };
-    let req = Request {
-        defer: Some(&slot),
-        ..*req
-    };
+    }
+}
+
+/// Calls the handler for `req`, whose `defer` is `slot` (the redirect
+/// handler on a redirecting listener). A panic, or `Reply::Later` without
+/// `Request::defer`, becomes a 500 that closes the connection.
+pub(super) fn call(ctx: &mut Ctx<'_>, redirect: bool, slot: &DeferSlot<'_>, req: &Request<'_>) -> Called {
     let handler = match (redirect, ctx.redirect) {
         (true, Some(redirect)) => redirect,
         _ => ctx.handler,
     };
-    match panic::catch_unwind(AssertUnwindSafe(|| handler.call(&req))) {
+    match panic::catch_unwind(AssertUnwindSafe(|| handler.call(req))) {
         Ok(Reply::Now(response)) => Called::Now(response),
         Ok(Reply::Later) => match slot.id.get() {
             Some(id) => {
@@ -65,7 +66,7 @@ pub(super) fn call(ctx: &mut Ctx<'_>, redirect: bool, token: usize, req: &Reques
                     started: ctx.now,
                     method_idx: crate::metrics::method_index(req.method().as_bytes()),
                     head_only: req.method() == "HEAD",
-                    log: ctx.log.is_some().then(|| log_request(&req)),
+                    log: ctx.log.is_some().then(|| log_request(req)),
                 })
             }
             None => {

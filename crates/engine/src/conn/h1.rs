@@ -56,7 +56,8 @@ impl Conn {
             let data = &mut input.buf[input.start..input.end];
             match h1.poll(data, &mut headers, &env, output) {
                 Event::Request { head, body, consumed } => {
-                    let req = Request::new(
+                    let slot = dispatch::slot(ctx, *token);
+                    let mut req = Request::new(
                         head.method,
                         head.target,
                         head.version,
@@ -65,7 +66,8 @@ impl Conn {
                         body,
                         *peer,
                     );
-                    match dispatch::call(ctx, *redirect, *token, &req) {
+                    req.defer = Some(&slot);
+                    match dispatch::call(ctx, *redirect, &slot, &req) {
                         Called::Now(response) => {
                             let sent = h1.respond(output, response, &env, transport.extra_fields());
                             dispatch::record(ctx, &req, sent.status, sent.body_bytes);

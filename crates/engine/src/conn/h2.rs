@@ -204,7 +204,8 @@ impl Conn {
             &mut large
         };
         let n = parts.head.fill(headers);
-        let req = Request::new(
+        let slot = dispatch::slot(ctx, *token);
+        let mut req = Request::new(
             parts.method,
             parts.target,
             Version::Http2,
@@ -213,8 +214,9 @@ impl Conn {
             parts.body,
             *peer,
         );
+        req.defer = Some(&slot);
         let head_only = parts.method == "HEAD";
-        let response = match dispatch::call(ctx, *redirect, *token, &req) {
+        let response = match dispatch::call(ctx, *redirect, &slot, &req) {
             Called::Now(response) => response,
             Called::Later(deferral) => {
                 h2.session.defer(id, deferral.id);
