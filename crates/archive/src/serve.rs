@@ -177,11 +177,14 @@ fn watch(shared: Weak<Shared>, mut seen: FileIdentity) {
 ///
 /// Nothing waits for readers of the map: after `detached` there are none,
 /// whatever their timing (a worker stalled between its lookup and its
-/// copy reads the copy). Bodies over `MAP_BODY_BYTES_MAX` already being
-/// sent from the file's descriptor may see the rewrite: a short read, and
-/// that connection closes. `SWITCH_GRACE` lets requests that looked at the
-/// old generation just before the switch start their sends before the
-/// writer goes on.
+/// copy reads the copy). Bodies over `MAP_BODY_BYTES_MAX` still being sent
+/// from the file's descriptor are not waited for: they read what the file
+/// holds when they get there, so a rewrite makes them short (that
+/// connection closes) or, where the writer has already written past them,
+/// gives them its new bytes, as a rewrite in place does under nginx's
+/// sendfile. Replacing an archive by rename has none of this.
+/// `SWITCH_GRACE` lets requests that looked at the old generation just
+/// before the switch start their sends before the writer goes on.
 fn move_off_the_map(shared: &Shared, old: &Arc<Archive>) {
     match old.detached() {
         Ok(copy) => {
