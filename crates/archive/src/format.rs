@@ -30,8 +30,19 @@ pub fn hash(bytes: &[u8]) -> u64 {
     xxhash_rust::xxh3::xxh3_64(bytes)
 }
 
-/// The slot hash of a site and path.
+/// The slot hash of a site and path: XXH3-64 of the site (4 bytes, little
+/// endian) followed by the path.
 pub fn key_hash(site: u32, path: &[u8]) -> u64 {
+    // One call over the bytes joined on the stack: the streaming hasher
+    // (same result) cost 1.6 % of a pipelined archive profile, for its
+    // 256-byte buffer and state set up per lookup.
+    const JOINED_BYTES_MAX: usize = 256;
+    if path.len() <= JOINED_BYTES_MAX - 4 {
+        let mut joined = [0u8; JOINED_BYTES_MAX];
+        joined[..4].copy_from_slice(&site.to_le_bytes());
+        joined[4..4 + path.len()].copy_from_slice(path);
+        return hash(&joined[..4 + path.len()]);
+    }
     let mut h = xxhash_rust::xxh3::Xxh3::new();
     h.update(&site.to_le_bytes());
     h.update(path);
@@ -57,4 +68,19 @@ pub fn put_u32(b: &mut [u8], at: usize, v: u32) {
 
 pub fn put_u64(b: &mut [u8], at: usize, v: u64) {
     b[at..at + 8].copy_from_slice(&v.to_le_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_key_hash_is_the_hash_of_site_and_path_joined() {
+        for len in [0, 1, 17, 251, 252, 253, 300, 5000] {
+            let path: Vec<u8> = (0..len).map(|i| (i * 7 + 3) as u8).collect();
+            let mut joined = 3u32.to_le_bytes().to_vec();
+            joined.extend_from_slice(&path);
+            assert_eq!(key_hash(3, &path), hash(&joined), "{len}");
+        }
+    }
 }

@@ -367,7 +367,9 @@ impl Archive {
 
     /// The site for a `Host` value (port and case ignored).
     pub fn site_for_host(&self, host: Option<&str>) -> u32 {
-        let Some(host) = host else { return self.default_site };
+        let Some(host) = host.filter(|_| self.n_hosts > 0) else {
+            return self.default_site;
+        };
         let name = strip_port(host);
         for i in 0..self.n_hosts {
             let at = self.hosts_at + i * HOST_LEN;

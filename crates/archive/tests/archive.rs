@@ -718,6 +718,94 @@ fn a_worker_stopped_mid_request_survives_the_archive_being_truncated() {
     assert_eq!(get(addr, "/stopped.txt").body, body.as_bytes());
 }
 
+/// An HTTP/2 stream whose window the client keeps shut holds its small
+/// body (a range of the map) for as long as the client likes, past any
+/// wait the server could afford before letting a writer go; meanwhile the
+/// archive is truncated in place. When the window opens, the body must
+/// come whole. Before maps were detached in place, the server waited 30 s
+/// for such bodies, then released the lease anyway, and the copy into the
+/// DATA frame was SIGBUS.
+#[test]
+fn an_http2_body_held_by_a_shut_window_survives_the_archive_being_truncated() {
+    let t = Tmp::new("h2-window");
+    let body = "a body the client is not ready to read yet\n".repeat(200);
+    t.write("site/held.txt", &body);
+    let target = t.0.join("live.prg");
+    pack(&PackOptions::new(t.0.join("site"), &target)).unwrap();
+    let (server, probe) = serve(&target);
+
+    let mut c = TcpStream::connect(server.local_addr()).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let frame = |kind: u8, flags: u8, stream: u32, payload: &[u8]| {
+        let len = payload.len();
+        let mut f = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
+        f.extend_from_slice(&stream.to_be_bytes());
+        f.extend_from_slice(payload);
+        f
+    };
+    // The preface, then SETTINGS_INITIAL_WINDOW_SIZE (4) = 0: no stream
+    // may carry DATA until its window is opened.
+    let mut hello = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+    hello.extend(frame(4, 0, 0, &[0, 4, 0, 0, 0, 0]));
+    hello.extend(frame(4, 1, 0, &[]));
+    // GET /held.txt: HPACK literals with static-table names.
+    let mut head = Vec::new();
+    for (index, value) in [(2u8, "GET"), (6, "http"), (4, "/held.txt"), (1, "localhost")] {
+        head.extend([index, value.len() as u8]);
+        head.extend_from_slice(value.as_bytes());
+    }
+    hello.extend(frame(1, 0x5, 1, &head)); // END_STREAM | END_HEADERS
+    c.write_all(&hello).unwrap();
+    let mut buf = Vec::new();
+    let mut next_frame = |c: &mut TcpStream| -> (u8, u8, u32, Vec<u8>) {
+        loop {
+            if buf.len() >= 9 {
+                let len = (usize::from(buf[0]) << 16) | (usize::from(buf[1]) << 8) | usize::from(buf[2]);
+                if buf.len() >= 9 + len {
+                    let f: Vec<u8> = buf.drain(..9 + len).collect();
+                    let stream = u32::from_be_bytes(f[5..9].try_into().unwrap()) & 0x7fff_ffff;
+                    return (f[3], f[4], stream, f[9..].to_vec());
+                }
+            }
+            let mut chunk = [0; 16384];
+            let n = c.read(&mut chunk).unwrap();
+            assert!(n > 0, "the server closed the connection");
+            buf.extend_from_slice(&chunk[..n]);
+        }
+    };
+    // The response head arrives; its body waits on the shut window.
+    loop {
+        let (kind, _, stream, _) = next_frame(&mut c);
+        assert_ne!((kind, stream), (0, 1), "DATA through a shut window");
+        if (kind, stream) == (1, 1) {
+            break;
+        }
+    }
+
+    // Truncated in place: the open waits until the server lets it go.
+    std::fs::File::options()
+        .write(true)
+        .truncate(true)
+        .open(&target)
+        .unwrap();
+    assert_eq!(std::fs::metadata(&target).unwrap().len(), 0);
+    // The window opens: the body the stream held comes whole.
+    c.write_all(&frame(8, 0, 1, &(1u32 << 20).to_be_bytes())).unwrap();
+    let mut got = Vec::new();
+    loop {
+        let (kind, flags, stream, payload) = next_frame(&mut c);
+        if (kind, stream) == (0, 1) {
+            got.extend_from_slice(&payload);
+            if flags & 1 != 0 {
+                break;
+            }
+        }
+    }
+    assert!(got == body.as_bytes(), "the body differs ({} bytes)", got.len());
+    wait_until("the empty archive was refused", || probe.refused() > 0);
+    assert_eq!(get(server.local_addr(), "/held.txt").body, body.as_bytes());
+}
+
 #[test]
 fn reload_loads_the_archive_again() {
     let t = tmp("reload");

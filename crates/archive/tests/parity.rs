@@ -365,6 +365,98 @@ fn conditional_and_range_requests_get_the_same_answers_from_both() {
     packed.shutdown();
 }
 
+/// Negotiation goes through the same steps too: once the directory has
+/// compressed its text files on the fly (with `pack`'s settings, so to the
+/// same bytes and tags), every coding a client may ask for, with and
+/// without validators and ranges, gets the same answer from both.
+#[test]
+fn negotiated_answers_are_the_same_from_both_once_compressed() {
+    let t = Tmp::new("negotiated");
+    let root = tree(&t);
+    let archive = t.0.join("site.prg");
+    pack(&PackOptions::new(&root, &archive)).unwrap();
+    let dir = Server::new()
+        .bind("127.0.0.1:0")
+        .workers(1)
+        .start(FileServer::new(Options::new(&root)).unwrap())
+        .unwrap();
+    let packed = Server::new()
+        .bind("127.0.0.1:0")
+        .workers(1)
+        .start(ArchiveServer::open(&archive, Mode::Map).unwrap())
+        .unwrap();
+    let (dir_addr, packed_addr) = (dir.local_addrs()[0], packed.local_addrs()[0]);
+    // Paths without a pre-compressed sibling (a directory serves one as it
+    // finds it; `pack` makes its own).
+    let targets = [
+        "/big.html",
+        "/docs/big.json",
+        "/app/deep/big.txt",
+        "/about.html",
+        "/missing",
+        "/app/y",
+    ];
+    for target in targets {
+        ask_with(dir_addr, "GET", target, "Accept-Encoding: gzip, br, zstd\r\n");
+    }
+    assert!(peregrine_files::compression_settled(Duration::from_secs(120)));
+    let field = |a: &Answer, name: &str| {
+        a.fields
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    };
+
+    let mut differ = Vec::new();
+    let mut encoded = 0;
+    for target in targets {
+        let gz = ask_with(dir_addr, "GET", target, "Accept-Encoding: gzip\r\n");
+        let gz_tag = field(&gz, "etag");
+        for accept in [
+            "gzip",
+            "br",
+            "zstd",
+            "gzip, br, zstd",
+            "br;q=0.5, gzip",
+            "br;q=0, gzip;q=0",
+            "identity",
+            "*",
+            "x-unknown",
+        ] {
+            for extra in [
+                String::new(),
+                format!("If-None-Match: {gz_tag}\r\n"),
+                "Range: bytes=0-9\r\n".to_owned(),
+                "Range: bytes=0-0,5-6\r\n".to_owned(),
+            ] {
+                let fields = format!("Accept-Encoding: {accept}\r\n{extra}");
+                for method in ["GET", "HEAD"] {
+                    let d = ask_with(dir_addr, method, target, &fields);
+                    let a = ask_with(packed_addr, method, target, &fields);
+                    if !field(&d, "content-encoding").is_empty() {
+                        encoded += 1;
+                    }
+                    if d != a {
+                        differ.push(format!(
+                            "{method} {target} {fields:?}:\n  directory {d:?}\n  archive   {a:?}"
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        differ.is_empty(),
+        "{} answers differ:\n{}",
+        differ.len(),
+        differ.join("\n")
+    );
+    assert!(encoded > 100, "only {encoded} encoded answers: nothing was negotiated");
+    dir.shutdown();
+    packed.shutdown();
+}
+
 /// `_headers` and `_redirects` are followed live: an edit shows once the
 /// trust interval has passed (zero here: at the next request).
 #[test]

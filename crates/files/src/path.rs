@@ -65,7 +65,12 @@ impl SitePath {
 /// refused by `normalize` for a control byte; a lookup of it finds nothing
 /// either way, since no key holds one.
 pub fn is_key(raw: &str) -> bool {
-    !raw.contains(['%', '\\']) && !raw.contains("/.") && !raw.contains("//")
+    // One pass over the bytes: three `contains` built two substring
+    // searchers per request (2.2 % of a pipelined archive profile).
+    let b = raw.as_bytes();
+    !b.iter()
+        .enumerate()
+        .any(|(i, &c)| c == b'%' || c == b'\\' || (c == b'/' && matches!(b.get(i + 1), Some(b'.' | b'/'))))
 }
 
 /// Why a path was refused; each becomes a 400 naming the problem.

@@ -288,6 +288,215 @@ fn boundary(etag: &str) -> String {
 mod tests {
     use super::*;
 
+    /// A representation held in memory, tagged by its bytes.
+    struct Model {
+        bytes: Vec<u8>,
+        coding: Option<Encoding>,
+        tag: String,
+    }
+
+    impl Representation for &Model {
+        fn len(&self) -> u64 {
+            self.bytes.len() as u64
+        }
+        fn etag(&self) -> &str {
+            &self.tag
+        }
+        fn last_modified(&self) -> SystemTime {
+            SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_000)
+        }
+        fn content_type(&self) -> &str {
+            "text/plain"
+        }
+        fn block_200(&self) -> HeaderBlock {
+            let coding = self.coding.map_or("identity", Encoding::name);
+            HeaderBlock::new(&[
+                ("Content-Type", "text/plain"),
+                ("ETag", &self.tag),
+                ("X-Coding", coding),
+            ])
+            .unwrap()
+        }
+        fn meta(&self) -> HeaderBlock {
+            HeaderBlock::new(&[("ETag", &self.tag)]).unwrap()
+        }
+        fn block_304(&self) -> HeaderBlock {
+            HeaderBlock::new(&[("ETag", &self.tag)]).unwrap()
+        }
+        fn body(&self, range: Range<u64>) -> Body {
+            Body::Bytes(self.bytes[range.start as usize..range.end as usize].to_vec())
+        }
+        fn read_into(&self, range: Range<u64>, out: &mut Vec<u8>) -> std::io::Result<()> {
+            out.extend_from_slice(&self.bytes[range.start as usize..range.end as usize]);
+            Ok(())
+        }
+    }
+
+    /// Identity first, then the codings.
+    struct Models {
+        variants: Vec<Model>,
+        codings: Vec<Encoding>,
+        broken: bool,
+    }
+
+    impl Models {
+        fn new(codings: &[Encoding], len: usize) -> Models {
+            let variant = |coding: Option<Encoding>| {
+                let name = coding.map_or("identity", Encoding::name);
+                let bytes: Vec<u8> = name.bytes().cycle().take(len).collect();
+                Model {
+                    tag: format!("\"{name}-{len}\""),
+                    bytes,
+                    coding,
+                }
+            };
+            let mut variants = vec![variant(None)];
+            variants.extend(codings.iter().map(|c| variant(Some(*c))));
+            Models {
+                variants,
+                codings: codings.to_vec(),
+                broken: false,
+            }
+        }
+    }
+
+    impl<'m> Resource for &'m Models {
+        type Variant = &'m Model;
+        fn codings(&self) -> &[Encoding] {
+            &self.codings
+        }
+        fn negotiable(&self) -> bool {
+            !self.codings.is_empty()
+        }
+        fn representation(&mut self, coding: Option<Encoding>) -> Option<&'m Model> {
+            let models: &'m Models = self;
+            if models.broken {
+                return None;
+            }
+            models.variants.iter().find(|v| v.coding == coding)
+        }
+    }
+
+    fn answer(res: &Models, fields: &Fields<'_>, head: bool, status: u16) -> Response {
+        reply(&mut &*res, fields, head, status)
+    }
+
+    fn body(r: &Response) -> Vec<u8> {
+        match r.body() {
+            Body::Bytes(b) => b.clone(),
+            Body::Empty => Vec::new(),
+            _ => panic!("a model's bodies are bytes"),
+        }
+    }
+
+    #[test]
+    fn the_preferred_coding_is_sent_unless_the_client_holds_another() {
+        let res = Models::new(&[Encoding::Brotli, Encoding::Gzip], 40);
+        let accept = Some(&b"gzip, br"[..]);
+        let plain = Fields {
+            accept_encoding: accept,
+            ..Fields::default()
+        };
+        let r = answer(&res, &plain, false, 200);
+        assert_eq!((r.status(), r.header("X-Coding")), (200, Some("br")));
+        // Holding the gzip form (say it was the only one when it asked
+        // first): 304 for it, not a download of the br form.
+        let held = Fields {
+            accept_encoding: accept,
+            pre: Preconditions {
+                if_none_match: Some(b"\"gzip-40\""),
+                ..Preconditions::default()
+            },
+            ..Fields::default()
+        };
+        let r = answer(&res, &held, false, 200);
+        assert_eq!((r.status(), r.header("ETag")), (304, Some("\"gzip-40\"")));
+        // Unless gzip is no longer acceptable to it.
+        let refused = Fields {
+            accept_encoding: Some(b"br, gzip;q=0"),
+            ..held
+        };
+        assert_eq!(answer(&res, &refused, false, 200).status(), 200);
+    }
+
+    /// A not-found page is sent whole with its status whatever the request's
+    /// validators and ranges (nginx and Caddy send their error pages so):
+    /// 304, 412 or 206 would describe a resource the path does not name.
+    /// `serve DIR` used to pick the variant a client held for it too; both
+    /// now pick by `Accept-Encoding` alone.
+    #[test]
+    fn a_not_found_page_ignores_validators_and_ranges() {
+        let res = Models::new(&[Encoding::Brotli, Encoding::Gzip], 40);
+        let f = Fields {
+            accept_encoding: Some(b"gzip, br"),
+            pre: Preconditions {
+                if_none_match: Some(b"\"gzip-40\""),
+                if_match: Some(b"\"nothing\""),
+                ..Preconditions::default()
+            },
+            range: Some(b"bytes=0-1"),
+            ..Fields::default()
+        };
+        let r = answer(&res, &f, false, 404);
+        assert_eq!((r.status(), r.header("X-Coding")), (404, Some("br")));
+        assert_eq!(body(&r).len(), 40);
+    }
+
+    #[test]
+    fn ranges_single_multipart_unsatisfiable_and_too_large() {
+        let res = Models::new(&[], 10);
+        let ranged = |value: &'static [u8], head: bool| {
+            let f = Fields {
+                range: Some(value),
+                ..Fields::default()
+            };
+            answer(&res, &f, head, 200)
+        };
+        let r = ranged(b"bytes=2-4", false);
+        assert_eq!((r.status(), r.header("Content-Range")), (206, Some("bytes 2-4/10")));
+        assert_eq!(body(&r), b"ent");
+        assert_eq!(ranged(b"bytes=2-4", true).status(), 200, "HEAD ignores Range");
+        let r = ranged(b"bytes=10-", false);
+        assert_eq!((r.status(), r.header("Content-Range")), (416, Some("bytes */10")));
+        assert_eq!(r.header("Vary"), None, "nothing to negotiate");
+        let r = ranged(b"bytes=0-0,-1", false);
+        let ct = r.header("Content-Type").unwrap().to_owned();
+        let boundary = ct.strip_prefix("multipart/byteranges; boundary=").unwrap();
+        assert_eq!(r.status(), 206);
+        assert_eq!(
+            String::from_utf8(body(&r)).unwrap(),
+            format!(
+                "--{boundary}\r\nContent-Type: text/plain\r\nContent-Range: bytes 0-0/10\r\n\r\ni\r\n\
+                 --{boundary}\r\nContent-Type: text/plain\r\nContent-Range: bytes 9-9/10\r\n\r\nd\r\n--{boundary}--\r\n"
+            )
+        );
+        // Parts adding up to more than MULTIPART_BYTES_MAX: the whole.
+        let big = Models::new(&[], MULTIPART_BYTES_MAX as usize + 10);
+        let f = Fields {
+            range: Some(b"bytes=0-0,2-"),
+            ..Fields::default()
+        };
+        let r = answer(&big, &f, false, 200);
+        assert_eq!((r.status(), body(&r).len() as u64), (200, MULTIPART_BYTES_MAX + 10));
+    }
+
+    #[test]
+    fn a_416_says_how_a_negotiable_answer_varies() {
+        let res = Models::new(&[Encoding::Gzip], 10);
+        let f = Fields {
+            range: Some(b"bytes=99-"),
+            ..Fields::default()
+        };
+        assert_eq!(answer(&res, &f, false, 200).header("Vary"), Some("Accept-Encoding"));
+    }
+
+    #[test]
+    fn a_representation_that_cannot_be_sent_is_a_500() {
+        let mut res = Models::new(&[], 10);
+        res.broken = true;
+        assert_eq!(answer(&res, &Fields::default(), false, 200).status(), 500);
+    }
+
     #[test]
     fn a_boundary_is_short_and_stable_whatever_the_tag() {
         let long = format!("\"{:x}-{:x}-{:x}\"", u64::MAX, u64::MAX, u128::MAX);
