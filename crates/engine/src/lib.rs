@@ -45,11 +45,13 @@ mod error;
 #[doc(hidden)]
 pub mod fuzzing;
 mod h2;
+mod h3;
 mod handler;
 mod limits;
 pub mod log;
 mod metrics;
 pub mod pattern;
+mod quic;
 mod request;
 mod responder;
 mod response;

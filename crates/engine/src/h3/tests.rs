@@ -1,0 +1,1 @@
+//! Tests of the HTTP/3 framing, QPACK and the session.
