@@ -202,7 +202,15 @@ impl RequestStream {
             self.refuse(400, why, Code::MessageError);
             return Ok(());
         }
-        if self.head.fields.len() > cfg.n_headers_max {
+        let method_connect = self.head.method.is_some_and(|m| self.head.span(m.value) == b"CONNECT");
+        let has_host = self.head.fields.iter().any(|f| self.head.span(f.name) == b"host");
+        if !method_connect && self.head.authority.is_none() && !has_host {
+            // §4.3.1: "If the :scheme pseudo-header field identifies a
+            // scheme that has a mandatory authority component (including
+            // "http" and "https"), the request MUST contain either an
+            // :authority pseudo-header field or a Host header field."
+            self.refuse(400, "no :authority and no host", Code::MessageError);
+        } else if self.head.fields.len() > cfg.n_headers_max {
             self.refuse(431, "too many header fields", Code::ExcessiveLoad);
         } else if self.head.content_length.is_some_and(|n| n > cfg.body_bytes_max) {
             self.refuse(413, "request body too large", Code::NoError);
