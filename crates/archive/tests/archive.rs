@@ -727,11 +727,11 @@ fn a_worker_stopped_mid_request_survives_the_archive_being_truncated() {
 /// DATA frame was SIGBUS.
 #[test]
 fn an_http2_body_held_by_a_shut_window_survives_the_archive_being_truncated() {
-    let t = Tmp::new("h2-window");
+    let t = tmp("h2-window");
     let body = "a body the client is not ready to read yet\n".repeat(200);
     t.write("site/held.txt", &body);
-    let target = t.0.join("live.prg");
-    pack(&PackOptions::new(t.0.join("site"), &target)).unwrap();
+    let target = t.path("live.prg");
+    pack(&PackOptions::new(t.path("site"), &target)).unwrap();
     let (server, probe) = serve(&target);
 
     let mut c = TcpStream::connect(server.local_addr()).unwrap();

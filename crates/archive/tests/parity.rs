@@ -371,9 +371,9 @@ fn conditional_and_range_requests_get_the_same_answers_from_both() {
 /// without validators and ranges, gets the same answer from both.
 #[test]
 fn negotiated_answers_are_the_same_from_both_once_compressed() {
-    let t = Tmp::new("negotiated");
+    let t = Scratch::new("peregrine-parity-negotiated");
     let root = tree(&t);
-    let archive = t.0.join("site.prg");
+    let archive = t.path("site.prg");
     pack(&PackOptions::new(&root, &archive)).unwrap();
     let dir = Server::new()
         .bind("127.0.0.1:0")

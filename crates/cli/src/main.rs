@@ -263,6 +263,15 @@ struct ServerArgs {
     /// protocols, on every listener.
     #[arg(long)]
     no_http2: bool,
+    /// Speak HTTP/3 (QUIC over UDP) on every TLS address, on the same
+    /// port, advertised by `Alt-Svc: h3=":PORT"` on HTTPS responses. The
+    /// default when TLS is configured; `--no-http3` turns it off.
+    #[arg(long, overrides_with = "no_http3")]
+    http3: bool,
+    /// No HTTP/3: TLS addresses speak HTTP/1.1 and HTTP/2 over TCP only,
+    /// and send no Alt-Svc.
+    #[arg(long, overrides_with = "http3")]
+    no_http3: bool,
     #[command(flatten)]
     limits: LimitArgs,
     #[command(flatten)]

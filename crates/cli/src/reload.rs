@@ -271,7 +271,8 @@ fn build(
     let mut srv = Server::new()
         .limits(args.limits.to_limits()?)
         .access_log_format(args.access_log_format.clone())
-        .http2(!args.no_http2);
+        .http2(!args.no_http2)
+        .http3(!args.no_http3);
     if first {
         srv = srv.run_as(process.run_as.clone());
     }

@@ -346,6 +346,14 @@ pub fn h1_session(data: &[u8]) {
     }
 }
 
+/// Drives an HTTP/3 `h3::Session` on records of stream bytes, resets and
+/// FINs, answering every ready request; see `crate::h3::fuzz_session` for
+/// the input's layout and the invariants checked.
+#[doc(hidden)]
+pub fn h3_session(data: &[u8]) {
+    crate::h3::fuzz_session(data);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -55,6 +55,24 @@ pub struct Limits {
     /// (SETTINGS_MAX_CONCURRENT_STREAMS); more are refused with
     /// RST_STREAM(REFUSED_STREAM). nginx and h2o: 128 and 100.
     pub h2_streams_max: u32,
+    /// Most concurrent request streams one HTTP/3 connection may open
+    /// (QUIC's initial_max_streams_bidi); the client waits for more credit
+    /// past it. quic-go (Caddy) and nginx: 100 and 128.
+    pub h3_streams_max: u32,
+    /// How long an HTTP/3 connection may stay without a packet from the
+    /// client before it is dropped (QUIC's max_idle_timeout). Caddy's and
+    /// quic-go's: 30 s; nginx's `quic_timeout`: 60 s.
+    pub h3_idle_timeout: Duration,
+    /// Largest UDP payload we send or announce (max_udp_payload_size, and
+    /// the ceiling of path MTU discovery): 1452 fits a 1500-byte Ethernet
+    /// MTU under IPv6 and UDP headers, as quinn's default probe does.
+    pub h3_udp_payload_bytes_max: u16,
+    /// QUIC handshakes a worker may have in progress before it asks new
+    /// clients to prove their address first (a Retry, RFC 9000 §8.1): a
+    /// flood of Initials from forged addresses then costs a stateless
+    /// packet each, not a connection's state and a handshake's crypto.
+    /// 0 asks every client.
+    pub h3_handshakes_before_retry: usize,
 }
 
 impl Default for Limits {
@@ -73,6 +91,10 @@ impl Default for Limits {
             shutdown_timeout: Duration::from_secs(10),
             sweep_interval: Duration::from_millis(250),
             h2_streams_max: 128,
+            h3_streams_max: 100,
+            h3_idle_timeout: Duration::from_secs(30),
+            h3_udp_payload_bytes_max: 1452,
+            h3_handshakes_before_retry: 64,
         }
     }
 }
@@ -115,6 +137,13 @@ impl Limits {
     /// HTTP/2 streams per connection: RFC 9113 §6.5.2 advises at least
     /// 100; beyond 1,024 one client holds a worker's attention too long.
     pub const H2_STREAMS_MAX_RANGE: RangeInclusive<u32> = 1..=1024;
+    /// HTTP/3 streams per connection: as for HTTP/2.
+    pub const H3_STREAMS_MAX_RANGE: RangeInclusive<u32> = 1..=1024;
+    /// QUIC needs 1200 bytes (RFC 9000 §14); 65527 is UDP's ceiling
+    /// (quinn-proto's too).
+    pub const H3_UDP_PAYLOAD_BYTES_MAX_RANGE: RangeInclusive<u16> = 1200..=65527;
+    /// 0 (always Retry) to a number no worker reaches honestly.
+    pub const H3_HANDSHAKES_BEFORE_RETRY_RANGE: RangeInclusive<usize> = 0..=100_000;
 }
 
 /// Size of the pooled read and write buffers a busy connection borrows.
@@ -154,3 +183,20 @@ pub(crate) const H2_CONTROL_FRAMES_BASE: u64 = 1000;
 /// The read buffer of an HTTP/2 connection: room for the largest frame we
 /// accept (16 KiB + 9) after a partial one.
 pub(crate) const H2_READ_BYTES: usize = 2 * BUFFER_BYTES + 64;
+
+/// An HTTP/3 response body is read in chunks of this size, one DATA frame
+/// each, as quinn-proto's send buffer takes them: a file is never read
+/// whole, and a frame header costs 5 bytes per 16 KiB.
+pub(crate) const H3_CHUNK_BYTES: usize = 16 * 1024;
+
+/// Bytes quinn-proto may buffer per HTTP/3 connection for sending (sent
+/// and not yet acknowledged, or not yet sent): what a slow reader of a
+/// large file costs us. 1 MiB covers the bandwidth-delay product of
+/// 80 Mbit/s at 100 ms.
+pub(crate) const H3_SEND_WINDOW_BYTES: u64 = 1024 * 1024;
+
+/// Request bytes one HTTP/3 stream, and one connection, may have in
+/// flight before the client waits for credit (QUIC flow control):
+/// bodies are collected up to `body_bytes_max` anyway.
+pub(crate) const H3_STREAM_RECV_WINDOW_BYTES: u32 = 256 * 1024;
+pub(crate) const H3_CONN_RECV_WINDOW_BYTES: u32 = 1024 * 1024;

@@ -62,6 +62,17 @@ pub(crate) struct WorkerMetrics {
     latency_count: Counter,
     pub(crate) tls_handshakes: Counter,
     pub(crate) tls_handshake_failures: Counter,
+    /// QUIC (HTTP/3): connections accepted and ended, handshakes
+    /// completed, Retry packets sent, datagrams received; packets sent and
+    /// lost (each loss is a retransmission of what it carried), added when
+    /// a connection ends, from quinn-proto's statistics.
+    pub(crate) quic_conns_accepted: Counter,
+    pub(crate) quic_conns_closed: Counter,
+    pub(crate) quic_handshakes: Counter,
+    pub(crate) quic_retries: Counter,
+    pub(crate) quic_packets_received: Counter,
+    pub(crate) quic_packets_sent: Counter,
+    pub(crate) quic_packets_lost: Counter,
 }
 
 /// The label index of a request method (`other` for the rest).
@@ -199,7 +210,7 @@ impl Metrics {
             let n = sum(&|w| w.by_method[i].get());
             let _ = writeln!(out, "peregrine_requests_by_method_total{{method=\"{method}\"}} {n}");
         }
-        let simple: [(&str, &str, &str, u64); 4] = [
+        let simple: [(&str, &str, &str, u64); 11] = [
             (
                 "peregrine_sent_bytes_total",
                 "counter",
@@ -223,6 +234,48 @@ impl Metrics {
                 "gauge",
                 "Requests waiting for a deferred handler's answer.",
                 sum(&|w| w.deferred_started.get().wrapping_sub(w.deferred_ended.get())),
+            ),
+            (
+                "peregrine_quic_connections_accepted_total",
+                "counter",
+                "QUIC (HTTP/3) connections accepted.",
+                sum(&|w| w.quic_conns_accepted.get()),
+            ),
+            (
+                "peregrine_quic_connections_open",
+                "gauge",
+                "QUIC (HTTP/3) connections open now.",
+                sum(&|w| w.quic_conns_accepted.get().wrapping_sub(w.quic_conns_closed.get())),
+            ),
+            (
+                "peregrine_quic_handshakes_total",
+                "counter",
+                "QUIC handshakes completed.",
+                sum(&|w| w.quic_handshakes.get()),
+            ),
+            (
+                "peregrine_quic_retries_total",
+                "counter",
+                "QUIC Retry packets sent (address validation under a flood of Initials).",
+                sum(&|w| w.quic_retries.get()),
+            ),
+            (
+                "peregrine_quic_datagrams_received_total",
+                "counter",
+                "UDP datagrams received on QUIC sockets.",
+                sum(&|w| w.quic_packets_received.get()),
+            ),
+            (
+                "peregrine_quic_packets_sent_total",
+                "counter",
+                "QUIC packets sent by connections that have ended.",
+                sum(&|w| w.quic_packets_sent.get()),
+            ),
+            (
+                "peregrine_quic_packets_lost_total",
+                "counter",
+                "QUIC packets declared lost (their frames retransmitted) by connections that have ended.",
+                sum(&|w| w.quic_packets_lost.get()),
             ),
         ];
         for (name, kind, help, value) in simple {

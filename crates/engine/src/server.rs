@@ -47,6 +47,7 @@ pub struct Server {
     run_as: crate::Identity,
     metrics: Option<Arc<crate::Metrics>>,
     http2: bool,
+    http3: bool,
 }
 
 /// Where a listener comes from.
@@ -86,6 +87,7 @@ impl Server {
             run_as: crate::Identity::default(),
             metrics: None,
             http2: true,
+            http3: true,
         }
     }
 
@@ -172,6 +174,16 @@ impl Server {
         self
     }
 
+    /// Speaks HTTP/3 (the default) on every TLS address, or not. With
+    /// HTTP/3, each TLS address also gets UDP sockets on the same port
+    /// (QUIC, TLS 1.3, ALPN `h3`), and its HTTPS responses carry
+    /// `Alt-Svc: h3=":PORT"` so that browsers switch. The same handler
+    /// answers every version. Plain addresses are unaffected.
+    pub fn http3(mut self, on: bool) -> Self {
+        self.http3 = on;
+        self
+    }
+
     /// Sets the limits.
     pub fn limits(mut self, limits: Limits) -> Self {
         self.limits = limits;
@@ -208,6 +220,8 @@ impl Server {
         };
         // Bind everything first: an error here leaves no thread behind.
         let mut per_worker: Vec<Vec<Listener>> = (0..self.n_workers).map(|_| Vec::new()).collect();
+        let mut quic_per_worker: Vec<Vec<(std::net::UdpSocket, Arc<crate::quic::Shared>)>> =
+            (0..self.n_workers).map(|_| Vec::new()).collect();
         let mut local_addrs = Vec::new();
         let mut https_port = None;
         let mut tls_configs: Vec<TlsConfig> = Vec::new();
@@ -250,7 +264,21 @@ impl Server {
                 Bind::Tls(config) => {
                     https_port.get_or_insert(local.port());
                     tls_configs.push(config.clone());
-                    Some(config.listener(self.http2)?)
+                    let listener = config.listener(self.http2, self.http3.then_some(local.port()))?;
+                    if self.http3 {
+                        // HTTP/3 on the same port, over UDP.
+                        let shared = Arc::new(crate::quic::Shared::new(
+                            config.quic()?,
+                            listener.clone(),
+                            &self.limits,
+                        )?);
+                        let sockets = crate::sys::socket::bind_udp_group(local, self.n_workers)
+                            .map_err(|e| Error::bind(local, e))?;
+                        for (i, socket) in sockets.into_iter().enumerate() {
+                            quic_per_worker[i].push((socket, shared.clone()));
+                        }
+                    }
+                    Some(listener)
                 }
                 Bind::Plain | Bind::Redirect => None,
             };
@@ -282,7 +310,13 @@ impl Server {
         let keep_idle = Arc::new(AtomicBool::new(false));
         let mut workers = Vec::with_capacity(self.n_workers);
         let mut mailboxes = Vec::with_capacity(self.n_workers);
-        for listeners in per_worker {
+        for (listeners, quic) in per_worker.into_iter().zip(quic_per_worker) {
+            let quic = quic
+                .into_iter()
+                .enumerate()
+                .map(|(i, (socket, shared))| crate::quic::Endpoint::new(socket, shared, i))
+                .collect::<std::io::Result<Vec<_>>>()
+                .map_err(Error::setup)?;
             let poll = mio::Poll::new().map_err(Error::setup)?;
             let waker = mio::Waker::new(poll.registry(), WAKER).map_err(Error::setup)?;
             let mailbox = Arc::new(Mailbox {
@@ -293,6 +327,7 @@ impl Server {
             workers.push(Worker {
                 poll,
                 listeners,
+                quic,
                 handler: handler.clone(),
                 redirect: redirect.clone(),
                 limits: self.limits.clone(),

@@ -24,6 +24,8 @@ use crate::tls::TlsListener;
 
 /// Tokens at or above this are listeners; below, connections (slab keys).
 const LISTENER_BASE: usize = usize::MAX / 2;
+/// Tokens from here are the QUIC endpoints' UDP sockets (HTTP/3).
+const UDP_BASE: usize = LISTENER_BASE + (1 << 24);
 pub(crate) const WAKER: Token = Token(usize::MAX - 1);
 
 /// Sent to a client refused at the connection cap, best effort.
@@ -45,6 +47,8 @@ pub(crate) enum ListenerKind {
 pub(crate) struct Worker {
     pub(crate) poll: Poll,
     pub(crate) listeners: Vec<Listener>,
+    /// HTTP/3: one QUIC endpoint per TLS address.
+    pub(crate) quic: Vec<crate::quic::Endpoint>,
     pub(crate) handler: Arc<dyn Handler>,
     pub(crate) redirect: Option<Arc<dyn Handler>>,
     pub(crate) limits: Limits,
@@ -65,6 +69,7 @@ impl Worker {
         let Worker {
             mut poll,
             mut listeners,
+            mut quic,
             handler,
             redirect,
             mut limits,
@@ -83,6 +88,10 @@ impl Worker {
         for (i, listener) in listeners.iter_mut().enumerate() {
             poll.registry()
                 .register(&mut listener.socket, Token(LISTENER_BASE + i), Interest::READABLE)?;
+        }
+        for (i, endpoint) in quic.iter_mut().enumerate() {
+            poll.registry()
+                .register(&mut endpoint.socket, Token(UDP_BASE + i), Interest::READABLE)?;
         }
         let h2 = http2.then(|| crate::h2::Config {
             streams_max: limits.h2_streams_max,
@@ -110,11 +119,16 @@ impl Worker {
         loop {
             // With connections waiting for another turn, only look for new
             // events; do not sleep.
-            let timeout = if ready.is_empty() {
+            let mut timeout = if ready.is_empty() {
                 limits.sweep_interval
             } else {
                 Duration::ZERO
             };
+            // QUIC's timers (acknowledgments, loss detection, pacing) need
+            // their own precision, not the sweep's.
+            if let Some(at) = quic.iter().filter_map(|e| e.next_timeout()).min() {
+                timeout = timeout.min(at.saturating_duration_since(Instant::now()));
+            }
             match poll.poll(&mut events, Some(timeout)) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -141,10 +155,24 @@ impl Worker {
                 match event.token() {
                     WAKER => {
                         for answer in mailbox.take() {
+                            if answer.token >= crate::quic::CONN_TOKEN_BASE {
+                                for endpoint in quic.iter_mut() {
+                                    if let Some(ch) = endpoint.conn_of_token(answer.token) {
+                                        endpoint.on_answer(&mut ctx, ch, answer.id, answer.response);
+                                        break;
+                                    }
+                                }
+                                continue;
+                            }
                             if let Some(conn) = conns.get_mut(answer.token) {
                                 let next = conn.on_answer(&mut ctx, answer.id, answer.response);
                                 settle(&mut conns, answer.token, next, &mut ready, ctx.pool, ctx.metrics);
                             }
+                        }
+                    }
+                    Token(t) if t >= UDP_BASE => {
+                        if let Some(endpoint) = quic.get_mut(t - UDP_BASE) {
+                            endpoint.on_readable(&mut ctx);
                         }
                     }
                     Token(t) if t >= LISTENER_BASE => {
@@ -159,6 +187,9 @@ impl Worker {
                         }
                     }
                 }
+            }
+            for endpoint in quic.iter_mut() {
+                endpoint.on_timers(&mut ctx);
             }
             // Another turn for those that had more to do. A token may have
             // been closed and reused since; a spurious turn is harmless.
@@ -213,6 +244,12 @@ impl Worker {
                     let next = conns[t].on_drain(&mut ctx, idle_kept);
                     settle(&mut conns, t, next, &mut ready, ctx.pool, ctx.metrics);
                 }
+                // HTTP/3: GOAWAY, each connection closing once its requests
+                // are answered (a hand-over alike: a QUIC client reconnects
+                // on its own).
+                for endpoint in quic.iter_mut() {
+                    endpoint.drain(&mut ctx);
+                }
             } else if idle_kept && !keep_idle.load(Ordering::Acquire) {
                 idle_kept = false;
                 let tokens: Vec<usize> = conns.iter().map(|(t, _)| t).collect();
@@ -222,7 +259,13 @@ impl Worker {
                 }
             }
             if let Some(deadline) = drain_deadline {
-                if conns.is_empty() || now >= deadline {
+                let quic_done = quic.iter().all(|e| e.n_conns() == 0);
+                if now >= deadline && !quic_done {
+                    for endpoint in quic.iter_mut() {
+                        endpoint.close_all(&mut ctx);
+                    }
+                }
+                if (conns.is_empty() && quic_done) || now >= deadline {
                     break;
                 }
             }

@@ -21,6 +21,8 @@ pub enum Version {
     Http11,
     /// HTTP/2: one stream of a multiplexed connection (RFC 9113).
     Http2,
+    /// HTTP/3: one stream of a QUIC connection (RFC 9114).
+    Http3,
 }
 
 impl Version {
@@ -30,6 +32,7 @@ impl Version {
             Version::Http10 => "HTTP/1.0",
             Version::Http11 => "HTTP/1.1",
             Version::Http2 => "HTTP/2.0",
+            Version::Http3 => "HTTP/3.0",
         }
     }
 }
@@ -223,7 +226,7 @@ pub fn parse_head<'b, 'h>(
 
     let framing = fields.framing(version, limits)?;
     let keep_alive = match version {
-        Version::Http11 | Version::Http2 => !fields.conn_close,
+        Version::Http11 | Version::Http2 | Version::Http3 => !fields.conn_close,
         Version::Http10 => fields.conn_keep_alive && !fields.conn_close,
     };
     Ok(Parsed::Complete(Head {

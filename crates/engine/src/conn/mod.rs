@@ -160,10 +160,10 @@ impl Transport {
         }
     }
 
-    /// Header fields added to every response on this transport (HSTS).
+    /// Header fields added to every response on this transport (HSTS, Alt-Svc).
     fn extra_fields(&self) -> &[u8] {
         match self {
-            Transport::Tls(tls) => tls.listener.hsts_field.as_deref().unwrap_or(&[]),
+            Transport::Tls(tls) => tls.listener.extra_fields.as_deref().unwrap_or(&[]),
             Transport::Plain => &[],
         }
     }

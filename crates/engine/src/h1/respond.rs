@@ -52,7 +52,7 @@ pub(crate) fn write_response(
     let conn = match (keep_alive, version) {
         (false, _) => ConnField::Close,
         (true, Version::Http10) => ConnField::KeepAlive,
-        (true, Version::Http11 | Version::Http2) => ConnField::Omit,
+        (true, Version::Http11 | Version::Http2 | Version::Http3) => ConnField::Omit,
     };
     let head_start = out.buf.len();
     wire::write_head(&mut out.buf, &resp, date, framing, conn);

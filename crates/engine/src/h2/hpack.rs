@@ -60,7 +60,7 @@ pub(crate) struct Sink<'a> {
 }
 
 impl Sink<'_> {
-    fn push(&mut self, name: &[u8], value: &[u8]) {
+    pub(crate) fn push(&mut self, name: &[u8], value: &[u8]) {
         self.list_bytes += name.len() + value.len() + ENTRY_OVERHEAD;
         if self.list_bytes > self.list_bytes_max {
             self.oversized = true;

@@ -29,9 +29,9 @@
 //! rest (slow readers, idle streams) by the driver's timeouts.
 
 mod frame;
-mod hpack;
-mod huffman;
-mod request;
+pub(crate) mod hpack;
+pub(crate) mod huffman;
+pub(crate) mod request;
 
 use std::io;
 use std::panic::{self, AssertUnwindSafe};
@@ -167,8 +167,8 @@ impl Stream {
     }
 }
 
-/// The part of a response body not sent yet.
-enum Pending {
+/// The part of a response body not sent yet (HTTP/3 sends from it too).
+pub(crate) enum Pending {
     Bytes {
         body: Body,
         pos: usize,
@@ -186,7 +186,7 @@ enum Pending {
 }
 
 impl Pending {
-    fn new(body: Body) -> Option<Pending> {
+    pub(crate) fn new(body: Body) -> Option<Pending> {
         match body {
             Body::Empty => None,
             Body::File(range) => Some(Pending::File { range, sent: 0 }),
@@ -202,7 +202,7 @@ impl Pending {
 
     /// Appends up to `max` bytes of body to `out`; how many. An error ends
     /// the stream (a file that shrank, a body iterator that panicked).
-    fn fill(&mut self, out: &mut Vec<u8>, max: usize) -> io::Result<usize> {
+    pub(crate) fn fill(&mut self, out: &mut Vec<u8>, max: usize) -> io::Result<usize> {
         match self {
             Pending::Bytes { body, pos } => {
                 let bytes: &[u8] = match body {
@@ -241,7 +241,7 @@ impl Pending {
         }
     }
 
-    fn is_done(&self) -> bool {
+    pub(crate) fn is_done(&self) -> bool {
         match self {
             Pending::Bytes { body, pos } => body.len() == Some(*pos as u64),
             Pending::File { range, sent } => *sent == range.len,
@@ -258,6 +258,27 @@ pub(crate) struct Parts<'s> {
     pub(crate) host: Option<&'s str>,
     pub(crate) head: &'s Head,
     pub(crate) body: &'s [u8],
+}
+
+impl<'s> Parts<'s> {
+    /// The request a checked head and its body make (HTTP/3's too).
+    pub(crate) fn of(head: &'s Head, body: &'s [u8]) -> Option<Parts<'s>> {
+        let method = head.text(head.method)?;
+        let target = head.text(head.path).or_else(|| head.text(head.authority))?;
+        let host = head.text(head.authority).or_else(|| {
+            head.fields
+                .iter()
+                .find(|f| head.span(f.name) == b"host")
+                .and_then(|f| std::str::from_utf8(head.span(f.value)).ok())
+        });
+        Some(Parts {
+            method,
+            target,
+            host,
+            head,
+            body,
+        })
+    }
 }
 
 /// What `respond` sent, for the access log and metrics.
@@ -796,22 +817,7 @@ impl Session {
     /// The request on stream `id`, for its handler.
     pub(crate) fn parts(&self, id: u32) -> Option<Parts<'_>> {
         let s = &self.streams[self.find(id)?];
-        let head = &s.head;
-        let method = head.text(head.method)?;
-        let target = head.text(head.path).or_else(|| head.text(head.authority))?;
-        let host = head.text(head.authority).or_else(|| {
-            head.fields
-                .iter()
-                .find(|f| head.span(f.name) == b"host")
-                .and_then(|f| std::str::from_utf8(head.span(f.value)).ok())
-        });
-        Some(Parts {
-            method,
-            target,
-            host,
-            head,
-            body: &s.body,
-        })
+        Parts::of(&s.head, &s.body)
     }
 
     /// Marks stream `id` as answered later through the responder `defer_id`.
@@ -1208,7 +1214,7 @@ fn worth_indexing(name: &[u8]) -> bool {
 /// (The blocks are ours, each line ended by CRLF: a search for LF is
 /// enough, and unlike `memmem` it builds no searcher per call, which was
 /// 8% of an h2load run on `serve DIR`.)
-fn for_each_line(mut lines: &[u8], mut f: impl FnMut(&[u8], &[u8])) {
+pub(crate) fn for_each_line(mut lines: &[u8], mut f: impl FnMut(&[u8], &[u8])) {
     while let Some(end) = memchr::memchr(b'\n', lines) {
         let line = lines[..end].strip_suffix(b"\r").unwrap_or(&lines[..end]);
         if let Some(colon) = memchr::memchr(b':', line) {

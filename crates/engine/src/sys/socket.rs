@@ -51,3 +51,22 @@ pub(crate) fn bind_group(addr: SocketAddr, n_workers: usize) -> io::Result<Vec<T
 pub(crate) fn set_cork(stream: &mio::net::TcpStream, on: bool) {
     let _ = socket2::SockRef::from(stream).set_cork(on);
 }
+
+/// Binds `n_workers` UDP sockets to `addr` (a TLS listener's address, its
+/// port known) in one SO_REUSEPORT group, for HTTP/3: the kernel hashes
+/// each datagram's addresses to one of them, so a client's packets keep
+/// reaching the same worker.
+pub(crate) fn bind_udp_group(addr: SocketAddr, n_workers: usize) -> io::Result<Vec<std::net::UdpSocket>> {
+    let mut sockets = Vec::with_capacity(n_workers);
+    for _ in 0..n_workers {
+        let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+        if addr.is_ipv6() {
+            socket.set_only_v6(true)?;
+        }
+        socket.set_reuse_port(true)?;
+        socket.set_nonblocking(true)?;
+        socket.bind(&addr.into())?;
+        sockets.push(socket.into());
+    }
+    Ok(sockets)
+}

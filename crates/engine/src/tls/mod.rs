@@ -1,7 +1,7 @@
 //! TLS for listeners: certificates and keys from PEM files, one chosen per
 //! handshake by the name the client asks for (SNI), reloadable while
 //! serving. rustls with the `ring` provider; TLS 1.2 and 1.3; ALPN
-//! `http/1.1`.
+//! `h2` and `http/1.1`; and for QUIC (HTTP/3) TLS 1.3 with ALPN `h3`.
 //!
 //! A [`TlsConfig`] is a list of (certificate chain, key) file pairs. The
 //! first pair is the default; a client whose SNI name is covered by a later
@@ -124,7 +124,8 @@ impl TlsConfig {
 
     /// The rustls configuration listeners with this certificate set use;
     /// with `http2`, ALPN offers `h2` before `http/1.1`.
-    pub(crate) fn listener(&self, http2: bool) -> Result<Arc<TlsListener>, Error> {
+    /// With `h3_port`, responses carry `Alt-Svc: h3=":PORT"`.
+    pub(crate) fn listener(&self, http2: bool, h3_port: Option<u16>) -> Result<Arc<TlsListener>, Error> {
         let versions: &[&rustls::SupportedProtocolVersion] = &[&rustls::version::TLS13, &rustls::version::TLS12];
         let mut config = rustls::ServerConfig::builder_with_provider(self.resolver.provider.clone())
             .with_protocol_versions(versions)
@@ -136,15 +137,34 @@ impl TlsConfig {
         } else {
             vec![b"http/1.1".to_vec()]
         };
-        let hsts_field = self.hsts.map(|age| {
-            format!("Strict-Transport-Security: max-age={}\r\n", age.as_secs())
-                .into_bytes()
-                .into_boxed_slice()
-        });
+        let mut fields = String::new();
+        if let Some(age) = self.hsts {
+            fields.push_str(&format!("Strict-Transport-Security: max-age={}\r\n", age.as_secs()));
+        }
+        if let Some(port) = h3_port {
+            // RFC 9114 §3.1.1; a day's max-age, as Caddy and h2o send.
+            fields.push_str(&format!("Alt-Svc: h3=\":{port}\"; ma=86400\r\n"));
+        }
+        let extra_fields = (!fields.is_empty()).then(|| fields.into_bytes().into_boxed_slice());
         Ok(Arc::new(TlsListener {
             config: Arc::new(config),
-            hsts_field,
+            extra_fields,
         }))
+    }
+
+    /// The rustls configuration for QUIC (HTTP/3): the same certificates
+    /// and choice by SNI, TLS 1.3 only (RFC 9001 §4.2), ALPN `h3`, no
+    /// 0-RTT (a replayed request could repeat a side effect).
+    pub(crate) fn quic(&self) -> Result<quinn_proto::crypto::rustls::QuicServerConfig, Error> {
+        let mut config = rustls::ServerConfig::builder_with_provider(self.resolver.provider.clone())
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .map_err(|e| Error::tls(format!("TLS versions: {e}")))?
+            .with_no_client_auth()
+            .with_cert_resolver(self.resolver.clone());
+        config.alpn_protocols = vec![b"h3".to_vec()];
+        config.max_early_data_size = 0;
+        quinn_proto::crypto::rustls::QuicServerConfig::try_from(config)
+            .map_err(|e| Error::tls(format!("QUIC TLS configuration: {e}")))
     }
 }
 
@@ -160,8 +180,9 @@ impl std::fmt::Debug for TlsConfig {
 /// What a worker needs to accept on one TLS listener.
 pub(crate) struct TlsListener {
     pub(crate) config: Arc<rustls::ServerConfig>,
-    /// `Strict-Transport-Security: ...\r\n`, if asked for.
-    pub(crate) hsts_field: Option<Box<[u8]>>,
+    /// Lines added to every response: `Strict-Transport-Security` if
+    /// asked for, `Alt-Svc` when HTTP/3 is on (each `Name: value\r\n`).
+    pub(crate) extra_fields: Option<Box<[u8]>>,
 }
 
 impl ResolvesServerCert for CertResolver {

@@ -1,0 +1,544 @@
+//! HTTP/3 (RFC 9114) with QPACK (RFC 9204), as a state machine that does
+//! no I/O: each stream's bytes from the client go in (`Session::recv`),
+//! complete requests come out for the same handlers HTTP/1.1 and HTTP/2
+//! call (`take_ready`, `parts`), and each stream's bytes to send come out
+//! (`Session::output`). QUIC itself (packets, loss, flow control, TLS)
+//! is quinn-proto's, driven by `crate::quic`; the two meet only through
+//! stream ids and byte slices.
+//!
+//! Choices, where the RFC leaves them to us:
+//! - Request bodies are collected whole (up to `body_bytes_max`) before
+//!   the handler runs, as for HTTP/1.1 and HTTP/2; a larger one is
+//!   answered 413 at once and the rest refused with STOP_SENDING
+//!   (H3_NO_ERROR, §4.1.1).
+//! - A malformed request (§4.1.2) gets a 400 naming the problem, then
+//!   STOP_SENDING with H3_MESSAGE_ERROR; a header section over
+//!   `head_bytes_max` a 431 (H3_EXCESSIVE_LOAD).
+//! - No server push, no dynamic table (see `qpack`), no QPACK streams of
+//!   our own (RFC 9204 §4.2 lets an endpoint that uses no table skip them).
+//! - Responses go out as one DATA frame per chunk read (at most
+//!   `H3_CHUNK_BYTES`), so a file is read as quinn-proto's send buffer
+//!   takes it, never whole.
+
+pub(crate) mod frame;
+pub(crate) mod qpack;
+pub(crate) mod stream;
+
+#[cfg(test)]
+mod tests;
+
+use frame::Code;
+use stream::{Error, RequestStream, UniKind, UniStream};
+
+use crate::h2::{Parts, Pending, Sent};
+use crate::limits::H3_CHUNK_BYTES;
+use crate::response::{Body, Response};
+
+pub(crate) use stream::Config;
+
+/// A client-initiated bidirectional stream id is a request stream (§6.1);
+/// client unidirectional ids end in 0b10.
+pub(crate) fn is_request_stream(id: u64) -> bool {
+    id & 0x3 == 0
+}
+
+/// One request stream: its parser, and once answered, what is left to send.
+struct Request {
+    id: u64,
+    parse: RequestStream,
+    answer: Answer,
+    /// Bytes to send, from `pos` on; refilled from `pending`.
+    out: Vec<u8>,
+    pos: usize,
+    pending: Option<Pending>,
+}
+
+/// Where a request's answer is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Answer {
+    /// Waiting for the request (or its handler's turn).
+    None,
+    /// Handed out by `take_ready`.
+    Taken,
+    /// The handler answers later through a responder.
+    Deferred(u64),
+    /// The head is queued; the body is being sent.
+    Sending,
+}
+
+/// What the driver must do for a stream after `recv` or `respond`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Action {
+    None,
+    /// Ask the client to stop sending on this stream (STOP_SENDING).
+    StopSending(Code),
+    /// Reset our side and stop reading (a stream error, §8).
+    Reset(Code),
+    /// Close the connection (a connection error, §8).
+    Close(Code, &'static str),
+}
+
+/// The HTTP/3 side of one QUIC connection.
+pub(crate) struct Session {
+    cfg: Config,
+    requests: Vec<Request>,
+    unis: Vec<(u64, UniStream)>,
+    /// The client's control and QPACK streams, once open (one each, §6.2.1).
+    control: Option<u64>,
+    encoder: Option<u64>,
+    decoder: Option<u64>,
+    /// Our control stream's bytes not yet written.
+    control_out: Vec<u8>,
+    /// The GOAWAY we sent: request streams from this id on are refused.
+    goaway: Option<u64>,
+    /// One past the highest request stream id seen.
+    next_request_id: u64,
+    n_ready: usize,
+    /// Scratch for a head's encoding.
+    scratch: Vec<u8>,
+}
+
+impl Session {
+    pub(crate) fn new(cfg: Config) -> Self {
+        let mut control_out = Vec::with_capacity(32);
+        frame::write_varint(&mut control_out, frame::STREAM_CONTROL);
+        frame::write_settings(&mut control_out, cfg.head_bytes_max as u64);
+        Session {
+            cfg,
+            requests: Vec::new(),
+            unis: Vec::new(),
+            control: None,
+            encoder: None,
+            decoder: None,
+            control_out,
+            goaway: None,
+            next_request_id: 0,
+            n_ready: 0,
+            scratch: Vec::new(),
+        }
+    }
+
+    /// Our control stream's pending bytes (its type, SETTINGS, GOAWAY).
+    pub(crate) fn control_output(&mut self) -> &mut Vec<u8> {
+        &mut self.control_out
+    }
+
+    /// Takes bytes of stream `id` from the client; `fin` if it ends there.
+    pub(crate) fn recv(&mut self, id: u64, data: &[u8], fin: bool) -> Action {
+        if is_request_stream(id) {
+            return self.recv_request(id, data, fin);
+        }
+        if id & 0x3 != 0x2 {
+            // Not a client-initiated unidirectional stream: quinn-proto
+            // never gives us data on our own unidirectional streams.
+            return Action::None;
+        }
+        let at = match self.unis.iter().position(|(s, _)| *s == id) {
+            Some(at) => at,
+            None => {
+                if self.unis.len() >= UNI_STREAMS_MAX {
+                    return Action::StopSending(Code::StreamCreationError);
+                }
+                self.unis.push((id, UniStream::default()));
+                self.unis.len() - 1
+            }
+        };
+        let uni = &mut self.unis[at].1;
+        let before = uni.kind;
+        let result = uni.recv(data, fin);
+        let kind = uni.kind;
+        if before.is_none() {
+            if let Some(kind) = kind {
+                let slot = match kind {
+                    UniKind::Control => Some(&mut self.control),
+                    UniKind::QpackEncoder => Some(&mut self.encoder),
+                    UniKind::QpackDecoder => Some(&mut self.decoder),
+                    UniKind::Refused(_) => None,
+                };
+                if let Some(slot) = slot {
+                    if slot.is_some() {
+                        return Action::Close(Code::StreamCreationError, "a second control or QPACK stream");
+                    }
+                    *slot = Some(id);
+                }
+            }
+        }
+        match (result, kind) {
+            (Err(Error::Conn(code, why) | Error::Stream(code, why)), _) => Action::Close(code, why),
+            (Ok(()), Some(UniKind::Refused(code))) => {
+                // Forget it; the driver stops it and discards what comes.
+                self.unis.remove(at);
+                Action::StopSending(code)
+            }
+            _ => Action::None,
+        }
+    }
+
+    /// A critical stream was reset by the client (§6.2.1): connection error.
+    pub(crate) fn on_reset(&mut self, id: u64) -> Action {
+        if [self.control, self.encoder, self.decoder].contains(&Some(id)) {
+            return Action::Close(Code::ClosedCriticalStream, "a critical stream was reset");
+        }
+        if let Some(at) = self.requests.iter().position(|r| r.id == id) {
+            if self.requests[at].answer == Answer::None && self.requests[at].parse.is_ready() {
+                self.n_ready -= 1;
+            }
+            // The client gave up on it; a deferred answer is dropped when
+            // it comes.
+            self.requests.swap_remove(at);
+        }
+        self.unis.retain(|(s, _)| *s != id);
+        Action::None
+    }
+
+    fn recv_request(&mut self, id: u64, data: &[u8], fin: bool) -> Action {
+        let at = match self.requests.iter().position(|r| r.id == id) {
+            Some(at) => at,
+            None => {
+                if id < self.next_request_id {
+                    // A stream already answered and forgotten: data after
+                    // our STOP_SENDING, or a retransmission.
+                    return Action::None;
+                }
+                self.next_request_id = id + 4;
+                if self.goaway.is_some_and(|g| id >= g) {
+                    // §5.2: streams past our GOAWAY are not processed.
+                    return Action::Reset(Code::RequestRejected);
+                }
+                self.requests.push(Request {
+                    id,
+                    parse: RequestStream::default(),
+                    answer: Answer::None,
+                    out: Vec::new(),
+                    pos: 0,
+                    pending: None,
+                });
+                self.requests.len() - 1
+            }
+        };
+        let r = &mut self.requests[at];
+        let was_ready = r.parse.is_ready();
+        if r.answer != Answer::None && r.parse.refused.is_some() {
+            // Answered early (413, 431): the rest is not read.
+            return Action::None;
+        }
+        match r.parse.recv(data, fin, &self.cfg) {
+            Ok(()) => {}
+            Err(Error::Conn(code, why)) => return Action::Close(code, why),
+            Err(Error::Stream(code, _)) => {
+                if r.answer == Answer::None && was_ready {
+                    self.n_ready -= 1;
+                }
+                self.requests.swap_remove(at);
+                return Action::Reset(code);
+            }
+        }
+        if !was_ready && r.parse.is_ready() && r.answer == Answer::None {
+            self.n_ready += 1;
+        }
+        Action::None
+    }
+
+    /// The next stream whose request is complete (or refused), oldest first.
+    pub(crate) fn take_ready(&mut self) -> Option<u64> {
+        if self.n_ready == 0 {
+            return None;
+        }
+        let r = self
+            .requests
+            .iter_mut()
+            .filter(|r| r.answer == Answer::None && r.parse.is_ready())
+            .min_by_key(|r| r.id)?;
+        r.answer = Answer::Taken;
+        self.n_ready -= 1;
+        Some(r.id)
+    }
+
+    /// The status to answer instead of calling the handler, if any, and
+    /// the code to stop the client's sending with.
+    pub(crate) fn refused(&self, id: u64) -> Option<(u16, &'static str, Code)> {
+        self.find(id).and_then(|at| self.requests[at].parse.refused)
+    }
+
+    /// Whether the client's side of stream `id` is complete.
+    pub(crate) fn recv_done(&self, id: u64) -> bool {
+        self.find(id).is_some_and(|at| self.requests[at].parse.fin)
+    }
+
+    /// The request on stream `id`, for its handler.
+    pub(crate) fn parts(&self, id: u64) -> Option<Parts<'_>> {
+        let r = &self.requests[self.find(id)?];
+        Parts::of(&r.parse.head, &r.parse.body)
+    }
+
+    pub(crate) fn defer(&mut self, id: u64, defer_id: u64) {
+        if let Some(at) = self.find(id) {
+            self.requests[at].answer = Answer::Deferred(defer_id);
+        }
+    }
+
+    /// The stream waiting for the deferred answer `defer_id`, if open.
+    pub(crate) fn deferred_stream(&self, defer_id: u64) -> Option<u64> {
+        self.requests
+            .iter()
+            .find(|r| r.answer == Answer::Deferred(defer_id))
+            .map(|r| r.id)
+    }
+
+    /// Queues the response to stream `id`: its HEADERS frame now, its
+    /// body as `output` is asked for it. `extra_fields` are complete
+    /// `Name: value\r\n` lines from the listener (HSTS, Alt-Svc). `None`
+    /// if the stream is gone.
+    pub(crate) fn respond(
+        &mut self,
+        id: u64,
+        mut resp: Response,
+        head_only: bool,
+        date: &[u8],
+        extra_fields: &[u8],
+    ) -> Option<Sent> {
+        let at = self.find(id)?;
+        if let Some(why) = resp.invalid {
+            crate::log::error(format_args!(
+                "handler returned an invalid response ({why}); answering 500"
+            ));
+            resp = Response::error(500);
+        }
+        let status = resp.status;
+        let bodiless = status == 204 || status == 304;
+        let length = if bodiless { None } else { resp.body.len() };
+        let body = if head_only || bodiless || length == Some(0) {
+            None
+        } else {
+            Pending::new(std::mem::replace(&mut resp.body, Body::Empty))
+        };
+        let block = &mut self.scratch;
+        block.clear();
+        qpack::Encoder::begin(block);
+        qpack::Encoder::status(block, status);
+        encode_fields(block, &resp, date, length, extra_fields);
+        let r = &mut self.requests[at];
+        r.out.clear();
+        r.pos = 0;
+        frame::write_header(&mut r.out, frame::HEADERS, block.len() as u64);
+        r.out.extend_from_slice(block);
+        r.pending = body;
+        r.answer = Answer::Sending;
+        Some(Sent {
+            status,
+            body_bytes: if head_only { 0 } else { length.unwrap_or(0) },
+        })
+    }
+
+    /// What stream `id` has to send now (refilled from its body, one DATA
+    /// frame of at most `H3_CHUNK_BYTES`), and whether that is the end of
+    /// it. An error reading the body (a file that shrank) is `Err`: the
+    /// driver resets the stream, since the length was promised.
+    pub(crate) fn output(&mut self, id: u64) -> Result<(&[u8], bool), ()> {
+        let Some(at) = self.find(id) else {
+            return Ok((&[], false));
+        };
+        let r = &mut self.requests[at];
+        if r.answer != Answer::Sending {
+            return Ok((&[], false));
+        }
+        if r.pos == r.out.len() {
+            r.out.clear();
+            r.pos = 0;
+            if let Some(pending) = &mut r.pending {
+                // Frame header room: a varint of at most 4 bytes for the
+                // chunk's length, written once the length is known.
+                r.out.extend_from_slice(&[frame::DATA as u8, 0x80, 0, 0, 0]);
+                let n = pending.fill(&mut r.out, H3_CHUNK_BYTES).map_err(|_| ())?;
+                let len = (0x8000_0000u32 | n as u32).to_be_bytes();
+                r.out[1..5].copy_from_slice(&len);
+                if n == 0 {
+                    r.out.clear();
+                }
+                if pending.is_done() {
+                    r.pending = None;
+                }
+            }
+        }
+        let done = r.pending.is_none();
+        Ok((&r.out[r.pos..], done))
+    }
+
+    /// `n` bytes of what `output` gave were taken by the stream.
+    pub(crate) fn consumed(&mut self, id: u64, n: usize) {
+        if let Some(at) = self.find(id) {
+            self.requests[at].pos += n;
+        }
+    }
+
+    /// Stream `id` is finished (all sent, or reset): forget it.
+    pub(crate) fn remove(&mut self, id: u64) {
+        if let Some(at) = self.find(id) {
+            let r = &self.requests[at];
+            if r.answer == Answer::None && r.parse.is_ready() {
+                self.n_ready -= 1;
+            }
+            self.requests.swap_remove(at);
+        }
+    }
+
+    /// Streams answered or being answered: the ids with bytes to send.
+    pub(crate) fn sending(&self, out: &mut Vec<u64>) {
+        out.extend(
+            self.requests
+                .iter()
+                .filter(|r| r.answer == Answer::Sending)
+                .map(|r| r.id),
+        );
+    }
+
+    /// Sends GOAWAY (once): requests already opened are finished, later
+    /// ones refused (§5.2).
+    pub(crate) fn go_away(&mut self) {
+        if self.goaway.is_none() {
+            let id = self.next_request_id;
+            self.goaway = Some(id);
+            frame::write_goaway(&mut self.control_out, id);
+        }
+    }
+
+    pub(crate) fn is_going_away(&self) -> bool {
+        self.goaway.is_some()
+    }
+
+    /// No request is open.
+    pub(crate) fn is_idle(&self) -> bool {
+        self.requests.is_empty()
+    }
+
+    fn find(&self, id: u64) -> Option<usize> {
+        self.requests.iter().position(|r| r.id == id)
+    }
+}
+
+/// Unidirectional streams a client may hold open with us: its control
+/// and QPACK streams, and a few of types we ignore (GREASE).
+pub(crate) const UNI_STREAMS_MAX: usize = 8;
+
+/// Encodes a response's fields after `:status`, as HTTP/2 does (the same
+/// fields, lowercase names, none connection-specific).
+fn encode_fields(out: &mut Vec<u8>, resp: &Response, date: &[u8], length: Option<u64>, extra_fields: &[u8]) {
+    use qpack::Encoder as E;
+    if !resp.headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("server")) {
+        E::field(out, b"server", b"peregrine");
+    }
+    E::field(out, b"date", date);
+    if let Some(ct) = &resp.content_type {
+        E::field(out, b"content-type", ct.as_bytes());
+    }
+    if let Some(n) = length {
+        let mut digits = itoa::Buffer::new();
+        E::field(out, b"content-length", digits.format(n).as_bytes());
+    }
+    let mut lower = Vec::new();
+    let mut field = |out: &mut Vec<u8>, name: &[u8], value: &[u8]| {
+        if name.iter().any(u8::is_ascii_uppercase) {
+            lower.clear();
+            lower.extend(name.iter().map(u8::to_ascii_lowercase));
+            E::field(out, &lower, value);
+        } else {
+            E::field(out, name, value);
+        }
+    };
+    for (name, value) in &resp.headers {
+        field(out, name.as_bytes(), value.as_bytes());
+    }
+    if let Some(block) = &resp.block {
+        crate::h2::for_each_line(block.as_bytes(), |name, value| field(out, name, value));
+    }
+    crate::h2::for_each_line(extra_fields, |name, value| {
+        let given = std::str::from_utf8(name).is_ok_and(|name| resp.header(name).is_some());
+        if !given {
+            field(out, name, value);
+        }
+    });
+}
+
+/// Drives a `Session` on arbitrary input, for the fuzz target
+/// (`peregrine::fuzzing::h3_session`). `data` is a series of records:
+/// a byte naming the stream (bits 0-2: request streams 0, 4, 8, 12 or the
+/// client's unidirectional streams 2, 6, 10, 14; bit 3: FIN; bit 4: a
+/// reset instead of data), a length byte, then that many bytes. Each
+/// ready request is answered (a body of 0 to 40,000 bytes, some as to
+/// HEAD); output is taken a random-sized piece at a time. Panics if an
+/// invariant breaks: each answered stream's output is one HEADERS frame,
+/// then DATA frames adding up to its content-length; nothing is sent
+/// for a stream not answered; a closed session is not fed again.
+pub(crate) fn fuzz_session(data: &[u8]) {
+    static BODY: [u8; 40_000] = [b'x'; 40_000];
+    let cfg = Config {
+        head_bytes_max: 1024,
+        n_headers_max: 8,
+        body_bytes_max: 2048,
+    };
+    let mut s = Session::new(cfg);
+    let mut rest = data;
+    let mut n_answered = 0usize;
+    while rest.len() >= 2 {
+        let (which, len) = (rest[0], usize::from(rest[1]));
+        let bytes = &rest[2..(2 + len).min(rest.len())];
+        rest = &rest[(2 + len).min(rest.len())..];
+        let id = u64::from(which & 0x3) * 4 + if which & 0x4 != 0 { 2 } else { 0 };
+        let action = if which & 0x10 != 0 {
+            s.on_reset(id)
+        } else {
+            s.recv(id, bytes, which & 0x8 != 0)
+        };
+        if let Action::Close(..) = action {
+            return;
+        }
+        while let Some(ready) = s.take_ready() {
+            assert!(is_request_stream(ready));
+            let body_len = [0, 5, 16_385, 40_000][n_answered % 4];
+            let head_only = n_answered % 3 == 2;
+            n_answered += 1;
+            let resp = Response::bytes("text/plain", Body::Static(&BODY[..body_len]));
+            let sent = s
+                .respond(ready, resp, head_only, b"date", b"")
+                .expect("a ready stream is open");
+            // Drain the stream, a piece at a time, and check its frames.
+            let mut wire = Vec::new();
+            let mut step = 1 + usize::from(which);
+            loop {
+                let (out, last) = s.output(ready).expect("static bodies never fail");
+                let n = out.len().min(step);
+                wire.extend_from_slice(&out[..n]);
+                s.consumed(ready, n);
+                step = step * 3 + 1;
+                if n == 0 && last {
+                    break;
+                }
+            }
+            s.remove(ready);
+            let mut reader = frame::Reader::default();
+            let mut input = &wire[..];
+            let (mut n_headers, mut data_bytes) = (0, 0u64);
+            while let Some((piece, used)) = reader.next(input) {
+                input = &input[used..];
+                match piece {
+                    frame::Piece::Start { kind, len } => {
+                        if kind == frame::HEADERS {
+                            assert_eq!(data_bytes, 0, "HEADERS after DATA");
+                            n_headers += 1;
+                        } else {
+                            assert_eq!(kind, frame::DATA);
+                            data_bytes += len;
+                        }
+                    }
+                    frame::Piece::Payload(_) | frame::Piece::End => {}
+                }
+            }
+            assert!(reader.at_boundary(), "a cut frame");
+            assert_eq!(n_headers, 1);
+            assert_eq!(data_bytes, sent.body_bytes);
+        }
+        for id in [0, 4, 8, 12] {
+            assert_eq!(s.output(id), Ok((&[][..], false)), "output for an unanswered stream");
+        }
+    }
+}

@@ -1,0 +1,468 @@
+//! Tests of the HTTP/3 framing, QPACK and the session: byte tables, and
+//! whole streams fed split at every offset.
+
+use super::frame::{self, Code, Piece, Reader};
+use super::qpack;
+use super::stream::{Config, Error, RequestStream, UniStream};
+use super::{Action, Session};
+use crate::h2::hpack::{Field, Sink};
+use crate::response::Response;
+
+const CFG: Config = Config {
+    head_bytes_max: 4096,
+    n_headers_max: 100,
+    body_bytes_max: 1 << 20,
+};
+
+fn hex(s: &str) -> Vec<u8> {
+    let s: String = s.split_whitespace().collect();
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+/// Decodes a section into (name, value) pairs.
+fn decode(block: &[u8]) -> Result<Vec<(String, String)>, qpack::QpackError> {
+    let (mut bytes, mut fields, mut scratch) = (Vec::new(), Vec::<Field>::new(), Vec::new());
+    let mut sink = Sink {
+        bytes: &mut bytes,
+        fields: &mut fields,
+        list_bytes_max: 1 << 20,
+        list_bytes: 0,
+        oversized: false,
+    };
+    qpack::decode(block, &mut sink, &mut scratch)?;
+    let span = |(at, len): (u32, u32)| String::from_utf8_lossy(&bytes[at as usize..(at + len) as usize]).into_owned();
+    Ok(fields.iter().map(|f| (span(f.name), span(f.value))).collect())
+}
+
+fn encode(fields: &[(&str, &str)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    qpack::Encoder::begin(&mut out);
+    for (n, v) in fields {
+        qpack::Encoder::field(&mut out, n.as_bytes(), v.as_bytes());
+    }
+    out
+}
+
+fn headers_frame(fields: &[(&str, &str)]) -> Vec<u8> {
+    let block = encode(fields);
+    let mut out = Vec::new();
+    frame::write_header(&mut out, frame::HEADERS, block.len() as u64);
+    out.extend_from_slice(&block);
+    out
+}
+
+fn data_frame(data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    frame::write_header(&mut out, frame::DATA, data.len() as u64);
+    out.extend_from_slice(data);
+    out
+}
+
+const GET: [(&str, &str); 4] = [
+    (":method", "GET"),
+    (":scheme", "https"),
+    (":authority", "example.com"),
+    (":path", "/index.html"),
+];
+
+#[test]
+fn varints_round_trip_at_each_length_boundary() {
+    // RFC 9000 §A.1's examples, then the edges of each length.
+    assert_eq!(
+        frame::read_varint(&hex("c2197c5eff14e88c")),
+        Some((151_288_809_941_952_652, 8))
+    );
+    assert_eq!(frame::read_varint(&hex("9d7f3e7d")), Some((494_878_333, 4)));
+    assert_eq!(frame::read_varint(&hex("7bbd")), Some((15_293, 2)));
+    assert_eq!(frame::read_varint(&hex("25")), Some((37, 1)));
+    for v in [0, 63, 64, 16_383, 16_384, (1 << 30) - 1, 1 << 30, frame::VARINT_MAX] {
+        let mut out = Vec::new();
+        frame::write_varint(&mut out, v);
+        assert_eq!(frame::read_varint(&out), Some((v, out.len())), "{v}");
+        assert_eq!(frame::read_varint(&out[..out.len() - 1]), None, "{v} cut short");
+    }
+}
+
+#[test]
+fn the_frame_reader_gives_the_same_frames_split_at_every_offset() {
+    let mut stream = headers_frame(&GET);
+    frame::write_header(&mut stream, 0x21, 3); // a reserved type: ignored
+    stream.extend_from_slice(b"xyz");
+    stream.extend(data_frame(&[7; 100]));
+    stream.extend(data_frame(&[]));
+    let whole = pieces(&[&stream]);
+    for at in 0..=stream.len() {
+        assert_eq!(pieces(&[&stream[..at], &stream[at..]]), whole, "split at {at}");
+    }
+    let bytes: Vec<&[u8]> = stream.chunks(1).collect();
+    assert_eq!(pieces(&bytes), whole, "one byte at a time");
+}
+
+/// Frames as (type, payload), from the inputs in order.
+fn pieces(inputs: &[&[u8]]) -> Vec<(u64, Vec<u8>)> {
+    let mut reader = Reader::default();
+    let mut out: Vec<(u64, Vec<u8>)> = Vec::new();
+    for input in inputs {
+        let mut input = *input;
+        while let Some((piece, used)) = reader.next(input) {
+            input = &input[used..];
+            match piece {
+                Piece::Start { kind, .. } => out.push((kind, Vec::new())),
+                Piece::Payload(p) => out.last_mut().unwrap().1.extend_from_slice(p),
+                Piece::End => {}
+            }
+        }
+    }
+    assert!(reader.at_boundary());
+    out
+}
+
+#[test]
+fn qpack_decodes_the_rfc_examples_and_every_representation_without_a_table() {
+    // RFC 9204 Appendix B.1: a literal with a static name reference.
+    assert_eq!(
+        decode(&hex("0000 510b 2f69 6e64 6578 2e68 746d 6c")).unwrap(),
+        [(":path".into(), "/index.html".into())]
+    );
+    // Indexed static (17: :method GET); literal names, plain and
+    // Huffman-coded; a Huffman value; a non-zero Delta Base.
+    let mut block = hex("00 05 d1 23 61 62 63 03 78 79 7a");
+    let mut name = Vec::new();
+    crate::h2::huffman::encode(b"custom-key", &mut name);
+    qpack::write_integer(&mut block, 0x28, 3, name.len() as u64);
+    block.extend_from_slice(&name);
+    let mut value = Vec::new();
+    crate::h2::huffman::encode(b"custom-value", &mut value);
+    qpack::write_integer(&mut block, 0x80, 7, value.len() as u64);
+    block.extend_from_slice(&value);
+    let got = decode(&block).unwrap();
+    assert_eq!(got[0], (":method".into(), "GET".into()));
+    assert_eq!(got[1], ("abc".into(), "xyz".into()));
+    assert_eq!(got[2], ("custom-key".into(), "custom-value".into()));
+    assert_eq!(got.len(), 3);
+}
+
+#[test]
+fn qpack_refuses_references_to_a_dynamic_table_it_did_not_allow() {
+    for (bytes, why) in [
+        ("02 00 80", "Required Insert Count 2"),
+        ("00 00 80", "indexed field line, dynamic"),
+        ("00 00 10", "indexed with post-base index"),
+        ("00 00 00 01 61", "literal with post-base name reference"),
+        ("00 00 41 01 61", "literal with dynamic name reference"),
+    ] {
+        assert!(decode(&hex(bytes)).is_err(), "{why}");
+    }
+    // Malformed: an index past the static table, a cut string, bad Huffman.
+    assert!(decode(&hex("00 00 ff 24")).is_err());
+    assert!(decode(&hex("00 00 51 05 61")).is_err());
+    assert!(decode(&hex("00 00 51 81 ff")).is_err());
+    assert!(decode(&hex("00")).is_err());
+}
+
+#[test]
+fn the_encoder_uses_the_static_table_and_literals_and_decodes_back() {
+    let fields = [
+        (":status", "200"),
+        (":status", "418"),
+        ("content-type", "text/css"),
+        ("content-type", "text/x-unknown"),
+        ("x-custom", "value"),
+        ("etag", "\"abc\""),
+    ];
+    let block = encode(&fields);
+    // ":status 200" and "content-type text/css" are one byte each.
+    assert_eq!(block[2], 0xc0 | 25);
+    let got = decode(&block).unwrap();
+    let want: Vec<(String, String)> = fields.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect();
+    assert_eq!(got, want);
+}
+
+/// Feeds `stream` to a request parser in the given pieces, FIN after the last.
+fn parse(inputs: &[&[u8]], cfg: &Config) -> (RequestStream, Result<(), Error>) {
+    let mut r = RequestStream::default();
+    for (i, input) in inputs.iter().enumerate() {
+        if let Err(e) = r.recv(input, i + 1 == inputs.len(), cfg) {
+            return (r, Err(e));
+        }
+    }
+    (r, Ok(()))
+}
+
+#[test]
+fn a_request_stream_split_at_every_offset_gives_the_same_request() {
+    let mut stream = headers_frame(&[
+        (":method", "POST"),
+        (":scheme", "https"),
+        (":authority", "example.com"),
+        (":path", "/upload"),
+        ("content-length", "11"),
+        ("cookie", "a=1"),
+        ("cookie", "b=2"),
+    ]);
+    stream.extend(data_frame(b"hello "));
+    frame::write_header(&mut stream, 0x21, 2);
+    stream.extend_from_slice(b"..");
+    stream.extend(data_frame(b"world"));
+    stream.extend(headers_frame(&[("x-trailer", "1")]));
+    for at in 0..=stream.len() {
+        let (r, result) = parse(&[&stream[..at], &stream[at..]], &CFG);
+        assert_eq!(result, Ok(()), "split at {at}");
+        assert!(r.is_ready() && r.refused.is_none(), "split at {at}");
+        assert_eq!(r.body, b"hello world");
+        let parts = crate::h2::Parts::of(&r.head, &r.body).unwrap();
+        assert_eq!(
+            (parts.method, parts.target, parts.host),
+            ("POST", "/upload", Some("example.com"))
+        );
+    }
+}
+
+#[test]
+fn request_stream_errors_get_the_codes_of_rfc_9114() {
+    let head = headers_frame(&GET);
+    let mut settings = Vec::new();
+    frame::write_settings(&mut settings, 100);
+    let cases: Vec<(Vec<u8>, Error)> = vec![
+        (data_frame(b"x"), Error::Conn(Code::FrameUnexpected, "")),
+        (
+            [head.clone(), settings].concat(),
+            Error::Conn(Code::FrameUnexpected, ""),
+        ),
+        (
+            [head.clone(), hex("02 00")].concat(),
+            Error::Conn(Code::FrameUnexpected, ""),
+        ),
+        (
+            [head.clone(), hex("00 05 61")].concat(),
+            Error::Conn(Code::FrameError, ""),
+        ),
+        (hex("21 00"), Error::Stream(Code::RequestIncomplete, "")),
+        (
+            [head.clone(), headers_frame(&[("a", "b")]), headers_frame(&[("a", "b")])].concat(),
+            Error::Conn(Code::FrameUnexpected, ""),
+        ),
+        (hex("01 03 05 00 80"), Error::Conn(Code::QpackDecompressionFailed, "")),
+    ];
+    for (bytes, want) in cases {
+        let (_, got) = parse(&[&bytes], &CFG);
+        let same = match (got, want) {
+            (Err(Error::Conn(a, _)), Error::Conn(b, _)) | (Err(Error::Stream(a, _)), Error::Stream(b, _)) => a == b,
+            _ => false,
+        };
+        assert!(same, "{bytes:02x?}: got {got:?}, want {want:?}");
+    }
+}
+
+#[test]
+fn requests_over_the_limits_or_malformed_are_refused_with_a_status() {
+    let small = Config {
+        head_bytes_max: 300,
+        n_headers_max: 4,
+        body_bytes_max: 10,
+    };
+    let long = "v".repeat(400);
+    let big_head = headers_frame(&[GET[0], GET[1], GET[2], GET[3], ("x-long", &long)]);
+    let cases: Vec<(Vec<u8>, u16)> = vec![
+        (big_head, 431),
+        (
+            headers_frame(&[
+                GET[0],
+                GET[1],
+                GET[2],
+                GET[3],
+                ("a", "1"),
+                ("b", "2"),
+                ("c", "3"),
+                ("d", "4"),
+                ("e", "5"),
+            ]),
+            431,
+        ),
+        (
+            [headers_frame(&[GET[0], GET[1], GET[2], GET[3]]), data_frame(&[0; 11])].concat(),
+            413,
+        ),
+        (
+            headers_frame(&[GET[0], GET[1], GET[2], GET[3], ("content-length", "99")]),
+            413,
+        ),
+        (
+            headers_frame(&[GET[0], GET[1], GET[3]])
+                .into_iter()
+                .chain(data_frame(b""))
+                .collect(),
+            400,
+        ),
+        (
+            headers_frame(&[GET[0], GET[1], GET[2], GET[3], ("connection", "close")]),
+            400,
+        ),
+        (
+            headers_frame(&[GET[0], GET[1], GET[2], GET[3], ("content-length", "3")]),
+            400,
+        ),
+        (
+            [
+                headers_frame(&[GET[0], GET[1], GET[2], GET[3], ("content-length", "1")]),
+                data_frame(b"ab"),
+            ]
+            .concat(),
+            400,
+        ),
+    ];
+    for (i, (bytes, status)) in cases.into_iter().enumerate() {
+        let (r, result) = parse(&[&bytes], &small);
+        assert_eq!(result, Ok(()), "case {i}");
+        assert_eq!(r.refused.map(|r| r.0), Some(status), "case {i}");
+    }
+}
+
+#[test]
+fn the_control_stream_must_open_with_settings_and_stay_open() {
+    let mut settings = vec![0x00];
+    frame::write_settings(&mut settings, 100);
+    let mut ok = UniStream::default();
+    assert_eq!(ok.recv(&settings, false), Ok(()));
+    assert_eq!(ok.recv(&hex("07 01 00"), false), Ok(()), "a client's GOAWAY");
+    let code = |bytes: &[u8], fin: bool| match UniStream::default().recv(bytes, fin) {
+        Err(Error::Conn(code, _)) => Some(code),
+        _ => None,
+    };
+    assert_eq!(code(&hex("00 07 01 00"), false), Some(Code::MissingSettings));
+    assert_eq!(
+        code(&[settings.clone(), hex("04 00")].concat(), false),
+        Some(Code::FrameUnexpected)
+    );
+    assert_eq!(
+        code(&hex("00 04 02 02 00"), false),
+        Some(Code::SettingsError),
+        "an HTTP/2 setting"
+    );
+    assert_eq!(
+        code(&hex("00 04 04 01 00 01 00"), false),
+        Some(Code::SettingsError),
+        "twice"
+    );
+    assert_eq!(
+        code(&[settings.clone(), hex("00 00")].concat(), false),
+        Some(Code::FrameUnexpected)
+    );
+    assert_eq!(code(&settings, true), Some(Code::ClosedCriticalStream));
+    assert_eq!(code(&hex("02 20 20"), false), None, "capacity 0 is fine");
+    assert_eq!(code(&hex("02 3f e1 1f"), false), Some(Code::QpackEncoderStreamError));
+    assert_eq!(
+        code(&hex("02 c0 00"), false),
+        Some(Code::QpackEncoderStreamError),
+        "an insert"
+    );
+    assert_eq!(code(&hex("03 44"), false), None, "stream cancellation");
+    assert_eq!(
+        code(&hex("03 84"), false),
+        Some(Code::QpackDecoderStreamError),
+        "section ack"
+    );
+    assert_eq!(
+        code(&hex("03 01"), false),
+        Some(Code::QpackDecoderStreamError),
+        "insert count increment"
+    );
+}
+
+#[test]
+fn the_session_refuses_a_second_control_stream_and_client_pushes() {
+    let mut s = Session::new(CFG);
+    let mut settings = vec![0x00];
+    frame::write_settings(&mut settings, 100);
+    assert_eq!(s.recv(2, &settings, false), Action::None);
+    assert!(matches!(
+        s.recv(6, &settings, false),
+        Action::Close(Code::StreamCreationError, _)
+    ));
+    assert_eq!(
+        s.recv(10, &[0x01, 0x00], false),
+        Action::StopSending(Code::StreamCreationError)
+    );
+    assert_eq!(
+        s.recv(14, &hex("40 21"), false),
+        Action::StopSending(Code::StreamCreationError)
+    );
+    assert!(matches!(s.on_reset(2), Action::Close(Code::ClosedCriticalStream, _)));
+}
+
+#[test]
+fn a_response_is_one_headers_frame_then_data_frames_of_a_chunk_each() {
+    let mut s = Session::new(CFG);
+    assert_eq!(s.recv(0, &headers_frame(&GET), true), Action::None);
+    assert_eq!(s.take_ready(), Some(0));
+    assert_eq!(s.take_ready(), None);
+    let body = vec![b'x'; 40 * 1024];
+    let sent = s
+        .respond(
+            0,
+            Response::text(body.clone()),
+            false,
+            b"Mon, 23 Nov 2026 19:00:00 GMT",
+            b"Alt-Svc: h3=\":443\"\r\n",
+        )
+        .unwrap();
+    assert_eq!((sent.status, sent.body_bytes), (200, 40 * 1024));
+    let mut wire = Vec::new();
+    loop {
+        let (bytes, last) = s.output(0).unwrap();
+        let n = bytes.len().min(1000); // the stream takes a little at a time
+        wire.extend_from_slice(&bytes[..n]);
+        s.consumed(0, n);
+        if n == 0 && last {
+            break;
+        }
+    }
+    let frames = pieces(&[&wire]);
+    assert_eq!(frames[0].0, frame::HEADERS);
+    let fields = decode(&frames[0].1).unwrap();
+    assert_eq!(fields[0], (":status".into(), "200".into()));
+    assert!(fields.contains(&("content-length".into(), "40960".into())));
+    assert!(fields.contains(&("alt-svc".into(), "h3=\":443\"".into())));
+    assert_eq!(frames.len(), 1 + 3, "16 + 16 + 8 KiB");
+    let got: Vec<u8> = frames[1..].iter().flat_map(|f| f.1.clone()).collect();
+    assert_eq!(got, body);
+}
+
+#[test]
+fn after_goaway_new_request_streams_are_rejected_and_open_ones_answered() {
+    let mut s = Session::new(CFG);
+    assert_eq!(s.recv(0, &headers_frame(&GET), false), Action::None);
+    s.go_away();
+    assert!(s.control_output().ends_with(&hex("07 01 04")), "GOAWAY naming stream 4");
+    assert_eq!(
+        s.recv(4, &headers_frame(&GET), true),
+        Action::Reset(Code::RequestRejected)
+    );
+    assert_eq!(s.recv(0, &[], true), Action::None);
+    assert_eq!(s.take_ready(), Some(0));
+}
+
+#[test]
+fn the_fuzz_driver_runs_on_seeds() {
+    let mut settings = vec![0x00];
+    frame::write_settings(&mut settings, 100);
+    let record = |which: u8, bytes: &[u8]| [&[which, bytes.len() as u8][..], bytes].concat();
+    let get = headers_frame(&GET);
+    let inputs = [
+        [
+            record(0x04, &settings),
+            record(0x08, &get),
+            record(0x09, &get),
+            record(0x0a, &get),
+        ]
+        .concat(),
+        [record(0x00, &get[..3]), record(0x08, &get[3..]), record(0x11, &[])].concat(),
+        [record(0x04, &settings), record(0x14, &[]), record(0x08, &get)].concat(),
+    ];
+    for input in &inputs {
+        super::fuzz_session(input);
+    }
+}

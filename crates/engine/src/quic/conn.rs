@@ -1,0 +1,407 @@
+//! One QUIC connection carrying HTTP/3: quinn-proto's `Connection` (the
+//! transport) and `h3::Session` (the protocol), and the handler calls
+//! between them. Mirrors `conn/h2.rs`: the same handler, access log lines,
+//! metrics and deferred answers, per stream.
+
+use std::cell::Cell;
+use std::net::SocketAddr;
+use std::panic::{self, AssertUnwindSafe};
+use std::time::Instant;
+
+use quinn_proto::{Dir, Event, ReadError, StreamEvent, StreamId, VarInt, WriteError};
+
+use super::Shared;
+use crate::access_log::{Line, LogRequest};
+use crate::codec::Version;
+use crate::conn::{Ctx, HEADERS_ARRAY_MAX};
+use crate::h3::frame::Code;
+use crate::h3::{Action, Session};
+use crate::handler::Reply;
+use crate::request::{DeferSlot, Request};
+use crate::response::Response;
+
+pub(super) struct QuicConn {
+    pub(super) conn: quinn_proto::Connection,
+    session: Session,
+    /// Our control stream, once the handshake is done.
+    control: Option<StreamId>,
+    pub(super) timer: Option<Instant>,
+    pub(super) handshaken: bool,
+    peer: SocketAddr,
+    /// This connection's token in the worker's mailbox.
+    token: usize,
+    deferred: Vec<DeferredStream>,
+    /// Scratch: streams with bytes to send.
+    sending: Vec<u64>,
+    closed: bool,
+}
+
+struct DeferredStream {
+    id: u64,
+    started: Instant,
+    method_idx: usize,
+    head_only: bool,
+    log: Option<LogRequest>,
+}
+
+fn code(c: Code) -> VarInt {
+    VarInt::from_u32(c as u32)
+}
+
+impl QuicConn {
+    pub(super) fn new(conn: quinn_proto::Connection, peer: SocketAddr, token: usize, ctx: &Ctx<'_>) -> Self {
+        let cfg = crate::h3::Config {
+            head_bytes_max: ctx.limits.head_bytes_max,
+            n_headers_max: ctx.limits.n_headers_max.min(HEADERS_ARRAY_MAX),
+            body_bytes_max: ctx.limits.body_bytes_max,
+        };
+        QuicConn {
+            conn,
+            session: Session::new(cfg),
+            control: None,
+            timer: None,
+            handshaken: false,
+            peer,
+            token,
+            deferred: Vec::new(),
+            sending: Vec::new(),
+            closed: false,
+        }
+    }
+
+    /// Acts on the transport's events: streams opened, readable, writable,
+    /// stopped; answers complete requests; writes what flow control takes.
+    pub(super) fn process(&mut self, ctx: &mut Ctx<'_>, shared: &Shared, draining: bool) {
+        while let Some(event) = self.conn.poll() {
+            match event {
+                Event::Connected => {
+                    self.handshaken = true;
+                    if let Some(m) = ctx.metrics {
+                        m.quic_handshakes.add(1);
+                    }
+                    // §6.2.1: each side opens its control stream first.
+                    self.control = self.conn.streams().open(Dir::Uni);
+                }
+                Event::Stream(StreamEvent::Opened { dir }) => {
+                    while let Some(id) = self.conn.streams().accept(dir) {
+                        self.read(ctx, id);
+                    }
+                }
+                Event::Stream(StreamEvent::Readable { id }) => self.read(ctx, id),
+                Event::Stream(StreamEvent::Stopped { id, .. }) => {
+                    // The client no longer wants the response.
+                    let _ = self.conn.send_stream(id).reset(code(Code::RequestCancelled));
+                    self.session.remove(id.into());
+                }
+                Event::ConnectionLost { reason } => {
+                    crate::log::debug(format_args!("QUIC: connection from {} ended: {reason}", self.peer));
+                    self.closed = true;
+                }
+                _ => {}
+            }
+        }
+        if self.closed {
+            return;
+        }
+        if draining {
+            self.session.go_away();
+        }
+        while let Some(id) = self.session.take_ready() {
+            self.answer(ctx, shared, id);
+        }
+        self.pump();
+        if self.session.is_going_away() && self.session.is_idle() && !self.conn.is_closed() {
+            self.flush_control();
+            self.conn.close(ctx.now, code(Code::NoError), "going away".into());
+        }
+    }
+
+    /// Reads what stream `id` has and feeds it to the session.
+    fn read(&mut self, ctx: &mut Ctx<'_>, id: StreamId) {
+        let mut recv = self.conn.recv_stream(id);
+        let Ok(mut chunks) = recv.read(true) else { return };
+        let sid: u64 = id.into();
+        let mut action = Action::None;
+        loop {
+            match chunks.next(usize::MAX) {
+                Ok(Some(chunk)) => {
+                    action = self.session.recv(sid, &chunk.bytes, false);
+                }
+                Ok(None) => {
+                    action = self.session.recv(sid, &[], true);
+                    break;
+                }
+                Err(ReadError::Blocked) => break,
+                Err(ReadError::Reset(_)) => {
+                    action = self.session.on_reset(sid);
+                    break;
+                }
+            }
+            if action != Action::None {
+                break;
+            }
+        }
+        let _ = chunks.finalize();
+        self.act(ctx, id, action);
+    }
+
+    fn act(&mut self, ctx: &mut Ctx<'_>, id: StreamId, action: Action) {
+        match action {
+            Action::None => {}
+            Action::StopSending(c) => {
+                let _ = self.conn.recv_stream(id).stop(code(c));
+            }
+            Action::Reset(c) => {
+                let _ = self.conn.recv_stream(id).stop(code(c));
+                let _ = self.conn.send_stream(id).reset(code(c));
+            }
+            Action::Close(c, why) => {
+                crate::log::debug(format_args!("QUIC: closing the connection from {}: {why}", self.peer));
+                self.conn.close(ctx.now, code(c), why.as_bytes().to_vec().into());
+            }
+        }
+    }
+
+    /// Calls the handler for stream `id` and queues its answer.
+    fn answer(&mut self, ctx: &mut Ctx<'_>, shared: &Shared, id: u64) {
+        let extra_fields = shared.tls.extra_fields.as_deref().unwrap_or(&[]);
+        let date = &ctx.date.http()[..];
+        if let Some((status, _why, stop)) = self.session.refused(id) {
+            let done = self.session.recv_done(id);
+            let sent = self
+                .session
+                .respond(id, Response::error(status), false, date, extra_fields);
+            if !done {
+                // Answered before the request ended: the rest is not read.
+                let _ = self
+                    .conn
+                    .recv_stream(StreamId::from(VarInt::from_u64(id).unwrap_or_default()))
+                    .stop(code(stop));
+            }
+            if let (Some(log), Some(sent)) = (ctx.log.as_deref_mut(), sent) {
+                log.record(&Line {
+                    clf_time: ctx.date.clf(),
+                    peer: self.peer,
+                    method: b"-",
+                    target: b"-",
+                    version: b"HTTP/3.0",
+                    status: sent.status,
+                    body_bytes: sent.body_bytes,
+                    referer: None,
+                    user_agent: None,
+                    host: None,
+                    duration_us: Some(micros_since(ctx.now)),
+                });
+            }
+            if let Some(m) = ctx.metrics {
+                m.record(b"-", status, ctx.now);
+            }
+            return;
+        }
+        let Some(parts) = self.session.parts(id) else {
+            // No :method or :path passed the checks only as CONNECT.
+            let sent = self
+                .session
+                .respond(id, Response::error(400), false, date, extra_fields);
+            if let (Some(m), Some(sent)) = (ctx.metrics, sent) {
+                m.record(b"-", sent.status, ctx.now);
+            }
+            return;
+        };
+        let slot = DeferSlot {
+            mailbox: ctx.mailbox,
+            token: self.token,
+            next_id: ctx.next_defer_id,
+            id: Cell::new(None),
+        };
+        let mut small = [httparse::EMPTY_HEADER; 32];
+        let mut large = Vec::new();
+        let n_fields = parts.head.fields.len();
+        let headers: &mut [httparse::Header<'_>] = if n_fields <= small.len() {
+            &mut small
+        } else {
+            large.resize(n_fields.min(HEADERS_ARRAY_MAX), httparse::EMPTY_HEADER);
+            &mut large
+        };
+        let n = parts.head.fill(headers);
+        let mut req = Request::new(
+            parts.method,
+            parts.target,
+            Version::Http3,
+            &headers[..n],
+            parts.host,
+            parts.body,
+            self.peer,
+        );
+        req.defer = Some(&slot);
+        let head_only = parts.method == "HEAD";
+        let reply = panic::catch_unwind(AssertUnwindSafe(|| ctx.handler.call(&req)));
+        let response = match reply {
+            Ok(Reply::Now(response)) => response,
+            Ok(Reply::Later) => {
+                if let Some(defer_id) = slot.id.get() {
+                    let log = ctx.log.is_some().then(|| log_request(&req));
+                    let method_idx = crate::metrics::method_index(req.method().as_bytes());
+                    self.deferred.push(DeferredStream {
+                        id: defer_id,
+                        started: ctx.now,
+                        method_idx,
+                        head_only,
+                        log,
+                    });
+                    self.session.defer(id, defer_id);
+                    if let Some(m) = ctx.metrics {
+                        m.deferred_started.add(1);
+                    }
+                    return;
+                }
+                crate::log::error(format_args!(
+                    "handler returned Reply::Later without calling Request::defer"
+                ));
+                Response::error(500)
+            }
+            // The panic hook has already printed the message.
+            Err(_) => Response::error(500),
+        };
+        let sent = crate::h2::Session::sent_of(&response, head_only);
+        if let Some(log) = ctx.log.as_deref_mut() {
+            log.record(&Line {
+                clf_time: ctx.date.clf(),
+                peer: self.peer,
+                method: req.method().as_bytes(),
+                target: req.target().as_bytes(),
+                version: b"HTTP/3.0",
+                status: sent.status,
+                body_bytes: sent.body_bytes,
+                referer: req.header_bytes("referer"),
+                user_agent: req.header_bytes("user-agent"),
+                host: req.host().map(str::as_bytes),
+                duration_us: Some(micros_since(ctx.now)),
+            });
+        }
+        if let Some(m) = ctx.metrics {
+            m.record(req.method().as_bytes(), sent.status, ctx.now);
+        }
+        self.session.respond(id, response, head_only, date, extra_fields);
+    }
+
+    /// A deferred answer arrived from another thread.
+    pub(super) fn on_answer(&mut self, ctx: &mut Ctx<'_>, shared: &Shared, id: u64, response: Response) {
+        let Some(at) = self.deferred.iter().position(|d| d.id == id) else {
+            return;
+        };
+        let wait = self.deferred.swap_remove(at);
+        if let Some(m) = ctx.metrics {
+            m.deferred_ended.add(1);
+        }
+        // The client may have reset the stream meanwhile.
+        let Some(stream) = self.session.deferred_stream(id) else {
+            return;
+        };
+        let extra_fields = shared.tls.extra_fields.as_deref().unwrap_or(&[]);
+        let sent = self
+            .session
+            .respond(stream, response, wait.head_only, &ctx.date.http()[..], extra_fields);
+        if let Some(sent) = sent {
+            if let (Some(w), Some(req)) = (ctx.log.as_deref_mut(), wait.log.as_ref()) {
+                w.record_owned(
+                    ctx.date.clf(),
+                    self.peer,
+                    req,
+                    sent.status,
+                    sent.body_bytes,
+                    wait.started,
+                );
+            }
+            if let Some(m) = ctx.metrics {
+                m.record_index(wait.method_idx, sent.status, wait.started);
+            }
+        }
+    }
+
+    /// The connection is gone: deferred answers still out are abandoned.
+    pub(super) fn abandon(&mut self, ctx: &mut Ctx<'_>) {
+        if let Some(m) = ctx.metrics {
+            m.deferred_ended.add(self.deferred.len() as u64);
+        }
+        self.deferred.clear();
+    }
+
+    /// Writes our control stream's bytes and each answered stream's, as
+    /// far as quinn-proto's flow control and send buffer take them.
+    fn pump(&mut self) {
+        self.flush_control();
+        self.sending.clear();
+        self.session.sending(&mut self.sending);
+        for i in 0..self.sending.len() {
+            let sid = self.sending[i];
+            let Some(id) = VarInt::from_u64(sid).ok().map(StreamId::from) else {
+                continue;
+            };
+            loop {
+                let (bytes, last) = match self.session.output(sid) {
+                    Ok(out) => out,
+                    Err(()) => {
+                        // The body could not be read (a file that shrank):
+                        // the length was promised, so reset the stream.
+                        let _ = self.conn.send_stream(id).reset(code(Code::InternalError));
+                        self.session.remove(sid);
+                        break;
+                    }
+                };
+                if bytes.is_empty() {
+                    if last {
+                        let _ = self.conn.send_stream(id).finish();
+                        self.session.remove(sid);
+                    }
+                    break;
+                }
+                match self.conn.send_stream(id).write(bytes) {
+                    Ok(n) => {
+                        let all = n == bytes.len();
+                        self.session.consumed(sid, n);
+                        if !all {
+                            break; // wait for Writable
+                        }
+                    }
+                    Err(WriteError::Blocked) => break,
+                    Err(_) => {
+                        // Stopped or closed by the client.
+                        self.session.remove(sid);
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    fn flush_control(&mut self) {
+        let Some(id) = self.control else { return };
+        let out = self.session.control_output();
+        if out.is_empty() {
+            return;
+        }
+        if let Ok(n) = self.conn.send_stream(id).write(out) {
+            out.drain(..n);
+        }
+    }
+}
+
+fn log_request(req: &Request<'_>) -> LogRequest {
+    let mut request_line = Vec::with_capacity(req.method().len() + req.target().len() + 10);
+    request_line.extend_from_slice(req.method().as_bytes());
+    request_line.push(b' ');
+    request_line.extend_from_slice(req.target().as_bytes());
+    request_line.push(b' ');
+    request_line.extend_from_slice(req.version().as_str().as_bytes());
+    LogRequest {
+        request_line,
+        referer: req.header_bytes("referer").map(<[u8]>::to_vec),
+        user_agent: req.header_bytes("user-agent").map(<[u8]>::to_vec),
+        host: req.host().map(|h| h.as_bytes().to_vec()),
+    }
+}
+
+fn micros_since(start: Instant) -> u64 {
+    u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX)
+}

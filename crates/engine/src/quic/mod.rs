@@ -1,0 +1,419 @@
+//! QUIC for HTTP/3: per worker, one UDP socket per TLS address (the same
+//! port, in an SO_REUSEPORT group with the other workers' sockets) and one
+//! quinn-proto `Endpoint`, driven from the worker's own mio loop. No async
+//! runtime: quinn-proto is a state machine (datagrams in, `poll_transmit`
+//! and `poll_timeout` out), quinn-udp does the system calls (recvmmsg,
+//! sendmsg with GSO, GRO and ECN where the kernel has them; plain
+//! recvmsg/sendmsg where it does not).
+//!
+//! The kernel hashes each datagram's 4-tuple to one socket of the group,
+//! so a worker keeps its connections for as long as the client's address
+//! stays the same (a client that migrates lands on another worker, which
+//! does not know its connection ID, and must reconnect).
+//!
+//! Timers: each connection's `poll_timeout` is kept in an ordered set, so
+//! the worker sleeps until the earliest (`Endpoint::next_timeout`).
+//!
+//! Defences: address validation with Retry once `h3_handshakes_before_retry`
+//! handshakes are in progress (a flood of Initials from forged addresses
+//! costs a stateless packet each); the anti-amplification limit, stateless
+//! reset and the connection IDs are quinn-proto's; at most `n_conns_max`
+//! connections per worker (more are refused with CONNECTION_REFUSED).
+
+mod conn;
+
+use std::collections::BTreeSet;
+use std::io::{self, IoSliceMut};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use quinn_proto::{ConnectionHandle, DatagramEvent, VarInt};
+
+use crate::conn::Ctx;
+use crate::error::Error;
+use crate::limits::{Limits, H3_CONN_RECV_WINDOW_BYTES, H3_SEND_WINDOW_BYTES, H3_STREAM_RECV_WINDOW_BYTES};
+use crate::tls::TlsListener;
+
+use conn::QuicConn;
+
+/// Tokens of QUIC connections in the worker's mailbox: this base, plus
+/// the endpoint's index times 2^24, plus quinn-proto's connection handle.
+/// Below the listeners' tokens, above any TCP connection's slab key.
+pub(crate) const CONN_TOKEN_BASE: usize = usize::MAX / 4;
+const ENDPOINT_TOKEN_STRIDE: usize = 1 << 24;
+
+/// The QUIC configuration every worker's endpoint for one address shares.
+pub(crate) struct Shared {
+    server: Arc<quinn_proto::ServerConfig>,
+    endpoint: Arc<quinn_proto::EndpointConfig>,
+    /// HSTS and Alt-Svc lines for responses (as on the TLS listener).
+    pub(crate) tls: Arc<TlsListener>,
+}
+
+impl Shared {
+    pub(crate) fn new(
+        crypto: quinn_proto::crypto::rustls::QuicServerConfig,
+        tls: Arc<TlsListener>,
+        limits: &Limits,
+    ) -> Result<Self, Error> {
+        let mut transport = quinn_proto::TransportConfig::default();
+        let idle = quinn_proto::IdleTimeout::try_from(limits.h3_idle_timeout.min(Duration::from_secs(3600)))
+            .map_err(|e| Error::setup(io::Error::other(format!("h3 idle timeout: {e}"))))?;
+        transport
+            .max_concurrent_bidi_streams(VarInt::from_u32(limits.h3_streams_max))
+            // The client's control and two QPACK streams, and room for
+            // GREASE streams we read and drop (RFC 9114 §6.2 asks for 3).
+            .max_concurrent_uni_streams(VarInt::from_u32(crate::h3::UNI_STREAMS_MAX as u32))
+            .max_idle_timeout(Some(idle))
+            .stream_receive_window(VarInt::from_u32(H3_STREAM_RECV_WINDOW_BYTES))
+            .receive_window(VarInt::from_u32(H3_CONN_RECV_WINDOW_BYTES))
+            .send_window(H3_SEND_WINDOW_BYTES)
+            .datagram_receive_buffer_size(None);
+        let mut mtud = quinn_proto::MtuDiscoveryConfig::default();
+        mtud.upper_bound(limits.h3_udp_payload_bytes_max.max(1200));
+        transport.mtu_discovery_config(Some(mtud));
+        let mut server = quinn_proto::ServerConfig::with_crypto(Arc::new(crypto));
+        server.transport_config(Arc::new(transport));
+        // Connection migration would move a client's packets to another
+        // worker's socket (the kernel hashes the new address there).
+        server.migration(false);
+        let mut endpoint = quinn_proto::EndpointConfig::default();
+        endpoint
+            .max_udp_payload_size(limits.h3_udp_payload_bytes_max.max(1200))
+            .map_err(|e| Error::setup(io::Error::other(format!("h3 UDP payload size: {e}"))))?;
+        Ok(Shared {
+            server: Arc::new(server),
+            endpoint: Arc::new(endpoint),
+            tls,
+        })
+    }
+}
+
+/// One worker's QUIC endpoint on one UDP socket.
+pub(crate) struct Endpoint {
+    pub(crate) socket: mio::net::UdpSocket,
+    udp: quinn_udp::UdpSocketState,
+    endpoint: quinn_proto::Endpoint,
+    shared: Arc<Shared>,
+    /// By quinn-proto's connection handle.
+    conns: Vec<Option<Box<QuicConn>>>,
+    n_conns: usize,
+    /// Each connection's next timeout, by time.
+    timers: BTreeSet<(Instant, usize)>,
+    recv_buf: Box<[u8]>,
+    send_buf: Vec<u8>,
+    touched: Vec<usize>,
+    /// This endpoint's place among the worker's, for mailbox tokens.
+    index: usize,
+    draining: bool,
+}
+
+impl Endpoint {
+    pub(crate) fn new(socket: std::net::UdpSocket, shared: Arc<Shared>, index: usize) -> io::Result<Self> {
+        let udp = quinn_udp::UdpSocketState::new((&socket).into())?;
+        let endpoint = quinn_proto::Endpoint::new(shared.endpoint.clone(), Some(shared.server.clone()), true, None);
+        let datagram = usize::from(shared.endpoint.get_max_udp_payload_size().min(65527) as u16);
+        let recv_bytes = datagram.max(1500) * udp.gro_segments().max(1) * quinn_udp::BATCH_SIZE;
+        Ok(Endpoint {
+            socket: mio::net::UdpSocket::from_std(socket),
+            udp,
+            endpoint,
+            shared,
+            conns: Vec::new(),
+            n_conns: 0,
+            timers: BTreeSet::new(),
+            recv_buf: vec![0; recv_bytes.min(4 << 20)].into_boxed_slice(),
+            send_buf: Vec::with_capacity(64 * 1024),
+            touched: Vec::new(),
+            index,
+            draining: false,
+        })
+    }
+
+    /// Whether a mailbox token names one of this endpoint's connections,
+    /// and which.
+    pub(crate) fn conn_of_token(&self, token: usize) -> Option<usize> {
+        let base = CONN_TOKEN_BASE + self.index * ENDPOINT_TOKEN_STRIDE;
+        (base..base + ENDPOINT_TOKEN_STRIDE)
+            .contains(&token)
+            .then(|| token - base)
+    }
+
+    fn token_of(&self, ch: usize) -> usize {
+        CONN_TOKEN_BASE + self.index * ENDPOINT_TOKEN_STRIDE + ch
+    }
+
+    /// Connections open (including those closing).
+    pub(crate) fn n_conns(&self) -> usize {
+        self.n_conns
+    }
+
+    /// When the earliest connection timer fires.
+    pub(crate) fn next_timeout(&self) -> Option<Instant> {
+        self.timers.first().map(|&(t, _)| t)
+    }
+
+    /// Reads every datagram waiting on the socket and acts on them.
+    pub(crate) fn on_readable(&mut self, ctx: &mut Ctx<'_>) {
+        let mut metas = [quinn_udp::RecvMeta::default(); quinn_udp::BATCH_SIZE];
+        loop {
+            let n = {
+                let chunk = self.recv_buf.len() / quinn_udp::BATCH_SIZE;
+                let mut bufs: Vec<IoSliceMut<'_>> = self.recv_buf.chunks_mut(chunk).map(IoSliceMut::new).collect();
+                match self.udp.recv((&self.socket).into(), &mut bufs, &mut metas) {
+                    Ok(n) => n,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => {
+                        // ICMP errors surface here (ECONNREFUSED from a
+                        // client gone): not ours to act on.
+                        crate::log::debug(format_args!("QUIC: recv: {e}"));
+                        continue;
+                    }
+                }
+            };
+            let chunk = self.recv_buf.len() / quinn_udp::BATCH_SIZE;
+            for (i, meta) in metas.iter().take(n).enumerate() {
+                let start = i * chunk;
+                let mut data = BytesMut::from(&self.recv_buf[start..start + meta.len]);
+                let stride = meta.stride.max(1);
+                while !data.is_empty() {
+                    let datagram = data.split_to(stride.min(data.len()));
+                    if let Some(m) = ctx.metrics {
+                        m.quic_packets_received.add(1);
+                    }
+                    self.on_datagram(ctx, meta.addr, meta.dst_ip, meta.ecn, datagram);
+                }
+            }
+        }
+        self.drive_touched(ctx);
+    }
+
+    fn on_datagram(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        from: SocketAddr,
+        dst_ip: Option<std::net::IpAddr>,
+        ecn: Option<quinn_udp::EcnCodepoint>,
+        data: BytesMut,
+    ) {
+        let ecn = ecn.and_then(|e| quinn_proto::EcnCodepoint::from_bits(e as u8));
+        self.send_buf.clear();
+        let event = self
+            .endpoint
+            .handle(ctx.now, from, dst_ip, ecn, data, &mut self.send_buf);
+        match event {
+            None => {}
+            Some(DatagramEvent::ConnectionEvent(ch, event)) => {
+                if let Some(Some(c)) = self.conns.get_mut(ch.0) {
+                    c.conn.handle_event(event);
+                    self.touched.push(ch.0);
+                }
+            }
+            Some(DatagramEvent::Response(transmit)) => {
+                self.send(&transmit, ctx);
+            }
+            Some(DatagramEvent::NewConnection(incoming)) => self.on_incoming(ctx, incoming),
+        }
+    }
+
+    /// A client's first Initial: accept it, ask it to prove its address
+    /// (Retry), or refuse it.
+    fn on_incoming(&mut self, ctx: &mut Ctx<'_>, incoming: quinn_proto::Incoming) {
+        if self.draining || self.n_conns >= ctx.limits.n_conns_max {
+            self.send_buf.clear();
+            let transmit = self.endpoint.refuse(incoming, &mut self.send_buf);
+            self.send(&transmit, ctx);
+            return;
+        }
+        let handshaking = self.conns.iter().flatten().filter(|c| !c.handshaken).count();
+        if !incoming.remote_address_validated() && handshaking >= ctx.limits.h3_handshakes_before_retry {
+            self.send_buf.clear();
+            match self.endpoint.retry(incoming, &mut self.send_buf) {
+                Ok(transmit) => {
+                    if let Some(m) = ctx.metrics {
+                        m.quic_retries.add(1);
+                    }
+                    self.send(&transmit, ctx);
+                }
+                Err(e) => self.endpoint.ignore(e.into_incoming()),
+            }
+            return;
+        }
+        self.send_buf.clear();
+        let peer = incoming.remote_address();
+        match self.endpoint.accept(incoming, ctx.now, &mut self.send_buf, None) {
+            Ok((ch, conn)) => {
+                if let Some(m) = ctx.metrics {
+                    m.quic_conns_accepted.add(1);
+                }
+                if self.conns.len() <= ch.0 {
+                    self.conns.resize_with(ch.0 + 1, || None);
+                }
+                let token = self.token_of(ch.0);
+                self.conns[ch.0] = Some(Box::new(QuicConn::new(conn, peer, token, ctx)));
+                self.n_conns += 1;
+                self.touched.push(ch.0);
+            }
+            Err(e) => {
+                crate::log::debug(format_args!("QUIC: connection from {peer} not accepted: {}", e.cause));
+                if let Some(transmit) = e.response {
+                    self.send(&transmit, ctx);
+                }
+            }
+        }
+    }
+
+    /// Drives every connection an event touched.
+    fn drive_touched(&mut self, ctx: &mut Ctx<'_>) {
+        self.touched.sort_unstable();
+        self.touched.dedup();
+        let touched = std::mem::take(&mut self.touched);
+        for &ch in &touched {
+            self.drive(ctx, ch);
+        }
+        self.touched = touched;
+        self.touched.clear();
+    }
+
+    /// Lets connection `ch` act on what it received, answer, send, and
+    /// set its timer; removes it once drained.
+    fn drive(&mut self, ctx: &mut Ctx<'_>, ch: usize) {
+        let Some(Some(c)) = self.conns.get_mut(ch) else { return };
+        let old_timer = c.timer;
+        // Events for the endpoint (retired connection IDs, drained), and
+        // back.
+        loop {
+            let mut progressed = false;
+            while let Some(event) = c.conn.poll_endpoint_events() {
+                progressed = true;
+                if let Some(back) = self.endpoint.handle_event(ConnectionHandle(ch), event) {
+                    c.conn.handle_event(back);
+                }
+            }
+            c.process(ctx, &self.shared, self.draining);
+            if !progressed {
+                break;
+            }
+        }
+        // Transmit what the connection has, GSO batches where allowed.
+        let max_segments = self.udp.max_gso_segments().max(1);
+        loop {
+            self.send_buf.clear();
+            let Some(t) = c.conn.poll_transmit(ctx.now, max_segments, &mut self.send_buf) else {
+                break;
+            };
+            let transmit = quinn_udp::Transmit {
+                destination: t.destination,
+                ecn: t.ecn.and_then(|e| quinn_udp::EcnCodepoint::from_bits(e as u8)),
+                contents: &self.send_buf[..t.size],
+                segment_size: t.segment_size,
+                src_ip: t.src_ip,
+            };
+            send_udp(&self.udp, &self.socket, &transmit, ctx);
+        }
+        let timer = c.conn.poll_timeout();
+        if timer != old_timer {
+            if let Some(t) = old_timer {
+                self.timers.remove(&(t, ch));
+            }
+            if let Some(t) = timer {
+                self.timers.insert((t, ch));
+            }
+            c.timer = timer;
+        }
+        if c.conn.is_drained() {
+            if let Some(t) = c.timer {
+                self.timers.remove(&(t, ch));
+            }
+            if let Some(m) = ctx.metrics {
+                let stats = c.conn.stats();
+                m.quic_packets_sent.add(stats.path.sent_packets);
+                m.quic_packets_lost.add(stats.path.lost_packets);
+                m.quic_conns_closed.add(1);
+            }
+            c.abandon(ctx);
+            self.conns[ch] = None;
+            self.n_conns -= 1;
+        }
+    }
+
+    /// Fires the timers that are due.
+    pub(crate) fn on_timers(&mut self, ctx: &mut Ctx<'_>) {
+        while let Some(&(t, ch)) = self.timers.first() {
+            if t > ctx.now {
+                break;
+            }
+            self.timers.remove(&(t, ch));
+            if let Some(Some(c)) = self.conns.get_mut(ch) {
+                c.timer = None;
+                c.conn.handle_timeout(ctx.now);
+                self.touched.push(ch);
+            }
+        }
+        self.drive_touched(ctx);
+    }
+
+    /// A deferred answer for one of this endpoint's connections.
+    pub(crate) fn on_answer(&mut self, ctx: &mut Ctx<'_>, ch: usize, id: u64, response: crate::Response) {
+        if let Some(Some(c)) = self.conns.get_mut(ch) {
+            c.on_answer(ctx, &self.shared, id, response);
+            self.touched.push(ch);
+            self.drive_touched(ctx);
+        }
+    }
+
+    /// Shutdown or hand-over: GOAWAY on every connection; each closes once
+    /// its requests are answered. New connections are refused.
+    pub(crate) fn drain(&mut self, ctx: &mut Ctx<'_>) {
+        self.draining = true;
+        for ch in 0..self.conns.len() {
+            if self.conns[ch].is_some() {
+                self.touched.push(ch);
+            }
+        }
+        self.drive_touched(ctx);
+    }
+
+    /// The shutdown timeout passed: close what is left at once.
+    pub(crate) fn close_all(&mut self, ctx: &mut Ctx<'_>) {
+        for c in self.conns.iter_mut().flatten() {
+            c.conn.close(
+                ctx.now,
+                VarInt::from_u32(crate::h3::frame::Code::NoError as u32),
+                "shutting down".into(),
+            );
+        }
+        for ch in 0..self.conns.len() {
+            self.touched.push(ch);
+        }
+        self.drive_touched(ctx);
+    }
+
+    fn send(&self, t: &quinn_proto::Transmit, ctx: &Ctx<'_>) {
+        let transmit = quinn_udp::Transmit {
+            destination: t.destination,
+            ecn: t.ecn.and_then(|e| quinn_udp::EcnCodepoint::from_bits(e as u8)),
+            contents: &self.send_buf[..t.size],
+            segment_size: t.segment_size,
+            src_ip: t.src_ip,
+        };
+        send_udp(&self.udp, &self.socket, &transmit, ctx);
+    }
+}
+
+/// Sends one transmit. A full socket buffer drops it: QUIC takes it as
+/// loss and its congestion control slows down, as it would for a drop on
+/// the path.
+fn send_udp(udp: &quinn_udp::UdpSocketState, socket: &mio::net::UdpSocket, t: &quinn_udp::Transmit<'_>, ctx: &Ctx<'_>) {
+    match udp.send(socket.into(), t) {
+        Ok(()) => {
+            if let Some(m) = ctx.metrics {
+                m.bytes_sent.add(t.contents.len() as u64);
+            }
+        }
+        Err(e) => crate::log::debug(format_args!("QUIC: send to {}: {e}", t.destination)),
+    }
+}
