@@ -47,7 +47,14 @@ pub struct FileId {
 
 /// Opens the root directory, to resolve every request beneath it.
 pub fn open_root(path: &Path) -> io::Result<OwnedFd> {
-    let root = rustix::fs::open(path, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
+    // `openat(AT_FDCWD, …)`, not `open`: rustix's `open` is the `open`
+    // system call on x86-64, which the sandbox's allow-list leaves out.
+    let root = rustix::fs::openat(
+        rustix::fs::CWD,
+        path,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
     if OPENAT2.load(Ordering::Relaxed) == UNKNOWN {
         let works = match openat2(
             &root,
