@@ -47,7 +47,14 @@ pub struct FileId {
 
 /// Opens the root directory, to resolve every request beneath it.
 pub fn open_root(path: &Path) -> io::Result<OwnedFd> {
-    let root = rustix::fs::open(path, OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())?;
+    // openat, not open: rustix's `open` is the legacy open(2) system call
+    // on x86_64, which the sandbox's seccomp filter does not allow.
+    let root = rustix::fs::openat(
+        rustix::fs::CWD,
+        path,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
     if OPENAT2.load(Ordering::Relaxed) == UNKNOWN {
         let works = match openat2(
             &root,
