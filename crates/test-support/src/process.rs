@@ -173,3 +173,16 @@ pub fn last_addr(line: &str) -> String {
     let (_, rest) = url.split_once("://").unwrap_or_else(|| panic!("no URL in {line:?}"));
     rest.trim_end_matches('/').to_owned()
 }
+
+/// Whether this process runs as root (its effective uid is 0), from
+/// `/proc/self/status`: some behaviour (dropping root) can be checked
+/// only then.
+pub fn is_root() -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let euid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .expect("a Uid: line in /proc/self/status");
+    euid == "0"
+}
