@@ -14,7 +14,6 @@ use std::time::Duration;
 
 use common::PATIENCE;
 use peregrine::{Limits, Reply, Request, Responder, Response, Server};
-
 use test_support::h2::{
     CONTINUATION, DATA, END_HEADERS, END_STREAM, ENHANCE_YOUR_CALM, GOAWAY, HEADERS, NO_ERROR, PING, PREFACE,
     REFUSED_STREAM, RST_STREAM, SETTINGS, WINDOW_UPDATE,

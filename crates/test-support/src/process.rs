@@ -130,8 +130,10 @@ impl Process {
         self.child.take().unwrap().wait().unwrap()
     }
 
-    /// SIGTERM, then the exit status must be 0 (a graceful shutdown).
+    /// SIGTERM once the child catches it, then the exit status must be 0
+    /// (a graceful shutdown).
     pub fn terminate(self) {
+        wait_catching(self.pid(), SIGTERM);
         self.signal("TERM");
         assert_eq!(self.wait().code(), Some(0), "a graceful exit after SIGTERM");
     }
@@ -144,6 +146,25 @@ impl Drop for Process {
             let _ = child.wait();
         }
     }
+}
+
+/// SIGTERM's number (the same on every Linux architecture).
+pub const SIGTERM: u32 = 15;
+
+/// Waits (up to `PATIENCE`) until process `pid` catches signal `number`
+/// (its bit in `SigCgt` of `/proc/PID/status`). A program may print that
+/// it listens before it installs its handlers (the examples do: they
+/// start, print, then `Running::wait`); a signal sent in between would
+/// kill it by the default action, which says nothing about its shutdown.
+pub fn wait_catching(pid: u32, number: u32) {
+    crate::wait_until(&format!("process {pid} catching signal {number}"), || {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("SigCgt:"))
+            .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+            .is_some_and(|mask| mask & (1 << (number - 1)) != 0)
+    });
 }
 
 /// Sends signal `name` to `pid` with kill(1); it must be delivered.

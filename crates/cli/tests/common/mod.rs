@@ -75,8 +75,10 @@ pub fn packed(dir: &std::path::Path, files: &[(&str, &str)], extra: &[&str]) -> 
     (archive, err)
 }
 
-/// SIGTERM, then the exit status must be 0 (a graceful shutdown).
+/// SIGTERM once the child catches it, then the exit status must be 0 (a
+/// graceful shutdown).
 pub fn terminate(mut child: Child) {
+    test_support::process::wait_catching(child.id(), test_support::process::SIGTERM);
     signal(child.id(), "TERM");
     assert_eq!(child.wait().unwrap().code(), Some(0));
 }
