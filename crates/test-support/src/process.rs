@@ -207,3 +207,16 @@ pub fn is_root() -> bool {
         .expect("a Uid: line in /proc/self/status");
     euid == "0"
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_come_from_the_start_line() {
+        let line = "peregrine: sandbox off; serving /srv/a on b on https://127.0.0.1:8443/, http://[::1]:8080/\n";
+        assert_eq!(urls(line), ["https://127.0.0.1:8443/", "http://[::1]:8080/"]);
+        assert_eq!(last_addr(line), "[::1]:8080");
+        assert_eq!(last_addr("listening on http://127.0.0.1:3000/"), "127.0.0.1:3000");
+    }
+}
