@@ -217,10 +217,7 @@ fn a_root_the_dropped_user_cannot_read_is_warned_of_at_start() {
     let dir = scratch("unreadable-root");
     std::fs::write(dir.join("index.html"), "hi").unwrap();
     std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let root = status
-        .lines()
-        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"));
+    let root = test_support::process::is_root();
     if !root {
         let args = [
             OsStr::new("serve"),

@@ -92,17 +92,7 @@ fn h2spec() -> &'static Path {
             }])?
             .remove(0),
         };
-        let out = Command::new(&go)
-            .args(["install", "github.com/summerwind/h2spec/cmd/h2spec@latest"])
-            .env("GOBIN", &gobin)
-            .output()
-            .map_err(|e| format!("cannot run {}: {e}", go.display()))?;
-        if !out.status.success() {
-            return Err(format!(
-                "go install h2spec failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
+        test_support::install::go_install(&go, "github.com/summerwind/h2spec/cmd/h2spec@latest", &gobin)?;
         find().ok_or_else(|| format!("go install put no h2spec in {}", gobin.display()))
     });
     match found {

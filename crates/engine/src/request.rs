@@ -166,6 +166,23 @@ impl<'a> Request<'a> {
     }
 }
 
+#[cfg(test)]
+impl<'a> Request<'a> {
+    /// An HTTP/1.1 request with no fields and no body from 127.0.0.1:1, for
+    /// unit tests of what reads requests (the router, the accessors).
+    pub(crate) fn bare(method: &'a str, target: &'a str) -> Request<'a> {
+        Request::new(
+            method,
+            target,
+            Version::Http11,
+            &[],
+            None,
+            b"",
+            "127.0.0.1:1".parse().unwrap(),
+        )
+    }
+}
+
 impl std::fmt::Debug for Request<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Request")
@@ -218,15 +235,7 @@ mod tests {
     use super::*;
 
     fn req(target: &str) -> Request<'_> {
-        Request::new(
-            "GET",
-            target,
-            Version::Http11,
-            &[],
-            None,
-            b"",
-            "127.0.0.1:1".parse().unwrap(),
-        )
+        Request::bare("GET", target)
     }
 
     #[test]

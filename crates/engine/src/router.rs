@@ -192,18 +192,9 @@ fn call_with(route: &Route, req: &Request<'_>, raw: &[(&str, &str)]) -> Reply {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codec::Version;
 
     fn call(router: &Router, method: &str, target: &str) -> (u16, String, Option<String>) {
-        let req = Request::new(
-            method,
-            target,
-            Version::Http11,
-            &[],
-            None,
-            b"",
-            "127.0.0.1:1".parse().unwrap(),
-        );
+        let req = Request::bare(method, target);
         match router.call(&req) {
             Reply::Now(r) => {
                 let body = match r.body() {

@@ -14,24 +14,10 @@ use std::time::Duration;
 
 use common::PATIENCE;
 use peregrine::{Limits, Reply, Request, Responder, Response, Server};
-
-const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-
-const DATA: u8 = 0x0;
-const HEADERS: u8 = 0x1;
-const RST_STREAM: u8 = 0x3;
-const SETTINGS: u8 = 0x4;
-const PING: u8 = 0x6;
-const GOAWAY: u8 = 0x7;
-const WINDOW_UPDATE: u8 = 0x8;
-const CONTINUATION: u8 = 0x9;
-
-const END_STREAM: u8 = 0x1;
-const END_HEADERS: u8 = 0x4;
-
-const NO_ERROR: u32 = 0x0;
-const REFUSED_STREAM: u32 = 0x7;
-const ENHANCE_YOUR_CALM: u32 = 0xb;
+use test_support::h2::{
+    CONTINUATION, DATA, END_HEADERS, END_STREAM, ENHANCE_YOUR_CALM, GOAWAY, HEADERS, NO_ERROR, PING, PREFACE,
+    REFUSED_STREAM, RST_STREAM, SETTINGS, WINDOW_UPDATE,
+};
 
 #[derive(Debug)]
 struct Frame {

@@ -47,8 +47,8 @@ pub struct FileId {
 
 /// Opens the root directory, to resolve every request beneath it.
 pub fn open_root(path: &Path) -> io::Result<OwnedFd> {
-    // `openat(AT_FDCWD, …)`, not `open`: rustix's `open` is the `open`
-    // system call on x86-64, which the sandbox's allow-list leaves out.
+    // openat, not open: rustix's `open` is the legacy open(2) system call
+    // on x86_64, which the sandbox's seccomp filter does not allow.
     let root = rustix::fs::openat(
         rustix::fs::CWD,
         path,

@@ -3,9 +3,10 @@
 //! peak heap bytes of the threads that have not opted out (`live_bytes`,
 //! `peak_bytes`). A test binary installs it with
 //!
-//! ```ignore
+//! ```
 //! #[global_allocator]
 //! static GLOBAL: test_support::alloc::Counting = test_support::alloc::Counting;
+//! # fn main() {}
 //! ```
 //!
 //! and is best the only test in its binary, so that the harness is quiet

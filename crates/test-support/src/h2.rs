@@ -6,12 +6,27 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 
-const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
-const HEADERS: u8 = 0x1;
-const RST_STREAM: u8 = 0x3;
-const GOAWAY: u8 = 0x7;
-const END_STREAM: u8 = 0x1;
-const END_HEADERS: u8 = 0x4;
+/// The client connection preface (RFC 9113 §3.4).
+pub const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+// Frame types (RFC 9113 §6).
+pub const DATA: u8 = 0x0;
+pub const HEADERS: u8 = 0x1;
+pub const RST_STREAM: u8 = 0x3;
+pub const SETTINGS: u8 = 0x4;
+pub const PING: u8 = 0x6;
+pub const GOAWAY: u8 = 0x7;
+pub const WINDOW_UPDATE: u8 = 0x8;
+pub const CONTINUATION: u8 = 0x9;
+
+// Flags.
+pub const END_STREAM: u8 = 0x1;
+pub const END_HEADERS: u8 = 0x4;
+
+// Error codes (RFC 9113 §7).
+pub const NO_ERROR: u32 = 0x0;
+pub const REFUSED_STREAM: u32 = 0x7;
+pub const ENHANCE_YOUR_CALM: u32 = 0xb;
 
 /// A GET's header block: `:method GET`, `:scheme http`, `path` and
 /// `authority`, as HPACK literals without indexing of static-table names

@@ -268,3 +268,23 @@ impl InPlace {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn responses_parse_whole_or_not_at_all() {
+        let raw = b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nX-A: b\r\n\r\nabcHTTP/1.1 304 Not Modified\r\nContent-Length: 9\r\n\r\n";
+        let (r, used) = parse(raw, "GET").unwrap();
+        assert_eq!((r.status, r.header("x-a"), &r.body[..]), (200, Some("b"), &b"abc"[..]));
+        // A 304 has no body whatever its Content-Length says.
+        let (r, rest) = parse(&raw[used..], "GET").unwrap();
+        assert_eq!((r.status, r.body.len(), used + rest), (304, 0, raw.len()));
+        // Incomplete: the head, then the body.
+        assert!(parse(&raw[..20], "GET").is_none());
+        assert!(parse(&raw[..used - 1], "GET").is_none());
+        // HEAD: no body either.
+        assert_eq!(parse(&raw[..used - 3], "HEAD").unwrap().1, used - 3);
+    }
+}

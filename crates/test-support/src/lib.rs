@@ -2,7 +2,8 @@
 //! it checks: a counting global allocator (`alloc`), throwaway certificates
 //! and a TLS client (`pki`), a raw HTTP/1.1 client (`http`), an HTTP/2
 //! client that allocates nothing (`h2`), child processes that are killed
-//! when a test fails (`process`), scratch directories, and waiting for an
+//! when a test fails (`process`), programs found or installed under a lock
+//! and a time bound (`install`), scratch directories, and waiting for an
 //! event instead of sleeping (`wait_until`).
 //!
 //! A dev-dependency only (`publish = false`); it depends on none of the
@@ -11,6 +12,7 @@
 pub mod alloc;
 pub mod h2;
 pub mod http;
+pub mod install;
 pub mod pki;
 pub mod process;
 

@@ -130,8 +130,10 @@ impl Process {
         self.child.take().unwrap().wait().unwrap()
     }
 
-    /// SIGTERM, then the exit status must be 0 (a graceful shutdown).
+    /// SIGTERM once the child catches it, then the exit status must be 0
+    /// (a graceful shutdown).
     pub fn terminate(self) {
+        wait_catching(self.pid(), SIGTERM);
         self.signal("TERM");
         assert_eq!(self.wait().code(), Some(0), "a graceful exit after SIGTERM");
     }
@@ -144,6 +146,25 @@ impl Drop for Process {
             let _ = child.wait();
         }
     }
+}
+
+/// SIGTERM's number (the same on every Linux architecture).
+pub const SIGTERM: u32 = 15;
+
+/// Waits (up to `PATIENCE`) until process `pid` catches signal `number`
+/// (its bit in `SigCgt` of `/proc/PID/status`). A program may print that
+/// it listens before it installs its handlers (the examples do: they
+/// start, print, then `Running::wait`); a signal sent in between would
+/// kill it by the default action, which says nothing about its shutdown.
+pub fn wait_catching(pid: u32, number: u32) {
+    crate::wait_until(&format!("process {pid} catching signal {number}"), || {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("SigCgt:"))
+            .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+            .is_some_and(|mask| mask & (1 << (number - 1)) != 0)
+    });
 }
 
 /// Sends signal `name` to `pid` with kill(1); it must be delivered.
@@ -172,4 +193,30 @@ pub fn last_addr(line: &str) -> String {
     let url = urls(line).pop().unwrap();
     let (_, rest) = url.split_once("://").unwrap_or_else(|| panic!("no URL in {line:?}"));
     rest.trim_end_matches('/').to_owned()
+}
+
+/// Whether this process runs as root (its effective uid is 0), from
+/// `/proc/self/status`: some behaviour (dropping root) can be checked
+/// only then.
+pub fn is_root() -> bool {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let euid = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .expect("a Uid: line in /proc/self/status");
+    euid == "0"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_come_from_the_start_line() {
+        let line = "peregrine: sandbox off; serving /srv/a on b on https://127.0.0.1:8443/, http://[::1]:8080/\n";
+        assert_eq!(urls(line), ["https://127.0.0.1:8443/", "http://[::1]:8080/"]);
+        assert_eq!(last_addr(line), "[::1]:8080");
+        assert_eq!(last_addr("listening on http://127.0.0.1:3000/"), "127.0.0.1:3000");
+    }
 }

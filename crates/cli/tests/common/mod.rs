@@ -75,122 +75,15 @@ pub fn packed(dir: &std::path::Path, files: &[(&str, &str)], extra: &[&str]) -> 
     (archive, err)
 }
 
-/// SIGTERM, then the exit status must be 0 (a graceful shutdown).
+/// SIGTERM once the child catches it, then the exit status must be 0 (a
+/// graceful shutdown).
 pub fn terminate(mut child: Child) {
+    test_support::process::wait_catching(child.id(), test_support::process::SIGTERM);
     signal(child.id(), "TERM");
     assert_eq!(child.wait().unwrap().code(), Some(0));
 }
 
-/// A program a test runs: the variable that may name it, the names it has
-/// on PATH, and the Debian package that provides it.
-pub struct Program {
-    pub var: &'static str,
-    pub names: &'static [&'static str],
-    pub package: &'static str,
-}
-
-/// The lock every installation by these tests takes (and the one the
-/// engineers' own `flock ... apt-get` takes): apt's own locks make a second
-/// `apt-get update` fail at once rather than wait, so two test binaries, or
-/// two runs of `cargo test` on one machine, must not run apt side by side.
-pub const APT_LOCK: &str = "/tmp/peregrine-apt.lock";
-
-/// Everything one installation may take, waiting for the lock included.
-/// Chromium and its libraries are about 100 MB to fetch and unpack: a few
-/// minutes on a slow mirror. Past this the whole apt process group is
-/// killed, so that an install never outlives its test binary and slows the
-/// binaries cargo runs after it.
-pub const APT_INSTALL_TIMEOUT_SECS: u64 = 900;
-
-/// How long each apt step waits for dpkg's and apt's own locks, held by a
-/// process that does not take `APT_LOCK` (unattended-upgrades, a person).
-const APT_STEP_LOCK_TIMEOUT_SECS: u64 = 300;
-
-/// Each program's path: the one its variable names, else the first of its
-/// names on PATH, else the one Debian's package installs. The missing
-/// packages are installed together in one `apt-get` run under `APT_LOCK`;
-/// callers keep the answer in a `OnceLock` so that a test binary installs at
-/// most once however many threads ask. The error says what failed.
-pub fn find_or_install(programs: &[Program]) -> Result<Vec<std::path::PathBuf>, String> {
-    let find = |p: &Program| {
-        std::env::var_os(p.var)
-            .map(Into::into)
-            .or_else(|| find_on_path(p.names))
-    };
-    let missing: Vec<&str> = programs
-        .iter()
-        .filter(|p| find(p).is_none())
-        .map(|p| p.package)
-        .collect();
-    if !missing.is_empty() {
-        apt_install(&missing)?;
-    }
-    programs
-        .iter()
-        .map(|p| {
-            find(p).ok_or_else(|| {
-                format!(
-                    "Debian's {} is installed but none of {:?} is on PATH (or set {})",
-                    p.package, p.names, p.var
-                )
-            })
-        })
-        .collect()
-}
-
-/// The first of `names` found on PATH.
-pub fn find_on_path(names: &[&str]) -> Option<std::path::PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .flat_map(|dir| names.iter().map(move |name| dir.join(name)))
-        .find(|candidate| candidate.is_file())
-}
-
-/// Installs `packages` with apt-get, once per machine at a time: under
-/// flock(1) on `APT_LOCK`, skipping what another process installed while
-/// this one waited, each apt step waiting for apt's own locks, the whole
-/// bounded by `APT_INSTALL_TIMEOUT_SECS` (timeout(1) signals its whole
-/// process group, apt and dpkg included).
-fn apt_install(packages: &[&str]) -> Result<(), String> {
-    const LOCK_BUSY: i32 = 75;
-    const TIMED_OUT: i32 = 124;
-    let apt = format!("apt-get -q -o DPkg::Lock::Timeout={APT_STEP_LOCK_TIMEOUT_SECS} -o Acquire::Retries=3");
-    let script = format!(
-        "missing=; for p in \"$@\"; do \
-           dpkg-query -W -f='${{Status}}' \"$p\" 2>/dev/null | grep -q ' installed$' || missing=\"$missing $p\"; \
-         done; \
-         [ -z \"$missing\" ] || {{ {apt} update && {apt} install -y --no-install-recommends $missing; }}"
-    );
-    let started = std::time::Instant::now();
-    let out = Command::new("timeout")
-        .args(["--kill-after=10", &APT_INSTALL_TIMEOUT_SECS.to_string()])
-        .args(["flock", "--conflict-exit-code", &LOCK_BUSY.to_string()])
-        .args(["--wait", &APT_INSTALL_TIMEOUT_SECS.to_string(), APT_LOCK])
-        .args(["sh", "-c", &script, "sh"])
-        .args(packages)
-        .env("DEBIAN_FRONTEND", "noninteractive")
-        .output()
-        .map_err(|e| format!("cannot run timeout(1) to install {packages:?} with apt-get: {e}"))?;
-    if out.status.success() {
-        return Ok(());
-    }
-    let why = match out.status.code() {
-        Some(LOCK_BUSY) => format!("{APT_LOCK} stayed locked by another install for {APT_INSTALL_TIMEOUT_SECS} s"),
-        Some(TIMED_OUT) | Some(137) => format!("apt-get took more than {APT_INSTALL_TIMEOUT_SECS} s and was killed"),
-        _ => format!(
-            "apt-get failed ({}; it needs root and Debian's package repositories)",
-            out.status
-        ),
-    };
-    let tail = |bytes: &[u8]| {
-        let text = String::from_utf8_lossy(bytes).into_owned();
-        let lines: Vec<&str> = text.lines().collect();
-        lines[lines.len().saturating_sub(30)..].join("\n")
-    };
-    Err(format!(
-        "could not install {packages:?} after {:.0?}: {why}\n--- stdout (end)\n{}\n--- stderr (end)\n{}",
-        started.elapsed(),
-        tail(&out.stdout),
-        tail(&out.stderr),
-    ))
-}
+// Finding and installing the programs some tests run (Chromium, Node.js,
+// Go, curl, nghttp2): `test_support::install`.
+#[allow(unused_imports)]
+pub use test_support::install::{find_on_path, find_or_install, Program, APT_LOCK};
