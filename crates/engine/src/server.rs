@@ -467,6 +467,14 @@ impl Running {
     /// with [`ShutdownHandle::shutdown`], [`Running::reopen_logs`] and
     /// [`TlsConfig::reload`].
     pub fn wait(self) -> Result<(), Error> {
+        self.wait_after(|| {})
+    }
+
+    /// [`Running::wait`], calling `ready` once the signal handlers are in
+    /// place: a program that announces itself there ("listening on …")
+    /// can be sent SIGTERM as soon as it is read, and stops gracefully
+    /// rather than dying of the signal's default action.
+    pub fn wait_after(self, ready: impl FnOnce()) -> Result<(), Error> {
         use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
         let handle = self.shutdown_handle();
         let mut wanted = vec![SIGINT, SIGTERM, SIGUSR1];
@@ -474,6 +482,7 @@ impl Running {
             wanted.push(SIGHUP);
         }
         let mut signals = signal_hook::iterator::Signals::new(wanted).map_err(Error::setup)?;
+        ready();
         let tls = self.tls.clone();
         let log = self.log.clone();
         // Type=notify: serving from now on.

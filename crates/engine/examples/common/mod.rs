@@ -39,10 +39,14 @@ pub fn run(mut server: Server, handler: impl Handler) -> Result<(), peregrine::E
         server = server.bind(addr);
     }
     let running = server.start(handler)?;
-    for addr in running.local_addrs() {
-        println!("listening on http://{addr}/");
-    }
-    running.wait()
+    let addrs = running.local_addrs().to_vec();
+    // Announced once SIGTERM stops it gracefully: a script may send it as
+    // soon as it reads this line.
+    running.wait_after(|| {
+        for addr in addrs {
+            println!("listening on http://{addr}/");
+        }
+    })
 }
 
 fn usage(why: &str) -> ! {
