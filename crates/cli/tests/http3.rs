@@ -1,17 +1,19 @@
-//! HTTP/3 judged by an independent client: aioquic (Python, its own QUIC,
+//! HTTP/3 judged by independent clients: aioquic (Python, its own QUIC,
 //! TLS and QPACK) fetches from `hello`, `serve DIR` and `serve ARCHIVE`
 //! over QUIC, and every answer must be the HTTP/1.1 answer (status,
-//! fields but `date`, body byte for byte; a 10 MiB file included). Then
-//! hostile input: garbage datagrams, malformed frames, a dynamic-table
-//! reference QPACK was told not to use, an oversized header section,
-//! streams past the limit, a flood of Initials (Retry); each gets its
-//! error code, and the server keeps serving.
+//! fields but `date`, body byte for byte; a 10 MiB file included); the
+//! same through a path losing 2% and reordering 3% of datagrams; headless
+//! Chromium loads a page over HTTP/3. Then hostile input: garbage
+//! datagrams, malformed frames, a dynamic-table reference QPACK was told
+//! not to use, an oversized header section, streams past the limit, a
+//! flood of Initials (Retry); each gets its error code, and the server
+//! keeps serving. A graceful shutdown closes connections with H3_NO_ERROR.
 //!
 //! What the tests need is installed by them when missing: aioquic with
 //! pip into a virtual environment under the target directory (once per
 //! machine, under a lock, bounded in time); curl with apt (under
-//! `common::APT_LOCK`). `PEREGRINE_H3_PYTHON` names a Python that has
-//! aioquic already.
+//! `common::APT_LOCK`), and Chromium the same way. `PEREGRINE_H3_PYTHON`
+//! names a Python that has aioquic already, `PEREGRINE_CHROMIUM` a browser.
 
 mod common;
 
@@ -210,7 +212,7 @@ fn json_str(s: &str) -> String {
 
 /// Sends `reqs` at once on one HTTP/3 connection with aioquic; `extra` is
 /// more of the spec's JSON (`"ignore_stream_limit": true,`).
-fn h3(server: &Running, reqs: &[Req<'_>], extra: &str) -> Vec<Answer> {
+fn h3(port: u16, reqs: &[Req<'_>], extra: &str) -> Vec<Answer> {
     let out = tempdir("h3-out");
     let requests: Vec<String> = reqs
         .iter()
@@ -226,8 +228,7 @@ fn h3(server: &Running, reqs: &[Req<'_>], extra: &str) -> Vec<Answer> {
         })
         .collect();
     let spec = format!(
-        "{{\"host\": \"127.0.0.1\", \"port\": {}, \"out\": {}, {extra} \"timeout\": 60, \"requests\": [{}]}}",
-        server.port(),
+        "{{\"host\": \"127.0.0.1\", \"port\": {port}, \"out\": {}, {extra} \"timeout\": 60, \"requests\": [{}]}}",
         json_str(out.to_str().unwrap()),
         requests.join(", ")
     );
@@ -340,7 +341,7 @@ fn h1(server: &Running, path: &str, fields: &[(&str, &str)]) -> Answer {
 /// to HTTP/3 with Alt-Svc.
 fn same_as_h1(server: &Running, reqs: &[(&str, &[(&str, &str)])]) {
     let h3_reqs: Vec<Req<'_>> = reqs.iter().map(|(p, f)| Req::Get(p, f)).collect();
-    let got = h3(server, &h3_reqs, "");
+    let got = h3(server.port(), &h3_reqs, "");
     for ((path, fields), h3) in reqs.iter().zip(got) {
         let h1 = h1(server, path, fields);
         assert_eq!(h3.status, h1.status, "{path}");
@@ -387,7 +388,7 @@ fn serve_dir_answers_the_same_over_h3_as_over_h1_a_10_mib_file_included() {
             ("/missing", NONE),
         ],
     );
-    let big = h3(&server, &[Req::Get("/10m.bin", NONE)], "").remove(0);
+    let big = h3(server.port(), &[Req::Get("/10m.bin", NONE)], "").remove(0);
     assert!(big.body == pattern(10 << 20), "the 10 MiB file, byte for byte");
 }
 
@@ -421,8 +422,7 @@ const GET_SECTION: &[u8] = &[0, 0, 0xd1, 0xd7, 0xc1, 0x50, 0x01, b'a'];
 #[test]
 fn hostile_input_gets_its_error_code_and_the_server_keeps_serving() {
     let pki = pki("hostile");
-    let server = start(&["hello", "--h3-streams-max", "4", "--head-bytes-max", "8192"], &pki);
-    let mut server = server;
+    let mut server = start(&["hello", "--h3-streams-max", "4", "--head-bytes-max", "8192"], &pki);
 
     // Garbage datagrams: random bytes, a long header of an unknown
     // version, short headers for connections that do not exist.
@@ -445,7 +445,7 @@ fn hostile_input_gets_its_error_code_and_the_server_keeps_serving() {
     }
 
     // A request stream whose first frame is DATA: H3_FRAME_UNEXPECTED.
-    let answers = h3(&server, &[Req::Raw(vec![0x00, 0x01, b'x'])], "");
+    let answers = h3(server.port(), &[Req::Raw(vec![0x00, 0x01, b'x'])], "");
     assert_eq!(
         answers[0].status,
         Err("connection closed 261 DATA outside a message's body".into())
@@ -453,25 +453,25 @@ fn hostile_input_gets_its_error_code_and_the_server_keeps_serving() {
 
     // A field section needing the dynamic table we set to 0 capacity:
     // QPACK_DECOMPRESSION_FAILED.
-    let answers = h3(&server, &[Req::Raw(headers_frame(&[0x02, 0x00, 0x80]))], "");
+    let answers = h3(server.port(), &[Req::Raw(headers_frame(&[0x02, 0x00, 0x80]))], "");
     let status = answers[0].status.clone().unwrap_err();
     assert!(status.starts_with("connection closed 512 "), "{status}");
     // A reserved HTTP/2 frame type: H3_FRAME_UNEXPECTED.
     let raw = [headers_frame(GET_SECTION), vec![0x06, 0x00]].concat();
-    let status = h3(&server, &[Req::Raw(raw)], "")[0].status.clone().unwrap_err();
+    let status = h3(server.port(), &[Req::Raw(raw)], "")[0].status.clone().unwrap_err();
     assert!(status.starts_with("connection closed 261 "), "{status}");
 
     // A header section over --head-bytes-max: 431, the connection intact.
     let big = "b".repeat(10_000);
     let fields: &[(&str, &str)] = &[("x-big", &big)];
-    let answers = h3(&server, &[Req::Get("/", fields), Req::Get("/", NONE)], "");
+    let answers = h3(server.port(), &[Req::Get("/", fields), Req::Get("/", NONE)], "");
     assert_eq!(answers[0].status, Ok(431));
     assert_eq!(answers[1].status, Ok(200));
 
     // More streams than --h3-streams-max, taken without waiting for
     // credit: QUIC's STREAM_LIMIT_ERROR (0x4) closes the connection.
     let many: Vec<Req<'_>> = (0..12).map(|_| Req::Get("/", NONE)).collect();
-    let answers = h3(&server, &many, "\"ignore_stream_limit\": true,");
+    let answers = h3(server.port(), &many, "\"ignore_stream_limit\": true,");
     let refused = answers
         .iter()
         .filter_map(|a| a.status.clone().err())
@@ -481,7 +481,7 @@ fn hostile_input_gets_its_error_code_and_the_server_keeps_serving() {
         "{answers:?}"
     );
     // A well-behaved client asking for as many gets them all, 4 at a time.
-    let answers = h3(&server, &many, "");
+    let answers = h3(server.port(), &many, "");
     assert!(answers
         .iter()
         .all(|a| a.status == Ok(200) && a.body == b"Hello, World!"));
@@ -514,7 +514,7 @@ fn a_flood_of_initials_is_answered_with_retry_and_clients_still_get_in() {
     assert!(retries >= 80, "{}", run.stdout);
     // A real client proves its address (aioquic follows the Retry) and
     // is served.
-    let answers = h3(&server, &[Req::Get("/", NONE)], "");
+    let answers = h3(server.port(), &[Req::Get("/", NONE)], "");
     assert_eq!(answers[0].status, Ok(200));
     let text = common::get(server.metrics.as_deref().unwrap(), "/metrics");
     let counter = |name: &str| -> u64 {
@@ -526,4 +526,248 @@ fn a_flood_of_initials_is_answered_with_retry_and_clients_still_get_in() {
     assert!(counter("peregrine_quic_handshakes_total ") >= 1, "{text}");
     assert!(counter("peregrine_quic_connections_accepted_total ") >= 9, "{text}");
     assert!(server.is_alive());
+}
+
+#[test]
+fn a_graceful_shutdown_closes_http3_connections_with_no_error() {
+    let pki = pki("goaway");
+    let mut server = start(&["hello"], &pki);
+    let out = tempdir("h3-goaway");
+    let spec = format!(
+        "{{\"host\": \"127.0.0.1\", \"port\": {}, \"out\": {}, \"wait_close\": true, \"timeout\": 20, \"requests\": [{{\"path\": \"/\"}}]}}",
+        server.port(),
+        json_str(out.to_str().unwrap())
+    );
+    let client = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/h3/client.py");
+    let mut child = Command::new("timeout")
+        .args(["--kill-after=5", "60"])
+        .arg(python())
+        .arg(client)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(spec.as_bytes()).unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+    assert_eq!(line.trim(), "answered");
+    // The connection is open and idle: SIGTERM.
+    let status = Command::new("kill")
+        .args(["-TERM", &server.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    line.clear();
+    std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+    // H3_NO_ERROR (0x100), after our GOAWAY.
+    assert_eq!(line.trim(), "connection closed 256 going away");
+    assert!(child.wait().unwrap().success());
+    assert_eq!(server.child.wait().unwrap().code(), Some(0));
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// A UDP relay between one client and the server that loses 2% of the
+/// datagrams each way and reorders 3% (each held back until the next one
+/// has gone), as `tc netem loss 2% reorder` would on a veth pair. (This
+/// machine's kernel has no sch_netem, so the path is emulated here.)
+struct Relay {
+    addr: std::net::SocketAddr,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<(u64, u64, u64)>>,
+}
+
+impl Relay {
+    fn new(server_port: u16) -> Relay {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::{Arc, Mutex};
+        use std::time::Duration;
+        let front = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let back = UdpSocket::bind("127.0.0.1:0").unwrap();
+        back.connect(("127.0.0.1", server_port)).unwrap();
+        let addr = front.local_addr().unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let client: Arc<Mutex<Option<std::net::SocketAddr>>> = Arc::new(Mutex::new(None));
+        let mut threads = Vec::new();
+        for upstream in [true, false] {
+            let (front, back) = (front.try_clone().unwrap(), back.try_clone().unwrap());
+            let (stop, client) = (stop.clone(), client.clone());
+            threads.push(std::thread::spawn(move || {
+                let from = if upstream { &front } else { &back };
+                from.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+                let mut rng: u64 = if upstream {
+                    0x9e37_79b9_7f4a_7c15
+                } else {
+                    0xd1b5_4a32_d192_ed03
+                };
+                let mut held: Option<Vec<u8>> = None;
+                let (mut n, mut lost, mut reordered) = (0u64, 0u64, 0u64);
+                let mut buf = vec![0u8; 65536];
+                while !stop.load(Ordering::Relaxed) {
+                    let (len, peer) = match from.recv_from(&mut buf) {
+                        Ok(got) => got,
+                        Err(_) => continue,
+                    };
+                    n += 1;
+                    if upstream {
+                        *client.lock().unwrap() = Some(peer);
+                    }
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    let dice = rng % 1000;
+                    let send = |d: &[u8]| {
+                        if upstream {
+                            let _ = back.send(d);
+                        } else if let Some(c) = *client.lock().unwrap() {
+                            let _ = front.send_to(d, c);
+                        }
+                    };
+                    if dice < 20 {
+                        lost += 1;
+                        continue;
+                    }
+                    if dice < 50 && held.is_none() {
+                        reordered += 1;
+                        held = Some(buf[..len].to_vec());
+                        continue;
+                    }
+                    send(&buf[..len]);
+                    if let Some(d) = held.take() {
+                        send(&d);
+                    }
+                }
+                (n, lost, reordered)
+            }));
+        }
+        Relay { addr, stop, threads }
+    }
+
+    /// Stops the relay; datagrams seen, lost and reordered, both ways.
+    fn finish(self) -> (u64, u64, u64) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.threads
+            .into_iter()
+            .map(|t| t.join().unwrap())
+            .fold((0, 0, 0), |a, b| (a.0 + b.0, a.1 + b.1, a.2 + b.2))
+    }
+}
+
+#[test]
+fn a_10_mib_download_survives_loss_and_reordering_and_small_requests_keep_coming() {
+    let pki = pki("lossy");
+    let (root, _) = site("lossy");
+    let mut server = start(&["serve", root.to_str().unwrap()], &pki);
+    let relay = Relay::new(server.port());
+    let mut reqs = vec![Req::Get("/10m.bin", NONE)];
+    reqs.extend((0..20).map(|_| Req::Get("/index.html", NONE)));
+    let answers = h3(relay.addr.port(), &reqs, "");
+    let (seen, lost, reordered) = relay.finish();
+    assert!(
+        answers[0].status == Ok(200) && answers[0].body == pattern(10 << 20),
+        "the 10 MiB file, exact"
+    );
+    for a in &answers[1..] {
+        assert_eq!(a.status, Ok(200));
+        assert_eq!(a.body, b"<!doctype html><title>h3</title><p>hello\n");
+    }
+    println!("relay: {seen} datagrams, {lost} lost, {reordered} reordered");
+    assert!(
+        lost > 0 && reordered > 0,
+        "the path lost and reordered nothing: {seen} datagrams"
+    );
+    assert!(server.is_alive());
+}
+
+/// Chromium, found or installed (Debian's `chromium`, under
+/// `common::APT_LOCK`); `PEREGRINE_CHROMIUM` names another.
+fn chromium() -> &'static Path {
+    static FOUND: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let found = FOUND.get_or_init(|| {
+        common::find_or_install(&[Program {
+            var: "PEREGRINE_CHROMIUM",
+            names: &["chromium", "chromium-browser"],
+            package: "chromium",
+        }])
+        .map(|mut v| v.remove(0))
+    });
+    match found {
+        Ok(p) => p,
+        Err(e) => panic!("chromium is needed: {e}"),
+    }
+}
+
+#[test]
+fn chromium_loads_a_page_over_http3() {
+    let pki = pki("chromium");
+    let (root, _) = site("chromium");
+    let mut cmd = common::peregrine();
+    cmd.args([
+        "serve",
+        root.to_str().unwrap(),
+        "--bind",
+        "127.0.0.1:0",
+        "--access-log",
+        "-",
+    ]);
+    cmd.arg("--tls-cert").arg(&pki.cert).arg("--tls-key").arg(&pki.key);
+    let child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut server = Running {
+        child,
+        addr: String::new(),
+        metrics: None,
+    };
+    let mut stderr = std::io::BufReader::new(server.child.stderr.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut stderr, &mut line).unwrap();
+    server.addr = line
+        .split("https://")
+        .nth(1)
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    let port = server.port();
+    // The certificate's public key, as Chromium pins it for QUIC.
+    let spki = Command::new("sh")
+        .arg("-c")
+        .arg("openssl x509 -pubkey -noout -in \"$1\" | openssl pkey -pubin -outform der | openssl dgst -sha256 -binary | base64")
+        .arg("sh")
+        .arg(&pki.cert)
+        .output()
+        .unwrap();
+    assert!(
+        spki.status.success(),
+        "openssl: {}",
+        String::from_utf8_lossy(&spki.stderr)
+    );
+    let spki = String::from_utf8(spki.stdout).unwrap();
+    let profile = tempdir("h3-chromium-profile");
+    let out = Command::new("timeout")
+        .args(["--kill-after=5", "90"])
+        .arg(chromium())
+        .args(["--headless=new", "--no-sandbox", "--disable-gpu", "--enable-quic"])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg(format!("--origin-to-force-quic-on=localhost:{port}"))
+        .arg("--host-resolver-rules=MAP localhost 127.0.0.1")
+        .arg(format!("--ignore-certificate-errors-spki-list={}", spki.trim()))
+        .arg("--dump-dom")
+        .arg(format!("https://localhost:{port}/"))
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&profile);
+    let dom = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        dom.contains("<title>h3</title>"),
+        "{dom}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The access log (stdout) says which version carried the request.
+    let _ = Command::new("kill")
+        .args(["-TERM", &server.child.id().to_string()])
+        .status();
+    let mut log = String::new();
+    std::io::Read::read_to_string(server.child.stdout.as_mut().unwrap(), &mut log).unwrap();
+    assert!(log.contains("\"GET / HTTP/3.0\" 200"), "{log}");
 }

@@ -10,7 +10,9 @@ stdin: {"host": "127.0.0.1", "port": 4433, "requests": [{"method": "GET",
 "timeout": 30}. A request may instead be {"raw": "hex"}: those bytes
 sent as they are on a new request stream (for malformed input).
 "ignore_stream_limit": true makes the client open streams past the
-server's limit (as a hostile client would).
+server's limit (as a hostile client would). "wait_close": true prints
+"answered" once the answers are written, then how the server closed the
+connection ("connection closed CODE REASON").
 
 With "flood": N instead, it sends the Initial packets of N connection
 attempts from one socket, never answering, and prints how many answers
@@ -167,6 +169,15 @@ async def main():
                     f.write("%s: %s\n" % (k, v))
             with open("%s/%d.body" % (spec["out"], i), "wb") as f:
                 f.write(r["body"])
+        if spec.get("wait_close"):
+            # Say so, then wait for the server to close the connection
+            # (a graceful shutdown: GOAWAY, then CONNECTION_CLOSE).
+            print("answered", flush=True)
+            for _ in range(spec.get("timeout", 30) * 10):
+                if client.closed:
+                    break
+                await asyncio.sleep(0.1)
+            print(client.closed or "still open", flush=True)
 
 
 asyncio.run(main())
