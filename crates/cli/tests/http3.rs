@@ -771,3 +771,25 @@ fn chromium_loads_a_page_over_http3() {
     std::io::Read::read_to_string(server.child.stdout.as_mut().unwrap(), &mut log).unwrap();
     assert!(log.contains("\"GET / HTTP/3.0\" 200"), "{log}");
 }
+
+#[test]
+fn no_http3_binds_no_udp_port_and_sends_no_alt_svc() {
+    let pki = pki("off");
+    let on = start(&["hello"], &pki);
+    assert!(
+        UdpSocket::bind(("127.0.0.1", on.port())).is_err(),
+        "HTTP/3 holds the UDP port"
+    );
+    let off = start(&["hello", "--no-http3"], &pki);
+    assert!(
+        UdpSocket::bind(("127.0.0.1", off.port())).is_ok(),
+        "no UDP socket on the port"
+    );
+    let answer = h1(&off, "/", NONE);
+    assert_eq!(answer.status, Ok(200));
+    assert!(
+        !answer.fields.iter().any(|(n, _)| n == "alt-svc"),
+        "{:?}",
+        answer.fields
+    );
+}
