@@ -793,3 +793,55 @@ fn no_http3_binds_no_udp_port_and_sends_no_alt_svc() {
         answer.fields
     );
 }
+
+/// ngtcp2's client (C, GnuTLS: a third QUIC and TLS stack), found or
+/// installed (Debian's `ngtcp2-client`); `PEREGRINE_NGTCP2` names another.
+fn ngtcp2() -> &'static Path {
+    static FOUND: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let found = FOUND.get_or_init(|| {
+        common::find_or_install(&[Program {
+            var: "PEREGRINE_NGTCP2",
+            names: &["gtlsclient"],
+            package: "ngtcp2-client",
+        }])
+        .map(|mut v| v.remove(0))
+    });
+    match found {
+        Ok(p) => p,
+        Err(e) => panic!("ngtcp2's client is needed: {e}"),
+    }
+}
+
+#[test]
+fn ngtcp2_downloads_the_same_bytes_from_dir_and_archive() {
+    let pki = pki("ngtcp2");
+    let (root, archive) = site("ngtcp2");
+    for what in [&root, &archive] {
+        let server = start(&["serve", what.to_str().unwrap()], &pki);
+        let port = server.port().to_string();
+        let dir = tempdir("h3-ngtcp2");
+        let out = Command::new("timeout")
+            .args(["--kill-after=5", "120"])
+            .arg(ngtcp2())
+            .args(["-q", "--exit-on-all-streams-close", "--download"])
+            .arg(&dir)
+            .args(["127.0.0.1", &port])
+            .args(["/10m.bin", "/index.html", "/style.css"].map(|p| format!("https://localhost:{port}{p}")))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "gtlsclient: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for name in ["10m.bin", "index.html", "style.css"] {
+            let got = std::fs::read(dir.join(name)).unwrap();
+            assert!(
+                got == std::fs::read(root.join(name)).unwrap(),
+                "{name} from {}",
+                what.display()
+            );
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
