@@ -462,6 +462,21 @@ struct LimitArgs {
     /// with RST_STREAM).
     #[arg(long, value_name = "N", default_value = Limits::default().h2_streams_max.to_string(), value_parser = within(Limits::H2_STREAMS_MAX_RANGE))]
     h2_streams_max: Option<u32>,
+    /// Most concurrent request streams per HTTP/3 connection (QUIC stream
+    /// credit: the client waits for more).
+    #[arg(long, value_name = "N", default_value = Limits::default().h3_streams_max.to_string(), value_parser = within(Limits::H3_STREAMS_MAX_RANGE))]
+    h3_streams_max: Option<u32>,
+    /// Seconds an HTTP/3 connection may go without a packet from the
+    /// client (QUIC's idle timeout).
+    #[arg(long, value_name = "SECS", default_value = Limits::default().h3_idle_timeout.as_secs_f64().to_string(), value_parser = seconds_within(Limits::TIMEOUT_RANGE))]
+    h3_idle_timeout: Option<f64>,
+    /// Largest UDP payload HTTP/3 sends (the ceiling of path MTU discovery).
+    #[arg(long, value_name = "BYTES", default_value = Limits::default().h3_udp_payload_bytes_max.to_string(), value_parser = within(Limits::H3_UDP_PAYLOAD_BYTES_MAX_RANGE))]
+    h3_udp_payload_bytes_max: Option<u16>,
+    /// QUIC handshakes in progress per worker beyond which new clients must
+    /// first prove their address (Retry); 0: every client.
+    #[arg(long, value_name = "N", default_value = Limits::default().h3_handshakes_before_retry.to_string(), value_parser = within(Limits::H3_HANDSHAKES_BEFORE_RETRY_RANGE))]
+    h3_handshakes_before_retry: Option<usize>,
     /// Seconds given to requests in flight on shutdown.
     #[arg(long, value_name = "SECS", default_value = Limits::default().shutdown_timeout.as_secs_f64().to_string(), value_parser = seconds_within(Limits::TIMEOUT_RANGE))]
     shutdown_timeout: Option<f64>,
@@ -508,6 +523,18 @@ impl LimitArgs {
         }
         if let Some(v) = self.h2_streams_max {
             l.h2_streams_max = v;
+        }
+        if let Some(v) = self.h3_streams_max {
+            l.h3_streams_max = v;
+        }
+        if let Some(v) = self.h3_idle_timeout {
+            l.h3_idle_timeout = secs("h3-idle-timeout", v)?;
+        }
+        if let Some(v) = self.h3_udp_payload_bytes_max {
+            l.h3_udp_payload_bytes_max = v;
+        }
+        if let Some(v) = self.h3_handshakes_before_retry {
+            l.h3_handshakes_before_retry = v;
         }
         if let Some(v) = self.shutdown_timeout {
             l.shutdown_timeout = secs("shutdown-timeout", v)?;

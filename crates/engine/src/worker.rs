@@ -90,8 +90,7 @@ impl Worker {
                 .register(&mut listener.socket, Token(LISTENER_BASE + i), Interest::READABLE)?;
         }
         for (i, endpoint) in quic.iter_mut().enumerate() {
-            poll.registry()
-                .register(&mut endpoint.socket, Token(UDP_BASE + i), Interest::READABLE)?;
+            endpoint.register(poll.registry(), UDP_BASE + i)?;
         }
         let h2 = http2.then(|| crate::h2::Config {
             streams_max: limits.h2_streams_max,
@@ -172,7 +171,12 @@ impl Worker {
                     }
                     Token(t) if t >= UDP_BASE => {
                         if let Some(endpoint) = quic.get_mut(t - UDP_BASE) {
-                            endpoint.on_readable(&mut ctx);
+                            if event.is_writable() {
+                                endpoint.on_writable(&mut ctx);
+                            }
+                            if event.is_readable() {
+                                endpoint.on_readable(&mut ctx);
+                            }
                         }
                     }
                     Token(t) if t >= LISTENER_BASE => {

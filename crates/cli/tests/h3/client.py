@@ -1,16 +1,25 @@
 """An HTTP/3 client for the tests, on aioquic's H3Connection (an
 implementation independent of ours): sends the requests given as JSON on
-stdin over one QUIC connection, all at once, and prints one JSON object
-per response, in request order: status, headers, body (base64), or the
-error that ended the stream or the connection.
+stdin over one QUIC connection, all at once, and writes what it got
+per response into the directory "out", in request order: N.head (the
+status, or the error that ended the stream or the connection, then the
+headers) and N.body.
 
 stdin: {"host": "127.0.0.1", "port": 4433, "requests": [{"method": "GET",
-"path": "/", "headers": [["name", "value"]], "body": "base64"}],
-"timeout": 30}
+"path": "/", "headers": [["name", "value"]], "body": "hex"}],
+"timeout": 30}. A request may instead be {"raw": "hex"}: those bytes
+sent as they are on a new request stream (for malformed input).
+"ignore_stream_limit": true makes the client open streams past the
+server's limit (as a hostile client would). "wait_close": true prints
+"answered" once the answers are written, then how the server closed the
+connection ("connection closed CODE REASON").
+
+With "flood": N instead, it sends the Initial packets of N connection
+attempts from one socket, never answering, and prints how many answers
+were Retry packets and how many were not: {"retries": R, "other": O}.
 """
 
 import asyncio
-import base64
 import json
 import ssl
 import sys
@@ -20,7 +29,8 @@ from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.h3.connection import H3_ALPN, H3Connection
 from aioquic.h3.events import DataReceived, HeadersReceived
 from aioquic.quic.configuration import QuicConfiguration
-from aioquic.quic.events import ConnectionTerminated, StreamReset
+from aioquic.quic.connection import QuicConnection
+from aioquic.quic.events import ConnectionTerminated, StreamDataReceived, StreamReset
 
 
 class Client(QuicConnectionProtocol):
@@ -30,6 +40,16 @@ class Client(QuicConnectionProtocol):
         self.streams = {}
         self.waiters = {}
         self.closed = None
+        self.raw_streams = set()
+
+    def raw(self, data):
+        sid = self._quic.get_next_available_stream_id()
+        self._quic.send_stream_data(sid, data, end_stream=True)
+        self.streams[sid] = {"status": None, "headers": [], "body": bytearray(), "error": None}
+        fut = asyncio.get_running_loop().create_future()
+        self.waiters[sid] = fut
+        self.transmit()
+        return fut
 
     def request(self, method, path, authority, headers, body):
         sid = self._quic.get_next_available_stream_id()
@@ -42,7 +62,7 @@ class Client(QuicConnectionProtocol):
         self.h3.send_headers(sid, fields, end_stream=not body)
         if body:
             self.h3.send_data(sid, body, end_stream=True)
-        self.streams[sid] = {"status": None, "headers": [], "body": b"", "error": None}
+        self.streams[sid] = {"status": None, "headers": [], "body": bytearray(), "error": None}
         fut = asyncio.get_running_loop().create_future()
         self.waiters[sid] = fut
         self.transmit()
@@ -54,6 +74,12 @@ class Client(QuicConnectionProtocol):
             fut.set_result(self.streams[sid])
 
     def quic_event_received(self, event):
+        if isinstance(event, StreamDataReceived) and event.stream_id in self.raw_streams:
+            s = self.streams[event.stream_id]
+            s["body"] += event.data
+            if event.end_stream:
+                self.finish(event.stream_id)
+            return
         if isinstance(event, StreamReset) and event.stream_id in self.streams:
             self.streams[event.stream_id]["error"] = "reset %d" % event.error_code
             self.finish(event.stream_id)
@@ -73,9 +99,37 @@ class Client(QuicConnectionProtocol):
                     else:
                         s["headers"].append([k.decode(), v.decode()])
             elif isinstance(ev, DataReceived):
-                s["body"] += ev.data
+                s["body"] += ev.data  # a bytearray: amortised appends
             if getattr(ev, "stream_ended", False):
                 self.finish(ev.stream_id)
+
+
+def flood(spec, config):
+    """Initials of many connection attempts from one socket; counts the
+    Retry packets (long header, type 3 in QUIC v1) among the answers."""
+    import socket
+    import time
+
+    addr = (spec["host"], spec["port"])
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.settimeout(0.5)
+    now = time.time()
+    for _ in range(spec["flood"]):
+        conn = QuicConnection(configuration=config)
+        conn.connect(addr, now=now)
+        for data, _ in conn.datagrams_to_send(now=now):
+            sock.sendto(data, addr)
+    retries = other = 0
+    try:
+        while True:
+            data, _ = sock.recvfrom(65536)
+            if data[0] & 0xF0 == 0xF0:
+                retries += 1
+            else:
+                other += 1
+    except socket.timeout:
+        pass
+    print(json.dumps({"retries": retries, "other": other}), flush=True)
 
 
 async def main():
@@ -83,23 +137,47 @@ async def main():
     config = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN)
     config.verify_mode = ssl.CERT_NONE
     config.server_name = spec.get("server_name", "localhost")
+    if "flood" in spec:
+        return flood(spec, config)
     authority = "%s:%d" % (spec.get("server_name", "localhost"), spec["port"])
     async with connect(spec["host"], spec["port"], configuration=config, create_protocol=Client) as client:
-        futs = [
-            client.request(
-                r.get("method", "GET"),
-                r["path"],
-                authority,
-                r.get("headers", []),
-                base64.b64decode(r.get("body", "")),
+        if spec.get("ignore_stream_limit"):
+            client._quic._remote_max_streams_bidi = 1 << 20
+        futs = []
+        for r in spec["requests"]:
+            if "raw" in r:
+                fut = client.raw(bytes.fromhex(r["raw"]))
+                client.raw_streams.add(max(client.streams))
+                futs.append(fut)
+                continue
+            futs.append(
+                client.request(
+                    r.get("method", "GET"),
+                    r["path"],
+                    authority,
+                    r.get("headers", []),
+                    bytes.fromhex(r.get("body", "")),
+                )
             )
-            for r in spec["requests"]
-        ]
         results = await asyncio.wait_for(asyncio.gather(*futs), spec.get("timeout", 30))
-        for r in results:
-            out = dict(r)
-            out["body"] = base64.b64encode(r["body"]).decode()
-            print(json.dumps(out), flush=True)
+        for i, r in enumerate(results):
+            # DIR/N.head: "error TEXT" or the status, then one header a
+            # line; DIR/N.body: the body's bytes.
+            with open("%s/%d.head" % (spec["out"], i), "w") as f:
+                f.write("error %s\n" % r["error"] if r["error"] else "%s\n" % r["status"])
+                for k, v in r["headers"]:
+                    f.write("%s: %s\n" % (k, v))
+            with open("%s/%d.body" % (spec["out"], i), "wb") as f:
+                f.write(r["body"])
+        if spec.get("wait_close"):
+            # Say so, then wait for the server to close the connection
+            # (a graceful shutdown: GOAWAY, then CONNECTION_CLOSE).
+            print("answered", flush=True)
+            for _ in range(spec.get("timeout", 30) * 10):
+                if client.closed:
+                    break
+                await asyncio.sleep(0.1)
+            print(client.closed or "still open", flush=True)
 
 
 asyncio.run(main())

@@ -134,6 +134,11 @@ impl QuicConn {
                 Err(ReadError::Blocked) => break,
                 Err(ReadError::Reset(_)) => {
                     action = self.session.on_reset(sid);
+                    if action == Action::None && crate::h3::is_request_stream(sid) {
+                        // The client abandoned the request (§4.1.1): so
+                        // do we, its answer included.
+                        action = Action::Reset(Code::RequestCancelled);
+                    }
                     break;
                 }
             }

@@ -44,6 +44,10 @@ use conn::QuicConn;
 pub(crate) const CONN_TOKEN_BASE: usize = usize::MAX / 4;
 const ENDPOINT_TOKEN_STRIDE: usize = 1 << 24;
 
+/// Socket buffer sizes asked for: a burst of a congestion window's
+/// datagrams (several hundred KiB at loopback speeds) without drops.
+const UDP_BUFFER_BYTES: usize = 2 << 20;
+
 /// The QUIC configuration every worker's endpoint for one address shares.
 pub(crate) struct Shared {
     server: Arc<quinn_proto::ServerConfig>,
@@ -93,7 +97,7 @@ impl Shared {
 
 /// One worker's QUIC endpoint on one UDP socket.
 pub(crate) struct Endpoint {
-    pub(crate) socket: mio::net::UdpSocket,
+    socket: mio::net::UdpSocket,
     udp: quinn_udp::UdpSocketState,
     endpoint: quinn_proto::Endpoint,
     shared: Arc<Shared>,
@@ -108,11 +112,33 @@ pub(crate) struct Endpoint {
     /// This endpoint's place among the worker's, for mailbox tokens.
     index: usize,
     draining: bool,
+    /// Connections whose handshake has not completed.
+    n_handshaking: usize,
+    /// The socket's token in the worker's poll.
+    socket_token: usize,
+    /// The socket's send buffer was full: the datagrams that did not go,
+    /// and the connections that wait to transmit until it drains.
+    blocked: Option<Blocked>,
+}
+
+/// What waits for the socket to become writable again.
+struct Blocked {
+    /// One transmit (a GSO batch, perhaps) that the kernel refused.
+    bytes: Vec<u8>,
+    destination: SocketAddr,
+    ecn: Option<quinn_udp::EcnCodepoint>,
+    segment_size: Option<usize>,
+    src_ip: Option<std::net::IpAddr>,
+    conns: Vec<usize>,
 }
 
 impl Endpoint {
     pub(crate) fn new(socket: std::net::UdpSocket, shared: Arc<Shared>, index: usize) -> io::Result<Self> {
         let udp = quinn_udp::UdpSocketState::new((&socket).into())?;
+        // Room for bursts (best effort: the kernel caps both at its
+        // net.core.[rw]mem_max).
+        let _ = udp.set_send_buffer_size((&socket).into(), UDP_BUFFER_BYTES);
+        let _ = udp.set_recv_buffer_size((&socket).into(), UDP_BUFFER_BYTES);
         let endpoint = quinn_proto::Endpoint::new(shared.endpoint.clone(), Some(shared.server.clone()), true, None);
         let datagram = usize::from(shared.endpoint.get_max_udp_payload_size().min(65527) as u16);
         let recv_bytes = datagram.max(1500) * udp.gro_segments().max(1) * quinn_udp::BATCH_SIZE;
@@ -129,7 +155,38 @@ impl Endpoint {
             touched: Vec::new(),
             index,
             draining: false,
+            n_handshaking: 0,
+            socket_token: 0,
+            blocked: None,
         })
+    }
+
+    /// Registers the socket in the worker's poll under `token`.
+    pub(crate) fn register(&mut self, registry: &mio::Registry, token: usize) -> io::Result<()> {
+        self.socket_token = token;
+        registry.register(&mut self.socket, mio::Token(token), mio::Interest::READABLE)
+    }
+
+    /// The socket has room again: send what it refused, then let the
+    /// connections that waited transmit.
+    pub(crate) fn on_writable(&mut self, ctx: &mut Ctx<'_>) {
+        let Some(blocked) = &self.blocked else { return };
+        let transmit = quinn_udp::Transmit {
+            destination: blocked.destination,
+            ecn: blocked.ecn,
+            contents: &blocked.bytes,
+            segment_size: blocked.segment_size,
+            src_ip: blocked.src_ip,
+        };
+        if send_udp(&self.udp, &self.socket, &transmit, ctx) == Sent::Blocked {
+            return;
+        }
+        let Some(blocked) = self.blocked.take() else { return };
+        let _ = ctx
+            .registry
+            .reregister(&mut self.socket, mio::Token(self.socket_token), mio::Interest::READABLE);
+        self.touched.extend_from_slice(&blocked.conns);
+        self.drive_touched(ctx);
     }
 
     /// Whether a mailbox token names one of this endpoint's connections,
@@ -161,7 +218,9 @@ impl Endpoint {
         loop {
             let n = {
                 let chunk = self.recv_buf.len() / quinn_udp::BATCH_SIZE;
-                let mut bufs: Vec<IoSliceMut<'_>> = self.recv_buf.chunks_mut(chunk).map(IoSliceMut::new).collect();
+                let mut chunks = self.recv_buf.chunks_mut(chunk);
+                let mut bufs: [IoSliceMut<'_>; quinn_udp::BATCH_SIZE] =
+                    std::array::from_fn(|_| IoSliceMut::new(chunks.next().unwrap_or_default()));
                 match self.udp.recv((&self.socket).into(), &mut bufs, &mut metas) {
                     Ok(n) => n,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
@@ -228,8 +287,7 @@ impl Endpoint {
             self.send(&transmit, ctx);
             return;
         }
-        let handshaking = self.conns.iter().flatten().filter(|c| !c.handshaken).count();
-        if !incoming.remote_address_validated() && handshaking >= ctx.limits.h3_handshakes_before_retry {
+        if !incoming.remote_address_validated() && self.n_handshaking >= ctx.limits.h3_handshakes_before_retry {
             self.send_buf.clear();
             match self.endpoint.retry(incoming, &mut self.send_buf) {
                 Ok(transmit) => {
@@ -255,6 +313,7 @@ impl Endpoint {
                 let token = self.token_of(ch.0);
                 self.conns[ch.0] = Some(Box::new(QuicConn::new(conn, peer, token, ctx)));
                 self.n_conns += 1;
+                self.n_handshaking += 1;
                 self.touched.push(ch.0);
             }
             Err(e) => {
@@ -293,26 +352,53 @@ impl Endpoint {
                     c.conn.handle_event(back);
                 }
             }
+            let handshaken = c.handshaken;
             c.process(ctx, &self.shared, self.draining);
+            if c.handshaken && !handshaken {
+                self.n_handshaking -= 1;
+            }
             if !progressed {
                 break;
             }
         }
-        // Transmit what the connection has, GSO batches where allowed.
+        // Transmit what the connection has, GSO batches where allowed,
+        // unless the socket is full: then wait for it to drain.
         let max_segments = self.udp.max_gso_segments().max(1);
-        loop {
-            self.send_buf.clear();
-            let Some(t) = c.conn.poll_transmit(ctx.now, max_segments, &mut self.send_buf) else {
-                break;
-            };
-            let transmit = quinn_udp::Transmit {
-                destination: t.destination,
-                ecn: t.ecn.and_then(|e| quinn_udp::EcnCodepoint::from_bits(e as u8)),
-                contents: &self.send_buf[..t.size],
-                segment_size: t.segment_size,
-                src_ip: t.src_ip,
-            };
-            send_udp(&self.udp, &self.socket, &transmit, ctx);
+        match &mut self.blocked {
+            Some(blocked) => {
+                if !blocked.conns.contains(&ch) {
+                    blocked.conns.push(ch);
+                }
+            }
+            None => loop {
+                self.send_buf.clear();
+                let Some(t) = c.conn.poll_transmit(ctx.now, max_segments, &mut self.send_buf) else {
+                    break;
+                };
+                let transmit = quinn_udp::Transmit {
+                    destination: t.destination,
+                    ecn: t.ecn.and_then(|e| quinn_udp::EcnCodepoint::from_bits(e as u8)),
+                    contents: &self.send_buf[..t.size],
+                    segment_size: t.segment_size,
+                    src_ip: t.src_ip,
+                };
+                if send_udp(&self.udp, &self.socket, &transmit, ctx) == Sent::Blocked {
+                    self.blocked = Some(Blocked {
+                        bytes: self.send_buf[..t.size].to_vec(),
+                        destination: t.destination,
+                        ecn: transmit.ecn,
+                        segment_size: t.segment_size,
+                        src_ip: t.src_ip,
+                        conns: vec![ch],
+                    });
+                    let _ = ctx.registry.reregister(
+                        &mut self.socket,
+                        mio::Token(self.socket_token),
+                        mio::Interest::READABLE | mio::Interest::WRITABLE,
+                    );
+                    break;
+                }
+            },
         }
         let timer = c.conn.poll_timeout();
         if timer != old_timer {
@@ -335,6 +421,9 @@ impl Endpoint {
                 m.quic_conns_closed.add(1);
             }
             c.abandon(ctx);
+            if !c.handshaken {
+                self.n_handshaking -= 1;
+            }
             self.conns[ch] = None;
             self.n_conns -= 1;
         }
@@ -400,20 +489,40 @@ impl Endpoint {
             segment_size: t.segment_size,
             src_ip: t.src_ip,
         };
-        send_udp(&self.udp, &self.socket, &transmit, ctx);
+        // Stateless answers (Retry, version negotiation, reset) are not
+        // kept when the socket is full: the client sends again.
+        let _ = send_udp(&self.udp, &self.socket, &transmit, ctx);
     }
 }
 
-/// Sends one transmit. A full socket buffer drops it: QUIC takes it as
-/// loss and its congestion control slows down, as it would for a drop on
-/// the path.
-fn send_udp(udp: &quinn_udp::UdpSocketState, socket: &mio::net::UdpSocket, t: &quinn_udp::Transmit<'_>, ctx: &Ctx<'_>) {
+/// What became of a transmit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Sent {
+    /// Sent, or dropped for good (an error other than a full buffer:
+    /// QUIC takes it as loss, as it would a drop on the path).
+    Done,
+    /// The socket's send buffer is full: try again once it is writable.
+    Blocked,
+}
+
+/// Sends one transmit.
+fn send_udp(
+    udp: &quinn_udp::UdpSocketState,
+    socket: &mio::net::UdpSocket,
+    t: &quinn_udp::Transmit<'_>,
+    ctx: &Ctx<'_>,
+) -> Sent {
     match udp.send(socket.into(), t) {
         Ok(()) => {
             if let Some(m) = ctx.metrics {
                 m.bytes_sent.add(t.contents.len() as u64);
             }
+            Sent::Done
         }
-        Err(e) => crate::log::debug(format_args!("QUIC: send to {}: {e}", t.destination)),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Sent::Blocked,
+        Err(e) => {
+            crate::log::debug(format_args!("QUIC: send to {}: {e}", t.destination));
+            Sent::Done
+        }
     }
 }

@@ -1,0 +1,847 @@
+//! HTTP/3 judged by independent clients: aioquic (Python, its own QUIC,
+//! TLS and QPACK) fetches from `hello`, `serve DIR` and `serve ARCHIVE`
+//! over QUIC, and every answer must be the HTTP/1.1 answer (status,
+//! fields but `date`, body byte for byte; a 10 MiB file included); the
+//! same through a path losing 2% and reordering 3% of datagrams; headless
+//! Chromium loads a page over HTTP/3. Then hostile input: garbage
+//! datagrams, malformed frames, a dynamic-table reference QPACK was told
+//! not to use, an oversized header section, streams past the limit, a
+//! flood of Initials (Retry); each gets its error code, and the server
+//! keeps serving. A graceful shutdown closes connections with H3_NO_ERROR.
+//!
+//! What the tests need is installed by them when missing: aioquic with
+//! pip into a virtual environment under the target directory (once per
+//! machine, under a lock, bounded in time); curl with apt (under
+//! `common::APT_LOCK`), and Chromium the same way. `PEREGRINE_H3_PYTHON`
+//! names a Python that has aioquic already, `PEREGRINE_CHROMIUM` a browser.
+
+mod common;
+
+use std::io::Write;
+use std::net::UdpSocket;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+
+use common::Program;
+
+/// A running `peregrine`, killed when dropped.
+struct Running {
+    child: Child,
+    addr: String,
+    /// The metrics listener's address, with `--metrics`.
+    metrics: Option<String>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Running {
+    fn port(&self) -> u16 {
+        self.addr.rsplit(':').next().unwrap().parse().unwrap()
+    }
+
+    /// The process is still running (it has not crashed).
+    fn is_alive(&mut self) -> bool {
+        self.child.try_wait().unwrap().is_none()
+    }
+}
+
+fn start(args: &[&str], pki: &Pki) -> Running {
+    let mut cmd = common::peregrine();
+    cmd.args(args).args(["--bind", "127.0.0.1:0", "--workers", "2"]);
+    cmd.arg("--tls-cert").arg(&pki.cert).arg("--tls-key").arg(&pki.key);
+    let mut child = cmd.stderr(Stdio::piped()).spawn().expect("peregrine starts");
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut running = Running {
+        child,
+        addr: String::new(),
+        metrics: None,
+    };
+    // "metrics on http://ADDR/metrics" (with --metrics), then "... on
+    // https://ADDR/".
+    loop {
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut stderr, &mut line).unwrap();
+        assert!(!line.is_empty(), "peregrine ended before serving");
+        if let Some(rest) = line.split("metrics on http://").nth(1) {
+            running.metrics = rest.split('/').next().map(str::to_owned);
+        }
+        if let Some(rest) = line.split("https://").nth(1) {
+            running.addr = rest.split('/').next().unwrap().to_owned();
+            break;
+        }
+    }
+    // Keep reading its stderr so that the server never blocks on it.
+    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+    running
+}
+
+struct Pki {
+    dir: PathBuf,
+    cert: PathBuf,
+    key: PathBuf,
+}
+
+impl Drop for Pki {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn pki(tag: &str) -> Pki {
+    let dir = std::env::temp_dir().join(format!("peregrine-h3-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    let (c, k) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&c, cert.pem()).unwrap();
+    std::fs::write(&k, key.serialize_pem()).unwrap();
+    Pki { dir, cert: c, key: k }
+}
+
+/// A site with a page, a 1 MiB file and a 10 MiB one (far beyond every
+/// flow-control window and quinn-proto's send buffer), in DIR/site,
+/// packed into DIR/site.prg.
+fn site(tag: &str) -> (PathBuf, PathBuf) {
+    let dir = std::env::temp_dir().join(format!("peregrine-h3-site-{tag}-{}", std::process::id()));
+    let root = dir.join("site");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(root.join("index.html"), "<!doctype html><title>h3</title><p>hello\n").unwrap();
+    std::fs::write(root.join("style.css"), "p { color: teal }\n").unwrap();
+    std::fs::write(root.join("1m.bin"), pattern(1 << 20)).unwrap();
+    std::fs::write(root.join("10m.bin"), pattern(10 << 20)).unwrap();
+    let archive = dir.join("site.prg");
+    let out = common::peregrine()
+        .arg("pack")
+        .arg(&root)
+        .arg("-o")
+        .arg(&archive)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    (root, archive)
+}
+
+fn pattern(n: usize) -> Vec<u8> {
+    (0..n).map(|i| (i * 7 % 251) as u8).collect()
+}
+
+/// A Python with aioquic: `PEREGRINE_H3_PYTHON`, or a virtual environment
+/// under the target directory, made and filled by pip once per machine
+/// (under a lock, so that test binaries and runs do not race; bounded by
+/// `timeout`).
+fn python() -> &'static Path {
+    static FOUND: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let found = FOUND.get_or_init(|| {
+        if let Some(p) = std::env::var_os("PEREGRINE_H3_PYTHON") {
+            return Ok(p.into());
+        }
+        let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("aioquic-venv");
+        let python = venv.join("bin/python");
+        let script = "test -x \"$1/bin/python\" && \"$1/bin/python\" -c 'import aioquic' 2>/dev/null || \
+             { rm -rf \"$1\" && python3 -m venv \"$1\" && \"$1/bin/pip\" install -q --disable-pip-version-check 'aioquic>=1,<2'; }";
+        let out = Command::new("timeout")
+            .args(["--kill-after=10", "600", "flock", "--wait", "600", "/tmp/peregrine-pip.lock"])
+            .args(["sh", "-c", script, "sh"])
+            .arg(&venv)
+            .output()
+            .map_err(|e| format!("cannot run timeout(1): {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "installing aioquic into {} failed ({}; needs python3 with venv, and PyPI): {}",
+                venv.display(),
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        Ok(python)
+    });
+    match found {
+        Ok(p) => p,
+        Err(e) => panic!("aioquic is needed: {e}"),
+    }
+}
+
+fn curl() -> &'static Path {
+    static FOUND: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let found = FOUND.get_or_init(|| {
+        common::find_or_install(&[Program {
+            var: "PEREGRINE_CURL",
+            names: &["curl"],
+            package: "curl",
+        }])
+        .map(|mut v| v.remove(0))
+    });
+    match found {
+        Ok(p) => p,
+        Err(e) => panic!("curl is needed: {e}"),
+    }
+}
+
+/// One answer: the status (or why there is none), fields, body.
+#[derive(Debug)]
+struct Answer {
+    status: Result<u16, String>,
+    /// Lowercase names, sorted, without `date`.
+    fields: Vec<(String, String)>,
+    body: Vec<u8>,
+}
+
+/// A request for the aioquic client: path and header fields, or raw
+/// bytes for the request stream.
+enum Req<'a> {
+    Get(&'a str, &'a [(&'a str, &'a str)]),
+    Raw(Vec<u8>),
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn json_str(s: &str) -> String {
+    format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+/// Sends `reqs` at once on one HTTP/3 connection with aioquic; `extra` is
+/// more of the spec's JSON (`"ignore_stream_limit": true,`).
+fn h3(port: u16, reqs: &[Req<'_>], extra: &str) -> Vec<Answer> {
+    let out = tempdir("h3-out");
+    let requests: Vec<String> = reqs
+        .iter()
+        .map(|r| match r {
+            Req::Get(path, fields) => {
+                let fields: Vec<String> = fields
+                    .iter()
+                    .map(|(n, v)| format!("[{}, {}]", json_str(n), json_str(v)))
+                    .collect();
+                format!("{{\"path\": {}, \"headers\": [{}]}}", json_str(path), fields.join(", "))
+            }
+            Req::Raw(bytes) => format!("{{\"raw\": \"{}\"}}", hex(bytes)),
+        })
+        .collect();
+    let spec = format!(
+        "{{\"host\": \"127.0.0.1\", \"port\": {port}, \"out\": {}, {extra} \"timeout\": 60, \"requests\": [{}]}}",
+        json_str(out.to_str().unwrap()),
+        requests.join(", ")
+    );
+    let answer = run_client(&spec);
+    assert!(answer.status.success(), "the aioquic client failed: {}", answer.stderr);
+    let answers = (0..reqs.len())
+        .map(|i| {
+            let head = std::fs::read_to_string(out.join(format!("{i}.head"))).unwrap();
+            let mut lines = head.lines();
+            let first = lines.next().unwrap();
+            let status = match first.strip_prefix("error ") {
+                Some(why) => Err(why.to_owned()),
+                None => Ok(first.parse().unwrap()),
+            };
+            let fields = sorted(lines.map(|l| {
+                let (n, v) = l.split_once(": ").unwrap();
+                (n.to_owned(), v.to_owned())
+            }));
+            let body = std::fs::read(out.join(format!("{i}.body"))).unwrap();
+            Answer { status, fields, body }
+        })
+        .collect();
+    let _ = std::fs::remove_dir_all(&out);
+    answers
+}
+
+struct ClientRun {
+    status: std::process::ExitStatus,
+    stdout: String,
+    stderr: String,
+}
+
+fn run_client(spec: &str) -> ClientRun {
+    let client = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/h3/client.py");
+    let mut child = Command::new("timeout")
+        .args(["--kill-after=5", "120"])
+        .arg(python())
+        .arg(client)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(spec.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    ClientRun {
+        status: out.status,
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+fn sorted(fields: impl Iterator<Item = (String, String)>) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = fields
+        .map(|(n, v)| (n.to_ascii_lowercase(), v))
+        .filter(|(n, _)| n != "date")
+        .collect();
+    v.sort();
+    v
+}
+
+fn tempdir(tag: &str) -> PathBuf {
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("peregrine-{tag}-{}-{n}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The same request over HTTPS with HTTP/1.1 (curl).
+fn h1(server: &Running, path: &str, fields: &[(&str, &str)]) -> Answer {
+    let dir = tempdir("h1-out");
+    let mut cmd = Command::new(curl());
+    cmd.args(["-sS", "-k", "--http1.1", "--max-time", "60", "-D"])
+        .arg(dir.join("head"))
+        .arg("-o")
+        .arg(dir.join("body"));
+    for (n, v) in fields {
+        cmd.args(["-H", &format!("{n}: {v}")]);
+    }
+    let url = format!("https://localhost:{}{path}", server.port());
+    let out = cmd
+        .args(["--resolve", &format!("localhost:{}:127.0.0.1", server.port()), &url])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "curl: {}", String::from_utf8_lossy(&out.stderr));
+    let head = std::fs::read_to_string(dir.join("head")).unwrap();
+    let mut lines = head.lines().filter(|l| !l.is_empty());
+    let status = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
+    let fields = sorted(
+        lines
+            .map(|l| {
+                let (n, v) = l.split_once(':').unwrap();
+                (n.to_owned(), v.trim().to_owned())
+            })
+            // HTTP/1.1's own connection management has no HTTP/3 form.
+            .filter(|(n, _)| !n.eq_ignore_ascii_case("connection") && !n.eq_ignore_ascii_case("keep-alive")),
+    );
+    let body = std::fs::read(dir.join("body")).unwrap_or_default();
+    let _ = std::fs::remove_dir_all(&dir);
+    Answer {
+        status: Ok(status),
+        fields,
+        body,
+    }
+}
+
+/// Every request over HTTP/3 (all at once, one connection) and over
+/// HTTP/1.1: the same status, fields and body bytes; and HTTP/1.1 points
+/// to HTTP/3 with Alt-Svc.
+fn same_as_h1(server: &Running, reqs: &[(&str, &[(&str, &str)])]) {
+    let h3_reqs: Vec<Req<'_>> = reqs.iter().map(|(p, f)| Req::Get(p, f)).collect();
+    let got = h3(server.port(), &h3_reqs, "");
+    for ((path, fields), h3) in reqs.iter().zip(got) {
+        let h1 = h1(server, path, fields);
+        assert_eq!(h3.status, h1.status, "{path}");
+        assert_eq!(h3.fields, h1.fields, "{path}");
+        assert!(
+            h3.body == h1.body,
+            "{path}: the bodies differ ({} and {} bytes)",
+            h3.body.len(),
+            h1.body.len()
+        );
+        let alt_svc = format!("h3=\":{}\"; ma=86400", server.port());
+        assert!(
+            h1.fields.contains(&("alt-svc".into(), alt_svc)),
+            "{path}: {:?}",
+            h1.fields
+        );
+    }
+}
+
+const NONE: &[(&str, &str)] = &[];
+
+#[test]
+fn hello_answers_the_same_over_h3_as_over_h1() {
+    let pki = pki("hello");
+    let server = start(&["hello"], &pki);
+    same_as_h1(&server, &[("/", NONE), ("/some/path?q=1", NONE)]);
+}
+
+#[test]
+fn serve_dir_answers_the_same_over_h3_as_over_h1_a_10_mib_file_included() {
+    let pki = pki("dir");
+    let (root, _) = site("dir");
+    let server = start(&["serve", root.to_str().unwrap()], &pki);
+    let range: &[(&str, &str)] = &[("range", "bytes=100-199,5000-5099")];
+    let gzip: &[(&str, &str)] = &[("accept-encoding", "gzip")];
+    same_as_h1(
+        &server,
+        &[
+            ("/", NONE),
+            ("/style.css", gzip),
+            ("/1m.bin", NONE),
+            ("/10m.bin", NONE),
+            ("/1m.bin", range),
+            ("/missing", NONE),
+        ],
+    );
+    let big = h3(server.port(), &[Req::Get("/10m.bin", NONE)], "").remove(0);
+    assert!(big.body == pattern(10 << 20), "the 10 MiB file, byte for byte");
+}
+
+#[test]
+fn serve_archive_answers_the_same_over_h3_as_over_h1() {
+    let pki = pki("archive");
+    let (_, archive) = site("archive");
+    let server = start(&["serve", archive.to_str().unwrap()], &pki);
+    let range: &[(&str, &str)] = &[("range", "bytes=0-9")];
+    same_as_h1(
+        &server,
+        &[
+            ("/", NONE),
+            ("/style.css", NONE),
+            ("/10m.bin", NONE),
+            ("/1m.bin", range),
+            ("/missing", NONE),
+        ],
+    );
+}
+
+/// Builds a HEADERS frame from a QPACK section.
+fn headers_frame(section: &[u8]) -> Vec<u8> {
+    assert!(section.len() < 64);
+    [&[0x01, section.len() as u8][..], section].concat()
+}
+
+/// `GET /` for host `a` in QPACK, static table and literals only.
+const GET_SECTION: &[u8] = &[0, 0, 0xd1, 0xd7, 0xc1, 0x50, 0x01, b'a'];
+
+#[test]
+fn hostile_input_gets_its_error_code_and_the_server_keeps_serving() {
+    let pki = pki("hostile");
+    let mut server = start(&["hello", "--h3-streams-max", "4", "--head-bytes-max", "8192"], &pki);
+
+    // Garbage datagrams: random bytes, a long header of an unknown
+    // version, short headers for connections that do not exist.
+    let udp = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let to = format!("127.0.0.1:{}", server.port());
+    let mut x: u32 = 12345;
+    for i in 0..600usize {
+        let len = [0, 1, 20, 1200, 1500][i % 5];
+        let mut d: Vec<u8> = (0..len)
+            .map(|_| {
+                x = x.wrapping_mul(1_103_515_245).wrapping_add(12345);
+                (x >> 16) as u8
+            })
+            .collect();
+        if i % 7 == 0 && len >= 20 {
+            d[0] = 0xc0;
+            d[1..5].copy_from_slice(&[0x1a, 0x2a, 0x3a, 0x4a]);
+        }
+        udp.send_to(&d, &to).unwrap();
+    }
+
+    // A request stream whose first frame is DATA: H3_FRAME_UNEXPECTED.
+    let answers = h3(server.port(), &[Req::Raw(vec![0x00, 0x01, b'x'])], "");
+    assert_eq!(
+        answers[0].status,
+        Err("connection closed 261 DATA outside a message's body".into())
+    );
+
+    // A field section needing the dynamic table we set to 0 capacity:
+    // QPACK_DECOMPRESSION_FAILED.
+    let answers = h3(server.port(), &[Req::Raw(headers_frame(&[0x02, 0x00, 0x80]))], "");
+    let status = answers[0].status.clone().unwrap_err();
+    assert!(status.starts_with("connection closed 512 "), "{status}");
+    // A reserved HTTP/2 frame type: H3_FRAME_UNEXPECTED.
+    let raw = [headers_frame(GET_SECTION), vec![0x06, 0x00]].concat();
+    let status = h3(server.port(), &[Req::Raw(raw)], "")[0].status.clone().unwrap_err();
+    assert!(status.starts_with("connection closed 261 "), "{status}");
+
+    // A header section over --head-bytes-max: 431, the connection intact.
+    let big = "b".repeat(10_000);
+    let fields: &[(&str, &str)] = &[("x-big", &big)];
+    let answers = h3(server.port(), &[Req::Get("/", fields), Req::Get("/", NONE)], "");
+    assert_eq!(answers[0].status, Ok(431));
+    assert_eq!(answers[1].status, Ok(200));
+
+    // More streams than --h3-streams-max, taken without waiting for
+    // credit: QUIC's STREAM_LIMIT_ERROR (0x4) closes the connection.
+    let many: Vec<Req<'_>> = (0..12).map(|_| Req::Get("/", NONE)).collect();
+    let answers = h3(server.port(), &many, "\"ignore_stream_limit\": true,");
+    let refused = answers
+        .iter()
+        .filter_map(|a| a.status.clone().err())
+        .collect::<Vec<_>>();
+    assert!(
+        refused.iter().any(|e| e.starts_with("connection closed 4 ")),
+        "{answers:?}"
+    );
+    // A well-behaved client asking for as many gets them all, 4 at a time.
+    let answers = h3(server.port(), &many, "");
+    assert!(answers
+        .iter()
+        .all(|a| a.status == Ok(200) && a.body == b"Hello, World!"));
+
+    assert!(server.is_alive());
+}
+
+#[test]
+fn a_flood_of_initials_is_answered_with_retry_and_clients_still_get_in() {
+    let pki = pki("retry");
+    let mut server = start(
+        &["hello", "--h3-handshakes-before-retry", "8", "--metrics", "127.0.0.1:0"],
+        &pki,
+    );
+    // 100 connection attempts that never finish their handshake, from one
+    // address (so one worker): past 8 in progress, each gets a Retry.
+    let spec = format!(
+        "{{\"host\": \"127.0.0.1\", \"port\": {}, \"flood\": 100}}",
+        server.port()
+    );
+    let run = run_client(&spec);
+    assert!(run.status.success(), "{}", run.stderr);
+    let retries: u32 = run
+        .stdout
+        .split("\"retries\": ")
+        .nth(1)
+        .and_then(|s| s.split(',').next())
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or_else(|| panic!("{}", run.stdout));
+    assert!(retries >= 80, "{}", run.stdout);
+    // A real client proves its address (aioquic follows the Retry) and
+    // is served.
+    let answers = h3(server.port(), &[Req::Get("/", NONE)], "");
+    assert_eq!(answers[0].status, Ok(200));
+    let text = common::get(server.metrics.as_deref().unwrap(), "/metrics");
+    let counter = |name: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name).and_then(|v| v.trim().parse().ok()))
+            .unwrap_or_else(|| panic!("no {name} in {text}"))
+    };
+    assert!(counter("peregrine_quic_retries_total ") >= 80, "{text}");
+    assert!(counter("peregrine_quic_handshakes_total ") >= 1, "{text}");
+    assert!(counter("peregrine_quic_connections_accepted_total ") >= 9, "{text}");
+    assert!(server.is_alive());
+}
+
+#[test]
+fn a_graceful_shutdown_closes_http3_connections_with_no_error() {
+    let pki = pki("goaway");
+    let mut server = start(&["hello"], &pki);
+    let out = tempdir("h3-goaway");
+    let spec = format!(
+        "{{\"host\": \"127.0.0.1\", \"port\": {}, \"out\": {}, \"wait_close\": true, \"timeout\": 20, \"requests\": [{{\"path\": \"/\"}}]}}",
+        server.port(),
+        json_str(out.to_str().unwrap())
+    );
+    let client = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/h3/client.py");
+    let mut child = Command::new("timeout")
+        .args(["--kill-after=5", "60"])
+        .arg(python())
+        .arg(client)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(spec.as_bytes()).unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+    assert_eq!(line.trim(), "answered");
+    // The connection is open and idle: SIGTERM.
+    let status = Command::new("kill")
+        .args(["-TERM", &server.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    line.clear();
+    std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+    // H3_NO_ERROR (0x100), after our GOAWAY.
+    assert_eq!(line.trim(), "connection closed 256 going away");
+    assert!(child.wait().unwrap().success());
+    assert_eq!(server.child.wait().unwrap().code(), Some(0));
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// A UDP relay between one client and the server that loses 2% of the
+/// datagrams each way and reorders 3% (each held back until the next one
+/// has gone), as `tc netem loss 2% reorder` would on a veth pair. (This
+/// machine's kernel has no sch_netem, so the path is emulated here.)
+struct Relay {
+    addr: std::net::SocketAddr,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<(u64, u64, u64)>>,
+}
+
+impl Relay {
+    fn new(server_port: u16) -> Relay {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::{Arc, Mutex};
+        use std::time::Duration;
+        let front = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let back = UdpSocket::bind("127.0.0.1:0").unwrap();
+        back.connect(("127.0.0.1", server_port)).unwrap();
+        let addr = front.local_addr().unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let client: Arc<Mutex<Option<std::net::SocketAddr>>> = Arc::new(Mutex::new(None));
+        let mut threads = Vec::new();
+        for upstream in [true, false] {
+            let (front, back) = (front.try_clone().unwrap(), back.try_clone().unwrap());
+            let (stop, client) = (stop.clone(), client.clone());
+            threads.push(std::thread::spawn(move || {
+                let from = if upstream { &front } else { &back };
+                from.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+                let mut rng: u64 = if upstream {
+                    0x9e37_79b9_7f4a_7c15
+                } else {
+                    0xd1b5_4a32_d192_ed03
+                };
+                let mut held: Option<Vec<u8>> = None;
+                let (mut n, mut lost, mut reordered) = (0u64, 0u64, 0u64);
+                let mut buf = vec![0u8; 65536];
+                while !stop.load(Ordering::Relaxed) {
+                    let (len, peer) = match from.recv_from(&mut buf) {
+                        Ok(got) => got,
+                        Err(_) => continue,
+                    };
+                    n += 1;
+                    if upstream {
+                        *client.lock().unwrap() = Some(peer);
+                    }
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    let dice = rng % 1000;
+                    let send = |d: &[u8]| {
+                        if upstream {
+                            let _ = back.send(d);
+                        } else if let Some(c) = *client.lock().unwrap() {
+                            let _ = front.send_to(d, c);
+                        }
+                    };
+                    if dice < 20 {
+                        lost += 1;
+                        continue;
+                    }
+                    if dice < 50 && held.is_none() {
+                        reordered += 1;
+                        held = Some(buf[..len].to_vec());
+                        continue;
+                    }
+                    send(&buf[..len]);
+                    if let Some(d) = held.take() {
+                        send(&d);
+                    }
+                }
+                (n, lost, reordered)
+            }));
+        }
+        Relay { addr, stop, threads }
+    }
+
+    /// Stops the relay; datagrams seen, lost and reordered, both ways.
+    fn finish(self) -> (u64, u64, u64) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.threads
+            .into_iter()
+            .map(|t| t.join().unwrap())
+            .fold((0, 0, 0), |a, b| (a.0 + b.0, a.1 + b.1, a.2 + b.2))
+    }
+}
+
+#[test]
+fn a_10_mib_download_survives_loss_and_reordering_and_small_requests_keep_coming() {
+    let pki = pki("lossy");
+    let (root, _) = site("lossy");
+    let mut server = start(&["serve", root.to_str().unwrap()], &pki);
+    let relay = Relay::new(server.port());
+    let mut reqs = vec![Req::Get("/10m.bin", NONE)];
+    reqs.extend((0..20).map(|_| Req::Get("/index.html", NONE)));
+    let answers = h3(relay.addr.port(), &reqs, "");
+    let (seen, lost, reordered) = relay.finish();
+    assert!(
+        answers[0].status == Ok(200) && answers[0].body == pattern(10 << 20),
+        "the 10 MiB file, exact"
+    );
+    for a in &answers[1..] {
+        assert_eq!(a.status, Ok(200));
+        assert_eq!(a.body, b"<!doctype html><title>h3</title><p>hello\n");
+    }
+    println!("relay: {seen} datagrams, {lost} lost, {reordered} reordered");
+    assert!(
+        lost > 0 && reordered > 0,
+        "the path lost and reordered nothing: {seen} datagrams"
+    );
+    assert!(server.is_alive());
+}
+
+/// Chromium, found or installed (Debian's `chromium`, under
+/// `common::APT_LOCK`); `PEREGRINE_CHROMIUM` names another.
+fn chromium() -> &'static Path {
+    static FOUND: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let found = FOUND.get_or_init(|| {
+        common::find_or_install(&[Program {
+            var: "PEREGRINE_CHROMIUM",
+            names: &["chromium", "chromium-browser"],
+            package: "chromium",
+        }])
+        .map(|mut v| v.remove(0))
+    });
+    match found {
+        Ok(p) => p,
+        Err(e) => panic!("chromium is needed: {e}"),
+    }
+}
+
+#[test]
+fn chromium_loads_a_page_over_http3() {
+    let pki = pki("chromium");
+    let (root, _) = site("chromium");
+    let mut cmd = common::peregrine();
+    cmd.args([
+        "serve",
+        root.to_str().unwrap(),
+        "--bind",
+        "127.0.0.1:0",
+        "--access-log",
+        "-",
+    ]);
+    cmd.arg("--tls-cert").arg(&pki.cert).arg("--tls-key").arg(&pki.key);
+    let child = cmd.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    let mut server = Running {
+        child,
+        addr: String::new(),
+        metrics: None,
+    };
+    let mut stderr = std::io::BufReader::new(server.child.stderr.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut stderr, &mut line).unwrap();
+    server.addr = line
+        .split("https://")
+        .nth(1)
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    let port = server.port();
+    // The certificate's public key, as Chromium pins it for QUIC.
+    let spki = Command::new("sh")
+        .arg("-c")
+        .arg("openssl x509 -pubkey -noout -in \"$1\" | openssl pkey -pubin -outform der | openssl dgst -sha256 -binary | base64")
+        .arg("sh")
+        .arg(&pki.cert)
+        .output()
+        .unwrap();
+    assert!(
+        spki.status.success(),
+        "openssl: {}",
+        String::from_utf8_lossy(&spki.stderr)
+    );
+    let spki = String::from_utf8(spki.stdout).unwrap();
+    let profile = tempdir("h3-chromium-profile");
+    let out = Command::new("timeout")
+        .args(["--kill-after=5", "90"])
+        .arg(chromium())
+        .args(["--headless=new", "--no-sandbox", "--disable-gpu", "--enable-quic"])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg(format!("--origin-to-force-quic-on=localhost:{port}"))
+        .arg("--host-resolver-rules=MAP localhost 127.0.0.1")
+        .arg(format!("--ignore-certificate-errors-spki-list={}", spki.trim()))
+        .arg("--dump-dom")
+        .arg(format!("https://localhost:{port}/"))
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&profile);
+    let dom = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        dom.contains("<title>h3</title>"),
+        "{dom}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // The access log (stdout) says which version carried the request.
+    let _ = Command::new("kill")
+        .args(["-TERM", &server.child.id().to_string()])
+        .status();
+    let mut log = String::new();
+    std::io::Read::read_to_string(server.child.stdout.as_mut().unwrap(), &mut log).unwrap();
+    assert!(log.contains("\"GET / HTTP/3.0\" 200"), "{log}");
+}
+
+#[test]
+fn no_http3_binds_no_udp_port_and_sends_no_alt_svc() {
+    let pki = pki("off");
+    let on = start(&["hello"], &pki);
+    assert!(
+        UdpSocket::bind(("127.0.0.1", on.port())).is_err(),
+        "HTTP/3 holds the UDP port"
+    );
+    let off = start(&["hello", "--no-http3"], &pki);
+    assert!(
+        UdpSocket::bind(("127.0.0.1", off.port())).is_ok(),
+        "no UDP socket on the port"
+    );
+    let answer = h1(&off, "/", NONE);
+    assert_eq!(answer.status, Ok(200));
+    assert!(
+        !answer.fields.iter().any(|(n, _)| n == "alt-svc"),
+        "{:?}",
+        answer.fields
+    );
+}
+
+/// ngtcp2's client (C, GnuTLS: a third QUIC and TLS stack), found or
+/// installed (Debian's `ngtcp2-client`); `PEREGRINE_NGTCP2` names another.
+fn ngtcp2() -> &'static Path {
+    static FOUND: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let found = FOUND.get_or_init(|| {
+        common::find_or_install(&[Program {
+            var: "PEREGRINE_NGTCP2",
+            names: &["gtlsclient"],
+            package: "ngtcp2-client",
+        }])
+        .map(|mut v| v.remove(0))
+    });
+    match found {
+        Ok(p) => p,
+        Err(e) => panic!("ngtcp2's client is needed: {e}"),
+    }
+}
+
+#[test]
+fn ngtcp2_downloads_the_same_bytes_from_dir_and_archive() {
+    let pki = pki("ngtcp2");
+    let (root, archive) = site("ngtcp2");
+    for what in [&root, &archive] {
+        let server = start(&["serve", what.to_str().unwrap()], &pki);
+        let port = server.port().to_string();
+        let dir = tempdir("h3-ngtcp2");
+        let out = Command::new("timeout")
+            .args(["--kill-after=5", "120"])
+            .arg(ngtcp2())
+            .args(["-q", "--exit-on-all-streams-close", "--download"])
+            .arg(&dir)
+            .args(["127.0.0.1", &port])
+            .args(["/10m.bin", "/index.html", "/style.css"].map(|p| format!("https://localhost:{port}{p}")))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "gtlsclient: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for name in ["10m.bin", "index.html", "style.css"] {
+            let got = std::fs::read(dir.join(name)).unwrap();
+            assert!(
+                got == std::fs::read(root.join(name)).unwrap(),
+                "{name} from {}",
+                what.display()
+            );
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

@@ -1,0 +1,160 @@
+//! HTTP/3 from the library: the handlers a `Server` is given answer over
+//! QUIC too, deferred answers and request bodies included, and
+//! `Server::http3(false)` turns it off. The client is aioquic (see
+//! `crates/cli/tests/http3.rs`, whose client script this test shares),
+//! installed by the test with pip into a virtual environment under the
+//! target directory when missing (under a lock, bounded in time);
+//! `PEREGRINE_H3_PYTHON` names a Python that has it already.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+
+use peregrine::{Reply, Request, Response, Router, Running, Server, TlsConfig};
+
+fn python() -> &'static Path {
+    static FOUND: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let found = FOUND.get_or_init(|| {
+        if let Some(p) = std::env::var_os("PEREGRINE_H3_PYTHON") {
+            return Ok(p.into());
+        }
+        let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("aioquic-venv");
+        let script = "test -x \"$1/bin/python\" && \"$1/bin/python\" -c 'import aioquic' 2>/dev/null || \
+             { rm -rf \"$1\" && python3 -m venv \"$1\" && \"$1/bin/pip\" install -q --disable-pip-version-check 'aioquic>=1,<2'; }";
+        let out = Command::new("timeout")
+            .args(["--kill-after=10", "600", "flock", "--wait", "600", "/tmp/peregrine-pip.lock"])
+            .args(["sh", "-c", script, "sh"])
+            .arg(&venv)
+            .output()
+            .map_err(|e| format!("cannot run timeout(1): {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "installing aioquic into {} failed ({}): {}",
+                venv.display(),
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        Ok(venv.join("bin/python"))
+    });
+    match found {
+        Ok(p) => p,
+        Err(e) => panic!("aioquic is needed: {e}"),
+    }
+}
+
+/// A certificate for localhost, as PEM files in a fresh directory.
+fn tls(tag: &str) -> (TlsConfig, PathBuf) {
+    let dir = std::env::temp_dir().join(format!("peregrine-e-h3-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    std::fs::write(dir.join("cert.pem"), cert.pem()).unwrap();
+    std::fs::write(dir.join("key.pem"), key.serialize_pem()).unwrap();
+    (
+        TlsConfig::from_pem_files(dir.join("cert.pem"), dir.join("key.pem")).unwrap(),
+        dir,
+    )
+}
+
+/// GETs (path) and POSTs (path, body) on one connection, all at once;
+/// each answer's status line ("200", or "error ...") and body.
+fn h3(server: &Running, reqs: &[(&str, Option<&[u8]>)]) -> Vec<(String, Vec<u8>)> {
+    let out = std::env::temp_dir().join(format!("peregrine-e-h3-out-{}", std::process::id()));
+    std::fs::create_dir_all(&out).unwrap();
+    let requests: Vec<String> = reqs
+        .iter()
+        .map(|(path, body)| match body {
+            None => format!("{{\"path\": \"{path}\"}}"),
+            Some(b) => format!(
+                "{{\"path\": \"{path}\", \"method\": \"POST\", \"body\": \"{}\"}}",
+                b.iter().map(|x| format!("{x:02x}")).collect::<String>()
+            ),
+        })
+        .collect();
+    let spec = format!(
+        "{{\"host\": \"127.0.0.1\", \"port\": {}, \"out\": \"{}\", \"timeout\": 60, \"requests\": [{}]}}",
+        server.local_addr().port(),
+        out.display(),
+        requests.join(", ")
+    );
+    let client = Path::new(env!("CARGO_MANIFEST_DIR")).join("../cli/tests/h3/client.py");
+    let mut child = Command::new("timeout")
+        .args(["--kill-after=5", "120"])
+        .arg(python())
+        .arg(client)
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(spec.as_bytes()).unwrap();
+    let done = child.wait_with_output().unwrap();
+    assert!(done.status.success(), "{}", String::from_utf8_lossy(&done.stderr));
+    let answers = (0..reqs.len())
+        .map(|i| {
+            let head = std::fs::read_to_string(out.join(format!("{i}.head"))).unwrap();
+            let body = std::fs::read(out.join(format!("{i}.body"))).unwrap();
+            (head.lines().next().unwrap().to_owned(), body)
+        })
+        .collect();
+    let _ = std::fs::remove_dir_all(&out);
+    answers
+}
+
+#[test]
+fn handlers_answer_over_http3_deferred_answers_and_request_bodies_included() {
+    let (config, dir) = tls("handlers");
+    let app = Router::new()
+        .get("/", |_: &Request<'_>| Response::text("now"))
+        .get("/later/:n", |req: &Request<'_>| {
+            let n = req.param("n").unwrap_or("?").to_owned();
+            let responder = req.defer();
+            std::thread::spawn(move || responder.send(Response::text(format!("later {n}"))));
+            Reply::Later
+        })
+        .post("/echo", |req: &Request<'_>| {
+            Response::text(format!("{} {} bytes", req.version().as_str(), req.body().len()))
+        });
+    let limits = peregrine::Limits {
+        body_bytes_max: 400_000,
+        ..peregrine::Limits::default()
+    };
+    let server = Server::new()
+        .bind_tls("127.0.0.1:0", config)
+        .workers(1)
+        .limits(limits)
+        .start(app)
+        .unwrap();
+    // Larger than a stream's flow-control window (256 KiB), within the
+    // limit; and over the limit.
+    let big = vec![7u8; 300_000];
+    let too_big = vec![7u8; 500_000];
+    let answers = h3(
+        &server,
+        &[
+            ("/later/1", None),
+            ("/", None),
+            ("/later/2", None),
+            ("/echo", Some(b"hello")),
+            ("/echo", Some(&big)),
+            ("/echo", Some(&too_big)),
+        ],
+    );
+    let texts: Vec<(&str, &[u8])> = answers.iter().map(|(s, b)| (s.as_str(), &b[..])).collect();
+    assert_eq!(
+        texts,
+        [
+            ("200", &b"later 1"[..]),
+            ("200", b"now"),
+            ("200", b"later 2"),
+            ("200", b"HTTP/3.0 5 bytes"),
+            ("200", b"HTTP/3.0 300000 bytes"),
+            ("413", b"413 Content Too Large\n"),
+        ]
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
