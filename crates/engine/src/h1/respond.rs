@@ -73,7 +73,7 @@ pub(crate) fn write_response(
                 last.key = Some(key);
             }
         }),
-        None => wire::write_head(&mut out.buf, &resp, date, framing, conn),
+        None => wire::write_head(&mut out.buf, resp, date, framing, conn),
     }
     if !extra_fields.is_empty() {
         let name = extra_fields.split(|&b| b == b':').next().unwrap_or_default();
@@ -213,7 +213,8 @@ mod tests {
     #[test]
     fn a_repeated_head_is_the_one_spelled_out_whatever_changed() {
         let text = || Response::text("Hello");
-        let cases: [(Response, &[u8], Version, bool, BodyFraming, ConnField); 8] = [
+        type Case<'a> = (Response, &'a [u8], Version, bool, BodyFraming, ConnField);
+        let cases: [Case<'_>; 8] = [
             (
                 text(),
                 DATE,
