@@ -30,8 +30,9 @@
 //! HTTPS is a property of a listener, below handlers:
 //! [`Server::bind_tls`] with a [`TlsConfig`] (rustls, TLS 1.2 and 1.3).
 //!
-//! Module map: [`codec`] is the sans-I/O HTTP/1.1 codec; `conn` and `worker`
-//! are the event loop; `tls` holds certificates and each connection's rustls
+//! Module map: [`codec`] is the sans-I/O HTTP/1.1 codec; `h1` and `h2` are
+//! the sans-I/O connection state machines; `conn` (their I/O driver) and
+//! `worker` are the event loop; `tls` holds certificates and each connection's rustls
 //! state; `sys` is the only place that calls libc.
 
 #![deny(unsafe_code)]

@@ -49,6 +49,7 @@ pub(super) fn slot<'w>(ctx: &Ctx<'w>, token: usize) -> DeferSlot<'w> {
 /// Calls the handler for `req`, whose `defer` is `slot` (the redirect
 /// handler on a redirecting listener). A panic, or `Reply::Later` without
 /// `Request::defer`, becomes a 500 that closes the connection.
+#[inline]
 pub(super) fn call(ctx: &mut Ctx<'_>, redirect: bool, slot: &DeferSlot<'_>, req: &Request<'_>) -> Called {
     let handler = match (redirect, ctx.redirect) {
         (true, Some(redirect)) => redirect,

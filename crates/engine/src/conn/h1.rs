@@ -68,8 +68,8 @@ impl Conn {
                     );
                     req.defer = Some(&slot);
                     match dispatch::call(ctx, *redirect, &slot, &req) {
-                        Called::Now(response) => {
-                            let sent = h1.respond(output, response, &env, transport.extra_fields());
+                        Called::Now(mut response) => {
+                            let sent = h1.respond(output, &mut response, &env, transport.extra_fields());
                             dispatch::record(ctx, &req, sent.status, sent.body_bytes);
                         }
                         Called::Later(deferral) => {
@@ -101,7 +101,7 @@ impl Conn {
 
     /// A deferred answer for this HTTP/1.1 connection. False if it is not
     /// the one awaited.
-    pub(super) fn on_answer_h1(&mut self, ctx: &mut Ctx<'_>, id: u64, response: Response) -> bool {
+    pub(super) fn on_answer_h1(&mut self, ctx: &mut Ctx<'_>, id: u64, mut response: Response) -> bool {
         if self.deferral.as_ref().is_none_or(|d| d.id != id) {
             return false;
         }
@@ -112,7 +112,7 @@ impl Conn {
         let env = h1_env(ctx);
         let sent = self
             .h1
-            .answer(&mut self.output, response, &env, self.transport.extra_fields());
+            .answer(&mut self.output, &mut response, &env, self.transport.extra_fields());
         dispatch::finish(ctx, self.peer, &deferral, sent.map(|s| (s.status, s.body_bytes)));
         true
     }

@@ -1,5 +1,6 @@
-//! One connection: its buffers, its state machine, and the read → parse →
-//! answer → write cycle that the worker drives on every readiness event.
+//! One connection: the I/O driver under the protocol state machines
+//! (`h1::H1`, `h2::Session`), and the read → parse → answer → write cycle
+//! that the worker drives on every readiness event.
 //!
 //! The cycle, for a keep-alive client sending one request at a time, is one
 //! `read`, one handler call and one `write`. For a pipelining client, every
@@ -18,12 +19,12 @@
 //!   than a reset.
 //!
 //! Files, by concern:
-//! - `mod.rs`: the connection's state and the driver — readiness events,
-//!   reading, deadlines, the turn budget — shared by both protocols.
-//! - `h1.rs`: HTTP/1.1 (heads, bodies, the handler call, responses queued
-//!   into the output buffer).
-//! - `h2.rs`: HTTP/2, feeding the sans-I/O `crate::h2::Session` and calling
-//!   the same handlers per stream.
+//! - `mod.rs`: the driver — readiness events, reading, deadlines, the turn
+//!   budget, closing and lingering — shared by both protocols.
+//! - `h1.rs`: drives the HTTP/1.1 machine (`crate::h1`).
+//! - `h2.rs`: drives the HTTP/2 session (`crate::h2`).
+//! - `dispatch.rs`: the handler call and deferred answers, for both.
+//! - `buffers.rs`: the input, the output queue and the worker's pool.
 //! - `flush.rs`: writing what is queued (write, writev, sendfile with
 //!   TCP_CORK, or TLS records) and the lingering close.
 //!

@@ -307,7 +307,13 @@ impl H1 {
     }
 
     /// Queues the handler's answer to the request `poll` gave out.
-    pub(crate) fn respond(&mut self, out: &mut Output, response: Response, env: &Env<'_>, extra_fields: &[u8]) -> Sent {
+    pub(crate) fn respond(
+        &mut self,
+        out: &mut Output,
+        response: &mut Response,
+        env: &Env<'_>,
+        extra_fields: &[u8],
+    ) -> Sent {
         let State::Handling(answer) = self.state else {
             debug_assert!(false, "respond without a request");
             return Sent {
@@ -330,7 +336,7 @@ impl H1 {
     pub(crate) fn answer(
         &mut self,
         out: &mut Output,
-        response: Response,
+        response: &mut Response,
         env: &Env<'_>,
         extra_fields: &[u8],
     ) -> Option<Sent> {
@@ -343,7 +349,7 @@ impl H1 {
     fn answer_with(
         &mut self,
         out: &mut Output,
-        response: Response,
+        response: &mut Response,
         answer: Answer,
         env: &Env<'_>,
         extra_fields: &[u8],

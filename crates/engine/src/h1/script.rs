@@ -122,7 +122,7 @@ impl Script {
         assert!(self.deferred, "nothing is deferred");
         self.deferred = false;
         let env = env_of(&self.limits, self.now, self.draining, self.h2_allowed);
-        let sent = self.h1.answer(&mut self.out, Response::text("later"), &env, b"");
+        let sent = self.h1.answer(&mut self.out, &mut Response::text("later"), &env, b"");
         assert!(sent.is_some(), "the machine was not waiting for the answer");
         self.head_only.push(self.deferred_head_only);
         if self.h1.is_closing() {
@@ -198,7 +198,7 @@ impl Script {
                         *deferred = true;
                         *deferred_head_only = head.method == "HEAD";
                     } else {
-                        let response = if target.starts_with("/big") {
+                        let mut response = if target.starts_with("/big") {
                             Response::new(200).with_body(&BIG[..])
                         } else {
                             let text = format!(
@@ -216,7 +216,7 @@ impl Script {
                             }
                         };
                         head_only.push(head.method == "HEAD");
-                        h1.respond(out, response, &env, b"");
+                        h1.respond(out, &mut response, &env, b"");
                         if h1.is_closing() {
                             *end = Some(End::Closing);
                         }
