@@ -5,8 +5,11 @@
 # (bench/wrk/pipeline.lua). CPU is user + system from /proc/PID/stat over the
 # requests wrk counted. For A/B runs of two builds: alternate them, take
 # medians. Example: bench/ab-cpu.sh target/release/peregrine 19102 hello
+# URL_PATH (default /) names the path asked, e.g. for an archive:
+# URL_PATH=/17.txt bench/ab-cpu.sh target/release/peregrine 19103 serve site.prg
 set -euo pipefail
 BIN=$1; PORT=$2; shift 2
+URL_PATH=${URL_PATH:-/}
 here=$(cd "$(dirname "$0")" && pwd)
 taskset -c 0 "$BIN" "$@" --bind "127.0.0.1:$PORT" --workers 1 >/dev/null 2>&1 &
 PID=$!
@@ -18,9 +21,9 @@ for mode in c50 pipe16; do
   [ "$mode" = pipe16 ] && args=(-s "$here/wrk/pipeline.lua")
   t0=$(tick)
   if [ "$mode" = pipe16 ]; then
-    out=$(taskset -c 0 wrk -t1 -c50 -d4s "${args[@]}" "http://127.0.0.1:$PORT/" -- 16 2>&1)
+    out=$(taskset -c 0 wrk -t1 -c50 -d4s "${args[@]}" "http://127.0.0.1:$PORT$URL_PATH" -- 16 2>&1)
   else
-    out=$(taskset -c 0 wrk -t1 -c50 -d4s "http://127.0.0.1:$PORT/" 2>&1)
+    out=$(taskset -c 0 wrk -t1 -c50 -d4s "http://127.0.0.1:$PORT$URL_PATH" 2>&1)
   fi
   t1=$(tick)
   req=$(echo "$out" | awk '/requests in/ {print $1}')

@@ -244,19 +244,23 @@ mod tests {
         assert_eq!((r[0].status, r[0].force, r[0].is_pattern()), (301, false, false));
         assert_eq!((r[1].status, r[1].force), (302, true));
         assert!(r[2].is_pattern());
-        for bad in [
-            &b"/a"[..],
-            b"a /b",
-            b"/a /b 200",
-            b"/a /b x",
-            b"/a/*/b /c",
-            b"/a /b\r\nc 301",
-        ] {
-            assert!(
-                parse_redirects(bad).is_err(),
-                "{:?} accepted",
-                String::from_utf8_lossy(bad)
-            );
+        refused(
+            parse_redirects,
+            &[
+                b"/a",
+                b"a /b",
+                b"/a /b 200",
+                b"/a /b x",
+                b"/a/*/b /c",
+                b"/a /b\r\nc 301",
+            ],
+        );
+    }
+
+    /// Every input of `bad` is refused by `parse`.
+    fn refused<T>(parse: impl Fn(&[u8]) -> Result<T, String>, bad: &[&[u8]]) {
+        for bad in bad {
+            assert!(parse(bad).is_err(), "{:?} accepted", String::from_utf8_lossy(bad));
         }
     }
 
@@ -268,19 +272,16 @@ mod tests {
             vec![("Cache-Control".into(), "no-cache".into()), ("x-a".into(), "2".into())]
         );
         assert_eq!(headers_for(&rules, "/b").len(), 2);
-        for bad in [
-            &b"  X: 1\n"[..],
-            b"a\n",
-            b"/a\n  nocolon\n",
-            b"/a/*/b\n  X: 1\n",
-            b"/\n  X: a\x01\n",
-        ] {
-            assert!(
-                parse_headers(bad).is_err(),
-                "{:?} accepted",
-                String::from_utf8_lossy(bad)
-            );
-        }
+        refused(
+            parse_headers,
+            &[
+                b"  X: 1\n",
+                b"a\n",
+                b"/a\n  nocolon\n",
+                b"/a/*/b\n  X: 1\n",
+                b"/\n  X: a\x01\n",
+            ],
+        );
     }
 
     #[test]

@@ -145,8 +145,8 @@ pub trait Resource {
 
 /// Steps 4 to 7 for a found resource: encoding, conditional, range, reply.
 /// `status` is 200, or 404 for a site's not-found page, which is sent
-/// whole whatever the request's validators and ranges (as nginx's and
-/// Caddy's error pages are).
+/// whole whatever the request's validators and ranges (as nginx sends its
+/// `error_page`: its not-modified and range filters act on 200s only).
 pub fn reply<R: Resource>(res: &mut R, f: &Fields<'_>, head: bool, status: u16) -> Response {
     // 4. Encoding (RFC 9110 §12.5.3).
     let chosen = match held(res, f, status) {
@@ -172,8 +172,8 @@ pub fn reply<R: Resource>(res: &mut R, f: &Fields<'_>, head: bool, status: u16) 
     }
     // 6. Range: GET only (RFC 9110 §14.2: "A server MUST ignore a Range
     // header field received with a request method that is unrecognized or
-    // for which range handling is not defined"; HEAD answers as GET would
-    // without ranges, as nginx and Caddy do).
+    // for which range handling is not defined. [...] GET is the only
+    // method for which range handling is defined").
     if let (Some(value), false) = (f.range, head) {
         if conditional::if_range_holds(f.if_range, v.etag(), v.last_modified()) {
             match range::parse(value, v.len()) {
@@ -420,7 +420,7 @@ mod tests {
     }
 
     /// A not-found page is sent whole with its status whatever the request's
-    /// validators and ranges (nginx and Caddy send their error pages so):
+    /// validators and ranges (nginx sends its `error_page` so):
     /// 304, 412 or 206 would describe a resource the path does not name.
     /// `serve DIR` used to pick the variant a client held for it too; both
     /// now pick by `Accept-Encoding` alone.
