@@ -182,12 +182,15 @@ impl std::fmt::Debug for Request<'_> {
 /// The path and query of a target, the scheme and authority of an
 /// absolute-form one removed (RFC 9112 §3.2.2).
 fn split_target(target: &str) -> (&str, Option<&str>) {
-    let origin = match target.find("://") {
-        Some(scheme_end) if !target.starts_with('/') => {
-            let rest = &target[scheme_end + 3..];
-            rest.find(['/', '?']).map_or("", |i| &rest[i..])
-        }
-        _ => target,
+    // Origin form first: looking for "://" built a substring searcher per
+    // request (1.1 % of a pipelined archive profile, 1.9 % of hello's).
+    let origin = if target.starts_with('/') {
+        target
+    } else if let Some(scheme_end) = target.find("://") {
+        let rest = &target[scheme_end + 3..];
+        rest.find(['/', '?']).map_or("", |i| &rest[i..])
+    } else {
+        target
     };
     let (path, query) = match memchr::memchr(b'?', origin.as_bytes()) {
         Some(q) => (&origin[..q], Some(&origin[q + 1..])),
