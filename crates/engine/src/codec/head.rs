@@ -614,6 +614,37 @@ pub(crate) fn is_tchar(b: u8) -> bool {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_complete_request_line_is_measured_to_its_lf() {
+        // uri_bytes_max 100: the line may be 164 bytes up to its LF.
+        let target = format!("/{}", "a".repeat(99));
+        let cases = [
+            (53, "\n", 400),
+            (54, "\r\n", 414),
+            (54, "\n", 400),
+            (55, "\n", 414),
+            (53, "\r\n", 501),
+        ];
+        for (n, eol, status) in cases {
+            let head = format!("{} {target} HTTP/1.1{eol}Host: x\r\n\r\n", "X".repeat(n));
+            let mut headers = [const { MaybeUninit::uninit() }; 100];
+            let limits = Limits {
+                uri_bytes_max: 100,
+                ..Limits::default()
+            };
+            let got = parse_head(head.as_bytes(), &mut headers, &limits).map(|_| ());
+            assert_eq!(got.map_err(HeadError::status), Err(status), "method of {n}, {eol:?}");
+        }
+    }
+
+    #[test]
+    fn host_bytes_are_rfc_3986s() {
+        for b in 0..=255u8 {
+            let spec = b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:%[]".contains(&b);
+            assert_eq!(HOST_BYTES[usize::from(b)], spec, "byte {b:#04x}");
+        }
+    }
+
     fn parse(bytes: &[u8]) -> Result<Option<(Framing, bool, Option<String>)>, HeadError> {
         let mut headers = [const { MaybeUninit::uninit() }; 100];
         match parse_head(bytes, &mut headers, &Limits::default())? {

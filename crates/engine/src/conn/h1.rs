@@ -67,9 +67,10 @@ impl Conn {
                         *peer,
                     );
                     req.defer = Some(&slot);
-                    match dispatch::call(ctx, *redirect, &slot, &req) {
-                        Called::Now(mut response) => {
-                            let sent = h1.respond(output, &mut response, &env, transport.extra_fields());
+                    let mut handled = dispatch::call(ctx, *redirect, &req);
+                    match dispatch::settle(ctx, &slot, &req, &mut handled) {
+                        Called::Now(response) => {
+                            let sent = h1.respond(output, response, &env, transport.extra_fields());
                             dispatch::record(ctx, &req, sent.status, sent.body_bytes);
                         }
                         Called::Later(deferral) => {

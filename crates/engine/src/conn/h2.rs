@@ -216,8 +216,9 @@ impl Conn {
         );
         req.defer = Some(&slot);
         let head_only = parts.method == "HEAD";
-        let response = match dispatch::call(ctx, *redirect, &slot, &req) {
-            Called::Now(response) => response,
+        let mut handled = dispatch::call(ctx, *redirect, &req);
+        let response = match dispatch::settle(ctx, &slot, &req, &mut handled) {
+            Called::Now(response) => std::mem::replace(response, Response::new(200)),
             Called::Later(deferral) => {
                 h2.session.defer(id, deferral.id);
                 h2.deferred.push(deferral);
