@@ -281,7 +281,14 @@ impl Endpoint {
     /// A client's first Initial: accept it, ask it to prove its address
     /// (Retry), or refuse it.
     fn on_incoming(&mut self, ctx: &mut Ctx<'_>, incoming: quinn_proto::Incoming) {
-        if self.draining || self.n_conns >= ctx.limits.n_conns_max {
+        if self.draining {
+            // A reload shares this socket with the next generation, which
+            // reads the client's next Initial with even odds; refused, the
+            // client would give up on HTTP/3 instead of retrying.
+            self.endpoint.ignore(incoming);
+            return;
+        }
+        if self.n_conns >= ctx.limits.n_conns_max {
             self.send_buf.clear();
             let transmit = self.endpoint.refuse(incoming, &mut self.send_buf);
             self.send(&transmit, ctx);
@@ -455,7 +462,9 @@ impl Endpoint {
     }
 
     /// Shutdown or hand-over: GOAWAY on every connection; each closes once
-    /// its requests are answered. New connections are refused.
+    /// its requests are answered. New connections are ignored (their
+    /// Initials, that is: the client sends them again, and after a reload
+    /// the next generation reading the same socket answers).
     pub(crate) fn drain(&mut self, ctx: &mut Ctx<'_>) {
         self.draining = true;
         for ch in 0..self.conns.len() {
