@@ -517,10 +517,8 @@ impl Endpoint {
 /// `GSO_SEGMENTS_MAX`.
 fn max_segments(udp: &quinn_udp::UdpSocketState, shared: &Shared) -> usize {
     let datagram = usize::try_from(shared.endpoint.get_max_udp_payload_size()).unwrap_or(usize::MAX);
-    udp.max_gso_segments()
-        .min(65_535 / datagram.max(1))
-        .min(GSO_SEGMENTS_MAX)
-        .max(1)
+    let fit = 65_535 / datagram.max(1);
+    udp.max_gso_segments().min(fit).clamp(1, GSO_SEGMENTS_MAX)
 }
 
 /// What became of a transmit.
