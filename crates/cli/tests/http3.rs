@@ -31,6 +31,8 @@ struct Running {
     addr: String,
     /// The metrics listener's address, with `--metrics`.
     metrics: Option<String>,
+    /// Its standard error's lines after the first.
+    lines: Option<std::sync::mpsc::Receiver<String>>,
 }
 
 impl Drop for Running {
@@ -61,6 +63,7 @@ fn start(args: &[&str], pki: &Pki) -> Running {
         child,
         addr: String::new(),
         metrics: None,
+        lines: None,
     };
     // "metrics on http://ADDR/metrics" (with --metrics), then "... on
     // https://ADDR/".
@@ -77,7 +80,15 @@ fn start(args: &[&str], pki: &Pki) -> Running {
         }
     }
     // Keep reading its stderr so that the server never blocks on it.
-    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || loop {
+        let mut line = String::new();
+        if std::io::BufRead::read_line(&mut stderr, &mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        let _ = tx.send(line);
+    });
+    running.lines = Some(rx);
     running
 }
 
@@ -716,6 +727,7 @@ fn chromium_loads_a_page_over_http3() {
         child,
         addr: String::new(),
         metrics: None,
+        lines: None,
     };
     let mut stderr = std::io::BufReader::new(server.child.stderr.take().unwrap());
     let mut line = String::new();
@@ -844,4 +856,37 @@ fn ngtcp2_downloads_the_same_bytes_from_dir_and_archive() {
         }
         let _ = std::fs::remove_dir_all(&dir);
     }
+}
+
+#[test]
+fn a_reload_hands_the_udp_sockets_over_and_http3_keeps_answering() {
+    let pki = pki("reload");
+    // As root, give root up: the next generation could then not join the
+    // old sockets' SO_REUSEPORT group (another user) nor bind a port below
+    // 1024, so it must be handed the sockets.
+    let root = Command::new("id").arg("-u").output().unwrap().stdout == b"0\n";
+    let args: &[&str] = if root {
+        &["hello", "--user", "nobody"]
+    } else {
+        &["hello"]
+    };
+    let server = start(args, &pki);
+    assert_eq!(h3(server.port(), &[Req::Get("/", NONE)], "")[0].status, Ok(200));
+    let status = Command::new("kill")
+        .args(["-HUP", &server.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let lines = server.lines.as_ref().unwrap();
+    loop {
+        let line = lines.recv_timeout(common::PATIENCE).expect("a line about the reload");
+        assert!(!line.contains("not reloaded"), "{line}");
+        if line.contains("configuration reloaded") {
+            break;
+        }
+    }
+    // The new generation answers on the same UDP port (it was handed the
+    // sockets: nothing was bound again).
+    let answers = h3(server.port(), &[Req::Get("/", NONE), Req::Get("/x", NONE)], "");
+    assert!(answers.iter().all(|a| a.status == Ok(200)), "{answers:?}");
 }

@@ -227,7 +227,10 @@ impl Server {
         let mut tls_configs: Vec<TlsConfig> = Vec::new();
         // Each address's sockets, by worker; and duplicates of them kept
         // for `Running::listeners`.
-        let mut groups: Vec<(Vec<(usize, std::net::TcpListener)>, &Bind)> = Vec::new();
+        // With the UDP sockets (HTTP/3) of a TLS address taken over from
+        // a running server, if it had them.
+        #[allow(clippy::type_complexity)]
+        let mut groups: Vec<(Vec<(usize, std::net::TcpListener)>, &Bind, Vec<std::net::UdpSocket>)> = Vec::new();
         let mut held = Vec::new();
         for (source, bind) in &self.listen {
             let listening = match source {
@@ -235,7 +238,7 @@ impl Server {
                     let group =
                         crate::sys::socket::bind_group(*addr, self.n_workers).map_err(|e| Error::bind(*addr, e))?;
                     held.push(Listening::duplicate(&group).map_err(Error::setup)?);
-                    groups.push((group.into_iter().enumerate().collect(), bind));
+                    groups.push((group.into_iter().enumerate().collect(), bind, Vec::new()));
                     continue;
                 }
                 Source::Sockets(listening) => listening,
@@ -254,10 +257,11 @@ impl Server {
             for socket in &listening.sockets {
                 socket.set_nonblocking(true).map_err(Error::setup)?;
             }
-            groups.push((listening.spread(self.n_workers).map_err(Error::setup)?, bind));
+            let udp = duplicate_udp(&listening.udp).map_err(Error::setup)?;
+            groups.push((listening.spread(self.n_workers).map_err(Error::setup)?, bind, udp));
             held.push(Listening::duplicate(&listening.sockets).map_err(Error::setup)?);
         }
-        for (group, bind) in groups {
+        for (at, (group, bind, taken_udp)) in groups.into_iter().enumerate() {
             let local = group[0].1.local_addr().map_err(Error::setup)?;
             local_addrs.push(local);
             let tls = match bind {
@@ -266,16 +270,26 @@ impl Server {
                     tls_configs.push(config.clone());
                     let listener = config.listener(self.http2, self.http3.then_some(local.port()))?;
                     if self.http3 {
-                        // HTTP/3 on the same port, over UDP.
+                        // HTTP/3 on the same port, over UDP: the sockets a
+                        // running server hands over (so that a reload
+                        // binds nothing, even after root is given up), or
+                        // new ones, one per worker.
                         let shared = Arc::new(crate::quic::Shared::new(
                             config.quic()?,
                             listener.clone(),
                             &self.limits,
                         )?);
-                        let sockets = crate::sys::socket::bind_udp_group(local, self.n_workers)
-                            .map_err(|e| Error::bind(local, e))?;
-                        for (i, socket) in sockets.into_iter().enumerate() {
-                            quic_per_worker[i].push((socket, shared.clone()));
+                        let sockets = if taken_udp.is_empty() {
+                            crate::sys::socket::bind_udp_group(local, self.n_workers)
+                                .map_err(|e| Error::bind(local, e))?
+                        } else {
+                            taken_udp
+                        };
+                        held[at].udp = duplicate_udp(&sockets).map_err(Error::setup)?;
+                        let n_sockets = sockets.len();
+                        for i in 0..self.n_workers.max(n_sockets) {
+                            let socket = sockets[i % n_sockets].try_clone().map_err(Error::setup)?;
+                            quic_per_worker[i % self.n_workers].push((socket, shared.clone()));
                         }
                     }
                     Some(listener)
@@ -406,7 +420,11 @@ impl Running {
             )));
         }
         held.iter()
-            .map(|l| Listening::duplicate(&l.sockets))
+            .map(|l| {
+                let mut dup = Listening::duplicate(&l.sockets)?;
+                dup.udp = duplicate_udp(&l.udp)?;
+                Ok(dup)
+            })
             .collect::<std::io::Result<Vec<_>>>()
             .map_err(Error::setup)
     }
@@ -582,6 +600,8 @@ impl ShutdownHandle {
 #[derive(Debug)]
 pub struct Listening {
     sockets: Vec<std::net::TcpListener>,
+    /// HTTP/3's UDP sockets on the same port, for a TLS address.
+    udp: Vec<std::net::UdpSocket>,
 }
 
 impl Listening {
@@ -599,7 +619,10 @@ impl Listening {
             .iter()
             .map(std::net::TcpListener::try_clone)
             .collect::<std::io::Result<_>>()?;
-        Ok(Listening { sockets })
+        Ok(Listening {
+            sockets,
+            udp: Vec::new(),
+        })
     }
 
     /// Duplicates of the sockets, each with the worker that accepts from
@@ -621,8 +644,16 @@ impl Listening {
 
 impl From<std::net::TcpListener> for Listening {
     fn from(socket: std::net::TcpListener) -> Self {
-        Listening { sockets: vec![socket] }
+        Listening {
+            sockets: vec![socket],
+            udp: Vec::new(),
+        }
     }
+}
+
+/// Duplicates of UDP sockets (new descriptors, same sockets).
+fn duplicate_udp(sockets: &[std::net::UdpSocket]) -> std::io::Result<Vec<std::net::UdpSocket>> {
+    sockets.iter().map(std::net::UdpSocket::try_clone).collect()
 }
 
 impl std::fmt::Debug for ShutdownHandle {

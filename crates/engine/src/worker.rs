@@ -27,6 +27,8 @@ const LISTENER_BASE: usize = usize::MAX / 2;
 /// Tokens from here are the QUIC endpoints' UDP sockets (HTTP/3).
 const UDP_BASE: usize = LISTENER_BASE + (1 << 24);
 pub(crate) const WAKER: Token = Token(usize::MAX - 1);
+/// The precise timer for QUIC's deadlines (only with HTTP/3).
+const TIMER: Token = Token(usize::MAX - 2);
 
 /// Sent to a client refused at the connection cap, best effort.
 const REFUSAL: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
@@ -92,6 +94,16 @@ impl Worker {
         for (i, endpoint) in quic.iter_mut().enumerate() {
             endpoint.register(poll.registry(), UDP_BASE + i)?;
         }
+        // QUIC's timers (acknowledgments, loss detection, pacing) need
+        // microseconds, not the poll timeout's milliseconds.
+        let timer = if quic.is_empty() {
+            None
+        } else {
+            let mut t = crate::sys::timer::Timer::new()?;
+            poll.registry().register(&mut t, TIMER, Interest::READABLE)?;
+            Some(t)
+        };
+        let mut timer_armed: Option<Instant> = None;
         let h2 = http2.then(|| crate::h2::Config {
             streams_max: limits.h2_streams_max,
             head_bytes_max: limits.head_bytes_max,
@@ -123,10 +135,16 @@ impl Worker {
             } else {
                 Duration::ZERO
             };
-            // QUIC's timers (acknowledgments, loss detection, pacing) need
-            // their own precision, not the sweep's.
             if let Some(at) = quic.iter().filter_map(|e| e.next_timeout()).min() {
-                timeout = timeout.min(at.saturating_duration_since(Instant::now()));
+                let left = at.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    timeout = Duration::ZERO;
+                } else if timer_armed != Some(at) {
+                    if let Some(t) = &timer {
+                        t.set(left)?;
+                        timer_armed = Some(at);
+                    }
+                }
             }
             match poll.poll(&mut events, Some(timeout)) {
                 Ok(()) => {}
@@ -152,6 +170,13 @@ impl Worker {
             };
             for event in events.iter() {
                 match event.token() {
+                    TIMER => {
+                        // Fired: the endpoints' timers run below.
+                        if let Some(t) = &timer {
+                            t.clear();
+                        }
+                        timer_armed = None;
+                    }
                     WAKER => {
                         for answer in mailbox.take() {
                             if answer.token >= crate::quic::CONN_TOKEN_BASE {

@@ -408,6 +408,9 @@ fn allowed(set_ids: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>, seccompiler
         libc::SYS_epoll_pwait,
         libc::SYS_epoll_pwait2,
         libc::SYS_eventfd2,
+        // The workers' precise timer for QUIC (engine `sys/timer.rs`).
+        libc::SYS_timerfd_create,
+        libc::SYS_timerfd_settime,
         libc::SYS_ppoll,
         // Randomness (TLS, hash maps), who we are.
         libc::SYS_getrandom,

@@ -11,6 +11,7 @@ pub(crate) mod privileges;
 pub(crate) mod sendfile;
 pub(crate) mod socket;
 pub(crate) mod systemd;
+pub(crate) mod timer;
 
 /// Raises the soft limit on open files to the hard limit, as Go's runtime
 /// does: a server with 10,000 connections needs more than the usual 1,024.
