@@ -48,6 +48,10 @@ use conn::QuicConn;
 pub(crate) const CONN_TOKEN_BASE: usize = usize::MAX / 4;
 const ENDPOINT_TOKEN_STRIDE: usize = 1 << 24;
 
+/// Receive calls (each up to quinn-udp's batch of 32 datagrams) one
+/// readiness event may make before the worker's other work gets a turn.
+const RECV_BATCHES_PER_TURN: usize = 16;
+
 /// Datagrams per GSO send at most: 10 full-size datagrams leave in one
 /// system call (quinn's own cap is 10 too), and a burst stays short
 /// enough not to overflow a client's receive buffer.
@@ -240,9 +244,14 @@ impl Endpoint {
     }
 
     /// Reads every datagram waiting on the socket and acts on them.
-    pub(crate) fn on_readable(&mut self, ctx: &mut Ctx<'_>) {
+    /// At most `RECV_BATCHES_PER_TURN` receive calls, so that a flood on
+    /// this socket cannot starve the worker's other sockets and
+    /// connections: returns true if the socket may have more (the worker
+    /// calls again after the others have had their turn).
+    pub(crate) fn on_readable(&mut self, ctx: &mut Ctx<'_>) -> bool {
         let mut metas = [quinn_udp::RecvMeta::default(); quinn_udp::BATCH_SIZE];
-        loop {
+        let mut more = true;
+        for _ in 0..RECV_BATCHES_PER_TURN {
             let n = {
                 let chunk = self.recv_buf.len() / quinn_udp::BATCH_SIZE;
                 let mut chunks = self.recv_buf.chunks_mut(chunk);
@@ -250,7 +259,10 @@ impl Endpoint {
                     std::array::from_fn(|_| IoSliceMut::new(chunks.next().unwrap_or_default()));
                 match self.udp.recv((&self.socket).into(), &mut bufs, &mut metas) {
                     Ok(n) => n,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        more = false;
+                        break;
+                    }
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                     Err(e) => {
                         // ICMP errors surface here (ECONNREFUSED from a
@@ -275,6 +287,7 @@ impl Endpoint {
             }
         }
         self.drive_touched(ctx);
+        more
     }
 
     fn on_datagram(
