@@ -578,10 +578,12 @@ fn a_graceful_shutdown_closes_http3_connections_with_no_error() {
     let _ = std::fs::remove_dir_all(&out);
 }
 
-/// A UDP relay between one client and the server that loses 2% of the
-/// datagrams each way and reorders 3% (each held back until the next one
-/// has gone), as `tc netem loss 2% reorder` would on a veth pair. (This
-/// machine's kernel has no sch_netem, so the path is emulated here.)
+/// A UDP relay between one client and the server that loses and
+/// reorders datagrams (per mille, each way; a reordered one is held back
+/// until the next has gone), as `tc netem loss 2% reorder` would on a veth
+/// pair (this machine's kernel has no sch_netem, so the path is emulated
+/// here), and that may move the client to a new source port after some
+/// datagrams, as a NAT rebinding does.
 struct Relay {
     addr: std::net::SocketAddr,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
@@ -589,28 +591,34 @@ struct Relay {
 }
 
 impl Relay {
-    fn new(server_port: u16) -> Relay {
+    fn new(server_port: u16, loss: u64, reorder: u64, rebind_after: Option<u64>) -> Relay {
         use std::sync::atomic::{AtomicBool, Ordering};
         use std::sync::{Arc, Mutex};
         use std::time::Duration;
         let front = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let back = UdpSocket::bind("127.0.0.1:0").unwrap();
-        back.connect(("127.0.0.1", server_port)).unwrap();
+        // The server sees the second port once the first has carried
+        // `rebind_after` datagrams.
+        let backs: Vec<UdpSocket> = (0..2)
+            .map(|_| {
+                let b = UdpSocket::bind("127.0.0.1:0").unwrap();
+                b.connect(("127.0.0.1", server_port)).unwrap();
+                b
+            })
+            .collect();
         let addr = front.local_addr().unwrap();
         let stop = Arc::new(AtomicBool::new(false));
         let client: Arc<Mutex<Option<std::net::SocketAddr>>> = Arc::new(Mutex::new(None));
         let mut threads = Vec::new();
-        for upstream in [true, false] {
-            let (front, back) = (front.try_clone().unwrap(), back.try_clone().unwrap());
+        // One thread from the client, one from each back socket.
+        for from_idx in 0..3usize {
+            let front = front.try_clone().unwrap();
+            let backs: Vec<UdpSocket> = backs.iter().map(|b| b.try_clone().unwrap()).collect();
             let (stop, client) = (stop.clone(), client.clone());
             threads.push(std::thread::spawn(move || {
-                let from = if upstream { &front } else { &back };
+                let upstream = from_idx == 0;
+                let from = if upstream { &front } else { &backs[from_idx - 1] };
                 from.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
-                let mut rng: u64 = if upstream {
-                    0x9e37_79b9_7f4a_7c15
-                } else {
-                    0xd1b5_4a32_d192_ed03
-                };
+                let mut rng: u64 = 0x9e37_79b9_7f4a_7c15 ^ (from_idx as u64) << 32;
                 let mut held: Option<Vec<u8>> = None;
                 let (mut n, mut lost, mut reordered) = (0u64, 0u64, 0u64);
                 let mut buf = vec![0u8; 65536];
@@ -627,6 +635,7 @@ impl Relay {
                     rng ^= rng >> 7;
                     rng ^= rng << 17;
                     let dice = rng % 1000;
+                    let back = &backs[usize::from(rebind_after.is_some_and(|after| n > after))];
                     let send = |d: &[u8]| {
                         if upstream {
                             let _ = back.send(d);
@@ -634,11 +643,11 @@ impl Relay {
                             let _ = front.send_to(d, c);
                         }
                     };
-                    if dice < 20 {
+                    if dice < loss {
                         lost += 1;
                         continue;
                     }
-                    if dice < 50 && held.is_none() {
+                    if dice < loss + reorder && held.is_none() {
                         reordered += 1;
                         held = Some(buf[..len].to_vec());
                         continue;
@@ -654,7 +663,7 @@ impl Relay {
         Relay { addr, stop, threads }
     }
 
-    /// Stops the relay; datagrams seen, lost and reordered, both ways.
+    /// Stops the relay; datagrams seen, lost and reordered, all ways.
     fn finish(self) -> (u64, u64, u64) {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
         self.threads
@@ -669,14 +678,20 @@ fn a_10_mib_download_survives_loss_and_reordering_and_small_requests_keep_coming
     let pki = pki("lossy");
     let (root, _) = site("lossy");
     let mut server = start(&["serve", root.to_str().unwrap()], &pki);
-    let relay = Relay::new(server.port());
+    let relay = Relay::new(server.port(), 20, 30, None);
     let mut reqs = vec![Req::Get("/10m.bin", NONE)];
     reqs.extend((0..20).map(|_| Req::Get("/index.html", NONE)));
     let answers = h3(relay.addr.port(), &reqs, "");
     let (seen, lost, reordered) = relay.finish();
+    assert_eq!(
+        answers[0].status,
+        Ok(200),
+        "the 10 MiB file ({seen} datagrams, {lost} lost)"
+    );
     assert!(
-        answers[0].status == Ok(200) && answers[0].body == pattern(10 << 20),
-        "the 10 MiB file, exact"
+        answers[0].body == pattern(10 << 20),
+        "the 10 MiB file, exact: {} bytes",
+        answers[0].body.len()
     );
     for a in &answers[1..] {
         assert_eq!(a.status, Ok(200));
@@ -889,4 +904,28 @@ fn a_reload_hands_the_udp_sockets_over_and_http3_keeps_answering() {
     // sockets: nothing was bound again).
     let answers = h3(server.port(), &[Req::Get("/", NONE), Req::Get("/x", NONE)], "");
     assert!(answers.iter().all(|a| a.status == Ok(200)), "{answers:?}");
+}
+
+#[test]
+fn a_client_whose_address_changes_keeps_its_connection() {
+    // Two workers: the new source port hashes to either; the packets are
+    // steered by connection ID to the worker that holds the connection,
+    // which lets the client migrate (RFC 9000 §9).
+    let pki = pki("rebind");
+    let (root, _) = site("rebind");
+    let mut server = start(&["serve", root.to_str().unwrap()], &pki);
+    for rebind_after in [5, 40, 200] {
+        let relay = Relay::new(server.port(), 0, 0, Some(rebind_after));
+        let mut reqs = vec![Req::Get("/1m.bin", NONE)];
+        reqs.extend((0..10).map(|_| Req::Get("/index.html", NONE)));
+        let answers = h3(relay.addr.port(), &reqs, "");
+        relay.finish();
+        assert!(
+            answers[0].status == Ok(200) && answers[0].body == pattern(1 << 20),
+            "rebound after {rebind_after}: {:?}",
+            answers[0].status
+        );
+        assert!(answers[1..].iter().all(|a| a.status == Ok(200)));
+    }
+    assert!(server.is_alive());
 }

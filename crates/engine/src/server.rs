@@ -220,7 +220,8 @@ impl Server {
         };
         // Bind everything first: an error here leaves no thread behind.
         let mut per_worker: Vec<Vec<Listener>> = (0..self.n_workers).map(|_| Vec::new()).collect();
-        let mut quic_per_worker: Vec<Vec<(std::net::UdpSocket, Arc<crate::quic::Shared>)>> =
+        #[allow(clippy::type_complexity)]
+        let mut quic_per_worker: Vec<Vec<(std::net::UdpSocket, Arc<crate::quic::Shared>, Option<u8>)>> =
             (0..self.n_workers).map(|_| Vec::new()).collect();
         let mut local_addrs = Vec::new();
         let mut https_port = None;
@@ -274,11 +275,6 @@ impl Server {
                         // running server hands over (so that a reload
                         // binds nothing, even after root is given up), or
                         // new ones, one per worker.
-                        let shared = Arc::new(crate::quic::Shared::new(
-                            config.quic()?,
-                            listener.clone(),
-                            &self.limits,
-                        )?);
                         let sockets = if taken_udp.is_empty() {
                             crate::sys::socket::bind_udp_group(local, self.n_workers)
                                 .map_err(|e| Error::bind(local, e))?
@@ -287,9 +283,30 @@ impl Server {
                         };
                         held[at].udp = duplicate_udp(&sockets).map_err(Error::setup)?;
                         let n_sockets = sockets.len();
+                        // One socket per worker: steer packets by
+                        // connection ID (the worker's index in the IDs it
+                        // issues), so a client may change address.
+                        let steered = n_sockets == self.n_workers
+                            && n_sockets <= 256
+                            && match crate::sys::socket::steer_by_connection_id(&sockets[0], n_sockets as u32) {
+                                Ok(()) => true,
+                                Err(e) => {
+                                    crate::log::debug(format_args!(
+                                        "HTTP/3 on {local}: no steering by connection ID ({e}); by address"
+                                    ));
+                                    false
+                                }
+                            };
+                        let shared = Arc::new(crate::quic::Shared::new(
+                            config.quic()?,
+                            listener.clone(),
+                            &self.limits,
+                            steered,
+                        )?);
                         for i in 0..self.n_workers.max(n_sockets) {
                             let socket = sockets[i % n_sockets].try_clone().map_err(Error::setup)?;
-                            quic_per_worker[i % self.n_workers].push((socket, shared.clone()));
+                            let cid_worker = steered.then_some(i as u8);
+                            quic_per_worker[i % self.n_workers].push((socket, shared.clone(), cid_worker));
                         }
                     }
                     Some(listener)
@@ -328,7 +345,7 @@ impl Server {
             let quic = quic
                 .into_iter()
                 .enumerate()
-                .map(|(i, (socket, shared))| crate::quic::Endpoint::new(socket, shared, i))
+                .map(|(i, (socket, shared, cid_worker))| crate::quic::Endpoint::new(socket, shared, i, cid_worker))
                 .collect::<std::io::Result<Vec<_>>>()
                 .map_err(Error::setup)?;
             let poll = mio::Poll::new().map_err(Error::setup)?;

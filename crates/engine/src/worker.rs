@@ -126,11 +126,13 @@ impl Worker {
         // being worked through (swapped, so a connection can requeue).
         let mut ready: Vec<usize> = Vec::new();
         let mut ready_now: Vec<usize> = Vec::new();
+        // QUIC endpoints that stopped reading with datagrams perhaps left.
+        let mut quic_ready: Vec<usize> = Vec::new();
 
         loop {
             // With connections waiting for another turn, only look for new
             // events; do not sleep.
-            let mut timeout = if ready.is_empty() {
+            let mut timeout = if ready.is_empty() && quic_ready.is_empty() {
                 limits.sweep_interval
             } else {
                 Duration::ZERO
@@ -168,6 +170,9 @@ impl Worker {
                 metrics: metrics.as_deref(),
                 h2,
             };
+            // Those left with datagrams last time get their turn after this
+            // time's events (one turn per loop, like `ready` below).
+            let mut quic_again = std::mem::take(&mut quic_ready);
             for event in events.iter() {
                 match event.token() {
                     TIMER => {
@@ -199,8 +204,11 @@ impl Worker {
                             if event.is_writable() {
                                 endpoint.on_writable(&mut ctx);
                             }
-                            if event.is_readable() {
-                                endpoint.on_readable(&mut ctx);
+                            if event.is_readable()
+                                && endpoint.on_readable(&mut ctx)
+                                && !quic_ready.contains(&(t - UDP_BASE))
+                            {
+                                quic_ready.push(t - UDP_BASE);
                             }
                         }
                     }
@@ -214,6 +222,15 @@ impl Worker {
                             let next = conn.on_ready(&mut ctx, event.is_read_closed());
                             settle(&mut conns, t, next, &mut ready, ctx.pool, ctx.metrics);
                         }
+                    }
+                }
+            }
+            // Another turn for endpoints with datagrams left (edge-triggered:
+            // no new event comes for them until their socket is drained).
+            for i in quic_again.drain(..) {
+                if let Some(endpoint) = quic.get_mut(i) {
+                    if endpoint.on_readable(&mut ctx) {
+                        quic_ready.push(i);
                     }
                 }
             }

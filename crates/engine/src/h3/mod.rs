@@ -96,7 +96,18 @@ pub(crate) struct Session {
     n_ready: usize,
     /// Scratch for a head's encoding.
     scratch: Vec<u8>,
+    /// Finished requests, kept with their buffers for the next streams:
+    /// heap allocations per request, 19.4 before, 13.4-13.7 after
+    /// (a counting allocator around a server answering 100, then 400 GETs
+    /// on one aioquic connection, the difference over 300; the rest are
+    /// quinn-proto's stream state and buffers).
+    spare: Vec<Request>,
 }
+
+/// Finished requests a session keeps for reuse, and the largest buffer
+/// one may hold to be kept (a large body's is freed).
+const SPARE_REQUESTS_MAX: usize = 16;
+const SPARE_BUFFER_BYTES_MAX: usize = 64 * 1024;
 
 impl Session {
     pub(crate) fn new(cfg: Config) -> Self {
@@ -115,6 +126,18 @@ impl Session {
             next_request_id: 0,
             n_ready: 0,
             scratch: Vec::new(),
+            spare: Vec::new(),
+        }
+    }
+
+    /// Removes the request at `at`, keeping it for reuse if it is small.
+    fn forget(&mut self, at: usize) {
+        let r = self.requests.swap_remove(at);
+        let small = r.parse.body.capacity() <= SPARE_BUFFER_BYTES_MAX
+            && r.out.capacity() <= SPARE_BUFFER_BYTES_MAX
+            && r.parse.head.bytes.capacity() <= SPARE_BUFFER_BYTES_MAX;
+        if small && self.spare.len() < SPARE_REQUESTS_MAX {
+            self.spare.push(r);
         }
     }
 
@@ -185,7 +208,7 @@ impl Session {
             }
             // The client gave up on it; a deferred answer is dropped when
             // it comes.
-            self.requests.swap_remove(at);
+            self.forget(at);
         }
         self.unis.retain(|(s, _)| *s != id);
         Action::None
@@ -205,14 +228,26 @@ impl Session {
                     // §5.2: streams past our GOAWAY are not processed.
                     return Action::Reset(Code::RequestRejected);
                 }
-                self.requests.push(Request {
-                    id,
-                    parse: RequestStream::default(),
-                    answer: Answer::None,
-                    out: Vec::new(),
-                    pos: 0,
-                    pending: None,
-                });
+                let request = match self.spare.pop() {
+                    Some(mut r) => {
+                        r.id = id;
+                        r.parse.reset();
+                        r.answer = Answer::None;
+                        r.out.clear();
+                        r.pos = 0;
+                        r.pending = None;
+                        r
+                    }
+                    None => Request {
+                        id,
+                        parse: RequestStream::default(),
+                        answer: Answer::None,
+                        out: Vec::new(),
+                        pos: 0,
+                        pending: None,
+                    },
+                };
+                self.requests.push(request);
                 self.requests.len() - 1
             }
         };
@@ -229,7 +264,7 @@ impl Session {
                 if r.answer == Answer::None && was_ready {
                     self.n_ready -= 1;
                 }
-                self.requests.swap_remove(at);
+                self.forget(at);
                 return Action::Reset(code);
             }
         }
@@ -378,7 +413,7 @@ impl Session {
             if r.answer == Answer::None && r.parse.is_ready() {
                 self.n_ready -= 1;
             }
-            self.requests.swap_remove(at);
+            self.forget(at);
         }
     }
 

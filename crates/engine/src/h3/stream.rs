@@ -99,6 +99,20 @@ impl RequestStream {
         Ok(())
     }
 
+    /// Makes this parser ready for another stream, keeping its buffers.
+    pub(crate) fn reset(&mut self) {
+        self.reader = Reader::default();
+        self.phase = None;
+        self.current = None;
+        self.block.clear();
+        self.scratch.clear();
+        self.head.clear();
+        self.body.clear();
+        self.received = 0;
+        self.refused = None;
+        self.fin = false;
+    }
+
     /// The request is complete (or refused): it can be answered.
     pub(crate) fn is_ready(&self) -> bool {
         self.refused.is_some() || self.fin

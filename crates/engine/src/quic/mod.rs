@@ -6,10 +6,13 @@
 //! sendmsg with GSO, GRO and ECN where the kernel has them; plain
 //! recvmsg/sendmsg where it does not).
 //!
-//! The kernel hashes each datagram's 4-tuple to one socket of the group,
-//! so a worker keeps its connections for as long as the client's address
-//! stays the same (a client that migrates lands on another worker, which
-//! does not know its connection ID, and must reconnect).
+//! Which worker gets a datagram: a BPF filter on the group reads the
+//! destination connection ID, whose first byte names the worker for every
+//! ID our workers issue (`steer`), so a connection stays on its worker
+//! when the client's address changes, and migration is allowed. Where the
+//! filter cannot be attached, the kernel hashes the addresses instead (a
+//! client keeps its worker while its address stays the same) and
+//! migration is turned off.
 //!
 //! Timers: each connection's `poll_timeout` is kept in an ordered set, so
 //! the worker sleeps until the earliest (`Endpoint::next_timeout`).
@@ -21,6 +24,7 @@
 //! connections per worker (more are refused with CONNECTION_REFUSED).
 
 mod conn;
+mod steer;
 
 use std::collections::BTreeSet;
 use std::io::{self, IoSliceMut};
@@ -44,6 +48,10 @@ use conn::QuicConn;
 pub(crate) const CONN_TOKEN_BASE: usize = usize::MAX / 4;
 const ENDPOINT_TOKEN_STRIDE: usize = 1 << 24;
 
+/// Receive calls (each up to quinn-udp's batch of 32 datagrams) one
+/// readiness event may make before the worker's other work gets a turn.
+const RECV_BATCHES_PER_TURN: usize = 16;
+
 /// Datagrams per GSO send at most: 10 full-size datagrams leave in one
 /// system call (quinn's own cap is 10 too), and a burst stays short
 /// enough not to overflow a client's receive buffer.
@@ -62,10 +70,13 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// `migration`: whether a client may change its address (only when
+    /// packets are steered to workers by connection ID, see `steer`).
     pub(crate) fn new(
         crypto: quinn_proto::crypto::rustls::QuicServerConfig,
         tls: Arc<TlsListener>,
         limits: &Limits,
+        migration: bool,
     ) -> Result<Self, Error> {
         let mut transport = quinn_proto::TransportConfig::default();
         let idle = quinn_proto::IdleTimeout::try_from(limits.h3_idle_timeout.min(Duration::from_secs(3600)))
@@ -85,9 +96,9 @@ impl Shared {
         transport.mtu_discovery_config(Some(mtud));
         let mut server = quinn_proto::ServerConfig::with_crypto(Arc::new(crypto));
         server.transport_config(Arc::new(transport));
-        // Connection migration would move a client's packets to another
-        // worker's socket (the kernel hashes the new address there).
-        server.migration(false);
+        // Without steering by connection ID, a client's new address would
+        // hash to another worker's socket, which does not know it.
+        server.migration(migration);
         let mut endpoint = quinn_proto::EndpointConfig::default();
         endpoint
             .max_udp_payload_size(limits.h3_udp_payload_bytes_max.max(1200))
@@ -138,13 +149,28 @@ struct Blocked {
 }
 
 impl Endpoint {
-    pub(crate) fn new(socket: std::net::UdpSocket, shared: Arc<Shared>, index: usize) -> io::Result<Self> {
+    /// `cid_worker`: the first byte of the connection IDs this endpoint
+    /// issues, when the group steers by it (`steer`).
+    pub(crate) fn new(
+        socket: std::net::UdpSocket,
+        shared: Arc<Shared>,
+        index: usize,
+        cid_worker: Option<u8>,
+    ) -> io::Result<Self> {
         let udp = quinn_udp::UdpSocketState::new((&socket).into())?;
         // Room for bursts (best effort: the kernel caps both at its
         // net.core.[rw]mem_max).
         let _ = udp.set_send_buffer_size((&socket).into(), UDP_BUFFER_BYTES);
         let _ = udp.set_recv_buffer_size((&socket).into(), UDP_BUFFER_BYTES);
-        let endpoint = quinn_proto::Endpoint::new(shared.endpoint.clone(), Some(shared.server.clone()), true, None);
+        let config = match cid_worker {
+            Some(worker) => {
+                let mut config = (*shared.endpoint).clone();
+                config.cid_generator(move || Box::new(steer::WorkerCids::new(worker)));
+                Arc::new(config)
+            }
+            None => shared.endpoint.clone(),
+        };
+        let endpoint = quinn_proto::Endpoint::new(config, Some(shared.server.clone()), true, None);
         let datagram = usize::from(shared.endpoint.get_max_udp_payload_size().min(65527) as u16);
         let recv_bytes = datagram.max(1500) * udp.gro_segments().max(1) * quinn_udp::BATCH_SIZE;
         Ok(Endpoint {
@@ -218,9 +244,14 @@ impl Endpoint {
     }
 
     /// Reads every datagram waiting on the socket and acts on them.
-    pub(crate) fn on_readable(&mut self, ctx: &mut Ctx<'_>) {
+    /// At most `RECV_BATCHES_PER_TURN` receive calls, so that a flood on
+    /// this socket cannot starve the worker's other sockets and
+    /// connections: returns true if the socket may have more (the worker
+    /// calls again after the others have had their turn).
+    pub(crate) fn on_readable(&mut self, ctx: &mut Ctx<'_>) -> bool {
         let mut metas = [quinn_udp::RecvMeta::default(); quinn_udp::BATCH_SIZE];
-        loop {
+        let mut more = true;
+        for _ in 0..RECV_BATCHES_PER_TURN {
             let n = {
                 let chunk = self.recv_buf.len() / quinn_udp::BATCH_SIZE;
                 let mut chunks = self.recv_buf.chunks_mut(chunk);
@@ -228,7 +259,10 @@ impl Endpoint {
                     std::array::from_fn(|_| IoSliceMut::new(chunks.next().unwrap_or_default()));
                 match self.udp.recv((&self.socket).into(), &mut bufs, &mut metas) {
                     Ok(n) => n,
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        more = false;
+                        break;
+                    }
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                     Err(e) => {
                         // ICMP errors surface here (ECONNREFUSED from a
@@ -253,6 +287,7 @@ impl Endpoint {
             }
         }
         self.drive_touched(ctx);
+        more
     }
 
     fn on_datagram(

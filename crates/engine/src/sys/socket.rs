@@ -70,3 +70,55 @@ pub(crate) fn bind_udp_group(addr: SocketAddr, n_workers: usize) -> io::Result<V
     }
     Ok(sockets)
 }
+
+/// Makes the kernel pick the socket of a UDP SO_REUSEPORT group by a
+/// QUIC packet's destination connection ID rather than by the addresses
+/// (SO_ATTACH_REUSEPORT_CBPF, on any socket of the group): its first byte
+/// modulo `n_sockets`, which is the socket's index in the group (the order
+/// of binding) for the IDs our workers issue (`quic::steer`). A client's
+/// first Initial carries an ID of its own choosing, random, which spreads
+/// new connections over the workers; every later packet carries one of
+/// ours. So a connection stays on its worker when the client's address
+/// changes (NAT rebinding, migration). The filter sees the UDP payload:
+/// the ID starts at byte 6 in a long header (after the first byte, the
+/// version and the ID's length), at byte 1 in a short one.
+pub(crate) fn steer_by_connection_id(socket: &std::net::UdpSocket, n_sockets: u32) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    const fn op(code: u32, jt: u8, jf: u8, k: u32) -> libc::sock_filter {
+        libc::sock_filter {
+            code: code as u16,
+            jt,
+            jf,
+            k,
+        }
+    }
+    let load_byte = libc::BPF_LD | libc::BPF_B | libc::BPF_ABS;
+    let filter = [
+        op(load_byte, 0, 0, 0),                                       // A = first byte
+        op(libc::BPF_JMP | libc::BPF_JSET | libc::BPF_K, 0, 2, 0x80), // long header?
+        op(load_byte, 0, 0, 6),                                       // yes: A = DCID[0]
+        op(libc::BPF_JMP | libc::BPF_JA, 0, 0, 1),                    // skip the next
+        op(load_byte, 0, 0, 1),                                       // no: A = DCID[0]
+        op(libc::BPF_ALU | libc::BPF_MOD | libc::BPF_K, 0, 0, n_sockets.max(1)),
+        op(libc::BPF_RET | libc::BPF_A, 0, 0, 0), // the socket's index
+    ];
+    let program = libc::sock_fprog {
+        len: filter.len() as u16,
+        filter: filter.as_ptr().cast_mut(),
+    };
+    // SAFETY: `program` points at `filter`, both alive for the duration of
+    // the call, and its length is the filter's; the kernel copies it.
+    let rc = unsafe {
+        libc::setsockopt(
+            socket.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_REUSEPORT_CBPF,
+            (&program as *const libc::sock_fprog).cast(),
+            std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
