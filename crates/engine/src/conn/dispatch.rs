@@ -16,7 +16,7 @@ use crate::request::{DeferSlot, Request};
 use crate::response::Response;
 
 /// What the handler gave.
-pub(super) enum Called<'r> {
+pub(crate) enum Called<'r> {
     /// An answer to send now (it stays in the caller's `Handled`).
     Now(&'r mut Response),
     /// The answer will come through a `Responder` with this record's id.
@@ -26,23 +26,23 @@ pub(super) enum Called<'r> {
 /// Where the handler's reply lands: owned by the caller, so that the
 /// response is not moved again on its way to the output (each move of
 /// the large struct was a memcpy: 2-4 % of a pipelined hello's CPU).
-pub(super) type Handled = std::thread::Result<Reply>;
+pub(crate) type Handled = std::thread::Result<Reply>;
 
 /// A request whose answer comes later: what is needed to match the answer
 /// and to log it.
-pub(super) struct Deferral {
-    pub(super) id: u64,
+pub(crate) struct Deferral {
+    pub(crate) id: u64,
     /// When the request was ready.
-    pub(super) started: Instant,
+    pub(crate) started: Instant,
     /// The method's metrics label.
-    pub(super) method_idx: usize,
-    pub(super) head_only: bool,
-    pub(super) log: Option<LogRequest>,
+    pub(crate) method_idx: usize,
+    pub(crate) head_only: bool,
+    pub(crate) log: Option<LogRequest>,
 }
 
 /// Where `req.defer()` records its promise: set it as the request's
 /// `defer` before `call`.
-pub(super) fn slot<'w>(ctx: &Ctx<'w>, token: usize) -> DeferSlot<'w> {
+pub(crate) fn slot<'w>(ctx: &Ctx<'w>, token: usize) -> DeferSlot<'w> {
     DeferSlot {
         mailbox: ctx.mailbox,
         token,
@@ -54,7 +54,7 @@ pub(super) fn slot<'w>(ctx: &Ctx<'w>, token: usize) -> DeferSlot<'w> {
 /// Calls the handler for `req` (the redirect handler on a redirecting
 /// listener), catching a panic. Then `settle` what it gave.
 #[inline]
-pub(super) fn call(ctx: &Ctx<'_>, redirect: bool, req: &Request<'_>) -> Handled {
+pub(crate) fn call(ctx: &Ctx<'_>, redirect: bool, req: &Request<'_>) -> Handled {
     let handler = match (redirect, ctx.redirect) {
         (true, Some(redirect)) => redirect,
         _ => ctx.handler,
@@ -66,7 +66,7 @@ pub(super) fn call(ctx: &Ctx<'_>, redirect: bool, req: &Request<'_>) -> Handled 
 /// now, or a `Deferral`. A panic, or `Reply::Later` without
 /// `Request::defer`, becomes a 500 that closes the connection.
 #[inline]
-pub(super) fn settle<'r>(
+pub(crate) fn settle<'r>(
     ctx: &mut Ctx<'_>,
     slot: &DeferSlot<'_>,
     req: &Request<'_>,
@@ -104,7 +104,7 @@ pub(super) fn settle<'r>(
 }
 
 /// Records an answer sent now in the access log and the metrics.
-pub(super) fn record(ctx: &mut Ctx<'_>, req: &Request<'_>, status: u16, body_bytes: u64) {
+pub(crate) fn record(ctx: &mut Ctx<'_>, req: &Request<'_>, status: u16, body_bytes: u64) {
     if let Some(log) = ctx.log.as_deref_mut() {
         log.record(&Line {
             clf_time: ctx.date.clf(),
@@ -128,7 +128,7 @@ pub(super) fn record(ctx: &mut Ctx<'_>, req: &Request<'_>, status: u16, body_byt
 /// A deferred answer arrived: counts it, and records it in the log and
 /// the metrics if it was sent (`sent`: status and body bytes; `None` if
 /// its stream is gone).
-pub(super) fn finish(ctx: &mut Ctx<'_>, peer: SocketAddr, deferral: &Deferral, sent: Option<(u16, u64)>) {
+pub(crate) fn finish(ctx: &mut Ctx<'_>, peer: SocketAddr, deferral: &Deferral, sent: Option<(u16, u64)>) {
     if let Some(m) = ctx.metrics {
         m.deferred_ended.add(1);
     }

@@ -47,7 +47,7 @@ use mio::net::TcpStream;
 use mio::{Interest, Token};
 
 pub(crate) mod buffers;
-mod dispatch;
+pub(crate) mod dispatch;
 mod flush;
 mod h1;
 mod h2;
@@ -635,6 +635,6 @@ fn refused_line<'a>(
 }
 
 /// Microseconds since `start` (the access log's duration).
-fn micros_since(start: Instant) -> u64 {
+pub(crate) fn micros_since(start: Instant) -> u64 {
     u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX)
 }

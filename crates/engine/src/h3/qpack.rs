@@ -185,7 +185,7 @@ impl Encoder {
             if n.as_bytes() == name {
                 if v.as_bytes() == value {
                     // Indexed field line, static: 1 1 index(6).
-                    write_integer(out, 0xc0, 6, i as u64);
+                    write_integer(out, 0xc0, 6, i);
                     return;
                 }
                 name_idx.get_or_insert(i);
@@ -194,43 +194,30 @@ impl Encoder {
         match name_idx {
             Some(i) => {
                 // Literal with static name reference, N=0: 0 1 0 1 index(4).
-                write_integer(out, 0x50, 4, i as u64);
+                write_integer(out, 0x50, 4, i);
             }
             None => {
                 // Literal with literal name, N=0: 0 0 1 0 H len(3).
                 let coded = huffman::encoded_len(name);
                 if coded < name.len() {
-                    write_integer(out, 0x28, 3, coded as u64);
+                    write_integer(out, 0x28, 3, coded);
                     huffman::encode(name, out);
                 } else {
-                    write_integer(out, 0x20, 3, name.len() as u64);
+                    write_integer(out, 0x20, 3, name.len());
                     out.extend_from_slice(name);
                 }
             }
         }
         let coded = huffman::encoded_len(value);
         if coded < value.len() {
-            write_integer(out, 0x80, 7, coded as u64);
+            write_integer(out, 0x80, 7, coded);
             huffman::encode(value, out);
         } else {
-            write_integer(out, 0, 7, value.len() as u64);
+            write_integer(out, 0, 7, value.len());
             out.extend_from_slice(value);
         }
     }
 }
 
-/// Appends an integer with an `n`-bit prefix; `first` holds the flag bits.
-pub(crate) fn write_integer(out: &mut Vec<u8>, first: u8, n: u32, mut value: u64) {
-    let mask = (1u64 << n) - 1;
-    if value < mask {
-        out.push(first | value as u8);
-        return;
-    }
-    out.push(first | mask as u8);
-    value -= mask;
-    while value >= 0x80 {
-        out.push((value as u8 & 0x7f) | 0x80);
-        value >>= 7;
-    }
-    out.push(value as u8);
-}
+/// Appends an integer with an `n`-bit prefix (the same as HPACK's).
+pub(crate) use crate::h2::hpack::write_integer;

@@ -132,11 +132,11 @@ fn qpack_decodes_the_rfc_examples_and_every_representation_without_a_table() {
     let mut block = hex("00 05 d1 23 61 62 63 03 78 79 7a");
     let mut name = Vec::new();
     crate::h2::huffman::encode(b"custom-key", &mut name);
-    qpack::write_integer(&mut block, 0x28, 3, name.len() as u64);
+    qpack::write_integer(&mut block, 0x28, 3, name.len());
     block.extend_from_slice(&name);
     let mut value = Vec::new();
     crate::h2::huffman::encode(b"custom-value", &mut value);
-    qpack::write_integer(&mut block, 0x80, 7, value.len() as u64);
+    qpack::write_integer(&mut block, 0x80, 7, value.len());
     block.extend_from_slice(&value);
     let got = decode(&block).unwrap();
     assert_eq!(got[0], (":method".into(), "GET".into()));

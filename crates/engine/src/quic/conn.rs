@@ -3,21 +3,19 @@
 //! between them. Mirrors `conn/h2.rs`: the same handler, access log lines,
 //! metrics and deferred answers, per stream.
 
-use std::cell::Cell;
 use std::net::SocketAddr;
-use std::panic::{self, AssertUnwindSafe};
 use std::time::Instant;
 
 use quinn_proto::{Dir, Event, ReadError, StreamEvent, StreamId, VarInt, WriteError};
 
 use super::Shared;
-use crate::access_log::{Line, LogRequest};
+use crate::access_log::Line;
 use crate::codec::Version;
-use crate::conn::{Ctx, HEADERS_ARRAY_MAX};
+use crate::conn::dispatch::{self, Called, Deferral};
+use crate::conn::{micros_since, Ctx, HEADERS_ARRAY_MAX};
 use crate::h3::frame::Code;
 use crate::h3::{Action, Session};
-use crate::handler::Reply;
-use crate::request::{DeferSlot, Request};
+use crate::request::Request;
 use crate::response::Response;
 
 pub(super) struct QuicConn {
@@ -30,18 +28,10 @@ pub(super) struct QuicConn {
     peer: SocketAddr,
     /// This connection's token in the worker's mailbox.
     token: usize,
-    deferred: Vec<DeferredStream>,
+    deferred: Vec<Deferral>,
     /// Scratch: streams with bytes to send.
     sending: Vec<u64>,
     closed: bool,
-}
-
-struct DeferredStream {
-    id: u64,
-    started: Instant,
-    method_idx: usize,
-    head_only: bool,
-    log: Option<LogRequest>,
 }
 
 fn code(c: Code) -> VarInt {
@@ -213,12 +203,6 @@ impl QuicConn {
             }
             return;
         };
-        let slot = DeferSlot {
-            mailbox: ctx.mailbox,
-            token: self.token,
-            next_id: ctx.next_defer_id,
-            id: Cell::new(None),
-        };
         let mut small = [httparse::EMPTY_HEADER; 32];
         let mut large = Vec::new();
         let n_fields = parts.head.fields.len();
@@ -229,6 +213,7 @@ impl QuicConn {
             &mut large
         };
         let n = parts.head.fill(headers);
+        let slot = dispatch::slot(ctx, self.token);
         let mut req = Request::new(
             parts.method,
             parts.target,
@@ -240,53 +225,17 @@ impl QuicConn {
         );
         req.defer = Some(&slot);
         let head_only = parts.method == "HEAD";
-        let reply = panic::catch_unwind(AssertUnwindSafe(|| ctx.handler.call(&req)));
-        let response = match reply {
-            Ok(Reply::Now(response)) => response,
-            Ok(Reply::Later) => {
-                if let Some(defer_id) = slot.id.get() {
-                    let log = ctx.log.is_some().then(|| log_request(&req));
-                    let method_idx = crate::metrics::method_index(req.method().as_bytes());
-                    self.deferred.push(DeferredStream {
-                        id: defer_id,
-                        started: ctx.now,
-                        method_idx,
-                        head_only,
-                        log,
-                    });
-                    self.session.defer(id, defer_id);
-                    if let Some(m) = ctx.metrics {
-                        m.deferred_started.add(1);
-                    }
-                    return;
-                }
-                crate::log::error(format_args!(
-                    "handler returned Reply::Later without calling Request::defer"
-                ));
-                Response::error(500)
+        let mut handled = dispatch::call(ctx, false, &req);
+        let response = match dispatch::settle(ctx, &slot, &req, &mut handled) {
+            Called::Now(response) => std::mem::replace(response, Response::new(200)),
+            Called::Later(deferral) => {
+                self.session.defer(id, deferral.id);
+                self.deferred.push(deferral);
+                return;
             }
-            // The panic hook has already printed the message.
-            Err(_) => Response::error(500),
         };
         let sent = crate::h2::Session::sent_of(&response, head_only);
-        if let Some(log) = ctx.log.as_deref_mut() {
-            log.record(&Line {
-                clf_time: ctx.date.clf(),
-                peer: self.peer,
-                method: req.method().as_bytes(),
-                target: req.target().as_bytes(),
-                version: b"HTTP/3.0",
-                status: sent.status,
-                body_bytes: sent.body_bytes,
-                referer: req.header_bytes("referer"),
-                user_agent: req.header_bytes("user-agent"),
-                host: req.host().map(str::as_bytes),
-                duration_us: Some(micros_since(ctx.now)),
-            });
-        }
-        if let Some(m) = ctx.metrics {
-            m.record(req.method().as_bytes(), sent.status, ctx.now);
-        }
+        dispatch::record(ctx, &req, sent.status, sent.body_bytes);
         self.session.respond(id, response, head_only, date, extra_fields);
     }
 
@@ -296,32 +245,16 @@ impl QuicConn {
             return;
         };
         let wait = self.deferred.swap_remove(at);
-        if let Some(m) = ctx.metrics {
-            m.deferred_ended.add(1);
-        }
         // The client may have reset the stream meanwhile.
         let Some(stream) = self.session.deferred_stream(id) else {
+            dispatch::finish(ctx, self.peer, &wait, None);
             return;
         };
         let extra_fields = shared.tls.extra_fields.as_deref().unwrap_or(&[]);
         let sent = self
             .session
             .respond(stream, response, wait.head_only, &ctx.date.http()[..], extra_fields);
-        if let Some(sent) = sent {
-            if let (Some(w), Some(req)) = (ctx.log.as_deref_mut(), wait.log.as_ref()) {
-                w.record_owned(
-                    ctx.date.clf(),
-                    self.peer,
-                    req,
-                    sent.status,
-                    sent.body_bytes,
-                    wait.started,
-                );
-            }
-            if let Some(m) = ctx.metrics {
-                m.record_index(wait.method_idx, sent.status, wait.started);
-            }
-        }
+        dispatch::finish(ctx, self.peer, &wait, sent.map(|s| (s.status, s.body_bytes)));
     }
 
     /// The connection is gone: deferred answers still out are abandoned.
@@ -390,23 +323,4 @@ impl QuicConn {
             out.drain(..n);
         }
     }
-}
-
-fn log_request(req: &Request<'_>) -> LogRequest {
-    let mut request_line = Vec::with_capacity(req.method().len() + req.target().len() + 10);
-    request_line.extend_from_slice(req.method().as_bytes());
-    request_line.push(b' ');
-    request_line.extend_from_slice(req.target().as_bytes());
-    request_line.push(b' ');
-    request_line.extend_from_slice(req.version().as_str().as_bytes());
-    LogRequest {
-        request_line,
-        referer: req.header_bytes("referer").map(<[u8]>::to_vec),
-        user_agent: req.header_bytes("user-agent").map(<[u8]>::to_vec),
-        host: req.host().map(|h| h.as_bytes().to_vec()),
-    }
-}
-
-fn micros_since(start: Instant) -> u64 {
-    u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX)
 }
