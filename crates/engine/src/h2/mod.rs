@@ -32,12 +32,14 @@ mod frame;
 pub(crate) mod hpack;
 pub(crate) mod huffman;
 pub(crate) mod request;
+pub(crate) mod splice;
 
 use std::io;
 use std::panic::{self, AssertUnwindSafe};
 
 use frame::{Code, Header};
 use request::Head;
+use splice::{Slice, Splices, SPLICE_BYTES_MIN};
 
 use crate::limits::{H2_CONN_WINDOW, H2_CONTROL_FRAMES_BASE};
 use crate::response::{Body, FileRange, Response};
@@ -112,6 +114,10 @@ pub(crate) struct Session {
     /// Bytes of request frames (HEADERS, CONTINUATION, DATA) received:
     /// progress, for the timeout of a request that stalls.
     request_bytes: u64,
+    /// DATA payloads of lasting bodies are queued in `splices` instead of
+    /// being copied into the output buffer (`splice.rs`).
+    splicing: bool,
+    pub(crate) splices: Splices,
 }
 
 struct Continuation {
@@ -241,6 +247,32 @@ impl Pending {
         }
     }
 
+    /// Up to `max` bytes of a lasting body (static or shared) as a slice,
+    /// if at least `min` are left; `None` leaves them to `fill`.
+    pub(crate) fn take_slice(&mut self, max: usize, min: usize) -> Option<Slice> {
+        let Pending::Bytes { body, pos } = self else {
+            return None;
+        };
+        let left = body.len().map_or(0, |n| n as usize - *pos);
+        let n = max.min(left);
+        if n < min || n == 0 {
+            return None;
+        }
+        let slice = match body {
+            Body::Static(b) => Slice::Static(&b[*pos..*pos + n]),
+            Body::Shared(s) => {
+                let start = s.range.start + *pos;
+                Slice::Shared(crate::response::SharedBytes {
+                    buf: s.buf.clone(),
+                    range: start..start + n,
+                })
+            }
+            _ => return None,
+        };
+        *pos += n;
+        Some(slice)
+    }
+
     pub(crate) fn is_done(&self) -> bool {
         match self {
             Pending::Bytes { body, pos } => body.len() == Some(*pos as u64),
@@ -316,7 +348,21 @@ impl Session {
             n_responses: 0,
             bytes_sent: 0,
             request_bytes: 0,
+            splicing: false,
+            splices: Splices::default(),
         }
+    }
+
+    /// Sends lasting bodies' DATA payloads as slices (`splice.rs`): the
+    /// caller then writes `out` together with `splices`, and keeps `out`
+    /// (neither cleared nor moved) while slices are queued.
+    pub(crate) fn set_splicing(&mut self, on: bool) {
+        self.splicing = on;
+    }
+
+    /// Bytes queued for the client: `out`'s and the slices'.
+    fn queued(&self, out: &[u8]) -> usize {
+        out.len() + self.splices.bytes()
     }
 
     /// Appends the server's connection preface: SETTINGS, and a
@@ -899,7 +945,7 @@ impl Session {
         // stream.
         let mut idx = 0;
         while idx < self.streams.len() {
-            if out.len() >= budget || self.send_window <= 0 {
+            if self.queued(out) >= budget || self.send_window <= 0 {
                 break;
             }
             let id = self.streams[idx].id;
@@ -920,14 +966,28 @@ impl Session {
         let Some(pending) = &mut s.pending else { return };
         loop {
             let window = s.send_window.min(self.send_window);
-            let room = budget.saturating_sub(out.len()).max(1024);
+            let queued = out.len() + self.splices.bytes();
+            let room = budget.saturating_sub(queued).max(1024);
             let max = usize::try_from(window.max(0)).unwrap_or(0).min(frame_max).min(room);
             if max == 0 && !matches!(pending, Pending::Stream { .. }) {
                 return;
             }
             let at = out.len();
             frame::write_header(out, 0, frame::DATA, 0, s.id);
-            let n = match pending.fill(out, max) {
+            let slice = if self.splicing {
+                pending.take_slice(max, SPLICE_BYTES_MIN)
+            } else {
+                None
+            };
+            let filled = match slice {
+                Some(slice) => {
+                    let n = slice.as_slice().len();
+                    self.splices.push(out.len(), slice);
+                    Ok(n)
+                }
+                None => pending.fill(out, max),
+            };
+            let n = match filled {
                 Ok(n) => n,
                 Err(_) => {
                     out.truncate(at);
@@ -955,7 +1015,7 @@ impl Session {
                 s.send = Sending::Done;
                 return;
             }
-            if out.len() >= budget {
+            if out.len() + self.splices.bytes() >= budget {
                 return;
             }
         }
