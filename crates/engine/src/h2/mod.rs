@@ -118,6 +118,84 @@ pub(crate) struct Session {
     /// being copied into the output buffer (`splice.rs`).
     splicing: bool,
     pub(crate) splices: Splices,
+    /// The last response head that encoded without changing the HPACK
+    /// table, and what it was made of.
+    head_cache: HeadCache,
+}
+
+/// A response head's HPACK block, and what it was made of: while the
+/// encoder's table does not change, a response made of the same (the same
+/// file asked again on the connection, a handler's fixed answer) encodes
+/// to the same bytes, copied instead of looked up field by field. The
+/// buffers are reused: no allocation once warm.
+#[derive(Default)]
+struct HeadCache {
+    valid: bool,
+    generation: u64,
+    status: u16,
+    length: Option<u64>,
+    content_type: Vec<u8>,
+    has_content_type: bool,
+    /// Holds the block, so its address is not reused while compared.
+    block: Option<crate::response::HeaderBlock>,
+    date: Vec<u8>,
+    extra_fields: Vec<u8>,
+    encoded: Vec<u8>,
+}
+
+impl HeadCache {
+    /// Whether `resp`'s head (with `length`, `date` and `extra_fields`)
+    /// is the one encoded, with the table as it was then.
+    fn matches(&self, generation: u64, resp: &Response, length: Option<u64>, date: &[u8], extra: &[u8]) -> bool {
+        self.valid
+            && self.generation == generation
+            && self.status == resp.status
+            && self.length == length
+            && resp.headers.is_empty()
+            && self.has_content_type == resp.content_type.is_some()
+            && resp
+                .content_type
+                .as_deref()
+                .is_none_or(|ct| ct.as_bytes() == self.content_type)
+            && match (&self.block, &resp.block) {
+                (None, None) => true,
+                (Some(a), Some(b)) => a.same(b),
+                _ => false,
+            }
+            && self.date == date
+            && self.extra_fields == extra
+    }
+
+    /// Remembers `encoded` as `resp`'s head, if the head is cacheable.
+    fn store(
+        &mut self,
+        generation: u64,
+        resp: &Response,
+        length: Option<u64>,
+        date: &[u8],
+        extra: &[u8],
+        encoded: &[u8],
+    ) {
+        self.valid = resp.headers.is_empty();
+        if !self.valid {
+            return;
+        }
+        self.generation = generation;
+        self.status = resp.status;
+        self.length = length;
+        self.has_content_type = resp.content_type.is_some();
+        self.content_type.clear();
+        if let Some(ct) = &resp.content_type {
+            self.content_type.extend_from_slice(ct.as_bytes());
+        }
+        self.block.clone_from(&resp.block);
+        self.date.clear();
+        self.date.extend_from_slice(date);
+        self.extra_fields.clear();
+        self.extra_fields.extend_from_slice(extra);
+        self.encoded.clear();
+        self.encoded.extend_from_slice(encoded);
+    }
 }
 
 struct Continuation {
@@ -350,6 +428,7 @@ impl Session {
             request_bytes: 0,
             splicing: false,
             splices: Splices::default(),
+            head_cache: HeadCache::default(),
         }
     }
 
@@ -914,10 +993,23 @@ impl Session {
         };
         let flags = if body.is_none() { frame::END_STREAM } else { 0 };
         let encoder = &mut self.encoder;
+        let cache = &mut self.head_cache;
         write_head(out, id, flags, self.peer_frame_max, |block| {
+            let generation = encoder.generation();
+            if !encoder.has_update() && cache.matches(generation, &resp, length, date, extra_fields) {
+                block.extend_from_slice(&cache.encoded);
+                return;
+            }
+            let at = block.len();
+            let fresh = !encoder.has_update();
             encoder.begin(block);
             hpack::write_status(block, status);
             encode_fields(encoder, block, &resp, date, length, extra_fields);
+            if fresh && encoder.generation() == generation {
+                cache.store(generation, &resp, length, date, extra_fields, &block[at..]);
+            } else {
+                cache.valid = false;
+            }
         });
         self.n_responses += 1;
         let s = &mut self.streams[idx];
