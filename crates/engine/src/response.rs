@@ -339,6 +339,11 @@ impl Response {
 pub struct HeaderBlock(SharedBytes);
 
 impl HeaderBlock {
+    /// The same block (one allocation, the same range): a clone of it.
+    pub(crate) fn same(&self, other: &HeaderBlock) -> bool {
+        Arc::ptr_eq(&self.0.buf, &other.0.buf) && self.0.range == other.0.range
+    }
+
     /// Checks and joins `fields`. An invalid name or value, or a field the
     /// engine writes itself (`Content-Length`, `Date`, ...), is an error
     /// naming the field.

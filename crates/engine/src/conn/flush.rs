@@ -10,6 +10,10 @@ impl Conn {
         if let Transport::Tls(_) = self.transport {
             return self.flush_tls(pool);
         }
+        if self.h2.is_some() {
+            // Frames, and DATA payloads as slices, by writev (conn/h2.rs).
+            return self.flush_h2();
+        }
         let out = &mut self.output;
         let mut progress = false;
         loop {

@@ -384,7 +384,10 @@ impl Conn {
     }
 
     fn has_output(&self) -> bool {
-        self.output.pos < self.output.buf.len() || self.output.tail.is_some() || self.transport.wants_write()
+        self.output.pos < self.output.buf.len()
+            || self.output.tail.is_some()
+            || self.transport.wants_write()
+            || self.h2_spliced()
     }
 
     /// Reads, answers and writes until the connection must wait.

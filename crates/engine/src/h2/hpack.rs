@@ -300,6 +300,9 @@ pub(crate) struct Encoder {
     /// (each would be a new one, and an allocation while the table fills).
     date_value: Vec<u8>,
     date_block: Vec<u8>,
+    /// Counts the table's changes (insertions, evictions, size changes):
+    /// the same fields encode to the same bytes while it stays put.
+    generation: u64,
 }
 
 struct Entry {
@@ -332,7 +335,18 @@ impl Encoder {
             spare: None,
             date_value: Vec::new(),
             date_block: Vec::new(),
+            generation: 0,
         }
+    }
+
+    /// Changes to the table so far; see `generation`.
+    pub(crate) fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// A table size change waits to be announced by the next `begin`.
+    pub(crate) fn has_update(&self) -> bool {
+        self.update.is_some()
     }
 
     /// The client's SETTINGS_HEADER_TABLE_SIZE.
@@ -343,6 +357,7 @@ impl Encoder {
         }
         self.max = max;
         self.update = Some(self.update.map_or(max, |low| low.min(max)));
+        self.generation += 1;
         self.evict(0);
     }
 
@@ -394,6 +409,7 @@ impl Encoder {
             name_len: name.len(),
         });
         self.size += size;
+        self.generation += 1;
     }
 
     /// Appends the `date` field (a literal, encoded once per value).
@@ -412,6 +428,7 @@ impl Encoder {
         while self.size + incoming > self.max {
             let Some(e) = self.entries.pop_back() else { break };
             self.size -= e.size();
+            self.generation += 1;
             self.spare = Some(e.bytes);
         }
     }

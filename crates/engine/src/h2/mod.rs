@@ -32,12 +32,14 @@ mod frame;
 pub(crate) mod hpack;
 pub(crate) mod huffman;
 pub(crate) mod request;
+pub(crate) mod splice;
 
 use std::io;
 use std::panic::{self, AssertUnwindSafe};
 
 use frame::{Code, Header};
 use request::Head;
+use splice::{Slice, Splices, SPLICE_BYTES_MIN};
 
 use crate::limits::{H2_CONN_WINDOW, H2_CONTROL_FRAMES_BASE};
 use crate::response::{Body, FileRange, Response};
@@ -112,6 +114,88 @@ pub(crate) struct Session {
     /// Bytes of request frames (HEADERS, CONTINUATION, DATA) received:
     /// progress, for the timeout of a request that stalls.
     request_bytes: u64,
+    /// DATA payloads of lasting bodies are queued in `splices` instead of
+    /// being copied into the output buffer (`splice.rs`).
+    splicing: bool,
+    pub(crate) splices: Splices,
+    /// The last response head that encoded without changing the HPACK
+    /// table, and what it was made of.
+    head_cache: HeadCache,
+}
+
+/// A response head's HPACK block, and what it was made of: while the
+/// encoder's table does not change, a response made of the same (the same
+/// file asked again on the connection, a handler's fixed answer) encodes
+/// to the same bytes, copied instead of looked up field by field. The
+/// buffers are reused: no allocation once warm.
+#[derive(Default)]
+struct HeadCache {
+    valid: bool,
+    generation: u64,
+    status: u16,
+    length: Option<u64>,
+    content_type: Vec<u8>,
+    has_content_type: bool,
+    /// Holds the block, so its address is not reused while compared.
+    block: Option<crate::response::HeaderBlock>,
+    date: Vec<u8>,
+    extra_fields: Vec<u8>,
+    encoded: Vec<u8>,
+}
+
+impl HeadCache {
+    /// Whether `resp`'s head (with `length`, `date` and `extra_fields`)
+    /// is the one encoded, with the table as it was then.
+    fn matches(&self, generation: u64, resp: &Response, length: Option<u64>, date: &[u8], extra: &[u8]) -> bool {
+        self.valid
+            && self.generation == generation
+            && self.status == resp.status
+            && self.length == length
+            && resp.headers.is_empty()
+            && self.has_content_type == resp.content_type.is_some()
+            && resp
+                .content_type
+                .as_deref()
+                .is_none_or(|ct| ct.as_bytes() == self.content_type)
+            && match (&self.block, &resp.block) {
+                (None, None) => true,
+                (Some(a), Some(b)) => a.same(b),
+                _ => false,
+            }
+            && self.date == date
+            && self.extra_fields == extra
+    }
+
+    /// Remembers `encoded` as `resp`'s head, if the head is cacheable.
+    fn store(
+        &mut self,
+        generation: u64,
+        resp: &Response,
+        length: Option<u64>,
+        date: &[u8],
+        extra: &[u8],
+        encoded: &[u8],
+    ) {
+        self.valid = resp.headers.is_empty();
+        if !self.valid {
+            return;
+        }
+        self.generation = generation;
+        self.status = resp.status;
+        self.length = length;
+        self.has_content_type = resp.content_type.is_some();
+        self.content_type.clear();
+        if let Some(ct) = &resp.content_type {
+            self.content_type.extend_from_slice(ct.as_bytes());
+        }
+        self.block.clone_from(&resp.block);
+        self.date.clear();
+        self.date.extend_from_slice(date);
+        self.extra_fields.clear();
+        self.extra_fields.extend_from_slice(extra);
+        self.encoded.clear();
+        self.encoded.extend_from_slice(encoded);
+    }
 }
 
 struct Continuation {
@@ -241,6 +325,32 @@ impl Pending {
         }
     }
 
+    /// Up to `max` bytes of a lasting body (static or shared) as a slice,
+    /// if at least `min` are left; `None` leaves them to `fill`.
+    pub(crate) fn take_slice(&mut self, max: usize, min: usize) -> Option<Slice> {
+        let Pending::Bytes { body, pos } = self else {
+            return None;
+        };
+        let left = body.len().map_or(0, |n| n as usize - *pos);
+        let n = max.min(left);
+        if n < min || n == 0 {
+            return None;
+        }
+        let slice = match body {
+            Body::Static(b) => Slice::Static(&b[*pos..*pos + n]),
+            Body::Shared(s) => {
+                let start = s.range.start + *pos;
+                Slice::Shared(crate::response::SharedBytes {
+                    buf: s.buf.clone(),
+                    range: start..start + n,
+                })
+            }
+            _ => return None,
+        };
+        *pos += n;
+        Some(slice)
+    }
+
     pub(crate) fn is_done(&self) -> bool {
         match self {
             Pending::Bytes { body, pos } => body.len() == Some(*pos as u64),
@@ -316,7 +426,22 @@ impl Session {
             n_responses: 0,
             bytes_sent: 0,
             request_bytes: 0,
+            splicing: false,
+            splices: Splices::default(),
+            head_cache: HeadCache::default(),
         }
+    }
+
+    /// Sends lasting bodies' DATA payloads as slices (`splice.rs`): the
+    /// caller then writes `out` together with `splices`, and keeps `out`
+    /// (neither cleared nor moved) while slices are queued.
+    pub(crate) fn set_splicing(&mut self, on: bool) {
+        self.splicing = on;
+    }
+
+    /// Bytes queued for the client: `out`'s and the slices'.
+    fn queued(&self, out: &[u8]) -> usize {
+        out.len() + self.splices.bytes()
     }
 
     /// Appends the server's connection preface: SETTINGS, and a
@@ -868,10 +993,23 @@ impl Session {
         };
         let flags = if body.is_none() { frame::END_STREAM } else { 0 };
         let encoder = &mut self.encoder;
+        let cache = &mut self.head_cache;
         write_head(out, id, flags, self.peer_frame_max, |block| {
+            let generation = encoder.generation();
+            if !encoder.has_update() && cache.matches(generation, &resp, length, date, extra_fields) {
+                block.extend_from_slice(&cache.encoded);
+                return;
+            }
+            let at = block.len();
+            let fresh = !encoder.has_update();
             encoder.begin(block);
             hpack::write_status(block, status);
             encode_fields(encoder, block, &resp, date, length, extra_fields);
+            if fresh && encoder.generation() == generation {
+                cache.store(generation, &resp, length, date, extra_fields, &block[at..]);
+            } else {
+                cache.valid = false;
+            }
         });
         self.n_responses += 1;
         let s = &mut self.streams[idx];
@@ -899,7 +1037,7 @@ impl Session {
         // stream.
         let mut idx = 0;
         while idx < self.streams.len() {
-            if out.len() >= budget || self.send_window <= 0 {
+            if self.queued(out) >= budget || self.send_window <= 0 {
                 break;
             }
             let id = self.streams[idx].id;
@@ -920,14 +1058,28 @@ impl Session {
         let Some(pending) = &mut s.pending else { return };
         loop {
             let window = s.send_window.min(self.send_window);
-            let room = budget.saturating_sub(out.len()).max(1024);
+            let queued = out.len() + self.splices.bytes();
+            let room = budget.saturating_sub(queued).max(1024);
             let max = usize::try_from(window.max(0)).unwrap_or(0).min(frame_max).min(room);
             if max == 0 && !matches!(pending, Pending::Stream { .. }) {
                 return;
             }
             let at = out.len();
             frame::write_header(out, 0, frame::DATA, 0, s.id);
-            let n = match pending.fill(out, max) {
+            let slice = if self.splicing {
+                pending.take_slice(max, SPLICE_BYTES_MIN)
+            } else {
+                None
+            };
+            let filled = match slice {
+                Some(slice) => {
+                    let n = slice.as_slice().len();
+                    self.splices.push(out.len(), slice);
+                    Ok(n)
+                }
+                None => pending.fill(out, max),
+            };
+            let n = match filled {
                 Ok(n) => n,
                 Err(_) => {
                     out.truncate(at);
@@ -955,7 +1107,7 @@ impl Session {
                 s.send = Sending::Done;
                 return;
             }
-            if out.len() >= budget {
+            if out.len() + self.splices.bytes() >= budget {
                 return;
             }
         }
