@@ -622,6 +622,36 @@ fn text_without_a_sibling_is_compressed_on_the_fly() {
     assert_eq!((r.header("content-encoding"), r.header("vary")), (None, None));
 }
 
+/// Compression on the fly waits for a client that accepts a coding: a file
+/// asked for only without `Accept-Encoding` (or with `identity`) is not
+/// compressed (it would cost the server CPU for nobody), though its answers
+/// say they vary; the first request that accepts one queues it.
+#[test]
+fn compression_waits_for_a_client_that_accepts_a_coding() {
+    let f = Fixture::new("on-demand");
+    let js = "console.log('asked for by clients without codings first');\n".repeat(50);
+    f.write("lib.js", &js);
+    let server = f.serve(|_| {});
+    let addr = server.local_addr();
+    for accept in [None, Some("identity")] {
+        let headers: Vec<(&str, &str)> = accept.map(|a| ("Accept-Encoding", a)).into_iter().collect();
+        let r = request(addr, "GET", "/lib.js", &headers);
+        assert_eq!(
+            (r.header("content-encoding"), r.header("vary")),
+            (None, Some("Accept-Encoding"))
+        );
+        assert_eq!(r.text(), js);
+    }
+    assert!(peregrine_files::compression_settled(Duration::from_secs(120)));
+    // Nothing was queued: still identity, and this request queues it.
+    let r = request(addr, "GET", "/lib.js", &[("Accept-Encoding", "gzip")]);
+    assert_eq!((r.header("content-encoding"), r.text()), (None, js.clone()));
+    assert!(peregrine_files::compression_settled(Duration::from_secs(120)));
+    let r = request(addr, "GET", "/lib.js", &[("Accept-Encoding", "gzip")]);
+    assert_eq!(r.header("content-encoding"), Some("gzip"));
+    assert_eq!(decoded("gzip", &r.body), js.as_bytes());
+}
+
 /// A build that rewrote `app.js` but not `app.js.gz` must not send the old
 /// script to gzip clients: the stale sibling is passed over (with a
 /// warning), and the file is compressed on the fly instead.
