@@ -122,6 +122,14 @@ pub struct Resource {
     /// The siblings `stat` saw when the entry was built (`Encoding::ALL`
     /// order), served or not (a stale one is not): any change rebuilds it.
     siblings_seen: [Option<FileId>; 3],
+    /// The folder's identity when none of the three sibling names existed
+    /// in it, taken before looking (`folder_unchanged`): while the folder is
+    /// unchanged no sibling can have appeared, and one `stat` of it stands
+    /// for three of the names. `None`: look at each name.
+    folder_seen: Cell<Option<FileId>>,
+    /// None of the sibling names existed when the entry was built (only
+    /// then may `folder_seen` be set).
+    folder_eligible: bool,
     /// Compression on the fly is under way: raised when it is done, and
     /// the next hit rebuilds the entry with the new variants.
     pending: OnceCell<Arc<AtomicBool>>,
@@ -483,10 +491,59 @@ fn still_valid(res: &Resource, root: &std::os::fd::OwnedFd) -> bool {
     if !res.precompressed {
         return true;
     }
-    Encoding::ALL.iter().zip(&res.siblings_seen).all(|(&e, was)| {
+    let folder = folder_of(&res.rel);
+    let (folder_now, trusted) = folder_identity(root, folder);
+    if folder_now.is_some() && res.folder_seen.get() == folder_now {
+        return true;
+    }
+    let same = Encoding::ALL.iter().zip(&res.siblings_seen).all(|(&e, was)| {
         let now = sys::stat_beneath(root, &format!("{}{}", res.rel, e.suffix())).ok();
         now.filter(|id| id.is_file) == *was
-    })
+    });
+    // The folder changed for another reason (another file in it): the
+    // names were looked at after its new identity was taken, so that
+    // identity stands for them from now on, if settled and if no name
+    // exists (a dangling symlink could start to resolve).
+    if same && res.folder_eligible {
+        let absent = trusted
+            && Encoding::ALL
+                .iter()
+                .all(|e| name_absent(root, &format!("{}{}", res.rel, e.suffix())));
+        res.folder_seen.set(folder_now.filter(|_| absent));
+    }
+    same
+}
+
+/// Whether no directory entry has this name (a dangling symlink is one).
+fn name_absent(root: &std::os::fd::OwnedFd, rel: &str) -> bool {
+    sys::lstat_beneath(root, rel).is_err_and(|e| e.kind() == io::ErrorKind::NotFound)
+}
+
+/// The folder part of a path within the root (`""`: the root).
+fn folder_of(rel: &str) -> &str {
+    rel.rfind('/').map_or("", |i| &rel[..i])
+}
+
+/// How far back a folder's mtime must be for its identity to stand for
+/// its names: a name added later gets a later mtime only if the clock has
+/// moved past the recorded one by more than the file system's timestamp
+/// granularity (coarse, a few ms), as git's "racy" index entries.
+const FOLDER_SETTLED: Duration = Duration::from_secs(1);
+
+/// The folder's identity, and whether it can stand for its names (its
+/// mtime is at least `FOLDER_SETTLED` older than the clock read before the
+/// `stat`; see `folder_of`).
+fn folder_identity(root: &std::os::fd::OwnedFd, folder: &str) -> (Option<FileId>, bool) {
+    let before = SystemTime::now();
+    let Ok(id) = sys::stat_beneath(root, folder) else {
+        return (None, false);
+    };
+    let settled = before
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .ok()
+        .and_then(|t| i128::try_from(t.saturating_sub(FOLDER_SETTLED).as_nanos()).ok())
+        .is_some_and(|limit| id.mtime_ns < limit);
+    (Some(id), settled)
 }
 
 /// Opens `rel` and its siblings and builds the resource, keeping contents
@@ -513,11 +570,27 @@ pub fn load(
     let content_type = crate::mime::content_type(name);
     let mut encoded = Vec::new();
     let mut siblings_seen = [None; 3];
+    let mut folder_seen = None;
+    let mut folder_eligible = precompressed;
     if precompressed {
+        // Taken before the names are looked at, so that a sibling added
+        // after the look changes it (and the folder must be settled).
+        let (folder, settled) = folder_identity(root, folder_of(rel));
+        folder_seen = folder.filter(|_| settled);
         for (e, seen) in Encoding::ALL.into_iter().zip(&mut siblings_seen) {
-            let Ok(sibling) = sys::open_beneath(root, &format!("{rel}{}", e.suffix()), follow_symlinks) else {
+            let sibling_rel = format!("{rel}{}", e.suffix());
+            let Ok(sibling) = sys::open_beneath(root, &sibling_rel, follow_symlinks) else {
+                // A name that exists but does not open (a dangling or
+                // outward symlink) may start to without its folder
+                // changing: look at each name then.
+                if !name_absent(root, &sibling_rel) {
+                    folder_seen = None;
+                    folder_eligible = false;
+                }
                 continue;
             };
+            folder_seen = None;
+            folder_eligible = false;
             let Ok(sid) = sys::fstat(&sibling) else { continue };
             if !sid.is_file {
                 continue;
@@ -570,6 +643,8 @@ pub fn load(
         encoded: variants,
         precompressed,
         siblings_seen,
+        folder_seen: Cell::new(folder_seen),
+        folder_eligible,
         pending,
         compressible,
         negotiable,
@@ -806,6 +881,29 @@ mod tests {
             .map(|k| cache.get(k.as_bytes(), &fd, hour, now).is_some())
             .collect();
         assert_eq!(held, [true, false, false, true, true]);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// The folder's identity is kept only when no sibling name exists and
+    /// the folder is settled (changed more than `FOLDER_SETTLED` ago).
+    #[test]
+    fn folder_identity_is_kept_only_when_it_can_stand_for_the_names() {
+        let (dir, fd) = root("folder", &["a", "b", "b.gz"], 10);
+        let load = |rel: &str| load(&fd, rel, false, true, false, &fields(), 1 << 20).unwrap().unwrap();
+        // Just written: not settled.
+        assert!(load("a").folder_seen.get().is_none());
+        let old = SystemTime::now() - Duration::from_secs(3600);
+        File::open(&dir).unwrap().set_modified(old).unwrap();
+        let a = load("a");
+        assert!(a.folder_seen.get().is_some() && a.folder_eligible);
+        // A sibling exists: each name is looked at.
+        let b = load("b");
+        assert!(b.folder_seen.get().is_none() && !b.folder_eligible);
+        // A dangling symlink is a name that exists.
+        std::os::unix::fs::symlink("nowhere", dir.join("a.br")).unwrap();
+        File::open(&dir).unwrap().set_modified(old).unwrap();
+        let a = load("a");
+        assert!(a.folder_seen.get().is_none() && !a.folder_eligible);
         std::fs::remove_dir_all(dir).unwrap();
     }
 
