@@ -501,7 +501,7 @@ def _real_table(rows_, real_line):
         "", "kawipiko's \"real\" scenario: wrk (bench/wrk/paths.lua) asks every file of the tree in "
             "turn, in a fixed shuffled order, so each request is for a different file than the last "
             "thousands: a file server's lookup and caches, not one hot entry. peregrine: `serve DIR` "
-            "(its per-worker cache holds 4,096 entries); peregrine-archive: the tree packed once; nginx: "
+            "(its per-worker cache holds 16,384 entries, compresses only for clients that accept a coding); peregrine-archive: the tree packed once; nginx: "
             "`open_file_cache max=20000`. RSS after: VmRSS of the server's process tree at the end of "
             "the run (an archive's map counts as file pages)."] + (["", f"- tree: {real_line}"] if real_line else [])
 

@@ -6,7 +6,11 @@
 //! On the fly, a file is compressed once, on a thread of its own (never on
 //! an event loop: brotli at quality 11 runs at about 1 MB/s), and the result
 //! is kept process-wide by file identity within `COMPRESSED_BYTES_MAX`. A
-//! worker that finds no result yet answers in identity and queues the file;
+//! file is queued only when a request for it accepts some coding: clients
+//! that accept none (scripts, `curl`, load generators) cost no compression,
+//! which over 10,000 text files was more than half the server's CPU (the
+//! `real10k` benchmark, before). A worker that finds no result yet answers
+//! in identity and queues the file;
 //! its cache entry holds a flag the compressing thread raises when done,
 //! one plain atomic load per hit, and the next hit after that rebuilds the
 //! entry with the new variants. The store's lock is taken only when an
@@ -124,8 +128,16 @@ struct Store {
 
 struct Job {
     id: FileId,
-    file: Arc<File>,
+    source: Source,
     done: Arc<AtomicBool>,
+}
+
+/// Where the compressing thread reads a file's bytes.
+pub enum Source {
+    /// The open file (read whole, then checked to be unchanged).
+    File(Arc<File>),
+    /// The bytes a worker already read and serves in identity.
+    Bytes(SharedBytes),
 }
 
 fn store() -> &'static (Mutex<Store>, Condvar) {
@@ -156,10 +168,21 @@ fn queue() -> Option<&'static SyncSender<Job>> {
         .as_ref()
 }
 
+/// The compressed forms of the file `id` if they are ready or being made;
+/// `None`: not asked for yet (or dropped from the store since).
+pub fn find(id: FileId) -> Option<Lookup> {
+    let (lock, _) = store();
+    let s = lock.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(found) = s.done.get(&id) {
+        return Some(Lookup::Ready(found.clone()));
+    }
+    s.in_flight.get(&id).map(|flag| Lookup::Pending(flag.clone()))
+}
+
 /// The compressed forms of the file `id`: ready, or queued now (or
-/// already), or `None` when it could not be queued. `file` gives a handle
-/// on it for the compressing thread, asked for only when it is queued.
-pub fn lookup(id: FileId, file: impl FnOnce() -> Option<Arc<File>>) -> Option<Lookup> {
+/// already), or `None` when it could not be queued. `source` gives its
+/// bytes to the compressing thread, asked for only when it is queued.
+pub fn lookup(id: FileId, source: impl FnOnce() -> Option<Source>) -> Option<Lookup> {
     let (lock, _) = store();
     let mut s = lock.lock().unwrap_or_else(|e| e.into_inner());
     if let Some(found) = s.done.get(&id) {
@@ -171,7 +194,7 @@ pub fn lookup(id: FileId, file: impl FnOnce() -> Option<Arc<File>>) -> Option<Lo
     let done = Arc::new(AtomicBool::new(false));
     let job = Job {
         id,
-        file: file()?,
+        source: source()?,
         done: done.clone(),
     };
     queue()?.try_send(job).ok()?;
@@ -181,20 +204,29 @@ pub fn lookup(id: FileId, file: impl FnOnce() -> Option<Arc<File>>) -> Option<Lo
 }
 
 fn run(job: Job) {
-    let mut body = vec![0; job.id.size as usize];
-    let read = job.file.read_exact_at(&mut body, 0);
-    let mut variants = Vec::new();
+    let read_whole = |file: &File| {
+        let mut body = vec![0; job.id.size as usize];
+        file.read_exact_at(&mut body, 0).map(|()| body)
+    };
     // Kept only if the file is still the one that was asked for; else the
     // next build queues the new file. A file that cannot be read, or whose
     // forms exceed the whole store, is kept with no forms, so that it is not
-    // queued again and again.
-    let unchanged = crate::sys::fstat(&job.file).is_ok_and(|now| now == job.id);
+    // queued again and again. Bytes a worker read are what it serves, and
+    // their forms are theirs.
+    let (read, unchanged): (io::Result<std::borrow::Cow<'_, [u8]>>, bool) = match &job.source {
+        Source::File(file) => (
+            read_whole(file).map(std::borrow::Cow::Owned),
+            crate::sys::fstat(file).is_ok_and(|now| now == job.id),
+        ),
+        Source::Bytes(bytes) => (Ok(std::borrow::Cow::Borrowed(bytes.as_slice())), true),
+    };
+    let mut variants = Vec::new();
     if let (true, Err(e)) = (unchanged, &read) {
         peregrine::log::warn(format_args!("cannot read a file to compress it: {e}"));
     }
-    if unchanged && read.is_ok() {
+    if let (true, Ok(body)) = (unchanged, &read) {
         for coding in Encoding::ALL {
-            match compress_one(&body, coding) {
+            match compress_one(body, coding) {
                 Ok(packed) if packed.len() < body.len() => {
                     variants.push((coding, SharedBytes::new(Arc::new(packed))));
                 }

@@ -103,8 +103,15 @@ pub struct Options {
     /// request on that worker waits for it: from the page cache it runs at
     /// about 5 GiB/s here (1 GiB took 200 ms), so 1 MiB costs about 0.2 ms,
     /// once per file, near a small request's p99 at 50 connections; from a
-    /// cold disk it costs more. Files up to 64 KiB are read whole anyway.
+    /// cold disk it costs more. Files up to 32 KiB are read whole anyway.
     pub etag_hash_bytes_max: u64,
+    /// Files (request paths) each worker remembers per site: open
+    /// handles, validators, header blocks and small files' bytes, as
+    /// nginx's `open_file_cache max` (default 16,384). Past it the least
+    /// recently asked (CLOCK) are dropped; a tree larger than this costs an
+    /// `open` and `fstat` per miss. At most a quarter of `RLIMIT_NOFILE` of
+    /// them keep a file open, whatever this says.
+    pub cache_entries: usize,
 }
 
 impl Options {
@@ -124,6 +131,7 @@ impl Options {
             compress: true,
             revalidate_interval: Duration::from_secs(1),
             etag_hash_bytes_max: 1 << 20,
+            cache_entries: cache::ENTRIES_DEFAULT,
         }
     }
 }

@@ -194,7 +194,7 @@ impl Site {
             }
         });
         if changed {
-            cache::with_cache(self.id, |c| c.clear());
+            cache::with_cache(self.id, self.options.cache_entries, |c| c.clear());
         }
         rules
     }
@@ -267,7 +267,9 @@ impl Site {
         }
         // Hot path: a cached file for exactly this raw path.
         let interval = self.options.revalidate_interval;
-        if let Some(res) = cache::with_cache(self.id, |c| c.get(raw, &self.root, interval, now)) {
+        if let Some(res) = cache::with_cache(self.id, self.options.cache_entries, |c| {
+            c.get(raw, &self.root, interval, now)
+        }) {
             return self.reply(&res, &fields, head, 200);
         }
         // 2. Path.
@@ -289,7 +291,7 @@ impl Site {
         // 3. Lookup.
         match self.lookup(&site_path, &rules) {
             Found::File(res) => {
-                cache::with_cache(self.id, |c| c.insert(raw, res.clone()));
+                cache::with_cache(self.id, self.options.cache_entries, |c| c.insert(raw, res.clone()));
                 self.reply(&res, &fields, head, 200)
             }
             Found::Redirect => {
@@ -406,7 +408,7 @@ impl Site {
             etag_hash_bytes_max: self.options.etag_hash_bytes_max,
             custom: &custom,
         };
-        let room = cache::with_cache(self.id, |c| c.room());
+        let room = cache::with_cache(self.id, self.options.cache_entries, |c| c.room());
         match cache::load(
             &self.root,
             rel,
@@ -487,13 +489,17 @@ impl Site {
         let key = format!("\0/{}", page.trim_start_matches('/'));
         let now = Instant::now();
         let interval = self.options.revalidate_interval;
-        if let Some(res) = cache::with_cache(self.id, |c| c.get(key.as_bytes(), &self.root, interval, now)) {
+        if let Some(res) = cache::with_cache(self.id, self.options.cache_entries, |c| {
+            c.get(key.as_bytes(), &self.root, interval, now)
+        }) {
             return Some(res);
         }
         let p = path::normalize(&key.as_bytes()[1..]).ok()?;
         match self.load(&p.rel, rules) {
             Found::File(res) => {
-                cache::with_cache(self.id, |c| c.insert(key.as_bytes(), res.clone()));
+                cache::with_cache(self.id, self.options.cache_entries, |c| {
+                    c.insert(key.as_bytes(), res.clone())
+                });
                 Some(res)
             }
             _ => None,
@@ -503,6 +509,7 @@ impl Site {
     /// Steps 4 to 7 for a file (`reply`): encoding, conditional, range,
     /// reply. `status` is 200, or 404 for the not-found page.
     fn reply(&self, res: &Resource, fields: &Fields<'_>, head: bool, status: u16) -> Response {
+        res.want_coding(fields.accept_encoding);
         reply::reply(&mut &*res, fields, head, status)
     }
 }

@@ -202,6 +202,16 @@ pub fn stat_beneath(root: &OwnedFd, rel: &str) -> io::Result<FileId> {
     Ok(id_of(&rustix::fs::statat(root, relative(rel), AtFlags::NO_AUTOMOUNT)?))
 }
 
+/// `lstat` of `rel` beneath `root` (a symlink itself, not its target):
+/// whether a name exists, for the cache's folder check.
+pub fn lstat_beneath(root: &OwnedFd, rel: &str) -> io::Result<FileId> {
+    Ok(id_of(&rustix::fs::statat(
+        root,
+        relative(rel),
+        AtFlags::NO_AUTOMOUNT | AtFlags::SYMLINK_NOFOLLOW,
+    )?))
+}
+
 /// The identity of an open file.
 pub fn fstat(file: &File) -> io::Result<FileId> {
     Ok(id_of(&rustix::fs::fstat(file)?))

@@ -622,6 +622,84 @@ fn text_without_a_sibling_is_compressed_on_the_fly() {
     assert_eq!((r.header("content-encoding"), r.header("vary")), (None, None));
 }
 
+/// Compression on the fly waits for a client that accepts a coding: a file
+/// asked for only without `Accept-Encoding` (or with `identity`) is not
+/// compressed (it would cost the server CPU for nobody), though its answers
+/// say they vary; the first request that accepts one queues it.
+#[test]
+fn compression_waits_for_a_client_that_accepts_a_coding() {
+    let f = Fixture::new("on-demand");
+    let js = "console.log('asked for by clients without codings first');\n".repeat(50);
+    f.write("lib.js", &js);
+    let server = f.serve(|_| {});
+    let addr = server.local_addr();
+    for accept in [None, Some("identity")] {
+        let headers: Vec<(&str, &str)> = accept.map(|a| ("Accept-Encoding", a)).into_iter().collect();
+        let r = request(addr, "GET", "/lib.js", &headers);
+        assert_eq!(
+            (r.header("content-encoding"), r.header("vary")),
+            (None, Some("Accept-Encoding"))
+        );
+        assert_eq!(r.text(), js);
+    }
+    assert!(peregrine_files::compression_settled(Duration::from_secs(120)));
+    // Nothing was queued: still identity, and this request queues it.
+    let r = request(addr, "GET", "/lib.js", &[("Accept-Encoding", "gzip")]);
+    assert_eq!((r.header("content-encoding"), r.text()), (None, js.clone()));
+    assert!(peregrine_files::compression_settled(Duration::from_secs(120)));
+    let r = request(addr, "GET", "/lib.js", &[("Accept-Encoding", "gzip")]);
+    assert_eq!(r.header("content-encoding"), Some("gzip"));
+    assert_eq!(decoded("gzip", &r.body), js.as_bytes());
+}
+
+/// A folder's identity stands for the sibling names it does not hold
+/// while it is unchanged (one `stat` instead of three): a sibling added
+/// later, or a dangling sibling symlink whose target appears, is still
+/// served at the next look. The folders' mtimes are set an hour back, so
+/// the shortcut is taken (a folder changed within the last second is not
+/// trusted).
+#[test]
+fn siblings_that_appear_are_seen_through_the_folder_check() {
+    let f = Fixture::new("folder-check");
+    let text = "plain text, sent as is until a sibling shows up\n".repeat(20);
+    f.write("a/page.txt", &text);
+    f.write("b/page.txt", &text);
+    std::os::unix::fs::symlink("../elsewhere/page.txt.gz", f.root().join("b/page.txt.gz")).unwrap();
+    let an_hour_ago = SystemTime::now() - Duration::from_secs(3600);
+    for folder in ["a", "b"] {
+        std::fs::File::open(f.root().join(folder))
+            .unwrap()
+            .set_modified(an_hour_ago)
+            .unwrap();
+    }
+    let server = f.serve(|o| {
+        o.revalidate_interval = Duration::ZERO;
+        o.compress = false;
+    });
+    let addr = server.local_addr();
+    let gz = [("Accept-Encoding", "gzip")];
+    for target in ["/a/page.txt", "/b/page.txt"] {
+        for _ in 0..2 {
+            let r = request(addr, "GET", target, &gz);
+            assert_eq!(
+                (r.header("content-encoding"), r.text()),
+                (None, text.clone()),
+                "{target}"
+            );
+        }
+    }
+    f.write("a/page.txt.gz", "a's gzip");
+    f.write("elsewhere/page.txt.gz", "b's gzip");
+    for (target, body) in [("/a/page.txt", "a's gzip"), ("/b/page.txt", "b's gzip")] {
+        let r = request(addr, "GET", target, &gz);
+        assert_eq!(
+            (r.header("content-encoding"), r.text()),
+            (Some("gzip"), body.to_owned()),
+            "{target}"
+        );
+    }
+}
+
 /// A build that rewrote `app.js` but not `app.js.gz` must not send the old
 /// script to gzip clients: the stale sibling is passed over (with a
 /// warning), and the file is compressed on the fly instead.
