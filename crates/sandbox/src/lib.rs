@@ -458,10 +458,7 @@ fn allowed(set_ids: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>, seccompiler
     );
     // Reading this process's own limits (rustix's getrlimit is prlimit64:
     // the file cache sizes itself by RLIMIT_NOFILE), never setting them.
-    rules.insert(
-        libc::SYS_prlimit64,
-        vec![rule(vec![arg(0, Eq, 0)?, arg(2, Eq, 0)?])?],
-    );
+    rules.insert(libc::SYS_prlimit64, vec![rule(vec![arg(0, Eq, 0)?, arg(2, Eq, 0)?])?]);
     // Non-blocking mode only (socket2, mio).
     rules.insert(libc::SYS_ioctl, vec![rule(vec![arg(1, Eq, libc::FIONBIO)?])?]);
     // Internet sockets (a reload's new addresses, HTTP/3's UDP) and UNIX
