@@ -270,6 +270,28 @@ pub(crate) enum Pending {
 }
 
 impl Pending {
+    /// What a response to one stream sends (HTTP/2's and HTTP/3's): an
+    /// invalid one is replaced by a 500; then its status, its body's
+    /// length (none for 204 and 304) and the body still to send (none for
+    /// HEAD, 204, 304 or an empty body), taken out of `resp`.
+    pub(crate) fn of(resp: &mut Response, head_only: bool) -> (u16, Option<u64>, Option<Pending>) {
+        if let Some(why) = resp.invalid {
+            crate::log::error(format_args!(
+                "handler returned an invalid response ({why}); answering 500"
+            ));
+            *resp = Response::error(500);
+        }
+        let status = resp.status;
+        let bodiless = status == 204 || status == 304;
+        let length = if bodiless { None } else { resp.body.len() };
+        let body = if head_only || bodiless || length == Some(0) {
+            None
+        } else {
+            Pending::new(std::mem::replace(&mut resp.body, Body::Empty))
+        };
+        (status, length, body)
+    }
+
     pub(crate) fn new(body: Body) -> Option<Pending> {
         match body {
             Body::Empty => None,
@@ -977,20 +999,7 @@ impl Session {
         budget: usize,
     ) -> Option<Sent> {
         let idx = self.find(id)?;
-        if let Some(why) = resp.invalid {
-            crate::log::error(format_args!(
-                "handler returned an invalid response ({why}); answering 500"
-            ));
-            resp = Response::error(500);
-        }
-        let status = resp.status;
-        let bodiless = status == 204 || status == 304;
-        let length = if bodiless { None } else { resp.body.len() };
-        let body = if head_only || bodiless || length == Some(0) {
-            None
-        } else {
-            Pending::new(std::mem::replace(&mut resp.body, Body::Empty))
-        };
+        let (status, length, body) = Pending::of(&mut resp, head_only);
         let flags = if body.is_none() { frame::END_STREAM } else { 0 };
         let encoder = &mut self.encoder;
         let cache = &mut self.head_cache;

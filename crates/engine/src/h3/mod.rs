@@ -333,20 +333,7 @@ impl Session {
         extra_fields: &[u8],
     ) -> Option<Sent> {
         let at = self.find(id)?;
-        if let Some(why) = resp.invalid {
-            crate::log::error(format_args!(
-                "handler returned an invalid response ({why}); answering 500"
-            ));
-            resp = Response::error(500);
-        }
-        let status = resp.status;
-        let bodiless = status == 204 || status == 304;
-        let length = if bodiless { None } else { resp.body.len() };
-        let body = if head_only || bodiless || length == Some(0) {
-            None
-        } else {
-            Pending::new(std::mem::replace(&mut resp.body, Body::Empty))
-        };
+        let (status, length, body) = Pending::of(&mut resp, head_only);
         let block = &mut self.scratch;
         block.clear();
         qpack::Encoder::begin(block);

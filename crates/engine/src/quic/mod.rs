@@ -422,13 +422,7 @@ impl Endpoint {
                 let Some(t) = c.conn.poll_transmit(ctx.now, max_segments, &mut self.send_buf) else {
                     break;
                 };
-                let transmit = quinn_udp::Transmit {
-                    destination: t.destination,
-                    ecn: t.ecn.and_then(|e| quinn_udp::EcnCodepoint::from_bits(e as u8)),
-                    contents: &self.send_buf[..t.size],
-                    segment_size: t.segment_size,
-                    src_ip: t.src_ip,
-                };
+                let transmit = udp_transmit(&t, &self.send_buf);
                 if send_udp(&self.udp, &self.socket, &transmit, ctx) == Sent::Blocked {
                     self.blocked = Some(Blocked {
                         bytes: self.send_buf[..t.size].to_vec(),
@@ -531,13 +525,7 @@ impl Endpoint {
     }
 
     fn send(&self, t: &quinn_proto::Transmit, ctx: &Ctx<'_>) {
-        let transmit = quinn_udp::Transmit {
-            destination: t.destination,
-            ecn: t.ecn.and_then(|e| quinn_udp::EcnCodepoint::from_bits(e as u8)),
-            contents: &self.send_buf[..t.size],
-            segment_size: t.segment_size,
-            src_ip: t.src_ip,
-        };
+        let transmit = udp_transmit(t, &self.send_buf);
         // Stateless answers (Retry, version negotiation, reset) are not
         // kept when the socket is full: the client sends again.
         let _ = send_udp(&self.udp, &self.socket, &transmit, ctx);
@@ -564,6 +552,17 @@ enum Sent {
     Done,
     /// The socket's send buffer is full: try again once it is writable.
     Blocked,
+}
+
+/// quinn-proto's transmit of the first bytes of `buf`, as quinn-udp sends it.
+fn udp_transmit<'b>(t: &quinn_proto::Transmit, buf: &'b [u8]) -> quinn_udp::Transmit<'b> {
+    quinn_udp::Transmit {
+        destination: t.destination,
+        ecn: t.ecn.and_then(|e| quinn_udp::EcnCodepoint::from_bits(e as u8)),
+        contents: &buf[..t.size],
+        segment_size: t.segment_size,
+        src_ip: t.src_ip,
+    }
 }
 
 /// Sends one transmit.
