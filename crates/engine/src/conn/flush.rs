@@ -31,10 +31,9 @@ impl Conn {
                 out.pos = 0;
                 return Flushed::All;
             }
-            if self.work_left < SYSCALL_WORK {
+            if !take_syscall(&mut self.work_left) {
                 return Flushed::Turn;
             }
-            self.work_left -= SYSCALL_WORK;
             let result = match (&mut out.tail, buffered.is_empty()) {
                 (None, true) => unreachable!("checked above"),
                 (Some(Tail::Bytes { data, pos }), false) => self

@@ -26,8 +26,9 @@ use std::io::{self, IoSlice, Write};
 use std::time::Instant;
 
 use super::dispatch::{self, Called, Deferral};
-use super::{Conn, Ctx, Flushed, Phase, Stop, Transport, HEADERS_ARRAY_MAX, SYSCALL_WORK};
+use super::{take_syscall, Conn, Ctx, Flushed, Phase, Stop, Transport};
 use crate::codec::Version;
+use crate::h2::request::FieldArray;
 use crate::h2::{Session, PREFACE};
 use crate::request::Request;
 use crate::response::Response;
@@ -188,10 +189,9 @@ impl Conn {
                 out.pos = 0;
                 return Flushed::All;
             }
-            if self.work_left < SYSCALL_WORK {
+            if !take_syscall(&mut self.work_left) {
                 return Flushed::Turn;
             }
-            self.work_left -= SYSCALL_WORK;
             let mut iov = [IoSlice::new(&[]); IOV];
             let n_iov = splices.gather(&out.buf, out.pos, &mut iov, WRITE_BYTES_MAX);
             match self.stream.write_vectored(&iov[..n_iov]) {
@@ -260,22 +260,14 @@ impl Conn {
             }
             return;
         };
-        let mut small = [httparse::EMPTY_HEADER; 32];
-        let mut large = Vec::new();
-        let n_fields = parts.head.fields.len();
-        let headers: &mut [httparse::Header<'_>] = if n_fields <= small.len() {
-            &mut small
-        } else {
-            large.resize(n_fields.min(HEADERS_ARRAY_MAX), httparse::EMPTY_HEADER);
-            &mut large
-        };
-        let n = parts.head.fill(headers);
+        let mut fields = FieldArray::new();
+        let headers = fields.fill(parts.head);
         let slot = dispatch::slot(ctx, *token);
         let mut req = Request::new(
             parts.method,
             parts.target,
             Version::Http2,
-            &headers[..n],
+            headers,
             parts.host,
             parts.body,
             *peer,

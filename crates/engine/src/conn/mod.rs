@@ -117,6 +117,16 @@ const TURN_WORK: u32 = 1024;
 /// What a read or write costs out of `TURN_WORK`.
 const SYSCALL_WORK: u32 = 16;
 
+/// Takes one system call's work from a turn's budget (`work_left`); false
+/// when the turn is spent.
+fn take_syscall(work_left: &mut u32) -> bool {
+    if *work_left < SYSCALL_WORK {
+        return false;
+    }
+    *work_left -= SYSCALL_WORK;
+    true
+}
+
 /// Why processing of buffered input stopped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Stop {

@@ -514,18 +514,7 @@ mod tests {
     /// on one connection, each relying on the table the last one built.
     #[test]
     fn rfc_request_examples() {
-        for blocks in [
-            [
-                "8286 8441 0f77 7777 2e65 7861 6d70 6c65 2e63 6f6d",
-                "8286 84be 5808 6e6f 2d63 6163 6865",
-                "8287 85bf 400a 6375 7374 6f6d 2d6b 6579 0c63 7573 746f 6d2d 7661 6c75 65",
-            ],
-            [
-                "8286 8441 8cf1 e3c2 e5f2 3a6b a0ab 90f4 ff",
-                "8286 84be 5886 a8eb 1064 9cbf",
-                "8287 85bf 4088 25a8 49e9 5ba9 7d7f 8925 a849 e95b b8e8 b4bf",
-            ],
-        ] {
+        for blocks in crate::h2::tests::RFC7541_REQUEST_BLOCKS {
             let mut dec = Decoder::new(4096);
             assert_eq!(
                 decode_all(&mut dec, &hex(blocks[0])).unwrap(),

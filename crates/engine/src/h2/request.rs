@@ -247,6 +247,37 @@ fn parse_length(v: &[u8]) -> Option<u64> {
     std::str::from_utf8(v).ok()?.parse().ok()
 }
 
+/// A stream's request fields as `httparse::Header`s, for the `Request`
+/// handed to the handler (HTTP/2's and HTTP/3's): on the stack up to 32,
+/// else in a vector of at most `HEADERS_ARRAY_MAX`.
+pub(crate) struct FieldArray<'h> {
+    small: [httparse::Header<'h>; 32],
+    large: Vec<httparse::Header<'h>>,
+}
+
+impl<'h> FieldArray<'h> {
+    pub(crate) fn new() -> Self {
+        FieldArray {
+            small: [httparse::EMPTY_HEADER; 32],
+            large: Vec::new(),
+        }
+    }
+
+    /// `head`'s fields, filled in.
+    pub(crate) fn fill(&mut self, head: &'h Head) -> &[httparse::Header<'h>] {
+        let n_fields = head.fields.len();
+        let headers: &mut [httparse::Header<'h>] = if n_fields <= self.small.len() {
+            &mut self.small
+        } else {
+            self.large
+                .resize(n_fields.min(crate::conn::HEADERS_ARRAY_MAX), httparse::EMPTY_HEADER);
+            &mut self.large
+        };
+        let n = head.fill(headers);
+        &headers[..n]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

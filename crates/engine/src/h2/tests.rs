@@ -480,18 +480,7 @@ fn head_and_bodiless_answers_end_the_stream_with_headers() {
 /// Huffman coding.
 #[test]
 fn rfc7541_request_examples_decode_across_streams() {
-    for blocks in [
-        [
-            "8286 8441 0f77 7777 2e65 7861 6d70 6c65 2e63 6f6d",
-            "8286 84be 5808 6e6f 2d63 6163 6865",
-            "8287 85bf 400a 6375 7374 6f6d 2d6b 6579 0c63 7573 746f 6d2d 7661 6c75 65",
-        ],
-        [
-            "8286 8441 8cf1 e3c2 e5f2 3a6b a0ab 90f4 ff",
-            "8286 84be 5886 a8eb 1064 9cbf",
-            "8287 85bf 4088 25a8 49e9 5ba9 7d7f 8925 a849 e95b b8e8 b4bf",
-        ],
-    ] {
+    for blocks in RFC7541_REQUEST_BLOCKS {
         let mut p = Peer::new(cfg());
         for (i, b) in blocks.iter().enumerate() {
             p.feed(&headers(2 * i as u32 + 1, true, &hex(b)));
@@ -1572,3 +1561,19 @@ fn a_repeated_head_is_copied_and_decodes_as_encoded_afresh() {
     assert_eq!(heads[6].0[0] & 0xe0, 0x20);
     assert_ne!(heads[7].0[0] & 0xe0, 0x20);
 }
+
+/// RFC 7541 Appendix C.3 (no Huffman) and C.4 (Huffman): three request
+/// header blocks on one connection, each relying on the table the last one
+/// built.
+pub(super) const RFC7541_REQUEST_BLOCKS: [[&str; 3]; 2] = [
+    [
+        "8286 8441 0f77 7777 2e65 7861 6d70 6c65 2e63 6f6d",
+        "8286 84be 5808 6e6f 2d63 6163 6865",
+        "8287 85bf 400a 6375 7374 6f6d 2d6b 6579 0c63 7573 746f 6d2d 7661 6c75 65",
+    ],
+    [
+        "8286 8441 8cf1 e3c2 e5f2 3a6b a0ab 90f4 ff",
+        "8286 84be 5886 a8eb 1064 9cbf",
+        "8287 85bf 4088 25a8 49e9 5ba9 7d7f 8925 a849 e95b b8e8 b4bf",
+    ],
+];

@@ -13,6 +13,7 @@ use crate::access_log::Line;
 use crate::codec::Version;
 use crate::conn::dispatch::{self, Called, Deferral};
 use crate::conn::{micros_since, Ctx, HEADERS_ARRAY_MAX};
+use crate::h2::request::FieldArray;
 use crate::h3::frame::Code;
 use crate::h3::{Action, Session};
 use crate::request::Request;
@@ -203,22 +204,14 @@ impl QuicConn {
             }
             return;
         };
-        let mut small = [httparse::EMPTY_HEADER; 32];
-        let mut large = Vec::new();
-        let n_fields = parts.head.fields.len();
-        let headers: &mut [httparse::Header<'_>] = if n_fields <= small.len() {
-            &mut small
-        } else {
-            large.resize(n_fields.min(HEADERS_ARRAY_MAX), httparse::EMPTY_HEADER);
-            &mut large
-        };
-        let n = parts.head.fill(headers);
+        let mut fields = FieldArray::new();
+        let headers = fields.fill(parts.head);
         let slot = dispatch::slot(ctx, self.token);
         let mut req = Request::new(
             parts.method,
             parts.target,
             Version::Http3,
-            &headers[..n],
+            headers,
             parts.host,
             parts.body,
             self.peer,
