@@ -59,7 +59,19 @@ pub(crate) struct Sink<'a> {
     pub(crate) oversized: bool,
 }
 
-impl Sink<'_> {
+impl<'a> Sink<'a> {
+    /// An empty sink into `bytes` and `fields`, holding at most
+    /// `list_bytes_max`.
+    pub(crate) fn new(bytes: &'a mut Vec<u8>, fields: &'a mut Vec<Field>, list_bytes_max: usize) -> Self {
+        Sink {
+            bytes,
+            fields,
+            list_bytes_max,
+            list_bytes: 0,
+            oversized: false,
+        }
+    }
+
     pub(crate) fn push(&mut self, name: &[u8], value: &[u8]) {
         self.list_bytes += name.len() + value.len() + ENTRY_OVERHEAD;
         if self.list_bytes > self.list_bytes_max {
@@ -494,13 +506,7 @@ mod tests {
 
     fn decode_all(dec: &mut Decoder, block: &[u8]) -> Result<Vec<(String, String)>, HpackError> {
         let (mut bytes, mut fields) = (Vec::new(), Vec::new());
-        let mut sink = Sink {
-            bytes: &mut bytes,
-            fields: &mut fields,
-            list_bytes_max: 1 << 20,
-            list_bytes: 0,
-            oversized: false,
-        };
+        let mut sink = Sink::new(&mut bytes, &mut fields, 1 << 20);
         dec.decode(block, &mut sink)?;
         let s = |(at, len): (u32, u32)| String::from_utf8(bytes[at as usize..(at + len) as usize].to_vec()).unwrap();
         Ok(fields.iter().map(|f| (s(f.name), s(f.value))).collect())

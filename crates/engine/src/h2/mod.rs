@@ -829,13 +829,7 @@ impl Session {
     /// it cannot be decoded, true with whether it exceeded the list limit.
     fn decode(&mut self, block: &[u8], head: &mut Head, out: &mut Vec<u8>) -> Option<bool> {
         head.clear();
-        let mut sink = hpack::Sink {
-            bytes: &mut head.bytes,
-            fields: &mut head.fields,
-            list_bytes_max: self.cfg.head_bytes_max,
-            list_bytes: 0,
-            oversized: false,
-        };
+        let mut sink = hpack::Sink::new(&mut head.bytes, &mut head.fields, self.cfg.head_bytes_max);
         match self.decoder.decode(block, &mut sink) {
             Ok(()) => Some(sink.oversized),
             Err(e) => {

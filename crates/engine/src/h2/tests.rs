@@ -191,13 +191,7 @@ impl Frame {
 
 fn decode(decoder: &mut hpack::Decoder, block: &[u8]) -> Vec<(String, String)> {
     let (mut bytes, mut fields) = (Vec::new(), Vec::new());
-    let mut sink = hpack::Sink {
-        bytes: &mut bytes,
-        fields: &mut fields,
-        list_bytes_max: usize::MAX,
-        list_bytes: 0,
-        oversized: false,
-    };
+    let mut sink = hpack::Sink::new(&mut bytes, &mut fields, usize::MAX);
     decoder.decode(block, &mut sink).unwrap();
     let s = |(at, len): (u32, u32)| String::from_utf8(bytes[at as usize..(at + len) as usize].to_vec()).unwrap();
     fields.iter().map(|f| (s(f.name), s(f.value))).collect()

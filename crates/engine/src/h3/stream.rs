@@ -199,13 +199,7 @@ impl RequestStream {
 
     fn decode_head(&mut self, block: &[u8], cfg: &Config) -> Result<(), Error> {
         self.head.clear();
-        let mut sink = Sink {
-            bytes: &mut self.head.bytes,
-            fields: &mut self.head.fields,
-            list_bytes_max: cfg.head_bytes_max,
-            list_bytes: 0,
-            oversized: false,
-        };
+        let mut sink = Sink::new(&mut self.head.bytes, &mut self.head.fields, cfg.head_bytes_max);
         qpack::decode(block, &mut sink, &mut self.scratch)
             .map_err(|e| Error::Conn(Code::QpackDecompressionFailed, e.0))?;
         if sink.oversized || self.head.fields.len() > cfg.n_headers_max + 4 {
@@ -235,13 +229,7 @@ impl RequestStream {
     fn decode_trailers(&mut self, block: &[u8], cfg: &Config) -> Result<(), Error> {
         let mut bytes = Vec::new();
         let mut fields = Vec::new();
-        let mut sink = Sink {
-            bytes: &mut bytes,
-            fields: &mut fields,
-            list_bytes_max: cfg.head_bytes_max,
-            list_bytes: 0,
-            oversized: false,
-        };
+        let mut sink = Sink::new(&mut bytes, &mut fields, cfg.head_bytes_max);
         qpack::decode(block, &mut sink, &mut self.scratch)
             .map_err(|e| Error::Conn(Code::QpackDecompressionFailed, e.0))?;
         if sink.oversized {

@@ -25,13 +25,7 @@ fn hex(s: &str) -> Vec<u8> {
 /// Decodes a section into (name, value) pairs.
 fn decode(block: &[u8]) -> Result<Vec<(String, String)>, qpack::QpackError> {
     let (mut bytes, mut fields, mut scratch) = (Vec::new(), Vec::<Field>::new(), Vec::new());
-    let mut sink = Sink {
-        bytes: &mut bytes,
-        fields: &mut fields,
-        list_bytes_max: 1 << 20,
-        list_bytes: 0,
-        oversized: false,
-    };
+    let mut sink = Sink::new(&mut bytes, &mut fields, 1 << 20);
     qpack::decode(block, &mut sink, &mut scratch)?;
     let span = |(at, len): (u32, u32)| String::from_utf8_lossy(&bytes[at as usize..(at + len) as usize]).into_owned();
     Ok(fields.iter().map(|f| (span(f.name), span(f.value))).collect())
