@@ -239,6 +239,29 @@ fn get_over_h2c_with_prior_knowledge() {
     assert!(raw.ends_with(b"HTTP/1.1"), "{}", String::from_utf8_lossy(&raw));
 }
 
+/// A method the server does not recognise is a 501 before any handler
+/// runs, as over HTTP/1.1 (RFC 9110 §9.1): the handler here would answer
+/// 200 to anything. Lowercase `get` is another method (methods are
+/// case-sensitive).
+#[test]
+fn unrecognised_methods_get_501_without_reaching_the_handler() {
+    let server = start(Limits::default());
+    let mut c = H2::connect(server.local_addr());
+    for (id, method) in [(1, "FOO"), (3, "get"), (5, "ANNOUNCE")] {
+        c.send(&frame(HEADERS, END_STREAM | END_HEADERS, id, &head(method, "/", &[])));
+        let (status, _) = c.response(id);
+        assert_eq!(status, 501, "{method}");
+    }
+    // Registered methods still reach it.
+    c.send(&frame(
+        HEADERS,
+        END_STREAM | END_HEADERS,
+        7,
+        &head("PROPFIND", "/", &[]),
+    ));
+    assert_eq!(c.response(7), (200, b"hello\n".to_vec()));
+}
+
 #[test]
 fn request_body_respects_flow_control() {
     let server = start(Limits::default());

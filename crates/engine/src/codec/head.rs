@@ -351,7 +351,7 @@ fn target_authority<'b>(method: &str, target: &'b str) -> Result<Option<&'b str>
 /// for GET; a handler answers 405 for a registered method it does not allow.
 /// `CONNECT` is registered but asks for a tunnel, which the engine cannot
 /// open, and a 2xx to it would tell the client the tunnel is up: 501 too.
-fn check_method(method: &str) -> Result<(), HeadError> {
+pub(crate) fn check_method(method: &str) -> Result<(), HeadError> {
     match method {
         "GET" | "HEAD" | "POST" | "PUT" | "DELETE" | "OPTIONS" | "TRACE" | "PATCH" => Ok(()),
         "CONNECT" => Err(HeadError::MethodNotImplemented),

@@ -62,6 +62,16 @@ pub(crate) fn call(ctx: &Ctx<'_>, redirect: bool, req: &Request<'_>) -> Handled 
     panic::catch_unwind(AssertUnwindSafe(|| handler.call(req)))
 }
 
+/// `call` for a request of HTTP/2 or HTTP/3, whose heads the codec has not
+/// seen: a method the server does not recognise (or CONNECT) is answered
+/// 501 before any handler runs, as HTTP/1.1's are (RFC 9110 §9.1).
+pub(crate) fn call_stream(ctx: &Ctx<'_>, redirect: bool, req: &Request<'_>) -> Handled {
+    if crate::codec::head::check_method(req.method()).is_err() {
+        return Ok(Reply::Now(Response::error(501)));
+    }
+    call(ctx, redirect, req)
+}
+
 /// What the handler gave for `req`, whose `defer` is `slot`: an answer
 /// now, or a `Deferral`. A panic, or `Reply::Later` without
 /// `Request::defer`, becomes a 500 that closes the connection.

@@ -274,7 +274,7 @@ impl Conn {
         );
         req.defer = Some(&slot);
         let head_only = parts.method == "HEAD";
-        let mut handled = dispatch::call(ctx, *redirect, &req);
+        let mut handled = dispatch::call_stream(ctx, *redirect, &req);
         let response = match dispatch::settle(ctx, &slot, &req, &mut handled) {
             Called::Now(response) => std::mem::replace(response, Response::new(200)),
             Called::Later(deferral) => {

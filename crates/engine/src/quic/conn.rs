@@ -218,7 +218,7 @@ impl QuicConn {
         );
         req.defer = Some(&slot);
         let head_only = parts.method == "HEAD";
-        let mut handled = dispatch::call(ctx, false, &req);
+        let mut handled = dispatch::call_stream(ctx, false, &req);
         let response = match dispatch::settle(ctx, &slot, &req, &mut handled) {
             Called::Now(response) => std::mem::replace(response, Response::new(200)),
             Called::Later(deferral) => {
