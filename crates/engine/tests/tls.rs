@@ -67,6 +67,33 @@ fn get_over_tls13_negotiates_http11() {
     assert_eq!(c.send(&get("/again")).response().text(), "path /again");
 }
 
+/// HTTP/2 over TLS is what ALPN chose, never prior knowledge (RFC 9113
+/// §3.3): a client that negotiated `http/1.1` and then sends the HTTP/2
+/// preface gets no HTTP/2 frames (an HTTP/1.1 error, or a close).
+#[test]
+fn the_h2_preface_after_alpn_http11_is_not_answered_with_http2() {
+    use std::io::{Read, Write};
+    let pki = Pki::new("alpn-h1-preface");
+    let (cert, key, _) = pki.issue("localhost", &["localhost"]);
+    let server = start(TlsConfig::from_pem_files(&cert, &key).unwrap(), echo_path);
+    let mut c = connect(
+        server.local_addr(),
+        &client_config(&pki, &[&rustls::version::TLS13]),
+        "localhost",
+    );
+    c.stream
+        .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
+        .unwrap();
+    assert_eq!(c.stream.conn.alpn_protocol(), Some(&b"http/1.1"[..]));
+    let mut got = Vec::new();
+    let _ = c.stream.read_to_end(&mut got); // a close without close_notify is fine
+    assert!(
+        got.is_empty() || got.starts_with(b"HTTP/1.1 "),
+        "answered {:?}",
+        String::from_utf8_lossy(&got[..got.len().min(64)])
+    );
+}
+
 #[test]
 fn get_over_tls12_negotiates_http11() {
     let pki = Pki::new("v12");

@@ -598,12 +598,15 @@ impl Conn {
                 self.start_h2(ctx);
                 return self.process_h2(ctx);
             }
+            // Prior knowledge is for cleartext only (RFC 9113 §3.3): over
+            // TLS, HTTP/2 is what ALPN chose or nothing.
+            let cleartext = matches!(self.transport, Transport::Plain);
             match h2::preface(&self.input.buf[self.input.start..self.input.end]) {
-                h2::Preface::Yes => {
+                h2::Preface::Yes if cleartext => {
                     self.start_h2(ctx);
                     return self.process_h2(ctx);
                 }
-                h2::Preface::Maybe if self.input.start < self.input.end => return Stop::Input,
+                h2::Preface::Maybe if cleartext && self.input.start < self.input.end => return Stop::Input,
                 _ => {}
             }
         }
