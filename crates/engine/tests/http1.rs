@@ -498,3 +498,20 @@ fn binding_a_port_in_use_is_a_clear_error() {
     assert!(err.is_bind());
     assert!(err.to_string().contains(&addr.to_string()), "{err}");
 }
+
+/// A HEAD refused while its head is parsed (two Host fields, a body over
+/// the limit) gets the error's head and no body (RFC 9110 §9.3.2), as one
+/// refused later does.
+#[test]
+fn a_head_request_refused_before_its_head_parsed_gets_no_body() {
+    let server = start(echo);
+    for request in [
+        &b"HEAD / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n"[..],
+        b"HEAD / HTTP/1.1\r\nHost: a\r\nContent-Length: 5000000000\r\n\r\n",
+    ] {
+        let raw = exchange(server.local_addr(), request);
+        let text = String::from_utf8_lossy(&raw);
+        assert!(status_of(&raw) >= 400, "{text}");
+        assert!(text.ends_with("\r\n\r\n"), "a body after the head: {text:?}");
+    }
+}

@@ -217,7 +217,11 @@ impl H1 {
                 self.state = State::Closing;
                 return Event::NotHttp;
             }
-            Err(e) => return self.fail(out, env, e.status(), e.reason()),
+            Err(e) => {
+                // A HEAD refused before its head parsed gets no body either
+                // (RFC 9110 §9.3.2).
+                return self.refuse(out, env, e.status(), e.reason(), data.starts_with(b"HEAD "));
+            }
         };
         self.first = false;
         let head_len = head.head_len;
@@ -372,6 +376,18 @@ impl H1 {
     /// rest of the input: its framing cannot be trusted.
     fn fail<'b, 'h>(&mut self, out: &mut Output, env: &Env<'_>, status: u16, why: &'static str) -> Event<'b, 'h> {
         let head_only = matches!(&self.state, State::Body(wait) if wait.head_only);
+        self.refuse(out, env, status, why, head_only)
+    }
+
+    /// Queues the error answer (without a body for a HEAD) and closes.
+    fn refuse<'b, 'h>(
+        &mut self,
+        out: &mut Output,
+        env: &Env<'_>,
+        status: u16,
+        why: &'static str,
+        head_only: bool,
+    ) -> Event<'b, 'h> {
         wire::write_error(&mut out.buf, status, why, env.date, head_only);
         self.state = State::Closing;
         Event::Refused { status }
