@@ -162,8 +162,9 @@ struct FileArgs {
     #[arg(long)]
     no_precompressed: bool,
     /// Do not compress text files that have no sibling on the fly (by
-    /// default each is compressed once, off the event loop, and the results
-    /// kept within 64 MiB; it is sent in identity until then).
+    /// default each is compressed once, off the event loop, when a client
+    /// first accepts a coding for it, and the results kept within 64 MiB;
+    /// it is sent in identity until then).
     #[arg(long)]
     no_compress: bool,
     /// Seconds a cached file (and `_headers`, `_redirects`) is trusted
@@ -171,6 +172,12 @@ struct FileArgs {
     /// was for this long. 0: look at every request.
     #[arg(long, value_name = "SECS", default_value = Options::new("").revalidate_interval.as_secs_f64().to_string(), value_parser = seconds_within(peregrine_files::REVALIDATE_INTERVAL_RANGE))]
     revalidate_interval: Option<f64>,
+    /// Files each worker keeps in its cache (open handles, validators,
+    /// pre-built heads, small files' bytes), as nginx's `open_file_cache
+    /// max`; past it the least recently asked are dropped. A quarter of the
+    /// descriptor limit bounds how many of them keep a file open.
+    #[arg(long, value_name = "N", default_value_t = Options::new("").cache_entries as u64, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    cache_entries: u64,
 }
 
 impl FileArgs {
@@ -197,6 +204,7 @@ impl FileArgs {
             // In range: the value parser checked it.
             o.revalidate_interval = Duration::try_from_secs_f64(secs).unwrap_or(o.revalidate_interval);
         }
+        o.cache_entries = usize::try_from(self.cache_entries).unwrap_or(o.cache_entries);
         o
     }
 }
@@ -631,6 +639,7 @@ fn check_server(args: &ServerArgs) -> anyhow::Result<()> {
 fn check(cli: &Cli, argv: &[OsString]) -> anyhow::Result<()> {
     // The checks run inside the sandbox serving would run in: the files
     // they read must be readable there too.
+    peregrine_files::read_descriptor_limit();
     let sandbox = sandbox::enter(&cli.command, argv)?;
     eprintln!("peregrine: {sandbox}");
     match &cli.command {
@@ -696,6 +705,11 @@ fn is_archive_root(root: &std::path::Path, files: &FileArgs, archive: &ServeArch
                 files.revalidate_interval != Some(Options::new("").revalidate_interval.as_secs_f64()),
                 "--revalidate-interval",
                 "an archive is swapped whole when its file is replaced",
+            ),
+            (
+                files.cache_entries != Options::new("").cache_entries as u64,
+                "--cache-entries",
+                "an archive is mapped whole, with every head pre-built",
             ),
         ];
         let given: Vec<String> = misplaced

@@ -124,6 +124,8 @@ pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()>
     let run_as = identity.resolve().context("--user/--group")?;
     // Before any thread starts (the first generation's workers, the
     // archive's watcher, the metrics listener's), so that all are inside.
+    // The files caches' descriptor bound: the sandbox refuses prlimit64.
+    peregrine_files::read_descriptor_limit();
     let sandbox = sandbox::enter(&command, &argv)?;
     let mut process = Process {
         argv,

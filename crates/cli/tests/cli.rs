@@ -117,6 +117,7 @@ fn directory_flags_are_refused_for_an_archive_and_archive_flags_for_a_directory(
             &["--no-precompressed"],
             &["--no-compress"],
             &["--revalidate-interval", "5"],
+            &["--cache-entries", "100"],
         ] {
             let err = with(&archive, flag);
             assert!(err.contains("site.prg is an archive"), "{flag:?}: {err}");

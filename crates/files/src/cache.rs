@@ -305,16 +305,26 @@ struct Slot {
 }
 
 /// Descriptors one cache may keep open: a quarter of the soft limit
-/// (`RLIMIT_NOFILE`), so that connections, other workers' caches and
-/// sites still find some; at least 16.
+/// (`RLIMIT_NOFILE`) read by `read_descriptor_limit`, so that connections,
+/// other workers' caches and sites still find some; at least 16. Not read
+/// (the sandbox refuses `prlimit64`, and the CLI reads it before): 256, a
+/// quarter of the usual 1,024.
 fn files_max() -> usize {
-    static MAX: OnceLock<usize> = OnceLock::new();
-    *MAX.get_or_init(|| {
+    *DESCRIPTORS_MAX.get().unwrap_or(&256)
+}
+
+static DESCRIPTORS_MAX: OnceLock<usize> = OnceLock::new();
+
+/// Reads the descriptor limit that bounds the files caches keep open; to
+/// be called before a sandbox that refuses `prlimit64` is entered (the CLI
+/// does). Without it, caches keep at most 256 files open.
+pub fn read_descriptor_limit() {
+    DESCRIPTORS_MAX.get_or_init(|| {
         let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
             .current
             .unwrap_or(u64::MAX);
         usize::try_from(limit / 4).unwrap_or(usize::MAX).max(16)
-    })
+    });
 }
 
 thread_local! {

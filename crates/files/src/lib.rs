@@ -42,6 +42,7 @@ use std::time::Duration;
 
 use peregrine::{Handler, Reply, Request};
 
+pub use cache::read_descriptor_limit;
 pub use cache::{security_headers, SECURITY_HEADERS};
 pub use compress::settled as compression_settled;
 pub use sys::has_openat2;
