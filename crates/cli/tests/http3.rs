@@ -152,28 +152,7 @@ fn pattern(n: usize) -> Vec<u8> {
 fn python() -> &'static Path {
     static FOUND: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     let found = FOUND.get_or_init(|| {
-        if let Some(p) = std::env::var_os("PEREGRINE_H3_PYTHON") {
-            return Ok(p.into());
-        }
-        let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("aioquic-venv");
-        let python = venv.join("bin/python");
-        let script = "test -x \"$1/bin/python\" && \"$1/bin/python\" -c 'import aioquic' 2>/dev/null || \
-             { rm -rf \"$1\" && python3 -m venv \"$1\" && \"$1/bin/pip\" install -q --disable-pip-version-check 'aioquic>=1,<2'; }";
-        let out = Command::new("timeout")
-            .args(["--kill-after=10", "600", "flock", "--wait", "600", "/tmp/peregrine-pip.lock"])
-            .args(["sh", "-c", script, "sh"])
-            .arg(&venv)
-            .output()
-            .map_err(|e| format!("cannot run timeout(1): {e}"))?;
-        if !out.status.success() {
-            return Err(format!(
-                "installing aioquic into {} failed ({}; needs python3 with venv, and PyPI): {}",
-                venv.display(),
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-        Ok(python)
+        test_support::install::aioquic_python(&Path::new(env!("CARGO_TARGET_TMPDIR")).join("aioquic-venv"))
     });
     match found {
         Ok(p) => p,

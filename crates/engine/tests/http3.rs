@@ -16,27 +16,7 @@ use peregrine::{Reply, Request, Response, Router, Running, Server, TlsConfig};
 fn python() -> &'static Path {
     static FOUND: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     let found = FOUND.get_or_init(|| {
-        if let Some(p) = std::env::var_os("PEREGRINE_H3_PYTHON") {
-            return Ok(p.into());
-        }
-        let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("aioquic-venv");
-        let script = "test -x \"$1/bin/python\" && \"$1/bin/python\" -c 'import aioquic' 2>/dev/null || \
-             { rm -rf \"$1\" && python3 -m venv \"$1\" && \"$1/bin/pip\" install -q --disable-pip-version-check 'aioquic>=1,<2'; }";
-        let out = Command::new("timeout")
-            .args(["--kill-after=10", "600", "flock", "--wait", "600", "/tmp/peregrine-pip.lock"])
-            .args(["sh", "-c", script, "sh"])
-            .arg(&venv)
-            .output()
-            .map_err(|e| format!("cannot run timeout(1): {e}"))?;
-        if !out.status.success() {
-            return Err(format!(
-                "installing aioquic into {} failed ({}): {}",
-                venv.display(),
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-        Ok(venv.join("bin/python"))
+        test_support::install::aioquic_python(&Path::new(env!("CARGO_TARGET_TMPDIR")).join("aioquic-venv"))
     });
     match found {
         Ok(p) => p,

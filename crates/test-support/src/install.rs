@@ -146,3 +146,37 @@ pub fn go_install(go: &std::path::Path, package: &str, gobin: &std::path::Path) 
         )),
     }
 }
+
+/// A Python with aioquic (the independent HTTP/3 client the tests drive):
+/// `PEREGRINE_H3_PYTHON` if set, else a venv at `venv` made and filled from
+/// PyPI once (under a lock, so that test binaries and runs do not race;
+/// bounded by `timeout`).
+pub fn aioquic_python(venv: &std::path::Path) -> Result<std::path::PathBuf, String> {
+    if let Some(p) = std::env::var_os("PEREGRINE_H3_PYTHON") {
+        return Ok(p.into());
+    }
+    let script = "test -x \"$1/bin/python\" && \"$1/bin/python\" -c 'import aioquic' 2>/dev/null || \
+         { rm -rf \"$1\" && python3 -m venv \"$1\" && \"$1/bin/pip\" install -q --disable-pip-version-check 'aioquic>=1,<2'; }";
+    let out = Command::new("timeout")
+        .args([
+            "--kill-after=10",
+            "600",
+            "flock",
+            "--wait",
+            "600",
+            "/tmp/peregrine-pip.lock",
+        ])
+        .args(["sh", "-c", script, "sh"])
+        .arg(venv)
+        .output()
+        .map_err(|e| format!("cannot run timeout(1): {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "installing aioquic into {} failed ({}; needs python3 with venv, and PyPI): {}",
+            venv.display(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(venv.join("bin/python"))
+}
