@@ -6,6 +6,7 @@
 use super::frame::{self, Code, Header, PREFACE};
 use super::hpack;
 use super::*;
+use crate::response::{Body, Response};
 
 const DATE: &[u8] = b"Mon, 23 Nov 2026 16:00:00 GMT";
 /// A budget large enough never to stop `respond` or `send` early.

@@ -1,0 +1,140 @@
+//! The part of a response body still to send, for HTTP/2's DATA frames
+//! and HTTP/3's (`h3` sends from it too): bytes, a file range, or a
+//! stream's chunks, taken a frame's worth at a time.
+
+use std::io;
+use std::panic::{self, AssertUnwindSafe};
+
+use super::splice::Slice;
+use crate::response::{Body, FileRange, Response};
+
+/// The part of a response body not sent yet (HTTP/3 sends from it too).
+pub(crate) enum Pending {
+    Bytes {
+        body: Body,
+        pos: usize,
+    },
+    File {
+        range: FileRange,
+        sent: u64,
+    },
+    Stream {
+        chunks: Box<dyn Iterator<Item = Vec<u8>> + Send>,
+        buf: Vec<u8>,
+        pos: usize,
+        done: bool,
+    },
+}
+
+impl Pending {
+    /// What a response to one stream sends (HTTP/2's and HTTP/3's): an
+    /// invalid one is replaced by a 500; then its status, its body's
+    /// length (none for 204 and 304) and the body still to send (none for
+    /// HEAD, 204, 304 or an empty body), taken out of `resp`.
+    pub(crate) fn of(resp: &mut Response, head_only: bool) -> (u16, Option<u64>, Option<Pending>) {
+        if let Some(why) = resp.invalid {
+            crate::log::error(format_args!(
+                "handler returned an invalid response ({why}); answering 500"
+            ));
+            *resp = Response::error(500);
+        }
+        let status = resp.status;
+        let bodiless = status == 204 || status == 304;
+        let length = if bodiless { None } else { resp.body.len() };
+        let body = if head_only || bodiless || length == Some(0) {
+            None
+        } else {
+            Pending::new(std::mem::replace(&mut resp.body, Body::Empty))
+        };
+        (status, length, body)
+    }
+
+    pub(crate) fn new(body: Body) -> Option<Pending> {
+        match body {
+            Body::Empty => None,
+            Body::File(range) => Some(Pending::File { range, sent: 0 }),
+            Body::Stream(chunks) => Some(Pending::Stream {
+                chunks,
+                buf: Vec::new(),
+                pos: 0,
+                done: false,
+            }),
+            body => Some(Pending::Bytes { body, pos: 0 }),
+        }
+    }
+
+    /// Appends up to `max` bytes of body to `out`; how many. An error ends
+    /// the stream (a file that shrank, a body iterator that panicked).
+    pub(crate) fn fill(&mut self, out: &mut Vec<u8>, max: usize) -> io::Result<usize> {
+        match self {
+            Pending::Bytes { body, pos } => {
+                let bytes: &[u8] = match body {
+                    Body::Static(b) => b,
+                    Body::Bytes(b) => b,
+                    Body::Shared(s) => s.as_slice(),
+                    _ => &[],
+                };
+                let n = max.min(bytes.len() - *pos);
+                out.extend_from_slice(&bytes[*pos..*pos + n]);
+                *pos += n;
+                Ok(n)
+            }
+            Pending::File { range, sent } => {
+                let n = usize::try_from(range.len - *sent).map_or(max, |left| left.min(max));
+                crate::sys::sendfile::pread_append(&range.file, out, n, range.offset + *sent)?;
+                *sent += n as u64;
+                Ok(n)
+            }
+            Pending::Stream { chunks, buf, pos, done } => {
+                while *pos == buf.len() && !*done {
+                    match panic::catch_unwind(AssertUnwindSafe(|| chunks.next())) {
+                        Ok(Some(chunk)) => {
+                            *buf = chunk;
+                            *pos = 0;
+                        }
+                        Ok(None) => *done = true,
+                        Err(_) => return Err(io::Error::other("body iterator panicked")),
+                    }
+                }
+                let n = max.min(buf.len() - *pos);
+                out.extend_from_slice(&buf[*pos..*pos + n]);
+                *pos += n;
+                Ok(n)
+            }
+        }
+    }
+
+    /// Up to `max` bytes of a lasting body (static or shared) as a slice,
+    /// if at least `min` are left; `None` leaves them to `fill`.
+    pub(crate) fn take_slice(&mut self, max: usize, min: usize) -> Option<Slice> {
+        let Pending::Bytes { body, pos } = self else {
+            return None;
+        };
+        let left = body.len().map_or(0, |n| n as usize - *pos);
+        let n = max.min(left);
+        if n < min || n == 0 {
+            return None;
+        }
+        let slice = match body {
+            Body::Static(b) => Slice::Static(&b[*pos..*pos + n]),
+            Body::Shared(s) => {
+                let start = s.range.start + *pos;
+                Slice::Shared(crate::response::SharedBytes {
+                    buf: s.buf.clone(),
+                    range: start..start + n,
+                })
+            }
+            _ => return None,
+        };
+        *pos += n;
+        Some(slice)
+    }
+
+    pub(crate) fn is_done(&self) -> bool {
+        match self {
+            Pending::Bytes { body, pos } => body.len() == Some(*pos as u64),
+            Pending::File { range, sent } => *sent == range.len,
+            Pending::Stream { buf, pos, done, .. } => *done && *pos == buf.len(),
+        }
+    }
+}
