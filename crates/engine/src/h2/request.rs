@@ -46,6 +46,7 @@ impl Head {
         let mut regular_seen = false;
         let mut kept = 0;
         let mut n_cookies = 0;
+        let mut host = None;
         for i in 0..self.fields.len() {
             let f = self.fields[i];
             let name = self.span(f.name);
@@ -89,6 +90,7 @@ impl Head {
                     self.content_length = Some(n);
                 }
                 b"cookie" => n_cookies += 1,
+                b"host" => host = Some(f),
                 _ => {}
             }
             self.fields[kept] = f;
@@ -122,12 +124,15 @@ impl Head {
             }
         }
         if let Some(a) = self.authority {
-            if !self
-                .span(a.value)
-                .iter()
-                .all(|&b| (0x21..0x7f).contains(&b) && b != b'@')
-            {
+            let authority = self.span(a.value);
+            if !authority.iter().all(|&b| (0x21..0x7f).contains(&b) && b != b'@') {
                 return Err(Refusal::Malformed("invalid :authority"));
+            }
+            // RFC 9113 §8.3.1 (and RFC 9114 §4.3.1): a Host naming another
+            // origin than :authority makes the request malformed; the
+            // handler would otherwise see one host and the log another.
+            if host.is_some_and(|h| !self.span(h.value).eq_ignore_ascii_case(authority)) {
+                return Err(Refusal::Malformed("Host differs from :authority"));
             }
         }
         if n_cookies > 1 {

@@ -1070,12 +1070,16 @@ fn malformed_requests_are_stream_errors() {
     let mut connection = request("GET", "/", &[]);
     literal(&mut connection, b"connection", b"close");
     let no_path = block(&[(":method", "GET"), (":scheme", "https")]);
-    for (i, b) in [upper, connection, no_path].iter().enumerate() {
+    let other_host = request("GET", "/", &[("host", "other.example")]);
+    for (i, b) in [upper, connection, no_path, other_host].iter().enumerate() {
         let id = 2 * i as u32 + 1;
         p.feed(&headers(id, true, b));
         assert_eq!(p.frames(), [parse(&rst_stream(id, Code::Protocol))[0].clone()]);
     }
     assert!(p.ready().is_empty());
+    // A Host that names the same origin, in another case, is no mistake.
+    p.feed(&headers(9, true, &request("GET", "/", &[("host", "Example.COM")])));
+    assert_eq!(p.ready(), [9]);
     // An even stream id, or one lower than the last, ends the connection.
     p.feed(&get(4, "/"));
     assert!(p.frames()[0].is_goaway(Code::Protocol));
