@@ -76,14 +76,20 @@ pub(crate) fn write_response(
         None => wire::write_head(&mut out.buf, resp, date, framing, conn),
     }
     if !extra_fields.is_empty() {
-        let name = extra_fields.split(|&b| b == b':').next().unwrap_or_default();
-        let given = std::str::from_utf8(name).is_ok_and(|name| resp.header(name).is_some());
-        if !given {
-            // Before the blank line that ends the head.
-            out.buf.truncate(out.buf.len() - 2);
-            out.buf.extend_from_slice(extra_fields);
-            out.buf.extend_from_slice(b"\r\n");
+        // Before the blank line that ends the head: each line of the
+        // transport's (HSTS, Alt-Svc) whose field the handler did not set.
+        out.buf.truncate(out.buf.len() - 2);
+        let mut lines = extra_fields;
+        while let Some(end) = memchr::memchr(b'\n', lines) {
+            let line = &lines[..=end];
+            let name = line.split(|&b| b == b':').next().unwrap_or_default();
+            let given = std::str::from_utf8(name).is_ok_and(|name| resp.header(name).is_some());
+            if !given {
+                out.buf.extend_from_slice(line);
+            }
+            lines = &lines[end + 1..];
         }
+        out.buf.extend_from_slice(b"\r\n");
     }
     let body_bytes = match framing {
         BodyFraming::Length(n) if !head_only => n,
@@ -292,5 +298,38 @@ mod tests {
         let owned = Response::text("Hello").with_content_type(String::from("text/plain; charset=utf-8"));
         let want = spelled(&owned, DATE, BodyFraming::Length(5), ConnField::Omit);
         assert_eq!(head(owned, DATE, Version::Http11, true), want);
+    }
+
+    #[test]
+    fn each_transport_field_goes_out_unless_the_handler_set_it() {
+        let extra = b"Strict-Transport-Security: max-age=63072000\r\nAlt-Svc: h3=\":443\"\r\n";
+        let fields = |resp: Response| {
+            let mut out = Output::default();
+            write_response(DATE, &mut out, &mut { resp }, true, Version::Http11, true, extra);
+            let head = String::from_utf8(out.buf).unwrap();
+            assert!(head.ends_with("\r\n\r\n"), "{head}");
+            let names: Vec<String> = head
+                .lines()
+                .skip(1)
+                .filter_map(|l| l.split_once(':'))
+                .map(|(n, v)| format!("{}={}", n.to_ascii_lowercase(), v.trim()))
+                .filter(|f| f.starts_with("strict") || f.starts_with("alt-svc"))
+                .collect();
+            names
+        };
+        assert_eq!(
+            fields(Response::text("x")),
+            ["strict-transport-security=max-age=63072000", "alt-svc=h3=\":443\""]
+        );
+        // The handler's own Strict-Transport-Security wins; Alt-Svc still goes.
+        assert_eq!(
+            fields(Response::text("x").with_header("Strict-Transport-Security", "max-age=1")),
+            ["strict-transport-security=max-age=1", "alt-svc=h3=\":443\""]
+        );
+        // The handler's own Alt-Svc wins; HSTS still goes, once each.
+        assert_eq!(
+            fields(Response::text("x").with_header("Alt-Svc", "clear")),
+            ["alt-svc=clear", "strict-transport-security=max-age=63072000"]
+        );
     }
 }
