@@ -108,7 +108,13 @@ pub(crate) fn settle<'r>(
         Err(_) => *handled = Ok(Reply::Now(Response::error(500).with_close())),
     }
     match handled {
-        Ok(Reply::Now(response)) => Called::Now(response),
+        Ok(Reply::Now(response)) => {
+            // A body written from another thread wakes this connection.
+            if let crate::Body::Channel(rx) = &response.body {
+                rx.bind(slot.mailbox, slot.token);
+            }
+            Called::Now(response)
+        }
         Ok(Reply::Later) | Err(_) => unreachable!("settled above"),
     }
 }
