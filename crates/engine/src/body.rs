@@ -1,5 +1,6 @@
 //! Bodies that cross threads: a response body another thread writes while
-//! it is being sent ([`channel`]).
+//! it is being sent ([`channel`]), and a request body another thread reads
+//! as it arrives ([`BodyReader`], for handlers wrapped in [`streamed`]).
 //!
 //! A channel is a queue of chunks bounded in bytes, shared by the
 //! [`Sender`] (any thread, blocking) and the event loop, which takes a chunk
@@ -18,10 +19,13 @@
 
 use std::collections::VecDeque;
 use std::fmt;
+use std::io::{self, Read};
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
+use crate::handler::{Handler, Reply};
+use crate::request::Request;
 use crate::responder::{Mailbox, Post};
 use crate::response::Body;
 
@@ -352,6 +356,266 @@ impl Chunks {
     }
 }
 
+/// Makes `handler` read request bodies as they arrive: it is called as
+/// soon as a request's head is complete (HTTP/1.1, HTTP/2 and HTTP/3
+/// alike), with [`Request::body`] empty, and takes the body with
+/// [`Request::body_reader`], a blocking [`std::io::Read`] to move to another
+/// thread; it then answers through [`Request::defer`] once it has read
+/// what it needs. Requests without a body are called as usual.
+///
+/// The connection reads the body only as fast as the reader takes it: it
+/// stops reading from the socket (HTTP/1.1) or granting flow-control window
+/// (HTTP/2, HTTP/3) while `BODY_READER_BYTES` (256 KiB) wait unread. The
+/// body limit (`Limits::body_bytes_max`) still holds: a body that exceeds
+/// it fails the reader (`InvalidData`) and the client gets 413. A client
+/// that goes away fails it with `UnexpectedEof`. An answer sent before the
+/// body's end ends the request: the rest of the body is not read (HTTP/1.1
+/// closes the connection after the answer).
+///
+/// ```no_run
+/// use std::io::Read;
+/// use peregrine::{body, Reply, Request, Response, Router, Server};
+///
+/// let app = Router::new().post("/upload", body::streamed(|req: &Request<'_>| {
+///     let mut reader = req.body_reader().expect("a body");
+///     let responder = req.defer();
+///     std::thread::spawn(move || {
+///         let mut n = 0u64;
+///         let mut buf = vec![0; 64 * 1024];
+///         let answer = loop {
+///             match reader.read(&mut buf) {
+///                 Ok(0) => break Response::text(format!("{n} bytes\n")),
+///                 Ok(got) => n += got as u64,
+///                 Err(_) => break Response::error(400),
+///             }
+///         };
+///         responder.send(answer);
+///     });
+///     Reply::Later
+/// }));
+/// Server::new().bind("127.0.0.1:8080").serve(app).unwrap();
+/// ```
+pub fn streamed<H: Handler>(handler: H) -> Streamed<H> {
+    Streamed(handler)
+}
+
+/// A handler whose requests' bodies are read as they arrive: see
+/// [`streamed`].
+pub struct Streamed<H>(pub H);
+
+impl<H: Handler> Handler for Streamed<H> {
+    fn call(&self, req: &Request<'_>) -> Reply {
+        self.0.call(req)
+    }
+
+    fn streams_body(&self, _req: &Request<'_>) -> bool {
+        true
+    }
+}
+
+/// A request body read as it arrives, from any thread (see [`streamed`]).
+/// `read` blocks until bytes come; `Ok(0)` is the body's end. Errors:
+/// `UnexpectedEof` if the client went away (or the connection closed)
+/// before the end, `InvalidData` if the body broke the limit or its framing.
+pub struct BodyReader {
+    shared: Arc<Pipe>,
+    chunk: Vec<u8>,
+    pos: usize,
+}
+
+/// The event loop's end of a request body pipe.
+pub(crate) struct BodySink {
+    shared: Arc<Pipe>,
+}
+
+struct Pipe {
+    state: Mutex<PipeState>,
+    /// Signalled when bytes, the end or an error arrive.
+    ready: Condvar,
+    capacity: usize,
+}
+
+struct PipeState {
+    chunks: VecDeque<Vec<u8>>,
+    bytes: usize,
+    end: PipeEnd,
+    reader_gone: bool,
+    /// The connection stopped reading for want of room: the reader wakes it.
+    waiting: bool,
+    wake: Option<(Arc<Mailbox>, usize)>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum PipeEnd {
+    Open,
+    Complete,
+    Failed(io::ErrorKind, &'static str),
+}
+
+/// A pipe for a request body: the reader for the handler, the sink for
+/// the connection, `capacity` bytes queued at most before the connection
+/// stops taking more.
+pub(crate) fn pipe(capacity: usize) -> (BodyReader, BodySink) {
+    let shared = Arc::new(Pipe {
+        state: Mutex::new(PipeState {
+            chunks: VecDeque::new(),
+            bytes: 0,
+            end: PipeEnd::Open,
+            reader_gone: false,
+            waiting: false,
+            wake: None,
+        }),
+        ready: Condvar::new(),
+        capacity,
+    });
+    (
+        BodyReader {
+            shared: shared.clone(),
+            chunk: Vec::new(),
+            pos: 0,
+        },
+        BodySink { shared },
+    )
+}
+
+impl Pipe {
+    fn lock(&self) -> MutexGuard<'_, PipeState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl BodySink {
+    /// Where the reader wakes the connection when it makes room.
+    pub(crate) fn bind(&self, mailbox: &Arc<Mailbox>, token: usize) {
+        self.shared.lock().wake = Some((mailbox.clone(), token));
+    }
+
+    /// Bytes the connection may still hand over before the reader takes
+    /// some (0: stop reading; the reader's next take wakes the connection).
+    /// A reader gone takes everything (it is discarded).
+    pub(crate) fn room(&self) -> usize {
+        let mut state = self.shared.lock();
+        if state.reader_gone {
+            return usize::MAX;
+        }
+        let room = self.shared.capacity.saturating_sub(state.bytes);
+        state.waiting = room == 0;
+        room
+    }
+
+    /// Hands over body bytes (copied). Dropped if the reader is gone.
+    pub(crate) fn push(&self, data: &[u8]) {
+        if data.is_empty() {
+            return;
+        }
+        let mut state = self.shared.lock();
+        if state.reader_gone {
+            return;
+        }
+        state.bytes += data.len();
+        state.chunks.push_back(data.to_vec());
+        drop(state);
+        self.shared.ready.notify_one();
+    }
+
+    /// The body is complete: the reader gets the end after what is queued.
+    pub(crate) fn finish(self) {
+        self.end(PipeEnd::Complete);
+    }
+
+    /// The body cannot be completed: the reader gets `kind` at once.
+    pub(crate) fn fail(self, kind: io::ErrorKind, why: &'static str) {
+        self.end(PipeEnd::Failed(kind, why));
+    }
+
+    fn end(&self, end: PipeEnd) {
+        let mut state = self.shared.lock();
+        if state.end == PipeEnd::Open {
+            state.end = end;
+            if end != PipeEnd::Complete {
+                state.chunks.clear();
+                state.bytes = 0;
+            }
+        }
+        state.wake = None;
+        drop(state);
+        self.shared.ready.notify_all();
+    }
+}
+
+impl Drop for BodySink {
+    /// Dropped before its end (the connection closed, the stream was
+    /// reset): the reader learns that the body was cut short.
+    fn drop(&mut self) {
+        self.end(PipeEnd::Failed(
+            io::ErrorKind::UnexpectedEof,
+            "the request body was cut short",
+        ));
+    }
+}
+
+impl Read for BodyReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        if self.pos == self.chunk.len() {
+            let shared = &*self.shared;
+            let mut state = shared.lock();
+            loop {
+                if let Some(chunk) = state.chunks.pop_front() {
+                    state.bytes -= chunk.len();
+                    // Wake the connection once half the room is free, not
+                    // per read.
+                    let wake = if state.waiting && state.bytes <= shared.capacity / 2 {
+                        state.waiting = false;
+                        state.wake.clone()
+                    } else {
+                        None
+                    };
+                    drop(state);
+                    post(wake);
+                    self.chunk = chunk;
+                    self.pos = 0;
+                    break;
+                }
+                match state.end {
+                    PipeEnd::Open => state = shared.ready.wait(state).unwrap_or_else(|e| e.into_inner()),
+                    PipeEnd::Complete => return Ok(0),
+                    PipeEnd::Failed(kind, why) => return Err(io::Error::new(kind, why)),
+                }
+            }
+        }
+        let n = buf.len().min(self.chunk.len() - self.pos);
+        buf[..n].copy_from_slice(&self.chunk[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
+    }
+}
+
+impl Drop for BodyReader {
+    fn drop(&mut self) {
+        let mut state = self.shared.lock();
+        state.reader_gone = true;
+        state.chunks.clear();
+        state.bytes = 0;
+        let wake = if state.waiting {
+            state.waiting = false;
+            state.wake.clone()
+        } else {
+            None
+        };
+        drop(state);
+        post(wake);
+    }
+}
+
+impl fmt::Debug for BodyReader {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BodyReader").finish_non_exhaustive()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -414,5 +678,32 @@ mod tests {
         tx.send("a").unwrap();
         tx.abort();
         assert!(matches!(rx.next(), Next::Failed));
+    }
+
+    #[test]
+    fn a_body_pipe_passes_bytes_then_the_end_or_the_error() {
+        let (mut reader, sink) = pipe(8);
+        assert_eq!(sink.room(), 8);
+        sink.push(b"hello");
+        assert_eq!(sink.room(), 3);
+        sink.push(b"abc");
+        assert_eq!(sink.room(), 0);
+        let mut buf = [0; 4];
+        assert_eq!(reader.read(&mut buf).unwrap(), 4);
+        assert_eq!(reader.read(&mut buf).unwrap(), 1);
+        sink.finish();
+        let mut rest = Vec::new();
+        reader.read_to_end(&mut rest).unwrap();
+        assert_eq!(rest, b"abc");
+
+        let (mut reader, sink) = pipe(8);
+        sink.push(b"x");
+        sink.fail(io::ErrorKind::InvalidData, "too large");
+        assert_eq!(reader.read(&mut buf).unwrap_err().kind(), io::ErrorKind::InvalidData);
+
+        let (mut reader, sink) = pipe(8);
+        let blocked = std::thread::spawn(move || reader.read(&mut [0; 4]).map_err(|e| e.kind()));
+        drop(sink);
+        assert_eq!(blocked.join().unwrap(), Err(io::ErrorKind::UnexpectedEof));
     }
 }

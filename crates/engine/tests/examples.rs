@@ -79,6 +79,26 @@ fn the_sse_example_streams_ticks_while_answering_others() {
     sse.terminate();
 }
 
+/// The upload example counts and hashes a chunked body.
+#[test]
+fn the_upload_example_counts_and_hashes_a_body() {
+    let (upload, addr) = start(example("upload").args(["--bind", "127.0.0.1:0"]));
+    let mut c = http::Client::connect(&addr);
+    c.send(b"POST /upload HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n");
+    for _ in 0..64 {
+        c.send(b"4000\r\n");
+        c.send(&[b'a'; 0x4000]);
+        c.send(b"\r\n");
+    }
+    c.send(b"0\r\n\r\n");
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for _ in 0..64 * 0x4000 {
+        hash = (hash ^ u64::from(b'a')).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    assert_eq!(c.response().text(), format!("1048576 bytes, fnv1a64 {hash:016x}\n"));
+    upload.terminate();
+}
+
 #[test]
 fn an_example_refuses_what_it_does_not_understand() {
     let out = example("hello").arg("--port").stderr(Stdio::piped()).output().unwrap();
