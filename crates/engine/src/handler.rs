@@ -40,6 +40,16 @@ impl From<Response> for Reply {
 pub trait Handler: Send + Sync + 'static {
     /// Answers one request.
     fn call(&self, req: &Request<'_>) -> Reply;
+
+    /// Whether `req`'s body is to be read as it arrives
+    /// ([`Request::body_reader`]) rather than buffered whole: asked when a
+    /// request with a body has its head complete (`req.body()` is empty
+    /// then). False unless the handler is wrapped in
+    /// [`crate::body::streamed`]; a [`crate::Router`] asks the route the
+    /// request goes to.
+    fn streams_body(&self, _req: &Request<'_>) -> bool {
+        false
+    }
 }
 
 impl<F, R> Handler for F

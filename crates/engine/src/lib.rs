@@ -39,6 +39,7 @@
 #![warn(missing_docs)]
 
 mod access_log;
+pub mod body;
 pub mod codec;
 mod conn;
 mod date;

@@ -200,3 +200,10 @@ pub(crate) const H3_SEND_WINDOW_BYTES: u64 = 1024 * 1024;
 /// bodies are collected up to `body_bytes_max` anyway.
 pub(crate) const H3_STREAM_RECV_WINDOW_BYTES: u32 = 256 * 1024;
 pub(crate) const H3_CONN_RECV_WINDOW_BYTES: u32 = 1024 * 1024;
+
+/// Bytes of a request body that wait for its reader (`body::streamed`)
+/// before the connection stops reading from the client (HTTP/1.1) or
+/// granting it flow-control window (HTTP/2, HTTP/3): a streamed upload
+/// costs at most about this much memory, whatever its size. 256 KiB keeps
+/// a loopback upload at full speed while the reader hashes or writes.
+pub(crate) const BODY_READER_BYTES: usize = 256 * 1024;

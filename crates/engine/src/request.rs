@@ -2,10 +2,11 @@
 //! buffer, valid for the duration of the handler call.
 
 use std::borrow::Cow;
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use crate::body::BodyReader;
 use crate::codec::Version;
 use crate::responder::{Mailbox, Responder};
 
@@ -23,6 +24,8 @@ pub struct Request<'a> {
     pub(crate) peer: SocketAddr,
     pub(crate) params: &'a [(&'a str, &'a str)],
     pub(crate) defer: Option<&'a DeferSlot<'a>>,
+    /// The body, to be read as it arrives (a `body::streamed` handler).
+    pub(crate) reader: Option<&'a RefCell<Option<BodyReader>>>,
 }
 
 /// Where a handler's [`Request::defer`] records that it will answer later.
@@ -59,6 +62,7 @@ impl<'a> Request<'a> {
             peer,
             params: &[],
             defer: None,
+            reader: None,
         }
     }
 
@@ -122,9 +126,21 @@ impl<'a> Request<'a> {
         self.host
     }
 
-    /// The request body, complete (de-chunked if it was chunked).
+    /// The request body, complete (de-chunked if it was chunked). Empty
+    /// for a handler that reads bodies as they arrive
+    /// ([`crate::body::streamed`]): see [`Request::body_reader`].
     pub fn body(&self) -> &'a [u8] {
         self.body
+    }
+
+    /// The body as it arrives, for a handler wrapped in
+    /// [`crate::body::streamed`]: a blocking reader to move to another
+    /// thread (the handler then answers with [`Request::defer`]). `Some`
+    /// once per request with a body; `None` for a request without one, for
+    /// ordinary handlers (their body is [`Request::body`]) and after the
+    /// first call.
+    pub fn body_reader(&self) -> Option<BodyReader> {
+        self.reader.and_then(|r| r.borrow_mut().take())
     }
 
     /// The address of the client.

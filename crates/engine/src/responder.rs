@@ -10,8 +10,17 @@ use crate::response::Response;
 
 /// A worker's inbox of answers, and the waker that interrupts its `poll`.
 pub(crate) struct Mailbox {
-    pub(crate) answers: Mutex<Vec<Answer>>,
+    pub(crate) answers: Mutex<Vec<Post>>,
     pub(crate) waker: mio::Waker,
+}
+
+/// What another thread tells a worker.
+pub(crate) enum Post {
+    /// A deferred answer.
+    Answer(Answer),
+    /// A streamed body (`body::channel`) of the connection `token` has
+    /// something new: a chunk, its end, its abort.
+    Wake { token: usize },
 }
 
 /// One deferred answer, addressed to a connection and the request it is for.
@@ -22,7 +31,7 @@ pub(crate) struct Answer {
 }
 
 impl Mailbox {
-    fn post(&self, answer: Answer) {
+    pub(crate) fn post(&self, answer: Post) {
         // A poisoned lock only means another sender panicked mid-push; the
         // vector itself is still sound.
         let mut answers = self.answers.lock().unwrap_or_else(|e| e.into_inner());
@@ -35,7 +44,7 @@ impl Mailbox {
         }
     }
 
-    pub(crate) fn take(&self) -> Vec<Answer> {
+    pub(crate) fn take(&self) -> Vec<Post> {
         std::mem::take(&mut *self.answers.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }
@@ -59,11 +68,14 @@ impl Responder {
     /// Sends the response. If the client has gone meanwhile it is dropped.
     pub fn send(mut self, response: Response) {
         if let Some(mailbox) = self.mailbox.take() {
-            mailbox.post(Answer {
+            if let crate::Body::Channel(rx) = &response.body {
+                rx.bind(&mailbox, self.token);
+            }
+            mailbox.post(Post::Answer(Answer {
                 token: self.token,
                 id: self.id,
                 response,
-            });
+            }));
         }
     }
 }
@@ -71,11 +83,11 @@ impl Responder {
 impl Drop for Responder {
     fn drop(&mut self) {
         if let Some(mailbox) = self.mailbox.take() {
-            mailbox.post(Answer {
+            mailbox.post(Post::Answer(Answer {
                 token: self.token,
                 id: self.id,
                 response: Response::error(500),
-            });
+            }));
         }
     }
 }

@@ -47,6 +47,9 @@ pub enum Body {
     /// (or, to an HTTP/1.0 client, delimited by closing the connection).
     /// The iterator runs on the event loop: it must not block.
     Stream(Box<dyn Iterator<Item = Vec<u8>> + Send>),
+    /// Chunks written by another thread over time, sent as they come (the
+    /// chunked coding, as `Stream`): see [`crate::body::channel`].
+    Channel(crate::body::ChannelBody),
 }
 
 /// A range of a shared, immutable buffer.
@@ -112,7 +115,7 @@ impl Body {
             Body::Bytes(b) => Some(b.len() as u64),
             Body::Shared(s) => Some(s.range.len() as u64),
             Body::File(f) => Some(f.len),
-            Body::Stream(_) => None,
+            Body::Stream(_) | Body::Channel(_) => None,
         }
     }
 

@@ -98,6 +98,21 @@ impl Router {
 }
 
 impl Handler for Router {
+    /// The handler the request goes to decides (a `body::streamed` route).
+    fn streams_body(&self, req: &Request<'_>) -> bool {
+        let mut params: [(&str, &str); PARAMS_MAX] = [("", ""); PARAMS_MAX];
+        let mut path_known = false;
+        for route in &self.routes {
+            if let Some(n) = route.matches(req.path(), &mut params) {
+                path_known = true;
+                if route.method == req.method() {
+                    return route.handler.streams_body(&req.with_params(&params[..n]));
+                }
+            }
+        }
+        !path_known && self.fallback.as_ref().is_some_and(|h| h.streams_body(req))
+    }
+
     fn call(&self, req: &Request<'_>) -> Reply {
         let path = req.path();
         let method = req.method();

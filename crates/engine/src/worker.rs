@@ -18,7 +18,7 @@ use crate::date::DateCache;
 use crate::handler::Handler;
 use crate::limits::Limits;
 use crate::metrics::WorkerMetrics;
-use crate::responder::Mailbox;
+use crate::responder::{Mailbox, Post};
 use crate::tls::session::TlsSession;
 use crate::tls::TlsListener;
 
@@ -183,19 +183,32 @@ impl Worker {
                         timer_armed = None;
                     }
                     WAKER => {
-                        for answer in mailbox.take() {
-                            if answer.token >= crate::quic::CONN_TOKEN_BASE {
+                        for post in mailbox.take() {
+                            let token = match &post {
+                                Post::Answer(answer) => answer.token,
+                                Post::Wake { token } => *token,
+                            };
+                            if token >= crate::quic::CONN_TOKEN_BASE {
                                 for endpoint in quic.iter_mut() {
-                                    if let Some(ch) = endpoint.conn_of_token(answer.token) {
-                                        endpoint.on_answer(&mut ctx, ch, answer.id, answer.response);
+                                    if let Some(ch) = endpoint.conn_of_token(token) {
+                                        match post {
+                                            Post::Answer(a) => endpoint.on_answer(&mut ctx, ch, a.id, a.response),
+                                            Post::Wake { .. } => endpoint.on_wake(&mut ctx, ch),
+                                        }
                                         break;
                                     }
                                 }
                                 continue;
                             }
-                            if let Some(conn) = conns.get_mut(answer.token) {
-                                let next = conn.on_answer(&mut ctx, answer.id, answer.response);
-                                settle(&mut conns, answer.token, next, &mut ready, ctx.pool, ctx.metrics);
+                            // A token may have been closed and reused since;
+                            // an answer carries its id, and a spurious wake
+                            // is harmless.
+                            if let Some(conn) = conns.get_mut(token) {
+                                let next = match post {
+                                    Post::Answer(a) => conn.on_answer(&mut ctx, a.id, a.response),
+                                    Post::Wake { .. } => conn.on_wake(&mut ctx),
+                                };
+                                settle(&mut conns, token, next, &mut ready, ctx.pool, ctx.metrics);
                             }
                         }
                     }

@@ -50,6 +50,55 @@ fn examples_listen_where_bind_says_and_print_it() {
     deferred.terminate();
 }
 
+/// The event stream's ticks arrive while the same worker answers `/now`.
+#[test]
+fn the_sse_example_streams_ticks_while_answering_others() {
+    use std::io::{Read, Write};
+    let (sse, addr) = start(example("sse").args(["--bind", "127.0.0.1:0"]));
+    let mut events = std::net::TcpStream::connect(&addr).unwrap();
+    events.set_read_timeout(Some(test_support::PATIENCE)).unwrap();
+    events.write_all(b"GET /events HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    let mut seen = Vec::new();
+    let mut read_until = |needle: &str| {
+        while !String::from_utf8_lossy(&seen).contains(needle) {
+            let mut buf = [0; 4096];
+            let n = events.read(&mut buf).expect("an event in time");
+            assert!(n > 0, "closed: {}", String::from_utf8_lossy(&seen));
+            seen.extend_from_slice(&buf[..n]);
+        }
+    };
+    read_until(": subscribed\n\n");
+    let now = get(&addr, "/now");
+    assert!(now.trim().parse::<u64>().is_ok(), "{now:?}");
+    read_until("data: tick ");
+    let text = String::from_utf8_lossy(&seen).into_owned();
+    assert!(text.contains("Content-Type: text/event-stream\r\n"), "{text}");
+    assert!(text.contains("Cache-Control: no-store\r\n"), "{text}");
+    // Gone before the shutdown, which would wait for the stream in flight.
+    drop(events);
+    sse.terminate();
+}
+
+/// The upload example counts and hashes a chunked body.
+#[test]
+fn the_upload_example_counts_and_hashes_a_body() {
+    let (upload, addr) = start(example("upload").args(["--bind", "127.0.0.1:0"]));
+    let mut c = http::Client::connect(&addr);
+    c.send(b"POST /upload HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n");
+    for _ in 0..64 {
+        c.send(b"4000\r\n");
+        c.send(&[b'a'; 0x4000]);
+        c.send(b"\r\n");
+    }
+    c.send(b"0\r\n\r\n");
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for _ in 0..64 * 0x4000 {
+        hash = (hash ^ u64::from(b'a')).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    assert_eq!(c.response().text(), format!("1048576 bytes, fnv1a64 {hash:016x}\n"));
+    upload.terminate();
+}
+
 #[test]
 fn an_example_refuses_what_it_does_not_understand() {
     let out = example("hello").arg("--port").stderr(Stdio::piped()).output().unwrap();

@@ -138,3 +138,67 @@ fn handlers_answer_over_http3_deferred_answers_and_request_bodies_included() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Bodies written by another thread (`body::channel`) go out over HTTP/3
+/// as they come, on a connection whose other streams are answered
+/// meanwhile: `/stream` sends its second chunk only once `/fast` (asked
+/// on the same connection) has been handled. An abort resets the stream
+/// (H3_INTERNAL_ERROR); a large body passes through a small channel.
+#[test]
+fn streamed_bodies_over_http3() {
+    use peregrine::body;
+    use std::sync::mpsc;
+    use std::sync::Mutex;
+    let (config, dir) = tls("stream");
+    let (fast_tx, fast_rx) = mpsc::channel::<()>();
+    let fast_tx = Mutex::new(fast_tx);
+    let fast_rx = Mutex::new(Some(fast_rx));
+    let app = Router::new()
+        .get("/stream", move |_: &Request<'_>| {
+            let (body, tx) = body::channel(1024);
+            let fast = fast_rx.lock().unwrap().take().unwrap();
+            std::thread::spawn(move || {
+                tx.send("one ").unwrap();
+                fast.recv_timeout(test_support::PATIENCE).unwrap();
+                tx.send("two").unwrap();
+            });
+            Response::new(200).with_body(body)
+        })
+        .get("/fast", move |_: &Request<'_>| {
+            fast_tx.lock().unwrap().send(()).unwrap();
+            Response::text("fast")
+        })
+        .get("/abort", |_: &Request<'_>| {
+            let (body, tx) = body::channel(1024);
+            std::thread::spawn(move || {
+                let _ = tx.send("x");
+                tx.abort();
+            });
+            Response::new(200).with_body(body)
+        })
+        .get("/big", |_: &Request<'_>| {
+            let (body, tx) = body::channel(64 * 1024);
+            std::thread::spawn(move || {
+                for i in 0..64u8 {
+                    tx.send(vec![i; 16 * 1024]).unwrap();
+                }
+            });
+            Response::new(200).with_body(body)
+        });
+    let server = Server::new()
+        .bind_tls("127.0.0.1:0", config)
+        .workers(1)
+        .start(app)
+        .unwrap();
+    let answers = h3(
+        &server,
+        &[("/stream", None), ("/fast", None), ("/abort", None), ("/big", None)],
+    );
+    assert_eq!((answers[0].0.as_str(), &answers[0].1[..]), ("200", &b"one two"[..]));
+    assert_eq!((answers[1].0.as_str(), &answers[1].1[..]), ("200", &b"fast"[..]));
+    assert_eq!(answers[2].0, "error reset 258");
+    let big: Vec<u8> = (0..64u8).flat_map(|i| vec![i; 16 * 1024]).collect();
+    assert_eq!(answers[3].0, "200");
+    assert!(answers[3].1 == big, "{} bytes", answers[3].1.len());
+    let _ = std::fs::remove_dir_all(dir);
+}

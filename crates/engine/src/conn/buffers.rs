@@ -3,6 +3,7 @@
 //! worker's pool they are lent from. The protocol machines read from an
 //! `Input` and queue into an `Output`; only the driver touches the socket.
 
+use crate::body::Chunks;
 use crate::limits::{BUFFER_BYTES, H2_READ_BYTES, POOL_BUFFERS_MAX};
 use crate::response::{FileRange, SharedBytes};
 
@@ -101,27 +102,22 @@ impl Output {
     pub(crate) fn queued(&self) -> usize {
         self.buf.len() - self.pos
     }
+
+    /// Everything queued is written and the rest of the body waits for
+    /// the thread that writes it (`body::channel`).
+    pub(crate) fn is_parked(&self) -> bool {
+        self.pos >= self.buf.len() && matches!(&self.tail, Some(Tail::Stream { chunks, .. }) if chunks.is_parked())
+    }
 }
 
 /// A large body sent after the bytes in the output buffer: by `writev`
-/// (bytes), `sendfile` (files) or one chunk at a time (streams).
+/// (bytes), `sendfile` (files) or one chunk at a time (streams, taken from
+/// their iterator or channel only once the chunk before has left).
 pub(crate) enum Tail {
-    Bytes {
-        data: Vec<u8>,
-        pos: usize,
-    },
-    Shared {
-        bytes: SharedBytes,
-        pos: usize,
-    },
-    File {
-        range: FileRange,
-        sent: u64,
-    },
-    Stream {
-        chunks: Box<dyn Iterator<Item = Vec<u8>> + Send>,
-        chunked: bool,
-    },
+    Bytes { data: Vec<u8>, pos: usize },
+    Shared { bytes: SharedBytes, pos: usize },
+    File { range: FileRange, sent: u64 },
+    Stream { chunks: Chunks, chunked: bool },
 }
 
 /// Gives `output` a buffer from the pool if it has none.

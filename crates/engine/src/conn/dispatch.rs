@@ -62,6 +62,17 @@ pub(crate) fn call(ctx: &Ctx<'_>, redirect: bool, req: &Request<'_>) -> Handled 
     panic::catch_unwind(AssertUnwindSafe(|| handler.call(req)))
 }
 
+/// Whether the handler reads `req`'s body as it arrives (asked when its
+/// head is complete). A panic counts as no: the body is buffered and the
+/// handler's `call` meets the same bug.
+pub(crate) fn streams_body(ctx: &Ctx<'_>, redirect: bool, req: &Request<'_>) -> bool {
+    let handler = match (redirect, ctx.redirect) {
+        (true, Some(redirect)) => redirect,
+        _ => ctx.handler,
+    };
+    panic::catch_unwind(AssertUnwindSafe(|| handler.streams_body(req))).unwrap_or(false)
+}
+
 /// `call` for a request of HTTP/2 or HTTP/3, whose heads the codec has not
 /// seen: a method the server does not recognise (or CONNECT) is answered
 /// 501 before any handler runs, as HTTP/1.1's are (RFC 9110 §9.1).
@@ -108,7 +119,13 @@ pub(crate) fn settle<'r>(
         Err(_) => *handled = Ok(Reply::Now(Response::error(500).with_close())),
     }
     match handled {
-        Ok(Reply::Now(response)) => Called::Now(response),
+        Ok(Reply::Now(response)) => {
+            // A body written from another thread wakes this connection.
+            if let crate::Body::Channel(rx) = &response.body {
+                rx.bind(slot.mailbox, slot.token);
+            }
+            Called::Now(response)
+        }
         Ok(Reply::Later) | Err(_) => unreachable!("settled above"),
     }
 }

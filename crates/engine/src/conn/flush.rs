@@ -3,6 +3,7 @@
 //! TCP_CORK, or TLS records), and the lingering close after an error.
 
 use super::*;
+use crate::body::Next as Chunk;
 
 impl Conn {
     /// Writes what is queued until done or the socket is full.
@@ -63,26 +64,29 @@ impl Conn {
                 (Some(Tail::Stream { chunks, chunked }), true) => {
                     out.buf.clear();
                     out.pos = 0;
-                    // The iterator is the application's code: a panic in it
-                    // ends this response (its length can no longer be
-                    // right), not the worker.
-                    let Ok(next) = panic::catch_unwind(AssertUnwindSafe(|| chunks.next())) else {
-                        return Flushed::Failed;
-                    };
-                    match next {
-                        Some(chunk) if chunk.is_empty() => {}
-                        Some(chunk) if *chunked => {
-                            wire::write_chunk_start(&mut out.buf, chunk.len());
-                            out.buf.extend_from_slice(&chunk);
-                            out.buf.extend_from_slice(wire::CHUNK_END);
-                        }
-                        Some(chunk) => out.buf.extend_from_slice(&chunk),
-                        None => {
+                    // A parked connection gave its buffer back.
+                    if out.buf.capacity() == 0 {
+                        out.buf = pool.take_write();
+                    }
+                    // The next chunk is taken only now that the one before
+                    // has left: a producer on another thread is held back
+                    // by its channel's capacity, not by this buffer.
+                    match chunks.next() {
+                        Chunk::Chunk(chunk) => frame_chunk(&mut out.buf, &chunk, *chunked),
+                        Chunk::End => {
                             if *chunked {
                                 out.buf.extend_from_slice(wire::LAST_CHUNK);
                             }
                             out.tail = None;
                         }
+                        // Everything so far is written; the producer wakes
+                        // the connection when it has more.
+                        Chunk::Wait => return Flushed::Parked,
+                        // The application's iterator panicked, or the
+                        // producer aborted: the body can no longer be
+                        // completed, so the connection closes before its
+                        // end.
+                        Chunk::Failed => return Flushed::Failed,
                     }
                     continue;
                 }
@@ -144,6 +148,9 @@ impl Conn {
                     out.buf.clear();
                     out.pos = 0;
                     break Flushed::All;
+                }
+                if out.is_parked() {
+                    break Flushed::Parked;
                 }
                 // rustls took nothing and has nothing to send: only while
                 // a handshake waits for the client. Wait for an event.
@@ -266,34 +273,47 @@ pub(super) fn encrypt(tls: &mut TlsSession, out: &mut Output, pool: &mut BufPool
                 }
                 *sent == range.len
             }
+            // As in `flush`: a chunk once the one before is encrypted.
             Some(Tail::Stream { chunks, chunked }) => {
-                // As in `flush`: the application's iterator may panic.
-                let Ok(next) = panic::catch_unwind(AssertUnwindSafe(|| chunks.next())) else {
-                    return false;
-                };
-                match next {
-                    Some(chunk) if chunk.is_empty() => false,
-                    Some(chunk) if *chunked => {
-                        wire::write_chunk_start(&mut out.buf, chunk.len());
-                        out.buf.extend_from_slice(&chunk);
-                        out.buf.extend_from_slice(wire::CHUNK_END);
+                // A parked connection gave its buffer back.
+                if out.buf.capacity() == 0 {
+                    out.buf = pool.take_write();
+                }
+                match chunks.next() {
+                    Chunk::Chunk(chunk) => {
+                        frame_chunk(&mut out.buf, &chunk, *chunked);
                         false
                     }
-                    Some(chunk) => {
-                        out.buf.extend_from_slice(&chunk);
-                        false
-                    }
-                    None => {
+                    Chunk::End => {
                         if *chunked {
                             out.buf.extend_from_slice(wire::LAST_CHUNK);
                         }
                         true
                     }
+                    // Parked: `flush_tls` sees it once rustls has written.
+                    Chunk::Wait => return true,
+                    Chunk::Failed => return false,
                 }
             }
         };
         if done {
             out.tail = None;
         }
+    }
+}
+
+/// Appends one chunk of a streamed body: chunk-framed, or as it is (an
+/// HTTP/1.0 client's body, delimited by the close).
+fn frame_chunk(buf: &mut Vec<u8>, chunk: &[u8], chunked: bool) {
+    if chunk.is_empty() {
+        // A zero-length chunk would be the last chunk.
+        return;
+    }
+    if chunked {
+        wire::write_chunk_start(buf, chunk.len());
+        buf.extend_from_slice(chunk);
+        buf.extend_from_slice(wire::CHUNK_END);
+    } else {
+        buf.extend_from_slice(chunk);
     }
 }

@@ -4,12 +4,14 @@
 //! the buffer is answered into one output buffer before anything is
 //! written (one write per pipelined batch).
 
+use std::cell::RefCell;
 use std::mem::MaybeUninit;
 use std::net::SocketAddr;
 
 use super::dispatch::{self, Called};
 use super::{refused_line, Conn, Ctx, Next, Stop, Transport, HEADERS_ARRAY_MAX};
-use crate::h1::{Env, Event, Link, TimedOut, Wait};
+use crate::h1::{BodyStart, Env, Event, Feed, Link, TimedOut, Wait};
+use crate::limits::BODY_READER_BYTES;
 use crate::request::Request;
 use crate::response::Response;
 
@@ -30,6 +32,22 @@ impl Conn {
     pub(super) fn process_h1(&mut self, ctx: &mut Ctx<'_>) -> Stop {
         let env = h1_env(ctx);
         loop {
+            if self.h1.is_uploading() {
+                self.ensure_output(ctx.pool);
+                match self.h1.feed(&mut self.input, &mut self.output, &env) {
+                    Feed::Done => {}
+                    Feed::Input => return Stop::Input,
+                    // Stop reading: the client's bytes wait in the socket
+                    // (TCP's window closes) until the reader makes room
+                    // and wakes the connection.
+                    Feed::Full => return Stop::Deferred,
+                    Feed::Refused { status } => {
+                        self.input.discard();
+                        record_refused(ctx, self.peer, status);
+                        return Stop::Closing;
+                    }
+                }
+            }
             let out = &self.output;
             if out.tail.is_some() || out.queued() > ctx.limits.write_buffer_bytes_max {
                 return Stop::Output;
@@ -79,6 +97,44 @@ impl Conn {
                         }
                     }
                     input.start += consumed;
+                }
+                Event::BodyAhead { head } => {
+                    let mut req = Request::new(
+                        head.method,
+                        head.target,
+                        head.version,
+                        head.headers,
+                        head.host,
+                        &[],
+                        *peer,
+                    );
+                    if !dispatch::streams_body(ctx, *redirect, &req) {
+                        h1.buffer_body();
+                        continue;
+                    }
+                    // The handler reads the body as it arrives: call it now.
+                    let start = BodyStart::of(&head, &env);
+                    let (reader, sink) = crate::body::pipe(BODY_READER_BYTES);
+                    sink.bind(ctx.mailbox, *token);
+                    let reader = RefCell::new(Some(reader));
+                    req.reader = Some(&reader);
+                    let slot = dispatch::slot(ctx, *token);
+                    req.defer = Some(&slot);
+                    let mut handled = dispatch::call(ctx, *redirect, &req);
+                    // A reader not taken is dropped: the body is discarded.
+                    let taken = reader.borrow_mut().take().is_none();
+                    let called = dispatch::settle(ctx, &slot, &req, &mut handled);
+                    input.start += h1.stream_body(start, sink, taken, &env, output);
+                    match called {
+                        Called::Now(response) => {
+                            let sent = h1.respond(output, response, &env, transport.extra_fields());
+                            dispatch::record(ctx, &req, sent.status, sent.body_bytes);
+                        }
+                        Called::Later(deferral) => {
+                            h1.defer();
+                            *awaited = Some(deferral);
+                        }
+                    }
                 }
                 Event::Input => return Stop::Input,
                 Event::Again => {}

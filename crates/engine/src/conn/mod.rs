@@ -39,7 +39,6 @@ use std::cell::Cell;
 use std::io::{self, IoSlice, Read, Write};
 use std::net::{Shutdown, SocketAddr};
 use std::os::unix::fs::FileExt;
-use std::panic::{self, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -152,6 +151,9 @@ enum Flushed {
     },
     /// The connection used up its turn with output left to send.
     Turn,
+    /// All is written; the body being sent waits for the thread that
+    /// writes it (`body::channel`), which wakes the connection.
+    Parked,
     Failed,
 }
 
@@ -312,6 +314,12 @@ impl Conn {
         }
     }
 
+    /// A body written by another thread has something new for this
+    /// connection (a chunk, its end, its abort).
+    pub(crate) fn on_wake(&mut self, ctx: &mut Ctx<'_>) -> Next {
+        self.drive(ctx)
+    }
+
     /// Handles the deadline having passed.
     pub(crate) fn on_timeout(&mut self, ctx: &mut Ctx<'_>) -> Next {
         if self.has_output() {
@@ -453,6 +461,7 @@ impl Conn {
                     return Next::Keep;
                 }
                 Flushed::Failed => return Next::Close,
+                Flushed::Parked => return self.park(ctx),
             }
             if self.is_closing() {
                 return self.start_lingering(ctx);
@@ -483,6 +492,37 @@ impl Conn {
             ctx.pool.give_read(std::mem::take(&mut self.input.buf));
         }
         if !self.output.buf.is_empty() || self.output.buf.capacity() != 0 {
+            self.output.pos = 0;
+            ctx.pool.give_write(std::mem::take(&mut self.output.buf));
+        }
+        Next::Keep
+    }
+
+    /// HTTP/1.1 waits for the thread writing the body being sent. No
+    /// deadline meanwhile: as for a deferred answer, the producer owns it
+    /// (it ends the body, or aborts it; a client gone fails its `send`).
+    /// Whatever arrives meanwhile waits behind the response, as pipelined
+    /// requests do; a client that closes its side is taken as gone, as
+    /// nginx does for a response it is still receiving, and the
+    /// connection closes, so the producer's next `send` fails.
+    fn park(&mut self, ctx: &mut Ctx<'_>) -> Next {
+        self.send_deadline = None;
+        if self.read_closed_hint || self.peer_closed {
+            return Next::Close;
+        }
+        if !self.stop_writable_interest(ctx) {
+            return Next::Close;
+        }
+        self.state_deadline = None;
+        self.deadline = None;
+        // A parked connection holds no buffers, as an idle one (there may
+        // be thousands: one per subscriber of an event stream).
+        if self.input.is_empty() && !self.input.buf.is_empty() {
+            self.input.start = 0;
+            self.input.end = 0;
+            ctx.pool.give_read(std::mem::take(&mut self.input.buf));
+        }
+        if self.output.buf.capacity() != 0 && self.h2.is_none() {
             self.output.pos = 0;
             ctx.pool.give_write(std::mem::take(&mut self.output.buf));
         }

@@ -33,11 +33,13 @@ use std::time::Instant;
 
 pub(crate) use respond::{write_response, Sent};
 
+use crate::body::BodySink;
 use crate::codec::write as wire;
 use crate::codec::{parse_head, ChunkedDecoder, Framing, Head, HeadError, Parsed, Version};
 use crate::conn::buffers::{Input, Output};
 use crate::limits::{Limits, BUFFER_BYTES};
 use crate::response::Response;
+use std::io;
 
 /// What the machine needs from its surroundings on each call.
 #[derive(Clone, Copy)]
@@ -67,6 +69,11 @@ pub(crate) enum Event<'b, 'h> {
     /// A head announcing a body was read: call again (the body may be
     /// here already).
     Again,
+    /// A complete head announcing a body: the driver asks the handler
+    /// whether it reads the body as it arrives, then calls `stream_body`
+    /// (the handler is called now) or `buffer_body` (the body is awaited,
+    /// as usual). Nothing is consumed yet.
+    BodyAhead { head: Head<'b, 'h> },
     /// A deferred answer is awaited; the input waits behind it.
     Deferred,
     /// The last answer is queued: send it, then close.
@@ -109,6 +116,63 @@ pub(crate) struct H1 {
     first: bool,
     /// The deadline of the state: head or body timeout, idle timeout.
     deadline: Option<Instant>,
+    /// The driver chose to buffer the body of the head in the input: the
+    /// next parse of it goes on as for any request.
+    buffer_next: bool,
+    /// A body being handed to a reader as it arrives, while its request
+    /// is `Handling` or `Deferred`.
+    upload: Option<Box<Upload>>,
+}
+
+/// A request body read as it arrives (`body::streamed`).
+struct Upload {
+    kind: UploadKind,
+    sink: BodySink,
+}
+
+enum UploadKind {
+    /// Bytes of a Content-Length body still to come.
+    Length(u64),
+    Chunked(ChunkedDecoder),
+}
+
+/// What `feed` did with the input.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Feed {
+    /// The body is complete (or none was being read): go on.
+    Done,
+    /// All input was taken: read more.
+    Input,
+    /// The reader's buffer is full: stop reading until it wakes the
+    /// connection.
+    Full,
+    /// The body broke a limit or its framing: an error answer was queued,
+    /// the input must be dropped, the machine is `Closing`.
+    Refused { status: u16 },
+}
+
+/// What `stream_body` needs of a head announcing a body.
+#[derive(Clone, Copy)]
+pub(crate) struct BodyStart {
+    head_len: usize,
+    framing: Framing,
+    answer: Answer,
+    expect_continue: bool,
+}
+
+impl BodyStart {
+    pub(crate) fn of(head: &Head<'_, '_>, env: &Env<'_>) -> BodyStart {
+        BodyStart {
+            head_len: head.head_len,
+            framing: head.framing,
+            answer: Answer {
+                head_only: head.method == "HEAD",
+                version: head.version,
+                keep_alive: head.keep_alive && !env.draining,
+            },
+            expect_continue: head.expect_continue,
+        }
+    }
 }
 
 /// Where the connection is in its request/response cycle.
@@ -158,6 +222,8 @@ impl H1 {
             state: State::Idle,
             first: true,
             deadline: None,
+            buffer_next: false,
+            upload: None,
         }
     }
 
@@ -224,6 +290,13 @@ impl H1 {
             }
         };
         self.first = false;
+        let has_body = match head.framing {
+            Framing::Empty | Framing::Length(0) => false,
+            Framing::Length(_) | Framing::Chunked => true,
+        };
+        if has_body && !std::mem::take(&mut self.buffer_next) {
+            return Event::BodyAhead { head };
+        }
         let head_len = head.head_len;
         let head_only = head.method == "HEAD";
         match head.framing {
@@ -254,6 +327,96 @@ impl H1 {
                 }
                 // The body may be here already: the next call looks.
                 Event::Again
+            }
+        }
+    }
+
+    /// The body of the head `poll` announced is buffered as usual: the
+    /// next `poll` hands the request out once it is complete.
+    pub(crate) fn buffer_body(&mut self) {
+        self.buffer_next = true;
+    }
+
+    /// The body of the head `poll` announced goes to `sink` as it arrives
+    /// (`feed`); the handler is called now (the driver consumes the head:
+    /// `start.head_len` bytes). `reader_taken`: the handler took the
+    /// reader, so a client waiting for `100 Continue` gets it.
+    pub(crate) fn stream_body(
+        &mut self,
+        start: BodyStart,
+        sink: BodySink,
+        reader_taken: bool,
+        env: &Env<'_>,
+        out: &mut Output,
+    ) -> usize {
+        let kind = match start.framing {
+            Framing::Length(n) => UploadKind::Length(n),
+            _ => UploadKind::Chunked(ChunkedDecoder::new(env.limits.body_bytes_max)),
+        };
+        self.upload = Some(Box::new(Upload { kind, sink }));
+        self.state = State::Handling(start.answer);
+        if start.expect_continue && reader_taken {
+            // RFC 9110 §10.1.1: the client waits for this before sending
+            // the body.
+            out.buf.extend_from_slice(wire::CONTINUE);
+        }
+        start.head_len
+    }
+
+    /// A body is being handed to a reader (see `feed`).
+    pub(crate) fn is_uploading(&self) -> bool {
+        self.upload.is_some()
+    }
+
+    /// Hands the body bytes in `input` to the reader, as far as its room
+    /// allows, consuming them.
+    pub(crate) fn feed(&mut self, input: &mut Input, out: &mut Output, env: &Env<'_>) -> Feed {
+        let Some(up) = self.upload.as_mut() else {
+            return Feed::Done;
+        };
+        loop {
+            let data = &input.buf[input.start..input.end];
+            let complete = match &mut up.kind {
+                UploadKind::Length(left) => *left == 0,
+                UploadKind::Chunked(decoder) => decoder.is_done(),
+            };
+            if complete {
+                if let Some(up) = self.upload.take() {
+                    up.sink.finish();
+                }
+                return Feed::Done;
+            }
+            if data.is_empty() {
+                return Feed::Input;
+            }
+            let room = up.sink.room();
+            if room == 0 {
+                return Feed::Full;
+            }
+            match &mut up.kind {
+                UploadKind::Length(left) => {
+                    let n = data.len().min(room).min(usize::try_from(*left).unwrap_or(usize::MAX));
+                    up.sink.push(&data[..n]);
+                    input.start += n;
+                    *left -= n as u64;
+                }
+                // A run of data may pass the room by less than a read
+                // buffer: the reader's buffer is bounded all the same.
+                UploadKind::Chunked(decoder) => match decoder.step(data) {
+                    Ok(step) => {
+                        up.sink.push(&data[step.data.clone()]);
+                        input.start += step.consumed;
+                    }
+                    Err(e) => {
+                        let kind = io::ErrorKind::InvalidData;
+                        if let Some(up) = self.upload.take() {
+                            up.sink.fail(kind, e.reason());
+                        }
+                        let head_only = matches!(self.state, State::Handling(a) | State::Deferred(a) if a.head_only);
+                        self.refuse(out, env, e.status(), e.reason(), head_only);
+                        return Feed::Refused { status: e.status() };
+                    }
+                },
             }
         }
     }
@@ -358,7 +521,16 @@ impl H1 {
         env: &Env<'_>,
         extra_fields: &[u8],
     ) -> Sent {
-        let keep_alive = answer.keep_alive && !env.draining;
+        let mut keep_alive = answer.keep_alive && !env.draining;
+        if let Some(up) = self.upload.take() {
+            // Answered before the body's end: the rest is not read (the
+            // connection closes after the answer, lingering).
+            up.sink.fail(
+                io::ErrorKind::UnexpectedEof,
+                "the request was answered before its body's end",
+            );
+            keep_alive = false;
+        }
         let sent = write_response(
             env.date,
             out,
@@ -467,6 +639,17 @@ impl H1 {
                 }
             }
             State::Idle | State::Head | State::Body(_) if link.peer_closed => return Wait::Close,
+            // The client left mid-body: the reader gets UnexpectedEof
+            // when the connection (and the upload) is dropped.
+            State::Deferred(_) | State::Handling(_) if self.upload.is_some() && link.peer_closed => return Wait::Close,
+            // Restarted by every read; none while the reader's buffer is
+            // full (the reader owns that wait).
+            State::Deferred(_) | State::Handling(_) if self.upload.is_some() => {
+                self.deadline = match &self.upload {
+                    Some(up) if up.sink.room() > 0 => env.now.checked_add(env.limits.body_timeout),
+                    _ => None,
+                };
+            }
             // Restarted by every read that brings some of the body.
             State::Body(_) => self.deadline = env.now.checked_add(env.limits.body_timeout),
             // The application owns a deferred answer's deadline.
@@ -489,6 +672,16 @@ impl H1 {
                 let status = 408;
                 let why = "request not received in time";
                 self.fail(out, env, status, why);
+                TimedOut::Refused { status }
+            }
+            State::Deferred(_) | State::Handling(_) if self.upload.is_some() => {
+                // The body stopped coming: 408, and the reader fails.
+                if let Some(up) = self.upload.take() {
+                    up.sink
+                        .fail(io::ErrorKind::TimedOut, "request body not received in time");
+                }
+                let status = 408;
+                self.refuse(out, env, status, "request not received in time", false);
                 TimedOut::Refused { status }
             }
             State::Deferred(_) | State::Handling(_) => {

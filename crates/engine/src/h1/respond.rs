@@ -7,6 +7,7 @@ use std::cell::RefCell;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
+use crate::body::Chunks;
 use crate::codec::write::{self as wire, BodyFraming, ConnField};
 use crate::codec::Version;
 use crate::conn::buffers::{Output, Tail};
@@ -134,7 +135,13 @@ pub(crate) fn write_response(
         Body::File(f) => out.tail = Some(Tail::File { range: f, sent: 0 }),
         Body::Stream(chunks) => {
             out.tail = Some(Tail::Stream {
-                chunks,
+                chunks: Chunks::Iter(chunks),
+                chunked: framing == BodyFraming::Chunked,
+            });
+        }
+        Body::Channel(rx) => {
+            out.tail = Some(Tail::Stream {
+                chunks: Chunks::Channel(rx),
                 chunked: framing == BodyFraming::Chunked,
             });
         }

@@ -225,6 +225,8 @@ impl Script {
                 }
                 Event::Input | Event::Deferred => break,
                 Event::Again => {}
+                // The script's handler buffers bodies.
+                Event::BodyAhead { .. } => h1.buffer_body(),
                 Event::Closing => {
                     *end = Some(End::Closing);
                     break;

@@ -3,9 +3,9 @@
 //! stream's chunks, taken a frame's worth at a time.
 
 use std::io;
-use std::panic::{self, AssertUnwindSafe};
 
 use super::splice::Slice;
+use crate::body::{Chunks, Next};
 use crate::response::{Body, FileRange, Response};
 
 /// The part of a response body not sent yet (HTTP/3 sends from it too).
@@ -19,7 +19,7 @@ pub(crate) enum Pending {
         sent: u64,
     },
     Stream {
-        chunks: Box<dyn Iterator<Item = Vec<u8>> + Send>,
+        chunks: Chunks,
         buf: Vec<u8>,
         pos: usize,
         done: bool,
@@ -54,7 +54,13 @@ impl Pending {
             Body::Empty => None,
             Body::File(range) => Some(Pending::File { range, sent: 0 }),
             Body::Stream(chunks) => Some(Pending::Stream {
-                chunks,
+                chunks: Chunks::Iter(chunks),
+                buf: Vec::new(),
+                pos: 0,
+                done: false,
+            }),
+            Body::Channel(rx) => Some(Pending::Stream {
+                chunks: Chunks::Channel(rx),
                 buf: Vec::new(),
                 pos: 0,
                 done: false,
@@ -63,8 +69,10 @@ impl Pending {
         }
     }
 
-    /// Appends up to `max` bytes of body to `out`; how many. An error ends
-    /// the stream (a file that shrank, a body iterator that panicked).
+    /// Appends up to `max` bytes of body to `out`; how many (0 and not
+    /// done: a channel's producer has nothing yet, and wakes the
+    /// connection when it has). An error ends the stream (a file that
+    /// shrank, a body iterator that panicked, a producer that aborted).
     pub(crate) fn fill(&mut self, out: &mut Vec<u8>, max: usize) -> io::Result<usize> {
         match self {
             Pending::Bytes { body, pos } => {
@@ -87,13 +95,17 @@ impl Pending {
             }
             Pending::Stream { chunks, buf, pos, done } => {
                 while *pos == buf.len() && !*done {
-                    match panic::catch_unwind(AssertUnwindSafe(|| chunks.next())) {
-                        Ok(Some(chunk)) => {
+                    if chunks.is_parked() {
+                        return Ok(0);
+                    }
+                    match chunks.next() {
+                        Next::Chunk(chunk) => {
                             *buf = chunk;
                             *pos = 0;
                         }
-                        Ok(None) => *done = true,
-                        Err(_) => return Err(io::Error::other("body iterator panicked")),
+                        Next::End => *done = true,
+                        Next::Wait => return Ok(0),
+                        Next::Failed => return Err(io::Error::other("the body could not be completed")),
                     }
                 }
                 let n = max.min(buf.len() - *pos);
@@ -128,6 +140,12 @@ impl Pending {
         };
         *pos += n;
         Some(slice)
+    }
+
+    /// Nothing to send until the producer of a channel wakes the
+    /// connection: no window is wanted for it, and no send timeout runs.
+    pub(crate) fn is_parked(&self) -> bool {
+        matches!(self, Pending::Stream { chunks, buf, pos, .. } if *pos == buf.len() && chunks.is_parked())
     }
 
     pub(crate) fn is_done(&self) -> bool {

@@ -294,14 +294,22 @@ impl Session {
         }
     }
 
-    /// Some stream has body bytes to send and the windows allow some.
+    /// Some stream has body bytes to send and the windows allow some (a
+    /// body parked on its producer has none).
     pub(crate) fn wants_send(&self) -> bool {
-        self.send_window > 0 && self.streams.iter().any(|s| s.pending.is_some() && s.send_window > 0)
+        self.send_window > 0
+            && self
+                .streams
+                .iter()
+                .any(|s| s.pending.as_ref().is_some_and(|p| !p.is_parked()) && s.send_window > 0)
     }
 
     /// Some stream has body bytes that wait for the client's window.
     pub(crate) fn is_flow_blocked(&self) -> bool {
-        self.streams.iter().any(|s| s.pending.is_some()) && !self.wants_send()
+        self.streams
+            .iter()
+            .any(|s| s.pending.as_ref().is_some_and(|p| !p.is_parked()))
+            && !self.wants_send()
     }
 }
 

@@ -495,6 +495,15 @@ impl Endpoint {
         }
     }
 
+    /// A streamed body of connection `ch` has something new (a chunk, its
+    /// end): send what its streams can.
+    pub(crate) fn on_wake(&mut self, ctx: &mut Ctx<'_>, ch: usize) {
+        if let Some(Some(_)) = self.conns.get(ch) {
+            self.touched.push(ch);
+            self.drive_touched(ctx);
+        }
+    }
+
     /// Shutdown or hand-over: GOAWAY on every connection; each closes once
     /// its requests are answered. New connections are ignored (their
     /// Initials, that is: the client sends them again, and after a reload

@@ -1,0 +1,709 @@
+//! Bodies that cross threads: a response body another thread writes while
+//! it is being sent ([`channel`]), and a request body another thread reads
+//! as it arrives ([`BodyReader`], for handlers wrapped in [`streamed`]).
+//!
+//! A channel is a queue of chunks bounded in bytes, shared by the
+//! [`Sender`] (any thread, blocking) and the event loop, which takes a chunk
+//! only when the connection can send it: while the client reads slowly the
+//! queue fills and `send` blocks, so a producer can never buffer more than
+//! the capacity ahead of the socket (back-pressure). The event loop never
+//! blocks: when the queue is empty it parks the response and goes on with
+//! other connections (and other streams of the same HTTP/2 or HTTP/3
+//! connection); the next chunk wakes it through the worker's mailbox, as a
+//! deferred answer does (`responder.rs`).
+//!
+//! The end of the body is the sender's drop; [`Sender::abort`] ends it as
+//! broken (HTTP/1.1: the connection closes before the last chunk; HTTP/2:
+//! RST_STREAM; HTTP/3: the stream is reset). Once the client is gone, or the
+//! connection closed for any reason, `send` fails, so a producer thread ends.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::io::{self, Read};
+use std::panic::{self, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use crate::handler::{Handler, Reply};
+use crate::request::Request;
+use crate::responder::{Mailbox, Post};
+use crate::response::Body;
+
+/// A response body written from another thread over time, and its sender.
+/// `capacity_bytes` bounds the bytes queued between the producer and the
+/// connection (at least one chunk is always accepted, however large).
+///
+/// ```no_run
+/// use peregrine::{body, Request, Response, Server};
+///
+/// Server::new().bind("127.0.0.1:8080").serve(|_: &Request<'_>| {
+///     let (body, tx) = body::channel(64 * 1024);
+///     std::thread::spawn(move || {
+///         for i in 0.. {
+///             // Blocks while the client is slow; fails once it is gone.
+///             if tx.send(format!("tick {i}\n")).is_err() {
+///                 break;
+///             }
+///             std::thread::sleep(std::time::Duration::from_secs(1));
+///         }
+///     });
+///     Response::new(200).with_content_type("text/plain").with_body(body)
+/// }).unwrap();
+/// ```
+pub fn channel(capacity_bytes: usize) -> (Body, Sender) {
+    let shared = Arc::new(Shared {
+        state: Mutex::new(State {
+            chunks: VecDeque::new(),
+            bytes: 0,
+            end: End::Open,
+            receiver_gone: false,
+            waiting: false,
+            wake: None,
+        }),
+        room: Condvar::new(),
+        parked: AtomicBool::new(false),
+        capacity: capacity_bytes.max(1),
+    });
+    (Body::Channel(ChannelBody { shared: shared.clone() }), Sender { shared })
+}
+
+/// The producing end of a [`channel`]: `Send` and `Sync`, usable from any
+/// thread. Dropping it ends the body normally.
+pub struct Sender {
+    shared: Arc<Shared>,
+}
+
+/// The receiving end of a [`channel`], inside [`Body::Channel`]. The
+/// engine reads it; an application only passes it on.
+pub struct ChannelBody {
+    shared: Arc<Shared>,
+}
+
+/// `Sender::send` failed: the client is gone or the connection closed
+/// (the chunk is given back).
+#[derive(Debug)]
+pub struct SendError(pub Vec<u8>);
+
+/// Why `Sender::try_send` did not queue the chunk (given back).
+#[derive(Debug)]
+pub enum TrySendError {
+    /// The queue holds `capacity_bytes` already: try later.
+    Full(Vec<u8>),
+    /// The client is gone or the connection closed.
+    Closed(Vec<u8>),
+}
+
+struct Shared {
+    state: Mutex<State>,
+    /// Signalled when the event loop takes a chunk or the receiver goes.
+    room: Condvar,
+    /// The event loop found the queue empty and waits for a wake: read
+    /// without the lock by the connection deciding whether to poll.
+    parked: AtomicBool,
+    capacity: usize,
+}
+
+struct State {
+    chunks: VecDeque<Vec<u8>>,
+    /// Bytes in `chunks`.
+    bytes: usize,
+    end: End,
+    /// The connection dropped the body (done, reset, closed).
+    receiver_gone: bool,
+    /// The event loop parked on an empty queue: the next change wakes it.
+    waiting: bool,
+    /// Where the wake goes: the worker's mailbox and the connection's token.
+    wake: Option<(Arc<Mailbox>, usize)>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum End {
+    Open,
+    /// The sender was dropped: the body is complete.
+    Finished,
+    /// The sender aborted: the body is broken.
+    Aborted,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A poisoned lock only means a sender panicked holding it; the
+        // queue is still sound.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// Takes the wake the event loop waits for, if it is parked (called under
+/// the lock; the post happens after it is released).
+fn take_wake(shared: &Shared, state: &mut State) -> Option<(Arc<Mailbox>, usize)> {
+    if !state.waiting {
+        return None;
+    }
+    state.waiting = false;
+    shared.parked.store(false, Ordering::Release);
+    state.wake.clone()
+}
+
+fn post(wake: Option<(Arc<Mailbox>, usize)>) {
+    if let Some((mailbox, token)) = wake {
+        mailbox.post(Post::Wake { token });
+    }
+}
+
+impl Sender {
+    /// Queues `chunk`, blocking while `capacity_bytes` are queued already
+    /// (the client reads slower than the producer writes). Fails once the
+    /// client is gone or the connection closed. An empty chunk is ignored.
+    pub fn send(&self, chunk: impl Into<Vec<u8>>) -> Result<(), SendError> {
+        let chunk = chunk.into();
+        let shared = &*self.shared;
+        let mut state = shared.lock();
+        loop {
+            if state.receiver_gone {
+                return Err(SendError(chunk));
+            }
+            if fits(&state, shared.capacity, chunk.len()) {
+                break;
+            }
+            state = shared.room.wait(state).unwrap_or_else(|e| e.into_inner());
+        }
+        let wake = push(shared, &mut state, chunk);
+        drop(state);
+        post(wake);
+        Ok(())
+    }
+
+    /// Queues `chunk` if there is room now, without blocking.
+    pub fn try_send(&self, chunk: impl Into<Vec<u8>>) -> Result<(), TrySendError> {
+        let chunk = chunk.into();
+        let shared = &*self.shared;
+        let mut state = shared.lock();
+        if state.receiver_gone {
+            return Err(TrySendError::Closed(chunk));
+        }
+        if !fits(&state, shared.capacity, chunk.len()) {
+            return Err(TrySendError::Full(chunk));
+        }
+        let wake = push(shared, &mut state, chunk);
+        drop(state);
+        post(wake);
+        Ok(())
+    }
+
+    /// Whether the client is gone or the connection closed (`send` would
+    /// fail).
+    pub fn is_closed(&self) -> bool {
+        self.shared.lock().receiver_gone
+    }
+
+    /// Ends the body as broken: chunks still queued are dropped, and the
+    /// client learns that the response is incomplete (HTTP/1.1: the
+    /// connection closes without the last chunk; HTTP/2: RST_STREAM;
+    /// HTTP/3: the stream is reset).
+    pub fn abort(self) {
+        self.end(End::Aborted);
+    }
+
+    fn end(&self, end: End) {
+        let shared = &*self.shared;
+        let mut state = shared.lock();
+        if state.end != End::Open {
+            return;
+        }
+        state.end = end;
+        if end == End::Aborted {
+            state.chunks.clear();
+            state.bytes = 0;
+        }
+        let wake = take_wake(shared, &mut state);
+        drop(state);
+        post(wake);
+    }
+}
+
+impl Drop for Sender {
+    fn drop(&mut self) {
+        self.end(End::Finished);
+    }
+}
+
+/// Whether a chunk of `len` bytes may be queued now: within the capacity,
+/// or alone (a chunk larger than the capacity waits for an empty queue).
+fn fits(state: &State, capacity: usize, len: usize) -> bool {
+    state.bytes == 0 || state.bytes + len <= capacity
+}
+
+fn push(shared: &Shared, state: &mut State, chunk: Vec<u8>) -> Option<(Arc<Mailbox>, usize)> {
+    if !chunk.is_empty() {
+        state.bytes += chunk.len();
+        state.chunks.push_back(chunk);
+    }
+    take_wake(shared, state)
+}
+
+impl fmt::Debug for Sender {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sender").finish_non_exhaustive()
+    }
+}
+
+impl fmt::Display for SendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("the response's client is gone")
+    }
+}
+
+impl std::error::Error for SendError {}
+
+impl fmt::Display for TrySendError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TrySendError::Full(_) => f.write_str("the response's queue is full"),
+            TrySendError::Closed(_) => f.write_str("the response's client is gone"),
+        }
+    }
+}
+
+impl std::error::Error for TrySendError {}
+
+impl ChannelBody {
+    /// Tells the body where to wake the connection that sends it: the
+    /// worker's mailbox and the connection's token.
+    pub(crate) fn bind(&self, mailbox: &Arc<Mailbox>, token: usize) {
+        self.shared.lock().wake = Some((mailbox.clone(), token));
+    }
+
+    /// The next chunk, or why there is none now. `Wait` parks the body:
+    /// the sender's next move wakes the connection.
+    fn poll(&mut self) -> Next {
+        let shared = &*self.shared;
+        let mut state = shared.lock();
+        if let Some(chunk) = state.chunks.pop_front() {
+            state.bytes -= chunk.len();
+            drop(state);
+            shared.room.notify_one();
+            return Next::Chunk(chunk);
+        }
+        match state.end {
+            End::Finished => Next::End,
+            End::Aborted => Next::Failed,
+            End::Open => {
+                state.waiting = true;
+                shared.parked.store(true, Ordering::Release);
+                Next::Wait
+            }
+        }
+    }
+}
+
+impl Drop for ChannelBody {
+    fn drop(&mut self) {
+        let mut state = self.shared.lock();
+        state.receiver_gone = true;
+        state.chunks.clear();
+        state.bytes = 0;
+        state.wake = None;
+        drop(state);
+        self.shared.room.notify_all();
+    }
+}
+
+impl fmt::Debug for ChannelBody {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ChannelBody").finish_non_exhaustive()
+    }
+}
+
+/// A body of unknown length as the connections send it: an iterator run
+/// on the event loop, or a channel fed from another thread.
+pub(crate) enum Chunks {
+    Iter(Box<dyn Iterator<Item = Vec<u8>> + Send>),
+    Channel(ChannelBody),
+}
+
+/// What `Chunks::next` found.
+pub(crate) enum Next {
+    Chunk(Vec<u8>),
+    /// None now: the connection waits for a wake (channels only).
+    Wait,
+    /// The body is complete.
+    End,
+    /// The body cannot be completed (the iterator panicked, the sender
+    /// aborted): the response must end as broken.
+    Failed,
+}
+
+impl Chunks {
+    pub(crate) fn next(&mut self) -> Next {
+        match self {
+            // The iterator is the application's code: a panic in it ends
+            // this response, not the worker.
+            Chunks::Iter(chunks) => match panic::catch_unwind(AssertUnwindSafe(|| chunks.next())) {
+                Ok(Some(chunk)) => Next::Chunk(chunk),
+                Ok(None) => Next::End,
+                Err(_) => Next::Failed,
+            },
+            Chunks::Channel(rx) => rx.poll(),
+        }
+    }
+
+    /// Waiting for its producer: polling it now would find nothing.
+    pub(crate) fn is_parked(&self) -> bool {
+        match self {
+            Chunks::Iter(_) => false,
+            Chunks::Channel(rx) => rx.shared.parked.load(Ordering::Acquire),
+        }
+    }
+}
+
+/// Makes `handler` read request bodies as they arrive: it is called as
+/// soon as a request's head is complete (HTTP/1.1, HTTP/2 and HTTP/3
+/// alike), with [`Request::body`] empty, and takes the body with
+/// [`Request::body_reader`], a blocking [`std::io::Read`] to move to another
+/// thread; it then answers through [`Request::defer`] once it has read
+/// what it needs. Requests without a body are called as usual.
+///
+/// The connection reads the body only as fast as the reader takes it: it
+/// stops reading from the socket (HTTP/1.1) or granting flow-control window
+/// (HTTP/2, HTTP/3) while `BODY_READER_BYTES` (256 KiB) wait unread. The
+/// body limit (`Limits::body_bytes_max`) still holds: a body that exceeds
+/// it fails the reader (`InvalidData`) and the client gets 413. A client
+/// that goes away fails it with `UnexpectedEof`. An answer sent before the
+/// body's end ends the request: the rest of the body is not read (HTTP/1.1
+/// closes the connection after the answer).
+///
+/// ```no_run
+/// use std::io::Read;
+/// use peregrine::{body, Reply, Request, Response, Router, Server};
+///
+/// let app = Router::new().post("/upload", body::streamed(|req: &Request<'_>| {
+///     let mut reader = req.body_reader().expect("a body");
+///     let responder = req.defer();
+///     std::thread::spawn(move || {
+///         let mut n = 0u64;
+///         let mut buf = vec![0; 64 * 1024];
+///         let answer = loop {
+///             match reader.read(&mut buf) {
+///                 Ok(0) => break Response::text(format!("{n} bytes\n")),
+///                 Ok(got) => n += got as u64,
+///                 Err(_) => break Response::error(400),
+///             }
+///         };
+///         responder.send(answer);
+///     });
+///     Reply::Later
+/// }));
+/// Server::new().bind("127.0.0.1:8080").serve(app).unwrap();
+/// ```
+pub fn streamed<H: Handler>(handler: H) -> Streamed<H> {
+    Streamed(handler)
+}
+
+/// A handler whose requests' bodies are read as they arrive: see
+/// [`streamed`].
+pub struct Streamed<H>(pub H);
+
+impl<H: Handler> Handler for Streamed<H> {
+    fn call(&self, req: &Request<'_>) -> Reply {
+        self.0.call(req)
+    }
+
+    fn streams_body(&self, _req: &Request<'_>) -> bool {
+        true
+    }
+}
+
+/// A request body read as it arrives, from any thread (see [`streamed`]).
+/// `read` blocks until bytes come; `Ok(0)` is the body's end. Errors:
+/// `UnexpectedEof` if the client went away (or the connection closed)
+/// before the end, `InvalidData` if the body broke the limit or its framing.
+pub struct BodyReader {
+    shared: Arc<Pipe>,
+    chunk: Vec<u8>,
+    pos: usize,
+}
+
+/// The event loop's end of a request body pipe.
+pub(crate) struct BodySink {
+    shared: Arc<Pipe>,
+}
+
+struct Pipe {
+    state: Mutex<PipeState>,
+    /// Signalled when bytes, the end or an error arrive.
+    ready: Condvar,
+    capacity: usize,
+}
+
+struct PipeState {
+    chunks: VecDeque<Vec<u8>>,
+    bytes: usize,
+    end: PipeEnd,
+    reader_gone: bool,
+    /// The connection stopped reading for want of room: the reader wakes it.
+    waiting: bool,
+    wake: Option<(Arc<Mailbox>, usize)>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum PipeEnd {
+    Open,
+    Complete,
+    Failed(io::ErrorKind, &'static str),
+}
+
+/// A pipe for a request body: the reader for the handler, the sink for
+/// the connection, `capacity` bytes queued at most before the connection
+/// stops taking more.
+pub(crate) fn pipe(capacity: usize) -> (BodyReader, BodySink) {
+    let shared = Arc::new(Pipe {
+        state: Mutex::new(PipeState {
+            chunks: VecDeque::new(),
+            bytes: 0,
+            end: PipeEnd::Open,
+            reader_gone: false,
+            waiting: false,
+            wake: None,
+        }),
+        ready: Condvar::new(),
+        capacity,
+    });
+    (
+        BodyReader {
+            shared: shared.clone(),
+            chunk: Vec::new(),
+            pos: 0,
+        },
+        BodySink { shared },
+    )
+}
+
+impl Pipe {
+    fn lock(&self) -> MutexGuard<'_, PipeState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl BodySink {
+    /// Where the reader wakes the connection when it makes room.
+    pub(crate) fn bind(&self, mailbox: &Arc<Mailbox>, token: usize) {
+        self.shared.lock().wake = Some((mailbox.clone(), token));
+    }
+
+    /// Bytes the connection may still hand over before the reader takes
+    /// some (0: stop reading; the reader's next take wakes the connection).
+    /// A reader gone takes everything (it is discarded).
+    pub(crate) fn room(&self) -> usize {
+        let mut state = self.shared.lock();
+        if state.reader_gone {
+            return usize::MAX;
+        }
+        let room = self.shared.capacity.saturating_sub(state.bytes);
+        state.waiting = room == 0;
+        room
+    }
+
+    /// Hands over body bytes (copied). Dropped if the reader is gone.
+    pub(crate) fn push(&self, data: &[u8]) {
+        if data.is_empty() {
+            return;
+        }
+        let mut state = self.shared.lock();
+        if state.reader_gone {
+            return;
+        }
+        state.bytes += data.len();
+        state.chunks.push_back(data.to_vec());
+        drop(state);
+        self.shared.ready.notify_one();
+    }
+
+    /// The body is complete: the reader gets the end after what is queued.
+    pub(crate) fn finish(self) {
+        self.end(PipeEnd::Complete);
+    }
+
+    /// The body cannot be completed: the reader gets `kind` at once.
+    pub(crate) fn fail(self, kind: io::ErrorKind, why: &'static str) {
+        self.end(PipeEnd::Failed(kind, why));
+    }
+
+    fn end(&self, end: PipeEnd) {
+        let mut state = self.shared.lock();
+        if state.end == PipeEnd::Open {
+            state.end = end;
+            if end != PipeEnd::Complete {
+                state.chunks.clear();
+                state.bytes = 0;
+            }
+        }
+        state.wake = None;
+        drop(state);
+        self.shared.ready.notify_all();
+    }
+}
+
+impl Drop for BodySink {
+    /// Dropped before its end (the connection closed, the stream was
+    /// reset): the reader learns that the body was cut short.
+    fn drop(&mut self) {
+        self.end(PipeEnd::Failed(
+            io::ErrorKind::UnexpectedEof,
+            "the request body was cut short",
+        ));
+    }
+}
+
+impl Read for BodyReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        if self.pos == self.chunk.len() {
+            let shared = &*self.shared;
+            let mut state = shared.lock();
+            loop {
+                if let Some(chunk) = state.chunks.pop_front() {
+                    state.bytes -= chunk.len();
+                    // Wake the connection once half the room is free, not
+                    // per read.
+                    let wake = if state.waiting && state.bytes <= shared.capacity / 2 {
+                        state.waiting = false;
+                        state.wake.clone()
+                    } else {
+                        None
+                    };
+                    drop(state);
+                    post(wake);
+                    self.chunk = chunk;
+                    self.pos = 0;
+                    break;
+                }
+                match state.end {
+                    PipeEnd::Open => state = shared.ready.wait(state).unwrap_or_else(|e| e.into_inner()),
+                    PipeEnd::Complete => return Ok(0),
+                    PipeEnd::Failed(kind, why) => return Err(io::Error::new(kind, why)),
+                }
+            }
+        }
+        let n = buf.len().min(self.chunk.len() - self.pos);
+        buf[..n].copy_from_slice(&self.chunk[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
+    }
+}
+
+impl Drop for BodyReader {
+    fn drop(&mut self) {
+        let mut state = self.shared.lock();
+        state.reader_gone = true;
+        state.chunks.clear();
+        state.bytes = 0;
+        let wake = if state.waiting {
+            state.waiting = false;
+            state.wake.clone()
+        } else {
+            None
+        };
+        drop(state);
+        post(wake);
+    }
+}
+
+impl fmt::Debug for BodyReader {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BodyReader").finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rx(body: Body) -> Chunks {
+        match body {
+            Body::Channel(rx) => Chunks::Channel(rx),
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn chunks_arrive_in_order_then_the_end() {
+        let (body, tx) = channel(16);
+        let mut rx = rx(body);
+        assert!(matches!(rx.next(), Next::Wait));
+        assert!(rx.is_parked());
+        tx.send("ab").unwrap();
+        assert!(!rx.is_parked());
+        tx.send(Vec::new()).unwrap();
+        tx.send("cd").unwrap();
+        assert!(matches!(rx.next(), Next::Chunk(c) if c == b"ab"));
+        assert!(matches!(rx.next(), Next::Chunk(c) if c == b"cd"));
+        drop(tx);
+        assert!(matches!(rx.next(), Next::End));
+    }
+
+    #[test]
+    fn a_full_queue_refuses_try_send_and_blocks_send_until_taken() {
+        let (body, tx) = channel(4);
+        let mut rx = rx(body);
+        tx.try_send("abc").unwrap();
+        assert!(matches!(tx.try_send("de"), Err(TrySendError::Full(_))));
+        let producer = std::thread::spawn(move || {
+            tx.send("de").unwrap();
+            tx
+        });
+        // The producer can only finish once the first chunk is taken.
+        assert!(matches!(rx.next(), Next::Chunk(c) if c == b"abc"));
+        let tx = producer.join().unwrap();
+        assert!(matches!(rx.next(), Next::Chunk(c) if c == b"de"));
+        // A chunk larger than the capacity passes alone.
+        tx.send(vec![0; 10]).unwrap();
+        assert!(matches!(tx.try_send("x"), Err(TrySendError::Full(_))));
+    }
+
+    #[test]
+    fn a_dropped_receiver_fails_the_sender_even_while_blocked() {
+        let (body, tx) = channel(1);
+        tx.send("a").unwrap();
+        let producer = std::thread::spawn(move || tx.send("b"));
+        drop(body);
+        assert!(producer.join().unwrap().is_err());
+    }
+
+    #[test]
+    fn an_abort_drops_what_is_queued_and_fails_the_body() {
+        let (body, tx) = channel(16);
+        let mut rx = rx(body);
+        tx.send("a").unwrap();
+        tx.abort();
+        assert!(matches!(rx.next(), Next::Failed));
+    }
+
+    #[test]
+    fn a_body_pipe_passes_bytes_then_the_end_or_the_error() {
+        let (mut reader, sink) = pipe(8);
+        assert_eq!(sink.room(), 8);
+        sink.push(b"hello");
+        assert_eq!(sink.room(), 3);
+        sink.push(b"abc");
+        assert_eq!(sink.room(), 0);
+        let mut buf = [0; 4];
+        assert_eq!(reader.read(&mut buf).unwrap(), 4);
+        assert_eq!(reader.read(&mut buf).unwrap(), 1);
+        sink.finish();
+        let mut rest = Vec::new();
+        reader.read_to_end(&mut rest).unwrap();
+        assert_eq!(rest, b"abc");
+
+        let (mut reader, sink) = pipe(8);
+        sink.push(b"x");
+        sink.fail(io::ErrorKind::InvalidData, "too large");
+        assert_eq!(reader.read(&mut buf).unwrap_err().kind(), io::ErrorKind::InvalidData);
+
+        let (mut reader, sink) = pipe(8);
+        let blocked = std::thread::spawn(move || reader.read(&mut [0; 4]).map_err(|e| e.kind()));
+        drop(sink);
+        assert_eq!(blocked.join().unwrap(), Err(io::ErrorKind::UnexpectedEof));
+    }
+}
