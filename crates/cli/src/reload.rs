@@ -122,6 +122,8 @@ pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()>
         group: args.group.clone(),
     };
     let run_as = identity.resolve().context("--user/--group")?;
+    // As root, before the sandbox and the drop.
+    give_logs_to(args, &identity, &run_as)?;
     // Before any thread starts (the first generation's workers, the
     // archive's watcher, the metrics listener's), so that all are inside.
     // The files caches' descriptor bound: the sandbox refuses prlimit64.
@@ -151,6 +153,7 @@ pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()>
         }
         _ => log::info(format_args!("{sandbox}; hello on {urls}")),
     }
+    warn_if_reload_cannot_read(&command, &process);
     // Type=notify: serving from now on.
     if let Err(e) = peregrine::systemd::notify("READY=1") {
         log::warn(format_args!("cannot notify systemd: {e}"));
@@ -171,14 +174,21 @@ pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()>
                 let _ = peregrine::systemd::notify("READY=1");
             }
             SIGUSR1 => {
+                // Each failure once, with the file, what was done to it
+                // and the system's error: "cannot open access log PATH:
+                // Permission denied (os error 13)".
+                let as_user = match &process.identity.user {
+                    Some(user) => format!(" (running as user {user})"),
+                    None => String::new(),
+                };
                 match crate::logger::reopen() {
                     Ok(true) => log::info(format_args!("error log reopened")),
                     Ok(false) => {}
-                    Err(e) => log::error(format_args!("{e}; still writing to the old file")),
+                    Err(e) => log::error(format_args!("{e}{as_user}; still writing to the old file")),
                 }
                 match current.running.reopen_logs() {
                     Ok(()) => log::info(format_args!("access log reopened")),
-                    Err(e) => log::error(format_args!("{e}; still writing to the old file")),
+                    Err(e) => log::error(format_args!("{}{as_user}; still writing to the old file", e.io_error())),
                 }
             }
             _ => break,
@@ -482,10 +492,7 @@ fn warn_if_nothing_to_serve(root: &Path, index: &[String], identity: &Identity) 
         return; // an archive, read whole before the privileges were dropped
     }
     let shown = root.display();
-    let as_user = identity
-        .user
-        .as_deref()
-        .map_or(String::new(), |u| format!(" by user {u}"));
+    let as_user = as_user(identity);
     let unreadable = |what: String, e: std::io::Error| {
         log::warn(format_args!(
             "{what} cannot be read{as_user} ({e}): requests for it will be answered 403 or 404"
@@ -504,6 +511,114 @@ fn warn_if_nothing_to_serve(root: &Path, index: &[String], identity: &Identity) 
                 }
             }
         }
+    }
+}
+
+/// `--user`: the log files are opened (created if missing) here, as root
+/// before the privileges are dropped, and given to that user, as nginx
+/// gives its workers' log files to their user. The process opens them
+/// again by path after the drop, on SIGUSR1 and for each SIGHUP's
+/// generation; a file root created and kept could not be opened then.
+/// Chowning here, before the sandbox, needs no system call beyond those
+/// serving needs, where keeping the descriptors open across reloads would
+/// still leave SIGUSR1, which must open the path anew after logrotate
+/// moved the file, unable to. Only regular files are given (`/dev/stdout`
+/// is not), and only their owner changes, as nginx does: a group such as
+/// `adm` stays.
+///
+/// A log whose directory the user cannot write to is reopened only while
+/// its file is there: logrotate must then recreate it (`create`) or copy
+/// it (`copytruncate`), which one warning says.
+fn give_logs_to(args: &ServerArgs, identity: &Identity, run_as: &Identity) -> anyhow::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let uid = run_as.user.as_deref().and_then(|u| u.parse::<u32>().ok());
+    let gid = run_as.group.as_deref().and_then(|g| g.parse::<u32>().ok());
+    let Some(uid) = uid else { return Ok(()) };
+    let access_log = args.access_log.as_deref().filter(|&l| l != "-").map(Path::new);
+    let logs = [("access log", access_log), ("error log", args.error_log.as_deref())];
+    let who = identity.user.as_deref().unwrap_or("?");
+    for (what, path) in logs.iter().filter_map(|(what, path)| Some((what, (*path)?))) {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .with_context(|| format!("cannot open {what} {}", path.display()))?;
+        if !file.metadata().is_ok_and(|m| m.is_file()) {
+            continue;
+        }
+        match std::os::unix::fs::fchown(&file, Some(uid), None) {
+            Ok(()) => {}
+            // Not root: starting says that --user needs root.
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => return Ok(()),
+            Err(e) => {
+                return Err(e).with_context(|| format!("cannot give the {what} {} to user {who}", path.display()))
+            }
+        }
+        let dir = match path.parent() {
+            Some(dir) if !dir.as_os_str().is_empty() => dir,
+            _ => Path::new("."),
+        };
+        // The bits that apply to the process once it has dropped root:
+        // its uid, and its one group (supplementary groups are dropped).
+        let writable = std::fs::metadata(dir).is_ok_and(|m| {
+            let bits = if m.uid() == uid {
+                m.mode() >> 6
+            } else if Some(m.gid()) == gid {
+                m.mode() >> 3
+            } else {
+                m.mode()
+            };
+            uid == 0 || bits & 0o3 == 0o3
+        });
+        if !writable {
+            log::warn(format_args!(
+                "user {who} cannot create files in {}: once the {what} {} is moved away, SIGUSR1 cannot \
+                 create it again, so have logrotate recreate it (`create`, owned by {who}) or copy it \
+                 (`copytruncate`)",
+                dir.display(),
+                path.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// After the privileges were dropped: the files a SIGHUP reads again (the
+/// configuration file, certificates and keys, the archive) that the user
+/// the server has become cannot read, each named in a warning, since a
+/// reload would fail on them (root cannot be regained to read them).
+fn warn_if_reload_cannot_read(command: &Command, process: &Process) {
+    if process.identity.user.is_none() && process.identity.group.is_none() {
+        return;
+    }
+    let args = server_args(command);
+    let config = sandbox::config_file(&process.argv);
+    let archive = match command {
+        Command::Serve { root, .. } if std::fs::metadata(root).is_ok_and(|m| !m.is_dir()) => Some(root.clone()),
+        _ => None,
+    };
+    let files = (config.iter().map(|f| ("the configuration file", f)))
+        .chain(args.tls.certs.iter().map(|f| ("the certificate", f)))
+        .chain(args.tls.keys.iter().map(|f| ("the private key", f)))
+        .chain(archive.iter().map(|f| ("the archive", f)));
+    for (what, file) in files {
+        if let Err(e) = std::fs::File::open(file) {
+            log::warn(format_args!(
+                "{what} {} cannot be read{} ({e}): a reload (SIGHUP) will fail until it can be",
+                file.display(),
+                as_user(&process.identity)
+            ));
+        }
+    }
+}
+
+/// " by user NAME" (or group) for messages, or nothing without `--user`
+/// or `--group`.
+fn as_user(identity: &Identity) -> String {
+    match (&identity.user, &identity.group) {
+        (Some(user), _) => format!(" by user {user}"),
+        (None, Some(group)) => format!(" by group {group}"),
+        (None, None) => String::new(),
     }
 }
 

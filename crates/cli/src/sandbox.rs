@@ -168,7 +168,7 @@ fn parent(path: &Path) -> PathBuf {
 }
 
 /// The `--config` file (or `PEREGRINE_CONFIG`) of the command line.
-fn config_file(argv: &[OsString]) -> Option<PathBuf> {
+pub(crate) fn config_file(argv: &[OsString]) -> Option<PathBuf> {
     let matches = config::command::<Cli>()
         .ignore_errors(true)
         .try_get_matches_from(argv)

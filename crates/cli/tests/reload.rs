@@ -408,6 +408,125 @@ fn after_dropping_root_a_reload_keeps_its_ports_and_refuses_a_new_privileged_one
     server.terminate();
 }
 
+/// The lines of a log file once one holds `needle` (the error log, which
+/// takes the lines standard error would have had).
+fn logged(file: &Path, needle: &str) -> String {
+    wait_for(&format!("{needle:?} in {}", file.display()), || {
+        std::fs::read_to_string(file).ok().filter(|l| l.contains(needle))
+    })
+}
+
+#[test]
+fn after_dropping_root_sigusr1_and_sighup_reopen_the_logs_root_created() {
+    if !test_support::process::is_root() {
+        return; // only root can drop root
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let t = tmp("user-logs");
+    let logs = t.path("logs");
+    std::fs::create_dir(&logs).unwrap();
+    // Writable by nobody, as systemd's LogsDirectory= makes it: a rotated
+    // file can be created again.
+    std::fs::set_permissions(&logs, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let (access, error) = (logs.join("access.log"), logs.join("error.log"));
+    let config = t.path("peregrine.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "root = {:?}\nbind = [\"127.0.0.1:0\"]\nworkers = 1\n",
+            s(&t.path("site"))
+        ),
+    )
+    .unwrap();
+    let server = Server::start(&[
+        "serve",
+        "--config",
+        s(&config),
+        "--user",
+        "nobody",
+        "--access-log",
+        s(&access),
+        "--error-log",
+        s(&error),
+    ]);
+    let addr = common::last_addr(logged(&error, " on http://").lines().last().unwrap());
+    assert_eq!(get(&addr, "/").unwrap().body, b"<p>hello</p>\n");
+
+    server.signal("USR1");
+    logged(&error, "access log reopened");
+    std::fs::write(
+        &config,
+        format!(
+            "root = {:?}\nbind = [\"127.0.0.1:0\"]\nworkers = 2\n",
+            s(&t.path("site"))
+        ),
+    )
+    .unwrap();
+    server.signal("HUP");
+    logged(&error, "configuration reloaded (generation 2)");
+
+    // logrotate without `create`: the file is moved away, SIGUSR1 makes
+    // a new one, as the user the server now is.
+    std::fs::rename(&access, logs.join("access.log.1")).unwrap();
+    server.signal("USR1");
+    wait_until("the access log reopened twice", || {
+        std::fs::read_to_string(&error)
+            .unwrap()
+            .matches("access log reopened")
+            .count()
+            == 2
+    });
+    assert_eq!(get(&addr, "/rotated").unwrap().head.split(' ').nth(1), Some("404"));
+    let lines = logged(&access, "/rotated");
+    assert_eq!(lines.lines().count(), 1, "{lines}");
+    let errors = std::fs::read_to_string(&error).unwrap();
+    assert!(!errors.contains("error:"), "{errors}");
+    server.terminate();
+}
+
+#[test]
+fn after_dropping_root_what_a_reload_or_reopen_cannot_reach_is_warned_of_at_start() {
+    if !test_support::process::is_root() {
+        return; // only root can drop root
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let t = tmp("user-unreachable");
+    let logs = t.path("logs");
+    std::fs::create_dir(&logs).unwrap();
+    std::fs::set_permissions(&logs, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let config = t.path("peregrine.toml");
+    std::fs::write(&config, "bind = [\"127.0.0.1:0\"]\n").unwrap();
+    std::fs::set_permissions(&config, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let access = logs.join("access.log");
+    let server = Server::start(&[
+        "hello",
+        "--config",
+        s(&config),
+        "--user",
+        "nobody",
+        "--access-log",
+        s(&access),
+    ]);
+    let line = server.line("cannot create files in");
+    assert!(
+        line.contains(&format!("user nobody cannot create files in {}", logs.display())),
+        "{line}"
+    );
+    assert!(line.contains("copytruncate"), "{line}");
+    let line = server.line("reload (SIGHUP) will fail");
+    assert!(
+        line.contains(&format!(
+            "the configuration file {} cannot be read by user nobody",
+            config.display()
+        )),
+        "{line}"
+    );
+    // The file root created is the user's: SIGUSR1 reopens it.
+    server.signal("USR1");
+    server.line("access log reopened");
+    server.terminate();
+}
+
 #[test]
 fn serve_archive_reloads_the_same_archive_once_and_opens_a_new_path() {
     let t = tmp("archive");
