@@ -1,6 +1,6 @@
 //! The I/O side of a connection, shared by HTTP/1.1 and HTTP/2: writing
-//! what the protocol queued (plain `write`/`writev`/`sendfile` with
-//! TCP_CORK, or TLS records), and the lingering close after an error.
+//! what the protocol queued (plain `write`/`writev`, `sendfile` after a
+//! head sent with MSG_MORE, or TLS records), and the lingering close after an error.
 
 use super::*;
 use crate::body::Next as Chunk;
@@ -18,14 +18,6 @@ impl Conn {
         let out = &mut self.output;
         let mut progress = false;
         loop {
-            // While a file goes out with sendfile, cork the socket (as
-            // nginx's tcp_nopush does): the head and the file's pages leave
-            // in full segments, and the last one when the file is done.
-            let file_tail = matches!(out.tail, Some(Tail::File { .. }));
-            if file_tail != self.corked {
-                self.corked = file_tail;
-                crate::sys::socket::set_cork(&self.stream, file_tail);
-            }
             let buffered = &out.buf[out.pos.min(out.buf.len())..];
             if out.tail.is_none() && buffered.is_empty() {
                 out.buf.clear();
@@ -45,6 +37,12 @@ impl Conn {
                     self.stream
                         .write_vectored(&[IoSlice::new(buffered), IoSlice::new(rest)])
                 }
+                // The head before a file goes with MSG_MORE: the kernel
+                // holds it to leave in the same segment as the file's
+                // first bytes, which sendfile sends next (what TCP_CORK
+                // did, as nginx's tcp_nopush, without its two
+                // setsockopt calls per file).
+                (Some(Tail::File { .. }), false) => crate::sys::socket::send_more(&self.stream, buffered),
                 (_, false) => self.stream.write(buffered),
                 (Some(Tail::Bytes { data, pos }), true) => self.stream.write(&data[*pos..]),
                 (Some(Tail::Shared { bytes, pos }), true) => self.stream.write(&bytes.as_slice()[*pos..]),

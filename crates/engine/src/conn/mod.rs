@@ -223,8 +223,6 @@ pub(crate) struct Conn {
     bytes_out: u64,
     /// TLS: the handshake's end has been counted in the metrics.
     handshake_counted: bool,
-    /// TCP_CORK is on while a file body goes out with sendfile.
-    corked: bool,
     /// No byte of a request has arrived yet: the client has just
     /// connected, and its first request is presumably on its way. A
     /// shutdown answers it rather than closing the connection as idle.
@@ -279,7 +277,6 @@ impl Conn {
             drained: false,
             bytes_out: 0,
             handshake_counted: false,
-            corked: false,
             fresh: true,
             h2: None,
         }

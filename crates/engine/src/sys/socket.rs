@@ -45,11 +45,10 @@ pub(crate) fn bind_group(addr: SocketAddr, n_workers: usize) -> io::Result<Vec<T
     Ok(listeners)
 }
 
-/// Sets or clears TCP_CORK: while set, the kernel sends only full segments;
-/// clearing it sends what is left at once. Best effort: a socket that
-/// refuses only loses the batching.
-pub(crate) fn set_cork(stream: &mio::net::TcpStream, on: bool) {
-    let _ = socket2::SockRef::from(stream).set_cork(on);
+/// `send(2)` with MSG_MORE: the kernel holds a partial segment for the
+/// bytes of the next send (or sendfile) on the socket, which pushes it.
+pub(crate) fn send_more(stream: &mio::net::TcpStream, buf: &[u8]) -> io::Result<usize> {
+    socket2::SockRef::from(stream).send_with_flags(buf, libc::MSG_MORE)
 }
 
 /// Binds `n_workers` UDP sockets to `addr` (a TLS listener's address, its
