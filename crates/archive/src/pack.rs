@@ -162,7 +162,7 @@ fn pack_site(opts: &PackOptions, w: &mut Writer, site: u32, root: &Path, stats: 
     };
     // Forced redirects shadow files; others come after them.
     for r in redirects.iter().filter(|r| r.force && !r.is_pattern()) {
-        w.add_redirect(site, KIND_REDIRECT, &r.from, r.status, &r.to)
+        w.add_redirect(site, KIND_REDIRECT, 0, &r.from, r.status, &r.to)
             .map_err(|e| e.to_string())?;
     }
     // `x.js.gz` beside `x.js` is a pre-compressed sibling for `serve DIR`;
@@ -209,7 +209,7 @@ fn pack_site(opts: &PackOptions, w: &mut Writer, site: u32, root: &Path, stats: 
         if kind == KIND_REDIRECT && w.has(site, &r.from) {
             continue; // a file is there: files win unless forced (`!`)
         }
-        w.add_redirect(site, kind, &r.from, r.status, &r.to)
+        w.add_redirect(site, kind, 0, &r.from, r.status, &r.to)
             .map_err(|e| e.to_string())?;
     }
     Ok(())
@@ -320,7 +320,7 @@ fn add_file(
         let dir = folder.trim_end_matches('/');
         if !w.has(site, dir) {
             let location = peregrine_files::path::encode(folder);
-            w.add_redirect(site, KIND_REDIRECT, dir, 301, &location)
+            w.add_redirect(site, KIND_REDIRECT, FLAG_KEEP_QUERY, dir, 301, &location)
                 .map_err(|e| e.to_string())?;
         }
     }

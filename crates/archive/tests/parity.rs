@@ -134,6 +134,7 @@ const TARGETS: &[&str] = &[
     "/index.html",
     "/about.html",
     "/docs",
+    "/docs?a=1&b=%2F",
     "/docs/",
     "/docs/index.html",
     "/docs/guide.txt",
@@ -149,6 +150,7 @@ const TARGETS: &[&str] = &[
     "/plain/",
     "/plain/a.txt",
     "/old",
+    "/old?x=1",
     "/old/",
     "/blog/2024/a/b",
     "/blog/2024",
@@ -255,6 +257,11 @@ fn a_directory_answers_as_its_archive() {
     assert_eq!(field("/noindex", "location").as_deref(), Some("/elsewhere"));
     assert_eq!(status("/plain"), 404);
     assert_eq!(field("/docs", "location").as_deref(), Some("/docs/"));
+    // The query stays, as nginx and Caddy keep it on this redirect.
+    assert_eq!(
+        field("/docs?a=1&b=%2F", "location").as_deref(),
+        Some("/docs/?a=1&b=%2F")
+    );
     assert_eq!(body("/sub/_headers"), "only the root's _headers is a convention");
     assert_eq!(body("/archive.tar.gz"), "no file beside it: a resource");
 
