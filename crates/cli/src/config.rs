@@ -24,7 +24,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::anyhow;
-use clap::builder::{BoolishValueParser, Resettable};
+use clap::builder::{BoolishValueParser, Resettable, TypedValueParser};
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::parser::ValueSource;
 use clap::{Arg, ArgAction, ArgMatches, Command, CommandFactory, FromArgMatches};
@@ -520,7 +520,10 @@ impl Kind {
             TypeId::of::<i128>(),
             TypeId::of::<isize>(),
         ];
-        if unsigned.iter().any(|u| t == *u) {
+        if t == TypeId::of::<bool>() {
+            // `--http3[=BOOL]`: a setting with a value that is a boolean.
+            Kind::Bool
+        } else if unsigned.iter().any(|u| t == *u) {
             Kind::Unsigned
         } else if signed.iter().any(|s| t == *s) {
             Kind::Signed
@@ -751,7 +754,11 @@ fn toml_scalar(kind: Kind, raw: &str) -> String {
             Ok(f) if f.is_finite() => format!("{f}"),
             _ => toml_string(raw),
         },
-        Kind::Bool | Kind::Text => toml_string(raw),
+        Kind::Bool => match BoolishValueParser::new().parse_ref(&clap::Command::new("bool"), None, OsStr::new(raw)) {
+            Ok(b) => b.to_string(),
+            Err(_) => toml_string(raw),
+        },
+        Kind::Text => toml_string(raw),
     }
 }
 

@@ -272,13 +272,24 @@ struct ServerArgs {
     #[arg(long)]
     no_http2: bool,
     /// Speak HTTP/3 (QUIC over UDP) on every TLS address, on the same
-    /// port, advertised by `Alt-Svc: h3=":PORT"` on HTTPS responses. The
-    /// default when TLS is configured; `--no-http3` turns it off.
-    #[arg(long, overrides_with = "no_http3")]
-    http3: bool,
+    /// port, advertised by `Alt-Svc: h3=":PORT"` on HTTPS responses:
+    /// `--http3` (or `--http3=true`) asks for it, and is refused without
+    /// `--tls-cert`; `--http3=false` (`http3 = false` in the file,
+    /// `PEREGRINE_HTTP3=0`) is `--no-http3`. Default: on when TLS is
+    /// configured.
+    #[arg(
+        long,
+        value_name = "BOOL",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_parser = clap::builder::BoolishValueParser::new(),
+        conflicts_with = "no_http3"
+    )]
+    http3: Option<bool>,
     /// No HTTP/3: TLS addresses speak HTTP/1.1 and HTTP/2 over TCP only,
     /// and send no Alt-Svc.
-    #[arg(long, overrides_with = "http3")]
+    #[arg(long)]
     no_http3: bool,
     #[command(flatten)]
     limits: LimitArgs,
@@ -290,6 +301,25 @@ struct ServerArgs {
 /// start, and again at each reload).
 #[derive(Clone, Debug)]
 struct BindAddrs(Vec<SocketAddr>);
+
+impl ServerArgs {
+    /// Whether TLS addresses speak HTTP/3: `--http3`, `--http3=false` and
+    /// `--no-http3` (which clap keeps apart), else on with TLS. Asking
+    /// for it without TLS is refused rather than ignored: QUIC is always
+    /// encrypted, so there is nothing to speak it on.
+    fn http3(&self) -> anyhow::Result<bool> {
+        let tls = !self.tls.certs.is_empty();
+        match (self.http3, self.no_http3) {
+            (Some(true), _) if !tls => anyhow::bail!(
+                "--http3{} needs --tls-cert and --tls-key: HTTP/3 runs over QUIC, which is always \
+                 encrypted, on the TLS addresses' ports",
+                config::origin("--http3")
+            ),
+            (Some(wanted), _) => Ok(wanted),
+            (None, no) => Ok(!no),
+        }
+    }
+}
 
 /// Parses a `--bind` value (see its help). Unix-domain sockets (`unix:`)
 /// are refused by name: the engine listens on TCP sockets only.
@@ -633,6 +663,7 @@ fn run(cli: Cli, argv: Vec<OsString>) -> anyhow::Result<()> {
 fn check_server(args: &ServerArgs) -> anyhow::Result<()> {
     args.limits.to_limits()?;
     args.tls.config()?;
+    args.http3()?;
     Ok(())
 }
 

@@ -284,7 +284,7 @@ fn build(
         .limits(args.limits.to_limits()?)
         .access_log_format(args.access_log_format.clone())
         .http2(!args.no_http2)
-        .http3(!args.no_http3);
+        .http3(args.http3()?);
     if first {
         srv = srv.run_as(process.run_as.clone());
     }

@@ -547,7 +547,7 @@ fn every_flag_of_serve_and_hello_has_a_key_and_a_variable() {
         let flags: Vec<&str> = help
             .lines()
             .filter_map(|l| l.trim_start().strip_prefix("--"))
-            .map(|l| l.split([' ', '<']).next().unwrap())
+            .map(|l| l.split([' ', '<', '[']).next().unwrap())
             .filter(|f| !["help", "config"].contains(f))
             .collect();
         assert!(flags.len() >= 14, "{name}: {flags:?}");
