@@ -109,6 +109,7 @@ pub fn pack(opts: &PackOptions) -> Result<PackStats, String> {
 }
 
 fn pack_into(opts: &PackOptions, tmp: &Path) -> Result<PackStats, String> {
+    peregrine_files::check_cache_control(&opts.cache_control).map_err(|e| format!("--cache-control: {e}"))?;
     let file = fs::File::create(tmp).map_err(|e| format!("cannot create {}: {e}", tmp.display()))?;
     let mut w = Writer::new(file).map_err(|e| e.to_string())?;
     let mut stats = PackStats::default();

@@ -59,7 +59,7 @@ enum Command {
         #[arg(long = "host", value_name = "NAME=DIR")]
         hosts: Vec<String>,
         /// Cache-Control for files `_headers` gives none.
-        #[arg(long, default_value = "no-cache", value_name = "VALUE")]
+        #[arg(long, default_value = "no-cache", value_name = "VALUE", value_parser = parse_cache_control)]
         cache_control: String,
         /// Do not add X-Content-Type-Options, X-Frame-Options, Referrer-Policy.
         #[arg(long)]
@@ -151,7 +151,7 @@ struct FileArgs {
     /// Cache-Control for paths matching GLOB: `GLOB=VALUE`, repeatable, first
     /// match wins; `VALUE` alone sets the value for other paths. Default:
     /// no-cache.
-    #[arg(long = "cache-control", value_name = "[GLOB=]VALUE")]
+    #[arg(long = "cache-control", value_name = "[GLOB=]VALUE", value_parser = parse_cache_rule)]
     cache_control: Vec<String>,
     /// Do not send X-Content-Type-Options, X-Frame-Options and
     /// Referrer-Policy.
@@ -189,12 +189,9 @@ impl FileArgs {
         o.not_found_page = self.not_found.clone();
         o.fallback = self.fallback.clone();
         for rule in &self.cache_control {
-            match rule.split_once('=') {
-                // A glob has no spaces before `=`; `max-age=60` is a value.
-                Some((glob, value)) if glob.starts_with('/') || glob.contains('*') => {
-                    o.cache_rules.push((glob.to_owned(), value.to_owned()))
-                }
-                _ => o.cache_control = Some(rule.clone()),
+            match split_cache_rule(rule) {
+                (Some(glob), value) => o.cache_rules.push((glob.to_owned(), value.to_owned())),
+                (None, _) => o.cache_control = Some(rule.clone()),
             }
         }
         o.security_headers = !self.no_security_headers;
@@ -207,6 +204,31 @@ impl FileArgs {
         o.cache_entries = usize::try_from(self.cache_entries).unwrap_or(o.cache_entries);
         o
     }
+}
+
+/// A `--cache-control` rule as `(GLOB, VALUE)`, or `(None, VALUE)`: a
+/// glob starts with `/` or holds `*` (`max-age=60` is a value).
+fn split_cache_rule(rule: &str) -> (Option<&str>, &str) {
+    match rule.split_once('=') {
+        Some((glob, value)) if glob.starts_with('/') || glob.contains('*') => (Some(glob), value),
+        _ => (None, rule),
+    }
+}
+
+/// A value parser for `pack --cache-control VALUE`: directives, or refused
+/// with the reason (`peregrine_files::check_cache_control`).
+fn parse_cache_control(s: &str) -> Result<String, String> {
+    peregrine_files::check_cache_control(s)?;
+    Ok(s.to_owned())
+}
+
+/// A value parser for `serve --cache-control [GLOB=]VALUE`.
+fn parse_cache_rule(s: &str) -> Result<String, String> {
+    match split_cache_rule(s) {
+        (Some(glob), value) => peregrine_files::check_cache_control(value).map_err(|e| format!("{glob}=...: {e}"))?,
+        (None, value) => peregrine_files::check_cache_control(value)?,
+    }
+    Ok(s.to_owned())
 }
 
 /// Flags every serving command shares.

@@ -303,3 +303,45 @@ fn archive_verify_names_the_file_whose_body_is_damaged() {
         "{err}"
     );
 }
+
+#[test]
+fn degenerate_cache_control_values_are_refused_with_the_reason() {
+    let dir = scratch("cache-control");
+    std::fs::write(dir.join("index.html"), "hi").unwrap();
+    let cases = [
+        ("", "an empty Cache-Control value"),
+        ("  ", "an empty Cache-Control value"),
+        ("max-age=60\r\nSet-Cookie: a=b", "'\\r' in a Cache-Control value"),
+        ("max-age=60, \u{e9}", "only visible ASCII"),
+        ("max-age=", "`=` must be followed by a value"),
+        ("no-cache,", "expected a directive"),
+        ("/assets/*=", "/assets/*=...: an empty Cache-Control value"),
+    ];
+    for (value, why) in cases {
+        let serve = [OsStr::new("check-config"), OsStr::new("serve"), dir.as_os_str()];
+        let err = refused(
+            2,
+            &[&serve[..], &[OsStr::new("--cache-control"), OsStr::new(value)]].concat(),
+        );
+        assert!(err.contains(why), "serve --cache-control {value:?}: {err}");
+    }
+    for (value, why) in &cases[..6] {
+        let out = dir.join("site.prg");
+        let pack = [OsStr::new("pack"), dir.as_os_str(), OsStr::new("-o"), out.as_os_str()];
+        let err = refused(
+            2,
+            &[&pack[..], &[OsStr::new("--cache-control"), OsStr::new(value)]].concat(),
+        );
+        assert!(err.contains(why), "pack --cache-control {value:?}: {err}");
+    }
+    // What an operator writes is accepted.
+    let ok = peregrine()
+        .args(["check-config", "serve"])
+        .arg(&dir)
+        .args(["--cache-control", "public, max-age=60, immutable"])
+        .args(["--cache-control", "/assets/*=max-age=31536000, immutable"])
+        .args(["--cache-control", "no-cache=\"Set-Cookie\""])
+        .output()
+        .unwrap();
+    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+}
