@@ -325,6 +325,22 @@ struct ServerArgs {
 struct BindAddrs(Vec<SocketAddr>);
 
 impl ServerArgs {
+    /// `--user` and `--group` by number, looked up in the user and group
+    /// databases; an error names the flags (and the file line) given.
+    fn run_as(&self) -> anyhow::Result<peregrine::Identity> {
+        let identity = peregrine::Identity {
+            user: self.user.clone(),
+            group: self.group.clone(),
+        };
+        identity.resolve().with_context(|| {
+            let given: Vec<String> = [("--user", &self.user), ("--group", &self.group)]
+                .iter()
+                .filter_map(|(flag, v)| v.as_ref().map(|v| format!("{flag} {v}{}", config::origin(flag))))
+                .collect();
+            given.join(", ")
+        })
+    }
+
     /// Whether TLS addresses speak HTTP/3: `--http3`, `--http3=false` and
     /// `--no-http3` (which clap keeps apart), else on with TLS. Asking
     /// for it without TLS is refused rather than ignored: QUIC is always
@@ -693,6 +709,10 @@ fn check(cli: &Cli, argv: &[OsString]) -> anyhow::Result<()> {
     // The checks run inside the sandbox serving would run in: the files
     // they read must be readable there too.
     peregrine_files::read_descriptor_limit();
+    // Looked up as `serve` does, before the sandbox hides the user
+    // database: a user that does not exist must fail here, not at start.
+    let args = reload::server_args(&cli.command);
+    args.run_as()?;
     let sandbox = sandbox::enter(&cli.command, argv)?;
     eprintln!("peregrine: {sandbox}");
     match &cli.command {

@@ -121,7 +121,7 @@ pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()>
         user: args.user.clone(),
         group: args.group.clone(),
     };
-    let run_as = identity.resolve().context("--user/--group")?;
+    let run_as = args.run_as()?;
     // As root, before the sandbox and the drop.
     give_logs_to(args, &identity, &run_as)?;
     // Before any thread starts (the first generation's workers, the

@@ -625,3 +625,41 @@ fn version_shows_the_build() {
         assert!(!revision.contains("unknown"), "{revision}");
     }
 }
+
+#[test]
+fn check_config_looks_up_the_user_and_group_as_the_start_would() {
+    let file = config("user = \"peregrine-no-such-user\"\n");
+    let out = check_config("hello", &file);
+    assert_error(
+        &out,
+        &[
+            "--user peregrine-no-such-user (file ",
+            "peregrine.toml:1)",
+            "no user \"peregrine-no-such-user\"",
+        ],
+    );
+    let out = peregrine()
+        .args([
+            "check-config",
+            "hello",
+            "--user",
+            "nobody",
+            "--group",
+            "peregrine-no-such-group",
+        ])
+        .output()
+        .unwrap();
+    assert_error(
+        &out,
+        &[
+            "--group peregrine-no-such-group",
+            "no group \"peregrine-no-such-group\"",
+        ],
+    );
+    // Users and groups that exist pass (by name, or by number).
+    let out = peregrine()
+        .args(["check-config", "hello", "--user", "nobody", "--group", "0"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+}
