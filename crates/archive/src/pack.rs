@@ -254,8 +254,8 @@ fn prepare_batch(
 fn prepare(opts: &PackOptions, f: &Found, headers: &[HeaderRule]) -> Result<Prepared, String> {
     let name = f.path.rsplit('/').next().unwrap_or_default();
     let body = read(&f.disk)?;
-    let content_type = peregrine_files::mime::content_type(name);
     let custom = headers_for(headers, &f.path);
+    let content_type = peregrine_files::conventions::content_type(&custom, name);
     // The same settings `serve DIR` compresses with on the fly, so that a
     // directory and its archive send the same bytes.
     let variants = encode(&body, &content_type, opts.compress).map_err(|e| format!("{}: {e}", f.disk.display()))?;
@@ -469,7 +469,7 @@ fn heads(
         }
     }
     for (n, v) in custom {
-        if !n.eq_ignore_ascii_case("cache-control") {
+        if !peregrine_files::conventions::is_replacing_field(n) {
             f200.push((n, v));
         }
     }
