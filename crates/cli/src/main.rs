@@ -52,9 +52,9 @@ enum Command {
         /// The directory to pack (the default site).
         #[arg(value_name = "DIR")]
         root: PathBuf,
-        /// The archive to write.
+        /// The archive to write (required), e.g. `-o site.prg`.
         #[arg(short, long, value_name = "ARCHIVE")]
-        output: PathBuf,
+        output: Option<PathBuf>,
         /// Another site, chosen by the Host header: `NAME=DIR`; repeatable.
         #[arg(long = "host", value_name = "NAME=DIR")]
         hosts: Vec<String>,
@@ -439,6 +439,9 @@ impl TlsArgs {
             self.keys.len(),
             config::origin("--tls-key"),
         );
+        for (cert, key) in self.certs.iter().zip(&self.keys) {
+            swapped_pem(cert, key)?;
+        }
         let mut pairs = self.certs.iter().zip(&self.keys);
         let Some((cert, key)) = pairs.next() else {
             let given = [
@@ -459,6 +462,48 @@ impl TlsArgs {
         }
         Ok(Some(tls))
     }
+}
+
+/// A certificate given as the key, or a key as the certificate (the two
+/// files swapped, or the same file twice), said in those words: what the
+/// PEM parser would say ("no private key found") does not tell which
+/// mistake it was. Files that cannot be read are left to the loader's
+/// message.
+fn swapped_pem(cert: &std::path::Path, key: &std::path::Path) -> anyhow::Result<()> {
+    // The labels of a PEM file's blocks: CERTIFICATE, PRIVATE KEY, ...
+    let labels = |path: &std::path::Path| -> Option<Vec<String>> {
+        let text = std::fs::read(path).ok()?;
+        let text = String::from_utf8_lossy(&text);
+        Some(
+            text.lines()
+                .filter_map(|l| l.trim().strip_prefix("-----BEGIN ")?.strip_suffix("-----"))
+                .map(str::to_owned)
+                .collect(),
+        )
+    };
+    let is_key = |label: &String| label.ends_with("PRIVATE KEY");
+    if let Some(labels) = labels(key) {
+        if !labels.iter().any(is_key) && labels.iter().any(|l| l == "CERTIFICATE") {
+            anyhow::bail!(
+                "--tls-key {}{}: this file holds a certificate, not a private key (give the key that \
+                 goes with --tls-cert {})",
+                key.display(),
+                config::origin("--tls-key"),
+                cert.display()
+            );
+        }
+    }
+    if let Some(labels) = labels(cert) {
+        if labels.iter().any(is_key) && !labels.iter().any(|l| l == "CERTIFICATE") {
+            anyhow::bail!(
+                "--tls-cert {}{}: this file holds a private key, not a certificate (give the \
+                 certificate chain, leaf first)",
+                cert.display(),
+                config::origin("--tls-cert")
+            );
+        }
+    }
+    Ok(())
 }
 
 /// A value parser for a number that must lie in `range` (limits.rs says
@@ -652,6 +697,14 @@ fn run(cli: Cli, argv: Vec<OsString>) -> anyhow::Result<()> {
             no_security_headers,
             no_compress,
         } => {
+            let output = output.with_context(|| {
+                format!(
+                    "pack writes DIR's files, with their compressed variants and response heads, into \
+                     one archive file that `peregrine serve ARCHIVE` serves; it needs that file's name: \
+                     peregrine pack {} -o site.prg",
+                    root.display()
+                )
+            })?;
             let mut opts = PackOptions::new(root, &output);
             for h in hosts {
                 let (name, dir) = h

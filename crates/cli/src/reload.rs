@@ -360,6 +360,10 @@ fn build(
 
     // Started: from here on nothing fails.
     error_log.apply();
+    // Said once the error log goes where --error-log says.
+    if let Some((_, m)) = &metrics_server {
+        log::info(format_args!("metrics on http://{}/metrics", m.local_addr()));
+    }
     match (args.metrics, metrics_server) {
         (_, Some(new)) => {
             if let Some((_, old)) = process.metrics_server.replace(new) {
@@ -479,7 +483,6 @@ fn serve_metrics(addr: SocketAddr, metrics: Arc<Metrics>) -> anyhow::Result<Runn
         .workers(1)
         .start(app)
         .with_context(|| format!("--metrics {addr}"))?;
-    log::info(format_args!("metrics on http://{}/metrics", running.local_addr()));
     Ok(running)
 }
 

@@ -345,3 +345,83 @@ fn degenerate_cache_control_values_are_refused_with_the_reason() {
         .unwrap();
     assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
 }
+
+#[test]
+fn pack_without_an_output_says_what_it_does_and_what_it_needs() {
+    let dir = scratch("pack-no-output");
+    std::fs::write(dir.join("index.html"), "hi").unwrap();
+    let err = refused(1, &[OsStr::new("pack"), dir.as_os_str()]);
+    assert!(err.contains("pack writes DIR's files"), "{err}");
+    assert!(
+        err.contains(&format!("peregrine pack {} -o site.prg", dir.display())),
+        "{err}"
+    );
+}
+
+#[test]
+fn man_out_dir_is_made_as_mkdir_p_would() {
+    let dir = scratch("man-out-dir");
+    let pages = dir.join("share/man/man1");
+    let out = peregrine().args(["man", "--out-dir"]).arg(&pages).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(pages.join("peregrine-serve.1").is_file());
+}
+
+#[test]
+fn a_certificate_given_as_the_key_is_named_so() {
+    let pki = test_support::pki::Pki::new("cli-cert-as-key");
+    let (cert, key, _) = pki.issue("live", &["localhost"]);
+    let run = |cert: &Path, key: &Path| {
+        let args = [
+            OsStr::new("check-config"),
+            OsStr::new("hello"),
+            OsStr::new("--tls-cert"),
+            cert.as_os_str(),
+            OsStr::new("--tls-key"),
+            key.as_os_str(),
+        ];
+        refused(1, &args)
+    };
+    let err = run(&cert, &cert);
+    assert!(
+        err.contains(&format!(
+            "--tls-key {}: this file holds a certificate, not a private key",
+            cert.display()
+        )),
+        "{err}"
+    );
+    let err = run(&key, &key);
+    assert!(
+        err.contains("this file holds a private key, not a certificate"),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_metrics_line_goes_to_the_error_log_with_the_others() {
+    let dir = scratch("metrics-error-log");
+    let log = dir.join("error.log");
+    let stderr = dir.join("stderr");
+    let mut child = peregrine()
+        .args([
+            "hello",
+            "--bind",
+            "127.0.0.1:0",
+            "--metrics",
+            "127.0.0.1:0",
+            "--workers",
+            "1",
+        ])
+        .arg("--error-log")
+        .arg(&log)
+        .stderr(std::fs::File::create(&stderr).unwrap())
+        .spawn()
+        .unwrap();
+    test_support::wait_until("the start and metrics lines in the error log", || {
+        std::fs::read_to_string(&log).is_ok_and(|l| l.contains("metrics on http://") && l.contains("hello on"))
+    });
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let leaked = std::fs::read_to_string(&stderr).unwrap();
+    assert!(!leaked.contains("metrics on"), "on standard error: {leaked}");
+}
