@@ -187,6 +187,25 @@ enum OnUsageError {
     Return,
 }
 
+/// clap's usage error and exit; when a required argument is missing, also
+/// what the subcommand does and an example (its `after_help`), so that
+/// `peregrine pack DIR` says what `-o` is for rather than only that it is
+/// missing.
+fn exit_saying_what_it_needs(cmd: &Command, argv: &[OsString], e: clap::Error) -> ! {
+    if e.kind() == ErrorKind::MissingRequiredArgument {
+        let name = argv.get(1).and_then(|a| a.to_str());
+        if let Some(help) = name
+            .and_then(|n| cmd.find_subcommand(n))
+            .and_then(|sub| sub.get_after_help())
+        {
+            let _ = e.print();
+            eprintln!("\nnote: {help}");
+            std::process::exit(e.exit_code());
+        }
+    }
+    e.exit()
+}
+
 /// The first line of a clap error, without clap's `error: `.
 fn usage_error(e: &clap::Error) -> anyhow::Error {
     let text = e.to_string();
@@ -208,7 +227,7 @@ fn parse_with<T: CommandFactory + FromArgMatches>(
         Err(e) => match bad_env_var(&first, &argv, &e) {
             Some(named) => return Err(named),
             None if on_error == OnUsageError::Return => return Err(usage_error(&e)),
-            None => e.exit(),
+            None => exit_saying_what_it_needs(&first, &argv, e),
         },
     };
     let (check, name, sub_matches) = match matches.subcommand() {

@@ -48,13 +48,17 @@ enum Command {
         server: ServerArgs,
     },
     /// Pack a directory into a site archive (written atomically).
+    #[command(
+        after_help = "pack writes DIR's files, with their compressed variants and response heads, into one \
+                      archive file (-o) that `peregrine serve ARCHIVE` serves: peregrine pack site -o site.prg"
+    )]
     Pack {
         /// The directory to pack (the default site).
         #[arg(value_name = "DIR")]
         root: PathBuf,
-        /// The archive to write (required), e.g. `-o site.prg`.
+        /// The archive to write, e.g. `-o site.prg`.
         #[arg(short, long, value_name = "ARCHIVE")]
-        output: Option<PathBuf>,
+        output: PathBuf,
         /// Another site, chosen by the Host header: `NAME=DIR`; repeatable.
         #[arg(long = "host", value_name = "NAME=DIR")]
         hosts: Vec<String>,
@@ -697,14 +701,6 @@ fn run(cli: Cli, argv: Vec<OsString>) -> anyhow::Result<()> {
             no_security_headers,
             no_compress,
         } => {
-            let output = output.with_context(|| {
-                format!(
-                    "pack writes DIR's files, with their compressed variants and response heads, into \
-                     one archive file that `peregrine serve ARCHIVE` serves; it needs that file's name: \
-                     peregrine pack {} -o site.prg",
-                    root.display()
-                )
-            })?;
             let mut opts = PackOptions::new(root, &output);
             for h in hosts {
                 let (name, dir) = h
