@@ -19,6 +19,10 @@ pub const KIND_PATTERN: u8 = 3;
 
 pub const FLAG_WILDCARD: u8 = 1;
 pub const FLAG_NOT_FOUND: u8 = 2;
+/// A redirect whose `Location` gets the request's query (`?...`) appended:
+/// a directory's `/dir` → `/dir/`, as `serve DIR` answers it. Readers that
+/// predate the bit drop the query, as they always did.
+pub const FLAG_KEEP_QUERY: u8 = 4;
 
 /// The key a wildcard file is stored under: its folder and this suffix.
 pub const WILDCARD_KEY: &str = "\0wildcard";

@@ -14,7 +14,12 @@
 //! lookup and its copy) or of a response (an HTTP/2 stream whose window
 //! stays shut) can touch the file's pages after the writer proceeds.
 //! `tests/archive.rs` dies of SIGBUS without this and passes with it. A
-//! writer that had the file open for writing before the lease was taken
+//! writer that opens with `O_NONBLOCK` does not wait: its open fails at
+//! once with EAGAIN (EWOULDBLOCK), as fcntl(2) says of lease breaks, but
+//! the break has begun, and the same open succeeds once the server has
+//! given the lease up (within one watch interval, 250 ms, plus the copy);
+//! such a writer retries. A writer that had the file open for writing
+//! before the lease was taken
 //! gets no lease at all: the archive is read into memory instead. Bodies
 //! over 16 KiB are sent from the file's descriptor (`Archive::body_file`),
 //! never from the map; a response still sending one when the writer
@@ -117,7 +122,9 @@ pub fn detach(map: &memmap2::Mmap) -> io::Result<()> {
 /// Takes a read lease on `file` (opened read-only): another process that
 /// opens it for writing or truncates it is made to wait (up to
 /// `/proc/sys/fs/lease-break-time`, 45 s by default) while this process
-/// notices (the watcher polls [`lease_broken`]) and gets off the map. Fails
+/// notices (the watcher polls [`lease_broken`]) and gets off the map; an
+/// open with `O_NONBLOCK` fails with EAGAIN instead, having started the
+/// break, and succeeds when retried after the lease is given up. Fails
 /// with EAGAIN if the file is open for writing now, EACCES if another user
 /// owns it.
 ///

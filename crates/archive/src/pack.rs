@@ -109,6 +109,7 @@ pub fn pack(opts: &PackOptions) -> Result<PackStats, String> {
 }
 
 fn pack_into(opts: &PackOptions, tmp: &Path) -> Result<PackStats, String> {
+    peregrine_files::check_cache_control(&opts.cache_control).map_err(|e| format!("--cache-control: {e}"))?;
     let file = fs::File::create(tmp).map_err(|e| format!("cannot create {}: {e}", tmp.display()))?;
     let mut w = Writer::new(file).map_err(|e| e.to_string())?;
     let mut stats = PackStats::default();
@@ -162,7 +163,7 @@ fn pack_site(opts: &PackOptions, w: &mut Writer, site: u32, root: &Path, stats: 
     };
     // Forced redirects shadow files; others come after them.
     for r in redirects.iter().filter(|r| r.force && !r.is_pattern()) {
-        w.add_redirect(site, KIND_REDIRECT, &r.from, r.status, &r.to)
+        w.add_redirect(site, KIND_REDIRECT, 0, &r.from, r.status, &r.to)
             .map_err(|e| e.to_string())?;
     }
     // `x.js.gz` beside `x.js` is a pre-compressed sibling for `serve DIR`;
@@ -209,7 +210,7 @@ fn pack_site(opts: &PackOptions, w: &mut Writer, site: u32, root: &Path, stats: 
         if kind == KIND_REDIRECT && w.has(site, &r.from) {
             continue; // a file is there: files win unless forced (`!`)
         }
-        w.add_redirect(site, kind, &r.from, r.status, &r.to)
+        w.add_redirect(site, kind, 0, &r.from, r.status, &r.to)
             .map_err(|e| e.to_string())?;
     }
     Ok(())
@@ -253,8 +254,8 @@ fn prepare_batch(
 fn prepare(opts: &PackOptions, f: &Found, headers: &[HeaderRule]) -> Result<Prepared, String> {
     let name = f.path.rsplit('/').next().unwrap_or_default();
     let body = read(&f.disk)?;
-    let content_type = peregrine_files::mime::content_type(name);
     let custom = headers_for(headers, &f.path);
+    let content_type = peregrine_files::conventions::content_type(&custom, name);
     // The same settings `serve DIR` compresses with on the fly, so that a
     // directory and its archive send the same bytes.
     let variants = encode(&body, &content_type, opts.compress).map_err(|e| format!("{}: {e}", f.disk.display()))?;
@@ -320,7 +321,7 @@ fn add_file(
         let dir = folder.trim_end_matches('/');
         if !w.has(site, dir) {
             let location = peregrine_files::path::encode(folder);
-            w.add_redirect(site, KIND_REDIRECT, dir, 301, &location)
+            w.add_redirect(site, KIND_REDIRECT, FLAG_KEEP_QUERY, dir, 301, &location)
                 .map_err(|e| e.to_string())?;
         }
     }
@@ -468,7 +469,7 @@ fn heads(
         }
     }
     for (n, v) in custom {
-        if !n.eq_ignore_ascii_case("cache-control") {
+        if !peregrine_files::conventions::is_replacing_field(n) {
             f200.push((n, v));
         }
     }

@@ -297,7 +297,7 @@ fn respond(local: &mut Local, req: &Request<'_>) -> Response {
     let plain = path::is_key(raw);
     if plain {
         if let Some(e) = archive.get(site, raw.as_bytes()) {
-            return answer(prepared, archive, e, &fields, head, 200);
+            return answer(prepared, archive, e, &fields, head, 200, req.query());
         }
     }
     let key = match path::normalize(raw.as_bytes()) {
@@ -306,7 +306,7 @@ fn respond(local: &mut Local, req: &Request<'_>) -> Response {
     };
     if !plain {
         if let Some(e) = archive.get(site, key.as_bytes()) {
-            return answer(prepared, archive, e, &fields, head, 200);
+            return answer(prepared, archive, e, &fields, head, 200, req.query());
         }
     }
     // `_redirects` patterns, in order.
@@ -322,12 +322,12 @@ fn respond(local: &mut Local, req: &Request<'_>) -> Response {
     let mut folder = &key[..key.rfind('/').map_or(0, |i| i + 1)];
     while !folder.is_empty() {
         if let Some(e) = archive.get(site, format!("{folder}{WILDCARD_KEY}").as_bytes()) {
-            return answer(prepared, archive, e, &fields, head, 200);
+            return answer(prepared, archive, e, &fields, head, 200, req.query());
         }
         folder = &folder[..folder[..folder.len() - 1].rfind('/').map_or(0, |i| i + 1)];
     }
     if let Some(e) = archive.get(site, NOT_FOUND_KEY.as_bytes()) {
-        return answer(prepared, archive, e, &fields, head, 404);
+        return answer(prepared, archive, e, &fields, head, 404, req.query());
     }
     Response::error(404)
 }
@@ -348,9 +348,16 @@ fn answer(
     f: &Fields<'_>,
     head: bool,
     status: u16,
+    query: Option<&str>,
 ) -> Response {
     if e.kind() != KIND_RESOURCE {
-        return redirect(e.status(), &String::from_utf8_lossy(e.location()));
+        let mut location = String::from_utf8_lossy(e.location()).into_owned();
+        // `/dir?x` → `/dir/?x`, as `serve DIR` answers.
+        if let Some(q) = query.filter(|_| e.flags() & FLAG_KEEP_QUERY != 0) {
+            location.push('?');
+            location.push_str(q);
+        }
+        return redirect(e.status(), &location);
     }
     #[cfg(feature = "test-hooks")]
     test_hooks::stop_here(e.path());

@@ -162,7 +162,15 @@ impl Writer {
 
     /// Adds a redirect from `path` to `location` (`kind` KIND_REDIRECT for
     /// an exact path, KIND_PATTERN for a `_redirects` pattern).
-    pub fn add_redirect(&mut self, site: u32, kind: u8, path: &str, status: u16, location: &str) -> io::Result<()> {
+    pub fn add_redirect(
+        &mut self,
+        site: u32,
+        kind: u8,
+        flags: u8,
+        path: &str,
+        status: u16,
+        location: &str,
+    ) -> io::Result<()> {
         let path_s = self.string(path.as_bytes())?;
         let location_s = self.string(location.as_bytes())?;
         // Patterns are keyed apart from paths, so `/a` and the pattern `/a`
@@ -176,7 +184,7 @@ impl Writer {
             EntryOut {
                 site,
                 kind,
-                flags: 0,
+                flags,
                 status,
                 path: path_s,
                 last_modified: 0,

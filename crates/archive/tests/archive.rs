@@ -554,6 +554,42 @@ fn archives_rewritten_in_place_do_not_crash_the_server() {
     assert!(probe.generation() > 1);
 }
 
+/// A writer that will not wait (`O_NONBLOCK`) is told EAGAIN rather than
+/// made to wait, as fcntl(2) says of a lease break; the break has begun,
+/// and once the server is off the map the same open succeeds and the
+/// rewritten archive is served.
+#[test]
+fn a_non_blocking_writer_gets_eagain_then_the_file_once_the_server_is_off_the_map() {
+    use std::os::unix::fs::OpenOptionsExt;
+    let t = tmp("nonblocking");
+    let target = t.path("live.prg");
+    pack_generation(&t, 0, &target);
+    let (server, _probe) = serve(&target);
+    let addr = server.local_addr();
+    let open = || {
+        std::fs::File::options()
+            .write(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&target)
+    };
+    let refused = open().expect_err("the lease lets no writer in at once");
+    assert_eq!(refused.raw_os_error(), Some(libc::EWOULDBLOCK), "{refused}");
+    let mut file = test_support::wait_for("the lease given up", || open().ok());
+    let next = t.path("next.prg");
+    let src = t.path("gen1");
+    std::fs::create_dir_all(&src).unwrap();
+    for i in 0..8 {
+        std::fs::write(src.join(format!("f{i}.bin")), generation_body(1, i)).unwrap();
+    }
+    pack(&PackOptions::new(&src, &next)).unwrap();
+    file.set_len(0).unwrap();
+    file.write_all(&std::fs::read(&next).unwrap()).unwrap();
+    drop(file);
+    wait_until("the rewritten archive served", || {
+        get(addr, "/f3.bin").body == generation_body(1, 3)
+    });
+}
+
 #[test]
 fn a_slow_reader_survives_the_archive_being_truncated_under_it() {
     slow_read_while_truncated("slow", false);

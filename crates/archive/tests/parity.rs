@@ -118,7 +118,7 @@ fn tree(t: &Scratch) -> PathBuf {
     t.write(
         "site/_headers",
         "# every file\n/*\n  X-Site: one\n/docs/*\n  Cache-Control: max-age=60\n  X-Docs: yes\n\
-         /about.html\n  X-Frame-Options: DENY\n",
+         /about.html\n  X-Frame-Options: DENY\n/docs/api.json\n  Content-Type: application/vnd.api+json\n",
     );
     t.write(
         "site/_redirects",
@@ -134,6 +134,7 @@ const TARGETS: &[&str] = &[
     "/index.html",
     "/about.html",
     "/docs",
+    "/docs?a=1&b=%2F",
     "/docs/",
     "/docs/index.html",
     "/docs/guide.txt",
@@ -149,8 +150,10 @@ const TARGETS: &[&str] = &[
     "/plain/",
     "/plain/a.txt",
     "/old",
+    "/old?x=1",
     "/old/",
     "/blog/2024/a/b",
+    "/blog/2024/a%20b/caf%C3%A9%3F",
     "/blog/2024",
     "/blog/",
     "/gone/x/y",
@@ -252,9 +255,27 @@ fn a_directory_answers_as_its_archive() {
     assert_eq!(field("/docs/api.json", "cache-control").as_deref(), Some("max-age=60"));
     assert_eq!(field("/docs/api.json", "x-site").as_deref(), Some("one"));
     assert_eq!(field("/blog/2024/a/b", "location").as_deref(), Some("/posts/2024/a/b"));
+    // Captures are decoded to match, and encoded again into Location.
+    assert_eq!(
+        field("/blog/2024/a%20b/caf%C3%A9%3F", "location").as_deref(),
+        Some("/posts/2024/a%20b/caf%C3%A9%3F")
+    );
+    // A Content-Type from `_headers` replaces the guessed one: one field.
+    for addr in [dir_addr, packed_addr] {
+        let types: Vec<String> = (ask(addr, "GET", "/docs/api.json").fields.into_iter())
+            .filter(|(n, _)| n == "content-type")
+            .map(|(_, v)| v)
+            .collect();
+        assert_eq!(types, ["application/vnd.api+json"]);
+    }
     assert_eq!(field("/noindex", "location").as_deref(), Some("/elsewhere"));
     assert_eq!(status("/plain"), 404);
     assert_eq!(field("/docs", "location").as_deref(), Some("/docs/"));
+    // The query stays, as nginx and Caddy keep it on this redirect.
+    assert_eq!(
+        field("/docs?a=1&b=%2F", "location").as_deref(),
+        Some("/docs/?a=1&b=%2F")
+    );
     assert_eq!(body("/sub/_headers"), "only the root's _headers is a convention");
     assert_eq!(body("/archive.tar.gz"), "no file beside it: a resource");
 

@@ -24,7 +24,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::anyhow;
-use clap::builder::{BoolishValueParser, Resettable};
+use clap::builder::{BoolishValueParser, Resettable, TypedValueParser};
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::parser::ValueSource;
 use clap::{Arg, ArgAction, ArgMatches, Command, CommandFactory, FromArgMatches};
@@ -187,6 +187,25 @@ enum OnUsageError {
     Return,
 }
 
+/// clap's usage error and exit; when a required argument is missing, also
+/// what the subcommand does and an example (its `after_help`), so that
+/// `peregrine pack DIR` says what `-o` is for rather than only that it is
+/// missing.
+fn exit_saying_what_it_needs(cmd: &Command, argv: &[OsString], e: clap::Error) -> ! {
+    if e.kind() == ErrorKind::MissingRequiredArgument {
+        let name = argv.get(1).and_then(|a| a.to_str());
+        if let Some(help) = name
+            .and_then(|n| cmd.find_subcommand(n))
+            .and_then(|sub| sub.get_after_help())
+        {
+            let _ = e.print();
+            eprintln!("\nnote: {help}");
+            std::process::exit(e.exit_code());
+        }
+    }
+    e.exit()
+}
+
 /// The first line of a clap error, without clap's `error: `.
 fn usage_error(e: &clap::Error) -> anyhow::Error {
     let text = e.to_string();
@@ -208,7 +227,7 @@ fn parse_with<T: CommandFactory + FromArgMatches>(
         Err(e) => match bad_env_var(&first, &argv, &e) {
             Some(named) => return Err(named),
             None if on_error == OnUsageError::Return => return Err(usage_error(&e)),
-            None => e.exit(),
+            None => exit_saying_what_it_needs(&first, &argv, e),
         },
     };
     let (check, name, sub_matches) = match matches.subcommand() {
@@ -520,7 +539,10 @@ impl Kind {
             TypeId::of::<i128>(),
             TypeId::of::<isize>(),
         ];
-        if unsigned.iter().any(|u| t == *u) {
+        if t == TypeId::of::<bool>() {
+            // `--http3[=BOOL]`: a setting with a value that is a boolean.
+            Kind::Bool
+        } else if unsigned.iter().any(|u| t == *u) {
             Kind::Unsigned
         } else if signed.iter().any(|s| t == *s) {
             Kind::Signed
@@ -751,7 +773,11 @@ fn toml_scalar(kind: Kind, raw: &str) -> String {
             Ok(f) if f.is_finite() => format!("{f}"),
             _ => toml_string(raw),
         },
-        Kind::Bool | Kind::Text => toml_string(raw),
+        Kind::Bool => match BoolishValueParser::new().parse_ref(&clap::Command::new("bool"), None, OsStr::new(raw)) {
+            Ok(b) => b.to_string(),
+            Err(_) => toml_string(raw),
+        },
+        Kind::Text => toml_string(raw),
     }
 }
 

@@ -38,6 +38,8 @@ pub fn man(cmd: Command, subcommand: Option<&str>, dir: Option<&Path>) -> anyhow
     // Building names subcommands for their pages (`peregrine-serve`).
     cmd.build();
     if let Some(dir) = dir {
+        // Made if missing, as `mkdir -p` would (`--out-dir share/man/man1`).
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
         return write_pages(&cmd, dir).with_context(|| format!("cannot write man pages into {}", dir.display()));
     }
     let page = match subcommand {

@@ -48,18 +48,22 @@ enum Command {
         server: ServerArgs,
     },
     /// Pack a directory into a site archive (written atomically).
+    #[command(
+        after_help = "pack writes DIR's files, with their compressed variants and response heads, into one \
+                      archive file (-o) that `peregrine serve ARCHIVE` serves: peregrine pack site -o site.prg"
+    )]
     Pack {
         /// The directory to pack (the default site).
         #[arg(value_name = "DIR")]
         root: PathBuf,
-        /// The archive to write.
+        /// The archive to write, e.g. `-o site.prg`.
         #[arg(short, long, value_name = "ARCHIVE")]
         output: PathBuf,
         /// Another site, chosen by the Host header: `NAME=DIR`; repeatable.
         #[arg(long = "host", value_name = "NAME=DIR")]
         hosts: Vec<String>,
         /// Cache-Control for files `_headers` gives none.
-        #[arg(long, default_value = "no-cache", value_name = "VALUE")]
+        #[arg(long, default_value = "no-cache", value_name = "VALUE", value_parser = parse_cache_control)]
         cache_control: String,
         /// Do not add X-Content-Type-Options, X-Frame-Options, Referrer-Policy.
         #[arg(long)]
@@ -151,7 +155,7 @@ struct FileArgs {
     /// Cache-Control for paths matching GLOB: `GLOB=VALUE`, repeatable, first
     /// match wins; `VALUE` alone sets the value for other paths. Default:
     /// no-cache.
-    #[arg(long = "cache-control", value_name = "[GLOB=]VALUE")]
+    #[arg(long = "cache-control", value_name = "[GLOB=]VALUE", value_parser = parse_cache_rule)]
     cache_control: Vec<String>,
     /// Do not send X-Content-Type-Options, X-Frame-Options and
     /// Referrer-Policy.
@@ -189,12 +193,9 @@ impl FileArgs {
         o.not_found_page = self.not_found.clone();
         o.fallback = self.fallback.clone();
         for rule in &self.cache_control {
-            match rule.split_once('=') {
-                // A glob has no spaces before `=`; `max-age=60` is a value.
-                Some((glob, value)) if glob.starts_with('/') || glob.contains('*') => {
-                    o.cache_rules.push((glob.to_owned(), value.to_owned()))
-                }
-                _ => o.cache_control = Some(rule.clone()),
+            match split_cache_rule(rule) {
+                (Some(glob), value) => o.cache_rules.push((glob.to_owned(), value.to_owned())),
+                (None, _) => o.cache_control = Some(rule.clone()),
             }
         }
         o.security_headers = !self.no_security_headers;
@@ -207,6 +208,31 @@ impl FileArgs {
         o.cache_entries = usize::try_from(self.cache_entries).unwrap_or(o.cache_entries);
         o
     }
+}
+
+/// A `--cache-control` rule as `(GLOB, VALUE)`, or `(None, VALUE)`: a
+/// glob starts with `/` or holds `*` (`max-age=60` is a value).
+fn split_cache_rule(rule: &str) -> (Option<&str>, &str) {
+    match rule.split_once('=') {
+        Some((glob, value)) if glob.starts_with('/') || glob.contains('*') => (Some(glob), value),
+        _ => (None, rule),
+    }
+}
+
+/// A value parser for `pack --cache-control VALUE`: directives, or refused
+/// with the reason (`peregrine_files::check_cache_control`).
+fn parse_cache_control(s: &str) -> Result<String, String> {
+    peregrine_files::check_cache_control(s)?;
+    Ok(s.to_owned())
+}
+
+/// A value parser for `serve --cache-control [GLOB=]VALUE`.
+fn parse_cache_rule(s: &str) -> Result<String, String> {
+    match split_cache_rule(s) {
+        (Some(glob), value) => peregrine_files::check_cache_control(value).map_err(|e| format!("{glob}=...: {e}"))?,
+        (None, value) => peregrine_files::check_cache_control(value)?,
+    }
+    Ok(s.to_owned())
 }
 
 /// Flags every serving command shares.
@@ -272,13 +298,24 @@ struct ServerArgs {
     #[arg(long)]
     no_http2: bool,
     /// Speak HTTP/3 (QUIC over UDP) on every TLS address, on the same
-    /// port, advertised by `Alt-Svc: h3=":PORT"` on HTTPS responses. The
-    /// default when TLS is configured; `--no-http3` turns it off.
-    #[arg(long, overrides_with = "no_http3")]
-    http3: bool,
+    /// port, advertised by `Alt-Svc: h3=":PORT"` on HTTPS responses:
+    /// `--http3` (or `--http3=true`) asks for it, and is refused without
+    /// `--tls-cert`; `--http3=false` (`http3 = false` in the file,
+    /// `PEREGRINE_HTTP3=0`) is `--no-http3`. Default: on when TLS is
+    /// configured.
+    #[arg(
+        long,
+        value_name = "BOOL",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true",
+        value_parser = clap::builder::BoolishValueParser::new(),
+        conflicts_with = "no_http3"
+    )]
+    http3: Option<bool>,
     /// No HTTP/3: TLS addresses speak HTTP/1.1 and HTTP/2 over TCP only,
     /// and send no Alt-Svc.
-    #[arg(long, overrides_with = "http3")]
+    #[arg(long)]
     no_http3: bool,
     #[command(flatten)]
     limits: LimitArgs,
@@ -290,6 +327,41 @@ struct ServerArgs {
 /// start, and again at each reload).
 #[derive(Clone, Debug)]
 struct BindAddrs(Vec<SocketAddr>);
+
+impl ServerArgs {
+    /// `--user` and `--group` by number, looked up in the user and group
+    /// databases; an error names the flags (and the file line) given.
+    fn run_as(&self) -> anyhow::Result<peregrine::Identity> {
+        let identity = peregrine::Identity {
+            user: self.user.clone(),
+            group: self.group.clone(),
+        };
+        identity.resolve().with_context(|| {
+            let given: Vec<String> = [("--user", &self.user), ("--group", &self.group)]
+                .iter()
+                .filter_map(|(flag, v)| v.as_ref().map(|v| format!("{flag} {v}{}", config::origin(flag))))
+                .collect();
+            given.join(", ")
+        })
+    }
+
+    /// Whether TLS addresses speak HTTP/3: `--http3`, `--http3=false` and
+    /// `--no-http3` (which clap keeps apart), else on with TLS. Asking
+    /// for it without TLS is refused rather than ignored: QUIC is always
+    /// encrypted, so there is nothing to speak it on.
+    fn http3(&self) -> anyhow::Result<bool> {
+        let tls = !self.tls.certs.is_empty();
+        match (self.http3, self.no_http3) {
+            (Some(true), _) if !tls => anyhow::bail!(
+                "--http3{} needs --tls-cert and --tls-key: HTTP/3 runs over QUIC, which is always \
+                 encrypted, on the TLS addresses' ports",
+                config::origin("--http3")
+            ),
+            (Some(wanted), _) => Ok(wanted),
+            (None, no) => Ok(!no),
+        }
+    }
+}
 
 /// Parses a `--bind` value (see its help). Unix-domain sockets (`unix:`)
 /// are refused by name: the engine listens on TCP sockets only.
@@ -371,6 +443,9 @@ impl TlsArgs {
             self.keys.len(),
             config::origin("--tls-key"),
         );
+        for (cert, key) in self.certs.iter().zip(&self.keys) {
+            swapped_pem(cert, key)?;
+        }
         let mut pairs = self.certs.iter().zip(&self.keys);
         let Some((cert, key)) = pairs.next() else {
             let given = [
@@ -391,6 +466,48 @@ impl TlsArgs {
         }
         Ok(Some(tls))
     }
+}
+
+/// A certificate given as the key, or a key as the certificate (the two
+/// files swapped, or the same file twice), said in those words: what the
+/// PEM parser would say ("no private key found") does not tell which
+/// mistake it was. Files that cannot be read are left to the loader's
+/// message.
+fn swapped_pem(cert: &std::path::Path, key: &std::path::Path) -> anyhow::Result<()> {
+    // The labels of a PEM file's blocks: CERTIFICATE, PRIVATE KEY, ...
+    let labels = |path: &std::path::Path| -> Option<Vec<String>> {
+        let text = std::fs::read(path).ok()?;
+        let text = String::from_utf8_lossy(&text);
+        Some(
+            text.lines()
+                .filter_map(|l| l.trim().strip_prefix("-----BEGIN ")?.strip_suffix("-----"))
+                .map(str::to_owned)
+                .collect(),
+        )
+    };
+    let is_key = |label: &String| label.ends_with("PRIVATE KEY");
+    if let Some(labels) = labels(key) {
+        if !labels.iter().any(is_key) && labels.iter().any(|l| l == "CERTIFICATE") {
+            anyhow::bail!(
+                "--tls-key {}{}: this file holds a certificate, not a private key (give the key that \
+                 goes with --tls-cert {})",
+                key.display(),
+                config::origin("--tls-key"),
+                cert.display()
+            );
+        }
+    }
+    if let Some(labels) = labels(cert) {
+        if labels.iter().any(is_key) && !labels.iter().any(|l| l == "CERTIFICATE") {
+            anyhow::bail!(
+                "--tls-cert {}{}: this file holds a private key, not a certificate (give the \
+                 certificate chain, leaf first)",
+                cert.display(),
+                config::origin("--tls-cert")
+            );
+        }
+    }
+    Ok(())
 }
 
 /// A value parser for a number that must lie in `range` (limits.rs says
@@ -633,6 +750,7 @@ fn run(cli: Cli, argv: Vec<OsString>) -> anyhow::Result<()> {
 fn check_server(args: &ServerArgs) -> anyhow::Result<()> {
     args.limits.to_limits()?;
     args.tls.config()?;
+    args.http3()?;
     Ok(())
 }
 
@@ -640,6 +758,10 @@ fn check(cli: &Cli, argv: &[OsString]) -> anyhow::Result<()> {
     // The checks run inside the sandbox serving would run in: the files
     // they read must be readable there too.
     peregrine_files::read_descriptor_limit();
+    // Looked up as `serve` does, before the sandbox hides the user
+    // database: a user that does not exist must fail here, not at start.
+    let args = reload::server_args(&cli.command);
+    args.run_as()?;
     let sandbox = sandbox::enter(&cli.command, argv)?;
     eprintln!("peregrine: {sandbox}");
     match &cli.command {

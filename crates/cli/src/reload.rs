@@ -121,7 +121,7 @@ pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()>
         user: args.user.clone(),
         group: args.group.clone(),
     };
-    let run_as = identity.resolve().context("--user/--group")?;
+    let run_as = args.run_as()?;
     // As root, before the sandbox and the drop.
     give_logs_to(args, &identity, &run_as)?;
     // Before any thread starts (the first generation's workers, the
@@ -284,7 +284,7 @@ fn build(
         .limits(args.limits.to_limits()?)
         .access_log_format(args.access_log_format.clone())
         .http2(!args.no_http2)
-        .http3(!args.no_http3);
+        .http3(args.http3()?);
     if first {
         srv = srv.run_as(process.run_as.clone());
     }
@@ -360,6 +360,10 @@ fn build(
 
     // Started: from here on nothing fails.
     error_log.apply();
+    // Said once the error log goes where --error-log says.
+    if let Some((_, m)) = &metrics_server {
+        log::info(format_args!("metrics on http://{}/metrics", m.local_addr()));
+    }
     match (args.metrics, metrics_server) {
         (_, Some(new)) => {
             if let Some((_, old)) = process.metrics_server.replace(new) {
@@ -479,7 +483,6 @@ fn serve_metrics(addr: SocketAddr, metrics: Arc<Metrics>) -> anyhow::Result<Runn
         .workers(1)
         .start(app)
         .with_context(|| format!("--metrics {addr}"))?;
-    log::info(format_args!("metrics on http://{}/metrics", running.local_addr()));
     Ok(running)
 }
 

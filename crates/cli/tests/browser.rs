@@ -109,7 +109,7 @@ fn check_in_chromium(what: &Path, served: &str, tls: Option<&SelfSigned>) {
     // check.mjs checks, on the first load: the title; that app.js ran (#status);
     // that style.css applied (body background); that falcon.svg rendered; that
     // the page and each asset were answered 200 by the server, with a strong
-    // ETag, and with Content-Encoding zstd where a .zst sibling exists; that no
+    // ETag, and with Content-Encoding br where a .br sibling exists (dir); that no
     // request failed and the page logged no error. On a reload: the same page
     // state; that the document went back with If-None-Match and was answered
     // 304 with the same ETag; that every asset came from a cache or a 304 with

@@ -303,3 +303,123 @@ fn archive_verify_names_the_file_whose_body_is_damaged() {
         "{err}"
     );
 }
+
+#[test]
+fn degenerate_cache_control_values_are_refused_with_the_reason() {
+    let dir = scratch("cache-control");
+    std::fs::write(dir.join("index.html"), "hi").unwrap();
+    let cases = [
+        ("", "an empty Cache-Control value"),
+        ("  ", "an empty Cache-Control value"),
+        ("max-age=60\r\nSet-Cookie: a=b", "'\\r' in a Cache-Control value"),
+        ("max-age=60, \u{e9}", "only visible ASCII"),
+        ("max-age=", "`=` must be followed by a value"),
+        ("no-cache,", "expected a directive"),
+        ("/assets/*=", "/assets/*=...: an empty Cache-Control value"),
+    ];
+    for (value, why) in cases {
+        let serve = [OsStr::new("check-config"), OsStr::new("serve"), dir.as_os_str()];
+        let err = refused(
+            2,
+            &[&serve[..], &[OsStr::new("--cache-control"), OsStr::new(value)]].concat(),
+        );
+        assert!(err.contains(why), "serve --cache-control {value:?}: {err}");
+    }
+    for (value, why) in &cases[..6] {
+        let out = dir.join("site.prg");
+        let pack = [OsStr::new("pack"), dir.as_os_str(), OsStr::new("-o"), out.as_os_str()];
+        let err = refused(
+            2,
+            &[&pack[..], &[OsStr::new("--cache-control"), OsStr::new(value)]].concat(),
+        );
+        assert!(err.contains(why), "pack --cache-control {value:?}: {err}");
+    }
+    // What an operator writes is accepted.
+    let ok = peregrine()
+        .args(["check-config", "serve"])
+        .arg(&dir)
+        .args(["--cache-control", "public, max-age=60, immutable"])
+        .args(["--cache-control", "/assets/*=max-age=31536000, immutable"])
+        .args(["--cache-control", "no-cache=\"Set-Cookie\""])
+        .output()
+        .unwrap();
+    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+}
+
+#[test]
+fn pack_without_an_output_says_what_it_does_and_what_it_needs() {
+    let dir = scratch("pack-no-output");
+    std::fs::write(dir.join("index.html"), "hi").unwrap();
+    let err = refused(2, &[OsStr::new("pack"), dir.as_os_str()]);
+    assert!(err.contains("--output <ARCHIVE>"), "{err}");
+    assert!(err.contains("note: pack writes DIR's files"), "{err}");
+    assert!(err.contains("peregrine pack site -o site.prg"), "{err}");
+}
+
+#[test]
+fn man_out_dir_is_made_as_mkdir_p_would() {
+    let dir = scratch("man-out-dir");
+    let pages = dir.join("share/man/man1");
+    let out = peregrine().args(["man", "--out-dir"]).arg(&pages).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(pages.join("peregrine-serve.1").is_file());
+}
+
+#[test]
+fn a_certificate_given_as_the_key_is_named_so() {
+    let pki = test_support::pki::Pki::new("cli-cert-as-key");
+    let (cert, key, _) = pki.issue("live", &["localhost"]);
+    let run = |cert: &Path, key: &Path| {
+        let args = [
+            OsStr::new("check-config"),
+            OsStr::new("hello"),
+            OsStr::new("--tls-cert"),
+            cert.as_os_str(),
+            OsStr::new("--tls-key"),
+            key.as_os_str(),
+        ];
+        refused(1, &args)
+    };
+    let err = run(&cert, &cert);
+    assert!(
+        err.contains(&format!(
+            "--tls-key {}: this file holds a certificate, not a private key",
+            cert.display()
+        )),
+        "{err}"
+    );
+    let err = run(&key, &key);
+    assert!(
+        err.contains("this file holds a private key, not a certificate"),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_metrics_line_goes_to_the_error_log_with_the_others() {
+    let dir = scratch("metrics-error-log");
+    let log = dir.join("error.log");
+    let stderr = dir.join("stderr");
+    let mut child = peregrine()
+        .args([
+            "hello",
+            "--bind",
+            "127.0.0.1:0",
+            "--metrics",
+            "127.0.0.1:0",
+            "--workers",
+            "1",
+        ])
+        .arg("--error-log")
+        .arg(&log)
+        .stderr(std::fs::File::create(&stderr).unwrap())
+        .spawn()
+        .unwrap();
+    test_support::wait_until("the start and metrics lines in the error log", || {
+        std::fs::read_to_string(&log).is_ok_and(|l| l.contains("metrics on http://") && l.contains("hello on"))
+    });
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let leaked = std::fs::read_to_string(&stderr).unwrap();
+    assert!(!leaked.contains("metrics on"), "on standard error: {leaked}");
+}

@@ -547,7 +547,7 @@ fn every_flag_of_serve_and_hello_has_a_key_and_a_variable() {
         let flags: Vec<&str> = help
             .lines()
             .filter_map(|l| l.trim_start().strip_prefix("--"))
-            .map(|l| l.split([' ', '<']).next().unwrap())
+            .map(|l| l.split([' ', '<', '[']).next().unwrap())
             .filter(|f| !["help", "config"].contains(f))
             .collect();
         assert!(flags.len() >= 14, "{name}: {flags:?}");
@@ -624,4 +624,42 @@ fn version_shows_the_build() {
     if workspace_root().join(".git").exists() {
         assert!(!revision.contains("unknown"), "{revision}");
     }
+}
+
+#[test]
+fn check_config_looks_up_the_user_and_group_as_the_start_would() {
+    let file = config("user = \"peregrine-no-such-user\"\n");
+    let out = check_config("hello", &file);
+    assert_error(
+        &out,
+        &[
+            "--user peregrine-no-such-user (file ",
+            "peregrine.toml:1)",
+            "no user \"peregrine-no-such-user\"",
+        ],
+    );
+    let out = peregrine()
+        .args([
+            "check-config",
+            "hello",
+            "--user",
+            "nobody",
+            "--group",
+            "peregrine-no-such-group",
+        ])
+        .output()
+        .unwrap();
+    assert_error(
+        &out,
+        &[
+            "--group peregrine-no-such-group",
+            "no group \"peregrine-no-such-group\"",
+        ],
+    );
+    // Users and groups that exist pass (by name, or by number).
+    let out = peregrine()
+        .args(["check-config", "hello", "--user", "nobody", "--group", "0"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
 }

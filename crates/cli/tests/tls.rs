@@ -377,3 +377,69 @@ fn tls_arguments_that_do_not_fit_are_named_in_the_error() {
     let err = run(&["--tls-cert", cert_s, "--tls-key", "/nonexistent/key.pem"]);
     assert_eq!(err.matches("/nonexistent/key.pem").count(), 1, "each cause once: {err}");
 }
+
+/// HTTP/3 is on with TLS unless switched off, and every way of switching
+/// it off does: `--no-http3`, `--http3=false`, `http3 = false` in the file,
+/// `PEREGRINE_HTTP3=0`. Whether a server speaks it is whether it holds
+/// the UDP port of its TLS address.
+#[test]
+fn http3_is_switched_off_by_flag_file_and_variable_and_misuses_are_refused() {
+    use std::net::UdpSocket;
+    let pki = Pki::new("h3-switch");
+    let (cert, key, _) = pki.issue("live", &["localhost"]);
+    let (cert, key) = (cert.to_str().unwrap(), key.to_str().unwrap());
+    let off_in_file = pki.dir().join("off.toml");
+    std::fs::write(&off_in_file, "http3 = false\n").unwrap();
+    let tls = ["hello", "--bind", "127.0.0.1:0", "--tls-cert", cert, "--tls-key", key];
+    let udp_held = |extra: &[&str], env: &[(&str, &str)]| {
+        let args: Vec<&str> = tls.iter().chain(extra).copied().collect();
+        let server = Running::start_env(&args, env);
+        let port: u16 = server.addr("https").rsplit_once(':').unwrap().1.parse().unwrap();
+        UdpSocket::bind(("127.0.0.1", port)).is_err()
+    };
+    assert!(udp_held(&[], &[]), "HTTP/3 is on by default with TLS");
+    assert!(udp_held(&["--http3"], &[]));
+    assert!(!udp_held(&["--no-http3"], &[]));
+    assert!(!udp_held(&["--http3=false"], &[]));
+    assert!(!udp_held(&["--config", off_in_file.to_str().unwrap()], &[]));
+    assert!(!udp_held(&[], &[("PEREGRINE_HTTP3", "0")]));
+
+    // check-config says the same, and where it came from.
+    let check = |args: &[&str], env: &[(&str, &str)]| {
+        let out = common::peregrine()
+            .arg("check-config")
+            .args(tls)
+            .args(args)
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        text.lines()
+            .find(|l| l.contains("http3 ") && !l.contains("no-http3"))
+            .unwrap()
+            .to_owned()
+    };
+    let line = check(&["--config", off_in_file.to_str().unwrap()], &[]);
+    assert!(line.starts_with("http3 = false  # file "), "{line}");
+    let line = check(&[], &[("PEREGRINE_HTTP3", "0")]);
+    assert_eq!(line, "http3 = false  # env PEREGRINE_HTTP3");
+    let line = check(&[], &[]);
+    assert!(line.contains("on when TLS is configured"), "{line}");
+
+    // Conflicting, or without TLS: refused, never ignored.
+    let refused = |args: &[&str]| {
+        let out = common::peregrine().args(args).output().unwrap();
+        assert!(!out.status.success(), "{args:?} accepted");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let both: Vec<&str> = tls.iter().copied().chain(["--http3", "--no-http3"]).collect();
+    assert!(refused(&both).contains("cannot be used with"));
+    let err = refused(&["hello", "--bind", "127.0.0.1:0", "--http3"]);
+    assert!(err.contains("--http3 needs --tls-cert and --tls-key"), "{err}");
+    let on_in_file = pki.dir().join("on.toml");
+    std::fs::write(&on_in_file, "http3 = true\n").unwrap();
+    let err = refused(&["check-config", "hello", "--config", on_in_file.to_str().unwrap()]);
+    assert!(err.contains("--http3 (file "), "{err}");
+    assert!(err.contains("needs --tls-cert"), "{err}");
+}

@@ -105,3 +105,22 @@ fn an_example_refuses_what_it_does_not_understand() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown argument \"--port\""));
 }
+
+#[test]
+fn an_example_that_cannot_start_says_why_in_a_sentence() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let out = example("hello")
+        .args(["--bind", &addr])
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.starts_with(&format!("cannot listen on {addr}: ")), "{err}");
+    assert!(
+        !err.contains("Error {") && !err.contains("kind:"),
+        "Debug, not a sentence: {err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+}

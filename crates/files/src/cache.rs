@@ -577,7 +577,7 @@ pub fn load(
         return Ok(None);
     }
     let name = rel.rsplit('/').next().unwrap_or(rel);
-    let content_type = crate::mime::content_type(name);
+    let content_type = crate::conventions::content_type(fields.custom, name);
     let mut encoded = Vec::new();
     let mut siblings_seen = [None; 3];
     let mut folder_seen = None;
@@ -764,7 +764,7 @@ fn assemble(
         }
     }
     for (n, v) in fields.custom {
-        if !n.eq_ignore_ascii_case("cache-control") {
+        if !crate::conventions::is_replacing_field(n) {
             meta.push((n, v));
         }
     }

@@ -116,13 +116,16 @@ pub fn parse_redirects(text: &[u8]) -> Result<Vec<Redirect>, String> {
 }
 
 /// `to` with `:name` replaced by the captures (longest names first, so
-/// `:splat` and `:s` do not clash).
+/// `:splat` and `:s` do not clash). The captures come from the decoded
+/// path, so each is percent-encoded again (`/` kept): the `Location` stays
+/// a valid URI reference (RFC 9110 §10.2.2), with no space, `?`, `#` or
+/// raw UTF-8 a client would read otherwise.
 pub fn substitute(to: &str, caps: &[(String, String)]) -> String {
     let mut sorted: Vec<&(String, String)> = caps.iter().collect();
     sorted.sort_by_key(|(n, _)| std::cmp::Reverse(n.len()));
     let mut out = to.to_owned();
     for (name, value) in sorted {
-        out = out.replace(&format!(":{name}"), value);
+        out = out.replace(&format!(":{name}"), &crate::path::encode(value));
     }
     out
 }
@@ -140,6 +143,25 @@ pub fn headers_for(rules: &[HeaderRule], path: &str) -> Vec<(String, String)> {
         }
     }
     out.into_values().collect()
+}
+
+/// The Content-Type of the file `name` with the fields `_headers` gives
+/// it: theirs when they set one (it replaces the type guessed from the
+/// name, as Netlify's and Cloudflare's `_headers` do, rather than adding a
+/// second Content-Type field), else the guess.
+pub fn content_type(custom: &[(String, String)], name: &str) -> String {
+    custom
+        .iter()
+        .rev()
+        .find(|(n, _)| n.eq_ignore_ascii_case("content-type"))
+        .map_or_else(|| crate::mime::content_type(name), |(_, v)| v.clone())
+}
+
+/// Whether a `_headers` field is one the head is built with rather than
+/// added to it as given: Content-Type and Cache-Control replace the
+/// values the server would have sent.
+pub fn is_replacing_field(name: &str) -> bool {
+    name.eq_ignore_ascii_case("content-type") || name.eq_ignore_ascii_case("cache-control")
 }
 
 /// Whether a site-relative path (`a/b`, no leading `/`) names a
@@ -235,6 +257,27 @@ mod tests {
     fn targets_get_the_captures() {
         let caps = Pattern::parse("/old/:id/*").unwrap().captures("/old/7/a/b").unwrap();
         assert_eq!(substitute("/new/:id/:splat", &caps), "/new/7/a/b");
+    }
+
+    /// Captures are taken from the decoded path: they go into Location
+    /// percent-encoded again.
+    #[test]
+    fn captures_go_into_the_target_percent_encoded() {
+        let caps = Pattern::parse("/old/:id/*")
+            .unwrap()
+            .captures("/old/a b?#/caf\u{e9}/100%")
+            .unwrap();
+        assert_eq!(
+            substitute("/new/:id/:splat", &caps),
+            "/new/a%20b%3F%23/caf%C3%A9/100%25"
+        );
+    }
+
+    #[test]
+    fn a_headers_content_type_replaces_the_guess() {
+        let custom = vec![("content-type".to_owned(), "text/plain; charset=utf-8".to_owned())];
+        assert_eq!(content_type(&custom, "a.html"), "text/plain; charset=utf-8");
+        assert_eq!(content_type(&[], "a.html"), crate::mime::content_type("a.html"));
     }
 
     #[test]

@@ -137,6 +137,74 @@ impl Options {
     }
 }
 
+/// Checks a Cache-Control value given by an operator (`--cache-control`,
+/// `pack --cache-control`): a comma-separated list of directives, each a
+/// token with an optional `=token` or `="quoted string"` argument (RFC 9111
+/// §5.2: `Cache-Control = #cache-directive`, `cache-directive = token [ "="
+/// ( token / quoted-string ) ]`). An empty value, an empty directive, a
+/// control character (CR, LF among them: a second field smuggled in) or a
+/// byte outside visible ASCII is refused with the reason, rather than
+/// sent to every client.
+pub fn check_cache_control(value: &str) -> Result<(), String> {
+    let is_tchar = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+    if value.trim().is_empty() {
+        return Err("an empty Cache-Control value: give directives, e.g. no-cache or max-age=3600".into());
+    }
+    if let Some(c) = value
+        .chars()
+        .find(|&c| !(c == ' ' || c == '\t' || c.is_ascii_graphic()))
+    {
+        return Err(format!(
+            "{:?} in a Cache-Control value: only visible ASCII, spaces and tabs may be sent in a field",
+            c
+        ));
+    }
+    let mut rest = value;
+    loop {
+        rest = rest.trim_start_matches([' ', '\t']);
+        let name_len = rest.find(|c: char| !is_tchar(c)).unwrap_or(rest.len());
+        if name_len == 0 {
+            return Err(format!(
+                "{value:?}: expected a directive (a name such as no-cache or max-age) at {:?}",
+                if rest.is_empty() { "the end" } else { rest }
+            ));
+        }
+        rest = &rest[name_len..];
+        if let Some(arg) = rest.strip_prefix('=') {
+            rest = if let Some(quoted) = arg.strip_prefix('"') {
+                let mut chars = quoted.char_indices();
+                let mut end = None;
+                while let Some((i, c)) = chars.next() {
+                    match c {
+                        '\\' => {
+                            chars.next();
+                        }
+                        '"' => {
+                            end = Some(i + 1);
+                            break;
+                        }
+                        _ => {}
+                    }
+                }
+                let end = end.ok_or_else(|| format!("{value:?}: a quoted string is not closed"))?;
+                &quoted[end..]
+            } else {
+                let len = arg.find(|c: char| !is_tchar(c)).unwrap_or(arg.len());
+                if len == 0 {
+                    return Err(format!("{value:?}: `=` must be followed by a value (max-age=3600)"));
+                }
+                &arg[len..]
+            };
+        }
+        rest = rest.trim_start_matches([' ', '\t']);
+        match rest.strip_prefix(',') {
+            Some(next) => rest = next,
+            None if rest.is_empty() => return Ok(()),
+            None => return Err(format!("{value:?}: expected `,` between directives at {rest:?}")),
+        }
+    }
+}
+
 /// Why a [`FileServer`] could not be made.
 #[derive(Debug)]
 pub struct Error(String);
@@ -167,5 +235,43 @@ impl FileServer {
 impl Handler for FileServer {
     fn call(&self, req: &Request<'_>) -> Reply {
         Reply::Now(self.inner.respond(req))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_cache_control;
+
+    #[test]
+    fn cache_control_values_are_directives_or_refused() {
+        for good in [
+            "no-cache",
+            "max-age=3600",
+            "public, max-age=31536000, immutable",
+            "private,no-store",
+            "no-cache=\"Set-Cookie, X-A\"",
+            "s-maxage=60 ,\tmust-revalidate",
+            "x-ext=\"a \\\" quote\"",
+        ] {
+            assert_eq!(check_cache_control(good), Ok(()), "{good:?}");
+        }
+        for bad in [
+            "",
+            "   ",
+            "max-age=60\r\nSet-Cookie: a=b",
+            "no-cache\n",
+            "a\u{1}b",
+            "max-age=60, é",
+            "max-age=",
+            "max-age=60,",
+            ", no-cache",
+            "no-cache,,max-age=1",
+            "max age=60",
+            "no-cache=\"unclosed",
+            "=60",
+            "max-age=6 0",
+        ] {
+            assert!(check_cache_control(bad).is_err(), "{bad:?} accepted");
+        }
     }
 }

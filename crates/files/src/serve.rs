@@ -19,7 +19,7 @@ use std::rc::Rc;
 use std::time::Instant;
 
 use globset::{Glob, GlobMatcher};
-use peregrine::{HeaderBlock, Request, Response};
+use peregrine::{Request, Response};
 
 use crate::cache::{self, Resource};
 use crate::conventions::{self, Conventions};
@@ -70,12 +70,11 @@ impl Site {
             let matcher = Glob::new(glob)
                 .map_err(|e| Error(format!("bad --cache-control glob {glob:?}: {e}")))?
                 .compile_matcher();
-            HeaderBlock::new(&[("Cache-Control", value)])
-                .map_err(|e| Error(format!("bad --cache-control value {value:?}: {e}")))?;
+            crate::check_cache_control(value).map_err(|e| Error(format!("--cache-control {glob}=...: {e}")))?;
             rules.push((matcher, value.clone()));
         }
         if let Some(cc) = &options.cache_control {
-            HeaderBlock::new(&[("Cache-Control", cc)]).map_err(|e| Error(format!("bad Cache-Control {cc:?}: {e}")))?;
+            crate::check_cache_control(cc).map_err(|e| Error(format!("--cache-control: {e}")))?;
         }
         for (flag, page) in [("--404", &options.not_found_page), ("--fallback", &options.fallback)] {
             if let Some(page) = page {

@@ -29,15 +29,17 @@ const UNTRUSTED = pageUrl.startsWith("https:");
 const DEADLINE_MS = 45_000;
 const ORIGIN = new URL(pageUrl).origin;
 // The page's own resources: path → what the check needs of it.
-// `serve site` negotiates among the .zst/.gz siblings (Chromium prefers the
-// first of br, zstd, gzip that exists: zstd); an archive made by `pack` has
-// brotli variants of every compressible file, the SVG included.
+// `serve site` negotiates among the .br/.zst/.gz siblings, which are the
+// bytes `pack` makes (Chromium prefers the first of br, zstd, gzip that
+// exists: br); the SVG has none, and is sent in identity until compressed
+// on the fly. An archive made by `pack` has brotli variants of every
+// compressible file, the SVG included.
 const RESOURCES = served === "dir"
   ? {
-    "/": { type: "Document", encoding: "zstd" },
-    "/assets/style.css": { type: "Stylesheet", encoding: "zstd" },
-    "/assets/app.js": { type: "Script", encoding: "zstd" },
-    "/assets/falcon.svg": { type: "Image", encoding: null }, // no .zst or .gz sibling
+    "/": { type: "Document", encoding: "br" },
+    "/assets/style.css": { type: "Stylesheet", encoding: "br" },
+    "/assets/app.js": { type: "Script", encoding: "br" },
+    "/assets/falcon.svg": { type: "Image", encoding: null }, // no sibling
   }
   : {
     "/": { type: "Document", encoding: "br" },

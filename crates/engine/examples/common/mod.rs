@@ -33,8 +33,26 @@ pub fn addresses() -> Vec<String> {
 }
 
 /// Binds `server` to the addresses asked for, starts it with `handler`,
-/// prints where it listens, and serves until SIGINT or SIGTERM.
-pub fn run(mut server: Server, handler: impl Handler) -> Result<(), peregrine::Error> {
+/// prints where it listens, and serves until SIGINT or SIGTERM. An error
+/// is printed as a sentence with each cause once (`cannot listen on
+/// 127.0.0.1:8080: Address already in use (os error 98)`), and the
+/// example exits with 1: returned from `main`, it would be printed with
+/// `Debug` (`Error { kind: Bind(..), source: Os { .. } }`).
+pub fn run(server: Server, handler: impl Handler) -> Result<(), peregrine::Error> {
+    serve(server, handler).unwrap_or_else(|e| {
+        let mut line = e.to_string();
+        let mut cause = std::error::Error::source(&e);
+        while let Some(c) = cause {
+            line += &format!(": {c}");
+            cause = c.source();
+        }
+        eprintln!("{line}");
+        std::process::exit(1)
+    });
+    Ok(())
+}
+
+fn serve(mut server: Server, handler: impl Handler) -> Result<(), peregrine::Error> {
     for addr in addresses() {
         server = server.bind(addr);
     }

@@ -19,7 +19,11 @@ pub(crate) struct HttpsRedirect {
 impl Handler for HttpsRedirect {
     fn call(&self, req: &Request<'_>) -> Reply {
         let Some(host) = req.host().and_then(host_name) else {
-            return Reply::Now(Response::error(400));
+            return Reply::Now(
+                Response::new(400)
+                    .with_content_type("text/plain; charset=utf-8")
+                    .with_body(&b"400 Bad Request: the Host field names no host to redirect to over https\n"[..]),
+            );
         };
         let mut location = String::with_capacity(16 + host.len() + req.target().len());
         location.push_str("https://");
@@ -62,15 +66,22 @@ fn host_name(host: &str) -> Option<&str> {
             Some(_) => return None,
             None => host,
         };
-        if !name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.' || b == b'_')
-        {
+        // DNS labels (RFC 1035 §2.3.4, with `_` as found in the wild and
+        // one trailing dot of a fully qualified name): 1 to 63 bytes each,
+        // no `-` at either end, so `a..b`, `.` and `-x` are no host.
+        let labels = name.strip_suffix('.').unwrap_or(name);
+        let label_ok = |l: &str| {
+            (1..=63).contains(&l.len())
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        };
+        if !labels.split('.').all(label_ok) {
             return None;
         }
         name
     };
-    (!name.is_empty() && name.len() <= 255).then_some(name)
+    (!name.is_empty() && name.len() <= 254).then_some(name)
 }
 
 fn is_port(s: &str) -> bool {
@@ -118,6 +129,15 @@ mod tests {
             ("[::1]x", None),
             ("[zz]", None),
             ("[]", None),
+            ("example.com.", Some("example.com.")),
+            ("xn--bcher-kva.example", Some("xn--bcher-kva.example")),
+            ("_acme.example", Some("_acme.example")),
+            ("a..b", None),
+            (".", None),
+            ("-", None),
+            ("-a-.com", None),
+            (".example.com", None),
+            ("example..", None),
         ];
         for (given, want) in table {
             assert_eq!(host_name(given), *want, "{given:?}");
