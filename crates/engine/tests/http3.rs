@@ -44,7 +44,10 @@ fn tls(tag: &str) -> (TlsConfig, PathBuf) {
 /// GETs (path) and POSTs (path, body) on one connection, all at once;
 /// each answer's status line ("200", or "error ...") and body.
 fn h3(server: &Running, reqs: &[(&str, Option<&[u8]>)]) -> Vec<(String, Vec<u8>)> {
-    let out = std::env::temp_dir().join(format!("peregrine-e-h3-out-{}", std::process::id()));
+    // One directory per call: the tests run side by side.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let out = std::env::temp_dir().join(format!("peregrine-e-h3-out-{}-{call}", std::process::id()));
     std::fs::create_dir_all(&out).unwrap();
     let requests: Vec<String> = reqs
         .iter()
@@ -200,5 +203,78 @@ fn streamed_bodies_over_http3() {
     let big: Vec<u8> = (0..64u8).flat_map(|i| vec![i; 16 * 1024]).collect();
     assert_eq!(answers[3].0, "200");
     assert!(answers[3].1 == big, "{} bytes", answers[3].1.len());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Request bodies read as they arrive (`body::streamed`) over HTTP/3:
+/// a body of several stream windows reaches the reader whole and in
+/// order while the connection reads only as far as the reader has room;
+/// one over the limit fails its reader (InvalidData) and gets 413.
+#[test]
+fn streamed_uploads_over_http3() {
+    use peregrine::body;
+    use std::io::Read;
+    use std::sync::mpsc;
+    use std::sync::Mutex;
+    let (config, dir) = tls("upload");
+    let (err_tx, errors) = mpsc::channel::<std::io::ErrorKind>();
+    let err_tx = Mutex::new(err_tx);
+    let app = Router::new().get("/", |_: &Request<'_>| Response::text("now")).post(
+        "/upload",
+        body::streamed(move |req: &Request<'_>| -> Reply {
+            let mut reader = req.body_reader().expect("a reader");
+            let responder = req.defer();
+            let err_tx = err_tx.lock().unwrap().clone();
+            std::thread::spawn(move || {
+                let (mut n, mut sum) = (0u64, 0u64);
+                let mut buf = vec![0; 16 * 1024];
+                loop {
+                    match reader.read(&mut buf) {
+                        Ok(0) => break responder.send(Response::text(format!("{n} {sum}"))),
+                        Ok(got) => {
+                            for &b in &buf[..got] {
+                                // Position-weighted: bytes out of order change it.
+                                sum = sum.wrapping_add(u64::from(b) * (n + 1));
+                                n += 1;
+                            }
+                        }
+                        Err(e) => {
+                            let _ = err_tx.send(e.kind());
+                            break responder.send(Response::error(400));
+                        }
+                    }
+                }
+            });
+            Reply::Later
+        }),
+    );
+    let limits = peregrine::Limits {
+        body_bytes_max: 4 << 20,
+        ..peregrine::Limits::default()
+    };
+    let server = Server::new()
+        .bind_tls("127.0.0.1:0", config)
+        .workers(1)
+        .limits(limits)
+        .start(app)
+        .unwrap();
+    let big: Vec<u8> = (0..3 << 20).map(|i| (i % 251) as u8).collect();
+    let too_big = vec![1u8; 5 << 20];
+    let answers = h3(
+        &server,
+        &[("/upload", Some(&big)), ("/", None), ("/upload", Some(&too_big))],
+    );
+    let mut sum = 0u64;
+    for (i, &b) in big.iter().enumerate() {
+        sum = sum.wrapping_add(u64::from(b) * (i as u64 + 1));
+    }
+    assert_eq!(answers[0].0, "200");
+    assert_eq!(String::from_utf8_lossy(&answers[0].1), format!("{} {sum}", big.len()));
+    assert_eq!((answers[1].0.as_str(), &answers[1].1[..]), ("200", &b"now"[..]));
+    assert_eq!(answers[2].0, "413");
+    assert_eq!(
+        errors.recv_timeout(test_support::PATIENCE).unwrap(),
+        std::io::ErrorKind::InvalidData
+    );
     let _ = std::fs::remove_dir_all(dir);
 }
