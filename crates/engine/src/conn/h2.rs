@@ -20,7 +20,14 @@
 //! restart it: else PINGs within the control-frame budget would hold a
 //! half-sent request open for hours); while responses wait only for the client's window,
 //! `send_timeout` since the last DATA byte left. Each ends the connection
-//! with GOAWAY. Deferred answers have no timeout, as on HTTP/1.1.
+//! with GOAWAY. Deferred answers have no timeout, as on HTTP/1.1, nor do a
+//! body whose producer has nothing yet (`body::channel`) and an upload
+//! whose reader is behind (`body::streamed`).
+//!
+//! A stream whose head is complete and whose body is coming is offered to
+//! its handler first (`start_upload_h2`): one wrapped in `body::streamed`
+//! is called then, and the stream's window is given back only as its
+//! reader takes the body.
 
 use std::cell::RefCell;
 use std::io::{self, IoSlice, Write};

@@ -18,6 +18,13 @@
 //!    body or idle timeout) or says the connection is done; `time_out`
 //!    answers 408 when a request was not received in time.
 //!
+//! A handler that reads bodies as they arrive (`body::streamed`) is asked
+//! about at the end of a head announcing a body (`Event::BodyAhead`): it is
+//! called at once (`stream_body`), and the body goes to its reader through
+//! `feed`, before anything else in the input is parsed, as far as the
+//! reader has room; otherwise (`buffer_body`) the head is parsed again and
+//! its body buffered as before.
+//!
 //! Invariants: answers leave in request order (a deferred request holds
 //! the ones behind it in the input); after an error answer nothing else is
 //! parsed (its framing cannot be trusted) and the machine is `Closing`.
