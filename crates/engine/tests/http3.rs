@@ -278,3 +278,58 @@ fn streamed_uploads_over_http3() {
     );
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A client that leaves while its response is still being written: the
+/// producer's `send` fails once the connection is gone. The client gives
+/// up on the endless stream after its own 3 s timeout and closes.
+#[test]
+fn a_streamed_body_to_a_client_gone_over_http3_fails_send() {
+    use peregrine::body;
+    use std::sync::mpsc;
+    use std::sync::Mutex;
+    let (config, dir) = tls("gone");
+    let (done_tx, done) = mpsc::channel::<usize>();
+    let done_tx = Mutex::new(done_tx);
+    let app = move |_: &Request<'_>| {
+        let (body, tx) = body::channel(1024);
+        let done_tx = done_tx.lock().unwrap().clone();
+        std::thread::spawn(move || {
+            let mut n = 0;
+            while tx.send(vec![b'x'; 512]).is_ok() {
+                n += 1;
+            }
+            let _ = done_tx.send(n);
+        });
+        Response::new(200).with_body(body)
+    };
+    let server = Server::new()
+        .bind_tls("127.0.0.1:0", config)
+        .workers(1)
+        .start(app)
+        .unwrap();
+    let out = std::env::temp_dir().join(format!("peregrine-e-h3-gone-{}", std::process::id()));
+    std::fs::create_dir_all(&out).unwrap();
+    let spec = format!(
+        "{{\"host\": \"127.0.0.1\", \"port\": {}, \"out\": \"{}\", \"timeout\": 3, \"requests\": [{{\"path\": \"/\"}}]}}",
+        server.local_addr().port(),
+        out.display(),
+    );
+    let client = Path::new(env!("CARGO_MANIFEST_DIR")).join("../cli/tests/h3/client.py");
+    let mut child = Command::new("timeout")
+        .args(["--kill-after=5", "60"])
+        .arg(python())
+        .arg(client)
+        .stdin(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(spec.as_bytes()).unwrap();
+    let status = child.wait().unwrap();
+    assert!(!status.success(), "the client cannot finish an endless body");
+    let sent = done
+        .recv_timeout(test_support::PATIENCE)
+        .expect("send fails once the client is gone");
+    assert!(sent > 0, "some chunks went out first");
+    let _ = std::fs::remove_dir_all(out);
+    let _ = std::fs::remove_dir_all(dir);
+}
