@@ -44,7 +44,7 @@ fn tls(tag: &str) -> (TlsConfig, PathBuf) {
 /// GETs (path) and POSTs (path, body) on one connection, all at once;
 /// each answer's status line ("200", or "error ...") and body.
 fn h3(server: &Running, reqs: &[(&str, Option<&[u8]>)]) -> Vec<(String, Vec<u8>)> {
-    // One directory per call: the tests run side by side.
+    // One directory per call: the tests of this binary run at once.
     static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let out = std::env::temp_dir().join(format!("peregrine-e-h3-out-{}-{call}", std::process::id()));
