@@ -653,7 +653,7 @@ impl H1 {
             // full (the reader owns that wait).
             State::Deferred(_) | State::Handling(_) if self.upload.is_some() => {
                 self.deadline = match &self.upload {
-                    Some(up) if up.sink.room() > 0 => env.now.checked_add(env.limits.body_timeout),
+                    Some(up) if !up.sink.is_blocked() => env.now.checked_add(env.limits.body_timeout),
                     _ => None,
                 };
             }

@@ -156,7 +156,7 @@ impl Session {
     /// Some upload waits for its reader to make room: no body timeout
     /// runs for it (the reader owns that wait).
     pub(super) fn is_upload_blocked(s: &Stream) -> bool {
-        s.upload.as_ref().is_some_and(|sink| sink.room() == 0)
+        s.upload.as_ref().is_some_and(BodySink::is_blocked)
     }
 
     /// A streamed body broke the limit: the reader fails, and the client
