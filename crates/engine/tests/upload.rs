@@ -373,7 +373,9 @@ mod h2c {
         pub fn response(&mut self) -> Vec<u8> {
             let mut body = Vec::new();
             while let Some(f) = self.next() {
-                if f.stream != 1 {
+                // A WINDOW_UPDATE sent before our END_STREAM arrived is
+                // legal (RFC 9113 §6.9): skipped with the other streams'.
+                if f.stream != 1 || f.kind == WINDOW_UPDATE {
                     continue;
                 }
                 assert!(f.kind == HEADERS || f.kind == DATA, "frame {} on the stream", f.kind);
