@@ -499,8 +499,17 @@ impl BodySink {
             return usize::MAX;
         }
         let room = self.shared.capacity.saturating_sub(state.bytes);
-        state.waiting = room == 0;
+        // Set here, cleared only by the reader's wake: clearing it when
+        // room shows up again would lose the wake the connection waits for.
+        if room == 0 {
+            state.waiting = true;
+        }
         room
+    }
+
+    /// The connection found no room and waits for the reader's wake.
+    pub(crate) fn is_blocked(&self) -> bool {
+        self.shared.lock().waiting
     }
 
     /// Hands over body bytes (copied). Dropped if the reader is gone.
@@ -700,6 +709,23 @@ mod tests {
         sink.push(b"x");
         sink.fail(io::ErrorKind::InvalidData, "too large");
         assert_eq!(reader.read(&mut buf).unwrap_err().kind(), io::ErrorKind::InvalidData);
+
+        // The connection found the pipe full: it stays blocked (no body
+        // timeout, waiting for the wake) until the reader has taken half,
+        // however often it looks at the room meanwhile (a regression: the
+        // look cleared the flag, the wake never came, and a 64 MiB upload
+        // stalled into the body timeout).
+        let (mut reader, sink) = pipe(9);
+        for part in [b"abc", b"def", b"ghi"] {
+            sink.push(part);
+        }
+        assert_eq!(sink.room(), 0);
+        assert!(sink.is_blocked());
+        assert_eq!(reader.read(&mut [0; 3]).unwrap(), 3);
+        assert_eq!(sink.room(), 3);
+        assert!(sink.is_blocked(), "room seen again must not cancel the wake");
+        assert_eq!(reader.read(&mut [0; 3]).unwrap(), 3);
+        assert!(!sink.is_blocked(), "the reader took half: the wake is posted");
 
         let (mut reader, sink) = pipe(8);
         let blocked = std::thread::spawn(move || reader.read(&mut [0; 4]).map_err(|e| e.kind()));

@@ -205,3 +205,131 @@ fn streamed_bodies_over_http3() {
     assert!(answers[3].1 == big, "{} bytes", answers[3].1.len());
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// Request bodies read as they arrive (`body::streamed`) over HTTP/3:
+/// a body of several stream windows reaches the reader whole and in
+/// order while the connection reads only as far as the reader has room;
+/// one over the limit fails its reader (InvalidData) and gets 413.
+#[test]
+fn streamed_uploads_over_http3() {
+    use peregrine::body;
+    use std::io::Read;
+    use std::sync::mpsc;
+    use std::sync::Mutex;
+    let (config, dir) = tls("upload");
+    let (err_tx, errors) = mpsc::channel::<std::io::ErrorKind>();
+    let err_tx = Mutex::new(err_tx);
+    let app = Router::new().get("/", |_: &Request<'_>| Response::text("now")).post(
+        "/upload",
+        body::streamed(move |req: &Request<'_>| -> Reply {
+            let mut reader = req.body_reader().expect("a reader");
+            let responder = req.defer();
+            let err_tx = err_tx.lock().unwrap().clone();
+            std::thread::spawn(move || {
+                let (mut n, mut sum) = (0u64, 0u64);
+                let mut buf = vec![0; 16 * 1024];
+                loop {
+                    match reader.read(&mut buf) {
+                        Ok(0) => break responder.send(Response::text(format!("{n} {sum}"))),
+                        Ok(got) => {
+                            for &b in &buf[..got] {
+                                // Position-weighted: bytes out of order change it.
+                                sum = sum.wrapping_add(u64::from(b) * (n + 1));
+                                n += 1;
+                            }
+                        }
+                        Err(e) => {
+                            let _ = err_tx.send(e.kind());
+                            break responder.send(Response::error(400));
+                        }
+                    }
+                }
+            });
+            Reply::Later
+        }),
+    );
+    let limits = peregrine::Limits {
+        body_bytes_max: 4 << 20,
+        ..peregrine::Limits::default()
+    };
+    let server = Server::new()
+        .bind_tls("127.0.0.1:0", config)
+        .workers(1)
+        .limits(limits)
+        .start(app)
+        .unwrap();
+    let big: Vec<u8> = (0..3 << 20).map(|i| (i % 251) as u8).collect();
+    let too_big = vec![1u8; 5 << 20];
+    let answers = h3(
+        &server,
+        &[("/upload", Some(&big)), ("/", None), ("/upload", Some(&too_big))],
+    );
+    let mut sum = 0u64;
+    for (i, &b) in big.iter().enumerate() {
+        sum = sum.wrapping_add(u64::from(b) * (i as u64 + 1));
+    }
+    assert_eq!(answers[0].0, "200");
+    assert_eq!(String::from_utf8_lossy(&answers[0].1), format!("{} {sum}", big.len()));
+    assert_eq!((answers[1].0.as_str(), &answers[1].1[..]), ("200", &b"now"[..]));
+    assert_eq!(answers[2].0, "413");
+    assert_eq!(
+        errors.recv_timeout(test_support::PATIENCE).unwrap(),
+        std::io::ErrorKind::InvalidData
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A client that leaves while its response is still being written: the
+/// producer's `send` fails once the connection is gone. The client gives
+/// up on the endless stream after its own 3 s timeout and closes.
+#[test]
+fn a_streamed_body_to_a_client_gone_over_http3_fails_send() {
+    use peregrine::body;
+    use std::sync::mpsc;
+    use std::sync::Mutex;
+    let (config, dir) = tls("gone");
+    let (done_tx, done) = mpsc::channel::<usize>();
+    let done_tx = Mutex::new(done_tx);
+    let app = move |_: &Request<'_>| {
+        let (body, tx) = body::channel(1024);
+        let done_tx = done_tx.lock().unwrap().clone();
+        std::thread::spawn(move || {
+            let mut n = 0;
+            while tx.send(vec![b'x'; 512]).is_ok() {
+                n += 1;
+            }
+            let _ = done_tx.send(n);
+        });
+        Response::new(200).with_body(body)
+    };
+    let server = Server::new()
+        .bind_tls("127.0.0.1:0", config)
+        .workers(1)
+        .start(app)
+        .unwrap();
+    let out = std::env::temp_dir().join(format!("peregrine-e-h3-gone-{}", std::process::id()));
+    std::fs::create_dir_all(&out).unwrap();
+    let spec = format!(
+        "{{\"host\": \"127.0.0.1\", \"port\": {}, \"out\": \"{}\", \"timeout\": 3, \"requests\": [{{\"path\": \"/\"}}]}}",
+        server.local_addr().port(),
+        out.display(),
+    );
+    let client = Path::new(env!("CARGO_MANIFEST_DIR")).join("../cli/tests/h3/client.py");
+    let mut child = Command::new("timeout")
+        .args(["--kill-after=5", "60"])
+        .arg(python())
+        .arg(client)
+        .stdin(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(spec.as_bytes()).unwrap();
+    let status = child.wait().unwrap();
+    assert!(!status.success(), "the client cannot finish an endless body");
+    let sent = done
+        .recv_timeout(test_support::PATIENCE)
+        .expect("send fails once the client is gone");
+    assert!(sent > 0, "some chunks went out first");
+    let _ = std::fs::remove_dir_all(out);
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -8,7 +8,7 @@
 mod common;
 
 use std::io::{ErrorKind, Read, Write};
-use std::sync::mpsc::{self, Sender};
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Mutex;
 
 use common::{start_with, Client, PATIENCE};
@@ -56,13 +56,16 @@ fn expected(n: usize) -> String {
 
 /// `/upload` reads the body on a thread and answers its length and hash,
 /// or the reader's error kind (also sent to `errors`); `/small` buffers.
-fn server(body_bytes_max: u64, errors: Sender<ErrorKind>) -> peregrine::Running {
+fn server(body_bytes_max: u64, errors: Sender<ErrorKind>) -> (peregrine::Running, Receiver<()>) {
     let errors = Mutex::new(errors);
+    let (called_tx, called) = mpsc::channel();
+    let called_tx = Mutex::new(called_tx);
     let app = Router::new()
         .post(
             "/upload",
             body::streamed(move |req: &Request<'_>| -> Reply {
                 assert!(req.body().is_empty());
+                let _ = called_tx.lock().unwrap().send(());
                 let mut reader = req.body_reader().expect("a reader");
                 assert!(req.body_reader().is_none(), "one reader per request");
                 let responder = req.defer();
@@ -91,13 +94,14 @@ fn server(body_bytes_max: u64, errors: Sender<ErrorKind>) -> peregrine::Running 
         .post("/small", |req: &Request<'_>| {
             Response::text(format!("{} buffered", req.body().len()))
         });
-    start_with(
+    let server = start_with(
         Limits {
             body_bytes_max,
             ..Limits::default()
         },
         app,
-    )
+    );
+    (server, called)
 }
 
 /// Sends `n` bytes of the pattern, chunked or not.
@@ -126,7 +130,7 @@ fn send_body(c: &mut Client, n: usize, chunked: bool) {
 fn uploads_larger_than_memory_are_read_as_they_arrive() {
     let _serial = serial();
     let (tx, _errors) = mpsc::channel();
-    let server = server(1 << 30, tx);
+    let (server, _called) = server(1 << 30, tx);
     leave_this_thread_out();
     let mut c = Client::connect(server.local_addr());
     // Warm: the worker's buffers and the first reader thread.
@@ -167,7 +171,7 @@ fn expected_of(bytes: &[u8]) -> String {
 fn expect_100_continue_gets_its_interim_answer_before_the_body() {
     let _serial = serial();
     let (tx, _errors) = mpsc::channel();
-    let server = server(1 << 20, tx);
+    let (server, _called) = server(1 << 20, tx);
     let mut c = Client::connect(server.local_addr());
     c.send(b"POST /upload HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n");
     let interim = c.response();
@@ -180,7 +184,7 @@ fn expect_100_continue_gets_its_interim_answer_before_the_body() {
 fn a_chunked_body_over_the_limit_is_413_and_fails_the_reader() {
     let _serial = serial();
     let (tx, errors) = mpsc::channel();
-    let server = server(100_000, tx);
+    let (server, _called) = server(100_000, tx);
     let mut c = Client::connect(server.local_addr());
     c.send(b"POST /upload HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n");
     let mut stream = c.stream.try_clone().unwrap();
@@ -207,7 +211,7 @@ fn a_chunked_body_over_the_limit_is_413_and_fails_the_reader() {
 fn a_content_length_over_the_limit_is_413_before_the_handler() {
     let _serial = serial();
     let (tx, errors) = mpsc::channel();
-    let server = server(1000, tx);
+    let (server, _called) = server(1000, tx);
     let mut c = Client::connect(server.local_addr());
     c.send(b"POST /upload HTTP/1.1\r\nHost: t\r\nContent-Length: 1001\r\n\r\n");
     let all = String::from_utf8_lossy(&c.read_to_close()).into_owned();
@@ -219,7 +223,7 @@ fn a_content_length_over_the_limit_is_413_before_the_handler() {
 fn a_client_gone_mid_body_fails_the_reader_with_unexpected_eof() {
     let _serial = serial();
     let (tx, errors) = mpsc::channel();
-    let server = server(1 << 20, tx);
+    let (server, _called) = server(1 << 20, tx);
     let mut c = Client::connect(server.local_addr());
     c.send(b"POST /upload HTTP/1.1\r\nHost: t\r\nContent-Length: 100000\r\n\r\n");
     c.send(&[b'x'; 1000]);
@@ -235,7 +239,7 @@ fn a_client_gone_mid_body_fails_the_reader_with_unexpected_eof() {
 fn pipelined_requests_after_a_streamed_upload_are_answered() {
     let _serial = serial();
     let (tx, _errors) = mpsc::channel();
-    let server = server(1 << 20, tx);
+    let (server, _called) = server(1 << 20, tx);
     let mut c = Client::connect(server.local_addr());
     c.send(
         b"POST /upload HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n\
@@ -245,4 +249,233 @@ POST /upload HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\nyo",
     assert_eq!(c.response().text(), expected_of(b"abc"));
     assert_eq!(c.response().text(), "2 buffered");
     assert_eq!(c.response().text(), expected_of(b"yo"));
+}
+
+// HTTP/2: a client that sends DATA as the windows allow.
+
+mod h2c {
+    use std::io::{Read, Write};
+    use std::net::{SocketAddr, TcpStream};
+
+    use test_support::h2::{DATA, END_HEADERS, END_STREAM, HEADERS, PREFACE, RST_STREAM, SETTINGS, WINDOW_UPDATE};
+
+    pub struct Frame {
+        pub kind: u8,
+        pub flags: u8,
+        pub stream: u32,
+        pub payload: Vec<u8>,
+    }
+
+    pub fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+        let len = payload.len();
+        let mut f = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
+        f.extend_from_slice(&stream.to_be_bytes());
+        f.extend_from_slice(payload);
+        f
+    }
+
+    pub struct Conn {
+        pub stream: TcpStream,
+        buf: Vec<u8>,
+        pub conn_window: i64,
+        pub stream_window: i64,
+    }
+
+    impl Conn {
+        pub fn connect(addr: SocketAddr) -> Conn {
+            let stream = TcpStream::connect(addr).unwrap();
+            stream.set_read_timeout(Some(super::PATIENCE)).unwrap();
+            stream.set_nodelay(true).unwrap();
+            let mut c = Conn {
+                stream,
+                buf: Vec::new(),
+                conn_window: 65_535,
+                stream_window: 65_535,
+            };
+            c.send(&[PREFACE, &frame(SETTINGS, 0, 0, &[]), &frame(SETTINGS, 1, 0, &[])].concat());
+            c
+        }
+
+        pub fn send(&mut self, bytes: &[u8]) {
+            self.stream.write_all(bytes).unwrap();
+        }
+
+        /// A POST head on stream 1, its body to follow.
+        pub fn post(&mut self, path: &str) {
+            let mut head = Vec::new();
+            for (index, value) in [(2u8, "POST"), (6, "http"), (4, path), (1, "localhost")] {
+                head.push(index);
+                head.push(value.len() as u8);
+                head.extend_from_slice(value.as_bytes());
+            }
+            self.send(&frame(HEADERS, END_HEADERS, 1, &head));
+        }
+
+        pub fn next(&mut self) -> Option<Frame> {
+            loop {
+                if self.buf.len() >= 9 {
+                    let len =
+                        (usize::from(self.buf[0]) << 16) | (usize::from(self.buf[1]) << 8) | usize::from(self.buf[2]);
+                    if self.buf.len() >= 9 + len {
+                        let f = Frame {
+                            kind: self.buf[3],
+                            flags: self.buf[4],
+                            stream: u32::from_be_bytes(self.buf[5..9].try_into().unwrap()) & 0x7fff_ffff,
+                            payload: self.buf[9..9 + len].to_vec(),
+                        };
+                        self.buf.drain(..9 + len);
+                        if f.kind == WINDOW_UPDATE {
+                            let inc = i64::from(u32::from_be_bytes(f.payload[..4].try_into().unwrap()));
+                            if f.stream == 0 {
+                                self.conn_window += inc;
+                            } else {
+                                self.stream_window += inc;
+                            }
+                        }
+                        return Some(f);
+                    }
+                }
+                let mut chunk = [0; 65536];
+                match self.stream.read(&mut chunk) {
+                    Ok(0) | Err(_) => return None,
+                    Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                }
+            }
+        }
+
+        /// Sends `body` on stream 1 as the windows allow, then END_STREAM;
+        /// `Err` with the frame that ended it first (a response HEADERS,
+        /// RST_STREAM), or `None` if the connection closed.
+        pub fn upload(&mut self, mut body: impl FnMut(&mut Vec<u8>, usize) -> bool) -> Result<(), Option<Frame>> {
+            let mut chunk = Vec::new();
+            loop {
+                let room = self.conn_window.min(self.stream_window).min(16_384);
+                if room <= 0 {
+                    match self.next() {
+                        Some(f) if (f.kind == RST_STREAM || f.kind == HEADERS) && f.stream == 1 => return Err(Some(f)),
+                        Some(_) => continue,
+                        None => return Err(None),
+                    }
+                }
+                chunk.clear();
+                let more = body(&mut chunk, room as usize);
+                let flags = if more { 0 } else { END_STREAM };
+                self.send(&frame(DATA, flags, 1, &chunk));
+                self.conn_window -= chunk.len() as i64;
+                self.stream_window -= chunk.len() as i64;
+                if !more {
+                    return Ok(());
+                }
+            }
+        }
+
+        /// The response on stream 1: its body (the status is 200).
+        pub fn response(&mut self) -> Vec<u8> {
+            let mut body = Vec::new();
+            while let Some(f) = self.next() {
+                // A WINDOW_UPDATE sent before our END_STREAM arrived is
+                // legal (RFC 9113 §6.9): skipped with the other streams'.
+                if f.stream != 1 || f.kind == WINDOW_UPDATE {
+                    continue;
+                }
+                assert!(f.kind == HEADERS || f.kind == DATA, "frame {} on the stream", f.kind);
+                if f.kind == HEADERS {
+                    assert_eq!(f.payload[0], 0x88, "status 200");
+                }
+                if f.kind == DATA {
+                    body.extend_from_slice(&f.payload);
+                }
+                if f.flags & END_STREAM != 0 {
+                    return body;
+                }
+            }
+            panic!("the connection closed before the response");
+        }
+    }
+}
+
+#[test]
+fn http2_uploads_are_read_as_they_arrive_with_the_window_following_the_reader() {
+    let _serial = serial();
+    let (tx, _errors) = mpsc::channel();
+    let (server, _called) = server(1 << 30, tx);
+    leave_this_thread_out();
+    let n = 32 * MIB;
+    // Warm the worker first.
+    let mut c = h2c::Conn::connect(server.local_addr());
+    c.post("/upload");
+    assert!(c
+        .upload(|out, _| {
+            out.extend_from_slice(b"abc");
+            false
+        })
+        .is_ok());
+    assert_eq!(c.response(), expected_of(b"abc").as_bytes());
+    let before = live_bytes();
+    reset_peak();
+    let mut c = h2c::Conn::connect(server.local_addr());
+    c.post("/upload");
+    let (mut sent, mut i) = (0, 0);
+    let mut current = block(0);
+    let mut at = 0;
+    assert!(c
+        .upload(|out, room| {
+            while out.len() < room && sent < n {
+                if at == current.len() {
+                    i += 1;
+                    current = block(i);
+                    at = 0;
+                }
+                let k = (room - out.len()).min(current.len() - at).min(n - sent);
+                out.extend_from_slice(&current[at..at + k]);
+                at += k;
+                sent += k;
+            }
+            sent < n
+        })
+        .is_ok());
+    assert_eq!(String::from_utf8(c.response()).unwrap(), expected(n));
+    let peak = peak_bytes() - before;
+    assert!(peak < 4 * MIB as isize, "peak {peak} bytes during a 32 MiB upload");
+}
+
+#[test]
+fn http2_upload_over_the_limit_is_413_and_fails_the_reader() {
+    let _serial = serial();
+    let (tx, errors) = mpsc::channel();
+    let (server, _called) = server(100_000, tx);
+    let mut c = h2c::Conn::connect(server.local_addr());
+    c.post("/upload");
+    let mut sent = 0;
+    // The server answers 413 (then resets the stream) once the body is
+    // past the limit, and gives no more window meanwhile.
+    let ended = c.upload(|out, room| {
+        out.resize(room, b'x');
+        sent += room;
+        sent < 1_000_000
+    });
+    assert_eq!(errors.recv_timeout(PATIENCE).unwrap(), ErrorKind::InvalidData);
+    let head = match ended {
+        Err(Some(f)) if f.kind == test_support::h2::HEADERS => f,
+        other => panic!(
+            "the upload was not ended by the answer: {:?}",
+            other.map_err(|f| f.map(|f| f.kind))
+        ),
+    };
+    assert_eq!(&head.payload[..5], b"\x08\x03413", "status 413");
+}
+
+#[test]
+fn http2_upload_reset_by_the_client_fails_the_reader() {
+    let _serial = serial();
+    let (tx, errors) = mpsc::channel();
+    let (server, called) = server(1 << 20, tx);
+    let mut c = h2c::Conn::connect(server.local_addr());
+    c.post("/upload");
+    c.send(&h2c::frame(test_support::h2::DATA, 0, 1, b"some"));
+    called
+        .recv_timeout(PATIENCE)
+        .expect("the handler is called at the head");
+    c.send(&h2c::frame(test_support::h2::RST_STREAM, 0, 1, &8u32.to_be_bytes()));
+    assert_eq!(errors.recv_timeout(PATIENCE).unwrap(), ErrorKind::UnexpectedEof);
 }

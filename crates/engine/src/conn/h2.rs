@@ -20,8 +20,16 @@
 //! restart it: else PINGs within the control-frame budget would hold a
 //! half-sent request open for hours); while responses wait only for the client's window,
 //! `send_timeout` since the last DATA byte left. Each ends the connection
-//! with GOAWAY. Deferred answers have no timeout, as on HTTP/1.1.
+//! with GOAWAY. Deferred answers have no timeout, as on HTTP/1.1, nor do a
+//! body whose producer has nothing yet (`body::channel`) and an upload
+//! whose reader is behind (`body::streamed`).
+//!
+//! A stream whose head is complete and whose body is coming is offered to
+//! its handler first (`start_upload_h2`): one wrapped in `body::streamed`
+//! is called then, and the stream's window is given back only as its
+//! reader takes the body.
 
+use std::cell::RefCell;
 use std::io::{self, IoSlice, Write};
 use std::time::Instant;
 
@@ -30,6 +38,7 @@ use super::{take_syscall, Conn, Ctx, Flushed, Phase, Stop, Transport};
 use crate::codec::Version;
 use crate::h2::request::FieldArray;
 use crate::h2::{Session, PREFACE};
+use crate::limits::BODY_READER_BYTES;
 use crate::request::Request;
 use crate::response::Response;
 
@@ -126,6 +135,14 @@ impl Conn {
                 input.start = 0;
                 input.end = 0;
             }
+        }
+        // Heads whose body is coming: a handler that reads bodies as they
+        // arrive is called now.
+        while let Some(id) = self.h2.as_mut().and_then(|h2| h2.session.take_head()) {
+            self.start_upload_h2(ctx, id);
+        }
+        if let Some(h2) = self.h2.as_mut() {
+            h2.session.grant_uploads(&mut self.output.buf);
         }
         loop {
             if self.work_left == 0 {
@@ -287,6 +304,72 @@ impl Conn {
         dispatch::record(ctx, &req, sent.status, sent.body_bytes);
         h2.session
             .respond(id, response, head_only, date, extra_fields, &mut output.buf, budget);
+    }
+
+    /// Stream `id`'s head is complete and its body is coming: if its
+    /// handler reads bodies as they arrive (`body::streamed`), calls it
+    /// now with a reader, and the body goes to it as DATA arrives.
+    fn start_upload_h2(&mut self, ctx: &mut Ctx<'_>, id: u32) {
+        let Conn {
+            h2,
+            output,
+            transport,
+            token,
+            peer,
+            redirect,
+            ..
+        } = self;
+        let Some(h2) = h2.as_mut() else { return };
+        if h2.session.refused(id).is_some() {
+            return; // answered without the handler (413 already, 431)
+        }
+        let Some(parts) = h2.session.parts(id) else { return };
+        let mut fields = FieldArray::new();
+        let headers = fields.fill(parts.head);
+        let mut req = Request::new(
+            parts.method,
+            parts.target,
+            Version::Http2,
+            headers,
+            parts.host,
+            &[],
+            *peer,
+        );
+        if crate::codec::head::check_method(req.method()).is_err() || !dispatch::streams_body(ctx, *redirect, &req) {
+            return;
+        }
+        let (reader, sink) = crate::body::pipe(BODY_READER_BYTES);
+        sink.bind(ctx.mailbox, *token);
+        let reader = RefCell::new(Some(reader));
+        req.reader = Some(&reader);
+        let slot = dispatch::slot(ctx, *token);
+        req.defer = Some(&slot);
+        let head_only = parts.method == "HEAD";
+        let mut handled = dispatch::call(ctx, *redirect, &req);
+        // A reader not taken is dropped: the body is discarded.
+        drop(reader.borrow_mut().take());
+        let response = match dispatch::settle(ctx, &slot, &req, &mut handled) {
+            Called::Now(response) => std::mem::replace(response, Response::new(200)),
+            Called::Later(deferral) => {
+                h2.session.stream_body(id, sink);
+                h2.session.defer(id, deferral.id);
+                h2.deferred.push(deferral);
+                return;
+            }
+        };
+        let sent = Session::sent_of(&response, head_only);
+        dispatch::record(ctx, &req, sent.status, sent.body_bytes);
+        h2.session.stream_body(id, sink);
+        let date = &ctx.date.http()[..];
+        h2.session.respond(
+            id,
+            response,
+            head_only,
+            date,
+            transport.extra_fields(),
+            &mut output.buf,
+            ctx.limits.write_buffer_bytes_max,
+        );
     }
 
     /// A deferred answer for this HTTP/2 connection.

@@ -18,6 +18,13 @@
 //!    body or idle timeout) or says the connection is done; `time_out`
 //!    answers 408 when a request was not received in time.
 //!
+//! A handler that reads bodies as they arrive (`body::streamed`) is asked
+//! about at the end of a head announcing a body (`Event::BodyAhead`): it is
+//! called at once (`stream_body`), and the body goes to its reader through
+//! `feed`, before anything else in the input is parsed, as far as the
+//! reader has room; otherwise (`buffer_body`) the head is parsed again and
+//! its body buffered as before.
+//!
 //! Invariants: answers leave in request order (a deferred request holds
 //! the ones behind it in the input); after an error answer nothing else is
 //! parsed (its framing cannot be trusted) and the machine is `Closing`.
@@ -646,7 +653,7 @@ impl H1 {
             // full (the reader owns that wait).
             State::Deferred(_) | State::Handling(_) if self.upload.is_some() => {
                 self.deadline = match &self.upload {
-                    Some(up) if up.sink.room() > 0 => env.now.checked_add(env.limits.body_timeout),
+                    Some(up) if !up.sink.is_blocked() => env.now.checked_add(env.limits.body_timeout),
                     _ => None,
                 };
             }

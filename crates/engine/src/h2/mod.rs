@@ -103,6 +103,9 @@ pub(crate) struct Session {
     #[allow(clippy::vec_box)]
     spare: Vec<Box<Stream>>,
     n_ready: usize,
+    /// Streams whose head is complete and whose body is coming: the
+    /// driver asks their handler whether it reads it as it arrives.
+    n_heads: usize,
     /// The highest stream id the client has opened.
     last_stream: u32,
     /// The streams we sent RST_STREAM on last (a ring; 0 is no stream).
@@ -150,6 +153,7 @@ impl Session {
             streams: Vec::new(),
             spare: Vec::new(),
             n_ready: 0,
+            n_heads: 0,
             last_stream: 0,
             reset_ids: [0; RESET_IDS],
             n_resets: 0,
@@ -341,7 +345,11 @@ impl Session {
 
     /// Some stream still waits for request bytes.
     pub(crate) fn is_receiving(&self) -> bool {
-        self.continuation.is_some() || self.streams.iter().any(|s| !s.recv_done)
+        self.continuation.is_some()
+            || self
+                .streams
+                .iter()
+                .any(|s| !s.recv_done && !Session::is_upload_blocked(s))
     }
 
     /// No stream is open.

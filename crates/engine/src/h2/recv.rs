@@ -144,6 +144,30 @@ impl Session {
         if s.head.content_length.is_some_and(|n| s.received > n) {
             return self.reset(out, h.stream, Code::Protocol);
         }
+        if let Some(sink) = &s.upload {
+            // Read as it arrives: handed over now, the window given back
+            // only while the reader has room (`grant_uploads`).
+            if s.received > body_bytes_max {
+                return self.upload_too_large(idx, out);
+            }
+            sink.push(data);
+            if end_stream {
+                s.recv_done = true;
+                if s.head.content_length.is_some_and(|n| s.received != n) {
+                    return self.reset(out, h.stream, Code::Protocol);
+                }
+                if let Some(sink) = s.upload.take() {
+                    sink.finish();
+                }
+                if s.send == Sending::Done {
+                    self.remove(idx);
+                }
+            } else if s.recv_window < STREAM_WINDOW / 2 && sink.room() > 0 {
+                frame::write_window_update(out, h.stream, (STREAM_WINDOW - s.recv_window) as u32);
+                s.recv_window = STREAM_WINDOW;
+            }
+            return;
+        }
         if s.refused.is_none() {
             if s.received > body_bytes_max {
                 s.refused = Some((413, "request body too large"));
@@ -270,7 +294,9 @@ impl Session {
             if s.head.content_length.is_some_and(|n| s.received != n) {
                 return self.reset(out, id, Code::Protocol);
             }
-            if !s.ready && s.send == Sending::Waiting {
+            if let Some(sink) = s.upload.take() {
+                sink.finish();
+            } else if !s.ready && s.send == Sending::Waiting {
                 s.ready = true;
                 self.n_ready += 1;
             }
@@ -339,8 +365,15 @@ impl Session {
         s.recv_window = STREAM_WINDOW;
         s.send_window = self.peer_initial_window;
         s.pending = None;
+        s.upload = None;
+        // A body is coming: the driver asks the handler whether it reads
+        // it as it arrives before the stream is complete.
+        s.head_ready = !s.ready;
         if s.ready {
             self.n_ready += 1;
+        }
+        if s.head_ready {
+            self.n_heads += 1;
         }
         self.streams.push(s);
     }

@@ -1,8 +1,10 @@
 //! The stream table: each open stream's state, the requests ready for
 //! their handlers, and the streams waiting for a deferred answer.
 
+use super::frame::{self, Code};
 use super::request::Head;
-use super::{Pending, Session};
+use super::{Pending, Session, STREAM_WINDOW};
+use crate::body::BodySink;
 
 pub(super) struct Continuation {
     pub(super) stream: u32,
@@ -37,6 +39,12 @@ pub(super) struct Stream {
     pub(super) pending: Option<Pending>,
     /// Answer this status instead of calling the handler (431, 413).
     pub(super) refused: Option<(u16, &'static str)>,
+    /// The head is complete, the body is coming, and the driver has not
+    /// yet asked the handler whether it reads it as it arrives.
+    pub(super) head_ready: bool,
+    /// The body goes to a reader as it arrives (`body::streamed`); the
+    /// stream's window is given back only as the reader takes it.
+    pub(super) upload: Option<BodySink>,
 }
 
 impl Stream {
@@ -53,6 +61,8 @@ impl Stream {
             send_window: 0,
             pending: None,
             refused: None,
+            head_ready: false,
+            upload: None,
         }
     }
 }
@@ -100,6 +110,78 @@ impl Session {
         Some(s.id)
     }
 
+    /// The next stream whose head is complete and whose body is coming.
+    pub(crate) fn take_head(&mut self) -> Option<u32> {
+        if self.n_heads == 0 {
+            return None;
+        }
+        let s = self.streams.iter_mut().find(|s| s.head_ready)?;
+        s.head_ready = false;
+        self.n_heads -= 1;
+        Some(s.id)
+    }
+
+    /// Stream `id`'s body goes to `sink` as it arrives (its handler is
+    /// being called now, so it is not handed out again when complete).
+    pub(crate) fn stream_body(&mut self, id: u32, sink: BodySink) {
+        let Some(idx) = self.find(id) else { return };
+        let s = &mut self.streams[idx];
+        // What arrived with the head, before the handler was asked.
+        sink.push(&s.body);
+        s.body.clear();
+        if s.ready {
+            s.ready = false;
+            self.n_ready -= 1;
+        }
+        if s.recv_done {
+            sink.finish();
+        } else {
+            s.upload = Some(sink);
+        }
+    }
+
+    /// Gives back the windows of streams whose readers made room (after a
+    /// reader's wake, and on every pass: a lock per upload stream).
+    pub(crate) fn grant_uploads(&mut self, out: &mut Vec<u8>) {
+        for s in &mut self.streams {
+            if let Some(sink) = &s.upload {
+                if s.recv_window < STREAM_WINDOW / 2 && sink.room() > 0 {
+                    frame::write_window_update(out, s.id, (STREAM_WINDOW - s.recv_window) as u32);
+                    s.recv_window = STREAM_WINDOW;
+                }
+            }
+        }
+    }
+
+    /// Some upload waits for its reader to make room: no body timeout
+    /// runs for it (the reader owns that wait).
+    pub(super) fn is_upload_blocked(s: &Stream) -> bool {
+        s.upload.as_ref().is_some_and(BodySink::is_blocked)
+    }
+
+    /// A streamed body broke the limit: the reader fails, and the client
+    /// gets 413 (or, if the answer has begun, the stream is reset).
+    pub(super) fn upload_too_large(&mut self, idx: usize, out: &mut Vec<u8>) {
+        let s = &mut self.streams[idx];
+        if let Some(sink) = s.upload.take() {
+            sink.fail(std::io::ErrorKind::InvalidData, "request body too large");
+        }
+        match s.send {
+            super::stream::Sending::Waiting | super::stream::Sending::Deferred(_) => {
+                s.refused = Some((413, "request body too large"));
+                s.send = Sending::Waiting;
+                if !s.ready {
+                    s.ready = true;
+                    self.n_ready += 1;
+                }
+            }
+            _ => {
+                let id = s.id;
+                self.reset(out, id, Code::Cancel);
+            }
+        }
+    }
+
     /// The status to answer instead of calling the handler, if any.
     pub(crate) fn refused(&self, id: u32) -> Option<(u16, &'static str)> {
         self.find(id).and_then(|idx| self.streams[idx].refused)
@@ -137,7 +219,13 @@ impl Session {
             self.n_ready -= 1;
             s.ready = false;
         }
+        if s.head_ready {
+            self.n_heads -= 1;
+            s.head_ready = false;
+        }
         s.pending = None;
+        // Dropped before its end: the reader gets UnexpectedEof.
+        s.upload = None;
         // Kept up to the concurrency the client has used (bounded by
         // streams_max), so a warm connection reuses stream buffers.
         if self.spare.len() < self.cfg.streams_max as usize {

@@ -51,6 +51,8 @@ struct Request {
     out: Vec<u8>,
     pos: usize,
     pending: Option<Pending>,
+    /// The head was offered to the driver (`take_head`).
+    offered: bool,
 }
 
 /// Where a request's answer is.
@@ -132,7 +134,9 @@ impl Session {
 
     /// Removes the request at `at`, keeping it for reuse if it is small.
     fn forget(&mut self, at: usize) {
-        let r = self.requests.swap_remove(at);
+        let mut r = self.requests.swap_remove(at);
+        // Dropped before its end: the reader gets UnexpectedEof.
+        r.parse.upload = None;
         let small = r.parse.body.capacity() <= SPARE_BUFFER_BYTES_MAX
             && r.out.capacity() <= SPARE_BUFFER_BYTES_MAX
             && r.parse.head.bytes.capacity() <= SPARE_BUFFER_BYTES_MAX;
@@ -236,6 +240,7 @@ impl Session {
                         r.out.clear();
                         r.pos = 0;
                         r.pending = None;
+                        r.offered = false;
                         r
                     }
                     None => Request {
@@ -245,6 +250,7 @@ impl Session {
                         out: Vec::new(),
                         pos: 0,
                         pending: None,
+                        offered: false,
                     },
                 };
                 self.requests.push(request);
@@ -253,6 +259,7 @@ impl Session {
         };
         let r = &mut self.requests[at];
         let was_ready = r.parse.is_ready();
+        let uploading = r.parse.upload.is_some();
         if r.answer != Answer::None && r.parse.refused.is_some() {
             // Answered early (413, 431): the rest is not read.
             return Action::None;
@@ -271,7 +278,64 @@ impl Session {
         if !was_ready && r.parse.is_ready() && r.answer == Answer::None {
             self.n_ready += 1;
         }
+        if uploading && r.parse.refused.is_some() {
+            // A body read as it arrives broke the limit (its reader has
+            // failed): answer the refusal instead of the handler, unless
+            // the answer has begun.
+            match r.answer {
+                Answer::Taken | Answer::Deferred(_) => {
+                    r.answer = Answer::None;
+                    self.n_ready += 1;
+                }
+                _ => return Action::Reset(Code::RequestCancelled),
+            }
+        }
         Action::None
+    }
+
+    /// The next stream whose head is complete and whose body is coming,
+    /// not yet offered to its handler.
+    pub(crate) fn take_head(&mut self) -> Option<u64> {
+        let r = self
+            .requests
+            .iter_mut()
+            .filter(|r| r.answer == Answer::None && !r.offered && r.parse.is_head_done())
+            .min_by_key(|r| r.id)?;
+        r.offered = true;
+        Some(r.id)
+    }
+
+    /// Stream `id`'s body goes to `sink` as it arrives; its handler is
+    /// being called now (it is not handed out again when complete).
+    pub(crate) fn stream_body(&mut self, id: u64, sink: crate::body::BodySink) {
+        let Some(at) = self.find(id) else { return };
+        let r = &mut self.requests[at];
+        if r.answer == Answer::None && r.parse.is_ready() {
+            self.n_ready -= 1;
+        }
+        r.answer = Answer::Taken;
+        sink.push(&r.parse.body);
+        r.parse.body.clear();
+        if r.parse.fin {
+            sink.finish();
+        } else {
+            r.parse.upload = Some(sink);
+        }
+    }
+
+    /// How many bytes of stream `id` the driver may read now: a body read
+    /// as it arrives stops at its reader's room (QUIC then grants the
+    /// client no more credit), anything else has no bound here.
+    pub(crate) fn recv_room(&self, id: u64) -> usize {
+        match self.find(id).and_then(|at| self.requests[at].parse.upload.as_ref()) {
+            Some(sink) => sink.room(),
+            None => usize::MAX,
+        }
+    }
+
+    /// The streams whose bodies go to readers (read again after a wake).
+    pub(crate) fn uploads(&self, out: &mut Vec<u64>) {
+        out.extend(self.requests.iter().filter(|r| r.parse.upload.is_some()).map(|r| r.id));
     }
 
     /// The next stream whose request is complete (or refused), oldest first.

@@ -4,6 +4,7 @@
 
 use super::frame::{self, Code, Piece, Reader};
 use super::qpack;
+use crate::body::BodySink;
 use crate::h2::hpack::Sink;
 use crate::h2::request::Head;
 
@@ -64,6 +65,8 @@ pub(crate) struct RequestStream {
     pub(crate) refused: Option<(u16, &'static str, Code)>,
     /// The client's side is complete (FIN after a whole message).
     pub(crate) fin: bool,
+    /// The body goes to a reader as it arrives (`body::streamed`).
+    pub(crate) upload: Option<BodySink>,
 }
 
 impl RequestStream {
@@ -95,6 +98,12 @@ impl RequestStream {
                 // §4.1.2: a body whose length differs is malformed.
                 self.refused = Some((400, "body length differs from content-length", Code::MessageError));
             }
+            if let Some(sink) = self.upload.take() {
+                match self.refused {
+                    None => sink.finish(),
+                    Some(_) => sink.fail(std::io::ErrorKind::InvalidData, "malformed request body"),
+                }
+            }
         }
         Ok(())
     }
@@ -111,6 +120,13 @@ impl RequestStream {
         self.received = 0;
         self.refused = None;
         self.fin = false;
+        self.upload = None;
+    }
+
+    /// The head is complete and a body may follow (no FIN yet): a handler
+    /// that reads bodies as they arrive may be called now.
+    pub(crate) fn is_head_done(&self) -> bool {
+        self.phase == Some(Phase::Body) && self.refused.is_none() && !self.fin
     }
 
     /// The request is complete (or refused): it can be answered.
@@ -167,8 +183,15 @@ impl RequestStream {
                 } else if self.received > cfg.body_bytes_max {
                     self.refuse(413, "request body too large", Code::NoError);
                     self.body = Vec::new();
+                } else if let Some(sink) = &self.upload {
+                    sink.push(bytes);
                 } else {
                     self.body.extend_from_slice(bytes);
+                }
+                if self.refused.is_some() {
+                    if let Some(sink) = self.upload.take() {
+                        sink.fail(std::io::ErrorKind::InvalidData, "request body too large or malformed");
+                    }
                 }
             }
             Some(Current::Skip) | None => {}

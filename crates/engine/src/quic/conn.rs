@@ -97,6 +97,21 @@ impl QuicConn {
         if draining {
             self.session.go_away();
         }
+        // Heads whose body is coming: a handler that reads bodies as they
+        // arrive is called now; then those bodies are read as far as their
+        // readers have room (after a reader's wake, too).
+        while let Some(id) = self.session.take_head() {
+            self.start_upload(ctx, shared, id);
+        }
+        let mut uploads = std::mem::take(&mut self.sending);
+        uploads.clear();
+        self.session.uploads(&mut uploads);
+        for &sid in &uploads {
+            if let Ok(id) = VarInt::from_u64(sid) {
+                self.read(ctx, StreamId::from(id));
+            }
+        }
+        self.sending = uploads;
         while let Some(id) = self.session.take_ready() {
             self.answer(ctx, shared, id);
         }
@@ -109,13 +124,25 @@ impl QuicConn {
 
     /// Reads what stream `id` has and feeds it to the session.
     fn read(&mut self, ctx: &mut Ctx<'_>, id: StreamId) {
+        let sid: u64 = id.into();
+        // A body read as it arrives: no more than its reader has room for
+        // (what is not read here is not credited to the client).
+        let mut room = self.session.recv_room(sid);
+        if room == 0 {
+            return;
+        }
         let mut recv = self.conn.recv_stream(id);
         let Ok(mut chunks) = recv.read(true) else { return };
-        let sid: u64 = id.into();
         let mut action = Action::None;
         loop {
-            match chunks.next(usize::MAX) {
+            if room == 0 {
+                break;
+            }
+            match chunks.next(room) {
                 Ok(Some(chunk)) => {
+                    if room != usize::MAX {
+                        room -= chunk.bytes.len();
+                    }
                     action = self.session.recv(sid, &chunk.bytes, false);
                 }
                 Ok(None) => {
@@ -230,6 +257,59 @@ impl QuicConn {
         let sent = crate::h2::Session::sent_of(&response, head_only);
         dispatch::record(ctx, &req, sent.status, sent.body_bytes);
         self.session.respond(id, response, head_only, date, extra_fields);
+    }
+
+    /// Stream `id`'s head is complete and its body is coming: if its
+    /// handler reads bodies as they arrive (`body::streamed`), calls it
+    /// now with a reader.
+    fn start_upload(&mut self, ctx: &mut Ctx<'_>, shared: &Shared, id: u64) {
+        let Some(parts) = self.session.parts(id) else { return };
+        let mut fields = FieldArray::new();
+        let headers = fields.fill(parts.head);
+        let mut req = Request::new(
+            parts.method,
+            parts.target,
+            Version::Http3,
+            headers,
+            parts.host,
+            &[],
+            self.peer,
+        );
+        if crate::codec::head::check_method(req.method()).is_err() || !dispatch::streams_body(ctx, false, &req) {
+            return;
+        }
+        let (reader, sink) = crate::body::pipe(crate::limits::BODY_READER_BYTES);
+        sink.bind(ctx.mailbox, self.token);
+        let reader = std::cell::RefCell::new(Some(reader));
+        req.reader = Some(&reader);
+        let slot = dispatch::slot(ctx, self.token);
+        req.defer = Some(&slot);
+        let head_only = parts.method == "HEAD";
+        let mut handled = dispatch::call(ctx, false, &req);
+        // A reader not taken is dropped: the body is discarded.
+        drop(reader.borrow_mut().take());
+        let response = match dispatch::settle(ctx, &slot, &req, &mut handled) {
+            Called::Now(response) => std::mem::replace(response, Response::new(200)),
+            Called::Later(deferral) => {
+                self.session.stream_body(id, sink);
+                self.session.defer(id, deferral.id);
+                self.deferred.push(deferral);
+                return;
+            }
+        };
+        let sent = crate::h2::Session::sent_of(&response, head_only);
+        dispatch::record(ctx, &req, sent.status, sent.body_bytes);
+        self.session.stream_body(id, sink);
+        let extra_fields = shared.tls.extra_fields.as_deref().unwrap_or(&[]);
+        self.session
+            .respond(id, response, head_only, &ctx.date.http()[..], extra_fields);
+        // Answered before the body's end: the rest is not read.
+        if !self.session.recv_done(id) {
+            let _ = self
+                .conn
+                .recv_stream(StreamId::from(VarInt::from_u64(id).unwrap_or_default()))
+                .stop(code(Code::NoError));
+        }
     }
 
     /// A deferred answer arrived from another thread.
