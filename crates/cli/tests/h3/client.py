@@ -17,10 +17,14 @@ connection ("connection closed CODE REASON").
 With "flood": N instead, it sends the Initial packets of N connection
 attempts from one socket, never answering, and prints how many answers
 were Retry packets and how many were not: {"retries": R, "other": O}.
+
+With PEREGRINE_H3_QLOG=DIR in the environment, aioquic writes a qlog of
+the connection into DIR (what it sent and received, its timers).
 """
 
 import asyncio
 import json
+import os
 import ssl
 import sys
 
@@ -137,6 +141,9 @@ async def main():
     config = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN)
     config.verify_mode = ssl.CERT_NONE
     config.server_name = spec.get("server_name", "localhost")
+    if os.environ.get("PEREGRINE_H3_QLOG"):
+        from aioquic.quic.logger import QuicFileLogger
+        config.quic_logger = QuicFileLogger(os.environ["PEREGRINE_H3_QLOG"])
     if "flood" in spec:
         return flood(spec, config)
     authority = "%s:%d" % (spec.get("server_name", "localhost"), spec["port"])

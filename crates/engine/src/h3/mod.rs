@@ -93,6 +93,11 @@ pub(crate) struct Session {
     goaway: Option<u64>,
     /// One past the highest request stream id seen.
     next_request_id: u64,
+    /// Request stream ids below `next_request_id` that nothing has come
+    /// on yet. QUIC delivers each stream's bytes in order but the streams
+    /// in any order: stream 4's request may come before stream 0's (a
+    /// datagram lost or reordered), and stream 0 is then still new.
+    unseen: Vec<u64>,
     n_ready: usize,
     /// Scratch for a head's encoding.
     scratch: Vec<u8>,
@@ -103,6 +108,12 @@ pub(crate) struct Session {
     /// quinn-proto's stream state and buffers).
     spare: Vec<Request>,
 }
+
+/// Request streams skipped over that a session remembers as unseen at
+/// most: the most streams a client may have open (quinn-proto refuses a
+/// stream id past the limit we give it, at most
+/// `Limits::H3_STREAMS_MAX_RANGE`'s end, with STREAM_LIMIT_ERROR).
+const UNSEEN_MAX: usize = 1024;
 
 /// Finished requests a session keeps for reuse, and the largest buffer
 /// one may hold to be kept (a large body's is freed).
@@ -124,6 +135,7 @@ impl Session {
             control_out,
             goaway: None,
             next_request_id: 0,
+            unseen: Vec::new(),
             n_ready: 0,
             scratch: Vec::new(),
             spare: Vec::new(),
@@ -211,6 +223,7 @@ impl Session {
             self.forget(at);
         }
         self.unis.retain(|(s, _)| *s != id);
+        self.unseen.retain(|&u| u != id);
         Action::None
     }
 
@@ -219,11 +232,24 @@ impl Session {
             Some(at) => at,
             None => {
                 if id < self.next_request_id {
-                    // A stream already answered and forgotten: data after
-                    // our STOP_SENDING, or a retransmission.
-                    return Action::None;
+                    match self.unseen.iter().position(|&u| u == id) {
+                        // Opened before, by a later stream's bytes (§2.1
+                        // of RFC 9000: a stream opens the lower ones).
+                        Some(at) => {
+                            self.unseen.swap_remove(at);
+                        }
+                        // A stream already answered and forgotten: data
+                        // after our STOP_SENDING, or a retransmission.
+                        None => return Action::None,
+                    }
+                } else {
+                    let mut skipped = self.next_request_id;
+                    while skipped < id && self.unseen.len() < UNSEEN_MAX {
+                        self.unseen.push(skipped);
+                        skipped += 4;
+                    }
+                    self.next_request_id = id + 4;
                 }
-                self.next_request_id = id + 4;
                 if self.goaway.is_some_and(|g| id >= g) {
                     // §5.2: streams past our GOAWAY are not processed.
                     return Action::Reset(Code::RequestRejected);
