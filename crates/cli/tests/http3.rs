@@ -557,6 +557,42 @@ fn a_graceful_shutdown_closes_http3_connections_with_no_error() {
     let _ = std::fs::remove_dir_all(&out);
 }
 
+/// RFC 9114 §6.2.1: closing the control stream or a QPACK stream (a
+/// reset, a FIN), or asking the server to stop sending on its control
+/// stream, is a connection error H3_CLOSED_CRITICAL_STREAM (0x104); the
+/// server keeps serving other connections.
+#[test]
+fn closing_a_critical_stream_closes_the_connection_with_h3_closed_critical_stream() {
+    let pki = pki("critical");
+    let mut server = start(&["hello"], &pki);
+    // The reason phrases are the server's: aioquic closes with the same
+    // code on its own when the server resets its control stream.
+    for (then, why) in [
+        ("reset control", "a critical stream was reset"),
+        ("finish control", "the control stream closed"),
+        ("reset encoder", "a critical stream was reset"),
+        ("reset decoder", "a critical stream was reset"),
+        ("stop server-control", "the client stopped our control stream"),
+    ] {
+        let out = tempdir("h3-critical");
+        let spec = format!(
+            "{{\"host\": \"127.0.0.1\", \"port\": {}, \"out\": {}, \"then\": \"{then}\", \"timeout\": 20, \"requests\": [{{\"path\": \"/\"}}]}}",
+            server.port(),
+            json_str(out.to_str().unwrap())
+        );
+        let run = run_client(&spec);
+        assert!(run.status.success(), "{then}: {}", run.stderr);
+        let mut lines = run.stdout.lines();
+        assert_eq!(lines.next(), Some("answered"), "{then}");
+        let closed = lines.next().unwrap_or_default();
+        assert_eq!(closed, format!("connection closed 260 {why}"), "{then}");
+        let _ = std::fs::remove_dir_all(&out);
+    }
+    let answers = h3(server.port(), &[Req::Get("/", NONE)], "");
+    assert_eq!(answers[0].status, Ok(200));
+    assert!(server.is_alive());
+}
+
 /// A UDP relay between one client and the server that loses and
 /// reorders datagrams (per mille, each way; a reordered one is held back
 /// until the next has gone), as `tc netem loss 2% reorder` would on a veth
