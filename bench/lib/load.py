@@ -74,6 +74,9 @@ class Point:
     # with tls, ALPN h2 on the server's TLS listener, else h2c with prior
     # knowledge on its cleartext one; only servers with an h2 mode take part
     h2: bool = False
+    # HTTP/3 (h3.py): gtlsclient instead of wrk, over QUIC on the server's
+    # TLS port; only servers with an h3 mode take part
+    h3: bool = False
 
     @property
     def files(self):
@@ -134,13 +137,20 @@ SCENARIOS = {
     **{f"{mode}-{name}": [Point(f"{mode}-{name}", f"{mode}-{name}", H2_CONNS, H2_STREAMS, path=path,
                                 kind="file", limit_ref=False, tls=mode == "h2", h2=True)]
        for mode in ("h2", "h2c") for name, path in (("c50", "/17.txt"), ("f4k", "/4k.txt"), ("f1m", "/1m.txt"))},
+    # HTTP/3 (issue 11): gtlsclient, one QUIC connection, up to 100 streams
+    # at once (h3.py: N requests per run, every answer checked).
+    **{f"h3-{name}": [Point(f"h3-{name}", f"h3-{name}", 1, 100, path=path, kind="file", limit_ref=False,
+                            tls=True, h3=True)]
+       for name, path in (("f17", "/17.txt"), ("f4k", "/4k.txt"), ("10m", "/10m.txt"))},
 }
 
 FILE_SCENARIOS = [name for name, points in SCENARIOS.items()
                   if points[0].files and not points[0].tls and not points[0].rate_pct and not points[0].h2]
 RATE_SCENARIOS = [name for name, points in SCENARIOS.items() if points[0].rate_pct]
-TLS_SCENARIOS = [name for name, points in SCENARIOS.items() if points[0].tls and not points[0].h2]
+TLS_SCENARIOS = [name for name, points in SCENARIOS.items() if points[0].tls and not points[0].h2
+                 and not points[0].h3]
 H2_SCENARIOS = [name for name, points in SCENARIOS.items() if points[0].h2]
+H3_SCENARIOS = [name for name, points in SCENARIOS.items() if points[0].h3]
 
 DESCRIPTIONS = {
     "c10": "keep-alive GET /, 10 connections",
@@ -172,6 +182,8 @@ DESCRIPTIONS = {
        for name, what in (("c50", "17-byte file"), ("f4k", "4 KiB file"), ("f1m", "1 MiB file"))},
     "frate": "GET of the 17-byte file at a fixed rate (25, 50 and 75 % of limit's c50 capacity), "
              "50 connections, oha with coordinated-omission correction",
+    **{f"h3-{name}": f"GET of the {what} over HTTP/3, gtlsclient, one QUIC connection, up to 100 streams"
+       for name, what in (("f17", "17-byte file"), ("f4k", "4 KiB file"), ("10m", "10 MiB file"))},
 }
 
 

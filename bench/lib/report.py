@@ -12,6 +12,7 @@ import os
 import re
 import statistics
 
+import h3
 import load
 import servers
 
@@ -257,6 +258,8 @@ def summary_markdown(summary, ctx):
             "queueing and no coordinated-omission correction. MiB/s: every byte h2load read (frames, "
             "HPACK heads, DATA) over the run.",
         ]
+    if any(sc in load.H3_SCENARIOS for sc in ctx["scenarios"]):
+        md += h3.describe(ctx["quick"])
     if any(sc in load.TLS_SCENARIOS for sc in ctx["scenarios"]):
         md += [
             "- TLS scenarios (tls-c50, tls-f17): c50 and f17 over TLS, wrk's OpenSSL client, every "
@@ -303,6 +306,9 @@ def summary_markdown(summary, ctx):
             continue
         if scenario in load.H2_SCENARIOS:
             md += _h2_table(points, by_point, ctx.get("tls_seen") or {}) + [""]
+            continue
+        if scenario in load.H3_SCENARIOS:
+            md += h3.table(points, by_point, fmt_ratio) + [""]
             continue
         if scenario in load.FILE_SCENARIOS:
             md += _files_table(points, by_point) + [""]

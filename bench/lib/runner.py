@@ -26,6 +26,7 @@ import time
 
 import filetree
 import h2
+import h3
 import install
 import layout
 import load
@@ -180,6 +181,8 @@ def write_meta(path, args, command, started, prepared, skipped, venv_python, nof
         lines.append(f"  h2load: {sh(['h2load', '--version'])}; curl: {sh(['curl', '--version']).splitlines()[0]}")
     if args.rate and args.rate.get("oha"):
         lines.append(f"  oha: {rate.oha_version(args.rate['oha'])} ({args.rate['oha']})")
+    if any(sc in load.H3_SCENARIOS for sc in args.scenario_names):
+        lines.append(f"  h3 client: {h3.client_version()}")
     if venv_python:
         lines.append("  matplotlib: " + sh([venv_python, "-c", "import matplotlib; print(matplotlib.__version__)"]))
     for name, server in prepared.items():
@@ -230,6 +233,11 @@ def main(argv):
         if why:
             log(f"ERROR: {why}: the HTTP/2 scenarios are not run")
             args.scenario_names = [sc for sc in args.scenario_names if sc not in load.H2_SCENARIOS]
+    if any(sc in load.H3_SCENARIOS for sc in args.scenario_names):
+        why = h3.ensure_client()
+        if why:
+            log(f"ERROR: {why}: the HTTP/3 scenarios are not run")
+            args.scenario_names = [sc for sc in args.scenario_names if sc not in load.H3_SCENARIOS]
 
     # 2. build
     servers.Peregrine.run_cargo = not args.no_cargo
@@ -451,6 +459,8 @@ def run_scenario(server, scenario, args, results, log_path, skipped, rep, tree=N
     over_tls = load.SCENARIOS[scenario][0].tls
     if load.SCENARIOS[scenario][0].h2:
         return run_h2(server, scenario, args, results, log_path, skipped, rep, tree, cert, tls_seen)
+    if load.SCENARIOS[scenario][0].h3:
+        return run_h3(server, scenario, args, results, log_path, skipped, rep, tree, cert)
     running, reason = _start(server, log_path, skipped, scenario, tree if files else None,
                              cert if over_tls else None)
     try:
@@ -540,6 +550,45 @@ def run_h2(server, scenario, args, results, log_path, skipped, rep, tree, cert, 
             + (f"{row['req_per_s']:>12,.0f} req/s  cpu {row['cpu_us_per_req']} µs/req  errors {row['errors']}  "
                f"{row['bytes_per_s'] / 2**20:,.1f} MiB/s  p50 {row.get('p50_us')} µs  p99 {row.get('p99_us')} µs  "
                f"{row.get('tls')}" if row.get("req_per_s") not in (None, "") else "")
+            + (f"  [{row['note']}]" if row.get("note") else ""))
+    finally:
+        running.stop()
+
+
+def run_h3(server, scenario, args, results, log_path, skipped, rep, tree, cert):
+    """One repetition of an HTTP/3 scenario (h3.py) on a freshly started
+    server over TLS (h3 on its TLS port): a check run (every status and
+    body), a warm-up run, then the measured one (every body checked)."""
+    [point] = load.SCENARIOS[scenario]
+    base = {"server": server.name, "scenario": scenario, "point": point.label,
+            "conns": point.conns, "depth": point.depth, "rep": rep}
+    running, reason = _start(server, log_path, skipped, scenario, tree, cert)
+    if running is None:
+        results.add({**base, "note": f"did not start: {reason.splitlines()[0][:200]}"})
+        return
+    try:
+        body = tree.files[point.path]
+        checked = None
+        for attempt in range(10):  # the UDP side may come up after the TCP probe answered
+            try:
+                checked = h3.check(running.port, point, body, load.WRK_CPU, args.quick)
+                break
+            except h3.WrongAnswer as e:
+                why = f"wrong answer, not measured: {e}"
+                time.sleep(0.5)
+        if checked is None:
+            log(f"ERROR: {server.name} at {point.label}: {why}")
+            skipped.setdefault(f"{server.name} at {point.label}", why)
+            results.add({**base, "note": why})
+            return
+        h3.measure(running, point, body, load.WRK_CPU, True)  # warm-up, not recorded
+        row = h3.measure(running, point, body, load.WRK_CPU, args.quick)
+        row["checked"] = f"{checked}; measured run: {row['checked']}"
+        results.add({**base, **row})
+        log(f"{scenario:8} {point.label:12} {server.name:12} rep {rep}: "
+            + (f"{row['requests']:,} answers exact, cpu {row['cpu_us_per_req']} µs/req, "
+               f"{row['cpu_us_per_mib']} µs/MiB, client-bound {row['req_per_s']:,.0f} req/s"
+               if row.get("cpu_us_per_req") not in (None, "") else "")
             + (f"  [{row['note']}]" if row.get("note") else ""))
     finally:
         running.stop()

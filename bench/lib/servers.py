@@ -53,7 +53,7 @@ READY_TIMEOUT_S = 20.0
 
 # Table order: the reference first, then the engine, then the peers.
 ORDER = ["limit", "peregrine", "peregrine-archive", "nginx", "kawipiko", "h2o", "lighttpd", "go-fasthttp",
-         "go-nethttp", "node"]
+         "go-nethttp", "node", "caddy"]
 
 
 def log(msg):
@@ -73,6 +73,7 @@ class Server:
     loads = False         # takes part in load100k (load_argv)
     tls = False           # has a TLS mode (the TLS scenarios: tls_argv, tls_files_argv)
     h2 = False            # serves files over HTTP/2, TLS and h2c (the h2 scenarios: h2_files_argv)
+    h3 = False            # serves files over HTTP/3 on its TLS port (the h3 scenarios: tls_files_argv)
 
     def prepare(self):
         return None
@@ -111,6 +112,8 @@ class Server:
     def takes_part(self, point):
         """Whether this server runs at a load point."""
         if point.h2 and not self.h2:
+            return False
+        if point.h3 and not self.h3:
             return False
         if point.tls and not self.tls:
             return False
@@ -175,6 +178,8 @@ class Peregrine(Server):
     # HTTP/2 is on by default (--no-http2 turns it off): ALPN h2 before
     # http/1.1 on TLS listeners, h2c prior knowledge on cleartext ones
     h2 = True
+    # HTTP/3 is on by default with TLS (the same port over UDP)
+    h3 = True
     run_cargo = True  # bench/run --no-cargo: measure the binary as it is
     _built = False    # one cargo build per run for peregrine and peregrine-archive
 
@@ -266,6 +271,7 @@ class PeregrineArchive(Peregrine):
     hello = False
     serves_files = True
     loads = True
+    h3 = False  # the h3 scenarios compare serve DIR with Caddy
 
     def __init__(self):
         self.archives = {}  # tree root -> its archive (the file scenarios' tree, real10k's)
@@ -590,8 +596,44 @@ class Node(Server):
         return "node " + r.stdout.strip()
 
 
+class Caddy(Server):
+    """Caddy 2 (Debian's), for the h3 scenarios only: `file_server` on the
+    run's tree over TLS with the run's certificate, protocols h1 h2 h3,
+    GOMAXPROCS=1, its admin endpoint off."""
+
+    name = "caddy"
+    hello = False
+    serves_files = True
+    tls = True
+    h3 = True
+
+    def takes_part(self, point):
+        return point.h3 and point.file_mode
+
+    def prepare(self):
+        if shutil.which("caddy") is None and not (install.apt_install("caddy") and shutil.which("caddy")):
+            return "caddy is missing and apt-get install caddy failed"
+        self.home = tempfile.mkdtemp(prefix="peregrine-bench-caddy-home-")
+        procs.add_cleanup(self.home, lambda: shutil.rmtree(self.home, ignore_errors=True))
+        self.env = {**os.environ, "GOMAXPROCS": "1", "XDG_DATA_HOME": os.path.join(self.home, "data"),
+                    "XDG_CONFIG_HOME": os.path.join(self.home, "config")}
+        return None
+
+    def tls_files_argv(self, port, tmp, root, cert):
+        conf = os.path.join(tmp, "Caddyfile")
+        with open(conf, "w") as f:
+            f.write("{\n\tadmin off\n\tauto_https disable_redirects\n\tservers {\n\t\tprotocols h1 h2 h3\n\t}\n}\n"
+                    f"https://localhost:{port}, https://127.0.0.1:{port} {{\n\tbind 127.0.0.1\n"
+                    f"\ttls {cert.cert} {cert.key}\n\troot * {root}\n\tfile_server\n}}\n")
+        return ["caddy", "run", "--config", conf, "--adapter", "caddyfile"]
+
+    def version(self):
+        r = subprocess.run(["caddy", "version"], capture_output=True, text=True)
+        return "caddy " + r.stdout.strip()
+
+
 ALL = {cls.name: cls for cls in (Limit, Peregrine, PeregrineArchive, Nginx, Kawipiko, H2o, Lighttpd, GoFastHttp,
-                                  GoNetHttp, Node)}
+                                  GoNetHttp, Node, Caddy)}
 
 
 def free_port():

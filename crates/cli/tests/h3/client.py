@@ -12,15 +12,23 @@ sent as they are on a new request stream (for malformed input).
 "ignore_stream_limit": true makes the client open streams past the
 server's limit (as a hostile client would). "wait_close": true prints
 "answered" once the answers are written, then how the server closed the
-connection ("connection closed CODE REASON").
+connection ("connection closed CODE REASON"). "then": "reset control"
+(or "finish control", "reset encoder", "reset decoder", "stop
+server-control") does that to the client's control or QPACK stream, or
+asks the server to stop sending on its control stream, once the answers
+are written; then prints how the server closed the connection.
 
 With "flood": N instead, it sends the Initial packets of N connection
 attempts from one socket, never answering, and prints how many answers
 were Retry packets and how many were not: {"retries": R, "other": O}.
+
+With PEREGRINE_H3_QLOG=DIR in the environment, aioquic writes a qlog of
+the connection into DIR (what it sent and received, its timers).
 """
 
 import asyncio
 import json
+import os
 import ssl
 import sys
 
@@ -137,6 +145,9 @@ async def main():
     config = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN)
     config.verify_mode = ssl.CERT_NONE
     config.server_name = spec.get("server_name", "localhost")
+    if os.environ.get("PEREGRINE_H3_QLOG"):
+        from aioquic.quic.logger import QuicFileLogger
+        config.quic_logger = QuicFileLogger(os.environ["PEREGRINE_H3_QLOG"])
     if "flood" in spec:
         return flood(spec, config)
     authority = "%s:%d" % (spec.get("server_name", "localhost"), spec["port"])
@@ -169,7 +180,23 @@ async def main():
                     f.write("%s: %s\n" % (k, v))
             with open("%s/%d.body" % (spec["out"], i), "wb") as f:
                 f.write(r["body"])
-        if spec.get("wait_close"):
+        if spec.get("then"):
+            kind, which = spec["then"].split()
+            h3 = client.h3
+            sid = {
+                "control": h3._local_control_stream_id,
+                "encoder": h3._local_encoder_stream_id,
+                "decoder": h3._local_decoder_stream_id,
+                "server-control": h3._peer_control_stream_id,
+            }[which]
+            if kind == "reset":
+                client._quic.reset_stream(sid, 0x10C)  # H3_REQUEST_CANCELLED
+            elif kind == "finish":
+                client._quic.send_stream_data(sid, b"", end_stream=True)
+            else:
+                client._quic.stop_stream(sid, 0x10C)
+            client.transmit()
+        if spec.get("wait_close") or spec.get("then"):
             # Say so, then wait for the server to close the connection
             # (a graceful shutdown: GOAWAY, then CONNECTION_CLOSE).
             print("answered", flush=True)

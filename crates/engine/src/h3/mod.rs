@@ -55,6 +55,13 @@ struct Request {
     offered: bool,
 }
 
+impl Request {
+    /// Bytes of heap its buffers hold on to.
+    fn retained_bytes(&self) -> usize {
+        self.parse.retained_bytes() + self.out.capacity()
+    }
+}
+
 /// Where a request's answer is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Answer {
@@ -95,20 +102,37 @@ pub(crate) struct Session {
     goaway: Option<u64>,
     /// One past the highest request stream id seen.
     next_request_id: u64,
+    /// Request stream ids below `next_request_id` that nothing has come
+    /// on yet. QUIC delivers each stream's bytes in order but the streams
+    /// in any order: stream 4's request may come before stream 0's (a
+    /// datagram lost or reordered), and stream 0 is then still new.
+    unseen: Vec<u64>,
     n_ready: usize,
     /// Scratch for a head's encoding.
     scratch: Vec<u8>,
-    /// Finished requests, kept with their buffers for the next streams:
-    /// heap allocations per request, 19.4 before, 13.4-13.7 after
-    /// (a counting allocator around a server answering 100, then 400 GETs
-    /// on one aioquic connection, the difference over 300; the rest are
-    /// quinn-proto's stream state and buffers).
+    /// Scratch for a field name lowercased.
+    lower: Vec<u8>,
+    /// Finished requests, kept with their buffers for the next streams
+    /// (`tests/h3_alloc.rs` counts what a request costs), and the bytes
+    /// their buffers hold.
     spare: Vec<Request>,
+    spare_bytes: usize,
 }
 
-/// Finished requests a session keeps for reuse, and the largest buffer
-/// one may hold to be kept (a large body's is freed).
-const SPARE_REQUESTS_MAX: usize = 16;
+/// Request streams skipped over that a session remembers as unseen at
+/// most: the most streams a client may have open (quinn-proto refuses a
+/// stream id past the limit we give it, at most
+/// `Limits::H3_STREAMS_MAX_RANGE`'s end, with STREAM_LIMIT_ERROR).
+const UNSEEN_MAX: usize = 1024;
+
+/// Finished requests a session keeps for reuse: as many as a client may
+/// have open at once by default (100) and more, within a budget of bytes
+/// for their buffers; one holding more than `SPARE_BUFFER_BYTES_MAX` (a
+/// large body's) is freed. With 16 kept, a client with 100 requests in
+/// flight made most of them afresh: 9.3-10.5 allocations per request,
+/// 2.4-3.0 with as many kept (tests/h3_alloc.rs).
+const SPARE_REQUESTS_MAX: usize = 128;
+const SPARE_BYTES_MAX: usize = 256 * 1024;
 const SPARE_BUFFER_BYTES_MAX: usize = 64 * 1024;
 
 impl Session {
@@ -126,9 +150,12 @@ impl Session {
             control_out,
             goaway: None,
             next_request_id: 0,
+            unseen: Vec::new(),
             n_ready: 0,
             scratch: Vec::new(),
+            lower: Vec::new(),
             spare: Vec::new(),
+            spare_bytes: 0,
         }
     }
 
@@ -137,10 +164,12 @@ impl Session {
         let mut r = self.requests.swap_remove(at);
         // Dropped before its end: the reader gets UnexpectedEof.
         r.parse.upload = None;
-        let small = r.parse.body.capacity() <= SPARE_BUFFER_BYTES_MAX
-            && r.out.capacity() <= SPARE_BUFFER_BYTES_MAX
-            && r.parse.head.bytes.capacity() <= SPARE_BUFFER_BYTES_MAX;
-        if small && self.spare.len() < SPARE_REQUESTS_MAX {
+        let bytes = r.retained_bytes();
+        if bytes <= SPARE_BUFFER_BYTES_MAX
+            && self.spare_bytes + bytes <= SPARE_BYTES_MAX
+            && self.spare.len() < SPARE_REQUESTS_MAX
+        {
+            self.spare_bytes += bytes;
             self.spare.push(r);
         }
     }
@@ -215,6 +244,7 @@ impl Session {
             self.forget(at);
         }
         self.unis.retain(|(s, _)| *s != id);
+        self.unseen.retain(|&u| u != id);
         Action::None
     }
 
@@ -223,17 +253,31 @@ impl Session {
             Some(at) => at,
             None => {
                 if id < self.next_request_id {
-                    // A stream already answered and forgotten: data after
-                    // our STOP_SENDING, or a retransmission.
-                    return Action::None;
+                    match self.unseen.iter().position(|&u| u == id) {
+                        // Opened before, by a later stream's bytes (§2.1
+                        // of RFC 9000: a stream opens the lower ones).
+                        Some(at) => {
+                            self.unseen.swap_remove(at);
+                        }
+                        // A stream already answered and forgotten: data
+                        // after our STOP_SENDING, or a retransmission.
+                        None => return Action::None,
+                    }
+                } else {
+                    let mut skipped = self.next_request_id;
+                    while skipped < id && self.unseen.len() < UNSEEN_MAX {
+                        self.unseen.push(skipped);
+                        skipped += 4;
+                    }
+                    self.next_request_id = id + 4;
                 }
-                self.next_request_id = id + 4;
                 if self.goaway.is_some_and(|g| id >= g) {
                     // §5.2: streams past our GOAWAY are not processed.
                     return Action::Reset(Code::RequestRejected);
                 }
                 let request = match self.spare.pop() {
                     Some(mut r) => {
+                        self.spare_bytes -= r.retained_bytes();
                         r.id = id;
                         r.parse.reset();
                         r.answer = Answer::None;
@@ -402,7 +446,7 @@ impl Session {
         block.clear();
         qpack::Encoder::begin(block);
         qpack::Encoder::status(block, status);
-        encode_fields(block, &resp, date, length, extra_fields);
+        encode_fields(block, &mut self.lower, &resp, date, length, extra_fields);
         let r = &mut self.requests[at];
         r.out.clear();
         r.pos = 0;
@@ -431,19 +475,28 @@ impl Session {
         if r.pos == r.out.len() {
             r.out.clear();
             r.pos = 0;
-            if let Some(pending) = &mut r.pending {
-                // Frame header room: a varint of at most 4 bytes for the
-                // chunk's length, written once the length is known.
-                r.out.extend_from_slice(&[frame::DATA as u8, 0x80, 0, 0, 0]);
-                let n = pending.fill(&mut r.out, H3_CHUNK_BYTES).map_err(|_| ())?;
-                let len = (0x8000_0000u32 | n as u32).to_be_bytes();
-                r.out[1..5].copy_from_slice(&len);
-                if n == 0 {
-                    r.out.clear();
-                }
-                if pending.is_done() {
-                    r.pending = None;
-                }
+        }
+        // Up to a chunk's worth before any of it is taken: the HEADERS
+        // frame and a small body's DATA frame leave in one write (quinn-
+        // proto copies each write into a buffer of its own: one
+        // allocation per request fewer).
+        while r.pos == 0 && r.out.len() < H3_CHUNK_BYTES {
+            let Some(pending) = &mut r.pending else { break };
+            // Frame header room: a varint of at most 4 bytes for the
+            // chunk's length, written once the length is known.
+            let at = r.out.len();
+            r.out.extend_from_slice(&[frame::DATA as u8, 0x80, 0, 0, 0]);
+            let n = pending.fill(&mut r.out, H3_CHUNK_BYTES).map_err(|_| ())?;
+            let len = (0x8000_0000u32 | n as u32).to_be_bytes();
+            r.out[at + 1..at + 5].copy_from_slice(&len);
+            if n == 0 {
+                r.out.truncate(at);
+            }
+            if pending.is_done() {
+                r.pending = None;
+            }
+            if n == 0 {
+                break;
             }
         }
         let done = r.pending.is_none();
@@ -508,7 +561,14 @@ pub(crate) const UNI_STREAMS_MAX: usize = 8;
 
 /// Encodes a response's fields after `:status`, as HTTP/2 does (the same
 /// fields, lowercase names, none connection-specific).
-fn encode_fields(out: &mut Vec<u8>, resp: &Response, date: &[u8], length: Option<u64>, extra_fields: &[u8]) {
+fn encode_fields(
+    out: &mut Vec<u8>,
+    lower: &mut Vec<u8>,
+    resp: &Response,
+    date: &[u8],
+    length: Option<u64>,
+    extra_fields: &[u8],
+) {
     use qpack::Encoder as E;
     if !resp.headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("server")) {
         E::field(out, b"server", b"peregrine");
@@ -521,12 +581,11 @@ fn encode_fields(out: &mut Vec<u8>, resp: &Response, date: &[u8], length: Option
         let mut digits = itoa::Buffer::new();
         E::field(out, b"content-length", digits.format(n).as_bytes());
     }
-    let mut lower = Vec::new();
     let mut field = |out: &mut Vec<u8>, name: &[u8], value: &[u8]| {
         if name.iter().any(u8::is_ascii_uppercase) {
             lower.clear();
             lower.extend(name.iter().map(u8::to_ascii_lowercase));
-            E::field(out, &lower, value);
+            E::field(out, lower, value);
         } else {
             E::field(out, name, value);
         }

@@ -129,6 +129,15 @@ impl RequestStream {
         self.phase == Some(Phase::Body) && self.refused.is_none() && !self.fin
     }
 
+    /// Bytes of heap this parser holds on to (its buffers' capacities).
+    pub(crate) fn retained_bytes(&self) -> usize {
+        self.block.capacity()
+            + self.scratch.capacity()
+            + self.head.bytes.capacity()
+            + self.head.fields.capacity() * std::mem::size_of::<crate::h2::hpack::Field>()
+            + self.body.capacity()
+    }
+
     /// The request is complete (or refused): it can be answered.
     pub(crate) fn is_ready(&self) -> bool {
         self.refused.is_some() || self.fin

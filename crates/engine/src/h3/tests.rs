@@ -440,6 +440,38 @@ fn after_goaway_new_request_streams_are_rejected_and_open_ones_answered() {
 }
 
 #[test]
+fn a_request_stream_whose_bytes_come_after_a_later_streams_is_answered() {
+    // Stream 4's request arrives first (stream 0's datagram was delayed):
+    // stream 0 is opened by it but still new when its bytes come. Before,
+    // it was taken for a stream already answered and dropped, and the
+    // client waited for its answer until its idle timeout.
+    let mut s = Session::new(CFG);
+    assert_eq!(s.recv(8, &headers_frame(&GET), true), Action::None);
+    assert_eq!(s.take_ready(), Some(8));
+    assert_eq!(s.recv(0, &headers_frame(&GET), true), Action::None);
+    assert_eq!(s.take_ready(), Some(0));
+    assert_eq!(s.recv(4, &headers_frame(&GET)[..2], false), Action::None);
+    assert_eq!(s.take_ready(), None);
+    assert_eq!(s.recv(4, &headers_frame(&GET)[2..], true), Action::None);
+    assert_eq!(s.take_ready(), Some(4));
+    // Answered and forgotten, stream 0 gets nothing more: late bytes
+    // (after a STOP_SENDING) are dropped, not taken for a new request.
+    for id in [0, 4, 8] {
+        s.remove(id);
+    }
+    assert_eq!(s.recv(0, &headers_frame(&GET), true), Action::None);
+    assert_eq!(s.take_ready(), None);
+    // A stream reset before its first byte is no longer awaited.
+    assert_eq!(s.recv(20, &headers_frame(&GET), true), Action::None);
+    assert_eq!(s.take_ready(), Some(20));
+    assert_eq!(s.on_reset(12), Action::None);
+    assert_eq!(s.recv(12, &headers_frame(&GET), true), Action::None);
+    assert_eq!(s.take_ready(), None, "stream 12 was reset");
+    assert_eq!(s.recv(16, &headers_frame(&GET), true), Action::None);
+    assert_eq!(s.take_ready(), Some(16));
+}
+
+#[test]
 fn the_fuzz_driver_runs_on_seeds() {
     let mut settings = vec![0x00];
     frame::write_settings(&mut settings, 100);

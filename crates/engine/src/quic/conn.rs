@@ -79,6 +79,12 @@ impl QuicConn {
                     }
                 }
                 Event::Stream(StreamEvent::Readable { id }) => self.read(ctx, id),
+                Event::Stream(StreamEvent::Stopped { id, .. }) if Some(id) == self.control => {
+                    // §6.2.1: the receiver of a control stream must not
+                    // ask for it to be closed.
+                    let why = "the client stopped our control stream";
+                    self.act(ctx, id, Action::Close(Code::ClosedCriticalStream, why));
+                }
                 Event::Stream(StreamEvent::Stopped { id, .. }) => {
                     // The client no longer wants the response.
                     let _ = self.conn.send_stream(id).reset(code(Code::RequestCancelled));

@@ -57,6 +57,10 @@ const RECV_BATCHES_PER_TURN: usize = 16;
 /// enough not to overflow a client's receive buffer.
 const GSO_SEGMENTS_MAX: usize = 10;
 
+/// The buffer datagrams are copied into for quinn-proto, at least (a
+/// receive batch of full-size datagrams fits).
+const RX_BUFFER_BYTES: usize = 64 * 1024;
+
 /// Socket buffer sizes asked for: a burst of a congestion window's
 /// datagrams (several hundred KiB at loopback speeds) without drops.
 const UDP_BUFFER_BYTES: usize = 2 << 20;
@@ -123,6 +127,8 @@ pub(crate) struct Endpoint {
     /// Each connection's next timeout, by time.
     timers: BTreeSet<(Instant, usize)>,
     recv_buf: Box<[u8]>,
+    /// What quinn-proto is given of each datagram is split off this.
+    rx: BytesMut,
     send_buf: Vec<u8>,
     touched: Vec<usize>,
     /// This endpoint's place among the worker's, for mailbox tokens.
@@ -182,6 +188,7 @@ impl Endpoint {
             n_conns: 0,
             timers: BTreeSet::new(),
             recv_buf: vec![0; recv_bytes.min(4 << 20)].into_boxed_slice(),
+            rx: BytesMut::with_capacity(RX_BUFFER_BYTES),
             send_buf: Vec::with_capacity(64 * 1024),
             touched: Vec::new(),
             index,
@@ -275,7 +282,14 @@ impl Endpoint {
             let chunk = self.recv_buf.len() / quinn_udp::BATCH_SIZE;
             for (i, meta) in metas.iter().take(n).enumerate() {
                 let start = i * chunk;
-                let mut data = BytesMut::from(&self.recv_buf[start..start + meta.len]);
+                // quinn-proto takes each datagram as its own `BytesMut`
+                // and keeps slices of it (stream data) until read: they
+                // are split off one buffer, which is reclaimed without
+                // allocating once every slice is dropped (when a slice
+                // outlives the batch, `reserve` allocates a new one).
+                self.rx.reserve(meta.len);
+                self.rx.extend_from_slice(&self.recv_buf[start..start + meta.len]);
+                let mut data = self.rx.split();
                 let stride = meta.stride.max(1);
                 while !data.is_empty() {
                     let datagram = data.split_to(stride.min(data.len()));
