@@ -42,7 +42,7 @@ pub const CHECK: &str = "check-config";
 
 const CONFIG_HELP: &str = "\
 Settings can also come from a TOML file (--config FILE) and from PEREGRINE_* \
-environment variables. A file key is a long flag's name without its dashes \
+environment variables. A file key is a long flag's name without its leading dashes \
 (`head-bytes-max = 16384`, `bind = [\"127.0.0.1:8080\", \"[::1]:8080\"]`, \
 `list-dirs = true`), `root` for DIR|ARCHIVE; a variable is the key in capitals \
 with `_` for `-` after PEREGRINE_ (PEREGRINE_HEAD_BYTES_MAX). A flag beats a \

@@ -590,6 +590,18 @@ fn completions_and_man_pages_come_from_the_definition() {
         );
     }
     assert!(page.contains("SIGHUP") && page.contains("LISTEN_FDS"), "{page}");
+    // The configuration's text under NOTES (not clap_mangen's "EXTRA"), and
+    // a footer naming the program and its version, not the bare "serve".
+    assert!(
+        page.contains("\n.SH NOTES\nSettings can also come from a TOML file"),
+        "{page}"
+    );
+    assert!(!page.contains(".SH EXTRA"), "{page}");
+    let title = page.lines().find(|l| l.starts_with(".TH ")).unwrap();
+    assert!(
+        title.contains(concat!("\"peregrine ", env!("CARGO_PKG_VERSION"), "\"")),
+        "{title}"
+    );
     let out = peregrine().args(["man", "pack"]).output().unwrap();
     let page = stdout(&out);
     assert!(
