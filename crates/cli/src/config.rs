@@ -143,6 +143,11 @@ fn serving(sub: Command) -> Command {
             if arg.is_required_set() {
                 arg = arg.required(false).required_unless_present(CONFIG);
             }
+            // `--idle-timeout -1` is a value out of range, not an unknown
+            // flag `-1` (clap's default reading).
+            if arg.get_action().takes_values() {
+                arg = arg.allow_negative_numbers(true);
+            }
             // `PEREGRINE_LIST_DIRS=1` (or yes, on, true) switches a flag on.
             if matches!(arg.get_action(), ArgAction::SetTrue) {
                 arg = arg.value_parser(BoolishValueParser::new());

@@ -519,7 +519,16 @@ where
     T::Err: std::fmt::Display,
 {
     move |s: &str| {
-        let v: T = s.parse().map_err(|e| format!("{e}"))?;
+        let v: T = s.parse().map_err(|e| {
+            // A number the type cannot hold (`-5` for a count,
+            // 99999999999999999999) is out of range, and the range is what
+            // helps; anything else is not a number at all.
+            if s.parse::<i128>().is_ok() {
+                format!("{s} is out of range: from {} to {}", range.start(), range.end())
+            } else {
+                format!("{s:?} is not a whole number: {e}")
+            }
+        })?;
         if !range.contains(&v) {
             return Err(format!(
                 "{v} is out of range: from {} to {}",

@@ -331,10 +331,15 @@ fn values_out_of_range_are_refused_with_their_range_and_line() {
             &format!("{f}:4: shutdown-timeout: bad value \"0\": 0 is out of range"),
         ],
     );
+    // A negative value is a value out of range, not an unknown flag `-5`;
+    // a number too large for the type is out of range too.
     for (flag, value) in [
         ("--n-headers-max", "1000"),
         ("--n-conns-max", "0"),
         ("--write-buffer-bytes-max", "1"),
+        ("--workers", "-5"),
+        ("--idle-timeout", "-1"),
+        ("--body-bytes-max", "99999999999999999999"),
     ] {
         let out = peregrine()
             .args(["check-config", "hello", flag, value])
@@ -347,6 +352,16 @@ fn values_out_of_range_are_refused_with_their_range_and_line() {
             stderr(&out)
         );
     }
+    let out = peregrine()
+        .args(["check-config", "hello", "--workers", "1.5"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("\"1.5\" is not a whole number"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 /// How long an edited file may be served as it was is a setting: 1 s by
