@@ -437,10 +437,10 @@ impl TlsArgs {
         // Each named with where it was set, when that was a file's line.
         anyhow::ensure!(
             self.certs.len() == self.keys.len(),
-            "give one --tls-key per --tls-cert ({} certificates{}, {} keys{})",
-            self.certs.len(),
+            "give one --tls-key per --tls-cert ({}{}, {}{})",
+            counted(self.certs.len(), "certificate"),
             config::origin("--tls-cert"),
-            self.keys.len(),
+            counted(self.keys.len(), "key"),
             config::origin("--tls-key"),
         );
         for (cert, key) in self.certs.iter().zip(&self.keys) {
@@ -793,15 +793,21 @@ fn check(cli: &Cli, argv: &[OsString]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `1 key`, `2 keys`.
+fn counted(n: usize, noun: &str) -> String {
+    format!("{n} {noun}{}", if n == 1 { "" } else { "s" })
+}
+
 /// Whether `serve ROOT` serves an archive: any file that is not a
 /// directory is taken for one, so that a wrong file is named as "not a
 /// Peregrine archive" (with what it starts with) rather than as a directory
 /// that cannot be opened. Refuses the flags that mean nothing for what ROOT
 /// is, which would otherwise be silently ignored.
 fn is_archive_root(root: &std::path::Path, files: &FileArgs, archive: &ServeArchiveArgs) -> anyhow::Result<bool> {
-    let Ok(metadata) = std::fs::metadata(root) else {
-        return Ok(false); // opening it as a directory says what is wrong
-    };
+    // A root that is not there, named with where it was set (a file's line,
+    // a variable) as the pairs' errors are.
+    let metadata = std::fs::metadata(root)
+        .with_context(|| format!("cannot serve {}{}", root.display(), config::origin("root")))?;
     let is_archive = !metadata.is_dir();
     let shown = root.display();
     if is_archive {

@@ -419,7 +419,17 @@ fn a_missing_partner_or_root_names_the_file_and_line() {
     assert_error(
         &out,
         &[&format!(
-            "one --tls-key per --tls-cert (1 certificates (file {f}:2), 0 keys)"
+            "one --tls-key per --tls-cert (1 certificate (file {f}:2), 0 keys)"
+        )],
+    );
+    // A root that is not there: its line, and why, said once.
+    let file = config("workers = 2\nroot = \"/nonexistent/site\"\n");
+    let out = check_config("serve", &file);
+    let f = file.display().to_string();
+    assert_error(
+        &out,
+        &[&format!(
+            "peregrine: cannot serve /nonexistent/site (file {f}:2): No such file or directory (os error 2)\n"
         )],
     );
     let file = config("hsts = 60\n");
