@@ -786,6 +786,13 @@ fn check(cli: &Cli, argv: &[OsString]) -> anyhow::Result<()> {
                 Archive::open(root, Mode::Map)?;
             } else {
                 FileServer::new(files.options(root.clone()))?;
+                // As serving would warn at start; `check-config` does not
+                // become `--user`, so what it reads is read as itself.
+                let itself = peregrine::Identity {
+                    user: None,
+                    group: None,
+                };
+                reload::warn_if_nothing_to_serve(root, &files.index, &itself);
             }
         }
         _ => unreachable!("check-config takes only the serving subcommands"),
