@@ -42,7 +42,7 @@ pub const CHECK: &str = "check-config";
 
 const CONFIG_HELP: &str = "\
 Settings can also come from a TOML file (--config FILE) and from PEREGRINE_* \
-environment variables. A file key is a long flag's name without its dashes \
+environment variables. A file key is a long flag's name without its leading dashes \
 (`head-bytes-max = 16384`, `bind = [\"127.0.0.1:8080\", \"[::1]:8080\"]`, \
 `list-dirs = true`), `root` for DIR|ARCHIVE; a variable is the key in capitals \
 with `_` for `-` after PEREGRINE_ (PEREGRINE_HEAD_BYTES_MAX). A flag beats a \
@@ -142,6 +142,11 @@ fn serving(sub: Command) -> Command {
             // A required arg (serve's DIR|ARCHIVE) may come from the file.
             if arg.is_required_set() {
                 arg = arg.required(false).required_unless_present(CONFIG);
+            }
+            // `--idle-timeout -1` is a value out of range, not an unknown
+            // flag `-1` (clap's default reading).
+            if arg.get_action().takes_values() {
+                arg = arg.allow_negative_numbers(true);
             }
             // `PEREGRINE_LIST_DIRS=1` (or yes, on, true) switches a flag on.
             if matches!(arg.get_action(), ArgAction::SetTrue) {

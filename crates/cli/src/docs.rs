@@ -66,7 +66,10 @@ fn write_pages(cmd: &Command, dir: &Path) -> std::io::Result<()> {
 /// EXAMPLES.
 fn page_of(cmd: &Command) -> std::io::Result<Vec<u8>> {
     use clap_mangen::roff::{bold, italic, roman, Roff};
-    let man = clap_mangen::Man::new(cmd.clone());
+    // Every page's footer names the program and its version; clap_mangen
+    // would give a subcommand's page its bare name ("serve") instead, since
+    // only the top command carries the version.
+    let man = clap_mangen::Man::new(cmd.clone()).source(concat!("peregrine ", env!("CARGO_PKG_VERSION")));
     let mut out = Vec::new();
     man.render_title(&mut out)?;
     man.render_name_section(&mut out)?;
@@ -112,8 +115,15 @@ fn page_of(cmd: &Command) -> std::io::Result<Vec<u8>> {
     if cmd.has_subcommands() {
         man.render_subcommands_section(&mut out)?;
     }
-    if cmd.get_after_long_help().is_some() || cmd.get_after_help().is_some() {
-        man.render_extra_section(&mut out)?;
+    // The text after the options (configuration, what a subcommand is for)
+    // under NOTES, a section man-pages(7) knows, not clap_mangen's "EXTRA".
+    if let Some(text) = cmd.get_after_long_help().or_else(|| cmd.get_after_help()) {
+        let mut notes = Roff::new();
+        notes.control("SH", ["NOTES"]);
+        for line in text.to_string().lines() {
+            notes.text([roman(line)]);
+        }
+        notes.to_writer(&mut out)?;
     }
 
     let mut extra = Roff::new();
@@ -187,9 +197,11 @@ const FILES: Terms = &[
     ),
     (
         "DIR|ARCHIVE",
-        "A directory served as it is, or an archive made by peregrine pack, which follows the \
-         conventions _headers, _redirects, _404.html and _wildcard.*; an archive replaced by \
-         rename is swapped in while serving.",
+        "A directory, or an archive made from one by peregrine pack; both follow the same \
+         conventions (_headers, _redirects, _404.html, _wildcard.*, NAME.br/.zst/.gz siblings) \
+         with the same answers, and none of these files is served as itself. A directory's \
+         edited files show within --revalidate-interval; an archive replaced by rename is \
+         swapped in while serving.",
     ),
     (
         "--access-log PATH, --error-log PATH",

@@ -437,10 +437,10 @@ impl TlsArgs {
         // Each named with where it was set, when that was a file's line.
         anyhow::ensure!(
             self.certs.len() == self.keys.len(),
-            "give one --tls-key per --tls-cert ({} certificates{}, {} keys{})",
-            self.certs.len(),
+            "give one --tls-key per --tls-cert ({}{}, {}{})",
+            counted(self.certs.len(), "certificate"),
             config::origin("--tls-cert"),
-            self.keys.len(),
+            counted(self.keys.len(), "key"),
             config::origin("--tls-key"),
         );
         for (cert, key) in self.certs.iter().zip(&self.keys) {
@@ -519,7 +519,16 @@ where
     T::Err: std::fmt::Display,
 {
     move |s: &str| {
-        let v: T = s.parse().map_err(|e| format!("{e}"))?;
+        let v: T = s.parse().map_err(|e| {
+            // A number the type cannot hold (`-5` for a count,
+            // 99999999999999999999) is out of range, and the range is what
+            // helps; anything else is not a number at all.
+            if s.parse::<i128>().is_ok() {
+                format!("{s} is out of range: from {} to {}", range.start(), range.end())
+            } else {
+                format!("{s:?} is not a whole number: {e}")
+            }
+        })?;
         if !range.contains(&v) {
             return Err(format!(
                 "{v} is out of range: from {} to {}",
@@ -777,11 +786,23 @@ fn check(cli: &Cli, argv: &[OsString]) -> anyhow::Result<()> {
                 Archive::open(root, Mode::Map)?;
             } else {
                 FileServer::new(files.options(root.clone()))?;
+                // As serving would warn at start; `check-config` does not
+                // become `--user`, so what it reads is read as itself.
+                let itself = peregrine::Identity {
+                    user: None,
+                    group: None,
+                };
+                reload::warn_if_nothing_to_serve(root, &files.index, &itself);
             }
         }
         _ => unreachable!("check-config takes only the serving subcommands"),
     }
     Ok(())
+}
+
+/// `1 key`, `2 keys`.
+fn counted(n: usize, noun: &str) -> String {
+    format!("{n} {noun}{}", if n == 1 { "" } else { "s" })
 }
 
 /// Whether `serve ROOT` serves an archive: any file that is not a
@@ -790,9 +811,10 @@ fn check(cli: &Cli, argv: &[OsString]) -> anyhow::Result<()> {
 /// that cannot be opened. Refuses the flags that mean nothing for what ROOT
 /// is, which would otherwise be silently ignored.
 fn is_archive_root(root: &std::path::Path, files: &FileArgs, archive: &ServeArchiveArgs) -> anyhow::Result<bool> {
-    let Ok(metadata) = std::fs::metadata(root) else {
-        return Ok(false); // opening it as a directory says what is wrong
-    };
+    // A root that is not there, named with where it was set (a file's line,
+    // a variable) as the pairs' errors are.
+    let metadata = std::fs::metadata(root)
+        .with_context(|| format!("cannot serve {}{}", root.display(), config::origin("root")))?;
     let is_archive = !metadata.is_dir();
     let shown = root.display();
     if is_archive {

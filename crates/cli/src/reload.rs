@@ -489,8 +489,10 @@ fn serve_metrics(addr: SocketAddr, metrics: Arc<Metrics>) -> anyhow::Result<Runn
 /// A directory that is empty, or that the server cannot read once it has
 /// become `--user`, answers 404 or 403 to every request with no other sign
 /// of trouble: one warning at start says so. Called after the privileges
-/// were dropped, so every check is made as the user that serves.
-fn warn_if_nothing_to_serve(root: &Path, index: &[String], identity: &Identity) {
+/// were dropped, so every check is made as the user that serves (and by
+/// `check-config`, which stays the user that runs it: it warns of an empty
+/// root, and of one that user cannot read).
+pub(crate) fn warn_if_nothing_to_serve(root: &Path, index: &[String], identity: &Identity) {
     if std::fs::metadata(root).is_ok_and(|m| !m.is_dir()) {
         return; // an archive, read whole before the privileges were dropped
     }

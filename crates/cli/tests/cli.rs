@@ -206,9 +206,18 @@ fn an_empty_root_is_warned_of_at_start_and_a_full_one_is_not() {
         )),
         "{err}"
     );
+    // check-config says it too, and still passes (an empty root is legal).
+    let check = |dir: &Path| {
+        let out = peregrine().args(["check-config", "serve"]).arg(dir).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let err = check(&dir);
+    assert!(err.contains(&format!("warning: {} is empty", dir.display())), "{err}");
     std::fs::write(dir.join("index.html"), "hi").unwrap();
     let err = serve_and_stop(&dir, &[]);
     assert!(!err.contains("warning"), "{err}");
+    assert!(!check(&dir).contains("warning"));
 }
 
 /// Only root can become another user: run as anyone else, the test checks

@@ -331,10 +331,15 @@ fn values_out_of_range_are_refused_with_their_range_and_line() {
             &format!("{f}:4: shutdown-timeout: bad value \"0\": 0 is out of range"),
         ],
     );
+    // A negative value is a value out of range, not an unknown flag `-5`;
+    // a number too large for the type is out of range too.
     for (flag, value) in [
         ("--n-headers-max", "1000"),
         ("--n-conns-max", "0"),
         ("--write-buffer-bytes-max", "1"),
+        ("--workers", "-5"),
+        ("--idle-timeout", "-1"),
+        ("--body-bytes-max", "99999999999999999999"),
     ] {
         let out = peregrine()
             .args(["check-config", "hello", flag, value])
@@ -347,6 +352,16 @@ fn values_out_of_range_are_refused_with_their_range_and_line() {
             stderr(&out)
         );
     }
+    let out = peregrine()
+        .args(["check-config", "hello", "--workers", "1.5"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("\"1.5\" is not a whole number"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 /// How long an edited file may be served as it was is a setting: 1 s by
@@ -404,7 +419,17 @@ fn a_missing_partner_or_root_names_the_file_and_line() {
     assert_error(
         &out,
         &[&format!(
-            "one --tls-key per --tls-cert (1 certificates (file {f}:2), 0 keys)"
+            "one --tls-key per --tls-cert (1 certificate (file {f}:2), 0 keys)"
+        )],
+    );
+    // A root that is not there: its line, and why, said once.
+    let file = config("workers = 2\nroot = \"/nonexistent/site\"\n");
+    let out = check_config("serve", &file);
+    let f = file.display().to_string();
+    assert_error(
+        &out,
+        &[&format!(
+            "peregrine: cannot serve /nonexistent/site (file {f}:2): No such file or directory (os error 2)\n"
         )],
     );
     let file = config("hsts = 60\n");
@@ -590,6 +615,18 @@ fn completions_and_man_pages_come_from_the_definition() {
         );
     }
     assert!(page.contains("SIGHUP") && page.contains("LISTEN_FDS"), "{page}");
+    // The configuration's text under NOTES (not clap_mangen's "EXTRA"), and
+    // a footer naming the program and its version, not the bare "serve".
+    assert!(
+        page.contains("\n.SH NOTES\nSettings can also come from a TOML file"),
+        "{page}"
+    );
+    assert!(!page.contains(".SH EXTRA"), "{page}");
+    let title = page.lines().find(|l| l.starts_with(".TH ")).unwrap();
+    assert!(
+        title.contains(concat!("\"peregrine ", env!("CARGO_PKG_VERSION"), "\"")),
+        "{title}"
+    );
     let out = peregrine().args(["man", "pack"]).output().unwrap();
     let page = stdout(&out);
     assert!(

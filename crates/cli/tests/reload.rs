@@ -568,3 +568,115 @@ fn serve_archive_reloads_the_same_archive_once_and_opens_a_new_path() {
     eventually(&addr, "/", "the second archive", |a| a.body == b"second");
     server.terminate();
 }
+
+/// One HTTP/2 frame read whole: (type, flags, stream id, payload), or
+/// `None` once the server has closed the connection.
+fn h2_frame(s: &mut TcpStream) -> Option<(u8, u8, u32, Vec<u8>)> {
+    let mut head = [0u8; 9];
+    match s.read_exact(&mut head) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return None,
+        Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return None,
+        Err(e) => panic!("reading a frame: {e}"),
+    }
+    let len = (usize::from(head[0]) << 16) | (usize::from(head[1]) << 8) | usize::from(head[2]);
+    let mut payload = vec![0; len];
+    s.read_exact(&mut payload).expect("a frame's payload");
+    let id = u32::from_be_bytes(head[5..9].try_into().unwrap()) & 0x7fff_ffff;
+    Some((head[3], head[4], id, payload))
+}
+
+/// RFC 9113 §6.8: a server that shuts a connection down sends GOAWAY with
+/// the last stream it will answer, and finishes that stream. A reload is
+/// such a shutdown for the old generation's connections: an HTTP/2 client
+/// with a response in flight (held here by a flow-control window of 0)
+/// gets GOAWAY NO_ERROR naming it, then the whole body once it opens the
+/// window, then the close; new connections go to the new generation.
+#[test]
+fn a_reload_sends_goaway_to_http2_connections_and_finishes_their_streams() {
+    use test_support::h2::{END_HEADERS, END_STREAM, GOAWAY, HEADERS, NO_ERROR, PREFACE, SETTINGS};
+    const DATA: u8 = test_support::h2::DATA;
+    const WINDOW_UPDATE: u8 = test_support::h2::WINDOW_UPDATE;
+    const ACK: u8 = 0x1;
+    let t = tmp("h2");
+    let body: Vec<u8> = (0..200_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(t.path("site/big.bin"), &body).unwrap();
+    let site = t.path("site");
+    let server = Server::start(&["serve", s(&site), "--bind", "127.0.0.1:0", "--workers", "1"]);
+    let addr = server.addr("serving");
+
+    let mut c = connect(&addr);
+    // The preface, SETTINGS_INITIAL_WINDOW_SIZE = 0 (no DATA until we say
+    // so), and a GET of the file on stream 1.
+    let mut hello = PREFACE.to_vec();
+    hello.extend_from_slice(&[0, 0, 6, SETTINGS, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0]);
+    let head = test_support::h2::get_head("/big.bin", "localhost");
+    hello.extend_from_slice(&[
+        0,
+        0,
+        u8::try_from(head.len()).unwrap(),
+        HEADERS,
+        END_STREAM | END_HEADERS,
+    ]);
+    hello.extend_from_slice(&1u32.to_be_bytes());
+    hello.extend_from_slice(&head);
+    c.write_all(&hello).unwrap();
+    loop {
+        let (kind, flags, id, payload) = h2_frame(&mut c).expect("the response's HEADERS");
+        match kind {
+            SETTINGS if flags & ACK == 0 => c.write_all(&[0, 0, 0, SETTINGS, ACK, 0, 0, 0, 0]).unwrap(),
+            HEADERS if id == 1 => break,
+            DATA => panic!("DATA on stream {id} through a window of 0: {} bytes", payload.len()),
+            _ => {}
+        }
+    }
+
+    server.signal("HUP");
+    server.line("configuration reloaded (generation 2)");
+    let goaway = loop {
+        let (kind, _, id, payload) = h2_frame(&mut c).expect("GOAWAY before the close");
+        match kind {
+            GOAWAY => break payload,
+            DATA => panic!("DATA on stream {id} through a window of 0"),
+            _ => {}
+        }
+    };
+    let last = u32::from_be_bytes(goaway[..4].try_into().unwrap()) & 0x7fff_ffff;
+    let code = u32::from_be_bytes(goaway[4..8].try_into().unwrap());
+    assert_eq!((last, code), (1, NO_ERROR), "GOAWAY's last stream id and error code");
+
+    // The stream in flight is finished: open both windows, read the body.
+    let mut update = Vec::new();
+    for id in [0u32, 1] {
+        update.extend_from_slice(&[0, 0, 4, WINDOW_UPDATE, 0]);
+        update.extend_from_slice(&id.to_be_bytes());
+        update.extend_from_slice(&(1u32 << 30).to_be_bytes());
+    }
+    c.write_all(&update).unwrap();
+    let mut got = Vec::new();
+    loop {
+        let (kind, flags, id, payload) = h2_frame(&mut c).expect("the rest of the body before the close");
+        if kind == DATA && id == 1 {
+            got.extend_from_slice(&payload);
+            if flags & END_STREAM != 0 {
+                break;
+            }
+        }
+    }
+    assert!(
+        got == body,
+        "{} bytes of {} came, or not the file's",
+        got.len(),
+        body.len()
+    );
+    // Then the old generation closes the connection.
+    while let Some((kind, _, id, _)) = h2_frame(&mut c) {
+        assert!(
+            kind != HEADERS && kind != DATA,
+            "a frame of type {kind} on stream {id} after the last stream"
+        );
+    }
+    // New connections are served by the new generation.
+    assert!(get(&addr, "/index.html").unwrap().head.starts_with("HTTP/1.1 200 "));
+    server.terminate();
+}
