@@ -20,7 +20,8 @@ use peregrine::{Limits, TlsConfig};
 use peregrine_archive::{Archive, Mode, PackOptions};
 use peregrine_files::{FileServer, Options};
 
-/// Peregrine: a fast HTTP/1.1 server.
+/// Peregrine: a web server for static sites and site archives, over
+/// HTTP/1.1, HTTP/2 and HTTP/3 (`about` is the package's description).
 #[derive(Parser, Debug)]
 #[command(name = "peregrine", version, long_version = docs::LONG_VERSION, about)]
 struct Cli {
