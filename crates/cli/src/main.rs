@@ -731,8 +731,8 @@ fn run(cli: Cli, argv: Vec<OsString>) -> anyhow::Result<()> {
                 eprintln!("peregrine: skipped {s}: a symlink loop (it leads back to a directory above it)");
             }
             eprintln!(
-                "peregrine: packed {} files ({} bytes read) into {}: {} bytes, with every response's head{}",
-                stats.n_files,
+                "peregrine: packed {} ({} bytes read) into {}: {} bytes, with every response's head{}",
+                counted(stats.n_files, "file"),
                 stats.bytes_in,
                 output.display(),
                 stats.archive_bytes,
