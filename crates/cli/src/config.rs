@@ -746,13 +746,27 @@ fn render(
             Some(v) => writeln!(out, "{} = {v}  # {from}", toml_key(k)),
             None => writeln!(
                 out,
-                "# {} is not set, so the built-in default applies: {}",
+                "# {} is not set, so the built-in default applies: {}{}",
                 toml_key(k),
-                default_in_help(arg).as_deref().unwrap_or("see --help")
+                default_in_help(arg).as_deref().unwrap_or("see --help"),
+                default_here(k)
             ),
         };
     }
     out
+}
+
+/// The value a default that depends on the machine takes on this one: the
+/// worker count is one per core the process may use (as `serve` counts
+/// them), so say how many that is.
+fn default_here(key: &str) -> String {
+    match key {
+        "workers" => {
+            let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+            format!(" ({n} here)")
+        }
+        _ => String::new(),
+    }
 }
 
 /// What a setting without a default value does when unset: the "Default:

@@ -20,7 +20,8 @@ use peregrine::{Limits, TlsConfig};
 use peregrine_archive::{Archive, Mode, PackOptions};
 use peregrine_files::{FileServer, Options};
 
-/// Peregrine: a fast HTTP/1.1 server.
+/// Peregrine: a web server for static sites and site archives, over
+/// HTTP/1.1, HTTP/2 and HTTP/3 (`about` is the package's description).
 #[derive(Parser, Debug)]
 #[command(name = "peregrine", version, long_version = docs::LONG_VERSION, about)]
 struct Cli {
@@ -730,8 +731,8 @@ fn run(cli: Cli, argv: Vec<OsString>) -> anyhow::Result<()> {
                 eprintln!("peregrine: skipped {s}: a symlink loop (it leads back to a directory above it)");
             }
             eprintln!(
-                "peregrine: packed {} files ({} bytes read) into {}: {} bytes, with every response's head{}",
-                stats.n_files,
+                "peregrine: packed {} ({} bytes read) into {}: {} bytes, with every response's head{}",
+                counted(stats.n_files, "file"),
                 stats.bytes_in,
                 output.display(),
                 stats.archive_bytes,

@@ -354,6 +354,16 @@ fn build(
             if !first && refused && dropped {
                 return Err(e.context("root was given up at start, so a new port below 1024 needs a restart"));
             }
+            // The redirecting listener is bound with the others: name its
+            // flag, as `--metrics ADDR: cannot listen on ...` is named.
+            if let Some(addr) = args.tls.redirect_http {
+                let on_it = e
+                    .downcast_ref::<peregrine::Error>()
+                    .is_some_and(|e| e.is_bind() && e.to_string() == format!("cannot listen on {addr}"));
+                if on_it {
+                    return Err(e.context(format!("--redirect-http {addr}{}", config::origin("--redirect-http"))));
+                }
+            }
             return Err(e);
         }
     };

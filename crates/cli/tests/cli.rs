@@ -49,6 +49,23 @@ fn an_address_in_use_is_reported_once_and_exits_non_zero() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains(&format!("cannot listen on {addr}")), "{err}");
     assert_eq!(err.matches("Address already in use").count(), 1, "{err}");
+    // The redirecting listener's address is named with its flag.
+    let pki = test_support::pki::SelfSigned::new("cli-redirect-in-use", &["localhost"]);
+    let out = peregrine()
+        .args(["hello", "--bind", "127.0.0.1:0", "--redirect-http", &addr])
+        .arg("--tls-cert")
+        .arg(&pki.cert)
+        .arg("--tls-key")
+        .arg(&pki.key)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(&format!("peregrine: --redirect-http {addr}: cannot listen on {addr}: ")),
+        "{err}"
+    );
+    assert_eq!(err.matches("Address already in use").count(), 1, "{err}");
 }
 
 /// A scratch directory for one test, empty.

@@ -123,6 +123,21 @@ fn precedence_is_flag_over_env_over_file_over_default() {
     // the sockets systemd passes) applies.
     assert!(!s.contains_key("bind"));
     assert!(stdout(&out).contains("# bind is not set, so the built-in default applies: 127.0.0.1:8080, unless systemd"));
+    // A default that depends on the machine says what it comes to here.
+    let cores = std::thread::available_parallelism().unwrap().get();
+    let bare = peregrine()
+        .args(["check-config", "hello"])
+        .env_remove("PEREGRINE_WORKERS")
+        .env_remove("PEREGRINE_CONFIG")
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&bare).contains(&format!(
+            "# workers is not set, so the built-in default applies: one per core ({cores} here)\n"
+        )),
+        "{}",
+        stdout(&bare)
+    );
     // The engine's own default, shown.
     let body_bytes_max = peregrine::Limits::default().body_bytes_max;
     assert_eq!(s["body-bytes-max"], (body_bytes_max.to_string(), "default".into()));

@@ -443,3 +443,49 @@ fn http3_is_switched_off_by_flag_file_and_variable_and_misuses_are_refused() {
     assert!(err.contains("--http3 (file "), "{err}");
     assert!(err.contains("needs --tls-cert"), "{err}");
 }
+
+/// HTTP/2 is offered by ALPN before HTTP/1.1 on a TLS listener and taken
+/// by prior knowledge on a cleartext one; `--no-http2` withdraws both: the
+/// client offering `h2` and `http/1.1` gets `http/1.1`, and the cleartext
+/// preface is an HTTP/1.1 request with an unknown version (505).
+#[test]
+fn no_http2_takes_h2_out_of_alpn_and_refuses_the_cleartext_preface() {
+    let pki = Pki::new("no-http2");
+    let (cert, key, _) = pki.issue("live", &["localhost"]);
+    let mut config = pki.client_config(rustls::DEFAULT_VERSIONS);
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let config = Arc::new(config);
+    let preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0";
+    for (extra, alpn, answer) in [
+        (None, &b"h2"[..], &b"\0\0"[..]),
+        (Some("--no-http2"), &b"http/1.1"[..], &b"HTTP/1.1 505 "[..]),
+    ] {
+        let mut args = vec![
+            "hello",
+            "--bind",
+            "127.0.0.1:0",
+            "--no-http3",
+            "--tls-cert",
+            cert.to_str().unwrap(),
+            "--tls-key",
+            key.to_str().unwrap(),
+        ];
+        args.extend(extra);
+        let server = Running::start(&args);
+        let tls = connect(&server.addr("https"), &config, "localhost");
+        assert_eq!(tls.conn.alpn_protocol(), Some(alpn), "{extra:?}");
+        drop(server);
+        // Cleartext: the same flag, on a listener without TLS.
+        let mut args = vec!["hello", "--bind", "127.0.0.1:0"];
+        args.extend(extra);
+        let server = Running::start(&args);
+        let mut tcp = TcpStream::connect(server.addr("http")).unwrap();
+        tcp.set_read_timeout(Some(PATIENCE)).unwrap();
+        tcp.write_all(preface).unwrap();
+        // HTTP/2: the server's SETTINGS frame, whose length starts with
+        // two zero bytes; without it: a 505 status line.
+        let mut got = vec![0; answer.len()];
+        tcp.read_exact(&mut got).unwrap();
+        assert_eq!(got, answer, "{extra:?}: {}", String::from_utf8_lossy(&got));
+    }
+}

@@ -29,7 +29,15 @@ pub const APT_INSTALL_TIMEOUT_SECS: u64 = 900;
 
 /// How long each apt step waits for dpkg's and apt's own locks, held by a
 /// process that does not take `APT_LOCK` (unattended-upgrades, a person).
+/// `install` waits by itself (`DPkg::Lock::Timeout`); `update` does not:
+/// its lock on the package lists fails it at once whatever that option says
+/// (apt 2.6: "Could not get lock /var/lib/apt/lists/lock", exit 100 after
+/// 0.8 s with the option at 8 s), so it is tried again every
+/// `APT_UPDATE_RETRY_SECS` for as long while that is why it failed.
 const APT_STEP_LOCK_TIMEOUT_SECS: u64 = 300;
+
+/// The pause between two tries of `apt-get update` (see above).
+const APT_UPDATE_RETRY_SECS: u64 = 5;
 
 /// Each program's path: the one its variable names, else the first of its
 /// names on PATH, else the one Debian's package installs. The missing
@@ -80,11 +88,19 @@ fn apt_install(packages: &[&str]) -> Result<(), String> {
     const LOCK_BUSY: i32 = 75;
     const TIMED_OUT: i32 = 124;
     let apt = format!("apt-get -q -o DPkg::Lock::Timeout={APT_STEP_LOCK_TIMEOUT_SECS} -o Acquire::Retries=3");
+    let tries = APT_STEP_LOCK_TIMEOUT_SECS / APT_UPDATE_RETRY_SECS;
     let script = format!(
         "missing=; for p in \"$@\"; do \
            dpkg-query -W -f='${{Status}}' \"$p\" 2>/dev/null | grep -q ' installed$' || missing=\"$missing $p\"; \
          done; \
-         [ -z \"$missing\" ] || {{ {apt} update && {apt} install -y --no-install-recommends $missing; }}"
+         [ -z \"$missing\" ] || {{ \
+           n=1; until out=$({apt} update 2>&1); do \
+             printf '%s\\n' \"$out\" >&2; \
+             case \"$out\" in *'Could not get lock'*) ;; *) exit 100;; esac; \
+             [ $n -ge {tries} ] && exit 100; n=$((n + 1)); sleep {APT_UPDATE_RETRY_SECS}; \
+           done; \
+           printf '%s\\n' \"$out\"; \
+           {apt} install -y --no-install-recommends $missing; }}"
     );
     let started = std::time::Instant::now();
     let out = Command::new("timeout")
