@@ -315,6 +315,43 @@ fn body_over_the_limit_is_413_and_connection_survives() {
     assert_eq!(c.response(3), (200, b"hello\n".to_vec()));
 }
 
+/// `expect: 100-continue` (RFC 9110 §10.1.1): an interim 100 while the
+/// server waits for the body; a length over the limit gets the final 413
+/// instead, and the connection goes on.
+#[test]
+fn expect_100_continue_gets_100_or_the_final_answer() {
+    let limits = Limits {
+        body_bytes_max: 1000,
+        ..Limits::default()
+    };
+    let server = start(limits);
+    let mut c = H2::connect(server.local_addr());
+    let expect = ("expect", "100-continue");
+    c.send(&frame(
+        HEADERS,
+        END_HEADERS,
+        1,
+        &head("POST", "/echo", &[expect, ("content-length", "4")]),
+    ));
+    let interim = c.until("the interim HEADERS", |f| f.stream == 1);
+    assert_eq!((interim.kind, interim.status()), (HEADERS, 100));
+    assert_eq!(interim.flags & END_STREAM, 0);
+    c.send(&frame(DATA, END_STREAM, 1, b"abcd"));
+    assert_eq!(c.response(1), (200, b"4 bytes\n".to_vec()));
+    c.send(&frame(
+        HEADERS,
+        END_HEADERS,
+        3,
+        &head("POST", "/echo", &[expect, ("content-length", "2000")]),
+    ));
+    let first = c.until("the answer", |f| f.stream == 3);
+    assert_eq!((first.kind, first.status()), (HEADERS, 413));
+    let reset = c.until("RST_STREAM", |f| f.stream == 3 && f.kind == RST_STREAM);
+    assert_eq!((reset.kind, reset.code()), (RST_STREAM, NO_ERROR));
+    c.get(5, "/");
+    assert_eq!(c.response(5), (200, b"hello\n".to_vec()));
+}
+
 /// A deferred answer holds only its own stream: the connection's other
 /// streams are answered meanwhile.
 #[test]

@@ -336,6 +336,9 @@ impl Conn {
             *peer,
         );
         if crate::codec::head::check_method(req.method()).is_err() || !dispatch::streams_body(ctx, *redirect, &req) {
+            // The body is collected, then the handler called: a client
+            // waiting for 100 Continue may send it.
+            h2.session.send_continue(id, &mut output.buf);
             return;
         }
         let (reader, sink) = crate::body::pipe(BODY_READER_BYTES);
@@ -347,18 +350,30 @@ impl Conn {
         let head_only = parts.method == "HEAD";
         let mut handled = dispatch::call(ctx, *redirect, &req);
         // A reader not taken is dropped: the body is discarded.
-        drop(reader.borrow_mut().take());
-        let response = match dispatch::settle(ctx, &slot, &req, &mut handled) {
-            Called::Now(response) => std::mem::replace(response, Response::new(200)),
-            Called::Later(deferral) => {
+        let taken = reader.borrow_mut().take().is_none();
+        let answer = match dispatch::settle(ctx, &slot, &req, &mut handled) {
+            Called::Now(response) => {
+                let response = std::mem::replace(response, Response::new(200));
+                let sent = Session::sent_of(&response, head_only);
+                dispatch::record(ctx, &req, sent.status, sent.body_bytes);
+                Ok(response)
+            }
+            Called::Later(deferral) => Err(deferral),
+        };
+        if taken {
+            // The handler reads the body: a client waiting for 100
+            // Continue may send it (before any final answer below).
+            h2.session.send_continue(id, &mut output.buf);
+        }
+        let response = match answer {
+            Ok(response) => response,
+            Err(deferral) => {
                 h2.session.stream_body(id, sink);
                 h2.session.defer(id, deferral.id);
                 h2.deferred.push(deferral);
                 return;
             }
         };
-        let sent = Session::sent_of(&response, head_only);
-        dispatch::record(ctx, &req, sent.status, sent.body_bytes);
         h2.session.stream_body(id, sink);
         let date = &ctx.date.http()[..];
         h2.session.respond(

@@ -16,6 +16,11 @@ pub(crate) struct Head {
     pub(crate) path: Option<Field>,
     pub(crate) authority: Option<Field>,
     pub(crate) content_length: Option<u64>,
+    /// `expect: 100-continue`: the client may wait for an interim 100
+    /// before it sends the body (RFC 9110 §10.1.1).
+    pub(crate) expect_continue: bool,
+    /// An `expect` other than `100-continue`: answered 417, as HTTP/1.1.
+    pub(crate) expect_unmet: bool,
 }
 
 /// Why a request head is refused.
@@ -34,6 +39,8 @@ impl Head {
         self.path = None;
         self.authority = None;
         self.content_length = None;
+        self.expect_continue = false;
+        self.expect_unmet = false;
     }
 
     pub(crate) fn span(&self, (at, len): (u32, u32)) -> &[u8] {
@@ -88,6 +95,16 @@ impl Head {
                         return Err(Refusal::Malformed("conflicting content-length"));
                     }
                     self.content_length = Some(n);
+                }
+                b"expect" => {
+                    // RFC 9110 §10.1.1: "The only expectation defined by
+                    // this specification is "100-continue" (with no
+                    // defined parameters)", compared case-insensitively.
+                    if value.eq_ignore_ascii_case(b"100-continue") {
+                        self.expect_continue = true;
+                    } else {
+                        self.expect_unmet = true;
+                    }
                 }
                 b"cookie" => n_cookies += 1,
                 b"host" => host = Some(f),

@@ -169,6 +169,34 @@ impl Session {
         Some(sent)
     }
 
+    /// Tells the client of stream `id` to send its body, if it asked to be
+    /// told (`expect: 100-continue`): an interim HEADERS with `:status`
+    /// 100 and no END_STREAM (RFC 9113 §8.1). The driver calls this once it
+    /// knows the body will be read: when it chose to collect the body, or
+    /// when a streaming handler took its reader. Nothing is sent if the
+    /// body has begun to arrive (RFC 9110 §10.1.1: the server "MAY omit
+    /// sending a 100 (Continue) response if it has already received some
+    /// or all of the content"), or once the stream is answered or refused.
+    pub(crate) fn send_continue(&mut self, id: u32, out: &mut Vec<u8>) {
+        let Some(idx) = self.find(id) else { return };
+        let s = &mut self.streams[idx];
+        if !std::mem::take(&mut s.continue_due)
+            || s.received > 0
+            || s.recv_done
+            || s.refused.is_some()
+            || !matches!(s.send, Sending::Waiting | Sending::Deferred(_))
+        {
+            return;
+        }
+        let encoder = &mut self.encoder;
+        write_head(out, id, 0, self.peer_frame_max, |block| {
+            // A pending table size update opens the first block sent after
+            // it (RFC 7541 §4.2), interim or not.
+            encoder.begin(block);
+            hpack::write_status(block, 100);
+        });
+    }
+
     /// Appends DATA frames while the windows allow, until `out` holds
     /// `budget` bytes.
     pub(crate) fn send(&mut self, out: &mut Vec<u8>, budget: usize) {

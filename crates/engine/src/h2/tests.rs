@@ -715,6 +715,80 @@ fn a_body_over_body_bytes_max_gets_413_and_the_rest_is_refused() {
     assert_eq!(p.answer_ready(echo).len(), 1);
 }
 
+#[test]
+fn expect_100_continue_gets_an_interim_head_only_while_the_body_is_awaited() {
+    let mut p = Peer::new(Config {
+        body_bytes_max: 100,
+        ..cfg()
+    });
+    let expect = ("expect", "100-continue");
+    // Stream 1: the client waits; the driver chose to read the body.
+    p.feed(&headers(
+        1,
+        false,
+        &request("POST", "/", &[expect, ("content-length", "4")]),
+    ));
+    assert_eq!(p.session.take_head(), Some(1));
+    assert!(p.frames().is_empty(), "nothing before the driver decides");
+    p.session.send_continue(1, &mut p.out);
+    let f = p.frames();
+    assert_eq!(f.len(), 1, "{f:?}");
+    assert_eq!((f[0].kind, f[0].stream, f[0].status()), (frame::HEADERS, 1, 100));
+    assert!(!f[0].has(frame::END_STREAM), "an interim head does not end the stream");
+    // Once only.
+    p.session.send_continue(1, &mut p.out);
+    assert!(p.frames().is_empty());
+    p.feed(&data(1, true, b"abcd"));
+    let seen = p.answer_ready(echo);
+    assert_eq!(seen[0].body, b"abcd");
+    let f = p.frames();
+    assert_eq!((f[0].status(), f[0].stream), (200, 1));
+    // Case does not matter (RFC 9110 §10.1.1).
+    p.feed(&headers(3, false, &request("POST", "/", &[("expect", "100-Continue")])));
+    p.session.send_continue(3, &mut p.out);
+    assert_eq!(p.frames()[0].status(), 100);
+    p.feed(&data(3, true, b"x"));
+    p.answer_ready(echo);
+    p.frames();
+    // Stream 5: the body began to arrive before the decision: no 100.
+    p.feed(&headers(5, false, &request("POST", "/", &[expect])));
+    p.feed(&data(5, false, b"ab"));
+    p.session.send_continue(5, &mut p.out);
+    assert!(p.frames().is_empty());
+    p.feed(&data(5, true, b"cd"));
+    p.answer_ready(echo);
+    assert_eq!(p.frames()[0].status(), 200);
+    // Stream 7: a length over body_bytes_max is refused at once with the
+    // final 413, never a 100; the rest of the body is refused (§8.1).
+    p.feed(&headers(
+        7,
+        false,
+        &request("POST", "/", &[expect, ("content-length", "101")]),
+    ));
+    assert_eq!(p.session.refused(7), Some((413, "request body too large")));
+    p.session.send_continue(7, &mut p.out);
+    assert!(p.frames().is_empty());
+    p.answer_ready(echo);
+    let f = p.frames();
+    assert_eq!(f[0].status(), 413);
+    assert!(f.last().unwrap().is_rst(7, Code::NoError), "{f:?}");
+    // Stream 9: answered before its body was asked for (a handler that
+    // did not take its reader): the final answer, then no 100.
+    p.feed(&headers(9, false, &request("POST", "/", &[expect])));
+    p.respond(9, Response::error(403)).unwrap();
+    p.session.send_continue(9, &mut p.out);
+    let f = p.frames();
+    assert_eq!(f[0].status(), 403);
+    assert!(f.iter().all(|f| f.kind != frame::HEADERS || f.status() != 100), "{f:?}");
+    // Stream 11: an expectation we do not know gets 417, as on HTTP/1.1.
+    p.feed(&headers(11, true, &request("GET", "/", &[("expect", "tea")])));
+    assert_eq!(p.session.refused(11), Some((417, "unsupported expectation")));
+    // A request without Expect never gets a 100.
+    p.feed(&headers(13, false, &request("POST", "/", &[])));
+    p.session.send_continue(13, &mut p.out);
+    assert!(p.frames().is_empty());
+}
+
 // ---- Response flow control ----
 
 #[test]
