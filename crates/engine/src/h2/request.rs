@@ -58,11 +58,14 @@ impl Head {
             let f = self.fields[i];
             let name = self.span(f.name);
             let value = self.span(f.value);
-            if name.is_empty() {
-                return Err(Refusal::Malformed("empty field name"));
-            }
-            if !value_is_valid(value) {
-                return Err(Refusal::Malformed("invalid field value"));
+            // A field from the HPACK tables was checked once already.
+            if !f.checked {
+                if name.is_empty() {
+                    return Err(Refusal::Malformed("empty field name"));
+                }
+                if !value_is_valid(value) {
+                    return Err(Refusal::Malformed("invalid field value"));
+                }
             }
             if name[0] == b':' {
                 if regular_seen {
@@ -81,7 +84,7 @@ impl Head {
                 continue;
             }
             regular_seen = true;
-            if !name.iter().all(|&b| is_lower_tchar(b)) {
+            if !f.checked && !name.iter().all(|&b| is_lower_tchar(b)) {
                 return Err(Refusal::Malformed("field name not a lowercase token"));
             }
             match name {
@@ -179,6 +182,7 @@ impl Head {
         let joined = Field {
             name: (start, 6),
             value: (start + 6, self.bytes.len() as u32 - start - 6),
+            checked: true,
         };
         let mut placed = false;
         self.fields.retain_mut(|f| {
@@ -256,6 +260,17 @@ fn is_lower_tchar(b: u8) -> bool {
     LOWER_TCHAR[usize::from(b)]
 }
 
+/// What `check_request` asks of every field before its meaning: a name
+/// that is a pseudo-field or a lowercase token, and a valid value. The
+/// HPACK decoder asks it once of each dynamic table entry.
+pub(crate) fn field_is_valid(name: &[u8], value: &[u8]) -> bool {
+    match name.first() {
+        None => false,
+        Some(b':') => value_is_valid(value),
+        Some(_) => name.iter().all(|&b| is_lower_tchar(b)) && value_is_valid(value),
+    }
+}
+
 /// §8.2.1: no NUL, CR or LF, and no whitespace at either end.
 fn value_is_valid(v: &[u8]) -> bool {
     let edge = |b: Option<&u8>| !matches!(b, Some(b' ' | b'\t'));
@@ -313,6 +328,7 @@ mod tests {
             h.fields.push(Field {
                 name: (at, n.len() as u32),
                 value: (at + n.len() as u32, v.len() as u32),
+                checked: false,
             });
         }
         h

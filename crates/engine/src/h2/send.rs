@@ -121,7 +121,7 @@ impl Session {
     pub(crate) fn respond(
         &mut self,
         id: u32,
-        mut resp: Response,
+        resp: &mut Response,
         head_only: bool,
         date: &[u8],
         extra_fields: &[u8],
@@ -129,13 +129,13 @@ impl Session {
         budget: usize,
     ) -> Option<Sent> {
         let idx = self.find(id)?;
-        let (status, length, body) = Pending::of(&mut resp, head_only);
+        let (status, length, body) = Pending::of(resp, head_only);
         let flags = if body.is_none() { frame::END_STREAM } else { 0 };
         let encoder = &mut self.encoder;
         let cache = &mut self.head_cache;
         write_head(out, id, flags, self.peer_frame_max, |block| {
             let generation = encoder.generation();
-            if !encoder.has_update() && cache.matches(generation, &resp, length, date, extra_fields) {
+            if !encoder.has_update() && cache.matches(generation, resp, length, date, extra_fields) {
                 block.extend_from_slice(&cache.encoded);
                 return;
             }
@@ -143,9 +143,9 @@ impl Session {
             let fresh = !encoder.has_update();
             encoder.begin(block);
             hpack::write_status(block, status);
-            encode_fields(encoder, block, &resp, date, length, extra_fields);
+            encode_fields(encoder, block, resp, date, length, extra_fields);
             if fresh && encoder.generation() == generation {
-                cache.store(generation, &resp, length, date, extra_fields, &block[at..]);
+                cache.store(generation, resp, length, date, extra_fields, &block[at..]);
             } else {
                 cache.valid = false;
             }

@@ -330,8 +330,9 @@ impl Peer {
         }
     }
 
-    fn respond(&mut self, id: u32, resp: Response) -> Option<Sent> {
-        self.session.respond(id, resp, false, DATE, b"", &mut self.out, BUDGET)
+    fn respond(&mut self, id: u32, mut resp: Response) -> Option<Sent> {
+        self.session
+            .respond(id, &mut resp, false, DATE, b"", &mut self.out, BUDGET)
     }
 
     /// Takes every ready request and answers it the way `answer` says,
@@ -455,7 +456,15 @@ fn head_and_bodiless_answers_end_the_stream_with_headers() {
     assert_eq!(p.ready(), [1, 3, 5]);
     let sent = p
         .session
-        .respond(1, Response::text("twelve bytes"), true, DATE, b"", &mut p.out, BUDGET)
+        .respond(
+            1,
+            &mut Response::text("twelve bytes"),
+            true,
+            DATE,
+            b"",
+            &mut p.out,
+            BUDGET,
+        )
         .unwrap();
     assert_eq!((sent.status, sent.body_bytes), (200, 0));
     p.respond(3, Response::new(204)).unwrap();
@@ -885,8 +894,8 @@ fn the_output_stays_within_the_budget_given_to_send() {
         // send what the windows allow, write the buffer out, repeat.
         while p.out.len() < budget {
             let Some(id) = p.session.take_ready() else { break };
-            let resp = Response::text(bodies[id as usize / 2].clone());
-            p.session.respond(id, resp, false, DATE, b"", &mut p.out, budget);
+            let mut resp = Response::text(bodies[id as usize / 2].clone());
+            p.session.respond(id, &mut resp, false, DATE, b"", &mut p.out, budget);
         }
         if p.session.wants_send() {
             p.session.send(&mut p.out, budget);
@@ -1134,6 +1143,44 @@ fn deferred_streams_are_answered_later_while_others_are_answered_now() {
     p.respond(id, Response::text("later")).unwrap();
     assert_eq!(body_of(&p.frames(), 1), (b"later".to_vec(), true));
     assert!(p.session.is_idle());
+}
+
+/// Fields from the dynamic table skip the byte checks only if they passed
+/// them when inserted: a bad entry stays bad in every request using it.
+#[test]
+fn a_malformed_field_in_the_dynamic_table_is_refused_each_time_it_is_used() {
+    let mut p = Peer::new(cfg());
+    // Literals with incremental indexing (§6.2.1), new names: each
+    // becomes dynamic entry 62 in turn, then is referred to by index.
+    let cases: [(&[u8], &[u8]); 4] = [
+        (b"X-Upper", b"1"),
+        (b"x-sp", b" lead"),
+        (b"x-nul", b"a\0b"),
+        (b"x-good", b"fine"),
+    ];
+    let mut id = 1;
+    for (name, value) in cases {
+        let good = name == b"x-good";
+        let mut first = request("GET", "/", &[]);
+        first.push(0x40);
+        hpack::write_integer(&mut first, 0, 7, name.len());
+        first.extend_from_slice(name);
+        hpack::write_integer(&mut first, 0, 7, value.len());
+        first.extend_from_slice(value);
+        let mut again = request("GET", "/", &[]);
+        again.push(0x80 | 62);
+        for b in [first, again] {
+            p.feed(&headers(id, true, &b));
+            if good {
+                assert_eq!(p.answer_ready(echo).len(), 1, "stream {id}");
+                p.frames();
+            } else {
+                let f = p.frames();
+                assert!(f.len() == 1 && f[0].is_rst(id, Code::Protocol), "stream {id}: {f:?}");
+            }
+            id += 2;
+        }
+    }
 }
 
 #[test]
@@ -1467,8 +1514,8 @@ fn spliced_and_copied(kind: usize, n: usize, budget: usize) -> (Vec<u8>, Vec<u8>
         session.recv(&input, &mut out);
         for id in [1, 3] {
             assert_eq!(session.take_ready(), Some(id));
-            let resp = Response::new(200).with_body(lasting_body(kind, n + id as usize));
-            session.respond(id, resp, false, DATE, b"", &mut out, budget);
+            let mut resp = Response::new(200).with_body(lasting_body(kind, n + id as usize));
+            session.respond(id, &mut resp, false, DATE, b"", &mut out, budget);
             any_slice |= !session.splices.is_empty();
             assert!(out.len() + session.splices.bytes() <= budget + 1024 + 200);
             drain(&mut session, &mut out, &mut wire);
@@ -1585,11 +1632,11 @@ fn a_repeated_head_is_copied_and_decodes_as_encoded_afresh() {
     };
     let mut heads = Vec::new();
     let mut id = 1;
-    let mut ask = |p: &mut Peer, resp: Response, date: &[u8]| {
+    let mut ask = |p: &mut Peer, mut resp: Response, date: &[u8]| {
         p.feed(&get(id, "/"));
         assert_eq!(p.ready(), [id]);
         p.session
-            .respond(id, resp, false, date, b"", &mut p.out, BUDGET)
+            .respond(id, &mut resp, false, date, b"", &mut p.out, BUDGET)
             .unwrap();
         let f = p.frames();
         let h = f.iter().find(|f| f.kind == frame::HEADERS).unwrap();
