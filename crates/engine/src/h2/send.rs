@@ -165,7 +165,19 @@ impl Session {
         if s.pending.is_some() {
             self.send_stream(idx, out, budget);
         }
-        self.finish(out);
+        // Only this stream can have become complete here (`send` finishes
+        // the others): `finish`'s scan of every stream, per response, was
+        // quadratic in the streams answered in a batch.
+        if self
+            .streams
+            .get(idx)
+            .is_some_and(|s| s.id == id && s.send == Sending::Done)
+        {
+            if !self.streams[idx].recv_done {
+                self.write_rst(out, id, Code::NoError);
+            }
+            self.remove(idx);
+        }
         Some(sent)
     }
 
