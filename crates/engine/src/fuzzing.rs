@@ -166,7 +166,7 @@ impl Driver {
 
     /// Answers stream `id` as the handler would, having read its request.
     fn answer(&mut self, id: u32) {
-        let (resp, head_only) = if let Some((status, _)) = self.session.refused(id) {
+        let (mut resp, head_only) = if let Some((status, _)) = self.session.refused(id) {
             (Response::error(status), false)
         } else if let Some(parts) = self.session.parts(id) {
             let mut headers = [httparse::EMPTY_HEADER; 16];
@@ -190,7 +190,7 @@ impl Driver {
         let date = b"Mon, 23 Nov 2026 16:00:00 GMT";
         let sent = self
             .session
-            .respond(id, resp, head_only, date, b"", &mut self.out, self.budget);
+            .respond(id, &mut resp, head_only, date, b"", &mut self.out, self.budget);
         assert!(sent.is_some(), "a ready stream could not be answered");
         assert!(self.out.len() > before, "an answer wrote nothing");
         self.check.expected.insert(id, (length, 0));

@@ -315,6 +315,43 @@ fn body_over_the_limit_is_413_and_connection_survives() {
     assert_eq!(c.response(3), (200, b"hello\n".to_vec()));
 }
 
+/// `expect: 100-continue` (RFC 9110 §10.1.1): an interim 100 while the
+/// server waits for the body; a length over the limit gets the final 413
+/// instead, and the connection goes on.
+#[test]
+fn expect_100_continue_gets_100_or_the_final_answer() {
+    let limits = Limits {
+        body_bytes_max: 1000,
+        ..Limits::default()
+    };
+    let server = start(limits);
+    let mut c = H2::connect(server.local_addr());
+    let expect = ("expect", "100-continue");
+    c.send(&frame(
+        HEADERS,
+        END_HEADERS,
+        1,
+        &head("POST", "/echo", &[expect, ("content-length", "4")]),
+    ));
+    let interim = c.until("the interim HEADERS", |f| f.stream == 1);
+    assert_eq!((interim.kind, interim.status()), (HEADERS, 100));
+    assert_eq!(interim.flags & END_STREAM, 0);
+    c.send(&frame(DATA, END_STREAM, 1, b"abcd"));
+    assert_eq!(c.response(1), (200, b"4 bytes\n".to_vec()));
+    c.send(&frame(
+        HEADERS,
+        END_HEADERS,
+        3,
+        &head("POST", "/echo", &[expect, ("content-length", "2000")]),
+    ));
+    let first = c.until("the answer", |f| f.stream == 3);
+    assert_eq!((first.kind, first.status()), (HEADERS, 413));
+    let reset = c.until("RST_STREAM", |f| f.stream == 3 && f.kind == RST_STREAM);
+    assert_eq!((reset.kind, reset.code()), (RST_STREAM, NO_ERROR));
+    c.get(5, "/");
+    assert_eq!(c.response(5), (200, b"hello\n".to_vec()));
+}
+
 /// A deferred answer holds only its own stream: the connection's other
 /// streams are answered meanwhile.
 #[test]
@@ -554,6 +591,61 @@ fn a_stalled_body_times_out_though_pings_keep_coming() {
         Some(NO_ERROR),
         "no GOAWAY while the body stalled and PINGs kept coming"
     );
+}
+
+/// A stream parked on its producer (`body::channel`, nothing queued) is
+/// not idle: neither the idle nor the send timeout ends the connection
+/// while the producer lives, PINGs are answered meanwhile, and the body
+/// goes on when the producer writes again. Once the stream is done, the
+/// idle timeout applies again.
+#[test]
+fn a_stream_parked_on_its_producer_outlives_the_timeouts_and_pings_are_answered() {
+    let limits = Limits {
+        idle_timeout: Duration::from_millis(200),
+        send_timeout: Duration::from_millis(200),
+        body_timeout: Duration::from_millis(200),
+        sweep_interval: Duration::from_millis(20),
+        ..Limits::default()
+    };
+    let (senders_tx, senders) = mpsc::channel();
+    let senders_tx = Mutex::new(senders_tx);
+    let server = common::start_with(limits, move |_: &Request<'_>| {
+        let (body, tx) = peregrine::body::channel(1024);
+        tx.send("first\n").unwrap();
+        senders_tx.lock().unwrap().send(tx).unwrap();
+        Response::new(200).with_body(body)
+    });
+    let mut c = H2::connect(server.local_addr());
+    c.get(1, "/events");
+    let tx = senders.recv_timeout(PATIENCE).expect("the handler ran");
+    let h = c.until("HEADERS", |f| f.kind == HEADERS && f.stream == 1);
+    assert_eq!((h.status(), h.flags & END_STREAM), (200, 0));
+    let d = c.until("the first chunk", |f| f.kind == DATA && f.stream == 1);
+    assert_eq!(d.payload, b"first\n");
+    // Parked and silent for three times the timeouts (a PING restarts
+    // the idle timeout, so the first comes after that wait), then PINGs:
+    // each answered, and no GOAWAY (checked by kind: `until` would pass
+    // over it).
+    std::thread::sleep(Duration::from_millis(600));
+    for i in 0..3u64 {
+        c.send(&frame(PING, 0, 0, &i.to_be_bytes()));
+        let ack = c.until("PING ACK", |f| f.kind == PING || f.kind == GOAWAY);
+        assert_eq!(ack.kind, PING, "GOAWAY while the producer lived: {ack:?}");
+        assert_eq!((ack.flags & 1, ack.payload.as_slice()), (1, &i.to_be_bytes()[..]));
+    }
+    tx.send("second\n").unwrap();
+    drop(tx);
+    let mut rest = Vec::new();
+    loop {
+        let f = c.until("the rest of the body", |f| f.kind == DATA && f.stream == 1);
+        rest.extend_from_slice(&f.payload);
+        if f.flags & END_STREAM != 0 {
+            break;
+        }
+    }
+    assert_eq!(rest, b"second\n");
+    // Nothing open: the idle timeout ends the connection again.
+    assert_eq!(c.goaway().expect("GOAWAY once idle").code(), NO_ERROR);
 }
 
 #[test]

@@ -302,9 +302,22 @@ mod h2c {
 
         /// A POST head on stream 1, its body to follow.
         pub fn post(&mut self, path: &str) {
+            self.post_with(path, &[]);
+        }
+
+        /// A POST head on stream 1 with `extra` fields (literals with new
+        /// names), its body to follow.
+        pub fn post_with(&mut self, path: &str, extra: &[(&str, &str)]) {
             let mut head = Vec::new();
             for (index, value) in [(2u8, "POST"), (6, "http"), (4, path), (1, "localhost")] {
                 head.push(index);
+                head.push(value.len() as u8);
+                head.extend_from_slice(value.as_bytes());
+            }
+            for (name, value) in extra {
+                head.push(0);
+                head.push(name.len() as u8);
+                head.extend_from_slice(name.as_bytes());
                 head.push(value.len() as u8);
                 head.extend_from_slice(value.as_bytes());
             }
@@ -437,6 +450,41 @@ fn http2_uploads_are_read_as_they_arrive_with_the_window_following_the_reader() 
     assert_eq!(String::from_utf8(c.response()).unwrap(), expected(n));
     let peak = peak_bytes() - before;
     assert!(peak < 4 * MIB as isize, "peak {peak} bytes during a 32 MiB upload");
+}
+
+/// RFC 9113 §8.1 with RFC 9110 §10.1.1: a client that waits for 100
+/// Continue before its body gets the interim HEADERS once the handler
+/// takes the reader (streamed) or the body is to be collected (buffered).
+#[test]
+fn http2_expect_100_continue_gets_an_interim_head_before_the_body() {
+    let _serial = serial();
+    let (tx, _errors) = mpsc::channel();
+    let (server, _called) = server(1 << 20, tx);
+    for (path, answer) in [("/upload", expected_of(b"hello")), ("/small", "5 buffered".to_string())] {
+        let mut c = h2c::Conn::connect(server.local_addr());
+        c.post_with(path, &[("expect", "100-continue"), ("content-length", "5")]);
+        let interim = loop {
+            match c.next() {
+                Some(f) if f.stream == 1 => break f,
+                Some(_) => {}
+                None => panic!("{path}: the connection closed before the interim answer"),
+            }
+        };
+        assert_eq!(interim.kind, test_support::h2::HEADERS, "{path}");
+        assert_eq!(&interim.payload[..5], b"\x08\x03100", "{path}: status 100");
+        assert_eq!(
+            interim.flags & test_support::h2::END_STREAM,
+            0,
+            "{path}: an interim head leaves the stream open"
+        );
+        c.send(&h2c::frame(
+            test_support::h2::DATA,
+            test_support::h2::END_STREAM,
+            1,
+            b"hello",
+        ));
+        assert_eq!(c.response(), answer.as_bytes(), "{path}");
+    }
 }
 
 #[test]

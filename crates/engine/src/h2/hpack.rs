@@ -45,6 +45,10 @@ pub(crate) struct HpackError(pub(crate) &'static str);
 pub(crate) struct Field {
     pub(crate) name: (u32, u32),
     pub(crate) value: (u32, u32),
+    /// Known to pass `request::field_is_valid` (it came from the static
+    /// table, or from a dynamic entry checked when it was inserted): the
+    /// request check skips its byte scans. Set only by the HPACK decoder.
+    pub(crate) checked: bool,
 }
 
 /// Where decoded fields go. Past `list_bytes_max` (names, values and 32
@@ -73,6 +77,11 @@ impl<'a> Sink<'a> {
     }
 
     pub(crate) fn push(&mut self, name: &[u8], value: &[u8]) {
+        self.push_checked(name, value, false);
+    }
+
+    /// `push`, saying whether the field is known to be valid.
+    fn push_checked(&mut self, name: &[u8], value: &[u8], checked: bool) {
         self.list_bytes += name.len() + value.len() + ENTRY_OVERHEAD;
         if self.list_bytes > self.list_bytes_max {
             self.oversized = true;
@@ -85,23 +94,48 @@ impl<'a> Sink<'a> {
         self.fields.push(Field {
             name: (at, name_len),
             value: (at + name_len, value.len() as u32),
+            checked,
+        });
+    }
+
+    /// Keeps the field decoded in place at `bytes[at..]` (its name the
+    /// first `name_len` bytes), or drops it past the list limit.
+    fn keep(&mut self, at: usize, name_len: usize, checked: bool) {
+        let len = self.bytes.len() - at;
+        self.list_bytes += len + ENTRY_OVERHEAD;
+        if self.list_bytes > self.list_bytes_max {
+            self.oversized = true;
+            self.bytes.truncate(at);
+            return;
+        }
+        self.fields.push(Field {
+            name: (at as u32, name_len as u32),
+            value: ((at + name_len) as u32, (len - name_len) as u32),
+            checked,
         });
     }
 }
 
 /// The decoder's dynamic table: newest entry first.
 pub(crate) struct Decoder {
-    entries: std::collections::VecDeque<(Vec<u8>, Vec<u8>)>,
+    entries: std::collections::VecDeque<DecoderEntry>,
     /// Buffers of evicted entries, reused by the next insertions.
-    spare: Vec<(Vec<u8>, Vec<u8>)>,
+    spare: Vec<DecoderEntry>,
     size: usize,
     /// The size the client last chose with a size update.
     size_max: usize,
     /// Our SETTINGS_HEADER_TABLE_SIZE: the client may not choose more.
     settings_size_max: usize,
-    /// Scratch for Huffman-decoded strings.
-    scratch: Vec<u8>,
-    scratch2: Vec<u8>,
+}
+
+/// A dynamic table entry, and whether it passes the request field check
+/// (checked once, when inserted, instead of in every request that
+/// refers to it).
+#[derive(Default)]
+struct DecoderEntry {
+    name: Vec<u8>,
+    value: Vec<u8>,
+    valid: bool,
 }
 
 impl Decoder {
@@ -112,8 +146,6 @@ impl Decoder {
             size: 0,
             size_max: settings_size_max,
             settings_size_max,
-            scratch: Vec::new(),
-            scratch2: Vec::new(),
         }
     }
 
@@ -124,8 +156,8 @@ impl Decoder {
             if b & 0x80 != 0 {
                 // Indexed field (§6.1).
                 let index = integer(&mut block, 7)?;
-                let (name, value) = self.entry(index)?;
-                sink.push(name, value);
+                let (name, value, valid) = self.entry(index)?;
+                sink.push_checked(name, value, valid);
             } else if b & 0xe0 == 0x20 {
                 // Dynamic table size update (§6.3): only at the start of a
                 // block (§4.2).
@@ -144,61 +176,71 @@ impl Decoder {
                 // (0000) or never indexed (0001).
                 let (prefix, index_it) = if b & 0xc0 == 0x40 { (6, true) } else { (4, false) };
                 let index = integer(&mut block, prefix)?;
-                let mut name_buf = std::mem::take(&mut self.scratch);
-                let mut value_buf = std::mem::take(&mut self.scratch2);
-                name_buf.clear();
-                value_buf.clear();
-                let result = (|| {
+                // Decoded straight into the head's bytes (a copy through
+                // scratch buffers was most of the decoder's memmove).
+                let at = sink.bytes.len();
+                let decoded = (|| {
                     if index == 0 {
-                        string(&mut block, &mut name_buf)?;
+                        string(&mut block, sink.bytes)?;
                     } else {
-                        name_buf.extend_from_slice(self.entry(index)?.0);
+                        sink.bytes.extend_from_slice(self.entry(index)?.0);
                     }
-                    string(&mut block, &mut value_buf)
+                    let name_len = sink.bytes.len() - at;
+                    string(&mut block, sink.bytes)?;
+                    Ok(name_len)
                 })();
-                if result.is_ok() {
-                    sink.push(&name_buf, &value_buf);
-                    if index_it {
-                        self.insert(&name_buf, &value_buf);
+                let name_len = match decoded {
+                    Ok(n) => n,
+                    Err(e) => {
+                        sink.bytes.truncate(at);
+                        return Err(e);
                     }
+                };
+                let mut checked = false;
+                if index_it {
+                    let (name, value) = sink.bytes[at..].split_at(name_len);
+                    checked = super::request::field_is_valid(name, value);
+                    self.insert(name, value, checked);
                 }
-                self.scratch = name_buf;
-                self.scratch2 = value_buf;
-                result?;
+                sink.keep(at, name_len, checked);
             }
             first = false;
         }
         Ok(())
     }
 
-    fn entry(&self, index: usize) -> Result<(&[u8], &[u8]), HpackError> {
+    /// Entry `index` of the static and dynamic tables: name, value, and
+    /// whether it passes the request field check (the static table's all
+    /// do).
+    fn entry(&self, index: usize) -> Result<(&[u8], &[u8], bool), HpackError> {
         match index {
             0 => Err(HpackError("index 0")),
             1..=61 => {
                 let (n, v) = STATIC[index - 1];
-                Ok((n.as_bytes(), v.as_bytes()))
+                Ok((n.as_bytes(), v.as_bytes(), true))
             }
             _ => self
                 .entries
                 .get(index - 62)
-                .map(|(n, v)| (n.as_slice(), v.as_slice()))
+                .map(|e| (e.name.as_slice(), e.value.as_slice(), e.valid))
                 .ok_or(HpackError("index past the dynamic table")),
         }
     }
 
-    fn insert(&mut self, name: &[u8], value: &[u8]) {
+    fn insert(&mut self, name: &[u8], value: &[u8], valid: bool) {
         let size = name.len() + value.len() + ENTRY_OVERHEAD;
         self.evict(size);
         if size > self.size_max {
             // An entry larger than the table empties it (§4.4).
             return;
         }
-        let (mut n, mut v) = self.spare.pop().unwrap_or_default();
-        n.clear();
-        v.clear();
-        n.extend_from_slice(name);
-        v.extend_from_slice(value);
-        self.entries.push_front((n, v));
+        let mut e = self.spare.pop().unwrap_or_default();
+        e.name.clear();
+        e.value.clear();
+        e.name.extend_from_slice(name);
+        e.value.extend_from_slice(value);
+        e.valid = valid;
+        self.entries.push_front(e);
         self.size += size;
     }
 
@@ -208,7 +250,7 @@ impl Decoder {
             let Some(old) = self.entries.pop_back() else {
                 break;
             };
-            self.size -= old.0.len() + old.1.len() + ENTRY_OVERHEAD;
+            self.size -= old.name.len() + old.value.len() + ENTRY_OVERHEAD;
             if self.spare.len() < 16 {
                 self.spare.push(old);
             }
@@ -253,6 +295,9 @@ fn string(block: &mut &[u8], out: &mut Vec<u8>) -> Result<(), HpackError> {
     let (bytes, rest) = block.split_at(len);
     *block = rest;
     if huffman {
+        // At most one symbol per 5 bits (the shortest code): one
+        // reservation instead of a capacity check that may grow per symbol.
+        out.reserve(len * 8 / 5);
         huffman::decode(bytes, out).map_err(|_| HpackError("invalid Huffman string"))
     } else {
         out.extend_from_slice(bytes);

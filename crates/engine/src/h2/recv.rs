@@ -351,6 +351,12 @@ impl Session {
             // Counted after the check, as HTTP/1.1 counts them: without the
             // pseudo-fields, and cookie crumbs joined into one (§8.2.3).
             s.refused = Some((431, "too many header fields"));
+        } else if s.head.content_length.is_some_and(|n| n > self.cfg.body_bytes_max) {
+            // Refused before the body, as HTTP/1.1 refuses it: a client
+            // waiting for 100 Continue gets this final answer instead.
+            s.refused = Some((413, "request body too large"));
+        } else if s.head.expect_unmet {
+            s.refused = Some((417, "unsupported expectation"));
         }
         if end_stream && s.head.content_length.is_some_and(|n| n > 0) {
             self.spare.push(s);
@@ -366,6 +372,7 @@ impl Session {
         s.send_window = self.peer_initial_window;
         s.pending = None;
         s.upload = None;
+        s.continue_due = s.head.expect_continue && !end_stream && s.refused.is_none();
         // A body is coming: the driver asks the handler whether it reads
         // it as it arrives before the stream is complete.
         s.head_ready = !s.ready;

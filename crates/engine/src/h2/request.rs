@@ -16,6 +16,11 @@ pub(crate) struct Head {
     pub(crate) path: Option<Field>,
     pub(crate) authority: Option<Field>,
     pub(crate) content_length: Option<u64>,
+    /// `expect: 100-continue`: the client may wait for an interim 100
+    /// before it sends the body (RFC 9110 §10.1.1).
+    pub(crate) expect_continue: bool,
+    /// An `expect` other than `100-continue`: answered 417, as HTTP/1.1.
+    pub(crate) expect_unmet: bool,
 }
 
 /// Why a request head is refused.
@@ -34,6 +39,8 @@ impl Head {
         self.path = None;
         self.authority = None;
         self.content_length = None;
+        self.expect_continue = false;
+        self.expect_unmet = false;
     }
 
     pub(crate) fn span(&self, (at, len): (u32, u32)) -> &[u8] {
@@ -51,11 +58,14 @@ impl Head {
             let f = self.fields[i];
             let name = self.span(f.name);
             let value = self.span(f.value);
-            if name.is_empty() {
-                return Err(Refusal::Malformed("empty field name"));
-            }
-            if !value_is_valid(value) {
-                return Err(Refusal::Malformed("invalid field value"));
+            // A field from the HPACK tables was checked once already.
+            if !f.checked {
+                if name.is_empty() {
+                    return Err(Refusal::Malformed("empty field name"));
+                }
+                if !value_is_valid(value) {
+                    return Err(Refusal::Malformed("invalid field value"));
+                }
             }
             if name[0] == b':' {
                 if regular_seen {
@@ -74,7 +84,7 @@ impl Head {
                 continue;
             }
             regular_seen = true;
-            if !name.iter().all(|&b| is_lower_tchar(b)) {
+            if !f.checked && !name.iter().all(|&b| is_lower_tchar(b)) {
                 return Err(Refusal::Malformed("field name not a lowercase token"));
             }
             match name {
@@ -88,6 +98,16 @@ impl Head {
                         return Err(Refusal::Malformed("conflicting content-length"));
                     }
                     self.content_length = Some(n);
+                }
+                b"expect" => {
+                    // RFC 9110 §10.1.1: "The only expectation defined by
+                    // this specification is "100-continue" (with no
+                    // defined parameters)", compared case-insensitively.
+                    if value.eq_ignore_ascii_case(b"100-continue") {
+                        self.expect_continue = true;
+                    } else {
+                        self.expect_unmet = true;
+                    }
                 }
                 b"cookie" => n_cookies += 1,
                 b"host" => host = Some(f),
@@ -162,6 +182,7 @@ impl Head {
         let joined = Field {
             name: (start, 6),
             value: (start + 6, self.bytes.len() as u32 - start - 6),
+            checked: true,
         };
         let mut placed = false;
         self.fields.retain_mut(|f| {
@@ -239,6 +260,17 @@ fn is_lower_tchar(b: u8) -> bool {
     LOWER_TCHAR[usize::from(b)]
 }
 
+/// What `check_request` asks of every field before its meaning: a name
+/// that is a pseudo-field or a lowercase token, and a valid value. The
+/// HPACK decoder asks it once of each dynamic table entry.
+pub(crate) fn field_is_valid(name: &[u8], value: &[u8]) -> bool {
+    match name.first() {
+        None => false,
+        Some(b':') => value_is_valid(value),
+        Some(_) => name.iter().all(|&b| is_lower_tchar(b)) && value_is_valid(value),
+    }
+}
+
 /// §8.2.1: no NUL, CR or LF, and no whitespace at either end.
 fn value_is_valid(v: &[u8]) -> bool {
     let edge = |b: Option<&u8>| !matches!(b, Some(b' ' | b'\t'));
@@ -296,6 +328,7 @@ mod tests {
             h.fields.push(Field {
                 name: (at, n.len() as u32),
                 value: (at + n.len() as u32, v.len() as u32),
+                checked: false,
             });
         }
         h

@@ -121,7 +121,7 @@ impl Session {
     pub(crate) fn respond(
         &mut self,
         id: u32,
-        mut resp: Response,
+        resp: &mut Response,
         head_only: bool,
         date: &[u8],
         extra_fields: &[u8],
@@ -129,13 +129,13 @@ impl Session {
         budget: usize,
     ) -> Option<Sent> {
         let idx = self.find(id)?;
-        let (status, length, body) = Pending::of(&mut resp, head_only);
+        let (status, length, body) = Pending::of(resp, head_only);
         let flags = if body.is_none() { frame::END_STREAM } else { 0 };
         let encoder = &mut self.encoder;
         let cache = &mut self.head_cache;
         write_head(out, id, flags, self.peer_frame_max, |block| {
             let generation = encoder.generation();
-            if !encoder.has_update() && cache.matches(generation, &resp, length, date, extra_fields) {
+            if !encoder.has_update() && cache.matches(generation, resp, length, date, extra_fields) {
                 block.extend_from_slice(&cache.encoded);
                 return;
             }
@@ -143,9 +143,9 @@ impl Session {
             let fresh = !encoder.has_update();
             encoder.begin(block);
             hpack::write_status(block, status);
-            encode_fields(encoder, block, &resp, date, length, extra_fields);
+            encode_fields(encoder, block, resp, date, length, extra_fields);
             if fresh && encoder.generation() == generation {
-                cache.store(generation, &resp, length, date, extra_fields, &block[at..]);
+                cache.store(generation, resp, length, date, extra_fields, &block[at..]);
             } else {
                 cache.valid = false;
             }
@@ -165,8 +165,48 @@ impl Session {
         if s.pending.is_some() {
             self.send_stream(idx, out, budget);
         }
-        self.finish(out);
+        // Only this stream can have become complete here (`send` finishes
+        // the others): `finish`'s scan of every stream, per response, was
+        // quadratic in the streams answered in a batch.
+        if self
+            .streams
+            .get(idx)
+            .is_some_and(|s| s.id == id && s.send == Sending::Done)
+        {
+            if !self.streams[idx].recv_done {
+                self.write_rst(out, id, Code::NoError);
+            }
+            self.remove(idx);
+        }
         Some(sent)
+    }
+
+    /// Tells the client of stream `id` to send its body, if it asked to be
+    /// told (`expect: 100-continue`): an interim HEADERS with `:status`
+    /// 100 and no END_STREAM (RFC 9113 §8.1). The driver calls this once it
+    /// knows the body will be read: when it chose to collect the body, or
+    /// when a streaming handler took its reader. Nothing is sent if the
+    /// body has begun to arrive (RFC 9110 §10.1.1: the server "MAY omit
+    /// sending a 100 (Continue) response if it has already received some
+    /// or all of the content"), or once the stream is answered or refused.
+    pub(crate) fn send_continue(&mut self, id: u32, out: &mut Vec<u8>) {
+        let Some(idx) = self.find(id) else { return };
+        let s = &mut self.streams[idx];
+        if !std::mem::take(&mut s.continue_due)
+            || s.received > 0
+            || s.recv_done
+            || s.refused.is_some()
+            || !matches!(s.send, Sending::Waiting | Sending::Deferred(_))
+        {
+            return;
+        }
+        let encoder = &mut self.encoder;
+        write_head(out, id, 0, self.peer_frame_max, |block| {
+            // A pending table size update opens the first block sent after
+            // it (RFC 7541 §4.2), interim or not.
+            encoder.begin(block);
+            hpack::write_status(block, 100);
+        });
     }
 
     /// Appends DATA frames while the windows allow, until `out` holds

@@ -45,6 +45,9 @@ pub(super) struct Stream {
     /// The body goes to a reader as it arrives (`body::streamed`); the
     /// stream's window is given back only as the reader takes it.
     pub(super) upload: Option<BodySink>,
+    /// The client asked for `100 Continue` and has not had it yet
+    /// (`Session::send_continue`).
+    pub(super) continue_due: bool,
 }
 
 impl Stream {
@@ -63,6 +66,7 @@ impl Stream {
             refused: None,
             head_ready: false,
             upload: None,
+            continue_due: false,
         }
     }
 }

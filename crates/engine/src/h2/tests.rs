@@ -330,8 +330,9 @@ impl Peer {
         }
     }
 
-    fn respond(&mut self, id: u32, resp: Response) -> Option<Sent> {
-        self.session.respond(id, resp, false, DATE, b"", &mut self.out, BUDGET)
+    fn respond(&mut self, id: u32, mut resp: Response) -> Option<Sent> {
+        self.session
+            .respond(id, &mut resp, false, DATE, b"", &mut self.out, BUDGET)
     }
 
     /// Takes every ready request and answers it the way `answer` says,
@@ -455,7 +456,15 @@ fn head_and_bodiless_answers_end_the_stream_with_headers() {
     assert_eq!(p.ready(), [1, 3, 5]);
     let sent = p
         .session
-        .respond(1, Response::text("twelve bytes"), true, DATE, b"", &mut p.out, BUDGET)
+        .respond(
+            1,
+            &mut Response::text("twelve bytes"),
+            true,
+            DATE,
+            b"",
+            &mut p.out,
+            BUDGET,
+        )
         .unwrap();
     assert_eq!((sent.status, sent.body_bytes), (200, 0));
     p.respond(3, Response::new(204)).unwrap();
@@ -715,6 +724,80 @@ fn a_body_over_body_bytes_max_gets_413_and_the_rest_is_refused() {
     assert_eq!(p.answer_ready(echo).len(), 1);
 }
 
+#[test]
+fn expect_100_continue_gets_an_interim_head_only_while_the_body_is_awaited() {
+    let mut p = Peer::new(Config {
+        body_bytes_max: 100,
+        ..cfg()
+    });
+    let expect = ("expect", "100-continue");
+    // Stream 1: the client waits; the driver chose to read the body.
+    p.feed(&headers(
+        1,
+        false,
+        &request("POST", "/", &[expect, ("content-length", "4")]),
+    ));
+    assert_eq!(p.session.take_head(), Some(1));
+    assert!(p.frames().is_empty(), "nothing before the driver decides");
+    p.session.send_continue(1, &mut p.out);
+    let f = p.frames();
+    assert_eq!(f.len(), 1, "{f:?}");
+    assert_eq!((f[0].kind, f[0].stream, f[0].status()), (frame::HEADERS, 1, 100));
+    assert!(!f[0].has(frame::END_STREAM), "an interim head does not end the stream");
+    // Once only.
+    p.session.send_continue(1, &mut p.out);
+    assert!(p.frames().is_empty());
+    p.feed(&data(1, true, b"abcd"));
+    let seen = p.answer_ready(echo);
+    assert_eq!(seen[0].body, b"abcd");
+    let f = p.frames();
+    assert_eq!((f[0].status(), f[0].stream), (200, 1));
+    // Case does not matter (RFC 9110 §10.1.1).
+    p.feed(&headers(3, false, &request("POST", "/", &[("expect", "100-Continue")])));
+    p.session.send_continue(3, &mut p.out);
+    assert_eq!(p.frames()[0].status(), 100);
+    p.feed(&data(3, true, b"x"));
+    p.answer_ready(echo);
+    p.frames();
+    // Stream 5: the body began to arrive before the decision: no 100.
+    p.feed(&headers(5, false, &request("POST", "/", &[expect])));
+    p.feed(&data(5, false, b"ab"));
+    p.session.send_continue(5, &mut p.out);
+    assert!(p.frames().is_empty());
+    p.feed(&data(5, true, b"cd"));
+    p.answer_ready(echo);
+    assert_eq!(p.frames()[0].status(), 200);
+    // Stream 7: a length over body_bytes_max is refused at once with the
+    // final 413, never a 100; the rest of the body is refused (§8.1).
+    p.feed(&headers(
+        7,
+        false,
+        &request("POST", "/", &[expect, ("content-length", "101")]),
+    ));
+    assert_eq!(p.session.refused(7), Some((413, "request body too large")));
+    p.session.send_continue(7, &mut p.out);
+    assert!(p.frames().is_empty());
+    p.answer_ready(echo);
+    let f = p.frames();
+    assert_eq!(f[0].status(), 413);
+    assert!(f.last().unwrap().is_rst(7, Code::NoError), "{f:?}");
+    // Stream 9: answered before its body was asked for (a handler that
+    // did not take its reader): the final answer, then no 100.
+    p.feed(&headers(9, false, &request("POST", "/", &[expect])));
+    p.respond(9, Response::error(403)).unwrap();
+    p.session.send_continue(9, &mut p.out);
+    let f = p.frames();
+    assert_eq!(f[0].status(), 403);
+    assert!(f.iter().all(|f| f.kind != frame::HEADERS || f.status() != 100), "{f:?}");
+    // Stream 11: an expectation we do not know gets 417, as on HTTP/1.1.
+    p.feed(&headers(11, true, &request("GET", "/", &[("expect", "tea")])));
+    assert_eq!(p.session.refused(11), Some((417, "unsupported expectation")));
+    // A request without Expect never gets a 100.
+    p.feed(&headers(13, false, &request("POST", "/", &[])));
+    p.session.send_continue(13, &mut p.out);
+    assert!(p.frames().is_empty());
+}
+
 // ---- Response flow control ----
 
 #[test]
@@ -811,8 +894,8 @@ fn the_output_stays_within_the_budget_given_to_send() {
         // send what the windows allow, write the buffer out, repeat.
         while p.out.len() < budget {
             let Some(id) = p.session.take_ready() else { break };
-            let resp = Response::text(bodies[id as usize / 2].clone());
-            p.session.respond(id, resp, false, DATE, b"", &mut p.out, budget);
+            let mut resp = Response::text(bodies[id as usize / 2].clone());
+            p.session.respond(id, &mut resp, false, DATE, b"", &mut p.out, budget);
         }
         if p.session.wants_send() {
             p.session.send(&mut p.out, budget);
@@ -1060,6 +1143,44 @@ fn deferred_streams_are_answered_later_while_others_are_answered_now() {
     p.respond(id, Response::text("later")).unwrap();
     assert_eq!(body_of(&p.frames(), 1), (b"later".to_vec(), true));
     assert!(p.session.is_idle());
+}
+
+/// Fields from the dynamic table skip the byte checks only if they passed
+/// them when inserted: a bad entry stays bad in every request using it.
+#[test]
+fn a_malformed_field_in_the_dynamic_table_is_refused_each_time_it_is_used() {
+    let mut p = Peer::new(cfg());
+    // Literals with incremental indexing (§6.2.1), new names: each
+    // becomes dynamic entry 62 in turn, then is referred to by index.
+    let cases: [(&[u8], &[u8]); 4] = [
+        (b"X-Upper", b"1"),
+        (b"x-sp", b" lead"),
+        (b"x-nul", b"a\0b"),
+        (b"x-good", b"fine"),
+    ];
+    let mut id = 1;
+    for (name, value) in cases {
+        let good = name == b"x-good";
+        let mut first = request("GET", "/", &[]);
+        first.push(0x40);
+        hpack::write_integer(&mut first, 0, 7, name.len());
+        first.extend_from_slice(name);
+        hpack::write_integer(&mut first, 0, 7, value.len());
+        first.extend_from_slice(value);
+        let mut again = request("GET", "/", &[]);
+        again.push(0x80 | 62);
+        for b in [first, again] {
+            p.feed(&headers(id, true, &b));
+            if good {
+                assert_eq!(p.answer_ready(echo).len(), 1, "stream {id}");
+                p.frames();
+            } else {
+                let f = p.frames();
+                assert!(f.len() == 1 && f[0].is_rst(id, Code::Protocol), "stream {id}: {f:?}");
+            }
+            id += 2;
+        }
+    }
 }
 
 #[test]
@@ -1393,8 +1514,8 @@ fn spliced_and_copied(kind: usize, n: usize, budget: usize) -> (Vec<u8>, Vec<u8>
         session.recv(&input, &mut out);
         for id in [1, 3] {
             assert_eq!(session.take_ready(), Some(id));
-            let resp = Response::new(200).with_body(lasting_body(kind, n + id as usize));
-            session.respond(id, resp, false, DATE, b"", &mut out, budget);
+            let mut resp = Response::new(200).with_body(lasting_body(kind, n + id as usize));
+            session.respond(id, &mut resp, false, DATE, b"", &mut out, budget);
             any_slice |= !session.splices.is_empty();
             assert!(out.len() + session.splices.bytes() <= budget + 1024 + 200);
             drain(&mut session, &mut out, &mut wire);
@@ -1511,11 +1632,11 @@ fn a_repeated_head_is_copied_and_decodes_as_encoded_afresh() {
     };
     let mut heads = Vec::new();
     let mut id = 1;
-    let mut ask = |p: &mut Peer, resp: Response, date: &[u8]| {
+    let mut ask = |p: &mut Peer, mut resp: Response, date: &[u8]| {
         p.feed(&get(id, "/"));
         assert_eq!(p.ready(), [id]);
         p.session
-            .respond(id, resp, false, date, b"", &mut p.out, BUDGET)
+            .respond(id, &mut resp, false, date, b"", &mut p.out, BUDGET)
             .unwrap();
         let f = p.frames();
         let h = f.iter().find(|f| f.kind == frame::HEADERS).unwrap();
