@@ -365,6 +365,17 @@ impl Archive {
         self.n_entries
     }
 
+    /// Whether the archive names hosts (else every request is for the
+    /// default site, whatever its Host).
+    pub fn has_hosts(&self) -> bool {
+        self.n_hosts > 0
+    }
+
+    /// The site of requests that name no host the archive knows.
+    pub fn default_site(&self) -> u32 {
+        self.default_site
+    }
+
     /// The site for a `Host` value (port and case ignored).
     pub fn site_for_host(&self, host: Option<&str>) -> u32 {
         let Some(host) = host.filter(|_| self.n_hosts > 0) else {

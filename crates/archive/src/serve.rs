@@ -290,7 +290,12 @@ fn respond(local: &mut Local, req: &Request<'_>) -> Response {
     };
     let Local { archive, prepared, .. } = local;
     let archive = &**archive;
-    let site = archive.site_for_host(req.host());
+    // The Host field is looked at only by an archive that names hosts.
+    let site = if archive.has_hosts() {
+        archive.site_for_host(req.host())
+    } else {
+        archive.default_site()
+    };
     let fields = Fields::scan(req);
     // Fast path: the raw path is already the key (no escapes, no dots).
     let raw = req.path();

@@ -19,7 +19,9 @@ pub struct Request<'a> {
     pub(crate) query: Option<&'a str>,
     pub(crate) version: Version,
     pub(crate) headers: &'a [httparse::Header<'a>],
-    pub(crate) host: Option<&'a str>,
+    /// The host, as bytes that are valid UTF-8 (from a `str`, or checked
+    /// as ASCII by the HTTP/1.1 codec): made a `str` when asked for.
+    pub(crate) host: Option<&'a [u8]>,
     pub(crate) body: &'a [u8],
     pub(crate) peer: SocketAddr,
     pub(crate) params: &'a [(&'a str, &'a str)],
@@ -57,7 +59,7 @@ impl<'a> Request<'a> {
             query,
             version,
             headers,
-            host,
+            host: host.map(str::as_bytes),
             body,
             peer,
             params: &[],
@@ -123,7 +125,9 @@ impl<'a> Request<'a> {
     /// The host the request is for: the authority of an absolute-form
     /// target, else the `Host` field. `None` for HTTP/1.0 without Host.
     pub fn host(&self) -> Option<&'a str> {
-        self.host
+        // Never fails (see the field): a check of a few ASCII bytes, done
+        // only for handlers that ask.
+        self.host.and_then(|h| std::str::from_utf8(h).ok())
     }
 
     /// The request body, complete (de-chunked if it was chunked). Empty

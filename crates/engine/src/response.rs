@@ -25,9 +25,33 @@ pub struct Response {
     pub(crate) block: Option<HeaderBlock>,
     pub(crate) body: Body,
     /// Set when a header given was invalid or reserved; answered as 500.
-    pub(crate) invalid: Option<&'static str>,
+    /// One byte, not a `&str`: it keeps the struct at 128 bytes, which the
+    /// compiler moves with eight 16-byte stores; at 144 each move was a
+    /// call to `memcpy` (three per archive answer, `memmove` 5.8 % of a
+    /// pipelined archive profile).
+    pub(crate) invalid: Option<Invalid>,
     /// Close the connection after this response.
     pub(crate) close: bool,
+}
+
+/// Why a response cannot be sent as the handler built it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Invalid {
+    Status,
+    ContentType,
+    Field,
+    FramingField,
+}
+
+impl std::fmt::Display for Invalid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Invalid::Status => "invalid status code",
+            Invalid::ContentType => "invalid Content-Type value",
+            Invalid::Field => "invalid header field",
+            Invalid::FramingField => "handler set a framing header",
+        })
+    }
 }
 
 /// The body of a response.
@@ -180,7 +204,7 @@ impl Response {
     /// A response with `status` and no body.
     #[inline]
     pub fn new(status: u16) -> Self {
-        let invalid = (!(100..=999).contains(&status) || (100..200).contains(&status)).then_some("invalid status code");
+        let invalid = (!(100..=999).contains(&status) || (100..200).contains(&status)).then_some(Invalid::Status);
         Response {
             status,
             content_type: None,
@@ -248,7 +272,7 @@ impl Response {
     pub fn with_content_type(mut self, content_type: impl Into<Cow<'static, str>>) -> Self {
         let value = content_type.into();
         if !is_valid_value(value.as_bytes()) {
-            self.invalid = Some("invalid Content-Type value");
+            self.invalid = Some(Invalid::ContentType);
         }
         self.content_type = Some(value);
         self
@@ -268,9 +292,9 @@ impl Response {
     pub fn with_header(mut self, name: impl Into<Cow<'static, str>>, value: impl Into<Cow<'static, str>>) -> Self {
         let (name, value) = (name.into(), value.into());
         if !crate::codec::head::is_token(name.as_bytes()) || !is_valid_value(value.as_bytes()) {
-            self.invalid = Some("invalid header field");
+            self.invalid = Some(Invalid::Field);
         } else if RESERVED.iter().any(|r| r.eq_ignore_ascii_case(&name)) {
-            self.invalid = Some("handler set a framing header");
+            self.invalid = Some(Invalid::FramingField);
         } else if name.eq_ignore_ascii_case("content-type") {
             self.content_type = Some(value);
             return self;
@@ -433,6 +457,17 @@ impl std::fmt::Debug for Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_response_is_moved_without_a_call_to_memcpy() {
+        // x86-64 inlines a copy of up to eight 16-byte stores; a response
+        // is moved several times between a handler and the output buffer.
+        assert!(
+            std::mem::size_of::<Response>() <= 128,
+            "{}",
+            std::mem::size_of::<Response>()
+        );
+    }
 
     #[test]
     fn headers_that_would_break_framing_make_a_500() {

@@ -143,7 +143,7 @@ pub(crate) fn record(ctx: &mut Ctx<'_>, req: &Request<'_>, status: u16, body_byt
             body_bytes,
             referer: req.header_bytes("referer"),
             user_agent: req.header_bytes("user-agent"),
-            host: req.host().map(str::as_bytes),
+            host: req.host,
             duration_us: Some(micros_since(ctx.now)),
         });
     }
@@ -180,6 +180,6 @@ fn log_request(req: &Request<'_>) -> LogRequest {
         request_line,
         referer: req.header_bytes("referer").map(<[u8]>::to_vec),
         user_agent: req.header_bytes("user-agent").map(<[u8]>::to_vec),
-        host: req.host().map(|h| h.as_bytes().to_vec()),
+        host: req.host.map(<[u8]>::to_vec),
     }
 }

@@ -75,15 +75,8 @@ impl Conn {
             match h1.poll(data, &mut headers, &env, output) {
                 Event::Request { head, body, consumed } => {
                     let slot = dispatch::slot(ctx, *token);
-                    let mut req = Request::new(
-                        head.method,
-                        head.target,
-                        head.version,
-                        head.headers,
-                        head.host,
-                        body,
-                        *peer,
-                    );
+                    let mut req = Request::new(head.method, head.target, head.version, head.headers, None, body, *peer);
+                    req.host = head.host;
                     req.defer = Some(&slot);
                     let mut handled = dispatch::call(ctx, *redirect, &req);
                     match dispatch::settle(ctx, &slot, &req, &mut handled) {
@@ -99,15 +92,8 @@ impl Conn {
                     input.start += consumed;
                 }
                 Event::BodyAhead { head } => {
-                    let mut req = Request::new(
-                        head.method,
-                        head.target,
-                        head.version,
-                        head.headers,
-                        head.host,
-                        &[],
-                        *peer,
-                    );
+                    let mut req = Request::new(head.method, head.target, head.version, head.headers, None, &[], *peer);
+                    req.host = head.host;
                     if !dispatch::streams_body(ctx, *redirect, &req) {
                         h1.buffer_body();
                         continue;
