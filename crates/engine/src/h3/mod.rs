@@ -545,9 +545,11 @@ impl Session {
         self.goaway.is_some()
     }
 
-    /// No request is open.
+    /// No request is open: none being read or answered, and none opened
+    /// by a later stream's bytes whose own have not come yet (unless past
+    /// our GOAWAY: it is refused when they come).
     pub(crate) fn is_idle(&self) -> bool {
-        self.requests.is_empty()
+        self.requests.is_empty() && !self.unseen.iter().any(|&u| self.goaway.is_none_or(|g| u < g))
     }
 
     fn find(&self, id: u64) -> Option<usize> {

@@ -472,6 +472,31 @@ fn a_request_stream_whose_bytes_come_after_a_later_streams_is_answered() {
 }
 
 #[test]
+fn after_goaway_a_request_stream_opened_but_not_yet_received_keeps_the_session_open() {
+    // Stream 4's request came, stream 0's not yet: GOAWAY names stream 8,
+    // so stream 0 is to be answered, and the connection must not close
+    // (it closes once the session is idle) before it has been.
+    let mut s = Session::new(CFG);
+    assert_eq!(s.recv(4, &headers_frame(&GET), true), Action::None);
+    s.go_away();
+    assert!(s.control_output().ends_with(&hex("07 01 08")), "GOAWAY naming stream 8");
+    assert_eq!(s.take_ready(), Some(4));
+    s.remove(4);
+    assert!(!s.is_idle(), "stream 0 is still to come");
+    assert_eq!(s.recv(0, &headers_frame(&GET), true), Action::None);
+    assert_eq!(s.take_ready(), Some(0));
+    s.remove(0);
+    assert!(s.is_idle());
+    // One past the GOAWAY, opened by a later one's bytes, is refused when
+    // it comes: it keeps nothing open.
+    assert_eq!(
+        s.recv(16, &headers_frame(&GET), true),
+        Action::Reset(Code::RequestRejected)
+    );
+    assert!(s.is_idle(), "streams 8 and 12 are past the GOAWAY");
+}
+
+#[test]
 fn the_fuzz_driver_runs_on_seeds() {
     let mut settings = vec![0x00];
     frame::write_settings(&mut settings, 100);

@@ -57,9 +57,9 @@ const RECV_BATCHES_PER_TURN: usize = 16;
 /// enough not to overflow a client's receive buffer.
 const GSO_SEGMENTS_MAX: usize = 10;
 
-/// The buffer datagrams are copied into for quinn-proto, at least (a
-/// receive batch of full-size datagrams fits).
-const RX_BUFFER_BYTES: usize = 64 * 1024;
+/// Buffers a received datagram (or GRO batch) is copied into for
+/// quinn-proto, used in turn (see `Endpoint::rx`).
+const RX_BUFFERS: usize = 64;
 
 /// Socket buffer sizes asked for: a burst of a congestion window's
 /// datagrams (several hundred KiB at loopback speeds) without drops.
@@ -127,8 +127,15 @@ pub(crate) struct Endpoint {
     /// Each connection's next timeout, by time.
     timers: BTreeSet<(Instant, usize)>,
     recv_buf: Box<[u8]>,
-    /// What quinn-proto is given of each datagram is split off this.
-    rx: BytesMut,
+    /// quinn-proto takes each datagram as a `BytesMut` of its own and
+    /// keeps slices of it (stream data) until they are read, counting
+    /// each as holding the datagram's size (it compacts what it holds
+    /// when that grows). So each datagram (or GRO batch, as before) is
+    /// copied into a buffer of its own size, split off one of these, used
+    /// in turn: `reserve` reclaims it without allocating once quinn-proto
+    /// has dropped the slices, and allocates a new one when it has not.
+    rx: Vec<BytesMut>,
+    rx_next: usize,
     send_buf: Vec<u8>,
     touched: Vec<usize>,
     /// This endpoint's place among the worker's, for mailbox tokens.
@@ -188,7 +195,8 @@ impl Endpoint {
             n_conns: 0,
             timers: BTreeSet::new(),
             recv_buf: vec![0; recv_bytes.min(4 << 20)].into_boxed_slice(),
-            rx: BytesMut::with_capacity(RX_BUFFER_BYTES),
+            rx: (0..RX_BUFFERS).map(|_| BytesMut::new()).collect(),
+            rx_next: 0,
             send_buf: Vec::with_capacity(64 * 1024),
             touched: Vec::new(),
             index,
@@ -282,14 +290,16 @@ impl Endpoint {
             let chunk = self.recv_buf.len() / quinn_udp::BATCH_SIZE;
             for (i, meta) in metas.iter().take(n).enumerate() {
                 let start = i * chunk;
-                // quinn-proto takes each datagram as its own `BytesMut`
-                // and keeps slices of it (stream data) until read: they
-                // are split off one buffer, which is reclaimed without
-                // allocating once every slice is dropped (when a slice
-                // outlives the batch, `reserve` allocates a new one).
-                self.rx.reserve(meta.len);
-                self.rx.extend_from_slice(&self.recv_buf[start..start + meta.len]);
-                let mut data = self.rx.split();
+                let rx = &mut self.rx[self.rx_next];
+                self.rx_next = (self.rx_next + 1) % RX_BUFFERS;
+                rx.reserve(meta.len);
+                if rx.capacity() > 2 * meta.len.max(1500) {
+                    // Reclaimed from a larger datagram (a GRO batch): a
+                    // small one would pin all of it.
+                    *rx = BytesMut::with_capacity(meta.len);
+                }
+                rx.extend_from_slice(&self.recv_buf[start..start + meta.len]);
+                let mut data = rx.split();
                 let stride = meta.stride.max(1);
                 while !data.is_empty() {
                     let datagram = data.split_to(stride.min(data.len()));
