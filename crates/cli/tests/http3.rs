@@ -603,6 +603,8 @@ struct Relay {
     addr: std::net::SocketAddr,
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
     threads: Vec<std::thread::JoinHandle<(u64, u64, u64)>>,
+    /// Datagrams carried so far, all ways.
+    carried: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Relay {
@@ -624,11 +626,12 @@ impl Relay {
         let stop = Arc::new(AtomicBool::new(false));
         let client: Arc<Mutex<Option<std::net::SocketAddr>>> = Arc::new(Mutex::new(None));
         let mut threads = Vec::new();
+        let carried = Arc::new(std::sync::atomic::AtomicU64::new(0));
         // One thread from the client, one from each back socket.
         for from_idx in 0..3usize {
             let front = front.try_clone().unwrap();
             let backs: Vec<UdpSocket> = backs.iter().map(|b| b.try_clone().unwrap()).collect();
-            let (stop, client) = (stop.clone(), client.clone());
+            let (stop, client, carried) = (stop.clone(), client.clone(), carried.clone());
             threads.push(std::thread::spawn(move || {
                 let upstream = from_idx == 0;
                 let from = if upstream { &front } else { &backs[from_idx - 1] };
@@ -643,6 +646,7 @@ impl Relay {
                         Err(_) => continue,
                     };
                     n += 1;
+                    carried.fetch_add(1, Ordering::Relaxed);
                     if upstream {
                         *client.lock().unwrap() = Some(peer);
                     }
@@ -675,7 +679,12 @@ impl Relay {
                 (n, lost, reordered)
             }));
         }
-        Relay { addr, stop, threads }
+        Relay {
+            addr,
+            stop,
+            threads,
+            carried,
+        }
     }
 
     /// Stops the relay; datagrams seen, lost and reordered, all ways.
@@ -929,6 +938,54 @@ fn a_reload_hands_the_udp_sockets_over_and_http3_keeps_answering() {
     // sockets: nothing was bound again).
     let answers = h3(server.port(), &[Req::Get("/", NONE), Req::Get("/x", NONE)], "");
     assert!(answers.iter().all(|a| a.status == Ok(200)), "{answers:?}");
+}
+
+/// A download in flight across a reload should complete, byte for byte:
+/// the old generation keeps its connection while the new one reads the
+/// same UDP sockets. It does not yet: the download stops after some 3,500
+/// datagrams and the client gives up at its idle timeout (2 runs of 2 on
+/// 2026-11-23, also with the new generation dropping the packets whose
+/// connection IDs it did not issue, so a stateless reset is not the
+/// cause). Run it with `-- --ignored` while finding out.
+#[test]
+#[ignore = "a QUIC download in flight across a reload stalls: a bug to find (see the comment)"]
+fn a_download_in_flight_across_a_reload_completes() {
+    let pki = pki("reload-flight");
+    let (root, _) = site("reload-flight");
+    let server = start(&["serve", root.to_str().unwrap()], &pki);
+    let relay = Relay::new(server.port(), 0, 0, None);
+    let port = relay.addr.port();
+    let client = std::thread::spawn(move || h3(port, &[Req::Get("/10m.bin", NONE)], ""));
+    // Reload once the download is under way.
+    test_support::wait_until("the download to start", || {
+        relay.carried.load(std::sync::atomic::Ordering::Relaxed) > 200
+    });
+    let status = Command::new("kill")
+        .args(["-HUP", &server.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let lines = server.lines.as_ref().unwrap();
+    loop {
+        let line = lines.recv_timeout(common::PATIENCE).expect("a line about the reload");
+        assert!(!line.contains("not reloaded"), "{line}");
+        if line.contains("configuration reloaded") {
+            break;
+        }
+    }
+    let answers = client.join().unwrap();
+    let (seen, _, _) = relay.finish();
+    assert_eq!(answers[0].status, Ok(200), "{seen} datagrams");
+    assert!(
+        answers[0].body == pattern(10 << 20),
+        "the 10 MiB file, exact: {} bytes",
+        answers[0].body.len()
+    );
+    // And the new generation answers new connections.
+    assert_eq!(
+        h3(server.port(), &[Req::Get("/index.html", NONE)], "")[0].status,
+        Ok(200)
+    );
 }
 
 #[test]
