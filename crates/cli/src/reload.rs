@@ -153,7 +153,7 @@ pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()>
         n_workers_default,
     };
     let taken = (inherited.into_iter().enumerate())
-        .map(|(i, socket)| (Origin::Inherited(i), Listening::from(socket)))
+        .map(|(i, socket)| (Origin::Inherited(i), socket))
         .collect();
     let (mut current, urls) = build(&command, taken, None, &mut process)?;
     // "sandbox: ...; serving ROOT on URL, URL": the line ends with the
@@ -427,10 +427,10 @@ fn build(
             a.reload();
         }
     }
-    let urls: Vec<String> = (plan.iter().zip(running.local_addrs()))
-        .map(|((origin, role), local)| {
-            if let Origin::Unix(i) = origin {
-                return format!("unix:{}", process.unix_paths[*i].display());
+    let urls: Vec<String> = (plan.iter().zip(running.local_addrs()).zip(running.unix_paths()))
+        .map(|(((_, role), local), unix)| {
+            if let Some(path) = unix {
+                return format!("unix:{}", path.display());
             }
             let scheme = match (role, &tls) {
                 (Role::Serve, Some(_)) => "https",

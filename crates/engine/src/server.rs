@@ -242,6 +242,7 @@ impl Server {
         let mut quic_per_worker: Vec<Vec<(std::net::UdpSocket, Arc<crate::quic::Shared>, Option<u8>)>> =
             (0..self.n_workers).map(|_| Vec::new()).collect();
         let mut local_addrs = Vec::new();
+        let mut unix_paths = Vec::new();
         let mut https_port = None;
         let mut tls_configs: Vec<TlsConfig> = Vec::new();
         // Each address's sockets, by worker; and duplicates of them kept
@@ -303,6 +304,7 @@ impl Server {
         for (at, (group, bind, taken_udp)) in groups.into_iter().enumerate() {
             let local = group[0].1.local_addr().map_err(Error::setup)?;
             local_addrs.push(local);
+            unix_paths.push(group[0].1.unix_path().map(std::path::Path::to_owned));
             if let (Some(path), Bind::Tls(_) | Bind::Redirect) = (group[0].1.unix_path(), bind) {
                 return Err(Error::setup(std::io::Error::new(
                     std::io::ErrorKind::InvalidInput,
@@ -436,6 +438,7 @@ impl Server {
         }
         Ok(Running {
             local_addrs,
+            unix_paths,
             shutdown,
             threads,
             tls: tls_configs,
@@ -454,6 +457,7 @@ impl Server {
 #[derive(Debug)]
 pub struct Running {
     local_addrs: Vec<SocketAddr>,
+    unix_paths: Vec<Option<std::path::PathBuf>>,
     shutdown: ShutdownHandle,
     threads: Vec<JoinHandle<std::io::Result<()>>>,
     /// Certificates to reload on SIGHUP.
@@ -467,6 +471,12 @@ impl Running {
     /// were given (`bind`, `listener` and their TLS and redirect forms).
     pub fn local_addrs(&self) -> &[SocketAddr] {
         &self.local_addrs
+    }
+
+    /// For each of [`Running::local_addrs`], the socket file's path if it
+    /// is a Unix-domain socket (listed there as [`crate::UNIX_PEER`]).
+    pub fn unix_paths(&self) -> &[Option<std::path::PathBuf>] {
+        &self.unix_paths
     }
 
     /// Duplicates of the listening sockets, one [`Listening`] per address in
@@ -715,6 +725,15 @@ impl From<std::net::TcpListener> for Listening {
     fn from(socket: std::net::TcpListener) -> Self {
         Listening {
             sockets: vec![StdListener::Tcp(socket)],
+            udp: Vec::new(),
+        }
+    }
+}
+
+impl From<StdListener> for Listening {
+    fn from(socket: StdListener) -> Self {
+        Listening {
+            sockets: vec![socket],
             udp: Vec::new(),
         }
     }

@@ -213,10 +213,32 @@ pub(crate) struct SocketFile {
     path: PathBuf,
     dev: u64,
     ino: u64,
+    /// False for a socket systemd made (socket activation): its file is
+    /// systemd's to remove.
+    remove: bool,
+}
+
+impl SocketFile {
+    /// A socket passed by systemd, whose file is left alone.
+    pub(crate) fn inherited(listener: std::os::unix::net::UnixListener) -> StdListener {
+        let path = (listener.local_addr().ok())
+            .and_then(|a| a.as_pathname().map(Path::to_owned))
+            .unwrap_or_else(|| PathBuf::from("(unnamed)"));
+        let file = SocketFile {
+            path,
+            dev: 0,
+            ino: 0,
+            remove: false,
+        };
+        StdListener::Unix(listener, Arc::new(file))
+    }
 }
 
 impl Drop for SocketFile {
     fn drop(&mut self) {
+        if !self.remove {
+            return;
+        }
         if let Ok(meta) = std::fs::symlink_metadata(&self.path) {
             if meta.dev() == self.dev && meta.ino() == self.ino {
                 if let Err(e) = std::fs::remove_file(&self.path) {
@@ -284,6 +306,7 @@ pub(crate) fn bind_unix(path: &Path, backlog: i32) -> io::Result<StdListener> {
         path: path.to_owned(),
         dev: meta.dev(),
         ino: meta.ino(),
+        remove: true,
     });
     socket.listen(backlog)?;
     socket.set_nonblocking(true)?;
