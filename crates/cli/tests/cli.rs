@@ -176,7 +176,10 @@ fn bind_values_that_cannot_be_listened_on_say_why() {
         ("unix:", "unix: needs the socket file's path"),
         ("localhost:http", "\"http\" is not a port"),
         ("::1", "::1 has no port: give [::1]:8080"),
-        ("[::1", "expected IP:PORT, [IPv6]:PORT, HOST:PORT, :PORT, PORT or unix:PATH"),
+        (
+            "[::1",
+            "expected IP:PORT, [IPv6]:PORT, HOST:PORT, :PORT, PORT or unix:PATH",
+        ),
         ("no-such-host.invalid:80", "cannot resolve \"no-such-host.invalid\""),
     ] {
         let err = refused(2, &["hello", "--bind", bind].map(OsStr::new));
