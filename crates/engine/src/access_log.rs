@@ -653,6 +653,24 @@ mod tests {
         );
     }
 
+    /// A Unix-domain client is `unix:`, as nginx's `$remote_addr`, in
+    /// every format; its `$remote_port` is empty.
+    #[test]
+    fn a_unix_client_is_logged_as_unix() {
+        let peer = crate::UNIX_PEER.to_string();
+        let line = recorded(LogFormat::Combined, &peer, b"/", 200, 1, b"ua");
+        assert!(line.starts_with("unix: - - [06/Nov/1994"), "{line}");
+        let line = recorded(LogFormat::Json, &peer, b"/", 200, 1, b"ua");
+        assert!(line.contains("\"remote\":\"unix:\""), "{line}");
+        let format: LogFormat = "[$remote_addr][$remote_port] $status".parse().unwrap();
+        assert_eq!(recorded(format, &peer, b"/", 200, 1, b"ua"), "[unix:][] 200\n");
+        let format: LogFormat = "$remote_addr $remote_port".parse().unwrap();
+        assert_eq!(
+            recorded(format, "10.0.0.1:5555", b"/", 200, 1, b"ua"),
+            "10.0.0.1 5555\n"
+        );
+    }
+
     #[test]
     fn json_lines_are_valid_json_whatever_the_bytes() {
         let line = recorded(
