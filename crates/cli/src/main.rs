@@ -9,7 +9,7 @@ mod sandbox;
 use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::ops::RangeInclusive;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -243,7 +243,9 @@ struct ServerArgs {
     /// `HOST:PORT` binds every address HOST resolves to (`localhost:8080`:
     /// 127.0.0.1 and ::1); `:PORT` or `PORT` alone means 0.0.0.0:PORT, every
     /// IPv4 interface, as nginx's `listen PORT` (add `--bind [::]:PORT` for
-    /// IPv6). Default: 127.0.0.1:8080, unless systemd passed listening
+    /// IPv6); `unix:PATH` a Unix-domain socket (plain HTTP/1.1 and h2c,
+    /// mode 0660, a stale file from a previous run replaced, removed at
+    /// exit; not with --tls-cert). Default: 127.0.0.1:8080, unless systemd passed listening
     /// sockets (LISTEN_FDS), which are always used.
     #[arg(long = "bind", value_name = "ADDR", value_parser = parse_bind)]
     bind: Vec<BindAddrs>,
@@ -326,8 +328,15 @@ struct ServerArgs {
 
 /// The addresses one `--bind` value names, resolved when it is read (at
 /// start, and again at each reload).
+/// Or a Unix-domain socket's path (`unix:PATH`), with no address.
 #[derive(Clone, Debug)]
-struct BindAddrs(Vec<SocketAddr>);
+struct BindAddrs(Vec<SocketAddr>, Option<PathBuf>);
+
+impl BindAddrs {
+    fn tcp(addrs: Vec<SocketAddr>) -> Self {
+        BindAddrs(addrs, None)
+    }
+}
 
 impl ServerArgs {
     /// `--user` and `--group` by number, looked up in the user and group
@@ -344,6 +353,22 @@ impl ServerArgs {
                 .collect();
             given.join(", ")
         })
+    }
+
+    /// The `--bind unix:PATH` sockets' paths. Refused with `--tls-cert`
+    /// (every --bind would speak TLS, and TLS on a Unix socket is not
+    /// supported).
+    fn unix_binds(&self) -> anyhow::Result<Vec<&Path>> {
+        let paths: Vec<&Path> = self.bind.iter().filter_map(|b| b.1.as_deref()).collect();
+        if let (Some(path), false) = (paths.first(), self.tls.certs.is_empty()) {
+            anyhow::bail!(
+                "--bind unix:{}{}: with --tls-cert every --bind address speaks TLS, and TLS on a \
+                 Unix-domain socket is not supported: serve it from a server without --tls-cert",
+                path.display(),
+                config::origin("--bind")
+            );
+        }
+        Ok(paths)
     }
 
     /// Whether TLS addresses speak HTTP/3: `--http3`, `--http3=false` and
@@ -364,22 +389,24 @@ impl ServerArgs {
     }
 }
 
-/// Parses a `--bind` value (see its help). Unix-domain sockets (`unix:`)
-/// are refused by name: the engine listens on TCP sockets only.
+/// Parses a `--bind` value (see its help).
 fn parse_bind(s: &str) -> Result<BindAddrs, String> {
     use std::net::ToSocketAddrs;
-    const FORMS: &str = "expected IP:PORT, [IPv6]:PORT, HOST:PORT, :PORT or PORT";
+    const FORMS: &str = "expected IP:PORT, [IPv6]:PORT, HOST:PORT, :PORT, PORT or unix:PATH";
     if let Ok(addr) = s.parse::<SocketAddr>() {
-        return Ok(BindAddrs(vec![addr]));
+        return Ok(BindAddrs::tcp(vec![addr]));
     }
-    if s.starts_with("unix:") {
-        return Err("unix-domain sockets are not supported (Peregrine listens on TCP only)".into());
+    if let Some(path) = s.strip_prefix("unix:") {
+        if path.is_empty() {
+            return Err("unix: needs the socket file's path, e.g. unix:/run/peregrine.sock".into());
+        }
+        return Ok(BindAddrs(Vec::new(), Some(PathBuf::from(path))));
     }
     if let Ok(ip) = s.parse::<std::net::IpAddr>() {
         return Err(format!("{ip} has no port: give {}", SocketAddr::new(ip, 8080)));
     }
     if let Ok(port) = s.strip_prefix(':').unwrap_or(s).parse::<u16>() {
-        return Ok(BindAddrs(vec![SocketAddr::from(([0, 0, 0, 0], port))]));
+        return Ok(BindAddrs::tcp(vec![SocketAddr::from(([0, 0, 0, 0], port))]));
     }
     let Some((host, port)) = s.rsplit_once(':').filter(|(h, _)| !h.is_empty() && !h.contains(':')) else {
         return Err(FORMS.into());
@@ -397,13 +424,17 @@ fn parse_bind(s: &str) -> Result<BindAddrs, String> {
     if addrs.is_empty() {
         return Err(format!("{host:?} resolves to no address"));
     }
-    Ok(BindAddrs(addrs))
+    Ok(BindAddrs::tcp(addrs))
 }
 
 /// Parses an address that must be one socket (`--redirect-http`,
 /// `--metrics`): the forms `--bind` takes, naming a single address.
 fn parse_addr(s: &str) -> Result<SocketAddr, String> {
-    match parse_bind(s)?.0[..] {
+    let parsed = parse_bind(s)?;
+    if parsed.1.is_some() {
+        return Err(format!("{s}: a Unix-domain socket is for --bind only; give IP:PORT"));
+    }
+    match parsed.0[..] {
         [one] => Ok(one),
         ref several => Err(format!("{s} names {} addresses; give one", several.len())),
     }
@@ -759,6 +790,7 @@ fn run(cli: Cli, argv: Vec<OsString>) -> anyhow::Result<()> {
 /// taking systemd's sockets: `reload::build` makes the same checks.
 fn check_server(args: &ServerArgs) -> anyhow::Result<()> {
     args.limits.to_limits()?;
+    args.unix_binds()?;
     args.tls.config()?;
     args.http3()?;
     Ok(())
@@ -895,7 +927,12 @@ fn probe(url: &str) -> anyhow::Result<()> {
         .with_context(|| format!("{url}: expected http://HOST:PORT/PATH (plain HTTP only)"))?;
     let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
     let path = if path.is_empty() { "/" } else { path };
-    let addrs = parse_bind(authority).map_err(|e| anyhow::anyhow!("{url}: {e}"))?.0;
+    let parsed = parse_bind(authority).map_err(|e| anyhow::anyhow!("{url}: {e}"))?;
+    anyhow::ensure!(
+        parsed.1.is_none(),
+        "{url}: probing a Unix-domain socket is not supported"
+    );
+    let addrs = parsed.0;
     let mut last = None;
     for addr in addrs {
         let status = (|| -> std::io::Result<String> {

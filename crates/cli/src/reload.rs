@@ -51,6 +51,8 @@ enum Origin {
     Configured(SocketAddr),
     /// The n-th socket systemd passed (`LISTEN_FDS`).
     Inherited(usize),
+    /// A `--bind unix:PATH`: the index of PATH in `Process::unix_paths`.
+    Unix(usize),
 }
 
 /// What a listening socket speaks.
@@ -101,6 +103,9 @@ struct Process {
     metrics_server: Option<(SocketAddr, Running)>,
     /// The sandbox set up at start, which every reload must stay within.
     sandbox: Sandbox,
+    /// Every `--bind unix:PATH` seen, at start and at reloads (`Origin::Unix`
+    /// indexes it).
+    unix_paths: Vec<PathBuf>,
     /// Workers when `--workers` is not given: one per core the process
     /// may use, counted before the sandbox hides the cgroup's CPU quota.
     n_workers_default: usize,
@@ -124,6 +129,13 @@ pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()>
     let run_as = args.run_as()?;
     // As root, before the sandbox and the drop.
     give_logs_to(args, &identity, &run_as)?;
+    // A socket file left by a previous run is removed if nothing listens
+    // on it; one in use is refused. Before the sandbox, which forbids
+    // connecting.
+    for path in args.unix_binds()? {
+        peregrine::remove_stale_socket(path)
+            .with_context(|| format!("--bind unix:{}{}", path.display(), config::origin("--bind")))?;
+    }
     // Before any thread starts (the first generation's workers, the
     // archive's watcher, the metrics listener's), so that all are inside.
     // The files caches' descriptor bound: the sandbox refuses prlimit64.
@@ -137,10 +149,11 @@ pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()>
         metrics: None,
         metrics_server: None,
         sandbox,
+        unix_paths: Vec::new(),
         n_workers_default,
     };
     let taken = (inherited.into_iter().enumerate())
-        .map(|(i, socket)| (Origin::Inherited(i), Listening::from(socket)))
+        .map(|(i, socket)| (Origin::Inherited(i), socket))
         .collect();
     let (mut current, urls) = build(&command, taken, None, &mut process)?;
     // "sandbox: ...; serving ROOT on URL, URL": the line ends with the
@@ -297,13 +310,25 @@ fn build(
 
     // The addresses, in the order they are shown: `--bind` (or the
     // default), systemd's, the redirecting one.
-    let default_bind = [SocketAddr::from(([127, 0, 0, 1], 8080))];
-    let given: Vec<SocketAddr> = args.bind.iter().flat_map(|b| b.0.iter().copied()).collect();
-    let binds = match (&given[..], process.n_inherited) {
-        ([], 0) => &default_bind[..],
-        (given, _) => given,
-    };
-    let plan: Vec<(Origin, Role)> = (binds.iter().map(|a| (Origin::Configured(*a), Role::Serve)))
+    args.unix_binds()?;
+    let mut binds: Vec<Origin> = Vec::new();
+    for bind in &args.bind {
+        binds.extend(bind.0.iter().map(|a| Origin::Configured(*a)));
+        if let Some(path) = &bind.1 {
+            let i = match process.unix_paths.iter().position(|p| p == path) {
+                Some(i) => i,
+                None => {
+                    process.unix_paths.push(path.clone());
+                    process.unix_paths.len() - 1
+                }
+            };
+            binds.push(Origin::Unix(i));
+        }
+    }
+    if binds.is_empty() && process.n_inherited == 0 {
+        binds.push(Origin::Configured(SocketAddr::from(([127, 0, 0, 1], 8080))));
+    }
+    let plan: Vec<(Origin, Role)> = (binds.iter().map(|o| (*o, Role::Serve)))
         .chain((0..process.n_inherited).map(|i| (Origin::Inherited(i), Role::Serve)))
         .chain(args.tls.redirect_http.map(|a| (Origin::Configured(a), Role::Redirect)))
         .collect();
@@ -320,6 +345,13 @@ fn build(
             (None, Origin::Configured(addr), Role::Redirect, _) => srv.redirect_http(addr),
             (None, Origin::Configured(addr), Role::Serve, Some(tls)) => srv.bind_tls(addr, tls.clone()),
             (None, Origin::Configured(addr), Role::Serve, None) => srv.bind(addr),
+            (None, Origin::Unix(i), Role::Serve, None) => srv.bind_unix(&process.unix_paths[i]),
+            (None, Origin::Unix(i), _, _) => {
+                anyhow::bail!(
+                    "unix:{}: TLS on a Unix-domain socket is not supported",
+                    process.unix_paths[i].display()
+                )
+            }
             (None, Origin::Inherited(i), _, _) => anyhow::bail!("socket {i} passed by systemd is gone"),
         };
     }
@@ -395,8 +427,11 @@ fn build(
             a.reload();
         }
     }
-    let urls: Vec<String> = (plan.iter().zip(running.local_addrs()))
-        .map(|((_, role), local)| {
+    let urls: Vec<String> = (plan.iter().zip(running.local_addrs()).zip(running.unix_paths()))
+        .map(|(((_, role), local), unix)| {
+            if let Some(path) = unix {
+                return format!("unix:{}", path.display());
+            }
             let scheme = match (role, &tls) {
                 (Role::Serve, Some(_)) => "https",
                 _ => "http",

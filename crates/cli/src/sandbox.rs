@@ -113,6 +113,14 @@ fn policy(command: &Command, argv: &[OsString]) -> anyhow::Result<Policy> {
             .append(&parent(Path::new(log)))
             .with_context(|| format!("the access log {log}"))?;
     }
+    // `--bind unix:PATH`: made (at start or a reload) and removed at exit.
+    for bind in &args.bind {
+        if let Some(path) = &bind.1 {
+            policy
+                .sockets(&parent(path))
+                .with_context(|| format!("--bind unix:{}", path.display()))?;
+        }
+    }
     if let Some(log) = &args.error_log {
         policy
             .append(&parent(log))
@@ -200,6 +208,9 @@ impl std::fmt::Display for Sandbox {
         )?;
         if !policy.append.is_empty() {
             write!(f, "; logs in {}", show(&policy.append))?;
+        }
+        if !policy.sockets.is_empty() {
+            write!(f, "; Unix sockets in {}", show(&policy.sockets))?;
         }
         Ok(())
     }

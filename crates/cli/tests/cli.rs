@@ -173,10 +173,13 @@ fn bind_takes_a_host_name_and_a_bare_port() {
 #[test]
 fn bind_values_that_cannot_be_listened_on_say_why() {
     for (bind, why) in [
-        ("unix:/run/peregrine.sock", "unix-domain sockets are not supported"),
+        ("unix:", "unix: needs the socket file's path"),
         ("localhost:http", "\"http\" is not a port"),
         ("::1", "::1 has no port: give [::1]:8080"),
-        ("[::1", "expected IP:PORT, [IPv6]:PORT, HOST:PORT, :PORT or PORT"),
+        (
+            "[::1",
+            "expected IP:PORT, [IPv6]:PORT, HOST:PORT, :PORT, PORT or unix:PATH",
+        ),
         ("no-such-host.invalid:80", "cannot resolve \"no-such-host.invalid\""),
     ] {
         let err = refused(2, &["hello", "--bind", bind].map(OsStr::new));
@@ -189,7 +192,7 @@ fn bind_values_that_cannot_be_listened_on_say_why() {
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let err = refused(2, &["hello", "--metrics", "unix:/run/m.sock"].map(OsStr::new));
-    assert!(err.contains("unix-domain sockets are not supported"), "{err}");
+    assert!(err.contains("a Unix-domain socket is for --bind only"), "{err}");
 }
 
 /// Starts `serve DIR` with `extra` flags; returns what it printed after its

@@ -403,10 +403,20 @@ fn micros_since(start: Instant) -> u64 {
     u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX)
 }
 
+/// The client's IP address, or `unix:` for a Unix-domain client (as
+/// nginx's `$remote_addr`).
+fn remote_addr(b: &mut Vec<u8>, peer: SocketAddr) {
+    if crate::sys::stream::is_unix(peer) {
+        b.extend_from_slice(b"unix:");
+    } else {
+        // Formatting an IP address into a Vec does not allocate beyond it.
+        let _ = write!(b, "{}", peer.ip());
+    }
+}
+
 /// `ip - - [time] "method target version" status bytes "referer" "agent"`.
 fn combined_line(b: &mut Vec<u8>, line: &Line<'_>) {
-    // Formatting an IP address into a Vec does not allocate beyond it.
-    let _ = write!(b, "{}", line.peer.ip());
+    remote_addr(b, line.peer);
     b.extend_from_slice(b" - - [");
     b.extend_from_slice(line.clf_time);
     b.extend_from_slice(b"] \"");
@@ -444,7 +454,9 @@ fn request(b: &mut Vec<u8>, line: &Line<'_>) {
 fn json_line(b: &mut Vec<u8>, line: &Line<'_>) {
     b.extend_from_slice(b"{\"time\":\"");
     rfc3339_from_clf(b, line.clf_time);
-    let _ = write!(b, "\",\"remote\":\"{}\",\"host\":", line.peer.ip());
+    b.extend_from_slice(b"\",\"remote\":\"");
+    remote_addr(b, line.peer);
+    b.extend_from_slice(b"\",\"host\":");
     json_string(b, line.host);
     b.extend_from_slice(b",\"method\":");
     json_string(b, Some(line.method));
@@ -487,9 +499,9 @@ fn template_line(b: &mut Vec<u8>, template: &Template, line: &Line<'_>) {
             Piece::Var(var) => *var,
         };
         match var {
-            Var::RemoteAddr => {
-                let _ = write!(b, "{}", line.peer.ip());
-            }
+            Var::RemoteAddr => remote_addr(b, line.peer),
+            // A Unix client has no port: empty, as nginx writes it.
+            Var::RemotePort if crate::sys::stream::is_unix(line.peer) => {}
             Var::RemotePort => b.extend_from_slice(n.format(line.peer.port()).as_bytes()),
             Var::TimeLocal => b.extend_from_slice(line.clf_time),
             Var::TimeIso8601 => rfc3339_from_clf(b, line.clf_time),
@@ -638,6 +650,24 @@ mod tests {
         assert_eq!(
             line,
             "10.0.0.1 - - [06/Nov/1994:08:49:37 +0000] \"GET /a\\\"b HTTP/1.1\" 200 13 \"-\" \"ua\\x0a\\xff\"\n"
+        );
+    }
+
+    /// A Unix-domain client is `unix:`, as nginx's `$remote_addr`, in
+    /// every format; its `$remote_port` is empty.
+    #[test]
+    fn a_unix_client_is_logged_as_unix() {
+        let peer = crate::UNIX_PEER.to_string();
+        let line = recorded(LogFormat::Combined, &peer, b"/", 200, 1, b"ua");
+        assert!(line.starts_with("unix: - - [06/Nov/1994"), "{line}");
+        let line = recorded(LogFormat::Json, &peer, b"/", 200, 1, b"ua");
+        assert!(line.contains("\"remote\":\"unix:\""), "{line}");
+        let format: LogFormat = "[$remote_addr][$remote_port] $status".parse().unwrap();
+        assert_eq!(recorded(format, &peer, b"/", 200, 1, b"ua"), "[unix:][] 200\n");
+        let format: LogFormat = "$remote_addr $remote_port".parse().unwrap();
+        assert_eq!(
+            recorded(format, "10.0.0.1:5555", b"/", 200, 1, b"ua"),
+            "10.0.0.1 5555\n"
         );
     }
 

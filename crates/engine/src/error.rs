@@ -13,7 +13,8 @@ pub struct Error {
 
 #[derive(Debug)]
 enum Kind {
-    Bind(SocketAddr),
+    /// The address as shown: `127.0.0.1:80`, `unix:/run/x.sock`.
+    Bind(String),
     Resolve(String),
     Setup,
     Tls,
@@ -23,7 +24,14 @@ enum Kind {
 impl Error {
     pub(crate) fn bind(addr: SocketAddr, source: io::Error) -> Self {
         Error {
-            kind: Kind::Bind(addr),
+            kind: Kind::Bind(addr.to_string()),
+            source,
+        }
+    }
+
+    pub(crate) fn bind_unix(path: &std::path::Path, source: io::Error) -> Self {
+        Error {
+            kind: Kind::Bind(format!("unix:{}", path.display())),
             source,
         }
     }

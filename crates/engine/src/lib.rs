@@ -78,6 +78,7 @@ pub use router::Router;
 pub use server::{Listening, Running, Server, ShutdownHandle};
 pub use sys::privileges::Identity;
 pub use sys::raise_open_files_limit;
+pub use sys::stream::{remove_stale_socket, SOCKET_MODE, UNIX_PEER};
 pub use tls::TlsConfig;
 
 /// systemd: socket activation and readiness notification.

@@ -20,6 +20,7 @@ use crate::error::Error;
 use crate::handler::Handler;
 use crate::limits::Limits;
 use crate::responder::Mailbox;
+use crate::sys::stream::StdListener;
 use crate::tls::redirect::HttpsRedirect;
 use crate::tls::TlsConfig;
 use crate::worker::{Listener, ListenerKind, Worker, WAKER};
@@ -55,6 +56,8 @@ pub struct Server {
 enum Source {
     /// An address to bind (one socket per worker, SO_REUSEPORT).
     Addr(SocketAddr),
+    /// A Unix-domain socket's path (one socket, shared by the workers).
+    Unix(std::path::PathBuf),
     /// Sockets already listening.
     Sockets(Listening),
 }
@@ -95,6 +98,21 @@ impl Server {
     /// free port, shared by all workers: see [`Running::local_addrs`].
     pub fn bind(self, addr: impl ToSocketAddrs + std::fmt::Debug) -> Self {
         self.bind_as(addr, Bind::Plain)
+    }
+
+    /// Adds a Unix-domain stream socket at `path` (as nginx's `listen
+    /// unix:PATH`): plain HTTP/1.1, and HTTP/2 with prior knowledge. One
+    /// socket, accepted from by every worker. A socket file left by a
+    /// server that is gone (connecting is refused) is removed first; one
+    /// a server listens on is "address in use", and a file that is not a
+    /// socket is never removed. The file gets mode 0o660 (owner and group
+    /// may connect) and is removed at shutdown (not at a hand-over: the
+    /// server taking over keeps it). Its clients' address is
+    /// [`crate::UNIX_PEER`], logged as `unix:`; in
+    /// [`Running::local_addrs`] the socket is listed as that address too.
+    pub fn bind_unix(mut self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.listen.push((Source::Unix(path.into()), Bind::Plain));
+        self
     }
 
     /// Adds an address that speaks HTTPS (TLS 1.2 and 1.3, ALPN
@@ -224,6 +242,7 @@ impl Server {
         let mut quic_per_worker: Vec<Vec<(std::net::UdpSocket, Arc<crate::quic::Shared>, Option<u8>)>> =
             (0..self.n_workers).map(|_| Vec::new()).collect();
         let mut local_addrs = Vec::new();
+        let mut unix_paths = Vec::new();
         let mut https_port = None;
         let mut tls_configs: Vec<TlsConfig> = Vec::new();
         // Each address's sockets, by worker; and duplicates of them kept
@@ -231,15 +250,35 @@ impl Server {
         // With the UDP sockets (HTTP/3) of a TLS address taken over from
         // a running server, if it had them.
         #[allow(clippy::type_complexity)]
-        let mut groups: Vec<(Vec<(usize, std::net::TcpListener)>, &Bind, Vec<std::net::UdpSocket>)> = Vec::new();
+        let mut groups: Vec<(Vec<(usize, StdListener)>, &Bind, Vec<std::net::UdpSocket>)> = Vec::new();
         let mut held = Vec::new();
         for (source, bind) in &self.listen {
             let listening = match source {
                 Source::Addr(addr) => {
-                    let group =
-                        crate::sys::socket::bind_group(*addr, self.n_workers).map_err(|e| Error::bind(*addr, e))?;
+                    let group: Vec<StdListener> = crate::sys::socket::bind_group(*addr, self.n_workers)
+                        .map_err(|e| Error::bind(*addr, e))?
+                        .into_iter()
+                        .map(StdListener::Tcp)
+                        .collect();
                     held.push(Listening::duplicate(&group).map_err(Error::setup)?);
                     groups.push((group.into_iter().enumerate().collect(), bind, Vec::new()));
+                    continue;
+                }
+                Source::Unix(path) => {
+                    // No SO_REUSEPORT for Unix sockets: one, duplicated
+                    // for every worker (all are woken; one wins each accept).
+                    let socket = crate::sys::stream::bind_unix(path, crate::sys::socket::BACKLOG)
+                        .map_err(|e| Error::bind_unix(path, e))?;
+                    let listening = Listening {
+                        sockets: vec![socket],
+                        udp: Vec::new(),
+                    };
+                    groups.push((
+                        listening.spread(self.n_workers).map_err(Error::setup)?,
+                        bind,
+                        Vec::new(),
+                    ));
+                    held.push(listening);
                     continue;
                 }
                 Source::Sockets(listening) => listening,
@@ -265,6 +304,16 @@ impl Server {
         for (at, (group, bind, taken_udp)) in groups.into_iter().enumerate() {
             let local = group[0].1.local_addr().map_err(Error::setup)?;
             local_addrs.push(local);
+            unix_paths.push(group[0].1.unix_path().map(std::path::Path::to_owned));
+            if let (Some(path), Bind::Tls(_) | Bind::Redirect) = (group[0].1.unix_path(), bind) {
+                return Err(Error::setup(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!(
+                        "unix:{}: a Unix-domain socket speaks plain HTTP only (no TLS, no redirect to HTTPS)",
+                        path.display()
+                    ),
+                )));
+            }
             let tls = match bind {
                 Bind::Tls(config) => {
                     https_port.get_or_insert(local.port());
@@ -320,7 +369,7 @@ impl Server {
                     (None, _) => ListenerKind::Plain,
                 };
                 per_worker[i].push(Listener {
-                    socket: mio::net::TcpListener::from_std(listener),
+                    socket: listener.into_mio(),
                     kind,
                 });
             }
@@ -389,6 +438,7 @@ impl Server {
         }
         Ok(Running {
             local_addrs,
+            unix_paths,
             shutdown,
             threads,
             tls: tls_configs,
@@ -407,6 +457,7 @@ impl Server {
 #[derive(Debug)]
 pub struct Running {
     local_addrs: Vec<SocketAddr>,
+    unix_paths: Vec<Option<std::path::PathBuf>>,
     shutdown: ShutdownHandle,
     threads: Vec<JoinHandle<std::io::Result<()>>>,
     /// Certificates to reload on SIGHUP.
@@ -420,6 +471,12 @@ impl Running {
     /// were given (`bind`, `listener` and their TLS and redirect forms).
     pub fn local_addrs(&self) -> &[SocketAddr] {
         &self.local_addrs
+    }
+
+    /// For each of [`Running::local_addrs`], the socket file's path if it
+    /// is a Unix-domain socket (listed there as [`crate::UNIX_PEER`]).
+    pub fn unix_paths(&self) -> &[Option<std::path::PathBuf>] {
+        &self.unix_paths
     }
 
     /// Duplicates of the listening sockets, one [`Listening`] per address in
@@ -616,7 +673,7 @@ impl ShutdownHandle {
 /// worker of its SO_REUSEPORT group when the server bound them.
 #[derive(Debug)]
 pub struct Listening {
-    sockets: Vec<std::net::TcpListener>,
+    sockets: Vec<StdListener>,
     /// HTTP/3's UDP sockets on the same port, for a TLS address.
     udp: Vec<std::net::UdpSocket>,
 }
@@ -630,11 +687,16 @@ impl Listening {
         }
     }
 
+    /// The path of a Unix-domain socket ([`Server::bind_unix`]).
+    pub fn unix_path(&self) -> Option<&std::path::Path> {
+        self.sockets.first().and_then(StdListener::unix_path)
+    }
+
     /// Duplicates of `sockets` (new descriptors, same sockets).
-    fn duplicate(sockets: &[std::net::TcpListener]) -> std::io::Result<Listening> {
+    fn duplicate(sockets: &[StdListener]) -> std::io::Result<Listening> {
         let sockets = sockets
             .iter()
-            .map(std::net::TcpListener::try_clone)
+            .map(StdListener::try_clone)
             .collect::<std::io::Result<_>>()?;
         Ok(Listening {
             sockets,
@@ -646,7 +708,7 @@ impl Listening {
     /// it: socket `j` goes to worker `j % n_workers`, and workers beyond the
     /// sockets' count share one (worker `i` takes socket `i % n_sockets`).
     /// Every socket is accepted from, so no queued connection is stranded.
-    fn spread(&self, n_workers: usize) -> std::io::Result<Vec<(usize, std::net::TcpListener)>> {
+    fn spread(&self, n_workers: usize) -> std::io::Result<Vec<(usize, StdListener)>> {
         let n_sockets = self.sockets.len();
         let mut out = Vec::with_capacity(n_sockets.max(n_workers));
         for (j, socket) in self.sockets.iter().enumerate() {
@@ -661,6 +723,15 @@ impl Listening {
 
 impl From<std::net::TcpListener> for Listening {
     fn from(socket: std::net::TcpListener) -> Self {
+        Listening {
+            sockets: vec![StdListener::Tcp(socket)],
+            udp: Vec::new(),
+        }
+    }
+}
+
+impl From<StdListener> for Listening {
+    fn from(socket: StdListener) -> Self {
         Listening {
             sockets: vec![socket],
             udp: Vec::new(),

@@ -8,7 +8,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Token};
 use slab::Slab;
 
@@ -19,6 +18,7 @@ use crate::handler::Handler;
 use crate::limits::Limits;
 use crate::metrics::WorkerMetrics;
 use crate::responder::{Mailbox, Post};
+use crate::sys::stream::{ListenSocket, Stream};
 use crate::tls::session::TlsSession;
 use crate::tls::TlsListener;
 
@@ -35,7 +35,7 @@ const REFUSAL: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r
 
 /// One listening socket and what its connections speak.
 pub(crate) struct Listener {
-    pub(crate) socket: TcpListener,
+    pub(crate) socket: ListenSocket,
     pub(crate) kind: ListenerKind,
 }
 
@@ -390,7 +390,7 @@ fn accept(listener: &Listener, conns: &mut Slab<Conn>, ctx: &Ctx<'_>) -> bool {
     }
 }
 
-fn refuse(stream: &mut TcpStream) {
+fn refuse(stream: &mut Stream) {
     let _ = stream.write(REFUSAL);
     let _ = stream.shutdown(std::net::Shutdown::Write);
 }

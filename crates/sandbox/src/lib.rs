@@ -56,6 +56,10 @@ pub struct Policy {
     /// them (the access log's, so that a reopen after logrotate moved the
     /// file creates the new one).
     pub append: Vec<PathBuf>,
+    /// Directories in which the process may make and remove Unix-domain
+    /// socket files (`--bind unix:PATH`: bound, possibly at a reload, and
+    /// removed at shutdown).
+    pub sockets: Vec<PathBuf>,
     /// Whether setuid, setgid and setgroups stay allowed, for `--user` and
     /// `--group`, which give up root after binding.
     pub set_ids: bool,
@@ -86,6 +90,20 @@ impl Policy {
         canonical(path).is_ok_and(|p| self.read.iter().any(|r| p.starts_with(r)))
     }
 
+    /// Grants making and removing socket files in `dir`.
+    pub fn sockets(&mut self, dir: &Path) -> std::io::Result<()> {
+        let dir = canonical(dir)?;
+        if !self.allows_sockets(&dir) {
+            self.sockets.push(dir);
+        }
+        Ok(())
+    }
+
+    /// Whether socket files may be made and removed in `dir`.
+    pub fn allows_sockets(&self, dir: &Path) -> bool {
+        canonical(dir).is_ok_and(|p| self.sockets.iter().any(|r| p.starts_with(r)))
+    }
+
     /// Whether files may be created and appended to in `dir`.
     pub fn allows_append(&self, dir: &Path) -> bool {
         canonical(dir).is_ok_and(|p| self.append.iter().any(|r| p.starts_with(r)))
@@ -96,10 +114,12 @@ impl Policy {
     pub fn covers(&self, other: &Policy) -> Result<(), Outside> {
         let read = other.read.iter().find(|p| !self.allows_read(p));
         let append = other.append.iter().find(|p| !self.allows_append(p));
-        match (read, append) {
-            (Some(p), _) => Err(Outside::Read(p.clone(), self.read.clone())),
-            (None, Some(p)) => Err(Outside::Append(p.clone(), self.append.clone())),
-            (None, None) => Ok(()),
+        let sockets = other.sockets.iter().find(|p| !self.allows_sockets(p));
+        match (read, append, sockets) {
+            (Some(p), _, _) => Err(Outside::Read(p.clone(), self.read.clone())),
+            (None, Some(p), _) => Err(Outside::Append(p.clone(), self.append.clone())),
+            (None, None, Some(p)) => Err(Outside::Sockets(p.clone(), self.sockets.clone())),
+            (None, None, None) => Ok(()),
         }
     }
 }
@@ -121,6 +141,8 @@ pub enum Outside {
     Read(PathBuf, Vec<PathBuf>),
     /// A log directory, and where logs may be written.
     Append(PathBuf, Vec<PathBuf>),
+    /// A Unix socket's directory, and where sockets may be made.
+    Sockets(PathBuf, Vec<PathBuf>),
 }
 
 impl fmt::Display for Outside {
@@ -135,6 +157,12 @@ impl fmt::Display for Outside {
             Outside::Append(p, allowed) => write!(
                 f,
                 "{} is outside where the sandbox set at start may write logs ({})",
+                p.display(),
+                list(allowed)
+            ),
+            Outside::Sockets(p, allowed) => write!(
+                f,
+                "{} is outside where the sandbox set at start may make Unix sockets ({})",
                 p.display(),
                 list(allowed)
             ),
@@ -218,6 +246,7 @@ pub fn apply(policy: &Policy) -> std::io::Result<Applied> {
 fn landlock(policy: &Policy) -> std::io::Result<Landlock> {
     let read = AccessFs::ReadFile | AccessFs::ReadDir;
     let append = AccessFs::WriteFile | AccessFs::MakeReg;
+    let sockets = AccessFs::MakeSock | AccessFs::RemoveFile;
     let rule = |path: &PathBuf, access: BitFlags<AccessFs>| -> std::io::Result<PathBeneath<PathFd>> {
         let fd = PathFd::new(path).map_err(|e| std::io::Error::other(format!("{}: {e}", path.display())))?;
         // A file carries only file rights (ReadDir on a file is refused).
@@ -230,6 +259,7 @@ fn landlock(policy: &Policy) -> std::io::Result<Landlock> {
     };
     let rules = (policy.read.iter().map(|p| rule(p, read)))
         .chain(policy.append.iter().map(|p| rule(p, append)))
+        .chain(policy.sockets.iter().map(|p| rule(p, sockets)))
         .collect::<std::io::Result<Vec<_>>>()?;
     let status = Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)
@@ -390,6 +420,12 @@ fn allowed(set_ids: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>, seccompiler
         // adds; systemd's notifications (sendto); UDP for HTTP/3.
         libc::SYS_bind,
         libc::SYS_listen,
+        // `--bind unix:PATH`: the socket file's mode is set through the
+        // umask around bind; the file is removed at shutdown (Landlock
+        // allows removing only in the sockets' directories).
+        libc::SYS_umask,
+        libc::SYS_unlink,
+        libc::SYS_unlinkat,
         libc::SYS_accept4,
         libc::SYS_getsockname,
         libc::SYS_getpeername,

@@ -42,7 +42,7 @@ use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mio::net::TcpStream;
+use crate::sys::stream::Stream;
 use mio::{Interest, Token};
 
 pub(crate) mod buffers;
@@ -183,7 +183,7 @@ impl Transport {
 }
 
 pub(crate) struct Conn {
-    stream: TcpStream,
+    stream: Stream,
     transport: Transport,
     /// Accepted on a redirecting listener: answered by `Ctx::redirect`.
     redirect: bool,
@@ -244,7 +244,7 @@ enum Phase {
 
 impl Conn {
     pub(crate) fn new(
-        stream: TcpStream,
+        stream: Stream,
         transport: Transport,
         redirect: bool,
         peer: SocketAddr,

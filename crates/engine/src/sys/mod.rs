@@ -10,6 +10,7 @@
 pub(crate) mod privileges;
 pub(crate) mod sendfile;
 pub(crate) mod socket;
+pub(crate) mod stream;
 pub(crate) mod systemd;
 pub(crate) mod timer;
 

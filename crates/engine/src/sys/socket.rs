@@ -8,7 +8,7 @@ use std::net::{SocketAddr, TcpListener};
 use socket2::{Domain, Protocol, Socket, Type};
 
 /// Accept queue length asked for; the kernel caps it at `somaxconn`.
-const BACKLOG: i32 = 4096;
+pub(crate) const BACKLOG: i32 = 4096;
 
 /// Binds `n_workers` listeners to `addr`. With port 0, the first listener
 /// picks the port and the others join it.
@@ -47,8 +47,13 @@ pub(crate) fn bind_group(addr: SocketAddr, n_workers: usize) -> io::Result<Vec<T
 
 /// `send(2)` with MSG_MORE: the kernel holds a partial segment for the
 /// bytes of the next send (or sendfile) on the socket, which pushes it.
-pub(crate) fn send_more(stream: &mio::net::TcpStream, buf: &[u8]) -> io::Result<usize> {
-    socket2::SockRef::from(stream).send_with_flags(buf, libc::MSG_MORE)
+/// A Unix socket has no segments to hold: a plain send.
+pub(crate) fn send_more(stream: &super::stream::Stream, buf: &[u8]) -> io::Result<usize> {
+    let flags = match stream {
+        super::stream::Stream::Tcp(_) => libc::MSG_MORE,
+        super::stream::Stream::Unix(_) => 0,
+    };
+    socket2::SockRef::from(stream).send_with_flags(buf, flags)
 }
 
 /// Binds `n_workers` UDP sockets to `addr` (a TLS listener's address, its

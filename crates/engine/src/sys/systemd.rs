@@ -3,7 +3,6 @@
 //! libsystemd: both are a few lines of protocol.
 
 use std::io;
-use std::net::TcpListener;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -14,8 +13,9 @@ const LISTEN_FDS_START: RawFd = 3;
 
 /// Takes the listening sockets systemd passed to this process, if any:
 /// `LISTEN_PID` must name this process and `LISTEN_FDS` say how many, from
-/// descriptor 3 on. Each socket must be a listening TCP socket; it is made
-/// non-blocking and close-on-exec. Only the first call takes them; later
+/// descriptor 3 on. Each socket must be a listening stream socket, TCP or
+/// Unix-domain (`ListenStream=/run/x.sock`: its file is systemd's, left
+/// in place at shutdown); it is made non-blocking and close-on-exec. Only the first call takes them; later
 /// calls get none.
 ///
 /// The variables are left in the environment: `std::env::remove_var` is
@@ -23,7 +23,7 @@ const LISTEN_FDS_START: RawFd = 3;
 /// DNS resolution), and this may run with workers alive. Nothing needs them
 /// gone: a child has another pid, so `LISTEN_PID` does not name it (sd_listen_fds(3) checks the same), and the
 /// descriptors are close-on-exec from here on.
-pub fn listen_fds() -> io::Result<Vec<TcpListener>> {
+pub fn listen_fds() -> io::Result<Vec<crate::Listening>> {
     static TAKEN: AtomicBool = AtomicBool::new(false);
     if TAKEN.swap(true, Ordering::AcqRel) {
         return Ok(Vec::new());
@@ -64,7 +64,12 @@ pub fn listen_fds() -> io::Result<Vec<TcpListener>> {
         }
         socket.set_nonblocking(true)?;
         socket.set_cloexec(true)?;
-        listeners.push(socket.into());
+        let listener = if socket.domain()? == socket2::Domain::UNIX {
+            super::stream::SocketFile::inherited(socket.into())
+        } else {
+            super::stream::StdListener::Tcp(socket.into())
+        };
+        listeners.push(crate::Listening::from(listener));
     }
     Ok(listeners)
 }

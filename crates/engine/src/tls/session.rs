@@ -12,7 +12,7 @@ use std::io::{self, Read, Write};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use mio::net::TcpStream;
+use crate::sys::stream::Stream;
 use rustls::ServerConnection;
 
 use super::TlsListener;
@@ -32,7 +32,7 @@ pub(crate) struct TlsSession {
 /// (the connection's first byte tells TLS from plain HTTP, with no extra
 /// system call).
 struct FirstByte<'s> {
-    stream: &'s mut TcpStream,
+    stream: &'s mut Stream,
     first: Option<u8>,
 }
 
@@ -84,7 +84,7 @@ impl TlsSession {
     /// client's close_notify, or a TCP close without one), `WouldBlock`
     /// means the socket is drained. A TLS failure is `InvalidData`; its
     /// alert, if any, is queued for [`TlsSession::write_tls`].
-    pub(crate) fn read(&mut self, stream: &mut TcpStream, buf: &mut [u8], peer: SocketAddr) -> io::Result<usize> {
+    pub(crate) fn read(&mut self, stream: &mut Stream, buf: &mut [u8], peer: SocketAddr) -> io::Result<usize> {
         if self.done {
             return Ok(0);
         }
@@ -163,7 +163,7 @@ impl TlsSession {
     }
 
     /// Writes queued records to the socket (vectored, one call).
-    pub(crate) fn write_tls(&mut self, stream: &mut TcpStream) -> io::Result<usize> {
+    pub(crate) fn write_tls(&mut self, stream: &mut Stream) -> io::Result<usize> {
         self.conn.write_tls(stream)
     }
 
@@ -184,7 +184,7 @@ impl TlsSession {
 
     /// Queues close_notify (once, and only after a handshake) and writes
     /// what is queued, best effort: the connection is closing either way.
-    pub(crate) fn close(&mut self, stream: &mut TcpStream) {
+    pub(crate) fn close(&mut self, stream: &mut Stream) {
         if !self.done && !self.conn.is_handshaking() {
             self.conn.send_close_notify();
         }
