@@ -258,6 +258,10 @@ const EXAMPLES: Terms = &[
         "Serve an archive over HTTPS, redirecting plain HTTP on port 80 to it.",
     ),
     (
+        "peregrine serve site.prg --bind unix:/run/peregrine/web.sock",
+        "Serve behind a proxy on a Unix-domain socket (mode 0660: the owner and group may connect).",
+    ),
+    (
         "peregrine pack site -o site.prg",
         "Pack a directory into one archive, with compressed variants.",
     ),

@@ -267,3 +267,34 @@ os.execv(sys.argv[2], sys.argv[2:])
     server.terminate();
     assert!(sock.exists(), "systemd's socket file is systemd's to remove");
 }
+
+/// With `--user`, the socket is the user's (and its group's), so a proxy
+/// in the group can connect, and the server, no longer root, can remove
+/// it at exit from a directory the user owns. Only checkable as root.
+#[test]
+fn with_user_the_socket_is_given_to_the_user_and_still_removed_at_exit() {
+    if !test_support::process::is_root() {
+        return;
+    }
+    use std::os::unix::fs::MetadataExt;
+    let (dir, _) = site("peregrine-unix-user");
+    // `nobody` must reach the files and own the socket's directory.
+    for path in [dir.dir(), &dir.path("www"), &dir.path("www/index.html")] {
+        let mode = if path.is_dir() { 0o755 } else { 0o644 };
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+    }
+    let run = dir.path("run");
+    std::fs::create_dir(&run).unwrap();
+    std::os::unix::fs::chown(&run, Some(65534), None).unwrap();
+    let sock = run.join("p.sock");
+    let server = serve(&dir, &sock, &["--user", "nobody"]);
+    let meta = std::fs::symlink_metadata(&sock).unwrap();
+    assert_eq!(meta.uid(), 65534, "owned by nobody");
+    assert_eq!(meta.mode() & 0o777, 0o660);
+    let mut s = connect(&sock);
+    write!(s, "GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    assert_eq!(read_response(&mut s).1, BODY);
+    drop(s);
+    server.terminate();
+    assert!(!sock.exists(), "removed at exit by the user it runs as");
+}

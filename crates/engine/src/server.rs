@@ -384,6 +384,15 @@ impl Server {
             None
         };
         // Every port is bound: root is no longer needed.
+        // The Unix sockets bound here (not those taken over) belong to
+        // the user and group given up to.
+        let bound_unix: Vec<&std::path::Path> = (self.listen.iter())
+            .filter_map(|(source, _)| match source {
+                Source::Unix(path) => Some(path.as_path()),
+                _ => None,
+            })
+            .collect();
+        crate::sys::privileges::give_sockets_to(&self.run_as, &bound_unix).map_err(Error::setup)?;
         crate::sys::privileges::drop_to(&self.run_as).map_err(Error::setup)?;
         let handler: Arc<dyn Handler> = Arc::new(handler);
         let flag = Arc::new(AtomicBool::new(false));

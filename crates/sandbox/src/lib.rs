@@ -463,11 +463,18 @@ fn allowed(set_ids: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>, seccompiler
         .into_iter()
         .chain([libc::SYS_epoll_wait, libc::SYS_readlink, libc::SYS_poll]);
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = (any.into_iter())
-        // `--user`: giving up root after binding.
+        // `--user`: giving up root after binding, `unix:` sockets given
+        // to the user and group first.
         .chain(
-            [libc::SYS_setuid, libc::SYS_setgid, libc::SYS_setgroups]
-                .into_iter()
-                .filter(|_| set_ids),
+            [
+                libc::SYS_setuid,
+                libc::SYS_setgid,
+                libc::SYS_setgroups,
+                libc::SYS_lchown,
+                libc::SYS_fchownat,
+            ]
+            .into_iter()
+            .filter(|_| set_ids),
         )
         .map(|nr| (nr, Vec::new()))
         .collect();

@@ -33,6 +33,27 @@ impl Identity {
     }
 }
 
+/// Gives the Unix socket files bound at `paths` to `who` (its user, if
+/// any, and group), before root is given up: a proxy in the group can
+/// connect (mode 0660), and the server can still remove the files at exit
+/// as the user. Nothing to do without `--user`/`--group`.
+pub(crate) fn give_sockets_to(who: &Identity, paths: &[&std::path::Path]) -> io::Result<()> {
+    if paths.is_empty() || (who.user.is_none() && who.group.is_none()) {
+        return Ok(());
+    }
+    let user = who.user.as_deref().map(lookup_user).transpose()?;
+    let gid = match (&who.group, &user) {
+        (Some(g), _) => Some(lookup_group(g)?),
+        (None, Some((_, gid))) => Some(*gid),
+        (None, None) => None,
+    };
+    for path in paths {
+        std::os::unix::fs::lchown(path, user.map(|(uid, _)| uid), gid)
+            .map_err(|e| io::Error::new(e.kind(), format!("chown unix:{}: {e}", path.display())))?;
+    }
+    Ok(())
+}
+
 /// Switches the whole process (every thread: glibc applies set*id to all
 /// of them; rustix's calls, raw system calls, would change only the
 /// calling thread, hence libc here) to `who`. Supplementary groups are reduced to the one group.
