@@ -28,7 +28,7 @@
 //! - No server push (we never send PUSH_PROMISE).
 //! - Every error names its cause in GOAWAY's debug data, as h2o does.
 //!
-//! Defences (each a limit in `limits.rs`, each tested in `tests.rs` on the
+//! Defences (each a limit in `limits.rs`, each tested in `tests/defences.rs` on the
 //! session and performed against a running server in the engine's
 //! `tests/http2.rs`): concurrent streams (`Limits::h2_streams_max`,
 //! REFUSED_STREAM past it); header blocks (fragments beyond
