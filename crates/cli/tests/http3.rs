@@ -743,17 +743,23 @@ fn a_10_mib_download_survives_loss_and_reordering_and_small_requests_keep_coming
 /// `common::APT_LOCK`); `PEREGRINE_CHROMIUM` names another.
 fn chromium() -> &'static Path {
     static FOUND: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    let found = FOUND.get_or_init(|| {
-        common::find_or_install(&[Program {
+    installed(
+        &FOUND,
+        Program {
             var: "PEREGRINE_CHROMIUM",
             names: &["chromium", "chromium-browser"],
             package: "chromium",
-        }])
-        .map(|mut v| v.remove(0))
-    });
-    match found {
+        },
+        "chromium",
+    )
+}
+
+/// `program`, found or installed once per run (in `found`); the test
+/// fails, naming `what`, if it cannot be had.
+fn installed(found: &'static OnceLock<Result<PathBuf, String>>, program: Program, what: &str) -> &'static Path {
+    match found.get_or_init(|| common::find_or_install(&[program]).map(|mut v| v.remove(0))) {
         Ok(p) => p,
-        Err(e) => panic!("chromium is needed: {e}"),
+        Err(e) => panic!("{what} is needed: {e}"),
     }
 }
 
@@ -859,18 +865,15 @@ fn no_http3_binds_no_udp_port_and_sends_no_alt_svc() {
 /// installed (Debian's `ngtcp2-client`); `PEREGRINE_NGTCP2` names another.
 fn ngtcp2() -> &'static Path {
     static FOUND: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    let found = FOUND.get_or_init(|| {
-        common::find_or_install(&[Program {
+    installed(
+        &FOUND,
+        Program {
             var: "PEREGRINE_NGTCP2",
             names: &["gtlsclient"],
             package: "ngtcp2-client",
-        }])
-        .map(|mut v| v.remove(0))
-    });
-    match found {
-        Ok(p) => p,
-        Err(e) => panic!("ngtcp2's client is needed: {e}"),
-    }
+        },
+        "ngtcp2's client",
+    )
 }
 
 #[test]
