@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
 use common::{get, packed, peregrine, served, served_addr, terminate};
+use test_support::process::BoundedOutput;
 
 #[test]
 fn hello_answers_and_exits_cleanly_on_sigterm() {
@@ -29,11 +30,10 @@ fn hello_answers_and_exits_cleanly_on_sigterm() {
 fn bad_arguments_are_named_in_the_error() {
     let out = peregrine()
         .args(["hello", "--workers", "0", "--bind", "127.0.0.1:0"])
-        .output()
-        .unwrap();
+        .bounded_output();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--workers <N>': 0 is out of range: from 1 to 1024"));
-    let out = peregrine().args(["hello", "--idle-timeout=0"]).output().unwrap();
+    let out = peregrine().args(["hello", "--idle-timeout=0"]).bounded_output();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("--idle-timeout"));
 }
@@ -44,7 +44,7 @@ fn bad_arguments_are_named_in_the_error() {
 fn an_address_in_use_is_reported_once_and_exits_non_zero() {
     let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = holder.local_addr().unwrap().to_string();
-    let out = peregrine().args(["hello", "--bind", &addr]).output().unwrap();
+    let out = peregrine().args(["hello", "--bind", &addr]).bounded_output();
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains(&format!("cannot listen on {addr}")), "{err}");
@@ -57,8 +57,7 @@ fn an_address_in_use_is_reported_once_and_exits_non_zero() {
         .arg(&pki.cert)
         .arg("--tls-key")
         .arg(&pki.key)
-        .output()
-        .unwrap();
+        .bounded_output();
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -79,7 +78,7 @@ fn scratch(tag: &str) -> PathBuf {
 /// Runs the binary with `args`; it must exit with `code` (2: clap refused
 /// a value; 1: the value was read and found wrong). Returns its stderr.
 fn refused(code: i32, args: &[&OsStr]) -> String {
-    let out = peregrine().args(args).output().unwrap();
+    let out = peregrine().args(args).bounded_output();
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert_eq!(out.status.code(), Some(code), "{args:?}: {err}");
     err
@@ -188,8 +187,7 @@ fn bind_values_that_cannot_be_listened_on_say_why() {
     // The single-address flags take the same forms, but one address.
     let out = peregrine()
         .args(["check-config", "hello", "--metrics", ":9100"])
-        .output()
-        .unwrap();
+        .bounded_output();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let err = refused(2, &["hello", "--metrics", "unix:/run/m.sock"].map(OsStr::new));
     assert!(err.contains("a Unix-domain socket is for --bind only"), "{err}");
@@ -228,7 +226,7 @@ fn an_empty_root_is_warned_of_at_start_and_a_full_one_is_not() {
     );
     // check-config says it too, and still passes (an empty root is legal).
     let check = |dir: &Path| {
-        let out = peregrine().args(["check-config", "serve"]).arg(dir).output().unwrap();
+        let out = peregrine().args(["check-config", "serve"]).arg(dir).bounded_output();
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         String::from_utf8_lossy(&out.stderr).into_owned()
     };
@@ -292,7 +290,7 @@ fn archive_ls_labels_its_columns_and_shows_convention_keys_readably() {
         ],
         &["--no-compress"],
     );
-    let out = peregrine().args(["archive", "ls"]).arg(&archive).output().unwrap();
+    let out = peregrine().args(["archive", "ls"]).arg(&archive).bounded_output();
     assert!(out.status.success());
     let ls = String::from_utf8(out.stdout).unwrap();
     let lines: Vec<Vec<&str>> = ls.lines().map(|l| l.split_whitespace().collect()).collect();
@@ -315,7 +313,7 @@ fn archive_verify_names_the_file_whose_body_is_damaged() {
         &[("index.html", "home"), ("notes.txt", "a body worth keeping intact")],
         &["--no-compress"],
     );
-    let verify = || peregrine().args(["archive", "verify"]).arg(&archive).output().unwrap();
+    let verify = || peregrine().args(["archive", "verify"]).arg(&archive).bounded_output();
     assert!(verify().status.success());
     let mut bytes = std::fs::read(&archive).unwrap();
     let at = bytes.windows(6).position(|w| w == b"intact").unwrap();
@@ -370,8 +368,7 @@ fn degenerate_cache_control_values_are_refused_with_the_reason() {
         .args(["--cache-control", "public, max-age=60, immutable"])
         .args(["--cache-control", "/assets/*=max-age=31536000, immutable"])
         .args(["--cache-control", "no-cache=\"Set-Cookie\""])
-        .output()
-        .unwrap();
+        .bounded_output();
     assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
 }
 
@@ -389,7 +386,7 @@ fn pack_without_an_output_says_what_it_does_and_what_it_needs() {
 fn man_out_dir_is_made_as_mkdir_p_would() {
     let dir = scratch("man-out-dir");
     let pages = dir.join("share/man/man1");
-    let out = peregrine().args(["man", "--out-dir"]).arg(&pages).output().unwrap();
+    let out = peregrine().args(["man", "--out-dir"]).arg(&pages).bounded_output();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(pages.join("peregrine-serve.1").is_file());
 }

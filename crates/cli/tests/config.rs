@@ -11,6 +11,7 @@ use std::process::{Output, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use common::{get, packed, peregrine, terminate};
+use test_support::process::BoundedOutput;
 use test_support::Scratch;
 
 fn scratch() -> Scratch {
@@ -76,8 +77,7 @@ fn check_config(command: &str, file: &ConfigFile) -> Output {
     peregrine()
         .args(["check-config", command, "--config"])
         .arg(file)
-        .output()
-        .unwrap()
+        .bounded_output()
 }
 
 /// Asserts a failed run whose error contains every one of `parts`.
@@ -104,8 +104,7 @@ fn precedence_is_flag_over_env_over_file_over_default() {
         .env("PEREGRINE_WORKERS", "3")
         .env("PEREGRINE_URI_BYTES_MAX", "3000")
         .env("PEREGRINE_N_CONNS_MAX", "77")
-        .output()
-        .unwrap();
+        .bounded_output();
     let s = settings(&out);
     // Flag beats variable and file.
     assert_eq!(s["workers"], ("4".into(), "flag".into()));
@@ -129,8 +128,7 @@ fn precedence_is_flag_over_env_over_file_over_default() {
         .args(["check-config", "hello"])
         .env_remove("PEREGRINE_WORKERS")
         .env_remove("PEREGRINE_CONFIG")
-        .output()
-        .unwrap();
+        .bounded_output();
     assert!(
         stdout(&bare).contains(&format!(
             "# workers is not set, so the built-in default applies: one per core ({cores} here)\n"
@@ -157,8 +155,7 @@ fn a_repeated_flag_replaces_the_files_list_and_switches_come_from_anywhere() {
         .args(["check-config", "serve", "--config", &f, "--bind", "127.0.0.1:3"])
         .env("PEREGRINE_FOLLOW_SYMLINKS", "yes")
         .env("PEREGRINE_NO_PRECOMPRESSED", "false")
-        .output()
-        .unwrap();
+        .bounded_output();
     let s = settings(&out);
     // A variable turns off what the file turned on.
     assert_eq!(
@@ -177,8 +174,7 @@ fn a_repeated_flag_replaces_the_files_list_and_switches_come_from_anywhere() {
     let out = peregrine()
         .args(["check-config", "serve", "--config", &f])
         .arg(&other)
-        .output()
-        .unwrap();
+        .bounded_output();
     assert_eq!(
         settings(&out)["root"],
         (format!("{:?}", other.display().to_string()), "flag".into())
@@ -198,14 +194,12 @@ fn check_config_output_is_itself_a_configuration() {
         .args(["check-config", "serve", "--config"])
         .arg(&file)
         .args(["--workers", "3", "--404", "missing \"page\".html"])
-        .output()
-        .unwrap();
+        .bounded_output();
     let again = config(&stdout(&first));
     let second = peregrine()
         .args(["check-config", "serve", "--config"])
         .arg(&again)
-        .output()
-        .unwrap();
+        .bounded_output();
     let values =
         |out: &Output| -> BTreeMap<String, String> { settings(out).into_iter().map(|(k, (v, _))| (k, v)).collect() };
     assert_eq!(values(&first), values(&second));
@@ -268,8 +262,7 @@ fn unknown_keys_name_file_line_and_a_suggestion() {
     let f = file.display().to_string();
     let out = peregrine()
         .args(["check-config", "hello", "--config", &f])
-        .output()
-        .unwrap();
+        .bounded_output();
     assert_error(
         &out,
         &[
@@ -280,7 +273,7 @@ fn unknown_keys_name_file_line_and_a_suggestion() {
     );
     // A key of `serve` given to `hello` is named as such.
     let file = config("workers = 2\nlist-dirs = true\n");
-    let out = peregrine().args(["hello", "--config"]).arg(&file).output().unwrap();
+    let out = peregrine().args(["hello", "--config"]).arg(&file).bounded_output();
     assert_error(
         &out,
         &[&format!(
@@ -297,8 +290,7 @@ fn values_of_the_wrong_type_name_file_line_and_key() {
     let f = file.display().to_string();
     let out = peregrine()
         .args(["check-config", "serve", "/", "--config", &f])
-        .output()
-        .unwrap();
+        .bounded_output();
     assert_error(
         &out,
         &[
@@ -317,8 +309,7 @@ fn bad_values_name_file_line_and_key() {
     let f = file.display().to_string();
     let out = peregrine()
         .args(["check-config", "hello", "--config", &f])
-        .output()
-        .unwrap();
+        .bounded_output();
     assert_error(
         &out,
         &[
@@ -358,8 +349,7 @@ fn values_out_of_range_are_refused_with_their_range_and_line() {
     ] {
         let out = peregrine()
             .args(["check-config", "hello", flag, value])
-            .output()
-            .unwrap();
+            .bounded_output();
         assert_eq!(out.status.code(), Some(2), "{flag} {value}: {}", stderr(&out));
         assert!(
             stderr(&out).contains(&format!("{value} is out of range")),
@@ -369,8 +359,7 @@ fn values_out_of_range_are_refused_with_their_range_and_line() {
     }
     let out = peregrine()
         .args(["check-config", "hello", "--workers", "1.5"])
-        .output()
-        .unwrap();
+        .bounded_output();
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(
         stderr(&out).contains("\"1.5\" is not a whole number"),
@@ -416,8 +405,7 @@ revalidate-interval = 4000
         .args(["check-config", "serve"])
         .arg(&archive)
         .env("PEREGRINE_REVALIDATE_INTERVAL", "5")
-        .output()
-        .unwrap();
+        .bounded_output();
     assert_error(
         &out,
         &["--revalidate-interval (env PEREGRINE_REVALIDATE_INTERVAL) (an archive is swapped whole"],
@@ -475,8 +463,7 @@ fn settings_that_do_not_apply_to_the_root_name_where_they_came_from() {
         .args(["check-config", "serve"])
         .arg(dir.join("site"))
         .env("PEREGRINE_PREFAULT", "yes")
-        .output()
-        .unwrap();
+        .bounded_output();
     assert_error(&out, &["--prefault (env PEREGRINE_PREFAULT) applies to an archive"]);
 }
 
@@ -485,14 +472,12 @@ fn bad_variables_are_named() {
     let out = peregrine()
         .args(["check-config", "hello"])
         .env("PEREGRINE_WORKERS", "many")
-        .output()
-        .unwrap();
+        .bounded_output();
     assert_error(&out, &["PEREGRINE_WORKERS=\"many\"", "invalid digit"]);
     let out = peregrine()
         .args(["hello"])
         .env("PEREGRINE_BIND", "127.0.0.1")
-        .output()
-        .unwrap();
+        .bounded_output();
     assert_error(
         &out,
         &[
@@ -503,14 +488,12 @@ fn bad_variables_are_named() {
     let out = peregrine()
         .args(["check-config", "serve", "/"])
         .env("PEREGRINE_LIST_DIRS", "maybe")
-        .output()
-        .unwrap();
+        .bounded_output();
     assert_error(&out, &["PEREGRINE_LIST_DIRS=\"maybe\""]);
     let out = peregrine()
         .args(["check-config", "hello"])
         .env("PEREGRINE_CONFIG", "/nonexistent/peregrine.toml")
-        .output()
-        .unwrap();
+        .bounded_output();
     assert_error(&out, &["cannot read config file /nonexistent/peregrine.toml"]);
 }
 
@@ -518,17 +501,16 @@ fn bad_variables_are_named() {
 fn a_missing_file_and_bad_toml_are_named() {
     let out = peregrine()
         .args(["serve", "--config", "/nonexistent/peregrine.toml"])
-        .output()
-        .unwrap();
+        .bounded_output();
     assert_error(
         &out,
         &["cannot read config file /nonexistent/peregrine.toml", "No such file"],
     );
     let file = config("workers = 2\nbind = [\"127.0.0.1:1\"\nidle-timeout = 3\n");
-    let out = peregrine().args(["hello", "--config"]).arg(&file).output().unwrap();
+    let out = peregrine().args(["hello", "--config"]).arg(&file).bounded_output();
     assert_error(&out, &[&format!("{}:3: TOML syntax error", file.display())]);
     let file = config("workers = 2\nworkers = 3\n");
-    let out = peregrine().args(["hello", "--config"]).arg(&file).output().unwrap();
+    let out = peregrine().args(["hello", "--config"]).arg(&file).bounded_output();
     assert_error(
         &out,
         &[&format!("{}:2: TOML syntax error: duplicate key", file.display())],
@@ -538,14 +520,13 @@ fn a_missing_file_and_bad_toml_are_named() {
 #[test]
 fn serve_without_a_root_anywhere_says_where_one_can_go() {
     let file = config("workers = 2\n");
-    let out = peregrine().args(["serve", "--config"]).arg(&file).output().unwrap();
+    let out = peregrine().args(["serve", "--config"]).arg(&file).bounded_output();
     assert_error(&out, &["`serve` needs DIR|ARCHIVE", "`root`", "PEREGRINE_ROOT"]);
     let root = scratch();
     let out = peregrine()
         .args(["check-config", "serve"])
         .env("PEREGRINE_ROOT", &root)
-        .output()
-        .unwrap();
+        .bounded_output();
     assert_eq!(settings(&out)["root"].1, "env PEREGRINE_ROOT");
 }
 
@@ -554,8 +535,7 @@ fn the_example_config_loads_and_mentions_every_key() {
     let out = peregrine()
         .current_dir(workspace_root())
         .args(["check-config", "serve", "--config", "peregrine.example.toml"])
-        .output()
-        .unwrap();
+        .bounded_output();
     let shown = stdout(&out);
     let s = settings(&out);
     assert_eq!(s["root"].0, "\"site\"");
@@ -579,11 +559,11 @@ fn the_example_config_loads_and_mentions_every_key() {
 #[test]
 fn every_flag_of_serve_and_hello_has_a_key_and_a_variable() {
     for (name, extra) in [("serve", Some("/")), ("hello", None)] {
-        let help = peregrine().args([name, "--help"]).output().unwrap();
+        let help = peregrine().args([name, "--help"]).bounded_output();
         let help = stdout(&help);
         let mut check = peregrine();
         check.args(["check-config", name]).args(extra);
-        let shown = stdout(&check.output().unwrap());
+        let shown = stdout(&check.bounded_output());
         let flags: Vec<&str> = help
             .lines()
             .filter_map(|l| l.trim_start().strip_prefix("--"))
@@ -605,7 +585,7 @@ fn every_flag_of_serve_and_hello_has_a_key_and_a_variable() {
 #[test]
 fn completions_and_man_pages_come_from_the_definition() {
     for shell in ["bash", "zsh", "fish"] {
-        let out = peregrine().args(["completions", shell]).output().unwrap();
+        let out = peregrine().args(["completions", shell]).bounded_output();
         assert!(out.status.success(), "{shell}: {}", stderr(&out));
         let script = stdout(&out);
         // fish spells a long option `-l workers`.
@@ -613,7 +593,7 @@ fn completions_and_man_pages_come_from_the_definition() {
         assert!(script.contains(workers), "{shell}");
         assert!(script.contains("check-config"), "{shell}");
     }
-    let out = peregrine().args(["man", "serve"]).output().unwrap();
+    let out = peregrine().args(["man", "serve"]).bounded_output();
     assert!(out.status.success(), "{}", stderr(&out));
     let page = stdout(&out);
     assert!(page.starts_with(".ie"), "{page}");
@@ -642,17 +622,17 @@ fn completions_and_man_pages_come_from_the_definition() {
         title.contains(concat!("\"peregrine ", env!("CARGO_PKG_VERSION"), "\"")),
         "{title}"
     );
-    let out = peregrine().args(["man", "pack"]).output().unwrap();
+    let out = peregrine().args(["man", "pack"]).bounded_output();
     let page = stdout(&out);
     assert!(
         page.contains(r"\fBperegrine pack\fR \fIDIR\fR \fB\-\-output\fR \fIARCHIVE\fR"),
         "{page}"
     );
     assert!(!page.contains(".SH SIGNALS"), "{page}");
-    let out = peregrine().arg("man").output().unwrap();
+    let out = peregrine().arg("man").bounded_output();
     assert!(stdout(&out).contains(r"peregrine\-serve(1)"));
     let dir = scratch();
-    let out = peregrine().args(["man", "--out-dir"]).arg(&dir).output().unwrap();
+    let out = peregrine().args(["man", "--out-dir"]).arg(&dir).bounded_output();
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(dir.join("peregrine.1").is_file());
     assert!(dir.join("peregrine-serve.1").is_file());
@@ -661,7 +641,7 @@ fn completions_and_man_pages_come_from_the_definition() {
 
 #[test]
 fn version_shows_the_build() {
-    let out = peregrine().arg("--version").output().unwrap();
+    let out = peregrine().arg("--version").bounded_output();
     assert!(out.status.success());
     let text = stdout(&out);
     assert!(
@@ -699,8 +679,7 @@ fn check_config_looks_up_the_user_and_group_as_the_start_would() {
             "--group",
             "peregrine-no-such-group",
         ])
-        .output()
-        .unwrap();
+        .bounded_output();
     assert_error(
         &out,
         &[
@@ -711,7 +690,6 @@ fn check_config_looks_up_the_user_and_group_as_the_start_would() {
     // Users and groups that exist pass (by name, or by number).
     let out = peregrine()
         .args(["check-config", "hello", "--user", "nobody", "--group", "0"])
-        .output()
-        .unwrap();
+        .bounded_output();
     assert!(out.status.success(), "{}", stderr(&out));
 }

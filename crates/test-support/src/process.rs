@@ -220,3 +220,53 @@ mod tests {
         assert_eq!(last_addr("listening on http://127.0.0.1:3000/"), "127.0.0.1:3000");
     }
 }
+
+/// [`Command::output`] with a deadline: a command expected to finish (a
+/// refusal, `check-config`, `man`) that starts serving instead fails the
+/// test after `PATIENCE`, with what it printed, rather than hanging it.
+pub trait BoundedOutput {
+    /// Runs the command to its end (stdin null, stdout and stderr
+    /// captured), killing it and failing if it runs past `PATIENCE`.
+    fn bounded_output(&mut self) -> std::process::Output;
+}
+
+impl BoundedOutput for Command {
+    fn bounded_output(&mut self) -> std::process::Output {
+        let mut child = self
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{self:?} starts: {e}"));
+        let drain = |mut stream: Box<dyn Read + Send>| {
+            std::thread::spawn(move || {
+                let mut bytes = Vec::new();
+                let _ = stream.read_to_end(&mut bytes);
+                bytes
+            })
+        };
+        let stdout = drain(Box::new(child.stdout.take().unwrap()));
+        let stderr = drain(Box::new(child.stderr.take().unwrap()));
+        let deadline = Instant::now() + PATIENCE;
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                let err = stderr.join().unwrap_or_default();
+                panic!(
+                    "{self:?} still ran after {PATIENCE:?}; its stderr: {}",
+                    String::from_utf8_lossy(&err)
+                );
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        };
+        std::process::Output {
+            status,
+            stdout: stdout.join().unwrap(),
+            stderr: stderr.join().unwrap(),
+        }
+    }
+}
