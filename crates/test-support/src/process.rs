@@ -208,19 +208,6 @@ pub fn is_root() -> bool {
     euid == "0"
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn addresses_come_from_the_start_line() {
-        let line = "peregrine: sandbox off; serving /srv/a on b on https://127.0.0.1:8443/, http://[::1]:8080/\n";
-        assert_eq!(urls(line), ["https://127.0.0.1:8443/", "http://[::1]:8080/"]);
-        assert_eq!(last_addr(line), "[::1]:8080");
-        assert_eq!(last_addr("listening on http://127.0.0.1:3000/"), "127.0.0.1:3000");
-    }
-}
-
 /// [`Command::output`] with a deadline: a command expected to finish (a
 /// refusal, `check-config`, `man`) that starts serving instead fails the
 /// test after `PATIENCE`, with what it printed, rather than hanging it.
@@ -268,5 +255,28 @@ impl BoundedOutput for Command {
             stdout: stdout.join().unwrap(),
             stderr: stderr.join().unwrap(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_come_from_the_start_line() {
+        let line = "peregrine: sandbox off; serving /srv/a on b on https://127.0.0.1:8443/, http://[::1]:8080/\n";
+        assert_eq!(urls(line), ["https://127.0.0.1:8443/", "http://[::1]:8080/"]);
+        assert_eq!(last_addr(line), "[::1]:8080");
+        assert_eq!(last_addr("listening on http://127.0.0.1:3000/"), "127.0.0.1:3000");
+    }
+
+    #[test]
+    fn bounded_output_captures_both_streams_and_the_status() {
+        let out = Command::new("sh")
+            .args(["-c", "echo out; echo err >&2; exit 3"])
+            .bounded_output();
+        assert_eq!(out.status.code(), Some(3));
+        assert_eq!(out.stdout, b"out\n");
+        assert_eq!(out.stderr, b"err\n");
     }
 }
