@@ -15,49 +15,9 @@ use std::time::Duration;
 use common::PATIENCE;
 use peregrine::{Limits, Reply, Request, Responder, Response, Server};
 use test_support::h2::{
-    CONTINUATION, DATA, END_HEADERS, END_STREAM, ENHANCE_YOUR_CALM, GOAWAY, HEADERS, NO_ERROR, PING, PREFACE,
-    REFUSED_STREAM, RST_STREAM, SETTINGS, WINDOW_UPDATE,
+    frame, take_frame, Frame, CONTINUATION, DATA, END_HEADERS, END_STREAM, ENHANCE_YOUR_CALM, GOAWAY, HEADERS,
+    NO_ERROR, PING, PREFACE, REFUSED_STREAM, RST_STREAM, SETTINGS, WINDOW_UPDATE,
 };
-
-#[derive(Debug)]
-struct Frame {
-    kind: u8,
-    flags: u8,
-    stream: u32,
-    payload: Vec<u8>,
-}
-
-impl Frame {
-    /// The error code of a GOAWAY or RST_STREAM.
-    fn code(&self) -> u32 {
-        let at = if self.kind == GOAWAY { 4 } else { 0 };
-        u32::from_be_bytes(self.payload[at..at + 4].try_into().unwrap())
-    }
-
-    /// The `:status` of a response HEADERS frame (the server's encoder
-    /// indexes common statuses and writes the others as literals).
-    fn status(&self) -> u16 {
-        match self.payload[0] {
-            0x88 => 200,
-            0x89 => 204,
-            0x8a => 206,
-            0x8b => 304,
-            0x8c => 400,
-            0x8d => 404,
-            0x8e => 500,
-            0x08 => std::str::from_utf8(&self.payload[2..5]).unwrap().parse().unwrap(),
-            b => panic!("unexpected first byte of a response head: {b:#x}"),
-        }
-    }
-}
-
-fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
-    let len = payload.len();
-    let mut f = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
-    f.extend_from_slice(&stream.to_be_bytes());
-    f.extend_from_slice(payload);
-    f
-}
 
 /// A request head as HPACK literals without indexing, names from the
 /// static table (no Huffman: the server must take both).
@@ -132,18 +92,8 @@ impl H2 {
     /// The next frame, or `None` once the server has closed.
     fn next(&mut self) -> Option<Frame> {
         loop {
-            if self.buf.len() >= 9 {
-                let len = (usize::from(self.buf[0]) << 16) | (usize::from(self.buf[1]) << 8) | usize::from(self.buf[2]);
-                if self.buf.len() >= 9 + len {
-                    let f = Frame {
-                        kind: self.buf[3],
-                        flags: self.buf[4],
-                        stream: u32::from_be_bytes(self.buf[5..9].try_into().unwrap()) & 0x7fff_ffff,
-                        payload: self.buf[9..9 + len].to_vec(),
-                    };
-                    self.buf.drain(..9 + len);
-                    return Some(f);
-                }
+            if let Some(f) = take_frame(&mut self.buf) {
+                return Some(f);
             }
             let mut chunk = [0; 65536];
             match self.stream.read(&mut chunk) {

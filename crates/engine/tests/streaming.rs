@@ -15,7 +15,9 @@ use std::sync::Mutex;
 use common::PATIENCE;
 use peregrine::body::{self, Sender, TrySendError};
 use peregrine::{Request, Response, Running};
-use test_support::h2::{DATA, END_HEADERS, END_STREAM, HEADERS, PREFACE, RST_STREAM, SETTINGS};
+use test_support::h2::{
+    frame, take_frame, Frame, DATA, END_HEADERS, END_STREAM, HEADERS, PREFACE, RST_STREAM, SETTINGS,
+};
 
 /// A server whose `/stream` answers with a channel of `capacity` bytes and
 /// hands its sender to the test; `/fast` answers at once.
@@ -208,21 +210,6 @@ struct H2 {
     buf: Vec<u8>,
 }
 
-struct Frame {
-    kind: u8,
-    flags: u8,
-    stream: u32,
-    payload: Vec<u8>,
-}
-
-fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
-    let len = payload.len();
-    let mut f = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
-    f.extend_from_slice(&stream.to_be_bytes());
-    f.extend_from_slice(payload);
-    f
-}
-
 impl H2 {
     fn connect(addr: SocketAddr) -> H2 {
         let mut c = H2 {
@@ -250,21 +237,11 @@ impl H2 {
     /// The next frame on stream `id` (others are skipped).
     fn next_on(&mut self, id: u32) -> Frame {
         loop {
-            if self.buf.len() >= 9 {
-                let len = (usize::from(self.buf[0]) << 16) | (usize::from(self.buf[1]) << 8) | usize::from(self.buf[2]);
-                if self.buf.len() >= 9 + len {
-                    let f = Frame {
-                        kind: self.buf[3],
-                        flags: self.buf[4],
-                        stream: u32::from_be_bytes(self.buf[5..9].try_into().unwrap()) & 0x7fff_ffff,
-                        payload: self.buf[9..9 + len].to_vec(),
-                    };
-                    self.buf.drain(..9 + len);
-                    if f.stream == id {
-                        return f;
-                    }
-                    continue;
+            if let Some(f) = take_frame(&mut self.buf) {
+                if f.stream == id {
+                    return f;
                 }
+                continue;
             }
             let mut chunk = [0; 65536];
             match self.stream.read(&mut chunk) {

@@ -257,22 +257,10 @@ mod h2c {
     use std::io::{Read, Write};
     use std::net::{SocketAddr, TcpStream};
 
-    use test_support::h2::{DATA, END_HEADERS, END_STREAM, HEADERS, PREFACE, RST_STREAM, SETTINGS, WINDOW_UPDATE};
-
-    pub struct Frame {
-        pub kind: u8,
-        pub flags: u8,
-        pub stream: u32,
-        pub payload: Vec<u8>,
-    }
-
-    pub fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
-        let len = payload.len();
-        let mut f = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
-        f.extend_from_slice(&stream.to_be_bytes());
-        f.extend_from_slice(payload);
-        f
-    }
+    pub use test_support::h2::{frame, Frame};
+    use test_support::h2::{
+        take_frame, DATA, END_HEADERS, END_STREAM, HEADERS, PREFACE, RST_STREAM, SETTINGS, WINDOW_UPDATE,
+    };
 
     pub struct Conn {
         pub stream: TcpStream,
@@ -326,27 +314,16 @@ mod h2c {
 
         pub fn next(&mut self) -> Option<Frame> {
             loop {
-                if self.buf.len() >= 9 {
-                    let len =
-                        (usize::from(self.buf[0]) << 16) | (usize::from(self.buf[1]) << 8) | usize::from(self.buf[2]);
-                    if self.buf.len() >= 9 + len {
-                        let f = Frame {
-                            kind: self.buf[3],
-                            flags: self.buf[4],
-                            stream: u32::from_be_bytes(self.buf[5..9].try_into().unwrap()) & 0x7fff_ffff,
-                            payload: self.buf[9..9 + len].to_vec(),
-                        };
-                        self.buf.drain(..9 + len);
-                        if f.kind == WINDOW_UPDATE {
-                            let inc = i64::from(u32::from_be_bytes(f.payload[..4].try_into().unwrap()));
-                            if f.stream == 0 {
-                                self.conn_window += inc;
-                            } else {
-                                self.stream_window += inc;
-                            }
+                if let Some(f) = take_frame(&mut self.buf) {
+                    if f.kind == WINDOW_UPDATE {
+                        let inc = i64::from(u32::from_be_bytes(f.payload[..4].try_into().unwrap()));
+                        if f.stream == 0 {
+                            self.conn_window += inc;
+                        } else {
+                            self.stream_window += inc;
                         }
-                        return Some(f);
                     }
+                    return Some(f);
                 }
                 let mut chunk = [0; 65536];
                 match self.stream.read(&mut chunk) {

@@ -28,6 +28,67 @@ pub const NO_ERROR: u32 = 0x0;
 pub const REFUSED_STREAM: u32 = 0x7;
 pub const ENHANCE_YOUR_CALM: u32 = 0xb;
 
+/// A frame as the tests read it.
+#[derive(Debug)]
+pub struct Frame {
+    pub kind: u8,
+    pub flags: u8,
+    pub stream: u32,
+    pub payload: Vec<u8>,
+}
+
+impl Frame {
+    /// The error code of a GOAWAY or RST_STREAM.
+    pub fn code(&self) -> u32 {
+        let at = if self.kind == GOAWAY { 4 } else { 0 };
+        u32::from_be_bytes(self.payload[at..at + 4].try_into().unwrap())
+    }
+
+    /// The `:status` of a response HEADERS frame (the server's encoder
+    /// indexes common statuses and writes the others as literals).
+    pub fn status(&self) -> u16 {
+        match self.payload[0] {
+            0x88 => 200,
+            0x89 => 204,
+            0x8a => 206,
+            0x8b => 304,
+            0x8c => 400,
+            0x8d => 404,
+            0x8e => 500,
+            0x08 => std::str::from_utf8(&self.payload[2..5]).unwrap().parse().unwrap(),
+            b => panic!("unexpected first byte of a response head: {b:#x}"),
+        }
+    }
+}
+
+/// One frame's bytes: the 9-byte header (RFC 9113 §4.1), then `payload`.
+pub fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    let len = payload.len();
+    let mut f = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
+    f.extend_from_slice(&stream.to_be_bytes());
+    f.extend_from_slice(payload);
+    f
+}
+
+/// Takes the first frame out of `buf` if it is whole there.
+pub fn take_frame(buf: &mut Vec<u8>) -> Option<Frame> {
+    if buf.len() < 9 {
+        return None;
+    }
+    let len = (usize::from(buf[0]) << 16) | (usize::from(buf[1]) << 8) | usize::from(buf[2]);
+    if buf.len() < 9 + len {
+        return None;
+    }
+    let f = Frame {
+        kind: buf[3],
+        flags: buf[4],
+        stream: u32::from_be_bytes(buf[5..9].try_into().unwrap()) & 0x7fff_ffff,
+        payload: buf[9..9 + len].to_vec(),
+    };
+    buf.drain(..9 + len);
+    Some(f)
+}
+
 /// A GET's header block: `:method GET`, `:scheme http`, `path` and
 /// `authority`, as HPACK literals without indexing of static-table names
 /// (so that the server's decoder does the same work every time).
