@@ -52,17 +52,8 @@ use crate::response::Body;
 /// ```
 pub fn channel(capacity_bytes: usize) -> (Body, Sender) {
     let shared = Arc::new(Shared {
-        state: Mutex::new(State {
-            chunks: VecDeque::new(),
-            bytes: 0,
-            end: End::Open,
-            receiver_gone: false,
-            waiting: false,
-            wake: None,
-        }),
-        room: Condvar::new(),
+        queue: Queue::new(capacity_bytes.max(1), End::Open),
         parked: AtomicBool::new(false),
-        capacity: capacity_bytes.max(1),
     });
     (Body::Channel(ChannelBody { shared: shared.clone() }), Sender { shared })
 }
@@ -93,28 +84,99 @@ pub enum TrySendError {
     Closed(Vec<u8>),
 }
 
-struct Shared {
-    state: Mutex<State>,
-    /// Signalled when the event loop takes a chunk or the receiver goes.
-    room: Condvar,
-    /// The event loop found the queue empty and waits for a wake: read
-    /// without the lock by the connection deciding whether to poll.
-    parked: AtomicBool,
+/// A queue of chunks between the event loop and another thread, bounded
+/// in bytes: a response channel (the other thread produces) and a request
+/// body pipe (it consumes) are each one, with their own kind of end.
+struct Queue<E> {
+    state: Mutex<Chunked<E>>,
+    /// Signals the other thread: room for a sender, bytes or the end for
+    /// a reader.
+    signal: Condvar,
     capacity: usize,
 }
 
-struct State {
+struct Chunked<E> {
     chunks: VecDeque<Vec<u8>>,
     /// Bytes in `chunks`.
     bytes: usize,
-    end: End,
-    /// The connection dropped the body (done, reset, closed).
-    receiver_gone: bool,
-    /// The event loop parked on an empty queue: the next change wakes it.
+    end: E,
+    /// The other thread's end was dropped (the channel's receiver: the
+    /// connection is done with the body; the pipe's reader: the handler).
+    gone: bool,
+    /// The event loop waits for a wake from the other thread (the
+    /// channel's receiver parked on an empty queue; the pipe's sink found
+    /// no room).
     waiting: bool,
     /// Where the wake goes: the worker's mailbox and the connection's token.
     wake: Option<(Arc<Mailbox>, usize)>,
 }
+
+impl<E> Queue<E> {
+    fn new(capacity: usize, end: E) -> Self {
+        Queue {
+            state: Mutex::new(Chunked {
+                chunks: VecDeque::new(),
+                bytes: 0,
+                end,
+                gone: false,
+                waiting: false,
+                wake: None,
+            }),
+            signal: Condvar::new(),
+            capacity,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Chunked<E>> {
+        // A poisoned lock only means a thread panicked holding it; the
+        // queue is still sound.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Waits on `signal`, giving the lock back meanwhile.
+    fn wait<'a>(&self, state: MutexGuard<'a, Chunked<E>>) -> MutexGuard<'a, Chunked<E>> {
+        self.signal.wait(state).unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl<E> Chunked<E> {
+    fn push(&mut self, chunk: Vec<u8>) {
+        if !chunk.is_empty() {
+            self.bytes += chunk.len();
+            self.chunks.push_back(chunk);
+        }
+    }
+
+    fn pop(&mut self) -> Option<Vec<u8>> {
+        let chunk = self.chunks.pop_front()?;
+        self.bytes -= chunk.len();
+        Some(chunk)
+    }
+
+    fn clear(&mut self) {
+        self.chunks.clear();
+        self.bytes = 0;
+    }
+
+    /// The wake the event loop waits for, if it waits (taken under the
+    /// lock; posted once the lock is released).
+    fn take_wake(&mut self) -> Option<(Arc<Mailbox>, usize)> {
+        if !self.waiting {
+            return None;
+        }
+        self.waiting = false;
+        self.wake.clone()
+    }
+}
+
+struct Shared {
+    queue: Queue<End>,
+    /// The event loop found the queue empty and waits for a wake: read
+    /// without the lock by the connection deciding whether to poll.
+    parked: AtomicBool,
+}
+
+type State = Chunked<End>;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum End {
@@ -127,9 +189,7 @@ enum End {
 
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
-        // A poisoned lock only means a sender panicked holding it; the
-        // queue is still sound.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.queue.lock()
     }
 }
 
@@ -139,9 +199,8 @@ fn take_wake(shared: &Shared, state: &mut State) -> Option<(Arc<Mailbox>, usize)
     if !state.waiting {
         return None;
     }
-    state.waiting = false;
     shared.parked.store(false, Ordering::Release);
-    state.wake.clone()
+    state.take_wake()
 }
 
 fn post(wake: Option<(Arc<Mailbox>, usize)>) {
@@ -159,13 +218,13 @@ impl Sender {
         let shared = &*self.shared;
         let mut state = shared.lock();
         loop {
-            if state.receiver_gone {
+            if state.gone {
                 return Err(SendError(chunk));
             }
-            if fits(&state, shared.capacity, chunk.len()) {
+            if fits(&state, shared.queue.capacity, chunk.len()) {
                 break;
             }
-            state = shared.room.wait(state).unwrap_or_else(|e| e.into_inner());
+            state = shared.queue.wait(state);
         }
         let wake = push(shared, &mut state, chunk);
         drop(state);
@@ -178,10 +237,10 @@ impl Sender {
         let chunk = chunk.into();
         let shared = &*self.shared;
         let mut state = shared.lock();
-        if state.receiver_gone {
+        if state.gone {
             return Err(TrySendError::Closed(chunk));
         }
-        if !fits(&state, shared.capacity, chunk.len()) {
+        if !fits(&state, shared.queue.capacity, chunk.len()) {
             return Err(TrySendError::Full(chunk));
         }
         let wake = push(shared, &mut state, chunk);
@@ -193,7 +252,7 @@ impl Sender {
     /// Whether the client is gone or the connection closed (`send` would
     /// fail).
     pub fn is_closed(&self) -> bool {
-        self.shared.lock().receiver_gone
+        self.shared.lock().gone
     }
 
     /// Ends the body as broken: chunks still queued are dropped, and the
@@ -212,8 +271,7 @@ impl Sender {
         }
         state.end = end;
         if end == End::Aborted {
-            state.chunks.clear();
-            state.bytes = 0;
+            state.clear();
         }
         let wake = take_wake(shared, &mut state);
         drop(state);
@@ -234,10 +292,7 @@ fn fits(state: &State, capacity: usize, len: usize) -> bool {
 }
 
 fn push(shared: &Shared, state: &mut State, chunk: Vec<u8>) -> Option<(Arc<Mailbox>, usize)> {
-    if !chunk.is_empty() {
-        state.bytes += chunk.len();
-        state.chunks.push_back(chunk);
-    }
+    state.push(chunk);
     take_wake(shared, state)
 }
 
@@ -278,10 +333,9 @@ impl ChannelBody {
     fn poll(&mut self) -> Next {
         let shared = &*self.shared;
         let mut state = shared.lock();
-        if let Some(chunk) = state.chunks.pop_front() {
-            state.bytes -= chunk.len();
+        if let Some(chunk) = state.pop() {
             drop(state);
-            shared.room.notify_one();
+            shared.queue.signal.notify_one();
             return Next::Chunk(chunk);
         }
         match state.end {
@@ -299,12 +353,11 @@ impl ChannelBody {
 impl Drop for ChannelBody {
     fn drop(&mut self) {
         let mut state = self.shared.lock();
-        state.receiver_gone = true;
-        state.chunks.clear();
-        state.bytes = 0;
+        state.gone = true;
+        state.clear();
         state.wake = None;
         drop(state);
-        self.shared.room.notify_all();
+        self.shared.queue.signal.notify_all();
     }
 }
 
@@ -428,22 +481,7 @@ pub(crate) struct BodySink {
     shared: Arc<Pipe>,
 }
 
-struct Pipe {
-    state: Mutex<PipeState>,
-    /// Signalled when bytes, the end or an error arrive.
-    ready: Condvar,
-    capacity: usize,
-}
-
-struct PipeState {
-    chunks: VecDeque<Vec<u8>>,
-    bytes: usize,
-    end: PipeEnd,
-    reader_gone: bool,
-    /// The connection stopped reading for want of room: the reader wakes it.
-    waiting: bool,
-    wake: Option<(Arc<Mailbox>, usize)>,
-}
+type Pipe = Queue<PipeEnd>;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum PipeEnd {
@@ -456,18 +494,7 @@ enum PipeEnd {
 /// the connection, `capacity` bytes queued at most before the connection
 /// stops taking more.
 pub(crate) fn pipe(capacity: usize) -> (BodyReader, BodySink) {
-    let shared = Arc::new(Pipe {
-        state: Mutex::new(PipeState {
-            chunks: VecDeque::new(),
-            bytes: 0,
-            end: PipeEnd::Open,
-            reader_gone: false,
-            waiting: false,
-            wake: None,
-        }),
-        ready: Condvar::new(),
-        capacity,
-    });
+    let shared = Arc::new(Pipe::new(capacity, PipeEnd::Open));
     (
         BodyReader {
             shared: shared.clone(),
@@ -476,12 +503,6 @@ pub(crate) fn pipe(capacity: usize) -> (BodyReader, BodySink) {
         },
         BodySink { shared },
     )
-}
-
-impl Pipe {
-    fn lock(&self) -> MutexGuard<'_, PipeState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
 }
 
 impl BodySink {
@@ -495,7 +516,7 @@ impl BodySink {
     /// A reader gone takes everything (it is discarded).
     pub(crate) fn room(&self) -> usize {
         let mut state = self.shared.lock();
-        if state.reader_gone {
+        if state.gone {
             return usize::MAX;
         }
         let room = self.shared.capacity.saturating_sub(state.bytes);
@@ -518,13 +539,12 @@ impl BodySink {
             return;
         }
         let mut state = self.shared.lock();
-        if state.reader_gone {
+        if state.gone {
             return;
         }
-        state.bytes += data.len();
-        state.chunks.push_back(data.to_vec());
+        state.push(data.to_vec());
         drop(state);
-        self.shared.ready.notify_one();
+        self.shared.signal.notify_one();
     }
 
     /// The body is complete: the reader gets the end after what is queued.
@@ -542,13 +562,12 @@ impl BodySink {
         if state.end == PipeEnd::Open {
             state.end = end;
             if end != PipeEnd::Complete {
-                state.chunks.clear();
-                state.bytes = 0;
+                state.clear();
             }
         }
         state.wake = None;
         drop(state);
-        self.shared.ready.notify_all();
+        self.shared.signal.notify_all();
     }
 }
 
@@ -572,13 +591,11 @@ impl Read for BodyReader {
             let shared = &*self.shared;
             let mut state = shared.lock();
             loop {
-                if let Some(chunk) = state.chunks.pop_front() {
-                    state.bytes -= chunk.len();
+                if let Some(chunk) = state.pop() {
                     // Wake the connection once half the room is free, not
                     // per read.
-                    let wake = if state.waiting && state.bytes <= shared.capacity / 2 {
-                        state.waiting = false;
-                        state.wake.clone()
+                    let wake = if state.bytes <= shared.capacity / 2 {
+                        state.take_wake()
                     } else {
                         None
                     };
@@ -589,7 +606,7 @@ impl Read for BodyReader {
                     break;
                 }
                 match state.end {
-                    PipeEnd::Open => state = shared.ready.wait(state).unwrap_or_else(|e| e.into_inner()),
+                    PipeEnd::Open => state = shared.wait(state),
                     PipeEnd::Complete => return Ok(0),
                     PipeEnd::Failed(kind, why) => return Err(io::Error::new(kind, why)),
                 }
@@ -605,15 +622,9 @@ impl Read for BodyReader {
 impl Drop for BodyReader {
     fn drop(&mut self) {
         let mut state = self.shared.lock();
-        state.reader_gone = true;
-        state.chunks.clear();
-        state.bytes = 0;
-        let wake = if state.waiting {
-            state.waiting = false;
-            state.wake.clone()
-        } else {
-            None
-        };
+        state.gone = true;
+        state.clear();
+        let wake = state.take_wake();
         drop(state);
         post(wake);
     }
