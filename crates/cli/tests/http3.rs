@@ -943,19 +943,58 @@ fn a_reload_hands_the_udp_sockets_over_and_http3_keeps_answering() {
     assert!(answers.iter().all(|a| a.status == Ok(200)), "{answers:?}");
 }
 
-/// A download in flight across a reload should complete, byte for byte:
-/// the old generation keeps its connection while the new one reads the
-/// same UDP sockets. It does not yet: the download stops after some 3,500
-/// datagrams and the client gives up at its idle timeout (2 runs of 2 on
-/// 2026-11-23, also with the new generation dropping the packets whose
-/// connection IDs it did not issue, so a stateless reset is not the
-/// cause). Run it with `-- --ignored` while finding out.
+/// A graceful shutdown lets a download in flight finish, byte for byte:
+/// the connection closes (H3_NO_ERROR) once its last bytes are
+/// acknowledged. It was closed as soon as the last bytes had been handed
+/// to the transport, discarding what the client had not acknowledged yet:
+/// the client got some 9.5 of the 10 MiB, then the close (3 runs of 3 on
+/// 2026-11-24, without the relay). The relay slows the download so that
+/// the signal comes while it is in flight; the shutdown timeout is long
+/// enough not to cut it short on a slow machine.
 #[test]
-#[ignore = "a QUIC download in flight across a reload stalls: a bug to find (see the comment)"]
+fn a_download_in_flight_across_a_graceful_shutdown_completes() {
+    let pki = pki("shutdown-flight");
+    let (root, _) = site("shutdown-flight");
+    let mut server = start(&["serve", root.to_str().unwrap(), "--shutdown-timeout", "600"], &pki);
+    let relay = Relay::new(server.port(), 0, 0, None);
+    let port = relay.addr.port();
+    let client = std::thread::spawn(move || h3(port, &[Req::Get("/10m.bin", NONE)], ""));
+    test_support::wait_until("the download to start", || {
+        relay.carried.load(std::sync::atomic::Ordering::Relaxed) > 200
+    });
+    let status = Command::new("kill")
+        .args(["-TERM", &server.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let answers = client.join().unwrap();
+    let (seen, _, _) = relay.finish();
+    assert_eq!(answers[0].status, Ok(200), "{seen} datagrams");
+    assert!(
+        answers[0].body == pattern(10 << 20),
+        "the 10 MiB file, exact: {} bytes",
+        answers[0].body.len()
+    );
+    // And the server has ended, with success.
+    let ended = server.child.wait().unwrap();
+    assert!(ended.success(), "{ended}");
+}
+
+/// A download in flight across a reload completes, byte for byte: the
+/// old generation keeps its connection while the new one reads the same
+/// UDP sockets and passes it the datagrams whose connection IDs it issued
+/// (`quic::handover`). Before that, both generations read the sockets and
+/// the new one took a good part of the client's acknowledgments (144 of
+/// 313 in one run): the download crawled, or stalled until the client's
+/// idle timeout; and once the old generation had handed its last bytes to
+/// quinn-proto it closed the connection with some 0.5 MiB unacknowledged.
+/// The shutdown timeout is long enough not to cut the old generation short
+/// on a slow machine.
+#[test]
 fn a_download_in_flight_across_a_reload_completes() {
     let pki = pki("reload-flight");
     let (root, _) = site("reload-flight");
-    let server = start(&["serve", root.to_str().unwrap()], &pki);
+    let server = start(&["serve", root.to_str().unwrap(), "--shutdown-timeout", "600"], &pki);
     let relay = Relay::new(server.port(), 0, 0, None);
     let port = relay.addr.port();
     let client = std::thread::spawn(move || h3(port, &[Req::Get("/10m.bin", NONE)], ""));

@@ -239,8 +239,9 @@ impl Server {
         // Bind everything first: an error here leaves no thread behind.
         let mut per_worker: Vec<Vec<Listener>> = (0..self.n_workers).map(|_| Vec::new()).collect();
         #[allow(clippy::type_complexity)]
-        let mut quic_per_worker: Vec<Vec<(std::net::UdpSocket, Arc<crate::quic::Shared>, Option<u8>)>> =
-            (0..self.n_workers).map(|_| Vec::new()).collect();
+        let mut quic_per_worker: Vec<
+            Vec<(std::net::UdpSocket, Arc<crate::quic::Shared>, u8, crate::quic::Member)>,
+        > = (0..self.n_workers).map(|_| Vec::new()).collect();
         let mut local_addrs = Vec::new();
         let mut unix_paths = Vec::new();
         let mut https_port = None;
@@ -248,9 +249,9 @@ impl Server {
         // Each address's sockets, by worker; and duplicates of them kept
         // for `Running::listeners`.
         // With the UDP sockets (HTTP/3) of a TLS address taken over from
-        // a running server, if it had them.
+        // a running server, if it had them, and its generations on them.
         #[allow(clippy::type_complexity)]
-        let mut groups: Vec<(Vec<(usize, StdListener)>, &Bind, Vec<std::net::UdpSocket>)> = Vec::new();
+        let mut groups: Vec<(Vec<(usize, StdListener)>, &Bind, TakenUdp)> = Vec::new();
         let mut held = Vec::new();
         for (source, bind) in &self.listen {
             let listening = match source {
@@ -261,7 +262,7 @@ impl Server {
                         .map(StdListener::Tcp)
                         .collect();
                     held.push(Listening::duplicate(&group).map_err(Error::setup)?);
-                    groups.push((group.into_iter().enumerate().collect(), bind, Vec::new()));
+                    groups.push((group.into_iter().enumerate().collect(), bind, (Vec::new(), None)));
                     continue;
                 }
                 Source::Unix(path) => {
@@ -272,11 +273,12 @@ impl Server {
                     let listening = Listening {
                         sockets: vec![socket],
                         udp: Vec::new(),
+                        quic: None,
                     };
                     groups.push((
                         listening.spread(self.n_workers).map_err(Error::setup)?,
                         bind,
-                        Vec::new(),
+                        (Vec::new(), None),
                     ));
                     held.push(listening);
                     continue;
@@ -297,11 +299,14 @@ impl Server {
             for socket in &listening.sockets {
                 socket.set_nonblocking(true).map_err(Error::setup)?;
             }
-            let udp = duplicate_udp(&listening.udp).map_err(Error::setup)?;
+            let udp = (
+                duplicate_udp(&listening.udp).map_err(Error::setup)?,
+                listening.quic.clone(),
+            );
             groups.push((listening.spread(self.n_workers).map_err(Error::setup)?, bind, udp));
             held.push(Listening::duplicate(&listening.sockets).map_err(Error::setup)?);
         }
-        for (at, (group, bind, taken_udp)) in groups.into_iter().enumerate() {
+        for (at, (group, bind, (taken_udp, taken_generations))) in groups.into_iter().enumerate() {
             let local = group[0].1.local_addr().map_err(Error::setup)?;
             local_addrs.push(local);
             unix_paths.push(group[0].1.unix_path().map(std::path::Path::to_owned));
@@ -331,6 +336,10 @@ impl Server {
                             taken_udp
                         };
                         held[at].udp = duplicate_udp(&sockets).map_err(Error::setup)?;
+                        // This generation joins those already on the
+                        // sockets: the newest reads them (`quic::handover`).
+                        let generations = taken_generations.unwrap_or_else(crate::quic::Generations::new);
+                        held[at].quic = Some(generations.clone());
                         let n_sockets = sockets.len();
                         // One socket per worker: steer packets by
                         // connection ID (the worker's index in the IDs it
@@ -352,10 +361,15 @@ impl Server {
                             &self.limits,
                             steered,
                         )?);
-                        for i in 0..self.n_workers.max(n_sockets) {
+                        let n_endpoints = self.n_workers.max(n_sockets);
+                        let members = generations.join(n_endpoints);
+                        for (i, member) in members.into_iter().enumerate() {
                             let socket = sockets[i % n_sockets].try_clone().map_err(Error::setup)?;
-                            let cid_worker = steered.then_some(i as u8);
-                            quic_per_worker[i % self.n_workers].push((socket, shared.clone(), cid_worker));
+                            // Beyond 256 endpoints (not steered), IDs
+                            // share a first byte: those datagrams may go
+                            // to the wrong endpoint, as without tags.
+                            let cid_index = i as u8;
+                            quic_per_worker[i % self.n_workers].push((socket, shared.clone(), cid_index, member));
                         }
                     }
                     Some(listener)
@@ -403,7 +417,9 @@ impl Server {
             let quic = quic
                 .into_iter()
                 .enumerate()
-                .map(|(i, (socket, shared, cid_worker))| crate::quic::Endpoint::new(socket, shared, i, cid_worker))
+                .map(|(i, (socket, shared, cid_index, member))| {
+                    crate::quic::Endpoint::new(socket, shared, i, cid_index, member)
+                })
                 .collect::<std::io::Result<Vec<_>>>()
                 .map_err(Error::setup)?;
             let poll = mio::Poll::new().map_err(Error::setup)?;
@@ -506,6 +522,7 @@ impl Running {
             .map(|l| {
                 let mut dup = Listening::duplicate(&l.sockets)?;
                 dup.udp = duplicate_udp(&l.udp)?;
+                dup.quic = l.quic.clone();
                 Ok(dup)
             })
             .collect::<std::io::Result<Vec<_>>>()
@@ -685,7 +702,13 @@ pub struct Listening {
     sockets: Vec<StdListener>,
     /// HTTP/3's UDP sockets on the same port, for a TLS address.
     udp: Vec<std::net::UdpSocket>,
+    /// The generations of QUIC endpoints on `udp` (a server taking over
+    /// joins them, and passes the older ones their datagrams).
+    quic: Option<Arc<crate::quic::Generations>>,
 }
+
+/// A TLS address's UDP sockets taken over, and their generations.
+type TakenUdp = (Vec<std::net::UdpSocket>, Option<Arc<crate::quic::Generations>>);
 
 impl Listening {
     /// The address the sockets listen on.
@@ -710,6 +733,7 @@ impl Listening {
         Ok(Listening {
             sockets,
             udp: Vec::new(),
+            quic: None,
         })
     }
 
@@ -735,6 +759,7 @@ impl From<std::net::TcpListener> for Listening {
         Listening {
             sockets: vec![StdListener::Tcp(socket)],
             udp: Vec::new(),
+            quic: None,
         }
     }
 }
@@ -744,6 +769,7 @@ impl From<StdListener> for Listening {
         Listening {
             sockets: vec![socket],
             udp: Vec::new(),
+            quic: None,
         }
     }
 }

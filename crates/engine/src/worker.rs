@@ -92,7 +92,7 @@ impl Worker {
                 .register(&mut listener.socket, Token(LISTENER_BASE + i), Interest::READABLE)?;
         }
         for (i, endpoint) in quic.iter_mut().enumerate() {
-            endpoint.register(poll.registry(), UDP_BASE + i)?;
+            endpoint.register(poll.registry(), UDP_BASE + i, &mailbox)?;
         }
         // QUIC's timers (acknowledgments, loss detection, pacing) need
         // microseconds, not the poll timeout's milliseconds.
@@ -209,6 +209,13 @@ impl Worker {
                                     Post::Wake { .. } => conn.on_wake(&mut ctx),
                                 };
                                 settle(&mut conns, token, next, &mut ready, ctx.pool, ctx.metrics);
+                            }
+                        }
+                        // QUIC datagrams other endpoints read for ours (a
+                        // reload's older generation, or a shared socket).
+                        for (i, endpoint) in quic.iter_mut().enumerate() {
+                            if endpoint.on_inbox(&mut ctx) && !quic_ready.contains(&i) {
+                                quic_ready.push(i);
                             }
                         }
                     }

@@ -122,7 +122,11 @@ impl QuicConn {
             self.answer(ctx, shared, id);
         }
         self.pump();
-        if self.session.is_going_away() && self.session.is_idle() && !self.conn.is_closed() {
+        // Closed once every answer is delivered: `close` discards what the
+        // client has not acknowledged yet (the last send window of a
+        // download; the client would see its response cut short).
+        let unacked = self.conn.streams().send_streams() - usize::from(self.control.is_some());
+        if self.session.is_going_away() && self.session.is_idle() && unacked == 0 && !self.conn.is_closed() {
             self.flush_control();
             self.conn.close(ctx.now, code(Code::NoError), "going away".into());
         }

@@ -14,6 +14,10 @@
 //! client keeps its worker while its address stays the same) and
 //! migration is turned off.
 //!
+//! Reloads and shared sockets: every datagram goes to the endpoint that
+//! issued its connection ID, which the ID names (`handover`): the newest
+//! generation reads the sockets and passes an older one's datagrams on.
+//!
 //! Timers: each connection's `poll_timeout` is kept in an ordered set, so
 //! the worker sleeps until the earliest (`Endpoint::next_timeout`).
 //!
@@ -24,9 +28,10 @@
 //! connections per worker (more are refused with CONNECTION_REFUSED).
 
 mod conn;
+mod handover;
 mod steer;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, VecDeque};
 use std::io::{self, IoSliceMut};
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -41,6 +46,8 @@ use crate::limits::{Limits, H3_CONN_RECV_WINDOW_BYTES, H3_SEND_WINDOW_BYTES, H3_
 use crate::tls::TlsListener;
 
 use conn::QuicConn;
+use handover::{Forwarded, Inbox, Routes};
+pub(crate) use handover::{Generations, Member};
 
 /// Tokens of QUIC connections in the worker's mailbox: this base, plus
 /// the endpoint's index times 2^24, plus quinn-proto's connection handle.
@@ -63,7 +70,7 @@ const RX_BUFFERS: usize = 64;
 
 /// Socket buffer sizes asked for: a burst of a congestion window's
 /// datagrams (several hundred KiB at loopback speeds) without drops.
-const UDP_BUFFER_BYTES: usize = 2 << 20;
+pub(crate) const UDP_BUFFER_BYTES: usize = 2 << 20;
 
 /// The QUIC configuration every worker's endpoint for one address shares.
 pub(crate) struct Shared {
@@ -148,6 +155,34 @@ pub(crate) struct Endpoint {
     /// The socket's send buffer was full: the datagrams that did not go,
     /// and the connections that wait to transmit until it drains.
     blocked: Option<Blocked>,
+    /// This endpoint's index among its address's endpoints (the first
+    /// byte of its connection IDs), and its generation.
+    cid_index: u8,
+    member: Member,
+    /// Where datagrams for other endpoints go.
+    routes: Routes,
+    /// Reading the socket (the newest generation does).
+    reading: bool,
+    /// The socket is in the worker's poll.
+    registered: bool,
+    /// Inboxes given datagrams since their workers were last woken.
+    to_wake: Vec<Arc<Inbox>>,
+    /// Scratch for what the inbox held.
+    inbox_buf: VecDeque<Forwarded>,
+    /// Datagrams passed to other endpoints, and received from them.
+    n_forwarded: u64,
+    n_received: u64,
+}
+
+impl Drop for Endpoint {
+    fn drop(&mut self) {
+        if self.n_forwarded + self.n_received > 0 {
+            crate::log::debug(format_args!(
+                "QUIC endpoint {} of generation {}: {} datagrams passed to other endpoints, {} received from them",
+                self.cid_index, self.member.tag, self.n_forwarded, self.n_received
+            ));
+        }
+    }
 }
 
 /// What waits for the socket to become writable again.
@@ -162,27 +197,25 @@ struct Blocked {
 }
 
 impl Endpoint {
-    /// `cid_worker`: the first byte of the connection IDs this endpoint
-    /// issues, when the group steers by it (`steer`).
+    /// `cid_index`: the first byte of the connection IDs this endpoint
+    /// issues (its index among the address's endpoints, see `steer`);
+    /// `member`: its generation's tag and inbox (`handover`).
     pub(crate) fn new(
         socket: std::net::UdpSocket,
         shared: Arc<Shared>,
         index: usize,
-        cid_worker: Option<u8>,
+        cid_index: u8,
+        member: Member,
     ) -> io::Result<Self> {
         let udp = quinn_udp::UdpSocketState::new((&socket).into())?;
         // Room for bursts (best effort: the kernel caps both at its
         // net.core.[rw]mem_max).
         let _ = udp.set_send_buffer_size((&socket).into(), UDP_BUFFER_BYTES);
         let _ = udp.set_recv_buffer_size((&socket).into(), UDP_BUFFER_BYTES);
-        let config = match cid_worker {
-            Some(worker) => {
-                let mut config = (*shared.endpoint).clone();
-                config.cid_generator(move || Box::new(steer::WorkerCids::new(worker)));
-                Arc::new(config)
-            }
-            None => shared.endpoint.clone(),
-        };
+        let mut config = (*shared.endpoint).clone();
+        let tag = member.tag;
+        config.cid_generator(move || Box::new(steer::EndpointCids::new(cid_index, tag)));
+        let config = Arc::new(config);
         let endpoint = quinn_proto::Endpoint::new(config, Some(shared.server.clone()), true, None);
         let datagram = usize::from(shared.endpoint.get_max_udp_payload_size().min(65527) as u16);
         let recv_bytes = datagram.max(1500) * udp.gro_segments().max(1) * quinn_udp::BATCH_SIZE;
@@ -204,13 +237,97 @@ impl Endpoint {
             n_handshaking: 0,
             socket_token: 0,
             blocked: None,
+            cid_index,
+            member,
+            routes: Routes::new(),
+            reading: false,
+            registered: false,
+            to_wake: Vec::new(),
+            inbox_buf: VecDeque::new(),
+            n_forwarded: 0,
+            n_received: 0,
         })
     }
 
-    /// Registers the socket in the worker's poll under `token`.
-    pub(crate) fn register(&mut self, registry: &mio::Registry, token: usize) -> io::Result<()> {
+    /// Registers the socket in the worker's poll under `token`, and the
+    /// worker to wake for datagrams other endpoints read for this one.
+    pub(crate) fn register(
+        &mut self,
+        registry: &mio::Registry,
+        token: usize,
+        mailbox: &Arc<crate::responder::Mailbox>,
+    ) -> io::Result<()> {
         self.socket_token = token;
-        registry.register(&mut self.socket, mio::Token(token), mio::Interest::READABLE)
+        self.member.inbox.bind(mailbox.clone());
+        registry.register(&mut self.socket, mio::Token(token), mio::Interest::READABLE)?;
+        self.reading = true;
+        self.registered = true;
+        Ok(())
+    }
+
+    /// Puts the socket in the worker's poll for what this endpoint waits
+    /// for: datagrams (while it reads), room to send (while blocked).
+    fn update_interest(&mut self, registry: &mio::Registry) {
+        set_interest(
+            registry,
+            &mut self.socket,
+            mio::Token(self.socket_token),
+            &mut self.registered,
+            self.reading,
+            self.blocked.is_some(),
+        );
+    }
+
+    /// The worker was woken: handles the datagrams other endpoints read
+    /// for this one. Returns true if this endpoint has just become the
+    /// reader of its socket (the newer generation ended): the worker
+    /// reads it then.
+    pub(crate) fn on_inbox(&mut self, ctx: &mut Ctx<'_>) -> bool {
+        if !self.member.inbox.take_told() {
+            return false;
+        }
+        self.member.generations.refresh(&mut self.routes);
+        let mut queued = std::mem::take(&mut self.inbox_buf);
+        self.member.inbox.take(&mut queued);
+        self.n_received += queued.len() as u64;
+        for f in queued.drain(..) {
+            self.on_datagram(ctx, f.from, f.dst_ip, f.ecn, f.data);
+        }
+        self.inbox_buf = queued;
+        self.drive_touched(ctx);
+        self.wake_inboxes();
+        if !self.reading && self.member.generations.is_newest(self.member.tag) {
+            self.reading = true;
+            self.update_interest(ctx.registry);
+            return true;
+        }
+        false
+    }
+
+    /// The endpoint that issued the datagram's connection ID, if another
+    /// live one: its inbox.
+    fn forward_to(&self, datagram: &[u8]) -> Option<Arc<Inbox>> {
+        let cid = handover::dcid(datagram, steer::CID_BYTES)?;
+        if cid[0] == self.cid_index && cid[1] == self.member.tag {
+            return None;
+        }
+        let inbox = self.routes.inbox(cid)?;
+        (!Arc::ptr_eq(inbox, &self.member.inbox) && !inbox.is_closed()).then(|| inbox.clone())
+    }
+
+    fn forward(&mut self, inbox: Arc<Inbox>, datagram: Forwarded) {
+        if inbox.push(datagram) {
+            self.n_forwarded += 1;
+        }
+        if !self.to_wake.iter().any(|w| Arc::ptr_eq(w, &inbox)) {
+            self.to_wake.push(inbox);
+        }
+    }
+
+    fn wake_inboxes(&mut self) {
+        for inbox in self.to_wake.drain(..) {
+            inbox.wake();
+        }
     }
 
     /// The socket has room again: send what it refused, then let the
@@ -228,9 +345,7 @@ impl Endpoint {
             return;
         }
         let Some(blocked) = self.blocked.take() else { return };
-        let _ = ctx
-            .registry
-            .reregister(&mut self.socket, mio::Token(self.socket_token), mio::Interest::READABLE);
+        self.update_interest(ctx.registry);
         self.touched.extend_from_slice(&blocked.conns);
         self.drive_touched(ctx);
     }
@@ -264,6 +379,10 @@ impl Endpoint {
     /// connections: returns true if the socket may have more (the worker
     /// calls again after the others have had their turn).
     pub(crate) fn on_readable(&mut self, ctx: &mut Ctx<'_>) -> bool {
+        if !self.reading {
+            return false;
+        }
+        self.member.generations.refresh(&mut self.routes);
         let mut metas = [quinn_udp::RecvMeta::default(); quinn_udp::BATCH_SIZE];
         let mut more = true;
         for _ in 0..RECV_BATCHES_PER_TURN {
@@ -306,11 +425,22 @@ impl Endpoint {
                     if let Some(m) = ctx.metrics {
                         m.quic_packets_received.add(1);
                     }
+                    if let Some(inbox) = self.forward_to(&datagram) {
+                        let datagram = Forwarded {
+                            from: meta.addr,
+                            dst_ip: meta.dst_ip,
+                            ecn: meta.ecn,
+                            data: datagram,
+                        };
+                        self.forward(inbox, datagram);
+                        continue;
+                    }
                     self.on_datagram(ctx, meta.addr, meta.dst_ip, meta.ecn, datagram);
                 }
             }
         }
         self.drive_touched(ctx);
+        self.wake_inboxes();
         more
     }
 
@@ -322,6 +452,14 @@ impl Endpoint {
         ecn: Option<quinn_udp::EcnCodepoint>,
         data: BytesMut,
     ) {
+        // A long header while draining may be a new client's Initial, to
+        // be passed to the newest generation: a copy, then (rare).
+        let bounce = (self.draining && data.first().is_some_and(|b| b & 0x80 != 0)).then(|| Forwarded {
+            from,
+            dst_ip,
+            ecn,
+            data: data.clone(),
+        });
         let ecn = ecn.and_then(|e| quinn_proto::EcnCodepoint::from_bits(e as u8));
         self.send_buf.clear();
         let event = self
@@ -338,18 +476,24 @@ impl Endpoint {
             Some(DatagramEvent::Response(transmit)) => {
                 self.send(&transmit, ctx);
             }
-            Some(DatagramEvent::NewConnection(incoming)) => self.on_incoming(ctx, incoming),
+            Some(DatagramEvent::NewConnection(incoming)) => self.on_incoming(ctx, incoming, bounce),
         }
     }
 
     /// A client's first Initial: accept it, ask it to prove its address
     /// (Retry), or refuse it.
-    fn on_incoming(&mut self, ctx: &mut Ctx<'_>, incoming: quinn_proto::Incoming) {
+    fn on_incoming(&mut self, ctx: &mut Ctx<'_>, incoming: quinn_proto::Incoming, datagram: Option<Forwarded>) {
         if self.draining {
-            // A reload shares this socket with the next generation, which
-            // reads the client's next Initial with even odds; refused, the
-            // client would give up on HTTP/3 instead of retrying.
+            // Not refused: the client would give up on HTTP/3 instead of
+            // retrying. After a reload, the newest generation takes it (it
+            // came here because the client's own ID looked like one of
+            // ours); otherwise the client tries again, in vain until the
+            // shutdown ends.
             self.endpoint.ignore(incoming);
+            let newest = self.routes.newest_but(self.member.tag, usize::from(self.cid_index));
+            if let (Some(inbox), Some(datagram)) = (newest.cloned(), datagram) {
+                self.forward(inbox, datagram);
+            }
             return;
         }
         if self.n_conns >= ctx.limits.n_conns_max {
@@ -456,10 +600,13 @@ impl Endpoint {
                         src_ip: t.src_ip,
                         conns: vec![ch],
                     });
-                    let _ = ctx.registry.reregister(
+                    set_interest(
+                        ctx.registry,
                         &mut self.socket,
                         mio::Token(self.socket_token),
-                        mio::Interest::READABLE | mio::Interest::WRITABLE,
+                        &mut self.registered,
+                        self.reading,
+                        true,
                     );
                     break;
                 }
@@ -530,10 +677,15 @@ impl Endpoint {
 
     /// Shutdown or hand-over: GOAWAY on every connection; each closes once
     /// its requests are answered. New connections are ignored (their
-    /// Initials, that is: the client sends them again, and after a reload
-    /// the next generation reading the same socket answers).
+    /// Initials, that is: the client sends them again). After a reload
+    /// the next generation reads the sockets and passes this one its
+    /// datagrams, so this one stops reading.
     pub(crate) fn drain(&mut self, ctx: &mut Ctx<'_>) {
         self.draining = true;
+        if self.reading && !self.member.generations.is_newest(self.member.tag) {
+            self.reading = false;
+            self.update_interest(ctx.registry);
+        }
         for ch in 0..self.conns.len() {
             if self.conns[ch].is_some() {
                 self.touched.push(ch);
@@ -562,6 +714,34 @@ impl Endpoint {
         // Stateless answers (Retry, version negotiation, reset) are not
         // kept when the socket is full: the client sends again.
         let _ = send_udp(&self.udp, &self.socket, &transmit, ctx);
+    }
+}
+
+/// Registers `socket` for `reading` and `blocked` (room to send), or
+/// removes it from the poll when it waits for neither.
+fn set_interest(
+    registry: &mio::Registry,
+    socket: &mut mio::net::UdpSocket,
+    token: mio::Token,
+    registered: &mut bool,
+    reading: bool,
+    blocked: bool,
+) {
+    let interest = match (reading, blocked) {
+        (true, true) => Some(mio::Interest::READABLE | mio::Interest::WRITABLE),
+        (true, false) => Some(mio::Interest::READABLE),
+        (false, true) => Some(mio::Interest::WRITABLE),
+        (false, false) => None,
+    };
+    let done = match (interest, *registered) {
+        (Some(i), true) => registry.reregister(socket, token, i),
+        (Some(i), false) => registry.register(socket, token, i),
+        (None, true) => registry.deregister(socket),
+        (None, false) => Ok(()),
+    };
+    match done {
+        Ok(()) => *registered = interest.is_some(),
+        Err(e) => crate::log::debug(format_args!("QUIC: poll registration: {e}")),
     }
 }
 
