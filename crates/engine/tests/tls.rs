@@ -40,6 +40,20 @@ fn start_with(limits: Limits, tls: TlsConfig, handler: impl peregrine::Handler) 
         .expect("server starts")
 }
 
+/// A server for `localhost` (one worker) with a certificate from a fresh
+/// `Pki` named `tag`.
+fn localhost(tag: &str, handler: impl peregrine::Handler) -> (Pki, Running) {
+    let pki = Pki::new(tag);
+    let (cert, key, _) = pki.issue("localhost", &["localhost"]);
+    let server = start(TlsConfig::from_pem_files(&cert, &key).unwrap(), handler);
+    (pki, server)
+}
+
+/// A client of `server` as `localhost`, speaking TLS `version` only.
+fn connect_localhost(pki: &Pki, server: &Running, version: &'static rustls::SupportedProtocolVersion) -> Client<Tls> {
+    connect(server.local_addr(), &client_config(pki, &[version]), "localhost")
+}
+
 fn echo_path(req: &Request<'_>) -> Response {
     Response::text(format!("path {}", req.target()))
 }
@@ -50,14 +64,8 @@ fn get(path: &str) -> Vec<u8> {
 
 #[test]
 fn get_over_tls13_negotiates_http11() {
-    let pki = Pki::new("v13");
-    let (cert, key, _) = pki.issue("localhost", &["localhost"]);
-    let server = start(TlsConfig::from_pem_files(&cert, &key).unwrap(), echo_path);
-    let mut c = connect(
-        server.local_addr(),
-        &client_config(&pki, &[&rustls::version::TLS13]),
-        "localhost",
-    );
+    let (pki, server) = localhost("v13", echo_path);
+    let mut c = connect_localhost(&pki, &server, &rustls::version::TLS13);
     assert_eq!(c.stream.conn.protocol_version(), Some(rustls::ProtocolVersion::TLSv1_3));
     assert_eq!(c.stream.conn.alpn_protocol(), Some(&b"http/1.1"[..]));
     let r = c.send(&get("/v13")).response();
@@ -73,14 +81,8 @@ fn get_over_tls13_negotiates_http11() {
 #[test]
 fn the_h2_preface_after_alpn_http11_is_not_answered_with_http2() {
     use std::io::{Read, Write};
-    let pki = Pki::new("alpn-h1-preface");
-    let (cert, key, _) = pki.issue("localhost", &["localhost"]);
-    let server = start(TlsConfig::from_pem_files(&cert, &key).unwrap(), echo_path);
-    let mut c = connect(
-        server.local_addr(),
-        &client_config(&pki, &[&rustls::version::TLS13]),
-        "localhost",
-    );
+    let (pki, server) = localhost("alpn-h1-preface", echo_path);
+    let mut c = connect_localhost(&pki, &server, &rustls::version::TLS13);
     c.stream
         .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
         .unwrap();
@@ -96,14 +98,8 @@ fn the_h2_preface_after_alpn_http11_is_not_answered_with_http2() {
 
 #[test]
 fn get_over_tls12_negotiates_http11() {
-    let pki = Pki::new("v12");
-    let (cert, key, _) = pki.issue("localhost", &["localhost"]);
-    let server = start(TlsConfig::from_pem_files(&cert, &key).unwrap(), echo_path);
-    let mut c = connect(
-        server.local_addr(),
-        &client_config(&pki, &[&rustls::version::TLS12]),
-        "localhost",
-    );
+    let (pki, server) = localhost("v12", echo_path);
+    let mut c = connect_localhost(&pki, &server, &rustls::version::TLS12);
     assert_eq!(c.stream.conn.protocol_version(), Some(rustls::ProtocolVersion::TLSv1_2));
     assert_eq!(c.stream.conn.alpn_protocol(), Some(&b"http/1.1"[..]));
     let r = c.send(&get("/v12")).response();
@@ -113,14 +109,8 @@ fn get_over_tls12_negotiates_http11() {
 
 #[test]
 fn pipelined_requests_over_tls_are_answered_in_order() {
-    let pki = Pki::new("pipe");
-    let (cert, key, _) = pki.issue("localhost", &["localhost"]);
-    let server = start(TlsConfig::from_pem_files(&cert, &key).unwrap(), echo_path);
-    let mut c = connect(
-        server.local_addr(),
-        &client_config(&pki, &[&rustls::version::TLS13]),
-        "localhost",
-    );
+    let (pki, server) = localhost("pipe", echo_path);
+    let mut c = connect_localhost(&pki, &server, &rustls::version::TLS13);
     let mut batch = Vec::new();
     for i in 0..32 {
         batch.extend_from_slice(&get(&format!("/{i}")));
@@ -181,9 +171,7 @@ fn large_bodies_from_files_and_memory_arrive_intact() {
 
 #[test]
 fn request_bodies_arrive_over_tls() {
-    let pki = Pki::new("body");
-    let (cert, key, _) = pki.issue("localhost", &["localhost"]);
-    let server = start(TlsConfig::from_pem_files(&cert, &key).unwrap(), |req: &Request<'_>| {
+    let (pki, server) = localhost("body", |req: &Request<'_>| {
         Response::text(format!(
             "{} bytes, sum {}",
             req.body().len(),
@@ -192,11 +180,7 @@ fn request_bodies_arrive_over_tls() {
     });
     let body = pattern(200_000, 9);
     let sum: u64 = body.iter().map(|&b| b as u64).sum();
-    let mut c = connect(
-        server.local_addr(),
-        &client_config(&pki, &[&rustls::version::TLS13]),
-        "localhost",
-    );
+    let mut c = connect_localhost(&pki, &server, &rustls::version::TLS13);
     let mut req = format!(
         "POST /up HTTP/1.1\r\nHost: localhost\r\nContent-Length: {}\r\n\r\n",
         body.len()
@@ -208,18 +192,12 @@ fn request_bodies_arrive_over_tls() {
 
 #[test]
 fn deferred_answers_go_out_over_tls() {
-    let pki = Pki::new("defer");
-    let (cert, key, _) = pki.issue("localhost", &["localhost"]);
-    let server = start(TlsConfig::from_pem_files(&cert, &key).unwrap(), |req: &Request<'_>| {
+    let (pki, server) = localhost("defer", |req: &Request<'_>| {
         let responder = req.defer();
         std::thread::spawn(move || responder.send(Response::text("later")));
         Reply::Later
     });
-    let mut c = connect(
-        server.local_addr(),
-        &client_config(&pki, &[&rustls::version::TLS13]),
-        "localhost",
-    );
+    let mut c = connect_localhost(&pki, &server, &rustls::version::TLS13);
     let mut batch = get("/a");
     batch.extend_from_slice(&get("/b"));
     c.send(&batch);
@@ -244,9 +222,7 @@ fn read_until_closed(s: &mut TcpStream) -> Vec<u8> {
 
 #[test]
 fn bad_clients_are_closed_and_others_still_served() {
-    let pki = Pki::new("bad");
-    let (cert, key, _) = pki.issue("localhost", &["localhost"]);
-    let server = start(TlsConfig::from_pem_files(&cert, &key).unwrap(), echo_path);
+    let (pki, server) = localhost("bad", echo_path);
     let addr = server.local_addr();
     let config = client_config(&pki, &[&rustls::version::TLS13]);
     // A keep-alive client that stays connected through all of it.
@@ -393,22 +369,14 @@ fn reload_switches_new_handshakes_and_keeps_old_connections() {
     let err = tls.reload().unwrap_err();
     assert!(err.is_tls(), "{err}");
     assert!(err.to_string().contains("live.pem"), "{err}");
-    let c = connect(
-        server.local_addr(),
-        &client_config(&pki, &[&rustls::version::TLS12]),
-        "localhost",
-    );
+    let c = connect_localhost(&pki, &server, &rustls::version::TLS12);
     assert!(peer_cert(&c) == second);
     // A key that does not match its certificate: refused too.
     copy(&next_cert, &cert);
     let (_, other_key, _) = pki.issue("other", &["localhost"]);
     copy(&other_key, &key);
     assert!(tls.reload().is_err());
-    let c = connect(
-        server.local_addr(),
-        &client_config(&pki, &[&rustls::version::TLS12]),
-        "localhost",
-    );
+    let c = connect_localhost(&pki, &server, &rustls::version::TLS12);
     assert!(peer_cert(&c) == second);
 }
 
@@ -547,9 +515,7 @@ fn errors_over_tls_are_answered_then_closed() {
 
 #[test]
 fn random_bytes_at_the_tls_port_never_hurt_the_server() {
-    let pki = Pki::new("random");
-    let (cert, key, _) = pki.issue("localhost", &["localhost"]);
-    let server = start(TlsConfig::from_pem_files(&cert, &key).unwrap(), echo_path);
+    let (pki, server) = localhost("random", echo_path);
     let addr = server.local_addr();
     let config = client_config(&pki, &[&rustls::version::TLS13, &rustls::version::TLS12]);
     // A genuine ClientHello to mutate, so that many inputs get past the
