@@ -100,6 +100,8 @@ pub(crate) struct Session {
     control_out: Vec<u8>,
     /// The GOAWAY we sent: request streams from this id on are refused.
     goaway: Option<u64>,
+    /// A first GOAWAY naming the largest id was sent (`go_away_soon`).
+    goaway_soon: bool,
     /// One past the highest request stream id seen.
     next_request_id: u64,
     /// Request stream ids below `next_request_id` that nothing has come
@@ -149,6 +151,7 @@ impl Session {
             decoder: None,
             control_out,
             goaway: None,
+            goaway_soon: false,
             next_request_id: 0,
             unseen: Vec::new(),
             n_ready: 0,
@@ -531,6 +534,17 @@ impl Session {
         );
     }
 
+    /// The first step of a graceful shutdown (§5.2): a GOAWAY naming the
+    /// largest id a server may name, so that the client opens no more
+    /// requests, while those already on their way are still answered.
+    /// `go_away` follows, once they have had time to arrive.
+    pub(crate) fn go_away_soon(&mut self) {
+        if !self.goaway_soon && self.goaway.is_none() {
+            self.goaway_soon = true;
+            frame::write_goaway(&mut self.control_out, GOAWAY_ID_MAX);
+        }
+    }
+
     /// Sends GOAWAY (once): requests already opened are finished, later
     /// ones refused (§5.2).
     pub(crate) fn go_away(&mut self) {
@@ -556,6 +570,9 @@ impl Session {
         self.requests.iter().position(|r| r.id == id)
     }
 }
+
+/// The largest request stream id a server's GOAWAY may name (§5.2).
+const GOAWAY_ID_MAX: u64 = (1 << 62) - 4;
 
 /// Unidirectional streams a client may hold open with us: its control
 /// and QPACK streams, and a few of types we ignore (GREASE).

@@ -440,6 +440,33 @@ fn after_goaway_new_request_streams_are_rejected_and_open_ones_answered() {
 }
 
 #[test]
+fn a_first_goaway_names_the_largest_id_and_refuses_nothing_the_second_names_the_next() {
+    let mut s = Session::new(CFG);
+    assert_eq!(s.recv(0, &headers_frame(&GET), true), Action::None);
+    s.go_away_soon();
+    assert!(
+        s.control_output().ends_with(&hex("07 08 ff ff ff ff ff ff ff fc")),
+        "GOAWAY naming 2^62-4"
+    );
+    assert!(!s.is_going_away(), "not closing on it");
+    // A request that crossed it is answered.
+    assert_eq!(s.recv(4, &headers_frame(&GET), true), Action::None);
+    assert_eq!(s.take_ready(), Some(0));
+    assert_eq!(s.take_ready(), Some(4));
+    s.go_away_soon();
+    s.go_away();
+    assert!(
+        s.control_output().ends_with(&hex("07 01 08")),
+        "then GOAWAY naming stream 8"
+    );
+    assert!(s.is_going_away());
+    assert_eq!(
+        s.recv(8, &headers_frame(&GET), true),
+        Action::Reset(Code::RequestRejected)
+    );
+}
+
+#[test]
 fn a_request_stream_whose_bytes_come_after_a_later_streams_is_answered() {
     // Stream 4's request arrives first (stream 0's datagram was delayed):
     // stream 0 is opened by it but still new when its bytes come. Before,

@@ -62,7 +62,7 @@ impl QuicConn {
 
     /// Acts on the transport's events: streams opened, readable, writable,
     /// stopped; answers complete requests; writes what flow control takes.
-    pub(super) fn process(&mut self, ctx: &mut Ctx<'_>, shared: &Shared, draining: bool) {
+    pub(super) fn process(&mut self, ctx: &mut Ctx<'_>, shared: &Shared, drain: super::Drain) {
         while let Some(event) = self.conn.poll() {
             match event {
                 Event::Connected => {
@@ -100,8 +100,10 @@ impl QuicConn {
         if self.closed {
             return;
         }
-        if draining {
-            self.session.go_away();
+        match drain {
+            super::Drain::No => {}
+            super::Drain::Soon => self.session.go_away_soon(),
+            super::Drain::Now => self.session.go_away(),
         }
         // Heads whose body is coming: a handler that reads bodies as they
         // arrive is called now; then those bodies are read as far as their

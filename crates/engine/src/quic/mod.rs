@@ -68,6 +68,23 @@ const GSO_SEGMENTS_MAX: usize = 10;
 /// quinn-proto, used in turn (see `Endpoint::rx`).
 const RX_BUFFERS: usize = 64;
 
+/// How long a draining connection's client has, after the first GOAWAY
+/// (which names no request: it only stops new ones), for requests already
+/// on their way to arrive before the second, which refuses those not seen
+/// (RFC 9114 §5.2; h2o waits as long). A connection accepted just before
+/// a reload, whose requests were not in yet, is answered rather than
+/// closed in its handshake.
+const GOAWAY_GRACE: Duration = Duration::from_secs(1);
+
+/// Where a draining endpoint's connections are: the first GOAWAY (`Soon`),
+/// then the second, after which each closes once idle (`Now`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Drain {
+    No,
+    Soon,
+    Now,
+}
+
 /// Socket buffer sizes asked for: a burst of a congestion window's
 /// datagrams (several hundred KiB at loopback speeds) without drops.
 pub(crate) const UDP_BUFFER_BYTES: usize = 2 << 20;
@@ -148,6 +165,9 @@ pub(crate) struct Endpoint {
     /// This endpoint's place among the worker's, for mailbox tokens.
     index: usize,
     draining: bool,
+    /// While draining, when the second GOAWAY goes (`GOAWAY_GRACE`);
+    /// None once it has.
+    goaway_at: Option<Instant>,
     /// Connections whose handshake has not completed.
     n_handshaking: usize,
     /// The socket's token in the worker's poll.
@@ -234,6 +254,7 @@ impl Endpoint {
             touched: Vec::new(),
             index,
             draining: false,
+            goaway_at: None,
             n_handshaking: 0,
             socket_token: 0,
             blocked: None,
@@ -368,9 +389,22 @@ impl Endpoint {
         self.n_conns
     }
 
-    /// When the earliest connection timer fires.
+    /// When the earliest connection timer fires (or the second GOAWAY is
+    /// due).
     pub(crate) fn next_timeout(&self) -> Option<Instant> {
-        self.timers.first().map(|&(t, _)| t)
+        let first = self.timers.first().map(|&(t, _)| t);
+        match (first, self.goaway_at) {
+            (Some(t), Some(g)) => Some(t.min(g)),
+            (t, g) => t.or(g),
+        }
+    }
+
+    fn drain_state(&self) -> Drain {
+        match (self.draining, self.goaway_at) {
+            (false, _) => Drain::No,
+            (true, Some(_)) => Drain::Soon,
+            (true, None) => Drain::Now,
+        }
     }
 
     /// Reads every datagram waiting on the socket and acts on them.
@@ -555,6 +589,7 @@ impl Endpoint {
     /// Lets connection `ch` act on what it received, answer, send, and
     /// set its timer; removes it once drained.
     fn drive(&mut self, ctx: &mut Ctx<'_>, ch: usize) {
+        let drain = self.drain_state();
         let Some(Some(c)) = self.conns.get_mut(ch) else { return };
         let old_timer = c.timer;
         // Events for the endpoint (retired connection IDs, drained), and
@@ -568,7 +603,7 @@ impl Endpoint {
                 }
             }
             let handshaken = c.handshaken;
-            c.process(ctx, &self.shared, self.draining);
+            c.process(ctx, &self.shared, drain);
             if c.handshaken && !handshaken {
                 self.n_handshaking -= 1;
             }
@@ -643,6 +678,11 @@ impl Endpoint {
 
     /// Fires the timers that are due.
     pub(crate) fn on_timers(&mut self, ctx: &mut Ctx<'_>) {
+        if self.goaway_at.is_some_and(|g| g <= ctx.now) {
+            // The second GOAWAY, on every connection.
+            self.goaway_at = None;
+            self.touch_all();
+        }
         while let Some(&(t, ch)) = self.timers.first() {
             if t > ctx.now {
                 break;
@@ -675,23 +715,29 @@ impl Endpoint {
         }
     }
 
-    /// Shutdown or hand-over: GOAWAY on every connection; each closes once
-    /// its requests are answered. New connections are ignored (their
+    /// Shutdown or hand-over: GOAWAY on every connection, twice (see
+    /// `GOAWAY_GRACE`); after the second each closes once its requests are
+    /// answered and acknowledged. New connections are ignored (their
     /// Initials, that is: the client sends them again). After a reload
     /// the next generation reads the sockets and passes this one its
     /// datagrams, so this one stops reading.
     pub(crate) fn drain(&mut self, ctx: &mut Ctx<'_>) {
         self.draining = true;
+        self.goaway_at = Some(ctx.now + GOAWAY_GRACE);
         if self.reading && !self.member.generations.is_newest(self.member.tag) {
             self.reading = false;
             self.update_interest(ctx.registry);
         }
+        self.touch_all();
+        self.drive_touched(ctx);
+    }
+
+    fn touch_all(&mut self) {
         for ch in 0..self.conns.len() {
             if self.conns[ch].is_some() {
                 self.touched.push(ch);
             }
         }
-        self.drive_touched(ctx);
     }
 
     /// The shutdown timeout passed: close what is left at once.
