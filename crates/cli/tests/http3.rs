@@ -1053,7 +1053,15 @@ fn a_download_in_flight_across_a_graceful_shutdown_completes() {
 fn a_download_in_flight_across_a_reload_completes() {
     let pki = pki("reload-flight");
     let (root, _) = site("reload-flight");
-    let server = start(&["serve", root.to_str().unwrap(), "--shutdown-timeout", "600"], &pki);
+    let args = [
+        "serve",
+        root.to_str().unwrap(),
+        "--shutdown-timeout",
+        "600",
+        "--log-level",
+        "debug",
+    ];
+    let mut server = start(&args, &pki);
     let relay = Relay::new(server.port(), 0, 0, None);
     let port = relay.addr.port();
     let client = std::thread::spawn(move || h3(port, &[Req::Get("/10m.bin", NONE)], ""));
@@ -1087,6 +1095,29 @@ fn a_download_in_flight_across_a_reload_completes() {
         h3(server.port(), &[Req::Get("/index.html", NONE)], "")[0].status,
         Ok(200)
     );
+    // The download's datagrams went through the new generation (tag 1) to
+    // the old one (tag 0): each endpoint says how many as it ends.
+    let status = Command::new("kill")
+        .args(["-TERM", &server.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert!(server.child.wait().unwrap().success());
+    let (mut passed, mut received) = (0, 0);
+    for line in server.lines.take().unwrap().iter() {
+        let Some(rest) = line.split("QUIC endpoint ").nth(1) else {
+            continue;
+        };
+        let words: Vec<&str> = rest.split([' ', ':', ',']).filter(|w| !w.is_empty()).collect();
+        // "0 of generation 1: 378 datagrams passed to other endpoints, 0 received from them"
+        let number = |i: usize| words[i].parse::<u64>().unwrap();
+        match number(3) {
+            1 => passed += number(4),
+            0 => received += number(10),
+            _ => {}
+        }
+    }
+    assert!(passed > 0 && received > 0, "passed {passed}, received {received}");
 }
 
 #[test]
