@@ -288,6 +288,9 @@ impl QuicConn {
             self.peer,
         );
         if crate::codec::head::check_method(req.method()).is_err() || !dispatch::streams_body(ctx, false, &req) {
+            // The body is collected, then the handler called: a client
+            // waiting for 100 Continue may send it.
+            self.session.send_continue(id);
             return;
         }
         let (reader, sink) = crate::body::pipe(crate::limits::BODY_READER_BYTES);
@@ -299,10 +302,15 @@ impl QuicConn {
         let head_only = parts.method == "HEAD";
         let mut handled = dispatch::call(ctx, false, &req);
         // A reader not taken is dropped: the body is discarded.
-        drop(reader.borrow_mut().take());
+        let taken = reader.borrow_mut().take().is_none();
         let response = match dispatch::settle(ctx, &slot, &req, &mut handled) {
             Called::Now(response) => std::mem::replace(response, Response::new(200)),
             Called::Later(deferral) => {
+                if taken {
+                    // The handler reads the body: a client waiting for
+                    // 100 Continue may send it.
+                    self.session.send_continue(id);
+                }
                 self.session.stream_body(id, sink);
                 self.session.defer(id, deferral.id);
                 self.deferred.push(deferral);
@@ -311,6 +319,10 @@ impl QuicConn {
         };
         let sent = crate::h2::Session::sent_of(&response, head_only);
         dispatch::record(ctx, &req, sent.status, sent.body_bytes);
+        if taken {
+            // As above, before the final answer.
+            self.session.send_continue(id);
+        }
         self.session.stream_body(id, sink);
         let extra_fields = shared.tls.extra_fields.as_deref().unwrap_or(&[]);
         self.session
