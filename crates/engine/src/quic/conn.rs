@@ -25,6 +25,10 @@ pub(super) struct QuicConn {
     /// Our control stream, once the handshake is done.
     control: Option<StreamId>,
     pub(super) timer: Option<Instant>,
+    /// While a request is open (a streamed body whose producer is silent,
+    /// a deferred answer): when to send the next PING, so that the
+    /// connection does not reach its idle timeout meanwhile.
+    pub(super) keepalive_at: Option<Instant>,
     pub(super) handshaken: bool,
     peer: SocketAddr,
     /// This connection's token in the worker's mailbox.
@@ -51,6 +55,7 @@ impl QuicConn {
             session: Session::new(cfg),
             control: None,
             timer: None,
+            keepalive_at: None,
             handshaken: false,
             peer,
             token,
@@ -127,10 +132,35 @@ impl QuicConn {
         // Closed once every answer is delivered: `close` discards what the
         // client has not acknowledged yet (the last send window of a
         // download; the client would see its response cut short).
+        // Requests open: pings keep the connection from idling out while
+        // they wait (an SSE stream's producer may be silent for minutes).
+        if self.session.is_idle() || self.conn.is_closed() {
+            self.keepalive_at = None;
+        } else if self.keepalive_at.is_none() {
+            self.keepalive_at = Some(ctx.now + super::keepalive_interval(ctx.limits));
+        }
         let unacked = self.conn.streams().send_streams() - usize::from(self.control.is_some());
         if self.session.is_going_away() && self.session.is_idle() && unacked == 0 && !self.conn.is_closed() {
             self.flush_control();
             self.conn.close(ctx.now, code(Code::NoError), "going away".into());
+        }
+    }
+
+    /// Its timer: quinn-proto's, or the next keep-alive PING if sooner.
+    pub(super) fn next_timeout(&mut self) -> Option<Instant> {
+        match (self.conn.poll_timeout(), self.keepalive_at) {
+            (Some(t), Some(k)) => Some(t.min(k)),
+            (t, k) => t.or(k),
+        }
+    }
+
+    /// Its timer fired: quinn-proto's timers, and the keep-alive PING if
+    /// due.
+    pub(super) fn on_timeout(&mut self, ctx: &Ctx<'_>) {
+        self.conn.handle_timeout(ctx.now);
+        if self.keepalive_at.is_some_and(|k| k <= ctx.now) {
+            self.conn.ping();
+            self.keepalive_at = Some(ctx.now + super::keepalive_interval(ctx.limits));
         }
     }
 

@@ -19,7 +19,11 @@
 //! generation reads the sockets and passes an older one's datagrams on.
 //!
 //! Timers: each connection's `poll_timeout` is kept in an ordered set, so
-//! the worker sleeps until the earliest (`Endpoint::next_timeout`).
+//! the worker sleeps until the earliest (`Endpoint::next_timeout`). A
+//! connection with a request open (a streamed body whose producer is
+//! silent, a deferred answer) also pings every `keepalive_interval`, so
+//! that it does not reach its idle timeout while it waits; one with none
+//! open idles out as the timeout says.
 //!
 //! Defences: address validation with Retry once `h3_handshakes_before_retry`
 //! handshakes are in progress (a flood of Initials from forged addresses
@@ -75,6 +79,18 @@ const RX_BUFFERS: usize = 64;
 /// a reload, whose requests were not in yet, is answered rather than
 /// closed in its handshake.
 const GOAWAY_GRACE: Duration = Duration::from_secs(1);
+
+/// The longest time between keep-alive PINGs on a connection with a
+/// request open: below the idle timeouts clients ask for (Chromium's and
+/// aioquic's are 30 s and 60 s), since the effective one is the smaller
+/// of the two sides' (RFC 9000 §10.1).
+const KEEPALIVE_INTERVAL_MAX: Duration = Duration::from_secs(5);
+
+/// How often a connection with a request open pings: a third of our idle
+/// timeout, at most `KEEPALIVE_INTERVAL_MAX`.
+fn keepalive_interval(limits: &Limits) -> Duration {
+    (limits.h3_idle_timeout / 3).clamp(Duration::from_millis(10), KEEPALIVE_INTERVAL_MAX)
+}
 
 /// Where a draining endpoint's connections are: the first GOAWAY (`Soon`),
 /// then the second, after which each closes once idle (`Now`).
@@ -647,7 +663,7 @@ impl Endpoint {
                 }
             },
         }
-        let timer = c.conn.poll_timeout();
+        let timer = c.next_timeout();
         if timer != old_timer {
             if let Some(t) = old_timer {
                 self.timers.remove(&(t, ch));
@@ -690,7 +706,7 @@ impl Endpoint {
             self.timers.remove(&(t, ch));
             if let Some(Some(c)) = self.conns.get_mut(ch) {
                 c.timer = None;
-                c.conn.handle_timeout(ctx.now);
+                c.on_timeout(ctx);
                 self.touched.push(ch);
             }
         }
