@@ -943,6 +943,65 @@ fn a_reload_hands_the_udp_sockets_over_and_http3_keeps_answering() {
     assert!(answers.iter().all(|a| a.status == Ok(200)), "{answers:?}");
 }
 
+/// Reloads while clients keep making small requests, each on a new
+/// connection: every request is answered (a connection the old generation
+/// accepted is finished by it, a new one goes to the new generation), and
+/// every old generation ends: the process is back to the threads it had.
+#[test]
+fn reloads_during_small_http3_requests_answer_every_one_and_old_generations_end() {
+    let pki = pki("reload-small");
+    let server = start(&["hello"], &pki);
+    let pid = server.child.id();
+    let threads = || std::fs::read_dir(format!("/proc/{pid}/task")).unwrap().count();
+    assert_eq!(h3(server.port(), &[Req::Get("/", NONE)], "")[0].status, Ok(200));
+    let before = threads();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let port = server.port();
+    let clients: Vec<_> = (0..2)
+        .map(|_| {
+            let (stop, done) = (stop.clone(), done.clone());
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let reqs: Vec<Req<'_>> = (0..10).map(|_| Req::Get("/", NONE)).collect();
+                    let answers = h3(port, &reqs, "");
+                    for a in &answers {
+                        assert_eq!(a.status, Ok(200), "{answers:?}");
+                        assert_eq!(a.body, b"Hello, World!");
+                    }
+                    done.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    let lines = server.lines.as_ref().unwrap();
+    for _ in 0..6 {
+        // Each reload while connections come and go: after one more has
+        // been answered.
+        let seen = done.load(std::sync::atomic::Ordering::Relaxed);
+        test_support::wait_until("a connection answered", || {
+            done.load(std::sync::atomic::Ordering::Relaxed) > seen
+        });
+        let status = Command::new("kill").args(["-HUP", &pid.to_string()]).status().unwrap();
+        assert!(status.success());
+        loop {
+            let line = lines.recv_timeout(common::PATIENCE).expect("a line about the reload");
+            assert!(!line.contains("not reloaded"), "{line}");
+            if line.contains("configuration reloaded") {
+                break;
+            }
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for client in clients {
+        client.join().unwrap();
+    }
+    // The old generations' workers (and the threads that wait for them)
+    // end once their connections have: the hello answers are short.
+    test_support::wait_until("the old generations to end", || threads() == before);
+    assert_eq!(h3(server.port(), &[Req::Get("/", NONE)], "")[0].status, Ok(200));
+}
+
 /// A graceful shutdown lets a download in flight finish, byte for byte:
 /// the connection closes (H3_NO_ERROR) once its last bytes are
 /// acknowledged. It was closed as soon as the last bytes had been handed
@@ -994,7 +1053,15 @@ fn a_download_in_flight_across_a_graceful_shutdown_completes() {
 fn a_download_in_flight_across_a_reload_completes() {
     let pki = pki("reload-flight");
     let (root, _) = site("reload-flight");
-    let server = start(&["serve", root.to_str().unwrap(), "--shutdown-timeout", "600"], &pki);
+    let args = [
+        "serve",
+        root.to_str().unwrap(),
+        "--shutdown-timeout",
+        "600",
+        "--log-level",
+        "debug",
+    ];
+    let mut server = start(&args, &pki);
     let relay = Relay::new(server.port(), 0, 0, None);
     let port = relay.addr.port();
     let client = std::thread::spawn(move || h3(port, &[Req::Get("/10m.bin", NONE)], ""));
@@ -1028,6 +1095,29 @@ fn a_download_in_flight_across_a_reload_completes() {
         h3(server.port(), &[Req::Get("/index.html", NONE)], "")[0].status,
         Ok(200)
     );
+    // The download's datagrams went through the new generation (tag 1) to
+    // the old one (tag 0): each endpoint says how many as it ends.
+    let status = Command::new("kill")
+        .args(["-TERM", &server.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert!(server.child.wait().unwrap().success());
+    let (mut passed, mut received) = (0, 0);
+    for line in server.lines.take().unwrap().iter() {
+        let Some(rest) = line.split("QUIC endpoint ").nth(1) else {
+            continue;
+        };
+        let words: Vec<&str> = rest.split([' ', ':', ',']).filter(|w| !w.is_empty()).collect();
+        // "0 of generation 1: 378 datagrams passed to other endpoints, 0 received from them"
+        let number = |i: usize| words[i].parse::<u64>().unwrap();
+        match number(3) {
+            1 => passed += number(4),
+            0 => received += number(10),
+            _ => {}
+        }
+    }
+    assert!(passed > 0 && received > 0, "passed {passed}, received {received}");
 }
 
 #[test]

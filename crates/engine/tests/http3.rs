@@ -333,3 +333,172 @@ fn a_streamed_body_to_a_client_gone_over_http3_fails_send() {
     let _ = std::fs::remove_dir_all(out);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// `expect: 100-continue` over HTTP/3: the client holds its body back
+/// until an interim HEADERS with `:status` 100 comes (it would wait until
+/// its timeout otherwise), as over HTTP/1.1 and HTTP/2: for a body
+/// collected before the handler runs and for one read as it arrives
+/// (`body::streamed`). A body announced over the limit gets its 413 and no
+/// 100; another expectation gets 417.
+#[test]
+fn expect_100_continue_over_http3_gets_an_interim_100_before_the_body() {
+    use peregrine::body;
+    use std::io::Read;
+    let (config, dir) = tls("continue");
+    let app = Router::new()
+        .post("/echo", |req: &Request<'_>| {
+            Response::text(format!("{} bytes", req.body().len()))
+        })
+        .post(
+            "/upload",
+            body::streamed(|req: &Request<'_>| -> Reply {
+                let mut reader = req.body_reader().expect("a reader");
+                let responder = req.defer();
+                std::thread::spawn(move || {
+                    let mut got = Vec::new();
+                    let answer = match reader.read_to_end(&mut got) {
+                        Ok(n) => Response::text(format!("{n} bytes streamed")),
+                        Err(_) => Response::error(400),
+                    };
+                    responder.send(answer);
+                });
+                Reply::Later
+            }),
+        );
+    let limits = peregrine::Limits {
+        body_bytes_max: 100_000,
+        ..peregrine::Limits::default()
+    };
+    let server = Server::new()
+        .bind_tls("127.0.0.1:0", config)
+        .workers(1)
+        .limits(limits)
+        .start(app)
+        .unwrap();
+    let hex = |n: usize| "61".repeat(n);
+    let requests = [
+        format!(
+            "{{\"path\": \"/echo\", \"method\": \"POST\", \"expect_continue\": true, \"body\": \"{}\"}}",
+            hex(5000)
+        ),
+        format!(
+            "{{\"path\": \"/upload\", \"method\": \"POST\", \"expect_continue\": true, \"body\": \"{}\"}}",
+            hex(70_000)
+        ),
+        format!(
+            "{{\"path\": \"/echo\", \"method\": \"POST\", \"expect_continue\": true, \
+             \"headers\": [[\"content-length\", \"200000\"]], \"body\": \"{}\"}}",
+            hex(10)
+        ),
+        "{\"path\": \"/echo\", \"method\": \"POST\", \"headers\": [[\"expect\", \"a-pony\"]], \"body\": \"6161\"}"
+            .to_owned(),
+    ];
+    let out = std::env::temp_dir().join(format!("peregrine-e-h3-continue-{}", std::process::id()));
+    std::fs::create_dir_all(&out).unwrap();
+    let spec = format!(
+        "{{\"host\": \"127.0.0.1\", \"port\": {}, \"out\": \"{}\", \"timeout\": 30, \"requests\": [{}]}}",
+        server.local_addr().port(),
+        out.display(),
+        requests.join(", ")
+    );
+    let client = Path::new(env!("CARGO_MANIFEST_DIR")).join("../cli/tests/h3/client.py");
+    let mut child = Command::new("timeout")
+        .args(["--kill-after=5", "60"])
+        .arg(python())
+        .arg(client)
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(spec.as_bytes()).unwrap();
+    let done = child.wait_with_output().unwrap();
+    assert!(done.status.success(), "{}", String::from_utf8_lossy(&done.stderr));
+    let answer = |i: usize| {
+        let head = std::fs::read_to_string(out.join(format!("{i}.head"))).unwrap();
+        let body = std::fs::read(out.join(format!("{i}.body"))).unwrap();
+        let interim = std::fs::read_to_string(out.join(format!("{i}.interim"))).unwrap_or_default();
+        (
+            interim,
+            head.lines().next().unwrap().to_owned(),
+            String::from_utf8_lossy(&body).into_owned(),
+        )
+    };
+    let got: Vec<_> = (0..requests.len()).map(answer).collect();
+    let expected = [
+        ("100\n", "200", "5000 bytes"),
+        ("100\n", "200", "70000 bytes streamed"),
+        ("", "413", "413 Content Too Large\n"),
+        ("", "417", "417 Expectation Failed\n"),
+    ];
+    for (got, want) in got.iter().zip(expected) {
+        assert_eq!((got.0.as_str(), got.1.as_str(), got.2.as_str()), want);
+    }
+    let _ = std::fs::remove_dir_all(out);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A streamed body whose producer stays silent longer than the idle
+/// timeout (an SSE stream between events): the connection is kept alive
+/// while the request waits (PINGs), and the body arrives whole. The idle
+/// timeout is 1 s and the producer is silent for 3 s. Once answered, the
+/// connection idles out as before.
+#[test]
+fn a_streamed_body_silent_longer_than_the_idle_timeout_keeps_its_connection() {
+    use peregrine::body;
+    let (config, dir) = tls("keepalive");
+    let app = move |_: &Request<'_>| {
+        let (body, tx) = body::channel(1024);
+        std::thread::spawn(move || {
+            tx.send("data: one\n\n").unwrap();
+            std::thread::sleep(std::time::Duration::from_secs(3));
+            tx.send("data: two\n\n").unwrap();
+        });
+        Response::new(200)
+            .with_header("Content-Type", "text/event-stream")
+            .with_body(body)
+    };
+    let limits = peregrine::Limits {
+        h3_idle_timeout: std::time::Duration::from_secs(1),
+        ..peregrine::Limits::default()
+    };
+    let server = Server::new()
+        .bind_tls("127.0.0.1:0", config)
+        .workers(1)
+        .limits(limits)
+        .start(app)
+        .unwrap();
+    // The answer, then the connection left idle: it must end at the idle
+    // timeout (no PING once no request is open), well before the
+    // client's 30 s.
+    let out = std::env::temp_dir().join(format!("peregrine-e-h3-keepalive-{}", std::process::id()));
+    std::fs::create_dir_all(&out).unwrap();
+    let spec = format!(
+        "{{\"host\": \"127.0.0.1\", \"port\": {}, \"out\": \"{}\", \"timeout\": 30, \"wait_close\": true, \
+         \"requests\": [{{\"path\": \"/events\"}}]}}",
+        server.local_addr().port(),
+        out.display(),
+    );
+    let client = Path::new(env!("CARGO_MANIFEST_DIR")).join("../cli/tests/h3/client.py");
+    let mut child = Command::new("timeout")
+        .args(["--kill-after=5", "60"])
+        .arg(python())
+        .arg(client)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(spec.as_bytes()).unwrap();
+    let done = child.wait_with_output().unwrap();
+    assert!(done.status.success(), "{}", String::from_utf8_lossy(&done.stderr));
+    let head = std::fs::read_to_string(out.join("0.head")).unwrap();
+    assert_eq!(head.lines().next(), Some("200"));
+    assert_eq!(
+        std::fs::read(out.join("0.body")).unwrap(),
+        b"data: one\n\ndata: two\n\n"
+    );
+    let said = String::from_utf8_lossy(&done.stdout);
+    assert!(said.starts_with("answered\nconnection closed"), "{said}");
+    let _ = std::fs::remove_dir_all(out);
+    let _ = std::fs::remove_dir_all(dir);
+}

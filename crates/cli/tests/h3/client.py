@@ -9,6 +9,10 @@ stdin: {"host": "127.0.0.1", "port": 4433, "requests": [{"method": "GET",
 "path": "/", "headers": [["name", "value"]], "body": "hex"}],
 "timeout": 30}. A request may instead be {"raw": "hex"}: those bytes
 sent as they are on a new request stream (for malformed input).
+A request with "expect_continue": true is sent with "expect:
+100-continue" and its body held back until an interim 100 comes (none
+coming, the client waits until its timeout); the interim statuses
+received are written into N.interim, one a line.
 "ignore_stream_limit": true makes the client open streams past the
 server's limit (as a hostile client would). "wait_close": true prints
 "answered" once the answers are written, then how the server closed the
@@ -59,7 +63,7 @@ class Client(QuicConnectionProtocol):
         self.transmit()
         return fut
 
-    def request(self, method, path, authority, headers, body):
+    def request(self, method, path, authority, headers, body, expect_continue=False):
         sid = self._quic.get_next_available_stream_id()
         fields = [
             (b":method", method.encode()),
@@ -67,10 +71,22 @@ class Client(QuicConnectionProtocol):
             (b":authority", authority.encode()),
             (b":path", path.encode()),
         ] + [(k.encode(), v.encode()) for k, v in headers]
+        if expect_continue:
+            fields.append((b"expect", b"100-continue"))
         self.h3.send_headers(sid, fields, end_stream=not body)
-        if body:
+        held = None
+        if body and expect_continue:
+            held = body
+        elif body:
             self.h3.send_data(sid, body, end_stream=True)
-        self.streams[sid] = {"status": None, "headers": [], "body": bytearray(), "error": None}
+        self.streams[sid] = {
+            "status": None,
+            "headers": [],
+            "body": bytearray(),
+            "error": None,
+            "interim": [],
+            "held": held,
+        }
         fut = asyncio.get_running_loop().create_future()
         self.waiters[sid] = fut
         self.transmit()
@@ -101,6 +117,15 @@ class Client(QuicConnectionProtocol):
             if s is None:
                 continue
             if isinstance(ev, HeadersReceived):
+                status = dict(ev.headers).get(b":status", b"")
+                if status.startswith(b"1"):
+                    # An interim response: send the body held for it.
+                    s["interim"].append(int(status))
+                    if s.get("held") is not None:
+                        self.h3.send_data(ev.stream_id, s["held"], end_stream=True)
+                        s["held"] = None
+                        self.transmit()
+                    continue
                 for k, v in ev.headers:
                     if k == b":status":
                         s["status"] = int(v)
@@ -168,6 +193,7 @@ async def main():
                     authority,
                     r.get("headers", []),
                     bytes.fromhex(r.get("body", "")),
+                    r.get("expect_continue", False),
                 )
             )
         results = await asyncio.wait_for(asyncio.gather(*futs), spec.get("timeout", 30))
@@ -180,6 +206,9 @@ async def main():
                     f.write("%s: %s\n" % (k, v))
             with open("%s/%d.body" % (spec["out"], i), "wb") as f:
                 f.write(r["body"])
+            if r.get("interim"):
+                with open("%s/%d.interim" % (spec["out"], i), "w") as f:
+                    f.write("".join("%d\n" % n for n in r["interim"]))
         if spec.get("then"):
             kind, which = spec["then"].split()
             h3 = client.h3

@@ -11,6 +11,9 @@
 //!   the handler runs, as for HTTP/1.1 and HTTP/2; a larger one is
 //!   answered 413 at once and the rest refused with STOP_SENDING
 //!   (H3_NO_ERROR, §4.1.1).
+//! - `expect: 100-continue` gets an interim HEADERS (`:status` 100) once
+//!   the driver knows the body will be read (`send_continue`), as over
+//!   HTTP/2; another expectation gets 417.
 //! - A malformed request (§4.1.2) gets a 400 naming the problem, then
 //!   STOP_SENDING with H3_MESSAGE_ERROR; a header section over
 //!   `head_bytes_max` a 431 (H3_EXCESSIVE_LOAD).
@@ -53,6 +56,8 @@ struct Request {
     pending: Option<Pending>,
     /// The head was offered to the driver (`take_head`).
     offered: bool,
+    /// An interim 100 (Continue) was queued (`send_continue`).
+    continued: bool,
 }
 
 impl Request {
@@ -100,6 +105,8 @@ pub(crate) struct Session {
     control_out: Vec<u8>,
     /// The GOAWAY we sent: request streams from this id on are refused.
     goaway: Option<u64>,
+    /// A first GOAWAY naming the largest id was sent (`go_away_soon`).
+    goaway_soon: bool,
     /// One past the highest request stream id seen.
     next_request_id: u64,
     /// Request stream ids below `next_request_id` that nothing has come
@@ -149,6 +156,7 @@ impl Session {
             decoder: None,
             control_out,
             goaway: None,
+            goaway_soon: false,
             next_request_id: 0,
             unseen: Vec::new(),
             n_ready: 0,
@@ -285,6 +293,7 @@ impl Session {
                         r.pos = 0;
                         r.pending = None;
                         r.offered = false;
+                        r.continued = false;
                         r
                     }
                     None => Request {
@@ -295,6 +304,7 @@ impl Session {
                         pos: 0,
                         pending: None,
                         offered: false,
+                        continued: false,
                     },
                 };
                 self.requests.push(request);
@@ -428,6 +438,35 @@ impl Session {
             .map(|r| r.id)
     }
 
+    /// Tells the client of stream `id` to send its body, if it asked to be
+    /// told (`expect: 100-continue`): an interim HEADERS frame with
+    /// `:status` 100 (§4.1, RFC 9110 §15.2.1), as HTTP/2 does. The driver
+    /// calls this once it knows the body will be read: when it chose to
+    /// collect the body, or when a streaming handler took its reader.
+    /// Nothing is sent if the body has begun to arrive (RFC 9110 §10.1.1
+    /// lets the server omit it then), once the stream is answered or
+    /// refused, or twice.
+    pub(crate) fn send_continue(&mut self, id: u64) {
+        let Some(at) = self.find(id) else { return };
+        let r = &mut self.requests[at];
+        if !r.parse.head.expect_continue
+            || r.continued
+            || r.parse.received() > 0
+            || r.parse.fin
+            || r.parse.refused.is_some()
+            || r.answer == Answer::Sending
+        {
+            return;
+        }
+        r.continued = true;
+        let block = &mut self.scratch;
+        block.clear();
+        qpack::Encoder::begin(block);
+        qpack::Encoder::status(block, 100);
+        frame::write_header(&mut r.out, frame::HEADERS, block.len() as u64);
+        r.out.extend_from_slice(block);
+    }
+
     /// Queues the response to stream `id`: its HEADERS frame now, its
     /// body as `output` is asked for it. `extra_fields` are complete
     /// `Name: value\r\n` lines from the listener (HSTS, Alt-Svc). `None`
@@ -448,7 +487,8 @@ impl Session {
         qpack::Encoder::status(block, status);
         encode_fields(block, &mut self.lower, &resp, date, length, extra_fields);
         let r = &mut self.requests[at];
-        r.out.clear();
+        // After an interim response not yet all taken, if any.
+        r.out.drain(..r.pos);
         r.pos = 0;
         frame::write_header(&mut r.out, frame::HEADERS, block.len() as u64);
         r.out.extend_from_slice(block);
@@ -470,7 +510,8 @@ impl Session {
         };
         let r = &mut self.requests[at];
         if r.answer != Answer::Sending {
-            return Ok((&[], false));
+            // An interim response before the answer, if any.
+            return Ok((&r.out[r.pos..], false));
         }
         if r.pos == r.out.len() {
             r.out.clear();
@@ -521,14 +562,26 @@ impl Session {
         }
     }
 
-    /// Streams answered or being answered: the ids with bytes to send.
+    /// Streams answered or being answered, or with an interim response
+    /// to send: the ids with bytes to send.
     pub(crate) fn sending(&self, out: &mut Vec<u64>) {
         out.extend(
             self.requests
                 .iter()
-                .filter(|r| r.answer == Answer::Sending)
+                .filter(|r| r.answer == Answer::Sending || r.pos < r.out.len())
                 .map(|r| r.id),
         );
+    }
+
+    /// The first step of a graceful shutdown (§5.2): a GOAWAY naming the
+    /// largest id a server may name, so that the client opens no more
+    /// requests, while those already on their way are still answered.
+    /// `go_away` follows, once they have had time to arrive.
+    pub(crate) fn go_away_soon(&mut self) {
+        if !self.goaway_soon && self.goaway.is_none() {
+            self.goaway_soon = true;
+            frame::write_goaway(&mut self.control_out, GOAWAY_ID_MAX);
+        }
     }
 
     /// Sends GOAWAY (once): requests already opened are finished, later
@@ -556,6 +609,9 @@ impl Session {
         self.requests.iter().position(|r| r.id == id)
     }
 }
+
+/// The largest request stream id a server's GOAWAY may name (§5.2).
+const GOAWAY_ID_MAX: u64 = (1 << 62) - 4;
 
 /// Unidirectional streams a client may hold open with us: its control
 /// and QPACK streams, and a few of types we ignore (GREASE).

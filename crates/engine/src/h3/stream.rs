@@ -123,6 +123,11 @@ impl RequestStream {
         self.upload = None;
     }
 
+    /// Body bytes received so far.
+    pub(crate) fn received(&self) -> u64 {
+        self.received
+    }
+
     /// The head is complete and a body may follow (no FIN yet): a handler
     /// that reads bodies as they arrive may be called now.
     pub(crate) fn is_head_done(&self) -> bool {
@@ -253,7 +258,12 @@ impl RequestStream {
         } else if self.head.fields.len() > cfg.n_headers_max {
             self.refuse(431, "too many header fields", Code::ExcessiveLoad);
         } else if self.head.content_length.is_some_and(|n| n > cfg.body_bytes_max) {
+            // Refused before the body, as HTTP/1.1 and HTTP/2 refuse it: a
+            // client waiting for 100 Continue gets this final answer.
             self.refuse(413, "request body too large", Code::NoError);
+        } else if self.head.expect_unmet {
+            // RFC 9110 §10.1.1, as HTTP/1.1 and HTTP/2 answer it.
+            self.refuse(417, "unsupported expectation", Code::NoError);
         }
         Ok(())
     }

@@ -440,6 +440,33 @@ fn after_goaway_new_request_streams_are_rejected_and_open_ones_answered() {
 }
 
 #[test]
+fn a_first_goaway_names_the_largest_id_and_refuses_nothing_the_second_names_the_next() {
+    let mut s = Session::new(CFG);
+    assert_eq!(s.recv(0, &headers_frame(&GET), true), Action::None);
+    s.go_away_soon();
+    assert!(
+        s.control_output().ends_with(&hex("07 08 ff ff ff ff ff ff ff fc")),
+        "GOAWAY naming 2^62-4"
+    );
+    assert!(!s.is_going_away(), "not closing on it");
+    // A request that crossed it is answered.
+    assert_eq!(s.recv(4, &headers_frame(&GET), true), Action::None);
+    assert_eq!(s.take_ready(), Some(0));
+    assert_eq!(s.take_ready(), Some(4));
+    s.go_away_soon();
+    s.go_away();
+    assert!(
+        s.control_output().ends_with(&hex("07 01 08")),
+        "then GOAWAY naming stream 8"
+    );
+    assert!(s.is_going_away());
+    assert_eq!(
+        s.recv(8, &headers_frame(&GET), true),
+        Action::Reset(Code::RequestRejected)
+    );
+}
+
+#[test]
 fn a_request_stream_whose_bytes_come_after_a_later_streams_is_answered() {
     // Stream 4's request arrives first (stream 0's datagram was delayed):
     // stream 0 is opened by it but still new when its bytes come. Before,
@@ -516,4 +543,77 @@ fn the_fuzz_driver_runs_on_seeds() {
     for input in &inputs {
         super::fuzz_session(input);
     }
+}
+
+/// Everything stream `id` has to send now, taken.
+fn drain_output(s: &mut Session, id: u64) -> Vec<u8> {
+    let (out, _) = s.output(id).unwrap();
+    let out = out.to_vec();
+    s.consumed(id, out.len());
+    out
+}
+
+#[test]
+fn expect_100_continue_gets_one_interim_headers_frame_before_the_answer() {
+    let post = [
+        (":method", "POST"),
+        (":scheme", "https"),
+        (":authority", "example.com"),
+        (":path", "/upload"),
+        ("expect", "100-continue"),
+    ];
+    let interim = headers_frame(&[(":status", "100")]);
+    let mut s = Session::new(CFG);
+    assert_eq!(s.recv(0, &headers_frame(&post), false), Action::None);
+    assert_eq!(s.take_head(), Some(0));
+    let mut sending = Vec::new();
+    s.sending(&mut sending);
+    assert!(sending.is_empty(), "nothing to send before the driver says so");
+    s.send_continue(0);
+    s.send_continue(0);
+    sending.clear();
+    s.sending(&mut sending);
+    assert_eq!(sending, [0]);
+    // Taken in two pieces, the second with the answer.
+    let (first, last) = s.output(0).unwrap();
+    assert_eq!((first, last), (&interim[..], false), "once");
+    s.consumed(0, 1);
+    assert_eq!(s.recv(0, &data_frame(b"hello"), true), Action::None);
+    assert_eq!(s.take_ready(), Some(0));
+    s.respond(0, Response::text("ok"), false, b"date", b"");
+    let out = drain_output(&mut s, 0);
+    assert_eq!(&out[..interim.len() - 1], &interim[1..]);
+    let mut reader = Reader::default();
+    let Some((Piece::Start { kind, len }, used)) = reader.next(&out[interim.len() - 1..]) else {
+        panic!("a frame after the interim one")
+    };
+    assert_eq!(kind, frame::HEADERS);
+    let at = interim.len() - 1 + used;
+    let fields = decode(&out[at..at + len as usize]).unwrap();
+    assert_eq!(fields[0], (":status".to_owned(), "200".to_owned()));
+
+    // Not once the body has begun to arrive, nor without the expectation.
+    let mut s = Session::new(CFG);
+    assert_eq!(s.recv(4, &headers_frame(&post), false), Action::None);
+    assert_eq!(s.recv(4, &data_frame(b"he"), false), Action::None);
+    s.send_continue(4);
+    assert_eq!(drain_output(&mut s, 4), b"");
+    assert_eq!(s.recv(8, &headers_frame(&post[..4]), false), Action::None);
+    s.send_continue(8);
+    assert_eq!(drain_output(&mut s, 8), b"");
+}
+
+#[test]
+fn an_expectation_other_than_100_continue_is_refused_417() {
+    let post = [
+        (":method", "POST"),
+        (":scheme", "https"),
+        (":authority", "example.com"),
+        (":path", "/"),
+        ("expect", "a-pony"),
+    ];
+    let mut s = Session::new(CFG);
+    assert_eq!(s.recv(0, &headers_frame(&post), false), Action::None);
+    assert_eq!(s.take_ready(), Some(0));
+    assert_eq!(s.refused(0).map(|r| r.0), Some(417));
 }

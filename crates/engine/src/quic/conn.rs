@@ -25,6 +25,10 @@ pub(super) struct QuicConn {
     /// Our control stream, once the handshake is done.
     control: Option<StreamId>,
     pub(super) timer: Option<Instant>,
+    /// While a request is open (a streamed body whose producer is silent,
+    /// a deferred answer): when to send the next PING, so that the
+    /// connection does not reach its idle timeout meanwhile.
+    pub(super) keepalive_at: Option<Instant>,
     pub(super) handshaken: bool,
     peer: SocketAddr,
     /// This connection's token in the worker's mailbox.
@@ -51,6 +55,7 @@ impl QuicConn {
             session: Session::new(cfg),
             control: None,
             timer: None,
+            keepalive_at: None,
             handshaken: false,
             peer,
             token,
@@ -62,7 +67,7 @@ impl QuicConn {
 
     /// Acts on the transport's events: streams opened, readable, writable,
     /// stopped; answers complete requests; writes what flow control takes.
-    pub(super) fn process(&mut self, ctx: &mut Ctx<'_>, shared: &Shared, draining: bool) {
+    pub(super) fn process(&mut self, ctx: &mut Ctx<'_>, shared: &Shared, drain: super::Drain) {
         while let Some(event) = self.conn.poll() {
             match event {
                 Event::Connected => {
@@ -100,8 +105,10 @@ impl QuicConn {
         if self.closed {
             return;
         }
-        if draining {
-            self.session.go_away();
+        match drain {
+            super::Drain::No => {}
+            super::Drain::Soon => self.session.go_away_soon(),
+            super::Drain::Now => self.session.go_away(),
         }
         // Heads whose body is coming: a handler that reads bodies as they
         // arrive is called now; then those bodies are read as far as their
@@ -125,10 +132,35 @@ impl QuicConn {
         // Closed once every answer is delivered: `close` discards what the
         // client has not acknowledged yet (the last send window of a
         // download; the client would see its response cut short).
+        // Requests open: pings keep the connection from idling out while
+        // they wait (an SSE stream's producer may be silent for minutes).
+        if self.session.is_idle() || self.conn.is_closed() {
+            self.keepalive_at = None;
+        } else if self.keepalive_at.is_none() {
+            self.keepalive_at = Some(ctx.now + super::keepalive_interval(ctx.limits));
+        }
         let unacked = self.conn.streams().send_streams() - usize::from(self.control.is_some());
         if self.session.is_going_away() && self.session.is_idle() && unacked == 0 && !self.conn.is_closed() {
             self.flush_control();
             self.conn.close(ctx.now, code(Code::NoError), "going away".into());
+        }
+    }
+
+    /// Its timer: quinn-proto's, or the next keep-alive PING if sooner.
+    pub(super) fn next_timeout(&mut self) -> Option<Instant> {
+        match (self.conn.poll_timeout(), self.keepalive_at) {
+            (Some(t), Some(k)) => Some(t.min(k)),
+            (t, k) => t.or(k),
+        }
+    }
+
+    /// Its timer fired: quinn-proto's timers, and the keep-alive PING if
+    /// due.
+    pub(super) fn on_timeout(&mut self, ctx: &Ctx<'_>) {
+        self.conn.handle_timeout(ctx.now);
+        if self.keepalive_at.is_some_and(|k| k <= ctx.now) {
+            self.conn.ping();
+            self.keepalive_at = Some(ctx.now + super::keepalive_interval(ctx.limits));
         }
     }
 
@@ -286,6 +318,9 @@ impl QuicConn {
             self.peer,
         );
         if crate::codec::head::check_method(req.method()).is_err() || !dispatch::streams_body(ctx, false, &req) {
+            // The body is collected, then the handler called: a client
+            // waiting for 100 Continue may send it.
+            self.session.send_continue(id);
             return;
         }
         let (reader, sink) = crate::body::pipe(crate::limits::BODY_READER_BYTES);
@@ -297,10 +332,15 @@ impl QuicConn {
         let head_only = parts.method == "HEAD";
         let mut handled = dispatch::call(ctx, false, &req);
         // A reader not taken is dropped: the body is discarded.
-        drop(reader.borrow_mut().take());
+        let taken = reader.borrow_mut().take().is_none();
         let response = match dispatch::settle(ctx, &slot, &req, &mut handled) {
             Called::Now(response) => std::mem::replace(response, Response::new(200)),
             Called::Later(deferral) => {
+                if taken {
+                    // The handler reads the body: a client waiting for
+                    // 100 Continue may send it.
+                    self.session.send_continue(id);
+                }
                 self.session.stream_body(id, sink);
                 self.session.defer(id, deferral.id);
                 self.deferred.push(deferral);
@@ -309,6 +349,10 @@ impl QuicConn {
         };
         let sent = crate::h2::Session::sent_of(&response, head_only);
         dispatch::record(ctx, &req, sent.status, sent.body_bytes);
+        if taken {
+            // As above, before the final answer.
+            self.session.send_continue(id);
+        }
         self.session.stream_body(id, sink);
         let extra_fields = shared.tls.extra_fields.as_deref().unwrap_or(&[]);
         self.session

@@ -19,7 +19,11 @@
 //! generation reads the sockets and passes an older one's datagrams on.
 //!
 //! Timers: each connection's `poll_timeout` is kept in an ordered set, so
-//! the worker sleeps until the earliest (`Endpoint::next_timeout`).
+//! the worker sleeps until the earliest (`Endpoint::next_timeout`). A
+//! connection with a request open (a streamed body whose producer is
+//! silent, a deferred answer) also pings every `keepalive_interval`, so
+//! that it does not reach its idle timeout while it waits; one with none
+//! open idles out as the timeout says.
 //!
 //! Defences: address validation with Retry once `h3_handshakes_before_retry`
 //! handshakes are in progress (a flood of Initials from forged addresses
@@ -67,6 +71,35 @@ const GSO_SEGMENTS_MAX: usize = 10;
 /// Buffers a received datagram (or GRO batch) is copied into for
 /// quinn-proto, used in turn (see `Endpoint::rx`).
 const RX_BUFFERS: usize = 64;
+
+/// How long a draining connection's client has, after the first GOAWAY
+/// (which names no request: it only stops new ones), for requests already
+/// on their way to arrive before the second, which refuses those not seen
+/// (RFC 9114 §5.2; h2o waits as long). A connection accepted just before
+/// a reload, whose requests were not in yet, is answered rather than
+/// closed in its handshake.
+const GOAWAY_GRACE: Duration = Duration::from_secs(1);
+
+/// The longest time between keep-alive PINGs on a connection with a
+/// request open: below the idle timeouts clients ask for (Chromium's and
+/// aioquic's are 30 s and 60 s), since the effective one is the smaller
+/// of the two sides' (RFC 9000 §10.1).
+const KEEPALIVE_INTERVAL_MAX: Duration = Duration::from_secs(5);
+
+/// How often a connection with a request open pings: a third of our idle
+/// timeout, at most `KEEPALIVE_INTERVAL_MAX`.
+fn keepalive_interval(limits: &Limits) -> Duration {
+    (limits.h3_idle_timeout / 3).clamp(Duration::from_millis(10), KEEPALIVE_INTERVAL_MAX)
+}
+
+/// Where a draining endpoint's connections are: the first GOAWAY (`Soon`),
+/// then the second, after which each closes once idle (`Now`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Drain {
+    No,
+    Soon,
+    Now,
+}
 
 /// Socket buffer sizes asked for: a burst of a congestion window's
 /// datagrams (several hundred KiB at loopback speeds) without drops.
@@ -148,6 +181,9 @@ pub(crate) struct Endpoint {
     /// This endpoint's place among the worker's, for mailbox tokens.
     index: usize,
     draining: bool,
+    /// While draining, when the second GOAWAY goes (`GOAWAY_GRACE`);
+    /// None once it has.
+    goaway_at: Option<Instant>,
     /// Connections whose handshake has not completed.
     n_handshaking: usize,
     /// The socket's token in the worker's poll.
@@ -234,6 +270,7 @@ impl Endpoint {
             touched: Vec::new(),
             index,
             draining: false,
+            goaway_at: None,
             n_handshaking: 0,
             socket_token: 0,
             blocked: None,
@@ -368,9 +405,22 @@ impl Endpoint {
         self.n_conns
     }
 
-    /// When the earliest connection timer fires.
+    /// When the earliest connection timer fires (or the second GOAWAY is
+    /// due).
     pub(crate) fn next_timeout(&self) -> Option<Instant> {
-        self.timers.first().map(|&(t, _)| t)
+        let first = self.timers.first().map(|&(t, _)| t);
+        match (first, self.goaway_at) {
+            (Some(t), Some(g)) => Some(t.min(g)),
+            (t, g) => t.or(g),
+        }
+    }
+
+    fn drain_state(&self) -> Drain {
+        match (self.draining, self.goaway_at) {
+            (false, _) => Drain::No,
+            (true, Some(_)) => Drain::Soon,
+            (true, None) => Drain::Now,
+        }
     }
 
     /// Reads every datagram waiting on the socket and acts on them.
@@ -555,6 +605,7 @@ impl Endpoint {
     /// Lets connection `ch` act on what it received, answer, send, and
     /// set its timer; removes it once drained.
     fn drive(&mut self, ctx: &mut Ctx<'_>, ch: usize) {
+        let drain = self.drain_state();
         let Some(Some(c)) = self.conns.get_mut(ch) else { return };
         let old_timer = c.timer;
         // Events for the endpoint (retired connection IDs, drained), and
@@ -568,7 +619,7 @@ impl Endpoint {
                 }
             }
             let handshaken = c.handshaken;
-            c.process(ctx, &self.shared, self.draining);
+            c.process(ctx, &self.shared, drain);
             if c.handshaken && !handshaken {
                 self.n_handshaking -= 1;
             }
@@ -612,7 +663,7 @@ impl Endpoint {
                 }
             },
         }
-        let timer = c.conn.poll_timeout();
+        let timer = c.next_timeout();
         if timer != old_timer {
             if let Some(t) = old_timer {
                 self.timers.remove(&(t, ch));
@@ -643,6 +694,11 @@ impl Endpoint {
 
     /// Fires the timers that are due.
     pub(crate) fn on_timers(&mut self, ctx: &mut Ctx<'_>) {
+        if self.goaway_at.is_some_and(|g| g <= ctx.now) {
+            // The second GOAWAY, on every connection.
+            self.goaway_at = None;
+            self.touch_all();
+        }
         while let Some(&(t, ch)) = self.timers.first() {
             if t > ctx.now {
                 break;
@@ -650,7 +706,7 @@ impl Endpoint {
             self.timers.remove(&(t, ch));
             if let Some(Some(c)) = self.conns.get_mut(ch) {
                 c.timer = None;
-                c.conn.handle_timeout(ctx.now);
+                c.on_timeout(ctx);
                 self.touched.push(ch);
             }
         }
@@ -675,23 +731,29 @@ impl Endpoint {
         }
     }
 
-    /// Shutdown or hand-over: GOAWAY on every connection; each closes once
-    /// its requests are answered. New connections are ignored (their
+    /// Shutdown or hand-over: GOAWAY on every connection, twice (see
+    /// `GOAWAY_GRACE`); after the second each closes once its requests are
+    /// answered and acknowledged. New connections are ignored (their
     /// Initials, that is: the client sends them again). After a reload
     /// the next generation reads the sockets and passes this one its
     /// datagrams, so this one stops reading.
     pub(crate) fn drain(&mut self, ctx: &mut Ctx<'_>) {
         self.draining = true;
+        self.goaway_at = Some(ctx.now + GOAWAY_GRACE);
         if self.reading && !self.member.generations.is_newest(self.member.tag) {
             self.reading = false;
             self.update_interest(ctx.registry);
         }
+        self.touch_all();
+        self.drive_touched(ctx);
+    }
+
+    fn touch_all(&mut self) {
         for ch in 0..self.conns.len() {
             if self.conns[ch].is_some() {
                 self.touched.push(ch);
             }
         }
-        self.drive_touched(ctx);
     }
 
     /// The shutdown timeout passed: close what is left at once.
