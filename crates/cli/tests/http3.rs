@@ -55,7 +55,10 @@ impl Running {
 
 fn start(args: &[&str], pki: &Pki) -> Running {
     let mut cmd = common::peregrine();
-    cmd.args(args).args(["--bind", "127.0.0.1:0", "--workers", "2"]);
+    cmd.args(args).args(["--bind", "127.0.0.1:0"]);
+    if !args.contains(&"--workers") {
+        cmd.args(["--workers", "2"]);
+    }
     cmd.arg("--tls-cert").arg(&pki.cert).arg("--tls-key").arg(&pki.key);
     let mut child = cmd.stderr(Stdio::piped()).spawn().expect("peregrine starts");
     let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
@@ -1048,14 +1051,22 @@ fn a_download_in_flight_across_a_graceful_shutdown_completes() {
 /// idle timeout; and once the old generation had handed its last bytes to
 /// quinn-proto it closed the connection with some 0.5 MiB unacknowledged.
 /// The shutdown timeout is long enough not to cut the old generation short
-/// on a slow machine.
+/// on a slow machine. With one worker, and with two.
 #[test]
 fn a_download_in_flight_across_a_reload_completes() {
-    let pki = pki("reload-flight");
-    let (root, _) = site("reload-flight");
+    for workers in ["1", "2"] {
+        download_across_a_reload(workers);
+    }
+}
+
+fn download_across_a_reload(workers: &str) {
+    let pki = pki(&format!("reload-flight-{workers}"));
+    let (root, _) = site(&format!("reload-flight-{workers}"));
     let args = [
         "serve",
         root.to_str().unwrap(),
+        "--workers",
+        workers,
         "--shutdown-timeout",
         "600",
         "--log-level",
@@ -1084,7 +1095,7 @@ fn a_download_in_flight_across_a_reload_completes() {
     }
     let answers = client.join().unwrap();
     let (seen, _, _) = relay.finish();
-    assert_eq!(answers[0].status, Ok(200), "{seen} datagrams");
+    assert_eq!(answers[0].status, Ok(200), "{workers} workers: {seen} datagrams");
     assert!(
         answers[0].body == pattern(10 << 20),
         "the 10 MiB file, exact: {} bytes",
@@ -1117,7 +1128,10 @@ fn a_download_in_flight_across_a_reload_completes() {
             _ => {}
         }
     }
-    assert!(passed > 0 && received > 0, "passed {passed}, received {received}");
+    assert!(
+        passed > 0 && received > 0,
+        "{workers} workers: passed {passed}, received {received}"
+    );
 }
 
 #[test]
