@@ -75,8 +75,7 @@ impl Conn {
             match h1.poll(data, &mut headers, &env, output) {
                 Event::Request { head, body, consumed } => {
                     let slot = dispatch::slot(ctx, *token);
-                    let mut req = Request::new(head.method, head.target, head.version, head.headers, None, body, *peer);
-                    req.host = head.host;
+                    let mut req = Request::of_head(&head, body, *peer);
                     req.defer = Some(&slot);
                     let mut handled = dispatch::call(ctx, *redirect, &req);
                     match dispatch::settle(ctx, &slot, &req, &mut handled) {
@@ -92,8 +91,7 @@ impl Conn {
                     input.start += consumed;
                 }
                 Event::BodyAhead { head } => {
-                    let mut req = Request::new(head.method, head.target, head.version, head.headers, None, &[], *peer);
-                    req.host = head.host;
+                    let mut req = Request::of_head(&head, &[], *peer);
                     if !dispatch::streams_body(ctx, *redirect, &req) {
                         h1.buffer_body();
                         continue;
