@@ -213,7 +213,6 @@ fn move_off_the_map(shared: &Shared, old: &Arc<Archive>) {
 
 /// A worker's view of one server's archive.
 struct Local {
-    id: u64,
     generation: u64,
     archive: Arc<Archive>,
     /// Variants this worker has prepared (header blocks parsed, entity tag
@@ -249,44 +248,50 @@ impl Hasher for IndexHasher {
 }
 
 thread_local! {
-    static LOCALS: RefCell<Vec<Local>> = const { RefCell::new(Vec::new()) };
+    /// This worker's view of each server's archive, by server id.
+    static LOCALS: RefCell<Vec<(u64, Rc<RefCell<Local>>)>> = const { RefCell::new(Vec::new()) };
 }
 
 impl Handler for ArchiveServer {
     fn call(&self, req: &Request<'_>) -> Reply {
         let shared = &*self.shared;
         let generation = shared.generation.load(Ordering::Relaxed);
-        let response = LOCALS.with(|locals| {
+        // The view is taken out of the thread-local, so that the reply is
+        // built where this returns it (`respond` and `answer` give a
+        // `Reply`): returned from the closure `LocalKey::with` runs, then
+        // wrapped, it was copied right after being stored (a
+        // store-forwarding stall, a fifth of this function's samples).
+        let local = LOCALS.with(|locals| {
             let mut locals = locals.borrow_mut();
-            let idx = match locals.iter().position(|l| l.id == shared.id) {
-                Some(i) => i,
+            match locals.iter().find(|(id, _)| *id == shared.id) {
+                Some((_, local)) => local.clone(),
                 None => {
-                    locals.push(Local {
-                        id: shared.id,
+                    let local = Rc::new(RefCell::new(Local {
                         generation: 0,
                         archive: shared.current.lock().unwrap_or_else(|e| e.into_inner()).clone(),
                         prepared: PreparedByKey::default(),
-                    });
-                    locals.len() - 1
+                    }));
+                    locals.push((shared.id, local.clone()));
+                    local
                 }
-            };
-            let local = &mut locals[idx];
-            if local.generation != generation {
-                local.archive = shared.current.lock().unwrap_or_else(|e| e.into_inner()).clone();
-                local.generation = generation;
-                local.prepared.clear();
             }
-            respond(local, req)
         });
-        Reply::Now(response)
+        let mut local = local.borrow_mut();
+        if local.generation != generation {
+            local.archive = shared.current.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            local.generation = generation;
+            local.prepared.clear();
+        }
+        respond(&mut local, req)
     }
 }
 
-fn respond(local: &mut Local, req: &Request<'_>) -> Response {
+#[inline]
+fn respond(local: &mut Local, req: &Request<'_>) -> Reply {
     let head = match reply::method(req) {
         Method::Get => false,
         Method::Head => true,
-        Method::Answer(answer) => return answer,
+        Method::Answer(answer) => return Reply::Now(answer),
     };
     let Local { archive, prepared, .. } = local;
     let archive = &**archive;
@@ -307,7 +312,7 @@ fn respond(local: &mut Local, req: &Request<'_>) -> Response {
     }
     let key = match path::normalize(raw.as_bytes()) {
         Ok(p) => p.key(),
-        Err(e) => return reply::bad_request(e.reason()),
+        Err(e) => return Reply::Now(reply::bad_request(e.reason())),
     };
     if !plain {
         if let Some(e) = archive.get(site, key.as_bytes()) {
@@ -319,7 +324,7 @@ fn respond(local: &mut Local, req: &Request<'_>) -> Response {
         let pattern = String::from_utf8_lossy(e.path());
         if let Some(caps) = crate::pattern::matches(&pattern, &key) {
             let to = crate::pattern::substitute(&String::from_utf8_lossy(e.location()), &caps);
-            return redirect(e.status(), &to);
+            return Reply::Now(redirect(e.status(), &to));
         }
     }
     // The deepest `_wildcard.*` above the path.
@@ -334,7 +339,7 @@ fn respond(local: &mut Local, req: &Request<'_>) -> Response {
     if let Some(e) = archive.get(site, NOT_FOUND_KEY.as_bytes()) {
         return answer(prepared, archive, e, &fields, head, 404, req.query());
     }
-    Response::error(404)
+    Reply::Now(Response::error(404))
 }
 
 fn redirect(status: u16, location: &str) -> Response {
@@ -354,7 +359,7 @@ fn answer(
     head: bool,
     status: u16,
     query: Option<&str>,
-) -> Response {
+) -> Reply {
     if e.kind() != KIND_RESOURCE {
         let mut location = String::from_utf8_lossy(e.location()).into_owned();
         // `/dir?x` → `/dir/?x`, as `serve DIR` answers.
@@ -362,7 +367,7 @@ fn answer(
             location.push('?');
             location.push_str(q);
         }
-        return redirect(e.status(), &location);
+        return Reply::Now(redirect(e.status(), &location));
     }
     #[cfg(feature = "test-hooks")]
     test_hooks::stop_here(e.path());
@@ -381,7 +386,7 @@ fn answer(
         codings,
         n_codings,
     };
-    reply::reply(&mut res, f, head, status)
+    Reply::Now(reply::reply(&mut res, f, head, status))
 }
 
 /// An entry of kind resource, for the shared steps.

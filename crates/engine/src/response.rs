@@ -85,18 +85,21 @@ pub struct SharedBytes {
 
 impl SharedBytes {
     /// The whole of `buf`.
+    #[inline]
     pub fn new(buf: Arc<dyn AsRef<[u8]> + Send + Sync>) -> Self {
         let len = (*buf).as_ref().len();
         SharedBytes { buf, range: 0..len }
     }
 
     /// `range` of `buf`; `None` if the range is out of bounds.
+    #[inline]
     pub fn slice(buf: Arc<dyn AsRef<[u8]> + Send + Sync>, range: Range<usize>) -> Option<Self> {
         let len = (*buf).as_ref().len();
         (range.start <= range.end && range.end <= len).then_some(SharedBytes { buf, range })
     }
 
     /// The bytes of the range.
+    #[inline]
     pub fn as_slice(&self) -> &[u8] {
         &(*self.buf).as_ref()[self.range.clone()]
     }
@@ -204,14 +207,13 @@ impl Response {
     /// A response with `status` and no body.
     #[inline]
     pub fn new(status: u16) -> Self {
-        let invalid = (!(100..=999).contains(&status) || (100..200).contains(&status)).then_some(Invalid::Status);
         Response {
             status,
             content_type: None,
             headers: Vec::new(),
             block: None,
             body: Body::Empty,
-            invalid,
+            invalid: Response::status_invalid(status),
             close: false,
         }
     }
@@ -242,6 +244,37 @@ impl Response {
             invalid: None,
             close: false,
         }
+    }
+
+    /// `status` with fields validated ahead of time and a body, built in
+    /// one piece: the same as `Response::new(status)
+    /// .with_header_block(block).with_body(body)`, whose chain moved the
+    /// struct at each step right after storing it (a store-forwarding
+    /// stall per move: a quarter of an archive answer's own samples).
+    ///
+    /// ```
+    /// use peregrine::{HeaderBlock, Response};
+    /// let block = HeaderBlock::new(&[("ETag", "\"x\"")]).unwrap();
+    /// let r = Response::prepared(200, block, "hi");
+    /// assert_eq!((r.status(), r.header("etag")), (200, Some("\"x\"")));
+    /// ```
+    #[inline]
+    pub fn prepared(status: u16, block: HeaderBlock, body: impl Into<Body>) -> Self {
+        Response {
+            status,
+            content_type: None,
+            headers: Vec::new(),
+            block: Some(block),
+            body: body.into(),
+            invalid: Response::status_invalid(status),
+            close: false,
+        }
+    }
+
+    /// Why `status` cannot be sent, if it cannot.
+    #[inline]
+    fn status_invalid(status: u16) -> Option<Invalid> {
+        (!(100..=999).contains(&status) || (100..200).contains(&status)).then_some(Invalid::Status)
     }
 
     /// 200 with `body` of the given content type.

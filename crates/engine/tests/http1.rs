@@ -459,6 +459,56 @@ fn a_panicking_handler_gets_a_500_and_the_worker_survives() {
     assert_eq!(c.response().text(), "fine");
 }
 
+/// Bytes whose drop panics: a response part that fails while the engine
+/// queues the answer (the body, dropped once copied out) or after (a
+/// header block, dropped with the response).
+struct PanicOnDrop(&'static [u8]);
+
+impl AsRef<[u8]> for PanicOnDrop {
+    fn as_ref(&self) -> &[u8] {
+        self.0
+    }
+}
+
+impl Drop for PanicOnDrop {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            panic!("drop bug (expected by this test)");
+        }
+    }
+}
+
+#[test]
+fn a_body_whose_drop_panics_gets_one_500_and_nothing_of_the_answer_before_it() {
+    let server = start(|_: &Request<'_>| {
+        Response::text(Body::Shared(peregrine::SharedBytes::new(std::sync::Arc::new(
+            PanicOnDrop(b"partial answer"),
+        ))))
+    });
+    let raw = exchange(server.local_addr(), b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    let text = String::from_utf8_lossy(&raw);
+    assert_eq!(status_of(&raw), 500, "{text}");
+    assert_eq!(text.matches("HTTP/1.1").count(), 1, "{text}");
+    assert!(!text.contains("partial answer"), "{text}");
+}
+
+#[test]
+fn a_header_block_whose_drop_panics_after_the_answer_closes_the_connection() {
+    let server = start(|_: &Request<'_>| {
+        let lines = peregrine::SharedBytes::new(std::sync::Arc::new(PanicOnDrop(b"X-Block: 1\r\n")));
+        Response::text("whole answer").with_header_block(peregrine::HeaderBlock::from_lines(lines).unwrap())
+    });
+    // Pipelined: the first answer goes whole, then the connection closes.
+    let raw = exchange(
+        server.local_addr(),
+        b"GET / HTTP/1.1\r\nHost: x\r\n\r\nGET / HTTP/1.1\r\nHost: x\r\n\r\n",
+    );
+    let text = String::from_utf8_lossy(&raw);
+    assert_eq!(status_of(&raw), 200, "{text}");
+    assert_eq!(text.matches("HTTP/1.1").count(), 1, "{text}");
+    assert!(text.ends_with("whole answer"), "{text}");
+}
+
 #[test]
 fn a_response_with_an_injected_header_becomes_a_500() {
     let server = start(|_: &Request<'_>| Response::text("x").with_header("X-Evil", "a\r\nSet-Cookie: b"));

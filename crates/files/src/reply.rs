@@ -78,26 +78,42 @@ pub struct Fields<'a> {
 impl<'a> Fields<'a> {
     /// Reads the fields from the request head (compared by length first:
     /// most fields a browser sends are none of these).
+    ///
+    /// Gathered in locals, not through a `&mut` into a struct: that struct
+    /// lived in memory and was copied out at once, its 16-byte loads over
+    /// 8-byte stores stalling on store forwarding (80 % of this function's
+    /// samples in a pipelined archive profile).
     pub fn scan(req: &Request<'a>) -> Fields<'a> {
-        let mut f = Fields::default();
+        let (mut range, mut if_match, mut if_range, mut if_none_match) = (None, None, None, None);
+        let (mut accept_encoding, mut if_modified_since, mut if_unmodified_since) = (None, None, None);
         for (name, value) in req.headers() {
-            let slot = match name.len() {
-                5 if name.eq_ignore_ascii_case("range") => &mut f.range,
-                8 if name.eq_ignore_ascii_case("if-match") => &mut f.pre.if_match,
-                8 if name.eq_ignore_ascii_case("if-range") => &mut f.if_range,
-                13 if name.eq_ignore_ascii_case("if-none-match") => &mut f.pre.if_none_match,
-                15 if name.eq_ignore_ascii_case("accept-encoding") => &mut f.accept_encoding,
-                17 if name.eq_ignore_ascii_case("if-modified-since") => &mut f.pre.if_modified_since,
-                19 if name.eq_ignore_ascii_case("if-unmodified-since") => &mut f.pre.if_unmodified_since,
-                _ => continue,
-            };
             // A repeated list field is one list (RFC 9110 §5.3); for these
             // few, the first is kept: clients do not split them.
-            if slot.is_none() {
-                *slot = Some(value);
+            let first = |slot: Option<&'a [u8]>| slot.or(Some(value));
+            match name.len() {
+                5 if name.eq_ignore_ascii_case("range") => range = first(range),
+                8 if name.eq_ignore_ascii_case("if-match") => if_match = first(if_match),
+                8 if name.eq_ignore_ascii_case("if-range") => if_range = first(if_range),
+                13 if name.eq_ignore_ascii_case("if-none-match") => if_none_match = first(if_none_match),
+                15 if name.eq_ignore_ascii_case("accept-encoding") => accept_encoding = first(accept_encoding),
+                17 if name.eq_ignore_ascii_case("if-modified-since") => if_modified_since = first(if_modified_since),
+                19 if name.eq_ignore_ascii_case("if-unmodified-since") => {
+                    if_unmodified_since = first(if_unmodified_since)
+                }
+                _ => {}
             }
         }
-        f
+        Fields {
+            accept_encoding,
+            pre: Preconditions {
+                if_match,
+                if_none_match,
+                if_modified_since,
+                if_unmodified_since,
+            },
+            range,
+            if_range,
+        }
     }
 }
 
@@ -160,14 +176,12 @@ pub fn reply<R: Resource>(res: &mut R, f: &Fields<'_>, head: bool, status: u16) 
         return Response::error(500);
     };
     if status != 200 {
-        return Response::new(status)
-            .with_header_block(v.block_200())
-            .with_body(v.body(0..v.len()));
+        return Response::prepared(status, v.block_200(), v.body(0..v.len()));
     }
     // 5. Conditional (RFC 9110 §13.2.2's order).
     match conditional::evaluate(&f.pre, v.etag(), v.last_modified()) {
         Verdict::Proceed => {}
-        Verdict::NotModified => return Response::new(304).with_header_block(v.block_304()),
+        Verdict::NotModified => return Response::prepared(304, v.block_304(), Body::Empty),
         Verdict::PreconditionFailed => return Response::error(412),
     }
     // 6. Range: GET only (RFC 9110 §14.2: "A server MUST ignore a Range
@@ -204,9 +218,7 @@ pub fn reply<R: Resource>(res: &mut R, f: &Fields<'_>, head: bool, status: u16) 
         }
     }
     // 7. Reply.
-    Response::new(200)
-        .with_header_block(v.block_200())
-        .with_body(v.body(0..v.len()))
+    Response::prepared(200, v.block_200(), v.body(0..v.len()))
 }
 
 /// The representation a revalidating client already holds, if it is still

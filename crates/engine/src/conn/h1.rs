@@ -8,7 +8,7 @@ use std::cell::RefCell;
 use std::mem::MaybeUninit;
 use std::net::SocketAddr;
 
-use super::dispatch::{self, Called};
+use super::dispatch::{self, Answering, Called};
 use super::{refused_line, Conn, Ctx, Next, Stop, Transport, HEADERS_ARRAY_MAX};
 use crate::h1::{BodyStart, Env, Event, Feed, Link, TimedOut, Wait};
 use crate::limits::BODY_READER_BYTES;
@@ -75,13 +75,38 @@ impl Conn {
             match h1.poll(data, &mut headers, &env, output) {
                 Event::Request { head, body, consumed } => {
                     let slot = dispatch::slot(ctx, *token);
-                    let mut req = Request::new(head.method, head.target, head.version, head.headers, None, body, *peer);
-                    req.host = head.host;
+                    let mut req = Request::of_head(&head, body, *peer);
                     req.defer = Some(&slot);
-                    let mut handled = dispatch::call(ctx, *redirect, &req);
+                    let extra_fields = transport.extra_fields();
+                    // Nothing is queued behind a tail (checked above).
+                    let queued = output.buf.len();
+                    let answered = dispatch::call_answering(ctx, *redirect, &slot, &req, |response| {
+                        h1.respond(output, response, &env, extra_fields)
+                    });
+                    let mut handled = match answered {
+                        Answering::Now(sent) => {
+                            dispatch::record(ctx, &req, sent.status, sent.body_bytes);
+                            input.start += consumed;
+                            continue;
+                        }
+                        Answering::Broken(sent) => {
+                            h1.close();
+                            dispatch::record(ctx, &req, sent.status, sent.body_bytes);
+                            input.start += consumed;
+                            continue;
+                        }
+                        Answering::Interrupted(handled) => {
+                            // The machine still awaits this answer: what
+                            // was queued of it goes, the 500 comes instead.
+                            output.buf.truncate(queued);
+                            output.tail = None;
+                            handled
+                        }
+                        Answering::Settle(handled) => handled,
+                    };
                     match dispatch::settle(ctx, &slot, &req, &mut handled) {
                         Called::Now(response) => {
-                            let sent = h1.respond(output, response, &env, transport.extra_fields());
+                            let sent = h1.respond(output, response, &env, extra_fields);
                             dispatch::record(ctx, &req, sent.status, sent.body_bytes);
                         }
                         Called::Later(deferral) => {
@@ -92,8 +117,7 @@ impl Conn {
                     input.start += consumed;
                 }
                 Event::BodyAhead { head } => {
-                    let mut req = Request::new(head.method, head.target, head.version, head.headers, None, &[], *peer);
-                    req.host = head.host;
+                    let mut req = Request::of_head(&head, &[], *peer);
                     if !dispatch::streams_body(ctx, *redirect, &req) {
                         h1.buffer_body();
                         continue;
