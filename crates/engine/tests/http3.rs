@@ -595,3 +595,41 @@ fn connections_cut_at_the_shutdown_deadline_are_counted_closed() {
     let _ = std::fs::remove_dir_all(out);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// A UDP port held by another socket is reported, not shared: a socket
+/// with SO_REUSEPORT (as another server of the same user might have)
+/// would otherwise join HTTP/3's group and take a share of its datagrams.
+/// Without HTTP/3 the same address is served.
+#[test]
+fn a_udp_port_taken_by_another_socket_is_an_error_naming_http3() {
+    let (config, dir) = tls("udp-taken");
+    // A port free for TCP (the listener only probed it, never accepted).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+    let foreign = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
+    foreign.set_reuse_port(true).unwrap();
+    foreign.bind(&addr.into()).unwrap();
+    let app = |_: &Request<'_>| Response::text("hi");
+    let err = Server::new()
+        .bind_tls(addr, config.clone())
+        .workers(2)
+        .start(app)
+        .expect_err("the UDP port is taken");
+    assert!(err.is_bind() && err.is_http3_bind(), "{err:?}");
+    assert_eq!(err.to_string(), format!("cannot listen on {addr} (UDP, for HTTP/3)"));
+    assert_eq!(err.io_error().kind(), std::io::ErrorKind::AddrInUse, "{err:?}");
+    let server = Server::new()
+        .bind_tls(addr, config)
+        .workers(2)
+        .http3(false)
+        .start(app)
+        .unwrap();
+    server.shutdown();
+    server.join().unwrap();
+    drop(foreign);
+    let _ = std::fs::remove_dir_all(dir);
+}
