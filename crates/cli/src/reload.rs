@@ -386,6 +386,13 @@ fn build(
             if !first && refused && dropped {
                 return Err(e.context("root was given up at start, so a new port below 1024 needs a restart"));
             }
+            // HTTP/3's UDP port taken (by another program): the TCP side
+            // alone would do.
+            if e.downcast_ref::<peregrine::Error>()
+                .is_some_and(peregrine::Error::is_http3_bind)
+            {
+                return Err(anyhow::anyhow!("{e:#}; --no-http3 serves without it"));
+            }
             // The redirecting listener is bound with the others: name its
             // flag, as `--metrics ADDR: cannot listen on ...` is named.
             if let Some(addr) = args.tls.redirect_http {

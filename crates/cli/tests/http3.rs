@@ -864,6 +864,49 @@ fn no_http3_binds_no_udp_port_and_sends_no_alt_svc() {
     );
 }
 
+/// HTTP/3's UDP port taken by another program: peregrine says which
+/// protocol and port, and how to do without; `--no-http3` then serves.
+#[test]
+fn a_taken_udp_port_is_an_error_naming_http3_and_no_http3() {
+    let pki = pki("udp-taken");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let taken = UdpSocket::bind(("127.0.0.1", port)).unwrap();
+    let bind = format!("127.0.0.1:{port}");
+    let run = |extra: &[&str]| {
+        let mut cmd = common::peregrine();
+        cmd.args(["hello", "--bind", &bind])
+            .args(extra)
+            .arg("--tls-cert")
+            .arg(&pki.cert)
+            .arg("--tls-key")
+            .arg(&pki.key);
+        cmd
+    };
+    let out = run(&[]).stderr(Stdio::piped()).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains(&format!("cannot listen on {bind} (UDP, for HTTP/3): "))
+            && err.trim_end().ends_with("; --no-http3 serves without it"),
+        "{err}"
+    );
+    let mut child = run(&["--no-http3"]).stderr(Stdio::piped()).spawn().unwrap();
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    while !line.contains("https://") {
+        line.clear();
+        std::io::BufRead::read_line(&mut stderr, &mut line).unwrap();
+        assert!(!line.is_empty(), "peregrine --no-http3 ended before serving");
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    drop(taken);
+}
+
 /// ngtcp2's client (C, GnuTLS: a third QUIC and TLS stack), found or
 /// installed (Debian's `ngtcp2-client`); `PEREGRINE_NGTCP2` names another.
 fn ngtcp2() -> &'static Path {

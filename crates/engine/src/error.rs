@@ -15,6 +15,8 @@ pub struct Error {
 enum Kind {
     /// The address as shown: `127.0.0.1:80`, `unix:/run/x.sock`.
     Bind(String),
+    /// HTTP/3's UDP sockets on a TLS listener's address.
+    BindUdp(SocketAddr),
     Resolve(String),
     Setup,
     Tls,
@@ -25,6 +27,13 @@ impl Error {
     pub(crate) fn bind(addr: SocketAddr, source: io::Error) -> Self {
         Error {
             kind: Kind::Bind(addr.to_string()),
+            source,
+        }
+    }
+
+    pub(crate) fn bind_udp(addr: SocketAddr, source: io::Error) -> Self {
+        Error {
+            kind: Kind::BindUdp(addr),
             source,
         }
     }
@@ -66,7 +75,14 @@ impl Error {
 
     /// A listening address could not be bound (in use, no permission, ...).
     pub fn is_bind(&self) -> bool {
-        matches!(self.kind, Kind::Bind(_))
+        matches!(self.kind, Kind::Bind(_) | Kind::BindUdp(_))
+    }
+
+    /// The address that could not be bound is HTTP/3's, over UDP (a TLS
+    /// listener's address, whose TCP side was free): without HTTP/3
+    /// (`Server::http3(false)`) it would be served.
+    pub fn is_http3_bind(&self) -> bool {
+        matches!(self.kind, Kind::BindUdp(_))
     }
 
     /// An address given to `bind` could not be resolved.
@@ -99,6 +115,7 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.kind {
             Kind::Bind(addr) => write!(f, "cannot listen on {addr}"),
+            Kind::BindUdp(addr) => write!(f, "cannot listen on {addr} (UDP, for HTTP/3)"),
             Kind::Resolve(addr) => write!(f, "cannot resolve {addr}"),
             Kind::Setup => f.write_str("cannot start the server"),
             Kind::Tls => write!(f, "TLS: {}", self.source),
@@ -137,6 +154,13 @@ mod tests {
         let in_use = io::Error::from(io::ErrorKind::AddrInUse);
         let e = Error::bind("127.0.0.1:80".parse().unwrap(), in_use);
         assert_eq!(chain(&e), "cannot listen on 127.0.0.1:80: address in use");
+        let in_use = io::Error::from(io::ErrorKind::AddrInUse);
+        let e = Error::bind_udp("127.0.0.1:443".parse().unwrap(), in_use);
+        assert_eq!(
+            chain(&e),
+            "cannot listen on 127.0.0.1:443 (UDP, for HTTP/3): address in use"
+        );
+        assert!(e.is_bind() && e.is_http3_bind());
     }
 
     #[test]

@@ -64,8 +64,8 @@ pub(crate) struct WorkerMetrics {
     pub(crate) tls_handshake_failures: Counter,
     /// QUIC (HTTP/3): connections accepted and ended, handshakes
     /// completed, Retry packets sent, datagrams received; packets sent and
-    /// lost (each loss is a retransmission of what it carried), added when
-    /// a connection ends, from quinn-proto's statistics.
+    /// lost (each loss is a retransmission of what it carried), from
+    /// quinn-proto's statistics as they grow.
     pub(crate) quic_conns_accepted: Counter,
     pub(crate) quic_conns_closed: Counter,
     pub(crate) quic_handshakes: Counter,
@@ -268,13 +268,13 @@ impl Metrics {
             (
                 "peregrine_quic_packets_sent_total",
                 "counter",
-                "QUIC packets sent by connections that have ended.",
+                "QUIC packets sent.",
                 sum(&|w| w.quic_packets_sent.get()),
             ),
             (
                 "peregrine_quic_packets_lost_total",
                 "counter",
-                "QUIC packets declared lost (their frames retransmitted) by connections that have ended.",
+                "QUIC packets declared lost (their frames retransmitted).",
                 sum(&|w| w.quic_packets_lost.get()),
             ),
         ];

@@ -331,7 +331,7 @@ impl Server {
                         // new ones, one per worker.
                         let sockets = if taken_udp.is_empty() {
                             crate::sys::socket::bind_udp_group(local, self.n_workers)
-                                .map_err(|e| Error::bind(local, e))?
+                                .map_err(|e| Error::bind_udp(local, e))?
                         } else {
                             taken_udp
                         };

@@ -326,12 +326,21 @@ impl Worker {
             }
             if let Some(deadline) = drain_deadline {
                 let quic_done = quic.iter().all(|e| e.n_conns() == 0);
-                if now >= deadline && !quic_done {
+                if conns.is_empty() && quic_done {
+                    break;
+                }
+                if now >= deadline {
+                    // Cut what is left, counted closed (and the deferred
+                    // answers it waits for, abandoned) like any other close:
+                    // the gauges of open connections and requests in flight
+                    // come back down.
                     for endpoint in quic.iter_mut() {
                         endpoint.close_all(&mut ctx);
                     }
-                }
-                if (conns.is_empty() && quic_done) || now >= deadline {
+                    let tokens: Vec<usize> = conns.iter().map(|(t, _)| t).collect();
+                    for t in tokens {
+                        close(&mut conns, t, ctx.pool, ctx.metrics);
+                    }
                     break;
                 }
             }

@@ -502,3 +502,134 @@ fn a_streamed_body_silent_longer_than_the_idle_timeout_keeps_its_connection() {
     let _ = std::fs::remove_dir_all(out);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// The value of the sample `name` in a scrape.
+fn sample(text: &str, name: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
+        .unwrap_or_else(|| panic!("no sample {name} in\n{text}"))
+        .parse()
+        .unwrap()
+}
+
+/// Connections cut at the shutdown deadline are counted closed, and the
+/// deferred answers they wait for abandoned: a QUIC connection and a TCP
+/// one waiting for an answer that never comes, and a TCP one whose body
+/// never ends. Meanwhile, QUIC's packet counts move while its connection
+/// lives (not only once it has ended).
+#[test]
+fn connections_cut_at_the_shutdown_deadline_are_counted_closed() {
+    use std::sync::{Arc, Mutex};
+    let (config, dir) = tls("deadline");
+    // The responders are kept, never used: the answers never come.
+    let kept = Arc::new(Mutex::new(Vec::new()));
+    let keep = kept.clone();
+    let app = Router::new()
+        .get("/never", move |req: &Request<'_>| {
+            keep.lock().unwrap().push(req.defer());
+            Reply::Later
+        })
+        .post("/upload", |_: &Request<'_>| Response::text("whole"));
+    let limits = peregrine::Limits {
+        shutdown_timeout: std::time::Duration::from_secs(1),
+        ..peregrine::Limits::default()
+    };
+    let metrics = Arc::new(peregrine::Metrics::new());
+    let server = Server::new()
+        .bind_tls("127.0.0.1:0", config)
+        .bind("127.0.0.1:0")
+        .workers(1)
+        .limits(limits)
+        .metrics(metrics.clone())
+        .start(app)
+        .unwrap();
+    let plain = server.local_addrs()[1];
+    let out = std::env::temp_dir().join(format!("peregrine-e-h3-deadline-{}", std::process::id()));
+    std::fs::create_dir_all(&out).unwrap();
+    let spec = format!(
+        "{{\"host\": \"127.0.0.1\", \"port\": {}, \"out\": \"{}\", \"timeout\": 60, \
+         \"requests\": [{{\"path\": \"/never\"}}]}}",
+        server.local_addr().port(),
+        out.display(),
+    );
+    let client = Path::new(env!("CARGO_MANIFEST_DIR")).join("../cli/tests/h3/client.py");
+    let mut child = Command::new("timeout")
+        .args(["--kill-after=5", "120"])
+        .arg(python())
+        .arg(client)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(spec.as_bytes()).unwrap();
+    drop(child.stdin.take());
+    let mut waiting = std::net::TcpStream::connect(plain).unwrap();
+    waiting.write_all(b"GET /never HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut uploading = std::net::TcpStream::connect(plain).unwrap();
+    uploading
+        .write_all(b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nabc")
+        .unwrap();
+    let text = test_support::wait_for("two requests in flight, three connections open", || {
+        let text = metrics.render();
+        (sample(&text, "peregrine_requests_in_flight") == 2
+            && sample(&text, "peregrine_connections_open") == 2
+            && sample(&text, "peregrine_quic_connections_open") == 1)
+            .then_some(text)
+    });
+    // The connection is open and has sent its handshake and more.
+    assert!(sample(&text, "peregrine_quic_packets_sent_total") > 0, "{text}");
+    server.shutdown();
+    server.join().unwrap();
+    let text = metrics.render();
+    assert_eq!(sample(&text, "peregrine_connections_open"), 0, "{text}");
+    assert_eq!(sample(&text, "peregrine_quic_connections_open"), 0, "{text}");
+    assert_eq!(sample(&text, "peregrine_requests_in_flight"), 0, "{text}");
+    assert_eq!(sample(&text, "peregrine_quic_connections_accepted_total"), 1, "{text}");
+    // The client saw its connection closed, the answer never came.
+    let done = child.wait_with_output().unwrap();
+    assert!(done.status.success(), "{}", String::from_utf8_lossy(&done.stderr));
+    let head = std::fs::read_to_string(out.join("0.head")).unwrap();
+    assert!(head.starts_with("error connection closed"), "{head}");
+    drop((waiting, uploading));
+    let _ = std::fs::remove_dir_all(out);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A UDP port held by another socket is reported, not shared: a socket
+/// with SO_REUSEPORT (as another server of the same user might have)
+/// would otherwise join HTTP/3's group and take a share of its datagrams.
+/// Without HTTP/3 the same address is served.
+#[test]
+fn a_udp_port_taken_by_another_socket_is_an_error_naming_http3() {
+    let (config, dir) = tls("udp-taken");
+    // A port free for TCP (the listener only probed it, never accepted).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+    let foreign = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
+    foreign.set_reuse_port(true).unwrap();
+    foreign.bind(&addr.into()).unwrap();
+    let app = |_: &Request<'_>| Response::text("hi");
+    let err = Server::new()
+        .bind_tls(addr, config.clone())
+        .workers(2)
+        .start(app)
+        .expect_err("the UDP port is taken");
+    assert!(err.is_bind() && err.is_http3_bind(), "{err:?}");
+    assert_eq!(err.to_string(), format!("cannot listen on {addr} (UDP, for HTTP/3)"));
+    assert_eq!(err.io_error().kind(), std::io::ErrorKind::AddrInUse, "{err:?}");
+    let server = Server::new()
+        .bind_tls(addr, config)
+        .workers(2)
+        .http3(false)
+        .start(app)
+        .unwrap();
+    server.shutdown();
+    server.join().unwrap();
+    drop(foreign);
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -304,8 +304,9 @@ pub(crate) enum UniKind {
     Control,
     QpackEncoder,
     QpackDecoder,
-    /// Push (clients may not open it) or a type we do not know: the
-    /// driver stops it with H3_STREAM_CREATION_ERROR (§6.2) and drops it.
+    /// A type we do not know: the driver stops it with
+    /// H3_STREAM_CREATION_ERROR (§6.2) and drops it. (A push stream from
+    /// the client is a connection error, §6.2.2.)
     Refused(Code),
 }
 
@@ -319,16 +320,27 @@ pub(crate) struct UniStream {
     pub(crate) kind: Option<UniKind>,
     reader: Reader,
     settings_seen: bool,
-    /// The control frame being collected, and its payload.
+    /// The control frame being read, and its payload (collected only for
+    /// the frames we act on; others' are skipped as they come).
     current: Option<u64>,
     payload: Vec<u8>,
     /// A decoder-stream instruction split across inputs.
     instruction: Vec<u8>,
 }
 
-/// Control frames larger than this are refused (H3_EXCESSIVE_LOAD): ours
-/// are a few bytes, a client's SETTINGS a few dozen.
+/// Control frames we read (SETTINGS, GOAWAY, MAX_PUSH_ID, CANCEL_PUSH)
+/// larger than this are refused (H3_EXCESSIVE_LOAD): ours are a few bytes,
+/// a client's SETTINGS a few dozen. Frames of other types, whatever their
+/// size, are skipped without being kept (§9).
 const CONTROL_FRAME_BYTES_MAX: u64 = 16 * 1024;
+
+/// The control frames whose payload is read; others' is skipped.
+fn is_read_on_control(kind: u64) -> bool {
+    matches!(
+        kind,
+        frame::SETTINGS | frame::GOAWAY | frame::MAX_PUSH_ID | frame::CANCEL_PUSH
+    )
+}
 
 impl UniStream {
     /// Takes the stream's next bytes. `Ok(true)` once its type is known
@@ -344,7 +356,10 @@ impl UniStream {
                         frame::STREAM_CONTROL => UniKind::Control,
                         frame::STREAM_QPACK_ENCODER => UniKind::QpackEncoder,
                         frame::STREAM_QPACK_DECODER => UniKind::QpackDecoder,
-                        frame::STREAM_PUSH => UniKind::Refused(Code::StreamCreationError),
+                        frame::STREAM_PUSH => {
+                            // §6.2.2: only servers push.
+                            return Err(Error::Conn(Code::StreamCreationError, "a push stream from the client"));
+                        }
                         _ => UniKind::Refused(Code::StreamCreationError),
                     });
                 }
@@ -388,6 +403,12 @@ impl UniStream {
         Ok(())
     }
 
+    /// Bytes of heap this stream holds on to.
+    #[cfg(test)]
+    pub(crate) fn retained_bytes(&self) -> usize {
+        self.payload.capacity() + self.instruction.capacity()
+    }
+
     fn control(&mut self, mut input: &[u8]) -> Result<(), Error> {
         while let Some((piece, used)) = self.reader.next(input) {
             input = &input[used..];
@@ -414,14 +435,18 @@ impl UniStream {
                         }
                         _ => {}
                     }
-                    if len > CONTROL_FRAME_BYTES_MAX {
+                    if is_read_on_control(kind) && len > CONTROL_FRAME_BYTES_MAX {
                         return Err(Error::Conn(Code::ExcessiveLoad, "a control frame too large"));
                     }
                     self.settings_seen = true;
                     self.current = Some(kind);
                     self.payload.clear();
                 }
-                Piece::Payload(bytes) => self.payload.extend_from_slice(bytes),
+                Piece::Payload(bytes) => {
+                    if self.current.is_some_and(is_read_on_control) {
+                        self.payload.extend_from_slice(bytes);
+                    }
+                }
                 Piece::End => {
                     let kind = self.current.take();
                     match kind {

@@ -376,15 +376,47 @@ fn the_session_refuses_a_second_control_stream_and_client_pushes() {
         s.recv(6, &settings, false),
         Action::Close(Code::StreamCreationError, _)
     ));
-    assert_eq!(
-        s.recv(10, &[0x01, 0x00], false),
-        Action::StopSending(Code::StreamCreationError)
-    );
+    // An unknown stream type is stopped, the connection goes on (§6.2).
     assert_eq!(
         s.recv(14, &hex("40 21"), false),
         Action::StopSending(Code::StreamCreationError)
     );
     assert!(matches!(s.on_reset(2), Action::Close(Code::ClosedCriticalStream, _)));
+    // A push stream from the client is a connection error (§6.2.2).
+    let mut s = Session::new(CFG);
+    assert_eq!(s.recv(2, &settings, false), Action::None);
+    assert!(matches!(
+        s.recv(10, &[0x01, 0x00], false),
+        Action::Close(Code::StreamCreationError, _)
+    ));
+}
+
+/// A reserved frame type (0x1f * N + 0x21, §7.2.8) of 64 KiB on the control
+/// stream, after SETTINGS, fed in pieces: ignored (§9), its payload not
+/// kept; the stream goes on (a GOAWAY after it is read). Known control
+/// frames over 16 KiB are still refused.
+#[test]
+fn a_large_reserved_frame_on_the_control_stream_is_skipped() {
+    let mut s = Session::new(CFG);
+    let mut stream = vec![0x00];
+    frame::write_settings(&mut stream, 100);
+    frame::write_header(&mut stream, 0x21 + 0x1f * 3, 64 * 1024);
+    stream.extend(std::iter::repeat_n(0xab, 64 * 1024));
+    frame::write_goaway(&mut stream, 0);
+    for piece in stream.chunks(1000) {
+        assert_eq!(s.recv(2, piece, false), Action::None);
+    }
+    // What the control stream held on to: nothing of the 64 KiB.
+    let held: usize = s.unis.iter().map(|(_, u)| u.retained_bytes()).sum();
+    assert!(held < 1024, "{held}");
+    let mut s = Session::new(CFG);
+    let mut stream = vec![0x00];
+    frame::write_settings(&mut stream, 100);
+    frame::write_header(&mut stream, frame::GOAWAY, 64 * 1024);
+    assert!(matches!(
+        s.recv(2, &stream, false),
+        Action::Close(Code::ExcessiveLoad, _)
+    ));
 }
 
 #[test]

@@ -37,6 +37,9 @@ pub(super) struct QuicConn {
     /// Scratch: streams with bytes to send.
     sending: Vec<u64>,
     closed: bool,
+    /// Packets sent and lost already added to the metrics.
+    counted_sent: u64,
+    counted_lost: u64,
 }
 
 fn code(c: Code) -> VarInt {
@@ -62,6 +65,8 @@ impl QuicConn {
             deferred: Vec::new(),
             sending: Vec::new(),
             closed: false,
+            counted_sent: 0,
+            counted_lost: 0,
         }
     }
 
@@ -382,6 +387,21 @@ impl QuicConn {
             .session
             .respond(stream, response, wait.head_only, &ctx.date.http()[..], extra_fields);
         dispatch::finish(ctx, self.peer, &wait, sent.map(|s| (s.status, s.body_bytes)));
+    }
+
+    /// Adds the packets sent and lost since the last call to the metrics
+    /// (quinn-proto's counts only grow), so that they move while the
+    /// connection lives.
+    pub(super) fn count_packets(&mut self, ctx: &Ctx<'_>) {
+        if let Some(m) = ctx.metrics {
+            let path = self.conn.stats().path;
+            m.quic_packets_sent
+                .add(path.sent_packets.saturating_sub(self.counted_sent));
+            m.quic_packets_lost
+                .add(path.lost_packets.saturating_sub(self.counted_lost));
+            self.counted_sent = self.counted_sent.max(path.sent_packets);
+            self.counted_lost = self.counted_lost.max(path.lost_packets);
+        }
     }
 
     /// The connection is gone: deferred answers still out are abandoned.

@@ -673,23 +673,30 @@ impl Endpoint {
             }
             c.timer = timer;
         }
+        c.count_packets(ctx);
         if c.conn.is_drained() {
-            if let Some(t) = c.timer {
-                self.timers.remove(&(t, ch));
-            }
-            if let Some(m) = ctx.metrics {
-                let stats = c.conn.stats();
-                m.quic_packets_sent.add(stats.path.sent_packets);
-                m.quic_packets_lost.add(stats.path.lost_packets);
-                m.quic_conns_closed.add(1);
-            }
-            c.abandon(ctx);
-            if !c.handshaken {
-                self.n_handshaking -= 1;
-            }
-            self.conns[ch] = None;
-            self.n_conns -= 1;
+            self.retire(ctx, ch);
         }
+    }
+
+    /// Forgets connection `ch` (drained, or cut at the shutdown deadline):
+    /// its timer, its count among the open, its deferred answers.
+    fn retire(&mut self, ctx: &mut Ctx<'_>, ch: usize) {
+        let Some(Some(mut c)) = self.conns.get_mut(ch).map(Option::take) else {
+            return;
+        };
+        if let Some(t) = c.timer {
+            self.timers.remove(&(t, ch));
+        }
+        c.count_packets(ctx);
+        if let Some(m) = ctx.metrics {
+            m.quic_conns_closed.add(1);
+        }
+        c.abandon(ctx);
+        if !c.handshaken {
+            self.n_handshaking -= 1;
+        }
+        self.n_conns -= 1;
     }
 
     /// Fires the timers that are due.
@@ -756,7 +763,9 @@ impl Endpoint {
         }
     }
 
-    /// The shutdown timeout passed: close what is left at once.
+    /// The shutdown timeout passed: close what is left at once (the
+    /// CONNECTION_CLOSE goes out now), and forget every connection, as
+    /// the worker stops: counted closed, their deferred answers abandoned.
     pub(crate) fn close_all(&mut self, ctx: &mut Ctx<'_>) {
         for c in self.conns.iter_mut().flatten() {
             c.conn.close(
@@ -769,6 +778,9 @@ impl Endpoint {
             self.touched.push(ch);
         }
         self.drive_touched(ctx);
+        for ch in 0..self.conns.len() {
+            self.retire(ctx, ch);
+        }
     }
 
     fn send(&self, t: &quinn_proto::Transmit, ctx: &Ctx<'_>) {

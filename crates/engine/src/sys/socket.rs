@@ -61,6 +61,16 @@ pub(crate) fn send_more(stream: &super::stream::Stream, buf: &[u8]) -> io::Resul
 /// each datagram's addresses to one of them, so a client's packets keep
 /// reaching the same worker.
 pub(crate) fn bind_udp_group(addr: SocketAddr, n_workers: usize) -> io::Result<Vec<std::net::UdpSocket>> {
+    // As for TCP: any UDP socket of the same user with SO_REUSEPORT on
+    // the port would join the group and take a share of the datagrams.
+    // An ordinary bind first reports "in use" instead.
+    if addr.port() != 0 {
+        let probe = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+        if addr.is_ipv6() {
+            probe.set_only_v6(true)?;
+        }
+        probe.bind(&addr.into())?;
+    }
     let mut sockets = Vec::with_capacity(n_workers);
     for _ in 0..n_workers {
         let socket = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
