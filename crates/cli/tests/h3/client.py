@@ -45,10 +45,25 @@ from aioquic.quic.connection import QuicConnection
 from aioquic.quic.events import ConnectionTerminated, StreamDataReceived, StreamReset
 
 
+class Connection(H3Connection):
+    """aioquic's, except that the answer to a HEAD may announce a
+    Content-Length its (empty) body does not have (RFC 9110 §9.3.2,
+    §8.6): aioquic 1.7.2 refuses that (H3_MESSAGE_ERROR); other answers
+    are still checked."""
+
+    def __init__(self, quic):
+        super().__init__(quic)
+        self.head_streams = set()
+
+    def _check_content_length(self, stream):
+        if stream.stream_id not in self.head_streams:
+            super()._check_content_length(stream)
+
+
 class Client(QuicConnectionProtocol):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.h3 = H3Connection(self._quic)
+        self.h3 = Connection(self._quic)
         self.streams = {}
         self.waiters = {}
         self.closed = None
@@ -73,6 +88,8 @@ class Client(QuicConnectionProtocol):
         ] + [(k.encode(), v.encode()) for k, v in headers]
         if expect_continue:
             fields.append((b"expect", b"100-continue"))
+        if method == "HEAD":
+            self.h3.head_streams.add(sid)
         self.h3.send_headers(sid, fields, end_stream=not body)
         held = None
         if body and expect_continue:
