@@ -439,9 +439,8 @@ fn close(conns: &mut Slab<Conn>, token: usize, pool: &mut BufPool, metrics: Opti
     if let Some(mut conn) = conns.try_remove(token) {
         if let Some(m) = metrics {
             m.conns_closed.add(1);
-            if conn.is_deferred() {
-                m.deferred_ended.add(1); // abandoned: its answer will be dropped
-            }
+            // Abandoned: their answers will be dropped.
+            m.deferred_ended.add(conn.n_deferred() as u64);
         }
         conn.release(pool);
         // Dropping the connection closes the socket, which also removes it

@@ -514,8 +514,8 @@ fn sample(text: &str, name: &str) -> u64 {
 
 /// Connections cut at the shutdown deadline are counted closed, and the
 /// deferred answers they wait for abandoned: a QUIC connection and a TCP
-/// one waiting for an answer that never comes, and a TCP one whose body
-/// never ends. Meanwhile, QUIC's packet counts move while its connection
+/// one waiting for an answer that never comes, an HTTP/2 one waiting for
+/// two, and a TCP one whose body never ends. Meanwhile, QUIC's packet counts move while its connection
 /// lives (not only once it has ended).
 #[test]
 fn connections_cut_at_the_shutdown_deadline_are_counted_closed() {
@@ -570,10 +570,37 @@ fn connections_cut_at_the_shutdown_deadline_are_counted_closed() {
     uploading
         .write_all(b"POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nabc")
         .unwrap();
-    let text = test_support::wait_for("two requests in flight, three connections open", || {
+    // HTTP/2 (prior knowledge): two streams waiting on one connection.
+    let mut two = std::net::TcpStream::connect(plain).unwrap();
+    let mut h2 = test_support::h2::PREFACE.to_vec();
+    h2.extend(test_support::h2::frame(test_support::h2::SETTINGS, 0, 0, &[]));
+    for stream in [1, 3] {
+        // :method GET, :scheme http, :path /never, :authority x
+        // (literals, names from the static table, no Huffman).
+        let block = [
+            &[0x02, 3][..],
+            b"GET",
+            &[0x06, 4],
+            b"http",
+            &[0x04, 6],
+            b"/never",
+            &[0x01, 1],
+            b"x",
+        ]
+        .concat();
+        let flags = test_support::h2::END_HEADERS | test_support::h2::END_STREAM;
+        h2.extend(test_support::h2::frame(
+            test_support::h2::HEADERS,
+            flags,
+            stream,
+            &block,
+        ));
+    }
+    two.write_all(&h2).unwrap();
+    let text = test_support::wait_for("four requests in flight, three connections open", || {
         let text = metrics.render();
-        (sample(&text, "peregrine_requests_in_flight") == 2
-            && sample(&text, "peregrine_connections_open") == 2
+        (sample(&text, "peregrine_requests_in_flight") == 4
+            && sample(&text, "peregrine_connections_open") == 3
             && sample(&text, "peregrine_quic_connections_open") == 1)
             .then_some(text)
     });
@@ -591,7 +618,7 @@ fn connections_cut_at_the_shutdown_deadline_are_counted_closed() {
     assert!(done.status.success(), "{}", String::from_utf8_lossy(&done.stderr));
     let head = std::fs::read_to_string(out.join("0.head")).unwrap();
     assert!(head.starts_with("error connection closed"), "{head}");
-    drop((waiting, uploading));
+    drop((waiting, uploading, two));
     let _ = std::fs::remove_dir_all(out);
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -20,7 +20,10 @@ connection ("connection closed CODE REASON"). "then": "reset control"
 (or "finish control", "reset encoder", "reset decoder", "stop
 server-control") does that to the client's control or QPACK stream, or
 asks the server to stop sending on its control stream, once the answers
-are written; then prints how the server closed the connection.
+are written; "grease control" sends a 64 KiB frame of a reserved type on
+the client's control stream, then ends the stream; "open push" opens a
+push stream (which only servers may); then prints how the server closed
+the connection.
 
 With "flood": N instead, it sends the Initial packets of N connection
 attempts from one socket, never answering, and prints how many answers
@@ -45,10 +48,25 @@ from aioquic.quic.connection import QuicConnection
 from aioquic.quic.events import ConnectionTerminated, StreamDataReceived, StreamReset
 
 
+class Connection(H3Connection):
+    """aioquic's, except that the answer to a HEAD may announce a
+    Content-Length its (empty) body does not have (RFC 9110 §9.3.2,
+    §8.6): aioquic 1.7.2 refuses that (H3_MESSAGE_ERROR); other answers
+    are still checked."""
+
+    def __init__(self, quic):
+        super().__init__(quic)
+        self.head_streams = set()
+
+    def _check_content_length(self, stream):
+        if stream.stream_id not in self.head_streams:
+            super()._check_content_length(stream)
+
+
 class Client(QuicConnectionProtocol):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.h3 = H3Connection(self._quic)
+        self.h3 = Connection(self._quic)
         self.streams = {}
         self.waiters = {}
         self.closed = None
@@ -73,6 +91,8 @@ class Client(QuicConnectionProtocol):
         ] + [(k.encode(), v.encode()) for k, v in headers]
         if expect_continue:
             fields.append((b"expect", b"100-continue"))
+        if method == "HEAD":
+            self.h3.head_streams.add(sid)
         self.h3.send_headers(sid, fields, end_stream=not body)
         held = None
         if body and expect_continue:
@@ -209,7 +229,19 @@ async def main():
             if r.get("interim"):
                 with open("%s/%d.interim" % (spec["out"], i), "w") as f:
                     f.write("".join("%d\n" % n for n in r["interim"]))
-        if spec.get("then"):
+        if spec.get("then") == "grease control":
+            # A reserved frame type (0x1f * 3 + 0x21, RFC 9114 §7.2.8) of
+            # 64 KiB on the control stream, then its end.
+            h3 = client.h3
+            frame = bytes([0x40, 0x7E, 0x80, 0x01, 0x00, 0x00]) + bytes(65536)
+            client._quic.send_stream_data(h3._local_control_stream_id, frame, end_stream=True)
+            client.transmit()
+        elif spec.get("then") == "open push":
+            # A push stream (type 0x01, push ID 0): only servers push.
+            sid = client._quic.get_next_available_stream_id(is_unidirectional=True)
+            client._quic.send_stream_data(sid, b"\x01\x00")
+            client.transmit()
+        elif spec.get("then"):
             kind, which = spec["then"].split()
             h3 = client.h3
             sid = {

@@ -416,8 +416,8 @@ impl Conn {
         true
     }
 
-    pub(super) fn h2_deferred(&self) -> bool {
-        self.h2.as_ref().is_some_and(|h2| !h2.deferred.is_empty())
+    pub(super) fn h2_n_deferred(&self) -> usize {
+        self.h2.as_ref().map_or(0, |h2| h2.deferred.len())
     }
 
     /// Ends the connection after a timeout: GOAWAY, then close.

@@ -336,9 +336,10 @@ impl Conn {
         self.h1_time_out(ctx)
     }
 
-    /// Whether a deferred handler still owes this connection an answer.
-    pub(crate) fn is_deferred(&self) -> bool {
-        self.deferral.is_some() || self.h2_deferred()
+    /// How many answers deferred handlers still owe this connection
+    /// (HTTP/2: one per stream waiting).
+    pub(crate) fn n_deferred(&self) -> usize {
+        usize::from(self.deferral.is_some()) + self.h2_n_deferred()
     }
 
     /// Shutdown has begun (`ctx.draining`): closes the connection if
