@@ -574,6 +574,25 @@ fn a_flood_of_initials_is_answered_with_retry_and_clients_still_get_in() {
     assert!(counter("peregrine_quic_retries_total ") >= 80, "{text}");
     assert!(counter("peregrine_quic_handshakes_total ") >= 1, "{text}");
     assert!(counter("peregrine_quic_connections_accepted_total ") >= 9, "{text}");
+    // Memory stays bounded under a larger flood: a Retry keeps no state,
+    // and at most 8 handshakes are in progress.
+    let rss_kib = || -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", server.child.id())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or_else(|| panic!("no VmRSS in {status}"))
+    };
+    let before = rss_kib();
+    let spec = format!(
+        "{{\"host\": \"127.0.0.1\", \"port\": {}, \"flood\": 3000}}",
+        server.port()
+    );
+    let run = run_client(&spec);
+    assert!(run.status.success(), "{}", run.stderr);
+    let grown = rss_kib().saturating_sub(before);
+    assert!(grown < 8 * 1024, "RSS grew by {grown} KiB under 3,000 more Initials");
     assert!(server.is_alive());
 }
 
