@@ -42,7 +42,7 @@ const SWITCH_GRACE: Duration = Duration::from_millis(100);
 /// (its `INLINE_BODY_BYTES_MAX`), so it costs a copy of mapped bytes; a
 /// larger one would keep the map's pages in play for as long as a slow
 /// client takes.
-const MAP_BODY_BYTES_MAX: u64 = 16 * 1024;
+// (MAP_BODY_BYTES_MAX is format.rs's: `pack` aligns the bodies above it.)
 
 struct Shared {
     id: u64,

@@ -78,6 +78,15 @@ impl Writer {
                 return Ok((off, len));
             }
         }
+        // A body that will go out by sendfile starts on a page (BODY_ALIGN
+        // says why); the zeros before it are part of the data region.
+        if bytes.len() as u64 > MAP_BODY_BYTES_MAX && self.pos % BODY_ALIGN != 0 {
+            let pad = [0u8; BODY_ALIGN as usize];
+            let n = (BODY_ALIGN - self.pos % BODY_ALIGN) as usize;
+            self.out.write_all(&pad[..n])?;
+            self.data_hash.update(&pad[..n]);
+            self.pos += n as u64;
+        }
         let off = self.pos;
         self.out.write_all(bytes)?;
         self.data_hash.update(bytes);

@@ -239,6 +239,62 @@ fn packing_is_deterministic_and_atomic() {
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }
 
+/// Bodies sent by sendfile (over 16 KiB) start on a page of the file, so
+/// that sendfile goes from an aligned offset (`format::BODY_ALIGN`); the
+/// small ones are packed tight; every body still reads back exact.
+#[test]
+fn bodies_sent_by_sendfile_start_on_a_page() {
+    use peregrine_archive::format::{BODY_ALIGN, MAP_BODY_BYTES_MAX};
+    let t = tmp("align");
+    let sizes = [17usize, 5_000, 16 * 1024, 16 * 1024 + 1, 65_536, 100_003, 333, 70_000];
+    // Incompressible bytes, so that each file's body is its own and large.
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut noise = |n: usize| -> Vec<u8> {
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect()
+    };
+    let mut files = Vec::new();
+    for (i, n) in sizes.iter().enumerate() {
+        let bytes = noise(*n);
+        t.write(&format!("site/f{i}.bin"), &bytes);
+        files.push((format!("/f{i}.bin"), bytes));
+    }
+    let out = t.path("a.prg");
+    pack(&PackOptions::new(&t.path("site"), &out)).unwrap();
+    let archive = Archive::open(&out, Mode::Heap).unwrap();
+    let raw = std::fs::read(&out).unwrap();
+    let (mut aligned, mut small) = (0, 0);
+    for (path, bytes) in &files {
+        let v = archive.get(0, path.as_bytes()).unwrap().variant(0).unwrap();
+        assert_eq!(v.body_len, bytes.len() as u64, "{path}");
+        let at = v.body_off as usize;
+        assert!(
+            raw[at..at + bytes.len()] == bytes[..],
+            "{path}: the body reads back exact"
+        );
+        if v.body_len > MAP_BODY_BYTES_MAX {
+            assert_eq!(
+                v.body_off % BODY_ALIGN,
+                0,
+                "{path}: {} bytes at {}",
+                v.body_len,
+                v.body_off
+            );
+            aligned += 1;
+        } else if v.body_off % BODY_ALIGN != 0 {
+            small += 1;
+        }
+    }
+    assert_eq!(aligned, 4);
+    assert!(small > 0, "small bodies are not padded");
+}
+
 #[test]
 fn damaged_archives_are_refused_with_a_reason() {
     let t = tmp("damage");
