@@ -11,8 +11,13 @@ pub const ENTRY_LEN: usize = 192;
 pub const VARIANT_LEN: usize = 40;
 /// Variants per entry: identity, br, zstd, gzip.
 pub const N_VARIANTS: usize = 4;
-/// Largest body a server sends from the map; a larger one goes out from the
-/// file's descriptor (sendfile), so its offset in the file matters.
+/// Largest body sent from the map (a larger one goes out from the file's
+/// descriptor: sendfile, or pread under TLS and HTTP/2, so its offset in
+/// the file matters: `BODY_ALIGN`). The engine copies a body this small
+/// into its output buffer while the request is handled (its
+/// `INLINE_BODY_BYTES_MAX`), so it costs a copy of mapped bytes; a larger
+/// one would keep the map's pages in play for as long as a slow client
+/// takes.
 pub const MAP_BODY_BYTES_MAX: u64 = 16 * 1024;
 /// Where `pack` starts each body larger than `MAP_BODY_BYTES_MAX`: on a
 /// multiple of this in the file (a page). Measured over loopback (kernel

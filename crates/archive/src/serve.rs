@@ -36,13 +36,6 @@ const WATCH_INTERVAL: Duration = Duration::from_millis(250);
 /// old generation to start sending large bodies from its file before the
 /// writer may change it.
 const SWITCH_GRACE: Duration = Duration::from_millis(100);
-/// Largest body sent from the map (a larger one goes out from the file's
-/// descriptor: sendfile, or pread under TLS and HTTP/2). The engine copies
-/// a body this small into its output buffer while the request is handled
-/// (its `INLINE_BODY_BYTES_MAX`), so it costs a copy of mapped bytes; a
-/// larger one would keep the map's pages in play for as long as a slow
-/// client takes.
-// (MAP_BODY_BYTES_MAX is format.rs's: `pack` aligns the bodies above it.)
 
 struct Shared {
     id: u64,

@@ -266,7 +266,7 @@ fn bodies_sent_by_sendfile_start_on_a_page() {
         files.push((format!("/f{i}.bin"), bytes));
     }
     let out = t.path("a.prg");
-    pack(&PackOptions::new(&t.path("site"), &out)).unwrap();
+    pack(&PackOptions::new(t.path("site"), &out)).unwrap();
     let archive = Archive::open(&out, Mode::Heap).unwrap();
     let raw = std::fs::read(&out).unwrap();
     let (mut aligned, mut small) = (0, 0);
