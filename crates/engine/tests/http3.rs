@@ -41,8 +41,29 @@ fn tls(tag: &str) -> (TlsConfig, PathBuf) {
     )
 }
 
-/// GETs (path) and POSTs (path, body) on one connection, all at once;
-/// each answer's status line ("200", or "error ...") and body.
+/// Starts the aioquic test client (crates/cli/tests/h3/client.py) on
+/// `spec` (JSON, written to its stdin, which is then closed), killed after
+/// `limit_s` seconds; stdout and stderr piped.
+fn spawn_client(spec: &str, limit_s: u32) -> std::process::Child {
+    let client = Path::new(env!("CARGO_MANIFEST_DIR")).join("../cli/tests/h3/client.py");
+    let mut child = Command::new("timeout")
+        .args(["--kill-after=5", &limit_s.to_string()])
+        .arg(python())
+        .arg(client)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(spec.as_bytes()).unwrap();
+    child
+}
+
+/// `spawn_client`, then its end and what it printed.
+fn run_client(spec: &str, limit_s: u32) -> std::process::Output {
+    spawn_client(spec, limit_s).wait_with_output().unwrap()
+}
+
 fn h3(server: &Running, reqs: &[(&str, Option<&[u8]>)]) -> Vec<(String, Vec<u8>)> {
     // One directory per call: the tests of this binary run at once.
     static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
@@ -65,17 +86,7 @@ fn h3(server: &Running, reqs: &[(&str, Option<&[u8]>)]) -> Vec<(String, Vec<u8>)
         out.display(),
         requests.join(", ")
     );
-    let client = Path::new(env!("CARGO_MANIFEST_DIR")).join("../cli/tests/h3/client.py");
-    let mut child = Command::new("timeout")
-        .args(["--kill-after=5", "120"])
-        .arg(python())
-        .arg(client)
-        .stdin(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(spec.as_bytes()).unwrap();
-    let done = child.wait_with_output().unwrap();
+    let done = run_client(&spec, 120);
     assert!(done.status.success(), "{}", String::from_utf8_lossy(&done.stderr));
     let answers = (0..reqs.len())
         .map(|i| {
@@ -314,17 +325,7 @@ fn a_streamed_body_to_a_client_gone_over_http3_fails_send() {
         server.local_addr().port(),
         out.display(),
     );
-    let client = Path::new(env!("CARGO_MANIFEST_DIR")).join("../cli/tests/h3/client.py");
-    let mut child = Command::new("timeout")
-        .args(["--kill-after=5", "60"])
-        .arg(python())
-        .arg(client)
-        .stdin(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(spec.as_bytes()).unwrap();
-    let status = child.wait().unwrap();
+    let status = run_client(&spec, 60).status;
     assert!(!status.success(), "the client cannot finish an endless body");
     let sent = done
         .recv_timeout(test_support::PATIENCE)
@@ -401,17 +402,7 @@ fn expect_100_continue_over_http3_gets_an_interim_100_before_the_body() {
         out.display(),
         requests.join(", ")
     );
-    let client = Path::new(env!("CARGO_MANIFEST_DIR")).join("../cli/tests/h3/client.py");
-    let mut child = Command::new("timeout")
-        .args(["--kill-after=5", "60"])
-        .arg(python())
-        .arg(client)
-        .stdin(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(spec.as_bytes()).unwrap();
-    let done = child.wait_with_output().unwrap();
+    let done = run_client(&spec, 60);
     assert!(done.status.success(), "{}", String::from_utf8_lossy(&done.stderr));
     let answer = |i: usize| {
         let head = std::fs::read_to_string(out.join(format!("{i}.head"))).unwrap();
@@ -478,18 +469,7 @@ fn a_streamed_body_silent_longer_than_the_idle_timeout_keeps_its_connection() {
         server.local_addr().port(),
         out.display(),
     );
-    let client = Path::new(env!("CARGO_MANIFEST_DIR")).join("../cli/tests/h3/client.py");
-    let mut child = Command::new("timeout")
-        .args(["--kill-after=5", "60"])
-        .arg(python())
-        .arg(client)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(spec.as_bytes()).unwrap();
-    let done = child.wait_with_output().unwrap();
+    let done = run_client(&spec, 60);
     assert!(done.status.success(), "{}", String::from_utf8_lossy(&done.stderr));
     let head = std::fs::read_to_string(out.join("0.head")).unwrap();
     assert_eq!(head.lines().next(), Some("200"));
@@ -552,18 +532,7 @@ fn connections_cut_at_the_shutdown_deadline_are_counted_closed() {
         server.local_addr().port(),
         out.display(),
     );
-    let client = Path::new(env!("CARGO_MANIFEST_DIR")).join("../cli/tests/h3/client.py");
-    let mut child = Command::new("timeout")
-        .args(["--kill-after=5", "120"])
-        .arg(python())
-        .arg(client)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(spec.as_bytes()).unwrap();
-    drop(child.stdin.take());
+    let child = spawn_client(&spec, 120);
     let mut waiting = std::net::TcpStream::connect(plain).unwrap();
     waiting.write_all(b"GET /never HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
     let mut uploading = std::net::TcpStream::connect(plain).unwrap();
