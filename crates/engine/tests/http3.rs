@@ -12,6 +12,7 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 
 use peregrine::{Reply, Request, Response, Router, Running, Server, TlsConfig};
+use test_support::sample;
 
 fn python() -> &'static Path {
     static FOUND: OnceLock<Result<PathBuf, String>> = OnceLock::new();
@@ -481,15 +482,6 @@ fn a_streamed_body_silent_longer_than_the_idle_timeout_keeps_its_connection() {
     assert!(said.starts_with("answered\nconnection closed"), "{said}");
     let _ = std::fs::remove_dir_all(out);
     let _ = std::fs::remove_dir_all(dir);
-}
-
-/// The value of the sample `name` in a scrape.
-fn sample(text: &str, name: &str) -> u64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
-        .unwrap_or_else(|| panic!("no sample {name} in\n{text}"))
-        .parse()
-        .unwrap()
 }
 
 /// Connections cut at the shutdown deadline are counted closed, and the

@@ -7,15 +7,7 @@ use std::sync::{mpsc, Arc, Mutex};
 
 use common::Client;
 use peregrine::{Metrics, Reply, Request, Response, Router, Server};
-
-/// The value of the sample `name` (with its labels) in a scrape.
-fn sample(text: &str, name: &str) -> u64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
-        .unwrap_or_else(|| panic!("no sample {name} in\n{text}"))
-        .parse()
-        .unwrap()
-}
+use test_support::sample;
 
 #[test]
 fn counters_match_a_known_set_of_requests() {

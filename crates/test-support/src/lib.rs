@@ -46,6 +46,16 @@ pub fn wait_for<T>(what: &str, mut ready: impl FnMut() -> Option<T>) -> T {
     }
 }
 
+/// The value of the Prometheus sample `name` (with its labels, if any) in
+/// a `/metrics` scrape; fails naming it if the scrape has none.
+pub fn sample(text: &str, name: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
+        .unwrap_or_else(|| panic!("no sample {name} in\n{text}"))
+        .parse()
+        .unwrap()
+}
+
 /// A fresh directory `NAME-PID` in the system's temporary directory,
 /// removed when dropped. Names are unique within a test binary; the PID
 /// keeps binaries and runs apart.
