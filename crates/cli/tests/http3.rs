@@ -377,6 +377,44 @@ fn same_as_h1(server: &Running, reqs: &[(&str, &[(&str, &str)])]) {
 
 const NONE: &[(&str, &str)] = &[];
 
+/// A download of /10m.bin over h3 through a relay (which slows it), on a
+/// thread, once its first 200 datagrams have gone through: under way.
+fn download_under_way(server_port: u16) -> (Relay, std::thread::JoinHandle<Vec<Answer>>) {
+    let relay = Relay::new(server_port, 0, 0, None);
+    let port = relay.addr.port();
+    let client = std::thread::spawn(move || h3(port, &[Req::Get("/10m.bin", NONE)], ""));
+    test_support::wait_until("the download to start", || {
+        relay.carried.load(std::sync::atomic::Ordering::Relaxed) > 200
+    });
+    (relay, client)
+}
+
+/// The download of `download_under_way` ended with a 200 and the exact
+/// 10 MiB; `what` prefixes the failure's message.
+fn downloaded_whole(relay: Relay, client: std::thread::JoinHandle<Vec<Answer>>, what: &str) {
+    let answers = client.join().unwrap();
+    let (seen, _, _) = relay.finish();
+    assert_eq!(answers[0].status, Ok(200), "{what}{seen} datagrams");
+    assert!(
+        answers[0].body == pattern(10 << 20),
+        "the 10 MiB file, exact: {} bytes",
+        answers[0].body.len()
+    );
+}
+
+/// Sends SIGHUP to `pid` and waits for its line saying the configuration
+/// was reloaded; fails on a line saying it was not.
+fn reload(pid: u32, lines: &std::sync::mpsc::Receiver<String>) {
+    test_support::process::signal(pid, "HUP");
+    loop {
+        let line = lines.recv_timeout(common::PATIENCE).expect("a line about the reload");
+        assert!(!line.contains("not reloaded"), "{line}");
+        if line.contains("configuration reloaded") {
+            break;
+        }
+    }
+}
+
 #[test]
 fn hello_answers_the_same_over_h3_as_over_h1() {
     let pki = pki("hello");
@@ -621,11 +659,7 @@ fn a_graceful_shutdown_closes_http3_connections_with_no_error() {
     std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
     assert_eq!(line.trim(), "answered");
     // The connection is open and idle: SIGTERM.
-    let status = Command::new("kill")
-        .args(["-TERM", &server.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    test_support::process::signal(server.child.id(), "TERM");
     line.clear();
     std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
     // H3_NO_ERROR (0x100), after our GOAWAY.
@@ -1096,19 +1130,7 @@ fn a_reload_hands_the_udp_sockets_over_and_http3_keeps_answering() {
     };
     let server = start(args, &pki);
     assert_eq!(h3(server.port(), &[Req::Get("/", NONE)], "")[0].status, Ok(200));
-    let status = Command::new("kill")
-        .args(["-HUP", &server.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let lines = server.lines.as_ref().unwrap();
-    loop {
-        let line = lines.recv_timeout(common::PATIENCE).expect("a line about the reload");
-        assert!(!line.contains("not reloaded"), "{line}");
-        if line.contains("configuration reloaded") {
-            break;
-        }
-    }
+    reload(server.child.id(), server.lines.as_ref().unwrap());
     // The new generation answers on the same UDP port (it was handed the
     // sockets: nothing was bound again).
     let answers = h3(server.port(), &[Req::Get("/", NONE), Req::Get("/x", NONE)], "");
@@ -1154,15 +1176,7 @@ fn reloads_during_small_http3_requests_answer_every_one_and_old_generations_end(
         test_support::wait_until("a connection answered", || {
             done.load(std::sync::atomic::Ordering::Relaxed) > seen
         });
-        let status = Command::new("kill").args(["-HUP", &pid.to_string()]).status().unwrap();
-        assert!(status.success());
-        loop {
-            let line = lines.recv_timeout(common::PATIENCE).expect("a line about the reload");
-            assert!(!line.contains("not reloaded"), "{line}");
-            if line.contains("configuration reloaded") {
-                break;
-            }
-        }
+        reload(pid, lines);
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     for client in clients {
@@ -1187,25 +1201,9 @@ fn a_download_in_flight_across_a_graceful_shutdown_completes() {
     let pki = pki("shutdown-flight");
     let (root, _) = site("shutdown-flight");
     let mut server = start(&["serve", root.to_str().unwrap(), "--shutdown-timeout", "600"], &pki);
-    let relay = Relay::new(server.port(), 0, 0, None);
-    let port = relay.addr.port();
-    let client = std::thread::spawn(move || h3(port, &[Req::Get("/10m.bin", NONE)], ""));
-    test_support::wait_until("the download to start", || {
-        relay.carried.load(std::sync::atomic::Ordering::Relaxed) > 200
-    });
-    let status = Command::new("kill")
-        .args(["-TERM", &server.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let answers = client.join().unwrap();
-    let (seen, _, _) = relay.finish();
-    assert_eq!(answers[0].status, Ok(200), "{seen} datagrams");
-    assert!(
-        answers[0].body == pattern(10 << 20),
-        "the 10 MiB file, exact: {} bytes",
-        answers[0].body.len()
-    );
+    let (relay, client) = download_under_way(server.port());
+    test_support::process::signal(server.child.id(), "TERM");
+    downloaded_whole(relay, client, "");
     // And the server has ended, with success.
     let ended = server.child.wait().unwrap();
     assert!(ended.success(), "{ended}");
@@ -1242,34 +1240,10 @@ fn download_across_a_reload(workers: &str) {
         "debug",
     ];
     let mut server = start(&args, &pki);
-    let relay = Relay::new(server.port(), 0, 0, None);
-    let port = relay.addr.port();
-    let client = std::thread::spawn(move || h3(port, &[Req::Get("/10m.bin", NONE)], ""));
     // Reload once the download is under way.
-    test_support::wait_until("the download to start", || {
-        relay.carried.load(std::sync::atomic::Ordering::Relaxed) > 200
-    });
-    let status = Command::new("kill")
-        .args(["-HUP", &server.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let lines = server.lines.as_ref().unwrap();
-    loop {
-        let line = lines.recv_timeout(common::PATIENCE).expect("a line about the reload");
-        assert!(!line.contains("not reloaded"), "{line}");
-        if line.contains("configuration reloaded") {
-            break;
-        }
-    }
-    let answers = client.join().unwrap();
-    let (seen, _, _) = relay.finish();
-    assert_eq!(answers[0].status, Ok(200), "{workers} workers: {seen} datagrams");
-    assert!(
-        answers[0].body == pattern(10 << 20),
-        "the 10 MiB file, exact: {} bytes",
-        answers[0].body.len()
-    );
+    let (relay, client) = download_under_way(server.port());
+    reload(server.child.id(), server.lines.as_ref().unwrap());
+    downloaded_whole(relay, client, &format!("{workers} workers: "));
     // And the new generation answers new connections.
     assert_eq!(
         h3(server.port(), &[Req::Get("/index.html", NONE)], "")[0].status,
@@ -1277,11 +1251,7 @@ fn download_across_a_reload(workers: &str) {
     );
     // The download's datagrams went through the new generation (tag 1) to
     // the old one (tag 0): each endpoint says how many as it ends.
-    let status = Command::new("kill")
-        .args(["-TERM", &server.child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(status.success());
+    test_support::process::signal(server.child.id(), "TERM");
     assert!(server.child.wait().unwrap().success());
     let (mut passed, mut received) = (0, 0);
     for line in server.lines.take().unwrap().iter() {
