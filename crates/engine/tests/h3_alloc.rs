@@ -63,16 +63,9 @@ fn count(python: &Path, port: u16, n: usize, out: &Path) -> usize {
 
 #[test]
 fn warm_http3_requests_allocate_a_bounded_few() {
-    let dir = std::env::temp_dir().join(format!("peregrine-e-h3-alloc-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let key = rcgen::KeyPair::generate().unwrap();
-    let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
-        .unwrap()
-        .self_signed(&key)
-        .unwrap();
-    std::fs::write(dir.join("cert.pem"), cert.pem()).unwrap();
-    std::fs::write(dir.join("key.pem"), key.serialize_pem()).unwrap();
-    let config = TlsConfig::from_pem_files(dir.join("cert.pem"), dir.join("key.pem")).unwrap();
+    let pki = test_support::pki::Pki::new("h3-alloc");
+    let (cert, key, _) = pki.issue("localhost", &["localhost"]);
+    let config = TlsConfig::from_pem_files(&cert, &key).unwrap();
     let python = python();
     let server = Server::new()
         .bind_tls("127.0.0.1:0", config)
@@ -80,7 +73,7 @@ fn warm_http3_requests_allocate_a_bounded_few() {
         .start(|_: &Request<'_>| Response::text("Hello, World!"))
         .unwrap();
     let port = server.local_addr().port();
-    let out = dir.join("out");
+    let out = pki.dir().join("out");
     count(&python, port, 100, &out); // warm: the worker's buffers and pools
     let (mut few, mut many) = (usize::MAX, usize::MAX);
     // The least of three of each: a stray allocation (a log line, a
@@ -102,5 +95,4 @@ fn warm_http3_requests_allocate_a_bounded_few() {
     );
     server.shutdown();
     server.join().unwrap();
-    let _ = std::fs::remove_dir_all(dir);
 }
