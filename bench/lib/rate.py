@@ -9,10 +9,14 @@ client got round to it (coordinated omission). oha does both (`-q RATE
 crates.io when it is missing (OHA=/path names one).
 
 The rates are 25, 50 and 75 % of `limit`'s capacity at 50 connections,
-measured by wrk once per run (`capacity`), so every server is asked the
-same rates in the same run. oha runs one worker thread, pinned like wrk;
-a row where it could not hold the rate says so in its note, and then the
-client, not the server, set the figures.
+measured once per run (`capacity`) by oha itself, unthrottled, so every
+server is asked the same rates in the same run, and rates the client can
+hold. (wrk's capacity is not: oha costs about twice what wrk does per
+request, so where the client shares the server's CPU, 50 % of wrk's
+capacity already saturated the CPU and every row measured a queue; run
+bench/runs/2026-11-24T024034.) oha runs one worker thread, pinned like
+wrk; a row where it could not hold the rate says so in its note, and then
+the client, not the server, set the figures.
 """
 import json
 import os
@@ -61,28 +65,42 @@ def oha_version(binary):
     return r.stdout.strip()
 
 
-def capacity(limit, log_path, duration_s, warmup_s):
-    """limit's req/s at 50 connections (wrk, the run's layout). Returns
-    (req/s, None) or (None, why)."""
+def capacity(binary, limit, log_path, duration_s, warmup_s):
+    """limit's req/s at 50 connections as oha (`binary`) sees it when it
+    sends as fast as it can (no -q), in the run's layout. Returns (req/s,
+    None) or (None, why)."""
     running = servers.Running(limit, log_path)
     try:
         reason = running.start()
         if reason:
             return None, f"limit did not start: {reason}"
         point = load.Point("rate-capacity", "rate", 50)
-        load.run_wrk(running.port, point, warmup_s)
-        fig, err = load.run_wrk(running.port, point, duration_s)
+        figures = []
+        for seconds in (warmup_s, duration_s):
+            argv = oha_argv(binary, running.port, point, None, seconds)
+            rc, out, err = procs.run_bounded(argv, seconds + load.WRK_MARGIN_S)
+            try:
+                fig = json.loads(out)
+            except ValueError:
+                return None, f"oha exited {rc} without a report: {(err or out).strip()[-300:]}"
+            figures.append(fig)
     finally:
         running.stop()
-    if err:
-        return None, err
-    return fig["requests"] / (fig["duration_us"] / 1e6), None
+    fig = figures[-1]
+    answered = sum((fig.get("statusCodeDistribution") or {}).values())
+    seconds = fig["summary"]["total"]
+    if not answered or not seconds:
+        return None, "oha answered nothing when measuring limit's capacity"
+    return answered / seconds, None
 
 
 def oha_argv(binary, port, point, rate, duration_s, headers=()):
-    argv = ["taskset", "-c", load.WRK_CPU, binary, "-q", f"{rate:.0f}", "-c", str(point.conns),
-            "-z", f"{duration_s:g}s", "--latency-correction", "--no-tui", "--output-format", "json",
-            "--worker-threads", OHA_WORKER_THREADS, "-t", load.WRK_TIMEOUT]
+    """oha's command line; `rate` None: as fast as it can (no -q)."""
+    argv = ["taskset", "-c", load.WRK_CPU, binary]
+    if rate is not None:
+        argv += ["-q", f"{rate:.0f}", "--latency-correction"]
+    argv += ["-c", str(point.conns), "-z", f"{duration_s:g}s", "--no-tui", "--output-format", "json",
+             "--worker-threads", OHA_WORKER_THREADS, "-t", load.WRK_TIMEOUT]
     for h in headers:
         argv += ["-H", h]
     return argv + [f"http://127.0.0.1:{port}{point.path}"]

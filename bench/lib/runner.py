@@ -281,11 +281,11 @@ def main(argv):
         oha, why = rate.ensure_oha()
         cap = None
         if oha and limit:
-            cap, why = rate.capacity(limit, os.path.join(logs, "rate-capacity.log"), args.duration, WARMUP_S)
+            cap, why = rate.capacity(oha, limit, os.path.join(logs, "rate-capacity.log"), args.duration, WARMUP_S)
         elif oha:
             why = "no limit server to measure the capacity the rates are fractions of"
         if cap:
-            line = (f"limit's capacity at 50 connections (wrk, {args.duration:g} s): {cap:,.0f} req/s; "
+            line = (f"limit's capacity at 50 connections (oha unthrottled, {args.duration:g} s): {cap:,.0f} req/s; "
                     f"oha -q at " + ", ".join(f"{p} % = {cap * p / 100:,.0f}" for p in load.RATE_PCTS)
                     + " req/s, --latency-correction, one worker thread")
             args.rate = {"oha": oha, "capacity": cap, "line": line}
