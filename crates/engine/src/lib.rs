@@ -67,6 +67,7 @@ mod worker;
 
 pub use access_log::{AccessLog, LogFormat};
 pub use codec::Version;
+pub use date::now;
 pub use error::Error;
 pub use handler::{Handler, Reply};
 pub use limits::Limits;

@@ -155,6 +155,7 @@ impl Worker {
             }
             let now = Instant::now();
             date.tick(now);
+            crate::date::set_now(now);
             let mut ctx = Ctx {
                 handler: &*handler,
                 redirect: redirect.as_deref(),

@@ -565,3 +565,27 @@ fn a_head_request_refused_before_its_head_parsed_gets_no_body() {
         assert!(text.ends_with("\r\n\r\n"), "a body after the head: {text:?}");
     }
 }
+
+/// A handler's `peregrine::now()` is its worker loop's time: the same for
+/// both reads within one request (a clock read would differ), not after the
+/// request arrived, and not before the server started.
+#[test]
+fn a_handler_reads_the_loop_time_from_peregrine_now() {
+    let started = std::time::Instant::now();
+    let server = start(move |_: &Request<'_>| {
+        let (a, b) = (peregrine::now(), peregrine::now());
+        let fresh = std::time::Instant::now();
+        Response::text(format!(
+            "same={} not_after={} not_before={}",
+            a == b,
+            a <= fresh,
+            a >= started
+        ))
+    });
+    let mut c = Client::connect(server.local_addr());
+    for _ in 0..3 {
+        c.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+        let r = c.response();
+        assert_eq!(r.text(), "same=true not_after=true not_before=true");
+    }
+}

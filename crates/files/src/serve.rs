@@ -253,7 +253,7 @@ impl Site {
             Method::Answer(answer) => return answer,
         };
         let raw = req.path().as_bytes();
-        let now = Instant::now();
+        let now = peregrine::now();
         let fields = Fields::scan(req);
         let rules = self.conventions(now);
         // A forced redirect shadows any file, cached or not. A raw path
@@ -486,7 +486,7 @@ impl Site {
     /// asking for `/_404.html` is not answered from it.
     fn page(&self, page: &str, rules: &Conventions) -> Option<Rc<Resource>> {
         let key = format!("\0/{}", page.trim_start_matches('/'));
-        let now = Instant::now();
+        let now = peregrine::now();
         let interval = self.options.revalidate_interval;
         if let Some(res) = cache::with_cache(self.id, self.options.cache_entries, |c| {
             c.get(key.as_bytes(), &self.root, interval, now)
