@@ -12,6 +12,16 @@
  * "\n\n" terminator is mis-answered. wrk and the idle client send plain GETs.
  *
  * Usage: limit PORT            (binds 127.0.0.1:PORT)
+ *        limit PORT --response FILE
+ *            answers with FILE's bytes instead (a whole response, head and
+ *            body: the floor for a server that sends those same bytes,
+ *            e.g. a file server's answer to a small file, bench/floor.sh)
+ *        limit PORT --head FILE --sendfile BODY
+ *            answers each request with FILE's bytes (a head) sent with
+ *            MSG_MORE, then BODY with sendfile(2): the floor for a file
+ *            server's answer to a large file. One request at a time per
+ *            connection (no pipelining); a socket that is full is waited
+ *            for with poll(2), which a client that reads never makes long.
  *
  * Build: gcc -O2 -o limit limit.c
  */
@@ -26,7 +36,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/epoll.h>
+#include <sys/sendfile.h>
+#include <sys/stat.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -34,7 +47,7 @@
 /* The Date is a fixed string: a real server formats it once per second and
  * caches it, a cost that rounds to zero per request, so leaving it out keeps
  * the limit honest. It has the same length as a real IMF-fixdate. */
-static const char RESPONSE[] =
+static const char CANNED[] =
     "HTTP/1.1 200 OK\r\n"
     "Server: limit\r\n"
     "Date: Thu, 01 Jan 2026 00:00:00 GMT\r\n"
@@ -42,13 +55,18 @@ static const char RESPONSE[] =
     "Content-Length: 13\r\n"
     "\r\n"
     "Hello, World!";
-#define RESPONSE_LEN (sizeof(RESPONSE) - 1)
+static const char *RESPONSE = CANNED;
+static size_t RESPONSE_LEN = sizeof(CANNED) - 1;
+/* --sendfile: the body's descriptor and length (-1: not in that mode) */
+static int body_fd = -1;
+static off_t body_len;
 
 /* One read() takes at most this much; the smallest request head that can
  * carry a terminator is 4 bytes, so one read yields at most READ_MAX / 4
  * responses and the output buffer is sized for that. */
 #define READ_MAX (64 * 1024)
 #define OUT_MAX ((READ_MAX / 4 + 1) * RESPONSE_LEN)
+
 
 #define EVENTS_MAX 512
 
@@ -72,6 +90,57 @@ static char *out_buf;
 static void die(const char *what) {
     perror(what);
     exit(1);
+}
+
+static char *read_file(const char *path, size_t *len) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) < 0) die(path);
+    char *buf = malloc((size_t)st.st_size + 1);
+    if (!buf) die("alloc");
+    size_t got = 0;
+    while (got < (size_t)st.st_size) {
+        ssize_t r = read(fd, buf + got, (size_t)st.st_size - got);
+        if (r <= 0) die(path);
+        got += (size_t)r;
+    }
+    close(fd);
+    *len = got;
+    return buf;
+}
+
+/* --sendfile mode: waits until fd is writable (the client reads). */
+static int wait_writable(int fd) {
+    struct pollfd p = {.fd = fd, .events = POLLOUT};
+    return poll(&p, 1, 10000) == 1 ? 0 : -1;
+}
+
+/* --sendfile mode: the head with MSG_MORE, then the body with sendfile, n
+ * times. Returns -1 if the connection died. */
+static int respond_sendfile(int fd, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        size_t off = 0;
+        while (off < RESPONSE_LEN) {
+            ssize_t w = send(fd, RESPONSE + off, RESPONSE_LEN - off, MSG_NOSIGNAL | MSG_MORE);
+            if (w < 0) {
+                if (errno == EINTR) continue;
+                if ((errno == EAGAIN || errno == EWOULDBLOCK) && wait_writable(fd) == 0) continue;
+                return -1;
+            }
+            off += (size_t)w;
+        }
+        off_t pos = 0;
+        while (pos < body_len) {
+            ssize_t w = sendfile(fd, body_fd, &pos, (size_t)(body_len - pos));
+            if (w < 0) {
+                if (errno == EINTR) continue;
+                if ((errno == EAGAIN || errno == EWOULDBLOCK) && wait_writable(fd) == 0) continue;
+                return -1;
+            }
+            if (w == 0) return -1;
+        }
+    }
+    return 0;
 }
 
 /* Counts the terminators in buf, carrying the partial match across reads.
@@ -190,7 +259,7 @@ static void on_readable(int fd) {
             return;
         }
         size_t n = count_terminators(&c->matched, in_buf, (size_t)r);
-        if (n > 0 && respond(fd, c, n) < 0) {
+        if (n > 0 && (body_fd >= 0 ? respond_sendfile(fd, n) : respond(fd, c, n)) < 0) {
             conn_close(fd);
             return;
         }
@@ -233,8 +302,16 @@ static void on_acceptable(int lfd) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 2) {
-        fprintf(stderr, "usage: %s PORT\n", argv[0]);
+    if (argc == 4 && strcmp(argv[2], "--response") == 0) {
+        RESPONSE = read_file(argv[3], &RESPONSE_LEN);
+    } else if (argc == 6 && strcmp(argv[2], "--head") == 0 && strcmp(argv[4], "--sendfile") == 0) {
+        RESPONSE = read_file(argv[3], &RESPONSE_LEN);
+        struct stat st;
+        body_fd = open(argv[5], O_RDONLY | O_CLOEXEC);
+        if (body_fd < 0 || fstat(body_fd, &st) < 0) die(argv[5]);
+        body_len = st.st_size;
+    } else if (argc != 2) {
+        fprintf(stderr, "usage: %s PORT [--response FILE | --head FILE --sendfile BODY]\n", argv[0]);
         return 2;
     }
     int port = atoi(argv[1]);
