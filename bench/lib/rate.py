@@ -9,12 +9,15 @@ client got round to it (coordinated omission). oha does both (`-q RATE
 crates.io when it is missing (OHA=/path names one).
 
 The rates are 25, 50 and 75 % of `limit`'s capacity at 50 connections,
-measured once per run (`capacity`) by oha itself, unthrottled, so every
-server is asked the same rates in the same run, and rates the client can
-hold. (wrk's capacity is not: oha costs about twice what wrk does per
-request, so where the client shares the server's CPU, 50 % of wrk's
-capacity already saturated the CPU and every row measured a queue; run
-bench/runs/2026-11-24T024034.) oha runs one worker thread, pinned like
+measured once per run (`capacity`) by oha itself, pacing (`-q`) at a rate
+far above what it reaches, so every server is asked the same rates in the
+same run, and rates the client can hold. wrk's capacity is not: oha costs
+about twice what wrk does per request, so where the client shares the
+server's CPU, 50 % of wrk's capacity already filled the CPU and every row
+measured a queue (bench/runs/2026-11-24T024034). Nor is oha's unthrottled
+capacity: pacing costs oha more per request (limit: 165k req/s unthrottled,
+118k paced), and at 75 % of the unthrottled figure the CPU was full again
+(bench/runs/2026-11-24T031241). oha runs one worker thread, pinned like
 wrk; a row where it could not hold the rate says so in its note, and then
 the client, not the server, set the figures.
 """
@@ -66,32 +69,32 @@ def oha_version(binary):
 
 
 def capacity(binary, limit, log_path, duration_s, warmup_s):
-    """limit's req/s at 50 connections as oha (`binary`) sees it when it
-    sends as fast as it can (no -q), in the run's layout. Returns (req/s,
-    None) or (None, why)."""
+    """limit's req/s at 50 connections as oha (`binary`) reaches it when
+    asked to pace far faster than it can, in the run's layout. Returns
+    (req/s, None) or (None, why)."""
     running = servers.Running(limit, log_path)
     try:
         reason = running.start()
         if reason:
             return None, f"limit did not start: {reason}"
         point = load.Point("rate-capacity", "rate", 50)
-        figures = []
+        # the warm-up unthrottled; then paced at 2.5 times what it reached
+        rate = None
         for seconds in (warmup_s, duration_s):
-            argv = oha_argv(binary, running.port, point, None, seconds)
+            argv = oha_argv(binary, running.port, point, rate, seconds)
             rc, out, err = procs.run_bounded(argv, seconds + load.WRK_MARGIN_S)
             try:
                 fig = json.loads(out)
             except ValueError:
                 return None, f"oha exited {rc} without a report: {(err or out).strip()[-300:]}"
-            figures.append(fig)
+            answered = sum((fig.get("statusCodeDistribution") or {}).values())
+            total = fig["summary"]["total"]
+            if not answered or not total:
+                return None, "oha answered nothing when measuring limit's capacity"
+            rate = 2.5 * answered / total
     finally:
         running.stop()
-    fig = figures[-1]
-    answered = sum((fig.get("statusCodeDistribution") or {}).values())
-    seconds = fig["summary"]["total"]
-    if not answered or not seconds:
-        return None, "oha answered nothing when measuring limit's capacity"
-    return answered / seconds, None
+    return rate / 2.5, None
 
 
 def oha_argv(binary, port, point, rate, duration_s, headers=()):

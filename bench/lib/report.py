@@ -524,7 +524,7 @@ def _rate_table(points, by_point, rate_line):
         "", "Haywire's latency at a fixed rate: oha sends on a schedule at the asked rate over 50 "
             "connections and, with --latency-correction, times each request from when it was due, "
             "so a stall counts for every request it delayed (no coordinated omission). The rates are "
-            "fractions of limit's capacity at 50 connections in this run, as oha measured it unthrottled."] + \
+            "fractions of limit's capacity at 50 connections in this run, as oha reached it when pacing far faster."] + \
         (["", f"- {rate_line}"] if rate_line else [])
 
 

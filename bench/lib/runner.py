@@ -285,7 +285,7 @@ def main(argv):
         elif oha:
             why = "no limit server to measure the capacity the rates are fractions of"
         if cap:
-            line = (f"limit's capacity at 50 connections (oha unthrottled, {args.duration:g} s): {cap:,.0f} req/s; "
+            line = (f"limit's capacity at 50 connections (oha pacing at 2.5 x what it reached unthrottled, {args.duration:g} s): {cap:,.0f} req/s; "
                     f"oha -q at " + ", ".join(f"{p} % = {cap * p / 100:,.0f}" for p in load.RATE_PCTS)
                     + " req/s, --latency-correction, one worker thread")
             args.rate = {"oha": oha, "capacity": cap, "line": line}
