@@ -1,13 +1,19 @@
 //! The path normaliser must never panic, and what it returns must be safe to
 //! join to a root: no `.`/`..`/empty segments, no leading `/`, no NUL or
-//! backslash; and normalising is idempotent.
+//! backslash; and normalising is idempotent. A path `is_key` takes as its
+//! own key (looked up without normalising) is exactly what normalising gives.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use peregrine_files::path::{encode, normalize};
+use peregrine_files::path::{encode, is_key, normalize};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(p) = normalize(data) else { return };
+    if let Ok(raw) = std::str::from_utf8(data) {
+        if is_key(raw) {
+            assert_eq!(p.key(), raw);
+        }
+    }
     assert!(!p.rel.starts_with('/'));
     assert!(!p.rel.contains('\0') && !p.rel.contains('\\'));
     for seg in p.rel.split('/') {

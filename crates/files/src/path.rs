@@ -65,12 +65,18 @@ impl SitePath {
 /// refused by `normalize` for a control byte; a lookup of it finds nothing
 /// either way, since no key holds one.
 pub fn is_key(raw: &str) -> bool {
-    // One pass over the bytes: three `contains` built two substring
-    // searchers per request (2.2 % of a pipelined archive profile).
-    let b = raw.as_bytes();
-    !b.iter()
-        .enumerate()
-        .any(|(i, &c)| c == b'%' || c == b'\\' || (c == b'/' && matches!(b.get(i + 1), Some(b'.' | b'/'))))
+    // One pass over the bytes, the previous byte carried in a flag: three
+    // `contains` built two substring searchers per request (2.2 % of a
+    // pipelined archive profile), and a look-ahead with a bounds check per
+    // byte was 1.5 % of a pipelined `serve DIR` profile.
+    let mut after_slash = false;
+    for &c in raw.as_bytes() {
+        if c == b'%' || c == b'\\' || (after_slash && (c == b'.' || c == b'/')) {
+            return false;
+        }
+        after_slash = c == b'/';
+    }
+    true
 }
 
 /// Why a path was refused; each becomes a 400 naming the problem.
