@@ -402,7 +402,8 @@ class Kawipiko(Server):
         self.binary = os.environ.get("KAWIPIKO") or shutil.which("kawipiko-server")
         if not self.binary or not os.access(self.binary, os.X_OK):
             return ("no kawipiko-server on PATH (KAWIPIKO=/path names one; its Go module is not "
-                    "served by the module proxy here, so it is not built)")
+                    "served by the module proxy here, so it is not built; bench/peers/kawipiko/build.sh "
+                    "builds one from a copy of its source)")
         beside = os.path.join(os.path.dirname(self.binary), "kawipiko-archiver")
         self.archiver = os.environ.get("KAWIPIKO_ARCHIVER") or \
             (beside if os.access(beside, os.X_OK) else shutil.which("kawipiko-archiver"))
