@@ -41,6 +41,7 @@ pub(crate) enum Invalid {
     ContentType,
     Field,
     FramingField,
+    BodyRange,
 }
 
 impl std::fmt::Display for Invalid {
@@ -50,6 +51,7 @@ impl std::fmt::Display for Invalid {
             Invalid::ContentType => "invalid Content-Type value",
             Invalid::Field => "invalid header field",
             Invalid::FramingField => "handler set a framing header",
+            Invalid::BodyRange => "body range outside its header block's buffer",
         })
     }
 }
@@ -74,6 +76,30 @@ pub enum Body {
     /// Chunks written by another thread over time, sent as they come (the
     /// chunked coding, as `Stream`): see [`crate::body::channel`].
     Channel(crate::body::ChannelBody),
+    /// Bytes of the buffer the response's header block lies in, made by
+    /// [`Response::prepared_beside`]: the block and the body share the
+    /// block's one reference count.
+    BesideBlock(BesideBlock),
+}
+
+/// Where a [`Body::BesideBlock`] body lies in its response's header
+/// block's buffer. Only [`Response::prepared_beside`] makes one, checked
+/// against that buffer; the response keeps the buffer alive.
+#[derive(Debug)]
+pub struct BesideBlock {
+    range: Range<usize>,
+}
+
+impl BesideBlock {
+    /// The body's length in bytes.
+    pub fn len(&self) -> usize {
+        self.range.len()
+    }
+
+    /// Whether the body is empty.
+    pub fn is_empty(&self) -> bool {
+        self.range.is_empty()
+    }
 }
 
 /// A range of a shared, immutable buffer.
@@ -142,6 +168,7 @@ impl Body {
             Body::Bytes(b) => Some(b.len() as u64),
             Body::Shared(s) => Some(s.range.len() as u64),
             Body::File(f) => Some(f.len),
+            Body::BesideBlock(b) => Some(b.range.len() as u64),
             Body::Stream(_) | Body::Channel(_) => None,
         }
     }
@@ -271,6 +298,70 @@ impl Response {
         }
     }
 
+    /// `status` with `block` and, as its body, bytes `body` of the buffer
+    /// the block's lines lie in (a block made by [`HeaderBlock::from_lines`]
+    /// of a [`SharedBytes`] range: `body` counts from the start of that
+    /// buffer, not of the range). The same answer as `Response::prepared`
+    /// with a [`SharedBytes`] body of the same buffer, with one reference
+    /// count where that takes two: an archive's stored head and body are
+    /// two ranges of one map, and the two atomic increments (and their
+    /// decrements) were half of an archive answer's own samples. A range
+    /// outside the buffer makes the response a 500.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use peregrine::{HeaderBlock, Response, SharedBytes};
+    /// let buf: Arc<dyn AsRef<[u8]> + Send + Sync> = Arc::new(b"ETag: \"x\"\r\nhi".to_vec());
+    /// let block = HeaderBlock::from_lines(SharedBytes::slice(buf, 0..11).unwrap()).unwrap();
+    /// let r = Response::prepared_beside(200, block, 11..13);
+    /// assert_eq!((r.status(), r.header("etag"), r.body().len()), (200, Some("\"x\""), Some(2)));
+    /// ```
+    #[inline]
+    pub fn prepared_beside(status: u16, block: HeaderBlock, body: Range<usize>) -> Self {
+        let within = body.start <= body.end && body.end <= (*block.0.buf).as_ref().len();
+        let (body, invalid) = if within {
+            (
+                Body::BesideBlock(BesideBlock { range: body }),
+                Response::status_invalid(status),
+            )
+        } else {
+            (Body::Empty, Some(Invalid::BodyRange))
+        };
+        Response {
+            status,
+            content_type: None,
+            headers: Vec::new(),
+            block: Some(block),
+            body,
+            invalid,
+            close: false,
+        }
+    }
+
+    /// Takes the body out to send it, once the head is written (the
+    /// response keeps `Body::Empty`). A body beside the header block comes
+    /// out as a [`Body::Shared`] range of the block's buffer, with the
+    /// block's reference: never as `Body::BesideBlock`.
+    #[inline]
+    pub(crate) fn take_body(&mut self) -> Body {
+        match std::mem::replace(&mut self.body, Body::Empty) {
+            Body::BesideBlock(b) => match self.block.take() {
+                Some(block) => Body::Shared(SharedBytes {
+                    buf: block.0.buf,
+                    range: b.range,
+                }),
+                // Not made: `prepared_beside` sets the block, and
+                // `with_header_block` turns the body into `Body::Shared`
+                // before it replaces the block.
+                None => {
+                    debug_assert!(false, "a body beside no block");
+                    Body::Empty
+                }
+            },
+            body => body,
+        }
+    }
+
     /// Why `status` cannot be sent, if it cannot.
     #[inline]
     fn status_invalid(status: u16) -> Option<Invalid> {
@@ -339,9 +430,16 @@ impl Response {
     /// Adds header fields validated ahead of time (see [`HeaderBlock`]):
     /// the way to answer many requests with the same fields without building
     /// them each time. Written after the fields given with `with_header`.
+    /// A body beside the block it replaces keeps its bytes (it becomes a
+    /// [`Body::Shared`] range of the old block's buffer).
     #[inline]
     pub fn with_header_block(mut self, block: HeaderBlock) -> Self {
-        self.block = Some(block);
+        if let Some(old) = self.block.replace(block) {
+            if let Body::BesideBlock(b) = &self.body {
+                let range = b.range.clone();
+                self.body = Body::Shared(SharedBytes { buf: old.0.buf, range });
+            }
+        }
         self
     }
 

@@ -109,8 +109,9 @@ pub(crate) fn write_response(
     if head_only || bodiless {
         return sent;
     }
-    match std::mem::replace(&mut resp.body, Body::Empty) {
-        Body::Empty => {}
+    match resp.take_body() {
+        // `take_body` gives a body beside the block as `Shared`.
+        Body::Empty | Body::BesideBlock(_) => {}
         Body::Static(b) if b.len() <= INLINE_BODY_BYTES_MAX => out.buf.extend_from_slice(b),
         Body::Static(b) => {
             out.tail = Some(Tail::Shared {
@@ -345,5 +346,48 @@ mod tests {
             fields(Response::text("x").with_header("Alt-Svc", "clear")),
             ["alt-svc=clear", "strict-transport-security=max-age=63072000"]
         );
+    }
+
+    /// A body beside its header block (`Response::prepared_beside`) is
+    /// written as the block with a `SharedBytes` body of the same buffer
+    /// is, inline or as the tail; and nothing keeps the buffer after.
+    #[test]
+    fn a_body_beside_its_block_is_written_as_the_block_and_a_shared_body_are() {
+        use crate::response::HeaderBlock;
+        let mut whole = b"ETag: \"x\"\r\n".to_vec();
+        let lines = whole.len();
+        whole.extend((0..100_000usize).map(|i| (i % 251) as u8));
+        let whole: Arc<dyn AsRef<[u8]> + Send + Sync> = Arc::new(whole);
+        let block = || HeaderBlock::from_lines(SharedBytes::slice(whole.clone(), 0..lines).unwrap()).unwrap();
+        let written = |mut resp: Response| {
+            let mut out = Output::default();
+            write_response(DATE, &mut out, &mut resp, false, Version::Http11, true, b"");
+            let mut bytes = out.buf;
+            match out.tail {
+                Some(Tail::Shared { bytes: s, pos: 0 }) => bytes.extend_from_slice(s.as_slice()),
+                None => {}
+                Some(_) => panic!("another kind of tail"),
+            }
+            bytes
+        };
+        for n in [0, 17, INLINE_BODY_BYTES_MAX, INLINE_BODY_BYTES_MAX + 1, 100_000] {
+            let body = lines..lines + n;
+            let shared = SharedBytes::slice(whole.clone(), body.clone()).unwrap();
+            let want = written(Response::prepared(200, block(), Body::Shared(shared)));
+            assert!(want.ends_with(&(*whole).as_ref()[body.clone()]));
+            assert_eq!(
+                written(Response::prepared_beside(200, block(), body)),
+                want,
+                "{n} bytes"
+            );
+        }
+        // A range outside the buffer is a 500, not a read out of it.
+        let outside = Response::prepared_beside(200, block(), lines..lines + 100_001);
+        assert!(written(outside).starts_with(b"HTTP/1.1 500 "));
+        // A block put in the first one's place keeps the body's bytes.
+        let replaced = Response::prepared_beside(200, block(), lines..lines + 5)
+            .with_header_block(HeaderBlock::new(&[("X-A", "1")]).unwrap());
+        assert!(written(replaced).ends_with(b"X-A: 1\r\n\r\n\x00\x01\x02\x03\x04"));
+        assert_eq!(Arc::strong_count(&whole), 1);
     }
 }

@@ -29,9 +29,10 @@ pub(crate) enum Pending {
 impl Pending {
     /// What a response to one stream sends (HTTP/2's and HTTP/3's): an
     /// invalid one is replaced by a 500; then its status, its body's
-    /// length (none for 204 and 304) and the body still to send (none for
-    /// HEAD, 204, 304 or an empty body), taken out of `resp`.
-    pub(crate) fn of(resp: &mut Response, head_only: bool) -> (u16, Option<u64>, Option<Pending>) {
+    /// length (none for 204 and 304), and whether a body follows the head
+    /// (not for HEAD, 204, 304 or an empty body). The body is taken with
+    /// `Pending::take` once the head is encoded.
+    pub(crate) fn head_of(resp: &mut Response, head_only: bool) -> (u16, Option<u64>, bool) {
         if let Some(why) = resp.invalid {
             crate::log::error(format_args!(
                 "handler returned an invalid response ({why}); answering 500"
@@ -41,17 +42,24 @@ impl Pending {
         let status = resp.status;
         let bodiless = status == 204 || status == 304;
         let length = if bodiless { None } else { resp.body.len() };
-        let body = if head_only || bodiless || length == Some(0) {
-            None
-        } else {
-            Pending::new(std::mem::replace(&mut resp.body, Body::Empty))
-        };
-        (status, length, body)
+        (status, length, !(head_only || bodiless || length == Some(0)))
     }
 
-    pub(crate) fn new(body: Body) -> Option<Pending> {
+    /// The body still to send, taken out of `resp` after its head is
+    /// encoded (a body beside the header block takes the block's
+    /// reference with it); `None` if `head_of` said no body follows.
+    pub(crate) fn take(resp: &mut Response, follows: bool) -> Option<Pending> {
+        if follows {
+            Pending::new(resp.take_body())
+        } else {
+            None
+        }
+    }
+
+    fn new(body: Body) -> Option<Pending> {
         match body {
-            Body::Empty => None,
+            // `Response::take_body` gives a body beside the block as `Shared`.
+            Body::Empty | Body::BesideBlock(_) => None,
             Body::File(range) => Some(Pending::File { range, sent: 0 }),
             Body::Stream(chunks) => Some(Pending::Stream {
                 chunks: Chunks::Iter(chunks),

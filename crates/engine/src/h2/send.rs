@@ -129,8 +129,8 @@ impl Session {
         budget: usize,
     ) -> Option<Sent> {
         let idx = self.find(id)?;
-        let (status, length, body) = Pending::of(resp, head_only);
-        let flags = if body.is_none() { frame::END_STREAM } else { 0 };
+        let (status, length, follows) = Pending::head_of(resp, head_only);
+        let flags = if follows { 0 } else { frame::END_STREAM };
         let encoder = &mut self.encoder;
         let cache = &mut self.head_cache;
         write_head(out, id, flags, self.peer_frame_max, |block| {
@@ -152,7 +152,7 @@ impl Session {
         });
         self.n_responses += 1;
         let s = &mut self.streams[idx];
-        s.pending = body;
+        s.pending = Pending::take(resp, follows);
         s.send = if s.pending.is_some() {
             Sending::Body
         } else {

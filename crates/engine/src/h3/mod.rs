@@ -480,7 +480,7 @@ impl Session {
         extra_fields: &[u8],
     ) -> Option<Sent> {
         let at = self.find(id)?;
-        let (status, length, body) = Pending::of(&mut resp, head_only);
+        let (status, length, follows) = Pending::head_of(&mut resp, head_only);
         let block = &mut self.scratch;
         block.clear();
         qpack::Encoder::begin(block);
@@ -492,7 +492,7 @@ impl Session {
         r.pos = 0;
         frame::write_header(&mut r.out, frame::HEADERS, block.len() as u64);
         r.out.extend_from_slice(block);
-        r.pending = body;
+        r.pending = Pending::take(&mut resp, follows);
         r.answer = Answer::Sending;
         Some(Sent {
             status,

@@ -457,6 +457,55 @@ fn a_response_is_one_headers_frame_then_data_frames_of_a_chunk_each() {
     assert_eq!(got, body);
 }
 
+/// A body beside its header block (`Response::prepared_beside`) goes out
+/// as the block with a `SharedBytes` body of the same buffer does: the
+/// same HEADERS and DATA bytes; nothing keeps the buffer once sent.
+#[test]
+fn a_body_beside_its_block_sends_what_the_block_and_a_shared_body_send() {
+    use crate::response::{Body, HeaderBlock, SharedBytes};
+    let mut whole = b"ETag: \"x\"\r\nCache-Control: max-age=60\r\n".to_vec();
+    let lines = whole.len();
+    whole.extend((0..40_000usize).map(|i| (i * 7 + i / 251) as u8));
+    let whole: std::sync::Arc<dyn AsRef<[u8]> + Send + Sync> = std::sync::Arc::new(whole);
+    let block = || HeaderBlock::from_lines(SharedBytes::slice(whole.clone(), 0..lines).unwrap()).unwrap();
+    for n in [0, 5, 40_000] {
+        let body = lines..lines + n;
+        let mut wires = Vec::new();
+        for beside in [false, true] {
+            let mut s = Session::new(CFG);
+            assert_eq!(s.recv(0, &headers_frame(&GET), true), Action::None);
+            assert_eq!(s.take_ready(), Some(0));
+            let resp = if beside {
+                Response::prepared_beside(200, block(), body.clone())
+            } else {
+                let shared = SharedBytes::slice(whole.clone(), body.clone()).unwrap();
+                Response::prepared(200, block(), Body::Shared(shared))
+            };
+            let sent = s.respond(0, resp, false, b"date", b"").unwrap();
+            assert_eq!(sent.body_bytes, n as u64);
+            let mut wire = Vec::new();
+            loop {
+                let (bytes, last) = s.output(0).unwrap();
+                let k = bytes.len();
+                wire.extend_from_slice(bytes);
+                s.consumed(0, k);
+                if k == 0 && last {
+                    break;
+                }
+            }
+            let frames = pieces(&[&wire]);
+            let fields = decode(&frames[0].1).unwrap();
+            assert!(fields.contains(&("etag".into(), "\"x\"".into())), "{fields:?}");
+            assert!(fields.contains(&("cache-control".into(), "max-age=60".into())));
+            let got: Vec<u8> = frames[1..].iter().flat_map(|f| f.1.clone()).collect();
+            assert_eq!(got, (*whole).as_ref()[body.clone()]);
+            wires.push(wire);
+        }
+        assert_eq!(wires[0], wires[1], "{n} bytes");
+    }
+    assert_eq!(std::sync::Arc::strong_count(&whole), 1);
+}
+
 #[test]
 fn after_goaway_new_request_streams_are_rejected_and_open_ones_answered() {
     let mut s = Session::new(CFG);

@@ -147,3 +147,59 @@ fn splices_are_written_in_order_whatever_the_writes_take() {
         }
     }
 }
+
+/// A body beside its header block (`Response::prepared_beside`) leaves as
+/// the same frames, head and DATA, spliced or copied, as the block with a
+/// `SharedBytes` body of the same buffer; and nothing keeps the buffer
+/// once the stream is done.
+#[test]
+fn a_body_beside_its_block_sends_what_the_block_and_a_shared_body_send() {
+    use crate::response::{HeaderBlock, SharedBytes};
+    let mut whole = b"etag: \"x\"\r\ncache-control: max-age=60\r\n".to_vec();
+    let lines = whole.len();
+    whole.extend((0..40_000usize).map(|i| (i * 7 + i / 251) as u8));
+    let whole: std::sync::Arc<dyn AsRef<[u8]> + Send + Sync> = std::sync::Arc::new(whole);
+    let block = || HeaderBlock::from_lines(SharedBytes::slice(whole.clone(), 0..lines).unwrap()).unwrap();
+    for n in [0, 5, 1023, 1024, 16_385, 40_000] {
+        for splicing in [true, false] {
+            let body = lines..lines + n;
+            let mut wires = Vec::new();
+            for beside in [false, true] {
+                let mut session = Session::new(cfg());
+                session.set_splicing(splicing);
+                let (mut out, mut wire) = (Vec::new(), Vec::new());
+                session.start(&mut out);
+                let mut input = client_preface();
+                input.extend(get(1, "/a"));
+                session.recv(&input, &mut out);
+                assert_eq!(session.take_ready(), Some(1));
+                let mut resp = if beside {
+                    Response::prepared_beside(200, block(), body.clone())
+                } else {
+                    let shared = SharedBytes::slice(whole.clone(), body.clone()).unwrap();
+                    Response::prepared(200, block(), Body::Shared(shared))
+                };
+                session.respond(1, &mut resp, false, DATE, b"", &mut out, BUDGET);
+                drain(&mut session, &mut out, &mut wire);
+                while session.wants_send() {
+                    session.send(&mut out, BUDGET);
+                    drain(&mut session, &mut out, &mut wire);
+                }
+                assert!(session.is_idle(), "{n} bytes: not all sent");
+                let frames = parse(&wire);
+                let head = frames.iter().find(|f| f.kind == frame::HEADERS).unwrap();
+                let fields = head.fields();
+                assert!(
+                    fields.contains(&("etag".to_string(), "\"x\"".to_string())),
+                    "{fields:?}"
+                );
+                assert!(fields.contains(&("cache-control".to_string(), "max-age=60".to_string())));
+                let sent = (*whole).as_ref()[body.clone()].to_vec();
+                assert_eq!(body_of(&frames, 1), (sent, n > 0), "{n} bytes");
+                wires.push(wire);
+            }
+            assert_eq!(wires[0], wires[1], "{n} bytes, splicing {splicing}");
+        }
+    }
+    assert_eq!(std::sync::Arc::strong_count(&whole), 1);
+}
