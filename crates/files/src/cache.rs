@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
-use peregrine::{Body, FileRange, HeaderBlock, SharedBytes};
+use peregrine::{Body, FileRange, HeaderBlock, Response, SharedBytes};
 
 use crate::encoding::Encoding;
 use crate::sys::{self, FileId};
@@ -62,6 +62,10 @@ pub struct Variant {
     pub data: Data,
     /// Content-Type and everything of `meta`: a 200's fields.
     pub block_200: HeaderBlock,
+    /// For a body in memory: where it lies in `block_200`'s buffer (the
+    /// fields and the bytes are one allocation), so that a 200 takes one
+    /// reference count, not two ([`Response::prepared_beside`]).
+    beside: Option<std::ops::Range<usize>>,
     /// A 206/416's fields without Content-Type (multipart sets its own).
     pub meta: HeaderBlock,
     /// A 304's fields: ETag, Last-Modified, Cache-Control, Vary.
@@ -205,6 +209,12 @@ pub struct FileVariant<'r> {
 }
 
 impl crate::reply::Representation for FileVariant<'_> {
+    fn whole(&self, status: u16) -> Response {
+        match &self.v.beside {
+            Some(body) => Response::prepared_beside(status, self.v.block_200.clone(), body.clone()),
+            None => Response::prepared(status, self.v.block_200.clone(), self.v.body(0..self.v.len)),
+        }
+    }
     fn len(&self) -> u64 {
         self.v.len
     }
@@ -782,10 +792,26 @@ fn assemble(
         not_modified.push(("Vary", "Accept-Encoding"));
     }
     let block = |f: &[(&str, &str)]| HeaderBlock::new(f).map_err(io::Error::other);
+    let mut block_200 = block(&with_type)?;
+    let (mut data, mut beside) = (data, None);
+    if let Data::Memory(bytes) = &data {
+        // One buffer: the 200's fields, then the body.
+        let lines = block_200.as_bytes();
+        let mut joined = Vec::with_capacity(lines.len() + bytes.as_slice().len());
+        joined.extend_from_slice(lines);
+        joined.extend_from_slice(bytes.as_slice());
+        let body = lines.len()..joined.len();
+        let joined: Arc<dyn AsRef<[u8]> + Send + Sync> = Arc::new(joined);
+        let slice = |r: std::ops::Range<usize>| SharedBytes::slice(joined.clone(), r).expect("within the buffer");
+        block_200 = HeaderBlock::from_lines(slice(0..body.start)).map_err(io::Error::other)?;
+        data = Data::Memory(slice(body.clone()));
+        beside = Some(body);
+    }
     Ok(Variant {
         id,
         len,
-        block_200: block(&with_type)?,
+        block_200,
+        beside,
         meta: block(&meta)?,
         block_304: block(&not_modified)?,
         etag,
