@@ -585,6 +585,23 @@ impl std::fmt::Debug for Response {
     }
 }
 
+/// A header block and a body in one buffer, for the writers' tests of
+/// [`Response::prepared_beside`] (HTTP/1.1, HTTP/2 and HTTP/3): `lines`,
+/// then `body_len` bytes of a pattern that does not repeat every 256
+/// bytes. Returns the buffer and where the body starts.
+#[cfg(test)]
+pub(crate) fn beside_buffer(lines: &[u8], body_len: usize) -> (Arc<dyn AsRef<[u8]> + Send + Sync>, usize) {
+    let mut whole = lines.to_vec();
+    whole.extend((0..body_len).map(|i| (i * 7 + i / 251) as u8));
+    (Arc::new(whole), lines.len())
+}
+
+/// The header block of a [`beside_buffer`]: its first `lines` bytes.
+#[cfg(test)]
+pub(crate) fn beside_block(whole: &Arc<dyn AsRef<[u8]> + Send + Sync>, lines: usize) -> HeaderBlock {
+    HeaderBlock::from_lines(SharedBytes::slice(whole.clone(), 0..lines).unwrap()).unwrap()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

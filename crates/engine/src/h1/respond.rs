@@ -353,12 +353,8 @@ mod tests {
     /// is, inline or as the tail; and nothing keeps the buffer after.
     #[test]
     fn a_body_beside_its_block_is_written_as_the_block_and_a_shared_body_are() {
-        use crate::response::HeaderBlock;
-        let mut whole = b"ETag: \"x\"\r\n".to_vec();
-        let lines = whole.len();
-        whole.extend((0..100_000usize).map(|i| (i % 251) as u8));
-        let whole: Arc<dyn AsRef<[u8]> + Send + Sync> = Arc::new(whole);
-        let block = || HeaderBlock::from_lines(SharedBytes::slice(whole.clone(), 0..lines).unwrap()).unwrap();
+        let (whole, lines) = crate::response::beside_buffer(b"ETag: \"x\"\r\n", 100_000);
+        let block = || crate::response::beside_block(&whole, lines);
         let written = |mut resp: Response| {
             let mut out = Output::default();
             write_response(DATE, &mut out, &mut resp, false, Version::Http11, true, b"");
@@ -386,8 +382,8 @@ mod tests {
         assert!(written(outside).starts_with(b"HTTP/1.1 500 "));
         // A block put in the first one's place keeps the body's bytes.
         let replaced = Response::prepared_beside(200, block(), lines..lines + 5)
-            .with_header_block(HeaderBlock::new(&[("X-A", "1")]).unwrap());
-        assert!(written(replaced).ends_with(b"X-A: 1\r\n\r\n\x00\x01\x02\x03\x04"));
+            .with_header_block(crate::response::HeaderBlock::new(&[("X-A", "1")]).unwrap());
+        assert!(written(replaced).ends_with(b"X-A: 1\r\n\r\n\x00\x07\x0e\x15\x1c"));
         assert_eq!(Arc::strong_count(&whole), 1);
     }
 }

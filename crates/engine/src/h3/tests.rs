@@ -462,12 +462,9 @@ fn a_response_is_one_headers_frame_then_data_frames_of_a_chunk_each() {
 /// same HEADERS and DATA bytes; nothing keeps the buffer once sent.
 #[test]
 fn a_body_beside_its_block_sends_what_the_block_and_a_shared_body_send() {
-    use crate::response::{Body, HeaderBlock, SharedBytes};
-    let mut whole = b"ETag: \"x\"\r\nCache-Control: max-age=60\r\n".to_vec();
-    let lines = whole.len();
-    whole.extend((0..40_000usize).map(|i| (i * 7 + i / 251) as u8));
-    let whole: std::sync::Arc<dyn AsRef<[u8]> + Send + Sync> = std::sync::Arc::new(whole);
-    let block = || HeaderBlock::from_lines(SharedBytes::slice(whole.clone(), 0..lines).unwrap()).unwrap();
+    use crate::response::{Body, SharedBytes};
+    let (whole, lines) = crate::response::beside_buffer(b"ETag: \"x\"\r\nCache-Control: max-age=60\r\n", 40_000);
+    let block = || crate::response::beside_block(&whole, lines);
     for n in [0, 5, 40_000] {
         let body = lines..lines + n;
         let mut wires = Vec::new();

@@ -154,12 +154,9 @@ fn splices_are_written_in_order_whatever_the_writes_take() {
 /// once the stream is done.
 #[test]
 fn a_body_beside_its_block_sends_what_the_block_and_a_shared_body_send() {
-    use crate::response::{HeaderBlock, SharedBytes};
-    let mut whole = b"etag: \"x\"\r\ncache-control: max-age=60\r\n".to_vec();
-    let lines = whole.len();
-    whole.extend((0..40_000usize).map(|i| (i * 7 + i / 251) as u8));
-    let whole: std::sync::Arc<dyn AsRef<[u8]> + Send + Sync> = std::sync::Arc::new(whole);
-    let block = || HeaderBlock::from_lines(SharedBytes::slice(whole.clone(), 0..lines).unwrap()).unwrap();
+    use crate::response::SharedBytes;
+    let (whole, lines) = crate::response::beside_buffer(b"etag: \"x\"\r\ncache-control: max-age=60\r\n", 40_000);
+    let block = || crate::response::beside_block(&whole, lines);
     for n in [0, 5, 1023, 1024, 16_385, 40_000] {
         for splicing in [true, false] {
             let body = lines..lines + n;
