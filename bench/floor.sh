@@ -54,6 +54,14 @@ start() { # PORT ARGV...
 measure() { # PID PORT PATH [wrk script args...] -> µs/req
   local pid=$1 p=$2 path=$3 t0 t1 out req
   shift 3
+  # a cheap refusal (403, 404) would measure nothing: every server must
+  # answer 200 before it is timed
+  local code
+  code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$p$path")
+  if [ "$code" != 200 ]; then
+    echo "server on port $p answered $code for $path, not 200" >&2
+    exit 1
+  fi
   local script=() pipe=()
   [ $# -gt 0 ] && script=(-s "$here/wrk/pipeline.lua") && pipe=(-- "$@")
   taskset -c 0 wrk -t1 -c50 -d1s "${script[@]}" "http://127.0.0.1:$p$path" "${pipe[@]}" >/dev/null 2>&1

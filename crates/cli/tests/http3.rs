@@ -263,17 +263,7 @@ struct ClientRun {
 }
 
 fn run_client(spec: &str) -> ClientRun {
-    let client = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/h3/client.py");
-    let mut child = Command::new("timeout")
-        .args(["--kill-after=5", "120"])
-        .arg(python())
-        .arg(client)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(spec.as_bytes()).unwrap();
+    let child = test_support::process::spawn_h3_client(python(), spec, 120, true);
     let out = child.wait_with_output().unwrap();
     ClientRun {
         status: out.status,

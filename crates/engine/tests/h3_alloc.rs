@@ -11,9 +11,7 @@
 //! is the cost of a request (the handshake, the connection's state and the
 //! client process's start cost the same in both).
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 use peregrine::{Request, Response, Server, TlsConfig};
 use test_support::alloc::{n_allocs, Counting};
@@ -43,18 +41,8 @@ fn count(python: &Path, port: u16, n: usize, out: &Path) -> usize {
         "{{\"host\": \"127.0.0.1\", \"port\": {port}, \"out\": \"{}\", \"timeout\": 60, \"requests\": [{requests}]}}",
         out.display()
     );
-    let client = Path::new(env!("CARGO_MANIFEST_DIR")).join("../cli/tests/h3/client.py");
     let before = n_allocs();
-    let mut child = Command::new("timeout")
-        .args(["--kill-after=5", "120"])
-        .arg(python)
-        .arg(client)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(spec.as_bytes()).unwrap();
+    let mut child = test_support::process::spawn_h3_client(python, spec.as_str(), 120, false);
     let status = child.wait().unwrap();
     let n_allocs = n_allocs() - before;
     assert!(status.success(), "the aioquic client failed");

@@ -8,7 +8,7 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+
 use std::sync::OnceLock;
 
 use peregrine::{Reply, Request, Response, Router, Running, Server, TlsConfig};
@@ -46,18 +46,7 @@ fn tls(tag: &str) -> (TlsConfig, PathBuf) {
 /// `spec` (JSON, written to its stdin, which is then closed), killed after
 /// `limit_s` seconds; stdout and stderr piped.
 fn spawn_client(spec: &str, limit_s: u32) -> std::process::Child {
-    let client = Path::new(env!("CARGO_MANIFEST_DIR")).join("../cli/tests/h3/client.py");
-    let mut child = Command::new("timeout")
-        .args(["--kill-after=5", &limit_s.to_string()])
-        .arg(python())
-        .arg(client)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(spec.as_bytes()).unwrap();
-    child
+    test_support::process::spawn_h3_client(python(), spec, limit_s, true)
 }
 
 /// `spawn_client`, then its end and what it printed.

@@ -258,6 +258,27 @@ impl BoundedOutput for Command {
     }
 }
 
+/// Starts the aioquic HTTP/3 test client (crates/cli/tests/h3/client.py)
+/// with `python` (from `install::aioquic_python`) on `spec` (JSON, written
+/// to its stdin, which is then closed), killed after `limit_s` seconds.
+/// Its stdout and stderr are piped if `piped`, else discarded.
+pub fn spawn_h3_client(python: &std::path::Path, spec: &str, limit_s: u32, piped: bool) -> Child {
+    use std::io::Write;
+    let client = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../cli/tests/h3/client.py");
+    let out = || if piped { Stdio::piped() } else { Stdio::null() };
+    let mut child = Command::new("timeout")
+        .args(["--kill-after=5", &limit_s.to_string()])
+        .arg(python)
+        .arg(client)
+        .stdin(Stdio::piped())
+        .stdout(out())
+        .stderr(out())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(spec.as_bytes()).unwrap();
+    child
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
