@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use peregrine::{log, Body, FileRange, Handler, HeaderBlock, Reply, Request, Response};
+use peregrine::{log, Body, BodyUse, FileRange, Handler, HeaderBlock, Reply, Request, Response};
 use peregrine_files::encoding::Encoding;
 use peregrine_files::path;
 use peregrine_files::reply::{self, Fields, Method};
@@ -246,6 +246,12 @@ thread_local! {
 }
 
 impl Handler for ArchiveServer {
+    /// Answered from the head alone, as `serve DIR` answers: no body is
+    /// ever read or kept.
+    fn body_use(&self, _req: &Request<'_>) -> BodyUse {
+        BodyUse::Ignore
+    }
+
     fn call(&self, req: &Request<'_>) -> Reply {
         let shared = &*self.shared;
         let generation = shared.generation.load(Ordering::Relaxed);

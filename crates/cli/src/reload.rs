@@ -467,8 +467,7 @@ fn start(
         root, files, archive, ..
     } = command
     else {
-        let hello = |_req: &Request<'_>| Response::text("Hello, World!");
-        let running = srv.start(sandbox::planted_bug(hello))?;
+        let running = srv.start(sandbox::planted_bug(Hello))?;
         return Ok((running, None, false));
     };
     if !crate::is_archive_root(root, files, archive)? {
@@ -494,6 +493,20 @@ fn start(
         server,
     };
     Ok((running, Some(served), kept))
+}
+
+/// `peregrine hello`'s handler: the same answer to every request, given
+/// at the head (a body is never read).
+struct Hello;
+
+impl peregrine::Handler for Hello {
+    fn call(&self, _req: &Request<'_>) -> peregrine::Reply {
+        Response::text("Hello, World!").into()
+    }
+
+    fn body_use(&self, _req: &Request<'_>) -> peregrine::BodyUse {
+        peregrine::BodyUse::Ignore
+    }
 }
 
 /// The archive's gauges, in place of those of an archive served before.

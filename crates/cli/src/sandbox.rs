@@ -223,22 +223,43 @@ impl std::fmt::Display for Sandbox {
 /// must stop them. Other paths go to `inner`.
 #[cfg(debug_assertions)]
 pub(crate) fn planted_bug(inner: impl peregrine::Handler) -> impl peregrine::Handler {
-    use peregrine::{Reply, Request, Response};
-    use std::os::unix::process::CommandExt;
-    let planted = std::env::var_os("PEREGRINE_TEST_PLANTED_BUG").is_some();
-    let outcome = |result: std::io::Result<String>| -> Reply {
-        match result {
-            Ok(done) => Response::text(format!("done: {done}")),
-            Err(e) => Response::text(format!("errno {}: {e}", e.raw_os_error().unwrap_or(0))),
+    Planted {
+        planted: std::env::var_os("PEREGRINE_TEST_PLANTED_BUG").is_some(),
+        inner,
+    }
+}
+
+/// `planted_bug`'s handler: the planted paths, else `inner` (whose use of
+/// request bodies it keeps).
+#[cfg(debug_assertions)]
+struct Planted<H> {
+    planted: bool,
+    inner: H,
+}
+
+#[cfg(debug_assertions)]
+impl<H: peregrine::Handler> peregrine::Handler for Planted<H> {
+    fn call(&self, req: &peregrine::Request<'_>) -> peregrine::Reply {
+        use peregrine::{Reply, Response};
+        use std::os::unix::process::CommandExt;
+        let outcome = |result: std::io::Result<String>| -> Reply {
+            match result {
+                Ok(done) => Response::text(format!("done: {done}")),
+                Err(e) => Response::text(format!("errno {}: {e}", e.raw_os_error().unwrap_or(0))),
+            }
+            .into()
+        };
+        match (self.planted, req.path()) {
+            (true, "/open") => outcome(std::fs::read(req.query().unwrap_or("")).map(|b| format!("{} bytes", b.len()))),
+            // Replaces the process if it works: the test then gets no answer.
+            (true, "/exec") => outcome(Err(std::process::Command::new("/bin/true").exec())),
+            (true, "/spawn") => outcome(std::process::Command::new("/bin/true").status().map(|s| s.to_string())),
+            _ => self.inner.call(req),
         }
-        .into()
-    };
-    move |req: &Request<'_>| match (planted, req.path()) {
-        (true, "/open") => outcome(std::fs::read(req.query().unwrap_or("")).map(|b| format!("{} bytes", b.len()))),
-        // Replaces the process if it works: the test then gets no answer.
-        (true, "/exec") => outcome(Err(std::process::Command::new("/bin/true").exec())),
-        (true, "/spawn") => outcome(std::process::Command::new("/bin/true").status().map(|s| s.to_string())),
-        _ => inner.call(req),
+    }
+
+    fn body_use(&self, req: &peregrine::Request<'_>) -> peregrine::BodyUse {
+        self.inner.body_use(req)
     }
 }
 

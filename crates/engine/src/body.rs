@@ -24,7 +24,7 @@ use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
-use crate::handler::{Handler, Reply};
+use crate::handler::{BodyUse, Handler, Reply};
 use crate::request::Request;
 use crate::responder::{Mailbox, Post};
 use crate::response::Body;
@@ -461,8 +461,8 @@ impl<H: Handler> Handler for Streamed<H> {
         self.0.call(req)
     }
 
-    fn streams_body(&self, _req: &Request<'_>) -> bool {
-        true
+    fn body_use(&self, _req: &Request<'_>) -> BodyUse {
+        BodyUse::Stream
     }
 }
 
@@ -476,9 +476,10 @@ pub struct BodyReader {
     pos: usize,
 }
 
-/// The event loop's end of a request body pipe.
+/// The event loop's end of a request body pipe, or of none: a body
+/// nobody reads is discarded as it arrives (`BodySink::discard`).
 pub(crate) struct BodySink {
-    shared: Arc<Pipe>,
+    shared: Option<Arc<Pipe>>,
 }
 
 type Pipe = Queue<PipeEnd>;
@@ -501,25 +502,41 @@ pub(crate) fn pipe(capacity: usize) -> (BodyReader, BodySink) {
             chunk: Vec::new(),
             pos: 0,
         },
-        BodySink { shared },
+        BodySink { shared: Some(shared) },
     )
 }
 
 impl BodySink {
+    /// A sink for a body nobody reads (`BodyUse::Ignore`): every byte
+    /// pushed is dropped, and no flow-control window is given for it.
+    pub(crate) fn discard() -> BodySink {
+        BodySink { shared: None }
+    }
+
+    /// The body is thrown away, not read.
+    pub(crate) fn is_discard(&self) -> bool {
+        self.shared.is_none()
+    }
+
     /// Where the reader wakes the connection when it makes room.
     pub(crate) fn bind(&self, mailbox: &Arc<Mailbox>, token: usize) {
-        self.shared.lock().wake = Some((mailbox.clone(), token));
+        if let Some(shared) = &self.shared {
+            shared.lock().wake = Some((mailbox.clone(), token));
+        }
     }
 
     /// Bytes the connection may still hand over before the reader takes
     /// some (0: stop reading; the reader's next take wakes the connection).
-    /// A reader gone takes everything (it is discarded).
+    /// A reader gone, or none, takes everything (it is discarded).
     pub(crate) fn room(&self) -> usize {
-        let mut state = self.shared.lock();
+        let Some(shared) = &self.shared else {
+            return usize::MAX;
+        };
+        let mut state = shared.lock();
         if state.gone {
             return usize::MAX;
         }
-        let room = self.shared.capacity.saturating_sub(state.bytes);
+        let room = shared.capacity.saturating_sub(state.bytes);
         // Set here, cleared only by the reader's wake: clearing it when
         // room shows up again would lose the wake the connection waits for.
         if room == 0 {
@@ -530,21 +547,22 @@ impl BodySink {
 
     /// The connection found no room and waits for the reader's wake.
     pub(crate) fn is_blocked(&self) -> bool {
-        self.shared.lock().waiting
+        self.shared.as_ref().is_some_and(|shared| shared.lock().waiting)
     }
 
     /// Hands over body bytes (copied). Dropped if the reader is gone.
     pub(crate) fn push(&self, data: &[u8]) {
+        let Some(shared) = &self.shared else { return };
         if data.is_empty() {
             return;
         }
-        let mut state = self.shared.lock();
+        let mut state = shared.lock();
         if state.gone {
             return;
         }
         state.push(data.to_vec());
         drop(state);
-        self.shared.signal.notify_one();
+        shared.signal.notify_one();
     }
 
     /// The body is complete: the reader gets the end after what is queued.
@@ -558,7 +576,8 @@ impl BodySink {
     }
 
     fn end(&self, end: PipeEnd) {
-        let mut state = self.shared.lock();
+        let Some(shared) = &self.shared else { return };
+        let mut state = shared.lock();
         if state.end == PipeEnd::Open {
             state.end = end;
             if end != PipeEnd::Complete {
@@ -567,7 +586,7 @@ impl BodySink {
         }
         state.wake = None;
         drop(state);
-        self.shared.signal.notify_all();
+        shared.signal.notify_all();
     }
 }
 

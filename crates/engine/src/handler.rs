@@ -41,15 +41,40 @@ pub trait Handler: Send + Sync + 'static {
     /// Answers one request.
     fn call(&self, req: &Request<'_>) -> Reply;
 
-    /// Whether `req`'s body is to be read as it arrives
-    /// ([`Request::body_reader`]) rather than buffered whole: asked when a
-    /// request with a body has its head complete (`req.body()` is empty
-    /// then). False unless the handler is wrapped in
-    /// [`crate::body::streamed`]; a [`crate::Router`] asks the route the
-    /// request goes to.
-    fn streams_body(&self, _req: &Request<'_>) -> bool {
-        false
+    /// What this handler does with `req`'s body: asked once, when a
+    /// request announcing a body has its head complete (`req.body()` is
+    /// empty then). [`BodyUse::Buffer`] unless the handler says otherwise:
+    /// [`crate::body::streamed`] reads it as it arrives, a
+    /// [`crate::Router`] asks the route the request goes to (and ignores
+    /// it for `GET`/`HEAD` routes, 404 and 405), the file and archive
+    /// servers ignore every body.
+    fn body_use(&self, _req: &Request<'_>) -> BodyUse {
+        BodyUse::Buffer
     }
+}
+
+/// What a handler does with a request's body ([`Handler::body_use`]).
+///
+/// A body nobody reads must not cost memory or delay the answer: a
+/// handler that ignores bodies is called as soon as the head is complete,
+/// and the body is read and thrown away (HTTP/1.1, at most
+/// `Limits::discard_bytes_max`, else the connection closes after the
+/// answer, as nginx does) or refused with `RST_STREAM(NO_ERROR)` /
+/// `STOP_SENDING(H3_NO_ERROR)` once the answer is sent (RFC 9113 §8.1,
+/// RFC 9114 §4.1).
+#[non_exhaustive]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BodyUse {
+    /// The body is buffered whole (up to `Limits::body_bytes_max`, within
+    /// the worker's `Limits::body_budget_bytes`) and the handler called
+    /// once it is complete: [`Request::body`].
+    Buffer,
+    /// The handler is called at once and reads the body as it arrives
+    /// ([`Request::body_reader`]).
+    Stream,
+    /// The handler is called at once with an empty body; the body is
+    /// discarded.
+    Ignore,
 }
 
 impl<F, R> Handler for F

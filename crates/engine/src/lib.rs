@@ -69,7 +69,7 @@ pub use access_log::{AccessLog, LogFormat};
 pub use codec::Version;
 pub use date::now;
 pub use error::Error;
-pub use handler::{Handler, Reply};
+pub use handler::{BodyUse, Handler, Reply};
 pub use limits::Limits;
 pub use metrics::Metrics;
 pub use request::{percent_decode, Request};

@@ -23,6 +23,14 @@ pub struct Limits {
     /// Largest request body, in bytes (decoded, for chunked); larger → 413.
     /// nginx's `client_max_body_size` default is 1 MiB.
     pub body_bytes_max: u64,
+    /// Most bytes of a request body that nobody reads (a handler that
+    /// answers from the head: a 405, a file for a GET carrying a body)
+    /// are read and thrown away after the answer, within
+    /// `DISCARD_TIMEOUT`, to keep the connection alive. A body declared
+    /// larger gets its answer with `Connection: close`, then the lingering
+    /// close; so does one that is not all there in time. nginx discards
+    /// any amount; 1 MiB bounds the time one client can make us read.
+    pub discard_bytes_max: u64,
     /// Time allowed for a whole request head once its first byte has arrived;
     /// past it → 408 and close. Defends against slowloris. On a TLS
     /// listener it also bounds the handshake, counted from accept (past
@@ -82,6 +90,7 @@ impl Default for Limits {
             uri_bytes_max: 8 * 1024,
             n_headers_max: 100,
             body_bytes_max: 1024 * 1024,
+            discard_bytes_max: 1024 * 1024,
             head_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(60),
@@ -116,6 +125,9 @@ impl Limits {
     /// 0 refuses every body (a static site takes none); 1 TiB is more than
     /// any upload that one request should carry.
     pub const BODY_BYTES_MAX_RANGE: RangeInclusive<u64> = 0..=1 << 40;
+    /// 0 closes after every answer given before its body; past 1 GiB a
+    /// discard is a download the client imposes on us.
+    pub const DISCARD_BYTES_MAX_RANGE: RangeInclusive<u64> = 0..=1 << 30;
     /// Every timeout: not below the sweep interval (250 ms), as timeouts
     /// fire up to that late anyway; not above a day, past which a timeout
     /// is no timeout.
@@ -145,6 +157,11 @@ impl Limits {
     /// 0 (always Retry) to a number no worker reaches honestly.
     pub const H3_HANDSHAKES_BEFORE_RETRY_RANGE: RangeInclusive<usize> = 0..=100_000;
 }
+
+/// How long a request body nobody reads may take to arrive after its
+/// answer was queued (see `Limits::discard_bytes_max`); then the
+/// connection closes. nginx's `lingering_timeout` is 5 s.
+pub(crate) const DISCARD_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Size of the pooled read and write buffers a busy connection borrows.
 /// A request head or pipelined batch that does not fit grows its buffer

@@ -73,6 +73,19 @@ pub(crate) struct WorkerMetrics {
     pub(crate) quic_packets_received: Counter,
     pub(crate) quic_packets_sent: Counter,
     pub(crate) quic_packets_lost: Counter,
+    /// Refusals and defences against clients that would hold memory or
+    /// time (issue "bounded memory"): bodies answered at the head and
+    /// discarded, their bytes thrown away, requests ended for arriving too
+    /// slowly, bodies refused because the worker's budget was spent,
+    /// connections refused past the per-address cap, and connections that
+    /// stopped being read while the worker's unsent output was over its
+    /// budget.
+    pub(crate) bodies_ignored: Counter,
+    pub(crate) body_bytes_discarded: Counter,
+    pub(crate) slow_requests: Counter,
+    pub(crate) budget_refusals: Counter,
+    pub(crate) conns_refused_per_address: Counter,
+    pub(crate) output_budget_waits: Counter,
 }
 
 /// The label index of a request method (`other` for the rest).
@@ -210,7 +223,7 @@ impl Metrics {
             let n = sum(&|w| w.by_method[i].get());
             let _ = writeln!(out, "peregrine_requests_by_method_total{{method=\"{method}\"}} {n}");
         }
-        let simple: [(&str, &str, &str, u64); 11] = [
+        let simple: [(&str, &str, &str, u64); 17] = [
             (
                 "peregrine_sent_bytes_total",
                 "counter",
@@ -276,6 +289,42 @@ impl Metrics {
                 "counter",
                 "QUIC packets declared lost (their frames retransmitted).",
                 sum(&|w| w.quic_packets_lost.get()),
+            ),
+            (
+                "peregrine_request_bodies_ignored_total",
+                "counter",
+                "Requests answered at their head whose body nobody reads (discarded, or refused by RST_STREAM/STOP_SENDING).",
+                sum(&|w| w.bodies_ignored.get()),
+            ),
+            (
+                "peregrine_request_body_bytes_discarded_total",
+                "counter",
+                "Bytes of unread HTTP/1.1 request bodies read and thrown away after their answer.",
+                sum(&|w| w.body_bytes_discarded.get()),
+            ),
+            (
+                "peregrine_slow_requests_total",
+                "counter",
+                "Requests (or HTTP/2 header blocks) ended for arriving slower than the minimum rate or past their timeout.",
+                sum(&|w| w.slow_requests.get()),
+            ),
+            (
+                "peregrine_body_budget_refusals_total",
+                "counter",
+                "Request bodies refused with 503 because the worker's budget for buffered bodies was spent.",
+                sum(&|w| w.budget_refusals.get()),
+            ),
+            (
+                "peregrine_connections_refused_per_address_total",
+                "counter",
+                "Connections closed at accept because their address (IPv6: its /64) had conns_per_ip_max open.",
+                sum(&|w| w.conns_refused_per_address.get()),
+            ),
+            (
+                "peregrine_output_budget_waits_total",
+                "counter",
+                "Times a connection stopped being read because the worker's unsent output was over its budget.",
+                sum(&|w| w.output_budget_waits.get()),
             ),
         ];
         for (name, kind, help, value) in simple {

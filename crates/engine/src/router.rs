@@ -14,7 +14,7 @@
 
 use std::borrow::Cow;
 
-use crate::handler::{Handler, Reply};
+use crate::handler::{BodyUse, Handler, Reply};
 use crate::pattern::{Pattern, CAPTURES_MAX};
 use crate::request::Request;
 use crate::response::Response;
@@ -98,19 +98,28 @@ impl Router {
 }
 
 impl Handler for Router {
-    /// The handler the request goes to decides (a `body::streamed` route).
-    fn streams_body(&self, req: &Request<'_>) -> bool {
+    /// The handler the request goes to decides, except that a `GET` or
+    /// `HEAD` route (unless `body::streamed`), a 405, an `OPTIONS` answered
+    /// here and a 404 never read a body: they are answered at the head.
+    fn body_use(&self, req: &Request<'_>) -> BodyUse {
         let mut params: [(&str, &str); PARAMS_MAX] = [("", ""); PARAMS_MAX];
         let mut path_known = false;
         for route in &self.routes {
             if let Some(n) = route.matches(req.path(), &mut params) {
                 path_known = true;
                 if route.method == req.method() {
-                    return route.handler.streams_body(&req.with_params(&params[..n]));
+                    let used = route.handler.body_use(&req.with_params(&params[..n]));
+                    return match route.method.as_str() {
+                        "GET" | "HEAD" if used != BodyUse::Stream => BodyUse::Ignore,
+                        _ => used,
+                    };
                 }
             }
         }
-        !path_known && self.fallback.as_ref().is_some_and(|h| h.streams_body(req))
+        match &self.fallback {
+            Some(fallback) if !path_known => fallback.body_use(req),
+            _ => BodyUse::Ignore,
+        }
     }
 
     fn call(&self, req: &Request<'_>) -> Reply {

@@ -589,3 +589,40 @@ fn a_handler_reads_the_loop_time_from_peregrine_now() {
         assert_eq!(r.text(), "same=true not_after=true not_before=true");
     }
 }
+
+/// A route table with no route that takes a body: every POST is 405.
+fn get_only() -> Router {
+    Router::new().get("/", |_: &Request<'_>| Response::text("home"))
+}
+
+#[test]
+fn a_body_nobody_reads_is_answered_at_its_head_and_the_connection_lives_on() {
+    let server = start(get_only());
+    let mut c = Client::connect(server.local_addr());
+    // The 405 comes before any byte of the announced 1 MiB.
+    c.send(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1048576\r\n\r\n");
+    let r = c.response();
+    assert_eq!(r.status, 405);
+    assert_eq!(r.header("connection"), None, "kept alive");
+    // The body is read and thrown away; the next request is answered.
+    c.send(&vec![b'x'; 1 << 20]);
+    c.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert_eq!(c.response().text(), "home");
+}
+
+#[test]
+fn a_body_nobody_reads_over_discard_bytes_max_closes_after_its_answer() {
+    let limits = Limits {
+        discard_bytes_max: 4096,
+        ..Limits::default()
+    };
+    let server = start_with(limits, get_only());
+    let mut c = Client::connect(server.local_addr());
+    c.send(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 1048576\r\n\r\n");
+    let r = c.response();
+    assert_eq!(r.status, 405);
+    assert_eq!(r.header("connection"), Some("close"));
+    // The answer is not destroyed by a reset while the client still sends.
+    let _ = c.stream.write_all(&[b'x'; 64 * 1024]);
+    c.read_to_close();
+}

@@ -706,3 +706,50 @@ fn access_log_lines_of_streams_deferred_at_once() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A body nobody reads (a POST to a route table that has only GET) is
+/// answered at its head, the stream reset with NO_ERROR (RFC 9113 §8.1)
+/// and given no window beyond its first; DATA that still comes is
+/// credited to the connection, so other streams never stall.
+#[test]
+fn a_body_nobody_reads_is_answered_at_its_head_and_its_stream_reset() {
+    let app = peregrine::Router::new().get("/", hello);
+    let server = common::start_with(Limits::default(), app);
+    let mut c = H2::connect(server.local_addr());
+    let ids: Vec<u32> = (0..60).map(|i| 1 + 2 * i).collect();
+    for &id in &ids {
+        c.send(&frame(
+            HEADERS,
+            END_HEADERS,
+            id,
+            &head("POST", "/", &[("content-length", "1048576")]),
+        ));
+    }
+    let mut answered = 0;
+    let mut reset = 0;
+    while answered < ids.len() || reset < ids.len() {
+        let f = c.next().expect("the answers");
+        match f.kind {
+            HEADERS => {
+                assert_eq!(f.status(), 405);
+                answered += 1;
+            }
+            RST_STREAM => {
+                assert_eq!(f.code(), NO_ERROR, "{f:?}");
+                reset += 1;
+            }
+            WINDOW_UPDATE => assert_eq!(f.stream, 0, "no window for a body nobody reads: {f:?}"),
+            _ => {}
+        }
+    }
+    // 60 × 16 KiB = 960 KiB, within the connection's 1 MiB: the server
+    // gives the connection's window back for it.
+    for &id in &ids {
+        c.send(&frame(DATA, 0, id, &[0; 16_384]));
+    }
+    c.until("the connection's window back", |f| {
+        f.kind == WINDOW_UPDATE && f.stream == 0
+    });
+    c.get(201, "/");
+    assert_eq!(c.response(201), (200, b"hello\n".to_vec()));
+}

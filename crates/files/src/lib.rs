@@ -40,7 +40,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use peregrine::{Handler, Reply, Request};
+use peregrine::{BodyUse, Handler, Reply, Request};
 
 pub use cache::read_descriptor_limit;
 pub use cache::{security_headers, SECURITY_HEADERS};
@@ -235,6 +235,12 @@ impl FileServer {
 impl Handler for FileServer {
     fn call(&self, req: &Request<'_>) -> Reply {
         Reply::Now(self.inner.respond(req))
+    }
+
+    /// Files are answered from the head alone (a 405 for a POST, the file
+    /// for a GET that carries a body): no body is ever read or kept.
+    fn body_use(&self, _req: &Request<'_>) -> BodyUse {
+        BodyUse::Ignore
     }
 }
 

@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use super::{micros_since, Ctx};
 use crate::access_log::{Line, LogRequest};
-use crate::handler::Reply;
+use crate::handler::{BodyUse, Reply};
 use crate::request::{DeferSlot, Request};
 use crate::response::Response;
 
@@ -117,15 +117,19 @@ pub(crate) fn call_answering<T>(
     }
 }
 
-/// Whether the handler reads `req`'s body as it arrives (asked when its
-/// head is complete). A panic counts as no: the body is buffered and the
-/// handler's `call` meets the same bug.
-pub(crate) fn streams_body(ctx: &Ctx<'_>, redirect: bool, req: &Request<'_>) -> bool {
+/// What the handler does with `req`'s body (asked when its head is
+/// complete). A method the engine does not recognise is answered 501
+/// without a handler: its body is ignored. A panic counts as `Buffer`:
+/// the body is buffered and the handler's `call` meets the same bug.
+pub(crate) fn body_use(ctx: &Ctx<'_>, redirect: bool, req: &Request<'_>) -> BodyUse {
+    if crate::codec::head::check_method(req.method()).is_err() {
+        return BodyUse::Ignore;
+    }
     let handler = match (redirect, ctx.redirect) {
         (true, Some(redirect)) => redirect,
         _ => ctx.handler,
     };
-    panic::catch_unwind(AssertUnwindSafe(|| handler.streams_body(req))).unwrap_or(false)
+    panic::catch_unwind(AssertUnwindSafe(|| handler.body_use(req))).unwrap_or(BodyUse::Buffer)
 }
 
 /// `call` for a request of HTTP/2 or HTTP/3, whose heads the codec has not

@@ -10,7 +10,9 @@ use std::net::SocketAddr;
 
 use super::dispatch::{self, Answering, Called};
 use super::{refused_line, Conn, Ctx, Next, Stop, Transport, HEADERS_ARRAY_MAX};
+use crate::body::BodySink;
 use crate::h1::{BodyStart, Env, Event, Feed, Link, TimedOut, Wait};
+use crate::handler::BodyUse;
 use crate::limits::BODY_READER_BYTES;
 use crate::request::Request;
 use crate::response::Response;
@@ -34,7 +36,11 @@ impl Conn {
         loop {
             if self.h1.is_uploading() {
                 self.ensure_output(ctx.pool);
-                match self.h1.feed(&mut self.input, &mut self.output, &env) {
+                let fed = self.h1.feed(&mut self.input, &mut self.output, &env);
+                if let Some(m) = ctx.metrics {
+                    m.body_bytes_discarded.add(self.h1.take_discarded());
+                }
+                match fed {
                     Feed::Done => {}
                     Feed::Input => return Stop::Input,
                     // Stop reading: the client's bytes wait in the socket
@@ -44,6 +50,10 @@ impl Conn {
                     Feed::Refused { status } => {
                         self.input.discard();
                         record_refused(ctx, self.peer, status);
+                        return Stop::Closing;
+                    }
+                    Feed::Closing => {
+                        self.input.discard();
                         return Stop::Closing;
                     }
                 }
@@ -118,21 +128,36 @@ impl Conn {
                 }
                 Event::BodyAhead { head } => {
                     let mut req = Request::of_head(&head, &[], *peer);
-                    if !dispatch::streams_body(ctx, *redirect, &req) {
+                    let used = dispatch::body_use(ctx, *redirect, &req);
+                    if used == BodyUse::Buffer {
                         h1.buffer_body();
                         continue;
                     }
-                    // The handler reads the body as it arrives: call it now.
+                    // The handler reads the body as it arrives, or not at
+                    // all: call it now, before the body.
                     let start = BodyStart::of(&head, &env);
-                    let (reader, sink) = crate::body::pipe(BODY_READER_BYTES);
-                    sink.bind(ctx.mailbox, *token);
-                    let reader = RefCell::new(Some(reader));
-                    req.reader = Some(&reader);
+                    let (reader, sink) = if used == BodyUse::Stream {
+                        let (reader, sink) = crate::body::pipe(BODY_READER_BYTES);
+                        sink.bind(ctx.mailbox, *token);
+                        (Some(reader), sink)
+                    } else {
+                        (None, BodySink::discard())
+                    };
+                    let offered = reader.is_some();
+                    let reader = RefCell::new(reader);
+                    if offered {
+                        req.reader = Some(&reader);
+                    }
                     let slot = dispatch::slot(ctx, *token);
                     req.defer = Some(&slot);
                     let mut handled = dispatch::call(ctx, *redirect, &req);
                     // A reader not taken is dropped: the body is discarded.
-                    let taken = reader.borrow_mut().take().is_none();
+                    let taken = offered && reader.borrow_mut().take().is_none();
+                    if !offered {
+                        if let Some(m) = ctx.metrics {
+                            m.bodies_ignored.add(1);
+                        }
+                    }
                     let called = dispatch::settle(ctx, &slot, &req, &mut handled);
                     input.start += h1.stream_body(start, sink, taken, &env, output);
                     match called {

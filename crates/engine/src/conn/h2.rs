@@ -35,9 +35,11 @@ use std::time::Instant;
 
 use super::dispatch::{self, Called, Deferral};
 use super::{take_syscall, Conn, Ctx, Flushed, Phase, Stop, Transport};
+use crate::body::BodySink;
 use crate::codec::Version;
 use crate::h2::request::FieldArray;
 use crate::h2::{Session, PREFACE};
+use crate::handler::BodyUse;
 use crate::limits::BODY_READER_BYTES;
 use crate::request::Request;
 use crate::response::Response;
@@ -337,22 +339,35 @@ impl Conn {
             &[],
             *peer,
         );
-        if crate::codec::head::check_method(req.method()).is_err() || !dispatch::streams_body(ctx, *redirect, &req) {
+        let used = dispatch::body_use(ctx, *redirect, &req);
+        if used == BodyUse::Buffer {
             // The body is collected, then the handler called: a client
             // waiting for 100 Continue may send it.
             h2.session.send_continue(id, &mut output.buf);
             return;
         }
-        let (reader, sink) = crate::body::pipe(BODY_READER_BYTES);
-        sink.bind(ctx.mailbox, *token);
-        let reader = RefCell::new(Some(reader));
-        req.reader = Some(&reader);
+        // Read as it arrives, or not at all: the handler is called now.
+        let (reader, sink) = if used == BodyUse::Stream {
+            let (reader, sink) = crate::body::pipe(BODY_READER_BYTES);
+            sink.bind(ctx.mailbox, *token);
+            (Some(reader), sink)
+        } else {
+            if let Some(m) = ctx.metrics {
+                m.bodies_ignored.add(1);
+            }
+            (None, BodySink::discard())
+        };
+        let offered = reader.is_some();
+        let reader = RefCell::new(reader);
+        if offered {
+            req.reader = Some(&reader);
+        }
         let slot = dispatch::slot(ctx, *token);
         req.defer = Some(&slot);
         let head_only = parts.method == "HEAD";
-        let mut handled = dispatch::call(ctx, *redirect, &req);
+        let mut handled = dispatch::call_stream(ctx, *redirect, &req);
         // A reader not taken is dropped: the body is discarded.
-        let taken = reader.borrow_mut().take().is_none();
+        let taken = offered && reader.borrow_mut().take().is_none();
         let answer = match dispatch::settle(ctx, &slot, &req, &mut handled) {
             Called::Now(response) => {
                 let response = std::mem::replace(response, Response::new(200));

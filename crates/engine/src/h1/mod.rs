@@ -44,7 +44,7 @@ use crate::body::BodySink;
 use crate::codec::write as wire;
 use crate::codec::{parse_head, ChunkedDecoder, Framing, Head, HeadError, Parsed, Version};
 use crate::conn::buffers::{Input, Output};
-use crate::limits::{Limits, BUFFER_BYTES};
+use crate::limits::{Limits, BUFFER_BYTES, DISCARD_TIMEOUT};
 use crate::response::Response;
 use std::io;
 
@@ -129,12 +129,21 @@ pub(crate) struct H1 {
     /// A body being handed to a reader as it arrives, while its request
     /// is `Handling` or `Deferred`.
     upload: Option<Box<Upload>>,
+    /// Bytes of bodies nobody reads thrown away since the driver last
+    /// took the count (`take_discarded`), for the metrics.
+    discarded: u64,
 }
 
-/// A request body read as it arrives (`body::streamed`).
+/// A request body read as it arrives (`body::streamed`), or discarded
+/// (`BodyUse::Ignore`: the sink drops it).
 struct Upload {
     kind: UploadKind,
     sink: BodySink,
+    /// The client asked for `100 Continue`: it may never send the body.
+    expect_continue: bool,
+    /// Discarding after the answer was queued: bytes that may still be
+    /// thrown away, and until when, before the connection closes instead.
+    after_answer: Option<(u64, Instant)>,
 }
 
 enum UploadKind {
@@ -156,6 +165,10 @@ pub(crate) enum Feed {
     /// The body broke a limit or its framing: an error answer was queued,
     /// the input must be dropped, the machine is `Closing`.
     Refused { status: u16 },
+    /// A body discarded after its answer broke `discard_bytes_max` or its
+    /// framing: nothing more is read, the machine is `Closing` (the answer
+    /// leaves, then the lingering close).
+    Closing,
 }
 
 /// What `stream_body` needs of a head announcing a body.
@@ -231,6 +244,7 @@ impl H1 {
             deadline: None,
             buffer_next: false,
             upload: None,
+            discarded: 0,
         }
     }
 
@@ -356,11 +370,23 @@ impl H1 {
         env: &Env<'_>,
         out: &mut Output,
     ) -> usize {
+        // A discarded body is not kept, so no size limit applies to it
+        // until its answer is queued (then `discard_bytes_max`).
+        let limit = if sink.is_discard() {
+            u64::MAX
+        } else {
+            env.limits.body_bytes_max
+        };
         let kind = match start.framing {
             Framing::Length(n) => UploadKind::Length(n),
-            _ => UploadKind::Chunked(ChunkedDecoder::new(env.limits.body_bytes_max)),
+            _ => UploadKind::Chunked(ChunkedDecoder::new(limit)),
         };
-        self.upload = Some(Box::new(Upload { kind, sink }));
+        self.upload = Some(Box::new(Upload {
+            kind,
+            sink,
+            after_answer: None,
+            expect_continue: start.expect_continue,
+        }));
         self.state = State::Handling(start.answer);
         if start.expect_continue && reader_taken {
             // RFC 9110 §10.1.1: the client waits for this before sending
@@ -368,6 +394,11 @@ impl H1 {
             out.buf.extend_from_slice(wire::CONTINUE);
         }
         start.head_len
+    }
+
+    /// Bytes of unread bodies thrown away since the last call.
+    pub(crate) fn take_discarded(&mut self) -> u64 {
+        std::mem::take(&mut self.discarded)
     }
 
     /// A body is being handed to a reader (see `feed`).
@@ -400,12 +431,13 @@ impl H1 {
             if room == 0 {
                 return Feed::Full;
             }
-            match &mut up.kind {
+            let consumed = match &mut up.kind {
                 UploadKind::Length(left) => {
                     let n = data.len().min(room).min(usize::try_from(*left).unwrap_or(usize::MAX));
                     up.sink.push(&data[..n]);
                     input.start += n;
                     *left -= n as u64;
+                    n
                 }
                 // A run of data may pass the room by less than a read
                 // buffer: the reader's buffer is bounded all the same.
@@ -413,6 +445,13 @@ impl H1 {
                     Ok(step) => {
                         up.sink.push(&data[step.data.clone()]);
                         input.start += step.consumed;
+                        step.consumed
+                    }
+                    Err(_) if up.after_answer.is_some() => {
+                        // The answer is queued: close after it.
+                        self.upload = None;
+                        self.state = State::Closing;
+                        return Feed::Closing;
                     }
                     Err(e) => {
                         let kind = io::ErrorKind::InvalidData;
@@ -424,6 +463,21 @@ impl H1 {
                         return Feed::Refused { status: e.status() };
                     }
                 },
+            };
+            if up.sink.is_discard() {
+                self.discarded += consumed as u64;
+            }
+            if let Some((left, _)) = &mut up.after_answer {
+                match left.checked_sub(consumed as u64) {
+                    Some(rest) => *left = rest,
+                    None => {
+                        // More than `discard_bytes_max` after the answer
+                        // (a chunked body): stop reading, close after it.
+                        self.upload = None;
+                        self.state = State::Closing;
+                        return Feed::Closing;
+                    }
+                }
             }
         }
     }
@@ -529,14 +583,29 @@ impl H1 {
         extra_fields: &[u8],
     ) -> Sent {
         let mut keep_alive = answer.keep_alive && !env.draining;
-        if let Some(up) = self.upload.take() {
-            // Answered before the body's end: the rest is not read (the
-            // connection closes after the answer, lingering).
-            up.sink.fail(
-                io::ErrorKind::UnexpectedEof,
-                "the request was answered before its body's end",
-            );
-            keep_alive = false;
+        if let Some(mut up) = self.upload.take() {
+            let discard_max = env.limits.discard_bytes_max;
+            let discardable = match &up.kind {
+                UploadKind::Length(left) => *left <= discard_max,
+                UploadKind::Chunked(_) => true,
+            };
+            if keep_alive && up.sink.is_discard() && discardable && !up.expect_continue {
+                // A body nobody reads, answered at its head: the rest is
+                // read and thrown away (at most `discard_bytes_max`,
+                // within `DISCARD_TIMEOUT`), and the connection lives on,
+                // as nginx's discarded bodies.
+                up.after_answer = Some((discard_max, env.now + DISCARD_TIMEOUT));
+                self.upload = Some(up);
+            } else {
+                // Answered before the body's end: the rest is not read
+                // (the connection closes after the answer, lingering). A
+                // client that asked for `100 Continue` may never send it.
+                up.sink.fail(
+                    io::ErrorKind::UnexpectedEof,
+                    "the request was answered before its body's end",
+                );
+                keep_alive = false;
+            }
         }
         let sent = write_response(
             env.date,
@@ -634,6 +703,17 @@ impl H1 {
     /// shutdown found it between requests).
     pub(crate) fn wait(&mut self, env: &Env<'_>, link: Link) -> Wait {
         match self.state {
+            // A body discarded after its answer: its own deadline.
+            State::Idle if self.upload.is_some() => {
+                if link.peer_closed {
+                    return Wait::Close;
+                }
+                self.deadline = self
+                    .upload
+                    .as_ref()
+                    .and_then(|up| up.after_answer)
+                    .map(|(_, until)| until);
+            }
             State::Idle if link.input_empty => {
                 if link.peer_closed || (env.draining && !link.fresh) {
                     return Wait::Close;

@@ -2,7 +2,8 @@
 //! and its fuzz target (`fuzzing::h1_session`): bytes are fed in pieces as
 //! reads would bring them, requests are answered by a fixed handler (an
 //! echo of the method, target and body; `/later…` deferred; `/close…` with
-//! `Connection: close`; `/big…` with a body sent as a tail), and what the
+//! `Connection: close`; `/big…` with a body sent as a tail; `/ignore…`
+//! answered at its head, its body discarded), and what the
 //! machine queues is "written" to `wire`. The driver asserts what the real
 //! driver relies on: a request never uses more bytes than it was given, the
 //! input never grows past the limits, nothing is written once the machine
@@ -11,7 +12,8 @@
 use std::mem::MaybeUninit;
 use std::time::Instant;
 
-use super::{Env, Event, Link, TimedOut, Wait, H1};
+use super::{BodyStart, Env, Event, Feed, Link, TimedOut, Wait, H1};
+use crate::body::BodySink;
 use crate::conn::buffers::{Input, Output, Tail};
 use crate::conn::HEADERS_ARRAY_MAX;
 use crate::limits::{Limits, BUFFER_BYTES};
@@ -181,6 +183,23 @@ impl Script {
                 head_only,
                 ..
             } = self;
+            if h1.is_uploading() {
+                match h1.feed(input, out, &env) {
+                    Feed::Done => {}
+                    Feed::Input => break,
+                    Feed::Full => panic!("a discarded body never fills a reader"),
+                    Feed::Refused { status } => {
+                        input.discard();
+                        *end = Some(End::Refused(status));
+                        break;
+                    }
+                    Feed::Closing => {
+                        input.discard();
+                        *end = Some(End::Closing);
+                        break;
+                    }
+                }
+            }
             let mut headers = [const { MaybeUninit::uninit() }; HEADERS_ARRAY_MAX];
             let given = input.end - input.start;
             let data = &mut input.buf[input.start..input.end];
@@ -225,7 +244,20 @@ impl Script {
                 }
                 Event::Input | Event::Deferred => break,
                 Event::Again => {}
-                // The script's handler buffers bodies.
+                // The script's handler buffers bodies, except `/ignore…`'s:
+                // those are answered at the head and discarded.
+                Event::BodyAhead { head } if head.target.starts_with("/ignore") => {
+                    *n_requests += 1;
+                    let text = format!("ignored {} {}", head.method, head.target);
+                    let start = BodyStart::of(&head, &env);
+                    head_only.push(head.method == "HEAD");
+                    input.start += h1.stream_body(start, BodySink::discard(), false, &env, out);
+                    h1.respond(out, &mut Response::text(text), &env, b"");
+                    if h1.is_closing() {
+                        *end = Some(End::Closing);
+                        break;
+                    }
+                }
                 Event::BodyAhead { .. } => h1.buffer_body(),
                 Event::Closing => {
                     *end = Some(End::Closing);

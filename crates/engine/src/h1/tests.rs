@@ -289,3 +289,98 @@ fn bytes_that_are_not_http1_close_silently_only_where_http2_may_be_spoken() {
     s.feed([GET_A.as_bytes(), garbage].concat().as_slice());
     assert_eq!(s.end, Some(End::Refused(400)));
 }
+
+const IGNORE_CHUNKED: &str =
+    "POST /ignore-c HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n";
+
+#[test]
+fn a_body_nobody_reads_is_answered_at_its_head_and_discarded_keeping_the_connection() {
+    let ignore = "POST /ignore HTTP/1.1\r\nHost: x\r\nContent-Length: 7\r\n\r\nunread!";
+    let input = [ignore, GET_A, IGNORE_CHUNKED, POST_B].concat();
+    let s = every_split(input.as_bytes());
+    assert_eq!(
+        bodies(&s),
+        [
+            (200, "ignored POST /ignore".into()),
+            (200, "GET /a 0:".into()),
+            (200, "ignored POST /ignore-c".into()),
+            (200, "POST /b 5:hello".into()),
+        ]
+    );
+    assert!(answers(&s.wire, &s.head_only).iter().all(|a| !a.head.contains("close")));
+    assert_eq!(s.end, None);
+    assert_eq!(s.unconsumed(), 0);
+}
+
+#[test]
+fn the_answer_to_an_ignored_body_leaves_before_the_body_arrives() {
+    let mut s = Script::new(Limits::default());
+    s.feed(b"POST /ignore HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n");
+    assert_eq!(bodies(&s), [(200, "ignored POST /ignore".into())]);
+    // The body's rest is read and dropped, never buffered.
+    for _ in 0..100 {
+        s.feed(&[b'x'; 10_000]);
+        assert_eq!(s.unconsumed(), 0);
+    }
+    s.feed(GET_A.as_bytes());
+    assert_eq!(bodies(&s)[1], (200, "GET /a 0:".into()));
+    assert_eq!(s.end, None);
+}
+
+#[test]
+fn an_ignored_body_declared_over_discard_bytes_max_closes_after_its_answer() {
+    let limits = Limits {
+        discard_bytes_max: 100,
+        ..Limits::default()
+    };
+    let mut s = Script::new(limits.clone());
+    s.feed(b"POST /ignore HTTP/1.1\r\nHost: x\r\nContent-Length: 101\r\n\r\n");
+    let got = answers(&s.wire, &s.head_only);
+    assert_eq!(got.len(), 1);
+    assert!(got[0].head.contains("Connection: close\r\n"), "{}", got[0].head);
+    assert_eq!(s.end, Some(End::Closing));
+    // Declared within it: kept alive.
+    let mut s = Script::new(limits.clone());
+    s.feed(b"POST /ignore HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n");
+    assert!(!answers(&s.wire, &s.head_only)[0].head.contains("close"));
+    // A chunked body has no declared size: it closes once it passes the
+    // limit, with nothing written after the answer.
+    let mut s = Script::new(limits);
+    s.feed(b"POST /ignore HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n");
+    let written = s.wire.len();
+    assert_eq!(s.end, None);
+    s.feed(b"40\r\n");
+    s.feed(&[b'y'; 64]);
+    s.feed(b"\r\n40\r\n");
+    s.feed(&[b'y'; 64]);
+    assert_eq!(s.end, Some(End::Closing));
+    assert_eq!(s.wire.len(), written);
+}
+
+#[test]
+fn an_ignored_body_must_arrive_within_the_discard_timeout() {
+    let mut s = Script::new(Limits::default());
+    s.feed(b"POST /ignore HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc");
+    let Wait::Until(Some(deadline)) = s.wait(false) else {
+        panic!("a discarded body has a deadline");
+    };
+    assert_eq!(deadline, s.now + crate::limits::DISCARD_TIMEOUT);
+    assert_eq!(s.time_out(), TimedOut::Close);
+    // A client that left mid-body is closed at once.
+    let mut s = Script::new(Limits::default());
+    s.feed(b"POST /ignore HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc");
+    assert_eq!(s.wait(true), Wait::Close);
+}
+
+#[test]
+fn an_ignored_body_sent_after_100_continue_is_not_waited_for() {
+    // The client holds its body back for `100 Continue`, which never
+    // comes: it may not send the body at all, so the answer closes.
+    let mut s = Script::new(Limits::default());
+    s.feed(b"POST /ignore HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 4\r\n\r\n");
+    let got = answers(&s.wire, &s.head_only);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].status, 200);
+    assert!(got[0].head.contains("Connection: close\r\n"), "{}", got[0].head);
+    assert_eq!(s.end, Some(End::Closing));
+}

@@ -146,8 +146,10 @@ impl Session {
         }
         if let Some(sink) = &s.upload {
             // Read as it arrives: handed over now, the window given back
-            // only while the reader has room (`grant_uploads`).
-            if s.received > body_bytes_max {
+            // only while the reader has room (`grant_uploads`). A body
+            // nobody reads gets no window beyond the stream's first: the
+            // client sends at most that, then waits for our RST_STREAM.
+            if s.received > body_bytes_max && !sink.is_discard() {
                 return self.upload_too_large(idx, out);
             }
             sink.push(data);
@@ -162,7 +164,7 @@ impl Session {
                 if s.send == Sending::Done {
                     self.remove(idx);
                 }
-            } else if s.recv_window < STREAM_WINDOW / 2 && sink.room() > 0 {
+            } else if s.recv_window < STREAM_WINDOW / 2 && !sink.is_discard() && sink.room() > 0 {
                 frame::write_window_update(out, h.stream, (STREAM_WINDOW - s.recv_window) as u32);
                 s.recv_window = STREAM_WINDOW;
             }

@@ -126,7 +126,9 @@ impl Session {
     }
 
     /// Stream `id`'s body goes to `sink` as it arrives (its handler is
-    /// being called now, so it is not handed out again when complete).
+    /// being called now, so it is not handed out again when complete); a
+    /// discarding sink (`BodySink::discard`) drops it, and the stream gets
+    /// no more window.
     pub(crate) fn stream_body(&mut self, id: u32, sink: BodySink) {
         let Some(idx) = self.find(id) else { return };
         let s = &mut self.streams[idx];
@@ -149,7 +151,7 @@ impl Session {
     pub(crate) fn grant_uploads(&mut self, out: &mut Vec<u8>) {
         for s in &mut self.streams {
             if let Some(sink) = &s.upload {
-                if s.recv_window < STREAM_WINDOW / 2 && sink.room() > 0 {
+                if s.recv_window < STREAM_WINDOW / 2 && !sink.is_discard() && sink.room() > 0 {
                     frame::write_window_update(out, s.id, (STREAM_WINDOW - s.recv_window) as u32);
                     s.recv_window = STREAM_WINDOW;
                 }

@@ -322,22 +322,35 @@ impl QuicConn {
             &[],
             self.peer,
         );
-        if crate::codec::head::check_method(req.method()).is_err() || !dispatch::streams_body(ctx, false, &req) {
+        let used = dispatch::body_use(ctx, false, &req);
+        if used == crate::handler::BodyUse::Buffer {
             // The body is collected, then the handler called: a client
             // waiting for 100 Continue may send it.
             self.session.send_continue(id);
             return;
         }
-        let (reader, sink) = crate::body::pipe(crate::limits::BODY_READER_BYTES);
-        sink.bind(ctx.mailbox, self.token);
-        let reader = std::cell::RefCell::new(Some(reader));
-        req.reader = Some(&reader);
+        // Read as it arrives, or not at all: the handler is called now.
+        let (reader, sink) = if used == crate::handler::BodyUse::Stream {
+            let (reader, sink) = crate::body::pipe(crate::limits::BODY_READER_BYTES);
+            sink.bind(ctx.mailbox, self.token);
+            (Some(reader), sink)
+        } else {
+            if let Some(m) = ctx.metrics {
+                m.bodies_ignored.add(1);
+            }
+            (None, crate::body::BodySink::discard())
+        };
+        let offered = reader.is_some();
+        let reader = std::cell::RefCell::new(reader);
+        if offered {
+            req.reader = Some(&reader);
+        }
         let slot = dispatch::slot(ctx, self.token);
         req.defer = Some(&slot);
         let head_only = parts.method == "HEAD";
-        let mut handled = dispatch::call(ctx, false, &req);
+        let mut handled = dispatch::call_stream(ctx, false, &req);
         // A reader not taken is dropped: the body is discarded.
-        let taken = reader.borrow_mut().take().is_none();
+        let taken = offered && reader.borrow_mut().take().is_none();
         let response = match dispatch::settle(ctx, &slot, &req, &mut handled) {
             Called::Now(response) => std::mem::replace(response, Response::new(200)),
             Called::Later(deferral) => {

@@ -6,7 +6,7 @@
 //! so it is checked before it goes into `Location`: a DNS name or an IP
 //! literal, nothing else; anything else gets a 400.
 
-use crate::handler::{Handler, Reply};
+use crate::handler::{BodyUse, Handler, Reply};
 use crate::request::Request;
 use crate::response::Response;
 
@@ -17,6 +17,11 @@ pub(crate) struct HttpsRedirect {
 }
 
 impl Handler for HttpsRedirect {
+    /// The redirect is known from the head: a body is never read.
+    fn body_use(&self, _req: &Request<'_>) -> BodyUse {
+        BodyUse::Ignore
+    }
+
     fn call(&self, req: &Request<'_>) -> Reply {
         let Some(host) = req.host().and_then(host_name) else {
             return Reply::Now(
