@@ -318,7 +318,7 @@ pub fn h1_session(data: &[u8]) {
         match s.time_out() {
             TimedOut::Refused { status } => assert!(unfinished && status == 408, "a 408 with no request in progress"),
             TimedOut::Close => assert!(!unfinished, "a request in progress closed without an answer"),
-            TimedOut::Keep => panic!("a timeout kept with nothing deferred"),
+            TimedOut::Keep | TimedOut::Again => panic!("a timeout kept with nothing deferred"),
         }
     }
     let got = answers(&s.wire, &s.head_only);

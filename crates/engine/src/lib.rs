@@ -53,6 +53,7 @@ mod handler;
 mod limits;
 pub mod log;
 mod metrics;
+mod min_rate;
 pub mod pattern;
 mod quic;
 mod request;

@@ -31,15 +31,27 @@ pub struct Limits {
     /// close; so does one that is not all there in time. nginx discards
     /// any amount; 1 MiB bounds the time one client can make us read.
     pub discard_bytes_max: u64,
-    /// Time allowed for a whole request head once its first byte has arrived;
-    /// past it → 408 and close. Defends against slowloris. On a TLS
-    /// listener it also bounds the handshake, counted from accept (past
-    /// it: close, as no 408 can be sent before the handshake).
+    /// Time allowed for a whole request head once its first byte has arrived,
+    /// extended by a second per `min_rate_bytes_per_sec` bytes of it that
+    /// have come, up to `head_timeout_max` (Apache's `mod_reqtimeout`
+    /// `header=10-40,MinRate=500`); past it → 408 and close. Defends
+    /// against slowloris. On a TLS listener it also bounds the handshake,
+    /// counted from accept (past it: close, as no 408 can be sent before
+    /// the handshake). An HTTP/2 header block begun (HEADERS, then its
+    /// CONTINUATIONs) must be complete within it too.
     pub head_timeout: Duration,
-    /// Longest wait for more bytes of a request body once its head is
-    /// complete (restarted by every read that brings some); past it → 408
-    /// and close.
+    /// The most `head_timeout` is extended to for a head arriving steadily.
+    pub head_timeout_max: Duration,
+    /// Grace given to a request body once its head is complete: past it,
+    /// the body must keep arriving at `min_rate_bytes_per_sec` averaged
+    /// over 5 s, else → 408 and close (HTTP/2: GOAWAY). Not restarted by
+    /// each read: a client sending a byte now and then is ended at the
+    /// grace's end. No rate is asked while the server itself does not read
+    /// (a streamed body's reader is behind).
     pub body_timeout: Duration,
+    /// The slowest a request head may grow past `head_timeout`, and a body
+    /// arrive past `body_timeout`, in bytes per second; 0 asks no rate.
+    pub min_rate_bytes_per_sec: u64,
     /// How long an idle keep-alive connection is kept open (nginx: 75 s).
     pub idle_timeout: Duration,
     /// Time allowed between two writes that make progress; a client that stops
@@ -92,7 +104,9 @@ impl Default for Limits {
             body_bytes_max: 1024 * 1024,
             discard_bytes_max: 1024 * 1024,
             head_timeout: Duration::from_secs(10),
-            body_timeout: Duration::from_secs(30),
+            head_timeout_max: Duration::from_secs(40),
+            body_timeout: Duration::from_secs(20),
+            min_rate_bytes_per_sec: 500,
             idle_timeout: Duration::from_secs(60),
             send_timeout: Duration::from_secs(30),
             n_conns_max: 16 * 1024,
@@ -132,6 +146,8 @@ impl Limits {
     /// fire up to that late anyway; not above a day, past which a timeout
     /// is no timeout.
     pub const TIMEOUT_RANGE: RangeInclusive<Duration> = Duration::from_millis(250)..=Duration::from_secs(24 * 3600);
+    /// 0 asks no rate; past 1 MB/s a slow mobile client would be cut.
+    pub const MIN_RATE_BYTES_PER_SEC_RANGE: RangeInclusive<u64> = 0..=1_000_000;
     /// At least one connection; at most the kernel's ceiling on open
     /// descriptors (`fs.nr_open`, 1,048,576 by default), which no worker
     /// can exceed.

@@ -753,3 +753,73 @@ fn a_body_nobody_reads_is_answered_at_its_head_and_its_stream_reset() {
     c.get(201, "/");
     assert_eq!(c.response(201), (200, b"hello\n".to_vec()));
 }
+
+/// Reads until GOAWAY or the close, sending `tick()`'s bytes every 100 ms
+/// meanwhile (for up to PATIENCE): the GOAWAY's code, if one came.
+fn goaway_while(c: &mut H2, mut tick: impl FnMut(u64) -> Vec<u8>) -> Option<u32> {
+    c.stream.set_read_timeout(Some(Duration::from_millis(10))).unwrap();
+    for i in 0..(PATIENCE.as_millis() / 100) as u64 {
+        std::thread::sleep(Duration::from_millis(100));
+        let bytes = tick(i);
+        if !bytes.is_empty() && !c.send_lossy(&bytes) {
+            return None;
+        }
+        let mut chunk = [0; 4096];
+        match c.stream.read(&mut chunk) {
+            Ok(0) => return None,
+            Ok(n) => c.buf.extend_from_slice(&chunk[..n]),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(_) => return None,
+        }
+        while let Some(f) = take_frame(&mut c.buf) {
+            if f.kind == GOAWAY {
+                return Some(f.code());
+            }
+        }
+    }
+    panic!("neither GOAWAY nor a close within {PATIENCE:?}");
+}
+
+/// Only request frames (HEADERS, CONTINUATION, DATA) keep a connection
+/// from being idle: a client sending PINGs, SETTINGS and WINDOW_UPDATEs
+/// and nothing else is closed at its idle timeout.
+#[test]
+fn pings_and_settings_do_not_keep_an_idle_connection_open() {
+    let limits = Limits {
+        idle_timeout: Duration::from_millis(500),
+        sweep_interval: Duration::from_millis(50),
+        ..Limits::default()
+    };
+    let server = start(limits);
+    let mut c = H2::connect(server.local_addr());
+    let code = goaway_while(&mut c, |i| match i % 3 {
+        0 => frame(PING, 0, 0, &i.to_be_bytes()),
+        1 => frame(SETTINGS, 0, 0, &[]),
+        _ => frame(WINDOW_UPDATE, 0, 0, &1u32.to_be_bytes()),
+    });
+    assert_eq!(code, Some(NO_ERROR));
+    still_served(server.local_addr());
+}
+
+/// A HEADERS frame sent a byte at a time (slowloris over HTTP/2) must be
+/// complete within `head_timeout`, however steadily its bytes come.
+#[test]
+fn a_header_block_trickled_byte_by_byte_is_ended_at_head_timeout() {
+    let limits = Limits {
+        head_timeout: Duration::from_millis(500),
+        sweep_interval: Duration::from_millis(50),
+        ..Limits::default()
+    };
+    let server = start(limits);
+    let mut c = H2::connect(server.local_addr());
+    let mut headers = frame(
+        HEADERS,
+        END_HEADERS,
+        1,
+        &head("GET", "/", &[("x-pad", &"p".repeat(200))]),
+    );
+    headers.reverse();
+    let code = goaway_while(&mut c, |_| headers.pop().map(|b| vec![b]).unwrap_or_default());
+    assert_eq!(code, Some(NO_ERROR));
+    still_served(server.local_addr());
+}

@@ -211,12 +211,7 @@ impl Conn {
 
     /// The HTTP/1.1 deadline, or whether to close, once the connection waits.
     pub(super) fn h1_wait(&mut self, ctx: &Ctx<'_>) -> Option<Next> {
-        let link = Link {
-            peer_closed: self.peer_closed,
-            fresh: self.fresh,
-            handshaking: matches!(&self.transport, Transport::Tls(tls) if tls.is_handshaking()),
-            input_empty: self.input.is_empty(),
-        };
+        let link = self.h1_link();
         let env = h1_env(ctx);
         match self.h1.wait(&env, link) {
             Wait::Close => Some(Next::Close),
@@ -232,11 +227,22 @@ impl Conn {
     pub(super) fn h1_time_out(&mut self, ctx: &mut Ctx<'_>) -> Next {
         self.ensure_output(ctx.pool);
         let env = h1_env(ctx);
-        match self.h1.time_out(&mut self.output, &env) {
+        let link = self.h1_link();
+        match self.h1.time_out(&mut self.output, &env, link) {
             TimedOut::Refused { status, .. } => {
                 self.input.discard();
                 record_refused(ctx, self.peer, status);
+                if let Some(m) = ctx.metrics {
+                    m.slow_requests.add(1);
+                }
                 self.drive(ctx)
+            }
+            TimedOut::Again => {
+                if let Some(next) = self.h1_wait(ctx) {
+                    return next;
+                }
+                self.deadline = self.state_deadline;
+                Next::Keep
             }
             TimedOut::Keep => {
                 self.deadline = None;
@@ -251,6 +257,18 @@ impl Conn {
                 }
                 Next::Close
             }
+        }
+    }
+
+    /// What the HTTP/1.1 machine needs to know of the connection.
+    fn h1_link(&self) -> Link {
+        Link {
+            peer_closed: self.peer_closed,
+            fresh: self.fresh,
+            handshaking: matches!(&self.transport, Transport::Tls(tls) if tls.is_handshaking()),
+            input_empty: self.input.is_empty(),
+            unconsumed: self.input.end - self.input.start,
+            bytes_in: self.bytes_in,
         }
     }
 

@@ -14,15 +14,18 @@
 //! h2c` is not honoured (RFC 9113 §3.1 deprecates it): such a request is
 //! answered over HTTP/1.1.
 //!
-//! Timeouts: with no stream open the connection gets `idle_timeout`; while
-//! a request's head or body is arriving, `body_timeout` since the last
-//! HEADERS, CONTINUATION or DATA frame (a PING or SETTINGS does not
-//! restart it: else PINGs within the control-frame budget would hold a
-//! half-sent request open for hours); while responses wait only for the client's window,
-//! `send_timeout` since the last DATA byte left. Each ends the connection
-//! with GOAWAY. Deferred answers have no timeout, as on HTTP/1.1, nor do a
-//! body whose producer has nothing yet (`body::channel`) and an upload
-//! whose reader is behind (`body::streamed`).
+//! Timeouts, each ending the connection with GOAWAY: with no stream open,
+//! `idle_timeout` since the last request frame (HEADERS, CONTINUATION,
+//! DATA) or stream: PING, SETTINGS, WINDOW_UPDATE and PRIORITY never
+//! restart it, else a client could hold a connection for hours within its
+//! control-frame budget; a header block (or any frame but DATA) begun must
+//! be complete within `head_timeout`; while a request's body is arriving,
+//! the minimum rate of `Limits::body_timeout` and
+//! `min_rate_bytes_per_sec` over the request frames (`min_rate.rs`); while
+//! responses wait only for the client's window, `send_timeout` since the
+//! last DATA byte left. Deferred answers have no timeout, as on HTTP/1.1,
+//! nor do a body whose producer has nothing yet (`body::channel`) and an
+//! upload whose reader is behind (`body::streamed`).
 //!
 //! A stream whose head is complete and whose body is coming is offered to
 //! its handler first (`start_upload_h2`): one wrapped in `body::streamed`
@@ -41,6 +44,7 @@ use crate::h2::request::FieldArray;
 use crate::h2::{Session, PREFACE};
 use crate::handler::BodyUse;
 use crate::limits::BODY_READER_BYTES;
+use crate::min_rate::{MinRate, Rate};
 use crate::request::Request;
 use crate::response::Response;
 
@@ -63,10 +67,17 @@ pub(super) struct H2 {
     sent_mark: u64,
     /// While responses wait for the client's window: since when.
     blocked_since: Option<Instant>,
-    /// Request frames received when the body timeout last restarted, and
-    /// when that was: only a request's own frames restart it.
-    recv_mark: u64,
-    receiving_since: Option<Instant>,
+    /// The minimum rate of request frames while some stream is receiving.
+    rate: Option<MinRate>,
+    /// When the connection last had a stream open or received a request
+    /// frame (HEADERS, CONTINUATION, DATA), and the count of those bytes
+    /// then: the idle timeout runs from it, so PING, SETTINGS,
+    /// WINDOW_UPDATE and PRIORITY never keep a connection alive.
+    active_since: Instant,
+    active_mark: u64,
+    /// Since when a header block (or a frame other than DATA) has been
+    /// begun and not finished: it must be within `head_timeout`.
+    block_since: Option<Instant>,
 }
 
 /// What the first bytes of a connection say about HTTP/2.
@@ -107,8 +118,10 @@ impl Conn {
             deferred: Vec::new(),
             sent_mark: 0,
             blocked_since: None,
-            recv_mark: 0,
-            receiving_since: None,
+            rate: None,
+            active_since: ctx.now,
+            active_mark: 0,
+            block_since: None,
         }));
     }
 
@@ -435,51 +448,90 @@ impl Conn {
         self.h2.as_ref().map_or(0, |h2| h2.deferred.len())
     }
 
-    /// Ends the connection after a timeout: GOAWAY, then close.
-    pub(super) fn time_out_h2(&mut self, ctx: &mut Ctx<'_>) {
+    /// A deadline passed: ends the connection (GOAWAY, then close) if one
+    /// of its timeouts has, and returns true; else (a body keeping its
+    /// rate) sets the next deadline.
+    pub(super) fn time_out_h2(&mut self, ctx: &mut Ctx<'_>) -> bool {
         self.ensure_output(ctx.pool);
+        let limits = ctx.limits;
+        let now = ctx.now;
+        let Some(h2) = self.h2.as_mut() else { return true };
+        let s = &h2.session;
+        let why = if h2.block_since.is_some_and(|t| t + limits.head_timeout <= now) {
+            Some("request header block not received in time")
+        } else if h2.rate.is_some_and(|r| r.deadline() <= now) {
+            let progress = s.request_progress();
+            match h2
+                .rate
+                .as_mut()
+                .map(|r| r.check(now, progress, limits.min_rate_bytes_per_sec))
+            {
+                Some(Rate::TooSlow) => Some("request not received in time"),
+                _ => None,
+            }
+        } else if s.is_idle() && h2.active_since + limits.idle_timeout <= now {
+            Some("idle timeout")
+        } else if h2.blocked_since.is_some_and(|t| t + limits.send_timeout <= now) {
+            Some("client did not open its flow-control window in time")
+        } else {
+            None
+        };
+        let Some(why) = why else {
+            self.h2_deadline(ctx);
+            return false;
+        };
+        if why != "idle timeout" && !why.starts_with("client") {
+            if let Some(m) = ctx.metrics {
+                m.slow_requests.add(1);
+            }
+        }
         if let Some(h2) = self.h2.as_mut() {
-            let why = if h2.session.is_idle() {
-                "idle timeout"
-            } else if h2.session.is_receiving() {
-                "request not received in time"
-            } else {
-                "client did not open its flow-control window in time"
-            };
             h2.session.time_out(&mut self.output.buf, why);
         }
         self.phase = Phase::Closing;
+        true
     }
 
-    /// Sets the deadline for what the connection waits for; see the
-    /// module's documentation.
+    /// Sets the deadline for what the connection waits for: the earliest
+    /// of its timeouts that run (see the module's documentation).
     pub(super) fn h2_deadline(&mut self, ctx: &Ctx<'_>) {
+        let now = ctx.now;
+        let limits = ctx.limits;
+        // A frame begun and not finished: its type is the fourth byte.
+        let partial = &self.input.buf[self.input.start..self.input.end.max(self.input.start)];
         let Some(h2) = self.h2.as_mut() else { return };
         let s = &h2.session;
         if s.is_flow_blocked() {
             if h2.blocked_since.is_none() || h2.sent_mark != s.bytes_sent() {
-                h2.blocked_since = Some(ctx.now);
+                h2.blocked_since = Some(now);
                 h2.sent_mark = s.bytes_sent();
             }
         } else {
             h2.blocked_since = None;
         }
-        if s.is_receiving() {
-            if h2.receiving_since.is_none() || h2.recv_mark != s.request_progress() {
-                h2.receiving_since = Some(ctx.now);
-                h2.recv_mark = s.request_progress();
-            }
-        } else {
-            h2.receiving_since = None;
+        let progress = s.request_progress();
+        if !s.is_idle() || progress != h2.active_mark {
+            h2.active_since = now;
+            h2.active_mark = progress;
         }
-        self.state_deadline = if s.is_idle() {
-            ctx.now.checked_add(ctx.limits.idle_timeout)
-        } else if let Some(since) = h2.receiving_since {
-            since.checked_add(ctx.limits.body_timeout)
-        } else if let Some(since) = h2.blocked_since {
-            since.checked_add(ctx.limits.send_timeout)
+        let frame_begun = !partial.is_empty() && partial.get(3) != Some(&crate::h2::DATA_FRAME);
+        if s.in_header_block() || frame_begun {
+            h2.block_since.get_or_insert(now);
         } else {
-            None
-        };
+            h2.block_since = None;
+        }
+        if s.is_receiving() {
+            h2.rate
+                .get_or_insert_with(|| MinRate::start(now, progress, limits.body_timeout));
+        } else {
+            h2.rate = None;
+        }
+        let deadlines = [
+            s.is_idle().then(|| h2.active_since + limits.idle_timeout),
+            h2.block_since.map(|t| t + limits.head_timeout),
+            h2.rate.map(|r| r.deadline()),
+            h2.blocked_since.map(|t| t + limits.send_timeout),
+        ];
+        self.state_deadline = deadlines.into_iter().flatten().min();
     }
 }

@@ -221,6 +221,9 @@ pub(crate) struct Conn {
     drained: bool,
     /// Bytes written since the metrics last counted them.
     bytes_out: u64,
+    /// Bytes read (plaintext) since the connection began: a request's
+    /// progress, for the minimum rates.
+    bytes_in: u64,
     /// TLS: the handshake's end has been counted in the metrics.
     handshake_counted: bool,
     /// No byte of a request has arrived yet: the client has just
@@ -276,6 +279,7 @@ impl Conn {
             read_closed_hint: false,
             drained: false,
             bytes_out: 0,
+            bytes_in: 0,
             handshake_counted: false,
             fresh: true,
             h2: None,
@@ -327,7 +331,10 @@ impl Conn {
             if self.phase != Phase::Open {
                 return Next::Close;
             }
-            self.time_out_h2(ctx);
+            if !self.time_out_h2(ctx) {
+                self.deadline = self.state_deadline;
+                return Next::Keep;
+            }
             return self.drive(ctx);
         }
         if self.phase != Phase::Open {
@@ -556,6 +563,7 @@ impl Conn {
                 }
                 Ok(n) => {
                     self.input.end += n;
+                    self.bytes_in += n as u64;
                     self.fresh = false;
                     // A short read drained the socket: under edge-triggered
                     // epoll, new bytes will raise a new event. Saves a read

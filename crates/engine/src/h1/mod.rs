@@ -45,6 +45,7 @@ use crate::codec::write as wire;
 use crate::codec::{parse_head, ChunkedDecoder, Framing, Head, HeadError, Parsed, Version};
 use crate::conn::buffers::{Input, Output};
 use crate::limits::{Limits, BUFFER_BYTES, DISCARD_TIMEOUT};
+use crate::min_rate::{MinRate, Rate};
 use crate::response::Response;
 use std::io;
 
@@ -114,6 +115,11 @@ pub(crate) struct Link {
     /// A TLS handshake is not finished: keep the deadline set at accept.
     pub(crate) handshaking: bool,
     pub(crate) input_empty: bool,
+    /// Bytes received and not yet consumed (a partial head's length).
+    pub(crate) unconsumed: usize,
+    /// Bytes read on the connection so far: a body's progress, for its
+    /// minimum rate.
+    pub(crate) bytes_in: u64,
 }
 
 /// One HTTP/1.1 connection's protocol state.
@@ -123,6 +129,11 @@ pub(crate) struct H1 {
     first: bool,
     /// The deadline of the state: head or body timeout, idle timeout.
     deadline: Option<Instant>,
+    /// When the head being received began (`State::Head`).
+    head_since: Instant,
+    /// The minimum rate of the body being received (`State::Body`, or an
+    /// upload the reader keeps up with); started by `wait`.
+    rate: Option<MinRate>,
     /// The driver chose to buffer the body of the head in the input: the
     /// next parse of it goes on as for any request.
     buffer_next: bool,
@@ -242,6 +253,8 @@ impl H1 {
             state: State::Idle,
             first: true,
             deadline: None,
+            head_since: Instant::now(),
+            rate: None,
             buffer_next: false,
             upload: None,
             discarded: 0,
@@ -296,6 +309,7 @@ impl H1 {
             Ok(Parsed::Partial) => {
                 if let State::Idle = self.state {
                     self.state = State::Head;
+                    self.head_since = env.now;
                     self.deadline = env.now.checked_add(env.limits.head_timeout);
                 }
                 return Event::Input;
@@ -490,6 +504,7 @@ impl H1 {
         consumed: usize,
         env: &Env<'_>,
     ) -> Event<'b, 'h> {
+        self.rate = None;
         self.state = State::Handling(Answer {
             head_only: head.method == "HEAD",
             version: head.version,
@@ -583,6 +598,7 @@ impl H1 {
         extra_fields: &[u8],
     ) -> Sent {
         let mut keep_alive = answer.keep_alive && !env.draining;
+        self.rate = None;
         if let Some(mut up) = self.upload.take() {
             let discard_max = env.limits.discard_bytes_max;
             let discardable = match &up.kind {
@@ -726,24 +742,49 @@ impl H1 {
                 }
             }
             State::Idle | State::Head | State::Body(_) if link.peer_closed => return Wait::Close,
+            State::Head => self.deadline = self.head_deadline(env, link),
             // The client left mid-body: the reader gets UnexpectedEof
             // when the connection (and the upload) is dropped.
             State::Deferred(_) | State::Handling(_) if self.upload.is_some() && link.peer_closed => return Wait::Close,
-            // Restarted by every read; none while the reader's buffer is
-            // full (the reader owns that wait).
+            // The body's minimum rate; none while the reader's buffer is
+            // full (the reader owns that wait), and its clock starts again
+            // when the reader makes room.
             State::Deferred(_) | State::Handling(_) if self.upload.is_some() => {
-                self.deadline = match &self.upload {
-                    Some(up) if !up.sink.is_blocked() => env.now.checked_add(env.limits.body_timeout),
-                    _ => None,
+                let blocked = self.upload.as_ref().is_some_and(|up| up.sink.is_blocked());
+                self.deadline = if blocked {
+                    self.rate = None;
+                    None
+                } else {
+                    Some(self.body_rate(env, link).deadline())
                 };
             }
-            // Restarted by every read that brings some of the body.
-            State::Body(_) => self.deadline = env.now.checked_add(env.limits.body_timeout),
+            State::Body(_) => self.deadline = Some(self.body_rate(env, link).deadline()),
             // The application owns a deferred answer's deadline.
             State::Deferred(_) | State::Handling(_) => self.deadline = None,
-            State::Idle | State::Head | State::Closing => {}
+            State::Idle | State::Closing => {}
         }
         Wait::Until(self.deadline)
+    }
+
+    /// The head's deadline: `head_timeout` from its first byte, a second
+    /// more per `min_rate_bytes_per_sec` bytes of it received, at most
+    /// `head_timeout_max`.
+    fn head_deadline(&self, env: &Env<'_>, link: Link) -> Option<Instant> {
+        let limits = env.limits;
+        let extra = match limits.min_rate_bytes_per_sec {
+            0 => std::time::Duration::ZERO,
+            rate => std::time::Duration::from_secs(link.unconsumed as u64 / rate),
+        };
+        let allowed = (limits.head_timeout + extra).min(limits.head_timeout_max.max(limits.head_timeout));
+        self.head_since.checked_add(allowed)
+    }
+
+    /// The rate clock of the body being received, started now if it was
+    /// not running.
+    fn body_rate(&mut self, env: &Env<'_>, link: Link) -> MinRate {
+        *self
+            .rate
+            .get_or_insert_with(|| MinRate::start(env.now, link.bytes_in, env.limits.body_timeout))
     }
 
     /// Sets the deadline before the first `wait` (at accept).
@@ -753,30 +794,51 @@ impl H1 {
 
     /// The deadline passed. `Some(event)` if an answer was queued (a 408
     /// for a request not received in time), else whether to close.
-    pub(crate) fn time_out(&mut self, out: &mut Output, env: &Env<'_>) -> TimedOut {
+    pub(crate) fn time_out(&mut self, out: &mut Output, env: &Env<'_>, link: Link) -> TimedOut {
+        let why = "request not received in time";
         match self.state {
+            State::Head if self.head_deadline(env, link).is_some_and(|d| env.now < d) => TimedOut::Again,
+            State::Body(_) | State::Deferred(_) | State::Handling(_)
+                if self.rate.is_some() && self.upload_or_body() =>
+            {
+                let rate = env.limits.min_rate_bytes_per_sec;
+                match self.rate.as_mut().map(|r| r.check(env.now, link.bytes_in, rate)) {
+                    Some(Rate::TooSlow) => self.time_out_body(out, env),
+                    _ => TimedOut::Again,
+                }
+            }
             State::Head | State::Body(_) => {
                 let status = 408;
-                let why = "request not received in time";
                 self.fail(out, env, status, why);
                 TimedOut::Refused { status }
             }
-            State::Deferred(_) | State::Handling(_) if self.upload.is_some() => {
-                // The body stopped coming: 408, and the reader fails.
-                if let Some(up) = self.upload.take() {
-                    up.sink
-                        .fail(io::ErrorKind::TimedOut, "request body not received in time");
-                }
-                let status = 408;
-                self.refuse(out, env, status, "request not received in time", false);
-                TimedOut::Refused { status }
-            }
+            State::Deferred(_) | State::Handling(_) if self.upload.is_some() => self.time_out_body(out, env),
             State::Deferred(_) | State::Handling(_) => {
                 self.deadline = None;
                 TimedOut::Keep
             }
             State::Idle | State::Closing => TimedOut::Close,
         }
+    }
+
+    /// A body is arriving (buffered, or handed to a reader).
+    fn upload_or_body(&self) -> bool {
+        matches!(self.state, State::Body(_)) || self.upload.is_some()
+    }
+
+    /// The body stopped coming, or came too slowly: 408 (a reader fails).
+    fn time_out_body(&mut self, out: &mut Output, env: &Env<'_>) -> TimedOut {
+        let status = 408;
+        let why = "request not received in time";
+        self.rate = None;
+        if let Some(up) = self.upload.take() {
+            up.sink
+                .fail(io::ErrorKind::TimedOut, "request body not received in time");
+            self.refuse(out, env, status, why, false);
+        } else {
+            self.fail(out, env, status, why);
+        }
+        TimedOut::Refused { status }
     }
 }
 
@@ -787,6 +849,9 @@ pub(crate) enum TimedOut {
     Refused { status: u16 },
     /// Nothing to do (a deferred answer has no timeout).
     Keep,
+    /// Not yet (the head's deadline moved as it grew, or the body kept its
+    /// rate): ask `wait` for the next deadline.
+    Again,
     /// Close now.
     Close,
 }

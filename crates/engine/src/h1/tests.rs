@@ -249,7 +249,11 @@ fn each_state_asks_for_its_own_deadline() {
     s.feed(b"TP/1.1\r\nHo");
     assert_eq!(s.wait(false), Wait::Until(Some(now + limits.head_timeout)));
     s.feed(b"st: x\r\nContent-Length: 2\r\n\r\n");
-    assert_eq!(s.wait(false), Wait::Until(Some(s.now + limits.body_timeout)));
+    // The body's rate is first measured over the grace's last window.
+    assert_eq!(
+        s.wait(false),
+        Wait::Until(Some(s.now + limits.body_timeout - crate::min_rate::WINDOW))
+    );
     assert_eq!(s.wait(true), Wait::Close, "a client gone mid-body");
     s.feed(b"ok");
     assert_eq!(s.wait(false), Wait::Until(Some(s.now + limits.idle_timeout)));
@@ -383,4 +387,87 @@ fn an_ignored_body_sent_after_100_continue_is_not_waited_for() {
     assert_eq!(got[0].status, 200);
     assert!(got[0].head.contains("Connection: close\r\n"), "{}", got[0].head);
     assert_eq!(s.end, Some(End::Closing));
+}
+
+#[test]
+fn a_head_arriving_steadily_gets_a_second_more_per_500_bytes_up_to_head_timeout_max() {
+    let limits = Limits::default();
+    let mut s = Script::new(limits.clone());
+    let t0 = s.now;
+    let field = format!("GET / HTTP/1.1\r\nHost: x\r\nX-Long: {}\r\n", "a".repeat(5000));
+    s.feed(field.as_bytes());
+    let extra = Duration::from_secs(field.len() as u64 / limits.min_rate_bytes_per_sec);
+    assert_eq!(s.wait(false), Wait::Until(Some(t0 + limits.head_timeout + extra)));
+    s.feed("a".repeat(20_000).as_bytes());
+    assert_eq!(s.wait(false), Wait::Until(Some(t0 + limits.head_timeout_max)));
+    // A deadline reached while the head is still short of it ends it.
+    s.now = t0 + limits.head_timeout_max;
+    assert_eq!(s.time_out_once(), TimedOut::Refused { status: 408 });
+}
+
+#[test]
+fn a_body_sent_a_byte_at_a_time_is_ended_at_the_end_of_its_grace() {
+    // One byte every 4 s: a timer restarted by each read (the old
+    // `body_timeout`) would never fire.
+    for target in ["/b", "/ignore"] {
+        let limits = Limits::default();
+        let mut s = Script::new(limits.clone());
+        s.feed(format!("POST {target} HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n").as_bytes());
+        // The driver waits after each read: the body's clock starts now.
+        s.wait(false);
+        let t0 = s.now;
+        let mut ended = None;
+        for _ in 0..100 {
+            s.now += Duration::from_secs(4);
+            s.feed(b"x");
+            while let Wait::Until(Some(deadline)) = s.wait(false) {
+                if deadline > s.now {
+                    break;
+                }
+                match s.time_out_once() {
+                    TimedOut::Again => {}
+                    other => {
+                        ended = Some((other, s.now));
+                        break;
+                    }
+                }
+            }
+            if ended.is_some() {
+                break;
+            }
+        }
+        let (how, when) = ended.expect("the slow body was ended");
+        if target == "/ignore" {
+            // Answered at the head: the discard's own timeout closes it.
+            assert_eq!(how, TimedOut::Close, "{target}");
+            assert!(
+                when <= t0 + crate::limits::DISCARD_TIMEOUT + Duration::from_secs(4),
+                "{target}"
+            );
+        } else {
+            assert_eq!(how, TimedOut::Refused { status: 408 }, "{target}");
+            // Checked here only every 4 s, as the bytes come.
+            assert!(when <= t0 + limits.body_timeout + Duration::from_secs(4), "{target}");
+            assert_eq!(bodies(&s).last().map(|b| b.0), Some(408));
+        }
+    }
+}
+
+#[test]
+fn a_body_arriving_at_the_minimum_rate_is_kept() {
+    let limits = Limits::default();
+    let mut s = Script::new(limits.clone());
+    s.feed(b"POST /b HTTP/1.1\r\nHost: x\r\nContent-Length: 60000\r\n\r\n");
+    // 1,000 B/s for 60 s: past the grace, checked every 5 s, never ended.
+    for _ in 0..59 {
+        s.now += Duration::from_secs(1);
+        s.feed(&[b'y'; 1000]);
+        if let Wait::Until(Some(deadline)) = s.wait(false) {
+            if deadline <= s.now {
+                assert_eq!(s.time_out_once(), TimedOut::Again);
+            }
+        }
+    }
+    s.feed(&[b'y'; 1000]);
+    assert_eq!(bodies(&s), [(200, format!("POST /b 60000:{}", "y".repeat(60000)))]);
 }

@@ -59,6 +59,9 @@ use stream::{Continuation, Stream};
 use crate::limits::{H2_CONN_WINDOW, H2_CONTROL_FRAMES_BASE};
 
 pub(crate) use frame::PREFACE;
+/// The DATA frame's type: a frame of any other type begun must be
+/// complete within `head_timeout`.
+pub(crate) const DATA_FRAME: u8 = frame::DATA;
 pub(crate) use pending::Pending;
 pub(crate) use send::{for_each_line, Sent};
 pub(crate) use stream::Parts;
@@ -353,6 +356,12 @@ impl Session {
                 .streams
                 .iter()
                 .any(|s| !s.recv_done && !Session::is_upload_blocked(s))
+    }
+
+    /// A header block is begun (HEADERS without END_HEADERS) and its
+    /// CONTINUATIONs have not all come.
+    pub(crate) fn in_header_block(&self) -> bool {
+        self.continuation.is_some()
     }
 
     /// No stream is open.
