@@ -64,6 +64,25 @@ pub struct Limits {
     /// Most open connections per worker; further connections are refused
     /// with a best-effort 503 and closed at once.
     pub n_conns_max: usize,
+    /// Most open connections per client address and worker (an IPv6
+    /// client counts per /64), as nginx's `limit_conn`; past it, a new
+    /// connection is closed at accept. 0 is no cap. A reverse proxy or
+    /// load balancer in front connects from few addresses: raise it, or
+    /// set 0, there (the benchmarks, one client address with up to 4,096
+    /// connections, set 0).
+    pub conns_per_ip_max: usize,
+    /// Bytes of request bodies a worker may hold buffered at once (for
+    /// handlers that take the body whole: HTTP/1.1 read buffers grown
+    /// past their pooled size, HTTP/2 streams' bodies). A body that would
+    /// pass it is refused with 503 and `Retry-After`, so that many clients
+    /// each sending up to `body_bytes_max` cannot take the worker's memory
+    /// (128 HTTP/2 streams of 1 MiB each were 133 MB).
+    pub body_budget_bytes: usize,
+    /// Bytes of answers a worker may hold queued for clients (output
+    /// buffers held by connections). Past it, a connection with more
+    /// than `OUTPUT_UNDER_PRESSURE_BYTES` queued is not read (nor its
+    /// pipelined requests answered) until the client has taken some.
+    pub output_budget_bytes: usize,
     /// Pending response bytes above which the engine stops answering pipelined
     /// requests until the client has read what it was sent.
     pub write_buffer_bytes_max: usize,
@@ -110,7 +129,10 @@ impl Default for Limits {
             idle_timeout: Duration::from_secs(60),
             send_timeout: Duration::from_secs(30),
             n_conns_max: 16 * 1024,
-            write_buffer_bytes_max: 256 * 1024,
+            conns_per_ip_max: 256,
+            body_budget_bytes: 64 * 1024 * 1024,
+            output_budget_bytes: 64 * 1024 * 1024,
+            write_buffer_bytes_max: 128 * 1024,
             shutdown_timeout: Duration::from_secs(10),
             sweep_interval: Duration::from_millis(250),
             h2_streams_max: 128,
@@ -152,6 +174,10 @@ impl Limits {
     /// descriptors (`fs.nr_open`, 1,048,576 by default), which no worker
     /// can exceed.
     pub const N_CONNS_MAX_RANGE: RangeInclusive<usize> = 1..=1024 * 1024;
+    /// 0 (no cap) up to `N_CONNS_MAX_RANGE`'s end.
+    pub const CONNS_PER_IP_MAX_RANGE: RangeInclusive<usize> = 0..=1024 * 1024;
+    /// The budgets: at least 1 MiB (one body, one answer), at most 1 TiB.
+    pub const BUDGET_BYTES_RANGE: RangeInclusive<usize> = 1024 * 1024..=1 << 40;
     /// At least one pooled buffer (`BUFFER_BYTES`), at most 64 MiB of
     /// answers queued for a client that does not read.
     pub const WRITE_BUFFER_BYTES_MAX_RANGE: RangeInclusive<usize> = BUFFER_BYTES..=64 * 1024 * 1024;
@@ -178,6 +204,10 @@ impl Limits {
 /// answer was queued (see `Limits::discard_bytes_max`); then the
 /// connection closes. nginx's `lingering_timeout` is 5 s.
 pub(crate) const DISCARD_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Queued output past which a connection waits for its client while the
+/// worker's `output_budget_bytes` is spent.
+pub(crate) const OUTPUT_UNDER_PRESSURE_BYTES: usize = 64 * 1024;
 
 /// Size of the pooled read and write buffers a busy connection borrows.
 /// A request head or pipelined batch that does not fit grows its buffer

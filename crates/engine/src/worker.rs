@@ -3,7 +3,9 @@
 //! nothing on the request path: no lock, no atomic.
 
 use std::cell::Cell;
+use std::collections::HashMap;
 use std::io::{self, Write};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -111,6 +113,7 @@ impl Worker {
             body_bytes_max: limits.body_bytes_max,
         });
         let mut conns: Slab<Conn> = Slab::with_capacity(1024);
+        let mut per_address = PerAddress::default();
         let mut events = Events::with_capacity(1024);
         let mut pool = BufPool::default();
         let mut date = DateCache::new();
@@ -209,7 +212,15 @@ impl Worker {
                                     Post::Answer(a) => conn.on_answer(&mut ctx, a.id, a.response),
                                     Post::Wake { .. } => conn.on_wake(&mut ctx),
                                 };
-                                settle(&mut conns, token, next, &mut ready, ctx.pool, ctx.metrics);
+                                settle(
+                                    &mut conns,
+                                    &mut per_address,
+                                    token,
+                                    next,
+                                    &mut ready,
+                                    ctx.pool,
+                                    ctx.metrics,
+                                );
                             }
                         }
                         // QUIC datagrams other endpoints read for ours (a
@@ -235,13 +246,13 @@ impl Worker {
                     }
                     Token(t) if t >= LISTENER_BASE => {
                         if let Some(listener) = listeners.get(t - LISTENER_BASE) {
-                            accept_paused |= !accept(listener, &mut conns, &ctx);
+                            accept_paused |= !accept(listener, &mut conns, &mut per_address, &ctx);
                         }
                     }
                     Token(t) => {
                         if let Some(conn) = conns.get_mut(t) {
                             let next = conn.on_ready(&mut ctx, event.is_read_closed());
-                            settle(&mut conns, t, next, &mut ready, ctx.pool, ctx.metrics);
+                            settle(&mut conns, &mut per_address, t, next, &mut ready, ctx.pool, ctx.metrics);
                         }
                     }
                 }
@@ -265,7 +276,7 @@ impl Worker {
                 if let Some(conn) = conns.get_mut(t) {
                     conn.queued = false;
                     let next = conn.on_turn(&mut ctx);
-                    settle(&mut conns, t, next, &mut ready, ctx.pool, ctx.metrics);
+                    settle(&mut conns, &mut per_address, t, next, &mut ready, ctx.pool, ctx.metrics);
                 }
             }
 
@@ -279,12 +290,12 @@ impl Worker {
                 );
                 for t in expired.drain(..) {
                     let next = conns[t].on_timeout(&mut ctx);
-                    settle(&mut conns, t, next, &mut ready, ctx.pool, ctx.metrics);
+                    settle(&mut conns, &mut per_address, t, next, &mut ready, ctx.pool, ctx.metrics);
                 }
                 if accept_paused {
                     accept_paused = false;
                     for listener in &listeners {
-                        accept_paused |= !accept(listener, &mut conns, &ctx);
+                        accept_paused |= !accept(listener, &mut conns, &mut per_address, &ctx);
                     }
                 }
                 if let Some(log) = ctx.log.as_deref_mut() {
@@ -309,7 +320,7 @@ impl Worker {
                 let tokens: Vec<usize> = conns.iter().map(|(t, _)| t).collect();
                 for t in tokens {
                     let next = conns[t].on_drain(&mut ctx, idle_kept);
-                    settle(&mut conns, t, next, &mut ready, ctx.pool, ctx.metrics);
+                    settle(&mut conns, &mut per_address, t, next, &mut ready, ctx.pool, ctx.metrics);
                 }
                 // HTTP/3: GOAWAY, each connection closing once its requests
                 // are answered (a hand-over alike: a QUIC client reconnects
@@ -322,7 +333,7 @@ impl Worker {
                 let tokens: Vec<usize> = conns.iter().map(|(t, _)| t).collect();
                 for t in tokens {
                     let next = conns[t].on_drain(&mut ctx, false);
-                    settle(&mut conns, t, next, &mut ready, ctx.pool, ctx.metrics);
+                    settle(&mut conns, &mut per_address, t, next, &mut ready, ctx.pool, ctx.metrics);
                 }
             }
             if let Some(deadline) = drain_deadline {
@@ -340,7 +351,7 @@ impl Worker {
                     }
                     let tokens: Vec<usize> = conns.iter().map(|(t, _)| t).collect();
                     for t in tokens {
-                        close(&mut conns, t, ctx.pool, ctx.metrics);
+                        close(&mut conns, &mut per_address, t, ctx.pool, ctx.metrics);
                     }
                     break;
                 }
@@ -355,7 +366,7 @@ impl Worker {
 
 /// Accepts every pending connection. Returns false if accepting must be
 /// retried later (out of file descriptors).
-fn accept(listener: &Listener, conns: &mut Slab<Conn>, ctx: &Ctx<'_>) -> bool {
+fn accept(listener: &Listener, conns: &mut Slab<Conn>, per_address: &mut PerAddress, ctx: &Ctx<'_>) -> bool {
     loop {
         let (mut stream, peer) = match listener.socket.accept() {
             Ok(accepted) => accepted,
@@ -375,6 +386,14 @@ fn accept(listener: &Listener, conns: &mut Slab<Conn>, ctx: &Ctx<'_>) -> bool {
             }
             continue;
         }
+        if !per_address.open(peer, ctx.limits.conns_per_ip_max) {
+            // nginx's `limit_conn` answers 503; a close costs less and
+            // tells an attacker as much.
+            if let Some(m) = ctx.metrics {
+                m.conns_refused_per_address.add(1);
+            }
+            continue;
+        }
         let transport = match &listener.kind {
             ListenerKind::Plain | ListenerKind::Redirect => Transport::Plain,
             ListenerKind::Tls(tls) => match TlsSession::new(tls) {
@@ -391,6 +410,7 @@ fn accept(listener: &Listener, conns: &mut Slab<Conn>, ctx: &Ctx<'_>) -> bool {
             .register(&mut stream, Token(token), Interest::READABLE)
             .is_err()
         {
+            per_address.close(peer);
             continue;
         }
         if let Some(m) = ctx.metrics {
@@ -415,6 +435,7 @@ fn refuse(stream: &mut Stream) {
 /// Acts on what a connection asked for after an event.
 fn settle(
     conns: &mut Slab<Conn>,
+    per_address: &mut PerAddress,
     token: usize,
     next: Next,
     ready: &mut Vec<usize>,
@@ -432,12 +453,19 @@ fn settle(
                 }
             }
         }
-        Next::Close => close(conns, token, pool, metrics),
+        Next::Close => close(conns, per_address, token, pool, metrics),
     }
 }
 
-fn close(conns: &mut Slab<Conn>, token: usize, pool: &mut BufPool, metrics: Option<&WorkerMetrics>) {
+fn close(
+    conns: &mut Slab<Conn>,
+    per_address: &mut PerAddress,
+    token: usize,
+    pool: &mut BufPool,
+    metrics: Option<&WorkerMetrics>,
+) {
     if let Some(mut conn) = conns.try_remove(token) {
+        per_address.close(conn.peer());
         if let Some(m) = metrics {
             m.conns_closed.add(1);
             // Abandoned: their answers will be dropped.
@@ -447,4 +475,54 @@ fn close(conns: &mut Slab<Conn>, token: usize, pool: &mut BufPool, metrics: Opti
         // Dropping the connection closes the socket, which also removes it
         // from the epoll set: no deregister call needed.
     }
+}
+
+/// Connections open per client address, for `Limits::conns_per_ip_max`
+/// (nginx's `limit_conn`): an IPv6 client counts per /64, the block one
+/// subscriber is usually given, so that an attacker cannot dodge the cap
+/// by rotating addresses within it. Unix-domain clients have no address
+/// and are not counted.
+#[derive(Default)]
+struct PerAddress(HashMap<u128, u32>);
+
+impl PerAddress {
+    /// Counts a new connection from `peer`; false (not counted) if its
+    /// address already has `max` open. `max` 0 is no cap.
+    fn open(&mut self, peer: SocketAddr, max: usize) -> bool {
+        let Some(key) = address_key(peer) else { return true };
+        let n = self.0.entry(key).or_insert(0);
+        if max != 0 && *n as usize >= max {
+            if *n == 0 {
+                self.0.remove(&key);
+            }
+            return false;
+        }
+        *n += 1;
+        true
+    }
+
+    fn close(&mut self, peer: SocketAddr) {
+        let Some(key) = address_key(peer) else { return };
+        if let Some(n) = self.0.get_mut(&key) {
+            *n -= 1;
+            if *n == 0 {
+                self.0.remove(&key);
+            }
+        }
+    }
+}
+
+/// The key a client's connections are counted under: its IPv4 address
+/// (also when mapped into IPv6), or its IPv6 address's /64.
+fn address_key(peer: SocketAddr) -> Option<u128> {
+    if crate::sys::stream::is_unix(peer) {
+        return None;
+    }
+    Some(match peer.ip() {
+        IpAddr::V4(v4) => u128::from(v4.to_ipv6_mapped()),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => u128::from(v4.to_ipv6_mapped()),
+            None => u128::from(v6) & !u128::from(u64::MAX),
+        },
+    })
 }

@@ -626,3 +626,37 @@ fn a_body_nobody_reads_over_discard_bytes_max_closes_after_its_answer() {
     let _ = c.stream.write_all(&[b'x'; 64 * 1024]);
     c.read_to_close();
 }
+
+#[test]
+fn connections_past_conns_per_ip_max_are_closed_at_accept() {
+    let limits = Limits {
+        conns_per_ip_max: 3,
+        ..Limits::default()
+    };
+    let server = start_with(limits, get_only());
+    let addr = server.local_addr();
+    let mut open: Vec<Client> = (0..3).map(|_| Client::connect(addr)).collect();
+    for c in &mut open {
+        c.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert_eq!(c.response().text(), "home");
+    }
+    let mut fourth = Client::connect(addr);
+    let _ = fourth.stream.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    assert!(fourth.read_to_close().is_empty(), "closed without an answer");
+    // One leaves: its place is free again.
+    drop(open.pop());
+    let mut answered = false;
+    for _ in 0..100 {
+        let mut c = Client::connect(addr);
+        let _ = c
+            .stream
+            .write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        if !c.read_to_close().is_empty() {
+            answered = true;
+            break;
+        }
+        // The server has not seen the close yet.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(answered, "the freed place was never given again");
+}

@@ -22,6 +22,11 @@ fn an_idle_tls_connection_holds_only_the_rustls_state() {
     let server = Server::new()
         .bind_tls("127.0.0.1:0", tls)
         .workers(1)
+        // 500 connections from one address.
+        .limits(peregrine::Limits {
+            conns_per_ip_max: 0,
+            ..peregrine::Limits::default()
+        })
         .start(|_: &Request<'_>| Response::text("Hello, World!"))
         .unwrap();
     let config = pki.client();

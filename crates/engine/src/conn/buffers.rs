@@ -18,6 +18,11 @@ pub(crate) struct BufPool {
     h2_read: Vec<Vec<u8>>,
     /// Write buffers that grew past `BUFFER_BYTES` (see `give_write`).
     large_write: Vec<Vec<u8>>,
+    /// What the worker's connections hold against its budgets
+    /// (`Limits::body_budget_bytes`, `Limits::output_budget_bytes`): each
+    /// connection adds what it takes and takes back what it gives.
+    pub(crate) bodies: usize,
+    pub(crate) output: usize,
 }
 
 impl BufPool {

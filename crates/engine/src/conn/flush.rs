@@ -216,7 +216,7 @@ impl Conn {
                 Err(_) => return Next::Close,
             }
         }
-        ctx.pool.give_read(std::mem::take(&mut self.input.buf));
+        self.give_input(ctx.pool);
         Next::Keep
     }
 }

@@ -26,6 +26,7 @@ pub(super) fn h1_env<'w>(ctx: &Ctx<'w>) -> Env<'w> {
         now: ctx.now,
         draining: ctx.draining,
         h2_allowed: ctx.h2.is_some(),
+        grow_bytes_max: ctx.limits.body_budget_bytes.saturating_sub(ctx.pool.bodies),
     }
 }
 
@@ -60,6 +61,12 @@ impl Conn {
             }
             let out = &self.output;
             if out.tail.is_some() || out.queued() > ctx.limits.write_buffer_bytes_max {
+                return Stop::Output;
+            }
+            if self.over_output_budget(ctx, out.queued()) {
+                if let Some(m) = ctx.metrics {
+                    m.output_budget_waits.add(1);
+                }
                 return Stop::Output;
             }
             if !self.input.is_empty() {
@@ -277,11 +284,21 @@ impl Conn {
     pub(super) fn h1_make_room(&mut self, ctx: &mut Ctx<'_>) -> bool {
         self.ensure_output(ctx.pool);
         let env = h1_env(ctx);
-        match self.h1.make_room(&mut self.input, &mut self.output, &env) {
+        let before = self.input.buf.len();
+        let made = self.h1.make_room(&mut self.input, &mut self.output, &env);
+        // What the buffer grew by is held against the worker's budget
+        // until the buffer is given back (`give_input`).
+        let grown = self.input.buf.len().saturating_sub(before);
+        self.input_charge += grown;
+        ctx.pool.bodies += grown;
+        match made {
             Ok(()) => true,
             Err(status) => {
                 self.input.discard();
                 record_refused(ctx, self.peer, status);
+                if let (503, Some(m)) = (status, ctx.metrics) {
+                    m.budget_refusals.add(1);
+                }
                 false
             }
         }

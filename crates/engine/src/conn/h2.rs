@@ -78,6 +78,9 @@ pub(super) struct H2 {
     /// Since when a header block (or a frame other than DATA) has been
     /// begun and not finished: it must be within `head_timeout`.
     block_since: Option<Instant>,
+    /// The streams' buffered bodies, as last held against the worker's
+    /// body budget.
+    body_charge: usize,
 }
 
 /// What the first bytes of a connection say about HTTP/2.
@@ -122,6 +125,7 @@ impl Conn {
             active_since: ctx.now,
             active_mark: 0,
             block_since: None,
+            body_charge: 0,
         }));
     }
 
@@ -137,9 +141,20 @@ impl Conn {
         if ctx.draining {
             h2.session.go_away(&mut self.output.buf);
         }
-        if self.output.buf.len() - self.output.pos + h2.session.splices.bytes() > budget {
+        let queued = self.output.buf.len() - self.output.pos + h2.session.splices.bytes();
+        if queued > budget {
             return Stop::Output;
         }
+        if queued > crate::limits::OUTPUT_UNDER_PRESSURE_BYTES && ctx.pool.output > ctx.limits.output_budget_bytes {
+            if let Some(m) = ctx.metrics {
+                m.output_budget_waits.add(1);
+            }
+            return Stop::Output;
+        }
+        Self::charge_bodies(h2, ctx);
+        let others = ctx.pool.bodies - h2.body_charge;
+        h2.session
+            .set_body_room(ctx.limits.body_budget_bytes.saturating_sub(others));
         let input = &mut self.input;
         if input.start < input.end {
             let used = h2
@@ -151,6 +166,7 @@ impl Conn {
                 input.end = 0;
             }
         }
+        Self::charge_bodies(h2, ctx);
         // Heads whose body is coming: a handler that reads bodies as they
         // arrive is called now.
         while let Some(id) = self.h2.as_mut().and_then(|h2| h2.session.take_head()) {
@@ -188,6 +204,25 @@ impl Conn {
             return Stop::Output;
         }
         Stop::Input
+    }
+
+    /// Holds the streams' buffered bodies against the worker's budget.
+    fn charge_bodies(h2: &mut H2, ctx: &mut Ctx<'_>) {
+        let held = h2.session.body_bytes();
+        ctx.pool.bodies = ctx.pool.bodies - h2.body_charge + held;
+        h2.body_charge = held;
+        let refused = h2.session.take_budget_refusals();
+        if let (true, Some(m)) = (refused > 0, ctx.metrics) {
+            m.budget_refusals.add(refused);
+        }
+    }
+
+    /// The connection is closing: what its streams held goes back to the
+    /// worker's body budget.
+    pub(super) fn release_h2(&mut self, pool: &mut crate::conn::BufPool) {
+        if let Some(h2) = self.h2.as_mut() {
+            pool.bodies -= std::mem::take(&mut h2.body_charge);
+        }
     }
 
     /// Bytes queued for the client: the output buffer's and the slices'.

@@ -60,7 +60,7 @@ use crate::codec::write as wire;
 use crate::date::DateCache;
 use crate::h1::H1;
 use crate::handler::Handler;
-use crate::limits::{Limits, H2_READ_BYTES};
+use crate::limits::{Limits, H2_READ_BYTES, OUTPUT_UNDER_PRESSURE_BYTES};
 use crate::metrics::WorkerMetrics;
 use crate::responder::Mailbox;
 use crate::response::Response;
@@ -224,6 +224,10 @@ pub(crate) struct Conn {
     /// Bytes read (plaintext) since the connection began: a request's
     /// progress, for the minimum rates.
     bytes_in: u64,
+    /// What this connection holds against the worker's budgets: its read
+    /// buffer's growth (HTTP/1.1 bodies and heads), its write buffer.
+    input_charge: usize,
+    output_charge: usize,
     /// TLS: the handshake's end has been counted in the metrics.
     handshake_counted: bool,
     /// No byte of a request has arrived yet: the client has just
@@ -280,10 +284,17 @@ impl Conn {
             drained: false,
             bytes_out: 0,
             bytes_in: 0,
+            input_charge: 0,
+            output_charge: 0,
             handshake_counted: false,
             fresh: true,
             h2: None,
         }
+    }
+
+    /// The client's address.
+    pub(crate) fn peer(&self) -> SocketAddr {
+        self.peer
     }
 
     /// Handles a readiness event.
@@ -385,8 +396,40 @@ impl Conn {
         if let Transport::Tls(tls) = &mut self.transport {
             tls.close(&mut self.stream);
         }
+        self.give_input(pool);
+        self.give_output(pool);
+        self.release_h2(pool);
+    }
+
+    /// Gives the read buffer back to the pool, and what it grew by back
+    /// to the worker's body budget.
+    fn give_input(&mut self, pool: &mut BufPool) {
+        pool.bodies -= std::mem::take(&mut self.input_charge);
+        self.input.start = 0;
+        self.input.end = 0;
         pool.give_read(std::mem::take(&mut self.input.buf));
+    }
+
+    /// Gives the write buffer back to the pool, and its size back to the
+    /// worker's output budget.
+    fn give_output(&mut self, pool: &mut BufPool) {
+        pool.output -= std::mem::take(&mut self.output_charge);
+        self.output.pos = 0;
         pool.give_write(std::mem::take(&mut self.output.buf));
+    }
+
+    /// Holds the write buffer's size against the worker's output budget.
+    fn charge_output(&mut self, pool: &mut BufPool) {
+        let held = self.output.buf.capacity();
+        pool.output = pool.output - self.output_charge + held;
+        self.output_charge = held;
+    }
+
+    /// The worker holds its budget of queued answers and this connection
+    /// more than its share: it is not read (nor its pipelined requests
+    /// answered) until its client takes some.
+    fn over_output_budget(&self, ctx: &Ctx<'_>, queued: usize) -> bool {
+        queued > OUTPUT_UNDER_PRESSURE_BYTES && ctx.pool.output > ctx.limits.output_budget_bytes
     }
 
     /// Stops waking up for writability (nothing is left to write). False
@@ -432,6 +475,7 @@ impl Conn {
                 return Next::Close;
             }
             let flushed = self.flush(ctx.pool);
+            self.charge_output(ctx.pool);
             if let Some(m) = ctx.metrics {
                 m.bytes_sent.add(std::mem::take(&mut self.bytes_out));
                 if let Transport::Tls(tls) = &self.transport {
@@ -492,13 +536,10 @@ impl Conn {
         self.deadline = self.state_deadline;
         // An idle connection holds no buffers.
         if input_empty && !self.input.buf.is_empty() {
-            self.input.start = 0;
-            self.input.end = 0;
-            ctx.pool.give_read(std::mem::take(&mut self.input.buf));
+            self.give_input(ctx.pool);
         }
         if !self.output.buf.is_empty() || self.output.buf.capacity() != 0 {
-            self.output.pos = 0;
-            ctx.pool.give_write(std::mem::take(&mut self.output.buf));
+            self.give_output(ctx.pool);
         }
         Next::Keep
     }
@@ -523,13 +564,10 @@ impl Conn {
         // A parked connection holds no buffers, as an idle one (there may
         // be thousands: one per subscriber of an event stream).
         if self.input.is_empty() && !self.input.buf.is_empty() {
-            self.input.start = 0;
-            self.input.end = 0;
-            ctx.pool.give_read(std::mem::take(&mut self.input.buf));
+            self.give_input(ctx.pool);
         }
         if self.output.buf.capacity() != 0 && self.h2.is_none() {
-            self.output.pos = 0;
-            ctx.pool.give_write(std::mem::take(&mut self.output.buf));
+            self.give_output(ctx.pool);
         }
         Next::Keep
     }

@@ -61,6 +61,9 @@ pub(crate) struct Env<'a> {
     /// The listener also takes HTTP/2 by prior knowledge: first bytes that
     /// are not HTTP/1 at all end the connection without an answer.
     pub(crate) h2_allowed: bool,
+    /// How much the read buffer may still grow: what is left of the
+    /// worker's `body_budget_bytes`.
+    pub(crate) grow_bytes_max: usize,
 }
 
 /// What `poll` found.
@@ -710,6 +713,12 @@ impl H1 {
             self.fail(out, env, status, why);
             return Err(status);
         }
+        if new_len - input.buf.len() > env.grow_bytes_max {
+            // The worker holds its budget of buffered requests: this one
+            // waits for nothing, it is refused (the client may retry).
+            self.fail(out, env, 503, BUDGET_SPENT);
+            return Err(503);
+        }
         input.buf.resize(new_len, 0);
         Ok(())
     }
@@ -841,6 +850,9 @@ impl H1 {
         TimedOut::Refused { status }
     }
 }
+
+/// The 503's reason when the worker's buffers are spent.
+pub(crate) const BUDGET_SPENT: &str = "the server is busy: its buffers for request bodies are full; retry later";
 
 /// What a timeout did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

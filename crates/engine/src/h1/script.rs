@@ -336,6 +336,7 @@ fn env_of(limits: &Limits, now: Instant, draining: bool, h2_allowed: bool) -> En
         now,
         draining,
         h2_allowed,
+        grow_bytes_max: usize::MAX,
     }
 }
 

@@ -137,6 +137,12 @@ pub(crate) struct Session {
     /// Bytes of request frames (HEADERS, CONTINUATION, DATA) received:
     /// progress, for the timeout of a request that stalls.
     request_bytes: u64,
+    /// Bytes of request bodies buffered in the streams, the most they may
+    /// come to (what the worker's budget leaves this connection: set by
+    /// the driver before each `recv`), and the bodies refused for it.
+    body_bytes: usize,
+    body_room: usize,
+    n_budget_refusals: u64,
     /// DATA payloads of lasting bodies are queued in `splices` instead of
     /// being copied into the output buffer (`splice.rs`).
     splicing: bool,
@@ -175,6 +181,9 @@ impl Session {
             n_responses: 0,
             bytes_sent: 0,
             request_bytes: 0,
+            body_bytes: 0,
+            body_room: usize::MAX,
+            n_budget_refusals: 0,
             splicing: false,
             splices: Splices::default(),
             head_cache: HeadCache::default(),
@@ -356,6 +365,22 @@ impl Session {
                 .streams
                 .iter()
                 .any(|s| !s.recv_done && !Session::is_upload_blocked(s))
+    }
+
+    /// Bytes of request bodies the streams hold buffered.
+    pub(crate) fn body_bytes(&self) -> usize {
+        self.body_bytes
+    }
+
+    /// The most the streams' buffered bodies may come to: past it, a body
+    /// is refused with 503 (the worker's budget is spent).
+    pub(crate) fn set_body_room(&mut self, bytes: usize) {
+        self.body_room = bytes;
+    }
+
+    /// Bodies refused with 503 since the last call.
+    pub(crate) fn take_budget_refusals(&mut self) -> u64 {
+        std::mem::take(&mut self.n_budget_refusals)
     }
 
     /// A header block is begun (HEADERS without END_HEADERS) and its

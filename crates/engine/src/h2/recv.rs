@@ -171,15 +171,25 @@ impl Session {
             return;
         }
         if s.refused.is_none() {
-            if s.received > body_bytes_max {
-                s.refused = Some((413, "request body too large"));
-                s.body.clear();
+            let refused = if s.received > body_bytes_max {
+                Some((413, "request body too large"))
+            } else if self.body_bytes + data.len() > self.body_room {
+                self.n_budget_refusals += 1;
+                Some((503, crate::h1::BUDGET_SPENT))
+            } else {
+                None
+            };
+            if let Some(refused) = refused {
+                s.refused = Some(refused);
+                self.body_bytes -= s.body.len();
+                s.body = Vec::new();
                 if !s.ready && s.send == Sending::Waiting {
                     s.ready = true;
                     self.n_ready += 1;
                 }
             } else {
                 s.body.extend_from_slice(data);
+                self.body_bytes += data.len();
             }
         }
         if end_stream {

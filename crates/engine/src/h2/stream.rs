@@ -134,6 +134,7 @@ impl Session {
         let s = &mut self.streams[idx];
         // What arrived with the head, before the handler was asked.
         sink.push(&s.body);
+        self.body_bytes -= s.body.len();
         s.body.clear();
         if s.ready {
             s.ready = false;
@@ -232,6 +233,13 @@ impl Session {
         s.pending = None;
         // Dropped before its end: the reader gets UnexpectedEof.
         s.upload = None;
+        self.body_bytes -= s.body.len();
+        if s.body.capacity() > crate::limits::INLINE_BODY_BYTES_MAX {
+            // A large body's memory goes back now, not with the spare.
+            s.body = Vec::new();
+        } else {
+            s.body.clear();
+        }
         // Kept up to the concurrency the client has used (bounded by
         // streams_max), so a warm connection reuses stream buffers.
         if self.spare.len() < self.cfg.streams_max as usize {
