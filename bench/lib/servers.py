@@ -207,12 +207,12 @@ class Peregrine(Server):
         return reason
 
     def argv(self, port, tmp):
-        return [self.binary, "hello", "--bind", f"127.0.0.1:{port}", "--workers", "1"]
+        return [self.binary, "hello", "--bind", f"127.0.0.1:{port}", "--workers", "1"] + PEREGRINE_LOAD_LIMITS
 
     def files_argv(self, port, tmp, root):
         # the defaults: ETag, Last-Modified, Cache-Control: no-cache, the
         # three security headers, pre-compressed siblings looked for
-        return [self.binary, "serve", root, "--bind", f"127.0.0.1:{port}", "--workers", "1"]
+        return [self.binary, "serve", root, "--bind", f"127.0.0.1:{port}", "--workers", "1"] + PEREGRINE_LOAD_LIMITS
 
     def load_argv(self, port, tmp, root, archive):
         """load100k: `serve DIR` of the 100,000-file tree (no load step)."""
@@ -304,7 +304,7 @@ class PeregrineArchive(Peregrine):
     def files_argv(self, port, tmp, root):
         if root not in self.archives:
             raise RuntimeError(f"{root} was not packed (prepare_files did not run)")
-        return [self.binary, "serve", self.archives[root], "--bind", f"127.0.0.1:{port}", "--workers", "1"]
+        return [self.binary, "serve", self.archives[root], "--bind", f"127.0.0.1:{port}", "--workers", "1"] + PEREGRINE_LOAD_LIMITS
 
     def pack_many(self, root, log_path=None):
         """load100k: packs the 100,000-file tree once per run. Returns
@@ -317,7 +317,14 @@ class PeregrineArchive(Peregrine):
 
     def load_argv(self, port, tmp, root, archive):
         """load100k: the 100,000-file tree's archive."""
-        return [self.binary, "serve", archive, "--bind", f"127.0.0.1:{port}", "--workers", "1"]
+        return [self.binary, "serve", archive, "--bind", f"127.0.0.1:{port}", "--workers", "1"] + PEREGRINE_LOAD_LIMITS
+
+
+# One client address opens up to 4,096 connections (c4096) to one worker:
+# past Peregrine's defaults of 256 per address and 4,096 per worker (which
+# keep a worker's worst-case memory under 1 GiB). nginx's configuration
+# here raises worker_connections the same way.
+PEREGRINE_LOAD_LIMITS = ["--conns-per-ip-max", "0", "--n-conns-max", "65536"]
 
 
 class Nginx(Server):

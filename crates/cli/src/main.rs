@@ -605,12 +605,27 @@ struct LimitArgs {
     /// Largest request body, in bytes (larger: 413).
     #[arg(long, value_name = "BYTES", default_value = Limits::default().body_bytes_max.to_string(), value_parser = within(Limits::BODY_BYTES_MAX_RANGE))]
     body_bytes_max: Option<u64>,
-    /// Seconds allowed to receive a whole request head (then 408).
+    /// Bytes of a request body nobody reads (a 405, a file asked with a
+    /// body) read and thrown away after the answer to keep the
+    /// connection; a body declared larger closes it.
+    #[arg(long, value_name = "BYTES", default_value = Limits::default().discard_bytes_max.to_string(), value_parser = within(Limits::DISCARD_BYTES_MAX_RANGE))]
+    discard_bytes_max: Option<u64>,
+    /// Seconds allowed to receive a whole request head (then 408), one
+    /// more per --min-rate-bytes-per-sec bytes of it up to
+    /// --head-timeout-max.
     #[arg(long, value_name = "SECS", default_value = Limits::default().head_timeout.as_secs_f64().to_string(), value_parser = seconds_within(Limits::TIMEOUT_RANGE))]
     head_timeout: Option<f64>,
-    /// Seconds allowed between two reads of a request body (then 408).
+    /// The most seconds a head arriving steadily is given.
+    #[arg(long, value_name = "SECS", default_value = Limits::default().head_timeout_max.as_secs_f64().to_string(), value_parser = seconds_within(Limits::TIMEOUT_RANGE))]
+    head_timeout_max: Option<f64>,
+    /// Seconds of grace for a request body; then it must keep arriving at
+    /// --min-rate-bytes-per-sec over 5 s (else 408).
     #[arg(long, value_name = "SECS", default_value = Limits::default().body_timeout.as_secs_f64().to_string(), value_parser = seconds_within(Limits::TIMEOUT_RANGE))]
     body_timeout: Option<f64>,
+    /// The slowest a request head or body may arrive, in bytes per second
+    /// (0: no rate asked).
+    #[arg(long, value_name = "N", default_value = Limits::default().min_rate_bytes_per_sec.to_string(), value_parser = within(Limits::MIN_RATE_BYTES_PER_SEC_RANGE))]
+    min_rate_bytes_per_sec: Option<u64>,
     /// Seconds an idle keep-alive connection is kept.
     #[arg(long, value_name = "SECS", default_value = Limits::default().idle_timeout.as_secs_f64().to_string(), value_parser = seconds_within(Limits::TIMEOUT_RANGE))]
     idle_timeout: Option<f64>,
@@ -620,6 +635,17 @@ struct LimitArgs {
     /// Most open connections per worker (more are refused with 503).
     #[arg(long, value_name = "N", default_value = Limits::default().n_conns_max.to_string(), value_parser = within(Limits::N_CONNS_MAX_RANGE))]
     n_conns_max: Option<usize>,
+    /// Most open connections per client address and worker (IPv6: per
+    /// /64); more are closed at accept. 0: no cap (behind a proxy).
+    #[arg(long, value_name = "N", default_value = Limits::default().conns_per_ip_max.to_string(), value_parser = within(Limits::CONNS_PER_IP_MAX_RANGE))]
+    conns_per_ip_max: Option<usize>,
+    /// Bytes of request bodies a worker may hold buffered; past it, 503.
+    #[arg(long, value_name = "BYTES", default_value = Limits::default().body_budget_bytes.to_string(), value_parser = within(Limits::BUDGET_BYTES_RANGE))]
+    body_budget_bytes: Option<usize>,
+    /// Bytes of answers a worker may hold queued; past it, clients with
+    /// answers waiting are not read until they take them.
+    #[arg(long, value_name = "BYTES", default_value = Limits::default().output_budget_bytes.to_string(), value_parser = within(Limits::BUDGET_BYTES_RANGE))]
+    output_budget_bytes: Option<usize>,
     /// Pending response bytes above which pipelined requests wait until the
     /// client reads.
     #[arg(long, value_name = "BYTES", default_value = Limits::default().write_buffer_bytes_max.to_string(), value_parser = within(Limits::WRITE_BUFFER_BYTES_MAX_RANGE))]
@@ -669,11 +695,20 @@ impl LimitArgs {
         if let Some(v) = self.body_bytes_max {
             l.body_bytes_max = v;
         }
+        if let Some(v) = self.discard_bytes_max {
+            l.discard_bytes_max = v;
+        }
         if let Some(v) = self.head_timeout {
             l.head_timeout = secs("head-timeout", v)?;
         }
+        if let Some(v) = self.head_timeout_max {
+            l.head_timeout_max = secs("head-timeout-max", v)?;
+        }
         if let Some(v) = self.body_timeout {
             l.body_timeout = secs("body-timeout", v)?;
+        }
+        if let Some(v) = self.min_rate_bytes_per_sec {
+            l.min_rate_bytes_per_sec = v;
         }
         if let Some(v) = self.idle_timeout {
             l.idle_timeout = secs("idle-timeout", v)?;
@@ -683,6 +718,15 @@ impl LimitArgs {
         }
         if let Some(v) = self.n_conns_max {
             l.n_conns_max = v;
+        }
+        if let Some(v) = self.conns_per_ip_max {
+            l.conns_per_ip_max = v;
+        }
+        if let Some(v) = self.body_budget_bytes {
+            l.body_budget_bytes = v;
+        }
+        if let Some(v) = self.output_budget_bytes {
+            l.output_budget_bytes = v;
         }
         if let Some(v) = self.write_buffer_bytes_max {
             l.write_buffer_bytes_max = v;
@@ -789,7 +833,8 @@ fn run(cli: Cli, argv: Vec<OsString>) -> anyhow::Result<()> {
 /// What building the server would refuse, without binding anything or
 /// taking systemd's sockets: `reload::build` makes the same checks.
 fn check_server(args: &ServerArgs) -> anyhow::Result<()> {
-    args.limits.to_limits()?;
+    let limits = args.limits.to_limits()?;
+    eprintln!("peregrine: {}", memory_line(&limits));
     args.unix_binds()?;
     args.tls.config()?;
     args.http3()?;
@@ -831,6 +876,21 @@ fn check(cli: &Cli, argv: &[OsString]) -> anyhow::Result<()> {
         _ => unreachable!("check-config takes only the serving subcommands"),
     }
     Ok(())
+}
+
+/// The worst-case memory per worker, as `check-config` states it.
+fn memory_line(l: &Limits) -> String {
+    const MIB: u64 = 1 << 20;
+    let total = l.worst_case_bytes_per_worker();
+    let per_conn = (total - l.body_budget_bytes as u64 - l.output_budget_bytes as u64) / (l.n_conns_max.max(1) as u64);
+    format!(
+        "memory per worker at most {} MiB: request bodies {} MiB + queued answers {} MiB + {} connections x {} KiB",
+        total.div_ceil(MIB),
+        l.body_budget_bytes as u64 / MIB,
+        l.output_budget_bytes as u64 / MIB,
+        l.n_conns_max,
+        per_conn / 1024
+    )
 }
 
 /// `1 key`, `2 keys`.

@@ -62,7 +62,9 @@ pub struct Limits {
     /// `Responder` (which answers 500).
     pub send_timeout: Duration,
     /// Most open connections per worker; further connections are refused
-    /// with a best-effort 503 and closed at once.
+    /// with a best-effort 503 and closed at once. 4,096 keeps the worst
+    /// case (`worst_case_bytes_per_worker`) under 1 GiB; nginx's default
+    /// `worker_connections` is 512.
     pub n_conns_max: usize,
     /// Most open connections per client address and worker (an IPv6
     /// client counts per /64), as nginx's `limit_conn`; past it, a new
@@ -79,9 +81,10 @@ pub struct Limits {
     /// (128 HTTP/2 streams of 1 MiB each were 133 MB).
     pub body_budget_bytes: usize,
     /// Bytes of answers a worker may hold queued for clients (output
-    /// buffers held by connections). Past it, a connection with more
-    /// than `OUTPUT_UNDER_PRESSURE_BYTES` queued is not read (nor its
-    /// pipelined requests answered) until the client has taken some.
+    /// buffers held by connections). Past it, a connection with anything
+    /// queued is not read (nor its pipelined requests answered) until its
+    /// client has taken it: 50 clients pipelining 20,000 requests each
+    /// without reading then cost 8 MB, not 17.5.
     pub output_budget_bytes: usize,
     /// Pending response bytes above which the engine stops answering pipelined
     /// requests until the client has read what it was sent.
@@ -128,11 +131,11 @@ impl Default for Limits {
             min_rate_bytes_per_sec: 500,
             idle_timeout: Duration::from_secs(60),
             send_timeout: Duration::from_secs(30),
-            n_conns_max: 16 * 1024,
+            n_conns_max: 4 * 1024,
             conns_per_ip_max: 256,
             body_budget_bytes: 64 * 1024 * 1024,
             output_budget_bytes: 64 * 1024 * 1024,
-            write_buffer_bytes_max: 128 * 1024,
+            write_buffer_bytes_max: 64 * 1024,
             shutdown_timeout: Duration::from_secs(10),
             sweep_interval: Duration::from_millis(250),
             h2_streams_max: 128,
@@ -141,6 +144,39 @@ impl Default for Limits {
             h3_udp_payload_bytes_max: 1452,
             h3_handshakes_before_retry: 64,
         }
+    }
+}
+
+/// What one connection may hold at most, beside the budgets: a read
+/// buffer (HTTP/2's is the largest), the answers of one turn queued in its
+/// write buffer, what rustls may hold encrypted, and its state (the
+/// connection, TLS and HTTP/2 session: an idle TLS connection measured
+/// 12 KiB, `tests/tls_memory.rs`).
+pub(crate) const CONN_STATE_BYTES: usize = 16 * 1024;
+
+impl Limits {
+    /// The most memory one worker's connections can hold, in bytes:
+    ///
+    /// ```text
+    /// body_budget_bytes + output_budget_bytes
+    ///   + n_conns_max × (H2_READ_BYTES + write_buffer_bytes_max
+    ///                    + INLINE_BODY_BYTES_MAX + TLS_SEND_BYTES_MAX
+    ///                    + CONN_STATE_BYTES)
+    /// ```
+    ///
+    /// Buffered request bodies never pass their budget (503 past it) and
+    /// queued answers pass theirs by at most one turn's per connection
+    /// (no connection with output queued is read while it is spent); the
+    /// rest is each connection's own. With the defaults: 64 + 64 MiB and
+    /// 4,096 × 192 KiB, 896 MiB. HTTP/3 connections are not in it: QUIC's
+    /// flow control bounds each (`H3_SEND_WINDOW_BYTES`,
+    /// `H3_CONN_RECV_WINDOW_BYTES`), and Retry bounds their handshakes.
+    pub fn worst_case_bytes_per_worker(&self) -> u64 {
+        let per_conn =
+            H2_READ_BYTES + self.write_buffer_bytes_max + INLINE_BODY_BYTES_MAX + TLS_SEND_BYTES_MAX + CONN_STATE_BYTES;
+        (self.body_budget_bytes as u64)
+            .saturating_add(self.output_budget_bytes as u64)
+            .saturating_add((self.n_conns_max as u64).saturating_mul(per_conn as u64))
     }
 }
 
@@ -204,10 +240,6 @@ impl Limits {
 /// answer was queued (see `Limits::discard_bytes_max`); then the
 /// connection closes. nginx's `lingering_timeout` is 5 s.
 pub(crate) const DISCARD_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Queued output past which a connection waits for its client while the
-/// worker's `output_budget_bytes` is spent.
-pub(crate) const OUTPUT_UNDER_PRESSURE_BYTES: usize = 64 * 1024;
 
 /// Size of the pooled read and write buffers a busy connection borrows.
 /// A request head or pipelined batch that does not fit grows its buffer

@@ -63,7 +63,7 @@ impl Conn {
             if out.tail.is_some() || out.queued() > ctx.limits.write_buffer_bytes_max {
                 return Stop::Output;
             }
-            if self.over_output_budget(ctx, out.queued()) {
+            if Self::over_output_budget(ctx, out.queued()) {
                 if let Some(m) = ctx.metrics {
                     m.output_budget_waits.add(1);
                 }

@@ -145,7 +145,7 @@ impl Conn {
         if queued > budget {
             return Stop::Output;
         }
-        if queued > crate::limits::OUTPUT_UNDER_PRESSURE_BYTES && ctx.pool.output > ctx.limits.output_budget_bytes {
+        if Self::over_output_budget(ctx, queued) {
             if let Some(m) = ctx.metrics {
                 m.output_budget_waits.add(1);
             }

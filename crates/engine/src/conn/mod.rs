@@ -60,7 +60,7 @@ use crate::codec::write as wire;
 use crate::date::DateCache;
 use crate::h1::H1;
 use crate::handler::Handler;
-use crate::limits::{Limits, H2_READ_BYTES, OUTPUT_UNDER_PRESSURE_BYTES};
+use crate::limits::{Limits, H2_READ_BYTES};
 use crate::metrics::WorkerMetrics;
 use crate::responder::Mailbox;
 use crate::response::Response;
@@ -428,8 +428,8 @@ impl Conn {
     /// The worker holds its budget of queued answers and this connection
     /// more than its share: it is not read (nor its pipelined requests
     /// answered) until its client takes some.
-    fn over_output_budget(&self, ctx: &Ctx<'_>, queued: usize) -> bool {
-        queued > OUTPUT_UNDER_PRESSURE_BYTES && ctx.pool.output > ctx.limits.output_budget_bytes
+    fn over_output_budget(ctx: &Ctx<'_>, queued: usize) -> bool {
+        queued > 0 && ctx.pool.output > ctx.limits.output_budget_bytes
     }
 
     /// Stops waking up for writability (nothing is left to write). False

@@ -719,6 +719,9 @@ impl H1 {
             self.fail(out, env, 503, BUDGET_SPENT);
             return Err(503);
         }
+        // Exactly: `resize` alone may double the capacity (a 1 MiB body
+        // whose head made it pass 1 MiB by 70 bytes held 2 MiB).
+        input.buf.reserve_exact(new_len - input.buf.len());
         input.buf.resize(new_len, 0);
         Ok(())
     }
