@@ -19,6 +19,7 @@ const CFG: Config = Config {
     head_bytes_max: 1024,
     n_headers_max: 8,
     body_bytes_max: 2048,
+    discard_bytes_max: 4096,
 };
 /// The bodies the streams are answered with are slices of this: the
 /// largest is more than the client's initial window.

@@ -111,6 +111,7 @@ impl Worker {
             head_bytes_max: limits.head_bytes_max,
             n_headers_max: limits.n_headers_max.min(crate::conn::HEADERS_ARRAY_MAX),
             body_bytes_max: limits.body_bytes_max,
+            discard_bytes_max: limits.discard_bytes_max,
         });
         let mut conns: Slab<Conn> = Slab::with_capacity(1024);
         let mut per_address = PerAddress::default();

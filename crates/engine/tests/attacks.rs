@@ -121,7 +121,10 @@ fn http1_bodies_withheld_past_the_budget_are_refused_with_503() {
         }
         assert!((20..40).contains(&refused), "{refused} of 40 refused");
     });
-    println!("40 withheld 1 MiB bodies over HTTP/1.1, budget 8 MiB: peak heap +{} KiB", peak >> 10);
+    println!(
+        "40 withheld 1 MiB bodies over HTTP/1.1, budget 8 MiB: peak heap +{} KiB",
+        peak >> 10
+    );
     assert!(peak < ATTACK_BYTES_MAX, "peak heap +{peak} bytes");
 }
 
@@ -152,7 +155,10 @@ fn a_client_that_pipelines_and_never_reads_holds_a_bounded_output() {
         }
         honest(addr);
     });
-    println!("50 connections pipelining without reading: peak heap +{} KiB", peak >> 10);
+    println!(
+        "50 connections pipelining without reading: peak heap +{} KiB",
+        peak >> 10
+    );
     assert!(peak < ATTACK_BYTES_MAX, "peak heap +{peak} bytes");
 }
 
@@ -227,7 +233,11 @@ fn h2c_streams_of_bodies_cost_at_most_the_budget() {
             // Every stream that reads no body is answered 405 at its head;
             // of those that buffer, all past the budget are answered 503
             // (the rest wait for their bodies).
-            let want = if path == "/" { 4 * 128 } else { 4 * 128 - (8 * MIB) / (64 << 10) };
+            let want = if path == "/" {
+                4 * 128
+            } else {
+                4 * 128 - (8 * MIB) / (64 << 10)
+            };
             let mut answered = 0;
             for _ in 0..PATIENCE.as_millis() / 50 {
                 for (s, buf) in &mut conns {
@@ -250,7 +260,10 @@ fn h2c_streams_of_bodies_cost_at_most_the_budget() {
             assert!(answered >= want, "{answered} of {want} answered");
             honest(addr);
         });
-        println!("4 h2c connections x 128 streams of 1 MiB to {path}: peak heap +{} KiB", peak >> 10);
+        println!(
+            "4 h2c connections x 128 streams of 1 MiB to {path}: peak heap +{} KiB",
+            peak >> 10
+        );
         assert!(peak < ATTACK_BYTES_MAX, "{path}: peak heap +{peak} bytes");
     }
 }

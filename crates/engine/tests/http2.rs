@@ -708,15 +708,19 @@ fn access_log_lines_of_streams_deferred_at_once() {
 }
 
 /// A body nobody reads (a POST to a route table that has only GET) is
-/// answered at its head, the stream reset with NO_ERROR (RFC 9113 §8.1)
-/// and given no window beyond its first; DATA that still comes is
-/// credited to the connection, so other streams never stall.
+/// answered as soon as its first DATA frame has come (not once it is
+/// whole), the stream reset with NO_ERROR (RFC 9113 §8.1) and given no
+/// window beyond its first; DATA that still comes is credited to the
+/// connection, so other streams never stall. A client waiting for
+/// `100 Continue` is answered at the head.
 #[test]
-fn a_body_nobody_reads_is_answered_at_its_head_and_its_stream_reset() {
+fn a_body_nobody_reads_is_answered_at_its_first_data_and_its_stream_reset() {
     let app = peregrine::Router::new().get("/", hello);
     let server = common::start_with(Limits::default(), app);
     let mut c = H2::connect(server.local_addr());
     let ids: Vec<u32> = (0..60).map(|i| 1 + 2 * i).collect();
+    // 60 × 16 KiB = 960 KiB of 60 MiB announced, within the connection's
+    // 1 MiB: the server gives the connection's window back for it.
     for &id in &ids {
         c.send(&frame(
             HEADERS,
@@ -724,10 +728,10 @@ fn a_body_nobody_reads_is_answered_at_its_head_and_its_stream_reset() {
             id,
             &head("POST", "/", &[("content-length", "1048576")]),
         ));
+        c.send(&frame(DATA, 0, id, &[0; 16_384]));
     }
-    let mut answered = 0;
-    let mut reset = 0;
-    while answered < ids.len() || reset < ids.len() {
+    let (mut answered, mut reset, mut credited) = (0, 0, false);
+    while answered < ids.len() || reset < ids.len() || !credited {
         let f = c.next().expect("the answers");
         match f.kind {
             HEADERS => {
@@ -738,20 +742,24 @@ fn a_body_nobody_reads_is_answered_at_its_head_and_its_stream_reset() {
                 assert_eq!(f.code(), NO_ERROR, "{f:?}");
                 reset += 1;
             }
-            WINDOW_UPDATE => assert_eq!(f.stream, 0, "no window for a body nobody reads: {f:?}"),
+            WINDOW_UPDATE => {
+                assert_eq!(f.stream, 0, "no window for a body nobody reads: {f:?}");
+                credited = true;
+            }
             _ => {}
         }
     }
-    // 60 × 16 KiB = 960 KiB, within the connection's 1 MiB: the server
-    // gives the connection's window back for it.
-    for &id in &ids {
-        c.send(&frame(DATA, 0, id, &[0; 16_384]));
-    }
-    c.until("the connection's window back", |f| {
-        f.kind == WINDOW_UPDATE && f.stream == 0
-    });
     c.get(201, "/");
     assert_eq!(c.response(201), (200, b"hello\n".to_vec()));
+    // Waiting for 100 Continue: the final answer comes at the head.
+    c.send(&frame(
+        HEADERS,
+        END_HEADERS,
+        203,
+        &head("POST", "/", &[("content-length", "10"), ("expect", "100-continue")]),
+    ));
+    let h = c.until("the answer", |f| f.kind == HEADERS && f.stream == 203);
+    assert_eq!(h.status(), 405);
 }
 
 /// Reads until GOAWAY or the close, sending `tick()`'s bytes every 100 ms
@@ -822,4 +830,31 @@ fn a_header_block_trickled_byte_by_byte_is_ended_at_head_timeout() {
     let code = goaway_while(&mut c, |_| headers.pop().map(|b| vec![b]).unwrap_or_default());
     assert_eq!(code, Some(NO_ERROR));
     still_served(server.local_addr());
+}
+
+/// Without a content-length, a body nobody reads is dropped as it comes,
+/// with window given for it, and answered at its end (so that trailers
+/// that break the request still get their stream error).
+#[test]
+fn a_body_nobody_reads_without_a_length_is_dropped_and_answered_at_its_end() {
+    let app = peregrine::Router::new().get("/", hello);
+    let server = common::start_with(Limits::default(), app);
+    let mut c = H2::connect(server.local_addr());
+    c.send(&frame(HEADERS, END_HEADERS, 1, &head("POST", "/", &[])));
+    let mut window: i64 = 65_535;
+    let mut sent = 0;
+    while sent < 200_000 {
+        if window < 16_384 {
+            let f = c.until("window for the dropped body", |f| {
+                f.kind == WINDOW_UPDATE && f.stream == 1
+            });
+            window += i64::from(u32::from_be_bytes(f.payload[..4].try_into().unwrap()));
+            continue;
+        }
+        c.send(&frame(DATA, 0, 1, &[0; 16_384]));
+        sent += 16_384;
+        window -= 16_384;
+    }
+    c.send(&frame(DATA, END_STREAM, 1, b"end"));
+    assert_eq!(c.response(1).0, 405);
 }

@@ -330,13 +330,15 @@ fn a_streamed_body_to_a_client_gone_over_http3_fails_send() {
 /// its timeout otherwise), as over HTTP/1.1 and HTTP/2: for a body
 /// collected before the handler runs and for one read as it arrives
 /// (`body::streamed`). A body announced over the limit gets its 413 and no
-/// 100; another expectation gets 417.
+/// 100; another expectation gets 417; a body nobody reads (a POST to a
+/// GET route) gets its 405 at once and no 100, so it is never sent.
 #[test]
 fn expect_100_continue_over_http3_gets_an_interim_100_before_the_body() {
     use peregrine::body;
     use std::io::Read;
     let (config, dir) = tls("continue");
     let app = Router::new()
+        .get("/", |_: &Request<'_>| Response::text("home"))
         .post("/echo", |req: &Request<'_>| {
             Response::text(format!("{} bytes", req.body().len()))
         })
@@ -383,6 +385,10 @@ fn expect_100_continue_over_http3_gets_an_interim_100_before_the_body() {
         ),
         "{\"path\": \"/echo\", \"method\": \"POST\", \"headers\": [[\"expect\", \"a-pony\"]], \"body\": \"6161\"}"
             .to_owned(),
+        format!(
+            "{{\"path\": \"/\", \"method\": \"POST\", \"expect_continue\": true, \"body\": \"{}\"}}",
+            hex(5000)
+        ),
     ];
     let out = std::env::temp_dir().join(format!("peregrine-e-h3-continue-{}", std::process::id()));
     std::fs::create_dir_all(&out).unwrap();
@@ -410,6 +416,7 @@ fn expect_100_continue_over_http3_gets_an_interim_100_before_the_body() {
         ("100\n", "200", "70000 bytes streamed"),
         ("", "413", "413 Content Too Large\n"),
         ("", "417", "417 Expectation Failed\n"),
+        ("", "405", "405 Method Not Allowed\n"),
     ];
     for (got, want) in got.iter().zip(expected) {
         assert_eq!((got.0.as_str(), got.1.as_str(), got.2.as_str()), want);

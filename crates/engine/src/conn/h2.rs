@@ -38,7 +38,6 @@ use std::time::Instant;
 
 use super::dispatch::{self, Called, Deferral};
 use super::{take_syscall, Conn, Ctx, Flushed, Phase, Stop, Transport};
-use crate::body::BodySink;
 use crate::codec::Version;
 use crate::h2::request::FieldArray;
 use crate::h2::{Session, PREFACE};
@@ -387,35 +386,35 @@ impl Conn {
             &[],
             *peer,
         );
-        let used = dispatch::body_use(ctx, *redirect, &req);
-        if used == BodyUse::Buffer {
-            // The body is collected, then the handler called: a client
-            // waiting for 100 Continue may send it.
-            h2.session.send_continue(id, &mut output.buf);
-            return;
-        }
-        // Read as it arrives, or not at all: the handler is called now.
-        let (reader, sink) = if used == BodyUse::Stream {
-            let (reader, sink) = crate::body::pipe(BODY_READER_BYTES);
-            sink.bind(ctx.mailbox, *token);
-            (Some(reader), sink)
-        } else {
-            if let Some(m) = ctx.metrics {
-                m.bodies_ignored.add(1);
+        match dispatch::body_use(ctx, *redirect, &req) {
+            BodyUse::Stream => {}
+            BodyUse::Ignore => {
+                // Dropped as it comes; the stream answered with an empty
+                // body (`Session::ignore_body` says when).
+                if let Some(m) = ctx.metrics {
+                    m.bodies_ignored.add(1);
+                }
+                h2.session.ignore_body(id);
+                return;
             }
-            (None, BodySink::discard())
-        };
-        let offered = reader.is_some();
-        let reader = RefCell::new(reader);
-        if offered {
-            req.reader = Some(&reader);
+            _ => {
+                // The body is collected, then the handler called: a client
+                // waiting for 100 Continue may send it.
+                h2.session.send_continue(id, &mut output.buf);
+                return;
+            }
         }
+        // Read as it arrives: the handler is called now.
+        let (reader, sink) = crate::body::pipe(BODY_READER_BYTES);
+        sink.bind(ctx.mailbox, *token);
+        let reader = RefCell::new(Some(reader));
+        req.reader = Some(&reader);
         let slot = dispatch::slot(ctx, *token);
         req.defer = Some(&slot);
         let head_only = parts.method == "HEAD";
-        let mut handled = dispatch::call_stream(ctx, *redirect, &req);
+        let mut handled = dispatch::call(ctx, *redirect, &req);
         // A reader not taken is dropped: the body is discarded.
-        let taken = offered && reader.borrow_mut().take().is_none();
+        let taken = reader.borrow_mut().take().is_none();
         let answer = match dispatch::settle(ctx, &slot, &req, &mut handled) {
             Called::Now(response) => {
                 let response = std::mem::replace(response, Response::new(200));

@@ -83,6 +83,9 @@ pub(crate) struct Config {
     pub(crate) head_bytes_max: usize,
     pub(crate) n_headers_max: usize,
     pub(crate) body_bytes_max: u64,
+    /// A body nobody reads with no content-length: dropped as it comes,
+    /// with window given for it, up to this; then answered early.
+    pub(crate) discard_bytes_max: u64,
 }
 
 /// One HTTP/2 connection's protocol state.

@@ -153,6 +153,8 @@ impl Session {
                 return self.upload_too_large(idx, out);
             }
             sink.push(data);
+            let discarding = sink.is_discard();
+            let grant = Session::grants_window(s);
             if end_stream {
                 s.recv_done = true;
                 if s.head.content_length.is_some_and(|n| s.received != n) {
@@ -162,11 +164,14 @@ impl Session {
                     sink.finish();
                 }
                 if s.send == Sending::Done {
-                    self.remove(idx);
+                    return self.remove(idx);
                 }
-            } else if s.recv_window < STREAM_WINDOW / 2 && !sink.is_discard() && sink.room() > 0 {
+            } else if s.recv_window < STREAM_WINDOW / 2 && grant {
                 frame::write_window_update(out, h.stream, (STREAM_WINDOW - s.recv_window) as u32);
                 s.recv_window = STREAM_WINDOW;
+            }
+            if discarding {
+                self.data_came(idx, end_stream);
             }
             return;
         }
@@ -308,7 +313,10 @@ impl Session {
             }
             if let Some(sink) = s.upload.take() {
                 sink.finish();
-            } else if !s.ready && s.send == Sending::Waiting {
+                // An ignored body that ended with its trailers.
+                s.await_data = false;
+            }
+            if !s.ready && s.send == Sending::Waiting {
                 s.ready = true;
                 self.n_ready += 1;
             }

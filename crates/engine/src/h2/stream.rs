@@ -48,6 +48,10 @@ pub(super) struct Stream {
     /// The client asked for `100 Continue` and has not had it yet
     /// (`Session::send_continue`).
     pub(super) continue_due: bool,
+    /// Its handler ignores the body (`ignore_body`): it is answered when
+    /// the body's first DATA frame (or its end) has come and passed its
+    /// checks.
+    pub(super) await_data: bool,
 }
 
 impl Stream {
@@ -67,6 +71,7 @@ impl Stream {
             head_ready: false,
             upload: None,
             continue_due: false,
+            await_data: false,
         }
     }
 }
@@ -125,6 +130,60 @@ impl Session {
         Some(s.id)
     }
 
+    /// Stream `id`'s handler ignores its body: what comes is dropped. The
+    /// stream is answered (the handler called, with an empty body) early:
+    /// at once if the client waits for `100 Continue`; with a declared
+    /// content-length, once the body's first DATA frame has come and
+    /// passed its checks, and no window is given beyond the stream's
+    /// first; without one, at the body's end or past
+    /// `discard_bytes_max`, window given as it is dropped. Not at the
+    /// head alone: a request the client then breaks (a DATA frame past
+    /// its content-length, trailers without END_STREAM, its own
+    /// RST_STREAM) must get the stream error RFC 9113 asks for, not an
+    /// answer (h2spec 5.1, 8.1, 8.1.2.6). Answered before the body's end,
+    /// the stream is reset with NO_ERROR (§8.1).
+    pub(crate) fn ignore_body(&mut self, id: u32) {
+        let Some(idx) = self.find(id) else { return };
+        let s = &mut self.streams[idx];
+        if s.recv_done || s.ready {
+            return; // complete already: answered as any request
+        }
+        self.body_bytes -= s.body.len();
+        s.body = Vec::new();
+        s.upload = Some(BodySink::discard());
+        s.await_data = true;
+        if std::mem::take(&mut s.continue_due) {
+            s.await_data = false;
+            s.ready = true;
+            self.n_ready += 1;
+        } else {
+            self.data_came(idx, false);
+        }
+    }
+
+    /// Body bytes of a stream whose body is ignored came (`ignore_body`),
+    /// or its end: answer it if it is time.
+    pub(super) fn data_came(&mut self, idx: usize, end: bool) {
+        let discard_max = self.cfg.discard_bytes_max;
+        let s = &mut self.streams[idx];
+        let due = end || (s.received > 0 && s.head.content_length.is_some()) || s.received > discard_max;
+        if due && std::mem::take(&mut s.await_data) && !s.ready && s.send == Sending::Waiting {
+            s.ready = true;
+            self.n_ready += 1;
+        }
+    }
+
+    /// Window is given for a stream's body: read by a reader with room,
+    /// or dropped while the stream waits, with no content-length, for its
+    /// end (`ignore_body`).
+    pub(super) fn grants_window(s: &Stream) -> bool {
+        match &s.upload {
+            Some(sink) if sink.is_discard() => s.await_data && s.head.content_length.is_none(),
+            Some(sink) => sink.room() > 0,
+            None => false,
+        }
+    }
+
     /// Stream `id`'s body goes to `sink` as it arrives (its handler is
     /// being called now, so it is not handed out again when complete); a
     /// discarding sink (`BodySink::discard`) drops it, and the stream gets
@@ -151,8 +210,8 @@ impl Session {
     /// reader's wake, and on every pass: a lock per upload stream).
     pub(crate) fn grant_uploads(&mut self, out: &mut Vec<u8>) {
         for s in &mut self.streams {
-            if let Some(sink) = &s.upload {
-                if s.recv_window < STREAM_WINDOW / 2 && !sink.is_discard() && sink.room() > 0 {
+            if s.upload.is_some() {
+                if s.recv_window < STREAM_WINDOW / 2 && Session::grants_window(s) {
                     frame::write_window_update(out, s.id, (STREAM_WINDOW - s.recv_window) as u32);
                     s.recv_window = STREAM_WINDOW;
                 }

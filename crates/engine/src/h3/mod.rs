@@ -35,7 +35,9 @@ use stream::{Error, RequestStream, UniKind, UniStream};
 
 use crate::h2::{Parts, Pending, Sent};
 use crate::limits::H3_CHUNK_BYTES;
+use crate::min_rate::{MinRate, Rate};
 use crate::response::{Body, Response};
+use std::time::{Duration, Instant};
 
 pub(crate) use stream::Config;
 
@@ -58,6 +60,11 @@ struct Request {
     offered: bool,
     /// An interim 100 (Continue) was queued (`send_continue`).
     continued: bool,
+    /// When the stream's first bytes came: its head must be complete
+    /// within `head_timeout`.
+    opened: Instant,
+    /// The body's minimum rate, once the head is complete.
+    rate: Option<MinRate>,
 }
 
 impl Request {
@@ -124,6 +131,27 @@ pub(crate) struct Session {
     /// their buffers hold.
     spare: Vec<Request>,
     spare_bytes: usize,
+    /// Bytes of request bodies the streams hold buffered, the most they
+    /// may come to (what the worker's budget leaves this connection: set
+    /// by the driver before it reads), and the bodies refused for it.
+    body_bytes: usize,
+    body_room: usize,
+    n_budget_refusals: u64,
+    /// The driver's clock (`set_now`), for when streams open.
+    now: Instant,
+    /// `head_timeout`, `body_timeout` and `min_rate_bytes_per_sec`.
+    timeouts: Timeouts,
+}
+
+/// The timeouts a request stream is held to, from `Limits` (as HTTP/1.1
+/// and HTTP/2: see `min_rate.rs`). QUIC's own idle timeout restarts with
+/// every packet, a PING or an ACK too, so it cannot end a request that
+/// trickles in.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Timeouts {
+    pub(crate) head: Duration,
+    pub(crate) body_grace: Duration,
+    pub(crate) min_rate: u64,
 }
 
 /// Request streams skipped over that a session remembers as unseen at
@@ -164,6 +192,15 @@ impl Session {
             lower: Vec::new(),
             spare: Vec::new(),
             spare_bytes: 0,
+            body_bytes: 0,
+            body_room: usize::MAX,
+            n_budget_refusals: 0,
+            now: Instant::now(),
+            timeouts: Timeouts {
+                head: Duration::from_secs(10),
+                body_grace: Duration::from_secs(20),
+                min_rate: 500,
+            },
         }
     }
 
@@ -172,6 +209,7 @@ impl Session {
         let mut r = self.requests.swap_remove(at);
         // Dropped before its end: the reader gets UnexpectedEof.
         r.parse.upload = None;
+        self.body_bytes -= r.parse.body.len();
         let bytes = r.retained_bytes();
         if bytes <= SPARE_BUFFER_BYTES_MAX
             && self.spare_bytes + bytes <= SPARE_BYTES_MAX
@@ -180,6 +218,111 @@ impl Session {
             self.spare_bytes += bytes;
             self.spare.push(r);
         }
+    }
+
+    /// The timeouts request streams are held to.
+    pub(crate) fn set_timeouts(&mut self, timeouts: Timeouts) {
+        self.timeouts = timeouts;
+    }
+
+    /// The driver's clock, before it feeds the session.
+    pub(crate) fn set_now(&mut self, now: Instant) {
+        self.now = now;
+    }
+
+    /// The earliest a request stream times out: a head not complete
+    /// within `head_timeout`, a body's next rate check. None while no
+    /// request is arriving (a streamed body whose reader is behind asks
+    /// no rate: its clock restarts when it reads again).
+    pub(crate) fn deadline(&mut self) -> Option<Instant> {
+        let (now, t) = (self.now, self.timeouts);
+        let mut earliest: Option<Instant> = None;
+        for r in &mut self.requests {
+            let arriving = match r.answer {
+                Answer::None => true,
+                Answer::Taken | Answer::Deferred(_) => r.parse.upload.is_some(),
+                Answer::Sending => false,
+            };
+            if r.parse.fin || r.parse.refused.is_some() || !arriving {
+                r.rate = None;
+                continue;
+            }
+            let blocked = r.parse.upload.as_ref().is_some_and(crate::body::BodySink::is_blocked);
+            let due = if r.parse.is_head_pending() {
+                Some(r.opened + t.head)
+            } else if blocked {
+                r.rate = None;
+                None
+            } else {
+                let received = r.parse.received();
+                Some(
+                    r.rate
+                        .get_or_insert_with(|| MinRate::start(now, received, t.body_grace))
+                        .deadline(),
+                )
+            };
+            earliest = match (earliest, due) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
+        earliest
+    }
+
+    /// Ends the request streams whose head or body did not arrive in time:
+    /// each is answered 408 (its rest refused with STOP_SENDING once
+    /// answered). Returns how many.
+    pub(crate) fn time_out(&mut self) -> usize {
+        let (now, t) = (self.now, self.timeouts);
+        let mut ended = 0;
+        for r in &mut self.requests {
+            let arriving = match r.answer {
+                Answer::None => true,
+                Answer::Taken | Answer::Deferred(_) => r.parse.upload.is_some(),
+                Answer::Sending => false,
+            };
+            if r.parse.fin || r.parse.refused.is_some() || !arriving {
+                continue;
+            }
+            let too_slow = if r.parse.is_head_pending() {
+                r.opened + t.head <= now
+            } else {
+                let received = r.parse.received();
+                r.rate.as_mut().is_some_and(|rate| {
+                    rate.deadline() <= now && rate.check(now, received, t.min_rate) == Rate::TooSlow
+                })
+            };
+            if !too_slow {
+                continue;
+            }
+            ended += 1;
+            if let Some(sink) = r.parse.upload.take() {
+                sink.fail(std::io::ErrorKind::TimedOut, "request body not received in time");
+            }
+            self.body_bytes -= r.parse.body.len();
+            r.parse.refuse_slow();
+            // A streamed body's handler had the request: the 408 is
+            // answered in its place, as a broken upload's 413 is.
+            r.answer = Answer::None;
+            self.n_ready += 1;
+        }
+        ended
+    }
+
+    /// Bytes of request bodies the streams hold buffered.
+    pub(crate) fn body_bytes(&self) -> usize {
+        self.body_bytes
+    }
+
+    /// The most the streams' buffered bodies may come to: past it, a body
+    /// is refused with 503.
+    pub(crate) fn set_body_room(&mut self, bytes: usize) {
+        self.body_room = bytes;
+    }
+
+    /// Bodies refused with 503 since the last call.
+    pub(crate) fn take_budget_refusals(&mut self) -> u64 {
+        std::mem::take(&mut self.n_budget_refusals)
     }
 
     /// Our control stream's pending bytes (its type, SETTINGS, GOAWAY).
@@ -294,6 +437,8 @@ impl Session {
                         r.pending = None;
                         r.offered = false;
                         r.continued = false;
+                        r.opened = self.now;
+                        r.rate = None;
                         r
                     }
                     None => Request {
@@ -305,6 +450,8 @@ impl Session {
                         pending: None,
                         offered: false,
                         continued: false,
+                        opened: self.now,
+                        rate: None,
                     },
                 };
                 self.requests.push(request);
@@ -318,7 +465,16 @@ impl Session {
             // Answered early (413, 431): the rest is not read.
             return Action::None;
         }
-        match r.parse.recv(data, fin, &self.cfg) {
+        let held = r.parse.body.len();
+        let recvd = r.parse.recv(data, fin, &self.cfg);
+        self.body_bytes = self.body_bytes - held + r.parse.body.len();
+        if self.body_bytes > self.body_room && r.parse.body.len() > held && r.parse.refused.is_none() {
+            // The worker holds its budget of buffered bodies: 503.
+            self.body_bytes -= r.parse.body.len();
+            r.parse.refuse_busy();
+            self.n_budget_refusals += 1;
+        }
+        match recvd {
             Ok(()) => {}
             Err(Error::Conn(code, why)) => return Action::Close(code, why),
             Err(Error::Stream(code, _)) => {

@@ -291,6 +291,24 @@ impl RequestStream {
         Ok(())
     }
 
+    /// The head has not all come yet (nor anything, perhaps).
+    pub(crate) fn is_head_pending(&self) -> bool {
+        self.phase != Some(Phase::Body) && self.refused.is_none()
+    }
+
+    /// The head or body did not arrive in time: 408, the body let go.
+    pub(crate) fn refuse_slow(&mut self) {
+        self.refuse(408, "request not received in time", Code::NoError);
+        self.body = Vec::new();
+    }
+
+    /// The worker's budget for buffered bodies is spent: 503, the body
+    /// let go, the rest not read.
+    pub(crate) fn refuse_busy(&mut self) {
+        self.refuse(503, crate::h1::BUDGET_SPENT, Code::NoError);
+        self.body = Vec::new();
+    }
+
     fn refuse(&mut self, status: u16, why: &'static str, code: Code) {
         if self.refused.is_none() {
             self.refused = Some((status, why, code));

@@ -695,3 +695,36 @@ fn an_expectation_other_than_100_continue_is_refused_417() {
     assert_eq!(s.take_ready(), Some(0));
     assert_eq!(s.refused(0).map(|r| r.0), Some(417));
 }
+
+#[test]
+fn a_head_trickled_in_is_answered_408_at_head_timeout_and_a_slow_body_at_its_grace() {
+    use std::time::{Duration, Instant};
+    let t0 = Instant::now();
+    let mut s = Session::new(CFG);
+    s.set_now(t0);
+    let head = headers_frame(&GET);
+    // A byte of the head every second: QUIC's idle timeout never fires.
+    for (i, b) in head[..head.len() - 1].iter().enumerate() {
+        s.set_now(t0 + Duration::from_secs(i as u64 / 4));
+        assert_eq!(s.recv(0, std::slice::from_ref(b), false), Action::None);
+    }
+    assert_eq!(s.deadline(), Some(t0 + Duration::from_secs(10)));
+    s.set_now(t0 + Duration::from_secs(10));
+    assert_eq!(s.time_out(), 1);
+    assert_eq!(s.take_ready(), Some(0));
+    assert_eq!(s.refused(0).map(|r| r.0), Some(408));
+    // A body: 20 s of grace, then 500 B/s over each 5 s.
+    let mut s = Session::new(CFG);
+    s.set_now(t0);
+    assert_eq!(s.recv(4, &head, false), Action::None);
+    let first = s.deadline().expect("a body is awaited");
+    assert_eq!(first, t0 + Duration::from_secs(15));
+    s.set_now(first);
+    assert_eq!(s.time_out(), 0, "the window's start is marked");
+    assert_eq!(s.recv(4, &data_frame(b"x"), false), Action::None);
+    let end = s.deadline().expect("the grace's end");
+    s.set_now(end);
+    assert_eq!(s.time_out(), 1);
+    assert_eq!(s.take_ready(), Some(4));
+    assert_eq!(s.refused(4).map(|r| r.0), Some(408));
+}

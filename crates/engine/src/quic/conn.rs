@@ -40,6 +40,9 @@ pub(super) struct QuicConn {
     /// Packets sent and lost already added to the metrics.
     counted_sent: u64,
     counted_lost: u64,
+    /// The streams' buffered bodies, as last held against the worker's
+    /// body budget.
+    body_charge: usize,
 }
 
 fn code(c: Code) -> VarInt {
@@ -53,9 +56,16 @@ impl QuicConn {
             n_headers_max: ctx.limits.n_headers_max.min(HEADERS_ARRAY_MAX),
             body_bytes_max: ctx.limits.body_bytes_max,
         };
+        let mut session = Session::new(cfg);
+        session.set_timeouts(crate::h3::Timeouts {
+            head: ctx.limits.head_timeout,
+            body_grace: ctx.limits.body_timeout,
+            min_rate: ctx.limits.min_rate_bytes_per_sec,
+        });
+        session.set_now(ctx.now);
         QuicConn {
             conn,
-            session: Session::new(cfg),
+            session,
             control: None,
             timer: None,
             keepalive_at: None,
@@ -67,12 +77,14 @@ impl QuicConn {
             closed: false,
             counted_sent: 0,
             counted_lost: 0,
+            body_charge: 0,
         }
     }
 
     /// Acts on the transport's events: streams opened, readable, writable,
     /// stopped; answers complete requests; writes what flow control takes.
     pub(super) fn process(&mut self, ctx: &mut Ctx<'_>, shared: &Shared, drain: super::Drain) {
+        self.session.set_now(ctx.now);
         while let Some(event) = self.conn.poll() {
             match event {
                 Event::Connected => {
@@ -134,6 +146,8 @@ impl QuicConn {
             self.answer(ctx, shared, id);
         }
         self.pump();
+        // Answered streams let their bodies go.
+        self.charge_bodies(ctx);
         // Closed once every answer is delivered: `close` discards what the
         // client has not acknowledged yet (the last send window of a
         // download; the client would see its response cut short).
@@ -153,15 +167,20 @@ impl QuicConn {
 
     /// Its timer: quinn-proto's, or the next keep-alive PING if sooner.
     pub(super) fn next_timeout(&mut self) -> Option<Instant> {
-        match (self.conn.poll_timeout(), self.keepalive_at) {
-            (Some(t), Some(k)) => Some(t.min(k)),
-            (t, k) => t.or(k),
-        }
+        [self.conn.poll_timeout(), self.keepalive_at, self.session.deadline()]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Its timer fired: quinn-proto's timers, and the keep-alive PING if
     /// due.
     pub(super) fn on_timeout(&mut self, ctx: &Ctx<'_>) {
+        self.session.set_now(ctx.now);
+        let ended = self.session.time_out();
+        if let (true, Some(m)) = (ended > 0, ctx.metrics) {
+            m.slow_requests.add(ended as u64);
+        }
         self.conn.handle_timeout(ctx.now);
         if self.keepalive_at.is_some_and(|k| k <= ctx.now) {
             self.conn.ping();
@@ -178,6 +197,9 @@ impl QuicConn {
         if room == 0 {
             return;
         }
+        let others = ctx.pool.bodies - self.body_charge;
+        self.session
+            .set_body_room(ctx.limits.body_budget_bytes.saturating_sub(others));
         let mut recv = self.conn.recv_stream(id);
         let Ok(mut chunks) = recv.read(true) else { return };
         let mut action = Action::None;
@@ -212,7 +234,19 @@ impl QuicConn {
             }
         }
         let _ = chunks.finalize();
+        self.charge_bodies(ctx);
         self.act(ctx, id, action);
+    }
+
+    /// Holds the streams' buffered bodies against the worker's budget.
+    fn charge_bodies(&mut self, ctx: &mut Ctx<'_>) {
+        let held = self.session.body_bytes();
+        ctx.pool.bodies = ctx.pool.bodies - self.body_charge + held;
+        self.body_charge = held;
+        let refused = self.session.take_budget_refusals();
+        if let (true, Some(m)) = (refused > 0, ctx.metrics) {
+            m.budget_refusals.add(refused);
+        }
     }
 
     fn act(&mut self, ctx: &mut Ctx<'_>, id: StreamId, action: Action) {
@@ -419,6 +453,7 @@ impl QuicConn {
 
     /// The connection is gone: deferred answers still out are abandoned.
     pub(super) fn abandon(&mut self, ctx: &mut Ctx<'_>) {
+        ctx.pool.bodies -= std::mem::take(&mut self.body_charge);
         if let Some(m) = ctx.metrics {
             m.deferred_ended.add(self.deferred.len() as u64);
         }

@@ -18,6 +18,7 @@ fn cfg() -> Config {
         head_bytes_max: 4096,
         n_headers_max: 32,
         body_bytes_max: 1 << 20,
+        discard_bytes_max: 1 << 20,
     }
 }
 
