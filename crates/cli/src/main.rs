@@ -755,8 +755,8 @@ fn run(cli: Cli, argv: Vec<OsString>) -> anyhow::Result<()> {
             let opts_compress = opts.compress;
             opts.progress = true;
             let stats = peregrine_archive::pack(&opts).map_err(anyhow::Error::msg)?;
-            for s in &stats.skipped_symlinks {
-                eprintln!("peregrine: skipped {s}: a symlink leading outside the tree");
+            for (s, why) in &stats.skipped_symlinks {
+                eprintln!("peregrine: skipped {s}: {why}");
             }
             for s in &stats.skipped_loops {
                 eprintln!("peregrine: skipped {s}: a symlink loop (it leads back to a directory above it)");

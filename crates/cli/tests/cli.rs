@@ -263,6 +263,33 @@ fn a_root_the_dropped_user_cannot_read_is_warned_of_at_start() {
     );
 }
 
+/// `pack` says which kind of symlink it did not follow, each its own way.
+#[test]
+fn pack_names_why_it_skipped_each_symlink() {
+    let dir = scratch("pack-symlinks");
+    let site = dir.join("site");
+    std::fs::create_dir_all(&site).unwrap();
+    std::fs::write(site.join("index.html"), "hi").unwrap();
+    for (link, target) in [("dangling", "nowhere"), ("loop", "loop"), ("passwd", "/etc/passwd")] {
+        std::os::unix::fs::symlink(target, site.join(link)).unwrap();
+    }
+    let out = peregrine()
+        .arg("pack")
+        .arg(&site)
+        .arg("-o")
+        .arg(dir.join("site.prg"))
+        .bounded_output();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    for line in [
+        "peregrine: skipped /dangling: a dangling symlink (its target does not exist)",
+        "peregrine: skipped /loop: a symlink loop (resolving it leads back to itself)",
+        "peregrine: skipped /passwd: a symlink leading outside the tree",
+    ] {
+        assert!(err.lines().any(|l| l == line), "{line:?} not in:\n{err}");
+    }
+}
+
 #[test]
 fn pack_reports_the_bytes_read_and_the_archive_bytes() {
     let page = "<!doctype html><title>x</title>".repeat(40);
