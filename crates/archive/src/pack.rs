@@ -15,6 +15,7 @@
 use std::fmt;
 use std::fs;
 use std::io::{self, IsTerminal};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::UNIX_EPOCH;
 
@@ -82,7 +83,8 @@ pub struct PackStats {
     pub skipped_loops: Vec<String>,
 }
 
-/// Why `pack` did not follow a symlink.
+/// Why `pack` did not follow a symlink. What it refuses, `serve DIR`
+/// refuses too (404), so a directory answers as its archive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum SymlinkSkip {
     /// It resolves outside the tree.
@@ -92,6 +94,10 @@ pub enum SymlinkSkip {
     /// Resolving it never ends: it leads back to itself, directly (`ln -s
     /// loop loop`) or through other links (ELOOP).
     Loop,
+    /// It resolves to a dotfile or into a dot-directory (`ln -s .env
+    /// env.txt`, `ln -s .git gitdir`), which are not served; `.well-known`
+    /// only from a path under `/.well-known/` itself.
+    Dotfile,
     /// It cannot be resolved for another reason (a directory on the way
     /// that may not be searched, a file where a directory should be).
     Unresolved(io::ErrorKind),
@@ -117,6 +123,7 @@ impl fmt::Display for SymlinkSkip {
             SymlinkSkip::Outside => f.write_str("a symlink leading outside the tree"),
             SymlinkSkip::Dangling => f.write_str("a dangling symlink (its target does not exist)"),
             SymlinkSkip::Loop => f.write_str("a symlink loop (resolving it leads back to itself)"),
+            SymlinkSkip::Dotfile => f.write_str("a symlink to a dotfile (dotfiles are not served)"),
             SymlinkSkip::Unresolved(kind) => write!(f, "a symlink that cannot be followed ({kind})"),
         }
     }
@@ -384,10 +391,10 @@ fn read(path: &Path) -> Result<Vec<u8>, String> {
 
 /// Walks the tree in byte order of names (depth first, as `walkdir` sorts).
 /// Dotfiles are left out (except `.well-known`); symlinks are followed only
-/// when they resolve inside the root, and a symlink back to one of its own
-/// ancestors (`ln -s .. d/up`) is a loop: skipped once, named in `loops`,
-/// not followed 40 levels deep. Other symlinks not followed are named in
-/// `skipped` with why.
+/// when they resolve inside the root and not to a dotfile (`serve DIR`'s
+/// rules), and a symlink back to one of its own ancestors (`ln -s .. d/up`)
+/// is a loop: skipped once, named in `loops`, not followed 40 levels deep.
+/// Other symlinks not followed are named in `skipped` with why.
 fn walk(
     root: &Path,
     out: &mut Vec<Found>,
@@ -469,13 +476,21 @@ fn admit(root: &Path, e: &walkdir::DirEntry, refused: &mut Vec<Result<(String, S
 }
 
 /// Why the symlink at `path` is not followed, if it is not: where it
-/// resolves to must be inside `root` (itself resolved).
+/// resolves to must be inside `root` (itself resolved) and name no
+/// dotfile there, as `serve DIR` judges what it opens through a symlink
+/// (`peregrine_files::path::is_hidden_resolved`). An entry below a symlink
+/// followed, and not itself one, resolves to a followed directory and a
+/// name the walk admitted: nothing more to judge.
 fn symlink_refusal(root: &Path, path: &Path) -> Option<SymlinkSkip> {
-    match fs::canonicalize(path) {
-        Ok(target) if target.starts_with(root) => None,
-        Ok(_) => Some(SymlinkSkip::Outside),
-        Err(e) => Some(SymlinkSkip::of(&e)),
-    }
+    let target = match fs::canonicalize(path) {
+        Ok(target) => target,
+        Err(e) => return Some(SymlinkSkip::of(&e)),
+    };
+    let Ok(inside) = target.strip_prefix(root) else {
+        return Some(SymlinkSkip::Outside);
+    };
+    let resolved: Vec<&[u8]> = inside.components().map(|c| c.as_os_str().as_bytes()).collect();
+    peregrine_files::path::is_hidden_resolved(&site_path(root, path), &resolved).then_some(SymlinkSkip::Dotfile)
 }
 
 /// `/a/b` for `root/a/b`: every name on the way was admitted, so is UTF-8.

@@ -204,18 +204,26 @@ fn a_symlink_loop_is_packed_once_and_named_as_a_loop() {
 }
 
 /// Each symlink not followed is named with why: its target is missing,
-/// resolving it never ends, or it leads outside the tree. One that stays
-/// inside, absolute or relative, is packed.
+/// resolving it never ends, it leads outside the tree, or to a dotfile
+/// (which `serve DIR` would not serve either). One that stays inside,
+/// absolute or relative, is packed.
 #[test]
 fn pack_says_why_it_skipped_each_symlink() {
     let t = tmp("skips");
     t.write("site/index.html", "home");
+    t.write("site/.env", "SECRET=1");
+    t.write("site/.git/config", "[core]");
+    t.write("site/.well-known/security.txt", "Contact: x");
     for (link, target) in [
         ("dangling", PathBuf::from("nowhere")),
         ("loop", "loop".into()),
         ("ping", "pong".into()),
         ("pong", "ping".into()),
         ("passwd", "/etc/passwd".into()),
+        ("env-link.txt", ".env".into()),
+        ("gitdir", ".git".into()),
+        ("wk", ".well-known".into()),
+        (".well-known/alias.txt", "security.txt".into()),
         ("abs-home.html", t.path("site/index.html")),
         ("rel-home.html", "index.html".into()),
     ] {
@@ -229,10 +237,13 @@ fn pack_says_why_it_skipped_each_symlink() {
         skipped,
         [
             ("/dangling", SymlinkSkip::Dangling),
+            ("/env-link.txt", SymlinkSkip::Dotfile),
+            ("/gitdir", SymlinkSkip::Dotfile),
             ("/loop", SymlinkSkip::Loop),
             ("/passwd", SymlinkSkip::Outside),
             ("/ping", SymlinkSkip::Loop),
             ("/pong", SymlinkSkip::Loop),
+            ("/wk", SymlinkSkip::Dotfile),
         ]
         .map(|(path, why)| (path.to_owned(), why))
     );
@@ -243,7 +254,17 @@ fn pack_says_why_it_skipped_each_symlink() {
         .map(|e| String::from_utf8_lossy(e.path()).into_owned())
         .collect();
     paths.sort();
-    assert_eq!(paths, ["/", "/abs-home.html", "/index.html", "/rel-home.html"]);
+    assert_eq!(
+        paths,
+        [
+            "/",
+            "/.well-known/alias.txt",
+            "/.well-known/security.txt",
+            "/abs-home.html",
+            "/index.html",
+            "/rel-home.html"
+        ]
+    );
 }
 
 #[test]

@@ -270,7 +270,13 @@ fn pack_names_why_it_skipped_each_symlink() {
     let site = dir.join("site");
     std::fs::create_dir_all(&site).unwrap();
     std::fs::write(site.join("index.html"), "hi").unwrap();
-    for (link, target) in [("dangling", "nowhere"), ("loop", "loop"), ("passwd", "/etc/passwd")] {
+    std::fs::write(site.join(".env"), "SECRET=1").unwrap();
+    for (link, target) in [
+        ("dangling", "nowhere"),
+        ("loop", "loop"),
+        ("passwd", "/etc/passwd"),
+        ("env-link.txt", ".env"),
+    ] {
         std::os::unix::fs::symlink(target, site.join(link)).unwrap();
     }
     let out = peregrine()
@@ -285,6 +291,7 @@ fn pack_names_why_it_skipped_each_symlink() {
         "peregrine: skipped /dangling: a dangling symlink (its target does not exist)",
         "peregrine: skipped /loop: a symlink loop (resolving it leads back to itself)",
         "peregrine: skipped /passwd: a symlink leading outside the tree",
+        "peregrine: skipped /env-link.txt: a symlink to a dotfile (dotfiles are not served)",
     ] {
         assert!(err.lines().any(|l| l == line), "{line:?} not in:\n{err}");
     }

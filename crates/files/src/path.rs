@@ -64,7 +64,8 @@ impl SitePath {
 /// component. A leading `.well-known` is allowed only when `asked` itself
 /// starts with it: the exception is for request paths under
 /// `/.well-known/` (RFC 8615), never for a symlink elsewhere leading there.
-/// `serve DIR` judges what it opens through a symlink by this.
+/// `serve DIR` judges what it opens through a symlink by this, and `pack`
+/// what it packs, so that an archive holds nothing a directory refuses.
 pub fn is_hidden_resolved<S: AsRef<[u8]>>(asked: &str, resolved: &[S]) -> bool {
     let well_known = asked.split('/').find(|s| !s.is_empty()) == Some(".well-known");
     resolved.iter().enumerate().any(|(i, s)| {
