@@ -8,6 +8,9 @@
 # URL_PATH (default /) names the path asked, e.g. for an archive:
 # URL_PATH=/17.txt bench/ab-cpu.sh target/release/peregrine 19103 serve site.prg
 set -euo pipefail
+# Run as root, `peregrine serve` stays root only when told (older builds
+# ignore the variable).
+export PEREGRINE_ALLOW_ROOT=1
 BIN=$1; PORT=$2; shift 2
 URL_PATH=${URL_PATH:-/}
 here=$(cd "$(dirname "$0")" && pwd)

@@ -14,6 +14,9 @@
 # at different times). Example:
 #   bench/ab-user.sh 4 pipe16 /tmp/before/peregrine target/release/peregrine
 set -euo pipefail
+# Run as root, `peregrine serve` stays root only when told (older builds
+# ignore the variable).
+export PEREGRINE_ALLOW_ROOT=1
 R=$1; MODES=$2; shift 2
 here=$(cd "$(dirname "$0")" && pwd)
 tmp=${TMPDIR:-/tmp}/ab-user.$$

@@ -22,6 +22,9 @@
 # at c50 and with 16 pipelined GETs per write (bench/wrk/pipeline.lua).
 # Example: bench/floor.sh 3 target/release/peregrine
 set -euo pipefail
+# Run as root, `peregrine serve` stays root only when told (older builds
+# ignore the variable).
+export PEREGRINE_ALLOW_ROOT=1
 R=${1:-3}
 BIN=${2:-target/release/peregrine}
 here=$(cd "$(dirname "$0")" && pwd)

@@ -21,7 +21,7 @@ pub mod read;
 mod serve;
 pub mod write;
 
-pub use pack::{pack, PackOptions, PackStats};
+pub use pack::{pack, PackOptions, PackStats, SymlinkSkip};
 pub use read::{Archive, Invalid, Mode};
 #[cfg(feature = "test-hooks")]
 #[doc(hidden)]

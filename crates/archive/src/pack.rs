@@ -12,8 +12,10 @@
 //!   but the patterns. The parsers live in `peregrine_files::conventions`,
 //!   which `serve DIR` follows too, so a directory answers as its archive.
 
+use std::fmt;
 use std::fs;
 use std::io::{self, IsTerminal};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::UNIX_EPOCH;
 
@@ -75,10 +77,56 @@ pub struct PackStats {
     /// Bytes of the files packed, as read.
     pub bytes_in: u64,
     pub archive_bytes: u64,
-    /// Symlinks leading outside the tree (or nowhere), not followed.
-    pub skipped_symlinks: Vec<String>,
+    /// Symlinks not followed (site path, why).
+    pub skipped_symlinks: Vec<(String, SymlinkSkip)>,
     /// Symlinks to one of their own ancestor directories, not followed.
     pub skipped_loops: Vec<String>,
+}
+
+/// Why `pack` did not follow a symlink. What it refuses, `serve DIR`
+/// refuses too (404), so a directory answers as its archive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum SymlinkSkip {
+    /// It resolves outside the tree.
+    Outside,
+    /// Its target does not exist.
+    Dangling,
+    /// Resolving it never ends: it leads back to itself, directly (`ln -s
+    /// loop loop`) or through other links (ELOOP).
+    Loop,
+    /// It resolves to a dotfile or into a dot-directory (`ln -s .env
+    /// env.txt`, `ln -s .git gitdir`), which are not served; `.well-known`
+    /// only from a path under `/.well-known/` itself.
+    Dotfile,
+    /// It cannot be resolved for another reason (a directory on the way
+    /// that may not be searched, a file where a directory should be).
+    Unresolved(io::ErrorKind),
+}
+
+impl SymlinkSkip {
+    /// Why resolving failed with `e`.
+    fn of(e: &io::Error) -> SymlinkSkip {
+        if e.raw_os_error() == Some(libc::ELOOP) {
+            SymlinkSkip::Loop
+        } else if e.kind() == io::ErrorKind::NotFound {
+            SymlinkSkip::Dangling
+        } else {
+            SymlinkSkip::Unresolved(e.kind())
+        }
+    }
+}
+
+/// What `pack` says of a symlink it skipped: "skipped /x: {this}".
+impl fmt::Display for SymlinkSkip {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SymlinkSkip::Outside => f.write_str("a symlink leading outside the tree"),
+            SymlinkSkip::Dangling => f.write_str("a dangling symlink (its target does not exist)"),
+            SymlinkSkip::Loop => f.write_str("a symlink loop (resolving it leads back to itself)"),
+            SymlinkSkip::Dotfile => f.write_str("a symlink to a dotfile (dotfiles are not served)"),
+            SymlinkSkip::Unresolved(kind) => write!(f, "a symlink that cannot be followed ({kind})"),
+        }
+    }
 }
 
 /// Packs the trees into the archive. Any unreadable file, bad convention
@@ -343,18 +391,19 @@ fn read(path: &Path) -> Result<Vec<u8>, String> {
 
 /// Walks the tree in byte order of names (depth first, as `walkdir` sorts).
 /// Dotfiles are left out (except `.well-known`); symlinks are followed only
-/// when they resolve inside the root, and a symlink back to one of its own
-/// ancestors (`ln -s .. d/up`) is a loop: skipped once, named in `loops`,
-/// not followed 40 levels deep.
+/// when they resolve inside the root and not to a dotfile (`serve DIR`'s
+/// rules), and a symlink back to one of its own ancestors (`ln -s .. d/up`)
+/// is a loop: skipped once, named in `loops`, not followed 40 levels deep.
+/// Other symlinks not followed are named in `skipped` with why.
 fn walk(
     root: &Path,
     out: &mut Vec<Found>,
     errors: &mut Vec<String>,
-    skipped: &mut Vec<String>,
+    skipped: &mut Vec<(String, SymlinkSkip)>,
     loops: &mut Vec<String>,
 ) {
     // Decided before walkdir descends, so nothing refused is read.
-    let mut refused: Vec<Result<String, String>> = Vec::new();
+    let mut refused: Vec<Result<(String, SymlinkSkip), String>> = Vec::new();
     let entries = walkdir::WalkDir::new(root)
         .follow_links(true)
         .sort_by_file_name()
@@ -369,7 +418,9 @@ fn walk(
                 if e.loop_ancestor().is_some() {
                     loops.push(site_path(root, &path));
                 } else if fs::symlink_metadata(&path).is_ok_and(|m| m.file_type().is_symlink()) {
-                    skipped.push(site_path(root, &path)); // dangling
+                    // Its target could not be read: missing, a loop, ...
+                    let why = e.io_error().map_or(SymlinkSkip::Dangling, SymlinkSkip::of);
+                    skipped.push((site_path(root, &path), why));
                 } else {
                     errors.push(format!("{}: {}", path.display(), io::Error::from(e)));
                 }
@@ -398,16 +449,16 @@ fn walk(
     }
     for r in refused {
         match r {
-            Ok(outside) => skipped.push(outside),
+            Ok(symlink) => skipped.push(symlink),
             Err(e) => errors.push(e),
         }
     }
 }
 
 /// Whether the walk takes `e` (and, for a directory, descends into it).
-/// Refusals worth a word go to `refused`: `Ok(site path)` for a symlink
-/// leading outside the root, `Err(message)` for a name that is not UTF-8.
-fn admit(root: &Path, e: &walkdir::DirEntry, refused: &mut Vec<Result<String, String>>) -> bool {
+/// Refusals worth a word go to `refused`: `Ok((site path, why))` for a
+/// symlink not followed, `Err(message)` for a name that is not UTF-8.
+fn admit(root: &Path, e: &walkdir::DirEntry, refused: &mut Vec<Result<(String, SymlinkSkip), String>>) -> bool {
     let Some(name) = e.file_name().to_str() else {
         refused.push(Err(format!("{}: file name is not UTF-8", e.path().display())));
         return false;
@@ -415,11 +466,31 @@ fn admit(root: &Path, e: &walkdir::DirEntry, refused: &mut Vec<Result<String, St
     if name.starts_with('.') && !(e.depth() == 1 && name == ".well-known") {
         return false;
     }
-    if e.path_is_symlink() && !fs::canonicalize(e.path()).is_ok_and(|target| target.starts_with(root)) {
-        refused.push(Ok(site_path(root, e.path())));
-        return false;
+    if e.path_is_symlink() {
+        if let Some(why) = symlink_refusal(root, e.path()) {
+            refused.push(Ok((site_path(root, e.path()), why)));
+            return false;
+        }
     }
     true
+}
+
+/// Why the symlink at `path` is not followed, if it is not: where it
+/// resolves to must be inside `root` (itself resolved) and name no
+/// dotfile there, as `serve DIR` judges what it opens through a symlink
+/// (`peregrine_files::path::is_hidden_resolved`). An entry below a symlink
+/// followed, and not itself one, resolves to a followed directory and a
+/// name the walk admitted: nothing more to judge.
+fn symlink_refusal(root: &Path, path: &Path) -> Option<SymlinkSkip> {
+    let target = match fs::canonicalize(path) {
+        Ok(target) => target,
+        Err(e) => return Some(SymlinkSkip::of(&e)),
+    };
+    let Ok(inside) = target.strip_prefix(root) else {
+        return Some(SymlinkSkip::Outside);
+    };
+    let resolved: Vec<&[u8]> = inside.components().map(|c| c.as_os_str().as_bytes()).collect();
+    peregrine_files::path::is_hidden_resolved(&site_path(root, path), &resolved).then_some(SymlinkSkip::Dotfile)
 }
 
 /// `/a/b` for `root/a/b`: every name on the way was admitted, so is UTF-8.

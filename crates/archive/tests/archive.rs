@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use peregrine::{Running, Server};
-use peregrine_archive::{pack, Archive, ArchiveServer, Mode, PackOptions};
+use peregrine_archive::{pack, Archive, ArchiveServer, Mode, PackOptions, SymlinkSkip};
 use test_support::http::{self, get, request};
 use test_support::{wait_until, Scratch};
 
@@ -58,7 +58,10 @@ fn pack_site(t: &Scratch) -> PathBuf {
     let mut opts = PackOptions::new(&root, &out);
     opts.hosts.push(("other.example".into(), t.path("other")));
     let stats = pack(&opts).unwrap();
-    assert_eq!(stats.skipped_symlinks, vec!["/passwd".to_owned()]);
+    assert_eq!(
+        stats.skipped_symlinks,
+        vec![("/passwd".to_owned(), SymlinkSkip::Outside)]
+    );
     out
 }
 
@@ -198,6 +201,70 @@ fn a_symlink_loop_is_packed_once_and_named_as_a_loop() {
     paths.sort();
     assert!(paths.iter().all(|p| !p.contains("/up")), "{paths:?}");
     assert!(paths.contains(&"/alias/a.txt".to_owned()), "{paths:?}");
+}
+
+/// Each symlink not followed is named with why: its target is missing,
+/// resolving it never ends, it leads outside the tree, or to a dotfile
+/// (which `serve DIR` would not serve either). One that stays inside,
+/// absolute or relative, is packed.
+#[test]
+fn pack_says_why_it_skipped_each_symlink() {
+    let t = tmp("skips");
+    t.write("site/index.html", "home");
+    t.write("site/.env", "SECRET=1");
+    t.write("site/.git/config", "[core]");
+    t.write("site/.well-known/security.txt", "Contact: x");
+    for (link, target) in [
+        ("dangling", PathBuf::from("nowhere")),
+        ("loop", "loop".into()),
+        ("ping", "pong".into()),
+        ("pong", "ping".into()),
+        ("passwd", "/etc/passwd".into()),
+        ("env-link.txt", ".env".into()),
+        ("gitdir", ".git".into()),
+        ("wk", ".well-known".into()),
+        (".well-known/alias.txt", "security.txt".into()),
+        ("abs-home.html", t.path("site/index.html")),
+        ("rel-home.html", "index.html".into()),
+    ] {
+        std::os::unix::fs::symlink(target, t.path("site").join(link)).unwrap();
+    }
+    let out = t.path("site.prg");
+    let stats = pack(&PackOptions::new(t.path("site"), &out)).unwrap();
+    let mut skipped = stats.skipped_symlinks.clone();
+    skipped.sort();
+    assert_eq!(
+        skipped,
+        [
+            ("/dangling", SymlinkSkip::Dangling),
+            ("/env-link.txt", SymlinkSkip::Dotfile),
+            ("/gitdir", SymlinkSkip::Dotfile),
+            ("/loop", SymlinkSkip::Loop),
+            ("/passwd", SymlinkSkip::Outside),
+            ("/ping", SymlinkSkip::Loop),
+            ("/pong", SymlinkSkip::Loop),
+            ("/wk", SymlinkSkip::Dotfile),
+        ]
+        .map(|(path, why)| (path.to_owned(), why))
+    );
+    assert!(stats.skipped_loops.is_empty(), "{:?}", stats.skipped_loops);
+    let archive = Archive::open(&out, Mode::Heap).unwrap();
+    let mut paths: Vec<String> = archive
+        .entries()
+        .map(|e| String::from_utf8_lossy(e.path()).into_owned())
+        .collect();
+    paths.sort();
+    assert_eq!(
+        paths,
+        [
+            "/",
+            "/.well-known/alias.txt",
+            "/.well-known/security.txt",
+            "/abs-home.html",
+            "/index.html",
+            "/rel-home.html"
+        ]
+    );
 }
 
 #[test]

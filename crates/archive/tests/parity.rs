@@ -115,6 +115,21 @@ fn tree(t: &Scratch) -> PathBuf {
     t.write("site/sub/_404.html", "only the root's _404.html is the 404 page");
     t.write("site/caf\u{e9}.txt", "caf\u{e9}");
     t.write("site/.well-known/security.txt", "Contact: mailto:a@example.com");
+    t.write("site/.git/config", "[core] never served");
+    // Symlinks: followed where they stay inside (absolute ones too), never
+    // to a dotfile, and `.well-known` only for paths under it.
+    for (link, target) in [
+        ("abs-about.html", t.path("site/about.html")),
+        ("abs-docs", t.path("site/docs")),
+        ("secret-link.txt", ".secret".into()),
+        ("gitdir", ".git".into()),
+        ("wk", ".well-known".into()),
+        (".well-known/alias.txt", "security.txt".into()),
+        (".well-known/leak", "../.secret".into()),
+        ("docs/abs-secret", t.path("site/.secret")),
+    ] {
+        std::os::unix::fs::symlink::<PathBuf, _>(target, t.path("site").join(link)).unwrap();
+    }
     t.write(
         "site/_headers",
         "# every file\n/*\n  X-Site: one\n/docs/*\n  Cache-Control: max-age=60\n  X-Docs: yes\n\
@@ -187,6 +202,18 @@ const TARGETS: &[&str] = &[
     "//about.html",
     "/docs/./guide.txt",
     "/%64ocs/guide.txt",
+    "/abs-about.html",
+    "/abs-docs",
+    "/abs-docs/",
+    "/abs-docs/api.json",
+    "/secret-link.txt",
+    "/gitdir/config",
+    "/gitdir/",
+    "/wk/security.txt",
+    "/.well-known/alias.txt",
+    "/.well-known/leak",
+    "/docs/abs-secret",
+    "/.git/config",
 ];
 
 #[test]
@@ -236,13 +263,27 @@ fn a_directory_answers_as_its_archive() {
             .find(|(n, _)| n == name)
             .map(|(_, v)| v)
     };
-    for hidden in ["/_headers", "/_redirects", "/_404.html", "/.secret", "/style.css.gz"] {
+    for hidden in [
+        "/_headers",
+        "/_redirects",
+        "/_404.html",
+        "/.secret",
+        "/style.css.gz",
+        "/secret-link.txt",
+        "/gitdir/config",
+        "/wk/security.txt",
+        "/.well-known/leak",
+        "/docs/abs-secret",
+    ] {
         assert_eq!(
             (status(hidden), body(hidden)),
             (404, "<p>custom not found</p>".into()),
             "{hidden}"
         );
     }
+    assert_eq!(body("/abs-about.html"), "<p>about</p>");
+    assert_eq!(body("/abs-docs/"), "<p>docs</p>");
+    assert_eq!(body("/.well-known/alias.txt"), "Contact: mailto:a@example.com");
     assert_eq!(body("/app/_wildcard.html"), "<p>spa shell</p>");
     assert_eq!(status("/app/_wildcard.html"), 200);
     assert_eq!(body("/app/deep/y/z"), "<p>deeper shell</p>");

@@ -45,6 +45,13 @@ enum Command {
         files: FileArgs,
         #[command(flatten)]
         archive: ServeArchiveArgs,
+        /// Serve as root, when started as root without --user (or with
+        /// --user root). Without it that start is refused: root reads every
+        /// file whatever its mode, so a file its owner made unreadable (mode
+        /// 000) would be served. Prefer --user NAME, which gives root up
+        /// once the ports are bound. Read at start only.
+        #[arg(long)]
+        allow_root: bool,
         #[command(flatten)]
         server: ServerArgs,
     },
@@ -799,8 +806,8 @@ fn run(cli: Cli, argv: Vec<OsString>) -> anyhow::Result<()> {
             let opts_compress = opts.compress;
             opts.progress = true;
             let stats = peregrine_archive::pack(&opts).map_err(anyhow::Error::msg)?;
-            for s in &stats.skipped_symlinks {
-                eprintln!("peregrine: skipped {s}: a symlink leading outside the tree");
+            for (s, why) in &stats.skipped_symlinks {
+                eprintln!("peregrine: skipped {s}: {why}");
             }
             for s in &stats.skipped_loops {
                 eprintln!("peregrine: skipped {s}: a symlink loop (it leads back to a directory above it)");
@@ -848,7 +855,12 @@ fn check(cli: &Cli, argv: &[OsString]) -> anyhow::Result<()> {
     // Looked up as `serve` does, before the sandbox hides the user
     // database: a user that does not exist must fail here, not at start.
     let args = reload::server_args(&cli.command);
-    args.run_as()?;
+    let run_as = args.run_as()?;
+    // A warning, not a failure: the configuration is not at fault, and
+    // the server may be started by another user than this check.
+    if let Some(why) = root_refusal(&cli.command, &run_as) {
+        peregrine::log::warn(format_args!("{why} (as this user, serving would not start)"));
+    }
     let sandbox = sandbox::enter(&cli.command, argv)?;
     eprintln!("peregrine: {sandbox}");
     match &cli.command {
@@ -858,6 +870,7 @@ fn check(cli: &Cli, argv: &[OsString]) -> anyhow::Result<()> {
             files,
             archive,
             server,
+            ..
         } => {
             check_server(server)?;
             if is_archive_root(root, files, archive)? {
@@ -891,6 +904,37 @@ fn memory_line(l: &Limits) -> String {
         l.n_conns_max,
         per_conn / 1024
     )
+}
+
+/// Why `serve` must not run as this process: started as root and staying
+/// root (no `--user`, or `--user` naming uid 0) without `--allow-root`.
+/// Root reads every file whatever its mode, so a file locked away from
+/// everyone (mode 000, or readable by its owner only) would be served,
+/// where any other user gets 403. `hello` reads no file: not refused.
+/// `run_as` is `--user` and `--group` resolved to numbers.
+fn root_refusal(command: &Command, run_as: &peregrine::Identity) -> Option<String> {
+    let Command::Serve {
+        allow_root: false,
+        server,
+        ..
+    } = command
+    else {
+        return None;
+    };
+    if !rustix::process::geteuid().is_root() {
+        return None;
+    }
+    const WHY: &str = "root reads every file, whatever its mode, so a file made unreadable (mode 000) \
+                       would be served; pass --user NAME to give up root once the ports are bound, or \
+                       --allow-root (allow-root = true) to serve as root anyway";
+    match (run_as.user.as_deref(), &server.user) {
+        (None, _) => Some(format!("refusing to run as root without --user: {WHY}")),
+        (Some("0"), Some(user)) => Some(format!(
+            "refusing to run as root: --user {user}{} is root (uid 0): {WHY}",
+            config::origin("--user")
+        )),
+        _ => None,
+    }
 }
 
 /// `1 key`, `2 keys`.

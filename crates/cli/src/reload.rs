@@ -127,6 +127,9 @@ pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()>
         group: args.group.clone(),
     };
     let run_as = args.run_as()?;
+    if let Some(why) = crate::root_refusal(&command, &run_as) {
+        anyhow::bail!(why);
+    }
     // As root, before the sandbox and the drop.
     give_logs_to(args, &identity, &run_as)?;
     // A socket file left by a previous run is removed if nothing listens

@@ -263,6 +263,126 @@ fn a_root_the_dropped_user_cannot_read_is_warned_of_at_start() {
     );
 }
 
+/// Root reads every file whatever its mode: `serve` started as root and
+/// staying root would answer with a file its owner made unreadable (mode
+/// 000). So it refuses to start, saying why, unless `--user` gives root up
+/// or `--allow-root` (`allow-root = true`) says serving as root is meant.
+/// (The tests' `peregrine()` passes `PEREGRINE_ALLOW_ROOT` when they run as
+/// root; this one takes it away.)
+#[test]
+fn serve_refuses_to_run_as_root_without_user_or_allow_root() {
+    let dir = scratch("as-root");
+    std::fs::write(dir.join("index.html"), "hi").unwrap();
+    std::fs::write(dir.join("locked.txt"), "locked away").unwrap();
+    std::fs::set_permissions(dir.join("locked.txt"), std::fs::Permissions::from_mode(0o000)).unwrap();
+    // The directory, searchable by `nobody`.
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let serve = |extra: &[&str]| {
+        peregrine()
+            .env_remove("PEREGRINE_ALLOW_ROOT")
+            .arg("serve")
+            .arg(&dir)
+            .args(["--bind", "127.0.0.1:0", "--workers", "1"])
+            .args(extra)
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    // The answer, and the server's stderr, kept open until it exits.
+    let locked = |child: &mut std::process::Child| {
+        let (addr, stderr) = served(child);
+        (get(&addr, "/locked.txt"), stderr)
+    };
+    if !test_support::process::is_root() {
+        // Nothing to refuse: the kernel keeps the file from us.
+        let mut child = serve(&[]);
+        let (answer, _stderr) = locked(&mut child);
+        assert!(answer.starts_with("HTTP/1.1 403 "), "{answer}");
+        terminate(child);
+        return;
+    }
+    let out = peregrine()
+        .env_remove("PEREGRINE_ALLOW_ROOT")
+        .arg("serve")
+        .arg(&dir)
+        .args(["--bind", "127.0.0.1:0"])
+        .bounded_output();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("refusing to run as root without --user: root reads every file"),
+        "{err}"
+    );
+    assert!(err.contains("mode 000") && err.contains("--allow-root"), "{err}");
+    // `--user root` keeps root: refused too.
+    let out = peregrine()
+        .env_remove("PEREGRINE_ALLOW_ROOT")
+        .arg("serve")
+        .arg(&dir)
+        .args(["--bind", "127.0.0.1:0", "--user", "root"])
+        .bounded_output();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("--user root is root"), "{err}");
+    // check-config warns (it does not serve, and may run as someone else).
+    let out = peregrine()
+        .env_remove("PEREGRINE_ALLOW_ROOT")
+        .args(["check-config", "serve"])
+        .arg(&dir)
+        .bounded_output();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("warning: refusing to run as root without --user"), "{err}");
+    // Given up to `nobody`, the locked file stays locked.
+    let mut child = serve(&["--user", "nobody"]);
+    let (answer, _stderr) = locked(&mut child);
+    assert!(answer.starts_with("HTTP/1.1 403 "), "{answer}");
+    terminate(child);
+    // Asked for, as a flag or in the file: served as root, file and all.
+    let config = dir.join("peregrine.toml");
+    std::fs::write(&config, "allow-root = true\n").unwrap();
+    for extra in [&["--allow-root"][..], &["--config", config.to_str().unwrap()]] {
+        let mut child = serve(extra);
+        let (answer, _stderr) = locked(&mut child);
+        assert!(answer.ends_with("\r\n\r\nlocked away"), "{extra:?}: {answer}");
+        terminate(child);
+    }
+}
+
+/// `pack` says which kind of symlink it did not follow, each its own way.
+#[test]
+fn pack_names_why_it_skipped_each_symlink() {
+    let dir = scratch("pack-symlinks");
+    let site = dir.join("site");
+    std::fs::create_dir_all(&site).unwrap();
+    std::fs::write(site.join("index.html"), "hi").unwrap();
+    std::fs::write(site.join(".env"), "SECRET=1").unwrap();
+    for (link, target) in [
+        ("dangling", "nowhere"),
+        ("loop", "loop"),
+        ("passwd", "/etc/passwd"),
+        ("env-link.txt", ".env"),
+    ] {
+        std::os::unix::fs::symlink(target, site.join(link)).unwrap();
+    }
+    let out = peregrine()
+        .arg("pack")
+        .arg(&site)
+        .arg("-o")
+        .arg(dir.join("site.prg"))
+        .bounded_output();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    for line in [
+        "peregrine: skipped /dangling: a dangling symlink (its target does not exist)",
+        "peregrine: skipped /loop: a symlink loop (resolving it leads back to itself)",
+        "peregrine: skipped /passwd: a symlink leading outside the tree",
+        "peregrine: skipped /env-link.txt: a symlink to a dotfile (dotfiles are not served)",
+    ] {
+        assert!(err.lines().any(|l| l == line), "{line:?} not in:\n{err}");
+    }
+}
+
 #[test]
 fn pack_reports_the_bytes_read_and_the_archive_bytes() {
     let page = "<!doctype html><title>x</title>".repeat(40);

@@ -256,7 +256,9 @@ os.execv(sys.argv[2], sys.argv[2:])
     let www = dir.path("www");
     let mut cmd = std::process::Command::new("python3");
     cmd.args(["-c", launcher, sock.to_str().unwrap(), env!("CARGO_BIN_EXE_peregrine")])
-        .args(["serve", www.to_str().unwrap(), "--workers", "2"]);
+        .args(["serve", www.to_str().unwrap(), "--workers", "2"])
+        // As root (CI), serving as root is what is meant here.
+        .arg("--allow-root");
     let server = Process::spawn(&mut cmd);
     let line = server.line(" on ");
     assert!(line.trim_end().ends_with(&format!("unix:{}", sock.display())), "{line}");

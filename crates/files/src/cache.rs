@@ -378,13 +378,7 @@ impl Cache {
 
     /// The cached resource for `key`, if still trusted (or still valid
     /// after a re-`stat`).
-    pub fn get(
-        &mut self,
-        key: &[u8],
-        root: &std::os::fd::OwnedFd,
-        interval: Duration,
-        now: Instant,
-    ) -> Option<Rc<Resource>> {
+    pub fn get(&mut self, key: &[u8], root: &sys::Root, interval: Duration, now: Instant) -> Option<Rc<Resource>> {
         let slot = &self.slots[*self.index.get(key)?];
         slot.referenced.set(true);
         let res = &slot.res;
@@ -508,7 +502,7 @@ fn open_files_unchanged(res: &Resource) -> bool {
 
 /// Whether every variant's path still names the same unchanged file, and no
 /// sibling appeared.
-fn still_valid(res: &Resource, root: &std::os::fd::OwnedFd) -> bool {
+fn still_valid(res: &Resource, root: &sys::Root) -> bool {
     if sys::stat_beneath(root, &res.rel).ok() != Some(res.identity.id) {
         return false;
     }
@@ -539,7 +533,7 @@ fn still_valid(res: &Resource, root: &std::os::fd::OwnedFd) -> bool {
 }
 
 /// Whether no directory entry has this name (a dangling symlink is one).
-fn name_absent(root: &std::os::fd::OwnedFd, rel: &str) -> bool {
+fn name_absent(root: &sys::Root, rel: &str) -> bool {
     sys::lstat_beneath(root, rel).is_err_and(|e| e.kind() == io::ErrorKind::NotFound)
 }
 
@@ -557,7 +551,7 @@ const FOLDER_SETTLED: Duration = Duration::from_secs(1);
 /// The folder's identity, and whether it can stand for its names (its
 /// mtime is at least `FOLDER_SETTLED` older than the clock read before the
 /// `stat`; see `folder_of`).
-fn folder_identity(root: &std::os::fd::OwnedFd, folder: &str) -> (Option<FileId>, bool) {
+fn folder_identity(root: &sys::Root, folder: &str) -> (Option<FileId>, bool) {
     let before = SystemTime::now();
     let Ok(id) = sys::stat_beneath(root, folder) else {
         return (None, false);
@@ -577,7 +571,7 @@ fn folder_identity(root: &std::os::fd::OwnedFd, folder: &str) -> (Option<FileId>
 /// `Ok(None)`: the path is not a regular file.
 #[allow(clippy::too_many_arguments)]
 pub fn load(
-    root: &std::os::fd::OwnedFd,
+    root: &sys::Root,
     rel: &str,
     follow_symlinks: bool,
     precompressed: bool,
@@ -885,7 +879,7 @@ mod tests {
     }
 
     /// A scratch root with `names`, each `size` bytes.
-    fn root(tag: &str, names: &[&str], size: usize) -> (std::path::PathBuf, std::os::fd::OwnedFd) {
+    fn root(tag: &str, names: &[&str], size: usize) -> (std::path::PathBuf, sys::Root) {
         let dir = std::env::temp_dir().join(format!("peregrine-cache-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -896,7 +890,7 @@ mod tests {
         (dir, fd)
     }
 
-    fn loaded(root: &std::os::fd::OwnedFd, rel: &str, room: u64) -> Rc<Resource> {
+    fn loaded(root: &sys::Root, rel: &str, room: u64) -> Rc<Resource> {
         Rc::new(load(root, rel, false, false, false, &fields(), room).unwrap().unwrap())
     }
 

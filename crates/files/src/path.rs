@@ -58,6 +58,22 @@ impl SitePath {
     }
 }
 
+/// Whether a path reached through symlinks must not be served: `resolved`,
+/// the path within the root that `asked` (a relative path or a site path)
+/// led to, component by component, names a dotfile or dot-directory in any
+/// component. A leading `.well-known` is allowed only when `asked` itself
+/// starts with it: the exception is for request paths under
+/// `/.well-known/` (RFC 8615), never for a symlink elsewhere leading there.
+/// `serve DIR` judges what it opens through a symlink by this, and `pack`
+/// what it packs, so that an archive holds nothing a directory refuses.
+pub fn is_hidden_resolved<S: AsRef<[u8]>>(asked: &str, resolved: &[S]) -> bool {
+    let well_known = asked.split('/').find(|s| !s.is_empty()) == Some(".well-known");
+    resolved.iter().enumerate().any(|(i, s)| {
+        let s = s.as_ref();
+        s.starts_with(b".") && !(well_known && i == 0 && s == b".well-known")
+    })
+}
+
 /// Whether a raw request path is already its own key ([`SitePath::key`]):
 /// no escapes, no backslash, no dot segment or dotfile, no empty segment.
 /// Such a path is looked up as it is, before (and without) [`normalize`]:
@@ -241,6 +257,31 @@ mod tests {
         assert!(hidden("/.well-known/.secret"));
         assert!(!hidden("/a.b/c"));
         assert!(!hidden("/../x"));
+    }
+
+    #[test]
+    fn a_resolved_path_is_judged_in_every_component() {
+        let table: &[(&str, &str, bool)] = &[
+            ("env-link.txt", ".env", true),
+            ("gitdir/config", ".git/config", true),
+            ("/gitdir/config", ".git/config", true),
+            ("a/b", "c/.hidden/d", true),
+            ("a/b", "c/d", false),
+            ("a", "", false),
+            ("a/b", "a..b/c", false),
+            // `.well-known` only for a path asked under it.
+            (".well-known/alias.txt", ".well-known/security.txt", false),
+            ("/.well-known/alias.txt", ".well-known/security.txt", false),
+            ("wk/security.txt", ".well-known/security.txt", true),
+            (".well-known/leak", ".env", true),
+            (".well-known/x", ".well-known/.secret", true),
+            (".well-known/x", "d/.well-known/y", true),
+            (".well-known-not/x", ".well-known/y", true),
+        ];
+        for (asked, resolved, hidden) in table {
+            let parts: Vec<&str> = resolved.split('/').filter(|s| !s.is_empty()).collect();
+            assert_eq!(is_hidden_resolved(asked, &parts), *hidden, "{asked} -> {resolved}");
+        }
     }
 
     #[test]

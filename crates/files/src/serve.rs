@@ -14,7 +14,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::Read;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::rc::Rc;
 use std::time::Instant;
 
@@ -56,7 +56,7 @@ thread_local! {
 /// A served directory and its settings, shared by all workers.
 pub struct Site {
     id: u64,
-    root: OwnedFd,
+    root: sys::Root,
     options: Options,
     rules: Vec<(GlobMatcher, String)>,
 }
@@ -368,12 +368,7 @@ impl Site {
             // Redirected to `/dir/` only if something answers there; else
             // it is missing, as in an archive (which has no entry for a
             // directory without an index file).
-            let answered = self.options.list_dirs
-                || self
-                    .options
-                    .index
-                    .iter()
-                    .any(|name| sys::stat_beneath(&self.root, &index(name)).is_ok_and(|id| id.is_file));
+            let answered = self.options.list_dirs || self.options.index.iter().any(|name| self.is_file(&index(name)));
             return if answered { Found::Redirect } else { Found::Missing };
         }
         for name in &self.options.index {
@@ -392,10 +387,19 @@ impl Site {
 
     /// Whether `rel` is a pre-compressed sibling of a file beside it.
     fn is_sibling(&self, rel: &str) -> bool {
-        Encoding::ALL.iter().any(|e| {
-            rel.strip_suffix(e.suffix())
-                .is_some_and(|base| sys::stat_beneath(&self.root, base).is_ok_and(|id| id.is_file))
-        })
+        Encoding::ALL
+            .iter()
+            .any(|e| rel.strip_suffix(e.suffix()).is_some_and(|base| self.is_file(base)))
+    }
+
+    /// Whether `rel` opens, under the rules for symlinks, as a regular
+    /// file: what would be served there, as `pack` has an entry only for
+    /// what it follows (a `stat` would follow a symlink to `.env` or out of
+    /// the root, and a directory would redirect to an index that is 404).
+    fn is_file(&self, rel: &str) -> bool {
+        sys::open_beneath(&self.root, rel, self.options.follow_symlinks)
+            .and_then(|f| sys::fstat(&f))
+            .is_ok_and(|id| id.is_file)
     }
 
     fn load(&self, rel: &str, rules: &Conventions) -> Found {
@@ -525,8 +529,9 @@ enum Found {
 
 fn found_for(e: &std::io::Error) -> Found {
     match e.raw_os_error() {
-        // EXDEV: a symlink leads out of the root; ELOOP: too many links.
-        // Both look like nothing there, as for a missing file.
+        // EXDEV: a symlink leads out of the root; ELOOP: too many links; a
+        // symlink to a dotfile is NotFound (no errno). All look like
+        // nothing there, as for a missing file.
         Some(libc::EACCES) | Some(libc::EPERM) => Found::Forbidden,
         _ => Found::Missing,
     }

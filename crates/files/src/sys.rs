@@ -6,19 +6,29 @@
 //! Contract: `rel` comes from `path::normalize` (no `.`/`..`, no leading
 //! `/`), but the checks here do not rely on it: the kernel enforces them.
 //!
+//! A path without symlinks is opened in one call (`RESOLVE_NO_SYMLINKS`
+//! too). A path with one is walked by us instead (`open_walking`), one
+//! component at a time from the root's descriptor with `O_NOFOLLOW`: each
+//! symlink is read and resolved under openat2's rules (targets that stay
+//! beneath the root, at most 40 links; `..` above the root fails with
+//! `EXDEV`), and two more: an absolute target that starts with the root's
+//! own path (as given, or resolved) leads inside and is followed from the
+//! root, as `pack` (which resolves it) follows it; and the walk knows the
+//! path it resolved to, which must not name a dotfile (`path::
+//! is_hidden_resolved`: `ln -s .env env.txt` does not publish `.env`). A
+//! symlink costs a few system calls per component, only when the path is
+//! not in the cache.
+//!
 //! Where openat2 is missing (Linux before 5.6) or refused (a seccomp profile
 //! answering ENOSYS or EPERM), `open_root` finds out once, says so on the
-//! log, and every open walks the path instead, one component at a time from
-//! the root's descriptor with `O_NOFOLLOW` (`open_walking`): each symlink is
-//! read and resolved by us, under the same rules (relative targets that stay
-//! beneath the root, at most 40 links; absolute ones and `..` above the root
-//! fail with `EXDEV`), so the guarantee is the same, at one system call per
-//! component instead of one per path.
+//! log, and every open is walked, with the same rules.
 
+use std::ffi::OsStr;
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
-use std::path::Path;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags, Stat};
@@ -45,19 +55,61 @@ pub struct FileId {
     pub is_symlink: bool,
 }
 
+/// The served directory: its descriptor, every lookup's start, and its
+/// path, by which an absolute symlink is known to lead inside.
+pub struct Root {
+    fd: OwnedFd,
+    /// The root's path made absolute as given (`/srv/current`), and as
+    /// resolved (`/srv/releases/7`) if that differs: an absolute symlink
+    /// whose target starts with either stays inside.
+    paths: Vec<PathBuf>,
+}
+
+impl AsFd for Root {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+impl Root {
+    /// The components of an absolute symlink target below the root, if it
+    /// starts with the root's path (component by component: `/srv/site2`
+    /// is not below `/srv/site`). They may still hold `..`, which the walk
+    /// refuses above the root.
+    fn below(&self, target: &[u8]) -> Option<Vec<Vec<u8>>> {
+        let target = Path::new(OsStr::from_bytes(target));
+        let rest = self.paths.iter().find_map(|p| target.strip_prefix(p).ok())?;
+        Some(
+            rest.components()
+                .map(|c| match c {
+                    Component::ParentDir => b"..".to_vec(),
+                    c => c.as_os_str().as_bytes().to_vec(),
+                })
+                .collect(),
+        )
+    }
+}
+
 /// Opens the root directory, to resolve every request beneath it.
-pub fn open_root(path: &Path) -> io::Result<OwnedFd> {
+pub fn open_root(path: &Path) -> io::Result<Root> {
     // openat, not open: rustix's `open` is the legacy open(2) system call
     // on x86_64, which the sandbox's seccomp filter does not allow.
-    let root = rustix::fs::openat(
+    let fd = rustix::fs::openat(
         rustix::fs::CWD,
         path,
         OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
         Mode::empty(),
     )?;
+    let mut paths: Vec<PathBuf> = std::path::absolute(path).into_iter().collect();
+    if let Ok(resolved) = std::fs::canonicalize(path) {
+        if !paths.contains(&resolved) {
+            paths.push(resolved);
+        }
+    }
+    let root = Root { fd, paths };
     if OPENAT2.load(Ordering::Relaxed) == UNKNOWN {
         let works = match openat2(
-            &root,
+            root.as_fd(),
             c".",
             OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
             BENEATH,
@@ -85,29 +137,61 @@ pub fn has_openat2() -> bool {
 
 /// Opens `rel` (a file or a directory) beneath `root` for reading. Without
 /// `follow_symlinks`, a symlink is followed only if it resolves inside the
-/// root; absolute symlinks and ones that climb out fail (`EXDEV`). With it,
-/// symlinks are followed wherever they point. FIFOs and devices do not
-/// block the open (`O_NONBLOCK`); the caller refuses what is not a regular
-/// file or directory.
-pub fn open_beneath(root: &OwnedFd, rel: &str, follow_symlinks: bool) -> io::Result<File> {
+/// root; ones that climb out, and absolute ones that do not start with the
+/// root's path, fail (`EXDEV`). With it, symlinks are followed wherever they
+/// point. Either way, a path resolved through a symlink must not name a
+/// dotfile where it lies inside the root (`path::is_hidden_resolved`;
+/// refused as `NotFound`, as `/.env` is). FIFOs and devices do not block
+/// the open (`O_NONBLOCK`); the caller refuses what is not a regular file
+/// or directory.
+pub fn open_beneath(root: &Root, rel: &str, follow_symlinks: bool) -> io::Result<File> {
     let rel = relative(rel);
-    let resolve = if follow_symlinks {
-        ResolveFlags::NO_MAGICLINKS
-    } else {
-        BENEATH
-    };
     if OPENAT2.load(Ordering::Relaxed) != MISSING {
-        match openat2(root, rel, READ_FLAGS, resolve) {
+        // No symlink on the way (ELOOP if there is one): `rel` is the path
+        // opened, and the caller judged it.
+        match openat2(root.as_fd(), rel, READ_FLAGS, BENEATH | ResolveFlags::NO_SYMLINKS) {
             // Refused after start (a filter installed later): walk from now on.
             Err(Errno::NOSYS) => OPENAT2.store(MISSING, Ordering::Relaxed),
+            Err(Errno::LOOP) => {}
             result => return Ok(File::from(result?)),
         }
     }
-    if follow_symlinks {
-        // Symlinks may lead anywhere: the plain call is the rule.
-        return Ok(File::from(openat(root.as_fd(), rel, READ_FLAGS)?));
+    let (file, resolved) = match open_walking(root, rel) {
+        // Out of the root, which the administrator allowed: where it
+        // leads is judged only if that is inside after all.
+        Err(e) if follow_symlinks && e.raw_os_error() == Some(libc::EXDEV) => open_following(root, rel)?,
+        walked => walked?,
+    };
+    match resolved {
+        Some(resolved) if crate::path::is_hidden_resolved(rel, &resolved) => Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            "a symlink leads to a dotfile, and dotfiles are not served",
+        )),
+        _ => Ok(file),
     }
-    open_walking(root, rel)
+}
+
+/// `--follow-symlinks` for a path that leaves the root: the kernel follows
+/// every link, then `/proc/self/fd` says where the file is, to judge it if
+/// it is inside the root after all (`../root/.env`). Where that cannot be
+/// read, the path is refused as without the flag.
+fn open_following(root: &Root, rel: &str) -> io::Result<(File, Option<Vec<Vec<u8>>>)> {
+    let file = if OPENAT2.load(Ordering::Relaxed) != MISSING {
+        File::from(openat2(root.as_fd(), rel, READ_FLAGS, ResolveFlags::NO_MAGICLINKS)?)
+    } else {
+        File::from(openat(root.as_fd(), rel, READ_FLAGS)?)
+    };
+    let where_is = |fd: BorrowedFd<'_>| {
+        rustix::fs::readlinkat(rustix::fs::CWD, format!("/proc/self/fd/{}", fd.as_raw_fd()), Vec::new())
+            .map(|p| PathBuf::from(OsStr::from_bytes(p.as_bytes())))
+            .map_err(|_| io::Error::from(Errno::XDEV))
+    };
+    let (at, base) = (where_is(file.as_fd())?, where_is(root.as_fd())?);
+    let inside = at
+        .strip_prefix(&base)
+        .ok()
+        .map(|rest| rest.components().map(|c| c.as_os_str().as_bytes().to_vec()).collect());
+    Ok((file, inside))
 }
 
 /// How every file is opened: read-only; FIFOs and devices do not block the
@@ -119,7 +203,7 @@ const READ_FLAGS: OFlags = OFlags::RDONLY
 const BENEATH: ResolveFlags = ResolveFlags::BENEATH.union(ResolveFlags::NO_MAGICLINKS);
 
 fn openat2<P: rustix::path::Arg>(
-    dir: &OwnedFd,
+    dir: BorrowedFd<'_>,
     path: P,
     flags: OFlags,
     resolve: ResolveFlags,
@@ -135,31 +219,39 @@ fn openat<P: rustix::path::Arg>(dir: BorrowedFd<'_>, path: P, flags: OFlags) -> 
 /// O_NOFOLLOW` from the directory before it, so the kernel never follows a
 /// symlink for us; a symlink's target is read and its components take its
 /// place. `..` goes back to the directory we came from, never above the
-/// root (`EXDEV`, as openat2 says). The last component is opened again for
-/// reading with `O_NOFOLLOW` and must be the same file that was checked.
-pub(crate) fn open_walking(root: &OwnedFd, rel: &str) -> io::Result<File> {
+/// root (`EXDEV`, as openat2 says). An absolute target is followed from
+/// the root if it starts with the root's path, else refused (`EXDEV`).
+/// The last component is opened again for reading with `O_NOFOLLOW` and
+/// must be the same file that was checked.
+///
+/// Returns the file and, if a symlink was followed, the path within the
+/// root it resolved to, component by component (what `pack` finds by
+/// canonicalising).
+pub(crate) fn open_walking(root: &Root, rel: &str) -> io::Result<(File, Option<Vec<Vec<u8>>>)> {
     let mut todo: std::collections::VecDeque<Vec<u8>> = rel
         .split('/')
         .filter(|c| !c.is_empty())
         .map(|c| c.as_bytes().to_vec())
         .collect();
-    // The directories walked through, the root below them all.
+    // The directories walked through, the root below them all, and their
+    // names: the path resolved so far.
     let mut dirs: Vec<OwnedFd> = Vec::new();
+    let mut names: Vec<Vec<u8>> = Vec::new();
     let mut n_links = 0;
     while let Some(name) = todo.pop_front() {
-        let here = dirs.last().unwrap_or(root).as_fd();
+        let here = dirs.last().map_or(root.as_fd(), |d| d.as_fd());
         match &name[..] {
             b"." => continue,
             b".." => {
                 if dirs.pop().is_none() {
                     return Err(Errno::XDEV.into());
                 }
+                names.pop();
                 continue;
             }
             _ => {}
         }
-        let name = &name[..];
-        let fd = openat(here, name, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC)?;
+        let fd = openat(here, &name[..], OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC)?;
         let id = id_of(&rustix::fs::fstat(&fd)?);
         if id.is_symlink {
             n_links += 1;
@@ -168,43 +260,55 @@ pub(crate) fn open_walking(root: &OwnedFd, rel: &str) -> io::Result<File> {
             }
             // An empty path names the descriptor itself (Linux 2.6.39).
             let target = rustix::fs::readlinkat(&fd, c"", Vec::new())?.into_bytes();
-            if target.first() == Some(&b'/') {
-                return Err(Errno::XDEV.into());
-            }
-            for part in target.split(|&b| b == b'/').rev().filter(|p| !p.is_empty()) {
-                todo.push_front(part.to_vec());
+            let parts: Vec<Vec<u8>> = if target.first() == Some(&b'/') {
+                let below = root.below(&target).ok_or(Errno::XDEV)?;
+                dirs.clear();
+                names.clear();
+                below
+            } else {
+                target
+                    .split(|&b| b == b'/')
+                    .filter(|p| !p.is_empty())
+                    .map(<[u8]>::to_vec)
+                    .collect()
+            };
+            for part in parts.into_iter().rev() {
+                todo.push_front(part);
             }
             continue;
         }
         if todo.is_empty() {
-            let file = openat(here, name, READ_FLAGS | OFlags::NOFOLLOW)?;
+            let file = openat(here, &name[..], READ_FLAGS | OFlags::NOFOLLOW)?;
             let now = id_of(&rustix::fs::fstat(&file)?);
             if (now.dev, now.ino) != (id.dev, id.ino) {
                 // Replaced between the two opens: refuse rather than guess.
                 return Err(Errno::AGAIN.into());
             }
-            return Ok(File::from(file));
+            names.push(name);
+            return Ok((File::from(file), (n_links > 0).then_some(names)));
         }
         if !id.is_dir {
             return Err(Errno::NOTDIR.into());
         }
         dirs.push(fd);
+        names.push(name);
     }
     // Nothing left after `..` and `.`: the directory we stand in.
-    let here = dirs.last().unwrap_or(root).as_fd();
-    Ok(File::from(openat(here, c".", READ_FLAGS | OFlags::DIRECTORY)?))
+    let here = dirs.last().map_or(root.as_fd(), |d| d.as_fd());
+    let dir = openat(here, c".", READ_FLAGS | OFlags::DIRECTORY)?;
+    Ok((File::from(dir), (n_links > 0).then_some(names)))
 }
 
 /// `stat` of `rel` beneath `root`, following symlinks: only a change
 /// detector for the cache (a changed identity makes the cache reopen the
 /// path with `open_beneath`, which applies the rules).
-pub fn stat_beneath(root: &OwnedFd, rel: &str) -> io::Result<FileId> {
+pub fn stat_beneath(root: &Root, rel: &str) -> io::Result<FileId> {
     Ok(id_of(&rustix::fs::statat(root, relative(rel), AtFlags::NO_AUTOMOUNT)?))
 }
 
 /// `lstat` of `rel` beneath `root` (a symlink itself, not its target):
 /// whether a name exists, for the cache's folder check.
-pub fn lstat_beneath(root: &OwnedFd, rel: &str) -> io::Result<FileId> {
+pub fn lstat_beneath(root: &Root, rel: &str) -> io::Result<FileId> {
     Ok(id_of(&rustix::fs::statat(
         root,
         relative(rel),
@@ -302,8 +406,8 @@ mod tests {
             "d/up/../secret.txt",
         ];
         for rel in paths {
-            let kernel = openat2(&root_fd, relative(rel), READ_FLAGS, BENEATH).map(File::from);
-            let walked = open_walking(&root_fd, rel);
+            let kernel = openat2(root_fd.as_fd(), relative(rel), READ_FLAGS, BENEATH).map(File::from);
+            let walked = open_walking(&root_fd, rel).map(|(file, _)| file);
             match (&kernel, &walked) {
                 (Ok(k), Ok(w)) => {
                     let (k, w) = (fstat(k).unwrap(), fstat(w).unwrap());
@@ -313,6 +417,67 @@ mod tests {
                 _ => panic!("{rel}: openat2 {kernel:?}, walk {walked:?}"),
             }
         }
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+
+    /// Beyond openat2's rules: an absolute link that starts with the
+    /// root's path is followed from the root, and the walk says where a
+    /// path led when a symlink was on the way, which `open_beneath` judges.
+    #[test]
+    fn the_walk_follows_absolute_links_inside_and_says_where_it_led() {
+        let base = std::env::temp_dir().join(format!("peregrine-walk-abs-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let root = base.join("root");
+        std::fs::create_dir_all(root.join("d")).unwrap();
+        std::fs::create_dir_all(base.join("root2")).unwrap();
+        std::fs::write(base.join("secret.txt"), "outside").unwrap();
+        std::fs::write(base.join("root2/x"), "beside").unwrap();
+        std::fs::write(root.join("a.txt"), "a").unwrap();
+        std::fs::write(root.join(".env"), "hidden").unwrap();
+        std::fs::write(root.join("d/b.txt"), "b").unwrap();
+        for (link, target) in [
+            ("abs", root.join("a.txt")),
+            ("absdir", root.join("d")),
+            ("absroot", root.clone()),
+            ("climb", root.join("../secret.txt")),
+            ("prefix", base.join("root2/x")),
+            ("d/up", "..".into()),
+            ("env-link", ".env".into()),
+            ("abs-env", root.join(".env")),
+        ] {
+            symlink(target, root.join(link)).unwrap();
+        }
+        let root_fd = open_root(&root).unwrap();
+        let led = |rel: &str| -> Result<Option<String>, i32> {
+            match open_walking(&root_fd, rel) {
+                Ok((_, resolved)) => Ok(resolved.map(|r| String::from_utf8(r.join(&b'/')).unwrap())),
+                Err(e) => Err(e.raw_os_error().unwrap()),
+            }
+        };
+        assert_eq!(led("a.txt"), Ok(None));
+        assert_eq!(led("d/b.txt"), Ok(None));
+        assert_eq!(led("abs"), Ok(Some("a.txt".into())));
+        assert_eq!(led("absdir/b.txt"), Ok(Some("d/b.txt".into())));
+        assert_eq!(led("absroot/d/up/absdir"), Ok(Some("d".into())));
+        assert_eq!(led("d/up/a.txt"), Ok(Some("a.txt".into())));
+        assert_eq!(led("env-link"), Ok(Some(".env".into())));
+        assert_eq!(led("climb"), Err(libc::EXDEV));
+        assert_eq!(led("prefix"), Err(libc::EXDEV));
+        for follow in [false, true] {
+            assert!(open_beneath(&root_fd, "abs", follow).is_ok());
+            assert!(open_beneath(&root_fd, "absdir/b.txt", follow).is_ok());
+            // `.env` asked for as itself is the caller's to refuse.
+            assert!(open_beneath(&root_fd, ".env", follow).is_ok());
+            for rel in ["env-link", "abs-env", "d/up/env-link"] {
+                let e = open_beneath(&root_fd, rel, follow).unwrap_err();
+                assert_eq!(e.kind(), io::ErrorKind::NotFound, "{rel}: {e}");
+            }
+        }
+        assert_eq!(
+            open_beneath(&root_fd, "climb", false).unwrap_err().raw_os_error(),
+            Some(libc::EXDEV)
+        );
+        assert!(open_beneath(&root_fd, "climb", true).is_ok());
         std::fs::remove_dir_all(&base).unwrap();
     }
 }

@@ -124,6 +124,105 @@ fn dotfiles_are_hidden_except_well_known() {
     assert_eq!(get(addr, "/.well-known/security.txt").text(), "Contact: x");
 }
 
+/// README: "symlinks that stay inside are followed". An absolute one is
+/// inside when its target starts with the root's path (as given or as
+/// resolved), as `pack` (which canonicalises) finds it.
+#[test]
+fn an_absolute_symlink_that_stays_inside_is_followed() {
+    let f = Fixture::new("absolute-inside");
+    f.write("inner.txt", "inside");
+    f.write("d/b.txt", "b");
+    let root = f.root();
+    std::os::unix::fs::symlink(root.join("inner.txt"), root.join("abs-file")).unwrap();
+    std::os::unix::fs::symlink(root.join("d"), root.join("abs-dir")).unwrap();
+    // Through the root's resolved path too, and on through relative links.
+    let resolved = std::fs::canonicalize(&root).unwrap();
+    std::os::unix::fs::symlink(resolved.join("d/b.txt"), root.join("d/abs-b")).unwrap();
+    std::os::unix::fs::symlink("../abs-file", root.join("d/rel-to-abs")).unwrap();
+    // Lexically inside, but `..` climbs out: refused as any way out is.
+    std::os::unix::fs::symlink(root.join("../secret.txt"), root.join("abs-climb")).unwrap();
+    std::os::unix::fs::symlink(f.dir.join("secret.txt"), root.join("abs-out")).unwrap();
+    let server = f.serve(|_| {});
+    let addr = server.local_addr();
+    for (target, body) in [
+        ("/abs-file", "inside"),
+        ("/abs-dir/b.txt", "b"),
+        ("/d/abs-b", "b"),
+        ("/d/rel-to-abs", "inside"),
+    ] {
+        let r = get(addr, target);
+        assert_eq!((r.status, r.text().as_str()), (200, body), "{target}");
+    }
+    for target in ["/abs-climb", "/abs-out"] {
+        let r = get(addr, target);
+        assert_eq!(r.status, 404, "{target}");
+        assert!(!r.text().contains("top secret"), "{target} leaked the secret");
+    }
+}
+
+/// The dotfile rule judges the path a symlink resolves to, every
+/// component of it: a link cannot publish `.env` or `.git/`, and
+/// `/.well-known/`'s exception holds only for request paths under it.
+#[test]
+fn a_symlink_does_not_reach_a_dotfile() {
+    let f = Fixture::new("dotfile-links");
+    f.write(".env", "SECRET=hunter2");
+    f.write(".git/config", "[core] secret");
+    f.write(".well-known/security.txt", "Contact: x");
+    f.write("d/index.html", "d");
+    let root = f.root();
+    for (link, target) in [
+        ("env-link.txt", ".env".into()),
+        ("gitdir", ".git".into()),
+        ("d/config", "../.git/config".into()),
+        ("abs-env", root.join(".env")),
+        ("wk", ".well-known".into()),
+        (".well-known/alias.txt", "security.txt".into()),
+        (".well-known/leak", "../.env".into()),
+        ("d/up", "..".into()),
+    ] {
+        std::os::unix::fs::symlink::<PathBuf, _>(target, root.join(link)).unwrap();
+    }
+    for follow_symlinks in [false, true] {
+        let server = f.serve(|o| o.follow_symlinks = follow_symlinks);
+        let addr = server.local_addr();
+        for target in [
+            "/env-link.txt",
+            "/gitdir/config",
+            "/gitdir/",
+            "/d/config",
+            "/abs-env",
+            "/wk/security.txt",
+            "/.well-known/leak",
+            "/d/up/.env",
+            "/d/up/env-link.txt",
+        ] {
+            let r = get(addr, target);
+            assert_eq!(r.status, 404, "{target} (follow_symlinks {follow_symlinks})");
+            let text = r.text();
+            assert!(
+                !text.contains("hunter2") && !text.contains("[core]"),
+                "{target} leaked a dotfile"
+            );
+        }
+        for (target, body) in [
+            ("/.well-known/security.txt", "Contact: x"),
+            ("/.well-known/alias.txt", "Contact: x"),
+            ("/d/up/d/index.html", "d"),
+        ] {
+            let r = get(addr, target);
+            assert_eq!((r.status, r.text().as_str()), (200, body), "{target}");
+        }
+    }
+    // --follow-symlinks still lets a link out, but not back into a
+    // dotfile of the root.
+    std::os::unix::fs::symlink("../root/.env", root.join("round-trip")).unwrap();
+    std::os::unix::fs::symlink("../secret.txt", root.join("out")).unwrap();
+    let server = f.serve(|o| o.follow_symlinks = true);
+    assert_eq!(get(server.local_addr(), "/round-trip").status, 404);
+    assert_eq!(get(server.local_addr(), "/out").text(), SECRET);
+}
+
 #[test]
 fn directories_redirect_index_and_list() {
     let f = Fixture::new("dirs");

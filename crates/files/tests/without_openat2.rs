@@ -25,6 +25,9 @@ fn files_are_served_beneath_the_root_when_openat2_is_refused() {
     std::os::unix::fs::symlink(dir.join("secret.txt"), root.join("abs")).unwrap();
     std::os::unix::fs::symlink("..", root.join("d/up")).unwrap();
     std::os::unix::fs::symlink("d/inner.txt", root.join("in")).unwrap();
+    std::os::unix::fs::symlink(root.join("d/inner.txt"), root.join("abs-in")).unwrap();
+    std::fs::write(root.join(".env"), "top secret too").unwrap();
+    std::os::unix::fs::symlink(".env", root.join("env-link.txt")).unwrap();
 
     // Threads inherit the filter of the thread that creates them: the
     // server's workers are filtered, this test's client is not.
@@ -46,10 +49,19 @@ fn files_are_served_beneath_the_root_when_openat2_is_refused() {
         ("/d/inner.txt", 200, "inside"),
         ("/in", 200, "inside"),
         ("/d/up/d/up/in", 200, "inside"),
+        ("/abs-in", 200, "inside"),
     ] {
         assert_eq!(get(addr, target), (status, body.to_owned()), "{target}");
     }
-    for target in ["/out", "/abs", "/d/up/../secret.txt", "/%2e%2e/secret.txt", "/d/up/out"] {
+    for target in [
+        "/out",
+        "/abs",
+        "/d/up/../secret.txt",
+        "/%2e%2e/secret.txt",
+        "/d/up/out",
+        "/env-link.txt",
+        "/d/up/env-link.txt",
+    ] {
         let (status, body) = get(addr, target);
         assert!(matches!(status, 400 | 404), "{target}: {status}");
         assert!(!body.contains("secret"), "{target} leaked the secret");

@@ -18,13 +18,19 @@ pub use test_support::Scratch;
 pub const PATIENCE: Duration = Duration::from_secs(20);
 
 /// The binary under test, with no PEREGRINE_* variable inherited from
-/// whoever runs the tests (each is a setting).
+/// whoever runs the tests (each is a setting), but one: run as root (as
+/// on CI), `PEREGRINE_ALLOW_ROOT=1`, without which `serve` refuses to start
+/// unless given `--user` (`serve_refuses_to_run_as_root_without_user_or_allow_root`
+/// takes it away). Only `serve` reads it.
 pub fn peregrine() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_peregrine"));
     for (name, _) in std::env::vars_os() {
         if name.to_string_lossy().starts_with("PEREGRINE_") {
             cmd.env_remove(name);
         }
+    }
+    if test_support::process::is_root() {
+        cmd.env("PEREGRINE_ALLOW_ROOT", "1");
     }
     cmd
 }
