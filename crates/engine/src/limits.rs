@@ -263,8 +263,16 @@ pub(crate) const TLS_SEND_BYTES_MAX: usize = 64 * 1024;
 
 /// How much request data an HTTP/2 client may send on a connection before
 /// we return window (WINDOW_UPDATE once half of it is used). Each stream
-/// keeps the protocol's default, 64 KiB; 1 MiB lets many streams upload at
-/// once without a round trip per 64 KiB.
+/// keeps the protocol's default, 64 KiB (SETTINGS_INITIAL_WINDOW_SIZE is
+/// never raised); 1 MiB lets many streams upload at once without a round
+/// trip per 64 KiB. Window past a stream's first 64 KiB goes only to a
+/// stream whose handler takes its body (buffered, or read as it arrives
+/// while its reader has room), or to one whose ignored body has no
+/// content-length and is dropped as it comes. The worst case per
+/// connection: the 1 MiB in flight is parsed a frame at a time from a
+/// 32 KiB read buffer, so what stays is only what handlers buffer (held
+/// against `body_budget_bytes`) and what readers queue (256 KiB each,
+/// `BODY_READER_BYTES`).
 pub(crate) const H2_CONN_WINDOW: i64 = 1024 * 1024;
 
 /// Control frames (SETTINGS, PING, RST_STREAM, PRIORITY, WINDOW_UPDATE,
