@@ -210,11 +210,9 @@ impl Session {
     /// reader's wake, and on every pass: a lock per upload stream).
     pub(crate) fn grant_uploads(&mut self, out: &mut Vec<u8>) {
         for s in &mut self.streams {
-            if s.upload.is_some() {
-                if s.recv_window < STREAM_WINDOW / 2 && Session::grants_window(s) {
-                    frame::write_window_update(out, s.id, (STREAM_WINDOW - s.recv_window) as u32);
-                    s.recv_window = STREAM_WINDOW;
-                }
+            if s.upload.is_some() && s.recv_window < STREAM_WINDOW / 2 && Session::grants_window(s) {
+                frame::write_window_update(out, s.id, (STREAM_WINDOW - s.recv_window) as u32);
+                s.recv_window = STREAM_WINDOW;
             }
         }
     }
