@@ -589,3 +589,43 @@ fn metrics_count_tls_handshakes_by_result() {
         assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
     }
 }
+
+/// Over TLS (h2 by ALPN) as over h2c: a body nobody reads is answered as
+/// soon as its first DATA frame has come, not buffered to its end.
+#[test]
+fn h2_over_tls_answers_a_body_nobody_reads_without_it() {
+    use test_support::h2::{frame, take_frame, DATA, END_HEADERS, HEADERS, PREFACE, SETTINGS};
+    let app = peregrine::Router::new().get("/", echo_path);
+    let (pki, server) = localhost("h2-unread", app);
+    let mut config = pki.client_config(rustls::DEFAULT_VERSIONS);
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let mut tls = pki::connect(server.local_addr(), &Arc::new(config), "localhost");
+    assert_eq!(tls.conn.alpn_protocol(), Some(&b"h2"[..]));
+    let mut out = PREFACE.to_vec();
+    out.extend(frame(SETTINGS, 0, 0, &[]));
+    let mut head = Vec::new();
+    for (index, value) in [(2u8, "POST"), (7, "https"), (4, "/"), (1, "localhost")] {
+        head.push(index);
+        head.push(value.len() as u8);
+        head.extend_from_slice(value.as_bytes());
+    }
+    head.extend_from_slice(&[0x0f, 0x0d, 7]); // content-length
+    head.extend_from_slice(b"1048576");
+    for i in 0..32u32 {
+        out.extend(frame(HEADERS, END_HEADERS, 1 + 2 * i, &head));
+        out.extend(frame(DATA, 0, 1 + 2 * i, &[0; 16_384]));
+    }
+    tls.write_all(&out).unwrap();
+    let (mut buf, mut chunk, mut answered) = (Vec::new(), vec![0; 1 << 16], 0);
+    while answered < 32 {
+        let n = tls.read(&mut chunk).expect("the answers within PATIENCE");
+        assert!(n > 0, "closed before the answers");
+        buf.extend_from_slice(&chunk[..n]);
+        while let Some(f) = take_frame(&mut buf) {
+            if f.kind == HEADERS {
+                assert_eq!(f.status(), 405);
+                answered += 1;
+            }
+        }
+    }
+}
