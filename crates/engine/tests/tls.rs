@@ -329,6 +329,24 @@ fn sni_picks_the_certificate_for_the_name() {
     assert!(strict.is_err(), "a certificate for c.test appeared");
 }
 
+/// A certificate added while serving is chosen by the next handshake for
+/// its name; the others keep theirs.
+#[test]
+fn a_certificate_added_while_serving_is_chosen_for_its_name() {
+    let pki = Pki::new("sni-add");
+    let (a_cert, a_key, a_der) = pki.issue("a", &["a.test"]);
+    let (b_cert, b_key, b_der) = pki.issue("b", &["*.b.test"]);
+    let tls = TlsConfig::from_pem_files(&a_cert, &a_key).unwrap();
+    let server = start(tls.clone(), echo_path);
+    let config = client_config(&pki, &[&rustls::version::TLS13]);
+    assert!(pki::handshake(server.local_addr(), &config, "www.b.test").is_err());
+    assert_eq!(tls.add_cert(&b_cert, &b_key).unwrap(), 2);
+    for (name, want) in [("www.b.test", &b_der), ("a.test", &a_der)] {
+        let c = connect(server.local_addr(), &config, name);
+        assert!(&peer_cert(&c) == want, "wrong certificate for {name}");
+    }
+}
+
 fn peer_cert(c: &Client<Tls>) -> CertificateDer<'static> {
     c.stream.conn.peer_certificates().unwrap()[0].clone()
 }

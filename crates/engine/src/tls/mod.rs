@@ -11,12 +11,16 @@
 //! load: new handshakes use the new set, established connections keep the
 //! keys they negotiated.
 //!
-//! The set is behind a mutex that is taken once per handshake (to clone an
-//! `Arc`), never per request: workers still share nothing on the request
-//! path.
+//! The set is indexed by name when it is built (`store.rs`): a handshake's
+//! choice is a hash lookup under a mutex taken once per handshake (to clone
+//! an `Arc`), never per request: workers still share nothing on the
+//! request path. Certificates can be added while serving, and a
+//! TLS-ALPN-01 challenge certificate set for a name (RFC 8737: the
+//! resolver sees the client's ALPN).
 
 pub(crate) mod redirect;
 pub(crate) mod session;
+mod store;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -24,11 +28,12 @@ use std::time::Duration;
 
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
 use crate::error::Error;
+use store::CertStore;
 
 /// Certificates for TLS listeners. Cheap to clone; clones share the loaded
 /// certificates, so [`TlsConfig::reload`] on any clone changes them for all.
@@ -57,11 +62,29 @@ struct Source {
 }
 
 /// Picks a certificate per handshake; holds the file names to reload from.
-#[derive(Debug)]
 struct CertResolver {
     provider: Arc<CryptoProvider>,
     sources: Mutex<Vec<Source>>,
-    current: Mutex<Arc<[Arc<CertifiedKey>]>>,
+    current: Mutex<Arc<CertStore>>,
+}
+
+impl std::fmt::Debug for CertResolver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CertResolver")
+            .field("sources", &*lock(&self.sources))
+            .finish_non_exhaustive()
+    }
+}
+
+impl CertResolver {
+    /// Changes the store: a copy with `change` applied replaces it, so a
+    /// handshake under way keeps the one it took.
+    fn update(&self, change: impl FnOnce(&mut CertStore)) {
+        let mut current = lock(&self.current);
+        let mut store = CertStore::clone(&current);
+        change(&mut store);
+        *current = Arc::new(store);
+    }
 }
 
 impl TlsConfig {
@@ -74,11 +97,13 @@ impl TlsConfig {
             key: key.as_ref().to_owned(),
         };
         let loaded = load(&provider, &source)?;
+        let mut store = CertStore::default();
+        store.add(Arc::new(loaded));
         Ok(TlsConfig {
             resolver: Arc::new(CertResolver {
                 provider,
                 sources: Mutex::new(vec![source]),
-                current: Mutex::new(Arc::from(vec![Arc::new(loaded)])),
+                current: Mutex::new(Arc::new(store)),
             }),
             hsts: None,
         })
@@ -87,18 +112,42 @@ impl TlsConfig {
     /// Adds another certificate, sent to clients whose SNI name it covers
     /// (and that an earlier certificate does not).
     pub fn with_cert(self, cert: impl AsRef<Path>, key: impl AsRef<Path>) -> Result<Self, Error> {
+        self.add_cert(cert, key)?;
+        Ok(self)
+    }
+
+    /// As [`TlsConfig::with_cert`], while serving: new handshakes may get
+    /// it at once (every listener and clone shares the set), and a reload
+    /// reads its files again. Returns how many certificates there are.
+    pub fn add_cert(&self, cert: impl AsRef<Path>, key: impl AsRef<Path>) -> Result<usize, Error> {
         let source = Source {
             cert: cert.as_ref().to_owned(),
             key: key.as_ref().to_owned(),
         };
         let loaded = Arc::new(load(&self.resolver.provider, &source)?);
-        lock(&self.resolver.sources).push(source);
-        let mut current = lock(&self.resolver.current);
-        let mut set = current.to_vec();
-        set.push(loaded);
-        *current = Arc::from(set);
-        drop(current);
-        Ok(self)
+        let mut sources = lock(&self.resolver.sources);
+        sources.push(source);
+        self.resolver.update(|store| store.add(loaded));
+        Ok(sources.len())
+    }
+
+    /// Sets the TLS-ALPN-01 challenge certificate (RFC 8737) for `name`,
+    /// from PEM (chain, key): a client asking for `name` that offers only
+    /// the ALPN protocol `acme-tls/1` gets it, and no other client does.
+    /// `None` removes it. (A listener that offers `acme-tls/1` and closes
+    /// after such a handshake is the ACME client's part.)
+    pub fn set_acme_challenge(&self, name: &str, pem: Option<(&[u8], &[u8])>) -> Result<(), Error> {
+        let key = match pem {
+            Some((cert, key)) => Some(Arc::new(certified_key(
+                &self.resolver.provider,
+                CertificateDer::pem_slice_iter(cert).collect::<Result<Vec<_>, _>>(),
+                PrivateKeyDer::from_pem_slice(key),
+                name,
+            )?)),
+            None => None,
+        };
+        self.resolver.update(|store| store.set_challenge(name, key));
+        Ok(())
     }
 
     /// Adds `Strict-Transport-Security: max-age=SECONDS` to every response
@@ -114,11 +163,11 @@ impl TlsConfig {
     /// names the file that failed.
     pub fn reload(&self) -> Result<usize, Error> {
         let sources = lock(&self.resolver.sources).clone();
-        let mut set = Vec::with_capacity(sources.len());
+        let mut loaded = Vec::with_capacity(sources.len());
         for source in &sources {
-            set.push(Arc::new(load(&self.resolver.provider, source)?));
+            loaded.push(Arc::new(load(&self.resolver.provider, source)?));
         }
-        *lock(&self.resolver.current) = Arc::from(set);
+        self.resolver.update(|store| store.replace_keys(loaded));
         Ok(sources.len())
     }
 
@@ -187,21 +236,8 @@ pub(crate) struct TlsListener {
 
 impl ResolvesServerCert for CertResolver {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        let set = lock(&self.current).clone();
-        if set.len() > 1 {
-            if let Some(name) = hello.server_name().and_then(|n| ServerName::try_from(n).ok()) {
-                let covers = |key: &&Arc<CertifiedKey>| {
-                    key.end_entity_cert().is_ok_and(|der| {
-                        webpki::EndEntityCert::try_from(der)
-                            .is_ok_and(|cert| cert.verify_is_valid_for_subject_name(&name).is_ok())
-                    })
-                };
-                if let Some(key) = set.iter().find(covers) {
-                    return Some(key.clone());
-                }
-            }
-        }
-        set.first().cloned()
+        let store = lock(&self.current).clone();
+        store.resolve(hello.server_name(), hello.alpn().into_iter().flatten())
     }
 }
 
@@ -219,6 +255,21 @@ fn load(provider: &CryptoProvider, source: &Source) -> Result<CertifiedKey, Erro
         .map_err(|e| Error::tls(format!("{cert_name}: not a usable certificate: {e}")))?;
     let key = PrivateKeyDer::from_pem_file(&source.key).map_err(|e| Error::tls(format!("{key_name}: {e}")))?;
     CertifiedKey::from_der(chain, key, provider).map_err(|e| Error::tls(format!("{cert_name} with {key_name}: {e}")))
+}
+
+/// A chain and key given as PEM text (`what` names them in errors).
+fn certified_key(
+    provider: &CryptoProvider,
+    chain: Result<Vec<CertificateDer<'static>>, rustls::pki_types::pem::Error>,
+    key: Result<PrivateKeyDer<'static>, rustls::pki_types::pem::Error>,
+    what: &str,
+) -> Result<CertifiedKey, Error> {
+    let chain = chain.map_err(|e| Error::tls(format!("{what}: certificate: {e}")))?;
+    if chain.is_empty() {
+        return Err(Error::tls(format!("{what}: no CERTIFICATE")));
+    }
+    let key = key.map_err(|e| Error::tls(format!("{what}: key: {e}")))?;
+    CertifiedKey::from_der(chain, key, provider).map_err(|e| Error::tls(format!("{what}: {e}")))
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

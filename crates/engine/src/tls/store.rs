@@ -1,0 +1,216 @@
+//! The certificates by the names they cover, indexed when a certificate is
+//! added (rustls' `ResolvesServerCertUsingSni`, with wildcards): a
+//! handshake's choice is one or two hash lookups, never a certificate
+//! parsed. A store is built whole (at start, at a reload, when a
+//! certificate is added at run time) and swapped in behind an `Arc`.
+//!
+//! The names are a certificate's subjectAltName DNS entries, as a client
+//! checks them (RFC 6125, as webpki does): compared without case; a
+//! wildcard only as the whole leftmost label (`*.example.com`), covering
+//! exactly one label (`a.example.com`, not `example.com` nor
+//! `a.b.example.com`). The subject's common name is not a name (browsers
+//! have ignored it since 2017). Where several certificates cover a name,
+//! the one added first wins, as before this store; a client that names
+//! none (or no SNI) gets the first certificate.
+//!
+//! TLS-ALPN-01 challenge certificates (RFC 8737) are kept apart: one is
+//! sent only to a client whose only ALPN protocol is `acme-tls/1`, and
+//! such a client gets nothing else.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use rustls::sign::CertifiedKey;
+
+/// ALPN protocol of the TLS-ALPN-01 challenge (RFC 8737 §6.2).
+pub(crate) const ACME_TLS_ALPN: &[u8] = b"acme-tls/1";
+
+/// See the module's documentation.
+#[derive(Clone, Default)]
+pub(crate) struct CertStore {
+    /// In the order added: the first is the default.
+    keys: Vec<Arc<CertifiedKey>>,
+    /// A lowercase name → the first certificate covering it exactly.
+    exact: HashMap<Box<str>, usize>,
+    /// The parent of a wildcard (`example.com` for `*.example.com`) → the
+    /// first certificate with that wildcard.
+    wildcard: HashMap<Box<str>, usize>,
+    /// TLS-ALPN-01 challenge certificates, by lowercase name.
+    challenges: HashMap<Box<str>, Arc<CertifiedKey>>,
+}
+
+impl CertStore {
+    /// Adds a certificate after the others, under the names it covers.
+    pub(crate) fn add(&mut self, key: Arc<CertifiedKey>) {
+        let idx = self.keys.len();
+        for name in dns_names(&key) {
+            match name.strip_prefix("*.") {
+                Some(parent) if !parent.contains('*') => {
+                    self.wildcard.entry(parent.into()).or_insert(idx);
+                }
+                Some(_) => {}
+                None if !name.contains('*') => {
+                    self.exact.entry(name.into()).or_insert(idx);
+                }
+                None => {} // a partial wildcard (`f*.example.com`): no client accepts it
+            }
+        }
+        self.keys.push(key);
+    }
+
+    /// The same challenges, these certificates (a reload read them again).
+    pub(crate) fn replace_keys(&mut self, keys: Vec<Arc<CertifiedKey>>) {
+        let challenges = std::mem::take(&mut self.challenges);
+        *self = CertStore::default();
+        for key in keys {
+            self.add(key);
+        }
+        self.challenges = challenges;
+    }
+
+    /// Sets the TLS-ALPN-01 challenge certificate for `name` (or removes
+    /// it with `None`).
+    pub(crate) fn set_challenge(&mut self, name: &str, key: Option<Arc<CertifiedKey>>) {
+        let name: Box<str> = name.to_ascii_lowercase().into();
+        match key {
+            Some(key) => {
+                self.challenges.insert(name, key);
+            }
+            None => {
+                self.challenges.remove(&name);
+            }
+        }
+    }
+
+    /// The certificate for a client that asked for `server_name` (SNI)
+    /// and offered `alpn`.
+    pub(crate) fn resolve<'a>(
+        &self,
+        server_name: Option<&str>,
+        mut alpn: impl Iterator<Item = &'a [u8]>,
+    ) -> Option<Arc<CertifiedKey>> {
+        let mut buf = [0u8; 253];
+        let name = server_name.and_then(|n| lowercase(n, &mut buf));
+        // Only `acme-tls/1` offered: a challenge, or nothing (RFC 8737 §3).
+        if alpn.next() == Some(ACME_TLS_ALPN) && alpn.next().is_none() {
+            return name.and_then(|n| self.challenges.get(n)).cloned();
+        }
+        let Some(name) = name else {
+            return self.keys.first().cloned();
+        };
+        let exact = self.exact.get(name).copied();
+        let wild = name
+            .split_once('.')
+            .and_then(|(_, parent)| self.wildcard.get(parent).copied());
+        let idx = match (exact, wild) {
+            (Some(a), Some(b)) => a.min(b),
+            (a, b) => a.or(b).unwrap_or(0),
+        };
+        self.keys.get(idx).cloned()
+    }
+}
+
+/// `name` in lowercase, in `buf` (a DNS name is at most 253 bytes; a
+/// longer one is no name we hold).
+fn lowercase<'b>(name: &str, buf: &'b mut [u8; 253]) -> Option<&'b str> {
+    let bytes = name.as_bytes();
+    let out = buf.get_mut(..bytes.len())?;
+    for (o, b) in out.iter_mut().zip(bytes) {
+        *o = b.to_ascii_lowercase();
+    }
+    std::str::from_utf8(out).ok()
+}
+
+/// The DNS names of a certificate's subjectAltName, lowercase.
+fn dns_names(key: &CertifiedKey) -> Vec<String> {
+    let Some(der) = key.cert.first() else {
+        return Vec::new();
+    };
+    let Ok((_, cert)) = x509_parser::parse_x509_certificate(der) else {
+        return Vec::new();
+    };
+    let Ok(Some(san)) = cert.subject_alternative_name() else {
+        return Vec::new();
+    };
+    san.value
+        .general_names
+        .iter()
+        .filter_map(|g| match g {
+            x509_parser::extensions::GeneralName::DNSName(n) => Some(n.to_ascii_lowercase()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+
+    /// A self-signed certificate for `names`.
+    fn key(names: &[&str]) -> Arc<CertifiedKey> {
+        let pair = rcgen::KeyPair::generate().unwrap();
+        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        let cert = rcgen::CertificateParams::new(names)
+            .unwrap()
+            .self_signed(&pair)
+            .unwrap();
+        let der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(pair.serialize_der()));
+        let provider = rustls::crypto::ring::default_provider();
+        Arc::new(CertifiedKey::from_der(vec![CertificateDer::from(cert.der().to_vec())], der, &provider).unwrap())
+    }
+
+    fn pick(store: &CertStore, sni: Option<&str>, alpn: &[&[u8]]) -> Option<usize> {
+        let got = store.resolve(sni, alpn.iter().copied())?;
+        store
+            .keys
+            .iter()
+            .position(|k| Arc::ptr_eq(k, &got))
+            .or(Some(usize::MAX))
+    }
+
+    #[test]
+    fn a_name_gets_the_first_certificate_covering_it_exactly_or_by_one_wildcard_label() {
+        let mut store = CertStore::default();
+        store.add(key(&["default.test"]));
+        store.add(key(&["*.example.com"]));
+        store.add(key(&["www.example.com", "Other.Test"]));
+        store.add(key(&["api.example.com", "*.api.example.com"]));
+        let h2: &[&[u8]] = &[b"h2", b"http/1.1"];
+        assert_eq!(pick(&store, Some("default.test"), h2), Some(0));
+        // The wildcard came first: it wins over a later exact name, as the
+        // certificates were tried in order before the store.
+        assert_eq!(pick(&store, Some("www.example.com"), h2), Some(1));
+        assert_eq!(pick(&store, Some("a.example.com"), h2), Some(1));
+        assert_eq!(pick(&store, Some("A.EXAMPLE.com"), h2), Some(1), "without case");
+        assert_eq!(pick(&store, Some("other.test"), h2), Some(2));
+        assert_eq!(pick(&store, Some("x.api.example.com"), h2), Some(3));
+        // One label only, and not the parent itself: the default.
+        assert_eq!(pick(&store, Some("a.b.example.com"), h2), Some(0));
+        assert_eq!(pick(&store, Some("example.com"), h2), Some(0));
+        assert_eq!(pick(&store, None, h2), Some(0));
+        assert_eq!(pick(&store, Some(&"a".repeat(300)), h2), Some(0));
+    }
+
+    #[test]
+    fn a_challenge_certificate_goes_only_to_a_client_offering_only_acme_tls() {
+        let mut store = CertStore::default();
+        store.add(key(&["example.com"]));
+        let challenge = key(&["example.com"]);
+        store.set_challenge("Example.com", Some(challenge.clone()));
+        let acme: &[&[u8]] = &[ACME_TLS_ALPN];
+        let got = store.resolve(Some("example.com"), acme.iter().copied()).unwrap();
+        assert!(Arc::ptr_eq(&got, &challenge));
+        // Anyone else gets the site's certificate; a challenge client for
+        // a name without one gets nothing.
+        assert_eq!(pick(&store, Some("example.com"), &[b"h2"]), Some(0));
+        assert_eq!(pick(&store, Some("example.com"), &[ACME_TLS_ALPN, b"h2"]), Some(0));
+        assert_eq!(pick(&store, Some("other.com"), acme), None);
+        // Replacing the keys (a reload) keeps the challenges; removing one ends it.
+        let keys = store.keys.clone();
+        store.replace_keys(keys);
+        assert!(store.resolve(Some("example.com"), acme.iter().copied()).is_some());
+        store.set_challenge("example.com", None);
+        assert_eq!(pick(&store, Some("example.com"), acme), None);
+    }
+}
