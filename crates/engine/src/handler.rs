@@ -4,7 +4,9 @@ use crate::request::Request;
 use crate::response::Response;
 
 /// What a handler returns: a response now, or a promise of one later.
+/// More may come (an upgrade to another protocol): match with a `_` arm.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum Reply {
     /// The response, to be sent at once.
     Now(Response),

@@ -75,7 +75,7 @@ pub use limits::Limits;
 pub use metrics::Metrics;
 pub use request::{percent_decode, Request};
 pub use responder::Responder;
-pub use response::{BesideBlock, Body, FileRange, HeaderBlock, Response, SharedBytes};
+pub use response::{Body, FileRange, HeaderBlock, Response, SharedBytes};
 pub use router::Router;
 pub use server::{Listening, Running, Server, ShutdownHandle};
 pub use sys::privileges::Identity;

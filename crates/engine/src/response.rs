@@ -56,7 +56,9 @@ impl std::fmt::Display for Invalid {
     }
 }
 
-/// The body of a response.
+/// The body of a response. More kinds may come (a WebSocket's, a proxied
+/// upstream's): match with a `_` arm.
+#[non_exhaustive]
 pub enum Body {
     /// No body (`Content-Length: 0`, or nothing for 204 and 304).
     Empty,
@@ -76,15 +78,17 @@ pub enum Body {
     /// Chunks written by another thread over time, sent as they come (the
     /// chunked coding, as `Stream`): see [`crate::body::channel`].
     Channel(crate::body::ChannelBody),
-    /// Bytes of the buffer the response's header block lies in, made by
-    /// [`Response::prepared_beside`]: the block and the body share the
-    /// block's one reference count.
+    /// Bytes of the buffer the response's header block lies in, made only
+    /// by [`Response::prepared_beside`]: the block and the body share the
+    /// block's one reference count. Not part of the API: its type cannot
+    /// be named or made outside the engine.
+    #[doc(hidden)]
     BesideBlock(BesideBlock),
 }
 
-/// Where a [`Body::BesideBlock`] body lies in its response's header
-/// block's buffer. Only [`Response::prepared_beside`] makes one, checked
-/// against that buffer; the response keeps the buffer alive.
+/// Where a `Body::BesideBlock` body lies in its response's header block's
+/// buffer. Only [`Response::prepared_beside`] makes one, checked against
+/// that buffer; the response keeps the buffer alive. Not exported.
 #[derive(Debug)]
 pub struct BesideBlock {
     range: Range<usize>,
