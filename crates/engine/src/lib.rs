@@ -1,8 +1,11 @@
-//! Peregrine: a non-blocking HTTP/1.1 server engine.
+//! Peregrine: a non-blocking HTTP/1.1, HTTP/2 and HTTP/3 server engine.
 //!
 //! One event loop per worker thread, each with its own SO_REUSEPORT
 //! listener; keep-alive and pipelining with one write per batch of answers;
-//! a handler is one function from a [`Request`] to a [`Response`].
+//! HTTP/2 by ALPN or prior knowledge, HTTP/3 over QUIC on every TLS port,
+//! all to the same handlers; a handler is one function from a [`Request`]
+//! to a [`Response`], and says what it does with request bodies
+//! ([`Handler::body_use`]: buffered, read as they arrive, or ignored).
 //!
 //! ```no_run
 //! use peregrine::{Request, Response, Router, Server};
@@ -30,10 +33,11 @@
 //! HTTPS is a property of a listener, below handlers:
 //! [`Server::bind_tls`] with a [`TlsConfig`] (rustls, TLS 1.2 and 1.3).
 //!
-//! Module map: [`codec`] is the sans-I/O HTTP/1.1 codec; `h1` and `h2` are
-//! the sans-I/O connection state machines; `conn` (their I/O driver) and
-//! `worker` are the event loop; `tls` holds certificates and each connection's rustls
-//! state; `sys` is the only place that calls libc.
+//! Module map: [`codec`] is the sans-I/O HTTP/1.1 codec; `h1`, `h2` and
+//! `h3` are the sans-I/O protocol state machines; `conn` (the TCP
+//! connections' I/O driver), `quic` (QUIC's) and `worker` are the event
+//! loop; `tls` holds certificates and each connection's rustls state;
+//! `sys` is the only place that calls libc.
 
 #![deny(unsafe_code)]
 #![warn(missing_docs)]

@@ -16,10 +16,13 @@
 //! payloads written from shared buffers.
 //!
 //! Choices, where the RFC leaves them to us:
-//! - Request bodies are collected whole (up to `body_bytes_max`) before the
-//!   handler runs, as for HTTP/1.1; a larger one is answered 413 and the
-//!   rest refused with RST_STREAM(NO_ERROR) (§8.1). A Content-Length over
-//!   the limit gets the 413 at the head. `expect: 100-continue` gets an
+//! - A request body goes as its handler says (`Handler::body_use`):
+//!   collected whole (up to `body_bytes_max`, within the worker's body
+//!   budget) before the handler runs; handed to a reader as it arrives;
+//!   or dropped, the stream answered early (`Session::ignore_body`). A
+//!   larger one is answered 413 and the rest refused with
+//!   RST_STREAM(NO_ERROR) (§8.1); a Content-Length over the limit gets the
+//!   413 at the head. `expect: 100-continue` gets an
 //!   interim HEADERS (`:status` 100) once the driver knows the body will
 //!   be read (`send_continue`); another expectation gets 417, as HTTP/1.1.
 //! - PRIORITY frames and the priority of HEADERS are read and ignored

@@ -7,10 +7,13 @@
 //! stream ids and byte slices.
 //!
 //! Choices, where the RFC leaves them to us:
-//! - Request bodies are collected whole (up to `body_bytes_max`) before
-//!   the handler runs, as for HTTP/1.1 and HTTP/2; a larger one is
-//!   answered 413 at once and the rest refused with STOP_SENDING
-//!   (H3_NO_ERROR, §4.1.1).
+//! - A request body goes as its handler says (`Handler::body_use`), as
+//!   for HTTP/1.1 and HTTP/2: collected whole (up to `body_bytes_max`,
+//!   within the worker's body budget), read as it arrives, or not read at
+//!   all (answered at the head, the rest refused with STOP_SENDING). A
+//!   larger one is answered 413 at once and the rest refused with
+//!   STOP_SENDING (H3_NO_ERROR, §4.1.1). A head must come within
+//!   `head_timeout`, a body at the minimum rate (`deadline`, `time_out`).
 //! - `expect: 100-continue` gets an interim HEADERS (`:status` 100) once
 //!   the driver knows the body will be read (`send_continue`), as over
 //!   HTTP/2; another expectation gets 417.
