@@ -44,6 +44,7 @@
 
 mod access_log;
 pub mod body;
+mod budget;
 pub mod codec;
 mod conn;
 mod date;

@@ -77,9 +77,6 @@ pub(super) struct H2 {
     /// Since when a header block (or a frame other than DATA) has been
     /// begun and not finished: it must be within `head_timeout`.
     block_since: Option<Instant>,
-    /// The streams' buffered bodies, as last held against the worker's
-    /// body budget.
-    body_charge: usize,
 }
 
 /// What the first bytes of a connection say about HTTP/2.
@@ -124,7 +121,6 @@ impl Conn {
             active_since: ctx.now,
             active_mark: 0,
             block_since: None,
-            body_charge: 0,
         }));
     }
 
@@ -150,10 +146,9 @@ impl Conn {
             }
             return Stop::Output;
         }
-        Self::charge_bodies(h2, ctx);
-        let others = ctx.pool.bodies - h2.body_charge;
-        h2.session
-            .set_body_room(ctx.limits.body_budget_bytes.saturating_sub(others));
+        let bodies = h2.session.bodies();
+        bodies.charge(ctx.pool, ctx.metrics);
+        bodies.set_room(ctx.pool, ctx.limits.body_budget_bytes);
         let input = &mut self.input;
         if input.start < input.end {
             let used = h2
@@ -165,7 +160,7 @@ impl Conn {
                 input.end = 0;
             }
         }
-        Self::charge_bodies(h2, ctx);
+        h2.session.bodies().charge(ctx.pool, ctx.metrics);
         // Heads whose body is coming: a handler that reads bodies as they
         // arrive is called now.
         while let Some(id) = self.h2.as_mut().and_then(|h2| h2.session.take_head()) {
@@ -205,22 +200,11 @@ impl Conn {
         Stop::Input
     }
 
-    /// Holds the streams' buffered bodies against the worker's budget.
-    fn charge_bodies(h2: &mut H2, ctx: &mut Ctx<'_>) {
-        let held = h2.session.body_bytes();
-        ctx.pool.bodies = ctx.pool.bodies - h2.body_charge + held;
-        h2.body_charge = held;
-        let refused = h2.session.take_budget_refusals();
-        if let (true, Some(m)) = (refused > 0, ctx.metrics) {
-            m.budget_refusals.add(refused);
-        }
-    }
-
     /// The connection is closing: what its streams held goes back to the
     /// worker's body budget.
     pub(super) fn release_h2(&mut self, pool: &mut crate::conn::BufPool) {
         if let Some(h2) = self.h2.as_mut() {
-            pool.bodies -= std::mem::take(&mut h2.body_charge);
+            h2.session.bodies().release(pool);
         }
     }
 

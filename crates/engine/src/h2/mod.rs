@@ -61,6 +61,7 @@ use stream::{Continuation, Stream};
 
 use crate::limits::{H2_CONN_WINDOW, H2_CONTROL_FRAMES_BASE};
 
+use crate::budget::BodyBudget;
 pub(crate) use frame::PREFACE;
 /// The DATA frame's type: a frame of any other type begun must be
 /// complete within `head_timeout`.
@@ -143,12 +144,8 @@ pub(crate) struct Session {
     /// Bytes of request frames (HEADERS, CONTINUATION, DATA) received:
     /// progress, for the timeout of a request that stalls.
     request_bytes: u64,
-    /// Bytes of request bodies buffered in the streams, the most they may
-    /// come to (what the worker's budget leaves this connection: set by
-    /// the driver before each `recv`), and the bodies refused for it.
-    body_bytes: usize,
-    body_room: usize,
-    n_budget_refusals: u64,
+    /// Request bodies buffered in the streams, against the worker's budget.
+    bodies: BodyBudget,
     /// DATA payloads of lasting bodies are queued in `splices` instead of
     /// being copied into the output buffer (`splice.rs`).
     splicing: bool,
@@ -187,9 +184,7 @@ impl Session {
             n_responses: 0,
             bytes_sent: 0,
             request_bytes: 0,
-            body_bytes: 0,
-            body_room: usize::MAX,
-            n_budget_refusals: 0,
+            bodies: BodyBudget::default(),
             splicing: false,
             splices: Splices::default(),
             head_cache: HeadCache::default(),
@@ -373,20 +368,10 @@ impl Session {
                 .any(|s| !s.recv_done && !Session::is_upload_blocked(s))
     }
 
-    /// Bytes of request bodies the streams hold buffered.
-    pub(crate) fn body_bytes(&self) -> usize {
-        self.body_bytes
-    }
-
-    /// The most the streams' buffered bodies may come to: past it, a body
-    /// is refused with 503 (the worker's budget is spent).
-    pub(crate) fn set_body_room(&mut self, bytes: usize) {
-        self.body_room = bytes;
-    }
-
-    /// Bodies refused with 503 since the last call.
-    pub(crate) fn take_budget_refusals(&mut self) -> u64 {
-        std::mem::take(&mut self.n_budget_refusals)
+    /// The streams' buffered bodies, against the worker's budget: past
+    /// it, a body is refused with 503.
+    pub(crate) fn bodies(&mut self) -> &mut BodyBudget {
+        &mut self.bodies
     }
 
     /// A header block is begun (HEADERS without END_HEADERS) and its

@@ -178,15 +178,14 @@ impl Session {
         if s.refused.is_none() {
             let refused = if s.received > body_bytes_max {
                 Some((413, "request body too large"))
-            } else if self.body_bytes + data.len() > self.body_room {
-                self.n_budget_refusals += 1;
+            } else if !self.bodies.admits(data.len()) {
                 Some((503, crate::h1::BUDGET_SPENT))
             } else {
                 None
             };
             if let Some(refused) = refused {
                 s.refused = Some(refused);
-                self.body_bytes -= s.body.len();
+                self.bodies.held -= s.body.len();
                 s.body = Vec::new();
                 if !s.ready && s.send == Sending::Waiting {
                     s.ready = true;
@@ -194,7 +193,7 @@ impl Session {
                 }
             } else {
                 s.body.extend_from_slice(data);
-                self.body_bytes += data.len();
+                self.bodies.held += data.len();
             }
         }
         if end_stream {

@@ -148,7 +148,7 @@ impl Session {
         if s.recv_done || s.ready {
             return; // complete already: answered as any request
         }
-        self.body_bytes -= s.body.len();
+        self.bodies.held -= s.body.len();
         s.body = Vec::new();
         s.upload = Some(BodySink::discard());
         s.await_data = true;
@@ -193,7 +193,7 @@ impl Session {
         let s = &mut self.streams[idx];
         // What arrived with the head, before the handler was asked.
         sink.push(&s.body);
-        self.body_bytes -= s.body.len();
+        self.bodies.held -= s.body.len();
         s.body.clear();
         if s.ready {
             s.ready = false;
@@ -290,7 +290,7 @@ impl Session {
         s.pending = None;
         // Dropped before its end: the reader gets UnexpectedEof.
         s.upload = None;
-        self.body_bytes -= s.body.len();
+        self.bodies.held -= s.body.len();
         if s.body.capacity() > crate::limits::INLINE_BODY_BYTES_MAX {
             // A large body's memory goes back now, not with the spare.
             s.body = Vec::new();

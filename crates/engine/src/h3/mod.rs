@@ -36,6 +36,7 @@ mod tests;
 use frame::Code;
 use stream::{Error, RequestStream, UniKind, UniStream};
 
+use crate::budget::BodyBudget;
 use crate::h2::{Parts, Pending, Sent};
 use crate::limits::H3_CHUNK_BYTES;
 use crate::min_rate::{MinRate, Rate};
@@ -71,6 +72,18 @@ struct Request {
 }
 
 impl Request {
+    /// Its head or body is still coming from the client, and no answer
+    /// has begun (a streamed body's handler may have the request): what
+    /// the head and body timeouts watch.
+    fn is_arriving(&self) -> bool {
+        let answerable = match self.answer {
+            Answer::None => true,
+            Answer::Taken | Answer::Deferred(_) => self.parse.upload.is_some(),
+            Answer::Sending => false,
+        };
+        answerable && !self.parse.fin && self.parse.refused.is_none()
+    }
+
     /// Bytes of heap its buffers hold on to.
     fn retained_bytes(&self) -> usize {
         self.parse.retained_bytes() + self.out.capacity()
@@ -134,12 +147,8 @@ pub(crate) struct Session {
     /// their buffers hold.
     spare: Vec<Request>,
     spare_bytes: usize,
-    /// Bytes of request bodies the streams hold buffered, the most they
-    /// may come to (what the worker's budget leaves this connection: set
-    /// by the driver before it reads), and the bodies refused for it.
-    body_bytes: usize,
-    body_room: usize,
-    n_budget_refusals: u64,
+    /// Request bodies buffered in the streams, against the worker's budget.
+    bodies: BodyBudget,
     /// The driver's clock (`set_now`), for when streams open.
     now: Instant,
     /// `head_timeout`, `body_timeout` and `min_rate_bytes_per_sec`.
@@ -195,9 +204,7 @@ impl Session {
             lower: Vec::new(),
             spare: Vec::new(),
             spare_bytes: 0,
-            body_bytes: 0,
-            body_room: usize::MAX,
-            n_budget_refusals: 0,
+            bodies: BodyBudget::default(),
             now: Instant::now(),
             timeouts: Timeouts {
                 head: Duration::from_secs(10),
@@ -212,7 +219,7 @@ impl Session {
         let mut r = self.requests.swap_remove(at);
         // Dropped before its end: the reader gets UnexpectedEof.
         r.parse.upload = None;
-        self.body_bytes -= r.parse.body.len();
+        self.bodies.held -= r.parse.body.len();
         let bytes = r.retained_bytes();
         if bytes <= SPARE_BUFFER_BYTES_MAX
             && self.spare_bytes + bytes <= SPARE_BYTES_MAX
@@ -241,12 +248,7 @@ impl Session {
         let (now, t) = (self.now, self.timeouts);
         let mut earliest: Option<Instant> = None;
         for r in &mut self.requests {
-            let arriving = match r.answer {
-                Answer::None => true,
-                Answer::Taken | Answer::Deferred(_) => r.parse.upload.is_some(),
-                Answer::Sending => false,
-            };
-            if r.parse.fin || r.parse.refused.is_some() || !arriving {
+            if !r.is_arriving() {
                 r.rate = None;
                 continue;
             }
@@ -279,12 +281,7 @@ impl Session {
         let (now, t) = (self.now, self.timeouts);
         let mut ended = 0;
         for r in &mut self.requests {
-            let arriving = match r.answer {
-                Answer::None => true,
-                Answer::Taken | Answer::Deferred(_) => r.parse.upload.is_some(),
-                Answer::Sending => false,
-            };
-            if r.parse.fin || r.parse.refused.is_some() || !arriving {
+            if !r.is_arriving() {
                 continue;
             }
             let too_slow = if r.parse.is_head_pending() {
@@ -302,7 +299,7 @@ impl Session {
             if let Some(sink) = r.parse.upload.take() {
                 sink.fail(std::io::ErrorKind::TimedOut, "request body not received in time");
             }
-            self.body_bytes -= r.parse.body.len();
+            self.bodies.held -= r.parse.body.len();
             r.parse.refuse_slow();
             // A streamed body's handler had the request: the 408 is
             // answered in its place, as a broken upload's 413 is.
@@ -312,20 +309,10 @@ impl Session {
         ended
     }
 
-    /// Bytes of request bodies the streams hold buffered.
-    pub(crate) fn body_bytes(&self) -> usize {
-        self.body_bytes
-    }
-
-    /// The most the streams' buffered bodies may come to: past it, a body
-    /// is refused with 503.
-    pub(crate) fn set_body_room(&mut self, bytes: usize) {
-        self.body_room = bytes;
-    }
-
-    /// Bodies refused with 503 since the last call.
-    pub(crate) fn take_budget_refusals(&mut self) -> u64 {
-        std::mem::take(&mut self.n_budget_refusals)
+    /// The streams' buffered bodies, against the worker's budget: past
+    /// it, a body is refused with 503.
+    pub(crate) fn bodies(&mut self) -> &mut BodyBudget {
+        &mut self.bodies
     }
 
     /// Our control stream's pending bytes (its type, SETTINGS, GOAWAY).
@@ -470,12 +457,13 @@ impl Session {
         }
         let held = r.parse.body.len();
         let recvd = r.parse.recv(data, fin, &self.cfg);
-        self.body_bytes = self.body_bytes - held + r.parse.body.len();
-        if self.body_bytes > self.body_room && r.parse.body.len() > held && r.parse.refused.is_none() {
+        self.bodies.held -= held;
+        let grown = r.parse.body.len();
+        if grown > held && r.parse.refused.is_none() && !self.bodies.admits(grown) {
             // The worker holds its budget of buffered bodies: 503.
-            self.body_bytes -= r.parse.body.len();
             r.parse.refuse_busy();
-            self.n_budget_refusals += 1;
+        } else {
+            self.bodies.held += grown;
         }
         match recvd {
             Ok(()) => {}

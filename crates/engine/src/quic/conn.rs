@@ -40,9 +40,6 @@ pub(super) struct QuicConn {
     /// Packets sent and lost already added to the metrics.
     counted_sent: u64,
     counted_lost: u64,
-    /// The streams' buffered bodies, as last held against the worker's
-    /// body budget.
-    body_charge: usize,
 }
 
 fn code(c: Code) -> VarInt {
@@ -77,7 +74,6 @@ impl QuicConn {
             closed: false,
             counted_sent: 0,
             counted_lost: 0,
-            body_charge: 0,
         }
     }
 
@@ -197,9 +193,7 @@ impl QuicConn {
         if room == 0 {
             return;
         }
-        let others = ctx.pool.bodies - self.body_charge;
-        self.session
-            .set_body_room(ctx.limits.body_budget_bytes.saturating_sub(others));
+        self.session.bodies().set_room(ctx.pool, ctx.limits.body_budget_bytes);
         let mut recv = self.conn.recv_stream(id);
         let Ok(mut chunks) = recv.read(true) else { return };
         let mut action = Action::None;
@@ -240,13 +234,7 @@ impl QuicConn {
 
     /// Holds the streams' buffered bodies against the worker's budget.
     fn charge_bodies(&mut self, ctx: &mut Ctx<'_>) {
-        let held = self.session.body_bytes();
-        ctx.pool.bodies = ctx.pool.bodies - self.body_charge + held;
-        self.body_charge = held;
-        let refused = self.session.take_budget_refusals();
-        if let (true, Some(m)) = (refused > 0, ctx.metrics) {
-            m.budget_refusals.add(refused);
-        }
+        self.session.bodies().charge(ctx.pool, ctx.metrics);
     }
 
     fn act(&mut self, ctx: &mut Ctx<'_>, id: StreamId, action: Action) {
@@ -453,7 +441,7 @@ impl QuicConn {
 
     /// The connection is gone: deferred answers still out are abandoned.
     pub(super) fn abandon(&mut self, ctx: &mut Ctx<'_>) {
-        ctx.pool.bodies -= std::mem::take(&mut self.body_charge);
+        self.session.bodies().release(ctx.pool);
         if let Some(m) = ctx.metrics {
             m.deferred_ended.add(self.deferred.len() as u64);
         }
