@@ -8,6 +8,10 @@
 use crate::conn::BufPool;
 use crate::metrics::WorkerMetrics;
 
+/// The 503's reason when the worker's budget for bodies is spent, for
+/// every protocol.
+pub(crate) const BUDGET_SPENT: &str = "the server is busy: its buffers for request bodies are full; retry later";
+
 /// See the module's documentation.
 pub(crate) struct BodyBudget {
     /// Bytes of request bodies the streams hold buffered.

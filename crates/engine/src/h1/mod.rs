@@ -716,7 +716,7 @@ impl H1 {
         if new_len - input.buf.len() > env.grow_bytes_max {
             // The worker holds its budget of buffered requests: this one
             // waits for nothing, it is refused (the client may retry).
-            self.fail(out, env, 503, BUDGET_SPENT);
+            self.fail(out, env, 503, crate::budget::BUDGET_SPENT);
             return Err(503);
         }
         // Exactly: `resize` alone may double the capacity (a 1 MiB body
@@ -853,9 +853,6 @@ impl H1 {
         TimedOut::Refused { status }
     }
 }
-
-/// The 503's reason when the worker's buffers are spent.
-pub(crate) const BUDGET_SPENT: &str = "the server is busy: its buffers for request bodies are full; retry later";
 
 /// What a timeout did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

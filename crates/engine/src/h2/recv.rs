@@ -179,7 +179,7 @@ impl Session {
             let refused = if s.received > body_bytes_max {
                 Some((413, "request body too large"))
             } else if !self.bodies.admits(data.len()) {
-                Some((503, crate::h1::BUDGET_SPENT))
+                Some((503, crate::budget::BUDGET_SPENT))
             } else {
                 None
             };

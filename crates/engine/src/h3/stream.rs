@@ -305,7 +305,7 @@ impl RequestStream {
     /// The worker's budget for buffered bodies is spent: 503, the body
     /// let go, the rest not read.
     pub(crate) fn refuse_busy(&mut self) {
-        self.refuse(503, crate::h1::BUDGET_SPENT, Code::NoError);
+        self.refuse(503, crate::budget::BUDGET_SPENT, Code::NoError);
         self.body = Vec::new();
     }
 
