@@ -5,7 +5,7 @@
 //! The driver holds `held` against the worker's `BufPool::bodies`
 //! (`charge`) after each feed and when the connection ends.
 
-use crate::conn::BufPool;
+use crate::buffers::BufPool;
 use crate::metrics::WorkerMetrics;
 
 /// The 503's reason when the worker's budget for bodies is spent, for

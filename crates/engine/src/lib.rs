@@ -45,6 +45,7 @@
 mod access_log;
 pub mod body;
 mod budget;
+mod buffers;
 pub mod codec;
 mod conn;
 mod date;
@@ -56,6 +57,7 @@ mod h2;
 mod h3;
 mod handler;
 mod limits;
+mod message;
 pub mod log;
 mod metrics;
 mod min_rate;

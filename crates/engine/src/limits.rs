@@ -147,6 +147,10 @@ impl Default for Limits {
     }
 }
 
+/// Header fields parsed per request at most: the stack array's size.
+/// `Limits::n_headers_max` above this is treated as this.
+pub(crate) const HEADERS_ARRAY_MAX: usize = 256;
+
 /// What one connection may hold at most, beside the budgets: a read
 /// buffer (HTTP/2's is the largest), the answers of one turn queued in its
 /// write buffer, what rustls may hold encrypted, and its state (the

@@ -109,7 +109,7 @@ impl Worker {
         let h2 = http2.then(|| crate::h2::Config {
             streams_max: limits.h2_streams_max,
             head_bytes_max: limits.head_bytes_max,
-            n_headers_max: limits.n_headers_max.min(crate::conn::HEADERS_ARRAY_MAX),
+            n_headers_max: limits.n_headers_max.min(crate::limits::HEADERS_ARRAY_MAX),
             body_bytes_max: limits.body_bytes_max,
             discard_bytes_max: limits.discard_bytes_max,
         });

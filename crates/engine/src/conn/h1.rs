@@ -9,7 +9,8 @@ use std::mem::MaybeUninit;
 use std::net::SocketAddr;
 
 use super::dispatch::{self, Answering, Called};
-use super::{refused_line, Conn, Ctx, Next, Stop, Transport, HEADERS_ARRAY_MAX};
+use super::{refused_line, Conn, Ctx, Next, Stop, Transport};
+use crate::limits::HEADERS_ARRAY_MAX;
 use crate::body::BodySink;
 use crate::h1::{BodyStart, Env, Event, Feed, Link, TimedOut, Wait};
 use crate::handler::BodyUse;

@@ -39,7 +39,8 @@ use std::time::Instant;
 use super::dispatch::{self, Called, Deferral};
 use super::{take_syscall, Conn, Ctx, Flushed, Phase, Stop, Transport};
 use crate::codec::Version;
-use crate::h2::request::FieldArray;
+use crate::message::head::FieldArray;
+use crate::message::Sent;
 use crate::h2::{Session, PREFACE};
 use crate::handler::BodyUse;
 use crate::limits::BODY_READER_BYTES;
@@ -335,7 +336,7 @@ impl Conn {
                 return;
             }
         };
-        let sent = Session::sent_of(response, head_only);
+        let sent = Sent::of(response, head_only);
         dispatch::record(ctx, &req, sent.status, sent.body_bytes);
         h2.session
             .respond(id, response, head_only, date, extra_fields, &mut output.buf, budget);
@@ -402,7 +403,7 @@ impl Conn {
         let answer = match dispatch::settle(ctx, &slot, &req, &mut handled) {
             Called::Now(response) => {
                 let response = std::mem::replace(response, Response::new(200));
-                let sent = Session::sent_of(&response, head_only);
+                let sent = Sent::of(&response, head_only);
                 dispatch::record(ctx, &req, sent.status, sent.body_bytes);
                 Ok(response)
             }

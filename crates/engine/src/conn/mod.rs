@@ -45,14 +45,13 @@ use std::time::{Duration, Instant};
 use crate::sys::stream::Stream;
 use mio::{Interest, Token};
 
-pub(crate) mod buffers;
 pub(crate) mod dispatch;
 mod flush;
 mod h1;
 mod h2;
 
-pub(crate) use buffers::BufPool;
-use buffers::{ensure_output, Input, Output, Tail};
+pub(crate) use crate::buffers::BufPool;
+use crate::buffers::{ensure_output, Input, Output, Tail};
 use dispatch::Deferral;
 
 use crate::access_log::{Line, LogWriter};
@@ -65,10 +64,6 @@ use crate::metrics::WorkerMetrics;
 use crate::responder::Mailbox;
 use crate::response::Response;
 use crate::tls::session::{PlainHttp, TlsSession};
-
-/// Header fields parsed per request at most: the stack array's size.
-/// `Limits::n_headers_max` above this is treated as this.
-pub(crate) const HEADERS_ARRAY_MAX: usize = 256;
 
 /// How long a lingering close waits for the client to finish sending.
 const LINGER_TIMEOUT: Duration = Duration::from_secs(2);

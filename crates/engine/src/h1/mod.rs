@@ -43,7 +43,7 @@ pub(crate) use respond::{write_response, Sent};
 use crate::body::BodySink;
 use crate::codec::write as wire;
 use crate::codec::{parse_head, ChunkedDecoder, Framing, Head, HeadError, Parsed, Version};
-use crate::conn::buffers::{Input, Output};
+use crate::buffers::{Input, Output};
 use crate::limits::{Limits, BUFFER_BYTES, DISCARD_TIMEOUT};
 use crate::min_rate::{MinRate, Rate};
 use crate::response::Response;

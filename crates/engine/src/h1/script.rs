@@ -14,8 +14,8 @@ use std::time::Instant;
 
 use super::{BodyStart, Env, Event, Feed, Link, TimedOut, Wait, H1};
 use crate::body::BodySink;
-use crate::conn::buffers::{Input, Output, Tail};
-use crate::conn::HEADERS_ARRAY_MAX;
+use crate::buffers::{Input, Output, Tail};
+use crate::limits::HEADERS_ARRAY_MAX;
 use crate::limits::{Limits, BUFFER_BYTES};
 use crate::response::Response;
 

@@ -9,7 +9,8 @@
 //! indexed from the static table when it is there, so the client's table
 //! size never matters to us.
 
-use super::huffman;
+use crate::message::coding::{self as huffman, write_integer};
+use crate::message::fields::{Sink, ENTRY_OVERHEAD};
 
 /// The static table (RFC 7541 Appendix A), index 1 first.
 #[rustfmt::skip]
@@ -32,89 +33,11 @@ pub(crate) const STATIC: [(&str, &str); 61] = [
     ("www-authenticate", ""),
 ];
 
-/// What an entry costs in the dynamic table besides its bytes (§4.1).
-const ENTRY_OVERHEAD: usize = 32;
 
 /// Why a header block cannot be decoded: a connection error of type
 /// COMPRESSION_ERROR (RFC 9113 §4.3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct HpackError(pub(crate) &'static str);
-
-/// One decoded field: spans into the caller's byte buffer.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct Field {
-    pub(crate) name: (u32, u32),
-    pub(crate) value: (u32, u32),
-    /// Known to pass `request::field_is_valid` (it came from the static
-    /// table, or from a dynamic entry checked when it was inserted): the
-    /// request check skips its byte scans. Set only by the HPACK decoder.
-    pub(crate) checked: bool,
-}
-
-/// Where decoded fields go. Past `list_bytes_max` (names, values and 32
-/// bytes each, as SETTINGS_MAX_HEADER_LIST_SIZE counts) fields are still
-/// decoded, to keep the dynamic table in step with the client's, but no
-/// longer stored, and `oversized` is set.
-pub(crate) struct Sink<'a> {
-    pub(crate) bytes: &'a mut Vec<u8>,
-    pub(crate) fields: &'a mut Vec<Field>,
-    pub(crate) list_bytes_max: usize,
-    pub(crate) list_bytes: usize,
-    pub(crate) oversized: bool,
-}
-
-impl<'a> Sink<'a> {
-    /// An empty sink into `bytes` and `fields`, holding at most
-    /// `list_bytes_max`.
-    pub(crate) fn new(bytes: &'a mut Vec<u8>, fields: &'a mut Vec<Field>, list_bytes_max: usize) -> Self {
-        Sink {
-            bytes,
-            fields,
-            list_bytes_max,
-            list_bytes: 0,
-            oversized: false,
-        }
-    }
-
-    pub(crate) fn push(&mut self, name: &[u8], value: &[u8]) {
-        self.push_checked(name, value, false);
-    }
-
-    /// `push`, saying whether the field is known to be valid.
-    fn push_checked(&mut self, name: &[u8], value: &[u8], checked: bool) {
-        self.list_bytes += name.len() + value.len() + ENTRY_OVERHEAD;
-        if self.list_bytes > self.list_bytes_max {
-            self.oversized = true;
-            return;
-        }
-        let at = self.bytes.len() as u32;
-        self.bytes.extend_from_slice(name);
-        self.bytes.extend_from_slice(value);
-        let name_len = name.len() as u32;
-        self.fields.push(Field {
-            name: (at, name_len),
-            value: (at + name_len, value.len() as u32),
-            checked,
-        });
-    }
-
-    /// Keeps the field decoded in place at `bytes[at..]` (its name the
-    /// first `name_len` bytes), or drops it past the list limit.
-    fn keep(&mut self, at: usize, name_len: usize, checked: bool) {
-        let len = self.bytes.len() - at;
-        self.list_bytes += len + ENTRY_OVERHEAD;
-        if self.list_bytes > self.list_bytes_max {
-            self.oversized = true;
-            self.bytes.truncate(at);
-            return;
-        }
-        self.fields.push(Field {
-            name: (at as u32, name_len as u32),
-            value: ((at + name_len) as u32, (len - name_len) as u32),
-            checked,
-        });
-    }
-}
 
 /// The decoder's dynamic table: newest entry first.
 pub(crate) struct Decoder {
@@ -199,7 +122,7 @@ impl Decoder {
                 let mut checked = false;
                 if index_it {
                     let (name, value) = sink.bytes[at..].split_at(name_len);
-                    checked = super::request::field_is_valid(name, value);
+                    checked = crate::message::head::field_is_valid(name, value);
                     self.insert(name, value, checked);
                 }
                 sink.keep(at, name_len, checked);
@@ -303,23 +226,6 @@ fn string(block: &mut &[u8], out: &mut Vec<u8>) -> Result<(), HpackError> {
         out.extend_from_slice(bytes);
         Ok(())
     }
-}
-
-/// Appends an integer with an `n`-bit prefix; `first` holds the prefix's
-/// flag bits.
-pub(crate) fn write_integer(out: &mut Vec<u8>, first: u8, n: u32, mut value: usize) {
-    let mask = (1usize << n) - 1;
-    if value < mask {
-        out.push(first | value as u8);
-        return;
-    }
-    out.push(first | mask as u8);
-    value -= mask;
-    while value >= 0x80 {
-        out.push((value as u8 & 0x7f) | 0x80);
-        value >>= 7;
-    }
-    out.push(value as u8);
 }
 
 /// Appends a string literal, Huffman-coded when that is shorter.

@@ -45,16 +45,13 @@
 
 mod frame;
 pub(crate) mod hpack;
-pub(crate) mod huffman;
-mod pending;
 mod recv;
-pub(crate) mod request;
 mod send;
 pub(crate) mod splice;
 mod stream;
 
 use frame::{Code, Header};
-use request::Head;
+use crate::message::head::Head;
 use send::HeadCache;
 use splice::Splices;
 use stream::{Continuation, Stream};
@@ -66,9 +63,6 @@ pub(crate) use frame::PREFACE;
 /// The DATA frame's type: a frame of any other type begun must be
 /// complete within `head_timeout`.
 pub(crate) const DATA_FRAME: u8 = frame::DATA;
-pub(crate) use pending::Pending;
-pub(crate) use send::{for_each_line, Sent};
-pub(crate) use stream::Parts;
 
 /// The window each stream starts with for request bodies: the protocol's
 /// default, so our SETTINGS need not change it.

@@ -2,8 +2,7 @@
 //! blocks (HEADERS and CONTINUATION) decoded into requests or trailers.
 
 use super::frame::{self, Code, Header};
-use super::hpack;
-use super::request::Head;
+use crate::message::head::Head;
 use super::stream::{Continuation, Sending, Stream};
 use super::{Session, STREAM_WINDOW};
 
@@ -268,7 +267,7 @@ impl Session {
     /// it cannot be decoded, true with whether it exceeded the list limit.
     pub(super) fn decode(&mut self, block: &[u8], head: &mut Head, out: &mut Vec<u8>) -> Option<bool> {
         head.clear();
-        let mut sink = hpack::Sink::new(&mut head.bytes, &mut head.fields, self.cfg.head_bytes_max);
+        let mut sink = crate::message::fields::Sink::new(&mut head.bytes, &mut head.fields, self.cfg.head_bytes_max);
         match self.decoder.decode(block, &mut sink) {
             Ok(()) => Some(sink.oversized),
             Err(e) => {

@@ -6,7 +6,10 @@ use super::frame::{self, Code};
 use super::hpack;
 use super::splice::SPLICE_BYTES_MIN;
 use super::stream::Sending;
-use super::{Pending, Session};
+use super::Session;
+use crate::message::fields::for_each_line;
+use crate::message::pending::Pending;
+use crate::message::Sent;
 use crate::response::Response;
 
 /// A response head's HPACK block, and what it was made of: while the
@@ -103,13 +106,6 @@ fn same_bytes(a: &[u8], b: &[u8]) -> bool {
         .zip(y.remainder())
         .fold(0, |acc, (p, q)| acc | (p ^ q));
     words == 0 && tail == 0
-}
-
-/// What `respond` sent, for the access log and metrics.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Sent {
-    pub(crate) status: u16,
-    pub(crate) body_bytes: u64,
 }
 
 impl Session {
@@ -310,30 +306,6 @@ impl Session {
         }
     }
 
-    /// What `respond` will report for `resp`, known before it is called
-    /// (the access log reads the request, which borrows the session).
-    pub(crate) fn sent_of(resp: &Response, head_only: bool) -> Sent {
-        if resp.invalid.is_some() {
-            return Sent {
-                status: 500,
-                body_bytes: if head_only {
-                    0
-                } else {
-                    Response::error(500).body.len().unwrap_or(0)
-                },
-            };
-        }
-        let bodiless = resp.status == 204 || resp.status == 304;
-        Sent {
-            status: resp.status,
-            body_bytes: if head_only || bodiless {
-                0
-            } else {
-                resp.body.len().unwrap_or(0)
-            },
-        }
-    }
-
     /// Some stream has body bytes to send and the windows allow some (a
     /// body parked on its producer has none).
     pub(crate) fn wants_send(&self) -> bool {
@@ -429,17 +401,3 @@ fn worth_indexing(name: &[u8]) -> bool {
     !ONCE.iter().any(|n| n.eq_ignore_ascii_case(name))
 }
 
-/// Calls `f` with each `Name: value\r\n` line's name and trimmed value.
-/// (The blocks are ours, each line ended by CRLF: a search for LF is
-/// enough, and unlike `memmem` it builds no searcher per call, which was
-/// 8% of an h2load run on `serve DIR`.)
-pub(crate) fn for_each_line(mut lines: &[u8], mut f: impl FnMut(&[u8], &[u8])) {
-    while let Some(end) = memchr::memchr(b'\n', lines) {
-        let line = lines[..end].strip_suffix(b"\r").unwrap_or(&lines[..end]);
-        if let Some(colon) = memchr::memchr(b':', line) {
-            let value = line[colon + 1..].trim_ascii();
-            f(&line[..colon], value);
-        }
-        lines = &lines[end + 1..];
-    }
-}

@@ -13,7 +13,7 @@
 use std::collections::VecDeque;
 use std::io::IoSlice;
 
-use crate::response::SharedBytes;
+pub(crate) use crate::message::pending::Slice;
 
 /// Bodies below this size are copied: an iovec and a reference count cost
 /// more than copying a few hundred bytes, and small answers leave in one
@@ -24,36 +24,6 @@ pub(crate) const SPLICE_BYTES_MIN: usize = 1024;
 pub(crate) struct Spliced {
     at: usize,
     bytes: Slice,
-}
-
-/// A piece of a body that outlives the response.
-pub(crate) enum Slice {
-    Static(&'static [u8]),
-    Shared(SharedBytes),
-}
-
-impl Slice {
-    pub(crate) fn as_slice(&self) -> &[u8] {
-        match self {
-            Slice::Static(b) => b,
-            Slice::Shared(s) => s.as_slice(),
-        }
-    }
-
-    fn len(&self) -> usize {
-        match self {
-            Slice::Static(b) => b.len(),
-            Slice::Shared(s) => s.range.len(),
-        }
-    }
-
-    /// Drops the first `n` bytes (written).
-    fn advance(&mut self, n: usize) {
-        match self {
-            Slice::Static(b) => *b = &b[n..],
-            Slice::Shared(s) => s.range.start += n,
-        }
-    }
 }
 
 /// The slices queued between the output buffer's bytes, in order. The

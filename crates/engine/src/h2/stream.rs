@@ -2,8 +2,10 @@
 //! their handlers, and the streams waiting for a deferred answer.
 
 use super::frame::{self, Code};
-use super::request::Head;
-use super::{Pending, Session, STREAM_WINDOW};
+use crate::message::head::Head;
+use crate::message::Parts;
+use super::{Session, STREAM_WINDOW};
+use crate::message::pending::Pending;
 use crate::body::BodySink;
 
 pub(super) struct Continuation {
@@ -73,37 +75,6 @@ impl Stream {
             continue_due: false,
             await_data: false,
         }
-    }
-}
-
-/// A request ready for its handler: borrowed from the session.
-pub(crate) struct Parts<'s> {
-    pub(crate) method: &'s str,
-    /// `:path`, or `:authority` for CONNECT.
-    pub(crate) target: &'s str,
-    pub(crate) host: Option<&'s str>,
-    pub(crate) head: &'s Head,
-    pub(crate) body: &'s [u8],
-}
-
-impl<'s> Parts<'s> {
-    /// The request a checked head and its body make (HTTP/3's too).
-    pub(crate) fn of(head: &'s Head, body: &'s [u8]) -> Option<Parts<'s>> {
-        let method = head.text(head.method)?;
-        let target = head.text(head.path).or_else(|| head.text(head.authority))?;
-        let host = head.text(head.authority).or_else(|| {
-            head.fields
-                .iter()
-                .find(|f| head.span(f.name) == b"host")
-                .and_then(|f| std::str::from_utf8(head.span(f.value)).ok())
-        });
-        Some(Parts {
-            method,
-            target,
-            host,
-            head,
-            body,
-        })
     }
 }
 

@@ -37,7 +37,8 @@ use frame::Code;
 use stream::{Error, RequestStream, UniKind, UniStream};
 
 use crate::budget::BodyBudget;
-use crate::h2::{Parts, Pending, Sent};
+use crate::message::pending::Pending;
+use crate::message::{Parts, Sent};
 use crate::limits::H3_CHUNK_BYTES;
 use crate::min_rate::{MinRate, Rate};
 use crate::response::{Body, Response};
@@ -799,9 +800,9 @@ fn encode_fields(
         field(out, name.as_bytes(), value.as_bytes());
     }
     if let Some(block) = &resp.block {
-        crate::h2::for_each_line(block.as_bytes(), |name, value| field(out, name, value));
+        crate::message::fields::for_each_line(block.as_bytes(), |name, value| field(out, name, value));
     }
-    crate::h2::for_each_line(extra_fields, |name, value| {
+    crate::message::fields::for_each_line(extra_fields, |name, value| {
         let given = std::str::from_utf8(name).is_ok_and(|name| resp.header(name).is_some());
         if !given {
             field(out, name, value);

@@ -12,8 +12,8 @@
 //! a zero-capacity table is always compliant (§2.1), and it needs neither
 //! an encoder nor a decoder stream (§4.2).
 
-use crate::h2::hpack::Sink;
-use crate::h2::huffman;
+use crate::message::coding as huffman;
+use crate::message::fields::Sink;
 
 /// The static table (RFC 9204 Appendix A), index 0 first.
 #[rustfmt::skip]
@@ -220,4 +220,4 @@ impl Encoder {
 }
 
 /// Appends an integer with an `n`-bit prefix (the same as HPACK's).
-pub(crate) use crate::h2::hpack::write_integer;
+pub(crate) use crate::message::coding::write_integer;

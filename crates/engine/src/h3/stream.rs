@@ -5,8 +5,8 @@
 use super::frame::{self, Code, Piece, Reader};
 use super::qpack;
 use crate::body::BodySink;
-use crate::h2::hpack::Sink;
-use crate::h2::request::Head;
+use crate::message::fields::Sink;
+use crate::message::head::Head;
 
 /// An error found on a stream: it ends the stream only, or the whole
 /// connection (§8).
@@ -139,7 +139,7 @@ impl RequestStream {
         self.block.capacity()
             + self.scratch.capacity()
             + self.head.bytes.capacity()
-            + self.head.fields.capacity() * std::mem::size_of::<crate::h2::hpack::Field>()
+            + self.head.fields.capacity() * std::mem::size_of::<crate::message::fields::Field>()
             + self.body.capacity()
     }
 
@@ -243,7 +243,7 @@ impl RequestStream {
             self.refuse(431, "header section too large", Code::ExcessiveLoad);
             return Ok(());
         }
-        if let Err(crate::h2::request::Refusal::Malformed(why)) = self.head.check_request() {
+        if let Err(crate::message::head::Refusal::Malformed(why)) = self.head.check_request() {
             self.refuse(400, why, Code::MessageError);
             return Ok(());
         }

@@ -5,7 +5,7 @@ use super::frame::{self, Code, Piece, Reader};
 use super::qpack;
 use super::stream::{Config, Error, RequestStream, UniStream};
 use super::{Action, Session};
-use crate::h2::hpack::{Field, Sink};
+use crate::message::fields::{Field, Sink};
 use crate::response::Response;
 
 const CFG: Config = Config {
@@ -125,11 +125,11 @@ fn qpack_decodes_the_rfc_examples_and_every_representation_without_a_table() {
     // Huffman-coded; a Huffman value; a non-zero Delta Base.
     let mut block = hex("00 05 d1 23 61 62 63 03 78 79 7a");
     let mut name = Vec::new();
-    crate::h2::huffman::encode(b"custom-key", &mut name);
+    crate::message::coding::encode(b"custom-key", &mut name);
     qpack::write_integer(&mut block, 0x28, 3, name.len());
     block.extend_from_slice(&name);
     let mut value = Vec::new();
-    crate::h2::huffman::encode(b"custom-value", &mut value);
+    crate::message::coding::encode(b"custom-value", &mut value);
     qpack::write_integer(&mut block, 0x80, 7, value.len());
     block.extend_from_slice(&value);
     let got = decode(&block).unwrap();
@@ -207,7 +207,7 @@ fn a_request_stream_split_at_every_offset_gives_the_same_request() {
         assert_eq!(result, Ok(()), "split at {at}");
         assert!(r.is_ready() && r.refused.is_none(), "split at {at}");
         assert_eq!(r.body, b"hello world");
-        let parts = crate::h2::Parts::of(&r.head, &r.body).unwrap();
+        let parts = crate::message::Parts::of(&r.head, &r.body).unwrap();
         assert_eq!(
             (parts.method, parts.target, parts.host),
             ("POST", "/upload", Some("example.com"))

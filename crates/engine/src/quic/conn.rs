@@ -12,8 +12,10 @@ use super::Shared;
 use crate::access_log::Line;
 use crate::codec::Version;
 use crate::conn::dispatch::{self, Called, Deferral};
-use crate::conn::{micros_since, Ctx, HEADERS_ARRAY_MAX};
-use crate::h2::request::FieldArray;
+use crate::conn::{micros_since, Ctx};
+use crate::limits::HEADERS_ARRAY_MAX;
+use crate::message::head::FieldArray;
+use crate::message::Sent;
 use crate::h3::frame::Code;
 use crate::h3::{Action, Session};
 use crate::request::Request;
@@ -323,7 +325,7 @@ impl QuicConn {
                 return;
             }
         };
-        let sent = crate::h2::Session::sent_of(&response, head_only);
+        let sent = Sent::of(&response, head_only);
         dispatch::record(ctx, &req, sent.status, sent.body_bytes);
         self.session.respond(id, response, head_only, date, extra_fields);
     }
@@ -387,7 +389,7 @@ impl QuicConn {
                 return;
             }
         };
-        let sent = crate::h2::Session::sent_of(&response, head_only);
+        let sent = Sent::of(&response, head_only);
         dispatch::record(ctx, &req, sent.status, sent.body_bytes);
         if taken {
             // As above, before the final answer.

@@ -91,9 +91,9 @@ fn an_hpack_bomb_gets_431_and_the_connection_survives() {
     // incremental indexing, §6.2.1)...
     let mut b = request("GET", "/1", &[]);
     b.push(0x40);
-    hpack::write_integer(&mut b, 0, 7, 5);
+    crate::message::coding::write_integer(&mut b, 0, 7, 5);
     b.extend_from_slice(b"x-big");
-    hpack::write_integer(&mut b, 0, 7, 4000);
+    crate::message::coding::write_integer(&mut b, 0, 7, 4000);
     b.extend_from_slice(&[b'a'; 4000]);
     p.feed(&headers(1, true, &b));
     assert_eq!(p.answer_ready(echo)[0].fields[0].1.len(), 4000);

@@ -5,6 +5,8 @@
 
 use super::frame::{self, Code, Header, PREFACE};
 use super::hpack;
+use crate::message::coding::write_integer;
+use crate::message::Sent;
 use super::*;
 use crate::response::{Body, Response};
 
@@ -113,21 +115,13 @@ fn get(stream: u32, path: &str) -> Vec<u8> {
 /// (RFC 7541 §6.2.2), so that names the encoder would lowercase get through.
 fn literal(b: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     b.push(0);
-    hpack::write_integer(b, 0, 7, name.len());
+    write_integer(b, 0, 7, name.len());
     b.extend_from_slice(name);
-    hpack::write_integer(b, 0, 7, value.len());
+    write_integer(b, 0, 7, value.len());
     b.extend_from_slice(value);
 }
 
-/// Bytes from hex digits, spaces ignored (the RFC 7541 examples' form);
-/// shared by the h2 modules' tests.
-pub(super) fn hex(s: &str) -> Vec<u8> {
-    let s: String = s.split_whitespace().collect();
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-        .collect()
-}
+pub(super) use crate::message::coding::hex;
 
 // ---- Frames the session writes ----
 
@@ -193,7 +187,7 @@ impl Frame {
 
 fn decode(decoder: &mut hpack::Decoder, block: &[u8]) -> Vec<(String, String)> {
     let (mut bytes, mut fields) = (Vec::new(), Vec::new());
-    let mut sink = hpack::Sink::new(&mut bytes, &mut fields, usize::MAX);
+    let mut sink = crate::message::fields::Sink::new(&mut bytes, &mut fields, usize::MAX);
     decoder.decode(block, &mut sink).unwrap();
     let s = |(at, len): (u32, u32)| String::from_utf8(bytes[at as usize..(at + len) as usize].to_vec()).unwrap();
     fields.iter().map(|f| (s(f.name), s(f.value))).collect()

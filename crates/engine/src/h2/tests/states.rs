@@ -248,9 +248,9 @@ fn a_malformed_field_in_the_dynamic_table_is_refused_each_time_it_is_used() {
         let good = name == b"x-good";
         let mut first = request("GET", "/", &[]);
         first.push(0x40);
-        hpack::write_integer(&mut first, 0, 7, name.len());
+        crate::message::coding::write_integer(&mut first, 0, 7, name.len());
         first.extend_from_slice(name);
-        hpack::write_integer(&mut first, 0, 7, value.len());
+        crate::message::coding::write_integer(&mut first, 0, 7, value.len());
         first.extend_from_slice(value);
         let mut again = request("GET", "/", &[]);
         again.push(0x80 | 62);

@@ -4,9 +4,8 @@
 
 use std::io;
 
-use super::splice::Slice;
 use crate::body::{Chunks, Next};
-use crate::response::{Body, FileRange, Response};
+use crate::response::{Body, FileRange, Response, SharedBytes};
 
 /// The part of a response body not sent yet (HTTP/3 sends from it too).
 pub(crate) enum Pending {
@@ -139,7 +138,7 @@ impl Pending {
             Body::Static(b) => Slice::Static(&b[*pos..*pos + n]),
             Body::Shared(s) => {
                 let start = s.range.start + *pos;
-                Slice::Shared(crate::response::SharedBytes {
+                Slice::Shared(SharedBytes {
                     buf: s.buf.clone(),
                     range: start..start + n,
                 })
@@ -161,6 +160,36 @@ impl Pending {
             Pending::Bytes { body, pos } => body.len() == Some(*pos as u64),
             Pending::File { range, sent } => *sent == range.len,
             Pending::Stream { buf, pos, done, .. } => *done && *pos == buf.len(),
+        }
+    }
+}
+
+/// A piece of a body that outlives the response.
+pub(crate) enum Slice {
+    Static(&'static [u8]),
+    Shared(SharedBytes),
+}
+
+impl Slice {
+    pub(crate) fn as_slice(&self) -> &[u8] {
+        match self {
+            Slice::Static(b) => b,
+            Slice::Shared(s) => s.as_slice(),
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Slice::Static(b) => b.len(),
+            Slice::Shared(s) => s.range.len(),
+        }
+    }
+
+    /// Drops the first `n` bytes (written).
+    pub(crate) fn advance(&mut self, n: usize) {
+        match self {
+            Slice::Static(b) => *b = &b[n..],
+            Slice::Shared(s) => s.range.start += n,
         }
     }
 }

@@ -2,7 +2,7 @@
 //! fields checked against RFC 9113 §8.2–§8.3, then shown to handlers as
 //! the `httparse::Header` list an HTTP/1.1 request gives them.
 
-use super::hpack::Field;
+use super::fields::Field;
 
 /// Where a stream keeps its decoded request head.
 #[derive(Default)]
@@ -307,7 +307,7 @@ impl<'h> FieldArray<'h> {
             &mut self.small
         } else {
             self.large
-                .resize(n_fields.min(crate::conn::HEADERS_ARRAY_MAX), httparse::EMPTY_HEADER);
+                .resize(n_fields.min(crate::limits::HEADERS_ARRAY_MAX), httparse::EMPTY_HEADER);
             &mut self.large
         };
         let n = head.fill(headers);

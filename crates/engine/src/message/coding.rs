@@ -1,5 +1,7 @@
-//! HPACK's Huffman code (RFC 7541 §5.2, Appendix B): encoding, and a
-//! decoder that walks a table four bits at a time.
+//! RFC 7541's primitive codings, which QPACK (RFC 9204 §4.1) reuses:
+//! integers with an n-bit prefix (§5.1) and the Huffman code (§5.2,
+//! Appendix B): encoding, and a decoder that walks a table four bits at a
+//! time.
 //!
 //! The decoding table is built once from the code table below, as nghttp2
 //! builds its own: each state is a node of the code's binary tree, and
@@ -9,6 +11,23 @@
 //! (the padding, "the most significant bits of the code for EOS").
 
 use std::sync::OnceLock;
+
+/// Appends an integer with an `n`-bit prefix; `first` holds the prefix's
+/// flag bits.
+pub(crate) fn write_integer(out: &mut Vec<u8>, first: u8, n: u32, mut value: usize) {
+    let mask = (1usize << n) - 1;
+    if value < mask {
+        out.push(first | value as u8);
+        return;
+    }
+    out.push(first | mask as u8);
+    value -= mask;
+    while value >= 0x80 {
+        out.push((value as u8 & 0x7f) | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
+}
 
 /// `(code, length in bits)` of each byte value, RFC 7541 Appendix B. The
 /// code for EOS (256) is thirty 1 bits.
@@ -247,10 +266,20 @@ fn build() -> Table {
     Table { next, may_end }
 }
 
+/// Bytes from hex digits, spaces ignored (the RFC 7541 examples' form);
+/// shared by the tests of the HPACK and QPACK modules.
+#[cfg(test)]
+pub(crate) fn hex(s: &str) -> Vec<u8> {
+    let s: String = s.split_whitespace().collect();
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::h2::tests::hex;
 
     /// RFC 7541 Appendix C.4 and C.6.
     #[test]
