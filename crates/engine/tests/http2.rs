@@ -707,6 +707,46 @@ fn access_log_lines_of_streams_deferred_at_once() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// A request refused before any handler saw it (a body announced over
+/// `body_bytes_max`) is logged with the bytes of the error body it was
+/// sent, as any answer is, and as HTTP/3 logs it (`http3.rs`): the two
+/// once logged 0 here and the body's length there.
+#[test]
+fn a_refused_stream_is_logged_with_its_error_body_bytes() {
+    let dir = std::env::temp_dir().join(format!("peregrine-h2-refused-log-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("access.log");
+    let limits = Limits {
+        body_bytes_max: 1000,
+        ..Limits::default()
+    };
+    let server = Server::new()
+        .bind("127.0.0.1:0")
+        .workers(1)
+        .limits(limits)
+        .access_log(peregrine::AccessLog::File(path.clone()))
+        .access_log_format(peregrine::LogFormat::Json)
+        .start(|req: &Request<'_>| Response::text(format!("{} bytes", req.body().len())))
+        .unwrap();
+    let mut c = H2::connect(server.local_addr());
+    c.send(&frame(
+        HEADERS,
+        END_HEADERS,
+        1,
+        &head("POST", "/echo", &[("content-length", "2000")]),
+    ));
+    let (status, body) = c.response(1);
+    assert_eq!((status, &body[..]), (413, &b"413 Content Too Large\n"[..]));
+    drop(c);
+    server.shutdown();
+    server.join().unwrap();
+    let log = std::fs::read_to_string(&path).unwrap();
+    let expected = format!("\"protocol\":\"HTTP/2.0\",\"status\":413,\"bytes\":{},", body.len());
+    assert!(log.contains(&expected), "{log}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// A body nobody reads (a POST to a route table that has only GET) is
 /// answered as soon as its first DATA frame has come (not once it is
 /// whole), the stream reset with NO_ERROR (RFC 9113 §8.1) and given no

@@ -107,10 +107,13 @@ fn handlers_answer_over_http3_deferred_answers_and_request_bodies_included() {
         body_bytes_max: 400_000,
         ..peregrine::Limits::default()
     };
+    let log_path = dir.join("access.log");
     let server = Server::new()
         .bind_tls("127.0.0.1:0", config)
         .workers(1)
         .limits(limits)
+        .access_log(peregrine::AccessLog::File(log_path.clone()))
+        .access_log_format(peregrine::LogFormat::Json)
         .start(app)
         .unwrap();
     // Larger than a stream's flow-control window (256 KiB), within the
@@ -140,6 +143,16 @@ fn handlers_answer_over_http3_deferred_answers_and_request_bodies_included() {
             ("413", b"413 Content Too Large\n"),
         ]
     );
+    // The refused request is logged with the bytes of the error body it
+    // was sent, as HTTP/2 logs it (`http2.rs`).
+    server.shutdown();
+    server.join().unwrap();
+    let log = std::fs::read_to_string(&log_path).unwrap();
+    let expected = format!(
+        "\"protocol\":\"HTTP/3.0\",\"status\":413,\"bytes\":{},",
+        texts[5].1.len()
+    );
+    assert!(log.contains(&expected), "{log}");
     let _ = std::fs::remove_dir_all(dir);
 }
 

@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use super::{micros_since, Ctx};
 use crate::access_log::{Line, LogRequest};
-use crate::handler::{BodyUse, Reply};
+use crate::handler::{BodyUse, Handler, Reply};
 use crate::request::{DeferSlot, Request};
 use crate::response::Response;
 
@@ -51,14 +51,21 @@ pub(crate) fn slot<'w>(ctx: &Ctx<'w>, token: usize) -> DeferSlot<'w> {
     }
 }
 
+/// The handler of a connection's requests: the redirect handler on a
+/// listener that redirects to HTTPS, else the server's.
+#[inline]
+fn handler<'w>(ctx: &Ctx<'w>, redirect: bool) -> &'w dyn Handler {
+    match (redirect, ctx.redirect) {
+        (true, Some(redirect)) => redirect,
+        _ => ctx.handler,
+    }
+}
+
 /// Calls the handler for `req` (the redirect handler on a redirecting
 /// listener), catching a panic. Then `settle` what it gave.
 #[inline]
 pub(crate) fn call(ctx: &Ctx<'_>, redirect: bool, req: &Request<'_>) -> Handled {
-    let handler = match (redirect, ctx.redirect) {
-        (true, Some(redirect)) => redirect,
-        _ => ctx.handler,
-    };
+    let handler = handler(ctx, redirect);
     panic::catch_unwind(AssertUnwindSafe(|| handler.call(req)))
 }
 
@@ -93,10 +100,7 @@ pub(crate) fn call_answering<T>(
     req: &Request<'_>,
     answer: impl FnOnce(&mut Response) -> T,
 ) -> Answering<T> {
-    let handler = match (redirect, ctx.redirect) {
-        (true, Some(redirect)) => redirect,
-        _ => ctx.handler,
-    };
+    let handler = handler(ctx, redirect);
     let (mut started, mut answered) = (false, None);
     let called = panic::catch_unwind(AssertUnwindSafe(|| {
         let mut reply = handler.call(req);
@@ -125,10 +129,7 @@ pub(crate) fn body_use(ctx: &Ctx<'_>, redirect: bool, req: &Request<'_>) -> Body
     if crate::codec::head::check_method(req.method()).is_err() {
         return BodyUse::Ignore;
     }
-    let handler = match (redirect, ctx.redirect) {
-        (true, Some(redirect)) => redirect,
-        _ => ctx.handler,
-    };
+    let handler = handler(ctx, redirect);
     panic::catch_unwind(AssertUnwindSafe(|| handler.body_use(req))).unwrap_or(BodyUse::Buffer)
 }
 

@@ -10,11 +10,11 @@ use std::net::SocketAddr;
 
 use super::dispatch::{self, Answering, Called};
 use super::{refused_line, Conn, Ctx, Next, Stop, Transport};
-use crate::limits::HEADERS_ARRAY_MAX;
 use crate::body::BodySink;
 use crate::h1::{BodyStart, Env, Event, Feed, Link, TimedOut, Wait};
 use crate::handler::BodyUse;
 use crate::limits::BODY_READER_BYTES;
+use crate::limits::HEADERS_ARRAY_MAX;
 use crate::request::Request;
 use crate::response::Response;
 
@@ -309,7 +309,7 @@ impl Conn {
 /// The log line and metrics of a request refused before a handler saw it.
 fn record_refused(ctx: &mut Ctx<'_>, peer: SocketAddr, status: u16) {
     if let Some(log) = ctx.log.as_deref_mut() {
-        log.record(&refused_line(ctx.date.clf(), peer, b"-", status, ctx.now));
+        log.record(&refused_line(ctx.date.clf(), peer, b"-", status, 0, ctx.now));
     }
     if let Some(m) = ctx.metrics {
         m.record(b"-", status, ctx.now);

@@ -32,20 +32,17 @@
 //! is called then, and the stream's window is given back only as its
 //! reader takes the body.
 
-use std::cell::RefCell;
 use std::io::{self, IoSlice, Write};
 use std::time::Instant;
 
-use super::dispatch::{self, Called, Deferral};
+use super::dispatch::Deferral;
+use super::streams::{self, Client, Streams};
 use super::{take_syscall, Conn, Ctx, Flushed, Phase, Stop, Transport};
+use crate::body::BodySink;
 use crate::codec::Version;
-use crate::message::head::FieldArray;
-use crate::message::Sent;
 use crate::h2::{Session, PREFACE};
-use crate::handler::BodyUse;
-use crate::limits::BODY_READER_BYTES;
+use crate::message::{Parts, Sent};
 use crate::min_rate::{MinRate, Rate};
-use crate::request::Request;
 use crate::response::Response;
 
 /// Bytes per `writev` on a cleartext HTTP/2 connection. Larger writes
@@ -97,6 +94,63 @@ pub(super) fn preface(data: &[u8]) -> Preface {
     } else {
         Preface::No
     }
+}
+
+/// `h2::Session` as the request path sees it: with the output buffer its
+/// frames go into.
+struct H2Streams<'c> {
+    session: &'c mut Session,
+    out: &'c mut Vec<u8>,
+    extra_fields: &'c [u8],
+    budget: usize,
+}
+
+impl Streams for H2Streams<'_> {
+    const VERSION: Version = Version::Http2;
+    const IGNORED_BODY_ANSWERED_AT_HEAD: bool = false;
+
+    fn refused(&self, id: u64) -> Option<u16> {
+        self.session.refused(id as u32).map(|(status, _)| status)
+    }
+
+    fn parts(&self, id: u64) -> Option<Parts<'_>> {
+        self.session.parts(id as u32)
+    }
+
+    #[inline]
+    fn respond(&mut self, id: u64, resp: &mut Response, head_only: bool, date: &[u8]) -> Option<Sent> {
+        self.session.respond(
+            id as u32,
+            resp,
+            head_only,
+            date,
+            self.extra_fields,
+            self.out,
+            self.budget,
+        )
+    }
+
+    fn send_continue(&mut self, id: u64) {
+        self.session.send_continue(id as u32, self.out);
+    }
+
+    fn stream_body(&mut self, id: u64, sink: BodySink) {
+        self.session.stream_body(id as u32, sink);
+    }
+
+    fn ignore_body(&mut self, id: u64) {
+        self.session.ignore_body(id as u32);
+    }
+
+    fn defer(&mut self, id: u64, defer_id: u64) {
+        self.session.defer(id as u32, defer_id);
+    }
+
+    fn deferred_stream(&self, defer_id: u64) -> Option<u64> {
+        self.session.deferred_stream(defer_id).map(u64::from)
+    }
+
+    fn stop_reading(&mut self, _id: u64) {}
 }
 
 impl Conn {
@@ -259,8 +313,9 @@ impl Conn {
         }
     }
 
-    /// Calls the handler for stream `id` and queues its answer.
-    fn answer_h2(&mut self, ctx: &mut Ctx<'_>, id: u32) {
+    /// The request path's view of this connection's session (`streams.rs`)
+    /// and who its requests come from, beside the list of deferred answers.
+    fn h2_streams(&mut self, ctx: &Ctx<'_>) -> Option<(H2Streams<'_>, Client, &mut Vec<Deferral>)> {
         let Conn {
             h2,
             output,
@@ -270,197 +325,46 @@ impl Conn {
             redirect,
             ..
         } = self;
-        let Some(h2) = h2.as_mut() else { return };
-        let extra_fields = transport.extra_fields();
-        let budget = ctx.limits.write_buffer_bytes_max;
-        let dates = ctx.date;
-        let date = &dates.http()[..];
-        if let Some((status, _why)) = h2.session.refused(id) {
-            let mut resp = Response::error(status);
-            let sent = h2
-                .session
-                .respond(id, &mut resp, false, date, extra_fields, &mut output.buf, budget);
-            if let (Some(log), Some(sent)) = (ctx.log.as_deref_mut(), sent) {
-                log.record(&super::refused_line(
-                    ctx.date.clf(),
-                    *peer,
-                    b"HTTP/2.0",
-                    sent.status,
-                    ctx.now,
-                ));
-            }
-            if let Some(m) = ctx.metrics {
-                m.record(b"-", status, ctx.now);
-            }
-            return;
-        }
-        let Some(parts) = h2.session.parts(id) else {
-            // A stream without :method or :path passed the checks only as
-            // CONNECT; answer what a malformed request gets.
-            let sent = h2.session.respond(
-                id,
-                &mut Response::error(400),
-                false,
-                date,
-                extra_fields,
-                &mut output.buf,
-                budget,
-            );
-            if let (Some(m), Some(sent)) = (ctx.metrics, sent) {
-                m.record(b"-", sent.status, ctx.now);
-            }
-            return;
+        let h2 = h2.as_mut()?;
+        let view = H2Streams {
+            session: &mut h2.session,
+            out: &mut output.buf,
+            extra_fields: transport.extra_fields(),
+            budget: ctx.limits.write_buffer_bytes_max,
         };
-        let mut fields = FieldArray::new();
-        let headers = fields.fill(parts.head);
-        let slot = dispatch::slot(ctx, *token);
-        let mut req = Request::new(
-            parts.method,
-            parts.target,
-            Version::Http2,
-            headers,
-            parts.host,
-            parts.body,
-            *peer,
-        );
-        req.defer = Some(&slot);
-        let head_only = parts.method == "HEAD";
-        let mut handled = dispatch::call_stream(ctx, *redirect, &req);
-        // Answered where the handler left it: moving the large struct out
-        // was a memcpy per request (about 1% of h2load's profile).
-        let response = match dispatch::settle(ctx, &slot, &req, &mut handled) {
-            Called::Now(response) => response,
-            Called::Later(deferral) => {
-                h2.session.defer(id, deferral.id);
-                h2.deferred.push(deferral);
-                return;
-            }
+        let client = Client {
+            peer: *peer,
+            token: *token,
+            redirect: *redirect,
         };
-        let sent = Sent::of(response, head_only);
-        dispatch::record(ctx, &req, sent.status, sent.body_bytes);
-        h2.session
-            .respond(id, response, head_only, date, extra_fields, &mut output.buf, budget);
+        Some((view, client, &mut h2.deferred))
     }
 
-    /// Stream `id`'s head is complete and its body is coming: if its
-    /// handler reads bodies as they arrive (`body::streamed`), calls it
-    /// now with a reader, and the body goes to it as DATA arrives.
+    /// Calls the handler for stream `id` and queues its answer.
+    fn answer_h2(&mut self, ctx: &mut Ctx<'_>, id: u32) {
+        if let Some((mut view, client, deferred)) = self.h2_streams(ctx) {
+            streams::answer(ctx, &mut view, client, deferred, u64::from(id));
+        }
+    }
+
+    /// Stream `id`'s head is complete and its body is coming: see
+    /// `streams::start_upload`.
     fn start_upload_h2(&mut self, ctx: &mut Ctx<'_>, id: u32) {
-        let Conn {
-            h2,
-            output,
-            transport,
-            token,
-            peer,
-            redirect,
-            ..
-        } = self;
-        let Some(h2) = h2.as_mut() else { return };
-        if h2.session.refused(id).is_some() {
-            return; // answered without the handler (413 already, 431)
+        if let Some((mut view, client, deferred)) = self.h2_streams(ctx) {
+            streams::start_upload(ctx, &mut view, client, deferred, u64::from(id));
         }
-        let Some(parts) = h2.session.parts(id) else { return };
-        let mut fields = FieldArray::new();
-        let headers = fields.fill(parts.head);
-        let mut req = Request::new(
-            parts.method,
-            parts.target,
-            Version::Http2,
-            headers,
-            parts.host,
-            &[],
-            *peer,
-        );
-        match dispatch::body_use(ctx, *redirect, &req) {
-            BodyUse::Stream => {}
-            BodyUse::Ignore => {
-                // Dropped as it comes; the stream answered with an empty
-                // body (`Session::ignore_body` says when).
-                if let Some(m) = ctx.metrics {
-                    m.bodies_ignored.add(1);
-                }
-                h2.session.ignore_body(id);
-                return;
-            }
-            _ => {
-                // The body is collected, then the handler called: a client
-                // waiting for 100 Continue may send it.
-                h2.session.send_continue(id, &mut output.buf);
-                return;
-            }
-        }
-        // Read as it arrives: the handler is called now.
-        let (reader, sink) = crate::body::pipe(BODY_READER_BYTES);
-        sink.bind(ctx.mailbox, *token);
-        let reader = RefCell::new(Some(reader));
-        req.reader = Some(&reader);
-        let slot = dispatch::slot(ctx, *token);
-        req.defer = Some(&slot);
-        let head_only = parts.method == "HEAD";
-        let mut handled = dispatch::call(ctx, *redirect, &req);
-        // A reader not taken is dropped: the body is discarded.
-        let taken = reader.borrow_mut().take().is_none();
-        let answer = match dispatch::settle(ctx, &slot, &req, &mut handled) {
-            Called::Now(response) => {
-                let response = std::mem::replace(response, Response::new(200));
-                let sent = Sent::of(&response, head_only);
-                dispatch::record(ctx, &req, sent.status, sent.body_bytes);
-                Ok(response)
-            }
-            Called::Later(deferral) => Err(deferral),
-        };
-        if taken {
-            // The handler reads the body: a client waiting for 100
-            // Continue may send it (before any final answer below).
-            h2.session.send_continue(id, &mut output.buf);
-        }
-        let mut response = match answer {
-            Ok(response) => response,
-            Err(deferral) => {
-                h2.session.stream_body(id, sink);
-                h2.session.defer(id, deferral.id);
-                h2.deferred.push(deferral);
-                return;
-            }
-        };
-        h2.session.stream_body(id, sink);
-        let date = &ctx.date.http()[..];
-        h2.session.respond(
-            id,
-            &mut response,
-            head_only,
-            date,
-            transport.extra_fields(),
-            &mut output.buf,
-            ctx.limits.write_buffer_bytes_max,
-        );
     }
 
     /// A deferred answer for this HTTP/2 connection.
     pub(super) fn on_answer_h2(&mut self, ctx: &mut Ctx<'_>, id: u64, mut response: Response) -> bool {
-        let Some(h2) = self.h2.as_mut() else { return false };
-        let Some(at) = h2.deferred.iter().position(|d| d.id == id) else {
+        if self.h2.is_none() {
+            return false;
+        }
+        self.ensure_output(ctx.pool);
+        let Some((mut view, client, deferred)) = self.h2_streams(ctx) else {
             return false;
         };
-        let wait = h2.deferred.swap_remove(at);
-        // The client may have reset the stream meanwhile.
-        let Some(stream) = h2.session.deferred_stream(id) else {
-            dispatch::finish(ctx, self.peer, &wait, None);
-            return true;
-        };
-        self.ensure_output(ctx.pool);
-        let Some(h2) = self.h2.as_mut() else { return false };
-        let sent = h2.session.respond(
-            stream,
-            &mut response,
-            wait.head_only,
-            &ctx.date.http()[..],
-            self.transport.extra_fields(),
-            &mut self.output.buf,
-            ctx.limits.write_buffer_bytes_max,
-        );
-        dispatch::finish(ctx, self.peer, &wait, sent.map(|s| (s.status, s.body_bytes)));
-        true
+        streams::on_answer(ctx, &mut view, client.peer, deferred, id, &mut response)
     }
 
     pub(super) fn h2_n_deferred(&self) -> usize {

@@ -49,6 +49,7 @@ pub(crate) mod dispatch;
 mod flush;
 mod h1;
 mod h2;
+pub(crate) mod streams;
 
 pub(crate) use crate::buffers::BufPool;
 use crate::buffers::{ensure_output, Input, Output, Tail};
@@ -712,6 +713,7 @@ fn refused_line<'a>(
     peer: SocketAddr,
     version: &'a [u8],
     status: u16,
+    body_bytes: u64,
     started: Instant,
 ) -> Line<'a> {
     Line {
@@ -721,7 +723,7 @@ fn refused_line<'a>(
         target: b"-",
         version,
         status,
-        body_bytes: 0,
+        body_bytes,
         referer: None,
         user_agent: None,
         host: None,

@@ -41,9 +41,9 @@ use std::time::Instant;
 pub(crate) use respond::{write_response, Sent};
 
 use crate::body::BodySink;
+use crate::buffers::{Input, Output};
 use crate::codec::write as wire;
 use crate::codec::{parse_head, ChunkedDecoder, Framing, Head, HeadError, Parsed, Version};
-use crate::buffers::{Input, Output};
 use crate::limits::{Limits, BUFFER_BYTES, DISCARD_TIMEOUT};
 use crate::min_rate::{MinRate, Rate};
 use crate::response::Response;

@@ -8,9 +8,9 @@ use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
 use crate::body::Chunks;
+use crate::buffers::{Output, Tail};
 use crate::codec::write::{self as wire, BodyFraming, ConnField};
 use crate::codec::Version;
-use crate::buffers::{Output, Tail};
 use crate::date::DATE_LEN;
 use crate::limits::INLINE_BODY_BYTES_MAX;
 use crate::response::{Body, Response, SharedBytes};

@@ -33,7 +33,6 @@ pub(crate) const STATIC: [(&str, &str); 61] = [
     ("www-authenticate", ""),
 ];
 
-
 /// Why a header block cannot be decoded: a connection error of type
 /// COMPRESSION_ERROR (RFC 9113 §4.3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

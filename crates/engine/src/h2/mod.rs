@@ -50,8 +50,8 @@ mod send;
 pub(crate) mod splice;
 mod stream;
 
-use frame::{Code, Header};
 use crate::message::head::Head;
+use frame::{Code, Header};
 use send::HeadCache;
 use splice::Splices;
 use stream::{Continuation, Stream};

@@ -2,9 +2,9 @@
 //! blocks (HEADERS and CONTINUATION) decoded into requests or trailers.
 
 use super::frame::{self, Code, Header};
-use crate::message::head::Head;
 use super::stream::{Continuation, Sending, Stream};
 use super::{Session, STREAM_WINDOW};
+use crate::message::head::Head;
 
 impl Session {
     pub(super) fn on_settings(&mut self, h: Header, payload: &[u8], out: &mut Vec<u8>) {

@@ -400,4 +400,3 @@ fn worth_indexing(name: &[u8]) -> bool {
     const ONCE: [&[u8]; 2] = [b"set-cookie", b"content-range"];
     !ONCE.iter().any(|n| n.eq_ignore_ascii_case(name))
 }
-

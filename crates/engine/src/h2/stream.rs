@@ -2,11 +2,11 @@
 //! their handlers, and the streams waiting for a deferred answer.
 
 use super::frame::{self, Code};
-use crate::message::head::Head;
-use crate::message::Parts;
 use super::{Session, STREAM_WINDOW};
-use crate::message::pending::Pending;
 use crate::body::BodySink;
+use crate::message::head::Head;
+use crate::message::pending::Pending;
+use crate::message::Parts;
 
 pub(super) struct Continuation {
     pub(super) stream: u32,

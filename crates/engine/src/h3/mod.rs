@@ -37,9 +37,9 @@ use frame::Code;
 use stream::{Error, RequestStream, UniKind, UniStream};
 
 use crate::budget::BodyBudget;
+use crate::limits::H3_CHUNK_BYTES;
 use crate::message::pending::Pending;
 use crate::message::{Parts, Sent};
-use crate::limits::H3_CHUNK_BYTES;
 use crate::min_rate::{MinRate, Rate};
 use crate::response::{Body, Response};
 use std::time::{Duration, Instant};
@@ -622,25 +622,25 @@ impl Session {
     pub(crate) fn respond(
         &mut self,
         id: u64,
-        mut resp: Response,
+        resp: &mut Response,
         head_only: bool,
         date: &[u8],
         extra_fields: &[u8],
     ) -> Option<Sent> {
         let at = self.find(id)?;
-        let (status, length, follows) = Pending::head_of(&mut resp, head_only);
+        let (status, length, follows) = Pending::head_of(resp, head_only);
         let block = &mut self.scratch;
         block.clear();
         qpack::Encoder::begin(block);
         qpack::Encoder::status(block, status);
-        encode_fields(block, &mut self.lower, &resp, date, length, extra_fields);
+        encode_fields(block, &mut self.lower, resp, date, length, extra_fields);
         let r = &mut self.requests[at];
         // After an interim response not yet all taken, if any.
         r.out.drain(..r.pos);
         r.pos = 0;
         frame::write_header(&mut r.out, frame::HEADERS, block.len() as u64);
         r.out.extend_from_slice(block);
-        r.pending = Pending::take(&mut resp, follows);
+        r.pending = Pending::take(resp, follows);
         r.answer = Answer::Sending;
         Some(Sent {
             status,
@@ -848,9 +848,9 @@ pub(crate) fn fuzz_session(data: &[u8]) {
             let body_len = [0, 5, 16_385, 40_000][n_answered % 4];
             let head_only = n_answered % 3 == 2;
             n_answered += 1;
-            let resp = Response::bytes("text/plain", Body::Static(&BODY[..body_len]));
+            let mut resp = Response::bytes("text/plain", Body::Static(&BODY[..body_len]));
             let sent = s
-                .respond(ready, resp, head_only, b"date", b"")
+                .respond(ready, &mut resp, head_only, b"date", b"")
                 .expect("a ready stream is open");
             // Drain the stream, a piece at a time, and check its frames.
             let mut wire = Vec::new();

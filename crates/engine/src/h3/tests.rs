@@ -429,7 +429,7 @@ fn a_response_is_one_headers_frame_then_data_frames_of_a_chunk_each() {
     let sent = s
         .respond(
             0,
-            Response::text(body.clone()),
+            &mut Response::text(body.clone()),
             false,
             b"Mon, 23 Nov 2026 19:00:00 GMT",
             b"Alt-Svc: h3=\":443\"\r\n",
@@ -472,13 +472,13 @@ fn a_body_beside_its_block_sends_what_the_block_and_a_shared_body_send() {
             let mut s = Session::new(CFG);
             assert_eq!(s.recv(0, &headers_frame(&GET), true), Action::None);
             assert_eq!(s.take_ready(), Some(0));
-            let resp = if beside {
+            let mut resp = if beside {
                 Response::prepared_beside(200, block(), body.clone())
             } else {
                 let shared = SharedBytes::slice(whole.clone(), body.clone()).unwrap();
                 Response::prepared(200, block(), Body::Shared(shared))
             };
-            let sent = s.respond(0, resp, false, b"date", b"").unwrap();
+            let sent = s.respond(0, &mut resp, false, b"date", b"").unwrap();
             assert_eq!(sent.body_bytes, n as u64);
             let mut wire = Vec::new();
             loop {
@@ -658,7 +658,7 @@ fn expect_100_continue_gets_one_interim_headers_frame_before_the_answer() {
     s.consumed(0, 1);
     assert_eq!(s.recv(0, &data_frame(b"hello"), true), Action::None);
     assert_eq!(s.take_ready(), Some(0));
-    s.respond(0, Response::text("ok"), false, b"date", b"");
+    s.respond(0, &mut Response::text("ok"), false, b"date", b"");
     let out = drain_output(&mut s, 0);
     assert_eq!(&out[..interim.len() - 1], &interim[1..]);
     let mut reader = Reader::default();

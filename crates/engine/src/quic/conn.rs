@@ -1,7 +1,8 @@
 //! One QUIC connection carrying HTTP/3: quinn-proto's `Connection` (the
 //! transport) and `h3::Session` (the protocol), and the handler calls
-//! between them. Mirrors `conn/h2.rs`: the same handler, access log lines,
-//! metrics and deferred answers, per stream.
+//! between them. The handler calls are `conn/streams.rs`'s, as HTTP/2's
+//! are: the same access log lines, metrics and deferred answers, per
+//! stream.
 
 use std::net::SocketAddr;
 use std::time::Instant;
@@ -9,16 +10,15 @@ use std::time::Instant;
 use quinn_proto::{Dir, Event, ReadError, StreamEvent, StreamId, VarInt, WriteError};
 
 use super::Shared;
-use crate::access_log::Line;
+use crate::body::BodySink;
 use crate::codec::Version;
-use crate::conn::dispatch::{self, Called, Deferral};
-use crate::conn::{micros_since, Ctx};
-use crate::limits::HEADERS_ARRAY_MAX;
-use crate::message::head::FieldArray;
-use crate::message::Sent;
+use crate::conn::dispatch::Deferral;
+use crate::conn::streams::{self, Client, Streams};
+use crate::conn::Ctx;
 use crate::h3::frame::Code;
 use crate::h3::{Action, Session};
-use crate::request::Request;
+use crate::limits::HEADERS_ARRAY_MAX;
+use crate::message::{Parts, Sent};
 use crate::response::Response;
 
 pub(super) struct QuicConn {
@@ -46,6 +46,63 @@ pub(super) struct QuicConn {
 
 fn code(c: Code) -> VarInt {
     VarInt::from_u32(c as u32)
+}
+
+/// `h3::Session` as the request path sees it: with the QUIC connection
+/// whose streams it writes to.
+struct H3Streams<'c> {
+    session: &'c mut Session,
+    conn: &'c mut quinn_proto::Connection,
+    extra_fields: &'c [u8],
+}
+
+impl Streams for H3Streams<'_> {
+    const VERSION: Version = Version::Http3;
+    const IGNORED_BODY_ANSWERED_AT_HEAD: bool = true;
+
+    fn refused(&self, id: u64) -> Option<u16> {
+        self.session.refused(id).map(|(status, _, _)| status)
+    }
+
+    fn parts(&self, id: u64) -> Option<Parts<'_>> {
+        self.session.parts(id)
+    }
+
+    #[inline]
+    fn respond(&mut self, id: u64, resp: &mut Response, head_only: bool, date: &[u8]) -> Option<Sent> {
+        self.session.respond(id, resp, head_only, date, self.extra_fields)
+    }
+
+    fn send_continue(&mut self, id: u64) {
+        self.session.send_continue(id);
+    }
+
+    fn stream_body(&mut self, id: u64, sink: BodySink) {
+        self.session.stream_body(id, sink);
+    }
+
+    /// Never called: HTTP/3 answers an ignored body at its head.
+    fn ignore_body(&mut self, _id: u64) {}
+
+    fn defer(&mut self, id: u64, defer_id: u64) {
+        self.session.defer(id, defer_id);
+    }
+
+    fn deferred_stream(&self, defer_id: u64) -> Option<u64> {
+        self.session.deferred_stream(defer_id)
+    }
+
+    /// STOP_SENDING with the refusal's code (or H3_NO_ERROR: RFC 9114
+    /// §4.1, a response before the request's end), unless the request
+    /// has ended.
+    fn stop_reading(&mut self, id: u64) {
+        if self.session.recv_done(id) {
+            return;
+        }
+        let stop = self.session.refused(id).map_or(Code::NoError, |(_, _, stop)| stop);
+        let Ok(id) = VarInt::from_u64(id) else { return };
+        let _ = self.conn.recv_stream(StreamId::from(id)).stop(code(stop));
+    }
 }
 
 impl QuicConn {
@@ -256,174 +313,40 @@ impl QuicConn {
         }
     }
 
-    /// Calls the handler for stream `id` and queues its answer.
-    fn answer(&mut self, ctx: &mut Ctx<'_>, shared: &Shared, id: u64) {
-        let extra_fields = shared.tls.extra_fields.as_deref().unwrap_or(&[]);
-        let date = &ctx.date.http()[..];
-        if let Some((status, _why, stop)) = self.session.refused(id) {
-            let done = self.session.recv_done(id);
-            let sent = self
-                .session
-                .respond(id, Response::error(status), false, date, extra_fields);
-            if !done {
-                // Answered before the request ended: the rest is not read.
-                let _ = self
-                    .conn
-                    .recv_stream(StreamId::from(VarInt::from_u64(id).unwrap_or_default()))
-                    .stop(code(stop));
-            }
-            if let (Some(log), Some(sent)) = (ctx.log.as_deref_mut(), sent) {
-                log.record(&Line {
-                    clf_time: ctx.date.clf(),
-                    peer: self.peer,
-                    method: b"-",
-                    target: b"-",
-                    version: b"HTTP/3.0",
-                    status: sent.status,
-                    body_bytes: sent.body_bytes,
-                    referer: None,
-                    user_agent: None,
-                    host: None,
-                    duration_us: Some(micros_since(ctx.now)),
-                });
-            }
-            if let Some(m) = ctx.metrics {
-                m.record(b"-", status, ctx.now);
-            }
-            return;
-        }
-        let Some(parts) = self.session.parts(id) else {
-            // No :method or :path passed the checks only as CONNECT.
-            let sent = self
-                .session
-                .respond(id, Response::error(400), false, date, extra_fields);
-            if let (Some(m), Some(sent)) = (ctx.metrics, sent) {
-                m.record(b"-", sent.status, ctx.now);
-            }
-            return;
+    /// The request path's view of this connection's session
+    /// (`conn/streams.rs`) and who its requests come from, beside the list
+    /// of deferred answers.
+    fn streams<'c>(&'c mut self, shared: &'c Shared) -> (H3Streams<'c>, Client, &'c mut Vec<Deferral>) {
+        let view = H3Streams {
+            session: &mut self.session,
+            conn: &mut self.conn,
+            extra_fields: shared.tls.extra_fields.as_deref().unwrap_or(&[]),
         };
-        let mut fields = FieldArray::new();
-        let headers = fields.fill(parts.head);
-        let slot = dispatch::slot(ctx, self.token);
-        let mut req = Request::new(
-            parts.method,
-            parts.target,
-            Version::Http3,
-            headers,
-            parts.host,
-            parts.body,
-            self.peer,
-        );
-        req.defer = Some(&slot);
-        let head_only = parts.method == "HEAD";
-        let mut handled = dispatch::call_stream(ctx, false, &req);
-        let response = match dispatch::settle(ctx, &slot, &req, &mut handled) {
-            Called::Now(response) => std::mem::replace(response, Response::new(200)),
-            Called::Later(deferral) => {
-                self.session.defer(id, deferral.id);
-                self.deferred.push(deferral);
-                return;
-            }
+        let client = Client {
+            peer: self.peer,
+            token: self.token,
+            redirect: false,
         };
-        let sent = Sent::of(&response, head_only);
-        dispatch::record(ctx, &req, sent.status, sent.body_bytes);
-        self.session.respond(id, response, head_only, date, extra_fields);
+        (view, client, &mut self.deferred)
     }
 
-    /// Stream `id`'s head is complete and its body is coming: if its
-    /// handler reads bodies as they arrive (`body::streamed`), calls it
-    /// now with a reader.
+    /// Calls the handler for stream `id` and queues its answer.
+    fn answer(&mut self, ctx: &mut Ctx<'_>, shared: &Shared, id: u64) {
+        let (mut view, client, deferred) = self.streams(shared);
+        streams::answer(ctx, &mut view, client, deferred, id);
+    }
+
+    /// Stream `id`'s head is complete and its body is coming: see
+    /// `streams::start_upload`.
     fn start_upload(&mut self, ctx: &mut Ctx<'_>, shared: &Shared, id: u64) {
-        let Some(parts) = self.session.parts(id) else { return };
-        let mut fields = FieldArray::new();
-        let headers = fields.fill(parts.head);
-        let mut req = Request::new(
-            parts.method,
-            parts.target,
-            Version::Http3,
-            headers,
-            parts.host,
-            &[],
-            self.peer,
-        );
-        let used = dispatch::body_use(ctx, false, &req);
-        if used == crate::handler::BodyUse::Buffer {
-            // The body is collected, then the handler called: a client
-            // waiting for 100 Continue may send it.
-            self.session.send_continue(id);
-            return;
-        }
-        // Read as it arrives, or not at all: the handler is called now.
-        let (reader, sink) = if used == crate::handler::BodyUse::Stream {
-            let (reader, sink) = crate::body::pipe(crate::limits::BODY_READER_BYTES);
-            sink.bind(ctx.mailbox, self.token);
-            (Some(reader), sink)
-        } else {
-            if let Some(m) = ctx.metrics {
-                m.bodies_ignored.add(1);
-            }
-            (None, crate::body::BodySink::discard())
-        };
-        let offered = reader.is_some();
-        let reader = std::cell::RefCell::new(reader);
-        if offered {
-            req.reader = Some(&reader);
-        }
-        let slot = dispatch::slot(ctx, self.token);
-        req.defer = Some(&slot);
-        let head_only = parts.method == "HEAD";
-        let mut handled = dispatch::call_stream(ctx, false, &req);
-        // A reader not taken is dropped: the body is discarded.
-        let taken = offered && reader.borrow_mut().take().is_none();
-        let response = match dispatch::settle(ctx, &slot, &req, &mut handled) {
-            Called::Now(response) => std::mem::replace(response, Response::new(200)),
-            Called::Later(deferral) => {
-                if taken {
-                    // The handler reads the body: a client waiting for
-                    // 100 Continue may send it.
-                    self.session.send_continue(id);
-                }
-                self.session.stream_body(id, sink);
-                self.session.defer(id, deferral.id);
-                self.deferred.push(deferral);
-                return;
-            }
-        };
-        let sent = Sent::of(&response, head_only);
-        dispatch::record(ctx, &req, sent.status, sent.body_bytes);
-        if taken {
-            // As above, before the final answer.
-            self.session.send_continue(id);
-        }
-        self.session.stream_body(id, sink);
-        let extra_fields = shared.tls.extra_fields.as_deref().unwrap_or(&[]);
-        self.session
-            .respond(id, response, head_only, &ctx.date.http()[..], extra_fields);
-        // Answered before the body's end: the rest is not read.
-        if !self.session.recv_done(id) {
-            let _ = self
-                .conn
-                .recv_stream(StreamId::from(VarInt::from_u64(id).unwrap_or_default()))
-                .stop(code(Code::NoError));
-        }
+        let (mut view, client, deferred) = self.streams(shared);
+        streams::start_upload(ctx, &mut view, client, deferred, id);
     }
 
     /// A deferred answer arrived from another thread.
-    pub(super) fn on_answer(&mut self, ctx: &mut Ctx<'_>, shared: &Shared, id: u64, response: Response) {
-        let Some(at) = self.deferred.iter().position(|d| d.id == id) else {
-            return;
-        };
-        let wait = self.deferred.swap_remove(at);
-        // The client may have reset the stream meanwhile.
-        let Some(stream) = self.session.deferred_stream(id) else {
-            dispatch::finish(ctx, self.peer, &wait, None);
-            return;
-        };
-        let extra_fields = shared.tls.extra_fields.as_deref().unwrap_or(&[]);
-        let sent = self
-            .session
-            .respond(stream, response, wait.head_only, &ctx.date.http()[..], extra_fields);
-        dispatch::finish(ctx, self.peer, &wait, sent.map(|s| (s.status, s.body_bytes)));
+    pub(super) fn on_answer(&mut self, ctx: &mut Ctx<'_>, shared: &Shared, id: u64, mut response: Response) {
+        let (mut view, client, deferred) = self.streams(shared);
+        streams::on_answer(ctx, &mut view, client.peer, deferred, id, &mut response);
     }
 
     /// Adds the packets sent and lost since the last call to the metrics

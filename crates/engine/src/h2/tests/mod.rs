@@ -5,9 +5,9 @@
 
 use super::frame::{self, Code, Header, PREFACE};
 use super::hpack;
+use super::*;
 use crate::message::coding::write_integer;
 use crate::message::Sent;
-use super::*;
 use crate::response::{Body, Response};
 
 const DATE: &[u8] = b"Mon, 23 Nov 2026 16:00:00 GMT";
