@@ -11,7 +11,7 @@ impl Conn {
         if let Transport::Tls(_) = self.transport {
             return self.flush_tls(pool);
         }
-        if self.h2.is_some() {
+        if self.proto.is_h2() {
             // Frames, and DATA payloads as slices, by writev (conn/h2.rs).
             return self.flush_h2();
         }

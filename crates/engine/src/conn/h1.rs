@@ -9,14 +9,37 @@ use std::mem::MaybeUninit;
 use std::net::SocketAddr;
 
 use super::dispatch::{self, Answering, Called};
-use super::{refused_line, Conn, Ctx, Next, Stop, Transport};
+use super::{refused_line, Conn, Ctx, Next, Proto, Stop, Transport};
 use crate::body::BodySink;
+use crate::buffers::ensure_output;
+use crate::conn::dispatch::Deferral;
+use crate::h1::H1;
 use crate::h1::{BodyStart, Env, Event, Feed, Link, TimedOut, Wait};
 use crate::handler::BodyUse;
 use crate::limits::BODY_READER_BYTES;
 use crate::limits::HEADERS_ARRAY_MAX;
 use crate::request::Request;
 use crate::response::Response;
+
+/// HTTP/1.1 in the connection's protocol slot: the machine, and the
+/// request whose answer a deferred handler owes.
+pub(super) struct Http1 {
+    pub(super) machine: H1,
+    pub(super) deferral: Option<Deferral>,
+}
+
+impl Http1 {
+    /// A connection's machine before its first request, which must come
+    /// by `deadline` (the head timeout).
+    pub(super) fn new(deadline: Option<std::time::Instant>) -> Self {
+        let mut machine = H1::new();
+        machine.set_deadline(deadline);
+        Http1 {
+            machine,
+            deferral: None,
+        }
+    }
+}
 
 /// What the HTTP/1.1 machine needs from the worker.
 pub(super) fn h1_env<'w>(ctx: &Ctx<'w>) -> Env<'w> {
@@ -35,12 +58,30 @@ impl Conn {
     /// Answers the complete requests in the read buffer.
     pub(super) fn process_h1(&mut self, ctx: &mut Ctx<'_>) -> Stop {
         let env = h1_env(ctx);
+        let Conn {
+            input,
+            output,
+            proto,
+            transport,
+            peer,
+            redirect,
+            token,
+            work_left,
+            ..
+        } = self;
+        let Proto::H1(Http1 {
+            machine: h1,
+            deferral: awaited,
+        }) = proto
+        else {
+            return Stop::Closing;
+        };
         loop {
-            if self.h1.is_uploading() {
-                self.ensure_output(ctx.pool);
-                let fed = self.h1.feed(&mut self.input, &mut self.output, &env);
+            if h1.is_uploading() {
+                ensure_output(output, ctx.pool);
+                let fed = h1.feed(input, output, &env);
                 if let Some(m) = ctx.metrics {
-                    m.body_bytes_discarded.add(self.h1.take_discarded());
+                    m.body_bytes_discarded.add(h1.take_discarded());
                 }
                 match fed {
                     Feed::Done => {}
@@ -50,44 +91,32 @@ impl Conn {
                     // and wakes the connection.
                     Feed::Full => return Stop::Deferred,
                     Feed::Refused { status } => {
-                        self.input.discard();
-                        record_refused(ctx, self.peer, status);
+                        input.discard();
+                        record_refused(ctx, *peer, status);
                         return Stop::Closing;
                     }
                     Feed::Closing => {
-                        self.input.discard();
+                        input.discard();
                         return Stop::Closing;
                     }
                 }
             }
-            let out = &self.output;
-            if out.tail.is_some() || out.queued() > ctx.limits.write_buffer_bytes_max {
+            if output.tail.is_some() || output.queued() > ctx.limits.write_buffer_bytes_max {
                 return Stop::Output;
             }
-            if Self::over_output_budget(ctx, out.queued()) {
+            if Self::over_output_budget(ctx, output.queued()) {
                 if let Some(m) = ctx.metrics {
                     m.output_budget_waits.add(1);
                 }
                 return Stop::Output;
             }
-            if !self.input.is_empty() {
-                if self.work_left == 0 {
+            if !input.is_empty() {
+                if *work_left == 0 {
                     return Stop::Turn;
                 }
-                self.work_left -= 1;
+                *work_left -= 1;
             }
-            self.ensure_output(ctx.pool);
-            let Conn {
-                input,
-                output,
-                h1,
-                transport,
-                deferral: awaited,
-                peer,
-                redirect,
-                token,
-                ..
-            } = self;
+            ensure_output(output, ctx.pool);
             let mut headers = [const { MaybeUninit::uninit() }; HEADERS_ARRAY_MAX];
             let data = &mut input.buf[input.start..input.end];
             match h1.poll(data, &mut headers, &env, output) {
@@ -202,16 +231,19 @@ impl Conn {
     /// A deferred answer for this HTTP/1.1 connection. False if it is not
     /// the one awaited.
     pub(super) fn on_answer_h1(&mut self, ctx: &mut Ctx<'_>, id: u64, mut response: Response) -> bool {
-        if self.deferral.as_ref().is_none_or(|d| d.id != id) {
-            return false;
-        }
-        let Some(deferral) = self.deferral.take() else {
+        let Proto::H1(h1) = &mut self.proto else {
             return false;
         };
-        self.ensure_output(ctx.pool);
+        if h1.deferral.as_ref().is_none_or(|d| d.id != id) {
+            return false;
+        }
+        let Some(deferral) = h1.deferral.take() else {
+            return false;
+        };
+        ensure_output(&mut self.output, ctx.pool);
         let env = h1_env(ctx);
-        let sent = self
-            .h1
+        let sent = h1
+            .machine
             .answer(&mut self.output, &mut response, &env, self.transport.extra_fields());
         dispatch::finish(ctx, self.peer, &deferral, sent.map(|s| (s.status, s.body_bytes)));
         true
@@ -221,7 +253,10 @@ impl Conn {
     pub(super) fn h1_wait(&mut self, ctx: &Ctx<'_>) -> Option<Next> {
         let link = self.h1_link();
         let env = h1_env(ctx);
-        match self.h1.wait(&env, link) {
+        let Proto::H1(h1) = &mut self.proto else {
+            return Some(Next::Close);
+        };
+        match h1.machine.wait(&env, link) {
             Wait::Close => Some(Next::Close),
             Wait::Until(deadline) => {
                 self.state_deadline = deadline;
@@ -233,10 +268,13 @@ impl Conn {
     /// The HTTP/1.1 deadline passed: a 408 for a request not received in
     /// time, else close (idle) or keep (a deferred answer has no timeout).
     pub(super) fn h1_time_out(&mut self, ctx: &mut Ctx<'_>) -> Next {
-        self.ensure_output(ctx.pool);
+        ensure_output(&mut self.output, ctx.pool);
         let env = h1_env(ctx);
         let link = self.h1_link();
-        match self.h1.time_out(&mut self.output, &env, link) {
+        let Proto::H1(h1) = &mut self.proto else {
+            return Next::Close;
+        };
+        match h1.machine.time_out(&mut self.output, &env, link) {
             TimedOut::Refused { status, .. } => {
                 self.input.discard();
                 record_refused(ctx, self.peer, status);
@@ -283,10 +321,13 @@ impl Conn {
     /// Makes room in the read buffer; false if the request cannot grow
     /// further (its error answer is queued).
     pub(super) fn h1_make_room(&mut self, ctx: &mut Ctx<'_>) -> bool {
-        self.ensure_output(ctx.pool);
+        ensure_output(&mut self.output, ctx.pool);
         let env = h1_env(ctx);
         let before = self.input.buf.len();
-        let made = self.h1.make_room(&mut self.input, &mut self.output, &env);
+        let Proto::H1(h1) = &mut self.proto else {
+            return false;
+        };
+        let made = h1.machine.make_room(&mut self.input, &mut self.output, &env);
         // What the buffer grew by is held against the worker's budget
         // until the buffer is given back (`give_input`).
         let grown = self.input.buf.len().saturating_sub(before);

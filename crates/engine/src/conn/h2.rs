@@ -37,7 +37,7 @@ use std::time::Instant;
 
 use super::dispatch::Deferral;
 use super::streams::{self, Client, Streams};
-use super::{take_syscall, Conn, Ctx, Flushed, Phase, Stop, Transport};
+use super::{take_syscall, Conn, Ctx, Flushed, Phase, Proto, Stop, Transport};
 use crate::body::BodySink;
 use crate::codec::Version;
 use crate::h2::{Session, PREFACE};
@@ -75,6 +75,13 @@ pub(super) struct H2 {
     /// Since when a header block (or a frame other than DATA) has been
     /// begun and not finished: it must be within `head_timeout`.
     block_since: Option<Instant>,
+}
+
+impl H2 {
+    /// The streams' deferred answers still owed.
+    pub(super) fn n_deferred(&self) -> usize {
+        self.deferred.len()
+    }
 }
 
 /// What the first bytes of a connection say about HTTP/2.
@@ -167,7 +174,7 @@ impl Conn {
         session.set_splicing(!matches!(self.transport, Transport::Tls(_)));
         self.ensure_output(ctx.pool);
         session.start(&mut self.output.buf);
-        self.h2 = Some(Box::new(H2 {
+        self.switch(Proto::H2(Box::new(H2 {
             session,
             deferred: Vec::new(),
             sent_mark: 0,
@@ -176,16 +183,15 @@ impl Conn {
             active_since: ctx.now,
             active_mark: 0,
             block_since: None,
-        }));
+        })));
     }
-
     /// Feeds the read bytes to the session, answers the streams that are
     /// complete, and queues DATA while the windows and the output budget
     /// allow.
     pub(super) fn process_h2(&mut self, ctx: &mut Ctx<'_>) -> Stop {
         let budget = ctx.limits.write_buffer_bytes_max;
         self.ensure_output(ctx.pool);
-        let Some(h2) = self.h2.as_mut() else {
+        let Some(h2) = self.proto.h2_mut() else {
             return Stop::Closing;
         };
         if ctx.draining {
@@ -218,17 +224,17 @@ impl Conn {
         h2.session.bodies().charge(ctx.pool, ctx.metrics);
         // Heads whose body is coming: a handler that reads bodies as they
         // arrive is called now.
-        while let Some(id) = self.h2.as_mut().and_then(|h2| h2.session.take_head()) {
+        while let Some(id) = self.proto.h2_mut().and_then(|h2| h2.session.take_head()) {
             self.start_upload_h2(ctx, id);
         }
-        if let Some(h2) = self.h2.as_mut() {
+        if let Some(h2) = self.proto.h2_mut() {
             h2.session.grant_uploads(&mut self.output.buf);
         }
         loop {
             if self.work_left == 0 {
                 return Stop::Turn;
             }
-            let Some(h2) = self.h2.as_mut() else {
+            let Some(h2) = self.proto.h2_mut() else {
                 return Stop::Closing;
             };
             let Some(id) = h2.session.take_ready() else { break };
@@ -238,7 +244,7 @@ impl Conn {
                 return Stop::Output;
             }
         }
-        let Some(h2) = self.h2.as_mut() else {
+        let Some(h2) = self.proto.h2_mut() else {
             return Stop::Closing;
         };
         if h2.session.wants_send() {
@@ -258,20 +264,20 @@ impl Conn {
     /// The connection is closing: what its streams held goes back to the
     /// worker's body budget.
     pub(super) fn release_h2(&mut self, pool: &mut crate::conn::BufPool) {
-        if let Some(h2) = self.h2.as_mut() {
+        if let Some(h2) = self.proto.h2_mut() {
             h2.session.bodies().release(pool);
         }
     }
 
     /// Bytes queued for the client: the output buffer's and the slices'.
     fn h2_queued(&self) -> usize {
-        let spliced = self.h2.as_ref().map_or(0, |h2| h2.session.splices.bytes());
+        let spliced = self.proto.h2().map_or(0, |h2| h2.session.splices.bytes());
         self.output.buf.len() - self.output.pos + spliced
     }
 
     /// Some DATA payloads wait as slices beside the output buffer.
     pub(super) fn h2_spliced(&self) -> bool {
-        self.h2.as_ref().is_some_and(|h2| !h2.session.splices.is_empty())
+        self.proto.h2().is_some_and(|h2| !h2.session.splices.is_empty())
     }
 
     /// Writes what a cleartext HTTP/2 connection queued, until done or the
@@ -282,7 +288,7 @@ impl Conn {
         /// responses of 4 KiB in a 64 KiB write (the kernel allows 1024).
         const IOV: usize = 128;
         let mut progress = false;
-        let Some(h2) = self.h2.as_mut() else {
+        let Some(h2) = self.proto.h2_mut() else {
             return Flushed::Failed;
         };
         let splices = &mut h2.session.splices;
@@ -317,7 +323,7 @@ impl Conn {
     /// and who its requests come from, beside the list of deferred answers.
     fn h2_streams(&mut self, ctx: &Ctx<'_>) -> Option<(H2Streams<'_>, Client, &mut Vec<Deferral>)> {
         let Conn {
-            h2,
+            proto,
             output,
             transport,
             token,
@@ -325,7 +331,7 @@ impl Conn {
             redirect,
             ..
         } = self;
-        let h2 = h2.as_mut()?;
+        let h2 = proto.h2_mut()?;
         let view = H2Streams {
             session: &mut h2.session,
             out: &mut output.buf,
@@ -357,7 +363,7 @@ impl Conn {
 
     /// A deferred answer for this HTTP/2 connection.
     pub(super) fn on_answer_h2(&mut self, ctx: &mut Ctx<'_>, id: u64, mut response: Response) -> bool {
-        if self.h2.is_none() {
+        if !self.proto.is_h2() {
             return false;
         }
         self.ensure_output(ctx.pool);
@@ -367,10 +373,6 @@ impl Conn {
         streams::on_answer(ctx, &mut view, client.peer, deferred, id, &mut response)
     }
 
-    pub(super) fn h2_n_deferred(&self) -> usize {
-        self.h2.as_ref().map_or(0, |h2| h2.deferred.len())
-    }
-
     /// A deadline passed: ends the connection (GOAWAY, then close) if one
     /// of its timeouts has, and returns true; else (a body keeping its
     /// rate) sets the next deadline.
@@ -378,7 +380,7 @@ impl Conn {
         self.ensure_output(ctx.pool);
         let limits = ctx.limits;
         let now = ctx.now;
-        let Some(h2) = self.h2.as_mut() else { return true };
+        let Some(h2) = self.proto.h2_mut() else { return true };
         let s = &h2.session;
         let why = if h2.block_since.is_some_and(|t| t + limits.head_timeout <= now) {
             Some("request header block not received in time")
@@ -408,7 +410,7 @@ impl Conn {
                 m.slow_requests.add(1);
             }
         }
-        if let Some(h2) = self.h2.as_mut() {
+        if let Some(h2) = self.proto.h2_mut() {
             h2.session.time_out(&mut self.output.buf, why);
         }
         self.phase = Phase::Closing;
@@ -422,7 +424,7 @@ impl Conn {
         let limits = ctx.limits;
         // A frame begun and not finished: its type is the fourth byte.
         let partial = &self.input.buf[self.input.start..self.input.end.max(self.input.start)];
-        let Some(h2) = self.h2.as_mut() else { return };
+        let Some(h2) = self.proto.h2_mut() else { return };
         let s = &h2.session;
         if s.is_flow_blocked() {
             if h2.blocked_since.is_none() || h2.sent_mark != s.bytes_sent() {

@@ -53,7 +53,6 @@ pub(crate) mod streams;
 
 pub(crate) use crate::buffers::BufPool;
 use crate::buffers::{ensure_output, Input, Output, Tail};
-use dispatch::Deferral;
 
 use crate::access_log::{Line, LogWriter};
 use crate::codec::write as wire;
@@ -187,10 +186,8 @@ pub(crate) struct Conn {
     token: usize,
     input: Input,
     output: Output,
-    /// The HTTP/1.1 machine (idle once the connection speaks HTTP/2).
-    h1: H1,
-    /// The request whose answer a deferred handler owes (HTTP/1.1).
-    deferral: Option<Deferral>,
+    /// The protocol the connection speaks, with its machine.
+    proto: Proto,
     /// Closing or lingering, for both protocols.
     phase: Phase,
     /// When the connection times out, if it can: the send deadline while
@@ -230,8 +227,50 @@ pub(crate) struct Conn {
     /// connected, and its first request is presumably on its way. A
     /// shutdown answers it rather than closing the connection as idle.
     fresh: bool,
-    /// The connection speaks HTTP/2 (see `h2.rs`).
-    h2: Option<Box<h2::H2>>,
+}
+
+/// The slot a connection's protocol machine lives in, with the driver's
+/// state beside it. Every connection starts as HTTP/1.1 and may be
+/// switched once (`Conn::switch`): to HTTP/2 before its first request
+/// (ALPN, or the prior-knowledge preface); later arms (WebSocket, after an
+/// upgrade's 101) take over the same way. The read buffer stays with the
+/// connection, so the bytes the old machine left unread are the new one's
+/// first (hyper's `Conn::into_inner`, h2o's `h2o_http1_upgrade`).
+// HTTP/1.1 inline on purpose: every connection starts with it, and boxing
+// it would cost an allocation per connection and a pointer chase per
+// request on the hot path; HTTP/2's box is 8 bytes.
+#[allow(clippy::large_enum_variant)]
+enum Proto {
+    H1(h1::Http1),
+    /// Boxed: the session is large, and most connections never speak it.
+    H2(Box<h2::H2>),
+}
+
+impl Proto {
+    fn is_h2(&self) -> bool {
+        matches!(self, Proto::H2(_))
+    }
+
+    fn h2(&self) -> Option<&h2::H2> {
+        match self {
+            Proto::H2(h2) => Some(h2),
+            Proto::H1(_) => None,
+        }
+    }
+
+    fn h2_mut(&mut self) -> Option<&mut h2::H2> {
+        match self {
+            Proto::H2(h2) => Some(h2),
+            Proto::H1(_) => None,
+        }
+    }
+
+    fn h1(&self) -> Option<&H1> {
+        match self {
+            Proto::H1(h1) => Some(&h1.machine),
+            Proto::H2(_) => None,
+        }
+    }
 }
 
 /// The driver's side of closing, for both protocols.
@@ -262,12 +301,7 @@ impl Conn {
             token,
             input: Input::default(),
             output: Output::default(),
-            h1: {
-                let mut h1 = H1::new();
-                h1.set_deadline(deadline);
-                h1
-            },
-            deferral: None,
+            proto: Proto::H1(h1::Http1::new(deadline)),
             phase: Phase::Open,
             deadline,
             state_deadline: deadline,
@@ -284,7 +318,6 @@ impl Conn {
             output_charge: 0,
             handshake_counted: false,
             fresh: true,
-            h2: None,
         }
     }
 
@@ -308,14 +341,11 @@ impl Conn {
 
     /// Handles a deferred answer addressed to this connection.
     pub(crate) fn on_answer(&mut self, ctx: &mut Ctx<'_>, id: u64, response: Response) -> Next {
-        if self.h2.is_some() {
-            return if self.on_answer_h2(ctx, id, response) {
-                self.drive(ctx)
-            } else {
-                Next::Keep
-            };
-        }
-        if self.on_answer_h1(ctx, id, response) {
+        let answered = match self.proto {
+            Proto::H1(_) => self.on_answer_h1(ctx, id, response),
+            Proto::H2(_) => self.on_answer_h2(ctx, id, response),
+        };
+        if answered {
             self.drive(ctx)
         } else {
             Next::Keep
@@ -334,7 +364,7 @@ impl Conn {
             // send_timeout: the client stopped reading.
             return Next::Close;
         }
-        if self.h2.is_some() {
+        if self.proto.is_h2() {
             if self.phase != Phase::Open {
                 return Next::Close;
             }
@@ -353,7 +383,10 @@ impl Conn {
     /// How many answers deferred handlers still owe this connection
     /// (HTTP/2: one per stream waiting).
     pub(crate) fn n_deferred(&self) -> usize {
-        usize::from(self.deferral.is_some()) + self.h2_n_deferred()
+        match &self.proto {
+            Proto::H1(h1) => usize::from(h1.deferral.is_some()),
+            Proto::H2(h2) => h2.n_deferred(),
+        }
     }
 
     /// Shutdown has begun (`ctx.draining`): closes the connection if
@@ -366,7 +399,7 @@ impl Conn {
     /// received its first request yet is kept for it, within
     /// `head_timeout`; the rest finish what they are doing.
     pub(crate) fn on_drain(&mut self, ctx: &mut Ctx<'_>, keep_idle: bool) -> Next {
-        if self.h2.is_some() {
+        if self.proto.is_h2() {
             // GOAWAY: the streams in flight finish, the client opens no
             // more (process_h2 sends it while draining).
             return match self.phase {
@@ -377,13 +410,30 @@ impl Conn {
         match self.phase {
             Phase::Lingering { .. } => Next::Close,
             Phase::Open
-                if self.h1.is_idle() && !self.fresh && !keep_idle && self.input.is_empty() && !self.has_output() =>
+                if self.proto.h1().is_some_and(H1::is_idle)
+                    && !self.fresh
+                    && !keep_idle
+                    && self.input.is_empty()
+                    && !self.has_output() =>
             {
                 self.drained = false;
                 self.drive(ctx)
             }
             _ => Next::Keep,
         }
+    }
+
+    /// Puts another protocol's machine in the connection's slot (HTTP/2
+    /// after ALPN or the preface; later, what an upgrade's 101 hands the
+    /// connection to). The read buffer is left as it is: its unread bytes
+    /// are the new machine's first. Only an HTTP/1.1 machine with nothing
+    /// in flight is replaced.
+    fn switch(&mut self, to: Proto) {
+        debug_assert!(
+            matches!(&self.proto, Proto::H1(h1) if h1.deferral.is_none() && h1.machine.is_idle()),
+            "only an idle HTTP/1.1 connection switches protocols"
+        );
+        self.proto = to;
     }
 
     /// Gives the buffers back to the pool before the connection is dropped,
@@ -521,7 +571,7 @@ impl Conn {
             return Next::Close;
         }
         let input_empty = self.input.start == self.input.end;
-        if self.h2.is_some() {
+        if self.proto.is_h2() {
             if self.peer_closed {
                 return Next::Close;
             }
@@ -562,7 +612,7 @@ impl Conn {
         if self.input.is_empty() && !self.input.buf.is_empty() {
             self.give_input(ctx.pool);
         }
-        if self.output.buf.capacity() != 0 && self.h2.is_none() {
+        if self.output.buf.capacity() != 0 && !self.proto.is_h2() {
             self.give_output(ctx.pool);
         }
         Next::Keep
@@ -618,7 +668,9 @@ impl Conn {
                     // (without TLS) lets the client read it.
                     let _ = self.stream.write(PlainHttp::ANSWER);
                     self.transport = Transport::Plain;
-                    self.h1.close();
+                    if let Proto::H1(h1) = &mut self.proto {
+                        h1.machine.close();
+                    }
                     self.phase = Phase::Closing;
                     if let Some(m) = ctx.metrics {
                         m.tls_handshake_failures.add(1);
@@ -642,7 +694,7 @@ impl Conn {
     fn make_room(&mut self, ctx: &mut Ctx<'_>) -> bool {
         let input = &mut self.input;
         if input.buf.is_empty() {
-            input.buf = if self.h2.is_some() {
+            input.buf = if self.proto.is_h2() {
                 ctx.pool.take_h2_read()
             } else {
                 ctx.pool.take_read()
@@ -653,7 +705,7 @@ impl Conn {
         if input.end < input.buf.len() {
             return true;
         }
-        if self.h2.is_some() {
+        if self.proto.is_h2() {
             // The session keeps only a partial frame; a frame fits.
             if input.start > 0 {
                 input.buf.copy_within(input.start..input.end, 0);
@@ -670,10 +722,11 @@ impl Conn {
 
     /// Answers the complete requests in the read buffer.
     fn process(&mut self, ctx: &mut Ctx<'_>) -> Stop {
-        if self.h2.is_some() {
-            return self.process_h2(ctx);
-        }
-        if self.h1.is_first() && ctx.h2.is_some() && self.h1.is_idle() {
+        let first = match &self.proto {
+            Proto::H2(_) => return self.process_h2(ctx),
+            Proto::H1(h1) => h1.machine.is_first() && h1.machine.is_idle(),
+        };
+        if first && ctx.h2.is_some() {
             if self.alpn_h2() {
                 self.start_h2(ctx);
                 return self.process_h2(ctx);
@@ -695,11 +748,11 @@ impl Conn {
 
     /// The last answer is queued: half-close once it is sent.
     fn is_closing(&self) -> bool {
-        self.phase == Phase::Closing || (self.h2.is_none() && self.h1.is_closing())
+        self.phase == Phase::Closing || self.proto.h1().is_some_and(H1::is_closing)
     }
 
     fn ensure_output(&mut self, pool: &mut BufPool) {
-        if self.h2.is_some() && self.output.buf.capacity() == 0 {
+        if self.proto.is_h2() && self.output.buf.capacity() == 0 {
             self.output.buf = pool.take_write_large();
             self.output.pos = 0;
         }
