@@ -14,18 +14,9 @@
 //! h2c` is not honoured (RFC 9113 §3.1 deprecates it): such a request is
 //! answered over HTTP/1.1.
 //!
-//! Timeouts, each ending the connection with GOAWAY: with no stream open,
-//! `idle_timeout` since the last request frame (HEADERS, CONTINUATION,
-//! DATA) or stream: PING, SETTINGS, WINDOW_UPDATE and PRIORITY never
-//! restart it, else a client could hold a connection for hours within its
-//! control-frame budget; a header block (or any frame but DATA) begun must
-//! be complete within `head_timeout`; while a request's body is arriving,
-//! the minimum rate of `Limits::body_timeout` and
-//! `min_rate_bytes_per_sec` over the request frames (`min_rate.rs`); while
-//! responses wait only for the client's window, `send_timeout` since the
-//! last DATA byte left. Deferred answers have no timeout, as on HTTP/1.1,
-//! nor do a body whose producer has nothing yet (`body::channel`) and an
-//! upload whose reader is behind (`body::streamed`).
+//! Timeouts are the session's (`h2/timeout.rs`): the driver arms the
+//! deadline `Session::poll_timeout` gives, and calls `handle_timeout` when
+//! it passes.
 //!
 //! A stream whose head is complete and whose body is coming is offered to
 //! its handler first (`start_upload_h2`): one wrapped in `body::streamed`
@@ -33,16 +24,14 @@
 //! reader takes the body.
 
 use std::io::{self, IoSlice, Write};
-use std::time::Instant;
 
 use super::dispatch::Deferral;
 use super::streams::{self, Client, Streams};
 use super::{take_syscall, Conn, Ctx, Flushed, Phase, Proto, Stop, Transport};
 use crate::body::BodySink;
 use crate::codec::Version;
-use crate::h2::{Session, PREFACE};
+use crate::h2::{Expired, Session, Timeouts, PREFACE};
 use crate::message::{Parts, Sent};
-use crate::min_rate::{MinRate, Rate};
 use crate::response::Response;
 
 /// Bytes per `writev` on a cleartext HTTP/2 connection. Larger writes
@@ -60,21 +49,6 @@ pub(super) struct H2 {
     /// Streams waiting for a deferred answer, with what the log and the
     /// metrics need when it comes.
     deferred: Vec<Deferral>,
-    /// Body bytes sent when the send timeout was last restarted.
-    sent_mark: u64,
-    /// While responses wait for the client's window: since when.
-    blocked_since: Option<Instant>,
-    /// The minimum rate of request frames while some stream is receiving.
-    rate: Option<MinRate>,
-    /// When the connection last had a stream open or received a request
-    /// frame (HEADERS, CONTINUATION, DATA), and the count of those bytes
-    /// then: the idle timeout runs from it, so PING, SETTINGS,
-    /// WINDOW_UPDATE and PRIORITY never keep a connection alive.
-    active_since: Instant,
-    active_mark: u64,
-    /// Since when a header block (or a frame other than DATA) has been
-    /// begun and not finished: it must be within `head_timeout`.
-    block_since: Option<Instant>,
 }
 
 impl H2 {
@@ -172,17 +146,12 @@ impl Conn {
         let Some(cfg) = ctx.h2 else { return };
         let mut session = Session::new(cfg);
         session.set_splicing(!matches!(self.transport, Transport::Tls(_)));
+        session.set_timeouts(Timeouts::of(ctx.limits));
         self.ensure_output(ctx.pool);
         session.start(&mut self.output.buf);
         self.switch(Proto::H2(Box::new(H2 {
             session,
             deferred: Vec::new(),
-            sent_mark: 0,
-            blocked_since: None,
-            rate: None,
-            active_since: ctx.now,
-            active_mark: 0,
-            block_since: None,
         })));
     }
     /// Feeds the read bytes to the session, answers the streams that are
@@ -374,89 +343,31 @@ impl Conn {
     }
 
     /// A deadline passed: ends the connection (GOAWAY, then close) if one
-    /// of its timeouts has, and returns true; else (a body keeping its
-    /// rate) sets the next deadline.
+    /// of the session's timeouts has, and returns true; else (a body
+    /// keeping its rate) sets the next deadline.
     pub(super) fn time_out_h2(&mut self, ctx: &mut Ctx<'_>) -> bool {
         self.ensure_output(ctx.pool);
-        let limits = ctx.limits;
-        let now = ctx.now;
         let Some(h2) = self.proto.h2_mut() else { return true };
-        let s = &h2.session;
-        let why = if h2.block_since.is_some_and(|t| t + limits.head_timeout <= now) {
-            Some("request header block not received in time")
-        } else if h2.rate.is_some_and(|r| r.deadline() <= now) {
-            let progress = s.request_progress();
-            match h2
-                .rate
-                .as_mut()
-                .map(|r| r.check(now, progress, limits.min_rate_bytes_per_sec))
-            {
-                Some(Rate::TooSlow) => Some("request not received in time"),
-                _ => None,
+        match h2.session.handle_timeout(ctx.now, &mut self.output.buf) {
+            None => {
+                self.h2_deadline(ctx);
+                false
             }
-        } else if s.is_idle() && h2.active_since + limits.idle_timeout <= now {
-            Some("idle timeout")
-        } else if h2.blocked_since.is_some_and(|t| t + limits.send_timeout <= now) {
-            Some("client did not open its flow-control window in time")
-        } else {
-            None
-        };
-        let Some(why) = why else {
-            self.h2_deadline(ctx);
-            return false;
-        };
-        if why != "idle timeout" && !why.starts_with("client") {
-            if let Some(m) = ctx.metrics {
-                m.slow_requests.add(1);
+            Some(expired) => {
+                if let (Expired::SlowRequest(_), Some(m)) = (expired, ctx.metrics) {
+                    m.slow_requests.add(1);
+                }
+                self.phase = Phase::Closing;
+                true
             }
         }
-        if let Some(h2) = self.proto.h2_mut() {
-            h2.session.time_out(&mut self.output.buf, why);
-        }
-        self.phase = Phase::Closing;
-        true
     }
 
-    /// Sets the deadline for what the connection waits for: the earliest
-    /// of its timeouts that run (see the module's documentation).
+    /// Sets the deadline the session asks for (`h2/timeout.rs`).
     pub(super) fn h2_deadline(&mut self, ctx: &Ctx<'_>) {
-        let now = ctx.now;
-        let limits = ctx.limits;
-        // A frame begun and not finished: its type is the fourth byte.
+        // A frame begun and not finished, which the session has not seen.
         let partial = &self.input.buf[self.input.start..self.input.end.max(self.input.start)];
         let Some(h2) = self.proto.h2_mut() else { return };
-        let s = &h2.session;
-        if s.is_flow_blocked() {
-            if h2.blocked_since.is_none() || h2.sent_mark != s.bytes_sent() {
-                h2.blocked_since = Some(now);
-                h2.sent_mark = s.bytes_sent();
-            }
-        } else {
-            h2.blocked_since = None;
-        }
-        let progress = s.request_progress();
-        if !s.is_idle() || progress != h2.active_mark {
-            h2.active_since = now;
-            h2.active_mark = progress;
-        }
-        let frame_begun = !partial.is_empty() && partial.get(3) != Some(&crate::h2::DATA_FRAME);
-        if s.in_header_block() || frame_begun {
-            h2.block_since.get_or_insert(now);
-        } else {
-            h2.block_since = None;
-        }
-        if s.is_receiving() {
-            h2.rate
-                .get_or_insert_with(|| MinRate::start(now, progress, limits.body_timeout));
-        } else {
-            h2.rate = None;
-        }
-        let deadlines = [
-            s.is_idle().then(|| h2.active_since + limits.idle_timeout),
-            h2.block_since.map(|t| t + limits.head_timeout),
-            h2.rate.map(|r| r.deadline()),
-            h2.blocked_since.map(|t| t + limits.send_timeout),
-        ];
-        self.state_deadline = deadlines.into_iter().flatten().min();
+        self.state_deadline = h2.session.poll_timeout(ctx.now, partial);
     }
 }

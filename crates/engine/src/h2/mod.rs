@@ -10,10 +10,11 @@
 //! loop, control frames and connection errors; `recv.rs` the frames that
 //! carry requests (HEADERS, CONTINUATION, DATA) and the settings and
 //! windows the client gives; `stream.rs` the stream table; `send.rs` the
-//! response writer (HEADERS, then DATA as the windows allow); `pending.rs`
-//! the body still to send (shared with HTTP/3); `frame.rs`, `hpack.rs`,
-//! `huffman.rs` and `request.rs` the wire formats; `splice.rs` DATA
-//! payloads written from shared buffers.
+//! response writer (HEADERS, then DATA as the windows allow); `timeout.rs`
+//! the connection's deadlines (`poll_timeout`, `handle_timeout`);
+//! `frame.rs` and `hpack.rs` the wire formats; `splice.rs` DATA payloads
+//! written from shared buffers. What HTTP/3 shares with it (the request
+//! head and its checks, Huffman, the body still to send) is `message/`.
 //!
 //! Choices, where the RFC leaves them to us:
 //! - A request body goes as its handler says (`Handler::body_use`):
@@ -49,6 +50,7 @@ mod recv;
 mod send;
 pub(crate) mod splice;
 mod stream;
+mod timeout;
 
 use crate::message::head::Head;
 use frame::{Code, Header};
@@ -60,9 +62,7 @@ use crate::limits::{H2_CONN_WINDOW, H2_CONTROL_FRAMES_BASE};
 
 use crate::budget::BodyBudget;
 pub(crate) use frame::PREFACE;
-/// The DATA frame's type: a frame of any other type begun must be
-/// complete within `head_timeout`.
-pub(crate) const DATA_FRAME: u8 = frame::DATA;
+pub(crate) use timeout::{Expired, Timeouts};
 
 /// The window each stream starts with for request bodies: the protocol's
 /// default, so our SETTINGS need not change it.
@@ -147,6 +147,9 @@ pub(crate) struct Session {
     /// The last response head that encoded without changing the HPACK
     /// table, and what it was made of.
     head_cache: HeadCache,
+    /// The timeouts, and where each runs from (`timeout.rs`).
+    timeouts: Timeouts,
+    clock: timeout::Clock,
 }
 
 impl Session {
@@ -182,6 +185,8 @@ impl Session {
             splicing: false,
             splices: Splices::default(),
             head_cache: HeadCache::default(),
+            timeouts: Timeouts::default(),
+            clock: timeout::Clock::default(),
         }
     }
 
@@ -340,19 +345,6 @@ impl Session {
         }
     }
 
-    /// Request frames received so far (a count that grows with each
-    /// HEADERS, CONTINUATION or DATA frame): progress, for the body
-    /// timeout, which other frames (PING, SETTINGS) must not restart.
-    pub(crate) fn request_progress(&self) -> u64 {
-        self.request_bytes
-    }
-
-    /// Body bytes sent so far on the connection: progress, for the send
-    /// timeout of a client that keeps its window closed.
-    pub(crate) fn bytes_sent(&self) -> u64 {
-        self.bytes_sent
-    }
-
     /// Some stream still waits for request bytes.
     pub(crate) fn is_receiving(&self) -> bool {
         self.continuation.is_some()
@@ -406,11 +398,6 @@ impl Session {
             }
             self.continuation = None;
         }
-    }
-
-    /// Ends the connection after a timeout.
-    pub(crate) fn time_out(&mut self, out: &mut Vec<u8>, why: &str) {
-        self.fail(out, Code::NoError, why);
     }
 
     /// A stream error: RST_STREAM, and the stream is forgotten. Counted

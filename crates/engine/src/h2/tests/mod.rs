@@ -382,3 +382,4 @@ mod flow;
 mod head_cache;
 mod slices;
 mod states;
+mod timeouts;
