@@ -3,7 +3,7 @@
 //! head sent with MSG_MORE, or TLS records), and the lingering close after an error.
 
 use super::*;
-use crate::body::Next as Chunk;
+use crate::h1::{self, Piece};
 
 impl Conn {
     /// Writes what is queued until done or the socket is full.
@@ -69,22 +69,17 @@ impl Conn {
                     // The next chunk is taken only now that the one before
                     // has left: a producer on another thread is held back
                     // by its channel's capacity, not by this buffer.
-                    match chunks.next() {
-                        Chunk::Chunk(chunk) => frame_chunk(&mut out.buf, &chunk, *chunked),
-                        Chunk::End => {
-                            if *chunked {
-                                out.buf.extend_from_slice(wire::LAST_CHUNK);
-                            }
-                            out.tail = None;
-                        }
+                    match h1::next_piece(chunks, *chunked, &mut out.buf) {
+                        Piece::Queued => {}
+                        Piece::Ended => out.tail = None,
                         // Everything so far is written; the producer wakes
                         // the connection when it has more.
-                        Chunk::Wait => return Flushed::Parked,
+                        Piece::Wait => return Flushed::Parked,
                         // The application's iterator panicked, or the
                         // producer aborted: the body can no longer be
                         // completed, so the connection closes before its
                         // end.
-                        Chunk::Failed => return Flushed::Failed,
+                        Piece::Failed => return Flushed::Failed,
                     }
                     continue;
                 }
@@ -277,41 +272,17 @@ pub(super) fn encrypt(tls: &mut TlsSession, out: &mut Output, pool: &mut BufPool
                 if out.buf.capacity() == 0 {
                     out.buf = pool.take_write();
                 }
-                match chunks.next() {
-                    Chunk::Chunk(chunk) => {
-                        frame_chunk(&mut out.buf, &chunk, *chunked);
-                        false
-                    }
-                    Chunk::End => {
-                        if *chunked {
-                            out.buf.extend_from_slice(wire::LAST_CHUNK);
-                        }
-                        true
-                    }
+                match h1::next_piece(chunks, *chunked, &mut out.buf) {
+                    Piece::Queued => false,
+                    Piece::Ended => true,
                     // Parked: `flush_tls` sees it once rustls has written.
-                    Chunk::Wait => return true,
-                    Chunk::Failed => return false,
+                    Piece::Wait => return true,
+                    Piece::Failed => return false,
                 }
             }
         };
         if done {
             out.tail = None;
         }
-    }
-}
-
-/// Appends one chunk of a streamed body: chunk-framed, or as it is (an
-/// HTTP/1.0 client's body, delimited by the close).
-fn frame_chunk(buf: &mut Vec<u8>, chunk: &[u8], chunked: bool) {
-    if chunk.is_empty() {
-        // A zero-length chunk would be the last chunk.
-        return;
-    }
-    if chunked {
-        wire::write_chunk_start(buf, chunk.len());
-        buf.extend_from_slice(chunk);
-        buf.extend_from_slice(wire::CHUNK_END);
-    } else {
-        buf.extend_from_slice(chunk);
     }
 }

@@ -55,7 +55,6 @@ pub(crate) use crate::buffers::BufPool;
 use crate::buffers::{ensure_output, Input, Output, Tail};
 
 use crate::access_log::{Line, LogWriter};
-use crate::codec::write as wire;
 use crate::date::DateCache;
 use crate::h1::H1;
 use crate::handler::Handler;

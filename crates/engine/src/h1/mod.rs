@@ -38,7 +38,7 @@ mod tests;
 use std::mem::MaybeUninit;
 use std::time::Instant;
 
-pub(crate) use respond::{write_response, Sent};
+pub(crate) use respond::{next_piece, write_response, Piece, Sent};
 
 use crate::body::BodySink;
 use crate::buffers::{Input, Output};

@@ -7,7 +7,7 @@ use std::cell::RefCell;
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
-use crate::body::Chunks;
+use crate::body::{Chunks, Next};
 use crate::buffers::{Output, Tail};
 use crate::codec::write::{self as wire, BodyFraming, ConnField};
 use crate::codec::Version;
@@ -385,5 +385,52 @@ mod tests {
             .with_header_block(crate::response::HeaderBlock::new(&[("X-A", "1")]).unwrap());
         assert!(written(replaced).ends_with(b"X-A: 1\r\n\r\n\x00\x07\x0e\x15\x1c"));
         assert_eq!(Arc::strong_count(&whole), 1);
+    }
+}
+
+/// What `next_piece` did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Piece {
+    /// The next chunk is queued.
+    Queued,
+    /// The body ended (its last-chunk queued, if chunked).
+    Ended,
+    /// The producer has nothing yet: it wakes the connection when it has.
+    Wait,
+    /// The application's iterator panicked, or the producer aborted: the
+    /// body can no longer be completed.
+    Failed,
+}
+
+/// Queues the next piece of a streamed body (the output's `Tail::Stream`)
+/// into `buf`: a chunk, chunk-framed (RFC 9112 §7.1) or as it is for an
+/// HTTP/1.0 client (delimited by the close), or the last-chunk at its
+/// end. The driver calls it only once the piece before has left, so a
+/// producer on another thread is held back by its channel's capacity,
+/// not by this buffer.
+pub(crate) fn next_piece(chunks: &mut Chunks, chunked: bool, buf: &mut Vec<u8>) -> Piece {
+    match chunks.next() {
+        Next::Chunk(chunk) => {
+            // A zero-length chunk would be the last chunk.
+            if chunk.is_empty() {
+                return Piece::Queued;
+            }
+            if chunked {
+                wire::write_chunk_start(buf, chunk.len());
+                buf.extend_from_slice(&chunk);
+                buf.extend_from_slice(wire::CHUNK_END);
+            } else {
+                buf.extend_from_slice(&chunk);
+            }
+            Piece::Queued
+        }
+        Next::End => {
+            if chunked {
+                buf.extend_from_slice(wire::LAST_CHUNK);
+            }
+            Piece::Ended
+        }
+        Next::Wait => Piece::Wait,
+        Next::Failed => Piece::Failed,
     }
 }
