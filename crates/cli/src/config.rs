@@ -830,7 +830,7 @@ mod tests {
     /// cannot slip past the file and the environment.
     #[test]
     fn every_serving_flag_has_a_unique_key_and_variable() {
-        let mut cmd = command::<crate::Cli>();
+        let mut cmd = command::<crate::flags::Cli>();
         cmd.build();
         for name in SERVING {
             let sub = cmd.find_subcommand(name).unwrap();

@@ -25,6 +25,11 @@
 //! kept and asked to reload ([`ArchiveServer::reload`]), once. The
 //! libraries install no signal handler (the binary owns every signal), so
 //! exactly one thing happens per signal: this reload.
+//!
+//! Each generation, the first included, is built by `build.rs`, one named
+//! step at a time.
+
+mod build;
 
 use std::ffi::OsString;
 use std::net::SocketAddr;
@@ -33,14 +38,15 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use anyhow::Context;
-use peregrine::{
-    log, AccessLog, Identity, Listening, Metrics, Request, Response, Router, Running, Server, ShutdownHandle,
-};
+use peregrine::{log, Identity, Metrics, Running, ShutdownHandle};
 use peregrine_archive::{ArchiveServer, Mode};
-use peregrine_files::FileServer;
 
+use crate::commands::serve::root_refusal;
+use crate::config;
+use crate::flags::{Cli, Command, ServerArgs};
+use crate::messages::one_line;
 use crate::sandbox::{self, Sandbox};
-use crate::{config, Cli, Command, ServerArgs};
+use build::build;
 
 /// Where a listening socket came from, to find it again at the next
 /// reload.
@@ -120,14 +126,14 @@ pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()>
     let mut signals =
         signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGUSR1, SIGHUP]).context("cannot handle signals")?;
     let inherited = peregrine::systemd::listen_fds().context("socket activation (LISTEN_FDS)")?;
-    let args = server_args(&command);
+    let args = command.server_args();
     let n_workers_default = std::thread::available_parallelism().map_or(1, |n| n.get());
     let identity = Identity {
         user: args.user.clone(),
         group: args.group.clone(),
     };
     let run_as = args.run_as()?;
-    if let Some(why) = crate::root_refusal(&command, &run_as) {
+    if let Some(why) = root_refusal(&command, &run_as) {
         anyhow::bail!(why);
     }
     // As root, before the sandbox and the drop.
@@ -245,7 +251,7 @@ fn reload(process: &mut Process, current: &mut Generation, retired: &mut Vec<Ret
     let taken = current.origins.iter().copied().zip(listening).collect();
     let (mut next, _) = build(&cli.command, taken, Some(&*current), process)?;
     next.number = current.number + 1;
-    let n_certs = server_args(&cli.command).tls.certs.len();
+    let n_certs = cli.command.server_args().tls.certs.len();
     if n_certs > 0 {
         log::info(format_args!("TLS certificates reloaded ({n_certs})"));
     }
@@ -266,292 +272,6 @@ fn reload(process: &mut Process, current: &mut Generation, retired: &mut Vec<Ret
     }
     retired.retain(|(_, t)| !t.is_finished());
     Ok(())
-}
-
-/// Builds and starts a generation from `command`, on the sockets `taken`
-/// from the previous one (or from systemd) and new ones for new addresses.
-/// Also returns the URLs listened on, for the first line. Nothing is
-/// changed unless it succeeds.
-fn build(
-    command: &Command,
-    mut taken: Vec<(Origin, Listening)>,
-    previous: Option<&Generation>,
-    process: &mut Process,
-) -> anyhow::Result<(Generation, String)> {
-    let args = server_args(command);
-    if let Some(level) = args.log_level {
-        log::set_level(level);
-    }
-    let identity = Identity {
-        user: args.user.clone(),
-        group: args.group.clone(),
-    };
-    let first = previous.is_none();
-    anyhow::ensure!(
-        first || identity == process.identity,
-        "--user and --group cannot change while serving (root was given up at start); restart to change them"
-    );
-    let tls = match args.tls.config() {
-        Ok(tls) => tls,
-        Err(e) if !first => return Err(e.context("TLS reload failed, keeping the certificates loaded before")),
-        Err(e) => return Err(e),
-    };
-    let mut srv = Server::new()
-        .limits(args.limits.to_limits()?)
-        .access_log_format(args.access_log_format.clone())
-        .http2(!args.no_http2)
-        .http3(args.http3()?);
-    if first {
-        srv = srv.run_as(process.run_as.clone());
-    }
-    // Bounded by the flag's parser (`Limits::N_WORKERS_RANGE`).
-    srv = srv.workers(args.workers.unwrap_or(process.n_workers_default));
-    if let Some(path) = &args.access_log {
-        srv = srv.access_log(AccessLog::from_arg(path));
-    }
-    let error_log = crate::logger::Route::to(args.error_log.as_deref())?;
-
-    // The addresses, in the order they are shown: `--bind` (or the
-    // default), systemd's, the redirecting one.
-    args.unix_binds()?;
-    let mut binds: Vec<Origin> = Vec::new();
-    for bind in &args.bind {
-        binds.extend(bind.0.iter().map(|a| Origin::Configured(*a)));
-        if let Some(path) = &bind.1 {
-            let i = match process.unix_paths.iter().position(|p| p == path) {
-                Some(i) => i,
-                None => {
-                    process.unix_paths.push(path.clone());
-                    process.unix_paths.len() - 1
-                }
-            };
-            binds.push(Origin::Unix(i));
-        }
-    }
-    if binds.is_empty() && process.n_inherited == 0 {
-        binds.push(Origin::Configured(SocketAddr::from(([127, 0, 0, 1], 8080))));
-    }
-    let plan: Vec<(Origin, Role)> = (binds.iter().map(|o| (*o, Role::Serve)))
-        .chain((0..process.n_inherited).map(|i| (Origin::Inherited(i), Role::Serve)))
-        .chain(args.tls.redirect_http.map(|a| (Origin::Configured(a), Role::Redirect)))
-        .collect();
-    // Given in this order, listed by the engine in this order.
-    for &(origin, role) in &plan {
-        let old = taken
-            .iter()
-            .position(|(o, _)| *o == origin)
-            .map(|i| taken.swap_remove(i).1);
-        srv = match (old, origin, role, &tls) {
-            (Some(socket), _, Role::Redirect, _) => srv.listener_redirect(socket),
-            (Some(socket), _, Role::Serve, Some(tls)) => srv.listener_tls(socket, tls.clone()),
-            (Some(socket), _, Role::Serve, None) => srv.listener(socket),
-            (None, Origin::Configured(addr), Role::Redirect, _) => srv.redirect_http(addr),
-            (None, Origin::Configured(addr), Role::Serve, Some(tls)) => srv.bind_tls(addr, tls.clone()),
-            (None, Origin::Configured(addr), Role::Serve, None) => srv.bind(addr),
-            (None, Origin::Unix(i), Role::Serve, None) => srv.bind_unix(&process.unix_paths[i]),
-            (None, Origin::Unix(i), _, _) => {
-                anyhow::bail!(
-                    "unix:{}: TLS on a Unix-domain socket is not supported",
-                    process.unix_paths[i].display()
-                )
-            }
-            (None, Origin::Inherited(i), _, _) => anyhow::bail!("socket {i} passed by systemd is gone"),
-        };
-    }
-    // Sockets of addresses no longer configured: these duplicates close
-    // now, the old generation's own when it has finished.
-    drop(taken);
-
-    let metrics = args
-        .metrics
-        .map(|_| process.metrics.get_or_insert_with(|| Arc::new(Metrics::new())).clone());
-    if let Some(m) = &metrics {
-        srv = srv.metrics(m.clone());
-    }
-    // The metrics listener is kept while its address is unchanged.
-    let metrics_server = match (args.metrics, &metrics, &process.metrics_server) {
-        (Some(addr), _, Some((old, _))) if *old == addr => None,
-        (Some(addr), Some(m), _) => Some((addr, serve_metrics(addr, m.clone())?)),
-        _ => None,
-    };
-    let (running, archive, kept) = match start(command, srv, previous) {
-        Ok(started) => started,
-        Err(e) => {
-            if let Some((_, m)) = metrics_server {
-                m.shutdown();
-            }
-            // After --user, binding a port below 1024 is refused.
-            let refused = e.downcast_ref::<peregrine::Error>().is_some_and(|e| {
-                let io = std::error::Error::source(e).and_then(|s| s.downcast_ref::<std::io::Error>());
-                e.is_bind() && io.is_some_and(|io| io.kind() == std::io::ErrorKind::PermissionDenied)
-            });
-            let dropped = process.identity.user.is_some() || process.identity.group.is_some();
-            if !first && refused && dropped {
-                return Err(e.context("root was given up at start, so a new port below 1024 needs a restart"));
-            }
-            // HTTP/3's UDP port taken (by another program): the TCP side
-            // alone would do.
-            if e.downcast_ref::<peregrine::Error>()
-                .is_some_and(peregrine::Error::is_http3_bind)
-            {
-                return Err(anyhow::anyhow!("{e:#}; --no-http3 serves without it"));
-            }
-            // The redirecting listener is bound with the others: name its
-            // flag, as `--metrics ADDR: cannot listen on ...` is named.
-            if let Some(addr) = args.tls.redirect_http {
-                let on_it = e
-                    .downcast_ref::<peregrine::Error>()
-                    .is_some_and(|e| e.is_bind() && e.to_string() == format!("cannot listen on {addr}"));
-                if on_it {
-                    return Err(e.context(format!("--redirect-http {addr}{}", config::origin("--redirect-http"))));
-                }
-            }
-            return Err(e);
-        }
-    };
-
-    // Started: from here on nothing fails.
-    error_log.apply();
-    // Said once the error log goes where --error-log says.
-    if let Some((_, m)) = &metrics_server {
-        log::info(format_args!("metrics on http://{}/metrics", m.local_addr()));
-    }
-    match (args.metrics, metrics_server) {
-        (_, Some(new)) => {
-            if let Some((_, old)) = process.metrics_server.replace(new) {
-                old.shutdown();
-            }
-        }
-        (None, None) => {
-            if let Some((_, old)) = process.metrics_server.take() {
-                old.shutdown();
-            }
-        }
-        (Some(_), None) => {}
-    }
-    if let Some(ServedArchive { server: a, .. }) = &archive {
-        if let Some(m) = &metrics {
-            archive_gauges(m, a);
-        }
-        if kept {
-            a.reload();
-        }
-    }
-    let urls: Vec<String> = (plan.iter().zip(running.local_addrs()).zip(running.unix_paths()))
-        .map(|(((_, role), local), unix)| {
-            if let Some(path) = unix {
-                return format!("unix:{}", path.display());
-            }
-            let scheme = match (role, &tls) {
-                (Role::Serve, Some(_)) => "https",
-                _ => "http",
-            };
-            format!("{scheme}://{local}/")
-        })
-        .collect();
-    let generation = Generation {
-        number: 1,
-        running,
-        origins: plan.iter().map(|(origin, _)| *origin).collect(),
-        archive,
-    };
-    Ok((generation, urls.join(", ")))
-}
-
-/// Starts the workers with the handler `command` asks for. An archive at
-/// the path (and in the mode) the previous generation served is kept; the
-/// last value says so.
-fn start(
-    command: &Command,
-    srv: Server,
-    previous: Option<&Generation>,
-) -> anyhow::Result<(Running, Option<ServedArchive>, bool)> {
-    let Command::Serve {
-        root, files, archive, ..
-    } = command
-    else {
-        let running = srv.start(sandbox::planted_bug(Hello))?;
-        return Ok((running, None, false));
-    };
-    if !crate::is_archive_root(root, files, archive)? {
-        let files = FileServer::new(files.options(root.clone()))?;
-        return Ok((srv.start(sandbox::planted_bug(files))?, None, false));
-    }
-    let mode = match (archive.in_memory, archive.prefault) {
-        (true, _) => Mode::Heap,
-        (false, true) => Mode::MapPopulate,
-        (false, false) => Mode::Map,
-    };
-    let same = previous
-        .and_then(|p| p.archive.as_ref())
-        .filter(|a| a.root == *root && a.mode == mode);
-    let (server, kept) = match same {
-        Some(same) => (same.server.clone(), true),
-        None => (ArchiveServer::open(root, mode)?, false),
-    };
-    let running = srv.start(sandbox::planted_bug(server.clone()))?;
-    let served = ServedArchive {
-        root: root.clone(),
-        mode,
-        server,
-    };
-    Ok((running, Some(served), kept))
-}
-
-/// `peregrine hello`'s handler: the same answer to every request, given
-/// at the head (a body is never read).
-struct Hello;
-
-impl peregrine::Handler for Hello {
-    fn call(&self, _req: &Request<'_>) -> peregrine::Reply {
-        Response::text("Hello, World!").into()
-    }
-
-    fn body_use(&self, _req: &Request<'_>) -> peregrine::BodyUse {
-        peregrine::BodyUse::Ignore
-    }
-}
-
-/// The archive's gauges, in place of those of an archive served before.
-fn archive_gauges(m: &Metrics, archive: &ArchiveServer) {
-    let a = archive.clone();
-    m.gauge(
-        "peregrine_archive_generation",
-        "The archive being served: 1 at start, one more per swap.",
-        move || a.generation(),
-    );
-    let a = archive.clone();
-    m.counter(
-        "peregrine_archive_swaps_total",
-        "Archives swapped in while serving (rename or SIGHUP).",
-        move || a.generation() - 1,
-    );
-    let a = archive.clone();
-    m.counter(
-        "peregrine_archive_refused_total",
-        "Replacement archives refused (damaged or unreadable); the old one kept serving.",
-        move || a.refused(),
-    );
-}
-
-/// Serves `/metrics` (Prometheus text format) and `/healthz` on the
-/// `--metrics` address: a server of its own with one worker, so scrapes
-/// never wait behind client traffic and are not counted in it.
-fn serve_metrics(addr: SocketAddr, metrics: Arc<Metrics>) -> anyhow::Result<Running> {
-    let app = Router::new()
-        .get("/metrics", move |_: &Request<'_>| {
-            Response::bytes("text/plain; version=0.0.4; charset=utf-8", metrics.render())
-                .with_header("Cache-Control", "no-store")
-        })
-        .get("/healthz", |_: &Request<'_>| {
-            Response::text("ok\n").with_header("Cache-Control", "no-store")
-        });
-    let running = Server::new()
-        .bind(addr)
-        .workers(1)
-        .start(app)
-        .with_context(|| format!("--metrics {addr}"))?;
-    Ok(running)
 }
 
 /// A directory that is empty, or that the server cannot read once it has
@@ -664,7 +384,7 @@ fn warn_if_reload_cannot_read(command: &Command, process: &Process) {
     if process.identity.user.is_none() && process.identity.group.is_none() {
         return;
     }
-    let args = server_args(command);
+    let args = command.server_args();
     let config = sandbox::config_file(&process.argv);
     let archive = match command {
         Command::Serve { root, .. } if std::fs::metadata(root).is_ok_and(|m| !m.is_dir()) => Some(root.clone()),
@@ -693,17 +413,4 @@ fn as_user(identity: &Identity) -> String {
         (None, Some(group)) => format!(" by group {group}"),
         (None, None) => String::new(),
     }
-}
-
-/// The serving flags of `hello` or `serve`.
-pub(crate) fn server_args(command: &Command) -> &ServerArgs {
-    match command {
-        Command::Hello { server } | Command::Serve { server, .. } => server,
-        _ => unreachable!("only hello and serve are served"),
-    }
-}
-
-/// An error with its causes, on one line.
-fn one_line(e: &anyhow::Error) -> String {
-    format!("{e:#}").replace('\n', "; ")
 }

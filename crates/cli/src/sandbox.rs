@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use peregrine_sandbox::Policy;
 
-use crate::reload::server_args;
-use crate::{config, Cli, Command};
+use crate::config;
+use crate::flags::{Cli, Command};
 
 /// The sandbox in force.
 pub(crate) struct Sandbox {
@@ -27,7 +27,7 @@ pub(crate) struct Sandbox {
 /// Sandboxes the process for `command` (unless `--no-sandbox`). Must run
 /// while the process has one thread.
 pub(crate) fn enter(command: &Command, argv: &[OsString]) -> anyhow::Result<Sandbox> {
-    if server_args(command).no_sandbox {
+    if command.server_args().no_sandbox {
         return Ok(Sandbox {
             policy: None,
             summary: "sandbox off (--no-sandbox)".into(),
@@ -45,7 +45,7 @@ impl Sandbox {
     /// Whether the configuration `command` can be served within this
     /// sandbox; if not, why, for the reload's line.
     pub(crate) fn check(&self, command: &Command, argv: &[OsString]) -> anyhow::Result<()> {
-        let wanted = !server_args(command).no_sandbox;
+        let wanted = !command.server_args().no_sandbox;
         let Some(start) = &self.policy else {
             anyhow::ensure!(
                 !wanted,
@@ -66,7 +66,7 @@ impl Sandbox {
 
 /// What `command` needs to read and write.
 fn policy(command: &Command, argv: &[OsString]) -> anyhow::Result<Policy> {
-    let args = server_args(command);
+    let args = command.server_args();
     let mut policy = Policy {
         set_ids: args.user.is_some() || args.group.is_some(),
         ..Policy::default()

@@ -1,0 +1,85 @@
+//! `check-config`: a configuration checked as serving would check it,
+//! without binding anything, and the worst-case memory it allows.
+
+use std::ffi::OsString;
+
+use peregrine::Limits;
+use peregrine_archive::{Archive, Mode};
+use peregrine_files::FileServer;
+
+use super::serve::{is_archive_root, root_refusal};
+use crate::flags::{Cli, Command, ServerArgs};
+use crate::{reload, sandbox};
+
+/// `peregrine check-config hello|serve ...`: the checks serving makes
+/// before it binds, without binding.
+pub(crate) fn check_config(cli: &Cli, argv: &[OsString]) -> anyhow::Result<()> {
+    // The checks run inside the sandbox serving would run in: the files
+    // they read must be readable there too.
+    peregrine_files::read_descriptor_limit();
+    // Looked up as `serve` does, before the sandbox hides the user
+    // database: a user that does not exist must fail here, not at start.
+    let args = cli.command.server_args();
+    let run_as = args.run_as()?;
+    // A warning, not a failure: the configuration is not at fault, and
+    // the server may be started by another user than this check.
+    if let Some(why) = root_refusal(&cli.command, &run_as) {
+        peregrine::log::warn(format_args!("{why} (as this user, serving would not start)"));
+    }
+    let sandbox = sandbox::enter(&cli.command, argv)?;
+    eprintln!("peregrine: {sandbox}");
+    match &cli.command {
+        Command::Hello { server } => check_server(server)?,
+        Command::Serve {
+            root,
+            files,
+            archive,
+            server,
+            ..
+        } => {
+            check_server(server)?;
+            if is_archive_root(root, files, archive)? {
+                Archive::open(root, Mode::Map)?;
+            } else {
+                FileServer::new(files.options(root.clone()))?;
+                // As serving would warn at start; `check-config` does not
+                // become `--user`, so what it reads is read as itself.
+                let itself = peregrine::Identity {
+                    user: None,
+                    group: None,
+                };
+                reload::warn_if_nothing_to_serve(root, &files.index, &itself);
+            }
+        }
+        _ => unreachable!("check-config takes only the serving subcommands"),
+    }
+    Ok(())
+}
+
+/// `check-config`: what `run` checks before it binds, without binding (the
+/// port may well be in use by the server being reconfigured).
+/// What building the server would refuse, without binding anything or
+/// taking systemd's sockets: `reload::build` makes the same checks.
+fn check_server(args: &ServerArgs) -> anyhow::Result<()> {
+    let limits = args.limits.to_limits()?;
+    eprintln!("peregrine: {}", memory_line(&limits));
+    args.unix_binds()?;
+    args.tls.config()?;
+    args.http3()?;
+    Ok(())
+}
+
+/// The worst-case memory per worker, as `check-config` states it.
+fn memory_line(l: &Limits) -> String {
+    const MIB: u64 = 1 << 20;
+    let total = l.worst_case_bytes_per_worker();
+    let per_conn = (total - l.body_budget_bytes as u64 - l.output_budget_bytes as u64) / (l.n_conns_max.max(1) as u64);
+    format!(
+        "memory per worker at most {} MiB: request bodies {} MiB + queued answers {} MiB + {} connections x {} KiB",
+        total.div_ceil(MIB),
+        l.body_budget_bytes as u64 / MIB,
+        l.output_budget_bytes as u64 / MIB,
+        l.n_conns_max,
+        per_conn / 1024
+    )
+}

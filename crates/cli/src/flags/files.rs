@@ -1,0 +1,101 @@
+//! `serve`'s flags for what it serves: a directory's (`FileArgs`, with the
+//! `--cache-control` rules' parsers) and an archive's (`ServeArchiveArgs`).
+
+use clap::Args;
+
+use peregrine_files::Options;
+
+use super::numbers::seconds_within;
+
+/// How `serve` holds an archive.
+#[derive(Args, Debug)]
+pub(crate) struct ServeArchiveArgs {
+    /// Archives: read the whole archive into memory instead of mapping it.
+    #[arg(long)]
+    pub(crate) in_memory: bool,
+    /// Archives: fault every page of the map in at load.
+    #[arg(long)]
+    pub(crate) prefault: bool,
+}
+
+/// The file tried for a directory unless `--index` names others.
+pub(crate) const DEFAULT_INDEX: &str = "index.html";
+
+/// How `serve` answers for files.
+#[derive(Args, Debug)]
+pub(crate) struct FileArgs {
+    /// File names tried for a directory, in order (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = DEFAULT_INDEX, value_name = "NAMES")]
+    pub(crate) index: Vec<String>,
+    /// List directories that have no index file, as HTML.
+    #[arg(long)]
+    pub(crate) list_dirs: bool,
+    /// Follow symlinks that lead outside the directory (by default only
+    /// symlinks that resolve inside it are followed).
+    #[arg(long)]
+    pub(crate) follow_symlinks: bool,
+    /// Page sent with 404 for missing paths (a path within DIR). Default: a
+    /// short built-in page.
+    #[arg(long = "404", value_name = "PATH")]
+    pub(crate) not_found: Option<String>,
+    /// Page sent with 200 for missing paths without a file extension, for
+    /// single-page applications (a path within DIR, e.g. index.html).
+    /// Default: none (404).
+    #[arg(long, value_name = "PATH")]
+    pub(crate) fallback: Option<String>,
+    /// Cache-Control for paths matching GLOB: `GLOB=VALUE`, repeatable, first
+    /// match wins; `VALUE` alone sets the value for other paths. Default:
+    /// no-cache.
+    #[arg(long = "cache-control", value_name = "[GLOB=]VALUE", value_parser = parse_cache_rule)]
+    pub(crate) cache_control: Vec<String>,
+    /// Do not send X-Content-Type-Options, X-Frame-Options and
+    /// Referrer-Policy.
+    #[arg(long)]
+    pub(crate) no_security_headers: bool,
+    /// Do not look for pre-compressed siblings (NAME.br, NAME.zst, NAME.gz).
+    /// A sibling older than its file is never served.
+    #[arg(long)]
+    pub(crate) no_precompressed: bool,
+    /// Do not compress text files that have no sibling on the fly (by
+    /// default each is compressed once, off the event loop, when a client
+    /// first accepts a coding for it, and the results kept within 64 MiB;
+    /// it is sent in identity until then).
+    #[arg(long)]
+    pub(crate) no_compress: bool,
+    /// Seconds a cached file (and `_headers`, `_redirects`) is trusted
+    /// before it is looked at again: an edited file may be served as it
+    /// was for this long. 0: look at every request.
+    #[arg(long, value_name = "SECS", default_value = Options::new("").revalidate_interval.as_secs_f64().to_string(), value_parser = seconds_within(peregrine_files::REVALIDATE_INTERVAL_RANGE))]
+    pub(crate) revalidate_interval: Option<f64>,
+    /// Files each worker keeps in its cache (open handles, validators,
+    /// pre-built heads, small files' bytes), as nginx's `open_file_cache
+    /// max`; past it the least recently asked are dropped. A quarter of the
+    /// descriptor limit bounds how many of them keep a file open.
+    #[arg(long, value_name = "N", default_value_t = Options::new("").cache_entries as u64, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
+    pub(crate) cache_entries: u64,
+}
+
+/// A `--cache-control` rule as `(GLOB, VALUE)`, or `(None, VALUE)`: a
+/// glob starts with `/` or holds `*` (`max-age=60` is a value).
+pub(crate) fn split_cache_rule(rule: &str) -> (Option<&str>, &str) {
+    match rule.split_once('=') {
+        Some((glob, value)) if glob.starts_with('/') || glob.contains('*') => (Some(glob), value),
+        _ => (None, rule),
+    }
+}
+
+/// A value parser for `pack --cache-control VALUE`: directives, or refused
+/// with the reason (`peregrine_files::check_cache_control`).
+pub(crate) fn parse_cache_control(s: &str) -> Result<String, String> {
+    peregrine_files::check_cache_control(s)?;
+    Ok(s.to_owned())
+}
+
+/// A value parser for `serve --cache-control [GLOB=]VALUE`.
+fn parse_cache_rule(s: &str) -> Result<String, String> {
+    match split_cache_rule(s) {
+        (Some(glob), value) => peregrine_files::check_cache_control(value).map_err(|e| format!("{glob}=...: {e}"))?,
+        (None, value) => peregrine_files::check_cache_control(value)?,
+    }
+    Ok(s.to_owned())
+}

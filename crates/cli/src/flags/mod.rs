@@ -1,0 +1,133 @@
+//! The command line as clap reads it: the subcommands and their flags,
+//! each value checked by its parser and nothing more. What the flags mean
+//! for the libraries (limits, certificates, file options, the identity to
+//! run as) is worked out in `resolve.rs`, as ripgrep keeps its low-level
+//! arguments apart from the high-level ones.
+
+mod files;
+mod numbers;
+mod resolve;
+mod server;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+use crate::docs;
+
+pub(crate) use files::{FileArgs, ServeArchiveArgs, DEFAULT_INDEX};
+pub(crate) use server::{parse_bind, ServerArgs};
+
+/// Peregrine: a web server for static sites and site archives, over
+/// HTTP/1.1, HTTP/2 and HTTP/3 (`about` is the package's description).
+#[derive(Parser, Debug)]
+#[command(name = "peregrine", version, long_version = docs::LONG_VERSION, about)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum Command {
+    /// Answer `Hello, World!` (text/plain) on every path: the engine alone.
+    Hello {
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// Serve the files of a directory, or a site archive made by `pack`.
+    Serve {
+        /// The directory or archive to serve.
+        #[arg(value_name = "DIR|ARCHIVE")]
+        root: PathBuf,
+        #[command(flatten)]
+        files: FileArgs,
+        #[command(flatten)]
+        archive: ServeArchiveArgs,
+        /// Serve as root, when started as root without --user (or with
+        /// --user root). Without it that start is refused: root reads every
+        /// file whatever its mode, so a file its owner made unreadable (mode
+        /// 000) would be served. Prefer --user NAME, which gives root up
+        /// once the ports are bound. Read at start only.
+        #[arg(long)]
+        allow_root: bool,
+        #[command(flatten)]
+        server: ServerArgs,
+    },
+    /// Pack a directory into a site archive (written atomically).
+    #[command(
+        after_help = "pack writes DIR's files, with their compressed variants and response heads, into one \
+                      archive file (-o) that `peregrine serve ARCHIVE` serves: peregrine pack site -o site.prg"
+    )]
+    Pack {
+        /// The directory to pack (the default site).
+        #[arg(value_name = "DIR")]
+        root: PathBuf,
+        /// The archive to write, e.g. `-o site.prg`.
+        #[arg(short, long, value_name = "ARCHIVE")]
+        output: PathBuf,
+        /// Another site, chosen by the Host header: `NAME=DIR`; repeatable.
+        #[arg(long = "host", value_name = "NAME=DIR")]
+        hosts: Vec<String>,
+        /// Cache-Control for files `_headers` gives none.
+        #[arg(long, default_value = "no-cache", value_name = "VALUE", value_parser = files::parse_cache_control)]
+        cache_control: String,
+        /// Do not add X-Content-Type-Options, X-Frame-Options, Referrer-Policy.
+        #[arg(long)]
+        no_security_headers: bool,
+        /// Store identity only (no gzip, brotli, zstd variants).
+        #[arg(long)]
+        no_compress: bool,
+    },
+    /// Inspect a site archive.
+    Archive {
+        #[command(subcommand)]
+        command: ArchiveCommand,
+    },
+    /// Ask a health endpoint (by default the one `--metrics 127.0.0.1:9090`
+    /// serves): exit 0 if it answers 2xx within 2 seconds, else 1. For
+    /// container health checks on images without a shell or curl.
+    Probe {
+        /// `http://HOST:PORT/PATH`.
+        #[arg(default_value = "http://127.0.0.1:9090/healthz", value_name = "URL")]
+        url: String,
+    },
+    /// Write a shell completion script to standard output.
+    Completions { shell: clap_complete::Shell },
+    /// Write the man page (roff) to standard output.
+    Man {
+        /// The subcommand whose page to write (default: `peregrine`'s own).
+        command: Option<String>,
+        /// Write every page into DIR instead (peregrine.1, peregrine-serve.1, ...).
+        #[arg(long, value_name = "DIR", conflicts_with = "command")]
+        out_dir: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub(crate) enum ArchiveCommand {
+    /// List the entries: site, path, kind, status, sizes per encoding.
+    Ls { archive: PathBuf },
+    /// Write one entry's body (identity) to standard output.
+    Cat {
+        archive: PathBuf,
+        /// The path, e.g. /index.html.
+        path: String,
+        /// The site's host name (default: the default site).
+        #[arg(long)]
+        host: Option<String>,
+    },
+    /// Check every checksum; exit 1 if the archive is damaged.
+    Verify { archive: PathBuf },
+    /// Counts and sizes.
+    Stat { archive: PathBuf },
+}
+
+impl Command {
+    /// The serving flags of `hello` or `serve`.
+    pub(crate) fn server_args(&self) -> &ServerArgs {
+        match self {
+            Command::Hello { server } | Command::Serve { server, .. } => server,
+            _ => unreachable!("only hello and serve are served"),
+        }
+    }
+}

@@ -1,0 +1,52 @@
+//! Value parsers for numbers that must lie in a range: counts and byte
+//! sizes (`within`), and seconds with fractions (`seconds_within`).
+
+use std::ops::RangeInclusive;
+use std::time::Duration;
+
+/// A value parser for a number that must lie in `range` (limits.rs says
+/// why each range is what it is). Used by the config file and variables
+/// too, so that a value out of range is named with its file and line.
+pub(crate) fn within<T>(range: RangeInclusive<T>) -> impl Fn(&str) -> Result<T, String> + Clone + Send + Sync + 'static
+where
+    T: std::str::FromStr + PartialOrd + std::fmt::Display + Clone + Send + Sync + 'static,
+    T::Err: std::fmt::Display,
+{
+    move |s: &str| {
+        let v: T = s.parse().map_err(|e| {
+            // A number the type cannot hold (`-5` for a count,
+            // 99999999999999999999) is out of range, and the range is what
+            // helps; anything else is not a number at all.
+            if s.parse::<i128>().is_ok() {
+                format!("{s} is out of range: from {} to {}", range.start(), range.end())
+            } else {
+                format!("{s:?} is not a whole number: {e}")
+            }
+        })?;
+        if !range.contains(&v) {
+            return Err(format!(
+                "{v} is out of range: from {} to {}",
+                range.start(),
+                range.end()
+            ));
+        }
+        Ok(v)
+    }
+}
+
+/// A value parser for seconds (fractions allowed) that must lie in `range`.
+pub(crate) fn seconds_within(
+    range: RangeInclusive<Duration>,
+) -> impl Fn(&str) -> Result<f64, String> + Clone + Send + Sync + 'static {
+    move |s: &str| {
+        let v: f64 = s.parse().map_err(|e| format!("{e}"))?;
+        match Duration::try_from_secs_f64(v) {
+            Ok(d) if range.contains(&d) => Ok(v),
+            _ => Err(format!(
+                "{v} is out of range: from {} to {} seconds",
+                range.start().as_secs_f64(),
+                range.end().as_secs_f64()
+            )),
+        }
+    }
+}

@@ -1,0 +1,416 @@
+//! One generation built from the settings, in steps: the identity and the
+//! certificates checked, the engine's `Server` configured, its listeners
+//! planned and attached (sockets taken over from the previous generation
+//! or from systemd, new addresses bound), the metrics listener, the
+//! workers started, and only then anything changed. A start that fails is
+//! said in the command line's terms (`StartFailure`).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context;
+use peregrine::{log, AccessLog, Identity, Listening, Metrics, Request, Response, Router, Running, Server, TlsConfig};
+use peregrine_archive::{ArchiveServer, Mode};
+use peregrine_files::FileServer;
+
+use super::{Generation, Origin, Process, Role, ServedArchive};
+use crate::commands::serve::is_archive_root;
+use crate::config;
+use crate::flags::{Command, ServerArgs};
+use crate::sandbox;
+
+/// Where each listener comes from and what it speaks, in the order the
+/// engine is given them (and lists them).
+type Plan = Vec<(Origin, Role)>;
+
+/// Builds and starts a generation from `command`, on the sockets `taken`
+/// from the previous one (or from systemd) and new ones for new addresses.
+/// Also returns the URLs listened on, for the first line. Nothing is
+/// changed unless it succeeds.
+pub(super) fn build(
+    command: &Command,
+    taken: Vec<(Origin, Listening)>,
+    previous: Option<&Generation>,
+    process: &mut Process,
+) -> anyhow::Result<(Generation, String)> {
+    let args = command.server_args();
+    if let Some(level) = args.log_level {
+        log::set_level(level);
+    }
+    let first = previous.is_none();
+    check_identity(args, process, first)?;
+    let tls = load_tls(args, first)?;
+    let srv = configure(args, process, first)?;
+    let error_log = crate::logger::Route::to(args.error_log.as_deref())?;
+    let plan = plan_listeners(args, process)?;
+    let mut srv = attach_listeners(srv, &plan, taken, tls.as_ref(), process)?;
+
+    let metrics = args
+        .metrics
+        .map(|_| process.metrics.get_or_insert_with(|| Arc::new(Metrics::new())).clone());
+    if let Some(m) = &metrics {
+        srv = srv.metrics(m.clone());
+    }
+    let metrics_server = start_metrics_server(args.metrics, metrics.as_ref(), process)?;
+    let (running, archive, kept) = match start(command, srv, previous) {
+        Ok(started) => started,
+        Err(e) => {
+            if let Some((_, m)) = metrics_server {
+                m.shutdown();
+            }
+            let root_given_up = process.identity.user.is_some() || process.identity.group.is_some();
+            let failure = StartFailure::of(&e, args.tls.redirect_http, first, root_given_up);
+            return Err(failure.explain(e));
+        }
+    };
+
+    // Started: from here on nothing fails.
+    error_log.apply();
+    adopt_metrics_server(process, args.metrics, metrics_server);
+    if let Some(ServedArchive { server: a, .. }) = &archive {
+        if let Some(m) = &metrics {
+            archive_gauges(m, a);
+        }
+        if kept {
+            a.reload();
+        }
+    }
+    let urls = urls(&plan, &running, tls.is_some());
+    let generation = Generation {
+        number: 1,
+        running,
+        origins: plan.iter().map(|(origin, _)| *origin).collect(),
+        archive,
+    };
+    Ok((generation, urls))
+}
+
+/// `--user` and `--group` are those of the start: root was given up then
+/// and cannot be had again.
+fn check_identity(args: &ServerArgs, process: &Process, first: bool) -> anyhow::Result<()> {
+    let identity = Identity {
+        user: args.user.clone(),
+        group: args.group.clone(),
+    };
+    anyhow::ensure!(
+        first || identity == process.identity,
+        "--user and --group cannot change while serving (root was given up at start); restart to change them"
+    );
+    Ok(())
+}
+
+/// The certificates, read again from their files; at a reload a failure
+/// says that the ones loaded before are kept.
+fn load_tls(args: &ServerArgs, first: bool) -> anyhow::Result<Option<TlsConfig>> {
+    match args.tls.config() {
+        Ok(tls) => Ok(tls),
+        Err(e) if !first => Err(e.context("TLS reload failed, keeping the certificates loaded before")),
+        Err(e) => Err(e),
+    }
+}
+
+/// The engine's server with the settings that are not listeners: limits,
+/// protocols, workers, the access log, and (at start only) the identity
+/// to become once the ports are bound.
+fn configure(args: &ServerArgs, process: &Process, first: bool) -> anyhow::Result<Server> {
+    let mut srv = Server::new()
+        .limits(args.limits.to_limits()?)
+        .access_log_format(args.access_log_format.clone())
+        .http2(!args.no_http2)
+        .http3(args.http3()?);
+    if first {
+        srv = srv.run_as(process.run_as.clone());
+    }
+    // Bounded by the flag's parser (`Limits::N_WORKERS_RANGE`).
+    srv = srv.workers(args.workers.unwrap_or(process.n_workers_default));
+    if let Some(path) = &args.access_log {
+        srv = srv.access_log(AccessLog::from_arg(path));
+    }
+    Ok(srv)
+}
+
+/// The addresses, in the order they are shown: `--bind` (or the default),
+/// systemd's, the redirecting one. A Unix socket's path is added to those
+/// the process has seen, so that `Origin::Unix` finds it again at the
+/// next reload.
+fn plan_listeners(args: &ServerArgs, process: &mut Process) -> anyhow::Result<Plan> {
+    args.unix_binds()?;
+    let mut binds: Vec<Origin> = Vec::new();
+    for bind in &args.bind {
+        binds.extend(bind.0.iter().map(|a| Origin::Configured(*a)));
+        if let Some(path) = &bind.1 {
+            let i = match process.unix_paths.iter().position(|p| p == path) {
+                Some(i) => i,
+                None => {
+                    process.unix_paths.push(path.clone());
+                    process.unix_paths.len() - 1
+                }
+            };
+            binds.push(Origin::Unix(i));
+        }
+    }
+    if binds.is_empty() && process.n_inherited == 0 {
+        binds.push(Origin::Configured(SocketAddr::from(([127, 0, 0, 1], 8080))));
+    }
+    let plan = (binds.iter().map(|o| (*o, Role::Serve)))
+        .chain((0..process.n_inherited).map(|i| (Origin::Inherited(i), Role::Serve)))
+        .chain(args.tls.redirect_http.map(|a| (Origin::Configured(a), Role::Redirect)))
+        .collect();
+    Ok(plan)
+}
+
+/// Gives the server its listeners in the plan's order: the socket `taken`
+/// for the same origin where there is one, else a new address to bind.
+fn attach_listeners(
+    mut srv: Server,
+    plan: &Plan,
+    mut taken: Vec<(Origin, Listening)>,
+    tls: Option<&TlsConfig>,
+    process: &Process,
+) -> anyhow::Result<Server> {
+    for &(origin, role) in plan {
+        let old = taken
+            .iter()
+            .position(|(o, _)| *o == origin)
+            .map(|i| taken.swap_remove(i).1);
+        srv = match (old, origin, role, tls) {
+            (Some(socket), _, Role::Redirect, _) => srv.listener_redirect(socket),
+            (Some(socket), _, Role::Serve, Some(tls)) => srv.listener_tls(socket, tls.clone()),
+            (Some(socket), _, Role::Serve, None) => srv.listener(socket),
+            (None, Origin::Configured(addr), Role::Redirect, _) => srv.redirect_http(addr),
+            (None, Origin::Configured(addr), Role::Serve, Some(tls)) => srv.bind_tls(addr, tls.clone()),
+            (None, Origin::Configured(addr), Role::Serve, None) => srv.bind(addr),
+            (None, Origin::Unix(i), Role::Serve, None) => srv.bind_unix(&process.unix_paths[i]),
+            (None, Origin::Unix(i), _, _) => {
+                anyhow::bail!(
+                    "unix:{}: TLS on a Unix-domain socket is not supported",
+                    process.unix_paths[i].display()
+                )
+            }
+            (None, Origin::Inherited(i), _, _) => anyhow::bail!("socket {i} passed by systemd is gone"),
+        };
+    }
+    // Sockets of addresses no longer configured: these duplicates close
+    // now, the old generation's own when it has finished.
+    drop(taken);
+    Ok(srv)
+}
+
+/// A new `--metrics` listener, unless the one running is on the same
+/// address (it is kept).
+fn start_metrics_server(
+    addr: Option<SocketAddr>,
+    metrics: Option<&Arc<Metrics>>,
+    process: &Process,
+) -> anyhow::Result<Option<(SocketAddr, Running)>> {
+    Ok(match (addr, metrics, &process.metrics_server) {
+        (Some(addr), _, Some((old, _))) if *old == addr => None,
+        (Some(addr), Some(m), _) => Some((addr, serve_metrics(addr, m.clone())?)),
+        _ => None,
+    })
+}
+
+/// Starts the workers with the handler `command` asks for. An archive at
+/// the path (and in the mode) the previous generation served is kept; the
+/// last value says so.
+fn start(
+    command: &Command,
+    srv: Server,
+    previous: Option<&Generation>,
+) -> anyhow::Result<(Running, Option<ServedArchive>, bool)> {
+    let Command::Serve {
+        root, files, archive, ..
+    } = command
+    else {
+        let running = srv.start(sandbox::planted_bug(Hello))?;
+        return Ok((running, None, false));
+    };
+    if !is_archive_root(root, files, archive)? {
+        let files = FileServer::new(files.options(root.clone()))?;
+        return Ok((srv.start(sandbox::planted_bug(files))?, None, false));
+    }
+    let mode = match (archive.in_memory, archive.prefault) {
+        (true, _) => Mode::Heap,
+        (false, true) => Mode::MapPopulate,
+        (false, false) => Mode::Map,
+    };
+    let same = previous
+        .and_then(|p| p.archive.as_ref())
+        .filter(|a| a.root == *root && a.mode == mode);
+    let (server, kept) = match same {
+        Some(same) => (same.server.clone(), true),
+        None => (ArchiveServer::open(root, mode)?, false),
+    };
+    let running = srv.start(sandbox::planted_bug(server.clone()))?;
+    let served = ServedArchive {
+        root: root.clone(),
+        mode,
+        server,
+    };
+    Ok((running, Some(served), kept))
+}
+
+/// `peregrine hello`'s handler: the same answer to every request, given
+/// at the head (a body is never read).
+struct Hello;
+
+impl peregrine::Handler for Hello {
+    fn call(&self, _req: &Request<'_>) -> peregrine::Reply {
+        Response::text("Hello, World!").into()
+    }
+
+    fn body_use(&self, _req: &Request<'_>) -> peregrine::BodyUse {
+        peregrine::BodyUse::Ignore
+    }
+}
+
+/// Why a generation did not start, where the command line can say more
+/// than the engine's error: read from the error once (`of`), then matched
+/// as data (`explain`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum StartFailure {
+    /// At a reload, a new address refused for want of privilege (a port
+    /// below 1024) after root was given up at start.
+    NeedsRoot,
+    /// HTTP/3's UDP port on a TLS address is taken (by another program):
+    /// the TCP side alone would serve.
+    Http3Port,
+    /// The `--redirect-http` address could not be bound.
+    RedirectHttp(SocketAddr),
+    /// Nothing to add to the engine's words.
+    Other,
+}
+
+impl StartFailure {
+    /// What `e`, from starting a generation, means here. `root_given_up`:
+    /// `--user` or `--group` dropped root at start.
+    fn of(e: &anyhow::Error, redirect_http: Option<SocketAddr>, first: bool, root_given_up: bool) -> Self {
+        let Some(engine) = e.downcast_ref::<peregrine::Error>() else {
+            return StartFailure::Other;
+        };
+        // After --user, binding a port below 1024 is refused.
+        let denied = engine.is_bind() && engine.io_error().kind() == std::io::ErrorKind::PermissionDenied;
+        if !first && denied && root_given_up {
+            return StartFailure::NeedsRoot;
+        }
+        if engine.is_http3_bind() {
+            return StartFailure::Http3Port;
+        }
+        match redirect_http {
+            // The redirecting listener is bound with the others: name its
+            // flag, as `--metrics ADDR: cannot listen on ...` is named.
+            Some(addr) if bind_failed_on(engine) == Some(addr) => StartFailure::RedirectHttp(addr),
+            _ => StartFailure::Other,
+        }
+    }
+
+    /// `e`, with what the command line adds to it.
+    fn explain(self, e: anyhow::Error) -> anyhow::Error {
+        match self {
+            StartFailure::NeedsRoot => {
+                e.context("root was given up at start, so a new port below 1024 needs a restart")
+            }
+            StartFailure::Http3Port => anyhow::anyhow!("{e:#}; --no-http3 serves without it"),
+            StartFailure::RedirectHttp(addr) => {
+                e.context(format!("--redirect-http {addr}{}", config::origin("--redirect-http")))
+            }
+            StartFailure::Other => e,
+        }
+    }
+}
+
+/// The TCP address a bind error is about.
+///
+/// WORKAROUND until the engine says it as data: `peregrine::Error` keeps
+/// the address only as text (`Kind::Bind(String)`, shown as `cannot listen
+/// on ADDR`), so it is read back from the message here, in this one place.
+/// An accessor such as `peregrine::Error::bind_addr() -> Option<SocketAddr>`
+/// would replace this function.
+fn bind_failed_on(e: &peregrine::Error) -> Option<SocketAddr> {
+    if !e.is_bind() || e.is_http3_bind() {
+        return None;
+    }
+    e.to_string().strip_prefix("cannot listen on ")?.parse().ok()
+}
+
+/// Once the generation has started: the new metrics listener replaces
+/// the old one, or the old one stops when `--metrics` is gone.
+fn adopt_metrics_server(process: &mut Process, addr: Option<SocketAddr>, new: Option<(SocketAddr, Running)>) {
+    // Said once the error log goes where --error-log says.
+    if let Some((_, m)) = &new {
+        log::info(format_args!("metrics on http://{}/metrics", m.local_addr()));
+    }
+    match (addr, new) {
+        (_, Some(new)) => {
+            if let Some((_, old)) = process.metrics_server.replace(new) {
+                old.shutdown();
+            }
+        }
+        (None, None) => {
+            if let Some((_, old)) = process.metrics_server.take() {
+                old.shutdown();
+            }
+        }
+        (Some(_), None) => {}
+    }
+}
+
+/// The URLs listened on, in the plan's order: `https://` for the serving
+/// addresses when TLS is on, `unix:PATH` for a Unix socket.
+fn urls(plan: &Plan, running: &Running, tls: bool) -> String {
+    let urls: Vec<String> = (plan.iter().zip(running.local_addrs()).zip(running.unix_paths()))
+        .map(|(((_, role), local), unix)| {
+            if let Some(path) = unix {
+                return format!("unix:{}", path.display());
+            }
+            let scheme = match (role, tls) {
+                (Role::Serve, true) => "https",
+                _ => "http",
+            };
+            format!("{scheme}://{local}/")
+        })
+        .collect();
+    urls.join(", ")
+}
+
+/// The archive's gauges, in place of those of an archive served before.
+fn archive_gauges(m: &Metrics, archive: &ArchiveServer) {
+    let a = archive.clone();
+    m.gauge(
+        "peregrine_archive_generation",
+        "The archive being served: 1 at start, one more per swap.",
+        move || a.generation(),
+    );
+    let a = archive.clone();
+    m.counter(
+        "peregrine_archive_swaps_total",
+        "Archives swapped in while serving (rename or SIGHUP).",
+        move || a.generation() - 1,
+    );
+    let a = archive.clone();
+    m.counter(
+        "peregrine_archive_refused_total",
+        "Replacement archives refused (damaged or unreadable); the old one kept serving.",
+        move || a.refused(),
+    );
+}
+
+/// Serves `/metrics` (Prometheus text format) and `/healthz` on the
+/// `--metrics` address: a server of its own with one worker, so scrapes
+/// never wait behind client traffic and are not counted in it.
+fn serve_metrics(addr: SocketAddr, metrics: Arc<Metrics>) -> anyhow::Result<Running> {
+    let app = Router::new()
+        .get("/metrics", move |_: &Request<'_>| {
+            Response::bytes("text/plain; version=0.0.4; charset=utf-8", metrics.render())
+                .with_header("Cache-Control", "no-store")
+        })
+        .get("/healthz", |_: &Request<'_>| {
+            Response::text("ok\n").with_header("Cache-Control", "no-store")
+        });
+    let running = Server::new()
+        .bind(addr)
+        .workers(1)
+        .start(app)
+        .with_context(|| format!("--metrics {addr}"))?;
+    Ok(running)
+}
