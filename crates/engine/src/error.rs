@@ -13,8 +13,10 @@ pub struct Error {
 
 #[derive(Debug)]
 enum Kind {
-    /// The address as shown: `127.0.0.1:80`, `unix:/run/x.sock`.
-    Bind(String),
+    /// A TCP listener's address.
+    Bind(SocketAddr),
+    /// A Unix-domain listener's path.
+    BindUnix(std::path::PathBuf),
     /// HTTP/3's UDP sockets on a TLS listener's address.
     BindUdp(SocketAddr),
     Resolve(String),
@@ -26,7 +28,7 @@ enum Kind {
 impl Error {
     pub(crate) fn bind(addr: SocketAddr, source: io::Error) -> Self {
         Error {
-            kind: Kind::Bind(addr.to_string()),
+            kind: Kind::Bind(addr),
             source,
         }
     }
@@ -40,7 +42,7 @@ impl Error {
 
     pub(crate) fn bind_unix(path: &std::path::Path, source: io::Error) -> Self {
         Error {
-            kind: Kind::Bind(format!("unix:{}", path.display())),
+            kind: Kind::BindUnix(path.to_path_buf()),
             source,
         }
     }
@@ -75,7 +77,7 @@ impl Error {
 
     /// A listening address could not be bound (in use, no permission, ...).
     pub fn is_bind(&self) -> bool {
-        matches!(self.kind, Kind::Bind(_) | Kind::BindUdp(_))
+        matches!(self.kind, Kind::Bind(_) | Kind::BindUnix(_) | Kind::BindUdp(_))
     }
 
     /// The address that could not be bound is HTTP/3's, over UDP (a TLS
@@ -83,6 +85,15 @@ impl Error {
     /// (`Server::http3(false)`) it would be served.
     pub fn is_http3_bind(&self) -> bool {
         matches!(self.kind, Kind::BindUdp(_))
+    }
+
+    /// The TCP address that could not be bound, if that is what failed
+    /// (not HTTP/3's UDP sockets, not a Unix-domain socket).
+    pub fn bind_addr(&self) -> Option<SocketAddr> {
+        match self.kind {
+            Kind::Bind(addr) => Some(addr),
+            _ => None,
+        }
     }
 
     /// An address given to `bind` could not be resolved.
@@ -115,6 +126,7 @@ impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match &self.kind {
             Kind::Bind(addr) => write!(f, "cannot listen on {addr}"),
+            Kind::BindUnix(path) => write!(f, "cannot listen on unix:{}", path.display()),
             Kind::BindUdp(addr) => write!(f, "cannot listen on {addr} (UDP, for HTTP/3)"),
             Kind::Resolve(addr) => write!(f, "cannot resolve {addr}"),
             Kind::Setup => f.write_str("cannot start the server"),
@@ -161,6 +173,18 @@ mod tests {
             "cannot listen on 127.0.0.1:443 (UDP, for HTTP/3): address in use"
         );
         assert!(e.is_bind() && e.is_http3_bind());
+        assert_eq!(e.bind_addr(), None);
+        let e = Error::bind(
+            "127.0.0.1:80".parse().unwrap(),
+            io::Error::from(io::ErrorKind::AddrInUse),
+        );
+        assert_eq!(e.bind_addr(), Some("127.0.0.1:80".parse().unwrap()));
+        let e = Error::bind_unix(
+            std::path::Path::new("/run/p.sock"),
+            io::Error::from(io::ErrorKind::AddrInUse),
+        );
+        assert_eq!(chain(&e), "cannot listen on unix:/run/p.sock: address in use");
+        assert!(e.is_bind() && e.bind_addr().is_none());
     }
 
     #[test]

@@ -299,7 +299,7 @@ impl StartFailure {
         match redirect_http {
             // The redirecting listener is bound with the others: name its
             // flag, as `--metrics ADDR: cannot listen on ...` is named.
-            Some(addr) if bind_failed_on(engine) == Some(addr) => StartFailure::RedirectHttp(addr),
+            Some(addr) if engine.bind_addr() == Some(addr) => StartFailure::RedirectHttp(addr),
             _ => StartFailure::Other,
         }
     }
@@ -317,20 +317,6 @@ impl StartFailure {
             StartFailure::Other => e,
         }
     }
-}
-
-/// The TCP address a bind error is about.
-///
-/// WORKAROUND until the engine says it as data: `peregrine::Error` keeps
-/// the address only as text (`Kind::Bind(String)`, shown as `cannot listen
-/// on ADDR`), so it is read back from the message here, in this one place.
-/// An accessor such as `peregrine::Error::bind_addr() -> Option<SocketAddr>`
-/// would replace this function.
-fn bind_failed_on(e: &peregrine::Error) -> Option<SocketAddr> {
-    if !e.is_bind() || e.is_http3_bind() {
-        return None;
-    }
-    e.to_string().strip_prefix("cannot listen on ")?.parse().ok()
 }
 
 /// Once the generation has started: the new metrics listener replaces
