@@ -68,6 +68,7 @@ mod responder;
 mod response;
 mod router;
 mod server;
+mod sources;
 #[allow(unsafe_code)]
 mod sys;
 mod tls;

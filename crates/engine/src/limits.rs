@@ -8,8 +8,10 @@ use std::time::Duration;
 
 /// The limits one server applies to every connection and request.
 ///
-/// Timeouts are checked by a sweep that runs once per
-/// [`Limits::sweep_interval`], so each fires up to that much late.
+/// Each connection's timeouts are kept in its worker's timer set and fire
+/// on time (to the poll's millisecond); housekeeping (flushing the access
+/// log, retrying accepts after running out of descriptors, the shutdown
+/// deadline) runs once per [`Limits::sweep_interval`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Limits {
     /// Longest request head (request line and fields), in bytes; longer → 431.
@@ -91,7 +93,9 @@ pub struct Limits {
     pub write_buffer_bytes_max: usize,
     /// On shutdown, how long requests in flight are given to finish.
     pub shutdown_timeout: Duration,
-    /// How often timeouts are checked; kept between 1 ms and 60 s.
+    /// How often the worker's housekeeping runs (the access log's flush,
+    /// accepting again after EMFILE, the shutdown deadline); kept between
+    /// 1 ms and 60 s. Timeouts do not wait for it.
     pub sweep_interval: Duration,
     /// Most concurrent streams one HTTP/2 connection may open
     /// (SETTINGS_MAX_CONCURRENT_STREAMS); more are refused with
@@ -204,9 +208,9 @@ impl Limits {
     /// 0 closes after every answer given before its body; past 1 GiB a
     /// discard is a download the client imposes on us.
     pub const DISCARD_BYTES_MAX_RANGE: RangeInclusive<u64> = 0..=1 << 30;
-    /// Every timeout: not below the sweep interval (250 ms), as timeouts
-    /// fire up to that late anyway; not above a day, past which a timeout
-    /// is no timeout.
+    /// Every timeout: not below 250 ms (a timeout shorter than a slow
+    /// network's round trips would cut honest clients); not above a day,
+    /// past which a timeout is no timeout.
     pub const TIMEOUT_RANGE: RangeInclusive<Duration> = Duration::from_millis(250)..=Duration::from_secs(24 * 3600);
     /// 0 asks no rate; past 1 MB/s a slow mobile client would be cut.
     pub const MIN_RATE_BYTES_PER_SEC_RANGE: RangeInclusive<u64> = 0..=1_000_000;

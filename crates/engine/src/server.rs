@@ -23,7 +23,7 @@ use crate::responder::Mailbox;
 use crate::sys::stream::StdListener;
 use crate::tls::redirect::HttpsRedirect;
 use crate::tls::TlsConfig;
-use crate::worker::{Listener, ListenerKind, Worker, WAKER};
+use crate::worker::{Listener, ListenerKind, Worker};
 
 /// Configures and starts a server.
 ///
@@ -423,7 +423,7 @@ impl Server {
                 .collect::<std::io::Result<Vec<_>>>()
                 .map_err(Error::setup)?;
             let poll = mio::Poll::new().map_err(Error::setup)?;
-            let waker = mio::Waker::new(poll.registry(), WAKER).map_err(Error::setup)?;
+            let waker = mio::Waker::new(poll.registry(), crate::sources::Source::Waker.mio()).map_err(Error::setup)?;
             let mailbox = Arc::new(Mailbox {
                 answers: Mutex::new(Vec::new()),
                 waker,

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mio::{Events, Interest, Poll, Token};
+use mio::{Events, Interest, Poll};
 use slab::Slab;
 
 use crate::access_log::LogWriter;
@@ -20,17 +20,10 @@ use crate::handler::Handler;
 use crate::limits::Limits;
 use crate::metrics::WorkerMetrics;
 use crate::responder::{Mailbox, Post};
+use crate::sources::{Source, Timers};
 use crate::sys::stream::{ListenSocket, Stream};
 use crate::tls::session::TlsSession;
 use crate::tls::TlsListener;
-
-/// Tokens at or above this are listeners; below, connections (slab keys).
-const LISTENER_BASE: usize = usize::MAX / 2;
-/// Tokens from here are the QUIC endpoints' UDP sockets (HTTP/3).
-const UDP_BASE: usize = LISTENER_BASE + (1 << 24);
-pub(crate) const WAKER: Token = Token(usize::MAX - 1);
-/// The precise timer for QUIC's deadlines (only with HTTP/3).
-const TIMER: Token = Token(usize::MAX - 2);
 
 /// Sent to a client refused at the connection cap, best effort.
 const REFUSAL: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
@@ -72,8 +65,8 @@ impl Worker {
     pub(crate) fn run(self) -> io::Result<()> {
         let Worker {
             mut poll,
-            mut listeners,
-            mut quic,
+            listeners,
+            quic,
             handler,
             redirect,
             mut limits,
@@ -84,28 +77,13 @@ impl Worker {
             keep_idle,
             metrics,
         } = self;
-        // Timeouts are only noticed at sweeps; a sweep at least every minute
-        // keeps them meaningful and the deadline arithmetic in range.
+        // Housekeeping (the log's flush, accepting again after EMFILE, the
+        // shutdown deadline) runs at least every minute.
         limits.sweep_interval = limits
             .sweep_interval
             .clamp(Duration::from_millis(1), Duration::from_secs(60));
-        for (i, listener) in listeners.iter_mut().enumerate() {
-            poll.registry()
-                .register(&mut listener.socket, Token(LISTENER_BASE + i), Interest::READABLE)?;
-        }
-        for (i, endpoint) in quic.iter_mut().enumerate() {
-            endpoint.register(poll.registry(), UDP_BASE + i, &mailbox)?;
-        }
-        // QUIC's timers (acknowledgments, loss detection, pacing) need
-        // microseconds, not the poll timeout's milliseconds.
-        let timer = if quic.is_empty() {
-            None
-        } else {
-            let mut t = crate::sys::timer::Timer::new()?;
-            poll.registry().register(&mut t, TIMER, Interest::READABLE)?;
-            Some(t)
-        };
-        let mut timer_armed: Option<Instant> = None;
+        let mut hosted = Hosted::new(listeners, quic);
+        let timer = hosted.register(&poll, &mailbox)?;
         let h2 = http2.then(|| crate::h2::Config {
             streams_max: limits.h2_streams_max,
             head_bytes_max: limits.head_bytes_max,
@@ -113,45 +91,18 @@ impl Worker {
             body_bytes_max: limits.body_bytes_max,
             discard_bytes_max: limits.discard_bytes_max,
         });
-        let mut conns: Slab<Conn> = Slab::with_capacity(1024);
-        let mut per_address = PerAddress::default();
         let mut events = Events::with_capacity(1024);
         let mut pool = BufPool::default();
         let mut date = DateCache::new();
         let next_defer_id = Cell::new(0);
-        let mut expired: Vec<usize> = Vec::new();
-        let mut next_sweep = Instant::now() + limits.sweep_interval;
+        let mut next_housekeeping = Instant::now() + limits.sweep_interval;
         let mut drain_deadline: Option<Instant> = None;
         // Draining with idle connections kept (a hand-over), until a plain
         // shutdown asks for them to be closed too.
         let mut idle_kept = false;
-        let mut accept_paused = false;
-        // Connections that used up their turn with work left, and the list
-        // being worked through (swapped, so a connection can requeue).
-        let mut ready: Vec<usize> = Vec::new();
-        let mut ready_now: Vec<usize> = Vec::new();
-        // QUIC endpoints that stopped reading with datagrams perhaps left.
-        let mut quic_ready: Vec<usize> = Vec::new();
 
         loop {
-            // With connections waiting for another turn, only look for new
-            // events; do not sleep.
-            let mut timeout = if ready.is_empty() && quic_ready.is_empty() {
-                limits.sweep_interval
-            } else {
-                Duration::ZERO
-            };
-            if let Some(at) = quic.iter().filter_map(|e| e.next_timeout()).min() {
-                let left = at.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    timeout = Duration::ZERO;
-                } else if timer_armed != Some(at) {
-                    if let Some(t) = &timer {
-                        t.set(left)?;
-                        timer_armed = Some(at);
-                    }
-                }
-            }
+            let timeout = hosted.poll_timeout(timer.as_ref(), next_housekeeping)?;
             match poll.poll(&mut events, Some(timeout)) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -175,142 +126,18 @@ impl Worker {
                 metrics: metrics.as_deref(),
                 h2,
             };
-            // Those left with datagrams last time get their turn after this
-            // time's events (one turn per loop, like `ready` below).
-            let mut quic_again = std::mem::take(&mut quic_ready);
-            for event in events.iter() {
-                match event.token() {
-                    TIMER => {
-                        // Fired: the endpoints' timers run below.
-                        if let Some(t) = &timer {
-                            t.clear();
-                        }
-                        timer_armed = None;
-                    }
-                    WAKER => {
-                        for post in mailbox.take() {
-                            let token = match &post {
-                                Post::Answer(answer) => answer.token,
-                                Post::Wake { token } => *token,
-                            };
-                            if token >= crate::quic::CONN_TOKEN_BASE {
-                                for endpoint in quic.iter_mut() {
-                                    if let Some(ch) = endpoint.conn_of_token(token) {
-                                        match post {
-                                            Post::Answer(a) => endpoint.on_answer(&mut ctx, ch, a.id, a.response),
-                                            Post::Wake { .. } => endpoint.on_wake(&mut ctx, ch),
-                                        }
-                                        break;
-                                    }
-                                }
-                                continue;
-                            }
-                            // A token may have been closed and reused since;
-                            // an answer carries its id, and a spurious wake
-                            // is harmless.
-                            if let Some(conn) = conns.get_mut(token) {
-                                let next = match post {
-                                    Post::Answer(a) => conn.on_answer(&mut ctx, a.id, a.response),
-                                    Post::Wake { .. } => conn.on_wake(&mut ctx),
-                                };
-                                settle(
-                                    &mut conns,
-                                    &mut per_address,
-                                    token,
-                                    next,
-                                    &mut ready,
-                                    ctx.pool,
-                                    ctx.metrics,
-                                );
-                            }
-                        }
-                        // QUIC datagrams other endpoints read for ours (a
-                        // reload's older generation, or a shared socket).
-                        for (i, endpoint) in quic.iter_mut().enumerate() {
-                            if endpoint.on_inbox(&mut ctx) && !quic_ready.contains(&i) {
-                                quic_ready.push(i);
-                            }
-                        }
-                    }
-                    Token(t) if t >= UDP_BASE => {
-                        if let Some(endpoint) = quic.get_mut(t - UDP_BASE) {
-                            if event.is_writable() {
-                                endpoint.on_writable(&mut ctx);
-                            }
-                            if event.is_readable()
-                                && endpoint.on_readable(&mut ctx)
-                                && !quic_ready.contains(&(t - UDP_BASE))
-                            {
-                                quic_ready.push(t - UDP_BASE);
-                            }
-                        }
-                    }
-                    Token(t) if t >= LISTENER_BASE => {
-                        if let Some(listener) = listeners.get(t - LISTENER_BASE) {
-                            accept_paused |= !accept(listener, &mut conns, &mut per_address, &ctx);
-                        }
-                    }
-                    Token(t) => {
-                        if let Some(conn) = conns.get_mut(t) {
-                            let next = conn.on_ready(&mut ctx, event.is_read_closed());
-                            settle(&mut conns, &mut per_address, t, next, &mut ready, ctx.pool, ctx.metrics);
-                        }
-                    }
-                }
-            }
-            // Another turn for endpoints with datagrams left (edge-triggered:
-            // no new event comes for them until their socket is drained).
-            for i in quic_again.drain(..) {
-                if let Some(endpoint) = quic.get_mut(i) {
-                    if endpoint.on_readable(&mut ctx) {
-                        quic_ready.push(i);
-                    }
-                }
-            }
-            for endpoint in quic.iter_mut() {
-                endpoint.on_timers(&mut ctx);
-            }
-            // Another turn for those that had more to do. A token may have
-            // been closed and reused since; a spurious turn is harmless.
-            std::mem::swap(&mut ready, &mut ready_now);
-            for t in ready_now.drain(..) {
-                if let Some(conn) = conns.get_mut(t) {
-                    conn.queued = false;
-                    let next = conn.on_turn(&mut ctx);
-                    settle(&mut conns, &mut per_address, t, next, &mut ready, ctx.pool, ctx.metrics);
-                }
-            }
-
-            if now >= next_sweep {
-                next_sweep = now + limits.sweep_interval;
-                expired.extend(
-                    conns
-                        .iter()
-                        .filter(|(_, c)| c.deadline.is_some_and(|d| d <= now))
-                        .map(|(t, _)| t),
-                );
-                for t in expired.drain(..) {
-                    let next = conns[t].on_timeout(&mut ctx);
-                    settle(&mut conns, &mut per_address, t, next, &mut ready, ctx.pool, ctx.metrics);
-                }
-                if accept_paused {
-                    accept_paused = false;
-                    for listener in &listeners {
-                        accept_paused |= !accept(listener, &mut conns, &mut per_address, &ctx);
-                    }
-                }
+            hosted.on_events(&mut ctx, &events, timer.as_ref(), &mailbox);
+            hosted.give_turns(&mut ctx);
+            hosted.run_timers(&mut ctx);
+            if now >= next_housekeeping {
+                next_housekeeping = now + limits.sweep_interval;
+                hosted.accept_again(&ctx);
                 if let Some(log) = ctx.log.as_deref_mut() {
                     log.flush();
                 }
             }
 
             if drain_deadline.is_none() && shutdown.load(Ordering::Acquire) {
-                // Stop accepting; close what is idle; let the rest finish.
-                // Dropping a listener closes only this worker's descriptor:
-                // a server taking over (a reload) accepts from its own.
-                for mut listener in listeners.drain(..) {
-                    let _ = poll.registry().deregister(&mut listener.socket);
-                }
                 // A timeout too large to add means: no deadline (far future).
                 drain_deadline = Some(
                     now.checked_add(limits.shutdown_timeout)
@@ -318,42 +145,17 @@ impl Worker {
                 );
                 ctx.draining = true;
                 idle_kept = keep_idle.load(Ordering::Acquire);
-                let tokens: Vec<usize> = conns.iter().map(|(t, _)| t).collect();
-                for t in tokens {
-                    let next = conns[t].on_drain(&mut ctx, idle_kept);
-                    settle(&mut conns, &mut per_address, t, next, &mut ready, ctx.pool, ctx.metrics);
-                }
-                // HTTP/3: GOAWAY, each connection closing once its requests
-                // are answered (a hand-over alike: a QUIC client reconnects
-                // on its own).
-                for endpoint in quic.iter_mut() {
-                    endpoint.drain(&mut ctx);
-                }
+                hosted.begin_drain(&mut ctx, idle_kept);
             } else if idle_kept && !keep_idle.load(Ordering::Acquire) {
                 idle_kept = false;
-                let tokens: Vec<usize> = conns.iter().map(|(t, _)| t).collect();
-                for t in tokens {
-                    let next = conns[t].on_drain(&mut ctx, false);
-                    settle(&mut conns, &mut per_address, t, next, &mut ready, ctx.pool, ctx.metrics);
-                }
+                hosted.drain_conns(&mut ctx, false);
             }
             if let Some(deadline) = drain_deadline {
-                let quic_done = quic.iter().all(|e| e.n_conns() == 0);
-                if conns.is_empty() && quic_done {
+                if hosted.is_empty() {
                     break;
                 }
                 if now >= deadline {
-                    // Cut what is left, counted closed (and the deferred
-                    // answers it waits for, abandoned) like any other close:
-                    // the gauges of open connections and requests in flight
-                    // come back down.
-                    for endpoint in quic.iter_mut() {
-                        endpoint.close_all(&mut ctx);
-                    }
-                    let tokens: Vec<usize> = conns.iter().map(|(t, _)| t).collect();
-                    for t in tokens {
-                        close(&mut conns, &mut per_address, t, ctx.pool, ctx.metrics);
-                    }
+                    hosted.cut(&mut ctx);
                     break;
                 }
             }
@@ -365,9 +167,330 @@ impl Worker {
     }
 }
 
+/// The event sources a worker hosts (`sources.rs` names them): its
+/// listeners, QUIC endpoints and connections, the one timer set their
+/// deadlines go into, and the connections waiting for another turn. The
+/// loop lends each call the worker's context (`Ctx`).
+struct Hosted {
+    listeners: Vec<Listener>,
+    /// HTTP/3: one QUIC endpoint per TLS address.
+    quic: Vec<crate::quic::Endpoint>,
+    conns: Slab<Conn>,
+    per_address: PerAddress,
+    /// The connections' deadlines (QUIC's are the endpoints', armed on
+    /// the timerfd: they need microseconds).
+    timers: Timers,
+    /// Connections that used up their turn with work left, and the list
+    /// being worked through (swapped, so a connection can requeue).
+    ready: Vec<usize>,
+    ready_now: Vec<usize>,
+    /// QUIC endpoints that stopped reading with datagrams perhaps left.
+    quic_ready: Vec<usize>,
+    /// Accepting failed (out of descriptors): retried at housekeeping.
+    accept_paused: bool,
+    /// When the timerfd is set to fire, if it is.
+    timer_armed: Option<Instant>,
+}
+
+impl Hosted {
+    fn new(listeners: Vec<Listener>, quic: Vec<crate::quic::Endpoint>) -> Self {
+        Hosted {
+            listeners,
+            quic,
+            conns: Slab::with_capacity(1024),
+            per_address: PerAddress::default(),
+            timers: Timers::default(),
+            ready: Vec::new(),
+            ready_now: Vec::new(),
+            quic_ready: Vec::new(),
+            accept_paused: false,
+            timer_armed: None,
+        }
+    }
+
+    /// Registers the listeners and UDP sockets in `poll`, and QUIC's
+    /// precise timer if there is an endpoint.
+    fn register(&mut self, poll: &Poll, mailbox: &Arc<Mailbox>) -> io::Result<Option<crate::sys::timer::Timer>> {
+        for (i, listener) in self.listeners.iter_mut().enumerate() {
+            poll.registry()
+                .register(&mut listener.socket, Source::Listener(i).mio(), Interest::READABLE)?;
+        }
+        for (i, endpoint) in self.quic.iter_mut().enumerate() {
+            endpoint.register(poll.registry(), Source::Udp(i).token(), mailbox)?;
+        }
+        // QUIC's timers (acknowledgments, loss detection, pacing) need
+        // microseconds, not the poll timeout's milliseconds.
+        if self.quic.is_empty() {
+            return Ok(None);
+        }
+        let mut t = crate::sys::timer::Timer::new()?;
+        poll.registry()
+            .register(&mut t, Source::Timer.mio(), Interest::READABLE)?;
+        Ok(Some(t))
+    }
+
+    /// How long the loop may sleep: not at all with turns owed; else until
+    /// the earliest connection deadline or housekeeping. QUIC's deadline
+    /// is armed on the timerfd.
+    fn poll_timeout(
+        &mut self,
+        timer: Option<&crate::sys::timer::Timer>,
+        housekeeping: Instant,
+    ) -> io::Result<Duration> {
+        if !self.ready.is_empty() || !self.quic_ready.is_empty() {
+            return Ok(Duration::ZERO);
+        }
+        let now = Instant::now();
+        let next = self.timers.next().map_or(housekeeping, |t| t.min(housekeeping));
+        let mut timeout = next.saturating_duration_since(now);
+        if let Some(at) = self.quic.iter().filter_map(|e| e.next_timeout()).min() {
+            let left = at.saturating_duration_since(now);
+            if left.is_zero() {
+                timeout = Duration::ZERO;
+            } else if self.timer_armed != Some(at) {
+                if let Some(t) = timer {
+                    t.set(left)?;
+                    self.timer_armed = Some(at);
+                }
+            }
+        }
+        Ok(timeout)
+    }
+
+    /// Dispatches one poll's events to their sources, then gives QUIC
+    /// endpoints with datagrams left their next turn and runs QUIC's
+    /// timers.
+    fn on_events(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        events: &Events,
+        timer: Option<&crate::sys::timer::Timer>,
+        mailbox: &Mailbox,
+    ) {
+        // Those left with datagrams last time get their turn after this
+        // time's events (one turn per loop, like `ready`).
+        let mut quic_again = std::mem::take(&mut self.quic_ready);
+        for event in events.iter() {
+            match Source::of(event.token().0) {
+                Source::Timer => {
+                    // Fired: the endpoints' timers run below.
+                    if let Some(t) = timer {
+                        t.clear();
+                    }
+                    self.timer_armed = None;
+                }
+                Source::Waker => self.on_mailbox(ctx, mailbox),
+                Source::Udp(i) => {
+                    if let Some(endpoint) = self.quic.get_mut(i) {
+                        if event.is_writable() {
+                            endpoint.on_writable(ctx);
+                        }
+                        if event.is_readable() && endpoint.on_readable(ctx) && !self.quic_ready.contains(&i) {
+                            self.quic_ready.push(i);
+                        }
+                    }
+                }
+                Source::Listener(i) => {
+                    if let Some(listener) = self.listeners.get(i) {
+                        self.accept_paused |=
+                            !accept(listener, &mut self.conns, &mut self.per_address, &mut self.timers, ctx);
+                    }
+                }
+                Source::Conn(t) => {
+                    if let Some(conn) = self.conns.get_mut(t) {
+                        let next = conn.on_ready(ctx, event.is_read_closed());
+                        self.settle(ctx, t, next);
+                    }
+                }
+                // Not registered in the poll: its endpoint's socket is.
+                Source::Quic { .. } => {}
+            }
+        }
+        // Another turn for endpoints with datagrams left (edge-triggered:
+        // no new event comes for them until their socket is drained).
+        for i in quic_again.drain(..) {
+            if let Some(endpoint) = self.quic.get_mut(i) {
+                if endpoint.on_readable(ctx) {
+                    self.quic_ready.push(i);
+                }
+            }
+        }
+        for endpoint in self.quic.iter_mut() {
+            endpoint.on_timers(ctx);
+        }
+    }
+
+    /// Deferred answers and wakes from other threads.
+    fn on_mailbox(&mut self, ctx: &mut Ctx<'_>, mailbox: &Mailbox) {
+        for post in mailbox.take() {
+            let token = match &post {
+                Post::Answer(answer) => answer.token,
+                Post::Wake { token } => *token,
+            };
+            match Source::of(token) {
+                Source::Quic { .. } => {
+                    for endpoint in self.quic.iter_mut() {
+                        if let Some(ch) = endpoint.conn_of_token(token) {
+                            match post {
+                                Post::Answer(a) => endpoint.on_answer(ctx, ch, a.id, a.response),
+                                Post::Wake { .. } => endpoint.on_wake(ctx, ch),
+                            }
+                            break;
+                        }
+                    }
+                }
+                // A token may have been closed and reused since; an
+                // answer carries its id, and a spurious wake is harmless.
+                Source::Conn(t) => {
+                    if let Some(conn) = self.conns.get_mut(t) {
+                        let next = match post {
+                            Post::Answer(a) => conn.on_answer(ctx, a.id, a.response),
+                            Post::Wake { .. } => conn.on_wake(ctx),
+                        };
+                        self.settle(ctx, t, next);
+                    }
+                }
+                _ => {}
+            }
+        }
+        // QUIC datagrams other endpoints read for ours (a reload's older
+        // generation, or a shared socket).
+        for (i, endpoint) in self.quic.iter_mut().enumerate() {
+            if endpoint.on_inbox(ctx) && !self.quic_ready.contains(&i) {
+                self.quic_ready.push(i);
+            }
+        }
+    }
+
+    /// Another turn for the connections that had more to do. A token may
+    /// have been closed and reused since; a spurious turn is harmless.
+    fn give_turns(&mut self, ctx: &mut Ctx<'_>) {
+        std::mem::swap(&mut self.ready, &mut self.ready_now);
+        let mut turns = std::mem::take(&mut self.ready_now);
+        for t in turns.drain(..) {
+            if let Some(conn) = self.conns.get_mut(t) {
+                conn.queued = false;
+                let next = conn.on_turn(ctx);
+                self.settle(ctx, t, next);
+            }
+        }
+        self.ready_now = turns;
+    }
+
+    /// The connections whose timer fired: each whose deadline has passed
+    /// times out; one whose deadline moved later is armed again for it.
+    fn run_timers(&mut self, ctx: &mut Ctx<'_>) {
+        while let Some(t) = self.timers.pop_due(ctx.now) {
+            let Some(conn) = self.conns.get_mut(t) else { continue };
+            conn.armed = None;
+            match conn.deadline {
+                Some(d) if d <= ctx.now => {
+                    let next = conn.on_timeout(ctx);
+                    self.settle(ctx, t, next);
+                }
+                later => self.timers.arm(t, later, &mut conn.armed),
+            }
+        }
+    }
+
+    /// Retries accepting after it failed (out of file descriptors).
+    fn accept_again(&mut self, ctx: &Ctx<'_>) {
+        if self.accept_paused {
+            self.accept_paused = false;
+            for listener in &self.listeners {
+                self.accept_paused |= !accept(listener, &mut self.conns, &mut self.per_address, &mut self.timers, ctx);
+            }
+        }
+    }
+
+    /// Shutdown begins: stop accepting; close what is idle (unless
+    /// `keep_idle`, a hand-over); let the rest finish. HTTP/3: GOAWAY, each
+    /// connection closing once its requests are answered (a hand-over
+    /// alike: a QUIC client reconnects on its own).
+    fn begin_drain(&mut self, ctx: &mut Ctx<'_>, keep_idle: bool) {
+        // Dropping a listener closes only this worker's descriptor: a
+        // server taking over (a reload) accepts from its own.
+        for mut listener in self.listeners.drain(..) {
+            let _ = ctx.registry.deregister(&mut listener.socket);
+        }
+        self.drain_conns(ctx, keep_idle);
+        for endpoint in self.quic.iter_mut() {
+            endpoint.drain(ctx);
+        }
+    }
+
+    /// Tells every connection that shutdown has begun.
+    fn drain_conns(&mut self, ctx: &mut Ctx<'_>, keep_idle: bool) {
+        let tokens: Vec<usize> = self.conns.iter().map(|(t, _)| t).collect();
+        for t in tokens {
+            let next = self.conns[t].on_drain(ctx, keep_idle);
+            self.settle(ctx, t, next);
+        }
+    }
+
+    /// Nothing is left to finish.
+    fn is_empty(&self) -> bool {
+        self.conns.is_empty() && self.quic.iter().all(|e| e.n_conns() == 0)
+    }
+
+    /// The shutdown deadline passed: cuts what is left, counted closed
+    /// (and the deferred answers it waits for, abandoned) like any other
+    /// close, so the gauges of open connections and requests in flight
+    /// come back down.
+    fn cut(&mut self, ctx: &mut Ctx<'_>) {
+        for endpoint in self.quic.iter_mut() {
+            endpoint.close_all(ctx);
+        }
+        let tokens: Vec<usize> = self.conns.iter().map(|(t, _)| t).collect();
+        for t in tokens {
+            self.close(ctx, t);
+        }
+    }
+
+    /// Acts on what a connection asked for after an event, and keeps its
+    /// timer in step with its deadline.
+    #[inline]
+    fn settle(&mut self, ctx: &mut Ctx<'_>, token: usize, next: Next) {
+        match next {
+            Next::Keep | Next::Again => {
+                let Some(conn) = self.conns.get_mut(token) else { return };
+                self.timers.arm(token, conn.deadline, &mut conn.armed);
+                // At most once in the list, however many events arrive
+                // meanwhile.
+                if next == Next::Again && !conn.queued {
+                    conn.queued = true;
+                    self.ready.push(token);
+                }
+            }
+            Next::Close => self.close(ctx, token),
+        }
+    }
+
+    fn close(&mut self, ctx: &mut Ctx<'_>, token: usize) {
+        if let Some(mut conn) = self.conns.try_remove(token) {
+            self.timers.disarm(token, &mut conn.armed);
+            self.per_address.close(conn.peer());
+            if let Some(m) = ctx.metrics {
+                m.conns_closed.add(1);
+                // Abandoned: their answers will be dropped.
+                m.deferred_ended.add(conn.n_deferred() as u64);
+            }
+            conn.release(ctx.pool);
+            // Dropping the connection closes the socket, which also
+            // removes it from the epoll set: no deregister call needed.
+        }
+    }
+}
+
 /// Accepts every pending connection. Returns false if accepting must be
 /// retried later (out of file descriptors).
-fn accept(listener: &Listener, conns: &mut Slab<Conn>, per_address: &mut PerAddress, ctx: &Ctx<'_>) -> bool {
+fn accept(
+    listener: &Listener,
+    conns: &mut Slab<Conn>,
+    per_address: &mut PerAddress,
+    timers: &mut Timers,
+    ctx: &Ctx<'_>,
+) -> bool {
     loop {
         let (mut stream, peer) = match listener.socket.accept() {
             Ok(accepted) => accepted,
@@ -408,7 +531,7 @@ fn accept(listener: &Listener, conns: &mut Slab<Conn>, per_address: &mut PerAddr
         let token = entry.key();
         if ctx
             .registry
-            .register(&mut stream, Token(token), Interest::READABLE)
+            .register(&mut stream, Source::Conn(token).mio(), Interest::READABLE)
             .is_err()
         {
             per_address.close(peer);
@@ -417,7 +540,7 @@ fn accept(listener: &Listener, conns: &mut Slab<Conn>, per_address: &mut PerAddr
         if let Some(m) = ctx.metrics {
             m.conns_accepted.add(1);
         }
-        entry.insert(Conn::new(
+        let conn = entry.insert(Conn::new(
             stream,
             transport,
             redirect,
@@ -425,57 +548,13 @@ fn accept(listener: &Listener, conns: &mut Slab<Conn>, per_address: &mut PerAddr
             token,
             ctx.now.checked_add(ctx.limits.head_timeout),
         ));
+        timers.arm(token, conn.deadline, &mut conn.armed);
     }
 }
 
 fn refuse(stream: &mut Stream) {
     let _ = stream.write(REFUSAL);
     let _ = stream.shutdown(std::net::Shutdown::Write);
-}
-
-/// Acts on what a connection asked for after an event.
-fn settle(
-    conns: &mut Slab<Conn>,
-    per_address: &mut PerAddress,
-    token: usize,
-    next: Next,
-    ready: &mut Vec<usize>,
-    pool: &mut BufPool,
-    metrics: Option<&WorkerMetrics>,
-) {
-    match next {
-        Next::Keep => {}
-        Next::Again => {
-            // At most once in the list, however many events arrive meanwhile.
-            if let Some(conn) = conns.get_mut(token) {
-                if !conn.queued {
-                    conn.queued = true;
-                    ready.push(token);
-                }
-            }
-        }
-        Next::Close => close(conns, per_address, token, pool, metrics),
-    }
-}
-
-fn close(
-    conns: &mut Slab<Conn>,
-    per_address: &mut PerAddress,
-    token: usize,
-    pool: &mut BufPool,
-    metrics: Option<&WorkerMetrics>,
-) {
-    if let Some(mut conn) = conns.try_remove(token) {
-        per_address.close(conn.peer());
-        if let Some(m) = metrics {
-            m.conns_closed.add(1);
-            // Abandoned: their answers will be dropped.
-            m.deferred_ended.add(conn.n_deferred() as u64);
-        }
-        conn.release(pool);
-        // Dropping the connection closes the socket, which also removes it
-        // from the epoll set: no deregister call needed.
-    }
 }
 
 /// Connections open per client address, for `Limits::conns_per_ip_max`

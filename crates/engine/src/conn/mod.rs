@@ -43,7 +43,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::sys::stream::Stream;
-use mio::{Interest, Token};
+use mio::Interest;
+
+use crate::sources::Source;
 
 pub(crate) mod dispatch;
 mod flush;
@@ -201,6 +203,9 @@ pub(crate) struct Conn {
     work_left: u32,
     /// In the worker's list of connections waiting for another turn.
     pub(crate) queued: bool,
+    /// When the worker's timer set fires for this connection (`sources.rs`:
+    /// it may be earlier than `deadline`, never later).
+    pub(crate) armed: Option<Instant>,
     writable_interest: bool,
     /// The client has sent FIN: answer what is complete, then close.
     peer_closed: bool,
@@ -307,6 +312,7 @@ impl Conn {
             send_deadline: None,
             work_left: TURN_WORK,
             queued: false,
+            armed: None,
             writable_interest: false,
             peer_closed: false,
             read_closed_hint: false,
@@ -484,7 +490,7 @@ impl Conn {
             let interest = Interest::READABLE;
             if ctx
                 .registry
-                .reregister(&mut self.stream, Token(self.token), interest)
+                .reregister(&mut self.stream, Source::Conn(self.token).mio(), interest)
                 .is_err()
             {
                 return false;
@@ -538,7 +544,7 @@ impl Conn {
                         let interest = Interest::READABLE | Interest::WRITABLE;
                         if ctx
                             .registry
-                            .reregister(&mut self.stream, Token(self.token), interest)
+                            .reregister(&mut self.stream, Source::Conn(self.token).mio(), interest)
                             .is_err()
                         {
                             return Next::Close;

@@ -49,15 +49,10 @@ use crate::error::Error;
 use crate::limits::{Limits, H3_CONN_RECV_WINDOW_BYTES, H3_SEND_WINDOW_BYTES, H3_STREAM_RECV_WINDOW_BYTES};
 use crate::tls::TlsListener;
 
+use crate::sources::Source;
 use conn::QuicConn;
 use handover::{Forwarded, Inbox, Routes};
 pub(crate) use handover::{Generations, Member};
-
-/// Tokens of QUIC connections in the worker's mailbox: this base, plus
-/// the endpoint's index times 2^24, plus quinn-proto's connection handle.
-/// Below the listeners' tokens, above any TCP connection's slab key.
-pub(crate) const CONN_TOKEN_BASE: usize = usize::MAX / 4;
-const ENDPOINT_TOKEN_STRIDE: usize = 1 << 24;
 
 /// Receive calls (each up to quinn-udp's batch of 32 datagrams) one
 /// readiness event may make before the worker's other work gets a turn.
@@ -390,14 +385,18 @@ impl Endpoint {
     /// Whether a mailbox token names one of this endpoint's connections,
     /// and which.
     pub(crate) fn conn_of_token(&self, token: usize) -> Option<usize> {
-        let base = CONN_TOKEN_BASE + self.index * ENDPOINT_TOKEN_STRIDE;
-        (base..base + ENDPOINT_TOKEN_STRIDE)
-            .contains(&token)
-            .then(|| token - base)
+        match Source::of(token) {
+            Source::Quic { endpoint, conn } if endpoint == self.index => Some(conn),
+            _ => None,
+        }
     }
 
     fn token_of(&self, ch: usize) -> usize {
-        CONN_TOKEN_BASE + self.index * ENDPOINT_TOKEN_STRIDE + ch
+        Source::Quic {
+            endpoint: self.index,
+            conn: ch,
+        }
+        .token()
     }
 
     /// Connections open (including those closing).
