@@ -86,15 +86,15 @@ where
     V: AsRef<[u8]>,
 {
     let start = out.len();
-    let written = write_request_head_unchecked_out(out, method, target, host, fields.into_iter(), framing);
+    let written = write_request_head_into(out, method, target, host, fields.into_iter(), framing);
     if written.is_err() {
         out.truncate(start);
     }
     written
 }
 
-/// `write_request_head` without the truncation on error.
-fn write_request_head_unchecked_out<F, N, V>(
+/// `write_request_head`, leaving what it wrote before an error.
+fn write_request_head_into<F, N, V>(
     out: &mut Vec<u8>,
     method: &str,
     target: &str,
@@ -202,7 +202,8 @@ fn is_field_value_byte(b: u8) -> bool {
 /// are known to require removal before forwarding, whether or not they
 /// appear as a connection-option, after applying those fields' semantics.
 /// This includes but is not limited to: Proxy-Connection, Keep-Alive, TE,
-/// Transfer-Encoding, Upgrade". Connection itself goes too.
+/// Transfer-Encoding, Upgrade" (their section references left out).
+/// Connection itself goes too.
 fn is_hop_by_hop(name: &[u8]) -> bool {
     [
         &b"connection"[..],
@@ -315,7 +316,8 @@ impl ResponseError {
 pub struct ResponseHead<'b, 'h> {
     /// HTTP/1.0 or HTTP/1.1.
     pub version: Version,
-    /// The status code, 100 to 999.
+    /// The status code, 100 to 999; 600 and above are not HTTP's, and RFC
+    /// 9110 §15 asks a client to treat them as a 5xx.
     pub status: u16,
     /// The reason phrase, possibly empty; empty too if it had bytes
     /// outside ASCII (httparse's choice). RFC 9112 §4: "A client SHOULD
@@ -394,8 +396,11 @@ pub fn parse_response_head<'b, 'h>(
     }
     // RFC 9110 §15: "Values outside the range 100..599 are invalid. Implementations
     // often use three-digit integer values outside of that range (i.e., 600..999)
-    // for internal communication of non-HTTP status". httparse reads three
-    // digits; below 100 is not a status at all.
+    // for internal communication of non-HTTP status ... A client that
+    // receives a response with an invalid status code SHOULD process the
+    // response as if it had a 5xx (Server Error) status code." That is the
+    // proxy's to do; httparse reads three digits, and below 100 is not a
+    // status at all.
     if status < 100 {
         return Err(ResponseError::StatusOutOfRange);
     }
@@ -587,9 +592,8 @@ impl Fields {
     /// RFC 9112 §6.3, the message body length rules, for a response.
     fn framing(&self, status: u16, method: &str, version: Version) -> Result<ResponseFraming, ResponseError> {
         match status {
-            // RFC 9110 §15.2.2: "the server will switch protocols to those
-            // defined by the response's Upgrade header field immediately
-            // after the empty line that terminates the 101 response."
+            // RFC 9110 §15.2.2 and §7.8: after the empty line ending a
+            // 101, the connection speaks the protocol its Upgrade names.
             101 => return Ok(ResponseFraming::Upgrade),
             // §6.3 rule 1: "any response with a 1xx ... status code is
             // always terminated by the first empty line after the header
@@ -626,8 +630,8 @@ impl Fields {
             // Transfer-Encoding overrides the Content-Length. Such a message
             // might indicate an attempt to perform request smuggling ... or
             // response splitting ... and ought to be handled as an error."
-            // §6.1 lets a client close after such a response; a proxy that
-            // forwarded it would pass the ambiguity on. Refused.
+            // A proxy that forwarded it, even with Content-Length removed,
+            // would vouch for a framing its upstream left in doubt. Refused.
             if self.content_length.is_some() {
                 return Err(ResponseError::LengthAndTransferEncoding);
             }
