@@ -512,7 +512,7 @@ fn strip_prefix_ignore_case<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
 
 /// Host = uri-host [ ":" port ] (RFC 9110 §7.2), uri-host being a reg-name,
 /// an IPv4 address or a bracketed IP literal. No userinfo, no path.
-fn is_valid_host(host: &[u8]) -> bool {
+pub(crate) fn is_valid_host(host: &[u8]) -> bool {
     // A table lookup per byte, without a branch per byte: this runs on
     // every request, and the early exit of `all` made a loop whose
     // every step waited on the last (half of `Fields::scan`'s samples).
@@ -692,7 +692,7 @@ fn parse_content_length(digits: &[u8]) -> Result<u64, HeadError> {
 
 /// The non-empty elements of a comma-separated list (RFC 9110 §5.6.1),
 /// with optional whitespace (SP and HTAB only) trimmed.
-fn list_elements(value: &[u8]) -> impl Iterator<Item = &[u8]> {
+pub(crate) fn list_elements(value: &[u8]) -> impl Iterator<Item = &[u8]> {
     value.split(|&b| b == b',').map(trim_ows).filter(|e| !e.is_empty())
 }
 

@@ -3,8 +3,12 @@
 //! of it is tested with byte tables and fuzzed (`fuzz/`).
 
 pub mod chunked;
+pub mod client;
 pub mod head;
 pub mod write;
 
 pub use chunked::{ChunkedDecoder, ChunkedError};
+pub use client::{
+    parse_response_head, write_request_head, ParsedResponse, ResponseError, ResponseFraming, ResponseHead,
+};
 pub use head::{parse_head, Framing, Head, HeadError, Parsed, Version};
