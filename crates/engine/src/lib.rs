@@ -50,6 +50,9 @@ pub mod codec;
 mod conn;
 mod date;
 mod error;
+/// The fuzz targets' entry points (`fuzz/`): test hooks, compiled only
+/// for the tests and with the `fuzzing` feature, never into the product.
+#[cfg(any(test, feature = "fuzzing"))]
 #[doc(hidden)]
 pub mod fuzzing;
 mod h1;

@@ -31,6 +31,7 @@
 
 mod respond;
 #[doc(hidden)]
+#[cfg(any(test, feature = "fuzzing"))]
 pub(crate) mod script;
 #[cfg(test)]
 mod tests;

@@ -41,7 +41,7 @@ use crate::limits::H3_CHUNK_BYTES;
 use crate::message::pending::Pending;
 use crate::message::{Parts, Sent};
 use crate::min_rate::{MinRate, Rate};
-use crate::response::{Body, Response};
+use crate::response::Response;
 use std::time::{Duration, Instant};
 
 pub(crate) use stream::Config;
@@ -820,6 +820,7 @@ fn encode_fields(
 /// invariant breaks: each answered stream's output is one HEADERS frame,
 /// then DATA frames adding up to its content-length; nothing is sent
 /// for a stream not answered; a closed session is not fed again.
+#[cfg(any(test, feature = "fuzzing"))]
 pub(crate) fn fuzz_session(data: &[u8]) {
     static BODY: [u8; 40_000] = [b'x'; 40_000];
     let cfg = Config {
@@ -848,7 +849,7 @@ pub(crate) fn fuzz_session(data: &[u8]) {
             let body_len = [0, 5, 16_385, 40_000][n_answered % 4];
             let head_only = n_answered % 3 == 2;
             n_answered += 1;
-            let mut resp = Response::bytes("text/plain", Body::Static(&BODY[..body_len]));
+            let mut resp = Response::bytes("text/plain", crate::response::Body::Static(&BODY[..body_len]));
             let sent = s
                 .respond(ready, &mut resp, head_only, b"date", b"")
                 .expect("a ready stream is open");
