@@ -237,21 +237,36 @@ impl Server {
             None => None,
         };
         // Bind everything first: an error here leaves no thread behind.
-        let mut per_worker: Vec<Vec<Listener>> = (0..self.n_workers).map(|_| Vec::new()).collect();
-        #[allow(clippy::type_complexity)]
-        let mut quic_per_worker: Vec<
-            Vec<(std::net::UdpSocket, Arc<crate::quic::Shared>, u8, crate::quic::Member)>,
-        > = (0..self.n_workers).map(|_| Vec::new()).collect();
-        let mut local_addrs = Vec::new();
-        let mut unix_paths = Vec::new();
-        let mut https_port = None;
-        let mut tls_configs: Vec<TlsConfig> = Vec::new();
-        // Each address's sockets, by worker; and duplicates of them kept
-        // for `Running::listeners`.
-        // With the UDP sockets (HTTP/3) of a TLS address taken over from
-        // a running server, if it had them, and its generations on them.
-        #[allow(clippy::type_complexity)]
-        let mut groups: Vec<(Vec<(usize, StdListener)>, &Bind, TakenUdp)> = Vec::new();
+        let (groups, held) = self.bind_all()?;
+        let plan = self.plan(groups, held)?;
+        let redirect = self.redirect_handler(plan.https_port)?;
+        self.give_up_root()?;
+        let (workers, shutdown) = self.make_workers(plan.workers, plan.held, handler, redirect, &sink)?;
+        let mut threads = Vec::with_capacity(workers.len());
+        for (i, worker) in workers.into_iter().enumerate() {
+            let thread = std::thread::Builder::new()
+                .name(format!("peregrine-worker-{i}"))
+                .spawn(move || worker.run())
+                .map_err(|e| {
+                    shutdown.shutdown();
+                    Error::setup(e)
+                })?;
+            threads.push(thread);
+        }
+        Ok(Running {
+            local_addrs: plan.local_addrs,
+            unix_paths: plan.unix_paths,
+            shutdown,
+            threads,
+            tls: plan.tls_configs,
+            log: sink,
+        })
+    }
+
+    /// Binds every address (or takes the sockets given), each spread over
+    /// the workers; and duplicates of them kept for `Running::listeners`.
+    fn bind_all(&self) -> Result<(Vec<Group<'_>>, Vec<Listening>), Error> {
+        let mut groups: Vec<Group<'_>> = Vec::new();
         let mut held = Vec::new();
         for (source, bind) in &self.listen {
             let listening = match source {
@@ -289,7 +304,9 @@ impl Server {
             // workers accepting from one socket are all woken, and one wins
             // each accept). Taken over from a server with as many workers,
             // each worker gets one socket of the SO_REUSEPORT group, as when
-            // bound.
+            // bound. With the UDP sockets (HTTP/3) of a TLS address taken
+            // over from a running server, if it had them, and its
+            // generations on them.
             if listening.sockets.is_empty() {
                 return Err(Error::setup(std::io::Error::new(
                     std::io::ErrorKind::InvalidInput,
@@ -306,10 +323,25 @@ impl Server {
             groups.push((listening.spread(self.n_workers).map_err(Error::setup)?, bind, udp));
             held.push(Listening::duplicate(&listening.sockets).map_err(Error::setup)?);
         }
-        for (at, (group, bind, (taken_udp, taken_generations))) in groups.into_iter().enumerate() {
+        Ok((groups, held))
+    }
+
+    /// What each worker listens on: the bound groups with what they speak
+    /// (plain, TLS with HTTP/3 beside it, or the redirect).
+    fn plan(&self, groups: Vec<Group<'_>>, mut held: Vec<Listening>) -> Result<Plan, Error> {
+        let mut plan = Plan {
+            workers: (0..self.n_workers).map(|_| (Vec::new(), Vec::new())).collect(),
+            local_addrs: Vec::new(),
+            unix_paths: Vec::new(),
+            https_port: None,
+            tls_configs: Vec::new(),
+            held: Vec::new(),
+        };
+        for (at, (group, bind, taken_udp)) in groups.into_iter().enumerate() {
             let local = group[0].1.local_addr().map_err(Error::setup)?;
-            local_addrs.push(local);
-            unix_paths.push(group[0].1.unix_path().map(std::path::Path::to_owned));
+            plan.local_addrs.push(local);
+            plan.unix_paths
+                .push(group[0].1.unix_path().map(std::path::Path::to_owned));
             if let (Some(path), Bind::Tls(_) | Bind::Redirect) = (group[0].1.unix_path(), bind) {
                 return Err(Error::setup(std::io::Error::new(
                     std::io::ErrorKind::InvalidInput,
@@ -321,56 +353,11 @@ impl Server {
             }
             let tls = match bind {
                 Bind::Tls(config) => {
-                    https_port.get_or_insert(local.port());
-                    tls_configs.push(config.clone());
+                    plan.https_port.get_or_insert(local.port());
+                    plan.tls_configs.push(config.clone());
                     let listener = config.listener(self.http2, self.http3.then_some(local.port()))?;
                     if self.http3 {
-                        // HTTP/3 on the same port, over UDP: the sockets a
-                        // running server hands over (so that a reload
-                        // binds nothing, even after root is given up), or
-                        // new ones, one per worker.
-                        let sockets = if taken_udp.is_empty() {
-                            crate::sys::socket::bind_udp_group(local, self.n_workers)
-                                .map_err(|e| Error::bind_udp(local, e))?
-                        } else {
-                            taken_udp
-                        };
-                        held[at].udp = duplicate_udp(&sockets).map_err(Error::setup)?;
-                        // This generation joins those already on the
-                        // sockets: the newest reads them (`quic::handover`).
-                        let generations = taken_generations.unwrap_or_else(crate::quic::Generations::new);
-                        held[at].quic = Some(generations.clone());
-                        let n_sockets = sockets.len();
-                        // One socket per worker: steer packets by
-                        // connection ID (the worker's index in the IDs it
-                        // issues), so a client may change address.
-                        let steered = n_sockets == self.n_workers
-                            && n_sockets <= 256
-                            && match crate::sys::socket::steer_by_connection_id(&sockets[0], n_sockets as u32) {
-                                Ok(()) => true,
-                                Err(e) => {
-                                    crate::log::debug(format_args!(
-                                        "HTTP/3 on {local}: no steering by connection ID ({e}); by address"
-                                    ));
-                                    false
-                                }
-                            };
-                        let shared = Arc::new(crate::quic::Shared::new(
-                            config.quic()?,
-                            listener.clone(),
-                            &self.limits,
-                            steered,
-                        )?);
-                        let n_endpoints = self.n_workers.max(n_sockets);
-                        let members = generations.join(n_endpoints);
-                        for (i, member) in members.into_iter().enumerate() {
-                            let socket = sockets[i % n_sockets].try_clone().map_err(Error::setup)?;
-                            // Beyond 256 endpoints (not steered), IDs
-                            // share a first byte: those datagrams may go
-                            // to the wrong endpoint, as without tags.
-                            let cid_index = i as u8;
-                            quic_per_worker[i % self.n_workers].push((socket, shared.clone(), cid_index, member));
-                        }
+                        self.http3_endpoints(local, config, &listener, taken_udp, &mut held[at], &mut plan)?;
                     }
                     Some(listener)
                 }
@@ -382,24 +369,88 @@ impl Server {
                     (None, Bind::Redirect) => ListenerKind::Redirect,
                     (None, _) => ListenerKind::Plain,
                 };
-                per_worker[i].push(Listener {
+                plan.workers[i].0.push(Listener {
                     socket: listener.into_mio(),
                     kind,
                 });
             }
         }
-        let any_redirect = self.listen.iter().any(|(_, b)| matches!(b, Bind::Redirect));
-        let redirect: Option<Arc<dyn Handler>> = if any_redirect {
-            let Some(port) = https_port else {
-                return Err(Error::tls("redirect_http needs a TLS address (bind_tls)".into()));
-            };
-            Some(Arc::new(HttpsRedirect { port }))
+        plan.held = held;
+        Ok(plan)
+    }
+
+    /// HTTP/3 on a TLS address's port, over UDP: the sockets a running
+    /// server hands over (so that a reload binds nothing, even after root
+    /// is given up), or new ones, one per worker; this generation joins
+    /// those already on them (the newest reads them: `quic::handover`).
+    fn http3_endpoints(
+        &self,
+        local: SocketAddr,
+        config: &TlsConfig,
+        listener: &Arc<crate::tls::TlsListener>,
+        (taken_udp, taken_generations): TakenUdp,
+        held: &mut Listening,
+        plan: &mut Plan,
+    ) -> Result<(), Error> {
+        let sockets = if taken_udp.is_empty() {
+            crate::sys::socket::bind_udp_group(local, self.n_workers).map_err(|e| Error::bind_udp(local, e))?
         } else {
-            None
+            taken_udp
         };
-        // Every port is bound: root is no longer needed.
-        // The Unix sockets bound here (not those taken over) belong to
-        // the user and group given up to.
+        held.udp = duplicate_udp(&sockets).map_err(Error::setup)?;
+        let generations = taken_generations.unwrap_or_else(crate::quic::Generations::new);
+        held.quic = Some(generations.clone());
+        let n_sockets = sockets.len();
+        // One socket per worker: steer packets by connection ID (the
+        // worker's index in the IDs it issues), so a client may change
+        // address.
+        let steered = n_sockets == self.n_workers
+            && n_sockets <= 256
+            && match crate::sys::socket::steer_by_connection_id(&sockets[0], n_sockets as u32) {
+                Ok(()) => true,
+                Err(e) => {
+                    crate::log::debug(format_args!(
+                        "HTTP/3 on {local}: no steering by connection ID ({e}); by address"
+                    ));
+                    false
+                }
+            };
+        let shared = Arc::new(crate::quic::Shared::new(
+            config.quic()?,
+            listener.clone(),
+            &self.limits,
+            steered,
+        )?);
+        let n_endpoints = self.n_workers.max(n_sockets);
+        let members = generations.join(n_endpoints);
+        for (i, member) in members.into_iter().enumerate() {
+            let socket = sockets[i % n_sockets].try_clone().map_err(Error::setup)?;
+            // Beyond 256 endpoints (not steered), IDs share a first byte:
+            // those datagrams may go to the wrong endpoint, as without tags.
+            let cid_index = i as u8;
+            plan.workers[i % self.n_workers]
+                .1
+                .push((socket, shared.clone(), cid_index, member));
+        }
+        Ok(())
+    }
+
+    /// The handler of the listeners that redirect to HTTPS, if any: to
+    /// the first TLS address's port.
+    fn redirect_handler(&self, https_port: Option<u16>) -> Result<Option<Arc<dyn Handler>>, Error> {
+        if !self.listen.iter().any(|(_, b)| matches!(b, Bind::Redirect)) {
+            return Ok(None);
+        }
+        let Some(port) = https_port else {
+            return Err(Error::tls("redirect_http needs a TLS address (bind_tls)".into()));
+        };
+        Ok(Some(Arc::new(HttpsRedirect { port })))
+    }
+
+    /// Every port is bound: root is no longer needed. The Unix sockets
+    /// bound here (not those taken over) belong to the user and group
+    /// given up to.
+    fn give_up_root(&self) -> Result<(), Error> {
         let bound_unix: Vec<&std::path::Path> = (self.listen.iter())
             .filter_map(|(source, _)| match source {
                 Source::Unix(path) => Some(path.as_path()),
@@ -407,13 +458,25 @@ impl Server {
             })
             .collect();
         crate::sys::privileges::give_sockets_to(&self.run_as, &bound_unix).map_err(Error::setup)?;
-        crate::sys::privileges::drop_to(&self.run_as).map_err(Error::setup)?;
+        crate::sys::privileges::drop_to(&self.run_as).map_err(Error::setup)
+    }
+
+    /// One `Worker` per planned set of sockets, each with its poll,
+    /// mailbox and log writer; and the handle that stops them.
+    fn make_workers(
+        &self,
+        planned: Vec<WorkerSockets>,
+        held: Vec<Listening>,
+        handler: impl Handler,
+        redirect: Option<Arc<dyn Handler>>,
+        sink: &Option<Sink>,
+    ) -> Result<(Vec<Worker>, ShutdownHandle), Error> {
         let handler: Arc<dyn Handler> = Arc::new(handler);
         let flag = Arc::new(AtomicBool::new(false));
         let keep_idle = Arc::new(AtomicBool::new(false));
         let mut workers = Vec::with_capacity(self.n_workers);
         let mut mailboxes = Vec::with_capacity(self.n_workers);
-        for (listeners, quic) in per_worker.into_iter().zip(quic_per_worker) {
+        for (listeners, quic) in planned {
             let quic = quic
                 .into_iter()
                 .enumerate()
@@ -450,27 +513,8 @@ impl Server {
             mailboxes,
             held: Arc::new(Mutex::new(held)),
         };
-        let mut threads = Vec::with_capacity(workers.len());
-        for (i, worker) in workers.into_iter().enumerate() {
-            let thread = std::thread::Builder::new()
-                .name(format!("peregrine-worker-{i}"))
-                .spawn(move || worker.run())
-                .map_err(|e| {
-                    shutdown.shutdown();
-                    Error::setup(e)
-                })?;
-            threads.push(thread);
-        }
-        Ok(Running {
-            local_addrs,
-            unix_paths,
-            shutdown,
-            threads,
-            tls: tls_configs,
-            log: sink,
-        })
+        Ok((workers, shutdown))
     }
-
     /// Starts the workers and blocks until SIGINT or SIGTERM: see
     /// [`Running::wait`].
     pub fn serve(self, handler: impl Handler) -> Result<(), Error> {
@@ -709,6 +753,31 @@ pub struct Listening {
 
 /// A TLS address's UDP sockets taken over, and their generations.
 type TakenUdp = (Vec<std::net::UdpSocket>, Option<Arc<crate::quic::Generations>>);
+
+/// One address's sockets as bound: each with the worker it goes to, what
+/// the address speaks, and the UDP sockets taken over with it.
+type Group<'s> = (Vec<(usize, StdListener)>, &'s Bind, TakenUdp);
+
+/// A worker's share of the sockets: its listeners and its QUIC
+/// endpoints' sockets (socket, shared state, connection-ID index, place
+/// among the generations).
+type WorkerSockets = (
+    Vec<Listener>,
+    Vec<(std::net::UdpSocket, Arc<crate::quic::Shared>, u8, crate::quic::Member)>,
+);
+
+/// What `Server::start` binds, spread over the workers, before any
+/// thread starts.
+struct Plan {
+    workers: Vec<WorkerSockets>,
+    local_addrs: Vec<SocketAddr>,
+    unix_paths: Vec<Option<std::path::PathBuf>>,
+    /// The first TLS address's port: where the redirect listeners send.
+    https_port: Option<u16>,
+    tls_configs: Vec<TlsConfig>,
+    /// Duplicates of every socket, for `Running::listeners`.
+    held: Vec<Listening>,
+}
 
 impl Listening {
     /// The address the sockets listen on.
