@@ -14,7 +14,10 @@
 use std::mem::MaybeUninit;
 
 use super::chunked::{ChunkedDecoder, ChunkedError, Step};
-use super::head::{is_tchar, is_token, is_valid_host, list_elements, trim_ows, Framing, Version};
+use super::head::{
+    connection_options, content_length_digits, is_tchar, is_token, is_valid_host, list_elements, trim_ows, Framing,
+    Version,
+};
 
 /// Longest response head accepted from an upstream, in bytes (status line,
 /// fields and the empty line). The same 32 KiB as a request head's default
@@ -531,13 +534,9 @@ impl Fields {
             let name = h.name.as_bytes();
             match name.len() {
                 10 if name.eq_ignore_ascii_case(b"connection") => {
-                    for option in list_elements(h.value) {
-                        if option.eq_ignore_ascii_case(b"close") {
-                            f.conn_close = true;
-                        } else if option.eq_ignore_ascii_case(b"keep-alive") {
-                            f.conn_keep_alive = true;
-                        }
-                    }
+                    let (close, keep_alive) = connection_options(h.value);
+                    f.conn_close |= close;
+                    f.conn_keep_alive |= keep_alive;
                 }
                 14 if name.eq_ignore_ascii_case(b"content-length") => {
                     // RFC 9110 §8.6: "a recipient ... MAY either reject the
@@ -545,7 +544,7 @@ impl Fields {
                     // with a single instance of the decimal value" when the
                     // values are identical; differing ones are an error.
                     for element in h.value.split(|&b| b == b',') {
-                        match (parse_content_length(trim_ows(element)), f.content_length) {
+                        match (content_length_digits(trim_ows(element)), f.content_length) {
                             (None, _) => f.fail(ResponseError::ContentLength),
                             (Some(n), Some(prev)) if n != prev => f.fail(ResponseError::DifferingContentLengths),
                             (Some(n), _) => f.content_length = Some(n),
@@ -664,16 +663,6 @@ impl Fields {
             None => ResponseFraming::Close,
         })
     }
-}
-
-/// Content-Length = 1*DIGIT. No sign, no spaces inside, no overflow.
-fn parse_content_length(digits: &[u8]) -> Option<u64> {
-    if digits.is_empty() || digits.len() > 19 {
-        return None;
-    }
-    digits
-        .iter()
-        .try_fold(0u64, |n, &d| d.is_ascii_digit().then(|| n * 10 + u64::from(d - b'0')))
 }
 
 // ---------------------------------------------------------------------------

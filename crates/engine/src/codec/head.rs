@@ -592,13 +592,9 @@ impl<'b> Fields<'b> {
                     }
                 }
                 10 if name.eq_ignore_ascii_case(b"connection") => {
-                    for token in list_elements(h.value) {
-                        if token.eq_ignore_ascii_case(b"close") {
-                            f.conn_close = true;
-                        } else if token.eq_ignore_ascii_case(b"keep-alive") {
-                            f.conn_keep_alive = true;
-                        }
-                    }
+                    let (close, keep_alive) = connection_options(h.value);
+                    f.conn_close |= close;
+                    f.conn_keep_alive |= keep_alive;
                 }
                 14 if name.eq_ignore_ascii_case(b"content-length") => {
                     // RFC 9110 §8.6: a list of identical values may be taken as
@@ -676,18 +672,34 @@ impl<'b> Fields<'b> {
 
 /// Content-Length = 1*DIGIT. No sign, no spaces inside, no overflow.
 fn parse_content_length(digits: &[u8]) -> Result<u64, HeadError> {
-    const BAD: HeadError = HeadError::BadRequest("invalid Content-Length");
+    content_length_digits(digits).ok_or(HeadError::BadRequest("invalid Content-Length"))
+}
+
+/// A Content-Length value's digits as a number: 1 to 19 ASCII digits
+/// (so no overflow), nothing else. The server's and the client's parse.
+pub(crate) fn content_length_digits(digits: &[u8]) -> Option<u64> {
     if digits.is_empty() || digits.len() > 19 {
-        return Err(BAD);
+        return None;
     }
     let mut n: u64 = 0;
     for &d in digits {
         if !d.is_ascii_digit() {
-            return Err(BAD);
+            return None;
         }
         n = n * 10 + u64::from(d - b'0');
     }
-    Ok(n)
+    Some(n)
+}
+
+/// The `close` and `keep-alive` options of a Connection field's value
+/// (RFC 9112 §9.3, §9.6): whether each is present.
+pub(crate) fn connection_options(value: &[u8]) -> (bool, bool) {
+    let (mut close, mut keep_alive) = (false, false);
+    for option in list_elements(value) {
+        close |= option.eq_ignore_ascii_case(b"close");
+        keep_alive |= option.eq_ignore_ascii_case(b"keep-alive");
+    }
+    (close, keep_alive)
 }
 
 /// The non-empty elements of a comma-separated list (RFC 9110 §5.6.1),
