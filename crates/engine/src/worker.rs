@@ -126,17 +126,10 @@ impl Worker {
                 metrics: metrics.as_deref(),
                 h2,
             };
-            hosted.on_events(&mut ctx, &events, timer.as_ref(), &mailbox);
-            hosted.give_turns(&mut ctx);
-            hosted.run_timers(&mut ctx);
-            if now >= next_housekeeping {
-                next_housekeeping = now + limits.sweep_interval;
-                hosted.accept_again(&ctx);
-                if let Some(log) = ctx.log.as_deref_mut() {
-                    log.flush();
-                }
-            }
-
+            // Shutdown first: a request read in this turn, after shutdown
+            // began (a reload logged as done), is answered as draining,
+            // with `Connection: close`, whatever order the wake-up and the
+            // request arrived in.
             if drain_deadline.is_none() && shutdown.load(Ordering::Acquire) {
                 // A timeout too large to add means: no deadline (far future).
                 drain_deadline = Some(
@@ -150,6 +143,17 @@ impl Worker {
                 idle_kept = false;
                 hosted.drain_conns(&mut ctx, false);
             }
+            hosted.on_events(&mut ctx, &events, timer.as_ref(), &mailbox);
+            hosted.give_turns(&mut ctx);
+            hosted.run_timers(&mut ctx);
+            if now >= next_housekeeping {
+                next_housekeeping = now + limits.sweep_interval;
+                hosted.accept_again(&ctx);
+                if let Some(log) = ctx.log.as_deref_mut() {
+                    log.flush();
+                }
+            }
+
             if let Some(deadline) = drain_deadline {
                 if hosted.is_empty() {
                     break;
