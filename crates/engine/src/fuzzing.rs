@@ -317,7 +317,7 @@ pub fn h1_session(data: &[u8]) {
             Wait::Close => assert!(s.draining && s.unconsumed() == 0, "closed with a request in progress"),
         }
         match s.time_out() {
-            TimedOut::Refused { status } => assert!(unfinished && status == 408, "a 408 with no request in progress"),
+            TimedOut::Refused(r) => assert!(unfinished && r.status == 408, "a 408 with no request in progress"),
             TimedOut::Close => assert!(!unfinished, "a request in progress closed without an answer"),
             TimedOut::Keep | TimedOut::Again => panic!("a timeout kept with nothing deferred"),
         }
@@ -331,13 +331,19 @@ pub fn h1_session(data: &[u8]) {
     }
     let n_final = got.iter().filter(|a| a.status != 100).count();
     match s.end {
-        Some(End::Refused(status)) => {
+        Some(End::Refused(refusal)) => {
             assert_eq!(
                 n_final,
                 s.head_only.len() + 1,
                 "one answer per request and one error answer"
             );
-            assert_eq!(got.last().map(|a| a.status), Some(status));
+            assert_eq!(got.last().map(|a| a.status), Some(refusal.status));
+            // What the access log says was sent is what was sent.
+            assert_eq!(
+                got.last().map(|a| a.body.len() as u64),
+                Some(refusal.body_bytes),
+                "the error body's length as logged"
+            );
         }
         Some(End::NotHttp) => assert!(s.wire.is_empty(), "an answer to bytes that are not HTTP/1"),
         Some(End::Closing) | None => assert_eq!(n_final, s.head_only.len(), "one answer per request"),

@@ -660,3 +660,39 @@ fn connections_past_conns_per_ip_max_are_closed_at_accept() {
     }
     assert!(answered, "the freed place was never given again");
 }
+
+/// A request refused before a handler saw it is logged with the bytes of
+/// the error body sent (as HTTP/2 and HTTP/3 log theirs), not 0.
+#[test]
+fn a_refused_request_is_logged_with_its_error_body_bytes() {
+    let dir = std::env::temp_dir().join(format!("peregrine-h1-refused-log-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("access.log");
+    let limits = Limits {
+        body_bytes_max: 1000,
+        ..Limits::default()
+    };
+    let server = peregrine::Server::new()
+        .bind("127.0.0.1:0")
+        .workers(1)
+        .limits(limits)
+        .access_log(peregrine::AccessLog::File(path.clone()))
+        .access_log_format(peregrine::LogFormat::Json)
+        .start(echo)
+        .unwrap();
+    let raw = exchange(
+        server.local_addr(),
+        b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 2000\r\n\r\n",
+    );
+    let answer = String::from_utf8_lossy(&raw);
+    assert!(answer.starts_with("HTTP/1.1 413 "), "{answer}");
+    let body = &answer[answer.find("\r\n\r\n").unwrap() + 4..];
+    assert_eq!(body, "413 Content Too Large: request body too large\n");
+    server.shutdown();
+    server.join().unwrap();
+    let log = std::fs::read_to_string(&path).unwrap();
+    let expected = format!("\"status\":413,\"bytes\":{},", body.len());
+    assert!(log.contains(&expected), "{log}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -58,7 +58,9 @@ pub fn write_head(out: &mut Vec<u8>, resp: &Response, date: &[u8], framing: Body
 
 /// Appends a whole plain-text error response that closes the connection,
 /// its body naming the problem, e.g. `400 Bad Request: invalid chunk size`.
-pub fn write_error(out: &mut Vec<u8>, status: u16, detail: &str, date: &[u8], head_only: bool) {
+/// Returns the body's length in bytes as sent (none for a HEAD), for the
+/// access log.
+pub fn write_error(out: &mut Vec<u8>, status: u16, detail: &str, date: &[u8], head_only: bool) -> u64 {
     let reason = reason(status);
     let body_len = 3 + 1 + reason.len() + if detail.is_empty() { 0 } else { 2 + detail.len() } + 1;
     write_status_line(out, status);
@@ -69,7 +71,7 @@ pub fn write_error(out: &mut Vec<u8>, status: u16, detail: &str, date: &[u8], he
     write_conn(out, ConnField::Close);
     out.extend_from_slice(b"\r\n");
     if head_only {
-        return;
+        return 0;
     }
     write_u64(out, u64::from(status));
     out.push(b' ');
@@ -79,6 +81,7 @@ pub fn write_error(out: &mut Vec<u8>, status: u16, detail: &str, date: &[u8], he
         out.extend_from_slice(detail.as_bytes());
     }
     out.push(b'\n');
+    body_len as u64
 }
 
 /// `HTTP/1.1 100 Continue`, sent before reading a body the client is

@@ -14,7 +14,7 @@ use crate::body::BodySink;
 use crate::buffers::ensure_output;
 use crate::conn::dispatch::Deferral;
 use crate::h1::H1;
-use crate::h1::{BodyStart, Env, Event, Feed, Link, TimedOut, Wait};
+use crate::h1::{BodyStart, Env, Event, Feed, Link, Refusal, TimedOut, Wait};
 use crate::handler::BodyUse;
 use crate::limits::BODY_READER_BYTES;
 use crate::limits::HEADERS_ARRAY_MAX;
@@ -90,9 +90,9 @@ impl Conn {
                     // (TCP's window closes) until the reader makes room
                     // and wakes the connection.
                     Feed::Full => return Stop::Deferred,
-                    Feed::Refused { status } => {
+                    Feed::Refused(refusal) => {
                         input.discard();
-                        record_refused(ctx, *peer, status);
+                        record_refused(ctx, *peer, refusal);
                         return Stop::Closing;
                     }
                     Feed::Closing => {
@@ -212,9 +212,9 @@ impl Conn {
                 Event::Again => {}
                 Event::Deferred => return Stop::Deferred,
                 Event::Closing => return Stop::Closing,
-                Event::Refused { status } => {
+                Event::Refused(refusal) => {
                     input.discard();
-                    record_refused(ctx, *peer, status);
+                    record_refused(ctx, *peer, refusal);
                     return Stop::Closing;
                 }
                 Event::NotHttp => {
@@ -275,9 +275,9 @@ impl Conn {
             return Next::Close;
         };
         match h1.machine.time_out(&mut self.output, &env, link) {
-            TimedOut::Refused { status, .. } => {
+            TimedOut::Refused(refusal) => {
                 self.input.discard();
-                record_refused(ctx, self.peer, status);
+                record_refused(ctx, self.peer, refusal);
                 if let Some(m) = ctx.metrics {
                     m.slow_requests.add(1);
                 }
@@ -335,10 +335,10 @@ impl Conn {
         ctx.pool.bodies += grown;
         match made {
             Ok(()) => true,
-            Err(status) => {
+            Err(refusal) => {
                 self.input.discard();
-                record_refused(ctx, self.peer, status);
-                if let (503, Some(m)) = (status, ctx.metrics) {
+                record_refused(ctx, self.peer, refusal);
+                if let (503, Some(m)) = (refusal.status, ctx.metrics) {
                     m.budget_refusals.add(1);
                 }
                 false
@@ -347,10 +347,12 @@ impl Conn {
     }
 }
 
-/// The log line and metrics of a request refused before a handler saw it.
-fn record_refused(ctx: &mut Ctx<'_>, peer: SocketAddr, status: u16) {
+/// The log line (with the error body's bytes, as HTTP/2 and HTTP/3 log
+/// theirs) and metrics of a request refused before a handler saw it.
+fn record_refused(ctx: &mut Ctx<'_>, peer: SocketAddr, refusal: Refusal) {
+    let Refusal { status, body_bytes } = refusal;
     if let Some(log) = ctx.log.as_deref_mut() {
-        log.record(&refused_line(ctx.date.clf(), peer, b"-", status, 0, ctx.now));
+        log.record(&refused_line(ctx.date.clf(), peer, b"-", status, body_bytes, ctx.now));
     }
     if let Some(m) = ctx.metrics {
         m.record(b"-", status, ctx.now);

@@ -90,14 +90,22 @@ pub(crate) enum Event<'b, 'h> {
     Deferred,
     /// The last answer is queued: send it, then close.
     Closing,
-    /// An error answer with this status was queued (the input must be
-    /// dropped); the machine is now `Closing`.
-    Refused { status: u16 },
+    /// An error answer was queued (the input must be dropped); the
+    /// machine is now `Closing`.
+    Refused(Refusal),
     /// The first bytes are neither HTTP/1 nor the HTTP/2 preface: an
     /// invalid connection preface, closed without an answer (RFC 9113
     /// §3.4; an HTTP/1 400 would be read as a broken frame by an HTTP/2
     /// client). The machine is now `Closing`.
     NotHttp,
+}
+
+/// An error answer the machine queued itself, for the access log and the
+/// metrics: its status and its body's length in bytes as sent.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Refusal {
+    pub(crate) status: u16,
+    pub(crate) body_bytes: u64,
 }
 
 /// What the driver should do once it waits.
@@ -179,7 +187,7 @@ pub(crate) enum Feed {
     Full,
     /// The body broke a limit or its framing: an error answer was queued,
     /// the input must be dropped, the machine is `Closing`.
-    Refused { status: u16 },
+    Refused(Refusal),
     /// A body discarded after its answer broke `discard_bytes_max` or its
     /// framing: nothing more is read, the machine is `Closing` (the answer
     /// leaves, then the lingering close).
@@ -325,7 +333,7 @@ impl H1 {
             Err(e) => {
                 // A HEAD refused before its head parsed gets no body either
                 // (RFC 9110 §9.3.2).
-                return self.refuse(out, env, e.status(), e.reason(), data.starts_with(b"HEAD "));
+                return Event::Refused(self.refuse(out, env, e.status(), e.reason(), data.starts_with(b"HEAD ")));
             }
         };
         self.first = false;
@@ -477,8 +485,7 @@ impl H1 {
                             up.sink.fail(kind, e.reason());
                         }
                         let head_only = matches!(self.state, State::Handling(a) | State::Deferred(a) if a.head_only);
-                        self.refuse(out, env, e.status(), e.reason(), head_only);
-                        return Feed::Refused { status: e.status() };
+                        return Feed::Refused(self.refuse(out, env, e.status(), e.reason(), head_only));
                     }
                 },
             };
@@ -540,7 +547,7 @@ impl H1 {
             BodyKind::Chunked { decoder, read, write } => match decoder.decode_in_place(data, read, write) {
                 Ok(true) => (head_len..*write, *read),
                 Ok(false) => return Event::Input,
-                Err(e) => return self.fail(out, env, e.status(), e.reason()),
+                Err(e) => return Event::Refused(self.fail(out, env, e.status(), e.reason())),
             },
         };
         let data: &'b [u8] = data;
@@ -548,7 +555,7 @@ impl H1 {
         // relative to the request start; parse it again rather than keep a
         // self-referential borrow across reads.
         let Ok(Parsed::Complete(head)) = parse_head(&data[..head_len], headers, env.limits) else {
-            return self.fail(out, env, 500, "request head changed");
+            return Event::Refused(self.fail(out, env, 500, "request head changed"));
         };
         self.handling(head, &data[body], consumed, env)
     }
@@ -642,23 +649,16 @@ impl H1 {
 
     /// Queues an error answer and moves to closing. The caller drops the
     /// rest of the input: its framing cannot be trusted.
-    fn fail<'b, 'h>(&mut self, out: &mut Output, env: &Env<'_>, status: u16, why: &'static str) -> Event<'b, 'h> {
+    fn fail(&mut self, out: &mut Output, env: &Env<'_>, status: u16, why: &'static str) -> Refusal {
         let head_only = matches!(&self.state, State::Body(wait) if wait.head_only);
         self.refuse(out, env, status, why, head_only)
     }
 
     /// Queues the error answer (without a body for a HEAD) and closes.
-    fn refuse<'b, 'h>(
-        &mut self,
-        out: &mut Output,
-        env: &Env<'_>,
-        status: u16,
-        why: &'static str,
-        head_only: bool,
-    ) -> Event<'b, 'h> {
-        wire::write_error(&mut out.buf, status, why, env.date, head_only);
+    fn refuse(&mut self, out: &mut Output, env: &Env<'_>, status: u16, why: &'static str, head_only: bool) -> Refusal {
+        let body_bytes = wire::write_error(&mut out.buf, status, why, env.date, head_only);
         self.state = State::Closing;
-        Event::Refused { status }
+        Refusal { status, body_bytes }
     }
 
     /// Makes room in `input` to read more into (its buffer is not empty):
@@ -668,7 +668,7 @@ impl H1 {
     /// so a client announcing a large body costs memory only as its bytes
     /// arrive. `Err` with the error answer queued if the request cannot
     /// grow further.
-    pub(crate) fn make_room(&mut self, input: &mut Input, out: &mut Output, env: &Env<'_>) -> Result<(), u16> {
+    pub(crate) fn make_room(&mut self, input: &mut Input, out: &mut Output, env: &Env<'_>) -> Result<(), Refusal> {
         if input.end < input.buf.len() {
             return Ok(());
         }
@@ -711,14 +711,12 @@ impl H1 {
                 State::Body(_) => (413, "request body too large"),
                 _ => (431, "request head too large"),
             };
-            self.fail(out, env, status, why);
-            return Err(status);
+            return Err(self.fail(out, env, status, why));
         }
         if new_len - input.buf.len() > env.grow_bytes_max {
             // The worker holds its budget of buffered requests: this one
             // waits for nothing, it is refused (the client may retry).
-            self.fail(out, env, 503, crate::budget::BUDGET_SPENT);
-            return Err(503);
+            return Err(self.fail(out, env, 503, crate::budget::BUDGET_SPENT));
         }
         // Exactly: `resize` alone may double the capacity (a 1 MiB body
         // whose head made it pass 1 MiB by 70 bytes held 2 MiB).
@@ -820,11 +818,7 @@ impl H1 {
                     _ => TimedOut::Again,
                 }
             }
-            State::Head | State::Body(_) => {
-                let status = 408;
-                self.fail(out, env, status, why);
-                TimedOut::Refused { status }
-            }
+            State::Head | State::Body(_) => TimedOut::Refused(self.fail(out, env, 408, why)),
             State::Deferred(_) | State::Handling(_) if self.upload.is_some() => self.time_out_body(out, env),
             State::Deferred(_) | State::Handling(_) => {
                 self.deadline = None;
@@ -841,17 +835,15 @@ impl H1 {
 
     /// The body stopped coming, or came too slowly: 408 (a reader fails).
     fn time_out_body(&mut self, out: &mut Output, env: &Env<'_>) -> TimedOut {
-        let status = 408;
         let why = "request not received in time";
         self.rate = None;
-        if let Some(up) = self.upload.take() {
+        TimedOut::Refused(if let Some(up) = self.upload.take() {
             up.sink
                 .fail(io::ErrorKind::TimedOut, "request body not received in time");
-            self.refuse(out, env, status, why, false);
+            self.refuse(out, env, 408, why, false)
         } else {
-            self.fail(out, env, status, why);
-        }
-        TimedOut::Refused { status }
+            self.fail(out, env, 408, why)
+        })
     }
 }
 
@@ -859,7 +851,7 @@ impl H1 {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum TimedOut {
     /// An error answer was queued; send it, then close.
-    Refused { status: u16 },
+    Refused(Refusal),
     /// Nothing to do (a deferred answer has no timeout).
     Keep,
     /// Not yet (the head's deadline moved as it grew, or the body kept its

@@ -130,10 +130,10 @@ pub(crate) fn write_response(
             out.buf.resize(at + f.len as usize, 0);
             if f.file.read_exact_at(&mut out.buf[at..], f.offset).is_err() {
                 out.buf.truncate(head_start);
-                wire::write_error(&mut out.buf, 500, "file could not be read", date, false);
+                let body_bytes = wire::write_error(&mut out.buf, 500, "file could not be read", date, false);
                 return Sent {
                     status: 500,
-                    body_bytes: 0,
+                    body_bytes,
                     keep_alive: false,
                 };
             }

@@ -12,7 +12,7 @@
 use std::mem::MaybeUninit;
 use std::time::Instant;
 
-use super::{BodyStart, Env, Event, Feed, Link, TimedOut, Wait, H1};
+use super::{BodyStart, Env, Event, Feed, Link, Refusal, TimedOut, Wait, H1};
 use crate::body::BodySink;
 use crate::buffers::{Input, Output, Tail};
 use crate::limits::HEADERS_ARRAY_MAX;
@@ -31,8 +31,8 @@ pub(crate) static BIG: [u8; 40_000] = [b'b'; 40_000];
 pub(crate) enum End {
     /// The last answer was queued (`Connection: close`, HTTP/1.0).
     Closing,
-    /// An error answer with this status was queued.
-    Refused(u16),
+    /// An error answer was queued.
+    Refused(Refusal),
     /// Not HTTP/1 while HTTP/2 was allowed: closed without an answer.
     NotHttp,
 }
@@ -64,6 +64,14 @@ pub(crate) struct Script {
 }
 
 impl Script {
+    /// The status of the error answer the script ended with, if it did.
+    pub(crate) fn refused(&self) -> Option<u16> {
+        match self.end {
+            Some(End::Refused(r)) => Some(r.status),
+            _ => None,
+        }
+    }
+
     pub(crate) fn new(limits: Limits) -> Self {
         Script {
             h1: H1::new(),
@@ -99,9 +107,9 @@ impl Script {
                 self.input.buf = vec![0; self.first_buffer_bytes];
             }
             let env = env_of(&self.limits, self.now, self.draining, self.h2_allowed);
-            if let Err(status) = self.h1.make_room(&mut self.input, &mut self.out, &env) {
+            if let Err(refusal) = self.h1.make_room(&mut self.input, &mut self.out, &env) {
                 self.input.discard();
-                self.end = Some(End::Refused(status));
+                self.end = Some(End::Refused(refusal));
                 self.flush();
                 return;
             }
@@ -151,9 +159,9 @@ impl Script {
             let env = env_of(&self.limits, self.now, self.draining, self.h2_allowed);
             let link = self.link(false);
             let timed_out = self.h1.time_out(&mut self.out, &env, link);
-            if let TimedOut::Refused { status } = timed_out {
+            if let TimedOut::Refused(refusal) = timed_out {
                 self.input.discard();
-                self.end = Some(End::Refused(status));
+                self.end = Some(End::Refused(refusal));
             }
             self.flush();
             if timed_out != TimedOut::Again {
@@ -170,9 +178,9 @@ impl Script {
         let env = env_of(&self.limits, self.now, self.draining, self.h2_allowed);
         let link = self.link(false);
         let timed_out = self.h1.time_out(&mut self.out, &env, link);
-        if let TimedOut::Refused { status } = timed_out {
+        if let TimedOut::Refused(refusal) = timed_out {
             self.input.discard();
-            self.end = Some(End::Refused(status));
+            self.end = Some(End::Refused(refusal));
         }
         self.flush();
         timed_out
@@ -224,9 +232,9 @@ impl Script {
                     Feed::Done => {}
                     Feed::Input => break,
                     Feed::Full => panic!("a discarded body never fills a reader"),
-                    Feed::Refused { status } => {
+                    Feed::Refused(refusal) => {
                         input.discard();
-                        *end = Some(End::Refused(status));
+                        *end = Some(End::Refused(refusal));
                         break;
                     }
                     Feed::Closing => {
@@ -299,9 +307,9 @@ impl Script {
                     *end = Some(End::Closing);
                     break;
                 }
-                Event::Refused { status } => {
+                Event::Refused(refusal) => {
                     input.discard();
-                    *end = Some(End::Refused(status));
+                    *end = Some(End::Refused(refusal));
                     break;
                 }
                 Event::NotHttp => {

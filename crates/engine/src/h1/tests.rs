@@ -46,6 +46,15 @@ fn every_split(input: &[u8]) -> Script {
     whole
 }
 
+/// The 408 the machine queues for a request not received in time, with
+/// its body's length: `408 Request Timeout: request not received in time\n`.
+fn refusal_408() -> super::Refusal {
+    super::Refusal {
+        status: 408,
+        body_bytes: "408 Request Timeout: request not received in time\n".len() as u64,
+    }
+}
+
 fn bodies(s: &Script) -> Vec<(u16, String)> {
     answers(&s.wire, &s.head_only)
         .into_iter()
@@ -134,7 +143,7 @@ fn a_bad_request_gets_one_error_answer_and_nothing_after_it() {
         assert_eq!(got.len(), 2, "{bad:?}: {got:?}");
         assert_eq!(got[0], (200, "GET /a 0:".into()));
         assert_eq!(got[1].0, status, "{bad:?}");
-        assert_eq!(s.end, Some(End::Refused(status)), "{bad:?}");
+        assert_eq!(s.refused(), Some(status), "{bad:?}");
         let last = &answers(&s.wire, &s.head_only)[1].head;
         assert!(last.contains("Connection: close\r\n"), "{last}");
     }
@@ -144,7 +153,7 @@ fn a_bad_request_gets_one_error_answer_and_nothing_after_it() {
 fn an_error_answering_head_has_no_body() {
     let input = "HEAD / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n";
     let s = every_split(input.as_bytes());
-    assert_eq!(s.end, Some(End::Refused(400)));
+    assert_eq!(s.refused(), Some(400));
     let text = String::from_utf8_lossy(&s.wire);
     assert!(
         text.ends_with("\r\n\r\n") && text.contains("Content-Length: "),
@@ -166,7 +175,7 @@ fn heads_and_bodies_past_the_limits_get_431_and_413() {
         for buffer in [16, 4096] {
             let mut s = Script::new(limits.clone()).with_buffer(buffer);
             s.feed(input.as_bytes());
-            assert_eq!(s.end, Some(End::Refused(status)), "{input:?} buffer {buffer}");
+            assert_eq!(s.refused(), Some(status), "{input:?} buffer {buffer}");
         }
     }
     // A Content-Length body within the limit grows a small buffer only as
@@ -269,7 +278,7 @@ fn a_request_not_received_in_time_gets_408() {
     ] {
         let mut s = Script::new(Limits::default());
         s.feed(partial.as_bytes());
-        assert_eq!(s.time_out(), TimedOut::Refused { status: 408 });
+        assert_eq!(s.time_out(), TimedOut::Refused(refusal_408()));
         assert_eq!(bodies(&s)[0].0, 408);
         let len = s.wire.len();
         s.feed(GET_A.as_bytes());
@@ -286,12 +295,12 @@ fn bytes_that_are_not_http1_close_silently_only_where_http2_may_be_spoken() {
     assert_eq!((s.end, s.wire.len()), (Some(End::NotHttp), 0));
     let mut s = Script::new(Limits::default());
     s.feed(garbage);
-    assert_eq!(s.end, Some(End::Refused(400)));
+    assert_eq!(s.refused(), Some(400));
     // After a first request, HTTP/2 is out of the question: a 400.
     let mut s = Script::new(Limits::default());
     s.h2_allowed = true;
     s.feed([GET_A.as_bytes(), garbage].concat().as_slice());
-    assert_eq!(s.end, Some(End::Refused(400)));
+    assert_eq!(s.refused(), Some(400));
 }
 
 const IGNORE_CHUNKED: &str =
@@ -402,7 +411,7 @@ fn a_head_arriving_steadily_gets_a_second_more_per_500_bytes_up_to_head_timeout_
     assert_eq!(s.wait(false), Wait::Until(Some(t0 + limits.head_timeout_max)));
     // A deadline reached while the head is still short of it ends it.
     s.now = t0 + limits.head_timeout_max;
-    assert_eq!(s.time_out_once(), TimedOut::Refused { status: 408 });
+    assert_eq!(s.time_out_once(), TimedOut::Refused(refusal_408()));
 }
 
 #[test]
@@ -445,7 +454,7 @@ fn a_body_sent_a_byte_at_a_time_is_ended_at_the_end_of_its_grace() {
                 "{target}"
             );
         } else {
-            assert_eq!(how, TimedOut::Refused { status: 408 }, "{target}");
+            assert_eq!(how, TimedOut::Refused(refusal_408()), "{target}");
             // Checked here only every 4 s, as the bytes come.
             assert!(when <= t0 + limits.body_timeout + Duration::from_secs(4), "{target}");
             assert_eq!(bodies(&s).last().map(|b| b.0), Some(408));
