@@ -65,6 +65,7 @@ pub(crate) struct Script {
 
 impl Script {
     /// The status of the error answer the script ended with, if it did.
+    #[cfg(test)]
     pub(crate) fn refused(&self) -> Option<u16> {
         match self.end {
             Some(End::Refused(r)) => Some(r.status),
