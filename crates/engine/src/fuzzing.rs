@@ -346,6 +346,20 @@ pub fn h1_session(data: &[u8]) {
             );
         }
         Some(End::NotHttp) => assert!(s.wire.is_empty(), "an answer to bytes that are not HTTP/1"),
+        Some(End::Upgraded) => {
+            assert_eq!(n_final, s.head_only.len(), "one answer per request");
+            let last = got.last().expect("a 101 was written");
+            assert_eq!(last.status, 101, "the switch is the last answer");
+            assert!(
+                last.head.contains("\r\nConnection: upgrade\r\nUpgrade: websocket\r\n"),
+                "{:?}",
+                last.head
+            );
+            // Every byte after the upgraded request is the new protocol's,
+            // in order, whatever the machine had read of it.
+            s.feed(&input[at..]);
+            assert!(input.ends_with(&s.switched), "bytes after the switch lost or changed");
+        }
         Some(End::Closing) | None => assert_eq!(n_final, s.head_only.len(), "one answer per request"),
     }
     if s.end.is_some() {

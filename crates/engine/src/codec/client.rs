@@ -534,9 +534,9 @@ impl Fields {
             let name = h.name.as_bytes();
             match name.len() {
                 10 if name.eq_ignore_ascii_case(b"connection") => {
-                    let (close, keep_alive) = connection_options(h.value);
-                    f.conn_close |= close;
-                    f.conn_keep_alive |= keep_alive;
+                    let options = connection_options(h.value);
+                    f.conn_close |= options.close;
+                    f.conn_keep_alive |= options.keep_alive;
                 }
                 14 if name.eq_ignore_ascii_case(b"content-length") => {
                     // RFC 9110 §8.6: "a recipient ... MAY either reject the

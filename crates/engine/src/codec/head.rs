@@ -127,6 +127,10 @@ pub struct Head<'b, 'h> {
     pub keep_alive: bool,
     /// The client sent `Expect: 100-continue`.
     pub expect_continue: bool,
+    /// The protocols an HTTP/1.1 client offers to switch to (the Upgrade
+    /// field's value, e.g. `websocket`), when its Connection field names
+    /// `upgrade` (RFC 9110 §7.8); otherwise `None`.
+    pub upgrade: Option<&'b [u8]>,
     /// The authority: from an absolute-form target if there is one (RFC 9112
     /// §3.2.2: it replaces Host), else the Host field. ASCII only (both are
     /// checked byte by byte); bytes, so that a request whose handler never
@@ -257,6 +261,12 @@ pub fn parse_head<'b, 'h>(
         Version::Http11 | Version::Http2 | Version::Http3 => !fields.conn_close,
         Version::Http10 => fields.conn_keep_alive && !fields.conn_close,
     };
+    // RFC 9110 §7.8: an Upgrade field not named by Connection, or in an
+    // HTTP/1.0 request, is ignored; an empty one offers nothing.
+    let upgrade = match fields.upgrade {
+        Some(offer) if version == Version::Http11 && fields.conn_upgrade && !offer.is_empty() => Some(offer),
+        _ => None,
+    };
     Ok(Parsed::Complete(Head {
         method,
         target,
@@ -267,6 +277,7 @@ pub fn parse_head<'b, 'h>(
         framing,
         keep_alive,
         expect_continue: fields.expect_continue,
+        upgrade,
         host,
         headers,
     }))
@@ -563,6 +574,8 @@ struct Fields<'b> {
     unknown_coding: bool,
     conn_close: bool,
     conn_keep_alive: bool,
+    conn_upgrade: bool,
+    upgrade: Option<&'b [u8]>,
     expect_continue: bool,
 }
 
@@ -591,10 +604,17 @@ impl<'b> Fields<'b> {
                         return Err(HeadError::ExpectationFailed);
                     }
                 }
+                7 if name.eq_ignore_ascii_case(b"upgrade") => {
+                    // Several lines are one list (RFC 9110 §5.3); the
+                    // first names what is offered, which is all an
+                    // upgrade needs to see.
+                    f.upgrade = f.upgrade.or(Some(trim_ows(h.value)));
+                }
                 10 if name.eq_ignore_ascii_case(b"connection") => {
-                    let (close, keep_alive) = connection_options(h.value);
-                    f.conn_close |= close;
-                    f.conn_keep_alive |= keep_alive;
+                    let options = connection_options(h.value);
+                    f.conn_close |= options.close;
+                    f.conn_keep_alive |= options.keep_alive;
+                    f.conn_upgrade |= options.upgrade;
                 }
                 14 if name.eq_ignore_ascii_case(b"content-length") => {
                     // RFC 9110 §8.6: a list of identical values may be taken as
@@ -693,13 +713,24 @@ pub(crate) fn content_length_digits(digits: &[u8]) -> Option<u64> {
 
 /// The `close` and `keep-alive` options of a Connection field's value
 /// (RFC 9112 §9.3, §9.6): whether each is present.
-pub(crate) fn connection_options(value: &[u8]) -> (bool, bool) {
-    let (mut close, mut keep_alive) = (false, false);
+pub(crate) fn connection_options(value: &[u8]) -> ConnectionOptions {
+    let mut options = ConnectionOptions::default();
     for option in list_elements(value) {
-        close |= option.eq_ignore_ascii_case(b"close");
-        keep_alive |= option.eq_ignore_ascii_case(b"keep-alive");
+        options.close |= option.eq_ignore_ascii_case(b"close");
+        options.keep_alive |= option.eq_ignore_ascii_case(b"keep-alive");
+        options.upgrade |= option.eq_ignore_ascii_case(b"upgrade");
     }
-    (close, keep_alive)
+    options
+}
+
+/// The Connection field's options the codec acts on (RFC 9110 §7.6.1).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct ConnectionOptions {
+    pub(crate) close: bool,
+    pub(crate) keep_alive: bool,
+    /// RFC 9110 §7.8: a sender of Upgrade lists `upgrade` here, and a
+    /// recipient ignores an Upgrade field it does not name.
+    pub(crate) upgrade: bool,
 }
 
 /// The non-empty elements of a comma-separated list (RFC 9110 §5.6.1),
@@ -857,6 +888,49 @@ mod tests {
                 h.host.map(|h| String::from_utf8_lossy(h).into_owned()),
             ))),
             Parsed::Partial => Ok(None),
+        }
+    }
+
+    /// What a head offers to upgrade to, as `parse_head` reads it.
+    fn upgrade_of(bytes: &[u8]) -> Option<String> {
+        let mut headers = [const { MaybeUninit::uninit() }; 100];
+        match parse_head(bytes, &mut headers, &Limits::default()) {
+            Ok(Parsed::Complete(h)) => h.upgrade.map(|u| String::from_utf8_lossy(u).into_owned()),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// RFC 9110 §7.8: an upgrade is offered by an HTTP/1.1 request whose
+    /// Connection field names `upgrade` beside a non-empty Upgrade field;
+    /// otherwise the Upgrade field is ignored.
+    #[test]
+    fn an_upgrade_is_offered_only_with_connection_upgrade_over_http11() {
+        let offered: &[(&str, Option<&str>)] = &[
+            (
+                "GET /chat HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+                Some("websocket"),
+            ),
+            (
+                "GET / HTTP/1.1\r\nHost: a\r\nConnection: keep-alive, UPGRADE\r\nupgrade:  h2c, foo/2 \r\n\r\n",
+                Some("h2c, foo/2"),
+            ),
+            // Not named by Connection: ignored.
+            ("GET / HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\n\r\n", None),
+            // Named, but nothing offered.
+            ("GET / HTTP/1.1\r\nHost: a\r\nConnection: upgrade\r\n\r\n", None),
+            (
+                "GET / HTTP/1.1\r\nHost: a\r\nConnection: upgrade\r\nUpgrade:\r\n\r\n",
+                None,
+            ),
+            // HTTP/1.0: ignored (§7.8 "MUST ignore").
+            (
+                "GET / HTTP/1.0\r\nUpgrade: websocket\r\nConnection: upgrade\r\n\r\n",
+                None,
+            ),
+            ("GET / HTTP/1.1\r\nHost: a\r\n\r\n", None),
+        ];
+        for (head, want) in offered {
+            assert_eq!(upgrade_of(head.as_bytes()).as_deref(), *want, "{head:?}");
         }
     }
 

@@ -84,6 +84,22 @@ pub fn write_error(out: &mut Vec<u8>, status: u16, detail: &str, date: &[u8], he
     body_len as u64
 }
 
+/// Appends a `101 Switching Protocols` head (RFC 9110 §15.2.2, §7.8):
+/// `Upgrade` names the one protocol switched to and `Connection: upgrade`
+/// marks it hop-by-hop; `fields` (complete `Name: value\r\n` lines, the
+/// new protocol's, e.g. `Sec-WebSocket-Accept`) follow. No body, no
+/// framing: the bytes after the head are the new protocol's.
+pub fn write_switching(out: &mut Vec<u8>, protocol: &str, fields: &[u8], date: &[u8]) {
+    write_status_line(out, 101);
+    out.extend_from_slice(b"Server: peregrine\r\nDate: ");
+    out.extend_from_slice(date);
+    out.extend_from_slice(b"\r\nConnection: upgrade\r\nUpgrade: ");
+    out.extend_from_slice(protocol.as_bytes());
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(fields);
+    out.extend_from_slice(b"\r\n");
+}
+
 /// `HTTP/1.1 100 Continue`, sent before reading a body the client is
 /// holding back (RFC 9110 §10.1.1).
 pub const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";

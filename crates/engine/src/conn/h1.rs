@@ -212,6 +212,11 @@ impl Conn {
                 Event::Again => {}
                 Event::Deferred => return Stop::Deferred,
                 Event::Closing => return Stop::Closing,
+                // The 101 is queued. The arm it switches to (`Conn::switch`
+                // with the input's unread bytes) comes with WebSocket, the
+                // first caller of `H1::upgrade`; until then the machine,
+                // left in the slot, closes once the 101 is sent.
+                Event::Upgraded => return Stop::Closing,
                 Event::Refused(refusal) => {
                     input.discard();
                     record_refused(ctx, *peer, refusal);

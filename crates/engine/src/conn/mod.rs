@@ -432,11 +432,13 @@ impl Conn {
     /// after ALPN or the preface; later, what an upgrade's 101 hands the
     /// connection to). The read buffer is left as it is: its unread bytes
     /// are the new machine's first. Only an HTTP/1.1 machine with nothing
-    /// in flight is replaced.
+    /// in flight, or one that has queued its 101 (`H1::upgrade`), is
+    /// replaced.
     fn switch(&mut self, to: Proto) {
         debug_assert!(
-            matches!(&self.proto, Proto::H1(h1) if h1.deferral.is_none() && h1.machine.is_idle()),
-            "only an idle HTTP/1.1 connection switches protocols"
+            matches!(&self.proto, Proto::H1(h1) if h1.deferral.is_none()
+                && (h1.machine.is_idle() || h1.machine.is_upgraded())),
+            "only an idle or upgraded HTTP/1.1 connection switches protocols"
         );
         self.proto = to;
     }

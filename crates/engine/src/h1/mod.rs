@@ -93,6 +93,11 @@ pub(crate) enum Event<'b, 'h> {
     /// An error answer was queued (the input must be dropped); the
     /// machine is now `Closing`.
     Refused(Refusal),
+    /// A `101 Switching Protocols` is queued (`upgrade`): the bytes left
+    /// in the input, after the request's, are the new protocol's first.
+    /// The driver puts that protocol's machine in the connection's slot;
+    /// this one reads nothing more.
+    Upgraded,
     /// The first bytes are neither HTTP/1 nor the HTTP/2 preface: an
     /// invalid connection preface, closed without an answer (RFC 9113
     /// §3.4; an HTTP/1 400 would be read as a broken frame by an HTTP/2
@@ -212,6 +217,8 @@ impl BodyStart {
                 head_only: head.method == "HEAD",
                 version: head.version,
                 keep_alive: head.keep_alive && !env.draining,
+                // A head announcing a body: not switched after it.
+                upgradable: false,
             },
             expect_continue: head.expect_continue,
         }
@@ -232,6 +239,8 @@ enum State {
     Deferred(Answer),
     /// The last answer is queued; close once it is sent.
     Closing,
+    /// A 101 is queued: the connection belongs to another protocol.
+    Upgraded,
 }
 
 /// What an answer to the current request needs to know about it.
@@ -240,6 +249,9 @@ struct Answer {
     head_only: bool,
     version: Version,
     keep_alive: bool,
+    /// The request offered an upgrade (`Head::upgrade`) and has no body:
+    /// it may be answered with a 101 (`upgrade`).
+    upgradable: bool,
 }
 
 struct BodyWait {
@@ -307,6 +319,7 @@ impl H1 {
         match self.state {
             State::Deferred(_) | State::Handling(_) => return Event::Deferred,
             State::Closing => return Event::Closing,
+            State::Upgraded => return Event::Upgraded,
             State::Idle | State::Head | State::Body(_) => {}
         }
         if data.is_empty() {
@@ -520,6 +533,7 @@ impl H1 {
             head_only: head.method == "HEAD",
             version: head.version,
             keep_alive: head.keep_alive && !env.draining,
+            upgradable: head.upgrade.is_some() && body.is_empty() && !matches!(head.framing, Framing::Chunked),
         });
         Event::Request { head, body, consumed }
     }
@@ -577,6 +591,43 @@ impl H1 {
             };
         };
         self.answer_with(out, response, answer, env, extra_fields)
+    }
+
+    /// Switches protocols (RFC 9110 §7.8, hyper's `Conn::into_inner`,
+    /// h2o's `h2o_http1_upgrade`): queues a `101 Switching Protocols` to
+    /// `protocol` with the new protocol's `fields` (complete lines) as the
+    /// answer to the request `poll` gave out (or deferred), and stops: the
+    /// next `poll` says `Upgraded`, and the bytes after the request are the
+    /// new protocol's. `None`, with nothing queued, if that request did not
+    /// offer an upgrade (no `Connection: upgrade` with an `Upgrade` field,
+    /// HTTP/1.0, or a body): the caller answers it otherwise.
+    // The WebSocket arm of the connection's slot is its first caller.
+    #[cfg_attr(not(test), allow(dead_code))]
+    pub(crate) fn upgrade(&mut self, out: &mut Output, protocol: &str, fields: &[u8], env: &Env<'_>) -> Option<Sent> {
+        let (State::Handling(answer) | State::Deferred(answer)) = self.state else {
+            return None;
+        };
+        if !answer.upgradable || self.upload.is_some() {
+            return None;
+        }
+        debug_assert!(
+            crate::codec::head::is_token(protocol.split('/').next().unwrap_or_default().as_bytes()),
+            "an upgrade names one protocol token: {protocol:?}"
+        );
+        self.rate = None;
+        self.deadline = None;
+        wire::write_switching(&mut out.buf, protocol, fields, env.date);
+        self.state = State::Upgraded;
+        Some(Sent {
+            status: 101,
+            body_bytes: 0,
+            keep_alive: true,
+        })
+    }
+
+    /// A 101 is queued: the connection is another protocol's.
+    pub(crate) fn is_upgraded(&self) -> bool {
+        matches!(self.state, State::Upgraded)
     }
 
     /// The handler will answer later (`answer`); the input waits.
@@ -730,6 +781,9 @@ impl H1 {
     /// shutdown found it between requests).
     pub(crate) fn wait(&mut self, env: &Env<'_>, link: Link) -> Wait {
         match self.state {
+            // Still in the slot after its 101: nothing took the connection
+            // over, so nothing speaks on it.
+            State::Upgraded => return Wait::Close,
             // A body discarded after its answer: its own deadline.
             State::Idle if self.upload.is_some() => {
                 if link.peer_closed {
@@ -824,7 +878,7 @@ impl H1 {
                 self.deadline = None;
                 TimedOut::Keep
             }
-            State::Idle | State::Closing => TimedOut::Close,
+            State::Idle | State::Closing | State::Upgraded => TimedOut::Close,
         }
     }
 

@@ -35,6 +35,9 @@ pub(crate) enum End {
     Refused(Refusal),
     /// Not HTTP/1 while HTTP/2 was allowed: closed without an answer.
     NotHttp,
+    /// A 101 was queued (`/upgrade…` asks for one): what follows is the
+    /// new protocol's (`Script::switched`).
+    Upgraded,
 }
 
 pub(crate) struct Script {
@@ -61,6 +64,9 @@ pub(crate) struct Script {
     first_buffer_bytes: usize,
     /// Bytes fed so far.
     bytes_in: u64,
+    /// After an upgrade: the bytes the machine left unread, then every
+    /// byte fed since, in order (what the new protocol would read).
+    pub(crate) switched: Vec<u8>,
 }
 
 impl Script {
@@ -90,6 +96,7 @@ impl Script {
             head_only: Vec::new(),
             first_buffer_bytes: BUFFER_BYTES,
             bytes_in: 0,
+            switched: Vec::new(),
         }
     }
 
@@ -103,6 +110,10 @@ impl Script {
     /// room (made by the machine when it is full), processing after each
     /// read. Bytes after the end are dropped, as the lingering close does.
     pub(crate) fn feed(&mut self, mut bytes: &[u8]) {
+        if self.end == Some(End::Upgraded) {
+            self.switched.extend_from_slice(bytes);
+            return;
+        }
         while !bytes.is_empty() && self.end.is_none() {
             if self.input.buf.is_empty() {
                 self.input.buf = vec![0; self.first_buffer_bytes];
@@ -129,6 +140,9 @@ impl Script {
             self.bytes_in += n as u64;
             bytes = &bytes[n..];
             self.process();
+        }
+        if self.end == Some(End::Upgraded) {
+            self.switched.extend_from_slice(bytes);
         }
     }
 
@@ -226,6 +240,7 @@ impl Script {
                 deferred_head_only,
                 end,
                 head_only,
+                switched,
                 ..
             } = self;
             if h1.is_uploading() {
@@ -257,7 +272,20 @@ impl Script {
                     );
                     *n_requests += 1;
                     let target = head.target;
-                    if target.starts_with("/later") {
+                    if target.starts_with("/upgrade") {
+                        // The fields as a WebSocket answer would add them.
+                        head_only.push(false);
+                        if h1
+                            .upgrade(out, "websocket", b"Sec-WebSocket-Accept: x\r\n", &env)
+                            .is_none()
+                        {
+                            let text = format!("no upgrade for {} {}", head.method, target);
+                            h1.respond(out, &mut Response::new(400).with_body(text), &env, b"");
+                            if h1.is_closing() {
+                                *end = Some(End::Closing);
+                            }
+                        }
+                    } else if target.starts_with("/later") {
                         h1.defer();
                         *deferred = true;
                         *deferred_head_only = head.method == "HEAD";
@@ -306,6 +334,12 @@ impl Script {
                 Event::BodyAhead { .. } => h1.buffer_body(),
                 Event::Closing => {
                     *end = Some(End::Closing);
+                    break;
+                }
+                Event::Upgraded => {
+                    *end = Some(End::Upgraded);
+                    switched.extend_from_slice(&input.buf[input.start..input.end]);
+                    input.discard();
                     break;
                 }
                 Event::Refused(refusal) => {

@@ -480,3 +480,66 @@ fn a_body_arriving_at_the_minimum_rate_is_kept() {
     s.feed(&[b'y'; 1000]);
     assert_eq!(bodies(&s), [(200, format!("POST /b 60000:{}", "y".repeat(60000)))]);
 }
+
+const UPGRADE: &str = "GET /upgrade HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n";
+
+/// A request offering an upgrade, answered with a 101: the machine reads
+/// nothing after it, and every byte after the request (here a WebSocket
+/// frame that is no HTTP) is left to the new protocol, whole and in
+/// order, however the bytes were split. Requests before it are answered
+/// first.
+#[test]
+fn an_upgrade_answers_101_and_leaves_every_byte_after_it_to_the_new_protocol() {
+    let frame: &[u8] = b"\x81\x85\x37\xfa\x21\x3d\x7f\x9f\x4d\x51\x58GET / HTTP/1.1\r\n\r\n";
+    let input = [GET_A.as_bytes(), UPGRADE.as_bytes(), frame].concat();
+    let s = every_split(&input);
+    assert_eq!(s.end, Some(End::Upgraded));
+    let got = answers(&s.wire, &s.head_only);
+    assert_eq!(got.iter().map(|a| a.status).collect::<Vec<_>>(), [200, 101]);
+    assert_eq!(
+        got[1].head,
+        format!(
+            "HTTP/1.1 101 Switching Protocols\r\nServer: peregrine\r\nDate: {}\r\n\
+             Connection: upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Accept: x\r\n\r\n",
+            std::str::from_utf8(super::script::DATE).unwrap()
+        )
+    );
+    for buffer in [16 * 1024, 16] {
+        for at in 0..=input.len() {
+            let s = run_split(&input, at, buffer);
+            assert_eq!(s.switched, frame, "split at {at}, buffer {buffer}");
+        }
+    }
+    // Left in the slot (nothing took the connection over), it closes.
+    let mut s = run_split(&input, input.len(), 16 * 1024);
+    assert_eq!(s.wait(false), Wait::Close);
+    assert_eq!(s.time_out_once(), TimedOut::Close);
+}
+
+/// RFC 9110 §7.8: an Upgrade not named by Connection, an HTTP/1.0 one and
+/// one on a request with a body are not offers: `upgrade` refuses (the
+/// script's handler then answers 400) and HTTP/1.1 goes on.
+#[test]
+fn a_request_that_offers_no_upgrade_cannot_be_switched() {
+    let not_offered = [
+        "GET /upgrade HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\n\r\n",
+        "GET /upgrade HTTP/1.1\r\nHost: x\r\nConnection: upgrade\r\n\r\n",
+        "POST /upgrade HTTP/1.1\r\nHost: x\r\nConnection: upgrade\r\nUpgrade: websocket\r\nContent-Length: 5\r\n\r\nhello",
+        "POST /upgrade HTTP/1.1\r\nHost: x\r\nConnection: upgrade\r\nUpgrade: websocket\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+    ];
+    for request in not_offered {
+        let s = every_split([request, GET_A].concat().as_bytes());
+        assert_eq!(s.end, None, "{request:?}");
+        let got = answers(&s.wire, &s.head_only);
+        assert_eq!(
+            got.iter().map(|a| a.status).collect::<Vec<_>>(),
+            [400, 200],
+            "{request:?}"
+        );
+        assert!(s.switched.is_empty());
+    }
+    // HTTP/1.0: ignored, and the connection closes after the answer.
+    let s = every_split(b"GET /upgrade HTTP/1.0\r\nConnection: upgrade\r\nUpgrade: websocket\r\n\r\n");
+    assert_eq!(s.end, Some(End::Closing));
+    assert_eq!(answers(&s.wire, &s.head_only)[0].status, 400);
+}
