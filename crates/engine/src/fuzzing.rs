@@ -42,7 +42,7 @@ fn recv_output_max(n: usize) -> usize {
 /// stream is answered later through `defer` (bit 4), whether the server
 /// starts a graceful shutdown after the first read (bit 5), whether GET
 /// answers are sent as to HEAD (bit 6) and whether the output budget is
-/// 1 KiB or 16 KiB (bit 7). Panics if an invariant breaks: `recv` uses no
+/// 1 KiB or 16 KiB (bit 7). Panics if an invariant breaks: `handle_input` uses no
 /// more than it was given; the output is whole frames, bounded by the
 /// bytes read and the budget; no frame follows a GOAWAY for an error;
 /// each stream's HEADERS come before its DATA, which add up to its
@@ -82,7 +82,7 @@ pub fn h2_session(data: &[u8]) {
         let end = input.len().min(at + n);
         read.extend_from_slice(&input[at..end]);
         at = end;
-        let used = d.session.recv(&read, &mut d.out);
+        let used = d.session.handle_input(&read, &mut d.out);
         assert!(used <= read.len(), "recv used more than it was given");
         assert!(
             d.out.len() <= recv_output_max(used),

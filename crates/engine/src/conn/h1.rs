@@ -261,7 +261,7 @@ impl Conn {
         let Proto::H1(h1) = &mut self.proto else {
             return Some(Next::Close);
         };
-        match h1.machine.wait(&env, link) {
+        match h1.machine.poll_timeout(&env, link) {
             Wait::Close => Some(Next::Close),
             Wait::Until(deadline) => {
                 self.state_deadline = deadline;
@@ -279,7 +279,7 @@ impl Conn {
         let Proto::H1(h1) = &mut self.proto else {
             return Next::Close;
         };
-        match h1.machine.time_out(&mut self.output, &env, link) {
+        match h1.machine.handle_timeout(&mut self.output, &env, link) {
             TimedOut::Refused(refusal) => {
                 self.input.discard();
                 record_refused(ctx, self.peer, refusal);

@@ -183,7 +183,7 @@ impl Conn {
         if input.start < input.end {
             let used = h2
                 .session
-                .recv(&input.buf[input.start..input.end], &mut self.output.buf);
+                .handle_input(&input.buf[input.start..input.end], &mut self.output.buf);
             input.start += used;
             if input.start == input.end {
                 input.start = 0;

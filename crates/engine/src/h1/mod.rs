@@ -14,8 +14,8 @@
 //!    the answer) or `defer` (the answer comes later through `answer`), and
 //!    consumes the request's bytes. Pipelined requests are answered one
 //!    after the other into the same output, which leaves in one write.
-//! 3. When the driver waits, `wait` gives the deadline of the state (head,
-//!    body or idle timeout) or says the connection is done; `time_out`
+//! 3. When the driver waits, `poll_timeout` gives the deadline of the state (head,
+//!    body or idle timeout) or says the connection is done; `handle_timeout`
 //!    answers 408 when a request was not received in time.
 //!
 //! A handler that reads bodies as they arrive (`body::streamed`) is asked
@@ -149,7 +149,7 @@ pub(crate) struct H1 {
     /// When the head being received began (`State::Head`).
     head_since: Instant,
     /// The minimum rate of the body being received (`State::Body`, or an
-    /// upload the reader keeps up with); started by `wait`.
+    /// upload the reader keeps up with); started by `poll_timeout`.
     rate: Option<MinRate>,
     /// The driver chose to buffer the body of the head in the input: the
     /// next parse of it goes on as for any request.
@@ -779,7 +779,7 @@ impl H1 {
     /// Called when the driver is about to wait: the deadline to wait
     /// until, or `Close` if the connection is done (the client left, or a
     /// shutdown found it between requests).
-    pub(crate) fn wait(&mut self, env: &Env<'_>, link: Link) -> Wait {
+    pub(crate) fn poll_timeout(&mut self, env: &Env<'_>, link: Link) -> Wait {
         match self.state {
             // Still in the slot after its 101: nothing took the connection
             // over, so nothing speaks on it.
@@ -852,14 +852,14 @@ impl H1 {
             .get_or_insert_with(|| MinRate::start(env.now, link.bytes_in, env.limits.body_timeout))
     }
 
-    /// Sets the deadline before the first `wait` (at accept).
+    /// Sets the deadline before the first `poll_timeout` (at accept).
     pub(crate) fn set_deadline(&mut self, deadline: Option<Instant>) {
         self.deadline = deadline;
     }
 
     /// The deadline passed. `Some(event)` if an answer was queued (a 408
     /// for a request not received in time), else whether to close.
-    pub(crate) fn time_out(&mut self, out: &mut Output, env: &Env<'_>, link: Link) -> TimedOut {
+    pub(crate) fn handle_timeout(&mut self, out: &mut Output, env: &Env<'_>, link: Link) -> TimedOut {
         let why = "request not received in time";
         match self.state {
             State::Head if self.head_deadline(env, link).is_some_and(|d| env.now < d) => TimedOut::Again,
@@ -909,7 +909,7 @@ pub(crate) enum TimedOut {
     /// Nothing to do (a deferred answer has no timeout).
     Keep,
     /// Not yet (the head's deadline moved as it grew, or the body kept its
-    /// rate): ask `wait` for the next deadline.
+    /// rate): ask `poll_timeout` for the next deadline.
     Again,
     /// Close now.
     Close,

@@ -173,7 +173,7 @@ impl Script {
             }
             let env = env_of(&self.limits, self.now, self.draining, self.h2_allowed);
             let link = self.link(false);
-            let timed_out = self.h1.time_out(&mut self.out, &env, link);
+            let timed_out = self.h1.handle_timeout(&mut self.out, &env, link);
             if let TimedOut::Refused(refusal) = timed_out {
                 self.input.discard();
                 self.end = Some(End::Refused(refusal));
@@ -192,7 +192,7 @@ impl Script {
     pub(crate) fn time_out_once(&mut self) -> TimedOut {
         let env = env_of(&self.limits, self.now, self.draining, self.h2_allowed);
         let link = self.link(false);
-        let timed_out = self.h1.time_out(&mut self.out, &env, link);
+        let timed_out = self.h1.handle_timeout(&mut self.out, &env, link);
         if let TimedOut::Refused(refusal) = timed_out {
             self.input.discard();
             self.end = Some(End::Refused(refusal));
@@ -205,7 +205,7 @@ impl Script {
     pub(crate) fn wait(&mut self, peer_closed: bool) -> Wait {
         let env = env_of(&self.limits, self.now, self.draining, self.h2_allowed);
         let link = self.link(peer_closed);
-        self.h1.wait(&env, link)
+        self.h1.poll_timeout(&env, link)
     }
 
     fn link(&self, peer_closed: bool) -> Link {

@@ -219,7 +219,7 @@ impl Session {
     /// Reads frames from `input`, appending what they call for to `out`;
     /// returns how many bytes were used. A partial frame is left for the
     /// next call: the caller keeps at least `READ_BYTES_MIN` of room.
-    pub(crate) fn recv(&mut self, input: &[u8], out: &mut Vec<u8>) -> usize {
+    pub(crate) fn handle_input(&mut self, input: &[u8], out: &mut Vec<u8>) -> usize {
         if self.failed {
             return input.len();
         }

@@ -1,8 +1,8 @@
 //! HTTP/3 (RFC 9114) with QPACK (RFC 9204), as a state machine that does
-//! no I/O: each stream's bytes from the client go in (`Session::recv`),
+//! no I/O: each stream's bytes from the client go in (`Session::handle_input`),
 //! complete requests come out for the same handlers HTTP/1.1 and HTTP/2
 //! call (`take_ready`, `parts`), and each stream's bytes to send come out
-//! (`Session::output`). QUIC itself (packets, loss, flow control, TLS)
+//! (`Session::poll_output`). QUIC itself (packets, loss, flow control, TLS)
 //! is quinn-proto's, driven by `crate::quic`; the two meet only through
 //! stream ids and byte slices.
 //!
@@ -13,7 +13,7 @@
 //!   all (answered at the head, the rest refused with STOP_SENDING). A
 //!   larger one is answered 413 at once and the rest refused with
 //!   STOP_SENDING (H3_NO_ERROR, §4.1.1). A head must come within
-//!   `head_timeout`, a body at the minimum rate (`deadline`, `time_out`).
+//!   `head_timeout`, a body at the minimum rate (`poll_timeout`, `handle_timeout`).
 //! - `expect: 100-continue` gets an interim HEADERS (`:status` 100) once
 //!   the driver knows the body will be read (`send_continue`), as over
 //!   HTTP/2; another expectation gets 417.
@@ -104,7 +104,7 @@ enum Answer {
     Sending,
 }
 
-/// What the driver must do for a stream after `recv` or `respond`.
+/// What the driver must do for a stream after `handle_input` or `respond`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Action {
     None,
@@ -245,7 +245,7 @@ impl Session {
     /// within `head_timeout`, a body's next rate check. None while no
     /// request is arriving (a streamed body whose reader is behind asks
     /// no rate: its clock restarts when it reads again).
-    pub(crate) fn deadline(&mut self) -> Option<Instant> {
+    pub(crate) fn poll_timeout(&mut self) -> Option<Instant> {
         let (now, t) = (self.now, self.timeouts);
         let mut earliest: Option<Instant> = None;
         for r in &mut self.requests {
@@ -278,7 +278,7 @@ impl Session {
     /// Ends the request streams whose head or body did not arrive in time:
     /// each is answered 408 (its rest refused with STOP_SENDING once
     /// answered). Returns how many.
-    pub(crate) fn time_out(&mut self) -> usize {
+    pub(crate) fn handle_timeout(&mut self) -> usize {
         let (now, t) = (self.now, self.timeouts);
         let mut ended = 0;
         for r in &mut self.requests {
@@ -322,7 +322,7 @@ impl Session {
     }
 
     /// Takes bytes of stream `id` from the client; `fin` if it ends there.
-    pub(crate) fn recv(&mut self, id: u64, data: &[u8], fin: bool) -> Action {
+    pub(crate) fn handle_input(&mut self, id: u64, data: &[u8], fin: bool) -> Action {
         if is_request_stream(id) {
             return self.recv_request(id, data, fin);
         }
@@ -616,7 +616,7 @@ impl Session {
     }
 
     /// Queues the response to stream `id`: its HEADERS frame now, its
-    /// body as `output` is asked for it. `extra_fields` are complete
+    /// body as `poll_output` is asked for it. `extra_fields` are complete
     /// `Name: value\r\n` lines from the listener (HSTS, Alt-Svc). `None`
     /// if the stream is gone.
     pub(crate) fn respond(
@@ -652,7 +652,7 @@ impl Session {
     /// frame of at most `H3_CHUNK_BYTES`), and whether that is the end of
     /// it. An error reading the body (a file that shrank) is `Err`: the
     /// driver resets the stream, since the length was promised.
-    pub(crate) fn output(&mut self, id: u64) -> Result<(&[u8], bool), ()> {
+    pub(crate) fn poll_output(&mut self, id: u64) -> Result<(&[u8], bool), ()> {
         let Some(at) = self.find(id) else {
             return Ok((&[], false));
         };
@@ -692,7 +692,7 @@ impl Session {
         Ok((&r.out[r.pos..], done))
     }
 
-    /// `n` bytes of what `output` gave were taken by the stream.
+    /// `n` bytes of what `poll_output` gave were taken by the stream.
     pub(crate) fn consumed(&mut self, id: u64, n: usize) {
         if let Some(at) = self.find(id) {
             self.requests[at].pos += n;
@@ -839,7 +839,7 @@ pub(crate) fn fuzz_session(data: &[u8]) {
         let action = if which & 0x10 != 0 {
             s.on_reset(id)
         } else {
-            s.recv(id, bytes, which & 0x8 != 0)
+            s.handle_input(id, bytes, which & 0x8 != 0)
         };
         if let Action::Close(..) = action {
             return;
@@ -857,7 +857,7 @@ pub(crate) fn fuzz_session(data: &[u8]) {
             let mut wire = Vec::new();
             let mut step = 1 + usize::from(which);
             loop {
-                let (out, last) = s.output(ready).expect("static bodies never fail");
+                let (out, last) = s.poll_output(ready).expect("static bodies never fail");
                 let n = out.len().min(step);
                 wire.extend_from_slice(&out[..n]);
                 s.consumed(ready, n);
@@ -890,7 +890,11 @@ pub(crate) fn fuzz_session(data: &[u8]) {
             assert_eq!(data_bytes, sent.body_bytes);
         }
         for id in [0, 4, 8, 12] {
-            assert_eq!(s.output(id), Ok((&[][..], false)), "output for an unanswered stream");
+            assert_eq!(
+                s.poll_output(id),
+                Ok((&[][..], false)),
+                "output for an unanswered stream"
+            );
         }
     }
 }

@@ -371,22 +371,22 @@ fn the_session_refuses_a_second_control_stream_and_client_pushes() {
     let mut s = Session::new(CFG);
     let mut settings = vec![0x00];
     frame::write_settings(&mut settings, 100);
-    assert_eq!(s.recv(2, &settings, false), Action::None);
+    assert_eq!(s.handle_input(2, &settings, false), Action::None);
     assert!(matches!(
-        s.recv(6, &settings, false),
+        s.handle_input(6, &settings, false),
         Action::Close(Code::StreamCreationError, _)
     ));
     // An unknown stream type is stopped, the connection goes on (§6.2).
     assert_eq!(
-        s.recv(14, &hex("40 21"), false),
+        s.handle_input(14, &hex("40 21"), false),
         Action::StopSending(Code::StreamCreationError)
     );
     assert!(matches!(s.on_reset(2), Action::Close(Code::ClosedCriticalStream, _)));
     // A push stream from the client is a connection error (§6.2.2).
     let mut s = Session::new(CFG);
-    assert_eq!(s.recv(2, &settings, false), Action::None);
+    assert_eq!(s.handle_input(2, &settings, false), Action::None);
     assert!(matches!(
-        s.recv(10, &[0x01, 0x00], false),
+        s.handle_input(10, &[0x01, 0x00], false),
         Action::Close(Code::StreamCreationError, _)
     ));
 }
@@ -404,7 +404,7 @@ fn a_large_reserved_frame_on_the_control_stream_is_skipped() {
     stream.extend(std::iter::repeat_n(0xab, 64 * 1024));
     frame::write_goaway(&mut stream, 0);
     for piece in stream.chunks(1000) {
-        assert_eq!(s.recv(2, piece, false), Action::None);
+        assert_eq!(s.handle_input(2, piece, false), Action::None);
     }
     // What the control stream held on to: nothing of the 64 KiB.
     let held: usize = s.unis.iter().map(|(_, u)| u.retained_bytes()).sum();
@@ -414,7 +414,7 @@ fn a_large_reserved_frame_on_the_control_stream_is_skipped() {
     frame::write_settings(&mut stream, 100);
     frame::write_header(&mut stream, frame::GOAWAY, 64 * 1024);
     assert!(matches!(
-        s.recv(2, &stream, false),
+        s.handle_input(2, &stream, false),
         Action::Close(Code::ExcessiveLoad, _)
     ));
 }
@@ -422,7 +422,7 @@ fn a_large_reserved_frame_on_the_control_stream_is_skipped() {
 #[test]
 fn a_response_is_one_headers_frame_then_data_frames_of_a_chunk_each() {
     let mut s = Session::new(CFG);
-    assert_eq!(s.recv(0, &headers_frame(&GET), true), Action::None);
+    assert_eq!(s.handle_input(0, &headers_frame(&GET), true), Action::None);
     assert_eq!(s.take_ready(), Some(0));
     assert_eq!(s.take_ready(), None);
     let body = vec![b'x'; 40 * 1024];
@@ -438,7 +438,7 @@ fn a_response_is_one_headers_frame_then_data_frames_of_a_chunk_each() {
     assert_eq!((sent.status, sent.body_bytes), (200, 40 * 1024));
     let mut wire = Vec::new();
     loop {
-        let (bytes, last) = s.output(0).unwrap();
+        let (bytes, last) = s.poll_output(0).unwrap();
         let n = bytes.len().min(1000); // the stream takes a little at a time
         wire.extend_from_slice(&bytes[..n]);
         s.consumed(0, n);
@@ -470,7 +470,7 @@ fn a_body_beside_its_block_sends_what_the_block_and_a_shared_body_send() {
         let mut wires = Vec::new();
         for beside in [false, true] {
             let mut s = Session::new(CFG);
-            assert_eq!(s.recv(0, &headers_frame(&GET), true), Action::None);
+            assert_eq!(s.handle_input(0, &headers_frame(&GET), true), Action::None);
             assert_eq!(s.take_ready(), Some(0));
             let mut resp = if beside {
                 Response::prepared_beside(200, block(), body.clone())
@@ -482,7 +482,7 @@ fn a_body_beside_its_block_sends_what_the_block_and_a_shared_body_send() {
             assert_eq!(sent.body_bytes, n as u64);
             let mut wire = Vec::new();
             loop {
-                let (bytes, last) = s.output(0).unwrap();
+                let (bytes, last) = s.poll_output(0).unwrap();
                 let k = bytes.len();
                 wire.extend_from_slice(bytes);
                 s.consumed(0, k);
@@ -506,21 +506,21 @@ fn a_body_beside_its_block_sends_what_the_block_and_a_shared_body_send() {
 #[test]
 fn after_goaway_new_request_streams_are_rejected_and_open_ones_answered() {
     let mut s = Session::new(CFG);
-    assert_eq!(s.recv(0, &headers_frame(&GET), false), Action::None);
+    assert_eq!(s.handle_input(0, &headers_frame(&GET), false), Action::None);
     s.go_away();
     assert!(s.control_output().ends_with(&hex("07 01 04")), "GOAWAY naming stream 4");
     assert_eq!(
-        s.recv(4, &headers_frame(&GET), true),
+        s.handle_input(4, &headers_frame(&GET), true),
         Action::Reset(Code::RequestRejected)
     );
-    assert_eq!(s.recv(0, &[], true), Action::None);
+    assert_eq!(s.handle_input(0, &[], true), Action::None);
     assert_eq!(s.take_ready(), Some(0));
 }
 
 #[test]
 fn a_first_goaway_names_the_largest_id_and_refuses_nothing_the_second_names_the_next() {
     let mut s = Session::new(CFG);
-    assert_eq!(s.recv(0, &headers_frame(&GET), true), Action::None);
+    assert_eq!(s.handle_input(0, &headers_frame(&GET), true), Action::None);
     s.go_away_soon();
     assert!(
         s.control_output().ends_with(&hex("07 08 ff ff ff ff ff ff ff fc")),
@@ -528,7 +528,7 @@ fn a_first_goaway_names_the_largest_id_and_refuses_nothing_the_second_names_the_
     );
     assert!(!s.is_going_away(), "not closing on it");
     // A request that crossed it is answered.
-    assert_eq!(s.recv(4, &headers_frame(&GET), true), Action::None);
+    assert_eq!(s.handle_input(4, &headers_frame(&GET), true), Action::None);
     assert_eq!(s.take_ready(), Some(0));
     assert_eq!(s.take_ready(), Some(4));
     s.go_away_soon();
@@ -539,7 +539,7 @@ fn a_first_goaway_names_the_largest_id_and_refuses_nothing_the_second_names_the_
     );
     assert!(s.is_going_away());
     assert_eq!(
-        s.recv(8, &headers_frame(&GET), true),
+        s.handle_input(8, &headers_frame(&GET), true),
         Action::Reset(Code::RequestRejected)
     );
 }
@@ -551,28 +551,28 @@ fn a_request_stream_whose_bytes_come_after_a_later_streams_is_answered() {
     // it was taken for a stream already answered and dropped, and the
     // client waited for its answer until its idle timeout.
     let mut s = Session::new(CFG);
-    assert_eq!(s.recv(8, &headers_frame(&GET), true), Action::None);
+    assert_eq!(s.handle_input(8, &headers_frame(&GET), true), Action::None);
     assert_eq!(s.take_ready(), Some(8));
-    assert_eq!(s.recv(0, &headers_frame(&GET), true), Action::None);
+    assert_eq!(s.handle_input(0, &headers_frame(&GET), true), Action::None);
     assert_eq!(s.take_ready(), Some(0));
-    assert_eq!(s.recv(4, &headers_frame(&GET)[..2], false), Action::None);
+    assert_eq!(s.handle_input(4, &headers_frame(&GET)[..2], false), Action::None);
     assert_eq!(s.take_ready(), None);
-    assert_eq!(s.recv(4, &headers_frame(&GET)[2..], true), Action::None);
+    assert_eq!(s.handle_input(4, &headers_frame(&GET)[2..], true), Action::None);
     assert_eq!(s.take_ready(), Some(4));
     // Answered and forgotten, stream 0 gets nothing more: late bytes
     // (after a STOP_SENDING) are dropped, not taken for a new request.
     for id in [0, 4, 8] {
         s.remove(id);
     }
-    assert_eq!(s.recv(0, &headers_frame(&GET), true), Action::None);
+    assert_eq!(s.handle_input(0, &headers_frame(&GET), true), Action::None);
     assert_eq!(s.take_ready(), None);
     // A stream reset before its first byte is no longer awaited.
-    assert_eq!(s.recv(20, &headers_frame(&GET), true), Action::None);
+    assert_eq!(s.handle_input(20, &headers_frame(&GET), true), Action::None);
     assert_eq!(s.take_ready(), Some(20));
     assert_eq!(s.on_reset(12), Action::None);
-    assert_eq!(s.recv(12, &headers_frame(&GET), true), Action::None);
+    assert_eq!(s.handle_input(12, &headers_frame(&GET), true), Action::None);
     assert_eq!(s.take_ready(), None, "stream 12 was reset");
-    assert_eq!(s.recv(16, &headers_frame(&GET), true), Action::None);
+    assert_eq!(s.handle_input(16, &headers_frame(&GET), true), Action::None);
     assert_eq!(s.take_ready(), Some(16));
 }
 
@@ -582,20 +582,20 @@ fn after_goaway_a_request_stream_opened_but_not_yet_received_keeps_the_session_o
     // so stream 0 is to be answered, and the connection must not close
     // (it closes once the session is idle) before it has been.
     let mut s = Session::new(CFG);
-    assert_eq!(s.recv(4, &headers_frame(&GET), true), Action::None);
+    assert_eq!(s.handle_input(4, &headers_frame(&GET), true), Action::None);
     s.go_away();
     assert!(s.control_output().ends_with(&hex("07 01 08")), "GOAWAY naming stream 8");
     assert_eq!(s.take_ready(), Some(4));
     s.remove(4);
     assert!(!s.is_idle(), "stream 0 is still to come");
-    assert_eq!(s.recv(0, &headers_frame(&GET), true), Action::None);
+    assert_eq!(s.handle_input(0, &headers_frame(&GET), true), Action::None);
     assert_eq!(s.take_ready(), Some(0));
     s.remove(0);
     assert!(s.is_idle());
     // One past the GOAWAY, opened by a later one's bytes, is refused when
     // it comes: it keeps nothing open.
     assert_eq!(
-        s.recv(16, &headers_frame(&GET), true),
+        s.handle_input(16, &headers_frame(&GET), true),
         Action::Reset(Code::RequestRejected)
     );
     assert!(s.is_idle(), "streams 8 and 12 are past the GOAWAY");
@@ -625,7 +625,7 @@ fn the_fuzz_driver_runs_on_seeds() {
 
 /// Everything stream `id` has to send now, taken.
 fn drain_output(s: &mut Session, id: u64) -> Vec<u8> {
-    let (out, _) = s.output(id).unwrap();
+    let (out, _) = s.poll_output(id).unwrap();
     let out = out.to_vec();
     s.consumed(id, out.len());
     out
@@ -642,7 +642,7 @@ fn expect_100_continue_gets_one_interim_headers_frame_before_the_answer() {
     ];
     let interim = headers_frame(&[(":status", "100")]);
     let mut s = Session::new(CFG);
-    assert_eq!(s.recv(0, &headers_frame(&post), false), Action::None);
+    assert_eq!(s.handle_input(0, &headers_frame(&post), false), Action::None);
     assert_eq!(s.take_head(), Some(0));
     let mut sending = Vec::new();
     s.sending(&mut sending);
@@ -653,10 +653,10 @@ fn expect_100_continue_gets_one_interim_headers_frame_before_the_answer() {
     s.sending(&mut sending);
     assert_eq!(sending, [0]);
     // Taken in two pieces, the second with the answer.
-    let (first, last) = s.output(0).unwrap();
+    let (first, last) = s.poll_output(0).unwrap();
     assert_eq!((first, last), (&interim[..], false), "once");
     s.consumed(0, 1);
-    assert_eq!(s.recv(0, &data_frame(b"hello"), true), Action::None);
+    assert_eq!(s.handle_input(0, &data_frame(b"hello"), true), Action::None);
     assert_eq!(s.take_ready(), Some(0));
     s.respond(0, &mut Response::text("ok"), false, b"date", b"");
     let out = drain_output(&mut s, 0);
@@ -672,11 +672,11 @@ fn expect_100_continue_gets_one_interim_headers_frame_before_the_answer() {
 
     // Not once the body has begun to arrive, nor without the expectation.
     let mut s = Session::new(CFG);
-    assert_eq!(s.recv(4, &headers_frame(&post), false), Action::None);
-    assert_eq!(s.recv(4, &data_frame(b"he"), false), Action::None);
+    assert_eq!(s.handle_input(4, &headers_frame(&post), false), Action::None);
+    assert_eq!(s.handle_input(4, &data_frame(b"he"), false), Action::None);
     s.send_continue(4);
     assert_eq!(drain_output(&mut s, 4), b"");
-    assert_eq!(s.recv(8, &headers_frame(&post[..4]), false), Action::None);
+    assert_eq!(s.handle_input(8, &headers_frame(&post[..4]), false), Action::None);
     s.send_continue(8);
     assert_eq!(drain_output(&mut s, 8), b"");
 }
@@ -691,7 +691,7 @@ fn an_expectation_other_than_100_continue_is_refused_417() {
         ("expect", "a-pony"),
     ];
     let mut s = Session::new(CFG);
-    assert_eq!(s.recv(0, &headers_frame(&post), false), Action::None);
+    assert_eq!(s.handle_input(0, &headers_frame(&post), false), Action::None);
     assert_eq!(s.take_ready(), Some(0));
     assert_eq!(s.refused(0).map(|r| r.0), Some(417));
 }
@@ -706,25 +706,25 @@ fn a_head_trickled_in_is_answered_408_at_head_timeout_and_a_slow_body_at_its_gra
     // A byte of the head every second: QUIC's idle timeout never fires.
     for (i, b) in head[..head.len() - 1].iter().enumerate() {
         s.set_now(t0 + Duration::from_secs(i as u64 / 4));
-        assert_eq!(s.recv(0, std::slice::from_ref(b), false), Action::None);
+        assert_eq!(s.handle_input(0, std::slice::from_ref(b), false), Action::None);
     }
-    assert_eq!(s.deadline(), Some(t0 + Duration::from_secs(10)));
+    assert_eq!(s.poll_timeout(), Some(t0 + Duration::from_secs(10)));
     s.set_now(t0 + Duration::from_secs(10));
-    assert_eq!(s.time_out(), 1);
+    assert_eq!(s.handle_timeout(), 1);
     assert_eq!(s.take_ready(), Some(0));
     assert_eq!(s.refused(0).map(|r| r.0), Some(408));
     // A body: 20 s of grace, then 500 B/s over each 5 s.
     let mut s = Session::new(CFG);
     s.set_now(t0);
-    assert_eq!(s.recv(4, &head, false), Action::None);
-    let first = s.deadline().expect("a body is awaited");
+    assert_eq!(s.handle_input(4, &head, false), Action::None);
+    let first = s.poll_timeout().expect("a body is awaited");
     assert_eq!(first, t0 + Duration::from_secs(15));
     s.set_now(first);
-    assert_eq!(s.time_out(), 0, "the window's start is marked");
-    assert_eq!(s.recv(4, &data_frame(b"x"), false), Action::None);
-    let end = s.deadline().expect("the grace's end");
+    assert_eq!(s.handle_timeout(), 0, "the window's start is marked");
+    assert_eq!(s.handle_input(4, &data_frame(b"x"), false), Action::None);
+    let end = s.poll_timeout().expect("the grace's end");
     s.set_now(end);
-    assert_eq!(s.time_out(), 1);
+    assert_eq!(s.handle_timeout(), 1);
     assert_eq!(s.take_ready(), Some(4));
     assert_eq!(s.refused(4).map(|r| r.0), Some(408));
 }

@@ -222,7 +222,7 @@ impl QuicConn {
 
     /// Its timer: quinn-proto's, or the next keep-alive PING if sooner.
     pub(super) fn next_timeout(&mut self) -> Option<Instant> {
-        [self.conn.poll_timeout(), self.keepalive_at, self.session.deadline()]
+        [self.conn.poll_timeout(), self.keepalive_at, self.session.poll_timeout()]
             .into_iter()
             .flatten()
             .min()
@@ -232,7 +232,7 @@ impl QuicConn {
     /// due.
     pub(super) fn on_timeout(&mut self, ctx: &Ctx<'_>) {
         self.session.set_now(ctx.now);
-        let ended = self.session.time_out();
+        let ended = self.session.handle_timeout();
         if let (true, Some(m)) = (ended > 0, ctx.metrics) {
             m.slow_requests.add(ended as u64);
         }
@@ -265,10 +265,10 @@ impl QuicConn {
                     if room != usize::MAX {
                         room -= chunk.bytes.len();
                     }
-                    action = self.session.recv(sid, &chunk.bytes, false);
+                    action = self.session.handle_input(sid, &chunk.bytes, false);
                 }
                 Ok(None) => {
-                    action = self.session.recv(sid, &[], true);
+                    action = self.session.handle_input(sid, &[], true);
                     break;
                 }
                 Err(ReadError::Blocked) => break,
@@ -385,7 +385,7 @@ impl QuicConn {
                 continue;
             };
             loop {
-                let (bytes, last) = match self.session.output(sid) {
+                let (bytes, last) = match self.session.poll_output(sid) {
                     Ok(out) => out,
                     Err(()) => {
                         // The body could not be read (a file that shrank):

@@ -240,7 +240,7 @@ struct Peer {
     session: Session,
     /// The client's HPACK decoder, reading our HEADERS in order.
     decoder: hpack::Decoder,
-    /// Bytes given to `recv` and not used yet (a partial frame).
+    /// Bytes given to `handle_input` and not used yet (a partial frame).
     input: Vec<u8>,
     out: Vec<u8>,
 }
@@ -284,7 +284,7 @@ impl Peer {
 
     fn feed(&mut self, bytes: &[u8]) {
         self.input.extend_from_slice(bytes);
-        let used = self.session.recv(&self.input, &mut self.out);
+        let used = self.session.handle_input(&self.input, &mut self.out);
         assert!(used <= self.input.len());
         self.input.drain(..used);
     }

@@ -42,7 +42,7 @@ fn spliced_and_copied(kind: usize, n: usize, budget: usize) -> (Vec<u8>, Vec<u8>
         input.extend(settings(&[(frame::SETTINGS_INITIAL_WINDOW_SIZE, 5000)]));
         input.extend(get(1, "/a"));
         input.extend(get(3, "/b"));
-        session.recv(&input, &mut out);
+        session.handle_input(&input, &mut out);
         for id in [1, 3] {
             assert_eq!(session.take_ready(), Some(id));
             let mut resp = Response::new(200).with_body(lasting_body(kind, n + id as usize));
@@ -55,9 +55,9 @@ fn spliced_and_copied(kind: usize, n: usize, budget: usize) -> (Vec<u8>, Vec<u8>
             if session.is_idle() {
                 break;
             }
-            session.recv(&window_update(0, 3000), &mut out);
-            session.recv(&window_update(1, 3000), &mut out);
-            session.recv(&window_update(3, 3000), &mut out);
+            session.handle_input(&window_update(0, 3000), &mut out);
+            session.handle_input(&window_update(1, 3000), &mut out);
+            session.handle_input(&window_update(3, 3000), &mut out);
             while session.wants_send() {
                 session.send(&mut out, budget);
                 any_slice |= !session.splices.is_empty();
@@ -168,7 +168,7 @@ fn a_body_beside_its_block_sends_what_the_block_and_a_shared_body_send() {
                 session.start(&mut out);
                 let mut input = client_preface();
                 input.extend(get(1, "/a"));
-                session.recv(&input, &mut out);
+                session.handle_input(&input, &mut out);
                 assert_eq!(session.take_ready(), Some(1));
                 let mut resp = if beside {
                     Response::prepared_beside(200, block(), body.clone())
