@@ -43,15 +43,16 @@ use crate::response::Response;
 /// writes averaged 68 KiB under the same load.
 const WRITE_BYTES_MAX: usize = 64 * 1024;
 
-/// An HTTP/2 connection's state beside the session.
-pub(super) struct H2 {
+/// HTTP/2 in the connection's protocol slot: the session (the machine),
+/// and the streams whose answers deferred handlers owe (as `Http1`).
+pub(super) struct Http2 {
     pub(super) session: Session,
     /// Streams waiting for a deferred answer, with what the log and the
     /// metrics need when it comes.
     deferred: Vec<Deferral>,
 }
 
-impl H2 {
+impl Http2 {
     /// The streams' deferred answers still owed.
     pub(super) fn n_deferred(&self) -> usize {
         self.deferred.len()
@@ -149,7 +150,7 @@ impl Conn {
         session.set_timeouts(Timeouts::of(ctx.limits));
         self.ensure_output(ctx.pool);
         session.start(&mut self.output.buf);
-        self.switch(Proto::H2(Box::new(H2 {
+        self.switch(Proto::H2(Box::new(Http2 {
             session,
             deferred: Vec::new(),
         })));

@@ -247,7 +247,7 @@ pub(crate) struct Conn {
 enum Proto {
     H1(h1::Http1),
     /// Boxed: the session is large, and most connections never speak it.
-    H2(Box<h2::H2>),
+    H2(Box<h2::Http2>),
 }
 
 impl Proto {
@@ -255,14 +255,14 @@ impl Proto {
         matches!(self, Proto::H2(_))
     }
 
-    fn h2(&self) -> Option<&h2::H2> {
+    fn h2(&self) -> Option<&h2::Http2> {
         match self {
             Proto::H2(h2) => Some(h2),
             Proto::H1(_) => None,
         }
     }
 
-    fn h2_mut(&mut self) -> Option<&mut h2::H2> {
+    fn h2_mut(&mut self) -> Option<&mut h2::Http2> {
         match self {
             Proto::H2(h2) => Some(h2),
             Proto::H1(_) => None,
