@@ -37,7 +37,9 @@
 //! `h3` are the sans-I/O protocol state machines; `conn` (the TCP
 //! connections' I/O driver), `quic` (QUIC's) and `worker` are the event
 //! loop; `tls` holds certificates and each connection's rustls state;
-//! `sys` is the only place that calls libc.
+//! [`outbound`] is the channel over which a sandboxed server asks its
+//! unsandboxed parent for upstream connections; `sys` is the only place
+//! that calls libc.
 
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
@@ -64,6 +66,7 @@ pub mod log;
 mod message;
 mod metrics;
 mod min_rate;
+pub mod outbound;
 pub mod pattern;
 mod quic;
 mod request;

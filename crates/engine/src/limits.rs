@@ -249,6 +249,15 @@ impl Limits {
 /// connection closes. nginx's `lingering_timeout` is 5 s.
 pub(crate) const DISCARD_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How long the outbound broker (`outbound::Broker`) may spend connecting
+/// to an upstream for one request, over all the addresses its name
+/// resolves to; then the worker gets ETIMEDOUT. The broker answers one
+/// request at a time, so this bounds how long one dead upstream delays
+/// the others' connections. nginx's `proxy_connect_timeout` is 60 s, a
+/// wait no client sits through; HAProxy's examples use 5 s, several
+/// times a SYN's first retransmission (1 s).
+pub(crate) const UPSTREAM_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Size of the pooled read and write buffers a busy connection borrows.
 /// A request head or pipelined batch that does not fit grows its buffer
 /// (up to the limits above); grown buffers are not returned to the pool.
