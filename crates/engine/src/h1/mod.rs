@@ -533,7 +533,7 @@ impl H1 {
             head_only: head.method == "HEAD",
             version: head.version,
             keep_alive: head.keep_alive && !env.draining,
-            upgradable: head.upgrade.is_some() && body.is_empty() && !matches!(head.framing, Framing::Chunked),
+            upgradable: head.upgrade && body.is_empty() && !matches!(head.framing, Framing::Chunked),
         });
         Event::Request { head, body, consumed }
     }
