@@ -150,8 +150,8 @@ fn directory_flags_are_refused_for_an_archive_and_archive_flags_for_a_directory(
     }
 }
 
-/// `--bind HOST:PORT` binds what HOST resolves to; `:PORT` is every IPv4
-/// interface, as nginx's `listen PORT`.
+/// `--bind HOST:PORT` binds what HOST resolves to; `:0` is every IPv4
+/// interface (an ephemeral port is one family's: see the next test).
 #[test]
 fn bind_takes_a_host_name_and_a_bare_port() {
     for (bind, listening) in [("localhost:0", "127.0.0.1:"), (":0", "0.0.0.0:")] {
@@ -167,6 +167,38 @@ fn bind_takes_a_host_name_and_a_bare_port() {
         assert!(out.ends_with("Hello, World!"), "--bind {bind}: {out}");
         terminate(child);
     }
+}
+
+/// `--bind :PORT` is dual stack, as Caddy's: `0.0.0.0:PORT` and
+/// `[::]:PORT` (IPv6-only), both answering, where the host has IPv6.
+#[test]
+fn a_bare_port_binds_ipv4_and_ipv6() {
+    // A port free on both families, as far as one can tell beforehand: a
+    // dual-stack socket (Linux's default for `[::]`) holds it on both.
+    let ipv6 = std::net::TcpListener::bind("[::]:0").is_ok();
+    let port = match ipv6 {
+        true => std::net::TcpListener::bind("[::]:0"),
+        false => std::net::TcpListener::bind("0.0.0.0:0"),
+    }
+    .unwrap()
+    .local_addr()
+    .unwrap()
+    .port();
+    let mut child = peregrine()
+        .args(["hello", "--workers", "1", "--bind", &format!(":{port}")])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut stderr, &mut line).unwrap();
+    assert!(line.contains(&format!("http://0.0.0.0:{port}/")), "{line}");
+    assert!(get(&format!("127.0.0.1:{port}"), "/").ends_with("Hello, World!"));
+    if ipv6 {
+        assert!(line.contains(&format!("http://[::]:{port}/")), "{line}");
+        assert!(get(&format!("[::1]:{port}"), "/").ends_with("Hello, World!"));
+    }
+    terminate(child);
 }
 
 #[test]

@@ -16,9 +16,9 @@ use super::numbers::{seconds_within, within};
 pub(crate) struct ServerArgs {
     /// Address to listen on; repeat for several. `IP:PORT` or `[IPv6]:PORT`;
     /// `HOST:PORT` binds every address HOST resolves to (`localhost:8080`:
-    /// 127.0.0.1 and ::1); `:PORT` or `PORT` alone means 0.0.0.0:PORT, every
-    /// IPv4 interface, as nginx's `listen PORT` (add `--bind [::]:PORT` for
-    /// IPv6); `unix:PATH` a Unix-domain socket (plain HTTP/1.1 and h2c,
+    /// 127.0.0.1 and ::1); `:PORT` or `PORT` alone means every interface,
+    /// IPv4 and IPv6 (0.0.0.0:PORT and [::]:PORT, where the host has IPv6),
+    /// as Caddy's `:PORT`; `unix:PATH` a Unix-domain socket (plain HTTP/1.1 and h2c,
     /// mode 0660, a stale file from a previous run replaced, removed at
     /// exit; not with --tls-cert). Default: 127.0.0.1:8080, unless systemd passed listening
     /// sockets (LISTEN_FDS), which are always used.
@@ -130,7 +130,14 @@ pub(crate) fn parse_bind(s: &str) -> Result<BindAddrs, String> {
         return Err(format!("{ip} has no port: give {}", SocketAddr::new(ip, 8080)));
     }
     if let Ok(port) = s.strip_prefix(':').unwrap_or(s).parse::<u16>() {
-        return Ok(BindAddrs::tcp(vec![SocketAddr::from(([0, 0, 0, 0], port))]));
+        // Dual stack, as Caddy's `:PORT`: two sockets (IPv6 ones are
+        // IPv6-only), the IPv6 one where the host has IPv6. Port 0 is
+        // IPv4's alone: the two would get different ephemeral ports.
+        let mut addrs = vec![SocketAddr::from((std::net::Ipv4Addr::UNSPECIFIED, port))];
+        if port != 0 && has_ipv6() {
+            addrs.push(SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port)));
+        }
+        return Ok(BindAddrs::tcp(addrs));
     }
     let Some((host, port)) = s.rsplit_once(':').filter(|(h, _)| !h.is_empty() && !h.contains(':')) else {
         return Err(FORMS.into());
@@ -151,9 +158,22 @@ pub(crate) fn parse_bind(s: &str) -> Result<BindAddrs, String> {
     Ok(BindAddrs::tcp(addrs))
 }
 
+/// Whether this host can listen on IPv6 at all (a kernel booted with
+/// `ipv6.disable=1`, or a container without it, cannot): `:PORT` binds
+/// `[::]:PORT` only then, so that it still starts there.
+fn has_ipv6() -> bool {
+    std::net::TcpListener::bind((std::net::Ipv6Addr::UNSPECIFIED, 0)).is_ok()
+}
+
 /// Parses an address that must be one socket (`--redirect-http`,
-/// `--metrics`): the forms `--bind` takes, naming a single address.
+/// `--metrics`): the forms `--bind` takes, naming a single address
+/// (`:PORT` is `0.0.0.0:PORT` here).
 fn parse_addr(s: &str) -> Result<SocketAddr, String> {
+    // One socket: a bare port is IPv4's every interface here (`--bind`
+    // adds IPv6's).
+    if let Ok(port) = s.strip_prefix(':').unwrap_or(s).parse::<u16>() {
+        return Ok(SocketAddr::from((std::net::Ipv4Addr::UNSPECIFIED, port)));
+    }
     let parsed = parse_bind(s)?;
     if parsed.1.is_some() {
         return Err(format!("{s}: a Unix-domain socket is for --bind only; give IP:PORT"));
