@@ -37,6 +37,8 @@
 //! `h3` are the sans-I/O protocol state machines; `conn` (the TCP
 //! connections' I/O driver), `quic` (QUIC's) and `worker` are the event
 //! loop; `tls` holds certificates and each connection's rustls state;
+//! [`host`] puts Host, `:authority` and SNI in one normal form and finds
+//! a site by it;
 //! [`outbound`] is the channel over which a sandboxed server asks its
 //! unsandboxed parent for upstream connections; `sys` is the only place
 //! that calls libc.
@@ -61,6 +63,7 @@ mod h1;
 mod h2;
 mod h3;
 mod handler;
+pub mod host;
 mod limits;
 pub mod log;
 mod message;

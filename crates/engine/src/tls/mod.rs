@@ -33,6 +33,7 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 
 use crate::error::Error;
+use crate::host::HostBuf;
 use store::CertStore;
 
 /// Certificates for TLS listeners. Cheap to clone; clones share the loaded
@@ -135,8 +136,13 @@ impl TlsConfig {
     /// from PEM (chain, key): a client asking for `name` that offers only
     /// the ALPN protocol `acme-tls/1` gets it, and no other client does.
     /// `None` removes it. (A listener that offers `acme-tls/1` and closes
-    /// after such a handshake is the ACME client's part.)
+    /// after such a handshake is the ACME client's part.) `name` is
+    /// normalised as SNI is (`Example.COM.` is `example.com`); one that is
+    /// no host name is an error.
     pub fn set_acme_challenge(&self, name: &str, pem: Option<(&[u8], &[u8])>) -> Result<(), Error> {
+        let mut buf = HostBuf::new();
+        let host = crate::host::normalize_name(name.as_bytes(), &mut buf)
+            .map_err(|e| Error::tls(format!("{name}: {}", e.reason())))?;
         let key = match pem {
             Some((cert, key)) => Some(Arc::new(certified_key(
                 &self.resolver.provider,
@@ -146,7 +152,7 @@ impl TlsConfig {
             )?)),
             None => None,
         };
-        self.resolver.update(|store| store.set_challenge(name, key));
+        self.resolver.update(|store| store.set_challenge(&host, key));
         Ok(())
     }
 

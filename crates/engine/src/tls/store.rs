@@ -5,13 +5,20 @@
 //! certificate is added at run time) and swapped in behind an `Arc`.
 //!
 //! The names are a certificate's subjectAltName DNS entries, as a client
-//! checks them (RFC 6125, as webpki does): compared without case; a
-//! wildcard only as the whole leftmost label (`*.example.com`), covering
-//! exactly one label (`a.example.com`, not `example.com` nor
-//! `a.b.example.com`). The subject's common name is not a name (browsers
-//! have ignored it since 2017). Where several certificates cover a name,
-//! the one added first wins, as before this store; a client that names
-//! none (or no SNI) gets the first certificate.
+//! checks them (RFC 6125, as webpki does): a wildcard only as the whole
+//! leftmost label (`*.example.com`), covering exactly one label
+//! (`a.example.com`, not `example.com` nor `a.b.example.com`). The
+//! subject's common name is not a name (browsers have ignored it since
+//! 2017). Names and the SNI go through `host::normalize_name`, the one
+//! normal form of Host, `:authority` and SNI: `Example.COM` and
+//! `example.com.` find the certificate that the site `example.com` is
+//! chosen by; a name that is none there (`f*.example.com`, a wildcard
+//! over an address) is never chosen, as no client accepts it. Where
+//! several certificates cover a name, the one added first wins, as before
+//! this store; a client that names none (or no SNI) gets the first
+//! certificate. That order, and a name covered twice being no error, is
+//! why the store keeps its own maps rather than a `host::HostMap` (exact
+//! before wildcard, duplicates refused).
 //!
 //! TLS-ALPN-01 challenge certificates (RFC 8737) are kept apart: one is
 //! sent only to a client whose only ALPN protocol is `acme-tls/1`, and
@@ -22,6 +29,8 @@ use std::sync::Arc;
 
 use rustls::sign::CertifiedKey;
 
+use crate::host::{self, HostBuf, HostName};
+
 /// ALPN protocol of the TLS-ALPN-01 challenge (RFC 8737 §6.2).
 pub(crate) const ACME_TLS_ALPN: &[u8] = b"acme-tls/1";
 
@@ -30,12 +39,12 @@ pub(crate) const ACME_TLS_ALPN: &[u8] = b"acme-tls/1";
 pub(crate) struct CertStore {
     /// In the order added: the first is the default.
     keys: Vec<Arc<CertifiedKey>>,
-    /// A lowercase name → the first certificate covering it exactly.
+    /// A name in normal form → the first certificate covering it exactly.
     exact: HashMap<Box<str>, usize>,
     /// The parent of a wildcard (`example.com` for `*.example.com`) → the
     /// first certificate with that wildcard.
     wildcard: HashMap<Box<str>, usize>,
-    /// TLS-ALPN-01 challenge certificates, by lowercase name.
+    /// TLS-ALPN-01 challenge certificates, by name in normal form.
     challenges: HashMap<Box<str>, Arc<CertifiedKey>>,
 }
 
@@ -43,16 +52,23 @@ impl CertStore {
     /// Adds a certificate after the others, under the names it covers.
     pub(crate) fn add(&mut self, key: Arc<CertifiedKey>) {
         let idx = self.keys.len();
+        let mut buf = HostBuf::new();
         for name in dns_names(&key) {
+            // A name that does not normalise (a partial wildcard,
+            // `f*.example.com`; a wildcard over an address) is no client's.
             match name.strip_prefix("*.") {
-                Some(parent) if !parent.contains('*') => {
-                    self.wildcard.entry(parent.into()).or_insert(idx);
+                Some(parent) => {
+                    if let Ok(parent) = host::normalize_name(parent.as_bytes(), &mut buf) {
+                        if !parent.is_ip() {
+                            self.wildcard.entry(parent.as_str().into()).or_insert(idx);
+                        }
+                    }
                 }
-                Some(_) => {}
-                None if !name.contains('*') => {
-                    self.exact.entry(name.into()).or_insert(idx);
+                None => {
+                    if let Ok(name) = host::normalize_name(name.as_bytes(), &mut buf) {
+                        self.exact.entry(name.as_str().into()).or_insert(idx);
+                    }
                 }
-                None => {} // a partial wildcard (`f*.example.com`): no client accepts it
             }
         }
         self.keys.push(key);
@@ -70,8 +86,8 @@ impl CertStore {
 
     /// Sets the TLS-ALPN-01 challenge certificate for `name` (or removes
     /// it with `None`).
-    pub(crate) fn set_challenge(&mut self, name: &str, key: Option<Arc<CertifiedKey>>) {
-        let name: Box<str> = name.to_ascii_lowercase().into();
+    pub(crate) fn set_challenge(&mut self, name: &HostName<'_>, key: Option<Arc<CertifiedKey>>) {
+        let name: Box<str> = name.as_str().into();
         match key {
             Some(key) => {
                 self.challenges.insert(name, key);
@@ -89,8 +105,13 @@ impl CertStore {
         server_name: Option<&str>,
         mut alpn: impl Iterator<Item = &'a [u8]>,
     ) -> Option<Arc<CertifiedKey>> {
-        let mut buf = [0u8; 253];
-        let name = server_name.and_then(|n| lowercase(n, &mut buf));
+        // On every handshake: normalised in a buffer on the stack, no
+        // allocation (rustls has lowercased it and removed a trailing dot
+        // already; this does not count on it). A name that is none gets
+        // what no SNI gets.
+        let mut buf = HostBuf::new();
+        let name = server_name.and_then(|n| host::normalize_name(n.as_bytes(), &mut buf).ok());
+        let name = name.as_ref().map(HostName::as_str);
         // Only `acme-tls/1` offered: a challenge, or nothing (RFC 8737 §3).
         if alpn.next() == Some(ACME_TLS_ALPN) && alpn.next().is_none() {
             return name.and_then(|n| self.challenges.get(n)).cloned();
@@ -110,18 +131,7 @@ impl CertStore {
     }
 }
 
-/// `name` in lowercase, in `buf` (a DNS name is at most 253 bytes; a
-/// longer one is no name we hold).
-fn lowercase<'b>(name: &str, buf: &'b mut [u8; 253]) -> Option<&'b str> {
-    let bytes = name.as_bytes();
-    let out = buf.get_mut(..bytes.len())?;
-    for (o, b) in out.iter_mut().zip(bytes) {
-        *o = b.to_ascii_lowercase();
-    }
-    std::str::from_utf8(out).ok()
-}
-
-/// The DNS names of a certificate's subjectAltName, lowercase.
+/// The DNS names of a certificate's subjectAltName, as written.
 fn dns_names(key: &CertifiedKey) -> Vec<String> {
     let Some(der) = key.cert.first() else {
         return Vec::new();
@@ -136,7 +146,7 @@ fn dns_names(key: &CertifiedKey) -> Vec<String> {
         .general_names
         .iter()
         .filter_map(|g| match g {
-            x509_parser::extensions::GeneralName::DNSName(n) => Some(n.to_ascii_lowercase()),
+            x509_parser::extensions::GeneralName::DNSName(n) => Some(n.to_string()),
             _ => None,
         })
         .collect()
@@ -197,7 +207,8 @@ mod tests {
         let mut store = CertStore::default();
         store.add(key(&["example.com"]));
         let challenge = key(&["example.com"]);
-        store.set_challenge("Example.com", Some(challenge.clone()));
+        let name = |n: &str| crate::host::normalize(n.as_bytes()).unwrap();
+        store.set_challenge(&name("Example.com."), Some(challenge.clone()));
         let acme: &[&[u8]] = &[ACME_TLS_ALPN];
         let got = store.resolve(Some("example.com"), acme.iter().copied()).unwrap();
         assert!(Arc::ptr_eq(&got, &challenge));
@@ -210,7 +221,38 @@ mod tests {
         let keys = store.keys.clone();
         store.replace_keys(keys);
         assert!(store.resolve(Some("example.com"), acme.iter().copied()).is_some());
-        store.set_challenge("example.com", None);
+        store.set_challenge(&name("example.com"), None);
         assert_eq!(pick(&store, Some("example.com"), acme), None);
+    }
+
+    #[test]
+    fn every_spelling_of_a_name_gets_the_certificate_its_site_gets() {
+        let mut store = CertStore::default();
+        store.add(key(&["default.test"]));
+        store.add(key(&["Example.COM", "*.XN--BCHER-KVA.example"]));
+        store.add(key(&["f*.example.org", "*.127.0.0.1", "*.*.example.net"]));
+        let h2: &[&[u8]] = &[b"h2"];
+        for sni in [
+            "example.com",
+            "Example.COM",
+            "example.com.",
+            "EXAMPLE.COM.",
+            "a.xn--bcher-kva.example",
+            "A.XN--BCHER-KVA.EXAMPLE.",
+        ] {
+            assert_eq!(pick(&store, Some(sni), h2), Some(1), "{sni}");
+        }
+        // Names no client accepts are never chosen; an SNI that is no
+        // name gets the default.
+        for sni in [
+            "foo.example.org",
+            "1.127.0.0.1",
+            "a.b.example.net",
+            "example.com..",
+            "-a.example.com",
+        ] {
+            assert_eq!(pick(&store, Some(sni), h2), Some(0), "{sni}");
+        }
+        assert!(store.wildcard.keys().all(|parent| &**parent == "xn--bcher-kva.example"));
     }
 }
