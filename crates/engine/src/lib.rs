@@ -50,6 +50,7 @@ mod access_log;
 pub mod body;
 mod budget;
 mod buffers;
+pub mod client_addr;
 pub mod codec;
 mod conn;
 mod date;

@@ -5,6 +5,7 @@
 pub mod chunked;
 pub mod client;
 pub mod head;
+pub mod proxy;
 pub mod write;
 
 pub use chunked::{ChunkedDecoder, ChunkedError};
