@@ -274,9 +274,13 @@ fn ip_literal<'b>(literal: &[u8], buf: &'b mut HostBuf) -> Result<&'b str, HostE
     let mut sink = Sink {
         buf: &mut buf.0,
         len: 0,
+        overflow: false,
     };
     // At most 47 bytes (`[ffff:…:255.255.255.255]`): it fits.
     write!(sink, "[{addr}]").map_err(|_| HostError::IpLiteral)?;
+    if sink.overflow {
+        return Err(HostError::IpLiteral);
+    }
     ascii(sink.into_bytes())
 }
 
@@ -313,7 +317,11 @@ fn to_ascii(name: &[u8], out: &mut [u8; NAME_BYTES_MAX + 1]) -> Result<usize, Ho
     if name.len() > UNICODE_NAME_BYTES_MAX {
         return Err(HostError::NameTooLong);
     }
-    let mut sink = Sink { buf: out, len: 0 };
+    let mut sink = Sink {
+        buf: out,
+        len: 0,
+        overflow: false,
+    };
     let done = Uts46::new().process(
         name,
         ASCII_DENIED,
@@ -323,8 +331,9 @@ fn to_ascii(name: &[u8], out: &mut [u8; NAME_BYTES_MAX + 1]) -> Result<usize, Ho
         &mut sink,
         None,
     );
-    let written = sink.len;
+    let (written, overflow) = (sink.len, sink.overflow);
     match done {
+        Ok(ProcessingSuccess::WroteToSink) if overflow => Err(HostError::NameTooLong),
         Ok(ProcessingSuccess::WroteToSink) => Ok(written),
         // Already in normal form: the input is the output.
         Ok(ProcessingSuccess::Passthrough) => {
@@ -389,6 +398,12 @@ fn ascii(bytes: &[u8]) -> Result<&str, HostError> {
 struct Sink<'b> {
     buf: &'b mut [u8],
     len: usize,
+    /// More was written than `buf` holds: the name is too long. The
+    /// sink never fails a write: idna 1.1 panics (`unreachable!`) when a
+    /// sink fails in the middle of a Punycode label (found by the
+    /// `host_name` fuzz target), so the overflow is noted and refused
+    /// after the call instead.
+    overflow: bool,
 }
 
 impl<'b> Sink<'b> {
@@ -401,11 +416,13 @@ impl<'b> Sink<'b> {
 impl fmt::Write for Sink<'_> {
     fn write_str(&mut self, s: &str) -> fmt::Result {
         let end = self.len + s.len();
-        self.buf
-            .get_mut(self.len..end)
-            .ok_or(fmt::Error)?
-            .copy_from_slice(s.as_bytes());
-        self.len = end;
+        match self.buf.get_mut(self.len..end) {
+            Some(room) if !self.overflow => {
+                room.copy_from_slice(s.as_bytes());
+                self.len = end;
+            }
+            _ => self.overflow = true,
+        }
         Ok(())
     }
 }
@@ -637,5 +654,15 @@ mod tests {
             );
         }
         assert!(n_ok > 1_000, "only {n_ok} inputs were names");
+    }
+
+    /// A name whose Punycode overflows the output buffer in the middle of
+    /// a label: idna 1.1 panics when its sink fails there, so the sink
+    /// never fails and the name is refused after (found by fuzzing).
+    #[test]
+    fn a_name_that_overflows_in_the_middle_of_punycode_is_refused_not_a_panic() {
+        let input = b"\x45\x62\x36\x2e\xca\x93\x31\x2e\x37\x2e\x35\x2e\x31\x2e\x37\x2e\x35\x2e\x36\x2e\xca\x93\x2e\x37\x2e\x35\x2e\x36\x2e\xca\x93\x5f\x45\x62\x36\x2e\xca\x93\x31\x5f\x2e\xca\x93\x2e\x37\x2e\x35\x2e\x36\x2e\xca\x93\x5f\x45\x62\x36\x2e\xca\x93\x36\x2e\xca\x93\x31\x2e\x37\x2e\x35\x2e\x31\x2e\x37\x2e\x35\x2e\x36\x2e\xca\x93\x31\x5f\x45\x62\x36\x2e\xca\x93\x31\x2e\x37\x2e\x35\x2e\x36\x2e\xca\x93\x45\x62\x36\x36\x2e\xca\x93\x2e\x37\x2e\x35\x2e\x36\x2e\xca\x93\x5f\x45\x62\x36\x2e\xca\x93\x36\x2e\xca\x93\x31\x2e\x37\x2e\x35\x2e\x31\x2e\x37\x2e\x35\x2e\x36\x2e\xca\x93\x31\x5f\x45\x62\x36\x2e\x62\x6b\x31\x2e\x37\x2e\x35\x2e\x36\x2e\xca\x93\x5f";
+        assert!(normalize(input).is_err());
+        assert!(normalize_in(input, &mut HostBuf::new()).is_err());
     }
 }
