@@ -494,16 +494,8 @@ fn lines_end_in_crlf(buf: &[u8], head_len: usize, headers: &[httparse::Header<'_
         Some(lf) if lf > 0 && buf[lf - 1] == b'\r' => {}
         _ => return false,
     }
-    for h in headers {
-        let mut at = (h.value.as_ptr() as usize)
-            .wrapping_sub(buf.as_ptr() as usize)
-            .wrapping_add(h.value.len());
-        while let Some(b' ' | b'\t') = buf.get(at) {
-            at += 1;
-        }
-        if buf.get(at) != Some(&b'\r') {
-            return false;
-        }
+    if !super::head::field_lines_end_in_cr(buf, headers) {
+        return false;
     }
     head_len >= 2 && buf[head_len - 2] == b'\r'
 }

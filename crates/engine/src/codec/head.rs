@@ -362,6 +362,18 @@ fn lines_end_in_crlf(
     if buf.get(version_end) != Some(&b'\r') {
         return false;
     }
+    if !field_lines_end_in_cr(buf, headers) {
+        return false;
+    }
+    head_len >= 2 && buf.get(head_len - 2) == Some(&b'\r')
+}
+
+/// Whether each field line httparse found in `buf` has CR after its value
+/// and the blanks httparse trimmed off it (an empty value points at its
+/// line's end): the field lines' half of `lines_end_in_crlf`, shared with
+/// the client role's check of a response head.
+#[inline(always)]
+pub(crate) fn field_lines_end_in_cr(buf: &[u8], headers: &[httparse::Header<'_>]) -> bool {
     for h in headers {
         let mut at = (h.value.as_ptr() as usize)
             .wrapping_sub(buf.as_ptr() as usize)
@@ -373,7 +385,7 @@ fn lines_end_in_crlf(
             return false;
         }
     }
-    head_len >= 2 && buf.get(head_len - 2) == Some(&b'\r')
+    true
 }
 
 /// Whether a line of `head` ends in LF without CR before it.
