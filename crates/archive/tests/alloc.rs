@@ -4,7 +4,7 @@
 
 use peregrine::Server;
 use peregrine_archive::{pack, ArchiveServer, Mode, PackOptions};
-use test_support::alloc::{allocations_after_warming, wait_for_thread, Counting};
+use test_support::alloc::{allocations_after_warming, first_allocation_seen, wait_for_thread, Counting};
 use test_support::h2;
 use test_support::http::InPlace;
 
@@ -34,7 +34,12 @@ fn archive_hits_are_served_without_allocating() {
         client.exchange(small, 17);
         client.exchange(four, 4096);
     });
-    assert_eq!(n_allocs, 0, "allocations during 2,000 archive requests");
+    assert_eq!(
+        n_allocs,
+        0,
+        "allocations during 2,000 archive requests; the first: {}",
+        first_allocation_seen()
+    );
     h2_archive_hits_allocate_nothing(server.local_addr());
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -53,5 +58,10 @@ fn h2_archive_hits_allocate_nothing(addr: std::net::SocketAddr) {
         }
         client.exchange(&heads, 16);
     });
-    assert_eq!(n_allocs, 0, "allocations during 2,600 warm HTTP/2 archive streams");
+    assert_eq!(
+        n_allocs,
+        0,
+        "allocations during 2,600 warm HTTP/2 archive streams; the first: {}",
+        first_allocation_seen()
+    );
 }

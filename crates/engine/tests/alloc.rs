@@ -7,7 +7,7 @@ use std::net::TcpStream;
 use std::sync::Arc;
 
 use peregrine::{Metrics, Request, Response, Server};
-use test_support::alloc::{allocations_after_warming, Counting};
+use test_support::alloc::{allocations_after_warming, first_allocation_seen, Counting};
 use test_support::h2;
 
 #[global_allocator]
@@ -62,8 +62,10 @@ fn warm_requests_allocate_nothing(addr: std::net::SocketAddr, with_metrics: bool
         exchange(&pipelined, 16, &mut len);
     });
     assert_eq!(
-        n_allocs, 0,
-        "allocations during 5,200 warm requests (metrics: {with_metrics})"
+        n_allocs,
+        0,
+        "allocations during 5,200 warm requests (metrics: {with_metrics}); the first: {}",
+        first_allocation_seen()
     );
 }
 
@@ -81,7 +83,9 @@ fn warm_h2_streams_allocate_nothing(addr: std::net::SocketAddr, with_metrics: bo
     });
     // The client's own Vecs are warm too (same sizes each time).
     assert_eq!(
-        n_allocs, 0,
-        "allocations during 5,200 warm HTTP/2 streams (metrics: {with_metrics})"
+        n_allocs,
+        0,
+        "allocations during 5,200 warm HTTP/2 streams (metrics: {with_metrics}); the first: {}",
+        first_allocation_seen()
     );
 }

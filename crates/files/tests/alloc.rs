@@ -4,7 +4,7 @@
 
 use peregrine::Server;
 use peregrine_files::{FileServer, Options};
-use test_support::alloc::{allocations_after_warming, Counting};
+use test_support::alloc::{allocations_after_warming, first_allocation_seen, Counting};
 use test_support::http::InPlace;
 
 #[global_allocator]
@@ -32,5 +32,10 @@ fn cached_files_are_served_without_allocating() {
         client.exchange(four, 4096);
     });
     let _ = std::fs::remove_dir_all(&root);
-    assert_eq!(n_allocs, 0, "allocations during 2,000 cached file requests");
+    assert_eq!(
+        n_allocs,
+        0,
+        "allocations during 2,000 cached file requests; the first: {}",
+        first_allocation_seen()
+    );
 }

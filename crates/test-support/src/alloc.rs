@@ -15,7 +15,8 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 /// The allocator; see the module's documentation.
 pub struct Counting;
@@ -25,23 +26,66 @@ static LARGEST: AtomicUsize = AtomicUsize::new(0);
 static LIVE: AtomicIsize = AtomicIsize::new(0);
 static PEAK: AtomicIsize = AtomicIsize::new(0);
 
+/// While set, the first allocation made records where it came from.
+static WATCHING: AtomicBool = AtomicBool::new(false);
+/// The thread and backtrace of the first allocation seen while watching.
+static FIRST_SEEN: Mutex<Option<String>> = Mutex::new(None);
+
 thread_local! {
     /// False on a thread whose bytes are not the server's (a test's
     /// client): `live_bytes` and `peak_bytes` leave them out.
     static IN_LIVE: Cell<bool> = const { Cell::new(true) };
+    /// True while this thread records a backtrace (which allocates).
+    static RECORDING: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Runs `round` `n_warm` times (pools, caches and buffers fill), then `n`
 /// times more; returns the allocations made meanwhile, on every thread.
+/// When there were some, `first_allocation_seen` says where the first came
+/// from.
 pub fn allocations_after_warming(n_warm: usize, n: usize, mut round: impl FnMut()) -> usize {
     for _ in 0..n_warm {
         round();
     }
+    *FIRST_SEEN.lock().unwrap_or_else(|e| e.into_inner()) = None;
     let before = n_allocs();
+    WATCHING.store(true, Ordering::SeqCst);
     for _ in 0..n {
         round();
     }
+    WATCHING.store(false, Ordering::SeqCst);
     n_allocs() - before
+}
+
+/// The thread and backtrace of the first allocation counted by the last
+/// `allocations_after_warming`, or "none"; for a test's failure message.
+pub fn first_allocation_seen() -> String {
+    FIRST_SEEN
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone()
+        .unwrap_or_else(|| "none".to_owned())
+}
+
+/// Records the first allocation made while watching. The backtrace
+/// allocates: `RECORDING` keeps that from recursing, and `swap` lets one
+/// thread record.
+fn note_allocation(size: usize) {
+    if !WATCHING.load(Ordering::Relaxed) || RECORDING.try_with(Cell::get).unwrap_or(true) {
+        return;
+    }
+    if !WATCHING.swap(false, Ordering::SeqCst) {
+        return;
+    }
+    RECORDING.with(|r| r.set(true));
+    let thread = std::thread::current();
+    let report = format!(
+        "{size} bytes on thread {:?}\n{}",
+        thread.name().unwrap_or("?"),
+        std::backtrace::Backtrace::force_capture()
+    );
+    *FIRST_SEEN.lock().unwrap_or_else(|e| e.into_inner()) = Some(report);
+    RECORDING.with(|r| r.set(false));
 }
 
 /// Allocations and reallocations so far, on every thread.
@@ -90,10 +134,12 @@ fn add_live(delta: isize) {
 }
 
 // SAFETY: forwards every call to the system allocator unchanged; only
-// counts, with atomics and a const thread-local that never allocates.
+// counts, with atomics and a const thread-local that never allocates, and
+// once per count records a backtrace (guarded against recursion).
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         N_ALLOCS.fetch_add(1, Ordering::Relaxed);
+        note_allocation(layout.size());
         LARGEST.fetch_max(layout.size(), Ordering::Relaxed);
         add_live(layout.size() as isize);
         // SAFETY: same contract as our caller's.
@@ -108,6 +154,7 @@ unsafe impl GlobalAlloc for Counting {
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         N_ALLOCS.fetch_add(1, Ordering::Relaxed);
+        note_allocation(new_size);
         LARGEST.fetch_max(new_size, Ordering::Relaxed);
         add_live(new_size as isize - layout.size() as isize);
         // SAFETY: same contract as our caller's.
