@@ -282,11 +282,16 @@ pub(crate) struct LogRequest {
     pub(crate) referer: Option<Vec<u8>>,
     pub(crate) user_agent: Option<Vec<u8>>,
     pub(crate) host: Option<Vec<u8>>,
+    /// The client's address, decided when the request was read (its
+    /// fields are gone by the answer); else the connection's peer.
+    pub(crate) client: Option<SocketAddr>,
 }
 
 /// One access log line's values.
 pub(crate) struct Line<'a> {
     pub(crate) clf_time: &'a [u8],
+    /// The client's address (`Request::client_addr`: the peer unless
+    /// trusted proxies say otherwise); port 0 when unknown.
     pub(crate) peer: SocketAddr,
     pub(crate) method: &'a [u8],
     pub(crate) target: &'a [u8],
@@ -351,7 +356,7 @@ impl LogWriter {
         );
         self.write(&Line {
             clf_time,
-            peer,
+            peer: req.client.unwrap_or(peer),
             method: m,
             target: t,
             version: v,
@@ -500,8 +505,9 @@ fn template_line(b: &mut Vec<u8>, template: &Template, line: &Line<'_>) {
         };
         match var {
             Var::RemoteAddr => remote_addr(b, line.peer),
-            // A Unix client has no port: empty, as nginx writes it.
-            Var::RemotePort if crate::sys::stream::is_unix(line.peer) => {}
+            // A Unix client has no port, nor one a proxy did not give:
+            // empty, as nginx writes it.
+            Var::RemotePort if line.peer.port() == 0 => {}
             Var::RemotePort => b.extend_from_slice(n.format(line.peer.port()).as_bytes()),
             Var::TimeLocal => b.extend_from_slice(line.clf_time),
             Var::TimeIso8601 => rfc3339_from_clf(b, line.clf_time),

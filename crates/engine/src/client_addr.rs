@@ -295,6 +295,18 @@ pub enum AddrField {
     Forwarded,
 }
 
+impl FromStr for AddrField {
+    type Err = String;
+
+    /// `x-forwarded-for` or `forwarded`, in any case.
+    fn from_str(s: &str) -> Result<AddrField, String> {
+        [AddrField::XForwardedFor, AddrField::Forwarded]
+            .into_iter()
+            .find(|f| f.name().eq_ignore_ascii_case(s))
+            .ok_or_else(|| format!("{s:?} is not x-forwarded-for or forwarded"))
+    }
+}
+
 impl AddrField {
     /// The field's name.
     pub fn name(self) -> &'static str {
@@ -347,6 +359,24 @@ pub struct ClientAddr {
     pub via: Via,
 }
 
+impl ClientAddr {
+    /// The address and port as one socket address, port 0 when the
+    /// proxy gave none (the access log writes `$remote_port` empty then,
+    /// as nginx does for a port it does not know).
+    pub fn socket_addr(&self) -> SocketAddr {
+        SocketAddr::new(self.ip, self.port.unwrap_or(0))
+    }
+}
+
+/// A server's rule for deciding its clients' addresses: whom it trusts,
+/// and which field it reads behind them. `None` where a server trusts
+/// nobody (the default), so that a request asks nothing more.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Trust {
+    pub(crate) proxies: TrustedProxies,
+    pub(crate) field: AddrField,
+}
+
 /// Decides the client of a request (the module's doc says how).
 ///
 /// `peer` is the socket's peer; `proxy_source` the source of the PROXY
@@ -374,7 +404,9 @@ where
         port: Some(peer.port()),
         via: Via::Peer,
     };
-    if !trusted.contains(client.ip) {
+    // A Unix-domain client has no address (`UNIX_PEER`, 0.0.0.0:0): a
+    // list trusting 0.0.0.0/0 must not make it a proxy.
+    if crate::sys::stream::is_unix(peer) || !trusted.contains(client.ip) {
         return client;
     }
     if let Some(source) = proxy_source {

@@ -44,6 +44,15 @@ pub struct Limits {
     pub head_timeout: Duration,
     /// The most `head_timeout` is extended to for a head arriving steadily.
     pub head_timeout_max: Duration,
+    /// On a listener that requires the PROXY protocol, time allowed from
+    /// accept for the whole PROXY header; past it the connection is
+    /// closed unanswered. nginx's `proxy_protocol_timeout` and HAProxy's
+    /// `timeout client` during `accept-proxy` play this part; nginx's
+    /// default is 30 s, but a load balancer writes its header at once
+    /// (in the connection's first segment), so 5 s is ample and makes a
+    /// silent connection from a trusted address cost little. Then
+    /// `head_timeout` runs for the request (or the TLS handshake).
+    pub proxy_header_timeout: Duration,
     /// Grace given to a request body once its head is complete: past it,
     /// the body must keep arriving at `min_rate_bytes_per_sec` averaged
     /// over 5 s, else → 408 and close (HTTP/2: GOAWAY). Not restarted by
@@ -131,6 +140,7 @@ impl Default for Limits {
             discard_bytes_max: 1024 * 1024,
             head_timeout: Duration::from_secs(10),
             head_timeout_max: Duration::from_secs(40),
+            proxy_header_timeout: Duration::from_secs(5),
             body_timeout: Duration::from_secs(20),
             min_rate_bytes_per_sec: 500,
             idle_timeout: Duration::from_secs(60),

@@ -86,6 +86,10 @@ pub(crate) struct WorkerMetrics {
     pub(crate) budget_refusals: Counter,
     pub(crate) conns_refused_per_address: Counter,
     pub(crate) output_budget_waits: Counter,
+    /// Connections closed on a listener that requires the PROXY protocol:
+    /// from an untrusted address, or whose header was missing, malformed
+    /// or late.
+    pub(crate) proxy_refusals: Counter,
 }
 
 /// The label index of a request method (`other` for the rest).
@@ -223,7 +227,7 @@ impl Metrics {
             let n = sum(&|w| w.by_method[i].get());
             let _ = writeln!(out, "peregrine_requests_by_method_total{{method=\"{method}\"}} {n}");
         }
-        let simple: [(&str, &str, &str, u64); 17] = [
+        let simple: [(&str, &str, &str, u64); 18] = [
             (
                 "peregrine_sent_bytes_total",
                 "counter",
@@ -325,6 +329,12 @@ impl Metrics {
                 "counter",
                 "Times a connection stopped being read because the worker's unsent output was over its budget.",
                 sum(&|w| w.output_budget_waits.get()),
+            ),
+            (
+                "peregrine_proxy_protocol_refusals_total",
+                "counter",
+                "Connections closed unanswered on a PROXY protocol listener: an untrusted source, or a header missing, malformed or late.",
+                sum(&|w| w.proxy_refusals.get()),
             ),
         ];
         for (name, kind, help, value) in simple {

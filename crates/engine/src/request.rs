@@ -7,6 +7,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use crate::body::BodyReader;
+use crate::client_addr::{self, ClientAddr, Trust, Via};
 use crate::codec::Version;
 use crate::responder::{Mailbox, Responder};
 
@@ -23,11 +24,50 @@ pub struct Request<'a> {
     /// as ASCII by the HTTP/1.1 codec): made a `str` when asked for.
     pub(crate) host: Option<&'a [u8]>,
     pub(crate) body: &'a [u8],
-    pub(crate) peer: SocketAddr,
+    /// Who sent it: what `peer_addr` and `client_addr` answer from.
+    pub(crate) origin: Origin<'a>,
     pub(crate) params: &'a [(&'a str, &'a str)],
     pub(crate) defer: Option<&'a DeferSlot<'a>>,
     /// The body, to be read as it arrives (a `body::streamed` handler).
     pub(crate) reader: Option<&'a RefCell<Option<BodyReader>>>,
+}
+
+/// Where a request came from: the socket's peer, the source the
+/// connection's PROXY header gave, and the server's rule for believing
+/// proxies. Copied into each request (40 bytes, no allocation); the
+/// client's address is decided from it only when asked
+/// ([`Request::client_addr`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Origin<'a> {
+    /// The socket's peer ([`crate::UNIX_PEER`] for a Unix-domain client;
+    /// QUIC: the connection's current path, which migration may change).
+    pub(crate) peer: SocketAddr,
+    /// The source address of the connection's PROXY header: `None`
+    /// without one, or for LOCAL and UNKNOWN headers.
+    pub(crate) proxy_source: Option<SocketAddr>,
+    /// The server's trusted proxies and the field it reads behind them;
+    /// `None` if it trusts nobody.
+    pub(crate) trust: Option<&'a Trust>,
+}
+
+impl Origin<'_> {
+    /// Of a connection without a PROXY header, on a server that trusts
+    /// nobody.
+    #[cfg(test)]
+    pub(crate) fn peer(peer: SocketAddr) -> Origin<'static> {
+        Origin {
+            peer,
+            proxy_source: None,
+            trust: None,
+        }
+    }
+
+    /// The client's address as far as the connection tells, without a
+    /// request's fields: the PROXY header's source, else the peer (for
+    /// the log line of a request refused before its fields were read).
+    pub(crate) fn connection_addr(&self) -> SocketAddr {
+        self.proxy_source.unwrap_or(self.peer)
+    }
 }
 
 /// Where a handler's [`Request::defer`] records that it will answer later.
@@ -49,7 +89,7 @@ impl<'a> Request<'a> {
         headers: &'a [httparse::Header<'a>],
         host: Option<&'a str>,
         body: &'a [u8],
-        peer: SocketAddr,
+        origin: Origin<'a>,
     ) -> Self {
         let (path, query) = split_target(target);
         Request {
@@ -61,7 +101,7 @@ impl<'a> Request<'a> {
             headers,
             host: host.map(str::as_bytes),
             body,
-            peer,
+            origin,
             params: &[],
             defer: None,
             reader: None,
@@ -70,7 +110,7 @@ impl<'a> Request<'a> {
 
     /// A request from an HTTP/1.1 head (which has split its target).
     #[inline]
-    pub(crate) fn of_head(head: &crate::codec::Head<'a, 'a>, body: &'a [u8], peer: SocketAddr) -> Self {
+    pub(crate) fn of_head(head: &crate::codec::Head<'a, 'a>, body: &'a [u8], origin: Origin<'a>) -> Self {
         Request {
             method: head.method,
             target: head.target,
@@ -80,7 +120,7 @@ impl<'a> Request<'a> {
             headers: head.headers,
             host: head.host,
             body,
-            peer,
+            origin,
             params: &[],
             defer: None,
             reader: None,
@@ -166,9 +206,49 @@ impl<'a> Request<'a> {
         self.reader.and_then(|r| r.borrow_mut().take())
     }
 
-    /// The address of the client.
+    /// The address of the socket's other end: the client, or the proxy
+    /// or load balancer in front of the server ([`crate::UNIX_PEER`] for
+    /// a Unix-domain client). For HTTP/3, the connection's address when
+    /// the request arrived (a client may migrate). For who the client
+    /// is, behind trusted proxies, see [`Request::client_addr`].
     pub fn peer_addr(&self) -> SocketAddr {
-        self.peer
+        self.origin.peer
+    }
+
+    /// The client's address, decided by [`client_addr::client_addr`]'s
+    /// rule: the socket's peer, unless the server trusts it as a proxy
+    /// ([`crate::Server::trusted_proxies`]), in which case the right-most
+    /// address of `X-Forwarded-For` (or `Forwarded`) that is not a trusted
+    /// proxy. On a listener that requires the PROXY protocol
+    /// ([`crate::Server::proxy_protocol`]), the header's source takes the
+    /// peer's place (the peer was checked against the listener's trusted
+    /// sources at accept), and the fields are read behind it only if the
+    /// source too is a trusted proxy. The access log writes this address.
+    ///
+    /// Computed at each call, allocating nothing; free when the server
+    /// trusts nobody (the peer, or the PROXY source, at once).
+    pub fn client_addr(&self) -> ClientAddr {
+        let Origin {
+            peer,
+            proxy_source,
+            trust,
+        } = self.origin;
+        let (from, via) = match proxy_source {
+            Some(source) => (source, Via::ProxyProtocol),
+            None => (peer, Via::Peer),
+        };
+        let Some(trust) = trust else {
+            return ClientAddr {
+                ip: from.ip(),
+                port: Some(from.port()),
+                via,
+            };
+        };
+        let mut client = client_addr::client_addr(from, None, self.headers(), trust.field, &trust.proxies);
+        if client.via == Via::Peer {
+            client.via = via;
+        }
+        client
     }
 
     /// The value captured by the router for `:name` or `*name`,
@@ -217,7 +297,7 @@ impl<'a> Request<'a> {
             &[],
             None,
             b"",
-            "127.0.0.1:1".parse().unwrap(),
+            Origin::peer("127.0.0.1:1".parse().unwrap()),
         )
     }
 }
@@ -230,7 +310,7 @@ impl std::fmt::Debug for Request<'_> {
             .field("version", &self.version)
             .field("n_headers", &self.headers.len())
             .field("body_len", &self.body.len())
-            .field("peer", &self.peer)
+            .field("peer", &self.origin.peer)
             .finish()
     }
 }

@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use crate::access_log::{AccessLog, LogFormat, LogWriter, Sink};
+use crate::client_addr::{AddrField, Trust, TrustedProxies};
 use crate::error::Error;
 use crate::handler::Handler;
 use crate::limits::Limits;
@@ -39,7 +40,13 @@ pub struct Server {
     /// What to listen on, in the order given: addresses to bind, and
     /// sockets made elsewhere (systemd socket activation, or a server
     /// taking over from another).
-    listen: Vec<(Source, Bind)>,
+    /// Each with the sources it requires a PROXY header from, if it does.
+    listen: Vec<(Source, Bind, Option<Arc<TrustedProxies>>)>,
+    /// The entries of `listen` the last listener call added (an address
+    /// may resolve to several): what `proxy_protocol` applies to.
+    last_added: std::ops::Range<usize>,
+    /// Whom the server trusts to say who the client is.
+    trust: Trust,
     error: Option<Error>,
     n_workers: usize,
     limits: Limits,
@@ -82,6 +89,8 @@ impl Server {
         let n_workers = std::thread::available_parallelism().map_or(1, |n| n.get());
         Server {
             listen: Vec::new(),
+            last_added: 0..0,
+            trust: Trust::default(),
             error: None,
             n_workers,
             limits: Limits::default(),
@@ -110,9 +119,8 @@ impl Server {
     /// server taking over keeps it). Its clients' address is
     /// [`crate::UNIX_PEER`], logged as `unix:`; in
     /// [`Running::local_addrs`] the socket is listed as that address too.
-    pub fn bind_unix(mut self, path: impl Into<std::path::PathBuf>) -> Self {
-        self.listen.push((Source::Unix(path.into()), Bind::Plain));
-        self
+    pub fn bind_unix(self, path: impl Into<std::path::PathBuf>) -> Self {
+        self.push_listen(Source::Unix(path.into()), Bind::Plain)
     }
 
     /// Adds an address that speaks HTTPS (TLS 1.2 and 1.3, ALPN
@@ -131,12 +139,75 @@ impl Server {
     }
 
     fn bind_as(mut self, addr: impl ToSocketAddrs + std::fmt::Debug, kind: Bind) -> Self {
+        let first = self.listen.len();
         match addr.to_socket_addrs() {
-            Ok(found) => self.listen.extend(found.map(|a| (Source::Addr(a), kind.clone()))),
+            Ok(found) => self.listen.extend(found.map(|a| (Source::Addr(a), kind.clone(), None))),
             Err(e) => {
                 self.error.get_or_insert(Error::resolve(format!("{addr:?}"), e));
             }
         }
+        self.last_added = first..self.listen.len();
+        self
+    }
+
+    fn push_listen(mut self, source: Source, kind: Bind) -> Self {
+        self.last_added = self.listen.len()..self.listen.len() + 1;
+        self.listen.push((source, kind, None));
+        self
+    }
+
+    /// The listeners added by the call just before this one (`bind`,
+    /// `bind_tls`, `redirect_http`, `listener` and its forms: every
+    /// address that call resolved to) require the PROXY protocol, version
+    /// 1 or 2 (HAProxy's specification), from the sources in `trusted`:
+    ///
+    /// ```no_run
+    /// # use peregrine::{Request, Response, Server};
+    /// let balancers: peregrine::client_addr::TrustedProxies = "10.0.0.0/8".parse().unwrap();
+    /// Server::new()
+    ///     .bind("0.0.0.0:8080")
+    ///     .proxy_protocol(balancers.clone())
+    ///     .trusted_proxies(balancers, Default::default())
+    ///     .serve(|req: &Request<'_>| Response::text(req.client_addr().ip.to_string()))
+    ///     .unwrap();
+    /// ```
+    ///
+    /// Required, never guessed (nginx's `listen ... proxy_protocol`,
+    /// HAProxy's `accept-proxy`): a connection whose address is not in
+    /// `trusted` is closed at accept, before any byte is read; one whose
+    /// header is malformed, or not all there within
+    /// [`Limits::proxy_header_timeout`] (or past its 4 KiB bound), is
+    /// closed unanswered, as HAProxy and nginx close it. The bytes after
+    /// the header are the connection's own: HTTP, or on a TLS listener the
+    /// TLS handshake. The header's source stands in for the peer in
+    /// [`Request::client_addr`](crate::Request::client_addr) (a LOCAL or
+    /// UNKNOWN header gives none: the peer stays). HTTP/3 on a TLS
+    /// address's port is unaffected (QUIC carries no PROXY header). Not on
+    /// a Unix-domain socket, whose clients have no address to check
+    /// (refused by `start`).
+    pub fn proxy_protocol(mut self, trusted: TrustedProxies) -> Self {
+        if self.last_added.is_empty() {
+            self.error.get_or_insert(Error::setup(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "proxy_protocol must follow the listener it applies to (bind, bind_tls, listener, ...)",
+            )));
+            return self;
+        }
+        let trusted = Arc::new(trusted);
+        for entry in &mut self.listen[self.last_added.clone()] {
+            entry.2 = Some(trusted.clone());
+        }
+        self
+    }
+
+    /// Trusts the proxies in `proxies` to say who their clients are, in
+    /// the field `field` (`X-Forwarded-For` by default): see
+    /// [`Request::client_addr`](crate::Request::client_addr) and
+    /// [`crate::client_addr`] for the rule. The access log writes the
+    /// address so decided. Nobody is trusted by default: the client is
+    /// the socket's peer (or a PROXY header's source).
+    pub fn trusted_proxies(mut self, proxies: TrustedProxies, field: AddrField) -> Self {
+        self.trust = Trust { proxies, field };
         self
     }
 
@@ -144,22 +215,19 @@ impl Server {
     /// [`crate::systemd::listen_fds`]), or an address's sockets taken over
     /// from a running server ([`Running::listeners`]). Every socket gets at
     /// least one worker, and every worker at least one socket.
-    pub fn listener(mut self, listener: impl Into<Listening>) -> Self {
-        self.listen.push((Source::Sockets(listener.into()), Bind::Plain));
-        self
+    pub fn listener(self, listener: impl Into<Listening>) -> Self {
+        self.push_listen(Source::Sockets(listener.into()), Bind::Plain)
     }
 
     /// Adds a socket that is already listening, speaking TLS with `tls`.
-    pub fn listener_tls(mut self, listener: impl Into<Listening>, tls: TlsConfig) -> Self {
-        self.listen.push((Source::Sockets(listener.into()), Bind::Tls(tls)));
-        self
+    pub fn listener_tls(self, listener: impl Into<Listening>, tls: TlsConfig) -> Self {
+        self.push_listen(Source::Sockets(listener.into()), Bind::Tls(tls))
     }
 
     /// Adds a socket that is already listening, redirecting to HTTPS as
     /// [`Server::redirect_http`] does.
-    pub fn listener_redirect(mut self, listener: impl Into<Listening>) -> Self {
-        self.listen.push((Source::Sockets(listener.into()), Bind::Redirect));
-        self
+    pub fn listener_redirect(self, listener: impl Into<Listening>) -> Self {
+        self.push_listen(Source::Sockets(listener.into()), Bind::Redirect)
     }
 
     /// Keeps metrics in `metrics` (one set of counters per worker, summed
@@ -268,7 +336,7 @@ impl Server {
     fn bind_all(&self) -> Result<(Vec<Group<'_>>, Vec<Listening>), Error> {
         let mut groups: Vec<Group<'_>> = Vec::new();
         let mut held = Vec::new();
-        for (source, bind) in &self.listen {
+        for (source, bind, _) in &self.listen {
             let listening = match source {
                 Source::Addr(addr) => {
                     let group: Vec<StdListener> = crate::sys::socket::bind_group(*addr, self.n_workers)
@@ -342,6 +410,16 @@ impl Server {
             plan.local_addrs.push(local);
             plan.unix_paths
                 .push(group[0].1.unix_path().map(std::path::Path::to_owned));
+            let proxy = &self.listen[at].2;
+            if let (Some(path), Some(_)) = (group[0].1.unix_path(), proxy) {
+                return Err(Error::setup(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!(
+                        "unix:{}: the PROXY protocol is not supported on a Unix-domain socket (its clients have no address to trust)",
+                        path.display()
+                    ),
+                )));
+            }
             if let (Some(path), Bind::Tls(_) | Bind::Redirect) = (group[0].1.unix_path(), bind) {
                 return Err(Error::setup(std::io::Error::new(
                     std::io::ErrorKind::InvalidInput,
@@ -372,6 +450,7 @@ impl Server {
                 plan.workers[i].0.push(Listener {
                     socket: listener.into_mio(),
                     kind,
+                    proxy: proxy.clone(),
                 });
             }
         }
@@ -438,7 +517,7 @@ impl Server {
     /// The handler of the listeners that redirect to HTTPS, if any: to
     /// the first TLS address's port.
     fn redirect_handler(&self, https_port: Option<u16>) -> Result<Option<Arc<dyn Handler>>, Error> {
-        if !self.listen.iter().any(|(_, b)| matches!(b, Bind::Redirect)) {
+        if !self.listen.iter().any(|(_, b, _)| matches!(b, Bind::Redirect)) {
             return Ok(None);
         }
         let Some(port) = https_port else {
@@ -452,7 +531,7 @@ impl Server {
     /// given up to.
     fn give_up_root(&self) -> Result<(), Error> {
         let bound_unix: Vec<&std::path::Path> = (self.listen.iter())
-            .filter_map(|(source, _)| match source {
+            .filter_map(|(source, _, _)| match source {
                 Source::Unix(path) => Some(path.as_path()),
                 _ => None,
             })
@@ -476,6 +555,8 @@ impl Server {
         let keep_idle = Arc::new(AtomicBool::new(false));
         let mut workers = Vec::with_capacity(self.n_workers);
         let mut mailboxes = Vec::with_capacity(self.n_workers);
+        // Nobody trusted: requests skip the rule altogether.
+        let trust = (!self.trust.proxies.is_empty()).then(|| Arc::new(self.trust.clone()));
         for (listeners, quic) in planned {
             let quic = quic
                 .into_iter()
@@ -505,6 +586,7 @@ impl Server {
                 shutdown: flag.clone(),
                 keep_idle: keep_idle.clone(),
                 metrics: self.metrics.as_ref().map(|m| m.add_worker()),
+                trust: trust.clone(),
             });
         }
         let shutdown = ShutdownHandle {

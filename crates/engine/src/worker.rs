@@ -14,6 +14,7 @@ use mio::{Events, Interest, Poll};
 use slab::Slab;
 
 use crate::access_log::LogWriter;
+use crate::client_addr::{Trust, TrustedProxies};
 use crate::conn::{BufPool, Conn, Ctx, Next, Transport};
 use crate::date::DateCache;
 use crate::handler::Handler;
@@ -32,6 +33,9 @@ const REFUSAL: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nConnection: close\r
 pub(crate) struct Listener {
     pub(crate) socket: ListenSocket,
     pub(crate) kind: ListenerKind,
+    /// Requires a PROXY header on every connection (`conn/proxy.rs`),
+    /// accepted only from these sources.
+    pub(crate) proxy: Option<Arc<TrustedProxies>>,
 }
 
 pub(crate) enum ListenerKind {
@@ -57,6 +61,8 @@ pub(crate) struct Worker {
     /// Read when shutdown begins: keep idle connections (a hand-over).
     pub(crate) keep_idle: Arc<AtomicBool>,
     pub(crate) metrics: Option<Arc<WorkerMetrics>>,
+    /// Whom the server trusts to say who the client is, if anyone.
+    pub(crate) trust: Option<Arc<Trust>>,
 }
 
 impl Worker {
@@ -76,6 +82,7 @@ impl Worker {
             shutdown,
             keep_idle,
             metrics,
+            trust,
         } = self;
         // Housekeeping (the log's flush, accepting again after EMFILE, the
         // shutdown deadline) runs at least every minute.
@@ -125,6 +132,7 @@ impl Worker {
                 draining: drain_deadline.is_some(),
                 metrics: metrics.as_deref(),
                 h2,
+                trust: trust.as_deref(),
             };
             // Shutdown first: a request read in this turn, after shutdown
             // began (a reload logged as done), is answered as draining,
@@ -507,6 +515,20 @@ fn accept(
                 return false;
             }
         };
+        if let Some(trusted) = &listener.proxy {
+            // Before any byte is read: only a trusted proxy may say whose
+            // connection this is (HAProxy's specification, §2). nginx
+            // leaves this to `allow`/`deny`; here it is the listener's.
+            if !trusted.contains(peer.ip()) {
+                crate::log::debug(format_args!(
+                    "PROXY protocol: connection from {peer} closed: not a trusted source"
+                ));
+                if let Some(m) = ctx.metrics {
+                    m.proxy_refusals.add(1);
+                }
+                continue;
+            }
+        }
         if conns.len() >= ctx.limits.n_conns_max {
             // A TLS client could not read a plaintext 503: just close.
             if !matches!(listener.kind, ListenerKind::Tls(_)) {
@@ -544,13 +566,19 @@ fn accept(
         if let Some(m) = ctx.metrics {
             m.conns_accepted.add(1);
         }
+        // A PROXY header first, within its own time; then the request's.
+        let timeout = match listener.proxy {
+            Some(_) => ctx.limits.proxy_header_timeout,
+            None => ctx.limits.head_timeout,
+        };
         let conn = entry.insert(Conn::new(
             stream,
             transport,
             redirect,
             peer,
             token,
-            ctx.now.checked_add(ctx.limits.head_timeout),
+            ctx.now.checked_add(timeout),
+            listener.proxy.is_some(),
         ));
         timers.arm(token, conn.deadline, &mut conn.armed);
     }

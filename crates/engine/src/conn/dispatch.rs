@@ -195,7 +195,7 @@ pub(crate) fn record(ctx: &mut Ctx<'_>, req: &Request<'_>, status: u16, body_byt
     if let Some(log) = ctx.log.as_deref_mut() {
         log.record(&Line {
             clf_time: ctx.date.clf(),
-            peer: req.peer_addr(),
+            peer: req.client_addr().socket_addr(),
             method: req.method().as_bytes(),
             target: req.target().as_bytes(),
             version: req.version().as_str().as_bytes(),
@@ -241,5 +241,6 @@ fn log_request(req: &Request<'_>) -> LogRequest {
         referer: req.header_bytes("referer").map(<[u8]>::to_vec),
         user_agent: req.header_bytes("user-agent").map(<[u8]>::to_vec),
         host: req.host.map(<[u8]>::to_vec),
+        client: Some(req.client_addr().socket_addr()),
     }
 }

@@ -64,11 +64,18 @@ impl Conn {
             proto,
             transport,
             peer,
+            proxy_source,
             redirect,
             token,
             work_left,
             ..
         } = self;
+        let origin = crate::request::Origin {
+            peer: *peer,
+            proxy_source: *proxy_source,
+            trust: ctx.trust,
+        };
+        let peer = origin.connection_addr();
         let Proto::H1(Http1 {
             machine: h1,
             deferral: awaited,
@@ -92,7 +99,7 @@ impl Conn {
                     Feed::Full => return Stop::Deferred,
                     Feed::Refused(refusal) => {
                         input.discard();
-                        record_refused(ctx, *peer, refusal);
+                        record_refused(ctx, peer, refusal);
                         return Stop::Closing;
                     }
                     Feed::Closing => {
@@ -122,7 +129,7 @@ impl Conn {
             match h1.poll(data, &mut headers, &env, output) {
                 Event::Request { head, body, consumed } => {
                     let slot = dispatch::slot(ctx, *token);
-                    let mut req = Request::of_head(&head, body, *peer);
+                    let mut req = Request::of_head(&head, body, origin);
                     req.defer = Some(&slot);
                     let extra_fields = transport.extra_fields();
                     // Nothing is queued behind a tail (checked above).
@@ -164,7 +171,7 @@ impl Conn {
                     input.start += consumed;
                 }
                 Event::BodyAhead { head } => {
-                    let mut req = Request::of_head(&head, &[], *peer);
+                    let mut req = Request::of_head(&head, &[], origin);
                     let used = dispatch::body_use(ctx, *redirect, &req);
                     if used == BodyUse::Buffer {
                         h1.buffer_body();
@@ -219,7 +226,7 @@ impl Conn {
                 Event::Upgraded => return Stop::Closing,
                 Event::Refused(refusal) => {
                     input.discard();
-                    record_refused(ctx, *peer, refusal);
+                    record_refused(ctx, peer, refusal);
                     return Stop::Closing;
                 }
                 Event::NotHttp => {
@@ -282,7 +289,7 @@ impl Conn {
         match h1.machine.handle_timeout(&mut self.output, &env, link) {
             TimedOut::Refused(refusal) => {
                 self.input.discard();
-                record_refused(ctx, self.peer, refusal);
+                record_refused(ctx, self.connection_addr(), refusal);
                 if let Some(m) = ctx.metrics {
                     m.slow_requests.add(1);
                 }
@@ -342,7 +349,7 @@ impl Conn {
             Ok(()) => true,
             Err(refusal) => {
                 self.input.discard();
-                record_refused(ctx, self.peer, refusal);
+                record_refused(ctx, self.connection_addr(), refusal);
                 if let (503, Some(m)) = (refusal.status, ctx.metrics) {
                     m.budget_refusals.add(1);
                 }

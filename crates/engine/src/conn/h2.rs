@@ -298,6 +298,7 @@ impl Conn {
             transport,
             token,
             peer,
+            proxy_source,
             redirect,
             ..
         } = self;
@@ -310,6 +311,7 @@ impl Conn {
         };
         let client = Client {
             peer: *peer,
+            proxy_source: *proxy_source,
             token: *token,
             redirect: *redirect,
         };

@@ -51,6 +51,7 @@ pub(crate) mod dispatch;
 mod flush;
 mod h1;
 mod h2;
+mod proxy;
 pub(crate) mod streams;
 
 pub(crate) use crate::buffers::BufPool;
@@ -90,6 +91,8 @@ pub(crate) struct Ctx<'w> {
     pub(crate) metrics: Option<&'w WorkerMetrics>,
     /// HTTP/2's settings, unless the server speaks HTTP/1.1 only.
     pub(crate) h2: Option<crate::h2::Config>,
+    /// Whom the server trusts to say who the client is, if anyone.
+    pub(crate) trust: Option<&'w crate::client_addr::Trust>,
 }
 
 /// What the worker should do with a connection after an event.
@@ -184,6 +187,10 @@ pub(crate) struct Conn {
     /// Accepted on a redirecting listener: answered by `Ctx::redirect`.
     redirect: bool,
     peer: SocketAddr,
+    /// The source address the connection's PROXY header gave (a listener
+    /// that requires one: `conn/proxy.rs`); `None` otherwise, and for a
+    /// LOCAL or UNKNOWN header.
+    proxy_source: Option<SocketAddr>,
     token: usize,
     input: Input,
     output: Output,
@@ -280,6 +287,10 @@ impl Proto {
 /// The driver's side of closing, for both protocols.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
+    /// Waiting for the PROXY header a listener requires, before any
+    /// protocol sees a byte (`conn/proxy.rs`); until
+    /// `proxy_header_timeout`.
+    ProxyHeader,
     /// Serving (the protocol may still be closing: `H1::is_closing`).
     Open,
     /// The last bytes are queued; half-close once they are sent.
@@ -296,17 +307,19 @@ impl Conn {
         peer: SocketAddr,
         token: usize,
         deadline: Option<Instant>,
+        proxied: bool,
     ) -> Self {
         Conn {
             stream,
             transport,
             redirect,
             peer,
+            proxy_source: None,
             token,
             input: Input::default(),
             output: Output::default(),
             proto: Proto::H1(h1::Http1::new(deadline)),
-            phase: Phase::Open,
+            phase: if proxied { Phase::ProxyHeader } else { Phase::Open },
             deadline,
             state_deadline: deadline,
             send_deadline: None,
@@ -326,9 +339,16 @@ impl Conn {
         }
     }
 
-    /// The client's address.
+    /// The socket's peer (a proxy, behind one).
     pub(crate) fn peer(&self) -> SocketAddr {
         self.peer
+    }
+
+    /// The client's address as far as the connection tells (the PROXY
+    /// header's source, else the peer): for the log line of a request
+    /// refused before its fields were read.
+    fn connection_addr(&self) -> SocketAddr {
+        self.proxy_source.unwrap_or(self.peer)
     }
 
     /// Handles a readiness event.
@@ -365,6 +385,9 @@ impl Conn {
 
     /// Handles the deadline having passed.
     pub(crate) fn on_timeout(&mut self, ctx: &mut Ctx<'_>) -> Next {
+        if self.phase == Phase::ProxyHeader {
+            return self.refuse_proxy(ctx, "no PROXY header within proxy_header_timeout");
+        }
         if self.has_output() {
             // send_timeout: the client stopped reading.
             return Next::Close;
@@ -511,8 +534,16 @@ impl Conn {
 
     /// Reads, answers and writes until the connection must wait.
     fn drive(&mut self, ctx: &mut Ctx<'_>) -> Next {
-        if let Phase::Lingering { .. } = self.phase {
-            return self.linger(ctx);
+        if self.phase != Phase::Open {
+            match self.phase {
+                Phase::Lingering { .. } => return self.linger(ctx),
+                Phase::ProxyHeader => {
+                    if let Some(next) = self.read_proxy_header(ctx) {
+                        return next;
+                    }
+                }
+                Phase::Open | Phase::Closing => {}
+            }
         }
         self.work_left = TURN_WORK;
         loop {

@@ -22,7 +22,7 @@ use crate::handler::BodyUse;
 use crate::limits::BODY_READER_BYTES;
 use crate::message::head::FieldArray;
 use crate::message::{Parts, Sent};
-use crate::request::Request;
+use crate::request::{Origin, Request};
 use crate::response::Response;
 
 /// A stream protocol's session as the request path sees it. Stream ids
@@ -65,7 +65,10 @@ pub(crate) trait Streams {
 /// Who a connection's requests come from.
 #[derive(Clone, Copy)]
 pub(crate) struct Client {
+    /// The socket's peer (HTTP/3: the connection's current address).
     pub(crate) peer: SocketAddr,
+    /// The source of the connection's PROXY header, if it gave one.
+    pub(crate) proxy_source: Option<SocketAddr>,
     /// The connection's token in the worker's mailbox.
     pub(crate) token: usize,
     /// Accepted on a listener that redirects to HTTPS.
@@ -81,20 +84,20 @@ pub(crate) fn answer<S: Streams>(ctx: &mut Ctx<'_>, s: &mut S, client: Client, d
     if let Some(status) = s.refused(id) {
         let sent = s.respond(id, &mut Response::error(status), false, date);
         s.stop_reading(id);
-        record_refused::<S>(ctx, client.peer, status, sent);
+        record_refused::<S>(ctx, client.proxy_source.unwrap_or(client.peer), status, sent);
         return;
     }
     let Some(parts) = s.parts(id) else {
         // A stream without :method or :path passed the checks only as
         // CONNECT; answer what a malformed request gets.
         let sent = s.respond(id, &mut Response::error(400), false, date);
-        record_refused::<S>(ctx, client.peer, 400, sent);
+        record_refused::<S>(ctx, client.proxy_source.unwrap_or(client.peer), 400, sent);
         return;
     };
     let mut fields = FieldArray::new();
     let headers = fields.fill(parts.head);
     let slot = dispatch::slot(ctx, client.token);
-    let mut req = request::<S>(&parts, headers, parts.body, client.peer);
+    let mut req = request::<S>(ctx.trust, &parts, headers, parts.body, client);
     req.defer = Some(&slot);
     let head_only = parts.method == "HEAD";
     let mut handled = dispatch::call_stream(ctx, client.redirect, &req);
@@ -128,7 +131,7 @@ pub(crate) fn start_upload<S: Streams>(
     let Some(parts) = s.parts(id) else { return };
     let mut fields = FieldArray::new();
     let headers = fields.fill(parts.head);
-    let mut req = request::<S>(&parts, headers, &[], client.peer);
+    let mut req = request::<S>(ctx.trust, &parts, headers, &[], client);
     let (reader, sink) = match dispatch::body_use(ctx, client.redirect, &req) {
         BodyUse::Stream => {
             let (reader, sink) = crate::body::pipe(BODY_READER_BYTES);
@@ -211,14 +214,28 @@ pub(crate) fn on_answer<S: Streams>(
     true
 }
 
-/// The request handlers see for a stream's `parts`.
+/// The request handlers see for a stream's `parts`, from `client`.
 fn request<'a, S: Streams>(
+    trust: Option<&'a crate::client_addr::Trust>,
     parts: &Parts<'a>,
     headers: &'a [httparse::Header<'a>],
     body: &'a [u8],
-    peer: SocketAddr,
+    client: Client,
 ) -> Request<'a> {
-    Request::new(parts.method, parts.target, S::VERSION, headers, parts.host, body, peer)
+    let origin = Origin {
+        peer: client.peer,
+        proxy_source: client.proxy_source,
+        trust,
+    };
+    Request::new(
+        parts.method,
+        parts.target,
+        S::VERSION,
+        headers,
+        parts.host,
+        body,
+        origin,
+    )
 }
 
 /// The log line and metrics of a request answered without its handler:

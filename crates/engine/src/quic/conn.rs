@@ -32,6 +32,8 @@ pub(super) struct QuicConn {
     /// connection does not reach its idle timeout meanwhile.
     pub(super) keepalive_at: Option<Instant>,
     pub(super) handshaken: bool,
+    /// The client's address when the connection was accepted (for the
+    /// debug log; requests take the current one, `remote_address`).
     peer: SocketAddr,
     /// This connection's token in the worker's mailbox.
     token: usize,
@@ -317,15 +319,19 @@ impl QuicConn {
     /// (`conn/streams.rs`) and who its requests come from, beside the list
     /// of deferred answers.
     fn streams<'c>(&'c mut self, shared: &'c Shared) -> (H3Streams<'c>, Client, &'c mut Vec<Deferral>) {
+        // The connection's current path, not the one it was accepted on:
+        // a client that migrates (or is rebound by a NAT) is judged by
+        // where its requests come from now (issue 24). A field read.
+        let client = Client {
+            peer: self.conn.remote_address(),
+            proxy_source: None,
+            token: self.token,
+            redirect: false,
+        };
         let view = H3Streams {
             session: &mut self.session,
             conn: &mut self.conn,
             extra_fields: shared.tls.extra_fields.as_deref().unwrap_or(&[]),
-        };
-        let client = Client {
-            peer: self.peer,
-            token: self.token,
-            redirect: false,
         };
         (view, client, &mut self.deferred)
     }

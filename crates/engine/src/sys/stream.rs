@@ -40,6 +40,14 @@ impl Stream {
         }
     }
 
+    /// Copies the bytes waiting in the socket into `buf` without taking
+    /// them (recv with MSG_PEEK): a PROXY header is looked at whole
+    /// before exactly its bytes are read, as HAProxy and nginx do, so
+    /// what follows it stays in the socket for TLS or HTTP.
+    pub(crate) fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
+        Ok(rustix::net::recv(self.as_fd(), buf, rustix::net::RecvFlags::PEEK)?.0)
+    }
+
     /// TCP_NODELAY on TCP; nothing to do on a Unix socket (no Nagle).
     pub(crate) fn set_nodelay(&self, on: bool) -> io::Result<()> {
         match self {
