@@ -92,7 +92,7 @@ impl std::str::FromStr for LogFormat {
 ///
 /// | variable | value |
 /// |---|---|
-/// | `$remote_addr`, `$remote_port` | the client's address and port |
+/// | `$remote_addr`, `$remote_port` | the client's address and port ([`crate::Request::client_addr`]; the port empty when a proxy gave none) |
 /// | `$time_local` | `06/Nov/1994:08:49:37 +0000` |
 /// | `$time_iso8601` | `1994-11-06T08:49:37Z` |
 /// | `$request` | `GET /index.html HTTP/1.1` |

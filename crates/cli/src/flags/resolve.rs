@@ -202,6 +202,9 @@ impl LimitArgs {
         if let Some(v) = self.head_timeout_max {
             l.head_timeout_max = secs("head-timeout-max", v)?;
         }
+        if let Some(v) = self.proxy_header_timeout {
+            l.proxy_header_timeout = secs("proxy-header-timeout", v)?;
+        }
         if let Some(v) = self.body_timeout {
             l.body_timeout = secs("body-timeout", v)?;
         }

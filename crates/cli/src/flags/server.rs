@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
+use peregrine::client_addr::{AddrField, TrustedProxies};
 use peregrine::Limits;
 
 use super::numbers::{seconds_within, within};
@@ -95,10 +96,80 @@ pub(crate) struct ServerArgs {
     /// and send no Alt-Svc.
     #[arg(long)]
     pub(crate) no_http3: bool,
+    /// Trust the proxies at these addresses (`127.0.0.1`, `10.0.0.0/8`,
+    /// `::1`, `fd00::/8`; repeat, or separate with commas) to say who
+    /// their clients are: a request from one is logged (and judged) as
+    /// from the right-most address of --client-addr-header that is not a
+    /// trusted proxy, walked from the right as nginx's
+    /// `real_ip_recursive` and Caddy's `trusted_proxies` do; from any
+    /// other peer the field is ignored. Also the sources --proxy-protocol
+    /// accepts. Default: none (the client is the connection's peer).
+    #[arg(long = "trusted-proxies", value_name = "CIDR", value_parser = parse_trusted_proxies)]
+    pub(crate) trusted_proxies: Vec<TrustedProxies>,
+    /// The request field a trusted proxy names its client in:
+    /// `x-forwarded-for` (`client, proxy1, ...`) or `forwarded` (RFC
+    /// 7239's `for=`); only one is read, so a client cannot fill in the
+    /// other. Default: x-forwarded-for.
+    #[arg(long, value_name = "FIELD", default_value = "x-forwarded-for")]
+    pub(crate) client_addr_header: AddrField,
+    /// Every --bind listener (and socket systemd passes) requires a PROXY
+    /// protocol header, v1 or v2 (HAProxy's; what AWS NLB and HAProxy's
+    /// `send-proxy` write) before HTTP or TLS, from a --trusted-proxies
+    /// address only: other peers, and a missing, malformed or late header
+    /// (--proxy-header-timeout), are closed unanswered. The header's
+    /// source is the client. Refused without --trusted-proxies and with a
+    /// `unix:` bind. Default: off (no header is read).
+    #[arg(long)]
+    pub(crate) proxy_protocol: bool,
     #[command(flatten)]
     pub(crate) limits: LimitArgs,
     #[command(flatten)]
     pub(crate) tls: TlsArgs,
+}
+
+impl ServerArgs {
+    /// The --trusted-proxies, as one list.
+    pub(crate) fn trusted(&self) -> TrustedProxies {
+        self.trusted_proxies
+            .iter()
+            .flat_map(|t| t.networks().iter().copied())
+            .collect()
+    }
+
+    /// The sources a listener accepts a PROXY header from, with
+    /// --proxy-protocol; refused without --trusted-proxies (no source
+    /// would be accepted) and with a `unix:` bind (no address to check).
+    pub(crate) fn proxy_sources(&self) -> anyhow::Result<Option<TrustedProxies>> {
+        if !self.proxy_protocol {
+            return Ok(None);
+        }
+        let trusted = self.trusted();
+        anyhow::ensure!(
+            !trusted.is_empty(),
+            "--proxy-protocol needs --trusted-proxies: the addresses of the proxies or load balancers \
+             whose PROXY headers are believed (every other connection is refused)"
+        );
+        if let Some(path) = self.bind.iter().find_map(|b| b.1.as_ref()) {
+            anyhow::bail!(
+                "--proxy-protocol: unix:{} cannot take the PROXY protocol (its clients have no address to \
+                 check against --trusted-proxies)",
+                path.display()
+            );
+        }
+        Ok(Some(trusted))
+    }
+}
+
+/// Parses a `--trusted-proxies` value: networks, separated by commas or
+/// spaces.
+fn parse_trusted_proxies(s: &str) -> Result<TrustedProxies, String> {
+    let list: TrustedProxies = s
+        .parse()
+        .map_err(|e: peregrine::client_addr::TrustedProxiesError| e.to_string())?;
+    if list.is_empty() {
+        return Err("no address: give IP or IP/PREFIX, e.g. 10.0.0.0/8".into());
+    }
+    Ok(list)
 }
 
 /// The addresses one `--bind` value names, resolved when it is read (at
@@ -236,6 +307,10 @@ pub(crate) struct LimitArgs {
     /// The most seconds a head arriving steadily is given.
     #[arg(long, value_name = "SECS", default_value = Limits::default().head_timeout_max.as_secs_f64().to_string(), value_parser = seconds_within(Limits::TIMEOUT_RANGE))]
     pub(crate) head_timeout_max: Option<f64>,
+    /// Seconds a connection on a --proxy-protocol listener is given for
+    /// its PROXY header, from accept (then closed).
+    #[arg(long, value_name = "SECS", default_value = Limits::default().proxy_header_timeout.as_secs_f64().to_string(), value_parser = seconds_within(Limits::TIMEOUT_RANGE))]
+    pub(crate) proxy_header_timeout: Option<f64>,
     /// Seconds of grace for a request body; then it must keep arriving at
     /// --min-rate-bytes-per-sec over 5 s (else 408).
     #[arg(long, value_name = "SECS", default_value = Limits::default().body_timeout.as_secs_f64().to_string(), value_parser = seconds_within(Limits::TIMEOUT_RANGE))]

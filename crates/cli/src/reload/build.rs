@@ -43,7 +43,8 @@ pub(super) fn build(
     let srv = configure(args, process, first)?;
     let error_log = crate::logger::Route::to(args.error_log.as_deref())?;
     let plan = plan_listeners(args, process)?;
-    let mut srv = attach_listeners(srv, &plan, taken, tls.as_ref(), process)?;
+    let proxy = args.proxy_sources()?;
+    let mut srv = attach_listeners(srv, &plan, taken, tls.as_ref(), proxy.as_ref(), process)?;
 
     let metrics = args
         .metrics
@@ -117,7 +118,8 @@ fn configure(args: &ServerArgs, process: &Process, first: bool) -> anyhow::Resul
         .limits(args.limits.to_limits()?)
         .access_log_format(args.access_log_format.clone())
         .http2(!args.no_http2)
-        .http3(args.http3()?);
+        .http3(args.http3()?)
+        .trusted_proxies(args.trusted(), args.client_addr_header);
     if first {
         srv = srv.run_as(process.run_as.clone());
     }
@@ -166,6 +168,7 @@ fn attach_listeners(
     plan: &Plan,
     mut taken: Vec<(Origin, Listening)>,
     tls: Option<&TlsConfig>,
+    proxy: Option<&peregrine::client_addr::TrustedProxies>,
     process: &Process,
 ) -> anyhow::Result<Server> {
     for &(origin, role) in plan {
@@ -189,6 +192,9 @@ fn attach_listeners(
             }
             (None, Origin::Inherited(i), _, _) => anyhow::bail!("socket {i} passed by systemd is gone"),
         };
+        if let (Some(trusted), Role::Serve) = (proxy, role) {
+            srv = srv.proxy_protocol(trusted.clone());
+        }
     }
     // Sockets of addresses no longer configured: these duplicates close
     // now, the old generation's own when it has finished.
