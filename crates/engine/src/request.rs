@@ -380,6 +380,67 @@ mod tests {
     }
 
     #[test]
+    fn the_client_is_decided_from_the_origin() {
+        let headers = [httparse::Header {
+            name: "X-Forwarded-For",
+            value: b"6.6.6.6, 1.2.3.4",
+        }];
+        let trust = Trust {
+            proxies: "10.0.0.0/8, 198.51.100.0/24, 0.0.0.0/0".parse().unwrap(),
+            field: crate::client_addr::AddrField::XForwardedFor,
+        };
+        let narrow = Trust {
+            proxies: "10.0.0.0/8, 198.51.100.0/24".parse().unwrap(),
+            ..trust.clone()
+        };
+        let decide = |peer: &str, source: Option<&str>, trust: Option<&Trust>| {
+            let origin = Origin {
+                peer: peer.parse().unwrap(),
+                proxy_source: source.map(|s| s.parse().unwrap()),
+                trust,
+            };
+            let req = Request::new("GET", "/", Version::Http11, &headers, None, b"", origin);
+            let c = req.client_addr();
+            assert_eq!(req.peer_addr(), origin.peer, "the peer stays the socket's");
+            (c.ip.to_string(), c.port, c.via)
+        };
+        let client = |ip: &str, port: Option<u16>, via| (ip.to_owned(), port, via);
+        // Nobody trusted: the peer, or the PROXY source; no field read.
+        assert_eq!(
+            decide("10.0.0.1:80", None, None),
+            client("10.0.0.1", Some(80), Via::Peer)
+        );
+        assert_eq!(
+            decide("10.0.0.1:80", Some("203.0.113.5:7"), None),
+            client("203.0.113.5", Some(7), Via::ProxyProtocol)
+        );
+        // A trusted peer: the field, from the right.
+        let t = Some(&narrow);
+        assert_eq!(
+            decide("10.0.0.1:80", None, t),
+            client("1.2.3.4", None, Via::XForwardedFor)
+        );
+        assert_eq!(
+            decide("203.0.113.1:80", None, t),
+            client("203.0.113.1", Some(80), Via::Peer)
+        );
+        // A PROXY source takes the peer's place: the field is read only
+        // behind a trusted source, whatever the peer (the listener vouched
+        // for it).
+        assert_eq!(
+            decide("203.0.113.1:80", Some("198.51.100.3:9"), t),
+            client("1.2.3.4", None, Via::XForwardedFor)
+        );
+        assert_eq!(
+            decide("10.0.0.1:80", Some("203.0.113.5:7"), t),
+            client("203.0.113.5", Some(7), Via::ProxyProtocol)
+        );
+        // A Unix-domain client is never a proxy, even under 0.0.0.0/0.
+        let unix = crate::UNIX_PEER.to_string();
+        assert_eq!(decide(&unix, None, Some(&trust)), client("0.0.0.0", Some(0), Via::Peer));
+    }
+
+    #[test]
     fn percent_decoding() {
         assert!(matches!(percent_decode(b"/plain"), Cow::Borrowed(_)));
         assert_eq!(&*percent_decode(b"/a%20b%2F%2e"), b"/a b/.");

@@ -6,6 +6,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::sync::Arc;
 
+use peregrine::client_addr::{AddrField, TrustedProxies};
 use peregrine::{Metrics, Request, Response, Server};
 use test_support::alloc::{allocations_after_warming, first_allocation_seen, Counting};
 use test_support::h2;
@@ -15,14 +16,29 @@ static GLOBAL: Counting = Counting;
 
 #[test]
 fn warm_keep_alive_requests_allocate_nothing() {
-    // Without metrics, then with them: counting a request allocates nothing.
-    for metrics in [None, Some(Arc::new(Metrics::new()))] {
+    // Without metrics, then with them: counting a request allocates
+    // nothing. Then behind trusted proxies, the handler asking who the
+    // client is (the walk of X-Forwarded-For allocates nothing either).
+    let trusted: TrustedProxies = "127.0.0.1, 10.0.0.0/8".parse().unwrap();
+    for (metrics, trust) in [
+        (None, None),
+        (Some(Arc::new(Metrics::new())), None),
+        (None, Some(trusted)),
+    ] {
         let with_metrics = metrics.is_some();
         let mut server = Server::new().bind("127.0.0.1:0").workers(1);
         if let Some(m) = metrics {
             server = server.metrics(m);
         }
-        let server = server.start(|_: &Request<'_>| Response::text("Hello, World!")).unwrap();
+        if let Some(t) = trust {
+            server = server.trusted_proxies(t, AddrField::XForwardedFor);
+        }
+        let server = server
+            .start(|req: &Request<'_>| {
+                std::hint::black_box(req.client_addr());
+                Response::text("Hello, World!")
+            })
+            .unwrap();
         warm_requests_allocate_nothing(server.local_addr(), with_metrics);
         warm_h2_streams_allocate_nothing(server.local_addr(), with_metrics);
         server.shutdown();
@@ -33,7 +49,7 @@ fn warm_keep_alive_requests_allocate_nothing() {
 fn warm_requests_allocate_nothing(addr: std::net::SocketAddr, with_metrics: bool) {
     let mut stream = TcpStream::connect(addr).unwrap();
     stream.set_nodelay(true).unwrap();
-    let request = b"GET /plaintext HTTP/1.1\r\nHost: localhost\r\nUser-Agent: alloc-test\r\nAccept: */*\r\n\r\n";
+    let request = b"GET /plaintext HTTP/1.1\r\nHost: localhost\r\nUser-Agent: alloc-test\r\nAccept: */*\r\nX-Forwarded-For: 1.2.3.4, 10.0.0.1\r\n\r\n";
     let pipelined = request.repeat(16);
     let mut buf = [0u8; 16384];
     // Every response has the same length (the Date is fixed-width).
@@ -72,7 +88,14 @@ fn warm_requests_allocate_nothing(addr: std::net::SocketAddr, with_metrics: bool
 /// The same over HTTP/2 (cleartext, prior knowledge): streams one at a
 /// time, then 16 at once, on one warm connection.
 fn warm_h2_streams_allocate_nothing(addr: std::net::SocketAddr, with_metrics: bool) {
-    let heads = [h2::get_head("/plaintext", "localhost")];
+    let mut head = h2::get_head("/plaintext", "localhost");
+    // x-forwarded-for, an HPACK literal with a new name, not indexed.
+    let (name, value) = (&b"x-forwarded-for"[..], &b"1.2.3.4, 10.0.0.1"[..]);
+    head.extend_from_slice(&[0x00, name.len() as u8]);
+    head.extend_from_slice(name);
+    head.push(value.len() as u8);
+    head.extend_from_slice(value);
+    let heads = [head];
     let mut client = h2::Client::connect(addr);
     // Per round: ten streams one at a time, then 16 at once.
     let n_allocs = allocations_after_warming(200, 200, || {

@@ -118,7 +118,9 @@ pub(crate) struct ServerArgs {
     /// address only: other peers, and a missing, malformed or late header
     /// (--proxy-header-timeout), are closed unanswered. The header's
     /// source is the client. Refused without --trusted-proxies and with a
-    /// `unix:` bind. Default: off (no header is read).
+    /// `unix:` bind. Every connection counts against
+    /// --conns-per-ip-max as the balancer's: raise it, or set 0. Default:
+    /// off (no header is read).
     #[arg(long)]
     pub(crate) proxy_protocol: bool,
     #[command(flatten)]

@@ -534,7 +534,8 @@ impl Conn {
 
     /// Reads, answers and writes until the connection must wait.
     fn drive(&mut self, ctx: &mut Ctx<'_>) -> Next {
-        if self.phase != Phase::Open {
+        // One compare on the plain path.
+        if !matches!(self.phase, Phase::Open) {
             match self.phase {
                 Phase::Lingering { .. } => return self.linger(ctx),
                 Phase::ProxyHeader => {
