@@ -156,6 +156,43 @@ fn handlers_answer_over_http3_deferred_answers_and_request_bodies_included() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// An HTTP/3 request's client is decided as any other's: the connection's
+/// address (its current path), or behind a trusted proxy the request's own
+/// `X-Forwarded-For`.
+#[test]
+fn http3_requests_have_their_client_address_decided_per_request() {
+    let (config, dir) = tls("client-addr");
+    let server = Server::new()
+        .bind_tls("127.0.0.1:0", config)
+        .workers(1)
+        .trusted_proxies(
+            "127.0.0.1".parse().unwrap(),
+            peregrine::client_addr::AddrField::XForwardedFor,
+        )
+        .start(|req: &Request<'_>| {
+            let c = req.client_addr();
+            Response::text(format!("{} {:?} {}", c.ip, c.via, req.peer_addr().ip()))
+        })
+        .unwrap();
+    let out = dir.join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let spec = format!(
+        "{{\"host\": \"127.0.0.1\", \"port\": {}, \"out\": \"{}\", \"timeout\": 60, \"requests\": [\
+         {{\"path\": \"/\"}}, \
+         {{\"path\": \"/\", \"headers\": [[\"x-forwarded-for\", \"6.6.6.6, 1.2.3.4\"]]}}]}}",
+        server.local_addr().port(),
+        out.display()
+    );
+    let done = run_client(&spec, 120);
+    assert!(done.status.success(), "{}", String::from_utf8_lossy(&done.stderr));
+    let body = |i: usize| std::fs::read_to_string(out.join(format!("{i}.body"))).unwrap();
+    assert_eq!(body(0), "127.0.0.1 Peer 127.0.0.1");
+    assert_eq!(body(1), "1.2.3.4 XForwardedFor 127.0.0.1");
+    server.shutdown();
+    server.join().unwrap();
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// Bodies written by another thread (`body::channel`) go out over HTTP/3
 /// as they come, on a connection whose other streams are answered
 /// meanwhile: `/stream` sends its second chunk only once `/fast` (asked

@@ -290,7 +290,7 @@ fn garbage_instead_of_a_header_is_closed_at_once() {
         whoami,
     );
     for first in [
-        &GET[..],
+        GET,
         b"PROXY TCP4 198.51.100.7 203.0.113.1 5555 80\n",
         b"PROXY TCP4 198.51.100.7 203.0.113.1 05555 80\r\n",
         b"PROXY TCP5 1.2.3.4",
