@@ -37,7 +37,7 @@ impl Handler for HttpsRedirect {
             location.push(':');
             location.push_str(itoa::Buffer::new().format(self.port));
         }
-        let path = origin_form(req.target());
+        let path = crate::request::origin_form(req.target());
         if !path.starts_with('/') {
             location.push('/');
         }
@@ -93,24 +93,10 @@ fn is_port(s: &str) -> bool {
     !s.is_empty() && s.len() <= 5 && s.bytes().all(|b| b.is_ascii_digit())
 }
 
-/// The path and query of a request target: itself in origin-form, the part
-/// after the authority in absolute-form (`?q` when the path is empty: the
-/// caller puts `/` before it), `/` otherwise (`*`, authority-form).
-fn origin_form(target: &str) -> &str {
-    if target.starts_with('/') {
-        return target;
-    }
-    if let Some((_, rest)) = target.split_once("://") {
-        if let Some(i) = rest.find(['/', '?']) {
-            return &rest[i..];
-        }
-    }
-    "/"
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::request::origin_form;
 
     #[test]
     fn hosts_are_checked_and_stripped_of_their_port() {

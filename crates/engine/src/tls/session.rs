@@ -26,6 +26,9 @@ pub(crate) struct TlsSession {
     done: bool,
     /// The client's first byte has been seen (and was not plain HTTP).
     started: bool,
+    /// Once the handshake is done: the name the client asked for (SNI),
+    /// in normal form, if it gave one that is a name.
+    server_name: Option<Option<Box<str>>>,
 }
 
 /// The socket as rustls reads it, noting the first byte of what it reads
@@ -77,6 +80,7 @@ impl TlsSession {
             listener: listener.clone(),
             done: false,
             started: false,
+            server_name: None,
         })
     }
 
@@ -150,7 +154,22 @@ impl TlsSession {
                 self.done = true;
                 return Err(io::Error::new(io::ErrorKind::InvalidData, e));
             }
+            if self.server_name.is_none() && !self.conn.is_handshaking() {
+                // Once per connection, before its first request.
+                let mut buf = crate::host::HostBuf::new();
+                let name = (self.conn.server_name())
+                    .and_then(|n| crate::host::normalize_name(n.as_bytes(), &mut buf).ok())
+                    .map(|n| Box::from(n.as_str()));
+                self.server_name = Some(name);
+            }
         }
+    }
+
+    /// What requests on this connection know of it: `Some`, with the name
+    /// the client asked for (SNI) in normal form if it gave one.
+    #[inline]
+    pub(crate) fn request_tls(&self) -> Option<Option<&str>> {
+        Some(self.server_name.as_ref().and_then(|n| n.as_deref()))
     }
 
     /// Encrypts as much of `plain` as the outgoing buffer has room for;
