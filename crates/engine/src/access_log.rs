@@ -346,8 +346,7 @@ impl LogWriter {
         peer: SocketAddr,
         req: &LogRequest,
         site: Option<&str>,
-        status: u16,
-        body_bytes: u64,
+        (status, body_bytes): (u16, u64),
         started: Instant,
     ) {
         // The request line was stored whole and raw (`record` escapes it);

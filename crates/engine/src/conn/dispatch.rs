@@ -246,7 +246,7 @@ pub(crate) fn finish(ctx: &mut Ctx<'_>, peer: SocketAddr, deferral: &Deferral, s
     let label = deferral.site.and_then(|i| sites.label(i));
     let date = ctx.date;
     if let (Some(w), Some(req)) = (log_of(ctx, deferral.site), deferral.log.as_ref()) {
-        w.record_owned(date.clf(), peer, req, label, status, body_bytes, deferral.started);
+        w.record_owned(date.clf(), peer, req, label, (status, body_bytes), deferral.started);
     }
     if let Some(m) = ctx.metrics {
         m.record_index(deferral.method_idx, status, deferral.started);
