@@ -42,13 +42,6 @@ fn run(cli: Cli, argv: Vec<OsString>) -> anyhow::Result<()> {
         peregrine::log::warn(format_args!("cannot raise the open files limit: {e}"));
     }
     match cli.command {
-        // Sites are read and checked (`check-config` shows them); serving
-        // them is the engine's site dispatcher's, not wired yet (issue 24).
-        Command::Serve { sites, .. } if !sites.is_empty() => anyhow::bail!(
-            "{} configured, and this build does not serve sites yet: `peregrine check-config serve ...` \
-             checks them; serve one root (DIR|ARCHIVE) without --site and [[site]] meanwhile",
-            messages::counted(sites.len(), "site")
-        ),
         // Served until SIGINT/SIGTERM; SIGHUP reloads the configuration.
         command @ (Command::Hello { .. } | Command::Serve { .. }) => reload::serve(argv, command),
         Command::Pack {

@@ -17,7 +17,7 @@ use clap::{Parser, Subcommand};
 use crate::docs;
 
 pub(crate) use files::{FileArgs, ServeArchiveArgs, DEFAULT_INDEX};
-pub(crate) use server::{parse_bind, ServerArgs};
+pub(crate) use server::{parse_bind, ServerArgs, TlsArgs};
 
 /// Peregrine: a web server for static sites and site archives, over
 /// HTTP/1.1, HTTP/2 and HTTP/3 (`about` is the package's description).

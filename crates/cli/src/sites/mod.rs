@@ -48,13 +48,9 @@ use crate::flags::{Cli, Command, FileArgs, ServeArchiveArgs};
 
 pub(crate) use read::{parse_site_flag, resolve};
 pub(crate) use render::{render, Shown};
-#[allow(unused_imports)] // for the serving code (see `SiteSpec`)
 pub(crate) use routes::route_for;
 
 /// One site: the names it answers for, its root, and how it answers.
-// Read by the serving code, which the engine's site dispatcher wires in
-// (issue 24); until then `check-config` and the sandbox read part of it.
-#[allow(dead_code)]
 #[derive(Debug, Clone)]
 pub(crate) struct SiteSpec {
     /// Exact names and one-label wildcards (`*.example.com`), in the
@@ -101,9 +97,6 @@ pub(crate) enum RootKind {
 }
 
 /// A path pattern of a site, its handler and its settings.
-// Read by the serving code, which the engine's site dispatcher wires in
-// (issue 24); until then `check-config` and the sandbox read part of it.
-#[allow(dead_code)]
 #[derive(Debug, Clone)]
 pub(crate) struct RouteSpec {
     /// The pattern as written (`/assets/*`), in the engine's syntax.
@@ -135,9 +128,6 @@ pub(crate) struct RouteSpec {
 }
 
 /// What answers a route's requests.
-// Read by the serving code, which the engine's site dispatcher wires in
-// (issue 24); until then `check-config` and the sandbox read part of it.
-#[allow(dead_code)]
 #[derive(Debug, Clone)]
 pub(crate) enum HandlerSpec {
     /// A directory's files (`handler = "files"`, the default for a
@@ -158,6 +148,7 @@ pub(crate) enum HandlerSpec {
     Redirect { to: String, status: u16 },
     /// Filled by issue 26 (the reverse proxy); `handler = "proxy"` and
     /// `proxy` are refused as not supported yet.
+    #[allow(dead_code)] // constructed by issue 26's reader
     Proxy(Proxy),
 }
 

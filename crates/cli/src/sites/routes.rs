@@ -26,7 +26,6 @@ use super::{RouteSpec, SiteSpec};
 /// The index in `site.routes` of the route that takes `path` (the
 /// request's path, without its query), or `None`: the site's root and
 /// settings answer. Allocates nothing.
-#[allow(dead_code)] // for the serving code, not wired yet (issue 24)
 pub(crate) fn route_for(site: &SiteSpec, path: &str) -> Option<usize> {
     let mut caps = [("", ""); CAPTURES_MAX];
     site.routes
