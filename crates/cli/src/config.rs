@@ -17,6 +17,14 @@
 //! so the rest of the program sees one ordinary command line. Values from
 //! the file go through each arg's own value parser first, so a bad one is
 //! reported at its line.
+//!
+//! The file has two keys no flag has: `version` (of the file's format,
+//! [`VERSIONS`]) and the `[[site]]` tables (`SITE_TABLES`), which share
+//! their name with `--site`'s key (`site = ["NAMES=DIR"]`, the flag's form;
+//! TOML keeps the two forms apart, a key being one or the other). The
+//! tables are read by what the parsed command completes itself with
+//! ([`Complete`]: `serve`'s sites, `sites/`), from the merged
+//! [`Settings`], on the same path at start and at each reload.
 
 use std::collections::BTreeMap;
 use std::ffi::{OsStr, OsString};
@@ -39,6 +47,13 @@ const CONFIG: &str = "config";
 const ENV_PREFIX: &str = "PEREGRINE_";
 /// The subcommand that checks a configuration instead of running it.
 pub const CHECK: &str = "check-config";
+/// The file's key for the version of its format.
+const VERSION: &str = "version";
+/// The versions of the file's format this binary reads; a file without
+/// `version` is version 1.
+pub const VERSIONS: std::ops::RangeInclusive<i64> = 1..=1;
+/// The key of `serve`'s `[[site]]` tables (and of `--site`'s flag form).
+pub const SITE_TABLES: &str = "site";
 
 const CONFIG_HELP: &str = "\
 Settings can also come from a TOML file (--config FILE) and from PEREGRINE_* \
@@ -46,7 +61,14 @@ environment variables. A file key is a long flag's name without its leading dash
 (`head-bytes-max = 16384`, `bind = [\"127.0.0.1:8080\", \"[::1]:8080\"]`, \
 `list-dirs = true`), `root` for DIR|ARCHIVE; a variable is the key in capitals \
 with `_` for `-` after PEREGRINE_ (PEREGRINE_HEAD_BYTES_MAX). A flag beats a \
-variable, which beats the file, which beats the default. \
+variable, which beats the file, which beats the default. The file may say \
+`version = 1` (the format this binary reads). Several sites: `--site \
+NAMES=DIR|ARCHIVE` (repeatable), or `[[site]]` tables in the file, each with \
+`names`, `root`, and optionally `aliases` (308 to the first name), `default = \
+true`, `tls-cert`/`tls-key`, `access-log`, the file settings (the top-level \
+ones are their defaults) and `[[site.route]]` tables (`path`, `handler` = \
+files, archive or redirect, `to`, `status`, `headers`, `cache-control`, `404`, \
+`list-dirs`, `fallback`, `index`); the README says more. \
 `peregrine check-config serve --config FILE` prints the result. SIGHUP makes \
 a running server read them all again: new connections get the new settings, \
 connections already open finish under the old ones.";
@@ -58,6 +80,16 @@ pub enum Invocation<T> {
     /// `check-config`: check it without running, then print the effective
     /// settings (already rendered as TOML).
     Check(T, String),
+}
+
+/// What a parsed command line completes itself with once its settings are
+/// merged: what the flags alone do not say (`serve`'s sites, from `--site`
+/// and the file's `[[site]]` tables). Called by [`parse`] and [`reparse`]
+/// alike, so a reload checks what the start checks.
+pub trait Complete {
+    /// Resolves and checks it; returns what `check-config` prints of it
+    /// after the settings (empty: nothing).
+    fn complete(&mut self, settings: &Settings<'_>) -> anyhow::Result<String>;
 }
 
 /// The file key of an arg: its long name, or its id for a positional.
@@ -168,7 +200,7 @@ fn serving(sub: Command) -> Command {
 
 /// Parses the command line, merging in the file and the variables for a
 /// serving subcommand. Exits as clap does for `--help` and usage errors.
-pub fn parse<T: CommandFactory + FromArgMatches>(
+pub fn parse<T: CommandFactory + FromArgMatches + Complete>(
     argv: impl IntoIterator<Item = OsString>,
 ) -> anyhow::Result<Invocation<T>> {
     parse_with(argv, OnUsageError::Exit)
@@ -178,7 +210,9 @@ pub fn parse<T: CommandFactory + FromArgMatches>(
 /// and the variables while serving: a usage error (a setting the file now
 /// gives that conflicts with another, say) is returned, not printed with an
 /// exit.
-pub fn reparse<T: CommandFactory + FromArgMatches>(argv: impl IntoIterator<Item = OsString>) -> anyhow::Result<T> {
+pub fn reparse<T: CommandFactory + FromArgMatches + Complete>(
+    argv: impl IntoIterator<Item = OsString>,
+) -> anyhow::Result<T> {
     match parse_with(argv, OnUsageError::Return)? {
         Invocation::Run(parsed) | Invocation::Check(parsed, _) => Ok(parsed),
     }
@@ -218,7 +252,7 @@ fn usage_error(e: &clap::Error) -> anyhow::Error {
     anyhow!("{}", first.trim_start_matches("error: "))
 }
 
-fn parse_with<T: CommandFactory + FromArgMatches>(
+fn parse_with<T: CommandFactory + FromArgMatches + Complete>(
     argv: impl IntoIterator<Item = OsString>,
     on_error: OnUsageError,
 ) -> anyhow::Result<Invocation<T>> {
@@ -275,16 +309,24 @@ fn parse_with<T: CommandFactory + FromArgMatches>(
         }
         std::process::exit(e.exit_code())
     });
-    let parsed = match T::from_arg_matches(&merged) {
+    let mut parsed = match T::from_arg_matches(&merged) {
         Ok(parsed) => parsed,
         Err(e) if on_error == OnUsageError::Return => return Err(usage_error(&e)),
         Err(e) => e.format(&mut T::command()).exit(),
     };
+    let merged_sub = merged.subcommand_matches(name).expect("merged subcommand");
+    let settings = Settings {
+        sub,
+        matches: merged_sub,
+        sources: &sources,
+        file: file.as_ref(),
+    };
+    let completed = parsed.complete(&settings)?;
     if !check {
         return Ok(Invocation::Run(parsed));
     }
-    let merged_sub = merged.subcommand_matches(name).expect("merged subcommand");
-    let report = render(name, sub, merged_sub, &sources, file.as_ref().map(|f| f.path.as_path()));
+    let mut report = render(&settings, !completed.is_empty());
+    report.push_str(&completed);
     Ok(Invocation::Check(parsed, report))
 }
 
@@ -357,22 +399,96 @@ fn require_given(
         let id = arg.get_id().as_str();
         let given = sub_matches.contains_id(id) || matches!(sources.get(id), Some(Source::File(_) | Source::Flag));
         if !given {
-            let shown = arg
-                .get_value_names()
-                .and_then(|v| v.first())
-                .map_or(id.to_owned(), |n| n.to_string());
-            let in_file = match file {
-                Some(path) => format!("{} (which has no `{}` line)", path.display(), key(arg)),
-                None => "the --config file".to_owned(),
-            };
             return Err(anyhow!(
-                "`{name}` needs {shown}: give it on the command line, as `{}` in {in_file}, or in {}",
-                key(arg),
-                env_var(arg)
+                "`{name}` needs {}: give it {}",
+                shown(arg),
+                ways_to_give(arg, file)
             ));
         }
     }
     Ok(())
+}
+
+/// An arg as its help shows it: `DIR|ARCHIVE` for a positional.
+fn shown(arg: &Arg) -> String {
+    arg.get_value_names()
+        .and_then(|v| v.first())
+        .map_or(arg.get_id().to_string(), |n| n.to_string())
+}
+
+/// "on the command line, as `root` in F (which has no `root` line), or in
+/// PEREGRINE_ROOT": where a setting no source gave can be given.
+fn ways_to_give(arg: &Arg, file: Option<&Path>) -> String {
+    let in_file = match file {
+        Some(path) => format!("{} (which has no `{}` line)", path.display(), key(arg)),
+        None => "the --config file".to_owned(),
+    };
+    format!(
+        "on the command line, as `{}` in {in_file}, or in {}",
+        key(arg),
+        env_var(arg)
+    )
+}
+
+/// A serving command's settings once merged, for what it completes itself
+/// with ([`Complete`]): each setting's value and where it came from, the
+/// file (whose tables no flag reads), and each setting's value parser.
+pub struct Settings<'a> {
+    sub: &'a Command,
+    matches: &'a ArgMatches,
+    sources: &'a BTreeMap<String, Source>,
+    file: Option<&'a File>,
+}
+
+impl Settings<'_> {
+    /// The setting whose file key is `key`.
+    pub fn arg(&self, key: &str) -> Option<&Arg> {
+        self.sub.get_arguments().find(|a| is_setting(a) && self::key(a) == key)
+    }
+
+    /// The effective value of `key` as command-line values (`"true"` or
+    /// `"false"` for a switch; a default included); empty when unset.
+    pub fn values(&self, key: &str) -> Vec<OsString> {
+        let Some(arg) = self.arg(key) else { return Vec::new() };
+        let id = arg.get_id().as_str();
+        if is_flag(arg) {
+            return vec![self.matches.get_flag(id).to_string().into()];
+        }
+        let values = raw_values(self.matches, id);
+        // An optional positional's stand-in (serve's DIR|ARCHIVE: "") is
+        // no value.
+        if arg.is_positional() && values.iter().all(|v| v.is_empty()) {
+            return Vec::new();
+        }
+        values
+    }
+
+    /// Where `key`'s value came from (`flag`, `env PEREGRINE_X`, `file
+    /// F:LINE`); `None` for a default.
+    pub fn origin(&self, key: &str) -> Option<String> {
+        let arg = self.arg(key)?;
+        match self.sources.get(arg.get_id().as_str()) {
+            None | Some(Source::Default) => None,
+            Some(source) => Some(source.describe(arg, self.file_path())),
+        }
+    }
+
+    /// The configuration file's path.
+    pub fn file_path(&self) -> Option<&Path> {
+        self.file.map(|f| f.path.as_path())
+    }
+
+    /// The configuration file's text.
+    pub fn file_text(&self) -> Option<&str> {
+        self.file.map(|f| f.text.as_str())
+    }
+
+    /// `key` as help shows it, and where it can be given: `DIR|ARCHIVE`,
+    /// "on the command line, as `root` in F (...), or in PEREGRINE_ROOT".
+    pub fn how_to_give(&self, key: &str) -> Option<(String, String)> {
+        let arg = self.arg(key)?;
+        Some((shown(arg), ways_to_give(arg, self.file_path())))
+    }
 }
 
 /// Where a setting's value came from.
@@ -420,7 +536,7 @@ pub fn origin(flag: &str) -> String {
     origins.get(key).map_or(String::new(), |o| format!(" ({o})"))
 }
 
-fn is_flag(arg: &Arg) -> bool {
+pub(crate) fn is_flag(arg: &Arg) -> bool {
     matches!(arg.get_action(), ArgAction::SetTrue)
 }
 
@@ -468,7 +584,7 @@ fn bad_env_var(cmd: &Command, argv: &[OsString], err: &clap::Error) -> Option<an
 
 /// Runs one value through an arg's own value parser: the same check the
 /// command line gets, and clap keeps the direct call to itself.
-fn check_value(arg: &Arg, value: &OsStr) -> Result<(), clap::Error> {
+pub(crate) fn check_value(arg: &Arg, value: &OsStr) -> Result<(), clap::Error> {
     let mut flag = OsString::from("--value=");
     flag.push(value);
     Command::new("value")
@@ -484,7 +600,7 @@ fn check_value(arg: &Arg, value: &OsStr) -> Result<(), clap::Error> {
 }
 
 /// The reason inside a clap value error, without clap's framing.
-fn why_refused(e: &clap::Error) -> String {
+pub(crate) fn why_refused(e: &clap::Error) -> String {
     if let Some(source) = std::error::Error::source(e) {
         return source.to_string();
     }
@@ -499,6 +615,10 @@ fn why_refused(e: &clap::Error) -> String {
 /// A configuration file's values, checked against one subcommand.
 struct File {
     path: PathBuf,
+    /// As read, for the tables no flag reads (`[[site]]`).
+    text: String,
+    /// The line of `version`, if the file says it.
+    version: Option<usize>,
     /// By key.
     values: BTreeMap<String, FileValue>,
 }
@@ -513,7 +633,7 @@ struct FileValue {
 
 /// What TOML type a setting takes, from its value parser's output type.
 #[derive(Clone, Copy, PartialEq)]
-enum Kind {
+pub(crate) enum Kind {
     Bool,
     Unsigned,
     Signed,
@@ -522,7 +642,7 @@ enum Kind {
 }
 
 impl Kind {
-    fn of(arg: &Arg) -> Kind {
+    pub(crate) fn of(arg: &Arg) -> Kind {
         use std::any::TypeId;
         if is_flag(arg) {
             return Kind::Bool;
@@ -585,10 +705,18 @@ impl File {
 
         let settings: Vec<&Arg> = sub.get_arguments().filter(|a| is_setting(a)).collect();
         let mut values = BTreeMap::new();
+        let mut version = None;
         let mut errors = Vec::new();
         for (k, v) in entries {
             let line = line_of(&text, k.span().start);
             let name: &str = k.get_ref();
+            if name == VERSION {
+                match check_version(v.get_ref()) {
+                    Ok(()) => version = Some(line),
+                    Err(why) => errors.push(format!("{shown}:{line}: {VERSION}: {why}")),
+                }
+                continue;
+            }
             let Some(arg) = settings.iter().find(|a| key(a) == name) else {
                 // A setting of another subcommand is no typo: say whose it is.
                 let owner = SERVING.iter().find(|other| {
@@ -601,7 +729,8 @@ impl File {
                         .map(|s| format!(" (did you mean \"{s}\"?)"))
                         .unwrap_or_default(),
                 };
-                let what = if v.get_ref().is_table() {
+                let is_tables = |v: &DeValue<'_>| matches!(v, DeValue::Array(items) if !items.is_empty() && items.iter().all(|i| i.get_ref().is_table()));
+                let what = if v.get_ref().is_table() || is_tables(v.get_ref()) {
                     "unknown table"
                 } else {
                     "unknown key"
@@ -612,6 +741,22 @@ impl File {
                 ));
                 continue;
             };
+            if name == SITE_TABLES {
+                match v.get_ref() {
+                    // `[[site]]`: read by `Complete` (sites/), after the flags.
+                    DeValue::Array(items) if !items.is_empty() && items.iter().all(|i| i.get_ref().is_table()) => {
+                        continue;
+                    }
+                    DeValue::Table(_) => {
+                        errors.push(format!(
+                            "{shown}:{line}: {name}: a site is a [[{SITE_TABLES}]] table (two brackets, one \
+                             table per site), not [{SITE_TABLES}]"
+                        ));
+                        continue;
+                    }
+                    _ => {}
+                }
+            }
             match file_values(arg, v, &text) {
                 Ok(vals) => {
                     values.insert(name.to_owned(), FileValue { line, values: vals });
@@ -624,14 +769,39 @@ impl File {
         }
         Ok(File {
             path: path.to_owned(),
+            text,
+            version,
             values,
         })
     }
 }
 
+/// A `version` this binary reads, or why not.
+fn check_version(value: &DeValue<'_>) -> Result<(), String> {
+    let reads = match (VERSIONS.start(), VERSIONS.end()) {
+        (a, b) if a == b => format!("version {a}"),
+        (a, b) => format!("versions {a} to {b}"),
+    };
+    let DeValue::Integer(i) = value else {
+        return Err(format!("expected a whole number ({reads}), found {}", describe(value)));
+    };
+    match i64::from_str_radix(i.as_str(), i.radix()) {
+        Ok(n) if VERSIONS.contains(&n) => Ok(()),
+        _ => Err(format!(
+            "this peregrine reads {reads} of the configuration format, not {}: a newer \
+             peregrine's file, or a typo",
+            i.as_str()
+        )),
+    }
+}
+
 /// One key's value as command-line values, or the line and reason it is
 /// refused.
-fn file_values(arg: &Arg, value: &Spanned<DeValue<'_>>, text: &str) -> Result<Vec<OsString>, (usize, String)> {
+pub(crate) fn file_values(
+    arg: &Arg,
+    value: &Spanned<DeValue<'_>>,
+    text: &str,
+) -> Result<Vec<OsString>, (usize, String)> {
     let repeatable = matches!(arg.get_action(), ArgAction::Append);
     let items: Vec<&Spanned<DeValue<'_>>> = match value.get_ref() {
         DeValue::Array(items) if repeatable => {
@@ -680,7 +850,7 @@ fn file_values(arg: &Arg, value: &Spanned<DeValue<'_>>, text: &str) -> Result<Ve
     Ok(out)
 }
 
-fn describe(v: &DeValue<'_>) -> &'static str {
+pub(crate) fn describe(v: &DeValue<'_>) -> &'static str {
     match v {
         DeValue::String(_) => "a string",
         DeValue::Integer(_) => "an integer",
@@ -693,7 +863,7 @@ fn describe(v: &DeValue<'_>) -> &'static str {
 }
 
 /// 1-based line of a byte offset.
-fn line_of(text: &str, offset: usize) -> usize {
+pub(crate) fn line_of(text: &str, offset: usize) -> usize {
     text.as_bytes()[..offset.min(text.len())]
         .iter()
         .filter(|&&b| b == b'\n')
@@ -702,7 +872,7 @@ fn line_of(text: &str, offset: usize) -> usize {
 }
 
 /// The known key closest to a misspelt one, if it is close.
-fn suggest<'a>(wrong: &str, known: impl Iterator<Item = &'a str>) -> Option<&'a str> {
+pub(crate) fn suggest<'a>(wrong: &str, known: impl Iterator<Item = &'a str>) -> Option<&'a str> {
     let dashed = wrong.replace('_', "-");
     known
         .map(|k| (strsim::levenshtein(&dashed, k), k))
@@ -713,29 +883,38 @@ fn suggest<'a>(wrong: &str, known: impl Iterator<Item = &'a str>) -> Option<&'a 
 
 /// The effective settings as a TOML file that would reproduce them, each
 /// line saying where its value came from.
-fn render(
-    name: &str,
-    sub: &Command,
-    m: &ArgMatches,
-    sources: &BTreeMap<String, Source>,
-    file: Option<&Path>,
-) -> String {
+/// `sites_below`: the sites are shown after the settings as `[[site]]`
+/// tables, those `--site` gave among them, so `site`'s own line is a
+/// comment (TOML has no key that is both strings and tables).
+fn render(settings: &Settings<'_>, sites_below: bool) -> String {
+    let name = settings.sub.get_name();
+    let file = settings.file_path();
     let mut out = format!("# Effective settings of `peregrine {name}` (flag > env > file > default).\n");
     if let Some(path) = file {
         let _ = writeln!(out, "# Config file: {}", path.display());
     }
-    for arg in sub.get_arguments().filter(|a| is_setting(a)) {
+    let version = match settings.file.and_then(|f| f.version) {
+        Some(line) => Source::File(line),
+        None => Source::Default,
+    };
+    let version_from = match version {
+        Source::File(line) => format!("file {}:{line}", file.map_or("?".into(), |p| p.display().to_string())),
+        _ => "default".to_owned(),
+    };
+    let _ = writeln!(out, "{VERSION} = {}  # {version_from}", VERSIONS.end());
+    for arg in settings.sub.get_arguments().filter(|a| is_setting(a)) {
         let id = arg.get_id().as_str();
         let k = key(arg);
-        let from = sources.get(id).unwrap_or(&Source::Default).describe(arg, file);
+        let from = settings.sources.get(id).unwrap_or(&Source::Default).describe(arg, file);
         let value = if is_flag(arg) {
-            Some(m.get_flag(id).to_string())
+            Some(settings.matches.get_flag(id).to_string())
         } else {
             let kind = Kind::of(arg);
-            let values: Vec<String> = m
-                .get_raw(id)
-                .map(|vals| vals.map(|v| toml_scalar(kind, &v.to_string_lossy())).collect())
-                .unwrap_or_default();
+            let values: Vec<String> = settings
+                .values(k)
+                .iter()
+                .map(|v| toml_scalar(kind, &v.to_string_lossy()))
+                .collect();
             match values.len() {
                 0 => None,
                 1 if !matches!(arg.get_action(), ArgAction::Append) => values.into_iter().next(),
@@ -743,7 +922,17 @@ fn render(
             }
         };
         let _ = match value {
+            Some(v) if sites_below && k == SITE_TABLES => writeln!(
+                out,
+                "# {} = {v}  # {from}; shown below as [[{SITE_TABLES}]] tables",
+                toml_key(k)
+            ),
             Some(v) => writeln!(out, "{} = {v}  # {from}", toml_key(k)),
+            None if sites_below && k == SITE_TABLES => writeln!(
+                out,
+                "# {} is not set; the sites are the [[{SITE_TABLES}]] tables shown below",
+                toml_key(k)
+            ),
             None => writeln!(
                 out,
                 "# {} is not set, so the built-in default applies: {}{}",
@@ -777,7 +966,7 @@ fn default_in_help(arg: &Arg) -> Option<String> {
     Some(default.trim().trim_end_matches('.').replace('\n', " "))
 }
 
-fn toml_key(k: &str) -> String {
+pub(crate) fn toml_key(k: &str) -> String {
     if k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_') {
         k.to_owned()
     } else {
@@ -785,7 +974,7 @@ fn toml_key(k: &str) -> String {
     }
 }
 
-fn toml_scalar(kind: Kind, raw: &str) -> String {
+pub(crate) fn toml_scalar(kind: Kind, raw: &str) -> String {
     match kind {
         Kind::Unsigned | Kind::Signed => raw.trim_start_matches('+').to_owned(),
         Kind::Number => match raw.parse::<f64>() {
@@ -801,7 +990,7 @@ fn toml_scalar(kind: Kind, raw: &str) -> String {
 }
 
 /// A TOML basic string.
-fn toml_string(s: &str) -> String {
+pub(crate) fn toml_string(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
     for c in s.chars() {
@@ -877,6 +1066,12 @@ mod tests {
         Serve {
             root: PathBuf,
         },
+    }
+
+    impl Complete for PairCli {
+        fn complete(&mut self, _: &Settings<'_>) -> anyhow::Result<String> {
+            Ok(String::new())
+        }
     }
 
     /// The first parse must not insist on `--key` when the file gives it.

@@ -191,9 +191,11 @@ const SIGNALS: Terms = &[
 const FILES: Terms = &[
     (
         "--config FILE",
-        "TOML; each key is a flag's long name (root for DIR|ARCHIVE). The repository's \
+        "TOML; each key is a flag's long name (root for DIR|ARCHIVE), and version = 1 the \
+         format's version. [[site]] tables (names, root, aliases, default, the file settings, \
+         [[site.route]] tables) configure several sites. The repository's \
          peregrine.example.toml shows every key. peregrine check-config prints the effective \
-         settings as such a file.",
+         settings, and each site and route, as such a file.",
     ),
     (
         "DIR|ARCHIVE",

@@ -11,6 +11,7 @@ mod logger;
 mod messages;
 mod reload;
 mod sandbox;
+mod sites;
 
 use std::ffi::OsString;
 use std::process::ExitCode;

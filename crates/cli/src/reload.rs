@@ -30,6 +30,7 @@
 //! step at a time.
 
 mod build;
+mod sites;
 
 use std::ffi::OsString;
 use std::net::SocketAddr;
@@ -76,9 +77,9 @@ struct Generation {
     running: Running,
     /// The origin of each of `running`'s listeners, in its order.
     origins: Vec<Origin>,
-    /// The archive served, kept by the next generation if its path and
-    /// mode are unchanged.
-    archive: Option<ServedArchive>,
+    /// The archives served (one, or each site's), each kept by the next
+    /// generation if its path and mode are unchanged.
+    archives: Vec<ServedArchive>,
 }
 
 /// An archive and how it was asked for.
@@ -86,6 +87,11 @@ struct ServedArchive {
     root: PathBuf,
     mode: Mode,
     server: ArchiveServer,
+    /// The site it is served for (its first name), with sites.
+    site: Option<String>,
+    /// Taken over from the previous generation (asked to reload once
+    /// this one has started).
+    kept: bool,
 }
 
 /// A generation that has handed over, finishing on a thread of its own.
@@ -169,6 +175,17 @@ pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()>
     // addresses, which scripts (and the tests) read.
     let sandbox = &process.sandbox.summary;
     match &command {
+        Command::Serve { sites, .. } if !sites.is_empty() => {
+            let names: Vec<&str> = sites.iter().map(|s| s.names[0].as_str()).collect();
+            log::info(format_args!(
+                "{sandbox}; serving {} ({}) on {urls}",
+                crate::messages::counted(sites.len(), "site"),
+                names.join(", ")
+            ));
+            for site in sites {
+                warn_if_nothing_to_serve(&site.root, &site.files.index, &process.identity);
+            }
+        }
         Command::Serve { root, files, .. } => {
             log::info(format_args!("{sandbox}; serving {} on {urls}", root.display()));
             warn_if_nothing_to_serve(root, &files.index, &process.identity);
@@ -386,14 +403,25 @@ fn warn_if_reload_cannot_read(command: &Command, process: &Process) {
     }
     let args = command.server_args();
     let config = sandbox::config_file(&process.argv);
-    let archive = match command {
-        Command::Serve { root, .. } if std::fs::metadata(root).is_ok_and(|m| !m.is_dir()) => Some(root.clone()),
-        _ => None,
-    };
+    let mut archives = Vec::new();
+    let mut site_tls = Vec::new();
+    if let Command::Serve { root, sites, .. } = command {
+        if std::fs::metadata(root).is_ok_and(|m| !m.is_dir()) {
+            archives.push(root.clone());
+        }
+        for site in sites {
+            if site.kind == crate::sites::RootKind::Archive {
+                archives.push(site.root.clone());
+            }
+            site_tls.extend(site.tls.iter().cloned());
+        }
+    }
     let files = (config.iter().map(|f| ("the configuration file", f)))
         .chain(args.tls.certs.iter().map(|f| ("the certificate", f)))
         .chain(args.tls.keys.iter().map(|f| ("the private key", f)))
-        .chain(archive.iter().map(|f| ("the archive", f)));
+        .chain(site_tls.iter().map(|(f, _)| ("the certificate", f)))
+        .chain(site_tls.iter().map(|(_, f)| ("the private key", f)))
+        .chain(archives.iter().map(|f| ("the archive", f)));
     for (what, file) in files {
         if let Err(e) = std::fs::File::open(file) {
             log::warn(format_args!(

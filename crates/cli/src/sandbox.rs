@@ -1,5 +1,6 @@
 //! The sandbox a serving command runs in (`peregrine_sandbox`), from its
-//! settings: what it may read (the root, or the archive's directory; the
+//! settings: what it may read (the root, or the archive's directory, and
+//! each site's and route's; the
 //! certificates' and the configuration file's directories; the resolver's
 //! files in /etc, for host names in `--bind`) and where it may
 //! write (the access and error logs' directories). Set up once, in the main thread
@@ -14,6 +15,7 @@ use peregrine_sandbox::Policy;
 
 use crate::config;
 use crate::flags::{Cli, Command};
+use crate::sites::HandlerSpec;
 
 /// The sandbox in force.
 pub(crate) struct Sandbox {
@@ -71,28 +73,34 @@ fn policy(command: &Command, argv: &[OsString]) -> anyhow::Result<Policy> {
         set_ids: args.user.is_some() || args.group.is_some(),
         ..Policy::default()
     };
-    // A path that does not exist is granted nothing: opening it fails
-    // after this, with the message of the flag that names it.
-    if let Command::Serve { root, files, .. } = command {
-        // As `is_archive_root`: any file that is not a directory is served
-        // as an archive, which is swapped by renaming another into its
-        // directory.
-        let archive = std::fs::metadata(root).is_ok_and(|m| !m.is_dir());
-        let readable = if archive { parent(root) } else { root.clone() };
-        if readable.exists() {
-            policy
-                .read(&readable)
-                .with_context(|| format!("the root {}", root.display()))?;
-        }
-        if files.follow_symlinks && !archive {
-            for target in symlink_targets(root) {
-                policy.read(&target)?;
+    let mut pems: Vec<&Path> = args
+        .tls
+        .certs
+        .iter()
+        .chain(&args.tls.keys)
+        .map(PathBuf::as_path)
+        .collect();
+    let mut logs: Vec<&str> = args.access_log.as_deref().into_iter().collect();
+    if let Command::Serve { root, files, sites, .. } = command {
+        grant_root(&mut policy, root, files.follow_symlinks)?;
+        // Each site's roots, certificates and access log, as the top
+        // level's.
+        for site in sites {
+            grant_root(&mut policy, &site.root, site.files.follow_symlinks)?;
+            for route in &site.routes {
+                match &route.handler {
+                    HandlerSpec::Files { root, files } => grant_root(&mut policy, root, files.follow_symlinks)?,
+                    HandlerSpec::Archive { root, .. } => grant_root(&mut policy, root, false)?,
+                    HandlerSpec::Redirect { .. } | HandlerSpec::Proxy(_) => {}
+                }
             }
+            pems.extend(site.tls.iter().flat_map(|(cert, key)| [cert.as_path(), key.as_path()]));
+            logs.extend(site.access_log.as_deref());
         }
     }
     // Certificates are renewed by replacing the files (or a symlink's
     // target: the directory of the file it leads to is granted).
-    for pem in args.tls.certs.iter().chain(&args.tls.keys) {
+    for pem in pems {
         if let Ok(file) = std::fs::canonicalize(pem) {
             policy.read(&parent(&file))?;
         }
@@ -108,7 +116,7 @@ fn policy(command: &Command, argv: &[OsString]) -> anyhow::Result<Policy> {
         let file = std::fs::canonicalize(&file).with_context(|| format!("{}", file.display()))?;
         policy.read(&parent(&file))?;
     }
-    if let Some(log) = args.access_log.as_deref().filter(|&l| l != "-") {
+    for log in logs.into_iter().filter(|&l| l != "-") {
         policy
             .append(&parent(Path::new(log)))
             .with_context(|| format!("the access log {log}"))?;
@@ -127,6 +135,30 @@ fn policy(command: &Command, argv: &[OsString]) -> anyhow::Result<Policy> {
             .with_context(|| format!("the error log {}", log.display()))?;
     }
     Ok(policy)
+}
+
+/// Reading beneath a root: a directory, or an archive's directory (as
+/// `is_archive_root`, any file that is not a directory is served as an
+/// archive, which is swapped by renaming another into its directory). A
+/// path that does not exist is granted nothing: opening it fails after
+/// this, with the message of the setting that names it.
+fn grant_root(policy: &mut Policy, root: &Path, follow_symlinks: bool) -> anyhow::Result<()> {
+    if root.as_os_str().is_empty() {
+        return Ok(()); // no DIR|ARCHIVE: sites instead
+    }
+    let archive = std::fs::metadata(root).is_ok_and(|m| !m.is_dir());
+    let readable = if archive { parent(root) } else { root.to_owned() };
+    if readable.exists() {
+        policy
+            .read(&readable)
+            .with_context(|| format!("the root {}", root.display()))?;
+    }
+    if follow_symlinks && !archive {
+        for target in symlink_targets(root) {
+            policy.read(&target)?;
+        }
+    }
+    Ok(())
 }
 
 /// What glibc's `getaddrinfo` reads to resolve a host name from files.

@@ -1286,3 +1286,86 @@ fn a_client_whose_address_changes_keeps_its_connection() {
     }
     assert!(server.is_alive());
 }
+
+/// Three sites (two directories, an archive with two inner hosts), each
+/// with its own certificate, over HTTP/3: aioquic checks each name's
+/// certificate against the test CA and gets that site's content; a name
+/// no site has gets no certificate (the handshake fails).
+#[test]
+fn each_site_gets_its_content_and_certificate_over_http3() {
+    let dir = tempdir("h3-sites");
+    let ca = test_support::pki::Pki::new("h3-sites");
+    let ca_file = dir.join("ca.pem");
+    std::fs::write(&ca_file, ca.ca_pem()).unwrap();
+    let mut sites = String::from("version = 1\n");
+    for (name, body) in [
+        ("a", "site A"),
+        ("b", "site B"),
+        ("c-main", "c main"),
+        ("c-inner", "c inner"),
+    ] {
+        std::fs::create_dir_all(dir.join(name)).unwrap();
+        std::fs::write(dir.join(name).join("index.html"), format!("{body}\n")).unwrap();
+    }
+    let packed = common::peregrine()
+        .arg("pack")
+        .arg(dir.join("c-main"))
+        .arg("--host")
+        .arg(format!("inner.test={}", dir.join("c-inner").display()))
+        .arg("-o")
+        .arg(dir.join("c.prg"))
+        .output()
+        .unwrap();
+    assert!(packed.status.success());
+    for (stem, names, root) in [
+        ("a", &["a.test", "*.a.test"][..], "a"),
+        ("b", &["b.test"][..], "b"),
+        ("c", &["c.test", "inner.test"][..], "c.prg"),
+    ] {
+        let (cert, key, _) = ca.issue(stem, names);
+        sites += &format!(
+            "[[site]]\nnames = {names:?}\nroot = {:?}\ntls-cert = [{cert:?}]\ntls-key = [{key:?}]\n",
+            dir.join(root)
+        );
+    }
+    let config = dir.join("peregrine.toml");
+    std::fs::write(&config, sites).unwrap();
+    let server = test_support::process::Process::spawn(
+        common::peregrine()
+            .args(["serve", "--bind", "127.0.0.1:0", "--workers", "2", "--config"])
+            .arg(&config),
+    );
+    let port: u16 = test_support::process::last_addr(&server.listening())
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let extra = |name: &str| {
+        format!(
+            "\"server_name\": {}, \"cafile\": {},",
+            json_str(name),
+            json_str(ca_file.to_str().unwrap())
+        )
+    };
+    for (name, body) in [
+        ("a.test", "site A\n"),
+        ("x.a.test", "site A\n"),
+        ("b.test", "site B\n"),
+        ("c.test", "c main\n"),
+        ("inner.test", "c inner\n"),
+    ] {
+        let answers = h3(port, &[Req::Get("/", NONE)], &extra(name));
+        assert_eq!(answers[0].status, Ok(200), "{name}");
+        assert_eq!(String::from_utf8_lossy(&answers[0].body), body, "{name}");
+    }
+    let spec = format!(
+        "{{\"host\": \"127.0.0.1\", \"port\": {port}, \"out\": {}, {} \"timeout\": 20, \"requests\": [{{\"method\": \"GET\", \"path\": \"/\", \"headers\": []}}]}}",
+        json_str(dir.to_str().unwrap()),
+        extra("nobody.test")
+    );
+    let refused = run_client(&spec);
+    assert!(!refused.status.success(), "no site is nobody.test: {}", refused.stdout);
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -54,13 +54,16 @@ impl AccessLog {
 /// How each access log line is written.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum LogFormat {
-    /// Combined Log Format, as Apache and nginx write it.
+    /// Combined Log Format, as Apache and nginx write it: exactly that
+    /// (log analysers parse it), so without the site: give sites their own
+    /// logs, or use `json` or a template with `$site`.
     #[default]
     Combined,
     /// One JSON object per line: time (RFC 3339, UTC), remote, host,
     /// method, target, version, protocol (the same as version: the name
     /// nginx gives it), status, bytes, duration_us, referer, user_agent
-    /// (null when absent). Bytes that are not UTF-8 are written as
+    /// (null when absent), site (the label of the site the request went
+    /// to, null on a server of one handler). Bytes that are not UTF-8 are written as
     /// `\u00XX`.
     Json,
     /// A line of text with `$variables` (nginx's `log_format`): see
@@ -104,6 +107,7 @@ impl std::str::FromStr for LogFormat {
 /// | `$request_time_us` | microseconds from the read to the response queued |
 /// | `$request_time` | the same in seconds, with milliseconds: `0.012` |
 /// | `$http_referer`, `$http_user_agent` | those fields |
+/// | `$site`, `$server_name` | the site's label (its first name), `-` without sites or for a host no site takes |
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Template {
     pieces: Vec<Piece>,
@@ -133,10 +137,11 @@ enum Var {
     TimeSecs,
     Referer,
     UserAgent,
+    Site,
 }
 
 /// Every variable by name.
-const VARS: [(&str, Var); 17] = [
+const VARS: [(&str, Var); 19] = [
     ("remote_addr", Var::RemoteAddr),
     ("remote_port", Var::RemotePort),
     ("time_local", Var::TimeLocal),
@@ -154,6 +159,8 @@ const VARS: [(&str, Var); 17] = [
     ("http_referer", Var::Referer),
     ("http_user_agent", Var::UserAgent),
     ("http_host", Var::Host),
+    ("site", Var::Site),
+    ("server_name", Var::Site),
 ];
 
 impl Template {
@@ -301,6 +308,8 @@ pub(crate) struct Line<'a> {
     pub(crate) referer: Option<&'a [u8]>,
     pub(crate) user_agent: Option<&'a [u8]>,
     pub(crate) host: Option<&'a [u8]>,
+    /// The site's label (its first name), when the server has sites.
+    pub(crate) site: Option<&'a str>,
     pub(crate) duration_us: Option<u64>,
 }
 
@@ -341,8 +350,8 @@ impl LogWriter {
         clf_time: &[u8],
         peer: SocketAddr,
         req: &LogRequest,
-        status: u16,
-        body_bytes: u64,
+        site: Option<&str>,
+        (status, body_bytes): (u16, u64),
         started: Instant,
     ) {
         // The request line was stored whole and raw (`record` escapes it);
@@ -365,6 +374,7 @@ impl LogWriter {
             referer: req.referer.as_deref(),
             user_agent: req.user_agent.as_deref(),
             host: req.host.as_deref(),
+            site,
             duration_us: Some(micros_since(started)),
         });
     }
@@ -485,6 +495,8 @@ fn json_line(b: &mut Vec<u8>, line: &Line<'_>) {
     json_string(b, line.referer);
     b.extend_from_slice(b",\"user_agent\":");
     json_string(b, line.user_agent);
+    b.extend_from_slice(b",\"site\":");
+    json_string(b, line.site.map(str::as_bytes));
     b.extend_from_slice(b"}\n");
 }
 
@@ -532,6 +544,7 @@ fn template_line(b: &mut Vec<u8>, template: &Template, line: &Line<'_>) {
             },
             Var::Referer => or_dash(b, line.referer),
             Var::UserAgent => or_dash(b, line.user_agent),
+            Var::Site => or_dash(b, line.site.map(str::as_bytes)),
         }
     }
     b.push(b'\n');
@@ -645,6 +658,7 @@ mod tests {
             referer: None,
             user_agent: Some(ua),
             host: None,
+            site: None,
             duration_us: None,
         });
         String::from_utf8(std::mem::take(&mut w.buf)).unwrap()
@@ -692,7 +706,7 @@ mod tests {
             "{\"time\":\"1994-11-06T08:49:37Z\",\"remote\":\"::1\",\"host\":null,\"method\":\"GET\",\
              \"target\":\"/caf\u{e9}\\\"\\\\\",\"version\":\"HTTP/1.1\",\"protocol\":\"HTTP/1.1\",\
              \"status\":304,\"bytes\":0,\"duration_us\":null,\
-             \"referer\":null,\"user_agent\":\"ua\\u000a\\u00ff\\u007f\"}\n"
+             \"referer\":null,\"user_agent\":\"ua\\u000a\\u00ff\\u007f\",\"site\":null}\n"
         );
     }
 
@@ -701,7 +715,7 @@ mod tests {
         let format: LogFormat = "$remote_addr:$remote_port [$time_local] $time_iso8601 \"$request\" \
                                  $request_method ${request_uri}? $protocol $server_protocol $host $http_host \
                                  $status $body_bytes_sent $request_time_us $request_time \
-                                 \"$http_referer\" \"$http_user_agent\""
+                                 \"$http_referer\" \"$http_user_agent\" $site $server_name"
             .parse()
             .unwrap();
         let mut w = LogWriter::new(Sink::Stdout, format);
@@ -716,13 +730,15 @@ mod tests {
             referer: None,
             user_agent: Some(b"ua\n"),
             host: Some(b"example.org"),
+            site: Some("example.org"),
             duration_us: Some(12_345),
         });
         let line = String::from_utf8(std::mem::take(&mut w.buf)).unwrap();
         assert_eq!(
             line,
             "10.0.0.1:5555 [06/Nov/1994:08:49:37 +0000] 1994-11-06T08:49:37Z \"GET /a\\\"b HTTP/1.1\" \
-             GET /a\\\"b? HTTP/1.1 HTTP/1.1 example.org example.org 200 0 12345 0.012 \"-\" \"ua\\x0a\"\n"
+             GET /a\\\"b? HTTP/1.1 HTTP/1.1 example.org example.org 200 0 12345 0.012 \"-\" \"ua\\x0a\" \
+             example.org example.org\n"
         );
     }
 

@@ -78,6 +78,7 @@ mod responder;
 mod response;
 mod router;
 mod server;
+mod sites;
 mod sources;
 #[allow(unsafe_code)]
 mod sys;
@@ -96,6 +97,7 @@ pub use responder::Responder;
 pub use response::{Body, FileRange, HeaderBlock, Response, SharedBytes};
 pub use router::Router;
 pub use server::{Listening, Running, Server, ShutdownHandle};
+pub use sites::{Site, SitesError, SITES_MAX};
 pub use sys::privileges::Identity;
 pub use sys::raise_open_files_limit;
 pub use sys::stream::{remove_stale_socket, SOCKET_MODE, UNIX_PEER};

@@ -90,6 +90,9 @@ pub(crate) struct WorkerMetrics {
     /// from an untrusted address, or whose header was missing, malformed
     /// or late.
     pub(crate) proxy_refusals: Counter,
+    /// Responses by site (the server's sites, by index: the label is the
+    /// site's first name) and status class.
+    by_site: Box<[(Box<str>, [Counter; 5])]>,
 }
 
 /// The label index of a request method (`other` for the rest).
@@ -109,6 +112,15 @@ impl WorkerMetrics {
         self.record_index(method_index(method), status, since);
     }
 
+    /// Counts one response of `site` (none: a server of one handler, or a
+    /// host no site takes) by its status class.
+    #[inline]
+    pub(crate) fn record_site(&self, site: Option<u16>, status: u16) {
+        if let Some((_, by_class)) = site.and_then(|i| self.by_site.get(usize::from(i))) {
+            by_class[usize::from(status / 100).clamp(1, 5) - 1].add(1);
+        }
+    }
+
     /// As `record`, with the method's label index.
     #[inline]
     pub(crate) fn record_index(&self, method: usize, status: u16, since: Instant) {
@@ -126,9 +138,23 @@ impl WorkerMetrics {
     }
 }
 
+/// A label's value escaped for the text format (`\\`, `"` and newline).
+fn label_value(value: &str) -> std::borrow::Cow<'_, str> {
+    if !value.contains(['\\', '"', '\n']) {
+        return value.into();
+    }
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+        .into()
+}
+
 /// A value the application reports at each scrape.
 struct Extra {
     name: String,
+    /// `site="a.test"`, or empty.
+    labels: String,
     help: String,
     kind: &'static str,
     read: Box<dyn Fn() -> u64 + Send + Sync>,
@@ -165,9 +191,13 @@ impl Metrics {
         }
     }
 
-    /// A new worker's counters (called once per worker at start).
-    pub(crate) fn add_worker(&self) -> Arc<WorkerMetrics> {
-        let w = Arc::new(WorkerMetrics::default());
+    /// A new worker's counters (called once per worker at start), with
+    /// counters for each of the server's sites, by their labels.
+    pub(crate) fn add_worker<'a>(&self, sites: impl Iterator<Item = &'a str>) -> Arc<WorkerMetrics> {
+        let w = Arc::new(WorkerMetrics {
+            by_site: sites.map(|label| (label.into(), Default::default())).collect(),
+            ..WorkerMetrics::default()
+        });
         self.workers.lock().unwrap_or_else(|e| e.into_inner()).push(w.clone());
         w
     }
@@ -176,24 +206,78 @@ impl Metrics {
     /// of the same name. `name` should follow Prometheus' rules
     /// (`[a-z_][a-z0-9_]*`).
     pub fn gauge(&self, name: &str, help: &str, read: impl Fn() -> u64 + Send + Sync + 'static) {
-        self.extra(name, help, "gauge", Box::new(read));
+        self.extra(name, &[], help, "gauge", Box::new(read));
     }
 
     /// Adds a counter (a value that only grows) read at each scrape, in
     /// place of any of the same name.
     pub fn counter(&self, name: &str, help: &str, read: impl Fn() -> u64 + Send + Sync + 'static) {
-        self.extra(name, help, "counter", Box::new(read));
+        self.extra(name, &[], help, "counter", Box::new(read));
     }
 
-    fn extra(&self, name: &str, help: &str, kind: &'static str, read: Box<dyn Fn() -> u64 + Send + Sync>) {
+    /// [`Metrics::gauge`] for one set of label values (`[("site",
+    /// "example.com")]`), in place of the one with the same name and
+    /// labels; the others of that name stay.
+    pub fn gauge_with(
+        &self,
+        name: &str,
+        labels: &[(&str, &str)],
+        help: &str,
+        read: impl Fn() -> u64 + Send + Sync + 'static,
+    ) {
+        self.extra(name, labels, help, "gauge", Box::new(read));
+    }
+
+    /// [`Metrics::counter`] for one set of label values.
+    pub fn counter_with(
+        &self,
+        name: &str,
+        labels: &[(&str, &str)],
+        help: &str,
+        read: impl Fn() -> u64 + Send + Sync + 'static,
+    ) {
+        self.extra(name, labels, help, "counter", Box::new(read));
+    }
+
+    /// Removes every gauge and counter added under `name`, whatever its
+    /// labels (a site that is no longer served).
+    pub fn remove(&self, name: &str) {
+        self.extras
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|e| e.name != name);
+    }
+
+    fn extra(
+        &self,
+        name: &str,
+        labels: &[(&str, &str)],
+        help: &str,
+        kind: &'static str,
+        read: Box<dyn Fn() -> u64 + Send + Sync>,
+    ) {
+        let mut rendered = String::new();
+        for (i, (label, value)) in labels.iter().enumerate() {
+            let sep = if i == 0 { "" } else { "," };
+            let _ = write!(rendered, "{sep}{label}=\"{}\"", label_value(value));
+        }
         let mut extras = self.extras.lock().unwrap_or_else(|e| e.into_inner());
-        extras.retain(|e| e.name != name);
-        extras.push(Extra {
-            name: name.to_owned(),
-            help: help.to_owned(),
-            kind,
-            read,
-        });
+        extras.retain(|e| !(e.name == name && e.labels == rendered));
+        // Next to the others of its name, so that one HELP heads them.
+        let at = extras
+            .iter()
+            .rposition(|e| e.name == name)
+            .map_or(extras.len(), |i| i + 1);
+        extras.insert(
+            at,
+            Extra {
+                name: name.to_owned(),
+                labels: rendered,
+                help: help.to_owned(),
+                kind,
+                read,
+            },
+        );
     }
 
     /// Every metric in Prometheus' text exposition format (version 0.0.4).
@@ -384,9 +468,49 @@ impl Metrics {
             "Seconds since the metrics were made.",
         );
         let _ = writeln!(out, "peregrine_uptime_seconds {}", self.started.elapsed().as_secs());
-        for extra in self.extras.lock().unwrap_or_else(|e| e.into_inner()).iter() {
-            head(&mut out, &extra.name, extra.kind, &extra.help);
-            let _ = writeln!(out, "{} {}", extra.name, (extra.read)());
+        // Per site, summed over the workers of every generation by label.
+        let mut by_site: Vec<(&str, [u64; 5])> = Vec::new();
+        for w in workers.iter() {
+            for (label, counts) in w.by_site.iter() {
+                let at = match by_site.iter().position(|(l, _)| *l == &**label) {
+                    Some(at) => at,
+                    None => {
+                        by_site.push((label, [0; 5]));
+                        by_site.len() - 1
+                    }
+                };
+                for (sum, c) in by_site[at].1.iter_mut().zip(counts) {
+                    *sum = sum.wrapping_add(c.get());
+                }
+            }
+        }
+        if !by_site.is_empty() {
+            head(
+                &mut out,
+                "peregrine_site_requests_total",
+                "counter",
+                "Responses sent, by site (its first name) and status class.",
+            );
+            for (label, counts) in by_site {
+                for (class, n) in ["1xx", "2xx", "3xx", "4xx", "5xx"].iter().zip(counts) {
+                    let _ = writeln!(
+                        out,
+                        "peregrine_site_requests_total{{site=\"{}\",class=\"{class}\"}} {n}",
+                        label_value(label)
+                    );
+                }
+            }
+        }
+        let extras = self.extras.lock().unwrap_or_else(|e| e.into_inner());
+        for (i, extra) in extras.iter().enumerate() {
+            if i == 0 || extras[i - 1].name != extra.name {
+                head(&mut out, &extra.name, extra.kind, &extra.help);
+            }
+            match extra.labels.as_str() {
+                "" => writeln!(out, "{} {}", extra.name, (extra.read)()),
+                labels => writeln!(out, "{}{{{labels}}} {}", extra.name, (extra.read)()),
+            }
+            .unwrap_or(());
         }
         out
     }
@@ -399,7 +523,7 @@ mod tests {
     #[test]
     fn workers_are_summed_and_the_histogram_is_cumulative() {
         let m = Metrics::new();
-        let (a, b) = (m.add_worker(), m.add_worker());
+        let (a, b) = (m.add_worker(std::iter::empty()), m.add_worker(std::iter::empty()));
         let long_ago = Instant::now() - Duration::from_secs(3);
         a.record(b"GET", 200, Instant::now());
         b.record(b"GET", 404, Instant::now());
@@ -410,7 +534,7 @@ mod tests {
         a.conns_closed.add(1);
         m.gauge("peregrine_archive_generation", "The archive's generation.", || 6);
         m.gauge("peregrine_archive_generation", "The archive's generation.", || 7);
-        drop(m.add_worker()); // a worker that has finished
+        drop(m.add_worker(std::iter::empty())); // a worker that has finished
         let text = m.render();
         for line in [
             "peregrine_requests_total{class=\"2xx\"} 1",

@@ -30,6 +30,11 @@ pub struct Request<'a> {
     pub(crate) defer: Option<&'a DeferSlot<'a>>,
     /// The body, to be read as it arrives (a `body::streamed` handler).
     pub(crate) reader: Option<&'a RefCell<Option<BodyReader>>>,
+    /// Over TLS: `Some`, with the name the client gave in SNI (in normal
+    /// form) if it gave one. `None` in cleartext.
+    pub(crate) tls: Option<Option<&'a str>>,
+    /// The site the request went to (`sites.rs`), for the log and metrics.
+    pub(crate) site: crate::sites::Chosen,
 }
 
 /// Where a request came from: the socket's peer, the source the
@@ -105,6 +110,8 @@ impl<'a> Request<'a> {
             params: &[],
             defer: None,
             reader: None,
+            tls: None,
+            site: crate::sites::Chosen::new(None),
         }
     }
 
@@ -124,6 +131,8 @@ impl<'a> Request<'a> {
             params: &[],
             defer: None,
             reader: None,
+            tls: None,
+            site: crate::sites::Chosen::new(None),
         }
     }
 
@@ -276,12 +285,28 @@ impl<'a> Request<'a> {
         }
     }
 
+    /// Whether the request came over TLS (HTTPS, and every HTTP/3 request).
+    pub fn is_tls(&self) -> bool {
+        self.tls.is_some()
+    }
+
+    /// The server name the client asked for in its TLS handshake (SNI), in
+    /// normal form (`host::normalize`); `None` in cleartext or when the
+    /// client sent none (it connected by address).
+    pub fn tls_server_name(&self) -> Option<&'a str> {
+        self.tls.flatten()
+    }
+
     /// A copy of this request with router captures attached.
     pub(crate) fn with_params<'b>(&'b self, params: &'b [(&'b str, &'b str)]) -> Request<'b>
     where
         'a: 'b,
     {
-        Request { params, ..*self }
+        Request {
+            params,
+            site: crate::sites::Chosen::new(self.site.get()),
+            ..*self
+        }
     }
 }
 
@@ -313,6 +338,21 @@ impl std::fmt::Debug for Request<'_> {
             .field("peer", &self.origin.peer)
             .finish()
     }
+}
+
+/// The path and query of a request target: itself in origin-form, the part
+/// after the authority in absolute-form (`?q` when the path is empty: the
+/// caller puts `/` before it), `/` otherwise (`*`, authority-form).
+pub(crate) fn origin_form(target: &str) -> &str {
+    if target.starts_with('/') {
+        return target;
+    }
+    if let Some((_, rest)) = target.split_once("://") {
+        if let Some(i) = rest.find(['/', '?']) {
+            return &rest[i..];
+        }
+    }
+    "/"
 }
 
 /// The path and query of a target, the scheme and authority of an

@@ -21,6 +21,7 @@ use crate::error::Error;
 use crate::handler::Handler;
 use crate::limits::Limits;
 use crate::responder::Mailbox;
+use crate::sites::{Site, Sites};
 use crate::sys::stream::StdListener;
 use crate::tls::redirect::HttpsRedirect;
 use crate::tls::TlsConfig;
@@ -291,6 +292,19 @@ impl Server {
 
     /// Starts the workers and returns at once.
     pub fn start(self, handler: impl Handler) -> Result<Running, Error> {
+        self.start_with(Sites::single(Arc::new(handler)))
+    }
+
+    /// Starts the workers serving several sites, each request going to the
+    /// site its host names (see [`Site`]): as [`Server::start`] otherwise.
+    /// Sites that claim one name twice, or two defaults, are refused.
+    pub fn start_sites(self, sites: Vec<Site>) -> Result<Running, Error> {
+        let sites = Sites::new(sites)
+            .map_err(|e| Error::setup(std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string())))?;
+        self.start_with(sites)
+    }
+
+    fn start_with(self, sites: Sites) -> Result<Running, Error> {
         if let Some(e) = self.error {
             return Err(e);
         }
@@ -304,12 +318,18 @@ impl Server {
             Some(log) => Some(log.open().map_err(Error::setup)?),
             None => None,
         };
+        // Each site's own log, opened as the server's is.
+        let site_sinks = (sites.logs().iter())
+            .map(|log| log.as_ref().map(AccessLog::open).transpose())
+            .collect::<std::io::Result<Vec<Option<Sink>>>>()
+            .map_err(Error::setup)?;
         // Bind everything first: an error here leaves no thread behind.
         let (groups, held) = self.bind_all()?;
         let plan = self.plan(groups, held)?;
         let redirect = self.redirect_handler(plan.https_port)?;
         self.give_up_root()?;
-        let (workers, shutdown) = self.make_workers(plan.workers, plan.held, handler, redirect, &sink)?;
+        let sites = Arc::new(sites);
+        let (workers, shutdown) = self.make_workers(plan.workers, plan.held, &sites, redirect, &sink, &site_sinks)?;
         let mut threads = Vec::with_capacity(workers.len());
         for (i, worker) in workers.into_iter().enumerate() {
             let thread = std::thread::Builder::new()
@@ -328,6 +348,7 @@ impl Server {
             threads,
             tls: plan.tls_configs,
             log: sink,
+            site_logs: site_sinks.into_iter().flatten().collect(),
         })
     }
 
@@ -546,11 +567,11 @@ impl Server {
         &self,
         planned: Vec<WorkerSockets>,
         held: Vec<Listening>,
-        handler: impl Handler,
+        sites: &Arc<Sites>,
         redirect: Option<Arc<dyn Handler>>,
         sink: &Option<Sink>,
+        site_sinks: &[Option<Sink>],
     ) -> Result<(Vec<Worker>, ShutdownHandle), Error> {
-        let handler: Arc<dyn Handler> = Arc::new(handler);
         let flag = Arc::new(AtomicBool::new(false));
         let keep_idle = Arc::new(AtomicBool::new(false));
         let mut workers = Vec::with_capacity(self.n_workers);
@@ -577,15 +598,18 @@ impl Server {
                 poll,
                 listeners,
                 quic,
-                handler: handler.clone(),
+                sites: sites.clone(),
                 redirect: redirect.clone(),
                 limits: self.limits.clone(),
                 http2: self.http2,
                 log: sink.clone().map(|s| LogWriter::new(s, self.log_format.clone())),
+                site_logs: (site_sinks.iter())
+                    .map(|s| s.clone().map(|s| LogWriter::new(s, self.log_format.clone())))
+                    .collect(),
                 mailbox,
                 shutdown: flag.clone(),
                 keep_idle: keep_idle.clone(),
-                metrics: self.metrics.as_ref().map(|m| m.add_worker()),
+                metrics: self.metrics.as_ref().map(|m| m.add_worker(sites.labels())),
                 trust: trust.clone(),
             });
         }
@@ -615,6 +639,8 @@ pub struct Running {
     tls: Vec<TlsConfig>,
     /// The access log, reopened on SIGUSR1.
     log: Option<Sink>,
+    /// The sites' own access logs, reopened with it.
+    site_logs: Vec<Sink>,
 }
 
 impl Running {
@@ -686,7 +712,11 @@ impl Running {
     /// logrotate: move the file away, then ask). Lines buffered by a
     /// worker go to the new file from its next flush on.
     pub fn reopen_logs(&self) -> Result<(), Error> {
-        crate::access_log::reopen(self.log.as_ref()).map_err(Error::setup)
+        crate::access_log::reopen(self.log.as_ref()).map_err(Error::setup)?;
+        for log in &self.site_logs {
+            crate::access_log::reopen(Some(log)).map_err(Error::setup)?;
+        }
+        Ok(())
     }
 
     /// Blocks until SIGINT or SIGTERM, then shuts down gracefully: stop

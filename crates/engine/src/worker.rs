@@ -21,6 +21,7 @@ use crate::handler::Handler;
 use crate::limits::Limits;
 use crate::metrics::WorkerMetrics;
 use crate::responder::{Mailbox, Post};
+use crate::sites::Sites;
 use crate::sources::{Source, Timers};
 use crate::sys::stream::{ListenSocket, Stream};
 use crate::tls::session::TlsSession;
@@ -50,12 +51,14 @@ pub(crate) struct Worker {
     pub(crate) listeners: Vec<Listener>,
     /// HTTP/3: one QUIC endpoint per TLS address.
     pub(crate) quic: Vec<crate::quic::Endpoint>,
-    pub(crate) handler: Arc<dyn Handler>,
+    pub(crate) sites: Arc<Sites>,
     pub(crate) redirect: Option<Arc<dyn Handler>>,
     pub(crate) limits: Limits,
     /// Speak HTTP/2 besides HTTP/1.1.
     pub(crate) http2: bool,
     pub(crate) log: Option<LogWriter>,
+    /// The sites' own access logs, by site index (`None`: the server's).
+    pub(crate) site_logs: Vec<Option<LogWriter>>,
     pub(crate) mailbox: Arc<Mailbox>,
     pub(crate) shutdown: Arc<AtomicBool>,
     /// Read when shutdown begins: keep idle connections (a hand-over).
@@ -73,11 +76,12 @@ impl Worker {
             mut poll,
             listeners,
             quic,
-            handler,
+            sites,
             redirect,
             mut limits,
             http2,
             mut log,
+            mut site_logs,
             mailbox,
             shutdown,
             keep_idle,
@@ -119,12 +123,13 @@ impl Worker {
             date.tick(now);
             crate::date::set_now(now);
             let mut ctx = Ctx {
-                handler: &*handler,
+                sites: &sites,
                 redirect: redirect.as_deref(),
                 limits: &limits,
                 date: &date,
                 pool: &mut pool,
                 log: log.as_mut(),
+                site_logs: &mut site_logs,
                 registry: poll.registry(),
                 mailbox: &mailbox,
                 next_defer_id: &next_defer_id,
@@ -160,6 +165,9 @@ impl Worker {
                 if let Some(log) = ctx.log.as_deref_mut() {
                     log.flush();
                 }
+                for log in ctx.site_logs.iter_mut().flatten() {
+                    log.flush();
+                }
             }
 
             if let Some(deadline) = drain_deadline {
@@ -173,6 +181,9 @@ impl Worker {
             }
         }
         if let Some(log) = log.as_mut() {
+            log.flush();
+        }
+        for log in site_logs.iter_mut().flatten() {
             log.flush();
         }
         Ok(())

@@ -1,14 +1,20 @@
 //! `check-config`: a configuration checked as serving would check it,
-//! without binding anything, and the worst-case memory it allows.
+//! without binding anything, and the worst-case memory it allows. With
+//! sites, each site's root, routes and certificates are opened as serving
+//! would open them.
 
 use std::ffi::OsString;
+use std::path::Path;
 
-use peregrine::Limits;
+use anyhow::Context;
+use peregrine::host::{normalize, HostMap};
+use peregrine::{Limits, TlsConfig};
 use peregrine_archive::{Archive, Mode};
 use peregrine_files::FileServer;
 
 use super::serve::{is_archive_root, root_refusal};
-use crate::flags::{Cli, Command, ServerArgs};
+use crate::flags::{Cli, Command, FileArgs, ServerArgs};
+use crate::sites::{HandlerSpec, RootKind, SiteSpec};
 use crate::{reload, sandbox};
 
 /// `peregrine check-config hello|serve ...`: the checks serving makes
@@ -30,6 +36,12 @@ pub(crate) fn check_config(cli: &Cli, argv: &[OsString]) -> anyhow::Result<()> {
     eprintln!("peregrine: {sandbox}");
     match &cli.command {
         Command::Hello { server } => check_server(server)?,
+        Command::Serve { server, sites, .. } if !sites.is_empty() => {
+            check_server(server)?;
+            for site in sites {
+                check_site(site).with_context(|| format!("site {} ({})", site.names[0], site.given))?;
+            }
+        }
         Command::Serve {
             root,
             files,
@@ -52,6 +64,67 @@ pub(crate) fn check_config(cli: &Cli, argv: &[OsString]) -> anyhow::Result<()> {
             }
         }
         _ => unreachable!("check-config takes only the serving subcommands"),
+    }
+    Ok(())
+}
+
+/// A site's roots (its own and its routes'), opened as serving opens them,
+/// and its certificates, loaded.
+fn check_site(site: &SiteSpec) -> anyhow::Result<()> {
+    match site.kind {
+        RootKind::Directory => check_directory(&site.root, &site.files)?,
+        RootKind::Archive => check_archive(&site.root, &site.names)?,
+    }
+    for route in &site.routes {
+        let checked = match &route.handler {
+            HandlerSpec::Files { root, files } => check_directory(root, files),
+            HandlerSpec::Archive { root, .. } => check_archive(root, &site.names),
+            HandlerSpec::Redirect { .. } | HandlerSpec::Proxy(_) => Ok(()),
+        };
+        checked.with_context(|| format!("route {} ({})", route.path, route.given))?;
+    }
+    let mut pairs = site.tls.iter();
+    if let Some((cert, key)) = pairs.next() {
+        let mut tls = TlsConfig::from_pem_files(cert, key)?;
+        for (cert, key) in pairs {
+            tls = tls.with_cert(cert, key)?;
+        }
+        drop(tls);
+    }
+    Ok(())
+}
+
+/// A directory root, as `serve DIR` checks it (with its warnings).
+fn check_directory(root: &Path, files: &FileArgs) -> anyhow::Result<()> {
+    FileServer::new(files.options(root.to_owned()))?;
+    let itself = peregrine::Identity {
+        user: None,
+        group: None,
+    };
+    reload::warn_if_nothing_to_serve(root, &files.index, &itself);
+    Ok(())
+}
+
+/// An archive root, as `serve ARCHIVE` opens it; a warning for the hosts
+/// it holds that none of the site's `names` covers: the site is chosen by
+/// its names, then the archive's host by Host, so those are unreachable.
+fn check_archive(root: &Path, names: &[String]) -> anyhow::Result<()> {
+    let archive = Archive::open(root, Mode::Map)?;
+    let mut covered = HostMap::new();
+    for name in names {
+        // Normal already: `sites::resolve` read them so.
+        let _ = covered.insert(name, ());
+    }
+    let outside: Vec<String> = (archive.hosts().into_iter())
+        .map(|(host, _)| host)
+        .filter(|host| normalize(host.as_bytes()).map_or(true, |h| covered.get(&h).is_none()))
+        .collect();
+    if !outside.is_empty() {
+        peregrine::log::warn(format_args!(
+            "{} holds hosts that no name of its site covers, so they are unreachable: {}",
+            root.display(),
+            outside.join(", ")
+        ));
     }
     Ok(())
 }

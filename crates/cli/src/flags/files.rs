@@ -8,7 +8,7 @@ use peregrine_files::Options;
 use super::numbers::seconds_within;
 
 /// How `serve` holds an archive.
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Clone, Default)]
 pub(crate) struct ServeArchiveArgs {
     /// Archives: read the whole archive into memory instead of mapping it.
     #[arg(long)]
@@ -22,7 +22,7 @@ pub(crate) struct ServeArchiveArgs {
 pub(crate) const DEFAULT_INDEX: &str = "index.html";
 
 /// How `serve` answers for files.
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Clone)]
 pub(crate) struct FileArgs {
     /// File names tried for a directory, in order (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = DEFAULT_INDEX, value_name = "NAMES")]

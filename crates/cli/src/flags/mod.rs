@@ -11,12 +11,13 @@ mod server;
 
 use std::path::PathBuf;
 
+use clap::builder::{OsStringValueParser, TypedValueParser};
 use clap::{Parser, Subcommand};
 
 use crate::docs;
 
 pub(crate) use files::{FileArgs, ServeArchiveArgs, DEFAULT_INDEX};
-pub(crate) use server::{parse_bind, ServerArgs};
+pub(crate) use server::{parse_bind, ServerArgs, TlsArgs};
 
 /// Peregrine: a web server for static sites and site archives, over
 /// HTTP/1.1, HTTP/2 and HTTP/3 (`about` is the package's description).
@@ -27,6 +28,9 @@ pub(crate) struct Cli {
     pub(crate) command: Command,
 }
 
+// `Serve` is the large one (its flags, and its sites since issue 24): a
+// command line is parsed once per start or reload, never copied per request.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 pub(crate) enum Command {
     /// Answer `Hello, World!` (text/plain) on every path: the engine alone.
@@ -36,9 +40,33 @@ pub(crate) enum Command {
     },
     /// Serve the files of a directory, or a site archive made by `pack`.
     Serve {
-        /// The directory or archive to serve.
-        #[arg(value_name = "DIR|ARCHIVE")]
+        /// The directory or archive to serve, for every host. Default:
+        /// none; required unless sites are given (--site, or [[site]]
+        /// tables in the --config file), each with its own root.
+        // Empty when not given (a PathBuf must hold something): the
+        // positional is optional, and `sites::resolve` asks for it when
+        // there are no sites, in the words a missing setting gets.
+        #[arg(
+            value_name = "DIR|ARCHIVE",
+            default_value = "",
+            hide_default_value = true,
+            value_parser = OsStringValueParser::new().map(PathBuf::from)
+        )]
         root: PathBuf,
+        /// A site, chosen by the Host the client asks for (and SNI):
+        /// `NAMES=DIR|ARCHIVE`, its names comma-separated (exact, or
+        /// `*.example.com`), e.g. `--site example.com,www.example.com=site`;
+        /// repeatable. Each serves its root with the file settings given at
+        /// the top level; [[site]] tables in the --config file say more
+        /// (aliases, routes, a default site). With sites, DIR|ARCHIVE is not
+        /// given. Default: none (DIR|ARCHIVE for every host).
+        #[arg(long = "site", value_name = "NAMES=DIR|ARCHIVE", value_parser = crate::sites::parse_site_flag)]
+        site: Vec<String>,
+        /// The sites, resolved from `--site` and the file's [[site]] tables
+        /// once the settings are merged (`sites::resolve`, called by
+        /// `config::parse`); empty: DIR|ARCHIVE for every host.
+        #[arg(skip)]
+        sites: Vec<crate::sites::SiteSpec>,
         #[command(flatten)]
         files: FileArgs,
         #[command(flatten)]

@@ -39,7 +39,7 @@ pub(super) fn build(
     }
     let first = previous.is_none();
     check_identity(args, process, first)?;
-    let tls = load_tls(args, first)?;
+    let tls = load_tls(command, args, first)?;
     let srv = configure(args, process, first)?;
     let error_log = crate::logger::Route::to(args.error_log.as_deref())?;
     let plan = plan_listeners(args, process)?;
@@ -53,7 +53,7 @@ pub(super) fn build(
         srv = srv.metrics(m.clone());
     }
     let metrics_server = start_metrics_server(args.metrics, metrics.as_ref(), process)?;
-    let (running, archive, kept) = match start(command, srv, previous) {
+    let (running, archives) = match start(command, srv, previous) {
         Ok(started) => started,
         Err(e) => {
             if let Some((_, m)) = metrics_server {
@@ -68,20 +68,18 @@ pub(super) fn build(
     // Started: from here on nothing fails.
     error_log.apply();
     adopt_metrics_server(process, args.metrics, metrics_server);
-    if let Some(ServedArchive { server: a, .. }) = &archive {
-        if let Some(m) = &metrics {
-            archive_gauges(m, a);
-        }
-        if kept {
-            a.reload();
-        }
+    if let Some(m) = &metrics {
+        archive_gauges(m, &archives);
+    }
+    for a in archives.iter().filter(|a| a.kept) {
+        a.server.reload();
     }
     let urls = urls(&plan, &running, tls.is_some());
     let generation = Generation {
         number: 1,
         running,
         origins: plan.iter().map(|(origin, _)| *origin).collect(),
-        archive,
+        archives,
     };
     Ok((generation, urls))
 }
@@ -100,10 +98,21 @@ fn check_identity(args: &ServerArgs, process: &Process, first: bool) -> anyhow::
     Ok(())
 }
 
-/// The certificates, read again from their files; at a reload a failure
-/// says that the ones loaded before are kept.
-fn load_tls(args: &ServerArgs, first: bool) -> anyhow::Result<Option<TlsConfig>> {
-    match args.tls.config() {
+/// The certificates, read again from their files (with sites, each site's
+/// for its names: `sites::tls`); at a reload a failure says that the ones
+/// loaded before are kept.
+fn load_tls(command: &Command, args: &ServerArgs, first: bool) -> anyhow::Result<Option<TlsConfig>> {
+    let loaded = match command {
+        Command::Serve { sites, .. } if !sites.is_empty() => {
+            // The pairs' and flags' checks, without loading them as one set.
+            args.tls
+                .config()
+                .map(drop)
+                .and_then(|()| super::sites::tls(sites, &args.tls))
+        }
+        _ => args.tls.config(),
+    };
+    match loaded {
         Ok(tls) => Ok(tls),
         Err(e) if !first => Err(e.context("TLS reload failed, keeping the certificates loaded before")),
         Err(e) => Err(e),
@@ -216,33 +225,42 @@ fn start_metrics_server(
     })
 }
 
-/// Starts the workers with the handler `command` asks for. An archive at
-/// the path (and in the mode) the previous generation served is kept; the
-/// last value says so.
+/// Starts the workers with the handler `command` asks for (with sites,
+/// the sites). An archive at the path (and in the mode) the previous
+/// generation served is kept (`ServedArchive::kept`).
 fn start(
     command: &Command,
     srv: Server,
     previous: Option<&Generation>,
-) -> anyhow::Result<(Running, Option<ServedArchive>, bool)> {
+) -> anyhow::Result<(Running, Vec<ServedArchive>)> {
     let Command::Serve {
-        root, files, archive, ..
+        root,
+        files,
+        archive,
+        sites,
+        ..
     } = command
     else {
         let running = srv.start(sandbox::planted_bug(Hello))?;
-        return Ok((running, None, false));
+        return Ok((running, Vec::new()));
     };
+    let previous = previous.map_or(&[][..], |p| &p.archives[..]);
+    if !sites.is_empty() {
+        let access_log = command.server_args().access_log.as_deref();
+        let built = super::sites::build(sites, access_log, previous)?;
+        let running = srv.start_sites(built.sites)?;
+        return Ok((running, built.archives));
+    }
     if !is_archive_root(root, files, archive)? {
         let files = FileServer::new(files.options(root.clone()))?;
-        return Ok((srv.start(sandbox::planted_bug(files))?, None, false));
+        return Ok((srv.start(sandbox::planted_bug(files))?, Vec::new()));
     }
     let mode = match (archive.in_memory, archive.prefault) {
         (true, _) => Mode::Heap,
         (false, true) => Mode::MapPopulate,
         (false, false) => Mode::Map,
     };
-    let same = previous
-        .and_then(|p| p.archive.as_ref())
-        .filter(|a| a.root == *root && a.mode == mode);
+    let same = previous.iter().find(|a| a.root == *root && a.mode == mode);
     let (server, kept) = match same {
         Some(same) => (same.server.clone(), true),
         None => (ArchiveServer::open(root, mode)?, false),
@@ -252,8 +270,10 @@ fn start(
         root: root.clone(),
         mode,
         server,
+        site: None,
+        kept,
     };
-    Ok((running, Some(served), kept))
+    Ok((running, vec![served]))
 }
 
 /// `peregrine hello`'s handler: the same answer to every request, given
@@ -365,26 +385,41 @@ fn urls(plan: &Plan, running: &Running, tls: bool) -> String {
     urls.join(", ")
 }
 
-/// The archive's gauges, in place of those of an archive served before.
-fn archive_gauges(m: &Metrics, archive: &ArchiveServer) {
-    let a = archive.clone();
-    m.gauge(
-        "peregrine_archive_generation",
-        "The archive being served: 1 at start, one more per swap.",
-        move || a.generation(),
-    );
-    let a = archive.clone();
-    m.counter(
-        "peregrine_archive_swaps_total",
-        "Archives swapped in while serving (rename or SIGHUP).",
-        move || a.generation() - 1,
-    );
-    let a = archive.clone();
-    m.counter(
-        "peregrine_archive_refused_total",
-        "Replacement archives refused (damaged or unreadable); the old one kept serving.",
-        move || a.refused(),
-    );
+/// The archives' gauges, in place of those of the archives served
+/// before: unlabelled for the one archive of `serve ARCHIVE`, labelled by
+/// site otherwise (`site="a.test"`), so that one site's swap moves its
+/// own series only.
+fn archive_gauges(m: &Metrics, archives: &[ServedArchive]) {
+    const GENERATION: &str = "peregrine_archive_generation";
+    const SWAPS: &str = "peregrine_archive_swaps_total";
+    const REFUSED: &str = "peregrine_archive_refused_total";
+    for name in [GENERATION, SWAPS, REFUSED] {
+        m.remove(name);
+    }
+    for served in archives {
+        let labels: Vec<(&str, &str)> = served.site.as_deref().map(|s| ("site", s)).into_iter().collect();
+        let a = served.server.clone();
+        m.gauge_with(
+            GENERATION,
+            &labels,
+            "The archive being served: 1 at start, one more per swap.",
+            move || a.generation(),
+        );
+        let a = served.server.clone();
+        m.counter_with(
+            SWAPS,
+            &labels,
+            "Archives swapped in while serving (rename or SIGHUP).",
+            move || a.generation() - 1,
+        );
+        let a = served.server.clone();
+        m.counter_with(
+            REFUSED,
+            &labels,
+            "Replacement archives refused (damaged or unreadable); the old one kept serving.",
+            move || a.refused(),
+        );
+    }
 }
 
 /// Serves `/metrics` (Prometheus text format) and `/healthz` on the

@@ -7,7 +7,9 @@ headers) and N.body.
 
 stdin: {"host": "127.0.0.1", "port": 4433, "requests": [{"method": "GET",
 "path": "/", "headers": [["name", "value"]], "body": "hex"}],
-"timeout": 30}. A request may instead be {"raw": "hex"}: those bytes
+"timeout": 30}; "server_name" (SNI and :authority, default localhost)
+and "cafile" (a CA to check the server's certificate with; unchecked
+without) are optional. A request may instead be {"raw": "hex"}: those bytes
 sent as they are on a new request stream (for malformed input).
 A request with "expect_continue": true is sent with "expect:
 100-continue" and its body held back until an interim 100 comes (none
@@ -189,6 +191,10 @@ async def main():
     spec = json.load(sys.stdin)
     config = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN)
     config.verify_mode = ssl.CERT_NONE
+    if "cafile" in spec:
+        # Check the certificate against this CA and the server name.
+        config.verify_mode = ssl.CERT_REQUIRED
+        config.load_verify_locations(cafile=spec["cafile"])
     config.server_name = spec.get("server_name", "localhost")
     if os.environ.get("PEREGRINE_H3_QLOG"):
         from aioquic.quic.logger import QuicFileLogger

@@ -10,7 +10,7 @@ use std::panic::{self, AssertUnwindSafe};
 use std::time::Instant;
 
 use super::{micros_since, Ctx};
-use crate::access_log::{Line, LogRequest};
+use crate::access_log::{Line, LogRequest, LogWriter};
 use crate::handler::{BodyUse, Handler, Reply};
 use crate::request::{DeferSlot, Request};
 use crate::response::Response;
@@ -37,6 +37,8 @@ pub(crate) struct Deferral {
     /// The method's metrics label.
     pub(crate) method_idx: usize,
     pub(crate) head_only: bool,
+    /// The site it went to.
+    pub(crate) site: Option<u16>,
     pub(crate) log: Option<LogRequest>,
 }
 
@@ -51,21 +53,34 @@ pub(crate) fn slot<'w>(ctx: &Ctx<'w>, token: usize) -> DeferSlot<'w> {
     }
 }
 
-/// The handler of a connection's requests: the redirect handler on a
-/// listener that redirects to HTTPS, else the server's.
+/// The handler of `req`: the redirect handler on a listener that
+/// redirects to HTTPS, else its site's (which records the site on `req`),
+/// or what answers a host no site serves.
 #[inline]
-fn handler<'w>(ctx: &Ctx<'w>, redirect: bool) -> &'w dyn Handler {
+fn handler<'w>(ctx: &Ctx<'w>, redirect: bool, req: &Request<'_>) -> &'w dyn Handler {
     match (redirect, ctx.redirect) {
         (true, Some(redirect)) => redirect,
-        _ => ctx.handler,
+        _ => ctx.sites.handler_for(req),
     }
+}
+
+/// The access log a request of `site` goes to: the site's own, else the
+/// server's.
+#[inline]
+pub(crate) fn log_of<'c>(ctx: &'c mut Ctx<'_>, site: Option<u16>) -> Option<&'c mut LogWriter> {
+    if let Some(site) = site {
+        if let Some(Some(own)) = ctx.site_logs.get_mut(usize::from(site)) {
+            return Some(own);
+        }
+    }
+    ctx.log.as_deref_mut()
 }
 
 /// Calls the handler for `req` (the redirect handler on a redirecting
 /// listener), catching a panic. Then `settle` what it gave.
 #[inline]
 pub(crate) fn call(ctx: &Ctx<'_>, redirect: bool, req: &Request<'_>) -> Handled {
-    let handler = handler(ctx, redirect);
+    let handler = handler(ctx, redirect, req);
     panic::catch_unwind(AssertUnwindSafe(|| handler.call(req)))
 }
 
@@ -100,7 +115,7 @@ pub(crate) fn call_answering<T>(
     req: &Request<'_>,
     answer: impl FnOnce(&mut Response) -> T,
 ) -> Answering<T> {
-    let handler = handler(ctx, redirect);
+    let handler = handler(ctx, redirect, req);
     let (mut started, mut answered) = (false, None);
     let called = panic::catch_unwind(AssertUnwindSafe(|| {
         let mut reply = handler.call(req);
@@ -129,7 +144,7 @@ pub(crate) fn body_use(ctx: &Ctx<'_>, redirect: bool, req: &Request<'_>) -> Body
     if crate::codec::head::check_method(req.method()).is_err() {
         return BodyUse::Ignore;
     }
-    let handler = handler(ctx, redirect);
+    let handler = handler(ctx, redirect, req);
     panic::catch_unwind(AssertUnwindSafe(|| handler.body_use(req))).unwrap_or(BodyUse::Buffer)
 }
 
@@ -165,7 +180,8 @@ pub(crate) fn settle<'r>(
                     started: ctx.now,
                     method_idx: crate::metrics::method_index(req.method().as_bytes()),
                     head_only: req.method() == "HEAD",
-                    log: ctx.log.is_some().then(|| log_request(req)),
+                    site: req.site.get(),
+                    log: log_of(ctx, req.site.get()).is_some().then(|| log_request(req)),
                 });
             }
             None => {
@@ -192,9 +208,13 @@ pub(crate) fn settle<'r>(
 
 /// Records an answer sent now in the access log and the metrics.
 pub(crate) fn record(ctx: &mut Ctx<'_>, req: &Request<'_>, status: u16, body_bytes: u64) {
-    if let Some(log) = ctx.log.as_deref_mut() {
+    let site = req.site.get();
+    let sites = ctx.sites;
+    let label = site.and_then(|i| sites.label(i));
+    let (now, date) = (ctx.now, ctx.date);
+    if let Some(log) = log_of(ctx, site) {
         log.record(&Line {
-            clf_time: ctx.date.clf(),
+            clf_time: date.clf(),
             peer: req.client_addr().socket_addr(),
             method: req.method().as_bytes(),
             target: req.target().as_bytes(),
@@ -204,11 +224,13 @@ pub(crate) fn record(ctx: &mut Ctx<'_>, req: &Request<'_>, status: u16, body_byt
             referer: req.header_bytes("referer"),
             user_agent: req.header_bytes("user-agent"),
             host: req.host,
-            duration_us: Some(micros_since(ctx.now)),
+            site: label,
+            duration_us: Some(micros_since(now)),
         });
     }
     if let Some(m) = ctx.metrics {
         m.record(req.method().as_bytes(), status, ctx.now);
+        m.record_site(site, status);
     }
 }
 
@@ -220,11 +242,15 @@ pub(crate) fn finish(ctx: &mut Ctx<'_>, peer: SocketAddr, deferral: &Deferral, s
         m.deferred_ended.add(1);
     }
     let Some((status, body_bytes)) = sent else { return };
-    if let (Some(w), Some(req)) = (ctx.log.as_deref_mut(), deferral.log.as_ref()) {
-        w.record_owned(ctx.date.clf(), peer, req, status, body_bytes, deferral.started);
+    let sites = ctx.sites;
+    let label = deferral.site.and_then(|i| sites.label(i));
+    let date = ctx.date;
+    if let (Some(w), Some(req)) = (log_of(ctx, deferral.site), deferral.log.as_ref()) {
+        w.record_owned(date.clf(), peer, req, label, (status, body_bytes), deferral.started);
     }
     if let Some(m) = ctx.metrics {
         m.record_index(deferral.method_idx, status, deferral.started);
+        m.record_site(deferral.site, status);
     }
 }
 

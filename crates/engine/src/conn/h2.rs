@@ -291,7 +291,7 @@ impl Conn {
 
     /// The request path's view of this connection's session (`streams.rs`)
     /// and who its requests come from, beside the list of deferred answers.
-    fn h2_streams(&mut self, ctx: &Ctx<'_>) -> Option<(H2Streams<'_>, Client, &mut Vec<Deferral>)> {
+    fn h2_streams(&mut self, ctx: &Ctx<'_>) -> Option<(H2Streams<'_>, Client<'_>, &mut Vec<Deferral>)> {
         let Conn {
             proto,
             output,
@@ -312,6 +312,7 @@ impl Conn {
         let client = Client {
             peer: *peer,
             proxy_source: *proxy_source,
+            tls: transport.request_tls(),
             token: *token,
             redirect: *redirect,
         };

@@ -65,6 +65,7 @@ use crate::limits::{Limits, H2_READ_BYTES};
 use crate::metrics::WorkerMetrics;
 use crate::responder::Mailbox;
 use crate::response::Response;
+use crate::sites::Sites;
 use crate::tls::session::{PlainHttp, TlsSession};
 
 /// How long a lingering close waits for the client to finish sending.
@@ -74,13 +75,16 @@ const LINGER_BYTES_MAX: usize = 1024 * 1024;
 
 /// What the worker lends a connection while it handles an event.
 pub(crate) struct Ctx<'w> {
-    pub(crate) handler: &'w dyn Handler,
+    /// The sites, which choose the handler of each request.
+    pub(crate) sites: &'w Sites,
     /// The handler of plain listeners that redirect to HTTPS.
     pub(crate) redirect: Option<&'w dyn Handler>,
     pub(crate) limits: &'w Limits,
     pub(crate) date: &'w DateCache,
     pub(crate) pool: &'w mut BufPool,
     pub(crate) log: Option<&'w mut LogWriter>,
+    /// The sites' own access logs, by site index (`None`: `log`).
+    pub(crate) site_logs: &'w mut [Option<LogWriter>],
     pub(crate) registry: &'w mio::Registry,
     pub(crate) mailbox: &'w Arc<Mailbox>,
     pub(crate) next_defer_id: &'w Cell<u64>,
@@ -169,6 +173,15 @@ impl Transport {
         match self {
             Transport::Plain => false,
             Transport::Tls(tls) => tls.wants_write(),
+        }
+    }
+
+    /// What a request on this transport knows of it (`Request::tls`).
+    #[inline]
+    fn request_tls(&self) -> Option<Option<&str>> {
+        match self {
+            Transport::Plain => None,
+            Transport::Tls(tls) => tls.request_tls(),
         }
     }
 
@@ -819,6 +832,7 @@ fn refused_line<'a>(
         referer: None,
         user_agent: None,
         host: None,
+        site: None,
         duration_us: Some(micros_since(started)),
     }
 }

@@ -64,11 +64,13 @@ pub(crate) trait Streams {
 
 /// Who a connection's requests come from.
 #[derive(Clone, Copy)]
-pub(crate) struct Client {
+pub(crate) struct Client<'c> {
     /// The socket's peer (HTTP/3: the connection's current address).
     pub(crate) peer: SocketAddr,
     /// The source of the connection's PROXY header, if it gave one.
     pub(crate) proxy_source: Option<SocketAddr>,
+    /// Over TLS, `Some` with the SNI name in normal form (`Request::tls`).
+    pub(crate) tls: Option<Option<&'c str>>,
     /// The connection's token in the worker's mailbox.
     pub(crate) token: usize,
     /// Accepted on a listener that redirects to HTTPS.
@@ -78,7 +80,13 @@ pub(crate) struct Client {
 /// Calls the handler for stream `id`, whose request is complete, and
 /// queues its answer (or records that it will come later in `deferred`).
 #[inline]
-pub(crate) fn answer<S: Streams>(ctx: &mut Ctx<'_>, s: &mut S, client: Client, deferred: &mut Vec<Deferral>, id: u64) {
+pub(crate) fn answer<S: Streams>(
+    ctx: &mut Ctx<'_>,
+    s: &mut S,
+    client: Client<'_>,
+    deferred: &mut Vec<Deferral>,
+    id: u64,
+) {
     let dates = ctx.date;
     let date = &dates.http()[..];
     if let Some(status) = s.refused(id) {
@@ -98,6 +106,7 @@ pub(crate) fn answer<S: Streams>(ctx: &mut Ctx<'_>, s: &mut S, client: Client, d
     let headers = fields.fill(parts.head);
     let slot = dispatch::slot(ctx, client.token);
     let mut req = request::<S>(ctx.trust, &parts, headers, parts.body, client);
+    req.tls = client.tls;
     req.defer = Some(&slot);
     let head_only = parts.method == "HEAD";
     let mut handled = dispatch::call_stream(ctx, client.redirect, &req);
@@ -121,7 +130,7 @@ pub(crate) fn answer<S: Streams>(ctx: &mut Ctx<'_>, s: &mut S, client: Client, d
 pub(crate) fn start_upload<S: Streams>(
     ctx: &mut Ctx<'_>,
     s: &mut S,
-    client: Client,
+    client: Client<'_>,
     deferred: &mut Vec<Deferral>,
     id: u64,
 ) {
@@ -132,6 +141,7 @@ pub(crate) fn start_upload<S: Streams>(
     let mut fields = FieldArray::new();
     let headers = fields.fill(parts.head);
     let mut req = request::<S>(ctx.trust, &parts, headers, &[], client);
+    req.tls = client.tls;
     let (reader, sink) = match dispatch::body_use(ctx, client.redirect, &req) {
         BodyUse::Stream => {
             let (reader, sink) = crate::body::pipe(BODY_READER_BYTES);

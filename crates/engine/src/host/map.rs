@@ -100,6 +100,11 @@ impl<T> HostMap<T> {
         Ok(())
     }
 
+    /// The value for a host no name or wildcard covers, if one was set.
+    pub fn default_value(&self) -> Option<&T> {
+        self.default.as_ref()
+    }
+
     /// The value for `host`: its exact name's, else its parent's
     /// wildcard's, else the default's.
     pub fn get(&self, host: &HostName<'_>) -> Option<&T> {

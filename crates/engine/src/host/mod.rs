@@ -104,6 +104,12 @@ impl HostName<'_> {
         s.first() == Some(&b'[') || s.rsplit(|&b| b == b'.').next().is_some_and(is_number)
     }
 
+    /// A name already in normal form (an SNI the handshake normalised),
+    /// taken as it is.
+    pub(crate) fn from_normal(name: &str) -> HostName<'_> {
+        HostName(Cow::Borrowed(name))
+    }
+
     /// The name, owned (to keep past its [`HostBuf`]).
     pub fn into_owned(self) -> HostName<'static> {
         HostName(Cow::Owned(self.0.into_owned()))

@@ -44,6 +44,17 @@ pub(super) struct QuicConn {
     /// Packets sent and lost already added to the metrics.
     counted_sent: u64,
     counted_lost: u64,
+    /// Once the first request came: the SNI name in normal form, if any.
+    server_name: Option<Option<Box<str>>>,
+}
+
+/// The name the client asked for in its handshake (SNI), in normal form.
+fn server_name(conn: &quinn_proto::Connection) -> Option<Box<str>> {
+    let data = conn.crypto_session().handshake_data()?;
+    let data = data.downcast_ref::<quinn_proto::crypto::rustls::HandshakeData>()?;
+    let mut buf = crate::host::HostBuf::new();
+    let name = crate::host::normalize_name(data.server_name.as_deref()?.as_bytes(), &mut buf).ok()?;
+    Some(name.as_str().into())
 }
 
 fn code(c: Code) -> VarInt {
@@ -135,6 +146,7 @@ impl QuicConn {
             closed: false,
             counted_sent: 0,
             counted_lost: 0,
+            server_name: None,
         }
     }
 
@@ -318,20 +330,25 @@ impl QuicConn {
     /// The request path's view of this connection's session
     /// (`conn/streams.rs`) and who its requests come from, beside the list
     /// of deferred answers.
-    fn streams<'c>(&'c mut self, shared: &'c Shared) -> (H3Streams<'c>, Client, &'c mut Vec<Deferral>) {
+    fn streams<'c>(&'c mut self, shared: &'c Shared) -> (H3Streams<'c>, Client<'c>, &'c mut Vec<Deferral>) {
+        if self.server_name.is_none() {
+            self.server_name = Some(server_name(&self.conn));
+        }
         // The connection's current path, not the one it was accepted on:
         // a client that migrates (or is rebound by a NAT) is judged by
         // where its requests come from now (issue 24). A field read.
-        let client = Client {
-            peer: self.conn.remote_address(),
-            proxy_source: None,
-            token: self.token,
-            redirect: false,
-        };
+        let peer = self.conn.remote_address();
         let view = H3Streams {
             session: &mut self.session,
             conn: &mut self.conn,
             extra_fields: shared.tls.extra_fields.as_deref().unwrap_or(&[]),
+        };
+        let client = Client {
+            peer,
+            proxy_source: None,
+            tls: Some(self.server_name.as_ref().and_then(|n| n.as_deref())),
+            token: self.token,
+            redirect: false,
         };
         (view, client, &mut self.deferred)
     }

@@ -55,11 +55,13 @@ pub struct TlsConfig {
     hsts: Option<Duration>,
 }
 
-/// One certificate chain and its key, as files.
+/// One certificate chain and its key, as files, and the names it is for
+/// (`None`: those it covers).
 #[derive(Clone, Debug)]
 struct Source {
     cert: PathBuf,
     key: PathBuf,
+    names: Option<Vec<String>>,
 }
 
 /// Picks a certificate per handshake; holds the file names to reload from.
@@ -92,14 +94,18 @@ impl TlsConfig {
     /// Loads a certificate chain (PEM, leaf first) and its private key
     /// (PEM: PKCS#8, PKCS#1 or SEC1). This is the default certificate.
     pub fn from_pem_files(cert: impl AsRef<Path>, key: impl AsRef<Path>) -> Result<Self, Error> {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let source = Source {
+        TlsConfig::from_source(Source {
             cert: cert.as_ref().to_owned(),
             key: key.as_ref().to_owned(),
-        };
+            names: None,
+        })
+    }
+
+    fn from_source(source: Source) -> Result<Self, Error> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
         let loaded = load(&provider, &source)?;
         let mut store = CertStore::default();
-        store.add(Arc::new(loaded));
+        store.add(Arc::new(loaded), source.names.as_deref());
         Ok(TlsConfig {
             resolver: Arc::new(CertResolver {
                 provider,
@@ -121,14 +127,68 @@ impl TlsConfig {
     /// it at once (every listener and clone shares the set), and a reload
     /// reads its files again. Returns how many certificates there are.
     pub fn add_cert(&self, cert: impl AsRef<Path>, key: impl AsRef<Path>) -> Result<usize, Error> {
-        let source = Source {
+        self.add_source(Source {
             cert: cert.as_ref().to_owned(),
             key: key.as_ref().to_owned(),
+            names: None,
+        })
+    }
+
+    /// A set of one certificate sent only to clients asking for one of
+    /// `names` (a site's names: exact, or `*.example.com`), whatever names
+    /// it covers: a site never presents another site's certificate. Other
+    /// clients get what [`TlsConfig::unknown_names`] says.
+    pub fn for_names<N: AsRef<str>>(names: &[N], cert: impl AsRef<Path>, key: impl AsRef<Path>) -> Result<Self, Error> {
+        TlsConfig::from_source(Source {
+            cert: cert.as_ref().to_owned(),
+            key: key.as_ref().to_owned(),
+            names: Some(check_names(names)?),
+        })
+    }
+
+    /// Adds a certificate for `names` only, as [`TlsConfig::for_names`].
+    pub fn with_cert_for<N: AsRef<str>>(
+        self,
+        names: &[N],
+        cert: impl AsRef<Path>,
+        key: impl AsRef<Path>,
+    ) -> Result<Self, Error> {
+        self.add_source(Source {
+            cert: cert.as_ref().to_owned(),
+            key: key.as_ref().to_owned(),
+            names: Some(check_names(names)?),
+        })?;
+        Ok(self)
+    }
+
+    /// What a client gets whose SNI name no certificate is for, or that
+    /// sent no SNI: the certificate chosen for `fallback` (the default
+    /// site's first name), or with `None` no certificate: the handshake
+    /// fails with an `unrecognized_name` alert (RFC 6066 §3). Without this
+    /// call, the first certificate.
+    pub fn unknown_names(self, fallback: Option<&str>) -> Result<Self, Error> {
+        let fallback = match fallback {
+            None => store::Fallback::Refuse,
+            Some(name) => {
+                let store = lock(&self.resolver.current).clone();
+                let idx = store
+                    .index_for(name)
+                    .ok_or_else(|| Error::tls(format!("{name}: no certificate is for this name")))?;
+                store::Fallback::Key(idx)
+            }
         };
+        self.resolver.update(|store| store.fallback = fallback);
+        Ok(self)
+    }
+
+    fn add_source(&self, source: Source) -> Result<usize, Error> {
         let loaded = Arc::new(load(&self.resolver.provider, &source)?);
         let mut sources = lock(&self.resolver.sources);
+        let names = source.names.clone();
         sources.push(source);
-        self.resolver.update(|store| store.add(loaded));
+        self.resolver.update(|store| {
+            store.add(loaded, names.as_deref());
+        });
         Ok(sources.len())
     }
 
@@ -171,7 +231,7 @@ impl TlsConfig {
         let sources = lock(&self.resolver.sources).clone();
         let mut loaded = Vec::with_capacity(sources.len());
         for source in &sources {
-            loaded.push(Arc::new(load(&self.resolver.provider, source)?));
+            loaded.push((Arc::new(load(&self.resolver.provider, source)?), source.names.clone()));
         }
         self.resolver.update(|store| store.replace_keys(loaded));
         Ok(sources.len())
@@ -276,6 +336,23 @@ fn certified_key(
     }
     let key = key.map_err(|e| Error::tls(format!("{what}: key: {e}")))?;
     CertifiedKey::from_der(chain, key, provider).map_err(|e| Error::tls(format!("{what}: {e}")))
+}
+
+/// Names a certificate is for, each a name or a one-label wildcard.
+fn check_names<N: AsRef<str>>(names: &[N]) -> Result<Vec<String>, Error> {
+    if names.is_empty() {
+        return Err(Error::tls("a certificate for no name".into()));
+    }
+    let mut check = crate::host::HostMap::new();
+    for name in names {
+        let name = name.as_ref();
+        // A name twice is no error here: the map is only the checker.
+        match check.insert(name, ()) {
+            Ok(()) | Err(crate::host::HostMapError::Duplicate(_)) => {}
+            Err(e) => return Err(Error::tls(e.to_string())),
+        }
+    }
+    Ok(names.iter().map(|n| n.as_ref().to_owned()).collect())
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

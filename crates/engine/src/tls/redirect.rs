@@ -3,8 +3,9 @@
 //! POST stays a POST (RFC 9110 §15.4.9).
 //!
 //! The host comes from the request (`Host`, or an absolute-form target),
-//! so it is checked before it goes into `Location`: a DNS name or an IP
-//! literal, nothing else; anything else gets a 400.
+//! so it is checked before it goes into `Location`: put in the one normal
+//! form of hosts (`host::normalize`: a DNS name as A-labels in lowercase,
+//! or an IP address), as a site is chosen by it; anything else gets a 400.
 
 use crate::handler::{BodyUse, Handler, Reply};
 use crate::request::Request;
@@ -23,7 +24,8 @@ impl Handler for HttpsRedirect {
     }
 
     fn call(&self, req: &Request<'_>) -> Reply {
-        let Some(host) = req.host().and_then(host_name) else {
+        let mut buf = crate::host::HostBuf::new();
+        let Some(host) = req.host().and_then(|h| host_name(h, &mut buf)) else {
             return Reply::Now(
                 Response::new(400)
                     .with_content_type("text/plain; charset=utf-8")
@@ -32,12 +34,12 @@ impl Handler for HttpsRedirect {
         };
         let mut location = String::with_capacity(16 + host.len() + req.target().len());
         location.push_str("https://");
-        location.push_str(host);
+        location.push_str(&host);
         if self.port != 443 {
             location.push(':');
             location.push_str(itoa::Buffer::new().format(self.port));
         }
-        let path = origin_form(req.target());
+        let path = crate::request::origin_form(req.target());
         if !path.starts_with('/') {
             location.push('/');
         }
@@ -51,79 +53,31 @@ impl Handler for HttpsRedirect {
     }
 }
 
-/// The host of a `Host` value without its port, if it is a plausible DNS
-/// name (letters, digits, `-`, `.`, `_`) or a bracketed IPv6 literal.
-fn host_name(host: &str) -> Option<&str> {
-    let name = if host.starts_with('[') {
-        let end = host.find(']')?;
-        let inner = &host[1..end];
-        let rest = &host[end + 1..];
-        if !(rest.is_empty() || is_port(rest.strip_prefix(':')?)) {
-            return None;
-        }
-        if inner.is_empty() || !inner.bytes().all(|b| b.is_ascii_hexdigit() || b == b':' || b == b'.') {
-            return None;
-        }
-        &host[..=end]
-    } else {
-        let name = match host.split_once(':') {
-            Some((name, port)) if is_port(port) => name,
-            Some(_) => return None,
-            None => host,
-        };
-        // DNS labels (RFC 1035 §2.3.4, with `_` as found in the wild and
-        // one trailing dot of a fully qualified name): 1 to 63 bytes each,
-        // no `-` at either end, so `a..b`, `.` and `-x` are no host.
-        let labels = name.strip_suffix('.').unwrap_or(name);
-        let label_ok = |l: &str| {
-            (1..=63).contains(&l.len())
-                && !l.starts_with('-')
-                && !l.ends_with('-')
-                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        };
-        if !labels.split('.').all(label_ok) {
-            return None;
-        }
-        name
-    };
-    (!name.is_empty() && name.len() <= 254).then_some(name)
-}
-
-fn is_port(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 5 && s.bytes().all(|b| b.is_ascii_digit())
-}
-
-/// The path and query of a request target: itself in origin-form, the part
-/// after the authority in absolute-form (`?q` when the path is empty: the
-/// caller puts `/` before it), `/` otherwise (`*`, authority-form).
-fn origin_form(target: &str) -> &str {
-    if target.starts_with('/') {
-        return target;
-    }
-    if let Some((_, rest)) = target.split_once("://") {
-        if let Some(i) = rest.find(['/', '?']) {
-            return &rest[i..];
-        }
-    }
-    "/"
+/// The host of a `Host` value in normal form (`host::normalize`, as a
+/// site is chosen by it), without its port; `None` if it is no host.
+fn host_name(host: &str, buf: &mut crate::host::HostBuf) -> Option<String> {
+    crate::host::normalize_in(host.as_bytes(), buf)
+        .ok()
+        .map(|name| name.as_str().to_owned())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::request::origin_form;
 
     #[test]
     fn hosts_are_checked_and_stripped_of_their_port() {
         let table: &[(&str, Option<&str>)] = &[
             ("example.com", Some("example.com")),
             ("example.com:8080", Some("example.com")),
-            ("EXAMPLE.com:80", Some("EXAMPLE.com")),
+            ("EXAMPLE.com:80", Some("example.com")),
             ("127.0.0.1:80", Some("127.0.0.1")),
             ("[::1]:8080", Some("[::1]")),
             ("[::1]", Some("[::1]")),
             ("", None),
             (":80", None),
-            ("example.com:", None),
+            ("example.com:", Some("example.com")), // an empty port (RFC 3986 §3.2.3)
             ("example.com:80:80", None),
             ("example.com:http", None),
             ("evil.com/x", None),
@@ -134,7 +88,8 @@ mod tests {
             ("[::1]x", None),
             ("[zz]", None),
             ("[]", None),
-            ("example.com.", Some("example.com.")),
+            ("example.com.", Some("example.com")),
+            ("bücher.example", Some("xn--bcher-kva.example")),
             ("xn--bcher-kva.example", Some("xn--bcher-kva.example")),
             ("_acme.example", Some("_acme.example")),
             ("a..b", None),
@@ -145,7 +100,8 @@ mod tests {
             ("example..", None),
         ];
         for (given, want) in table {
-            assert_eq!(host_name(given), *want, "{given:?}");
+            let mut buf = crate::host::HostBuf::new();
+            assert_eq!(host_name(given, &mut buf).as_deref(), *want, "{given:?}");
         }
     }
 

@@ -26,6 +26,14 @@ pub(crate) struct TlsSession {
     done: bool,
     /// The client's first byte has been seen (and was not plain HTTP).
     started: bool,
+    /// The handshake was refused for the name the client asked for: this
+    /// alert goes instead of rustls' (which says `access_denied`).
+    alert: Option<&'static [u8]>,
+    /// That alert is sent: nothing more is.
+    refused: bool,
+    /// Once the handshake is done: the name the client asked for (SNI),
+    /// in normal form, if it gave one that is a name.
+    server_name: Option<Option<Box<str>>>,
 }
 
 /// The socket as rustls reads it, noting the first byte of what it reads
@@ -77,6 +85,9 @@ impl TlsSession {
             listener: listener.clone(),
             done: false,
             started: false,
+            alert: None,
+            refused: false,
+            server_name: None,
         })
     }
 
@@ -141,6 +152,12 @@ impl TlsSession {
                 Err(e) => return Err(e),
             }
             if let Err(e) = self.conn.process_new_packets() {
+                if super::store::take_refused_name() {
+                    debug(peer, "handshake refused: no site is served under the name it asked for");
+                    self.alert = Some(UNRECOGNIZED_NAME);
+                    self.done = true;
+                    return Err(io::Error::new(io::ErrorKind::InvalidData, e));
+                }
                 let what = if self.conn.is_handshaking() {
                     format!("handshake failed: {e}")
                 } else {
@@ -150,7 +167,22 @@ impl TlsSession {
                 self.done = true;
                 return Err(io::Error::new(io::ErrorKind::InvalidData, e));
             }
+            if self.server_name.is_none() && !self.conn.is_handshaking() {
+                // Once per connection, before its first request.
+                let mut buf = crate::host::HostBuf::new();
+                let name = (self.conn.server_name())
+                    .and_then(|n| crate::host::normalize_name(n.as_bytes(), &mut buf).ok())
+                    .map(|n| Box::from(n.as_str()));
+                self.server_name = Some(name);
+            }
         }
+    }
+
+    /// What requests on this connection know of it: `Some`, with the name
+    /// the client asked for (SNI) in normal form if it gave one.
+    #[inline]
+    pub(crate) fn request_tls(&self) -> Option<Option<&str>> {
+        Some(self.server_name.as_ref().and_then(|n| n.as_deref()))
     }
 
     /// Encrypts as much of `plain` as the outgoing buffer has room for;
@@ -164,12 +196,21 @@ impl TlsSession {
 
     /// Writes queued records to the socket (vectored, one call).
     pub(crate) fn write_tls(&mut self, stream: &mut Stream) -> io::Result<usize> {
+        if let Some(alert) = self.alert.take() {
+            // Best effort, as any alert: the connection closes next. The
+            // one rustls queued is never sent.
+            self.refused = true;
+            return stream.write(alert);
+        }
+        if self.refused {
+            return Ok(0);
+        }
         self.conn.write_tls(stream)
     }
 
     /// Records are waiting to be written.
     pub(crate) fn wants_write(&self) -> bool {
-        self.conn.wants_write()
+        self.alert.is_some() || (!self.refused && self.conn.wants_write())
     }
 
     /// The handshake has not completed yet.
@@ -189,9 +230,13 @@ impl TlsSession {
             self.conn.send_close_notify();
         }
         self.done = true;
-        let _ = self.conn.write_tls(stream);
+        let _ = self.write_tls(stream);
     }
 }
+
+/// A fatal `unrecognized_name` alert (RFC 6066 §3: 112) in a plaintext
+/// record, as sent before any key is agreed (TLS 1.2 and 1.3 alike).
+const UNRECOGNIZED_NAME: &[u8] = &[0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 112];
 
 /// One debug line (`--log-level debug`, or `PEREGRINE_DEBUG=1`).
 pub(crate) fn debug(peer: SocketAddr, what: &str) {

@@ -15,8 +15,12 @@
 //! chosen by; a name that is none there (`f*.example.com`, a wildcard
 //! over an address) is never chosen, as no client accepts it. Where
 //! several certificates cover a name, the one added first wins, as before
-//! this store; a client that names none (or no SNI) gets the first
-//! certificate. That order, and a name covered twice being no error, is
+//! this store; a client that names none (or no SNI) gets the fallback:
+//! the first certificate, the default site's, or (a server of sites with
+//! no default) nothing, and the handshake fails with `unrecognized_name`.
+//! A site's certificate is added for the site's names instead of its own
+//! (`add`'s `for_names`), so it is never sent for another site's name,
+//! whatever it covers. That order, and a name covered twice being no error, is
 //! why the store keeps its own maps rather than a `host::HostMap` (exact
 //! before wildcard, duplicates refused).
 //!
@@ -34,11 +38,25 @@ use crate::host::{self, HostBuf, HostName};
 /// ALPN protocol of the TLS-ALPN-01 challenge (RFC 8737 §6.2).
 pub(crate) const ACME_TLS_ALPN: &[u8] = b"acme-tls/1";
 
+/// What a client gets whose SNI no certificate is for, or that sent none.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Fallback {
+    /// The first certificate (a server of one site).
+    #[default]
+    First,
+    /// This certificate (the default site's).
+    Key(usize),
+    /// No certificate: the handshake fails with `unrecognized_name`.
+    Refuse,
+}
+
 /// See the module's documentation.
 #[derive(Clone, Default)]
 pub(crate) struct CertStore {
-    /// In the order added: the first is the default.
+    /// In the order added.
     keys: Vec<Arc<CertifiedKey>>,
+    /// What a name no certificate is for gets.
+    pub(crate) fallback: Fallback,
     /// A name in normal form → the first certificate covering it exactly.
     exact: HashMap<Box<str>, usize>,
     /// The parent of a wildcard (`example.com` for `*.example.com`) → the
@@ -49,11 +67,17 @@ pub(crate) struct CertStore {
 }
 
 impl CertStore {
-    /// Adds a certificate after the others, under the names it covers.
-    pub(crate) fn add(&mut self, key: Arc<CertifiedKey>) {
+    /// Adds a certificate after the others, under the names it covers
+    /// (`for_names: None`) or under `for_names` only (a site's names: it
+    /// is never sent for another site's). Returns its index.
+    pub(crate) fn add(&mut self, key: Arc<CertifiedKey>, for_names: Option<&[String]>) -> usize {
         let idx = self.keys.len();
         let mut buf = HostBuf::new();
-        for name in dns_names(&key) {
+        let names = match for_names {
+            Some(names) => names.to_vec(),
+            None => dns_names(&key),
+        };
+        for name in names {
             // A name that does not normalise (a partial wildcard,
             // `f*.example.com`; a wildcard over an address) is no client's.
             match name.strip_prefix("*.") {
@@ -72,16 +96,39 @@ impl CertStore {
             }
         }
         self.keys.push(key);
+        idx
     }
 
-    /// The same challenges, these certificates (a reload read them again).
-    pub(crate) fn replace_keys(&mut self, keys: Vec<Arc<CertifiedKey>>) {
+    /// The index of the certificate chosen for `name` by its names alone
+    /// (no fallback), if one is.
+    pub(crate) fn index_for(&self, name: &str) -> Option<usize> {
+        let mut buf = HostBuf::new();
+        let name = host::normalize_name(name.as_bytes(), &mut buf).ok()?;
+        self.find(name.as_str())
+    }
+
+    fn find(&self, name: &str) -> Option<usize> {
+        let exact = self.exact.get(name).copied();
+        let wild = name
+            .split_once('.')
+            .and_then(|(_, parent)| self.wildcard.get(parent).copied());
+        match (exact, wild) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The same challenges and fallback, these certificates (a reload read
+    /// them again), each for the names it was added for.
+    pub(crate) fn replace_keys(&mut self, keys: Vec<(Arc<CertifiedKey>, Option<Vec<String>>)>) {
         let challenges = std::mem::take(&mut self.challenges);
+        let fallback = self.fallback;
         *self = CertStore::default();
-        for key in keys {
-            self.add(key);
+        for (key, names) in keys {
+            self.add(key, names.as_deref());
         }
         self.challenges = challenges;
+        self.fallback = fallback;
     }
 
     /// Sets the TLS-ALPN-01 challenge certificate for `name` (or removes
@@ -116,19 +163,33 @@ impl CertStore {
         if alpn.next() == Some(ACME_TLS_ALPN) && alpn.next().is_none() {
             return name.and_then(|n| self.challenges.get(n)).cloned();
         }
-        let Some(name) = name else {
-            return self.keys.first().cloned();
-        };
-        let exact = self.exact.get(name).copied();
-        let wild = name
-            .split_once('.')
-            .and_then(|(_, parent)| self.wildcard.get(parent).copied());
-        let idx = match (exact, wild) {
-            (Some(a), Some(b)) => a.min(b),
-            (a, b) => a.or(b).unwrap_or(0),
+        let idx = match name.and_then(|name| self.find(name)) {
+            Some(idx) => idx,
+            None => match self.fallback {
+                Fallback::First => 0,
+                Fallback::Key(idx) => idx,
+                Fallback::Refuse => {
+                    REFUSED_NAME.with(|r| r.set(true));
+                    return None;
+                }
+            },
         };
         self.keys.get(idx).cloned()
     }
+}
+
+thread_local! {
+    /// Set when `resolve` refused a client for the name it asked for (or
+    /// for asking for none): rustls' handshake fails then, inside
+    /// `process_new_packets` on this thread, and the session sends
+    /// `unrecognized_name` instead of rustls' alert (`session.rs`).
+    static REFUSED_NAME: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the last handshake that failed on this thread was refused for
+/// its name; clears it.
+pub(crate) fn take_refused_name() -> bool {
+    REFUSED_NAME.with(|r| r.replace(false))
 }
 
 /// The DNS names of a certificate's subjectAltName, as written.
@@ -170,6 +231,12 @@ mod tests {
         Arc::new(CertifiedKey::from_der(vec![CertificateDer::from(cert.der().to_vec())], der, &provider).unwrap())
     }
 
+    impl CertStore {
+        fn add_san(&mut self, key: Arc<CertifiedKey>) {
+            self.add(key, None);
+        }
+    }
+
     fn pick(store: &CertStore, sni: Option<&str>, alpn: &[&[u8]]) -> Option<usize> {
         let got = store.resolve(sni, alpn.iter().copied())?;
         store
@@ -182,10 +249,10 @@ mod tests {
     #[test]
     fn a_name_gets_the_first_certificate_covering_it_exactly_or_by_one_wildcard_label() {
         let mut store = CertStore::default();
-        store.add(key(&["default.test"]));
-        store.add(key(&["*.example.com"]));
-        store.add(key(&["www.example.com", "Other.Test"]));
-        store.add(key(&["api.example.com", "*.api.example.com"]));
+        store.add_san(key(&["default.test"]));
+        store.add_san(key(&["*.example.com"]));
+        store.add_san(key(&["www.example.com", "Other.Test"]));
+        store.add_san(key(&["api.example.com", "*.api.example.com"]));
         let h2: &[&[u8]] = &[b"h2", b"http/1.1"];
         assert_eq!(pick(&store, Some("default.test"), h2), Some(0));
         // The wildcard came first: it wins over a later exact name, as the
@@ -205,7 +272,7 @@ mod tests {
     #[test]
     fn a_challenge_certificate_goes_only_to_a_client_offering_only_acme_tls() {
         let mut store = CertStore::default();
-        store.add(key(&["example.com"]));
+        store.add_san(key(&["example.com"]));
         let challenge = key(&["example.com"]);
         let name = |n: &str| crate::host::normalize(n.as_bytes()).unwrap();
         store.set_challenge(&name("Example.com."), Some(challenge.clone()));
@@ -218,7 +285,7 @@ mod tests {
         assert_eq!(pick(&store, Some("example.com"), &[ACME_TLS_ALPN, b"h2"]), Some(0));
         assert_eq!(pick(&store, Some("other.com"), acme), None);
         // Replacing the keys (a reload) keeps the challenges; removing one ends it.
-        let keys = store.keys.clone();
+        let keys = store.keys.iter().map(|k| (k.clone(), None)).collect();
         store.replace_keys(keys);
         assert!(store.resolve(Some("example.com"), acme.iter().copied()).is_some());
         store.set_challenge(&name("example.com"), None);
@@ -228,9 +295,9 @@ mod tests {
     #[test]
     fn every_spelling_of_a_name_gets_the_certificate_its_site_gets() {
         let mut store = CertStore::default();
-        store.add(key(&["default.test"]));
-        store.add(key(&["Example.COM", "*.XN--BCHER-KVA.example"]));
-        store.add(key(&["f*.example.org", "*.127.0.0.1", "*.*.example.net"]));
+        store.add_san(key(&["default.test"]));
+        store.add_san(key(&["Example.COM", "*.XN--BCHER-KVA.example"]));
+        store.add_san(key(&["f*.example.org", "*.127.0.0.1", "*.*.example.net"]));
         let h2: &[&[u8]] = &[b"h2"];
         for sni in [
             "example.com",
@@ -254,5 +321,41 @@ mod tests {
             assert_eq!(pick(&store, Some(sni), h2), Some(0), "{sni}");
         }
         assert!(store.wildcard.keys().all(|parent| &**parent == "xn--bcher-kva.example"));
+    }
+
+    #[test]
+    fn a_sites_certificate_goes_to_its_names_only_and_unknown_names_get_the_fallback() {
+        let mut store = CertStore::default();
+        let names = |n: &[&str]| n.iter().map(|n| n.to_string()).collect::<Vec<_>>();
+        // b's certificate covers every name here; it is for b.test only.
+        store.add(key(&["*.test", "a.test", "b.test"]), Some(&names(&["b.test"])));
+        store.add(key(&["a.test"]), Some(&names(&["A.Test", "*.a.test"])));
+        let h2: &[&[u8]] = &[b"h2"];
+        assert_eq!(pick(&store, Some("a.test"), h2), Some(1));
+        assert_eq!(pick(&store, Some("x.a.test"), h2), Some(1));
+        assert_eq!(pick(&store, Some("b.test"), h2), Some(0));
+        assert_eq!(store.index_for("B.TEST."), Some(0));
+        assert_eq!(store.index_for("c.test"), None);
+        // Unknown or absent: the fallback.
+        assert_eq!(pick(&store, Some("c.test"), h2), Some(0));
+        store.fallback = Fallback::Key(1);
+        assert_eq!(pick(&store, Some("c.test"), h2), Some(1));
+        assert_eq!(pick(&store, None, h2), Some(1));
+        store.fallback = Fallback::Refuse;
+        assert!(!take_refused_name());
+        assert_eq!(pick(&store, Some("c.test"), h2), None);
+        assert!(take_refused_name());
+        assert!(!take_refused_name(), "cleared");
+        assert_eq!(pick(&store, None, h2), None);
+        assert!(take_refused_name());
+        // A reload keeps the names and the fallback.
+        let keys = store
+            .keys
+            .iter()
+            .zip([Some(names(&["b.test"])), Some(names(&["a.test"]))]);
+        store.replace_keys(keys.map(|(k, n)| (k.clone(), n)).collect());
+        assert_eq!(pick(&store, Some("b.test"), h2), Some(0));
+        assert_eq!(pick(&store, Some("x.a.test"), h2), None);
+        assert_eq!(store.fallback, Fallback::Refuse);
     }
 }

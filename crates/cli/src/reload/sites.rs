@@ -1,0 +1,232 @@
+//! The configured sites (`sites::SiteSpec`) made into the engine's
+//! (`peregrine::Site`): each site's root and routes become one handler,
+//! its names and aliases the engine's, its certificates one `TlsConfig`
+//! chosen by the sites' names, its archives kept across reloads.
+//!
+//! An archive is opened once per path and mode, however many sites and
+//! routes serve it, and kept by the next generation when its path and
+//! mode are unchanged (then asked to reload, as SIGHUP has always done):
+//! each archive has its own watcher, so replacing one site's archive swaps
+//! that one alone, and the others' generations, ETags and metrics do not
+//! move.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use peregrine::pattern::Pattern;
+use peregrine::{Handler, Reply, Request, Response, Site, TlsConfig};
+use peregrine_archive::{ArchiveServer, Mode};
+use peregrine_files::FileServer;
+
+use super::ServedArchive;
+use crate::flags::{ServeArchiveArgs, TlsArgs};
+use crate::sites::{route_for, HandlerSpec, RootKind, SiteSpec};
+
+/// The engine's sites, with the archives they serve.
+pub(super) struct Built {
+    pub(super) sites: Vec<Site>,
+    /// Every archive served, once each, labelled with the first site that
+    /// serves it.
+    pub(super) archives: Vec<ServedArchive>,
+}
+
+/// Builds the sites of `specs`, keeping `previous`'s archives where the
+/// path and mode are the same. A site whose access log is the server's
+/// (`access_log`, which it inherits unless it names its own) writes to
+/// the server's: one file, opened once.
+pub(super) fn build(specs: &[SiteSpec], access_log: Option<&str>, previous: &[ServedArchive]) -> anyhow::Result<Built> {
+    let mut archives: Vec<ServedArchive> = Vec::new();
+    let mut sites = Vec::with_capacity(specs.len());
+    for spec in specs {
+        let label = &spec.names[0];
+        let root: Arc<dyn Handler> = match spec.kind {
+            RootKind::Directory => Arc::new(files(&spec.root, spec)?),
+            RootKind::Archive => Arc::new(archive(&spec.root, &spec.archive, label, previous, &mut archives)?),
+        };
+        let mut routes = Vec::with_capacity(spec.routes.len());
+        for route in &spec.routes {
+            // The slots issue 27 fills (no value exists yet): each will
+            // wrap the route's handler here, before the handler answers.
+            let never = route.auth.as_ref().map(|a| match *a {});
+            let never = never.or(route.ip.as_ref().map(|i| match *i {}));
+            let never = never.or(route.rate_limit.as_ref().map(|r| match *r {}));
+            let _: Option<()> = never.or(route.cors.as_ref().map(|c| match *c {}));
+            let handler: Arc<dyn Handler> = match &route.handler {
+                HandlerSpec::Files { root, files } => Arc::new(
+                    FileServer::new(files.options(root.clone()))
+                        .with_context(|| format!("site {label}, route {}: {}", route.path, root.display()))?,
+                ),
+                HandlerSpec::Archive { root, archive: a } => {
+                    Arc::new(archive(root, a, label, previous, &mut archives)?)
+                }
+                HandlerSpec::Redirect { to, status } => Arc::new(Redirect {
+                    pattern: route.pattern.clone(),
+                    to: to.clone(),
+                    status: *status,
+                }),
+                HandlerSpec::Proxy(never) => match *never {},
+            };
+            routes.push(Routed {
+                handler,
+                headers: route.headers.clone(),
+            });
+        }
+        let handler = SiteHandler {
+            spec: spec.clone(),
+            root,
+            routes,
+        };
+        let mut site = Site::new(spec.names.iter().cloned(), handler);
+        for alias in &spec.aliases {
+            site = site.alias(alias.clone());
+        }
+        if spec.default {
+            site = site.default_site();
+        }
+        if let Some(log) = spec.access_log.as_deref().filter(|&own| Some(own) != access_log) {
+            site = site.access_log(peregrine::AccessLog::from_arg(log));
+        }
+        sites.push(site);
+    }
+    Ok(Built { sites, archives })
+}
+
+/// The certificates of the sites, each pair sent only for its site's
+/// names and aliases; an unknown or absent SNI gets the default site's
+/// first certificate, or `unrecognized_name` when no site is the default.
+/// `None` when no site has a certificate (plain HTTP).
+pub(super) fn tls(specs: &[SiteSpec], args: &TlsArgs) -> anyhow::Result<Option<TlsConfig>> {
+    let mut tls: Option<TlsConfig> = None;
+    for spec in specs {
+        let names: Vec<&str> = spec.names.iter().chain(&spec.aliases).map(String::as_str).collect();
+        for (cert, key) in &spec.tls {
+            let what = || format!("site {}: {} and {}", spec.names[0], cert.display(), key.display());
+            tls = Some(match tls {
+                None => TlsConfig::for_names(&names, cert, key).with_context(what)?,
+                Some(tls) => tls.with_cert_for(&names, cert, key).with_context(what)?,
+            });
+        }
+    }
+    let Some(mut tls) = tls else {
+        return Ok(None);
+    };
+    let fallback = specs.iter().find(|s| s.default && !s.tls.is_empty());
+    tls = tls.unknown_names(fallback.map(|s| s.names[0].as_str()))?;
+    if let Some(secs) = args.hsts {
+        tls = tls.hsts(Duration::from_secs(secs));
+    }
+    Ok(Some(tls))
+}
+
+/// A directory root with the site's file settings.
+fn files(root: &Path, spec: &SiteSpec) -> anyhow::Result<FileServer> {
+    FileServer::new(spec.files.options(root.to_owned()))
+        .with_context(|| format!("site {}: cannot serve {}", spec.names[0], root.display()))
+}
+
+/// The archive at `root` in the mode `args` asks for: one already opened
+/// for this generation, or the previous generation's (reloaded when the
+/// generation starts), or opened now.
+fn archive(
+    root: &Path,
+    args: &ServeArchiveArgs,
+    label: &str,
+    previous: &[ServedArchive],
+    archives: &mut Vec<ServedArchive>,
+) -> anyhow::Result<ArchiveServer> {
+    let mode = match (args.in_memory, args.prefault) {
+        (true, _) => Mode::Heap,
+        (false, true) => Mode::MapPopulate,
+        (false, false) => Mode::Map,
+    };
+    let same = |a: &&ServedArchive| a.root == root && a.mode == mode;
+    if let Some(served) = archives.iter().find(same) {
+        return Ok(served.server.clone());
+    }
+    let (server, kept) = match previous.iter().find(same) {
+        Some(old) => (old.server.clone(), true),
+        None => (
+            ArchiveServer::open(root, mode).with_context(|| format!("site {label}: {}", root.display()))?,
+            false,
+        ),
+    };
+    archives.push(ServedArchive {
+        root: PathBuf::from(root),
+        mode,
+        server: server.clone(),
+        site: Some(label.to_owned()),
+        kept,
+    });
+    Ok(server)
+}
+
+/// One site's handler: the route that takes the request's path, or the
+/// site's root.
+struct SiteHandler {
+    spec: SiteSpec,
+    root: Arc<dyn Handler>,
+    /// By the index of `spec.routes`.
+    routes: Vec<Routed>,
+}
+
+/// A route's handler and the fields it adds to every answer.
+struct Routed {
+    handler: Arc<dyn Handler>,
+    headers: Vec<(String, String)>,
+}
+
+impl SiteHandler {
+    fn pick(&self, req: &Request<'_>) -> Option<&Routed> {
+        route_for(&self.spec, req.path()).map(|i| &self.routes[i])
+    }
+}
+
+impl Handler for SiteHandler {
+    fn call(&self, req: &Request<'_>) -> Reply {
+        let Some(route) = self.pick(req) else {
+            return self.root.call(req);
+        };
+        match route.handler.call(req) {
+            Reply::Now(mut response) => {
+                for (name, value) in &route.headers {
+                    response = response.with_header(name.clone(), value.clone());
+                }
+                Reply::Now(response)
+            }
+            other => other,
+        }
+    }
+
+    fn body_use(&self, req: &Request<'_>) -> peregrine::BodyUse {
+        match self.pick(req) {
+            Some(route) => route.handler.body_use(req),
+            None => self.root.body_use(req),
+        }
+    }
+}
+
+/// A route that redirects: `to` with the pattern's captures put in.
+struct Redirect {
+    pattern: Pattern,
+    to: String,
+    status: u16,
+}
+
+impl Handler for Redirect {
+    fn call(&self, req: &Request<'_>) -> Reply {
+        let caps = self.pattern.captures(req.path()).unwrap_or_default();
+        let location = peregrine_files::conventions::substitute(&self.to, &caps);
+        Reply::Now(
+            Response::new(self.status)
+                .with_header("Location", location)
+                .with_content_type("text/plain; charset=utf-8")
+                .with_body(format!("{} {}\n", self.status, "redirect")),
+        )
+    }
+
+    fn body_use(&self, _req: &Request<'_>) -> peregrine::BodyUse {
+        peregrine::BodyUse::Ignore
+    }
+}

@@ -1,0 +1,1123 @@
+//! Reading the sites: `--site` values and the file's `[[site]]` and
+//! `[[site.route]]` tables, every value checked by the parser of the flag
+//! it mirrors (`config::file_values`), every error naming the file's line
+//! and the key, as the top level's errors do. All errors are gathered and
+//! said at once.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use anyhow::anyhow;
+use clap::{Args, FromArgMatches};
+use toml::de::{DeTable, DeValue};
+use toml::Spanned;
+
+use peregrine::host::{normalize, HostMap};
+use peregrine::pattern::Pattern;
+
+use super::keys::{
+    per_site, reserved, Applies, HANDLERS, PATHS, PER_SITE, REDIRECT_STATUSES, REDIRECT_STATUS_DEFAULT, ROUTE_KEYS,
+    ROUTE_SETTINGS, SITE_KEYS,
+};
+use super::render::{toml_list, Shown};
+use super::routes;
+use super::{HandlerSpec, Origin, RootKind, RouteSpec, SiteSpec};
+use crate::config::{self, Settings, SITE_TABLES};
+use crate::flags::{FileArgs, ServeArchiveArgs};
+
+/// Per-site settings by file key: values as the command line would give
+/// them (`"true"`/`"false"` for a switch; empty: unset), and their origin.
+type Values = BTreeMap<&'static str, (Vec<OsString>, Origin)>;
+
+/// The sites of `serve`: from `--site` (its values `flags`, wherever they
+/// came from) and the file's `[[site]]` tables; empty when there are none,
+/// and `root` (DIR|ARCHIVE, empty when not given) is served for every
+/// host. Checks what can be checked without opening a root: names, what
+/// each root is, every value, routes, one default, no name twice.
+pub(crate) fn resolve(root: &Path, flags: &[String], settings: &Settings<'_>) -> anyhow::Result<Vec<SiteSpec>> {
+    let top = top_values(settings);
+    let mut sites = Vec::new();
+    let mut claims = Claims::default();
+    let mut errors = Vec::new();
+    let from = settings.origin(SITE_TABLES).unwrap_or_else(|| "flag".to_owned());
+    for (index, value) in flags.iter().enumerate() {
+        match flag_site(value, &from, &top, settings) {
+            Ok(site) => {
+                for name in site.names.iter() {
+                    let place = match config::origin("--site") {
+                        from if from.is_empty() => format!("--site {value} (flag)"),
+                        from => format!("--site {value}{from}"),
+                    };
+                    claims.claim(name, index, place, "names", &mut errors);
+                }
+                sites.push(site);
+            }
+            Err(why) => errors.push(format!("--site {value}{}: {why}", config::origin("--site"))),
+        }
+    }
+    if let (Some(path), Some(text)) = (settings.file_path(), settings.file_text()) {
+        let file = FileSites {
+            settings,
+            path,
+            text,
+            dir: path.parent().map(Path::to_owned).unwrap_or_default(),
+            top: &top,
+        };
+        file.read(flags.len(), &mut sites, &mut claims, &mut errors);
+        // In the file's order, whichever check found them.
+        let at = |e: &String| -> usize {
+            let rest = e.strip_prefix(&format!("{}:", path.display())).unwrap_or_default();
+            rest.split(':').next().and_then(|l| l.parse().ok()).unwrap_or(0)
+        };
+        errors.sort_by_key(at);
+    }
+    if sites.is_empty() && errors.is_empty() {
+        if root.as_os_str().is_empty() {
+            let (shown, ways) = settings
+                .how_to_give("root")
+                .unwrap_or_else(|| ("DIR|ARCHIVE".into(), "on the command line".into()));
+            anyhow::bail!(
+                "`serve` needs {shown}: give it {ways}; or give sites: --site NAMES=DIR|ARCHIVE \
+                 (repeatable), or [[site]] tables in the --config file"
+            );
+        }
+        return Ok(Vec::new());
+    }
+    if !root.as_os_str().is_empty() {
+        errors.insert(
+            0,
+            format!(
+                "DIR|ARCHIVE {}{} is given with sites: each site has its own root; serve it as a \
+                 [[site]] (`default = true` makes it the site for hosts no site names) or leave it out",
+                root.display(),
+                config::origin("root")
+            ),
+        );
+    }
+    let defaults: Vec<&SiteSpec> = sites.iter().filter(|s| s.default).collect();
+    if let [first, second, ..] = defaults[..] {
+        errors.push(format!(
+            "{}: default: a second default site (the first is at {}): one site at most gets the hosts \
+             no site names",
+            place(&second.given),
+            place(&first.given)
+        ));
+    }
+    if !errors.is_empty() {
+        return Err(anyhow!(errors.join("\n")));
+    }
+    Ok(sites)
+}
+
+/// A value parser for `--site NAMES=DIR|ARCHIVE`: names in the engine's
+/// host syntax, a root after the `=`.
+pub(crate) fn parse_site_flag(s: &str) -> Result<String, String> {
+    let (names, _) = split_site_flag(s)?;
+    for name in names {
+        normal_name(name)?;
+    }
+    Ok(s.to_owned())
+}
+
+/// `a.test,www.a.test=DIR` as its names and its root.
+fn split_site_flag(s: &str) -> Result<(Vec<&str>, &str), String> {
+    const FORM: &str = "NAMES=DIR|ARCHIVE, e.g. example.com,www.example.com=site";
+    let Some((names, root)) = s.split_once('=') else {
+        return Err(format!("expected {FORM}"));
+    };
+    if root.is_empty() {
+        return Err(format!("no DIR|ARCHIVE after `=`: expected {FORM}"));
+    }
+    let names: Vec<&str> = names.split(',').map(str::trim).collect();
+    if names.iter().any(|n| n.is_empty()) {
+        return Err(format!("an empty name: expected {FORM}"));
+    }
+    Ok((names, root))
+}
+
+/// A site's name (`example.com`) or wildcard (`*.example.com`) in the
+/// engine's normal form: lowercase, A-labels, no root dot. Refused as the
+/// engine's `HostMap` refuses it (a port, a partial wildcard, a wildcard
+/// over an address, bytes no host has), so that every name read here is
+/// one the dispatcher takes.
+pub(crate) fn normal_name(name: &str) -> Result<String, String> {
+    HostMap::new().insert(name, ()).map_err(|e| e.to_string())?;
+    let (wild, rest) = match name.strip_prefix("*.") {
+        Some(rest) => ("*.", rest),
+        None => ("", name),
+    };
+    let normal = normalize(rest.as_bytes()).map_err(|e| format!("{name:?}: {e}"))?;
+    Ok(format!("{wild}{normal}"))
+}
+
+/// Each name's site, to refuse a name two sites claim, naming both places.
+#[derive(Default)]
+struct Claims(BTreeMap<String, (usize, String)>);
+
+impl Claims {
+    /// `name` (normal form) for the `site`-th site given, at `place`
+    /// (`F:LINE` or `--site ...`) as `key` (`names`, `aliases`).
+    fn claim(&mut self, name: &str, site: usize, place: String, key: &str, errors: &mut Vec<String>) {
+        match self.0.get(name) {
+            Some((other, first)) if *other != site => errors.push(format!(
+                "{place}: {key}: {name} is also a name of the site at {first}: a name belongs to one site"
+            )),
+            Some((_, first)) => errors.push(format!(
+                "{place}: {key}: {name} is named twice in this site (first at {first})"
+            )),
+            None => {
+                self.0.insert(name.to_owned(), (site, place));
+            }
+        }
+    }
+}
+
+/// `F:LINE` of a site's or route's table, or `--site`'s source.
+fn place(given: &Origin) -> String {
+    match given {
+        Origin::File(path, line) | Origin::Site(path, line) => format!("{}:{line}", path.display()),
+        other => other.to_string(),
+    }
+}
+
+/// The top level's value of every per-site setting, every site's default.
+fn top_values(settings: &Settings<'_>) -> Values {
+    PER_SITE
+        .iter()
+        .map(|(key, _)| {
+            let origin = settings.origin(key).map_or(Origin::Default, Origin::TopLevel);
+            (*key, (settings.values(key), origin))
+        })
+        .collect()
+}
+
+/// What a root is, or why it cannot be served.
+fn root_kind(root: &Path) -> Result<RootKind, String> {
+    match std::fs::metadata(root) {
+        Ok(m) if m.is_dir() => Ok(RootKind::Directory),
+        Ok(_) => Ok(RootKind::Archive),
+        Err(e) => Err(format!("cannot serve {}: {e}", root.display())),
+    }
+}
+
+/// One `--site NAMES=DIR|ARCHIVE`: every setting the top level's.
+fn flag_site(value: &str, from: &str, top: &Values, settings: &Settings<'_>) -> Result<SiteSpec, String> {
+    let (names, root) = split_site_flag(value)?;
+    let names = names.into_iter().map(normal_name).collect::<Result<Vec<_>, _>>()?;
+    let root = PathBuf::from(root);
+    let kind = root_kind(&root)?;
+    let given = Origin::SiteFlag(from.to_owned());
+    let mut shown = vec![
+        Shown::new("names", toml_list(&names), given.clone()),
+        Shown::new("root", config::toml_string(&root.to_string_lossy()), given.clone()),
+        Shown::new("default", "false".into(), Origin::Default),
+    ];
+    let (files, archive, tls, access_log) = site_settings(top, kind, settings, &mut shown)?;
+    Ok(SiteSpec {
+        names,
+        aliases: Vec::new(),
+        root,
+        kind,
+        default: false,
+        tls,
+        access_log,
+        files,
+        archive,
+        routes: Vec::new(),
+        shown,
+        given,
+    })
+}
+
+/// The typed settings of a site from its values (those that mean nothing
+/// for its root's kind left out), each shown with its origin.
+#[allow(clippy::type_complexity)]
+fn site_settings(
+    values: &Values,
+    kind: RootKind,
+    settings: &Settings<'_>,
+    shown: &mut Vec<Shown>,
+) -> Result<(FileArgs, ServeArchiveArgs, Vec<(PathBuf, PathBuf)>, Option<String>), String> {
+    let applicable: Values = values
+        .iter()
+        .filter(|(key, _)| applies(per_site(key).unwrap_or(Applies::Both), kind))
+        .map(|(k, v)| (*k, v.clone()))
+        .collect();
+    for (key, _) in PER_SITE {
+        if let Some((vals, origin)) = applicable.get(key) {
+            if let Some(value) = toml_value(settings, key, vals) {
+                shown.push(Shown::new(key, value, origin.clone()));
+            }
+        }
+    }
+    let (files, archive) = file_args(&applicable)?;
+    let paths = |key: &str| -> Vec<PathBuf> {
+        (applicable.get(key).map(|(v, _)| v.as_slice()).unwrap_or_default())
+            .iter()
+            .map(PathBuf::from)
+            .collect()
+    };
+    let tls = paths("tls-cert").into_iter().zip(paths("tls-key")).collect();
+    let access_log = paths("access-log")
+        .into_iter()
+        .next()
+        .map(|p| p.to_string_lossy().into_owned());
+    Ok((files, archive, tls, access_log))
+}
+
+/// Whether a setting that `applies` so means something for a root of
+/// this kind.
+fn applies(applies: Applies, kind: RootKind) -> bool {
+    match applies {
+        Applies::Both => true,
+        Applies::Directory(_) => kind == RootKind::Directory,
+        Applies::Archive => kind == RootKind::Archive,
+    }
+}
+
+/// A setting's values as TOML, as the top level shows them (`None`: unset).
+fn toml_value(settings: &Settings<'_>, key: &str, values: &[OsString]) -> Option<String> {
+    let arg = settings.arg(key)?;
+    let kind = config::Kind::of(arg);
+    let items: Vec<String> = values
+        .iter()
+        .map(|v| config::toml_scalar(kind, &v.to_string_lossy()))
+        .collect();
+    match items.len() {
+        0 => None,
+        1 if !matches!(arg.get_action(), clap::ArgAction::Append) => items.into_iter().next(),
+        _ => Some(format!("[{}]", items.join(", "))),
+    }
+}
+
+/// `FileArgs` and `ServeArchiveArgs` from values, parsed by clap from the
+/// line the flags would make, so that they mean exactly what the flags
+/// mean (defaults included).
+fn file_args(values: &Values) -> Result<(FileArgs, ServeArchiveArgs), String> {
+    let cmd = ServeArchiveArgs::augment_args(FileArgs::augment_args(clap::Command::new("site").no_binary_name(true)));
+    let mut line: Vec<OsString> = Vec::new();
+    for arg in cmd.get_arguments() {
+        let key = config::key(arg);
+        let Some((vals, _)) = values.get(key) else { continue };
+        if config::is_flag(arg) {
+            if vals.iter().any(|v| v == "true") {
+                line.push(format!("--{key}").into());
+            }
+        } else {
+            for v in vals {
+                let mut flag = OsString::from(format!("--{key}="));
+                flag.push(v);
+                line.push(flag);
+            }
+        }
+    }
+    let m = cmd.try_get_matches_from(line).map_err(|e| config::why_refused(&e))?;
+    let files = FileArgs::from_arg_matches(&m).map_err(|e| config::why_refused(&e))?;
+    let archive = ServeArchiveArgs::from_arg_matches(&m).map_err(|e| config::why_refused(&e))?;
+    Ok((files, archive))
+}
+
+/// The file's `[[site]]` tables, read against the merged settings.
+struct FileSites<'a> {
+    settings: &'a Settings<'a>,
+    path: &'a Path,
+    text: &'a str,
+    /// Relative paths in tables are relative to this: the file's directory
+    /// (empty for a file in the working directory).
+    dir: PathBuf,
+    top: &'a Values,
+}
+
+/// A table's entries in the order written.
+fn entries<'t, 'i>(table: &'t DeTable<'i>) -> Vec<(&'t Spanned<std::borrow::Cow<'i, str>>, &'t Spanned<DeValue<'i>>)> {
+    let mut entries: Vec<_> = table.iter().collect();
+    entries.sort_by_key(|(k, _)| k.span().start);
+    entries
+}
+
+impl FileSites<'_> {
+    fn line(&self, offset: usize) -> usize {
+        config::line_of(self.text, offset)
+    }
+
+    /// `F:LINE: key: why`, as the top level's errors are worded.
+    fn error(&self, line: usize, key: &str, why: impl std::fmt::Display) -> String {
+        format!("{}:{line}: {key}: {why}", self.path.display())
+    }
+
+    fn origin(&self, line: usize) -> Origin {
+        Origin::File(self.path.to_owned(), line)
+    }
+
+    /// A path as written in a table: relative to the file's directory.
+    fn path_of(&self, written: &str) -> PathBuf {
+        let p = Path::new(written);
+        if p.is_absolute() {
+            p.to_owned()
+        } else {
+            self.dir.join(p)
+        }
+    }
+
+    /// Every `[[site]]` table, appended to `sites`; the first is the
+    /// `first`-th site given (after the `--site` ones).
+    fn read(&self, first: usize, sites: &mut Vec<SiteSpec>, claims: &mut Claims, errors: &mut Vec<String>) {
+        let Ok(doc) = DeTable::parse(self.text) else {
+            return; // File::load read it already
+        };
+        let Some((_, value)) = doc.get_ref().iter().find(|(k, _)| k.get_ref() == SITE_TABLES) else {
+            return;
+        };
+        let DeValue::Array(items) = value.get_ref() else { return };
+        for (i, item) in items.iter().enumerate() {
+            // Strings are `--site`'s form (read with the flags).
+            let DeValue::Table(table) = item.get_ref() else {
+                continue;
+            };
+            let header = self.line(item.span().start);
+            if let Some(site) = self.site(table, header, first + i, claims, errors) {
+                sites.push(site);
+            }
+        }
+    }
+
+    /// One `[[site]]` table, whose `[[site]]` is at line `header`.
+    fn site(
+        &self,
+        table: &DeTable<'_>,
+        header: usize,
+        index: usize,
+        claims: &mut Claims,
+        errors: &mut Vec<String>,
+    ) -> Option<SiteSpec> {
+        let n_errors = errors.len();
+        let mut names: Option<(Vec<String>, usize)> = None;
+        let mut aliases: Option<(Vec<String>, usize)> = None;
+        let mut root: Option<(PathBuf, usize)> = None;
+        let mut default: Option<(bool, usize)> = None;
+        let mut routes: Vec<(&DeTable<'_>, usize)> = Vec::new();
+        let mut own: Vec<(&'static str, Vec<OsString>, usize)> = Vec::new();
+        for (k, v) in entries(table) {
+            let line = self.line(k.span().start);
+            let key: &str = k.get_ref();
+            match key {
+                "names" | "aliases" => {
+                    let Some(items) = self.strings(key, v, errors) else {
+                        continue;
+                    };
+                    if items.is_empty() && key == "names" {
+                        errors.push(self.error(line, key, "an empty list: give the site's host names"));
+                    }
+                    let mut normal = Vec::new();
+                    for (name, at) in items {
+                        match normal_name(&name) {
+                            Ok(n) => {
+                                let place = format!("{}:{at}", self.path.display());
+                                claims.claim(&n, index, place, key, errors);
+                                normal.push(n);
+                            }
+                            Err(why) => errors.push(self.error(at, key, why)),
+                        }
+                    }
+                    if key == "names" {
+                        names = Some((normal, line));
+                    } else {
+                        aliases = Some((normal, line));
+                    }
+                }
+                "root" => match v.get_ref() {
+                    DeValue::String(s) if !s.is_empty() => root = Some((self.path_of(s), line)),
+                    DeValue::String(_) => errors.push(self.error(line, key, "an empty path")),
+                    other => errors.push(self.error(
+                        line,
+                        key,
+                        format!("expected a string, found {}", config::describe(other)),
+                    )),
+                },
+                "default" => match v.get_ref() {
+                    DeValue::Boolean(b) => default = Some((*b, line)),
+                    other => errors.push(self.error(
+                        line,
+                        key,
+                        format!("expected true or false, found {}", config::describe(other)),
+                    )),
+                },
+                "route" => match v.get_ref() {
+                    DeValue::Array(items) if items.iter().all(|i| i.get_ref().is_table()) => {
+                        for item in items.iter() {
+                            if let DeValue::Table(t) = item.get_ref() {
+                                routes.push((t, self.line(item.span().start)));
+                            }
+                        }
+                    }
+                    _ => errors.push(self.error(
+                        line,
+                        key,
+                        "a route is a [[site.route]] table (two brackets, one table per route, after its [[site]])",
+                    )),
+                },
+                _ => {
+                    if let Some(&(static_key, _)) = PER_SITE.iter().find(|(k, _)| *k == key) {
+                        if let Some(values) = self.setting(key, v, errors) {
+                            own.push((static_key, values, line));
+                        }
+                    } else {
+                        errors.push(self.error(line, key, self.misplaced(key, Level::Site)));
+                    }
+                }
+            }
+        }
+        let at_header = |what: &str| format!("{}:{header}: [[site]] {what}", self.path.display());
+        let names = match names {
+            // Each refused at its line already.
+            Some((names, _)) if names.is_empty() => return None,
+            Some(names) => names,
+            None => {
+                errors.push(at_header(
+                    "has no `names`: give its host names, e.g. names = [\"example.com\", \"www.example.com\"]",
+                ));
+                return None;
+            }
+        };
+        let Some((root, root_line)) = root else {
+            errors.push(at_header(
+                "has no `root`: give the directory or archive it serves (relative to this file's directory)",
+            ));
+            return None;
+        };
+        if let (Some((_, line)), Some(first)) = (&aliases, names.0.first()) {
+            if first.starts_with("*.") {
+                errors.push(self.error(
+                    *line,
+                    "aliases",
+                    format!(
+                        "aliases redirect to the site's first name, and {first} is a wildcard: put an exact name first"
+                    ),
+                ));
+            }
+        }
+        let kind = match root_kind(&root) {
+            Ok(kind) => kind,
+            Err(why) => {
+                errors.push(self.error(root_line, "root", why));
+                return None;
+            }
+        };
+        // A site's own setting that means nothing for its root is refused;
+        // an inherited one is left out (the top level's settings are
+        // defaults for every kind of site).
+        for (key, _, line) in &own {
+            match per_site(key) {
+                Some(Applies::Directory(why)) if kind == RootKind::Archive => errors.push(self.error(
+                    *line,
+                    key,
+                    format!(
+                        "{} is an archive, whose answers were fixed when it was packed ({why})",
+                        root.display()
+                    ),
+                )),
+                Some(Applies::Archive) if kind == RootKind::Directory => errors.push(self.error(
+                    *line,
+                    key,
+                    format!("applies to an archive, and {} is a directory", root.display()),
+                )),
+                _ => {}
+            }
+        }
+        let set = |key: &str| {
+            own.iter()
+                .find(|(k, ..)| *k == key)
+                .map(|(_, v, line)| (v.len(), *line))
+        };
+        match (set("tls-cert"), set("tls-key")) {
+            (Some((n_certs, _)), Some((n_keys, line))) if n_certs != n_keys => errors.push(self.error(
+                line,
+                "tls-key",
+                format!(
+                    "one tls-key per tls-cert ({}, {})",
+                    crate::messages::counted(n_certs, "certificate"),
+                    crate::messages::counted(n_keys, "key")
+                ),
+            )),
+            (Some((_, line)), None) => errors.push(self.error(line, "tls-cert", "give tls-key too, in this site")),
+            (None, Some((_, line))) => errors.push(self.error(line, "tls-key", "give tls-cert too, in this site")),
+            _ => {}
+        }
+        let mut values = self.top.clone();
+        for (key, vals, line) in own {
+            values.insert(key, (vals, self.origin(line)));
+        }
+        let given = self.origin(header);
+        let from_line = |item: Option<usize>| item.map_or(Origin::Default, |line| self.origin(line));
+        let mut shown = vec![
+            Shown::new("names", toml_list(&names.0), self.origin(names.1)),
+            Shown::new(
+                "aliases",
+                toml_list(&aliases.clone().unwrap_or_default().0),
+                from_line(aliases.as_ref().map(|a| a.1)),
+            ),
+            Shown::new(
+                "root",
+                config::toml_string(&root.to_string_lossy()),
+                self.origin(root_line),
+            ),
+            Shown::new(
+                "default",
+                default.is_some_and(|d| d.0).to_string(),
+                from_line(default.map(|d| d.1)),
+            ),
+        ];
+        if aliases.is_none() {
+            shown.remove(1);
+        }
+        let (files, archive, tls, access_log) = match site_settings(&values, kind, self.settings, &mut shown) {
+            Ok(typed) => typed,
+            Err(why) => {
+                errors.push(at_header(&format!("settings: {why}")));
+                return None;
+            }
+        };
+        let site_root = (root.clone(), kind, root_line);
+        let mut specs: Vec<RouteSpec> = Vec::new();
+        let mut paths: BTreeMap<String, usize> = BTreeMap::new();
+        for (table, line) in routes {
+            // Two routes with one path: the second could never answer.
+            let path = table.iter().find(|(k, _)| k.get_ref() == "path");
+            if let Some((k, v)) = path {
+                if let DeValue::String(p) = v.get_ref() {
+                    let at = self.line(k.span().start);
+                    if let Some(first) = paths.insert(p.to_string(), at) {
+                        errors.push(self.error(
+                            at,
+                            "path",
+                            format!(
+                                "{p} is also the path of the route at {}:{first}: one of them could never answer",
+                                self.path.display()
+                            ),
+                        ));
+                    }
+                }
+            }
+            if let Some(route) = self.route(table, line, &site_root, &values, errors) {
+                specs.push(route);
+            }
+        }
+        routes::sort(&mut specs);
+        if errors.len() > n_errors {
+            return None;
+        }
+        Some(SiteSpec {
+            names: names.0,
+            aliases: aliases.map(|a| a.0).unwrap_or_default(),
+            root,
+            kind,
+            default: default.is_some_and(|d| d.0),
+            tls,
+            access_log,
+            files,
+            archive,
+            routes: specs,
+            shown,
+            given,
+        })
+    }
+
+    /// One `[[site.route]]` table at line `header`, of the site whose root
+    /// (and its kind and line) and values are given.
+    fn route(
+        &self,
+        table: &DeTable<'_>,
+        header: usize,
+        site_root: &(PathBuf, RootKind, usize),
+        site_values: &Values,
+        errors: &mut Vec<String>,
+    ) -> Option<RouteSpec> {
+        let n_errors = errors.len();
+        let mut path: Option<(String, Pattern, usize)> = None;
+        let mut path_given = false;
+        let mut handler: Option<(String, usize)> = None;
+        let mut root: Option<(PathBuf, usize)> = None;
+        let mut to: Option<(String, usize)> = None;
+        let mut status: Option<(u16, usize)> = None;
+        let mut headers: Option<(Vec<(String, String)>, usize)> = None;
+        let mut own: Vec<(&'static str, Vec<OsString>, usize)> = Vec::new();
+        for (k, v) in entries(table) {
+            let line = self.line(k.span().start);
+            let key: &str = k.get_ref();
+            let string = |errors: &mut Vec<String>| match v.get_ref() {
+                DeValue::String(s) if !s.is_empty() => Some(s.to_string()),
+                DeValue::String(_) => {
+                    errors.push(self.error(line, key, "an empty string"));
+                    None
+                }
+                other => {
+                    errors.push(self.error(
+                        line,
+                        key,
+                        format!("expected a string, found {}", config::describe(other)),
+                    ));
+                    None
+                }
+            };
+            match key {
+                "path" => {
+                    path_given = true;
+                    if let Some(s) = string(errors) {
+                        match Pattern::parse(&s) {
+                            Ok(p) => path = Some((s, p, line)),
+                            Err(e) => errors.push(self.error(line, key, e)),
+                        }
+                    }
+                }
+                "handler" => {
+                    if let Some(s) = string(errors) {
+                        if HANDLERS.contains(&s.as_str()) {
+                            handler = Some((s, line));
+                        } else if let Some(issue) = reserved(&s) {
+                            errors.push(self.error(
+                                line,
+                                key,
+                                format!("\"{s}\" is not supported yet (issue {issue} brings it)"),
+                            ));
+                        } else {
+                            errors.push(self.error(
+                                line,
+                                key,
+                                format!("\"{s}\": expected \"files\", \"archive\" or \"redirect\""),
+                            ));
+                        }
+                    }
+                }
+                "root" => {
+                    if let Some(s) = string(errors) {
+                        root = Some((self.path_of(&s), line));
+                    }
+                }
+                "to" => {
+                    if let Some(s) = string(errors) {
+                        to = Some((s, line));
+                    }
+                }
+                "status" => match v.get_ref() {
+                    DeValue::Integer(i) => match u16::from_str_radix(i.as_str(), i.radix()) {
+                        Ok(n) if REDIRECT_STATUSES.contains(&n) => status = Some((n, line)),
+                        _ => errors.push(self.error(
+                            line,
+                            key,
+                            format!("{}: expected 301, 302, 303, 307 or 308", i.as_str()),
+                        )),
+                    },
+                    other => errors.push(self.error(
+                        line,
+                        key,
+                        format!("expected a whole number, found {}", config::describe(other)),
+                    )),
+                },
+                "headers" => {
+                    if let Some(fields) = self.headers(v, errors) {
+                        headers = Some((fields, line));
+                    }
+                }
+                _ if ROUTE_SETTINGS.contains(&key) => {
+                    let static_key = ROUTE_SETTINGS.iter().find(|k| **k == key).copied().unwrap_or_default();
+                    if let Some(values) = self.setting(key, v, errors) {
+                        own.push((static_key, values, line));
+                    }
+                }
+                _ => errors.push(self.error(line, key, self.misplaced(key, Level::Route))),
+            }
+        }
+        let Some((path, pattern, path_line)) = path else {
+            if path_given {
+                return None; // refused at its line
+            }
+            errors.push(format!(
+                "{}:{header}: [[site.route]] has no `path`: give the pattern it takes, e.g. path = \"/assets/*\"",
+                self.path.display()
+            ));
+            return None;
+        };
+        let (site_root_path, site_kind, site_root_line) = site_root;
+        // The handler: as written; else a redirect when there is a `to`;
+        // else what the root is.
+        let root_kind_here = match &root {
+            Some((r, line)) => match root_kind(r) {
+                Ok(kind) => Some(kind),
+                Err(why) => {
+                    errors.push(self.error(*line, "root", why));
+                    None
+                }
+            },
+            None => Some(*site_kind),
+        }?;
+        let name = match (&handler, &to) {
+            (Some((h, _)), _) => h.as_str(),
+            (None, Some(_)) => "redirect",
+            (None, None) if root_kind_here == RootKind::Archive => "archive",
+            (None, None) => "files",
+        };
+        let mut shown = vec![
+            Shown::new("path", config::toml_string(&path), self.origin(path_line)),
+            Shown::new(
+                "handler",
+                config::toml_string(name),
+                handler.as_ref().map_or(Origin::Default, |(_, line)| self.origin(*line)),
+            ),
+        ];
+        let handler_line = handler.as_ref().map_or(header, |(_, line)| *line);
+        let handler_spec = match name {
+            "redirect" => {
+                if let Some((_, line)) = &root {
+                    errors.push(self.error(*line, "root", "a redirect serves no files"));
+                }
+                for (key, _, line) in &own {
+                    errors.push(self.error(*line, key, "a redirect serves no files"));
+                }
+                let Some((to, to_line)) = to else {
+                    errors.push(self.error(
+                        handler_line,
+                        "handler",
+                        "a redirect needs `to`: the URL or path it sends the client to",
+                    ));
+                    return None;
+                };
+                if let Err(why) = check_target(&to, &path) {
+                    errors.push(self.error(to_line, "to", why));
+                }
+                let status_n = status.map_or(REDIRECT_STATUS_DEFAULT, |(n, _)| n);
+                shown.push(Shown::new("to", config::toml_string(&to), self.origin(to_line)));
+                shown.push(Shown::new(
+                    "status",
+                    status_n.to_string(),
+                    status.map_or(Origin::Default, |(_, line)| self.origin(line)),
+                ));
+                HandlerSpec::Redirect { to, status: status_n }
+            }
+            "files" | "archive" => {
+                for (key, line) in [("to", to.as_ref().map(|t| t.1)), ("status", status.map(|s| s.1))] {
+                    if let Some(line) = line {
+                        errors.push(self.error(
+                            line,
+                            key,
+                            format!("only a redirect has `{key}` (this route's handler is {name})"),
+                        ));
+                    }
+                }
+                let (root_path, root_origin) = match &root {
+                    Some((r, line)) => (r.clone(), self.origin(*line)),
+                    None => (
+                        site_root_path.clone(),
+                        Origin::Site(self.path.to_owned(), *site_root_line),
+                    ),
+                };
+                let wanted = if name == "files" {
+                    RootKind::Directory
+                } else {
+                    RootKind::Archive
+                };
+                if root_kind_here != wanted {
+                    let (line, key) = match &root {
+                        Some((_, line)) => (*line, "root"),
+                        None => (handler_line, "handler"),
+                    };
+                    let why = match wanted {
+                        RootKind::Directory => format!(
+                            "handler \"files\" serves a directory, and {} is an archive (handler \"archive\" serves \
+                             it; or give the route a directory as its root)",
+                            root_path.display()
+                        ),
+                        RootKind::Archive => format!(
+                            "handler \"archive\" serves an archive, and {} is a directory (handler \"files\" serves \
+                             it; or give the route an archive as its root)",
+                            root_path.display()
+                        ),
+                    };
+                    errors.push(self.error(line, key, why));
+                    return None;
+                }
+                shown.push(Shown::new(
+                    "root",
+                    config::toml_string(&root_path.to_string_lossy()),
+                    root_origin,
+                ));
+                let mut values = site_values.clone();
+                for (key, vals, line) in &own {
+                    values.insert(key, (vals.clone(), self.origin(*line)));
+                }
+                if name == "archive" {
+                    for (key, _, line) in &own {
+                        if let Some(Applies::Directory(why)) = per_site(key) {
+                            errors.push(self.error(
+                                *line,
+                                key,
+                                format!(
+                                    "{} is an archive, whose answers were fixed when it was packed ({why})",
+                                    root_path.display()
+                                ),
+                            ));
+                        }
+                    }
+                }
+                let (files, archive) = match file_args(&values) {
+                    Ok(typed) => typed,
+                    Err(why) => {
+                        errors.push(format!(
+                            "{}:{header}: [[site.route]] settings: {why}",
+                            self.path.display()
+                        ));
+                        return None;
+                    }
+                };
+                if name == "files" {
+                    for key in ROUTE_SETTINGS {
+                        let Some((vals, origin)) = values.get(key) else {
+                            continue;
+                        };
+                        let origin = match origin {
+                            // The site's own, not the route's: inherited from the site.
+                            Origin::File(p, l) if !own.iter().any(|(k, ..)| k == key) => Origin::Site(p.clone(), *l),
+                            other => other.clone(),
+                        };
+                        if let Some(value) = toml_value(self.settings, key, vals) {
+                            shown.push(Shown::new(key, value, origin));
+                        }
+                    }
+                    HandlerSpec::Files { root: root_path, files }
+                } else {
+                    HandlerSpec::Archive {
+                        root: root_path,
+                        archive,
+                    }
+                }
+            }
+            _ => unreachable!("handlers are checked when read"),
+        };
+        let headers_list = headers.as_ref().map(|h| h.0.clone()).unwrap_or_default();
+        if let Some((fields, line)) = &headers {
+            shown.push(Shown::new("headers", inline_table(fields), self.origin(*line)));
+        }
+        if errors.len() > n_errors {
+            return None;
+        }
+        Some(RouteSpec {
+            path,
+            pattern,
+            handler: handler_spec,
+            headers: headers_list,
+            auth: None,
+            ip: None,
+            rate_limit: None,
+            cors: None,
+            shown,
+            given: self.origin(header),
+        })
+    }
+
+    /// Why `key` does not belong in a site's (or route's) table, said with
+    /// where it belongs.
+    fn misplaced(&self, key: &str, level: Level) -> String {
+        if let Some(issue) = reserved(key) {
+            return format!("not supported yet (issue {issue} brings it); refused rather than ignored");
+        }
+        match level {
+            Level::Site if ROUTE_KEYS.contains(&key) => {
+                return "a route's setting: give it in a [[site.route]] table".into();
+            }
+            Level::Route if per_site(key).is_some() => {
+                return "a site's setting, not a route's: give it in the [[site]] table".into();
+            }
+            Level::Route if SITE_KEYS.contains(&key) => {
+                return "a site's key, not a route's: give it in the [[site]] table".into();
+            }
+            _ => {}
+        }
+        if key == SITE_TABLES {
+            return "sites do not nest: each [[site]] table is at the top level".into();
+        }
+        if key == "version" {
+            return "the file's version is a top-level key".into();
+        }
+        if self.settings.arg(key).is_some() {
+            return format!(
+                "process-wide: every site shares it, so it is set at the top level, not in a [[{}]]",
+                if level == Level::Site { "site" } else { "site.route" }
+            );
+        }
+        let known: Vec<&str> = match level {
+            Level::Site => SITE_KEYS
+                .iter()
+                .chain(PER_SITE.iter().map(|(k, _)| k))
+                .copied()
+                .collect(),
+            Level::Route => ROUTE_KEYS.iter().chain(ROUTE_SETTINGS).copied().collect(),
+        };
+        let what = match level {
+            Level::Site => "[[site]]",
+            Level::Route => "[[site.route]]",
+        };
+        let hint = config::suggest(key, known.into_iter())
+            .map(|s| format!(" (did you mean \"{s}\"?)"))
+            .unwrap_or_default();
+        format!("unknown key in a {what} table{hint}")
+    }
+
+    /// A per-site setting's value as command-line values, checked by its
+    /// flag's parser; paths made relative to the file's directory.
+    fn setting(&self, key: &str, value: &Spanned<DeValue<'_>>, errors: &mut Vec<String>) -> Option<Vec<OsString>> {
+        let arg = self.settings.arg(key)?;
+        match config::file_values(arg, value, self.text) {
+            Ok(values) if PATHS.contains(&key) => Some(
+                values
+                    .into_iter()
+                    .map(|v| match v.to_str() {
+                        Some("-") if key == "access-log" => v,
+                        _ => self.path_of(&v.to_string_lossy()).into_os_string(),
+                    })
+                    .collect(),
+            ),
+            Ok(values) => Some(values),
+            Err((line, why)) => {
+                errors.push(self.error(line, key, why));
+                None
+            }
+        }
+    }
+
+    /// A string or a list of strings, each with its line.
+    fn strings(
+        &self,
+        key: &str,
+        value: &Spanned<DeValue<'_>>,
+        errors: &mut Vec<String>,
+    ) -> Option<Vec<(String, usize)>> {
+        let items: Vec<&Spanned<DeValue<'_>>> = match value.get_ref() {
+            DeValue::Array(items) => items.iter().collect(),
+            _ => vec![value],
+        };
+        let mut out = Vec::new();
+        for item in items {
+            let line = self.line(item.span().start);
+            match item.get_ref() {
+                DeValue::String(s) => out.push((s.to_string(), line)),
+                other => {
+                    errors.push(self.error(
+                        line,
+                        key,
+                        format!(
+                            "expected a string (or a list of them), found {}",
+                            config::describe(other)
+                        ),
+                    ));
+                    return None;
+                }
+            }
+        }
+        Some(out)
+    }
+
+    /// A `headers` table: names to values, each checked as a response
+    /// field (`HeaderBlock::new`), no name twice in any case.
+    fn headers(&self, value: &Spanned<DeValue<'_>>, errors: &mut Vec<String>) -> Option<Vec<(String, String)>> {
+        let line = self.line(value.span().start);
+        let DeValue::Table(table) = value.get_ref() else {
+            errors.push(self.error(
+                line,
+                "headers",
+                format!(
+                    "expected a table of names and values, e.g. headers = {{ X-Frame-Options = \"DENY\" }}, found {}",
+                    config::describe(value.get_ref())
+                ),
+            ));
+            return None;
+        };
+        let mut fields: Vec<(String, String)> = Vec::new();
+        let n_errors = errors.len();
+        for (k, v) in entries(table) {
+            let at = self.line(k.span().start);
+            let name: &str = k.get_ref();
+            let DeValue::String(field) = v.get_ref() else {
+                errors.push(self.error(
+                    at,
+                    "headers",
+                    format!("{name}: expected a string, found {}", config::describe(v.get_ref())),
+                ));
+                continue;
+            };
+            if let Err(why) = peregrine::HeaderBlock::new(&[(name, field)]) {
+                errors.push(self.error(at, "headers", why));
+                continue;
+            }
+            if fields.iter().any(|(n, _)| n.eq_ignore_ascii_case(name)) {
+                errors.push(self.error(at, "headers", format!("{name} is given twice")));
+                continue;
+            }
+            fields.push((name.to_owned(), field.to_string()));
+        }
+        (errors.len() == n_errors).then_some(fields)
+    }
+}
+
+/// Which table a key was found in.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Level {
+    Site,
+    Route,
+}
+
+/// A redirect's target: a path or an http(s) URL, valid as a `Location`,
+/// whose `:name` placeholders are captures of the route's pattern.
+fn check_target(to: &str, pattern: &str) -> Result<(), String> {
+    let absolute = to.starts_with("http://") || to.starts_with("https://");
+    if !to.starts_with('/') && !absolute {
+        return Err(format!(
+            "{to:?}: expected a path (/new) or a URL (https://example.com/new)"
+        ));
+    }
+    peregrine::HeaderBlock::new(&[("Location", to)])?;
+    let captures = capture_names(pattern);
+    let mut rest = to;
+    while let Some(at) = rest.find(':') {
+        let after = &rest[at + 1..];
+        let name: String = after
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect();
+        if name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_') && !captures.contains(&name) {
+            let known = if captures.is_empty() {
+                format!("{pattern} captures nothing")
+            } else {
+                format!("{pattern} captures :{}", captures.join(", :"))
+            };
+            return Err(format!(":{name} is no capture of the route's path ({known})"));
+        }
+        rest = after;
+    }
+    Ok(())
+}
+
+/// The names a pattern captures (`:name`; a splat's name, `splat` unless
+/// named), as `Pattern::parse` reads them.
+fn capture_names(pattern: &str) -> Vec<String> {
+    pattern
+        .split('/')
+        .filter_map(|s| {
+            if let Some(name) = s.strip_prefix(':') {
+                Some(name.to_owned())
+            } else if let Some(name) = s.strip_prefix('*') {
+                Some(if name.is_empty() { "splat" } else { name }.to_owned())
+            } else {
+                s.ends_with('*').then(|| "splat".to_owned())
+            }
+        })
+        .collect()
+}
+
+/// `{ Name = "value", ... }`.
+fn inline_table(fields: &[(String, String)]) -> String {
+    let items: Vec<String> = fields
+        .iter()
+        .map(|(n, v)| format!("{} = {}", config::toml_key(n), config::toml_string(v)))
+        .collect();
+    format!("{{ {} }}", items.join(", "))
+}

@@ -1,0 +1,88 @@
+//! Which route of a site takes a request: the most specific pattern that
+//! matches, whatever the order the routes were written in, as nginx picks
+//! the longest matching prefix and Caddy sorts its routes by specificity.
+//! Written order only breaks ties, so moving a table in the file never
+//! changes which route answers.
+//!
+//! More specific, in this order:
+//! 1. an exact path (no `:name`, no splat) before any pattern;
+//! 2. a longer literal prefix (the pattern's text before its first
+//!    capture): `/assets/img/*` before `/assets/*` before `/*`;
+//! 3. a pattern without a splat (a fixed number of segments) before one
+//!    with: `/blog/:slug` before `/blog/*`;
+//! 4. more segments before fewer;
+//! 5. the order written.
+//!
+//! `resolve` sorts a site's routes so ([`sort`]); [`route_for`] then takes
+//! the first that matches. A request no route matches gets the site's
+//! root with the site's settings.
+
+use std::cmp::Reverse;
+
+use peregrine::pattern::CAPTURES_MAX;
+
+use super::{RouteSpec, SiteSpec};
+
+/// The index in `site.routes` of the route that takes `path` (the
+/// request's path, without its query), or `None`: the site's root and
+/// settings answer. Allocates nothing.
+pub(crate) fn route_for(site: &SiteSpec, path: &str) -> Option<usize> {
+    let mut caps = [("", ""); CAPTURES_MAX];
+    site.routes
+        .iter()
+        .position(|route| route.pattern.matches(path, &mut caps).is_some())
+}
+
+/// Sorts routes most specific first (stable: ties stay in written order).
+pub(crate) fn sort(routes: &mut [RouteSpec]) {
+    routes.sort_by_key(|r| Reverse(specificity(&r.path)));
+}
+
+/// How specific a pattern is, larger first (see the module's
+/// documentation): (exact, literal prefix bytes, no splat, segments).
+fn specificity(pattern: &str) -> (bool, usize, bool, usize) {
+    let segments: Vec<&str> = pattern.strip_prefix('/').unwrap_or(pattern).split('/').collect();
+    let mut prefix = 0;
+    let mut exact = true;
+    for s in &segments {
+        prefix += 1; // its slash
+        if s.starts_with(':') {
+            exact = false;
+            break;
+        }
+        if let Some(literal) = splat_literal(s) {
+            exact = false;
+            prefix += literal.len();
+            break;
+        }
+        prefix += s.len();
+    }
+    let splat = segments.last().is_some_and(|s| splat_literal(s).is_some());
+    (exact, prefix, !splat, segments.len())
+}
+
+/// The literal part of a splat segment (`img` of `img*`, empty for `*` and
+/// `*name`), as `Pattern::parse` reads them; `None` for another segment.
+fn splat_literal(segment: &str) -> Option<&str> {
+    if segment.starts_with('*') {
+        Some("")
+    } else {
+        segment.strip_suffix('*')
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn literal_prefixes_are_measured_up_to_the_first_capture() {
+        assert_eq!(specificity("/"), (true, 1, true, 1));
+        assert_eq!(specificity("/*"), (false, 1, false, 1));
+        assert_eq!(specificity("/assets/*"), (false, 8, false, 2));
+        assert_eq!(specificity("/img*"), (false, 4, false, 1));
+        assert_eq!(specificity("/blog/:slug"), (false, 6, true, 2));
+        assert_eq!(specificity("/blog/*rest"), (false, 6, false, 2));
+        assert_eq!(specificity("/a/b"), (true, 4, true, 2));
+    }
+}
