@@ -398,7 +398,7 @@ fn the_access_log_reopens_under_its_path_for_logrotate_and_writes_json() {
     );
     let (us, tail) = tail.split_once(',').unwrap();
     us.parse::<u64>().unwrap();
-    assert_eq!(tail, "\"referer\":null,\"user_agent\":\"t\"}", "{line}");
+    assert_eq!(tail, "\"referer\":null,\"user_agent\":\"t\",\"site\":null}", "{line}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
