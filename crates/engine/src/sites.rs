@@ -4,7 +4,7 @@
 //! A [`Site`] is a handler with the names it answers for (exact names and
 //! one-label wildcards, `*.example.com`), aliases that redirect to its
 //! first name with 308, and optionally its own access log; one site may be
-//! marked the default. [`Server::sites`](crate::Server::sites) serves them;
+//! marked the default. [`Server::start_sites`](crate::Server::start_sites) serves them;
 //! [`Server::start`](crate::Server::start) with one handler is the case of
 //! one site answering every host, and pays one branch for this module.
 //!
@@ -57,8 +57,10 @@ pub const SITES_MAX: usize = 4096;
 /// let a = Site::new(["a.example", "*.a.example"], |_: &Request<'_>| Response::text("A"))
 ///     .alias("www.a.example");
 /// let b = Site::new(["b.example"], |_: &Request<'_>| Response::text("B")).default_site();
-/// let server = Server::new().bind("127.0.0.1:0").sites(vec![a, b]);
-/// # let _ = server;
+/// let running = Server::new().bind("127.0.0.1:0").start_sites(vec![a, b])?;
+/// # running.shutdown();
+/// # running.join()?;
+/// # Ok::<(), peregrine::Error>(())
 /// ```
 pub struct Site {
     names: Vec<String>,
@@ -122,7 +124,7 @@ impl Site {
     }
 }
 
-/// Why [`Server::sites`](crate::Server::sites) refused its sites.
+/// Why [`Server::start_sites`](crate::Server::start_sites) refused its sites.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum SitesError {
