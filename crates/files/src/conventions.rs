@@ -22,7 +22,9 @@ use peregrine::pattern::Pattern;
 pub type HeaderRule = (String, Vec<(String, String)>);
 
 /// Netlify/Cloudflare `_headers`: a path pattern line, then indented
-/// `Name: value` lines. `#` starts a comment.
+/// `Name: value` lines. `#` starts a comment. Netlify's `Basic-Auth` line
+/// (a password for the pattern's paths) is refused, never sent as a
+/// field: it is no header, and sending it would publish the password.
 pub fn parse_headers(text: &[u8]) -> Result<Vec<HeaderRule>, String> {
     let text = std::str::from_utf8(text).map_err(|_| "not UTF-8".to_owned())?;
     let mut rules: Vec<HeaderRule> = Vec::new();
@@ -47,6 +49,16 @@ pub fn parse_headers(text: &[u8]) -> Result<Vec<HeaderRule>, String> {
             return Err(format!("line {n}: expected `Name: value`"));
         };
         let (name, value) = (name.trim(), value.trim());
+        if name.eq_ignore_ascii_case("basic-auth") {
+            // Netlify reads this line as a password on the pattern's
+            // paths. Sent as a header it would publish the password to
+            // every client and leave the pages open.
+            return Err(format!(
+                "line {n}: `{name}` is Netlify's password protection, which this server does not \
+                 implement yet: sent as a response header it would publish the password to every \
+                 client and leave the pages open; remove the line"
+            ));
+        }
         peregrine::HeaderBlock::new(&[(name, value)]).map_err(|e| format!("line {n}: {e}"))?;
         rule.1.push((name.to_owned(), value.to_owned()));
     }
@@ -271,6 +283,16 @@ mod tests {
             substitute("/new/:id/:splat", &caps),
             "/new/a%20b%3F%23/caf%C3%A9/100%25"
         );
+    }
+
+    #[test]
+    fn a_netlify_basic_auth_line_is_refused_never_sent() {
+        for line in ["Basic-Auth: alice:s3cret", "basic-auth: alice:s3cret bob:pw"] {
+            let text = format!("/private/*\n  X-A: 1\n  {line}\n");
+            let e = parse_headers(text.as_bytes()).unwrap_err();
+            assert!(e.starts_with("line 3: `"), "{e}");
+            assert!(e.contains("password protection") && !e.contains("s3cret"), "{e}");
+        }
     }
 
     #[test]
