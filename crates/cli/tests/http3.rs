@@ -165,22 +165,6 @@ fn python() -> &'static Path {
     }
 }
 
-fn curl() -> &'static Path {
-    static FOUND: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    let found = FOUND.get_or_init(|| {
-        common::find_or_install(&[Program {
-            var: "PEREGRINE_CURL",
-            names: &["curl"],
-            package: "curl",
-        }])
-        .map(|mut v| v.remove(0))
-    });
-    match found {
-        Ok(p) => p,
-        Err(e) => panic!("curl is needed: {e}"),
-    }
-}
-
 /// One answer: the status (or why there is none), fields, body.
 #[derive(Debug)]
 struct Answer {
@@ -298,7 +282,7 @@ fn h1(server: &Running, path: &str, fields: &[(&str, &str)]) -> Answer {
 /// would go: the body returned is empty, curl reads none).
 fn h1_with(server: &Running, is_head: bool, path: &str, fields: &[(&str, &str)]) -> Answer {
     let dir = tempdir("h1-out");
-    let mut cmd = Command::new(curl());
+    let mut cmd = Command::new(common::curl());
     if is_head {
         cmd.arg("--head");
     }

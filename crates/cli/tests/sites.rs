@@ -15,27 +15,11 @@ use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
-use common::{Program, Scratch, PATIENCE};
+use common::{Scratch, PATIENCE};
 use test_support::pki::Pki;
 use test_support::process::Process;
-
-fn curl() -> &'static Path {
-    static FOUND: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    let found = FOUND.get_or_init(|| {
-        common::find_or_install(&[Program {
-            var: "PEREGRINE_CURL",
-            names: &["curl"],
-            package: "curl",
-        }])
-        .map(|mut v| v.remove(0))
-    });
-    match found {
-        Ok(p) => p,
-        Err(e) => panic!("curl is needed: {e}"),
-    }
-}
 
 /// Two directory sites and an archive with two inner hosts, in `t`:
 /// `a` (a.test, *.a.test, alias www.a.test), `b` (b.test, the default
@@ -140,7 +124,7 @@ fn get(addr: &str, host: &str, path: &str) -> (u16, String, String, String) {
 /// What curl got for `https://NAME:PORT/PATH` with NAME resolved to
 /// 127.0.0.1, trusting `ca`: the status and body, or curl's error.
 fn curl_get(port: &str, ca: &Path, name: &str, host: Option<&str>, http2: bool) -> Result<(u16, String), String> {
-    let mut cmd = Command::new(curl());
+    let mut cmd = Command::new(common::curl());
     cmd.args(["-sS", "--max-time", "20", "--cacert"])
         .arg(ca)
         .arg(if http2 { "--http2" } else { "--http1.1" })
@@ -196,7 +180,7 @@ fn three_sites_each_get_their_content_and_certificate_over_http1_and_http2() {
         let refused = curl_get(port, &ca, "nobody.test", None, http2).unwrap_err();
         assert!(refused.contains("unrecognized name"), "{refused}");
         // The alias.
-        let out = Command::new(curl())
+        let out = Command::new(common::curl())
             .args([
                 "-sS",
                 "-o",

@@ -5,11 +5,10 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
-use common::Program;
 use rustls::pki_types::CertificateDer;
 use rustls::ClientConfig;
 use test_support::pki::{self, Pki, Tls};
@@ -292,25 +291,6 @@ fn bad_clients_are_logged_at_debug_level_when_asked() {
     assert_eq!(get(&mut c, "/", "localhost").1, b"Hello, World!");
 }
 
-/// curl (OpenSSL) as a second, independent client: installed from Debian's
-/// packages when it is missing, like the browser test's Chromium (once per
-/// binary, under the same lock).
-fn curl() -> &'static Path {
-    static CURL: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    let found = CURL.get_or_init(|| {
-        let curl = Program {
-            var: "PEREGRINE_CURL",
-            names: &["curl"],
-            package: "curl",
-        };
-        Ok(common::find_or_install(&[curl])?.remove(0))
-    });
-    match found {
-        Ok(path) => path,
-        Err(why) => panic!("this test needs curl (or PEREGRINE_CURL): {why}"),
-    }
-}
-
 #[test]
 fn curl_gets_pages_over_tls12_and_tls13() {
     let pki = Pki::new("curl");
@@ -336,7 +316,7 @@ fn curl_gets_pages_over_tls12_and_tls13() {
     for versions in [["--tlsv1.2", "--tls-max", "1.2"], ["--tlsv1.3", "--tls-max", "1.3"]] {
         // Two URLs: curl keeps the connection alive for the second. Over
         // HTTP/1.1: curl would pick h2, which tests/http2.rs checks.
-        let out = Command::new(curl())
+        let out = Command::new(common::curl())
             .args(["--silent", "--show-error", "--include", "--max-time", "10", "--http1.1"])
             .args(versions)
             .arg("--cacert")

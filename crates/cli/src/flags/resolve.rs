@@ -11,10 +11,23 @@ use anyhow::Context;
 use peregrine::{Limits, TlsConfig};
 use peregrine_files::Options;
 
-use super::files::{split_cache_rule, FileArgs};
+use super::files::{split_cache_rule, FileArgs, ServeArchiveArgs};
 use super::server::{LimitArgs, ServerArgs, TlsArgs};
 use crate::config;
 use crate::messages::counted;
+
+impl ServeArchiveArgs {
+    /// How the archive is held: read into memory (`--in-memory`), mapped
+    /// with every page faulted in (`--prefault`), or mapped.
+    pub(crate) fn mode(&self) -> peregrine_archive::Mode {
+        use peregrine_archive::Mode;
+        match (self.in_memory, self.prefault) {
+            (true, _) => Mode::Heap,
+            (false, true) => Mode::MapPopulate,
+            (false, false) => Mode::Map,
+        }
+    }
+}
 
 impl FileArgs {
     pub(crate) fn options(&self, root: PathBuf) -> Options {

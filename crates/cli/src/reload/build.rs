@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use peregrine::{log, AccessLog, Identity, Listening, Metrics, Request, Response, Router, Running, Server, TlsConfig};
-use peregrine_archive::{ArchiveServer, Mode};
+use peregrine_archive::ArchiveServer;
 use peregrine_files::FileServer;
 
 use super::{Generation, Origin, Process, Role, ServedArchive};
@@ -255,11 +255,7 @@ fn start(
         let files = FileServer::new(files.options(root.clone()))?;
         return Ok((srv.start(sandbox::planted_bug(files))?, Vec::new()));
     }
-    let mode = match (archive.in_memory, archive.prefault) {
-        (true, _) => Mode::Heap,
-        (false, true) => Mode::MapPopulate,
-        (false, false) => Mode::Map,
-    };
+    let mode = archive.mode();
     let same = previous.iter().find(|a| a.root == *root && a.mode == mode);
     let (server, kept) = match same {
         Some(same) => (same.server.clone(), true),

@@ -17,7 +17,7 @@ use std::time::Duration;
 use anyhow::Context;
 use peregrine::pattern::Pattern;
 use peregrine::{Handler, Reply, Request, Response, Site, TlsConfig};
-use peregrine_archive::{ArchiveServer, Mode};
+use peregrine_archive::ArchiveServer;
 use peregrine_files::FileServer;
 
 use super::ServedArchive;
@@ -136,11 +136,7 @@ fn archive(
     previous: &[ServedArchive],
     archives: &mut Vec<ServedArchive>,
 ) -> anyhow::Result<ArchiveServer> {
-    let mode = match (args.in_memory, args.prefault) {
-        (true, _) => Mode::Heap,
-        (false, true) => Mode::MapPopulate,
-        (false, false) => Mode::Map,
-    };
+    let mode = args.mode();
     let same = |a: &&ServedArchive| a.root == root && a.mode == mode;
     if let Some(served) = archives.iter().find(same) {
         return Ok(served.server.clone());

@@ -93,3 +93,22 @@ pub fn terminate(mut child: Child) {
 // Go, curl, nghttp2): `test_support::install`.
 #[allow(unused_imports)]
 pub use test_support::install::{find_on_path, find_or_install, Program, APT_LOCK};
+
+/// curl (OpenSSL), a client independent of ours: found on PATH or named by
+/// `PEREGRINE_CURL`, else installed from Debian's packages (once per test
+/// binary, under `APT_LOCK`).
+pub fn curl() -> &'static std::path::Path {
+    static FOUND: std::sync::OnceLock<Result<std::path::PathBuf, String>> = std::sync::OnceLock::new();
+    let found = FOUND.get_or_init(|| {
+        let curl = Program {
+            var: "PEREGRINE_CURL",
+            names: &["curl"],
+            package: "curl",
+        };
+        Ok(find_or_install(&[curl])?.remove(0))
+    });
+    match found {
+        Ok(path) => path,
+        Err(why) => panic!("this test needs curl (or PEREGRINE_CURL): {why}"),
+    }
+}
