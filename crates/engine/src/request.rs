@@ -340,6 +340,27 @@ impl std::fmt::Debug for Request<'_> {
     }
 }
 
+/// `SCHEME://HOST[:PORT]` and the path and query of `target` (its
+/// origin form): where a redirect sends the same request on another
+/// scheme or name.
+pub(crate) fn absolute_url(scheme: &str, host: &str, port: Option<&str>, target: &str) -> String {
+    let path = origin_form(target);
+    let port_len = port.map_or(0, |p| p.len() + 1);
+    let mut url = String::with_capacity(scheme.len() + 3 + host.len() + port_len + path.len() + 1);
+    url.push_str(scheme);
+    url.push_str("://");
+    url.push_str(host);
+    if let Some(port) = port {
+        url.push(':');
+        url.push_str(port);
+    }
+    if !path.starts_with('/') {
+        url.push('/');
+    }
+    url.push_str(path);
+    url
+}
+
 /// The path and query of a request target: itself in origin-form, the part
 /// after the authority in absolute-form (`?q` when the path is empty: the
 /// caller puts `/` before it), `/` otherwise (`*`, authority-form).

@@ -335,22 +335,11 @@ struct AliasRedirect {
 
 impl Handler for AliasRedirect {
     fn call(&self, req: &Request<'_>) -> Reply {
-        let scheme = if req.tls.is_some() { "https://" } else { "http://" };
+        let scheme = if req.tls.is_some() { "https" } else { "http" };
         // The port the client used, as it wrote it (already checked by the
         // lookup's normalisation: digits only).
-        let port = req.host().and_then(port_of).unwrap_or("");
-        let path = crate::request::origin_form(req.target());
-        let mut location = String::with_capacity(scheme.len() + self.to.len() + port.len() + path.len() + 2);
-        location.push_str(scheme);
-        location.push_str(&self.to);
-        if !port.is_empty() {
-            location.push(':');
-            location.push_str(port);
-        }
-        if !path.starts_with('/') {
-            location.push('/');
-        }
-        location.push_str(path);
+        let port = req.host().and_then(port_of);
+        let location = crate::request::absolute_url(scheme, &self.to, port, req.target());
         Reply::Now(
             Response::new(308)
                 .with_header("Location", location)

@@ -32,18 +32,9 @@ impl Handler for HttpsRedirect {
                     .with_body(&b"400 Bad Request: the Host field names no host to redirect to over https\n"[..]),
             );
         };
-        let mut location = String::with_capacity(16 + host.len() + req.target().len());
-        location.push_str("https://");
-        location.push_str(&host);
-        if self.port != 443 {
-            location.push(':');
-            location.push_str(itoa::Buffer::new().format(self.port));
-        }
-        let path = crate::request::origin_form(req.target());
-        if !path.starts_with('/') {
-            location.push('/');
-        }
-        location.push_str(path);
+        let mut port = itoa::Buffer::new();
+        let port = (self.port != 443).then(|| port.format(self.port));
+        let location = crate::request::absolute_url("https", &host, port, req.target());
         Reply::Now(
             Response::new(308)
                 .with_header("Location", location)
