@@ -41,19 +41,21 @@ pub(crate) fn resolve(root: &Path, flags: &[String], settings: &Settings<'_>) ->
     let mut claims = Claims::default();
     let mut errors = Vec::new();
     let from = settings.origin(SITE_TABLES).unwrap_or_else(|| "flag".to_owned());
+    // ` (file F:3)` or ` (env PEREGRINE_SITE)`; empty for a flag.
+    let shown = settings
+        .origin(SITE_TABLES)
+        .map(|o| format!(" ({o})"))
+        .unwrap_or_default();
     for (index, value) in flags.iter().enumerate() {
         match flag_site(value, &from, &top, settings) {
             Ok(site) => {
                 for name in site.names.iter() {
-                    let place = match config::origin("--site") {
-                        from if from.is_empty() => format!("--site {value} (flag)"),
-                        from => format!("--site {value}{from}"),
-                    };
+                    let place = format!("--site {value} ({from})");
                     claims.claim(name, index, place, "names", &mut errors);
                 }
                 sites.push(site);
             }
-            Err(why) => errors.push(format!("--site {value}{}: {why}", config::origin("--site"))),
+            Err(why) => errors.push(format!("--site {value}{shown}: {why}")),
         }
     }
     if let (Some(path), Some(text)) = (settings.file_path(), settings.file_text()) {
@@ -91,7 +93,9 @@ pub(crate) fn resolve(root: &Path, flags: &[String], settings: &Settings<'_>) ->
                 "DIR|ARCHIVE {}{} is given with sites: each site has its own root; serve it as a \
                  [[site]] (`default = true` makes it the site for hosts no site names) or leave it out",
                 root.display(),
-                config::origin("root")
+                // This read's own settings, not the process-wide record that
+                // another reading (a test beside this one) may have replaced.
+                settings.origin("root").map(|o| format!(" ({o})")).unwrap_or_default()
             ),
         );
     }
