@@ -14,6 +14,9 @@ pub enum Reply {
     /// through the [`crate::Responder`]. Returning `Later` without having
     /// deferred is a bug, answered with a 500.
     Later,
+    /// The request's connection becomes a WebSocket ([`crate::ws::upgrade`]
+    /// makes this after checking the handshake).
+    Upgrade(crate::ws::Upgrade),
 }
 
 impl From<Response> for Reply {

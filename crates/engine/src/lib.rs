@@ -84,6 +84,7 @@ mod sources;
 mod sys;
 mod tls;
 mod worker;
+pub mod ws;
 
 pub use access_log::{AccessLog, LogFormat};
 pub use codec::Version;

@@ -61,6 +61,16 @@ pub(crate) struct WorkerMetrics {
     latency_sum_us: Counter,
     latency_count: Counter,
     pub(crate) tls_handshakes: Counter,
+    /// WebSockets: opened and ended (the difference is open), whole
+    /// messages and their payload bytes each way, and published messages
+    /// a subscriber did not get because its queue was full.
+    pub(crate) ws_opened: Counter,
+    pub(crate) ws_closed: Counter,
+    pub(crate) ws_messages_in: Counter,
+    pub(crate) ws_messages_out: Counter,
+    pub(crate) ws_bytes_in: Counter,
+    pub(crate) ws_bytes_out: Counter,
+    pub(crate) ws_dropped: Counter,
     pub(crate) tls_handshake_failures: Counter,
     /// QUIC (HTTP/3): connections accepted and ended, handshakes
     /// completed, Retry packets sent, datagrams received; packets sent and
@@ -311,7 +321,7 @@ impl Metrics {
             let n = sum(&|w| w.by_method[i].get());
             let _ = writeln!(out, "peregrine_requests_by_method_total{{method=\"{method}\"}} {n}");
         }
-        let simple: [(&str, &str, &str, u64); 18] = [
+        let simple: [(&str, &str, &str, u64); 25] = [
             (
                 "peregrine_sent_bytes_total",
                 "counter",
@@ -335,6 +345,48 @@ impl Metrics {
                 "gauge",
                 "Requests waiting for a deferred handler's answer.",
                 sum(&|w| w.deferred_started.get().wrapping_sub(w.deferred_ended.get())),
+            ),
+            (
+                "peregrine_websockets_open",
+                "gauge",
+                "WebSockets open now.",
+                sum(&|w| w.ws_opened.get().wrapping_sub(w.ws_closed.get())),
+            ),
+            (
+                "peregrine_websockets_opened_total",
+                "counter",
+                "WebSocket handshakes accepted.",
+                sum(&|w| w.ws_opened.get()),
+            ),
+            (
+                "peregrine_websocket_messages_received_total",
+                "counter",
+                "Whole WebSocket messages received.",
+                sum(&|w| w.ws_messages_in.get()),
+            ),
+            (
+                "peregrine_websocket_messages_sent_total",
+                "counter",
+                "WebSocket messages queued to clients (published ones counted per subscriber).",
+                sum(&|w| w.ws_messages_out.get()),
+            ),
+            (
+                "peregrine_websocket_received_bytes_total",
+                "counter",
+                "Payload bytes of the WebSocket messages received.",
+                sum(&|w| w.ws_bytes_in.get()),
+            ),
+            (
+                "peregrine_websocket_sent_bytes_total",
+                "counter",
+                "Bytes of the WebSocket frames queued to clients.",
+                sum(&|w| w.ws_bytes_out.get()),
+            ),
+            (
+                "peregrine_websocket_published_dropped_total",
+                "counter",
+                "Published messages a subscriber missed because its send queue was full.",
+                sum(&|w| w.ws_dropped.get()),
             ),
             (
                 "peregrine_quic_connections_accepted_total",

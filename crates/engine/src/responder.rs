@@ -21,6 +21,9 @@ pub(crate) enum Post {
     /// A streamed body (`body::channel`) of the connection `token` has
     /// something new: a chunk, its end, its abort.
     Wake { token: usize },
+    /// A message published to a WebSocket topic (`ws::hub`): every
+    /// worker's subscribers get its frame.
+    Publish(Arc<crate::ws::hub::Published>),
 }
 
 /// One deferred answer, addressed to a connection and the request it is for.

@@ -228,7 +228,7 @@ mod tests {
                 };
                 (r.status(), body, r.header("Allow").map(str::to_owned))
             }
-            Reply::Later => panic!("deferred"),
+            Reply::Later | Reply::Upgrade(_) => panic!("deferred or upgraded"),
         }
     }
 

@@ -578,6 +578,7 @@ impl Server {
         let mut mailboxes = Vec::with_capacity(self.n_workers);
         // Nobody trusted: requests skip the rule altogether.
         let trust = (!self.trust.proxies.is_empty()).then(|| Arc::new(self.trust.clone()));
+        let hub = Arc::new(crate::ws::hub::Hub::default());
         for (listeners, quic) in planned {
             let quic = quic
                 .into_iter()
@@ -611,13 +612,16 @@ impl Server {
                 keep_idle: keep_idle.clone(),
                 metrics: self.metrics.as_ref().map(|m| m.add_worker(sites.labels())),
                 trust: trust.clone(),
+                hub: hub.clone(),
             });
         }
+        let _ = hub.mailboxes.set(mailboxes.clone());
         let shutdown = ShutdownHandle {
             flag,
             keep_idle,
             mailboxes,
             held: Arc::new(Mutex::new(held)),
+            hub,
         };
         Ok((workers, shutdown))
     }
@@ -644,6 +648,14 @@ pub struct Running {
 }
 
 impl Running {
+    /// Publishes WebSocket messages to this server's subscribers from any
+    /// thread ([`crate::ws::Socket::subscribe`]).
+    pub fn publisher(&self) -> crate::ws::Publisher {
+        crate::ws::Publisher {
+            hub: self.shutdown.hub.clone(),
+        }
+    }
+
     /// The addresses listened on, with ports resolved, in the order they
     /// were given (`bind`, `listener` and their TLS and redirect forms).
     pub fn local_addrs(&self) -> &[SocketAddr] {
@@ -829,6 +841,8 @@ pub struct ShutdownHandle {
     /// closed when shutdown begins, so that a stopping server's ports
     /// refuse new connections instead of queueing them for nobody.
     held: Arc<Mutex<Vec<Listening>>>,
+    /// The workers, for WebSocket publishing ([`Running::publisher`]).
+    hub: Arc<crate::ws::hub::Hub>,
 }
 
 impl ShutdownHandle {

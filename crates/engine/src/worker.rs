@@ -66,6 +66,8 @@ pub(crate) struct Worker {
     pub(crate) metrics: Option<Arc<WorkerMetrics>>,
     /// Whom the server trusts to say who the client is, if anyone.
     pub(crate) trust: Option<Arc<Trust>>,
+    /// The server's workers, for WebSocket publishing.
+    pub(crate) hub: Arc<crate::ws::hub::Hub>,
 }
 
 impl Worker {
@@ -87,7 +89,9 @@ impl Worker {
             keep_idle,
             metrics,
             trust,
+            hub,
         } = self;
+        let mut ws = crate::ws::hub::Local::new(hub, mailbox.clone());
         // Housekeeping (the log's flush, accepting again after EMFILE, the
         // shutdown deadline) runs at least every minute.
         limits.sweep_interval = limits
@@ -138,6 +142,7 @@ impl Worker {
                 metrics: metrics.as_deref(),
                 h2,
                 trust: trust.as_deref(),
+                ws: &mut ws,
             };
             // Shutdown first: a request read in this turn, after shutdown
             // began (a reload logged as done), is answered as draining,
@@ -213,6 +218,8 @@ struct Hosted {
     accept_paused: bool,
     /// When the timerfd is set to fire, if it is.
     timer_armed: Option<Instant>,
+    /// The subscribers of a published message (kept for its capacity).
+    subscribers: Vec<usize>,
 }
 
 impl Hosted {
@@ -228,6 +235,7 @@ impl Hosted {
             quic_ready: Vec::new(),
             accept_paused: false,
             timer_armed: None,
+            subscribers: Vec::new(),
         }
     }
 
@@ -349,6 +357,10 @@ impl Hosted {
             let token = match &post {
                 Post::Answer(answer) => answer.token,
                 Post::Wake { token } => *token,
+                Post::Publish(published) => {
+                    self.fan_out(ctx, published);
+                    continue;
+                }
             };
             match Source::of(token) {
                 Source::Quic { .. } => {
@@ -357,6 +369,7 @@ impl Hosted {
                             match post {
                                 Post::Answer(a) => endpoint.on_answer(ctx, ch, a.id, a.response),
                                 Post::Wake { .. } => endpoint.on_wake(ctx, ch),
+                                Post::Publish(_) => {}
                             }
                             break;
                         }
@@ -369,6 +382,7 @@ impl Hosted {
                         let next = match post {
                             Post::Answer(a) => conn.on_answer(ctx, a.id, a.response),
                             Post::Wake { .. } => conn.on_wake(ctx),
+                            Post::Publish(_) => Next::Keep,
                         };
                         self.settle(ctx, t, next);
                     }
@@ -383,6 +397,20 @@ impl Hosted {
                 self.quic_ready.push(i);
             }
         }
+    }
+
+    /// A message published to a WebSocket topic: each of this worker's
+    /// subscribers gets its frame.
+    fn fan_out(&mut self, ctx: &mut Ctx<'_>, published: &crate::ws::hub::Published) {
+        let mut tokens = std::mem::take(&mut self.subscribers);
+        ctx.ws.subscribers(published, &mut tokens);
+        for &t in &tokens {
+            if let Some(conn) = self.conns.get_mut(t) {
+                let next = conn.on_publish(ctx, &published.frame);
+                self.settle(ctx, t, next);
+            }
+        }
+        self.subscribers = tokens;
     }
 
     /// Another turn for the connections that had more to do. A token may
@@ -498,6 +526,7 @@ impl Hosted {
                 // Abandoned: their answers will be dropped.
                 m.deferred_ended.add(conn.n_deferred() as u64);
             }
+            conn.end_ws(ctx);
             conn.release(ctx.pool);
             // Dropping the connection closes the socket, which also
             // removes it from the epoll set: no deregister call needed.

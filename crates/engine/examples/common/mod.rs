@@ -8,11 +8,36 @@ use peregrine::{Handler, Server};
 /// The address an example listens on when nothing says otherwise.
 pub const DEFAULT_BIND: &str = "127.0.0.1:8080";
 
+/// Flags some examples take besides `--bind` (each with a value).
+const OWN_FLAGS: &[&str] = &["--max-message"];
+
+/// The value of an example's own flag (`--NAME VALUE` or `--NAME=VALUE`).
+#[allow(dead_code)]
+pub fn value_of(flag: &str) -> Option<String> {
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        if arg == flag {
+            return args.next();
+        }
+        if let Some(v) = arg.strip_prefix(flag).and_then(|r| r.strip_prefix('=')) {
+            return Some(v.to_owned());
+        }
+    }
+    None
+}
+
 /// The addresses asked for, from the arguments or the environment.
 pub fn addresses() -> Vec<String> {
     let mut args = std::env::args().skip(1);
     let mut given = Vec::new();
     while let Some(arg) = args.next() {
+        if OWN_FLAGS.contains(&arg.as_str()) {
+            args.next();
+            continue;
+        }
+        if OWN_FLAGS.iter().any(|f| arg.starts_with(&format!("{f}="))) {
+            continue;
+        }
         let value = match arg.strip_prefix("--bind=") {
             Some(v) => v.to_owned(),
             None if arg == "--bind" => args.next().unwrap_or_else(|| usage("--bind needs an address")),
@@ -67,7 +92,7 @@ fn serve(mut server: Server, handler: impl Handler) -> Result<(), peregrine::Err
     })
 }
 
-fn usage(why: &str) -> ! {
+pub fn usage(why: &str) -> ! {
     eprintln!("{why}\nusage: [--bind ADDR]... (or PEREGRINE_BIND=ADDR; default {DEFAULT_BIND})");
     std::process::exit(2)
 }

@@ -116,7 +116,7 @@ pub(crate) fn call_answering<T>(
     answer: impl FnOnce(&mut Response) -> T,
 ) -> Answering<T> {
     let handler = handler(ctx, redirect, req);
-    let (mut started, mut answered) = (false, None);
+    let (mut started, mut answered, mut other) = (false, None, None);
     let called = panic::catch_unwind(AssertUnwindSafe(|| {
         let mut reply = handler.call(req);
         if let Reply::Now(response) = &mut reply {
@@ -125,11 +125,13 @@ pub(crate) fn call_answering<T>(
             }
             started = true;
             answered = Some(answer(response));
+        } else {
+            other = Some(reply);
         }
     }));
     match (called, answered) {
         (Ok(()), Some(t)) => Answering::Now(t),
-        (Ok(()), None) => Answering::Settle(Ok(Reply::Later)),
+        (Ok(()), None) => Answering::Settle(Ok(other.unwrap_or(Reply::Later))),
         (Err(_), Some(t)) => Answering::Broken(t),
         (Err(panic), None) if started => Answering::Interrupted(Err(panic)),
         (Err(panic), None) => Answering::Settle(Err(panic)),
@@ -191,6 +193,14 @@ pub(crate) fn settle<'r>(
                 *handled = Ok(Reply::Now(Response::error(500).with_close()));
             }
         },
+        // Only HTTP/1.1 takes an upgrade, before settling (`ws::upgrade`
+        // refuses the others' requests): one here is a bug.
+        Ok(Reply::Upgrade(_)) => {
+            crate::log::error(format_args!(
+                "a handler's Reply::Upgrade for a request that cannot upgrade"
+            ));
+            *handled = Ok(Reply::Now(Response::error(500).with_close()));
+        }
         // The panic hook has already printed the message.
         Err(_) => *handled = Ok(Reply::Now(Response::error(500).with_close())),
     }
@@ -202,7 +212,7 @@ pub(crate) fn settle<'r>(
             }
             Called::Now(response)
         }
-        Ok(Reply::Later) | Err(_) => unreachable!("settled above"),
+        Ok(Reply::Later | Reply::Upgrade(_)) | Err(_) => unreachable!("settled above"),
     }
 }
 

@@ -15,7 +15,7 @@ use crate::buffers::ensure_output;
 use crate::conn::dispatch::Deferral;
 use crate::h1::H1;
 use crate::h1::{BodyStart, Env, Event, Feed, Link, Refusal, TimedOut, Wait};
-use crate::handler::BodyUse;
+use crate::handler::{BodyUse, Reply};
 use crate::limits::BODY_READER_BYTES;
 use crate::limits::HEADERS_ARRAY_MAX;
 use crate::request::Request;
@@ -26,6 +26,9 @@ use crate::response::Response;
 pub(super) struct Http1 {
     pub(super) machine: H1,
     pub(super) deferral: Option<Deferral>,
+    /// The WebSocket a handler accepted, whose 101 is queued: it takes
+    /// the connection (`Stop::Switched`).
+    pub(super) upgrade: Option<crate::ws::Accepted>,
 }
 
 impl Http1 {
@@ -37,6 +40,7 @@ impl Http1 {
         Http1 {
             machine,
             deferral: None,
+            upgrade: None,
         }
     }
 }
@@ -79,6 +83,7 @@ impl Conn {
         let Proto::H1(Http1 {
             machine: h1,
             deferral: awaited,
+            upgrade,
         }) = proto
         else {
             return Stop::Closing;
@@ -159,6 +164,24 @@ impl Conn {
                         }
                         Answering::Settle(handled) => handled,
                     };
+                    if let Ok(Reply::Upgrade(_)) = &handled {
+                        let Ok(Reply::Upgrade(accepted)) = handled else {
+                            unreachable!("matched above")
+                        };
+                        input.start += consumed;
+                        let fields = accepted.0.handshake.fields();
+                        if let Some(sent) = h1.upgrade(output, "websocket", &fields, &env) {
+                            dispatch::record(ctx, &req, sent.status, sent.body_bytes);
+                            *upgrade = Some(*accepted.0);
+                            return Stop::Switched;
+                        }
+                        // `ws::upgrade` checked the request: only a bug
+                        // gets here.
+                        let mut refused = Response::error(400).with_close();
+                        let sent = h1.respond(output, &mut refused, &env, extra_fields);
+                        dispatch::record(ctx, &req, sent.status, sent.body_bytes);
+                        continue;
+                    }
                     match dispatch::settle(ctx, &slot, &req, &mut handled) {
                         Called::Now(response) => {
                             let sent = h1.respond(output, response, &env, extra_fields);
@@ -221,10 +244,8 @@ impl Conn {
                 Event::Again => {}
                 Event::Deferred => return Stop::Deferred,
                 Event::Closing => return Stop::Closing,
-                // The 101 is queued. The arm it switches to (`Conn::switch`
-                // with the input's unread bytes) comes with WebSocket, the
-                // first caller of `H1::upgrade`; until then the machine,
-                // left in the slot, closes once the 101 is sent.
+                // A 101 queued without a WebSocket to take over cannot
+                // happen (`Stop::Switched` comes first); close.
                 Event::Upgraded => return Stop::Closing,
                 Event::Refused(refusal) => {
                     input.discard();

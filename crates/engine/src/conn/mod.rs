@@ -53,6 +53,7 @@ mod h1;
 mod h2;
 mod proxy;
 pub(crate) mod streams;
+mod ws;
 
 pub(crate) use crate::buffers::BufPool;
 use crate::buffers::{ensure_output, Input, Output, Tail};
@@ -97,6 +98,9 @@ pub(crate) struct Ctx<'w> {
     pub(crate) h2: Option<crate::h2::Config>,
     /// Whom the server trusts to say who the client is, if anyone.
     pub(crate) trust: Option<&'w crate::client_addr::Trust>,
+    /// WebSocket topics of this worker's connections, and the server's
+    /// workers to publish to.
+    pub(crate) ws: &'w mut crate::ws::hub::Local,
 }
 
 /// What the worker should do with a connection after an event.
@@ -140,6 +144,9 @@ enum Stop {
     Deferred,
     /// The connection is closing.
     Closing,
+    /// HTTP/1.1 queued a 101: the WebSocket the handler accepted takes
+    /// the connection (`Http1::upgrade`).
+    Switched,
     /// The connection used up its turn (`TURN_WORK`).
     Turn,
     /// TLS failed (a bad record, a failed handshake): close at once.
@@ -268,6 +275,8 @@ enum Proto {
     H1(h1::Http1),
     /// Boxed: the session is large, and most connections never speak it.
     H2(Box<h2::Http2>),
+    /// After an upgrade's 101 (`conn/ws.rs`).
+    Ws(Box<ws::Ws>),
 }
 
 impl Proto {
@@ -278,22 +287,26 @@ impl Proto {
     fn h2(&self) -> Option<&h2::Http2> {
         match self {
             Proto::H2(h2) => Some(h2),
-            Proto::H1(_) => None,
+            Proto::H1(_) | Proto::Ws(_) => None,
         }
     }
 
     fn h2_mut(&mut self) -> Option<&mut h2::Http2> {
         match self {
             Proto::H2(h2) => Some(h2),
-            Proto::H1(_) => None,
+            Proto::H1(_) | Proto::Ws(_) => None,
         }
     }
 
     fn h1(&self) -> Option<&H1> {
         match self {
             Proto::H1(h1) => Some(&h1.machine),
-            Proto::H2(_) => None,
+            Proto::H2(_) | Proto::Ws(_) => None,
         }
+    }
+
+    fn is_ws(&self) -> bool {
+        matches!(self, Proto::Ws(_))
     }
 }
 
@@ -382,6 +395,7 @@ impl Conn {
         let answered = match self.proto {
             Proto::H1(_) => self.on_answer_h1(ctx, id, response),
             Proto::H2(_) => self.on_answer_h2(ctx, id, response),
+            Proto::Ws(_) => false,
         };
         if answered {
             self.drive(ctx)
@@ -418,6 +432,9 @@ impl Conn {
         if self.phase != Phase::Open {
             return Next::Close;
         }
+        if self.proto.is_ws() {
+            return self.ws_time_out(ctx);
+        }
         self.h1_time_out(ctx)
     }
 
@@ -427,6 +444,7 @@ impl Conn {
         match &self.proto {
             Proto::H1(h1) => usize::from(h1.deferral.is_some()),
             Proto::H2(h2) => h2.n_deferred(),
+            Proto::Ws(_) => 0,
         }
     }
 
@@ -440,6 +458,12 @@ impl Conn {
     /// received its first request yet is kept for it, within
     /// `head_timeout`; the rest finish what they are doing.
     pub(crate) fn on_drain(&mut self, ctx: &mut Ctx<'_>, keep_idle: bool) -> Next {
+        if self.proto.is_ws() {
+            return match self.phase {
+                Phase::Lingering { .. } => Next::Close,
+                _ => self.ws_drain(ctx),
+            };
+        }
         if self.proto.is_h2() {
             // GOAWAY: the streams in flight finish, the client opens no
             // more (process_h2 sends it while draining).
@@ -616,7 +640,7 @@ impl Conn {
             match stop {
                 Stop::Output => {}
                 Stop::Turn => return Next::Again,
-                Stop::Input | Stop::Deferred | Stop::Closing | Stop::Broken => break,
+                Stop::Input | Stop::Deferred | Stop::Closing | Stop::Switched | Stop::Broken => break,
             }
         }
         if !self.stop_writable_interest(ctx) {
@@ -628,6 +652,11 @@ impl Conn {
                 return Next::Close;
             }
             self.h2_deadline(ctx);
+        } else if self.proto.is_ws() {
+            if self.peer_closed {
+                return Next::Close;
+            }
+            self.ws_wait();
         } else if let Some(next) = self.h1_wait(ctx) {
             return next;
         }
@@ -757,8 +786,10 @@ impl Conn {
         if input.end < input.buf.len() {
             return true;
         }
-        if self.proto.is_h2() {
-            // The session keeps only a partial frame; a frame fits.
+        if self.proto.is_h2() || self.proto.is_ws() {
+            // The session keeps only a partial frame; a frame fits
+            // (WebSocket: a head, or a control frame of 139 bytes at most;
+            // data frames are taken as they come).
             if input.start > 0 {
                 input.buf.copy_within(input.start..input.end, 0);
                 input.end -= input.start;
@@ -776,6 +807,7 @@ impl Conn {
     fn process(&mut self, ctx: &mut Ctx<'_>) -> Stop {
         let first = match &self.proto {
             Proto::H2(_) => return self.process_h2(ctx),
+            Proto::Ws(_) => return self.process_ws(ctx),
             Proto::H1(h1) => h1.machine.is_first() && h1.machine.is_idle(),
         };
         if first && ctx.h2.is_some() {
@@ -795,7 +827,21 @@ impl Conn {
                 _ => {}
             }
         }
-        self.process_h1(ctx)
+        match self.process_h1(ctx) {
+            Stop::Switched => {
+                let Proto::H1(h1) = &mut self.proto else {
+                    return Stop::Closing;
+                };
+                match h1.upgrade.take() {
+                    Some(accepted) => {
+                        self.start_ws(ctx, accepted);
+                        self.process_ws(ctx)
+                    }
+                    None => Stop::Closing,
+                }
+            }
+            stop => stop,
+        }
     }
 
     /// The last answer is queued: half-close once it is sent.

@@ -601,8 +601,6 @@ impl H1 {
     /// new protocol's. `None`, with nothing queued, if that request did not
     /// offer an upgrade (no `Connection: upgrade` with an `Upgrade` field,
     /// HTTP/1.0, or a body): the caller answers it otherwise.
-    // The WebSocket arm of the connection's slot is its first caller.
-    #[cfg_attr(not(test), allow(dead_code))]
     pub(crate) fn upgrade(&mut self, out: &mut Output, protocol: &str, fields: &[u8], env: &Env<'_>) -> Option<Sent> {
         let (State::Handling(answer) | State::Deferred(answer)) = self.state else {
             return None;

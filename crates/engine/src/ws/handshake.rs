@@ -1,0 +1,183 @@
+//! The opening handshake (RFC 6455 §4.2): what a client's upgrade request
+//! must say, and the server's `Sec-WebSocket-Accept`.
+
+use base64::Engine as _;
+
+use super::Options;
+use crate::codec::Version;
+use crate::request::Request;
+use crate::response::Response;
+
+/// RFC 6455 §1.3: appended to the client's key before hashing.
+const GUID: &[u8] = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
+
+/// A handshake the server accepts: what its 101 says.
+#[derive(Debug)]
+pub(crate) struct Accept {
+    /// `Sec-WebSocket-Accept`'s value.
+    pub(crate) key: [u8; 28],
+    /// The subprotocol chosen, if any.
+    pub(crate) protocol: Option<String>,
+}
+
+impl Accept {
+    /// The 101's own fields, as complete lines.
+    pub(crate) fn fields(&self) -> Vec<u8> {
+        let mut f = Vec::with_capacity(64);
+        f.extend_from_slice(b"Sec-WebSocket-Accept: ");
+        f.extend_from_slice(&self.key);
+        f.extend_from_slice(b"\r\n");
+        if let Some(p) = &self.protocol {
+            f.extend_from_slice(b"Sec-WebSocket-Protocol: ");
+            f.extend_from_slice(p.as_bytes());
+            f.extend_from_slice(b"\r\n");
+        }
+        f
+    }
+}
+
+/// Checks `req` as a WebSocket opening handshake under `options`.
+pub(crate) fn check(req: &Request<'_>, options: &Options) -> Result<Accept, Response> {
+    if req.version() != Version::Http11 {
+        return Err(refuse(400, "a WebSocket handshake is an HTTP/1.1 request\n"));
+    }
+    if req.method() != "GET" {
+        return Err(refuse(405, "a WebSocket handshake is a GET request\n").with_header("Allow", "GET"));
+    }
+    if req.header("transfer-encoding").is_some() || req.header("content-length").is_some_and(|n| n.trim() != "0") {
+        return Err(refuse(400, "a WebSocket handshake has no body\n"));
+    }
+    let offers = |name: &str, token: &str| {
+        req.headers()
+            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+            .flat_map(|(_, v)| v.split(|&b| b == b','))
+            .any(|t| trim(t).eq_ignore_ascii_case(token.as_bytes()))
+    };
+    if !offers("upgrade", "websocket") || !offers("connection", "upgrade") {
+        return Err(refuse(426, "this resource is a WebSocket: upgrade to it\n")
+            .with_header("Upgrade", "websocket")
+            .with_header("Connection", "upgrade")
+            .with_header("Sec-WebSocket-Version", "13"));
+    }
+    if one(req, "sec-websocket-version").map(trim) != Some(&b"13"[..]) {
+        return Err(refuse(426, "Sec-WebSocket-Version must be 13\n").with_header("Sec-WebSocket-Version", "13"));
+    }
+    let Some(key) = one(req, "sec-websocket-key").map(trim) else {
+        return Err(refuse(400, "Sec-WebSocket-Key is missing or given twice\n"));
+    };
+    match base64::engine::general_purpose::STANDARD.decode(key) {
+        Ok(nonce) if nonce.len() == 16 => {}
+        _ => return Err(refuse(400, "Sec-WebSocket-Key is not 16 bytes in base64\n")),
+    }
+    if let Some(origin) = req.header_bytes("origin") {
+        if !same_origin(req, origin) && !allowed(options, origin) {
+            return Err(refuse(403, "this page's origin may not open this WebSocket\n"));
+        }
+    }
+    Ok(Accept {
+        key: accept_key(key),
+        protocol: choose_protocol(req, options),
+    })
+}
+
+fn refuse(status: u16, why: &'static str) -> Response {
+    Response::new(status)
+        .with_content_type("text/plain; charset=utf-8")
+        .with_body(why)
+}
+
+/// The value of a field that must appear once.
+fn one<'a>(req: &Request<'a>, name: &str) -> Option<&'a [u8]> {
+    let mut values = req
+        .headers()
+        .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v);
+    let first = values.next()?;
+    values.next().is_none().then_some(first)
+}
+
+fn trim(b: &[u8]) -> &[u8] {
+    b.trim_ascii()
+}
+
+/// `Sec-WebSocket-Accept` for `key` (RFC 6455 §4.2.2): base64 of the
+/// SHA-1 of the key and the GUID.
+pub(crate) fn accept_key(key: &[u8]) -> [u8; 28] {
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY);
+    ctx.update(key);
+    ctx.update(GUID);
+    let digest = ctx.finish();
+    let mut out = [0u8; 28];
+    let n = base64::engine::general_purpose::STANDARD
+        .encode_slice(digest.as_ref(), &mut out)
+        .unwrap_or(0);
+    debug_assert_eq!(n, 28);
+    out
+}
+
+/// The page's `Origin` is the request's own: its scheme (https over TLS),
+/// host and port (the scheme's default when none is written).
+fn same_origin(req: &Request<'_>, origin: &[u8]) -> bool {
+    let Some(host) = req.header_bytes("host").or(req.host) else {
+        return false;
+    };
+    let scheme: &[u8] = if req.is_tls() { b"https" } else { b"http" };
+    let Some(rest) = origin
+        .strip_prefix(scheme)
+        .and_then(|r| r.strip_prefix(b"://"))
+        .or_else(|| {
+            // Schemes are case-insensitive.
+            let n = scheme.len() + 3;
+            (origin.len() > n
+                && origin[..scheme.len()].eq_ignore_ascii_case(scheme)
+                && &origin[scheme.len()..n] == b"://")
+                .then(|| &origin[n..])
+        })
+    else {
+        return false;
+    };
+    let default_port: &[u8] = if req.is_tls() { b"443" } else { b"80" };
+    let split = |hp: &'_ [u8]| -> (Vec<u8>, Vec<u8>) {
+        // [v6]:port, name:port or name.
+        let (h, p) = match hp.iter().rposition(|&b| b == b':') {
+            Some(i) if !hp[i..].contains(&b']') => (&hp[..i], &hp[i + 1..]),
+            _ => (hp, default_port),
+        };
+        (h.to_ascii_lowercase(), p.to_vec())
+    };
+    split(rest) == split(host.trim_ascii())
+}
+
+/// `options` allows pages of `origin` (exactly, ignoring case; or `*`).
+fn allowed(options: &Options, origin: &[u8]) -> bool {
+    options
+        .origins
+        .iter()
+        .any(|o| o == "*" || o.as_bytes().eq_ignore_ascii_case(origin.trim_ascii()))
+}
+
+/// The first subprotocol the client offers that the route speaks.
+fn choose_protocol(req: &Request<'_>, options: &Options) -> Option<String> {
+    if options.protocols.is_empty() {
+        return None;
+    }
+    req.headers()
+        .filter(|(n, _)| n.eq_ignore_ascii_case("sec-websocket-protocol"))
+        .flat_map(|(_, v)| v.split(|&b| b == b','))
+        .map(trim)
+        .find_map(|offered| options.protocols.iter().find(|p| p.as_bytes() == offered).cloned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_accept_key_is_rfc_6455s_example() {
+        // RFC 6455 §1.3.
+        assert_eq!(
+            &accept_key(b"dGhlIHNhbXBsZSBub25jZQ=="),
+            b"s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
+        );
+    }
+}
