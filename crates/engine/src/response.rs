@@ -529,6 +529,13 @@ impl HeaderBlock {
         Ok(HeaderBlock(SharedBytes::new(Arc::new(bytes))))
     }
 
+    /// Lines of fields the engine itself may write although handlers may
+    /// not (a 426's `Upgrade` and `Connection: upgrade`, RFC 9110 §7.8):
+    /// trusted, not checked.
+    pub(crate) fn engine_lines(lines: &'static [u8]) -> Self {
+        HeaderBlock(SharedBytes::new(Arc::new(lines)))
+    }
+
     /// Uses bytes that are already header lines (`Name: value\r\n` each),
     /// such as a head stored in a memory-mapped archive, without copying
     /// them. They are checked as [`HeaderBlock::new`] checks its fields.

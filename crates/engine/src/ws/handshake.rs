@@ -6,7 +6,7 @@ use base64::Engine as _;
 use super::Options;
 use crate::codec::Version;
 use crate::request::Request;
-use crate::response::Response;
+use crate::response::{HeaderBlock, Response};
 
 /// RFC 6455 §1.3: appended to the client's key before hashing.
 const GUID: &[u8] = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
@@ -54,10 +54,12 @@ pub(crate) fn check(req: &Request<'_>, options: &Options) -> Result<Accept, Resp
             .any(|t| trim(t).eq_ignore_ascii_case(token.as_bytes()))
     };
     if !offers("upgrade", "websocket") || !offers("connection", "upgrade") {
-        return Err(refuse(426, "this resource is a WebSocket: upgrade to it\n")
-            .with_header("Upgrade", "websocket")
-            .with_header("Connection", "upgrade")
-            .with_header("Sec-WebSocket-Version", "13"));
+        // RFC 9110 §15.5.22: a 426 names the protocol to upgrade to.
+        return Err(
+            refuse(426, "this resource is a WebSocket: upgrade to it\n").with_header_block(HeaderBlock::engine_lines(
+                b"Upgrade: websocket\r\nConnection: upgrade\r\nSec-WebSocket-Version: 13\r\n",
+            )),
+        );
     }
     if one(req, "sec-websocket-version").map(trim) != Some(&b"13"[..]) {
         return Err(refuse(426, "Sec-WebSocket-Version must be 13\n").with_header("Sec-WebSocket-Version", "13"));

@@ -206,7 +206,7 @@ impl Session {
                 self.msg.extend_from_slice(chunk);
                 if done && fin {
                     if self.msg_kind == Some(Kind::Text) && !self.utf8.is_whole() {
-                        return self.fail(out, now, used, 1007, "a text message ends inside a UTF-8 sequence");
+                        return self.fail(out, now, used, 1007, "invalid UTF-8 in a text message");
                     }
                     let kind = self.msg_kind.unwrap_or(Kind::Binary);
                     self.end_message();
