@@ -28,7 +28,7 @@ pub(super) struct Http1 {
     pub(super) deferral: Option<Deferral>,
     /// The WebSocket a handler accepted, whose 101 is queued: it takes
     /// the connection (`Stop::Switched`).
-    pub(super) upgrade: Option<crate::ws::Accepted>,
+    pub(super) upgrade: Option<crate::ws::Upgrade>,
 }
 
 impl Http1 {
@@ -172,7 +172,7 @@ impl Conn {
                         let fields = accepted.0.handshake.fields();
                         if let Some(sent) = h1.upgrade(output, "websocket", &fields, &env) {
                             dispatch::record(ctx, &req, sent.status, sent.body_bytes);
-                            *upgrade = Some(*accepted.0);
+                            *upgrade = Some(accepted);
                             return Stop::Switched;
                         }
                         // `ws::upgrade` checked the request: only a bug

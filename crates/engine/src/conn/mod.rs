@@ -275,9 +275,14 @@ enum Proto {
     H1(h1::Http1),
     /// Boxed: the session is large, and most connections never speak it.
     H2(Box<h2::Http2>),
-    /// After an upgrade's 101 (`conn/ws.rs`).
-    Ws(Box<ws::Ws>),
+    /// After an upgrade's 101 (`conn/ws.rs`): inline, in the room
+    /// HTTP/1.1's machine leaves (an idle WebSocket then costs nothing
+    /// beyond its connection).
+    Ws(ws::Ws),
 }
+
+// The WebSocket takes HTTP/1.1's room and makes no connection larger.
+const _: () = assert!(std::mem::size_of::<ws::Ws>() <= std::mem::size_of::<h1::Http1>());
 
 impl Proto {
     fn is_h2(&self) -> bool {
@@ -834,7 +839,7 @@ impl Conn {
                 };
                 match h1.upgrade.take() {
                     Some(accepted) => {
-                        self.start_ws(ctx, accepted);
+                        self.start_ws(ctx, *accepted.0);
                         self.process_ws(ctx)
                     }
                     None => Stop::Closing,

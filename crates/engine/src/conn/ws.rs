@@ -9,7 +9,7 @@
 //! hold more than that and one message.
 
 use std::panic::{self, AssertUnwindSafe};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::{Conn, Ctx, Next, Phase, Proto, Stop};
 use crate::body::Next as Chunk;
@@ -18,12 +18,14 @@ use crate::ws::hub::Subscriber;
 use crate::ws::session::{Config, Event, Kind, Session, TimedOut};
 use crate::ws::{Accepted, Message, Socket, WebSocket};
 
-/// A WebSocket in the connection's protocol slot.
+/// A WebSocket in the connection's protocol slot: inline, as HTTP/1.1's
+/// machine, whose room it takes (no larger, `conn/mod.rs` checks), so an
+/// idle WebSocket costs the connection's slot and nothing else.
 pub(super) struct Ws {
     session: Session,
     /// `None` once `on_close` has been called (or a callback panicked).
     app: Option<Box<dyn WebSocket>>,
-    protocol: Option<String>,
+    protocol: Option<Box<str>>,
     limit: usize,
     close_on_backpressure: bool,
     sub: Subscriber,
@@ -32,15 +34,6 @@ pub(super) struct Ws {
     /// `on_open` is yet to be called.
     opening: bool,
 }
-
-/// The most control frames (pings, pongs) a client may send per second.
-const CONTROL_PER_SEC: u32 = 100;
-
-/// The most frames one message may come in.
-const FRAGMENTS_MAX: u32 = 1024;
-
-/// How long we wait for the client's Close after ours.
-const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl Ws {
     pub(super) fn new(accepted: Accepted, token: usize, ctx: &Ctx<'_>) -> Self {
@@ -51,16 +44,13 @@ impl Ws {
         } = accepted;
         let config = Config {
             message_bytes_max: options.message_bytes_max,
-            fragments_max: FRAGMENTS_MAX,
             ping_interval: options.ping_interval,
-            close_timeout: CLOSE_TIMEOUT,
             message_timeout: ctx.limits.body_timeout,
-            control_per_sec: CONTROL_PER_SEC,
         };
         Ws {
             session: Session::new(config, ctx.now),
             app: Some(app),
-            protocol: handshake.protocol,
+            protocol: handshake.protocol.map(String::into_boxed_str),
             limit: options.backpressure_bytes_max,
             close_on_backpressure: options.close_on_backpressure,
             sub: Subscriber::new(token),
@@ -81,7 +71,7 @@ impl Conn {
     /// (the 101 is queued; the input's unread bytes are the WebSocket's).
     pub(super) fn start_ws(&mut self, ctx: &mut Ctx<'_>, accepted: Accepted) {
         let ws = Ws::new(accepted, self.token, ctx);
-        self.switch(Proto::Ws(Box::new(ws)));
+        self.switch(Proto::Ws(ws));
         if let Some(m) = ctx.metrics {
             m.ws_opened.add(1);
         }
@@ -127,7 +117,7 @@ impl Conn {
                 limit,
                 close_on_backpressure,
                 ..
-            } = &mut **ws;
+            } = ws;
             let (used, event) = session.poll(data, &mut output.buf, ctx.now);
             match event {
                 Event::Input => {
@@ -381,7 +371,8 @@ fn call_with(ctx: &mut Ctx<'_>, parts: Parts<'_>, output: &mut crate::buffers::O
 /// Takes what other threads queued (`ws::Sender`) while the client's
 /// queue has room.
 fn pump_outbox(ctx: &Ctx<'_>, ws: &mut Ws, output: &mut crate::buffers::Output, now: Instant) {
-    let Some((rx, _)) = &mut ws.sub.outbox else { return };
+    let Some(outbox) = &mut ws.sub.outbox else { return };
+    let (rx, _) = &mut **outbox;
     while output.queued() <= ws.limit {
         if rx.is_parked() {
             return;

@@ -145,7 +145,8 @@ impl Local {
 pub(crate) struct Subscriber {
     pub(crate) token: usize,
     pub(crate) topics: Vec<Box<str>>,
-    pub(crate) outbox: Option<(Chunks, Arc<crate::body::Sender>)>,
+    /// Boxed: most WebSockets never have one.
+    pub(crate) outbox: Option<Box<(Chunks, Arc<crate::body::Sender>)>>,
 }
 
 impl Subscriber {
@@ -159,8 +160,8 @@ impl Subscriber {
 
     /// The sender of this connection's queue, made at the first call.
     pub(crate) fn sender(&mut self, capacity: usize, local: &Local) -> Arc<crate::body::Sender> {
-        if let Some((_, tx)) = &self.outbox {
-            return tx.clone();
+        if let Some(outbox) = &self.outbox {
+            return outbox.1.clone();
         }
         let (body, tx) = crate::body::channel(capacity);
         let crate::Body::Channel(rx) = body else {
@@ -168,7 +169,7 @@ impl Subscriber {
         };
         rx.bind(&local.mailbox, self.token);
         let tx = Arc::new(tx);
-        self.outbox = Some((Chunks::Channel(rx), tx.clone()));
+        self.outbox = Some(Box::new((Chunks::Channel(rx), tx.clone())));
         tx
     }
 }

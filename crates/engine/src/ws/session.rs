@@ -23,18 +23,24 @@ use super::frame::{self, Op, Parsed};
 pub(crate) struct Config {
     /// The largest message, in bytes (1009 past it).
     pub(crate) message_bytes_max: usize,
-    /// The most frames one message may come in (1009 past it).
-    pub(crate) fragments_max: u32,
     /// A ping after this long without a byte from the peer, and the
     /// connection dropped after two unanswered; `None`: never.
     pub(crate) ping_interval: Option<Duration>,
-    /// How long to wait for the peer's Close after sending ours.
-    pub(crate) close_timeout: Duration,
     /// How long a message may take between its first and last frames.
     pub(crate) message_timeout: Duration,
-    /// Control frames (pings, pongs) a peer may send per second.
-    pub(crate) control_per_sec: u32,
 }
+
+/// The most frames one message may come in (1009 past it).
+pub(crate) const FRAGMENTS_MAX: u32 = 1024;
+
+/// How long we wait for the peer's Close after sending ours.
+pub(crate) const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The most control frames (pings, pongs) a client may send per second
+/// (1008 past it). Each costs a pong at most, which waits in the output
+/// like any answer (the socket is not read while that is full), so the
+/// budget bounds the CPU a flood takes, not memory.
+pub(crate) const CONTROL_PER_SEC: u32 = 1000;
 
 /// A data message's kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -231,7 +237,7 @@ impl Session {
                     self.control_count = 0;
                 }
                 self.control_count += 1;
-                if self.control_count > self.config.control_per_sec {
+                if self.control_count > CONTROL_PER_SEC {
                     return self.fail(out, now, used, 1008, "too many control frames");
                 }
                 let start = used + head.size;
@@ -287,7 +293,7 @@ impl Session {
                 self.msg_deadline = now.checked_add(self.config.message_timeout);
             }
             self.fragments += 1;
-            if self.fragments > self.config.fragments_max {
+            if self.fragments > FRAGMENTS_MAX {
                 return self.fail(
                     out,
                     now,
@@ -384,7 +390,7 @@ impl Session {
             return false;
         }
         write_close(out, code, reason);
-        self.state = State::CloseSent(now.checked_add(self.config.close_timeout).unwrap_or(now));
+        self.state = State::CloseSent(now.checked_add(CLOSE_TIMEOUT).unwrap_or(now));
         true
     }
 
@@ -393,7 +399,7 @@ impl Session {
     pub(crate) fn close_queued(&mut self, out: &mut Vec<u8>, frame: &[u8], now: Instant) {
         if self.state == State::Open {
             out.extend_from_slice(frame);
-            self.state = State::CloseSent(now.checked_add(self.config.close_timeout).unwrap_or(now));
+            self.state = State::CloseSent(now.checked_add(CLOSE_TIMEOUT).unwrap_or(now));
         }
     }
 

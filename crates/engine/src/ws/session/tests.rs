@@ -7,11 +7,8 @@ use super::*;
 fn config() -> Config {
     Config {
         message_bytes_max: 1024,
-        fragments_max: 4,
         ping_interval: Some(Duration::from_secs(30)),
-        close_timeout: Duration::from_secs(5),
         message_timeout: Duration::from_secs(20),
-        control_per_sec: 10,
     }
 }
 
@@ -155,6 +152,18 @@ fn protocol_errors_close_with_their_codes() {
             1009,
         ), // too many fragments
     ];
+    // One fragment too many (empty ones: the size limit is not what
+    // refuses them).
+    let mut fragments = frame(0x02, b"");
+    for _ in 2..FRAGMENTS_MAX {
+        fragments.extend(frame(0x00, b""));
+    }
+    let mut one_more = fragments.clone();
+    fragments.extend(frame(0x80, b""));
+    one_more.extend(frame(0x00, b""));
+    assert_eq!(feed(&fragments, fragments.len()).0, [Seen::Binary(Vec::new())]);
+    let (seen, _) = feed(&one_more, one_more.len());
+    assert!(matches!(seen[..], [Seen::Closed(1009, _)]), "{seen:?}");
     for (bytes, code) in cases {
         let (seen, out) = feed_all(&bytes);
         let Some(Seen::Closed(got, _)) = seen.last() else {
@@ -194,7 +203,7 @@ fn invalid_utf8_fails_at_its_byte_even_mid_frame() {
 
 #[test]
 fn a_flood_of_pings_past_the_budget_closes_with_1008() {
-    let bytes: Vec<u8> = (0..11).flat_map(|_| frame(0x89, b"")).collect();
+    let bytes: Vec<u8> = (0..=CONTROL_PER_SEC).flat_map(|_| frame(0x8A, b"")).collect();
     let (seen, _) = feed(&bytes, bytes.len());
     assert!(matches!(seen[..], [Seen::Closed(1008, _)]), "{seen:?}");
 }
