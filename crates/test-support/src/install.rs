@@ -3,7 +3,13 @@
 //! Debian's packages by the test itself: once per machine at a time (under
 //! `APT_LOCK`, the lock engineers' own `flock ... apt-get` takes too), and
 //! bounded in time, so that an install never outlives its test binary.
+//! And the independent clients some tests drive, from their language's
+//! registry: a venv from PyPI (aioquic, websockets), a node_modules by
+//! `npm ci`, a Go program by `go build`; each made once into a cache
+//! directory the test names, under a lock of its own, bounded in time too.
 
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// A program a test runs: the variable that may name it, the names it has
@@ -167,32 +173,171 @@ pub fn go_install(go: &std::path::Path, package: &str, gobin: &std::path::Path) 
 /// `PEREGRINE_H3_PYTHON` if set, else a venv at `venv` made and filled from
 /// PyPI once (under a lock, so that test binaries and runs do not race;
 /// bounded by `timeout`).
-pub fn aioquic_python(venv: &std::path::Path) -> Result<std::path::PathBuf, String> {
+pub fn aioquic_python(venv: &Path) -> Result<PathBuf, String> {
     if let Some(p) = std::env::var_os("PEREGRINE_H3_PYTHON") {
         return Ok(p.into());
     }
-    let script = "test -x \"$1/bin/python\" && \"$1/bin/python\" -c 'import aioquic' 2>/dev/null || \
-         { rm -rf \"$1\" && python3 -m venv \"$1\" && \"$1/bin/pip\" install -q --disable-pip-version-check 'aioquic>=1,<2'; }";
-    let out = Command::new("timeout")
-        .args([
-            "--kill-after=10",
-            "600",
-            "flock",
-            "--wait",
-            "600",
-            "/tmp/peregrine-pip.lock",
-        ])
-        .args(["sh", "-c", script, "sh"])
-        .arg(venv)
-        .output()
-        .map_err(|e| format!("cannot run timeout(1): {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "installing aioquic into {} failed ({}; needs python3 with venv, and PyPI): {}",
-            venv.display(),
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        ));
+    python_venv(venv, "aioquic", "aioquic>=1,<2")
+}
+
+/// A Python with `websockets` (an independent WebSocket client, whose sync
+/// API the tests use: version 13 or later): `PEREGRINE_WS_PYTHON` if set,
+/// else a venv at `venv` made and filled from PyPI once, as
+/// `aioquic_python` does.
+pub fn websockets_python(venv: &Path) -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os("PEREGRINE_WS_PYTHON") {
+        return Ok(p.into());
     }
+    python_venv(venv, "websockets.sync.client", "websockets>=15,<16")
+}
+
+/// Everything one installation of a test's client may take (a venv from
+/// PyPI, `npm ci`, a `go build` fetching its modules), waiting for its lock
+/// included. Past this the whole process group is killed, so that an
+/// install never outlives its test binary.
+pub const CLIENT_INSTALL_TIMEOUT_SECS: u64 = 600;
+
+/// The Python of a venv at `venv` in which `module` imports: the one there
+/// if it does, else a new venv filled by `pip install REQUIREMENT`.
+fn python_venv(venv: &Path, module: &str, requirement: &str) -> Result<PathBuf, String> {
+    let script = "test -x \"$1/bin/python\" && \"$1/bin/python\" -c \"import $2\" 2>/dev/null || \
+         { rm -rf \"$1\" && python3 -m venv \"$1\" && \"$1/bin/pip\" install -q --disable-pip-version-check \"$3\"; }";
+    locked_sh(
+        &format!("installing {requirement} into {}", venv.display()),
+        "needs python3 with venv, and PyPI",
+        "/tmp/peregrine-pip.lock",
+        script,
+        &[venv.as_os_str(), module.as_ref(), requirement.as_ref()],
+        &[],
+    )?;
     Ok(venv.join("bin/python"))
+}
+
+/// The `node_modules` of the npm project in `project` (its package.json and
+/// package-lock.json), installed by `npm ci` into `cache` once: again only
+/// when the lock file changed, or an earlier install did not finish. Run
+/// by `npm` with `node`'s directory first on PATH (npm is a Node.js
+/// script); under a lock, bounded by `CLIENT_INSTALL_TIMEOUT_SECS`. Give
+/// the `node_modules` to Node.js as NODE_PATH (CommonJS `require` looks
+/// there).
+pub fn npm_modules(node: &Path, npm: &Path, project: &Path, cache: &Path) -> Result<PathBuf, String> {
+    // `installed` is written last: a cache without it is half made.
+    let script = "cmp -s \"$1/package-lock.json\" \"$2/package-lock.json\" && test -f \"$2/installed\" || \
+         { rm -rf \"$2\" && mkdir -p \"$2\" && cp \"$1/package.json\" \"$1/package-lock.json\" \"$2/\" && cd \"$2\" && \
+           \"$3\" ci --ignore-scripts --no-audit --no-fund --loglevel=error && touch installed; }";
+    let mut path = std::ffi::OsString::from(node.parent().unwrap_or(Path::new("/")));
+    if let Some(rest) = std::env::var_os("PATH") {
+        path.push(":");
+        path.push(rest);
+    }
+    locked_sh(
+        &format!("npm ci of {} into {}", project.display(), cache.display()),
+        "needs npm and the npm registry",
+        "/tmp/peregrine-npm.lock",
+        script,
+        &[project.as_os_str(), cache.as_os_str(), npm.as_os_str()],
+        &[("PATH", &path)],
+    )?;
+    Ok(cache.join("node_modules"))
+}
+
+/// The Go toolchain: `PEREGRINE_GO` if set, else `go` on PATH, else the one
+/// the Go project's archive puts in /usr/local/go, else Debian's
+/// `golang-go`, installed.
+pub fn go() -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os("PEREGRINE_GO") {
+        return Ok(p.into());
+    }
+    if let Some(go) =
+        find_on_path(&["go"]).or_else(|| Some(PathBuf::from("/usr/local/go/bin/go")).filter(|p| p.is_file()))
+    {
+        return Ok(go);
+    }
+    Ok(find_or_install(&[Program {
+        var: "PEREGRINE_GO",
+        names: &["go"],
+        package: "golang-go",
+    }])?
+    .remove(0))
+}
+
+/// The program of the Go module in `module` (its go.mod, go.sum and .go
+/// files), built by `go build` once into `cache`: its name is `NAME-HASH`,
+/// the hash of those files, so that a changed source is built anew and
+/// an unchanged one never again. Modules come through the Go module proxy
+/// as go.sum pins them (`-mod=readonly`); the toolchain is the local one
+/// (`GOTOOLCHAIN=local`: none is downloaded). Under a lock, bounded by
+/// `CLIENT_INSTALL_TIMEOUT_SECS`.
+pub fn go_build(go: &Path, module: &Path, cache: &Path, name: &str) -> Result<PathBuf, String> {
+    let mut sources: Vec<PathBuf> = std::fs::read_dir(module)
+        .map_err(|e| format!("cannot list {}: {e}", module.display()))?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|p| p.is_file())
+        .filter(|p| {
+            let file = p.file_name().unwrap_or_default().to_string_lossy();
+            file == "go.mod" || file == "go.sum" || file.ends_with(".go")
+        })
+        .collect();
+    sources.sort();
+    // FNV-1a over each file's name and bytes.
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for source in &sources {
+        let bytes = std::fs::read(source).map_err(|e| format!("cannot read {}: {e}", source.display()))?;
+        let name = source.file_name().unwrap_or_default().as_encoded_bytes();
+        for b in name.iter().chain([0].iter()).chain(bytes.iter()) {
+            hash = (hash ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    let program = cache.join(format!("{name}-{hash:016x}"));
+    std::fs::create_dir_all(cache).map_err(|e| format!("cannot create {}: {e}", cache.display()))?;
+    let script = "test -x \"$3\" || { cd \"$1\" && \"$2\" build -o \"$3.part\" . && mv \"$3.part\" \"$3\"; }";
+    locked_sh(
+        &format!("go build of {} with {}", module.display(), go.display()),
+        "needs Go as recent as go.mod says, and the Go module proxy",
+        "/tmp/peregrine-go.lock",
+        script,
+        &[module.as_os_str(), go.as_os_str(), program.as_os_str()],
+        &[("GOFLAGS", "-mod=readonly".as_ref()), ("GOTOOLCHAIN", "local".as_ref())],
+    )?;
+    Ok(program)
+}
+
+/// Runs `sh -c SCRIPT sh ARGS...` (with `envs` set) under flock(1) on
+/// `lock`, the whole bounded by `CLIENT_INSTALL_TIMEOUT_SECS` (timeout(1)
+/// signals the whole process group). The error says that `what` failed,
+/// why, what it `needs`, and the end of what the script printed.
+fn locked_sh(
+    what: &str,
+    needs: &str,
+    lock: &str,
+    script: &str,
+    args: &[&OsStr],
+    envs: &[(&str, &OsStr)],
+) -> Result<(), String> {
+    const TIMED_OUT: i32 = 124;
+    let limit = CLIENT_INSTALL_TIMEOUT_SECS.to_string();
+    let out = Command::new("timeout")
+        .args(["--kill-after=10", &limit, "flock", "--wait", &limit, lock])
+        .args(["sh", "-c", script, "sh"])
+        .args(args)
+        .envs(envs.iter().copied())
+        .output()
+        .map_err(|e| format!("{what}: cannot run timeout(1): {e}"))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let why = match out.status.code() {
+        Some(TIMED_OUT) | Some(137) => format!("took more than {CLIENT_INSTALL_TIMEOUT_SECS} s and was killed"),
+        _ => out.status.to_string(),
+    };
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<&str> = text.lines().collect();
+    Err(format!(
+        "{what} failed ({why}; {needs}):\n{}",
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    ))
 }
