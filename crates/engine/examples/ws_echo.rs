@@ -5,7 +5,9 @@
 //! `cargo run --release -p peregrine --example ws_echo`, then open
 //! `http://localhost:8080/`, or `websocat ws://localhost:8080/echo`.
 //! `--bind ADDR` listens elsewhere; `--max-message BYTES` raises the
-//! largest message (1 MiB by default; Autobahn's 9.x cases send 16 MiB).
+//! largest message (1 MiB by default; Autobahn's 9.x cases send 16 MiB),
+//! `--max-fragments N` the most frames per message (1,024; its 9.3 and
+//! 9.4 cases send 4 MiB in 64-byte frames).
 
 mod common;
 
@@ -14,13 +16,18 @@ use peregrine::{ws, Reply, Request, Response, Server};
 const PAGE: &str = include_str!("ws_echo.html");
 
 fn main() -> Result<(), peregrine::Error> {
-    let max = common::value_of("--max-message").map(|v| {
-        v.parse()
-            .unwrap_or_else(|_| common::usage(&format!("--max-message takes a number of bytes, not {v:?}")))
-    });
+    let number = |flag: &str| {
+        common::value_of(flag).map(|v| {
+            v.parse::<u32>()
+                .unwrap_or_else(|_| common::usage(&format!("{flag} takes a number, not {v:?}")))
+        })
+    };
     let mut options = ws::Options::new();
-    if let Some(max) = max {
-        options = options.message_bytes_max(max);
+    if let Some(max) = number("--max-message") {
+        options = options.message_bytes_max(max as usize);
+    }
+    if let Some(max) = number("--max-fragments") {
+        options = options.fragments_max(max);
     }
     common::run(Server::new(), move |req: &Request<'_>| -> Reply {
         match req.path() {

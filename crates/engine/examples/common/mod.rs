@@ -9,7 +9,7 @@ use peregrine::{Handler, Server};
 pub const DEFAULT_BIND: &str = "127.0.0.1:8080";
 
 /// Flags some examples take besides `--bind` (each with a value).
-const OWN_FLAGS: &[&str] = &["--max-message"];
+const OWN_FLAGS: &[&str] = &["--max-message", "--max-fragments"];
 
 /// The value of an example's own flag (`--NAME VALUE` or `--NAME=VALUE`).
 #[allow(dead_code)]

@@ -44,6 +44,7 @@ impl Ws {
         } = accepted;
         let config = Config {
             message_bytes_max: options.message_bytes_max,
+            fragments_max: options.fragments_max,
             ping_interval: options.ping_interval,
             message_timeout: ctx.limits.body_timeout,
         };

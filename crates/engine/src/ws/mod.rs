@@ -26,7 +26,7 @@
 //! and facil.io do): no lock is shared between connections.
 //!
 //! **Bounds**: a message is at most [`Options::message_bytes_max`] (1 MiB:
-//! 1009 past it) in at most 1,024 fragments; what waits to be sent to a
+//! 1009 past it) in at most [`Options::fragments_max`] (1,024) frames; what waits to be sent to a
 //! client is at most [`Options::backpressure_bytes_max`] (1 MiB): past it
 //! [`Socket::send`] says `Full`, a published message is dropped for that
 //! client, and the socket is not read until the client takes some, so a
@@ -134,6 +134,7 @@ pub struct Options {
     pub(crate) protocols: Vec<String>,
     pub(crate) origins: Vec<String>,
     pub(crate) message_bytes_max: usize,
+    pub(crate) fragments_max: u32,
     pub(crate) backpressure_bytes_max: usize,
     pub(crate) close_on_backpressure: bool,
     pub(crate) ping_interval: Option<Duration>,
@@ -153,6 +154,7 @@ impl Options {
             protocols: Vec::new(),
             origins: Vec::new(),
             message_bytes_max: 1024 * 1024,
+            fragments_max: 1024,
             backpressure_bytes_max: 1024 * 1024,
             close_on_backpressure: false,
             ping_interval: Some(Duration::from_secs(30)),
@@ -180,6 +182,13 @@ impl Options {
     /// The largest message accepted, in bytes (1009 past it).
     pub fn message_bytes_max(mut self, bytes: usize) -> Self {
         self.message_bytes_max = bytes;
+        self
+    }
+
+    /// The most frames one message may come in (1,024 by default; 1009
+    /// past it): many tiny fragments cost a frame head's work each.
+    pub fn fragments_max(mut self, n: u32) -> Self {
+        self.fragments_max = n.max(1);
         self
     }
 

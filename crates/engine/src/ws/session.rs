@@ -23,15 +23,14 @@ use super::frame::{self, Op, Parsed};
 pub(crate) struct Config {
     /// The largest message, in bytes (1009 past it).
     pub(crate) message_bytes_max: usize,
+    /// The most frames one message may come in (1009 past it).
+    pub(crate) fragments_max: u32,
     /// A ping after this long without a byte from the peer, and the
     /// connection dropped after two unanswered; `None`: never.
     pub(crate) ping_interval: Option<Duration>,
     /// How long a message may take between its first and last frames.
     pub(crate) message_timeout: Duration,
 }
-
-/// The most frames one message may come in (1009 past it).
-pub(crate) const FRAGMENTS_MAX: u32 = 1024;
 
 /// How long we wait for the peer's Close after sending ours.
 pub(crate) const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -293,7 +292,7 @@ impl Session {
                 self.msg_deadline = now.checked_add(self.config.message_timeout);
             }
             self.fragments += 1;
-            if self.fragments > FRAGMENTS_MAX {
+            if self.fragments > self.config.fragments_max {
                 return self.fail(
                     out,
                     now,

@@ -4,9 +4,12 @@ use std::time::{Duration, Instant};
 
 use super::*;
 
+const FRAGMENTS_MAX: u32 = 1024;
+
 fn config() -> Config {
     Config {
         message_bytes_max: 1024,
+        fragments_max: FRAGMENTS_MAX,
         ping_interval: Some(Duration::from_secs(30)),
         message_timeout: Duration::from_secs(20),
     }
