@@ -377,6 +377,86 @@ pub fn h3_session(data: &[u8]) {
     crate::h3::fuzz_session(data);
 }
 
+/// Drives a WebSocket `Session` (`ws/session.rs`) on `data[1..]`, split
+/// into reads of `data[0] % 31 + 1` bytes, as the connection driver does:
+/// each read appended to the unread input, `poll` until it wants more,
+/// a timeout at the end. Panics if an invariant breaks: `poll` uses no
+/// more than it was given; a message is within the size limit and text is
+/// UTF-8; what it writes is whole server frames (unmasked, no reserved
+/// bits, control frames whole and short); once it has said `Closed` it
+/// writes and reports nothing more, and a Close is its last frame.
+pub fn ws_session(data: &[u8]) {
+    use crate::ws::session::{Config, Event, Kind, Session};
+    let Some((&split, data)) = data.split_first() else { return };
+    let step = usize::from(split % 31) + 1;
+    let config = Config {
+        message_bytes_max: 300,
+        fragments_max: 8,
+        ping_interval: Some(std::time::Duration::from_secs(30)),
+        message_timeout: std::time::Duration::from_secs(20),
+    };
+    let now = std::time::Instant::now();
+    let mut s = Session::new(config, now);
+    let (mut input, mut start, mut out) = (Vec::new(), 0, Vec::new());
+    let mut closed = false;
+    for chunk in data.chunks(step) {
+        input.extend_from_slice(chunk);
+        loop {
+            let written = out.len();
+            let given = input.len() - start;
+            let (used, event) = s.poll(&mut input[start..], &mut out, now);
+            assert!(used <= given, "used {used} of {given}");
+            let more = match event {
+                Event::Message(kind, bytes) => {
+                    assert!(!closed, "a message after the close");
+                    assert!(bytes.len() <= 300, "a message of {} bytes", bytes.len());
+                    if kind == Kind::Text {
+                        assert!(std::str::from_utf8(bytes).is_ok(), "text that is not UTF-8");
+                    }
+                    true
+                }
+                Event::Closed { code, .. } => {
+                    assert!(!closed, "closed twice");
+                    assert!((1000..5000).contains(&code), "close code {code}");
+                    closed = true;
+                    false
+                }
+                Event::Input => false,
+                Event::Done => {
+                    assert!(closed || s.is_closed(), "done before closed");
+                    assert_eq!(out.len(), written, "written after the end");
+                    false
+                }
+            };
+            start += used;
+            if !more {
+                break;
+            }
+        }
+    }
+    let _ = s.handle_timeout(&mut out, now + std::time::Duration::from_secs(3600));
+    // Every frame written is a whole, unmasked server frame; a Close ends
+    // them.
+    let mut rest = &out[..];
+    while let [b0, b1, tail @ ..] = rest {
+        assert_eq!(b0 & 0x70, 0, "reserved bits in {b0:#x}");
+        assert_eq!(b1 & 0x80, 0, "a masked server frame");
+        let (len, tail) = match b1 & 0x7f {
+            126 => (usize::from(u16::from_be_bytes([tail[0], tail[1]])), &tail[2..]),
+            127 => (u64::from_be_bytes(tail[..8].try_into().unwrap()) as usize, &tail[8..]),
+            n => (usize::from(n), tail),
+        };
+        let op = b0 & 0x0f;
+        if op >= 8 {
+            assert!(len <= 125 && b0 & 0x80 != 0, "a long or fragmented control frame");
+        }
+        rest = &tail[len..];
+        if op == 8 {
+            assert!(rest.is_empty(), "a frame after our Close");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -391,6 +471,26 @@ mod tests {
 
     /// `GET /` (static table entries 2, 7, 4) with `:authority: a`.
     const GET: &[u8] = &[0x82, 0x87, 0x84, 0x01, 0x01, b'a'];
+
+    #[test]
+    fn the_ws_driver_runs_its_seeds_every_way() {
+        let masked = |b0: u8, payload: &[u8]| {
+            let mut v = vec![b0, 0x80 | payload.len() as u8, 1, 2, 3, 4];
+            v.extend(payload.iter().enumerate().map(|(i, b)| b ^ [1, 2, 3, 4][i % 4]));
+            v
+        };
+        let inputs = [
+            [masked(0x81, b"hi"), masked(0x89, b"p"), masked(0x88, &[3, 232])].concat(),
+            [masked(0x01, b"\xce"), masked(0x80, b"\xbb")].concat(),
+            [masked(0x02, b"a"), masked(0x82, b"b")].concat(),
+            masked(0x81, b"\xff"),
+        ];
+        for input in inputs {
+            for seed in 0..=31u8 {
+                ws_session(&[&[seed][..], &input].concat());
+            }
+        }
+    }
 
     #[test]
     fn the_h1_driver_runs_its_seeds_every_way() {
