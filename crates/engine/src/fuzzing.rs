@@ -387,7 +387,9 @@ pub fn h3_session(data: &[u8]) {
 /// writes and reports nothing more, and a Close is its last frame.
 pub fn ws_session(data: &[u8]) {
     use crate::ws::session::{Config, Event, Kind, Session};
-    let Some((&split, data)) = data.split_first() else { return };
+    let Some((&split, data)) = data.split_first() else {
+        return;
+    };
     let step = usize::from(split % 31) + 1;
     let config = Config {
         message_bytes_max: 300,

@@ -4,6 +4,8 @@
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
+mod ws;
+
 use test_support::http;
 use test_support::process::{last_addr, Process};
 
@@ -123,4 +125,25 @@ fn an_example_that_cannot_start_says_why_in_a_sentence() {
         "Debug, not a sentence: {err}"
     );
     assert_eq!(err.lines().count(), 1, "{err}");
+}
+
+/// Two members of the chat: each line reaches both, and a departure is
+/// announced.
+#[test]
+fn the_chat_example_relays_lines_between_members() {
+    let (chat, addr) = start(example("chat").args(["--bind", "127.0.0.1:0"]));
+    let addr: std::net::SocketAddr = addr.parse().unwrap();
+    let mut ann = ws::Ws::open(addr, "/ws?name=ann");
+    assert_eq!(ann.read_text(), "* you are ann");
+    let mut bob = ws::Ws::open(addr, "/ws?name=bob");
+    assert_eq!(bob.read_text(), "* you are bob");
+    assert_eq!(ann.read_text(), "* bob joined");
+    bob.send_text("hello");
+    assert_eq!(bob.read_text(), "bob: hello");
+    assert_eq!(ann.read_text(), "bob: hello");
+    bob.send_frame(0x88, &1000u16.to_be_bytes());
+    assert_eq!(bob.read_close(), 1000);
+    assert_eq!(ann.read_text(), "* bob left");
+    assert!(get(&addr.to_string(), "/").contains("<title>Peregrine chat</title>"));
+    chat.terminate();
 }
