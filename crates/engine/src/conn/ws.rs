@@ -79,6 +79,8 @@ impl Conn {
     }
 
     /// Reads messages from the input and calls the application for each.
+    /// Out of line, for the same reason as `switch_to_ws`.
+    #[inline(never)]
     pub(super) fn process_ws(&mut self, ctx: &mut Ctx<'_>) -> Stop {
         let Conn {
             input,
