@@ -17,7 +17,6 @@ static GLOBAL: Counting = Counting;
 
 #[test]
 fn websockets_allocate_nothing_per_message_and_little_when_idle() {
-    peregrine::raise_open_files_limit();
     let options = Options::new();
     let server = Server::new()
         .bind("127.0.0.1:0")

@@ -37,6 +37,8 @@ impl Accept {
 }
 
 /// Checks `req` as a WebSocket opening handshake under `options`.
+// The refusal is the answer itself, made once per refused handshake.
+#[allow(clippy::result_large_err)]
 pub(crate) fn check(req: &Request<'_>, options: &Options) -> Result<Accept, Response> {
     if req.version() != Version::Http11 {
         return Err(refuse(400, "a WebSocket handshake is an HTTP/1.1 request\n"));
