@@ -476,11 +476,7 @@ mod tests {
 
     #[test]
     fn the_ws_driver_runs_its_seeds_every_way() {
-        let masked = |b0: u8, payload: &[u8]| {
-            let mut v = vec![b0, 0x80 | payload.len() as u8, 1, 2, 3, 4];
-            v.extend(payload.iter().enumerate().map(|(i, b)| b ^ [1, 2, 3, 4][i % 4]));
-            v
-        };
+        use test_support::ws::masked;
         let inputs = [
             [masked(0x81, b"hi"), masked(0x89, b"p"), masked(0x88, &[3, 232])].concat(),
             [masked(0x01, b"\xce"), masked(0x80, b"\xbb")].concat(),

@@ -15,6 +15,7 @@ pub mod http;
 pub mod install;
 pub mod pki;
 pub mod process;
+pub mod ws;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

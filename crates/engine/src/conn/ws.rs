@@ -167,8 +167,9 @@ impl Conn {
         }
     }
 
-    /// The WebSocket's deadline, once the connection waits; `false` if it
-    /// must close now.
+    /// Sets the WebSocket's deadline (a ping, a message's end, the peer's
+    /// Close, a drain's 1001) once the connection waits, and gives back
+    /// the message buffer of one left idle.
     pub(super) fn ws_wait(&mut self) {
         let Proto::Ws(ws) = &mut self.proto else { return };
         let deadline = match (ws.session.poll_timeout(), ws.drain_at) {

@@ -192,34 +192,14 @@ pub(crate) fn unmask(data: &mut [u8], mask: [u8; 4], offset: u64) {
 mod tests {
     use super::*;
 
-    fn masked(b0: u8, payload: &[u8], mask: [u8; 4]) -> Vec<u8> {
-        let mut v = vec![b0];
-        match payload.len() {
-            n @ 0..=125 => v.push(0x80 | n as u8),
-            n @ 126..=0xFFFF => {
-                v.push(0x80 | 126);
-                v.extend_from_slice(&(n as u16).to_be_bytes());
-            }
-            n => {
-                v.push(0x80 | 127);
-                v.extend_from_slice(&(n as u64).to_be_bytes());
-            }
-        }
-        v.extend_from_slice(&mask);
-        let mut p = payload.to_vec();
-        for (i, b) in p.iter_mut().enumerate() {
-            *b ^= mask[i % 4];
-        }
-        v.extend_from_slice(&p);
-        v
-    }
+    use test_support::ws::masked;
 
     #[test]
     fn heads_parse_at_every_length_encoding_and_partial_until_whole() {
-        let mask = [1, 2, 3, 4];
         for len in [0usize, 1, 125, 126, 127, 65535, 65536, 70000] {
-            let frame = masked(0x82, &vec![7; len], mask);
+            let frame = masked(0x82, &vec![7; len]);
             let head_size = frame.len() - len;
+            let mask: [u8; 4] = frame[head_size - 4..head_size].try_into().unwrap();
             for cut in 0..head_size {
                 assert_eq!(parse(&frame[..cut]), Parsed::Partial, "len {len} cut {cut}");
             }

@@ -7,6 +7,8 @@
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 
+pub use test_support::ws::masked;
+
 pub const KEY: &str = "dGhlIHNhbXBsZSBub25jZQ==";
 pub const ACCEPT: &str = "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=";
 
@@ -128,24 +130,4 @@ impl Ws {
         let mut rest = Vec::new();
         self.stream.read_to_end(&mut rest).is_ok()
     }
-}
-
-/// A client frame: FIN/opcode byte `b0`, payload masked.
-pub fn masked(b0: u8, payload: &[u8]) -> Vec<u8> {
-    let mask = [0x12, 0x34, 0x56, 0x78];
-    let mut v = vec![b0];
-    match payload.len() {
-        n @ 0..=125 => v.push(0x80 | n as u8),
-        n @ 126..=0xFFFF => {
-            v.push(0x80 | 126);
-            v.extend_from_slice(&(n as u16).to_be_bytes());
-        }
-        n => {
-            v.push(0x80 | 127);
-            v.extend_from_slice(&(n as u64).to_be_bytes());
-        }
-    }
-    v.extend_from_slice(&mask);
-    v.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
-    v
 }

@@ -15,25 +15,7 @@ fn config() -> Config {
     }
 }
 
-/// A client frame: `b0` is FIN/opcode, the payload masked.
-fn frame(b0: u8, payload: &[u8]) -> Vec<u8> {
-    let mask = [0x37, 0xfa, 0x21, 0x3d];
-    let mut v = vec![b0];
-    match payload.len() {
-        n @ 0..=125 => v.push(0x80 | n as u8),
-        n @ 126..=0xFFFF => {
-            v.push(0x80 | 126);
-            v.extend_from_slice(&(n as u16).to_be_bytes());
-        }
-        n => {
-            v.push(0x80 | 127);
-            v.extend_from_slice(&(n as u64).to_be_bytes());
-        }
-    }
-    v.extend_from_slice(&mask);
-    v.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
-    v
-}
+use test_support::ws::masked as frame;
 
 /// What the machine made of `bytes` fed in pieces of `step`: the events,
 /// as owned values, and the frames it queued.
