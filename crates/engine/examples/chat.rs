@@ -72,7 +72,7 @@ fn name_of(req: &Request<'_>) -> String {
 fn main() -> Result<(), peregrine::Error> {
     // Chat lines are short: 4 KiB each at most.
     let options = ws::Options::new().message_bytes_max(4096);
-    common::run(Server::new(), move |req: &Request<'_>| -> Reply {
+    common::run(Server::new().websockets(true), move |req: &Request<'_>| -> Reply {
         match req.path() {
             "/ws" => ws::upgrade(
                 req,

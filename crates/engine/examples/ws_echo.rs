@@ -29,7 +29,7 @@ fn main() -> Result<(), peregrine::Error> {
     if let Some(max) = number("--max-fragments") {
         options = options.fragments_max(max);
     }
-    common::run(Server::new(), move |req: &Request<'_>| -> Reply {
+    common::run(Server::new().websockets(true), move |req: &Request<'_>| -> Reply {
         match req.path() {
             "/echo" => ws::upgrade(req, &options, |ws: &mut ws::Socket<'_>, msg: ws::Message<'_>| {
                 // Full only while the client reads nothing back: dropped.

@@ -20,6 +20,7 @@ const CFG: Config = Config {
     n_headers_max: 8,
     body_bytes_max: 2048,
     discard_bytes_max: 4096,
+    connect_protocol: true,
 };
 /// The bodies the streams are answered with are slices of this: the
 /// largest is more than the client's initial window.

@@ -35,6 +35,8 @@ pub struct Request<'a> {
     pub(crate) tls: Option<Option<&'a str>>,
     /// The site the request went to (`sites.rs`), for the log and metrics.
     pub(crate) site: crate::sites::Chosen,
+    /// Extended CONNECT's `:protocol` (RFC 8441, HTTP/2): `websocket`.
+    pub(crate) protocol: Option<&'a str>,
 }
 
 /// Where a request came from: the socket's peer, the source the
@@ -112,6 +114,7 @@ impl<'a> Request<'a> {
             reader: None,
             tls: None,
             site: crate::sites::Chosen::new(None),
+            protocol: None,
         }
     }
 
@@ -133,6 +136,7 @@ impl<'a> Request<'a> {
             reader: None,
             tls: None,
             site: crate::sites::Chosen::new(None),
+            protocol: None,
         }
     }
 
@@ -295,6 +299,13 @@ impl<'a> Request<'a> {
     /// client sent none (it connected by address).
     pub fn tls_server_name(&self) -> Option<&'a str> {
         self.tls.flatten()
+    }
+
+    /// The protocol an HTTP/2 extended CONNECT asks for (`:protocol`,
+    /// RFC 8441): `websocket` when a browser opens a WebSocket over
+    /// HTTP/2. `None` for every other request.
+    pub fn protocol(&self) -> Option<&'a str> {
+        self.protocol
     }
 
     /// A copy of this request with router captures attached.

@@ -56,6 +56,7 @@ pub struct Server {
     run_as: crate::Identity,
     metrics: Option<Arc<crate::Metrics>>,
     http2: bool,
+    websockets: bool,
     http3: bool,
 }
 
@@ -100,6 +101,7 @@ impl Server {
             run_as: crate::Identity::default(),
             metrics: None,
             http2: true,
+            websockets: false,
             http3: true,
         }
     }
@@ -258,6 +260,18 @@ impl Server {
     /// handler answers both.
     pub fn http2(mut self, on: bool) -> Self {
         self.http2 = on;
+        self
+    }
+
+    /// Says that the handler has WebSocket routes (`ws::upgrade`), so
+    /// that HTTP/2 clients may open them on their HTTP/2 connection:
+    /// SETTINGS_ENABLE_CONNECT_PROTOCOL is advertised and extended CONNECT
+    /// requests (`:protocol = websocket`, RFC 8441) reach the handler,
+    /// which accepts them as it accepts an HTTP/1.1 upgrade. Off by
+    /// default: a server without WebSocket routes does not advertise what
+    /// it cannot do. HTTP/1.1 upgrades work either way.
+    pub fn websockets(mut self, on: bool) -> Self {
+        self.websockets = on;
         self
     }
 
@@ -603,6 +617,7 @@ impl Server {
                 redirect: redirect.clone(),
                 limits: self.limits.clone(),
                 http2: self.http2,
+                websockets: self.websockets,
                 log: sink.clone().map(|s| LogWriter::new(s, self.log_format.clone())),
                 site_logs: (site_sinks.iter())
                     .map(|s| s.clone().map(|s| LogWriter::new(s, self.log_format.clone())))

@@ -56,6 +56,8 @@ pub(crate) struct Worker {
     pub(crate) limits: Limits,
     /// Speak HTTP/2 besides HTTP/1.1.
     pub(crate) http2: bool,
+    /// HTTP/2 clients may open WebSockets (RFC 8441's extended CONNECT).
+    pub(crate) websockets: bool,
     pub(crate) log: Option<LogWriter>,
     /// The sites' own access logs, by site index (`None`: the server's).
     pub(crate) site_logs: Vec<Option<LogWriter>>,
@@ -82,6 +84,7 @@ impl Worker {
             redirect,
             mut limits,
             http2,
+            websockets,
             mut log,
             mut site_logs,
             mailbox,
@@ -105,6 +108,7 @@ impl Worker {
             n_headers_max: limits.n_headers_max.min(crate::limits::HEADERS_ARRAY_MAX),
             body_bytes_max: limits.body_bytes_max,
             discard_bytes_max: limits.discard_bytes_max,
+            connect_protocol: websockets,
         });
         let mut events = Events::with_capacity(1024);
         let mut pool = BufPool::default();
@@ -219,7 +223,7 @@ struct Hosted {
     /// When the timerfd is set to fire, if it is.
     timer_armed: Option<Instant>,
     /// The subscribers of a published message (kept for its capacity).
-    subscribers: Vec<usize>,
+    subscribers: Vec<crate::ws::hub::Member>,
 }
 
 impl Hosted {
@@ -402,15 +406,15 @@ impl Hosted {
     /// A message published to a WebSocket topic: each of this worker's
     /// subscribers gets its frame.
     fn fan_out(&mut self, ctx: &mut Ctx<'_>, published: &crate::ws::hub::Published) {
-        let mut tokens = std::mem::take(&mut self.subscribers);
-        ctx.ws.subscribers(published, &mut tokens);
-        for &t in &tokens {
+        let mut members = std::mem::take(&mut self.subscribers);
+        ctx.ws.subscribers(published, &mut members);
+        for &(t, stream) in &members {
             if let Some(conn) = self.conns.get_mut(t) {
-                let next = conn.on_publish(ctx, &published.frame);
+                let next = conn.on_publish(ctx, stream, &published.frame);
                 self.settle(ctx, t, next);
             }
         }
-        self.subscribers = tokens;
+        self.subscribers = members;
     }
 
     /// Another turn for the connections that had more to do. A token may

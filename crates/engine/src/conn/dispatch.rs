@@ -154,7 +154,8 @@ pub(crate) fn body_use(ctx: &Ctx<'_>, redirect: bool, req: &Request<'_>) -> Body
 /// seen: a method the server does not recognise (or CONNECT) is answered
 /// 501 before any handler runs, as HTTP/1.1's are (RFC 9110 §9.1).
 pub(crate) fn call_stream(ctx: &Ctx<'_>, redirect: bool, req: &Request<'_>) -> Handled {
-    if crate::codec::head::check_method(req.method()).is_err() {
+    // An extended CONNECT (`:protocol`, RFC 8441) is for the handler.
+    if req.protocol.is_none() && crate::codec::head::check_method(req.method()).is_err() {
         return Ok(Reply::Now(Response::error(501)));
     }
     call(ctx, redirect, req)
@@ -193,8 +194,8 @@ pub(crate) fn settle<'r>(
                 *handled = Ok(Reply::Now(Response::error(500).with_close()));
             }
         },
-        // Only HTTP/1.1 takes an upgrade, before settling (`ws::upgrade`
-        // refuses the others' requests): one here is a bug.
+        // HTTP/1.1 and HTTP/2 take an upgrade before settling
+        // (`ws::upgrade` refuses HTTP/3's requests): one here is a bug.
         Ok(Reply::Upgrade(_)) => {
             crate::log::error(format_args!(
                 "a handler's Reply::Upgrade for a request that cannot upgrade"

@@ -50,6 +50,8 @@ pub(super) struct Http2 {
     /// Streams waiting for a deferred answer, with what the log and the
     /// metrics need when it comes.
     deferred: Vec<Deferral>,
+    /// The WebSockets on this connection's streams (RFC 8441), by stream.
+    pub(super) tunnels: Vec<(u32, super::ws::Ws)>,
 }
 
 impl Http2 {
@@ -132,6 +134,11 @@ impl Streams for H2Streams<'_> {
         self.session.deferred_stream(defer_id).map(u64::from)
     }
 
+    fn tunnel(&mut self, id: u64, resp: &Response, date: &[u8]) -> bool {
+        self.session
+            .accept_tunnel(id as u32, resp, date, self.extra_fields, self.out)
+    }
+
     fn stop_reading(&mut self, _id: u64) {}
 }
 
@@ -153,6 +160,7 @@ impl Conn {
         self.switch(Proto::H2(Box::new(Http2 {
             session,
             deferred: Vec::new(),
+            tunnels: Vec::new(),
         })));
     }
     /// Feeds the read bytes to the session, answers the streams that are
@@ -213,6 +221,9 @@ impl Conn {
             if self.h2_queued() > budget {
                 return Stop::Output;
             }
+        }
+        if self.proto.h2().is_some_and(|h2| !h2.tunnels.is_empty()) {
+            self.process_tunnels(ctx);
         }
         let Some(h2) = self.proto.h2_mut() else {
             return Stop::Closing;
@@ -319,10 +330,14 @@ impl Conn {
         Some((view, client, &mut h2.deferred))
     }
 
-    /// Calls the handler for stream `id` and queues its answer.
+    /// Calls the handler for stream `id` and queues its answer; a
+    /// WebSocket it accepted runs on the stream.
     fn answer_h2(&mut self, ctx: &mut Ctx<'_>, id: u32) {
-        if let Some((mut view, client, deferred)) = self.h2_streams(ctx) {
-            streams::answer(ctx, &mut view, client, deferred, u64::from(id));
+        let Some((mut view, client, deferred)) = self.h2_streams(ctx) else {
+            return;
+        };
+        if let Some(upgrade) = streams::answer(ctx, &mut view, client, deferred, u64::from(id)) {
+            self.start_tunnel(ctx, id, *upgrade.0);
         }
     }
 
@@ -372,6 +387,12 @@ impl Conn {
         // A frame begun and not finished, which the session has not seen.
         let partial = &self.input.buf[self.input.start..self.input.end.max(self.input.start)];
         let Some(h2) = self.proto.h2_mut() else { return };
-        self.state_deadline = h2.session.poll_timeout(ctx.now, partial);
+        let mut deadline = h2.session.poll_timeout(ctx.now, partial);
+        if !h2.tunnels.is_empty() {
+            if let Some(at) = self.tunnels_deadline() {
+                deadline = Some(deadline.map_or(at, |d| d.min(at)));
+            }
+        }
+        self.state_deadline = deadline;
     }
 }

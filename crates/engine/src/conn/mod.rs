@@ -429,6 +429,10 @@ impl Conn {
                 return Next::Close;
             }
             if !self.time_out_h2(ctx) {
+                // The connection goes on: its WebSockets' deadlines.
+                if self.proto.h2().is_some_and(|h2| !h2.tunnels.is_empty()) && self.tunnels_time_out(ctx) {
+                    return self.drive(ctx);
+                }
                 self.deadline = self.state_deadline;
                 return Next::Keep;
             }
@@ -471,7 +475,9 @@ impl Conn {
         }
         if self.proto.is_h2() {
             // GOAWAY: the streams in flight finish, the client opens no
-            // more (process_h2 sends it while draining).
+            // more (process_h2 sends it while draining); WebSockets get
+            // their 1001 (`ws::drain`).
+            self.tunnels_drain(ctx);
             return match self.phase {
                 Phase::Lingering { .. } => Next::Close,
                 _ => self.drive(ctx),

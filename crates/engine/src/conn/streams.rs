@@ -18,7 +18,7 @@ use super::dispatch::{self, Called, Deferral};
 use super::{refused_line, Ctx};
 use crate::body::BodySink;
 use crate::codec::Version;
-use crate::handler::BodyUse;
+use crate::handler::{BodyUse, Reply};
 use crate::limits::BODY_READER_BYTES;
 use crate::message::head::FieldArray;
 use crate::message::{Parts, Sent};
@@ -56,6 +56,10 @@ pub(crate) trait Streams {
     fn defer(&mut self, id: u64, defer_id: u64);
     /// The stream a deferred answer is for, unless the client reset it.
     fn deferred_stream(&self, defer_id: u64) -> Option<u64>;
+    /// Accepts stream `id`'s extended CONNECT with `resp` (a 2xx): the
+    /// stream carries a WebSocket from now on. False where the protocol
+    /// has none (HTTP/3, until RFC 9220) or the stream is gone.
+    fn tunnel(&mut self, id: u64, resp: &Response, date: &[u8]) -> bool;
     /// Stream `id` was answered now: what is left of its request is not
     /// read (HTTP/3's STOP_SENDING; HTTP/2 resets the stream itself once
     /// the answer is sent).
@@ -79,6 +83,8 @@ pub(crate) struct Client<'c> {
 
 /// Calls the handler for stream `id`, whose request is complete, and
 /// queues its answer (or records that it will come later in `deferred`).
+/// A WebSocket the handler accepted on an extended CONNECT is returned,
+/// for the driver to run on the stream.
 #[inline]
 pub(crate) fn answer<S: Streams>(
     ctx: &mut Ctx<'_>,
@@ -86,21 +92,21 @@ pub(crate) fn answer<S: Streams>(
     client: Client<'_>,
     deferred: &mut Vec<Deferral>,
     id: u64,
-) {
+) -> Option<crate::ws::Upgrade> {
     let dates = ctx.date;
     let date = &dates.http()[..];
     if let Some(status) = s.refused(id) {
         let sent = s.respond(id, &mut Response::error(status), false, date);
         s.stop_reading(id);
         record_refused::<S>(ctx, client.proxy_source.unwrap_or(client.peer), status, sent);
-        return;
+        return None;
     }
     let Some(parts) = s.parts(id) else {
         // A stream without :method or :path passed the checks only as
         // CONNECT; answer what a malformed request gets.
         let sent = s.respond(id, &mut Response::error(400), false, date);
         record_refused::<S>(ctx, client.proxy_source.unwrap_or(client.peer), 400, sent);
-        return;
+        return None;
     };
     let mut fields = FieldArray::new();
     let headers = fields.fill(parts.head);
@@ -108,19 +114,57 @@ pub(crate) fn answer<S: Streams>(
     let mut req = request::<S>(ctx.trust, &parts, headers, parts.body, client);
     req.tls = client.tls;
     req.defer = Some(&slot);
+    req.protocol = parts.protocol;
     let head_only = parts.method == "HEAD";
     let mut handled = dispatch::call_stream(ctx, client.redirect, &req);
+    if let Ok(Reply::Upgrade(_)) = &handled {
+        // Logged as what it is answered: 200 (RFC 8441 §5), no body.
+        dispatch::record(ctx, &req, 200, 0);
+        return accept_upgrade(ctx, s, id, handled);
+    }
     let response = match dispatch::settle(ctx, &slot, &req, &mut handled) {
         Called::Now(response) => response,
         Called::Later(deferral) => {
             s.defer(id, deferral.id);
             deferred.push(deferral);
-            return;
+            return None;
         }
     };
+    if req.protocol.is_some() && (200..300).contains(&response.status) {
+        // A 2xx opens the tunnel an extended CONNECT asks for (RFC 8441
+        // §4), and only `ws::upgrade` makes one: another 2xx (a handler
+        // that routes by path alone) would put a page where the client
+        // expects WebSocket frames.
+        *response = Response::error(501);
+    }
     let sent = Sent::of(response, head_only);
     dispatch::record(ctx, &req, sent.status, sent.body_bytes);
     s.respond(id, response, head_only, date);
+    None
+}
+
+/// The handler accepted a WebSocket (`ws::upgrade` checked the extended
+/// CONNECT): its 200 goes out and the WebSocket is returned. Out of line:
+/// no other request carries it.
+#[cold]
+#[inline(never)]
+fn accept_upgrade<S: Streams>(
+    ctx: &mut Ctx<'_>,
+    s: &mut S,
+    id: u64,
+    handled: dispatch::Handled,
+) -> Option<crate::ws::Upgrade> {
+    let Ok(Reply::Upgrade(up)) = handled else {
+        return None;
+    };
+    let response = up.0.handshake.response();
+    let date = &ctx.date.http()[..];
+    if s.tunnel(id, &response, date) {
+        return Some(up);
+    }
+    // Only a bug gets here: `ws::upgrade` refuses HTTP/3's requests.
+    s.respond(id, &mut Response::error(500), false, date);
+    None
 }
 
 /// Stream `id`'s head is complete and its body is coming: if its handler

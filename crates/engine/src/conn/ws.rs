@@ -1,12 +1,21 @@
-//! The WebSocket side of a connection: drives `ws::session::Session` over
-//! the read buffer after an HTTP/1.1 upgrade, calls the application's
-//! callbacks for each message (catching panics: 1011), sends what they
-//! and other threads queue, and fans out published messages.
+//! The WebSocket side of a connection: drives `ws::session::Session`,
+//! calls the application's callbacks for each message (catching panics:
+//! 1011), sends what they and other threads queue, and fans out published
+//! messages. One machine, two carriers:
+//! - after an HTTP/1.1 upgrade the connection is the WebSocket (`Ws` in
+//!   the protocol slot, reading the connection's input, writing its
+//!   output);
+//! - over HTTP/2 (RFC 8441's extended CONNECT) each WebSocket is a
+//!   stream of the connection (`Http2::tunnels`), reading the DATA its
+//!   stream received and writing frames that leave as DATA under the
+//!   stream's flow control (`h2::Tunnel`).
 //!
 //! The input is read only while what waits for the client is under the
 //! route's `backpressure_bytes_max`: a client that sends without reading
-//! is not read either (TCP's window closes), so it cannot make the worker
-//! hold more than that and one message.
+//! is not read either (TCP's window closes, or the stream's), so it
+//! cannot make the worker hold more than that and one message. The
+//! WebSockets of one HTTP/2 connection share that limit: one client
+//! reads them all, at one speed.
 
 use std::panic::{self, AssertUnwindSafe};
 use std::time::Instant;
@@ -18,9 +27,11 @@ use crate::ws::hub::Subscriber;
 use crate::ws::session::{Config, Event, Kind, Session, TimedOut};
 use crate::ws::{Accepted, Message, Socket, WebSocket};
 
-/// A WebSocket in the connection's protocol slot: inline, as HTTP/1.1's
-/// machine, whose room it takes (no larger, `conn/mod.rs` checks), so an
-/// idle WebSocket costs the connection's slot and nothing else.
+/// A WebSocket: inline in the connection's protocol slot after an
+/// HTTP/1.1 upgrade, as HTTP/1.1's machine, whose room it takes (no
+/// larger, `conn/mod.rs` checks), so an idle WebSocket costs the
+/// connection's slot and nothing else; or one of an HTTP/2 connection's
+/// streams.
 pub(super) struct Ws {
     session: Session,
     /// `None` once `on_close` has been called (or a callback panicked).
@@ -36,7 +47,9 @@ pub(super) struct Ws {
 }
 
 impl Ws {
-    pub(super) fn new(accepted: Accepted, token: usize, ctx: &Ctx<'_>) -> Self {
+    /// The WebSocket `accepted` on connection `token`, on its HTTP/2
+    /// `stream` (0: the connection itself).
+    pub(super) fn new(accepted: Accepted, token: usize, stream: u32, ctx: &Ctx<'_>) -> Self {
         let Accepted {
             handshake,
             options,
@@ -48,17 +61,57 @@ impl Ws {
             ping_interval: options.ping_interval,
             message_timeout: ctx.limits.body_timeout,
         };
+        if let Some(m) = ctx.metrics {
+            m.ws_opened.add(1);
+        }
         Ws {
             session: Session::new(config, ctx.now),
             app: Some(app),
             protocol: handshake.protocol.map(String::into_boxed_str),
             limit: options.backpressure_bytes_max,
             close_on_backpressure: options.close_on_backpressure,
-            sub: Subscriber::new(token),
+            sub: Subscriber::new(token, stream),
             drain_at: None,
             opening: true,
         }
     }
+
+    /// The next deadline: a ping, a message's end, the peer's Close, a
+    /// drain's 1001.
+    fn deadline(&self) -> Option<Instant> {
+        match (self.session.poll_timeout(), self.drain_at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+/// Where a WebSocket's frames go: the connection's output buffer, or its
+/// HTTP/2 stream's; `sent` of `buf`'s bytes have left, and at most
+/// `limit` may wait.
+struct Out<'o> {
+    buf: &'o mut Vec<u8>,
+    sent: usize,
+    limit: usize,
+}
+
+impl Out<'_> {
+    fn queued(&self) -> usize {
+        self.buf.len().saturating_sub(self.sent)
+    }
+}
+
+/// Why `run` stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ran {
+    /// It read all it could: more input is needed.
+    Input,
+    /// What waits for the client is over the limit: not read until sent.
+    Output,
+    /// The connection's turn is used up.
+    Turn,
+    /// The WebSocket is over: its last frames are queued.
+    Closed,
 }
 
 /// What a callback is given besides its socket.
@@ -67,15 +120,147 @@ enum Call<'m> {
     Message(Message<'m>),
 }
 
+/// Runs `ws` over `input`: `on_open` first, what other threads queued,
+/// then each message to the application. Returns the bytes of `input`
+/// used and why it stopped.
+fn run(ctx: &mut Ctx<'_>, ws: &mut Ws, input: &mut [u8], out: &mut Out<'_>, work_left: &mut u32) -> (usize, Ran) {
+    if ws.opening {
+        ws.opening = false;
+        if !call(ctx, ws, out, Call::Open) {
+            return (0, Ran::Closed);
+        }
+    }
+    pump_outbox(ctx, ws, out, ctx.now);
+    let mut used = 0;
+    loop {
+        if ws.session.is_closed() {
+            return (used, Ran::Closed);
+        }
+        if out.queued() > out.limit {
+            return (used, Ran::Output);
+        }
+        if *work_left == 0 {
+            return (used, Ran::Turn);
+        }
+        let Ws {
+            session,
+            app,
+            sub,
+            protocol,
+            close_on_backpressure,
+            ..
+        } = ws;
+        let (n, event) = session.poll(&mut input[used..], out.buf, ctx.now);
+        match event {
+            Event::Input => return (used + n, Ran::Input),
+            Event::Message(kind, bytes) => {
+                *work_left -= 1;
+                if let Some(m) = ctx.metrics {
+                    m.ws_messages_in.add(1);
+                    m.ws_bytes_in.add(bytes.len() as u64);
+                }
+                // The session checked text as UTF-8.
+                let msg = match kind {
+                    Kind::Text => Message::Text(std::str::from_utf8(bytes).unwrap_or_default()),
+                    Kind::Binary => Message::Binary(bytes),
+                };
+                // The message borrows the session or the input: the
+                // callback gets a socket that needs neither.
+                let parts = Parts {
+                    app,
+                    sub,
+                    protocol: protocol.as_deref(),
+                    close_on_backpressure: *close_on_backpressure,
+                    // Messages are handed out only while open.
+                    open: true,
+                };
+                let called = call_with(ctx, parts, out, Call::Message(msg));
+                used += n;
+                settle_call(ctx, ws, out, called);
+            }
+            Event::Closed { code, reason } => {
+                let reason = reason.to_owned();
+                said_closed(ctx, ws, code, &reason);
+                return (used + n, Ran::Closed);
+            }
+            Event::Done => return (used + n, Ran::Closed),
+        }
+    }
+}
+
+/// A deadline of `ws` may have passed: the 1001 of a draining server, a
+/// ping, the end of a wait. False if the WebSocket must end now (its
+/// Close went unanswered).
+fn time_out(ctx: &mut Ctx<'_>, ws: &mut Ws, out: &mut Vec<u8>) -> bool {
+    if ws.drain_at.is_some_and(|at| ctx.now >= at) {
+        ws.drain_at = None;
+        ws.session.close(out, 1001, "the server is going away", ctx.now);
+    }
+    match ws.session.handle_timeout(out, ctx.now) {
+        TimedOut::Keep => true,
+        TimedOut::Closed { code, reason } => {
+            said_closed(ctx, ws, code, reason);
+            true
+        }
+        TimedOut::Done => {
+            said_closed(ctx, ws, 1006, "");
+            false
+        }
+    }
+}
+
+/// Shutdown began: the 1001 goes at a random moment within the first
+/// half of the shutdown timeout, so that clients do not all reconnect at
+/// once. Returns when.
+fn drain(ctx: &Ctx<'_>, ws: &mut Ws) -> Option<Instant> {
+    if ws.drain_at.is_none() && ws.session.is_open() {
+        let half = ctx.limits.shutdown_timeout / 2;
+        let delay = half.mul_f64(random_fraction(ws.sub.token, ws.sub.stream));
+        ws.drain_at = Some(ctx.now.checked_add(delay).unwrap_or(ctx.now));
+    }
+    ws.drain_at
+}
+
+/// A published frame for `ws`: queued, unless the client's queue is full
+/// (then dropped, or the WebSocket closed with 1008 if the route says
+/// so).
+fn publish(ctx: &mut Ctx<'_>, ws: &mut Ws, out: &mut Out<'_>, frame: &[u8]) {
+    if !ws.session.is_open() {
+        return;
+    }
+    if out.queued() > out.limit {
+        if let Some(m) = ctx.metrics {
+            m.ws_dropped.add(1);
+        }
+        if ws.close_on_backpressure {
+            ws.session.close(out.buf, 1008, "the client reads too slowly", ctx.now);
+        }
+    } else {
+        out.buf.extend_from_slice(frame);
+        if let Some(m) = ctx.metrics {
+            m.ws_messages_out.add(1);
+            m.ws_bytes_out.add(frame.len() as u64);
+        }
+    }
+}
+
+/// `ws` is gone: it leaves its topics, and the application hears of the
+/// end if it has not (1006: no Close).
+fn end(ctx: &mut Ctx<'_>, ws: &mut Ws) {
+    said_closed(ctx, ws, 1006, "");
+    ctx.ws.leave_all(&mut ws.sub);
+    ws.sub.outbox = None;
+    if let Some(m) = ctx.metrics {
+        m.ws_closed.add(1);
+    }
+}
+
 impl Conn {
     /// Switches the connection to the WebSocket its handler accepted
     /// (the 101 is queued; the input's unread bytes are the WebSocket's).
     pub(super) fn start_ws(&mut self, ctx: &mut Ctx<'_>, accepted: Accepted) {
-        let ws = Ws::new(accepted, self.token, ctx);
+        let ws = Ws::new(accepted, self.token, 0, ctx);
         self.switch(Proto::Ws(ws));
-        if let Some(m) = ctx.metrics {
-            m.ws_opened.add(1);
-        }
     }
 
     /// Reads messages from the input and calls the application for each.
@@ -94,93 +279,30 @@ impl Conn {
             return Stop::Closing;
         };
         ensure_output(output, ctx.pool);
-        if ws.opening {
-            ws.opening = false;
-            if !call(ctx, ws, output, Call::Open) {
-                return closing(phase);
-            }
-        }
-        pump_outbox(ctx, ws, output, ctx.now);
-        loop {
-            if ws.session.is_closed() {
-                return closing(phase);
-            }
-            if output.queued() > ws.limit {
-                return Stop::Output;
-            }
-            if *work_left == 0 {
-                return Stop::Turn;
-            }
-            let data = &mut input.buf[input.start..input.end];
-            let Ws {
-                session,
-                app,
-                sub,
-                protocol,
-                limit,
-                close_on_backpressure,
-                ..
-            } = ws;
-            let (used, event) = session.poll(data, &mut output.buf, ctx.now);
-            match event {
-                Event::Input => {
-                    input.start += used;
-                    return Stop::Input;
-                }
-                Event::Message(kind, bytes) => {
-                    *work_left -= 1;
-                    if let Some(m) = ctx.metrics {
-                        m.ws_messages_in.add(1);
-                        m.ws_bytes_in.add(bytes.len() as u64);
-                    }
-                    // The session checked text as UTF-8.
-                    let msg = match kind {
-                        Kind::Text => Message::Text(std::str::from_utf8(bytes).unwrap_or_default()),
-                        Kind::Binary => Message::Binary(bytes),
-                    };
-                    // The message borrows the session or the input: the
-                    // callback gets a socket that needs neither.
-                    let parts = Parts {
-                        app,
-                        sub,
-                        protocol: protocol.as_deref(),
-                        limit: *limit,
-                        close_on_backpressure: *close_on_backpressure,
-                        // Messages are handed out only while open.
-                        open: true,
-                    };
-                    let called = call_with(ctx, parts, output, Call::Message(msg));
-                    input.start += used;
-                    settle_call(ctx, ws, output, called);
-                }
-                Event::Closed { code, reason } => {
-                    let reason = reason.to_owned();
-                    input.start += used;
-                    said_closed(ctx, ws, code, &reason);
-                    return closing(phase);
-                }
-                Event::Done => {
-                    input.start += used;
-                    return closing(phase);
-                }
-            }
+        let mut out = Out {
+            buf: &mut output.buf,
+            sent: output.pos,
+            limit: ws.limit,
+        };
+        let (used, ran) = run(ctx, ws, &mut input.buf[input.start..input.end], &mut out, work_left);
+        input.start += used;
+        match ran {
+            Ran::Input => Stop::Input,
+            Ran::Output => Stop::Output,
+            Ran::Turn => Stop::Turn,
+            Ran::Closed => closing(phase),
         }
     }
 
-    /// Sets the WebSocket's deadline (a ping, a message's end, the peer's
-    /// Close, a drain's 1001) once the connection waits, and gives back
-    /// the message buffer of one left idle.
+    /// Sets the WebSocket's deadline once the connection waits, and gives
+    /// back the message buffer of one left idle.
     pub(super) fn ws_wait(&mut self) {
         let Proto::Ws(ws) = &mut self.proto else { return };
-        let deadline = match (ws.session.poll_timeout(), ws.drain_at) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
         // An idle WebSocket holds no buffer (thousands may be open).
         if self.input.is_empty() {
             ws.session.release();
         }
-        self.state_deadline = deadline;
+        self.state_deadline = ws.deadline();
     }
 
     /// A WebSocket deadline passed: a ping, the 1001 of a draining
@@ -190,84 +312,183 @@ impl Conn {
         let Proto::Ws(ws) = &mut self.proto else {
             return Next::Close;
         };
-        if ws.drain_at.is_some_and(|at| ctx.now >= at) {
-            ws.drain_at = None;
-            ws.session
-                .close(&mut self.output.buf, 1001, "the server is going away", ctx.now);
-        }
-        match ws.session.handle_timeout(&mut self.output.buf, ctx.now) {
-            TimedOut::Keep => {}
-            TimedOut::Closed { code, reason } => said_closed(ctx, ws, code, reason),
-            TimedOut::Done => {
-                said_closed(ctx, ws, 1006, "");
-                return Next::Close;
-            }
+        if !time_out(ctx, ws, &mut self.output.buf) {
+            return Next::Close;
         }
         self.drive(ctx)
     }
 
-    /// Shutdown began: the 1001 goes at a random moment within the first
-    /// half of the shutdown timeout, so that clients do not all reconnect
-    /// at once.
+    /// Shutdown began: the WebSocket's 1001 is scheduled (`drain`).
     pub(super) fn ws_drain(&mut self, ctx: &mut Ctx<'_>) -> Next {
         let Proto::Ws(ws) = &mut self.proto else {
             return Next::Keep;
         };
-        if ws.drain_at.is_none() && ws.session.is_open() {
-            let half = ctx.limits.shutdown_timeout / 2;
-            let delay = half.mul_f64(random_fraction(self.token));
-            ws.drain_at = Some(ctx.now.checked_add(delay).unwrap_or(ctx.now));
-            if let Some(at) = ws.drain_at {
-                if self.deadline.is_none_or(|d| at < d) {
-                    self.deadline = Some(at);
-                }
-                self.state_deadline = self.deadline;
+        if let Some(at) = drain(ctx, ws) {
+            if self.deadline.is_none_or(|d| at < d) {
+                self.deadline = Some(at);
             }
+            self.state_deadline = self.deadline;
         }
         Next::Keep
     }
 
-    /// A message published to a topic this connection subscribes to: its
-    /// frame is queued, unless the client's queue is full (then dropped,
-    /// or the connection closed with 1008 if the route says so).
-    pub(crate) fn on_publish(&mut self, ctx: &mut Ctx<'_>, frame: &[u8]) -> Next {
+    /// A message published to a topic the WebSocket on `stream` (0: the
+    /// connection itself) subscribes to.
+    pub(crate) fn on_publish(&mut self, ctx: &mut Ctx<'_>, stream: u32, frame: &[u8]) -> Next {
+        if stream != 0 {
+            return self.publish_to_stream(ctx, stream, frame);
+        }
         let Proto::Ws(ws) = &mut self.proto else {
             return Next::Keep;
         };
-        if !ws.session.is_open() {
-            return Next::Keep;
-        }
         ensure_output(&mut self.output, ctx.pool);
-        if self.output.queued() > ws.limit {
-            if let Some(m) = ctx.metrics {
-                m.ws_dropped.add(1);
-            }
-            if !ws.close_on_backpressure {
-                return Next::Keep;
-            }
-            ws.session
-                .close(&mut self.output.buf, 1008, "the client reads too slowly", ctx.now);
-        } else {
-            self.output.buf.extend_from_slice(frame);
-            if let Some(m) = ctx.metrics {
-                m.ws_messages_out.add(1);
-                m.ws_bytes_out.add(frame.len() as u64);
-            }
-        }
+        let mut out = Out {
+            buf: &mut self.output.buf,
+            sent: self.output.pos,
+            limit: ws.limit,
+        };
+        publish(ctx, ws, &mut out, frame);
         self.drive(ctx)
     }
 
-    /// The connection is being dropped: the WebSocket leaves its topics,
-    /// and the application hears of the end if it has not (1006: no Close).
+    /// The connection is being dropped: its WebSockets end.
     pub(crate) fn end_ws(&mut self, ctx: &mut Ctx<'_>) {
-        if let Proto::Ws(ws) = &mut self.proto {
-            said_closed(ctx, ws, 1006, "");
-            ctx.ws.leave_all(&mut ws.sub);
-            ws.sub.outbox = None;
-            if let Some(m) = ctx.metrics {
-                m.ws_closed.add(1);
+        match &mut self.proto {
+            Proto::Ws(ws) => end(ctx, ws),
+            Proto::H2(h2) => {
+                for (_, ws) in &mut h2.tunnels {
+                    end(ctx, ws);
+                }
+                h2.tunnels.clear();
+            }
+            Proto::H1(_) => {}
+        }
+    }
+
+    /// Stream `id` of this HTTP/2 connection was accepted as a WebSocket.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn start_tunnel(&mut self, ctx: &mut Ctx<'_>, id: u32, accepted: Accepted) {
+        let ws = Ws::new(accepted, self.token, id, ctx);
+        if let Some(h2) = self.proto.h2_mut() {
+            h2.tunnels.push((id, ws));
+        }
+    }
+
+    /// Runs this HTTP/2 connection's WebSockets over what their streams
+    /// received, and gives their streams window for what was read.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn process_tunnels(&mut self, ctx: &mut Ctx<'_>) {
+        let Conn {
+            proto,
+            output,
+            work_left,
+            ..
+        } = self;
+        let Some(h2) = proto.h2_mut() else { return };
+        let mut i = 0;
+        while i < h2.tunnels.len() {
+            let total = h2.session.tunnels_queued();
+            let (id, ws) = &mut h2.tunnels[i];
+            let ended = h2.session.with_tunnel(*id, |t, peer_done| {
+                let mut out = Out {
+                    limit: ws.limit.saturating_sub(total - t.queued()),
+                    buf: &mut t.output,
+                    sent: t.sent,
+                };
+                let (used, ran) = run(ctx, ws, &mut t.input, &mut out, work_left);
+                t.input.drain(..used);
+                if ran != Ran::Closed && peer_done && t.input.is_empty() && !ws.session.is_closed() {
+                    // The client ended the stream without a Close: as a
+                    // TCP connection closed without one.
+                    said_closed(ctx, ws, 1006, "");
+                    return true;
+                }
+                ran == Ran::Closed
+            });
+            match ended {
+                // The stream is gone: reset by the client, or ended.
+                None => {
+                    end(ctx, ws);
+                    h2.tunnels.swap_remove(i);
+                    continue;
+                }
+                Some(true) => h2.session.end_tunnel(*id),
+                Some(false) => {}
+            }
+            i += 1;
+        }
+        h2.session.grant_tunnels(&mut output.buf);
+    }
+
+    /// The earliest deadline of this HTTP/2 connection's WebSockets; those
+    /// left idle give back their message buffers.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn tunnels_deadline(&mut self) -> Option<Instant> {
+        let h2 = self.proto.h2_mut()?;
+        let mut earliest: Option<Instant> = None;
+        for (id, ws) in &mut h2.tunnels {
+            if h2.session.with_tunnel(*id, |t, _| t.input.is_empty()) == Some(true) {
+                ws.session.release();
+            }
+            if let Some(at) = ws.deadline() {
+                earliest = Some(earliest.map_or(at, |e| e.min(at)));
             }
         }
+        earliest
+    }
+
+    /// A deadline passed on an HTTP/2 connection: its WebSockets' that
+    /// are due. True if any was.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn tunnels_time_out(&mut self, ctx: &mut Ctx<'_>) -> bool {
+        let Some(h2) = self.proto.h2_mut() else { return false };
+        let mut any = false;
+        for (id, ws) in &mut h2.tunnels {
+            if ws.deadline().is_none_or(|at| at > ctx.now) {
+                continue;
+            }
+            any = true;
+            let keep = h2.session.with_tunnel(*id, |t, _| time_out(ctx, ws, &mut t.output));
+            if keep == Some(false) || ws.session.is_closed() {
+                h2.session.end_tunnel(*id);
+            }
+        }
+        any
+    }
+
+    /// Shutdown began on an HTTP/2 connection: each WebSocket's 1001 is
+    /// scheduled (`drain`).
+    pub(super) fn tunnels_drain(&mut self, ctx: &mut Ctx<'_>) {
+        let Some(h2) = self.proto.h2_mut() else { return };
+        for (_, ws) in &mut h2.tunnels {
+            drain(ctx, ws);
+        }
+    }
+
+    /// `on_publish` for the WebSocket on HTTP/2 stream `id`.
+    #[cold]
+    #[inline(never)]
+    fn publish_to_stream(&mut self, ctx: &mut Ctx<'_>, id: u32, frame: &[u8]) -> Next {
+        let Some(h2) = self.proto.h2_mut() else {
+            return Next::Keep;
+        };
+        let total = h2.session.tunnels_queued();
+        let Some((_, ws)) = h2.tunnels.iter_mut().find(|(s, _)| *s == id) else {
+            return Next::Keep;
+        };
+        h2.session.with_tunnel(id, |t, _| {
+            let mut out = Out {
+                limit: ws.limit.saturating_sub(total - t.queued()),
+                buf: &mut t.output,
+                sent: t.sent,
+            };
+            publish(ctx, ws, &mut out, frame);
+        });
+        self.drive(ctx)
     }
 }
 
@@ -294,39 +515,37 @@ struct Parts<'w> {
     app: &'w mut Option<Box<dyn WebSocket>>,
     sub: &'w mut Subscriber,
     protocol: Option<&'w str>,
-    limit: usize,
     close_on_backpressure: bool,
     /// Messages may be sent (no Close sent or received).
     open: bool,
 }
 
 /// Calls the application's `on_open`; false if the WebSocket ended.
-fn call(ctx: &mut Ctx<'_>, ws: &mut Ws, output: &mut crate::buffers::Output, what: Call<'_>) -> bool {
+fn call(ctx: &mut Ctx<'_>, ws: &mut Ws, out: &mut Out<'_>, what: Call<'_>) -> bool {
     let parts = Parts {
         app: &mut ws.app,
         sub: &mut ws.sub,
         protocol: ws.protocol.as_deref(),
-        limit: ws.limit,
         close_on_backpressure: ws.close_on_backpressure,
         open: ws.session.is_open(),
     };
-    let called = call_with(ctx, parts, output, what);
-    settle_call(ctx, ws, output, called);
+    let called = call_with(ctx, parts, out, what);
+    settle_call(ctx, ws, out, called);
     !ws.session.is_closed()
 }
 
 /// Applies what a callback left: the close it asked for, or, if it
 /// panicked, a close with 1011 (its application is dropped unheard).
-fn settle_call(ctx: &mut Ctx<'_>, ws: &mut Ws, output: &mut crate::buffers::Output, called: Called) {
+fn settle_call(ctx: &mut Ctx<'_>, ws: &mut Ws, out: &mut Out<'_>, called: Called) {
     match called {
         Called::Done(None) => {}
         Called::Done(Some((code, reason))) => {
-            ws.session.close(&mut output.buf, code, &reason, ctx.now);
+            ws.session.close(out.buf, code, &reason, ctx.now);
         }
         Called::Panicked => {
             ws.app = None;
             ctx.ws.leave_all(&mut ws.sub);
-            ws.session.close(&mut output.buf, 1011, "the server failed", ctx.now);
+            ws.session.close(out.buf, 1011, "the server failed", ctx.now);
         }
     }
 }
@@ -338,18 +557,18 @@ enum Called {
     Panicked,
 }
 
-/// Calls the application with a socket over `output`.
-fn call_with(ctx: &mut Ctx<'_>, parts: Parts<'_>, output: &mut crate::buffers::Output, what: Call<'_>) -> Called {
+/// Calls the application with a socket over `out`.
+fn call_with(ctx: &mut Ctx<'_>, parts: Parts<'_>, out: &mut Out<'_>, what: Call<'_>) -> Called {
     let Some(app) = parts.app.as_mut() else {
         return Called::Done(None);
     };
     let mut close = None;
-    let before = output.buf.len();
+    let before = out.buf.len();
     let mut socket = Socket {
-        out: &mut output.buf,
-        sent: output.pos,
+        out: out.buf,
+        sent: out.sent,
         open: parts.open,
-        limit: parts.limit,
+        limit: out.limit,
         close_on_backpressure: parts.close_on_backpressure,
         close: &mut close,
         conn: parts.sub,
@@ -364,7 +583,7 @@ fn call_with(ctx: &mut Ctx<'_>, parts: Parts<'_>, output: &mut crate::buffers::O
     let sent = socket.messages_out;
     if let Some(m) = ctx.metrics {
         m.ws_messages_out.add(sent);
-        m.ws_bytes_out.add((output.buf.len() - before) as u64);
+        m.ws_bytes_out.add((out.buf.len() - before) as u64);
     }
     match called {
         Ok(()) => Called::Done(close),
@@ -374,10 +593,10 @@ fn call_with(ctx: &mut Ctx<'_>, parts: Parts<'_>, output: &mut crate::buffers::O
 
 /// Takes what other threads queued (`ws::Sender`) while the client's
 /// queue has room.
-fn pump_outbox(ctx: &Ctx<'_>, ws: &mut Ws, output: &mut crate::buffers::Output, now: Instant) {
+fn pump_outbox(ctx: &Ctx<'_>, ws: &mut Ws, out: &mut Out<'_>, now: Instant) {
     let Some(outbox) = &mut ws.sub.outbox else { return };
     let (rx, _) = &mut **outbox;
-    while output.queued() <= ws.limit {
+    while out.queued() <= out.limit {
         if rx.is_parked() {
             return;
         }
@@ -386,9 +605,9 @@ fn pump_outbox(ctx: &Ctx<'_>, ws: &mut Ws, output: &mut crate::buffers::Output, 
                 // Each chunk is one whole frame `ws::Sender` made: a Close
                 // among them starts the closing handshake.
                 if frame.first() == Some(&0x88) {
-                    ws.session.close_queued(&mut output.buf, &frame, now);
+                    ws.session.close_queued(out.buf, &frame, now);
                 } else if ws.session.is_open() {
-                    output.buf.extend_from_slice(&frame);
+                    out.buf.extend_from_slice(&frame);
                     if let Some(m) = ctx.metrics {
                         m.ws_messages_out.add(1);
                         m.ws_bytes_out.add(frame.len() as u64);
@@ -401,10 +620,11 @@ fn pump_outbox(ctx: &Ctx<'_>, ws: &mut Ws, output: &mut crate::buffers::Output, 
     }
 }
 
-/// A fraction in [0, 1) that differs between connections and runs.
-fn random_fraction(token: usize) -> f64 {
+/// A fraction in [0, 1) that differs between WebSockets and runs.
+fn random_fraction(token: usize, stream: u32) -> f64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_usize(token);
+    h.write_u32(stream);
     (h.finish() >> 11) as f64 / (1u64 << 53) as f64
 }

@@ -29,6 +29,8 @@ pub(crate) const SETTINGS_MAX_CONCURRENT_STREAMS: u16 = 0x3;
 pub(crate) const SETTINGS_INITIAL_WINDOW_SIZE: u16 = 0x4;
 pub(crate) const SETTINGS_MAX_FRAME_SIZE: u16 = 0x5;
 pub(crate) const SETTINGS_MAX_HEADER_LIST_SIZE: u16 = 0x6;
+/// RFC 8441 §3: the client may open WebSockets with extended CONNECT.
+pub(crate) const SETTINGS_ENABLE_CONNECT_PROTOCOL: u16 = 0x8;
 
 /// The largest flow-control window (§6.9.1).
 pub(crate) const WINDOW_MAX: i64 = (1 << 31) - 1;

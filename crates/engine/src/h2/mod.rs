@@ -56,6 +56,7 @@ use crate::message::head::Head;
 use frame::{Code, Header};
 use send::HeadCache;
 use splice::Splices;
+pub(crate) use stream::Tunnel;
 use stream::{Continuation, Stream};
 
 use crate::limits::{H2_CONN_WINDOW, H2_CONTROL_FRAMES_BASE};
@@ -84,6 +85,9 @@ pub(crate) struct Config {
     /// A body nobody reads with no content-length: dropped as it comes,
     /// with window given for it, up to this; then answered early.
     pub(crate) discard_bytes_max: u64,
+    /// SETTINGS_ENABLE_CONNECT_PROTOCOL is sent: requests may carry
+    /// `:protocol` (RFC 8441's extended CONNECT, for WebSockets).
+    pub(crate) connect_protocol: bool,
 }
 
 /// One HTTP/2 connection's protocol state.
@@ -205,13 +209,13 @@ impl Session {
     /// Appends the server's connection preface: SETTINGS, and a
     /// WINDOW_UPDATE that opens the connection's window to `H2_CONN_WINDOW`.
     pub(crate) fn start(&mut self, out: &mut Vec<u8>) {
-        frame::write_settings(
-            out,
-            &[
-                (frame::SETTINGS_MAX_CONCURRENT_STREAMS, self.cfg.streams_max),
-                (frame::SETTINGS_MAX_HEADER_LIST_SIZE, self.cfg.head_bytes_max as u32),
-            ],
-        );
+        let settings = [
+            (frame::SETTINGS_MAX_CONCURRENT_STREAMS, self.cfg.streams_max),
+            (frame::SETTINGS_MAX_HEADER_LIST_SIZE, self.cfg.head_bytes_max as u32),
+            (frame::SETTINGS_ENABLE_CONNECT_PROTOCOL, 1),
+        ];
+        let n = if self.cfg.connect_protocol { 3 } else { 2 };
+        frame::write_settings(out, &settings[..n]);
         frame::write_window_update(out, 0, (H2_CONN_WINDOW - frame::DEFAULT_WINDOW) as u32);
         self.recv_window = H2_CONN_WINDOW;
     }
@@ -351,7 +355,7 @@ impl Session {
             || self
                 .streams
                 .iter()
-                .any(|s| !s.recv_done && !Session::is_upload_blocked(s))
+                .any(|s| !s.recv_done && !Session::is_upload_blocked(s) && s.tunnel.is_none())
     }
 
     /// The streams' buffered bodies, against the worker's budget: past

@@ -143,6 +143,14 @@ impl Session {
         if s.head.content_length.is_some_and(|n| s.received > n) {
             return self.reset(out, h.stream, Code::Protocol);
         }
+        if let Some(t) = &mut s.tunnel {
+            // A WebSocket's bytes (RFC 8441): read by its machine, the
+            // window given back as it reads (`grant_tunnels`).
+            t.input.extend_from_slice(data);
+            self.bodies.held += data.len();
+            s.recv_done = end_stream;
+            return;
+        }
         if let Some(sink) = &s.upload {
             // Read as it arrives: handed over now, the window given back
             // only while the reader has room (`grant_uploads`). A body
@@ -362,7 +370,7 @@ impl Session {
         s.refused = None;
         if oversized {
             s.refused = Some((431, "request header fields too large"));
-        } else if s.head.check_request().is_err() {
+        } else if s.head.check_request(self.cfg.connect_protocol).is_err() {
             self.spare.push(s);
             return self.reset(out, id, Code::Protocol);
         } else if s.head.fields.len() > self.cfg.n_headers_max {
@@ -383,7 +391,10 @@ impl Session {
         s.id = id;
         s.recv_done = end_stream;
         s.send = Sending::Waiting;
-        s.ready = end_stream || s.refused.is_some();
+        // An extended CONNECT (a WebSocket, RFC 8441) goes to its handler
+        // at its head: its "body" is the WebSocket, which only begins
+        // once the handler accepts it.
+        s.ready = end_stream || s.refused.is_some() || s.head.protocol.is_some();
         s.body.clear();
         s.received = 0;
         s.recv_window = STREAM_WINDOW;

@@ -6,7 +6,7 @@ use super::frame::{self, Code};
 use super::hpack;
 use super::splice::SPLICE_BYTES_MIN;
 use super::stream::Sending;
-use super::Session;
+use super::{Session, STREAM_WINDOW};
 use crate::message::fields::for_each_line;
 use crate::message::pending::Pending;
 use crate::message::Sent;
@@ -177,6 +177,86 @@ impl Session {
         Some(sent)
     }
 
+    /// Accepts stream `id`'s extended CONNECT (RFC 8441): HEADERS with
+    /// `resp`'s status (2xx) and fields, without END_STREAM and without
+    /// a content-length (RFC 9110 §8.6), and the stream carries a
+    /// WebSocket's bytes from now on (`tunnel`). What the client sent
+    /// with its head is the WebSocket's first input. False if the stream
+    /// is gone.
+    pub(crate) fn accept_tunnel(
+        &mut self,
+        id: u32,
+        resp: &Response,
+        date: &[u8],
+        extra_fields: &[u8],
+        out: &mut Vec<u8>,
+    ) -> bool {
+        let Some(idx) = self.find(id) else { return false };
+        let encoder = &mut self.encoder;
+        write_head(out, id, 0, self.peer_frame_max, |block| {
+            encoder.begin(block);
+            hpack::write_status(block, resp.status);
+            encode_fields(encoder, block, resp, date, None, extra_fields);
+        });
+        self.n_responses += 1;
+        let s = &mut self.streams[idx];
+        s.send = Sending::Tunnel;
+        // The body collected so far stays counted in `bodies`, as input.
+        s.tunnel = Some(Box::new(super::Tunnel {
+            input: std::mem::take(&mut s.body),
+            ..Default::default()
+        }));
+        true
+    }
+
+    /// Lends stream `id`'s WebSocket bytes to `f`, with whether the
+    /// client has ended its side; what `f` reads of the input leaves the
+    /// body budget. `None` if the stream is gone (the client reset it).
+    pub(crate) fn with_tunnel<R>(&mut self, id: u32, f: impl FnOnce(&mut super::Tunnel, bool) -> R) -> Option<R> {
+        let idx = self.find(id)?;
+        let s = &mut self.streams[idx];
+        let t = s.tunnel.as_deref_mut()?;
+        let before = t.input.len();
+        let r = f(t, s.recv_done);
+        self.bodies.held -= before.saturating_sub(t.input.len());
+        Some(r)
+    }
+
+    /// Bytes the WebSockets of this connection have waiting for the client.
+    pub(crate) fn tunnels_queued(&self) -> usize {
+        self.streams
+            .iter()
+            .filter_map(|s| s.tunnel.as_ref())
+            .map(|t| t.queued())
+            .sum()
+    }
+
+    /// The WebSocket on stream `id` is over: END_STREAM follows its last
+    /// bytes.
+    pub(crate) fn end_tunnel(&mut self, id: u32) {
+        if let Some(t) = self.find(id).and_then(|idx| self.streams[idx].tunnel.as_deref_mut()) {
+            t.end = true;
+        }
+    }
+
+    /// Gives back the windows of WebSocket streams whose machines read
+    /// what came: what the client may send and what waits unread stay
+    /// within one stream window, so a client whose WebSocket is not read
+    /// (its answers are not being taken) is not read either.
+    pub(crate) fn grant_tunnels(&mut self, out: &mut Vec<u8>) {
+        for s in &mut self.streams {
+            let Some(t) = &s.tunnel else { continue };
+            if s.recv_done {
+                continue;
+            }
+            let room = STREAM_WINDOW - s.recv_window - t.input.len() as i64;
+            if room >= STREAM_WINDOW / 2 {
+                frame::write_window_update(out, s.id, room as u32);
+                s.recv_window += room;
+            }
+        }
+    }
+
     /// Tells the client of stream `id` to send its body, if it asked to be
     /// told (`expect: 100-continue`): an interim HEADERS with `:status`
     /// 100 and no END_STREAM (RFC 9113 §8.1). The driver calls this once it
@@ -218,6 +298,8 @@ impl Session {
             let id = self.streams[idx].id;
             if self.streams[idx].pending.is_some() {
                 self.send_stream(idx, out, budget);
+            } else if self.streams[idx].tunnel.is_some() {
+                self.send_tunnel(idx, out, budget);
             }
             if self.streams.get(idx).is_some_and(|s| s.id == id) {
                 idx += 1;
@@ -288,6 +370,53 @@ impl Session {
         }
     }
 
+    /// Sends what the windows allow of a WebSocket stream's frames, and
+    /// END_STREAM after the last once the WebSocket is over.
+    fn send_tunnel(&mut self, idx: usize, out: &mut Vec<u8>, budget: usize) {
+        let frame_max = self.peer_frame_max;
+        let s = &mut self.streams[idx];
+        let Some(t) = s.tunnel.as_deref_mut() else { return };
+        loop {
+            let left = t.queued();
+            if left == 0 {
+                if t.end && s.send == Sending::Tunnel {
+                    frame::write_header(out, 0, frame::DATA, frame::END_STREAM, s.id);
+                    s.send = Sending::Done;
+                }
+                t.output.clear();
+                t.sent = 0;
+                if t.output.capacity() > 16 * 1024 {
+                    // A burst's buffer goes back (many may be open).
+                    t.output = Vec::new();
+                }
+                return;
+            }
+            let window = usize::try_from(s.send_window.min(self.send_window).max(0)).unwrap_or(0);
+            let room = budget.saturating_sub(out.len() + self.splices.bytes()).max(1024);
+            let n = left.min(window).min(frame_max).min(room);
+            if n == 0 {
+                return;
+            }
+            let last = t.end && n == left;
+            let flags = if last { frame::END_STREAM } else { 0 };
+            frame::write_header(out, n, frame::DATA, flags, s.id);
+            out.extend_from_slice(&t.output[t.sent..t.sent + n]);
+            t.sent += n;
+            s.send_window -= n as i64;
+            self.send_window -= n as i64;
+            self.bytes_sent += n as u64;
+            if last {
+                s.send = Sending::Done;
+                t.output.clear();
+                t.sent = 0;
+                return;
+            }
+            if out.len() + self.splices.bytes() >= budget {
+                return;
+            }
+        }
+    }
+
     /// Removes the streams that are complete both ways; a stream answered
     /// before its request ended is told to stop sending (§8.1).
     pub(super) fn finish(&mut self, out: &mut Vec<u8>) {
@@ -309,19 +438,19 @@ impl Session {
     /// Some stream has body bytes to send and the windows allow some (a
     /// body parked on its producer has none).
     pub(crate) fn wants_send(&self) -> bool {
-        self.send_window > 0
-            && self
-                .streams
-                .iter()
-                .any(|s| s.pending.as_ref().is_some_and(|p| !p.is_parked()) && s.send_window > 0)
+        let open = self.send_window > 0;
+        self.streams.iter().any(|s| match &s.tunnel {
+            None => open && s.pending.as_ref().is_some_and(|p| !p.is_parked()) && s.send_window > 0,
+            // A WebSocket's bytes, or its END_STREAM (which needs no window).
+            Some(t) => (open && t.queued() > 0 && s.send_window > 0) || (t.end && s.send == Sending::Tunnel),
+        })
     }
 
     /// Some stream has body bytes that wait for the client's window.
     pub(crate) fn is_flow_blocked(&self) -> bool {
-        self.streams
-            .iter()
-            .any(|s| s.pending.as_ref().is_some_and(|p| !p.is_parked()))
-            && !self.wants_send()
+        self.streams.iter().any(|s| {
+            s.pending.as_ref().is_some_and(|p| !p.is_parked()) || s.tunnel.as_ref().is_some_and(|t| t.queued() > 0)
+        }) && !self.wants_send()
     }
 }
 

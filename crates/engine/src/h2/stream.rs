@@ -22,6 +22,9 @@ pub(super) enum Sending {
     Deferred(u64),
     /// The head is sent; `pending` holds the rest of the body.
     Body,
+    /// A 2xx to an extended CONNECT is sent (RFC 8441): the stream carries
+    /// a WebSocket's bytes both ways, in `tunnel`.
+    Tunnel,
     /// The response is complete.
     Done,
 }
@@ -54,6 +57,29 @@ pub(super) struct Stream {
     /// the body's first DATA frame (or its end) has come and passed its
     /// checks.
     pub(super) await_data: bool,
+    /// The bytes of a WebSocket this stream carries (`Sending::Tunnel`).
+    pub(super) tunnel: Option<Box<Tunnel>>,
+}
+
+/// A stream's WebSocket bytes, between the session and the WebSocket
+/// machine the driver runs for it (`conn/ws.rs`).
+#[derive(Default)]
+pub(crate) struct Tunnel {
+    /// DATA payloads received and not yet read by the machine: at most
+    /// the stream's window, given back only as the machine reads.
+    pub(crate) input: Vec<u8>,
+    /// Frames for the client; those before `sent` are in DATA frames.
+    pub(crate) output: Vec<u8>,
+    pub(crate) sent: usize,
+    /// The WebSocket is over: END_STREAM once `output` is sent.
+    pub(crate) end: bool,
+}
+
+impl Tunnel {
+    /// Bytes waiting for the client's window or the output budget.
+    pub(crate) fn queued(&self) -> usize {
+        self.output.len() - self.sent
+    }
 }
 
 impl Stream {
@@ -74,6 +100,7 @@ impl Stream {
             upload: None,
             continue_due: false,
             await_data: false,
+            tunnel: None,
         }
     }
 }
@@ -261,6 +288,9 @@ impl Session {
         s.pending = None;
         // Dropped before its end: the reader gets UnexpectedEof.
         s.upload = None;
+        if let Some(t) = s.tunnel.take() {
+            self.bodies.held -= t.input.len();
+        }
         self.bodies.held -= s.body.len();
         if s.body.capacity() > crate::limits::INLINE_BODY_BYTES_MAX {
             // A large body's memory goes back now, not with the spare.

@@ -243,7 +243,7 @@ impl RequestStream {
             self.refuse(431, "header section too large", Code::ExcessiveLoad);
             return Ok(());
         }
-        if let Err(crate::message::head::Refusal::Malformed(why)) = self.head.check_request() {
+        if let Err(crate::message::head::Refusal::Malformed(why)) = self.head.check_request(false) {
             self.refuse(400, why, Code::MessageError);
             return Ok(());
         }

@@ -15,6 +15,8 @@ pub(crate) struct Head {
     pub(crate) scheme: Option<Field>,
     pub(crate) path: Option<Field>,
     pub(crate) authority: Option<Field>,
+    /// RFC 8441's `:protocol` (extended CONNECT: `websocket`).
+    pub(crate) protocol: Option<Field>,
     pub(crate) content_length: Option<u64>,
     /// `expect: 100-continue`: the client may wait for an interim 100
     /// before it sends the body (RFC 9110 §10.1.1).
@@ -38,6 +40,7 @@ impl Head {
         self.scheme = None;
         self.path = None;
         self.authority = None;
+        self.protocol = None;
         self.content_length = None;
         self.expect_continue = false;
         self.expect_unmet = false;
@@ -49,7 +52,11 @@ impl Head {
 
     /// Sorts the decoded fields into pseudo-fields and fields, checking
     /// each rule of §8.2 and §8.3.1. `fields` holds everything decoded.
-    pub(crate) fn check_request(&mut self) -> Result<(), Refusal> {
+    /// With `extended_connect` (SETTINGS_ENABLE_CONNECT_PROTOCOL sent),
+    /// a CONNECT may name a `:protocol` and then carries `:scheme` and
+    /// `:path` as other requests do (RFC 8441 §4); without it, `:protocol`
+    /// is unknown, and the request malformed.
+    pub(crate) fn check_request(&mut self, extended_connect: bool) -> Result<(), Refusal> {
         let mut regular_seen = false;
         let mut kept = 0;
         let mut n_cookies = 0;
@@ -76,6 +83,7 @@ impl Head {
                     b":scheme" => &mut self.scheme,
                     b":path" => &mut self.path,
                     b":authority" => &mut self.authority,
+                    b":protocol" if extended_connect => &mut self.protocol,
                     _ => return Err(Refusal::Malformed("unknown pseudo-field")),
                 };
                 if slot.replace(f).is_some() {
@@ -122,7 +130,10 @@ impl Head {
         if method.is_empty() || !method.iter().all(|&b| crate::codec::head::is_token(&[b])) {
             return Err(Refusal::Malformed("invalid :method"));
         }
-        if method == b"CONNECT" {
+        if self.protocol.is_some() && method != b"CONNECT" {
+            return Err(Refusal::Malformed(":protocol on a request other than CONNECT"));
+        }
+        if method == b"CONNECT" && self.protocol.is_none() {
             // §8.5: only :method and :authority.
             if self.scheme.is_some() || self.path.is_some() || self.authority.is_none() {
                 return Err(Refusal::Malformed(
@@ -351,7 +362,7 @@ mod tests {
             ("accept", "*/*"),
             ("content-length", "0"),
         ]);
-        h.check_request().unwrap();
+        h.check_request(false).unwrap();
         assert_eq!(h.fields.len(), 2);
         assert_eq!(h.text(h.path), Some("/"));
         assert_eq!(h.content_length, Some(0));
@@ -378,8 +389,33 @@ mod tests {
             &[(":method", "CONNECT"), BASE[1], BASE[2], BASE[3]],       // CONNECT with :path
         ];
         for fields in cases {
-            assert!(head(fields).check_request().is_err(), "{fields:?}");
+            assert!(head(fields).check_request(false).is_err(), "{fields:?}");
         }
+    }
+
+    #[test]
+    fn extended_connect_needs_the_setting_and_its_pseudo_fields() {
+        let connect = (":method", "CONNECT");
+        let ws = (":protocol", "websocket");
+        let whole = [connect, ws, BASE[1], BASE[2], BASE[3]];
+        // RFC 8441 §4: without our SETTINGS_ENABLE_CONNECT_PROTOCOL,
+        // :protocol is an unknown pseudo-field.
+        assert!(head(&whole).check_request(false).is_err());
+        let mut h = head(&whole);
+        h.check_request(true).unwrap();
+        assert_eq!(h.text(h.protocol), Some("websocket"));
+        assert_eq!(h.text(h.path), Some("/"));
+        let refused: &[&[(&str, &str)]] = &[
+            &[connect, ws, BASE[2], BASE[3]], // no :scheme
+            &[connect, ws, BASE[1], BASE[3]], // no :path
+            &[BASE[0], ws, BASE[1], BASE[2]], // :protocol on a GET
+            &[connect, ws, ws, BASE[1], BASE[2]],
+        ];
+        for fields in refused {
+            assert!(head(fields).check_request(true).is_err(), "{fields:?}");
+        }
+        // A plain CONNECT keeps §8.5's form.
+        head(&[connect, BASE[3]]).check_request(true).unwrap();
     }
 
     #[test]
@@ -392,7 +428,7 @@ mod tests {
             ("x", "y"),
             ("cookie", "b=2"),
         ]);
-        h.check_request().unwrap();
+        h.check_request(false).unwrap();
         let mut out = [httparse::EMPTY_HEADER; 8];
         let n = h.fill(&mut out);
         assert_eq!(n, 2);

@@ -20,6 +20,8 @@ pub(crate) struct Parts<'s> {
     /// `:path`, or `:authority` for CONNECT.
     pub(crate) target: &'s str,
     pub(crate) host: Option<&'s str>,
+    /// Extended CONNECT's `:protocol` (RFC 8441).
+    pub(crate) protocol: Option<&'s str>,
     pub(crate) head: &'s Head,
     pub(crate) body: &'s [u8],
 }
@@ -39,6 +41,7 @@ impl<'s> Parts<'s> {
             method,
             target,
             host,
+            protocol: head.text(head.protocol),
             head,
             body,
         })

@@ -108,6 +108,10 @@ impl Streams for H3Streams<'_> {
     /// STOP_SENDING with the refusal's code (or H3_NO_ERROR: RFC 9114
     /// §4.1, a response before the request's end), unless the request
     /// has ended.
+    fn tunnel(&mut self, _id: u64, _resp: &Response, _date: &[u8]) -> bool {
+        false // RFC 9220 (WebSocket over HTTP/3) is not spoken yet
+    }
+
     fn stop_reading(&mut self, id: u64) {
         if self.session.recv_done(id) {
             return;

@@ -11,11 +11,13 @@ use crate::response::{HeaderBlock, Response};
 /// RFC 6455 §1.3: appended to the client's key before hashing.
 const GUID: &[u8] = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
 
-/// A handshake the server accepts: what its 101 says.
+/// A handshake the server accepts: what its 101 (HTTP/1.1) or its 200
+/// (HTTP/2's extended CONNECT) says.
 #[derive(Debug)]
 pub(crate) struct Accept {
-    /// `Sec-WebSocket-Accept`'s value.
-    pub(crate) key: [u8; 28],
+    /// `Sec-WebSocket-Accept`'s value (HTTP/1.1 only: RFC 8441 §5 drops
+    /// the key and its answer).
+    pub(crate) key: Option<[u8; 28]>,
     /// The subprotocol chosen, if any.
     pub(crate) protocol: Option<String>,
 }
@@ -24,9 +26,11 @@ impl Accept {
     /// The 101's own fields, as complete lines.
     pub(crate) fn fields(&self) -> Vec<u8> {
         let mut f = Vec::with_capacity(64);
-        f.extend_from_slice(b"Sec-WebSocket-Accept: ");
-        f.extend_from_slice(&self.key);
-        f.extend_from_slice(b"\r\n");
+        if let Some(key) = &self.key {
+            f.extend_from_slice(b"Sec-WebSocket-Accept: ");
+            f.extend_from_slice(key);
+            f.extend_from_slice(b"\r\n");
+        }
         if let Some(p) = &self.protocol {
             f.extend_from_slice(b"Sec-WebSocket-Protocol: ");
             f.extend_from_slice(p.as_bytes());
@@ -34,14 +38,31 @@ impl Accept {
         }
         f
     }
+
+    /// The answer to an extended CONNECT (RFC 8441 §5): 200, with the
+    /// subprotocol chosen.
+    pub(crate) fn response(&self) -> Response {
+        let resp = Response::new(200);
+        match &self.protocol {
+            Some(p) => resp.with_header("sec-websocket-protocol", p.clone()),
+            None => resp,
+        }
+    }
 }
 
 /// Checks `req` as a WebSocket opening handshake under `options`.
 // The refusal is the answer itself, made once per refused handshake.
 #[allow(clippy::result_large_err)]
 pub(crate) fn check(req: &Request<'_>, options: &Options) -> Result<Accept, Response> {
-    if req.version() != Version::Http11 {
-        return Err(refuse(400, "a WebSocket handshake is an HTTP/1.1 request\n"));
+    match req.version() {
+        Version::Http11 => {}
+        Version::Http2 => return check_connect(req, options),
+        _ => {
+            return Err(refuse(
+                400,
+                "a WebSocket opens with an HTTP/1.1 upgrade or an HTTP/2 extended CONNECT\n",
+            ))
+        }
     }
     if req.method() != "GET" {
         return Err(refuse(405, "a WebSocket handshake is a GET request\n").with_header("Allow", "GET"));
@@ -73,15 +94,53 @@ pub(crate) fn check(req: &Request<'_>, options: &Options) -> Result<Accept, Resp
         Ok(nonce) if nonce.len() == 16 => {}
         _ => return Err(refuse(400, "Sec-WebSocket-Key is not 16 bytes in base64\n")),
     }
+    check_origin(req, options)?;
+    Ok(Accept {
+        key: Some(accept_key(key)),
+        protocol: choose_protocol(req, options),
+    })
+}
+
+/// Checks an HTTP/2 request as RFC 8441's opening handshake: an extended
+/// CONNECT with `:protocol` `websocket` and `Sec-WebSocket-Version: 13`
+/// (no key: the stream is the WebSocket's own). Upgrade and 426 do not
+/// exist in HTTP/2, so a request that is not one gets 400 with the reason.
+#[allow(clippy::result_large_err)]
+fn check_connect(req: &Request<'_>, options: &Options) -> Result<Accept, Response> {
+    match (req.method(), req.protocol()) {
+        ("CONNECT", Some(p)) if p.eq_ignore_ascii_case("websocket") => {}
+        ("CONNECT", Some(_)) => return Err(refuse(400, "this resource is a WebSocket, not that protocol\n")),
+        ("GET" | "CONNECT", None) => {
+            return Err(refuse(
+                400,
+                "this resource is a WebSocket: over HTTP/2 it opens with an extended CONNECT (RFC 8441)\n",
+            ))
+        }
+        _ => {
+            return Err(refuse(405, "a WebSocket handshake is a GET or an extended CONNECT\n")
+                .with_header("Allow", "GET, CONNECT"))
+        }
+    }
+    if one(req, "sec-websocket-version").map(trim) != Some(&b"13"[..]) {
+        return Err(refuse(400, "Sec-WebSocket-Version must be 13\n").with_header("Sec-WebSocket-Version", "13"));
+    }
+    check_origin(req, options)?;
+    Ok(Accept {
+        key: None,
+        protocol: choose_protocol(req, options),
+    })
+}
+
+/// A page of another origin may open the WebSocket only if `options`
+/// allows it.
+#[allow(clippy::result_large_err)]
+fn check_origin(req: &Request<'_>, options: &Options) -> Result<(), Response> {
     if let Some(origin) = req.header_bytes("origin") {
         if !same_origin(req, origin) && !allowed(options, origin) {
             return Err(refuse(403, "this page's origin may not open this WebSocket\n"));
         }
     }
-    Ok(Accept {
-        key: accept_key(key),
-        protocol: choose_protocol(req, options),
-    })
+    Ok(())
 }
 
 fn refuse(status: u16, why: &'static str) -> Response {

@@ -23,9 +23,9 @@ pub(crate) struct Hub {
 pub(crate) struct Published {
     pub(crate) topic: Box<str>,
     pub(crate) frame: Vec<u8>,
-    /// The publishing connection (its worker's mailbox, as an address,
-    /// and its token), which does not get its own message.
-    pub(crate) from: Option<(usize, usize)>,
+    /// The publishing WebSocket (its worker's mailbox, as an address,
+    /// and its `Member`), which does not get its own message.
+    pub(crate) from: Option<(usize, Member)>,
 }
 
 impl Hub {
@@ -61,11 +61,16 @@ impl std::fmt::Debug for Publisher {
     }
 }
 
+/// A WebSocket on a worker: its connection's token, and its HTTP/2
+/// stream (0 for a connection that is the WebSocket, after an HTTP/1.1
+/// upgrade).
+pub(crate) type Member = (usize, u32);
+
 /// A worker's side: its subscribers by topic.
 pub(crate) struct Local {
     hub: Arc<Hub>,
     mailbox: Arc<Mailbox>,
-    topics: HashMap<Box<str>, Vec<usize>>,
+    topics: HashMap<Box<str>, Vec<Member>>,
 }
 
 impl Local {
@@ -87,7 +92,7 @@ impl Local {
             return;
         }
         conn.topics.push(topic.into());
-        self.topics.entry(topic.into()).or_default().push(conn.token);
+        self.topics.entry(topic.into()).or_default().push(conn.member());
     }
 
     pub(crate) fn unsubscribe(&mut self, conn: &mut Subscriber, topic: &str) {
@@ -95,28 +100,28 @@ impl Local {
             return;
         };
         conn.topics.swap_remove(i);
-        self.forget(topic, conn.token);
+        self.forget(topic, conn.member());
     }
 
     /// The connection is closing: it leaves every topic.
     pub(crate) fn leave_all(&mut self, conn: &mut Subscriber) {
         for topic in std::mem::take(&mut conn.topics) {
-            self.forget(&topic, conn.token);
+            self.forget(&topic, conn.member());
         }
     }
 
-    fn forget(&mut self, topic: &str, token: usize) {
-        if let Some(tokens) = self.topics.get_mut(topic) {
-            tokens.retain(|&t| t != token);
-            if tokens.is_empty() {
+    fn forget(&mut self, topic: &str, member: Member) {
+        if let Some(members) = self.topics.get_mut(topic) {
+            members.retain(|&m| m != member);
+            if members.is_empty() {
                 self.topics.remove(topic);
             }
         }
     }
 
     /// Publishes from this worker's loop; `except` is the publishing
-    /// connection's token.
-    pub(crate) fn publish(&mut self, topic: &str, msg: Message<'_>, except: Option<usize>) {
+    /// WebSocket.
+    pub(crate) fn publish(&mut self, topic: &str, msg: Message<'_>, except: Option<Member>) {
         let me = self.me();
         self.hub.publish(Published {
             topic: topic.into(),
@@ -129,33 +134,40 @@ impl Local {
         Publisher { hub: self.hub.clone() }
     }
 
-    /// The tokens of this worker's subscribers to `p`'s topic, but its
-    /// publisher, into `into`.
-    pub(crate) fn subscribers(&self, p: &Published, into: &mut Vec<usize>) {
+    /// This worker's subscribers to `p`'s topic, but its publisher, into
+    /// `into`.
+    pub(crate) fn subscribers(&self, p: &Published, into: &mut Vec<Member>) {
         into.clear();
-        let except = p.from.filter(|(w, _)| *w == self.me()).map(|(_, t)| t);
-        if let Some(tokens) = self.topics.get(&p.topic) {
-            into.extend(tokens.iter().copied().filter(|t| Some(*t) != except));
+        let except = p.from.filter(|(w, _)| *w == self.me()).map(|(_, m)| m);
+        if let Some(members) = self.topics.get(&p.topic) {
+            into.extend(members.iter().copied().filter(|m| Some(*m) != except));
         }
     }
 }
 
-/// A WebSocket connection's side: its token, its topics, and the queue
-/// other threads send into.
+/// A WebSocket's side: its connection's token and stream, its topics,
+/// and the queue other threads send into.
 pub(crate) struct Subscriber {
     pub(crate) token: usize,
+    /// Its HTTP/2 stream; 0 after an HTTP/1.1 upgrade.
+    pub(crate) stream: u32,
     pub(crate) topics: Vec<Box<str>>,
     /// Boxed: most WebSockets never have one.
     pub(crate) outbox: Option<Box<(Chunks, Arc<crate::body::Sender>)>>,
 }
 
 impl Subscriber {
-    pub(crate) fn new(token: usize) -> Self {
+    pub(crate) fn new(token: usize, stream: u32) -> Self {
         Subscriber {
             token,
+            stream,
             topics: Vec::new(),
             outbox: None,
         }
+    }
+
+    pub(crate) fn member(&self) -> Member {
+        (self.token, self.stream)
     }
 
     /// The sender of this connection's queue, made at the first call.
@@ -167,6 +179,7 @@ impl Subscriber {
         let crate::Body::Channel(rx) = body else {
             unreachable!("body::channel makes a channel body")
         };
+        // What is sent wakes the connection, which serves its streams.
         rx.bind(&local.mailbox, self.token);
         let tx = Arc::new(tx);
         self.outbox = Some(Box::new((Chunks::Channel(rx), tx.clone())));

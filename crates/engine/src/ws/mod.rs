@@ -328,7 +328,7 @@ impl Socket<'_> {
     /// Sends `msg` to every subscriber of `topic` on every worker, except
     /// this connection (as uWebSockets' `ws.publish`); framed once.
     pub fn publish(&mut self, topic: &str, msg: Message<'_>) {
-        self.local.publish(topic, msg, Some(self.conn.token));
+        self.local.publish(topic, msg, Some(self.conn.member()));
     }
 
     /// A handle to publish from any thread.

@@ -21,6 +21,7 @@ fn cfg() -> Config {
         n_headers_max: 32,
         body_bytes_max: 1 << 20,
         discard_bytes_max: 1 << 20,
+        connect_protocol: false,
     }
 }
 
@@ -383,3 +384,4 @@ mod head_cache;
 mod slices;
 mod states;
 mod timeouts;
+mod tunnels;
