@@ -1,7 +1,10 @@
-//! WebSocket (RFC 6455, over HTTP/1.1) with clients we did not write:
-//! Python's `websockets`, Node.js's `ws`, Go's `github.com/coder/websocket`,
-//! Rust's `tungstenite`, and headless Chromium, each on the `ws_echo`
-//! example (which echoes every message on `/echo` and serves a page on `/`).
+//! WebSocket with clients we did not write, on the `ws_echo` example
+//! (which echoes every message on `/echo` and serves a page on `/`): over
+//! HTTP/1.1 (RFC 6455), Python's `websockets`, Node.js's `ws`, Go's
+//! `github.com/coder/websocket`, Rust's `tungstenite` and headless
+//! Chromium; over HTTP/2 (RFC 8441), python-hyper's `h2` (cleartext,
+//! several WebSockets on one connection) and Chromium (over TLS, where it
+//! opens the page's WebSocket on the page's HTTP/2 connection).
 //!
 //! The scripts are in `tests/ws_clients/`. Each prints `ok: CHECK` for
 //! every check it passed and exits 0 only if all did; a test asserts both
@@ -100,7 +103,67 @@ fn chromium_page_echoes_text_and_binary_and_closes_cleanly() {
         .arg(chromium)
         .arg(format!("http://{}/", echo.addr));
     // The page's log, which the driver prints, has a line for each.
-    run_client("Chromium", &mut cmd, &["text", "binary", "100 KB text", "close 1000"]);
+    let said = run_client("Chromium", &mut cmd, &["text", "binary", "100 KB text", "close 1000"]);
+    assert!(
+        said.contains("websocket handshake answered 101"),
+        "over HTTP/1.1, an upgrade:\n{said}"
+    );
+    echo.stop();
+}
+
+/// The same page over HTTPS: Chromium loads it over HTTP/2 (ALPN) and,
+/// the server's SETTINGS enabling extended CONNECT, opens the WebSocket
+/// as a stream of that connection (RFC 8441), which DevTools reports as a
+/// handshake answered 200 (a 101 would be HTTP/1.1's upgrade).
+#[test]
+fn chromium_page_echoes_over_http2() {
+    let (chromium, node) = chromium_and_node();
+    let cert = test_support::pki::SelfSigned::new("ws-h2", &["127.0.0.1"]);
+    let echo = Echo::start_tls(&cert);
+    let mut cmd = Command::new(node);
+    cmd.arg(client_dir().join("chromium.mjs"))
+        .arg(chromium)
+        .arg(format!("https://{}/", echo.addr));
+    let said = run_client("Chromium", &mut cmd, &["text", "binary", "100 KB text", "close 1000"]);
+    assert!(
+        said.contains("websocket handshake answered 200"),
+        "over HTTP/2, an extended CONNECT's 200:\n{said}"
+    );
+    echo.stop();
+}
+
+/// python-hyper's `h2` opens WebSockets with extended CONNECT on a
+/// cleartext HTTP/2 connection: the setting, echoes of every kind and
+/// size (the 1 MiB one through both flow-control windows), fragments
+/// around a ping, two WebSockets on one connection and one reset, a
+/// CONNECT to a page and a GET of the WebSocket refused, and the closing
+/// handshake ended by END_STREAM (ws_clients/h2_client.py).
+#[test]
+fn python_h2_opens_websockets_over_http2() {
+    let python = install::h2_python(&tmp("h2-venv")).unwrap_or_else(|e| panic!("this test needs Python's h2: {e}"));
+    let echo = Echo::start();
+    let mut cmd = Command::new(python);
+    cmd.arg(client_dir().join("h2_client.py")).arg(&echo.addr);
+    run_client(
+        "Python h2",
+        &mut cmd,
+        &[
+            "settings enable connect protocol",
+            "connect",
+            "text",
+            "binary",
+            "empty text",
+            "1 MiB less 1 KiB binary",
+            "ping between fragments",
+            "fragmented text",
+            "two websockets on one connection",
+            "reset of one leaves the other",
+            "connect elsewhere refused",
+            "get refused (400)",
+            "ping",
+            "close 1000",
+        ],
+    );
     echo.stop();
 }
 
@@ -184,6 +247,17 @@ struct Echo {
 }
 
 impl Echo {
+    /// `ws_echo` over HTTPS with `cert` (never `PEREGRINE_WS_ECHO_URL`'s).
+    fn start_tls(cert: &test_support::pki::SelfSigned) -> Echo {
+        let args = [
+            "--tls-cert".as_ref(),
+            cert.cert.as_os_str(),
+            "--tls-key".as_ref(),
+            cert.key.as_os_str(),
+        ];
+        Echo::spawn(&args)
+    }
+
     fn start() -> Echo {
         if let Ok(url) = std::env::var("PEREGRINE_WS_ECHO_URL") {
             let addr = url
@@ -195,6 +269,10 @@ impl Echo {
                 addr: addr.to_owned(),
             };
         }
+        Echo::spawn(&[])
+    }
+
+    fn spawn(args: &[&std::ffi::OsStr]) -> Echo {
         // `target/<profile>/examples/ws_echo`, next to `deps/` where this
         // test runs from.
         let exe = std::env::current_exe().unwrap();
@@ -206,10 +284,12 @@ impl Echo {
             example.display()
         );
         let mut cmd = Command::new(example);
-        cmd.env_remove("PEREGRINE_BIND").args(["--bind", "127.0.0.1:0"]);
+        cmd.env_remove("PEREGRINE_BIND")
+            .args(["--bind", "127.0.0.1:0"])
+            .args(args);
         let server = Process::spawn_stdout(&mut cmd);
         let line = server.first_line();
-        assert!(line.starts_with("listening on http://"), "first line: {line:?}");
+        assert!(line.starts_with("listening on http"), "first line: {line:?}");
         Echo {
             addr: last_addr(&line),
             server: Some(server),
@@ -230,8 +310,8 @@ impl Echo {
 
 /// Runs a client to its end (bounded by `CLIENT_TIMEOUT_SECS`): it must exit
 /// 0 having printed `ok: CHECK` (or `ok: CHECK (details)`) for each of
-/// `checks`.
-fn run_client(name: &str, cmd: &mut Command, checks: &[&str]) {
+/// `checks`. Returns what it printed.
+fn run_client(name: &str, cmd: &mut Command, checks: &[&str]) -> String {
     let program = cmd.get_program().to_owned();
     let out = Command::new("timeout")
         .args(["--kill-after=5", &CLIENT_TIMEOUT_SECS.to_string()])
@@ -256,6 +336,7 @@ fn run_client(name: &str, cmd: &mut Command, checks: &[&str]) {
         );
     }
     println!("{said}");
+    said
 }
 
 fn client_dir() -> PathBuf {

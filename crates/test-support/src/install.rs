@@ -191,6 +191,15 @@ pub fn websockets_python(venv: &Path) -> Result<PathBuf, String> {
     python_venv(venv, "websockets.sync.client", "websockets>=15,<16")
 }
 
+/// The Python of a venv (at `venv`) with python-hyper's `h2`, for the
+/// HTTP/2 WebSocket client (`PEREGRINE_H2_PYTHON` overrides it).
+pub fn h2_python(venv: &Path) -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os("PEREGRINE_H2_PYTHON") {
+        return Ok(p.into());
+    }
+    python_venv(venv, "h2.connection", "h2>=4.1,<5")
+}
+
 /// Everything one installation of a test's client may take (a venv from
 /// PyPI, `npm ci`, a `go build` fetching its modules), waiting for its lock
 /// included. Past this the whole process group is killed, so that an

@@ -1,7 +1,9 @@
 //! What every example shares: where to listen. `--bind ADDR` (repeatable;
 //! `IP:PORT`, `[IPv6]:PORT`, `HOST:PORT`, or `:PORT` for every IPv4
 //! interface, as the `peregrine` command takes them), else the
-//! `PEREGRINE_BIND` variable, else `127.0.0.1:8080`.
+//! `PEREGRINE_BIND` variable, else `127.0.0.1:8080`. With `--tls-cert
+//! FILE --tls-key FILE` (PEM) every address speaks HTTPS (HTTP/1.1 and
+//! HTTP/2 by ALPN, HTTP/3 beside it).
 
 use peregrine::{Handler, Server};
 
@@ -9,7 +11,7 @@ use peregrine::{Handler, Server};
 pub const DEFAULT_BIND: &str = "127.0.0.1:8080";
 
 /// Flags some examples take besides `--bind` (each with a value).
-const OWN_FLAGS: &[&str] = &["--max-message", "--max-fragments"];
+const OWN_FLAGS: &[&str] = &["--max-message", "--max-fragments", "--tls-cert", "--tls-key"];
 
 /// The value of an example's own flag (`--NAME VALUE` or `--NAME=VALUE`).
 #[allow(dead_code)]
@@ -78,21 +80,32 @@ pub fn run(server: Server, handler: impl Handler) -> Result<(), peregrine::Error
 }
 
 fn serve(mut server: Server, handler: impl Handler) -> Result<(), peregrine::Error> {
+    let tls = match (value_of("--tls-cert"), value_of("--tls-key")) {
+        (Some(cert), Some(key)) => Some(peregrine::TlsConfig::from_pem_files(cert, key)?),
+        (None, None) => None,
+        _ => usage("--tls-cert and --tls-key go together"),
+    };
     for addr in addresses() {
-        server = server.bind(addr);
+        server = match &tls {
+            Some(tls) => server.bind_tls(addr, tls.clone()),
+            None => server.bind(addr),
+        };
     }
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let running = server.start(handler)?;
     let addrs = running.local_addrs().to_vec();
     // Announced once SIGTERM stops it gracefully: a script may send it as
     // soon as it reads this line.
     running.wait_after(|| {
         for addr in addrs {
-            println!("listening on http://{addr}/");
+            println!("listening on {scheme}://{addr}/");
         }
     })
 }
 
 pub fn usage(why: &str) -> ! {
-    eprintln!("{why}\nusage: [--bind ADDR]... (or PEREGRINE_BIND=ADDR; default {DEFAULT_BIND})");
+    eprintln!(
+        "{why}\nusage: [--bind ADDR]... [--tls-cert FILE --tls-key FILE] (or PEREGRINE_BIND=ADDR; default {DEFAULT_BIND})"
+    );
     std::process::exit(2)
 }
