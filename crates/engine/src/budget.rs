@@ -12,6 +12,10 @@ use crate::metrics::WorkerMetrics;
 /// every protocol.
 pub(crate) const BUDGET_SPENT: &str = "the server is busy: its buffers for request bodies are full; retry later";
 
+/// The reason of a WebSocket's 1013 when a message to assemble does not
+/// fit in what the worker's budget leaves (at most 123 bytes: a Close's).
+pub(crate) const MESSAGES_SPENT: &str = "the server is busy: its buffers for messages are full; retry later";
+
 /// See the module's documentation.
 pub(crate) struct BodyBudget {
     /// Bytes of request bodies the streams hold buffered.

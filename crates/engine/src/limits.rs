@@ -86,10 +86,13 @@ pub struct Limits {
     pub conns_per_ip_max: usize,
     /// Bytes of request bodies a worker may hold buffered at once (for
     /// handlers that take the body whole: HTTP/1.1 read buffers grown
-    /// past their pooled size, HTTP/2 streams' bodies). A body that would
+    /// past their pooled size, HTTP/2 streams' bodies, WebSocket messages
+    /// assembled from fragments or frames that came in pieces; a whole
+    /// frame in one read is handed out where it lies). A body that would
     /// pass it is refused with 503 and `Retry-After`, so that many clients
     /// each sending up to `body_bytes_max` cannot take the worker's memory
-    /// (128 HTTP/2 streams of 1 MiB each were 133 MB).
+    /// (128 HTTP/2 streams of 1 MiB each were 133 MB); a WebSocket message
+    /// that would is refused with 1013 (try again later).
     pub body_budget_bytes: usize,
     /// Bytes of answers a worker may hold queued for clients (output
     /// buffers held by connections). Past it, a connection with anything

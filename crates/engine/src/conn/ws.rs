@@ -124,6 +124,32 @@ enum Call<'m> {
 /// then each message to the application. Returns the bytes of `input`
 /// used and why it stopped.
 fn run(ctx: &mut Ctx<'_>, ws: &mut Ws, input: &mut [u8], out: &mut Out<'_>, work_left: &mut u32) -> (usize, Ran) {
+    // The message buffer is held against the worker's budget for bodies
+    // (`Limits::body_budget_bytes`); it changes only here, so what it
+    // holds now is what was charged. A message to assemble may take what
+    // the budget leaves.
+    let held = ws.session.held();
+    let others = ctx.pool.bodies - held;
+    ws.session
+        .set_room(ctx.limits.body_budget_bytes.saturating_sub(others));
+    let (used, ran) = run_session(ctx, ws, input, out, work_left);
+    if ran == Ran::Input && used == input.len() {
+        // Nothing waits: an idle WebSocket holds no buffer (thousands
+        // may be open).
+        ws.session.release();
+    }
+    ctx.pool.bodies = others + ws.session.held();
+    (used, ran)
+}
+
+/// `run`'s work, within the room the budget leaves.
+fn run_session(
+    ctx: &mut Ctx<'_>,
+    ws: &mut Ws,
+    input: &mut [u8],
+    out: &mut Out<'_>,
+    work_left: &mut u32,
+) -> (usize, Ran) {
     if ws.opening {
         ws.opening = false;
         if !call(ctx, ws, out, Call::Open) {
@@ -248,6 +274,8 @@ fn publish(ctx: &mut Ctx<'_>, ws: &mut Ws, out: &mut Out<'_>, frame: &[u8]) {
 /// end if it has not (1006: no Close).
 fn end(ctx: &mut Ctx<'_>, ws: &mut Ws) {
     said_closed(ctx, ws, 1006, "");
+    ctx.pool.bodies -= ws.session.held();
+    ws.session.free();
     ctx.ws.leave_all(&mut ws.sub);
     ws.sub.outbox = None;
     if let Some(m) = ctx.metrics {
@@ -294,14 +322,9 @@ impl Conn {
         }
     }
 
-    /// Sets the WebSocket's deadline once the connection waits, and gives
-    /// back the message buffer of one left idle.
+    /// Sets the WebSocket's deadline once the connection waits.
     pub(super) fn ws_wait(&mut self) {
         let Proto::Ws(ws) = &mut self.proto else { return };
-        // An idle WebSocket holds no buffer (thousands may be open).
-        if self.input.is_empty() {
-            ws.session.release();
-        }
         self.state_deadline = ws.deadline();
     }
 
@@ -422,17 +445,13 @@ impl Conn {
         h2.session.grant_tunnels(&mut output.buf);
     }
 
-    /// The earliest deadline of this HTTP/2 connection's WebSockets; those
-    /// left idle give back their message buffers.
+    /// The earliest deadline of this HTTP/2 connection's WebSockets.
     #[cold]
     #[inline(never)]
-    pub(super) fn tunnels_deadline(&mut self) -> Option<Instant> {
-        let h2 = self.proto.h2_mut()?;
+    pub(super) fn tunnels_deadline(&self) -> Option<Instant> {
+        let h2 = self.proto.h2()?;
         let mut earliest: Option<Instant> = None;
-        for (id, ws) in &mut h2.tunnels {
-            if h2.session.with_tunnel(*id, |t, _| t.input.is_empty()) == Some(true) {
-                ws.session.release();
-            }
+        for (_, ws) in &h2.tunnels {
             if let Some(at) = ws.deadline() {
                 earliest = Some(earliest.map_or(at, |e| e.min(at)));
             }

@@ -120,6 +120,9 @@ pub(crate) struct Session {
     /// Control frames in the current second, and when it began.
     control_count: u32,
     control_since: Instant,
+    /// The most `msg` may hold: what the worker's budget for buffered
+    /// bodies and messages leaves this WebSocket (`set_room`).
+    room: usize,
 }
 
 /// The largest message buffer kept between messages: one larger is
@@ -142,7 +145,26 @@ impl Session {
             pings_out: 0,
             control_count: 0,
             control_since: now,
+            room: usize::MAX,
         }
+    }
+
+    /// How much the message buffer may hold: a message that needs more is
+    /// refused with 1013 (try again later).
+    pub(crate) fn set_room(&mut self, room: usize) {
+        self.room = room;
+    }
+
+    /// The WebSocket is gone: its buffer goes back, whatever it held.
+    pub(crate) fn free(&mut self) {
+        self.msg = Vec::new();
+        self.frame = None;
+        self.end_message();
+    }
+
+    /// The bytes the machine holds (its message buffer).
+    pub(crate) fn held(&self) -> usize {
+        self.msg.capacity()
     }
 
     /// Messages may still be sent (no Close sent or received).
@@ -302,6 +324,9 @@ impl Session {
                 );
             }
             if self.state == State::Open {
+                if total > self.room as u64 {
+                    return self.fail(out, now, used, 1013, crate::budget::MESSAGES_SPENT);
+                }
                 self.msg.reserve(len.min(KEPT_BYTES_MAX));
             }
             used += head.size;

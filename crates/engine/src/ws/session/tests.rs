@@ -242,3 +242,35 @@ fn a_message_whose_fragments_stop_coming_ends_after_the_message_timeout() {
         TimedOut::Closed { code: 1008, .. }
     ));
 }
+
+#[test]
+fn a_message_the_budget_cannot_hold_closes_with_1013_and_a_whole_frame_needs_none() {
+    let now = Instant::now();
+    let mut s = Session::new(config(), now);
+    s.set_room(100);
+    let mut out = Vec::new();
+    // A whole frame in the input is handed out where it lies: no buffer,
+    // whatever the room.
+    let mut whole = frame(0x82, &[7; 500]);
+    let (_, event) = s.poll(&mut whole, &mut out, now);
+    assert_eq!(event, Event::Message(Kind::Binary, &[7; 500][..]));
+    assert_eq!(s.held(), 0);
+    // One that must be assembled (fragments) and would pass the room is
+    // refused: 1013, try again later.
+    let mut first = frame(0x02, &[1; 60]);
+    let (_, event) = s.poll(&mut first, &mut out, now);
+    assert_eq!(event, Event::Input);
+    assert!(s.held() <= 100, "held {}", s.held());
+    let mut second = frame(0x80, &[2; 60]);
+    let (_, event) = s.poll(&mut second, &mut out, now);
+    assert_eq!(
+        event,
+        Event::Closed {
+            code: 1013,
+            reason: crate::budget::MESSAGES_SPENT
+        }
+    );
+    assert_eq!(&out[..4], &[0x88, (2 + MESSAGES_SPENT_LEN) as u8, 0x03, 0xf5]);
+}
+
+const MESSAGES_SPENT_LEN: usize = crate::budget::MESSAGES_SPENT.len();
