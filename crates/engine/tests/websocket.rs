@@ -1,6 +1,7 @@
-//! WebSocket over HTTP/1.1 in a running server: the handshake's refusals,
-//! bytes that follow the upgrade request, publish/subscribe across
-//! workers, senders on other threads, back-pressure, panics and the 1001
+//! WebSocket in a running server (HTTP/1.1 upgrades, and HTTP/2 extended
+//! CONNECT at the end): the handshake's refusals, bytes that follow the
+//! upgrade request, publish/subscribe across workers and protocols,
+//! senders on other threads, back-pressure, panics, metrics and the 1001
 //! of a shutdown. (Independent clients: `websocket_clients.rs`; Autobahn's
 //! cases: `autobahn.rs`; the frame machine: `src/ws/session/tests.rs`.)
 
@@ -332,4 +333,219 @@ fn shutdown_sends_going_away_and_closes_cleanly() {
     println!("four 1001s within {:?} of a 4 s shutdown timeout", started.elapsed());
     server.join().unwrap();
     assert_eq!(*closed.lock().unwrap(), [1001; 4]);
+}
+
+/// A WebSocket over HTTP/2 (RFC 8441), on a raw connection: frames as a
+/// client writes them, so that what the server sends is seen as it is.
+struct H2Ws {
+    stream: std::net::TcpStream,
+    /// Bytes read and not yet taken as HTTP/2 frames.
+    wire: Vec<u8>,
+    /// The WebSocket's bytes from stream 1's DATA, not yet taken as frames.
+    ws: Vec<u8>,
+    /// The server's SETTINGS.
+    settings: Vec<(u16, u32)>,
+    /// END_STREAM came on stream 1.
+    ended: bool,
+}
+
+impl H2Ws {
+    /// Opens `path` with an extended CONNECT on stream 1.
+    fn open(addr: std::net::SocketAddr, path: &str) -> H2Ws {
+        use std::io::Write;
+        use test_support::h2::{frame, END_HEADERS, HEADERS, PREFACE, SETTINGS};
+        let stream = std::net::TcpStream::connect(addr).unwrap();
+        stream.set_read_timeout(Some(test_support::PATIENCE)).unwrap();
+        let mut c = H2Ws {
+            stream,
+            wire: Vec::new(),
+            ws: Vec::new(),
+            settings: Vec::new(),
+            ended: false,
+        };
+        let mut hello = PREFACE.to_vec();
+        hello.extend_from_slice(&frame(SETTINGS, 0, 0, &[]));
+        // Literal fields without indexing, new names (RFC 7541 §6.2.2).
+        let mut block = Vec::new();
+        for (name, value) in [
+            (":method", "CONNECT"),
+            (":protocol", "websocket"),
+            (":scheme", "http"),
+            (":path", path),
+            (":authority", "localhost"),
+            ("sec-websocket-version", "13"),
+        ] {
+            block.push(0);
+            block.push(name.len() as u8);
+            block.extend_from_slice(name.as_bytes());
+            block.push(value.len() as u8);
+            block.extend_from_slice(value.as_bytes());
+        }
+        hello.extend_from_slice(&frame(HEADERS, END_HEADERS, 1, &block));
+        c.stream.write_all(&hello).unwrap();
+        loop {
+            let f = c.next_frame().expect("the answer to the CONNECT");
+            if f.kind == HEADERS && f.stream == 1 {
+                assert_eq!(f.status(), 200);
+                assert_eq!(f.flags & test_support::h2::END_STREAM, 0, "the stream stays open");
+                return c;
+            }
+        }
+    }
+
+    /// The next HTTP/2 frame; the server's SETTINGS are kept and acked,
+    /// stream 1's DATA kept as WebSocket bytes.
+    fn next_frame(&mut self) -> Option<test_support::h2::Frame> {
+        use std::io::{Read, Write};
+        use test_support::h2::{frame, take_frame, DATA, END_STREAM, SETTINGS};
+        loop {
+            if let Some(f) = take_frame(&mut self.wire) {
+                if f.kind == SETTINGS && f.flags & 1 == 0 {
+                    for s in f.payload.chunks_exact(6) {
+                        self.settings.push((
+                            u16::from_be_bytes([s[0], s[1]]),
+                            u32::from_be_bytes([s[2], s[3], s[4], s[5]]),
+                        ));
+                    }
+                    self.stream.write_all(&frame(SETTINGS, 1, 0, &[])).unwrap();
+                }
+                if f.kind == DATA && f.stream == 1 {
+                    self.ws.extend_from_slice(&f.payload);
+                    self.ended |= f.flags & END_STREAM != 0;
+                }
+                return Some(f);
+            }
+            let mut buf = [0; 16 * 1024];
+            match self.stream.read(&mut buf) {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => self.wire.extend_from_slice(&buf[..n]),
+            }
+        }
+    }
+
+    /// Sends one masked WebSocket frame in a DATA frame on stream 1.
+    fn send_frame(&mut self, b0: u8, payload: &[u8]) {
+        use std::io::Write;
+        let ws = test_support::ws::masked(b0, payload);
+        let data = test_support::h2::frame(test_support::h2::DATA, 0, 1, &ws);
+        self.stream.write_all(&data).unwrap();
+    }
+
+    /// The next WebSocket frame on stream 1 (short payloads only).
+    fn read_frame(&mut self) -> Option<(u8, Vec<u8>)> {
+        loop {
+            if self.ws.len() >= 2 && self.ws.len() >= 2 + usize::from(self.ws[1]) {
+                assert!(self.ws[1] < 126, "a short frame");
+                let n = usize::from(self.ws[1]);
+                let got = (self.ws[0], self.ws[2..2 + n].to_vec());
+                self.ws.drain(..2 + n);
+                return Some(got);
+            }
+            if self.ended {
+                return None;
+            }
+            self.next_frame()?;
+        }
+    }
+
+    fn read_text(&mut self) -> String {
+        let (b0, payload) = self.read_frame().expect("a frame");
+        assert_eq!(b0, 0x81, "a text frame: {payload:?}");
+        String::from_utf8(payload).unwrap()
+    }
+}
+
+/// A WebSocket over HTTP/2 is the same WebSocket: a topic's members on
+/// HTTP/1.1 and HTTP/2 hear each other (not themselves), the metrics count
+/// both, and a draining server sends both a 1001, the HTTP/2 one's stream
+/// ending with END_STREAM after the closing handshake.
+#[test]
+fn websockets_over_http2_share_topics_with_http11_and_are_counted() {
+    let metrics = Arc::new(peregrine::Metrics::new());
+    let closed = Arc::new(Mutex::new(Vec::new()));
+    let seen = closed.clone();
+    let options = Options::new();
+    let server = Server::new()
+        .bind("127.0.0.1:0")
+        .workers(1)
+        .websockets(true)
+        .metrics(metrics.clone())
+        .limits(Limits {
+            shutdown_timeout: Duration::from_secs(4),
+            ..Limits::default()
+        })
+        .start(move |req: &Request<'_>| -> Reply {
+            struct Member(Arc<Mutex<Vec<u16>>>);
+            impl WebSocket for Member {
+                fn on_open(&mut self, ws: &mut Socket<'_>) {
+                    ws.subscribe("room");
+                    let _ = ws.send_text("joined");
+                }
+                fn on_message(&mut self, ws: &mut Socket<'_>, msg: Message<'_>) {
+                    ws.publish("room", msg);
+                }
+                fn on_close(&mut self, code: u16, _: &str) {
+                    self.0.lock().unwrap().push(code);
+                }
+            }
+            peregrine::ws::upgrade(req, &options, Member(seen.clone()))
+        })
+        .unwrap();
+    let addr = server.local_addr();
+    let mut h1 = Ws::open(addr, "/");
+    assert_eq!(h1.read_text(), "joined");
+    let mut h2 = H2Ws::open(addr, "/");
+    assert!(
+        h2.settings.contains(&(0x8, 1)),
+        "SETTINGS_ENABLE_CONNECT_PROTOCOL: {:?}",
+        h2.settings
+    );
+    assert_eq!(h2.read_text(), "joined");
+
+    h1.send_text("from h1");
+    assert_eq!(h2.read_text(), "from h1");
+    h2.send_frame(0x81, b"from h2");
+    assert_eq!(h1.read_text(), "from h2");
+    // Neither heard itself: the next frame each gets is its pong.
+    h1.send_frame(0x89, b"a");
+    assert_eq!(h1.read_frame(), Some((0x8A, b"a".to_vec())));
+    h2.send_frame(0x89, b"b");
+    assert_eq!(h2.read_frame(), Some((0x8A, b"b".to_vec())));
+
+    let text = metrics.render();
+    for line in [
+        "peregrine_websockets_open 2",
+        "peregrine_websockets_opened_total 2",
+        "peregrine_websocket_messages_received_total 2",
+        // Two "joined", and each message published to the other member.
+        "peregrine_websocket_messages_sent_total 4",
+        // Payloads in; frames out (a 2-byte head each): 2 × "joined", 2 ×
+        // a 7-byte message.
+        "peregrine_websocket_received_bytes_total 14",
+        "peregrine_websocket_sent_bytes_total 34",
+    ] {
+        assert!(text.lines().any(|l| l == line), "no {line:?} in:\n{text}");
+    }
+
+    server.shutdown();
+    assert_eq!(h1.read_close(), 1001);
+    h1.send_frame(0x88, &1001u16.to_be_bytes());
+    assert!(h1.read_to_end());
+    loop {
+        match h2.read_frame() {
+            Some((0x88, p)) => {
+                assert_eq!(p[..2], 1001u16.to_be_bytes());
+                break;
+            }
+            Some(_) => continue,
+            None => panic!("the stream ended without a Close"),
+        }
+    }
+    h2.send_frame(0x88, &1001u16.to_be_bytes());
+    while !h2.ended {
+        h2.next_frame().expect("END_STREAM after the Close");
+    }
+    server.join().unwrap();
+    assert_eq!(*closed.lock().unwrap(), [1001, 1001]);
+    assert!(metrics.render().lines().any(|l| l == "peregrine_websockets_open 0"));
 }

@@ -130,8 +130,7 @@ fn run(ctx: &mut Ctx<'_>, ws: &mut Ws, input: &mut [u8], out: &mut Out<'_>, work
     // the budget leaves.
     let held = ws.session.held();
     let others = ctx.pool.bodies - held;
-    ws.session
-        .set_room(ctx.limits.body_budget_bytes.saturating_sub(others));
+    ws.session.set_room(ctx.limits.body_budget_bytes.saturating_sub(others));
     let (used, ran) = run_session(ctx, ws, input, out, work_left);
     if ran == Ran::Input && used == input.len() {
         // Nothing waits: an idle WebSocket holds no buffer (thousands
