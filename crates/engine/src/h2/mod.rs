@@ -30,6 +30,10 @@
 //!   (RFC 9113 §5.3.2 deprecates that scheme); streams are sent in the
 //!   order they were opened.
 //! - No server push (we never send PUSH_PROMISE).
+//! - Extended CONNECT (RFC 8441) only where the server has WebSocket
+//!   routes (`Config::connect_protocol`): such a request goes to its
+//!   handler at its head, and a stream it accepts carries a WebSocket's
+//!   bytes (`Tunnel`), its window given back as the WebSocket reads.
 //! - Every error names its cause in GOAWAY's debug data, as h2o does.
 //!
 //! Defences (each a limit in `limits.rs`, each tested in `tests/defences.rs` on the

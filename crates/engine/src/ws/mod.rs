@@ -1,4 +1,6 @@
-//! WebSocket (RFC 6455 over HTTP/1.1), on the worker's own event loop.
+//! WebSocket (RFC 6455), over HTTP/1.1 and over HTTP/2 (RFC 8441's
+//! extended CONNECT, with [`crate::Server::websockets`]), on the
+//! worker's own event loop; the same handler accepts both.
 //!
 //! A handler accepts an upgrade with [`upgrade`], giving the application's
 //! [`WebSocket`]: its callbacks run on the worker's loop (like handlers:
@@ -12,7 +14,7 @@
 //! use peregrine::{ws, Request, Reply, Server};
 //!
 //! let options = ws::Options::new();
-//! Server::new().bind("127.0.0.1:8080").serve(move |req: &Request<'_>| -> Reply {
+//! Server::new().bind("127.0.0.1:8080").websockets(true).serve(move |req: &Request<'_>| -> Reply {
 //!     ws::upgrade(req, &options, |ws: &mut ws::Socket<'_>, msg: ws::Message<'_>| {
 //!         let _ = ws.send(msg); // echo
 //!     })
