@@ -260,8 +260,10 @@ fn pack_says_why_it_skipped_each_symlink() {
             "/",
             "/.well-known/alias.txt",
             "/.well-known/security.txt",
+            "/abs-home",
             "/abs-home.html",
             "/index.html",
+            "/rel-home",
             "/rel-home.html"
         ]
     );
@@ -293,10 +295,10 @@ fn packing_is_deterministic_and_atomic() {
     );
     // A failed pack leaves neither a temporary file nor the target.
     t.write("site/bad/_redirects", "");
-    t.write("site/_redirects", "/x /y 200\n");
+    t.write("site/_redirects", "/x /y 303\n");
     let c = t.path("c.prg");
     let err = pack(&PackOptions::new(&root, &c)).unwrap_err();
-    assert!(err.contains("line 1: status 200 is not a redirect"), "{err}");
+    assert!(err.contains("line 1: status 303 is not one _redirects takes"), "{err}");
     assert!(!c.exists());
     let leftovers: Vec<_> = std::fs::read_dir(t.dir())
         .unwrap()
@@ -515,9 +517,19 @@ fn random_trees_pack_to_archives_that_answer_like_the_tree() {
             }
             n_resources += 1;
         }
-        // Nothing else answers: every entry is a file of the model (or an
-        // index alias or its redirect, which the model has none of).
-        assert_eq!(a.entries().count(), n_resources);
+        // Clean URLs: each page also answers without `.html`.
+        let mut n_clean = 0;
+        for (path, body) in model.iter().filter(|(p, _)| p.ends_with(".html")) {
+            let clean = format!("/{}", path.trim_end_matches(".html"));
+            let e = a.get(0, clean.as_bytes()).unwrap_or_else(|| panic!("{clean} missing"));
+            let v = e.variant(0).unwrap();
+            assert_eq!(a.slice(v.body_off, v.body_len), &body[..], "{clean}");
+            n_clean += 1;
+        }
+        // Nothing else answers: every entry is a file of the model or its
+        // clean URL (or an index alias or its redirect, which the model
+        // has none of).
+        assert_eq!(a.entries().count(), n_resources + n_clean);
         assert!(a.get(0, b"/not-in-the-model").is_none());
     }
 }
