@@ -22,8 +22,10 @@ pub(crate) fn pack(
     cache_control: String,
     no_security_headers: bool,
     no_compress: bool,
+    clean_urls: peregrine_files::CleanUrls,
 ) -> anyhow::Result<()> {
     let mut opts = PackOptions::new(root, output);
+    opts.clean_urls = clean_urls;
     for h in hosts {
         let (name, dir) = h
             .split_once('=')
