@@ -1,11 +1,11 @@
-//! The pipeline: method → forced redirect → path → lookup → directory →
-//! (missing: redirect, wildcard, fallback, 404 page) → encoding →
+//! The pipeline: method → forced rule → path → lookup (clean URLs) →
+//! directory → (missing: rule, wildcard, fallback, 404 pages) → encoding →
 //! conditional → range → reply. Each step returns early with its answer.
 //!
 //! The site conventions (`conventions`: `_headers`, `_redirects`,
-//! `_404.html`, `_wildcard.*`) are read from the root and answered as
-//! `pack` compiles them into an archive, so that a directory answers as its
-//! archive will. Each worker keeps its own copy of the two rule files,
+//! `404.html`, `_404.html`, `_wildcard.*`, clean URLs) are read from the
+//! root and answered as `pack` compiles them into an archive, so that a
+//! directory answers as its archive will. Each worker keeps its own copy of the two rule files,
 //! trusted for `revalidate_interval` like any cached file, then `stat`ed;
 //! when they change, the worker re-reads them and forgets its cached header
 //! blocks (which `_headers` fed).
