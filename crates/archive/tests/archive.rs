@@ -1023,3 +1023,29 @@ fn the_crate_installs_no_signal_handler() {
     running.shutdown();
     running.join().unwrap();
 }
+
+/// Rules an older reader would misanswer (a 200 rewrite sent as a 200
+/// with a `Location`) set header flag bit 0, which such a reader refuses;
+/// a site with only redirects keeps the flags at 0, readable by all.
+#[test]
+fn rules_only_new_readers_answer_right_set_a_header_flag() {
+    let t = tmp("header-flag");
+    let flags = |rules: &str| {
+        t.write("site/index.html", "home");
+        t.write("site/_redirects", rules);
+        let out = t.path("f.prg");
+        pack(&PackOptions::new(t.path("site"), &out)).unwrap();
+        Archive::open(&out, Mode::Heap).unwrap();
+        let bytes = std::fs::read(&out).unwrap();
+        u32::from_le_bytes(bytes[12..16].try_into().unwrap())
+    };
+    assert_eq!(flags("/a /b 301\n/c /d 302!\n/e/* /f/:splat 308\n"), 0);
+    for needs_a_new_reader in [
+        "/a /index.html 200\n",
+        "/a /index.html 404\n",
+        "/e/* /f/:splat 308!\n",
+        "/store id=:id /b/:id 301\n",
+    ] {
+        assert_eq!(flags(needs_a_new_reader), 1, "{needs_a_new_reader}");
+    }
+}

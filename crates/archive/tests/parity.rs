@@ -152,7 +152,7 @@ fn tree(t: &Scratch) -> PathBuf {
         "/old /about.html\n/about.html /nowhere 302\n/docs/guide.txt /forced.txt 307!\n\
          /blog/:year/* /posts/:year/:splat 308\n/noindex /elsewhere 302\n/app/x /redirected 301\n\
          /gone/* /:splat 301!\n/spa/* /spa/shell.html 200\n/shadow.txt /about 200!\n\
-         /forced/* /guide.html 200!\n/gone-page /about.html 404\n/lost/* /nowhere.html 404\n\
+         /forced/lit /about.html 302!\n/forced/* /guide.html 200!\n/gone-page /about.html 404\n/lost/* /nowhere.html 404\n\
          /store id=:id /blog/:id 301\n/store /shop/ 302\n/q url=:u /:u 302\n/bs/* /\\:splat 302\n",
     );
     t.path("site")
@@ -252,6 +252,7 @@ const TARGETS: &[&str] = &[
     "/shadow.txt",
     "/forced/real.txt",
     "/forced/x",
+    "/forced/lit",
     "/gone-page",
     "/lost/x",
     "/store",
@@ -459,6 +460,8 @@ fn a_directory_answers_as_its_archive() {
     assert_eq!(body("/spa/real.txt"), "a file wins over a rule without !");
     assert_eq!(body("/shadow.txt"), "<p>about</p>");
     assert_eq!(body("/forced/real.txt"), "<p>guide page</p>");
+    // A literal rule with `!` before a forced pattern, as Netlify's order.
+    assert_eq!(field("/forced/lit", "location").as_deref(), Some("/about.html"));
     assert_eq!((status("/gone-page"), body("/gone-page")), (404, "<p>about</p>".into()));
     // A 404 rule whose target is missing: the not-found page.
     assert_eq!(
