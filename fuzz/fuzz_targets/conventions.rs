@@ -1,12 +1,14 @@
 //! `_headers` and `_redirects` files (what `pack` compiles) on arbitrary
 //! bytes: never panics; what is accepted is well formed (patterns and FROM
 //! start with `/`, fields make a valid header block, statuses are
-//! redirects), and the patterns can be matched and substituted.
+//! redirects, rewrites or 404s), and the patterns and query conditions can
+//! be matched and substituted.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use peregrine_archive::pack::{parse_headers, parse_redirects};
 use peregrine_archive::pattern::{matches, substitute};
+use peregrine_files::conventions::{rule_captures, RuleAnswer};
 
 const PATHS: [&str; 4] = ["/", "/a/b.html", "/blog/2024/post", "/assets/x/y.css"];
 
@@ -24,10 +26,18 @@ fuzz_target!(|text: &[u8]| {
     if let Ok(redirects) = parse_redirects(text) {
         for r in &redirects {
             assert!(r.from.starts_with('/'));
-            assert!(matches!(r.status, 301 | 302 | 307 | 308));
+            assert!(matches!(r.status, 200 | 301 | 302 | 307 | 308 | 404));
+            let Ok(from) = peregrine::pattern::Pattern::parse(&r.from) else {
+                panic!("an accepted FROM parses")
+            };
             for path in PATHS {
                 if let Some(caps) = matches(&r.from, path) {
                     let _ = substitute(&r.to, &caps);
+                }
+                for query in [None, Some("id=1&a=%20"), Some("&&=x")] {
+                    if let Some(caps) = rule_captures(&from, &r.query, path, query) {
+                        let _ = RuleAnswer::new(r.status, substitute(&r.to, &caps));
+                    }
                 }
             }
         }

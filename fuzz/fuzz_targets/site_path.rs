@@ -1,6 +1,7 @@
 //! The path normaliser must never panic, and what it returns must be safe to
-//! join to a root: no `.`/`..`/empty segments, no leading `/`, no NUL or
-//! backslash; and normalising is idempotent. A path `is_key` takes as its
+//! join to a root: no `.`/`..`/empty segments, no leading `/`, no NUL; a
+//! raw backslash refused (`%5C` is a byte of a name, one segment's on
+//! Linux); and normalising is idempotent. A path `is_key` takes as its
 //! own key (looked up without normalising) is exactly what normalising gives.
 #![no_main]
 
@@ -15,7 +16,7 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     assert!(!p.rel.starts_with('/'));
-    assert!(!p.rel.contains('\0') && !p.rel.contains('\\'));
+    assert!(!p.rel.contains('\0') && !data.contains(&b'\\'));
     for seg in p.rel.split('/') {
         assert!(p.rel.is_empty() || !matches!(seg, "" | "." | ".."), "{:?}", p.rel);
     }

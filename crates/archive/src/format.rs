@@ -39,10 +39,28 @@ pub const FLAG_NOT_FOUND: u8 = 2;
 /// predate the bit drop the query, as they always did.
 pub const FLAG_KEEP_QUERY: u8 = 4;
 
+/// A redirect that is clean URLs' canonical form of a page (`/a.html` →
+/// `/a`): a `_redirects` rewrite to the page follows it once, as `serve
+/// DIR` serves the file a rewrite names.
+pub const FLAG_CANONICAL: u8 = 8;
+/// A `_redirects` pattern with `!`: matched before any lookup.
+pub const FLAG_FORCED: u8 = 16;
+
+/// Header flag: the archive holds `_redirects` rules a reader must know
+/// to answer right (status 200 rewrites, 404 rules, forced patterns, query
+/// conditions). A reader that predates them refuses the archive (unknown
+/// flags) rather than sending a 200 with a `Location`.
+pub const HEADER_FLAG_RULES: u32 = 1;
+/// The header flags this reader knows.
+pub const HEADER_FLAGS_KNOWN: u32 = HEADER_FLAG_RULES;
+
 /// The key a wildcard file is stored under: its folder and this suffix.
 pub const WILDCARD_KEY: &str = "\0wildcard";
 /// The key of a site's not-found page.
 pub const NOT_FOUND_KEY: &str = "/\0not-found";
+/// The key a folder's not-found page (`404.html`) is stored under: its
+/// folder and this suffix (the root's is [`NOT_FOUND_KEY`]).
+pub const NOT_FOUND_SUFFIX: &str = "\0not-found";
 
 /// XXH3-64 with seed 0, the one hash of the format.
 pub fn hash(bytes: &[u8]) -> u64 {

@@ -4,13 +4,19 @@
 //!
 //! Conventions (as kawipiko and static hosts use them):
 //! - `dir/index.html` also answers `/dir/`; `/dir` redirects (301) there;
+//! - clean URLs (`CleanUrls`): `dir/about.html` also answers `/dir/about`,
+//!   before a directory `dir/about/` does; with `Redirect`, the `.html`
+//!   and `index.html` forms are 301s to the clean ones;
 //! - `_wildcard.*` answers any missing path below its folder, deepest first;
-//! - `_404.html` is the site's not-found page;
+//! - `404.html` is the not-found page below its folder, deepest first; at
+//!   the root `_404.html` wins over it;
 //! - `_headers` adds header fields by path pattern; `_redirects` lists
-//!   redirects (Netlify syntax, statuses 301, 302, 307, 308, `*` splats and
-//!   `:placeholders`); both are compiled here, nothing is parsed at serve time
-//!   but the patterns. The parsers live in `peregrine_files::conventions`,
-//!   which `serve DIR` follows too, so a directory answers as its archive.
+//!   rules (Netlify syntax: redirects 301, 302, 307, 308, rewrites 200,
+//!   404s, `!`, `*` splats, `:placeholders`, query conditions); both are
+//!   compiled here, nothing is parsed at serve time but the patterns. The
+//!   parsers live in `peregrine_files::conventions`, which `serve DIR`
+//!   follows too, so a directory answers as its archive. A loop between
+//!   the rules and the 301s above is refused.
 
 use std::fmt;
 use std::fs;
@@ -20,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::time::UNIX_EPOCH;
 
 use peregrine_files::compress::{encode, Encoded};
-use peregrine_files::conventions::headers_for;
+use peregrine_files::conventions::{find_redirect_loop, headers_for, loop_message, ordered, CleanUrls};
 pub use peregrine_files::conventions::{parse_headers, parse_redirects, HeaderRule, Redirect};
 use peregrine_files::encoding::Encoding;
 
@@ -51,6 +57,8 @@ pub struct PackOptions {
     /// Threads that read and compress (0: one per core). The archive is
     /// the same bytes whatever the number.
     pub threads: usize,
+    /// Clean URLs, as `serve DIR` takes them (default `On`).
+    pub clean_urls: CleanUrls,
 }
 
 impl PackOptions {
@@ -65,6 +73,7 @@ impl PackOptions {
             compress: true,
             progress: false,
             threads: 0,
+            clean_urls: CleanUrls::On,
         }
     }
 }
@@ -209,10 +218,10 @@ fn pack_site(opts: &PackOptions, w: &mut Writer, site: u32, root: &Path, stats: 
         Some(f) => parse_redirects(&read(&f.disk)?).map_err(|e| format!("{}: {e}", f.disk.display()))?,
         None => Vec::new(),
     };
-    // Forced redirects shadow files; others come after them.
-    for r in redirects.iter().filter(|r| r.force && !r.is_pattern()) {
-        w.add_redirect(site, KIND_REDIRECT, 0, &r.from, r.status, &r.to)
-            .map_err(|e| e.to_string())?;
+    // Forced rules shadow files; others come after them.
+    let is_ordered = ordered(&redirects);
+    for (r, &is_ordered) in redirects.iter().zip(&is_ordered).filter(|(r, _)| r.force) {
+        add_rule(w, site, r, is_ordered)?;
     }
     // `x.js.gz` beside `x.js` is a pre-compressed sibling for `serve DIR`;
     // the archive makes its own variants, so siblings are not entries.
@@ -247,21 +256,50 @@ fn pack_site(opts: &PackOptions, w: &mut Writer, site: u32, root: &Path, stats: 
         let prepared = prepare_batch(opts, batch, &headers, n_threads);
         for (f, prepared) in batch.iter().zip(prepared) {
             let Prepared { variants, heads } = prepared?;
-            add_file(w, site, f, &variants, &heads, stats)?;
+            add_file(w, site, f, &variants, &heads, opts.clean_urls, &paths, stats)?;
         }
     }
     if show {
         eprintln!("\rpacking {}: {total}/{total} files", root.display());
     }
-    for r in redirects.iter().filter(|r| !r.force || r.is_pattern()) {
-        let kind = if r.is_pattern() { KIND_PATTERN } else { KIND_REDIRECT };
-        if kind == KIND_REDIRECT && w.has(site, &r.from) {
-            continue; // a file is there: files win unless forced (`!`)
-        }
-        w.add_redirect(site, kind, 0, &r.from, r.status, &r.to)
-            .map_err(|e| e.to_string())?;
+    for (r, &is_ordered) in redirects.iter().zip(&is_ordered).filter(|(r, _)| !r.force) {
+        add_rule(w, site, r, is_ordered)?;
+    }
+    // A loop between the rules and the archive's own 301s (a directory's,
+    // clean URLs'), judged on the entries as written.
+    let own = |at: &str| {
+        let key = peregrine_files::path::normalize(at.as_bytes()).ok()?.key();
+        w.own_redirect(site, &key)
+    };
+    let answers =
+        |at: &str| peregrine_files::path::normalize(at.as_bytes()).is_ok_and(|p| w.is_resource(site, &p.key()));
+    if let Some(paths) = find_redirect_loop(&redirects, &own, &answers) {
+        return Err(format!("{}/{}", root.display(), loop_message(&paths)));
     }
     Ok(())
+}
+
+/// Adds a `_redirects` rule: under its path, unless a rule or (without
+/// `!`) a file is there already (the first rule for a path wins; files win
+/// unless forced); or, matched in order ([`ordered`]), as a pattern, keyed
+/// by its text with its query conditions, flagged `FLAG_FORCED` with `!`.
+fn add_rule(w: &mut Writer, site: u32, r: &Redirect, is_ordered: bool) -> Result<(), String> {
+    let added = if is_ordered {
+        let text = r.text();
+        if w.has(site, &format!("\0pattern{text}")) {
+            return Ok(()); // an earlier rule the same: it always wins
+        }
+        let flags = if r.force { FLAG_FORCED } else { 0 };
+        w.add_redirect(site, KIND_PATTERN, flags, &text, r.status, &r.to)
+    } else {
+        if w.has(site, &r.from) {
+            return Ok(());
+        }
+        // Flagged forced, so that a reader tries it before forced patterns.
+        let flags = if r.force { FLAG_FORCED } else { 0 };
+        w.add_redirect(site, KIND_REDIRECT, flags, &r.from, r.status, &r.to)
+    };
+    added.map_err(|e| e.to_string())
 }
 
 /// A file read, encoded and given its heads, ready to be added.
@@ -324,33 +362,63 @@ fn prepare(opts: &PackOptions, f: &Found, headers: &[HeaderRule]) -> Result<Prep
     Ok(Prepared { variants, heads })
 }
 
-/// Adds a prepared file under its keys (and a directory's redirect).
+/// Adds a prepared file under its keys, and the redirects that lead to
+/// them: a directory's (`/dir` → `/dir/`), and with `CleanUrls::Redirect`
+/// the file's own name to its clean form. `paths`: every file of the site.
+#[allow(clippy::too_many_arguments)]
 fn add_file(
     w: &mut Writer,
     site: u32,
     f: &Found,
     variants: &Encoded,
     heads: &[(Vec<u8>, Vec<u8>)],
+    clean: CleanUrls,
+    paths: &std::collections::HashSet<&str>,
     stats: &mut PackStats,
 ) -> Result<(), String> {
     let name = f.path.rsplit('/').next().unwrap_or_default();
     let folder = &f.path[..f.path.len() - name.len()];
-    let (keys, flags): (Vec<String>, u8) = if name == "_404.html" && folder == "/" {
-        (vec![NOT_FOUND_KEY.to_owned()], FLAG_NOT_FOUND)
+    // (key, flags) of the resource; (from, to) of redirects to it.
+    let mut keys: Vec<(String, u8)> = Vec::new();
+    let mut canonical: Option<(String, String)> = None;
+    if name == "_404.html" && folder == "/" {
+        keys.push((NOT_FOUND_KEY.to_owned(), FLAG_NOT_FOUND));
     } else if name.starts_with("_wildcard.") {
-        (vec![format!("{folder}{WILDCARD_KEY}")], FLAG_WILDCARD)
-    } else if name == "index.html" {
-        (vec![f.path.clone(), folder.to_owned()], 0)
+        keys.push((format!("{folder}{WILDCARD_KEY}"), FLAG_WILDCARD));
     } else {
-        (vec![f.path.clone()], 0)
-    };
+        let stem = name.strip_suffix(".html").filter(|s| !s.is_empty() && *s != "index");
+        let clean_key = stem
+            .filter(|_| clean != CleanUrls::Off)
+            .map(|stem| format!("{folder}{stem}"))
+            .filter(|key| !paths.contains(key.as_str()));
+        if name == "index.html" {
+            keys.push((folder.to_owned(), 0));
+            if clean == CleanUrls::Redirect {
+                canonical = Some((f.path.clone(), folder.to_owned()));
+            } else {
+                keys.push((f.path.clone(), 0));
+            }
+        } else if let Some(clean_key) = clean_key {
+            keys.push((clean_key.clone(), 0));
+            if clean == CleanUrls::Redirect {
+                canonical = Some((f.path.clone(), clean_key));
+            } else {
+                keys.push((f.path.clone(), 0));
+            }
+        } else {
+            keys.push((f.path.clone(), 0));
+        }
+        if name == "404.html" && !(folder == "/" && paths.contains("/_404.html")) {
+            keys.push((format!("{folder}{NOT_FOUND_SUFFIX}"), FLAG_NOT_FOUND));
+        }
+    }
     stats.n_files += 1;
     // The file as read (its identity variant), not the encodings made of it.
     stats.bytes_in += variants
         .iter()
         .find(|(coding, _)| coding.is_none())
         .map_or(0, |(_, body)| body.len() as u64);
-    for key in &keys {
+    for (key, flags) in &keys {
         if w.has(site, key) {
             continue; // a forced redirect shadows it
         }
@@ -362,12 +430,28 @@ fn add_file(
                 head_304: h304,
             });
         }
-        w.add_resource(site, key, flags, f.mtime, slots)
+        w.add_resource(site, key, *flags, f.mtime, slots)
             .map_err(|e| format!("{}: {e}", f.disk.display()))?;
+    }
+    if let Some((from, to)) = canonical {
+        if !w.has(site, &from) {
+            let location = peregrine_files::path::encode(&to);
+            w.add_redirect(
+                site,
+                KIND_REDIRECT,
+                FLAG_KEEP_QUERY | FLAG_CANONICAL,
+                &from,
+                301,
+                &location,
+            )
+            .map_err(|e| e.to_string())?;
+        }
     }
     if name == "index.html" && folder != "/" {
         let dir = folder.trim_end_matches('/');
-        if !w.has(site, dir) {
+        // `dir.html` answers `/dir` with clean URLs.
+        let page = clean != CleanUrls::Off && paths.contains(format!("{dir}.html").as_str());
+        if !w.has(site, dir) && !page {
             let location = peregrine_files::path::encode(folder);
             w.add_redirect(site, KIND_REDIRECT, FLAG_KEEP_QUERY, dir, 301, &location)
                 .map_err(|e| e.to_string())?;

@@ -57,8 +57,12 @@ pub struct Archive {
     slots_at: usize,
     entries_at: usize,
     strings_at: usize,
-    /// Pattern redirects, per site, in archive order: (site, entry index).
+    /// Pattern redirects without `!`, per site, in archive order: (site,
+    /// entry index).
     patterns: Vec<(u32, usize)>,
+    /// Pattern redirects with `!` (`FLAG_FORCED`), likewise: matched
+    /// before any lookup.
+    forced: Vec<(u32, usize)>,
 }
 
 /// A variant of a resource, as stored.
@@ -149,6 +153,7 @@ impl Archive {
             entries_at: self.entries_at,
             strings_at: self.strings_at,
             patterns: self.patterns.clone(),
+            forced: self.forced.clone(),
         })
     }
 
@@ -209,8 +214,8 @@ impl Archive {
                 "archive format version {version}; this build reads version {VERSION}"
             ));
         }
-        if u32_at(b, 12) != 0 {
-            return invalid("unknown archive flags");
+        if u32_at(b, 12) & !HEADER_FLAGS_KNOWN != 0 {
+            return invalid("unknown archive flags (written by a newer pack?)");
         }
         if hash(&b[..56]) != u64_at(b, 56) {
             return invalid("header checksum mismatch (corrupt header)");
@@ -274,6 +279,7 @@ impl Archive {
         }
         let data_end = index_off as u64;
         let mut patterns = Vec::new();
+        let mut forced = Vec::new();
         for i in 0..n_entries {
             let at = entries_off + i * ENTRY_LEN;
             let kind = index[at + 4];
@@ -286,7 +292,12 @@ impl Archive {
                 return invalid(format!("entry {i} strings outside the string table"));
             }
             if kind == KIND_PATTERN {
-                patterns.push((u32_at(index, at), i));
+                let list = if index[at + 5] & FLAG_FORCED != 0 {
+                    &mut forced
+                } else {
+                    &mut patterns
+                };
+                list.push((u32_at(index, at), i));
             }
             for j in 0..N_VARIANTS {
                 let v = variant_at(index, at + 32 + j * VARIANT_LEN);
@@ -322,6 +333,7 @@ impl Archive {
             entries_at: index_off + entries_off,
             strings_at: index_off + strings_off,
             patterns,
+            forced,
         })
     }
 
@@ -445,6 +457,20 @@ impl Archive {
             .iter()
             .filter(move |(s, _)| *s == site)
             .map(move |&(_, idx)| Entry { archive: self, idx })
+    }
+
+    /// The pattern redirects of `site` with `!`, in `_redirects` order.
+    pub fn forced_patterns(&self, site: u32) -> impl Iterator<Item = Entry<'_>> {
+        self.forced
+            .iter()
+            .filter(move |(s, _)| *s == site)
+            .map(move |&(_, idx)| Entry { archive: self, idx })
+    }
+
+    /// Whether any site has a pattern redirect with `!` (else none is
+    /// looked for before the lookup).
+    pub fn has_forced_patterns(&self) -> bool {
+        !self.forced.is_empty()
     }
 
     /// A range of the archive's bytes, shared without copying.

@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use peregrine::{log, Body, BodyUse, FileRange, Handler, HeaderBlock, Reply, Request, Response};
+use peregrine_files::conventions::{self, RuleAnswer};
 use peregrine_files::encoding::Encoding;
 use peregrine_files::path;
 use peregrine_files::reply::{self, Fields, Method};
@@ -301,44 +302,183 @@ fn respond(local: &mut Local, req: &Request<'_>) -> Reply {
         archive.default_site()
     };
     let fields = Fields::scan(req);
+    let query = req.query();
+    let forced = archive.has_forced_patterns();
     // Fast path: the raw path is already the key (no escapes, no dots).
     let raw = req.path();
     let plain = path::is_key(raw);
-    if plain {
+    if plain && !forced {
         if let Some(e) = archive.get(site, raw.as_bytes()) {
-            return answer(prepared, archive, e, &fields, head, 200, req.query());
+            return found(prepared, archive, site, e, raw, &fields, head, query);
         }
     }
     let key = match path::normalize(raw.as_bytes()) {
         Ok(p) => p.key(),
         Err(e) => return Reply::Now(reply::bad_request(e.reason())),
     };
-    if !plain {
-        if let Some(e) = archive.get(site, key.as_bytes()) {
-            return answer(prepared, archive, e, &fields, head, 200, req.query());
+    let e = if plain && !forced {
+        None
+    } else {
+        archive.get(site, key.as_bytes())
+    };
+    // `_redirects` patterns with `!` shadow any file, after the literal
+    // rules with `!` (as `serve DIR` tries them).
+    let forced_literal = e.is_some_and(|e| e.kind() == KIND_REDIRECT && e.flags() & FLAG_FORCED != 0);
+    if forced && !forced_literal {
+        if let Some(reply) = first_rule(
+            prepared,
+            archive,
+            site,
+            archive.forced_patterns(site),
+            &key,
+            &fields,
+            head,
+            query,
+        ) {
+            return reply;
         }
     }
+    if let Some(e) = e {
+        return found(prepared, archive, site, e, &key, &fields, head, query);
+    }
     // `_redirects` patterns, in order.
-    for e in archive.patterns(site) {
-        let pattern = String::from_utf8_lossy(e.path());
-        if let Some(caps) = crate::pattern::matches(&pattern, &key) {
-            let to = crate::pattern::substitute(&String::from_utf8_lossy(e.location()), &caps);
-            return Reply::Now(redirect(e.status(), &to));
-        }
+    if let Some(reply) = first_rule(
+        prepared,
+        archive,
+        site,
+        archive.patterns(site),
+        &key,
+        &fields,
+        head,
+        query,
+    ) {
+        return reply;
     }
     // The deepest `_wildcard.*` above the path.
     // `/a/b/c` and `/a/b/` look in `/a/b/`, then `/a/`, then `/`.
     let mut folder = &key[..key.rfind('/').map_or(0, |i| i + 1)];
     while !folder.is_empty() {
         if let Some(e) = archive.get(site, format!("{folder}{WILDCARD_KEY}").as_bytes()) {
-            return answer(prepared, archive, e, &fields, head, 200, req.query());
+            return answer(prepared, archive, e, &fields, head, 200, query);
         }
         folder = &folder[..folder[..folder.len() - 1].rfind('/').map_or(0, |i| i + 1)];
     }
-    if let Some(e) = archive.get(site, NOT_FOUND_KEY.as_bytes()) {
-        return answer(prepared, archive, e, &fields, head, 404, req.query());
+    not_found(prepared, archive, site, &key, &fields, head, query)
+}
+
+/// The not-found page for `key`: the deepest folder's above it (`/a/b/c`
+/// and `/a/b/` look in `/a/b/`, then `/a/`, then `/`), with status 404.
+fn not_found(
+    prepared: &mut PreparedByKey,
+    archive: &Archive,
+    site: u32,
+    key: &str,
+    f: &Fields<'_>,
+    head: bool,
+    query: Option<&str>,
+) -> Reply {
+    let mut folder = &key[..key.rfind('/').map_or(0, |i| i + 1)];
+    while !folder.is_empty() {
+        if let Some(e) = archive.get(site, format!("{folder}{NOT_FOUND_SUFFIX}").as_bytes()) {
+            return answer(prepared, archive, e, f, head, 404, query);
+        }
+        folder = &folder[..folder[..folder.len() - 1].rfind('/').map_or(0, |i| i + 1)];
     }
     Reply::Now(Response::error(404))
+}
+
+/// An entry found at the path asked for: a `_redirects` rule's (a
+/// redirect without the bit that keeps the query), or a resource or the
+/// archive's own redirect, answered as before.
+#[allow(clippy::too_many_arguments)]
+fn found(
+    prepared: &mut PreparedByKey,
+    archive: &Archive,
+    site: u32,
+    e: Entry<'_>,
+    key: &str,
+    f: &Fields<'_>,
+    head: bool,
+    query: Option<&str>,
+) -> Reply {
+    if e.kind() != KIND_RESOURCE && e.flags() & FLAG_KEEP_QUERY == 0 {
+        let to = String::from_utf8_lossy(e.location()).into_owned();
+        return rule(
+            prepared,
+            archive,
+            site,
+            RuleAnswer::new(e.status(), to),
+            key,
+            f,
+            head,
+            query,
+        );
+    }
+    answer(prepared, archive, e, f, head, 200, query)
+}
+
+/// The first of `rules` (pattern entries) that applies to `key` and the
+/// query, answered.
+#[allow(clippy::too_many_arguments)]
+fn first_rule<'a>(
+    prepared: &mut PreparedByKey,
+    archive: &'a Archive,
+    site: u32,
+    rules: impl Iterator<Item = Entry<'a>>,
+    key: &str,
+    f: &Fields<'_>,
+    head: bool,
+    query: Option<&str>,
+) -> Option<Reply> {
+    for e in rules {
+        let text = String::from_utf8_lossy(e.path());
+        let (from, conds) = conventions::split_rule_text(&text);
+        let Ok(pattern) = peregrine::pattern::Pattern::parse(from) else {
+            continue;
+        };
+        if let Some(caps) = conventions::rule_captures(&pattern, &conds, key, query) {
+            let to = crate::pattern::substitute(&String::from_utf8_lossy(e.location()), &caps);
+            let answer = RuleAnswer::new(e.status(), to);
+            return Some(rule(prepared, archive, site, answer, key, f, head, query));
+        }
+    }
+    None
+}
+
+/// What a `_redirects` rule answers (as `serve DIR`'s `rule_answer`): a
+/// redirect, a 400 for a target leaving the site, or the resource its
+/// target names served with 200 (rewrite) or 404, following clean URLs'
+/// canonical redirect once (the target may name `about.html`, stored as
+/// `/about`); a target that names none gets `key`'s not-found page.
+#[allow(clippy::too_many_arguments)]
+fn rule(
+    prepared: &mut PreparedByKey,
+    archive: &Archive,
+    site: u32,
+    answer_of: RuleAnswer,
+    key: &str,
+    f: &Fields<'_>,
+    head: bool,
+    query: Option<&str>,
+) -> Reply {
+    let (target, status) = match answer_of {
+        RuleAnswer::Redirect(status, to) => return Reply::Now(redirect(status, &to)),
+        RuleAnswer::Refused => return Reply::Now(conventions::refused_target()),
+        RuleAnswer::Rewrite(target) => (target, 200),
+        RuleAnswer::NotFound(target) => (target, 404),
+    };
+    let lookup = |at: &[u8]| {
+        let key = path::normalize(at).ok()?.key();
+        archive.get(site, key.as_bytes())
+    };
+    let mut e = lookup(target.as_bytes());
+    if let Some(canonical) = e.filter(|e| e.kind() == KIND_REDIRECT && e.flags() & FLAG_CANONICAL != 0) {
+        e = lookup(canonical.location());
+    }
+    match e.filter(|e| e.kind() == KIND_RESOURCE) {
+        Some(e) => answer(prepared, archive, e, f, head, status, query),
+        None => not_found(prepared, archive, site, key, f, head, query),
+    }
 }
 
 fn redirect(status: u16, location: &str) -> Response {

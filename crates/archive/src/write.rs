@@ -47,6 +47,8 @@ pub struct Writer {
     strings: Vec<u8>,
     hosts: Vec<(u32, u32, u32)>,
     default_site: u32,
+    /// The header's flags: `HEADER_FLAG_RULES` once a rule needs it.
+    header_flags: u32,
     /// Bytes of body data before deduplication, for the report.
     pub bytes_in: u64,
 }
@@ -60,6 +62,7 @@ impl Writer {
             out,
             pos: HEADER_LEN as u64,
             data_hash: xxhash_rust::xxh3::Xxh3::new(),
+            header_flags: 0,
             blobs: HashMap::new(),
             entries: Vec::new(),
             keys: HashMap::new(),
@@ -124,6 +127,25 @@ impl Writer {
         self.keys.contains_key(&(site, path.as_bytes().to_vec()))
     }
 
+    /// The `Location` of the server's own 301 at `path` (a directory's, or
+    /// clean URLs' canonical form: those that keep the query), if that is
+    /// the entry there: what `pack` follows to find redirect loops.
+    pub fn own_redirect(&self, site: u32, path: &str) -> Option<String> {
+        let e = &self.entries[*self.keys.get(&(site, path.as_bytes().to_vec()))?];
+        if e.kind != KIND_REDIRECT || e.flags & FLAG_KEEP_QUERY == 0 {
+            return None;
+        }
+        let (off, len) = (e.location.0 as usize, e.location.1 as usize);
+        Some(String::from_utf8_lossy(&self.strings[off..off + len]).into_owned())
+    }
+
+    /// Whether the entry at `path` is a resource (a file answers there).
+    pub fn is_resource(&self, site: u32, path: &str) -> bool {
+        self.keys
+            .get(&(site, path.as_bytes().to_vec()))
+            .is_some_and(|&i| self.entries[i].kind == KIND_RESOURCE)
+    }
+
     /// Adds a resource at `path` (decoded, starting with `/`). `variants`
     /// are identity, br, zstd, gzip; identity must be present.
     pub fn add_resource(
@@ -180,6 +202,9 @@ impl Writer {
         status: u16,
         location: &str,
     ) -> io::Result<()> {
+        if matches!(status, 200 | 404) || (kind == KIND_PATTERN && (flags & FLAG_FORCED != 0 || path.contains('?'))) {
+            self.header_flags |= HEADER_FLAG_RULES;
+        }
         let path_s = self.string(path.as_bytes())?;
         let location_s = self.string(location.as_bytes())?;
         // Patterns are keyed apart from paths, so `/a` and the pattern `/a`
@@ -280,7 +305,7 @@ impl Writer {
         let mut header = [0u8; HEADER_LEN];
         header[..8].copy_from_slice(MAGIC);
         put_u32(&mut header, 8, VERSION);
-        put_u32(&mut header, 12, 0);
+        put_u32(&mut header, 12, self.header_flags);
         put_u64(&mut header, 16, file_len);
         put_u64(&mut header, 24, index_off);
         put_u64(&mut header, 32, index_len as u64);

@@ -260,8 +260,10 @@ fn pack_says_why_it_skipped_each_symlink() {
             "/",
             "/.well-known/alias.txt",
             "/.well-known/security.txt",
+            "/abs-home",
             "/abs-home.html",
             "/index.html",
+            "/rel-home",
             "/rel-home.html"
         ]
     );
@@ -293,10 +295,10 @@ fn packing_is_deterministic_and_atomic() {
     );
     // A failed pack leaves neither a temporary file nor the target.
     t.write("site/bad/_redirects", "");
-    t.write("site/_redirects", "/x /y 200\n");
+    t.write("site/_redirects", "/x /y 303\n");
     let c = t.path("c.prg");
     let err = pack(&PackOptions::new(&root, &c)).unwrap_err();
-    assert!(err.contains("line 1: status 200 is not a redirect"), "{err}");
+    assert!(err.contains("line 1: status 303 is not one _redirects takes"), "{err}");
     assert!(!c.exists());
     let leftovers: Vec<_> = std::fs::read_dir(t.dir())
         .unwrap()
@@ -515,9 +517,19 @@ fn random_trees_pack_to_archives_that_answer_like_the_tree() {
             }
             n_resources += 1;
         }
-        // Nothing else answers: every entry is a file of the model (or an
-        // index alias or its redirect, which the model has none of).
-        assert_eq!(a.entries().count(), n_resources);
+        // Clean URLs: each page also answers without `.html`.
+        let mut n_clean = 0;
+        for (path, body) in model.iter().filter(|(p, _)| p.ends_with(".html")) {
+            let clean = format!("/{}", path.trim_end_matches(".html"));
+            let e = a.get(0, clean.as_bytes()).unwrap_or_else(|| panic!("{clean} missing"));
+            let v = e.variant(0).unwrap();
+            assert_eq!(a.slice(v.body_off, v.body_len), &body[..], "{clean}");
+            n_clean += 1;
+        }
+        // Nothing else answers: every entry is a file of the model or its
+        // clean URL (or an index alias or its redirect, which the model
+        // has none of).
+        assert_eq!(a.entries().count(), n_resources + n_clean);
         assert!(a.get(0, b"/not-in-the-model").is_none());
     }
 }
@@ -1010,4 +1022,30 @@ fn the_crate_installs_no_signal_handler() {
     }
     running.shutdown();
     running.join().unwrap();
+}
+
+/// Rules an older reader would misanswer (a 200 rewrite sent as a 200
+/// with a `Location`) set header flag bit 0, which such a reader refuses;
+/// a site with only redirects keeps the flags at 0, readable by all.
+#[test]
+fn rules_only_new_readers_answer_right_set_a_header_flag() {
+    let t = tmp("header-flag");
+    let flags = |rules: &str| {
+        t.write("site/index.html", "home");
+        t.write("site/_redirects", rules);
+        let out = t.path("f.prg");
+        pack(&PackOptions::new(t.path("site"), &out)).unwrap();
+        Archive::open(&out, Mode::Heap).unwrap();
+        let bytes = std::fs::read(&out).unwrap();
+        u32::from_le_bytes(bytes[12..16].try_into().unwrap())
+    };
+    assert_eq!(flags("/a /b 301\n/c /d 302!\n/e/* /f/:splat 308\n"), 0);
+    for needs_a_new_reader in [
+        "/a /index.html 200\n",
+        "/a /index.html 404\n",
+        "/e/* /f/:splat 308!\n",
+        "/store id=:id /b/:id 301\n",
+    ] {
+        assert_eq!(flags(needs_a_new_reader), 1, "{needs_a_new_reader}");
+    }
 }

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use peregrine::Server;
 use peregrine_archive::{pack, ArchiveServer, Mode, PackOptions};
-use peregrine_files::{FileServer, Options};
+use peregrine_files::{CleanUrls, FileServer, Options};
 use test_support::{http, Scratch};
 
 /// The fields compared; the others (Date, Content-Length's framing twin,
@@ -114,6 +114,18 @@ fn tree(t: &Scratch) -> PathBuf {
     t.write("site/sub/_headers", "only the root's _headers is a convention");
     t.write("site/sub/_404.html", "only the root's _404.html is the 404 page");
     t.write("site/caf\u{e9}.txt", "caf\u{e9}");
+    // Issue 27's conventions: 404.html per folder (the root's loses to
+    // _404.html), clean URLs, rewrites, 404 rules, query conditions.
+    t.write("site/404.html", "<p>root 404.html, shadowed by _404.html</p>");
+    t.write("site/shop/404.html", "<p>shop not found</p>");
+    t.write("site/shop/item.html", "<p>item</p>");
+    t.write("site/shop/deep/x.txt", "x");
+    t.write("site/guide.html", "<p>guide page</p>");
+    t.write("site/guide/index.html", "<p>guide folder</p>");
+    t.write("site/spa/shell.html", "<p>spa</p>");
+    t.write("site/spa/real.txt", "a file wins over a rule without !");
+    t.write("site/shadow.txt", "shadowed by a forced rewrite");
+    t.write("site/forced/real.txt", "shadowed by a forced pattern");
     t.write("site/.well-known/security.txt", "Contact: mailto:a@example.com");
     t.write("site/.git/config", "[core] never served");
     // Symlinks: followed where they stay inside (absolute ones too), never
@@ -139,7 +151,9 @@ fn tree(t: &Scratch) -> PathBuf {
         "site/_redirects",
         "/old /about.html\n/about.html /nowhere 302\n/docs/guide.txt /forced.txt 307!\n\
          /blog/:year/* /posts/:year/:splat 308\n/noindex /elsewhere 302\n/app/x /redirected 301\n\
-         /gone/* /:splat 301!\n",
+         /gone/* /:splat 301!\n/spa/* /spa/shell.html 200\n/shadow.txt /about 200!\n\
+         /forced/lit /about.html 302!\n/forced/* /guide.html 200!\n/gone-page /about.html 404\n/lost/* /nowhere.html 404\n\
+         /store id=:id /blog/:id 301\n/store /shop/ 302\n/q url=:u /:u 302\n/bs/* /\\:splat 302\n",
     );
     t.path("site")
 }
@@ -214,7 +228,114 @@ const TARGETS: &[&str] = &[
     "/.well-known/leak",
     "/docs/abs-secret",
     "/.git/config",
+    "/404.html",
+    "/404",
+    "/shop/",
+    "/shop/item",
+    "/shop/item.html",
+    "/shop/missing",
+    "/shop/deep/missing",
+    "/shop/deep/",
+    "/guide",
+    "/guide/",
+    "/guide.html",
+    "/guide/index.html",
+    "/guide/index",
+    "/about",
+    "/about/",
+    "/index",
+    "/_404",
+    "/app/_wildcard",
+    "/spa/a/b",
+    "/spa/real.txt",
+    "/spa/",
+    "/shadow.txt",
+    "/forced/real.txt",
+    "/forced/x",
+    "/forced/lit",
+    "/gone-page",
+    "/lost/x",
+    "/store",
+    "/store?id=7",
+    "/store?a=1&id=a%20b",
+    "/q",
+    "/q?url=/evil.example",
+    "/q?url=%2Fevil.example",
+    "/q?url=fine",
+    "/bs/evil.example",
+    "/shop/item.html?x=1",
+    "/guide/index.html?x=1",
 ];
+
+/// Both servers of `root` with clean URLs set to `clean`, and the answers
+/// to every target that differ between them.
+fn differences(t: &Scratch, root: &std::path::Path, clean: CleanUrls) -> Vec<String> {
+    let archive = t.path(&format!("site-{clean:?}.prg"));
+    let mut packing = PackOptions::new(root, &archive);
+    packing.clean_urls = clean;
+    pack(&packing).unwrap();
+    let mut options = Options::new(root);
+    options.clean_urls = clean;
+    let dir = Server::new()
+        .bind("127.0.0.1:0")
+        .workers(1)
+        .start(FileServer::new(options).unwrap())
+        .unwrap();
+    let packed = Server::new()
+        .bind("127.0.0.1:0")
+        .workers(1)
+        .start(ArchiveServer::open(&archive, Mode::Map).unwrap())
+        .unwrap();
+    let (dir_addr, packed_addr) = (dir.local_addrs()[0], packed.local_addrs()[0]);
+    let mut differ = Vec::new();
+    for target in TARGETS {
+        for method in ["GET", "HEAD"] {
+            let d = ask(dir_addr, method, target);
+            let a = ask(packed_addr, method, target);
+            if d != a {
+                differ.push(format!(
+                    "{clean:?} {method} {target}:\n  directory {d:?}\n  archive   {a:?}"
+                ));
+            }
+        }
+    }
+    if clean == CleanUrls::Redirect {
+        // The `.html` and `index.html` forms are 301s to the clean ones,
+        // the query kept; rewrites still reach the file they name.
+        for addr in [dir_addr, packed_addr] {
+            let location = |t: &str| {
+                let a = ask(addr, "GET", t);
+                let l = a.fields.into_iter().find(|(n, _)| n == "location").map(|(_, v)| v);
+                (a.status, l)
+            };
+            assert_eq!(location("/shop/item.html?x=1"), (301, Some("/shop/item?x=1".into())));
+            assert_eq!(location("/guide/index.html?x=1"), (301, Some("/guide/?x=1".into())));
+            assert_eq!(location("/guide.html"), (301, Some("/guide".into())));
+            assert_eq!(location("/about"), (200, None));
+            assert_eq!(location("/forced/real.txt"), (200, None));
+            assert_eq!(ask(addr, "GET", "/forced/real.txt").body, b"<p>guide page</p>");
+        }
+    }
+    dir.shutdown();
+    packed.shutdown();
+    differ
+}
+
+#[test]
+fn each_clean_urls_setting_answers_alike_from_both() {
+    let t = Scratch::new("peregrine-parity-clean");
+    let root = tree(&t);
+    let mut differ = Vec::new();
+    for clean in [CleanUrls::Off, CleanUrls::On, CleanUrls::Redirect] {
+        differ.extend(differences(&t, &root, clean));
+    }
+    assert!(
+        differ.is_empty(),
+        "{} answers differ:\n{}",
+        differ.len(),
+        differ.join("\n")
+    );
+}
 
 #[test]
 fn a_directory_answers_as_its_archive() {
@@ -318,6 +439,44 @@ fn a_directory_answers_as_its_archive() {
         Some("/docs/?a=1&b=%2F")
     );
     assert_eq!(body("/sub/_headers"), "only the root's _headers is a convention");
+    // 404.html: the deepest folder's, with 404; the root's `_404.html`
+    // wins over its `404.html`, which stays an ordinary page.
+    assert_eq!(
+        (status("/shop/missing"), body("/shop/missing")),
+        (404, "<p>shop not found</p>".into())
+    );
+    assert_eq!(body("/shop/deep/missing"), "<p>shop not found</p>");
+    assert_eq!(body("/missing"), "<p>custom not found</p>");
+    assert_eq!(status("/404.html"), 200);
+    // Clean URLs: each form serves its own file.
+    assert_eq!(body("/shop/item"), "<p>item</p>");
+    assert_eq!(body("/guide"), "<p>guide page</p>");
+    assert_eq!(body("/guide/"), "<p>guide folder</p>");
+    assert_eq!(status("/about"), 200);
+    assert_eq!(status("/_404"), 404);
+    // Rewrites (200), shadowing, `!`, 404 rules.
+    assert_eq!((status("/spa/a/b"), body("/spa/a/b")), (200, "<p>spa</p>".into()));
+    assert_eq!(field("/spa/a/b", "location"), None);
+    assert_eq!(body("/spa/real.txt"), "a file wins over a rule without !");
+    assert_eq!(body("/shadow.txt"), "<p>about</p>");
+    assert_eq!(body("/forced/real.txt"), "<p>guide page</p>");
+    // A literal rule with `!` before a forced pattern, as Netlify's order.
+    assert_eq!(field("/forced/lit", "location").as_deref(), Some("/about.html"));
+    assert_eq!((status("/gone-page"), body("/gone-page")), (404, "<p>about</p>".into()));
+    // A 404 rule whose target is missing: the not-found page.
+    assert_eq!(
+        (status("/lost/x"), body("/lost/x")),
+        (404, "<p>custom not found</p>".into())
+    );
+    // Query conditions.
+    assert_eq!(field("/store?id=7", "location").as_deref(), Some("/blog/7"));
+    assert_eq!(field("/store?a=1&id=a%20b", "location").as_deref(), Some("/blog/a%20b"));
+    assert_eq!(field("/store", "location").as_deref(), Some("/shop/"));
+    assert_eq!(field("/q?url=fine", "location").as_deref(), Some("/fine"));
+    // No open redirect: `//host` or `/\host` after substitution is a 400.
+    for open in ["/q?url=/evil.example", "/q?url=%2Fevil.example", "/bs/evil.example"] {
+        assert_eq!((status(open), field(open, "location")), (400, None), "{open}");
+    }
     assert_eq!(body("/archive.tar.gz"), "no file beside it: a resource");
 
     dir.shutdown();
@@ -547,7 +706,7 @@ fn a_directory_follows_edited_conventions() {
     assert_eq!(x_site("/index.html").as_deref(), Some("two"));
     assert_eq!(ask(addr, "GET", "/new-rule").status, 302);
     // A rule file that no longer parses keeps the rules read before.
-    t.write("site/_redirects", "/a /b 200\n");
+    t.write("site/_redirects", "/a /b 303\n");
     assert_eq!(ask(addr, "GET", "/new-rule").status, 302);
     dir.shutdown();
 }
@@ -556,11 +715,11 @@ fn a_directory_follows_edited_conventions() {
 fn a_bad_rule_file_refuses_the_directory_as_it_refuses_pack() {
     let t = Scratch::new("peregrine-parity-bad");
     let root = tree(&t);
-    t.write("site/_redirects", "/a /b 200\n");
+    t.write("site/_redirects", "/a /b 303\n");
     let e = FileServer::new(Options::new(&root)).err().expect("refused");
     assert!(
         e.to_string()
-            .contains("_redirects: line 1: status 200 is not a redirect"),
+            .contains("_redirects: line 1: status 303 is not one _redirects takes"),
         "{e}"
     );
     assert!(pack(&PackOptions::new(&root, t.path("x.prg"))).is_err());

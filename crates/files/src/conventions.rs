@@ -3,13 +3,21 @@
 //!
 //! - `_headers` (Netlify/Cloudflare): a path pattern line, then indented
 //!   `Name: value` lines, added to the responses of matching files;
-//! - `_redirects` (Netlify): `FROM TO [STATUS[!]]`; a literal FROM applies
-//!   where no file answers, unless forced with `!`, when it shadows the
-//!   file; a FROM with `:placeholders` or a splat applies where no file
-//!   answers, forced or not;
-//! - `_404.html` at the root: the not-found page (404);
+//! - `_redirects` (Netlify): `FROM [QUERY=VALUE ...] TO [STATUS[!]]`;
+//!   a rule applies where no file answers, unless forced with `!`, when it
+//!   shadows the file (Netlify's shadowing). Statuses 301, 302, 307 and
+//!   308 redirect; 200 rewrites (the target, a path on the same site, is
+//!   served in its place); 404 serves the target with status 404. Query
+//!   conditions (`id=:id`) must all be present for the rule to apply, and
+//!   capture as `:placeholders` do. A target that begins with `//` or `/\`
+//!   once the captures are put in (another host to a browser) is a 400;
 //! - `_wildcard.*`: the page for any missing path below its folder (200),
-//!   the deepest first.
+//!   the deepest first;
+//! - `404.html` in any folder, and `_404.html` at the root: the not-found
+//!   page (404) for missing paths below its folder, the deepest first; at
+//!   the root `_404.html` wins over `404.html` (it is the explicit name, and
+//!   `404.html` stays an ordinary page there too);
+//! - clean URLs ([`CleanUrls`]): `/about` serves `about.html`.
 //!
 //! The convention files themselves are never served. Patterns are
 //! `peregrine::pattern`, the matcher the engine's router uses.
@@ -70,9 +78,12 @@ pub fn parse_headers(text: &[u8]) -> Result<Vec<HeaderRule>, String> {
 pub struct Redirect {
     /// The path pattern (literal, or with `:placeholders` and a splat).
     pub from: String,
+    /// Query conditions, in order: `(name, value)`, the value a literal
+    /// or a `:placeholder` that captures it.
+    pub query: Vec<(String, String)>,
     /// The target; `:name` and `:splat` are replaced by the captures.
     pub to: String,
-    /// 301, 302, 307 or 308.
+    /// 301, 302, 307 or 308 (redirects), 200 (rewrite) or 404.
     pub status: u16,
     /// `!`: shadows a file at the same path.
     pub force: bool,
@@ -84,9 +95,131 @@ impl Redirect {
     pub fn is_pattern(&self) -> bool {
         Pattern::parse(&self.from).is_ok_and(|p| !p.is_literal())
     }
+
+    /// The rule as one string, `FROM` then `?name=value&...` for its
+    /// query conditions: how an archive stores a rule matched in order
+    /// ([`split_rule_text`] reads it back). FROM holds no `?`.
+    pub fn text(&self) -> String {
+        let mut out = self.from.clone();
+        for (i, (n, v)) in self.query.iter().enumerate() {
+            out.push(if i == 0 { '?' } else { '&' });
+            out.push_str(n);
+            out.push('=');
+            out.push_str(v);
+        }
+        out
+    }
 }
 
-/// Netlify `_redirects`: `FROM TO [STATUS[!]]` per line, `#` comments.
+/// Which rules are matched in file order at lookup ("ordered") rather
+/// than found by their path: those with captures or query conditions, and
+/// a literal rule for a path an earlier ordered rule names (so that
+/// `/store id=:id /blog/:id` before `/store /shop` is tried first, as
+/// Netlify's first match wins). Both servers compile rules with it.
+pub fn ordered(rules: &[Redirect]) -> Vec<bool> {
+    let mut conditioned: Vec<&str> = Vec::new();
+    rules
+        .iter()
+        .map(|r| {
+            if !r.query.is_empty() {
+                conditioned.push(&r.from);
+            }
+            r.is_pattern() || !r.query.is_empty() || conditioned.contains(&r.from.as_str())
+        })
+        .collect()
+}
+
+/// [`Redirect::text`] read back: the path pattern and the conditions.
+pub fn split_rule_text(text: &str) -> (&str, Vec<(String, String)>) {
+    match text.split_once('?') {
+        None => (text, Vec::new()),
+        Some((from, q)) => (
+            from,
+            q.split('&')
+                .filter_map(|c| c.split_once('='))
+                .map(|(n, v)| (n.to_owned(), v.to_owned()))
+                .collect(),
+        ),
+    }
+}
+
+/// The captures of an ordered rule (`from`, `query`) for a site path and
+/// the request's raw query, or `None` when it does not apply: the path
+/// must match and every condition must name a parameter the query holds
+/// (its value percent-decoded; a literal condition must equal it, a
+/// `:name` captures it). Parameters the rule does not name are ignored.
+pub fn rule_captures(
+    from: &Pattern,
+    query: &[(String, String)],
+    key: &str,
+    raw_query: Option<&str>,
+) -> Option<Vec<(String, String)>> {
+    let mut caps = from.captures(key)?;
+    for (name, want) in query {
+        let value = raw_query?.split('&').find_map(|pair| {
+            let (n, v) = pair.split_once('=').unwrap_or((pair, ""));
+            (decode(n) == *name).then(|| decode(v))
+        })?;
+        match want.strip_prefix(':') {
+            Some(cap) => caps.push((cap.to_owned(), value)),
+            None if *want == value => {}
+            None => return None,
+        }
+    }
+    Some(caps)
+}
+
+/// Percent-decodes a query name or value (`+` stays: `_redirects`
+/// compares what the URL says, not a form's encoding).
+fn decode(s: &str) -> String {
+    String::from_utf8_lossy(&peregrine::percent_decode(s.as_bytes())).into_owned()
+}
+
+/// What a rule that applies answers, its captures put in the target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RuleAnswer {
+    /// A redirect (301, 302, 307, 308) to this `Location`.
+    Redirect(u16, String),
+    /// 200: the file at this site path is served in the request's place.
+    Rewrite(String),
+    /// 404: the file at this site path is served with status 404.
+    NotFound(String),
+    /// The target begins with `//` or `/\`, which a browser reads as
+    /// another host: answered 400, never sent (no open redirect).
+    Refused,
+}
+
+impl RuleAnswer {
+    /// The answer of a rule with `status` whose target, captures put in,
+    /// is `to`. A rewrite's or 404's target loses any query (it names a
+    /// file).
+    pub fn new(status: u16, to: String) -> RuleAnswer {
+        if to.starts_with("//") || to.starts_with("/\\") {
+            return RuleAnswer::Refused;
+        }
+        match status {
+            200 | 404 => {
+                let path = to.split(['?', '#']).next().unwrap_or_default().to_owned();
+                if status == 200 {
+                    RuleAnswer::Rewrite(path)
+                } else {
+                    RuleAnswer::NotFound(path)
+                }
+            }
+            _ => RuleAnswer::Redirect(status, to),
+        }
+    }
+}
+
+/// The 400 a refused target gets, naming why.
+pub fn refused_target() -> peregrine::Response {
+    crate::reply::bad_request("a _redirects target beginning with // or /\\ would send the client to another host")
+}
+
+/// Netlify `_redirects`: `FROM [NAME=VALUE ...] TO [STATUS[!]]` per line,
+/// `#` comments. Netlify's other conditions (`Country=`, `Language=`,
+/// `Role=`, after the status) and proxying (200 to another host) are
+/// refused, naming the line, rather than ignored.
 pub fn parse_redirects(text: &[u8]) -> Result<Vec<Redirect>, String> {
     let text = std::str::from_utf8(text).map_err(|_| "not UTF-8".to_owned())?;
     let mut out = Vec::new();
@@ -96,29 +229,63 @@ pub fn parse_redirects(text: &[u8]) -> Result<Vec<Redirect>, String> {
         if line.is_empty() {
             continue;
         }
-        let parts: Vec<&str> = line.split_whitespace().collect();
-        let (from, to, status) = match parts.as_slice() {
-            [from, to] => (*from, *to, "301"),
-            [from, to, status] => (*from, *to, *status),
-            _ => return Err(format!("line {n}: expected `FROM TO [STATUS]`")),
+        let mut parts: Vec<&str> = line.split_whitespace().collect();
+        let from = parts.remove(0);
+        // Query conditions come between FROM and TO: `name=value`, where
+        // a target is a path or a URL (neither holds `=` before a `/`).
+        let mut query = Vec::new();
+        while parts.len() > 1 && !parts[0].starts_with('/') && !parts[0].contains("://") {
+            let Some((name, value)) = parts[0].split_once('=') else {
+                break;
+            };
+            if name.is_empty() {
+                return Err(format!("line {n}: a query condition needs a name: {:?}", parts[0]));
+            }
+            query.push((name.to_owned(), value.to_owned()));
+            parts.remove(0);
+        }
+        let (to, status) = match parts.as_slice() {
+            [to] => (*to, "301"),
+            [to, status] => (*to, *status),
+            [_, _, rest @ ..] => {
+                return Err(format!(
+                    "line {n}: {:?}: conditions after the status (Netlify's Country, Language, Role) \
+                     are not supported",
+                    rest.join(" ")
+                ))
+            }
+            [] => return Err(format!("line {n}: expected `FROM [NAME=VALUE ...] TO [STATUS]`")),
         };
         let (status, force) = match status.strip_suffix('!') {
             Some(s) => (s, true),
             None => (status, false),
         };
         let status: u16 = status.parse().map_err(|_| format!("line {n}: bad status {status:?}"))?;
-        if !matches!(status, 301 | 302 | 307 | 308) {
+        if !matches!(status, 200 | 301 | 302 | 307 | 308 | 404) {
             return Err(format!(
-                "line {n}: status {status} is not a redirect (301, 302, 307 or 308)"
+                "line {n}: status {status} is not one _redirects takes (301, 302, 307 or 308 to \
+                 redirect, 200 to rewrite, 404)"
+            ));
+        }
+        if matches!(status, 200 | 404) && !to.starts_with('/') {
+            return Err(format!(
+                "line {n}: a {status} rule's target must be a path on this site (starting with /); \
+                 proxying to another host is not supported"
             ));
         }
         if !from.starts_with('/') {
             return Err(format!("line {n}: FROM must start with /"));
         }
+        if from.contains('?') {
+            return Err(format!(
+                "line {n}: FROM holds `?`: write query conditions apart (`/store id=:id /blog/:id`)"
+            ));
+        }
         Pattern::parse(from).map_err(|e| format!("line {n}: {e}"))?;
         peregrine::HeaderBlock::new(&[("Location", to)]).map_err(|e| format!("line {n}: {e}"))?;
         out.push(Redirect {
             from: from.to_owned(),
+            query,
             to: to.to_owned(),
             status,
             force,
@@ -192,16 +359,56 @@ pub fn redirect(status: u16, location: &str) -> peregrine::Response {
         .with_header("Location", location.to_owned())
 }
 
+/// Clean URLs: how a page `about.html` is reached (Cloudflare Pages',
+/// GitHub Pages' and Netlify's "pretty URLs"). `serve DIR` and `pack`
+/// take the same setting, so that a directory answers as its archive.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum CleanUrls {
+    /// Only the file's own name: `/about` is missing.
+    Off,
+    /// `/about` serves `about.html` where no file or directory index
+    /// answers `/about` itself (a directory `about/` does not: with both,
+    /// `/about` serves `about.html` and `/about/` the directory's index);
+    /// `/about.html` serves it too (GitHub Pages).
+    #[default]
+    On,
+    /// As `On`, and the clean form is canonical: `/about.html` answers 301
+    /// to `/about`, and `/about/index.html` 301 to `/about/` (Cloudflare
+    /// Pages, which says 308; the issue asks for 301), the query kept.
+    Redirect,
+}
+
+impl std::str::FromStr for CleanUrls {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "off" => Ok(CleanUrls::Off),
+            "on" => Ok(CleanUrls::On),
+            "redirect" => Ok(CleanUrls::Redirect),
+            _ => Err(format!("{s:?}: expected off, on or redirect")),
+        }
+    }
+}
+
+/// A compiled ordered rule: path pattern, query conditions, status, target.
+type OrderedRule = (Pattern, Vec<(String, String)>, u16, String);
+
 /// A site's `_headers` and `_redirects`, compiled for `serve DIR`.
 #[derive(Default)]
 pub struct Conventions {
     headers: Vec<HeaderRule>,
     /// Literal FROMs with `!`: looked up before any file.
     forced: HashMap<String, (u16, String)>,
+    /// Ordered rules with `!`, in file order: tried before any file.
+    forced_ordered: Vec<OrderedRule>,
     /// Literal FROMs without `!`: where no file answers.
     literal: HashMap<String, (u16, String)>,
-    /// FROMs with captures, in file order: where no file answers.
-    patterns: Vec<(Pattern, u16, String)>,
+    /// Ordered rules without `!` ([`ordered`]), in file order: where no
+    /// file answers.
+    patterns: Vec<OrderedRule>,
+    /// The rules as parsed, for [`find_redirect_loop`].
+    rules: Vec<Redirect>,
 }
 
 impl Conventions {
@@ -212,18 +419,30 @@ impl Conventions {
             c.headers = parse_headers(text).map_err(|e| format!("_headers: {e}"))?;
         }
         if let Some(text) = redirects {
-            for r in parse_redirects(text).map_err(|e| format!("_redirects: {e}"))? {
+            let rules = parse_redirects(text).map_err(|e| format!("_redirects: {e}"))?;
+            for (r, is_ordered) in rules.iter().zip(ordered(&rules)) {
                 let pattern = Pattern::parse(&r.from).map_err(|e| format!("_redirects: {e}"))?;
-                if !pattern.is_literal() {
-                    c.patterns.push((pattern, r.status, r.to));
+                if is_ordered {
+                    let list = if r.force {
+                        &mut c.forced_ordered
+                    } else {
+                        &mut c.patterns
+                    };
+                    list.push((pattern, r.query.clone(), r.status, r.to.clone()));
                     continue;
                 }
                 // The first rule for a path wins, as in the archive.
                 let map = if r.force { &mut c.forced } else { &mut c.literal };
-                map.entry(r.from).or_insert((r.status, r.to));
+                map.entry(r.from.clone()).or_insert((r.status, r.to.clone()));
             }
+            c.rules = rules;
         }
         Ok(c)
+    }
+
+    /// The rules of `_redirects`, as parsed.
+    pub fn redirects(&self) -> &[Redirect] {
+        &self.rules
     }
 
     /// The fields `_headers` adds to the file at site path `path`.
@@ -234,31 +453,100 @@ impl Conventions {
         headers_for(&self.headers, path)
     }
 
-    /// A forced redirect for `key` (a site path), which shadows any file.
-    pub fn forced(&self, key: &str) -> Option<(u16, &str)> {
-        self.forced.get(key).map(|(s, to)| (*s, to.as_str()))
-    }
-
-    /// Whether any redirect is forced (else the lookup is skipped).
-    pub fn has_forced(&self) -> bool {
-        !self.forced.is_empty()
-    }
-
-    /// The redirect for `key`, a path no file answers: a literal rule,
-    /// else the first pattern that matches, with its captures put in.
-    pub fn redirect_for(&self, key: &str) -> Option<(u16, String)> {
-        if let Some((status, to)) = self.literal.get(key) {
-            return Some((*status, to.clone()));
+    /// A forced rule for `key` (a site path) and the request's query,
+    /// which shadows any file: a literal rule, else the first ordered one
+    /// that applies.
+    pub fn forced(&self, key: &str, query: Option<&str>) -> Option<RuleAnswer> {
+        if let Some((status, to)) = self.forced.get(key) {
+            return Some(RuleAnswer::new(*status, to.clone()));
         }
-        self.patterns
-            .iter()
-            .find_map(|(p, status, to)| p.captures(key).map(|caps| (*status, substitute(to, &caps))))
+        first_applying(&self.forced_ordered, key, query)
+    }
+
+    /// Whether any rule is forced (else the lookup is skipped).
+    pub fn has_forced(&self) -> bool {
+        !self.forced.is_empty() || !self.forced_ordered.is_empty()
+    }
+
+    /// The rule for `key`, a path no file answers: a literal rule, else
+    /// the first ordered one that applies, with its captures put in.
+    pub fn redirect_for(&self, key: &str, query: Option<&str>) -> Option<RuleAnswer> {
+        if let Some((status, to)) = self.literal.get(key) {
+            return Some(RuleAnswer::new(*status, to.clone()));
+        }
+        first_applying(&self.patterns, key, query)
     }
 
     /// Whether the rules change nothing (no file, or empty files).
     pub fn is_empty(&self) -> bool {
-        self.headers.is_empty() && self.forced.is_empty() && self.literal.is_empty() && self.patterns.is_empty()
+        self.headers.is_empty() && self.rules.is_empty()
     }
+}
+
+/// The first of `rules` that applies to `key` and `query`, its captures
+/// put in its target.
+fn first_applying(rules: &[OrderedRule], key: &str, query: Option<&str>) -> Option<RuleAnswer> {
+    rules.iter().find_map(|(p, conds, status, to)| {
+        rule_captures(p, conds, key, query).map(|caps| RuleAnswer::new(*status, substitute(to, &caps)))
+    })
+}
+
+/// Redirects at most followed when looking for a loop: a chain longer
+/// than this is reported as one (browsers give up after 20).
+const REDIRECT_CHAIN_MAX: usize = 20;
+
+/// A redirect loop between the `_redirects` rules and the server's own
+/// 301s (a directory's `/dir` → `/dir/`, clean URLs' canonical forms), if
+/// there is one: the paths visited, the first repeated at the end. Only
+/// rules whose FROM names one path and that have no query condition are
+/// followed from, to targets that are paths on the site. `own` is the
+/// server's own redirect of a path; `answers` whether a file answers it
+/// (then a rule without `!` does not apply). `pack`, `serve DIR` and
+/// `check-config` refuse a site with one.
+pub fn find_redirect_loop(
+    rules: &[Redirect],
+    own: &dyn Fn(&str) -> Option<String>,
+    answers: &dyn Fn(&str) -> bool,
+) -> Option<Vec<String>> {
+    let literal: Vec<&Redirect> = rules
+        .iter()
+        .zip(ordered(rules))
+        .filter(|(r, o)| !o && matches!(r.status, 301 | 302 | 307 | 308))
+        .map(|(r, _)| r)
+        .collect();
+    // The first rule for a path wins, forced ones before any file.
+    let rule_at = |path: &str| -> Option<&str> {
+        let forced = literal.iter().find(|r| r.force && r.from == path);
+        let any = forced.or_else(|| literal.iter().find(|r| !r.force && r.from == path && !answers(path)));
+        any.map(|r| r.to.as_str())
+    };
+    let step = |path: &str| -> Option<String> {
+        let to = rule_at(path).map(str::to_owned).or_else(|| own(path))?;
+        // Only paths on this site (not `//host`, not a URL), query dropped.
+        let to = to.split(['?', '#']).next().unwrap_or_default();
+        (to.starts_with('/') && !to.starts_with("//")).then(|| to.to_owned())
+    };
+    for r in &literal {
+        let mut seen = vec![r.from.clone()];
+        let mut at = r.from.clone();
+        while let Some(next) = step(&at) {
+            let repeated = seen.contains(&next);
+            seen.push(next.clone());
+            if repeated || seen.len() > REDIRECT_CHAIN_MAX {
+                return Some(seen);
+            }
+            at = next;
+        }
+    }
+    None
+}
+
+/// A loop [`find_redirect_loop`] found, as an error says it.
+pub fn loop_message(paths: &[String]) -> String {
+    format!(
+        "_redirects: a redirect loop ({}): a client would never get an answer",
+        paths.join(" -> ")
+    )
 }
 
 #[cfg(test)]
@@ -304,21 +592,105 @@ mod tests {
 
     #[test]
     fn redirects_parse_and_refuse() {
-        let r = parse_redirects(b"# c\n/a /b\n/c /d 302!\n/e/:x /f/:x 307 # trailing\n").unwrap();
-        assert_eq!(r.len(), 3);
+        let r = parse_redirects(
+            b"# c\n/a /b\n/c /d 302!\n/e/:x /f/:x 307 # trailing\n/app/* /app/index.html 200\n\
+              /store id=:id  /blog/:id  301\n/gone /404.html 404\n",
+        )
+        .unwrap();
+        assert_eq!(r.len(), 6);
         assert_eq!((r[0].status, r[0].force, r[0].is_pattern()), (301, false, false));
         assert_eq!((r[1].status, r[1].force), (302, true));
         assert!(r[2].is_pattern());
+        assert_eq!(r[3].status, 200);
+        assert_eq!(r[4].query, [("id".to_owned(), ":id".to_owned())]);
+        assert_eq!((r[4].to.as_str(), r[4].text().as_str()), ("/blog/:id", "/store?id=:id"));
+        assert_eq!(r[5].status, 404);
         refused(
             parse_redirects,
             &[
                 b"/a",
                 b"a /b",
-                b"/a /b 200",
+                b"/a /b 303",
                 b"/a /b x",
                 b"/a/*/b /c",
                 b"/a /b\r\nc 301",
+                b"/a https://example.com/ 200",
+                b"/a /b 302 Country=us",
+                b"/a?x=1 /b",
+                b"/a =1 /b",
             ],
+        );
+    }
+
+    #[test]
+    fn query_conditions_must_all_be_present_and_capture() {
+        let c = Conventions::new(
+            None,
+            Some(b"/store id=:id /blog/:id 301\n/store id=all /all 302\n/store /shop\n/x a=1 b=:b /y/:b 301\n"),
+        )
+        .unwrap();
+        let r = |key, q| c.redirect_for(key, q);
+        assert_eq!(
+            r("/store", Some("id=7")),
+            Some(RuleAnswer::Redirect(301, "/blog/7".into()))
+        );
+        assert_eq!(
+            r("/store", Some("x=1&id=a%20b")),
+            Some(RuleAnswer::Redirect(301, "/blog/a%20b".into()))
+        );
+        // The literal rule after a conditional one for its path is tried
+        // in order, so it comes after it (Netlify's first match wins).
+        assert_eq!(r("/store", None), Some(RuleAnswer::Redirect(301, "/shop".into())));
+        assert_eq!(r("/x", Some("b=2")), None);
+        assert_eq!(r("/x", Some("a=2&b=2")), None);
+        assert_eq!(r("/x", Some("b=2&a=1")), Some(RuleAnswer::Redirect(301, "/y/2".into())));
+    }
+
+    #[test]
+    fn rewrites_and_404_rules_name_a_file_and_open_redirects_are_refused() {
+        let c = Conventions::new(
+            None,
+            Some(b"/app/* /app/index.html 200\n/gone /gone.html 404\n/r/* /:splat 302\n/b/* /\\:splat 301\n"),
+        )
+        .unwrap();
+        assert_eq!(
+            c.redirect_for("/app/a/b", Some("q=1")),
+            Some(RuleAnswer::Rewrite("/app/index.html".into()))
+        );
+        assert_eq!(
+            c.redirect_for("/gone", None),
+            Some(RuleAnswer::NotFound("/gone.html".into()))
+        );
+        assert_eq!(
+            c.redirect_for("/r/x", None),
+            Some(RuleAnswer::Redirect(302, "/x".into()))
+        );
+        // `/r//evil.example` captures `/evil.example`: `//evil.example`.
+        assert_eq!(c.redirect_for("/r//evil.example", None), Some(RuleAnswer::Refused));
+        assert_eq!(c.redirect_for("/b/evil.example", None), Some(RuleAnswer::Refused));
+    }
+
+    #[test]
+    fn redirect_loops_with_the_servers_own_redirects_are_found() {
+        let rules = parse_redirects(b"/about /about.html 301!\n/a /b\n/b /c\n/docs/ /docs 301\n").unwrap();
+        // Clean URLs' canonical form: /about.html -> /about.
+        let own = |p: &str| match p {
+            "/about.html" => Some("/about".to_owned()),
+            "/docs" => Some("/docs/".to_owned()),
+            _ => None,
+        };
+        let found = find_redirect_loop(&rules, &own, &|_| false).unwrap();
+        assert_eq!(found, ["/about", "/about.html", "/about"]);
+        let rules = parse_redirects(b"/a /b\n/b /c\n/docs/ /docs 301\n").unwrap();
+        // `/docs/` is answered by its index: the rule does not apply.
+        let answers = |p: &str| p == "/docs/";
+        assert_eq!(find_redirect_loop(&rules, &own, &answers), None);
+        let found = find_redirect_loop(&rules, &own, &|_| false).unwrap();
+        assert_eq!(found, ["/docs/", "/docs", "/docs/"]);
+        let rules = parse_redirects(b"/a /b\n/b /a 302\n").unwrap();
+        assert_eq!(
+            find_redirect_loop(&rules, &|_| None, &|_| false).unwrap(),
+            ["/a", "/b", "/a"]
         );
     }
 
@@ -356,12 +728,13 @@ mod tests {
             Some(b"/old /new\n/old /other\n/f /g 302!\n/blog/:y/* /posts/:y/:splat 308\n/blog/x /lit\n"),
         )
         .unwrap();
-        assert_eq!(c.redirect_for("/old"), Some((301, "/new".into())));
-        assert_eq!(c.forced("/f"), Some((302, "/g")));
-        assert_eq!(c.forced("/old"), None);
-        assert_eq!(c.redirect_for("/blog/2024/a/b"), Some((308, "/posts/2024/a/b".into())));
-        assert_eq!(c.redirect_for("/blog/x"), Some((301, "/lit".into())));
-        assert_eq!(c.redirect_for("/nothing"), None);
+        let to = |status, to: &str| Some(RuleAnswer::Redirect(status, to.into()));
+        assert_eq!(c.redirect_for("/old", None), to(301, "/new"));
+        assert_eq!(c.forced("/f", None), to(302, "/g"));
+        assert_eq!(c.forced("/old", None), None);
+        assert_eq!(c.redirect_for("/blog/2024/a/b", None), to(308, "/posts/2024/a/b"));
+        assert_eq!(c.redirect_for("/blog/x", None), to(301, "/lit"));
+        assert_eq!(c.redirect_for("/nothing", None), None);
     }
 
     #[test]

@@ -45,6 +45,7 @@ use peregrine::{BodyUse, Handler, Reply, Request};
 pub use cache::read_descriptor_limit;
 pub use cache::{security_headers, SECURITY_HEADERS};
 pub use compress::settled as compression_settled;
+pub use conventions::CleanUrls;
 pub use sys::has_openat2;
 
 /// The bounds of [`Options::revalidate_interval`]: zero re-`stat`s on
@@ -66,8 +67,12 @@ pub struct Options {
     /// Follow symlinks that point outside the root (default off: only
     /// symlinks that resolve inside the root are followed).
     pub follow_symlinks: bool,
-    /// A page (path within the root) sent with 404 for a missing path.
+    /// A page (path within the root) sent with 404 for a missing path,
+    /// instead of the site's `404.html` and `_404.html` files.
     pub not_found_page: Option<String>,
+    /// Whether `/about` serves `about.html`, and which form is canonical
+    /// (default [`CleanUrls::On`]; `pack` takes the same setting).
+    pub clean_urls: CleanUrls,
     /// A page (path within the root) sent with 200 for a missing path that
     /// has no file extension: single-page applications' routes. Missing
     /// assets (`/app.js`) still get a real 404.
@@ -124,6 +129,7 @@ impl Options {
             list_dirs: false,
             follow_symlinks: false,
             not_found_page: None,
+            clean_urls: CleanUrls::On,
             fallback: None,
             cache_control: Some("no-cache".to_owned()),
             cache_rules: Vec::new(),

@@ -1,11 +1,11 @@
-//! The pipeline: method → forced redirect → path → lookup → directory →
-//! (missing: redirect, wildcard, fallback, 404 page) → encoding →
+//! The pipeline: method → forced rule → path → lookup (clean URLs) →
+//! directory → (missing: rule, wildcard, fallback, 404 pages) → encoding →
 //! conditional → range → reply. Each step returns early with its answer.
 //!
 //! The site conventions (`conventions`: `_headers`, `_redirects`,
-//! `_404.html`, `_wildcard.*`) are read from the root and answered as
-//! `pack` compiles them into an archive, so that a directory answers as its
-//! archive will. Each worker keeps its own copy of the two rule files,
+//! `404.html`, `_404.html`, `_wildcard.*`, clean URLs) are read from the
+//! root and answered as `pack` compiles them into an archive, so that a
+//! directory answers as its archive will. Each worker keeps its own copy of the two rule files,
 //! trusted for `revalidate_interval` like any cached file, then `stat`ed;
 //! when they change, the worker re-reads them and forgets its cached header
 //! blocks (which `_headers` fed).
@@ -22,7 +22,7 @@ use globset::{Glob, GlobMatcher};
 use peregrine::{Request, Response};
 
 use crate::cache::{self, Resource};
-use crate::conventions::{self, Conventions};
+use crate::conventions::{self, CleanUrls, Conventions, RuleAnswer};
 use crate::encoding::Encoding;
 use crate::path::{self, SitePath};
 use crate::reply::{self, bad_request, Fields, Method};
@@ -107,9 +107,42 @@ impl Site {
         };
         // A bad `_headers` or `_redirects` refuses the start, as it
         // refuses `pack` (and `check-config` says so).
-        site.read_conventions()
+        let (rules, _) = site
+            .read_conventions()
             .map_err(|e| Error(format!("{}/{e}", site.options.root.display())))?;
+        if let Some(paths) = site.redirect_loop(&rules) {
+            return Err(Error(format!(
+                "{}/{}",
+                site.options.root.display(),
+                conventions::loop_message(&paths)
+            )));
+        }
         Ok(site)
+    }
+
+    /// A loop between the `_redirects` rules and this directory's own
+    /// 301s (`conventions::find_redirect_loop`), looked for at start as
+    /// `pack` looks for it, so that `check-config` refuses it too.
+    fn redirect_loop(&self, rules: &Conventions) -> Option<Vec<String>> {
+        if rules.redirects().is_empty() {
+            return None;
+        }
+        let found = |at: &str| -> Option<Found> {
+            let p = path::normalize(at.as_bytes()).ok()?;
+            if p.is_hidden() || conventions::is_convention_file(&p.rel) {
+                return None;
+            }
+            Some(match self.lookup(&p, rules, true) {
+                Found::Redirect => Found::Canonical(path::encode(&format!("/{}/", p.rel))),
+                f => f,
+            })
+        };
+        let own = |at: &str| match found(at) {
+            Some(Found::Canonical(location)) => Some(location),
+            _ => None,
+        };
+        let answers = |at: &str| !matches!(found(at), None | Some(Found::Missing));
+        conventions::find_redirect_loop(rules.redirects(), &own, &answers)
     }
 
     /// Reads and compiles `_headers` and `_redirects` from the root.
@@ -256,12 +289,12 @@ impl Site {
         let now = peregrine::now();
         let fields = Fields::scan(req);
         let rules = self.conventions(now);
-        // A forced redirect shadows any file, cached or not. A raw path
+        // A forced rule shadows any file, cached or not. A raw path
         // without escapes or dot segments is already its key.
         let plain = path::is_key(req.path());
         if plain && rules.has_forced() {
-            if let Some((status, to)) = rules.forced(req.path()) {
-                return conventions::redirect(status, to);
+            if let Some(answer) = rules.forced(req.path(), req.query()) {
+                return self.rule_answer(answer, req.path(), &rules, &fields, head);
             }
         }
         // Hot path: a cached file for exactly this raw path.
@@ -278,17 +311,17 @@ impl Site {
         };
         let key = site_path.key();
         if !plain && rules.has_forced() {
-            if let Some((status, to)) = rules.forced(&key) {
-                return conventions::redirect(status, to);
+            if let Some(answer) = rules.forced(&key, req.query()) {
+                return self.rule_answer(answer, &key, &rules, &fields, head);
             }
         }
         // Dotfiles and the convention files are not served (an archive
         // has no entry for them either): what a missing path gets.
         if site_path.is_hidden() || conventions::is_convention_file(&site_path.rel) {
-            return self.missing(&site_path, &key, &rules, &fields, head);
+            return self.missing(&site_path, &key, req.query(), &rules, &fields, head);
         }
         // 3. Lookup.
-        match self.lookup(&site_path, &rules) {
+        match self.lookup(&site_path, &rules, true) {
             Found::File(res) => {
                 cache::with_cache(self.id, self.options.cache_entries, |c| c.insert(raw, res.clone()));
                 self.reply(&res, &fields, head, 200)
@@ -298,24 +331,25 @@ impl Site {
                 if location == "//" {
                     location.truncate(1);
                 }
-                if let Some(q) = req.query() {
-                    location.push('?');
-                    location.push_str(q);
-                }
-                Response::new(301)
-                    .with_content_type("text/plain; charset=utf-8")
-                    .with_header("Location", location)
-                    .with_body("301 Moved Permanently\n")
+                moved(location, req.query())
             }
+            Found::Canonical(location) => moved(location, req.query()),
             Found::Listing(dir) => {
                 let shown = if site_path.rel.is_empty() {
                     "/".to_owned()
                 } else {
                     format!("/{}/", site_path.rel)
                 };
-                match listing::render(&dir, &shown) {
-                    Ok(html) => {
-                        let mut r = Response::html(html).with_header("Cache-Control", "no-cache");
+                let format = listing::Format::asked(req.query(), req.header("accept"));
+                let order = listing::Order::asked(req.query());
+                match listing::render(&dir, &shown, format, order, self.options.precompressed) {
+                    Ok(page) => {
+                        let mut r = Response::new(200)
+                            .with_content_type(format.content_type())
+                            .with_body(page)
+                            .with_header("Cache-Control", "no-cache")
+                            .with_header("Vary", "Accept")
+                            .with_header("Content-Security-Policy", listing::CSP);
                         if self.options.security_headers {
                             for (n, v) in cache::SECURITY_HEADERS {
                                 r = r.with_header(n, v);
@@ -327,15 +361,53 @@ impl Site {
                 }
             }
             Found::Forbidden => Response::error(403),
-            Found::Missing => self.missing(&site_path, &key, &rules, &fields, head),
+            Found::Missing => self.missing(&site_path, &key, req.query(), &rules, &fields, head),
         }
     }
 
-    /// Finds what a normalised path names.
-    fn lookup(&self, p: &SitePath, rules: &Conventions) -> Found {
+    /// What a `_redirects` rule that applies answers: its redirect, or the
+    /// file it names served with 200 (a rewrite) or 404, or a 400 for a
+    /// target that would leave the site. A rewrite's target that names no
+    /// file gets the not-found page of the path asked for (`key`).
+    fn rule_answer(
+        &self,
+        answer: RuleAnswer,
+        key: &str,
+        rules: &Conventions,
+        fields: &Fields<'_>,
+        head: bool,
+    ) -> Response {
+        let (target, status) = match answer {
+            RuleAnswer::Redirect(status, to) => return conventions::redirect(status, &to),
+            RuleAnswer::Refused => return conventions::refused_target(),
+            RuleAnswer::Rewrite(target) => (target, 200),
+            RuleAnswer::NotFound(target) => (target, 404),
+        };
+        let file = path::normalize(target.as_bytes())
+            .ok()
+            .filter(|p| !p.is_hidden() && !conventions::is_convention_file(&p.rel))
+            .and_then(|p| match self.lookup(&p, rules, false) {
+                Found::File(res) => Some(res),
+                _ => None,
+            });
+        match file {
+            Some(res) => self.reply(&res, fields, head, status),
+            None => self.not_found(key, rules, fields, head),
+        }
+    }
+
+    /// Finds what a normalised path names. `canonical`: a page asked for
+    /// by a form clean URLs redirect from gets that redirect (not for a
+    /// rewrite's target, which names the file itself).
+    fn lookup(&self, p: &SitePath, rules: &Conventions, canonical: bool) -> Found {
         let file = match sys::open_beneath(&self.root, &p.rel, self.options.follow_symlinks) {
             Ok(f) => f,
-            Err(e) => return found_for(&e),
+            Err(e) => {
+                return match found_for(&e) {
+                    Found::Missing => self.clean_page(p, rules).unwrap_or(Found::Missing),
+                    found => found,
+                };
+            }
         };
         let Ok(id) = sys::fstat(&file) else {
             return Found::Missing;
@@ -351,6 +423,11 @@ impl Site {
                 return Found::Missing;
             }
             drop(file);
+            if canonical && self.options.clean_urls == CleanUrls::Redirect {
+                if let Some(location) = self.canonical_form(&p.rel) {
+                    return Found::Canonical(location);
+                }
+            }
             return self.load(&p.rel, rules);
         }
         if !id.is_dir {
@@ -365,6 +442,11 @@ impl Site {
             }
         };
         if !p.trailing_slash {
+            // `about.html` answers `/about` before the directory `about/`
+            // does (Cloudflare Pages: each serves its own form).
+            if let Some(found) = self.clean_page(p, rules) {
+                return found;
+            }
             // Redirected to `/dir/` only if something answers there; else
             // it is missing, as in an archive (which has no entry for a
             // directory without an index file).
@@ -383,6 +465,55 @@ impl Site {
         } else {
             Found::Missing
         }
+    }
+
+    /// Clean URLs: the page `NAME.html` for `/NAME` (no trailing slash),
+    /// if there is one. `index` and the convention files have no clean
+    /// form, as `pack` gives them none.
+    fn clean_page(&self, p: &SitePath, rules: &Conventions) -> Option<Found> {
+        if self.options.clean_urls == CleanUrls::Off || p.trailing_slash || p.file_name() == Some("index") {
+            return None;
+        }
+        let rel = format!("{}.html", p.rel);
+        if conventions::is_convention_file(&rel) {
+            return None;
+        }
+        match self.load(&rel, rules) {
+            Found::File(res) => Some(Found::File(res)),
+            _ => None,
+        }
+    }
+
+    /// Where clean URLs redirect a file's own name to (`NAME.html` →
+    /// `/NAME`, `DIR/index.html` → `/DIR/`), if that form serves it: no
+    /// file `NAME` beside it, and `index.html` the first index file found.
+    fn canonical_form(&self, rel: &str) -> Option<String> {
+        let (folder, name) = match rel.rsplit_once('/') {
+            Some((folder, name)) => (folder, name),
+            None => ("", rel),
+        };
+        let in_folder = |n: &str| {
+            if folder.is_empty() {
+                n.to_owned()
+            } else {
+                format!("{folder}/{n}")
+            }
+        };
+        if name == "index.html" {
+            let first = self.options.index.iter().find(|n| self.is_file(&in_folder(n)));
+            return (first.map(String::as_str) == Some("index.html")).then(|| {
+                if folder.is_empty() {
+                    "/".to_owned()
+                } else {
+                    path::encode(&format!("/{folder}/"))
+                }
+            });
+        }
+        let stem = name.strip_suffix(".html").filter(|s| !s.is_empty() && *s != "index")?;
+        if conventions::is_convention_file(rel) || self.is_file(&in_folder(stem)) {
+            return None;
+        }
+        Some(path::encode(&format!("/{}", in_folder(stem))))
     }
 
     /// Whether `rel` is a pre-compressed sibling of a file beside it.
@@ -439,18 +570,20 @@ impl Site {
     /// A path that names nothing (`key`: its site path, `/a/b`): a
     /// `_redirects` rule, the deepest `_wildcard.*` above it, the SPA
     /// fallback for extension-less routes, else the 404 page.
-    fn missing(&self, p: &SitePath, key: &str, rules: &Conventions, fields: &Fields<'_>, head: bool) -> Response {
-        if let Some((status, to)) = rules.redirect_for(key) {
-            return conventions::redirect(status, &to);
+    fn missing(
+        &self,
+        p: &SitePath,
+        key: &str,
+        query: Option<&str>,
+        rules: &Conventions,
+        fields: &Fields<'_>,
+        head: bool,
+    ) -> Response {
+        if let Some(answer) = rules.redirect_for(key, query) {
+            return self.rule_answer(answer, key, rules, fields, head);
         }
-        // `/a/b/c` and `/a/b/` look in `a/b`, then `a`, then the root.
-        let mut folder = &key[1..key.rfind('/').unwrap_or(0).max(1)];
-        loop {
-            let hidden = folder
-                .split('/')
-                .enumerate()
-                .any(|(i, s)| s.starts_with('.') && !(i == 0 && s == ".well-known"));
-            if let Some(name) = self.wildcard_name(folder).filter(|_| !hidden) {
+        for folder in folders(key) {
+            if let Some(name) = self.wildcard_name(folder) {
                 let rel = if folder.is_empty() {
                     name
                 } else {
@@ -460,10 +593,6 @@ impl Site {
                     return self.reply(&res, fields, head, 200);
                 }
             }
-            if folder.is_empty() {
-                break;
-            }
-            folder = &folder[..folder.rfind('/').unwrap_or(0)];
         }
         if let Some(fallback) = &self.options.fallback {
             let is_route = p.file_name().is_none_or(|name| !name.contains('.'));
@@ -473,14 +602,36 @@ impl Site {
                 }
             }
         }
-        self.not_found(rules, fields, head)
+        self.not_found(key, rules, fields, head)
     }
 
-    /// The `--404` page, else the root's `_404.html`, with status 404.
-    fn not_found(&self, rules: &Conventions, fields: &Fields<'_>, head: bool) -> Response {
-        let page = self.options.not_found_page.as_deref().unwrap_or("_404.html");
-        if let Some(res) = self.page(page, rules) {
-            return self.reply(&res, fields, head, 404);
+    /// The not-found page for `key`, with status 404: the `--404` page,
+    /// else the deepest folder's `404.html` above the path, the root's
+    /// `_404.html` before its `404.html` (as `pack` stores them), else a
+    /// short built-in page.
+    fn not_found(&self, key: &str, rules: &Conventions, fields: &Fields<'_>, head: bool) -> Response {
+        if let Some(page) = &self.options.not_found_page {
+            return match self.page(page, rules) {
+                Some(res) => self.reply(&res, fields, head, 404),
+                None => Response::error(404),
+            };
+        }
+        for folder in folders(key) {
+            let names: &[&str] = if folder.is_empty() {
+                &["_404.html", "404.html"]
+            } else {
+                &["404.html"]
+            };
+            for name in names {
+                let rel = if folder.is_empty() {
+                    (*name).to_owned()
+                } else {
+                    format!("{folder}/{name}")
+                };
+                if let Some(res) = self.page(&rel, rules) {
+                    return self.reply(&res, fields, head, 404);
+                }
+            }
         }
         Response::error(404)
     }
@@ -517,11 +668,46 @@ impl Site {
     }
 }
 
+/// The folders above a site path `key` (`/a/b/c` and `/a/b/`: `a/b`,
+/// `a`, then the root, ``), deepest first, leaving out hidden ones (a
+/// dot segment, `.well-known` at the root aside): where wildcards and 404
+/// pages are looked for.
+fn folders(key: &str) -> impl Iterator<Item = &str> {
+    let mut next = Some(&key[1..key.rfind('/').unwrap_or(0).max(1)]);
+    std::iter::from_fn(move || {
+        let folder = next?;
+        next = (!folder.is_empty()).then(|| &folder[..folder.rfind('/').unwrap_or(0)]);
+        Some(folder)
+    })
+    .filter(|folder| {
+        !folder
+            .split('/')
+            .enumerate()
+            .any(|(i, s)| s.starts_with('.') && !(i == 0 && s == ".well-known"))
+    })
+}
+
+/// A 301 to `location` (already encoded), the request's query kept, as
+/// nginx and Caddy keep it on a directory's redirect.
+fn moved(mut location: String, query: Option<&str>) -> Response {
+    if let Some(q) = query {
+        location.push('?');
+        location.push_str(q);
+    }
+    Response::new(301)
+        .with_content_type("text/plain; charset=utf-8")
+        .with_header("Location", location)
+        .with_body("301 Moved Permanently\n")
+}
+
 /// What a normalised path names.
 enum Found {
     File(Rc<Resource>),
     /// A directory asked for without its trailing slash.
     Redirect,
+    /// A page asked for by a form clean URLs redirect from: its canonical
+    /// form (encoded, no query).
+    Canonical(String),
     Listing(File),
     Forbidden,
     Missing,

@@ -259,6 +259,132 @@ fn directories_redirect_index_and_list() {
     assert!(sub < a && a < b, "{html}");
 }
 
+/// Listings as Caddy's `browse`: sizes and dates, sorts, JSON and text
+/// for programs; names escaped and encoded (a `<script>` name does not
+/// run, a `\\` name links to its file); nothing listed that is not served
+/// as itself; a CSP that forbids scripts whatever the page holds.
+#[test]
+fn listings_have_sizes_dates_sorts_and_forms_for_programs() {
+    let f = Fixture::new("browse");
+    let set_mtime = |path: PathBuf, secs: u64| {
+        let file = std::fs::File::open(path).unwrap();
+        file.set_modified(SystemTime::UNIX_EPOCH + Duration::from_secs(secs))
+            .unwrap();
+    };
+    set_mtime(f.write("l/big.bin", vec![7u8; 3000]), 1_000_000_000);
+    set_mtime(f.write("l/small.txt", "small"), 1_700_000_000);
+    set_mtime(f.write("l/<script>alert(1).txt", "x"), 1_500_000_000);
+    set_mtime(f.write("l/back\\slash.txt", "behind a backslash"), 1_600_000_000);
+    set_mtime(f.write("l/x.js", "let x;"), 1_400_000_000);
+    f.write("l/x.js.gz", "a sibling");
+    f.write("l/.env", "SECRET=1");
+    f.write("l/_headers", "not listed");
+    f.write("l/_redirects", "not listed");
+    f.write("l/sub/a.txt", "a");
+    set_mtime(f.root().join("l/sub"), 1_300_000_000);
+    let server = f.serve(|o| o.list_dirs = true);
+    let addr = server.local_addr();
+
+    let r = get(addr, "/l/");
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.header("content-security-policy"),
+        Some("default-src 'none'; style-src 'unsafe-inline'")
+    );
+    let html = r.text();
+    assert!(!html.contains("<script>"), "{html}");
+    assert!(html.contains(">&lt;script&gt;alert(1).txt</a>"), "{html}");
+    assert!(html.contains("href=\"./%3Cscript%3Ealert%281%29.txt\""), "{html}");
+    assert!(html.contains("href=\"./back%5Cslash.txt\""), "{html}");
+    assert!(html.contains(">3000<"), "sizes: {html}");
+    assert!(html.contains("Sun, 09 Sep 2001 01:46:40 GMT"), "dates: {html}");
+    for hidden in ["x.js.gz", ".env", "_headers", "_redirects"] {
+        assert!(!html.contains(hidden), "{hidden} listed: {html}");
+    }
+    // The backslash link reaches its file; a raw backslash is still a 400.
+    assert_eq!(get(addr, "/l/back%5Cslash.txt").text(), "behind a backslash");
+    assert_eq!(get(addr, "/l/back\\slash.txt").status, 400);
+
+    // Plain text, by Accept or by query: name, size, time; sorted.
+    let text = |target: &str, accept: &str| {
+        let r = request(addr, "GET", target, &[("Accept", accept)]);
+        assert_eq!(r.header("content-type"), Some("text/plain; charset=utf-8"), "{target}");
+        assert_eq!(r.header("vary"), Some("Accept"));
+        r.text()
+    };
+    let names = |listing: String| -> Vec<String> {
+        listing
+            .lines()
+            .map(|l| l.split('\t').next().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(
+        text("/l/", "text/plain"),
+        "sub/\t-\t2011-03-13T07:06:40Z\n<script>alert(1).txt\t1\t2017-07-14T02:40:00Z\n\
+         back\\slash.txt\t18\t2020-09-13T12:26:40Z\nbig.bin\t3000\t2001-09-09T01:46:40Z\n\
+         small.txt\t5\t2023-11-14T22:13:20Z\nx.js\t6\t2014-05-13T16:53:20Z\n"
+    );
+    assert_eq!(
+        names(text("/l/?sort=size&order=desc&format=text", "*/*")),
+        [
+            "sub/",
+            "big.bin",
+            "back\\slash.txt",
+            "x.js",
+            "small.txt",
+            "<script>alert(1).txt"
+        ]
+    );
+    assert_eq!(
+        names(text("/l/?format=text&sort=time", "text/html")),
+        [
+            "sub/",
+            "big.bin",
+            "x.js",
+            "<script>alert(1).txt",
+            "back\\slash.txt",
+            "small.txt"
+        ]
+    );
+
+    // JSON, with Caddy's field names.
+    let r = request(
+        addr,
+        "GET",
+        "/l/?sort=name&order=desc",
+        &[("Accept", "application/json")],
+    );
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    assert_eq!(
+        r.header("content-security-policy"),
+        Some("default-src 'none'; style-src 'unsafe-inline'")
+    );
+    let json = r.text();
+    assert!(
+        json.starts_with("[\n{\"name\":\"sub\",\"url\":\"./sub/\",\"is_dir\":true"),
+        "{json}"
+    );
+    assert!(
+        json.contains("{\"name\":\"big.bin\",\"url\":\"./big.bin\",\"is_dir\":false,\"size\":3000,\"mod_time\":\"2001-09-09T01:46:40Z\"}"),
+        "{json}"
+    );
+    assert!(
+        json.contains("\"name\":\"back\\\\slash.txt\",\"url\":\"./back%5Cslash.txt\""),
+        "{json}"
+    );
+    assert!(
+        json.contains("\\u003cscript\\u003e") && !json.contains("<script>"),
+        "{json}"
+    );
+    assert!(
+        json.find("x.js").unwrap() < json.find("small.txt").unwrap(),
+        "descending: {json}"
+    );
+    // A format no one asked for is HTML, as a browser gets it.
+    let r = request(addr, "GET", "/l/", &[("Accept", "text/html,application/json;q=0.9")]);
+    assert_eq!(r.header("content-type"), Some("text/html; charset=utf-8"));
+}
+
 #[test]
 fn methods_other_than_get_and_head_are_refused_with_allow() {
     let f = Fixture::new("methods");

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
-use peregrine_archive::format::{FLAG_NOT_FOUND, KIND_PATTERN, KIND_REDIRECT, WILDCARD_KEY};
+use peregrine_archive::format::{FLAG_NOT_FOUND, KIND_PATTERN, KIND_REDIRECT, NOT_FOUND_SUFFIX, WILDCARD_KEY};
 use peregrine_archive::{Archive, Mode, PackOptions};
 
 use crate::flags::ArchiveCommand;
@@ -22,8 +22,10 @@ pub(crate) fn pack(
     cache_control: String,
     no_security_headers: bool,
     no_compress: bool,
+    clean_urls: peregrine_files::CleanUrls,
 ) -> anyhow::Result<()> {
     let mut opts = PackOptions::new(root, output);
+    opts.clean_urls = clean_urls;
     for h in hosts {
         let (name, dir) = h
             .split_once('=')
@@ -182,12 +184,16 @@ fn site_labels(a: &Archive) -> BTreeMap<u32, String> {
 }
 
 /// An entry's key as a reader would write it: the conventions' internal
-/// keys (`/\0not-found`, `DIR/\0wildcard`) by what they are, other bytes
+/// keys (`/\0not-found`, `DIR/\0not-found`, `DIR/\0wildcard`) by what they are, other bytes
 /// that are not printable escaped.
 fn shown_key(e: &peregrine_archive::read::Entry<'_>) -> String {
     let path = e.path();
     if e.flags() & FLAG_NOT_FOUND != 0 {
-        return "(the 404 page)".to_owned();
+        // The root's, or a folder's (`404.html` below it).
+        return match path.strip_suffix(NOT_FOUND_SUFFIX.as_bytes()) {
+            Some(b"/") | None => "(the 404 page)".to_owned(),
+            Some(folder) => format!("{}* (the 404 page)", folder.escape_ascii()),
+        };
     }
     if let Some(folder) = path.strip_suffix(WILDCARD_KEY.as_bytes()) {
         return format!("{}* (wildcard)", folder.escape_ascii());

@@ -69,6 +69,11 @@ pub(crate) fn is_archive_root(root: &Path, files: &FileArgs, archive: &ServeArch
                 "pack decides which symlinks it follows",
             ),
             (files.not_found.is_some(), "--404", "pack takes _404.html"),
+            (
+                files.clean_urls != peregrine_files::CleanUrls::default(),
+                "--clean-urls",
+                "use pack --clean-urls",
+            ),
             (files.fallback.is_some(), "--fallback", "pack takes _wildcard.*"),
             (
                 !files.cache_control.is_empty(),

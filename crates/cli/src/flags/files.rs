@@ -3,7 +3,7 @@
 
 use clap::Args;
 
-use peregrine_files::Options;
+use peregrine_files::{CleanUrls, Options};
 
 use super::numbers::seconds_within;
 
@@ -38,6 +38,13 @@ pub(crate) struct FileArgs {
     /// short built-in page.
     #[arg(long = "404", value_name = "PATH")]
     pub(crate) not_found: Option<String>,
+    /// Clean URLs: `on` serves `/about` from `about.html` (and
+    /// `/about.html` itself); `redirect` also answers `/about.html` and
+    /// `/about/index.html` with a 301 to `/about` and `/about/`; `off`
+    /// serves files by their own names only. `pack --clean-urls` takes the
+    /// same values.
+    #[arg(long, value_name = "MODE", default_value = "on", value_parser = clean_urls_parser())]
+    pub(crate) clean_urls: CleanUrls,
     /// Page sent with 200 for missing paths without a file extension, for
     /// single-page applications (a path within DIR, e.g. index.html).
     /// Default: none (404).
@@ -73,6 +80,13 @@ pub(crate) struct FileArgs {
     /// descriptor limit bounds how many of them keep a file open.
     #[arg(long, value_name = "N", default_value_t = Options::new("").cache_entries as u64, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     pub(crate) cache_entries: u64,
+}
+
+/// The values of `--clean-urls` (serve and pack), offered to completions.
+pub(crate) fn clean_urls_parser() -> impl clap::builder::TypedValueParser<Value = CleanUrls> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(["off", "on", "redirect"])
+        .map(|s| s.parse::<CleanUrls>().unwrap_or_default())
 }
 
 /// A `--cache-control` rule as `(GLOB, VALUE)`, or `(None, VALUE)`: a

@@ -105,6 +105,11 @@ pub(crate) enum Command {
         /// Store identity only (no gzip, brotli, zstd variants).
         #[arg(long)]
         no_compress: bool,
+        /// Clean URLs, as `serve DIR --clean-urls` takes them: `on` stores
+        /// `about.html` under `/about` too; `redirect` makes `/about.html`
+        /// and `/about/index.html` 301s to `/about` and `/about/`; `off`.
+        #[arg(long, value_name = "MODE", default_value = "on", value_parser = files::clean_urls_parser())]
+        clean_urls: peregrine_files::CleanUrls,
     },
     /// Inspect a site archive.
     Archive {

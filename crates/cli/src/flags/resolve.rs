@@ -36,6 +36,7 @@ impl FileArgs {
         o.list_dirs = self.list_dirs;
         o.follow_symlinks = self.follow_symlinks;
         o.not_found_page = self.not_found.clone();
+        o.clean_urls = self.clean_urls;
         o.fallback = self.fallback.clone();
         for rule in &self.cache_control {
             match split_cache_rule(rule) {

@@ -35,6 +35,7 @@ pub(crate) const PER_SITE: &[(&str, Applies)] = &[
         Applies::Directory("pack decides which symlinks it follows"),
     ),
     ("404", Applies::Directory("pack takes _404.html")),
+    ("clean-urls", Applies::Directory("use pack --clean-urls")),
     ("fallback", Applies::Directory("pack takes _wildcard.*")),
     (
         "cache-control",
