@@ -640,3 +640,75 @@ fn the_metrics_line_goes_to_the_error_log_with_the_others() {
     let leaked = std::fs::read_to_string(&stderr).unwrap();
     assert!(!leaked.contains("metrics on"), "on standard error: {leaked}");
 }
+
+/// `archive diff`: identical trees pack to identical archives and an
+/// empty diff; editing one file lists exactly its path, once per encoding
+/// stored, and a changed cookie in `_headers` shows no value.
+#[test]
+fn archive_diff_lists_exactly_what_changed_and_no_credential() {
+    let dir = scratch("diff");
+    let notes = "a note that compresses well. ".repeat(40);
+    let files = [
+        ("index.html", "home"),
+        ("notes.txt", notes.as_str()),
+        ("_headers", "/*\n  Set-Cookie: session=old-secret-value\n"),
+    ];
+    let (first, _) = packed(&dir.join("v1"), &files, &[]);
+    let (again, _) = packed(&dir.join("v1-again"), &files, &[]);
+    let diff = |a: &std::path::Path, b: &std::path::Path, extra: &[&str]| {
+        peregrine()
+            .args(["archive", "diff"])
+            .arg(a)
+            .arg(b)
+            .args(extra)
+            .bounded_output()
+    };
+    let same = diff(&first, &again, &["--exit-code"]);
+    assert!(same.status.success(), "{}", String::from_utf8_lossy(&same.stderr));
+    assert!(same.stdout.is_empty(), "{}", String::from_utf8_lossy(&same.stdout));
+
+    let edited = "a note that was edited. ".repeat(40);
+    let (second, _) = packed(
+        &dir.join("v2"),
+        &[
+            ("index.html", "home"),
+            ("notes.txt", edited.as_str()),
+            ("_headers", files[2].1),
+        ],
+        &[],
+    );
+    let out = diff(&first, &second, &["--exit-code"]);
+    assert_eq!(out.status.code(), Some(1), "differs");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(!lines.is_empty());
+    for line in &lines {
+        assert!(line.starts_with("changed  default /notes.txt ["), "{text}");
+    }
+    // Stored compressed as well: one line per encoding, identity among them.
+    assert!(lines.len() > 1 && text.contains("/notes.txt [identity]"), "{text}");
+
+    let cookie = [
+        ("index.html", "home"),
+        ("_headers", "/*\n  Set-Cookie: session=new-secret-value\n"),
+    ];
+    let (third, _) = packed(&dir.join("v3"), &cookie, &["--no-compress"]);
+    let (base, _) = packed(
+        &dir.join("v3-base"),
+        &[("index.html", "home"), ("_headers", files[2].1)],
+        &["--no-compress"],
+    );
+    let out = diff(&base, &third, &["--json"]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(!text.contains("secret"), "a credential in the diff:\n{text}");
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let changed = v["changed"].as_array().unwrap();
+    assert!(!changed.is_empty(), "{text}");
+    assert!(changed.iter().all(|c| c["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|ch| ch["name"] == "set-cookie" && ch["new"] == "<redacted>")));
+    assert!(v["added"].as_array().unwrap().is_empty() && v["removed"].as_array().unwrap().is_empty());
+}

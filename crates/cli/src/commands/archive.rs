@@ -1,5 +1,5 @@
 //! Site archives: `pack` writes one, `archive ls|cat|verify|stat` reads
-//! one back.
+//! one back (`archive diff`: `diff.rs`).
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -137,6 +137,17 @@ pub(crate) fn inspect(command: ArchiveCommand) -> anyhow::Result<()> {
             a.verify_data().with_context(|| format!("{shown}: damaged"))?;
             eprintln!("peregrine: {shown}: OK ({} entries)", a.n_entries());
         }
+        ArchiveCommand::Diff {
+            old,
+            new,
+            json,
+            exit_code,
+        } => {
+            let differ = super::diff::diff(&old, &new, json)?;
+            if differ && exit_code {
+                std::process::exit(1);
+            }
+        }
         ArchiveCommand::Stat { archive } => {
             let a = Archive::open(&archive, Mode::Map)?;
             let (mut resources, mut redirects, mut bodies) = (0, 0, 0u64);
@@ -164,11 +175,11 @@ pub(crate) fn inspect(command: ArchiveCommand) -> anyhow::Result<()> {
 }
 
 /// The body encodings an archive entry may hold, in variant order.
-const ENCODINGS: [&str; 4] = ["identity", "br", "zstd", "gzip"];
+pub(super) const ENCODINGS: [&str; 4] = ["identity", "br", "zstd", "gzip"];
 
 /// How `archive ls` and `verify` name an archive's sites: `default` for the
 /// site served when no `--host` name matches, else its host names.
-fn site_labels(a: &Archive) -> BTreeMap<u32, String> {
+pub(super) fn site_labels(a: &Archive) -> BTreeMap<u32, String> {
     let mut labels = BTreeMap::from([(0, "default".to_owned())]);
     for (host, site) in a.hosts() {
         labels
@@ -186,7 +197,7 @@ fn site_labels(a: &Archive) -> BTreeMap<u32, String> {
 /// An entry's key as a reader would write it: the conventions' internal
 /// keys (`/\0not-found`, `DIR/\0not-found`, `DIR/\0wildcard`) by what they are, other bytes
 /// that are not printable escaped.
-fn shown_key(e: &peregrine_archive::read::Entry<'_>) -> String {
+pub(super) fn shown_key(e: &peregrine_archive::read::Entry<'_>) -> String {
     let path = e.path();
     if e.flags() & FLAG_NOT_FOUND != 0 {
         // The root's, or a folder's (`404.html` below it).

@@ -3,5 +3,6 @@
 
 pub(crate) mod archive;
 pub(crate) mod check;
+pub(crate) mod diff;
 pub(crate) mod probe;
 pub(crate) mod serve;

@@ -153,6 +153,22 @@ pub(crate) enum ArchiveCommand {
     Verify { archive: PathBuf },
     /// Counts and sizes.
     Stat { archive: PathBuf },
+    /// What a deploy changes: every URL (per site and encoding) added,
+    /// removed, or whose status, header fields or body changed between
+    /// OLD and NEW. Identical archives print nothing. Values of
+    /// credential fields (Set-Cookie, Authorization) are shown as
+    /// `<redacted>`, so a CI log does not publish them.
+    Diff {
+        old: PathBuf,
+        new: PathBuf,
+        /// Print one JSON object (`added`, `removed`, `changed`) instead
+        /// of lines.
+        #[arg(long)]
+        json: bool,
+        /// Exit 1 when the archives differ (as `git diff --exit-code`).
+        #[arg(long)]
+        exit_code: bool,
+    },
 }
 
 impl Command {
