@@ -79,7 +79,7 @@ impl Cors {
         }
         let origins = origins.iter().map(|o| origin(o)).collect::<Result<Vec<_>, _>>()?;
         let methods: Vec<String> = match methods {
-            Some(m) if m.is_empty() => return Err("methods: an empty list".into()),
+            Some([]) => return Err("methods: an empty list".into()),
             Some(m) => m.to_vec(),
             None => METHODS_DEFAULT.iter().map(|m| m.to_string()).collect(),
         };
