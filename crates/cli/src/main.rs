@@ -3,6 +3,7 @@
 //! serving with its reloads in `reload.rs`; this file parses, dispatches
 //! and turns the outcome into an exit code.
 
+mod access;
 mod commands;
 mod config;
 mod docs;

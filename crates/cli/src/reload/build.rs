@@ -43,6 +43,7 @@ pub(super) fn build(
     let srv = configure(args, process, first)?;
     let error_log = crate::logger::Route::to(args.error_log.as_deref())?;
     let plan = plan_listeners(args, process)?;
+    check_client_addresses(command, &taken, process)?;
     let proxy = args.proxy_sources()?;
     let mut srv = attach_listeners(srv, &plan, taken, tls.as_ref(), proxy.as_ref(), process)?;
 
@@ -168,6 +169,53 @@ fn plan_listeners(args: &ServerArgs, process: &mut Process) -> anyhow::Result<Pl
         .chain(args.tls.redirect_http.map(|a| (Origin::Configured(a), Role::Redirect)))
         .collect();
     Ok(plan)
+}
+
+/// IP rules and rate limits judge the client's address, which a
+/// Unix-domain client does not have (the engine never takes a Unix peer
+/// for a trusted proxy, and such a listener takes no PROXY header): with
+/// any `unix:` listener (bound, kept, or passed by systemd), a route that
+/// has either is refused at start, named. nginx would let every such
+/// client through unjudged, or share one bucket among them all; a rule
+/// that silently does nothing is worse than a refusal.
+fn check_client_addresses(command: &Command, taken: &[(Origin, Listening)], process: &Process) -> anyhow::Result<()> {
+    let Command::Serve { sites, .. } = command else {
+        return Ok(());
+    };
+    let unix = command
+        .server_args()
+        .bind
+        .iter()
+        .find_map(|b| b.1.clone())
+        .or_else(|| taken.iter().find_map(|(_, l)| l.unix_path().map(ToOwned::to_owned)))
+        .or_else(|| {
+            taken.iter().find_map(|(o, _)| match o {
+                Origin::Unix(i) => process.unix_paths.get(*i).cloned(),
+                _ => None,
+            })
+        });
+    let Some(unix) = unix else {
+        return Ok(());
+    };
+    for site in sites {
+        for route in &site.routes {
+            let what = match (&route.ip, &route.rate_limit) {
+                (Some(_), _) => "ip rules judge",
+                (None, Some(_)) => "a rate limit judges",
+                (None, None) => continue,
+            };
+            anyhow::bail!(
+                "site {}, route {} ({}): {what} the client's address, and unix:{} gives none (a \
+                 Unix-domain client has no address, and is never taken for a trusted proxy): serve on TCP \
+                 addresses only, or take the rule out of this route",
+                site.names[0],
+                route.path,
+                route.given,
+                unix.display()
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Gives the server its listeners in the plan's order: the socket `taken`

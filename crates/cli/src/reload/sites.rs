@@ -21,6 +21,7 @@ use peregrine_archive::ArchiveServer;
 use peregrine_files::FileServer;
 
 use super::ServedArchive;
+use crate::access;
 use crate::flags::{ServeArchiveArgs, TlsArgs};
 use crate::sites::{route_for, HandlerSpec, RootKind, SiteSpec};
 
@@ -47,12 +48,9 @@ pub(super) fn build(specs: &[SiteSpec], access_log: Option<&str>, previous: &[Se
         };
         let mut routes = Vec::with_capacity(spec.routes.len());
         for route in &spec.routes {
-            // The slots issue 27 fills (no value exists yet): each will
-            // wrap the route's handler here, before the handler answers.
-            let never = route.auth.as_ref().map(|a| match *a {});
-            let never = never.or(route.ip.as_ref().map(|i| match *i {}));
-            let never = never.or(route.rate_limit.as_ref().map(|r| match *r {}));
-            let _: Option<()> = never.or(route.cors.as_ref().map(|c| match *c {}));
+            // Basic and forward auth's slot (no value exists yet): it will
+            // wrap the route's handler here too, before the handler answers.
+            let _: Option<()> = route.auth.as_ref().map(|a| match *a {});
             let handler: Arc<dyn Handler> = match &route.handler {
                 HandlerSpec::Files { root, files } => Arc::new(
                     FileServer::new(files.options(root.clone()))
@@ -68,6 +66,14 @@ pub(super) fn build(specs: &[SiteSpec], access_log: Option<&str>, previous: &[Se
                 }),
                 HandlerSpec::Proxy(never) => match *never {},
             };
+            // IP rules, rate limit and CORS, before the handler looks at
+            // anything; no wrapper at all on a route without them.
+            let handler = access::wrap(
+                handler,
+                route.ip.as_ref(),
+                route.rate_limit.as_ref(),
+                route.cors.as_ref(),
+            );
             routes.push(Routed {
                 handler,
                 headers: route.headers.clone(),

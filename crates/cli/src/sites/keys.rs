@@ -74,20 +74,33 @@ pub(crate) const SITE_KEYS: &[&str] = &["names", "aliases", "root", "default", "
 pub(crate) const ROUTE_SETTINGS: &[&str] = &["index", "list-dirs", "404", "fallback", "cache-control"];
 
 /// The keys of a `[[site.route]]` table besides [`ROUTE_SETTINGS`].
-pub(crate) const ROUTE_KEYS: &[&str] = &["path", "handler", "root", "to", "status", "headers"];
+pub(crate) const ROUTE_KEYS: &[&str] = &[
+    "path",
+    "handler",
+    "root",
+    "to",
+    "status",
+    "headers",
+    "ip",
+    "rate-limit",
+    "cors",
+];
+
+/// The keys of a route's `ip` table.
+pub(crate) const IP_KEYS: &[&str] = &["allow", "deny"];
+
+/// The keys of a route's `rate-limit` table.
+pub(crate) const RATE_LIMIT_KEYS: &[&str] = &["rate", "burst"];
+
+/// The keys of a route's `cors` table.
+pub(crate) const CORS_KEYS: &[&str] = &["origins", "methods", "headers", "expose", "credentials", "max-age"];
 
 /// The handlers a route may name.
 pub(crate) const HANDLERS: &[&str] = &["files", "archive", "redirect"];
 
 /// Keys later issues fill, with the issue: refused until then (never
 /// ignored), on a route or a site.
-pub(crate) const RESERVED: &[(&str, u32)] = &[
-    ("auth", 27),
-    ("ip", 27),
-    ("rate-limit", 27),
-    ("cors", 27),
-    ("proxy", 26),
-];
+pub(crate) const RESERVED: &[(&str, u32)] = &[("auth", 27), ("proxy", 26)];
 
 /// The statuses a redirect route may answer with (RFC 9110 §15.4), and its
 /// default: 308 keeps the method, as a permanent move should.

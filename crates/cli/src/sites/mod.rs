@@ -43,6 +43,7 @@ use std::path::PathBuf;
 
 use peregrine::pattern::Pattern;
 
+pub(crate) use crate::access::{Cors, IpRules, RateLimit};
 use crate::config;
 use crate::flags::{Cli, Command, FileArgs, ServeArchiveArgs};
 
@@ -112,13 +113,14 @@ pub(crate) struct RouteSpec {
     /// Filled by issue 27 (basic and forward auth); always `None` until
     /// then, and `auth` in a route is refused as not supported yet.
     pub(crate) auth: Option<Auth>,
-    /// Filled by issue 27 (IP allow/deny by CIDR); always `None` until then.
+    /// `ip = { allow, deny }`: networks judged on the client's address
+    /// (`access::ip`); a refused client gets 403.
     pub(crate) ip: Option<IpRules>,
-    /// Filled by issue 27 (a token bucket per client address); always
-    /// `None` until then.
+    /// `rate-limit = { rate, burst }`: a token bucket per client address
+    /// (`access::rate`); an empty bucket gets 429 with `Retry-After`.
     pub(crate) rate_limit: Option<RateLimit>,
-    /// Filled by issue 27 (origins, methods, preflight); always `None`
-    /// until then.
+    /// `cors = { origins, methods, headers, expose, credentials, max-age }`
+    /// (`access::cors`): preflights answered, allowed origins told so.
     pub(crate) cors: Option<Cors>,
     /// What `check-config` shows of the route: each setting as TOML, with
     /// where it came from.
@@ -155,18 +157,6 @@ pub(crate) enum HandlerSpec {
 /// A route's authentication: filled by issue 27. No value exists yet.
 #[derive(Debug, Clone)]
 pub(crate) enum Auth {}
-
-/// A route's IP allow and deny rules: filled by issue 27.
-#[derive(Debug, Clone)]
-pub(crate) enum IpRules {}
-
-/// A route's rate limit: filled by issue 27.
-#[derive(Debug, Clone)]
-pub(crate) enum RateLimit {}
-
-/// A route's CORS policy: filled by issue 27.
-#[derive(Debug, Clone)]
-pub(crate) enum Cors {}
 
 /// A route's upstreams: filled by issue 26.
 #[derive(Debug, Clone)]

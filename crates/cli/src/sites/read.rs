@@ -17,12 +17,12 @@ use peregrine::host::{normalize, HostMap};
 use peregrine::pattern::Pattern;
 
 use super::keys::{
-    per_site, reserved, Applies, HANDLERS, PATHS, PER_SITE, REDIRECT_STATUSES, REDIRECT_STATUS_DEFAULT, ROUTE_KEYS,
-    ROUTE_SETTINGS, SITE_KEYS,
+    per_site, reserved, Applies, CORS_KEYS, HANDLERS, IP_KEYS, PATHS, PER_SITE, RATE_LIMIT_KEYS, REDIRECT_STATUSES,
+    REDIRECT_STATUS_DEFAULT, ROUTE_KEYS, ROUTE_SETTINGS, SITE_KEYS,
 };
 use super::render::{toml_list, Shown};
 use super::routes;
-use super::{HandlerSpec, Origin, RootKind, RouteSpec, SiteSpec};
+use super::{Cors, HandlerSpec, IpRules, Origin, RateLimit, RootKind, RouteSpec, SiteSpec};
 use crate::config::{self, Settings, SITE_TABLES};
 use crate::flags::{FileArgs, ServeArchiveArgs};
 
@@ -645,6 +645,9 @@ impl FileSites<'_> {
         let mut to: Option<(String, usize)> = None;
         let mut status: Option<(u16, usize)> = None;
         let mut headers: Option<(Vec<(String, String)>, usize)> = None;
+        let mut ip: Option<(IpRules, usize)> = None;
+        let mut rate_limit: Option<(RateLimit, usize)> = None;
+        let mut cors: Option<(Cors, usize)> = None;
         let mut own: Vec<(&'static str, Vec<OsString>, usize)> = Vec::new();
         for (k, v) in entries(table) {
             let line = self.line(k.span().start);
@@ -723,6 +726,9 @@ impl FileSites<'_> {
                         headers = Some((fields, line));
                     }
                 }
+                "ip" => ip = self.ip(v, errors).map(|r| (r, line)),
+                "rate-limit" => rate_limit = self.rate_limit(v, errors).map(|r| (r, line)),
+                "cors" => cors = self.cors(v, errors).map(|c| (c, line)),
                 _ if ROUTE_SETTINGS.contains(&key) => {
                     let static_key = ROUTE_SETTINGS.iter().find(|k| **k == key).copied().unwrap_or_default();
                     if let Some(values) = self.setting(key, v, errors) {
@@ -901,6 +907,35 @@ impl FileSites<'_> {
         if let Some((fields, line)) = &headers {
             shown.push(Shown::new("headers", inline_table(fields), self.origin(*line)));
         }
+        if let Some((rules, line)) = &ip {
+            let list =
+                |l: &[peregrine::client_addr::Network]| toml_list(&l.iter().map(|n| n.to_string()).collect::<Vec<_>>());
+            let value = format!("{{ allow = {}, deny = {} }}", list(&rules.allow), list(&rules.deny));
+            shown.push(Shown::new("ip", value, self.origin(*line)));
+        }
+        if let Some((limit, line)) = &rate_limit {
+            let value = format!(
+                "{{ rate = {}, burst = {} }}",
+                config::toml_string(&limit.rate),
+                limit.burst
+            );
+            shown.push(Shown::new("rate-limit", value, self.origin(*line)));
+        }
+        if let Some((c, line)) = &cors {
+            let mut value = format!(
+                "{{ origins = {}, methods = {}, headers = {}, expose = {}, credentials = {}",
+                toml_list(&c.origins),
+                toml_list(&c.methods),
+                toml_list(&c.headers),
+                toml_list(&c.expose),
+                c.credentials
+            );
+            if let Some(secs) = c.max_age {
+                value.push_str(&format!(", max-age = {secs}"));
+            }
+            value.push_str(" }");
+            shown.push(Shown::new("cors", value, self.origin(*line)));
+        }
         if errors.len() > n_errors {
             return None;
         }
@@ -910,9 +945,9 @@ impl FileSites<'_> {
             handler: handler_spec,
             headers: headers_list,
             auth: None,
-            ip: None,
-            rate_limit: None,
-            cors: None,
+            ip: ip.map(|(r, _)| r),
+            rate_limit: rate_limit.map(|(r, _)| r),
+            cors: cors.map(|(c, _)| c),
             shown,
             given: self.origin(header),
         })
@@ -1018,6 +1053,176 @@ impl FileSites<'_> {
             }
         }
         Some(out)
+    }
+
+    /// The entries of a route's access table (`ip`, `rate-limit`,
+    /// `cors`), each key one of `known`, with its line; `None` (said) if
+    /// the value is no table or holds an unknown key.
+    fn access_table<'t, 'i>(
+        &self,
+        key: &'static str,
+        value: &'t Spanned<DeValue<'i>>,
+        known: &[&str],
+        example: &str,
+        errors: &mut Vec<String>,
+    ) -> Option<Vec<(&'t str, &'t Spanned<DeValue<'i>>, usize)>> {
+        let line = self.line(value.span().start);
+        let DeValue::Table(table) = value.get_ref() else {
+            errors.push(self.error(
+                line,
+                key,
+                format!(
+                    "expected a table, e.g. {key} = {example}, found {}",
+                    config::describe(value.get_ref())
+                ),
+            ));
+            return None;
+        };
+        let n_errors = errors.len();
+        let mut out = Vec::new();
+        for (k, v) in entries(table) {
+            let at = self.line(k.span().start);
+            let name: &str = k.get_ref();
+            if known.contains(&name) {
+                out.push((name, v, at));
+            } else {
+                let hint = config::suggest(name, known.iter().copied())
+                    .map(|s| format!(" (did you mean \"{s}\"?)"))
+                    .unwrap_or_default();
+                errors.push(self.error(
+                    at,
+                    key,
+                    format!("{name}: unknown key{hint}; expected {}", known.join(", ")),
+                ));
+            }
+        }
+        (errors.len() == n_errors).then_some(out)
+    }
+
+    /// A whole number in an access table.
+    fn integer(&self, key: &str, name: &str, value: &Spanned<DeValue<'_>>, errors: &mut Vec<String>) -> Option<i64> {
+        match value.get_ref() {
+            DeValue::Integer(i) => match i64::from_str_radix(i.as_str(), i.radix()) {
+                Ok(n) => Some(n),
+                Err(_) => {
+                    errors.push(self.error(
+                        self.line(value.span().start),
+                        key,
+                        format!("{name}: {} is too large", i.as_str()),
+                    ));
+                    None
+                }
+            },
+            other => {
+                errors.push(self.error(
+                    self.line(value.span().start),
+                    key,
+                    format!("{name}: expected a whole number, found {}", config::describe(other)),
+                ));
+                None
+            }
+        }
+    }
+
+    /// A route's `ip = { allow = [...], deny = [...] }`.
+    fn ip(&self, value: &Spanned<DeValue<'_>>, errors: &mut Vec<String>) -> Option<IpRules> {
+        let line = self.line(value.span().start);
+        let example = "{ allow = [\"10.0.0.0/8\", \"::1\"], deny = [\"10.0.0.5\"] }";
+        let table = self.access_table("ip", value, IP_KEYS, example, errors)?;
+        let (mut allow, mut deny) = (Vec::new(), Vec::new());
+        for (name, v, _) in table {
+            let list = self.strings("ip", v, errors)?.into_iter().map(|(s, _)| s).collect();
+            match name {
+                "allow" => allow = list,
+                _ => deny = list,
+            }
+        }
+        IpRules::new(&allow, &deny)
+            .map_err(|why| errors.push(self.error(line, "ip", why)))
+            .ok()
+    }
+
+    /// A route's `rate-limit = { rate = "10/s", burst = 20 }`.
+    fn rate_limit(&self, value: &Spanned<DeValue<'_>>, errors: &mut Vec<String>) -> Option<RateLimit> {
+        let line = self.line(value.span().start);
+        let example = "{ rate = \"10/s\", burst = 20 }";
+        let table = self.access_table("rate-limit", value, RATE_LIMIT_KEYS, example, errors)?;
+        let (mut rate, mut burst) = (None, None);
+        for (name, v, at) in table {
+            match (name, v.get_ref()) {
+                ("rate", DeValue::String(s)) => rate = Some(s.to_string()),
+                ("rate", other) => {
+                    errors.push(self.error(
+                        at,
+                        "rate-limit",
+                        format!(
+                            "rate: expected a string such as \"10/s\", found {}",
+                            config::describe(other)
+                        ),
+                    ));
+                    return None;
+                }
+                _ => burst = Some(self.integer("rate-limit", "burst", v, errors)?),
+            }
+        }
+        let Some(rate) = rate else {
+            errors.push(self.error(
+                line,
+                "rate-limit",
+                format!("no rate: give one, e.g. rate-limit = {example}"),
+            ));
+            return None;
+        };
+        RateLimit::new(&rate, burst)
+            .map_err(|why| errors.push(self.error(line, "rate-limit", why)))
+            .ok()
+    }
+
+    /// A route's `cors = { origins = [...], ... }`.
+    fn cors(&self, value: &Spanned<DeValue<'_>>, errors: &mut Vec<String>) -> Option<Cors> {
+        let line = self.line(value.span().start);
+        let example = "{ origins = [\"https://app.example.com\"], methods = [\"GET\", \"POST\"] }";
+        let table = self.access_table("cors", value, CORS_KEYS, example, errors)?;
+        let mut origins = None;
+        let mut methods = None;
+        let (mut headers, mut expose) = (Vec::new(), Vec::new());
+        let (mut credentials, mut max_age) = (false, None);
+        let n_errors = errors.len();
+        for (name, v, at) in table {
+            let strings = |errors: &mut Vec<String>| {
+                self.strings("cors", v, errors)
+                    .map(|l| l.into_iter().map(|(s, _)| s).collect::<Vec<_>>())
+            };
+            match name {
+                "origins" => origins = strings(errors),
+                "methods" => methods = strings(errors),
+                "headers" => headers = strings(errors).unwrap_or_default(),
+                "expose" => expose = strings(errors).unwrap_or_default(),
+                "credentials" => match v.get_ref() {
+                    DeValue::Boolean(b) => credentials = *b,
+                    other => errors.push(self.error(
+                        at,
+                        "cors",
+                        format!("credentials: expected true or false, found {}", config::describe(other)),
+                    )),
+                },
+                _ => max_age = self.integer("cors", "max-age", v, errors),
+            }
+        }
+        if errors.len() > n_errors {
+            return None;
+        }
+        let Some(origins) = origins else {
+            errors.push(self.error(
+                line,
+                "cors",
+                format!("no origins: give the origins that may read this route, e.g. cors = {example}"),
+            ));
+            return None;
+        };
+        Cors::new(&origins, methods.as_deref(), &headers, &expose, credentials, max_age)
+            .map_err(|why| errors.push(self.error(line, "cors", why)))
+            .ok()
     }
 
     /// A `headers` table: names to values, each checked as a response

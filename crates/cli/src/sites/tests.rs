@@ -405,7 +405,7 @@ fn routes_read_their_handlers_and_settings() {
     );
     // An archive root makes an archive route.
     assert!(matches!(&route("/bundle/*").handler, HandlerSpec::Archive { root, .. } if *root == dir.join("c.prg")));
-    // The reserved slots stay empty.
+    // Auth's reserved slot stays empty; no access rule was given.
     assert!(site
         .routes
         .iter()
@@ -457,7 +457,7 @@ fn routes_refuse_what_is_not_theirs_at_its_line() {
             &format!("{f}:10: list-dirs: a redirect serves no files"),
             &format!("{f}:13: headers: header field Content-Length is written by the engine"),
             &format!("{f}:13: headers: invalid header field name \"Bad Name\""),
-            &format!("{f}:14: cors: not supported yet (issue 27 brings it); refused rather than ignored"),
+            &format!("{f}:14: cors: expected a table, e.g. cors = {{ origins = "),
             &format!("{f}:15: proxy: not supported yet (issue 26 brings it)"),
             &format!("{f}:16: access-log: a site's setting, not a route's"),
             &format!("{f}:17: workers: process-wide"),
@@ -593,4 +593,114 @@ fn paths_in_tables_are_relative_to_the_file() {
     .unwrap();
     assert_eq!(sites[0].access_log.as_deref(), Some("-"));
     assert_eq!(sites[0].tls, [(dir.join("certs/a.pem"), PathBuf::from("/etc/k.pem"))]);
+}
+
+/// A route's `ip`, `rate-limit` and `cors` tables are read into their
+/// policies and shown by check-config with their lines.
+#[test]
+fn routes_read_ip_rules_rate_limits_and_cors() {
+    let dir = scratch();
+    let f = dir.join("peregrine.toml");
+    let sites = read(
+        &dir,
+        "[[site]]\n\
+         names = [\"a.test\"]\n\
+         root = \"a\"\n\
+         [[site.route]]\n\
+         path = \"/admin/*\"\n\
+         ip = { allow = [\"10.0.0.0/8\", \"::1\"], deny = [\"10.0.0.5\"] }\n\
+         rate-limit = { rate = \"10/s\", burst = 20 }\n\
+         [[site.route]]\n\
+         path = \"/api/*\"\n\
+         rate-limit = { rate = \"30/m\" }\n\
+         [site.route.cors]\n\
+         origins = [\"HTTPS://App.Example.com:443\", \"http://localhost:3000\"]\n\
+         methods = [\"GET\", \"PUT\"]\n\
+         headers = [\"X-Token\"]\n\
+         expose = [\"ETag\"]\n\
+         credentials = true\n\
+         max-age = 600\n",
+        &[],
+    )
+    .unwrap();
+    let routes = &sites[0].routes;
+    let route = |p: &str| routes.iter().find(|r| r.path == p).unwrap();
+    let admin = route("/admin/*");
+    let ip = admin.ip.as_ref().unwrap();
+    assert_eq!(ip.allow.len(), 2);
+    assert!(ip.permits("10.0.0.4".parse().unwrap()) && !ip.permits("10.0.0.5".parse().unwrap()));
+    let limit = admin.rate_limit.as_ref().unwrap();
+    assert_eq!(
+        (limit.interval, limit.burst),
+        (std::time::Duration::from_millis(100), 20)
+    );
+    assert!(admin.cors.is_none());
+    assert_eq!(
+        value(&admin.shown, "ip"),
+        r#"{ allow = ["10.0.0.0/8", "::1/128"], deny = ["10.0.0.5/32"] }"#
+    );
+    assert_eq!(origin(&admin.shown, "ip"), &Origin::File(f.clone(), 6));
+    assert_eq!(value(&admin.shown, "rate-limit"), r#"{ rate = "10/s", burst = 20 }"#);
+    let api = route("/api/*");
+    assert_eq!(
+        api.rate_limit.as_ref().unwrap().burst,
+        30,
+        "one period's worth by default"
+    );
+    let cors = api.cors.as_ref().unwrap();
+    assert_eq!(cors.origins, ["https://app.example.com", "http://localhost:3000"]);
+    assert_eq!((cors.credentials, cors.max_age), (true, Some(600)));
+    assert_eq!(
+        value(&api.shown, "cors"),
+        r#"{ origins = ["https://app.example.com", "http://localhost:3000"], methods = ["GET", "PUT"], headers = ["x-token"], expose = ["ETag"], credentials = true, max-age = 600 }"#
+    );
+}
+
+/// Each mistake in an access table is said at its line, with the key.
+#[test]
+fn access_tables_refuse_mistakes_at_their_line() {
+    let dir = scratch();
+    let f = dir.join("peregrine.toml").display().to_string();
+    let text = refused(
+        &dir,
+        "[[site]]\n\
+         names = [\"a.test\"]\n\
+         root = \"a\"\n\
+         cors = { origins = [\"*\"] }\n\
+         [[site.route]]\n\
+         path = \"/a\"\n\
+         ip = { allow = [\"10.0.0.1/8\"] }\n\
+         [[site.route]]\n\
+         path = \"/b\"\n\
+         ip = { alow = [\"10.0.0.0/8\"] }\n\
+         [[site.route]]\n\
+         path = \"/c\"\n\
+         rate-limit = { rate = \"10/d\" }\n\
+         [[site.route]]\n\
+         path = \"/d\"\n\
+         rate-limit = { burst = 5 }\n\
+         [[site.route]]\n\
+         path = \"/e\"\n\
+         cors = { origins = [\"*\"], credentials = true }\n\
+         [[site.route]]\n\
+         path = \"/f\"\n\
+         cors = { origins = [\"https://a.test/\"] }\n\
+         [[site.route]]\n\
+         path = \"/g\"\n\
+         ip = { allow = [\"::1\"], deny = [\"::1\"] }\n",
+        &[],
+    );
+    assert_says(
+        &text,
+        &[
+            &format!("{f}:4: cors: a route's setting: give it in a [[site.route]] table"),
+            &format!("{f}:7: ip: allow: \"10.0.0.1/8\": address has bits set beyond the prefix length"),
+            &format!("{f}:10: ip: alow: unknown key (did you mean \"allow\"?)"),
+            &format!("{f}:13: rate-limit: \"10/d\": the period is s, m or h"),
+            &format!("{f}:16: rate-limit: no rate"),
+            &format!("{f}:19: cors: origins: \"*\" with credentials = true"),
+            &format!("{f}:22: cors: origins: \"https://a.test/\": an origin is only a scheme, a host and a port"),
+            &format!("{f}:25: ip: ::1/128 is both allowed and denied"),
+        ],
+    );
 }
