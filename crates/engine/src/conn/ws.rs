@@ -95,7 +95,20 @@ struct Out<'o> {
     limit: usize,
 }
 
-impl Out<'_> {
+impl<'o> Out<'o> {
+    /// An HTTP/2 stream's output (`buf`, `sent` of it gone): the route's
+    /// `limit` less what the connection's other WebSockets have waiting
+    /// (`total` is all of theirs and this one's), one client reading them
+    /// all.
+    fn tunnel(buf: &'o mut Vec<u8>, sent: usize, limit: usize, total: usize) -> Self {
+        let own = buf.len() - sent;
+        Out {
+            limit: limit.saturating_sub(total - own),
+            sent,
+            buf,
+        }
+    }
+
     fn queued(&self) -> usize {
         self.buf.len().saturating_sub(self.sent)
     }
@@ -414,11 +427,7 @@ impl Conn {
             let total = h2.session.tunnels_queued();
             let (id, ws) = &mut h2.tunnels[i];
             let ended = h2.session.with_tunnel(*id, |t, peer_done| {
-                let mut out = Out {
-                    limit: ws.limit.saturating_sub(total - t.queued()),
-                    buf: &mut t.output,
-                    sent: t.sent,
-                };
+                let mut out = Out::tunnel(&mut t.output, t.sent, ws.limit, total);
                 let (used, ran) = run(ctx, ws, &mut t.input, &mut out, work_left);
                 t.input.drain(..used);
                 if ran != Ran::Closed && peer_done && t.input.is_empty() && !ws.session.is_closed() {
@@ -499,11 +508,7 @@ impl Conn {
             return Next::Keep;
         };
         h2.session.with_tunnel(id, |t, _| {
-            let mut out = Out {
-                limit: ws.limit.saturating_sub(total - t.queued()),
-                buf: &mut t.output,
-                sent: t.sent,
-            };
+            let mut out = Out::tunnel(&mut t.output, t.sent, ws.limit, total);
             publish(ctx, ws, &mut out, frame);
         });
         self.drive(ctx)
