@@ -447,6 +447,40 @@ impl Response {
         self
     }
 
+    /// Removes every field named `name` (case-insensitive): those added
+    /// with `with_header` and the lines of the header block, which is made
+    /// again without them (a copy, only when it holds one; a body beside
+    /// the old block keeps its bytes). For a wrapper that must replace what
+    /// an inner handler's prepared fields say, e.g. a protected answer's
+    /// `Cache-Control` (issue 27).
+    pub fn without_header(mut self, name: &str) -> Self {
+        if name.eq_ignore_ascii_case("content-type") {
+            self.content_type = None;
+        }
+        self.headers.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
+        let Some(block) = &self.block else {
+            return self;
+        };
+        let is_named = |line: &[u8]| {
+            line.len() > name.len()
+                && line[name.len()] == b':'
+                && line[..name.len()].eq_ignore_ascii_case(name.as_bytes())
+        };
+        let lines = block.as_bytes();
+        if !lines.split(|&b| b == b'\n').any(is_named) {
+            return self;
+        }
+        let mut kept = Vec::with_capacity(lines.len());
+        for line in lines.split_inclusive(|&b| b == b'\n') {
+            if !is_named(line) {
+                kept.extend_from_slice(line);
+            }
+        }
+        // The lines were checked when the block was made; fewer of them
+        // are still valid.
+        self.with_header_block(HeaderBlock(SharedBytes::new(Arc::new(kept))))
+    }
+
     /// Closes the connection once this response is sent.
     #[inline]
     pub fn with_close(mut self) -> Self {
@@ -669,5 +703,31 @@ mod tests {
         let r = Response::text("x").with_header("content-type", "text/csv");
         assert_eq!(r.header("Content-Type"), Some("text/csv"));
         assert!(r.headers.is_empty());
+    }
+
+    /// A wrapper replaces a prepared field: every line of that name goes
+    /// (given or in the block, in any case), the others stay in order, and
+    /// a body beside the block keeps its bytes.
+    #[test]
+    fn without_header_drops_a_field_from_the_block_and_the_given_ones() {
+        let buf: Arc<dyn AsRef<[u8]> + Send + Sync> =
+            Arc::new(b"ETag: \"x\"\r\ncache-control: public\r\nX-A: 1\r\nhi".to_vec());
+        let block = HeaderBlock::from_lines(SharedBytes::slice(buf, 0..42).unwrap()).unwrap();
+        let r = Response::prepared_beside(200, block, 42..44)
+            .with_header("Cache-Control", "no-store")
+            .without_header("Cache-Control")
+            .with_header("Cache-Control", "private");
+        assert_eq!(r.block.as_ref().unwrap().as_bytes(), b"ETag: \"x\"\r\nX-A: 1\r\n");
+        assert_eq!(r.header("cache-control"), Some("private"));
+        assert_eq!(r.headers.len(), 1);
+        match &r.body {
+            Body::Shared(b) => assert_eq!(b.as_slice(), b"hi"),
+            _ => panic!("the body moved"),
+        }
+        // A block without the field is kept as it is.
+        let r = Response::text("x")
+            .with_header("X-B", "2")
+            .without_header("cache-control");
+        assert_eq!(r.header("x-b"), Some("2"));
     }
 }
