@@ -31,6 +31,10 @@ pub const KIND_RESOURCE: u8 = 1;
 pub const KIND_REDIRECT: u8 = 2;
 /// A `_redirects` rule with `*` or `:placeholders`, matched at lookup.
 pub const KIND_PATTERN: u8 = 3;
+/// A `_headers` `Basic-Auth` rule: its pattern (path) protects what it
+/// matches, its users are the location, `user:hash` pairs separated by
+/// spaces (hashes only: `pack` hashes plain passwords), status 401.
+pub const KIND_AUTH: u8 = 4;
 
 pub const FLAG_WILDCARD: u8 = 1;
 pub const FLAG_NOT_FOUND: u8 = 2;
@@ -45,17 +49,28 @@ pub const FLAG_KEEP_QUERY: u8 = 4;
 pub const FLAG_CANONICAL: u8 = 8;
 /// A `_redirects` pattern with `!`: matched before any lookup.
 pub const FLAG_FORCED: u8 = 16;
+/// A `Basic-Auth` rule some of whose passwords were written in the clear
+/// in `_headers` (and hashed by `pack`): worth a warning where they would
+/// be sent in the clear.
+pub const FLAG_FROM_PLAIN: u8 = 32;
 
 /// Header flag: the archive holds `_redirects` rules a reader must know
 /// to answer right (status 200 rewrites, 404 rules, forced patterns, query
 /// conditions). A reader that predates them refuses the archive (unknown
 /// flags) rather than sending a 200 with a `Location`.
 pub const HEADER_FLAG_RULES: u32 = 1;
+/// Header flag: the archive holds `Basic-Auth` rules (`KIND_AUTH`). A
+/// reader that predates them refuses the archive rather than serve the
+/// protected pages to anyone.
+pub const HEADER_FLAG_AUTH: u32 = 2;
 /// The header flags this reader knows.
-pub const HEADER_FLAGS_KNOWN: u32 = HEADER_FLAG_RULES;
+pub const HEADER_FLAGS_KNOWN: u32 = HEADER_FLAG_RULES | HEADER_FLAG_AUTH;
 
 /// The key a wildcard file is stored under: its folder and this suffix.
 pub const WILDCARD_KEY: &str = "\0wildcard";
+/// The key a `Basic-Auth` rule is stored under: this, then its pattern
+/// (`\0auth/admin/*`).
+pub const AUTH_KEY: &str = "\0auth";
 /// The key of a site's not-found page.
 pub const NOT_FOUND_KEY: &str = "/\0not-found";
 /// The key a folder's not-found page (`404.html`) is stored under: its

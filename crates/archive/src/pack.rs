@@ -13,7 +13,9 @@
 //! - `_headers` adds header fields by path pattern; `_redirects` lists
 //!   rules (Netlify syntax: redirects 301, 302, 307, 308, rewrites 200,
 //!   404s, `!`, `*` splats, `:placeholders`, query conditions); both are
-//!   compiled here, nothing is parsed at serve time but the patterns. The
+//!   compiled here, nothing is parsed at serve time but the patterns and
+//!   the users of `_headers`' `Basic-Auth` lines, whose plain passwords
+//!   are hashed here (bcrypt, `auth::BCRYPT_COST`): an archive holds none. The
 //!   parsers live in `peregrine_files::conventions`, which `serve DIR`
 //!   follows too, so a directory answers as its archive. A loop between
 //!   the rules and the 301s above is refused.
@@ -27,7 +29,7 @@ use std::time::UNIX_EPOCH;
 
 use peregrine_files::compress::{encode, Encoded};
 use peregrine_files::conventions::{find_redirect_loop, headers_for, loop_message, ordered, CleanUrls};
-pub use peregrine_files::conventions::{parse_headers, parse_redirects, HeaderRule, Redirect};
+pub use peregrine_files::conventions::{parse_headers, parse_redirects, HeaderRule, HeadersFile, Redirect};
 use peregrine_files::encoding::Encoding;
 
 use crate::format::*;
@@ -90,6 +92,9 @@ pub struct PackStats {
     pub skipped_symlinks: Vec<(String, SymlinkSkip)>,
     /// Symlinks to one of their own ancestor directories, not followed.
     pub skipped_loops: Vec<String>,
+    /// What the operator should know of the archive written (a `public`
+    /// dropped from protected answers).
+    pub warnings: Vec<String>,
 }
 
 /// Why `pack` did not follow a symlink. What it refuses, `serve DIR`
@@ -210,10 +215,24 @@ fn pack_site(opts: &PackOptions, w: &mut Writer, site: u32, root: &Path, stats: 
     if !errors.is_empty() {
         return Err(format!("cannot pack {}:\n  {}", root.display(), errors.join("\n  ")));
     }
-    let headers = match files.iter().find(|f| f.path == "/_headers") {
+    let headers_file = match files.iter().find(|f| f.path == "/_headers") {
         Some(f) => parse_headers(&read(&f.disk)?).map_err(|e| format!("{}: {e}", f.disk.display()))?,
-        None => Vec::new(),
+        None => HeadersFile::default(),
     };
+    // `Basic-Auth` rules, plain passwords hashed here: the archive holds
+    // hashes only (FORMAT.md, KIND_AUTH).
+    for rule in headers_file.sealed_auth() {
+        w.add_auth(site, &rule.pattern, &rule.users.text(), rule.users.from_plain())
+            .map_err(|e| e.to_string())?;
+    }
+    for pattern in headers_file.public_but_protected() {
+        stats.warnings.push(format!(
+            "{}/_headers: {pattern} is protected by Basic-Auth, so `Cache-Control: public` is dropped from \
+             its answers (they are private to the user who signed in)",
+            root.display()
+        ));
+    }
+    let headers = headers_file.fields;
     let redirects = match files.iter().find(|f| f.path == "/_redirects") {
         Some(f) => parse_redirects(&read(&f.disk)?).map_err(|e| format!("{}: {e}", f.disk.display()))?,
         None => Vec::new(),

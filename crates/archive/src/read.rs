@@ -8,6 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use peregrine::SharedBytes;
+use peregrine_files::auth::{AuthRule, Users};
 
 use crate::format::*;
 use crate::map::{self, Backing};
@@ -63,6 +64,9 @@ pub struct Archive {
     /// Pattern redirects with `!` (`FLAG_FORCED`), likewise: matched
     /// before any lookup.
     forced: Vec<(u32, usize)>,
+    /// `Basic-Auth` rules (`KIND_AUTH`), per site, in archive order (the
+    /// last that matches a path decides), users read and checked at open.
+    auth: Vec<(u32, AuthRule)>,
 }
 
 /// A variant of a resource, as stored.
@@ -154,6 +158,7 @@ impl Archive {
             strings_at: self.strings_at,
             patterns: self.patterns.clone(),
             forced: self.forced.clone(),
+            auth: self.auth.clone(),
         })
     }
 
@@ -280,10 +285,11 @@ impl Archive {
         let data_end = index_off as u64;
         let mut patterns = Vec::new();
         let mut forced = Vec::new();
+        let mut auth = Vec::new();
         for i in 0..n_entries {
             let at = entries_off + i * ENTRY_LEN;
             let kind = index[at + 4];
-            if !matches!(kind, KIND_RESOURCE | KIND_REDIRECT | KIND_PATTERN) {
+            if !matches!(kind, KIND_RESOURCE | KIND_REDIRECT | KIND_PATTERN | KIND_AUTH) {
                 return invalid(format!("entry {i} has unknown kind {kind}"));
             }
             if !in_strings(u32_at(index, at + 8), u32_at(index, at + 12))
@@ -298,6 +304,23 @@ impl Archive {
                     &mut patterns
                 };
                 list.push((u32_at(index, at), i));
+            }
+            if kind == KIND_AUTH {
+                let text = |off_at: usize| {
+                    let (off, len) = (u32_at(index, at + off_at) as usize, u32_at(index, at + off_at + 4) as usize);
+                    std::str::from_utf8(&index[strings_off + off..strings_off + off + len])
+                };
+                let rule = match (text(8), text(24)) {
+                    (Ok(pattern), Ok(users)) => {
+                        let from_plain = index[at + 5] & FLAG_FROM_PLAIN != 0;
+                        Users::parse(users).and_then(|u| AuthRule::new(pattern, u.with_from_plain(from_plain)))
+                    }
+                    _ => Err("not UTF-8".to_owned()),
+                };
+                match rule {
+                    Ok(rule) => auth.push((u32_at(index, at), rule)),
+                    Err(why) => return invalid(format!("entry {i}: a Basic-Auth rule that does not read: {why}")),
+                }
             }
             for j in 0..N_VARIANTS {
                 let v = variant_at(index, at + 32 + j * VARIANT_LEN);
@@ -334,6 +357,7 @@ impl Archive {
             strings_at: index_off + strings_off,
             patterns,
             forced,
+            auth,
         })
     }
 
@@ -473,6 +497,32 @@ impl Archive {
         !self.forced.is_empty()
     }
 
+    /// Whether any site has a `Basic-Auth` rule (else no request's path is
+    /// looked at for one).
+    pub fn has_auth(&self) -> bool {
+        !self.auth.is_empty()
+    }
+
+    /// The `Basic-Auth` rules of `site`, in archive order.
+    pub fn auth_rules(&self, site: u32) -> impl Iterator<Item = &AuthRule> {
+        self.auth.iter().filter(move |(s, _)| *s == site).map(|(_, r)| r)
+    }
+
+    /// Every `Basic-Auth` rule, with its site, in archive order.
+    pub fn all_auth_rules(&self) -> impl Iterator<Item = (u32, &AuthRule)> {
+        self.auth.iter().map(|(s, r)| (*s, r))
+    }
+
+    /// The users who may read `key` (a normalised path) of `site`: the
+    /// last rule's that covers it, if any.
+    pub fn auth_for(&self, site: u32, key: &str) -> Option<&Arc<Users>> {
+        self.auth
+            .iter()
+            .rev()
+            .find(|(s, r)| *s == site && r.covers(key))
+            .map(|(_, r)| &r.users)
+    }
+
     /// A range of the archive's bytes, shared without copying.
     pub fn shared(&self, off: u64, len: u64) -> SharedBytes {
         let start = off as usize;
@@ -536,6 +586,8 @@ impl<'a> Entry<'a> {
     fn has_key(&self, key: &[u8]) -> bool {
         if self.kind() == KIND_PATTERN {
             key.strip_prefix(b"\0pattern") == Some(self.path())
+        } else if self.kind() == KIND_AUTH {
+            key.strip_prefix(AUTH_KEY.as_bytes()) == Some(self.path())
         } else {
             key == self.path()
         }

@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use peregrine::{log, Body, BodyUse, FileRange, Handler, HeaderBlock, Reply, Request, Response};
+use peregrine_files::auth::{self, AuthRule, Gate};
 use peregrine_files::conventions::{self, RuleAnswer};
 use peregrine_files::encoding::Encoding;
 use peregrine_files::path;
@@ -54,6 +55,9 @@ struct Shared {
 #[derive(Clone)]
 pub struct ArchiveServer {
     shared: Arc<Shared>,
+    /// What checks credentials for paths a `Basic-Auth` rule protects
+    /// (`peregrine_files::auth`); without one they are answered 500.
+    gate: Option<Arc<dyn Gate>>,
 }
 
 impl ArchiveServer {
@@ -82,7 +86,23 @@ impl ArchiveServer {
             .name("peregrine-archive-watch".into())
             .spawn(move || watch(weak, identity))
             .map_err(|e| Invalid(format!("cannot start the archive watcher: {e}")))?;
-        Ok(ArchiveServer { shared })
+        Ok(ArchiveServer { shared, gate: None })
+    }
+
+    /// The same server (the same archive, swapped with it), asking `gate`
+    /// about every request to a path a `Basic-Auth` rule of the archive
+    /// being served protects.
+    pub fn with_gate(mut self, gate: Arc<dyn Gate>) -> Self {
+        self.gate = Some(gate);
+        self
+    }
+
+    /// The `Basic-Auth` rules of the archive served now, by site: each
+    /// rule's pattern, users, and whether some of its passwords were plain
+    /// in `_headers` (for the warnings at start).
+    pub fn protection(&self) -> Vec<(u32, AuthRule)> {
+        let archive = self.shared.current.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        archive.all_auth_rules().map(|(site, r)| (site, r.clone())).collect()
     }
 
     /// The generation being served: 1 at start, one more per swap.
@@ -100,6 +120,7 @@ impl ArchiveServer {
     pub fn counters(&self) -> ArchiveServer {
         ArchiveServer {
             shared: self.shared.clone(),
+            gate: None,
         }
     }
 
@@ -282,12 +303,42 @@ impl Handler for ArchiveServer {
             local.generation = generation;
             local.prepared.clear();
         }
-        respond(&mut local, req)
+        respond(&mut local, req, self.gate.as_deref())
     }
 }
 
+/// Answers `req`; a path a `Basic-Auth` rule protects goes to `gate`
+/// first, before anything is looked up (`peregrine_files::auth`), so that
+/// its answer is the gate's whether or not an entry is there.
 #[inline]
-fn respond(local: &mut Local, req: &Request<'_>) -> Reply {
+fn respond(local: &mut Local, req: &Request<'_>, gate: Option<&dyn Gate>) -> Reply {
+    if local.archive.has_auth() {
+        let archive = &local.archive;
+        let site = if archive.has_hosts() {
+            archive.site_for_host(req.host())
+        } else {
+            archive.default_site()
+        };
+        // Matched on the normalised path: `/%61dmin/` is `/admin/`.
+        if let Some(users) = path::normalize(req.path().as_bytes())
+            .ok()
+            .and_then(|p| archive.auth_for(site, &p.key()).cloned())
+        {
+            let Some(gate) = gate else {
+                return Reply::Now(auth::ungated());
+            };
+            return gate.guard(req, &users, &mut || match open(local, req) {
+                Reply::Now(response) => response,
+                _ => Response::error(500),
+            });
+        }
+    }
+    open(local, req)
+}
+
+/// Answers `req` from the archive, protected or not.
+#[inline]
+fn open(local: &mut Local, req: &Request<'_>) -> Reply {
     let head = match reply::method(req) {
         Method::Get => false,
         Method::Head => true,

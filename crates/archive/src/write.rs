@@ -229,6 +229,31 @@ impl Writer {
         )
     }
 
+    /// Adds a `Basic-Auth` rule: `pattern` protected for `users` (their
+    /// `Users::text`, hashes only), flagged `FLAG_FROM_PLAIN` when some
+    /// passwords were plain in `_headers`. Rules are added in `_headers`
+    /// order (a reader takes the last that matches), each pattern once
+    /// (`parse_headers` keeps a pattern's last rule).
+    pub fn add_auth(&mut self, site: u32, pattern: &str, users: &str, from_plain: bool) -> io::Result<()> {
+        self.header_flags |= HEADER_FLAG_AUTH;
+        let key = format!("{AUTH_KEY}{pattern}");
+        let path_s = self.string(pattern.as_bytes())?;
+        let location_s = self.string(users.as_bytes())?;
+        self.push(
+            EntryOut {
+                site,
+                kind: KIND_AUTH,
+                flags: if from_plain { FLAG_FROM_PLAIN } else { 0 },
+                status: 401,
+                path: path_s,
+                last_modified: 0,
+                location: location_s,
+                variants: [VariantOut::default(); N_VARIANTS],
+            },
+            key.as_bytes(),
+        )
+    }
+
     /// Routes requests for `host` (lower case, no port) to `site`.
     pub fn add_host(&mut self, host: &str, site: u32) -> io::Result<()> {
         let (off, len) = self.string(host.to_ascii_lowercase().as_bytes())?;

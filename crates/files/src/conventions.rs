@@ -23,19 +23,68 @@
 //! `peregrine::pattern`, the matcher the engine's router uses.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
 use peregrine::pattern::Pattern;
+
+use crate::auth::{self, AuthRule, Secret, Users};
 
 /// A `_headers` rule: a path pattern and its fields.
 pub type HeaderRule = (String, Vec<(String, String)>);
 
+/// A `_headers` `Basic-Auth` line: its pattern, and its users as written
+/// (plain passwords or hashes; [`crate::auth::seal`] hashes the plain).
+pub type CredentialRule = (String, Vec<(String, Secret)>);
+
+/// A `_headers` file read: the fields by pattern, and the patterns
+/// Netlify's `Basic-Auth` lines protect.
+#[derive(Debug, Default)]
+pub struct HeadersFile {
+    /// Fields added to the answers of matching paths, in file order.
+    pub fields: Vec<HeaderRule>,
+    /// Protected patterns, in file order (the last that matches decides).
+    pub auth: Vec<CredentialRule>,
+}
+
+impl HeadersFile {
+    /// The protected patterns with their plain passwords hashed
+    /// ([`crate::auth::seal`]): what `serve DIR` checks and `pack` stores.
+    pub fn sealed_auth(&self) -> Vec<AuthRule> {
+        self.auth
+            .iter()
+            .map(|(pattern, creds)| {
+                AuthRule::new(pattern, auth::seal(creds.clone())).expect("the pattern was checked when read")
+            })
+            .collect()
+    }
+
+    /// Patterns a `Basic-Auth` line protects whose fields say
+    /// `Cache-Control: public` (from any rule that matches the pattern's
+    /// own text): `public` is dropped from their answers, and the operator
+    /// is told at start.
+    pub fn public_but_protected(&self) -> Vec<String> {
+        self.auth
+            .iter()
+            .filter(|(pattern, _)| {
+                headers_for(&self.fields, pattern)
+                    .iter()
+                    .any(|(n, v)| n.eq_ignore_ascii_case("cache-control") && auth::says_public(v))
+            })
+            .map(|(p, _)| p.clone())
+            .collect()
+    }
+}
+
 /// Netlify/Cloudflare `_headers`: a path pattern line, then indented
 /// `Name: value` lines. `#` starts a comment. Netlify's `Basic-Auth` line
-/// (a password for the pattern's paths) is refused, never sent as a
-/// field: it is no header, and sending it would publish the password.
-pub fn parse_headers(text: &[u8]) -> Result<Vec<HeaderRule>, String> {
+/// (`Basic-Auth: alice:pw bob:pw2`, users separated by spaces) protects
+/// the pattern's paths with those users' passwords; it is never sent as a
+/// field (that would publish the password). One per pattern line. Errors
+/// name lines and users, never a password.
+pub fn parse_headers(text: &[u8]) -> Result<HeadersFile, String> {
     let text = std::str::from_utf8(text).map_err(|_| "not UTF-8".to_owned())?;
-    let mut rules: Vec<HeaderRule> = Vec::new();
+    let mut out = HeadersFile::default();
+    let mut protected_at: Option<usize> = None;
     for (n, line) in text.lines().enumerate() {
         let n = n + 1;
         if line.trim().is_empty() || line.trim_start().starts_with('#') {
@@ -47,10 +96,11 @@ pub fn parse_headers(text: &[u8]) -> Result<Vec<HeaderRule>, String> {
             }
             let pattern = line.trim();
             Pattern::parse(pattern).map_err(|e| format!("line {n}: {e}"))?;
-            rules.push((pattern.to_owned(), Vec::new()));
+            out.fields.push((pattern.to_owned(), Vec::new()));
+            protected_at = None;
             continue;
         }
-        let Some(rule) = rules.last_mut() else {
+        let Some(rule) = out.fields.last_mut() else {
             return Err(format!("line {n}: a header before any path pattern"));
         };
         let Some((name, value)) = line.trim().split_once(':') else {
@@ -58,19 +108,24 @@ pub fn parse_headers(text: &[u8]) -> Result<Vec<HeaderRule>, String> {
         };
         let (name, value) = (name.trim(), value.trim());
         if name.eq_ignore_ascii_case("basic-auth") {
-            // Netlify reads this line as a password on the pattern's
-            // paths. Sent as a header it would publish the password to
-            // every client and leave the pages open.
-            return Err(format!(
-                "line {n}: `{name}` is Netlify's password protection, which this server does not \
-                 implement yet: sent as a response header it would publish the password to every \
-                 client and leave the pages open; remove the line"
-            ));
+            if let Some(first) = protected_at {
+                return Err(format!(
+                    "line {n}: a second `{name}` for {} (the first is on line {first}): put every user on one line",
+                    rule.0
+                ));
+            }
+            let creds = auth::parse_credentials(value, true).map_err(|e| format!("line {n}: `{name}`: {e}"))?;
+            // A pattern protected again further down: the later rule
+            // decides (the last that matches), so the earlier goes.
+            out.auth.retain(|(p, _)| *p != rule.0);
+            out.auth.push((rule.0.clone(), creds));
+            protected_at = Some(n);
+            continue;
         }
         peregrine::HeaderBlock::new(&[(name, value)]).map_err(|e| format!("line {n}: {e}"))?;
         rule.1.push((name.to_owned(), value.to_owned()));
     }
-    Ok(rules)
+    Ok(out)
 }
 
 /// A `_redirects` rule.
@@ -398,6 +453,10 @@ type OrderedRule = (Pattern, Vec<(String, String)>, u16, String);
 #[derive(Default)]
 pub struct Conventions {
     headers: Vec<HeaderRule>,
+    /// `Basic-Auth` rules, plain passwords hashed (`HeadersFile::sealed_auth`).
+    auth: Vec<AuthRule>,
+    /// Protected patterns whose `_headers` fields say `public`.
+    public_but_protected: Vec<String>,
     /// Literal FROMs with `!`: looked up before any file.
     forced: HashMap<String, (u16, String)>,
     /// Ordered rules with `!`, in file order: tried before any file.
@@ -416,7 +475,10 @@ impl Conventions {
     pub fn new(headers: Option<&[u8]>, redirects: Option<&[u8]>) -> Result<Self, String> {
         let mut c = Conventions::default();
         if let Some(text) = headers {
-            c.headers = parse_headers(text).map_err(|e| format!("_headers: {e}"))?;
+            let file = parse_headers(text).map_err(|e| format!("_headers: {e}"))?;
+            c.auth = file.sealed_auth();
+            c.public_but_protected = file.public_but_protected();
+            c.headers = file.fields;
         }
         if let Some(text) = redirects {
             let rules = parse_redirects(text).map_err(|e| format!("_redirects: {e}"))?;
@@ -461,6 +523,28 @@ impl Conventions {
             return Some(RuleAnswer::new(*status, to.clone()));
         }
         first_applying(&self.forced_ordered, key, query)
+    }
+
+    /// Whether `_headers` protects any path (else no path is looked at).
+    pub fn has_auth(&self) -> bool {
+        !self.auth.is_empty()
+    }
+
+    /// The users who may read `key` (a normalised site path), if a
+    /// `Basic-Auth` rule protects it.
+    pub fn auth_for(&self, key: &str) -> Option<&Arc<Users>> {
+        auth::auth_for(&self.auth, key)
+    }
+
+    /// The `Basic-Auth` rules.
+    pub fn auth_rules(&self) -> &[AuthRule] {
+        &self.auth
+    }
+
+    /// Protected patterns whose `_headers` fields say `Cache-Control:
+    /// public` (dropped from their answers).
+    pub fn public_but_protected(&self) -> &[String] {
+        &self.public_but_protected
     }
 
     /// Whether any rule is forced (else the lookup is skipped).
@@ -573,14 +657,35 @@ mod tests {
         );
     }
 
+    /// Netlify's `Basic-Auth` line protects its pattern and is never a
+    /// field; users are separated by spaces; errors name the line, never
+    /// the password.
     #[test]
-    fn a_netlify_basic_auth_line_is_refused_never_sent() {
-        for line in ["Basic-Auth: alice:s3cret", "basic-auth: alice:s3cret bob:pw"] {
-            let text = format!("/private/*\n  X-A: 1\n  {line}\n");
-            let e = parse_headers(text.as_bytes()).unwrap_err();
-            assert!(e.starts_with("line 3: `"), "{e}");
-            assert!(e.contains("password protection") && !e.contains("s3cret"), "{e}");
+    fn a_netlify_basic_auth_line_protects_its_pattern_and_is_never_a_field() {
+        let text = "/private/*\n  X-A: 1\n  basic-auth: alice:s3cret bob:pw\n  Cache-Control: public\n/other\n  X-B: 2\n";
+        let file = parse_headers(text.as_bytes()).unwrap();
+        assert_eq!(file.fields.len(), 2);
+        assert!(file.fields.iter().all(|(_, f)| f.iter().all(|(n, _)| !n.eq_ignore_ascii_case("basic-auth"))));
+        assert_eq!(file.auth.len(), 1);
+        assert_eq!(file.auth[0].0, "/private/*");
+        assert_eq!(file.auth[0].1.len(), 2);
+        assert_eq!(file.public_but_protected(), vec!["/private/*".to_owned()]);
+        for (bad, why) in [
+            ("/a\n  Basic-Auth: alice\n", "line 2: `Basic-Auth`: expected user:password"),
+            ("/a\n  Basic-Auth: alice:s3cret\n  Basic-Auth: bob:s3cret\n", "line 3: a second"),
+            ("/a\n  Basic-Auth: alice:s3cret alice:s3cret2\n", "\"alice\" is given twice"),
+        ] {
+            let e = parse_headers(bad.as_bytes()).unwrap_err();
+            assert!(e.contains(why), "{e}");
+            assert!(!e.contains("s3cret"), "{e}");
         }
+        let c = Conventions::new(Some(text.as_bytes()), None).unwrap();
+        assert!(c.has_auth());
+        let users = c.auth_for("/private/x").unwrap();
+        assert!(users.hash_of("alice").unwrap().verify(b"s3cret"));
+        assert!(c.auth_for("/other").is_none());
+        // Its fields are still the pattern's, Basic-Auth not among them.
+        assert!(c.headers_for("/private/x").iter().all(|(n, _)| n != "basic-auth"));
     }
 
     #[test]
@@ -703,7 +808,9 @@ mod tests {
 
     #[test]
     fn headers_parse_merge_and_refuse() {
-        let rules = parse_headers(b"/*\n  X-A: 1\n  Cache-Control: no-cache\n/a/*\n  x-a: 2\n").unwrap();
+        let rules = parse_headers(b"/*\n  X-A: 1\n  Cache-Control: no-cache\n/a/*\n  x-a: 2\n")
+            .unwrap()
+            .fields;
         assert_eq!(
             headers_for(&rules, "/a/b"),
             vec![("Cache-Control".into(), "no-cache".into()), ("x-a".into(), "2".into())]

@@ -22,6 +22,7 @@
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
+pub mod auth;
 mod cache;
 pub mod compress;
 pub mod conditional;
@@ -226,6 +227,9 @@ impl std::error::Error for Error {}
 /// Serves a directory. Cheap to share: workers keep their own caches.
 pub struct FileServer {
     inner: Arc<serve::Site>,
+    /// What checks credentials for paths `_headers` protects
+    /// ([`auth`]); without one they are answered 500.
+    gate: Option<Arc<dyn auth::Gate>>,
 }
 
 impl FileServer {
@@ -234,13 +238,31 @@ impl FileServer {
         static NEXT_ID: AtomicU64 = AtomicU64::new(0);
         let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
         let site = serve::Site::new(options, id)?;
-        Ok(FileServer { inner: Arc::new(site) })
+        Ok(FileServer {
+            inner: Arc::new(site),
+            gate: None,
+        })
+    }
+
+    /// The same server, asking `gate` about every request to a path a
+    /// `_headers` `Basic-Auth` rule protects.
+    pub fn with_gate(mut self, gate: Arc<dyn auth::Gate>) -> Self {
+        self.gate = Some(gate);
+        self
+    }
+
+    /// The `Basic-Auth` rules `_headers` had when the server was made,
+    /// and the protected patterns whose fields say `Cache-Control:
+    /// public` (dropped from their answers): for the warnings at start.
+    /// Edits later are followed as for every rule.
+    pub fn protection(&self) -> (Vec<auth::AuthRule>, Vec<String>) {
+        self.inner.protection()
     }
 }
 
 impl Handler for FileServer {
     fn call(&self, req: &Request<'_>) -> Reply {
-        Reply::Now(self.inner.respond(req))
+        self.inner.call(req, self.gate.as_deref())
     }
 
     /// Files are answered from the head alone (a 405 for a POST, the file

@@ -19,8 +19,9 @@ use std::rc::Rc;
 use std::time::Instant;
 
 use globset::{Glob, GlobMatcher};
-use peregrine::{Request, Response};
+use peregrine::{Reply, Request, Response};
 
+use crate::auth::{self, Gate};
 use crate::cache::{self, Resource};
 use crate::conventions::{self, CleanUrls, Conventions, RuleAnswer};
 use crate::encoding::Encoding;
@@ -59,6 +60,9 @@ pub struct Site {
     root: sys::Root,
     options: Options,
     rules: Vec<(GlobMatcher, String)>,
+    /// `_headers`' `Basic-Auth` rules at start, and the protected
+    /// patterns it says `public` for (`FileServer::protection`).
+    protection: (Vec<auth::AuthRule>, Vec<String>),
 }
 
 impl Site {
@@ -99,11 +103,12 @@ impl Site {
                 return Err(Error(format!("bad index file name {name:?}")));
             }
         }
-        let site = Site {
+        let mut site = Site {
             id,
             root,
             options,
             rules,
+            protection: (Vec::new(), Vec::new()),
         };
         // A bad `_headers` or `_redirects` refuses the start, as it
         // refuses `pack` (and `check-config` says so).
@@ -117,7 +122,13 @@ impl Site {
                 conventions::loop_message(&paths)
             )));
         }
+        site.protection = (rules.auth_rules().to_vec(), rules.public_but_protected().to_vec());
         Ok(site)
+    }
+
+    /// `_headers`' `Basic-Auth` rules at start (`FileServer::protection`).
+    pub fn protection(&self) -> (Vec<auth::AuthRule>, Vec<String>) {
+        self.protection.clone()
     }
 
     /// A loop between the `_redirects` rules and this directory's own
@@ -278,7 +289,29 @@ impl Site {
         names.iter().find(|n| !is_sibling(n)).cloned()
     }
 
-    pub fn respond(&self, req: &Request<'_>) -> Response {
+    /// Answers `req`; a path a `_headers` `Basic-Auth` rule protects goes
+    /// to `gate` first, before anything is looked up (`auth`), so that
+    /// its answer is the gate's whether or not a file is there.
+    pub fn call(&self, req: &Request<'_>, gate: Option<&dyn Gate>) -> Reply {
+        let now = peregrine::now();
+        let rules = self.conventions(now);
+        if rules.has_auth() {
+            // Matched on the normalised path: `/%61dmin/` is `/admin/`. A
+            // path that does not normalise gets its 400 below.
+            if let Some(users) = path::normalize(req.path().as_bytes())
+                .ok()
+                .and_then(|p| rules.auth_for(&p.key()).cloned())
+            {
+                let Some(gate) = gate else {
+                    return Reply::Now(auth::ungated());
+                };
+                return gate.guard(req, &users, &mut || self.respond(req, &rules, now));
+            }
+        }
+        Reply::Now(self.respond(req, &rules, now))
+    }
+
+    fn respond(&self, req: &Request<'_>, rules: &Rc<Conventions>, now: Instant) -> Response {
         // 1. Method (RFC 9110 §9.3).
         let head = match reply::method(req) {
             Method::Get => false,
@@ -286,9 +319,8 @@ impl Site {
             Method::Answer(answer) => return answer,
         };
         let raw = req.path().as_bytes();
-        let now = peregrine::now();
         let fields = Fields::scan(req);
-        let rules = self.conventions(now);
+        let rules = rules.clone();
         // A forced rule shadows any file, cached or not. A raw path
         // without escapes or dot segments is already its key.
         let plain = path::is_key(req.path());
