@@ -1,7 +1,8 @@
 //! `_headers` and `_redirects` files (what `pack` compiles) on arbitrary
 //! bytes: never panics; what is accepted is well formed (patterns and FROM
 //! start with `/`, fields make a valid header block, statuses are
-//! redirects, rewrites or 404s), and the patterns and query conditions can
+//! redirects, rewrites or 404s; a `Basic-Auth` line is never a field),
+//! and the patterns and query conditions can
 //! be matched and substituted.
 #![no_main]
 
@@ -13,8 +14,14 @@ use peregrine_files::conventions::{rule_captures, RuleAnswer};
 const PATHS: [&str; 4] = ["/", "/a/b.html", "/blog/2024/post", "/assets/x/y.css"];
 
 fuzz_target!(|text: &[u8]| {
-    if let Ok(rules) = parse_headers(text) {
-        for (pattern, fields) in &rules {
+    if let Ok(file) = parse_headers(text) {
+        // A `Basic-Auth` line is never a field, and its pattern parses.
+        for (pattern, users) in &file.auth {
+            assert!(peregrine::pattern::Pattern::parse(pattern).is_ok());
+            assert!(!users.is_empty());
+        }
+        for (pattern, fields) in &file.fields {
+            assert!(fields.iter().all(|(n, _)| !n.eq_ignore_ascii_case("basic-auth")));
             assert!(pattern.starts_with('/'));
             let fields: Vec<(&str, &str)> = fields.iter().map(|(n, v)| (n.as_str(), v.as_str())).collect();
             peregrine::HeaderBlock::new(&fields).expect("accepted fields are valid");

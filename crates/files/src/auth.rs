@@ -440,6 +440,14 @@ pub fn private_cache_control(value: Option<&str>) -> String {
     out.join(", ")
 }
 
+/// Whether a `Cache-Control` value says `private` (an answer
+/// authentication made private).
+pub fn says_private(value: &str) -> bool {
+    value
+        .split(',')
+        .any(|d| d.split('=').next().unwrap_or_default().trim().eq_ignore_ascii_case("private"))
+}
+
 /// Whether a `Cache-Control` value says `public`: dropped from protected
 /// answers, which the operator is told at start.
 pub fn says_public(value: &str) -> bool {

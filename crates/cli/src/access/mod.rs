@@ -1,8 +1,9 @@
 //! Access control of a route (issue 27): IP rules ([`ip`]), a rate limit
-//! per client ([`rate`]) and CORS ([`cors`]), as one handler wrapped
-//! around the route's own (files, an archive, a redirect), so that each
-//! works the same whatever answers, over every protocol (the engine gives
-//! the one handler HTTP/1.1, HTTP/2 and HTTP/3 requests alike).
+//! per client ([`rate`]), CORS ([`cors`]) and Basic authentication
+//! ([`basic`]), as one handler wrapped around the route's own (files, an
+//! archive, a redirect), so that each works the same whatever answers,
+//! over every protocol (the engine gives the one handler HTTP/1.1, HTTP/2
+//! and HTTP/3 requests alike).
 //!
 //! The order, before the wrapped handler looks at anything (redirects,
 //! lookup, conditionals, ranges), so a refused request is refused whether
@@ -10,16 +11,29 @@
 //! 1. IP rules: a client they refuse gets 403;
 //! 2. the rate limit: a client whose bucket is empty gets 429 with
 //!    `Retry-After` (preflights count: they are requests);
-//! 3. a CORS preflight is answered (204 or 403);
-//! 4. the wrapped handler answers.
+//! 3. a CORS preflight is answered (204 or 403): browsers send no
+//!    credentials with one, so it comes before authentication;
+//! 4. the route's `basic-auth`: 401 without the right credentials, 429
+//!    after too many failures, the answer only once they are proven (off
+//!    the event loop: `basic.rs`);
+//! 5. the wrapped handler answers.
 //!
-//! With CORS, every answer — the refusals of 1 and 2 included, so a
+//! With CORS, every answer — the refusals of 1, 2 and 4 included, so a
 //! script can read its 429 — varies on `Origin` and carries the
-//! `Access-Control-*` fields an allowed origin gets.
+//! `Access-Control-*` fields an allowed origin gets; the route's
+//! `headers` come last ([`Finish`]). An answer sent from another thread
+//! (a deferred check) gets the same from its [`basic::Guard`].
 //!
-//! A route with none of these has no wrapper at all ([`wrap`] returns its
-//! handler as it is): nothing is checked, nothing is paid.
+//! Paths `_headers` protects (`Basic-Auth` lines) are checked by the file
+//! or archive server itself, which asks a [`basic::Guard`] (its `Gate`)
+//! before its own lookup: whether a path is protected is known only
+//! there, and may change with an edit or a new archive.
+//!
+//! A route with none of these (nor `headers`) has no wrapper at all
+//! ([`wrap`] returns its handler as it is): nothing is checked, nothing
+//! is paid.
 
+pub(crate) mod basic;
 pub(crate) mod cors;
 pub(crate) mod ip;
 pub(crate) mod rate;
@@ -27,27 +41,88 @@ pub(crate) mod rate;
 use std::sync::Arc;
 
 use peregrine::{BodyUse, Handler, Reply, Request, Response};
+use peregrine_files::auth::{self, Gate};
 
+pub(crate) use basic::BasicAuth;
 pub(crate) use cors::Cors;
 pub(crate) use ip::IpRules;
 pub(crate) use rate::RateLimit;
 
+/// A route's access rules, as read.
+#[derive(Default)]
+pub(crate) struct Rules<'a> {
+    pub(crate) ip: Option<&'a IpRules>,
+    pub(crate) rate_limit: Option<&'a RateLimit>,
+    pub(crate) cors: Option<&'a Cors>,
+    /// The route's `basic-auth` and the guard that checks it.
+    pub(crate) basic: Option<(&'a BasicAuth, Arc<basic::Guard>)>,
+    /// The route's `headers`, added to every answer.
+    pub(crate) headers: &'a [(String, String)],
+}
+
 /// `inner` behind the route's rules: `inner` itself when there are none.
-pub(crate) fn wrap(
-    inner: Arc<dyn Handler>,
-    ip: Option<&IpRules>,
-    rate_limit: Option<&RateLimit>,
-    cors: Option<&Cors>,
-) -> Arc<dyn Handler> {
-    if ip.is_none() && rate_limit.is_none() && cors.is_none() {
+pub(crate) fn wrap(inner: Arc<dyn Handler>, rules: Rules<'_>) -> Arc<dyn Handler> {
+    if rules.ip.is_none()
+        && rules.rate_limit.is_none()
+        && rules.cors.is_none()
+        && rules.basic.is_none()
+        && rules.headers.is_empty()
+    {
         return inner;
     }
     Arc::new(Access {
         inner,
-        ip: ip.cloned(),
-        rate: rate_limit.map(|r| rate::Table::new(r.clone(), rate::ENTRIES_MAX)),
-        cors: cors.cloned(),
+        ip: rules.ip.cloned(),
+        rate: rules.rate_limit.map(|r| rate::Table::new(r.clone(), rate::ENTRIES_MAX)),
+        cors: rules.cors.cloned(),
+        basic: rules.basic.map(|(b, guard)| (b.users.clone(), guard)),
+        finish: Finish::new(rules.cors, rules.headers),
     })
+}
+
+/// What a route adds to every answer it gives: the CORS fields for the
+/// request's origin, then its `headers`. An answer made private by
+/// authentication stays private: a route's `Cache-Control` is merged into
+/// it without `public` (`auth::private_cache_control`).
+#[derive(Clone, Default)]
+pub(crate) struct Finish {
+    cors: Option<Cors>,
+    headers: Vec<(String, String)>,
+}
+
+impl Finish {
+    pub(crate) fn new(cors: Option<&Cors>, headers: &[(String, String)]) -> Finish {
+        Finish {
+            cors: cors.cloned(),
+            headers: headers.to_vec(),
+        }
+    }
+
+    /// `resp` with the CORS fields for `origin` and the route's fields.
+    pub(crate) fn apply(&self, resp: Response, origin: Option<&str>) -> Response {
+        let resp = match &self.cors {
+            Some(cors) => cors.decorate(resp, origin),
+            None => resp,
+        };
+        self.fields(resp)
+    }
+
+    /// `resp` with the route's fields.
+    fn fields(&self, mut resp: Response) -> Response {
+        if self.headers.is_empty() {
+            return resp;
+        }
+        let private = resp.header("cache-control").is_some_and(auth::says_private);
+        for (name, value) in &self.headers {
+            if private && name.eq_ignore_ascii_case("cache-control") {
+                let merged = auth::private_cache_control(Some(value));
+                resp = resp.without_header("cache-control").with_header("Cache-Control", merged);
+            } else {
+                resp = resp.with_header(name.clone(), value.clone());
+            }
+        }
+        resp
+    }
 }
 
 /// A route's handler behind its rules (the module's documentation says
@@ -58,6 +133,9 @@ struct Access {
     /// The route's buckets, shared by every worker.
     rate: Option<rate::Table>,
     cors: Option<Cors>,
+    /// The route's users, and the guard that checks them.
+    basic: Option<(Arc<peregrine_files::auth::Users>, Arc<basic::Guard>)>,
+    finish: Finish,
 }
 
 impl Access {
@@ -89,24 +167,30 @@ impl Handler for Access {
     fn call(&self, req: &Request<'_>) -> Reply {
         let origin = req.header("origin");
         if let Some(refusal) = self.refusal(req) {
-            let refusal = match &self.cors {
-                Some(cors) => cors.decorate(refusal, origin),
-                None => refusal,
-            };
-            return Reply::Now(refusal);
+            return Reply::Now(self.finish.apply(refusal, origin));
         }
-        let Some(cors) = &self.cors else {
-            return self.inner.call(req);
+        if let Some(cors) = &self.cors {
+            if Cors::is_preflight(req) {
+                let method = req.header("access-control-request-method").unwrap_or_default();
+                let fields = req.header("access-control-request-headers");
+                let preflight = cors.preflight(origin.unwrap_or_default(), method, fields);
+                return Reply::Now(self.finish.fields(preflight));
+            }
+        }
+        let reply = match &self.basic {
+            // Files, archives and redirects answer at once: their answer
+            // is made first and sent only once the credentials are proven.
+            Some((users, guard)) => guard.guard(req, users, &mut || match self.inner.call(req) {
+                Reply::Now(resp) => resp,
+                _ => Response::error(500),
+            }),
+            None => self.inner.call(req),
         };
-        if Cors::is_preflight(req) {
-            let method = req.header("access-control-request-method").unwrap_or_default();
-            let fields = req.header("access-control-request-headers");
-            return Reply::Now(cors.preflight(origin.unwrap_or_default(), method, fields));
-        }
-        match self.inner.call(req) {
-            Reply::Now(resp) => Reply::Now(cors.decorate(resp, origin)),
-            // Files, archives and redirects answer at once; a handler that
-            // defers or upgrades (none yet behind a route) answers itself.
+        match reply {
+            Reply::Now(resp) => Reply::Now(self.finish.apply(resp, origin)),
+            // A deferred check's answer is finished by its guard; a
+            // handler that defers or upgrades (none yet behind a route)
+            // answers itself.
             other => other,
         }
     }

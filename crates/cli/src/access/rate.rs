@@ -175,6 +175,21 @@ impl Table {
         shard.bucket(key).take(now, self.interval, self.limit.burst)
     }
 
+    /// What [`Table::take`] would say at `now`, taking nothing: a client
+    /// the table does not know has a full bucket (and is not added).
+    pub(crate) fn peek(&self, key: u128, now: u64) -> Verdict {
+        let hash = self.hasher.hash_one(key);
+        let shard = &self.shards[(hash as usize) % self.shards.len()];
+        let shard = shard.lock().unwrap_or_else(|e| e.into_inner());
+        match shard.map.get(&key) {
+            None => Verdict::Allowed,
+            Some(&idx) => {
+                let mut bucket = shard.slots[idx as usize].bucket;
+                bucket.take(now, self.interval, self.limit.burst)
+            }
+        }
+    }
+
     /// Clients remembered now, over all shards (for tests).
     #[cfg(test)]
     fn len(&self) -> usize {

@@ -14,6 +14,8 @@ use peregrine_archive::ArchiveServer;
 use peregrine_files::FileServer;
 
 use super::{Generation, Origin, Process, Role, ServedArchive};
+use crate::access::basic::{self, Guard, Verifier};
+use crate::access::Finish;
 use crate::commands::serve::is_archive_root;
 use crate::config;
 use crate::flags::{Command, ServerArgs};
@@ -293,14 +295,24 @@ fn start(
         return Ok((running, Vec::new()));
     };
     let previous = previous.map_or(&[][..], |p| &p.archives[..]);
+    // Credentials are checked by this generation's verifier (its threads
+    // start with the first check, and end with the generation).
+    let verifier = Verifier::new();
     if !sites.is_empty() {
         let access_log = command.server_args().access_log.as_deref();
-        let built = super::sites::build(sites, access_log, previous)?;
+        let built = super::sites::build(sites, access_log, previous, &verifier)?;
         let running = srv.start_sites(built.sites)?;
         return Ok((running, built.archives));
     }
+    // Paths `_headers` protects, with no site to name the realm.
+    let gate = Arc::new(Guard {
+        verifier,
+        realm: basic::REALM_DEFAULT.to_owned(),
+        finish: Finish::default(),
+        checked_outside: false,
+    });
     if !is_archive_root(root, files, archive)? {
-        let files = FileServer::new(files.options(root.clone()))?;
+        let files = FileServer::new(files.options(root.clone()))?.with_gate(gate);
         return Ok((srv.start(sandbox::planted_bug(files))?, Vec::new()));
     }
     let mode = archive.mode();
@@ -309,7 +321,7 @@ fn start(
         Some(same) => (same.server.clone(), true),
         None => (ArchiveServer::open(root, mode)?, false),
     };
-    let running = srv.start(sandbox::planted_bug(server.clone()))?;
+    let running = srv.start(sandbox::planted_bug(server.clone().with_gate(gate)))?;
     let served = ServedArchive {
         root: root.clone(),
         mode,

@@ -21,7 +21,8 @@ use peregrine_archive::ArchiveServer;
 use peregrine_files::FileServer;
 
 use super::ServedArchive;
-use crate::access;
+use crate::access::basic::{Guard, Verifier};
+use crate::access::{self, Finish};
 use crate::flags::{ServeArchiveArgs, TlsArgs};
 use crate::sites::{route_for, HandlerSpec, RootKind, SiteSpec};
 
@@ -37,27 +38,49 @@ pub(super) struct Built {
 /// path and mode are the same. A site whose access log is the server's
 /// (`access_log`, which it inherits unless it names its own) writes to
 /// the server's: one file, opened once.
-pub(super) fn build(specs: &[SiteSpec], access_log: Option<&str>, previous: &[ServedArchive]) -> anyhow::Result<Built> {
+pub(super) fn build(
+    specs: &[SiteSpec],
+    access_log: Option<&str>,
+    previous: &[ServedArchive],
+    verifier: &Arc<Verifier>,
+) -> anyhow::Result<Built> {
     let mut archives: Vec<ServedArchive> = Vec::new();
     let mut sites = Vec::with_capacity(specs.len());
     for spec in specs {
         let label = &spec.names[0];
+        // The realm a 401 names: the route's, else the site's name.
+        let guard = |realm: &str, finish: Finish, checked_outside: bool| {
+            Arc::new(Guard {
+                verifier: verifier.clone(),
+                realm: realm.to_owned(),
+                finish,
+                checked_outside,
+            })
+        };
+        // `_headers`' `Basic-Auth` rules are the file or archive server's
+        // to find; the guard checks what they protect.
         let root: Arc<dyn Handler> = match spec.kind {
-            RootKind::Directory => Arc::new(files(&spec.root, spec)?),
-            RootKind::Archive => Arc::new(archive(&spec.root, &spec.archive, label, previous, &mut archives)?),
+            RootKind::Directory => Arc::new(files(&spec.root, spec)?.with_gate(guard(label, Finish::default(), false))),
+            RootKind::Archive => Arc::new(
+                archive(&spec.root, &spec.archive, label, previous, &mut archives)?
+                    .with_gate(guard(label, Finish::default(), false)),
+            ),
         };
         let mut routes = Vec::with_capacity(spec.routes.len());
         for route in &spec.routes {
-            // Basic and forward auth's slot (no value exists yet): it will
-            // wrap the route's handler here too, before the handler answers.
-            let _: Option<()> = route.auth.as_ref().map(|a| match *a {});
+            let realm = route.basic_auth.as_ref().and_then(|b| b.realm.as_deref()).unwrap_or(label);
+            let finish = Finish::new(route.cors.as_ref(), &route.headers);
+            // Where the route has its own `basic-auth`, it decides: the
+            // handler's `_headers` rules are not asked again.
+            let inner_gate = guard(realm, finish.clone(), route.basic_auth.is_some());
             let handler: Arc<dyn Handler> = match &route.handler {
                 HandlerSpec::Files { root, files } => Arc::new(
                     FileServer::new(files.options(root.clone()))
-                        .with_context(|| format!("site {label}, route {}: {}", route.path, root.display()))?,
+                        .with_context(|| format!("site {label}, route {}: {}", route.path, root.display()))?
+                        .with_gate(inner_gate),
                 ),
                 HandlerSpec::Archive { root, archive: a } => {
-                    Arc::new(archive(root, a, label, previous, &mut archives)?)
+                    Arc::new(archive(root, a, label, previous, &mut archives)?.with_gate(inner_gate))
                 }
                 HandlerSpec::Redirect { to, status } => Arc::new(Redirect {
                     pattern: route.pattern.clone(),
@@ -66,18 +89,20 @@ pub(super) fn build(specs: &[SiteSpec], access_log: Option<&str>, previous: &[Se
                 }),
                 HandlerSpec::Proxy(never) => match *never {},
             };
-            // IP rules, rate limit and CORS, before the handler looks at
-            // anything; no wrapper at all on a route without them.
+            // IP rules, rate limit, CORS and Basic auth before the handler
+            // looks at anything, the route's fields after; no wrapper at
+            // all on a route without them.
             let handler = access::wrap(
                 handler,
-                route.ip.as_ref(),
-                route.rate_limit.as_ref(),
-                route.cors.as_ref(),
+                access::Rules {
+                    ip: route.ip.as_ref(),
+                    rate_limit: route.rate_limit.as_ref(),
+                    cors: route.cors.as_ref(),
+                    basic: route.basic_auth.as_ref().map(|b| (b, guard(realm, finish.clone(), false))),
+                    headers: &route.headers,
+                },
             );
-            routes.push(Routed {
-                handler,
-                headers: route.headers.clone(),
-            });
+            routes.push(handler);
         }
         let handler = SiteHandler {
             spec: spec.clone(),
@@ -169,43 +194,24 @@ fn archive(
 struct SiteHandler {
     spec: SiteSpec,
     root: Arc<dyn Handler>,
-    /// By the index of `spec.routes`.
-    routes: Vec<Routed>,
-}
-
-/// A route's handler and the fields it adds to every answer.
-struct Routed {
-    handler: Arc<dyn Handler>,
-    headers: Vec<(String, String)>,
+    /// By the index of `spec.routes`: each route's handler behind its
+    /// access rules and fields (`access::wrap`).
+    routes: Vec<Arc<dyn Handler>>,
 }
 
 impl SiteHandler {
-    fn pick(&self, req: &Request<'_>) -> Option<&Routed> {
-        route_for(&self.spec, req.path()).map(|i| &self.routes[i])
+    fn pick(&self, req: &Request<'_>) -> &Arc<dyn Handler> {
+        route_for(&self.spec, req.path()).map_or(&self.root, |i| &self.routes[i])
     }
 }
 
 impl Handler for SiteHandler {
     fn call(&self, req: &Request<'_>) -> Reply {
-        let Some(route) = self.pick(req) else {
-            return self.root.call(req);
-        };
-        match route.handler.call(req) {
-            Reply::Now(mut response) => {
-                for (name, value) in &route.headers {
-                    response = response.with_header(name.clone(), value.clone());
-                }
-                Reply::Now(response)
-            }
-            other => other,
-        }
+        self.pick(req).call(req)
     }
 
     fn body_use(&self, req: &Request<'_>) -> peregrine::BodyUse {
-        match self.pick(req) {
-            Some(route) => route.handler.body_use(req),
-            None => self.root.body_use(req),
-        }
+        self.pick(req).body_use(req)
     }
 }
 

@@ -84,6 +84,7 @@ pub(crate) const ROUTE_KEYS: &[&str] = &[
     "ip",
     "rate-limit",
     "cors",
+    "basic-auth",
 ];
 
 /// The keys of a route's `ip` table.
@@ -92,6 +93,9 @@ pub(crate) const IP_KEYS: &[&str] = &["allow", "deny"];
 /// The keys of a route's `rate-limit` table.
 pub(crate) const RATE_LIMIT_KEYS: &[&str] = &["rate", "burst"];
 
+/// The keys of a route's `basic-auth` table.
+pub(crate) const BASIC_AUTH_KEYS: &[&str] = &["users", "realm"];
+
 /// The keys of a route's `cors` table.
 pub(crate) const CORS_KEYS: &[&str] = &["origins", "methods", "headers", "expose", "credentials", "max-age"];
 
@@ -99,8 +103,10 @@ pub(crate) const CORS_KEYS: &[&str] = &["origins", "methods", "headers", "expose
 pub(crate) const HANDLERS: &[&str] = &["files", "archive", "redirect"];
 
 /// Keys later issues fill, with the issue: refused until then (never
-/// ignored), on a route or a site.
-pub(crate) const RESERVED: &[(&str, u32)] = &[("auth", 27), ("proxy", 26)];
+/// ignored), on a route or a site. Forward auth (issue 27) asks an
+/// authentication service through the reverse proxy's upstream
+/// connections (issue 26), so it waits for them.
+pub(crate) const RESERVED: &[(&str, u32)] = &[("forward-auth", 27), ("proxy", 26)];
 
 /// The statuses a redirect route may answer with (RFC 9110 §15.4), and its
 /// default: 308 keeps the method, as a permanent move should.

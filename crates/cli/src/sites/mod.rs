@@ -43,7 +43,7 @@ use std::path::PathBuf;
 
 use peregrine::pattern::Pattern;
 
-pub(crate) use crate::access::{Cors, IpRules, RateLimit};
+pub(crate) use crate::access::{BasicAuth, Cors, IpRules, RateLimit};
 use crate::config;
 use crate::flags::{Cli, Command, FileArgs, ServeArchiveArgs};
 
@@ -110,9 +110,10 @@ pub(crate) struct RouteSpec {
     /// `HeaderBlock::new` checks them: names are tokens, values are valid,
     /// none is a field the engine writes).
     pub(crate) headers: Vec<(String, String)>,
-    /// Filled by issue 27 (basic and forward auth); always `None` until
-    /// then, and `auth` in a route is refused as not supported yet.
-    pub(crate) auth: Option<Auth>,
+    /// `basic-auth = { users, realm }` (`access::basic`): who may read the
+    /// route's answers; others get 401. (`forward-auth` waits for the
+    /// reverse proxy and is refused as not supported yet.)
+    pub(crate) basic_auth: Option<BasicAuth>,
     /// `ip = { allow, deny }`: networks judged on the client's address
     /// (`access::ip`); a refused client gets 403.
     pub(crate) ip: Option<IpRules>,
@@ -153,10 +154,6 @@ pub(crate) enum HandlerSpec {
     #[allow(dead_code)] // constructed by issue 26's reader
     Proxy(Proxy),
 }
-
-/// A route's authentication: filled by issue 27. No value exists yet.
-#[derive(Debug, Clone)]
-pub(crate) enum Auth {}
 
 /// A route's upstreams: filled by issue 26.
 #[derive(Debug, Clone)]

@@ -17,12 +17,12 @@ use peregrine::host::{normalize, HostMap};
 use peregrine::pattern::Pattern;
 
 use super::keys::{
-    per_site, reserved, Applies, CORS_KEYS, HANDLERS, IP_KEYS, PATHS, PER_SITE, RATE_LIMIT_KEYS, REDIRECT_STATUSES,
+    per_site, reserved, Applies, BASIC_AUTH_KEYS, CORS_KEYS, HANDLERS, IP_KEYS, PATHS, PER_SITE, RATE_LIMIT_KEYS, REDIRECT_STATUSES,
     REDIRECT_STATUS_DEFAULT, ROUTE_KEYS, ROUTE_SETTINGS, SITE_KEYS,
 };
 use super::render::{toml_list, Shown};
 use super::routes;
-use super::{Cors, HandlerSpec, IpRules, Origin, RateLimit, RootKind, RouteSpec, SiteSpec};
+use super::{BasicAuth, Cors, HandlerSpec, IpRules, Origin, RateLimit, RootKind, RouteSpec, SiteSpec};
 use crate::config::{self, Settings, SITE_TABLES};
 use crate::flags::{FileArgs, ServeArchiveArgs};
 
@@ -648,6 +648,7 @@ impl FileSites<'_> {
         let mut ip: Option<(IpRules, usize)> = None;
         let mut rate_limit: Option<(RateLimit, usize)> = None;
         let mut cors: Option<(Cors, usize)> = None;
+        let mut basic_auth: Option<(BasicAuth, usize)> = None;
         let mut own: Vec<(&'static str, Vec<OsString>, usize)> = Vec::new();
         for (k, v) in entries(table) {
             let line = self.line(k.span().start);
@@ -729,6 +730,7 @@ impl FileSites<'_> {
                 "ip" => ip = self.ip(v, errors).map(|r| (r, line)),
                 "rate-limit" => rate_limit = self.rate_limit(v, errors).map(|r| (r, line)),
                 "cors" => cors = self.cors(v, errors).map(|c| (c, line)),
+                "basic-auth" => basic_auth = self.basic_auth(v, errors).map(|b| (b, line)),
                 _ if ROUTE_SETTINGS.contains(&key) => {
                     let static_key = ROUTE_SETTINGS.iter().find(|k| **k == key).copied().unwrap_or_default();
                     if let Some(values) = self.setting(key, v, errors) {
@@ -936,6 +938,15 @@ impl FileSites<'_> {
             value.push_str(" }");
             shown.push(Shown::new("cors", value, self.origin(*line)));
         }
+        if let Some((b, line)) = &basic_auth {
+            // Users by name only: check-config never shows a hash.
+            let mut value = format!("{{ users = {}", config::toml_string(&b.users.shown()));
+            if let Some(realm) = &b.realm {
+                value.push_str(&format!(", realm = {}", config::toml_string(realm)));
+            }
+            value.push_str(" }");
+            shown.push(Shown::new("basic-auth", value, self.origin(*line)));
+        }
         if errors.len() > n_errors {
             return None;
         }
@@ -944,7 +955,7 @@ impl FileSites<'_> {
             pattern,
             handler: handler_spec,
             headers: headers_list,
-            auth: None,
+            basic_auth: basic_auth.map(|(b, _)| b),
             ip: ip.map(|(r, _)| r),
             rate_limit: rate_limit.map(|(r, _)| r),
             cors: cors.map(|(c, _)| c),
@@ -1222,6 +1233,47 @@ impl FileSites<'_> {
         };
         Cors::new(&origins, methods.as_deref(), &headers, &expose, credentials, max_age)
             .map_err(|why| errors.push(self.error(line, "cors", why)))
+            .ok()
+    }
+
+    /// A route's `basic-auth = { users = ["alice:$2b$..."], realm = "..." }`:
+    /// hashes only (bcrypt or argon2, as Caddy's `basic_auth` takes them).
+    fn basic_auth(&self, value: &Spanned<DeValue<'_>>, errors: &mut Vec<String>) -> Option<BasicAuth> {
+        let line = self.line(value.span().start);
+        let example = "{ users = [\"alice:$2b$10$...\"], realm = \"Staff\" }";
+        let table = self.access_table("basic-auth", value, BASIC_AUTH_KEYS, example, errors)?;
+        let (mut users, mut realm) = (None, None);
+        for (name, v, at) in table {
+            match (name, v.get_ref()) {
+                ("realm", DeValue::String(s)) => realm = Some(s.to_string()),
+                ("realm", other) => {
+                    errors.push(self.error(
+                        at,
+                        "basic-auth",
+                        format!("realm: expected a string, found {}", config::describe(other)),
+                    ));
+                    return None;
+                }
+                _ => {
+                    users = Some(
+                        self.strings("basic-auth", v, errors)?
+                            .into_iter()
+                            .map(|(s, _)| s)
+                            .collect::<Vec<_>>(),
+                    )
+                }
+            }
+        }
+        let Some(users) = users else {
+            errors.push(self.error(
+                line,
+                "basic-auth",
+                format!("no users: give them, e.g. basic-auth = {example}"),
+            ));
+            return None;
+        };
+        BasicAuth::new(&users, realm)
+            .map_err(|why| errors.push(self.error(line, "basic-auth", why)))
             .ok()
     }
 

@@ -216,7 +216,7 @@ fn site_tables_refuse_what_is_not_theirs_at_its_line() {
          names = [\"a.test\", \"b.test:8080\", \"*\"]\n\
          root = \"a\"\n\
          workers = 3\n\
-         auth = \"alice:secret\"\n\
+         forward-auth = \"http://auth\"\n\
          lst-dirs = true\n\
          headers = { X-A = \"1\" }\n\
          prefault = true\n\
@@ -229,7 +229,7 @@ fn site_tables_refuse_what_is_not_theirs_at_its_line() {
             &format!("{f}:3: names: \"b.test:8080\": port where only a host name belongs"),
             &format!("{f}:3: names: \"*\": a wildcard is a whole leftmost label"),
             &format!("{f}:5: workers: process-wide: every site shares it, so it is set at the top level"),
-            &format!("{f}:6: auth: not supported yet (issue 27 brings it)"),
+            &format!("{f}:6: forward-auth: not supported yet (issue 27 brings it)"),
             &format!("{f}:7: lst-dirs: unknown key in a [[site]] table (did you mean \"list-dirs\"?)"),
             &format!("{f}:8: headers: a route's setting: give it in a [[site.route]] table"),
             &format!(
@@ -405,11 +405,11 @@ fn routes_read_their_handlers_and_settings() {
     );
     // An archive root makes an archive route.
     assert!(matches!(&route("/bundle/*").handler, HandlerSpec::Archive { root, .. } if *root == dir.join("c.prg")));
-    // Auth's reserved slot stays empty; no access rule was given.
+    // No access rule was given.
     assert!(site
         .routes
         .iter()
-        .all(|r| r.auth.is_none() && r.ip.is_none() && r.rate_limit.is_none() && r.cors.is_none()));
+        .all(|r| r.basic_auth.is_none() && r.ip.is_none() && r.rate_limit.is_none() && r.cors.is_none()));
 }
 
 #[test]
