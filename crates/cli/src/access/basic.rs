@@ -327,6 +327,66 @@ impl Gate for Guard {
     }
 }
 
+/// What the start tells the operator of protected paths: `public`
+/// dropped from their answers, and passwords that were written in the
+/// clear (worth a warning when a listener is cleartext and not loopback:
+/// they travel as they were written, base64 being no cipher).
+#[derive(Debug, Default)]
+pub(crate) struct Notes {
+    /// One line each: where, and which pattern or route.
+    pub(crate) public: Vec<String>,
+    /// Where plain-password rules are: a `_headers` pattern's.
+    pub(crate) plain: Vec<String>,
+}
+
+impl Notes {
+    /// A directory's `_headers` rules (`what` names the site or root).
+    pub(crate) fn files(&mut self, what: &str, server: &peregrine_files::FileServer) {
+        let (rules, public) = server.protection();
+        for pattern in public {
+            self.public.push(format!(
+                "{what}: {pattern} is protected by _headers' Basic-Auth, so its `Cache-Control: public` is dropped: \
+                 authenticated answers are private"
+            ));
+        }
+        for r in rules.iter().filter(|r| r.users.from_plain()) {
+            self.plain.push(format!("{what}: _headers' Basic-Auth for {}", r.pattern));
+        }
+    }
+
+    /// An archive's rules (their `public` was said by `pack`).
+    pub(crate) fn archive(&mut self, what: &str, server: &peregrine_archive::ArchiveServer) {
+        for (_, r) in server.protection().iter().filter(|(_, r)| r.users.from_plain()) {
+            self.plain.push(format!("{what}: the archive's Basic-Auth for {} (plain in _headers)", r.pattern));
+        }
+    }
+
+    /// A route with `basic-auth`, whose settings or fields say `public`.
+    pub(crate) fn route(&mut self, what: &str, headers: &[(String, String)], files: Option<&peregrine_files::Options>) {
+        let mut said: Vec<&str> = headers
+            .iter()
+            .filter(|(n, v)| n.eq_ignore_ascii_case("cache-control") && auth::says_public(v))
+            .map(|(_, v)| v.as_str())
+            .collect();
+        if let Some(options) = files {
+            said.extend(options.cache_control.as_deref().filter(|v| auth::says_public(v)));
+            said.extend(
+                options
+                    .cache_rules
+                    .iter()
+                    .map(|(_, v)| v.as_str())
+                    .filter(|v| auth::says_public(v)),
+            );
+        }
+        for value in said {
+            self.public.push(format!(
+                "{what}: has basic-auth, so `public` is dropped from its Cache-Control ({value:?}): \
+                 authenticated answers are private"
+            ));
+        }
+    }
+}
+
 /// The client's address as IP rules and rate limits judge it.
 fn client_ip(req: &Request<'_>) -> IpAddr {
     req.client_addr().ip

@@ -7,7 +7,10 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
-use peregrine_archive::format::{FLAG_NOT_FOUND, KIND_PATTERN, KIND_REDIRECT, NOT_FOUND_SUFFIX, WILDCARD_KEY};
+use peregrine_archive::format::{
+    FLAG_NOT_FOUND, KIND_AUTH, KIND_PATTERN, KIND_REDIRECT, NOT_FOUND_SUFFIX, WILDCARD_KEY,
+};
+use peregrine_files::auth::Users;
 use peregrine_archive::{Archive, Mode, PackOptions};
 
 use crate::flags::ArchiveCommand;
@@ -78,6 +81,8 @@ pub(crate) fn inspect(command: ArchiveCommand) -> anyhow::Result<()> {
                     .unwrap_or_else(|| format!("site {}", e.site()));
                 let (status, body) = match e.kind() {
                     KIND_REDIRECT | KIND_PATTERN => (e.status(), format!("-> {}", e.location().escape_ascii())),
+                    // Who may read it, counted: never a hash.
+                    KIND_AUTH => (e.status(), format!("Basic-Auth: {}", users_shown(&e))),
                     _ => {
                         let sizes: Vec<String> = (0..ENCODINGS.len())
                             .map(|i| e.variant(i).map_or("-".to_owned(), |v| v.body_len.to_string()))
@@ -105,12 +110,21 @@ pub(crate) fn inspect(command: ArchiveCommand) -> anyhow::Result<()> {
         ArchiveCommand::Cat { archive, path, host } => {
             let a = Archive::open(&archive, Mode::Map)?;
             let site = a.site_for_host(host.as_deref());
+            // A protected pattern itself, as `_headers` would say it, its
+            // users counted: an archive's hashes are never printed.
+            if let Some(rule) = a.auth_rules(site).find(|r| r.pattern == path) {
+                println!("{}\n  Basic-Auth: {}", rule.pattern, rule.users.shown());
+                return Ok(());
+            }
             let e = a
                 .get(site, path.as_bytes())
                 .with_context(|| format!("{path}: no such entry in {}", archive.display()))?;
             let v = e
                 .variant(0)
                 .with_context(|| format!("{path}: not a file (a redirect)"))?;
+            if let Some(users) = a.auth_for(site, &path) {
+                eprintln!("peregrine: {path} is protected (Basic-Auth: {})", users.shown());
+            }
             std::io::stdout().write_all(a.slice(v.body_off, v.body_len))?;
         }
         ArchiveCommand::Verify { archive } => {
@@ -150,10 +164,12 @@ pub(crate) fn inspect(command: ArchiveCommand) -> anyhow::Result<()> {
         }
         ArchiveCommand::Stat { archive } => {
             let a = Archive::open(&archive, Mode::Map)?;
-            let (mut resources, mut redirects, mut bodies) = (0, 0, 0u64);
+            let (mut resources, mut redirects, mut bodies, mut protected) = (0, 0, 0u64, 0);
             for e in a.entries() {
                 if e.kind() == KIND_REDIRECT || e.kind() == KIND_PATTERN {
                     redirects += 1;
+                } else if e.kind() == KIND_AUTH {
+                    protected += 1;
                 } else {
                     resources += 1;
                     bodies += (0..4).filter_map(|i| e.variant(i)).map(|v| v.body_len).sum::<u64>();
@@ -162,7 +178,7 @@ pub(crate) fn inspect(command: ArchiveCommand) -> anyhow::Result<()> {
             println!("archive: {}", archive.display());
             println!("bytes: {}", a.len());
             println!(
-                "entries: {} ({resources} resources, {redirects} redirects)",
+                "entries: {} ({resources} resources, {redirects} redirects, {protected} Basic-Auth rules)",
                 a.n_entries()
             );
             println!("body bytes referenced (all encodings, before dedup): {bodies}");
@@ -194,6 +210,15 @@ pub(super) fn site_labels(a: &Archive) -> BTreeMap<u32, String> {
     labels
 }
 
+/// A `Basic-Auth` entry's users as `archive ls`, `cat` and `diff` show
+/// them: `<N users>`.
+pub(super) fn users_shown(e: &peregrine_archive::read::Entry<'_>) -> String {
+    match std::str::from_utf8(e.location()).map(Users::parse) {
+        Ok(Ok(users)) => users.shown(),
+        _ => "<unreadable>".to_owned(),
+    }
+}
+
 /// An entry's key as a reader would write it: the conventions' internal
 /// keys (`/\0not-found`, `DIR/\0not-found`, `DIR/\0wildcard`) by what they are, other bytes
 /// that are not printable escaped.
@@ -208,6 +233,9 @@ pub(super) fn shown_key(e: &peregrine_archive::read::Entry<'_>) -> String {
     }
     if let Some(folder) = path.strip_suffix(WILDCARD_KEY.as_bytes()) {
         return format!("{}* (wildcard)", folder.escape_ascii());
+    }
+    if e.kind() == KIND_AUTH {
+        return format!("{} (Basic-Auth)", path.escape_ascii());
     }
     path.escape_ascii().to_string()
 }

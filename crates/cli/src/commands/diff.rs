@@ -9,7 +9,9 @@
 //!
 //! Credentials never reach the output: the values of `Set-Cookie`,
 //! `Authorization` and `Proxy-Authorization` (and of any field whose name
-//! says `auth`) are compared but shown as `<redacted>`.
+//! says `auth`) are compared but shown as `<redacted>`, and a `Basic-Auth`
+//! rule (`_headers`) as its count of users, with how many were added,
+//! removed, or given another password: never a name's hash.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -17,7 +19,7 @@ use std::path::Path;
 use anyhow::Context;
 use serde_json::{json, Value};
 
-use peregrine_archive::format::{FLAG_NOT_FOUND, KIND_PATTERN, KIND_REDIRECT};
+use peregrine_archive::format::{FLAG_NOT_FOUND, KIND_AUTH, KIND_PATTERN, KIND_REDIRECT};
 use peregrine_archive::{Archive, Mode};
 
 use super::archive::{shown_key, site_labels, ENCODINGS};
@@ -35,6 +37,8 @@ struct Answer {
     body: Option<(u64, u64)>,
     /// Where a redirect sends.
     location: Option<String>,
+    /// A `Basic-Auth` rule's users: (name, hash), compared, never shown.
+    users: Option<Vec<(String, String)>>,
 }
 
 /// Prints the difference between the archives at `old` and `new` (as
@@ -72,6 +76,9 @@ pub(crate) fn diff(old: &Path, new: &Path, as_json: bool) -> anyhow::Result<bool
             if let Some(to) = &a.location {
                 v["location"] = json!(to);
             }
+            if let Some(users) = &a.users {
+                v["users"] = json!(users.len());
+            }
             v
         };
         let out = json!({
@@ -87,6 +94,7 @@ pub(crate) fn diff(old: &Path, new: &Path, as_json: bool) -> anyhow::Result<bool
     } else {
         let shown = |(site, path, encoding): &Key| format!("{site} {path} [{encoding}]");
         let summary = |a: &Answer| match (&a.location, a.body) {
+            _ if a.users.is_some() => format!("{}, Basic-Auth: {}", a.status, count(a.users.as_deref())),
             (Some(to), _) => format!("{} -> {to}", a.status),
             (None, Some((len, _))) => format!("{}, {len} bytes", a.status),
             (None, None) => a.status.to_string(),
@@ -121,12 +129,30 @@ fn answers(a: &Archive) -> BTreeMap<Key, Answer> {
             .cloned()
             .unwrap_or_else(|| format!("site {}", e.site()));
         let path = shown_key(&e);
+        if e.kind() == KIND_AUTH {
+            // `user:hash` pairs (`Users::text`), compared as they are.
+            let users = String::from_utf8_lossy(e.location())
+                .split_whitespace()
+                .filter_map(|pair| pair.split_once(':'))
+                .map(|(u, h)| (u.to_owned(), h.to_owned()))
+                .collect();
+            let answer = Answer {
+                status: e.status(),
+                fields: Vec::new(),
+                body: None,
+                location: None,
+                users: Some(users),
+            };
+            out.insert((site, path, "-"), answer);
+            continue;
+        }
         if e.kind() == KIND_REDIRECT || e.kind() == KIND_PATTERN {
             let answer = Answer {
                 status: e.status(),
                 fields: Vec::new(),
                 body: None,
                 location: Some(String::from_utf8_lossy(e.location()).into_owned()),
+                users: None,
             };
             out.insert((site, path, "-"), answer);
             continue;
@@ -140,6 +166,7 @@ fn answers(a: &Archive) -> BTreeMap<Key, Answer> {
                 fields: fields(head),
                 body: Some((v.body_len, v.body_hash)),
                 location: None,
+                users: None,
             };
             out.insert((site.clone(), path.clone(), encoding), answer);
         }
@@ -165,6 +192,15 @@ enum Change {
         old: (u64, u64),
         new: (u64, u64),
     },
+    /// A `Basic-Auth` rule's users: counts before and after, and how many
+    /// were added, removed, or given another password (`count` says it).
+    Users {
+        old: usize,
+        new: usize,
+        added: usize,
+        removed: usize,
+        changed: usize,
+    },
     /// A field's values before and after (`None`: absent).
     Field {
         name: String,
@@ -181,6 +217,17 @@ impl Change {
             Change::Location(a, b) => format!("location {a} -> {b}"),
             Change::Body { old, new } if old.0 == new.0 => format!("body changed ({} bytes)", new.0),
             Change::Body { old, new } => format!("body {} -> {} bytes", old.0, new.0),
+            Change::Users {
+                old,
+                new,
+                added,
+                removed,
+                changed,
+            } => format!(
+                "Basic-Auth: {} -> {} ({added} added, {removed} removed, {changed} with another password)",
+                users_n(*old),
+                users_n(*new)
+            ),
             Change::Field { name, old, new } => format!("{name}: {} -> {}", quoted(old), quoted(new)),
         }
     }
@@ -193,6 +240,16 @@ impl Change {
                 "what": "body",
                 "old_bytes": old.0, "new_bytes": new.0,
                 "old_hash": format!("{:016x}", old.1), "new_hash": format!("{:016x}", new.1),
+            }),
+            Change::Users {
+                old,
+                new,
+                added,
+                removed,
+                changed,
+            } => json!({
+                "what": "basic-auth", "old_users": old, "new_users": new,
+                "added": added, "removed": removed, "changed": changed,
             }),
             Change::Field { name, old, new } => json!({"what": "field", "name": name, "old": old, "new": new}),
         }
@@ -208,6 +265,19 @@ fn changes(was: &Answer, now: &Answer) -> Vec<Change> {
     if was.location != now.location {
         let show = |l: &Option<String>| l.clone().unwrap_or_default();
         out.push(Change::Location(show(&was.location), show(&now.location)));
+    }
+    if let (Some(old), Some(new)) = (&was.users, &now.users) {
+        if old != new {
+            let has = |list: &[(String, String)], name: &str| list.iter().any(|(u, _)| u == name);
+            let changed = new.iter().filter(|pair| has(old, &pair.0) && !old.contains(pair)).count();
+            out.push(Change::Users {
+                old: old.len(),
+                new: new.len(),
+                added: new.iter().filter(|(u, _)| !has(old, u)).count(),
+                removed: old.iter().filter(|(u, _)| !has(new, u)).count(),
+                changed,
+            });
+        }
     }
     if let (Some(old), Some(new)) = (was.body, now.body) {
         if old != new {
@@ -250,6 +320,16 @@ fn changes(was: &Answer, now: &Answer) -> Vec<Change> {
     out
 }
 
+/// `<N users>`.
+fn users_n(n: usize) -> String {
+    format!("<{n} user{}>", if n == 1 { "" } else { "s" })
+}
+
+/// A rule's users as `<N users>`.
+fn count(users: Option<&[(String, String)]>) -> String {
+    users_n(users.map_or(0, <[_]>::len))
+}
+
 /// A field whose value is a credential.
 fn is_secret(name: &str) -> bool {
     matches!(name, "set-cookie" | "authorization" | "proxy-authorization" | "cookie") || name.contains("auth")
@@ -265,7 +345,32 @@ mod tests {
             fields: fields.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect(),
             body: Some(body),
             location: None,
+            users: None,
         }
+    }
+
+    /// A `Basic-Auth` rule's change is counted, never shown: no name's
+    /// hash in the text or the JSON.
+    #[test]
+    fn basic_auth_users_are_counted_never_shown() {
+        let rule = |pairs: &[(&str, &str)]| Answer {
+            status: 401,
+            fields: Vec::new(),
+            body: None,
+            location: None,
+            users: Some(pairs.iter().map(|(u, h)| (u.to_string(), h.to_string())).collect()),
+        };
+        let was = rule(&[("alice", "$2b$10$aaa"), ("bob", "$2b$10$bbb")]);
+        let now = rule(&[("alice", "$2b$10$AAA"), ("carol", "$2b$10$ccc"), ("dave", "$2b$10$ddd")]);
+        let c = changes(&was, &now);
+        let text: Vec<String> = c.iter().map(Change::to_text).collect();
+        assert_eq!(
+            text,
+            ["Basic-Auth: <2 users> -> <3 users> (2 added, 1 removed, 1 with another password)"]
+        );
+        let json = serde_json::to_string(&c[0].to_json()).unwrap();
+        assert!(!json.contains('$') && !json.contains("alice"), "{json}");
+        assert!(changes(&was, &was).is_empty());
     }
 
     #[test]

@@ -14,7 +14,7 @@ use peregrine_archive::ArchiveServer;
 use peregrine_files::FileServer;
 
 use super::{Generation, Origin, Process, Role, ServedArchive};
-use crate::access::basic::{self, Guard, Verifier};
+use crate::access::basic::{self, Guard, Notes, Verifier};
 use crate::access::Finish;
 use crate::commands::serve::is_archive_root;
 use crate::config;
@@ -56,7 +56,7 @@ pub(super) fn build(
         srv = srv.metrics(m.clone());
     }
     let metrics_server = start_metrics_server(args.metrics, metrics.as_ref(), process)?;
-    let (running, archives) = match start(command, srv, previous) {
+    let (running, archives, notes) = match start(command, srv, previous) {
         Ok(started) => started,
         Err(e) => {
             if let Some((_, m)) = metrics_server {
@@ -70,6 +70,7 @@ pub(super) fn build(
 
     // Started: from here on nothing fails.
     error_log.apply();
+    warn_of_protection(&notes, &plan, tls.is_some());
     adopt_metrics_server(process, args.metrics, metrics_server);
     if let Some(m) = &metrics {
         archive_gauges(m, &archives);
@@ -282,7 +283,7 @@ fn start(
     command: &Command,
     srv: Server,
     previous: Option<&Generation>,
-) -> anyhow::Result<(Running, Vec<ServedArchive>)> {
+) -> anyhow::Result<(Running, Vec<ServedArchive>, Notes)> {
     let Command::Serve {
         root,
         files,
@@ -292,7 +293,7 @@ fn start(
     } = command
     else {
         let running = srv.start(sandbox::planted_bug(Hello))?;
-        return Ok((running, Vec::new()));
+        return Ok((running, Vec::new(), Notes::default()));
     };
     let previous = previous.map_or(&[][..], |p| &p.archives[..]);
     // Credentials are checked by this generation's verifier (its threads
@@ -302,7 +303,7 @@ fn start(
         let access_log = command.server_args().access_log.as_deref();
         let built = super::sites::build(sites, access_log, previous, &verifier)?;
         let running = srv.start_sites(built.sites)?;
-        return Ok((running, built.archives));
+        return Ok((running, built.archives, built.notes));
     }
     // Paths `_headers` protects, with no site to name the realm.
     let gate = Arc::new(Guard {
@@ -311,9 +312,13 @@ fn start(
         finish: Finish::default(),
         checked_outside: false,
     });
+    let mut notes = Notes::default();
+    let what = root.display().to_string();
     if !is_archive_root(root, files, archive)? {
-        let files = FileServer::new(files.options(root.clone()))?.with_gate(gate);
-        return Ok((srv.start(sandbox::planted_bug(files))?, Vec::new()));
+        let files = FileServer::new(files.options(root.clone()))?;
+        notes.files(&what, &files);
+        let running = srv.start(sandbox::planted_bug(files.with_gate(gate)))?;
+        return Ok((running, Vec::new(), notes));
     }
     let mode = archive.mode();
     let same = previous.iter().find(|a| a.root == *root && a.mode == mode);
@@ -321,6 +326,7 @@ fn start(
         Some(same) => (same.server.clone(), true),
         None => (ArchiveServer::open(root, mode)?, false),
     };
+    notes.archive(&what, &server);
     let running = srv.start(sandbox::planted_bug(server.clone().with_gate(gate)))?;
     let served = ServedArchive {
         root: root.clone(),
@@ -329,7 +335,41 @@ fn start(
         site: None,
         kept,
     };
-    Ok((running, vec![served]))
+    Ok((running, vec![served], notes))
+}
+
+/// Says at start what protected paths the operator should know of: a
+/// `public` dropped from their answers, and passwords written in the
+/// clear in `_headers` while a listener is cleartext and not loopback
+/// (Basic credentials cross the network as readable as the file holds
+/// them: serve over TLS, or on loopback behind a proxy that has it).
+fn warn_of_protection(notes: &Notes, plan: &Plan, tls: bool) {
+    for line in &notes.public {
+        log::warn(format_args!("{line}"));
+    }
+    if tls || notes.plain.is_empty() {
+        return;
+    }
+    let exposed: Vec<String> = plan
+        .iter()
+        .filter(|(_, role)| matches!(role, Role::Serve))
+        .filter_map(|(origin, _)| match origin {
+            Origin::Configured(addr) if !addr.ip().is_loopback() => Some(addr.to_string()),
+            Origin::Inherited(i) => Some(format!("systemd socket {i}")),
+            _ => None,
+        })
+        .collect();
+    if exposed.is_empty() {
+        return;
+    }
+    for place in &notes.plain {
+        log::warn(format_args!(
+            "{place}: a password written in the clear protects it, and {} is cleartext and not loopback: \
+             credentials cross the network readable; serve over TLS (--tls-cert), or bind loopback behind a \
+             proxy that has it, and put a hash in _headers",
+            exposed.join(", ")
+        ));
+    }
 }
 
 /// `peregrine hello`'s handler: the same answer to every request, given

@@ -21,7 +21,7 @@ use peregrine_archive::ArchiveServer;
 use peregrine_files::FileServer;
 
 use super::ServedArchive;
-use crate::access::basic::{Guard, Verifier};
+use crate::access::basic::{Guard, Notes, Verifier};
 use crate::access::{self, Finish};
 use crate::flags::{ServeArchiveArgs, TlsArgs};
 use crate::sites::{route_for, HandlerSpec, RootKind, SiteSpec};
@@ -32,6 +32,8 @@ pub(super) struct Built {
     /// Every archive served, once each, labelled with the first site that
     /// serves it.
     pub(super) archives: Vec<ServedArchive>,
+    /// What the start says of protected paths.
+    pub(super) notes: Notes,
 }
 
 /// Builds the sites of `specs`, keeping `previous`'s archives where the
@@ -46,6 +48,7 @@ pub(super) fn build(
 ) -> anyhow::Result<Built> {
     let mut archives: Vec<ServedArchive> = Vec::new();
     let mut sites = Vec::with_capacity(specs.len());
+    let mut notes = Notes::default();
     for spec in specs {
         let label = &spec.names[0];
         // The realm a 401 names: the route's, else the site's name.
@@ -59,12 +62,18 @@ pub(super) fn build(
         };
         // `_headers`' `Basic-Auth` rules are the file or archive server's
         // to find; the guard checks what they protect.
+        let what = format!("site {label}");
         let root: Arc<dyn Handler> = match spec.kind {
-            RootKind::Directory => Arc::new(files(&spec.root, spec)?.with_gate(guard(label, Finish::default(), false))),
-            RootKind::Archive => Arc::new(
-                archive(&spec.root, &spec.archive, label, previous, &mut archives)?
-                    .with_gate(guard(label, Finish::default(), false)),
-            ),
+            RootKind::Directory => {
+                let server = files(&spec.root, spec)?;
+                notes.files(&what, &server);
+                Arc::new(server.with_gate(guard(label, Finish::default(), false)))
+            }
+            RootKind::Archive => {
+                let server = archive(&spec.root, &spec.archive, label, previous, &mut archives)?;
+                notes.archive(&what, &server);
+                Arc::new(server.with_gate(guard(label, Finish::default(), false)))
+            }
         };
         let mut routes = Vec::with_capacity(spec.routes.len());
         for route in &spec.routes {
@@ -73,20 +82,39 @@ pub(super) fn build(
             // Where the route has its own `basic-auth`, it decides: the
             // handler's `_headers` rules are not asked again.
             let inner_gate = guard(realm, finish.clone(), route.basic_auth.is_some());
+            let what = format!("site {label}, route {}", route.path);
             let handler: Arc<dyn Handler> = match &route.handler {
-                HandlerSpec::Files { root, files } => Arc::new(
-                    FileServer::new(files.options(root.clone()))
-                        .with_context(|| format!("site {label}, route {}: {}", route.path, root.display()))?
-                        .with_gate(inner_gate),
-                ),
-                HandlerSpec::Archive { root, archive: a } => {
-                    Arc::new(archive(root, a, label, previous, &mut archives)?.with_gate(inner_gate))
+                HandlerSpec::Files { root, files } => {
+                    let options = files.options(root.clone());
+                    if route.basic_auth.is_some() {
+                        notes.route(&what, &route.headers, Some(&options));
+                    }
+                    let server = FileServer::new(options)
+                        .with_context(|| format!("site {label}, route {}: {}", route.path, root.display()))?;
+                    if route.basic_auth.is_none() {
+                        notes.files(&what, &server);
+                    }
+                    Arc::new(server.with_gate(inner_gate))
                 }
-                HandlerSpec::Redirect { to, status } => Arc::new(Redirect {
-                    pattern: route.pattern.clone(),
-                    to: to.clone(),
-                    status: *status,
-                }),
+                HandlerSpec::Archive { root, archive: a } => {
+                    let server = archive(root, a, label, previous, &mut archives)?;
+                    if route.basic_auth.is_some() {
+                        notes.route(&what, &route.headers, None);
+                    } else {
+                        notes.archive(&what, &server);
+                    }
+                    Arc::new(server.with_gate(inner_gate))
+                }
+                HandlerSpec::Redirect { to, status } => {
+                    if route.basic_auth.is_some() {
+                        notes.route(&what, &route.headers, None);
+                    }
+                    Arc::new(Redirect {
+                        pattern: route.pattern.clone(),
+                        to: to.clone(),
+                        status: *status,
+                    })
+                }
                 HandlerSpec::Proxy(never) => match *never {},
             };
             // IP rules, rate limit, CORS and Basic auth before the handler
@@ -121,7 +149,7 @@ pub(super) fn build(
         }
         sites.push(site);
     }
-    Ok(Built { sites, archives })
+    Ok(Built { sites, archives, notes })
 }
 
 /// The certificates of the sites, each pair sent only for its site's
