@@ -154,6 +154,9 @@ fn ip_rules_refuse_other_addresses_before_lookup_and_conditionals() {
                 ("/private/missing", None),
                 ("/private/secret.txt", Some("Range: bytes=0-3")),
                 ("/private/secret.txt", Some(inm.as_str())),
+                // Spelt another way, the path is still the route's.
+                ("/x/../private/secret.txt", None),
+                ("/%70rivate/secret.txt", None),
             ] {
                 let a = ask(from, v4, "GET", host, path, extra.as_slice());
                 assert_eq!(a.status, 403, "{host} {from} {path} {extra:?}: {}", a.head);

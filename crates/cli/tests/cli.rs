@@ -84,45 +84,6 @@ fn refused(code: i32, args: &[&OsStr]) -> String {
     err
 }
 
-/// Netlify's `Basic-Auth` line in `_headers` is a password, not a field:
-/// `pack`, `serve DIR` and `check-config` refuse the site naming the line
-/// (never the password), rather than publish it as a response header.
-#[test]
-fn a_netlify_basic_auth_line_in_headers_is_refused_by_pack_and_serve() {
-    let dir = scratch("basic-auth");
-    let site = dir.join("site");
-    std::fs::create_dir_all(&site).unwrap();
-    std::fs::write(site.join("index.html"), "secret page\n").unwrap();
-    std::fs::write(site.join("_headers"), "/*\n  Basic-Auth: alice:s3cret\n").unwrap();
-    let out = dir.join("site.prg");
-    let runs: [Vec<&OsStr>; 3] = [
-        vec!["pack".as_ref(), site.as_os_str(), "-o".as_ref(), out.as_os_str()],
-        vec![
-            "serve".as_ref(),
-            site.as_os_str(),
-            "--bind".as_ref(),
-            "127.0.0.1:0".as_ref(),
-        ],
-        vec![
-            "check-config".as_ref(),
-            "serve".as_ref(),
-            site.as_os_str(),
-            "--bind".as_ref(),
-            "127.0.0.1:0".as_ref(),
-        ],
-    ];
-    for args in runs {
-        let err = refused(1, &args);
-        assert!(
-            err.contains("line 2: `Basic-Auth` is Netlify's password protection"),
-            "{args:?}: {err}"
-        );
-        assert!(!err.contains("s3cret"), "{err}");
-    }
-    assert!(!out.exists(), "no archive made");
-    let _ = std::fs::remove_dir_all(&dir);
-}
-
 #[test]
 fn a_file_that_is_not_an_archive_is_named_so_with_its_first_bytes() {
     let dir = scratch("not-archive");

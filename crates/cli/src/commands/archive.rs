@@ -44,6 +44,9 @@ pub(crate) fn pack(
     for (s, why) in &stats.skipped_symlinks {
         eprintln!("peregrine: skipped {s}: {why}");
     }
+    for w in &stats.warnings {
+        eprintln!("peregrine: {w}");
+    }
     for s in &stats.skipped_loops {
         eprintln!("peregrine: skipped {s}: a symlink loop (it leads back to a directory above it)");
     }

@@ -25,8 +25,28 @@ use super::{RouteSpec, SiteSpec};
 
 /// The index in `site.routes` of the route that takes `path` (the
 /// request's path, without its query), or `None`: the site's root and
-/// settings answer. Allocates nothing.
+/// settings answer. A path is judged as the file and archive servers
+/// look it up, normalised: `/x/../admin/` and `/admin//` are `/admin/`,
+/// or a route's access rules could be walked around (the pattern itself
+/// decodes `%61`). Allocates nothing for a path that is already its own
+/// key (`path::is_key`: the common case); one that does not normalise
+/// is matched as sent (its handler answers 400).
 pub(crate) fn route_for(site: &SiteSpec, path: &str) -> Option<usize> {
+    if site.routes.is_empty() {
+        return None;
+    }
+    let normal;
+    let path = if peregrine_files::path::is_key(path) {
+        path
+    } else {
+        match peregrine_files::path::normalize(path.as_bytes()) {
+            Ok(p) => {
+                normal = p.key();
+                &normal
+            }
+            Err(_) => path,
+        }
+    };
     let mut caps = [("", ""); CAPTURES_MAX];
     site.routes
         .iter()
