@@ -354,7 +354,7 @@ fn refusals_name_the_file_line_and_key() {
         (out, file.display().to_string())
     };
     let (out, f) = check(
-        "[[site]]\nnames = [\"a.test\"]\nroot = \"a\"\nworkers = 4\nauth = \"alice\"\n\n[[site.route]]\npath = \"/api/*\"\nhandler = \"proxy\"\n",
+        "[[site]]\nnames = [\"a.test\"]\nroot = \"a\"\nworkers = 4\nforward-auth = \"http://auth\"\n\n[[site.route]]\npath = \"/api/*\"\nhandler = \"proxy\"\n",
         &[],
     );
     assert_error(
@@ -363,7 +363,7 @@ fn refusals_name_the_file_line_and_key() {
             &format!(
                 "{f}:4: workers: process-wide: every site shares it, so it is set at the top level, not in a [[site]]"
             ),
-            &format!("{f}:5: auth: not supported yet (issue 27 brings it); refused rather than ignored"),
+            &format!("{f}:5: forward-auth: not supported yet (issue 27 brings it); refused rather than ignored"),
             &format!("{f}:9: handler: \"proxy\" is not supported yet (issue 26 brings it)"),
         ],
     );
