@@ -307,7 +307,10 @@ impl Archive {
             }
             if kind == KIND_AUTH {
                 let text = |off_at: usize| {
-                    let (off, len) = (u32_at(index, at + off_at) as usize, u32_at(index, at + off_at + 4) as usize);
+                    let (off, len) = (
+                        u32_at(index, at + off_at) as usize,
+                        u32_at(index, at + off_at + 4) as usize,
+                    );
                     std::str::from_utf8(&index[strings_off + off..strings_off + off + len])
                 };
                 let rule = match (text(8), text(24)) {

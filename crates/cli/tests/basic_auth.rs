@@ -79,7 +79,11 @@ fn start(t: &Scratch) -> (Process, SocketAddr, String) {
             .arg(&config),
     );
     let urls = test_support::process::urls(&server.listening());
-    let addr = urls[0].trim_start_matches("http://").trim_end_matches('/').parse().unwrap();
+    let addr = urls[0]
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .parse()
+        .unwrap();
     (server, addr, packed)
 }
 
@@ -152,8 +156,18 @@ fn protected_paths_answer_401_until_credentials_are_proven() {
     let t = Scratch::new("peregrine-basic-auth");
     let (_server, addr, _) = start(&t);
     let cases = [
-        ("/admin/secret.txt", "0123456789\n", "Admins", [("alice", "wonderland"), ("bob", "builder")]),
-        ("/team/page.txt", "team page\n", "", [("carol", "hunter2"), ("dave", "correct-horse")]),
+        (
+            "/admin/secret.txt",
+            "0123456789\n",
+            "Admins",
+            [("alice", "wonderland"), ("bob", "builder")],
+        ),
+        (
+            "/team/page.txt",
+            "team page\n",
+            "",
+            [("carol", "hunter2"), ("dave", "correct-horse")],
+        ),
     ];
     // Each case's failures come from an address of its own: four fit in
     // one address's ten.
@@ -170,11 +184,18 @@ fn protected_paths_answer_401_until_credentials_are_proven() {
             let ok = ask("127.0.0.1", addr, host, path, &[&right]);
             assert_eq!((ok.status, ok.body.as_str()), (200, body), "{host} {path}: {}", ok.head);
             let cc = ok.field("cache-control").unwrap();
-            assert!(cc.starts_with("private") && !cc.contains("public"), "{host} {path}: {cc}");
+            assert!(
+                cc.starts_with("private") && !cc.contains("public"),
+                "{host} {path}: {cc}"
+            );
             let etag = ok.field("etag").unwrap();
             let inm = format!("If-None-Match: {etag}");
             let other = basic(users[1].0, users[1].1);
-            assert_eq!(ask("127.0.0.1", addr, host, path, &[&other]).status, 200, "{host} {path}");
+            assert_eq!(
+                ask("127.0.0.1", addr, host, path, &[&other]).status,
+                200,
+                "{host} {path}"
+            );
             let range = ask("127.0.0.1", addr, host, path, &[&right, "Range: bytes=0-3"]);
             assert_eq!((range.status, range.body.as_str()), (206, &body[..4]), "{host} {path}");
             let not_modified = ask("127.0.0.1", addr, host, path, &[&right, &inm]);
@@ -233,7 +254,10 @@ fn failures_are_limited_per_client_address_with_429() {
     let t = Scratch::new("peregrine-basic-auth-limit");
     let (_server, addr, _) = start(&t);
     let right = basic("alice", "wonderland");
-    assert_eq!(ask("127.0.0.9", addr, "dir.test", "/admin/secret.txt", &[&right]).status, 200);
+    assert_eq!(
+        ask("127.0.0.9", addr, "dir.test", "/admin/secret.txt", &[&right]).status,
+        200
+    );
     let wrong = basic("alice", "guess");
     for i in 0..10 {
         let a = ask("127.0.0.9", addr, "dir.test", "/admin/secret.txt", &[&wrong]);
@@ -246,11 +270,17 @@ fn failures_are_limited_per_client_address_with_429() {
         assert!((1..=6).contains(&secs), "{secs}");
     }
     // The cached success needs no check, so the bar does not hold it.
-    assert_eq!(ask("127.0.0.9", addr, "dir.test", "/admin/secret.txt", &[&right]).status, 200);
+    assert_eq!(
+        ask("127.0.0.9", addr, "dir.test", "/admin/secret.txt", &[&right]).status,
+        200
+    );
     // Without credentials: still the 401 that asks for them.
     assert_eq!(ask("127.0.0.9", addr, "dir.test", "/admin/secret.txt", &[]).status, 401);
     let bob = basic("bob", "builder");
-    assert_eq!(ask("127.0.0.10", addr, "dir.test", "/admin/secret.txt", &[&bob]).status, 200);
+    assert_eq!(
+        ask("127.0.0.10", addr, "dir.test", "/admin/secret.txt", &[&bob]).status,
+        200
+    );
 }
 
 /// The same over HTTP/2 (h2c, prior knowledge) with curl's `-u`.
@@ -273,7 +303,10 @@ fn basic_auth_holds_over_http2() {
         (head[7..10].parse().unwrap(), head.to_ascii_lowercase(), body.to_owned())
     };
     for host in HOSTS {
-        for (path, user) in [("/admin/secret.txt", "alice:wonderland"), ("/team/page.txt", "carol:hunter2")] {
+        for (path, user) in [
+            ("/admin/secret.txt", "alice:wonderland"),
+            ("/team/page.txt", "carol:hunter2"),
+        ] {
             let (status, head, _) = curl(host, &[], path);
             assert_eq!(status, 401, "{host} {path}");
             assert!(head.contains("www-authenticate: basic realm="), "{head}");
@@ -297,12 +330,19 @@ fn an_archive_holds_no_plain_password_and_shows_users_as_a_count() {
     assert!(packed.contains("/team/* is protected by Basic-Auth"), "{packed}");
     let bytes = std::fs::read(&archive).unwrap();
     let has = |needle: &[u8]| bytes.windows(needle.len()).any(|w| w == needle);
-    assert!(!has(b"hunter2") && !has(b"correct-horse"), "a plain password in the archive");
+    assert!(
+        !has(b"hunter2") && !has(b"correct-horse"),
+        "a plain password in the archive"
+    );
     assert!(has(b"carol:$2b$10$"), "the hash is there");
 
     let run = |args: &[&std::ffi::OsStr]| -> String {
         let out = common::peregrine().args(args).output().unwrap();
-        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let text = format!(
             "{}{}",
             String::from_utf8_lossy(&out.stdout),
@@ -312,19 +352,43 @@ fn an_archive_holds_no_plain_password_and_shows_users_as_a_count() {
         text
     };
     let ls = run(&["archive".as_ref(), "ls".as_ref(), archive.as_os_str()]);
-    let line = ls.lines().find(|l| l.contains("/team/* (Basic-Auth)")).unwrap_or_else(|| panic!("{ls}"));
-    assert!(line.contains("401") && line.ends_with("Basic-Auth: <2 users>"), "{line}");
-    let cat = run(&["archive".as_ref(), "cat".as_ref(), archive.as_os_str(), "/team/*".as_ref()]);
+    let line = ls
+        .lines()
+        .find(|l| l.contains("/team/* (Basic-Auth)"))
+        .unwrap_or_else(|| panic!("{ls}"));
+    assert!(
+        line.contains("401") && line.ends_with("Basic-Auth: <2 users>"),
+        "{line}"
+    );
+    let cat = run(&[
+        "archive".as_ref(),
+        "cat".as_ref(),
+        archive.as_os_str(),
+        "/team/*".as_ref(),
+    ]);
     assert_eq!(cat, "/team/*\n  Basic-Auth: <2 users>\n");
-    let page = run(&["archive".as_ref(), "cat".as_ref(), archive.as_os_str(), "/team/page.txt".as_ref()]);
-    assert!(page.starts_with("team page\n") && page.contains("is protected (Basic-Auth: <2 users>)"), "{page}");
+    let page = run(&[
+        "archive".as_ref(),
+        "cat".as_ref(),
+        archive.as_os_str(),
+        "/team/page.txt".as_ref(),
+    ]);
+    assert!(
+        page.starts_with("team page\n") && page.contains("is protected (Basic-Auth: <2 users>)"),
+        "{page}"
+    );
 
     // Another deploy: dave leaves, erin comes, carol's password changes.
     let old = t.path("old.prg");
     std::fs::rename(&archive, &old).unwrap();
     t.write("site/_headers", "/team/*\n  Basic-Auth: carol:new-one erin:pw\n");
     common::packed(t.dir(), &[], &[]);
-    let diff = run(&["archive".as_ref(), "diff".as_ref(), old.as_os_str(), archive.as_os_str()]);
+    let diff = run(&[
+        "archive".as_ref(),
+        "diff".as_ref(),
+        old.as_os_str(),
+        archive.as_os_str(),
+    ]);
     assert!(
         diff.contains(
             "changed  default /team/* (Basic-Auth) [-]: Basic-Auth: <2 users> -> <2 users> (1 added, 1 removed, 1 with another password)"
@@ -343,7 +407,11 @@ fn plain_passwords_on_a_cleartext_public_listener_warn_at_start() {
         t.write(&format!("site/{path}"), contents);
     }
     for (bind, warned) in [("0.0.0.0:0", true), ("127.0.0.1:0", false)] {
-        let server = Process::spawn(common::peregrine().current_dir(t.dir()).args(["serve", "site", "--bind", bind]));
+        let server = Process::spawn(
+            common::peregrine()
+                .current_dir(t.dir())
+                .args(["serve", "site", "--bind", bind]),
+        );
         // The warnings come before the line that says where it listens.
         let deadline = std::time::Instant::now() + PATIENCE;
         let mut seen = String::new();
@@ -352,7 +420,11 @@ fn plain_passwords_on_a_cleartext_public_listener_warn_at_start() {
         }
         assert!(seen.contains("site: /team/* is protected"), "{seen}");
         assert!(seen.contains("`Cache-Control: public` is dropped"), "{seen}");
-        assert_eq!(seen.contains("a password written in the clear protects it"), warned, "{bind}: {seen}");
+        assert_eq!(
+            seen.contains("a password written in the clear protects it"),
+            warned,
+            "{bind}: {seen}"
+        );
         assert!(!seen.contains("hunter2"), "{seen}");
     }
 }

@@ -85,9 +85,7 @@ impl Hash {
     /// A hash as written (`$2b$10$...`, `$argon2id$...`), or why not.
     pub fn parse(text: &str) -> Result<Hash, String> {
         if ["$2a$", "$2b$", "$2y$"].iter().any(|p| text.starts_with(p)) {
-            let parts: bcrypt::HashParts = text
-                .parse()
-                .map_err(|e| format!("not a valid bcrypt hash ({e})"))?;
+            let parts: bcrypt::HashParts = text.parse().map_err(|e| format!("not a valid bcrypt hash ({e})"))?;
             let cost = parts.get_cost();
             if cost > BCRYPT_COST_MAX {
                 return Err(format!(
@@ -99,10 +97,12 @@ impl Hash {
                 kind: Kind::Bcrypt,
             });
         }
-        if ["$argon2id$", "$argon2i$", "$argon2d$"].iter().any(|p| text.starts_with(p)) {
+        if ["$argon2id$", "$argon2i$", "$argon2d$"]
+            .iter()
+            .any(|p| text.starts_with(p))
+        {
             let phc = PasswordHash::new(text).map_err(|e| format!("not a valid argon2 hash ({e})"))?;
-            let params =
-                argon2::Params::try_from(&phc).map_err(|e| format!("not a valid argon2 hash ({e})"))?;
+            let params = argon2::Params::try_from(&phc).map_err(|e| format!("not a valid argon2 hash ({e})"))?;
             if phc.salt.is_none() || phc.hash.is_none() {
                 return Err("not a valid argon2 hash (no salt or no output)".into());
             }
@@ -137,8 +137,9 @@ impl Hash {
     pub fn verify(&self, password: &[u8]) -> bool {
         match self.kind {
             Kind::Bcrypt => bcrypt::verify(password, &self.text).unwrap_or(false),
-            Kind::Argon2 => PasswordHash::new(&self.text)
-                .is_ok_and(|h| Argon2::default().verify_password(password, &h).is_ok()),
+            Kind::Argon2 => {
+                PasswordHash::new(&self.text).is_ok_and(|h| Argon2::default().verify_password(password, &h).is_ok())
+            }
         }
     }
 
@@ -213,7 +214,10 @@ pub fn parse_credentials(value: &str, plain: bool) -> Result<Vec<(String, Secret
         return Err("no user: expected user:password pairs".into());
     }
     if out.len() > USERS_MAX {
-        return Err(format!("{} users, more than the {USERS_MAX} a rule may have", out.len()));
+        return Err(format!(
+            "{} users, more than the {USERS_MAX} a rule may have",
+            out.len()
+        ));
     }
     Ok(out)
 }
@@ -423,7 +427,9 @@ pub fn ungated() -> Response {
 /// §3.5 would otherwise let a `public` answer be shared).
 pub fn private(response: Response) -> Response {
     let value = private_cache_control(response.header("cache-control"));
-    response.without_header("cache-control").with_header("Cache-Control", value)
+    response
+        .without_header("cache-control")
+        .with_header("Cache-Control", value)
 }
 
 /// A `Cache-Control` value made private ([`private`]).
@@ -432,7 +438,11 @@ pub fn private_cache_control(value: Option<&str>) -> String {
     for directive in value.unwrap_or_default().split(',') {
         let d = directive.trim();
         let name = d.split('=').next().unwrap_or_default().trim();
-        if d.is_empty() || ["public", "private", "s-maxage"].iter().any(|n| name.eq_ignore_ascii_case(n)) {
+        if d.is_empty()
+            || ["public", "private", "s-maxage"]
+                .iter()
+                .any(|n| name.eq_ignore_ascii_case(n))
+        {
             continue;
         }
         out.push(d.to_owned());
@@ -443,17 +453,25 @@ pub fn private_cache_control(value: Option<&str>) -> String {
 /// Whether a `Cache-Control` value says `private` (an answer
 /// authentication made private).
 pub fn says_private(value: &str) -> bool {
-    value
-        .split(',')
-        .any(|d| d.split('=').next().unwrap_or_default().trim().eq_ignore_ascii_case("private"))
+    value.split(',').any(|d| {
+        d.split('=')
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .eq_ignore_ascii_case("private")
+    })
 }
 
 /// Whether a `Cache-Control` value says `public`: dropped from protected
 /// answers, which the operator is told at start.
 pub fn says_public(value: &str) -> bool {
-    value
-        .split(',')
-        .any(|d| d.split('=').next().unwrap_or_default().trim().eq_ignore_ascii_case("public"))
+    value.split(',').any(|d| {
+        d.split('=')
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .eq_ignore_ascii_case("public")
+    })
 }
 
 #[cfg(test)]
@@ -492,7 +510,11 @@ mod tests {
         let too_slow = quick_bcrypt("x").replacen("$04$", "$17$", 1);
         assert!(Hash::parse(&too_slow).unwrap_err().contains("cost 17"));
         let too_big = "$argon2id$v=19$m=4194304,t=1,p=1$c29tZXNhbHQ$aGFzaGhhc2hoYXNoaGFzaA";
-        assert!(Hash::parse(too_big).unwrap_err().contains("m=4194304"), "{:?}", Hash::parse(too_big));
+        assert!(
+            Hash::parse(too_big).unwrap_err().contains("m=4194304"),
+            "{:?}",
+            Hash::parse(too_big)
+        );
         for bad in ["s3cret", "$2b$10$short", "$argon2id$nonsense", "$1$md5$crypt", "{SHA}x"] {
             assert!(Hash::parse(bad).is_err(), "{bad}");
         }
@@ -550,7 +572,11 @@ mod tests {
             AuthRule::new("/*", users("all")).unwrap(),
             AuthRule::new("/admin/*", users("admin")).unwrap(),
         ];
-        let who = |key: &str| auth_for(&rules, key).and_then(|u| u.list.first()).map(|(n, _)| n.clone());
+        let who = |key: &str| {
+            auth_for(&rules, key)
+                .and_then(|u| u.list.first())
+                .map(|(n, _)| n.clone())
+        };
         assert_eq!(who("/admin/x").as_deref(), Some("admin"));
         assert_eq!(who("/admin").as_deref(), Some("admin"));
         assert_eq!(who("/").as_deref(), Some("all"));

@@ -662,18 +662,31 @@ mod tests {
     /// the password.
     #[test]
     fn a_netlify_basic_auth_line_protects_its_pattern_and_is_never_a_field() {
-        let text = "/private/*\n  X-A: 1\n  basic-auth: alice:s3cret bob:pw\n  Cache-Control: public\n/other\n  X-B: 2\n";
+        let text =
+            "/private/*\n  X-A: 1\n  basic-auth: alice:s3cret bob:pw\n  Cache-Control: public\n/other\n  X-B: 2\n";
         let file = parse_headers(text.as_bytes()).unwrap();
         assert_eq!(file.fields.len(), 2);
-        assert!(file.fields.iter().all(|(_, f)| f.iter().all(|(n, _)| !n.eq_ignore_ascii_case("basic-auth"))));
+        assert!(file
+            .fields
+            .iter()
+            .all(|(_, f)| f.iter().all(|(n, _)| !n.eq_ignore_ascii_case("basic-auth"))));
         assert_eq!(file.auth.len(), 1);
         assert_eq!(file.auth[0].0, "/private/*");
         assert_eq!(file.auth[0].1.len(), 2);
         assert_eq!(file.public_but_protected(), vec!["/private/*".to_owned()]);
         for (bad, why) in [
-            ("/a\n  Basic-Auth: alice\n", "line 2: `Basic-Auth`: expected user:password"),
-            ("/a\n  Basic-Auth: alice:s3cret\n  Basic-Auth: bob:s3cret\n", "line 3: a second"),
-            ("/a\n  Basic-Auth: alice:s3cret alice:s3cret2\n", "\"alice\" is given twice"),
+            (
+                "/a\n  Basic-Auth: alice\n",
+                "line 2: `Basic-Auth`: expected user:password",
+            ),
+            (
+                "/a\n  Basic-Auth: alice:s3cret\n  Basic-Auth: bob:s3cret\n",
+                "line 3: a second",
+            ),
+            (
+                "/a\n  Basic-Auth: alice:s3cret alice:s3cret2\n",
+                "\"alice\" is given twice",
+            ),
         ] {
             let e = parse_headers(bad.as_bytes()).unwrap_err();
             assert!(e.contains(why), "{e}");

@@ -186,7 +186,10 @@ impl Verifier {
             }
             Mutex::new(tx)
         });
-        jobs.lock().unwrap_or_else(|e| e.into_inner()).send(job).map_err(|e| e.0)
+        jobs.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .send(job)
+            .map_err(|e| e.0)
     }
 }
 
@@ -211,7 +214,9 @@ impl Shared {
     /// Whether `key` was proven within [`CACHE_TTL`] of `now`.
     fn proven(&self, key: &[u8; 32], now: Instant) -> bool {
         let shard = self.shard(key).lock().unwrap_or_else(|e| e.into_inner());
-        shard.get(key).is_some_and(|&at| now.saturating_duration_since(at) < CACHE_TTL)
+        shard
+            .get(key)
+            .is_some_and(|&at| now.saturating_duration_since(at) < CACHE_TTL)
     }
 
     /// Remembers a success at `now`. A full shard first forgets what has
@@ -321,7 +326,8 @@ impl Gate for Guard {
         };
         if let Err(job) = self.verifier.queue(job) {
             queued.fetch_sub(1, Ordering::AcqRel);
-            job.responder.send(retry_after(Response::error(503), Duration::from_secs(1)));
+            job.responder
+                .send(retry_after(Response::error(503), Duration::from_secs(1)));
         }
         Reply::Later
     }
@@ -350,14 +356,18 @@ impl Notes {
             ));
         }
         for r in rules.iter().filter(|r| r.users.from_plain()) {
-            self.plain.push(format!("{what}: _headers' Basic-Auth for {}", r.pattern));
+            self.plain
+                .push(format!("{what}: _headers' Basic-Auth for {}", r.pattern));
         }
     }
 
     /// An archive's rules (their `public` was said by `pack`).
     pub(crate) fn archive(&mut self, what: &str, server: &peregrine_archive::ArchiveServer) {
         for (_, r) in server.protection().iter().filter(|(_, r)| r.users.from_plain()) {
-            self.plain.push(format!("{what}: the archive's Basic-Auth for {} (plain in _headers)", r.pattern));
+            self.plain.push(format!(
+                "{what}: the archive's Basic-Auth for {} (plain in _headers)",
+                r.pattern
+            ));
         }
     }
 
@@ -417,7 +427,10 @@ pub(crate) fn challenge(realm: &str) -> Response {
         })
         .collect();
     Response::error(401)
-        .with_header("WWW-Authenticate", format!("Basic realm=\"{quoted}\", charset=\"UTF-8\""))
+        .with_header(
+            "WWW-Authenticate",
+            format!("Basic realm=\"{quoted}\", charset=\"UTF-8\""),
+        )
         .with_header("Cache-Control", "private")
 }
 
@@ -473,7 +486,9 @@ mod tests {
         assert!(!s.proven(&key, Instant::now() + CACHE_TTL + Duration::from_secs(1)));
         // Another process (another key) does not know it.
         let other = Verifier::with_checker(counting);
-        assert!(!other.shared.proven(&other.shared.key_of(hash, "alice", b"right"), Instant::now()));
+        assert!(!other
+            .shared
+            .proven(&other.shared.key_of(hash, "alice", b"right"), Instant::now()));
         let cached = s.shard(&key).lock().unwrap();
         assert!(cached.keys().all(|k| !k.windows(5).any(|w| w == b"right")));
     }
@@ -495,7 +510,10 @@ mod tests {
     fn failures_are_limited_per_client() {
         let v = Verifier::with_checker(counting);
         let s = &v.shared;
-        let (mallory, alice) = (rate::key("10.0.0.9".parse().unwrap()), rate::key("10.0.0.1".parse().unwrap()));
+        let (mallory, alice) = (
+            rate::key("10.0.0.9".parse().unwrap()),
+            rate::key("10.0.0.1".parse().unwrap()),
+        );
         for _ in 0..10 {
             assert_eq!(s.barred(mallory, Instant::now()), None);
             assert!(!s.verify(&users(), "alice", b"guess", [2; 32], mallory));

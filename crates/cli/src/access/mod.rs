@@ -116,7 +116,9 @@ impl Finish {
         for (name, value) in &self.headers {
             if private && name.eq_ignore_ascii_case("cache-control") {
                 let merged = auth::private_cache_control(Some(value));
-                resp = resp.without_header("cache-control").with_header("Cache-Control", merged);
+                resp = resp
+                    .without_header("cache-control")
+                    .with_header("Cache-Control", merged);
             } else {
                 resp = resp.with_header(name.clone(), value.clone());
             }

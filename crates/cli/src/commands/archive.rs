@@ -10,8 +10,8 @@ use anyhow::Context;
 use peregrine_archive::format::{
     FLAG_NOT_FOUND, KIND_AUTH, KIND_PATTERN, KIND_REDIRECT, NOT_FOUND_SUFFIX, WILDCARD_KEY,
 };
-use peregrine_files::auth::Users;
 use peregrine_archive::{Archive, Mode, PackOptions};
+use peregrine_files::auth::Users;
 
 use crate::flags::ArchiveCommand;
 use crate::messages::counted;

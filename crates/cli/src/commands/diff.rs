@@ -269,7 +269,10 @@ fn changes(was: &Answer, now: &Answer) -> Vec<Change> {
     if let (Some(old), Some(new)) = (&was.users, &now.users) {
         if old != new {
             let has = |list: &[(String, String)], name: &str| list.iter().any(|(u, _)| u == name);
-            let changed = new.iter().filter(|pair| has(old, &pair.0) && !old.contains(pair)).count();
+            let changed = new
+                .iter()
+                .filter(|pair| has(old, &pair.0) && !old.contains(pair))
+                .count();
             out.push(Change::Users {
                 old: old.len(),
                 new: new.len(),

@@ -77,7 +77,11 @@ pub(super) fn build(
         };
         let mut routes = Vec::with_capacity(spec.routes.len());
         for route in &spec.routes {
-            let realm = route.basic_auth.as_ref().and_then(|b| b.realm.as_deref()).unwrap_or(label);
+            let realm = route
+                .basic_auth
+                .as_ref()
+                .and_then(|b| b.realm.as_deref())
+                .unwrap_or(label);
             let finish = Finish::new(route.cors.as_ref(), &route.headers);
             // Where the route has its own `basic-auth`, it decides: the
             // handler's `_headers` rules are not asked again.
@@ -126,7 +130,10 @@ pub(super) fn build(
                     ip: route.ip.as_ref(),
                     rate_limit: route.rate_limit.as_ref(),
                     cors: route.cors.as_ref(),
-                    basic: route.basic_auth.as_ref().map(|b| (b, guard(realm, finish.clone(), false))),
+                    basic: route
+                        .basic_auth
+                        .as_ref()
+                        .map(|b| (b, guard(realm, finish.clone(), false))),
                     headers: &route.headers,
                 },
             );

@@ -17,8 +17,8 @@ use peregrine::host::{normalize, HostMap};
 use peregrine::pattern::Pattern;
 
 use super::keys::{
-    per_site, reserved, Applies, BASIC_AUTH_KEYS, CORS_KEYS, HANDLERS, IP_KEYS, PATHS, PER_SITE, RATE_LIMIT_KEYS, REDIRECT_STATUSES,
-    REDIRECT_STATUS_DEFAULT, ROUTE_KEYS, ROUTE_SETTINGS, SITE_KEYS,
+    per_site, reserved, Applies, BASIC_AUTH_KEYS, CORS_KEYS, HANDLERS, IP_KEYS, PATHS, PER_SITE, RATE_LIMIT_KEYS,
+    REDIRECT_STATUSES, REDIRECT_STATUS_DEFAULT, ROUTE_KEYS, ROUTE_SETTINGS, SITE_KEYS,
 };
 use super::render::{toml_list, Shown};
 use super::routes;
