@@ -116,16 +116,19 @@ pub(crate) struct Verifier {
     shared: Arc<Shared>,
     /// Checks queued or running ([`QUEUED_MAX`]).
     queued: Arc<AtomicUsize>,
-    jobs: OnceLock<Mutex<mpsc::Sender<Job>>>,
+    jobs: OnceLock<Mutex<mpsc::Sender<Box<Job>>>>,
 }
 
 /// What the loop and the verifier threads share.
 struct Shared {
     key: ring::hmac::Key,
-    cache: Box<[Mutex<HashMap<[u8; 32], Instant>>]>,
+    cache: Box<[Successes]>,
     failures: rate::Table,
     check: Checker,
 }
+
+/// One shard of the success cache: key → when it was proven.
+type Successes = Mutex<HashMap<[u8; 32], Instant>>;
 
 /// A check for a verifier thread, and the answers it chooses between.
 struct Job {
@@ -164,9 +167,9 @@ impl Verifier {
 
     /// Queues a check; `Err` gives the job back when the threads cannot
     /// be started.
-    fn queue(&self, job: Job) -> Result<(), Job> {
+    fn queue(&self, job: Box<Job>) -> Result<(), Box<Job>> {
         let jobs = self.jobs.get_or_init(|| {
-            let (tx, rx) = mpsc::channel::<Job>();
+            let (tx, rx) = mpsc::channel::<Box<Job>>();
             let rx = Arc::new(Mutex::new(rx));
             for i in 0..VERIFIER_THREADS {
                 let (rx, shared, queued) = (rx.clone(), self.shared.clone(), self.queued.clone());
@@ -177,7 +180,7 @@ impl Verifier {
                         // then the queue drains and the thread ends.
                         let job = rx.lock().unwrap_or_else(|e| e.into_inner()).recv();
                         let Ok(job) = job else { return };
-                        shared.run(job);
+                        shared.run(*job);
                         queued.fetch_sub(1, Ordering::AcqRel);
                     });
                 if let Err(e) = spawned {
@@ -207,7 +210,7 @@ impl Shared {
         out
     }
 
-    fn shard(&self, key: &[u8; 32]) -> &Mutex<HashMap<[u8; 32], Instant>> {
+    fn shard(&self, key: &[u8; 32]) -> &Successes {
         &self.cache[usize::from(key[0]) % self.cache.len()]
     }
 
@@ -313,7 +316,7 @@ impl Gate for Guard {
         let origin = req.header("origin");
         let granted = auth::private(self.finish.apply(answer(), origin));
         let denied = self.finish.apply(challenge(&self.realm), origin);
-        let job = Job {
+        let job = Box::new(Job {
             users: users.clone(),
             user,
             password,
@@ -323,7 +326,7 @@ impl Gate for Guard {
             responder: req.defer(),
             granted,
             denied,
-        };
+        });
         if let Err(job) = self.verifier.queue(job) {
             queued.fetch_sub(1, Ordering::AcqRel);
             job.responder
