@@ -704,3 +704,49 @@ fn access_tables_refuse_mistakes_at_their_line() {
         ],
     );
 }
+
+/// A route's `basic-auth` takes hashes (bcrypt or argon2) and a realm,
+/// is shown by check-config as a count of users (never a hash), and each
+/// mistake is said at its line without a password.
+#[test]
+fn routes_read_basic_auth_and_never_show_a_hash() {
+    let dir = scratch();
+    let hash = "$2b$04$abcdefghijklmnopqrstuu5ZGMw1ZGf5s8d6sVqv0qNGa1Q0GbVqa";
+    let sites = read(
+        &dir,
+        &format!(
+            "[[site]]\nnames = [\"a.test\"]\nroot = \"a\"\n\
+             [[site.route]]\npath = \"/staff/*\"\n\
+             basic-auth = {{ users = [\"alice:{hash}\", \"bob:{hash}\"], realm = \"Staff\" }}\n"
+        ),
+        &[],
+    )
+    .unwrap();
+    let staff = &sites[0].routes[0];
+    let auth = staff.basic_auth.as_ref().unwrap();
+    assert_eq!((auth.users.len(), auth.realm.as_deref()), (2, Some("Staff")));
+    assert_eq!(
+        value(&staff.shown, "basic-auth"),
+        r#"{ users = "<2 users>", realm = "Staff" }"#
+    );
+    let f = dir.join("peregrine.toml").display().to_string();
+    let text = refused(
+        &dir,
+        "[[site]]\nnames = [\"a.test\"]\nroot = \"a\"\n\
+         basic-auth = { users = [] }\n\
+         [[site.route]]\npath = \"/a\"\nbasic-auth = { users = [\"alice:hunter2\"] }\n\
+         [[site.route]]\npath = \"/b\"\nbasic-auth = { realm = \"x\" }\n\
+         [[site.route]]\npath = \"/c\"\nbasic-auth = { user = [] }\n",
+        &[],
+    );
+    assert_says(
+        &text,
+        &[
+            &format!("{f}:4: basic-auth: a route's setting"),
+            &format!("{f}:7: basic-auth: user \"alice\": expected a bcrypt ($2b$...) or argon2"),
+            &format!("{f}:10: basic-auth: no users"),
+            &format!("{f}:13: basic-auth: user: unknown key (did you mean \"users\"?)"),
+        ],
+    );
+    assert!(!text.contains("hunter2"), "{text}");
+}
