@@ -10,6 +10,7 @@ mod docs;
 mod flags;
 mod logger;
 mod messages;
+mod proxy;
 mod reload;
 mod sandbox;
 mod sites;

@@ -66,6 +66,18 @@ impl Sandbox {
     }
 }
 
+/// Connecting out to the upstream at `url` (a reverse-proxy route).
+fn grant_connect(policy: &mut Policy, url: &str) -> anyhow::Result<()> {
+    let up = peregrine::proxy::Upstream::parse(url)?;
+    policy.connect = true;
+    for port in up.tcp_ports() {
+        if !policy.connect_ports.contains(&port) {
+            policy.connect_ports.push(port);
+        }
+    }
+    Ok(())
+}
+
 /// What `command` needs to read and write.
 fn policy(command: &Command, argv: &[OsString]) -> anyhow::Result<Policy> {
     let args = command.server_args();
@@ -81,8 +93,19 @@ fn policy(command: &Command, argv: &[OsString]) -> anyhow::Result<Policy> {
         .map(PathBuf::as_path)
         .collect();
     let mut logs: Vec<&str> = args.access_log.as_deref().into_iter().collect();
-    if let Command::Serve { root, files, sites, .. } = command {
+    if let Command::Serve {
+        root,
+        files,
+        sites,
+        proxy,
+        ..
+    } = command
+    {
         grant_root(&mut policy, root, files.follow_symlinks)?;
+        for flag in proxy {
+            let (_, url) = flag.split_once('=').unwrap_or(("", flag));
+            grant_connect(&mut policy, url)?;
+        }
         // Each site's roots, certificates and access log, as the top
         // level's.
         for site in sites {
@@ -91,7 +114,8 @@ fn policy(command: &Command, argv: &[OsString]) -> anyhow::Result<Policy> {
                 match &route.handler {
                     HandlerSpec::Files { root, files } => grant_root(&mut policy, root, files.follow_symlinks)?,
                     HandlerSpec::Archive { root, .. } => grant_root(&mut policy, root, false)?,
-                    HandlerSpec::Redirect { .. } | HandlerSpec::Proxy(_) => {}
+                    HandlerSpec::Proxy(p) => grant_connect(&mut policy, &p.url)?,
+                    HandlerSpec::Redirect { .. } => {}
                 }
             }
             pems.extend(site.tls.iter().flat_map(|(cert, key)| [cert.as_path(), key.as_path()]));
@@ -250,7 +274,8 @@ impl std::fmt::Display for Sandbox {
 
 /// A planted bug for the tests, in debug builds only: with
 /// `PEREGRINE_TEST_PLANTED_BUG=1`, `/open?PATH` tries to read PATH,
-/// `/exec` to become `/bin/true`, `/spawn` to run it, and each answers
+/// `/exec` to become `/bin/true`, `/spawn` to run it, `/connect?ADDR`
+/// to connect to ADDR, and each answers
 /// with what happened (the errno that stopped it). The sandbox is what
 /// must stop them. Other paths go to `inner`.
 #[cfg(debug_assertions)]
@@ -286,6 +311,15 @@ impl<H: peregrine::Handler> peregrine::Handler for Planted<H> {
             // Replaces the process if it works: the test then gets no answer.
             (true, "/exec") => outcome(Err(std::process::Command::new("/bin/true").exec())),
             (true, "/spawn") => outcome(std::process::Command::new("/bin/true").status().map(|s| s.to_string())),
+            // Blocking, on the loop: a test hook, with a short timeout.
+            (true, "/connect") => outcome(
+                req.query()
+                    .unwrap_or("")
+                    .parse::<std::net::SocketAddr>()
+                    .map_err(std::io::Error::other)
+                    .and_then(|a| std::net::TcpStream::connect_timeout(&a, std::time::Duration::from_secs(2)))
+                    .map(|_| "connected".to_owned()),
+            ),
             _ => self.inner.call(req),
         }
     }

@@ -9,7 +9,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::Context;
-use peregrine::{log, AccessLog, Identity, Listening, Metrics, Request, Response, Router, Running, Server, TlsConfig};
+use peregrine::{
+    log, AccessLog, Handler, Identity, Listening, Metrics, Request, Response, Router, Running, Server, TlsConfig,
+};
 use peregrine_archive::ArchiveServer;
 use peregrine_files::FileServer;
 
@@ -286,6 +288,7 @@ fn start(
         files,
         archive,
         sites,
+        proxy,
         ..
     } = command
     else {
@@ -293,15 +296,17 @@ fn start(
         return Ok((running, Vec::new()));
     };
     let previous = previous.map_or(&[][..], |p| &p.archives[..]);
+    let proxies = crate::proxy::upstreams(proxy)?;
     if !sites.is_empty() {
         let access_log = command.server_args().access_log.as_deref();
-        let built = super::sites::build(sites, access_log, previous)?;
+        let built = super::sites::build(sites, access_log, previous, &proxies)?;
         let running = srv.start_sites(built.sites)?;
         return Ok((running, built.archives));
     }
     if !is_archive_root(root, files, archive)? {
-        let files = FileServer::new(files.options(root.clone()))?;
-        return Ok((srv.start(sandbox::planted_bug(files))?, Vec::new()));
+        let files: Arc<dyn Handler> = Arc::new(FileServer::new(files.options(root.clone()))?);
+        let handler = crate::proxy::Shared(crate::proxy::wrap(files, &proxies));
+        return Ok((srv.start(sandbox::planted_bug(handler))?, Vec::new()));
     }
     let mode = archive.mode();
     let same = previous.iter().find(|a| a.root == *root && a.mode == mode);
@@ -309,7 +314,8 @@ fn start(
         Some(same) => (same.server.clone(), true),
         None => (ArchiveServer::open(root, mode)?, false),
     };
-    let running = srv.start(sandbox::planted_bug(server.clone()))?;
+    let handler = crate::proxy::Shared(crate::proxy::wrap(Arc::new(server.clone()), &proxies));
+    let running = srv.start(sandbox::planted_bug(handler))?;
     let served = ServedArchive {
         root: root.clone(),
         mode,

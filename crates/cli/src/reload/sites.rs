@@ -37,7 +37,12 @@ pub(super) struct Built {
 /// path and mode are the same. A site whose access log is the server's
 /// (`access_log`, which it inherits unless it names its own) writes to
 /// the server's: one file, opened once.
-pub(super) fn build(specs: &[SiteSpec], access_log: Option<&str>, previous: &[ServedArchive]) -> anyhow::Result<Built> {
+pub(super) fn build(
+    specs: &[SiteSpec],
+    access_log: Option<&str>,
+    previous: &[ServedArchive],
+    proxies: &[(String, peregrine::proxy::Proxy)],
+) -> anyhow::Result<Built> {
     let mut archives: Vec<ServedArchive> = Vec::new();
     let mut sites = Vec::with_capacity(specs.len());
     for spec in specs {
@@ -64,7 +69,13 @@ pub(super) fn build(specs: &[SiteSpec], access_log: Option<&str>, previous: &[Se
                     to: to.clone(),
                     status: *status,
                 }),
-                HandlerSpec::Proxy(never) => match *never {},
+                HandlerSpec::Proxy(p) => {
+                    let prefix = route_prefix(&route.path);
+                    let up = peregrine::proxy::Upstream::parse(&p.url)
+                        .with_context(|| format!("site {label}, route {}", route.path))?
+                        .prefix(&prefix);
+                    Arc::new(peregrine::proxy::Proxy::new(up))
+                }
             };
             // IP rules, rate limit and CORS, before the handler looks at
             // anything; no wrapper at all on a route without them.
@@ -84,6 +95,7 @@ pub(super) fn build(specs: &[SiteSpec], access_log: Option<&str>, previous: &[Se
             root,
             routes,
         };
+        let handler = crate::proxy::Shared(crate::proxy::wrap(Arc::new(handler), proxies));
         let mut site = Site::new(spec.names.iter().cloned(), handler);
         for alias in &spec.aliases {
             site = site.alias(alias.clone());
@@ -97,6 +109,13 @@ pub(super) fn build(specs: &[SiteSpec], access_log: Option<&str>, previous: &[Se
         sites.push(site);
     }
     Ok(Built { sites, archives })
+}
+
+/// The literal start of a route's pattern (`/api/*` → `/api/`): what a
+/// proxy route's upstream path replaces.
+fn route_prefix(pattern: &str) -> String {
+    let end = pattern.find(['*', ':']).unwrap_or(pattern.len());
+    pattern[..end].to_owned()
 }
 
 /// The certificates of the sites, each pair sent only for its site's

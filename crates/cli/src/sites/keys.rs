@@ -80,6 +80,7 @@ pub(crate) const ROUTE_KEYS: &[&str] = &[
     "root",
     "to",
     "status",
+    "proxy",
     "headers",
     "ip",
     "rate-limit",
@@ -96,11 +97,11 @@ pub(crate) const RATE_LIMIT_KEYS: &[&str] = &["rate", "burst"];
 pub(crate) const CORS_KEYS: &[&str] = &["origins", "methods", "headers", "expose", "credentials", "max-age"];
 
 /// The handlers a route may name.
-pub(crate) const HANDLERS: &[&str] = &["files", "archive", "redirect"];
+pub(crate) const HANDLERS: &[&str] = &["files", "archive", "redirect", "proxy"];
 
 /// Keys later issues fill, with the issue: refused until then (never
 /// ignored), on a route or a site.
-pub(crate) const RESERVED: &[(&str, u32)] = &[("auth", 27), ("proxy", 26)];
+pub(crate) const RESERVED: &[(&str, u32)] = &[("auth", 27)];
 
 /// The statuses a redirect route may answer with (RFC 9110 §15.4), and its
 /// default: 308 keeps the method, as a permanent move should.

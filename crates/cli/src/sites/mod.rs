@@ -148,9 +148,9 @@ pub(crate) enum HandlerSpec {
     /// (`peregrine_files::conventions::substitute`, as `_redirects` does).
     /// The request's query is not carried over (Caddy's `redir` neither).
     Redirect { to: String, status: u16 },
-    /// Filled by issue 26 (the reverse proxy); `handler = "proxy"` and
-    /// `proxy` are refused as not supported yet.
-    #[allow(dead_code)] // constructed by issue 26's reader
+    /// `proxy = "URL"` (`handler = "proxy"`): the route's requests go to
+    /// an upstream (`crate::proxy`), the route's literal prefix replaced
+    /// by the URL's path if it has one.
     Proxy(Proxy),
 }
 
@@ -158,9 +158,11 @@ pub(crate) enum HandlerSpec {
 #[derive(Debug, Clone)]
 pub(crate) enum Auth {}
 
-/// A route's upstreams: filled by issue 26.
+/// A route's upstream, as written (checked when read).
 #[derive(Debug, Clone)]
-pub(crate) enum Proxy {}
+pub(crate) struct Proxy {
+    pub(crate) url: String,
+}
 
 /// Where a site's or route's setting came from, as `check-config` says it.
 #[derive(Debug, Clone, PartialEq, Eq)]

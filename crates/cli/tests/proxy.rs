@@ -1,0 +1,147 @@
+//! `serve --proxy PREFIX=URL` and `[[site.route]] proxy = "URL"` as a user
+//! runs them: a static site and its API behind one Peregrine, sandboxed
+//! (the serving process may connect to the upstream's port only), from a
+//! directory and from its archive alike.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::thread;
+
+use common::{Scratch, PATIENCE};
+use test_support::process::Process;
+
+/// An upstream that answers every request with its request line and the
+/// X-Forwarded-For it got, kept alive.
+fn upstream() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { return };
+            thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut out = stream;
+                loop {
+                    let mut head = Vec::new();
+                    loop {
+                        let mut line = String::new();
+                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                        head.push(line.trim_end().to_owned());
+                    }
+                    let xff = head
+                        .iter()
+                        .find_map(|l| l.strip_prefix("X-Forwarded-For: "))
+                        .unwrap_or("-");
+                    let body = format!("{} xff={xff}", head[0]);
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{body}",
+                        body.len()
+                    );
+                    if out.write_all(answer.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+fn get(addr: &str, host: &str, path: &str) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(PATIENCE)).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+fn addr_of(server: &Process) -> String {
+    common::last_addr(&server.listening())
+}
+
+#[test]
+fn serve_proxy_sends_a_prefix_to_the_upstream_and_the_rest_to_the_files() {
+    let t = Scratch::new("proxy-flag");
+    t.write("site/index.html", "home\n");
+    let up = upstream();
+    let server = Process::spawn(
+        common::peregrine()
+            .current_dir(t.dir())
+            .args(["serve", "site", "--bind", "127.0.0.1:0", "--workers", "1", "--proxy"])
+            .arg(format!("/api/=http://{up}/v1/")),
+    );
+    let addr = addr_of(&server);
+    let api = get(&addr, "x", "/api/items?id=3");
+    assert!(api.starts_with("HTTP/1.1 200"), "{api}");
+    assert!(api.ends_with("GET /v1/items?id=3 HTTP/1.1 xff=127.0.0.1"), "{api}");
+    let home = get(&addr, "x", "/");
+    assert!(home.starts_with("HTTP/1.1 200") && home.ends_with("home\n"), "{home}");
+    // `/apix` is not under `/api/`.
+    assert!(get(&addr, "x", "/apix").starts_with("HTTP/1.1 404"));
+}
+
+#[test]
+fn a_site_route_proxies_from_a_directory_and_from_an_archive_alike() {
+    let t = Scratch::new("proxy-route");
+    common::packed(t.dir(), &[("index.html", "home\n")], &[]);
+    let up = upstream();
+    let route = format!("[[site.route]]\npath = \"/api/*\"\nproxy = \"http://{up}\"\n");
+    let config = t.write(
+        "peregrine.toml",
+        format!(
+            "version = 1\nbind = [\"127.0.0.1:0\"]\nworkers = 1\n\
+             [[site]]\nnames = [\"dir.test\"]\nroot = \"site\"\n{route}\
+             [[site]]\nnames = [\"arc.test\"]\nroot = \"site.prg\"\n{route}"
+        ),
+    );
+    let server = Process::spawn(
+        common::peregrine()
+            .current_dir(t.dir())
+            .args(["serve", "--config"])
+            .arg(&config),
+    );
+    let addr = addr_of(&server);
+    for host in ["dir.test", "arc.test"] {
+        let api = get(&addr, host, "/api/x");
+        assert!(api.ends_with("GET /api/x HTTP/1.1 xff=127.0.0.1"), "{host}: {api}");
+        let home = get(&addr, host, "/");
+        assert!(home.ends_with("home\n"), "{host}: {home}");
+    }
+}
+
+#[test]
+fn bad_proxy_settings_are_refused_at_start_naming_them() {
+    let t = Scratch::new("proxy-bad");
+    t.write("site/index.html", "home\n");
+    let out = common::peregrine()
+        .current_dir(t.dir())
+        .args(["serve", "site", "--proxy", "/api/=ftp://x"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("--proxy") && err.contains("expected http://"), "{err}");
+
+    let config = t.write(
+        "bad.toml",
+        "version = 1\n[[site]]\nnames = [\"a.test\"]\nroot = \"site\"\n\
+         [[site.route]]\npath = \"/api/*\"\nhandler = \"proxy\"\n",
+    );
+    let out = common::peregrine()
+        .current_dir(t.dir())
+        .args(["check-config", "serve", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("a proxy needs `proxy`"), "{err}");
+}
