@@ -381,3 +381,62 @@ fn http2_clients_get_the_answer_without_connection_specific_fields() {
     assert!(seen.field("via").unwrap().starts_with("2 peregrine-"), "{}", seen.head);
     assert_eq!(seen.field("cookie"), Some("a=1; b=2"), "{}", seen.head);
 }
+
+/// An upstream that writes `total` bytes of body as fast as the socket
+/// takes them, and reports how many it has written so far.
+fn firehose(total: usize) -> (SocketAddr, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let written = Arc::new(AtomicUsize::new(0));
+    let progress = written.clone();
+    thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut head = [0; 4096];
+        let _ = s.read(&mut head);
+        s.write_all(format!("HTTP/1.1 200 OK\r\nContent-Length: {total}\r\n\r\n").as_bytes())
+            .unwrap();
+        let block = vec![b'x'; 64 * 1024];
+        let mut left = total;
+        while left > 0 {
+            let n = left.min(block.len());
+            if s.write_all(&block[..n]).is_err() {
+                return;
+            }
+            left -= n;
+            progress.fetch_add(n, Ordering::SeqCst);
+        }
+    });
+    (addr, written)
+}
+
+#[test]
+fn a_client_that_does_not_read_holds_the_upstream_back_and_then_gets_every_byte() {
+    const TOTAL: usize = 256 * 1024 * 1024;
+    let (up, written) = firehose(TOTAL);
+    let server = proxy_server(&format!("http://{up}"), "/api/");
+    let mut s = TcpStream::connect(server.local_addr()).unwrap();
+    s.set_read_timeout(Some(PATIENCE)).unwrap();
+    s.write_all(b"GET /api/big HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    // The client reads nothing: the upstream gets as far as the sockets'
+    // buffers and the proxy's 1 MiB channel let it, then stops.
+    let mut last = usize::MAX;
+    loop {
+        thread::sleep(std::time::Duration::from_millis(200));
+        let now = written.load(Ordering::SeqCst);
+        if now == last {
+            break;
+        }
+        last = now;
+    }
+    assert!(
+        last < 64 * 1024 * 1024,
+        "the upstream wrote {last} bytes to a client that read none: the proxy buffers without bound"
+    );
+    // Then every byte arrives, and the answer ends where it says.
+    eprintln!("the upstream stalled after {last} bytes");
+    let r = Client::over(s).response();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body.len(), TOTAL);
+    assert!(r.body.iter().all(|&b| b == b'x'));
+    assert!(written.load(Ordering::SeqCst) == TOTAL);
+}
