@@ -116,7 +116,44 @@ fn random_hex(bytes: usize) -> String {
     // The system's generator does not fail on Linux; zeros would still
     // only make the token guessable, not wrong.
     let _ = ring::rand::SystemRandom::new().fill(b);
-    b.iter().map(|x| format!("{x:02x}")).collect()
+    let mut s = String::with_capacity(b.len() * 2);
+    push_hex(&mut s, b);
+    s
+}
+
+fn push_hex(s: &mut String, bytes: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    for &x in bytes {
+        s.push(HEX[usize::from(x >> 4)] as char);
+        s.push(HEX[usize::from(x & 15)] as char);
+    }
+}
+
+/// A new `X-Request-ID`: 32 hex digits, unique across threads and
+/// processes (a random prefix drawn once per thread, then the thread's
+/// counter), without a system call per request as a fresh random value
+/// would need, nor an atomic shared by the workers. Request ids name
+/// requests; they are not secrets.
+fn request_id() -> String {
+    use std::cell::Cell;
+    thread_local! {
+        static PREFIX: [u8; 8] = {
+            use ring::rand::SecureRandom;
+            let mut b = [0u8; 8];
+            let _ = ring::rand::SystemRandom::new().fill(&mut b);
+            b
+        };
+        static COUNTER: Cell<u64> = const { Cell::new(0) };
+    }
+    let n = COUNTER.with(|c| {
+        let n = c.get();
+        c.set(n.wrapping_add(1));
+        n
+    });
+    let mut s = String::with_capacity(32);
+    PREFIX.with(|p| push_hex(&mut s, p));
+    push_hex(&mut s, &n.to_be_bytes());
+    s
 }
 
 /// Methods whose answer may be asked for again (RFC 9110 §9.2.2).
@@ -267,7 +304,7 @@ fn build(up: &Upstream, req: &Request<'_>) -> Result<Vec<u8>, u16> {
         .filter(|v| !v.is_empty() && v.len() <= 200);
     match kept_id {
         Some(id) => extra.push(("X-Request-ID", Cow::Borrowed(id))),
-        None => extra.push(("X-Request-ID", Cow::Owned(random_hex(16).into_bytes()))),
+        None => extra.push(("X-Request-ID", Cow::Owned(request_id().into_bytes()))),
     }
     // Cookies: one field (HTTP/2 and HTTP/3 send crumbs, RFC 9113 §8.2.3).
     let mut cookie: Vec<u8> = Vec::new();

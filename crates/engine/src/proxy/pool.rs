@@ -51,6 +51,10 @@ const DROPPED: &[&[u8]] = &[
 pub(crate) struct Upstreams {
     conns: Slab<UpConn>,
     pools: HashMap<usize, Pool>,
+    /// Where every connection reads into (`READ_CHUNK`, zeroed once):
+    /// a connection keeps only what it has not consumed yet, usually
+    /// nothing, so an idle one holds no read buffer.
+    scratch: Vec<u8>,
 }
 
 struct Pool {
@@ -333,7 +337,15 @@ impl Upstreams {
     fn drive(&mut self, ctx: &mut Ctx<'_>, timers: &mut Timers, key: usize) {
         let c = &mut self.conns[key];
         let read_timeout = self.pools.get(&c.up).map(|p| p.up.read_timeout);
-        let outcome = c.advance(ctx, key, read_timeout.unwrap_or(Upstream::READ_TIMEOUT));
+        if self.scratch.is_empty() {
+            self.scratch = vec![0; READ_CHUNK];
+        }
+        let outcome = c.advance(
+            ctx,
+            key,
+            read_timeout.unwrap_or(Upstream::READ_TIMEOUT),
+            &mut self.scratch,
+        );
         self.settle(ctx, timers, key, outcome);
     }
 
@@ -348,7 +360,6 @@ impl Upstreams {
                 c.state = State::Idle;
                 c.reused = true;
                 c.buf = Vec::new();
-                c.out = Vec::new();
                 let Some(pool) = self.pools.get_mut(&c.up) else { return };
                 c.deadline = Some(ctx.now + pool.up.idle_timeout);
                 timers.arm(Source::Upstream(key).token(), c.deadline, &mut c.armed);
@@ -428,7 +439,7 @@ impl UpConn {
         Outcome::Failed { status, why, retry }
     }
 
-    fn advance(&mut self, ctx: &Ctx<'_>, key: usize, read_timeout: std::time::Duration) -> Outcome {
+    fn advance(&mut self, ctx: &Ctx<'_>, key: usize, read_timeout: std::time::Duration, scratch: &mut [u8]) -> Outcome {
         loop {
             match self.state {
                 State::Connecting => match self.sock.connected() {
@@ -467,15 +478,10 @@ impl UpConn {
                         self.deadline = None;
                         return Outcome::Wait;
                     }
-                    let len = self.buf.len();
-                    self.buf.resize(len + READ_CHUNK, 0);
-                    match self.sock.read(&mut self.buf[len..]) {
-                        Ok(0) => {
-                            self.buf.truncate(len);
-                            return self.at_eof();
-                        }
+                    match self.sock.read(scratch) {
+                        Ok(0) => return self.at_eof(),
                         Ok(n) => {
-                            self.buf.truncate(len + n);
+                            self.buf.extend_from_slice(&scratch[..n]);
                             if self.state == State::Idle {
                                 // An idle connection has nothing to say.
                                 return Outcome::Close;
@@ -483,21 +489,18 @@ impl UpConn {
                             self.got = true;
                             self.deadline = Some(ctx.now + read_timeout);
                         }
-                        Err(e) => {
-                            self.buf.truncate(len);
-                            match e.kind() {
-                                io::ErrorKind::WouldBlock => return Outcome::Wait,
-                                io::ErrorKind::Interrupted => {}
-                                _ if self.state == State::Idle => return Outcome::Close,
-                                _ if self.state == State::Head => return self.failed(502, format!("read: {e}")),
-                                _ => {
-                                    if let Some(tx) = self.tx.take() {
-                                        tx.abort();
-                                    }
-                                    return Outcome::Close;
+                        Err(e) => match e.kind() {
+                            io::ErrorKind::WouldBlock => return Outcome::Wait,
+                            io::ErrorKind::Interrupted => {}
+                            _ if self.state == State::Idle => return Outcome::Close,
+                            _ if self.state == State::Head => return self.failed(502, format!("read: {e}")),
+                            _ => {
+                                if let Some(tx) = self.tx.take() {
+                                    tx.abort();
                                 }
+                                return Outcome::Close;
                             }
-                        }
+                        },
                     }
                 }
             }
