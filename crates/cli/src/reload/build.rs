@@ -10,7 +10,6 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use peregrine::{log, AccessLog, Identity, Listening, Metrics, Request, Response, Router, Running, Server, TlsConfig};
-use peregrine_archive::ArchiveServer;
 use peregrine_files::FileServer;
 
 use super::{Generation, Origin, Process, Role, ServedArchive};
@@ -274,8 +273,8 @@ fn start_metrics_server(
 }
 
 /// Starts the workers with the handler `command` asks for (with sites,
-/// the sites). An archive at the path (and in the mode) the previous
-/// generation served is kept (`ServedArchive::kept`).
+/// the sites). An archive at the path (and with the settings) the
+/// previous generation served is kept (`ServedArchive::kept`).
 fn start(
     command: &Command,
     srv: Server,
@@ -303,16 +302,16 @@ fn start(
         let files = FileServer::new(files.options(root.clone()))?;
         return Ok((srv.start(sandbox::planted_bug(files))?, Vec::new()));
     }
-    let mode = archive.mode();
-    let same = previous.iter().find(|a| a.root == *root && a.mode == mode);
+    let options = archive.options()?;
+    let same = previous.iter().find(|a| a.root == *root && a.options == options);
     let (server, kept) = match same {
         Some(same) => (same.server.clone(), true),
-        None => (ArchiveServer::open(root, mode)?, false),
+        None => (super::sites::open_archive(root, &options, previous)?, false),
     };
     let running = srv.start(sandbox::planted_bug(server.clone()))?;
     let served = ServedArchive {
         root: root.clone(),
-        mode,
+        options,
         server,
         site: None,
         kept,
@@ -437,7 +436,8 @@ fn archive_gauges(m: &Metrics, archives: &[ServedArchive]) {
     const GENERATION: &str = "peregrine_archive_generation";
     const SWAPS: &str = "peregrine_archive_swaps_total";
     const REFUSED: &str = "peregrine_archive_refused_total";
-    for name in [GENERATION, SWAPS, REFUSED] {
+    const FALLBACKS: &str = "peregrine_archive_fallbacks_total";
+    for name in [GENERATION, SWAPS, REFUSED, FALLBACKS] {
         m.remove(name);
     }
     for served in archives {
@@ -460,8 +460,17 @@ fn archive_gauges(m: &Metrics, archives: &[ServedArchive]) {
         m.counter_with(
             REFUSED,
             &labels,
-            "Replacement archives refused (damaged or unreadable); the old one kept serving.",
+            "Replacement archives refused (damaged, unreadable, unsigned, wrongly signed or rolled back); the \
+             old one kept serving.",
             move || a.refused(),
+        );
+        let a = served.server.clone();
+        m.counter_with(
+            FALLBACKS,
+            &labels,
+            "Requests the new archive had no answer for that an archive kept after a swap answered \
+             (--keep-previous).",
+            move || a.fallbacks(),
         );
     }
 }
