@@ -302,9 +302,11 @@ impl Archive {
         for i in 0..n_entries {
             let at = entries_off + i * ENTRY_LEN;
             let kind = index[at + 4];
-            if !matches!(kind, KIND_RESOURCE | KIND_REDIRECT | KIND_PATTERN)
-                && !(kind == KIND_REVOKED && flags & HEADER_FLAG_REVOKED != 0)
-            {
+            // Revoked paths only where the header says so: a reader that
+            // did not know them refused the flag, not the kind.
+            let known = matches!(kind, KIND_RESOURCE | KIND_REDIRECT | KIND_PATTERN)
+                || (kind == KIND_REVOKED && flags & HEADER_FLAG_REVOKED != 0);
+            if !known {
                 return invalid(format!("entry {i} has unknown kind {kind}"));
             }
             if !in_strings(u32_at(index, at + 8), u32_at(index, at + 12))

@@ -1151,7 +1151,7 @@ struct Prepared {
 ///
 /// The body is not hashed here. Every generation this server publishes was
 /// opened with its whole data region checked against `data_hash`
-/// ([`ArchiveServer::open`] and the watcher both call `verify_data`), and
+/// ([`ArchiveServer::open_with`] and the watcher both go through `load`), and
 /// the bytes cannot change after that: a map is of a file we hold a read
 /// lease on (a writer waits while we detach it into a copy in memory,
 /// `map.rs`), and a copy is ours. Hashing each body again at its first send on each

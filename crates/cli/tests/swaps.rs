@@ -69,9 +69,14 @@ fn signed(t: &Scratch, name: &str, body: &str, key: &Path, n: u64) -> PathBuf {
 /// Deploys `archive` as DIR/site.prg the way a deploy should: a copy
 /// beside it, then a rename over it.
 fn deploy(t: &Scratch, archive: &Path) {
-    let next = t.path("site.prg.new");
+    deploy_as(t, archive, "site.prg");
+}
+
+/// Deploys `archive` as DIR/NAME.
+fn deploy_as(t: &Scratch, archive: &Path, name: &str) {
+    let next = t.path(&format!("{name}.new"));
     std::fs::copy(archive, &next).unwrap();
-    std::fs::rename(&next, t.path("site.prg")).unwrap();
+    std::fs::rename(&next, t.path(name)).unwrap();
 }
 
 /// What someone who can write the archive but has no key does: changes a
@@ -110,9 +115,14 @@ fn tamper(archive: &Path, from: &str, to: &str) -> PathBuf {
 
 /// One GET: status and body.
 fn get(addr: &str, path: &str) -> (u16, String) {
+    get_from(addr, "x", path)
+}
+
+/// One GET for `host`: status and body.
+fn get_from(addr: &str, host: &str, path: &str) -> (u16, String) {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(PATIENCE)).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").unwrap();
     let mut raw = Vec::new();
     s.read_to_end(&mut raw).unwrap();
     let text = String::from_utf8_lossy(&raw).into_owned();
@@ -342,4 +352,121 @@ fn archive_verify_shows_the_signature_and_checks_it_with_a_key() {
         .bounded_output();
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("refused: not signed"));
+}
+
+/// Strings as the tests compare answers.
+fn ok(body: &str) -> (u16, String) {
+    (200, body.to_owned())
+}
+
+#[test]
+fn the_replaced_archive_answers_the_hashed_assets_the_new_one_lacks_for_its_grace_period() {
+    let t = Scratch::new("peregrine-swaps-keep");
+    let v1 = pack(
+        &t,
+        "v1",
+        &[
+            ("index.html", "<p>v1</p>"),
+            ("app.111aaaa1.js", "v1 js"),
+            ("shared.444dddd4.js", "v1 shared"),
+            ("leak.txt", "leaked"),
+            ("gone.222bbbb2.js", "revoked js"),
+        ],
+        &[],
+    );
+    let v2 = pack(
+        &t,
+        "v2",
+        &[
+            ("index.html", "<p>v2</p>"),
+            ("app.333cccc3.js", "v2 js"),
+            ("shared.444dddd4.js", "v2 shared"),
+            ("404.html", "not here"),
+        ],
+        &["--revoke", "/gone.222bbbb2.js"],
+    );
+    deploy(&t, &v1);
+    let (server, addr, metrics) = serve(&t, &["--keep-previous", "3s"]);
+    assert_eq!(get(&addr, "/app.111aaaa1.js"), ok("v1 js"));
+    assert_eq!(get(&addr, "/leak.txt"), ok("leaked"));
+    deploy(&t, &v2);
+    wait_until("version 2 served", || get(&addr, "/") == ok("<p>v2</p>"));
+    // The browser that loaded version 1's page a moment ago gets its script.
+    assert_eq!(get(&addr, "/app.111aaaa1.js"), ok("v1 js"));
+    // What version 2 has comes from it, always.
+    assert_eq!(get(&addr, "/app.333cccc3.js"), ok("v2 js"));
+    assert_eq!(get(&addr, "/shared.444dddd4.js"), ok("v2 shared"));
+    // A file removed that is no content-hashed asset is gone at once (its
+    // 404 page is version 2's), and so is a revoked one.
+    assert_eq!(get(&addr, "/leak.txt"), (404, "not here".to_owned()));
+    assert_eq!(get(&addr, "/gone.222bbbb2.js"), (404, "not here".to_owned()));
+    assert_eq!(metric(&metrics, "peregrine_archive_fallbacks_total"), 1);
+    server.line("loaded as generation 2; generation 1 answers what it lacks for 3 s");
+    // Then version 1 is released.
+    wait_until("the grace period over", || get(&addr, "/app.111aaaa1.js").0 == 404);
+    server.line("site.prg: generation 1 released");
+    assert_eq!(get(&addr, "/app.111aaaa1.js"), (404, "not here".to_owned()));
+    server.terminate();
+}
+
+/// Two sites, each its archive, kept for 30 s: one site's swap keeps its
+/// own previous archive and leaves the other's alone; a route with access
+/// rules never falls back, even for a client its rules let in.
+#[test]
+fn previous_archives_are_kept_per_site_and_never_answer_under_access_rules() {
+    let t = Scratch::new("peregrine-swaps-sites");
+    let a1 = pack(
+        &t,
+        "a1",
+        &[
+            ("index.html", "a1"),
+            ("app.111aaaa1.js", "a1 js"),
+            ("private/p.555eeee5.js", "a1 private"),
+        ],
+        &[],
+    );
+    let a2 = pack(&t, "a2", &[("index.html", "a2")], &[]);
+    let b1 = pack(&t, "b1", &[("index.html", "b1"), ("app.777ffff7.js", "b1 js")], &[]);
+    let b2 = pack(&t, "b2", &[("index.html", "b2")], &[]);
+    deploy_as(&t, &a1, "a.prg");
+    deploy_as(&t, &b1, "b.prg");
+    let config = t.write(
+        "peregrine.toml",
+        "version = 1\nbind = [\"127.0.0.1:0\"]\nworkers = 1\nmetrics = \"127.0.0.1:0\"\n\
+         keep-previous = 30\n\
+         [[site]]\nnames = [\"a.test\"]\nroot = \"a.prg\"\ndefault = true\n\
+         [[site.route]]\npath = \"/private/*\"\nip = { allow = [\"127.0.0.1\"] }\n\
+         [[site]]\nnames = [\"b.test\"]\nroot = \"b.prg\"\n",
+    );
+    let server = Process::spawn(
+        peregrine()
+            .current_dir(t.dir())
+            .arg("serve")
+            .arg("--config")
+            .arg(&config),
+    );
+    let metrics = server.line("metrics on http://");
+    let metrics = metrics
+        .split("http://")
+        .nth(1)
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    let addr = test_support::process::last_addr(&server.line("serving"));
+    assert_eq!(get_from(&addr, "a.test", "/private/p.555eeee5.js"), ok("a1 private"));
+    deploy_as(&t, &a2, "a.prg");
+    wait_until("a2 served", || get_from(&addr, "a.test", "/") == ok("a2"));
+    assert_eq!(get_from(&addr, "a.test", "/app.111aaaa1.js"), ok("a1 js"));
+    assert_eq!(get_from(&addr, "a.test", "/private/p.555eeee5.js").0, 404);
+    deploy_as(&t, &b2, "b.prg");
+    wait_until("b2 served", || get_from(&addr, "b.test", "/") == ok("b2"));
+    assert_eq!(get_from(&addr, "b.test", "/app.777ffff7.js"), ok("b1 js"));
+    // b's swap released nothing of a's.
+    assert_eq!(get_from(&addr, "a.test", "/app.111aaaa1.js"), ok("a1 js"));
+    let scrape = get(&metrics, "/metrics").1;
+    assert_eq!(sample(&scrape, "peregrine_archive_fallbacks_total{site=\"a.test\"}"), 2);
+    assert_eq!(sample(&scrape, "peregrine_archive_fallbacks_total{site=\"b.test\"}"), 1);
+    server.terminate();
 }
