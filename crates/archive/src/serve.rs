@@ -642,24 +642,14 @@ impl Handler for ArchiveServer {
             local.refresh(shared);
             local.epoch = epoch;
         }
-        let fallback = self.fallback.then_some(Fallback {
-            count: &shared.fallbacks,
-            all: shared.options.keep_previous_all,
-        });
-        respond(&mut local, req, fallback)
+        respond(&mut local, req, self)
     }
 }
 
-/// What a previous generation may answer through a handle.
-#[derive(Clone, Copy)]
-struct Fallback<'a> {
-    count: &'a AtomicU64,
-    /// Every path, not only content-hashed or immutable ones.
-    all: bool,
-}
-
 #[inline]
-fn respond(local: &mut Local, req: &Request<'_>, fallback: Option<Fallback<'_>>) -> Reply {
+/// `server` is looked at only where nothing in the archive answers (a
+/// previous generation may).
+fn respond(local: &mut Local, req: &Request<'_>, server: &ArchiveServer) -> Reply {
     let head = match reply::method(req) {
         Method::Get => false,
         Method::Head => true,
@@ -741,8 +731,8 @@ fn respond(local: &mut Local, req: &Request<'_>, fallback: Option<Fallback<'_>>)
         folder = &folder[..folder[..folder.len() - 1].rfind('/').map_or(0, |i| i + 1)];
     }
     // Nothing in this generation answers: a previous one may.
-    if let (Some(fallback), false) = (fallback, previous.is_empty()) {
-        if let Some(reply) = fall_back(previous, fallback, archive, site, &key, req, &fields, head, query) {
+    if !previous.is_empty() {
+        if let Some(reply) = fall_back(previous, server, archive, site, &key, req, &fields, head, query) {
             return reply;
         }
     }
@@ -754,15 +744,16 @@ fn respond(local: &mut Local, req: &Request<'_>, fallback: Option<Fallback<'_>>)
 /// answer would be its 404. Only from a generation that answered `key`
 /// itself with 200 (a resource at that very key, not a rule's, a
 /// wildcard's or a 404 page's, and no `!` rule shadowing it there), only
-/// a content-hashed or `immutable` one (unless `all`), never a path the
-/// current generation, or one newer than the one that has it, revoked.
-/// Off the path of every request that finds its path.
+/// a content-hashed or `immutable` one (unless `keep_previous_all`), never
+/// a path the current generation, or one newer than the one that has it,
+/// revoked, and never through a handle `without_fallback`. Off the path of
+/// every request that finds its path.
 #[cold]
 #[inline(never)]
 #[allow(clippy::too_many_arguments)]
 fn fall_back(
     previous: &mut [Behind],
-    fallback: Fallback<'_>,
+    server: &ArchiveServer,
     current: &Archive,
     site: u32,
     key: &str,
@@ -771,9 +762,10 @@ fn fall_back(
     head: bool,
     query: Option<&str>,
 ) -> Option<Reply> {
-    if current.is_revoked(site, key) {
+    if !server.fallback || current.is_revoked(site, key) {
         return None;
     }
+    let all = server.shared.options.keep_previous_all;
     let now = Instant::now();
     for behind in previous.iter_mut() {
         // Newest first, and an older one's time ends sooner.
@@ -792,10 +784,10 @@ fn fall_back(
             }
             continue;
         };
-        if !fallback.all && !is_content_hashed(key) && !is_immutable(a, &e) {
+        if !all && !is_content_hashed(key) && !is_immutable(a, &e) {
             return None;
         }
-        fallback.count.fetch_add(1, Ordering::Relaxed);
+        server.shared.fallbacks.fetch_add(1, Ordering::Relaxed);
         return Some(answer(&mut behind.prepared, a, e, f, head, 200, query));
     }
     None

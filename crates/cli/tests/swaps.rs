@@ -385,6 +385,17 @@ fn the_replaced_archive_answers_the_hashed_assets_the_new_one_lacks_for_its_grac
         ],
         &["--revoke", "/gone.222bbbb2.js"],
     );
+    // What the deploy changes, revocation included.
+    let out = peregrine().args(["archive", "diff"]).arg(&v1).arg(&v2).bounded_output();
+    let diff = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        diff.contains("added    default /gone.222bbbb2.js (revoked) [-]: revoked\n"),
+        "{diff}"
+    );
+    assert!(
+        diff.contains("removed  default /app.111aaaa1.js [identity]: 200, 5 bytes\n"),
+        "{diff}"
+    );
     deploy(&t, &v1);
     let (server, addr, metrics) = serve(&t, &["--keep-previous", "3s"]);
     assert_eq!(get(&addr, "/app.111aaaa1.js"), ok("v1 js"));
