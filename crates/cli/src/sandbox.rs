@@ -1,7 +1,8 @@
 //! The sandbox a serving command runs in (`peregrine_sandbox`), from its
 //! settings: what it may read (the root, or the archive's directory, and
 //! each site's and route's; the
-//! certificates' and the configuration file's directories; the resolver's
+//! certificates', the archives' public keys' and the configuration file's
+//! directories; the resolver's
 //! files in /etc, for host names in `--bind`) and where it may
 //! write (the access and error logs' directories). Set up once, in the main thread
 //! before the first generation starts any thread; a reload must stay within
@@ -93,9 +94,12 @@ fn policy(command: &Command, argv: &[OsString]) -> anyhow::Result<Policy> {
         .map(PathBuf::as_path)
         .collect();
     let mut logs: Vec<&str> = args.access_log.as_deref().into_iter().collect();
+    // The public keys archives are checked with, read again at a reload.
+    let mut keys: Vec<&Path> = Vec::new();
     if let Command::Serve {
         root,
         files,
+        archive,
         sites,
         proxy,
         ..
@@ -106,6 +110,7 @@ fn policy(command: &Command, argv: &[OsString]) -> anyhow::Result<Policy> {
             let (_, url) = flag.split_once('=').unwrap_or(("", flag));
             grant_connect(&mut policy, url)?;
         }
+        keys.extend(archive.require_signature.iter().map(PathBuf::as_path));
         // Each site's roots, certificates and access log, as the top
         // level's.
         for site in sites {
@@ -113,18 +118,23 @@ fn policy(command: &Command, argv: &[OsString]) -> anyhow::Result<Policy> {
             for route in &site.routes {
                 match &route.handler {
                     HandlerSpec::Files { root, files } => grant_root(&mut policy, root, files.follow_symlinks)?,
-                    HandlerSpec::Archive { root, .. } => grant_root(&mut policy, root, false)?,
+                    HandlerSpec::Archive { root, archive } => {
+                        grant_root(&mut policy, root, false)?;
+                        keys.extend(archive.require_signature.iter().map(PathBuf::as_path));
+                    }
                     HandlerSpec::Proxy(p) => grant_connect(&mut policy, &p.url)?,
                     HandlerSpec::Redirect { .. } => {}
                 }
             }
+            keys.extend(site.archive.require_signature.iter().map(PathBuf::as_path));
             pems.extend(site.tls.iter().flat_map(|(cert, key)| [cert.as_path(), key.as_path()]));
             logs.extend(site.access_log.as_deref());
         }
     }
     // Certificates are renewed by replacing the files (or a symlink's
-    // target: the directory of the file it leads to is granted).
-    for pem in pems {
+    // target: the directory of the file it leads to is granted); so may
+    // keys be.
+    for pem in pems.into_iter().chain(keys) {
         if let Ok(file) = std::fs::canonicalize(pem) {
             policy.read(&parent(&file))?;
         }

@@ -17,7 +17,7 @@ use std::path::Path;
 use anyhow::Context;
 use serde_json::{json, Value};
 
-use peregrine_archive::format::{FLAG_NOT_FOUND, KIND_PATTERN, KIND_REDIRECT};
+use peregrine_archive::format::{FLAG_NOT_FOUND, KIND_PATTERN, KIND_REDIRECT, KIND_REVOKED};
 use peregrine_archive::{Archive, Mode};
 
 use super::archive::{shown_key, site_labels, ENCODINGS};
@@ -35,6 +35,9 @@ struct Answer {
     body: Option<(u64, u64)>,
     /// Where a redirect sends.
     location: Option<String>,
+    /// A path `pack --revoke` named (no answer of its own: what a previous
+    /// generation kept after the swap must not answer).
+    revoked: bool,
 }
 
 /// Prints the difference between the archives at `old` and `new` (as
@@ -65,6 +68,10 @@ pub(crate) fn diff(old: &Path, new: &Path, as_json: bool) -> anyhow::Result<bool
         let row = |(site, path, encoding): &Key| json!({"site": site, "path": path, "encoding": encoding});
         let with = |key: &Key, a: &Answer| {
             let mut v = row(key);
+            if a.revoked {
+                v["revoked"] = json!(true);
+                return v;
+            }
             v["status"] = json!(a.status);
             if let Some((len, _)) = a.body {
                 v["body_bytes"] = json!(len);
@@ -87,6 +94,7 @@ pub(crate) fn diff(old: &Path, new: &Path, as_json: bool) -> anyhow::Result<bool
     } else {
         let shown = |(site, path, encoding): &Key| format!("{site} {path} [{encoding}]");
         let summary = |a: &Answer| match (&a.location, a.body) {
+            _ if a.revoked => "revoked".to_owned(),
             (Some(to), _) => format!("{} -> {to}", a.status),
             (None, Some((len, _))) => format!("{}, {len} bytes", a.status),
             (None, None) => a.status.to_string(),
@@ -121,12 +129,24 @@ fn answers(a: &Archive) -> BTreeMap<Key, Answer> {
             .cloned()
             .unwrap_or_else(|| format!("site {}", e.site()));
         let path = shown_key(&e);
+        if e.kind() == KIND_REVOKED {
+            let answer = Answer {
+                status: 0,
+                fields: Vec::new(),
+                body: None,
+                location: None,
+                revoked: true,
+            };
+            out.insert((site, path, "-"), answer);
+            continue;
+        }
         if e.kind() == KIND_REDIRECT || e.kind() == KIND_PATTERN {
             let answer = Answer {
                 status: e.status(),
                 fields: Vec::new(),
                 body: None,
                 location: Some(String::from_utf8_lossy(e.location()).into_owned()),
+                revoked: false,
             };
             out.insert((site, path, "-"), answer);
             continue;
@@ -140,6 +160,7 @@ fn answers(a: &Archive) -> BTreeMap<Key, Answer> {
                 fields: fields(head),
                 body: Some((v.body_len, v.body_hash)),
                 location: None,
+                revoked: false,
             };
             out.insert((site.clone(), path.clone(), encoding), answer);
         }
@@ -265,6 +286,7 @@ mod tests {
             fields: fields.iter().map(|(n, v)| (n.to_string(), v.to_string())).collect(),
             body: Some(body),
             location: None,
+            revoked: false,
         }
     }
 

@@ -9,10 +9,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::Context;
-use peregrine::{
-    log, AccessLog, Handler, Identity, Listening, Metrics, Request, Response, Router, Running, Server, TlsConfig,
-};
-use peregrine_archive::ArchiveServer;
+use peregrine::{log, AccessLog, Identity, Listening, Metrics, Request, Response, Router, Running, Server, TlsConfig};
 use peregrine_files::FileServer;
 
 use super::{Generation, Origin, Process, Role, ServedArchive};
@@ -276,8 +273,8 @@ fn start_metrics_server(
 }
 
 /// Starts the workers with the handler `command` asks for (with sites,
-/// the sites). An archive at the path (and in the mode) the previous
-/// generation served is kept (`ServedArchive::kept`).
+/// the sites). An archive at the path (and with the settings) the
+/// previous generation served is kept (`ServedArchive::kept`).
 fn start(
     command: &Command,
     srv: Server,
@@ -304,21 +301,31 @@ fn start(
         return Ok((running, built.archives));
     }
     if !is_archive_root(root, files, archive)? {
-        let files: Arc<dyn Handler> = Arc::new(FileServer::new(files.options(root.clone()))?);
-        let handler = crate::proxy::Shared(crate::proxy::wrap(files, &proxies));
-        return Ok((srv.start(sandbox::planted_bug(handler))?, Vec::new()));
+        let files = FileServer::new(files.options(root.clone()))?;
+        // No wrapper at all without proxies: the files' answer path stays as it was.
+        let running = if proxies.is_empty() {
+            srv.start(sandbox::planted_bug(files))?
+        } else {
+            let handler = crate::proxy::wrap(Arc::new(files), &proxies);
+            srv.start(sandbox::planted_bug(crate::proxy::Shared(handler)))?
+        };
+        return Ok((running, Vec::new()));
     }
-    let mode = archive.mode();
-    let same = previous.iter().find(|a| a.root == *root && a.mode == mode);
+    let options = archive.options()?;
+    let same = previous.iter().find(|a| a.root == *root && a.options == options);
     let (server, kept) = match same {
         Some(same) => (same.server.clone(), true),
-        None => (ArchiveServer::open(root, mode)?, false),
+        None => (super::sites::open_archive(root, &options, previous)?, false),
     };
-    let handler = crate::proxy::Shared(crate::proxy::wrap(Arc::new(server.clone()), &proxies));
-    let running = srv.start(sandbox::planted_bug(handler))?;
+    let running = if proxies.is_empty() {
+        srv.start(sandbox::planted_bug(server.clone()))?
+    } else {
+        let handler = crate::proxy::wrap(Arc::new(server.clone()), &proxies);
+        srv.start(sandbox::planted_bug(crate::proxy::Shared(handler)))?
+    };
     let served = ServedArchive {
         root: root.clone(),
-        mode,
+        options,
         server,
         site: None,
         kept,
@@ -443,7 +450,8 @@ fn archive_gauges(m: &Metrics, archives: &[ServedArchive]) {
     const GENERATION: &str = "peregrine_archive_generation";
     const SWAPS: &str = "peregrine_archive_swaps_total";
     const REFUSED: &str = "peregrine_archive_refused_total";
-    for name in [GENERATION, SWAPS, REFUSED] {
+    const FALLBACKS: &str = "peregrine_archive_fallbacks_total";
+    for name in [GENERATION, SWAPS, REFUSED, FALLBACKS] {
         m.remove(name);
     }
     for served in archives {
@@ -466,8 +474,17 @@ fn archive_gauges(m: &Metrics, archives: &[ServedArchive]) {
         m.counter_with(
             REFUSED,
             &labels,
-            "Replacement archives refused (damaged or unreadable); the old one kept serving.",
+            "Replacement archives refused (damaged, unreadable, unsigned, wrongly signed or rolled back); the \
+             old one kept serving.",
             move || a.refused(),
+        );
+        let a = served.server.clone();
+        m.counter_with(
+            FALLBACKS,
+            &labels,
+            "Requests the new archive had no answer for that an archive kept after a swap answered \
+             (--keep-previous).",
+            move || a.fallbacks(),
         );
     }
 }

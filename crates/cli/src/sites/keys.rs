@@ -57,6 +57,11 @@ pub(crate) const PER_SITE: &[(&str, Applies)] = &[
     ),
     ("in-memory", Applies::Archive),
     ("prefault", Applies::Archive),
+    ("require-signature", Applies::Archive),
+    ("allow-rollback", Applies::Archive),
+    ("deploy-number-min", Applies::Archive),
+    ("keep-previous", Applies::Archive),
+    ("keep-previous-all", Applies::Archive),
     ("access-log", Applies::Both),
     ("tls-cert", Applies::Both),
     ("tls-key", Applies::Both),
@@ -65,7 +70,7 @@ pub(crate) const PER_SITE: &[(&str, Applies)] = &[
 /// Per-site settings whose values are paths: relative to the file's
 /// directory when a `[[site]]` table gives them (`-`, standard output,
 /// aside).
-pub(crate) const PATHS: &[&str] = &["access-log", "tls-cert", "tls-key"];
+pub(crate) const PATHS: &[&str] = &["access-log", "tls-cert", "tls-key", "require-signature"];
 
 /// The keys of a `[[site]]` table that are no flag's.
 pub(crate) const SITE_KEYS: &[&str] = &["names", "aliases", "root", "default", "route"];
