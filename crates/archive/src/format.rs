@@ -31,10 +31,15 @@ pub const KIND_RESOURCE: u8 = 1;
 pub const KIND_REDIRECT: u8 = 2;
 /// A `_redirects` rule with `*` or `:placeholders`, matched at lookup.
 pub const KIND_PATTERN: u8 = 3;
+/// A path `pack --revoke` named: never answered by a previous generation
+/// kept after a swap (`serve --keep-previous`). Stored under
+/// [`REVOKED_KEY`] and the path; a path ending in `/` revokes everything
+/// below it. It answers nothing itself.
+pub const KIND_REVOKED: u8 = 4;
 /// A `_headers` `Basic-Auth` rule: its pattern (path) protects what it
 /// matches, its users are the location, `user:hash` pairs separated by
 /// spaces (hashes only: `pack` hashes plain passwords), status 401.
-pub const KIND_AUTH: u8 = 4;
+pub const KIND_AUTH: u8 = 5;
 
 pub const FLAG_WILDCARD: u8 = 1;
 pub const FLAG_NOT_FOUND: u8 = 2;
@@ -59,15 +64,40 @@ pub const FLAG_FROM_PLAIN: u8 = 32;
 /// conditions). A reader that predates them refuses the archive (unknown
 /// flags) rather than sending a 200 with a `Location`.
 pub const HEADER_FLAG_RULES: u32 = 1;
+/// Header flag: the index holds revoked paths (`KIND_REVOKED`). A reader
+/// that predates them refuses the archive (unknown flags) rather than
+/// meeting an entry of a kind it does not know.
+pub const HEADER_FLAG_REVOKED: u32 = 2;
+/// Header flag: a signature trailer ([`TRAILER_LEN`] bytes) ends the file,
+/// after the index; `file_len` counts it. A reader that predates it
+/// refuses the archive (unknown flags), where it would have said that the
+/// index does not end the file.
+pub const HEADER_FLAG_SIGNED: u32 = 4;
 /// Header flag: the archive holds `Basic-Auth` rules (`KIND_AUTH`). A
 /// reader that predates them refuses the archive rather than serve the
 /// protected pages to anyone.
-pub const HEADER_FLAG_AUTH: u32 = 2;
+pub const HEADER_FLAG_AUTH: u32 = 8;
 /// The header flags this reader knows.
-pub const HEADER_FLAGS_KNOWN: u32 = HEADER_FLAG_RULES | HEADER_FLAG_AUTH;
+pub const HEADER_FLAGS_KNOWN: u32 = HEADER_FLAG_RULES | HEADER_FLAG_REVOKED | HEADER_FLAG_SIGNED | HEADER_FLAG_AUTH;
+
+/// The signature trailer: magic, version, algorithm, key id, created,
+/// deploy number (the signed fields, `TRAILER_SIGNED_LEN` bytes), then the
+/// 64-byte signature.
+pub const TRAILER_MAGIC: &[u8; 8] = b"PRGNSIG\0";
+pub const TRAILER_VERSION: u32 = 1;
+/// The trailer's `algorithm`: Ed25519 (RFC 8032), the only one.
+pub const ALGORITHM_ED25519: u32 = 1;
+pub const TRAILER_LEN: usize = 104;
+pub const TRAILER_SIGNED_LEN: usize = 40;
+/// What the signature signs, before the digest: no signature over
+/// anything else can pass for an archive's.
+pub const SIGNATURE_DOMAIN: &[u8] = b"peregrine archive signature v1\0";
 
 /// The key a wildcard file is stored under: its folder and this suffix.
 pub const WILDCARD_KEY: &str = "\0wildcard";
+/// The key a revoked path is stored under: this prefix and the path
+/// (`\0revoked/leak.txt`, `\0revoked/private/`).
+pub const REVOKED_KEY: &str = "\0revoked";
 /// The key a `Basic-Auth` rule is stored under: this, then its pattern
 /// (`\0auth/admin/*`).
 pub const AUTH_KEY: &str = "\0auth";

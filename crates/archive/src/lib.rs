@@ -7,6 +7,7 @@
 //!   write;
 //! - `write` / [`read`]: the format, both ways; [`read::Archive::open`]
 //!   validates everything a lookup relies on;
+//! - [`sign`]: signed archives: keys, the signature trailer, the check;
 //! - [`ArchiveServer`]: the handler: lookup, then the same negotiation,
 //!   conditional and range logic as `serve DIR` (`peregrine_files`), and the
 //!   hot swap.
@@ -19,6 +20,7 @@ pub mod pack;
 pub mod pattern;
 pub mod read;
 mod serve;
+pub mod sign;
 pub mod write;
 
 pub use pack::{pack, PackOptions, PackStats, SymlinkSkip};
@@ -26,7 +28,8 @@ pub use read::{Archive, Invalid, Mode};
 #[cfg(feature = "test-hooks")]
 #[doc(hidden)]
 pub use serve::test_hooks;
-pub use serve::ArchiveServer;
+pub use serve::{is_content_hashed, ArchiveServer, ServeOptions, KEEP_PREVIOUS_MAX, PREVIOUS_BYTES_MAX};
+pub use sign::{KeyId, PublicKey, Seal, SigningKey, Verified};
 
 /// Whether the file at `path` starts like an archive (for `serve`, which
 /// takes a directory or an archive).

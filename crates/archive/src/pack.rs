@@ -33,6 +33,7 @@ pub use peregrine_files::conventions::{parse_headers, parse_redirects, HeaderRul
 use peregrine_files::encoding::Encoding;
 
 use crate::format::*;
+use crate::sign::Seal;
 use crate::write::{VariantIn, Writer};
 
 /// Files read and compressed at once, across threads, before they are
@@ -61,6 +62,12 @@ pub struct PackOptions {
     pub threads: usize,
     /// Clean URLs, as `serve DIR` takes them (default `On`).
     pub clean_urls: CleanUrls,
+    /// Paths a previous generation kept after a swap must never answer
+    /// (`--revoke`), in every site: `/leak.txt`, or `/private/` for
+    /// everything below it.
+    pub revoked: Vec<String>,
+    /// Sign the archive (`--sign`): key, creation time, deploy number.
+    pub seal: Option<Seal>,
 }
 
 impl PackOptions {
@@ -76,6 +83,8 @@ impl PackOptions {
             progress: false,
             threads: 0,
             clean_urls: CleanUrls::On,
+            revoked: Vec::new(),
+            seal: None,
         }
     }
 }
@@ -172,7 +181,19 @@ pub fn pack(opts: &PackOptions) -> Result<PackStats, String> {
 
 fn pack_into(opts: &PackOptions, tmp: &Path) -> Result<PackStats, String> {
     peregrine_files::check_cache_control(&opts.cache_control).map_err(|e| format!("--cache-control: {e}"))?;
-    let file = fs::File::create(tmp).map_err(|e| format!("cannot create {}: {e}", tmp.display()))?;
+    let revoked = opts
+        .revoked
+        .iter()
+        .map(|p| revoked_key(p))
+        .collect::<Result<Vec<String>, String>>()?;
+    // Read and written: a signature is made over the bytes read back.
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(tmp)
+        .map_err(|e| format!("cannot create {}: {e}", tmp.display()))?;
     let mut w = Writer::new(file).map_err(|e| e.to_string())?;
     let mut stats = PackStats::default();
     let mut sites = vec![(None, opts.root.clone())];
@@ -183,11 +204,26 @@ fn pack_into(opts: &PackOptions, tmp: &Path) -> Result<PackStats, String> {
             w.add_host(host, site).map_err(|e| e.to_string())?;
         }
         pack_site(opts, &mut w, site, root, &mut stats)?;
+        for path in &revoked {
+            w.add_revoked(site, path).map_err(|e| format!("--revoke {path}: {e}"))?;
+        }
     }
     w.set_default_site(0);
     stats.n_entries = 0;
-    stats.archive_bytes = w.finish().map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+    stats.archive_bytes = w
+        .finish_sealed(opts.seal.as_ref())
+        .map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
     Ok(stats)
+}
+
+/// A `--revoke` path as it is stored: normalised as a request path is
+/// (percent-decoded, dot segments removed), a trailing `/` kept (it
+/// revokes everything below).
+fn revoked_key(path: &str) -> Result<String, String> {
+    match peregrine_files::path::normalize(path.as_bytes()) {
+        Ok(p) => Ok(p.key()),
+        Err(e) => Err(format!("--revoke {path:?}: {}", e.reason())),
+    }
 }
 
 /// A file found in the tree.

@@ -12,6 +12,7 @@ use peregrine_files::auth::{AuthRule, Users};
 
 use crate::format::*;
 use crate::map::{self, Backing};
+use crate::sign::{Digest, PublicKey, Signature, Verified};
 
 /// How to hold an archive's bytes.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -67,6 +68,9 @@ pub struct Archive {
     /// `Basic-Auth` rules (`KIND_AUTH`), per site, in archive order (the
     /// last that matches a path decides), users read and checked at open.
     auth: Vec<(u32, AuthRule)>,
+    /// The signature trailer's fields (`HEADER_FLAG_SIGNED`), as read:
+    /// checked only by `verify_signed`.
+    signature: Option<Signature>,
 }
 
 /// A variant of a resource, as stored.
@@ -159,6 +163,7 @@ impl Archive {
             patterns: self.patterns.clone(),
             forced: self.forced.clone(),
             auth: self.auth.clone(),
+            signature: self.signature,
         })
     }
 
@@ -219,7 +224,8 @@ impl Archive {
                 "archive format version {version}; this build reads version {VERSION}"
             ));
         }
-        if u32_at(b, 12) & !HEADER_FLAGS_KNOWN != 0 {
+        let flags = u32_at(b, 12);
+        if flags & !HEADER_FLAGS_KNOWN != 0 {
             return invalid("unknown archive flags (written by a newer pack?)");
         }
         if hash(&b[..56]) != u64_at(b, 56) {
@@ -232,13 +238,26 @@ impl Archive {
                 b.len()
             ));
         }
+        // A signed archive ends with its trailer, after the index.
+        let (index_end, signature) = if flags & HEADER_FLAG_SIGNED != 0 {
+            let Some(end) = b.len().checked_sub(TRAILER_LEN).filter(|&e| e >= HEADER_LEN) else {
+                return invalid("truncated archive: no room for the signature trailer its header announces");
+            };
+            (end, Some(Signature::parse(&b[end..]).map_err(Invalid)?))
+        } else {
+            (b.len(), None)
+        };
         let index_off = u64_at(b, 24);
         let index_len = u64_at(b, 32);
-        if index_off < HEADER_LEN as u64 || index_off.checked_add(index_len) != Some(file_len) {
-            return invalid("index does not end the file");
+        if index_off < HEADER_LEN as u64 || index_off.checked_add(index_len) != Some(index_end as u64) {
+            return invalid(if signature.is_some() {
+                "index does not end where the signature trailer starts"
+            } else {
+                "index does not end the file"
+            });
         }
         let index_off = index_off as usize;
-        let index = &b[index_off..];
+        let index = &b[index_off..index_end];
         if hash(index) != u64_at(b, 40) {
             return invalid("index checksum mismatch (corrupt index)");
         }
@@ -289,7 +308,13 @@ impl Archive {
         for i in 0..n_entries {
             let at = entries_off + i * ENTRY_LEN;
             let kind = index[at + 4];
-            if !matches!(kind, KIND_RESOURCE | KIND_REDIRECT | KIND_PATTERN | KIND_AUTH) {
+            // Revoked paths and Basic-Auth rules only where the header
+            // says so: a reader that did not know them refused the flag,
+            // not the kind.
+            let known = matches!(kind, KIND_RESOURCE | KIND_REDIRECT | KIND_PATTERN)
+                || (kind == KIND_REVOKED && flags & HEADER_FLAG_REVOKED != 0)
+                || (kind == KIND_AUTH && flags & HEADER_FLAG_AUTH != 0);
+            if !known {
                 return invalid(format!("entry {i} has unknown kind {kind}"));
             }
             if !in_strings(u32_at(index, at + 8), u32_at(index, at + 12))
@@ -361,6 +386,7 @@ impl Archive {
             patterns,
             forced,
             auth,
+            signature,
         })
     }
 
@@ -372,17 +398,115 @@ impl Archive {
     /// hashing through the map left the whole archive, 435 MiB for 100,000
     /// files, mapped in after start-up).
     pub fn verify_data(&self) -> Result<(), Invalid> {
-        let b = self.bytes();
-        let want = u64_at(b, 48);
-        let got = match (&*self.bytes, &*self.leased.lock().unwrap_or_else(|e| e.into_inner())) {
-            (Backing::Map(_), Some(file)) => hash_file_range(file, HEADER_LEN as u64, self.index_off as u64)
-                .map_err(|e| Invalid(format!("cannot read the archive's data: {e}")))?,
-            _ => hash(&b[HEADER_LEN..self.index_off]),
-        };
-        if got != want {
+        let (data_hash, _) = self.scan(None)?;
+        self.check_data_hash(data_hash)
+    }
+
+    fn check_data_hash(&self, got: u64) -> Result<(), Invalid> {
+        if got != u64_at(self.bytes(), 48) {
             return invalid("data checksum mismatch (corrupt bodies)");
         }
         Ok(())
+    }
+
+    /// The signature trailer's fields, unchecked (`None`: not signed).
+    pub fn signature(&self) -> Option<&Signature> {
+        self.signature.as_ref()
+    }
+
+    /// Checks that one of `trusted` signed every byte of the archive (its
+    /// SHA-256, in the same one pass over the file as the data hash, which
+    /// is checked too), and returns what the signature says. Refused: an
+    /// unsigned archive, one signed by a key not trusted, one whose bytes
+    /// changed after signing.
+    pub fn verify_signed(&self, trusted: &[PublicKey]) -> Result<Verified, Invalid> {
+        let Some(sig) = self.signature else {
+            return invalid("not signed, and a signature is required");
+        };
+        if !trusted.iter().any(|k| k.id() == sig.key_id) {
+            let ids: Vec<String> = trusted.iter().map(|k| k.id().to_string()).collect();
+            return invalid(format!(
+                "signed by key {}, which is not trusted (trusted: {})",
+                sig.key_id,
+                ids.join(", ")
+            ));
+        }
+        let (data_hash, digest) = self.scan(Some(Digest::new()))?;
+        let digest = digest.expect("asked for").finish(&sig);
+        if !trusted.iter().any(|k| sig.verified_by(k, &digest)) {
+            return invalid(format!(
+                "the signature by key {} does not match the archive's bytes: it was changed after it \
+                 was signed (tampered with or damaged)",
+                sig.key_id
+            ));
+        }
+        self.check_data_hash(data_hash)?;
+        Ok(Verified {
+            key_id: sig.key_id,
+            created: sig.created,
+            deploy_number: sig.deploy_number,
+            digest,
+        })
+    }
+
+    /// One pass over the archive: the XXH3 of the data region and, when
+    /// `digest` is given, every byte before the signature trailer fed to
+    /// it. Through the file for a map (see `verify_data`).
+    fn scan(&self, mut digest: Option<Digest>) -> Result<(u64, Option<Digest>), Invalid> {
+        let b = self.bytes();
+        let data = HEADER_LEN as u64..self.index_off as u64;
+        let end = if digest.is_some() {
+            (b.len() - self.signature.map_or(0, |_| TRAILER_LEN)) as u64
+        } else {
+            data.end
+        };
+        let start = if digest.is_some() { 0 } else { data.start };
+        let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+        let mut feed = |at: u64, piece: &[u8]| {
+            if let Some(d) = digest.as_mut() {
+                d.update(piece);
+            }
+            // The part of this piece inside the data region.
+            let from = data.start.clamp(at, at + piece.len() as u64) - at;
+            let to = data.end.clamp(at, at + piece.len() as u64) - at;
+            hasher.update(&piece[from as usize..to as usize]);
+        };
+        match (&*self.bytes, &*self.leased.lock().unwrap_or_else(|e| e.into_inner())) {
+            (Backing::Map(_), Some(file)) => {
+                read_file_range(file, start, end, feed).map_err(|e| Invalid(format!("cannot read the archive: {e}")))?
+            }
+            _ => feed(start, &b[start as usize..end as usize]),
+        }
+        Ok((hasher.digest(), digest))
+    }
+
+    /// The 64 header bytes: equal headers are the same archive (they hold
+    /// the length and the index's and data's hashes).
+    pub fn header(&self) -> &[u8] {
+        &self.bytes()[..HEADER_LEN]
+    }
+
+    /// Whether `pack --revoke` named `key` in `site`, itself or a folder
+    /// above it (`/private/` for `/private/a/b`).
+    pub fn is_revoked(&self, site: u32, key: &str) -> bool {
+        if u32_at(self.bytes(), 12) & HEADER_FLAG_REVOKED == 0 {
+            return false;
+        }
+        let revoked = |k: &str| {
+            self.get(site, format!("{REVOKED_KEY}{k}").as_bytes())
+                .is_some_and(|e| e.kind() == KIND_REVOKED)
+        };
+        if revoked(key) {
+            return true;
+        }
+        let mut folder = &key[..key.rfind('/').map_or(0, |i| i + 1)];
+        while !folder.is_empty() {
+            if revoked(folder) {
+                return true;
+            }
+            folder = &folder[..folder[..folder.len() - 1].rfind('/').map_or(0, |i| i + 1)];
+        }
+        false
     }
 
     fn bytes(&self) -> &[u8] {
@@ -538,19 +662,19 @@ impl Archive {
     }
 }
 
-/// XXH3-64 of `file[from..to]`, read in 1 MiB pieces.
-fn hash_file_range(file: &File, from: u64, to: u64) -> std::io::Result<u64> {
+/// Feeds `file[from..to]` to `f` (with each piece's offset), read in 1 MiB
+/// pieces.
+fn read_file_range(file: &File, from: u64, to: u64, mut f: impl FnMut(u64, &[u8])) -> std::io::Result<()> {
     use std::os::unix::fs::FileExt;
-    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
     let mut buf = vec![0; 1 << 20];
     let mut at = from;
     while at < to {
         let n = usize::try_from(to - at).unwrap_or(usize::MAX).min(buf.len());
         file.read_exact_at(&mut buf[..n], at)?;
-        hasher.update(&buf[..n]);
+        f(at, &buf[..n]);
         at += n as u64;
     }
-    Ok(hasher.digest())
+    Ok(())
 }
 
 impl<'a> Entry<'a> {
@@ -585,14 +709,14 @@ impl<'a> Entry<'a> {
         self.archive.string(u32_at(self.rec(), 8), u32_at(self.rec(), 12))
     }
 
-    /// Whether this entry is stored under `key` (patterns under a prefix).
+    /// Whether this entry is stored under `key` (patterns and revoked
+    /// paths under a prefix).
     fn has_key(&self, key: &[u8]) -> bool {
-        if self.kind() == KIND_PATTERN {
-            key.strip_prefix(b"\0pattern") == Some(self.path())
-        } else if self.kind() == KIND_AUTH {
-            key.strip_prefix(AUTH_KEY.as_bytes()) == Some(self.path())
-        } else {
-            key == self.path()
+        match self.kind() {
+            KIND_PATTERN => key.strip_prefix(b"\0pattern") == Some(self.path()),
+            KIND_REVOKED => key.strip_prefix(REVOKED_KEY.as_bytes()) == Some(self.path()),
+            KIND_AUTH => key.strip_prefix(AUTH_KEY.as_bytes()) == Some(self.path()),
+            _ => key == self.path(),
         }
     }
 

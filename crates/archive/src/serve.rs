@@ -12,6 +12,18 @@
 //! that fails validation is refused with a log line and the old archive
 //! keeps serving. A file rewritten in place is detached from first
 //! (`move_off_the_map`).
+//!
+//! With trusted keys ([`ServeOptions::trusted`]) validation includes the
+//! signature (`sign.rs`): an unsigned archive, one signed by another key,
+//! one changed after signing, or one older than the archive being served
+//! (a lower deploy number) is refused, at open and at every swap.
+//!
+//! With `keep_previous`, the generation a swap replaces is kept for that
+//! long (at most [`KEEP_PREVIOUS_MAX`] per server, [`PREVIOUS_BYTES_MAX`]
+//! over the process) and answers, on the new generation's 404 path only
+//! (`fall_back`), the content-hashed assets the new one lacks: a browser
+//! that loaded the old HTML just before the swap still gets the scripts
+//! it names.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -19,8 +31,8 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
 
 use peregrine::{log, Body, BodyUse, FileRange, Handler, HeaderBlock, Reply, Request, Response};
 use peregrine_files::auth::{self, AuthRule, Gate};
@@ -31,6 +43,7 @@ use peregrine_files::reply::{self, Fields, Method};
 
 use crate::format::*;
 use crate::read::{Archive, Entry, Invalid, Mode, Variant};
+use crate::sign::{PublicKey, Verified};
 
 /// How often the watcher looks at the archive's path.
 const WATCH_INTERVAL: Duration = Duration::from_millis(250);
@@ -39,15 +52,134 @@ const WATCH_INTERVAL: Duration = Duration::from_millis(250);
 /// writer may change it.
 const SWITCH_GRACE: Duration = Duration::from_millis(100);
 
+/// Previous generations a server keeps (`keep_previous`): the one a swap
+/// just replaced and the one before it, for a client that loaded its HTML
+/// two quick deploys ago. Each holds its file's disk space until released.
+pub const KEEP_PREVIOUS_MAX: usize = 2;
+/// Bytes of archives kept as previous generations, over every server of
+/// the process: 1 GiB. A kept archive holds its file's disk space (a
+/// replaced file is freed only when its generation is released) and, a
+/// heap copy (`Mode::Heap`), its size in memory. A server makes room by
+/// releasing its own oldest first; it never releases another's (one
+/// site's swap leaves the other sites' fallbacks alone), so past the cap
+/// the generation just replaced is not kept (said on the log).
+pub const PREVIOUS_BYTES_MAX: u64 = 1 << 30;
+/// What the kept generations of every server hold now.
+static PREVIOUS_BYTES: AtomicU64 = AtomicU64::new(0);
+
+/// How a server treats the archives it loads.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServeOptions {
+    /// How the bytes are held.
+    pub mode: Mode,
+    /// Keys trusted to sign archives. When any are given, every archive
+    /// loaded, at open and at each swap, must carry a signature by one of
+    /// them over all its bytes, and a deploy number no lower than the one
+    /// served.
+    pub trusted: Vec<PublicKey>,
+    /// Accept a deploy number lower than the one served, or than
+    /// `deploy_number_min`.
+    pub allow_rollback: bool,
+    /// The lowest deploy number accepted: at open, where no archive is
+    /// being served to compare with.
+    pub deploy_number_min: u64,
+    /// Keep the generation a swap replaces for this long, answering what
+    /// the new one lacks (`None`: released at once, the default: a deploy
+    /// that removes a leaked file must remove it).
+    pub keep_previous: Option<Duration>,
+    /// With `keep_previous`: any path falls back, not only content-hashed
+    /// (`is_content_hashed`) or `immutable` ones.
+    pub keep_previous_all: bool,
+}
+
+impl ServeOptions {
+    /// The defaults, holding the archive in `mode`.
+    pub fn new(mode: Mode) -> ServeOptions {
+        ServeOptions {
+            mode,
+            ..ServeOptions::default()
+        }
+    }
+
+    /// Opens and validates the archive at `path` as a server with these
+    /// options does at open (every byte hashed, the signature and deploy
+    /// number checked), without serving it: what `check-config` asks.
+    pub fn check(&self, path: &Path) -> Result<(Archive, Option<Verified>), Invalid> {
+        load(path, self, None)
+    }
+}
+
 struct Shared {
     id: u64,
     path: PathBuf,
-    mode: Mode,
-    current: Mutex<Arc<Archive>>,
+    options: ServeOptions,
+    state: Mutex<State>,
+    /// One more at each change of `state`; a worker compares it with its
+    /// view's (one relaxed load per request) and takes the state again
+    /// when it moved.
+    epoch: AtomicU64,
     generation: AtomicU64,
-    /// Replacements refused (damaged, truncated, unreadable).
+    /// Replacements refused (damaged, truncated, unreadable, unsigned,
+    /// wrongly signed, rolled back).
     refused: AtomicU64,
+    /// Requests a previous generation answered. Counted on the 404 path
+    /// only, so a shared counter: no request that finds its path touches it.
+    fallbacks: AtomicU64,
     reload: Arc<AtomicBool>,
+}
+
+/// What the watcher publishes to the workers.
+struct State {
+    current: Arc<Archive>,
+    /// What `current`'s signature proved (with trusted keys).
+    verified: Option<Verified>,
+    /// Generations kept after their swap, newest first.
+    previous: Vec<Kept>,
+}
+
+/// A generation kept after its swap, counted in `PREVIOUS_BYTES` until it
+/// is dropped (released).
+struct Kept {
+    archive: Arc<Archive>,
+    generation: u64,
+    until: Instant,
+    bytes: u64,
+}
+
+impl Kept {
+    /// `archive` kept until `until`, if the process's kept bytes stay
+    /// within `PREVIOUS_BYTES_MAX`.
+    fn reserve(archive: Arc<Archive>, generation: u64, until: Instant) -> Result<Kept, Arc<Archive>> {
+        let bytes = archive.len();
+        let reserved = PREVIOUS_BYTES.fetch_update(Ordering::AcqRel, Ordering::Acquire, |held| {
+            held.checked_add(bytes).filter(|&total| total <= PREVIOUS_BYTES_MAX)
+        });
+        match reserved {
+            Ok(_) => Ok(Kept {
+                archive,
+                generation,
+                until,
+                bytes,
+            }),
+            Err(_) => Err(archive),
+        }
+    }
+}
+
+impl Drop for Kept {
+    fn drop(&mut self) {
+        PREVIOUS_BYTES.fetch_sub(self.bytes, Ordering::AcqRel);
+    }
+}
+
+impl Shared {
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn current(&self) -> Arc<Archive> {
+        self.state().current.clone()
+    }
 }
 
 /// Serves an archive. See the module documentation for the hot swap. A
@@ -58,6 +190,9 @@ pub struct ArchiveServer {
     /// What checks credentials for paths a `Basic-Auth` rule protects
     /// (`peregrine_files::auth`); without one they are answered 500.
     gate: Option<Arc<dyn Gate>>,
+    /// Whether a previous generation may answer through this handle
+    /// (`without_fallback`: not on a route with access rules).
+    fallback: bool,
 }
 
 impl ArchiveServer {
@@ -65,19 +200,28 @@ impl ArchiveServer {
     /// Installs no signal handler: a program that wants SIGHUP to reload
     /// the archive calls [`ArchiveServer::reload`] from its own handler.
     pub fn open(path: &Path, mode: Mode) -> Result<Self, Invalid> {
+        ArchiveServer::open_with(path, ServeOptions::new(mode))
+    }
+
+    /// As [`ArchiveServer::open`], with `options` for every archive it
+    /// loads (the signature required, previous generations kept).
+    pub fn open_with(path: &Path, options: ServeOptions) -> Result<Self, Invalid> {
         static NEXT_ID: AtomicU64 = AtomicU64::new(0);
-        let archive = Archive::open(path, mode)?;
-        archive
-            .verify_data()
-            .map_err(|e| Invalid(format!("{}: {e}", path.display())))?;
+        let (archive, verified) = load(path, &options, None)?;
         let reload = Arc::new(AtomicBool::new(false));
         let shared = Arc::new(Shared {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             path: path.to_owned(),
-            mode,
-            current: Mutex::new(Arc::new(archive)),
+            options,
+            state: Mutex::new(State {
+                current: Arc::new(archive),
+                verified,
+                previous: Vec::new(),
+            }),
+            epoch: AtomicU64::new(0),
             generation: AtomicU64::new(1),
             refused: AtomicU64::new(0),
+            fallbacks: AtomicU64::new(0),
             reload,
         });
         let weak = Arc::downgrade(&shared);
@@ -86,7 +230,11 @@ impl ArchiveServer {
             .name("peregrine-archive-watch".into())
             .spawn(move || watch(weak, identity))
             .map_err(|e| Invalid(format!("cannot start the archive watcher: {e}")))?;
-        Ok(ArchiveServer { shared, gate: None })
+        Ok(ArchiveServer {
+            shared,
+            gate: None,
+            fallback: true,
+        })
     }
 
     /// The same server (the same archive, swapped with it), asking `gate`
@@ -101,8 +249,19 @@ impl ArchiveServer {
     /// rule's pattern, users, and whether some of its passwords were plain
     /// in `_headers` (for the warnings at start).
     pub fn protection(&self) -> Vec<(u32, AuthRule)> {
-        let archive = self.shared.current.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let archive = self.shared.current();
         archive.all_auth_rules().map(|(site, r)| (site, r.clone())).collect()
+    }
+
+    /// The same server, whose previous generations never answer through
+    /// this handle: for a route under access rules (addresses, rates,
+    /// `basic-auth`), whose paths must not be answered by a generation
+    /// that served them without.
+    pub fn without_fallback(&self) -> ArchiveServer {
+        ArchiveServer {
+            fallback: false,
+            ..self.clone()
+        }
     }
 
     /// The generation being served: 1 at start, one more per swap.
@@ -115,19 +274,80 @@ impl ArchiveServer {
         self.shared.refused.load(Ordering::Acquire)
     }
 
+    /// Requests a previous generation answered so far.
+    pub fn fallbacks(&self) -> u64 {
+        self.shared.fallbacks.load(Ordering::Relaxed)
+    }
+
+    /// The deploy number of the archive being served, when its signature
+    /// was checked (trusted keys given).
+    pub fn deploy_number(&self) -> Option<u64> {
+        self.shared.state().verified.map(|v| v.deploy_number)
+    }
+
+    /// The options it was opened with.
+    pub fn options(&self) -> &ServeOptions {
+        &self.shared.options
+    }
+
     /// A handle on the same archive for reading its counters (for metrics)
     /// after the server itself has been given to the engine.
     pub fn counters(&self) -> ArchiveServer {
-        ArchiveServer {
-            shared: self.shared.clone(),
-            gate: None,
-        }
+        self.clone()
     }
 
     /// Asks the watcher to load the archive again now, even if its file
     /// looks unchanged (what the command line does on SIGHUP).
     pub fn reload(&self) {
         self.shared.reload.store(true, Ordering::Release);
+    }
+}
+
+/// Opens `path` and validates it whole under `options`: the data hash,
+/// and with trusted keys the signature and the deploy number (against
+/// `serving`'s, the archive being served, if any). Hashes the whole file
+/// once: called at open and on the watcher thread, never on a worker.
+fn load(
+    path: &Path,
+    options: &ServeOptions,
+    serving: Option<&Verified>,
+) -> Result<(Archive, Option<Verified>), Invalid> {
+    let archive = Archive::open(path, options.mode)?;
+    let at = |e: Invalid| Invalid(format!("{}: {e}", path.display()));
+    if options.trusted.is_empty() {
+        archive.verify_data().map_err(at)?;
+        return Ok((archive, None));
+    }
+    let verified = archive.verify_signed(&options.trusted).map_err(at)?;
+    if !options.allow_rollback {
+        rollback(&verified, serving, options.deploy_number_min).map_err(at)?;
+    }
+    Ok((archive, Some(verified)))
+}
+
+/// Refuses a deploy number lower than the one served (or, at open, than
+/// `min`), and the same number for another archive: a deploy number names
+/// one archive, so reloading the same file (SIGHUP) is accepted and a
+/// different file claiming it is not.
+fn rollback(new: &Verified, serving: Option<&Verified>, min: u64) -> Result<(), Invalid> {
+    let n = new.deploy_number;
+    if n < min {
+        return Err(Invalid(format!(
+            "deploy number {n} is below {min}, the lowest accepted (deploy-number-min); allow-rollback \
+             accepts it"
+        )));
+    }
+    match serving {
+        Some(s) if n < s.deploy_number => Err(Invalid(format!(
+            "deploy number {n} is lower than {}, the one being served: a rollback, refused (allow-rollback \
+             accepts it)",
+            s.deploy_number
+        ))),
+        Some(s) if n == s.deploy_number && new.digest != s.digest => Err(Invalid(format!(
+            "deploy number {n} is the one being served, but this is another archive: each new archive needs \
+             a higher deploy number"
+        ))),
+        _ => Ok(()),
     }
 }
 
@@ -143,7 +363,8 @@ fn watch(shared: Weak<Shared>, mut seen: FileIdentity) {
     loop {
         std::thread::sleep(WATCH_INTERVAL);
         let Some(shared) = shared.upgrade() else { return };
-        let current = shared.current.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        release_previous(&shared);
+        let current = shared.current();
         if current.lease_broken() {
             move_off_the_map(&shared, &current);
         }
@@ -161,17 +382,9 @@ fn watch(shared: Weak<Shared>, mut seen: FileIdentity) {
             ));
             continue;
         }
-        let loaded = Archive::open(&shared.path, shared.mode).and_then(|a| {
-            a.verify_data()
-                .map_err(|e| Invalid(format!("{}: {e}", shared.path.display())))?;
-            Ok(a)
-        });
-        match loaded {
-            Ok(archive) => {
-                *shared.current.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(archive);
-                let g = shared.generation.fetch_add(1, Ordering::AcqRel) + 1;
-                log::info(format_args!("{} loaded as generation {g}", shared.path.display()));
-            }
+        let serving = shared.state().verified;
+        match load(&shared.path, &shared.options, serving.as_ref()) {
+            Ok((archive, verified)) => publish(&shared, archive, verified),
             Err(e) => {
                 shared.refused.fetch_add(1, Ordering::AcqRel);
                 log::error(format_args!(
@@ -180,6 +393,118 @@ fn watch(shared: Weak<Shared>, mut seen: FileIdentity) {
                 ))
             }
         }
+    }
+}
+
+/// Makes `archive` the current generation; with `keep_previous`, keeps
+/// the one it replaces (unless it is the same archive, reloaded).
+fn publish(shared: &Shared, archive: Archive, verified: Option<Verified>) {
+    let archive = Arc::new(archive);
+    let mut state = shared.state();
+    let old = std::mem::replace(&mut state.current, archive.clone());
+    state.verified = verified;
+    let old_generation = shared.generation.load(Ordering::Acquire);
+    let g = old_generation + 1;
+    let kept = match shared.options.keep_previous {
+        Some(grace) if old.header() != archive.header() => {
+            keep(shared, &mut state.previous, old, old_generation, grace)
+        }
+        _ => None,
+    };
+    shared.generation.store(g, Ordering::Release);
+    drop(state);
+    shared.epoch.fetch_add(1, Ordering::Release);
+    let path = shared.path.display();
+    match kept {
+        Some(grace) => log::info(format_args!(
+            "{path} loaded as generation {g}; generation {old_generation} answers what it lacks for {} s",
+            grace.as_secs_f64()
+        )),
+        None => log::info(format_args!("{path} loaded as generation {g}")),
+    }
+}
+
+/// Puts `old` first among `previous` for `grace`, releasing this server's
+/// oldest to stay within `KEEP_PREVIOUS_MAX` and `PREVIOUS_BYTES_MAX`.
+/// `None` when the cap leaves no room even so.
+fn keep(
+    shared: &Shared,
+    previous: &mut Vec<Kept>,
+    old: Arc<Archive>,
+    generation: u64,
+    grace: Duration,
+) -> Option<Duration> {
+    let path = shared.path.display();
+    while previous.len() >= KEEP_PREVIOUS_MAX {
+        let released = previous.pop().expect("not empty");
+        log::info(format_args!(
+            "{path}: generation {} released (at most {KEEP_PREVIOUS_MAX} kept)",
+            released.generation
+        ));
+    }
+    let mut old = old;
+    loop {
+        match Kept::reserve(old, generation, Instant::now() + grace) {
+            Ok(kept) => {
+                previous.insert(0, kept);
+                return Some(grace);
+            }
+            Err(back) => old = back,
+        }
+        let Some(released) = previous.pop() else {
+            log::warn(format_args!(
+                "{path}: generation {generation} ({} bytes) not kept: the previous generations kept would pass \
+                 {PREVIOUS_BYTES_MAX} bytes",
+                old.len()
+            ));
+            return None;
+        };
+        log::info(format_args!(
+            "{path}: generation {} released early, to keep generation {generation} within {PREVIOUS_BYTES_MAX} \
+             bytes",
+            released.generation
+        ));
+    }
+}
+
+/// Releases the previous generations whose time is up, and any whose file
+/// is being rewritten in place (moved off its map first, as the current
+/// one would be: a response in flight may still read it).
+fn release_previous(shared: &Shared) {
+    let now = Instant::now();
+    let mut state = shared.state();
+    if state.previous.is_empty() {
+        return;
+    }
+    let before = state.previous.len();
+    let path = shared.path.display();
+    state.previous.retain(|k| {
+        if k.until <= now {
+            log::info(format_args!("{path}: generation {} released", k.generation));
+            return false;
+        }
+        if k.archive.lease_broken() {
+            if let Err(e) = k.archive.detached() {
+                log::error(format_args!("{path}: {e}"));
+                return true; // tried again at the next look
+            }
+            if let Err(e) = k.archive.release_lease() {
+                log::warn(format_args!(
+                    "cannot release the lease on generation {}: {e}",
+                    k.generation
+                ));
+            }
+            log::warn(format_args!(
+                "{path}: generation {} released early: its file is being rewritten in place",
+                k.generation
+            ));
+            return false;
+        }
+        true
+    });
+    if state.previous.len() != before {
+        drop(state);
+        shared.epoch.fetch_add(1, Ordering::Release);
     }
 }
 
@@ -203,8 +528,9 @@ fn watch(shared: Weak<Shared>, mut seen: FileIdentity) {
 fn move_off_the_map(shared: &Shared, old: &Arc<Archive>) {
     match old.detached() {
         Ok(copy) => {
-            *shared.current.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(copy);
+            shared.state().current = Arc::new(copy);
             let g = shared.generation.fetch_add(1, Ordering::AcqRel) + 1;
+            shared.epoch.fetch_add(1, Ordering::Release);
             log::warn(format_args!(
                 "{} is being rewritten in place; serving a copy in memory (generation {g})",
                 shared.path.display()
@@ -228,11 +554,49 @@ fn move_off_the_map(shared: &Shared, old: &Arc<Archive>) {
 
 /// A worker's view of one server's archive.
 struct Local {
-    generation: u64,
+    /// The server's `epoch` when this view was taken.
+    epoch: u64,
     archive: Arc<Archive>,
     /// Variants this worker has prepared (header blocks parsed, entity tag
     /// formatted), by `entry * 4 + variant`: later hits cost a map lookup.
     prepared: PreparedByKey,
+    /// The previous generations kept, newest first (empty unless
+    /// `keep_previous`).
+    previous: Vec<Behind>,
+}
+
+/// A worker's view of a previous generation.
+struct Behind {
+    archive: Arc<Archive>,
+    until: Instant,
+    prepared: PreparedByKey,
+}
+
+impl Local {
+    /// Takes the server's state again (it changed: a swap, a generation
+    /// kept or released), keeping what was prepared for the archives that
+    /// stay.
+    fn refresh(&mut self, shared: &Shared) {
+        let state = shared.state();
+        if !Arc::ptr_eq(&self.archive, &state.current) {
+            self.archive = state.current.clone();
+            self.prepared.clear();
+        }
+        let mut old = std::mem::take(&mut self.previous);
+        self.previous = state
+            .previous
+            .iter()
+            .map(|k| Behind {
+                archive: k.archive.clone(),
+                until: k.until,
+                prepared: old
+                    .iter_mut()
+                    .find(|b| Arc::ptr_eq(&b.archive, &k.archive))
+                    .map(|b| std::mem::take(&mut b.prepared))
+                    .unwrap_or_default(),
+            })
+            .collect();
+    }
 }
 
 /// Prepared variants by `entry * 4 + variant`.
@@ -276,7 +640,7 @@ impl Handler for ArchiveServer {
 
     fn call(&self, req: &Request<'_>) -> Reply {
         let shared = &*self.shared;
-        let generation = shared.generation.load(Ordering::Relaxed);
+        let epoch = shared.epoch.load(Ordering::Relaxed);
         // The view is taken out of the thread-local, so that the reply is
         // built where this returns it (`respond` and `answer` give a
         // `Reply`): returned from the closure `LocalKey::with` runs, then
@@ -288,9 +652,10 @@ impl Handler for ArchiveServer {
                 Some((_, local)) => local.clone(),
                 None => {
                     let local = Rc::new(RefCell::new(Local {
-                        generation: 0,
-                        archive: shared.current.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+                        epoch: u64::MAX,
+                        archive: shared.current(),
                         prepared: PreparedByKey::default(),
+                        previous: Vec::new(),
                     }));
                     locals.push((shared.id, local.clone()));
                     local
@@ -298,20 +663,19 @@ impl Handler for ArchiveServer {
             }
         });
         let mut local = local.borrow_mut();
-        if local.generation != generation {
-            local.archive = shared.current.lock().unwrap_or_else(|e| e.into_inner()).clone();
-            local.generation = generation;
-            local.prepared.clear();
+        if local.epoch != epoch {
+            local.refresh(shared);
+            local.epoch = epoch;
         }
-        respond(&mut local, req, self.gate.as_deref())
+        respond(&mut local, req, self)
     }
 }
 
-/// Answers `req`; a path a `Basic-Auth` rule protects goes to `gate`
+/// Answers `req`; a path a `Basic-Auth` rule protects goes to the gate
 /// first, before anything is looked up (`peregrine_files::auth`), so that
 /// its answer is the gate's whether or not an entry is there.
 #[inline]
-fn respond(local: &mut Local, req: &Request<'_>, gate: Option<&dyn Gate>) -> Reply {
+fn respond(local: &mut Local, req: &Request<'_>, server: &ArchiveServer) -> Reply {
     if local.archive.has_auth() {
         let archive = &local.archive;
         let site = if archive.has_hosts() {
@@ -324,27 +688,34 @@ fn respond(local: &mut Local, req: &Request<'_>, gate: Option<&dyn Gate>) -> Rep
             .ok()
             .and_then(|p| archive.auth_for(site, &p.key()).cloned())
         {
-            let Some(gate) = gate else {
+            let Some(gate) = server.gate.as_deref() else {
                 return Reply::Now(auth::ungated());
             };
-            return gate.guard(req, &users, &mut || match open(local, req) {
+            return gate.guard(req, &users, &mut || match open(local, req, server) {
                 Reply::Now(response) => response,
                 _ => Response::error(500),
             });
         }
     }
-    open(local, req)
+    open(local, req, server)
 }
 
-/// Answers `req` from the archive, protected or not.
+/// Answers `req` from the archive, protected or not. `server` is looked
+/// at only where nothing in the archive answers (a previous generation
+/// may).
 #[inline]
-fn open(local: &mut Local, req: &Request<'_>) -> Reply {
+fn open(local: &mut Local, req: &Request<'_>, server: &ArchiveServer) -> Reply {
     let head = match reply::method(req) {
         Method::Get => false,
         Method::Head => true,
         Method::Answer(answer) => return Reply::Now(answer),
     };
-    let Local { archive, prepared, .. } = local;
+    let Local {
+        archive,
+        prepared,
+        previous,
+        ..
+    } = local;
     let archive = &**archive;
     // The Host field is looked at only by an archive that names hosts.
     let site = if archive.has_hosts() {
@@ -414,7 +785,148 @@ fn open(local: &mut Local, req: &Request<'_>) -> Reply {
         }
         folder = &folder[..folder[..folder.len() - 1].rfind('/').map_or(0, |i| i + 1)];
     }
+    // Nothing in this generation answers: a previous one may.
+    if !previous.is_empty() {
+        if let Some(reply) = fall_back(previous, server, archive, site, &key, req, &fields, head, query) {
+            return reply;
+        }
+    }
     not_found(prepared, archive, site, &key, &fields, head, query)
+}
+
+/// The answer of a previous generation for `key`, which the current one
+/// (`current`) does not have: no entry, no rule, no wildcard, so its
+/// answer would be its 404. Only from a generation that answered `key`
+/// itself with 200 (a resource at that very key, not a rule's, a
+/// wildcard's or a 404 page's, and no `!` rule shadowing it there), only
+/// a content-hashed or `immutable` one (unless `keep_previous_all`), never
+/// a path the current generation, or one newer than the one that has it,
+/// revoked, never a path a `Basic-Auth` rule of the current generation or
+/// of any previous one looked at protects (a protected page must not be
+/// answered by a generation that would serve it without the password, nor
+/// a page that was protected by one that lost its rule), and never through
+/// a handle `without_fallback`. Off the path of every request that finds
+/// its path.
+#[cold]
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+fn fall_back(
+    previous: &mut [Behind],
+    server: &ArchiveServer,
+    current: &Archive,
+    site: u32,
+    key: &str,
+    req: &Request<'_>,
+    f: &Fields<'_>,
+    head: bool,
+    query: Option<&str>,
+) -> Option<Reply> {
+    if !server.fallback || current.is_revoked(site, key) || current.auth_for(site, key).is_some() {
+        return None;
+    }
+    let all = server.shared.options.keep_previous_all;
+    let now = Instant::now();
+    for behind in previous.iter_mut() {
+        // Newest first, and an older one's time ends sooner.
+        if behind.until <= now {
+            return None;
+        }
+        let a = &*behind.archive;
+        let site = if a.has_hosts() {
+            a.site_for_host(req.host())
+        } else {
+            a.default_site()
+        };
+        if a.auth_for(site, key).is_some() {
+            return None;
+        }
+        let Some(e) = answered_itself(a, site, key, query) else {
+            if a.is_revoked(site, key) {
+                return None;
+            }
+            continue;
+        };
+        if !all && !is_content_hashed(key) && !is_immutable(a, &e) {
+            return None;
+        }
+        server.shared.fallbacks.fetch_add(1, Ordering::Relaxed);
+        return Some(answer(&mut behind.prepared, a, e, f, head, 200, query));
+    }
+    None
+}
+
+/// The resource `a` answers `key` with, with 200, from its own entry: not
+/// a not-found page, and not shadowed by a `_redirects` rule with `!`.
+fn answered_itself<'a>(a: &'a Archive, site: u32, key: &str, query: Option<&str>) -> Option<Entry<'a>> {
+    let e = a.get(site, key.as_bytes())?;
+    if e.kind() != KIND_RESOURCE || e.flags() & FLAG_NOT_FOUND != 0 {
+        return None;
+    }
+    let shadowed = a.forced_patterns(site).any(|rule| {
+        let text = String::from_utf8_lossy(rule.path());
+        let (from, conds) = conventions::split_rule_text(&text);
+        peregrine::pattern::Pattern::parse(from)
+            .is_ok_and(|p| conventions::rule_captures(&p, &conds, key, query).is_some())
+    });
+    (!shadowed).then_some(e)
+}
+
+/// Whether the entry's stored `Cache-Control` says `immutable`.
+fn is_immutable(a: &Archive, e: &Entry<'_>) -> bool {
+    let Some(v) = e.variant(0) else { return false };
+    let head = a.slice(v.head_off, u64::from(v.head_len));
+    head.split(|&b| b == b'\n').any(|line| {
+        let line = String::from_utf8_lossy(line);
+        line.split_once(':').is_some_and(|(name, value)| {
+            name.trim().eq_ignore_ascii_case("cache-control")
+                && value.split(',').any(|d| d.trim().eq_ignore_ascii_case("immutable"))
+        })
+    })
+}
+
+/// Whether `path` names a content-hashed asset, whose name changes with
+/// its bytes, as bundlers write them: `app.3f2a9c1b.js` (webpack, Parcel),
+/// `index-D2sCh2pS.js` (Vite, Rollup), `framework-2c79e2a64abdb08b.js`
+/// (Next.js). The file name is split at `.` and its last piece (the
+/// extension) left out; a candidate is a piece other than the first, the
+/// first only when it is hex (`3f2a9c1b.js`), and what follows the first
+/// `-` of any piece. A candidate is a hash when it has 8 to 64 characters
+/// and is either lowercase hex with at least one digit and one letter, or
+/// base64url (`A-Z a-z 0-9 - _`) with at least one digit, one capital and
+/// one small letter. So the names people give files are not taken for
+/// hashes (`report-2024.pdf`, `chapter10.html`, `IMG-20240115-WA0001.jpg`,
+/// `deadbeef.txt`); a hash that does not look like one (all digits, one
+/// case) is not either: such assets fall back only when `immutable` (a
+/// `_headers` rule for their folder) or with `keep_previous_all`.
+pub fn is_content_hashed(path: &str) -> bool {
+    let name = path.rsplit('/').next().unwrap_or("");
+    let mut pieces: Vec<&str> = name.split('.').collect();
+    if pieces.len() > 1 {
+        pieces.pop();
+    }
+    pieces.iter().enumerate().any(|(i, piece)| {
+        (if i == 0 { is_hex_hash(piece) } else { is_hash(piece) })
+            || piece.split_once('-').is_some_and(|(_, tail)| is_hash(tail))
+    })
+}
+
+fn is_hash(s: &str) -> bool {
+    is_hex_hash(s) || is_base64_hash(s)
+}
+
+fn is_hex_hash(s: &str) -> bool {
+    (8..=64).contains(&s.len())
+        && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+        && s.bytes().any(|b| b.is_ascii_digit())
+        && s.bytes().any(|b| b.is_ascii_lowercase())
+}
+
+fn is_base64_hash(s: &str) -> bool {
+    (8..=64).contains(&s.len())
+        && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        && s.bytes().any(|b| b.is_ascii_digit())
+        && s.bytes().any(|b| b.is_ascii_uppercase())
+        && s.bytes().any(|b| b.is_ascii_lowercase())
 }
 
 /// The not-found page for `key`: the deepest folder's above it (`/a/b/c`
@@ -693,7 +1205,7 @@ struct Prepared {
 ///
 /// The body is not hashed here. Every generation this server publishes was
 /// opened with its whole data region checked against `data_hash`
-/// ([`ArchiveServer::open`] and the watcher both call `verify_data`), and
+/// ([`ArchiveServer::open_with`] and the watcher both go through `load`), and
 /// the bytes cannot change after that: a map is of a file we hold a read
 /// lease on (a writer waits while we detach it into a copy in memory,
 /// `map.rs`), and a copy is ours. Hashing each body again at its first send on each
@@ -781,5 +1293,108 @@ pub mod test_hooks {
             let _ = stopped.send(());
             let _ = go.recv();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn content_hashed_names_are_told_from_names_people_give() {
+        for path in [
+            "/app.3f2a9c1b.js",
+            "/app.111aaaa1.js",
+            "/assets/index-D2sCh2pS.js",
+            "/assets/index-CkD-e9h_.css",
+            "/_next/static/chunks/framework-2c79e2a64abdb08b.js",
+            "/3f2a9c1b.js",
+            "/main.3f2a9c1b.chunk.js",
+            "/font.a1b2c3d4e5f60718293a4b5c6d7e8f90.woff2",
+        ] {
+            assert!(is_content_hashed(path), "{path}");
+        }
+        for path in [
+            "/index.html",
+            "/app.js",
+            "/report-2024.pdf",
+            "/chapter10.html",
+            "/IMG-20240115-WA0001.jpg",
+            "/deadbeef.txt",
+            "/20240115.log",
+            "/jquery-3.6.0.min.js",
+            "/icon-1024x1024.png",
+            "/Report2023.pdf",
+            "/app.3f2a9c1.js",
+            "/leak.txt",
+            "/",
+            "/assets/",
+        ] {
+            assert!(!is_content_hashed(path), "{path}");
+        }
+    }
+
+    fn verified(deploy_number: u64, digest: u8) -> Verified {
+        Verified {
+            key_id: crate::sign::KeyId([0; 8]),
+            created: 0,
+            deploy_number,
+            digest: [digest; 32],
+        }
+    }
+
+    #[test]
+    fn a_lower_deploy_number_is_a_rollback_and_an_equal_one_must_be_the_same_archive() {
+        let serving = verified(5, 1);
+        assert!(rollback(&verified(6, 2), Some(&serving), 0).is_ok());
+        assert!(
+            rollback(&verified(5, 1), Some(&serving), 0).is_ok(),
+            "the same archive, reloaded"
+        );
+        let why = rollback(&verified(5, 2), Some(&serving), 0).unwrap_err().0;
+        assert!(
+            why.contains("is the one being served, but this is another archive"),
+            "{why}"
+        );
+        let why = rollback(&verified(4, 2), Some(&serving), 0).unwrap_err().0;
+        assert!(
+            why.starts_with("deploy number 4 is lower than 5, the one being served"),
+            "{why}"
+        );
+        // At open, nothing is served: the floor.
+        assert!(rollback(&verified(4, 2), None, 4).is_ok());
+        let why = rollback(&verified(3, 2), None, 4).unwrap_err().0;
+        assert!(why.starts_with("deploy number 3 is below 4"), "{why}");
+    }
+
+    #[test]
+    fn kept_generations_stay_within_the_process_cap() {
+        let a = Arc::new(Archive::from_bytes(tiny()).unwrap());
+        let len = a.len();
+        let until = Instant::now();
+        let held = PREVIOUS_BYTES.load(Ordering::Acquire);
+        let kept = Kept::reserve(a.clone(), 1, until).ok().unwrap();
+        assert_eq!(PREVIOUS_BYTES.load(Ordering::Acquire), held + len);
+        drop(kept);
+        assert_eq!(PREVIOUS_BYTES.load(Ordering::Acquire), held);
+        // Within `len` of the cap, one more is refused.
+        PREVIOUS_BYTES.fetch_add(PREVIOUS_BYTES_MAX - held - len + 1, Ordering::AcqRel);
+        assert!(Kept::reserve(a, 2, until).is_err());
+        PREVIOUS_BYTES.fetch_sub(PREVIOUS_BYTES_MAX - held - len + 1, Ordering::AcqRel);
+    }
+
+    /// An archive with one page, as bytes.
+    fn tiny() -> Vec<u8> {
+        let t = test_support::Scratch::new("serve-tiny");
+        let path = t.path("a.prg");
+        let mut w = crate::write::Writer::new(std::fs::File::create(&path).unwrap()).unwrap();
+        let v = crate::write::VariantIn {
+            body: b"hi",
+            head_200: b"Content-Type: text/plain\r\n",
+            head_304: b"",
+        };
+        w.add_resource(0, "/a.txt", 0, 0, [Some(v), None, None, None]).unwrap();
+        w.finish().unwrap();
+        std::fs::read(&path).unwrap()
     }
 }

@@ -1,12 +1,14 @@
 //! Writes an archive (FORMAT.md): data streamed to the file as it comes,
 //! bodies and heads deduplicated, the index built at the end, the header
-//! written last. The caller writes to a temporary name and renames.
+//! written last, then, for a signed archive, the signature trailer over
+//! everything before it. The caller writes to a temporary name and renames.
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::{self, BufWriter, Seek, SeekFrom, Write};
 
 use crate::format::*;
+use crate::sign::{Digest, Seal};
 
 /// One variant to store: its body and its 200 and 304 header blocks.
 pub struct VariantIn<'a> {
@@ -54,7 +56,8 @@ pub struct Writer {
 }
 
 impl Writer {
-    /// Starts an archive in `file` (truncated).
+    /// Starts an archive in `file` (truncated; opened for reading too if
+    /// it is to be signed: `finish_sealed` reads it back).
     pub fn new(file: File) -> io::Result<Self> {
         let mut out = BufWriter::with_capacity(1 << 20, file);
         out.write_all(&[0; HEADER_LEN])?;
@@ -229,6 +232,27 @@ impl Writer {
         )
     }
 
+    /// Records `path` as revoked in `site` (`pack --revoke`): a previous
+    /// generation kept after a swap never answers it (a path ending in `/`:
+    /// nothing below it).
+    pub fn add_revoked(&mut self, site: u32, path: &str) -> io::Result<()> {
+        self.header_flags |= HEADER_FLAG_REVOKED;
+        let path_s = self.string(path.as_bytes())?;
+        self.push(
+            EntryOut {
+                site,
+                kind: KIND_REVOKED,
+                flags: 0,
+                status: 0,
+                path: path_s,
+                last_modified: 0,
+                location: (0, 0),
+                variants: [VariantOut::default(); N_VARIANTS],
+            },
+            format!("{REVOKED_KEY}{path}").as_bytes(),
+        )
+    }
+
     /// Adds a `Basic-Auth` rule: `pattern` protected for `users` (their
     /// `Users::text`, hashes only), flagged `FLAG_FROM_PLAIN` when some
     /// passwords were plain in `_headers`. Rules are added in `_headers`
@@ -267,7 +291,15 @@ impl Writer {
     }
 
     /// Writes the index and the header. Returns the archive's length.
-    pub fn finish(mut self) -> io::Result<u64> {
+    pub fn finish(self) -> io::Result<u64> {
+        self.finish_sealed(None)
+    }
+
+    /// Writes the index and the header, then, with a seal, the signature
+    /// trailer over every byte before it (read back from the file: the
+    /// header, written last, is at its start). Returns the archive's
+    /// length.
+    pub fn finish_sealed(mut self, seal: Option<&Seal>) -> io::Result<u64> {
         let index_off = self.pos;
         let n_entries = self.entries.len();
         let n_slots = (n_entries * 2).max(8).next_power_of_two();
@@ -326,7 +358,11 @@ impl Writer {
         }
         index[strings_off..].copy_from_slice(&self.strings);
         self.out.write_all(&index)?;
-        let file_len = index_off + index_len as u64;
+        let signed_len = index_off + index_len as u64;
+        let file_len = signed_len + if seal.is_some() { TRAILER_LEN as u64 } else { 0 };
+        if seal.is_some() {
+            self.header_flags |= HEADER_FLAG_SIGNED;
+        }
         let mut header = [0u8; HEADER_LEN];
         header[..8].copy_from_slice(MAGIC);
         put_u32(&mut header, 8, VERSION);
@@ -341,9 +377,30 @@ impl Writer {
         let mut file = self.out.into_inner().map_err(|e| e.into_error())?;
         file.seek(SeekFrom::Start(0))?;
         file.write_all(&header)?;
+        if let Some(seal) = seal {
+            let mut digest = Digest::new();
+            read_into(&file, signed_len, |bytes| digest.update(bytes))?;
+            let trailer = seal.sign(digest).trailer();
+            file.seek(SeekFrom::Start(signed_len))?;
+            file.write_all(&trailer)?;
+        }
         file.sync_all()?;
         Ok(file_len)
     }
+}
+
+/// Feeds `file[..len]` to `f`, 1 MiB at a time.
+fn read_into(file: &File, len: u64, mut f: impl FnMut(&[u8])) -> io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = vec![0; 1 << 20];
+    let mut at = 0;
+    while at < len {
+        let n = usize::try_from(len - at).unwrap_or(usize::MAX).min(buf.len());
+        file.read_exact_at(&mut buf[..n], at)?;
+        f(&buf[..n]);
+        at += n as u64;
+    }
+    Ok(())
 }
 
 fn too_big(what: &str) -> io::Error {

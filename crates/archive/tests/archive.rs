@@ -1049,3 +1049,40 @@ fn rules_only_new_readers_answer_right_set_a_header_flag() {
         assert_eq!(flags(needs_a_new_reader), 1, "{needs_a_new_reader}");
     }
 }
+
+/// `Basic-Auth` rules are entries of kind 5 under header flag bit 3, next
+/// to a signed archive's bits 1 (revoked paths, kind 4) and 2 (trailer):
+/// the bits and kinds of the two additions never collide, and a reader
+/// still refuses a bit it does not know.
+#[test]
+fn basic_auth_rules_take_header_flag_bit_3_and_kind_5() {
+    use peregrine_archive::format::{
+        HEADER_FLAGS_KNOWN, HEADER_FLAG_AUTH, HEADER_FLAG_REVOKED, KIND_AUTH, KIND_REVOKED,
+    };
+    assert_eq!((HEADER_FLAG_AUTH, KIND_AUTH, KIND_REVOKED), (8, 5, 4));
+    let t = tmp("auth-flag");
+    t.write("site/index.html", "home");
+    t.write("site/admin/secret.txt", "secret");
+    t.write("site/_headers", "/admin/*\n  Basic-Auth: alice:wonderland\n");
+    let out = t.path("f.prg");
+    let mut opts = PackOptions::new(t.path("site"), &out);
+    opts.revoked = vec!["/leak.txt".to_owned()];
+    pack(&opts).unwrap();
+    let a = Archive::open(&out, Mode::Heap).unwrap();
+    let kinds: Vec<u8> = a.entries().map(|e| e.kind()).filter(|&k| k > 3).collect();
+    assert_eq!(kinds.len(), 2, "{kinds:?}");
+    assert!(kinds.contains(&KIND_AUTH) && kinds.contains(&KIND_REVOKED), "{kinds:?}");
+    assert!(a.auth_for(a.default_site(), "/admin/secret.txt").is_some());
+    let mut bytes = std::fs::read(&out).unwrap();
+    let flags = u32::from_le_bytes(bytes[12..16].try_into().unwrap());
+    assert_eq!(flags, HEADER_FLAG_AUTH | HEADER_FLAG_REVOKED);
+    // The next bit, unknown to this reader: refused by name.
+    let unknown = (HEADER_FLAGS_KNOWN + 1).next_power_of_two();
+    bytes[12..16].copy_from_slice(&(flags | unknown).to_le_bytes());
+    let bad = t.path("unknown-flag.prg");
+    std::fs::write(&bad, &bytes).unwrap();
+    let err = Archive::open(&bad, Mode::Heap)
+        .err()
+        .expect("an unknown flag is refused");
+    assert!(err.to_string().contains("unknown archive flags"), "{err}");
+}

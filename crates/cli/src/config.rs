@@ -977,7 +977,8 @@ pub(crate) fn toml_key(k: &str) -> String {
 pub(crate) fn toml_scalar(kind: Kind, raw: &str) -> String {
     match kind {
         Kind::Unsigned | Kind::Signed => raw.trim_start_matches('+').to_owned(),
-        Kind::Number => match raw.parse::<f64>() {
+        // `60s` (`--keep-previous`) is 60 in the file, which takes numbers.
+        Kind::Number => match raw.strip_suffix('s').unwrap_or(raw).parse::<f64>() {
             Ok(f) if f.is_finite() => format!("{f}"),
             _ => toml_string(raw),
         },

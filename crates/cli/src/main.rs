@@ -10,6 +10,7 @@ mod docs;
 mod flags;
 mod logger;
 mod messages;
+mod proxy;
 mod reload;
 mod sandbox;
 mod sites;
@@ -45,23 +46,7 @@ fn run(cli: Cli, argv: Vec<OsString>) -> anyhow::Result<()> {
     match cli.command {
         // Served until SIGINT/SIGTERM; SIGHUP reloads the configuration.
         command @ (Command::Hello { .. } | Command::Serve { .. }) => reload::serve(argv, command),
-        Command::Pack {
-            root,
-            output,
-            hosts,
-            cache_control,
-            no_security_headers,
-            no_compress,
-            clean_urls,
-        } => archive::pack(
-            root,
-            &output,
-            hosts,
-            cache_control,
-            no_security_headers,
-            no_compress,
-            clean_urls,
-        ),
+        command @ Command::Pack { .. } => archive::pack(command),
         Command::Archive { command } => archive::inspect(command),
         Command::Probe { url } => probe::probe(&url),
         Command::Completions { shell } => docs::completions(config::command::<Cli>(), shell),

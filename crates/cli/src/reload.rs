@@ -21,8 +21,9 @@
 //! leaves everything as it was, with one line saying why.
 //!
 //! SIGHUP's older meanings are part of this: certificates are read again by
-//! building the generation, and an archive at the same path (and mode) is
-//! kept and asked to reload ([`ArchiveServer::reload`]), once. The
+//! building the generation, and an archive at the same path (and with the
+//! same settings: mode, keys, previous generations kept) is kept and asked
+//! to reload ([`ArchiveServer::reload`]), once. The
 //! libraries install no signal handler (the binary owns every signal), so
 //! exactly one thing happens per signal: this reload.
 //!
@@ -40,7 +41,7 @@ use std::thread::JoinHandle;
 
 use anyhow::Context;
 use peregrine::{log, Identity, Metrics, Running, ShutdownHandle};
-use peregrine_archive::{ArchiveServer, Mode};
+use peregrine_archive::{ArchiveServer, ServeOptions};
 
 use crate::commands::serve::root_refusal;
 use crate::config;
@@ -78,14 +79,15 @@ struct Generation {
     /// The origin of each of `running`'s listeners, in its order.
     origins: Vec<Origin>,
     /// The archives served (one, or each site's), each kept by the next
-    /// generation if its path and mode are unchanged.
+    /// generation if its path and settings are unchanged.
     archives: Vec<ServedArchive>,
 }
 
 /// An archive and how it was asked for.
 struct ServedArchive {
     root: PathBuf,
-    mode: Mode,
+    /// As configured (what a reload compares).
+    options: ServeOptions,
     server: ArchiveServer,
     /// The site it is served for (its first name), with sites.
     site: Option<String>,

@@ -1,7 +1,8 @@
 //! The sandbox a serving command runs in (`peregrine_sandbox`), from its
 //! settings: what it may read (the root, or the archive's directory, and
 //! each site's and route's; the
-//! certificates' and the configuration file's directories; the resolver's
+//! certificates', the archives' public keys' and the configuration file's
+//! directories; the resolver's
 //! files in /etc, for host names in `--bind`) and where it may
 //! write (the access and error logs' directories). Set up once, in the main thread
 //! before the first generation starts any thread; a reload must stay within
@@ -66,6 +67,18 @@ impl Sandbox {
     }
 }
 
+/// Connecting out to the upstream at `url` (a reverse-proxy route).
+fn grant_connect(policy: &mut Policy, url: &str) -> anyhow::Result<()> {
+    let up = peregrine::proxy::Upstream::parse(url)?;
+    policy.connect = true;
+    for port in up.tcp_ports() {
+        if !policy.connect_ports.contains(&port) {
+            policy.connect_ports.push(port);
+        }
+    }
+    Ok(())
+}
+
 /// What `command` needs to read and write.
 fn policy(command: &Command, argv: &[OsString]) -> anyhow::Result<Policy> {
     let args = command.server_args();
@@ -81,8 +94,23 @@ fn policy(command: &Command, argv: &[OsString]) -> anyhow::Result<Policy> {
         .map(PathBuf::as_path)
         .collect();
     let mut logs: Vec<&str> = args.access_log.as_deref().into_iter().collect();
-    if let Command::Serve { root, files, sites, .. } = command {
+    // The public keys archives are checked with, read again at a reload.
+    let mut keys: Vec<&Path> = Vec::new();
+    if let Command::Serve {
+        root,
+        files,
+        archive,
+        sites,
+        proxy,
+        ..
+    } = command
+    {
         grant_root(&mut policy, root, files.follow_symlinks)?;
+        for flag in proxy {
+            let (_, url) = flag.split_once('=').unwrap_or(("", flag));
+            grant_connect(&mut policy, url)?;
+        }
+        keys.extend(archive.require_signature.iter().map(PathBuf::as_path));
         // Each site's roots, certificates and access log, as the top
         // level's.
         for site in sites {
@@ -90,17 +118,23 @@ fn policy(command: &Command, argv: &[OsString]) -> anyhow::Result<Policy> {
             for route in &site.routes {
                 match &route.handler {
                     HandlerSpec::Files { root, files } => grant_root(&mut policy, root, files.follow_symlinks)?,
-                    HandlerSpec::Archive { root, .. } => grant_root(&mut policy, root, false)?,
-                    HandlerSpec::Redirect { .. } | HandlerSpec::Proxy(_) => {}
+                    HandlerSpec::Archive { root, archive } => {
+                        grant_root(&mut policy, root, false)?;
+                        keys.extend(archive.require_signature.iter().map(PathBuf::as_path));
+                    }
+                    HandlerSpec::Proxy(p) => grant_connect(&mut policy, &p.url)?,
+                    HandlerSpec::Redirect { .. } => {}
                 }
             }
+            keys.extend(site.archive.require_signature.iter().map(PathBuf::as_path));
             pems.extend(site.tls.iter().flat_map(|(cert, key)| [cert.as_path(), key.as_path()]));
             logs.extend(site.access_log.as_deref());
         }
     }
     // Certificates are renewed by replacing the files (or a symlink's
-    // target: the directory of the file it leads to is granted).
-    for pem in pems {
+    // target: the directory of the file it leads to is granted); so may
+    // keys be.
+    for pem in pems.into_iter().chain(keys) {
         if let Ok(file) = std::fs::canonicalize(pem) {
             policy.read(&parent(&file))?;
         }
@@ -250,7 +284,8 @@ impl std::fmt::Display for Sandbox {
 
 /// A planted bug for the tests, in debug builds only: with
 /// `PEREGRINE_TEST_PLANTED_BUG=1`, `/open?PATH` tries to read PATH,
-/// `/exec` to become `/bin/true`, `/spawn` to run it, and each answers
+/// `/exec` to become `/bin/true`, `/spawn` to run it, `/connect?ADDR`
+/// to connect to ADDR, and each answers
 /// with what happened (the errno that stopped it). The sandbox is what
 /// must stop them. Other paths go to `inner`.
 #[cfg(debug_assertions)]
@@ -286,6 +321,15 @@ impl<H: peregrine::Handler> peregrine::Handler for Planted<H> {
             // Replaces the process if it works: the test then gets no answer.
             (true, "/exec") => outcome(Err(std::process::Command::new("/bin/true").exec())),
             (true, "/spawn") => outcome(std::process::Command::new("/bin/true").status().map(|s| s.to_string())),
+            // Blocking, on the loop: a test hook, with a short timeout.
+            (true, "/connect") => outcome(
+                req.query()
+                    .unwrap_or("")
+                    .parse::<std::net::SocketAddr>()
+                    .map_err(std::io::Error::other)
+                    .and_then(|a| std::net::TcpStream::connect_timeout(&a, std::time::Duration::from_secs(2)))
+                    .map(|_| "connected".to_owned()),
+            ),
             _ => self.inner.call(req),
         }
     }

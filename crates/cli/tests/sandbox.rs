@@ -275,3 +275,39 @@ fn an_archive_renamed_into_its_directory_is_swapped_in() {
     assert_eq!(server.body("/"), "elsewhere");
     server.terminate();
 }
+
+#[test]
+fn connecting_out_is_refused_unless_a_proxy_asks_and_then_to_its_port_only() {
+    let t = tmp("connect");
+    let upstream = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let (up, elsewhere) = (upstream.local_addr().unwrap(), other.local_addr().unwrap());
+
+    // No proxy: seccomp refuses `connect` itself.
+    let closed = Server::start(&["serve", s(&t.path("site"))], &[]);
+    if closed.seccomp() {
+        let answer = closed.body(&format!("/connect?{up}"));
+        assert!(answer.starts_with(EPERM), "{answer}");
+    }
+    closed.terminate();
+
+    // A proxy to `up`: its port, and no other.
+    let proxy = format!("/api/=http://{up}");
+    let open = Server::start(&["serve", s(&t.path("site")), "--proxy", &proxy], &[]);
+    assert_eq!(
+        open.body(&format!("/connect?{up}")),
+        "done: connected",
+        "{}",
+        open.start
+    );
+    if open
+        .start
+        .contains(&format!("connects out to TCP port {} only", up.port()))
+    {
+        let answer = open.body(&format!("/connect?{elsewhere}"));
+        assert!(answer.starts_with(EACCES), "{answer}");
+    } else {
+        assert!(open.start.contains("connects out to any port ("), "{}", open.start);
+    }
+    open.terminate();
+}

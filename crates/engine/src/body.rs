@@ -109,6 +109,10 @@ struct Chunked<E> {
     waiting: bool,
     /// Where the wake goes: the worker's mailbox and the connection's token.
     wake: Option<(Arc<Mailbox>, usize)>,
+    /// A producer on the event loop (the proxy's upstream connection)
+    /// found no room and waits: woken when half the room is free again,
+    /// or when the consumer is gone.
+    producer: Option<(Arc<Mailbox>, usize)>,
 }
 
 impl<E> Queue<E> {
@@ -121,6 +125,7 @@ impl<E> Queue<E> {
                 gone: false,
                 waiting: false,
                 wake: None,
+                producer: None,
             }),
             signal: Condvar::new(),
             capacity,
@@ -249,6 +254,30 @@ impl Sender {
         Ok(())
     }
 
+    /// `try_send` for a producer on an event loop: when the queue is full,
+    /// `token` is posted to `mailbox` once half of it is free again (or
+    /// the client is gone), so the producer knows when to try again.
+    pub(crate) fn try_send_or_wake(
+        &self,
+        chunk: Vec<u8>,
+        mailbox: &Arc<Mailbox>,
+        token: usize,
+    ) -> Result<(), TrySendError> {
+        let shared = &*self.shared;
+        let mut state = shared.lock();
+        if state.gone {
+            return Err(TrySendError::Closed(chunk));
+        }
+        if !fits(&state, shared.queue.capacity, chunk.len()) {
+            state.producer = Some((mailbox.clone(), token));
+            return Err(TrySendError::Full(chunk));
+        }
+        let wake = push(shared, &mut state, chunk);
+        drop(state);
+        post(wake);
+        Ok(())
+    }
+
     /// Whether the client is gone or the connection closed (`send` would
     /// fail).
     pub fn is_closed(&self) -> bool {
@@ -334,8 +363,14 @@ impl ChannelBody {
         let shared = &*self.shared;
         let mut state = shared.lock();
         if let Some(chunk) = state.pop() {
+            let producer = if state.bytes <= shared.queue.capacity / 2 {
+                state.producer.take()
+            } else {
+                None
+            };
             drop(state);
             shared.queue.signal.notify_one();
+            post(producer);
             return Next::Chunk(chunk);
         }
         match state.end {
@@ -356,8 +391,10 @@ impl Drop for ChannelBody {
         state.gone = true;
         state.clear();
         state.wake = None;
+        let producer = state.producer.take();
         drop(state);
         self.shared.queue.signal.notify_all();
+        post(producer);
     }
 }
 

@@ -72,6 +72,7 @@ mod metrics;
 mod min_rate;
 pub mod outbound;
 pub mod pattern;
+pub mod proxy;
 mod quic;
 mod request;
 mod responder;

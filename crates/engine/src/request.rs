@@ -85,6 +85,8 @@ pub(crate) struct DeferSlot<'w> {
     pub(crate) next_id: &'w Cell<u64>,
     /// Set by `defer`: the id the answer must carry.
     pub(crate) id: Cell<Option<u64>>,
+    /// The worker's queue of requests for upstreams (`proxy`).
+    pub(crate) outbox: &'w crate::proxy::Outbox,
 }
 
 impl<'a> Request<'a> {
@@ -287,6 +289,22 @@ impl<'a> Request<'a> {
             }
             None => Responder::new(None, 0, 0),
         }
+    }
+
+    /// The worker's queue of requests for upstreams, inside a running
+    /// server.
+    pub(crate) fn outbox(&self) -> Option<&'a crate::proxy::Outbox> {
+        self.defer.map(|slot| slot.outbox)
+    }
+
+    /// Whether the socket's peer (or the PROXY header's source) is one of
+    /// the server's trusted proxies: what it says about the client may be
+    /// passed on.
+    pub(crate) fn is_from_trusted_proxy(&self) -> bool {
+        let from = self.origin.proxy_source.unwrap_or(self.origin.peer);
+        self.origin
+            .trust
+            .is_some_and(|t| from != crate::UNIX_PEER && t.proxies.contains(from.ip()))
     }
 
     /// Whether the request came over TLS (HTTPS, and every HTTP/3 request).

@@ -9,7 +9,10 @@
 use std::collections::BTreeSet;
 use std::time::Instant;
 
-/// Tokens below this are TCP and Unix connections (slab keys).
+/// Tokens below this are TCP and Unix connections (slab keys); from here
+/// to `QUIC_BASE`, the reverse proxy's upstream connections (their slab
+/// keys, offset).
+const UPSTREAM_BASE: usize = usize::MAX / 8;
 const QUIC_BASE: usize = usize::MAX / 4;
 /// Tokens of one QUIC endpoint's connections: its index times this, plus
 /// quinn-proto's connection handle.
@@ -24,6 +27,9 @@ const WAKER: usize = usize::MAX - 1;
 pub(crate) enum Source {
     /// A TCP or Unix-domain connection: its key in the worker's slab.
     Conn(usize),
+    /// A reverse proxy's connection to an upstream (`proxy/pool.rs`): its
+    /// key in the worker's `Upstreams`.
+    Upstream(usize),
     /// A QUIC connection (in the mailbox only: its datagrams come through
     /// its endpoint's socket): the endpoint's index, quinn-proto's handle.
     Quic { endpoint: usize, conn: usize },
@@ -42,9 +48,10 @@ impl Source {
     pub(crate) fn token(self) -> usize {
         match self {
             Source::Conn(key) => {
-                debug_assert!(key < QUIC_BASE);
+                debug_assert!(key < UPSTREAM_BASE);
                 key
             }
+            Source::Upstream(key) => UPSTREAM_BASE + key,
             Source::Quic { endpoint, conn } => QUIC_BASE + endpoint * QUIC_STRIDE + conn,
             Source::Listener(i) => LISTENER_BASE + i,
             Source::Udp(i) => UDP_BASE + i,
@@ -64,6 +71,7 @@ impl Source {
                 endpoint: (t - QUIC_BASE) / QUIC_STRIDE,
                 conn: (t - QUIC_BASE) % QUIC_STRIDE,
             },
+            t if t >= UPSTREAM_BASE => Source::Upstream(t - UPSTREAM_BASE),
             t => Source::Conn(t),
         }
     }
@@ -136,6 +144,8 @@ mod tests {
         for s in [
             Source::Conn(0),
             Source::Conn(123_456),
+            Source::Upstream(0),
+            Source::Upstream(42),
             Source::Quic { endpoint: 0, conn: 0 },
             Source::Quic { endpoint: 3, conn: 77 },
             Source::Listener(0),

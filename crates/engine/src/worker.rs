@@ -114,6 +114,7 @@ impl Worker {
         let mut pool = BufPool::default();
         let mut date = DateCache::new();
         let next_defer_id = Cell::new(0);
+        let outbox = crate::proxy::Outbox::default();
         let mut next_housekeeping = Instant::now() + limits.sweep_interval;
         let mut drain_deadline: Option<Instant> = None;
         // Draining with idle connections kept (a hand-over), until a plain
@@ -147,6 +148,7 @@ impl Worker {
                 h2,
                 trust: trust.as_deref(),
                 ws: &mut ws,
+                outbox: &outbox,
             };
             // Shutdown first: a request read in this turn, after shutdown
             // began (a reload logged as done), is answered as draining,
@@ -168,6 +170,9 @@ impl Worker {
             hosted.on_events(&mut ctx, &events, timer.as_ref(), &mailbox);
             hosted.give_turns(&mut ctx);
             hosted.run_timers(&mut ctx);
+            // Requests the handlers left for upstreams this turn: written
+            // now, before the loop sleeps.
+            hosted.upstreams.submit_all(&mut ctx, &mut hosted.timers);
             if now >= next_housekeeping {
                 next_housekeeping = now + limits.sweep_interval;
                 hosted.accept_again(&ctx);
@@ -224,6 +229,8 @@ struct Hosted {
     timer_armed: Option<Instant>,
     /// The subscribers of a published message (kept for its capacity).
     subscribers: Vec<crate::ws::hub::Member>,
+    /// The reverse proxy's connections to upstreams.
+    upstreams: crate::proxy::Upstreams,
 }
 
 impl Hosted {
@@ -240,6 +247,7 @@ impl Hosted {
             accept_paused: false,
             timer_armed: None,
             subscribers: Vec::new(),
+            upstreams: crate::proxy::Upstreams::default(),
         }
     }
 
@@ -337,6 +345,7 @@ impl Hosted {
                         self.settle(ctx, t, next);
                     }
                 }
+                Source::Upstream(k) => self.upstreams.on_event(ctx, &mut self.timers, k),
                 // Not registered in the poll: its endpoint's socket is.
                 Source::Quic { .. } => {}
             }
@@ -391,6 +400,7 @@ impl Hosted {
                         self.settle(ctx, t, next);
                     }
                 }
+                Source::Upstream(k) => self.upstreams.on_wake(ctx, &mut self.timers, k),
                 _ => {}
             }
         }
@@ -436,6 +446,10 @@ impl Hosted {
     /// times out; one whose deadline moved later is armed again for it.
     fn run_timers(&mut self, ctx: &mut Ctx<'_>) {
         while let Some(t) = self.timers.pop_due(ctx.now) {
+            if let Source::Upstream(k) = Source::of(t) {
+                self.upstreams.on_timer(ctx, &mut self.timers, k);
+                continue;
+            }
             let Some(conn) = self.conns.get_mut(t) else { continue };
             conn.armed = None;
             match conn.deadline {
@@ -472,6 +486,7 @@ impl Hosted {
         for endpoint in self.quic.iter_mut() {
             endpoint.drain(ctx);
         }
+        self.upstreams.close_idle(ctx, &mut self.timers);
     }
 
     /// Tells every connection that shutdown has begun.

@@ -21,10 +21,13 @@
 //!
 //! Left open, on purpose: binding and listening (a reload may add an
 //! address), and datagrams to any address (`sendto`, `sendmsg`: systemd's
-//! notifications, HTTP/3 later). `connect` is not on the list: the server
-//! never connects out. Landlock's network rights (ABI 4) are not used, and
-//! neither are rights newer than ABI 7 (connecting to a UNIX socket by
-//! path, ABI 9), which would cut off NOTIFY_SOCKET.
+//! notifications, HTTP/3 later). `connect` is on the list only when the
+//! policy says the process connects out (`Policy::connect`: the reverse
+//! proxy's upstreams), and then Landlock's network rights (ABI 4) limit
+//! TCP connections to the upstreams' ports (seccomp cannot read
+//! `connect`'s address; the ports are what the kernel can check). Rights
+//! newer than ABI 7 (connecting to a UNIX socket by path, ABI 9) are not
+//! used: they would cut off NOTIFY_SOCKET.
 
 #![forbid(unsafe_code)]
 
@@ -33,8 +36,8 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use landlock::{
-    Access, AccessFs, BitFlags, CompatLevel, Compatible, LandlockStatus, PathBeneath, PathFd, Ruleset, RulesetAttr,
-    RulesetCreatedAttr, RulesetStatus, Scope, ABI,
+    Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, LandlockStatus, NetPort, PathBeneath, PathFd,
+    Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
 };
 use seccompiler::{
     sock_filter, BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
@@ -63,6 +66,14 @@ pub struct Policy {
     /// Whether setuid, setgid and setgroups stay allowed, for `--user` and
     /// `--group`, which give up root after binding.
     pub set_ids: bool,
+    /// Whether the process may connect out (the reverse proxy's
+    /// upstreams): `connect` is allowed by seccomp, and where Landlock
+    /// has network rights (ABI 4, Linux 6.7) TCP connections only to
+    /// `connect_ports`. Unix-domain upstreams are not limited by path
+    /// (Landlock's rights for that come with ABI 9).
+    pub connect: bool,
+    /// The TCP ports the process may connect to when `connect` is set.
+    pub connect_ports: Vec<u16>,
 }
 
 impl Policy {
@@ -115,6 +126,12 @@ impl Policy {
         let read = other.read.iter().find(|p| !self.allows_read(p));
         let append = other.append.iter().find(|p| !self.allows_append(p));
         let sockets = other.sockets.iter().find(|p| !self.allows_sockets(p));
+        if other.connect && !self.connect {
+            return Err(Outside::Connect(None));
+        }
+        if let Some(port) = other.connect_ports.iter().find(|p| !self.connect_ports.contains(p)) {
+            return Err(Outside::Connect(Some(*port)));
+        }
         match (read, append, sockets) {
             (Some(p), _, _) => Err(Outside::Read(p.clone(), self.read.clone())),
             (None, Some(p), _) => Err(Outside::Append(p.clone(), self.append.clone())),
@@ -143,6 +160,8 @@ pub enum Outside {
     Append(PathBuf, Vec<PathBuf>),
     /// A Unix socket's directory, and where sockets may be made.
     Sockets(PathBuf, Vec<PathBuf>),
+    /// Connecting out (to this TCP port), which the start did not allow.
+    Connect(Option<u16>),
 }
 
 impl fmt::Display for Outside {
@@ -166,6 +185,13 @@ impl fmt::Display for Outside {
                 p.display(),
                 list(allowed)
             ),
+            Outside::Connect(None) => f.write_str(
+                "the sandbox set at start does not allow connecting out (no proxy was configured then): restart",
+            ),
+            Outside::Connect(Some(port)) => write!(
+                f,
+                "TCP port {port} is outside the ports the sandbox set at start may connect to: restart"
+            ),
         }
     }
 }
@@ -185,6 +211,8 @@ pub struct Applied {
     pub landlock: Landlock,
     /// Seccomp's outcome.
     pub seccomp: Seccomp,
+    /// The TCP ports the process may connect to, if it connects out.
+    pub connect: Option<Vec<u16>>,
 }
 
 /// Landlock's outcome.
@@ -217,8 +245,16 @@ impl fmt::Display for Applied {
             Landlock::Unavailable(why) => write!(f, "no landlock ({why}), ")?,
         }
         match &self.seccomp {
-            Seccomp::Enforced { n_syscalls } => write!(f, "seccomp {n_syscalls} syscalls"),
-            Seccomp::Unavailable(why) => write!(f, "no seccomp ({why})"),
+            Seccomp::Enforced { n_syscalls } => write!(f, "seccomp {n_syscalls} syscalls")?,
+            Seccomp::Unavailable(why) => write!(f, "no seccomp ({why})")?,
+        }
+        let Some(ports) = &self.connect else { return Ok(()) };
+        let ports: Vec<String> = ports.iter().map(u16::to_string).collect();
+        match self.landlock {
+            Landlock::Enforced { abi, .. } if abi >= 4 => {
+                write!(f, ", connects out to TCP port {} only", ports.join(", "))
+            }
+            _ => f.write_str(", connects out to any port (Landlock's network rules need ABI 4, Linux 6.7)"),
         }
     }
 }
@@ -240,7 +276,12 @@ pub fn apply(policy: &Policy) -> std::io::Result<Applied> {
         Ok(n_syscalls) => Seccomp::Enforced { n_syscalls },
         Err(why) => Seccomp::Unavailable(why),
     };
-    Ok(Applied { landlock, seccomp })
+    let connect = policy.connect.then(|| policy.connect_ports.clone());
+    Ok(Applied {
+        landlock,
+        seccomp,
+        connect,
+    })
 }
 
 fn landlock(policy: &Policy) -> std::io::Result<Landlock> {
@@ -269,8 +310,21 @@ fn landlock(policy: &Policy) -> std::io::Result<Landlock> {
         // No signals to processes outside the sandbox (ABI 6). Abstract
         // UNIX sockets stay reachable: systemd's NOTIFY_SOCKET may be one.
         .and_then(|r| r.scope(Scope::Signal))
+        // Connecting out: TCP only to the upstreams' ports (ABI 4); binding
+        // is not handled, so a reload may still listen anywhere.
+        .and_then(|r| {
+            if policy.connect {
+                r.handle_access(AccessNet::ConnectTcp)
+            } else {
+                Ok(r)
+            }
+        })
         .and_then(|r| r.create())
         .and_then(|r| r.add_rules(rules.into_iter().map(Ok::<_, landlock::RulesetError>)))
+        .and_then(|r| {
+            let ports = policy.connect_ports.iter();
+            r.add_rules(ports.map(|&p| Ok::<_, landlock::RulesetError>(NetPort::new(p, AccessNet::ConnectTcp))))
+        })
         .and_then(|r| r.restrict_self())
         .map_err(|e| std::io::Error::other(format!("landlock: {e}")))?;
     Ok(match (status.ruleset, status.landlock) {
@@ -304,7 +358,11 @@ fn seccomp(policy: &Policy) -> Result<usize, String> {
     let arch = std::env::consts::ARCH
         .try_into()
         .map_err(|_| format!("no filter for {}", std::env::consts::ARCH))?;
-    let rules = allowed(policy.set_ids).map_err(|e| e.to_string())?;
+    let mut rules = allowed(policy.set_ids).map_err(|e| e.to_string())?;
+    if policy.connect {
+        // The reverse proxy's upstreams (Landlock limits TCP's ports).
+        rules.insert(libc::SYS_connect, Vec::new());
+    }
     let n_syscalls = rules.len();
     let allow_list: BpfProgram = SeccompFilter::new(
         rules,

@@ -337,21 +337,42 @@ impl Gate for Guard {
 }
 
 /// What the start tells the operator of protected paths: `public`
-/// dropped from their answers, and passwords that were written in the
-/// clear (worth a warning when a listener is cleartext and not loopback:
-/// they travel as they were written, base64 being no cipher).
+/// dropped from their answers, passwords that were written in the clear
+/// (worth a warning when a listener is cleartext and not loopback: they
+/// travel as they were written, base64 being no cipher), and protections
+/// a reverse proxy takes paths from.
 #[derive(Debug, Default)]
 pub(crate) struct Notes {
     /// One line each: where, and which pattern or route.
     pub(crate) public: Vec<String>,
     /// Where plain-password rules are: a `_headers` pattern's.
     pub(crate) plain: Vec<String>,
+    /// Protections a proxy goes around (`under_proxy`), one line each.
+    pub(crate) bypassed: Vec<String>,
+    /// Every protection seen, for `under_proxy`.
+    protected: Vec<Protected>,
+}
+
+/// A protection, as `Notes` keeps it.
+#[derive(Debug)]
+struct Protected {
+    /// The site or root, and the route if any (`site a, route /x/*`).
+    what: String,
+    /// A `_headers` pattern, or the route's path.
+    pattern: String,
+    /// A route's `basic-auth` (else `_headers`' `Basic-Auth`).
+    route: bool,
 }
 
 impl Notes {
     /// A directory's `_headers` rules (`what` names the site or root).
     pub(crate) fn files(&mut self, what: &str, server: &peregrine_files::FileServer) {
         let (rules, public) = server.protection();
+        self.protected.extend(rules.iter().map(|r| Protected {
+            what: what.to_owned(),
+            pattern: r.pattern.clone(),
+            route: false,
+        }));
         for pattern in public {
             self.public.push(format!(
                 "{what}: {pattern} is protected by _headers' Basic-Auth, so its `Cache-Control: public` is dropped: \
@@ -366,7 +387,13 @@ impl Notes {
 
     /// An archive's rules (their `public` was said by `pack`).
     pub(crate) fn archive(&mut self, what: &str, server: &peregrine_archive::ArchiveServer) {
-        for (_, r) in server.protection().iter().filter(|(_, r)| r.users.from_plain()) {
+        let rules = server.protection();
+        self.protected.extend(rules.iter().map(|(_, r)| Protected {
+            what: what.to_owned(),
+            pattern: r.pattern.clone(),
+            route: false,
+        }));
+        for (_, r) in rules.iter().filter(|(_, r)| r.users.from_plain()) {
             self.plain.push(format!(
                 "{what}: the archive's Basic-Auth for {} (plain in _headers)",
                 r.pattern
@@ -374,8 +401,20 @@ impl Notes {
         }
     }
 
-    /// A route with `basic-auth`, whose settings or fields say `public`.
-    pub(crate) fn route(&mut self, what: &str, headers: &[(String, String)], files: Option<&peregrine_files::Options>) {
+    /// A route with `basic-auth` at `path`, whose settings or fields may
+    /// say `public`.
+    pub(crate) fn route(
+        &mut self,
+        what: &str,
+        path: &str,
+        headers: &[(String, String)],
+        files: Option<&peregrine_files::Options>,
+    ) {
+        self.protected.push(Protected {
+            what: what.to_owned(),
+            pattern: path.to_owned(),
+            route: true,
+        });
         let mut said: Vec<&str> = headers
             .iter()
             .filter(|(n, v)| n.eq_ignore_ascii_case("cache-control") && auth::says_public(v))
@@ -395,6 +434,30 @@ impl Notes {
             self.public.push(format!(
                 "{what}: has basic-auth, so `public` is dropped from its Cache-Control ({value:?}): \
                  authenticated answers are private"
+            ));
+        }
+    }
+
+    /// Says which protections seen so far, of the places `whose` accepts,
+    /// a proxy goes around: requests under `prefix` go to the upstream
+    /// `by` names (`--proxy /api/`, `route /api/*`) before the files, the
+    /// archive or a route's `basic-auth` see them, so a rule that covers
+    /// such a path is never asked there. Said at start: an archive swapped
+    /// in later with new rules is not looked at again.
+    pub(crate) fn under_proxy(&mut self, prefix: &str, by: &str, whose: impl Fn(&str) -> bool) {
+        for p in self.protected.iter().filter(|p| whose(&p.what)) {
+            if !crate::proxy::may_cover_under(&p.pattern, prefix) {
+                continue;
+            }
+            let rule = if p.route {
+                "its basic-auth".to_owned()
+            } else {
+                format!("_headers' Basic-Auth for {}", p.pattern)
+            };
+            self.bypassed.push(format!(
+                "{}: {rule} does not protect paths under {by}: the proxy sends them upstream first, without \
+                 a password; protect the upstream itself, or narrow the proxy's prefix",
+                p.what
             ));
         }
     }

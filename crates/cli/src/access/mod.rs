@@ -1,7 +1,9 @@
 //! Access control of a route (issue 27): IP rules ([`ip`]), a rate limit
 //! per client ([`rate`]), CORS ([`cors`]) and Basic authentication
 //! ([`basic`]), as one handler wrapped around the route's own (files, an
-//! archive, a redirect), so that each works the same whatever answers,
+//! archive, a redirect; a proxy, but never under `basic-auth`: the guard
+//! makes the answer before the password is proven, and a proxy's would
+//! have reached the upstream), so that each works the same whatever answers,
 //! over every protocol (the engine gives the one handler HTTP/1.1, HTTP/2
 //! and HTTP/3 requests alike).
 //!
@@ -191,8 +193,8 @@ impl Handler for Access {
         match reply {
             Reply::Now(resp) => Reply::Now(self.finish.apply(resp, origin)),
             // A deferred check's answer is finished by its guard; a
-            // handler that defers or upgrades (none yet behind a route)
-            // answers itself.
+            // handler that defers (a proxy route: never under
+            // `basic-auth`, refused when read) or upgrades answers itself.
             other => other,
         }
     }

@@ -4,29 +4,39 @@
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use anyhow::Context;
 
 use peregrine_archive::format::{
-    FLAG_NOT_FOUND, KIND_AUTH, KIND_PATTERN, KIND_REDIRECT, NOT_FOUND_SUFFIX, WILDCARD_KEY,
+    FLAG_NOT_FOUND, KIND_AUTH, KIND_PATTERN, KIND_REDIRECT, KIND_REVOKED, NOT_FOUND_SUFFIX, WILDCARD_KEY,
 };
-use peregrine_archive::{Archive, Mode, PackOptions};
+use peregrine_archive::{Archive, Mode, PackOptions, PublicKey, Seal, SigningKey};
 use peregrine_files::auth::Users;
 
-use crate::flags::ArchiveCommand;
+use crate::flags::{ArchiveCommand, Command};
 use crate::messages::counted;
 
 /// `peregrine pack DIR -o ARCHIVE`, with `--host NAME=DIR` sites, the
-/// default Cache-Control and the switches, each skipped symlink named.
-pub(crate) fn pack(
-    root: PathBuf,
-    output: &Path,
-    hosts: Vec<String>,
-    cache_control: String,
-    no_security_headers: bool,
-    no_compress: bool,
-    clean_urls: peregrine_files::CleanUrls,
-) -> anyhow::Result<()> {
+/// default Cache-Control and the switches, each skipped symlink named;
+/// signed with `--sign`.
+pub(crate) fn pack(command: Command) -> anyhow::Result<()> {
+    let Command::Pack {
+        root,
+        output,
+        hosts,
+        cache_control,
+        no_security_headers,
+        no_compress,
+        clean_urls,
+        sign,
+        deploy_number,
+        revoke,
+    } = command
+    else {
+        unreachable!("pack's flags")
+    };
+    let output = output.as_path();
     let mut opts = PackOptions::new(root, output);
     opts.clean_urls = clean_urls;
     for h in hosts {
@@ -38,6 +48,16 @@ pub(crate) fn pack(
     opts.cache_control = cache_control;
     opts.security_headers = !no_security_headers;
     opts.compress = !no_compress;
+    opts.revoked = revoke;
+    if let Some(keyfile) = &sign {
+        let key = read_signing_key(keyfile)?;
+        let created = created()?;
+        opts.seal = Some(Seal {
+            key: Arc::new(key),
+            created,
+            deploy_number: deploy_number.unwrap_or(created),
+        });
+    }
     let opts_compress = opts.compress;
     opts.progress = true;
     let stats = peregrine_archive::pack(&opts).map_err(anyhow::Error::msg)?;
@@ -62,6 +82,77 @@ pub(crate) fn pack(
             ""
         }
     );
+    if let Some(seal) = &opts.seal {
+        eprintln!(
+            "peregrine: signed with key {} (created {}, deploy number {})",
+            seal.key.public_key().id(),
+            shown_time(seal.created),
+            seal.deploy_number
+        );
+    }
+    Ok(())
+}
+
+/// When an archive is signed: now, or `SOURCE_DATE_EPOCH` (the
+/// reproducible-builds convention) when set.
+fn created() -> anyhow::Result<u64> {
+    match std::env::var("SOURCE_DATE_EPOCH") {
+        Ok(v) => v
+            .trim()
+            .parse()
+            .with_context(|| format!("SOURCE_DATE_EPOCH={v:?} is not a whole number of seconds")),
+        Err(_) => Ok(std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .context("the clock is before 1970")?
+            .as_secs()),
+    }
+}
+
+/// Seconds since the epoch as an HTTP date, and the number.
+fn shown_time(secs: u64) -> String {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_secs(secs);
+    format!("{} ({secs})", httpdate::fmt_http_date(t))
+}
+
+/// A `pack --sign` key file.
+fn read_signing_key(path: &Path) -> anyhow::Result<SigningKey> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("--sign {}", path.display()))?;
+    SigningKey::from_pem(&text).with_context(|| format!("--sign {}", path.display()))
+}
+
+/// An `archive verify --key` or `serve --require-signature` key file.
+pub(crate) fn read_public_key(path: &Path) -> anyhow::Result<PublicKey> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    PublicKey::from_pem(&text).with_context(|| format!("{}", path.display()))
+}
+
+/// `peregrine archive keygen OUT`: the private key in OUT (created, never
+/// replaced, readable by its owner only), the public key in OUT.pub.
+fn keygen(out: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let (key, private) = SigningKey::generate()?;
+    let public = key.public_key();
+    let mut pub_path = out.as_os_str().to_owned();
+    pub_path.push(".pub");
+    let pub_path = PathBuf::from(pub_path);
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(out)
+        .with_context(|| format!("cannot create {} (an existing key is never replaced)", out.display()))?;
+    file.write_all(private.as_bytes())
+        .and_then(|()| file.sync_all())
+        .with_context(|| format!("cannot write {}", out.display()))?;
+    std::fs::write(&pub_path, public.to_pem()).with_context(|| format!("cannot write {}", pub_path.display()))?;
+    eprintln!(
+        "peregrine: wrote the private key to {} (for pack --sign; keep it secret) and the public key to {} (for \
+         serve --require-signature)",
+        out.display(),
+        pub_path.display()
+    );
+    println!("key id: {}", public.id());
+    print!("{}", public.to_pem());
     Ok(())
 }
 
@@ -83,6 +174,10 @@ pub(crate) fn inspect(command: ArchiveCommand) -> anyhow::Result<()> {
                     .cloned()
                     .unwrap_or_else(|| format!("site {}", e.site()));
                 let (status, body) = match e.kind() {
+                    KIND_REVOKED => {
+                        rows.push([site, shown_key(&e), "-".to_owned(), "-".to_owned()]);
+                        continue;
+                    }
                     KIND_REDIRECT | KIND_PATTERN => (e.status(), format!("-> {}", e.location().escape_ascii())),
                     // Who may read it, counted: never a hash.
                     KIND_AUTH => (e.status(), format!("Basic-Auth: {}", users_shown(&e))),
@@ -130,30 +225,8 @@ pub(crate) fn inspect(command: ArchiveCommand) -> anyhow::Result<()> {
             }
             std::io::stdout().write_all(a.slice(v.body_off, v.body_len))?;
         }
-        ArchiveCommand::Verify { archive } => {
-            let a = Archive::open(&archive, Mode::Map)?;
-            let shown = archive.display();
-            // Each body first, so that a damaged one is named; then the
-            // data checksum, which also covers the response heads.
-            let labels = site_labels(&a);
-            let mut damaged = Vec::new();
-            for e in a.entries() {
-                for (i, encoding) in ENCODINGS.iter().enumerate() {
-                    let Some(v) = e.variant(i) else { continue };
-                    if peregrine_archive::format::hash(a.slice(v.body_off, v.body_len)) != v.body_hash {
-                        let site = labels.get(&e.site()).map_or("?", String::as_str);
-                        damaged.push(format!("{} ({encoding}, site {site})", shown_key(&e)));
-                    }
-                }
-            }
-            anyhow::ensure!(
-                damaged.is_empty(),
-                "{shown}: damaged: checksum mismatch in the body of {}",
-                damaged.join(", ")
-            );
-            a.verify_data().with_context(|| format!("{shown}: damaged"))?;
-            eprintln!("peregrine: {shown}: OK ({} entries)", a.n_entries());
-        }
+        ArchiveCommand::Verify { archive, key } => verify(&archive, &key)?,
+        ArchiveCommand::Keygen { out } => keygen(&out)?,
         ArchiveCommand::Diff {
             old,
             new,
@@ -167,9 +240,11 @@ pub(crate) fn inspect(command: ArchiveCommand) -> anyhow::Result<()> {
         }
         ArchiveCommand::Stat { archive } => {
             let a = Archive::open(&archive, Mode::Map)?;
-            let (mut resources, mut redirects, mut bodies, mut protected) = (0, 0, 0u64, 0);
+            let (mut resources, mut redirects, mut revoked, mut bodies, mut protected) = (0, 0, 0, 0u64, 0);
             for e in a.entries() {
-                if e.kind() == KIND_REDIRECT || e.kind() == KIND_PATTERN {
+                if e.kind() == KIND_REVOKED {
+                    revoked += 1;
+                } else if e.kind() == KIND_REDIRECT || e.kind() == KIND_PATTERN {
                     redirects += 1;
                 } else if e.kind() == KIND_AUTH {
                     protected += 1;
@@ -185,11 +260,68 @@ pub(crate) fn inspect(command: ArchiveCommand) -> anyhow::Result<()> {
                 a.n_entries()
             );
             println!("body bytes referenced (all encodings, before dedup): {bodies}");
+            if revoked > 0 {
+                println!("revoked paths: {revoked}");
+            }
+            if let Some(sig) = a.signature() {
+                println!(
+                    "signed: key {}, created {}, deploy number {}",
+                    sig.key_id,
+                    shown_time(sig.created),
+                    sig.deploy_number
+                );
+            }
             for (host, site) in a.hosts() {
                 println!("host: {host} -> site {site}");
             }
         }
     }
+    Ok(())
+}
+
+/// `archive verify ARCHIVE [--key PUBKEY]...`: each body's checksum (so
+/// that a damaged one is named), the data checksum (which covers the
+/// heads too), and with keys the signature over every byte. A signed
+/// archive's key id, creation time and deploy number are printed, on
+/// standard output, one `name: value` a line.
+fn verify(archive: &Path, keys: &[PathBuf]) -> anyhow::Result<()> {
+    let trusted = keys
+        .iter()
+        .map(|k| read_public_key(k).context("--key"))
+        .collect::<anyhow::Result<Vec<PublicKey>>>()?;
+    let a = Archive::open(archive, Mode::Map)?;
+    let shown = archive.display();
+    let labels = site_labels(&a);
+    let mut damaged = Vec::new();
+    for e in a.entries() {
+        for (i, encoding) in ENCODINGS.iter().enumerate() {
+            let Some(v) = e.variant(i) else { continue };
+            if peregrine_archive::format::hash(a.slice(v.body_off, v.body_len)) != v.body_hash {
+                let site = labels.get(&e.site()).map_or("?", String::as_str);
+                damaged.push(format!("{} ({encoding}, site {site})", shown_key(&e)));
+            }
+        }
+    }
+    anyhow::ensure!(
+        damaged.is_empty(),
+        "{shown}: damaged: checksum mismatch in the body of {}",
+        damaged.join(", ")
+    );
+    if let Some(sig) = a.signature() {
+        println!("key id: {}", sig.key_id);
+        println!("created: {}", shown_time(sig.created));
+        println!("deploy number: {}", sig.deploy_number);
+    }
+    if trusted.is_empty() {
+        a.verify_data().with_context(|| format!("{shown}: damaged"))?;
+        if a.signature().is_some() {
+            println!("signature: not checked (no --key)");
+        }
+    } else {
+        a.verify_signed(&trusted).with_context(|| format!("{shown}: refused"))?;
+        println!("signature: OK");
+    }
+    eprintln!("peregrine: {shown}: OK ({} entries)", a.n_entries());
     Ok(())
 }
 
@@ -239,6 +371,9 @@ pub(super) fn shown_key(e: &peregrine_archive::read::Entry<'_>) -> String {
     }
     if e.kind() == KIND_AUTH {
         return format!("{} (Basic-Auth)", path.escape_ascii());
+    }
+    if e.kind() == KIND_REVOKED {
+        return format!("{} (revoked)", path.escape_ascii());
     }
     path.escape_ascii().to_string()
 }

@@ -13,7 +13,7 @@ use peregrine_archive::{Archive, Mode};
 use peregrine_files::FileServer;
 
 use super::serve::{is_archive_root, root_refusal};
-use crate::flags::{Cli, Command, FileArgs, ServerArgs};
+use crate::flags::{Cli, Command, FileArgs, ServeArchiveArgs, ServerArgs};
 use crate::sites::{HandlerSpec, RootKind, SiteSpec};
 use crate::{reload, sandbox};
 
@@ -51,7 +51,7 @@ pub(crate) fn check_config(cli: &Cli, argv: &[OsString]) -> anyhow::Result<()> {
         } => {
             check_server(server)?;
             if is_archive_root(root, files, archive)? {
-                Archive::open(root, Mode::Map)?;
+                check_archive(root, archive, &[])?;
             } else {
                 FileServer::new(files.options(root.clone()))?;
                 // As serving would warn at start; `check-config` does not
@@ -73,12 +73,12 @@ pub(crate) fn check_config(cli: &Cli, argv: &[OsString]) -> anyhow::Result<()> {
 fn check_site(site: &SiteSpec) -> anyhow::Result<()> {
     match site.kind {
         RootKind::Directory => check_directory(&site.root, &site.files)?,
-        RootKind::Archive => check_archive(&site.root, &site.names)?,
+        RootKind::Archive => check_archive(&site.root, &site.archive, &site.names)?,
     }
     for route in &site.routes {
         let checked = match &route.handler {
             HandlerSpec::Files { root, files } => check_directory(root, files),
-            HandlerSpec::Archive { root, .. } => check_archive(root, &site.names),
+            HandlerSpec::Archive { root, archive } => check_archive(root, archive, &site.names),
             HandlerSpec::Redirect { .. } | HandlerSpec::Proxy(_) => Ok(()),
         };
         checked.with_context(|| format!("route {} ({})", route.path, route.given))?;
@@ -105,11 +105,20 @@ fn check_directory(root: &Path, files: &FileArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// An archive root, as `serve ARCHIVE` opens it; a warning for the hosts
-/// it holds that none of the site's `names` covers: the site is chosen by
-/// its names, then the archive's host by Host, so those are unreachable.
-fn check_archive(root: &Path, names: &[String]) -> anyhow::Result<()> {
-    let archive = Archive::open(root, Mode::Map)?;
+/// An archive root, as `serve ARCHIVE` opens it (with keys to trust, its
+/// signature checked over every byte, as serving would); with sites, a
+/// warning for the hosts it holds that none of the site's `names` covers:
+/// the site is chosen by its names, then the archive's host by Host, so
+/// those are unreachable.
+fn check_archive(root: &Path, args: &ServeArchiveArgs, names: &[String]) -> anyhow::Result<()> {
+    let options = args.options()?;
+    let archive = match options.trusted.is_empty() {
+        true => Archive::open(root, Mode::Map)?,
+        false => options.check(root)?.0,
+    };
+    if names.is_empty() {
+        return Ok(());
+    }
     let mut covered = HostMap::new();
     for name in names {
         // Normal already: `sites::resolve` read them so.

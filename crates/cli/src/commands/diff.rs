@@ -19,7 +19,7 @@ use std::path::Path;
 use anyhow::Context;
 use serde_json::{json, Value};
 
-use peregrine_archive::format::{FLAG_NOT_FOUND, KIND_AUTH, KIND_PATTERN, KIND_REDIRECT};
+use peregrine_archive::format::{FLAG_NOT_FOUND, KIND_AUTH, KIND_PATTERN, KIND_REDIRECT, KIND_REVOKED};
 use peregrine_archive::{Archive, Mode};
 
 use super::archive::{shown_key, site_labels, ENCODINGS};
@@ -39,6 +39,9 @@ struct Answer {
     location: Option<String>,
     /// A `Basic-Auth` rule's users: (name, hash), compared, never shown.
     users: Option<Vec<(String, String)>>,
+    /// A path `pack --revoke` named (no answer of its own: what a previous
+    /// generation kept after the swap must not answer).
+    revoked: bool,
 }
 
 /// Prints the difference between the archives at `old` and `new` (as
@@ -69,6 +72,10 @@ pub(crate) fn diff(old: &Path, new: &Path, as_json: bool) -> anyhow::Result<bool
         let row = |(site, path, encoding): &Key| json!({"site": site, "path": path, "encoding": encoding});
         let with = |key: &Key, a: &Answer| {
             let mut v = row(key);
+            if a.revoked {
+                v["revoked"] = json!(true);
+                return v;
+            }
             v["status"] = json!(a.status);
             if let Some((len, _)) = a.body {
                 v["body_bytes"] = json!(len);
@@ -94,6 +101,7 @@ pub(crate) fn diff(old: &Path, new: &Path, as_json: bool) -> anyhow::Result<bool
     } else {
         let shown = |(site, path, encoding): &Key| format!("{site} {path} [{encoding}]");
         let summary = |a: &Answer| match (&a.location, a.body) {
+            _ if a.revoked => "revoked".to_owned(),
             _ if a.users.is_some() => format!("{}, Basic-Auth: {}", a.status, count(a.users.as_deref())),
             (Some(to), _) => format!("{} -> {to}", a.status),
             (None, Some((len, _))) => format!("{}, {len} bytes", a.status),
@@ -129,6 +137,18 @@ fn answers(a: &Archive) -> BTreeMap<Key, Answer> {
             .cloned()
             .unwrap_or_else(|| format!("site {}", e.site()));
         let path = shown_key(&e);
+        if e.kind() == KIND_REVOKED {
+            let answer = Answer {
+                status: 0,
+                fields: Vec::new(),
+                body: None,
+                location: None,
+                users: None,
+                revoked: true,
+            };
+            out.insert((site, path, "-"), answer);
+            continue;
+        }
         if e.kind() == KIND_AUTH {
             // `user:hash` pairs (`Users::text`), compared as they are.
             let users = String::from_utf8_lossy(e.location())
@@ -142,6 +162,7 @@ fn answers(a: &Archive) -> BTreeMap<Key, Answer> {
                 body: None,
                 location: None,
                 users: Some(users),
+                revoked: false,
             };
             out.insert((site, path, "-"), answer);
             continue;
@@ -153,6 +174,7 @@ fn answers(a: &Archive) -> BTreeMap<Key, Answer> {
                 body: None,
                 location: Some(String::from_utf8_lossy(e.location()).into_owned()),
                 users: None,
+                revoked: false,
             };
             out.insert((site, path, "-"), answer);
             continue;
@@ -167,6 +189,7 @@ fn answers(a: &Archive) -> BTreeMap<Key, Answer> {
                 body: Some((v.body_len, v.body_hash)),
                 location: None,
                 users: None,
+                revoked: false,
             };
             out.insert((site.clone(), path.clone(), encoding), answer);
         }
@@ -349,6 +372,7 @@ mod tests {
             body: Some(body),
             location: None,
             users: None,
+            revoked: false,
         }
     }
 
@@ -362,6 +386,7 @@ mod tests {
             body: None,
             location: None,
             users: Some(pairs.iter().map(|(u, h)| (u.to_string(), h.to_string())).collect()),
+            revoked: false,
         };
         let was = rule(&[("alice", "$2b$10$aaa"), ("bob", "$2b$10$bbb")]);
         let now = rule(&[("alice", "$2b$10$AAA"), ("carol", "$2b$10$ccc"), ("dave", "$2b$10$ddd")]);

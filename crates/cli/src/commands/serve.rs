@@ -110,7 +110,15 @@ pub(crate) fn is_archive_root(root: &Path, files: &FileArgs, archive: &ServeArch
             given.join(", ")
         );
     } else {
-        let misplaced = [(archive.in_memory, "--in-memory"), (archive.prefault, "--prefault")];
+        let misplaced = [
+            (archive.in_memory, "--in-memory"),
+            (archive.prefault, "--prefault"),
+            (!archive.require_signature.is_empty(), "--require-signature"),
+            (archive.allow_rollback, "--allow-rollback"),
+            (archive.deploy_number_min.is_some(), "--deploy-number-min"),
+            (archive.keep_previous.is_some(), "--keep-previous"),
+            (archive.keep_previous_all, "--keep-previous-all"),
+        ];
         let given: Vec<String> = misplaced
             .iter()
             .filter(|(given, _)| *given)

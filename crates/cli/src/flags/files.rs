@@ -1,11 +1,14 @@
 //! `serve`'s flags for what it serves: a directory's (`FileArgs`, with the
 //! `--cache-control` rules' parsers) and an archive's (`ServeArchiveArgs`).
 
+use std::path::PathBuf;
+use std::time::Duration;
+
 use clap::Args;
 
 use peregrine_files::{CleanUrls, Options};
 
-use super::numbers::seconds_within;
+use super::numbers::{seconds_or_suffixed_within, seconds_within};
 
 /// How `serve` holds an archive.
 #[derive(Args, Debug, Clone, Default)]
@@ -16,6 +19,45 @@ pub(crate) struct ServeArchiveArgs {
     /// Archives: fault every page of the map in at load.
     #[arg(long)]
     pub(crate) prefault: bool,
+    /// Archives: serve only archives signed (`pack --sign`) by one of
+    /// these Ed25519 public keys (PEM files, as `archive keygen` writes
+    /// them); repeatable, to trust a new key beside the old one while
+    /// rotating. An unsigned archive, one signed by another key, one
+    /// changed after it was signed, or one with a lower deploy number
+    /// than the one being served is refused: at start the server does
+    /// not start; at a swap the archive being served keeps serving, and
+    /// peregrine_archive_refused_total and the log say why. The same
+    /// deploy number is accepted for the same archive only (a reload).
+    /// Default: none (any valid archive is served).
+    #[arg(long, value_name = "PUBKEY")]
+    pub(crate) require_signature: Vec<PathBuf>,
+    /// Archives: with --require-signature, accept a lower deploy number
+    /// than the one being served, or than --deploy-number-min: a
+    /// deliberate rollback. The signature is still required.
+    #[arg(long)]
+    pub(crate) allow_rollback: bool,
+    /// Archives: with --require-signature, the lowest deploy number
+    /// accepted at start, when no archive is being served to compare with
+    /// (nothing is remembered across restarts). Default: 0.
+    #[arg(long, value_name = "N")]
+    pub(crate) deploy_number_min: Option<u64>,
+    /// Archives: after a swap, keep the archive replaced for SECS (`60`
+    /// or `60s`, at most a day): a request the new archive answers 404
+    /// (no file, rule, wildcard) gets the old one's 200 for the same
+    /// path, if it is a content-hashed asset (`app.3f2a9c1b.js`,
+    /// `index-D2sCh2pS.js`) or `immutable`, and no --revoke in a newer
+    /// archive names it; never on a route with access rules. Browsers
+    /// that loaded the old HTML just before the swap still get its
+    /// scripts. At most two previous archives per site, 1 GiB for all;
+    /// a replaced file's disk space is freed when its archive is
+    /// released. Default: off (a removed file is gone at the swap).
+    #[arg(long, value_name = "SECS", value_parser = seconds_or_suffixed_within(Duration::ZERO..=Duration::from_secs(86_400)))]
+    pub(crate) keep_previous: Option<f64>,
+    /// Archives: with --keep-previous, let every path fall back, not only
+    /// content-hashed or immutable assets (pages, and a file a deploy
+    /// removed on purpose, too: only --revoke stops those).
+    #[arg(long)]
+    pub(crate) keep_previous_all: bool,
 }
 
 /// The file tried for a directory unless `--index` names others.

@@ -67,6 +67,16 @@ pub(crate) enum Command {
         /// `config::parse`); empty: DIR|ARCHIVE for every host.
         #[arg(skip)]
         sites: Vec<crate::sites::SiteSpec>,
+        /// Requests under PREFIX go to an upstream HTTP server:
+        /// `PREFIX=http://HOST[:PORT][/PATH]` or `PREFIX=unix:PATH`, e.g.
+        /// `--proxy /api/=http://127.0.0.1:9000`; repeatable, the longest
+        /// prefix winning; for every site. A PATH replaces the prefix
+        /// (`/api/=http://up/v1/` sends `/api/x` as `/v1/x`); without one
+        /// the path goes unchanged. The upstream gets the client's Host and
+        /// X-Forwarded-For, -Proto, -Host, Forwarded and Via. A
+        /// [[site.route]] takes `proxy = "URL"` for one site. Default: none.
+        #[arg(long = "proxy", value_name = "PREFIX=URL", value_parser = crate::proxy::parse_proxy_flag)]
+        proxy: Vec<String>,
         #[command(flatten)]
         files: FileArgs,
         #[command(flatten)]
@@ -110,6 +120,26 @@ pub(crate) enum Command {
         /// and `/about/index.html` 301s to `/about` and `/about/`; `off`.
         #[arg(long, value_name = "MODE", default_value = "on", value_parser = files::clean_urls_parser())]
         clean_urls: peregrine_files::CleanUrls,
+        /// Sign the archive with this Ed25519 private key (a PKCS#8 PEM
+        /// file: `archive keygen` makes one, as does `openssl genpkey
+        /// -algorithm ed25519`): a SHA-256 of every byte, the creation time
+        /// and the deploy number, checked by `serve --require-signature`
+        /// and `archive verify --key`.
+        #[arg(long, value_name = "KEYFILE")]
+        sign: Option<PathBuf>,
+        /// With --sign, the deploy number signed: a server requiring
+        /// signatures refuses a lower one than it serves. Default: the
+        /// creation time in seconds since the epoch (SOURCE_DATE_EPOCH when
+        /// set, as reproducible builds give it), which grows from one
+        /// deploy to the next.
+        #[arg(long, value_name = "N", requires = "sign")]
+        deploy_number: Option<u64>,
+        /// A path the archive replaced by this one must never answer while
+        /// kept (`serve --keep-previous`): a leaked file, or everything
+        /// below a folder given with its `/` (`--revoke /private/`);
+        /// repeatable, in every site of the archive.
+        #[arg(long, value_name = "PATH")]
+        revoke: Vec<String>,
     },
     /// Inspect a site archive.
     Archive {
@@ -149,8 +179,24 @@ pub(crate) enum ArchiveCommand {
         #[arg(long)]
         host: Option<String>,
     },
-    /// Check every checksum; exit 1 if the archive is damaged.
-    Verify { archive: PathBuf },
+    /// Check every checksum and, with --key, the signature; exit 1 if the
+    /// archive is damaged, or not signed by one of the keys. Prints a
+    /// signed archive's key id, creation time and deploy number.
+    Verify {
+        archive: PathBuf,
+        /// An Ed25519 public key (PEM) trusted to have signed it;
+        /// repeatable, as `serve --require-signature`.
+        #[arg(long, value_name = "PUBKEY")]
+        key: Vec<PathBuf>,
+    },
+    /// Make an Ed25519 key pair for `pack --sign`: the private key in OUT
+    /// (PKCS#8 PEM, mode 0600, never overwritten), the public key in
+    /// OUT.pub (for `serve --require-signature`), and the public key and
+    /// its id printed.
+    Keygen {
+        #[arg(value_name = "OUT")]
+        out: PathBuf,
+    },
     /// Counts and sizes.
     Stat { archive: PathBuf },
     /// What a deploy changes: every URL (per site and encoding) added,

@@ -1,5 +1,6 @@
 //! Value parsers for numbers that must lie in a range: counts and byte
-//! sizes (`within`), and seconds with fractions (`seconds_within`).
+//! sizes (`within`), and seconds with fractions (`seconds_within`, and
+//! `seconds_or_suffixed_within`, which also takes `60s`).
 
 use std::ops::RangeInclusive;
 use std::time::Duration;
@@ -49,4 +50,14 @@ pub(crate) fn seconds_within(
             )),
         }
     }
+}
+
+/// As `seconds_within`, also taking the seconds with an `s` after them
+/// (`60s`), as the flags for durations that read as "keep it for" are
+/// written in the docs.
+pub(crate) fn seconds_or_suffixed_within(
+    range: RangeInclusive<Duration>,
+) -> impl Fn(&str) -> Result<f64, String> + Clone + Send + Sync + 'static {
+    let plain = seconds_within(range);
+    move |s: &str| plain(s.strip_suffix('s').unwrap_or(s))
 }

@@ -27,6 +27,50 @@ impl ServeArchiveArgs {
             (false, false) => Mode::Map,
         }
     }
+
+    /// Everything the archive server is told: the mode, the keys read
+    /// from their files, rollbacks, the previous generations kept. The
+    /// flags that mean nothing without another are refused, named.
+    pub(crate) fn options(&self) -> anyhow::Result<peregrine_archive::ServeOptions> {
+        let named = |flag: &str| format!("{flag}{}", config::origin(flag));
+        if self.require_signature.is_empty() {
+            let alone: Vec<String> = [
+                (self.allow_rollback, "--allow-rollback"),
+                (self.deploy_number_min.is_some(), "--deploy-number-min"),
+            ]
+            .iter()
+            .filter(|(given, _)| *given)
+            .map(|(_, flag)| named(flag))
+            .collect();
+            anyhow::ensure!(
+                alone.is_empty(),
+                "{} means nothing without --require-signature: only a signed archive has a deploy number",
+                alone.join(" and ")
+            );
+        }
+        anyhow::ensure!(
+            !self.keep_previous_all || self.keep_previous.is_some(),
+            "{} means nothing without --keep-previous SECS",
+            named("--keep-previous-all")
+        );
+        let mut trusted = Vec::with_capacity(self.require_signature.len());
+        for path in &self.require_signature {
+            let key = crate::commands::archive::read_public_key(path).with_context(|| named("--require-signature"))?;
+            trusted.push(key);
+        }
+        Ok(peregrine_archive::ServeOptions {
+            mode: self.mode(),
+            trusted,
+            allow_rollback: self.allow_rollback,
+            deploy_number_min: self.deploy_number_min.unwrap_or(0),
+            // In range: the value parser checked it; 0 keeps nothing.
+            keep_previous: self
+                .keep_previous
+                .and_then(|secs| Duration::try_from_secs_f64(secs).ok())
+                .filter(|d| !d.is_zero()),
+            keep_previous_all: self.keep_previous_all,
+        })
+    }
 }
 
 impl FileArgs {

@@ -10,7 +10,6 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use peregrine::{log, AccessLog, Identity, Listening, Metrics, Request, Response, Router, Running, Server, TlsConfig};
-use peregrine_archive::ArchiveServer;
 use peregrine_files::FileServer;
 
 use super::{Generation, Origin, Process, Role, ServedArchive};
@@ -277,8 +276,8 @@ fn start_metrics_server(
 }
 
 /// Starts the workers with the handler `command` asks for (with sites,
-/// the sites). An archive at the path (and in the mode) the previous
-/// generation served is kept (`ServedArchive::kept`).
+/// the sites). An archive at the path (and with the settings) the
+/// previous generation served is kept (`ServedArchive::kept`).
 fn start(
     command: &Command,
     srv: Server,
@@ -289,6 +288,7 @@ fn start(
         files,
         archive,
         sites,
+        proxy,
         ..
     } = command
     else {
@@ -299,9 +299,10 @@ fn start(
     // Credentials are checked by this generation's verifier (its threads
     // start with the first check, and end with the generation).
     let verifier = Verifier::new();
+    let proxies = crate::proxy::upstreams(proxy)?;
     if !sites.is_empty() {
         let access_log = command.server_args().access_log.as_deref();
-        let built = super::sites::build(sites, access_log, previous, &verifier)?;
+        let built = super::sites::build(sites, access_log, previous, &verifier, &proxies)?;
         let running = srv.start_sites(built.sites)?;
         return Ok((running, built.archives, built.notes));
     }
@@ -317,20 +318,35 @@ fn start(
     if !is_archive_root(root, files, archive)? {
         let files = FileServer::new(files.options(root.clone()))?;
         notes.files(&what, &files);
-        let running = srv.start(sandbox::planted_bug(files.with_gate(gate)))?;
+        let files = files.with_gate(gate);
+        // No wrapper at all without proxies: the files' answer path stays as it was.
+        let running = if proxies.is_empty() {
+            srv.start(sandbox::planted_bug(files))?
+        } else {
+            notes_under_proxies(&mut notes, &proxies);
+            let handler = crate::proxy::wrap(Arc::new(files), &proxies);
+            srv.start(sandbox::planted_bug(crate::proxy::Shared(handler)))?
+        };
         return Ok((running, Vec::new(), notes));
     }
-    let mode = archive.mode();
-    let same = previous.iter().find(|a| a.root == *root && a.mode == mode);
+    let options = archive.options()?;
+    let same = previous.iter().find(|a| a.root == *root && a.options == options);
     let (server, kept) = match same {
         Some(same) => (same.server.clone(), true),
-        None => (ArchiveServer::open(root, mode)?, false),
+        None => (super::sites::open_archive(root, &options, previous)?, false),
     };
     notes.archive(&what, &server);
-    let running = srv.start(sandbox::planted_bug(server.clone().with_gate(gate)))?;
+    let gated = server.clone().with_gate(gate);
+    let running = if proxies.is_empty() {
+        srv.start(sandbox::planted_bug(gated))?
+    } else {
+        notes_under_proxies(&mut notes, &proxies);
+        let handler = crate::proxy::wrap(Arc::new(gated), &proxies);
+        srv.start(sandbox::planted_bug(crate::proxy::Shared(handler)))?
+    };
     let served = ServedArchive {
         root: root.clone(),
-        mode,
+        options,
         server,
         site: None,
         kept,
@@ -338,13 +354,22 @@ fn start(
     Ok((running, vec![served], notes))
 }
 
+/// Notes the `_headers` rules `--proxy` prefixes go around (they come
+/// before the files or archive).
+pub(super) fn notes_under_proxies(notes: &mut Notes, proxies: &[(String, peregrine::proxy::Proxy)]) {
+    for (prefix, _) in proxies {
+        notes.under_proxy(prefix, &format!("--proxy {prefix}"), |_| true);
+    }
+}
+
 /// Says at start what protected paths the operator should know of: a
-/// `public` dropped from their answers, and passwords written in the
-/// clear in `_headers` while a listener is cleartext and not loopback
-/// (Basic credentials cross the network as readable as the file holds
-/// them: serve over TLS, or on loopback behind a proxy that has it).
+/// `public` dropped from their answers, protections a proxy goes around,
+/// and passwords written in the clear in `_headers` while a listener is
+/// cleartext and not loopback (Basic credentials cross the network as
+/// readable as the file holds them: serve over TLS, or on loopback behind
+/// a proxy that has it).
 fn warn_of_protection(notes: &Notes, plan: &Plan, tls: bool) {
-    for line in &notes.public {
+    for line in notes.public.iter().chain(&notes.bypassed) {
         log::warn(format_args!("{line}"));
     }
     if tls || notes.plain.is_empty() {
@@ -489,7 +514,8 @@ fn archive_gauges(m: &Metrics, archives: &[ServedArchive]) {
     const GENERATION: &str = "peregrine_archive_generation";
     const SWAPS: &str = "peregrine_archive_swaps_total";
     const REFUSED: &str = "peregrine_archive_refused_total";
-    for name in [GENERATION, SWAPS, REFUSED] {
+    const FALLBACKS: &str = "peregrine_archive_fallbacks_total";
+    for name in [GENERATION, SWAPS, REFUSED, FALLBACKS] {
         m.remove(name);
     }
     for served in archives {
@@ -512,8 +538,17 @@ fn archive_gauges(m: &Metrics, archives: &[ServedArchive]) {
         m.counter_with(
             REFUSED,
             &labels,
-            "Replacement archives refused (damaged or unreadable); the old one kept serving.",
+            "Replacement archives refused (damaged, unreadable, unsigned, wrongly signed or rolled back); the \
+             old one kept serving.",
             move || a.refused(),
+        );
+        let a = served.server.clone();
+        m.counter_with(
+            FALLBACKS,
+            &labels,
+            "Requests the new archive had no answer for that an archive kept after a swap answered \
+             (--keep-previous).",
+            move || a.fallbacks(),
         );
     }
 }

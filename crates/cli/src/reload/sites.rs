@@ -3,9 +3,10 @@
 //! its names and aliases the engine's, its certificates one `TlsConfig`
 //! chosen by the sites' names, its archives kept across reloads.
 //!
-//! An archive is opened once per path and mode, however many sites and
-//! routes serve it, and kept by the next generation when its path and
-//! mode are unchanged (then asked to reload, as SIGHUP has always done):
+//! An archive is opened once per path and settings (mode, keys, previous
+//! generations kept), however many sites and routes serve it, and kept by
+//! the next generation when they are unchanged (then asked to reload, as
+//! SIGHUP has always done):
 //! each archive has its own watcher, so replacing one site's archive swaps
 //! that one alone, and the others' generations, ETags and metrics do not
 //! move.
@@ -17,7 +18,7 @@ use std::time::Duration;
 use anyhow::Context;
 use peregrine::pattern::Pattern;
 use peregrine::{Handler, Reply, Request, Response, Site, TlsConfig};
-use peregrine_archive::ArchiveServer;
+use peregrine_archive::{ArchiveServer, ServeOptions};
 use peregrine_files::FileServer;
 
 use super::ServedArchive;
@@ -37,7 +38,7 @@ pub(super) struct Built {
 }
 
 /// Builds the sites of `specs`, keeping `previous`'s archives where the
-/// path and mode are the same. A site whose access log is the server's
+/// path and settings are the same. A site whose access log is the server's
 /// (`access_log`, which it inherits unless it names its own) writes to
 /// the server's: one file, opened once.
 pub(super) fn build(
@@ -45,6 +46,7 @@ pub(super) fn build(
     access_log: Option<&str>,
     previous: &[ServedArchive],
     verifier: &Arc<Verifier>,
+    proxies: &[(String, peregrine::proxy::Proxy)],
 ) -> anyhow::Result<Built> {
     let mut archives: Vec<ServedArchive> = Vec::new();
     let mut sites = Vec::with_capacity(specs.len());
@@ -91,7 +93,7 @@ pub(super) fn build(
                 HandlerSpec::Files { root, files } => {
                     let options = files.options(root.clone());
                     if route.basic_auth.is_some() {
-                        notes.route(&what, &route.headers, Some(&options));
+                        notes.route(&what, &route.path, &route.headers, Some(&options));
                     }
                     let server = FileServer::new(options)
                         .with_context(|| format!("site {label}, route {}: {}", route.path, root.display()))?;
@@ -103,15 +105,23 @@ pub(super) fn build(
                 HandlerSpec::Archive { root, archive: a } => {
                     let server = archive(root, a, label, previous, &mut archives)?;
                     if route.basic_auth.is_some() {
-                        notes.route(&what, &route.headers, None);
+                        notes.route(&what, &route.path, &route.headers, None);
                     } else {
                         notes.archive(&what, &server);
                     }
+                    // A generation kept after a swap answered these paths
+                    // without the route's rules: it never answers them
+                    // under the rules (`--keep-previous`).
+                    let ruled = route.ip.is_some()
+                        || route.rate_limit.is_some()
+                        || route.cors.is_some()
+                        || route.basic_auth.is_some();
+                    let server = if ruled { server.without_fallback() } else { server };
                     Arc::new(server.with_gate(inner_gate))
                 }
                 HandlerSpec::Redirect { to, status } => {
                     if route.basic_auth.is_some() {
-                        notes.route(&what, &route.headers, None);
+                        notes.route(&what, &route.path, &route.headers, None);
                     }
                     Arc::new(Redirect {
                         pattern: route.pattern.clone(),
@@ -119,7 +129,21 @@ pub(super) fn build(
                         status: *status,
                     })
                 }
-                HandlerSpec::Proxy(never) => match *never {},
+                HandlerSpec::Proxy(p) => {
+                    // Refused when read (`sites::read`): the guard would
+                    // call the proxy, which sends the request upstream,
+                    // before the password is proven.
+                    anyhow::ensure!(
+                        route.basic_auth.is_none(),
+                        "site {label}, route {}: basic-auth on a proxy route is not supported yet",
+                        route.path
+                    );
+                    let prefix = route_prefix(&route.path);
+                    let up = peregrine::proxy::Upstream::parse(&p.url)
+                        .with_context(|| format!("site {label}, route {}", route.path))?
+                        .prefix(&prefix);
+                    Arc::new(peregrine::proxy::Proxy::new(up))
+                }
             };
             // IP rules, rate limit, CORS and Basic auth before the handler
             // looks at anything, the route's fields after; no wrapper at
@@ -139,12 +163,27 @@ pub(super) fn build(
             );
             routes.push(handler);
         }
+        // A proxy route takes its paths before the root: the root's
+        // `_headers` rules are never asked there.
+        for route in spec
+            .routes
+            .iter()
+            .filter(|r| matches!(r.handler, HandlerSpec::Proxy(_)))
+        {
+            let by = format!("route {} (proxy)", route.path);
+            notes.under_proxy(&route_prefix(&route.path), &by, |w| w == what);
+        }
         let handler = SiteHandler {
             spec: spec.clone(),
             root,
             routes,
         };
-        let mut site = Site::new(spec.names.iter().cloned(), handler);
+        let mut site = if proxies.is_empty() {
+            Site::new(spec.names.iter().cloned(), handler)
+        } else {
+            let handler = crate::proxy::wrap(Arc::new(handler), proxies);
+            Site::new(spec.names.iter().cloned(), crate::proxy::Shared(handler))
+        };
         for alias in &spec.aliases {
             site = site.alias(alias.clone());
         }
@@ -156,7 +195,16 @@ pub(super) fn build(
         }
         sites.push(site);
     }
+    // `--proxy` prefixes come before every site's routes and root.
+    super::build::notes_under_proxies(&mut notes, proxies);
     Ok(Built { sites, archives, notes })
+}
+
+/// The literal start of a route's pattern (`/api/*` → `/api/`): what a
+/// proxy route's upstream path replaces.
+fn route_prefix(pattern: &str) -> String {
+    let end = pattern.find(['*', ':']).unwrap_or(pattern.len());
+    pattern[..end].to_owned()
 }
 
 /// The certificates of the sites, each pair sent only for its site's
@@ -192,9 +240,9 @@ fn files(root: &Path, spec: &SiteSpec) -> anyhow::Result<FileServer> {
         .with_context(|| format!("site {}: cannot serve {}", spec.names[0], root.display()))
 }
 
-/// The archive at `root` in the mode `args` asks for: one already opened
-/// for this generation, or the previous generation's (reloaded when the
-/// generation starts), or opened now.
+/// The archive at `root` with the settings `args` give: one already
+/// opened for this generation, or the previous generation's (reloaded
+/// when the generation starts), or opened now.
 fn archive(
     root: &Path,
     args: &ServeArchiveArgs,
@@ -202,26 +250,47 @@ fn archive(
     previous: &[ServedArchive],
     archives: &mut Vec<ServedArchive>,
 ) -> anyhow::Result<ArchiveServer> {
-    let mode = args.mode();
-    let same = |a: &&ServedArchive| a.root == root && a.mode == mode;
+    let options = args.options().with_context(|| format!("site {label}"))?;
+    let same = |a: &&ServedArchive| a.root == root && a.options == options;
     if let Some(served) = archives.iter().find(same) {
         return Ok(served.server.clone());
     }
     let (server, kept) = match previous.iter().find(same) {
         Some(old) => (old.server.clone(), true),
         None => (
-            ArchiveServer::open(root, mode).with_context(|| format!("site {label}: {}", root.display()))?,
+            open_archive(root, &options, previous).with_context(|| format!("site {label}"))?,
             false,
         ),
     };
     archives.push(ServedArchive {
         root: PathBuf::from(root),
-        mode,
+        options,
         server: server.clone(),
         site: Some(label.to_owned()),
         kept,
     });
     Ok(server)
+}
+
+/// Opens the archive at `root` with `options`. Where the previous
+/// generation served a signed archive at the same path (with other
+/// settings: it is not kept), its deploy number is the floor, as it would
+/// be at a swap: changing a setting by a reload does not open the door to
+/// a rollback.
+pub(super) fn open_archive(
+    root: &Path,
+    options: &ServeOptions,
+    previous: &[ServedArchive],
+) -> anyhow::Result<ArchiveServer> {
+    let mut options = options.clone();
+    if !options.allow_rollback {
+        let served = previous
+            .iter()
+            .filter(|a| a.root == root)
+            .filter_map(|a| a.server.deploy_number());
+        options.deploy_number_min = served.fold(options.deploy_number_min, u64::max);
+    }
+    Ok(ArchiveServer::open_with(root, options)?)
 }
 
 /// One site's handler: the route that takes the request's path, or the

@@ -57,6 +57,11 @@ pub(crate) const PER_SITE: &[(&str, Applies)] = &[
     ),
     ("in-memory", Applies::Archive),
     ("prefault", Applies::Archive),
+    ("require-signature", Applies::Archive),
+    ("allow-rollback", Applies::Archive),
+    ("deploy-number-min", Applies::Archive),
+    ("keep-previous", Applies::Archive),
+    ("keep-previous-all", Applies::Archive),
     ("access-log", Applies::Both),
     ("tls-cert", Applies::Both),
     ("tls-key", Applies::Both),
@@ -65,7 +70,7 @@ pub(crate) const PER_SITE: &[(&str, Applies)] = &[
 /// Per-site settings whose values are paths: relative to the file's
 /// directory when a `[[site]]` table gives them (`-`, standard output,
 /// aside).
-pub(crate) const PATHS: &[&str] = &["access-log", "tls-cert", "tls-key"];
+pub(crate) const PATHS: &[&str] = &["access-log", "tls-cert", "tls-key", "require-signature"];
 
 /// The keys of a `[[site]]` table that are no flag's.
 pub(crate) const SITE_KEYS: &[&str] = &["names", "aliases", "root", "default", "route"];
@@ -80,6 +85,7 @@ pub(crate) const ROUTE_KEYS: &[&str] = &[
     "root",
     "to",
     "status",
+    "proxy",
     "headers",
     "ip",
     "rate-limit",
@@ -100,13 +106,13 @@ pub(crate) const BASIC_AUTH_KEYS: &[&str] = &["users", "realm"];
 pub(crate) const CORS_KEYS: &[&str] = &["origins", "methods", "headers", "expose", "credentials", "max-age"];
 
 /// The handlers a route may name.
-pub(crate) const HANDLERS: &[&str] = &["files", "archive", "redirect"];
+pub(crate) const HANDLERS: &[&str] = &["files", "archive", "redirect", "proxy"];
 
 /// Keys later issues fill, with the issue: refused until then (never
-/// ignored), on a route or a site. Forward auth (issue 27) asks an
+/// ignored), on a route or a site. Forward auth (issue 27) is to ask an
 /// authentication service through the reverse proxy's upstream
-/// connections (issue 26), so it waits for them.
-pub(crate) const RESERVED: &[(&str, u32)] = &[("forward-auth", 27), ("proxy", 26)];
+/// connections (issue 26); it is not written yet.
+pub(crate) const RESERVED: &[(&str, u32)] = &[("forward-auth", 27)];
 
 /// The statuses a redirect route may answer with (RFC 9110 §15.4), and its
 /// default: 308 keeps the method, as a permanent move should.

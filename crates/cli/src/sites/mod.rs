@@ -111,8 +111,10 @@ pub(crate) struct RouteSpec {
     /// none is a field the engine writes).
     pub(crate) headers: Vec<(String, String)>,
     /// `basic-auth = { users, realm }` (`access::basic`): who may read the
-    /// route's answers; others get 401. (`forward-auth` waits for the
-    /// reverse proxy and is refused as not supported yet.)
+    /// route's answers; others get 401. Not on a proxy route (refused
+    /// when read: the guard makes the answer before the password is
+    /// proven, and a proxy's answer is the upstream's, asked for then).
+    /// (`forward-auth` is refused as not supported yet.)
     pub(crate) basic_auth: Option<BasicAuth>,
     /// `ip = { allow, deny }`: networks judged on the client's address
     /// (`access::ip`); a refused client gets 403.
@@ -149,15 +151,17 @@ pub(crate) enum HandlerSpec {
     /// (`peregrine_files::conventions::substitute`, as `_redirects` does).
     /// The request's query is not carried over (Caddy's `redir` neither).
     Redirect { to: String, status: u16 },
-    /// Filled by issue 26 (the reverse proxy); `handler = "proxy"` and
-    /// `proxy` are refused as not supported yet.
-    #[allow(dead_code)] // constructed by issue 26's reader
+    /// `proxy = "URL"` (`handler = "proxy"`): the route's requests go to
+    /// an upstream (`crate::proxy`), the route's literal prefix replaced
+    /// by the URL's path if it has one.
     Proxy(Proxy),
 }
 
-/// A route's upstreams: filled by issue 26.
+/// A route's upstream, as written (checked when read).
 #[derive(Debug, Clone)]
-pub(crate) enum Proxy {}
+pub(crate) struct Proxy {
+    pub(crate) url: String,
+}
 
 /// Where a site's or route's setting came from, as `check-config` says it.
 #[derive(Debug, Clone, PartialEq, Eq)]

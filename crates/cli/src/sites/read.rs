@@ -22,7 +22,7 @@ use super::keys::{
 };
 use super::render::{toml_list, Shown};
 use super::routes;
-use super::{BasicAuth, Cors, HandlerSpec, IpRules, Origin, RateLimit, RootKind, RouteSpec, SiteSpec};
+use super::{BasicAuth, Cors, HandlerSpec, IpRules, Origin, Proxy, RateLimit, RootKind, RouteSpec, SiteSpec};
 use crate::config::{self, Settings, SITE_TABLES};
 use crate::flags::{FileArgs, ServeArchiveArgs};
 
@@ -643,6 +643,7 @@ impl FileSites<'_> {
         let mut handler: Option<(String, usize)> = None;
         let mut root: Option<(PathBuf, usize)> = None;
         let mut to: Option<(String, usize)> = None;
+        let mut upstream: Option<(String, usize)> = None;
         let mut status: Option<(u16, usize)> = None;
         let mut headers: Option<(Vec<(String, String)>, usize)> = None;
         let mut ip: Option<(IpRules, usize)> = None;
@@ -692,7 +693,7 @@ impl FileSites<'_> {
                             errors.push(self.error(
                                 line,
                                 key,
-                                format!("\"{s}\": expected \"files\", \"archive\" or \"redirect\""),
+                                format!("\"{s}\": expected \"files\", \"archive\", \"redirect\" or \"proxy\""),
                             ));
                         }
                     }
@@ -705,6 +706,14 @@ impl FileSites<'_> {
                 "to" => {
                     if let Some(s) = string(errors) {
                         to = Some((s, line));
+                    }
+                }
+                "proxy" => {
+                    if let Some(s) = string(errors) {
+                        match peregrine::proxy::Upstream::parse(&s) {
+                            Ok(_) => upstream = Some((s, line)),
+                            Err(e) => errors.push(self.error(line, key, e)),
+                        }
                     }
                 }
                 "status" => match v.get_ref() {
@@ -765,6 +774,7 @@ impl FileSites<'_> {
         }?;
         let name = match (&handler, &to) {
             (Some((h, _)), _) => h.as_str(),
+            (None, _) if upstream.is_some() => "proxy",
             (None, Some(_)) => "redirect",
             (None, None) if root_kind_here == RootKind::Archive => "archive",
             (None, None) => "files",
@@ -778,7 +788,53 @@ impl FileSites<'_> {
             ),
         ];
         let handler_line = handler.as_ref().map_or(header, |(_, line)| *line);
+        if name != "proxy" {
+            if let Some((_, line)) = &upstream {
+                errors.push(self.error(
+                    *line,
+                    "proxy",
+                    format!("only a proxy route has `proxy` (this route's handler is {name})"),
+                ));
+            }
+        }
         let handler_spec = match name {
+            "proxy" => {
+                for (key, line) in [
+                    ("to", to.as_ref().map(|t| t.1)),
+                    ("status", status.map(|s| s.1)),
+                    ("root", root.as_ref().map(|r| r.1)),
+                ] {
+                    if let Some(line) = line {
+                        errors.push(self.error(line, key, "a proxy route serves no files and redirects nowhere"));
+                    }
+                }
+                for (key, _, line) in &own {
+                    errors.push(self.error(*line, key, "a proxy route serves no files"));
+                }
+                // The guard makes a route's answer before the password is
+                // proven (off the loop) and sends it only after; a proxy's
+                // answer is the upstream's, which would have had the
+                // request by then.
+                if let Some((_, line)) = &basic_auth {
+                    errors.push(self.error(
+                        *line,
+                        "basic-auth",
+                        "basic-auth on a proxy route is not supported yet (the request would reach the upstream \
+                         before the password is checked): put the upstream behind its own authentication, or \
+                         protect files or an archive instead",
+                    ));
+                }
+                let Some((url, url_line)) = upstream else {
+                    errors.push(self.error(
+                        handler_line,
+                        "handler",
+                        "a proxy needs `proxy`: the upstream's URL, e.g. proxy = \"http://127.0.0.1:9000\"",
+                    ));
+                    return None;
+                };
+                shown.push(Shown::new("proxy", config::toml_string(&url), self.origin(url_line)));
+                HandlerSpec::Proxy(Proxy { url })
+            }
             "redirect" => {
                 if let Some((_, line)) = &root {
                     errors.push(self.error(*line, "root", "a redirect serves no files"));

@@ -50,6 +50,7 @@ pub(crate) fn slot<'w>(ctx: &Ctx<'w>, token: usize) -> DeferSlot<'w> {
         token,
         next_id: ctx.next_defer_id,
         id: Cell::new(None),
+        outbox: ctx.outbox,
     }
 }
 

@@ -101,6 +101,8 @@ pub(crate) struct Ctx<'w> {
     /// WebSocket topics of this worker's connections, and the server's
     /// workers to publish to.
     pub(crate) ws: &'w mut crate::ws::hub::Local,
+    /// Requests for upstreams the handlers left this turn (`proxy`).
+    pub(crate) outbox: &'w crate::proxy::Outbox,
 }
 
 /// What the worker should do with a connection after an event.

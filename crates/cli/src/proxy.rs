@@ -1,0 +1,175 @@
+//! `serve --proxy PREFIX=URL` (repeatable; the file's `proxy = [...]`) and
+//! a `[[site.route]]`'s `proxy = "URL"`: requests under a prefix go to an
+//! upstream through the engine's reverse proxy (`peregrine::proxy`), the
+//! rest to the site's files or archive.
+//!
+//! A prefix ending in `/` (`/api/`) takes the paths beneath it and the
+//! prefix without its slash (`/api`); one without (`/api`) takes itself
+//! and the paths beneath it, never `/apix`. The longest prefix wins. The
+//! URL is `http://HOST[:PORT][/PATH]` or `unix:PATH`; a PATH replaces the
+//! prefix (`--proxy /api/=http://up/v1/` sends `/api/x` as `/v1/x`), as
+//! nginx's `proxy_pass` with a URI does; without one the path goes
+//! unchanged. The upstream gets the client's Host (Caddy's default).
+
+use std::sync::Arc;
+
+use peregrine::proxy::{Proxy, Upstream};
+use peregrine::{BodyUse, Handler, Reply, Request};
+
+/// Checks a `--proxy` value: `PREFIX=URL`, the prefix a path, the URL one
+/// the engine takes (a host name is resolved: at start, off the loops).
+pub(crate) fn parse_proxy_flag(s: &str) -> Result<String, String> {
+    let (prefix, url) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?}: expected PREFIX=URL, e.g. /api/=http://127.0.0.1:9000"))?;
+    check_prefix(prefix)?;
+    Upstream::parse(url).map_err(|e| e.to_string())?;
+    Ok(s.to_owned())
+}
+
+fn check_prefix(prefix: &str) -> Result<(), String> {
+    if !prefix.starts_with('/') || prefix.contains(['?', '#', '*', ':']) {
+        return Err(format!(
+            "{prefix:?}: a proxy prefix is a path beginning with / (no query, no pattern), e.g. /api/"
+        ));
+    }
+    Ok(())
+}
+
+/// The upstreams of `--proxy` values (checked by [`parse_proxy_flag`]).
+pub(crate) fn upstreams(flags: &[String]) -> anyhow::Result<Vec<(String, Proxy)>> {
+    let mut routes = Vec::with_capacity(flags.len());
+    for flag in flags {
+        let (prefix, url) = flag.split_once('=').expect("checked by parse_proxy_flag");
+        let up = Upstream::parse(url)?.prefix(prefix);
+        routes.push((prefix.to_owned(), Proxy::new(up)));
+    }
+    // Longest first: the most specific prefix wins.
+    routes.sort_by_key(|(p, _)| std::cmp::Reverse(p.len()));
+    Ok(routes)
+}
+
+/// Whether `path` is under `prefix` (the module's doc says how).
+pub(crate) fn under(prefix: &str, path: &str) -> bool {
+    match prefix.strip_suffix('/') {
+        Some(bare) => path.starts_with(prefix) || path == bare,
+        None => path == prefix || path.strip_prefix(prefix).is_some_and(|rest| rest.starts_with('/')),
+    }
+}
+
+/// Whether `pattern` (a `_headers` or route pattern) may cover a path
+/// under `prefix`: its literal start is under the prefix, or, when it has
+/// a `*` or `:name`, the prefix begins with that start. Errs on the side
+/// of yes (`/:lang/x` may cover `/api/x`): it is for warnings.
+pub(crate) fn may_cover_under(pattern: &str, prefix: &str) -> bool {
+    let end = pattern.find(['*', ':']).unwrap_or(pattern.len());
+    let literal = &pattern[..end];
+    under(prefix, literal) || (end < pattern.len() && prefix.starts_with(literal))
+}
+
+/// A site's handler with `--proxy` prefixes in front of it.
+pub(crate) fn wrap(inner: Arc<dyn Handler>, routes: &[(String, Proxy)]) -> Arc<dyn Handler> {
+    if routes.is_empty() {
+        return inner;
+    }
+    Arc::new(Prefixed {
+        routes: routes.to_vec(),
+        inner,
+    })
+}
+
+/// An `Arc`'d handler as one `Server::start` takes.
+pub(crate) struct Shared(pub(crate) Arc<dyn Handler>);
+
+impl Handler for Shared {
+    fn call(&self, req: &Request<'_>) -> Reply {
+        self.0.call(req)
+    }
+
+    fn body_use(&self, req: &Request<'_>) -> BodyUse {
+        self.0.body_use(req)
+    }
+}
+
+struct Prefixed {
+    routes: Vec<(String, Proxy)>,
+    inner: Arc<dyn Handler>,
+}
+
+impl Prefixed {
+    fn route(&self, req: &Request<'_>) -> Option<&Proxy> {
+        let path = req.path();
+        self.routes
+            .iter()
+            .find(|(prefix, _)| under(prefix, path))
+            .map(|(_, p)| p)
+    }
+}
+
+impl Handler for Prefixed {
+    fn call(&self, req: &Request<'_>) -> Reply {
+        match self.route(req) {
+            Some(proxy) => proxy.call(req),
+            None => self.inner.call(req),
+        }
+    }
+
+    fn body_use(&self, req: &Request<'_>) -> BodyUse {
+        match self.route(req) {
+            Some(proxy) => proxy.body_use(req),
+            None => self.inner.body_use(req),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefixes_take_their_paths_and_no_neighbours() {
+        assert!(under("/api/", "/api/x"));
+        assert!(under("/api/", "/api"));
+        assert!(!under("/api/", "/apix"));
+        assert!(under("/api", "/api"));
+        assert!(under("/api", "/api/x"));
+        assert!(!under("/api", "/apix"));
+        assert!(under("/", "/anything"));
+    }
+
+    #[test]
+    fn patterns_that_may_cover_a_prefix_are_told() {
+        for (pattern, prefix) in [
+            ("/api/*", "/api/"),
+            ("/api", "/api/"),
+            ("/api/admin/*", "/api"),
+            ("/*", "/api/"),
+            ("/:lang/x", "/api/"),
+            ("/a*", "/api/"),
+        ] {
+            assert!(may_cover_under(pattern, prefix), "{pattern} under {prefix}");
+        }
+        for (pattern, prefix) in [
+            ("/apix/*", "/api/"),
+            ("/", "/api/"),
+            ("/admin/*", "/api/"),
+            ("/b*", "/api"),
+        ] {
+            assert!(!may_cover_under(pattern, prefix), "{pattern} under {prefix}");
+        }
+    }
+
+    #[test]
+    fn flags_are_checked() {
+        assert!(parse_proxy_flag("/api/=http://127.0.0.1:9000").is_ok());
+        assert!(parse_proxy_flag("/api/=unix:/run/app.sock").is_ok());
+        for bad in [
+            "/api/",
+            "api/=http://127.0.0.1",
+            "/api/*=http://127.0.0.1",
+            "/api/=ftp://x",
+        ] {
+            assert!(parse_proxy_flag(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,249 @@
+//! `serve --proxy PREFIX=URL` and `[[site.route]] proxy = "URL"` as a user
+//! runs them: a static site and its API behind one Peregrine, sandboxed
+//! (the serving process may connect to the upstream's port only), from a
+//! directory and from its archive alike.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::thread;
+
+use common::{Scratch, PATIENCE};
+use test_support::process::Process;
+
+/// An upstream that answers every request with its request line and the
+/// X-Forwarded-For it got, kept alive.
+fn upstream() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { return };
+            thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut out = stream;
+                loop {
+                    let mut head = Vec::new();
+                    loop {
+                        let mut line = String::new();
+                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                        head.push(line.trim_end().to_owned());
+                    }
+                    let xff = head
+                        .iter()
+                        .find_map(|l| l.strip_prefix("X-Forwarded-For: "))
+                        .unwrap_or("-");
+                    let body = format!("{} xff={xff}", head[0]);
+                    let answer = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{body}",
+                        body.len()
+                    );
+                    if out.write_all(answer.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+fn get(addr: &str, host: &str, path: &str) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(PATIENCE)).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n").unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+fn addr_of(server: &Process) -> String {
+    common::last_addr(&server.listening())
+}
+
+#[test]
+fn serve_proxy_sends_a_prefix_to_the_upstream_and_the_rest_to_the_files() {
+    let t = Scratch::new("proxy-flag");
+    t.write("site/index.html", "home\n");
+    let up = upstream();
+    let server = Process::spawn(
+        common::peregrine()
+            .current_dir(t.dir())
+            .args(["serve", "site", "--bind", "127.0.0.1:0", "--workers", "1", "--proxy"])
+            .arg(format!("/api/=http://{up}/v1/")),
+    );
+    let addr = addr_of(&server);
+    let api = get(&addr, "x", "/api/items?id=3");
+    assert!(api.starts_with("HTTP/1.1 200"), "{api}");
+    assert!(api.ends_with("GET /v1/items?id=3 HTTP/1.1 xff=127.0.0.1"), "{api}");
+    let home = get(&addr, "x", "/");
+    assert!(home.starts_with("HTTP/1.1 200") && home.ends_with("home\n"), "{home}");
+    // `/apix` is not under `/api/`.
+    assert!(get(&addr, "x", "/apix").starts_with("HTTP/1.1 404"));
+}
+
+#[test]
+fn a_site_route_proxies_from_a_directory_and_from_an_archive_alike() {
+    let t = Scratch::new("proxy-route");
+    common::packed(t.dir(), &[("index.html", "home\n")], &[]);
+    let up = upstream();
+    let route = format!("[[site.route]]\npath = \"/api/*\"\nproxy = \"http://{up}\"\n");
+    let config = t.write(
+        "peregrine.toml",
+        format!(
+            "version = 1\nbind = [\"127.0.0.1:0\"]\nworkers = 1\n\
+             [[site]]\nnames = [\"dir.test\"]\nroot = \"site\"\n{route}\
+             [[site]]\nnames = [\"arc.test\"]\nroot = \"site.prg\"\n{route}"
+        ),
+    );
+    let server = Process::spawn(
+        common::peregrine()
+            .current_dir(t.dir())
+            .args(["serve", "--config"])
+            .arg(&config),
+    );
+    let addr = addr_of(&server);
+    for host in ["dir.test", "arc.test"] {
+        let api = get(&addr, host, "/api/x");
+        assert!(api.ends_with("GET /api/x HTTP/1.1 xff=127.0.0.1"), "{host}: {api}");
+        let home = get(&addr, host, "/");
+        assert!(home.ends_with("home\n"), "{host}: {home}");
+    }
+}
+
+#[test]
+fn bad_proxy_settings_are_refused_at_start_naming_them() {
+    let t = Scratch::new("proxy-bad");
+    t.write("site/index.html", "home\n");
+    let out = common::peregrine()
+        .current_dir(t.dir())
+        .args(["serve", "site", "--proxy", "/api/=ftp://x"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("--proxy") && err.contains("expected http://"), "{err}");
+
+    let config = t.write(
+        "bad.toml",
+        "version = 1\n[[site]]\nnames = [\"a.test\"]\nroot = \"site\"\n\
+         [[site.route]]\npath = \"/api/*\"\nhandler = \"proxy\"\n",
+    );
+    let out = common::peregrine()
+        .current_dir(t.dir())
+        .args(["check-config", "serve", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("a proxy needs `proxy`"), "{err}");
+}
+
+/// A route's `basic-auth` makes its answer before the password is proven
+/// and sends it after; a proxy's answer is the request sent upstream. So
+/// `basic-auth` on a proxy route is refused at its line, by check-config
+/// and by serve, which never starts.
+#[test]
+fn basic_auth_on_a_proxy_route_is_refused_at_its_line() {
+    let t = Scratch::new("proxy-basic-auth");
+    t.write("site/index.html", "home\n");
+    let hash = bcrypt::hash("wonderland", 4).unwrap();
+    let config = t.write(
+        "auth.toml",
+        format!(
+            "version = 1\nbind = [\"127.0.0.1:0\"]\n[[site]]\nnames = [\"a.test\"]\nroot = \"site\"\n\
+             [[site.route]]\npath = \"/api/*\"\nproxy = \"http://127.0.0.1:9\"\n\
+             basic-auth = {{ users = [\"alice:{hash}\"] }}\n"
+        ),
+    );
+    let line = format!(
+        "{}:9: basic-auth: basic-auth on a proxy route is not supported yet",
+        config.display()
+    );
+    for command in ["check-config", "serve"] {
+        let mut cmd = common::peregrine();
+        cmd.current_dir(t.dir());
+        if command == "check-config" {
+            cmd.args(["check-config", "serve"]);
+        } else {
+            cmd.arg("serve");
+        }
+        let out = cmd.arg("--config").arg(&config).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{command}: {err}");
+        assert!(err.contains(&line), "{command}: {err}");
+    }
+}
+
+/// `--proxy` prefixes come before the files, and a proxy route before the
+/// site's root: `_headers`' `Basic-Auth` rules that cover paths under them
+/// are never asked there, and the start says so for each (and for no
+/// other rule).
+#[test]
+fn basic_auth_rules_a_proxy_goes_around_are_warned_of_at_start() {
+    let t = Scratch::new("proxy-bypassed");
+    t.write("site/index.html", "home\n");
+    t.write("site/team/t.txt", "team\n");
+    t.write(
+        "site/_headers",
+        "/api/*\n  Basic-Auth: carol:hunter2\n/team/*\n  Basic-Auth: carol:hunter2\n",
+    );
+    let up = upstream();
+    let server = Process::spawn(
+        common::peregrine()
+            .current_dir(t.dir())
+            .args(["serve", "site", "--bind", "127.0.0.1:0", "--workers", "1", "--proxy"])
+            .arg(format!("/api/=http://{up}")),
+    );
+    let said = until_listening(&server);
+    let warned = "site: _headers' Basic-Auth for /api/* does not protect paths under --proxy /api/: the proxy \
+                  sends them upstream first";
+    assert!(said.iter().any(|l| l.contains(warned)), "{said:?}");
+    assert!(!said.iter().any(|l| l.contains("/team/*")), "{said:?}");
+    let addr = common::last_addr(said.last().unwrap());
+    // As warned: the upstream answers, and /team/ is still protected.
+    assert!(get(&addr, "x", "/api/x").ends_with("GET /api/x HTTP/1.1 xff=127.0.0.1"));
+    assert!(get(&addr, "x", "/team/t.txt").starts_with("HTTP/1.1 401"));
+    server.terminate();
+
+    let config = t.write(
+        "peregrine.toml",
+        format!(
+            "version = 1\nbind = [\"127.0.0.1:0\"]\nworkers = 1\n[[site]]\nnames = [\"a.test\"]\nroot = \"site\"\n\
+             [[site.route]]\npath = \"/api/*\"\nproxy = \"http://{up}\"\n"
+        ),
+    );
+    let server = Process::spawn(
+        common::peregrine()
+            .current_dir(t.dir())
+            .args(["serve", "--config"])
+            .arg(&config),
+    );
+    let said = until_listening(&server);
+    let warned = "site a.test: _headers' Basic-Auth for /api/* does not protect paths under route /api/* (proxy)";
+    assert!(said.iter().any(|l| l.contains(warned)), "{said:?}");
+    assert!(!said.iter().any(|l| l.contains("/team/*")), "{said:?}");
+    server.terminate();
+}
+
+/// What the server says up to the line saying where it listens (the
+/// last).
+fn until_listening(server: &Process) -> Vec<String> {
+    let deadline = std::time::Instant::now() + PATIENCE;
+    let mut said = Vec::new();
+    while let Some(line) = server.next_line_before(deadline) {
+        let done = line.contains("://");
+        said.push(line);
+        if done {
+            return said;
+        }
+    }
+    panic!("no line saying where it listens: {said:?}");
+}

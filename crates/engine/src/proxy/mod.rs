@@ -1,0 +1,368 @@
+//! The reverse proxy: a handler that passes a request to an upstream HTTP/1.1
+//! server and its answer back, over connections the worker's own loop
+//! drives (`pool.rs`), never a thread per request.
+//!
+//! The handler ([`Proxy`]) runs where every handler runs: it checks the
+//! request, writes the upstream request head from what the engine parsed
+//! (never the client's raw bytes: a request is re-framed, so a framing
+//! trick the engine refused cannot reach the upstream, and one it accepted
+//! reaches it in one spelling), defers the answer, and leaves a [`Job`] in
+//! the worker's outbound queue. After the turn's events the worker hands
+//! the queue to its [`pool::Upstreams`], which writes each job on a
+//! kept-alive connection to its upstream (or a new one), reads the answer
+//! with the codec's client role (`codec/client.rs`, as strict as the
+//! server side: a response whose length could be read two ways is a 502
+//! and a closed connection), and sends it through the job's `Responder`:
+//! whole when it is short and already read, else as a `body::channel` fed
+//! at the upstream's speed up to `proxy_buffer_bytes`, then at the
+//! client's (the channel's room wakes the upstream connection again).
+//!
+//! What the upstream gets (Caddy's `reverse_proxy` and nginx's
+//! `proxy_pass` are the models; ARCHITECTURE.md says what was chosen):
+//! - the path the route matched, its prefix kept or replaced by the
+//!   upstream URL's path, re-encoded canonically; `%2F`, `%5C` and `%00`
+//!   in the path are refused (400), as are dot segments;
+//! - the client's fields, less the hop-by-hop ones (RFC 9110 §7.6.1) and
+//!   the forwarding fields, which are written afresh: `X-Forwarded-For`
+//!   (appended to only when the peer is a trusted proxy), `-Proto`,
+//!   `-Host`, `Forwarded` (RFC 7239), `Via` with this process's token
+//!   (a request already carrying it is a loop: 508), `X-Request-ID`
+//!   (kept from a trusted proxy, else made);
+//! - cookie crumbs of HTTP/2 and HTTP/3 joined with `; ` (RFC 9113
+//!   §8.2.3); the body the engine read whole, with its Content-Length.
+//!
+//! What the client gets: the upstream's status and fields, less the
+//! hop-by-hop ones, Date and Server (the engine writes its own), so no
+//! connection-specific field reaches an HTTP/2 or HTTP/3 client (RFC 9113
+//! §8.2.2). 502, 503 and 504 are the engine's plain pages: never the
+//! upstream's error text or address (those go to the error log).
+
+mod pool;
+mod upstream;
+
+pub(crate) use pool::Upstreams;
+pub use upstream::{HostHeader, Upstream, UpstreamError};
+
+use std::borrow::Cow;
+use std::cell::RefCell;
+use std::sync::{Arc, OnceLock};
+
+use crate::codec::head::Framing;
+use crate::handler::{Handler, Reply};
+use crate::request::Request;
+use crate::responder::Responder;
+use crate::response::Response;
+
+/// A handler that passes requests to one upstream. Clone it freely (one
+/// `Arc`).
+///
+/// ```no_run
+/// use peregrine::proxy::{Proxy, Upstream};
+/// use peregrine::{Router, Server};
+/// let api = Proxy::new(Upstream::parse("http://127.0.0.1:9000").unwrap().prefix("/api/"));
+/// let router = Router::new().get("/api/*rest", api.clone()).post("/api/*rest", api);
+/// Server::bind("127.0.0.1:8080").unwrap().serve(router).unwrap();
+/// ```
+#[derive(Clone, Debug)]
+pub struct Proxy {
+    up: Arc<Upstream>,
+}
+
+/// One request for an upstream, as the handler left it for the worker: the
+/// request's bytes (head and body, ready to write), what reading its
+/// answer needs, and where the answer goes.
+pub(crate) struct Job {
+    pub(crate) up: Arc<Upstream>,
+    pub(crate) bytes: Vec<u8>,
+    /// HEAD's answer has no body whatever its fields say.
+    pub(crate) head_method: bool,
+    /// GET, HEAD, OPTIONS, TRACE, PUT, DELETE (RFC 9110 §9.2.2): may be
+    /// sent again on a fresh connection when a kept-alive one failed
+    /// before any byte of the answer.
+    pub(crate) idempotent: bool,
+    /// Sent again once already.
+    pub(crate) retried: bool,
+    pub(crate) responder: Responder,
+}
+
+/// The worker's queue of jobs the handlers left in this turn.
+pub(crate) type Outbox = RefCell<Vec<Job>>;
+
+impl Proxy {
+    /// A handler for `upstream`.
+    pub fn new(upstream: Upstream) -> Proxy {
+        Proxy { up: Arc::new(upstream) }
+    }
+
+    /// The upstream it passes requests to.
+    pub fn upstream(&self) -> &Upstream {
+        &self.up
+    }
+}
+
+/// This process's `Via` pseudonym (RFC 9110 §7.6.3): `peregrine-` and 8
+/// random hex digits, so that a request that comes back to the process
+/// that sent it is recognised (508) while a chain of distinct Peregrines
+/// is not taken for a loop.
+pub(crate) fn via_token() -> &'static str {
+    static TOKEN: OnceLock<String> = OnceLock::new();
+    TOKEN.get_or_init(|| format!("peregrine-{}", random_hex(4)))
+}
+
+fn random_hex(bytes: usize) -> String {
+    use ring::rand::SecureRandom;
+    let mut b = [0u8; 16];
+    let b = &mut b[..bytes.min(16)];
+    // The system's generator does not fail on Linux; zeros would still
+    // only make the token guessable, not wrong.
+    let _ = ring::rand::SystemRandom::new().fill(b);
+    let mut s = String::with_capacity(b.len() * 2);
+    push_hex(&mut s, b);
+    s
+}
+
+fn push_hex(s: &mut String, bytes: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    for &x in bytes {
+        s.push(HEX[usize::from(x >> 4)] as char);
+        s.push(HEX[usize::from(x & 15)] as char);
+    }
+}
+
+/// A new `X-Request-ID`: 32 hex digits, unique across threads and
+/// processes (a random prefix drawn once per thread, then the thread's
+/// counter), without a system call per request as a fresh random value
+/// would need, nor an atomic shared by the workers. Request ids name
+/// requests; they are not secrets.
+fn request_id() -> String {
+    use std::cell::Cell;
+    thread_local! {
+        static PREFIX: [u8; 8] = {
+            use ring::rand::SecureRandom;
+            let mut b = [0u8; 8];
+            let _ = ring::rand::SystemRandom::new().fill(&mut b);
+            b
+        };
+        static COUNTER: Cell<u64> = const { Cell::new(0) };
+    }
+    let n = COUNTER.with(|c| {
+        let n = c.get();
+        c.set(n.wrapping_add(1));
+        n
+    });
+    let mut s = String::with_capacity(32);
+    PREFIX.with(|p| push_hex(&mut s, p));
+    push_hex(&mut s, &n.to_be_bytes());
+    s
+}
+
+/// Methods whose answer may be asked for again (RFC 9110 §9.2.2).
+fn is_idempotent(method: &str) -> bool {
+    matches!(method, "GET" | "HEAD" | "OPTIONS" | "TRACE" | "PUT" | "DELETE")
+}
+
+/// Fields never copied from the client: hop-by-hop ones (the codec drops
+/// them too, with those `Connection` names), those the proxy writes
+/// afresh, and `Expect` (the engine answered the 100 itself and read the
+/// body whole).
+const REPLACED: &[&str] = &[
+    "x-forwarded-for",
+    "x-forwarded-proto",
+    "x-forwarded-host",
+    "forwarded",
+    "via",
+    "x-request-id",
+    "expect",
+    "cookie",
+    "host",
+];
+
+impl Handler for Proxy {
+    fn call(&self, req: &Request<'_>) -> Reply {
+        match build(&self.up, req) {
+            Ok(bytes) => {
+                let Some(outbox) = req.outbox() else {
+                    // Outside a running server (a test calling the
+                    // handler): nothing can carry the request.
+                    return Response::error(502).into();
+                };
+                let responder = req.defer();
+                outbox.borrow_mut().push(Job {
+                    up: self.up.clone(),
+                    bytes,
+                    head_method: req.method() == "HEAD",
+                    idempotent: is_idempotent(req.method()),
+                    retried: false,
+                    responder,
+                });
+                Reply::Later
+            }
+            Err(status) => Response::error(status).into(),
+        }
+    }
+}
+
+/// The upstream request's bytes, or the status that refuses it.
+fn build(up: &Upstream, req: &Request<'_>) -> Result<Vec<u8>, u16> {
+    let own = via_token();
+    for value in req.headers().filter(|(n, _)| n.eq_ignore_ascii_case("via")) {
+        if contains_token(value.1, own.as_bytes()) {
+            return Err(508);
+        }
+    }
+    if req.method() == "CONNECT" {
+        // A tunnel through the proxy is not offered (WebSocket over HTTP/2
+        // is an extended CONNECT, which this handler does not take yet).
+        return Err(501);
+    }
+    let path = up.upstream_path(req.path()).ok_or(400u16)?;
+    let mut target = path;
+    if let Some(q) = req.query() {
+        target.push('?');
+        target.push_str(q);
+    }
+    let client_host = req.host().unwrap_or("");
+    let host: &str = match up.host_header_mode() {
+        HostHeader::Preserve if !client_host.is_empty() => client_host,
+        _ => up.authority(),
+    };
+    let trusted = req.is_from_trusted_proxy();
+    let client = req.client_addr();
+    let peer_ip = req.peer_addr().ip().to_canonical();
+    let proto = if req.is_tls() { "https" } else { "http" };
+
+    let mut extra: Vec<(&str, Cow<'_, [u8]>)> = Vec::with_capacity(8);
+    // X-Forwarded-For: the peer, after what a trusted proxy said.
+    let mut xff = String::new();
+    if trusted {
+        for (_, v) in req.headers().filter(|(n, _)| n.eq_ignore_ascii_case("x-forwarded-for")) {
+            if let Ok(v) = std::str::from_utf8(v) {
+                if !xff.is_empty() {
+                    xff.push_str(", ");
+                }
+                xff.push_str(v.trim());
+            }
+        }
+    }
+    if !xff.is_empty() {
+        xff.push_str(", ");
+    }
+    if req.peer_addr() == crate::UNIX_PEER {
+        xff.push_str("unix");
+    } else {
+        xff.push_str(&peer_ip.to_string());
+    }
+    extra.push(("X-Forwarded-For", Cow::Owned(xff.into_bytes())));
+    extra.push(("X-Forwarded-Proto", Cow::Borrowed(proto.as_bytes())));
+    if !client_host.is_empty() {
+        extra.push(("X-Forwarded-Host", Cow::Borrowed(client_host.as_bytes())));
+    }
+    // Forwarded (RFC 7239 §4): the client as the engine decided it.
+    let mut fwd = String::with_capacity(64);
+    fwd.push_str("for=");
+    match client.ip.to_canonical() {
+        std::net::IpAddr::V4(v4) if req.peer_addr() != crate::UNIX_PEER => fwd.push_str(&v4.to_string()),
+        std::net::IpAddr::V6(v6) => {
+            fwd.push_str("\"[");
+            fwd.push_str(&v6.to_string());
+            fwd.push_str("]\"");
+        }
+        _ => fwd.push_str("unknown"),
+    }
+    if !client_host.is_empty()
+        && client_host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-.:[]".contains(&b))
+    {
+        fwd.push_str(";host=\"");
+        fwd.push_str(client_host);
+        fwd.push('"');
+    }
+    fwd.push_str(";proto=");
+    fwd.push_str(proto);
+    extra.push(("Forwarded", Cow::Owned(fwd.into_bytes())));
+    // Via: what came, then this hop (RFC 9110 §7.6.3).
+    let mut via = String::new();
+    for (_, v) in req.headers().filter(|(n, _)| n.eq_ignore_ascii_case("via")) {
+        if let Ok(v) = std::str::from_utf8(v) {
+            via.push_str(v.trim());
+            via.push_str(", ");
+        }
+    }
+    via.push_str(match req.version() {
+        crate::Version::Http10 => "1.0 ",
+        crate::Version::Http11 => "1.1 ",
+        crate::Version::Http2 => "2 ",
+        crate::Version::Http3 => "3 ",
+    });
+    via.push_str(own);
+    extra.push(("Via", Cow::Owned(via.into_bytes())));
+    // X-Request-ID: kept from a trusted proxy, made otherwise.
+    let kept_id = trusted
+        .then(|| req.header_bytes("x-request-id"))
+        .flatten()
+        .filter(|v| !v.is_empty() && v.len() <= 200);
+    match kept_id {
+        Some(id) => extra.push(("X-Request-ID", Cow::Borrowed(id))),
+        None => extra.push(("X-Request-ID", Cow::Owned(request_id().into_bytes()))),
+    }
+    // Cookies: one field (HTTP/2 and HTTP/3 send crumbs, RFC 9113 §8.2.3).
+    let mut cookie: Vec<u8> = Vec::new();
+    for (_, v) in req.headers().filter(|(n, _)| n.eq_ignore_ascii_case("cookie")) {
+        if !cookie.is_empty() {
+            cookie.extend_from_slice(b"; ");
+        }
+        cookie.extend_from_slice(v);
+    }
+    if !cookie.is_empty() {
+        extra.push(("Cookie", Cow::Owned(cookie)));
+    }
+
+    let body = req.body();
+    let framing = if body.is_empty() {
+        Framing::Empty
+    } else {
+        Framing::Length(body.len() as u64)
+    };
+    let mut fields: Vec<(&[u8], Cow<'_, [u8]>)> = req
+        .headers()
+        .filter(|(n, _)| !n.starts_with(':') && !REPLACED.iter().any(|r| r.eq_ignore_ascii_case(n)))
+        .map(|(n, v)| (n.as_bytes(), Cow::Borrowed(v)))
+        .collect();
+    fields.extend(extra.iter().map(|(n, v)| (n.as_bytes(), v.clone())));
+    let mut bytes = Vec::with_capacity(512 + body.len());
+    crate::codec::client::write_request_head(
+        &mut bytes,
+        req.method(),
+        &target,
+        host,
+        fields.iter().map(|(n, v)| (n, v)),
+        framing,
+    )
+    .map_err(|_| 400u16)?;
+    bytes.extend_from_slice(body);
+    Ok(bytes)
+}
+
+/// Whether a comma-separated `Via` value names `token` as a hop's
+/// pseudonym (`1.1 token`, `2 token (comment)`).
+fn contains_token(value: &[u8], token: &[u8]) -> bool {
+    value.split(|&b| b == b',').any(|hop| {
+        let hop = trim(hop);
+        let mut parts = hop.split(|&b| b == b' ' || b == b'\t').filter(|p| !p.is_empty());
+        let _protocol = parts.next();
+        parts.next() == Some(token)
+    })
+}
+
+fn trim(b: &[u8]) -> &[u8] {
+    let start = b.iter().position(|c| !c.is_ascii_whitespace()).unwrap_or(b.len());
+    let end = b
+        .iter()
+        .rposition(|c| !c.is_ascii_whitespace())
+        .map_or(start, |e| e + 1);
+    &b[start..end]
+}
+
+#[cfg(test)]
+mod tests;

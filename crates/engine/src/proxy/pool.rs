@@ -1,0 +1,729 @@
+//! A worker's upstream connections: one pool per upstream (kept-alive
+//! connections idle at most `idle_timeout`, at most `max_conns` open, a
+//! bounded queue of jobs waiting for one), each connection a small state
+//! machine driven from the worker's loop like a client connection is:
+//! readiness events, its deadline in the worker's timer set, and wakes
+//! through the mailbox when the client's channel has room again.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::{self, Read, Write};
+use std::mem::MaybeUninit;
+use std::sync::Arc;
+use std::time::Instant;
+
+use mio::Interest;
+use slab::Slab;
+
+use super::upstream::Addr;
+use super::{Job, Upstream};
+use crate::body::{self, Sender, TrySendError};
+use crate::codec::client::{parse_response_head, ParsedResponse, ResponseBodyDecoder, ResponseFraming, ResponseHead};
+use crate::conn::Ctx;
+use crate::response::{HeaderBlock, Response, SharedBytes};
+use crate::sources::{Source, Timers};
+
+/// An answer whose body is at most this long and already read goes to the
+/// client whole (one `Body::Bytes`, with its Content-Length); a longer one
+/// goes as a channel.
+const WHOLE_BODY_MAX: usize = 64 * 1024;
+
+/// Bytes read from an upstream at a time.
+const READ_CHUNK: usize = 64 * 1024;
+
+/// Fields an upstream's answer never passes on: hop-by-hop (RFC 9110
+/// §7.6.1, RFC 9113 §8.2.2), the framing the engine writes itself, and
+/// Date and Server, which the engine writes for its own answers.
+const DROPPED: &[&[u8]] = &[
+    b"connection",
+    b"keep-alive",
+    b"proxy-connection",
+    b"transfer-encoding",
+    b"upgrade",
+    b"te",
+    b"trailer",
+    b"content-length",
+    b"date",
+    b"server",
+];
+
+/// The worker's upstream connections and pools.
+#[derive(Default)]
+pub(crate) struct Upstreams {
+    conns: Slab<UpConn>,
+    pools: HashMap<usize, Pool>,
+    /// Where every connection reads into (`READ_CHUNK`, zeroed once):
+    /// a connection keeps only what it has not consumed yet, usually
+    /// nothing, so an idle one holds no read buffer.
+    scratch: Vec<u8>,
+}
+
+struct Pool {
+    up: Arc<Upstream>,
+    /// Connections idle and ready for a request, most recent last.
+    idle: Vec<usize>,
+    /// Connections open (idle or busy).
+    open: usize,
+    queue: VecDeque<Job>,
+}
+
+enum Sock {
+    Tcp(mio::net::TcpStream),
+    Unix(mio::net::UnixStream),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    Connecting,
+    Writing,
+    Head,
+    Body,
+    Idle,
+}
+
+struct UpConn {
+    sock: Sock,
+    up: usize,
+    state: State,
+    job: Option<Job>,
+    /// The request's bytes and how many left.
+    out: Vec<u8>,
+    written: usize,
+    /// Bytes read and not yet consumed.
+    buf: Vec<u8>,
+    /// Came from the idle pool: a failure before any answer byte may be
+    /// the upstream closing it meanwhile.
+    reused: bool,
+    /// A byte of the answer arrived.
+    got: bool,
+    /// The head of the answer was sent to the client (through the job's
+    /// responder, consumed then).
+    answered: bool,
+    /// The method was HEAD (its answer has no body).
+    head_method: bool,
+    keep_alive: bool,
+    tx: Option<Sender>,
+    decoder: Option<ResponseBodyDecoder>,
+    /// A chunk the client's channel had no room for.
+    pending: Option<Vec<u8>>,
+    deadline: Option<Instant>,
+    armed: Option<Instant>,
+}
+
+/// What a step of a connection came to.
+enum Outcome {
+    /// Waits for readiness, a wake or its deadline.
+    Wait,
+    /// The exchange is over and the connection may carry another.
+    Reusable,
+    /// The exchange is over (or the client gone); close the connection.
+    Close,
+    /// The exchange failed before its answer was sent: answer `status`
+    /// (or send the job again on a fresh connection if `retry`), close.
+    Failed { status: u16, why: String, retry: bool },
+}
+
+impl Sock {
+    fn connect(addr: &Addr) -> io::Result<Sock> {
+        match addr {
+            Addr::Tcp(addrs) => {
+                let mut last = io::Error::new(io::ErrorKind::AddrNotAvailable, "no address");
+                for a in addrs {
+                    match mio::net::TcpStream::connect(*a) {
+                        Ok(s) => {
+                            let _ = s.set_nodelay(true);
+                            return Ok(Sock::Tcp(s));
+                        }
+                        Err(e) => last = e,
+                    }
+                }
+                Err(last)
+            }
+            Addr::Unix(path) => mio::net::UnixStream::connect(path).map(Sock::Unix),
+        }
+    }
+
+    fn source(&mut self) -> &mut dyn mio::event::Source {
+        match self {
+            Sock::Tcp(s) => s,
+            Sock::Unix(s) => s,
+        }
+    }
+
+    /// Connected: `Ok(true)`; still connecting: `Ok(false)`.
+    fn connected(&self) -> io::Result<bool> {
+        let (err, peer) = match self {
+            Sock::Tcp(s) => (s.take_error(), s.peer_addr().map(|_| ())),
+            Sock::Unix(s) => (s.take_error(), s.peer_addr().map(|_| ())),
+        };
+        if let Some(e) = err? {
+            return Err(e);
+        }
+        match peer {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == io::ErrorKind::NotConnected => Ok(false),
+            Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl Read for Sock {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Sock::Tcp(s) => s.read(buf),
+            Sock::Unix(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Sock {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Sock::Tcp(s) => s.write(buf),
+            Sock::Unix(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Upstreams {
+    /// Takes the jobs the handlers left this turn.
+    pub(crate) fn submit_all(&mut self, ctx: &mut Ctx<'_>, timers: &mut Timers) {
+        let jobs = std::mem::take(&mut *ctx.outbox.borrow_mut());
+        for job in jobs {
+            self.submit(ctx, timers, job);
+        }
+    }
+
+    fn submit(&mut self, ctx: &mut Ctx<'_>, timers: &mut Timers, job: Job) {
+        let pool = self.pools.entry(job.up.id).or_insert_with(|| Pool {
+            up: job.up.clone(),
+            idle: Vec::new(),
+            open: 0,
+            queue: VecDeque::new(),
+        });
+        if let Some(key) = pool.idle.pop() {
+            self.assign(ctx, timers, key, job);
+        } else if pool.open < pool.up.max_conns {
+            self.connect(ctx, timers, job);
+        } else if pool.queue.len() < pool.up.queue_max {
+            pool.queue.push_back(job);
+        } else {
+            log::warn!(
+                "proxy: {}: {} requests wait already: 503",
+                pool.up.url(),
+                pool.queue.len()
+            );
+            job.responder.send(Response::error(503).with_header("Retry-After", "1"));
+        }
+    }
+
+    /// Opens a connection for `job` (`open` counted), or answers 502.
+    fn connect(&mut self, ctx: &mut Ctx<'_>, timers: &mut Timers, job: Job) {
+        let up = job.up.clone();
+        let mut sock = match Sock::connect(&up.addr) {
+            Ok(s) => s,
+            Err(e) => {
+                log::warn!("proxy: {}: connect: {e}", up.url());
+                job.responder.send(Response::error(502));
+                return;
+            }
+        };
+        let entry = self.conns.vacant_entry();
+        let key = entry.key();
+        if let Err(e) = ctx.registry.register(
+            sock.source(),
+            Source::Upstream(key).mio(),
+            Interest::READABLE | Interest::WRITABLE,
+        ) {
+            log::warn!("proxy: {}: register: {e}", up.url());
+            job.responder.send(Response::error(502));
+            return;
+        }
+        entry.insert(UpConn {
+            sock,
+            up: up.id,
+            state: State::Connecting,
+            job: None,
+            out: Vec::new(),
+            written: 0,
+            buf: Vec::new(),
+            reused: false,
+            got: false,
+            answered: false,
+            head_method: false,
+            keep_alive: false,
+            tx: None,
+            decoder: None,
+            pending: None,
+            deadline: None,
+            armed: None,
+        });
+        if let Some(pool) = self.pools.get_mut(&up.id) {
+            pool.open += 1;
+        }
+        let c = &mut self.conns[key];
+        c.take(job);
+        c.state = State::Connecting;
+        c.deadline = Some(ctx.now + up.connect_timeout);
+        self.drive(ctx, timers, key);
+    }
+
+    /// Gives an idle connection `job`.
+    fn assign(&mut self, ctx: &mut Ctx<'_>, timers: &mut Timers, key: usize, job: Job) {
+        let c = &mut self.conns[key];
+        c.take(job);
+        c.reused = true;
+        c.state = State::Writing;
+        self.drive(ctx, timers, key);
+    }
+
+    /// A readiness event of connection `key`.
+    pub(crate) fn on_event(&mut self, ctx: &mut Ctx<'_>, timers: &mut Timers, key: usize) {
+        if self.conns.contains(key) {
+            self.drive(ctx, timers, key);
+        }
+    }
+
+    /// The client's channel has room again (or the client is gone).
+    pub(crate) fn on_wake(&mut self, ctx: &mut Ctx<'_>, timers: &mut Timers, key: usize) {
+        if self.conns.contains(key) {
+            self.drive(ctx, timers, key);
+        }
+    }
+
+    /// Connection `key`'s timer fired.
+    pub(crate) fn on_timer(&mut self, ctx: &mut Ctx<'_>, timers: &mut Timers, key: usize) {
+        let Some(c) = self.conns.get_mut(key) else { return };
+        c.armed = None;
+        match c.deadline {
+            Some(d) if d <= ctx.now => {
+                let outcome = match c.state {
+                    State::Idle => Outcome::Close,
+                    State::Connecting => Outcome::Failed {
+                        status: 504,
+                        why: "connect timed out".into(),
+                        retry: false,
+                    },
+                    State::Writing | State::Head => Outcome::Failed {
+                        status: 504,
+                        why: "timed out waiting for the answer".into(),
+                        retry: false,
+                    },
+                    State::Body => {
+                        log::warn!("proxy: upstream timed out in the middle of a body");
+                        if let Some(tx) = c.tx.take() {
+                            tx.abort();
+                        }
+                        Outcome::Close
+                    }
+                };
+                self.settle(ctx, timers, key, outcome);
+            }
+            later => timers.arm(Source::Upstream(key).token(), later, &mut c.armed),
+        }
+    }
+
+    /// Shutdown: idle connections close now; busy ones finish.
+    pub(crate) fn close_idle(&mut self, ctx: &mut Ctx<'_>, timers: &mut Timers) {
+        let idle: Vec<usize> = self.pools.values_mut().flat_map(|p| p.idle.drain(..)).collect();
+        for key in idle {
+            self.close(ctx, timers, key);
+        }
+    }
+
+    fn drive(&mut self, ctx: &mut Ctx<'_>, timers: &mut Timers, key: usize) {
+        let c = &mut self.conns[key];
+        let read_timeout = self.pools.get(&c.up).map(|p| p.up.read_timeout);
+        if self.scratch.is_empty() {
+            self.scratch = vec![0; READ_CHUNK];
+        }
+        let outcome = c.advance(
+            ctx,
+            key,
+            read_timeout.unwrap_or(Upstream::READ_TIMEOUT),
+            &mut self.scratch,
+        );
+        self.settle(ctx, timers, key, outcome);
+    }
+
+    fn settle(&mut self, ctx: &mut Ctx<'_>, timers: &mut Timers, key: usize, outcome: Outcome) {
+        match outcome {
+            Outcome::Wait => {
+                let c = &mut self.conns[key];
+                timers.arm(Source::Upstream(key).token(), c.deadline, &mut c.armed);
+            }
+            Outcome::Reusable => {
+                let c = &mut self.conns[key];
+                c.state = State::Idle;
+                c.reused = true;
+                c.buf = Vec::new();
+                let Some(pool) = self.pools.get_mut(&c.up) else { return };
+                c.deadline = Some(ctx.now + pool.up.idle_timeout);
+                timers.arm(Source::Upstream(key).token(), c.deadline, &mut c.armed);
+                if ctx.draining {
+                    self.close(ctx, timers, key);
+                } else if let Some(job) = pool.queue.pop_front() {
+                    self.assign(ctx, timers, key, job);
+                } else {
+                    pool.idle.push(key);
+                }
+            }
+            Outcome::Close => self.close(ctx, timers, key),
+            Outcome::Failed { status, why, retry } => {
+                let c = &mut self.conns[key];
+                let job = c.job.take();
+                let url = self.pools.get(&c.up).map_or("", |p| p.up.url()).to_owned();
+                self.close(ctx, timers, key);
+                if let Some(mut job) = job {
+                    if retry && !job.retried {
+                        job.retried = true;
+                        log::debug!("proxy: {url}: {why}; sending again on a new connection");
+                        self.connect(ctx, timers, job);
+                    } else {
+                        log::warn!("proxy: {url}: {why}: {status}");
+                        job.responder.send(Response::error(status));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Closes connection `key`; a job waiting for a connection gets a new one.
+    fn close(&mut self, ctx: &mut Ctx<'_>, timers: &mut Timers, key: usize) {
+        let mut c = self.conns.remove(key);
+        timers.disarm(Source::Upstream(key).token(), &mut c.armed);
+        let _ = ctx.registry.deregister(c.sock.source());
+        if let Some(tx) = c.tx.take() {
+            if !c.decoder.as_ref().is_some_and(ResponseBodyDecoder::is_done) {
+                tx.abort();
+            }
+        }
+        if let Some(job) = c.job.take() {
+            job.responder.send(Response::error(502));
+        }
+        let Some(pool) = self.pools.get_mut(&c.up) else { return };
+        pool.open -= 1;
+        pool.idle.retain(|&k| k != key);
+        if !ctx.draining {
+            if let Some(job) = pool.queue.pop_front() {
+                self.connect(ctx, timers, job);
+            }
+        }
+    }
+}
+
+impl UpConn {
+    fn take(&mut self, mut job: Job) {
+        self.out = std::mem::take(&mut job.bytes);
+        self.written = 0;
+        self.buf.clear();
+        self.got = false;
+        self.answered = false;
+        self.head_method = job.head_method;
+        self.keep_alive = false;
+        self.tx = None;
+        self.decoder = None;
+        self.pending = None;
+        self.job = Some(job);
+    }
+
+    /// A failure before any byte of the answer, on a connection that may
+    /// have been closed by the upstream while idle: sent again if that
+    /// cannot repeat an effect.
+    fn failed(&self, status: u16, why: String) -> Outcome {
+        let idempotent = self.job.as_ref().is_some_and(|j| j.idempotent);
+        let retry = self.reused && !self.got && (self.written == 0 || idempotent);
+        Outcome::Failed { status, why, retry }
+    }
+
+    fn advance(&mut self, ctx: &Ctx<'_>, key: usize, read_timeout: std::time::Duration, scratch: &mut [u8]) -> Outcome {
+        loop {
+            match self.state {
+                State::Connecting => match self.sock.connected() {
+                    Ok(true) => self.state = State::Writing,
+                    Ok(false) => return Outcome::Wait,
+                    Err(e) => return self.failed(502, format!("connect: {e}")),
+                },
+                State::Writing => {
+                    while self.written < self.out.len() {
+                        match self.sock.write(&self.out[self.written..]) {
+                            Ok(0) => return self.failed(502, "upstream closed while written to".into()),
+                            Ok(n) => self.written += n,
+                            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                                self.deadline = Some(ctx.now + read_timeout);
+                                return Outcome::Wait;
+                            }
+                            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                            Err(e) => return self.failed(502, format!("write: {e}")),
+                        }
+                    }
+                    self.out = Vec::new();
+                    self.state = State::Head;
+                    self.deadline = Some(ctx.now + read_timeout);
+                }
+                State::Head | State::Body | State::Idle => {
+                    if let Some(outcome) = self.flush_pending(ctx, key) {
+                        return outcome;
+                    }
+                    if let Some(outcome) = self.consume(ctx, key) {
+                        return outcome;
+                    }
+                    if self.pending.is_some() {
+                        // Back-pressure: the client's channel is full; the
+                        // wake comes when it has room. No deadline: the
+                        // client's own connection has its send timeout.
+                        self.deadline = None;
+                        return Outcome::Wait;
+                    }
+                    match self.sock.read(scratch) {
+                        Ok(0) => return self.at_eof(),
+                        Ok(n) => {
+                            self.buf.extend_from_slice(&scratch[..n]);
+                            if self.state == State::Idle {
+                                // An idle connection has nothing to say.
+                                return Outcome::Close;
+                            }
+                            self.got = true;
+                            self.deadline = Some(ctx.now + read_timeout);
+                        }
+                        Err(e) => match e.kind() {
+                            io::ErrorKind::WouldBlock => return Outcome::Wait,
+                            io::ErrorKind::Interrupted => {}
+                            _ if self.state == State::Idle => return Outcome::Close,
+                            _ if self.state == State::Head => return self.failed(502, format!("read: {e}")),
+                            _ => {
+                                if let Some(tx) = self.tx.take() {
+                                    tx.abort();
+                                }
+                                return Outcome::Close;
+                            }
+                        },
+                    }
+                }
+            }
+        }
+    }
+
+    /// The upstream closed its side.
+    fn at_eof(&mut self) -> Outcome {
+        match self.state {
+            State::Head if !self.got => self.failed(502, "upstream closed before answering".into()),
+            State::Head => Outcome::Failed {
+                status: 502,
+                why: "upstream closed in the middle of the answer's head".into(),
+                retry: false,
+            },
+            State::Body => {
+                // Whatever is buffered was consumed already (or is stuck
+                // behind a full channel: then `pending` holds it and this
+                // is not reached).
+                let complete = self.decoder.as_ref().is_some_and(|d| d.finish().is_ok());
+                if let Some(tx) = self.tx.take() {
+                    if complete {
+                        drop(tx);
+                    } else {
+                        log::warn!("proxy: upstream closed before the end of the body");
+                        tx.abort();
+                    }
+                }
+                Outcome::Close
+            }
+            _ => Outcome::Close,
+        }
+    }
+
+    /// Sends the chunk the channel refused before, if it has room now.
+    fn flush_pending(&mut self, ctx: &Ctx<'_>, key: usize) -> Option<Outcome> {
+        let chunk = self.pending.take()?;
+        let tx = self.tx.as_ref()?;
+        match tx.try_send_or_wake(chunk, ctx.mailbox, Source::Upstream(key).token()) {
+            Ok(()) => None,
+            Err(TrySendError::Full(chunk)) => {
+                self.pending = Some(chunk);
+                self.deadline = None;
+                Some(Outcome::Wait)
+            }
+            Err(TrySendError::Closed(_)) => {
+                // The client is gone: nothing reads the rest.
+                self.tx = None;
+                Some(Outcome::Close)
+            }
+        }
+    }
+
+    /// Makes what was read into the answer: its head, then its body's
+    /// chunks. `Some` when the exchange is decided.
+    fn consume(&mut self, ctx: &Ctx<'_>, key: usize) -> Option<Outcome> {
+        if self.state == State::Head {
+            match self.head(ctx) {
+                Ok(true) => {}
+                Ok(false) => return None,
+                Err(outcome) => return Some(outcome),
+            }
+        }
+        if self.state != State::Body {
+            return None;
+        }
+        let decoder = self.decoder.as_mut()?;
+        let mut at = 0;
+        let mut result = None;
+        while at < self.buf.len() && !decoder.is_done() {
+            let step = match decoder.step(&self.buf[at..]) {
+                Ok(step) => step,
+                Err(e) => {
+                    log::warn!("proxy: {}", e.reason());
+                    if let Some(tx) = self.tx.take() {
+                        tx.abort();
+                    }
+                    return Some(Outcome::Close);
+                }
+            };
+            if step.consumed == 0 && step.data.is_empty() {
+                break;
+            }
+            if !step.data.is_empty() {
+                let chunk = self.buf[at + step.data.start..at + step.data.end].to_vec();
+                if let Some(tx) = &self.tx {
+                    match tx.try_send_or_wake(chunk, ctx.mailbox, Source::Upstream(key).token()) {
+                        Ok(()) => {}
+                        Err(TrySendError::Full(chunk)) => {
+                            self.pending = Some(chunk);
+                            at += step.consumed;
+                            result = Some(Outcome::Wait);
+                            self.deadline = None;
+                            break;
+                        }
+                        Err(TrySendError::Closed(_)) => {
+                            self.tx = None;
+                            return Some(Outcome::Close);
+                        }
+                    }
+                }
+            }
+            at += step.consumed;
+        }
+        self.buf.drain(..at);
+        if decoder.is_done() && self.pending.is_none() {
+            drop(self.tx.take());
+            self.decoder = None;
+            return Some(if self.keep_alive && self.buf.is_empty() {
+                Outcome::Reusable
+            } else {
+                Outcome::Close
+            });
+        }
+        result
+    }
+
+    /// Parses the answer's head when whole; sends it to the client.
+    /// `Ok(true)`: the body follows (state `Body`); `Ok(false)`: more
+    /// bytes are needed; `Err`: the exchange is decided.
+    fn head(&mut self, ctx: &Ctx<'_>) -> Result<bool, Outcome> {
+        loop {
+            let mut fields = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; 128];
+            let method = if self.head_method { "HEAD" } else { "GET" };
+            let parsed = parse_response_head(&self.buf, &mut fields, method);
+            let head = match parsed {
+                Ok(ParsedResponse::Partial) => return Ok(false),
+                Ok(ParsedResponse::Complete(head)) => head,
+                Err(e) => return Err(bad(e.reason())),
+            };
+            match head.framing {
+                ResponseFraming::Informational if matches!(head.status, 100 | 103) => {
+                    // 100 Continue: the engine answered the client's
+                    // Expect itself; 103 is a hint that may be dropped.
+                    let n = head.head_len;
+                    self.buf.drain(..n);
+                    continue;
+                }
+                ResponseFraming::Informational => return Err(bad("1xx other than 100 or 103")),
+                ResponseFraming::Upgrade | ResponseFraming::Tunnel => return Err(bad("unasked upgrade or tunnel")),
+                _ => {}
+            }
+            if head.status >= 600 {
+                return Err(bad("status code above 599"));
+            }
+            if head.transfer_coded {
+                return Err(bad("a transfer coding other than chunked"));
+            }
+            let block = match answer_fields(&head) {
+                Ok(b) => b,
+                Err(why) => return Err(bad(why)),
+            };
+            let (status, framing, keep_alive, head_len) = (head.status, head.framing, head.keep_alive, head.head_len);
+            self.buf.drain(..head_len);
+            self.keep_alive = keep_alive;
+            let job = self.job.take().expect("a connection reading a head has a job");
+            self.answered = true;
+            let whole = match framing {
+                ResponseFraming::Empty => Some(0),
+                ResponseFraming::Length(n) if n as usize <= WHOLE_BODY_MAX && self.buf.len() >= n as usize => {
+                    Some(n as usize)
+                }
+                _ => None,
+            };
+            if let Some(n) = whole {
+                let body: Vec<u8> = self.buf.drain(..n).collect();
+                job.responder.send(Response::prepared(status, block, body));
+                let reusable = self.keep_alive && self.buf.is_empty();
+                return Err(if reusable { Outcome::Reusable } else { Outcome::Close });
+            }
+            let capacity = self.buffer_bytes(ctx);
+            let (body, tx) = body::channel(capacity);
+            job.responder.send(Response::prepared(status, block, body));
+            self.tx = Some(tx);
+            self.decoder = ResponseBodyDecoder::new(framing, u64::MAX);
+            self.state = State::Body;
+            return Ok(true);
+        }
+    }
+
+    fn buffer_bytes(&self, _ctx: &Ctx<'_>) -> usize {
+        self.job.as_ref().map_or(Upstream::BUFFER_BYTES, |j| j.up.buffer_bytes)
+    }
+}
+
+fn bad(why: &str) -> Outcome {
+    Outcome::Failed {
+        status: 502,
+        why: format!("bad answer: {why}"),
+        retry: false,
+    }
+}
+
+/// The answer's fields as the client gets them: without the hop-by-hop
+/// ones and those a `Connection` field names, Date, Server and framing.
+pub(crate) fn answer_fields(head: &ResponseHead<'_, '_>) -> Result<HeaderBlock, &'static str> {
+    let named: Vec<&[u8]> = head
+        .headers
+        .iter()
+        .filter(|h| h.name.eq_ignore_ascii_case("connection"))
+        .flat_map(|h| h.value.split(|&b| b == b','))
+        .map(trim)
+        .filter(|n| !n.is_empty())
+        .collect();
+    let mut lines = Vec::with_capacity(512);
+    for h in head.headers {
+        let name = h.name.as_bytes();
+        if DROPPED.iter().any(|d| d.eq_ignore_ascii_case(name)) || named.iter().any(|n| n.eq_ignore_ascii_case(name)) {
+            continue;
+        }
+        lines.extend_from_slice(name);
+        lines.extend_from_slice(b": ");
+        lines.extend_from_slice(trim(h.value));
+        lines.extend_from_slice(b"\r\n");
+    }
+    HeaderBlock::from_lines(SharedBytes::new(Arc::new(lines))).map_err(|_| "a field the engine cannot pass on")
+}
+
+fn trim(b: &[u8]) -> &[u8] {
+    let start = b.iter().position(|c| !matches!(c, b' ' | b'\t')).unwrap_or(b.len());
+    let end = b
+        .iter()
+        .rposition(|c| !matches!(c, b' ' | b'\t'))
+        .map_or(start, |e| e + 1);
+    &b[start..end]
+}

@@ -1,0 +1,69 @@
+use super::*;
+
+fn up(url: &str, prefix: &str) -> Upstream {
+    Upstream::parse(url).unwrap().prefix(prefix)
+}
+
+#[test]
+fn the_path_is_kept_or_its_prefix_replaced_as_nginx_does() {
+    let keep = up("http://127.0.0.1:9000", "/api/");
+    assert_eq!(keep.upstream_path("/api/x").as_deref(), Some("/api/x"));
+    let replace = up("http://127.0.0.1:9000/v1/", "/api/");
+    assert_eq!(replace.upstream_path("/api/x/y").as_deref(), Some("/v1/x/y"));
+    assert_eq!(replace.upstream_path("/api/").as_deref(), Some("/v1/"));
+    assert_eq!(replace.upstream_path("/api").as_deref(), Some("/v1/"));
+    let bare = up("http://127.0.0.1:9000/", "/api/");
+    assert_eq!(bare.upstream_path("/api/x").as_deref(), Some("/x"));
+}
+
+#[test]
+fn the_path_is_re_encoded_canonically_and_ambiguous_ones_refused() {
+    let keep = up("http://127.0.0.1:9000", "/");
+    // Needless escapes decoded, what needs one escaped, in one spelling.
+    assert_eq!(keep.upstream_path("/%61b%20c").as_deref(), Some("/ab%20c"));
+    assert_eq!(keep.upstream_path("/caf%C3%A9").as_deref(), Some("/caf%C3%A9"));
+    assert_eq!(
+        keep.upstream_path("/a:b@c!$&'()*+,;=").as_deref(),
+        Some("/a:b@c!$&'()*+,;=")
+    );
+    for bad in [
+        "/a%2Fb",
+        "/a%2fb",
+        "/a%5Cb",
+        "/a%00",
+        "/a/../b",
+        "/./a",
+        "/a/%2e%2e/b",
+        "/%FF",
+    ] {
+        assert_eq!(keep.upstream_path(bad), None, "{bad}");
+    }
+}
+
+#[test]
+fn upstream_urls_are_checked_at_start() {
+    assert!(Upstream::parse("http://127.0.0.1:9000/v1/").is_ok());
+    assert!(Upstream::parse("http://[::1]:9000").is_ok());
+    assert!(Upstream::parse("unix:/run/app.sock").is_ok());
+    for bad in [
+        "ftp://x",
+        "http://",
+        "http://user@host",
+        "http://127.0.0.1:99999",
+        "http://127.0.0.1/a/../b",
+        "http://127.0.0.1/?q",
+        "unix:",
+    ] {
+        assert!(Upstream::parse(bad).is_err(), "{bad}");
+    }
+    let https = Upstream::parse("https://127.0.0.1").unwrap_err().to_string();
+    assert!(https.contains("not supported yet"), "{https}");
+}
+
+#[test]
+fn via_values_name_our_token_only_as_a_hop() {
+    assert!(contains_token(b"1.1 peregrine-abcd", b"peregrine-abcd"));
+    assert!(contains_token(b"1.0 a, 2 peregrine-abcd (x)", b"peregrine-abcd"));
+    assert!(!contains_token(b"1.1 peregrine-abcdef", b"peregrine-abcd"));
+    assert!(!contains_token(b"peregrine-abcd", b"peregrine-abcd"));
+}

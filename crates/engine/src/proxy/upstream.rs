@@ -1,0 +1,305 @@
+//! An upstream: where a proxy route sends its requests, how the path and
+//! Host are rewritten on the way, and the limits of its connections.
+
+use std::fmt;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use percent_encoding::{percent_decode, utf8_percent_encode, AsciiSet, CONTROLS};
+
+/// What the upstream's `Host` field says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum HostHeader {
+    /// The client's Host, as Caddy's `reverse_proxy` passes it (the
+    /// default: a backend that builds absolute URLs sees the site's name).
+    #[default]
+    Preserve,
+    /// The upstream's own `host:port`, as nginx's `proxy_pass` sends by
+    /// default (a backend behind name-based virtual hosting needs it).
+    Upstream,
+}
+
+/// Where an upstream listens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Addr {
+    /// Every address its name resolved to at start, tried in order.
+    Tcp(Vec<SocketAddr>),
+    Unix(PathBuf),
+}
+
+/// One upstream server and how requests are rewritten for it. Made with
+/// [`Upstream::parse`]; the builder methods set the rest.
+#[derive(Clone, Debug)]
+pub struct Upstream {
+    /// Names the upstream's connection pool in every worker.
+    pub(crate) id: usize,
+    pub(crate) addr: Addr,
+    /// What the configuration said (`http://api:9000/v1/`), for logs and
+    /// errors; never sent to a client.
+    url: String,
+    /// `host[:port]`, the Host field when it is rewritten.
+    authority: String,
+    /// The URL's path, if it had one: it replaces the route's prefix.
+    path: Option<String>,
+    /// The route's prefix, as matched (`/api/`).
+    prefix: String,
+    host_header: HostHeader,
+    pub(crate) max_conns: usize,
+    pub(crate) queue_max: usize,
+    pub(crate) idle_timeout: Duration,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) read_timeout: Duration,
+    pub(crate) buffer_bytes: usize,
+}
+
+/// Why an upstream URL was refused.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UpstreamError(String);
+
+impl fmt::Display for UpstreamError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UpstreamError {}
+
+static NEXT_ID: AtomicUsize = AtomicUsize::new(0);
+
+/// Bytes written as they are in a canonical path: RFC 3986's unreserved
+/// characters, sub-delims, `:`, `@` and `/`; everything else
+/// percent-encoded.
+const PATH: &AsciiSet = &CONTROLS
+    .add(b' ')
+    .add(b'"')
+    .add(b'#')
+    .add(b'%')
+    .add(b'<')
+    .add(b'>')
+    .add(b'?')
+    .add(b'[')
+    .add(b'\\')
+    .add(b']')
+    .add(b'^')
+    .add(b'`')
+    .add(b'{')
+    .add(b'|')
+    .add(b'}');
+
+impl Upstream {
+    /// Connections to one upstream a worker keeps open at most (nginx's
+    /// `max_conns`, per worker as nginx's is without a shared zone).
+    pub const MAX_CONNS: usize = 256;
+    /// Requests that wait for a connection, per worker; past it, 503.
+    pub const QUEUE_MAX: usize = 1024;
+    /// A kept-alive connection idle longer is closed: below Node's 5 s
+    /// keep-alive, so the upstream never closes one as it is reused.
+    pub const IDLE_TIMEOUT: Duration = Duration::from_secs(4);
+    /// Connecting longer is a 504 (nginx's `proxy_connect_timeout` is
+    /// 60 s; a dead upstream should not hold a client that long).
+    pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+    /// Waiting longer between two reads of an answer is a 504 (nginx's
+    /// `proxy_read_timeout`).
+    pub const READ_TIMEOUT: Duration = Duration::from_secs(60);
+    /// Bytes of an answer read ahead of the client (`proxy_buffer_bytes`).
+    pub const BUFFER_BYTES: usize = 1024 * 1024;
+
+    /// `http://HOST[:PORT][/PATH]` or `unix:PATH`. A host name is
+    /// resolved now (at start: never on an event loop). A path replaces
+    /// the route's prefix, as nginx's `proxy_pass` with a URI does;
+    /// without one the request's path goes unchanged. `https://`
+    /// upstreams are not supported yet, and say so.
+    pub fn parse(url: &str) -> Result<Upstream, UpstreamError> {
+        let err = |why: &str| UpstreamError(format!("upstream {url:?}: {why}"));
+        let (addr, authority, path) = if let Some(path) = url.strip_prefix("unix:") {
+            if path.is_empty() {
+                return Err(err("a unix: upstream needs a socket path"));
+            }
+            (Addr::Unix(PathBuf::from(path)), "localhost".to_owned(), None)
+        } else if let Some(rest) = url.strip_prefix("http://") {
+            let (authority, path) = match rest.find('/') {
+                Some(i) => (&rest[..i], Some(&rest[i..])),
+                None => (rest, None),
+            };
+            if authority.is_empty() || authority.contains('@') {
+                return Err(err("expected http://HOST[:PORT][/PATH]"));
+            }
+            let (host, port) = split_host_port(authority).ok_or_else(|| err("bad host or port"))?;
+            let addrs: Vec<SocketAddr> = (host, port)
+                .to_socket_addrs()
+                .map_err(|e| err(&format!("cannot resolve {host}: {e}")))?
+                .collect();
+            if addrs.is_empty() {
+                return Err(err(&format!("{host} resolves to no address")));
+            }
+            if let Some(p) = path {
+                if p.contains(['?', '#']) || p.split('/').any(|s| s == "." || s == "..") {
+                    return Err(err("the path may not hold a query, a fragment or dot segments"));
+                }
+            }
+            (Addr::Tcp(addrs), authority.to_owned(), path.map(str::to_owned))
+        } else if url.starts_with("https://") {
+            return Err(err("https:// upstreams are not supported yet (use http:// or unix:)"));
+        } else {
+            return Err(err("expected http://HOST[:PORT][/PATH] or unix:PATH"));
+        };
+        Ok(Upstream {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            addr,
+            url: url.to_owned(),
+            authority,
+            path,
+            prefix: "/".to_owned(),
+            host_header: HostHeader::Preserve,
+            max_conns: Upstream::MAX_CONNS,
+            queue_max: Upstream::QUEUE_MAX,
+            idle_timeout: Upstream::IDLE_TIMEOUT,
+            connect_timeout: Upstream::CONNECT_TIMEOUT,
+            read_timeout: Upstream::READ_TIMEOUT,
+            buffer_bytes: Upstream::BUFFER_BYTES,
+        })
+    }
+
+    /// The route's prefix (`/api/`): with an upstream path, it is what
+    /// that path replaces.
+    pub fn prefix(mut self, prefix: &str) -> Upstream {
+        self.prefix = if prefix.starts_with('/') {
+            prefix.to_owned()
+        } else {
+            format!("/{prefix}")
+        };
+        self
+    }
+
+    /// What the upstream's `Host` says.
+    pub fn host_header(mut self, host: HostHeader) -> Upstream {
+        self.host_header = host;
+        self
+    }
+
+    /// Connections kept open at most, per worker.
+    pub fn max_conns(mut self, n: usize) -> Upstream {
+        self.max_conns = n.max(1);
+        self
+    }
+
+    /// Kept-alive connections idle longer are closed.
+    pub fn idle_timeout(mut self, t: Duration) -> Upstream {
+        self.idle_timeout = t;
+        self
+    }
+
+    /// Connecting longer answers 504.
+    pub fn connect_timeout(mut self, t: Duration) -> Upstream {
+        self.connect_timeout = t;
+        self
+    }
+
+    /// Silence longer while an answer is read answers 504 (or cuts a body
+    /// already begun).
+    pub fn read_timeout(mut self, t: Duration) -> Upstream {
+        self.read_timeout = t;
+        self
+    }
+
+    /// Bytes of an answer read ahead of a slow client.
+    pub fn buffer_bytes(mut self, n: usize) -> Upstream {
+        self.buffer_bytes = n.max(1);
+        self
+    }
+
+    /// The URL it was made from.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The TCP ports it connects to (none for `unix:`): what the sandbox
+    /// lets the process connect to.
+    pub fn tcp_ports(&self) -> Vec<u16> {
+        match &self.addr {
+            Addr::Tcp(addrs) => {
+                let mut ports: Vec<u16> = addrs.iter().map(SocketAddr::port).collect();
+                ports.dedup();
+                ports
+            }
+            Addr::Unix(_) => Vec::new(),
+        }
+    }
+
+    /// The addresses it connects to (TCP), for refusing an upstream that
+    /// is one of the server's own listeners.
+    pub fn socket_addrs(&self) -> &[SocketAddr] {
+        match &self.addr {
+            Addr::Tcp(addrs) => addrs,
+            Addr::Unix(_) => &[],
+        }
+    }
+
+    pub(crate) fn authority(&self) -> &str {
+        &self.authority
+    }
+
+    pub(crate) fn host_header_mode(&self) -> HostHeader {
+        self.host_header
+    }
+
+    /// The upstream request's path for a request's raw (encoded) path, or
+    /// `None` for one refused: `%2F`, `%5C` or `%00` (a slash or NUL the
+    /// route did not see), a dot segment (the route matched the path as
+    /// written; the upstream would resolve it elsewhere), or bytes that
+    /// do not decode to UTF-8. Decoded, then re-encoded canonically.
+    pub(crate) fn upstream_path(&self, raw: &str) -> Option<String> {
+        let bytes = raw.as_bytes();
+        for w in bytes.windows(3) {
+            if w[0] == b'%' {
+                let h = [w[1].to_ascii_uppercase(), w[2].to_ascii_uppercase()];
+                if matches!(&h, b"2F" | b"5C" | b"00") {
+                    return None;
+                }
+            }
+        }
+        let decoded = percent_decode(bytes).decode_utf8().ok()?;
+        if !decoded.starts_with('/') || decoded.split('/').any(|s| s == "." || s == "..") {
+            return None;
+        }
+        let path: std::borrow::Cow<'_, str> = match &self.path {
+            None => decoded,
+            Some(replacement) => {
+                let rest = match decoded.strip_prefix(self.prefix.as_str()) {
+                    Some(rest) => rest,
+                    // `/api` on a route for `/api/`: the prefix without its slash.
+                    None if self.prefix.ends_with('/') && *decoded == self.prefix[..self.prefix.len() - 1] => "",
+                    None => decoded.strip_prefix('/').unwrap_or(&decoded),
+                };
+                let mut p = replacement.clone();
+                if !p.ends_with('/') && !rest.is_empty() && self.prefix.ends_with('/') {
+                    p.push('/');
+                }
+                p.push_str(rest);
+                p.into()
+            }
+        };
+        Some(utf8_percent_encode(&path, PATH).to_string())
+    }
+}
+
+/// `host`, `host:port`, `[v6]`, `[v6]:port` (port 80 by default).
+fn split_host_port(authority: &str) -> Option<(&str, u16)> {
+    if let Some(rest) = authority.strip_prefix('[') {
+        let end = rest.find(']')?;
+        let host = &rest[..end];
+        let port = match &rest[end + 1..] {
+            "" => 80,
+            p => p.strip_prefix(':')?.parse().ok()?,
+        };
+        return Some((host, port));
+    }
+    match authority.rsplit_once(':') {
+        Some((host, port)) if !host.contains(':') => Some((host, port.parse().ok()?)),
+        Some(_) => None,
+        None => Some((authority, 80)),
+    }
+    .filter(|(h, _)| !h.is_empty())
+}

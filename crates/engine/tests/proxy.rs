@@ -1,0 +1,442 @@
+//! The reverse proxy end to end (`peregrine::proxy`): a server whose routes
+//! pass requests to an upstream, here a small HTTP/1.1 server on a thread
+//! that records every request it gets and answers from a script. What the
+//! upstream receives (the rewritten path, the forwarding fields, no
+//! hop-by-hop field) and what the client gets (the answer less the
+//! hop-by-hop fields; 502 for an upstream that breaks framing or is down,
+//! with none of its text) are checked over HTTP/1.1 and HTTP/2.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread;
+
+use common::{status_of, Client, PATIENCE};
+use peregrine::proxy::{Proxy, Upstream};
+use peregrine::{Response, Router, Running, Server};
+
+/// One request as the upstream read it: its head's text and its body.
+#[derive(Debug)]
+struct Seen {
+    head: String,
+    body: Vec<u8>,
+}
+
+impl Seen {
+    fn field(&self, name: &str) -> Option<&str> {
+        self.head.lines().skip(1).find_map(|l| {
+            let (n, v) = l.split_once(':')?;
+            n.eq_ignore_ascii_case(name).then(|| v.trim())
+        })
+    }
+}
+
+/// A scripted upstream: every connection serves requests until the
+/// client closes; the answer depends on the path's last segment.
+struct Up {
+    addr: SocketAddr,
+    seen: Receiver<Seen>,
+    accepted: Arc<AtomicUsize>,
+    /// `/sse`: the second event is sent when the test sends on this.
+    go: Sender<()>,
+}
+
+fn upstream() -> Up {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, seen) = mpsc::channel();
+    let (go, go_rx) = mpsc::channel::<()>();
+    let go_rx = Arc::new(Mutex::new(go_rx));
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let counter = accepted.clone();
+    thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { return };
+            counter.fetch_add(1, Ordering::SeqCst);
+            let tx = tx.clone();
+            let go_rx = go_rx.clone();
+            thread::spawn(move || serve_upstream(stream, tx, go_rx));
+        }
+    });
+    Up {
+        addr,
+        seen,
+        accepted,
+        go,
+    }
+}
+
+fn serve_upstream(stream: TcpStream, tx: Sender<Seen>, go: Arc<Mutex<Receiver<()>>>) {
+    let mut reader = BufReader::new(stream.try_clone().unwrap());
+    let mut out = stream;
+    loop {
+        let mut head = String::new();
+        loop {
+            let mut line = String::new();
+            match reader.read_line(&mut line) {
+                Ok(0) | Err(_) => return,
+                Ok(_) => {}
+            }
+            head.push_str(&line);
+            if line == "\r\n" {
+                break;
+            }
+        }
+        let len: usize = head
+            .lines()
+            .find_map(|l| {
+                l.to_ascii_lowercase()
+                    .strip_prefix("content-length:")
+                    .map(|v| v.trim().parse().unwrap())
+            })
+            .unwrap_or(0);
+        let mut body = vec![0; len];
+        reader.read_exact(&mut body).unwrap();
+        let path = head.split(' ').nth(1).unwrap_or("").to_owned();
+        let last = path.rsplit('/').next().unwrap_or("").to_owned();
+        let _ = tx.send(Seen {
+            head: head.clone(),
+            body: body.clone(),
+        });
+        let answer: Vec<u8> = match last.split('?').next().unwrap() {
+            "hello" => b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-Up: 1\r\nConnection: keep-alive, X-Hop\r\nX-Hop: secret\r\nKeep-Alive: timeout=5\r\nContent-Type: text/plain\r\n\r\nhello".to_vec(),
+            "echo" => {
+                let mut a = format!("HTTP/1.1 201 Created\r\nContent-Length: {}\r\n\r\n", body.len()).into_bytes();
+                a.extend_from_slice(&body);
+                a
+            }
+            "big" => {
+                let mut a = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+                for i in 0..300u32 {
+                    let chunk = vec![b'a' + (i % 26) as u8; 1000];
+                    a.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
+                    a.extend_from_slice(&chunk);
+                    a.extend_from_slice(b"\r\n");
+                }
+                a.extend_from_slice(b"0\r\n\r\n");
+                a
+            }
+            "smuggle" => {
+                b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nupstream-secret-text".to_vec()
+            }
+            "close" => {
+                let _ = out.write_all(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil the close");
+                return;
+            }
+            "sse" => {
+                let _ = out.write_all(
+                    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n9\r\ndata: 1\n\n\r\n",
+                );
+                let _ = out.flush();
+                let _ = go.lock().unwrap().recv_timeout(PATIENCE);
+                b"9\r\ndata: 2\n\n\r\n0\r\n\r\n".to_vec()
+            }
+            _ => b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n".to_vec(),
+        };
+        if out.write_all(&answer).is_err() {
+            return;
+        }
+    }
+}
+
+fn proxy_server(up: &str, prefix: &str) -> Running {
+    let proxy = Proxy::new(Upstream::parse(up).unwrap().prefix(prefix));
+    let pattern = format!("{prefix}*rest");
+    let router = Router::new()
+        .route("GET", &pattern, proxy.clone())
+        .route("HEAD", &pattern, proxy.clone())
+        .route("POST", &pattern, proxy.clone())
+        .get("/local", |_: &peregrine::Request<'_>| Response::text("local"));
+    Server::new()
+        .bind("127.0.0.1:0")
+        .workers(1)
+        .start(router)
+        .expect("server starts")
+}
+
+fn get(addr: SocketAddr, target: &str, extra: &str) -> Vec<u8> {
+    let mut c = Client::connect(addr);
+    c.send(format!("GET {target} HTTP/1.1\r\nHost: site.test\r\n{extra}Connection: close\r\n\r\n").as_bytes());
+    c.read_to_close()
+}
+
+fn text(raw: &[u8]) -> String {
+    String::from_utf8_lossy(raw).into_owned()
+}
+
+#[test]
+fn a_get_reaches_the_upstream_rewritten_and_its_answer_comes_back_without_hop_by_hop_fields() {
+    let up = upstream();
+    let server = proxy_server(&format!("http://{}/v1/", up.addr), "/api/");
+    let raw = get(
+        server.local_addr(),
+        "/api/hello?x=1",
+        "X-Forwarded-For: 6.6.6.6\r\nX-Request-ID: forged\r\nCookie: a=1\r\nTE: trailers\r\nConnection: X-Private\r\nX-Private: no\r\n",
+    );
+    let answer = text(&raw);
+    assert_eq!(status_of(&raw), 200, "{answer}");
+    assert!(answer.ends_with("\r\n\r\nhello"), "{answer}");
+    assert!(answer.contains("X-Up: 1\r\n"), "{answer}");
+    assert!(answer.contains("Content-Type: text/plain\r\n"), "{answer}");
+    for hop in ["X-Hop", "Keep-Alive", "keep-alive, X-Hop"] {
+        assert!(!answer.contains(hop), "{hop} passed on: {answer}");
+    }
+
+    let seen = up.seen.recv_timeout(PATIENCE).expect("the upstream got the request");
+    assert!(seen.head.starts_with("GET /v1/hello?x=1 HTTP/1.1\r\n"), "{}", seen.head);
+    assert_eq!(seen.field("host"), Some("site.test"), "Host preserved: {}", seen.head);
+    // Replaced, never appended: the client is not a trusted proxy.
+    assert_eq!(seen.field("x-forwarded-for"), Some("127.0.0.1"), "{}", seen.head);
+    assert_eq!(seen.field("x-forwarded-proto"), Some("http"));
+    assert_eq!(seen.field("x-forwarded-host"), Some("site.test"));
+    assert_eq!(
+        seen.field("forwarded"),
+        Some("for=127.0.0.1;host=\"site.test\";proto=http")
+    );
+    assert!(
+        seen.field("via").unwrap().starts_with("1.1 peregrine-"),
+        "{}",
+        seen.head
+    );
+    let id = seen.field("x-request-id").unwrap();
+    assert!(id != "forged" && id.len() == 32, "{id}");
+    assert_eq!(seen.field("cookie"), Some("a=1"));
+    for hop in ["te", "connection", "x-private", "keep-alive"] {
+        assert_eq!(seen.field(hop), None, "{hop} reached the upstream: {}", seen.head);
+    }
+}
+
+#[test]
+fn kept_alive_upstream_connections_are_reused() {
+    let up = upstream();
+    let server = proxy_server(&format!("http://{}", up.addr), "/api/");
+    let mut c = Client::connect(server.local_addr());
+    for _ in 0..5 {
+        c.send(b"GET /api/hello HTTP/1.1\r\nHost: t\r\n\r\n");
+        let r = c.response();
+        let (status, body) = (r.status, r.body);
+        assert_eq!((status, body.as_slice()), (200, &b"hello"[..]));
+    }
+    // Without a rewriting path the request's path goes unchanged.
+    let seen = up.seen.recv_timeout(PATIENCE).unwrap();
+    assert!(seen.head.starts_with("GET /api/hello HTTP/1.1\r\n"), "{}", seen.head);
+    assert_eq!(
+        up.accepted.load(Ordering::SeqCst),
+        1,
+        "one upstream connection for five requests"
+    );
+}
+
+#[test]
+fn a_post_body_is_forwarded_with_its_length_and_the_answer_relayed() {
+    let up = upstream();
+    let server = proxy_server(&format!("http://{}", up.addr), "/api/");
+    let mut c = Client::connect(server.local_addr());
+    c.send(b"POST /api/echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n");
+    let r = c.response();
+    let (status, body) = (r.status, r.body);
+    assert_eq!((status, body.as_slice()), (201, &b"hello world"[..]));
+    let seen = up.seen.recv_timeout(PATIENCE).unwrap();
+    assert_eq!(seen.field("content-length"), Some("11"), "{}", seen.head);
+    assert_eq!(seen.field("transfer-encoding"), None, "{}", seen.head);
+    assert_eq!(seen.body, b"hello world");
+}
+
+#[test]
+fn a_long_chunked_answer_streams_through_whole() {
+    let up = upstream();
+    let server = proxy_server(&format!("http://{}", up.addr), "/api/");
+    let mut c = Client::connect(server.local_addr());
+    c.send(b"GET /api/big HTTP/1.1\r\nHost: t\r\n\r\n");
+    let r = c.response();
+    let (status, body) = (r.status, r.body);
+    assert_eq!(status, 200);
+    assert_eq!(body.len(), 300_000);
+    assert!(body
+        .chunks(1000)
+        .enumerate()
+        .all(|(i, c)| c.iter().all(|&b| b == b'a' + (i % 26) as u8)));
+    // The connection goes on.
+    c.send(b"GET /local HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(c.response().status, 200);
+}
+
+#[test]
+fn a_close_delimited_answer_ends_at_the_upstreams_close() {
+    let up = upstream();
+    let server = proxy_server(&format!("http://{}", up.addr), "/api/");
+    let mut c = Client::connect(server.local_addr());
+    c.send(b"GET /api/close HTTP/1.1\r\nHost: t\r\n\r\n");
+    let r = c.response();
+    let (status, body) = (r.status, r.body);
+    assert_eq!((status, body.as_slice()), (200, &b"until the close"[..]));
+}
+
+#[test]
+fn server_sent_events_pass_through_unbuffered() {
+    let up = upstream();
+    let server = proxy_server(&format!("http://{}", up.addr), "/api/");
+    let mut s = TcpStream::connect(server.local_addr()).unwrap();
+    s.set_read_timeout(Some(PATIENCE)).unwrap();
+    s.write_all(b"GET /api/sse HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    let mut got = Vec::new();
+    // Event 1 arrives while the upstream holds event 2 back: a buffering
+    // proxy would wait for the end and deadlock here.
+    while !text(&got).contains("data: 1") {
+        let mut b = [0; 4096];
+        let n = s.read(&mut b).expect("event 1 within PATIENCE");
+        assert!(n > 0, "closed early: {}", text(&got));
+        got.extend_from_slice(&b[..n]);
+    }
+    up.go.send(()).unwrap();
+    while !text(&got).contains("data: 2") {
+        let mut b = [0; 4096];
+        let n = s.read(&mut b).expect("event 2 within PATIENCE");
+        assert!(n > 0, "closed early: {}", text(&got));
+        got.extend_from_slice(&b[..n]);
+    }
+}
+
+#[test]
+fn an_answer_with_ambiguous_framing_is_a_502_without_upstream_text() {
+    let up = upstream();
+    let server = proxy_server(&format!("http://{}", up.addr), "/api/");
+    let raw = get(server.local_addr(), "/api/smuggle", "");
+    assert_eq!(status_of(&raw), 502, "{}", text(&raw));
+    assert!(!text(&raw).contains("upstream-secret"), "{}", text(&raw));
+    assert!(!text(&raw).contains(&up.addr.to_string()), "{}", text(&raw));
+}
+
+#[test]
+fn an_upstream_that_is_down_is_a_502() {
+    // A port nothing listens on: bound, then closed.
+    let addr = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let server = proxy_server(&format!("http://{addr}"), "/api/");
+    let raw = get(server.local_addr(), "/api/hello", "");
+    assert_eq!(status_of(&raw), 502, "{}", text(&raw));
+    assert!(!text(&raw).contains(&addr.port().to_string()), "{}", text(&raw));
+}
+
+#[test]
+fn encoded_slashes_and_dot_segments_are_refused_and_a_loop_is_a_508() {
+    let up = upstream();
+    let server = proxy_server(&format!("http://{}", up.addr), "/api/");
+    for target in ["/api/a%2Fb", "/api/a%5cb", "/api/a%00b"] {
+        assert_eq!(status_of(&get(server.local_addr(), target, "")), 400, "{target}");
+    }
+    // Our own Via token coming back is a loop.
+    let first = get(server.local_addr(), "/api/hello", "");
+    assert_eq!(status_of(&first), 200);
+    let via = up.seen.recv_timeout(PATIENCE).unwrap().field("via").unwrap().to_owned();
+    let looped = get(server.local_addr(), "/api/hello", &format!("Via: {via}\r\n"));
+    assert_eq!(status_of(&looped), 508, "{}", text(&looped));
+    // Another proxy's Via is not a loop, and is kept before ours.
+    assert_eq!(
+        status_of(&get(server.local_addr(), "/api/hello", "Via: 1.1 other\r\n")),
+        200
+    );
+    let seen = up.seen.recv_timeout(PATIENCE).unwrap();
+    assert!(
+        seen.field("via").unwrap().starts_with("1.1 other, 1.1 peregrine-"),
+        "{}",
+        seen.head
+    );
+}
+
+#[test]
+fn http2_clients_get_the_answer_without_connection_specific_fields() {
+    if std::process::Command::new("curl").arg("--version").output().is_err() {
+        eprintln!("skipped: no curl");
+        return;
+    }
+    let up = upstream();
+    let server = proxy_server(&format!("http://{}", up.addr), "/api/");
+    let out = std::process::Command::new("curl")
+        .args([
+            "-s",
+            "-i",
+            "--http2-prior-knowledge",
+            "-H",
+            "Cookie: a=1",
+            "-H",
+            "Cookie: b=2",
+        ])
+        .arg(format!("http://{}/api/hello", server.local_addr()))
+        .output()
+        .unwrap();
+    let answer = text(&out.stdout);
+    assert!(answer.starts_with("HTTP/2 200"), "{answer}");
+    assert!(answer.ends_with("hello"), "{answer}");
+    for hop in ["connection", "keep-alive", "x-hop"] {
+        assert!(
+            !answer.to_ascii_lowercase().contains(&format!("\n{hop}:")),
+            "{hop}: {answer}"
+        );
+    }
+    let seen = up.seen.recv_timeout(PATIENCE).unwrap();
+    assert!(seen.field("via").unwrap().starts_with("2 peregrine-"), "{}", seen.head);
+    assert_eq!(seen.field("cookie"), Some("a=1; b=2"), "{}", seen.head);
+}
+
+/// An upstream that writes `total` bytes of body as fast as the socket
+/// takes them, and reports how many it has written so far.
+fn firehose(total: usize) -> (SocketAddr, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let written = Arc::new(AtomicUsize::new(0));
+    let progress = written.clone();
+    thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut head = [0; 4096];
+        let _ = s.read(&mut head);
+        s.write_all(format!("HTTP/1.1 200 OK\r\nContent-Length: {total}\r\n\r\n").as_bytes())
+            .unwrap();
+        let block = vec![b'x'; 64 * 1024];
+        let mut left = total;
+        while left > 0 {
+            let n = left.min(block.len());
+            if s.write_all(&block[..n]).is_err() {
+                return;
+            }
+            left -= n;
+            progress.fetch_add(n, Ordering::SeqCst);
+        }
+    });
+    (addr, written)
+}
+
+#[test]
+fn a_client_that_does_not_read_holds_the_upstream_back_and_then_gets_every_byte() {
+    const TOTAL: usize = 256 * 1024 * 1024;
+    let (up, written) = firehose(TOTAL);
+    let server = proxy_server(&format!("http://{up}"), "/api/");
+    let mut s = TcpStream::connect(server.local_addr()).unwrap();
+    s.set_read_timeout(Some(PATIENCE)).unwrap();
+    s.write_all(b"GET /api/big HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    // The client reads nothing: the upstream gets as far as the sockets'
+    // buffers and the proxy's 1 MiB channel let it, then stops.
+    let mut last = usize::MAX;
+    loop {
+        thread::sleep(std::time::Duration::from_millis(200));
+        let now = written.load(Ordering::SeqCst);
+        if now == last {
+            break;
+        }
+        last = now;
+    }
+    assert!(
+        last < 64 * 1024 * 1024,
+        "the upstream wrote {last} bytes to a client that read none: the proxy buffers without bound"
+    );
+    // Then every byte arrives, and the answer ends where it says.
+    eprintln!("the upstream stalled after {last} bytes");
+    let r = Client::over(s).response();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body.len(), TOTAL);
+    assert!(r.body.iter().all(|&b| b == b'x'));
+    assert!(written.load(Ordering::SeqCst) == TOTAL);
+}
