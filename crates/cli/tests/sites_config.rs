@@ -364,7 +364,7 @@ fn refusals_name_the_file_line_and_key() {
                 "{f}:4: workers: process-wide: every site shares it, so it is set at the top level, not in a [[site]]"
             ),
             &format!("{f}:5: forward-auth: not supported yet (issue 27 brings it); refused rather than ignored"),
-            &format!("{f}:9: handler: \"proxy\" is not supported yet (issue 26 brings it)"),
+            &format!("{f}:9: handler: a proxy needs `proxy`: the upstream's URL"),
         ],
     );
     // A name a flag's site and a table both claim.

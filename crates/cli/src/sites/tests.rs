@@ -432,7 +432,7 @@ fn routes_refuse_what_is_not_theirs_at_its_line() {
          path = \"/h\"\n\
          headers = { Content-Length = \"5\", \"Bad Name\" = \"x\" }\n\
          cors = true\n\
-         proxy = \"http://127.0.0.1:3000\"\n\
+         proxy = \"ftp://127.0.0.1:3000\"\n\
          access-log = \"x.log\"\n\
          workers = 2\n\
          [[site.route]]\n\
@@ -458,10 +458,12 @@ fn routes_refuse_what_is_not_theirs_at_its_line() {
             &format!("{f}:13: headers: header field Content-Length is written by the engine"),
             &format!("{f}:13: headers: invalid header field name \"Bad Name\""),
             &format!("{f}:14: cors: expected a table, e.g. cors = {{ origins = "),
-            &format!("{f}:15: proxy: not supported yet (issue 26 brings it)"),
+            &format!(
+                "{f}:15: proxy: upstream \"ftp://127.0.0.1:3000\": expected http://HOST[:PORT][/PATH] or unix:PATH"
+            ),
             &format!("{f}:16: access-log: a site's setting, not a route's"),
             &format!("{f}:17: workers: process-wide"),
-            &format!("{f}:20: handler: \"proxy\" is not supported yet (issue 26 brings it)"),
+            &format!("{f}:20: handler: a proxy needs `proxy`: the upstream's URL"),
             &format!(
                 "{f}:24: root: handler \"files\" serves a directory, and {}/c.prg is an archive",
                 dir.display()
