@@ -509,17 +509,26 @@ fn retry_after(response: Response, wait: Duration) -> Response {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::AtomicUsize;
+    use std::cell::Cell;
 
     use super::*;
 
-    static CHECKS: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        /// Checks made on this thread: the tests call `verify` on their
+        /// own thread, and run in parallel (one counter for the process
+        /// counted the other tests' checks too).
+        static CHECKS: Cell<usize> = const { Cell::new(0) };
+    }
 
     /// A checker that counts, and takes "right" for the right password
     /// whatever the hash (no bcrypt in these tests).
     fn counting(_hash: &Hash, password: &[u8]) -> bool {
-        CHECKS.fetch_add(1, Ordering::SeqCst);
+        CHECKS.with(|n| n.set(n.get() + 1));
         password == b"right"
+    }
+
+    fn checks() -> usize {
+        CHECKS.with(Cell::get)
     }
 
     fn users() -> Arc<Users> {
@@ -541,12 +550,12 @@ mod tests {
         let key = s.key_of(hash, "alice", b"right");
         let t0 = Instant::now();
         assert!(!s.proven(&key, t0));
-        let before = CHECKS.load(Ordering::SeqCst);
+        let before = checks();
         assert!(s.verify(&users, "alice", b"right", key, 1));
-        assert_eq!(CHECKS.load(Ordering::SeqCst), before + 1);
+        assert_eq!(checks(), before + 1);
         // The loop's look: a hit, and the checker is not called.
         assert!(s.proven(&key, Instant::now()));
-        assert_eq!(CHECKS.load(Ordering::SeqCst), before + 1);
+        assert_eq!(checks(), before + 1);
         assert!(!s.proven(&s.key_of(hash, "alice", b"wrong"), Instant::now()));
         assert!(!s.proven(&s.key_of(hash, "bob", b"right"), Instant::now()));
         assert!(!s.proven(&key, Instant::now() + CACHE_TTL + Duration::from_secs(1)));
@@ -564,10 +573,10 @@ mod tests {
     #[test]
     fn unknown_users_pay_a_check_and_fail() {
         let v = Verifier::with_checker(counting);
-        let before = CHECKS.load(Ordering::SeqCst);
+        let before = checks();
         assert!(!v.shared.verify(&users(), "mallory", b"right", [0; 32], 7));
         assert!(!v.shared.verify(&users(), "alice", b"wrong", [1; 32], 7));
-        assert_eq!(CHECKS.load(Ordering::SeqCst), before + 2);
+        assert_eq!(checks(), before + 2);
     }
 
     /// Ten failures at once, then the client is barred (429) with a wait,
