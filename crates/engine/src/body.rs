@@ -109,10 +109,11 @@ struct Chunked<E> {
     waiting: bool,
     /// Where the wake goes: the worker's mailbox and the connection's token.
     wake: Option<(Arc<Mailbox>, usize)>,
-    /// A producer on the event loop (the proxy's upstream connection)
-    /// found no room and waits: woken when half the room is free again,
-    /// or when the consumer is gone.
-    producer: Option<(Arc<Mailbox>, usize)>,
+    /// A party on an event loop other than the connection waits (the
+    /// proxy's upstream connection): in a response channel the producer,
+    /// for room (woken when half is free again, or the consumer is gone);
+    /// in a request pipe the reader, for bytes or the end.
+    loop_waiter: Option<(Arc<Mailbox>, usize)>,
 }
 
 impl<E> Queue<E> {
@@ -125,7 +126,7 @@ impl<E> Queue<E> {
                 gone: false,
                 waiting: false,
                 wake: None,
-                producer: None,
+                loop_waiter: None,
             }),
             signal: Condvar::new(),
             capacity,
@@ -269,7 +270,7 @@ impl Sender {
             return Err(TrySendError::Closed(chunk));
         }
         if !fits(&state, shared.queue.capacity, chunk.len()) {
-            state.producer = Some((mailbox.clone(), token));
+            state.loop_waiter = Some((mailbox.clone(), token));
             return Err(TrySendError::Full(chunk));
         }
         let wake = push(shared, &mut state, chunk);
@@ -364,7 +365,7 @@ impl ChannelBody {
         let mut state = shared.lock();
         if let Some(chunk) = state.pop() {
             let producer = if state.bytes <= shared.queue.capacity / 2 {
-                state.producer.take()
+                state.loop_waiter.take()
             } else {
                 None
             };
@@ -391,7 +392,7 @@ impl Drop for ChannelBody {
         state.gone = true;
         state.clear();
         state.wake = None;
-        let producer = state.producer.take();
+        let producer = state.loop_waiter.take();
         drop(state);
         self.shared.queue.signal.notify_all();
         post(producer);
@@ -598,8 +599,10 @@ impl BodySink {
             return;
         }
         state.push(data.to_vec());
+        let reader = state.loop_waiter.take();
         drop(state);
         shared.signal.notify_one();
+        post(reader);
     }
 
     /// The body is complete: the reader gets the end after what is queued.
@@ -622,8 +625,10 @@ impl BodySink {
             }
         }
         state.wake = None;
+        let reader = state.loop_waiter.take();
         drop(state);
         shared.signal.notify_all();
+        post(reader);
     }
 }
 
@@ -672,6 +677,49 @@ impl Read for BodyReader {
         buf[..n].copy_from_slice(&self.chunk[self.pos..self.pos + n]);
         self.pos += n;
         Ok(n)
+    }
+}
+
+/// What [`BodyReader::try_take`] found.
+pub(crate) enum Take {
+    Chunk(Vec<u8>),
+    /// Nothing now: the mailbox gets the token when something comes.
+    Pending,
+    End,
+    Failed,
+}
+
+impl BodyReader {
+    /// The next bytes without blocking, for a reader on an event loop
+    /// (the proxy's upstream connection): `Pending` posts `token` to
+    /// `mailbox` when bytes or the end arrive.
+    pub(crate) fn try_take(&mut self, mailbox: &Arc<Mailbox>, token: usize) -> Take {
+        if self.pos < self.chunk.len() {
+            let mut rest = std::mem::take(&mut self.chunk);
+            rest.drain(..self.pos);
+            self.pos = 0;
+            return Take::Chunk(rest);
+        }
+        let shared = &*self.shared;
+        let mut state = shared.lock();
+        if let Some(chunk) = state.pop() {
+            let wake = if state.bytes <= shared.capacity / 2 {
+                state.take_wake()
+            } else {
+                None
+            };
+            drop(state);
+            post(wake);
+            return Take::Chunk(chunk);
+        }
+        match state.end {
+            PipeEnd::Open => {
+                state.loop_waiter = Some((mailbox.clone(), token));
+                Take::Pending
+            }
+            PipeEnd::Complete => Take::End,
+            PipeEnd::Failed(..) => Take::Failed,
+        }
     }
 }
 

@@ -73,6 +73,8 @@ fn upstream() -> Up {
 fn serve_upstream(stream: TcpStream, tx: Sender<Seen>, go: Arc<Mutex<Receiver<()>>>) {
     let mut reader = BufReader::new(stream.try_clone().unwrap());
     let mut out = stream;
+    // Requests this connection has read before the current one.
+    let mut seen_here = 0usize;
     loop {
         let mut head = String::new();
         loop {
@@ -94,9 +96,25 @@ fn serve_upstream(stream: TcpStream, tx: Sender<Seen>, go: Arc<Mutex<Receiver<()
                     .map(|v| v.trim().parse().unwrap())
             })
             .unwrap_or(0);
+        let chunked = head.to_ascii_lowercase().contains("transfer-encoding: chunked");
         let mut body = vec![0; len];
         reader.read_exact(&mut body).unwrap();
+        if chunked {
+            loop {
+                let mut size = String::new();
+                reader.read_line(&mut size).unwrap();
+                let n = usize::from_str_radix(size.trim(), 16).unwrap();
+                let mut chunk = vec![0; n + 2];
+                reader.read_exact(&mut chunk).unwrap();
+                if n == 0 {
+                    break;
+                }
+                body.extend_from_slice(&chunk[..n]);
+            }
+        }
         let path = head.split(' ').nth(1).unwrap_or("").to_owned();
+        seen_here += 1;
+        let seen_here = seen_here - 1;
         let last = path.rsplit('/').next().unwrap_or("").to_owned();
         let _ = tx.send(Seen {
             head: head.clone(),
@@ -104,6 +122,8 @@ fn serve_upstream(stream: TcpStream, tx: Sender<Seen>, go: Arc<Mutex<Receiver<()
         });
         let answer: Vec<u8> = match last.split('?').next().unwrap() {
             "hello" => b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-Up: 1\r\nConnection: keep-alive, X-Hop\r\nX-Hop: secret\r\nKeep-Alive: timeout=5\r\nContent-Type: text/plain\r\n\r\nhello".to_vec(),
+            "once" if seen_here > 0 => return, // closes without answering
+            "once" => b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nonce".to_vec(),
             "echo" => {
                 let mut a = format!("HTTP/1.1 201 Created\r\nContent-Length: {}\r\n\r\n", body.len()).into_bytes();
                 a.extend_from_slice(&body);
@@ -151,9 +171,14 @@ fn proxy_server(up: &str, prefix: &str) -> Running {
         .route("HEAD", &pattern, proxy.clone())
         .route("POST", &pattern, proxy.clone())
         .get("/local", |_: &peregrine::Request<'_>| Response::text("local"));
+    let limits = peregrine::Limits {
+        body_bytes_max: 16 * 1024 * 1024,
+        ..peregrine::Limits::default()
+    };
     Server::new()
         .bind("127.0.0.1:0")
         .workers(1)
+        .limits(limits)
         .start(router)
         .expect("server starts")
 }
@@ -236,13 +261,21 @@ fn a_post_body_is_forwarded_with_its_length_and_the_answer_relayed() {
     let up = upstream();
     let server = proxy_server(&format!("http://{}", up.addr), "/api/");
     let mut c = Client::connect(server.local_addr());
-    c.send(b"POST /api/echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n");
+    c.send(b"POST /api/echo HTTP/1.1\r\nHost: t\r\nContent-Length: 11\r\n\r\nhello world");
     let r = c.response();
-    let (status, body) = (r.status, r.body);
-    assert_eq!((status, body.as_slice()), (201, &b"hello world"[..]));
+    assert_eq!((r.status, r.body.as_slice()), (201, &b"hello world"[..]));
     let seen = up.seen.recv_timeout(PATIENCE).unwrap();
     assert_eq!(seen.field("content-length"), Some("11"), "{}", seen.head);
     assert_eq!(seen.field("transfer-encoding"), None, "{}", seen.head);
+    assert_eq!(seen.body, b"hello world");
+    c.send(b"POST /api/echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n");
+    let r = c.response();
+    let (status, body) = (r.status, r.body);
+    let seen = up.seen.recv_timeout(PATIENCE).unwrap();
+    assert_eq!((status, body.as_slice()), (201, &b"hello world"[..]));
+    // A body of unknown length streams, chunked (a short one would fit in
+    // the whole-body buffer, but its length is known only at its end).
+    assert_eq!(seen.field("transfer-encoding"), Some("chunked"), "{}", seen.head);
     assert_eq!(seen.body, b"hello world");
 }
 
@@ -439,4 +472,62 @@ fn a_client_that_does_not_read_holds_the_upstream_back_and_then_gets_every_byte(
     assert_eq!(r.body.len(), TOTAL);
     assert!(r.body.iter().all(|&b| b == b'x'));
     assert!(written.load(Ordering::SeqCst) == TOTAL);
+}
+
+#[test]
+fn a_long_upload_streams_to_the_upstream_with_its_length_and_one_of_unknown_length_goes_chunked() {
+    let up = upstream();
+    let server = proxy_server(&format!("http://{}", up.addr), "/api/");
+    let body: Vec<u8> = (0..3 * 1024 * 1024u32).map(|i| (i % 251) as u8).collect();
+    let mut c = Client::connect(server.local_addr());
+    let mut req = format!(
+        "POST /api/echo HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    req.extend_from_slice(&body);
+    c.send(&req);
+    let r = c.response();
+    assert_eq!(r.status, 201);
+    assert!(r.body == body, "the echo differs");
+    let seen = up.seen.recv_timeout(PATIENCE).unwrap();
+    assert_eq!(seen.field("content-length"), Some("3145728"), "{}", seen.head);
+    assert!(seen.body == body);
+
+    // Unknown length (chunked from the client): chunked to the upstream.
+    let mut req = b"POST /api/echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+    for part in body.chunks(100_000) {
+        req.extend_from_slice(format!("{:x}\r\n", part.len()).as_bytes());
+        req.extend_from_slice(part);
+        req.extend_from_slice(b"\r\n");
+    }
+    req.extend_from_slice(b"0\r\n\r\n");
+    c.send(&req);
+    let r = c.response();
+    assert_eq!(r.status, 201);
+    assert!(r.body == body, "the echo differs");
+    let seen = up.seen.recv_timeout(PATIENCE).unwrap();
+    assert_eq!(seen.field("transfer-encoding"), Some("chunked"), "{}", seen.head);
+    assert!(seen.body == body);
+}
+
+#[test]
+fn a_get_whose_kept_alive_connection_died_is_sent_again_and_a_post_is_not() {
+    let up = upstream();
+    let server = proxy_server(&format!("http://{}", up.addr), "/api/");
+    let mut c = Client::connect(server.local_addr());
+    // The first request opens the upstream connection and is answered;
+    // the second goes on it, and the upstream closes without answering.
+    for _ in 0..2 {
+        c.send(b"GET /api/once HTTP/1.1\r\nHost: t\r\n\r\n");
+        let r = c.response();
+        assert_eq!((r.status, r.text().as_str()), (200, "once"));
+    }
+    // GET: sent again on a fresh connection, which answers it.
+    assert_eq!(up.accepted.load(Ordering::SeqCst), 2);
+    // A POST on a reused connection that dies is never replayed.
+    c.send(b"POST /api/once HTTP/1.1\r\nHost: t\r\nContent-Length: 1\r\n\r\nx");
+    let r = c.response();
+    assert_eq!(r.status, 502);
+    assert_eq!(up.accepted.load(Ordering::SeqCst), 2, "the POST was sent again");
 }

@@ -48,7 +48,7 @@ use std::cell::RefCell;
 use std::sync::{Arc, OnceLock};
 
 use crate::codec::head::Framing;
-use crate::handler::{Handler, Reply};
+use crate::handler::{BodyUse, Handler, Reply};
 use crate::request::Request;
 use crate::responder::Responder;
 use crate::response::Response;
@@ -82,8 +82,18 @@ pub(crate) struct Job {
     pub(crate) idempotent: bool,
     /// Sent again once already.
     pub(crate) retried: bool,
+    /// A body read as it arrives (longer than `WHOLE_REQUEST_MAX`, or of
+    /// unknown length), written after `bytes`; `chunked` when its length
+    /// is unknown.
+    pub(crate) body: Option<crate::body::BodyReader>,
+    pub(crate) chunked: bool,
     pub(crate) responder: Responder,
 }
+
+/// A request body up to this long is read whole before the upstream is
+/// chosen, so that a retry can send it again and a slow client holds no
+/// upstream connection; a longer one (or one of unknown length) streams.
+pub const WHOLE_REQUEST_MAX: u64 = 64 * 1024;
 
 /// The worker's queue of jobs the handlers left in this turn.
 pub(crate) type Outbox = RefCell<Vec<Job>>;
@@ -179,13 +189,22 @@ const REPLACED: &[&str] = &[
 
 impl Handler for Proxy {
     fn call(&self, req: &Request<'_>) -> Reply {
-        match build(&self.up, req) {
+        let Some(outbox) = req.outbox() else {
+            // Outside a running server (a test calling the handler):
+            // nothing can carry the request.
+            return Response::error(502).into();
+        };
+        let reader = req.body_reader();
+        let length = req.header("content-length").and_then(|v| v.trim().parse::<u64>().ok());
+        let framing = match (&reader, length) {
+            (None, _) if req.body().is_empty() => Framing::Empty,
+            (None, _) => Framing::Length(req.body().len() as u64),
+            (Some(_), Some(0)) => Framing::Empty,
+            (Some(_), Some(n)) => Framing::Length(n),
+            (Some(_), None) => Framing::Chunked,
+        };
+        match build(&self.up, req, framing) {
             Ok(bytes) => {
-                let Some(outbox) = req.outbox() else {
-                    // Outside a running server (a test calling the
-                    // handler): nothing can carry the request.
-                    return Response::error(502).into();
-                };
                 let responder = req.defer();
                 outbox.borrow_mut().push(Job {
                     up: self.up.clone(),
@@ -193,6 +212,8 @@ impl Handler for Proxy {
                     head_method: req.method() == "HEAD",
                     idempotent: is_idempotent(req.method()),
                     retried: false,
+                    chunked: framing == Framing::Chunked,
+                    body: reader,
                     responder,
                 });
                 Reply::Later
@@ -200,10 +221,19 @@ impl Handler for Proxy {
             Err(status) => Response::error(status).into(),
         }
     }
+
+    /// A body up to [`WHOLE_REQUEST_MAX`] is read whole; a longer one, or
+    /// one of unknown length, streams to the upstream as it arrives.
+    fn body_use(&self, req: &Request<'_>) -> BodyUse {
+        match req.header("content-length").and_then(|v| v.trim().parse::<u64>().ok()) {
+            Some(n) if n <= WHOLE_REQUEST_MAX => BodyUse::Buffer,
+            _ => BodyUse::Stream,
+        }
+    }
 }
 
 /// The upstream request's bytes, or the status that refuses it.
-fn build(up: &Upstream, req: &Request<'_>) -> Result<Vec<u8>, u16> {
+fn build(up: &Upstream, req: &Request<'_>, framing: Framing) -> Result<Vec<u8>, u16> {
     let own = via_token();
     for value in req.headers().filter(|(n, _)| n.eq_ignore_ascii_case("via")) {
         if contains_token(value.1, own.as_bytes()) {
@@ -319,11 +349,6 @@ fn build(up: &Upstream, req: &Request<'_>) -> Result<Vec<u8>, u16> {
     }
 
     let body = req.body();
-    let framing = if body.is_empty() {
-        Framing::Empty
-    } else {
-        Framing::Length(body.len() as u64)
-    };
     let mut fields: Vec<(&[u8], Cow<'_, [u8]>)> = req
         .headers()
         .filter(|(n, _)| !n.starts_with(':') && !REPLACED.iter().any(|r| r.eq_ignore_ascii_case(n)))

@@ -16,7 +16,7 @@ use slab::Slab;
 
 use super::upstream::Addr;
 use super::{Job, Upstream};
-use crate::body::{self, Sender, TrySendError};
+use crate::body::{self, BodyReader, Sender, Take, TrySendError};
 use crate::codec::client::{parse_response_head, ParsedResponse, ResponseBodyDecoder, ResponseFraming, ResponseHead};
 use crate::conn::Ctx;
 use crate::response::{HeaderBlock, Response, SharedBytes};
@@ -101,6 +101,12 @@ struct UpConn {
     /// The method was HEAD (its answer has no body).
     head_method: bool,
     keep_alive: bool,
+    /// The request's body as it arrives, and whether it goes chunked.
+    body: Option<BodyReader>,
+    chunked: bool,
+    /// A byte of a streamed body was taken: the request cannot be sent
+    /// again.
+    streamed: bool,
     tx: Option<Sender>,
     decoder: Option<ResponseBodyDecoder>,
     /// A chunk the client's channel had no room for.
@@ -255,6 +261,9 @@ impl Upstreams {
             answered: false,
             head_method: false,
             keep_alive: false,
+            body: None,
+            chunked: false,
+            streamed: false,
             tx: None,
             decoder: None,
             pending: None,
@@ -374,7 +383,13 @@ impl Upstreams {
             Outcome::Close => self.close(ctx, timers, key),
             Outcome::Failed { status, why, retry } => {
                 let c = &mut self.conns[key];
-                let job = c.job.take();
+                let mut job = c.job.take();
+                if let Some(job) = job.as_mut() {
+                    // A retry sends the same bytes (kept until the answer
+                    // began) and the body not yet taken.
+                    job.bytes = std::mem::take(&mut c.out);
+                    job.body = c.body.take();
+                }
                 let url = self.pools.get(&c.up).map_or("", |p| p.up.url()).to_owned();
                 self.close(ctx, timers, key);
                 if let Some(mut job) = job {
@@ -418,6 +433,9 @@ impl Upstreams {
 impl UpConn {
     fn take(&mut self, mut job: Job) {
         self.out = std::mem::take(&mut job.bytes);
+        self.body = job.body.take();
+        self.chunked = job.chunked;
+        self.streamed = false;
         self.written = 0;
         self.buf.clear();
         self.got = false;
@@ -435,7 +453,7 @@ impl UpConn {
     /// cannot repeat an effect.
     fn failed(&self, status: u16, why: String) -> Outcome {
         let idempotent = self.job.as_ref().is_some_and(|j| j.idempotent);
-        let retry = self.reused && !self.got && (self.written == 0 || idempotent);
+        let retry = self.reused && !self.got && !self.streamed && (self.written == 0 || idempotent);
         Outcome::Failed { status, why, retry }
     }
 
@@ -460,7 +478,47 @@ impl UpConn {
                             Err(e) => return self.failed(502, format!("write: {e}")),
                         }
                     }
-                    self.out = Vec::new();
+                    // The head (and a body read whole) is out; a streamed
+                    // body follows as it arrives.
+                    if let Some(reader) = self.body.as_mut() {
+                        match reader.try_take(ctx.mailbox, Source::Upstream(key).token()) {
+                            Take::Chunk(chunk) => {
+                                self.streamed = true;
+                                self.out.clear();
+                                if self.chunked {
+                                    crate::codec::write::write_chunk_start(&mut self.out, chunk.len());
+                                    self.out.extend_from_slice(&chunk);
+                                    self.out.extend_from_slice(b"\r\n");
+                                } else {
+                                    self.out = chunk;
+                                }
+                                self.written = 0;
+                                continue;
+                            }
+                            Take::Pending => {
+                                // The client's body timeout bounds the wait.
+                                self.deadline = None;
+                                return Outcome::Wait;
+                            }
+                            Take::End => {
+                                self.body = None;
+                                if self.chunked {
+                                    self.out.clear();
+                                    self.out.extend_from_slice(b"0\r\n\r\n");
+                                    self.written = 0;
+                                    continue;
+                                }
+                            }
+                            Take::Failed => {
+                                self.body = None;
+                                return Outcome::Failed {
+                                    status: 400,
+                                    why: "the request body was cut short".into(),
+                                    retry: false,
+                                };
+                            }
+                        }
+                    }
                     self.state = State::Head;
                     self.deadline = Some(ctx.now + read_timeout);
                 }
@@ -657,6 +715,7 @@ impl UpConn {
             self.buf.drain(..head_len);
             self.keep_alive = keep_alive;
             let job = self.job.take().expect("a connection reading a head has a job");
+            self.out = Vec::new();
             self.answered = true;
             let whole = match framing {
                 ResponseFraming::Empty => Some(0),
