@@ -83,6 +83,16 @@ impl Responder {
     }
 }
 
+impl Responder {
+    /// The connection token and request id the answer is for, the
+    /// responder disarmed: for an answer made on the worker that owns the
+    /// connection (the proxy's), handed over without the mailbox.
+    pub(crate) fn into_parts(mut self) -> (usize, u64) {
+        self.mailbox = None;
+        (self.token, self.id)
+    }
+}
+
 impl Drop for Responder {
     fn drop(&mut self) {
         if let Some(mailbox) = self.mailbox.take() {

@@ -170,9 +170,10 @@ impl Worker {
             hosted.on_events(&mut ctx, &events, timer.as_ref(), &mailbox);
             hosted.give_turns(&mut ctx);
             hosted.run_timers(&mut ctx);
-            // Requests the handlers left for upstreams this turn: written
-            // now, before the loop sleeps.
-            hosted.upstreams.submit_all(&mut ctx, &mut hosted.timers);
+            // Requests the handlers left for upstreams this turn, written
+            // now, and the answers upstreams gave, handed over now: before
+            // the loop sleeps.
+            hosted.run_upstreams(&mut ctx);
             if now >= next_housekeeping {
                 next_housekeeping = now + limits.sweep_interval;
                 hosted.accept_again(&ctx);
@@ -375,15 +376,15 @@ impl Hosted {
                     continue;
                 }
             };
+            if let Post::Answer(a) = post {
+                self.deliver(ctx, a.token, a.id, a.response);
+                continue;
+            }
             match Source::of(token) {
                 Source::Quic { .. } => {
                     for endpoint in self.quic.iter_mut() {
                         if let Some(ch) = endpoint.conn_of_token(token) {
-                            match post {
-                                Post::Answer(a) => endpoint.on_answer(ctx, ch, a.id, a.response),
-                                Post::Wake { .. } => endpoint.on_wake(ctx, ch),
-                                Post::Publish(_) => {}
-                            }
+                            endpoint.on_wake(ctx, ch);
                             break;
                         }
                     }
@@ -392,11 +393,7 @@ impl Hosted {
                 // answer carries its id, and a spurious wake is harmless.
                 Source::Conn(t) => {
                     if let Some(conn) = self.conns.get_mut(t) {
-                        let next = match post {
-                            Post::Answer(a) => conn.on_answer(ctx, a.id, a.response),
-                            Post::Wake { .. } => conn.on_wake(ctx),
-                            Post::Publish(_) => Next::Keep,
-                        };
+                        let next = conn.on_wake(ctx);
                         self.settle(ctx, t, next);
                     }
                 }
@@ -409,6 +406,49 @@ impl Hosted {
         for (i, endpoint) in self.quic.iter_mut().enumerate() {
             if endpoint.on_inbox(ctx) && !self.quic_ready.contains(&i) {
                 self.quic_ready.push(i);
+            }
+        }
+    }
+
+    /// Hands a deferred answer to its connection (a token closed and
+    /// reused since gets nothing: the answer carries its request's id).
+    fn deliver(&mut self, ctx: &mut Ctx<'_>, token: usize, id: u64, response: crate::Response) {
+        match Source::of(token) {
+            Source::Quic { .. } => {
+                for endpoint in self.quic.iter_mut() {
+                    if let Some(ch) = endpoint.conn_of_token(token) {
+                        endpoint.on_answer(ctx, ch, id, response);
+                        break;
+                    }
+                }
+            }
+            Source::Conn(t) => {
+                if let Some(conn) = self.conns.get_mut(t) {
+                    let next = conn.on_answer(ctx, id, response);
+                    self.settle(ctx, t, next);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The proxy's jobs left by handlers and the answers its upstream
+    /// connections made, until neither is left (an answer may let a
+    /// connection read a pipelined request that makes another job). The
+    /// answers are this worker's connections': handed over directly,
+    /// without the mailbox (no lock, no wake of the loop by itself).
+    fn run_upstreams(&mut self, ctx: &mut Ctx<'_>) {
+        loop {
+            self.upstreams.submit_all(ctx, &mut self.timers);
+            if !self.upstreams.has_answers() {
+                return;
+            }
+            for (responder, response) in self.upstreams.take_answers() {
+                let (token, id) = responder.into_parts();
+                if let crate::Body::Channel(rx) = &response.body {
+                    rx.bind(ctx.mailbox, token);
+                }
+                self.deliver(ctx, token, id, response);
             }
         }
     }

@@ -19,6 +19,7 @@ use super::{Job, Upstream};
 use crate::body::{self, BodyReader, Sender, Take, TrySendError};
 use crate::codec::client::{parse_response_head, ParsedResponse, ResponseBodyDecoder, ResponseFraming, ResponseHead};
 use crate::conn::Ctx;
+use crate::responder::Responder;
 use crate::response::{HeaderBlock, Response, SharedBytes};
 use crate::sources::{Source, Timers};
 
@@ -51,6 +52,10 @@ const DROPPED: &[&[u8]] = &[
 pub(crate) struct Upstreams {
     conns: Slab<UpConn>,
     pools: HashMap<usize, Pool>,
+    /// Answers made this turn, for the worker to hand to their
+    /// connections at once (`take_answers`): they are this worker's, so
+    /// they need not go through the mailbox that other threads use.
+    answers: Vec<(Responder, Response)>,
     /// Where every connection reads into (`READ_CHUNK`, zeroed once):
     /// a connection keeps only what it has not consumed yet, usually
     /// nothing, so an idle one holds no read buffer.
@@ -111,6 +116,8 @@ struct UpConn {
     decoder: Option<ResponseBodyDecoder>,
     /// A chunk the client's channel had no room for.
     pending: Option<Vec<u8>>,
+    /// The answer made by the last step, for `Upstreams::answers`.
+    answer: Option<(Responder, Response)>,
     deadline: Option<Instant>,
     armed: Option<Instant>,
 }
@@ -195,6 +202,16 @@ impl Write for Sock {
 }
 
 impl Upstreams {
+    /// The answers made since the last call, each with its responder.
+    pub(crate) fn take_answers(&mut self) -> Vec<(Responder, Response)> {
+        std::mem::take(&mut self.answers)
+    }
+
+    /// Whether answers wait for `take_answers`.
+    pub(crate) fn has_answers(&self) -> bool {
+        !self.answers.is_empty()
+    }
+
     /// Takes the jobs the handlers left this turn.
     pub(crate) fn submit_all(&mut self, ctx: &mut Ctx<'_>, timers: &mut Timers) {
         let jobs = std::mem::take(&mut *ctx.outbox.borrow_mut());
@@ -222,7 +239,8 @@ impl Upstreams {
                 pool.up.url(),
                 pool.queue.len()
             );
-            job.responder.send(Response::error(503).with_header("Retry-After", "1"));
+            self.answers
+                .push((job.responder, Response::error(503).with_header("Retry-After", "1")));
         }
     }
 
@@ -233,7 +251,7 @@ impl Upstreams {
             Ok(s) => s,
             Err(e) => {
                 log::warn!("proxy: {}: connect: {e}", up.url());
-                job.responder.send(Response::error(502));
+                self.answers.push((job.responder, Response::error(502)));
                 return;
             }
         };
@@ -245,7 +263,7 @@ impl Upstreams {
             Interest::READABLE | Interest::WRITABLE,
         ) {
             log::warn!("proxy: {}: register: {e}", up.url());
-            job.responder.send(Response::error(502));
+            self.answers.push((job.responder, Response::error(502)));
             return;
         }
         entry.insert(UpConn {
@@ -267,6 +285,7 @@ impl Upstreams {
             tx: None,
             decoder: None,
             pending: None,
+            answer: None,
             deadline: None,
             armed: None,
         });
@@ -355,6 +374,9 @@ impl Upstreams {
             read_timeout.unwrap_or(Upstream::READ_TIMEOUT),
             &mut self.scratch,
         );
+        if let Some(answer) = c.answer.take() {
+            self.answers.push(answer);
+        }
         self.settle(ctx, timers, key, outcome);
     }
 
@@ -399,7 +421,7 @@ impl Upstreams {
                         self.connect(ctx, timers, job);
                     } else {
                         log::warn!("proxy: {url}: {why}: {status}");
-                        job.responder.send(Response::error(status));
+                        self.answers.push((job.responder, Response::error(status)));
                     }
                 }
             }
@@ -417,7 +439,10 @@ impl Upstreams {
             }
         }
         if let Some(job) = c.job.take() {
-            job.responder.send(Response::error(502));
+            self.answers.push((job.responder, Response::error(502)));
+        }
+        if let Some(answer) = c.answer.take() {
+            self.answers.push(answer);
         }
         let Some(pool) = self.pools.get_mut(&c.up) else { return };
         pool.open -= 1;
@@ -726,13 +751,13 @@ impl UpConn {
             };
             if let Some(n) = whole {
                 let body: Vec<u8> = self.buf.drain(..n).collect();
-                job.responder.send(Response::prepared(status, block, body));
+                self.answer = Some((job.responder, Response::prepared(status, block, body)));
                 let reusable = self.keep_alive && self.buf.is_empty();
                 return Err(if reusable { Outcome::Reusable } else { Outcome::Close });
             }
             let capacity = self.buffer_bytes(ctx);
             let (body, tx) = body::channel(capacity);
-            job.responder.send(Response::prepared(status, block, body));
+            self.answer = Some((job.responder, Response::prepared(status, block, body)));
             self.tx = Some(tx);
             self.decoder = ResponseBodyDecoder::new(framing, u64::MAX);
             self.state = State::Body;
