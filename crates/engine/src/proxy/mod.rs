@@ -60,8 +60,11 @@ use crate::response::Response;
 /// use peregrine::proxy::{Proxy, Upstream};
 /// use peregrine::{Router, Server};
 /// let api = Proxy::new(Upstream::parse("http://127.0.0.1:9000").unwrap().prefix("/api/"));
-/// let router = Router::new().get("/api/*rest", api.clone()).post("/api/*rest", api);
-/// Server::bind("127.0.0.1:8080").unwrap().serve(router).unwrap();
+/// let router = Router::new()
+///     .route("GET", "/api/*rest", api.clone())
+///     .route("POST", "/api/*rest", api);
+/// let running = Server::new().bind("127.0.0.1:8080").start(router).unwrap();
+/// running.wait().unwrap();
 /// ```
 #[derive(Clone, Debug)]
 pub struct Proxy {
