@@ -375,21 +375,11 @@ fn build(up: &Upstream, req: &Request<'_>, framing: Framing) -> Result<Vec<u8>, 
 /// Whether a comma-separated `Via` value names `token` as a hop's
 /// pseudonym (`1.1 token`, `2 token (comment)`).
 fn contains_token(value: &[u8], token: &[u8]) -> bool {
-    value.split(|&b| b == b',').any(|hop| {
-        let hop = trim(hop);
+    crate::codec::head::list_elements(value).any(|hop| {
         let mut parts = hop.split(|&b| b == b' ' || b == b'\t').filter(|p| !p.is_empty());
         let _protocol = parts.next();
         parts.next() == Some(token)
     })
-}
-
-fn trim(b: &[u8]) -> &[u8] {
-    let start = b.iter().position(|c| !c.is_ascii_whitespace()).unwrap_or(b.len());
-    let end = b
-        .iter()
-        .rposition(|c| !c.is_ascii_whitespace())
-        .map_or(start, |e| e + 1);
-    &b[start..end]
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@ use super::upstream::Addr;
 use super::{Job, Upstream};
 use crate::body::{self, BodyReader, Sender, Take, TrySendError};
 use crate::codec::client::{parse_response_head, ParsedResponse, ResponseBodyDecoder, ResponseFraming, ResponseHead};
+use crate::codec::head::{list_elements, trim_ows};
 use crate::conn::Ctx;
 use crate::responder::Responder;
 use crate::response::{HeaderBlock, Response, SharedBytes};
@@ -785,9 +786,7 @@ pub(crate) fn answer_fields(head: &ResponseHead<'_, '_>) -> Result<HeaderBlock, 
         .headers
         .iter()
         .filter(|h| h.name.eq_ignore_ascii_case("connection"))
-        .flat_map(|h| h.value.split(|&b| b == b','))
-        .map(trim)
-        .filter(|n| !n.is_empty())
+        .flat_map(|h| list_elements(h.value))
         .collect();
     let mut lines = Vec::with_capacity(512);
     for h in head.headers {
@@ -797,17 +796,8 @@ pub(crate) fn answer_fields(head: &ResponseHead<'_, '_>) -> Result<HeaderBlock, 
         }
         lines.extend_from_slice(name);
         lines.extend_from_slice(b": ");
-        lines.extend_from_slice(trim(h.value));
+        lines.extend_from_slice(trim_ows(h.value));
         lines.extend_from_slice(b"\r\n");
     }
     HeaderBlock::from_lines(SharedBytes::new(Arc::new(lines))).map_err(|_| "a field the engine cannot pass on")
-}
-
-fn trim(b: &[u8]) -> &[u8] {
-    let start = b.iter().position(|c| !matches!(c, b' ' | b'\t')).unwrap_or(b.len());
-    let end = b
-        .iter()
-        .rposition(|c| !matches!(c, b' ' | b'\t'))
-        .map_or(start, |e| e + 1);
-    &b[start..end]
 }
