@@ -38,9 +38,11 @@
 //! upstream's error text or address (those go to the error log).
 
 mod pool;
+mod tunnel;
 mod upstream;
 
-pub(crate) use pool::Upstreams;
+pub(crate) use pool::{Sock, Upstreams};
+pub(crate) use tunnel::Handoff;
 pub use upstream::{HostHeader, Upstream, UpstreamError};
 
 use std::borrow::Cow;
@@ -91,6 +93,8 @@ pub(crate) struct Job {
     pub(crate) body: Option<crate::body::BodyReader>,
     pub(crate) chunked: bool,
     pub(crate) responder: Responder,
+    /// A WebSocket opening (`tunnel.rs`): the 101 it waits for.
+    pub(crate) tunnel: Option<tunnel::Ask>,
 }
 
 /// A request body up to this long is read whole before the upstream is
@@ -197,6 +201,9 @@ impl Handler for Proxy {
             // nothing can carry the request.
             return Response::error(502).into();
         };
+        if let Some(offer) = tunnel::offer(req) {
+            return self.call_tunnel(req, outbox, offer);
+        }
         let reader = req.body_reader();
         let length = req.header("content-length").and_then(|v| v.trim().parse::<u64>().ok());
         let framing = match (&reader, length) {
@@ -218,6 +225,7 @@ impl Handler for Proxy {
                     chunked: framing == Framing::Chunked,
                     body: reader,
                     responder,
+                    tunnel: None,
                 });
                 Reply::Later
             }
@@ -235,17 +243,51 @@ impl Handler for Proxy {
     }
 }
 
+impl Proxy {
+    /// A WebSocket opening (`tunnel.rs`): sent as an upgrade; the answer
+    /// or the tunnel comes back through the responder. Out of line: no
+    /// other request carries it.
+    #[cold]
+    #[inline(never)]
+    fn call_tunnel(&self, req: &Request<'_>, outbox: &Outbox, offer: tunnel::Offer) -> Reply {
+        match tunnel::request(&self.up, req, offer) {
+            Ok((bytes, ask)) => {
+                let responder = req.defer();
+                outbox.borrow_mut().push(Job {
+                    up: self.up.clone(),
+                    bytes,
+                    head_method: false,
+                    idempotent: true,
+                    retried: false,
+                    chunked: false,
+                    body: None,
+                    responder,
+                    tunnel: Some(ask),
+                });
+                Reply::Later
+            }
+            Err(status) => Response::error(status).into(),
+        }
+    }
+}
+
 /// The upstream request's bytes, or the status that refuses it.
 fn build(up: &Upstream, req: &Request<'_>, framing: Framing) -> Result<Vec<u8>, u16> {
+    build_as(up, req, framing, req.method(), &[])
+}
+
+/// `build` with the upstream request's `method`, and the client's fields
+/// named in `skip` left out.
+fn build_as(up: &Upstream, req: &Request<'_>, framing: Framing, method: &str, skip: &[&str]) -> Result<Vec<u8>, u16> {
     let own = via_token();
     for value in req.headers().filter(|(n, _)| n.eq_ignore_ascii_case("via")) {
         if contains_token(value.1, own.as_bytes()) {
             return Err(508);
         }
     }
-    if req.method() == "CONNECT" {
-        // A tunnel through the proxy is not offered (WebSocket over HTTP/2
-        // is an extended CONNECT, which this handler does not take yet).
+    if method == "CONNECT" {
+        // A tunnel through the proxy is offered to WebSockets only (an
+        // extended CONNECT goes as a GET: `tunnel.rs`).
         return Err(501);
     }
     let path = up.upstream_path(req.path()).ok_or(400u16)?;
@@ -354,14 +396,14 @@ fn build(up: &Upstream, req: &Request<'_>, framing: Framing) -> Result<Vec<u8>, 
     let body = req.body();
     let mut fields: Vec<(&[u8], Cow<'_, [u8]>)> = req
         .headers()
-        .filter(|(n, _)| !n.starts_with(':') && !REPLACED.iter().any(|r| r.eq_ignore_ascii_case(n)))
+        .filter(|(n, _)| !n.starts_with(':') && !REPLACED.iter().chain(skip).any(|r| r.eq_ignore_ascii_case(n)))
         .map(|(n, v)| (n.as_bytes(), Cow::Borrowed(v)))
         .collect();
     fields.extend(extra.iter().map(|(n, v)| (n.as_bytes(), v.clone())));
     let mut bytes = Vec::with_capacity(512 + body.len());
     crate::codec::client::write_request_head(
         &mut bytes,
-        req.method(),
+        method,
         &target,
         host,
         fields.iter().map(|(n, v)| (n, v)),
