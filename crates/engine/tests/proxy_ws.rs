@@ -1,0 +1,434 @@
+//! WebSocket pass-through of the reverse proxy (`peregrine::proxy`, issue
+//! 26): a Peregrine whose handler is a `Proxy` in front of an upstream.
+//! The upstream is, by test, the engine's own WebSocket echo
+//! (`ws::upgrade`, a second server in this process, HTTP/1.1 only) or a
+//! raw socket that answers what the test needs (a wrong accept value, a
+//! flood). Clients we did not write: Python's `websockets` over HTTP/1.1
+//! (the `client.py` the WebSocket tests run) and python-hyper's `h2` over
+//! HTTP/2's extended CONNECT (`proxy_h2_client.py`); the rest is raw
+//! bytes. Installs as `websocket_clients.rs` does (`test_support::install`).
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc};
+use std::thread;
+use std::time::Duration;
+
+use common::PATIENCE;
+use peregrine::proxy::{Proxy, Upstream};
+use peregrine::{ws, Metrics, Reply, Request, Response, Running, Server};
+use test_support::install;
+
+/// How long one scripted client may run before it is killed: a bound for
+/// a hung client, never a pass condition.
+const CLIENT_TIMEOUT_SECS: u32 = 90;
+
+/// A key and the accept value it calls for (RFC 6455 §1.3's example).
+const KEY: &str = "dGhlIHNhbXBsZSBub25jZQ==";
+const ACCEPT: &str = "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=";
+
+/// The upstream: the engine's WebSocket echo on `/echo` (subprotocol
+/// `chat` if offered), a 403 with a body on `/forbidden`, the request's
+/// fields as its body elsewhere.
+fn echo_upstream() -> Running {
+    let options = ws::Options::new().protocol("chat").allow_origin("*");
+    Server::new()
+        .bind("127.0.0.1:0")
+        .workers(1)
+        .http2(false)
+        .start(move |req: &Request<'_>| -> Reply {
+            match req.path() {
+                "/echo" => ws::upgrade(req, &options, |ws: &mut ws::Socket<'_>, msg: ws::Message<'_>| {
+                    let _ = ws.send(msg);
+                }),
+                "/forbidden" => Response::new(403).with_body("no WebSocket for you\n").into(),
+                _ => {
+                    let mut fields = String::new();
+                    for (n, v) in req.headers() {
+                        fields.push_str(&format!("{n}: {}\n", String::from_utf8_lossy(v)));
+                    }
+                    Response::text(fields).into()
+                }
+            }
+        })
+        .expect("the upstream starts")
+}
+
+/// A Peregrine whose every request goes to `up` (a proxy route counts as
+/// a WebSocket route: extended CONNECT is enabled), with metrics.
+fn proxy_to(up: SocketAddr) -> (Running, Arc<Metrics>) {
+    let metrics = Arc::new(Metrics::new());
+    let proxy = Proxy::new(Upstream::parse(&format!("http://{up}")).unwrap());
+    let running = Server::new()
+        .bind("127.0.0.1:0")
+        .workers(1)
+        .websockets(true)
+        .metrics(metrics.clone())
+        .start(proxy)
+        .expect("the proxy starts");
+    (running, metrics)
+}
+
+fn sample(metrics: &Metrics, name: &str) -> u64 {
+    test_support::sample(&metrics.render(), name)
+}
+
+/// Sends a WebSocket opening for `path` with `extra` fields on `s` and
+/// reads the answer's head (and a body of Content-Length, if any).
+fn open(s: &mut TcpStream, path: &str, extra: &str) -> (String, Vec<u8>) {
+    s.write_all(
+        format!(
+            "GET {path} HTTP/1.1\r\nHost: site.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+             Sec-WebSocket-Key: {KEY}\r\nSec-WebSocket-Version: 13\r\n{extra}\r\n"
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    read_answer(s)
+}
+
+/// One answer's head, and its body if it has a Content-Length.
+fn read_answer(s: &mut TcpStream) -> (String, Vec<u8>) {
+    let mut buf = Vec::new();
+    let mut byte = [0u8; 1];
+    while !buf.ends_with(b"\r\n\r\n") {
+        match s.read(&mut byte) {
+            Ok(1) => buf.push(byte[0]),
+            other => panic!("the answer's head was cut: {other:?} after {:?}", String::from_utf8_lossy(&buf)),
+        }
+    }
+    let head = String::from_utf8(buf).unwrap();
+    let length = field(&head, "content-length").map_or(0, |v| v.parse::<usize>().unwrap());
+    let mut body = vec![0; length];
+    s.read_exact(&mut body).unwrap();
+    (head, body)
+}
+
+fn field<'h>(head: &'h str, name: &str) -> Option<&'h str> {
+    head.lines().skip(1).find_map(|l| {
+        let (n, v) = l.split_once(':')?;
+        n.eq_ignore_ascii_case(name).then(|| v.trim())
+    })
+}
+
+fn connect(addr: SocketAddr) -> TcpStream {
+    let s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(PATIENCE)).unwrap();
+    s
+}
+
+/// A client frame (masked), as RFC 6455 §5 has them.
+fn client_frame(op: u8, payload: &[u8]) -> Vec<u8> {
+    let mut f = vec![0x80 | op];
+    match payload.len() {
+        n if n < 126 => f.push(0x80 | n as u8),
+        n if n < 1 << 16 => {
+            f.push(0x80 | 126);
+            f.extend_from_slice(&(n as u16).to_be_bytes());
+        }
+        n => {
+            f.push(0x80 | 127);
+            f.extend_from_slice(&(n as u64).to_be_bytes());
+        }
+    }
+    let mask = [1u8, 2, 3, 4];
+    f.extend_from_slice(&mask);
+    f.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    f
+}
+
+/// Runs a scripted client to its end: it must exit 0 having printed `ok:
+/// CHECK` (or `ok: CHECK (details)`) for each of `checks`.
+fn run_client(name: &str, cmd: &mut Command, checks: &[&str]) {
+    let out = Command::new("timeout")
+        .args(["--kill-after=5", &CLIENT_TIMEOUT_SECS.to_string()])
+        .arg(cmd.get_program())
+        .args(cmd.get_args())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run timeout(1) for the {name} client: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let said = format!("--- stdout\n{stdout}--- stderr\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "the {name} client failed ({}):\n{said}", out.status);
+    for check in checks {
+        let line = format!("ok: {check}");
+        assert!(
+            stdout.lines().any(|l| l == line || l.starts_with(&format!("{line} ("))),
+            "the {name} client passed without {line:?}:\n{said}"
+        );
+    }
+}
+
+fn client_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/ws_clients")
+}
+
+fn tmp(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name)
+}
+
+/// Python's `websockets` through the proxy: text, binary, empty, 1 MiB
+/// less 1 KiB, fragments, ping, and the closing handshake with 1000, as it
+/// does against the engine directly; then the tunnel is gone from the
+/// gauge.
+#[test]
+fn python_websockets_echoes_through_the_proxy_and_closes_cleanly() {
+    let python = install::websockets_python(&tmp("websockets-venv"))
+        .unwrap_or_else(|e| panic!("this test needs Python's websockets: {e}"));
+    let up = echo_upstream();
+    let (proxy, metrics) = proxy_to(up.local_addr());
+    let mut cmd = Command::new(python);
+    cmd.arg(client_dir().join("client.py"))
+        .arg(format!("ws://{}/echo", proxy.local_addr()));
+    run_client(
+        "Python websockets",
+        &mut cmd,
+        &[
+            "connect",
+            "text",
+            "binary",
+            "empty text",
+            "empty binary",
+            "1 MiB less 1 KiB binary",
+            "fragmented text",
+            "ping",
+            "close 1000",
+        ],
+    );
+    assert_eq!(sample(&metrics, "peregrine_proxy_websockets_opened_total"), 1);
+    // The upstream closes after the Close; the tunnel ends with it.
+    let mut open = u64::MAX;
+    for _ in 0..100 {
+        open = sample(&metrics, "peregrine_proxy_websockets_open");
+        if open == 0 {
+            break;
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(open, 0, "the tunnel outlived its WebSocket");
+}
+
+/// python-hyper's `h2` opens WebSockets through the proxy with extended
+/// CONNECT: the proxy makes the key, the 200 carries the subprotocol, and
+/// echoes of every size cross both flow-control windows; two on one
+/// connection, one reset, the other closed with 1000 and END_STREAM.
+#[test]
+fn python_h2_opens_websockets_through_the_proxy_over_http2() {
+    let python = install::h2_python(&tmp("h2-venv")).unwrap_or_else(|e| panic!("this test needs Python's h2: {e}"));
+    let up = echo_upstream();
+    let (proxy, metrics) = proxy_to(up.local_addr());
+    let mut cmd = Command::new(python);
+    cmd.arg(client_dir().join("proxy_h2_client.py"))
+        .arg(proxy.local_addr().to_string());
+    run_client(
+        "Python h2",
+        &mut cmd,
+        &[
+            "settings enable connect protocol",
+            "connect",
+            "subprotocol",
+            "text",
+            "binary",
+            "1 MiB less 1 KiB binary",
+            "two websockets on one connection",
+            "reset of one leaves the other",
+            "close 1000",
+            "refused upgrade relayed",
+        ],
+    );
+    assert_eq!(sample(&metrics, "peregrine_proxy_websockets_opened_total"), 2);
+}
+
+/// An upstream that does not switch answers as for any request: its 403
+/// and body reach the client, and the same connection serves the next
+/// request (HTTP framing goes on, kept alive on both sides).
+#[test]
+fn a_refused_upgrade_is_relayed_and_the_connection_goes_on() {
+    let up = echo_upstream();
+    let (proxy, metrics) = proxy_to(up.local_addr());
+    let mut s = connect(proxy.local_addr());
+    let (head, body) = open(&mut s, "/forbidden", "");
+    assert!(head.starts_with("HTTP/1.1 403"), "{head}");
+    assert_eq!(body, b"no WebSocket for you\n");
+    assert_eq!(field(&head, "upgrade"), None, "{head}");
+    s.write_all(b"GET /after HTTP/1.1\r\nHost: site.test\r\n\r\n").unwrap();
+    let (head, body) = read_answer(&mut s);
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let seen = String::from_utf8_lossy(&body).to_ascii_lowercase();
+    assert!(seen.contains("via: 1.1 peregrine-"), "{seen}");
+    assert_eq!(sample(&metrics, "peregrine_proxy_websockets_opened_total"), 0);
+}
+
+/// The tunnel opens only on a 101 whose accept value is the key's: the
+/// client's key reaches the upstream, its own accept value comes back,
+/// and a frame crosses both ways.
+#[test]
+fn an_http11_upgrade_passes_the_key_and_its_accept_value() {
+    let up = echo_upstream();
+    let (proxy, metrics) = proxy_to(up.local_addr());
+    let mut s = connect(proxy.local_addr());
+    let (head, _) = open(&mut s, "/echo", "Sec-WebSocket-Protocol: x, chat\r\n");
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    assert_eq!(field(&head, "sec-websocket-accept"), Some(ACCEPT), "{head}");
+    assert_eq!(field(&head, "sec-websocket-protocol"), Some("chat"), "{head}");
+    assert!(field(&head, "upgrade").is_some_and(|v| v.eq_ignore_ascii_case("websocket")), "{head}");
+    s.write_all(&client_frame(0x1, b"through")).unwrap();
+    let mut echo = [0u8; 9];
+    s.read_exact(&mut echo).unwrap();
+    assert_eq!(&echo, b"\x81\x07through");
+    assert_eq!(sample(&metrics, "peregrine_proxy_websockets_open"), 1);
+}
+
+/// A raw upstream that answers every request with `answer`, then (if
+/// `flood`) writes that many bytes, counting what it wrote; it reports
+/// the request it read.
+fn raw_upstream(answer: String, flood: usize) -> (SocketAddr, mpsc::Receiver<String>, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = mpsc::channel();
+    let written = Arc::new(AtomicUsize::new(0));
+    let progress = written.clone();
+    thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { return };
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") {
+                if s.read(&mut byte).unwrap_or(0) == 0 {
+                    break;
+                }
+                head.push(byte[0]);
+            }
+            let _ = tx.send(String::from_utf8_lossy(&head).into_owned());
+            if s.write_all(answer.as_bytes()).is_err() {
+                continue;
+            }
+            let block = vec![b'x'; 64 * 1024];
+            let mut left = flood;
+            while left > 0 {
+                let n = left.min(block.len());
+                if s.write_all(&block[..n]).is_err() {
+                    break;
+                }
+                left -= n;
+                progress.fetch_add(n, Ordering::SeqCst);
+            }
+            // Held open until the test ends (a WebSocket that stays).
+            let mut rest = Vec::new();
+            let _ = s.read_to_end(&mut rest);
+        }
+    });
+    (addr, rx, written)
+}
+
+/// A 101 whose `Sec-WebSocket-Accept` is not the key's is a 502, with
+/// none of the upstream's words, and that upstream connection is closed.
+#[test]
+fn a_101_with_a_wrong_accept_value_is_a_502() {
+    let (up, seen, _) = raw_upstream(
+        "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Accept: AAAAAAAAAAAAAAAAAAAAAAAAAAA=\r\nX-Secret: upstream words\r\n\r\n"
+            .to_owned(),
+        0,
+    );
+    let (proxy, metrics) = proxy_to(up);
+    let mut s = connect(proxy.local_addr());
+    let (head, body) = open(&mut s, "/echo", "");
+    assert!(head.starts_with("HTTP/1.1 502"), "{head}");
+    assert!(!head.contains("upstream words") && !String::from_utf8_lossy(&body).contains("upstream words"));
+    let request = seen.recv_timeout(PATIENCE).unwrap();
+    assert_eq!(field(&request, "sec-websocket-key"), Some(KEY), "{request}");
+    assert_eq!(sample(&metrics, "peregrine_proxy_websockets_opened_total"), 0);
+}
+
+/// `Upgrade: h2c` (and any other upgrade but WebSocket) is never
+/// forwarded: the request reaches the upstream as an ordinary one,
+/// without Upgrade, Connection or HTTP2-Settings, and its answer comes
+/// back on a connection that goes on.
+#[test]
+fn an_h2c_upgrade_reaches_the_upstream_as_an_ordinary_request() {
+    let up = echo_upstream();
+    let (proxy, _) = proxy_to(up.local_addr());
+    let mut s = connect(proxy.local_addr());
+    s.write_all(
+        b"GET /fields HTTP/1.1\r\nHost: site.test\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n\
+          HTTP2-Settings: AAMAAABkAAQAAP__\r\n\r\n",
+    )
+    .unwrap();
+    let (head, body) = read_answer(&mut s);
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let seen = String::from_utf8_lossy(&body).to_ascii_lowercase();
+    assert!(seen.contains("host: site.test"), "{seen}");
+    for absent in ["upgrade:", "http2-settings:", "connection:"] {
+        assert!(!seen.contains(absent), "the upstream got {absent:?}:\n{seen}");
+    }
+    // A WebSocket offer beside another protocol goes as WebSocket only.
+    let mut w = connect(proxy.local_addr());
+    w.write_all(
+        format!(
+            "GET /echo HTTP/1.1\r\nHost: site.test\r\nUpgrade: foo/2, websocket\r\nConnection: Upgrade\r\n\
+             Sec-WebSocket-Key: {KEY}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    let (head, _) = read_answer(&mut w);
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    // And the first connection still serves.
+    s.write_all(b"GET /again HTTP/1.1\r\nHost: site.test\r\n\r\n").unwrap();
+    assert!(read_answer(&mut s).0.starts_with("HTTP/1.1 200"));
+}
+
+/// A client that stops reading while its upstream floods holds the
+/// upstream back: what the upstream gets written stops at the sockets'
+/// buffers and the tunnel's 64 KiB, far below the flood; then the client
+/// reads, and every byte arrives.
+#[test]
+fn a_client_that_does_not_read_holds_a_flooding_upstream_back() {
+    const TOTAL: usize = 512 * 1024 * 1024;
+    let (up, _, written) = raw_upstream(
+        format!(
+            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+             Sec-WebSocket-Accept: {ACCEPT}\r\n\r\n"
+        ),
+        TOTAL,
+    );
+    let (proxy, _) = proxy_to(up);
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    // A small receive buffer (no autotuning): the kernel's share of what
+    // is held stays small, so what the proxy holds shows.
+    sock.set_recv_buffer_size(64 * 1024).unwrap();
+    sock.connect(&proxy.local_addr().into()).unwrap();
+    let mut s: TcpStream = sock.into();
+    s.set_read_timeout(Some(PATIENCE)).unwrap();
+    let (head, _) = open(&mut s, "/flood", "");
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    // Nothing read: wait until the upstream stops getting anywhere.
+    let mut last = usize::MAX;
+    loop {
+        thread::sleep(Duration::from_millis(300));
+        let now = written.load(Ordering::SeqCst);
+        if now == last || now == TOTAL {
+            break;
+        }
+        last = now;
+    }
+    eprintln!("the upstream stalled after {last} bytes");
+    assert!(
+        last < 128 * 1024 * 1024,
+        "the upstream wrote {last} bytes to a client that read none: the tunnel buffers without bound"
+    );
+    let mut got = 0usize;
+    let mut buf = vec![0u8; 1 << 20];
+    while got < TOTAL {
+        let n = s.read(&mut buf).unwrap();
+        assert!(n > 0, "the tunnel ended after {got} bytes");
+        assert!(buf[..n].iter().all(|&b| b == b'x'));
+        got += n;
+    }
+    assert_eq!(written.load(Ordering::SeqCst), TOTAL);
+}
