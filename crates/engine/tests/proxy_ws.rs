@@ -366,6 +366,13 @@ fn an_h2c_upgrade_reaches_the_upstream_as_an_ordinary_request() {
     for absent in ["upgrade:", "http2-settings:", "connection:"] {
         assert!(!seen.contains(absent), "the upstream got {absent:?}:\n{seen}");
     }
+    // An Upgrade field Connection does not name is dropped all the same
+    // (hop-by-hop whatever Connection says, RFC 9110 §7.6.1).
+    s.write_all(b"GET /fields HTTP/1.1\r\nHost: site.test\r\nUpgrade: h2c\r\n\r\n").unwrap();
+    let (head, body) = read_answer(&mut s);
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let seen = String::from_utf8_lossy(&body).to_ascii_lowercase();
+    assert!(!seen.contains("upgrade:"), "the upstream got Upgrade:\n{seen}");
     // A WebSocket offer beside another protocol goes as WebSocket only.
     let mut w = connect(proxy.local_addr());
     w.write_all(
