@@ -439,3 +439,128 @@ fn a_client_that_does_not_read_holds_a_flooding_upstream_back() {
     }
     assert_eq!(written.load(Ordering::SeqCst), TOTAL);
 }
+
+/// The same over HTTP/2: a client that gives no window beyond its first
+/// 64 KiB holds a flooding upstream back (the tunnel reads 64 KiB ahead of
+/// it at most), and once it gives window the bytes flow again.
+#[test]
+fn an_http2_client_without_window_holds_a_flooding_upstream_back() {
+    use test_support::h2::{frame, take_frame, DATA, END_HEADERS, HEADERS, PREFACE, SETTINGS, WINDOW_UPDATE};
+    const TOTAL: usize = 512 * 1024 * 1024;
+    const GRANTED: u32 = 8 * 1024 * 1024;
+    let (up, written) = keyed_flood(TOTAL);
+    let (proxy, _) = proxy_to(up);
+    let mut s = connect(proxy.local_addr());
+    let authority = proxy.local_addr().to_string();
+    let mut head = Vec::new();
+    // HPACK literals: indexed names (:method, :scheme, :path, :authority),
+    // then new names.
+    for (index, value) in [(2u8, "CONNECT"), (6, "http"), (4, "/flood"), (1, authority.as_str())] {
+        head.push(index);
+        head.push(value.len() as u8);
+        head.extend_from_slice(value.as_bytes());
+    }
+    for (name, value) in [(":protocol", "websocket"), ("sec-websocket-version", "13")] {
+        head.push(0);
+        head.push(name.len() as u8);
+        head.extend_from_slice(name.as_bytes());
+        head.push(value.len() as u8);
+        head.extend_from_slice(value.as_bytes());
+    }
+    let mut hello = PREFACE.to_vec();
+    hello.extend_from_slice(&frame(SETTINGS, 0, 0, &[]));
+    hello.extend_from_slice(&frame(HEADERS, END_HEADERS, 1, &head));
+    s.write_all(&hello).unwrap();
+    let mut buf = Vec::new();
+    let mut chunk = vec![0u8; 1 << 16];
+    let mut status = None;
+    let mut data = 0usize;
+    // Reads frames until `done` says so: the server's SETTINGS acked,
+    // DATA on stream 1 counted.
+    let mut pump = |s: &mut TcpStream, status: &mut Option<u16>, data: &mut usize, done: &dyn Fn(Option<u16>, usize) -> bool| {
+        while !done(*status, *data) {
+            while let Some(f) = take_frame(&mut buf) {
+                match f.kind {
+                    SETTINGS if f.flags & 1 == 0 => s.write_all(&frame(SETTINGS, 1, 0, &[])).unwrap(),
+                    HEADERS if f.stream == 1 => *status = Some(f.status()),
+                    DATA if f.stream == 1 => *data += f.payload.len(),
+                    k => assert!(k != 0x3 && k != 0x7, "RST_STREAM or GOAWAY: {f:?}"),
+                }
+            }
+            if done(*status, *data) {
+                break;
+            }
+            let n = s.read(&mut chunk).unwrap();
+            assert!(n > 0, "the proxy closed the connection");
+            buf.extend_from_slice(&chunk[..n]);
+        }
+    };
+    pump(&mut s, &mut status, &mut data, &|st, _| st.is_some());
+    assert_eq!(status, Some(200));
+    let mut last = usize::MAX;
+    loop {
+        thread::sleep(Duration::from_millis(300));
+        let now = written.load(Ordering::SeqCst);
+        if now == last || now == TOTAL {
+            break;
+        }
+        last = now;
+    }
+    eprintln!("the upstream stalled after {last} bytes");
+    assert!(
+        last < 128 * 1024 * 1024,
+        "the upstream wrote {last} bytes to a client that gave no window: the tunnel buffers without bound"
+    );
+    // Window for 8 MiB more, on the stream and the connection: it comes.
+    let mut grant = frame(WINDOW_UPDATE, 0, 1, &GRANTED.to_be_bytes());
+    grant.extend_from_slice(&frame(WINDOW_UPDATE, 0, 0, &GRANTED.to_be_bytes()));
+    s.write_all(&grant).unwrap();
+    pump(&mut s, &mut status, &mut data, &|_, d| d >= GRANTED as usize);
+    assert!(data <= 65_535 + GRANTED as usize, "{data} bytes beyond the windows");
+}
+
+/// An upstream that answers a WebSocket opening with the accept value of
+/// the key it got, then writes `total` bytes, counting them.
+fn keyed_flood(total: usize) -> (SocketAddr, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let written = Arc::new(AtomicUsize::new(0));
+    let progress = written.clone();
+    thread::spawn(move || {
+        let Ok((mut s, _)) = listener.accept() else { return };
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            if s.read(&mut byte).unwrap_or(0) == 0 {
+                return;
+            }
+            head.push(byte[0]);
+        }
+        let head = String::from_utf8_lossy(&head).into_owned();
+        let key = field(&head, "sec-websocket-key").expect("the proxy sends a key");
+        let accept = accept_of(key);
+        let answer = format!(
+            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+             Sec-WebSocket-Accept: {accept}\r\n\r\n"
+        );
+        if s.write_all(answer.as_bytes()).is_err() {
+            return;
+        }
+        let block = vec![b'x'; 64 * 1024];
+        let mut left = total;
+        while left > 0 {
+            let n = left.min(block.len());
+            if s.write_all(&block[..n]).is_err() {
+                return;
+            }
+            left -= n;
+            progress.fetch_add(n, Ordering::SeqCst);
+        }
+    });
+    (addr, written)
+}
+
+/// `Sec-WebSocket-Accept` for `key` (RFC 6455 §4.2.2), by tungstenite.
+fn accept_of(key: &str) -> String {
+    tungstenite::handshake::derive_accept_key(key.as_bytes())
+}
