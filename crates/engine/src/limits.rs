@@ -281,6 +281,14 @@ pub(crate) const UPSTREAM_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// the upstream (HTTP/2: while its stream's window is spent).
 pub(crate) const PROXY_TUNNEL_BYTES: usize = 64 * 1024;
 
+/// A proxied WebSocket tunnel whose client has ended its side (FIN, or
+/// a reset, which reads the same; HTTP/2: END_STREAM) waits at most this
+/// long, from its last byte, for the upstream to end its own (HAProxy's
+/// `timeout client-fin`): a WebSocket server closes at once, and an
+/// upstream that does not must not hold the connection for the whole
+/// idle timeout.
+pub(crate) const PROXY_TUNNEL_FIN_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Size of the pooled read and write buffers a busy connection borrows.
 /// A request head or pipelined batch that does not fit grows its buffer
 /// (up to the limits above); grown buffers are not returned to the pool.

@@ -564,3 +564,155 @@ fn keyed_flood(total: usize) -> (SocketAddr, Arc<AtomicUsize>) {
 fn accept_of(key: &str) -> String {
     tungstenite::handshake::derive_accept_key(key.as_bytes())
 }
+
+/// An upstream that answers the first WebSocket opening (the test's key)
+/// with a good 101 and hands its socket to the test.
+fn held_upstream() -> (SocketAddr, mpsc::Receiver<TcpStream>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let Ok((mut s, _)) = listener.accept() else { return };
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            if s.read(&mut byte).unwrap_or(0) == 0 {
+                return;
+            }
+            head.push(byte[0]);
+        }
+        let answer = format!(
+            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+             Sec-WebSocket-Accept: {ACCEPT}\r\n\r\n"
+        );
+        s.write_all(answer.as_bytes()).unwrap();
+        s.set_read_timeout(Some(PATIENCE)).unwrap();
+        let _ = tx.send(s);
+    });
+    (addr, rx)
+}
+
+/// Reads `n` bytes, or fails saying what came.
+fn read_n(s: &mut TcpStream, n: usize) -> Vec<u8> {
+    let mut b = vec![0; n];
+    s.read_exact(&mut b).unwrap();
+    b
+}
+
+/// Whether the peer has ended its side: a read gives 0 (or a reset).
+fn ended_by_peer(s: &mut TcpStream) -> bool {
+    let mut b = [0u8; 64];
+    matches!(s.read(&mut b), Ok(0)) || matches!(s.read(&mut b), Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset)
+}
+
+/// Bytes go both ways unchanged (the proxy reads no frames: these are
+/// none); the client's FIN reaches the upstream, which may still answer;
+/// the upstream's end ends the client's connection.
+#[test]
+fn a_tunnel_copies_bytes_and_passes_half_closes_on() {
+    let (up, held) = held_upstream();
+    let (proxy, metrics) = proxy_to(up);
+    let mut c = connect(proxy.local_addr());
+    let (head, _) = open(&mut c, "/raw", "");
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    let mut u = held.recv_timeout(PATIENCE).unwrap();
+    c.write_all(b"not a frame \x00\xff").unwrap();
+    assert_eq!(read_n(&mut u, 14), b"not a frame \x00\xff");
+    u.write_all(b"nor this \x88\x00").unwrap();
+    assert_eq!(read_n(&mut c, 11), b"nor this \x88\x00");
+    // The client ends its side: the upstream sees the end, and answers.
+    c.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut b = [0u8; 16];
+    assert_eq!(u.read(&mut b).unwrap(), 0, "the client's FIN did not reach the upstream");
+    u.write_all(b"after your FIN").unwrap();
+    assert_eq!(read_n(&mut c, 14), b"after your FIN");
+    // The upstream ends: so does the client's connection, and the tunnel.
+    drop(u);
+    assert!(ended_by_peer(&mut c), "the upstream's end did not reach the client");
+    let mut open = u64::MAX;
+    for _ in 0..100 {
+        open = sample(&metrics, "peregrine_proxy_websockets_open");
+        if open == 0 {
+            break;
+        }
+        thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(open, 0);
+}
+
+/// The upstream ending first ends the client's connection after what it
+/// sent before; a client that goes away closes the upstream connection.
+#[test]
+fn either_side_going_away_closes_the_other() {
+    let (up, held) = held_upstream();
+    let (proxy, _) = proxy_to(up);
+    let mut c = connect(proxy.local_addr());
+    assert!(open(&mut c, "/raw", "").0.starts_with("HTTP/1.1 101"));
+    let mut u = held.recv_timeout(PATIENCE).unwrap();
+    u.write_all(b"last words").unwrap();
+    drop(u);
+    assert_eq!(read_n(&mut c, 10), b"last words");
+    assert!(ended_by_peer(&mut c), "the upstream's close did not reach the client");
+
+    let (up, held) = held_upstream();
+    let (proxy, _) = proxy_to(up);
+    let mut c = connect(proxy.local_addr());
+    assert!(open(&mut c, "/raw", "").0.starts_with("HTTP/1.1 101"));
+    let mut u = held.recv_timeout(PATIENCE).unwrap();
+    // A reset: SO_LINGER 0, then close.
+    socket2::SockRef::from(&c).set_linger(Some(Duration::ZERO)).unwrap();
+    drop(c);
+    assert!(ended_by_peer(&mut u), "the client's reset did not reach the upstream");
+}
+
+/// A tunnel with nothing moving either way for the upstream's read
+/// timeout is closed, on both sides.
+#[test]
+fn an_idle_tunnel_is_closed_at_the_read_timeout() {
+    let (up, held) = held_upstream();
+    let proxy = Proxy::new(
+        Upstream::parse(&format!("http://{up}"))
+            .unwrap()
+            .read_timeout(Duration::from_millis(300)),
+    );
+    let server = Server::new().bind("127.0.0.1:0").workers(1).start(proxy).unwrap();
+    let mut c = connect(server.local_addr());
+    assert!(open(&mut c, "/raw", "").0.starts_with("HTTP/1.1 101"));
+    let mut u = held.recv_timeout(PATIENCE).unwrap();
+    u.write_all(b"ping").unwrap();
+    assert_eq!(read_n(&mut c, 4), b"ping");
+    assert!(ended_by_peer(&mut c), "an idle tunnel stayed open");
+    assert!(ended_by_peer(&mut u), "an idle tunnel's upstream stayed open");
+}
+
+/// A server shutting down keeps its tunnels until the shutdown timeout
+/// (it cannot speak inside frames it does not read), then closes them.
+#[test]
+fn a_shutdown_closes_tunnels_at_its_timeout() {
+    let (up, held) = held_upstream();
+    let limits = peregrine::Limits {
+        shutdown_timeout: Duration::from_millis(500),
+        ..peregrine::Limits::default()
+    };
+    let proxy = Proxy::new(Upstream::parse(&format!("http://{up}")).unwrap());
+    let server = Server::new()
+        .bind("127.0.0.1:0")
+        .workers(1)
+        .limits(limits)
+        .start(proxy)
+        .unwrap();
+    let mut c = connect(server.local_addr());
+    assert!(open(&mut c, "/raw", "").0.starts_with("HTTP/1.1 101"));
+    let mut u = held.recv_timeout(PATIENCE).unwrap();
+    let addr = server.local_addr();
+    server.shutdown_handle().shutdown();
+    // Draining once the listener is gone; still a tunnel.
+    while TcpStream::connect(addr).is_ok() {
+        thread::sleep(Duration::from_millis(10));
+    }
+    c.write_all(b"draining").unwrap();
+    assert_eq!(read_n(&mut u, 8), b"draining");
+    assert!(ended_by_peer(&mut c), "the tunnel outlived the shutdown");
+    assert!(ended_by_peer(&mut u), "the tunnel's upstream outlived the shutdown");
+    server.join().unwrap();
+}

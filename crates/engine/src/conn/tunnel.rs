@@ -24,7 +24,9 @@
 //! Ends: no byte either way for the upstream's `read_timeout` (60 s by
 //! default, nginx's `proxy_read_timeout`) closes the tunnel; a client's
 //! FIN (END_STREAM) is passed on as a FIN to the upstream, whose answer
-//! may still come; the upstream's FIN ends the tunnel once the client has
+//! may still come (within `PROXY_TUNNEL_FIN_TIMEOUT`, 5 s, of the last
+//! byte; a client's reset reads as its FIN, and the next write to it
+//! fails); the upstream's FIN ends the tunnel once the client has
 //! what came before it (HTTP/1.1: then a lingering close; HTTP/2:
 //! END_STREAM); an error or reset on either side closes both (HTTP/2:
 //! RST_STREAM with CONNECT_ERROR, RFC 9113 §8.5). A draining server keeps
@@ -41,7 +43,7 @@ use mio::Interest;
 
 use super::{dispatch, take_syscall, Conn, Ctx, Next, Phase, Proto, Stop, SYSCALL_WORK};
 use crate::buffers::ensure_output;
-use crate::limits::{BUFFER_BYTES, PROXY_TUNNEL_BYTES};
+use crate::limits::{BUFFER_BYTES, PROXY_TUNNEL_BYTES, PROXY_TUNNEL_FIN_TIMEOUT};
 use crate::proxy::{Handoff, Sock};
 use crate::response::{HeaderBlock, Response, SharedBytes};
 use crate::sources::Source;
@@ -136,11 +138,14 @@ impl Tunnel {
     }
 
     /// The client ended its side and every byte it sent is written: the
-    /// upstream is told, and may still answer.
-    fn client_done(&mut self) {
+    /// upstream is told, and may still answer, within
+    /// `PROXY_TUNNEL_FIN_TIMEOUT` of the last byte.
+    fn client_done(&mut self, now: Instant) {
         if !self.up_shut {
             self.up_shut = true;
             let _ = self.up.shutdown(Shutdown::Write);
+            self.idle_timeout = self.idle_timeout.min(PROXY_TUNNEL_FIN_TIMEOUT);
+            self.last = now;
         }
     }
 }
@@ -285,7 +290,7 @@ impl Conn {
                 input.start = 0;
                 input.end = 0;
                 if *peer_closed {
-                    t.client_done();
+                    t.client_done(ctx.now);
                 }
             }
             if output.tail.is_none() && output.pos > 0 {
@@ -305,7 +310,7 @@ impl Conn {
         if t.up_done {
             // The upstream is done: the client gets what came before its
             // FIN, then the connection closes.
-            t.client_done();
+            t.client_done(ctx.now);
             if *phase == Phase::Open {
                 *phase = Phase::Closing;
             }
@@ -373,7 +378,7 @@ impl Conn {
                     moved += n;
                 }
                 if peer_done && st.input.is_empty() {
-                    t.client_done();
+                    t.client_done(ctx.now);
                 }
                 if st.sent > 0 {
                     st.output.drain(..st.sent);
