@@ -99,7 +99,10 @@ fn read_answer(s: &mut TcpStream) -> (String, Vec<u8>) {
     while !buf.ends_with(b"\r\n\r\n") {
         match s.read(&mut byte) {
             Ok(1) => buf.push(byte[0]),
-            other => panic!("the answer's head was cut: {other:?} after {:?}", String::from_utf8_lossy(&buf)),
+            other => panic!(
+                "the answer's head was cut: {other:?} after {:?}",
+                String::from_utf8_lossy(&buf)
+            ),
         }
     }
     let head = String::from_utf8(buf).unwrap();
@@ -152,8 +155,15 @@ fn run_client(name: &str, cmd: &mut Command, checks: &[&str]) {
         .output()
         .unwrap_or_else(|e| panic!("cannot run timeout(1) for the {name} client: {e}"));
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let said = format!("--- stdout\n{stdout}--- stderr\n{}", String::from_utf8_lossy(&out.stderr));
-    assert!(out.status.success(), "the {name} client failed ({}):\n{said}", out.status);
+    let said = format!(
+        "--- stdout\n{stdout}--- stderr\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "the {name} client failed ({}):\n{said}",
+        out.status
+    );
     for check in checks {
         let line = format!("ok: {check}");
         assert!(
@@ -275,7 +285,10 @@ fn an_http11_upgrade_passes_the_key_and_its_accept_value() {
     assert!(head.starts_with("HTTP/1.1 101"), "{head}");
     assert_eq!(field(&head, "sec-websocket-accept"), Some(ACCEPT), "{head}");
     assert_eq!(field(&head, "sec-websocket-protocol"), Some("chat"), "{head}");
-    assert!(field(&head, "upgrade").is_some_and(|v| v.eq_ignore_ascii_case("websocket")), "{head}");
+    assert!(
+        field(&head, "upgrade").is_some_and(|v| v.eq_ignore_ascii_case("websocket")),
+        "{head}"
+    );
     s.write_all(&client_frame(0x1, b"through")).unwrap();
     let mut echo = [0u8; 9];
     s.read_exact(&mut echo).unwrap();
@@ -368,7 +381,8 @@ fn an_h2c_upgrade_reaches_the_upstream_as_an_ordinary_request() {
     }
     // An Upgrade field Connection does not name is dropped all the same
     // (hop-by-hop whatever Connection says, RFC 9110 §7.6.1).
-    s.write_all(b"GET /fields HTTP/1.1\r\nHost: site.test\r\nUpgrade: h2c\r\n\r\n").unwrap();
+    s.write_all(b"GET /fields HTTP/1.1\r\nHost: site.test\r\nUpgrade: h2c\r\n\r\n")
+        .unwrap();
     let (head, body) = read_answer(&mut s);
     assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     let seen = String::from_utf8_lossy(&body).to_ascii_lowercase();
@@ -477,24 +491,25 @@ fn an_http2_client_without_window_holds_a_flooding_upstream_back() {
     let mut data = 0usize;
     // Reads frames until `done` says so: the server's SETTINGS acked,
     // DATA on stream 1 counted.
-    let mut pump = |s: &mut TcpStream, status: &mut Option<u16>, data: &mut usize, done: &dyn Fn(Option<u16>, usize) -> bool| {
-        while !done(*status, *data) {
-            while let Some(f) = take_frame(&mut buf) {
-                match f.kind {
-                    SETTINGS if f.flags & 1 == 0 => s.write_all(&frame(SETTINGS, 1, 0, &[])).unwrap(),
-                    HEADERS if f.stream == 1 => *status = Some(f.status()),
-                    DATA if f.stream == 1 => *data += f.payload.len(),
-                    k => assert!(k != 0x3 && k != 0x7, "RST_STREAM or GOAWAY: {f:?}"),
+    let mut pump =
+        |s: &mut TcpStream, status: &mut Option<u16>, data: &mut usize, done: &dyn Fn(Option<u16>, usize) -> bool| {
+            while !done(*status, *data) {
+                while let Some(f) = take_frame(&mut buf) {
+                    match f.kind {
+                        SETTINGS if f.flags & 1 == 0 => s.write_all(&frame(SETTINGS, 1, 0, &[])).unwrap(),
+                        HEADERS if f.stream == 1 => *status = Some(f.status()),
+                        DATA if f.stream == 1 => *data += f.payload.len(),
+                        k => assert!(k != 0x3 && k != 0x7, "RST_STREAM or GOAWAY: {f:?}"),
+                    }
                 }
+                if done(*status, *data) {
+                    break;
+                }
+                let n = s.read(&mut chunk).unwrap();
+                assert!(n > 0, "the proxy closed the connection");
+                buf.extend_from_slice(&chunk[..n]);
             }
-            if done(*status, *data) {
-                break;
-            }
-            let n = s.read(&mut chunk).unwrap();
-            assert!(n > 0, "the proxy closed the connection");
-            buf.extend_from_slice(&chunk[..n]);
-        }
-    };
+        };
     pump(&mut s, &mut status, &mut data, &|st, _| st.is_some());
     assert_eq!(status, Some(200));
     let mut last = usize::MAX;
@@ -602,7 +617,8 @@ fn read_n(s: &mut TcpStream, n: usize) -> Vec<u8> {
 /// Whether the peer has ended its side: a read gives 0 (or a reset).
 fn ended_by_peer(s: &mut TcpStream) -> bool {
     let mut b = [0u8; 64];
-    matches!(s.read(&mut b), Ok(0)) || matches!(s.read(&mut b), Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset)
+    matches!(s.read(&mut b), Ok(0))
+        || matches!(s.read(&mut b), Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset)
 }
 
 /// Bytes go both ways unchanged (the proxy reads no frames: these are
@@ -623,7 +639,11 @@ fn a_tunnel_copies_bytes_and_passes_half_closes_on() {
     // The client ends its side: the upstream sees the end, and answers.
     c.shutdown(std::net::Shutdown::Write).unwrap();
     let mut b = [0u8; 16];
-    assert_eq!(u.read(&mut b).unwrap(), 0, "the client's FIN did not reach the upstream");
+    assert_eq!(
+        u.read(&mut b).unwrap(),
+        0,
+        "the client's FIN did not reach the upstream"
+    );
     u.write_all(b"after your FIN").unwrap();
     assert_eq!(read_n(&mut c, 14), b"after your FIN");
     // The upstream ends: so does the client's connection, and the tunnel.

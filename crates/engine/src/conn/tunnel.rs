@@ -233,7 +233,8 @@ impl Conn {
         dispatch::finish(ctx, *peer, &deferral, Some((200, 0)));
         match Tunnel::open(ctx, handoff.sock, handoff.idle_timeout, *token, stream) {
             Some(t) => {
-                h2.session.with_tunnel(stream, |st, _| st.output.extend_from_slice(&handoff.early));
+                h2.session
+                    .with_tunnel(stream, |st, _| st.output.extend_from_slice(&handoff.early));
                 h2.proxied.push((stream, t));
             }
             None => h2.session.reset_tunnel(stream, &mut output.buf),
@@ -343,7 +344,10 @@ impl Conn {
             return Next::Close;
         };
         if t.deadline() <= ctx.now {
-            crate::log::debug(format_args!("proxy: a WebSocket tunnel idle for {:?}: closed", t.idle_timeout));
+            crate::log::debug(format_args!(
+                "proxy: a WebSocket tunnel idle for {:?}: closed",
+                t.idle_timeout
+            ));
             return Next::Close;
         }
         self.state_deadline = Some(t.deadline());

@@ -264,9 +264,15 @@ mod tests {
              permessage-deflate\r\n\r\n"
         );
         let fields = String::from_utf8(check(&good, &ask(false)).unwrap()).unwrap();
-        assert!(fields.contains(&format!("Sec-WebSocket-Accept: {ACCEPT}\r\n")), "{fields}");
+        assert!(
+            fields.contains(&format!("Sec-WebSocket-Accept: {ACCEPT}\r\n")),
+            "{fields}"
+        );
         assert!(fields.contains("Sec-WebSocket-Protocol: chat\r\n"), "{fields}");
-        assert!(fields.contains("Sec-WebSocket-Extensions: permessage-deflate\r\n"), "{fields}");
+        assert!(
+            fields.contains("Sec-WebSocket-Extensions: permessage-deflate\r\n"),
+            "{fields}"
+        );
         assert!(!fields.to_ascii_lowercase().contains("upgrade:"), "{fields}");
         assert!(!fields.to_ascii_lowercase().contains("connection:"), "{fields}");
         // HTTP/2's 200 carries no accept value.
@@ -293,7 +299,12 @@ mod tests {
         assert!(is_key(b"dGhlIHNhbXBsZSBub25jZQ=="));
         assert!(is_key(new_key().as_bytes()));
         assert_ne!(new_key(), new_key());
-        for bad in [&b""[..], b"dGhlIHNhbXBsZSBub25jZQ", b"dGhlIHNhbXBsZSBub25jZQ==x", b"!!!!!!!!!!!!!!!!!!!!!!=="] {
+        for bad in [
+            &b""[..],
+            b"dGhlIHNhbXBsZSBub25jZQ",
+            b"dGhlIHNhbXBsZSBub25jZQ==x",
+            b"!!!!!!!!!!!!!!!!!!!!!!==",
+        ] {
             assert!(!is_key(bad), "{bad:?}");
         }
     }
