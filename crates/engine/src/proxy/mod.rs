@@ -36,6 +36,17 @@
 //! connection-specific field reaches an HTTP/2 or HTTP/3 client (RFC 9113
 //! §8.2.2). 502, 503 and 504 are the engine's plain pages: never the
 //! upstream's error text or address (those go to the error log).
+//!
+//! WebSockets pass through (`tunnel.rs`): an HTTP/1.1 `Upgrade:
+//! websocket` or an HTTP/2 extended CONNECT (RFC 8441; give the server
+//! [`crate::Server::websockets`] so that HTTP/2 clients are told they
+//! may) goes to the upstream as an HTTP/1.1 upgrade; a 101 with the right
+//! `Sec-WebSocket-Accept` hands the upstream connection to the client's,
+//! which copies bytes both ways from then on (`conn/tunnel.rs`: bounded
+//! each way, closed after the upstream's `read_timeout` with no byte
+//! moving, and when either side ends). Every other upgrade (`h2c`) is
+//! dropped, as a hop-by-hop field, and the request goes as an ordinary
+//! one. HTTP/3 clients cannot open one yet (no RFC 9220 in the engine).
 
 mod pool;
 mod tunnel;
@@ -64,8 +75,15 @@ use crate::response::Response;
 /// let api = Proxy::new(Upstream::parse("http://127.0.0.1:9000").unwrap().prefix("/api/"));
 /// let router = Router::new()
 ///     .route("GET", "/api/*rest", api.clone())
-///     .route("POST", "/api/*rest", api);
-/// let running = Server::new().bind("127.0.0.1:8080").start(router).unwrap();
+///     .route("POST", "/api/*rest", api.clone())
+///     // WebSockets over HTTP/2 open with an extended CONNECT; over
+///     // HTTP/1.1 they are GETs.
+///     .route("CONNECT", "/api/*rest", api);
+/// let running = Server::new()
+///     .bind("127.0.0.1:8080")
+///     .websockets(true)
+///     .start(router)
+///     .unwrap();
 /// running.wait().unwrap();
 /// ```
 #[derive(Clone, Debug)]
