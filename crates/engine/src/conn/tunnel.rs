@@ -299,7 +299,14 @@ impl Conn {
                 output.buf.drain(..output.pos);
                 output.pos = 0;
             }
-            match t.recv_up(&mut output.buf, output.pos, PROXY_TUNNEL_BYTES, work_left) {
+            // The worker's queued answers past their budget: the upstream
+            // waits too (`Limits::output_budget_bytes`).
+            let room = if Conn::over_output_budget(ctx, output.buf.len() - output.pos) {
+                0
+            } else {
+                PROXY_TUNNEL_BYTES
+            };
+            match t.recv_up(&mut output.buf, output.pos, room, work_left) {
                 Ok(n) => moved += n,
                 Err(()) => return Stop::Broken,
             }
