@@ -736,3 +736,206 @@ fn a_shutdown_closes_tunnels_at_its_timeout() {
     assert!(ended_by_peer(&mut u), "the tunnel's upstream outlived the shutdown");
     server.join().unwrap();
 }
+
+/// An upstream that answers each WebSocket opening with the accept value
+/// of the key it got (the proxy's own, for HTTP/2 clients) and hands its
+/// socket to the test.
+fn keyed_held() -> (SocketAddr, mpsc::Receiver<TcpStream>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { return };
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") {
+                if s.read(&mut byte).unwrap_or(0) == 0 {
+                    break;
+                }
+                head.push(byte[0]);
+            }
+            let head = String::from_utf8_lossy(&head).into_owned();
+            let Some(key) = field(&head, "sec-websocket-key") else {
+                continue;
+            };
+            let answer = format!(
+                "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+                 Sec-WebSocket-Accept: {}\r\n\r\n",
+                accept_of(key)
+            );
+            s.write_all(answer.as_bytes()).unwrap();
+            s.set_read_timeout(Some(PATIENCE)).unwrap();
+            if tx.send(s).is_err() {
+                return;
+            }
+        }
+    });
+    (addr, rx)
+}
+
+/// A raw HTTP/2 client (prior knowledge) for extended CONNECTs: frames
+/// written by hand, read with `test_support::h2`.
+struct H2 {
+    s: TcpStream,
+    buf: Vec<u8>,
+    authority: String,
+}
+
+/// What a stream got.
+#[derive(Default, Debug)]
+struct Got {
+    status: Option<u16>,
+    data: Vec<u8>,
+    ended: bool,
+    reset: Option<u32>,
+}
+
+impl H2 {
+    fn connect(addr: SocketAddr) -> H2 {
+        use test_support::h2::{frame, PREFACE, SETTINGS};
+        let mut s = connect(addr);
+        let mut hello = PREFACE.to_vec();
+        hello.extend_from_slice(&frame(SETTINGS, 0, 0, &[]));
+        s.write_all(&hello).unwrap();
+        H2 {
+            s,
+            buf: Vec::new(),
+            authority: addr.to_string(),
+        }
+    }
+
+    /// Opens a WebSocket on stream `id` with an extended CONNECT.
+    fn open(&mut self, id: u32, path: &str) {
+        use test_support::h2::{frame, END_HEADERS, HEADERS};
+        let mut head = Vec::new();
+        for (index, value) in [(2u8, "CONNECT"), (6, "http"), (4, path), (1, self.authority.as_str())] {
+            head.push(index);
+            head.push(value.len() as u8);
+            head.extend_from_slice(value.as_bytes());
+        }
+        for (name, value) in [(":protocol", "websocket"), ("sec-websocket-version", "13")] {
+            head.push(0);
+            head.push(name.len() as u8);
+            head.extend_from_slice(name.as_bytes());
+            head.push(value.len() as u8);
+            head.extend_from_slice(value.as_bytes());
+        }
+        self.s.write_all(&frame(HEADERS, END_HEADERS, id, &head)).unwrap();
+    }
+
+    fn data(&mut self, id: u32, bytes: &[u8], end: bool) {
+        use test_support::h2::{frame, DATA, END_STREAM};
+        let flags = if end { END_STREAM } else { 0 };
+        self.s.write_all(&frame(DATA, flags, id, bytes)).unwrap();
+    }
+
+    /// Reads frames into `got` (stream `id`'s) until `done` says so; the
+    /// server's SETTINGS are acknowledged.
+    fn until(&mut self, id: u32, got: &mut Got, done: impl Fn(&Got) -> bool) {
+        use test_support::h2::{frame, take_frame, DATA, END_STREAM, HEADERS, RST_STREAM, SETTINGS};
+        let mut chunk = [0u8; 16 * 1024];
+        while !done(got) {
+            while let Some(f) = take_frame(&mut self.buf) {
+                match f.kind {
+                    SETTINGS if f.flags & 1 == 0 => self.s.write_all(&frame(SETTINGS, 1, 0, &[])).unwrap(),
+                    HEADERS if f.stream == id => got.status = Some(f.status()),
+                    DATA if f.stream == id => {
+                        got.data.extend_from_slice(&f.payload);
+                        got.ended |= f.flags & END_STREAM != 0;
+                    }
+                    RST_STREAM if f.stream == id => got.reset = Some(f.code()),
+                    _ => {}
+                }
+            }
+            if done(got) {
+                return;
+            }
+            let n = self.s.read(&mut chunk).unwrap();
+            assert!(n > 0, "the proxy closed the connection; stream {id} got {got:?}");
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+}
+
+/// Over HTTP/2, a tunnel is a stream: its DATA reach the upstream and the
+/// upstream's bytes come back as DATA; the client's END_STREAM is the
+/// upstream's FIN, after which it may still answer; its close is the
+/// stream's END_STREAM. An upstream that resets gets its stream
+/// RST_STREAM with CONNECT_ERROR (RFC 9113 §8.5); the connection goes on.
+#[test]
+fn an_http2_tunnel_passes_bytes_half_closes_and_resets_on() {
+    let (up, held) = keyed_held();
+    let (proxy, metrics) = proxy_to(up);
+    let mut c = H2::connect(proxy.local_addr());
+    c.open(1, "/raw");
+    let mut one = Got::default();
+    c.until(1, &mut one, |g| g.status.is_some());
+    assert_eq!(one.status, Some(200));
+    let mut u = held.recv_timeout(PATIENCE).unwrap();
+    c.data(1, b"to the upstream", false);
+    assert_eq!(read_n(&mut u, 15), b"to the upstream");
+    u.write_all(b"to the client").unwrap();
+    c.until(1, &mut one, |g| g.data.len() >= 13);
+    assert_eq!(one.data, b"to the client");
+    // The client ends its side: the upstream's FIN; it answers still.
+    c.data(1, b"last", true);
+    assert_eq!(read_n(&mut u, 4), b"last");
+    let mut b = [0u8; 8];
+    assert_eq!(
+        u.read(&mut b).unwrap(),
+        0,
+        "END_STREAM did not reach the upstream as a FIN"
+    );
+    u.write_all(b" and after").unwrap();
+    drop(u);
+    c.until(1, &mut one, |g| g.ended || g.reset.is_some());
+    assert_eq!(one.data, b"to the client and after");
+    assert!(one.ended && one.reset.is_none(), "{one:?}");
+
+    // An upstream that resets: the stream is reset, the connection lives.
+    c.open(3, "/raw");
+    let mut three = Got::default();
+    c.until(3, &mut three, |g| g.status.is_some());
+    let u = held.recv_timeout(PATIENCE).unwrap();
+    socket2::SockRef::from(&u).set_linger(Some(Duration::ZERO)).unwrap();
+    drop(u);
+    c.until(3, &mut three, |g| g.reset.is_some() || g.ended);
+    assert_eq!(three.reset, Some(0xa), "{three:?}");
+    c.open(5, "/raw");
+    let mut five = Got::default();
+    c.until(5, &mut five, |g| g.status.is_some());
+    assert_eq!(five.status, Some(200));
+    assert_eq!(sample(&metrics, "peregrine_proxy_websockets_opened_total"), 3);
+}
+
+/// An HTTP/2 tunnel idle for the upstream's read timeout is reset
+/// (CANCEL) and its upstream closed; the client's connection goes on.
+#[test]
+fn an_idle_http2_tunnel_is_cancelled_at_the_read_timeout() {
+    let (up, held) = keyed_held();
+    let proxy = Proxy::new(
+        Upstream::parse(&format!("http://{up}"))
+            .unwrap()
+            .read_timeout(Duration::from_millis(300)),
+    );
+    let server = Server::new()
+        .bind("127.0.0.1:0")
+        .workers(1)
+        .websockets(true)
+        .start(proxy)
+        .unwrap();
+    let mut c = H2::connect(server.local_addr());
+    c.open(1, "/raw");
+    let mut one = Got::default();
+    c.until(1, &mut one, |g| g.status.is_some());
+    assert_eq!(one.status, Some(200));
+    let mut u = held.recv_timeout(PATIENCE).unwrap();
+    c.until(1, &mut one, |g| g.reset.is_some() || g.ended);
+    assert_eq!(one.reset, Some(0x8), "{one:?}");
+    assert!(ended_by_peer(&mut u), "the idle tunnel's upstream stayed open");
+    c.open(3, "/raw");
+    let mut three = Got::default();
+    c.until(3, &mut three, |g| g.status.is_some());
+    assert_eq!(three.status, Some(200));
+}

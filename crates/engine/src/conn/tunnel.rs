@@ -445,7 +445,7 @@ impl Conn {
             if t.deadline() > ctx.now {
                 return true;
             }
-            session.reset_tunnel(*id, out);
+            session.cancel_tunnel(*id, out);
             ended(ctx);
             false
         });
