@@ -939,3 +939,54 @@ fn an_idle_http2_tunnel_is_cancelled_at_the_read_timeout() {
     c.until(3, &mut three, |g| g.status.is_some());
     assert_eq!(three.status, Some(200));
 }
+
+/// Over TLS the tunnel is the same: the client's records decrypted go to
+/// the upstream, the upstream's bytes go back encrypted, and the
+/// upstream's end ends the TLS connection.
+#[test]
+fn a_tunnel_over_tls_copies_plaintext_both_ways() {
+    let (up, held) = held_upstream();
+    let pki = test_support::pki::Pki::new("proxy-ws");
+    let (cert, key, _) = pki.issue("localhost", &["localhost"]);
+    let proxy = Proxy::new(Upstream::parse(&format!("http://{up}")).unwrap());
+    let server = Server::new()
+        .bind_tls(
+            "127.0.0.1:0",
+            peregrine::TlsConfig::from_pem_files(&cert, &key).unwrap(),
+        )
+        .workers(1)
+        .http3(false)
+        .start(proxy)
+        .unwrap();
+    let mut config = pki.client_config(rustls::DEFAULT_VERSIONS);
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let mut c = test_support::pki::connect(server.local_addr(), &Arc::new(config), "localhost");
+    c.write_all(
+        format!(
+            "GET /raw HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+             Sec-WebSocket-Key: {KEY}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(c.read(&mut byte).unwrap(), 1, "{}", String::from_utf8_lossy(&head));
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8(head).unwrap();
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    let mut u = held.recv_timeout(PATIENCE).unwrap();
+    c.write_all(b"secret up").unwrap();
+    assert_eq!(read_n(&mut u, 9), b"secret up");
+    u.write_all(b"secret down").unwrap();
+    let mut down = [0u8; 11];
+    c.read_exact(&mut down).unwrap();
+    assert_eq!(&down, b"secret down");
+    drop(u);
+    let mut rest = Vec::new();
+    // close_notify, then the end: the upstream's close came through.
+    let ended = c.read_to_end(&mut rest);
+    assert!(ended.is_ok() && rest.is_empty(), "{ended:?} {rest:?}");
+}
