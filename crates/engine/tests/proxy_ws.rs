@@ -698,9 +698,9 @@ fn an_idle_tunnel_is_closed_at_the_read_timeout() {
     let server = Server::new().bind("127.0.0.1:0").workers(1).start(proxy).unwrap();
     let mut c = connect(server.local_addr());
     assert!(open(&mut c, "/raw", "").0.starts_with("HTTP/1.1 101"));
+    // (Nothing sent: a byte would move the deadline, and this test must
+    // not depend on how fast it runs.)
     let mut u = held.recv_timeout(PATIENCE).unwrap();
-    u.write_all(b"ping").unwrap();
-    assert_eq!(read_n(&mut c, 4), b"ping");
     assert!(ended_by_peer(&mut c), "an idle tunnel stayed open");
     assert!(ended_by_peer(&mut u), "an idle tunnel's upstream stayed open");
 }
@@ -711,7 +711,9 @@ fn an_idle_tunnel_is_closed_at_the_read_timeout() {
 fn a_shutdown_closes_tunnels_at_its_timeout() {
     let (up, held) = held_upstream();
     let limits = peregrine::Limits {
-        shutdown_timeout: Duration::from_millis(500),
+        // Long enough for the bytes below to cross before it ends, on a
+        // loaded machine too.
+        shutdown_timeout: Duration::from_secs(5),
         ..peregrine::Limits::default()
     };
     let proxy = Proxy::new(Upstream::parse(&format!("http://{up}")).unwrap());
