@@ -19,10 +19,13 @@
 //! share that), and the client is not read while `BUFFER_BYTES` of its
 //! bytes wait for the upstream (HTTP/2: its stream's window is given back
 //! only as the upstream takes them). Either side that stops reading stops
-//! the other's sender at TCP's window.
+//! the other's sender at TCP's window. The upstream also waits while the
+//! worker's queued output is over `output_budget_bytes`, and a client that
+//! takes nothing for `send_timeout` is closed, as any.
 //!
 //! Ends: no byte either way for the upstream's `read_timeout` (60 s by
-//! default, nginx's `proxy_read_timeout`) closes the tunnel; a client's
+//! default, nginx's `proxy_read_timeout`) closes the tunnel (HTTP/2:
+//! RST_STREAM with CANCEL); a client's
 //! FIN (END_STREAM) is passed on as a FIN to the upstream, whose answer
 //! may still come (within `PROXY_TUNNEL_FIN_TIMEOUT`, 5 s, of the last
 //! byte; a client's reset reads as its FIN, and the next write to it
