@@ -71,6 +71,10 @@ pub(crate) struct WorkerMetrics {
     pub(crate) ws_bytes_in: Counter,
     pub(crate) ws_bytes_out: Counter,
     pub(crate) ws_dropped: Counter,
+    /// The reverse proxy's WebSocket tunnels (`conn/tunnel.rs`): opened
+    /// and ended (the difference is open).
+    pub(crate) proxy_tunnels_opened: Counter,
+    pub(crate) proxy_tunnels_closed: Counter,
     pub(crate) tls_handshake_failures: Counter,
     /// QUIC (HTTP/3): connections accepted and ended, handshakes
     /// completed, Retry packets sent, datagrams received; packets sent and
@@ -321,7 +325,7 @@ impl Metrics {
             let n = sum(&|w| w.by_method[i].get());
             let _ = writeln!(out, "peregrine_requests_by_method_total{{method=\"{method}\"}} {n}");
         }
-        let simple: [(&str, &str, &str, u64); 25] = [
+        let simple: [(&str, &str, &str, u64); 27] = [
             (
                 "peregrine_sent_bytes_total",
                 "counter",
@@ -357,6 +361,18 @@ impl Metrics {
                 "counter",
                 "WebSocket handshakes accepted.",
                 sum(&|w| w.ws_opened.get()),
+            ),
+            (
+                "peregrine_proxy_websockets_open",
+                "gauge",
+                "WebSockets the reverse proxy passes through to upstreams, open now.",
+                sum(&|w| w.proxy_tunnels_opened.get().wrapping_sub(w.proxy_tunnels_closed.get())),
+            ),
+            (
+                "peregrine_proxy_websockets_opened_total",
+                "counter",
+                "WebSockets the reverse proxy opened to upstreams (upstream answered 101).",
+                sum(&|w| w.proxy_tunnels_opened.get()),
             ),
             (
                 "peregrine_websocket_messages_received_total",
