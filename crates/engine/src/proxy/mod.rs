@@ -37,9 +37,11 @@
 //! §8.2.2). 502, 503 and 504 are the engine's plain pages: never the
 //! upstream's error text or address (those go to the error log).
 
+mod auth;
 mod pool;
 mod upstream;
 
+pub use auth::{Decide, Finish, ForwardAuth, Held};
 pub(crate) use pool::Upstreams;
 pub use upstream::{HostHeader, Upstream, UpstreamError};
 
@@ -91,6 +93,8 @@ pub(crate) struct Job {
     pub(crate) body: Option<crate::body::BodyReader>,
     pub(crate) chunked: bool,
     pub(crate) responder: Responder,
+    /// A forward-auth subrequest's: what its answer decides (`auth.rs`).
+    pub(crate) auth: Option<Box<auth::Pending>>,
 }
 
 /// A request body up to this long is read whole before the upstream is
@@ -218,6 +222,7 @@ impl Handler for Proxy {
                     chunked: framing == Framing::Chunked,
                     body: reader,
                     responder,
+                    auth: None,
                 });
                 Reply::Later
             }

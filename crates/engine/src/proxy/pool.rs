@@ -57,6 +57,8 @@ pub(crate) struct Upstreams {
     /// connections at once (`take_answers`): they are this worker's, so
     /// they need not go through the mailbox that other threads use.
     answers: Vec<(Responder, Response)>,
+    /// Forward-auth checks waiting for their subrequests' answers.
+    checks: super::auth::Checks,
     /// Where every connection reads into (`READ_CHUNK`, zeroed once):
     /// a connection keeps only what it has not consumed yet, usually
     /// nothing, so an idle one holds no read buffer.
@@ -204,19 +206,24 @@ impl Write for Sock {
 
 impl Upstreams {
     /// The answers made since the last call, each with its responder.
+    /// (Forward-auth subrequests' answers are decided on the way.)
     pub(crate) fn take_answers(&mut self) -> Vec<(Responder, Response)> {
-        std::mem::take(&mut self.answers)
+        self.checks.sort(std::mem::take(&mut self.answers))
     }
 
-    /// Whether answers wait for `take_answers`.
+    /// Whether answers wait for `take_answers` (or requests a forward-auth
+    /// check let through wait for `submit_all`).
     pub(crate) fn has_answers(&self) -> bool {
-        !self.answers.is_empty()
+        !self.answers.is_empty() || self.checks.has_granted()
     }
 
-    /// Takes the jobs the handlers left this turn.
+    /// Takes the jobs the handlers left this turn (and those forward-auth
+    /// checks let through).
     pub(crate) fn submit_all(&mut self, ctx: &mut Ctx<'_>, timers: &mut Timers) {
-        let jobs = std::mem::take(&mut *ctx.outbox.borrow_mut());
+        let mut jobs = std::mem::take(&mut *ctx.outbox.borrow_mut());
+        jobs.extend(self.checks.take_granted());
         for job in jobs {
+            let job = self.checks.admit(job);
             self.submit(ctx, timers, job);
         }
     }
