@@ -33,6 +33,7 @@
 //! Credentials are never logged and never copied into an answer; the
 //! access log does not record `Authorization`.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -327,6 +328,10 @@ impl Gate for Guard {
             granted,
             denied,
         });
+        let job = match hold(&self.verifier, job) {
+            Some(job) => job,
+            None => return Reply::Later,
+        };
         if let Err(job) = self.verifier.queue(job) {
             queued.fetch_sub(1, Ordering::AcqRel);
             job.responder
@@ -334,6 +339,71 @@ impl Gate for Guard {
         }
         Reply::Later
     }
+}
+
+thread_local! {
+    /// `Some` while a route's forward auth calls its handler
+    /// ([`holding`]): a password check is kept here instead of queued,
+    /// and queued only if the auth service lets the request through
+    /// (its answer would otherwise go out unheld, from a verifier thread).
+    static HELD: RefCell<Option<Option<HeldCheck>>> = const { RefCell::new(None) };
+}
+
+/// A password check that waits for a forward-auth verdict.
+pub(crate) struct HeldCheck {
+    verifier: Arc<Verifier>,
+    job: Box<Job>,
+}
+
+impl HeldCheck {
+    /// Queues the check (`Ok`), or sends the refusal in its place.
+    pub(crate) fn decide(self, verdict: Result<(), Response>) {
+        let queued = &self.verifier.queued;
+        match verdict {
+            Ok(()) => {
+                if let Err(job) = self.verifier.queue(self.job) {
+                    queued.fetch_sub(1, Ordering::AcqRel);
+                    job.responder
+                        .send(retry_after(Response::error(503), Duration::from_secs(1)));
+                }
+            }
+            Err(refusal) => {
+                queued.fetch_sub(1, Ordering::AcqRel);
+                self.job.responder.send(refusal);
+            }
+        }
+    }
+}
+
+/// Calls `f`, keeping the password check a guard would queue meanwhile.
+pub(crate) fn holding<R>(f: impl FnOnce() -> R) -> (R, Option<HeldCheck>) {
+    /// Leaves nothing set, even if `f` panics.
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            HELD.with(|h| h.borrow_mut().take());
+        }
+    }
+    HELD.with(|h| *h.borrow_mut() = Some(None));
+    let reset = Reset;
+    let r = f();
+    let held = HELD.with(|h| h.borrow_mut().take().flatten());
+    drop(reset);
+    (r, held)
+}
+
+/// `job`, or `None` when it was kept for a forward-auth verdict.
+fn hold(verifier: &Arc<Verifier>, job: Box<Job>) -> Option<Box<Job>> {
+    HELD.with(|h| match &mut *h.borrow_mut() {
+        Some(slot) => {
+            *slot = Some(HeldCheck {
+                verifier: verifier.clone(),
+                job,
+            });
+            None
+        }
+        None => Some(job),
+    })
 }
 
 /// What the start tells the operator of protected paths: `public`

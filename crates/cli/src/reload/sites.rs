@@ -115,7 +115,8 @@ pub(super) fn build(
                     let ruled = route.ip.is_some()
                         || route.rate_limit.is_some()
                         || route.cors.is_some()
-                        || route.basic_auth.is_some();
+                        || route.basic_auth.is_some()
+                        || route.forward_auth.is_some();
                     let server = if ruled { server.without_fallback() } else { server };
                     Arc::new(server.with_gate(inner_gate))
                 }
@@ -145,9 +146,16 @@ pub(super) fn build(
                     Arc::new(peregrine::proxy::Proxy::new(up))
                 }
             };
-            // IP rules, rate limit, CORS and Basic auth before the handler
-            // looks at anything, the route's fields after; no wrapper at
-            // all on a route without them.
+            let forward = match &route.forward_auth {
+                Some(f) => Some(
+                    f.check()
+                        .with_context(|| format!("site {label}, route {}: forward-auth", route.path))?,
+                ),
+                None => None,
+            };
+            // IP rules, rate limit, CORS and Basic or forward auth before
+            // the handler looks at anything, the route's fields after; no
+            // wrapper at all on a route without them.
             let handler = access::wrap(
                 handler,
                 access::Rules {
@@ -158,6 +166,7 @@ pub(super) fn build(
                         .basic_auth
                         .as_ref()
                         .map(|b| (b, guard(realm, finish.clone(), false))),
+                    forward,
                     headers: &route.headers,
                 },
             );

@@ -229,7 +229,7 @@ fn site_tables_refuse_what_is_not_theirs_at_its_line() {
             &format!("{f}:3: names: \"b.test:8080\": port where only a host name belongs"),
             &format!("{f}:3: names: \"*\": a wildcard is a whole leftmost label"),
             &format!("{f}:5: workers: process-wide: every site shares it, so it is set at the top level"),
-            &format!("{f}:6: forward-auth: not supported yet (issue 27 brings it)"),
+            &format!("{f}:6: forward-auth: a route's setting: give it in a [[site.route]] table"),
             &format!("{f}:7: lst-dirs: unknown key in a [[site]] table (did you mean \"list-dirs\"?)"),
             &format!("{f}:8: headers: a route's setting: give it in a [[site.route]] table"),
             &format!(

@@ -155,7 +155,9 @@ impl ForwardAuth {
                 }
             }
             Held::Reply(Reply::Upgrade(_)) => {
-                crate::log::warn(format_args!("forward auth: an upgrade cannot wait for the auth service: 501"));
+                crate::log::warn(format_args!(
+                    "forward auth: an upgrade cannot wait for the auth service: 501"
+                ));
                 return Response::error(501).into();
             }
             Held::Decide(decide) => Then::Decide(decide),
@@ -429,7 +431,11 @@ fn private(resp: Response) -> Response {
     for d in resp.header("cache-control").unwrap_or_default().split(',') {
         let d = d.trim();
         let name = d.split('=').next().unwrap_or_default().trim();
-        if d.is_empty() || ["public", "private", "s-maxage"].iter().any(|n| name.eq_ignore_ascii_case(n)) {
+        if d.is_empty()
+            || ["public", "private", "s-maxage"]
+                .iter()
+                .any(|n| name.eq_ignore_ascii_case(n))
+        {
             continue;
         }
         value.push_str(", ");
@@ -467,7 +473,9 @@ mod tests {
         );
         let silent = answer(204, "Other: 1\r\n");
         let got = with_fields(request, &names, &copied(&silent, &names));
-        assert!(!String::from_utf8_lossy(&got).to_ascii_lowercase().contains("remote-user:"));
+        assert!(!String::from_utf8_lossy(&got)
+            .to_ascii_lowercase()
+            .contains("remote-user:"));
     }
 
     #[test]
@@ -489,16 +497,21 @@ mod tests {
             copy: Arc::from(copy(&["Remote-User"])),
             finish: Some(Box::new(|r: Response| r.with_header("X-Finished", "1"))),
         };
-        checks.pending.insert(1, pending(Then::Answer(Responder::new(None, 7, 1), Response::error(200))));
-        checks.pending.insert(2, pending(Then::Answer(Responder::new(None, 7, 2), Response::error(200))));
-        checks.pending.insert(3, pending(Then::Answer(Responder::new(None, 7, 3), Response::error(200))));
+        checks.pending.insert(
+            1,
+            pending(Then::Answer(Responder::new(None, 7, 1), Response::error(200))),
+        );
+        checks.pending.insert(
+            2,
+            pending(Then::Answer(Responder::new(None, 7, 2), Response::error(200))),
+        );
+        checks.pending.insert(
+            3,
+            pending(Then::Answer(Responder::new(None, 7, 3), Response::error(200))),
+        );
         let denied = answer(302, "Location: /login\r\nSet-Cookie: s=1\r\n");
         let broken = answer(500, "X-Secret: upstream text\r\n");
-        let out = checks.sort(vec![
-            (key(1), answer(200, "")),
-            (key(2), denied),
-            (key(3), broken),
-        ]);
+        let out = checks.sort(vec![(key(1), answer(200, "")), (key(2), denied), (key(3), broken)]);
         assert_eq!(out.len(), 3);
         assert_eq!(out[0].1.status(), 200);
         assert_eq!(out[0].1.header("cache-control"), Some("private"));

@@ -1,0 +1,521 @@
+//! A route's `forward-auth` (issue 27) end to end: a small Python auth
+//! service (stdlib `http.server`, as oauth2-proxy or Authelia would
+//! answer: 200 with `Remote-User` for a good session cookie, else a 302 to
+//! its login page with a `Set-Cookie`) in front of a proxied backend and
+//! of files, from a directory site and its archive, over HTTPS with
+//! HTTP/1.1 and HTTP/2 (curl) and HTTP/3 (aioquic). The backend sees the
+//! service's `Remote-User`, never the client's; a refused request never
+//! reaches it; the service down is a 502 with no upstream text.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::thread;
+
+use common::Scratch;
+use test_support::process::Process;
+
+/// The auth service: its answer from the request's cookie. A refusal's
+/// body lists the fields the subrequest carried, for the tests to read.
+const AUTH_SERVICE: &str = r#"
+import http.server, sys
+
+class Auth(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args):
+        pass
+
+    def answer(self, status, fields, body):
+        self.send_response(status)
+        for name, value in fields:
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        cookie = self.headers.get("Cookie", "")
+        seen = "".join(f"{k.lower()}: {v}\n" for k, v in self.headers.items())
+        if self.path != "/verify":
+            self.answer(404, [], b"wrong path " + self.path.encode())
+        elif "session=good" in cookie:
+            self.answer(200, [("Remote-User", "alice"), ("Remote-Email", "alice@example.com")], b"")
+        elif "session=silent" in cookie:
+            self.answer(200, [], b"")
+        elif "session=crash" in cookie:
+            self.answer(500, [], b"auth internal secret")
+        else:
+            uri = self.headers.get("X-Forwarded-Uri", "")
+            self.answer(302, [("Location", "https://login.test/?rd=" + uri),
+                              ("Set-Cookie", "csrf=1; Path=/; HttpOnly")], seen.encode())
+
+server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Auth)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"#;
+
+/// Starts the auth service; the process and its address.
+fn auth_service(t: &Scratch) -> (Process, SocketAddr) {
+    let script = t.write("auth.py", AUTH_SERVICE);
+    let auth = Process::spawn_stdout(Command::new("python3").arg(script));
+    let port: u16 = auth.first_line().trim().parse().unwrap();
+    (auth, SocketAddr::from(([127, 0, 0, 1], port)))
+}
+
+/// A backend that answers every request with its head and body, and
+/// records their request lines.
+fn backend() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = seen.clone();
+    thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { return };
+            let log = log.clone();
+            thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut out = stream;
+                loop {
+                    let mut head = String::new();
+                    loop {
+                        let mut line = String::new();
+                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                        head.push_str(&line);
+                    }
+                    log.lock()
+                        .unwrap()
+                        .push(head.lines().next().unwrap_or_default().to_owned());
+                    let length: usize = head
+                        .lines()
+                        .find_map(|l| {
+                            let (n, v) = l.split_once(':')?;
+                            n.eq_ignore_ascii_case("content-length")
+                                .then(|| v.trim().parse().ok())?
+                        })
+                        .unwrap_or(0);
+                    let mut body = vec![0; length];
+                    if reader.read_exact(&mut body).is_err() {
+                        return;
+                    }
+                    let mut answer = format!("backend saw:\n{head}\n").into_bytes();
+                    answer.extend_from_slice(&body);
+                    let head = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n",
+                        answer.len()
+                    );
+                    if out.write_all(head.as_bytes()).is_err() || out.write_all(&answer).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, seen)
+}
+
+/// The routes both sites have: a proxy and files behind the service, and
+/// files behind a service that is down.
+fn routes(auth: SocketAddr, backend: SocketAddr, dead: u16) -> String {
+    format!(
+        "[[site.route]]\npath = \"/api/*\"\nproxy = \"http://{backend}\"\n\
+         forward-auth = {{ url = \"http://{auth}/verify\", copy-headers = [\"Remote-User\", \"Remote-Email\"] }}\n\
+         [[site.route]]\npath = \"/private/*\"\n\
+         forward-auth = {{ url = \"http://{auth}/verify\", copy-headers = [\"Remote-User\"] }}\n\
+         [[site.route]]\npath = \"/down/*\"\nforward-auth = {{ url = \"http://127.0.0.1:{dead}/verify\" }}\n"
+    )
+}
+
+/// The server over HTTPS (and HTTP/3) with a directory site (`localhost`)
+/// and its archive (`arc.test`), each with [`routes`]; the auth service,
+/// the backend's log and the server's port.
+struct Setup {
+    _t: Scratch,
+    _auth: Process,
+    _server: Process,
+    seen: Arc<Mutex<Vec<String>>>,
+    port: u16,
+}
+
+fn start(tag: &str) -> Setup {
+    let t = Scratch::new(tag);
+    common::packed(
+        t.dir(),
+        &[
+            ("index.html", "home\n"),
+            ("private/secret.txt", "secret\n"),
+            ("down/x.txt", "x\n"),
+        ],
+        &[],
+    );
+    let (auth, auth_addr) = auth_service(&t);
+    let (backend, seen) = backend();
+    let dead = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned(), "arc.test".to_owned()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    let cert_file = t.write("cert.pem", cert.pem());
+    let key_file = t.write("key.pem", key.serialize_pem());
+    let routes = routes(auth_addr, backend, dead);
+    let config = t.write(
+        "peregrine.toml",
+        format!(
+            "version = 1\nbind = [\"127.0.0.1:0\"]\nworkers = 1\n\
+             [[site]]\nnames = [\"localhost\"]\nroot = \"site\"\ndefault = true\n{routes}\
+             [[site]]\nnames = [\"arc.test\"]\nroot = \"site.prg\"\n{routes}"
+        ),
+    );
+    let server = Process::spawn(
+        common::peregrine()
+            .current_dir(t.dir())
+            .args(["serve", "--config"])
+            .arg(&config)
+            .arg("--tls-cert")
+            .arg(&cert_file)
+            .arg("--tls-key")
+            .arg(&key_file),
+    );
+    let port = test_support::process::last_addr(&server.listening())
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    Setup {
+        _t: t,
+        _auth: auth,
+        _server: server,
+        seen,
+        port,
+    }
+}
+
+/// An answer: status, head lines (names lowercase), body.
+#[derive(Debug)]
+struct Answer {
+    status: u16,
+    fields: Vec<(String, String)>,
+    body: String,
+}
+
+impl Answer {
+    fn field(&self, name: &str) -> Option<&str> {
+        self.fields.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+    }
+}
+
+/// One request with curl over `version` (`--http1.1` or `--http2`).
+fn curl(setup: &Setup, version: &str, host: &str, path: &str, fields: &[&str], body: Option<&str>) -> Answer {
+    let mut cmd = Command::new(common::curl());
+    cmd.args(["-sS", "-k", "-i", "--max-time", "30", version]);
+    for f in fields {
+        cmd.args(["-H", f]);
+    }
+    if let Some(body) = body {
+        cmd.args(["--data-binary", body]);
+    }
+    let out = cmd
+        .args(["--resolve", &format!("{host}:{}:127.0.0.1", setup.port)])
+        .arg(format!("https://{host}:{}{path}", setup.port))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "curl: {}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .unwrap_or_else(|| panic!("no head: {text:?}"));
+    let mut lines = head.lines();
+    let status = lines.next().unwrap().split(' ').nth(1).unwrap().parse().unwrap();
+    let fields = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    Answer {
+        status,
+        fields,
+        body: body.to_owned(),
+    }
+}
+
+const PROTOCOLS: [&str; 2] = ["--http1.1", "--http2"];
+const HOSTS: [&str; 2] = ["localhost", "arc.test"];
+
+/// A good session reaches the backend with the service's `Remote-User`
+/// and `Remote-Email`, and the client's forged `Remote-User` is gone; a
+/// session the service names no user for reaches it with none; a body
+/// goes along.
+#[test]
+fn an_allowed_request_reaches_the_backend_with_the_services_fields_only() {
+    let s = start("fwd-allowed");
+    for version in PROTOCOLS {
+        for host in HOSTS {
+            let forged = ["Cookie: session=good", "Remote-User: mallory", "remote-email: m@evil"];
+            let a = curl(&s, version, host, "/api/items?id=3", &forged, None);
+            assert_eq!(a.status, 200, "{version} {host}: {a:?}");
+            assert!(
+                a.body.starts_with("backend saw:\nGET /api/items?id=3 HTTP/1.1\r\n"),
+                "{a:?}"
+            );
+            assert!(a.body.contains("\nRemote-User: alice\r\n"), "{a:?}");
+            assert!(a.body.contains("\nRemote-Email: alice@example.com\r\n"), "{a:?}");
+            assert!(!a.body.contains("mallory") && !a.body.contains("m@evil"), "{a:?}");
+            assert_eq!(a.field("cache-control"), Some("private"), "{a:?}");
+
+            let silent = ["Cookie: session=silent", "Remote-User: mallory"];
+            let a = curl(&s, version, host, "/api/silent", &silent, None);
+            assert_eq!(a.status, 200, "{version} {host}: {a:?}");
+            assert!(!a.body.to_ascii_lowercase().contains("remote-user"), "{a:?}");
+
+            let a = curl(&s, version, host, "/api/post", &forged, Some("a body of 17 bytes"));
+            assert_eq!(a.status, 200, "{a:?}");
+            assert!(a.body.starts_with("backend saw:\nPOST /api/post HTTP/1.1\r\n"), "{a:?}");
+            assert!(a.body.ends_with("\r\n\na body of 17 bytes"), "{a:?}");
+        }
+    }
+}
+
+/// No session: the service's 302 goes to the client (Location,
+/// Set-Cookie, body), private; the backend never sees the request; the
+/// subrequest carried the client's fields and the forwarding ones.
+#[test]
+fn a_refused_request_gets_the_services_redirect_and_never_reaches_the_backend() {
+    let s = start("fwd-refused");
+    for version in PROTOCOLS {
+        for host in HOSTS {
+            let path = format!("/api/refused{}?q=1", &version[6..]);
+            let a = curl(
+                &s,
+                version,
+                host,
+                &path,
+                &["Authorization: Bearer t0k", "Remote-User: mallory"],
+                None,
+            );
+            assert_eq!(a.status, 302, "{version} {host}: {a:?}");
+            assert_eq!(
+                a.field("location"),
+                Some(format!("https://login.test/?rd={path}").as_str())
+            );
+            assert_eq!(a.field("set-cookie"), Some("csrf=1; Path=/; HttpOnly"));
+            assert_eq!(a.field("cache-control"), Some("private"));
+            for line in [
+                "x-forwarded-method: GET\n".to_owned(),
+                format!("x-forwarded-uri: {path}\n"),
+                "x-forwarded-proto: https\n".to_owned(),
+                format!("x-forwarded-host: {host}:{}\n", s.port),
+                "x-forwarded-for: 127.0.0.1\n".to_owned(),
+                "authorization: Bearer t0k\n".to_owned(),
+            ] {
+                assert!(a.body.contains(&line), "{version} {host}: {line:?} in {}", a.body);
+            }
+            assert!(!a.body.contains("mallory"), "{}", a.body);
+            let posted = curl(&s, version, host, "/api/refused-post", &[], Some("data"));
+            assert_eq!(posted.status, 302);
+            assert!(posted.body.contains("x-forwarded-method: POST\n"), "{}", posted.body);
+        }
+    }
+    let seen = s.seen.lock().unwrap();
+    assert!(seen.iter().all(|l| !l.contains("refused")), "{seen:?}");
+}
+
+/// Files and an archive: the page only with a good session, private;
+/// otherwise the redirect, never the page; the service's 500 is the
+/// engine's page, without the service's text.
+#[test]
+fn files_and_archives_are_held_until_the_service_allows_them() {
+    let s = start("fwd-files");
+    for version in PROTOCOLS {
+        for host in HOSTS {
+            let a = curl(
+                &s,
+                version,
+                host,
+                "/private/secret.txt",
+                &["Cookie: session=good"],
+                None,
+            );
+            assert_eq!((a.status, a.body.as_str()), (200, "secret\n"), "{version} {host}");
+            assert_eq!(a.field("cache-control"), Some("private, no-cache"), "{a:?}");
+            // A file that does not exist: the service is asked first.
+            let a = curl(&s, version, host, "/private/none.txt", &[], None);
+            assert_eq!(a.status, 302, "{version} {host}: {a:?}");
+            let a = curl(&s, version, host, "/private/secret.txt", &[], None);
+            assert_eq!(a.status, 302, "{version} {host}: {a:?}");
+            assert!(!a.body.contains("secret\n"), "{a:?}");
+            let a = curl(
+                &s,
+                version,
+                host,
+                "/private/secret.txt",
+                &["Cookie: session=crash"],
+                None,
+            );
+            assert_eq!(
+                (a.status, a.body.as_str()),
+                (500, "500 Internal Server Error\n"),
+                "{a:?}"
+            );
+        }
+    }
+}
+
+/// The service down: 502, the engine's page, nothing of the service's.
+#[test]
+fn the_service_down_is_a_502_with_no_upstream_text() {
+    let s = start("fwd-down");
+    for version in PROTOCOLS {
+        for host in HOSTS {
+            let a = curl(&s, version, host, "/down/x.txt", &["Cookie: session=good"], None);
+            assert_eq!(
+                (a.status, a.body.as_str()),
+                (502, "502 Bad Gateway\n"),
+                "{version} {host}"
+            );
+        }
+    }
+}
+
+/// The same over HTTP/3 (aioquic): allowed, refused, files.
+#[test]
+fn forward_auth_holds_over_http3() {
+    let s = start("fwd-h3");
+    let python = test_support::install::aioquic_python(&Path::new(env!("CARGO_TARGET_TMPDIR")).join("aioquic-venv"))
+        .unwrap_or_else(|e| panic!("aioquic is needed: {e}"));
+    for host in HOSTS {
+        let answers = h3(
+            &python,
+            s.port,
+            host,
+            &[
+                ("/api/h3?x=1", &[("cookie", "session=good"), ("remote-user", "mallory")]),
+                ("/api/h3-refused", &[]),
+                ("/private/secret.txt", &[("cookie", "session=good")]),
+                ("/private/secret.txt", &[]),
+            ],
+        );
+        let (status, fields, body) = &answers[0];
+        assert_eq!(*status, 200, "{host}: {body}");
+        assert!(body.starts_with("backend saw:\nGET /api/h3?x=1 HTTP/1.1\r\n"), "{body}");
+        assert!(
+            body.contains("\nRemote-User: alice\r\n") && !body.contains("mallory"),
+            "{body}"
+        );
+        assert!(
+            fields.contains(&("cache-control".into(), "private".into())),
+            "{fields:?}"
+        );
+        let (status, fields, _) = &answers[1];
+        assert_eq!(*status, 302, "{host}");
+        assert!(fields.contains(&("location".into(), "https://login.test/?rd=/api/h3-refused".into())));
+        assert!(fields.contains(&("set-cookie".into(), "csrf=1; Path=/; HttpOnly".into())));
+        assert_eq!((answers[2].0, answers[2].2.as_str()), (200, "secret\n"), "{host}");
+        assert_eq!(answers[3].0, 302, "{host}");
+    }
+    let seen = s.seen.lock().unwrap();
+    assert!(seen.iter().all(|l| !l.contains("refused")), "{seen:?}");
+}
+
+type H3Answer = (u16, Vec<(String, String)>, String);
+
+/// GETs on one HTTP/3 connection with the aioquic client of `http3.rs`.
+fn h3(python: &Path, port: u16, host: &str, reqs: &[(&str, &[(&str, &str)])]) -> Vec<H3Answer> {
+    let out = out_dir(host);
+    let json = |s: &str| format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""));
+    let requests: Vec<String> = reqs
+        .iter()
+        .map(|(path, fields)| {
+            let fields: Vec<String> = fields
+                .iter()
+                .map(|(n, v)| format!("[{}, {}]", json(n), json(v)))
+                .collect();
+            format!(
+                "{{\"method\": \"GET\", \"path\": {}, \"headers\": [{}]}}",
+                json(path),
+                fields.join(", ")
+            )
+        })
+        .collect();
+    let spec = format!(
+        "{{\"host\": \"127.0.0.1\", \"port\": {port}, \"server_name\": {}, \"out\": {}, \"timeout\": 60, \"requests\": [{}]}}",
+        json(host),
+        json(out.to_str().unwrap()),
+        requests.join(", ")
+    );
+    let run = test_support::process::spawn_h3_client(python, &spec, 120, true)
+        .wait_with_output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "aioquic: {}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let answers = (0..reqs.len())
+        .map(|i| {
+            let head = std::fs::read_to_string(out.join(format!("{i}.head"))).unwrap();
+            let mut lines = head.lines();
+            let status = lines.next().unwrap().parse().unwrap_or(0);
+            let fields = lines
+                .filter_map(|l| l.split_once(": "))
+                .map(|(n, v)| (n.to_ascii_lowercase(), v.to_owned()))
+                .collect();
+            let body = std::fs::read(out.join(format!("{i}.body"))).unwrap();
+            (status, fields, String::from_utf8_lossy(&body).into_owned())
+        })
+        .collect();
+    let _ = std::fs::remove_dir_all(&out);
+    answers
+}
+
+fn out_dir(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("peregrine-fwd-h3-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// `forward-auth` with `basic-auth` on one route, or a field the server
+/// writes itself among `copy-headers`, is refused at its line.
+#[test]
+fn forward_auth_settings_that_cannot_work_are_refused_at_start() {
+    let t = Scratch::new("fwd-refusals");
+    t.write("site/index.html", "home\n");
+    let hash = bcrypt::hash("wonderland", 4).unwrap();
+    let config = t.write(
+        "auth.toml",
+        format!(
+            "version = 1\n[[site]]\nnames = [\"a.test\"]\nroot = \"site\"\n\
+             [[site.route]]\npath = \"/a/*\"\nbasic-auth = {{ users = [\"alice:{hash}\"] }}\n\
+             forward-auth = {{ url = \"http://127.0.0.1:9/verify\" }}\n\
+             [[site.route]]\npath = \"/b/*\"\n\
+             forward-auth = {{ url = \"http://127.0.0.1:9/verify\", copy-headers = [\"Content-Length\"] }}\n\
+             [[site.route]]\npath = \"/c/*\"\nforward-auth = {{ copy-headers = [\"Remote-User\"] }}\n"
+        ),
+    );
+    let out = common::peregrine()
+        .current_dir(t.dir())
+        .args(["check-config", "serve", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let f = config.display();
+    for line in [
+        format!("{f}:8: forward-auth: a route has basic-auth or forward-auth, not both"),
+        format!("{f}:11: forward-auth: copy-headers: Content-Length is written by the server itself"),
+        format!("{f}:14: forward-auth: no url"),
+    ] {
+        assert!(err.contains(&line), "{line} in {err}");
+    }
+}
