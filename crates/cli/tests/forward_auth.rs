@@ -154,6 +154,8 @@ fn start(tag: &str) -> Setup {
         &[
             ("index.html", "home\n"),
             ("private/secret.txt", "secret\n"),
+            ("private/team/t.txt", "team\n"),
+            ("_headers", "/private/team/*\n  Basic-Auth: carol:hunter2\n"),
             ("down/x.txt", "x\n"),
         ],
         &[],
@@ -368,6 +370,29 @@ fn files_and_archives_are_held_until_the_service_allows_them() {
                 "{a:?}"
             );
         }
+    }
+}
+
+/// A path `_headers` protects with Basic-Auth under a forward-auth route
+/// needs both: the password check (off the loop, on a verifier thread)
+/// starts only once the service allowed the request, so a right password
+/// with no session gets the service's redirect, never the page.
+#[test]
+fn headers_basic_auth_under_forward_auth_needs_both() {
+    let s = start("fwd-basic");
+    // carol:hunter2
+    let creds = "Authorization: Basic Y2Fyb2w6aHVudGVyMg==";
+    for host in HOSTS {
+        let a = curl(&s, "--http1.1", host, "/private/team/t.txt", &[creds], None);
+        assert_eq!(a.status, 302, "{host}: {a:?}");
+        assert!(!a.body.contains("team\n"), "{a:?}");
+        let a = curl(&s, "--http2", host, "/private/team/t.txt", &["Cookie: session=good"], None);
+        assert_eq!(a.status, 401, "{host}: {a:?}");
+        let a = curl(&s, "--http2", host, "/private/team/t.txt", &["Cookie: session=good", creds], None);
+        assert_eq!((a.status, a.body.as_str()), (200, "team\n"), "{host}: {a:?}");
+        let wrong = "Authorization: Basic Y2Fyb2w6d3Jvbmc=";
+        let a = curl(&s, "--http1.1", host, "/private/team/t.txt", &["Cookie: session=good", wrong], None);
+        assert_eq!(a.status, 401, "{host}: {a:?}");
     }
 }
 
