@@ -386,12 +386,33 @@ fn headers_basic_auth_under_forward_auth_needs_both() {
         let a = curl(&s, "--http1.1", host, "/private/team/t.txt", &[creds], None);
         assert_eq!(a.status, 302, "{host}: {a:?}");
         assert!(!a.body.contains("team\n"), "{a:?}");
-        let a = curl(&s, "--http2", host, "/private/team/t.txt", &["Cookie: session=good"], None);
+        let a = curl(
+            &s,
+            "--http2",
+            host,
+            "/private/team/t.txt",
+            &["Cookie: session=good"],
+            None,
+        );
         assert_eq!(a.status, 401, "{host}: {a:?}");
-        let a = curl(&s, "--http2", host, "/private/team/t.txt", &["Cookie: session=good", creds], None);
+        let a = curl(
+            &s,
+            "--http2",
+            host,
+            "/private/team/t.txt",
+            &["Cookie: session=good", creds],
+            None,
+        );
         assert_eq!((a.status, a.body.as_str()), (200, "team\n"), "{host}: {a:?}");
         let wrong = "Authorization: Basic Y2Fyb2w6d3Jvbmc=";
-        let a = curl(&s, "--http1.1", host, "/private/team/t.txt", &["Cookie: session=good", wrong], None);
+        let a = curl(
+            &s,
+            "--http1.1",
+            host,
+            "/private/team/t.txt",
+            &["Cookie: session=good", wrong],
+            None,
+        );
         assert_eq!(a.status, 401, "{host}: {a:?}");
     }
 }
