@@ -11,7 +11,6 @@ mod common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener};
-use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::thread;
@@ -287,16 +286,33 @@ fn an_allowed_request_reaches_the_backend_with_the_services_fields_only() {
             assert!(a.body.ends_with("\r\n\na body of 17 bytes"), "{a:?}");
             // Past the 64 KiB read whole: it waits in the connection, then
             // streams once the service allowed it.
-            let a = curl(&s, version, host, "/api/big", &forged, Some(&format!("@{}", big.display())));
+            let a = curl(
+                &s,
+                version,
+                host,
+                "/api/big",
+                &forged,
+                Some(&format!("@{}", big.display())),
+            );
             assert_eq!(a.status, 200, "{version} {host}");
-            assert!(a.body.ends_with(&format!("\r\n\n{}", "x".repeat(200_000))), "{version} {host}");
+            assert!(
+                a.body.ends_with(&format!("\r\n\n{}", "x".repeat(200_000))),
+                "{version} {host}"
+            );
             assert!(!a.body.contains("mallory"));
             // Refused, the rest of the body is not read. (Over HTTP/2 the
             // stream is then reset with NO_ERROR, RFC 9113 §8.1, which
             // curl 7.88 takes for an error whatever answered early: a
             // static file's POST too. So HTTP/1.1 only.)
             if version == "--http1.1" {
-                let a = curl(&s, version, host, "/api/big-refused", &[], Some(&format!("@{}", big.display())));
+                let a = curl(
+                    &s,
+                    version,
+                    host,
+                    "/api/big-refused",
+                    &[],
+                    Some(&format!("@{}", big.display())),
+                );
                 assert_eq!(a.status, 302, "{version} {host}");
             }
         }
@@ -452,18 +468,19 @@ fn the_service_down_is_a_502_with_no_upstream_text() {
 #[test]
 fn forward_auth_holds_over_http3() {
     let s = start("fwd-h3");
-    let python = test_support::install::aioquic_python(&Path::new(env!("CARGO_TARGET_TMPDIR")).join("aioquic-venv"))
-        .unwrap_or_else(|e| panic!("aioquic is needed: {e}"));
     for host in HOSTS {
-        let answers = h3(
-            &python,
+        let answers = common::h3(
             s.port,
             host,
             &[
-                ("/api/h3?x=1", &[("cookie", "session=good"), ("remote-user", "mallory")]),
-                ("/api/h3-refused", &[]),
-                ("/private/secret.txt", &[("cookie", "session=good")]),
-                ("/private/secret.txt", &[]),
+                (
+                    "GET",
+                    "/api/h3?x=1",
+                    &[("cookie", "session=good"), ("remote-user", "mallory")],
+                ),
+                ("GET", "/api/h3-refused", &[]),
+                ("GET", "/private/secret.txt", &[("cookie", "session=good")]),
+                ("GET", "/private/secret.txt", &[]),
             ],
         );
         let (status, fields, body) = &answers[0];
@@ -486,63 +503,6 @@ fn forward_auth_holds_over_http3() {
     }
     let seen = s.seen.lock().unwrap();
     assert!(seen.iter().all(|l| !l.contains("refused")), "{seen:?}");
-}
-
-type H3Answer = (u16, Vec<(String, String)>, String);
-
-/// GETs on one HTTP/3 connection with the aioquic client of `http3.rs`.
-fn h3(python: &Path, port: u16, host: &str, reqs: &[(&str, &[(&str, &str)])]) -> Vec<H3Answer> {
-    let out = out_dir(host);
-    let json = |s: &str| format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""));
-    let requests: Vec<String> = reqs
-        .iter()
-        .map(|(path, fields)| {
-            let fields: Vec<String> = fields
-                .iter()
-                .map(|(n, v)| format!("[{}, {}]", json(n), json(v)))
-                .collect();
-            format!(
-                "{{\"method\": \"GET\", \"path\": {}, \"headers\": [{}]}}",
-                json(path),
-                fields.join(", ")
-            )
-        })
-        .collect();
-    let spec = format!(
-        "{{\"host\": \"127.0.0.1\", \"port\": {port}, \"server_name\": {}, \"out\": {}, \"timeout\": 60, \"requests\": [{}]}}",
-        json(host),
-        json(out.to_str().unwrap()),
-        requests.join(", ")
-    );
-    let run = test_support::process::spawn_h3_client(python, &spec, 120, true)
-        .wait_with_output()
-        .unwrap();
-    assert!(
-        run.status.success(),
-        "aioquic: {}",
-        String::from_utf8_lossy(&run.stderr)
-    );
-    let answers = (0..reqs.len())
-        .map(|i| {
-            let head = std::fs::read_to_string(out.join(format!("{i}.head"))).unwrap();
-            let mut lines = head.lines();
-            let status = lines.next().unwrap().parse().unwrap_or(0);
-            let fields = lines
-                .filter_map(|l| l.split_once(": "))
-                .map(|(n, v)| (n.to_ascii_lowercase(), v.to_owned()))
-                .collect();
-            let body = std::fs::read(out.join(format!("{i}.body"))).unwrap();
-            (status, fields, String::from_utf8_lossy(&body).into_owned())
-        })
-        .collect();
-    let _ = std::fs::remove_dir_all(&out);
-    answers
-}
-
-fn out_dir(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("peregrine-fwd-h3-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 /// `forward-auth` with `basic-auth` on one route, or a field the server
