@@ -117,11 +117,14 @@ pub fn curl() -> &'static std::path::Path {
 /// body.
 pub type H3Answer = (u16, Vec<(String, String)>, String);
 
+/// An HTTP/3 request: method, path, fields.
+pub type H3Request<'a> = (&'a str, &'a str, &'a [(&'a str, &'a str)]);
+
 /// Requests (method, path, fields) at once on one HTTP/3 connection to
 /// 127.0.0.1:`port` for `host` (SNI and :authority, the certificate
 /// unchecked), with the aioquic client of `http3.rs` (installed into a
 /// venv under the target directory when missing).
-pub fn h3(port: u16, host: &str, reqs: &[(&str, &str, &[(&str, &str)])]) -> Vec<H3Answer> {
+pub fn h3(port: u16, host: &str, reqs: &[H3Request<'_>]) -> Vec<H3Answer> {
     static PYTHON: std::sync::OnceLock<Result<std::path::PathBuf, String>> = std::sync::OnceLock::new();
     let python = PYTHON.get_or_init(|| {
         test_support::install::aioquic_python(&std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("aioquic-venv"))
