@@ -540,3 +540,33 @@ fn forward_auth_settings_that_cannot_work_are_refused_at_start() {
         assert!(err.contains(&line), "{line} in {err}");
     }
 }
+
+/// The start says what it says of `basic-auth` routes of `forward-auth`
+/// ones: a `public` dropped from their answers, and a `--proxy` prefix
+/// that takes their paths before the check.
+#[test]
+fn the_start_warns_of_what_goes_around_a_forward_auth_route() {
+    let t = Scratch::new("fwd-notes");
+    t.write("site/index.html", "home\n");
+    let (backend, _) = backend();
+    let config = t.write(
+        "peregrine.toml",
+        "version = 1\nbind = [\"127.0.0.1:0\"]\nworkers = 1\n[[site]]\nnames = [\"a.test\"]\nroot = \"site\"\n\
+         [[site.route]]\npath = \"/api/*\"\nforward-auth = { url = \"http://127.0.0.1:9/verify\" }\n\
+         headers = { Cache-Control = \"public, max-age=60\" }\n",
+    );
+    let server = Process::spawn(
+        common::peregrine()
+            .current_dir(t.dir())
+            .args(["serve", "--config"])
+            .arg(&config)
+            .arg("--proxy")
+            .arg(format!("/api/=http://{backend}")),
+    );
+    let said = server.lines(&[
+        "site a.test, route /api/*: its forward-auth does not protect paths under --proxy /api/: the proxy sends \
+         them upstream first, unchecked",
+        "site a.test, route /api/*: has forward-auth, so `public` is dropped from its Cache-Control",
+    ]);
+    assert!(!said.is_empty());
+}

@@ -430,8 +430,9 @@ struct Protected {
     what: String,
     /// A `_headers` pattern, or the route's path.
     pattern: String,
-    /// A route's `basic-auth` (else `_headers`' `Basic-Auth`).
-    route: bool,
+    /// A route's `basic-auth` or `forward-auth` (else `_headers`'
+    /// `Basic-Auth`).
+    route: Option<&'static str>,
 }
 
 impl Notes {
@@ -441,7 +442,7 @@ impl Notes {
         self.protected.extend(rules.iter().map(|r| Protected {
             what: what.to_owned(),
             pattern: r.pattern.clone(),
-            route: false,
+            route: None,
         }));
         for pattern in public {
             self.public.push(format!(
@@ -461,7 +462,7 @@ impl Notes {
         self.protected.extend(rules.iter().map(|(_, r)| Protected {
             what: what.to_owned(),
             pattern: r.pattern.clone(),
-            route: false,
+            route: None,
         }));
         for (_, r) in rules.iter().filter(|(_, r)| r.users.from_plain()) {
             self.plain.push(format!(
@@ -471,19 +472,20 @@ impl Notes {
         }
     }
 
-    /// A route with `basic-auth` at `path`, whose settings or fields may
-    /// say `public`.
+    /// A route with `rule` (`basic-auth`, `forward-auth`) at `path`,
+    /// whose settings or fields may say `public`.
     pub(crate) fn route(
         &mut self,
         what: &str,
         path: &str,
+        rule: &'static str,
         headers: &[(String, String)],
         files: Option<&peregrine_files::Options>,
     ) {
         self.protected.push(Protected {
             what: what.to_owned(),
             pattern: path.to_owned(),
-            route: true,
+            route: Some(rule),
         });
         let mut said: Vec<&str> = headers
             .iter()
@@ -502,7 +504,7 @@ impl Notes {
         }
         for value in said {
             self.public.push(format!(
-                "{what}: has basic-auth, so `public` is dropped from its Cache-Control ({value:?}): \
+                "{what}: has {rule}, so `public` is dropped from its Cache-Control ({value:?}): \
                  authenticated answers are private"
             ));
         }
@@ -519,14 +521,14 @@ impl Notes {
             if !crate::proxy::may_cover_under(&p.pattern, prefix) {
                 continue;
             }
-            let rule = if p.route {
-                "its basic-auth".to_owned()
+            let rule = if let Some(rule) = p.route {
+                format!("its {rule}")
             } else {
                 format!("_headers' Basic-Auth for {}", p.pattern)
             };
             self.bypassed.push(format!(
-                "{}: {rule} does not protect paths under {by}: the proxy sends them upstream first, without \
-                 a password; protect the upstream itself, or narrow the proxy's prefix",
+                "{}: {rule} does not protect paths under {by}: the proxy sends them upstream first, \
+                 unchecked; protect the upstream itself, or narrow the proxy's prefix",
                 p.what
             ));
         }

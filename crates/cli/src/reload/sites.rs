@@ -89,11 +89,17 @@ pub(super) fn build(
             // handler's `_headers` rules are not asked again.
             let inner_gate = guard(realm, finish.clone(), route.basic_auth.is_some());
             let what = format!("site {label}, route {}", route.path);
+            // What makes the route's answers private, for the notes.
+            let rule = match (&route.basic_auth, &route.forward_auth) {
+                (Some(_), _) => Some("basic-auth"),
+                (None, Some(_)) => Some("forward-auth"),
+                (None, None) => None,
+            };
             let handler: Arc<dyn Handler> = match &route.handler {
                 HandlerSpec::Files { root, files } => {
                     let options = files.options(root.clone());
-                    if route.basic_auth.is_some() {
-                        notes.route(&what, &route.path, &route.headers, Some(&options));
+                    if let Some(rule) = rule {
+                        notes.route(&what, &route.path, rule, &route.headers, Some(&options));
                     }
                     let server = FileServer::new(options)
                         .with_context(|| format!("site {label}, route {}: {}", route.path, root.display()))?;
@@ -104,9 +110,10 @@ pub(super) fn build(
                 }
                 HandlerSpec::Archive { root, archive: a } => {
                     let server = archive(root, a, label, previous, &mut archives)?;
-                    if route.basic_auth.is_some() {
-                        notes.route(&what, &route.path, &route.headers, None);
-                    } else {
+                    if let Some(rule) = rule {
+                        notes.route(&what, &route.path, rule, &route.headers, None);
+                    }
+                    if route.basic_auth.is_none() {
                         notes.archive(&what, &server);
                     }
                     // A generation kept after a swap answered these paths
@@ -121,8 +128,8 @@ pub(super) fn build(
                     Arc::new(server.with_gate(inner_gate))
                 }
                 HandlerSpec::Redirect { to, status } => {
-                    if route.basic_auth.is_some() {
-                        notes.route(&what, &route.path, &route.headers, None);
+                    if let Some(rule) = rule {
+                        notes.route(&what, &route.path, rule, &route.headers, None);
                     }
                     Arc::new(Redirect {
                         pattern: route.pattern.clone(),
@@ -139,6 +146,9 @@ pub(super) fn build(
                         "site {label}, route {}: basic-auth on a proxy route is not supported yet",
                         route.path
                     );
+                    if let Some(rule) = rule {
+                        notes.route(&what, &route.path, rule, &route.headers, None);
+                    }
                     let prefix = route_prefix(&route.path);
                     let up = peregrine::proxy::Upstream::parse(&p.url)
                         .with_context(|| format!("site {label}, route {}", route.path))?
