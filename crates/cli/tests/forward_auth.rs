@@ -144,6 +144,24 @@ struct Setup {
     _server: Process,
     seen: Arc<Mutex<Vec<String>>>,
     port: u16,
+    /// The metrics listener's address.
+    metrics: String,
+}
+
+impl Setup {
+    /// The checks counted so far: allowed, refused, failed.
+    fn counted(&self) -> [u64; 3] {
+        let text = common::get(&self.metrics, "/metrics");
+        ["allowed", "refused", "failed"].map(|outcome| {
+            let name = format!("peregrine_forward_auth_{outcome}_total ");
+            text.lines()
+                .find_map(|l| l.strip_prefix(name.as_str()))
+                .unwrap_or_else(|| panic!("{name} in {text}"))
+                .trim()
+                .parse()
+                .unwrap()
+        })
+    }
 }
 
 fn start(tag: &str) -> Setup {
@@ -186,9 +204,19 @@ fn start(tag: &str) -> Setup {
             .arg("--tls-cert")
             .arg(&cert_file)
             .arg("--tls-key")
-            .arg(&key_file),
+            .arg(&key_file)
+            .args(["--metrics", "127.0.0.1:0"]),
     );
-    let port = test_support::process::last_addr(&server.listening())
+    let metrics = server.line("metrics on http://");
+    let metrics = metrics
+        .split("http://")
+        .nth(1)
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    let port = test_support::process::last_addr(&server.line(" on https://"))
         .rsplit(':')
         .next()
         .unwrap()
@@ -200,6 +228,7 @@ fn start(tag: &str) -> Setup {
         _server: server,
         seen,
         port,
+        metrics,
     }
 }
 
@@ -402,6 +431,7 @@ fn files_and_archives_are_held_until_the_service_allows_them() {
             );
         }
     }
+    assert_eq!(s.counted(), [4, 8, 4]);
 }
 
 /// A path `_headers` protects with Basic-Auth under a forward-auth route
@@ -462,6 +492,7 @@ fn the_service_down_is_a_502_with_no_upstream_text() {
             );
         }
     }
+    assert_eq!(s.counted(), [0, 0, 4]);
 }
 
 /// The same over HTTP/3 (aioquic): allowed, refused, files.

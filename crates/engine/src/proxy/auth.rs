@@ -292,6 +292,9 @@ pub(crate) struct Checks {
     /// The requests whose upstream answers are private (by their
     /// responder's connection token and id).
     private: HashSet<(usize, u64)>,
+    /// Checks decided since the metrics were last told: allowed,
+    /// refused, failed.
+    counts: [u64; 3],
 }
 
 impl Checks {
@@ -301,6 +304,20 @@ impl Checks {
             self.pending.insert(job.responder.key().1, *pending);
         }
         job
+    }
+
+    /// Adds the checks decided since the last call to the worker's
+    /// metrics.
+    pub(crate) fn count(&mut self, metrics: Option<&crate::metrics::WorkerMetrics>) {
+        if self.counts == [0; 3] {
+            return;
+        }
+        let counts = std::mem::take(&mut self.counts);
+        if let Some(m) = metrics {
+            m.forward_auth_allowed.add(counts[0]);
+            m.forward_auth_refused.add(counts[1]);
+            m.forward_auth_failed.add(counts[2]);
+        }
     }
 
     /// Whether upstream requests wait for `take_granted`.
@@ -342,7 +359,13 @@ impl Checks {
     /// its refusal.
     fn decide(&mut self, pending: Pending, answer: Response) -> Option<(Responder, Response)> {
         let Pending { then, copy, finish } = pending;
-        if (200..300).contains(&answer.status()) {
+        let outcome = match answer.status() {
+            200..=299 => 0,
+            500.. => 2,
+            _ => 1,
+        };
+        self.counts[outcome] += 1;
+        if outcome == 0 {
             return match then {
                 Then::Answer(responder, resp) => Some((responder, private(resp))),
                 Then::Proxy(mut job) => {

@@ -222,6 +222,7 @@ impl Upstreams {
     pub(crate) fn submit_all(&mut self, ctx: &mut Ctx<'_>, timers: &mut Timers) {
         let mut jobs = std::mem::take(&mut *ctx.outbox.borrow_mut());
         jobs.extend(self.checks.take_granted());
+        self.checks.count(ctx.metrics);
         for job in jobs {
             let job = self.checks.admit(job);
             self.submit(ctx, timers, job);
