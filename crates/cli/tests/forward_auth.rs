@@ -53,8 +53,18 @@ class Auth(http.server.BaseHTTPRequestHandler):
             self.answer(302, [("Location", "https://login.test/?rd=" + uri),
                               ("Set-Cookie", "csrf=1; Path=/; HttpOnly")], seen.encode())
 
-server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Auth)
-print(server.server_address[1], flush=True)
+if len(sys.argv) > 1:
+    import socketserver
+    class UnixAuth(Auth):
+        def address_string(self):
+            return "unix"
+    class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+        daemon_threads = True
+    server = Server(sys.argv[1], UnixAuth)
+    print("0", flush=True)
+else:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Auth)
+    print(server.server_address[1], flush=True)
 server.serve_forever()
 "#;
 
@@ -600,4 +610,53 @@ fn the_start_warns_of_what_goes_around_a_forward_auth_route() {
         "site a.test, route /api/*: has forward-auth, so `public` is dropped from its Cache-Control",
     ]);
     assert!(!said.is_empty());
+}
+
+/// A service on a Unix socket (`unix:PATH`, the path of the subrequest in
+/// `uri`), as the proxy takes upstreams, under the sandbox.
+#[test]
+fn a_unix_socket_service_is_asked_with_its_uri() {
+    let t = Scratch::new("fwd-unix");
+    t.write("site/private/a.txt", "a\n");
+    let script = t.write("auth.py", AUTH_SERVICE);
+    let socket = t.dir().join("auth.sock");
+    let auth = Process::spawn_stdout(Command::new("python3").arg(script).arg(&socket));
+    assert_eq!(auth.first_line().trim(), "0");
+    let config = t.write(
+        "peregrine.toml",
+        format!(
+            "version = 1\nbind = [\"127.0.0.1:0\"]\nworkers = 1\n[[site]]\nnames = [\"a.test\"]\nroot = \"site\"\n\
+             [[site.route]]\npath = \"/private/*\"\n\
+             forward-auth = {{ url = \"unix:{}\", uri = \"/verify\" }}\n",
+            socket.display()
+        ),
+    );
+    let server = Process::spawn(
+        common::peregrine()
+            .current_dir(t.dir())
+            .args(["serve", "--config"])
+            .arg(&config),
+    );
+    let addr = test_support::process::last_addr(&server.listening());
+    let ask = |cookie: &str| {
+        let mut s = std::net::TcpStream::connect(&addr).unwrap();
+        s.set_read_timeout(Some(common::PATIENCE)).unwrap();
+        write!(
+            s,
+            "GET /private/a.txt HTTP/1.1\r\nHost: a.test\r\nCookie: {cookie}\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).unwrap();
+        out
+    };
+    let allowed = ask("session=good");
+    assert!(
+        allowed.starts_with("HTTP/1.1 200") && allowed.ends_with("\r\n\r\na\n"),
+        "{allowed}"
+    );
+    let refused = ask("session=none");
+    assert!(refused.starts_with("HTTP/1.1 302"), "{refused}");
+    assert!(refused.contains("x-forwarded-uri: /private/a.txt\n"), "{refused}");
+    drop(auth);
 }
