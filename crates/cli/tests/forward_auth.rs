@@ -141,6 +141,7 @@ fn routes(auth: SocketAddr, backend: SocketAddr, dead: u16) -> String {
          forward-auth = {{ url = \"http://{auth}/verify\", copy-headers = [\"Remote-User\", \"Remote-Email\"] }}\n\
          [[site.route]]\npath = \"/private/*\"\n\
          forward-auth = {{ url = \"http://{auth}/verify\", copy-headers = [\"Remote-User\"] }}\n\
+         cors = {{ origins = [\"https://app.test\"], credentials = true }}\n\
          [[site.route]]\npath = \"/down/*\"\nforward-auth = {{ url = \"http://127.0.0.1:{dead}/verify\" }}\n"
     )
 }
@@ -258,14 +259,18 @@ impl Answer {
 
 /// One request with curl over `version` (`--http1.1` or `--http2`).
 fn curl(setup: &Setup, version: &str, host: &str, path: &str, fields: &[&str], body: Option<&str>) -> Answer {
+    let body: Vec<&str> = body.map(|b| vec!["--data-binary", b]).unwrap_or_default();
+    curl_with(setup, version, host, path, fields, &body)
+}
+
+/// `curl` with more of curl's arguments.
+fn curl_with(setup: &Setup, version: &str, host: &str, path: &str, fields: &[&str], args: &[&str]) -> Answer {
     let mut cmd = Command::new(common::curl());
     cmd.args(["-sS", "-k", "-i", "--max-time", "30", version]);
     for f in fields {
         cmd.args(["-H", f]);
     }
-    if let Some(body) = body {
-        cmd.args(["--data-binary", body]);
-    }
+    cmd.args(args);
     let out = cmd
         .args(["--resolve", &format!("{host}:{}:127.0.0.1", setup.port)])
         .arg(format!("https://{host}:{}{path}", setup.port))
@@ -439,9 +444,33 @@ fn files_and_archives_are_held_until_the_service_allows_them() {
                 (500, "500 Internal Server Error\n"),
                 "{a:?}"
             );
+            // With CORS on the route: a preflight is answered before the
+            // service is asked (browsers send no cookie with one); the
+            // answers the check decides carry the route's CORS fields.
+            let origin = "Origin: https://app.test";
+            let pre = ["-X", "OPTIONS"];
+            let a = curl_with(
+                &s,
+                version,
+                host,
+                "/private/secret.txt",
+                &[origin, "Access-Control-Request-Method: GET"],
+                &pre,
+            );
+            assert_eq!(a.status, 204, "{version} {host}: {a:?}");
+            for cookie in ["Cookie: session=good", "Cookie: session=none"] {
+                let a = curl(&s, version, host, "/private/secret.txt", &[origin, cookie], None);
+                assert_eq!(
+                    a.field("access-control-allow-origin"),
+                    Some("https://app.test"),
+                    "{a:?}"
+                );
+                assert_eq!(a.field("access-control-allow-credentials"), Some("true"), "{a:?}");
+                assert!(a.field("vary").is_some_and(|v| v.contains("Origin")), "{a:?}");
+            }
         }
     }
-    assert_eq!(s.counted(), [4, 8, 4]);
+    assert_eq!(s.counted(), [8, 12, 4]);
 }
 
 /// A path `_headers` protects with Basic-Auth under a forward-auth route
