@@ -70,7 +70,33 @@ impl From<Reply> for Held {
 }
 
 /// An authentication service asked about every request of a route.
-/// Clone it freely (two `Arc`s).
+/// Clone it freely (three `Arc`s).
+///
+/// ```no_run
+/// use peregrine::proxy::{ForwardAuth, Proxy, Upstream};
+/// use peregrine::{BodyUse, Handler, Reply, Request, Router, Server};
+///
+/// /// `/api/` behind an auth service that names the user.
+/// struct Guarded {
+///     auth: ForwardAuth,
+///     api: Proxy,
+/// }
+///
+/// impl Handler for Guarded {
+///     fn call(&self, req: &Request<'_>) -> Reply {
+///         self.auth.check(req, None, &mut || self.api.call(req).into())
+///     }
+///     fn body_use(&self, req: &Request<'_>) -> BodyUse {
+///         self.api.body_use(req)
+///     }
+/// }
+///
+/// let auth = ForwardAuth::new(Upstream::parse("http://127.0.0.1:9091/verify").unwrap())
+///     .copy_headers(["Remote-User"]);
+/// let api = Proxy::new(Upstream::parse("http://127.0.0.1:9000").unwrap().prefix("/api/"));
+/// let router = Router::new().route("GET", "/api/*rest", Guarded { auth, api });
+/// Server::new().bind("127.0.0.1:8080").start(router).unwrap().wait().unwrap();
+/// ```
 #[derive(Clone, Debug)]
 pub struct ForwardAuth {
     up: Arc<Upstream>,
