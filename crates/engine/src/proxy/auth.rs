@@ -235,10 +235,11 @@ impl ForwardAuth {
             uri.push('?');
             uri.push_str(q);
         }
-        let client = if req.peer_addr() == crate::UNIX_PEER && !req.is_from_trusted_proxy() {
-            "unix".to_owned()
-        } else {
-            req.client_addr().ip.to_canonical().to_string()
+        // A Unix peer's address is `UNIX_PEER`'s 0.0.0.0, impossible for
+        // TCP (a PROXY header or a trusted proxy may name the client).
+        let client = match req.client_addr().ip.to_canonical() {
+            ip if ip.is_unspecified() => "unix".to_owned(),
+            ip => ip.to_string(),
         };
         let host = req.host().unwrap_or("");
         let proto: &[u8] = if req.is_tls() { b"https" } else { b"http" };
@@ -572,6 +573,50 @@ mod tests {
         assert_eq!(out[2].1.status(), 500);
         assert_eq!(out[2].1.header("x-secret"), None);
         assert!(checks.pending.is_empty());
+    }
+
+    /// The subrequest: GET of the service's path, no body, the client's
+    /// fields (cookie crumbs joined) less its forwarding fields and the
+    /// copied names, then the forwarding fields written here.
+    #[test]
+    fn the_subrequest_carries_the_clients_fields_and_the_forwarding_ones() {
+        let auth =
+            ForwardAuth::new(Upstream::parse("http://127.0.0.1:9091/verify").unwrap()).copy_headers(["Remote-User"]);
+        let fields = [
+            ("authorization", "Bearer t0k"),
+            ("cookie", "a=1"),
+            ("cookie", "b=2"),
+            ("remote-user", "mallory"),
+            ("x-forwarded-for", "6.6.6.6"),
+            ("x-forwarded-uri", "/forged"),
+            ("content-length", "4"),
+            ("content-type", "text/plain"),
+        ];
+        let headers: Vec<httparse::Header<'_>> = fields
+            .iter()
+            .map(|(n, v)| httparse::Header {
+                name: n,
+                value: v.as_bytes(),
+            })
+            .collect();
+        let origin = crate::request::Origin::peer("10.0.0.7:5000".parse().unwrap());
+        let req = Request::new(
+            "POST",
+            "/app/x?y=1",
+            crate::Version::Http2,
+            &headers,
+            Some("site.test"),
+            b"body",
+            origin,
+        );
+        let bytes = String::from_utf8(auth.subrequest(&req).unwrap()).unwrap();
+        assert_eq!(
+            bytes,
+            "GET /verify HTTP/1.1\r\nHost: site.test\r\nauthorization: Bearer t0k\r\n\
+             content-type: text/plain\r\nCookie: a=1; b=2\r\nX-Forwarded-Method: POST\r\n\
+             X-Forwarded-Proto: http\r\nX-Forwarded-Host: site.test\r\nX-Forwarded-Uri: /app/x?y=1\r\n\
+             X-Forwarded-For: 10.0.0.7\r\n\r\n"
+        );
     }
 
     #[test]
