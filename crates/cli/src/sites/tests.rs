@@ -658,6 +658,75 @@ fn routes_read_ip_rules_rate_limits_and_cors() {
     );
 }
 
+/// A route's `forward-auth` table is read (as a sub-table too) and shown
+/// by check-config with its line; its mistakes are said at their line.
+#[test]
+fn routes_read_forward_auth() {
+    let dir = scratch();
+    let f = dir.join("peregrine.toml");
+    let sites = read(
+        &dir,
+        "[[site]]\n\
+         names = [\"a.test\"]\n\
+         root = \"a\"\n\
+         [[site.route]]\n\
+         path = \"/api/*\"\n\
+         proxy = \"http://127.0.0.1:9000\"\n\
+         forward-auth = { url = \"http://127.0.0.1:9091/verify\", copy-headers = [\"Remote-User\"] }\n\
+         [[site.route]]\n\
+         path = \"/docs/*\"\n\
+         [site.route.forward-auth]\n\
+         url = \"unix:/run/auth.sock\"\n\
+         uri = \"/api/verify?from=docs\"\n",
+        &[],
+    )
+    .unwrap();
+    let routes = &sites[0].routes;
+    let route = |p: &str| routes.iter().find(|r| r.path == p).unwrap();
+    let api = route("/api/*").forward_auth.as_ref().unwrap();
+    assert_eq!(
+        (api.url.as_str(), api.copy.as_slice()),
+        ("http://127.0.0.1:9091/verify", &["Remote-User".to_owned()][..])
+    );
+    assert_eq!(
+        value(&route("/api/*").shown, "forward-auth"),
+        r#"{ url = "http://127.0.0.1:9091/verify", copy-headers = ["Remote-User"] }"#
+    );
+    assert_eq!(
+        origin(&route("/api/*").shown, "forward-auth"),
+        &Origin::File(f.clone(), 7)
+    );
+    let docs = route("/docs/*").forward_auth.as_ref().unwrap();
+    assert_eq!(docs.uri.as_deref(), Some("/api/verify?from=docs"));
+    assert!(docs.copy.is_empty());
+
+    let f = f.display().to_string();
+    let text = refused(
+        &dir,
+        "[[site]]\n\
+         names = [\"a.test\"]\n\
+         root = \"a\"\n\
+         [[site.route]]\n\
+         path = \"/a\"\n\
+         forward-auth = { url = \"http://127.0.0.1:9091\", copy = [\"Remote-User\"] }\n\
+         [[site.route]]\n\
+         path = \"/b\"\n\
+         forward-auth = \"http://127.0.0.1:9091\"\n\
+         [[site.route]]\n\
+         path = \"/c\"\n\
+         forward-auth = { url = \"https://auth\" }\n",
+        &[],
+    );
+    assert_says(
+        &text,
+        &[
+            &format!("{f}:6: forward-auth: copy: unknown key; expected url, uri, copy-headers"),
+            &format!("{f}:9: forward-auth: expected a table, e.g. forward-auth = {{ url ="),
+            &format!("{f}:12: forward-auth: url: upstream \"https://auth\": https:// upstreams are not supported yet"),
+        ],
+    );
+}
+
 /// Each mistake in an access table is said at its line, with the key.
 #[test]
 fn access_tables_refuse_mistakes_at_their_line() {
