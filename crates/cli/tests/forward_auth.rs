@@ -571,8 +571,36 @@ fn forward_auth_holds_over_http3() {
         assert_eq!((answers[2].0, answers[2].2.as_str()), (200, "secret\n"), "{host}");
         assert_eq!(answers[3].0, 302, "{host}");
     }
+    // Many checks in flight at once on one connection, allowed and
+    // refused in turn: each verdict reaches its own request.
+    let paths: Vec<String> = (0..24).map(|i| format!("/api/many-{i}")).collect();
+    let good: &[(&str, &str)] = &[("cookie", "session=good")];
+    let reqs: Vec<common::H3Request<'_>> = paths
+        .iter()
+        .enumerate()
+        .map(|(i, p)| ("GET", p.as_str(), if i % 2 == 0 { good } else { &[] }))
+        .collect();
+    let answers = common::h3(s.port, "localhost", &reqs);
+    for (i, (status, fields, body)) in answers.iter().enumerate() {
+        let path = &paths[i];
+        if i % 2 == 0 {
+            assert_eq!(*status, 200, "{path}: {body}");
+            assert!(
+                body.starts_with(&format!("backend saw:\nGET {path} HTTP/1.1\r\n")),
+                "{path}: {body}"
+            );
+        } else {
+            assert_eq!(*status, 302, "{path}");
+            let location = format!("https://login.test/?rd={path}");
+            assert!(fields.contains(&("location".into(), location)), "{path}: {fields:?}");
+        }
+    }
     let seen = s.seen.lock().unwrap();
     assert!(seen.iter().all(|l| !l.contains("refused")), "{seen:?}");
+    for (i, path) in paths.iter().enumerate() {
+        let reached = seen.iter().any(|l| l.starts_with(&format!("GET {path} ")));
+        assert_eq!(reached, i % 2 == 0, "{path}: {seen:?}");
+    }
 }
 
 /// `forward-auth` with `basic-auth` on one route, or a field the server
