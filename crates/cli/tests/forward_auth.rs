@@ -304,7 +304,7 @@ const HOSTS: [&str; 2] = ["localhost", "arc.test"];
 #[test]
 fn an_allowed_request_reaches_the_backend_with_the_services_fields_only() {
     let s = start("fwd-allowed");
-    let big = s._t.write("big.txt", "x".repeat(200_000));
+    let big = s._t.write("big.txt", "x".repeat(1_000_000));
     for version in PROTOCOLS {
         for host in HOSTS {
             let forged = ["Cookie: session=good", "Remote-User: mallory", "remote-email: m@evil"];
@@ -328,8 +328,8 @@ fn an_allowed_request_reaches_the_backend_with_the_services_fields_only() {
             assert_eq!(a.status, 200, "{a:?}");
             assert!(a.body.starts_with("backend saw:\nPOST /api/post HTTP/1.1\r\n"), "{a:?}");
             assert!(a.body.ends_with("\r\n\na body of 17 bytes"), "{a:?}");
-            // Past the 64 KiB read whole: it waits in the connection, then
-            // streams once the service allowed it.
+            // Past the 64 KiB read whole and the 256 KiB body pipe: it waits
+            // in the connection, then streams once the service allowed it.
             let a = curl(
                 &s,
                 version,
@@ -340,7 +340,7 @@ fn an_allowed_request_reaches_the_backend_with_the_services_fields_only() {
             );
             assert_eq!(a.status, 200, "{version} {host}");
             assert!(
-                a.body.ends_with(&format!("\r\n\n{}", "x".repeat(200_000))),
+                a.body.ends_with(&format!("\r\n\n{}", "x".repeat(1_000_000))),
                 "{version} {host}"
             );
             assert!(!a.body.contains("mallory"));
