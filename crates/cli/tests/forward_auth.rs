@@ -46,6 +46,11 @@ class Auth(http.server.BaseHTTPRequestHandler):
             self.answer(200, [("Remote-User", "alice"), ("Remote-Email", "alice@example.com")], b"")
         elif "session=silent" in cookie:
             self.answer(200, [], b"")
+        elif "session=slow" in cookie:
+            # Past the route's 1 s timeout, within the default 10 s.
+            import time
+            time.sleep(4)
+            self.answer(200, [("Remote-User", "alice")], b"")
         elif "session=crash" in cookie:
             self.answer(500, [], b"auth internal secret")
         else:
@@ -142,7 +147,8 @@ fn routes(auth: SocketAddr, backend: SocketAddr, dead: u16) -> String {
          [[site.route]]\npath = \"/private/*\"\n\
          forward-auth = {{ url = \"http://{auth}/verify\", copy-headers = [\"Remote-User\"] }}\n\
          cors = {{ origins = [\"https://app.test\"], credentials = true }}\n\
-         [[site.route]]\npath = \"/down/*\"\nforward-auth = {{ url = \"http://127.0.0.1:{dead}/verify\" }}\n"
+         [[site.route]]\npath = \"/down/*\"\nforward-auth = {{ url = \"http://127.0.0.1:{dead}/verify\" }}\n\
+         [[site.route]]\npath = \"/slow/*\"\nforward-auth = {{ url = \"http://{auth}/verify\", timeout = 1 }}\n"
     )
 }
 
@@ -515,6 +521,18 @@ fn headers_basic_auth_under_forward_auth_needs_both() {
         );
         assert_eq!(a.status, 401, "{host}: {a:?}");
     }
+}
+
+/// The service silent past the route's `timeout` (1 s; it answers after
+/// 4 s, within the default 10 s): 504, the engine's page.
+#[test]
+fn a_silent_service_is_a_504() {
+    let s = start("fwd-silent");
+    for version in PROTOCOLS {
+        let a = curl(&s, version, "localhost", "/slow/x.txt", &["Cookie: session=slow"], None);
+        assert_eq!((a.status, a.body.as_str()), (504, "504 Gateway Timeout\n"), "{version}");
+    }
+    assert_eq!(s.counted(), [0, 0, 2]);
 }
 
 /// The service down: 502, the engine's page, nothing of the service's.

@@ -49,11 +49,25 @@ pub(crate) struct ForwardAuth {
     pub(crate) uri: Option<String>,
     /// Fields of a 2xx copied onto the request, as written.
     pub(crate) copy: Vec<String>,
+    /// Seconds the service may be silent (then 504); `None`: the
+    /// engine's default (`ForwardAuth::READ_TIMEOUT`, 10 s).
+    pub(crate) timeout: Option<u64>,
 }
+
+/// The longest `timeout` taken: a service slower than this is down.
+pub(crate) const TIMEOUT_MAX: u64 = 300;
 
 impl ForwardAuth {
     /// The setting from its parts, or why not.
-    pub(crate) fn new(url: &str, uri: Option<String>, copy: Vec<String>) -> Result<ForwardAuth, String> {
+    pub(crate) fn new(
+        url: &str,
+        uri: Option<String>,
+        copy: Vec<String>,
+        timeout: Option<u64>,
+    ) -> Result<ForwardAuth, String> {
+        if timeout.is_some_and(|t| !(1..=TIMEOUT_MAX).contains(&t)) {
+            return Err(format!("timeout: whole seconds from 1 to {TIMEOUT_MAX}"));
+        }
         let up = proxy::Upstream::parse(url).map_err(|e| format!("url: {e}"))?;
         if let Some(uri) = &uri {
             if !uri.starts_with('/') || !uri.bytes().all(|b| (0x21..=0x7e).contains(&b) && b != b'#') {
@@ -81,6 +95,7 @@ impl ForwardAuth {
             url: url.to_owned(),
             uri,
             copy,
+            timeout,
         })
     }
 
@@ -89,6 +104,9 @@ impl ForwardAuth {
         let mut check = proxy::ForwardAuth::new(proxy::Upstream::parse(&self.url)?).copy_headers(self.copy.clone());
         if let Some(uri) = &self.uri {
             check = check.uri(uri);
+        }
+        if let Some(secs) = self.timeout {
+            check = check.timeout(std::time::Duration::from_secs(secs));
         }
         Ok(check)
     }
@@ -115,9 +133,19 @@ mod tests {
 
     #[test]
     fn settings_are_checked_when_read() {
-        let ok = ForwardAuth::new("http://127.0.0.1:9091/verify", None, vec!["Remote-User".into()]).unwrap();
+        let ok = ForwardAuth::new(
+            "http://127.0.0.1:9091/verify",
+            None,
+            vec!["Remote-User".into()],
+            Some(3),
+        )
+        .unwrap();
         assert_eq!(ok.copy, ["Remote-User"]);
-        assert!(ForwardAuth::new("unix:/run/auth.sock", Some("/api/verify".into()), vec![]).is_ok());
+        assert!(ForwardAuth::new("unix:/run/auth.sock", Some("/api/verify".into()), vec![], None).is_ok());
+        for t in [0, TIMEOUT_MAX + 1] {
+            let err = ForwardAuth::new("http://127.0.0.1:9091", None, vec![], Some(t)).unwrap_err();
+            assert!(err.contains("timeout"), "{err}");
+        }
         for (url, uri, copy, says) in [
             ("ftp://x", None, "A", "url:"),
             ("http://127.0.0.1:9091/verify", Some("/x"), "A", "not in both"),
@@ -131,7 +159,7 @@ mod tests {
             ),
             ("http://127.0.0.1:9091", None, "Remote User", "not a field name"),
         ] {
-            let err = ForwardAuth::new(url, uri.map(str::to_owned), vec![copy.into()]).unwrap_err();
+            let err = ForwardAuth::new(url, uri.map(str::to_owned), vec![copy.into()], None).unwrap_err();
             assert!(err.contains(says), "{url} {uri:?} {copy}: {err}");
         }
     }

@@ -104,7 +104,7 @@ pub(crate) const RATE_LIMIT_KEYS: &[&str] = &["rate", "burst"];
 pub(crate) const BASIC_AUTH_KEYS: &[&str] = &["users", "realm"];
 
 /// The keys of a route's `forward-auth` table.
-pub(crate) const FORWARD_AUTH_KEYS: &[&str] = &["url", "uri", "copy-headers"];
+pub(crate) const FORWARD_AUTH_KEYS: &[&str] = &["url", "uri", "copy-headers", "timeout"];
 
 /// The keys of a route's `cors` table.
 pub(crate) const CORS_KEYS: &[&str] = &["origins", "methods", "headers", "expose", "credentials", "max-age"];

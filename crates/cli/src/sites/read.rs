@@ -1022,7 +1022,11 @@ impl FileSites<'_> {
             if let Some(uri) = &f.uri {
                 value.push_str(&format!(", uri = {}", config::toml_string(uri)));
             }
-            value.push_str(&format!(", copy-headers = {} }}", toml_list(&f.copy)));
+            value.push_str(&format!(", copy-headers = {}", toml_list(&f.copy)));
+            if let Some(secs) = f.timeout {
+                value.push_str(&format!(", timeout = {secs}"));
+            }
+            value.push_str(" }");
             shown.push(Shown::new("forward-auth", value, self.origin(*line)));
         }
         if errors.len() > n_errors {
@@ -1363,9 +1367,13 @@ impl FileSites<'_> {
         let line = self.line(value.span().start);
         let example = "{ url = \"http://127.0.0.1:9091/verify\", copy-headers = [\"Remote-User\"] }";
         let table = self.access_table("forward-auth", value, FORWARD_AUTH_KEYS, example, errors)?;
-        let (mut url, mut uri, mut copy) = (None, None, Vec::new());
+        let (mut url, mut uri, mut copy, mut timeout) = (None, None, Vec::new(), None);
         for (name, v, at) in table {
             match (name, v.get_ref()) {
+                ("timeout", _) => {
+                    let secs = self.integer("forward-auth", "timeout", v, errors)?;
+                    timeout = Some(u64::try_from(secs).unwrap_or(0));
+                }
                 ("copy-headers", _) => {
                     copy = self
                         .strings("forward-auth", v, errors)?
@@ -1393,7 +1401,7 @@ impl FileSites<'_> {
             ));
             return None;
         };
-        ForwardAuth::new(&url, uri, copy)
+        ForwardAuth::new(&url, uri, copy, timeout)
             .map_err(|why| errors.push(self.error(line, "forward-auth", why)))
             .ok()
     }

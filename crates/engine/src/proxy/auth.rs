@@ -123,6 +123,13 @@ impl ForwardAuth {
         }
     }
 
+    /// How long the service may be silent while it answers (past it, 504;
+    /// [`ForwardAuth::READ_TIMEOUT`] by default).
+    pub fn timeout(mut self, timeout: Duration) -> ForwardAuth {
+        self.up = Arc::new((*self.up).clone().read_timeout(timeout));
+        self
+    }
+
     /// The subrequest's target (path and query), in place of the URL's
     /// path: the way to give one to a `unix:` service.
     pub fn uri(mut self, target: &str) -> ForwardAuth {
