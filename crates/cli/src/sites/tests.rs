@@ -677,7 +677,8 @@ fn routes_read_forward_auth() {
          path = \"/docs/*\"\n\
          [site.route.forward-auth]\n\
          url = \"unix:/run/auth.sock\"\n\
-         uri = \"/api/verify?from=docs\"\n",
+         uri = \"/api/verify?from=docs\"\n\
+         timeout = 3\n",
         &[],
     )
     .unwrap();
@@ -698,6 +699,10 @@ fn routes_read_forward_auth() {
     );
     let docs = route("/docs/*").forward_auth.as_ref().unwrap();
     assert_eq!(docs.uri.as_deref(), Some("/api/verify?from=docs"));
+    assert_eq!(
+        value(&route("/docs/*").shown, "forward-auth"),
+        r#"{ url = "unix:/run/auth.sock", uri = "/api/verify?from=docs", copy-headers = [], timeout = 3 }"#
+    );
     assert!(docs.copy.is_empty());
 
     let f = f.display().to_string();
