@@ -221,3 +221,31 @@ impl Handler for Access {
         self.inner.body_use(req)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Hello;
+
+    impl Handler for Hello {
+        fn call(&self, _req: &Request<'_>) -> Reply {
+            Response::error(200).into()
+        }
+    }
+
+    /// A route without rules keeps its own handler (nothing is paid); one
+    /// rule, `forward-auth` included, puts the wrapper around it.
+    #[test]
+    fn only_routes_with_rules_are_wrapped() {
+        let inner: Arc<dyn Handler> = Arc::new(Hello);
+        let same = wrap(inner.clone(), Rules::default());
+        assert!(Arc::ptr_eq(&same, &inner));
+        let auth = peregrine::proxy::Upstream::parse("http://127.0.0.1:9091/verify").unwrap();
+        let forward = Rules {
+            forward: Some(peregrine::proxy::ForwardAuth::new(auth)),
+            ..Rules::default()
+        };
+        assert!(!Arc::ptr_eq(&wrap(inner.clone(), forward), &inner));
+    }
+}
