@@ -5,10 +5,10 @@
 //! `Basic-Auth`), for a directory site and its archive, with the aioquic
 //! client of `http3.rs`.
 //!
-//! aioquic's client binds its UDP socket itself, to the wildcard address,
-//! so it cannot be made to speak from 127.0.0.2 as `access.rs`'s clients
-//! do: the IP rules are judged on 127.0.0.1, once allowed by a route and
-//! once refused by another.
+//! aioquic's `connect()` binds its UDP socket to `::` itself; the test
+//! client (`tests/h3/client.py`, `local_host`) binds one to 127.0.0.2,
+//! 127.0.0.3, ... instead, as `access.rs`'s TCP clients do, so the server
+//! sees distinct client addresses over QUIC too.
 
 mod common;
 
@@ -85,13 +85,21 @@ fn field<'a>(answer: &'a common::H3Answer, name: &str) -> Option<&'a str> {
 }
 
 /// The route that allows 127.0.0.1 answers (a range too); the one that
-/// allows only 127.0.0.2 refuses it 403 whatever it asks, a missing file
-/// or a range included.
+/// allows only 127.0.0.2 refuses 127.0.0.1 403 whatever it asks, a missing
+/// file or a range included, and answers 127.0.0.2.
 #[test]
 fn ip_rules_hold_over_http3() {
     let t = Scratch::new("access-h3-ip");
     let (_server, port) = start(&t);
     for host in HOSTS {
+        let a = common::h3_from(
+            Some("127.0.0.2"),
+            port,
+            host,
+            &[("GET", "/private/secret.txt", &[]), ("GET", "/mine/a.txt", &[])],
+        );
+        assert_eq!((a[0].0, a[0].2.as_str()), (200, "0123456789\n"), "{host}: {a:?}");
+        assert_eq!(a[1].0, 403, "{host}: {a:?}");
         let a = common::h3(
             port,
             host,
@@ -110,19 +118,22 @@ fn ip_rules_hold_over_http3() {
     }
 }
 
-/// A burst of 2: of three requests at once, two get the file and one a
-/// 429 with `Retry-After`.
+/// A burst of 2 per client address: of three requests at once, two get
+/// the file and one a 429 with `Retry-After`; another address has its own
+/// bucket.
 #[test]
 fn rate_limits_hold_over_http3() {
     let t = Scratch::new("access-h3-rate");
     let (_server, port) = start(&t);
     for host in HOSTS {
         let get = ("GET", "/limited/a.txt", &[][..]);
-        let a = common::h3(port, host, &[get, get, get]);
+        let a = common::h3_from(Some("127.0.0.3"), port, host, &[get, get, get]);
         let ok = a.iter().filter(|a| a.0 == 200).count();
         let refused: Vec<_> = a.iter().filter(|a| a.0 == 429).collect();
         assert_eq!((ok, refused.len()), (2, 1), "{host}: {a:?}");
         assert!(field(refused[0], "retry-after").is_some(), "{a:?}");
+        let other = common::h3_from(Some("127.0.0.4"), port, host, &[get]);
+        assert_eq!(other[0].0, 200, "{host}: {other:?}");
     }
 }
 
