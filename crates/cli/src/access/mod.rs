@@ -1,9 +1,11 @@
 //! Access control of a route (issue 27): IP rules ([`ip`]), a rate limit
-//! per client ([`rate`]), CORS ([`cors`]) and Basic authentication
-//! ([`basic`]), as one handler wrapped around the route's own (files, an
-//! archive, a redirect; a proxy, but never under `basic-auth`: the guard
-//! makes the answer before the password is proven, and a proxy's would
-//! have reached the upstream), so that each works the same whatever answers,
+//! per client ([`rate`]), CORS ([`cors`]), Basic authentication
+//! ([`basic`]) and forward authentication ([`forward`]), as one handler
+//! wrapped around the route's own (files, an archive, a redirect; a proxy,
+//! but never under `basic-auth`: the guard makes the answer before the
+//! password is proven, and a proxy's would have reached the upstream;
+//! `forward-auth` takes a proxy's upstream request back and holds it), so
+//! that each works the same whatever answers,
 //! over every protocol (the engine gives the one handler HTTP/1.1, HTTP/2
 //! and HTTP/3 requests alike).
 //!
