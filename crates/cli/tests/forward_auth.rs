@@ -431,9 +431,22 @@ fn files_and_archives_are_held_until_the_service_allows_them() {
             );
             assert_eq!((a.status, a.body.as_str()), (200, "secret\n"), "{version} {host}");
             assert_eq!(a.field("cache-control"), Some("private, no-cache"), "{a:?}");
-            // A file that does not exist: the service is asked first.
+            // A file that does not exist, a range, a condition: the
+            // service is asked first; allowed, the range is served.
             let a = curl(&s, version, host, "/private/none.txt", &[], None);
             assert_eq!(a.status, 302, "{version} {host}: {a:?}");
+            let range = ["Range: bytes=0-3", "If-None-Match: \"x\""];
+            let a = curl(&s, version, host, "/private/secret.txt", &range, None);
+            assert_eq!(a.status, 302, "{version} {host}: {a:?}");
+            let a = curl(
+                &s,
+                version,
+                host,
+                "/private/secret.txt",
+                &["Range: bytes=0-3", "Cookie: session=good"],
+                None,
+            );
+            assert_eq!((a.status, a.body.as_str()), (206, "secr"), "{version} {host}: {a:?}");
             let a = curl(&s, version, host, "/private/secret.txt", &[], None);
             assert_eq!(a.status, 302, "{version} {host}: {a:?}");
             assert!(!a.body.contains("secret\n"), "{a:?}");
@@ -476,7 +489,7 @@ fn files_and_archives_are_held_until_the_service_allows_them() {
             }
         }
     }
-    assert_eq!(s.counted(), [8, 12, 4]);
+    assert_eq!(s.counted(), [12, 16, 4]);
 }
 
 /// A path `_headers` protects with Basic-Auth under a forward-auth route
