@@ -19,7 +19,8 @@ use test_support::process::Process;
 /// The routes both sites have.
 fn routes(hash: &str) -> String {
     format!(
-        "[[site.route]]\npath = \"/mine/*\"\nip = {{ allow = [\"127.0.0.1\", \"::1\"] }}\n\
+        "[[site.route]]\npath = \"/mine/*\"\nip = {{ allow = [\"127.0.0.1\"] }}\n\
+         [[site.route]]\npath = \"/six/*\"\nip = {{ allow = [\"::1\"] }}\n\
          [[site.route]]\npath = \"/private/*\"\nip = {{ allow = [\"127.0.0.2\"] }}\n\
          [[site.route]]\npath = \"/limited/*\"\nrate-limit = {{ rate = \"1/h\", burst = 2 }}\n\
          [[site.route]]\npath = \"/api/*\"\n\
@@ -31,6 +32,7 @@ fn routes(hash: &str) -> String {
 const FILES: &[(&str, &str)] = &[
     ("index.html", "home\n"),
     ("mine/a.txt", "mine\n"),
+    ("six/a.txt", "six\n"),
     ("private/secret.txt", "0123456789\n"),
     ("limited/a.txt", "limited\n"),
     ("api/data.json", "{\"ok\":true}\n"),
@@ -42,8 +44,9 @@ const FILES: &[(&str, &str)] = &[
 const HOSTS: [&str; 2] = ["localhost", "arc.test"];
 
 /// The server (HTTPS and HTTP/3) with a directory site (`localhost`) and
-/// its archive (`arc.test`), each with [`routes`]; and its port.
-fn start(t: &Scratch) -> (Process, u16) {
+/// its archive (`arc.test`), each with [`routes`], on 127.0.0.1 and ::1;
+/// and its ports there.
+fn start(t: &Scratch) -> (Process, u16, u16) {
     common::packed(t.dir(), FILES, &[]);
     let key = rcgen::KeyPair::generate().unwrap();
     let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned(), "arc.test".to_owned()])
@@ -56,7 +59,7 @@ fn start(t: &Scratch) -> (Process, u16) {
     let config = t.write(
         "peregrine.toml",
         format!(
-            "version = 1\nbind = [\"127.0.0.1:0\"]\nworkers = 2\n\
+            "version = 1\nbind = [\"127.0.0.1:0\", \"[::1]:0\"]\nworkers = 2\n\
              [[site]]\nnames = [\"localhost\"]\nroot = \"site\"\ndefault = true\n{routes}\
              [[site]]\nnames = [\"arc.test\"]\nroot = \"site.prg\"\n{routes}"
         ),
@@ -71,13 +74,12 @@ fn start(t: &Scratch) -> (Process, u16) {
             .arg("--tls-key")
             .arg(&key_file),
     );
-    let port = test_support::process::last_addr(&server.listening())
-        .rsplit(':')
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
-    (server, port)
+    let urls = test_support::process::urls(&server.listening());
+    let port = |prefix: &str| -> u16 {
+        let url = urls.iter().find(|u| u.starts_with(prefix)).unwrap();
+        url.trim_end_matches('/').rsplit(':').next().unwrap().parse().unwrap()
+    };
+    (server, port("https://127.0.0.1:"), port("https://[::1]:"))
 }
 
 fn field<'a>(answer: &'a common::H3Answer, name: &str) -> Option<&'a str> {
@@ -86,12 +88,23 @@ fn field<'a>(answer: &'a common::H3Answer, name: &str) -> Option<&'a str> {
 
 /// The route that allows 127.0.0.1 answers (a range too); the one that
 /// allows only 127.0.0.2 refuses 127.0.0.1 403 whatever it asks, a missing
-/// file or a range included, and answers 127.0.0.2.
+/// file or a range included, and answers 127.0.0.2; ::1 is judged as
+/// itself (the route for ::1 alone answers it, and refuses 127.0.0.1).
 #[test]
 fn ip_rules_hold_over_http3() {
     let t = Scratch::new("access-h3-ip");
-    let (_server, port) = start(&t);
+    let (_server, port, port6) = start(&t);
     for host in HOSTS {
+        let reqs: &[common::H3Request<'_>] = &[
+            ("GET", "/six/a.txt", &[]),
+            ("GET", "/mine/a.txt", &[]),
+            ("GET", "/private/secret.txt", &[]),
+        ];
+        let a = common::h3_at("::1", None, port6, host, reqs);
+        assert_eq!((a[0].0, a[0].2.as_str()), (200, "six\n"), "{host}: {a:?}");
+        assert_eq!((a[1].0, a[2].0), (403, 403), "{host}: {a:?}");
+        let a = common::h3(port, host, &[("GET", "/six/a.txt", &[])]);
+        assert_eq!(a[0].0, 403, "{host}: {a:?}");
         let a = common::h3_from(
             Some("127.0.0.2"),
             port,
@@ -124,7 +137,7 @@ fn ip_rules_hold_over_http3() {
 #[test]
 fn rate_limits_hold_over_http3() {
     let t = Scratch::new("access-h3-rate");
-    let (_server, port) = start(&t);
+    let (_server, port, _) = start(&t);
     for host in HOSTS {
         let get = ("GET", "/limited/a.txt", &[][..]);
         let a = common::h3_from(Some("127.0.0.3"), port, host, &[get, get, get]);
@@ -143,7 +156,7 @@ fn rate_limits_hold_over_http3() {
 #[test]
 fn cors_holds_over_http3() {
     let t = Scratch::new("access-h3-cors");
-    let (_server, port) = start(&t);
+    let (_server, port, _) = start(&t);
     let origin = ("origin", "https://app.test");
     for host in HOSTS {
         let a = common::h3(
@@ -194,7 +207,7 @@ fn cors_holds_over_http3() {
 #[test]
 fn basic_auth_holds_over_http3() {
     let t = Scratch::new("access-h3-basic");
-    let (_server, port) = start(&t);
+    let (_server, port, _) = start(&t);
     let basic = |user_pw: &str| format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(user_pw));
     let (alice, wrong, carol) = (basic("alice:wonderland"), basic("alice:guess"), basic("carol:hunter2"));
     for host in HOSTS {

@@ -130,6 +130,11 @@ pub fn h3(port: u16, host: &str, reqs: &[H3Request<'_>]) -> Vec<H3Answer> {
 
 /// `h3` from a client bound to `from` (`127.0.0.2`), if given.
 pub fn h3_from(from: Option<&str>, port: u16, host: &str, reqs: &[H3Request<'_>]) -> Vec<H3Answer> {
+    h3_at("127.0.0.1", from, port, host, reqs)
+}
+
+/// `h3_from` to the server at `to` (`127.0.0.1`, `::1`).
+pub fn h3_at(to: &str, from: Option<&str>, port: u16, host: &str, reqs: &[H3Request<'_>]) -> Vec<H3Answer> {
     static PYTHON: std::sync::OnceLock<Result<std::path::PathBuf, String>> = std::sync::OnceLock::new();
     let python = PYTHON.get_or_init(|| {
         test_support::install::aioquic_python(&std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("aioquic-venv"))
@@ -156,8 +161,10 @@ pub fn h3_from(from: Option<&str>, port: u16, host: &str, reqs: &[H3Request<'_>]
         })
         .collect();
     let spec = format!(
-        "{{\"host\": \"127.0.0.1\", \"port\": {port}, {}\"server_name\": {}, \"out\": {}, \"timeout\": 60, \"requests\": [{}]}}",
-        from.map(|f| format!("\"local_host\": {}, ", json(f))).unwrap_or_default(),
+        "{{\"host\": {}, \"port\": {port}, {}\"server_name\": {}, \"out\": {}, \"timeout\": 60, \"requests\": [{}]}}",
+        json(to),
+        from.map(|f| format!("\"local_host\": {}, ", json(f)))
+            .unwrap_or_default(),
         json(host),
         json(out.to_str().unwrap()),
         requests.join(", ")
