@@ -166,6 +166,14 @@ struct Setup {
 }
 
 impl Setup {
+    /// Waits until the checks counted are `want` (allowed, refused,
+    /// failed): a check is counted when the worker's turn ends, just after
+    /// its answer was written, so a scrape may come between the two.
+    fn wait_counted(&self, want: [u64; 3]) {
+        let what = format!("checks counted as {want:?} (allowed, refused, failed)");
+        test_support::wait_until(&what, || self.counted() == want);
+    }
+
     /// The checks counted so far: allowed, refused, failed.
     fn counted(&self) -> [u64; 3] {
         let text = common::get(&self.metrics, "/metrics");
@@ -489,7 +497,7 @@ fn files_and_archives_are_held_until_the_service_allows_them() {
             }
         }
     }
-    assert_eq!(s.counted(), [12, 16, 4]);
+    s.wait_counted([12, 16, 4]);
 }
 
 /// A path `_headers` protects with Basic-Auth under a forward-auth route
@@ -545,7 +553,7 @@ fn a_silent_service_is_a_504() {
         let a = curl(&s, version, "localhost", "/slow/x.txt", &["Cookie: session=slow"], None);
         assert_eq!((a.status, a.body.as_str()), (504, "504 Gateway Timeout\n"), "{version}");
     }
-    assert_eq!(s.counted(), [0, 0, 2]);
+    s.wait_counted([0, 0, 2]);
 }
 
 /// The service down: 502, the engine's page, nothing of the service's.
@@ -562,7 +570,7 @@ fn the_service_down_is_a_502_with_no_upstream_text() {
             );
         }
     }
-    assert_eq!(s.counted(), [0, 0, 4]);
+    s.wait_counted([0, 0, 4]);
 }
 
 /// The same over HTTP/3 (aioquic): allowed, refused, files.
