@@ -104,6 +104,12 @@ pub(crate) struct WorkerMetrics {
     /// from an untrusted address, or whose header was missing, malformed
     /// or late.
     pub(crate) proxy_refusals: Counter,
+    /// Forward-auth checks by outcome (`proxy/auth.rs`): let through (a
+    /// 2xx), refused (the service's answer relayed), failed (the service
+    /// down, silent or answering 5xx).
+    pub(crate) forward_auth_allowed: Counter,
+    pub(crate) forward_auth_refused: Counter,
+    pub(crate) forward_auth_failed: Counter,
     /// Responses by site (the server's sites, by index: the label is the
     /// site's first name) and status class.
     by_site: Box<[(Box<str>, [Counter; 5])]>,
@@ -325,7 +331,7 @@ impl Metrics {
             let n = sum(&|w| w.by_method[i].get());
             let _ = writeln!(out, "peregrine_requests_by_method_total{{method=\"{method}\"}} {n}");
         }
-        let simple: [(&str, &str, &str, u64); 27] = [
+        let simple: [(&str, &str, &str, u64); 30] = [
             (
                 "peregrine_sent_bytes_total",
                 "counter",
@@ -487,6 +493,24 @@ impl Metrics {
                 "counter",
                 "Connections closed unanswered on a PROXY protocol listener: an untrusted source, or a header missing, malformed or late.",
                 sum(&|w| w.proxy_refusals.get()),
+            ),
+            (
+                "peregrine_forward_auth_allowed_total",
+                "counter",
+                "Requests a forward-auth service let through (2xx).",
+                sum(&|w| w.forward_auth_allowed.get()),
+            ),
+            (
+                "peregrine_forward_auth_refused_total",
+                "counter",
+                "Requests a forward-auth service refused (its answer, not 2xx nor 5xx, sent to the client).",
+                sum(&|w| w.forward_auth_refused.get()),
+            ),
+            (
+                "peregrine_forward_auth_failed_total",
+                "counter",
+                "Forward-auth checks that failed: the service down (502), silent (504), full (503) or answering 5xx.",
+                sum(&|w| w.forward_auth_failed.get()),
             ),
         ];
         for (name, kind, help, value) in simple {

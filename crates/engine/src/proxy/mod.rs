@@ -48,10 +48,12 @@
 //! dropped, as a hop-by-hop field, and the request goes as an ordinary
 //! one. HTTP/3 clients cannot open one yet (no RFC 9220 in the engine).
 
+mod auth;
 mod pool;
 mod tunnel;
 mod upstream;
 
+pub use auth::{Decide, Finish, ForwardAuth, Held};
 pub(crate) use pool::{Sock, Upstreams};
 pub(crate) use tunnel::Handoff;
 pub use upstream::{HostHeader, Upstream, UpstreamError};
@@ -113,6 +115,8 @@ pub(crate) struct Job {
     pub(crate) responder: Responder,
     /// A WebSocket opening (`tunnel.rs`): the 101 it waits for.
     pub(crate) tunnel: Option<tunnel::Ask>,
+    /// A forward-auth subrequest's: what its answer decides (`auth.rs`).
+    pub(crate) auth: Option<Box<auth::Pending>>,
 }
 
 /// A request body up to this long is read whole before the upstream is
@@ -244,6 +248,7 @@ impl Handler for Proxy {
                     body: reader,
                     responder,
                     tunnel: None,
+                    auth: None,
                 });
                 Reply::Later
             }
@@ -281,6 +286,7 @@ impl Proxy {
                     body: None,
                     responder,
                     tunnel: Some(ask),
+                    auth: None,
                 });
                 Reply::Later
             }

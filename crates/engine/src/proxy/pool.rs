@@ -60,6 +60,8 @@ pub(crate) struct Upstreams {
     /// Upstream connections that switched to WebSocket this turn, for
     /// the worker to hand to their clients' connections (`take_handoffs`).
     handoffs: Vec<super::Handoff>,
+    /// Forward-auth checks waiting for their subrequests' answers.
+    checks: super::auth::Checks,
     /// Where every connection reads into (`READ_CHUNK`, zeroed once):
     /// a connection keeps only what it has not consumed yet, usually
     /// nothing, so an idle one holds no read buffer.
@@ -213,14 +215,16 @@ impl Write for Sock {
 
 impl Upstreams {
     /// The answers made since the last call, each with its responder.
+    /// (Forward-auth subrequests' answers are decided on the way.)
     pub(crate) fn take_answers(&mut self) -> Vec<(Responder, Response)> {
-        std::mem::take(&mut self.answers)
+        self.checks.sort(std::mem::take(&mut self.answers))
     }
 
     /// Whether answers wait for `take_answers` (or tunnels for
-    /// `take_handoffs`).
+    /// `take_handoffs`, or requests a forward-auth check let through for
+    /// `submit_all`).
     pub(crate) fn has_answers(&self) -> bool {
-        !self.answers.is_empty() || !self.handoffs.is_empty()
+        !self.answers.is_empty() || !self.handoffs.is_empty() || self.checks.has_granted()
     }
 
     /// The upstream connections that switched to WebSocket since the last
@@ -229,10 +233,14 @@ impl Upstreams {
         std::mem::take(&mut self.handoffs)
     }
 
-    /// Takes the jobs the handlers left this turn.
+    /// Takes the jobs the handlers left this turn (and those forward-auth
+    /// checks let through).
     pub(crate) fn submit_all(&mut self, ctx: &mut Ctx<'_>, timers: &mut Timers) {
-        let jobs = std::mem::take(&mut *ctx.outbox.borrow_mut());
+        let mut jobs = std::mem::take(&mut *ctx.outbox.borrow_mut());
+        jobs.extend(self.checks.take_granted());
+        self.checks.count(ctx.metrics);
         for job in jobs {
+            let job = self.checks.admit(job);
             self.submit(ctx, timers, job);
         }
     }
