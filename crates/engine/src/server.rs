@@ -558,7 +558,11 @@ impl Server {
         let Some(port) = https_port else {
             return Err(Error::tls("redirect_http needs a TLS address (bind_tls)".into()));
         };
-        Ok(Some(Arc::new(HttpsRedirect { port })))
+        let acme = (self.listen.iter()).find_map(|(_, b, _)| match b {
+            Bind::Tls(tls) if tls.is_acme() => Some(tls.clone()),
+            _ => None,
+        });
+        Ok(Some(Arc::new(HttpsRedirect { port, acme })))
     }
 
     /// Every port is bound: root is no longer needed. The Unix sockets

@@ -20,7 +20,7 @@
 
 pub(crate) mod redirect;
 pub(crate) mod session;
-mod store;
+pub(crate) mod store;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -53,6 +53,9 @@ use store::CertStore;
 pub struct TlsConfig {
     resolver: Arc<CertResolver>,
     hsts: Option<Duration>,
+    /// Certificates come from ACME here too: listeners offer
+    /// `acme-tls/1`, and the redirect listener answers HTTP-01.
+    acme: bool,
 }
 
 /// One certificate chain and its key, as files, and the names it is for
@@ -62,6 +65,10 @@ struct Source {
     cert: PathBuf,
     key: PathBuf,
     names: Option<Vec<String>>,
+    /// The chain and key as PEM, given rather than read (an ACME
+    /// certificate, sent by the ACME process): `cert` and `key` only name
+    /// them, and a reload keeps them as they are.
+    pem: Option<Arc<(Vec<u8>, Vec<u8>)>>,
 }
 
 /// Picks a certificate per handshake; holds the file names to reload from.
@@ -98,6 +105,7 @@ impl TlsConfig {
             cert: cert.as_ref().to_owned(),
             key: key.as_ref().to_owned(),
             names: None,
+            pem: None,
         })
     }
 
@@ -113,7 +121,130 @@ impl TlsConfig {
                 current: Mutex::new(Arc::new(store)),
             }),
             hsts: None,
+            acme: false,
         })
+    }
+
+    /// A set with no certificate yet (every site's comes from ACME):
+    /// until one is added, every handshake fails with `unrecognized_name`.
+    pub fn empty() -> Self {
+        let mut store = CertStore::default();
+        store.fallback = store::Fallback::Refuse;
+        TlsConfig {
+            resolver: Arc::new(CertResolver {
+                provider: Arc::new(rustls::crypto::ring::default_provider()),
+                sources: Mutex::new(Vec::new()),
+                current: Mutex::new(Arc::new(store)),
+            }),
+            hsts: None,
+            acme: false,
+        }
+    }
+
+    /// Some certificates of this set come from ACME: TLS listeners offer
+    /// the ALPN protocol `acme-tls/1` (after `h2` and `http/1.1`, so that
+    /// only a client offering it alone gets it: RFC 8737 §3), and the
+    /// listeners redirecting to HTTPS answer HTTP-01 challenges
+    /// ([`TlsConfig::set_http01`]) and 503 for a name still waiting for
+    /// its certificate ([`TlsConfig::set_waiting`]).
+    pub fn acme(mut self) -> Self {
+        self.acme = true;
+        self
+    }
+
+    /// Adds the certificate (PEM chain, leaf first, and key) for `names`
+    /// only, or replaces the one given before for exactly these names
+    /// (a renewal); new handshakes get it at once. The names stop
+    /// waiting. A reload keeps it.
+    pub fn set_cert_pem_for<N: AsRef<str>>(&self, names: &[N], chain: &[u8], key: &[u8]) -> Result<(), Error> {
+        let names = check_names(names)?;
+        let what = names[0].clone();
+        let loaded = Arc::new(certified_key(
+            &self.resolver.provider,
+            CertificateDer::pem_slice_iter(chain).collect::<Result<Vec<_>, _>>(),
+            PrivateKeyDer::from_pem_slice(key),
+            &what,
+        )?);
+        let source = Source {
+            cert: PathBuf::from(format!("(ACME certificate for {what})")),
+            key: PathBuf::from(format!("(ACME key for {what})")),
+            names: Some(names.clone()),
+            pem: Some(Arc::new((chain.to_vec(), key.to_vec()))),
+        };
+        let mut sources = lock(&self.resolver.sources);
+        let same = sources.iter().position(|s| s.pem.is_some() && s.names.as_ref() == Some(&names));
+        let normal = normal_names(&names);
+        match same {
+            None => {
+                sources.push(source);
+                self.resolver.update(|store| {
+                    store.add(loaded, Some(&names));
+                    for n in &normal {
+                        store.waiting.remove(n);
+                    }
+                });
+            }
+            Some(idx) => {
+                sources[idx] = source;
+                self.resolver.update(|store| {
+                    let keys = (sources.iter().enumerate())
+                        .filter_map(|(i, s)| {
+                            let key = if i == idx { Some(loaded.clone()) } else { store.key(i) };
+                            key.map(|k| (k, s.names.clone()))
+                        })
+                        .collect();
+                    store.replace_keys(keys);
+                    for n in &normal {
+                        store.waiting.remove(n);
+                    }
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Marks `names` as waiting for their first ACME certificate (or no
+    /// longer): a handshake for one fails with an alert, whatever the
+    /// fallback; the redirect listener answers 503 with `Retry-After`.
+    pub fn set_waiting<N: AsRef<str>>(&self, names: &[N], waiting: bool) {
+        let normal = normal_names(names);
+        self.resolver.update(|store| {
+            for n in normal {
+                if waiting {
+                    store.waiting.insert(n);
+                } else {
+                    store.waiting.remove(&n);
+                }
+            }
+        });
+    }
+
+    /// Answers the HTTP-01 challenge `token` (RFC 8555 §8.3) with
+    /// `key_authorization` on the listeners redirecting to HTTPS, or stops
+    /// (`None`). A token that is not `[A-Za-z0-9_-]{22,128}` is refused.
+    pub fn set_http01(&self, token: &str, key_authorization: Option<&str>) -> Result<(), Error> {
+        if !redirect::is_token(token) {
+            return Err(Error::tls(format!("{token:?}: not an ACME token")));
+        }
+        self.resolver.update(|store| match key_authorization {
+            Some(ka) => {
+                store.http01.insert(token.into(), ka.into());
+            }
+            None => {
+                store.http01.remove(token);
+            }
+        });
+        Ok(())
+    }
+
+    /// The store now (for the redirect listener's answers).
+    pub(crate) fn store(&self) -> Arc<CertStore> {
+        lock(&self.resolver.current).clone()
+    }
+
+    /// Whether certificates of this set come from ACME.
+    pub(crate) fn is_acme(&self) -> bool {
+        self.acme
     }
 
     /// Adds another certificate, sent to clients whose SNI name it covers
@@ -131,6 +262,7 @@ impl TlsConfig {
             cert: cert.as_ref().to_owned(),
             key: key.as_ref().to_owned(),
             names: None,
+            pem: None,
         })
     }
 
@@ -143,6 +275,7 @@ impl TlsConfig {
             cert: cert.as_ref().to_owned(),
             key: key.as_ref().to_owned(),
             names: Some(check_names(names)?),
+            pem: None,
         })
     }
 
@@ -157,6 +290,7 @@ impl TlsConfig {
             cert: cert.as_ref().to_owned(),
             key: key.as_ref().to_owned(),
             names: Some(check_names(names)?),
+            pem: None,
         })?;
         Ok(self)
     }
@@ -252,6 +386,9 @@ impl TlsConfig {
         } else {
             vec![b"http/1.1".to_vec()]
         };
+        if self.acme {
+            config.alpn_protocols.push(store::ACME_TLS_ALPN.to_vec());
+        }
         let mut fields = String::new();
         if let Some(age) = self.hsts {
             fields.push_str(&format!("Strict-Transport-Security: max-age={}\r\n", age.as_secs()));
@@ -288,6 +425,7 @@ impl std::fmt::Debug for TlsConfig {
         f.debug_struct("TlsConfig")
             .field("sources", &*lock(&self.resolver.sources))
             .field("hsts", &self.hsts)
+            .field("acme", &self.acme)
             .finish()
     }
 }
@@ -309,6 +447,14 @@ impl ResolvesServerCert for CertResolver {
 
 /// Reads one chain and key and checks that they belong together.
 fn load(provider: &CryptoProvider, source: &Source) -> Result<CertifiedKey, Error> {
+    if let Some(pem) = &source.pem {
+        return certified_key(
+            provider,
+            CertificateDer::pem_slice_iter(&pem.0).collect::<Result<Vec<_>, _>>(),
+            PrivateKeyDer::from_pem_slice(&pem.1),
+            &source.cert.display().to_string(),
+        );
+    }
     let cert_name = source.cert.display();
     let key_name = source.key.display();
     let chain = CertificateDer::pem_file_iter(&source.cert)
@@ -353,6 +499,18 @@ fn check_names<N: AsRef<str>>(names: &[N]) -> Result<Vec<String>, Error> {
         }
     }
     Ok(names.iter().map(|n| n.as_ref().to_owned()).collect())
+}
+
+/// `names` in normal form (those that are names).
+fn normal_names<N: AsRef<str>>(names: &[N]) -> Vec<Box<str>> {
+    let mut buf = HostBuf::new();
+    let mut normal = Vec::with_capacity(names.len());
+    for n in names {
+        if let Ok(n) = crate::host::normalize_name(n.as_ref().as_bytes(), &mut buf) {
+            normal.push(n.as_str().into());
+        }
+    }
+    normal
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

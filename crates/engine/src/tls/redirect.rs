@@ -11,10 +11,28 @@ use crate::handler::{BodyUse, Handler, Reply};
 use crate::request::Request;
 use crate::response::Response;
 
-/// Answers every request with a redirect to `https://HOST[:port]TARGET`.
+/// Answers every request with a redirect to `https://HOST[:port]TARGET`;
+/// with ACME, also HTTP-01 challenges, and 503 for a name still waiting
+/// for its first certificate.
 pub(crate) struct HttpsRedirect {
     /// The TLS listener's port; left out of `Location` when it is 443.
     pub(crate) port: u16,
+    /// The certificates, when some come from ACME (`TlsConfig::acme`).
+    pub(crate) acme: Option<super::TlsConfig>,
+}
+
+/// Where HTTP-01 challenges are asked (RFC 8555 §8.3).
+const CHALLENGE_PREFIX: &str = "/.well-known/acme-challenge/";
+
+/// How long a client is told to wait for a site whose certificate is
+/// being ordered: a minute, the first retry of the ACME process's back-off.
+const WAITING_RETRY_AFTER_SECS: &str = "60";
+
+/// An ACME token as this server answers one: `^[A-Za-z0-9_-]{22,128}$`
+/// (base64url, RFC 8555 §8.3 asks for at least 128 bits).
+pub(crate) fn is_token(token: &str) -> bool {
+    (22..=128).contains(&token.len())
+        && (token.bytes()).all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 impl Handler for HttpsRedirect {
@@ -32,6 +50,27 @@ impl Handler for HttpsRedirect {
                     .with_body(&b"400 Bad Request: the Host field names no host to redirect to over https\n"[..]),
             );
         };
+        if let Some(tls) = &self.acme {
+            let store = tls.store();
+            if let Some(token) = req.path().strip_prefix(CHALLENGE_PREFIX) {
+                return Reply::Now(match store.http01.get(token).filter(|_| is_token(token)) {
+                    Some(ka) => Response::new(200)
+                        .with_content_type("application/octet-stream")
+                        .with_body(ka.as_bytes().to_vec()),
+                    None => Response::new(404)
+                        .with_content_type("text/plain; charset=utf-8")
+                        .with_body(&b"404 Not Found: no such ACME challenge\n"[..]),
+                });
+            }
+            if store.is_waiting(&host) {
+                return Reply::Now(
+                    Response::new(503)
+                        .with_header("Retry-After", WAITING_RETRY_AFTER_SECS)
+                        .with_content_type("text/plain; charset=utf-8")
+                        .with_body(&b"503 Service Unavailable: this site's certificate is being obtained\n"[..]),
+                );
+            }
+        }
         let mut port = itoa::Buffer::new();
         let port = (self.port != 443).then(|| port.format(self.port));
         let location = crate::request::absolute_url("https", &host, port, req.target());

@@ -64,6 +64,12 @@ pub(crate) struct CertStore {
     wildcard: HashMap<Box<str>, usize>,
     /// TLS-ALPN-01 challenge certificates, by name in normal form.
     challenges: HashMap<Box<str>, Arc<CertifiedKey>>,
+    /// Names waiting for their first ACME certificate (normal form): a
+    /// handshake for one fails with `unrecognized_name`, never getting the
+    /// fallback's certificate (a borrowed one).
+    pub(crate) waiting: std::collections::HashSet<Box<str>>,
+    /// HTTP-01 answers (RFC 8555 §8.3): token → key authorization.
+    pub(crate) http01: HashMap<Box<str>, Box<str>>,
 }
 
 impl CertStore {
@@ -122,12 +128,16 @@ impl CertStore {
     /// them again), each for the names it was added for.
     pub(crate) fn replace_keys(&mut self, keys: Vec<(Arc<CertifiedKey>, Option<Vec<String>>)>) {
         let challenges = std::mem::take(&mut self.challenges);
+        let waiting = std::mem::take(&mut self.waiting);
+        let http01 = std::mem::take(&mut self.http01);
         let fallback = self.fallback;
         *self = CertStore::default();
         for (key, names) in keys {
             self.add(key, names.as_deref());
         }
         self.challenges = challenges;
+        self.waiting = waiting;
+        self.http01 = http01;
         self.fallback = fallback;
     }
 
@@ -143,6 +153,17 @@ impl CertStore {
                 self.challenges.remove(&name);
             }
         }
+    }
+
+    /// The certificate at `idx` (the order added).
+    pub(crate) fn key(&self, idx: usize) -> Option<Arc<CertifiedKey>> {
+        self.keys.get(idx).cloned()
+    }
+
+    /// Whether `name` (a Host's name, normal form) waits for its first
+    /// ACME certificate.
+    pub(crate) fn is_waiting(&self, name: &str) -> bool {
+        self.waiting.contains(name) && self.find(name).is_none()
     }
 
     /// The certificate for a client that asked for `server_name` (SNI)
@@ -165,6 +186,11 @@ impl CertStore {
         }
         let idx = match name.and_then(|name| self.find(name)) {
             Some(idx) => idx,
+            // An ACME site before its first certificate: no other's.
+            None if name.is_some_and(|n| self.waiting.contains(n)) => {
+                REFUSED_NAME.with(|r| r.set(true));
+                return None;
+            }
             None => match self.fallback {
                 Fallback::First => 0,
                 Fallback::Key(idx) => idx,
