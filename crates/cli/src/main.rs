@@ -4,6 +4,7 @@
 //! and turns the outcome into an exit code.
 
 mod access;
+mod acme;
 mod commands;
 mod config;
 mod docs;
@@ -25,6 +26,16 @@ fn main() -> ExitCode {
     logger::install();
     // Flags, PEREGRINE_* variables and a --config file, merged (config.rs).
     let argv: Vec<OsString> = std::env::args_os().collect();
+    // The ACME process `serve` starts (acme/mod.rs): not a command.
+    if argv.len() == 2 && argv[1] == acme::AGENT_ARG {
+        return match acme::agent::run() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("peregrine: ACME process: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let result = config::parse::<Cli>(argv.clone()).and_then(|invocation| match invocation {
         config::Invocation::Run(cli) => run(cli, argv),
         config::Invocation::Check(cli, settings) => check::check_config(&cli, &argv).map(|()| print!("{settings}")),

@@ -123,6 +123,9 @@ struct Process {
     /// Workers when `--workers` is not given: one per core the process
     /// may use, counted before the sandbox hides the cgroup's CPU quota.
     n_workers_default: usize,
+    /// The ACME process, when sites get certificates by ACME (started
+    /// with the process; a reload keeps it as it is).
+    acme: Option<crate::acme::Parent>,
 }
 
 /// Runs `hello` or `serve` until SIGINT or SIGTERM, reloading on SIGHUP
@@ -157,6 +160,13 @@ pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()>
     // archive's watcher, the metrics listener's), so that all are inside.
     // The files caches' descriptor bound: the sandbox refuses prlimit64.
     peregrine_files::read_descriptor_limit();
+    // The ACME process executes this program: before the sandbox.
+    let acme = match &command {
+        Command::Serve { sites, .. } => {
+            crate::acme::Parent::start(&crate::acme::acme_sites(sites, &args.tls)?, &args.tls)?
+        }
+        _ => None,
+    };
     let sandbox = sandbox::enter(&command, &argv)?;
     let mut process = Process {
         argv,
@@ -168,6 +178,7 @@ pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()>
         sandbox,
         unix_paths: Vec::new(),
         n_workers_default,
+        acme,
     };
     let taken = (inherited.into_iter().enumerate())
         .map(|(i, socket)| (Origin::Inherited(i), socket))
@@ -175,7 +186,10 @@ pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()>
     let (mut current, urls) = build(&command, taken, None, &mut process)?;
     // "sandbox: ...; serving ROOT on URL, URL": the line ends with the
     // addresses, which scripts (and the tests) read.
-    let sandbox = &process.sandbox.summary;
+    let sandbox = match &process.acme {
+        Some(acme) => format!("{}; {}", process.sandbox.summary, acme.summary),
+        None => process.sandbox.summary.clone(),
+    };
     match &command {
         Command::Serve { sites, .. } if !sites.is_empty() => {
             let names: Vec<&str> = sites.iter().map(|s| s.names[0].as_str()).collect();

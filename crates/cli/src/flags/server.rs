@@ -278,6 +278,31 @@ pub(crate) struct TlsArgs {
     /// Default: none (no such field).
     #[arg(long, value_name = "SECONDS", value_parser = within(Limits::HSTS_SECS_RANGE))]
     pub(crate) hsts: Option<u64>,
+    /// Automatic HTTPS: the ACME CA's directory URL. Each site with no
+    /// certificate files gets its certificate from this CA, ordered by a
+    /// separate, unsandboxed process. Default: none (no ACME).
+    #[arg(long, value_name = "URL")]
+    pub(crate) acme_ca: Option<String>,
+    /// The contact e-mail given to the ACME CA. Default: none.
+    #[arg(long, value_name = "EMAIL")]
+    pub(crate) acme_email: Option<String>,
+    /// The root certificate (PEM) the ACME CA's HTTPS is checked against
+    /// (a private CA); implies --acme-ca-private. Default: the system's.
+    #[arg(long, value_name = "PEM")]
+    pub(crate) acme_ca_root: Option<PathBuf>,
+    /// The ACME CA is private: it may issue for names no public CA does
+    /// (localhost, .test, .internal, ...). Default: off.
+    #[arg(long)]
+    pub(crate) acme_ca_private: bool,
+    /// Where the ACME account key and certificates are kept (made 0700,
+    /// keys 0600). Default: /var/lib/peregrine.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) acme_state_dir: Option<PathBuf>,
+    /// The ACME challenge answered: tls-alpn-01 (on the HTTPS listener)
+    /// or http-01 (on --redirect-http's listener). Default: http-01 with
+    /// --redirect-http, else tls-alpn-01.
+    #[arg(long, value_name = "TYPE", value_parser = ["tls-alpn-01", "http-01"])]
+    pub(crate) acme_challenge: Option<String>,
 }
 
 /// The engine's limits; defaults are those of `peregrine::Limits`, shown by

@@ -41,6 +41,10 @@ pub(super) fn build(
     let first = previous.is_none();
     check_identity(args, process, first)?;
     let tls = load_tls(command, args, first)?;
+    let tls = match &process.acme {
+        Some(acme) => Some(acme.attach(tls)?),
+        None => tls,
+    };
     let srv = configure(args, process, first)?;
     let error_log = crate::logger::Route::to(args.error_log.as_deref())?;
     let plan = plan_listeners(args, process)?;
