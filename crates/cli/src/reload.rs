@@ -168,6 +168,10 @@ pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()>
         _ => None,
     };
     let sandbox = sandbox::enter(&command, &argv)?;
+    let mut acme = acme;
+    if let Some(acme) = &mut acme {
+        acme.listen()?;
+    }
     let mut process = Process {
         argv,
         identity,

@@ -120,7 +120,7 @@ fn start_pebble(dir: &Path, http_port: u16, tls_port: u16) -> Pebble {
         .env("PEBBLE_WFE_NONCEREJECT", "0")
         .env("PEBBLE_AUTHZREUSE", "0")
         .stdout(std::fs::File::create(&log).unwrap())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("pebble.err")).unwrap())
         .spawn()
         .expect("pebble");
     let mut pebble = Pebble {
@@ -141,7 +141,12 @@ fn start_pebble(dir: &Path, http_port: u16, tls_port: u16) -> Pebble {
             pebble.issuing_root = out.stdout;
             return pebble;
         }
-        assert!(Instant::now() < deadline, "Pebble did not start: {}", read(&pebble.log));
+        assert!(
+            Instant::now() < deadline,
+            "Pebble did not start: {}{}",
+            read(&pebble.log),
+            read(&dir.join("pebble.err"))
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
 }
@@ -196,7 +201,7 @@ fn serve_acme(
     sites: &[&str],
     ports: (u16, u16),
     challenge: &str,
-) -> (Child, Arc<std::sync::Mutex<String>>) {
+) -> (Served, Arc<std::sync::Mutex<String>>) {
     let root = dir.join("www");
     std::fs::create_dir_all(&root).unwrap();
     std::fs::write(root.join("index.html"), "hello").unwrap();
@@ -215,19 +220,43 @@ fn serve_acme(
         cmd.arg("--site").arg(format!("{site}={}", root.display()));
     }
     let mut child = cmd.stderr(Stdio::piped()).spawn().unwrap();
-    let text = Arc::new(std::sync::Mutex::new(String::new()));
     let lines = Lines::of(child.stderr.take().unwrap());
-    let first = lines.next_before(Instant::now() + PATIENCE).expect("a start line");
-    assert!(first.contains("serving"), "{first}");
-    text.lock().unwrap().push_str(&first);
+    let child = Served(Some(child));
+    let text = Arc::new(std::sync::Mutex::new(String::new()));
+    // The ACME process may speak before the start line.
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let line = lines.next_before(deadline).unwrap_or_else(|| panic!("no start line: {}", text.lock().unwrap()));
+        text.lock().unwrap().push_str(&line);
+        if line.contains("serving") {
+            break;
+        }
+    }
     let sink = text.clone();
     std::thread::spawn(move || {
         while let Some(line) = lines.next_before(Instant::now() + Duration::from_secs(3600)) {
             sink.lock().unwrap().push_str(&line);
-            sink.lock().unwrap().push('\n');
         }
     });
     (child, text)
+}
+
+/// A server killed if a test fails before it is stopped.
+struct Served(Option<Child>);
+
+impl Served {
+    fn stop(mut self) {
+        terminate(self.0.take().unwrap());
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
 }
 
 /// A GET on the cleartext port for `host`: the whole answer.
@@ -260,7 +289,7 @@ fn acme_sites_get_certificates_by_tls_alpn_01_and_http_01_and_a_restart_orders_n
     let mode = |p: &Path| std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(p).unwrap().permissions()) & 0o777;
     assert_eq!(mode(&state), 0o700);
     assert_eq!(mode(&state.join("a.acme.test/key.pem")), 0o600);
-    terminate(child);
+    child.stop();
     let issued = read(&pebble.log).matches("Issued certificate serial").count();
     assert_eq!(issued, 2, "{}", read(&pebble.log));
 
@@ -270,7 +299,7 @@ fn acme_sites_get_certificates_by_tls_alpn_01_and_http_01_and_a_restart_orders_n
     for (name, leaf) in sites.iter().zip(&leaves) {
         assert_eq!(&wait_for_certificate(ports.0, name, &pebble.issuing_root, &show), leaf);
     }
-    terminate(child);
+    child.stop();
     assert_eq!(read(&pebble.log).matches("Issued certificate serial").count(), issued);
     assert!(!log.lock().unwrap().contains("ordering"), "{}", log.lock().unwrap());
 
@@ -279,10 +308,10 @@ fn acme_sites_get_certificates_by_tls_alpn_01_and_http_01_and_a_restart_orders_n
     let (child, log) = serve_acme(dir, &pebble.url, &pebble.api_root, &state, &["c.acme.test"], ports, "http-01");
     let show = || format!("{}\n{}", log.lock().unwrap(), read(&pebble.log));
     wait_for_certificate(ports.0, "c.acme.test", &pebble.issuing_root, &show);
-    assert!(read(&pebble.log).contains("http-01"), "{}", show());
+    assert!(log.lock().unwrap().contains("ACME (http-01"), "{}", show());
     // Now served: the cleartext port redirects.
     assert!(plain_get(ports.1, "c.acme.test", "/").starts_with("HTTP/1.1 308"));
-    terminate(child);
+    child.stop();
 }
 
 #[test]
@@ -304,7 +333,7 @@ fn before_its_first_certificate_a_site_fails_handshakes_and_answers_503_in_clear
     // A token nobody set, and a path that is no token.
     let answer = plain_get(ports.1, "w.acme.test", "/.well-known/acme-challenge/AAAAAAAAAAAAAAAAAAAAAAAA");
     assert!(answer.starts_with("HTTP/1.1 404"), "{answer}");
-    terminate(child);
+    child.stop();
     assert!(log.lock().unwrap().contains("trying again in 60 s"), "{}", log.lock().unwrap());
 }
 

@@ -70,7 +70,7 @@ pub(crate) fn acme_sites<'a>(sites: &'a [SiteSpec], args: &TlsArgs) -> anyhow::R
 fn check_name(name: &str, private: bool) -> anyhow::Result<()> {
     anyhow::ensure!(
         !name.starts_with("*."),
-        "{name}: a wildcard needs the ACME DNS-01 challenge, which is not supported; give this site \
+        "{name}: a wildcard needs the ACME challenge DNS-01, which is not supported; give this site \
          certificate files (tls-cert, tls-key)"
     );
     if private {
@@ -96,11 +96,15 @@ fn check_name(name: &str, private: bool) -> anyhow::Result<()> {
 /// The ACME process, as the serving process sees it.
 pub(crate) struct Parent {
     child: Child,
+    /// Until `listen` gives it to the reader thread.
+    stdin: Option<ChildStdin>,
     shared: Arc<Mutex<Shared>>,
     /// The ACME sites' names, by site (its first name).
     sites: Vec<Vec<String>>,
     /// For the start line.
     pub(crate) summary: String,
+    /// `--hsts`, for a set with ACME certificates only.
+    hsts: Option<u64>,
 }
 
 /// What the reader thread and the generations share.
@@ -157,7 +161,6 @@ impl Parent {
             .context("ACME: cannot start the ACME process")?;
         let mut stdin = child.stdin.take().context("ACME process's stdin")?;
         writeln!(stdin, "{config}").context("ACME: cannot configure the ACME process")?;
-        let stdout = child.stdout.take().context("ACME process's stdout")?;
         let shared = Arc::new(Mutex::new(Shared::default()));
         let summary = format!(
             "ACME ({challenge}, {ca}) in process {} (unsandboxed; the only one that connects to the CA and \
@@ -165,24 +168,41 @@ impl Parent {
             child.id(),
             state_dir.display()
         );
-        let reader_shared = shared.clone();
-        std::thread::Builder::new()
-            .name("acme-reader".into())
-            .spawn(move || read_agent(stdout, stdin, &reader_shared))
-            .context("ACME: cannot start the reader thread")?;
         Ok(Some(Parent {
             child,
+            stdin: Some(stdin),
             shared,
             sites: names,
             summary,
+            hsts: args.hsts,
         }))
+    }
+
+    /// Starts reading what the ACME process sends (once the sandbox is
+    /// entered: it wants no thread before it).
+    pub(crate) fn listen(&mut self) -> anyhow::Result<()> {
+        let stdout = self.child.stdout.take().context("ACME process's stdout")?;
+        let stdin = self.stdin.take().context("ACME process's stdin")?;
+        let shared = self.shared.clone();
+        std::thread::Builder::new()
+            .name("acme-reader".into())
+            .spawn(move || read_agent(stdout, stdin, &shared))
+            .context("ACME: cannot start the reader thread")?;
+        Ok(())
     }
 
     /// The certificate set of a generation about to start, with the ACME
     /// sites' names: each site's last certificate installed, or its names
     /// waiting for one. `tls` holds the sites' certificate files, if any.
     pub(crate) fn attach(&self, tls: Option<TlsConfig>) -> anyhow::Result<TlsConfig> {
-        let tls = tls.unwrap_or_else(TlsConfig::empty).acme();
+        let tls = match tls {
+            Some(tls) => tls,
+            None => match self.hsts {
+                Some(secs) => TlsConfig::empty().hsts(std::time::Duration::from_secs(secs)),
+                None => TlsConfig::empty(),
+            },
+        }
+        .acme();
         let mut shared = lock(&self.shared);
         for names in &self.sites {
             match shared.certs.get(&names[0]) {

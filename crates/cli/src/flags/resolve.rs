@@ -168,6 +168,10 @@ impl TlsArgs {
         }
         let mut pairs = self.certs.iter().zip(&self.keys);
         let Some((cert, key)) = pairs.next() else {
+            // Sites without files get theirs by ACME (`acme/`).
+            if self.acme_ca.is_some() {
+                return Ok(None);
+            }
             let given = [
                 ("--redirect-http", self.redirect_http.is_some()),
                 ("--hsts", self.hsts.is_some()),

@@ -338,12 +338,7 @@ impl TlsConfig {
         let host = crate::host::normalize_name(name.as_bytes(), &mut buf)
             .map_err(|e| Error::tls(format!("{name}: {}", e.reason())))?;
         let key = match pem {
-            Some((cert, key)) => Some(Arc::new(certified_key(
-                &self.resolver.provider,
-                CertificateDer::pem_slice_iter(cert).collect::<Result<Vec<_>, _>>(),
-                PrivateKeyDer::from_pem_slice(key),
-                name,
-            )?)),
+            Some((cert, key)) => Some(Arc::new(challenge_key(&self.resolver.provider, cert, key, name)?)),
             None => None,
         };
         self.resolver.update(|store| store.set_challenge(&host, key));
@@ -482,6 +477,23 @@ fn certified_key(
     }
     let key = key.map_err(|e| Error::tls(format!("{what}: key: {e}")))?;
     CertifiedKey::from_der(chain, key, provider).map_err(|e| Error::tls(format!("{what}: {e}")))
+}
+
+/// A TLS-ALPN-01 challenge certificate and its key, without the check
+/// that they match that `certified_key` makes: that check parses the
+/// certificate with webpki, which refuses the critical acmeIdentifier
+/// extension every such certificate carries (RFC 8737 §3). The client
+/// (the CA) checks the extension itself.
+fn challenge_key(provider: &CryptoProvider, cert: &[u8], key: &[u8], what: &str) -> Result<CertifiedKey, Error> {
+    let chain = CertificateDer::pem_slice_iter(cert)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| Error::tls(format!("{what}: certificate: {e}")))?;
+    if chain.is_empty() {
+        return Err(Error::tls(format!("{what}: no CERTIFICATE")));
+    }
+    let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| Error::tls(format!("{what}: key: {e}")))?;
+    let key = (provider.key_provider.load_private_key(key)).map_err(|e| Error::tls(format!("{what}: key: {e}")))?;
+    Ok(CertifiedKey::new(chain, key))
 }
 
 /// Names a certificate is for, each a name or a one-label wildcard.
