@@ -22,7 +22,7 @@ const PEBBLE_BIN: &str = "/tmp/peregrine-pebble-bin";
 /// How long installing Pebble (fetch and build) may take.
 const INSTALL_TIMEOUT_SECS: u64 = 600;
 /// How long a certificate may take to be issued once serving.
-const ISSUE_PATIENCE: Duration = Duration::from_secs(45);
+const ISSUE_PATIENCE: Duration = Duration::from_secs(20);
 
 /// pebble and pebble-challtestsrv, installed by `go install` under a lock,
 /// and the module's directory (its test certificates).
@@ -297,7 +297,8 @@ fn acme_sites_get_certificates_by_tls_alpn_01_and_http_01_and_a_restart_orders_n
     let (child, log) = serve_acme(dir, &pebble.url, &pebble.api_root, &state, &sites, ports, "tls-alpn-01");
     let show = || format!("{}\n{}", log.lock().unwrap(), read(&pebble.log));
     for (name, leaf) in sites.iter().zip(&leaves) {
-        assert_eq!(&wait_for_certificate(ports.0, name, &pebble.issuing_root, &show), leaf);
+        let served = wait_for_certificate(ports.0, name, &pebble.issuing_root, &show);
+        assert!(&served == leaf, "{name}: another certificate after the restart\n{}", show());
     }
     child.stop();
     assert_eq!(read(&pebble.log).matches("Issued certificate serial").count(), issued);
