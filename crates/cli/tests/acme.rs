@@ -35,7 +35,14 @@ test -x "$1/pebble" && test -x "$1/pebble-challtestsrv" && exit 0
 GOFLAGS=-mod=mod GOBIN="$1" "$2" install github.com/letsencrypt/pebble/v2/cmd/...@latest"#;
         let limit = INSTALL_TIMEOUT_SECS.to_string();
         let out = Command::new("timeout")
-            .args(["--kill-after=10", &limit, "flock", "--wait", &limit, "/tmp/peregrine-pebble.lock"])
+            .args([
+                "--kill-after=10",
+                &limit,
+                "flock",
+                "--wait",
+                &limit,
+                "/tmp/peregrine-pebble.lock",
+            ])
             .args(["sh", "-c", script, "sh", PEBBLE_BIN])
             .arg(&go)
             .output()
@@ -54,7 +61,10 @@ GOFLAGS=-mod=mod GOBIN="$1" "$2" install github.com/letsencrypt/pebble/v2/cmd/..
             .filter(|p| p.join("test/certs/localhost/cert.pem").is_file())
             .collect();
         dirs.sort();
-        (PathBuf::from(PEBBLE_BIN), dirs.pop().expect("Pebble's test certificates"))
+        (
+            PathBuf::from(PEBBLE_BIN),
+            dirs.pop().expect("Pebble's test certificates"),
+        )
     })
 }
 
@@ -226,7 +236,9 @@ fn serve_acme(
     // The ACME process may speak before the start line.
     let deadline = Instant::now() + PATIENCE;
     loop {
-        let line = lines.next_before(deadline).unwrap_or_else(|| panic!("no start line: {}", text.lock().unwrap()));
+        let line = lines
+            .next_before(deadline)
+            .unwrap_or_else(|| panic!("no start line: {}", text.lock().unwrap()));
         text.lock().unwrap().push_str(&line);
         if line.contains("serving") {
             break;
@@ -279,7 +291,11 @@ fn acme_sites_get_certificates_by_tls_alpn_01_and_http_01_and_a_restart_orders_n
 
     // TLS-ALPN-01, two sites.
     let (child, log) = serve_acme(dir, &pebble.url, &pebble.api_root, &state, &sites, ports, "tls-alpn-01");
-    assert!(log.lock().unwrap().contains("ACME (tls-alpn-01"), "{}", log.lock().unwrap());
+    assert!(
+        log.lock().unwrap().contains("ACME (tls-alpn-01"),
+        "{}",
+        log.lock().unwrap()
+    );
     let show = || format!("{}\n{}", log.lock().unwrap(), read(&pebble.log));
     let leaves: Vec<Vec<u8>> = (sites.iter())
         .map(|name| wait_for_certificate(ports.0, name, &pebble.issuing_root, &show))
@@ -298,7 +314,11 @@ fn acme_sites_get_certificates_by_tls_alpn_01_and_http_01_and_a_restart_orders_n
     let show = || format!("{}\n{}", log.lock().unwrap(), read(&pebble.log));
     for (name, leaf) in sites.iter().zip(&leaves) {
         let served = wait_for_certificate(ports.0, name, &pebble.issuing_root, &show);
-        assert!(&served == leaf, "{name}: another certificate after the restart\n{}", show());
+        assert!(
+            &served == leaf,
+            "{name}: another certificate after the restart\n{}",
+            show()
+        );
     }
     child.stop();
     assert_eq!(read(&pebble.log).matches("Issued certificate serial").count(), issued);
@@ -306,7 +326,15 @@ fn acme_sites_get_certificates_by_tls_alpn_01_and_http_01_and_a_restart_orders_n
 
     // HTTP-01, on the cleartext listener; a new state directory.
     let state = dir.join("state-http");
-    let (child, log) = serve_acme(dir, &pebble.url, &pebble.api_root, &state, &["c.acme.test"], ports, "http-01");
+    let (child, log) = serve_acme(
+        dir,
+        &pebble.url,
+        &pebble.api_root,
+        &state,
+        &["c.acme.test"],
+        ports,
+        "http-01",
+    );
     let show = || format!("{}\n{}", log.lock().unwrap(), read(&pebble.log));
     wait_for_certificate(ports.0, "c.acme.test", &pebble.issuing_root, &show);
     assert!(log.lock().unwrap().contains("ACME (http-01"), "{}", show());
@@ -374,7 +402,11 @@ root = "www"
     let answer = plain_get(ports.1, "files.test", "/");
     assert!(answer.starts_with("HTTP/1.1 308"), "{answer}");
     // A token nobody set.
-    let answer = plain_get(ports.1, "w.acme.test", "/.well-known/acme-challenge/AAAAAAAAAAAAAAAAAAAAAAAA");
+    let answer = plain_get(
+        ports.1,
+        "w.acme.test",
+        "/.well-known/acme-challenge/AAAAAAAAAAAAAAAAAAAAAAAA",
+    );
     assert!(answer.starts_with("HTTP/1.1 404"), "{answer}");
     lines.line("trying again in 60 s");
     child.stop();
@@ -386,11 +418,17 @@ fn names_no_public_ca_issues_for_and_wildcards_are_refused_at_start() {
     let dir = scratch.dir();
     let run = |site: &str, private: bool| {
         let mut cmd = peregrine();
-        cmd.args(["serve", "--bind", "127.0.0.1:0", "--acme-ca", "https://acme.example.com/dir"])
-            .arg("--acme-state-dir")
-            .arg(dir.join("state"))
-            .arg("--site")
-            .arg(format!("{site}={}", dir.display()));
+        cmd.args([
+            "serve",
+            "--bind",
+            "127.0.0.1:0",
+            "--acme-ca",
+            "https://acme.example.com/dir",
+        ])
+        .arg("--acme-state-dir")
+        .arg(dir.join("state"))
+        .arg("--site")
+        .arg(format!("{site}={}", dir.display()));
         if private {
             cmd.arg("--acme-ca-private");
         }
@@ -399,7 +437,10 @@ fn names_no_public_ca_issues_for_and_wildcards_are_refused_at_start() {
         String::from_utf8_lossy(&out.stderr).into_owned()
     };
     let err = run("shop.test", false);
-    assert!(err.contains("no public ACME CA issues a certificate for a name under .test"), "{err}");
+    assert!(
+        err.contains("no public ACME CA issues a certificate for a name under .test"),
+        "{err}"
+    );
     let err = run("*.example.org", true);
     assert!(err.contains("DNS-01, which is not supported"), "{err}");
     // Nothing was ordered, nothing written.

@@ -52,7 +52,9 @@ struct Link {
 impl Link {
     fn send(&self, msg: serde_json::Value) -> anyhow::Result<()> {
         let mut out = std::io::stdout().lock();
-        writeln!(out, "{msg}").and_then(|()| out.flush()).context("serving process gone")?;
+        writeln!(out, "{msg}")
+            .and_then(|()| out.flush())
+            .context("serving process gone")?;
         drop(out);
         match self.acks.recv() {
             Ok(true) => Ok(()),
@@ -139,7 +141,9 @@ async fn serve(config: &Config, link: &Link) -> anyhow::Result<()> {
     let mut retry = vec![RETRY_FIRST; config.sites.len()];
     loop {
         let now = SystemTime::now();
-        let next = (due.iter().enumerate()).min_by_key(|(_, at)| **at).map(|(i, at)| (i, *at));
+        let next = (due.iter().enumerate())
+            .min_by_key(|(_, at)| **at)
+            .map(|(i, at)| (i, *at));
         let Some((idx, at)) = next else {
             // No site: nothing to do but wait for the end.
             tokio::time::sleep(RETRY_MAX).await;
@@ -212,7 +216,11 @@ async fn load_account(config: &Config) -> anyhow::Result<Account> {
 /// One order for `names`, its challenges answered through the serving
 /// process; the certificate stored, then sent. Returns when to renew it.
 async fn order(config: &Config, account: &Account, link: &Link, names: &[String]) -> anyhow::Result<SystemTime> {
-    info(&format!("{}: ordering a certificate for {}", names[0], names.join(", ")));
+    info(&format!(
+        "{}: ordering a certificate for {}",
+        names[0],
+        names.join(", ")
+    ));
     let ids: Vec<Identifier> = names.iter().map(|n| Identifier::Dns(n.clone())).collect();
     let mut order = account.new_order(&NewOrder::new(&ids)).await?;
     let mut answered: Vec<serde_json::Value> = Vec::new();
@@ -265,7 +273,11 @@ async fn order(config: &Config, account: &Account, link: &Link, names: &[String]
     // The key first: a reader never finds a certificate without its key.
     write_private(&dir.join("key.pem"), key.as_bytes())?;
     write_private(&dir.join("cert.pem"), chain.as_bytes())?;
-    info(&format!("{}: certificate issued, stored in {}", names[0], dir.display()));
+    info(&format!(
+        "{}: certificate issued, stored in {}",
+        names[0],
+        dir.display()
+    ));
     send_cert(link, names, &chain, &key)?;
     Ok(renew_at)
 }

@@ -44,7 +44,15 @@ use crate::sites::SiteSpec;
 const STATE_DIR_DEFAULT: &str = "/var/lib/peregrine";
 
 /// Name suffixes no public CA issues for (RFC 6761, RFC 8375, ...).
-const NON_PUBLIC_SUFFIXES: &[&str] = &["local", "internal", "test", "example", "invalid", "home.arpa", "localhost"];
+const NON_PUBLIC_SUFFIXES: &[&str] = &[
+    "local",
+    "internal",
+    "test",
+    "example",
+    "invalid",
+    "home.arpa",
+    "localhost",
+];
 
 /// The argument that makes this binary the ACME process.
 pub(crate) const AGENT_ARG: &str = "acme-agent";
@@ -76,7 +84,11 @@ fn check_name(name: &str, private: bool) -> anyhow::Result<()> {
     if private {
         return Ok(());
     }
-    let ip = name.trim_start_matches('[').trim_end_matches(']').parse::<std::net::IpAddr>().is_ok();
+    let ip = name
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse::<std::net::IpAddr>()
+        .is_ok();
     let suffix = NON_PUBLIC_SUFFIXES
         .iter()
         .find(|s| name == **s || name.ends_with(&format!(".{s}")));
@@ -114,8 +126,12 @@ struct Shared {
     tls: Option<TlsConfig>,
     /// The last certificate of each site (by its first name): names,
     /// PEM chain, PEM key.
-    certs: HashMap<String, (Vec<String>, Vec<u8>, Vec<u8>)>,
+    certs: HashMap<String, Issued>,
 }
+
+/// A site's certificate as the ACME process sent it: its names, the PEM
+/// chain and the PEM key.
+type Issued = (Vec<String>, Vec<u8>, Vec<u8>);
 
 impl Parent {
     /// Starts the ACME process for `sites` (before the sandbox: it

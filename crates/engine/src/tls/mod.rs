@@ -172,7 +172,9 @@ impl TlsConfig {
             pem: Some(Arc::new((chain.to_vec(), key.to_vec()))),
         };
         let mut sources = lock(&self.resolver.sources);
-        let same = sources.iter().position(|s| s.pem.is_some() && s.names.as_ref() == Some(&names));
+        let same = sources
+            .iter()
+            .position(|s| s.pem.is_some() && s.names.as_ref() == Some(&names));
         let normal = normal_names(&names);
         match same {
             None => {

@@ -31,8 +31,7 @@ const WAITING_RETRY_AFTER_SECS: &str = "60";
 /// An ACME token as this server answers one: `^[A-Za-z0-9_-]{22,128}$`
 /// (base64url, RFC 8555 §8.3 asks for at least 128 bits).
 pub(crate) fn is_token(token: &str) -> bool {
-    (22..=128).contains(&token.len())
-        && (token.bytes()).all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    (22..=128).contains(&token.len()) && (token.bytes()).all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 impl Handler for HttpsRedirect {
