@@ -209,7 +209,7 @@ fn serve_acme(
     ca_root: &Path,
     state: &Path,
     sites: &[&str],
-    ports: (u16, u16),
+    ports: (u16, u16, u16),
     challenge: &str,
 ) -> (Served, Arc<std::sync::Mutex<String>>) {
     let root = dir.join("www");
@@ -225,6 +225,7 @@ fn serve_acme(
         .arg("--acme-state-dir")
         .arg(state)
         .args(["--acme-challenge", challenge])
+        .args(["--metrics", &format!("127.0.0.1:{}", ports.2)])
         .args(["--workers", "1"]);
     for site in sites {
         cmd.arg("--site").arg(format!("{site}={}", root.display()));
@@ -284,7 +285,7 @@ fn plain_get(port: u16, host: &str, path: &str) -> String {
 fn acme_sites_get_certificates_by_tls_alpn_01_and_http_01_and_a_restart_orders_none() {
     let scratch = Scratch::new("acme");
     let dir = scratch.dir();
-    let ports = (free_port(), free_port());
+    let ports = (free_port(), free_port(), free_port());
     let pebble = start_pebble(dir, ports.1, ports.0);
     let state = dir.join("state");
     let sites = ["a.acme.test", "b.acme.test"];
@@ -302,6 +303,12 @@ fn acme_sites_get_certificates_by_tls_alpn_01_and_http_01_and_a_restart_orders_n
         .collect();
     // A site's certificate is for its names only.
     assert_ne!(leaves[0], leaves[1]);
+    // Its expiry, in seconds from now: Pebble's certificates last days.
+    let metrics = common::get(&format!("127.0.0.1:{}", ports.2), "/metrics");
+    let expiry = (metrics.lines())
+        .find_map(|l| l.strip_prefix(r#"peregrine_certificate_expiry_seconds{site="b.acme.test",name="b.acme.test"} "#))
+        .unwrap_or_else(|| panic!("no expiry for b.acme.test: {metrics}"));
+    assert!(expiry.parse::<u64>().unwrap() > 24 * 3600, "{expiry}");
     let mode = |p: &Path| std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(p).unwrap().permissions()) & 0o777;
     assert_eq!(mode(&state), 0o700);
     assert_eq!(mode(&state.join("a.acme.test/key.pem")), 0o600);

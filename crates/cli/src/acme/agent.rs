@@ -333,6 +333,13 @@ fn renewal_time(chain_pem: &[u8]) -> Option<SystemTime> {
     Some(SystemTime::UNIX_EPOCH + Duration::from_secs(u64::try_from(at).ok()?))
 }
 
+/// The leaf's notAfter, in seconds since the epoch.
+pub(crate) fn not_after(chain_pem: &[u8]) -> Option<u64> {
+    let der = rustls_pem_first(chain_pem)?;
+    let (_, cert) = x509_parser::parse_x509_certificate(&der).ok()?;
+    u64::try_from(cert.validity().not_after.timestamp()).ok()
+}
+
 /// The first certificate of a PEM chain, as DER.
 fn rustls_pem_first(pem: &[u8]) -> Option<Vec<u8>> {
     let (_, p) = x509_parser::pem::parse_x509_pem(pem).ok()?;

@@ -127,6 +127,8 @@ struct Shared {
     /// The last certificate of each site (by its first name): names,
     /// PEM chain, PEM key.
     certs: HashMap<String, Issued>,
+    /// Where `peregrine_certificate_expiry_seconds` goes (`--metrics`).
+    metrics: Option<Arc<peregrine::Metrics>>,
 }
 
 /// A site's certificate as the ACME process sent it: its names, the PEM
@@ -231,6 +233,17 @@ impl Parent {
         shared.tls = Some(tls.clone());
         Ok(tls)
     }
+
+    /// Reports each ACME certificate's expiry in `metrics` from now on.
+    pub(crate) fn report_to(&self, metrics: Option<&Arc<peregrine::Metrics>>) {
+        let mut shared = lock(&self.shared);
+        shared.metrics = metrics.cloned();
+        if let Some(m) = &shared.metrics {
+            for (names, chain, _) in shared.certs.values() {
+                expiry_gauges(m, names, chain);
+            }
+        }
+    }
 }
 
 impl Drop for Parent {
@@ -278,6 +291,9 @@ fn install(msg: &serde_json::Value, shared: &Mutex<Shared>) -> anyhow::Result<()
         if let Some(tls) = &shared.tls {
             tls.set_cert_pem_for(&names, &chain, &key)?;
         }
+        if let Some(m) = &shared.metrics {
+            expiry_gauges(m, &names, &chain);
+        }
         shared.certs.insert(names[0].clone(), (names, chain, key));
         return Ok(());
     }
@@ -292,6 +308,26 @@ fn install(msg: &serde_json::Value, shared: &Mutex<Shared>) -> anyhow::Result<()
         other => anyhow::bail!("unknown message {other:?}"),
     }
     Ok(())
+}
+
+/// `peregrine_certificate_expiry_seconds{site,name}` for each name of a
+/// site's certificate: the seconds left until its notAfter (0 once past).
+fn expiry_gauges(metrics: &peregrine::Metrics, names: &[String], chain: &[u8]) {
+    let Some(not_after) = agent::not_after(chain) else {
+        return;
+    };
+    for name in names {
+        metrics.gauge_with(
+            "peregrine_certificate_expiry_seconds",
+            &[("site", &names[0]), ("name", name)],
+            "Seconds until the ACME certificate for this name expires.",
+            move || {
+                let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+                let now = now.map_or(0, |d| d.as_secs());
+                not_after.saturating_sub(now)
+            },
+        );
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -59,6 +59,9 @@ pub(super) fn build(
         srv = srv.metrics(m.clone());
     }
     let metrics_server = start_metrics_server(args.metrics, metrics.as_ref(), process)?;
+    if let Some(acme) = &process.acme {
+        acme.report_to(metrics.as_ref());
+    }
     let (running, archives, notes) = match start(command, srv, previous) {
         Ok(started) => started,
         Err(e) => {
