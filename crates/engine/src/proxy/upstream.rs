@@ -3,9 +3,12 @@
 
 use std::fmt;
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
+
+use crate::response::{Response, SharedBytes};
 
 use percent_encoding::{percent_decode, utf8_percent_encode, AsciiSet, CONTROLS};
 
@@ -52,6 +55,9 @@ pub struct Upstream {
     pub(crate) connect_timeout: Duration,
     pub(crate) read_timeout: Duration,
     pub(crate) buffer_bytes: usize,
+    /// The body of the proxy's own 502, 503 and 504 (HTML), in place of
+    /// the engine's plain text.
+    error_page: Option<Arc<Vec<u8>>>,
 }
 
 /// Why an upstream URL was refused.
@@ -159,6 +165,7 @@ impl Upstream {
             connect_timeout: Upstream::CONNECT_TIMEOUT,
             read_timeout: Upstream::READ_TIMEOUT,
             buffer_bytes: Upstream::BUFFER_BYTES,
+            error_page: None,
         })
     }
 
@@ -183,6 +190,37 @@ impl Upstream {
     pub fn max_conns(mut self, n: usize) -> Upstream {
         self.max_conns = n.max(1);
         self
+    }
+
+    /// Requests that may wait for a connection, per worker, when
+    /// `max_conns` are busy; past it, 503 with `Retry-After: 1`.
+    pub fn queue_max(mut self, n: usize) -> Upstream {
+        self.queue_max = n;
+        self
+    }
+
+    /// An HTML page answered, with the status, in place of the engine's
+    /// plain `502 Bad Gateway`, `503 Service Unavailable` or `504 Gateway
+    /// Timeout` (nginx's `error_page 502 503 504 /50x.html`). Whatever the
+    /// page says, the upstream's own text and address never reach the
+    /// client: they go to the error log.
+    pub fn error_page(mut self, html: Vec<u8>) -> Upstream {
+        self.error_page = Some(Arc::new(html));
+        self
+    }
+
+    /// The proxy's answer of `status` (502, 503 or 504): the error page
+    /// if there is one, else the engine's plain one.
+    pub(crate) fn error_answer(&self, status: u16) -> Response {
+        let answer = match &self.error_page {
+            Some(page) => Response::html(crate::Body::Shared(SharedBytes::new(page.clone()))).with_status(status),
+            None => Response::error(status),
+        };
+        if status == 503 {
+            answer.with_header("Retry-After", "1")
+        } else {
+            answer
+        }
     }
 
     /// Kept-alive connections idle longer are closed.
@@ -234,6 +272,14 @@ impl Upstream {
         match &self.addr {
             Addr::Tcp(addrs) => addrs,
             Addr::Unix(_) => &[],
+        }
+    }
+
+    /// A `unix:` upstream's socket path.
+    pub(crate) fn unix_path(&self) -> Option<&Path> {
+        match &self.addr {
+            Addr::Unix(path) => Some(path),
+            Addr::Tcp(_) => None,
         }
     }
 
