@@ -10,8 +10,21 @@
 //! prefix (`--proxy /api/=http://up/v1/` sends `/api/x` as `/v1/x`), as
 //! nginx's `proxy_pass` with a URI does; without one the path goes
 //! unchanged. The upstream gets the client's Host (Caddy's default).
+//!
+//! The proxy's own 502, 503 and 504 carry the served root's `_50x.html`
+//! (a directory's file, or the archive's) when it has one, as nginx's
+//! `error_page 502 503 504 /50x.html` and its stock `50x.html` do; a
+//! route's `error-page = "PATH"` names another. Either way the status is
+//! the proxy's, and no upstream text or address reaches the client.
+//!
+//! A route with `files-first = true` answers a GET or HEAD from its files
+//! when one is there and sends the rest upstream ([`FilesFirst`], nginx's
+//! `try_files $uri @backend`).
 
+use std::path::Path;
 use std::sync::Arc;
+
+use anyhow::Context;
 
 use peregrine::proxy::{Proxy, Upstream};
 use peregrine::{BodyUse, Handler, Reply, Request};
@@ -65,6 +78,64 @@ pub(crate) fn may_cover_under(pattern: &str, prefix: &str) -> bool {
     let end = pattern.find(['*', ':']).unwrap_or(pattern.len());
     let literal = &pattern[..end];
     under(prefix, literal) || (end < pattern.len() && prefix.starts_with(literal))
+}
+
+/// Where a served root keeps the page of the proxy's 502, 503 and 504.
+pub(crate) const ERROR_PAGE_KEY: &str = "/_50x.html";
+
+/// A directory's `_50x.html`, if it has one (read now: at start and at
+/// each reload).
+pub(crate) fn directory_error_page(root: &Path) -> anyhow::Result<Option<Vec<u8>>> {
+    let path = root.join(&ERROR_PAGE_KEY[1..]);
+    match std::fs::read(&path) {
+        Ok(page) => Ok(Some(page)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
+    }
+}
+
+/// `--proxy` prefixes whose error answers carry `page`: the same
+/// upstreams (one pool each), another page.
+pub(crate) fn with_error_page(routes: &[(String, Proxy)], page: Option<&[u8]>) -> Vec<(String, Proxy)> {
+    let Some(page) = page else {
+        return routes.to_vec();
+    };
+    routes
+        .iter()
+        .map(|(prefix, p)| {
+            (
+                prefix.clone(),
+                Proxy::new(p.upstream().clone().error_page(page.to_vec())),
+            )
+        })
+        .collect()
+}
+
+/// A proxy route that tries its files first: a GET or HEAD the files
+/// answer with anything but 404 gets that answer; a 404, and every other
+/// method (an API's POST to a path that is no file), goes upstream. The
+/// files have no fallback or not-found page here (the upstream is the
+/// fallback), so only a file that is there answers.
+pub(crate) struct FilesFirst {
+    pub(crate) files: Arc<dyn Handler>,
+    pub(crate) proxy: Proxy,
+}
+
+impl Handler for FilesFirst {
+    fn call(&self, req: &Request<'_>) -> Reply {
+        if matches!(req.method(), "GET" | "HEAD") {
+            match self.files.call(req) {
+                Reply::Now(answer) if answer.status() == 404 => {}
+                other => return other,
+            }
+        }
+        self.proxy.call(req)
+    }
+
+    /// As the proxy reads it: the files never read a body.
+    fn body_use(&self, req: &Request<'_>) -> BodyUse {
+        self.proxy.body_use(req)
+    }
 }
 
 /// A site's handler with `--proxy` prefixes in front of it.
