@@ -395,14 +395,12 @@ fn an_upstream_that_is_one_of_our_listeners_is_refused_at_start() {
     let t = Scratch::new("proxy-self");
     t.write("site/index.html", "home\n");
     let port = dead_addr().port();
-    let out = common::peregrine()
-        .current_dir(t.dir())
-        .args(["serve", "site", "--bind", &format!("127.0.0.1:{port}"), "--proxy"])
-        .arg(format!("/api/=http://127.0.0.1:{port}"))
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{err}");
+    let err = refused_at_start(
+        common::peregrine()
+            .current_dir(t.dir())
+            .args(["serve", "site", "--bind", &format!("127.0.0.1:{port}"), "--proxy"])
+            .arg(format!("/api/=http://127.0.0.1:{port}")),
+    );
     assert!(
         err.contains(&format!(
             "--proxy /api/: the upstream http://127.0.0.1:{port} is this server's own listener 127.0.0.1:{port}"
@@ -417,17 +415,29 @@ fn an_upstream_that_is_one_of_our_listeners_is_refused_at_start() {
              [[site.route]]\npath = \"/api/*\"\nproxy = \"http://localhost:{port}\"\n"
         ),
     );
-    let out = common::peregrine()
-        .current_dir(t.dir())
-        .args(["serve", "--config"])
-        .arg(&config)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{err}");
+    let err = refused_at_start(
+        common::peregrine()
+            .current_dir(t.dir())
+            .args(["serve", "--config"])
+            .arg(&config),
+    );
     assert!(
         err.contains(&format!("site a.test, route /api/* (file {}:6)", config.display()))
             && err.contains(&format!("is this server's own listener 0.0.0.0:{port}")),
         "{err}"
     );
+}
+
+/// What a server that must not start says, up to its exit; fails as soon
+/// as it says where it listens (it started), and kills it then.
+fn refused_at_start(cmd: &mut std::process::Command) -> String {
+    let server = Process::spawn(cmd);
+    let deadline = std::time::Instant::now() + PATIENCE;
+    let mut said = String::new();
+    while let Some(line) = server.next_line_before(deadline) {
+        assert!(!line.contains("://"), "it started: {said}{line}");
+        said.push_str(&line);
+        said.push('\n');
+    }
+    said
 }
