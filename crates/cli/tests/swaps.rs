@@ -586,3 +586,92 @@ fn paths_basic_auth_protects_in_either_archive_or_a_route_never_fall_back() {
     assert_eq!(sample(&scrape, "peregrine_archive_fallbacks_total{site=\"a.test\"}"), 1);
     server.terminate();
 }
+
+/// The deploy under load: clients on keep-alive connections keep
+/// asking `/` and version 1's script while `mv` puts version 2 in place.
+/// No request fails; the script is version 1's all along (version 2 lacks
+/// it, the previous generation answers); and `/` is version 2 from the
+/// first answer after the swap: once any client has read version 2, no
+/// request sent after that reads version 1 (one worker, so the loop
+/// answers requests in the order it reads them and one generation at a
+/// time).
+#[test]
+fn a_deploy_under_load_fails_no_request_and_serves_the_new_page_at_once() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    let t = Scratch::new("peregrine-swaps-load");
+    let v1 = pack(
+        &t,
+        "v1",
+        &[("index.html", "<p>v1</p>"), ("app.111aaaa1.js", "v1 js")],
+        &[],
+    );
+    let v2 = pack(
+        &t,
+        "v2",
+        &[("index.html", "<p>v2</p>"), ("app.222bbbb2.js", "v2 js")],
+        &[],
+    );
+    deploy(&t, &v1);
+    let (server, addr, metrics) = serve(&t, &["--keep-previous", "120s"]);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let seen_v2 = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicUsize::new(0));
+    let after_v2 = Arc::new(AtomicUsize::new(0));
+    let clients: Vec<_> = (0..4)
+        .map(|_| {
+            let (addr, stop, seen_v2) = (addr.clone(), stop.clone(), seen_v2.clone());
+            let (done, after_v2) = (done.clone(), after_v2.clone());
+            std::thread::spawn(move || -> Result<(), String> {
+                let mut c = test_support::http::Client::connect(&addr);
+                while !stop.load(Ordering::SeqCst) {
+                    let v2_before = seen_v2.load(Ordering::SeqCst);
+                    c.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+                    let page = c.response();
+                    let body = page.text();
+                    match (page.status, body.as_str()) {
+                        (200, "<p>v2</p>") => seen_v2.store(true, Ordering::SeqCst),
+                        (200, "<p>v1</p>") if !v2_before => {}
+                        _ => {
+                            return Err(format!(
+                                "/ answered {} {body:?} (version 2 seen before asking: {v2_before})",
+                                page.status
+                            ))
+                        }
+                    }
+                    c.send(b"GET /app.111aaaa1.js HTTP/1.1\r\nHost: x\r\n\r\n");
+                    let script = c.response();
+                    if (script.status, script.text().as_str()) != (200, "v1 js") {
+                        return Err(format!("the v1 script answered {} {:?}", script.status, script.text()));
+                    }
+                    done.fetch_add(2, Ordering::SeqCst);
+                    if v2_before {
+                        after_v2.fetch_add(2, Ordering::SeqCst);
+                    }
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    // A client that failed has returned: its error is what the test says.
+    let failed = |clients: &[std::thread::JoinHandle<_>]| clients.iter().any(|c| c.is_finished());
+    wait_until("requests under way", || {
+        done.load(Ordering::SeqCst) > 400 || failed(&clients)
+    });
+    deploy(&t, &v2);
+    wait_until("requests after the swap", || {
+        after_v2.load(Ordering::SeqCst) > 400 || failed(&clients)
+    });
+    stop.store(true, Ordering::SeqCst);
+    for c in clients {
+        c.join().unwrap().unwrap();
+    }
+    server.line("loaded as generation 2; generation 1 answers what it lacks for 120 s");
+    assert_eq!(get(&addr, "/"), ok("<p>v2</p>"));
+    assert_eq!(get(&addr, "/app.222bbbb2.js"), ok("v2 js"));
+    // Every script asked after the swap came from generation 1.
+    assert!(metric(&metrics, "peregrine_archive_fallbacks_total") >= 200);
+    server.terminate();
+}

@@ -1,0 +1,109 @@
+#!/bin/bash
+# bench/instructions.sh BIN [BIN...]: user-space instructions per request
+# (valgrind --tool=callgrind, Ir) of each build over a fixed replay, a count
+# that does not move with the host's noise (issue 29: "a change is kept when
+# the counts fall and the ratio does not rise"; the 1 % gate on hello and
+# f17 for new features). Each row: the server with one worker under
+# callgrind, a warm-up of N/4 requests, counters zeroed, N requests,
+# counters dumped; Ir over N. The load runs on the same machine: h2load for
+# HTTP/1.1 (-c50, and -m16 pipelined) and h2c (-m10), ngtcp2's gtlsclient
+# for HTTP/3 (one connection, each request its own URL). Kernel time is not
+# counted (callgrind sees user space only): pair it with bench/ab-cpu.sh.
+#
+# Scenarios (SCENARIOS, default all): hello-c50 hello-pipe16 hello-h2c
+# archive-c50 archive-pipe16 f17-c50 f17-h3. Example, base against new:
+#   bench/instructions.sh /tmp/base/peregrine target/release/peregrine
+# Needs valgrind, h2load (nghttp2-client) and, for h3, gtlsclient
+# (ngtcp2-client) and openssl.
+set -euo pipefail
+export PEREGRINE_ALLOW_ROOT=1
+here=$(cd "$(dirname "$0")" && pwd)
+N=${N:-20000}
+N_H3=${N_H3:-2000}
+SCENARIOS=${SCENARIOS:-hello-c50 hello-pipe16 hello-h2c archive-c50 archive-pipe16 f17-c50 f17-h3}
+for tool in valgrind callgrind_control h2load; do
+  command -v $tool >/dev/null || { echo "instructions.sh: $tool is missing (apt-get install valgrind nghttp2-client)" >&2; exit 1; }
+done
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+# The fixture: a 17-byte file, the bundled site packed (by the first build),
+# a certificate for h3.
+mkdir -p "$work/tree"
+printf '0123456789abcdef\n' > "$work/tree/17.txt"
+"$1" pack "$here/../site" -o "$work/site.prg" >/dev/null 2>&1
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+  -keyout "$work/key.pem" -out "$work/cert.pem" -days 2 -subj /CN=localhost \
+  -addext subjectAltName=DNS:localhost,IP:127.0.0.1 >/dev/null 2>&1
+
+# measure BIN MODE N PATH ARGS...: prints Ir per request.
+measure() {
+  local bin=$1 mode=$2 n=$3 path=$4; shift 4
+  # (called in a subshell: a fresh port and directory each time)
+  local port=$((20000 + RANDOM % 20000)) out
+  out=$(mktemp -d -p "$work")
+  valgrind --tool=callgrind --callgrind-out-file="$out/cg.%p" \
+    "$bin" "$@" --bind "127.0.0.1:$port" --workers 1 >"$out/log" 2>&1 &
+  local vpid=$!
+  for _ in $(seq 200); do
+    grep -q -i "serving" "$out/log" && break
+    sleep 0.2
+  done
+  load() {
+    case $mode in
+      c50) h2load --h1 -n "$1" -c 50 "http://127.0.0.1:$port$path" >/dev/null ;;
+      pipe16) h2load --h1 -n "$1" -c 50 -m 16 "http://127.0.0.1:$port$path" >/dev/null ;;
+      h2c) h2load -n "$1" -c 50 -m 10 "http://127.0.0.1:$port$path" >/dev/null ;;
+      h3)
+        local urls=() i
+        for i in $(seq "$1"); do urls+=("https://localhost:$port$path?r$i"); done
+        gtlsclient --exit-on-all-streams-close --timeout=60s -q -n "$1" \
+          --download "$out/dl" 127.0.0.1 "$port" "${urls[@]}" >/dev/null 2>&1 ;;
+    esac
+  }
+  load $((n / 4))
+  callgrind_control -z "$vpid" >/dev/null 2>&1
+  load "$n"
+  callgrind_control -d "$vpid" >/dev/null 2>&1
+  sleep 0.5
+  kill "$vpid"
+  wait "$vpid" 2>/dev/null || true
+  # The dump taken after the replay is the file with a part number.
+  local ir
+  ir=$(cat "$out"/cg.*.[0-9]* | awk '/^(summary|totals):/ {print $2; exit}')
+  python3 -c "print(round($ir / $n))"
+}
+
+s_hello_c50() { measure "$1" c50 "$N" / hello; }
+s_hello_pipe16() { measure "$1" pipe16 "$N" / hello; }
+s_hello_h2c() { measure "$1" h2c "$N" / hello; }
+s_archive_c50() { measure "$1" c50 "$N" / serve "$work/site.prg"; }
+s_archive_pipe16() { measure "$1" pipe16 "$N" / serve "$work/site.prg"; }
+s_f17_c50() { measure "$1" c50 "$N" /17.txt serve "$work/tree"; }
+s_f17_h3() {
+  measure "$1" h3 "$N_H3" /17.txt serve "$work/tree" --tls-cert "$work/cert.pem" --tls-key "$work/key.pem"
+}
+
+bins=("$@")
+printf '%-16s' "Ir/request"
+for bin in "${bins[@]}"; do printf ' %18s' "$("$bin" --version | awk '/^revision/ {print $2}')"; done
+echo
+for s in $SCENARIOS; do
+  fn="s_${s//-/_}"
+  declare -F "$fn" >/dev/null || { echo "unknown scenario $s" >&2; exit 2; }
+  if [ "$s" = f17-h3 ] && ! command -v gtlsclient >/dev/null; then
+    echo "$s: gtlsclient is missing (apt-get install ngtcp2-client)"
+    continue
+  fi
+  printf '%-16s' "$s"
+  first=""
+  for bin in "${bins[@]}"; do
+    v=$("$fn" "$bin")
+    if [ -z "$first" ]; then
+      first=$v
+      printf ' %18s' "$v"
+    else
+      printf ' %18s' "$v ($(python3 -c "print(f'{($v / $first - 1) * 100:+.1f} %')"))"
+    fi
+  done
+  echo
+done
