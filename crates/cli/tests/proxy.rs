@@ -441,3 +441,55 @@ fn refused_at_start(cmd: &mut std::process::Command) -> String {
     }
     said
 }
+
+/// `--proxy-files-first PREFIX=URL`: under PREFIX the site answers a GET
+/// or HEAD first, the upstream what the site has not and every other
+/// method; with a fallback (which would answer every missing path) it is
+/// refused at start.
+#[test]
+fn proxy_files_first_puts_the_site_before_the_upstream() {
+    let t = Scratch::new("proxy-files-first-flag");
+    t.write("site/index.html", "home\n");
+    t.write("site/app.js", "js\n");
+    let up = upstream();
+    let server = Process::spawn(
+        common::peregrine()
+            .current_dir(t.dir())
+            .args([
+                "serve",
+                "site",
+                "--bind",
+                "127.0.0.1:0",
+                "--workers",
+                "1",
+                "--proxy-files-first",
+            ])
+            .arg(format!("/=http://{up}")),
+    );
+    let addr = addr_of(&server);
+    let file = get(&addr, "x", "/app.js");
+    assert!(
+        file.starts_with("HTTP/1.1 200") && file.ends_with("\r\n\r\njs\n"),
+        "{file}"
+    );
+    let missing = get(&addr, "x", "/users/7");
+    assert!(missing.ends_with("GET /users/7 HTTP/1.1 xff=127.0.0.1"), "{missing}");
+    let post = request(
+        &addr,
+        "POST /app.js HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+    );
+    assert!(post.ends_with("POST /app.js HTTP/1.1 xff=127.0.0.1"), "{post}");
+    server.terminate();
+
+    let err = refused_at_start(
+        common::peregrine()
+            .current_dir(t.dir())
+            .args(["serve", "site", "--bind", "127.0.0.1:0", "--fallback", "index.html"])
+            .arg("--proxy-files-first")
+            .arg(format!("/=http://{up}")),
+    );
+    assert!(
+        err.contains("--proxy-files-first /=http://") && err.contains("ambiguous"),
+        "{err}"
+    );
+}

@@ -236,13 +236,20 @@ fn check_upstreams_are_not_ours(
     taken: &[(Origin, Listening)],
     process: &Process,
 ) -> anyhow::Result<()> {
-    let Command::Serve { sites, proxy, .. } = command else {
+    let Command::Serve {
+        sites,
+        proxy,
+        proxy_files_first,
+        ..
+    } = command
+    else {
         return Ok(());
     };
     let mut upstreams: Vec<(String, &str)> = Vec::new();
-    for flag in proxy {
+    let flags = proxy.iter().map(|f| ("--proxy", f));
+    for (name, flag) in flags.chain(proxy_files_first.iter().map(|f| ("--proxy-files-first", f))) {
         if let Some((prefix, url)) = flag.split_once('=') {
-            upstreams.push((format!("--proxy {prefix}"), url));
+            upstreams.push((format!("{name} {prefix}"), url));
         }
     }
     for site in sites {
@@ -369,6 +376,7 @@ fn start(
         archive,
         sites,
         proxy,
+        proxy_files_first,
         ..
     } = command
     else {
@@ -379,7 +387,20 @@ fn start(
     // Credentials are checked by this generation's verifier (its threads
     // start with the first check, and end with the generation).
     let verifier = Verifier::new();
-    let proxies = crate::proxy::upstreams(proxy)?;
+    let proxies = crate::proxy::upstreams(proxy, proxy_files_first)?;
+    // Under a files-first prefix a path no file answers goes upstream; a
+    // fallback would answer it first, and the upstream never (GET).
+    let fallbacks: Vec<&str> = if sites.is_empty() {
+        files.fallback.as_deref().into_iter().collect()
+    } else {
+        sites.iter().filter_map(|s| s.files.fallback.as_deref()).collect()
+    };
+    if let (Some(first), Some(fallback)) = (proxy_files_first.first(), fallbacks.first()) {
+        anyhow::bail!(
+            "--proxy-files-first {first} with the fallback {fallback}: ambiguous, a path no file answers goes to the \
+             fallback and never upstream (take one of them out)"
+        );
+    }
     if !sites.is_empty() {
         let access_log = command.server_args().access_log.as_deref();
         let built = super::sites::build(sites, access_log, previous, &verifier, &proxies)?;
@@ -440,8 +461,8 @@ fn start(
 
 /// Notes the `_headers` rules `--proxy` prefixes go around (they come
 /// before the files or archive).
-pub(super) fn notes_under_proxies(notes: &mut Notes, proxies: &[(String, peregrine::proxy::Proxy)]) {
-    for (prefix, _) in proxies {
+pub(super) fn notes_under_proxies(notes: &mut Notes, proxies: &[crate::proxy::Prefix]) {
+    for (prefix, ..) in proxies {
         notes.under_proxy(prefix, &format!("--proxy {prefix}"), |_| true);
     }
 }

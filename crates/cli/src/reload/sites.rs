@@ -46,7 +46,7 @@ pub(super) fn build(
     access_log: Option<&str>,
     previous: &[ServedArchive],
     verifier: &Arc<Verifier>,
-    proxies: &[(String, peregrine::proxy::Proxy)],
+    proxies: &[crate::proxy::Prefix],
 ) -> anyhow::Result<Built> {
     let mut archives: Vec<ServedArchive> = Vec::new();
     let mut sites = Vec::with_capacity(specs.len());
