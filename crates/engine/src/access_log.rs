@@ -427,16 +427,17 @@ impl LogWriter {
         }
     }
 
-    /// A line for a request whose parts were copied earlier.
+    /// A line for a request whose parts were copied earlier: its answer's
+    /// status and body bytes, and the reverse proxy's figures if it was
+    /// proxied.
     pub(crate) fn record_owned(
         &mut self,
         clf_time: &[u8],
         peer: SocketAddr,
         req: &LogRequest,
         site: Option<&str>,
-        (status, body_bytes): (u16, u64),
+        (status, body_bytes, upstream): (u16, u64, Option<&UpstreamLog>),
         started: Instant,
-        upstream: Option<&UpstreamLog>,
     ) {
         // The request line was stored whole and raw (`record` escapes it);
         // split it back into its three parts.

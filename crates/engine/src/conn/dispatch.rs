@@ -268,9 +268,8 @@ pub(crate) fn finish(ctx: &mut Ctx<'_>, peer: SocketAddr, deferral: &Deferral, s
             peer,
             req,
             label,
-            (status, body_bytes),
+            (status, body_bytes, upstream.as_ref()),
             deferral.started,
-            upstream.as_ref(),
         );
     }
     if let Some(m) = ctx.metrics {
