@@ -874,6 +874,51 @@ mod tests {
         );
     }
 
+    /// nginx's `$upstream_*`: the address (`unix:` and the path for a
+    /// socket), the status, seconds with milliseconds, `-` where absent.
+    #[test]
+    fn templates_write_the_upstream_figures_and_dashes_without() {
+        let format: LogFormat = "$upstream_addr $upstream_status $upstream_connect_time $upstream_header_time \
+                                 $upstream_response_time"
+            .parse()
+            .unwrap();
+        let line = |upstream: Option<&UpstreamLog>| {
+            let mut w = LogWriter::new(Sink::Stdout, format.clone());
+            w.write(&Line {
+                clf_time: b"06/Nov/1994:08:49:37 +0000",
+                peer: "10.0.0.1:5555".parse().unwrap(),
+                method: b"GET",
+                target: b"/",
+                version: b"HTTP/1.1",
+                status: 200,
+                body_bytes: 0,
+                referer: None,
+                user_agent: None,
+                host: None,
+                site: None,
+                duration_us: None,
+                upstream,
+            });
+            String::from_utf8(std::mem::take(&mut w.buf)).unwrap()
+        };
+        let tcp = UpstreamLog {
+            addr: Some(UpstreamAddr::Tcp("10.0.0.2:9000".parse().unwrap())),
+            status: Some(201),
+            connect: Some(Duration::ZERO),
+            header: Some(Duration::from_micros(12_345)),
+            response: None,
+        };
+        assert_eq!(line(Some(&tcp)), "10.0.0.2:9000 201 0.000 0.012 -\n");
+        let up = Arc::new(crate::proxy::Upstream::parse("unix:/run/app.sock").unwrap());
+        let unix = UpstreamLog {
+            addr: Some(UpstreamAddr::Unix(up)),
+            status: Some(502),
+            ..UpstreamLog::default()
+        };
+        assert_eq!(line(Some(&unix)), "unix:/run/app.sock 502 - - -\n");
+        assert_eq!(line(None), "- - - - -\n");
+    }
+
     #[test]
     fn templates_refuse_unknown_variables_by_name() {
         let refused = |s: &str| s.parse::<LogFormat>().unwrap_err();

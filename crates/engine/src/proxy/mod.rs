@@ -38,6 +38,7 @@
 //! upstream's error text or address (those go to the error log).
 
 mod pool;
+mod resolve;
 mod upstream;
 
 pub(crate) use pool::Upstreams;

@@ -158,7 +158,7 @@ impl Sock {
         match addr {
             Addr::Tcp(addrs) => {
                 let mut last = io::Error::new(io::ErrorKind::AddrNotAvailable, "no address");
-                for a in addrs {
+                for a in addrs.current().iter() {
                     match mio::net::TcpStream::connect(*a) {
                         Ok(s) => {
                             let _ = s.set_nodelay(true);
@@ -280,7 +280,7 @@ impl Upstreams {
             }
             let figures = UpstreamLog {
                 addr: Some(match &up.addr {
-                    Addr::Tcp(addrs) => UpstreamAddr::Tcp(addrs[0]),
+                    Addr::Tcp(addrs) => UpstreamAddr::Tcp(addrs.current()[0]),
                     Addr::Unix(_) => UpstreamAddr::Unix(up.clone()),
                 }),
                 status: Some(502),

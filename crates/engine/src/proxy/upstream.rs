@@ -2,12 +2,13 @@
 //! Host are rewritten on the way, and the limits of its connections.
 
 use std::fmt;
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::resolve::Resolved;
 use crate::response::{Response, SharedBytes};
 
 use percent_encoding::{percent_decode, utf8_percent_encode, AsciiSet, CONTROLS};
@@ -25,10 +26,11 @@ pub enum HostHeader {
 }
 
 /// Where an upstream listens.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub(crate) enum Addr {
-    /// Every address its name resolved to at start, tried in order.
-    Tcp(Vec<SocketAddr>),
+    /// Every address its name resolves to (at start, then every 30 s:
+    /// `resolve.rs`), tried in order.
+    Tcp(Arc<Resolved>),
     Unix(PathBuf),
 }
 
@@ -133,18 +135,12 @@ impl Upstream {
                 return Err(err("expected http://HOST[:PORT][/PATH]"));
             }
             let (host, port) = split_host_port(authority).ok_or_else(|| err("bad host or port"))?;
-            let addrs: Vec<SocketAddr> = (host, port)
-                .to_socket_addrs()
-                .map_err(|e| err(&format!("cannot resolve {host}: {e}")))?
-                .collect();
-            if addrs.is_empty() {
-                return Err(err(&format!("{host} resolves to no address")));
-            }
             if let Some(p) = path {
                 if p.contains(['?', '#']) || p.split('/').any(|s| s == "." || s == "..") {
                     return Err(err("the path may not hold a query, a fragment or dot segments"));
                 }
             }
+            let addrs = Resolved::new(host, port).map_err(|e| err(&format!("cannot resolve {host}: {e}")))?;
             (Addr::Tcp(addrs), authority.to_owned(), path.map(str::to_owned))
         } else if url.starts_with("https://") {
             return Err(err("https:// upstreams are not supported yet (use http:// or unix:)"));
@@ -258,7 +254,7 @@ impl Upstream {
     pub fn tcp_ports(&self) -> Vec<u16> {
         match &self.addr {
             Addr::Tcp(addrs) => {
-                let mut ports: Vec<u16> = addrs.iter().map(SocketAddr::port).collect();
+                let mut ports: Vec<u16> = addrs.current().iter().map(SocketAddr::port).collect();
                 ports.dedup();
                 ports
             }
@@ -266,12 +262,12 @@ impl Upstream {
         }
     }
 
-    /// The addresses it connects to (TCP), for refusing an upstream that
-    /// is one of the server's own listeners.
-    pub fn socket_addrs(&self) -> &[SocketAddr] {
+    /// The addresses it connects to now (TCP), for refusing an upstream
+    /// that is one of the server's own listeners.
+    pub fn socket_addrs(&self) -> Vec<SocketAddr> {
         match &self.addr {
-            Addr::Tcp(addrs) => addrs,
-            Addr::Unix(_) => &[],
+            Addr::Tcp(addrs) => addrs.current().to_vec(),
+            Addr::Unix(_) => Vec::new(),
         }
     }
 
