@@ -42,6 +42,7 @@ mod resolve;
 mod upstream;
 
 pub(crate) use pool::Upstreams;
+pub(crate) use resolve::start as start_resolving;
 pub use upstream::{HostHeader, Upstream, UpstreamError};
 
 use std::borrow::Cow;

@@ -86,15 +86,27 @@ fn lookup(host: &str, port: u16) -> io::Result<Vec<SocketAddr>> {
     Ok((host, port).to_socket_addrs()?.collect())
 }
 
-/// Adds `resolved` to the names the resolver thread looks up again,
-/// starting that thread with the first.
+/// The names the resolver thread looks up again.
+static WATCHED: Mutex<Vec<Weak<Resolved>>> = Mutex::new(Vec::new());
+
+/// Adds `resolved` to the names the resolver thread looks up again.
 fn watch(resolved: &Arc<Resolved>) {
-    static WATCHED: Mutex<Vec<Weak<Resolved>>> = Mutex::new(Vec::new());
-    static THREAD: OnceLock<()> = OnceLock::new();
     WATCHED
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .push(Arc::downgrade(resolved));
+}
+
+/// Starts the resolver thread, once per process, when a server starts
+/// with names to look up (not when an upstream is parsed: a program
+/// sandboxes itself between reading its configuration and starting, and a
+/// sandbox wants no thread before it). Names parsed later (a reload's)
+/// join the same thread, or start it.
+pub(crate) fn start() {
+    static THREAD: OnceLock<()> = OnceLock::new();
+    if WATCHED.lock().unwrap_or_else(|e| e.into_inner()).is_empty() {
+        return;
+    }
     THREAD.get_or_init(|| {
         let spawned = std::thread::Builder::new()
             .name("peregrine-resolve".into())
