@@ -45,7 +45,7 @@ measure() {
     "$bin" "$@" --bind "127.0.0.1:$port" --workers 1 >"$out/log" 2>&1 &
   local vpid=$!
   for _ in $(seq 200); do
-    grep -q -i "serving" "$out/log" && break
+    grep -q -i "serving" "$out/log" 2>/dev/null && break
     sleep 0.2
   done
   load() {

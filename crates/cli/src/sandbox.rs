@@ -141,6 +141,10 @@ fn policy(command: &Command, argv: &[OsString]) -> anyhow::Result<Policy> {
                     }
                     HandlerSpec::Redirect { .. } => {}
                 }
+                // A route's auth service is an upstream too.
+                if let Some(f) = &route.forward_auth {
+                    grant_connect(&mut policy, &f.url)?;
+                }
             }
             keys.extend(site.archive.require_signature.iter().map(PathBuf::as_path));
             pems.extend(site.tls.iter().flat_map(|(cert, key)| [cert.as_path(), key.as_path()]));

@@ -493,3 +493,106 @@ fn proxy_files_first_puts_the_site_before_the_upstream() {
         "{err}"
     );
 }
+
+/// The SETTINGS an HTTP/2 client (prior knowledge) gets first: each
+/// identifier with its value.
+fn h2_settings(addr: &str) -> Vec<(u16, u32)> {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(PATIENCE)).unwrap();
+    s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
+        .unwrap();
+    let mut head = [0u8; 9];
+    s.read_exact(&mut head).unwrap();
+    assert_eq!(head[3], 0x4, "the server's first frame is SETTINGS");
+    let len = (usize::from(head[0]) << 16) | (usize::from(head[1]) << 8) | usize::from(head[2]);
+    let mut payload = vec![0u8; len];
+    s.read_exact(&mut payload).unwrap();
+    payload
+        .chunks(6)
+        .map(|c| {
+            (
+                u16::from_be_bytes([c[0], c[1]]),
+                u32::from_be_bytes([c[2], c[3], c[4], c[5]]),
+            )
+        })
+        .collect()
+}
+
+/// A WebSocket through `serve --proxy` (sandboxed): the upstream's 101
+/// with the key's accept value opens a tunnel whose bytes come back; and
+/// with a proxy configured, HTTP/2 clients are told they may open
+/// WebSockets with extended CONNECT (SETTINGS_ENABLE_CONNECT_PROTOCOL),
+/// which a server without one does not say.
+#[test]
+fn a_websocket_passes_through_serve_proxy_and_http2_clients_are_told_they_may() {
+    const KEY: &str = "dGhlIHNhbXBsZSBub25jZQ==";
+    const ACCEPT: &str = "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=";
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let up = listener.local_addr().unwrap();
+    thread::spawn(move || {
+        let Ok((stream, _)) = listener.accept() else { return };
+        let mut reader = BufReader::new(stream.try_clone().unwrap());
+        let mut out = stream;
+        let mut line = String::new();
+        while reader.read_line(&mut line).unwrap_or(0) > 0 && !line.ends_with("\r\n\r\n") {}
+        write!(
+            out,
+            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+             Sec-WebSocket-Accept: {ACCEPT}\r\n\r\n"
+        )
+        .unwrap();
+        // An echo of raw bytes: the proxy reads no frames.
+        let mut b = [0u8; 1024];
+        while let Ok(n) = reader.read(&mut b) {
+            if n == 0 || out.write_all(&b[..n]).is_err() {
+                return;
+            }
+        }
+    });
+    let t = Scratch::new("proxy-ws");
+    t.write("site/index.html", "home\n");
+    let server = Process::spawn(
+        common::peregrine()
+            .current_dir(t.dir())
+            .args(["serve", "site", "--bind", "127.0.0.1:0", "--workers", "1", "--proxy"])
+            .arg(format!("/ws/=http://{up}")),
+    );
+    let addr = addr_of(&server);
+    let mut s = TcpStream::connect(&addr).unwrap();
+    s.set_read_timeout(Some(PATIENCE)).unwrap();
+    write!(
+        s,
+        "GET /ws/chat HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Key: {KEY}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+    )
+    .unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(s.read(&mut byte).unwrap(), 1, "{}", String::from_utf8_lossy(&head));
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8(head).unwrap();
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    assert!(head.contains(&format!("Sec-WebSocket-Accept: {ACCEPT}\r\n")), "{head}");
+    s.write_all(b"through the sandbox").unwrap();
+    let mut echo = [0u8; 19];
+    s.read_exact(&mut echo).unwrap();
+    assert_eq!(&echo, b"through the sandbox");
+    assert!(
+        h2_settings(&addr).contains(&(0x8, 1)),
+        "no SETTINGS_ENABLE_CONNECT_PROTOCOL with a proxy"
+    );
+    drop(server);
+
+    let plain = Process::spawn(common::peregrine().current_dir(t.dir()).args([
+        "serve",
+        "site",
+        "--bind",
+        "127.0.0.1:0",
+        "--workers",
+        "1",
+    ]));
+    let settings = h2_settings(&addr_of(&plain));
+    assert!(!settings.iter().any(|&(id, _)| id == 0x8), "{settings:?}");
+}

@@ -363,7 +363,7 @@ fn refusals_name_the_file_line_and_key() {
             &format!(
                 "{f}:4: workers: process-wide: every site shares it, so it is set at the top level, not in a [[site]]"
             ),
-            &format!("{f}:5: forward-auth: not supported yet (issue 27 brings it); refused rather than ignored"),
+            &format!("{f}:5: forward-auth: a route's setting: give it in a [[site.route]] table"),
             &format!("{f}:9: handler: a proxy needs `proxy`: the upstream's URL"),
         ],
     );

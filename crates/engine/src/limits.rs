@@ -271,6 +271,24 @@ pub(crate) const DISCARD_TIMEOUT: Duration = Duration::from_secs(5);
 /// times a SYN's first retransmission (1 s).
 pub(crate) const UPSTREAM_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Bytes a WebSocket tunnel of the reverse proxy reads from its upstream
+/// ahead of the client (`conn/tunnel.rs`; for HTTP/2, what the tunnels of
+/// one connection hold together): past it the upstream is not read until
+/// the client takes some, so a client that stops reading holds its
+/// upstream back (nginx's upgraded connections use one `proxy_buffer_size`
+/// buffer each way, 4 or 8 KiB; 64 KiB fills a loopback write). The other
+/// way, the client is not read while `BUFFER_BYTES` of its bytes wait for
+/// the upstream (HTTP/2: while its stream's window is spent).
+pub(crate) const PROXY_TUNNEL_BYTES: usize = 64 * 1024;
+
+/// A proxied WebSocket tunnel whose client has ended its side (FIN, or
+/// a reset, which reads the same; HTTP/2: END_STREAM) waits at most this
+/// long, from its last byte, for the upstream to end its own (HAProxy's
+/// `timeout client-fin`): a WebSocket server closes at once, and an
+/// upstream that does not must not hold the connection for the whole
+/// idle timeout.
+pub(crate) const PROXY_TUNNEL_FIN_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Size of the pooled read and write buffers a busy connection borrows.
 /// A request head or pipelined batch that does not fit grows its buffer
 /// (up to the limits above); grown buffers are not returned to the pool.

@@ -137,6 +137,10 @@ pub(crate) struct WorkerMetrics {
     pub(crate) ws_bytes_in: Counter,
     pub(crate) ws_bytes_out: Counter,
     pub(crate) ws_dropped: Counter,
+    /// The reverse proxy's WebSocket tunnels (`conn/tunnel.rs`): opened
+    /// and ended (the difference is open).
+    pub(crate) proxy_tunnels_opened: Counter,
+    pub(crate) proxy_tunnels_closed: Counter,
     pub(crate) tls_handshake_failures: Counter,
     /// QUIC (HTTP/3): connections accepted and ended, handshakes
     /// completed, Retry packets sent, datagrams received; packets sent and
@@ -166,6 +170,12 @@ pub(crate) struct WorkerMetrics {
     /// from an untrusted address, or whose header was missing, malformed
     /// or late.
     pub(crate) proxy_refusals: Counter,
+    /// Forward-auth checks by outcome (`proxy/auth.rs`): let through (a
+    /// 2xx), refused (the service's answer relayed), failed (the service
+    /// down, silent or answering 5xx).
+    pub(crate) forward_auth_allowed: Counter,
+    pub(crate) forward_auth_refused: Counter,
+    pub(crate) forward_auth_failed: Counter,
     /// Responses by site (the server's sites, by index: the label is the
     /// site's first name) and status class.
     by_site: Box<[(Box<str>, [Counter; 5])]>,
@@ -400,7 +410,7 @@ impl Metrics {
             let n = sum(&|w| w.by_method[i].get());
             let _ = writeln!(out, "peregrine_requests_by_method_total{{method=\"{method}\"}} {n}");
         }
-        let simple: [(&str, &str, &str, u64); 25] = [
+        let simple: [(&str, &str, &str, u64); 30] = [
             (
                 "peregrine_sent_bytes_total",
                 "counter",
@@ -436,6 +446,18 @@ impl Metrics {
                 "counter",
                 "WebSocket handshakes accepted.",
                 sum(&|w| w.ws_opened.get()),
+            ),
+            (
+                "peregrine_proxy_websockets_open",
+                "gauge",
+                "WebSockets the reverse proxy passes through to upstreams, open now.",
+                sum(&|w| w.proxy_tunnels_opened.get().wrapping_sub(w.proxy_tunnels_closed.get())),
+            ),
+            (
+                "peregrine_proxy_websockets_opened_total",
+                "counter",
+                "WebSockets the reverse proxy opened to upstreams (upstream answered 101).",
+                sum(&|w| w.proxy_tunnels_opened.get()),
             ),
             (
                 "peregrine_websocket_messages_received_total",
@@ -550,6 +572,24 @@ impl Metrics {
                 "counter",
                 "Connections closed unanswered on a PROXY protocol listener: an untrusted source, or a header missing, malformed or late.",
                 sum(&|w| w.proxy_refusals.get()),
+            ),
+            (
+                "peregrine_forward_auth_allowed_total",
+                "counter",
+                "Requests a forward-auth service let through (2xx).",
+                sum(&|w| w.forward_auth_allowed.get()),
+            ),
+            (
+                "peregrine_forward_auth_refused_total",
+                "counter",
+                "Requests a forward-auth service refused (its answer, not 2xx nor 5xx, sent to the client).",
+                sum(&|w| w.forward_auth_refused.get()),
+            ),
+            (
+                "peregrine_forward_auth_failed_total",
+                "counter",
+                "Forward-auth checks that failed: the service down (502), silent (504), full (503) or answering 5xx.",
+                sum(&|w| w.forward_auth_failed.get()),
             ),
         ];
         for (name, kind, help, value) in simple {

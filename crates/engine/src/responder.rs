@@ -84,6 +84,11 @@ impl Responder {
 }
 
 impl Responder {
+    /// The connection token and request id the answer is for.
+    pub(crate) fn key(&self) -> (usize, u64) {
+        (self.token, self.id)
+    }
+
     /// The connection token and request id the answer is for, the
     /// responder disarmed: for an answer made on the worker that owns the
     /// connection (the proxy's), handed over without the mailbox.

@@ -13,6 +13,11 @@ use std::time::Instant;
 /// to `QUIC_BASE`, the reverse proxy's upstream connections (their slab
 /// keys, offset).
 const UPSTREAM_BASE: usize = usize::MAX / 8;
+/// From here to `QUIC_BASE`, the upstream sockets of the reverse proxy's
+/// WebSocket tunnels: their client connection's key times
+/// `TUNNEL_STRIDE`, plus the HTTP/2 stream (0 for HTTP/1.1).
+const TUNNEL_BASE: usize = UPSTREAM_BASE + usize::MAX / 16;
+const TUNNEL_STRIDE: usize = 1 << 31;
 const QUIC_BASE: usize = usize::MAX / 4;
 /// Tokens of one QUIC endpoint's connections: its index times this, plus
 /// quinn-proto's connection handle.
@@ -30,6 +35,9 @@ pub(crate) enum Source {
     /// A reverse proxy's connection to an upstream (`proxy/pool.rs`): its
     /// key in the worker's `Upstreams`.
     Upstream(usize),
+    /// The upstream socket of a WebSocket tunnel (`conn/tunnel.rs`): the
+    /// client's connection and its HTTP/2 stream (0: the connection).
+    Tunnel { conn: usize, stream: u32 },
     /// A QUIC connection (in the mailbox only: its datagrams come through
     /// its endpoint's socket): the endpoint's index, quinn-proto's handle.
     Quic { endpoint: usize, conn: usize },
@@ -51,7 +59,11 @@ impl Source {
                 debug_assert!(key < UPSTREAM_BASE);
                 key
             }
-            Source::Upstream(key) => UPSTREAM_BASE + key,
+            Source::Upstream(key) => {
+                debug_assert!(key < TUNNEL_BASE - UPSTREAM_BASE);
+                UPSTREAM_BASE + key
+            }
+            Source::Tunnel { conn, stream } => TUNNEL_BASE + conn * TUNNEL_STRIDE + stream as usize,
             Source::Quic { endpoint, conn } => QUIC_BASE + endpoint * QUIC_STRIDE + conn,
             Source::Listener(i) => LISTENER_BASE + i,
             Source::Udp(i) => UDP_BASE + i,
@@ -70,6 +82,10 @@ impl Source {
             t if t >= QUIC_BASE => Source::Quic {
                 endpoint: (t - QUIC_BASE) / QUIC_STRIDE,
                 conn: (t - QUIC_BASE) % QUIC_STRIDE,
+            },
+            t if t >= TUNNEL_BASE => Source::Tunnel {
+                conn: (t - TUNNEL_BASE) / TUNNEL_STRIDE,
+                stream: ((t - TUNNEL_BASE) % TUNNEL_STRIDE) as u32,
             },
             t if t >= UPSTREAM_BASE => Source::Upstream(t - UPSTREAM_BASE),
             t => Source::Conn(t),
@@ -146,6 +162,12 @@ mod tests {
             Source::Conn(123_456),
             Source::Upstream(0),
             Source::Upstream(42),
+            Source::Tunnel { conn: 0, stream: 0 },
+            Source::Tunnel { conn: 77, stream: 7 },
+            Source::Tunnel {
+                conn: 1 << 20,
+                stream: (1 << 31) - 1,
+            },
             Source::Quic { endpoint: 0, conn: 0 },
             Source::Quic { endpoint: 3, conn: 77 },
             Source::Listener(0),

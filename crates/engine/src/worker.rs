@@ -348,6 +348,12 @@ impl Hosted {
                     }
                 }
                 Source::Upstream(k) => self.upstreams.on_event(ctx, &mut self.timers, k),
+                Source::Tunnel { conn: t, stream } => {
+                    if let Some(conn) = self.conns.get_mut(t) {
+                        let next = conn.on_tunnel_event(ctx, stream);
+                        self.settle(ctx, t, next);
+                    }
+                }
                 // Not registered in the poll: its endpoint's socket is.
                 Source::Quic { .. } => {}
             }
@@ -455,6 +461,24 @@ impl Hosted {
                 ctx.upstream_log = figures;
                 self.deliver(ctx, token, id, response);
                 ctx.upstream_log = None;
+            }
+            for handoff in self.upstreams.take_handoffs() {
+                self.hand_tunnel(ctx, handoff);
+            }
+        }
+    }
+
+    /// An upstream that switched to WebSocket, for the connection whose
+    /// request it answered; dropped (closed) if that connection is gone.
+    #[cold]
+    #[inline(never)]
+    fn hand_tunnel(&mut self, ctx: &mut Ctx<'_>, mut handoff: crate::proxy::Handoff) {
+        let responder = std::mem::replace(&mut handoff.responder, crate::responder::Responder::new(None, 0, 0));
+        let (token, id) = responder.into_parts();
+        if let Source::Conn(t) = Source::of(token) {
+            if let Some(conn) = self.conns.get_mut(t) {
+                let next = conn.on_tunnel(ctx, id, handoff);
+                self.settle(ctx, t, next);
             }
         }
     }

@@ -33,6 +33,7 @@
 //! Credentials are never logged and never copied into an answer; the
 //! access log does not record `Authorization`.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -327,6 +328,10 @@ impl Gate for Guard {
             granted,
             denied,
         });
+        let job = match hold(&self.verifier, job) {
+            Some(job) => job,
+            None => return Reply::Later,
+        };
         if let Err(job) = self.verifier.queue(job) {
             queued.fetch_sub(1, Ordering::AcqRel);
             job.responder
@@ -334,6 +339,71 @@ impl Gate for Guard {
         }
         Reply::Later
     }
+}
+
+thread_local! {
+    /// `Some` while a route's forward auth calls its handler
+    /// ([`holding`]): a password check is kept here instead of queued,
+    /// and queued only if the auth service lets the request through
+    /// (its answer would otherwise go out unheld, from a verifier thread).
+    static HELD: RefCell<Option<Option<HeldCheck>>> = const { RefCell::new(None) };
+}
+
+/// A password check that waits for a forward-auth verdict.
+pub(crate) struct HeldCheck {
+    verifier: Arc<Verifier>,
+    job: Box<Job>,
+}
+
+impl HeldCheck {
+    /// Queues the check (`Ok`), or sends the refusal in its place.
+    pub(crate) fn decide(self, verdict: Result<(), Response>) {
+        let queued = &self.verifier.queued;
+        match verdict {
+            Ok(()) => {
+                if let Err(job) = self.verifier.queue(self.job) {
+                    queued.fetch_sub(1, Ordering::AcqRel);
+                    job.responder
+                        .send(retry_after(Response::error(503), Duration::from_secs(1)));
+                }
+            }
+            Err(refusal) => {
+                queued.fetch_sub(1, Ordering::AcqRel);
+                self.job.responder.send(refusal);
+            }
+        }
+    }
+}
+
+/// Calls `f`, keeping the password check a guard would queue meanwhile.
+pub(crate) fn holding<R>(f: impl FnOnce() -> R) -> (R, Option<HeldCheck>) {
+    /// Leaves nothing set, even if `f` panics.
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            HELD.with(|h| h.borrow_mut().take());
+        }
+    }
+    HELD.with(|h| *h.borrow_mut() = Some(None));
+    let reset = Reset;
+    let r = f();
+    let held = HELD.with(|h| h.borrow_mut().take().flatten());
+    drop(reset);
+    (r, held)
+}
+
+/// `job`, or `None` when it was kept for a forward-auth verdict.
+fn hold(verifier: &Arc<Verifier>, job: Box<Job>) -> Option<Box<Job>> {
+    HELD.with(|h| match &mut *h.borrow_mut() {
+        Some(slot) => {
+            *slot = Some(HeldCheck {
+                verifier: verifier.clone(),
+                job,
+            });
+            None
+        }
+        None => Some(job),
+    })
 }
 
 /// What the start tells the operator of protected paths: `public`
@@ -360,8 +430,9 @@ struct Protected {
     what: String,
     /// A `_headers` pattern, or the route's path.
     pattern: String,
-    /// A route's `basic-auth` (else `_headers`' `Basic-Auth`).
-    route: bool,
+    /// A route's `basic-auth` or `forward-auth` (else `_headers`'
+    /// `Basic-Auth`).
+    route: Option<&'static str>,
 }
 
 impl Notes {
@@ -371,7 +442,7 @@ impl Notes {
         self.protected.extend(rules.iter().map(|r| Protected {
             what: what.to_owned(),
             pattern: r.pattern.clone(),
-            route: false,
+            route: None,
         }));
         for pattern in public {
             self.public.push(format!(
@@ -391,7 +462,7 @@ impl Notes {
         self.protected.extend(rules.iter().map(|(_, r)| Protected {
             what: what.to_owned(),
             pattern: r.pattern.clone(),
-            route: false,
+            route: None,
         }));
         for (_, r) in rules.iter().filter(|(_, r)| r.users.from_plain()) {
             self.plain.push(format!(
@@ -401,19 +472,20 @@ impl Notes {
         }
     }
 
-    /// A route with `basic-auth` at `path`, whose settings or fields may
-    /// say `public`.
+    /// A route with `rule` (`basic-auth`, `forward-auth`) at `path`,
+    /// whose settings or fields may say `public`.
     pub(crate) fn route(
         &mut self,
         what: &str,
         path: &str,
+        rule: &'static str,
         headers: &[(String, String)],
         files: Option<&peregrine_files::Options>,
     ) {
         self.protected.push(Protected {
             what: what.to_owned(),
             pattern: path.to_owned(),
-            route: true,
+            route: Some(rule),
         });
         let mut said: Vec<&str> = headers
             .iter()
@@ -432,7 +504,7 @@ impl Notes {
         }
         for value in said {
             self.public.push(format!(
-                "{what}: has basic-auth, so `public` is dropped from its Cache-Control ({value:?}): \
+                "{what}: has {rule}, so `public` is dropped from its Cache-Control ({value:?}): \
                  authenticated answers are private"
             ));
         }
@@ -449,14 +521,14 @@ impl Notes {
             if !crate::proxy::may_cover_under(&p.pattern, prefix) {
                 continue;
             }
-            let rule = if p.route {
-                "its basic-auth".to_owned()
+            let rule = if let Some(rule) = p.route {
+                format!("its {rule}")
             } else {
                 format!("_headers' Basic-Auth for {}", p.pattern)
             };
             self.bypassed.push(format!(
-                "{}: {rule} does not protect paths under {by}: the proxy sends them upstream first, without \
-                 a password; protect the upstream itself, or narrow the proxy's prefix",
+                "{}: {rule} does not protect paths under {by}: the proxy sends them upstream first, \
+                 unchecked; protect the upstream itself, or narrow the proxy's prefix",
                 p.what
             ));
         }

@@ -1,9 +1,11 @@
 //! Access control of a route (issue 27): IP rules ([`ip`]), a rate limit
-//! per client ([`rate`]), CORS ([`cors`]) and Basic authentication
-//! ([`basic`]), as one handler wrapped around the route's own (files, an
-//! archive, a redirect; a proxy, but never under `basic-auth`: the guard
-//! makes the answer before the password is proven, and a proxy's would
-//! have reached the upstream), so that each works the same whatever answers,
+//! per client ([`rate`]), CORS ([`cors`]), Basic authentication
+//! ([`basic`]) and forward authentication ([`forward`]), as one handler
+//! wrapped around the route's own (files, an archive, a redirect; a proxy,
+//! but never under `basic-auth`: the guard makes the answer before the
+//! password is proven, and a proxy's would have reached the upstream;
+//! `forward-auth` takes a proxy's upstream request back and holds it), so
+//! that each works the same whatever answers,
 //! over every protocol (the engine gives the one handler HTTP/1.1, HTTP/2
 //! and HTTP/3 requests alike).
 //!
@@ -17,7 +19,11 @@
 //!    credentials with one, so it comes before authentication;
 //! 4. the route's `basic-auth`: 401 without the right credentials, 429
 //!    after too many failures, the answer only once they are proven (off
-//!    the event loop: `basic.rs`);
+//!    the event loop: `basic.rs`); or its `forward-auth` (never both,
+//!    refused when read): the auth service is asked, and what the handler
+//!    made (an answer, a proxy's upstream request, a `_headers` password
+//!    check) is held until it says yes; else its answer (a redirect to a
+//!    login page, a 401) goes to the client (`forward.rs`);
 //! 5. the wrapped handler answers.
 //!
 //! With CORS, every answer — the refusals of 1, 2 and 4 included, so a
@@ -37,6 +43,7 @@
 
 pub(crate) mod basic;
 pub(crate) mod cors;
+pub(crate) mod forward;
 pub(crate) mod ip;
 pub(crate) mod rate;
 
@@ -47,6 +54,7 @@ use peregrine_files::auth::{self, Gate};
 
 pub(crate) use basic::BasicAuth;
 pub(crate) use cors::Cors;
+pub(crate) use forward::ForwardAuth;
 pub(crate) use ip::IpRules;
 pub(crate) use rate::RateLimit;
 
@@ -58,6 +66,8 @@ pub(crate) struct Rules<'a> {
     pub(crate) cors: Option<&'a Cors>,
     /// The route's `basic-auth` and the guard that checks it.
     pub(crate) basic: Option<(&'a BasicAuth, Arc<basic::Guard>)>,
+    /// The route's `forward-auth`, as the engine asks it.
+    pub(crate) forward: Option<peregrine::proxy::ForwardAuth>,
     /// The route's `headers`, added to every answer.
     pub(crate) headers: &'a [(String, String)],
 }
@@ -68,6 +78,7 @@ pub(crate) fn wrap(inner: Arc<dyn Handler>, rules: Rules<'_>) -> Arc<dyn Handler
         && rules.rate_limit.is_none()
         && rules.cors.is_none()
         && rules.basic.is_none()
+        && rules.forward.is_none()
         && rules.headers.is_empty()
     {
         return inner;
@@ -78,6 +89,9 @@ pub(crate) fn wrap(inner: Arc<dyn Handler>, rules: Rules<'_>) -> Arc<dyn Handler
         rate: rules.rate_limit.map(|r| rate::Table::new(r.clone(), rate::ENTRIES_MAX)),
         cors: rules.cors.cloned(),
         basic: rules.basic.map(|(b, guard)| (b.users.clone(), guard)),
+        forward: rules
+            .forward
+            .map(|check| (check, Arc::new(Finish::new(rules.cors, rules.headers)))),
         finish: Finish::new(rules.cors, rules.headers),
     })
 }
@@ -139,6 +153,9 @@ struct Access {
     cors: Option<Cors>,
     /// The route's users, and the guard that checks them.
     basic: Option<(Arc<peregrine_files::auth::Users>, Arc<basic::Guard>)>,
+    /// The route's auth service, and what the route adds to the answers
+    /// its checks decide.
+    forward: Option<(peregrine::proxy::ForwardAuth, Arc<Finish>)>,
     finish: Finish,
 }
 
@@ -181,14 +198,17 @@ impl Handler for Access {
                 return Reply::Now(self.finish.fields(preflight));
             }
         }
-        let reply = match &self.basic {
+        let reply = match (&self.basic, &self.forward) {
             // Files, archives and redirects answer at once: their answer
             // is made first and sent only once the credentials are proven.
-            Some((users, guard)) => guard.guard(req, users, &mut || match self.inner.call(req) {
+            (Some((users, guard)), _) => guard.guard(req, users, &mut || match self.inner.call(req) {
                 Reply::Now(resp) => resp,
                 _ => Response::error(500),
             }),
-            None => self.inner.call(req),
+            // The answers the check decides are finished by it (a
+            // refusal at once, e.g. a 400, below).
+            (None, Some((check, finish))) => forward::guard(check, finish, req, &*self.inner),
+            (None, None) => self.inner.call(req),
         };
         match reply {
             Reply::Now(resp) => Reply::Now(self.finish.apply(resp, origin)),
@@ -201,5 +221,33 @@ impl Handler for Access {
 
     fn body_use(&self, req: &Request<'_>) -> BodyUse {
         self.inner.body_use(req)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Hello;
+
+    impl Handler for Hello {
+        fn call(&self, _req: &Request<'_>) -> Reply {
+            Response::error(200).into()
+        }
+    }
+
+    /// A route without rules keeps its own handler (nothing is paid); one
+    /// rule, `forward-auth` included, puts the wrapper around it.
+    #[test]
+    fn only_routes_with_rules_are_wrapped() {
+        let inner: Arc<dyn Handler> = Arc::new(Hello);
+        let same = wrap(inner.clone(), Rules::default());
+        assert!(Arc::ptr_eq(&same, &inner));
+        let auth = peregrine::proxy::Upstream::parse("http://127.0.0.1:9091/verify").unwrap();
+        let forward = Rules {
+            forward: Some(peregrine::proxy::ForwardAuth::new(auth)),
+            ..Rules::default()
+        };
+        assert!(!Arc::ptr_eq(&wrap(inner.clone(), forward), &inner));
     }
 }

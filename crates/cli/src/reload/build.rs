@@ -401,6 +401,13 @@ fn start(
              fallback and never upstream (take one of them out)"
         );
     }
+    // A proxy route passes WebSockets through: HTTP/2 clients may open
+    // them with an extended CONNECT (SETTINGS_ENABLE_CONNECT_PROTOCOL).
+    let proxied = !proxies.is_empty()
+        || sites
+            .iter()
+            .any(|s| (s.routes.iter()).any(|r| matches!(r.handler, crate::sites::HandlerSpec::Proxy(_))));
+    let srv = srv.websockets(proxied);
     if !sites.is_empty() {
         let access_log = command.server_args().access_log.as_deref();
         let built = super::sites::build(sites, access_log, previous, &verifier, &proxies)?;

@@ -93,11 +93,17 @@ pub(super) fn build(
             // handler's `_headers` rules are not asked again.
             let inner_gate = guard(realm, finish.clone(), route.basic_auth.is_some());
             let what = format!("site {label}, route {}", route.path);
+            // What makes the route's answers private, for the notes.
+            let rule = match (&route.basic_auth, &route.forward_auth) {
+                (Some(_), _) => Some("basic-auth"),
+                (None, Some(_)) => Some("forward-auth"),
+                (None, None) => None,
+            };
             let handler: Arc<dyn Handler> = match &route.handler {
                 HandlerSpec::Files { root, files } => {
                     let options = files.options(root.clone());
-                    if route.basic_auth.is_some() {
-                        notes.route(&what, &route.path, &route.headers, Some(&options));
+                    if let Some(rule) = rule {
+                        notes.route(&what, &route.path, rule, &route.headers, Some(&options));
                     }
                     let server = FileServer::new(options)
                         .with_context(|| format!("site {label}, route {}: {}", route.path, root.display()))?;
@@ -108,9 +114,10 @@ pub(super) fn build(
                 }
                 HandlerSpec::Archive { root, archive: a } => {
                     let server = archive(root, a, label, previous, &mut archives)?;
-                    if route.basic_auth.is_some() {
-                        notes.route(&what, &route.path, &route.headers, None);
-                    } else {
+                    if let Some(rule) = rule {
+                        notes.route(&what, &route.path, rule, &route.headers, None);
+                    }
+                    if route.basic_auth.is_none() {
                         notes.archive(&what, &server);
                     }
                     // A generation kept after a swap answered these paths
@@ -119,13 +126,14 @@ pub(super) fn build(
                     let ruled = route.ip.is_some()
                         || route.rate_limit.is_some()
                         || route.cors.is_some()
-                        || route.basic_auth.is_some();
+                        || route.basic_auth.is_some()
+                        || route.forward_auth.is_some();
                     let server = if ruled { server.without_fallback() } else { server };
                     Arc::new(server.with_gate(inner_gate))
                 }
                 HandlerSpec::Redirect { to, status } => {
-                    if route.basic_auth.is_some() {
-                        notes.route(&what, &route.path, &route.headers, None);
+                    if let Some(rule) = rule {
+                        notes.route(&what, &route.path, rule, &route.headers, None);
                     }
                     Arc::new(Redirect {
                         pattern: route.pattern.clone(),
@@ -142,6 +150,9 @@ pub(super) fn build(
                         "site {label}, route {}: basic-auth on a proxy route is not supported yet",
                         route.path
                     );
+                    if let Some(rule) = rule {
+                        notes.route(&what, &route.path, rule, &route.headers, None);
+                    }
                     let prefix = route_prefix(&route.path);
                     let mut up = peregrine::proxy::Upstream::parse(&p.url)
                         .with_context(|| format!("site {label}, route {}", route.path))?
@@ -180,9 +191,16 @@ pub(super) fn build(
                     }
                 }
             };
-            // IP rules, rate limit, CORS and Basic auth before the handler
-            // looks at anything, the route's fields after; no wrapper at
-            // all on a route without them.
+            let forward = match &route.forward_auth {
+                Some(f) => Some(
+                    f.check()
+                        .with_context(|| format!("site {label}, route {}: forward-auth", route.path))?,
+                ),
+                None => None,
+            };
+            // IP rules, rate limit, CORS and Basic or forward auth before
+            // the handler looks at anything, the route's fields after; no
+            // wrapper at all on a route without them.
             let handler = access::wrap(
                 handler,
                 access::Rules {
@@ -193,6 +211,7 @@ pub(super) fn build(
                         .basic_auth
                         .as_ref()
                         .map(|b| (b, guard(realm, finish.clone(), false))),
+                    forward,
                     headers: &route.headers,
                 },
             );

@@ -93,6 +93,7 @@ pub(crate) const ROUTE_KEYS: &[&str] = &[
     "rate-limit",
     "cors",
     "basic-auth",
+    "forward-auth",
 ];
 
 /// The keys of a route's `ip` table.
@@ -104,6 +105,9 @@ pub(crate) const RATE_LIMIT_KEYS: &[&str] = &["rate", "burst"];
 /// The keys of a route's `basic-auth` table.
 pub(crate) const BASIC_AUTH_KEYS: &[&str] = &["users", "realm"];
 
+/// The keys of a route's `forward-auth` table.
+pub(crate) const FORWARD_AUTH_KEYS: &[&str] = &["url", "uri", "copy-headers", "timeout"];
+
 /// The keys of a route's `cors` table.
 pub(crate) const CORS_KEYS: &[&str] = &["origins", "methods", "headers", "expose", "credentials", "max-age"];
 
@@ -111,10 +115,9 @@ pub(crate) const CORS_KEYS: &[&str] = &["origins", "methods", "headers", "expose
 pub(crate) const HANDLERS: &[&str] = &["files", "archive", "redirect", "proxy"];
 
 /// Keys later issues fill, with the issue: refused until then (never
-/// ignored), on a route or a site. Forward auth (issue 27) is to ask an
-/// authentication service through the reverse proxy's upstream
-/// connections (issue 26); it is not written yet.
-pub(crate) const RESERVED: &[(&str, u32)] = &[("forward-auth", 27)];
+/// ignored), on a route or a site. None today (forward auth, issue 27,
+/// was the last).
+pub(crate) const RESERVED: &[(&str, u32)] = &[];
 
 /// The statuses a redirect route may answer with (RFC 9110 §15.4), and its
 /// default: 308 keeps the method, as a permanent move should.

@@ -43,7 +43,7 @@ use std::path::PathBuf;
 
 use peregrine::pattern::Pattern;
 
-pub(crate) use crate::access::{BasicAuth, Cors, IpRules, RateLimit};
+pub(crate) use crate::access::{BasicAuth, Cors, ForwardAuth, IpRules, RateLimit};
 use crate::config;
 use crate::flags::{Cli, Command, FileArgs, ServeArchiveArgs};
 
@@ -114,8 +114,11 @@ pub(crate) struct RouteSpec {
     /// route's answers; others get 401. Not on a proxy route (refused
     /// when read: the guard makes the answer before the password is
     /// proven, and a proxy's answer is the upstream's, asked for then).
-    /// (`forward-auth` is refused as not supported yet.)
     pub(crate) basic_auth: Option<BasicAuth>,
+    /// `forward-auth = { url, uri, copy-headers }` (`access::forward`):
+    /// an auth service asked about each request; not with `basic-auth`
+    /// (refused when read).
+    pub(crate) forward_auth: Option<ForwardAuth>,
     /// `ip = { allow, deny }`: networks judged on the client's address
     /// (`access::ip`); a refused client gets 403.
     pub(crate) ip: Option<IpRules>,

@@ -17,12 +17,14 @@ use peregrine::host::{normalize, HostMap};
 use peregrine::pattern::Pattern;
 
 use super::keys::{
-    per_site, reserved, Applies, BASIC_AUTH_KEYS, CORS_KEYS, HANDLERS, IP_KEYS, PATHS, PER_SITE, RATE_LIMIT_KEYS,
-    REDIRECT_STATUSES, REDIRECT_STATUS_DEFAULT, ROUTE_KEYS, ROUTE_SETTINGS, SITE_KEYS,
+    per_site, reserved, Applies, BASIC_AUTH_KEYS, CORS_KEYS, FORWARD_AUTH_KEYS, HANDLERS, IP_KEYS, PATHS, PER_SITE,
+    RATE_LIMIT_KEYS, REDIRECT_STATUSES, REDIRECT_STATUS_DEFAULT, ROUTE_KEYS, ROUTE_SETTINGS, SITE_KEYS,
 };
 use super::render::{toml_list, Shown};
 use super::routes;
-use super::{BasicAuth, Cors, HandlerSpec, IpRules, Origin, Proxy, RateLimit, RootKind, RouteSpec, SiteSpec};
+use super::{
+    BasicAuth, Cors, ForwardAuth, HandlerSpec, IpRules, Origin, Proxy, RateLimit, RootKind, RouteSpec, SiteSpec,
+};
 use crate::config::{self, Settings, SITE_TABLES};
 use crate::flags::{FileArgs, ServeArchiveArgs};
 
@@ -652,6 +654,7 @@ impl FileSites<'_> {
         let mut rate_limit: Option<(RateLimit, usize)> = None;
         let mut cors: Option<(Cors, usize)> = None;
         let mut basic_auth: Option<(BasicAuth, usize)> = None;
+        let mut forward_auth: Option<(ForwardAuth, usize)> = None;
         let mut own: Vec<(&'static str, Vec<OsString>, usize)> = Vec::new();
         for (k, v) in entries(table) {
             let line = self.line(k.span().start);
@@ -755,6 +758,7 @@ impl FileSites<'_> {
                 "rate-limit" => rate_limit = self.rate_limit(v, errors).map(|r| (r, line)),
                 "cors" => cors = self.cors(v, errors).map(|c| (c, line)),
                 "basic-auth" => basic_auth = self.basic_auth(v, errors).map(|b| (b, line)),
+                "forward-auth" => forward_auth = self.forward_auth(v, errors).map(|f| (f, line)),
                 _ if ROUTE_SETTINGS.contains(&key) => {
                     let static_key = ROUTE_SETTINGS.iter().find(|k| **k == key).copied().unwrap_or_default();
                     if let Some(values) = self.setting(key, v, errors) {
@@ -763,6 +767,16 @@ impl FileSites<'_> {
                 }
                 _ => errors.push(self.error(line, key, self.misplaced(key, Level::Route))),
             }
+        }
+        // Both would hold the handler's answer for a verdict made elsewhere
+        // (a verifier thread, the auth service): one of them decides.
+        if let (Some(_), Some((_, line))) = (&basic_auth, &forward_auth) {
+            errors.push(self.error(
+                *line,
+                "forward-auth",
+                "a route has basic-auth or forward-auth, not both: let the auth service ask for the password, or \
+                 put the two on different paths",
+            ));
         }
         let Some((path, pattern, path_line)) = path else {
             if path_given {
@@ -1122,6 +1136,18 @@ impl FileSites<'_> {
             value.push_str(" }");
             shown.push(Shown::new("basic-auth", value, self.origin(*line)));
         }
+        if let Some((f, line)) = &forward_auth {
+            let mut value = format!("{{ url = {}", config::toml_string(&f.url));
+            if let Some(uri) = &f.uri {
+                value.push_str(&format!(", uri = {}", config::toml_string(uri)));
+            }
+            value.push_str(&format!(", copy-headers = {}", toml_list(&f.copy)));
+            if let Some(secs) = f.timeout {
+                value.push_str(&format!(", timeout = {secs}"));
+            }
+            value.push_str(" }");
+            shown.push(Shown::new("forward-auth", value, self.origin(*line)));
+        }
         if errors.len() > n_errors {
             return None;
         }
@@ -1131,6 +1157,7 @@ impl FileSites<'_> {
             handler: handler_spec,
             headers: headers_list,
             basic_auth: basic_auth.map(|(b, _)| b),
+            forward_auth: forward_auth.map(|(f, _)| f),
             ip: ip.map(|(r, _)| r),
             rate_limit: rate_limit.map(|(r, _)| r),
             cors: cors.map(|(c, _)| c),
@@ -1449,6 +1476,52 @@ impl FileSites<'_> {
         };
         BasicAuth::new(&users, realm)
             .map_err(|why| errors.push(self.error(line, "basic-auth", why)))
+            .ok()
+    }
+
+    /// A route's `forward-auth = { url = "http://127.0.0.1:9091/verify",
+    /// copy-headers = ["Remote-User"] }` (`uri` for a `unix:` service's
+    /// path).
+    fn forward_auth(&self, value: &Spanned<DeValue<'_>>, errors: &mut Vec<String>) -> Option<ForwardAuth> {
+        let line = self.line(value.span().start);
+        let example = "{ url = \"http://127.0.0.1:9091/verify\", copy-headers = [\"Remote-User\"] }";
+        let table = self.access_table("forward-auth", value, FORWARD_AUTH_KEYS, example, errors)?;
+        let (mut url, mut uri, mut copy, mut timeout) = (None, None, Vec::new(), None);
+        for (name, v, at) in table {
+            match (name, v.get_ref()) {
+                ("timeout", _) => {
+                    let secs = self.integer("forward-auth", "timeout", v, errors)?;
+                    timeout = Some(u64::try_from(secs).unwrap_or(0));
+                }
+                ("copy-headers", _) => {
+                    copy = self
+                        .strings("forward-auth", v, errors)?
+                        .into_iter()
+                        .map(|(s, _)| s)
+                        .collect()
+                }
+                (_, DeValue::String(s)) if name == "url" => url = Some(s.to_string()),
+                (_, DeValue::String(s)) => uri = Some(s.to_string()),
+                (_, other) => {
+                    errors.push(self.error(
+                        at,
+                        "forward-auth",
+                        format!("{name}: expected a string, found {}", config::describe(other)),
+                    ));
+                    return None;
+                }
+            }
+        }
+        let Some(url) = url else {
+            errors.push(self.error(
+                line,
+                "forward-auth",
+                format!("no url: give the auth service's, e.g. forward-auth = {example}"),
+            ));
+            return None;
+        };
+        ForwardAuth::new(&url, uri, copy, timeout)
+            .map_err(|why| errors.push(self.error(line, "forward-auth", why)))
             .ok()
     }
 

@@ -229,7 +229,7 @@ fn site_tables_refuse_what_is_not_theirs_at_its_line() {
             &format!("{f}:3: names: \"b.test:8080\": port where only a host name belongs"),
             &format!("{f}:3: names: \"*\": a wildcard is a whole leftmost label"),
             &format!("{f}:5: workers: process-wide: every site shares it, so it is set at the top level"),
-            &format!("{f}:6: forward-auth: not supported yet (issue 27 brings it)"),
+            &format!("{f}:6: forward-auth: a route's setting: give it in a [[site.route]] table"),
             &format!("{f}:7: lst-dirs: unknown key in a [[site]] table (did you mean \"list-dirs\"?)"),
             &format!("{f}:8: headers: a route's setting: give it in a [[site.route]] table"),
             &format!(
@@ -655,6 +655,80 @@ fn routes_read_ip_rules_rate_limits_and_cors() {
     assert_eq!(
         value(&api.shown, "cors"),
         r#"{ origins = ["https://app.example.com", "http://localhost:3000"], methods = ["GET", "PUT"], headers = ["x-token"], expose = ["ETag"], credentials = true, max-age = 600 }"#
+    );
+}
+
+/// A route's `forward-auth` table is read (as a sub-table too) and shown
+/// by check-config with its line; its mistakes are said at their line.
+#[test]
+fn routes_read_forward_auth() {
+    let dir = scratch();
+    let f = dir.join("peregrine.toml");
+    let sites = read(
+        &dir,
+        "[[site]]\n\
+         names = [\"a.test\"]\n\
+         root = \"a\"\n\
+         [[site.route]]\n\
+         path = \"/api/*\"\n\
+         proxy = \"http://127.0.0.1:9000\"\n\
+         forward-auth = { url = \"http://127.0.0.1:9091/verify\", copy-headers = [\"Remote-User\"] }\n\
+         [[site.route]]\n\
+         path = \"/docs/*\"\n\
+         [site.route.forward-auth]\n\
+         url = \"unix:/run/auth.sock\"\n\
+         uri = \"/api/verify?from=docs\"\n\
+         timeout = 3\n",
+        &[],
+    )
+    .unwrap();
+    let routes = &sites[0].routes;
+    let route = |p: &str| routes.iter().find(|r| r.path == p).unwrap();
+    let api = route("/api/*").forward_auth.as_ref().unwrap();
+    assert_eq!(
+        (api.url.as_str(), api.copy.as_slice()),
+        ("http://127.0.0.1:9091/verify", &["Remote-User".to_owned()][..])
+    );
+    assert_eq!(
+        value(&route("/api/*").shown, "forward-auth"),
+        r#"{ url = "http://127.0.0.1:9091/verify", copy-headers = ["Remote-User"] }"#
+    );
+    assert_eq!(
+        origin(&route("/api/*").shown, "forward-auth"),
+        &Origin::File(f.clone(), 7)
+    );
+    let docs = route("/docs/*").forward_auth.as_ref().unwrap();
+    assert_eq!(docs.uri.as_deref(), Some("/api/verify?from=docs"));
+    assert_eq!(
+        value(&route("/docs/*").shown, "forward-auth"),
+        r#"{ url = "unix:/run/auth.sock", uri = "/api/verify?from=docs", copy-headers = [], timeout = 3 }"#
+    );
+    assert!(docs.copy.is_empty());
+
+    let f = f.display().to_string();
+    let text = refused(
+        &dir,
+        "[[site]]\n\
+         names = [\"a.test\"]\n\
+         root = \"a\"\n\
+         [[site.route]]\n\
+         path = \"/a\"\n\
+         forward-auth = { url = \"http://127.0.0.1:9091\", copy = [\"Remote-User\"] }\n\
+         [[site.route]]\n\
+         path = \"/b\"\n\
+         forward-auth = \"http://127.0.0.1:9091\"\n\
+         [[site.route]]\n\
+         path = \"/c\"\n\
+         forward-auth = { url = \"https://auth\" }\n",
+        &[],
+    );
+    assert_says(
+        &text,
+        &[
+            &format!("{f}:6: forward-auth: copy: unknown key; expected url, uri, copy-headers"),
+            &format!("{f}:9: forward-auth: expected a table, e.g. forward-auth = {{ url ="),
+            &format!("{f}:12: forward-auth: url: upstream \"https://auth\": https:// upstreams are not supported yet"),
+        ],
     );
 }
 

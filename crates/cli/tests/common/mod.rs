@@ -112,3 +112,84 @@ pub fn curl() -> &'static std::path::Path {
         Err(why) => panic!("this test needs curl (or PEREGRINE_CURL): {why}"),
     }
 }
+
+/// An HTTP/3 answer: status (0 if none came), fields (names lowercase),
+/// body.
+pub type H3Answer = (u16, Vec<(String, String)>, String);
+
+/// An HTTP/3 request: method, path, fields.
+pub type H3Request<'a> = (&'a str, &'a str, &'a [(&'a str, &'a str)]);
+
+/// Requests (method, path, fields) at once on one HTTP/3 connection to
+/// 127.0.0.1:`port` for `host` (SNI and :authority, the certificate
+/// unchecked), with the aioquic client of `http3.rs` (installed into a
+/// venv under the target directory when missing).
+pub fn h3(port: u16, host: &str, reqs: &[H3Request<'_>]) -> Vec<H3Answer> {
+    h3_from(None, port, host, reqs)
+}
+
+/// `h3` from a client bound to `from` (`127.0.0.2`), if given.
+pub fn h3_from(from: Option<&str>, port: u16, host: &str, reqs: &[H3Request<'_>]) -> Vec<H3Answer> {
+    h3_at("127.0.0.1", from, port, host, reqs)
+}
+
+/// `h3_from` to the server at `to` (`127.0.0.1`, `::1`).
+pub fn h3_at(to: &str, from: Option<&str>, port: u16, host: &str, reqs: &[H3Request<'_>]) -> Vec<H3Answer> {
+    static PYTHON: std::sync::OnceLock<Result<std::path::PathBuf, String>> = std::sync::OnceLock::new();
+    let python = PYTHON.get_or_init(|| {
+        test_support::install::aioquic_python(&std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("aioquic-venv"))
+    });
+    let python = python.as_ref().unwrap_or_else(|e| panic!("aioquic is needed: {e}"));
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let out = std::env::temp_dir().join(format!("peregrine-h3-{host}-{}-{n}", std::process::id()));
+    std::fs::create_dir_all(&out).unwrap();
+    let json = |s: &str| format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""));
+    let requests: Vec<String> = reqs
+        .iter()
+        .map(|(method, path, fields)| {
+            let fields: Vec<String> = fields
+                .iter()
+                .map(|(n, v)| format!("[{}, {}]", json(n), json(v)))
+                .collect();
+            format!(
+                "{{\"method\": {}, \"path\": {}, \"headers\": [{}]}}",
+                json(method),
+                json(path),
+                fields.join(", ")
+            )
+        })
+        .collect();
+    let spec = format!(
+        "{{\"host\": {}, \"port\": {port}, {}\"server_name\": {}, \"out\": {}, \"timeout\": 60, \"requests\": [{}]}}",
+        json(to),
+        from.map(|f| format!("\"local_host\": {}, ", json(f)))
+            .unwrap_or_default(),
+        json(host),
+        json(out.to_str().unwrap()),
+        requests.join(", ")
+    );
+    let run = test_support::process::spawn_h3_client(python, &spec, 120, true)
+        .wait_with_output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "aioquic: {}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let answers = (0..reqs.len())
+        .map(|i| {
+            let head = std::fs::read_to_string(out.join(format!("{i}.head"))).unwrap();
+            let mut lines = head.lines();
+            let status = lines.next().unwrap().parse().unwrap_or(0);
+            let fields = lines
+                .filter_map(|l| l.split_once(": "))
+                .map(|(n, v)| (n.to_ascii_lowercase(), v.to_owned()))
+                .collect();
+            let body = std::fs::read(out.join(format!("{i}.body"))).unwrap();
+            (status, fields, String::from_utf8_lossy(&body).into_owned())
+        })
+        .collect();
+    let _ = std::fs::remove_dir_all(&out);
+    answers
+}

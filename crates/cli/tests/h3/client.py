@@ -11,6 +11,9 @@ stdin: {"host": "127.0.0.1", "port": 4433, "requests": [{"method": "GET",
 and "cafile" (a CA to check the server's certificate with; unchecked
 without) are optional. A request may instead be {"raw": "hex"}: those bytes
 sent as they are on a new request stream (for malformed input).
+"local_host" (e.g. "127.0.0.2") binds the client's socket to that
+address, which aioquic's connect() cannot (it binds "::"), so that the
+server sees the client there (IP rules, rate limits per address).
 A request with "expect_continue": true is sent with "expect:
 100-continue" and its body held back until an interim 100 comes (none
 coming, the client waits until its timeout); the interim statuses
@@ -36,6 +39,7 @@ the connection into DIR (what it sent and received, its timers).
 """
 
 import asyncio
+import contextlib
 import json
 import os
 import ssl
@@ -187,6 +191,27 @@ def flood(spec, config):
     print(json.dumps({"retries": retries, "other": other}), flush=True)
 
 
+@contextlib.asynccontextmanager
+async def connect_from(local_host, host, port, configuration, create_protocol):
+    """aioquic's connect(), from a socket bound to local_host."""
+    import socket
+
+    loop = asyncio.get_running_loop()
+    family = socket.AF_INET6 if ":" in local_host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_DGRAM)
+    sock.bind((local_host, 0))
+    connection = QuicConnection(configuration=configuration)
+    transport, protocol = await loop.create_datagram_endpoint(lambda: create_protocol(connection), sock=sock)
+    try:
+        protocol.connect((host, port))
+        await protocol.wait_connected()
+        yield protocol
+    finally:
+        protocol.close()
+        await protocol.wait_closed()
+        transport.close()
+
+
 async def main():
     spec = json.load(sys.stdin)
     config = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN)
@@ -202,7 +227,11 @@ async def main():
     if "flood" in spec:
         return flood(spec, config)
     authority = "%s:%d" % (spec.get("server_name", "localhost"), spec["port"])
-    async with connect(spec["host"], spec["port"], configuration=config, create_protocol=Client) as client:
+    if "local_host" in spec:
+        connecting = connect_from(spec["local_host"], spec["host"], spec["port"], config, Client)
+    else:
+        connecting = connect(spec["host"], spec["port"], configuration=config, create_protocol=Client)
+    async with connecting as client:
         if spec.get("ignore_stream_limit"):
             client._quic._remote_max_streams_bidi = 1 << 20
         futs = []

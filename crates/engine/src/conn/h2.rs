@@ -49,9 +49,11 @@ pub(super) struct Http2 {
     pub(super) session: Session,
     /// Streams waiting for a deferred answer, with what the log and the
     /// metrics need when it comes.
-    deferred: Vec<Deferral>,
+    pub(super) deferred: Vec<Deferral>,
     /// The WebSockets on this connection's streams (RFC 8441), by stream.
     pub(super) tunnels: Vec<(u32, super::ws::Ws)>,
+    /// The proxied WebSockets on its streams (`conn/tunnel.rs`), by stream.
+    pub(super) proxied: Vec<(u32, super::tunnel::Tunnel)>,
 }
 
 impl Http2 {
@@ -161,6 +163,7 @@ impl Conn {
             session,
             deferred: Vec::new(),
             tunnels: Vec::new(),
+            proxied: Vec::new(),
         })));
     }
     /// Feeds the read bytes to the session, answers the streams that are
@@ -224,6 +227,9 @@ impl Conn {
         }
         if self.proto.h2().is_some_and(|h2| !h2.tunnels.is_empty()) {
             self.process_tunnels(ctx);
+        }
+        if self.proto.h2().is_some_and(|h2| !h2.proxied.is_empty()) {
+            self.process_proxied(ctx);
         }
         let Some(h2) = self.proto.h2_mut() else {
             return Stop::Closing;
@@ -390,6 +396,11 @@ impl Conn {
         let mut deadline = h2.session.poll_timeout(ctx.now, partial);
         if !h2.tunnels.is_empty() {
             if let Some(at) = self.tunnels_deadline() {
+                deadline = Some(deadline.map_or(at, |d| d.min(at)));
+            }
+        }
+        if self.proto.h2().is_some_and(|h2| !h2.proxied.is_empty()) {
+            if let Some(at) = self.proxied_deadline() {
                 deadline = Some(deadline.map_or(at, |d| d.min(at)));
             }
         }

@@ -53,6 +53,7 @@ mod h1;
 mod h2;
 mod proxy;
 pub(crate) mod streams;
+mod tunnel;
 mod ws;
 
 pub(crate) use crate::buffers::BufPool;
@@ -284,6 +285,9 @@ enum Proto {
     /// HTTP/1.1's machine leaves (an idle WebSocket then costs nothing
     /// beyond its connection).
     Ws(ws::Ws),
+    /// After a proxied WebSocket's 101 (`conn/tunnel.rs`): bytes copied
+    /// to and from the upstream; inline, as `Ws`.
+    Tunnel(tunnel::Tunnel),
 }
 
 // The WebSocket takes HTTP/1.1's room and makes no connection larger.
@@ -297,26 +301,30 @@ impl Proto {
     fn h2(&self) -> Option<&h2::Http2> {
         match self {
             Proto::H2(h2) => Some(h2),
-            Proto::H1(_) | Proto::Ws(_) => None,
+            Proto::H1(_) | Proto::Ws(_) | Proto::Tunnel(_) => None,
         }
     }
 
     fn h2_mut(&mut self) -> Option<&mut h2::Http2> {
         match self {
             Proto::H2(h2) => Some(h2),
-            Proto::H1(_) | Proto::Ws(_) => None,
+            Proto::H1(_) | Proto::Ws(_) | Proto::Tunnel(_) => None,
         }
     }
 
     fn h1(&self) -> Option<&H1> {
         match self {
             Proto::H1(h1) => Some(&h1.machine),
-            Proto::H2(_) | Proto::Ws(_) => None,
+            Proto::H2(_) | Proto::Ws(_) | Proto::Tunnel(_) => None,
         }
     }
 
     fn is_ws(&self) -> bool {
         matches!(self, Proto::Ws(_))
+    }
+
+    fn is_tunnel(&self) -> bool {
+        matches!(self, Proto::Tunnel(_))
     }
 }
 
@@ -405,7 +413,7 @@ impl Conn {
         let answered = match self.proto {
             Proto::H1(_) => self.on_answer_h1(ctx, id, response),
             Proto::H2(_) => self.on_answer_h2(ctx, id, response),
-            Proto::Ws(_) => false,
+            Proto::Ws(_) | Proto::Tunnel(_) => false,
         };
         if answered {
             self.drive(ctx)
@@ -438,6 +446,9 @@ impl Conn {
                 if self.proto.h2().is_some_and(|h2| !h2.tunnels.is_empty()) && self.tunnels_time_out(ctx) {
                     return self.drive(ctx);
                 }
+                if self.proto.h2().is_some_and(|h2| !h2.proxied.is_empty()) && self.proxied_time_out(ctx) {
+                    return self.drive(ctx);
+                }
                 self.deadline = self.state_deadline;
                 return Next::Keep;
             }
@@ -449,6 +460,9 @@ impl Conn {
         if self.proto.is_ws() {
             return self.ws_time_out(ctx);
         }
+        if self.proto.is_tunnel() {
+            return self.tunnel_time_out(ctx);
+        }
         self.h1_time_out(ctx)
     }
 
@@ -458,7 +472,7 @@ impl Conn {
         match &self.proto {
             Proto::H1(h1) => usize::from(h1.deferral.is_some()),
             Proto::H2(h2) => h2.n_deferred(),
-            Proto::Ws(_) => 0,
+            Proto::Ws(_) | Proto::Tunnel(_) => 0,
         }
     }
 
@@ -476,6 +490,13 @@ impl Conn {
             return match self.phase {
                 Phase::Lingering { .. } => Next::Close,
                 _ => self.ws_drain(ctx),
+            };
+        }
+        if self.proto.is_tunnel() {
+            // Kept until the shutdown timeout cuts it (`conn/tunnel.rs`).
+            return match self.phase {
+                Phase::Lingering { .. } => Next::Close,
+                _ => Next::Keep,
             };
         }
         if self.proto.is_h2() {
@@ -673,6 +694,9 @@ impl Conn {
                 return Next::Close;
             }
             self.ws_wait();
+        } else if self.proto.is_tunnel() {
+            // A half-closed client waits for the upstream's end.
+            self.tunnel_wait();
         } else if let Some(next) = self.h1_wait(ctx) {
             return next;
         }
@@ -802,7 +826,7 @@ impl Conn {
         if input.end < input.buf.len() {
             return true;
         }
-        if self.proto.is_h2() || self.proto.is_ws() {
+        if self.proto.is_h2() || self.proto.is_ws() || self.proto.is_tunnel() {
             // The session keeps only a partial frame; a frame fits
             // (WebSocket: a head, or a control frame of 139 bytes at most;
             // data frames are taken as they come).
@@ -824,6 +848,7 @@ impl Conn {
         let first = match &self.proto {
             Proto::H2(_) => return self.process_h2(ctx),
             Proto::Ws(_) => return self.process_ws(ctx),
+            Proto::Tunnel(_) => return self.process_tunnel(ctx),
             Proto::H1(h1) => h1.machine.is_first() && h1.machine.is_idle(),
         };
         if first && ctx.h2.is_some() {

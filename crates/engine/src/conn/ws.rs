@@ -388,6 +388,7 @@ impl Conn {
 
     /// The connection is being dropped: its WebSockets end.
     pub(crate) fn end_ws(&mut self, ctx: &mut Ctx<'_>) {
+        self.end_tunnels(ctx);
         match &mut self.proto {
             Proto::Ws(ws) => end(ctx, ws),
             Proto::H2(h2) => {
@@ -396,7 +397,7 @@ impl Conn {
                 }
                 h2.tunnels.clear();
             }
-            Proto::H1(_) => {}
+            Proto::H1(_) | Proto::Tunnel(_) => {}
         }
     }
 

@@ -53,6 +53,7 @@ pub(crate) enum Code {
     RefusedStream = 0x7,
     Cancel = 0x8,
     Compression = 0x9,
+    ConnectError = 0xa,
     EnhanceYourCalm = 0xb,
 }
 

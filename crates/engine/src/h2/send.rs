@@ -239,6 +239,26 @@ impl Session {
         }
     }
 
+    /// The connection a stream's tunnel carried failed (a proxied
+    /// WebSocket's upstream): RST_STREAM with CONNECT_ERROR (RFC 9113
+    /// §8.5), and the stream is forgotten.
+    pub(crate) fn reset_tunnel(&mut self, id: u32, out: &mut Vec<u8>) {
+        self.end_tunnel_with(id, out, Code::ConnectError);
+    }
+
+    /// A stream's tunnel is closed by us (idle too long): RST_STREAM with
+    /// CANCEL, and the stream is forgotten.
+    pub(crate) fn cancel_tunnel(&mut self, id: u32, out: &mut Vec<u8>) {
+        self.end_tunnel_with(id, out, Code::Cancel);
+    }
+
+    fn end_tunnel_with(&mut self, id: u32, out: &mut Vec<u8>, code: Code) {
+        self.write_rst(out, id, code);
+        if let Some(idx) = self.find(id) {
+            self.remove(idx);
+        }
+    }
+
     /// Gives back the windows of WebSocket streams whose machines read
     /// what came: what the client may send and what waits unread stay
     /// within one stream window, so a client whose WebSocket is not read

@@ -36,13 +36,28 @@
 //! connection-specific field reaches an HTTP/2 or HTTP/3 client (RFC 9113
 //! §8.2.2). 502, 503 and 504 are the engine's plain pages: never the
 //! upstream's error text or address (those go to the error log).
+//!
+//! WebSockets pass through (`tunnel.rs`): an HTTP/1.1 `Upgrade:
+//! websocket` or an HTTP/2 extended CONNECT (RFC 8441; give the server
+//! [`crate::Server::websockets`] so that HTTP/2 clients are told they
+//! may) goes to the upstream as an HTTP/1.1 upgrade; a 101 with the right
+//! `Sec-WebSocket-Accept` hands the upstream connection to the client's,
+//! which copies bytes both ways from then on (`conn/tunnel.rs`: bounded
+//! each way, closed after the upstream's `read_timeout` with no byte
+//! moving, and when either side ends). Every other upgrade (`h2c`) is
+//! dropped, as a hop-by-hop field, and the request goes as an ordinary
+//! one. HTTP/3 clients cannot open one yet (no RFC 9220 in the engine).
 
+mod auth;
 mod pool;
 mod resolve;
+mod tunnel;
 mod upstream;
 
-pub(crate) use pool::Upstreams;
+pub use auth::{Decide, Finish, ForwardAuth, Held};
+pub(crate) use pool::{Sock, Upstreams};
 pub(crate) use resolve::start as start_resolving;
+pub(crate) use tunnel::Handoff;
 pub use upstream::{HostHeader, Upstream, UpstreamError};
 
 use std::borrow::Cow;
@@ -64,8 +79,15 @@ use crate::response::Response;
 /// let api = Proxy::new(Upstream::parse("http://127.0.0.1:9000").unwrap().prefix("/api/"));
 /// let router = Router::new()
 ///     .route("GET", "/api/*rest", api.clone())
-///     .route("POST", "/api/*rest", api);
-/// let running = Server::new().bind("127.0.0.1:8080").start(router).unwrap();
+///     .route("POST", "/api/*rest", api.clone())
+///     // WebSockets over HTTP/2 open with an extended CONNECT; over
+///     // HTTP/1.1 they are GETs.
+///     .route("CONNECT", "/api/*rest", api);
+/// let running = Server::new()
+///     .bind("127.0.0.1:8080")
+///     .websockets(true)
+///     .start(router)
+///     .unwrap();
 /// running.wait().unwrap();
 /// ```
 #[derive(Clone, Debug)]
@@ -93,6 +115,10 @@ pub(crate) struct Job {
     pub(crate) body: Option<crate::body::BodyReader>,
     pub(crate) chunked: bool,
     pub(crate) responder: Responder,
+    /// A WebSocket opening (`tunnel.rs`): the 101 it waits for.
+    pub(crate) tunnel: Option<tunnel::Ask>,
+    /// A forward-auth subrequest's: what its answer decides (`auth.rs`).
+    pub(crate) auth: Option<Box<auth::Pending>>,
 }
 
 /// A request body up to this long is read whole before the upstream is
@@ -199,6 +225,9 @@ impl Handler for Proxy {
             // nothing can carry the request.
             return Response::error(502).into();
         };
+        if let Some(offer) = tunnel::offer(req) {
+            return self.call_tunnel(req, outbox, offer);
+        }
         let reader = req.body_reader();
         let length = req.header("content-length").and_then(|v| v.trim().parse::<u64>().ok());
         let framing = match (&reader, length) {
@@ -220,6 +249,8 @@ impl Handler for Proxy {
                     chunked: framing == Framing::Chunked,
                     body: reader,
                     responder,
+                    tunnel: None,
+                    auth: None,
                 });
                 Reply::Later
             }
@@ -237,17 +268,52 @@ impl Handler for Proxy {
     }
 }
 
+impl Proxy {
+    /// A WebSocket opening (`tunnel.rs`): sent as an upgrade; the answer
+    /// or the tunnel comes back through the responder. Out of line: no
+    /// other request carries it.
+    #[cold]
+    #[inline(never)]
+    fn call_tunnel(&self, req: &Request<'_>, outbox: &Outbox, offer: tunnel::Offer) -> Reply {
+        match tunnel::request(&self.up, req, offer) {
+            Ok((bytes, ask)) => {
+                let responder = req.defer();
+                outbox.borrow_mut().push(Job {
+                    up: self.up.clone(),
+                    bytes,
+                    head_method: false,
+                    idempotent: true,
+                    retried: false,
+                    chunked: false,
+                    body: None,
+                    responder,
+                    tunnel: Some(ask),
+                    auth: None,
+                });
+                Reply::Later
+            }
+            Err(status) => Response::error(status).into(),
+        }
+    }
+}
+
 /// The upstream request's bytes, or the status that refuses it.
 fn build(up: &Upstream, req: &Request<'_>, framing: Framing) -> Result<Vec<u8>, u16> {
+    build_as(up, req, framing, req.method(), &[])
+}
+
+/// `build` with the upstream request's `method`, and the client's fields
+/// named in `skip` left out.
+fn build_as(up: &Upstream, req: &Request<'_>, framing: Framing, method: &str, skip: &[&str]) -> Result<Vec<u8>, u16> {
     let own = via_token();
     for value in req.headers().filter(|(n, _)| n.eq_ignore_ascii_case("via")) {
         if contains_token(value.1, own.as_bytes()) {
             return Err(508);
         }
     }
-    if req.method() == "CONNECT" {
-        // A tunnel through the proxy is not offered (WebSocket over HTTP/2
-        // is an extended CONNECT, which this handler does not take yet).
+    if method == "CONNECT" {
+        // A tunnel through the proxy is offered to WebSockets only (an
+        // extended CONNECT goes as a GET: `tunnel.rs`).
         return Err(501);
     }
     let path = up.upstream_path(req.path()).ok_or(400u16)?;
@@ -356,14 +422,14 @@ fn build(up: &Upstream, req: &Request<'_>, framing: Framing) -> Result<Vec<u8>, 
     let body = req.body();
     let mut fields: Vec<(&[u8], Cow<'_, [u8]>)> = req
         .headers()
-        .filter(|(n, _)| !n.starts_with(':') && !REPLACED.iter().any(|r| r.eq_ignore_ascii_case(n)))
+        .filter(|(n, _)| !n.starts_with(':') && !REPLACED.iter().chain(skip).any(|r| r.eq_ignore_ascii_case(n)))
         .map(|(n, v)| (n.as_bytes(), Cow::Borrowed(v)))
         .collect();
     fields.extend(extra.iter().map(|(n, v)| (n.as_bytes(), v.clone())));
     let mut bytes = Vec::with_capacity(512 + body.len());
     crate::codec::client::write_request_head(
         &mut bytes,
-        req.method(),
+        method,
         &target,
         host,
         fields.iter().map(|(n, v)| (n, v)),

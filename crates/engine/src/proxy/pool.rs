@@ -61,6 +61,11 @@ pub(crate) struct Upstreams {
     /// they need not go through the mailbox that other threads use. Each
     /// with the figures of its access log line.
     answers: Vec<Answer>,
+    /// Upstream connections that switched to WebSocket this turn, for
+    /// the worker to hand to their clients' connections (`take_handoffs`).
+    handoffs: Vec<super::Handoff>,
+    /// Forward-auth checks waiting for their subrequests' answers.
+    checks: super::auth::Checks,
     /// Where every connection reads into (`READ_CHUNK`, zeroed once):
     /// a connection keeps only what it has not consumed yet, usually
     /// nothing, so an idle one holds no read buffer.
@@ -82,7 +87,9 @@ struct Pool {
     queue: VecDeque<Job>,
 }
 
-enum Sock {
+/// An upstream connection's socket (a tunnel's too, once handed to its
+/// client's connection: `conn/tunnel.rs`).
+pub(crate) enum Sock {
     Tcp(mio::net::TcpStream),
     Unix(mio::net::UnixStream),
 }
@@ -147,6 +154,10 @@ enum Outcome {
     Reusable,
     /// The exchange is over (or the client gone); close the connection.
     Close,
+    /// The upstream switched to WebSocket (`tunnel.rs`): the connection
+    /// leaves the pool, for the client's connection, with `fields` for
+    /// the client's 101 or 200.
+    Switched { fields: Vec<u8> },
     /// The exchange failed before its answer was sent: answer `status`
     /// (or send the job again on a fresh connection if `retry`), close.
     Failed { status: u16, why: String, retry: bool },
@@ -221,19 +232,32 @@ impl Write for Sock {
 
 impl Upstreams {
     /// The answers made since the last call, each with its responder.
+    /// (Forward-auth subrequests' answers are decided on the way.)
     pub(crate) fn take_answers(&mut self) -> Vec<Answer> {
-        std::mem::take(&mut self.answers)
+        self.checks.sort(std::mem::take(&mut self.answers))
     }
 
-    /// Whether answers wait for `take_answers`.
+    /// Whether answers wait for `take_answers` (or tunnels for
+    /// `take_handoffs`, or requests a forward-auth check let through for
+    /// `submit_all`).
     pub(crate) fn has_answers(&self) -> bool {
-        !self.answers.is_empty()
+        !self.answers.is_empty() || !self.handoffs.is_empty() || self.checks.has_granted()
     }
 
-    /// Takes the jobs the handlers left this turn.
+    /// The upstream connections that switched to WebSocket since the last
+    /// call, each for its client's connection.
+    pub(crate) fn take_handoffs(&mut self) -> Vec<super::Handoff> {
+        std::mem::take(&mut self.handoffs)
+    }
+
+    /// Takes the jobs the handlers left this turn (and those forward-auth
+    /// checks let through).
     pub(crate) fn submit_all(&mut self, ctx: &mut Ctx<'_>, timers: &mut Timers) {
-        let jobs = std::mem::take(&mut *ctx.outbox.borrow_mut());
+        let mut jobs = std::mem::take(&mut *ctx.outbox.borrow_mut());
+        jobs.extend(self.checks.take_granted());
+        self.checks.count(ctx.metrics);
         for job in jobs {
+            let job = self.checks.admit(job);
             self.submit(ctx, timers, job);
         }
     }
@@ -471,6 +495,7 @@ impl Upstreams {
                 }
             }
             Outcome::Close => self.close(ctx, timers, key),
+            Outcome::Switched { fields } => self.hand_off(ctx, timers, key, fields),
             Outcome::Failed { status, why, retry } => {
                 let c = &mut self.conns[key];
                 let kind = failure_kind(c.state, status, &why);
@@ -504,6 +529,35 @@ impl Upstreams {
                         self.answers.push((job.responder, answer, Some(figures)));
                     }
                 }
+            }
+        }
+    }
+
+    /// Connection `key` switched to WebSocket: it leaves the pool for good
+    /// (never reused, never counted in `max_conns` again) and goes to its
+    /// client's connection with the bytes that followed the 101.
+    #[cold]
+    #[inline(never)]
+    fn hand_off(&mut self, ctx: &mut Ctx<'_>, timers: &mut Timers, key: usize, fields: Vec<u8>) {
+        let mut c = self.conns.remove(key);
+        timers.disarm(Source::Upstream(key).token(), &mut c.armed);
+        let _ = ctx.registry.deregister(c.sock.source());
+        let Some(pool) = self.pools.get_mut(&c.up) else { return };
+        pool.open -= 1;
+        pool.publish();
+        let idle_timeout = pool.up.read_timeout;
+        if let Some(job) = c.job.take() {
+            self.handoffs.push(super::Handoff {
+                responder: job.responder,
+                sock: c.sock,
+                fields,
+                early: std::mem::take(&mut c.buf),
+                idle_timeout,
+            });
+        }
+        if !ctx.draining {
+            if let Some(job) = pool.queue.pop_front() {
+                self.connect(ctx, timers, job);
             }
         }
     }
@@ -842,8 +896,22 @@ impl UpConn {
                     continue;
                 }
                 ResponseFraming::Informational => return Err(bad("1xx other than 100 or 103")),
-                ResponseFraming::Upgrade | ResponseFraming::Tunnel => return Err(bad("unasked upgrade or tunnel")),
+                ResponseFraming::Upgrade => {
+                    let Some(ask) = self.job.as_ref().and_then(|j| j.tunnel) else {
+                        return Err(bad("unasked upgrade"));
+                    };
+                    let fields = super::tunnel::switched(&head, &ask).map_err(bad)?;
+                    let n = head.head_len;
+                    self.buf.drain(..n);
+                    return Err(Outcome::Switched { fields });
+                }
+                ResponseFraming::Tunnel => return Err(bad("unasked tunnel")),
                 _ => {}
+            }
+            if (200..300).contains(&head.status) && self.job.as_ref().is_some_and(|j| j.tunnel.is_some_and(|a| a.h2)) {
+                // A 2xx to an extended CONNECT opens a tunnel (RFC 8441
+                // §4): a page in its place would be read as frames.
+                return Err(bad("a 2xx without switching to WebSocket"));
             }
             if head.status >= 600 {
                 return Err(bad("status code above 599"));

@@ -1,0 +1,311 @@
+//! WebSocket pass-through: a client's WebSocket opening (an HTTP/1.1
+//! `Upgrade: websocket`, or an HTTP/2 extended CONNECT with `:protocol =
+//! websocket`, RFC 8441) becomes an HTTP/1.1 upgrade request to the
+//! upstream, and the upstream's answer decides what the client gets.
+//!
+//! - The request is re-framed as every proxied request is (`build_as`),
+//!   as a GET with `Upgrade: websocket` and `Connection: Upgrade` added
+//!   back (the codec drops both as hop-by-hop). `Sec-WebSocket-Version`,
+//!   `-Protocol` and `-Extensions` pass as ordinary fields. An HTTP/1.1
+//!   client's `Sec-WebSocket-Key` is passed on; for an HTTP/2 client, which
+//!   has none (RFC 8441 §5), the proxy makes one.
+//! - Only a 101 with `Upgrade: websocket`, `Connection: upgrade` and the
+//!   `Sec-WebSocket-Accept` the key calls for (RFC 6455 §4.1, the
+//!   client's checks) opens the tunnel (`switched`): the upstream
+//!   connection leaves the pool for good and goes, with the bytes the
+//!   upstream sent after its 101, to the client's connection
+//!   (`Handoff`, `conn/tunnel.rs`), which answers 101 (HTTP/1.1) or 200
+//!   (HTTP/2) and from then on copies bytes both ways without reading
+//!   frames. A 101 that fails a check is a 502 and a closed upstream
+//!   connection.
+//! - Any other answer is relayed as an ordinary response and HTTP goes on
+//!   on both sides (the upstream connection may be kept alive), except a
+//!   2xx to an HTTP/2 client: a 2xx to an extended CONNECT opens a tunnel
+//!   (RFC 8441 §4), so an upstream that answers a WebSocket request with
+//!   a page gets its client a 502 instead of a page in place of frames.
+//! - Other upgrades (`h2c`, anything but `websocket`) are never forwarded:
+//!   the request goes as an ordinary one, without Upgrade or Connection,
+//!   as nginx and Caddy strip them.
+//!
+//! HTTP/3 clients have no extended CONNECT here yet (RFC 9220 is issue
+//! 31): their CONNECT gets 501, as before.
+
+use std::time::Duration;
+
+use base64::Engine as _;
+
+use super::pool::Sock;
+use crate::codec::client::ResponseHead;
+use crate::codec::head::{list_elements, trim_ows};
+use crate::codec::Version;
+use crate::request::Request;
+use crate::responder::Responder;
+
+/// What a WebSocket request through the proxy waits for: the
+/// `Sec-WebSocket-Accept` the upstream's 101 must carry, and whether the
+/// client spoke HTTP/2 (its answer is then a 200 on the stream).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Ask {
+    pub(crate) accept: [u8; 28],
+    pub(crate) h2: bool,
+}
+
+/// An upstream connection that switched to WebSocket, on its way to the
+/// client's connection: what the client's 101 or 200 carries besides the
+/// switch itself, the socket, and what the upstream sent after its 101.
+pub(crate) struct Handoff {
+    pub(crate) responder: Responder,
+    pub(crate) sock: Sock,
+    /// Complete field lines (`Name: value\r\n`): the upstream's fields
+    /// less the hop-by-hop ones (and, for HTTP/2, less
+    /// `Sec-WebSocket-Accept`).
+    pub(crate) fields: Vec<u8>,
+    /// Bytes the upstream sent after its 101's head: the first for the
+    /// client.
+    pub(crate) early: Vec<u8>,
+    /// No byte either way for this long ends the tunnel (the upstream's
+    /// `read_timeout`: nginx's `proxy_read_timeout`, 60 s by default).
+    pub(crate) idle_timeout: Duration,
+}
+
+impl Sock {
+    /// What the worker's poll registers.
+    pub(crate) fn mio_source(&mut self) -> &mut dyn mio::event::Source {
+        match self {
+            Sock::Tcp(s) => s,
+            Sock::Unix(s) => s,
+        }
+    }
+
+    /// Half-closes (or closes) the connection.
+    pub(crate) fn shutdown(&self, how: std::net::Shutdown) -> std::io::Result<()> {
+        match self {
+            Sock::Tcp(s) => s.shutdown(how),
+            Sock::Unix(s) => s.shutdown(how),
+        }
+    }
+}
+
+/// Whether `req` opens a WebSocket the proxy can pass through: an
+/// HTTP/1.1 GET offering `websocket` in an Upgrade field that Connection
+/// names, with one `Sec-WebSocket-Key` of 16 bytes and no body; or an
+/// HTTP/2 extended CONNECT for `websocket`. Anything else (another
+/// upgrade, a malformed handshake) goes as an ordinary request, which the
+/// upstream answers as it sees fit.
+pub(crate) fn offer(req: &Request<'_>) -> Option<Offer> {
+    match req.version() {
+        Version::Http11 => {
+            if req.method() != "GET" || !req.body().is_empty() || req.body_reader().is_some() {
+                return None;
+            }
+            let names = |field: &str, token: &[u8]| {
+                req.headers()
+                    .filter(|(n, _)| n.eq_ignore_ascii_case(field))
+                    .flat_map(|(_, v)| list_elements(v))
+                    .any(|t| t.eq_ignore_ascii_case(token))
+            };
+            if !names("connection", b"upgrade") || !names("upgrade", b"websocket") {
+                return None;
+            }
+            let mut keys = req
+                .headers()
+                .filter(|(n, _)| n.eq_ignore_ascii_case("sec-websocket-key"))
+                .map(|(_, v)| trim_ows(v));
+            let key = keys.next()?;
+            if keys.next().is_some() || !is_key(key) {
+                return None;
+            }
+            Some(Offer::Upgrade {
+                accept: crate::ws::handshake::accept_key(key),
+            })
+        }
+        Version::Http2 if req.method() == "CONNECT" => {
+            req.protocol().filter(|p| p.eq_ignore_ascii_case("websocket"))?;
+            Some(Offer::Connect)
+        }
+        _ => None,
+    }
+}
+
+/// A WebSocket opening the proxy passes through (`offer`).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Offer {
+    /// HTTP/1.1: the accept value the client's own key calls for.
+    Upgrade { accept: [u8; 28] },
+    /// HTTP/2's extended CONNECT: the proxy makes the key.
+    Connect,
+}
+
+/// A `Sec-WebSocket-Key`: 16 bytes in base64 (RFC 6455 §4.1).
+fn is_key(key: &[u8]) -> bool {
+    key.len() == 24
+        && base64::engine::general_purpose::STANDARD
+            .decode(key)
+            .is_ok_and(|nonce| nonce.len() == 16)
+}
+
+/// The upstream request for a WebSocket opening: the request re-framed
+/// as a GET, the upgrade fields added, and the key for HTTP/2's; with
+/// what the upstream's 101 must say.
+pub(crate) fn request(up: &super::Upstream, req: &Request<'_>, offer: Offer) -> Result<(Vec<u8>, Ask), u16> {
+    let (own_key, accept) = match offer {
+        Offer::Upgrade { accept } => (None, accept),
+        Offer::Connect => {
+            let key = new_key();
+            let accept = crate::ws::handshake::accept_key(key.as_bytes());
+            (Some(key), accept)
+        }
+    };
+    // An HTTP/2 client's key, if it sent one, is not ours to pass.
+    let skip: &[&str] = if own_key.is_some() { &["sec-websocket-key"] } else { &[] };
+    let mut bytes = super::build_as(up, req, crate::codec::head::Framing::Empty, "GET", skip)?;
+    // The head ends with its empty line: the upgrade's fields go before
+    // it (`write_request_head` drops Upgrade and Connection, hop-by-hop
+    // for every other request).
+    debug_assert!(bytes.ends_with(b"\r\n\r\n"));
+    bytes.truncate(bytes.len() - 2);
+    bytes.extend_from_slice(b"Upgrade: websocket\r\nConnection: Upgrade\r\n");
+    if let Some(key) = &own_key {
+        bytes.extend_from_slice(b"Sec-WebSocket-Key: ");
+        bytes.extend_from_slice(key.as_bytes());
+        bytes.extend_from_slice(b"\r\n");
+    }
+    bytes.extend_from_slice(b"\r\n");
+    Ok((
+        bytes,
+        Ask {
+            accept,
+            h2: own_key.is_some(),
+        },
+    ))
+}
+
+/// A fresh `Sec-WebSocket-Key`: 16 random bytes in base64.
+fn new_key() -> String {
+    use ring::rand::SecureRandom;
+    let mut nonce = [0u8; 16];
+    // The system's generator does not fail on Linux; a fixed nonce would
+    // still make a valid handshake (the key guards against caches, not
+    // attackers).
+    let _ = ring::rand::SystemRandom::new().fill(&mut nonce);
+    base64::engine::general_purpose::STANDARD.encode(nonce)
+}
+
+/// Checks an upstream's 101 the way a WebSocket client must (RFC 6455
+/// §4.1, items 2 to 4 of the client's checks): `Upgrade: websocket`,
+/// `Connection: upgrade`, and the accept value `ask` expects. Returns the
+/// fields the client's answer carries, or why the 101 is refused.
+pub(crate) fn switched(head: &ResponseHead<'_, '_>, ask: &Ask) -> Result<Vec<u8>, &'static str> {
+    let names = |field: &str, token: &[u8]| {
+        head.headers
+            .iter()
+            .filter(|h| h.name.eq_ignore_ascii_case(field))
+            .flat_map(|h| list_elements(h.value))
+            .any(|t| t.eq_ignore_ascii_case(token))
+    };
+    if !names("upgrade", b"websocket") {
+        return Err("a 101 without Upgrade: websocket");
+    }
+    if !names("connection", b"upgrade") {
+        return Err("a 101 without Connection: upgrade");
+    }
+    let mut accepts = head
+        .headers
+        .iter()
+        .filter(|h| h.name.eq_ignore_ascii_case("sec-websocket-accept"));
+    match (accepts.next(), accepts.next()) {
+        (Some(h), None) if trim_ows(h.value) == ask.accept => {}
+        _ => return Err("a 101 with a wrong Sec-WebSocket-Accept"),
+    }
+    let block = super::pool::answer_fields(head)?;
+    let mut fields = Vec::with_capacity(block.as_bytes().len());
+    for line in block.as_bytes().split_inclusive(|&b| b == b'\n') {
+        // RFC 8441 §5: an extended CONNECT has no key, and its answer no
+        // accept value.
+        let name = line.split(|&b| b == b':').next().unwrap_or_default();
+        if ask.h2 && name.eq_ignore_ascii_case(b"sec-websocket-accept") {
+            continue;
+        }
+        fields.extend_from_slice(line);
+    }
+    Ok(fields)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::mem::MaybeUninit;
+
+    use super::*;
+    use crate::codec::client::{parse_response_head, ParsedResponse};
+
+    fn check(raw: &str, ask: &Ask) -> Result<Vec<u8>, &'static str> {
+        let mut fields = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; 32];
+        match parse_response_head(raw.as_bytes(), &mut fields, "GET") {
+            Ok(ParsedResponse::Complete(head)) => switched(&head, ask),
+            _ => panic!("{raw:?} does not parse"),
+        }
+    }
+
+    /// RFC 6455 §1.3's example key and its accept value.
+    const ACCEPT: &str = "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=";
+
+    fn ask(h2: bool) -> Ask {
+        Ask {
+            accept: crate::ws::handshake::accept_key(b"dGhlIHNhbXBsZSBub25jZQ=="),
+            h2,
+        }
+    }
+
+    #[test]
+    fn a_101_opens_the_tunnel_only_with_the_right_accept_and_upgrade() {
+        let good = format!(
+            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: WebSocket\r\nConnection: keep-alive, Upgrade\r\n\
+             Sec-WebSocket-Accept: {ACCEPT}\r\nSec-WebSocket-Protocol: chat\r\nSec-WebSocket-Extensions: \
+             permessage-deflate\r\n\r\n"
+        );
+        let fields = String::from_utf8(check(&good, &ask(false)).unwrap()).unwrap();
+        assert!(
+            fields.contains(&format!("Sec-WebSocket-Accept: {ACCEPT}\r\n")),
+            "{fields}"
+        );
+        assert!(fields.contains("Sec-WebSocket-Protocol: chat\r\n"), "{fields}");
+        assert!(
+            fields.contains("Sec-WebSocket-Extensions: permessage-deflate\r\n"),
+            "{fields}"
+        );
+        assert!(!fields.to_ascii_lowercase().contains("upgrade:"), "{fields}");
+        assert!(!fields.to_ascii_lowercase().contains("connection:"), "{fields}");
+        // HTTP/2's 200 carries no accept value.
+        let h2 = String::from_utf8(check(&good, &ask(true)).unwrap()).unwrap();
+        assert!(!h2.contains("Accept"), "{h2}");
+        assert!(h2.contains("Sec-WebSocket-Protocol: chat\r\n"), "{h2}");
+
+        for bad in [
+            "HTTP/1.1 101 x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: AAAAAAAAAAAAAAAAAAAAAAAAAAA=\r\n\r\n".to_owned(),
+            "HTTP/1.1 101 x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n".to_owned(),
+            format!("HTTP/1.1 101 x\r\nUpgrade: h2c\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {ACCEPT}\r\n\r\n"),
+            format!("HTTP/1.1 101 x\r\nUpgrade: websocket\r\nSec-WebSocket-Accept: {ACCEPT}\r\n\r\n"),
+            format!(
+                "HTTP/1.1 101 x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {ACCEPT}\r\n\
+                 Sec-WebSocket-Accept: {ACCEPT}\r\n\r\n"
+            ),
+        ] {
+            assert!(check(&bad, &ask(false)).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn keys_are_16_bytes_in_base64() {
+        assert!(is_key(b"dGhlIHNhbXBsZSBub25jZQ=="));
+        assert!(is_key(new_key().as_bytes()));
+        assert_ne!(new_key(), new_key());
+        for bad in [
+            &b""[..],
+            b"dGhlIHNhbXBsZSBub25jZQ",
+            b"dGhlIHNhbXBsZSBub25jZQ==x",
+            b"!!!!!!!!!!!!!!!!!!!!!!==",
+        ] {
+            assert!(!is_key(bad), "{bad:?}");
+        }
+    }
+}
