@@ -50,11 +50,13 @@
 
 mod auth;
 mod pool;
+mod resolve;
 mod tunnel;
 mod upstream;
 
 pub use auth::{Decide, Finish, ForwardAuth, Held};
 pub(crate) use pool::{Sock, Upstreams};
+pub(crate) use resolve::start as start_resolving;
 pub(crate) use tunnel::Handoff;
 pub use upstream::{HostHeader, Upstream, UpstreamError};
 
