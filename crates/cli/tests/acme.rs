@@ -309,6 +309,19 @@ fn acme_sites_get_certificates_by_tls_alpn_01_and_http_01_and_a_restart_orders_n
         .find_map(|l| l.strip_prefix(r#"peregrine_certificate_expiry_seconds{site="b.acme.test",name="b.acme.test"} "#))
         .unwrap_or_else(|| panic!("no expiry for b.acme.test: {metrics}"));
     assert!(expiry.parse::<u64>().unwrap() > 24 * 3600, "{expiry}");
+    // A reload (SIGHUP) builds new certificate sets: the ACME ones stay.
+    common::signal(child.0.as_ref().unwrap().id(), "HUP");
+    let deadline = Instant::now() + PATIENCE;
+    while !log.lock().unwrap().contains("configuration reloaded (generation 2)") {
+        assert!(Instant::now() < deadline, "no reload: {}", show());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for (name, leaf) in sites.iter().zip(&leaves) {
+        assert!(
+            &handshake(ports.0, name, &pebble.issuing_root).unwrap() == leaf,
+            "{name} after the reload"
+        );
+    }
     let mode = |p: &Path| std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(p).unwrap().permissions()) & 0o777;
     assert_eq!(mode(&state), 0o700);
     assert_eq!(mode(&state.join("a.acme.test/key.pem")), 0o600);
