@@ -80,6 +80,31 @@ pub(crate) fn upstreams(flags: &[String], files_first: &[String]) -> anyhow::Res
     Ok(routes)
 }
 
+/// A `[[site.route]]`'s upstream: its URL with its `proxy-ca` (read
+/// now) and `insecure-skip-verify`.
+pub(crate) fn route_upstream(p: &crate::sites::Proxy) -> anyhow::Result<Upstream> {
+    let mut up = Upstream::parse(&p.url)?;
+    if let Some(ca) = &p.ca {
+        up = up.ca_file(ca)?;
+    }
+    if p.insecure_skip_verify {
+        up = up.insecure_skip_verify()?;
+    }
+    Ok(up)
+}
+
+/// The warning an upstream whose certificate goes unverified gets, at
+/// start, at each reload and from `check-config`.
+pub(crate) fn warn_if_unverified(up: &Upstream, what: &str) {
+    if up.skips_verify() {
+        peregrine::log::warn(format_args!(
+            "{what}: proxy {}: insecure-skip-verify: the upstream's certificate is NOT verified \
+             (anyone on the path to it can read and change the traffic)",
+            up.url()
+        ));
+    }
+}
+
 /// Whether `path` is under `prefix` (the module's doc says how).
 pub(crate) fn under(prefix: &str, path: &str) -> bool {
     match prefix.strip_suffix('/') {

@@ -138,6 +138,9 @@ fn policy(command: &Command, argv: &[OsString]) -> anyhow::Result<Policy> {
                             _ => {}
                         }
                         pems.extend(p.error_page.as_deref());
+                        // The CA file of an https:// upstream, read again
+                        // at a reload.
+                        pems.extend(p.ca.as_deref());
                     }
                     HandlerSpec::Redirect { .. } => {}
                 }

@@ -128,7 +128,7 @@ fn bad_proxy_settings_are_refused_at_start_naming_them() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
-    assert!(err.contains("--proxy") && err.contains("expected http://"), "{err}");
+    assert!(err.contains("--proxy") && err.contains("expected http[s]://"), "{err}");
 
     let config = t.write(
         "bad.toml",
@@ -595,4 +595,136 @@ fn a_websocket_passes_through_serve_proxy_and_http2_clients_are_told_they_may() 
     ]));
     let settings = h2_settings(&addr_of(&plain));
     assert!(!settings.iter().any(|&(id, _)| id == 0x8), "{settings:?}");
+}
+
+/// An HTTPS upstream whose certificate (for `localhost`) the test CA
+/// `pki` signed, answering every request with its request line and the
+/// SNI it got.
+fn tls_upstream(pki: &test_support::pki::Pki) -> SocketAddr {
+    use rustls::pki_types::pem::PemObject;
+    let (cert, key, _) = pki.issue("up", &["localhost"]);
+    let certs = rustls::pki_types::CertificateDer::pem_file_iter(&cert)
+        .unwrap()
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    let key = rustls::pki_types::PrivateKeyDer::from_pem_file(&key).unwrap();
+    let config = std::sync::Arc::new(
+        rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .unwrap(),
+    );
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    thread::spawn(move || {
+        for tcp in listener.incoming() {
+            let Ok(tcp) = tcp else { return };
+            let config = config.clone();
+            thread::spawn(move || {
+                tcp.set_read_timeout(Some(PATIENCE)).unwrap();
+                let mut stream = rustls::StreamOwned::new(rustls::ServerConnection::new(config).unwrap(), tcp);
+                while stream.conn.is_handshaking() {
+                    if stream.conn.complete_io(&mut stream.sock).is_err() {
+                        return;
+                    }
+                }
+                let sni = stream.conn.server_name().unwrap_or("-").to_owned();
+                let mut reader = BufReader::new(stream);
+                loop {
+                    let mut first = String::new();
+                    loop {
+                        let mut line = String::new();
+                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                        if first.is_empty() {
+                            first = line.trim_end().to_owned();
+                        }
+                    }
+                    let body = format!("{first} sni={sni}");
+                    let answer = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len());
+                    if reader.get_mut().write_all(answer.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// `proxy = "https://..."` with `proxy-ca`: verified against that CA (its
+/// file read under the sandbox at a reload too), SNI the upstream's host;
+/// `insecure-skip-verify = true` takes a certificate no CA vouches for,
+/// and says so at start and in `check-config`; either on an `http://`
+/// upstream is refused at its line.
+#[test]
+fn an_https_upstream_is_verified_against_the_routes_proxy_ca_and_skipping_verification_is_flagged() {
+    let t = Scratch::new("proxy-https");
+    t.write("site/index.html", "home\n");
+    let pki = test_support::pki::Pki::new("cli-proxy-https");
+    t.write("ca.pem", pki.ca_pem());
+    let other = test_support::pki::Pki::new("cli-proxy-https-other");
+    t.write("other-ca.pem", other.ca_pem());
+    let up = tls_upstream(&pki);
+    let port = up.port();
+    let config = t.write(
+        "peregrine.toml",
+        format!(
+            "version = 1\nbind = [\"127.0.0.1:0\"]\nworkers = 1\n[[site]]\nnames = [\"a.test\"]\nroot = \"site\"\n\
+             [[site.route]]\npath = \"/api/*\"\nproxy = \"https://localhost:{port}\"\nproxy-ca = \"ca.pem\"\n\
+             [[site.route]]\npath = \"/wrong/*\"\nproxy = \"https://localhost:{port}\"\nproxy-ca = \"other-ca.pem\"\n\
+             [[site.route]]\npath = \"/blind/*\"\nproxy = \"https://localhost:{port}\"\nproxy-ca = \"other-ca.pem\"\n\
+             insecure-skip-verify = true\n"
+        ),
+    );
+    let server = Process::spawn(
+        common::peregrine()
+            .current_dir(t.dir())
+            .args(["serve", "--config"])
+            .arg(&config),
+    );
+    let said = until_listening(&server).join("\n");
+    assert!(said.contains("/blind/*") && said.contains("NOT verified"), "{said}");
+    assert!(!said.contains("/api/*: proxy"), "{said}");
+    let addr = addr_of(&server);
+    let answer = get(&addr, "a.test", "/api/x");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.ends_with("GET /api/x HTTP/1.1 sni=localhost"), "{answer}");
+    let answer = get(&addr, "a.test", "/wrong/x");
+    assert!(answer.starts_with("HTTP/1.1 502"), "{answer}");
+    assert!(!answer.contains("sni="), "{answer}");
+    let answer = get(&addr, "a.test", "/blind/x");
+    assert!(answer.ends_with("GET /blind/x HTTP/1.1 sni=localhost"), "{answer}");
+    server.terminate();
+
+    let out = common::peregrine()
+        .current_dir(t.dir())
+        .args(["check-config", "serve", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("insecure-skip-verify") && err.contains("NOT verified"), "{err}");
+
+    let bad = t.write(
+        "bad.toml",
+        "version = 1\n[[site]]\nnames = [\"a.test\"]\nroot = \"site\"\n\
+         [[site.route]]\npath = \"/api/*\"\nproxy = \"http://127.0.0.1:9\"\ninsecure-skip-verify = true\n",
+    );
+    let out = common::peregrine()
+        .current_dir(t.dir())
+        .args(["check-config", "serve", "--config"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("insecure-skip-verify") && err.contains("only an https:// upstream"), "{err}");
 }

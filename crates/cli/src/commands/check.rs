@@ -78,6 +78,9 @@ fn check_proxy(p: &crate::sites::Proxy, names: &[String]) -> anyhow::Result<()> 
     if let Some(page) = &p.error_page {
         std::fs::read(page).with_context(|| format!("error-page {}", page.display()))?;
     }
+    // The CA file read, and an unverified upstream flagged.
+    let up = crate::proxy::route_upstream(p)?;
+    crate::proxy::warn_if_unverified(&up, "check-config");
     Ok(())
 }
 
