@@ -146,9 +146,14 @@ fn proxy_server(up: Upstream) -> Running {
     let router = Router::new()
         .route("GET", "/api/*rest", proxy.clone())
         .route("POST", "/api/*rest", proxy);
+    let limits = peregrine::Limits {
+        body_bytes_max: 16 * 1024 * 1024,
+        ..peregrine::Limits::default()
+    };
     Server::new()
         .bind("127.0.0.1:0")
         .workers(1)
+        .limits(limits)
         .start(router)
         .expect("server starts")
 }
@@ -255,4 +260,46 @@ fn tls_settings_are_refused_on_plain_upstreams() {
     assert!(Upstream::parse("http://127.0.0.1:9").unwrap().insecure_skip_verify().is_err());
     assert!(Upstream::parse("unix:/tmp/x.sock").unwrap().ca_file("/nonexistent").is_err());
     assert!(Upstream::parse("https://127.0.0.1:9").unwrap().ca_file("/nonexistent").is_err());
+}
+
+#[test]
+fn a_long_body_goes_up_and_a_long_answer_comes_back_through_tls_whole() {
+    let up = tls_upstream("proxy-tls-long");
+    let server = proxy_server(
+        Upstream::parse(&format!("https://localhost:{}", up.addr.port()))
+            .unwrap()
+            .ca_file(&up.ca)
+            .unwrap(),
+    );
+    // Streamed (over 64 KiB), through rustls' buffers many times over.
+    let body: String = (0..3 * 1024 * 1024).map(|i| (b'a' + (i % 26) as u8) as char).collect();
+    let got = request(server.local_addr(), "POST /api/long", &body);
+    assert_eq!(status_of(got.as_bytes()), 200, "{}", &got[..200.min(got.len())]);
+    assert!(got.ends_with(&format!("POST /api/long {body}")), "the answer came back whole");
+    assert_eq!(up.seen.recv_timeout(PATIENCE).unwrap().body, body.as_bytes());
+    server.shutdown();
+}
+
+#[test]
+fn a_websocket_to_an_https_upstream_is_a_502_and_never_reaches_it() {
+    let up = tls_upstream("proxy-tls-ws");
+    let server = proxy_server(
+        Upstream::parse(&format!("https://localhost:{}", up.addr.port()))
+            .unwrap()
+            .ca_file(&up.ca)
+            .unwrap(),
+    );
+    let mut c = Client::connect(server.local_addr());
+    c.send(
+        b"GET /api/ws HTTP/1.1\r\nHost: site.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
+          Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
+    );
+    let got = c.response();
+    assert_eq!(got.status, 502, "{}", got.text());
+    assert!(!got.text().contains("secret-upstream"));
+    assert!(up.seen.try_recv().is_err(), "nothing reached the upstream");
+    // An ordinary request still goes.
+    let got = request(server.local_addr(), "GET /api/a", "");
+    assert_eq!(status_of(got.as_bytes()), 200, "{got}");
+    server.shutdown();
 }
