@@ -6,10 +6,13 @@
 //! A prefix ending in `/` (`/api/`) takes the paths beneath it and the
 //! prefix without its slash (`/api`); one without (`/api`) takes itself
 //! and the paths beneath it, never `/apix`. The longest prefix wins. The
-//! URL is `http://HOST[:PORT][/PATH]` or `unix:PATH`; a PATH replaces the
+//! URL is `http[s]://HOST[:PORT][/PATH]` or `unix:PATH`; a PATH replaces the
 //! prefix (`--proxy /api/=http://up/v1/` sends `/api/x` as `/v1/x`), as
 //! nginx's `proxy_pass` with a URI does; without one the path goes
-//! unchanged. The upstream gets the client's Host (Caddy's default).
+//! unchanged. The upstream gets the client's Host (Caddy's default). An
+//! `https://` upstream is verified against the system's roots, or a
+//! route's `proxy-ca = "PATH"`; `insecure-skip-verify = true` turns that
+//! off, and is warned of at start, at each reload and by `check-config`.
 //!
 //! The proxy's own 502, 503 and 504 carry the served root's `_50x.html`
 //! (a directory's file, or the archive's) when it has one, as nginx's

@@ -711,7 +711,10 @@ fn an_https_upstream_is_verified_against_the_routes_proxy_ca_and_skipping_verifi
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
-    assert!(err.contains("insecure-skip-verify") && err.contains("NOT verified"), "{err}");
+    assert!(
+        err.contains("insecure-skip-verify") && err.contains("NOT verified"),
+        "{err}"
+    );
 
     let bad = t.write(
         "bad.toml",
@@ -726,5 +729,8 @@ fn an_https_upstream_is_verified_against_the_routes_proxy_ca_and_skipping_verifi
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
-    assert!(err.contains("insecure-skip-verify") && err.contains("only an https:// upstream"), "{err}");
+    assert!(
+        err.contains("insecure-skip-verify") && err.contains("only an https:// upstream"),
+        "{err}"
+    );
 }

@@ -257,9 +257,18 @@ fn a_certificate_the_proxy_cannot_verify_is_a_502_without_upstream_text_unless_v
 
 #[test]
 fn tls_settings_are_refused_on_plain_upstreams() {
-    assert!(Upstream::parse("http://127.0.0.1:9").unwrap().insecure_skip_verify().is_err());
-    assert!(Upstream::parse("unix:/tmp/x.sock").unwrap().ca_file("/nonexistent").is_err());
-    assert!(Upstream::parse("https://127.0.0.1:9").unwrap().ca_file("/nonexistent").is_err());
+    assert!(Upstream::parse("http://127.0.0.1:9")
+        .unwrap()
+        .insecure_skip_verify()
+        .is_err());
+    assert!(Upstream::parse("unix:/tmp/x.sock")
+        .unwrap()
+        .ca_file("/nonexistent")
+        .is_err());
+    assert!(Upstream::parse("https://127.0.0.1:9")
+        .unwrap()
+        .ca_file("/nonexistent")
+        .is_err());
 }
 
 #[test]
@@ -275,7 +284,10 @@ fn a_long_body_goes_up_and_a_long_answer_comes_back_through_tls_whole() {
     let body: String = (0..3 * 1024 * 1024).map(|i| (b'a' + (i % 26) as u8) as char).collect();
     let got = request(server.local_addr(), "POST /api/long", &body);
     assert_eq!(status_of(got.as_bytes()), 200, "{}", &got[..200.min(got.len())]);
-    assert!(got.ends_with(&format!("POST /api/long {body}")), "the answer came back whole");
+    assert!(
+        got.ends_with(&format!("POST /api/long {body}")),
+        "the answer came back whole"
+    );
     assert_eq!(up.seen.recv_timeout(PATIENCE).unwrap().body, body.as_bytes());
     server.shutdown();
 }

@@ -719,7 +719,7 @@ fn routes_read_forward_auth() {
          forward-auth = \"http://127.0.0.1:9091\"\n\
          [[site.route]]\n\
          path = \"/c\"\n\
-         forward-auth = { url = \"https://auth\" }\n",
+         forward-auth = { url = \"ftp://auth\" }\n",
         &[],
     );
     assert_says(
@@ -727,7 +727,7 @@ fn routes_read_forward_auth() {
         &[
             &format!("{f}:6: forward-auth: copy: unknown key; expected url, uri, copy-headers"),
             &format!("{f}:9: forward-auth: expected a table, e.g. forward-auth = {{ url ="),
-            &format!("{f}:12: forward-auth: url: upstream \"https://auth\": https:// upstreams are not supported yet"),
+            &format!("{f}:12: forward-auth: url: upstream \"ftp://auth\": expected http[s]://HOST[:PORT][/PATH] or unix:PATH"),
         ],
     );
 }

@@ -264,9 +264,15 @@ impl Upstream {
     /// An error for a `http://` or `unix:` upstream.
     pub fn ca_file(mut self, path: impl AsRef<Path>) -> Result<Upstream, UpstreamError> {
         let Some(tls) = &self.tls else {
-            return Err(UpstreamError(format!("upstream {:?}: a CA file is for https:// upstreams", self.url)));
+            return Err(UpstreamError(format!(
+                "upstream {:?}: a CA file is for https:// upstreams",
+                self.url
+            )));
         };
-        self.tls = Some(tls.with_ca_file(path.as_ref()).map_err(|e| UpstreamError(format!("upstream {:?}: {e}", self.url)))?);
+        self.tls = Some(
+            tls.with_ca_file(path.as_ref())
+                .map_err(|e| UpstreamError(format!("upstream {:?}: {e}", self.url)))?,
+        );
         Ok(self)
     }
 
@@ -275,9 +281,15 @@ impl Upstream {
     /// error for a `http://` or `unix:` upstream.
     pub fn insecure_skip_verify(mut self) -> Result<Upstream, UpstreamError> {
         let Some(tls) = &self.tls else {
-            return Err(UpstreamError(format!("upstream {:?}: skipping verification is for https:// upstreams", self.url)));
+            return Err(UpstreamError(format!(
+                "upstream {:?}: skipping verification is for https:// upstreams",
+                self.url
+            )));
         };
-        self.tls = Some(tls.skip_verify().map_err(|e| UpstreamError(format!("upstream {:?}: {e}", self.url)))?);
+        self.tls = Some(
+            tls.skip_verify()
+                .map_err(|e| UpstreamError(format!("upstream {:?}: {e}", self.url)))?,
+        );
         Ok(self)
     }
 
