@@ -227,15 +227,7 @@ impl ForwardAuth {
             })
             .map(|(n, v)| (n.as_bytes(), v.into()))
             .collect();
-        // Cookies: one field (HTTP/2 and HTTP/3 send crumbs, RFC 9113 §8.2.3).
-        let mut cookie: Vec<u8> = Vec::new();
-        for (_, v) in req.headers().filter(|(n, _)| n.eq_ignore_ascii_case("cookie")) {
-            if !cookie.is_empty() {
-                cookie.extend_from_slice(b"; ");
-            }
-            cookie.extend_from_slice(v);
-        }
-        if !cookie.is_empty() {
+        if let Some(cookie) = super::joined_cookies(req) {
             fields.push((b"Cookie", cookie.into()));
         }
         let mut uri = req.path().to_owned();
