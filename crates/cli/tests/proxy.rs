@@ -734,3 +734,105 @@ fn an_https_upstream_is_verified_against_the_routes_proxy_ca_and_skipping_verifi
         "{err}"
     );
 }
+
+/// A reload (SIGHUP) while requests wait for a slow upstream loses none:
+/// the old generation's connections finish their exchanges, each answer
+/// whole. The upstream holds every request until the test lets it answer,
+/// which it does only once the reload is done.
+#[test]
+fn a_reload_with_requests_in_flight_to_a_slow_upstream_loses_none() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{mpsc, Arc, Mutex};
+    const N: usize = 4;
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let up = listener.local_addr().unwrap();
+    let arrived = Arc::new(AtomicUsize::new(0));
+    let (release, gate) = mpsc::channel::<()>();
+    let gate = Arc::new(Mutex::new(gate));
+    {
+        let arrived = arrived.clone();
+        thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { return };
+                let (arrived, gate) = (arrived.clone(), gate.clone());
+                thread::spawn(move || {
+                    let mut reader = BufReader::new(stream.try_clone().unwrap());
+                    let mut out = stream;
+                    loop {
+                        let mut first = String::new();
+                        loop {
+                            let mut line = String::new();
+                            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                                return;
+                            }
+                            if line == "\r\n" {
+                                break;
+                            }
+                            if first.is_empty() {
+                                first = line.trim_end().to_owned();
+                            }
+                        }
+                        arrived.fetch_add(1, Ordering::SeqCst);
+                        // Held until the test says (one release per request).
+                        if gate.lock().unwrap().recv_timeout(PATIENCE).is_err() {
+                            return;
+                        }
+                        let body = format!("{first} done");
+                        let answer = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len());
+                        if out.write_all(answer.as_bytes()).is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+    }
+    let t = Scratch::new("proxy-reload");
+    t.write("site/index.html", "home\n");
+    let server = Process::spawn(
+        common::peregrine()
+            .current_dir(t.dir())
+            .args(["serve", "site", "--bind", "127.0.0.1:0", "--workers", "1", "--proxy"])
+            .arg(format!("/api/=http://{up}")),
+    );
+    let addr = addr_of(&server);
+    let clients: Vec<_> = (0..N)
+        .map(|i| {
+            let addr = addr.clone();
+            thread::spawn(move || get(&addr, "x", &format!("/api/slow/{i}")))
+        })
+        .collect();
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while arrived.load(Ordering::SeqCst) < N {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the requests did not all reach the upstream"
+        );
+        thread::sleep(std::time::Duration::from_millis(10));
+    }
+    server.signal("HUP");
+    let deadline = std::time::Instant::now() + PATIENCE;
+    loop {
+        let line = server.next_line_before(deadline).expect("a line about the reload");
+        assert!(!line.contains("not reloaded"), "{line}");
+        if line.contains("configuration reloaded") {
+            break;
+        }
+    }
+    for _ in 0..N {
+        release.send(()).unwrap();
+    }
+    for (i, client) in clients.into_iter().enumerate() {
+        let answer = client.join().unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200"), "request {i}: {answer}");
+        assert!(
+            answer.ends_with(&format!("GET /api/slow/{i} HTTP/1.1 done")),
+            "request {i}: {answer}"
+        );
+    }
+    // The new generation proxies too.
+    release.send(()).unwrap();
+    let answer = get(&addr, "x", "/api/after");
+    assert!(answer.ends_with("GET /api/after HTTP/1.1 done"), "{answer}");
+    server.terminate();
+}
