@@ -59,7 +59,9 @@ pub(crate) type Prefix = (String, Proxy, bool);
 /// The upstreams of `--proxy` and `--proxy-files-first` values (checked
 /// by [`parse_proxy_flag`]). A prefix given twice is refused: which
 /// upstream, and whether files come first, would be a guess.
-pub(crate) fn upstreams(flags: &[String], files_first: &[String]) -> anyhow::Result<Vec<Prefix>> {
+/// `https://` upstreams are verified against `ca` (`--proxy-ca`, read
+/// now) when given.
+pub(crate) fn upstreams(flags: &[String], files_first: &[String], ca: Option<&Path>) -> anyhow::Result<Vec<Prefix>> {
     let mut routes: Vec<Prefix> = Vec::with_capacity(flags.len() + files_first.len());
     let given = flags
         .iter()
@@ -75,7 +77,10 @@ pub(crate) fn upstreams(flags: &[String], files_first: &[String]) -> anyhow::Res
                 flag_name(first)
             );
         }
-        let up = Upstream::parse(url)?.prefix(prefix);
+        let mut up = Upstream::parse(url)?.prefix(prefix);
+        if let (Some(ca), true) = (ca, up.is_tls()) {
+            up = up.ca_file(ca)?;
+        }
         routes.push((prefix.to_owned(), Proxy::new(up), first));
     }
     // Longest first: the most specific prefix wins.

@@ -103,6 +103,7 @@ fn policy(command: &Command, argv: &[OsString]) -> anyhow::Result<Policy> {
         sites,
         proxy,
         proxy_files_first,
+        proxy_ca,
         ..
     } = command
     {
@@ -111,6 +112,8 @@ fn policy(command: &Command, argv: &[OsString]) -> anyhow::Result<Policy> {
             let (_, url) = flag.split_once('=').unwrap_or(("", flag));
             grant_connect(&mut policy, url)?;
         }
+        // `--proxy-ca`, read again at a reload.
+        pems.extend(proxy_ca.as_deref());
         keys.extend(archive.require_signature.iter().map(PathBuf::as_path));
         // Each site's roots, certificates and access log, as the top
         // level's.

@@ -836,3 +836,56 @@ fn a_reload_with_requests_in_flight_to_a_slow_upstream_loses_none() {
     assert!(answer.ends_with("GET /api/after HTTP/1.1 done"), "{answer}");
     server.terminate();
 }
+
+/// `--proxy PREFIX=https://...` is verified against the system's roots,
+/// or `--proxy-ca`'s CA file (read under the sandbox; `check-config` reads
+/// it too).
+#[test]
+fn serve_proxy_https_is_verified_against_proxy_ca() {
+    let t = Scratch::new("proxy-https-flag");
+    t.write("site/index.html", "home\n");
+    let pki = test_support::pki::Pki::new("cli-proxy-https-flag");
+    t.write("ca.pem", pki.ca_pem());
+    let up = tls_upstream(&pki);
+    let flag = format!("/api/=https://localhost:{}", up.port());
+    for (ca, status) in [(Some("ca.pem"), "200"), (None, "502")] {
+        let mut cmd = common::peregrine();
+        cmd.current_dir(t.dir()).args([
+            "serve",
+            "site",
+            "--bind",
+            "127.0.0.1:0",
+            "--workers",
+            "1",
+            "--proxy",
+            &flag,
+        ]);
+        if let Some(ca) = ca {
+            cmd.args(["--proxy-ca", ca]);
+        }
+        let server = Process::spawn(&mut cmd);
+        let answer = get(&addr_of(&server), "x", "/api/x");
+        assert!(answer.starts_with(&format!("HTTP/1.1 {status}")), "{ca:?}: {answer}");
+        if ca.is_some() {
+            assert!(answer.ends_with("GET /api/x HTTP/1.1 sni=localhost"), "{answer}");
+        } else {
+            assert!(!answer.contains("sni="), "{answer}");
+        }
+        server.terminate();
+    }
+    let out = common::peregrine()
+        .current_dir(t.dir())
+        .args([
+            "check-config",
+            "serve",
+            "site",
+            "--proxy",
+            &flag,
+            "--proxy-ca",
+            "missing.pem",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("missing.pem"), "{err}");
+}

@@ -34,6 +34,16 @@ pub(crate) fn check_config(cli: &Cli, argv: &[OsString]) -> anyhow::Result<()> {
     }
     let sandbox = sandbox::enter(&cli.command, argv)?;
     eprintln!("peregrine: {sandbox}");
+    // `--proxy` upstreams, with `--proxy-ca` read.
+    if let Command::Serve {
+        proxy,
+        proxy_files_first,
+        proxy_ca,
+        ..
+    } = &cli.command
+    {
+        crate::proxy::upstreams(proxy, proxy_files_first, proxy_ca.as_deref())?;
+    }
     match &cli.command {
         Command::Hello { server } => check_server(server)?,
         Command::Serve { server, sites, .. } if !sites.is_empty() => {

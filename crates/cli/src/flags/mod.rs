@@ -93,6 +93,12 @@ pub(crate) enum Command {
             value_parser = crate::proxy::parse_proxy_flag
         )]
         proxy_files_first: Vec<String>,
+        /// The CA certificates (a PEM file) that `https://` upstreams of
+        /// `--proxy` and `--proxy-files-first` are verified against, in
+        /// place of the system's roots. A [[site.route]] takes
+        /// `proxy-ca = "PATH"` for its own. Default: the system's roots.
+        #[arg(long = "proxy-ca", value_name = "PATH")]
+        proxy_ca: Option<std::path::PathBuf>,
         #[command(flatten)]
         files: FileArgs,
         #[command(flatten)]
