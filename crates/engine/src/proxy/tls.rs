@@ -278,11 +278,17 @@ impl Write for TlsStream {
             return Err(io::ErrorKind::WouldBlock.into());
         }
         let n = self.tls.writer().write(buf)?;
-        self.flush_tls()?;
-        if n == 0 && !buf.is_empty() {
-            return Err(io::ErrorKind::WouldBlock.into());
+        if n > 0 {
+            // The bytes are taken: a failure to send them is the next
+            // call's (a retry must not take them for unsent).
+            let _ = self.flush_tls();
+            return Ok(n);
         }
-        Ok(n)
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        // rustls' buffer is full (its limit): wait for the socket.
+        Err(io::ErrorKind::WouldBlock.into())
     }
 
     fn flush(&mut self) -> io::Result<()> {
