@@ -6,10 +6,13 @@
 //! A prefix ending in `/` (`/api/`) takes the paths beneath it and the
 //! prefix without its slash (`/api`); one without (`/api`) takes itself
 //! and the paths beneath it, never `/apix`. The longest prefix wins. The
-//! URL is `http://HOST[:PORT][/PATH]` or `unix:PATH`; a PATH replaces the
+//! URL is `http[s]://HOST[:PORT][/PATH]` or `unix:PATH`; a PATH replaces the
 //! prefix (`--proxy /api/=http://up/v1/` sends `/api/x` as `/v1/x`), as
 //! nginx's `proxy_pass` with a URI does; without one the path goes
-//! unchanged. The upstream gets the client's Host (Caddy's default).
+//! unchanged. The upstream gets the client's Host (Caddy's default). An
+//! `https://` upstream is verified against the system's roots, or a
+//! route's `proxy-ca = "PATH"`; `insecure-skip-verify = true` turns that
+//! off, and is warned of at start, at each reload and by `check-config`.
 //!
 //! The proxy's own 502, 503 and 504 carry the served root's `_50x.html`
 //! (a directory's file, or the archive's) when it has one, as nginx's
@@ -56,7 +59,9 @@ pub(crate) type Prefix = (String, Proxy, bool);
 /// The upstreams of `--proxy` and `--proxy-files-first` values (checked
 /// by [`parse_proxy_flag`]). A prefix given twice is refused: which
 /// upstream, and whether files come first, would be a guess.
-pub(crate) fn upstreams(flags: &[String], files_first: &[String]) -> anyhow::Result<Vec<Prefix>> {
+/// `https://` upstreams are verified against `ca` (`--proxy-ca`, read
+/// now) when given.
+pub(crate) fn upstreams(flags: &[String], files_first: &[String], ca: Option<&Path>) -> anyhow::Result<Vec<Prefix>> {
     let mut routes: Vec<Prefix> = Vec::with_capacity(flags.len() + files_first.len());
     let given = flags
         .iter()
@@ -72,12 +77,40 @@ pub(crate) fn upstreams(flags: &[String], files_first: &[String]) -> anyhow::Res
                 flag_name(first)
             );
         }
-        let up = Upstream::parse(url)?.prefix(prefix);
+        let mut up = Upstream::parse(url)?.prefix(prefix);
+        if let (Some(ca), true) = (ca, up.is_tls()) {
+            up = up.ca_file(ca)?;
+        }
         routes.push((prefix.to_owned(), Proxy::new(up), first));
     }
     // Longest first: the most specific prefix wins.
     routes.sort_by_key(|(p, ..)| std::cmp::Reverse(p.len()));
     Ok(routes)
+}
+
+/// A `[[site.route]]`'s upstream: its URL with its `proxy-ca` (read
+/// now) and `insecure-skip-verify`.
+pub(crate) fn route_upstream(p: &crate::sites::Proxy) -> anyhow::Result<Upstream> {
+    let mut up = Upstream::parse(&p.url)?;
+    if let Some(ca) = &p.ca {
+        up = up.ca_file(ca)?;
+    }
+    if p.insecure_skip_verify {
+        up = up.insecure_skip_verify()?;
+    }
+    Ok(up)
+}
+
+/// The warning an upstream whose certificate goes unverified gets, at
+/// start, at each reload and from `check-config`.
+pub(crate) fn warn_if_unverified(up: &Upstream, what: &str) {
+    if up.skips_verify() {
+        peregrine::log::warn(format_args!(
+            "{what}: proxy {}: insecure-skip-verify: the upstream's certificate is NOT verified \
+             (anyone on the path to it can read and change the traffic)",
+            up.url()
+        ));
+    }
 }
 
 /// Whether `path` is under `prefix` (the module's doc says how).

@@ -103,6 +103,7 @@ fn policy(command: &Command, argv: &[OsString]) -> anyhow::Result<Policy> {
         sites,
         proxy,
         proxy_files_first,
+        proxy_ca,
         ..
     } = command
     {
@@ -111,6 +112,8 @@ fn policy(command: &Command, argv: &[OsString]) -> anyhow::Result<Policy> {
             let (_, url) = flag.split_once('=').unwrap_or(("", flag));
             grant_connect(&mut policy, url)?;
         }
+        // `--proxy-ca`, read again at a reload.
+        pems.extend(proxy_ca.as_deref());
         keys.extend(archive.require_signature.iter().map(PathBuf::as_path));
         // Each site's roots, certificates and access log, as the top
         // level's.
@@ -138,6 +141,9 @@ fn policy(command: &Command, argv: &[OsString]) -> anyhow::Result<Policy> {
                             _ => {}
                         }
                         pems.extend(p.error_page.as_deref());
+                        // The CA file of an https:// upstream, read again
+                        // at a reload.
+                        pems.extend(p.ca.as_deref());
                     }
                     HandlerSpec::Redirect { .. } => {}
                 }

@@ -128,7 +128,7 @@ fn bad_proxy_settings_are_refused_at_start_naming_them() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
-    assert!(err.contains("--proxy") && err.contains("expected http://"), "{err}");
+    assert!(err.contains("--proxy") && err.contains("expected http[s]://"), "{err}");
 
     let config = t.write(
         "bad.toml",
@@ -595,4 +595,297 @@ fn a_websocket_passes_through_serve_proxy_and_http2_clients_are_told_they_may() 
     ]));
     let settings = h2_settings(&addr_of(&plain));
     assert!(!settings.iter().any(|&(id, _)| id == 0x8), "{settings:?}");
+}
+
+/// An HTTPS upstream whose certificate (for `localhost`) the test CA
+/// `pki` signed, answering every request with its request line and the
+/// SNI it got.
+fn tls_upstream(pki: &test_support::pki::Pki) -> SocketAddr {
+    use rustls::pki_types::pem::PemObject;
+    let (cert, key, _) = pki.issue("up", &["localhost"]);
+    let certs = rustls::pki_types::CertificateDer::pem_file_iter(&cert)
+        .unwrap()
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    let key = rustls::pki_types::PrivateKeyDer::from_pem_file(&key).unwrap();
+    let config = std::sync::Arc::new(
+        rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .unwrap(),
+    );
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    thread::spawn(move || {
+        for tcp in listener.incoming() {
+            let Ok(tcp) = tcp else { return };
+            let config = config.clone();
+            thread::spawn(move || {
+                tcp.set_read_timeout(Some(PATIENCE)).unwrap();
+                let mut stream = rustls::StreamOwned::new(rustls::ServerConnection::new(config).unwrap(), tcp);
+                while stream.conn.is_handshaking() {
+                    if stream.conn.complete_io(&mut stream.sock).is_err() {
+                        return;
+                    }
+                }
+                let sni = stream.conn.server_name().unwrap_or("-").to_owned();
+                let mut reader = BufReader::new(stream);
+                loop {
+                    let mut first = String::new();
+                    loop {
+                        let mut line = String::new();
+                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                        if first.is_empty() {
+                            first = line.trim_end().to_owned();
+                        }
+                    }
+                    let body = format!("{first} sni={sni}");
+                    let answer = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len());
+                    if reader.get_mut().write_all(answer.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// `proxy = "https://..."` with `proxy-ca`: verified against that CA (its
+/// file read under the sandbox at a reload too), SNI the upstream's host;
+/// `insecure-skip-verify = true` takes a certificate no CA vouches for,
+/// and says so at start and in `check-config`; either on an `http://`
+/// upstream is refused at its line.
+#[test]
+fn an_https_upstream_is_verified_against_the_routes_proxy_ca_and_skipping_verification_is_flagged() {
+    let t = Scratch::new("proxy-https");
+    t.write("site/index.html", "home\n");
+    let pki = test_support::pki::Pki::new("cli-proxy-https");
+    t.write("ca.pem", pki.ca_pem());
+    let other = test_support::pki::Pki::new("cli-proxy-https-other");
+    t.write("other-ca.pem", other.ca_pem());
+    let up = tls_upstream(&pki);
+    let port = up.port();
+    let config = t.write(
+        "peregrine.toml",
+        format!(
+            "version = 1\nbind = [\"127.0.0.1:0\"]\nworkers = 1\n[[site]]\nnames = [\"a.test\"]\nroot = \"site\"\n\
+             [[site.route]]\npath = \"/api/*\"\nproxy = \"https://localhost:{port}\"\nproxy-ca = \"ca.pem\"\n\
+             [[site.route]]\npath = \"/wrong/*\"\nproxy = \"https://localhost:{port}\"\nproxy-ca = \"other-ca.pem\"\n\
+             [[site.route]]\npath = \"/blind/*\"\nproxy = \"https://localhost:{port}\"\nproxy-ca = \"other-ca.pem\"\n\
+             insecure-skip-verify = true\n"
+        ),
+    );
+    let server = Process::spawn(
+        common::peregrine()
+            .current_dir(t.dir())
+            .args(["serve", "--config"])
+            .arg(&config),
+    );
+    let said = until_listening(&server).join("\n");
+    assert!(said.contains("/blind/*") && said.contains("NOT verified"), "{said}");
+    assert!(!said.contains("/api/*: proxy"), "{said}");
+    let addr = addr_of(&server);
+    let answer = get(&addr, "a.test", "/api/x");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.ends_with("GET /api/x HTTP/1.1 sni=localhost"), "{answer}");
+    let answer = get(&addr, "a.test", "/wrong/x");
+    assert!(answer.starts_with("HTTP/1.1 502"), "{answer}");
+    assert!(!answer.contains("sni="), "{answer}");
+    let answer = get(&addr, "a.test", "/blind/x");
+    assert!(answer.ends_with("GET /blind/x HTTP/1.1 sni=localhost"), "{answer}");
+    server.terminate();
+
+    let out = common::peregrine()
+        .current_dir(t.dir())
+        .args(["check-config", "serve", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("insecure-skip-verify") && err.contains("NOT verified"),
+        "{err}"
+    );
+
+    let bad = t.write(
+        "bad.toml",
+        "version = 1\n[[site]]\nnames = [\"a.test\"]\nroot = \"site\"\n\
+         [[site.route]]\npath = \"/api/*\"\nproxy = \"http://127.0.0.1:9\"\ninsecure-skip-verify = true\n",
+    );
+    let out = common::peregrine()
+        .current_dir(t.dir())
+        .args(["check-config", "serve", "--config"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("insecure-skip-verify") && err.contains("only an https:// upstream"),
+        "{err}"
+    );
+}
+
+/// A reload (SIGHUP) while requests wait for a slow upstream loses none:
+/// the old generation's connections finish their exchanges, each answer
+/// whole. The upstream holds every request until the test lets it answer,
+/// which it does only once the reload is done.
+#[test]
+fn a_reload_with_requests_in_flight_to_a_slow_upstream_loses_none() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{mpsc, Arc, Mutex};
+    const N: usize = 4;
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let up = listener.local_addr().unwrap();
+    let arrived = Arc::new(AtomicUsize::new(0));
+    let (release, gate) = mpsc::channel::<()>();
+    let gate = Arc::new(Mutex::new(gate));
+    {
+        let arrived = arrived.clone();
+        thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { return };
+                let (arrived, gate) = (arrived.clone(), gate.clone());
+                thread::spawn(move || {
+                    let mut reader = BufReader::new(stream.try_clone().unwrap());
+                    let mut out = stream;
+                    loop {
+                        let mut first = String::new();
+                        loop {
+                            let mut line = String::new();
+                            if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                                return;
+                            }
+                            if line == "\r\n" {
+                                break;
+                            }
+                            if first.is_empty() {
+                                first = line.trim_end().to_owned();
+                            }
+                        }
+                        arrived.fetch_add(1, Ordering::SeqCst);
+                        // Held until the test says (one release per request).
+                        if gate.lock().unwrap().recv_timeout(PATIENCE).is_err() {
+                            return;
+                        }
+                        let body = format!("{first} done");
+                        let answer = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len());
+                        if out.write_all(answer.as_bytes()).is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+    }
+    let t = Scratch::new("proxy-reload");
+    t.write("site/index.html", "home\n");
+    let server = Process::spawn(
+        common::peregrine()
+            .current_dir(t.dir())
+            .args(["serve", "site", "--bind", "127.0.0.1:0", "--workers", "1", "--proxy"])
+            .arg(format!("/api/=http://{up}")),
+    );
+    let addr = addr_of(&server);
+    let clients: Vec<_> = (0..N)
+        .map(|i| {
+            let addr = addr.clone();
+            thread::spawn(move || get(&addr, "x", &format!("/api/slow/{i}")))
+        })
+        .collect();
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while arrived.load(Ordering::SeqCst) < N {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the requests did not all reach the upstream"
+        );
+        thread::sleep(std::time::Duration::from_millis(10));
+    }
+    server.signal("HUP");
+    let deadline = std::time::Instant::now() + PATIENCE;
+    loop {
+        let line = server.next_line_before(deadline).expect("a line about the reload");
+        assert!(!line.contains("not reloaded"), "{line}");
+        if line.contains("configuration reloaded") {
+            break;
+        }
+    }
+    for _ in 0..N {
+        release.send(()).unwrap();
+    }
+    for (i, client) in clients.into_iter().enumerate() {
+        let answer = client.join().unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200"), "request {i}: {answer}");
+        assert!(
+            answer.ends_with(&format!("GET /api/slow/{i} HTTP/1.1 done")),
+            "request {i}: {answer}"
+        );
+    }
+    // The new generation proxies too.
+    release.send(()).unwrap();
+    let answer = get(&addr, "x", "/api/after");
+    assert!(answer.ends_with("GET /api/after HTTP/1.1 done"), "{answer}");
+    server.terminate();
+}
+
+/// `--proxy PREFIX=https://...` is verified against the system's roots,
+/// or `--proxy-ca`'s CA file (read under the sandbox; `check-config` reads
+/// it too).
+#[test]
+fn serve_proxy_https_is_verified_against_proxy_ca() {
+    let t = Scratch::new("proxy-https-flag");
+    t.write("site/index.html", "home\n");
+    let pki = test_support::pki::Pki::new("cli-proxy-https-flag");
+    t.write("ca.pem", pki.ca_pem());
+    let up = tls_upstream(&pki);
+    let flag = format!("/api/=https://localhost:{}", up.port());
+    for (ca, status) in [(Some("ca.pem"), "200"), (None, "502")] {
+        let mut cmd = common::peregrine();
+        cmd.current_dir(t.dir()).args([
+            "serve",
+            "site",
+            "--bind",
+            "127.0.0.1:0",
+            "--workers",
+            "1",
+            "--proxy",
+            &flag,
+        ]);
+        if let Some(ca) = ca {
+            cmd.args(["--proxy-ca", ca]);
+        }
+        let server = Process::spawn(&mut cmd);
+        let answer = get(&addr_of(&server), "x", "/api/x");
+        assert!(answer.starts_with(&format!("HTTP/1.1 {status}")), "{ca:?}: {answer}");
+        if ca.is_some() {
+            assert!(answer.ends_with("GET /api/x HTTP/1.1 sni=localhost"), "{answer}");
+        } else {
+            assert!(!answer.contains("sni="), "{answer}");
+        }
+        server.terminate();
+    }
+    let out = common::peregrine()
+        .current_dir(t.dir())
+        .args([
+            "check-config",
+            "serve",
+            "site",
+            "--proxy",
+            &flag,
+            "--proxy-ca",
+            "missing.pem",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("missing.pem"), "{err}");
 }

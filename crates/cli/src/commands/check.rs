@@ -34,6 +34,16 @@ pub(crate) fn check_config(cli: &Cli, argv: &[OsString]) -> anyhow::Result<()> {
     }
     let sandbox = sandbox::enter(&cli.command, argv)?;
     eprintln!("peregrine: {sandbox}");
+    // `--proxy` upstreams, with `--proxy-ca` read.
+    if let Command::Serve {
+        proxy,
+        proxy_files_first,
+        proxy_ca,
+        ..
+    } = &cli.command
+    {
+        crate::proxy::upstreams(proxy, proxy_files_first, proxy_ca.as_deref())?;
+    }
     match &cli.command {
         Command::Hello { server } => check_server(server)?,
         Command::Serve { server, sites, .. } if !sites.is_empty() => {
@@ -78,6 +88,9 @@ fn check_proxy(p: &crate::sites::Proxy, names: &[String]) -> anyhow::Result<()> 
     if let Some(page) = &p.error_page {
         std::fs::read(page).with_context(|| format!("error-page {}", page.display()))?;
     }
+    // The CA file read, and an unverified upstream flagged.
+    let up = crate::proxy::route_upstream(p)?;
+    crate::proxy::warn_if_unverified(&up, "check-config");
     Ok(())
 }
 

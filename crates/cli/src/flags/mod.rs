@@ -68,12 +68,14 @@ pub(crate) enum Command {
         #[arg(skip)]
         sites: Vec<crate::sites::SiteSpec>,
         /// Requests under PREFIX go to an upstream HTTP server:
-        /// `PREFIX=http://HOST[:PORT][/PATH]` or `PREFIX=unix:PATH`, e.g.
+        /// `PREFIX=http[s]://HOST[:PORT][/PATH]` or `PREFIX=unix:PATH`, e.g.
         /// `--proxy /api/=http://127.0.0.1:9000`; repeatable, the longest
         /// prefix winning; for every site. A PATH replaces the prefix
         /// (`/api/=http://up/v1/` sends `/api/x` as `/v1/x`); without one
         /// the path goes unchanged. The upstream gets the client's Host and
-        /// X-Forwarded-For, -Proto, -Host, Forwarded and Via. A
+        /// X-Forwarded-For, -Proto, -Host, Forwarded and Via. An https://
+        /// upstream is verified against the system's roots (a route's
+        /// `proxy-ca` and `insecure-skip-verify` change that). A
         /// [[site.route]] takes `proxy = "URL"` for one site. Default: none.
         #[arg(long = "proxy", value_name = "PREFIX=URL", value_parser = crate::proxy::parse_proxy_flag)]
         proxy: Vec<String>,
@@ -91,6 +93,12 @@ pub(crate) enum Command {
             value_parser = crate::proxy::parse_proxy_flag
         )]
         proxy_files_first: Vec<String>,
+        /// The CA certificates (a PEM file) that `https://` upstreams of
+        /// `--proxy` and `--proxy-files-first` are verified against, in
+        /// place of the system's roots. A [[site.route]] takes
+        /// `proxy-ca = "PATH"` for its own. Default: the system's roots.
+        #[arg(long = "proxy-ca", value_name = "PATH")]
+        proxy_ca: Option<std::path::PathBuf>,
         #[command(flatten)]
         files: FileArgs,
         #[command(flatten)]

@@ -384,6 +384,7 @@ fn start(
         sites,
         proxy,
         proxy_files_first,
+        proxy_ca,
         ..
     } = command
     else {
@@ -394,7 +395,7 @@ fn start(
     // Credentials are checked by this generation's verifier (its threads
     // start with the first check, and end with the generation).
     let verifier = Verifier::new();
-    let proxies = crate::proxy::upstreams(proxy, proxy_files_first)?;
+    let proxies = crate::proxy::upstreams(proxy, proxy_files_first, proxy_ca.as_deref())?;
     // Under a files-first prefix a path no file answers goes upstream; a
     // fallback would answer it first, and the upstream never (GET).
     let fallbacks: Vec<&str> = if sites.is_empty() {

@@ -154,9 +154,10 @@ pub(super) fn build(
                         notes.route(&what, &route.path, rule, &route.headers, None);
                     }
                     let prefix = route_prefix(&route.path);
-                    let mut up = peregrine::proxy::Upstream::parse(&p.url)
+                    let mut up = crate::proxy::route_upstream(p)
                         .with_context(|| format!("site {label}, route {}", route.path))?
                         .prefix(&prefix);
+                    crate::proxy::warn_if_unverified(&up, &format!("site {label}, route {}", route.path));
                     // Files first (`files-first = true`): the route's own
                     // root or the site's, then the upstream.
                     let (files, files_page): (Option<Arc<dyn Handler>>, _) = match p.files_first.as_deref() {

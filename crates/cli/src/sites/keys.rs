@@ -88,6 +88,8 @@ pub(crate) const ROUTE_KEYS: &[&str] = &[
     "proxy",
     "files-first",
     "error-page",
+    "proxy-ca",
+    "insecure-skip-verify",
     "headers",
     "ip",
     "rate-limit",

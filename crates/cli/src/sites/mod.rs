@@ -173,6 +173,14 @@ pub(crate) struct Proxy {
     /// and 504; without it, the `_50x.html` of the files the route tries
     /// first, or of the site's root, if there is one.
     pub(crate) error_page: Option<PathBuf>,
+    /// `proxy-ca = "PATH"`: an `https://` upstream's certificate is
+    /// verified against the CA certificates of this PEM file in place of
+    /// the system's roots.
+    pub(crate) ca: Option<PathBuf>,
+    /// `insecure-skip-verify = true`: an `https://` upstream's
+    /// certificate is not verified (flagged at start and by
+    /// `check-config`).
+    pub(crate) insecure_skip_verify: bool,
 }
 
 /// Where a site's or route's setting came from, as `check-config` says it.

@@ -648,6 +648,8 @@ impl FileSites<'_> {
         let mut upstream: Option<(String, usize)> = None;
         let mut files_first: Option<(bool, usize)> = None;
         let mut error_page: Option<(PathBuf, usize)> = None;
+        let mut proxy_ca: Option<(PathBuf, usize)> = None;
+        let mut skip_verify: Option<(bool, usize)> = None;
         let mut status: Option<(u16, usize)> = None;
         let mut headers: Option<(Vec<(String, String)>, usize)> = None;
         let mut ip: Option<(IpRules, usize)> = None;
@@ -734,6 +736,19 @@ impl FileSites<'_> {
                         error_page = Some((self.path_of(&s), line));
                     }
                 }
+                "proxy-ca" => {
+                    if let Some(s) = string(errors) {
+                        proxy_ca = Some((self.path_of(&s), line));
+                    }
+                }
+                "insecure-skip-verify" => match v.get_ref() {
+                    DeValue::Boolean(b) => skip_verify = Some((*b, line)),
+                    other => errors.push(self.error(
+                        line,
+                        key,
+                        format!("expected true or false, found {}", config::describe(other)),
+                    )),
+                },
                 "status" => match v.get_ref() {
                     DeValue::Integer(i) => match u16::from_str_radix(i.as_str(), i.radix()) {
                         Ok(n) if REDIRECT_STATUSES.contains(&n) => status = Some((n, line)),
@@ -822,6 +837,8 @@ impl FileSites<'_> {
                 ("proxy", upstream.as_ref().map(|u| u.1)),
                 ("files-first", files_first.map(|f| f.1)),
                 ("error-page", error_page.as_ref().map(|e| e.1)),
+                ("proxy-ca", proxy_ca.as_ref().map(|e| e.1)),
+                ("insecure-skip-verify", skip_verify.map(|e| e.1)),
             ] {
                 if let Some(line) = line {
                     errors.push(self.error(
@@ -962,10 +979,38 @@ impl FileSites<'_> {
                     ));
                     path
                 });
+                let proxy_ca_line = proxy_ca.as_ref().map(|c| c.1);
+                let ca = proxy_ca.map(|(path, line)| {
+                    shown.push(Shown::new(
+                        "proxy-ca",
+                        config::toml_string(&path.to_string_lossy()),
+                        self.origin(line),
+                    ));
+                    path
+                });
+                let insecure_skip_verify = match skip_verify {
+                    Some((on, line)) => {
+                        shown.push(Shown::new("insecure-skip-verify", on.to_string(), self.origin(line)));
+                        on
+                    }
+                    None => false,
+                };
+                if !url.starts_with("https://") {
+                    for (key, line) in [
+                        ("proxy-ca", proxy_ca_line),
+                        ("insecure-skip-verify", skip_verify.map(|s| s.1)),
+                    ] {
+                        if let Some(line) = line {
+                            errors.push(self.error(line, key, "only an https:// upstream has it"));
+                        }
+                    }
+                }
                 HandlerSpec::Proxy(Proxy {
                     url,
                     files_first,
                     error_page,
+                    ca,
+                    insecure_skip_verify,
                 })
             }
             "redirect" => {

@@ -51,6 +51,7 @@
 mod auth;
 mod pool;
 mod resolve;
+mod tls;
 mod tunnel;
 mod upstream;
 

@@ -92,6 +92,8 @@ struct Pool {
 pub(crate) enum Sock {
     Tcp(mio::net::TcpStream),
     Unix(mio::net::UnixStream),
+    /// An `https://` upstream (`tls.rs`).
+    Tls(Box<super::tls::TlsStream>),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -165,7 +167,18 @@ enum Outcome {
 
 impl Sock {
     /// A connection under way, and the address it goes to (TCP).
-    fn connect(addr: &Addr) -> io::Result<(Sock, Option<SocketAddr>)> {
+    fn connect(addr: &Addr, tls: Option<&super::tls::UpstreamTls>) -> io::Result<(Sock, Option<SocketAddr>)> {
+        let (sock, peer) = Sock::connect_plain(addr)?;
+        match (sock, tls) {
+            (Sock::Tcp(tcp), Some(tls)) => {
+                let tls = tls.connection()?;
+                Ok((Sock::Tls(Box::new(super::tls::TlsStream { tcp, tls })), peer))
+            }
+            (sock, _) => Ok((sock, peer)),
+        }
+    }
+
+    fn connect_plain(addr: &Addr) -> io::Result<(Sock, Option<SocketAddr>)> {
         match addr {
             Addr::Tcp(addrs) => {
                 let mut last = io::Error::new(io::ErrorKind::AddrNotAvailable, "no address");
@@ -188,20 +201,26 @@ impl Sock {
         match self {
             Sock::Tcp(s) => s,
             Sock::Unix(s) => s,
+            Sock::Tls(s) => &mut s.tcp,
         }
     }
 
-    /// Connected: `Ok(true)`; still connecting: `Ok(false)`.
-    fn connected(&self) -> io::Result<bool> {
+    /// Connected (and, over TLS, the handshake done): `Ok(true)`; still
+    /// connecting: `Ok(false)`.
+    fn connected(&mut self) -> io::Result<bool> {
         let (err, peer) = match self {
             Sock::Tcp(s) => (s.take_error(), s.peer_addr().map(|_| ())),
             Sock::Unix(s) => (s.take_error(), s.peer_addr().map(|_| ())),
+            Sock::Tls(s) => (s.tcp.take_error(), s.tcp.peer_addr().map(|_| ())),
         };
         if let Some(e) = err? {
             return Err(e);
         }
         match peer {
-            Ok(()) => Ok(true),
+            Ok(()) => match self {
+                Sock::Tls(s) => s.handshake(),
+                _ => Ok(true),
+            },
             Err(e) if e.kind() == io::ErrorKind::NotConnected => Ok(false),
             Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => Ok(false),
             Err(e) => Err(e),
@@ -214,6 +233,7 @@ impl Read for Sock {
         match self {
             Sock::Tcp(s) => s.read(buf),
             Sock::Unix(s) => s.read(buf),
+            Sock::Tls(s) => s.read(buf),
         }
     }
 }
@@ -223,6 +243,7 @@ impl Write for Sock {
         match self {
             Sock::Tcp(s) => s.write(buf),
             Sock::Unix(s) => s.write(buf),
+            Sock::Tls(s) => s.write(buf),
         }
     }
     fn flush(&mut self) -> io::Result<()> {
@@ -273,6 +294,21 @@ impl Upstreams {
         if let Some(m) = &pool.metrics {
             m.requests.add(1);
         }
+        if job.tunnel.is_some() && job.up.is_tls() {
+            // A tunnel moves bytes between two sockets (`conn/tunnel.rs`);
+            // one through rustls is not written yet.
+            log::warn!(
+                "proxy: {}: WebSocket to an https:// upstream is not supported: 502",
+                pool.up.url()
+            );
+            let answer = job.up.error_answer(502);
+            let figures = UpstreamLog {
+                status: Some(502),
+                ..UpstreamLog::default()
+            };
+            self.answers.push((job.responder, answer, Some(figures)));
+            return;
+        }
         if let Some(key) = pool.idle.pop() {
             self.assign(ctx, timers, key, job);
         } else if pool.open < pool.up.max_conns {
@@ -312,7 +348,7 @@ impl Upstreams {
             };
             (up.error_answer(502), Some(figures))
         };
-        let (mut sock, peer) = match Sock::connect(&up.addr) {
+        let (mut sock, peer) = match Sock::connect(&up.addr, up.tls.as_ref()) {
             Ok(s) => s,
             Err(e) => {
                 let (answer, figures) = failed(&format_args!("connect: {e}"));

@@ -56,8 +56,15 @@ fn upstream_urls_are_checked_at_start() {
     ] {
         assert!(Upstream::parse(bad).is_err(), "{bad}");
     }
-    let https = Upstream::parse("https://127.0.0.1").unwrap_err().to_string();
-    assert!(https.contains("not supported yet"), "{https}");
+    // https://: port 443 unless given; TLS settings only for it.
+    let https = Upstream::parse("https://127.0.0.1").unwrap();
+    assert!(https.is_tls() && !https.skips_verify());
+    assert_eq!(https.tcp_ports(), [443]);
+    assert_eq!(Upstream::parse("https://127.0.0.1:8443").unwrap().tcp_ports(), [8443]);
+    assert!(https.insecure_skip_verify().unwrap().skips_verify());
+    let plain = Upstream::parse("http://127.0.0.1").unwrap();
+    assert!(!plain.is_tls() && plain.clone().insecure_skip_verify().is_err());
+    assert_eq!(plain.tcp_ports(), [80]);
 }
 
 #[test]

@@ -74,6 +74,7 @@ impl Sock {
         match self {
             Sock::Tcp(s) => s,
             Sock::Unix(s) => s,
+            Sock::Tls(s) => &mut s.tcp,
         }
     }
 
@@ -82,6 +83,8 @@ impl Sock {
         match self {
             Sock::Tcp(s) => s.shutdown(how),
             Sock::Unix(s) => s.shutdown(how),
+            // Never reached: WebSocket is refused on `https://` upstreams.
+            Sock::Tls(s) => s.tcp.shutdown(how),
         }
     }
 }

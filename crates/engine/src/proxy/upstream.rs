@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::resolve::Resolved;
+use super::tls::UpstreamTls;
 use crate::response::{Response, SharedBytes};
 
 use percent_encoding::{percent_decode, utf8_percent_encode, AsciiSet, CONTROLS};
@@ -57,6 +58,8 @@ pub struct Upstream {
     pub(crate) connect_timeout: Duration,
     pub(crate) read_timeout: Duration,
     pub(crate) buffer_bytes: usize,
+    /// How an `https://` upstream's TLS is set up (`tls.rs`).
+    pub(crate) tls: Option<UpstreamTls>,
     /// The body of the proxy's own 502, 503 and 504 (HTML), in place of
     /// the engine's plain text.
     error_page: Option<Arc<Vec<u8>>>,
@@ -114,27 +117,39 @@ impl Upstream {
     /// Bytes of an answer read ahead of the client (`proxy_buffer_bytes`).
     pub const BUFFER_BYTES: usize = 1024 * 1024;
 
-    /// `http://HOST[:PORT][/PATH]` or `unix:PATH`. A host name is
-    /// resolved now (at start: never on an event loop). A path replaces
-    /// the route's prefix, as nginx's `proxy_pass` with a URI does;
-    /// without one the request's path goes unchanged. `https://`
-    /// upstreams are not supported yet, and say so.
+    /// `http://HOST[:PORT][/PATH]`, `https://HOST[:PORT][/PATH]` or
+    /// `unix:PATH`. A host name is resolved now (at start: never on an
+    /// event loop). A path replaces the route's prefix, as nginx's
+    /// `proxy_pass` with a URI does; without one the request's path goes
+    /// unchanged. An `https://` upstream's certificate is verified against
+    /// the system's roots (loaded now) as HOST, sent as SNI unless it is
+    /// an IP address (then the certificate needs that IP address);
+    /// [`Upstream::ca_file`] and [`Upstream::insecure_skip_verify`] change
+    /// that.
     pub fn parse(url: &str) -> Result<Upstream, UpstreamError> {
         let err = |why: &str| UpstreamError(format!("upstream {url:?}: {why}"));
+        let mut tls = None;
         let (addr, authority, path) = if let Some(path) = url.strip_prefix("unix:") {
             if path.is_empty() {
                 return Err(err("a unix: upstream needs a socket path"));
             }
             (Addr::Unix(PathBuf::from(path)), "localhost".to_owned(), None)
-        } else if let Some(rest) = url.strip_prefix("http://") {
+        } else if let Some((rest, default_port)) = url
+            .strip_prefix("http://")
+            .map(|r| (r, 80))
+            .or_else(|| url.strip_prefix("https://").map(|r| (r, 443)))
+        {
             let (authority, path) = match rest.find('/') {
                 Some(i) => (&rest[..i], Some(&rest[i..])),
                 None => (rest, None),
             };
             if authority.is_empty() || authority.contains('@') {
-                return Err(err("expected http://HOST[:PORT][/PATH]"));
+                return Err(err("expected http[s]://HOST[:PORT][/PATH]"));
             }
-            let (host, port) = split_host_port(authority).ok_or_else(|| err("bad host or port"))?;
+            let (host, port) = split_host_port(authority, default_port).ok_or_else(|| err("bad host or port"))?;
+            if default_port == 443 {
+                tls = Some(UpstreamTls::new(host).map_err(|e| err(&e))?);
+            }
             if let Some(p) = path {
                 if p.contains(['?', '#']) || p.split('/').any(|s| s == "." || s == "..") {
                     return Err(err("the path may not hold a query, a fragment or dot segments"));
@@ -142,10 +157,8 @@ impl Upstream {
             }
             let addrs = Resolved::new(host, port).map_err(|e| err(&format!("cannot resolve {host}: {e}")))?;
             (Addr::Tcp(addrs), authority.to_owned(), path.map(str::to_owned))
-        } else if url.starts_with("https://") {
-            return Err(err("https:// upstreams are not supported yet (use http:// or unix:)"));
         } else {
-            return Err(err("expected http://HOST[:PORT][/PATH] or unix:PATH"));
+            return Err(err("expected http[s]://HOST[:PORT][/PATH] or unix:PATH"));
         };
         Ok(Upstream {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
@@ -155,6 +168,7 @@ impl Upstream {
             path,
             prefix: "/".to_owned(),
             host_header: HostHeader::Preserve,
+            tls,
             max_conns: Upstream::MAX_CONNS,
             queue_max: Upstream::QUEUE_MAX,
             idle_timeout: Upstream::IDLE_TIMEOUT,
@@ -244,6 +258,52 @@ impl Upstream {
         self
     }
 
+    /// An `https://` upstream's certificate verified against the CA
+    /// certificates of a PEM file (read now, before any sandbox) in place
+    /// of the system's roots (nginx's `proxy_ssl_trusted_certificate`).
+    /// An error for a `http://` or `unix:` upstream.
+    pub fn ca_file(mut self, path: impl AsRef<Path>) -> Result<Upstream, UpstreamError> {
+        let Some(tls) = &self.tls else {
+            return Err(UpstreamError(format!(
+                "upstream {:?}: a CA file is for https:// upstreams",
+                self.url
+            )));
+        };
+        self.tls = Some(
+            tls.with_ca_file(path.as_ref())
+                .map_err(|e| UpstreamError(format!("upstream {:?}: {e}", self.url)))?,
+        );
+        Ok(self)
+    }
+
+    /// An `https://` upstream's certificate is not verified at all: an
+    /// explicit choice, which `check-config` and the start line flag. An
+    /// error for a `http://` or `unix:` upstream.
+    pub fn insecure_skip_verify(mut self) -> Result<Upstream, UpstreamError> {
+        let Some(tls) = &self.tls else {
+            return Err(UpstreamError(format!(
+                "upstream {:?}: skipping verification is for https:// upstreams",
+                self.url
+            )));
+        };
+        self.tls = Some(
+            tls.skip_verify()
+                .map_err(|e| UpstreamError(format!("upstream {:?}: {e}", self.url)))?,
+        );
+        Ok(self)
+    }
+
+    /// Whether the upstream is `https://`.
+    pub fn is_tls(&self) -> bool {
+        self.tls.is_some()
+    }
+
+    /// Whether the upstream's certificate goes unverified
+    /// ([`Upstream::insecure_skip_verify`]).
+    pub fn skips_verify(&self) -> bool {
+        self.tls.as_ref().is_some_and(|t| t.insecure)
+    }
+
     /// The URL it was made from.
     pub fn url(&self) -> &str {
         &self.url
@@ -327,13 +387,13 @@ impl Upstream {
     }
 }
 
-/// `host`, `host:port`, `[v6]`, `[v6]:port` (port 80 by default).
-fn split_host_port(authority: &str) -> Option<(&str, u16)> {
+/// `host`, `host:port`, `[v6]`, `[v6]:port` (`default` without a port).
+fn split_host_port(authority: &str, default: u16) -> Option<(&str, u16)> {
     if let Some(rest) = authority.strip_prefix('[') {
         let end = rest.find(']')?;
         let host = &rest[..end];
         let port = match &rest[end + 1..] {
-            "" => 80,
+            "" => default,
             p => p.strip_prefix(':')?.parse().ok()?,
         };
         return Some((host, port));
@@ -341,7 +401,7 @@ fn split_host_port(authority: &str) -> Option<(&str, u16)> {
     match authority.rsplit_once(':') {
         Some((host, port)) if !host.contains(':') => Some((host, port.parse().ok()?)),
         Some(_) => None,
-        None => Some((authority, 80)),
+        None => Some((authority, default)),
     }
     .filter(|(h, _)| !h.is_empty())
 }
