@@ -732,7 +732,7 @@ fn open_outlined(local: &mut Local, req: &Request<'_>, server: &ArchiveServer) -
 /// Answers `req` from the archive, protected or not. `server` is looked
 /// at only where nothing in the archive answers (a previous generation
 /// may).
-#[inline]
+#[inline(always)]
 fn open(local: &mut Local, req: &Request<'_>, server: &ArchiveServer) -> Reply {
     let head = match reply::method(req) {
         Method::Get => false,
@@ -982,6 +982,7 @@ fn not_found(
 /// An entry found at the path asked for: a `_redirects` rule's (a
 /// redirect without the bit that keeps the query), or a resource or the
 /// archive's own redirect, answered as before.
+#[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn found(
     prepared: &mut PreparedByKey,
