@@ -285,6 +285,17 @@ impl ArchiveServer {
         self.shared.state().verified.map(|v| v.deploy_number)
     }
 
+    /// The bytes of the file stored at `path` (`/_50x.html`) for the
+    /// archive's default site, as packed (not compressed), in the archive
+    /// served now: for a page the server answers with outside the
+    /// archive's own answers (the reverse proxy's error page).
+    pub fn file_bytes(&self, path: &str) -> Option<Vec<u8>> {
+        let archive = self.shared.current();
+        let entry = archive.get(archive.default_site(), path.as_bytes())?;
+        let identity = entry.variant(0)?;
+        Some(archive.slice(identity.body_off, identity.body_len).to_vec())
+    }
+
     /// The options it was opened with.
     pub fn options(&self) -> &ServeOptions {
         &self.shared.options

@@ -10,8 +10,21 @@
 //! prefix (`--proxy /api/=http://up/v1/` sends `/api/x` as `/v1/x`), as
 //! nginx's `proxy_pass` with a URI does; without one the path goes
 //! unchanged. The upstream gets the client's Host (Caddy's default).
+//!
+//! The proxy's own 502, 503 and 504 carry the served root's `_50x.html`
+//! (a directory's file, or the archive's) when it has one, as nginx's
+//! `error_page 502 503 504 /50x.html` and its stock `50x.html` do; a
+//! route's `error-page = "PATH"` names another. Either way the status is
+//! the proxy's, and no upstream text or address reaches the client.
+//!
+//! A route with `files-first = true` answers a GET or HEAD from its files
+//! when one is there and sends the rest upstream ([`FilesFirst`], nginx's
+//! `try_files $uri @backend`).
 
+use std::path::Path;
 use std::sync::Arc;
+
+use anyhow::Context;
 
 use peregrine::proxy::{Proxy, Upstream};
 use peregrine::{BodyUse, Handler, Reply, Request};
@@ -36,16 +49,34 @@ fn check_prefix(prefix: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// The upstreams of `--proxy` values (checked by [`parse_proxy_flag`]).
-pub(crate) fn upstreams(flags: &[String]) -> anyhow::Result<Vec<(String, Proxy)>> {
-    let mut routes = Vec::with_capacity(flags.len());
-    for flag in flags {
+/// A `--proxy` (or `--proxy-files-first`, `files_first`) prefix and its
+/// upstream.
+pub(crate) type Prefix = (String, Proxy, bool);
+
+/// The upstreams of `--proxy` and `--proxy-files-first` values (checked
+/// by [`parse_proxy_flag`]). A prefix given twice is refused: which
+/// upstream, and whether files come first, would be a guess.
+pub(crate) fn upstreams(flags: &[String], files_first: &[String]) -> anyhow::Result<Vec<Prefix>> {
+    let mut routes: Vec<Prefix> = Vec::with_capacity(flags.len() + files_first.len());
+    let given = flags
+        .iter()
+        .map(|f| (f, false))
+        .chain(files_first.iter().map(|f| (f, true)));
+    for (flag, first) in given {
         let (prefix, url) = flag.split_once('=').expect("checked by parse_proxy_flag");
+        let flag_name = |first| if first { "--proxy-files-first" } else { "--proxy" };
+        if let Some((_, _, other)) = routes.iter().find(|(p, ..)| p == prefix) {
+            anyhow::bail!(
+                "{} {prefix} and {} {prefix}: one prefix, two proxies (give it once)",
+                flag_name(*other),
+                flag_name(first)
+            );
+        }
         let up = Upstream::parse(url)?.prefix(prefix);
-        routes.push((prefix.to_owned(), Proxy::new(up)));
+        routes.push((prefix.to_owned(), Proxy::new(up), first));
     }
     // Longest first: the most specific prefix wins.
-    routes.sort_by_key(|(p, _)| std::cmp::Reverse(p.len()));
+    routes.sort_by_key(|(p, ..)| std::cmp::Reverse(p.len()));
     Ok(routes)
 }
 
@@ -67,8 +98,69 @@ pub(crate) fn may_cover_under(pattern: &str, prefix: &str) -> bool {
     under(prefix, literal) || (end < pattern.len() && prefix.starts_with(literal))
 }
 
-/// A site's handler with `--proxy` prefixes in front of it.
-pub(crate) fn wrap(inner: Arc<dyn Handler>, routes: &[(String, Proxy)]) -> Arc<dyn Handler> {
+/// Where a served root keeps the page of the proxy's 502, 503 and 504.
+pub(crate) const ERROR_PAGE_KEY: &str = "/_50x.html";
+
+/// A directory's `_50x.html`, if it has one (read now: at start and at
+/// each reload).
+pub(crate) fn directory_error_page(root: &Path) -> anyhow::Result<Option<Vec<u8>>> {
+    let path = root.join(&ERROR_PAGE_KEY[1..]);
+    match std::fs::read(&path) {
+        Ok(page) => Ok(Some(page)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
+    }
+}
+
+/// `--proxy` prefixes whose error answers carry `page`: the same
+/// upstreams (one pool each), another page.
+pub(crate) fn with_error_page(routes: &[Prefix], page: Option<&[u8]>) -> Vec<Prefix> {
+    let Some(page) = page else {
+        return routes.to_vec();
+    };
+    routes
+        .iter()
+        .map(|(prefix, p, first)| {
+            (
+                prefix.clone(),
+                Proxy::new(p.upstream().clone().error_page(page.to_vec())),
+                *first,
+            )
+        })
+        .collect()
+}
+
+/// A proxy route that tries its files first: a GET or HEAD the files
+/// answer with anything but 404 gets that answer; a 404, and every other
+/// method (an API's POST to a path that is no file), goes upstream. The
+/// files have no fallback or not-found page here (the upstream is the
+/// fallback), so only a file that is there answers.
+pub(crate) struct FilesFirst {
+    pub(crate) files: Arc<dyn Handler>,
+    pub(crate) proxy: Proxy,
+}
+
+impl Handler for FilesFirst {
+    fn call(&self, req: &Request<'_>) -> Reply {
+        if matches!(req.method(), "GET" | "HEAD") {
+            match self.files.call(req) {
+                Reply::Now(answer) if answer.status() == 404 => {}
+                other => return other,
+            }
+        }
+        self.proxy.call(req)
+    }
+
+    /// As the proxy reads it: the files never read a body.
+    fn body_use(&self, req: &Request<'_>) -> BodyUse {
+        self.proxy.body_use(req)
+    }
+}
+
+/// A site's handler with `--proxy` prefixes in front of it; under a
+/// `--proxy-files-first` prefix, a GET or HEAD is the site's first, and
+/// goes upstream when the site says 404.
+pub(crate) fn wrap(inner: Arc<dyn Handler>, routes: &[Prefix]) -> Arc<dyn Handler> {
     if routes.is_empty() {
         return inner;
     }
@@ -92,31 +184,35 @@ impl Handler for Shared {
 }
 
 struct Prefixed {
-    routes: Vec<(String, Proxy)>,
+    routes: Vec<Prefix>,
     inner: Arc<dyn Handler>,
 }
 
 impl Prefixed {
-    fn route(&self, req: &Request<'_>) -> Option<&Proxy> {
+    fn route(&self, req: &Request<'_>) -> Option<(&Proxy, bool)> {
         let path = req.path();
         self.routes
             .iter()
-            .find(|(prefix, _)| under(prefix, path))
-            .map(|(_, p)| p)
+            .find(|(prefix, ..)| under(prefix, path))
+            .map(|(_, p, first)| (p, *first))
     }
 }
 
 impl Handler for Prefixed {
     fn call(&self, req: &Request<'_>) -> Reply {
         match self.route(req) {
-            Some(proxy) => proxy.call(req),
+            Some((proxy, true)) if matches!(req.method(), "GET" | "HEAD") => match self.inner.call(req) {
+                Reply::Now(answer) if answer.status() == 404 => proxy.call(req),
+                other => other,
+            },
+            Some((proxy, _)) => proxy.call(req),
             None => self.inner.call(req),
         }
     }
 
     fn body_use(&self, req: &Request<'_>) -> BodyUse {
         match self.route(req) {
-            Some(proxy) => proxy.body_use(req),
+            Some((proxy, _)) => proxy.body_use(req),
             None => self.inner.body_use(req),
         }
     }

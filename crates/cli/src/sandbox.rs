@@ -102,11 +102,12 @@ fn policy(command: &Command, argv: &[OsString]) -> anyhow::Result<Policy> {
         archive,
         sites,
         proxy,
+        proxy_files_first,
         ..
     } = command
     {
         grant_root(&mut policy, root, files.follow_symlinks)?;
-        for flag in proxy {
+        for flag in proxy.iter().chain(proxy_files_first) {
             let (_, url) = flag.split_once('=').unwrap_or(("", flag));
             grant_connect(&mut policy, url)?;
         }
@@ -122,7 +123,22 @@ fn policy(command: &Command, argv: &[OsString]) -> anyhow::Result<Policy> {
                         grant_root(&mut policy, root, false)?;
                         keys.extend(archive.require_signature.iter().map(PathBuf::as_path));
                     }
-                    HandlerSpec::Proxy(p) => grant_connect(&mut policy, &p.url)?,
+                    HandlerSpec::Proxy(p) => {
+                        grant_connect(&mut policy, &p.url)?;
+                        // The files tried first (`files-first`), and the
+                        // error page, read again at a reload.
+                        match p.files_first.as_deref() {
+                            Some(HandlerSpec::Files { root, files }) => {
+                                grant_root(&mut policy, root, files.follow_symlinks)?
+                            }
+                            Some(HandlerSpec::Archive { root, archive }) => {
+                                grant_root(&mut policy, root, false)?;
+                                keys.extend(archive.require_signature.iter().map(PathBuf::as_path));
+                            }
+                            _ => {}
+                        }
+                        pems.extend(p.error_page.as_deref());
+                    }
                     HandlerSpec::Redirect { .. } => {}
                 }
                 // A route's auth service is an upstream too.

@@ -248,6 +248,252 @@ fn until_listening(server: &Process) -> Vec<String> {
     panic!("no line saying where it listens: {said:?}");
 }
 
+/// An address nothing listens on: bound, then closed.
+fn dead_addr() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+}
+
+fn request(addr: &str, head: &str) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(PATIENCE)).unwrap();
+    s.write_all(head.as_bytes()).unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).unwrap();
+    out
+}
+
+/// The root's `_50x.html` (a directory's file, or the archive's) is the
+/// body of the proxy's 502, with its status; a route's `error-page`
+/// names another page; none of them holds the upstream's address.
+#[test]
+fn the_roots_50x_page_or_a_routes_error_page_answers_for_an_upstream_that_is_down() {
+    let t = Scratch::new("proxy-50x");
+    let page = "<h1>Back in a minute</h1>\n";
+    common::packed(t.dir(), &[("index.html", "home\n"), ("_50x.html", page)], &[]);
+    let dead = dead_addr();
+    for root in ["site", "site.prg"] {
+        let server = Process::spawn(
+            common::peregrine()
+                .current_dir(t.dir())
+                .args(["serve", root, "--bind", "127.0.0.1:0", "--workers", "1", "--proxy"])
+                .arg(format!("/api/=http://{dead}")),
+        );
+        let answer = get(&addr_of(&server), "x", "/api/items");
+        assert!(answer.starts_with("HTTP/1.1 502"), "{root}: {answer}");
+        assert!(answer.contains("Content-Type: text/html"), "{root}: {answer}");
+        assert!(answer.ends_with(page), "{root}: {answer}");
+        assert!(!answer.contains(&dead.port().to_string()), "{root}: {answer}");
+        server.terminate();
+    }
+    t.write("down.html", "<p>the API rests</p>\n");
+    let config = t.write(
+        "peregrine.toml",
+        format!(
+            "version = 1\nbind = [\"127.0.0.1:0\"]\nworkers = 1\n[[site]]\nnames = [\"a.test\"]\nroot = \"site\"\n\
+             [[site.route]]\npath = \"/api/*\"\nproxy = \"http://{dead}\"\nerror-page = \"down.html\"\n\
+             [[site.route]]\npath = \"/other/*\"\nproxy = \"http://{dead}\"\n"
+        ),
+    );
+    let server = Process::spawn(
+        common::peregrine()
+            .current_dir(t.dir())
+            .args(["serve", "--config"])
+            .arg(&config),
+    );
+    let addr = addr_of(&server);
+    let answer = get(&addr, "a.test", "/api/x");
+    assert!(answer.starts_with("HTTP/1.1 502"), "{answer}");
+    assert!(answer.ends_with("<p>the API rests</p>\n"), "{answer}");
+    // A route without its own page has the site's.
+    let answer = get(&addr, "a.test", "/other/x");
+    assert!(answer.starts_with("HTTP/1.1 502") && answer.ends_with(page), "{answer}");
+}
+
+/// `files-first = true`: a file that is there answers a GET or HEAD; a
+/// path no file answers, and any other method, goes upstream (nginx's
+/// `try_files $uri @backend`), from a directory and from an archive alike.
+#[test]
+fn files_first_serves_a_file_that_is_there_and_sends_the_rest_upstream() {
+    let t = Scratch::new("proxy-files-first");
+    common::packed(t.dir(), &[("index.html", "home\n"), ("app.js", "js\n")], &[]);
+    let up = upstream();
+    for root in ["site", "site.prg"] {
+        let config = t.write(
+            "peregrine.toml",
+            format!(
+                "version = 1\nbind = [\"127.0.0.1:0\"]\nworkers = 1\n[[site]]\nnames = [\"a.test\"]\n\
+                 root = \"{root}\"\n[[site.route]]\npath = \"/*\"\nproxy = \"http://{up}\"\nfiles-first = true\n"
+            ),
+        );
+        let server = Process::spawn(
+            common::peregrine()
+                .current_dir(t.dir())
+                .args(["serve", "--config"])
+                .arg(&config),
+        );
+        let addr = addr_of(&server);
+        let file = get(&addr, "a.test", "/app.js");
+        assert!(
+            file.starts_with("HTTP/1.1 200") && file.ends_with("\r\n\r\njs\n"),
+            "{root}: {file}"
+        );
+        let home = get(&addr, "a.test", "/");
+        assert!(home.ends_with("\r\n\r\nhome\n"), "{root}: {home}");
+        let missing = get(&addr, "a.test", "/users/7");
+        assert!(
+            missing.ends_with("GET /users/7 HTTP/1.1 xff=127.0.0.1"),
+            "{root}: {missing}"
+        );
+        let post = request(
+            &addr,
+            "POST /app.js HTTP/1.1\r\nHost: a.test\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+        );
+        assert!(post.ends_with("POST /app.js HTTP/1.1 xff=127.0.0.1"), "{root}: {post}");
+        server.terminate();
+    }
+}
+
+/// With files first, a missing file is the upstream's: a route's own
+/// `fallback` or `404` would answer it instead, so the pair is refused at
+/// its line; `files-first` and `error-page` belong to proxy routes only.
+#[test]
+fn ambiguous_files_first_routes_are_refused_at_their_line() {
+    let t = Scratch::new("proxy-files-first-bad");
+    t.write("site/index.html", "home\n");
+    let check = |route: &str| {
+        let config = t.write(
+            "bad.toml",
+            format!("version = 1\n[[site]]\nnames = [\"a.test\"]\nroot = \"site\"\n[[site.route]]\n{route}"),
+        );
+        let out = common::peregrine()
+            .current_dir(t.dir())
+            .args(["check-config", "serve", "--config"])
+            .arg(&config)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{route}");
+        (String::from_utf8_lossy(&out.stderr).into_owned(), config)
+    };
+    let (err, config) =
+        check("path = \"/*\"\nproxy = \"http://127.0.0.1:9\"\nfiles-first = true\nfallback = \"index.html\"\n");
+    let line = format!("{}:9: fallback: ambiguous with files-first = true", config.display());
+    assert!(err.contains(&line), "{err}");
+    let (err, _) = check("path = \"/*\"\nfiles-first = true\n");
+    assert!(
+        err.contains("only a proxy route has `files-first` (this route's handler is files)"),
+        "{err}"
+    );
+    let (err, _) = check("path = \"/*\"\nproxy = \"http://127.0.0.1:9\"\nroot = \"site\"\n");
+    assert!(err.contains("unless files-first = true"), "{err}");
+}
+
+/// An upstream that is one of the server's own listeners would send every
+/// request back to the proxy: refused at start, naming the route and the
+/// listener.
+#[test]
+fn an_upstream_that_is_one_of_our_listeners_is_refused_at_start() {
+    let t = Scratch::new("proxy-self");
+    t.write("site/index.html", "home\n");
+    let port = dead_addr().port();
+    let err = refused_at_start(
+        common::peregrine()
+            .current_dir(t.dir())
+            .args(["serve", "site", "--bind", &format!("127.0.0.1:{port}"), "--proxy"])
+            .arg(format!("/api/=http://127.0.0.1:{port}")),
+    );
+    assert!(
+        err.contains(&format!(
+            "--proxy /api/: the upstream http://127.0.0.1:{port} is this server's own listener 127.0.0.1:{port}"
+        )),
+        "{err}"
+    );
+    // Listening on every address, a loopback upstream on the port is ours.
+    let config = t.write(
+        "peregrine.toml",
+        format!(
+            "version = 1\nbind = [\"0.0.0.0:{port}\"]\n[[site]]\nnames = [\"a.test\"]\nroot = \"site\"\n\
+             [[site.route]]\npath = \"/api/*\"\nproxy = \"http://localhost:{port}\"\n"
+        ),
+    );
+    let err = refused_at_start(
+        common::peregrine()
+            .current_dir(t.dir())
+            .args(["serve", "--config"])
+            .arg(&config),
+    );
+    assert!(
+        err.contains(&format!("site a.test, route /api/* (file {}:6)", config.display()))
+            && err.contains(&format!("is this server's own listener 0.0.0.0:{port}")),
+        "{err}"
+    );
+}
+
+/// What a server that must not start says, up to its exit; fails as soon
+/// as it says where it listens (it started), and kills it then.
+fn refused_at_start(cmd: &mut std::process::Command) -> String {
+    let server = Process::spawn(cmd);
+    let deadline = std::time::Instant::now() + PATIENCE;
+    let mut said = String::new();
+    while let Some(line) = server.next_line_before(deadline) {
+        assert!(!line.contains(" on http"), "it started: {said}{line}");
+        said.push_str(&line);
+        said.push('\n');
+    }
+    said
+}
+
+/// `--proxy-files-first PREFIX=URL`: under PREFIX the site answers a GET
+/// or HEAD first, the upstream what the site has not and every other
+/// method; with a fallback (which would answer every missing path) it is
+/// refused at start.
+#[test]
+fn proxy_files_first_puts_the_site_before_the_upstream() {
+    let t = Scratch::new("proxy-files-first-flag");
+    t.write("site/index.html", "home\n");
+    t.write("site/app.js", "js\n");
+    let up = upstream();
+    let server = Process::spawn(
+        common::peregrine()
+            .current_dir(t.dir())
+            .args([
+                "serve",
+                "site",
+                "--bind",
+                "127.0.0.1:0",
+                "--workers",
+                "1",
+                "--proxy-files-first",
+            ])
+            .arg(format!("/=http://{up}")),
+    );
+    let addr = addr_of(&server);
+    let file = get(&addr, "x", "/app.js");
+    assert!(
+        file.starts_with("HTTP/1.1 200") && file.ends_with("\r\n\r\njs\n"),
+        "{file}"
+    );
+    let missing = get(&addr, "x", "/users/7");
+    assert!(missing.ends_with("GET /users/7 HTTP/1.1 xff=127.0.0.1"), "{missing}");
+    let post = request(
+        &addr,
+        "POST /app.js HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+    );
+    assert!(post.ends_with("POST /app.js HTTP/1.1 xff=127.0.0.1"), "{post}");
+    server.terminate();
+
+    let err = refused_at_start(
+        common::peregrine()
+            .current_dir(t.dir())
+            .args(["serve", "site", "--bind", "127.0.0.1:0", "--fallback", "index.html"])
+            .arg("--proxy-files-first")
+            .arg(format!("/=http://{up}")),
+    );
+    assert!(
+        err.contains("--proxy-files-first /=http://") && err.contains("ambiguous"),
+        "{err}"
+    );
+}
+
 /// The SETTINGS an HTTP/2 client (prior knowledge) gets first: each
 /// identifier with its value.
 fn h2_settings(addr: &str) -> Vec<(u16, u32)> {

@@ -11,6 +11,12 @@
 //! The duration runs from the start of the worker's turn that read the
 //! request (the clock the latency metrics use) to the response being queued
 //! for writing, or for a deferred request to its answer being queued.
+//!
+//! A request the reverse proxy passed on also has nginx's `$upstream_*`
+//! figures ([`UpstreamLog`]): the proxy's pool makes them and hands them to
+//! the worker with the answer, and the worker to the line of the request
+//! it answers (`Ctx::upstream_log`), so a request that was not proxied
+//! carries nothing more than a `None`.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
@@ -18,7 +24,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Where access log lines go.
 #[derive(Clone, Debug)]
@@ -63,8 +69,11 @@ pub enum LogFormat {
     /// method, target, version, protocol (the same as version: the name
     /// nginx gives it), status, bytes, duration_us, referer, user_agent
     /// (null when absent), site (the label of the site the request went
-    /// to, null on a server of one handler). Bytes that are not UTF-8 are written as
-    /// `\u00XX`.
+    /// to, null on a server of one handler), and the reverse proxy's
+    /// upstream_addr, upstream_status, upstream_connect_time,
+    /// upstream_header_time, upstream_response_time (seconds, as numbers
+    /// with milliseconds; all null for a request that was not proxied; see
+    /// [`Template`]). Bytes that are not UTF-8 are written as `\u00XX`.
     Json,
     /// A line of text with `$variables` (nginx's `log_format`): see
     /// [`Template`].
@@ -108,6 +117,16 @@ impl std::str::FromStr for LogFormat {
 /// | `$request_time` | the same in seconds, with milliseconds: `0.012` |
 /// | `$http_referer`, `$http_user_agent` | those fields |
 /// | `$site`, `$server_name` | the site's label (its first name), `-` without sites or for a host no site takes |
+/// | `$upstream_addr` | where the reverse proxy sent the request: `127.0.0.1:9000`, `unix:/run/app.sock`; `-` when it was not proxied |
+/// | `$upstream_status` | the upstream's status code; the proxy's own 502 or 504 when the upstream failed to answer |
+/// | `$upstream_connect_time` | seconds to connect, with milliseconds (`0.000` on a kept-alive connection) |
+/// | `$upstream_header_time` | seconds from the start of the exchange (connecting, or writing on a kept-alive connection) to the answer's head |
+/// | `$upstream_response_time` | the same to the answer's end, for an answer read whole before it was relayed; `-` for one that streams (the line is written when its head is relayed) |
+///
+/// The upstream variables are `-` for a request the proxy did not pass
+/// on, and each is `-` where the exchange did not get that far. When a
+/// request was sent again on a fresh connection (a kept-alive one that
+/// the upstream had closed), they are the last attempt's.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Template {
     pieces: Vec<Piece>,
@@ -138,10 +157,15 @@ enum Var {
     Referer,
     UserAgent,
     Site,
+    UpstreamAddr,
+    UpstreamStatus,
+    UpstreamConnectTime,
+    UpstreamHeaderTime,
+    UpstreamResponseTime,
 }
 
 /// Every variable by name.
-const VARS: [(&str, Var); 19] = [
+const VARS: [(&str, Var); 24] = [
     ("remote_addr", Var::RemoteAddr),
     ("remote_port", Var::RemotePort),
     ("time_local", Var::TimeLocal),
@@ -161,6 +185,11 @@ const VARS: [(&str, Var); 19] = [
     ("http_host", Var::Host),
     ("site", Var::Site),
     ("server_name", Var::Site),
+    ("upstream_addr", Var::UpstreamAddr),
+    ("upstream_status", Var::UpstreamStatus),
+    ("upstream_connect_time", Var::UpstreamConnectTime),
+    ("upstream_header_time", Var::UpstreamHeaderTime),
+    ("upstream_response_time", Var::UpstreamResponseTime),
 ];
 
 impl Template {
@@ -294,6 +323,58 @@ pub(crate) struct LogRequest {
     pub(crate) client: Option<SocketAddr>,
 }
 
+/// What the reverse proxy learned of the upstream exchange behind an
+/// answer (nginx's `$upstream_*` variables): made by the proxy's pool, on
+/// the proxied path only.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct UpstreamLog {
+    /// Where the request was sent, if it was.
+    pub(crate) addr: Option<UpstreamAddr>,
+    /// The upstream's status, or the proxy's 502/504 when it gave none.
+    pub(crate) status: Option<u16>,
+    pub(crate) connect: Option<Duration>,
+    pub(crate) header: Option<Duration>,
+    /// Up to the answer's last byte: known only for an answer read whole
+    /// before its head was relayed.
+    pub(crate) response: Option<Duration>,
+}
+
+/// An upstream's address as `$upstream_addr` writes it.
+#[derive(Clone, Debug)]
+pub(crate) enum UpstreamAddr {
+    Tcp(SocketAddr),
+    /// `unix:` and the path (the upstream keeps it).
+    Unix(Arc<crate::proxy::Upstream>),
+}
+
+impl UpstreamLog {
+    fn write_addr(&self, b: &mut Vec<u8>) -> bool {
+        match &self.addr {
+            Some(UpstreamAddr::Tcp(a)) => {
+                let _ = write!(b, "{a}");
+            }
+            Some(UpstreamAddr::Unix(up)) => {
+                b.extend_from_slice(b"unix:");
+                escape(b, up.unix_path().map_or(&b""[..], |p| p.as_os_str().as_encoded_bytes()));
+            }
+            None => return false,
+        }
+        true
+    }
+}
+
+/// Seconds with milliseconds, as nginx writes its times: `0.012`.
+fn seconds_ms(b: &mut Vec<u8>, us: u64) {
+    let ms = us / 1000;
+    let mut n = itoa::Buffer::new();
+    b.extend_from_slice(n.format(ms / 1000).as_bytes());
+    let _ = write!(b, ".{:03}", ms % 1000);
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
 /// One access log line's values.
 pub(crate) struct Line<'a> {
     pub(crate) clf_time: &'a [u8],
@@ -311,6 +392,8 @@ pub(crate) struct Line<'a> {
     /// The site's label (its first name), when the server has sites.
     pub(crate) site: Option<&'a str>,
     pub(crate) duration_us: Option<u64>,
+    /// The reverse proxy's figures, for a request it passed on.
+    pub(crate) upstream: Option<&'a UpstreamLog>,
 }
 
 impl LogWriter {
@@ -344,14 +427,16 @@ impl LogWriter {
         }
     }
 
-    /// A line for a request whose parts were copied earlier.
+    /// A line for a request whose parts were copied earlier: its answer's
+    /// status and body bytes, and the reverse proxy's figures if it was
+    /// proxied.
     pub(crate) fn record_owned(
         &mut self,
         clf_time: &[u8],
         peer: SocketAddr,
         req: &LogRequest,
         site: Option<&str>,
-        (status, body_bytes): (u16, u64),
+        (status, body_bytes, upstream): (u16, u64, Option<&UpstreamLog>),
         started: Instant,
     ) {
         // The request line was stored whole and raw (`record` escapes it);
@@ -376,6 +461,7 @@ impl LogWriter {
             host: req.host.as_deref(),
             site,
             duration_us: Some(micros_since(started)),
+            upstream,
         });
     }
 
@@ -497,6 +583,32 @@ fn json_line(b: &mut Vec<u8>, line: &Line<'_>) {
     json_string(b, line.user_agent);
     b.extend_from_slice(b",\"site\":");
     json_string(b, line.site.map(str::as_bytes));
+    let up = line.upstream;
+    b.extend_from_slice(b",\"upstream_addr\":");
+    let at = b.len();
+    b.push(b'"');
+    if up.is_some_and(|u| u.write_addr(b)) {
+        b.push(b'"');
+    } else {
+        b.truncate(at);
+        b.extend_from_slice(b"null");
+    }
+    b.extend_from_slice(b",\"upstream_status\":");
+    match up.and_then(|u| u.status) {
+        Some(s) => b.extend_from_slice(n.format(s).as_bytes()),
+        None => b.extend_from_slice(b"null"),
+    }
+    for (name, time) in [
+        (&b",\"upstream_connect_time\":"[..], up.and_then(|u| u.connect)),
+        (b",\"upstream_header_time\":", up.and_then(|u| u.header)),
+        (b",\"upstream_response_time\":", up.and_then(|u| u.response)),
+    ] {
+        b.extend_from_slice(name);
+        match time {
+            Some(t) => seconds_ms(b, micros(t)),
+            None => b.extend_from_slice(b"null"),
+        }
+    }
     b.extend_from_slice(b"}\n");
 }
 
@@ -535,16 +647,32 @@ fn template_line(b: &mut Vec<u8>, template: &Template, line: &Line<'_>) {
                 None => b.push(b'-'),
             },
             Var::TimeSecs => match line.duration_us {
-                Some(us) => {
-                    let ms = us / 1000;
-                    b.extend_from_slice(n.format(ms / 1000).as_bytes());
-                    let _ = write!(b, ".{:03}", ms % 1000);
-                }
+                Some(us) => seconds_ms(b, us),
                 None => b.push(b'-'),
             },
             Var::Referer => or_dash(b, line.referer),
             Var::UserAgent => or_dash(b, line.user_agent),
             Var::Site => or_dash(b, line.site.map(str::as_bytes)),
+            Var::UpstreamAddr => {
+                if !line.upstream.is_some_and(|u| u.write_addr(b)) {
+                    b.push(b'-');
+                }
+            }
+            Var::UpstreamStatus => match line.upstream.and_then(|u| u.status) {
+                Some(s) => b.extend_from_slice(n.format(s).as_bytes()),
+                None => b.push(b'-'),
+            },
+            Var::UpstreamConnectTime | Var::UpstreamHeaderTime | Var::UpstreamResponseTime => {
+                let time = line.upstream.and_then(|u| match var {
+                    Var::UpstreamConnectTime => u.connect,
+                    Var::UpstreamHeaderTime => u.header,
+                    _ => u.response,
+                });
+                match time {
+                    Some(t) => seconds_ms(b, micros(t)),
+                    None => b.push(b'-'),
+                }
+            }
         }
     }
     b.push(b'\n');
@@ -660,6 +788,7 @@ mod tests {
             host: None,
             site: None,
             duration_us: None,
+            upstream: None,
         });
         String::from_utf8(std::mem::take(&mut w.buf)).unwrap()
     }
@@ -706,7 +835,9 @@ mod tests {
             "{\"time\":\"1994-11-06T08:49:37Z\",\"remote\":\"::1\",\"host\":null,\"method\":\"GET\",\
              \"target\":\"/caf\u{e9}\\\"\\\\\",\"version\":\"HTTP/1.1\",\"protocol\":\"HTTP/1.1\",\
              \"status\":304,\"bytes\":0,\"duration_us\":null,\
-             \"referer\":null,\"user_agent\":\"ua\\u000a\\u00ff\\u007f\",\"site\":null}\n"
+             \"referer\":null,\"user_agent\":\"ua\\u000a\\u00ff\\u007f\",\"site\":null,\
+             \"upstream_addr\":null,\"upstream_status\":null,\"upstream_connect_time\":null,\
+             \"upstream_header_time\":null,\"upstream_response_time\":null}\n"
         );
     }
 
@@ -732,6 +863,7 @@ mod tests {
             host: Some(b"example.org"),
             site: Some("example.org"),
             duration_us: Some(12_345),
+            upstream: None,
         });
         let line = String::from_utf8(std::mem::take(&mut w.buf)).unwrap();
         assert_eq!(
@@ -740,6 +872,51 @@ mod tests {
              GET /a\\\"b? HTTP/1.1 HTTP/1.1 example.org example.org 200 0 12345 0.012 \"-\" \"ua\\x0a\" \
              example.org example.org\n"
         );
+    }
+
+    /// nginx's `$upstream_*`: the address (`unix:` and the path for a
+    /// socket), the status, seconds with milliseconds, `-` where absent.
+    #[test]
+    fn templates_write_the_upstream_figures_and_dashes_without() {
+        let format: LogFormat = "$upstream_addr $upstream_status $upstream_connect_time $upstream_header_time \
+                                 $upstream_response_time"
+            .parse()
+            .unwrap();
+        let line = |upstream: Option<&UpstreamLog>| {
+            let mut w = LogWriter::new(Sink::Stdout, format.clone());
+            w.write(&Line {
+                clf_time: b"06/Nov/1994:08:49:37 +0000",
+                peer: "10.0.0.1:5555".parse().unwrap(),
+                method: b"GET",
+                target: b"/",
+                version: b"HTTP/1.1",
+                status: 200,
+                body_bytes: 0,
+                referer: None,
+                user_agent: None,
+                host: None,
+                site: None,
+                duration_us: None,
+                upstream,
+            });
+            String::from_utf8(std::mem::take(&mut w.buf)).unwrap()
+        };
+        let tcp = UpstreamLog {
+            addr: Some(UpstreamAddr::Tcp("10.0.0.2:9000".parse().unwrap())),
+            status: Some(201),
+            connect: Some(Duration::ZERO),
+            header: Some(Duration::from_micros(12_345)),
+            response: None,
+        };
+        assert_eq!(line(Some(&tcp)), "10.0.0.2:9000 201 0.000 0.012 -\n");
+        let up = Arc::new(crate::proxy::Upstream::parse("unix:/run/app.sock").unwrap());
+        let unix = UpstreamLog {
+            addr: Some(UpstreamAddr::Unix(up)),
+            status: Some(502),
+            ..UpstreamLog::default()
+        };
+        assert_eq!(line(Some(&unix)), "unix:/run/app.sock 502 - - -\n");
+        assert_eq!(line(None), "- - - - -\n");
     }
 
     #[test]

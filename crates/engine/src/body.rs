@@ -51,11 +51,29 @@ use crate::response::Body;
 /// }).unwrap();
 /// ```
 pub fn channel(capacity_bytes: usize) -> (Body, Sender) {
+    channel_of(capacity_bytes, None)
+}
+
+fn channel_of(capacity_bytes: usize, length: Option<u64>) -> (Body, Sender) {
     let shared = Arc::new(Shared {
         queue: Queue::new(capacity_bytes.max(1), End::Open),
         parked: AtomicBool::new(false),
     });
-    (Body::Channel(ChannelBody { shared: shared.clone() }), Sender { shared })
+    (
+        Body::Channel(ChannelBody {
+            shared: shared.clone(),
+            length,
+        }),
+        Sender { shared },
+    )
+}
+
+/// A [`channel`] whose body is `length` bytes long, told in the answer's
+/// head (`Content-Length`, not chunked): the reverse proxy's for an
+/// upstream answer of known length. The sender must send exactly that
+/// many bytes, or abort (the connection is then closed).
+pub(crate) fn channel_sized(capacity_bytes: usize, length: u64) -> (Body, Sender) {
+    channel_of(capacity_bytes, Some(length))
 }
 
 /// The producing end of a [`channel`]: `Send` and `Sync`, usable from any
@@ -68,6 +86,8 @@ pub struct Sender {
 /// engine reads it; an application only passes it on.
 pub struct ChannelBody {
     shared: Arc<Shared>,
+    /// The body's length, when its head says it ([`channel_sized`]).
+    length: Option<u64>,
 }
 
 /// `Sender::send` failed: the client is gone or the connection closed
@@ -352,6 +372,11 @@ impl fmt::Display for TrySendError {
 impl std::error::Error for TrySendError {}
 
 impl ChannelBody {
+    /// The body's length, if its head says it.
+    pub(crate) fn length(&self) -> Option<u64> {
+        self.length
+    }
+
     /// Tells the body where to wake the connection that sends it: the
     /// worker's mailbox and the connection's token.
     pub(crate) fn bind(&self, mailbox: &Arc<Mailbox>, token: usize) {

@@ -1,7 +1,9 @@
 //! Metrics in Prometheus' text format: requests by status class and by
 //! method, bytes sent, connections, requests in flight, a latency
-//! histogram, TLS handshakes, and whatever gauges the application adds (an
-//! archive's generation, say).
+//! histogram, TLS handshakes, the reverse proxy's upstreams (requests,
+//! failures by kind, the time to the answer's head, connections open and
+//! idle, requests on fresh and on reused connections), and whatever gauges
+//! the application adds (an archive's generation, say).
 //!
 //! Each worker owns one `WorkerMetrics` and is its only writer: a counter is
 //! a relaxed load and store of a word the worker alone changes (no locked
@@ -27,8 +29,72 @@ impl Counter {
             .store(self.0.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
     }
 
+    /// Sets a gauge's value (only the owning worker calls this).
+    #[inline]
+    pub(crate) fn set(&self, n: u64) {
+        self.0.store(n, Ordering::Relaxed);
+    }
+
     fn get(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
+    }
+}
+
+/// Why a request to an upstream failed (`peregrine_upstream_failures_total`'s
+/// `kind`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum UpstreamFailure {
+    /// The connection could not be made (refused, unreachable).
+    Connect,
+    /// Connecting, or waiting for the answer, took longer than allowed.
+    Timeout,
+    /// The answer broke HTTP/1.1's rules (framing, fields, a bad chunk).
+    BadAnswer,
+    /// The upstream closed or reset the connection before the answer's end.
+    Closed,
+    /// Every connection was busy and the queue full: 503, never sent.
+    QueueFull,
+}
+
+impl UpstreamFailure {
+    const LABELS: [&'static str; 5] = ["connect", "timeout", "bad_answer", "closed", "queue_full"];
+}
+
+/// One upstream's counters in one worker (the proxy's pool for it in that
+/// worker), written by that worker only, summed by URL at a scrape.
+#[derive(Default)]
+pub(crate) struct UpstreamMetrics {
+    /// The upstream's URL as configured: the `upstream` label.
+    url: Box<str>,
+    /// Requests handed to the upstream's pool.
+    pub(crate) requests: Counter,
+    /// Requests written on a connection opened for them, and on a
+    /// kept-alive one (a request sent again counts again).
+    pub(crate) fresh: Counter,
+    pub(crate) reused: Counter,
+    failures: [Counter; UpstreamFailure::LABELS.len()],
+    /// The time from the start of the exchange to the answer's head.
+    header_buckets: [Counter; LATENCY_BOUNDS_US.len()],
+    header_sum_us: Counter,
+    header_count: Counter,
+    /// Gauges: connections open (idle or busy), and idle.
+    pub(crate) open: Counter,
+    pub(crate) idle: Counter,
+}
+
+impl UpstreamMetrics {
+    pub(crate) fn fail(&self, kind: UpstreamFailure) {
+        self.failures[kind as usize].add(1);
+    }
+
+    /// Counts an answer's head, `took` after the exchange began.
+    pub(crate) fn header_time(&self, took: Duration) {
+        let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        if let Some(b) = LATENCY_BOUNDS_US.iter().position(|&bound| us <= bound) {
+            self.header_buckets[b].add(1);
+        }
+        self.header_sum_us.add(us);
+        self.header_count.add(1);
     }
 }
 
@@ -113,6 +179,9 @@ pub(crate) struct WorkerMetrics {
     /// Responses by site (the server's sites, by index: the label is the
     /// site's first name) and status class.
     by_site: Box<[(Box<str>, [Counter; 5])]>,
+    /// The reverse proxy's upstreams this worker has a pool for, added as
+    /// it makes them (the lock is taken then and at a scrape only).
+    upstreams: Mutex<Vec<Arc<UpstreamMetrics>>>,
 }
 
 /// The label index of a request method (`other` for the rest).
@@ -139,6 +208,16 @@ impl WorkerMetrics {
         if let Some((_, by_class)) = site.and_then(|i| self.by_site.get(usize::from(i))) {
             by_class[usize::from(status / 100).clamp(1, 5) - 1].add(1);
         }
+    }
+
+    /// Counters for one more upstream pool of this worker's.
+    pub(crate) fn upstream(&self, url: &str) -> Arc<UpstreamMetrics> {
+        let m = Arc::new(UpstreamMetrics {
+            url: url.into(),
+            ..UpstreamMetrics::default()
+        });
+        self.upstreams.lock().unwrap_or_else(|e| e.into_inner()).push(m.clone());
+        m
     }
 
     /// As `record`, with the method's label index.
@@ -593,6 +672,7 @@ impl Metrics {
                 }
             }
         }
+        render_upstreams(&mut out, &workers);
         let extras = self.extras.lock().unwrap_or_else(|e| e.into_inner());
         for (i, extra) in extras.iter().enumerate() {
             if i == 0 || extras[i - 1].name != extra.name {
@@ -605,6 +685,166 @@ impl Metrics {
             .unwrap_or(());
         }
         out
+    }
+}
+
+/// The reverse proxy's series, per upstream URL, summed over the workers
+/// (of every generation: counters keep growing across a reload; the pool
+/// gauges count running workers only, whose connections are open).
+fn render_upstreams(out: &mut String, workers: &[Arc<WorkerMetrics>]) {
+    struct Sum {
+        requests: u64,
+        fresh: u64,
+        reused: u64,
+        failures: [u64; UpstreamFailure::LABELS.len()],
+        buckets: [u64; LATENCY_BOUNDS_US.len()],
+        sum_us: u64,
+        count: u64,
+        open: u64,
+        idle: u64,
+    }
+    let mut by_url: Vec<(Box<str>, Sum)> = Vec::new();
+    for w in workers {
+        let running = Arc::strong_count(w) > 1;
+        for u in w.upstreams.lock().unwrap_or_else(|e| e.into_inner()).iter() {
+            let at = match by_url.iter().position(|(url, _)| *url == u.url) {
+                Some(at) => at,
+                None => {
+                    by_url.push((
+                        u.url.clone(),
+                        Sum {
+                            requests: 0,
+                            fresh: 0,
+                            reused: 0,
+                            failures: [0; UpstreamFailure::LABELS.len()],
+                            buckets: [0; LATENCY_BOUNDS_US.len()],
+                            sum_us: 0,
+                            count: 0,
+                            open: 0,
+                            idle: 0,
+                        },
+                    ));
+                    by_url.len() - 1
+                }
+            };
+            let s = &mut by_url[at].1;
+            s.requests = s.requests.wrapping_add(u.requests.get());
+            s.fresh = s.fresh.wrapping_add(u.fresh.get());
+            s.reused = s.reused.wrapping_add(u.reused.get());
+            for (sum, c) in s.failures.iter_mut().zip(&u.failures) {
+                *sum = sum.wrapping_add(c.get());
+            }
+            for (sum, c) in s.buckets.iter_mut().zip(&u.header_buckets) {
+                *sum = sum.wrapping_add(c.get());
+            }
+            s.sum_us = s.sum_us.wrapping_add(u.header_sum_us.get());
+            s.count = s.count.wrapping_add(u.header_count.get());
+            if running {
+                s.open = s.open.wrapping_add(u.open.get());
+                s.idle = s.idle.wrapping_add(u.idle.get());
+            }
+        }
+    }
+    if by_url.is_empty() {
+        return;
+    }
+    let head = |out: &mut String, name: &str, kind: &str, help: &str| {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    };
+    head(
+        out,
+        "peregrine_upstream_requests_total",
+        "counter",
+        "Requests the reverse proxy handed to an upstream (by its URL as configured).",
+    );
+    for (url, s) in &by_url {
+        let _ = writeln!(
+            out,
+            "peregrine_upstream_requests_total{{upstream=\"{}\"}} {}",
+            label_value(url),
+            s.requests
+        );
+    }
+    head(
+        out,
+        "peregrine_upstream_connection_requests_total",
+        "counter",
+        "Requests written to an upstream, on a connection opened for them (fresh) or kept alive (reused).",
+    );
+    for (url, s) in &by_url {
+        let url = label_value(url);
+        for (kind, n) in [("fresh", s.fresh), ("reused", s.reused)] {
+            let _ = writeln!(
+                out,
+                "peregrine_upstream_connection_requests_total{{upstream=\"{url}\",connection=\"{kind}\"}} {n}"
+            );
+        }
+    }
+    head(
+        out,
+        "peregrine_upstream_failures_total",
+        "counter",
+        "Requests an upstream failed, by kind: connect, timeout, bad_answer, closed (before the answer's end), queue_full (503, never sent).",
+    );
+    for (url, s) in &by_url {
+        let url = label_value(url);
+        for (kind, n) in UpstreamFailure::LABELS.iter().zip(s.failures) {
+            let _ = writeln!(
+                out,
+                "peregrine_upstream_failures_total{{upstream=\"{url}\",kind=\"{kind}\"}} {n}"
+            );
+        }
+    }
+    head(
+        out,
+        "peregrine_upstream_header_duration_seconds",
+        "histogram",
+        "Time from the start of an upstream exchange (connecting, or writing on a kept-alive connection) to the answer's head.",
+    );
+    for (url, s) in &by_url {
+        let url = label_value(url);
+        let mut cumulative = 0u64;
+        for (bound, n) in LATENCY_BOUNDS_US.iter().zip(s.buckets) {
+            cumulative = cumulative.wrapping_add(n);
+            let le = Duration::from_micros(*bound).as_secs_f64();
+            let _ = writeln!(
+                out,
+                "peregrine_upstream_header_duration_seconds_bucket{{upstream=\"{url}\",le=\"{le}\"}} {cumulative}"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "peregrine_upstream_header_duration_seconds_bucket{{upstream=\"{url}\",le=\"+Inf\"}} {}",
+            s.count
+        );
+        let _ = writeln!(
+            out,
+            "peregrine_upstream_header_duration_seconds_sum{{upstream=\"{url}\"}} {}",
+            s.sum_us as f64 / 1e6
+        );
+        let _ = writeln!(
+            out,
+            "peregrine_upstream_header_duration_seconds_count{{upstream=\"{url}\"}} {}",
+            s.count
+        );
+    }
+    for (name, help, open) in [
+        (
+            "peregrine_upstream_connections_open",
+            "Connections to an upstream open now (idle or busy), over the workers.",
+            true,
+        ),
+        (
+            "peregrine_upstream_connections_idle",
+            "Connections to an upstream kept alive and idle now, over the workers.",
+            false,
+        ),
+    ] {
+        head(out, name, "gauge", help);
+        for (url, s) in &by_url {
+            let n = if open { s.open } else { s.idle };
+            let _ = writeln!(out, "{name}{{upstream=\"{}\"}} {n}", label_value(url));
+        }
     }
 }
 

@@ -173,7 +173,8 @@ impl Body {
             Body::Shared(s) => Some(s.range.len() as u64),
             Body::File(f) => Some(f.len),
             Body::BesideBlock(b) => Some(b.range.len() as u64),
-            Body::Stream(_) | Body::Channel(_) => None,
+            Body::Channel(rx) => rx.length(),
+            Body::Stream(_) => None,
         }
     }
 

@@ -322,6 +322,10 @@ impl Server {
         if let Some(e) = self.error {
             return Err(e);
         }
+        // The reverse proxy's names are looked up again from here on, by a
+        // thread made now: after a caller's sandbox, which wants none
+        // before it.
+        crate::proxy::start_resolving();
         if self.listen.is_empty() {
             return Err(Error::setup(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,

@@ -149,6 +149,7 @@ impl Worker {
                 trust: trust.as_deref(),
                 ws: &mut ws,
                 outbox: &outbox,
+                upstream_log: None,
             };
             // Shutdown first: a request read in this turn, after shutdown
             // began (a reload logged as done), is answered as draining,
@@ -449,12 +450,17 @@ impl Hosted {
             if !self.upstreams.has_answers() {
                 return;
             }
-            for (responder, response) in self.upstreams.take_answers() {
+            for (responder, response, figures) in self.upstreams.take_answers() {
                 let (token, id) = responder.into_parts();
                 if let crate::Body::Channel(rx) = &response.body {
                     rx.bind(ctx.mailbox, token);
                 }
+                // For the access log line of the request it answers
+                // (`dispatch::finish` takes them); cleared after, in case
+                // that request is gone.
+                ctx.upstream_log = figures;
                 self.deliver(ctx, token, id, response);
+                ctx.upstream_log = None;
             }
             for handoff in self.upstreams.take_handoffs() {
                 self.hand_tunnel(ctx, handoff);

@@ -398,7 +398,13 @@ fn the_access_log_reopens_under_its_path_for_logrotate_and_writes_json() {
     );
     let (us, tail) = tail.split_once(',').unwrap();
     us.parse::<u64>().unwrap();
-    assert_eq!(tail, "\"referer\":null,\"user_agent\":\"t\",\"site\":null}", "{line}");
+    assert_eq!(
+        tail,
+        "\"referer\":null,\"user_agent\":\"t\",\"site\":null,\"upstream_addr\":null,\
+         \"upstream_status\":null,\"upstream_connect_time\":null,\"upstream_header_time\":null,\
+         \"upstream_response_time\":null}",
+        "{line}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

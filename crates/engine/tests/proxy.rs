@@ -157,6 +157,14 @@ fn serve_upstream(stream: TcpStream, tx: Sender<Seen>, go: Arc<Mutex<Receiver<()
             }
             _ => b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n".to_vec(),
         };
+        // No body after the head of an answer to HEAD.
+        let answer = match (
+            head.starts_with("HEAD "),
+            answer.windows(4).position(|w| w == b"\r\n\r\n"),
+        ) {
+            (true, Some(end)) => answer[..end + 4].to_vec(),
+            _ => answer,
+        };
         if out.write_all(&answer).is_err() {
             return;
         }
@@ -164,23 +172,58 @@ fn serve_upstream(stream: TcpStream, tx: Sender<Seen>, go: Arc<Mutex<Receiver<()
 }
 
 fn proxy_server(up: &str, prefix: &str) -> Running {
-    let proxy = Proxy::new(Upstream::parse(up).unwrap().prefix(prefix));
-    let pattern = format!("{prefix}*rest");
-    let router = Router::new()
-        .route("GET", &pattern, proxy.clone())
-        .route("HEAD", &pattern, proxy.clone())
-        .route("POST", &pattern, proxy.clone())
-        .get("/local", |_: &peregrine::Request<'_>| Response::text("local"));
+    proxy_server_with(&[(Upstream::parse(up).unwrap(), prefix)], |s| s)
+}
+
+/// A server of one worker with a proxy route per upstream (`PREFIX*rest`
+/// for GET, HEAD and POST), `/local` answered by itself, and `configure`
+/// applied to the server before it starts.
+fn proxy_server_with(ups: &[(Upstream, &str)], configure: impl FnOnce(Server) -> Server) -> Running {
+    let mut router = Router::new().get("/local", |_: &peregrine::Request<'_>| Response::text("local"));
+    for (up, prefix) in ups {
+        let proxy = Proxy::new(up.clone().prefix(prefix));
+        let pattern = format!("{prefix}*rest");
+        router = router
+            .route("GET", &pattern, proxy.clone())
+            .route("HEAD", &pattern, proxy.clone())
+            .route("POST", &pattern, proxy);
+    }
     let limits = peregrine::Limits {
         body_bytes_max: 16 * 1024 * 1024,
         ..peregrine::Limits::default()
     };
-    Server::new()
-        .bind("127.0.0.1:0")
-        .workers(1)
-        .limits(limits)
+    configure(Server::new().bind("127.0.0.1:0").workers(1).limits(limits))
         .start(router)
         .expect("server starts")
+}
+
+/// An address nothing listens on: bound, then closed.
+fn dead_addr() -> SocketAddr {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+}
+
+/// An upstream that takes connections and reads, but never answers.
+fn silent_upstream() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { return };
+            thread::spawn(move || {
+                let mut b = [0; 4096];
+                while matches!(stream.read(&mut b), Ok(n) if n > 0) {}
+            });
+        }
+    });
+    addr
+}
+
+/// A temporary file's path, unique to the test.
+fn temp_path(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("peregrine-proxy-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join("access.log")
 }
 
 fn get(addr: SocketAddr, target: &str, extra: &str) -> Vec<u8> {
@@ -530,4 +573,294 @@ fn a_get_whose_kept_alive_connection_died_is_sent_again_and_a_post_is_not() {
     let r = c.response();
     assert_eq!(r.status, 502);
     assert_eq!(up.accepted.load(Ordering::SeqCst), 2, "the POST was sent again");
+}
+
+/// nginx's `$upstream_*` variables: where the request went, the upstream's
+/// status, and the times to connect, to the head and to the end, in
+/// seconds with milliseconds; `0.000` to connect on a kept-alive
+/// connection, `-` for a request that was not proxied and for what an
+/// exchange did not reach.
+#[test]
+fn the_access_log_tells_the_upstream_exchange_as_nginx_does() {
+    let up = upstream();
+    let dead = dead_addr();
+    let path = temp_path("upstream-log");
+    let format: peregrine::LogFormat = "$request_uri|$status|$upstream_addr|$upstream_status|\
+                                        $upstream_connect_time|$upstream_header_time|$upstream_response_time"
+        .parse()
+        .unwrap();
+    let server = proxy_server_with(
+        &[
+            (Upstream::parse(&format!("http://{}", up.addr)).unwrap(), "/api/"),
+            (Upstream::parse(&format!("http://{dead}")).unwrap(), "/down/"),
+        ],
+        |s| {
+            s.access_log(peregrine::AccessLog::File(path.clone()))
+                .access_log_format(format)
+        },
+    );
+    let mut c = Client::connect(server.local_addr());
+    for target in ["/api/hello", "/api/hello", "/local", "/api/big", "/down/x"] {
+        c.send(format!("GET {target} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
+        c.response();
+    }
+    drop(c);
+    server.shutdown();
+    server.join().unwrap();
+    let log = std::fs::read_to_string(&path).unwrap();
+    let lines: Vec<Vec<&str>> = log.lines().map(|l| l.split('|').collect()).collect();
+    assert_eq!(lines.len(), 5, "{log}");
+    let seconds = |s: &str| {
+        let (whole, ms) = s.split_once('.').unwrap_or(("", ""));
+        !whole.is_empty()
+            && whole.bytes().all(|b| b.is_ascii_digit())
+            && ms.len() == 3
+            && ms.bytes().all(|b| b.is_ascii_digit())
+    };
+    let up_addr = up.addr.to_string();
+    // A fresh connection: every figure.
+    let first = &lines[0];
+    assert_eq!(first[..4], ["/api/hello", "200", up_addr.as_str(), "200"], "{log}");
+    assert!(first[4..].iter().all(|t| seconds(t)), "{log}");
+    // The kept-alive connection again: no time to connect.
+    assert_eq!(lines[1][4], "0.000", "{log}");
+    assert!(seconds(lines[1][5]) && seconds(lines[1][6]), "{log}");
+    // Not proxied: dashes.
+    assert_eq!(lines[2], ["/local", "200", "-", "-", "-", "-", "-"], "{log}");
+    // A long answer streams: its line is written at its head.
+    assert_eq!(lines[3][..4], ["/api/big", "200", up_addr.as_str(), "200"], "{log}");
+    assert!(seconds(lines[3][5]) && lines[3][6] == "-", "{log}");
+    // Refused: the proxy's 502, and no time past the connection.
+    let dead = dead.to_string();
+    assert_eq!(lines[4][..4], ["/down/x", "502", dead.as_str(), "502"], "{log}");
+    assert_eq!(lines[4][5..], ["-", "-"], "{log}");
+}
+
+#[test]
+fn json_access_log_lines_carry_the_upstream_figures() {
+    let up = upstream();
+    let path = temp_path("upstream-json");
+    let server = proxy_server_with(
+        &[(Upstream::parse(&format!("http://{}", up.addr)).unwrap(), "/api/")],
+        |s| {
+            s.access_log(peregrine::AccessLog::File(path.clone()))
+                .access_log_format(peregrine::LogFormat::Json)
+        },
+    );
+    let mut c = Client::connect(server.local_addr());
+    for target in ["/api/hello", "/local"] {
+        c.send(format!("GET {target} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
+        c.response();
+    }
+    drop(c);
+    server.shutdown();
+    server.join().unwrap();
+    let log = std::fs::read_to_string(&path).unwrap();
+    let lines: Vec<&str> = log.lines().collect();
+    let proxied = format!(
+        "\"upstream_addr\":\"{}\",\"upstream_status\":200,\"upstream_connect_time\":",
+        up.addr
+    );
+    assert!(lines[0].contains(&proxied), "{log}");
+    assert!(
+        lines[0].contains(",\"upstream_header_time\":0.") || lines[0].contains(",\"upstream_header_time\":1."),
+        "{log}"
+    );
+    assert!(
+        lines[1].ends_with(
+            "\"upstream_addr\":null,\"upstream_status\":null,\"upstream_connect_time\":null,\
+             \"upstream_header_time\":null,\"upstream_response_time\":null}"
+        ),
+        "{log}"
+    );
+}
+
+/// The value of the series `name` (with its labels) in a scrape.
+fn series(text: &str, name: &str) -> u64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in\n{text}"))
+}
+
+#[test]
+fn metrics_count_each_upstreams_requests_failures_header_times_and_pool() {
+    let up = upstream();
+    let dead = dead_addr();
+    let metrics = Arc::new(peregrine::Metrics::new());
+    let (ok_url, dead_url) = (format!("http://{}", up.addr), format!("http://{dead}"));
+    let server = proxy_server_with(
+        &[
+            (Upstream::parse(&ok_url).unwrap(), "/api/"),
+            (Upstream::parse(&dead_url).unwrap(), "/down/"),
+        ],
+        |s| s.metrics(metrics.clone()),
+    );
+    let mut c = Client::connect(server.local_addr());
+    for target in ["/api/hello", "/api/hello", "/api/hello", "/down/x", "/local"] {
+        c.send(format!("GET {target} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
+        c.response();
+    }
+    let text = metrics.render();
+    let ok = format!("upstream=\"{ok_url}\"");
+    let down = format!("upstream=\"{dead_url}\"");
+    assert_eq!(series(&text, &format!("peregrine_upstream_requests_total{{{ok}}}")), 3);
+    assert_eq!(
+        series(&text, &format!("peregrine_upstream_requests_total{{{down}}}")),
+        1
+    );
+    // One connection, opened once and reused twice.
+    let conn = |kind: &str| format!("peregrine_upstream_connection_requests_total{{{ok},connection=\"{kind}\"}}");
+    assert_eq!(series(&text, &conn("fresh")), 1);
+    assert_eq!(series(&text, &conn("reused")), 2);
+    assert_eq!(
+        series(
+            &text,
+            &format!("peregrine_upstream_header_duration_seconds_count{{{ok}}}")
+        ),
+        3
+    );
+    assert_eq!(
+        series(
+            &text,
+            &format!("peregrine_upstream_header_duration_seconds_bucket{{{ok},le=\"+Inf\"}}")
+        ),
+        3
+    );
+    assert_eq!(
+        series(&text, &format!("peregrine_upstream_connections_open{{{ok}}}")),
+        1
+    );
+    assert_eq!(
+        series(&text, &format!("peregrine_upstream_connections_idle{{{ok}}}")),
+        1
+    );
+    let failed = |url: &str, kind: &str| format!("peregrine_upstream_failures_total{{{url},kind=\"{kind}\"}}");
+    assert_eq!(series(&text, &failed(&down, "connect")), 1);
+    assert_eq!(series(&text, &failed(&ok, "connect")), 0);
+    assert_eq!(series(&text, &failed(&down, "timeout")), 0);
+}
+
+/// The proxy's own 503 (queue full) and 504 (no answer in time) carry no
+/// upstream address or text; with an error page, they carry the page,
+/// with their status; the metrics count them by kind.
+#[test]
+fn a_full_queue_is_a_503_and_a_silent_upstream_a_504_with_the_error_page_if_any() {
+    let up = upstream();
+    let silent = silent_upstream();
+    let metrics = Arc::new(peregrine::Metrics::new());
+    let busy = Upstream::parse(&format!("http://{}", up.addr))
+        .unwrap()
+        .max_conns(1)
+        .queue_max(0);
+    let slow = Upstream::parse(&format!("http://{silent}"))
+        .unwrap()
+        .read_timeout(std::time::Duration::from_millis(200));
+    let page = b"<h1>Back soon</h1>".to_vec();
+    let server = proxy_server_with(
+        &[
+            (busy.clone(), "/api/"),
+            (slow.clone(), "/slow/"),
+            (busy.error_page(page.clone()), "/paged/"),
+            (slow.error_page(page.clone()), "/slowpaged/"),
+        ],
+        |s| s.metrics(metrics.clone()),
+    );
+    // The one connection the upstream may have is held by an event stream.
+    let mut held = TcpStream::connect(server.local_addr()).unwrap();
+    held.set_read_timeout(Some(PATIENCE)).unwrap();
+    held.write_all(b"GET /api/sse HTTP/1.1\r\nHost: t\r\n\r\n").unwrap();
+    let mut got = Vec::new();
+    while !text(&got).contains("data: 1") {
+        let mut b = [0; 4096];
+        let n = held.read(&mut b).unwrap();
+        assert!(n > 0);
+        got.extend_from_slice(&b[..n]);
+    }
+    let full = get(server.local_addr(), "/api/hello", "");
+    assert_eq!(status_of(&full), 503, "{}", text(&full));
+    assert!(text(&full).contains("\r\nRetry-After: 1\r\n"), "{}", text(&full));
+    assert!(
+        text(&full).ends_with("\r\n\r\n503 Service Unavailable\n"),
+        "{}",
+        text(&full)
+    );
+    let timed_out = get(server.local_addr(), "/slow/x", "");
+    assert_eq!(status_of(&timed_out), 504, "{}", text(&timed_out));
+    assert!(
+        text(&timed_out).ends_with("\r\n\r\n504 Gateway Timeout\n"),
+        "{}",
+        text(&timed_out)
+    );
+    for raw in [&full, &timed_out] {
+        for addr in [up.addr, silent] {
+            assert!(!text(raw).contains(&addr.port().to_string()), "{}", text(raw));
+        }
+    }
+    // With the page: the page, with the status.
+    let page_full = get(server.local_addr(), "/paged/hello", "");
+    let page_slow = get(server.local_addr(), "/slowpaged/x", "");
+    for (raw, status) in [(&page_full, 503), (&page_slow, 504)] {
+        assert_eq!(status_of(raw), status, "{}", text(raw));
+        assert!(text(raw).contains("Content-Type: text/html"), "{}", text(raw));
+        assert!(text(raw).ends_with("\r\n\r\n<h1>Back soon</h1>"), "{}", text(raw));
+    }
+    let scrape = metrics.render();
+    let kind = |url: String, kind: &str| {
+        series(
+            &scrape,
+            &format!("peregrine_upstream_failures_total{{upstream=\"{url}\",kind=\"{kind}\"}}"),
+        )
+    };
+    assert_eq!(kind(format!("http://{}", up.addr), "queue_full"), 2);
+    assert_eq!(kind(format!("http://{silent}"), "timeout"), 2);
+    up.go.send(()).unwrap();
+}
+
+#[test]
+fn an_error_page_replaces_the_502_of_an_upstream_that_is_down() {
+    let dead = dead_addr();
+    let up = Upstream::parse(&format!("http://{dead}"))
+        .unwrap()
+        .error_page(b"<p>sorry</p>".to_vec());
+    let server = proxy_server_with(&[(up, "/api/")], |s| s);
+    let raw = get(server.local_addr(), "/api/x", "");
+    assert_eq!(status_of(&raw), 502, "{}", text(&raw));
+    assert!(text(&raw).ends_with("\r\n\r\n<p>sorry</p>"), "{}", text(&raw));
+    // A refusal that is the client's (400) keeps the plain page.
+    let raw = get(server.local_addr(), "/api/a%2Fb", "");
+    assert_eq!(status_of(&raw), 400, "{}", text(&raw));
+    assert!(!text(&raw).contains("sorry"), "{}", text(&raw));
+}
+
+#[test]
+fn a_head_answer_keeps_the_upstreams_content_length() {
+    let up = upstream();
+    let server = proxy_server(&format!("http://{}", up.addr), "/api/");
+    let mut c = Client::connect(server.local_addr());
+    c.send(b"HEAD /api/hello HTTP/1.1\r\nHost: t\r\n\r\n");
+    let r = c.response_to("HEAD");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-length"), Some("5"), "{:?}", r.headers);
+    assert!(r.body.is_empty());
+    // The connection goes on, in step.
+    c.send(b"GET /api/hello HTTP/1.1\r\nHost: t\r\n\r\n");
+    let r = c.response();
+    assert_eq!((r.status, r.body.as_slice()), (200, &b"hello"[..]));
+}
+
+#[test]
+fn a_long_answer_of_known_length_keeps_its_content_length_and_is_not_chunked() {
+    const TOTAL: usize = 300_000;
+    let (up, _) = firehose(TOTAL);
+    let server = proxy_server(&format!("http://{up}"), "/api/");
+    let mut c = Client::connect(server.local_addr());
+    c.send(b"GET /api/big HTTP/1.1\r\nHost: t\r\n\r\n");
+    let r = c.response();
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-length"), Some("300000"), "{:?}", r.headers);
+    assert_eq!(r.header("transfer-encoding"), None, "{:?}", r.headers);
+    assert_eq!(r.body.len(), TOTAL);
+    // The connection goes on.
+    c.send(b"GET /local HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert_eq!(c.response().status, 200);
 }

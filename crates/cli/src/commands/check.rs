@@ -68,6 +68,19 @@ pub(crate) fn check_config(cli: &Cli, argv: &[OsString]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A proxy route's files tried first, opened, and its error page, read.
+fn check_proxy(p: &crate::sites::Proxy, names: &[String]) -> anyhow::Result<()> {
+    match p.files_first.as_deref() {
+        Some(HandlerSpec::Files { root, files }) => check_directory(root, files)?,
+        Some(HandlerSpec::Archive { root, archive }) => check_archive(root, archive, names)?,
+        _ => {}
+    }
+    if let Some(page) = &p.error_page {
+        std::fs::read(page).with_context(|| format!("error-page {}", page.display()))?;
+    }
+    Ok(())
+}
+
 /// A site's roots (its own and its routes'), opened as serving opens them,
 /// and its certificates, loaded.
 fn check_site(site: &SiteSpec) -> anyhow::Result<()> {
@@ -79,7 +92,8 @@ fn check_site(site: &SiteSpec) -> anyhow::Result<()> {
         let checked = match &route.handler {
             HandlerSpec::Files { root, files } => check_directory(root, files),
             HandlerSpec::Archive { root, archive } => check_archive(root, archive, &site.names),
-            HandlerSpec::Redirect { .. } | HandlerSpec::Proxy(_) => Ok(()),
+            HandlerSpec::Redirect { .. } => Ok(()),
+            HandlerSpec::Proxy(p) => check_proxy(p, &site.names),
         };
         checked.with_context(|| format!("route {} ({})", route.path, route.given))?;
     }

@@ -77,6 +77,20 @@ pub(crate) enum Command {
         /// [[site.route]] takes `proxy = "URL"` for one site. Default: none.
         #[arg(long = "proxy", value_name = "PREFIX=URL", value_parser = crate::proxy::parse_proxy_flag)]
         proxy: Vec<String>,
+        /// As --proxy, but a GET or HEAD under PREFIX is answered by the
+        /// site first (its files or archive, and its routes), and goes to
+        /// the upstream only when the site has nothing there (404); other
+        /// methods go upstream (nginx's `try_files $uri @backend`: an
+        /// application with its static assets, a single-page app with its
+        /// API). Refused with a fallback (which would answer every
+        /// missing path). A [[site.route]] takes `files-first = true`
+        /// for one site. Default: none.
+        #[arg(
+            long = "proxy-files-first",
+            value_name = "PREFIX=URL",
+            value_parser = crate::proxy::parse_proxy_flag
+        )]
+        proxy_files_first: Vec<String>,
         #[command(flatten)]
         files: FileArgs,
         #[command(flatten)]

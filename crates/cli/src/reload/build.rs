@@ -45,6 +45,7 @@ pub(super) fn build(
     let error_log = crate::logger::Route::to(args.error_log.as_deref())?;
     let plan = plan_listeners(args, process)?;
     check_client_addresses(command, &taken, process)?;
+    check_upstreams_are_not_ours(command, &plan, &taken, process)?;
     let proxy = args.proxy_sources()?;
     let mut srv = attach_listeners(srv, &plan, taken, tls.as_ref(), proxy.as_ref(), process)?;
 
@@ -220,6 +221,92 @@ fn check_client_addresses(command: &Command, taken: &[(Origin, Listening)], proc
     Ok(())
 }
 
+/// An upstream that is one of the server's own listeners sends every
+/// request back to the proxy, which sends it on again (the `Via` check
+/// answers 508 at the second hop, but each request still costs two
+/// exchanges and a 508 instead of an answer): refused at start and at a
+/// reload, naming the route and the listener. An upstream is a listener
+/// when their ports are the same and its address is the listener's, a
+/// wildcard (`0.0.0.0` connects to this host), or loopback while the
+/// listener takes every address; a `unix:` upstream when its path is a
+/// listener's. A port 0 listener cannot be named in advance.
+fn check_upstreams_are_not_ours(
+    command: &Command,
+    plan: &Plan,
+    taken: &[(Origin, Listening)],
+    process: &Process,
+) -> anyhow::Result<()> {
+    let Command::Serve {
+        sites,
+        proxy,
+        proxy_files_first,
+        ..
+    } = command
+    else {
+        return Ok(());
+    };
+    let mut upstreams: Vec<(String, &str)> = Vec::new();
+    let flags = proxy.iter().map(|f| ("--proxy", f));
+    for (name, flag) in flags.chain(proxy_files_first.iter().map(|f| ("--proxy-files-first", f))) {
+        if let Some((prefix, url)) = flag.split_once('=') {
+            upstreams.push((format!("{name} {prefix}"), url));
+        }
+    }
+    for site in sites {
+        for route in &site.routes {
+            if let crate::sites::HandlerSpec::Proxy(p) = &route.handler {
+                let what = format!("site {}, route {} ({})", site.names[0], route.path, route.given);
+                upstreams.push((what, &p.url));
+            }
+        }
+    }
+    if upstreams.is_empty() {
+        return Ok(());
+    }
+    let mut tcp: Vec<SocketAddr> = Vec::new();
+    let mut unix: Vec<std::path::PathBuf> = Vec::new();
+    for (origin, _) in plan {
+        match origin {
+            Origin::Configured(addr) => tcp.push(*addr),
+            Origin::Unix(i) => unix.extend(process.unix_paths.get(*i).cloned()),
+            Origin::Inherited(_) => {}
+        }
+    }
+    for (origin, listening) in taken {
+        if matches!(origin, Origin::Inherited(_)) {
+            tcp.extend(listening.local_addr().ok());
+            unix.extend(listening.unix_path().map(ToOwned::to_owned));
+        }
+    }
+    tcp.retain(|a| a.port() != 0);
+    for (what, url) in upstreams {
+        let ours = if let Some(path) = url.strip_prefix("unix:") {
+            unix.iter()
+                .find(|p| p.as_path() == std::path::Path::new(path))
+                .map(|p| format!("unix:{}", p.display()))
+        } else {
+            let up = peregrine::proxy::Upstream::parse(url).with_context(|| what.clone())?;
+            up.socket_addrs()
+                .iter()
+                .find_map(|u| tcp.iter().find(|l| is_listener(*u, **l)))
+                .map(ToString::to_string)
+        };
+        if let Some(listener) = ours {
+            anyhow::bail!(
+                "{what}: the upstream {url} is this server's own listener {listener}: every request would come back \
+                 to the proxy; point it at the application's address"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Whether connecting to `up` reaches the socket listening on `listener`.
+fn is_listener(up: SocketAddr, listener: SocketAddr) -> bool {
+    let (u, l) = (up.ip().to_canonical(), listener.ip().to_canonical());
+    up.port() == listener.port() && (u == l || u.is_unspecified() || (l.is_unspecified() && u.is_loopback()))
+}
+
 /// Gives the server its listeners in the plan's order: the socket `taken`
 /// for the same origin where there is one, else a new address to bind.
 fn attach_listeners(
@@ -289,6 +376,7 @@ fn start(
         archive,
         sites,
         proxy,
+        proxy_files_first,
         ..
     } = command
     else {
@@ -299,7 +387,20 @@ fn start(
     // Credentials are checked by this generation's verifier (its threads
     // start with the first check, and end with the generation).
     let verifier = Verifier::new();
-    let proxies = crate::proxy::upstreams(proxy)?;
+    let proxies = crate::proxy::upstreams(proxy, proxy_files_first)?;
+    // Under a files-first prefix a path no file answers goes upstream; a
+    // fallback would answer it first, and the upstream never (GET).
+    let fallbacks: Vec<&str> = if sites.is_empty() {
+        files.fallback.as_deref().into_iter().collect()
+    } else {
+        sites.iter().filter_map(|s| s.files.fallback.as_deref()).collect()
+    };
+    if let (Some(first), Some(fallback)) = (proxy_files_first.first(), fallbacks.first()) {
+        anyhow::bail!(
+            "--proxy-files-first {first} with the fallback {fallback}: ambiguous, a path no file answers goes to the \
+             fallback and never upstream (take one of them out)"
+        );
+    }
     // A proxy route passes WebSockets through: HTTP/2 clients may open
     // them with an extended CONNECT (SETTINGS_ENABLE_CONNECT_PROTOCOL).
     let proxied = !proxies.is_empty()
@@ -325,6 +426,8 @@ fn start(
     if !is_archive_root(root, files, archive)? {
         let files = FileServer::new(files.options(root.clone()))?;
         notes.files(&what, &files);
+        let page = crate::proxy::directory_error_page(root)?;
+        let proxies = crate::proxy::with_error_page(&proxies, page.as_deref());
         let files = files.with_gate(gate);
         // No wrapper at all without proxies: the files' answer path stays as it was.
         let running = if proxies.is_empty() {
@@ -343,6 +446,8 @@ fn start(
         None => (super::sites::open_archive(root, &options, previous)?, false),
     };
     notes.archive(&what, &server);
+    let page = server.file_bytes(crate::proxy::ERROR_PAGE_KEY);
+    let proxies = crate::proxy::with_error_page(&proxies, page.as_deref());
     let gated = server.clone().with_gate(gate);
     let running = if proxies.is_empty() {
         srv.start(sandbox::planted_bug(gated))?
@@ -363,8 +468,8 @@ fn start(
 
 /// Notes the `_headers` rules `--proxy` prefixes go around (they come
 /// before the files or archive).
-pub(super) fn notes_under_proxies(notes: &mut Notes, proxies: &[(String, peregrine::proxy::Proxy)]) {
-    for (prefix, _) in proxies {
+pub(super) fn notes_under_proxies(notes: &mut Notes, proxies: &[crate::proxy::Prefix]) {
+    for (prefix, ..) in proxies {
         notes.under_proxy(prefix, &format!("--proxy {prefix}"), |_| true);
     }
 }

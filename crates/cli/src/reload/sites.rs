@@ -46,7 +46,7 @@ pub(super) fn build(
     access_log: Option<&str>,
     previous: &[ServedArchive],
     verifier: &Arc<Verifier>,
-    proxies: &[(String, peregrine::proxy::Proxy)],
+    proxies: &[crate::proxy::Prefix],
 ) -> anyhow::Result<Built> {
     let mut archives: Vec<ServedArchive> = Vec::new();
     let mut sites = Vec::with_capacity(specs.len());
@@ -65,15 +65,19 @@ pub(super) fn build(
         // `_headers`' `Basic-Auth` rules are the file or archive server's
         // to find; the guard checks what they protect.
         let what = format!("site {label}");
+        // The root's `_50x.html`: the page of the proxy's 502, 503 and 504.
+        let site_page;
         let root: Arc<dyn Handler> = match spec.kind {
             RootKind::Directory => {
                 let server = files(&spec.root, spec)?;
                 notes.files(&what, &server);
+                site_page = crate::proxy::directory_error_page(&spec.root)?;
                 Arc::new(server.with_gate(guard(label, Finish::default(), false)))
             }
             RootKind::Archive => {
                 let server = archive(&spec.root, &spec.archive, label, previous, &mut archives)?;
                 notes.archive(&what, &server);
+                site_page = server.file_bytes(crate::proxy::ERROR_PAGE_KEY);
                 Arc::new(server.with_gate(guard(label, Finish::default(), false)))
             }
         };
@@ -150,10 +154,41 @@ pub(super) fn build(
                         notes.route(&what, &route.path, rule, &route.headers, None);
                     }
                     let prefix = route_prefix(&route.path);
-                    let up = peregrine::proxy::Upstream::parse(&p.url)
+                    let mut up = peregrine::proxy::Upstream::parse(&p.url)
                         .with_context(|| format!("site {label}, route {}", route.path))?
                         .prefix(&prefix);
-                    Arc::new(peregrine::proxy::Proxy::new(up))
+                    // Files first (`files-first = true`): the route's own
+                    // root or the site's, then the upstream.
+                    let (files, files_page): (Option<Arc<dyn Handler>>, _) = match p.files_first.as_deref() {
+                        Some(HandlerSpec::Files { root, files }) => {
+                            let server = FileServer::new(files.options(root.clone()))
+                                .with_context(|| format!("site {label}, route {}: {}", route.path, root.display()))?;
+                            notes.files(&what, &server);
+                            let page = crate::proxy::directory_error_page(root)?;
+                            (Some(Arc::new(server.with_gate(inner_gate.clone()))), page)
+                        }
+                        Some(HandlerSpec::Archive { root, archive: a }) => {
+                            let server = archive(root, a, label, previous, &mut archives)?;
+                            notes.archive(&what, &server);
+                            let page = server.file_bytes(crate::proxy::ERROR_PAGE_KEY);
+                            (Some(Arc::new(server.with_gate(inner_gate.clone()))), page)
+                        }
+                        _ => (None, None),
+                    };
+                    let page = match &p.error_page {
+                        Some(path) => Some(std::fs::read(path).with_context(|| {
+                            format!("site {label}, route {}: error-page {}", route.path, path.display())
+                        })?),
+                        None => files_page.or_else(|| site_page.clone()),
+                    };
+                    if let Some(page) = page {
+                        up = up.error_page(page);
+                    }
+                    let proxy = peregrine::proxy::Proxy::new(up);
+                    match files {
+                        Some(files) => Arc::new(crate::proxy::FilesFirst { files, proxy }),
+                        None => Arc::new(proxy),
+                    }
                 }
             };
             let forward = match &route.forward_auth {
@@ -200,7 +235,9 @@ pub(super) fn build(
         let mut site = if proxies.is_empty() {
             Site::new(spec.names.iter().cloned(), handler)
         } else {
-            let handler = crate::proxy::wrap(Arc::new(handler), proxies);
+            // `--proxy` prefixes with this site's `_50x.html`, if any.
+            let proxies = crate::proxy::with_error_page(proxies, site_page.as_deref());
+            let handler = crate::proxy::wrap(Arc::new(handler), &proxies);
             Site::new(spec.names.iter().cloned(), crate::proxy::Shared(handler))
         };
         for alias in &spec.aliases {

@@ -86,6 +86,8 @@ pub(crate) const ROUTE_KEYS: &[&str] = &[
     "to",
     "status",
     "proxy",
+    "files-first",
+    "error-page",
     "headers",
     "ip",
     "rate-limit",

@@ -164,6 +164,15 @@ pub(crate) enum HandlerSpec {
 #[derive(Debug, Clone)]
 pub(crate) struct Proxy {
     pub(crate) url: String,
+    /// `files-first = true`: a GET or HEAD is answered from these files
+    /// (a `Files` or `Archive` handler: the route's `root`, else the
+    /// site's) when one is there, and goes upstream otherwise (nginx's
+    /// `try_files $uri @backend`); other methods go upstream.
+    pub(crate) files_first: Option<Box<HandlerSpec>>,
+    /// `error-page = "PATH"`: the HTML answered with the proxy's 502, 503
+    /// and 504; without it, the `_50x.html` of the files the route tries
+    /// first, or of the site's root, if there is one.
+    pub(crate) error_page: Option<PathBuf>,
 }
 
 /// Where a site's or route's setting came from, as `check-config` says it.

@@ -646,6 +646,8 @@ impl FileSites<'_> {
         let mut root: Option<(PathBuf, usize)> = None;
         let mut to: Option<(String, usize)> = None;
         let mut upstream: Option<(String, usize)> = None;
+        let mut files_first: Option<(bool, usize)> = None;
+        let mut error_page: Option<(PathBuf, usize)> = None;
         let mut status: Option<(u16, usize)> = None;
         let mut headers: Option<(Vec<(String, String)>, usize)> = None;
         let mut ip: Option<(IpRules, usize)> = None;
@@ -717,6 +719,19 @@ impl FileSites<'_> {
                             Ok(_) => upstream = Some((s, line)),
                             Err(e) => errors.push(self.error(line, key, e)),
                         }
+                    }
+                }
+                "files-first" => match v.get_ref() {
+                    DeValue::Boolean(b) => files_first = Some((*b, line)),
+                    other => errors.push(self.error(
+                        line,
+                        key,
+                        format!("expected true or false, found {}", config::describe(other)),
+                    )),
+                },
+                "error-page" => {
+                    if let Some(s) = string(errors) {
+                        error_page = Some((self.path_of(&s), line));
                     }
                 }
                 "status" => match v.get_ref() {
@@ -803,27 +818,61 @@ impl FileSites<'_> {
         ];
         let handler_line = handler.as_ref().map_or(header, |(_, line)| *line);
         if name != "proxy" {
-            if let Some((_, line)) = &upstream {
-                errors.push(self.error(
-                    *line,
-                    "proxy",
-                    format!("only a proxy route has `proxy` (this route's handler is {name})"),
-                ));
+            for (key, line) in [
+                ("proxy", upstream.as_ref().map(|u| u.1)),
+                ("files-first", files_first.map(|f| f.1)),
+                ("error-page", error_page.as_ref().map(|e| e.1)),
+            ] {
+                if let Some(line) = line {
+                    errors.push(self.error(
+                        line,
+                        key,
+                        format!("only a proxy route has `{key}` (this route's handler is {name})"),
+                    ));
+                }
             }
         }
+        let files_first_line = files_first.filter(|(on, _)| *on).map(|(_, line)| line);
         let handler_spec = match name {
             "proxy" => {
-                for (key, line) in [
-                    ("to", to.as_ref().map(|t| t.1)),
-                    ("status", status.map(|s| s.1)),
-                    ("root", root.as_ref().map(|r| r.1)),
-                ] {
+                for (key, line) in [("to", to.as_ref().map(|t| t.1)), ("status", status.map(|s| s.1))] {
                     if let Some(line) = line {
-                        errors.push(self.error(line, key, "a proxy route serves no files and redirects nowhere"));
+                        errors.push(self.error(line, key, "a proxy route redirects nowhere"));
                     }
                 }
-                for (key, _, line) in &own {
-                    errors.push(self.error(*line, key, "a proxy route serves no files"));
+                if files_first_line.is_none() {
+                    if let Some((_, line)) = &root {
+                        errors.push(self.error(
+                            *line,
+                            "root",
+                            "a proxy route serves no files (unless files-first = true: then files under its root \
+                             answer first)",
+                        ));
+                    }
+                    for (key, _, line) in &own {
+                        errors.push(self.error(
+                            *line,
+                            key,
+                            "a proxy route serves no files (unless files-first = true)",
+                        ));
+                    }
+                }
+                // With files first, a missing file is the upstream's to
+                // answer: a fallback or a not-found page would answer it
+                // instead, and the upstream never.
+                if files_first_line.is_some() {
+                    for (key, _, line) in &own {
+                        if *key == "fallback" || *key == "404" {
+                            errors.push(self.error(
+                                *line,
+                                key,
+                                format!(
+                                    "ambiguous with files-first = true: a path no file answers goes to the \
+                                     upstream, so `{key}` would never be used (take one of them out)"
+                                ),
+                            ));
+                        }
+                    }
                 }
                 // The guard makes a route's answer before the password is
                 // proven (off the loop) and sends it only after; a proxy's
@@ -847,7 +896,77 @@ impl FileSites<'_> {
                     return None;
                 };
                 shown.push(Shown::new("proxy", config::toml_string(&url), self.origin(url_line)));
-                HandlerSpec::Proxy(Proxy { url })
+                let files_first = match files_first_line {
+                    None => None,
+                    Some(line) => {
+                        shown.push(Shown::new("files-first", "true".to_owned(), self.origin(line)));
+                        let (root_path, root_origin) = match &root {
+                            Some((r, line)) => (r.clone(), self.origin(*line)),
+                            None => (
+                                site_root_path.clone(),
+                                Origin::Site(self.path.to_owned(), *site_root_line),
+                            ),
+                        };
+                        shown.push(Shown::new(
+                            "root",
+                            config::toml_string(&root_path.to_string_lossy()),
+                            root_origin,
+                        ));
+                        let mut values = site_values.clone();
+                        for (key, vals, line) in &own {
+                            values.insert(key, (vals.clone(), self.origin(*line)));
+                        }
+                        if root_kind_here == RootKind::Archive {
+                            for (key, _, line) in &own {
+                                if let Some(Applies::Directory(why)) = per_site(key) {
+                                    errors.push(self.error(
+                                        *line,
+                                        key,
+                                        format!(
+                                            "{} is an archive, whose answers were fixed when it was packed ({why})",
+                                            root_path.display()
+                                        ),
+                                    ));
+                                }
+                            }
+                        }
+                        let (mut files, archive) = match file_args(&values) {
+                            Ok(typed) => typed,
+                            Err(why) => {
+                                errors.push(format!(
+                                    "{}:{header}: [[site.route]] settings: {why}",
+                                    self.path.display()
+                                ));
+                                return None;
+                            }
+                        };
+                        // A site's fallback or not-found page, inherited,
+                        // would answer every missing path: here the
+                        // upstream does.
+                        files.fallback = None;
+                        files.not_found = None;
+                        Some(Box::new(match root_kind_here {
+                            RootKind::Directory => HandlerSpec::Files { root: root_path, files },
+                            RootKind::Archive => HandlerSpec::Archive {
+                                root: root_path,
+                                archive,
+                            },
+                        }))
+                    }
+                };
+                let error_page = error_page.map(|(path, line)| {
+                    shown.push(Shown::new(
+                        "error-page",
+                        config::toml_string(&path.to_string_lossy()),
+                        self.origin(line),
+                    ));
+                    path
+                });
+                HandlerSpec::Proxy(Proxy {
+                    url,
+                    files_first,
+                    error_page,
+                })
             }
             "redirect" => {
                 if let Some((_, line)) = &root {

@@ -238,6 +238,7 @@ pub(crate) fn record(ctx: &mut Ctx<'_>, req: &Request<'_>, status: u16, body_byt
             host: req.host,
             site: label,
             duration_us: Some(micros_since(now)),
+            upstream: None,
         });
     }
     if let Some(m) = ctx.metrics {
@@ -253,12 +254,23 @@ pub(crate) fn finish(ctx: &mut Ctx<'_>, peer: SocketAddr, deferral: &Deferral, s
     if let Some(m) = ctx.metrics {
         m.deferred_ended.add(1);
     }
+    // The reverse proxy's figures, when the worker is handing over an
+    // answer its upstream connections made (taken by the first answer
+    // recorded, so they never reach another request's line).
+    let upstream = ctx.upstream_log.take();
     let Some((status, body_bytes)) = sent else { return };
     let sites = ctx.sites;
     let label = deferral.site.and_then(|i| sites.label(i));
     let date = ctx.date;
     if let (Some(w), Some(req)) = (log_of(ctx, deferral.site), deferral.log.as_ref()) {
-        w.record_owned(date.clf(), peer, req, label, (status, body_bytes), deferral.started);
+        w.record_owned(
+            date.clf(),
+            peer,
+            req,
+            label,
+            (status, body_bytes, upstream.as_ref()),
+            deferral.started,
+        );
     }
     if let Some(m) = ctx.metrics {
         m.record_index(deferral.method_idx, status, deferral.started);

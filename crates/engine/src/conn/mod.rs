@@ -104,6 +104,9 @@ pub(crate) struct Ctx<'w> {
     pub(crate) ws: &'w mut crate::ws::hub::Local,
     /// Requests for upstreams the handlers left this turn (`proxy`).
     pub(crate) outbox: &'w crate::proxy::Outbox,
+    /// The upstream figures of the proxy's answer the worker is handing
+    /// over, for its access log line (`dispatch::finish` takes them).
+    pub(crate) upstream_log: Option<crate::access_log::UpstreamLog>,
 }
 
 /// What the worker should do with a connection after an event.
@@ -927,6 +930,7 @@ fn refused_line<'a>(
         host: None,
         site: None,
         duration_us: Some(micros_since(started)),
+        upstream: None,
     }
 }
 

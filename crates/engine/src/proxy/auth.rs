@@ -227,15 +227,7 @@ impl ForwardAuth {
             })
             .map(|(n, v)| (n.as_bytes(), v.into()))
             .collect();
-        // Cookies: one field (HTTP/2 and HTTP/3 send crumbs, RFC 9113 §8.2.3).
-        let mut cookie: Vec<u8> = Vec::new();
-        for (_, v) in req.headers().filter(|(n, _)| n.eq_ignore_ascii_case("cookie")) {
-            if !cookie.is_empty() {
-                cookie.extend_from_slice(b"; ");
-            }
-            cookie.extend_from_slice(v);
-        }
-        if !cookie.is_empty() {
+        if let Some(cookie) = super::joined_cookies(req) {
             fields.push((b"Cookie", cookie.into()));
         }
         let mut uri = req.path().to_owned();
@@ -368,23 +360,25 @@ impl Checks {
     /// The pool's answers with the subrequests' taken out and decided:
     /// what goes to clients (the answers held, refusals), the upstream
     /// answers of checked requests made private.
-    pub(crate) fn sort(&mut self, answers: Vec<(Responder, Response)>) -> Vec<(Responder, Response)> {
+    /// (Each with its access log figures; an answer a check makes has
+    /// none: no upstream of the route was asked.)
+    pub(crate) fn sort(&mut self, answers: Vec<super::pool::Answer>) -> Vec<super::pool::Answer> {
         if self.pending.is_empty() && self.private.is_empty() {
             return answers;
         }
         let mut out = Vec::with_capacity(answers.len());
-        for (responder, response) in answers {
+        for (responder, response, figures) in answers {
             let key = responder.key();
             if key.0 == CHECK_TOKEN {
                 if let Some(pending) = self.pending.remove(&key.1) {
-                    out.extend(self.decide(pending, response));
+                    out.extend(self.decide(pending, response).map(|(r, a)| (r, a, None)));
                 }
                 continue;
             }
             if self.private.remove(&key) {
-                out.push((responder, private(response)));
+                out.push((responder, private(response), figures));
             } else {
-                out.push((responder, response));
+                out.push((responder, response, figures));
             }
         }
         out
@@ -569,7 +563,11 @@ mod tests {
         );
         let denied = answer(302, "Location: /login\r\nSet-Cookie: s=1\r\n");
         let broken = answer(500, "X-Secret: upstream text\r\n");
-        let out = checks.sort(vec![(key(1), answer(200, "")), (key(2), denied), (key(3), broken)]);
+        let out = checks.sort(vec![
+            (key(1), answer(200, ""), None),
+            (key(2), denied, None),
+            (key(3), broken, None),
+        ]);
         assert_eq!(out.len(), 3);
         assert_eq!(out[0].1.status(), 200);
         assert_eq!(out[0].1.header("cache-control"), Some("private"));

@@ -50,11 +50,13 @@
 
 mod auth;
 mod pool;
+mod resolve;
 mod tunnel;
 mod upstream;
 
 pub use auth::{Decide, Finish, ForwardAuth, Held};
 pub(crate) use pool::{Sock, Upstreams};
+pub(crate) use resolve::start as start_resolving;
 pub(crate) use tunnel::Handoff;
 pub use upstream::{HostHeader, Upstream, UpstreamError};
 
@@ -405,15 +407,7 @@ fn build_as(up: &Upstream, req: &Request<'_>, framing: Framing, method: &str, sk
         Some(id) => extra.push(("X-Request-ID", Cow::Borrowed(id))),
         None => extra.push(("X-Request-ID", Cow::Owned(request_id().into_bytes()))),
     }
-    // Cookies: one field (HTTP/2 and HTTP/3 send crumbs, RFC 9113 §8.2.3).
-    let mut cookie: Vec<u8> = Vec::new();
-    for (_, v) in req.headers().filter(|(n, _)| n.eq_ignore_ascii_case("cookie")) {
-        if !cookie.is_empty() {
-            cookie.extend_from_slice(b"; ");
-        }
-        cookie.extend_from_slice(v);
-    }
-    if !cookie.is_empty() {
+    if let Some(cookie) = joined_cookies(req) {
         extra.push(("Cookie", Cow::Owned(cookie)));
     }
 
@@ -446,6 +440,20 @@ fn contains_token(value: &[u8], token: &[u8]) -> bool {
         let _protocol = parts.next();
         parts.next() == Some(token)
     })
+}
+
+/// The request's `Cookie` fields as one value: HTTP/2 and HTTP/3 clients
+/// send crumbs, joined with `; ` for an HTTP/1.1 upstream (RFC 9113
+/// §8.2.3). `None` without cookies.
+pub(crate) fn joined_cookies(req: &Request<'_>) -> Option<Vec<u8>> {
+    let mut cookie: Vec<u8> = Vec::new();
+    for (_, v) in req.headers().filter(|(n, _)| n.eq_ignore_ascii_case("cookie")) {
+        if !cookie.is_empty() {
+            cookie.extend_from_slice(b"; ");
+        }
+        cookie.extend_from_slice(v);
+    }
+    (!cookie.is_empty()).then_some(cookie)
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, Read, Write};
 use std::mem::MaybeUninit;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -16,10 +17,12 @@ use slab::Slab;
 
 use super::upstream::Addr;
 use super::{Job, Upstream};
+use crate::access_log::{UpstreamAddr, UpstreamLog};
 use crate::body::{self, BodyReader, Sender, Take, TrySendError};
 use crate::codec::client::{parse_response_head, ParsedResponse, ResponseBodyDecoder, ResponseFraming, ResponseHead};
 use crate::codec::head::{list_elements, trim_ows};
 use crate::conn::Ctx;
+use crate::metrics::{UpstreamFailure, UpstreamMetrics};
 use crate::responder::Responder;
 use crate::response::{HeaderBlock, Response, SharedBytes};
 use crate::sources::{Source, Timers};
@@ -55,8 +58,9 @@ pub(crate) struct Upstreams {
     pools: HashMap<usize, Pool>,
     /// Answers made this turn, for the worker to hand to their
     /// connections at once (`take_answers`): they are this worker's, so
-    /// they need not go through the mailbox that other threads use.
-    answers: Vec<(Responder, Response)>,
+    /// they need not go through the mailbox that other threads use. Each
+    /// with the figures of its access log line.
+    answers: Vec<Answer>,
     /// Upstream connections that switched to WebSocket this turn, for
     /// the worker to hand to their clients' connections (`take_handoffs`).
     handoffs: Vec<super::Handoff>,
@@ -68,8 +72,14 @@ pub(crate) struct Upstreams {
     scratch: Vec<u8>,
 }
 
+/// An answer, where it goes, and the upstream figures of its log line.
+pub(crate) type Answer = (Responder, Response, Option<UpstreamLog>);
+
 struct Pool {
     up: Arc<Upstream>,
+    /// This worker's counters for the upstream, when the server keeps
+    /// metrics.
+    metrics: Option<Arc<UpstreamMetrics>>,
     /// Connections idle and ready for a request, most recent last.
     idle: Vec<usize>,
     /// Connections open (idle or busy).
@@ -128,6 +138,12 @@ struct UpConn {
     answer: Option<(Responder, Response)>,
     deadline: Option<Instant>,
     armed: Option<Instant>,
+    /// When the exchange began (connecting, or writing on a kept-alive
+    /// connection), and what the access log says of it.
+    started: Instant,
+    figures: UpstreamLog,
+    /// Why the answer, already relayed, was cut short (for the metrics).
+    broke: Option<UpstreamFailure>,
 }
 
 /// What a step of a connection came to.
@@ -148,22 +164,23 @@ enum Outcome {
 }
 
 impl Sock {
-    fn connect(addr: &Addr) -> io::Result<Sock> {
+    /// A connection under way, and the address it goes to (TCP).
+    fn connect(addr: &Addr) -> io::Result<(Sock, Option<SocketAddr>)> {
         match addr {
             Addr::Tcp(addrs) => {
                 let mut last = io::Error::new(io::ErrorKind::AddrNotAvailable, "no address");
-                for a in addrs {
+                for a in addrs.current().iter() {
                     match mio::net::TcpStream::connect(*a) {
                         Ok(s) => {
                             let _ = s.set_nodelay(true);
-                            return Ok(Sock::Tcp(s));
+                            return Ok((Sock::Tcp(s), Some(*a)));
                         }
                         Err(e) => last = e,
                     }
                 }
                 Err(last)
             }
-            Addr::Unix(path) => mio::net::UnixStream::connect(path).map(Sock::Unix),
+            Addr::Unix(path) => mio::net::UnixStream::connect(path).map(|s| (Sock::Unix(s), None)),
         }
     }
 
@@ -216,7 +233,7 @@ impl Write for Sock {
 impl Upstreams {
     /// The answers made since the last call, each with its responder.
     /// (Forward-auth subrequests' answers are decided on the way.)
-    pub(crate) fn take_answers(&mut self) -> Vec<(Responder, Response)> {
+    pub(crate) fn take_answers(&mut self) -> Vec<Answer> {
         self.checks.sort(std::mem::take(&mut self.answers))
     }
 
@@ -248,10 +265,14 @@ impl Upstreams {
     fn submit(&mut self, ctx: &mut Ctx<'_>, timers: &mut Timers, job: Job) {
         let pool = self.pools.entry(job.up.id).or_insert_with(|| Pool {
             up: job.up.clone(),
+            metrics: ctx.metrics.map(|m| m.upstream(job.up.url())),
             idle: Vec::new(),
             open: 0,
             queue: VecDeque::new(),
         });
+        if let Some(m) = &pool.metrics {
+            m.requests.add(1);
+        }
         if let Some(key) = pool.idle.pop() {
             self.assign(ctx, timers, key, job);
         } else if pool.open < pool.up.max_conns {
@@ -264,19 +285,38 @@ impl Upstreams {
                 pool.up.url(),
                 pool.queue.len()
             );
-            self.answers
-                .push((job.responder, Response::error(503).with_header("Retry-After", "1")));
+            if let Some(m) = &pool.metrics {
+                m.fail(UpstreamFailure::QueueFull);
+            }
+            // No upstream was asked: its log figures are all `-`.
+            let answer = job.up.error_answer(503);
+            self.answers.push((job.responder, answer, Some(UpstreamLog::default())));
         }
     }
 
     /// Opens a connection for `job` (`open` counted), or answers 502.
     fn connect(&mut self, ctx: &mut Ctx<'_>, timers: &mut Timers, job: Job) {
         let up = job.up.clone();
-        let mut sock = match Sock::connect(&up.addr) {
+        let failed = |why: &dyn std::fmt::Display| {
+            log::warn!("proxy: {}: {why}", up.url());
+            if let Some(m) = self.pools.get(&up.id).and_then(|p| p.metrics.as_ref()) {
+                m.fail(UpstreamFailure::Connect);
+            }
+            let figures = UpstreamLog {
+                addr: Some(match &up.addr {
+                    Addr::Tcp(addrs) => UpstreamAddr::Tcp(addrs.current()[0]),
+                    Addr::Unix(_) => UpstreamAddr::Unix(up.clone()),
+                }),
+                status: Some(502),
+                ..UpstreamLog::default()
+            };
+            (up.error_answer(502), Some(figures))
+        };
+        let (mut sock, peer) = match Sock::connect(&up.addr) {
             Ok(s) => s,
             Err(e) => {
-                log::warn!("proxy: {}: connect: {e}", up.url());
-                self.answers.push((job.responder, Response::error(502)));
+                let (answer, figures) = failed(&format_args!("connect: {e}"));
+                self.answers.push((job.responder, answer, figures));
                 return;
             }
         };
@@ -287,8 +327,8 @@ impl Upstreams {
             Source::Upstream(key).mio(),
             Interest::READABLE | Interest::WRITABLE,
         ) {
-            log::warn!("proxy: {}: register: {e}", up.url());
-            self.answers.push((job.responder, Response::error(502)));
+            let (answer, figures) = failed(&format_args!("register: {e}"));
+            self.answers.push((job.responder, answer, figures));
             return;
         }
         entry.insert(UpConn {
@@ -313,12 +353,23 @@ impl Upstreams {
             answer: None,
             deadline: None,
             armed: None,
+            started: ctx.now,
+            figures: UpstreamLog::default(),
+            broke: None,
         });
         if let Some(pool) = self.pools.get_mut(&up.id) {
             pool.open += 1;
+            pool.publish();
+            if let Some(m) = &pool.metrics {
+                m.fresh.add(1);
+            }
         }
         let c = &mut self.conns[key];
-        c.take(job);
+        c.take(job, ctx.now);
+        c.figures.addr = Some(match peer {
+            Some(a) => UpstreamAddr::Tcp(a),
+            None => UpstreamAddr::Unix(up.clone()),
+        });
         c.state = State::Connecting;
         c.deadline = Some(ctx.now + up.connect_timeout);
         self.drive(ctx, timers, key);
@@ -327,9 +378,19 @@ impl Upstreams {
     /// Gives an idle connection `job`.
     fn assign(&mut self, ctx: &mut Ctx<'_>, timers: &mut Timers, key: usize, job: Job) {
         let c = &mut self.conns[key];
-        c.take(job);
+        let addr = c.figures.addr.take();
+        c.take(job, ctx.now);
+        // A kept-alive connection: no time to connect, as nginx says it.
+        c.figures.addr = addr;
+        c.figures.connect = Some(std::time::Duration::ZERO);
         c.reused = true;
         c.state = State::Writing;
+        if let Some(pool) = self.pools.get(&c.up) {
+            pool.publish();
+            if let Some(m) = &pool.metrics {
+                m.reused.add(1);
+            }
+        }
         self.drive(ctx, timers, key);
     }
 
@@ -370,6 +431,7 @@ impl Upstreams {
                         if let Some(tx) = c.tx.take() {
                             tx.abort();
                         }
+                        c.broke = Some(UpstreamFailure::Timeout);
                         Outcome::Close
                     }
                 };
@@ -399,8 +461,12 @@ impl Upstreams {
             read_timeout.unwrap_or(Upstream::READ_TIMEOUT),
             &mut self.scratch,
         );
-        if let Some(answer) = c.answer.take() {
-            self.answers.push(answer);
+        if let Some((responder, response)) = c.answer.take() {
+            // The answer's head: relayed now.
+            if let (Some(m), Some(took)) = (self.pools.get(&c.up).and_then(|p| p.metrics.as_ref()), c.figures.header) {
+                m.header_time(took);
+            }
+            self.answers.push((responder, response, Some(c.figures.clone())));
         }
         self.settle(ctx, timers, key, outcome);
     }
@@ -425,12 +491,16 @@ impl Upstreams {
                     self.assign(ctx, timers, key, job);
                 } else {
                     pool.idle.push(key);
+                    pool.publish();
                 }
             }
             Outcome::Close => self.close(ctx, timers, key),
             Outcome::Switched { fields } => self.hand_off(ctx, timers, key, fields),
             Outcome::Failed { status, why, retry } => {
                 let c = &mut self.conns[key];
+                let kind = failure_kind(c.state, status, &why);
+                let mut figures = std::mem::take(&mut c.figures);
+                figures.status = Some(status);
                 let mut job = c.job.take();
                 if let Some(job) = job.as_mut() {
                     // A retry sends the same bytes (kept until the answer
@@ -447,7 +517,16 @@ impl Upstreams {
                         self.connect(ctx, timers, job);
                     } else {
                         log::warn!("proxy: {url}: {why}: {status}");
-                        self.answers.push((job.responder, Response::error(status)));
+                        let answer = match status {
+                            502..=504 => job.up.error_answer(status),
+                            _ => Response::error(status),
+                        };
+                        if let (Some(m), Some(kind)) =
+                            (self.pools.get(&job.up.id).and_then(|p| p.metrics.as_ref()), kind)
+                        {
+                            m.fail(kind);
+                        }
+                        self.answers.push((job.responder, answer, Some(figures)));
                     }
                 }
             }
@@ -465,6 +544,7 @@ impl Upstreams {
         let _ = ctx.registry.deregister(c.sock.source());
         let Some(pool) = self.pools.get_mut(&c.up) else { return };
         pool.open -= 1;
+        pool.publish();
         let idle_timeout = pool.up.read_timeout;
         if let Some(job) = c.job.take() {
             self.handoffs.push(super::Handoff {
@@ -493,14 +573,21 @@ impl Upstreams {
             }
         }
         if let Some(job) = c.job.take() {
-            self.answers.push((job.responder, Response::error(502)));
+            let mut figures = c.figures.clone();
+            figures.status = Some(502);
+            self.answers
+                .push((job.responder, job.up.error_answer(502), Some(figures)));
         }
-        if let Some(answer) = c.answer.take() {
-            self.answers.push(answer);
+        if let Some((responder, response)) = c.answer.take() {
+            self.answers.push((responder, response, Some(c.figures.clone())));
         }
         let Some(pool) = self.pools.get_mut(&c.up) else { return };
+        if let (Some(m), Some(kind)) = (&pool.metrics, c.broke) {
+            m.fail(kind);
+        }
         pool.open -= 1;
         pool.idle.retain(|&k| k != key);
+        pool.publish();
         if !ctx.draining {
             if let Some(job) = pool.queue.pop_front() {
                 self.connect(ctx, timers, job);
@@ -509,8 +596,34 @@ impl Upstreams {
     }
 }
 
+impl Pool {
+    /// Sets the pool's gauges (open and idle connections).
+    fn publish(&self) {
+        if let Some(m) = &self.metrics {
+            m.open.set(self.open as u64);
+            m.idle.set(self.idle.len() as u64);
+        }
+    }
+}
+
+/// Which kind of failure (for the metrics) answered `status` after `why`,
+/// in `state`; `None` for one that is the client's (its body cut short).
+fn failure_kind(state: State, status: u16, why: &str) -> Option<UpstreamFailure> {
+    Some(match status {
+        504 => UpstreamFailure::Timeout,
+        502 if state == State::Connecting => UpstreamFailure::Connect,
+        // `bad()` made it.
+        502 if why.starts_with("bad answer") => UpstreamFailure::BadAnswer,
+        502 => UpstreamFailure::Closed,
+        _ => return None,
+    })
+}
+
 impl UpConn {
-    fn take(&mut self, mut job: Job) {
+    fn take(&mut self, mut job: Job, now: Instant) {
+        self.started = now;
+        self.figures = UpstreamLog::default();
+        self.broke = None;
         self.out = std::mem::take(&mut job.bytes);
         self.body = job.body.take();
         self.chunked = job.chunked;
@@ -540,7 +653,10 @@ impl UpConn {
         loop {
             match self.state {
                 State::Connecting => match self.sock.connected() {
-                    Ok(true) => self.state = State::Writing,
+                    Ok(true) => {
+                        self.figures.connect = Some(ctx.now.saturating_duration_since(self.started));
+                        self.state = State::Writing;
+                    }
                     Ok(false) => return Outcome::Wait,
                     Err(e) => return self.failed(502, format!("connect: {e}")),
                 },
@@ -635,6 +751,7 @@ impl UpConn {
                                 if let Some(tx) = self.tx.take() {
                                     tx.abort();
                                 }
+                                self.broke = Some(UpstreamFailure::Closed);
                                 return Outcome::Close;
                             }
                         },
@@ -664,6 +781,7 @@ impl UpConn {
                     } else {
                         log::warn!("proxy: upstream closed before the end of the body");
                         tx.abort();
+                        self.broke = Some(UpstreamFailure::Closed);
                     }
                 }
                 Outcome::Close
@@ -715,6 +833,7 @@ impl UpConn {
                     if let Some(tx) = self.tx.take() {
                         tx.abort();
                     }
+                    self.broke = Some(UpstreamFailure::BadAnswer);
                     return Some(Outcome::Close);
                 }
             };
@@ -804,12 +923,27 @@ impl UpConn {
                 Ok(b) => b,
                 Err(why) => return Err(bad(why)),
             };
+            // An answer to HEAD keeps the length a GET would have had
+            // (RFC 9110 §9.3.2; the parser checked that its values agree).
+            let head_length = if self.head_method {
+                head.headers
+                    .iter()
+                    .find(|h| h.name.eq_ignore_ascii_case("content-length"))
+                    .and_then(|h| std::str::from_utf8(trim_ows(h.value)).ok()?.parse::<u64>().ok())
+            } else {
+                None
+            };
             let (status, framing, keep_alive, head_len) = (head.status, head.framing, head.keep_alive, head.head_len);
             self.buf.drain(..head_len);
             self.keep_alive = keep_alive;
+            // Before the job goes: its upstream's read-ahead.
+            let capacity = self.buffer_bytes(ctx);
             let job = self.job.take().expect("a connection reading a head has a job");
             self.out = Vec::new();
             self.answered = true;
+            let took = ctx.now.saturating_duration_since(self.started);
+            self.figures.status = Some(status);
+            self.figures.header = Some(took);
             let whole = match framing {
                 ResponseFraming::Empty => Some(0),
                 ResponseFraming::Length(n) if n as usize <= WHOLE_BODY_MAX && self.buf.len() >= n as usize => {
@@ -818,13 +952,27 @@ impl UpConn {
                 _ => None,
             };
             if let Some(n) = whole {
-                let body: Vec<u8> = self.buf.drain(..n).collect();
+                self.figures.response = Some(took);
+                let body: crate::Body = match head_length {
+                    // No bytes follow a HEAD's head: a body of that
+                    // length that has ended (the engine sends no byte of
+                    // it, and writes its Content-Length); without one, of
+                    // unknown length, as the GET's would be relayed.
+                    Some(length) => body::channel_sized(1, length).0,
+                    None if self.head_method && status != 204 && status != 304 => body::channel(1).0,
+                    None => self.buf.drain(..n).collect::<Vec<u8>>().into(),
+                };
                 self.answer = Some((job.responder, Response::prepared(status, block, body)));
                 let reusable = self.keep_alive && self.buf.is_empty();
                 return Err(if reusable { Outcome::Reusable } else { Outcome::Close });
             }
-            let capacity = self.buffer_bytes(ctx);
-            let (body, tx) = body::channel(capacity);
+            // A body of known length keeps it (sent with that
+            // Content-Length, not chunked); others go chunked to HTTP/1.1
+            // clients.
+            let (body, tx) = match framing {
+                ResponseFraming::Length(n) => body::channel_sized(capacity, n),
+                _ => body::channel(capacity),
+            };
             self.answer = Some((job.responder, Response::prepared(status, block, body)));
             self.tx = Some(tx);
             self.decoder = ResponseBodyDecoder::new(framing, u64::MAX);

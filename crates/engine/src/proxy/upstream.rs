@@ -2,10 +2,14 @@
 //! Host are rewritten on the way, and the limits of its connections.
 
 use std::fmt;
-use std::net::{SocketAddr, ToSocketAddrs};
-use std::path::PathBuf;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
+
+use super::resolve::Resolved;
+use crate::response::{Response, SharedBytes};
 
 use percent_encoding::{percent_decode, utf8_percent_encode, AsciiSet, CONTROLS};
 
@@ -22,10 +26,11 @@ pub enum HostHeader {
 }
 
 /// Where an upstream listens.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub(crate) enum Addr {
-    /// Every address its name resolved to at start, tried in order.
-    Tcp(Vec<SocketAddr>),
+    /// Every address its name resolves to (at start, then every 30 s:
+    /// `resolve.rs`), tried in order.
+    Tcp(Arc<Resolved>),
     Unix(PathBuf),
 }
 
@@ -52,6 +57,9 @@ pub struct Upstream {
     pub(crate) connect_timeout: Duration,
     pub(crate) read_timeout: Duration,
     pub(crate) buffer_bytes: usize,
+    /// The body of the proxy's own 502, 503 and 504 (HTML), in place of
+    /// the engine's plain text.
+    error_page: Option<Arc<Vec<u8>>>,
 }
 
 /// Why an upstream URL was refused.
@@ -127,18 +135,12 @@ impl Upstream {
                 return Err(err("expected http://HOST[:PORT][/PATH]"));
             }
             let (host, port) = split_host_port(authority).ok_or_else(|| err("bad host or port"))?;
-            let addrs: Vec<SocketAddr> = (host, port)
-                .to_socket_addrs()
-                .map_err(|e| err(&format!("cannot resolve {host}: {e}")))?
-                .collect();
-            if addrs.is_empty() {
-                return Err(err(&format!("{host} resolves to no address")));
-            }
             if let Some(p) = path {
                 if p.contains(['?', '#']) || p.split('/').any(|s| s == "." || s == "..") {
                     return Err(err("the path may not hold a query, a fragment or dot segments"));
                 }
             }
+            let addrs = Resolved::new(host, port).map_err(|e| err(&format!("cannot resolve {host}: {e}")))?;
             (Addr::Tcp(addrs), authority.to_owned(), path.map(str::to_owned))
         } else if url.starts_with("https://") {
             return Err(err("https:// upstreams are not supported yet (use http:// or unix:)"));
@@ -159,6 +161,7 @@ impl Upstream {
             connect_timeout: Upstream::CONNECT_TIMEOUT,
             read_timeout: Upstream::READ_TIMEOUT,
             buffer_bytes: Upstream::BUFFER_BYTES,
+            error_page: None,
         })
     }
 
@@ -183,6 +186,37 @@ impl Upstream {
     pub fn max_conns(mut self, n: usize) -> Upstream {
         self.max_conns = n.max(1);
         self
+    }
+
+    /// Requests that may wait for a connection, per worker, when
+    /// `max_conns` are busy; past it, 503 with `Retry-After: 1`.
+    pub fn queue_max(mut self, n: usize) -> Upstream {
+        self.queue_max = n;
+        self
+    }
+
+    /// An HTML page answered, with the status, in place of the engine's
+    /// plain `502 Bad Gateway`, `503 Service Unavailable` or `504 Gateway
+    /// Timeout` (nginx's `error_page 502 503 504 /50x.html`). Whatever the
+    /// page says, the upstream's own text and address never reach the
+    /// client: they go to the error log.
+    pub fn error_page(mut self, html: Vec<u8>) -> Upstream {
+        self.error_page = Some(Arc::new(html));
+        self
+    }
+
+    /// The proxy's answer of `status` (502, 503 or 504): the error page
+    /// if there is one, else the engine's plain one.
+    pub(crate) fn error_answer(&self, status: u16) -> Response {
+        let answer = match &self.error_page {
+            Some(page) => Response::html(crate::Body::Shared(SharedBytes::new(page.clone()))).with_status(status),
+            None => Response::error(status),
+        };
+        if status == 503 {
+            answer.with_header("Retry-After", "1")
+        } else {
+            answer
+        }
     }
 
     /// Kept-alive connections idle longer are closed.
@@ -220,7 +254,7 @@ impl Upstream {
     pub fn tcp_ports(&self) -> Vec<u16> {
         match &self.addr {
             Addr::Tcp(addrs) => {
-                let mut ports: Vec<u16> = addrs.iter().map(SocketAddr::port).collect();
+                let mut ports: Vec<u16> = addrs.current().iter().map(SocketAddr::port).collect();
                 ports.dedup();
                 ports
             }
@@ -228,12 +262,20 @@ impl Upstream {
         }
     }
 
-    /// The addresses it connects to (TCP), for refusing an upstream that
-    /// is one of the server's own listeners.
-    pub fn socket_addrs(&self) -> &[SocketAddr] {
+    /// The addresses it connects to now (TCP), for refusing an upstream
+    /// that is one of the server's own listeners.
+    pub fn socket_addrs(&self) -> Vec<SocketAddr> {
         match &self.addr {
-            Addr::Tcp(addrs) => addrs,
-            Addr::Unix(_) => &[],
+            Addr::Tcp(addrs) => addrs.current().to_vec(),
+            Addr::Unix(_) => Vec::new(),
+        }
+    }
+
+    /// A `unix:` upstream's socket path.
+    pub(crate) fn unix_path(&self) -> Option<&Path> {
+        match &self.addr {
+            Addr::Unix(path) => Some(path),
+            Addr::Tcp(_) => None,
         }
     }
 
