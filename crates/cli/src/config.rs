@@ -231,6 +231,10 @@ enum OnUsageError {
 /// `peregrine pack DIR` says what `-o` is for rather than only that it is
 /// missing.
 fn exit_saying_what_it_needs(cmd: &Command, argv: &[OsString], e: clap::Error) -> ! {
+    if let Some(says) = another_servers_flag(argv, &e) {
+        eprintln!("error: {says}");
+        std::process::exit(e.exit_code());
+    }
     if e.kind() == ErrorKind::MissingRequiredArgument {
         let name = argv.get(1).and_then(|a| a.to_str());
         if let Some(help) = name
@@ -243,6 +247,54 @@ fn exit_saying_what_it_needs(cmd: &Command, argv: &[OsString], e: clap::Error) -
         }
     }
     e.exit()
+}
+
+/// For `--port N` and `--root DIR`, which Caddy's, nginx's and other
+/// servers' users type, the flag or argument that says it here (clap alone
+/// would suggest `--list-dirs` or nothing). `--listen`, Caddy's word, is
+/// an alias of `--bind` and never gets here.
+fn another_servers_flag(argv: &[OsString], e: &clap::Error) -> Option<String> {
+    if e.kind() != ErrorKind::UnknownArgument {
+        return None;
+    }
+    let Some(ContextValue::String(unknown)) = e.get(ContextKind::InvalidArg) else {
+        return None;
+    };
+    let (flag, inline) = match unknown.split_once('=') {
+        Some((flag, value)) => (flag, Some(value.to_owned())),
+        None => (unknown.as_str(), None),
+    };
+    // clap names `--port=80` as `--port`: the value is found on the line.
+    let value = inline.or_else(|| {
+        let args: Vec<&str> = argv.iter().filter_map(|a| a.to_str()).collect();
+        let at = args
+            .iter()
+            .position(|a| *a == flag || a.starts_with(&format!("{flag}=")))?;
+        match args[at].split_once('=') {
+            Some((_, value)) => Some(value.to_owned()),
+            None => args
+                .get(at + 1)
+                .filter(|v| !v.starts_with('-'))
+                .map(|v| (*v).to_owned()),
+        }
+    });
+    match flag {
+        "--port" => {
+            let port = value.unwrap_or_else(|| "PORT".to_owned());
+            Some(format!(
+                "there is no --port: give the address with --bind (or --listen): --bind :{port} for every \
+                 interface, --bind 127.0.0.1:{port} for this machine only"
+            ))
+        }
+        "--root" => {
+            let dir = value.unwrap_or_else(|| "DIR".to_owned());
+            Some(format!(
+                "there is no --root: the directory or archive to serve is serve's argument: peregrine serve {dir} \
+                 (with sites, each --site NAMES=DIR has its own)"
+            ))
+        }
+        _ => None,
+    }
 }
 
 /// The first line of a clap error, without clap's `error: `.

@@ -38,6 +38,41 @@ fn bad_arguments_are_named_in_the_error() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("--idle-timeout"));
 }
 
+/// Issue 33: Caddy's `--listen :9000` got "a similar argument exists:
+/// '--list-dirs'". It is `--bind` under Caddy's name.
+#[test]
+fn listen_is_bind_under_caddys_name() {
+    let mut child = peregrine()
+        .args(["hello", "--listen", "127.0.0.1:0", "--workers", "1"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let addr = served_addr(&mut child);
+    assert!(get(&addr, "/").starts_with("HTTP/1.1 200 OK\r\n"));
+    terminate(child);
+}
+
+/// Issue 33: `--port` and `--root`, which other servers take, are answered
+/// with what says it here.
+#[test]
+fn port_and_root_are_answered_with_the_flag_that_says_it() {
+    for (args, says) in [
+        (
+            &["serve", "site", "--port", "9000"][..],
+            "--bind :9000 for every interface",
+        ),
+        (&["hello", "--port=9000"], "--bind 127.0.0.1:9000 for this machine only"),
+        (&["serve", "--root", "public"], "peregrine serve public"),
+        (&["serve", "--root=public", "--port", "80"], "peregrine serve public"),
+    ] {
+        let out = peregrine().args(args).bounded_output();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(!err.contains("--list-dirs"), "{args:?}: {err}");
+    }
+}
+
 /// The cause once: the library's error no longer repeats its source in its
 /// own message, which the CLI prints as a chain.
 #[test]
@@ -456,6 +491,22 @@ fn archive_ls_labels_its_columns_and_shows_convention_keys_readably() {
     ] {
         assert!(lines.iter().any(|l| l == row), "{row:?} not in:\n{ls}");
     }
+}
+
+/// Issue 33: `ls` printed `/h\xc3\xa9llo w\xc3\xb6rld.txt`.
+#[test]
+fn archive_ls_shows_utf8_names_as_they_are() {
+    let (archive, _) = packed(
+        &scratch("ls-utf8"),
+        &[("héllo wörld.txt", "hi"), ("日本/索引.html", "x")],
+        &["--no-compress"],
+    );
+    let out = peregrine().args(["archive", "ls"]).arg(&archive).bounded_output();
+    assert!(out.status.success());
+    let ls = String::from_utf8(out.stdout).unwrap();
+    assert!(ls.contains("/héllo wörld.txt "), "{ls}");
+    assert!(ls.contains("/日本/索引.html "), "{ls}");
+    assert!(!ls.contains("\\x"), "{ls}");
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! `deploy/`: the Kubernetes manifests pass the Kubernetes schemas (strict:
 //! an unknown or misspelt field fails), say what the guide promises, and
 //! the container's health check (`peregrine probe`) answers as it should.
-//! The image is built only where a container engine runs.
+//! The image is built only when asked (`--ignored`), where a container
+//! engine runs.
 //!
 //! The schema checker is `kubernetes-validate` (PyPI), which ships the
 //! schemas of every Kubernetes release: kubeconform installs through the Go
@@ -185,16 +186,25 @@ fn the_container_image_is_static_non_root_and_health_checked() {
     assert!(f.contains("USER 65532:65532"));
     assert!(f.contains(r#"CMD ["/usr/local/bin/peregrine", "probe", "http://127.0.0.1:9090/healthz"]"#));
     assert!(f.contains(r#""--metrics", "0.0.0.0:9090""#));
+}
+
+/// Building the image needs a container engine, which CI machines and
+/// these ones do not run. It printed SKIPPED and counted as passed there
+/// (issue 33); stable Rust cannot mark a test ignored once it runs, so it
+/// is ignored here, with its reason in the harness's own report (`test
+/// ... ignored, needs a running container engine`), and where it is run
+/// (`cargo test -p peregrine-cli --test deploy -- --ignored`) an engine
+/// that does not answer fails it.
+#[test]
+#[ignore = "needs a running container engine (docker): run with --ignored where one runs"]
+fn the_container_image_builds() {
     let engine_runs = Command::new("docker")
         .arg("info")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success());
-    if !engine_runs {
-        say("SKIPPED building the image: no container engine answers here (`docker info` failed)");
-        return;
-    }
+    assert!(engine_runs, "no container engine answers here (`docker info` failed)");
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     let out = Command::new("docker")
         .args(["build", "-q", "-f", "deploy/Dockerfile", "-t", "peregrine:test", "."])

@@ -358,6 +358,52 @@ fn tls_arguments_that_do_not_fit_are_named_in_the_error() {
     assert_eq!(err.matches("/nonexistent/key.pem").count(), 1, "each cause once: {err}");
 }
 
+/// Issue 33: rustls's words (`no items found`, `KeyMismatch`) became
+/// sentences that name the file and what to give instead.
+#[test]
+fn bad_certificate_and_key_files_are_named_with_the_fix() {
+    let pki = Pki::new("bad-files");
+    let (cert, key, _) = pki.issue("one", &["localhost"]);
+    let (_, other_key, _) = pki.issue("two", &["localhost"]);
+    let not_pem = pki.dir().join("notes.txt");
+    std::fs::write(&not_pem, "this is not a certificate\n").unwrap();
+    let run = |cert: &Path, key: &Path| {
+        let out = Command::new(env!("CARGO_BIN_EXE_peregrine"))
+            .args(["hello", "--bind", "127.0.0.1:0", "--tls-cert"])
+            .arg(cert)
+            .arg("--tls-key")
+            .arg(key)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{cert:?} {key:?}");
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!err.contains("no items found") && !err.contains("KeyMismatch"), "{err}");
+        err
+    };
+    let (c, o, n) = (cert.display(), other_key.display(), not_pem.display());
+    let err = run(&not_pem, &key);
+    assert!(
+        err.contains(&format!(
+            "{n}: no certificate in this file: give a PEM file of `-----BEGIN CERTIFICATE-----` blocks"
+        )),
+        "{err}"
+    );
+    let err = run(&cert, &not_pem);
+    assert!(
+        err.contains(&format!(
+            "{n}: no private key in this file: give the PEM file of the certificate's private key"
+        )),
+        "{err}"
+    );
+    let err = run(&cert, &other_key);
+    assert!(
+        err.contains(&format!(
+            "{o} is not the private key of the certificate in {c}: give the key made with that certificate"
+        )),
+        "{err}"
+    );
+}
+
 /// HTTP/3 is on with TLS unless switched off, and every way of switching
 /// it off does: `--no-http3`, `--http3=false`, `http3 = false` in the file,
 /// `PEREGRINE_HTTP3=0`. Whether a server speaks it is whether it holds

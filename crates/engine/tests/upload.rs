@@ -504,3 +504,16 @@ fn http2_upload_reset_by_the_client_fails_the_reader() {
     c.send(&h2c::frame(test_support::h2::RST_STREAM, 0, 1, &8u32.to_be_bytes()));
     assert_eq!(errors.recv_timeout(PATIENCE).unwrap(), ErrorKind::UnexpectedEof);
 }
+
+/// Issue 33: the README's `body::streamed` example answered 413 past 1 MiB
+/// without saying so. Its code shows the limit and passes it to the server.
+#[test]
+fn readme_streamed_example_shows_the_body_limit() {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+    let example = readme
+        .split("```")
+        .find(|block| block.starts_with("rust") && block.contains("body::streamed("))
+        .expect("a rust block with body::streamed in README.md");
+    assert!(example.contains("body_bytes_max:"), "{example}");
+    assert!(example.contains(".limits(limits)"), "{example}");
+}

@@ -11,9 +11,9 @@
 //! file (device, inode, size, mtime), and the entry is rebuilt if not. Entity
 //! tags are content hashes, memoised process-wide by file identity so each
 //! file is hashed once, not once per worker; a file larger than
-//! `Options::etag_hash_bytes_max` gets a tag of its identity instead (size,
-//! inode, mtime), so that no request waits while a worker reads a whole
-//! large file (`identity_etag`).
+//! `Options::etag_hash_bytes_max` is hashed by a thread of its own, so that
+//! no request waits while a worker reads a whole large file, and is sent
+//! without an ETag until its hash is ready (`hashed_elsewhere`).
 
 use std::cell::{Cell, OnceCell, RefCell};
 use std::collections::HashMap;
@@ -55,7 +55,8 @@ pub struct Variant {
     pub len: u64,
     /// `"SIZE-HASH"`, a strong tag: the same bytes give the same tag,
     /// whatever their mtime (reproducible builds). Above
-    /// `Fields::etag_hash_bytes_max`, `"SIZE-INODE-MTIME"` (`identity_etag`).
+    /// `Fields::etag_hash_bytes_max` the same, made by the hasher thread;
+    /// empty (no ETag sent) until it is ready (`hashed_elsewhere`).
     pub etag: String,
     pub last_modified: SystemTime,
     /// The whole file in memory (small files), or its open handle.
@@ -396,7 +397,7 @@ impl Cache {
             self.remove(key);
             return None;
         }
-        if still_valid(res, root) {
+        if still_valid(res, root) && !tag_now_ready(res) {
             res.checked.set(now);
             return Some(res.clone());
         }
@@ -498,6 +499,15 @@ fn open_files_unchanged(res: &Resource) -> bool {
         Data::Memory(_) => true,
         Data::File(f) => sys::fstat(f).is_ok_and(|id| id == v.id),
     })
+}
+
+/// Whether a large file's variant went without a tag whose hash is now
+/// made (or failed): the entry is built again to carry it. Checked at
+/// revalidation only; a variant with a tag costs one length test.
+fn tag_now_ready(res: &Resource) -> bool {
+    std::iter::once(&res.identity)
+        .chain(res.encoded.iter().map(|(_, v)| v))
+        .any(|v| v.etag.is_empty() && tag_ready(v.id))
 }
 
 /// Whether every variant's path still names the same unchanged file, and no
@@ -709,17 +719,14 @@ fn variant(
         file.read_exact_at(&mut bytes, 0)?;
         // The file may have grown or changed since fstat: what we read is
         // what we serve, and the tag is of that.
-        let etag = if hashed {
-            format_etag(bytes.len() as u64, xxhash_rust::xxh3::xxh3_64(&bytes))
-        } else {
-            identity_etag(id)
-        };
+        let etag = format_etag(bytes.len() as u64, xxhash_rust::xxh3::xxh3_64(&bytes));
         (Data::Memory(SharedBytes::new(Arc::new(bytes))), etag)
     } else {
         let etag = if hashed {
             etag_of_file(&file, id)?
         } else {
-            identity_etag(id)
+            // Hashed off the loop; until then no tag (issue 33).
+            hashed_elsewhere(&file, id).unwrap_or_default()
         };
         (Data::File(Arc::new(file)), etag)
     };
@@ -754,7 +761,10 @@ fn assemble(
         Some((_, v)) => Some(v.as_str()),
         None => fields.cache_control,
     };
-    let mut meta: Vec<(&str, &str)> = vec![("ETag", &etag), ("Last-Modified", &lm), ("Accept-Ranges", "bytes")];
+    // A large file whose hash is not ready has no tag yet (`hashed_elsewhere`).
+    let tagged: &[(&str, &str)] = if etag.is_empty() { &[] } else { &[("ETag", &etag)] };
+    let mut meta: Vec<(&str, &str)> = tagged.to_vec();
+    meta.extend([("Last-Modified", lm.as_str()), ("Accept-Ranges", "bytes")]);
     if let Some(cc) = cache_control {
         meta.push(("Cache-Control", cc));
     }
@@ -778,7 +788,8 @@ fn assemble(
     }
     let mut with_type = vec![("Content-Type", content_type)];
     with_type.extend(meta.iter().copied());
-    let mut not_modified: Vec<(&str, &str)> = vec![("ETag", &etag), ("Last-Modified", &lm)];
+    let mut not_modified: Vec<(&str, &str)> = tagged.to_vec();
+    not_modified.push(("Last-Modified", &lm));
     if let Some(cc) = cache_control {
         not_modified.push(("Cache-Control", cc));
     }
@@ -818,30 +829,79 @@ fn format_etag(len: u64, hash: u64) -> String {
     format!("\"{len:x}-{hash:016x}\"")
 }
 
-/// The tag of a file too large to hash on the request path:
-/// `"SIZE-INODE-MTIME"` in hex (mtime in nanoseconds), as nginx's
-/// `"MTIME-SIZE"` but with the inode. It costs no read: hashing 1 GiB from
-/// the page cache held its worker for about 200 ms here, and every request
-/// on that worker with it.
-///
-/// Strong, as nginx's: it changes whenever the identity the cache already
-/// trusts to mean "unchanged" (`still_valid`) changes. The inode makes a
-/// file replaced by rename get a new tag even when size and mtime are
-/// kept, as deploys with a fixed mtime do (reproducible builds, Nix's
-/// store); the price is that copies of a file on two machines get
-/// different tags. Not caught, by this tag or by the cache: a file
-/// rewritten in place to the same size with its mtime set back.
-fn identity_etag(id: FileId) -> String {
-    // The mtime as two's complement: a file dated before 1970 still gets
-    // a tag, and a distinct one.
-    format!("\"{:x}-{:x}-{:x}\"", id.size, id.ino, id.mtime_ns as u128)
+/// The tag of a file too large to hash on the request path, if a hasher
+/// thread has made it; if not, it is asked for, and the caller sends no
+/// ETag (Last-Modified alone) rather than one that would later change.
+/// Hashing 1 GiB from the page cache held its worker for about 200 ms here,
+/// and every request on that worker with it; the hasher thread holds none.
+/// The tag, a content hash like a small file's, is the same on every
+/// replica and after a redeploy (issue 33: identity tags broke caches and
+/// `If-Range` resumes across them). It is memoised by identity (device,
+/// inode, size, mtime), as small files' are; an entry without it is built
+/// again at its next revalidation once it is ready (`tag_ready`).
+fn hashed_elsewhere(file: &File, id: FileId) -> Option<String> {
+    if let Some(tag) = lock(memo()).get(&id) {
+        return Some(tag.clone());
+    }
+    if lock(hashing()).insert(id) {
+        let sent = file.try_clone().ok().and_then(|f| hasher().send((f, id)).ok());
+        if sent.is_none() {
+            lock(hashing()).remove(&id);
+        }
+    }
+    None
+}
+
+/// Whether a tag asked of [`hashed_elsewhere`] is ready, or no longer
+/// coming (the hasher failed: a rebuild asks again).
+fn tag_ready(id: FileId) -> bool {
+    lock(memo()).contains_key(&id) || !lock(hashing()).contains(&id)
+}
+
+/// The process's hasher thread, started on first use: one at a time, so
+/// large files are read one after another, never by a worker.
+fn hasher() -> std::sync::mpsc::Sender<(File, FileId)> {
+    static SENDER: OnceLock<Mutex<std::sync::mpsc::Sender<(File, FileId)>>> = OnceLock::new();
+    let sender = SENDER.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel::<(File, FileId)>();
+        let spawned = std::thread::Builder::new()
+            .name("peregrine-etag".into())
+            .spawn(move || {
+                for (file, id) in rx {
+                    // An error (the file shrank) leaves no tag: the file
+                    // changed, and its entry is rebuilt and asks again.
+                    let _ = etag_of_file(&file, id);
+                    lock(hashing()).remove(&id);
+                }
+            });
+        // Without the thread the receiver is gone, every send fails, and
+        // large files are served without a tag.
+        drop(spawned);
+        Mutex::new(tx)
+    });
+    lock(sender).clone()
+}
+
+/// Identities a hash was asked for and not yet made.
+fn hashing() -> &'static Mutex<std::collections::HashSet<FileId>> {
+    static HASHING: OnceLock<Mutex<std::collections::HashSet<FileId>>> = OnceLock::new();
+    HASHING.get_or_init(Default::default)
+}
+
+/// Memoised entity tags of large files, by identity.
+fn memo() -> &'static Mutex<HashMap<FileId, String>> {
+    static MEMO: OnceLock<Mutex<HashMap<FileId, String>>> = OnceLock::new();
+    MEMO.get_or_init(Default::default)
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The tag of a large file, hashed once per process per file identity.
 fn etag_of_file(file: &File, id: FileId) -> io::Result<String> {
-    static MEMO: OnceLock<Mutex<HashMap<FileId, String>>> = OnceLock::new();
-    let memo = MEMO.get_or_init(Default::default);
-    if let Some(tag) = memo.lock().unwrap_or_else(|e| e.into_inner()).get(&id) {
+    let memo = memo();
+    if let Some(tag) = lock(memo).get(&id) {
         return Ok(tag.clone());
     }
     let mut hasher = xxhash_rust::xxh3::Xxh3::new();
@@ -857,7 +917,7 @@ fn etag_of_file(file: &File, id: FileId) -> io::Result<String> {
         at += n as u64;
     }
     let tag = format_etag(id.size, hasher.digest());
-    let mut memo = memo.lock().unwrap_or_else(|e| e.into_inner());
+    let mut memo = lock(memo);
     if memo.len() >= ETAGS_MAX {
         memo.clear();
     }

@@ -103,14 +103,14 @@ pub struct Options {
     /// at most [`REVALIDATE_INTERVAL_RANGE`]'s end). An edited file may be
     /// served as it was for this long; so may `_headers` and `_redirects`.
     pub revalidate_interval: Duration,
-    /// Files up to this size get a content hash as their ETag (the same
-    /// bytes, the same tag, whatever their mtime); larger ones get
-    /// `"SIZE-INODE-MTIME"`, which costs no read (default 1 MiB). The hash
-    /// is made on the worker, the first time a file is asked for, and every
-    /// request on that worker waits for it: from the page cache it runs at
-    /// about 5 GiB/s here (1 GiB took 200 ms), so 1 MiB costs about 0.2 ms,
-    /// once per file, near a small request's p99 at 50 connections; from a
-    /// cold disk it costs more. Files up to 32 KiB are read whole anyway.
+    /// Files up to this size get a content hash as their ETag on the
+    /// worker, the first time a file is asked for (the same bytes, the same
+    /// tag, whatever their mtime); every request on that worker waits for
+    /// it: from the page cache it runs at about 5 GiB/s here (1 GiB took
+    /// 200 ms), so 1 MiB costs about 0.2 ms, once per file. Larger files
+    /// get the same tag from a hasher thread of their own, and are sent
+    /// without an ETag (Last-Modified only) until it is made (default
+    /// 1 MiB). Files up to 32 KiB are read whole anyway.
     pub etag_hash_bytes_max: u64,
     /// Files (request paths) each worker remembers per site: open
     /// handles, validators, header blocks and small files' bytes, as

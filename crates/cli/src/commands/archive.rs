@@ -178,7 +178,7 @@ pub(crate) fn inspect(command: ArchiveCommand) -> anyhow::Result<()> {
                         rows.push([site, shown_key(&e), "-".to_owned(), "-".to_owned()]);
                         continue;
                     }
-                    KIND_REDIRECT | KIND_PATTERN => (e.status(), format!("-> {}", e.location().escape_ascii())),
+                    KIND_REDIRECT | KIND_PATTERN => (e.status(), format!("-> {}", shown_bytes(e.location()))),
                     // Who may read it, counted: never a hash.
                     KIND_AUTH => (e.status(), format!("Basic-Auth: {}", users_shown(&e))),
                     _ => {
@@ -363,17 +363,68 @@ pub(super) fn shown_key(e: &peregrine_archive::read::Entry<'_>) -> String {
         // The root's, or a folder's (`404.html` below it).
         return match path.strip_suffix(NOT_FOUND_SUFFIX.as_bytes()) {
             Some(b"/") | None => "(the 404 page)".to_owned(),
-            Some(folder) => format!("{}* (the 404 page)", folder.escape_ascii()),
+            Some(folder) => format!("{}* (the 404 page)", shown_bytes(folder)),
         };
     }
     if let Some(folder) = path.strip_suffix(WILDCARD_KEY.as_bytes()) {
-        return format!("{}* (wildcard)", folder.escape_ascii());
+        return format!("{}* (wildcard)", shown_bytes(folder));
     }
     if e.kind() == KIND_AUTH {
-        return format!("{} (Basic-Auth)", path.escape_ascii());
+        return format!("{} (Basic-Auth)", shown_bytes(path));
     }
     if e.kind() == KIND_REVOKED {
-        return format!("{} (revoked)", path.escape_ascii());
+        return format!("{} (revoked)", shown_bytes(path));
     }
-    path.escape_ascii().to_string()
+    shown_bytes(path)
+}
+
+/// Bytes of a path or location as a terminal should show them: UTF-8 as it
+/// is (`/héllo wörld.txt`), and as escapes only what is not UTF-8 (`\xff`),
+/// a control character (`\n`, `\u{1b}`) or an invisible one that reorders
+/// or hides text (the bidirectional overrides and isolates, zero-width
+/// characters, U+FEFF). A backslash is shown doubled, so that an escape is
+/// never confused with a name that spells one.
+pub(super) fn shown_bytes(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            match c {
+                '\\' => out.push_str("\\\\"),
+                c if c.is_control() || is_invisible(c) => out.extend(c.escape_default()),
+                c => out.push(c),
+            }
+        }
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out
+}
+
+/// Characters that print as nothing yet change what a terminal shows: the
+/// zero-width ones, the bidirectional marks, embeddings, overrides and
+/// isolates (the "Trojan Source" characters, CVE-2021-42574), and the BOM.
+fn is_invisible(c: char) -> bool {
+    matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shown_bytes;
+
+    #[test]
+    fn names_are_shown_as_written_and_only_what_cannot_print_is_escaped() {
+        for (bytes, shown) in [
+            (&b"/h\xc3\xa9llo w\xc3\xb6rld.txt"[..], "/héllo wörld.txt"),
+            ("/日本語/索引.html".as_bytes(), "/日本語/索引.html"),
+            (b"/latin1-\xe9t\xe9", "/latin1-\\xe9t\\xe9"),
+            (b"/cut-\xc3", "/cut-\\xc3"),
+            (b"/a\nb\tc\x1b[31m", "/a\\nb\\tc\\u{1b}[31m"),
+            (b"/del\x7f", "/del\\u{7f}"),
+            ("/rtl\u{202e}txt.exe".as_bytes(), "/rtl\\u{202e}txt.exe"),
+            (b"/back\\slash", "/back\\\\slash"),
+        ] {
+            assert_eq!(shown_bytes(bytes), shown, "{}", bytes.escape_ascii());
+        }
+    }
 }

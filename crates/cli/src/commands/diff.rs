@@ -172,7 +172,7 @@ fn answers(a: &Archive) -> BTreeMap<Key, Answer> {
                 status: e.status(),
                 fields: Vec::new(),
                 body: None,
-                location: Some(String::from_utf8_lossy(e.location()).into_owned()),
+                location: Some(super::archive::shown_bytes(e.location())),
                 users: None,
                 revoked: false,
             };

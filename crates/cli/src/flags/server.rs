@@ -22,8 +22,9 @@ pub(crate) struct ServerArgs {
     /// as Caddy's `:PORT`; `unix:PATH` a Unix-domain socket (plain HTTP/1.1 and h2c,
     /// mode 0660, a stale file from a previous run replaced, removed at
     /// exit; not with --tls-cert). Default: 127.0.0.1:8080, unless systemd passed listening
-    /// sockets (LISTEN_FDS), which are always used.
-    #[arg(long = "bind", value_name = "ADDR", value_parser = parse_bind)]
+    /// sockets (LISTEN_FDS), which are always used. `--listen` is the same
+    /// flag, under Caddy's name.
+    #[arg(long = "bind", visible_alias = "listen", value_name = "ADDR", value_parser = parse_bind)]
     pub(crate) bind: Vec<BindAddrs>,
     /// Worker threads, each with its own event loop. Default: one per core.
     #[arg(long, value_name = "N", value_parser = within(Limits::N_WORKERS_RANGE))]

@@ -456,14 +456,59 @@ fn load(provider: &CryptoProvider, source: &Source) -> Result<CertifiedKey, Erro
     let key_name = source.key.display();
     let chain = CertificateDer::pem_file_iter(&source.cert)
         .and_then(|iter| iter.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| Error::tls(format!("{cert_name}: {e}")))?;
+        .map_err(|e| Error::tls(pem_error(&source.cert, Pem::Certificate, e)))?;
     if chain.is_empty() {
-        return Err(Error::tls(format!("{cert_name}: no CERTIFICATE in the file")));
+        return Err(Error::tls(pem_error(
+            &source.cert,
+            Pem::Certificate,
+            PemError::NoItemsFound,
+        )));
     }
     webpki::EndEntityCert::try_from(&chain[0])
         .map_err(|e| Error::tls(format!("{cert_name}: not a usable certificate: {e}")))?;
-    let key = PrivateKeyDer::from_pem_file(&source.key).map_err(|e| Error::tls(format!("{key_name}: {e}")))?;
-    CertifiedKey::from_der(chain, key, provider).map_err(|e| Error::tls(format!("{cert_name} with {key_name}: {e}")))
+    let key = PrivateKeyDer::from_pem_file(&source.key).map_err(|e| Error::tls(pem_error(&source.key, Pem::Key, e)))?;
+    CertifiedKey::from_der(chain, key, provider).map_err(|e| {
+        Error::tls(match e {
+            rustls::Error::InconsistentKeys(rustls::InconsistentKeys::KeyMismatch) => format!(
+                "{key_name} is not the private key of the certificate in {cert_name}: give the key made with \
+                 that certificate (the first certificate in the file must be the server's own, its chain after it)"
+            ),
+            e => format!("{cert_name} with {key_name}: {e}"),
+        })
+    })
+}
+
+use rustls::pki_types::pem::Error as PemError;
+
+/// Which PEM file a [`pem_error`] is about.
+#[derive(Clone, Copy)]
+enum Pem {
+    Certificate,
+    Key,
+}
+
+/// A PEM file's error as a sentence that names the file and what to give
+/// instead (rustls says `no items found`, which names neither).
+fn pem_error(path: &Path, what: Pem, e: PemError) -> String {
+    let path = path.display();
+    let wanted = match what {
+        Pem::Certificate => {
+            "a PEM file of `-----BEGIN CERTIFICATE-----` blocks, the server's own certificate first, then its chain"
+        }
+        Pem::Key => {
+            "the PEM file of the certificate's private key, a `-----BEGIN PRIVATE KEY-----` block \
+             (or `RSA PRIVATE KEY`, `EC PRIVATE KEY`)"
+        }
+    };
+    let found = match what {
+        Pem::Certificate => "no certificate",
+        Pem::Key => "no private key",
+    };
+    match e {
+        PemError::Io(e) => format!("cannot read {path}: {e}"),
+        PemError::NoItemsFound => format!("{path}: {found} in this file: give {wanted}"),
+        e => format!("{path}: not readable as PEM ({e}): give {wanted}"),
+    }
 }
 
 /// A chain and key given as PEM text (`what` names them in errors).
