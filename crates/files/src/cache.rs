@@ -46,6 +46,10 @@ pub const ENTRIES_DEFAULT: usize = 16_384;
 const CONTENT_BYTES_MAX: usize = 64 << 20;
 /// Memoised entity tags, process-wide; cleared when full.
 const ETAGS_MAX: usize = 100_000;
+/// Large files waiting for the hasher at once, each holding a descriptor;
+/// past it a file is served without an ETag and asked for again at its
+/// entry's next revalidation.
+const HASHING_MAX: usize = 256;
 /// Bytes read at a time when hashing a large file.
 const HASH_BLOCK_BYTES: usize = 256 * 1024;
 
@@ -843,7 +847,11 @@ fn hashed_elsewhere(file: &File, id: FileId) -> Option<String> {
     if let Some(tag) = lock(memo()).get(&id) {
         return Some(tag.clone());
     }
-    if lock(hashing()).insert(id) {
+    let queued = {
+        let mut hashing = lock(hashing());
+        hashing.len() < HASHING_MAX && hashing.insert(id)
+    };
+    if queued {
         let sent = file.try_clone().ok().and_then(|f| hasher().send((f, id)).ok());
         if sent.is_none() {
             lock(hashing()).remove(&id);
