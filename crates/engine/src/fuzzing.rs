@@ -493,7 +493,7 @@ mod tests {
 
     #[test]
     fn the_h1_driver_runs_its_seeds_every_way() {
-        let inputs: [&[u8]; 7] = [
+        let inputs: [&[u8]; 8] = [
             b"",
             // Answered in the first read, then a shutdown: closed as idle
             // (the fuzzer's first find: the driver expected a deadline).
@@ -503,6 +503,9 @@ mod tests {
             b"POST / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\nabcGET / HTTP/1.0\r\n\r\n",
             b"HEAD / HTTP/1.1\r\nHost: a\r\nContent-Length: 2000\r\n\r\n",
             b"GET / HTTP/1.1\r\nHost: a\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\nX: \x01\r\n\r\n",
+            // CI's find: a HEAD to the upgrade path, a long URI, then a
+            // malformed request line.
+            b"GET / HTTP/1.1\r\nHost: a\r\n\r\nHEAD /upgrade/b================================================/ HTTP/1.1\r\nHost: a\r\n\r\nHEAD /b==========================================================================================ater HTTP/1.1\r\nHost: a\r\n\r\nGET /bkgTHT P/1.1======= a\r\n\r\n",
         ];
         for input in inputs {
             for seed in 0..=255u8 {

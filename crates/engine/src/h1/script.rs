@@ -274,7 +274,9 @@ impl Script {
                     let target = head.target;
                     if target.starts_with("/upgrade") {
                         // The fields as a WebSocket answer would add them.
-                        head_only.push(false);
+                        // A 101 has no body; the 400 that refuses an upgrade
+                        // has one, except in answer to HEAD.
+                        head_only.push(head.method == "HEAD");
                         if h1
                             .upgrade(out, "websocket", b"Sec-WebSocket-Accept: x\r\n", &env)
                             .is_none()
