@@ -304,6 +304,14 @@ pub(crate) struct TlsArgs {
     /// --redirect-http, else tls-alpn-01.
     #[arg(long, value_name = "TYPE", value_parser = ["tls-alpn-01", "http-01"])]
     pub(crate) acme_challenge: Option<String>,
+    /// External Account Binding (ZeroSSL, Google Trust Services): the key
+    /// id the CA gave, with --acme-eab-hmac-key. Default: none.
+    #[arg(long, value_name = "KID")]
+    pub(crate) acme_eab_kid: Option<String>,
+    /// External Account Binding: the HMAC key the CA gave (base64url).
+    /// Default: none.
+    #[arg(long, value_name = "KEY")]
+    pub(crate) acme_eab_hmac_key: Option<String>,
 }
 
 /// The engine's limits; defaults are those of `peregrine::Limits`, shown by

@@ -40,10 +40,22 @@ pub(super) fn build(
     }
     let first = previous.is_none();
     check_identity(args, process, first)?;
+    let acme_sites = match command {
+        Command::Serve { sites, .. } => crate::acme::check(sites, &args.tls)?,
+        _ => Vec::new(),
+    };
     let tls = load_tls(command, args, first)?;
     let tls = match &process.acme {
-        Some(acme) => Some(acme.attach(tls)?),
-        None => tls,
+        Some(acme) if args.tls.acme_ca.is_some() => Some(acme.attach(tls, &acme_sites)?),
+        Some(_) => tls,
+        None => {
+            anyhow::ensure!(
+                args.tls.acme_ca.is_none(),
+                "--acme-ca was not given at start, when the ACME process is started (before the sandbox): \
+                 restart to begin using ACME"
+            );
+            tls
+        }
     };
     let srv = configure(args, process, first)?;
     let error_log = crate::logger::Route::to(args.error_log.as_deref())?;
@@ -77,6 +89,10 @@ pub(super) fn build(
 
     // Started: from here on nothing fails.
     error_log.apply();
+    if let Some(acme) = &process.acme {
+        acme.adopt(tls.as_ref(), &acme_sites, &args.tls);
+    }
+    super::watch::follow(&process.watched, tls.as_ref(), cert_files(command));
     warn_of_protection(&notes, &plan, tls.is_some());
     adopt_metrics_server(process, args.metrics, metrics_server);
     if let Some(m) = &metrics {
@@ -93,6 +109,20 @@ pub(super) fn build(
         archives,
     };
     Ok((generation, urls))
+}
+
+/// The certificate and key files a generation reads: the flags' and
+/// each site's.
+fn cert_files(command: &Command) -> Vec<std::path::PathBuf> {
+    let tls = &command.server_args().tls;
+    let mut files: Vec<std::path::PathBuf> = tls.certs.iter().chain(&tls.keys).cloned().collect();
+    if let Command::Serve { sites, .. } = command {
+        for (cert, key) in sites.iter().flat_map(|s| &s.tls) {
+            files.push(cert.clone());
+            files.push(key.clone());
+        }
+    }
+    files
 }
 
 /// `--user` and `--group` are those of the start: root was given up then
