@@ -44,6 +44,7 @@ pub(super) fn build(
         Command::Serve { sites, .. } => crate::acme::check(sites, &args.tls)?,
         _ => Vec::new(),
     };
+    let cert_identities = super::watch::identities(cert_files(command));
     let tls = load_tls(command, args, first)?;
     let tls = match &process.acme {
         Some(acme) if args.tls.acme_ca.is_some() => Some(acme.attach(tls, &acme_sites)?),
@@ -92,7 +93,7 @@ pub(super) fn build(
     if let Some(acme) = &process.acme {
         acme.adopt(tls.as_ref(), &acme_sites, &args.tls);
     }
-    super::watch::follow(&process.watched, tls.as_ref(), cert_files(command));
+    super::watch::follow(&process.watched, tls.as_ref(), cert_identities);
     warn_of_protection(&notes, &plan, tls.is_some());
     adopt_metrics_server(process, args.metrics, metrics_server);
     if let Some(m) = &metrics {

@@ -21,19 +21,28 @@ use peregrine::{log, TlsConfig};
 /// late at most, and no inotify descriptor to keep across reloads.
 const WATCH_INTERVAL: Duration = Duration::from_secs(2);
 
-/// What the watcher follows: the current generation's certificates and
-/// their files. A reload replaces it.
+/// What the watcher follows: the current generation's certificates, and
+/// their files as they were before it read them. A reload replaces it.
 #[derive(Default)]
 pub(crate) struct Watched {
     tls: Option<TlsConfig>,
-    files: Vec<PathBuf>,
+    files: Files,
 }
+
+/// Files and their identities (`None`: missing).
+pub(crate) type Files = Vec<(PathBuf, Option<Identity>)>;
 
 /// The watcher's shared half.
 pub(crate) type Shared = Arc<Mutex<Watched>>;
 
+/// `paths` and their identities now: taken before a generation reads
+/// them, so that a change made while it does is seen.
+pub(crate) fn identities(paths: Vec<PathBuf>) -> Files {
+    paths.into_iter().map(|p| (p.clone(), identity(&p))).collect()
+}
+
 /// What a generation's certificates are read from.
-pub(crate) fn follow(shared: &Shared, tls: Option<&TlsConfig>, files: Vec<PathBuf>) {
+pub(crate) fn follow(shared: &Shared, tls: Option<&TlsConfig>, files: Files) {
     let mut w = shared.lock().unwrap_or_else(|e| e.into_inner());
     w.tls = tls.cloned();
     w.files = files;
@@ -44,42 +53,35 @@ pub(crate) fn follow(shared: &Shared, tls: Option<&TlsConfig>, files: Vec<PathBu
 pub(crate) fn start(shared: Shared) -> std::io::Result<()> {
     std::thread::Builder::new()
         .name("peregrine-cert-watch".into())
-        .spawn(move || {
-            let mut seen: Vec<(PathBuf, Option<Identity>)> = Vec::new();
-            loop {
-                std::thread::sleep(WATCH_INTERVAL);
-                let (tls, files) = {
-                    let w = shared.lock().unwrap_or_else(|e| e.into_inner());
-                    (w.tls.clone(), w.files.clone())
-                };
-                let Some(tls) = tls else { continue };
-                let now: Vec<(PathBuf, Option<Identity>)> =
-                    files.into_iter().map(|f| (f.clone(), identity(&f))).collect();
-                // A new generation's files are taken as they are: it read them.
-                let same_files = seen.len() == now.len() && seen.iter().zip(&now).all(|(a, b)| a.0 == b.0);
-                let changed = same_files && seen != now;
-                seen = now;
-                if !changed {
+        .spawn(move || loop {
+            std::thread::sleep(WATCH_INTERVAL);
+            let tls = {
+                let mut w = shared.lock().unwrap_or_else(|e| e.into_inner());
+                let now = identities(w.files.iter().map(|(p, _)| p.clone()).collect());
+                if now == w.files {
                     continue;
                 }
-                match tls.reload() {
-                    Ok(n) => log::info(format_args!(
-                        "certificate files changed: {} loaded again",
-                        crate::messages::counted(n, "certificate")
-                    )),
-                    Err(e) => log::warn(format_args!(
-                        "certificate files changed but do not load ({e}); still serving the ones before, \
-                         until they change again"
-                    )),
-                }
+                w.files = now;
+                w.tls.clone()
+            };
+            let Some(tls) = tls else { continue };
+            match tls.reload() {
+                Ok(n) => log::info(format_args!(
+                    "certificate files changed: {} loaded again",
+                    crate::messages::counted(n, "certificate")
+                )),
+                Err(e) => log::warn(format_args!(
+                    "certificate files changed but do not load ({e}); still serving the ones before, \
+                     until they change again"
+                )),
             }
         })
         .map(drop)
 }
 
 /// A file's identity through its path, symlinks followed.
-#[derive(PartialEq, Eq, Clone, Copy)]
-struct Identity {
+#[derive(PartialEq, Eq, Clone, Copy, Debug)]
+pub(crate) struct Identity {
     dev: u64,
     ino: u64,
     size: u64,
