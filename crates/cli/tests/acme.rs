@@ -161,7 +161,14 @@ fn try_start_pebble(dir: &Path, http_port: u16, tls_port: u16, extra: &serde_jso
         issuing_root: Vec::new(),
         log,
     };
-    let why = |pebble: &Pebble| format!("{}{}{}", read(&pebble.log), read(&dir.join("pebble.err")), read(&dir.join("challtestsrv.err")));
+    let why = |pebble: &Pebble| {
+        format!(
+            "{}{}{}",
+            read(&pebble.log),
+            read(&dir.join("pebble.err")),
+            read(&dir.join("challtestsrv.err"))
+        )
+    };
     // Ready when its management API gives the issuing root and its
     // directory answers; not if either program has ended.
     let deadline = Instant::now() + PEBBLE_PATIENCE;
@@ -172,7 +179,12 @@ fn try_start_pebble(dir: &Path, http_port: u16, tls_port: u16, extra: &serde_jso
             }
         }
         let root = Command::new(common::curl())
-            .args(["-sfk", "--max-time", "5", &format!("https://127.0.0.1:{management}/roots/0")])
+            .args([
+                "-sfk",
+                "--max-time",
+                "5",
+                &format!("https://127.0.0.1:{management}/roots/0"),
+            ])
             .output()
             .unwrap();
         let directory = Command::new(common::curl())
@@ -188,7 +200,10 @@ fn try_start_pebble(dir: &Path, http_port: u16, tls_port: u16, extra: &serde_jso
             return Ok(pebble);
         }
         if Instant::now() > deadline {
-            return Err(format!("Pebble did not answer within {PEBBLE_PATIENCE:?}: {}", why(&pebble)));
+            return Err(format!(
+                "Pebble did not answer within {PEBBLE_PATIENCE:?}: {}",
+                why(&pebble)
+            ));
         }
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -539,8 +554,16 @@ fn check_config_refuses_bad_acme_settings_before_anything_is_ordered() {
     let missing = dir.join("missing.pem");
     let not_pem = dir.join("not-a-cert.pem");
     let refused: &[(&str, Vec<&str>, &str)] = &[
-        ("a.example.com", vec!["--acme-email", "ops@example.com"], "--acme-email needs --acme-ca"),
-        ("a.example.com", vec!["--acme-ca", "http://acme.example.com/dir"], "must be https://"),
+        (
+            "a.example.com",
+            vec!["--acme-email", "ops@example.com"],
+            "--acme-email needs --acme-ca",
+        ),
+        (
+            "a.example.com",
+            vec!["--acme-ca", "http://acme.example.com/dir"],
+            "must be https://",
+        ),
         ("a.example.com", vec!["--acme-ca", "https:///dir"], "no host"),
         (
             "a.example.com",
@@ -554,10 +577,21 @@ fn check_config_refuses_bad_acme_settings_before_anything_is_ordered() {
         ),
         (
             "a.example.com",
-            vec!["--acme-ca", ca, "--acme-eab-kid", "kid-1", "--acme-eab-hmac-key", "not base64!"],
+            vec![
+                "--acme-ca",
+                ca,
+                "--acme-eab-kid",
+                "kid-1",
+                "--acme-eab-hmac-key",
+                "not base64!",
+            ],
             "not base64url",
         ),
-        ("a.example.com", vec!["--acme-ca", ca, "--acme-email", "ops at example"], "not an e-mail address"),
+        (
+            "a.example.com",
+            vec!["--acme-ca", ca, "--acme-email", "ops at example"],
+            "not an e-mail address",
+        ),
         (
             "a.example.com",
             vec!["--acme-ca", ca, "--acme-ca-root", missing.to_str().unwrap()],
@@ -568,17 +602,35 @@ fn check_config_refuses_bad_acme_settings_before_anything_is_ordered() {
             vec!["--acme-ca", ca, "--acme-ca-root", not_pem.to_str().unwrap()],
             "no PEM certificate in it",
         ),
-        ("shop.test", vec!["--acme-ca", ca], "no public ACME CA issues a certificate for a name under .test"),
-        ("*.example.org", vec!["--acme-ca", ca, "--acme-ca-private"], "DNS-01, which is not supported"),
+        (
+            "shop.test",
+            vec!["--acme-ca", ca],
+            "no public ACME CA issues a certificate for a name under .test",
+        ),
+        (
+            "*.example.org",
+            vec!["--acme-ca", ca, "--acme-ca-private"],
+            "DNS-01, which is not supported",
+        ),
     ];
     for (site, args, why) in refused {
         let (ok, err) = check(site, args);
-        assert!(!ok && err.contains(why), "{site} {args:?}: expected {why:?}, got:\n{err}");
+        assert!(
+            !ok && err.contains(why),
+            "{site} {args:?}: expected {why:?}, got:\n{err}"
+        );
     }
     // A good one passes, and nothing was ordered or written.
     let (ok, err) = check(
         "a.example.com",
-        &["--acme-ca", ca, "--acme-email", "ops@example.com", "--acme-challenge", "tls-alpn-01"],
+        &[
+            "--acme-ca",
+            ca,
+            "--acme-email",
+            "ops@example.com",
+            "--acme-challenge",
+            "tls-alpn-01",
+        ],
     );
     assert!(ok, "{err}");
     assert!(!dir.join("state").exists());
@@ -594,7 +646,10 @@ fn acme_config(pebble: &Pebble, state: &Path, www: &Path, port: u16, sites: &[&s
         state.display()
     );
     for site in sites {
-        text.push_str(&format!("\n[[site]]\nnames = [\"{site}\"]\nroot = \"{}\"\n", www.display()));
+        text.push_str(&format!(
+            "\n[[site]]\nnames = [\"{site}\"]\nroot = \"{}\"\n",
+            www.display()
+        ));
     }
     text
 }
@@ -621,10 +676,20 @@ fn a_reload_orders_a_new_sites_certificate_and_stops_renewing_a_removed_one() {
     wait_log(&log, "configuration reloaded (generation 2)", PATIENCE, &show);
     // The new name is ordered and served, the old one is not renewed.
     wait_for_certificate(port, "new.acme.test", &pebble.issuing_root, &show);
-    wait_log(&log, "old.acme.test: no longer in the configuration, not renewed", PATIENCE, &show);
+    wait_log(
+        &log,
+        "old.acme.test: no longer in the configuration, not renewed",
+        PATIENCE,
+        &show,
+    );
     let err = handshake(port, "old.acme.test", &pebble.issuing_root).unwrap_err();
     assert!(err.contains("UnrecognisedName"), "{err}");
-    assert_eq!(read(&pebble.log).matches("Issued certificate serial").count(), 2, "{}", show());
+    assert_eq!(
+        read(&pebble.log).matches("Issued certificate serial").count(),
+        2,
+        "{}",
+        show()
+    );
     child.stop();
 }
 
@@ -711,8 +776,13 @@ fn short_lived_certificates_renew_under_load_with_no_failed_request_and_serving_
     let root = Arc::new(pebble.issuing_root.clone());
     let clients: Vec<_> = (0..4)
         .map(|_| {
-            let (stop, leaves, failures, n_ok, root) =
-                (stop.clone(), leaves.clone(), failures.clone(), n_ok.clone(), root.clone());
+            let (stop, leaves, failures, n_ok, root) = (
+                stop.clone(),
+                leaves.clone(),
+                failures.clone(),
+                n_ok.clone(),
+                root.clone(),
+            );
             std::thread::spawn(move || {
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                     match tls_get(ports.0, name, &root) {
@@ -739,8 +809,14 @@ fn short_lived_certificates_renew_under_load_with_no_failed_request_and_serving_
     // goes on with the certificate it has.
     let issued = read(&pebble.log).matches("Issued certificate serial").count();
     drop(pebble);
-    wait_log(&log, "no certificate this time", Duration::from_secs(60), &|| log.lock().unwrap().clone());
-    assert!(log.lock().unwrap().contains("trying again in 60 s"), "{}", log.lock().unwrap());
+    wait_log(&log, "no certificate this time", Duration::from_secs(60), &|| {
+        log.lock().unwrap().clone()
+    });
+    assert!(
+        log.lock().unwrap().contains("trying again in 60 s"),
+        "{}",
+        log.lock().unwrap()
+    );
     let served_after = n_ok.load(std::sync::atomic::Ordering::Relaxed);
     while n_ok.load(std::sync::atomic::Ordering::Relaxed) < served_after + 20 {
         assert!(failures.lock().unwrap().is_empty(), "{:?}", failures.lock().unwrap());
@@ -782,7 +858,9 @@ fn forward_http01(listener: TcpListener, backends: Vec<u16>) {
             let head = format!("{}\r\nConnection: close\r\n\r\n", head.trim_end_matches("\r\n"));
             let mut last = Vec::new();
             for port in backends {
-                let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else { continue };
+                let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+                    continue;
+                };
                 let mut answer = Vec::new();
                 if s.write_all(head.as_bytes()).is_err() || s.read_to_end(&mut answer).is_err() {
                     continue;
@@ -849,9 +927,18 @@ fn two_servers_on_one_state_directory_order_each_certificate_once() {
                 }
             })
             .collect();
-        assert!(leaves[0] == leaves[1], "{name}: the replicas serve different certificates\n{}", show());
+        assert!(
+            leaves[0] == leaves[1],
+            "{name}: the replicas serve different certificates\n{}",
+            show()
+        );
     }
-    assert_eq!(read(&pebble.log).matches("Issued certificate serial").count(), names.len(), "{}", show());
+    assert_eq!(
+        read(&pebble.log).matches("Issued certificate serial").count(),
+        names.len(),
+        "{}",
+        show()
+    );
     for (child, _) in served {
         child.stop();
     }
@@ -885,17 +972,31 @@ fn a_rewritten_certificate_file_is_served_without_a_reload_once_its_key_matches(
     let (child, log) = spawn_logged(cmd);
     let show = || log.lock().unwrap().clone();
     let (first_pem, second_pem) = (first.cert.pem(), second.cert.pem());
-    assert_eq!(handshake(port, name, first_pem.as_bytes()).unwrap(), first.cert.der().to_vec());
+    assert_eq!(
+        handshake(port, name, first_pem.as_bytes()).unwrap(),
+        first.cert.der().to_vec()
+    );
 
     // The certificate alone: it does not match the key, the old pair
     // goes on serving.
     replace("cert.pem", second.cert.pem());
     wait_log(&log, "certificate files changed but do not load", PATIENCE, &show);
-    assert_eq!(handshake(port, name, first_pem.as_bytes()).unwrap(), first.cert.der().to_vec());
+    assert_eq!(
+        handshake(port, name, first_pem.as_bytes()).unwrap(),
+        first.cert.der().to_vec()
+    );
     // Then its key: the new pair is served, without SIGHUP.
     replace("key.pem", second.signing_key.serialize_pem());
-    wait_log(&log, "certificate files changed: 1 certificate loaded again", PATIENCE, &show);
-    assert_eq!(handshake(port, name, second_pem.as_bytes()).unwrap(), second.cert.der().to_vec());
+    wait_log(
+        &log,
+        "certificate files changed: 1 certificate loaded again",
+        PATIENCE,
+        &show,
+    );
+    assert_eq!(
+        handshake(port, name, second_pem.as_bytes()).unwrap(),
+        second.cert.der().to_vec()
+    );
     assert!(!show().contains("configuration reloaded"), "{}", show());
     child.stop();
 }

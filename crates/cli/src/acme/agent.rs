@@ -155,7 +155,10 @@ pub(crate) fn run() -> anyhow::Result<()> {
             let Ok(line) = line else { break };
             let line = line.trim();
             if line.starts_with('{') {
-                match serde_json::from_str(line).map_err(anyhow::Error::from).and_then(|v| Config::from_json(&v)) {
+                match serde_json::from_str(line)
+                    .map_err(anyhow::Error::from)
+                    .and_then(|v| Config::from_json(&v))
+                {
                     Ok(c) => {
                         let _ = configs_tx.send(c);
                     }
@@ -367,7 +370,10 @@ fn apply(state: &mut State, config: Config, link: &Link) -> anyhow::Result<()> {
         state.sites.push(site);
     }
     for gone in old {
-        info(&format!("{}: no longer in the configuration, not renewed", gone.names[0]));
+        info(&format!(
+            "{}: no longer in the configuration, not renewed",
+            gone.names[0]
+        ));
     }
     state.config = config;
     Ok(())
@@ -529,7 +535,11 @@ async fn load_account(config: &Config) -> anyhow::Result<Account> {
     info(&format!(
         "account made at {}{}",
         config.ca,
-        if eab.is_some() { " (external account binding)" } else { "" }
+        if eab.is_some() {
+            " (external account binding)"
+        } else {
+            ""
+        }
     ));
     Ok(account)
 }

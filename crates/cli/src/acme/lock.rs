@@ -191,9 +191,14 @@ mod tests {
         drop(guard);
         // A holder whose heartbeat beats every 10 ms, judged stale after
         // 1 s: still its own long after that.
-        let Locked::Ours(guard) =
-            acquire_with(&dir, "b.test", "beating", Duration::from_millis(10), Duration::from_secs(1)).unwrap()
-        else {
+        let Locked::Ours(guard) = acquire_with(
+            &dir,
+            "b.test",
+            "beating",
+            Duration::from_millis(10),
+            Duration::from_secs(1),
+        )
+        .unwrap() else {
             panic!("free");
         };
         let first = std::fs::read_to_string(dir.join("b.test.lock")).unwrap();

@@ -128,7 +128,10 @@ pub(crate) fn check<'a>(sites: &'a [SiteSpec], args: &TlsArgs) -> anyhow::Result
             ("--acme-eab-hmac-key", args.acme_eab_hmac_key.is_some()),
         ];
         if let Some((flag, _)) = given.iter().find(|(_, given)| *given) {
-            anyhow::bail!("{flag}{} needs --acme-ca (the CA's directory URL)", config::origin(flag));
+            anyhow::bail!(
+                "{flag}{} needs --acme-ca (the CA's directory URL)",
+                config::origin(flag)
+            );
         }
         return Ok(Vec::new());
     };
@@ -152,7 +155,8 @@ pub(crate) fn check<'a>(sites: &'a [SiteSpec], args: &TlsArgs) -> anyhow::Result
     }
     match (&args.acme_eab_kid, &args.acme_eab_hmac_key) {
         (Some(_), Some(key)) => {
-            agent::eab_key(key).with_context(|| format!("--acme-eab-hmac-key{}", config::origin("--acme-eab-hmac-key")))?;
+            agent::eab_key(key)
+                .with_context(|| format!("--acme-eab-hmac-key{}", config::origin("--acme-eab-hmac-key")))?;
         }
         (None, None) => {}
         _ => anyhow::bail!("give both --acme-eab-kid and --acme-eab-hmac-key (External Account Binding), or neither"),
