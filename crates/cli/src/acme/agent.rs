@@ -21,7 +21,9 @@
 //! expiry; a renewal left that late has no time for retries); else at two
 //! thirds. A failed order is tried again after 1 minute, doubling up to a
 //! day, and at most 5 times per site in an hour; the current certificate
-//! keeps serving. Once less than a third of its lifetime is left and
+//! keeps serving. After a failure, a CA with a staging directory (Let's
+//! Encrypt) gets a test order there first, as Caddy does, and the real
+//! one only once that succeeds. Once less than a third of its lifetime is left and
 //! renewing has failed, a warning says so, once per certificate (Let's
 //! Encrypt no longer sends expiry e-mails).
 
@@ -307,6 +309,9 @@ struct State {
     config: Config,
     sites: Vec<Site>,
     account: Option<Account>,
+    /// The account at the CA's staging directory, for the test order
+    /// after a failure (`staging_for`).
+    staging: Option<Account>,
     owner: String,
 }
 
@@ -320,6 +325,7 @@ async fn serve(
     let mut state = State {
         sites: Vec::new(),
         account: None,
+        staging: None,
         owner: lock::owner_id(),
         config: Config {
             sites: Vec::new(),
@@ -355,6 +361,7 @@ fn apply(state: &mut State, config: Config, link: &Link) -> anyhow::Result<()> {
     }
     if !config.same_account(&state.config) {
         state.account = None;
+        state.staging = None;
         make_private_dir(&config.state_dir)?;
     }
     let mut old = std::mem::take(&mut state.sites);
@@ -387,6 +394,7 @@ async fn turn(state: &mut State, idx: usize, link: &Link) -> anyhow::Result<()> 
         config,
         sites,
         account,
+        staging,
         owner,
     } = state;
     let site = &mut sites[idx];
@@ -428,8 +436,27 @@ async fn turn(state: &mut State, idx: usize, link: &Link) -> anyhow::Result<()> 
     if site.adopt_stored(config, link)? {
         return Ok(());
     }
+    // After a failure, a test order at the CA's staging directory first
+    // (Caddy's way): a broken setup spends staging's generous limits, not
+    // the real CA's.
+    if let Some(url) = staging_for(&config.ca).filter(|_| site.retry > RETRY_FIRST) {
+        let test = Config {
+            ca: url.to_owned(),
+            ..config.clone()
+        };
+        let outcome = match account_for(&test, staging).await {
+            Ok(a) => order(&test, a, link, &site.names, false).await,
+            Err(e) => Err(e),
+        };
+        if let Err(e) = outcome {
+            drop(guard);
+            site.failed(&e.context("the test order at the staging CA"));
+            return Ok(());
+        }
+        info(&format!("{}: the staging CA issued; now the CA", site.names[0]));
+    }
     let outcome = match account_for(config, account).await {
-        Ok(a) => order(config, a, link, &site.names).await,
+        Ok(a) => order(config, a, link, &site.names, true).await,
         Err(e) => Err(e),
     };
     drop(guard);
@@ -447,6 +474,14 @@ async fn turn(state: &mut State, idx: usize, link: &Link) -> anyhow::Result<()> 
         Err(e) => site.failed(&e),
     }
     Ok(())
+}
+
+/// The staging directory of a CA that has one: orders there test a
+/// setup without counting against the real CA's limits.
+fn staging_for(ca: &str) -> Option<&'static str> {
+    const LETS_ENCRYPT: &str = "https://acme-v02.api.letsencrypt.org/directory";
+    const LETS_ENCRYPT_STAGING: &str = "https://acme-staging-v02.api.letsencrypt.org/directory";
+    (ca.trim_end_matches('/') == LETS_ENCRYPT).then_some(LETS_ENCRYPT_STAGING)
 }
 
 /// The account, loaded or made once per configuration.
@@ -555,7 +590,13 @@ pub(crate) fn eab_key(text: &str) -> anyhow::Result<Vec<u8>> {
 
 /// One order for `names`, its challenges answered through the serving
 /// process; the certificate stored. Returns the chain and key.
-async fn order(config: &Config, account: &Account, link: &Link, names: &[String]) -> anyhow::Result<(String, String)> {
+async fn order(
+    config: &Config,
+    account: &Account,
+    link: &Link,
+    names: &[String],
+    store: bool,
+) -> anyhow::Result<(String, String)> {
     info(&format!(
         "{}: ordering a certificate for {}",
         names[0],
@@ -609,6 +650,9 @@ async fn order(config: &Config, account: &Account, link: &Link, names: &[String]
     }
     let (chain, key) = result?;
     lifetime(chain.as_bytes()).context("the CA's certificate")?;
+    if !store {
+        return Ok((chain, key));
+    }
     let dir = config.state_dir.join(&names[0]);
     std::fs::DirBuilder::new().recursive(true).mode(0o700).create(&dir)?;
     // The key first: a reader never finds a certificate without its key
@@ -794,6 +838,19 @@ mod tests {
         let now = t0 + Duration::from_secs(7200);
         assert_eq!(next_try(&mut failures, now, RETRY_FIRST), now + RETRY_FIRST);
         assert!(failures.is_empty());
+    }
+
+    #[test]
+    fn only_lets_encrypt_has_a_staging_directory_to_test_with() {
+        assert_eq!(
+            staging_for("https://acme-v02.api.letsencrypt.org/directory"),
+            Some("https://acme-staging-v02.api.letsencrypt.org/directory")
+        );
+        assert_eq!(
+            staging_for("https://acme-staging-v02.api.letsencrypt.org/directory"),
+            None
+        );
+        assert_eq!(staging_for("https://acme.zerossl.com/v2/DV90"), None);
     }
 
     #[test]
