@@ -342,8 +342,11 @@ async fn serve(
         };
         if !wait.is_zero() {
             // Asleep until the next site is due, or a reload.
-            if let Ok(Some(config)) = tokio::time::timeout(wait, configs.recv()).await {
-                apply(&mut state, config, link)?;
+            match tokio::time::timeout(wait, configs.recv()).await {
+                Ok(Some(config)) => apply(&mut state, config, link)?,
+                // The serving process is gone.
+                Ok(None) => return Ok(()),
+                Err(_) => {}
             }
             continue;
         }

@@ -21,9 +21,9 @@ pub(crate) struct ServerArgs {
     /// IPv4 and IPv6 (0.0.0.0:PORT and [::]:PORT, where the host has IPv6),
     /// as Caddy's `:PORT`; `unix:PATH` a Unix-domain socket (plain HTTP/1.1 and h2c,
     /// mode 0660, a stale file from a previous run replaced, removed at
-    /// exit; not with --tls-cert). Default: 127.0.0.1:8080 (with ACME sites, :443 and
-    /// --redirect-http :80, as Caddy), unless systemd passed listening
-    /// sockets (LISTEN_FDS), which are always used. `--listen` is the same
+    /// exit; not with --tls-cert). Default: 127.0.0.1:8080, unless systemd passed listening
+    /// sockets (LISTEN_FDS), which are always used; with ACME sites, :443 and
+    /// --redirect-http :80 (as Caddy). `--listen` is the same
     /// flag, under Caddy's name.
     #[arg(long = "bind", visible_alias = "listen", value_name = "ADDR", value_parser = parse_bind)]
     pub(crate) bind: Vec<BindAddrs>,
