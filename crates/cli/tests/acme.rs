@@ -1000,3 +1000,37 @@ fn a_rewritten_certificate_file_is_served_without_a_reload_once_its_key_matches(
     assert!(!show().contains("configuration reloaded"), "{}", show());
     child.stop();
 }
+
+#[test]
+fn a_reload_that_adds_acme_to_a_server_started_without_it_is_refused_and_serving_goes_on() {
+    let scratch = Scratch::new("acme-added");
+    let dir = scratch.dir();
+    let www = dir.join("www");
+    std::fs::create_dir_all(&www).unwrap();
+    std::fs::write(www.join("index.html"), "hello").unwrap();
+    let port = free_port();
+    let config = dir.join("peregrine.toml");
+    let site = format!("[[site]]\nnames = [\"added.acme.test\"]\nroot = \"{}\"\n", www.display());
+    std::fs::write(&config, format!("bind = [\"127.0.0.1:{port}\"]\nworkers = 1\n\n{site}")).unwrap();
+    let mut cmd = peregrine();
+    cmd.arg("serve").arg("--config").arg(&config);
+    let (child, log) = spawn_logged(cmd);
+    let show = || log.lock().unwrap().clone();
+    std::fs::write(
+        &config,
+        format!(
+            "bind = [\"127.0.0.1:{port}\"]\nworkers = 1\nacme-ca = \"https://127.0.0.1:{}/dir\"\n\
+             acme-ca-private = true\nacme-state-dir = \"{}\"\n\n{site}",
+            free_port(),
+            dir.join("state").display()
+        ),
+    )
+    .unwrap();
+    common::signal(child.0.as_ref().unwrap().id(), "HUP");
+    wait_log(&log, "configuration not reloaded", PATIENCE, &show);
+    assert!(show().contains("restart to begin using ACME"), "{}", show());
+    // Still serving, in cleartext, as before.
+    assert!(plain_get(port, "added.acme.test", "/").starts_with("HTTP/1.1 200"), "{}", show());
+    assert!(!dir.join("state").exists());
+    child.stop();
+}

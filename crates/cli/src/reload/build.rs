@@ -51,7 +51,7 @@ pub(super) fn build(
         Some(_) => tls,
         None => {
             anyhow::ensure!(
-                args.tls.acme_ca.is_none(),
+                acme_sites.is_empty(),
                 "--acme-ca was not given at start, when the ACME process is started (before the sandbox): \
                  restart to begin using ACME"
             );
