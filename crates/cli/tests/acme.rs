@@ -1010,7 +1010,10 @@ fn a_reload_that_adds_acme_to_a_server_started_without_it_is_refused_and_serving
     std::fs::write(www.join("index.html"), "hello").unwrap();
     let port = free_port();
     let config = dir.join("peregrine.toml");
-    let site = format!("[[site]]\nnames = [\"added.acme.test\"]\nroot = \"{}\"\n", www.display());
+    let site = format!(
+        "[[site]]\nnames = [\"added.acme.test\"]\nroot = \"{}\"\n",
+        www.display()
+    );
     std::fs::write(&config, format!("bind = [\"127.0.0.1:{port}\"]\nworkers = 1\n\n{site}")).unwrap();
     let mut cmd = peregrine();
     cmd.arg("serve").arg("--config").arg(&config);
@@ -1030,7 +1033,11 @@ fn a_reload_that_adds_acme_to_a_server_started_without_it_is_refused_and_serving
     wait_log(&log, "configuration not reloaded", PATIENCE, &show);
     assert!(show().contains("restart to begin using ACME"), "{}", show());
     // Still serving, in cleartext, as before.
-    assert!(plain_get(port, "added.acme.test", "/").starts_with("HTTP/1.1 200"), "{}", show());
+    assert!(
+        plain_get(port, "added.acme.test", "/").starts_with("HTTP/1.1 200"),
+        "{}",
+        show()
+    );
     assert!(!dir.join("state").exists());
     child.stop();
 }
