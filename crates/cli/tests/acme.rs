@@ -3,8 +3,8 @@
 //! pebble-challtestsrv as its DNS (every name is 127.0.0.1) and its
 //! challenge ports pointed at Peregrine's: certificates by TLS-ALPN-01
 //! and by HTTP-01 that verify against Pebble's root, a restart that
-//! orders nothing, the alert and the 503 before the first certificate,
-//! and the names refused at start. An install that fails fails the test.
+//! orders nothing, RSA 2048 keys on request, the alert and the 503
+//! before the first certificate, and the names refused at start. An install that fails fails the test.
 
 mod common;
 
@@ -572,6 +572,16 @@ fn check_config_refuses_bad_acme_settings_before_anything_is_ordered() {
         ),
         (
             "a.example.com",
+            vec!["--acme-key-type", "rsa2048"],
+            "--acme-key-type needs --acme-ca",
+        ),
+        (
+            "a.example.com",
+            vec!["--acme-ca", ca, "--acme-key-type", "rsa4096"],
+            "invalid value 'rsa4096' for '--acme-key-type",
+        ),
+        (
+            "a.example.com",
             vec!["--acme-ca", ca, "--acme-eab-kid", "kid-1"],
             "give both --acme-eab-kid and --acme-eab-hmac-key",
         ),
@@ -630,6 +640,8 @@ fn check_config_refuses_bad_acme_settings_before_anything_is_ordered() {
             "ops@example.com",
             "--acme-challenge",
             "tls-alpn-01",
+            "--acme-key-type",
+            "rsa2048",
         ],
     );
     assert!(ok, "{err}");
@@ -691,6 +703,114 @@ fn a_reload_orders_a_new_sites_certificate_and_stops_renewing_a_removed_one() {
         show()
     );
     child.stop();
+}
+
+/// The leaf's key: "rsa2048", "ecdsa-p256" or what else it is.
+fn key_type(leaf: &[u8]) -> String {
+    use x509_parser::public_key::PublicKey;
+    let (_, cert) = x509_parser::parse_x509_certificate(leaf).unwrap();
+    let spki = cert.public_key();
+    match spki.parsed().unwrap() {
+        PublicKey::RSA(rsa) => format!("rsa{}", rsa.key_size()),
+        PublicKey::EC(_)
+            if spki.algorithm.parameters.as_ref().and_then(|p| p.as_oid().ok())
+                == Some(x509_parser::oid_registry::OID_EC_P256) =>
+        {
+            "ecdsa-p256".to_owned()
+        }
+        _ => format!("{:?}", spki.algorithm.algorithm),
+    }
+}
+
+/// Waits until `name` is served (and answers a GET) with a key of type
+/// `want`; the leaf.
+fn wait_for_key_type(port: u16, name: &str, root: &[u8], want: &str, show: &dyn Fn() -> String) -> Vec<u8> {
+    let deadline = Instant::now() + ISSUE_PATIENCE;
+    loop {
+        let leaf = tls_get(port, name, root).unwrap_or_else(|e| panic!("{name}: {e}\n{}", show()));
+        if key_type(&leaf) == want {
+            return leaf;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name}: still {}\n{}",
+            key_type(&leaf),
+            show()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[test]
+fn rsa_keys_on_request_and_a_change_of_key_type_orders_a_new_certificate() {
+    let scratch = Scratch::new("acme-rsa");
+    let dir = scratch.dir();
+    let port = free_port();
+    let pebble = start_pebble(dir, free_port(), port);
+    let (state, www) = (dir.join("state"), dir.join("www"));
+    std::fs::create_dir_all(&www).unwrap();
+    std::fs::write(www.join("index.html"), "hello").unwrap();
+    let config = dir.join("peregrine.toml");
+    let ecdsa = acme_config(&pebble, &state, &www, port, &["k.acme.test"]);
+    let rsa = format!("acme-key-type = \"rsa2048\"\n{ecdsa}");
+    let issued = || read(&pebble.log).matches("Issued certificate serial").count();
+    let serve = || {
+        let mut cmd = peregrine();
+        cmd.arg("serve").arg("--config").arg(&config);
+        spawn_logged(cmd)
+    };
+
+    // The default: ECDSA P-256.
+    std::fs::write(&config, &ecdsa).unwrap();
+    let (child, log) = serve();
+    let show = || format!("{}\n{}", log.lock().unwrap(), read(&pebble.log));
+    assert!(log.lock().unwrap().contains("ecdsa-p256 keys"), "{}", show());
+    let leaf = wait_for_certificate(port, "k.acme.test", &pebble.issuing_root, &show);
+    assert_eq!(key_type(&leaf), "ecdsa-p256");
+
+    // A reload to RSA 2048 orders a new certificate at once (the old one
+    // is far from its renewal), which clients then see.
+    std::fs::write(&config, &rsa).unwrap();
+    common::signal(child.0.as_ref().unwrap().id(), "HUP");
+    wait_log(&log, "configuration reloaded (generation 2)", PATIENCE, &show);
+    let rsa_leaf = wait_for_key_type(port, "k.acme.test", &pebble.issuing_root, "rsa2048", &show);
+    assert!(
+        log.lock().unwrap().contains("k.acme.test: the key type is now rsa2048"),
+        "{}",
+        show()
+    );
+    let mode = |p: &Path| std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(p).unwrap().permissions()) & 0o777;
+    assert_eq!(mode(&state.join("k.acme.test/key.pem")), 0o600);
+    child.stop();
+    assert_eq!(issued(), 2, "{}", read(&pebble.log));
+
+    // A restart with RSA serves the stored RSA certificate, ordering none.
+    let (child, log) = serve();
+    let show = || format!("{}\n{}", log.lock().unwrap(), read(&pebble.log));
+    assert_eq!(
+        wait_for_certificate(port, "k.acme.test", &pebble.issuing_root, &show),
+        rsa_leaf
+    );
+    child.stop();
+    assert_eq!(issued(), 2, "{}", read(&pebble.log));
+    assert!(!log.lock().unwrap().contains("ordering"), "{}", log.lock().unwrap());
+
+    // A restart back to ECDSA serves the stored RSA one until a new
+    // ECDSA one, ordered at once, is issued.
+    std::fs::write(&config, &ecdsa).unwrap();
+    let (child, log) = serve();
+    let show = || format!("{}\n{}", log.lock().unwrap(), read(&pebble.log));
+    wait_for_certificate(port, "k.acme.test", &pebble.issuing_root, &show);
+    wait_for_key_type(port, "k.acme.test", &pebble.issuing_root, "ecdsa-p256", &show);
+    assert!(
+        log.lock()
+            .unwrap()
+            .contains("k.acme.test: the stored certificate's key is not ecdsa-p256"),
+        "{}",
+        show()
+    );
+    child.stop();
+    assert_eq!(issued(), 3, "{}", read(&pebble.log));
 }
 
 /// A TLS connection for `name` verified against `root` and one GET of

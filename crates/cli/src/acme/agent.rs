@@ -9,11 +9,14 @@
 //! State directory: `DIR` (0700) holds `account-HOST.json` (the account's
 //! credentials at the CA of that host, 0600, made once and kept), one
 //! directory per site, named by its first name, with `cert.pem` and
-//! `key.pem` (0600, ECDSA P-256), and `locks/` (`lock.rs`: one replica
-//! of a fleet orders a name at a time). A certificate found there for the
-//! same names is sent to the serving process as it is, even if due (it
-//! serves while its renewal is tried): a restart orders nothing until
-//! renewal is due, and a replica picks up what another one renewed.
+//! `key.pem` (0600, ECDSA P-256 or RSA 2048: `--acme-key-type`), and
+//! `locks/` (`lock.rs`: one replica of a fleet orders a name at a time).
+//! A certificate found there for the same names is sent to the serving
+//! process as it is, even if due (it serves while its renewal is tried):
+//! a restart orders nothing until renewal is due, and a replica picks up
+//! what another one renewed. One whose key is not of the configured type
+//! (the setting changed, at a reload or a restart) is served too, until
+//! its replacement, ordered at once, is issued.
 //!
 //! Renewal: where the CA offers ACME Renewal Information (RFC 9773), at
 //! a random time in the window it suggests, but no later than two thirds
@@ -60,6 +63,78 @@ const LOCK_POLL: Duration = Duration::from_secs(10);
 const ARI_RECHECK_MIN: Duration = Duration::from_secs(3600);
 const ARI_RECHECK_MAX: Duration = Duration::from_secs(24 * 3600);
 
+/// The type of a certificate's key (`--acme-key-type`).
+#[derive(Clone, Copy, PartialEq, Eq, Debug, Default)]
+pub(crate) enum KeyType {
+    #[default]
+    EcdsaP256,
+    Rsa2048,
+}
+
+impl KeyType {
+    /// The setting's values, the default first.
+    pub(crate) const NAMES: [&'static str; 2] = ["ecdsa-p256", "rsa2048"];
+
+    pub(crate) fn parse(name: &str) -> anyhow::Result<KeyType> {
+        match name {
+            "ecdsa-p256" => Ok(KeyType::EcdsaP256),
+            "rsa2048" => Ok(KeyType::Rsa2048),
+            other => anyhow::bail!("unknown key type {other:?} (ecdsa-p256 or rsa2048)"),
+        }
+    }
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            KeyType::EcdsaP256 => Self::NAMES[0],
+            KeyType::Rsa2048 => Self::NAMES[1],
+        }
+    }
+
+    /// A new key of this type, for one certificate.
+    ///
+    /// RSA: ring cannot generate RSA keys, so the `rsa` crate does, and
+    /// only that; the key goes to rcgen (ring) as PKCS #8 for the CSR's
+    /// signature, and the serving process signs handshakes with rustls's
+    /// ring. RUSTSEC-2023-0071 (timing of the `rsa` crate's private-key
+    /// operations) is therefore out of reach: it never signs or decrypts,
+    /// and its key generation, once per order in this process, answers
+    /// nobody (deny.toml).
+    fn generate(self) -> anyhow::Result<rcgen::KeyPair> {
+        match self {
+            KeyType::EcdsaP256 => Ok(rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)?),
+            KeyType::Rsa2048 => {
+                use rsa::pkcs8::EncodePrivateKey;
+                let key = rsa::RsaPrivateKey::new(&mut rsa::rand_core::OsRng, 2048).context("RSA key")?;
+                let der = key.to_pkcs8_der().context("RSA key as PKCS #8")?;
+                let pair = rcgen::KeyPair::try_from(der.as_bytes())?;
+                anyhow::ensure!(pair.algorithm() == &rcgen::PKCS_RSA_SHA256, "RSA key read as another");
+                Ok(pair)
+            }
+        }
+    }
+
+    /// The type of a certificate's key, if one of these.
+    fn of(cert: &x509_parser::certificate::X509Certificate<'_>) -> Option<KeyType> {
+        use x509_parser::public_key::PublicKey;
+        let spki = cert.public_key();
+        match spki.parsed().ok()? {
+            PublicKey::RSA(rsa) if rsa.key_size() == 2048 => Some(KeyType::Rsa2048),
+            PublicKey::EC(_) => {
+                let curve = spki.algorithm.parameters.as_ref().and_then(|p| p.as_oid().ok());
+                (curve == Some(x509_parser::oid_registry::OID_EC_P256)).then_some(KeyType::EcdsaP256)
+            }
+            _ => None,
+        }
+    }
+
+    /// The type of the key of a PEM chain's leaf.
+    fn of_chain(chain_pem: &[u8]) -> Option<KeyType> {
+        let der = rustls_pem_first(chain_pem)?;
+        let (_, cert) = x509_parser::parse_x509_certificate(&der).ok()?;
+        KeyType::of(&cert)
+    }
+}
+
 /// The ACME process's settings, as `serve` sends them (`mod.rs`).
 #[derive(Clone, PartialEq, Debug)]
 pub(crate) struct Config {
@@ -70,6 +145,8 @@ pub(crate) struct Config {
     pub(crate) challenge: String,
     /// External Account Binding: key id and the HMAC key, base64url.
     pub(crate) eab: Option<(String, String)>,
+    /// The type of the certificates' keys.
+    pub(crate) key_type: KeyType,
     /// Each site's names, its first name naming it.
     pub(crate) sites: Vec<Vec<String>>,
 }
@@ -84,6 +161,7 @@ impl Config {
             "challenge": self.challenge,
             "eab_kid": self.eab.as_ref().map(|e| &e.0),
             "eab_hmac_key": self.eab.as_ref().map(|e| &e.1),
+            "key_type": self.key_type.name(),
             "sites": self.sites,
         })
     }
@@ -105,6 +183,7 @@ impl Config {
             state_dir: PathBuf::from(text("state_dir").context("no state directory")?),
             challenge: text("challenge").unwrap_or_else(|| "tls-alpn-01".to_owned()),
             eab: text("eab_kid").zip(text("eab_hmac_key")),
+            key_type: text("key_type").map_or(Ok(KeyType::default()), |t| KeyType::parse(&t))?,
             sites,
         })
     }
@@ -197,6 +276,8 @@ struct Site {
 /// A certificate sent to the serving process.
 struct Held {
     chain: String,
+    /// Its key's type (`None`: neither of `KeyType`'s).
+    key_type: Option<KeyType>,
     not_before: u64,
     not_after: u64,
     renew_at: SystemTime,
@@ -211,6 +292,7 @@ impl Held {
     fn new(chain: String) -> Option<Held> {
         let (not_before, not_after) = lifetime(chain.as_bytes())?;
         Some(Held {
+            key_type: KeyType::of_chain(chain.as_bytes()),
             chain,
             not_before,
             not_after,
@@ -238,7 +320,10 @@ impl Site {
     }
 
     /// Takes the stored certificate if it is newer than the one held (a
-    /// restart, or another replica renewed it): sent, and scheduled.
+    /// restart, or another replica renewed it), a key of the configured
+    /// type counting before a newer one of another: sent, and scheduled
+    /// (at once if its key is of another type: it serves until the new
+    /// one is issued).
     fn adopt_stored(&mut self, config: &Config, link: &Link) -> anyhow::Result<bool> {
         let Some((chain, key)) = stored(config, &self.names) else {
             return Ok(false);
@@ -247,13 +332,26 @@ impl Site {
             return Ok(false);
         };
         let now = secs(SystemTime::now());
-        let newer = self.held.as_ref().is_none_or(|h| held.not_after > h.not_after);
-        if !newer || held.not_after <= now {
+        let right_type = held.key_type == Some(config.key_type);
+        let better = self.held.as_ref().is_none_or(|h| {
+            let theirs = h.key_type == Some(config.key_type);
+            (right_type && !theirs) || (right_type == theirs && held.not_after > h.not_after)
+        });
+        if !better || held.not_after <= now {
             return Ok(false);
         }
         info(&format!("{}: using the stored certificate", self.names[0]));
         send_cert(link, &self.names, &held.chain, &key)?;
-        self.due = held.due();
+        if right_type {
+            self.due = held.due();
+        } else {
+            info(&format!(
+                "{}: the stored certificate's key is not {}; ordering a new certificate",
+                self.names[0],
+                config.key_type.name()
+            ));
+            self.due = SystemTime::now();
+        }
         self.held = Some(held);
         Ok(true)
     }
@@ -370,7 +468,20 @@ fn apply(state: &mut State, config: Config, link: &Link) -> anyhow::Result<()> {
     let mut old = std::mem::take(&mut state.sites);
     for names in &config.sites {
         let site = match old.iter().position(|s| &s.names == names) {
-            Some(i) => old.swap_remove(i),
+            Some(i) => {
+                let mut site = old.swap_remove(i);
+                // Another key type: ordered now (its turn takes a stored
+                // one of the new type first, if a replica made one).
+                if site.held.as_ref().is_some_and(|h| h.key_type != Some(config.key_type)) {
+                    info(&format!(
+                        "{}: the key type is now {}; ordering a new certificate",
+                        names[0],
+                        config.key_type.name()
+                    ));
+                    site.due = SystemTime::now();
+                }
+                site
+            }
             None => {
                 let mut site = Site::new(names.clone());
                 site.adopt_stored(&config, link)?;
@@ -406,7 +517,7 @@ async fn turn(state: &mut State, idx: usize, link: &Link) -> anyhow::Result<()> 
         return Ok(());
     }
     if let Some(held) = &mut site.held {
-        if held.renew_at > now {
+        if held.renew_at > now && held.key_type == Some(config.key_type) {
             // Not due: it was the renewal information's turn.
             if let Ok(a) = account_for(config, account).await {
                 ask_renewal_info(a, held).await;
@@ -643,7 +754,13 @@ async fn order(
         let policy = RetryPolicy::new().timeout(ORDER_TIMEOUT);
         let status = order.poll_ready(&policy).await?;
         anyhow::ensure!(status == OrderStatus::Ready, "order {status:?}");
-        let key = order.finalize().await?;
+        // The CSR made here rather than by `finalize` (always ECDSA
+        // P-256): the configured key type.
+        let key = config.key_type.generate()?;
+        let mut params = rcgen::CertificateParams::new(names.to_vec())?;
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        order.finalize_csr(params.serialize_request(&key)?.der()).await?;
+        let key = key.serialize_pem();
         let chain = order.poll_certificate(&policy).await?;
         Ok((chain, key))
     }
@@ -857,6 +974,28 @@ mod tests {
     }
 
     #[test]
+    fn keys_are_of_the_configured_type_and_load_in_rustls() {
+        use rustls::pki_types::{pem::PemObject, PrivateKeyDer};
+        for (key_type, algorithm) in [
+            (KeyType::EcdsaP256, rustls::SignatureAlgorithm::ECDSA),
+            (KeyType::Rsa2048, rustls::SignatureAlgorithm::RSA),
+        ] {
+            let pair = key_type.generate().unwrap();
+            // As the serving process loads it (`TlsConfig::set_cert_pem_for`).
+            let der = PrivateKeyDer::from_pem_slice(pair.serialize_pem().as_bytes()).unwrap();
+            let signing = rustls::crypto::ring::sign::any_supported_type(&der).unwrap();
+            assert_eq!(signing.algorithm(), algorithm, "{key_type:?}");
+            // A certificate for it is recognised as of that type (2048
+            // bits for RSA), as `stored` and `Held` tell them apart.
+            let params = rcgen::CertificateParams::new(vec!["a.test".to_owned()]).unwrap();
+            let cert = params.self_signed(&pair).unwrap();
+            assert_eq!(KeyType::of_chain(cert.pem().as_bytes()), Some(key_type));
+            assert_eq!(KeyType::parse(key_type.name()).unwrap(), key_type);
+        }
+        assert!(KeyType::parse("rsa4096").is_err());
+    }
+
+    #[test]
     fn eab_keys_are_base64url_padded_or_not() {
         assert_eq!(eab_key("aGVsbG8").unwrap(), b"hello");
         assert_eq!(eab_key("aGVsbG8=").unwrap(), b"hello");
@@ -871,6 +1010,7 @@ mod tests {
         let n = secs(now);
         site.held = Some(Held {
             chain: String::new(),
+            key_type: None,
             not_before: n - 500,
             not_after: n + 400,
             renew_at: now,

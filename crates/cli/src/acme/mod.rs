@@ -124,6 +124,7 @@ pub(crate) fn check<'a>(sites: &'a [SiteSpec], args: &TlsArgs) -> anyhow::Result
             ("--acme-ca-private", args.acme_ca_private),
             ("--acme-state-dir", args.acme_state_dir.is_some()),
             ("--acme-challenge", args.acme_challenge.is_some()),
+            ("--acme-key-type", args.acme_key_type.is_some()),
             ("--acme-eab-kid", args.acme_eab_kid.is_some()),
             ("--acme-eab-hmac-key", args.acme_eab_hmac_key.is_some()),
         ];
@@ -146,6 +147,10 @@ pub(crate) fn check<'a>(sites: &'a [SiteSpec], args: &TlsArgs) -> anyhow::Result
         "--acme-ca {ca}{}: no host",
         config::origin("--acme-ca")
     );
+    if let Some(key_type) = &args.acme_key_type {
+        agent::KeyType::parse(key_type)
+            .with_context(|| format!("--acme-key-type{}", config::origin("--acme-key-type")))?;
+    }
     if args.acme_challenge.as_deref() == Some("http-01") {
         anyhow::ensure!(
             args.redirect_http.is_some(),
@@ -220,6 +225,9 @@ fn agent_config(sites: &[&SiteSpec], args: &TlsArgs) -> Option<agent::Config> {
         state_dir: state_dir(args),
         challenge,
         eab: args.acme_eab_kid.clone().zip(args.acme_eab_hmac_key.clone()),
+        key_type: (args.acme_key_type.as_deref())
+            .and_then(|t| agent::KeyType::parse(t).ok())
+            .unwrap_or_default(),
         sites: (sites.iter())
             .map(|s| s.names.iter().chain(&s.aliases).cloned().collect())
             .collect(),
@@ -312,8 +320,9 @@ impl Parent {
         }));
         lock(&shared).update_readiness();
         let summary = format!(
-            "ACME ({}, {}) in process {} (unsandboxed; the only one that connects to the CA and writes {})",
+            "ACME ({}, {} keys, {}) in process {} (unsandboxed; the only one that connects to the CA and writes {})",
             config.challenge,
+            config.key_type.name(),
             config.ca,
             child.id(),
             config.state_dir.display()

@@ -305,6 +305,12 @@ pub(crate) struct TlsArgs {
     /// --redirect-http, else tls-alpn-01.
     #[arg(long, value_name = "TYPE", value_parser = ["tls-alpn-01", "http-01"])]
     pub(crate) acme_challenge: Option<String>,
+    /// The type of the key of each ACME certificate: ecdsa-p256 or
+    /// rsa2048 (for clients that know no ECDSA). A stored certificate
+    /// with a key of the other type is replaced by a new order, at once.
+    /// Default: ecdsa-p256.
+    #[arg(long, value_name = "TYPE", value_parser = crate::acme::agent::KeyType::NAMES)]
+    pub(crate) acme_key_type: Option<String>,
     /// External Account Binding (ZeroSSL, Google Trust Services): the key
     /// id the CA gave, with --acme-eab-hmac-key. Default: none.
     #[arg(long, value_name = "KID")]
