@@ -336,3 +336,57 @@ fn bad_balance_settings_are_refused_at_their_line() {
         assert!(err.contains(why), "{route}: {err}");
     }
 }
+
+/// `_redirects` rules with status 200 to a URL (Netlify's proxy rules)
+/// come from site files, which anyone who may edit the content writes:
+/// `pack` and `serve` both refuse them, naming the rule and why, and the
+/// addresses that must never be reached from site files are named so.
+#[test]
+fn redirects_proxy_rules_are_refused_at_pack_and_at_serve() {
+    let t = Scratch::new("redirects-proxy");
+    for (rule, why) in [
+        ("/api/* https://api.example.com/:splat 200", "another origin (api.example.com)"),
+        ("/api/* http://127.0.0.1:9000/:splat 200", "a loopback address"),
+        ("/meta http://169.254.169.254/latest/meta-data/ 200", "the cloud metadata service"),
+        ("/meta6 http://[fd00:ec2::254]/latest/ 200!", "the cloud metadata service"),
+        ("/sock unix:/run/app.sock 200", "a unix: socket"),
+    ] {
+        let _ = std::fs::remove_dir_all(t.dir().join("site"));
+        t.write("site/index.html", "home\n");
+        t.write("site/_redirects", format!("/old /new 301\n{rule}\n"));
+        let named = format!("line 2: \"{rule}\": refused");
+        let pack = common::peregrine()
+            .current_dir(t.dir())
+            .args(["pack", "site", "-o", "site.prg"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&pack.stderr);
+        assert!(!pack.status.success(), "pack {rule}: {err}");
+        assert!(err.contains(&named) && err.contains(why), "pack {rule}: {err}");
+        // A serve that started anyway would never end: it is waited for
+        // PATIENCE at most, then killed.
+        let mut serve = common::peregrine()
+            .current_dir(t.dir())
+            .args(["serve", "site", "--bind", "127.0.0.1:0"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + PATIENCE;
+        let status = loop {
+            if let Some(status) = serve.try_wait().unwrap() {
+                break status;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = serve.kill();
+                let _ = serve.wait();
+                panic!("serve {rule}: still running after {PATIENCE:?}: it took the rule");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        };
+        let mut err = String::new();
+        serve.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+        assert!(!status.success(), "serve {rule}: {err}");
+        assert!(err.contains(&named) && err.contains(why), "serve {rule}: {err}");
+    }
+}
