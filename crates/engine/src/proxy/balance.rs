@@ -298,10 +298,10 @@ impl Local {
             });
         }
         let start = self.next.get(&b.id).copied().unwrap_or(0) % n;
-        let order = (0..n).map(|k| (start + k) % n).filter(|&i| eligible[i]);
+        let mut order = (0..n).map(|k| (start + k) % n).filter(|&i| eligible[i]);
         let chosen = match b.policy {
             Policy::LeastConn => order.min_by_key(|&i| load(&b.members[i])),
-            _ => order.take(1).next(),
+            _ => order.next(),
         }?;
         self.next.insert(b.id, (chosen + 1) % n);
         Some(chosen)

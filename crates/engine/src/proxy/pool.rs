@@ -645,15 +645,16 @@ impl Upstreams {
                         }
                         self.judge(ctx.now, up_id, false);
                     }
-                    let job = match elsewhere {
-                        true => match self.resend(ctx, timers, job) {
+                    let job = if elsewhere {
+                        match self.resend(ctx, timers, job) {
                             Some(job) => job,
                             None => {
                                 log::warn!("proxy: {url}: {why}: sent to another upstream");
                                 return;
                             }
-                        },
-                        false => job,
+                        }
+                    } else {
+                        job
                     };
                     log::warn!("proxy: {url}: {why}: {status}");
                     let answer = match status {
