@@ -110,7 +110,11 @@ fn serve(t: &Scratch, ports: &[u16], balance: &str) -> (Process, String, String)
 fn get(addr: &str, path: &str, fields: &str) -> (u16, String) {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(PATIENCE)).unwrap();
-    write!(s, "GET {path} HTTP/1.1\r\nHost: a.test\r\n{fields}Connection: close\r\n\r\n").unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: a.test\r\n{fields}Connection: close\r\n\r\n"
+    )
+    .unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
     let status = out.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
@@ -149,7 +153,10 @@ fn requests_balance_within_ten_percent_with_one_worker() {
             }
         }
         // ±10 % of 100 each.
-        assert!((90..=110).contains(&n_a) && n_a + n_b == 200, "{policy}: a {n_a}, b {n_b}");
+        assert!(
+            (90..=110).contains(&n_a) && n_a + n_b == 200,
+            "{policy}: a {n_a}, b {n_b}"
+        );
     }
 }
 
@@ -262,7 +269,11 @@ fn check_config_shows_the_balance_and_asks_each_health_check() {
     t.write("site/index.html", "home\n");
     let (_a, a) = backend(&t, "a", None);
     // A port nobody listens on: the check cannot connect.
-    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let config = t.write(
         "peregrine.toml",
         format!(
@@ -287,8 +298,14 @@ fn check_config_shows_the_balance_and_asks_each_health_check() {
         all.contains("balance = { policy = \"ip-hash\", health-uri = \"/health\", health-timeout = 2 }"),
         "{all}"
     );
-    assert!(all.contains(&format!("proxy http://127.0.0.1:{a}: health check /health: 200, in")), "{all}");
-    assert!(all.contains(&format!("proxy http://127.0.0.1:{dead}: health check /health: connect")), "{all}");
+    assert!(
+        all.contains(&format!("proxy http://127.0.0.1:{a}: health check /health: 200, in")),
+        "{all}"
+    );
+    assert!(
+        all.contains(&format!("proxy http://127.0.0.1:{dead}: health check /health: connect")),
+        "{all}"
+    );
     assert!(all.contains(", OUT"), "{all}");
 }
 
@@ -345,10 +362,19 @@ fn bad_balance_settings_are_refused_at_their_line() {
 fn redirects_proxy_rules_are_refused_at_pack_and_at_serve() {
     let t = Scratch::new("redirects-proxy");
     for (rule, why) in [
-        ("/api/* https://api.example.com/:splat 200", "another origin (api.example.com)"),
+        (
+            "/api/* https://api.example.com/:splat 200",
+            "another origin (api.example.com)",
+        ),
         ("/api/* http://127.0.0.1:9000/:splat 200", "a loopback address"),
-        ("/meta http://169.254.169.254/latest/meta-data/ 200", "the cloud metadata service"),
-        ("/meta6 http://[fd00:ec2::254]/latest/ 200!", "the cloud metadata service"),
+        (
+            "/meta http://169.254.169.254/latest/meta-data/ 200",
+            "the cloud metadata service",
+        ),
+        (
+            "/meta6 http://[fd00:ec2::254]/latest/ 200!",
+            "the cloud metadata service",
+        ),
         ("/sock unix:/run/app.sock 200", "a unix: socket"),
     ] {
         let _ = std::fs::remove_dir_all(t.dir().join("site"));

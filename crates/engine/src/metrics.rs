@@ -874,7 +874,11 @@ fn render_upstreams(out: &mut String, workers: &[Arc<WorkerMetrics>]) {
         );
         for (url, s) in by_url.iter().filter(|(_, s)| s.checked.is_some()) {
             let up = u64::from(s.checked == Some(true));
-            let _ = writeln!(out, "peregrine_upstream_healthy{{upstream=\"{}\"}} {up}", label_value(url));
+            let _ = writeln!(
+                out,
+                "peregrine_upstream_healthy{{upstream=\"{}\"}} {up}",
+                label_value(url)
+            );
         }
     }
     head(
@@ -884,7 +888,12 @@ fn render_upstreams(out: &mut String, workers: &[Arc<WorkerMetrics>]) {
         "Workers that have taken an upstream out of their choice after failures (passive health), as of their last choice.",
     );
     for (url, s) in &by_url {
-        let _ = writeln!(out, "peregrine_upstream_out_workers{{upstream=\"{}\"}} {}", label_value(url), s.out);
+        let _ = writeln!(
+            out,
+            "peregrine_upstream_out_workers{{upstream=\"{}\"}} {}",
+            label_value(url),
+            s.out
+        );
     }
     head(
         out,

@@ -397,9 +397,9 @@ pub fn proxy_rule_refusal(to: &str) -> String {
         Err(_) => None,
     };
     match never {
-        Some(what) => format!(
-            "a proxy rule to {host} ({what}): never honoured from site files, whatever the server allows"
-        ),
+        Some(what) => {
+            format!("a proxy rule to {host} ({what}): never honoured from site files, whatever the server allows")
+        }
         None => format!(
             "a proxy rule to another origin ({host}): not honoured; site files cannot allow an origin, and this \
              server's configuration allows none"

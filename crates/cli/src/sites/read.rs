@@ -17,13 +17,14 @@ use peregrine::host::{normalize, HostMap};
 use peregrine::pattern::Pattern;
 
 use super::keys::{
-    per_site, reserved, Applies, BALANCE_KEYS, BASIC_AUTH_KEYS, CORS_KEYS, FORWARD_AUTH_KEYS, HANDLERS, IP_KEYS, PATHS, PER_SITE,
-    RATE_LIMIT_KEYS, REDIRECT_STATUSES, REDIRECT_STATUS_DEFAULT, ROUTE_KEYS, ROUTE_SETTINGS, SITE_KEYS,
+    per_site, reserved, Applies, BALANCE_KEYS, BASIC_AUTH_KEYS, CORS_KEYS, FORWARD_AUTH_KEYS, HANDLERS, IP_KEYS, PATHS,
+    PER_SITE, RATE_LIMIT_KEYS, REDIRECT_STATUSES, REDIRECT_STATUS_DEFAULT, ROUTE_KEYS, ROUTE_SETTINGS, SITE_KEYS,
 };
 use super::render::{toml_list, Shown};
 use super::routes;
 use super::{
-    Balance, BasicAuth, Cors, ForwardAuth, HandlerSpec, IpRules, Origin, Proxy, RateLimit, RootKind, RouteSpec, SiteSpec,
+    Balance, BasicAuth, Cors, ForwardAuth, HandlerSpec, IpRules, Origin, Proxy, RateLimit, RootKind, RouteSpec,
+    SiteSpec,
 };
 use crate::config::{self, Settings, SITE_TABLES};
 use crate::flags::{FileArgs, ServeArchiveArgs};
@@ -937,7 +938,11 @@ impl FileSites<'_> {
                 let shown_url = if more_upstreams.is_empty() {
                     config::toml_string(&url)
                 } else {
-                    toml_list(&std::iter::once(url.clone()).chain(more_upstreams.iter().cloned()).collect::<Vec<_>>())
+                    toml_list(
+                        &std::iter::once(url.clone())
+                            .chain(more_upstreams.iter().cloned())
+                            .collect::<Vec<_>>(),
+                    )
                 };
                 shown.push(Shown::new("proxy", shown_url, self.origin(url_line)));
                 if let Some((b, line)) = &balance {

@@ -68,7 +68,10 @@ impl Policy {
                 Some(name)
                     if name.starts_with([' ', '\t'])
                         && !name.trim().is_empty()
-                        && name.trim().bytes().all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b)) =>
+                        && name
+                            .trim()
+                            .bytes()
+                            .all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b)) =>
                 {
                     Ok(Policy::Header(name.trim().to_ascii_lowercase()))
                 }
@@ -324,9 +327,7 @@ mod tests {
         let b = balance(3, Policy::RoundRobin);
         let mut local = Local::default();
         let now = Instant::now();
-        let picks: Vec<usize> = (0..6)
-            .map(|_| local.choose(&b, None, 0, now, |_| 0).unwrap())
-            .collect();
+        let picks: Vec<usize> = (0..6).map(|_| local.choose(&b, None, 0, now, |_| 0).unwrap()).collect();
         assert_eq!(picks, [0, 1, 2, 0, 1, 2]);
         // Member 1 taken out (max_fails failures): the others share.
         for _ in 0..b.max_fails {
@@ -336,9 +337,7 @@ mod tests {
                 .or_default()
                 .failed(now, b.max_fails, b.fail_timeout);
         }
-        let picks: Vec<usize> = (0..4)
-            .map(|_| local.choose(&b, None, 0, now, |_| 0).unwrap())
-            .collect();
+        let picks: Vec<usize> = (0..4).map(|_| local.choose(&b, None, 0, now, |_| 0).unwrap()).collect();
         assert_eq!(picks, [0, 2, 0, 2]);
         // A retry does not go back to a member it tried.
         assert_eq!(local.choose(&b, None, 0b101, now, |_| 0), None);
@@ -356,9 +355,7 @@ mod tests {
         let mut local = Local::default();
         let now = Instant::now();
         let load = |u: &Upstream| if u.url().ends_with(":9000") { 5 } else { 1 };
-        let picks: Vec<usize> = (0..4)
-            .map(|_| local.choose(&b, None, 0, now, load).unwrap())
-            .collect();
+        let picks: Vec<usize> = (0..4).map(|_| local.choose(&b, None, 0, now, load).unwrap()).collect();
         assert_eq!(picks, [1, 2, 1, 2]);
     }
 
@@ -377,7 +374,11 @@ mod tests {
         for m in 0..4 {
             assert!(before.iter().filter(|&&x| x == m).count() > 20, "{before:?}");
         }
-        local.passive.entry(b.members[2].id).or_default().failed(now, 1, b.fail_timeout);
+        local
+            .passive
+            .entry(b.members[2].id)
+            .or_default()
+            .failed(now, 1, b.fail_timeout);
         for (k, &m) in before.iter().enumerate() {
             let after = local.choose(&b, Some(k as u64), 0, now, |_| 0).unwrap();
             if m == 2 {

@@ -59,8 +59,8 @@ mod upstream;
 
 pub use auth::{Decide, Finish, ForwardAuth, Held};
 pub use balance::Policy;
-pub use health::{probe, ActiveCheck};
 pub(crate) use health::start as start_checking;
+pub use health::{probe, ActiveCheck};
 pub(crate) use pool::{Sock, Upstreams};
 pub(crate) use resolve::start as start_resolving;
 pub(crate) use tunnel::Handoff;

@@ -321,7 +321,10 @@ impl Upstreams {
                     let _ = metrics.checked.set(flag);
                 }
             }
-            self.balance.passive.entry(m.id).or_insert_with(|| super::balance::Passive::new(&b));
+            self.balance
+                .passive
+                .entry(m.id)
+                .or_insert_with(|| super::balance::Passive::new(&b));
         }
         let pools = &self.pools;
         let load = |u: &Upstream| pools.get(&u.id).map_or(0, Pool::load);
@@ -343,7 +346,9 @@ impl Upstreams {
     /// Passive health: an exchange with upstream `id` failed (`ok` false)
     /// or got an answer; counted for a balance's members only.
     fn judge(&mut self, now: Instant, id: usize, ok: bool) {
-        let Some(p) = self.balance.passive.get_mut(&id) else { return };
+        let Some(p) = self.balance.passive.get_mut(&id) else {
+            return;
+        };
         if ok {
             p.succeeded();
         } else if p.failed_now(now) {
@@ -359,7 +364,10 @@ impl Upstreams {
     /// Hands `job` to its upstream's pool: an idle connection, a new one,
     /// the queue, or 503.
     fn place(&mut self, ctx: &mut Ctx<'_>, timers: &mut Timers, job: Job) {
-        let pool = self.pools.entry(job.up.id).or_insert_with(|| Pool::new(job.up.clone(), ctx));
+        let pool = self
+            .pools
+            .entry(job.up.id)
+            .or_insert_with(|| Pool::new(job.up.clone(), ctx));
         if let Some(m) = &pool.metrics {
             m.requests.add(1);
         }
