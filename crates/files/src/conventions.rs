@@ -273,7 +273,8 @@ pub fn refused_target() -> peregrine::Response {
 
 /// Netlify `_redirects`: `FROM [NAME=VALUE ...] TO [STATUS[!]]` per line,
 /// `#` comments. Netlify's other conditions (`Country=`, `Language=`,
-/// `Role=`, after the status) and proxying (200 to another host) are
+/// `Role=`, after the status) and proxying (200 to a URL:
+/// [`proxy_rule_refusal`] says why) are
 /// refused, naming the line, rather than ignored.
 pub fn parse_redirects(text: &[u8]) -> Result<Vec<Redirect>, String> {
     let text = std::str::from_utf8(text).map_err(|_| "not UTF-8".to_owned())?;
