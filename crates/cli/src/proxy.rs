@@ -29,7 +29,9 @@ use std::sync::Arc;
 
 use anyhow::Context;
 
-use peregrine::proxy::{Proxy, Upstream};
+use std::time::Duration;
+
+use peregrine::proxy::{ActiveCheck, Policy, Proxy, Upstream};
 use peregrine::{BodyUse, Handler, Reply, Request};
 
 /// Checks a `--proxy` value: `PREFIX=URL`, the prefix a path, the URL one
@@ -57,12 +59,14 @@ fn check_prefix(prefix: &str) -> Result<(), String> {
 pub(crate) type Prefix = (String, Proxy, bool);
 
 /// The upstreams of `--proxy` and `--proxy-files-first` values (checked
-/// by [`parse_proxy_flag`]). A prefix given twice is refused: which
-/// upstream, and whether files come first, would be a guess.
-/// `https://` upstreams are verified against `ca` (`--proxy-ca`, read
-/// now) when given.
+/// by [`parse_proxy_flag`]). A prefix given several times with the same
+/// flag has several upstreams, taken in turn (round robin, passive
+/// health at the engine's defaults; a configuration file's route says
+/// more); with both flags it is refused: whether files come first would
+/// be a guess. `https://` upstreams are verified against `ca`
+/// (`--proxy-ca`, read now) when given.
 pub(crate) fn upstreams(flags: &[String], files_first: &[String], ca: Option<&Path>) -> anyhow::Result<Vec<Prefix>> {
-    let mut routes: Vec<Prefix> = Vec::with_capacity(flags.len() + files_first.len());
+    let mut groups: Vec<(String, Vec<Upstream>, bool)> = Vec::with_capacity(flags.len() + files_first.len());
     let given = flags
         .iter()
         .map(|f| (f, false))
@@ -70,35 +74,86 @@ pub(crate) fn upstreams(flags: &[String], files_first: &[String], ca: Option<&Pa
     for (flag, first) in given {
         let (prefix, url) = flag.split_once('=').expect("checked by parse_proxy_flag");
         let flag_name = |first| if first { "--proxy-files-first" } else { "--proxy" };
-        if let Some((_, _, other)) = routes.iter().find(|(p, ..)| p == prefix) {
-            anyhow::bail!(
-                "{} {prefix} and {} {prefix}: one prefix, two proxies (give it once)",
-                flag_name(*other),
-                flag_name(first)
-            );
-        }
         let mut up = Upstream::parse(url)?.prefix(prefix);
         if let (Some(ca), true) = (ca, up.is_tls()) {
             up = up.ca_file(ca)?;
         }
-        routes.push((prefix.to_owned(), Proxy::new(up), first));
+        match groups.iter_mut().find(|(p, ..)| p == prefix) {
+            Some((_, _, other)) if *other != first => anyhow::bail!(
+                "{} {prefix} and {} {prefix}: files first or not? (give the prefix with one of them)",
+                flag_name(*other),
+                flag_name(first)
+            ),
+            Some((_, ups, _)) => ups.push(up),
+            None => groups.push((prefix.to_owned(), vec![up], first)),
+        }
+    }
+    let mut routes: Vec<Prefix> = Vec::with_capacity(groups.len());
+    for (prefix, ups, first) in groups {
+        let proxy = Proxy::balanced(ups, Policy::RoundRobin).with_context(|| format!("--proxy {prefix}"))?;
+        routes.push((prefix, proxy, first));
     }
     // Longest first: the most specific prefix wins.
     routes.sort_by_key(|(p, ..)| std::cmp::Reverse(p.len()));
     Ok(routes)
 }
 
-/// A `[[site.route]]`'s upstream: its URL with its `proxy-ca` (read
-/// now) and `insecure-skip-verify`.
-pub(crate) fn route_upstream(p: &crate::sites::Proxy) -> anyhow::Result<Upstream> {
-    let mut up = Upstream::parse(&p.url)?;
-    if let Some(ca) = &p.ca {
-        up = up.ca_file(ca)?;
+/// A `[[site.route]]`'s upstreams: each URL with the route's
+/// `proxy-ca` (read now) and `insecure-skip-verify` where it is
+/// `https://`.
+pub(crate) fn route_upstreams(p: &crate::sites::Proxy) -> anyhow::Result<Vec<Upstream>> {
+    p.urls()
+        .map(|url| {
+            let mut up = Upstream::parse(url)?;
+            if let (Some(ca), true) = (&p.ca, up.is_tls()) {
+                up = up.ca_file(ca)?;
+            }
+            if p.insecure_skip_verify && up.is_tls() {
+                up = up.insecure_skip_verify()?;
+            }
+            Ok(up)
+        })
+        .collect()
+}
+
+/// A `[[site.route]]`'s proxy: its upstreams under `prefix`, their
+/// error page, and its `balance` table (each setting the engine's
+/// default when not given).
+pub(crate) fn route_proxy(
+    p: &crate::sites::Proxy,
+    ups: Vec<Upstream>,
+    prefix: &str,
+    page: Option<Vec<u8>>,
+) -> anyhow::Result<Proxy> {
+    let ups = ups
+        .into_iter()
+        .map(|up| {
+            let up = up.prefix(prefix);
+            match &page {
+                Some(page) => up.error_page(page.clone()),
+                None => up,
+            }
+        })
+        .collect();
+    let b = &p.balance;
+    let mut proxy = Proxy::balanced(ups, b.policy.clone())?;
+    if let Some((max_fails, fail_timeout)) = proxy.passive() {
+        proxy = proxy.passive_health(
+            b.max_fails.unwrap_or(max_fails),
+            b.fail_timeout.map_or(fail_timeout, Duration::from_secs),
+        );
     }
-    if p.insecure_skip_verify {
-        up = up.insecure_skip_verify()?;
+    if let Some(uri) = &b.health_uri {
+        let mut check = ActiveCheck::new(uri)?;
+        if let Some(s) = b.health_interval {
+            check = check.interval(Duration::from_secs(s));
+        }
+        if let Some(s) = b.health_timeout {
+            check = check.timeout(Duration::from_secs(s));
+        }
+        proxy = proxy.active_health(check);
     }
-    Ok(up)
+    Ok(proxy)
 }
 
 /// The warning an upstream whose certificate goes unverified gets, at
@@ -153,13 +208,7 @@ pub(crate) fn with_error_page(routes: &[Prefix], page: Option<&[u8]>) -> Vec<Pre
     };
     routes
         .iter()
-        .map(|(prefix, p, first)| {
-            (
-                prefix.clone(),
-                Proxy::new(p.upstream().clone().error_page(page.to_vec())),
-                *first,
-            )
-        })
+        .map(|(prefix, p, first)| (prefix.clone(), p.with_error_page(page.to_vec()), *first))
         .collect()
 }
 

@@ -127,7 +127,9 @@ fn policy(command: &Command, argv: &[OsString]) -> anyhow::Result<Policy> {
                         keys.extend(archive.require_signature.iter().map(PathBuf::as_path));
                     }
                     HandlerSpec::Proxy(p) => {
-                        grant_connect(&mut policy, &p.url)?;
+                        for url in p.urls() {
+                            grant_connect(&mut policy, url)?;
+                        }
                         // The files tried first (`files-first`), and the
                         // error page, read again at a reload.
                         match p.files_first.as_deref() {

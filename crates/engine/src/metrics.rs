@@ -12,8 +12,8 @@
 //! of another, never a torn or lost count.
 
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 /// A monotonic count written by one thread only.
@@ -80,6 +80,13 @@ pub(crate) struct UpstreamMetrics {
     /// Gauges: connections open (idle or busy), and idle.
     pub(crate) open: Counter,
     pub(crate) idle: Counter,
+    /// A balance's member (`proxy/balance.rs`): 1 while this worker has
+    /// it out (passive health, as of the worker's last choice), and the
+    /// times it took it out.
+    pub(crate) out: Counter,
+    pub(crate) ejections: Counter,
+    /// The active check's verdict for it (`proxy/health.rs`), if checked.
+    pub(crate) checked: OnceLock<Arc<AtomicBool>>,
 }
 
 impl UpstreamMetrics {
@@ -702,6 +709,9 @@ fn render_upstreams(out: &mut String, workers: &[Arc<WorkerMetrics>]) {
         count: u64,
         open: u64,
         idle: u64,
+        out: u64,
+        ejections: u64,
+        checked: Option<bool>,
     }
     let mut by_url: Vec<(Box<str>, Sum)> = Vec::new();
     for w in workers {
@@ -722,6 +732,9 @@ fn render_upstreams(out: &mut String, workers: &[Arc<WorkerMetrics>]) {
                             count: 0,
                             open: 0,
                             idle: 0,
+                            out: 0,
+                            ejections: 0,
+                            checked: None,
                         },
                     ));
                     by_url.len() - 1
@@ -739,9 +752,14 @@ fn render_upstreams(out: &mut String, workers: &[Arc<WorkerMetrics>]) {
             }
             s.sum_us = s.sum_us.wrapping_add(u.header_sum_us.get());
             s.count = s.count.wrapping_add(u.header_count.get());
+            s.ejections = s.ejections.wrapping_add(u.ejections.get());
             if running {
                 s.open = s.open.wrapping_add(u.open.get());
                 s.idle = s.idle.wrapping_add(u.idle.get());
+                s.out = s.out.wrapping_add(u.out.get());
+                if let Some(flag) = u.checked.get() {
+                    s.checked = Some(flag.load(Ordering::Relaxed));
+                }
             }
         }
     }
@@ -845,6 +863,51 @@ fn render_upstreams(out: &mut String, workers: &[Arc<WorkerMetrics>]) {
             let n = if open { s.open } else { s.idle };
             let _ = writeln!(out, "{name}{{upstream=\"{}\"}} {n}", label_value(url));
         }
+    }
+    // Health, for the members of a balance (several upstreams on a route).
+    if by_url.iter().any(|(_, s)| s.checked.is_some()) {
+        head(
+            out,
+            "peregrine_upstream_healthy",
+            "gauge",
+            "The active health check's verdict for an upstream: 1 in, 0 out (checked upstreams only).",
+        );
+        for (url, s) in by_url.iter().filter(|(_, s)| s.checked.is_some()) {
+            let up = u64::from(s.checked == Some(true));
+            let _ = writeln!(
+                out,
+                "peregrine_upstream_healthy{{upstream=\"{}\"}} {up}",
+                label_value(url)
+            );
+        }
+    }
+    head(
+        out,
+        "peregrine_upstream_out_workers",
+        "gauge",
+        "Workers that have taken an upstream out of their choice after failures (passive health), as of their last choice.",
+    );
+    for (url, s) in &by_url {
+        let _ = writeln!(
+            out,
+            "peregrine_upstream_out_workers{{upstream=\"{}\"}} {}",
+            label_value(url),
+            s.out
+        );
+    }
+    head(
+        out,
+        "peregrine_upstream_ejections_total",
+        "counter",
+        "Times a worker took an upstream out of its choice after failures (passive health).",
+    );
+    for (url, s) in &by_url {
+        let _ = writeln!(
+            out,
+            "peregrine_upstream_ejections_total{{upstream=\"{}\"}} {}",
+            label_value(url),
+            s.ejections
+        );
     }
 }
 

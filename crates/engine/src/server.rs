@@ -326,6 +326,8 @@ impl Server {
         // thread made now: after a caller's sandbox, which wants none
         // before it.
         crate::proxy::start_resolving();
+        // And the upstreams with active health checks asked, the same way.
+        crate::proxy::start_checking();
         if self.listen.is_empty() {
             return Err(Error::setup(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,

@@ -273,7 +273,8 @@ pub fn refused_target() -> peregrine::Response {
 
 /// Netlify `_redirects`: `FROM [NAME=VALUE ...] TO [STATUS[!]]` per line,
 /// `#` comments. Netlify's other conditions (`Country=`, `Language=`,
-/// `Role=`, after the status) and proxying (200 to another host) are
+/// `Role=`, after the status) and proxying (200 to a URL:
+/// [`proxy_rule_refusal`] says why) are
 /// refused, naming the line, rather than ignored.
 pub fn parse_redirects(text: &[u8]) -> Result<Vec<Redirect>, String> {
     let text = std::str::from_utf8(text).map_err(|_| "not UTF-8".to_owned())?;
@@ -322,10 +323,14 @@ pub fn parse_redirects(text: &[u8]) -> Result<Vec<Redirect>, String> {
                  redirect, 200 to rewrite, 404)"
             ));
         }
-        if matches!(status, 200 | 404) && !to.starts_with('/') {
+        if status == 200 && !to.starts_with('/') {
+            // Netlify's proxy rules: the server-side request forgery door,
+            // since site files are built from content anyone may edit.
+            return Err(format!("line {n}: {line:?}: refused: {}", proxy_rule_refusal(to)));
+        }
+        if status == 404 && !to.starts_with('/') {
             return Err(format!(
-                "line {n}: a {status} rule's target must be a path on this site (starting with /); \
-                 proxying to another host is not supported"
+                "line {n}: a 404 rule's target must be a path on this site (starting with /)"
             ));
         }
         if !from.starts_with('/') {
@@ -347,6 +352,60 @@ pub fn parse_redirects(text: &[u8]) -> Result<Vec<Redirect>, String> {
         });
     }
     Ok(out)
+}
+
+/// Why a `_redirects` rule with status 200 whose target is not a path
+/// (Netlify's proxy rules) is refused. None is honoured: the site's files
+/// can never allow an origin (only the operator's configuration could,
+/// and it has no such list yet). The addresses that must never be reached
+/// from site files are named as such, whatever list there may be: `unix:`
+/// sockets, loopback, link-local and unspecified addresses, and the cloud
+/// metadata services (169.254.169.254, fd00:ec2::254,
+/// metadata.google.internal).
+pub fn proxy_rule_refusal(to: &str) -> String {
+    use std::net::IpAddr;
+    let lower = to.to_ascii_lowercase();
+    if lower.starts_with("unix:") {
+        return "a unix: socket is never a target from site files".into();
+    }
+    let Some(rest) = lower.strip_prefix("http://").or_else(|| lower.strip_prefix("https://")) else {
+        return format!("{to:?} is neither a path on this site (starting with /) nor an http(s):// URL");
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host_port = authority.rsplit('@').next().unwrap_or_default();
+    let host = match host_port.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => host_port.split(':').next().unwrap_or_default(),
+    };
+    let host = host.trim_end_matches('.');
+    let never = match host.parse::<IpAddr>().map(|ip| ip.to_canonical()) {
+        Ok(IpAddr::V4(v4)) if v4.octets() == [169, 254, 169, 254] => Some("the cloud metadata service"),
+        Ok(IpAddr::V6(v6)) if v6 == std::net::Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254) => {
+            Some("the cloud metadata service")
+        }
+        Ok(ip) if ip.is_loopback() => Some("a loopback address"),
+        Ok(ip) if ip.is_unspecified() => Some("the unspecified address (this host)"),
+        Ok(IpAddr::V4(v4)) if v4.is_link_local() => Some("a link-local address"),
+        Ok(IpAddr::V6(v6)) if (v6.segments()[0] & 0xffc0) == 0xfe80 => Some("a link-local address"),
+        Ok(_) => None,
+        // Numbers a resolver reads as an address (`2130706433`, `127.1`)
+        // are no host names.
+        Err(_) if host.is_empty() || host.bytes().all(|b| b.is_ascii_digit() || b == b'.' || b == b'x') => {
+            Some("not a host name")
+        }
+        Err(_) if host == "localhost" || host.ends_with(".localhost") => Some("a loopback address"),
+        Err(_) if host == "metadata.google.internal" || host == "metadata" => Some("the cloud metadata service"),
+        Err(_) => None,
+    };
+    match never {
+        Some(what) => {
+            format!("a proxy rule to {host} ({what}): never honoured from site files, whatever the server allows")
+        }
+        None => format!(
+            "a proxy rule to another origin ({host}): not honoured; site files cannot allow an origin, and this \
+             server's configuration allows none"
+        ),
+    }
 }
 
 /// `to` with `:name` replaced by the captures (longest names first, so
@@ -636,6 +695,37 @@ pub fn loop_message(paths: &[String]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn proxy_rules_are_refused_naming_why() {
+        for (to, why) in [
+            ("http://127.0.0.1:9000/x", "loopback"),
+            ("http://[::1]/x", "loopback"),
+            ("http://localhost/x", "loopback"),
+            ("http://api.localhost./x", "loopback"),
+            ("http://169.254.169.254/latest/meta-data/", "metadata"),
+            ("http://[fd00:ec2::254]/latest", "metadata"),
+            ("http://[::ffff:169.254.169.254]/", "metadata"),
+            ("http://metadata.google.internal/computeMetadata/v1/", "metadata"),
+            ("http://169.254.1.1/", "link-local"),
+            ("http://[fe80::1]/", "link-local"),
+            ("http://0.0.0.0:80/", "unspecified"),
+            ("http://2130706433/", "not a host name"),
+            ("http://user@127.0.0.1/", "loopback"),
+            ("unix:/run/app.sock", "unix:"),
+            ("https://api.example.com/v1/:splat", "another origin (api.example.com)"),
+            ("ftp://x/", "neither a path"),
+        ] {
+            let why_now = proxy_rule_refusal(to);
+            assert!(why_now.contains(why), "{to}: {why_now}");
+        }
+        let err = parse_redirects(b"/api/* http://169.254.169.254/:splat 200\n").unwrap_err();
+        assert!(
+            err.contains("line 1: \"/api/* http://169.254.169.254/:splat 200\": refused")
+                && err.contains("cloud metadata"),
+            "{err}"
+        );
+    }
 
     #[test]
     fn targets_get_the_captures() {

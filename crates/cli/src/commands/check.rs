@@ -95,8 +95,25 @@ fn check_proxy(p: &crate::sites::Proxy, names: &[String]) -> anyhow::Result<()> 
         std::fs::read(page).with_context(|| format!("error-page {}", page.display()))?;
     }
     // The CA file read, and an unverified upstream flagged.
-    let up = crate::proxy::route_upstream(p)?;
-    crate::proxy::warn_if_unverified(&up, "check-config");
+    let ups = crate::proxy::route_upstreams(p)?;
+    for up in &ups {
+        crate::proxy::warn_if_unverified(up, "check-config");
+    }
+    // Each upstream's health now, when the route has a check: what the
+    // first check of a server started now would find.
+    if let Some(uri) = &p.balance.health_uri {
+        let timeout = p
+            .balance
+            .health_timeout
+            .map_or(peregrine::proxy::ActiveCheck::TIMEOUT, std::time::Duration::from_secs);
+        for up in &ups {
+            match peregrine::proxy::probe(up, uri, timeout) {
+                Ok(status @ 200..=299) => eprintln!("peregrine: proxy {}: health check {uri}: {status}, in", up.url()),
+                Ok(status) => eprintln!("peregrine: proxy {}: health check {uri}: {status}, OUT", up.url()),
+                Err(why) => eprintln!("peregrine: proxy {}: health check {uri}: {why}, OUT", up.url()),
+            }
+        }
+    }
     Ok(())
 }
 

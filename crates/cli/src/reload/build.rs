@@ -314,7 +314,7 @@ fn check_upstreams_are_not_ours(
         for route in &site.routes {
             if let crate::sites::HandlerSpec::Proxy(p) = &route.handler {
                 let what = format!("site {}, route {} ({})", site.names[0], route.path, route.given);
-                upstreams.push((what, &p.url));
+                upstreams.extend(p.urls().map(|url| (what.clone(), url.as_str())));
             }
         }
     }

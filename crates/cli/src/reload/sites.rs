@@ -154,10 +154,11 @@ pub(super) fn build(
                         notes.route(&what, &route.path, rule, &route.headers, None);
                     }
                     let prefix = route_prefix(&route.path);
-                    let mut up = crate::proxy::route_upstream(p)
-                        .with_context(|| format!("site {label}, route {}", route.path))?
-                        .prefix(&prefix);
-                    crate::proxy::warn_if_unverified(&up, &format!("site {label}, route {}", route.path));
+                    let ups = crate::proxy::route_upstreams(p)
+                        .with_context(|| format!("site {label}, route {}", route.path))?;
+                    for up in &ups {
+                        crate::proxy::warn_if_unverified(up, &format!("site {label}, route {}", route.path));
+                    }
                     // Files first (`files-first = true`): the route's own
                     // root or the site's, then the upstream.
                     let (files, files_page): (Option<Arc<dyn Handler>>, _) = match p.files_first.as_deref() {
@@ -182,10 +183,8 @@ pub(super) fn build(
                         })?),
                         None => files_page.or_else(|| site_page.clone()),
                     };
-                    if let Some(page) = page {
-                        up = up.error_page(page);
-                    }
-                    let proxy = peregrine::proxy::Proxy::new(up);
+                    let proxy = crate::proxy::route_proxy(p, ups, &prefix, page)
+                        .with_context(|| format!("site {label}, route {}", route.path))?;
                     match files {
                         Some(files) => Arc::new(crate::proxy::FilesFirst { files, proxy }),
                         None => Arc::new(proxy),

@@ -96,6 +96,7 @@ pub(crate) const ROUTE_KEYS: &[&str] = &[
     "cors",
     "basic-auth",
     "forward-auth",
+    "balance",
 ];
 
 /// The keys of a route's `ip` table.
@@ -109,6 +110,16 @@ pub(crate) const BASIC_AUTH_KEYS: &[&str] = &["users", "realm"];
 
 /// The keys of a route's `forward-auth` table.
 pub(crate) const FORWARD_AUTH_KEYS: &[&str] = &["url", "uri", "copy-headers", "timeout"];
+
+/// The keys of a proxy route's `balance` table.
+pub(crate) const BALANCE_KEYS: &[&str] = &[
+    "policy",
+    "max-fails",
+    "fail-timeout",
+    "health-uri",
+    "health-interval",
+    "health-timeout",
+];
 
 /// The keys of a route's `cors` table.
 pub(crate) const CORS_KEYS: &[&str] = &["origins", "methods", "headers", "expose", "credentials", "max-age"];

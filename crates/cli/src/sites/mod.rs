@@ -164,6 +164,10 @@ pub(crate) enum HandlerSpec {
 #[derive(Debug, Clone)]
 pub(crate) struct Proxy {
     pub(crate) url: String,
+    /// `proxy = ["URL", "URL", ...]`: the upstreams after the first, and
+    /// `balance = { ... }`: how one is chosen and when one is out.
+    pub(crate) more: Vec<String>,
+    pub(crate) balance: Balance,
     /// `files-first = true`: a GET or HEAD is answered from these files
     /// (a `Files` or `Archive` handler: the route's `root`, else the
     /// site's) when one is there, and goes upstream otherwise (nginx's
@@ -181,6 +185,27 @@ pub(crate) struct Proxy {
     /// certificate is not verified (flagged at start and by
     /// `check-config`).
     pub(crate) insecure_skip_verify: bool,
+}
+
+/// A proxy route's `balance` table (`peregrine::proxy::Proxy::balanced`):
+/// each `None` is the engine's default.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Balance {
+    pub(crate) policy: peregrine::proxy::Policy,
+    pub(crate) max_fails: Option<u32>,
+    /// Seconds.
+    pub(crate) fail_timeout: Option<u64>,
+    pub(crate) health_uri: Option<String>,
+    /// Seconds.
+    pub(crate) health_interval: Option<u64>,
+    pub(crate) health_timeout: Option<u64>,
+}
+
+impl Proxy {
+    /// Every upstream URL, the first first.
+    pub(crate) fn urls(&self) -> impl Iterator<Item = &String> {
+        std::iter::once(&self.url).chain(&self.more)
+    }
 }
 
 /// Where a site's or route's setting came from, as `check-config` says it.

@@ -17,13 +17,14 @@ use peregrine::host::{normalize, HostMap};
 use peregrine::pattern::Pattern;
 
 use super::keys::{
-    per_site, reserved, Applies, BASIC_AUTH_KEYS, CORS_KEYS, FORWARD_AUTH_KEYS, HANDLERS, IP_KEYS, PATHS, PER_SITE,
-    RATE_LIMIT_KEYS, REDIRECT_STATUSES, REDIRECT_STATUS_DEFAULT, ROUTE_KEYS, ROUTE_SETTINGS, SITE_KEYS,
+    per_site, reserved, Applies, BALANCE_KEYS, BASIC_AUTH_KEYS, CORS_KEYS, FORWARD_AUTH_KEYS, HANDLERS, IP_KEYS, PATHS,
+    PER_SITE, RATE_LIMIT_KEYS, REDIRECT_STATUSES, REDIRECT_STATUS_DEFAULT, ROUTE_KEYS, ROUTE_SETTINGS, SITE_KEYS,
 };
 use super::render::{toml_list, Shown};
 use super::routes;
 use super::{
-    BasicAuth, Cors, ForwardAuth, HandlerSpec, IpRules, Origin, Proxy, RateLimit, RootKind, RouteSpec, SiteSpec,
+    Balance, BasicAuth, Cors, ForwardAuth, HandlerSpec, IpRules, Origin, Proxy, RateLimit, RootKind, RouteSpec,
+    SiteSpec,
 };
 use crate::config::{self, Settings, SITE_TABLES};
 use crate::flags::{FileArgs, ServeArchiveArgs};
@@ -646,6 +647,8 @@ impl FileSites<'_> {
         let mut root: Option<(PathBuf, usize)> = None;
         let mut to: Option<(String, usize)> = None;
         let mut upstream: Option<(String, usize)> = None;
+        let mut more_upstreams: Vec<String> = Vec::new();
+        let mut balance: Option<(Balance, usize)> = None;
         let mut files_first: Option<(bool, usize)> = None;
         let mut error_page: Option<(PathBuf, usize)> = None;
         let mut proxy_ca: Option<(PathBuf, usize)> = None;
@@ -716,13 +719,32 @@ impl FileSites<'_> {
                     }
                 }
                 "proxy" => {
-                    if let Some(s) = string(errors) {
-                        match peregrine::proxy::Upstream::parse(&s) {
-                            Ok(_) => upstream = Some((s, line)),
-                            Err(e) => errors.push(self.error(line, key, e)),
+                    // One URL, or a list: several upstreams (`balance`).
+                    let urls = match v.get_ref() {
+                        DeValue::Array(_) => self.strings(key, v, errors).unwrap_or_default(),
+                        _ => string(errors).map(|s| vec![(s, line)]).unwrap_or_default(),
+                    };
+                    let mut ups = Vec::new();
+                    for (s, at) in &urls {
+                        match peregrine::proxy::Upstream::parse(s) {
+                            Ok(up) => ups.push(up),
+                            Err(e) => errors.push(self.error(*at, key, e)),
                         }
                     }
+                    if ups.len() == urls.len() && !urls.is_empty() {
+                        match peregrine::proxy::Proxy::balanced(ups, Default::default()) {
+                            Ok(_) => {
+                                let mut urls = urls.into_iter().map(|(s, _)| s);
+                                upstream = urls.next().map(|s| (s, line));
+                                more_upstreams = urls.collect();
+                            }
+                            Err(e) => errors.push(self.error(line, key, e)),
+                        }
+                    } else if urls.is_empty() && matches!(v.get_ref(), DeValue::Array(_)) {
+                        errors.push(self.error(line, key, "an empty list: give the upstreams' URLs"));
+                    }
                 }
+                "balance" => balance = self.balance(v, errors).map(|b| (b, line)),
                 "files-first" => match v.get_ref() {
                     DeValue::Boolean(b) => files_first = Some((*b, line)),
                     other => errors.push(self.error(
@@ -839,6 +861,7 @@ impl FileSites<'_> {
                 ("error-page", error_page.as_ref().map(|e| e.1)),
                 ("proxy-ca", proxy_ca.as_ref().map(|e| e.1)),
                 ("insecure-skip-verify", skip_verify.map(|e| e.1)),
+                ("balance", balance.as_ref().map(|b| b.1)),
             ] {
                 if let Some(line) = line {
                     errors.push(self.error(
@@ -912,7 +935,26 @@ impl FileSites<'_> {
                     ));
                     return None;
                 };
-                shown.push(Shown::new("proxy", config::toml_string(&url), self.origin(url_line)));
+                let shown_url = if more_upstreams.is_empty() {
+                    config::toml_string(&url)
+                } else {
+                    toml_list(
+                        &std::iter::once(url.clone())
+                            .chain(more_upstreams.iter().cloned())
+                            .collect::<Vec<_>>(),
+                    )
+                };
+                shown.push(Shown::new("proxy", shown_url, self.origin(url_line)));
+                if let Some((b, line)) = &balance {
+                    if more_upstreams.is_empty() {
+                        errors.push(self.error(
+                            *line,
+                            "balance",
+                            "one upstream: there is nothing to balance (give proxy = [\"URL\", \"URL\", ...])",
+                        ));
+                    }
+                    shown.push(Shown::new("balance", balance_text(b), self.origin(*line)));
+                }
                 let files_first = match files_first_line {
                     None => None,
                     Some(line) => {
@@ -1007,6 +1049,8 @@ impl FileSites<'_> {
                 }
                 HandlerSpec::Proxy(Proxy {
                     url,
+                    more: more_upstreams,
+                    balance: balance.map(|b| b.0).unwrap_or_default(),
                     files_first,
                     error_page,
                     ca,
@@ -1570,6 +1614,72 @@ impl FileSites<'_> {
             .ok()
     }
 
+    /// A proxy route's `balance` table.
+    fn balance(&self, value: &Spanned<DeValue<'_>>, errors: &mut Vec<String>) -> Option<Balance> {
+        let example = "{ policy = \"least-conn\", health-uri = \"/healthz\" }";
+        let table = self.access_table("balance", value, BALANCE_KEYS, example, errors)?;
+        let mut b = Balance::default();
+        for (name, v, at) in table {
+            let seconds = |errors: &mut Vec<String>, min: i64| -> Option<u64> {
+                let n = self.integer("balance", name, v, errors)?;
+                if n < min || n > 86_400 {
+                    errors.push(self.error(at, "balance", format!("{name}: {n}: from {min} to 86400 seconds")));
+                    return None;
+                }
+                u64::try_from(n).ok()
+            };
+            match name {
+                "max-fails" => {
+                    let n = self.integer("balance", name, v, errors)?;
+                    match u32::try_from(n) {
+                        Ok(n) if n <= 1000 => b.max_fails = Some(n),
+                        _ => {
+                            errors.push(self.error(at, "balance", format!("{name}: {n}: from 0 (never out) to 1000")));
+                            return None;
+                        }
+                    }
+                }
+                "fail-timeout" => b.fail_timeout = Some(seconds(errors, 1)?),
+                "health-interval" => b.health_interval = Some(seconds(errors, 1)?),
+                "health-timeout" => b.health_timeout = Some(seconds(errors, 1)?),
+                _ => {
+                    let DeValue::String(s) = v.get_ref() else {
+                        errors.push(self.error(
+                            at,
+                            "balance",
+                            format!("{name}: expected a string, found {}", config::describe(v.get_ref())),
+                        ));
+                        return None;
+                    };
+                    if name == "policy" {
+                        match peregrine::proxy::Policy::parse(s) {
+                            Ok(p) => b.policy = p,
+                            Err(why) => {
+                                errors.push(self.error(at, "balance", format!("policy: {why}")));
+                                return None;
+                            }
+                        }
+                    } else {
+                        if let Err(why) = peregrine::proxy::ActiveCheck::new(s) {
+                            errors.push(self.error(at, "balance", why));
+                            return None;
+                        }
+                        b.health_uri = Some(s.to_string());
+                    }
+                }
+            }
+        }
+        if b.health_uri.is_none() && (b.health_interval.is_some() || b.health_timeout.is_some()) {
+            errors.push(self.error(
+                self.line(value.span().start),
+                "balance",
+                "health-interval and health-timeout need health-uri: the path the check asks for",
+            ));
+            return None;
+        }
+        Some(b)
+    }
+
     /// A `headers` table: names to values, each checked as a response
     /// field (`HeaderBlock::new`), no name twice in any case.
     fn headers(&self, value: &Spanned<DeValue<'_>>, errors: &mut Vec<String>) -> Option<Vec<(String, String)>> {
@@ -1674,4 +1784,26 @@ fn inline_table(fields: &[(String, String)]) -> String {
         .map(|(n, v)| format!("{} = {}", config::toml_key(n), config::toml_string(v)))
         .collect();
     format!("{{ {} }}", items.join(", "))
+}
+
+/// A `balance` table as `check-config` shows it.
+fn balance_text(b: &Balance) -> String {
+    let mut v = format!("{{ policy = {}", config::toml_string(&b.policy.to_string()));
+    if let Some(n) = b.max_fails {
+        v.push_str(&format!(", max-fails = {n}"));
+    }
+    if let Some(n) = b.fail_timeout {
+        v.push_str(&format!(", fail-timeout = {n}"));
+    }
+    if let Some(uri) = &b.health_uri {
+        v.push_str(&format!(", health-uri = {}", config::toml_string(uri)));
+    }
+    if let Some(n) = b.health_interval {
+        v.push_str(&format!(", health-interval = {n}"));
+    }
+    if let Some(n) = b.health_timeout {
+        v.push_str(&format!(", health-timeout = {n}"));
+    }
+    v.push_str(" }");
+    v
 }

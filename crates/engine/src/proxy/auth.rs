@@ -210,6 +210,7 @@ impl ForwardAuth {
                 copy: self.copy.clone(),
                 finish,
             })),
+            choice: None,
         });
         Reply::Later
     }

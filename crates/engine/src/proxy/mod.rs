@@ -49,6 +49,8 @@
 //! one. HTTP/3 clients cannot open one yet (no RFC 9220 in the engine).
 
 mod auth;
+mod balance;
+mod health;
 mod pool;
 mod resolve;
 mod tls;
@@ -56,6 +58,9 @@ mod tunnel;
 mod upstream;
 
 pub use auth::{Decide, Finish, ForwardAuth, Held};
+pub use balance::Policy;
+pub(crate) use health::start as start_checking;
+pub use health::{probe, ActiveCheck};
 pub(crate) use pool::{Sock, Upstreams};
 pub(crate) use resolve::start as start_resolving;
 pub(crate) use tunnel::Handoff;
@@ -93,7 +98,11 @@ use crate::response::Response;
 /// ```
 #[derive(Clone, Debug)]
 pub struct Proxy {
+    /// The upstream (a balance's first member, whose path and Host every
+    /// member's request is written with).
     up: Arc<Upstream>,
+    /// Several upstreams (`balance.rs`); `None` for one.
+    balance: Option<Arc<balance::Balance>>,
 }
 
 /// One request for an upstream, as the handler left it for the worker: the
@@ -120,6 +129,9 @@ pub(crate) struct Job {
     pub(crate) tunnel: Option<tunnel::Ask>,
     /// A forward-auth subrequest's: what its answer decides (`auth.rs`).
     pub(crate) auth: Option<Box<auth::Pending>>,
+    /// A route with several upstreams: which to choose from, and which
+    /// were tried (`balance.rs`); `up` is set when the pool chooses.
+    pub(crate) choice: Option<balance::Choice>,
 }
 
 /// A request body up to this long is read whole before the upstream is
@@ -133,12 +145,108 @@ pub(crate) type Outbox = RefCell<Vec<Job>>;
 impl Proxy {
     /// A handler for `upstream`.
     pub fn new(upstream: Upstream) -> Proxy {
-        Proxy { up: Arc::new(upstream) }
+        Proxy {
+            up: Arc::new(upstream),
+            balance: None,
+        }
     }
 
-    /// The upstream it passes requests to.
+    /// A handler for several upstreams, chosen by `policy`, with passive
+    /// health at its defaults (`balance.rs` says what they are). Every
+    /// member gets the same request, so they may not differ in path; one
+    /// upstream is [`Proxy::new`]'s (nginx ignores `max_fails` for a lone
+    /// server too).
+    pub fn balanced(upstreams: Vec<Upstream>, policy: Policy) -> Result<Proxy, UpstreamError> {
+        let b = balance::Balance::new(upstreams, policy)?;
+        if b.members.len() == 1 {
+            return Ok(Proxy {
+                up: b.members[0].clone(),
+                balance: None,
+            });
+        }
+        Ok(Proxy {
+            up: b.members[0].clone(),
+            balance: Some(Arc::new(b)),
+        })
+    }
+
+    /// Passive health: `max_fails` failures within `fail_timeout` take a
+    /// member out of this worker's choice for `fail_timeout` (0 failures:
+    /// never). Nothing for one upstream.
+    pub fn passive_health(mut self, max_fails: u32, fail_timeout: std::time::Duration) -> Proxy {
+        if let Some(b) = &self.balance {
+            let mut b = (**b).clone();
+            b.max_fails = max_fails;
+            b.fail_timeout = fail_timeout.max(std::time::Duration::from_millis(1));
+            self.balance = Some(Arc::new(b));
+        }
+        self
+    }
+
+    /// Active health: `check` asked of every member by one thread of the
+    /// process, from the server's start. Nothing for one upstream.
+    pub fn active_health(mut self, check: ActiveCheck) -> Proxy {
+        if let Some(b) = &self.balance {
+            let mut b = (**b).clone();
+            b.checked = Some(health::Checked::new(check, b.members.clone()));
+            self.balance = Some(Arc::new(b));
+        }
+        self
+    }
+
+    /// The same upstreams (the same pools and health), whose 502, 503
+    /// and 504 carry `page` ([`Upstream::error_page`]).
+    pub fn with_error_page(&self, page: Vec<u8>) -> Proxy {
+        let up = Arc::new((*self.up).clone().error_page(page.clone()));
+        let balance = self.balance.as_ref().map(|b| {
+            let mut b = (**b).clone();
+            b.members = b
+                .members
+                .iter()
+                .map(|m| Arc::new((**m).clone().error_page(page.clone())))
+                .collect();
+            Arc::new(b)
+        });
+        Proxy { up, balance }
+    }
+
+    /// The upstream it passes requests to (a balance's first).
     pub fn upstream(&self) -> &Upstream {
         &self.up
+    }
+
+    /// Every upstream it passes requests to.
+    pub fn upstreams(&self) -> Vec<&Upstream> {
+        match &self.balance {
+            Some(b) => b.members.iter().map(|m| &**m).collect(),
+            None => vec![&*self.up],
+        }
+    }
+
+    /// How it chooses among its upstreams.
+    pub fn policy(&self) -> Policy {
+        self.balance.as_ref().map(|b| b.policy.clone()).unwrap_or_default()
+    }
+
+    /// Passive health's `max_fails` and `fail_timeout` (`None` for one
+    /// upstream).
+    pub fn passive(&self) -> Option<(u32, std::time::Duration)> {
+        self.balance.as_ref().map(|b| (b.max_fails, b.fail_timeout))
+    }
+
+    /// The active check, if there is one.
+    pub fn active(&self) -> Option<&ActiveCheck> {
+        self.balance.as_ref()?.checked.as_ref().map(|c| c.check())
+    }
+
+    /// The job's choice for a request.
+    fn choice(&self, req: &Request<'_>) -> Option<balance::Choice> {
+        let b = self.balance.as_ref()?;
+        Some(balance::Choice {
+            key: b.key(req),
+            balance: b.clone(),
+            tried: 0,
+        })
     }
 }
 
@@ -252,6 +360,7 @@ impl Handler for Proxy {
                     responder,
                     tunnel: None,
                     auth: None,
+                    choice: self.choice(req),
                 });
                 Reply::Later
             }
@@ -290,6 +399,7 @@ impl Proxy {
                     responder,
                     tunnel: Some(ask),
                     auth: None,
+                    choice: self.choice(req),
                 });
                 Reply::Later
             }

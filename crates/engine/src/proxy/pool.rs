@@ -66,6 +66,9 @@ pub(crate) struct Upstreams {
     handoffs: Vec<super::Handoff>,
     /// Forward-auth checks waiting for their subrequests' answers.
     checks: super::auth::Checks,
+    /// Round-robin positions and passive health of the balances
+    /// (`balance.rs`): this worker's.
+    balance: super::balance::Local,
     /// Where every connection reads into (`READ_CHUNK`, zeroed once):
     /// a connection keeps only what it has not consumed yet, usually
     /// nothing, so an idle one holds no read buffer.
@@ -283,14 +286,88 @@ impl Upstreams {
         }
     }
 
-    fn submit(&mut self, ctx: &mut Ctx<'_>, timers: &mut Timers, job: Job) {
-        let pool = self.pools.entry(job.up.id).or_insert_with(|| Pool {
-            up: job.up.clone(),
-            metrics: ctx.metrics.map(|m| m.upstream(job.up.url())),
-            idle: Vec::new(),
-            open: 0,
-            queue: VecDeque::new(),
-        });
+    fn submit(&mut self, ctx: &mut Ctx<'_>, timers: &mut Timers, mut job: Job) {
+        if job.choice.is_some() && !self.choose(ctx, &mut job) {
+            log::warn!("proxy: {}: every upstream of the route is out: 503", job.up.url());
+            let answer = job.up.error_answer(503);
+            self.answers.push((job.responder, answer, Some(UpstreamLog::default())));
+            return;
+        }
+        self.place(ctx, timers, job);
+    }
+
+    /// Sends `job`, which failed on its upstream before any of it could
+    /// have had an effect, to another member of its balance; gives it back
+    /// when there is none (or no balance).
+    fn resend(&mut self, ctx: &mut Ctx<'_>, timers: &mut Timers, mut job: Job) -> Option<Job> {
+        if job.choice.is_none() || !self.choose(ctx, &mut job) {
+            return Some(job);
+        }
+        log::debug!("proxy: sending the request to {} instead", job.up.url());
+        job.retried = false;
+        self.place(ctx, timers, job);
+        None
+    }
+
+    /// Chooses `job`'s upstream among its balance's members it has not
+    /// tried (`balance.rs`): `false` when every one left is out.
+    fn choose(&mut self, ctx: &Ctx<'_>, job: &mut Job) -> bool {
+        let Some(choice) = job.choice.as_mut() else { return true };
+        let b = choice.balance.clone();
+        for (i, m) in b.members.iter().enumerate() {
+            let pool = self.pools.entry(m.id).or_insert_with(|| Pool::new(m.clone(), ctx));
+            if let (Some(metrics), Some(checked)) = (&pool.metrics, &b.checked) {
+                if let Some(flag) = checked.flag(i) {
+                    let _ = metrics.checked.set(flag);
+                }
+            }
+            self.balance
+                .passive
+                .entry(m.id)
+                .or_insert_with(|| super::balance::Passive::new(&b));
+        }
+        let pools = &self.pools;
+        let load = |u: &Upstream| pools.get(&u.id).map_or(0, Pool::load);
+        let chosen = self.balance.choose(&b, choice.key, choice.tried, ctx.now, load);
+        for m in &b.members {
+            if let (Some(metrics), Some(p)) = (
+                self.pools.get(&m.id).and_then(|p| p.metrics.as_ref()),
+                self.balance.passive.get(&m.id),
+            ) {
+                metrics.out.set(u64::from(p.is_out_now()));
+            }
+        }
+        let Some(i) = chosen else { return false };
+        choice.tried |= 1 << i;
+        job.up = b.members[i].clone();
+        true
+    }
+
+    /// Passive health: an exchange with upstream `id` failed (`ok` false)
+    /// or got an answer; counted for a balance's members only.
+    fn judge(&mut self, now: Instant, id: usize, ok: bool) {
+        let Some(p) = self.balance.passive.get_mut(&id) else {
+            return;
+        };
+        if ok {
+            p.succeeded();
+        } else if p.failed_now(now) {
+            let url = self.pools.get(&id).map_or("", |p| p.up.url());
+            log::warn!("proxy: {url}: failing: out of this worker's choice for a while");
+            if let Some(m) = self.pools.get(&id).and_then(|p| p.metrics.as_ref()) {
+                m.ejections.add(1);
+                m.out.set(1);
+            }
+        }
+    }
+
+    /// Hands `job` to its upstream's pool: an idle connection, a new one,
+    /// the queue, or 503.
+    fn place(&mut self, ctx: &mut Ctx<'_>, timers: &mut Timers, job: Job) {
+        let pool = self
+            .pools
+            .entry(job.up.id)
+            .or_insert_with(|| Pool::new(job.up.clone(), ctx));
         if let Some(m) = &pool.metrics {
             m.requests.add(1);
         }
@@ -352,7 +429,11 @@ impl Upstreams {
             Ok(s) => s,
             Err(e) => {
                 let (answer, figures) = failed(&format_args!("connect: {e}"));
-                self.answers.push((job.responder, answer, figures));
+                // Nothing was sent: another member may take it.
+                self.judge(ctx.now, up.id, false);
+                if let Some(job) = self.resend(ctx, timers, job) {
+                    self.answers.push((job.responder, answer, figures));
+                }
                 return;
             }
         };
@@ -502,7 +583,9 @@ impl Upstreams {
             if let (Some(m), Some(took)) = (self.pools.get(&c.up).and_then(|p| p.metrics.as_ref()), c.figures.header) {
                 m.header_time(took);
             }
+            let (id, ok) = (c.up, response.status() < 500);
             self.answers.push((responder, response, Some(c.figures.clone())));
+            self.judge(ctx.now, id, ok);
         }
         self.settle(ctx, timers, key, outcome);
     }
@@ -535,6 +618,17 @@ impl Upstreams {
             Outcome::Failed { status, why, retry } => {
                 let c = &mut self.conns[key];
                 let kind = failure_kind(c.state, status, &why);
+                // Another member may take it under issue 26's rules: none
+                // of it written, or idempotent and no byte of the answer;
+                // a connection that failed or timed out connecting, or
+                // broke before the answer (not a slow answer: that
+                // upstream may still be working on it).
+                let idempotent = c.job.as_ref().is_some_and(|j| j.idempotent);
+                let elsewhere = !c.got
+                    && !c.streamed
+                    && (c.written == 0 || idempotent)
+                    && (status == 502 || (status == 504 && c.state == State::Connecting));
+                let up_id = c.up;
                 let mut figures = std::mem::take(&mut c.figures);
                 figures.status = Some(status);
                 let mut job = c.job.take();
@@ -551,19 +645,31 @@ impl Upstreams {
                         job.retried = true;
                         log::debug!("proxy: {url}: {why}; sending again on a new connection");
                         self.connect(ctx, timers, job);
-                    } else {
-                        log::warn!("proxy: {url}: {why}: {status}");
-                        let answer = match status {
-                            502..=504 => job.up.error_answer(status),
-                            _ => Response::error(status),
-                        };
-                        if let (Some(m), Some(kind)) =
-                            (self.pools.get(&job.up.id).and_then(|p| p.metrics.as_ref()), kind)
-                        {
+                        return;
+                    }
+                    if let Some(kind) = kind {
+                        if let Some(m) = self.pools.get(&up_id).and_then(|p| p.metrics.as_ref()) {
                             m.fail(kind);
                         }
-                        self.answers.push((job.responder, answer, Some(figures)));
+                        self.judge(ctx.now, up_id, false);
                     }
+                    let job = if elsewhere {
+                        match self.resend(ctx, timers, job) {
+                            Some(job) => job,
+                            None => {
+                                log::warn!("proxy: {url}: {why}: sent to another upstream");
+                                return;
+                            }
+                        }
+                    } else {
+                        job
+                    };
+                    log::warn!("proxy: {url}: {why}: {status}");
+                    let answer = match status {
+                        502..=504 => job.up.error_answer(status),
+                        _ => Response::error(status),
+                    };
+                    self.answers.push((job.responder, answer, Some(figures)));
                 }
             }
         }
@@ -633,6 +739,21 @@ impl Upstreams {
 }
 
 impl Pool {
+    fn new(up: Arc<Upstream>, ctx: &Ctx<'_>) -> Pool {
+        Pool {
+            metrics: ctx.metrics.map(|m| m.upstream(up.url())),
+            up,
+            idle: Vec::new(),
+            open: 0,
+            queue: VecDeque::new(),
+        }
+    }
+
+    /// Exchanges under way or waiting (least connections' measure).
+    fn load(&self) -> usize {
+        self.open - self.idle.len() + self.queue.len()
+    }
+
     /// Sets the pool's gauges (open and idle connections).
     fn publish(&self) {
         if let Some(m) = &self.metrics {

@@ -77,6 +77,12 @@ impl fmt::Display for UpstreamError {
 
 impl std::error::Error for UpstreamError {}
 
+impl UpstreamError {
+    pub(crate) fn new(why: String) -> UpstreamError {
+        UpstreamError(why)
+    }
+}
+
 static NEXT_ID: AtomicUsize = AtomicUsize::new(0);
 
 /// Bytes written as they are in a canonical path: RFC 3986's unreserved
@@ -341,6 +347,16 @@ impl Upstream {
 
     pub(crate) fn authority(&self) -> &str {
         &self.authority
+    }
+
+    /// The URL's path, which replaces the route's prefix (a balance's
+    /// members must agree on it: `balance.rs`).
+    pub(crate) fn path_part(&self) -> Option<&str> {
+        self.path.as_deref()
+    }
+
+    pub(crate) fn prefix_part(&self) -> &str {
+        &self.prefix
     }
 
     pub(crate) fn host_header_mode(&self) -> HostHeader {
