@@ -120,11 +120,11 @@ pub(crate) fn check<'a>(sites: &'a [SiteSpec], args: &TlsArgs) -> anyhow::Result
     let Some(ca) = &args.acme_ca else {
         let given = [
             ("--acme-email", args.acme_email.is_some()),
+            ("--acme-key-type", args.acme_key_type.is_some()),
             ("--acme-ca-root", args.acme_ca_root.is_some()),
             ("--acme-ca-private", args.acme_ca_private),
             ("--acme-state-dir", args.acme_state_dir.is_some()),
             ("--acme-challenge", args.acme_challenge.is_some()),
-            ("--acme-key-type", args.acme_key_type.is_some()),
             ("--acme-eab-kid", args.acme_eab_kid.is_some()),
             ("--acme-eab-hmac-key", args.acme_eab_hmac_key.is_some()),
         ];
