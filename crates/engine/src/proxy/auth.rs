@@ -203,6 +203,7 @@ impl ForwardAuth {
             retried: false,
             body: None,
             chunked: false,
+            expect_continue: false,
             responder: Responder::new(None, CHECK_TOKEN, next_check_id()),
             tunnel: None,
             auth: Some(Box::new(Pending {

@@ -160,7 +160,11 @@ pub(crate) fn request(up: &super::Upstream, req: &Request<'_>, offer: Offer) -> 
         }
     };
     // An HTTP/2 client's key, if it sent one, is not ours to pass.
-    let skip: &[&str] = if own_key.is_some() { &["sec-websocket-key"] } else { &[] };
+    let skip: &[&str] = if own_key.is_some() {
+        &["sec-websocket-key", "expect"]
+    } else {
+        &["expect"]
+    };
     let mut bytes = super::build_as(up, req, crate::codec::head::Framing::Empty, "GET", skip)?;
     // The head ends with its empty line: the upgrade's fields go before
     // it (`write_request_head` drops Upgrade and Connection, hop-by-hop
