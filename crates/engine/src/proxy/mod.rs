@@ -221,6 +221,14 @@ const REPLACED: &[&str] = &[
     "host",
 ];
 
+/// The request's Content-Length as the engine framed it: the codec
+/// refused differing values, so the first of a list (`5, 5`) is the
+/// length (RFC 9110 §8.6), which the upstream then gets once.
+fn content_length(req: &Request<'_>) -> Option<u64> {
+    let v = req.header("content-length")?;
+    v.split(',').next()?.trim().parse().ok()
+}
+
 /// Whether the client sent `Expect: 100-continue` (the engine refused
 /// every other expectation with 417).
 fn expects_continue(req: &Request<'_>) -> bool {
@@ -247,7 +255,7 @@ impl Handler for Proxy {
         if let (true, Some(reader)) = (expect_continue, &reader) {
             reader.hold_continue();
         }
-        let length = req.header("content-length").and_then(|v| v.trim().parse::<u64>().ok());
+        let length = content_length(req);
         let framing = match (&reader, length) {
             (None, _) if req.body().is_empty() => Framing::Empty,
             (None, _) => Framing::Length(req.body().len() as u64),
@@ -283,7 +291,7 @@ impl Handler for Proxy {
     /// A client waiting for `100 Continue` streams whatever the length:
     /// the upstream says whether it wants the body.
     fn body_use(&self, req: &Request<'_>) -> BodyUse {
-        match req.header("content-length").and_then(|v| v.trim().parse::<u64>().ok()) {
+        match content_length(req) {
             Some(n) if n <= WHOLE_REQUEST_MAX && !expects_continue(req) => BodyUse::Buffer,
             _ => BodyUse::Stream,
         }

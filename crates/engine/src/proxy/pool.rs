@@ -214,6 +214,18 @@ impl Sock {
         }
     }
 
+    /// The next close resets the connection (RST, SO_LINGER 0) instead of
+    /// ending it: for a request cut short, which the upstream must not
+    /// take for complete. A Unix socket has no reset; it just closes.
+    fn abort(&self) {
+        let tcp = match self {
+            Sock::Tcp(s) => s,
+            Sock::Tls(s) => &s.tcp,
+            Sock::Unix(_) => return,
+        };
+        let _ = socket2::SockRef::from(tcp).set_linger(Some(std::time::Duration::ZERO));
+    }
+
     fn source(&mut self) -> &mut dyn mio::event::Source {
         match self {
             Sock::Tcp(s) => s,
@@ -781,6 +793,11 @@ impl UpConn {
                             }
                             Take::Failed => {
                                 self.body = None;
+                                // The upstream must not take what it has
+                                // for a whole request: a reset, not a FIN
+                                // (a lenient server reads a FIN inside a
+                                // chunked body as its end).
+                                self.sock.abort();
                                 return Outcome::Failed {
                                     status: 400,
                                     why: "the request body was cut short".into(),
