@@ -636,6 +636,42 @@ fn the_access_log_tells_the_upstream_exchange_as_nginx_does() {
     assert_eq!(lines[4][5..], ["-", "-"], "{log}");
 }
 
+/// A request sent again after its kept-alive connection died logs both
+/// attempts, as nginx lists them: `addr, addr`, `502, 200`.
+#[test]
+fn a_request_sent_again_logs_every_attempt() {
+    let up = upstream();
+    let path = temp_path("upstream-retry-log");
+    let format: peregrine::LogFormat = "$status|$upstream_addr|$upstream_status|$upstream_connect_time"
+        .parse()
+        .unwrap();
+    let server = proxy_server_with(
+        &[(Upstream::parse(&format!("http://{}", up.addr)).unwrap(), "/api/")],
+        |s| {
+            s.access_log(peregrine::AccessLog::File(path.clone()))
+                .access_log_format(format)
+        },
+    );
+    let mut c = Client::connect(server.local_addr());
+    for _ in 0..2 {
+        c.send(b"GET /api/once HTTP/1.1\r\nHost: t\r\n\r\n");
+        assert_eq!(c.response().status, 200);
+    }
+    assert_eq!(up.accepted.load(Ordering::SeqCst), 2, "the second was sent again");
+    drop(c);
+    server.shutdown();
+    server.join().unwrap();
+    let log = std::fs::read_to_string(&path).unwrap();
+    let lines: Vec<Vec<&str>> = log.lines().map(|l| l.split('|').collect()).collect();
+    let a = up.addr.to_string();
+    assert_eq!(lines.len(), 2, "{log}");
+    assert_eq!(lines[0][..3], ["200", a.as_str(), "200"], "{log}");
+    let both = format!("{a}, {a}");
+    assert_eq!(lines[1][..3], ["200", both.as_str(), "502, 200"], "{log}");
+    // The kept-alive attempt took no time to connect; the fresh one some.
+    assert!(lines[1][3].starts_with("0.000, "), "{log}");
+}
+
 #[test]
 fn json_access_log_lines_carry_the_upstream_figures() {
     let up = upstream();

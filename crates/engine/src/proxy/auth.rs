@@ -201,6 +201,7 @@ impl ForwardAuth {
             head_method: false,
             idempotent: true,
             retried: false,
+            tried: None,
             body: None,
             chunked: false,
             expect_continue: false,

@@ -110,6 +110,9 @@ pub(crate) struct Job {
     pub(crate) idempotent: bool,
     /// Sent again once already.
     pub(crate) retried: bool,
+    /// The access log figures of the attempts that failed before this
+    /// one (`UpstreamLog::earlier`).
+    pub(crate) tried: Option<Box<crate::access_log::UpstreamLog>>,
     /// A body read as it arrives (longer than `WHOLE_REQUEST_MAX`, or of
     /// unknown length), written after `bytes`; `chunked` when its length
     /// is unknown.
@@ -273,6 +276,7 @@ impl Handler for Proxy {
                     head_method: req.method() == "HEAD",
                     idempotent: is_idempotent(req.method()),
                     retried: false,
+                    tried: None,
                     chunked: framing == Framing::Chunked,
                     expect_continue,
                     body: reader,
@@ -314,6 +318,7 @@ impl Proxy {
                     head_method: false,
                     idempotent: true,
                     retried: false,
+                    tried: None,
                     chunked: false,
                     expect_continue: false,
                     body: None,

@@ -366,9 +366,9 @@ impl Upstreams {
     }
 
     /// Opens a connection for `job` (`open` counted), or answers 502.
-    fn connect(&mut self, ctx: &mut Ctx<'_>, timers: &mut Timers, job: Job) {
+    fn connect(&mut self, ctx: &mut Ctx<'_>, timers: &mut Timers, mut job: Job) {
         let up = job.up.clone();
-        let failed = |why: &dyn std::fmt::Display| {
+        let failed = |why: &dyn std::fmt::Display, earlier: Option<Box<UpstreamLog>>| {
             log::warn!("proxy: {}: {why}", up.url());
             if let Some(m) = self.pools.get(&up.id).and_then(|p| p.metrics.as_ref()) {
                 m.fail(UpstreamFailure::Connect);
@@ -379,6 +379,7 @@ impl Upstreams {
                     Addr::Unix(_) => UpstreamAddr::Unix(up.clone()),
                 }),
                 status: Some(502),
+                earlier,
                 ..UpstreamLog::default()
             };
             (up.error_answer(502), Some(figures))
@@ -386,7 +387,7 @@ impl Upstreams {
         let (mut sock, peer) = match Sock::connect(&up.addr, up.tls.as_ref()) {
             Ok(s) => s,
             Err(e) => {
-                let (answer, figures) = failed(&format_args!("connect: {e}"));
+                let (answer, figures) = failed(&format_args!("connect: {e}"), job.tried.take());
                 self.answers.push((job.responder, answer, figures));
                 return;
             }
@@ -398,7 +399,7 @@ impl Upstreams {
             Source::Upstream(key).mio(),
             Interest::READABLE | Interest::WRITABLE,
         ) {
-            let (answer, figures) = failed(&format_args!("register: {e}"));
+            let (answer, figures) = failed(&format_args!("register: {e}"), job.tried.take());
             self.answers.push((job.responder, answer, figures));
             return;
         }
@@ -589,6 +590,8 @@ impl Upstreams {
                 if let Some(mut job) = job {
                     if retry && !job.retried {
                         job.retried = true;
+                        // The failed attempt is logged before the next.
+                        job.tried = Some(Box::new(figures));
                         log::debug!("proxy: {url}: {why}; sending again on a new connection");
                         self.connect(ctx, timers, job);
                     } else {
@@ -698,7 +701,10 @@ fn failure_kind(state: State, status: u16, why: &str) -> Option<UpstreamFailure>
 impl UpConn {
     fn take(&mut self, mut job: Job, now: Instant) {
         self.started = now;
-        self.figures = UpstreamLog::default();
+        self.figures = UpstreamLog {
+            earlier: job.tried.take(),
+            ..UpstreamLog::default()
+        };
         self.broke = None;
         self.n_interims = 0;
         self.out = std::mem::take(&mut job.bytes);
