@@ -275,8 +275,12 @@ impl Write for Sock {
             Sock::Tls(s) => s.write(buf),
         }
     }
+    /// Sends what rustls holds (`https://`); nothing to do otherwise.
     fn flush(&mut self) -> io::Result<()> {
-        Ok(())
+        match self {
+            Sock::Tls(s) => s.flush(),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -328,21 +332,6 @@ impl Upstreams {
         });
         if let Some(m) = &pool.metrics {
             m.requests.add(1);
-        }
-        if job.tunnel.is_some() && job.up.is_tls() {
-            // A tunnel moves bytes between two sockets (`conn/tunnel.rs`);
-            // one through rustls is not written yet.
-            log::warn!(
-                "proxy: {}: WebSocket to an https:// upstream is not supported: 502",
-                pool.up.url()
-            );
-            let answer = job.up.error_answer(502);
-            let figures = UpstreamLog {
-                status: Some(502),
-                ..UpstreamLog::default()
-            };
-            self.answers.push((job.responder, answer, Some(figures)));
-            return;
         }
         if let Some(key) = pool.idle.pop() {
             self.assign(ctx, timers, key, job);

@@ -78,13 +78,17 @@ impl Sock {
         }
     }
 
-    /// Half-closes (or closes) the connection.
-    pub(crate) fn shutdown(&self, how: std::net::Shutdown) -> std::io::Result<()> {
+    /// Ends the sending side: a FIN, or over TLS a `close_notify` (TLS's
+    /// end of data; the socket's FIN would cut records rustls still
+    /// holds, which later flushes send).
+    pub(crate) fn shutdown_write(&mut self) -> std::io::Result<()> {
         match self {
-            Sock::Tcp(s) => s.shutdown(how),
-            Sock::Unix(s) => s.shutdown(how),
-            // Never reached: WebSocket is refused on `https://` upstreams.
-            Sock::Tls(s) => s.tcp.shutdown(how),
+            Sock::Tcp(s) => s.shutdown(std::net::Shutdown::Write),
+            Sock::Unix(s) => s.shutdown(std::net::Shutdown::Write),
+            Sock::Tls(s) => {
+                s.tls.send_close_notify();
+                std::io::Write::flush(&mut **s)
+            }
         }
     }
 }
