@@ -359,6 +359,16 @@ impl Checks {
         std::mem::take(&mut self.granted)
     }
 
+    /// The answer to `key` will not pass through `sort`: its upstream
+    /// switched to WebSocket and the tunnel goes to the client directly
+    /// (`Upstreams::take_handoffs`). Without this, each tunnel a check let
+    /// through would leave its key in `private` for good.
+    pub(crate) fn forget(&mut self, key: (usize, u64)) {
+        if !self.private.is_empty() {
+            self.private.remove(&key);
+        }
+    }
+
     /// The pool's answers with the subrequests' taken out and decided:
     /// what goes to clients (the answers held, refusals), the upstream
     /// answers of checked requests made private.

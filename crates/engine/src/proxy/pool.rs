@@ -307,6 +307,9 @@ impl Upstreams {
     /// The upstream connections that switched to WebSocket since the last
     /// call, each for its client's connection.
     pub(crate) fn take_handoffs(&mut self) -> Vec<super::Handoff> {
+        for handoff in &self.handoffs {
+            self.checks.forget(handoff.responder.key());
+        }
         std::mem::take(&mut self.handoffs)
     }
 
