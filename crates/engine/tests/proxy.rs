@@ -143,6 +143,7 @@ fn serve_upstream(stream: TcpStream, tx: Sender<Seen>, go: Arc<Mutex<Receiver<()
             "smuggle" => {
                 b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nupstream-secret-text".to_vec()
             }
+            "nocontent-body" => b"HTTP/1.1 204 No Content\r\n\r\nupstream-secret-text".to_vec(),
             "close" => {
                 let _ = out.write_all(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil the close");
                 return;
@@ -385,6 +386,21 @@ fn an_answer_with_ambiguous_framing_is_a_502_without_upstream_text() {
     assert_eq!(status_of(&raw), 502, "{}", text(&raw));
     assert!(!text(&raw).contains("upstream-secret"), "{}", text(&raw));
     assert!(!text(&raw).contains(&up.addr.to_string()), "{}", text(&raw));
+}
+
+/// RFC 9112 §6.3: a 204 ends at its head; bytes sent with it are no
+/// answer to anything (no request is pipelined to an upstream).
+#[test]
+fn a_body_sent_with_a_204_is_a_502_and_the_connection_is_not_kept() {
+    let up = upstream();
+    let server = proxy_server(&format!("http://{}", up.addr), "/api/");
+    let raw = get(server.local_addr(), "/api/nocontent-body", "");
+    assert_eq!(status_of(&raw), 502, "{}", text(&raw));
+    assert!(!text(&raw).contains("upstream-secret"), "{}", text(&raw));
+    // The next request needs a new upstream connection.
+    let raw = get(server.local_addr(), "/api/hello", "");
+    assert_eq!(status_of(&raw), 200, "{}", text(&raw));
+    assert_eq!(up.accepted.load(Ordering::SeqCst), 2);
 }
 
 #[test]

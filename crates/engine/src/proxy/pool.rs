@@ -1093,6 +1093,16 @@ impl UpConn {
                 None
             };
             let (status, framing, keep_alive, head_len) = (head.status, head.framing, head.keep_alive, head.head_len);
+            if framing == ResponseFraming::Empty
+                && (self.head_method || status == 204 || status == 304)
+                && self.buf.len() > head_len
+            {
+                // RFC 9112 §6.3: these end at their head, and nothing was
+                // pipelined behind the request: what follows is a body
+                // the answer cannot have. (Bytes that come later find the
+                // connection idle, and close it.)
+                return Err(bad("a body after a HEAD, 204 or 304 answer"));
+            }
             self.buf.drain(..head_len);
             self.keep_alive = keep_alive;
             // Before the job goes: its upstream's read-ahead.
