@@ -224,7 +224,7 @@ fn http10_and_close_delimited_answers_of_a_lenient_upstream_come_back_whole() {
             assert!(text.starts_with("HTTP/1.1 200 OK\r\n"), "{path}: {text}");
             let (head, rest) = text
                 .split_once("\r\n\r\n")
-                .expect(&format!("{path}: a whole answer: {text:?}"));
+                .unwrap_or_else(|| panic!("{path}: a whole answer: {text:?}"));
             // A close-delimited answer goes chunked to an HTTP/1.1 client
             // (the client's connection lives on); a length stays a length.
             let rest = if head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
