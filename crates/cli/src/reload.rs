@@ -32,6 +32,7 @@
 
 mod build;
 mod sites;
+mod watch;
 
 use std::ffi::OsString;
 use std::net::SocketAddr;
@@ -126,6 +127,8 @@ struct Process {
     /// The ACME process, when sites get certificates by ACME (started
     /// with the process; a reload keeps it as it is).
     acme: Option<crate::acme::Parent>,
+    /// The current generation's certificate files, followed by a thread.
+    watched: watch::Shared,
 }
 
 /// Runs `hello` or `serve` until SIGINT or SIGTERM, reloading on SIGHUP
@@ -163,7 +166,9 @@ pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()>
     // The ACME process executes this program: before the sandbox.
     let acme = match &command {
         Command::Serve { sites, .. } => {
-            crate::acme::Parent::start(&crate::acme::acme_sites(sites, &args.tls)?, &args.tls)?
+            let acme_sites = crate::acme::check(sites, &args.tls)?;
+            crate::acme::check_files(&args.tls)?;
+            crate::acme::Parent::start(&acme_sites, &args.tls)?
         }
         _ => None,
     };
@@ -183,11 +188,13 @@ pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()>
         unix_paths: Vec::new(),
         n_workers_default,
         acme,
+        watched: watch::Shared::default(),
     };
     let taken = (inherited.into_iter().enumerate())
         .map(|(i, socket)| (Origin::Inherited(i), socket))
         .collect();
     let (mut current, urls) = build(&command, taken, None, &mut process)?;
+    watch::start(process.watched.clone()).context("cannot start the certificate files' watcher")?;
     // "sandbox: ...; serving ROOT on URL, URL": the line ends with the
     // addresses, which scripts (and the tests) read.
     let sandbox = match &process.acme {
