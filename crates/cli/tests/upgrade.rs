@@ -73,7 +73,7 @@ impl Site {
     /// `serve root` over TLS (HTTP/1.1, HTTP/2, HTTP/3) on a port of its
     /// choosing and on a Unix socket in cleartext is refused with TLS, so
     /// TLS on 127.0.0.1 and the metrics listener beside it.
-    fn serve(&self) -> (Process, u16, String) {
+    fn serve(&self) -> (Process, u16, u16) {
         let mut cmd = Command::new(self.exe());
         for (name, _) in std::env::vars_os() {
             if name.to_string_lossy().starts_with("PEREGRINE_") {
@@ -91,11 +91,15 @@ impl Site {
             .arg("--tls-key")
             .arg(&self.key);
         let server = Process::spawn(&mut cmd);
-        let line = server.line("https://");
-        let addr = common::last_addr(&line);
-        let port = addr.rsplit(':').next().unwrap().parse().unwrap();
+        // "metrics on http://ADDR/metrics", then "... on https://ADDR/".
+        let port_of = |line: &str| {
+            let addr = common::last_addr(line);
+            addr.split('/').next().unwrap().rsplit(':').next().unwrap().parse().unwrap()
+        };
+        let metrics_port = port_of(&server.line("metrics on http://"));
+        let port = port_of(&server.line("https://"));
         test_support::process::wait_catching(server.pid(), 12);
-        (server, port, addr)
+        (server, port, metrics_port)
     }
 }
 
@@ -145,6 +149,19 @@ fn is_alive(pid: u32) -> bool {
 fn terminate_pid(pid: u32) {
     test_support::process::signal(pid, "TERM");
     wait_until(&format!("process {pid} exits"), || !is_alive(pid));
+}
+
+/// The new server, which is not this test's child: killed if the test
+/// ends before it was terminated (a failed assertion), so that no server
+/// outlives the test.
+struct Adopted(u32);
+
+impl Drop for Adopted {
+    fn drop(&mut self) {
+        if is_alive(self.0) {
+            test_support::process::signal(self.0, "KILL");
+        }
+    }
 }
 
 /// Clients that ask until told to stop, each request's outcome counted.
@@ -236,8 +253,8 @@ fn h2_round(curl: &Path, port: u16) -> Result<usize, String> {
     let url = format!("https://localhost:{port}/");
     let out = Command::new(curl)
         .args(["-sk", "--http2", "--connect-to", &format!("localhost:{port}:127.0.0.1:{port}")])
-        .args(["-o", "/dev/null", "-w", "%{http_code} %{http_version}\\n"])
-        .args(std::iter::repeat_n(url.as_str(), 20))
+        .args(["-w", "%{http_code} %{http_version}\\n"])
+        .args((0..20).flat_map(|_| [url.as_str(), "-o", "/dev/null"]))
         .stderr(Stdio::piped())
         .output()
         .map_err(|e| e.to_string())?;
@@ -267,11 +284,7 @@ fn sigusr2_starts_the_new_binary_and_no_request_fails_over_http1_http2_or_http3(
     let site = Site::new("upgrade-load");
     let curl = common::curl().to_owned();
     let old_version = version_of(&site.exe());
-    let (server, port, _) = site.serve();
-    let metrics_port: u16 = {
-        let line = server.line("metrics on http://");
-        common::last_addr(&line).split(':').nth(1).unwrap().parse().unwrap()
-    };
+    let (server, port, metrics_port) = site.serve();
     // Warm the HTTP/3 client (aioquic's install) before the load.
     h3_round(port).unwrap();
     let mut load = Load::new();
@@ -288,15 +301,16 @@ fn sigusr2_starts_the_new_binary_and_no_request_fails_over_http1_http2_or_http3(
     assert!(new_version.contains("UPGRADE-TEST"), "{new_version}");
     server.signal("USR2");
     let pid = new_pid(&server.line("upgrade: process "));
+    let _adopted = Adopted(pid);
     // The new process runs the new file, the old one still the old one.
     let running = version_of(Path::new(&format!("/proc/{pid}/exe")));
     assert_eq!(running, new_version);
     let old_pid = server.pid();
     let at_switch = load.n_done();
-    // The old process drains and exits, with its status for a graceful end.
-    let status = server.wait();
-    assert_eq!(status.code(), Some(0), "the old process ends gracefully");
-    assert!(!is_alive(old_pid));
+    // The old process drains (within the shutdown timeout, 10 s) and
+    // exits, with its status for a graceful end.
+    wait_until("the old process exits", || !is_alive(old_pid));
+    assert_eq!(server.wait().code(), Some(0), "the old process ends gracefully");
     // Served by the new process only from here on.
     let after_exit = load.n_done();
     wait_until("requests to the new process", || load.n_done() > after_exit + 100);
