@@ -53,7 +53,12 @@ impl Site {
         let bin = scratch.path("bin");
         std::fs::create_dir_all(&bin).unwrap();
         std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
-        install(&scratch.path("bin/peregrine"), &std::fs::read(env!("CARGO_BIN_EXE_peregrine")).unwrap());
+        // A hard link, not a 170 MB copy, where the file system allows:
+        // the old file is replaced by rename, never written in place.
+        let exe = scratch.path("bin/peregrine");
+        if std::fs::hard_link(env!("CARGO_BIN_EXE_peregrine"), &exe).is_err() {
+            install(&exe, &std::fs::read(env!("CARGO_BIN_EXE_peregrine")).unwrap());
+        }
         let pki = test_support::pki::Pki::new(name);
         let (cert, key, _) = pki.issue("site", &["localhost"]);
         let client = pki.client();
@@ -94,7 +99,14 @@ impl Site {
         // "metrics on http://ADDR/metrics", then "... on https://ADDR/".
         let port_of = |line: &str| {
             let addr = common::last_addr(line);
-            addr.split('/').next().unwrap().rsplit(':').next().unwrap().parse().unwrap()
+            addr.split('/')
+                .next()
+                .unwrap()
+                .rsplit(':')
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap()
         };
         let metrics_port = port_of(&server.line("metrics on http://"));
         let port = port_of(&server.line("https://"));
@@ -137,7 +149,14 @@ fn version_of(exe: &Path) -> String {
 
 /// The pid in "upgrade: process PID serves now".
 fn new_pid(line: &str) -> u32 {
-    line.split("process ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap()
+    line.split("process ")
+        .nth(1)
+        .unwrap()
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
 }
 
 fn is_alive(pid: u32) -> bool {
@@ -217,8 +236,8 @@ impl Load {
 /// `Connection: close` from a draining server ends it early, and the next
 /// round connects again).
 fn h1_round(client: &Arc<rustls::ClientConfig>, port: u16) -> Result<usize, String> {
-    let mut tls =
-        test_support::pki::handshake(("127.0.0.1", port), client, "localhost").map_err(|e| format!("handshake: {e}"))?;
+    let mut tls = test_support::pki::handshake(("127.0.0.1", port), client, "localhost")
+        .map_err(|e| format!("handshake: {e}"))?;
     let mut n = 0;
     for _ in 0..20 {
         use std::io::{Read, Write};
@@ -240,7 +259,10 @@ fn h1_round(client: &Arc<rustls::ClientConfig>, port: u16) -> Result<usize, Stri
             return Err(format!("status {}", resp.status));
         }
         n += 1;
-        if resp.header("connection").is_some_and(|v| v.eq_ignore_ascii_case("close")) {
+        if resp
+            .header("connection")
+            .is_some_and(|v| v.eq_ignore_ascii_case("close"))
+        {
             break;
         }
     }
@@ -252,7 +274,12 @@ fn h1_round(client: &Arc<rustls::ClientConfig>, port: u16) -> Result<usize, Stri
 fn h2_round(curl: &Path, port: u16) -> Result<usize, String> {
     let url = format!("https://localhost:{port}/");
     let out = Command::new(curl)
-        .args(["-sk", "--http2", "--connect-to", &format!("localhost:{port}:127.0.0.1:{port}")])
+        .args([
+            "-sk",
+            "--http2",
+            "--connect-to",
+            &format!("localhost:{port}:127.0.0.1:{port}"),
+        ])
         .args(["-w", "%{http_code} %{http_version}\\n"])
         .args((0..20).flat_map(|_| [url.as_str(), "-o", "/dev/null"]))
         .stderr(Stdio::piped())
@@ -261,7 +288,11 @@ fn h2_round(curl: &Path, port: u16) -> Result<usize, String> {
     let text = String::from_utf8_lossy(&out.stdout);
     let ok = text.lines().filter(|l| *l == "200 2").count();
     if !out.status.success() || ok != 20 {
-        return Err(format!("curl {}: {text:?} {}", out.status, String::from_utf8_lossy(&out.stderr)));
+        return Err(format!(
+            "curl {}: {text:?} {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ));
     }
     Ok(ok)
 }
@@ -344,6 +375,12 @@ fn failed_upgrade(name: &str, bytes: &[u8], mode: u32, dir_mode: u32) -> String 
     why
 }
 
+/// A stand-in for a new binary that the checks refuse before it runs: the
+/// refusal's line says which check it was (a file that ran would fail
+/// otherwise: "exited before serving"), so the 170 MB program need not be
+/// copied for each test.
+const STAND_IN: &[u8] = b"#!/bin/sh\nexit 0\n";
+
 #[test]
 fn a_new_binary_that_exits_leaves_the_old_one_serving() {
     let why = failed_upgrade("upgrade-exit", b"#!/bin/sh\nexit 1\n", 0o755, 0o755);
@@ -352,15 +389,15 @@ fn a_new_binary_that_exits_leaves_the_old_one_serving() {
 
 #[test]
 fn a_new_binary_that_is_not_executable_leaves_the_old_one_serving() {
-    let why = failed_upgrade("upgrade-noexec", &second_build(), 0o644, 0o755);
+    let why = failed_upgrade("upgrade-noexec", STAND_IN, 0o644, 0o755);
     assert!(why.contains("is not executable"), "{why}");
 }
 
 #[test]
 fn a_new_binary_others_may_replace_is_refused() {
-    let why = failed_upgrade("upgrade-writable-dir", &second_build(), 0o755, 0o777);
+    let why = failed_upgrade("upgrade-writable-dir", STAND_IN, 0o755, 0o777);
     assert!(why.contains("writable by its group or by everyone"), "{why}");
-    let why = failed_upgrade("upgrade-writable-file", &second_build(), 0o775, 0o755);
+    let why = failed_upgrade("upgrade-writable-file", STAND_IN, 0o775, 0o755);
     assert!(why.contains("writable by its group or by everyone"), "{why}");
 }
 
@@ -391,4 +428,49 @@ fn sigusr2_from_another_user_is_ignored() {
     assert!(line.contains("uid 65534 ignored"), "{line}");
     assert!(common::get(&addr, "/").starts_with("HTTP/1.1 200"));
     server.terminate();
+}
+
+#[test]
+fn a_unix_socket_is_passed_its_file_kept_and_systemd_told_the_new_main_pid() {
+    use std::io::{Read, Write};
+    use std::os::unix::net::{UnixDatagram, UnixStream};
+    let site = Site::new("upgrade-unix");
+    let notify = UnixDatagram::bind(site.scratch.path("notify.sock")).unwrap();
+    notify.set_read_timeout(Some(common::PATIENCE)).unwrap();
+    let sock = site.scratch.path("s.sock");
+    let mut cmd = Command::new(site.exe());
+    cmd.current_dir(site.scratch.dir())
+        .env("PEREGRINE_ALLOW_ROOT", "1")
+        .env("NOTIFY_SOCKET", site.scratch.path("notify.sock"))
+        .args(["serve", "root", "--bind", "127.0.0.1:0", "--bind"])
+        .arg(format!("unix:{}", sock.display()));
+    let server = Process::spawn(&mut cmd);
+    server.line("unix:");
+    test_support::process::wait_catching(server.pid(), 12);
+    let mut buf = [0u8; 256];
+    let n = notify.recv(&mut buf).unwrap();
+    assert_eq!(&buf[..n], b"READY=1");
+    // The same file, started again: what matters here is the socket.
+    server.signal("USR2");
+    let pid = new_pid(&server.line("upgrade: process "));
+    let _adopted = Adopted(pid);
+    let n = notify.recv(&mut buf).unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&buf[..n]),
+        format!("MAINPID={pid}\nREADY=1"),
+        "the new process says it is the main one before the old one exits"
+    );
+    let old_pid = server.pid();
+    wait_until("the old process exits", || !is_alive(old_pid));
+    assert_eq!(server.wait().code(), Some(0));
+    // The old process left the file to the new one, which answers on it.
+    let mut s = UnixStream::connect(&sock).expect("the socket file is still there");
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut answer = String::new();
+    s.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    terminate_pid(pid);
+    // The new process removes it at its shutdown.
+    assert!(!sock.exists());
 }
