@@ -32,6 +32,7 @@
 
 mod build;
 mod sites;
+mod watch;
 
 use std::ffi::OsString;
 use std::net::SocketAddr;
@@ -133,6 +134,8 @@ struct Process {
     /// The `--metrics` listener an upgrade passed, taken by the first
     /// generation if its address is still configured.
     inherited_metrics: Option<(SocketAddr, peregrine::Listening)>,
+    /// The current generation's certificate files, followed by a thread.
+    watched: watch::Shared,
 }
 
 /// Why a process stops serving: the hook for whatever must happen from
@@ -197,7 +200,9 @@ pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()>
     // The ACME process executes this program: before the sandbox.
     let acme = match &command {
         Command::Serve { sites, .. } => {
-            crate::acme::Parent::start(&crate::acme::acme_sites(sites, &args.tls)?, &args.tls)?
+            let acme_sites = crate::acme::check(sites, &args.tls)?;
+            crate::acme::check_files(&args.tls)?;
+            crate::acme::Parent::start(&acme_sites, &args.tls)?
         }
         _ => None,
     };
@@ -219,6 +224,7 @@ pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()>
         acme,
         upgrader,
         inherited_metrics: None,
+        watched: watch::Shared::default(),
     };
     let mut taken: Vec<(Origin, peregrine::Listening)> = (inherited.into_iter().enumerate())
         .map(|(i, socket)| (Origin::Inherited(i), socket))
@@ -228,6 +234,7 @@ pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()>
         adopt(std::mem::take(&mut up.listeners), &mut taken, &mut process);
     }
     let (mut current, urls) = build(&command, taken, None, &mut process)?;
+    watch::start(process.watched.clone()).context("cannot start the certificate files' watcher")?;
     // "sandbox: ...; serving ROOT on URL, URL": the line ends with the
     // addresses, which scripts (and the tests) read.
     let sandbox = match &process.acme {
