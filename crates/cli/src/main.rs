@@ -15,6 +15,7 @@ mod proxy;
 mod reload;
 mod sandbox;
 mod sites;
+mod upgrade;
 
 use std::ffi::OsString;
 use std::process::ExitCode;
@@ -32,6 +33,16 @@ fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("peregrine: ACME process: {e:#}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    // The process that starts a new executable on SIGUSR2 (upgrade.rs).
+    if argv.get(1).is_some_and(|a| a == upgrade::HELPER_ARG) {
+        return match upgrade::run_helper(&argv) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("peregrine: upgrader: {e:#}");
                 ExitCode::FAILURE
             }
         };

@@ -49,12 +49,13 @@ use crate::config;
 use crate::flags::{Cli, Command, ServerArgs};
 use crate::messages::one_line;
 use crate::sandbox::{self, Sandbox};
+use crate::upgrade::{self, Upgrader};
 use build::build;
 
 /// Where a listening socket came from, to find it again at the next
 /// reload.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Origin {
+pub(crate) enum Origin {
     /// An address of the configuration (`--bind`, `--redirect-http`, or
     /// the default) as written there: `127.0.0.1:0` keeps the port it got.
     Configured(SocketAddr),
@@ -127,19 +128,49 @@ struct Process {
     /// The ACME process, when sites get certificates by ACME (started
     /// with the process; a reload keeps it as it is).
     acme: Option<crate::acme::Parent>,
+    /// The unsandboxed process that starts a new executable on SIGUSR2
+    /// (`upgrade.rs`); none if it could not be started.
+    upgrader: Option<Upgrader>,
+    /// The `--metrics` listener an upgrade passed, taken by the first
+    /// generation if its address is still configured.
+    inherited_metrics: Option<(SocketAddr, peregrine::Listening)>,
     /// The current generation's certificate files, followed by a thread.
     watched: watch::Shared,
+}
+
+/// Why a process stops serving: the hook for whatever must happen from
+/// the first moment of a drain (a readiness check turning 503, a line).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum DrainCause {
+    /// SIGINT or SIGTERM.
+    Shutdown,
+    /// A new executable serves on the same sockets (SIGUSR2).
+    Upgrade,
 }
 
 /// Runs `hello` or `serve` until SIGINT or SIGTERM, reloading on SIGHUP
 /// and reopening the access and error logs on SIGUSR1.
 pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()> {
-    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
+    // First: the sockets of an upgrade, if this process is the new
+    // executable, and systemd's, made close-on-exec before any program is
+    // started (the upgrader, the ACME process).
+    let upgraded = upgrade::Inherited::take().context("binary upgrade (PEREGRINE_UPGRADE)")?;
+    let inherited = peregrine::systemd::listen_fds().context("socket activation (LISTEN_FDS)")?;
+    // Before the sandbox (which forbids executing) and before the signal
+    // iterator (whose handler must run after the one that records
+    // SIGUSR2's sender).
+    let upgrader = match Upgrader::start(&argv) {
+        Ok(upgrader) => Some(upgrader),
+        Err(e) => {
+            log::warn(format_args!("{e:#}: SIGUSR2 will not upgrade the binary"));
+            None
+        }
+    };
     // Before anything is bound: from now on a SIGHUP reloads, it does not
     // end the process.
-    let mut signals =
-        signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGUSR1, SIGHUP]).context("cannot handle signals")?;
-    let inherited = peregrine::systemd::listen_fds().context("socket activation (LISTEN_FDS)")?;
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGUSR1, SIGHUP, SIGUSR2])
+        .context("cannot handle signals")?;
     let args = command.server_args();
     let n_workers_default = std::thread::available_parallelism().map_or(1, |n| n.get());
     let identity = Identity {
@@ -155,7 +186,10 @@ pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()>
     // A socket file left by a previous run is removed if nothing listens
     // on it; one in use is refused. Before the sandbox, which forbids
     // connecting.
-    for path in args.unix_binds()? {
+    let passed: Vec<&Path> = (upgraded.iter().flat_map(|u| &u.listeners))
+        .filter_map(|h| h.listening.unix_path())
+        .collect();
+    for path in args.unix_binds()?.into_iter().filter(|p| !passed.contains(p)) {
         peregrine::remove_stale_socket(path)
             .with_context(|| format!("--bind unix:{}{}", path.display(), config::origin("--bind")))?;
     }
@@ -188,11 +222,17 @@ pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()>
         unix_paths: Vec::new(),
         n_workers_default,
         acme,
+        upgrader,
+        inherited_metrics: None,
         watched: watch::Shared::default(),
     };
-    let taken = (inherited.into_iter().enumerate())
+    let mut taken: Vec<(Origin, peregrine::Listening)> = (inherited.into_iter().enumerate())
         .map(|(i, socket)| (Origin::Inherited(i), socket))
         .collect();
+    let mut upgraded = upgraded;
+    if let Some(up) = &mut upgraded {
+        adopt(std::mem::take(&mut up.listeners), &mut taken, &mut process);
+    }
     let (mut current, urls) = build(&command, taken, None, &mut process)?;
     watch::start(process.watched.clone()).context("cannot start the certificate files' watcher")?;
     // "sandbox: ...; serving ROOT on URL, URL": the line ends with the
@@ -220,13 +260,32 @@ pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()>
         _ => log::info(format_args!("{sandbox}; hello on {urls}")),
     }
     warn_if_reload_cannot_read(&command, &process);
-    // Type=notify: serving from now on.
-    if let Err(e) = peregrine::systemd::notify("READY=1") {
-        log::warn(format_args!("cannot notify systemd: {e}"));
+    match upgraded {
+        // The old process drains once this is said (MAINPID= first).
+        Some(up) => {
+            log::info(format_args!(
+                "upgrade: this process ({}) serves now",
+                std::process::id()
+            ));
+            up.confirm();
+        }
+        // Type=notify: serving from now on.
+        None => {
+            if let Err(e) = peregrine::systemd::notify("READY=1") {
+                log::warn(format_args!("cannot notify systemd: {e}"));
+            }
+        }
     }
     let mut retired: Vec<Retired> = Vec::new();
+    let mut cause = DrainCause::Shutdown;
     for signal in signals.forever() {
         match signal {
+            SIGUSR2 => {
+                if upgrade(&process, &current) {
+                    cause = DrainCause::Upgrade;
+                    break;
+                }
+            }
             SIGHUP => {
                 let _ = peregrine::systemd::notify_reloading();
                 match reload(&mut process, &mut current, &mut retired) {
@@ -260,21 +319,20 @@ pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()>
             _ => break,
         }
     }
-    // SIGINT or SIGTERM: stop gracefully; a second one exits at once.
-    // Generations still finishing after a reload close their idle
-    // connections now too.
-    let _ = peregrine::systemd::notify("STOPPING=1");
-    current.running.shutdown();
-    for (handle, _) in &retired {
-        handle.shutdown();
-    }
-    if let Some((_, metrics)) = &process.metrics_server {
-        metrics.shutdown();
-    }
+    let handles = drain(cause, &current, &retired, &process);
+    // SIGINT or SIGTERM: a second one exits at once. After an upgrade,
+    // the first closes idle connections (systemd's stop reaches the
+    // draining process too), the next exits.
     std::thread::Builder::new()
         .name("peregrine-signals".into())
         .spawn(move || {
-            if signals.forever().any(|s| s == SIGINT || s == SIGTERM) {
+            let mut stops = signals.forever().filter(|&s| s == SIGINT || s == SIGTERM);
+            if cause == DrainCause::Upgrade && stops.next().is_some() {
+                for handle in &handles {
+                    handle.shutdown();
+                }
+            }
+            if stops.next().is_some() {
                 std::process::exit(130);
             }
         })
@@ -284,6 +342,128 @@ pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()>
         let _ = thread.join();
     }
     Ok(result?)
+}
+
+/// Stops serving, from the first moment: every generation and the metrics
+/// listener stop accepting and finish what is in flight. This is the one
+/// entry point of a drain, whatever its cause (the place to turn a
+/// readiness check to 503 first). A shutdown closes idle connections at
+/// once and tells systemd STOPPING=1; after an upgrade the new process is
+/// systemd's main process, so nothing is said to it, and idle keep-alive
+/// connections may send one more request, answered with `Connection:
+/// close`, as at a reload. Returns the handles that stop it all for good.
+fn drain(cause: DrainCause, current: &Generation, retired: &[Retired], process: &Process) -> Vec<ShutdownHandle> {
+    let mut handles = vec![current.running.shutdown_handle()];
+    handles.extend(retired.iter().map(|(h, _)| h.clone()));
+    handles.extend(process.metrics_server.iter().map(|(_, m)| m.shutdown_handle()));
+    match cause {
+        DrainCause::Shutdown => {
+            let _ = peregrine::systemd::notify("STOPPING=1");
+            for handle in &handles {
+                handle.shutdown();
+            }
+        }
+        DrainCause::Upgrade => {
+            current.running.hand_over();
+            for (handle, _) in retired {
+                handle.shutdown();
+            }
+            if let Some((_, metrics)) = &process.metrics_server {
+                metrics.hand_over();
+            }
+        }
+    }
+    handles
+}
+
+/// SIGUSR2: hands the listening sockets to the upgrader, which starts the
+/// program anew on them; true once the new process serves (this one then
+/// drains), false (with a line saying why) if it does not.
+fn upgrade(process: &Process, current: &Generation) -> bool {
+    let Some(upgrader) = &process.upgrader else {
+        log::error(format_args!(
+            "SIGUSR2: no binary upgrade (the upgrader process could not be started), still serving"
+        ));
+        return false;
+    };
+    if let Err(why) = upgrader.allowed() {
+        log::warn(format_args!("{why}"));
+        return false;
+    }
+    let mut handed = Vec::new();
+    let listening = match current.running.listeners() {
+        Ok(l) => l,
+        Err(e) => {
+            log::error(format_args!("upgrade failed, still serving: {e}"));
+            return false;
+        }
+    };
+    for (origin, listening) in current.origins.iter().zip(listening) {
+        handed.push(upgrade::Handed {
+            origin: upgrade::Tag::Served(*origin),
+            listening,
+        });
+    }
+    if let Some((addr, metrics)) = &process.metrics_server {
+        match metrics.listeners() {
+            Ok(l) => handed.extend(l.into_iter().map(|listening| upgrade::Handed {
+                origin: upgrade::Tag::Metrics(*addr),
+                listening,
+            })),
+            Err(e) => {
+                log::error(format_args!("upgrade failed, still serving: the metrics listener: {e}"));
+                return false;
+            }
+        }
+    }
+    log::info(format_args!(
+        "upgrade: starting {} on the listening sockets (generation {} serves meanwhile)",
+        upgrader.exe.display(),
+        current.number
+    ));
+    match upgrader.upgrade(&handed) {
+        Ok(pid) => {
+            for h in &handed {
+                h.listening.keep_socket_file();
+            }
+            log::info(format_args!(
+                "upgrade: process {pid} serves now; this process ({}) drains and exits",
+                std::process::id()
+            ));
+            true
+        }
+        Err(why) => {
+            log::error(format_args!(
+                "upgrade failed, still serving generation {}: {why}",
+                current.number
+            ));
+            false
+        }
+    }
+}
+
+/// The listeners an upgrade passed, put where the first generation finds
+/// them: by origin in `taken`, a Unix socket's path among the process's
+/// (so that `Origin::Unix` finds it), systemd's counted, the metrics
+/// listener aside.
+fn adopt(handed: Vec<upgrade::Handed>, taken: &mut Vec<(Origin, peregrine::Listening)>, process: &mut Process) {
+    for h in handed {
+        match h.origin {
+            upgrade::Tag::Served(Origin::Unix(_)) => {
+                let Some(path) = h.listening.unix_path().map(ToOwned::to_owned) else {
+                    continue;
+                };
+                process.unix_paths.push(path);
+                taken.push((Origin::Unix(process.unix_paths.len() - 1), h.listening));
+            }
+            upgrade::Tag::Served(Origin::Inherited(i)) => {
+                process.n_inherited = process.n_inherited.max(i + 1);
+                taken.push((Origin::Inherited(i), h.listening));
+            }
+            upgrade::Tag::Served(origin) => taken.push((origin, h.listening)),
+            upgrade::Tag::Metrics(addr) => process.inherited_metrics = Some((addr, h.listening)),
+        }
+    }
 }
 
 /// SIGHUP: builds the next generation from the configuration as it is now,

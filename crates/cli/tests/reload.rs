@@ -590,11 +590,12 @@ fn h2_frame(s: &mut TcpStream) -> Option<(u8, u8, u32, Vec<u8>)> {
 /// the last stream it will answer, and finishes that stream. A reload is
 /// such a shutdown for the old generation's connections: an HTTP/2 client
 /// with a response in flight (held here by a flow-control window of 0)
-/// gets GOAWAY NO_ERROR naming it, then the whole body once it opens the
+/// gets GOAWAY NO_ERROR naming it (after the first, naming 2^31-1, and a
+/// PING acknowledged), then the whole body once it opens the
 /// window, then the close; new connections go to the new generation.
 #[test]
 fn a_reload_sends_goaway_to_http2_connections_and_finishes_their_streams() {
-    use test_support::h2::{END_HEADERS, END_STREAM, GOAWAY, HEADERS, NO_ERROR, PREFACE, SETTINGS};
+    use test_support::h2::{END_HEADERS, END_STREAM, GOAWAY, HEADERS, NO_ERROR, PING, PREFACE, SETTINGS};
     const DATA: u8 = test_support::h2::DATA;
     const WINDOW_UPDATE: u8 = test_support::h2::WINDOW_UPDATE;
     const ACK: u8 = 0x1;
@@ -633,17 +634,34 @@ fn a_reload_sends_goaway_to_http2_connections_and_finishes_their_streams() {
 
     server.signal("HUP");
     server.line("configuration reloaded (generation 2)");
-    let goaway = loop {
-        let (kind, _, id, payload) = h2_frame(&mut c).expect("GOAWAY before the close");
+    // First a GOAWAY naming 2^31-1 with a PING; the final GOAWAY, naming
+    // the last stream answered, once the PING is acknowledged (§6.8).
+    let mut goaways = Vec::new();
+    while goaways.len() < 2 {
+        let (kind, flags, id, payload) = h2_frame(&mut c).expect("GOAWAY before the close");
         match kind {
-            GOAWAY => break payload,
+            GOAWAY => goaways.push(payload),
+            PING if flags & ACK == 0 => {
+                let mut ack = vec![0, 0, 8, PING, ACK, 0, 0, 0, 0];
+                ack.extend_from_slice(&payload);
+                c.write_all(&ack).unwrap();
+            }
             DATA => panic!("DATA on stream {id} through a window of 0"),
             _ => {}
         }
-    };
-    let last = u32::from_be_bytes(goaway[..4].try_into().unwrap()) & 0x7fff_ffff;
-    let code = u32::from_be_bytes(goaway[4..8].try_into().unwrap());
-    assert_eq!((last, code), (1, NO_ERROR), "GOAWAY's last stream id and error code");
+    }
+    let last = |g: &[u8]| u32::from_be_bytes(g[..4].try_into().unwrap()) & 0x7fff_ffff;
+    let code = |g: &[u8]| u32::from_be_bytes(g[4..8].try_into().unwrap());
+    assert_eq!(
+        (last(&goaways[0]), code(&goaways[0])),
+        ((1 << 31) - 1, NO_ERROR),
+        "the first GOAWAY"
+    );
+    assert_eq!(
+        (last(&goaways[1]), code(&goaways[1])),
+        (1, NO_ERROR),
+        "GOAWAY's last stream id and error code"
+    );
 
     // The stream in flight is finished: open both windows, read the body.
     let mut update = Vec::new();

@@ -126,7 +126,10 @@ impl std::str::FromStr for LogFormat {
 /// The upstream variables are `-` for a request the proxy did not pass
 /// on, and each is `-` where the exchange did not get that far. When a
 /// request was sent again on a fresh connection (a kept-alive one that
-/// the upstream had closed), they are the last attempt's.
+/// the upstream had closed), each lists every attempt, as nginx's do:
+/// `127.0.0.1:9000, 127.0.0.1:9000`, `502, 200`, `0.000, 0.001`. In the
+/// JSON format `upstream_addr` lists them; the numbers are the last
+/// attempt's.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Template {
     pieces: Vec<Piece>,
@@ -337,6 +340,11 @@ pub(crate) struct UpstreamLog {
     /// Up to the answer's last byte: known only for an answer read whole
     /// before its head was relayed.
     pub(crate) response: Option<Duration>,
+    /// The attempts before this one, when the request was sent again
+    /// (a kept-alive connection the upstream had closed): written first,
+    /// each variable a list as nginx's (`10.0.0.2:9000, 10.0.0.2:9000`,
+    /// `502, 200`). `None` for nearly every request: no allocation.
+    pub(crate) earlier: Option<Box<UpstreamLog>>,
 }
 
 /// An upstream's address as `$upstream_addr` writes it.
@@ -348,6 +356,29 @@ pub(crate) enum UpstreamAddr {
 }
 
 impl UpstreamLog {
+    /// Writes `one` of every attempt, earliest first, separated by `, `.
+    fn write_each(&self, b: &mut Vec<u8>, one: &mut impl FnMut(&UpstreamLog, &mut Vec<u8>)) {
+        if let Some(earlier) = &self.earlier {
+            earlier.write_each(b, one);
+            b.extend_from_slice(b", ");
+        }
+        one(self, b);
+    }
+
+    /// Every attempt's address, as a list (`-` for one that has none);
+    /// false, with nothing written, when no attempt had one.
+    fn write_addrs(&self, b: &mut Vec<u8>) -> bool {
+        if self.earlier.is_none() {
+            return self.write_addr(b);
+        }
+        self.write_each(b, &mut |u, b| {
+            if !u.write_addr(b) {
+                b.push(b'-');
+            }
+        });
+        true
+    }
+
     fn write_addr(&self, b: &mut Vec<u8>) -> bool {
         match &self.addr {
             Some(UpstreamAddr::Tcp(a)) => {
@@ -587,7 +618,7 @@ fn json_line(b: &mut Vec<u8>, line: &Line<'_>) {
     b.extend_from_slice(b",\"upstream_addr\":");
     let at = b.len();
     b.push(b'"');
-    if up.is_some_and(|u| u.write_addr(b)) {
+    if up.is_some_and(|u| u.write_addrs(b)) {
         b.push(b'"');
     } else {
         b.truncate(at);
@@ -654,25 +685,31 @@ fn template_line(b: &mut Vec<u8>, template: &Template, line: &Line<'_>) {
             Var::UserAgent => or_dash(b, line.user_agent),
             Var::Site => or_dash(b, line.site.map(str::as_bytes)),
             Var::UpstreamAddr => {
-                if !line.upstream.is_some_and(|u| u.write_addr(b)) {
+                if !line.upstream.is_some_and(|u| u.write_addrs(b)) {
                     b.push(b'-');
                 }
             }
-            Var::UpstreamStatus => match line.upstream.and_then(|u| u.status) {
-                Some(s) => b.extend_from_slice(n.format(s).as_bytes()),
+            Var::UpstreamStatus => match line.upstream {
+                Some(up) => up.write_each(b, &mut |u, b| match u.status {
+                    Some(s) => b.extend_from_slice(itoa::Buffer::new().format(s).as_bytes()),
+                    None => b.push(b'-'),
+                }),
                 None => b.push(b'-'),
             },
-            Var::UpstreamConnectTime | Var::UpstreamHeaderTime | Var::UpstreamResponseTime => {
-                let time = line.upstream.and_then(|u| match var {
-                    Var::UpstreamConnectTime => u.connect,
-                    Var::UpstreamHeaderTime => u.header,
-                    _ => u.response,
-                });
-                match time {
-                    Some(t) => seconds_ms(b, micros(t)),
-                    None => b.push(b'-'),
-                }
-            }
+            Var::UpstreamConnectTime | Var::UpstreamHeaderTime | Var::UpstreamResponseTime => match line.upstream {
+                Some(up) => up.write_each(b, &mut |u, b| {
+                    let time = match var {
+                        Var::UpstreamConnectTime => u.connect,
+                        Var::UpstreamHeaderTime => u.header,
+                        _ => u.response,
+                    };
+                    match time {
+                        Some(t) => seconds_ms(b, micros(t)),
+                        None => b.push(b'-'),
+                    }
+                }),
+                None => b.push(b'-'),
+            },
         }
     }
     b.push(b'\n');
@@ -907,6 +944,7 @@ mod tests {
             connect: Some(Duration::ZERO),
             header: Some(Duration::from_micros(12_345)),
             response: None,
+            earlier: None,
         };
         assert_eq!(line(Some(&tcp)), "10.0.0.2:9000 201 0.000 0.012 -\n");
         let up = Arc::new(crate::proxy::Upstream::parse("unix:/run/app.sock").unwrap());
@@ -917,6 +955,22 @@ mod tests {
         };
         assert_eq!(line(Some(&unix)), "unix:/run/app.sock 502 - - -\n");
         assert_eq!(line(None), "- - - - -\n");
+        // A request sent again: every attempt, earliest first.
+        let retried = UpstreamLog {
+            addr: Some(UpstreamAddr::Tcp("10.0.0.3:9000".parse().unwrap())),
+            status: Some(200),
+            connect: Some(Duration::from_millis(2)),
+            header: Some(Duration::from_millis(5)),
+            response: Some(Duration::from_millis(7)),
+            earlier: Some(Box::new(UpstreamLog {
+                status: Some(502),
+                ..tcp.clone()
+            })),
+        };
+        assert_eq!(
+            line(Some(&retried)),
+            "10.0.0.2:9000, 10.0.0.3:9000 502, 200 0.000, 0.002 0.012, 0.005 -, 0.007\n"
+        );
     }
 
     #[test]

@@ -134,6 +134,10 @@ struct Chunked<E> {
     /// for room (woken when half is free again, or the consumer is gone);
     /// in a request pipe the reader, for bytes or the end.
     loop_waiter: Option<(Arc<Mailbox>, usize)>,
+    /// A request pipe's reader will say when a client waiting for `100
+    /// Continue` gets it (the proxy relays its upstream's): the
+    /// connection does not send it when the reader is taken.
+    continue_held: bool,
 }
 
 impl<E> Queue<E> {
@@ -147,6 +151,7 @@ impl<E> Queue<E> {
                 waiting: false,
                 wake: None,
                 loop_waiter: None,
+                continue_held: false,
             }),
             signal: Condvar::new(),
             capacity,
@@ -608,6 +613,12 @@ impl BodySink {
         room
     }
 
+    /// The reader holds a client's `100 Continue` back
+    /// ([`BodyReader::hold_continue`]).
+    pub(crate) fn is_continue_held(&self) -> bool {
+        self.shared.as_ref().is_some_and(|shared| shared.lock().continue_held)
+    }
+
     /// The connection found no room and waits for the reader's wake.
     pub(crate) fn is_blocked(&self) -> bool {
         self.shared.as_ref().is_some_and(|shared| shared.lock().waiting)
@@ -715,6 +726,14 @@ pub(crate) enum Take {
 }
 
 impl BodyReader {
+    /// A client waiting for `100 Continue` is not sent it when this reader
+    /// is taken: its taker relays an interim answer of its own (the
+    /// proxy, its upstream's 100), or the client sends the body after its
+    /// own wait (RFC 9110 §10.1.1). Call before the handler returns.
+    pub(crate) fn hold_continue(&self) {
+        self.shared.lock().continue_held = true;
+    }
+
     /// The next bytes without blocking, for a reader on an event loop
     /// (the proxy's upstream connection): `Pending` posts `token` to
     /// `mailbox` when bytes or the end arrive.

@@ -105,6 +105,16 @@ pub use sys::raise_open_files_limit;
 pub use sys::stream::{remove_stale_socket, SOCKET_MODE, UNIX_PEER};
 pub use tls::TlsConfig;
 
+/// A binary upgrade's system calls: listening sockets passed to the process
+/// that starts the new executable and taken by the new one, and who sent a
+/// signal.
+pub mod upgrade {
+    pub use crate::sys::upgrade::{
+        pair, parent_pid, recv, send, set_inheritable, socket_kind, take_inherited, track_sender, uid, SignalSender,
+        SocketKind, FDS_MAX, MESSAGE_BYTES_MAX,
+    };
+}
+
 /// systemd: socket activation and readiness notification.
 pub mod systemd {
     pub use crate::sys::systemd::{listen_fds, notify, notify_reloading};

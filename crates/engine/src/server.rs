@@ -944,6 +944,96 @@ impl Listening {
         self.sockets.first().and_then(StdListener::unix_path)
     }
 
+    /// The descriptors, for another executable taking over (a binary
+    /// upgrade, `peregrine::upgrade`): the listening stream sockets (one
+    /// per socket of the address's SO_REUSEPORT group, or the one Unix
+    /// socket), then HTTP/3's UDP sockets. [`Listening::from_fds`] in the
+    /// new process makes a `Listening` of them again; the QUIC generations
+    /// stay in this process.
+    pub fn fds(&self) -> (Vec<std::os::fd::BorrowedFd<'_>>, Vec<std::os::fd::BorrowedFd<'_>>) {
+        use std::os::fd::AsFd;
+        let streams = (self.sockets.iter())
+            .map(|s| match s {
+                StdListener::Tcp(l) => l.as_fd(),
+                StdListener::Unix(l, _) => l.as_fd(),
+            })
+            .collect();
+        let udp = self.udp.iter().map(AsFd::as_fd).collect();
+        (streams, udp)
+    }
+
+    /// Whether this process removes the Unix socket's file at shutdown
+    /// (it bound it, or took it from a process that did); false for TCP
+    /// and for a socket systemd passed.
+    pub fn removes_socket_file(&self) -> bool {
+        match self.sockets.first() {
+            Some(StdListener::Unix(_, file)) => file.removes(),
+            _ => false,
+        }
+    }
+
+    /// The socket now belongs to a new executable too: this process
+    /// leaves its Unix socket file in place at shutdown (the new one
+    /// removes it at its own). Nothing for TCP.
+    pub fn keep_socket_file(&self) {
+        if let Some(StdListener::Unix(_, file)) = self.sockets.first() {
+            file.keep();
+        }
+    }
+
+    /// A `Listening` of descriptors another executable passed
+    /// ([`Listening::into_fds`]): `streams` must be listening stream
+    /// sockets of one family (one Unix socket at most), `udp` UDP sockets,
+    /// each checked with the kernel. All are made non-blocking.
+    /// `remove_socket_file`: a Unix socket's file is this process's to
+    /// remove at shutdown (it was the old one's).
+    pub fn from_fds(
+        streams: Vec<std::os::fd::OwnedFd>,
+        udp: Vec<std::os::fd::OwnedFd>,
+        remove_socket_file: bool,
+    ) -> std::io::Result<Listening> {
+        use crate::sys::upgrade::{socket_kind, SocketKind};
+        use std::os::fd::AsFd;
+        let invalid = |what: &str| std::io::Error::new(std::io::ErrorKind::InvalidInput, what.to_owned());
+        if streams.is_empty() {
+            return Err(invalid("a listener passed with no stream socket"));
+        }
+        let n_streams = streams.len();
+        let mut sockets = Vec::with_capacity(n_streams);
+        for fd in streams {
+            if socket_kind(fd.as_fd()) != SocketKind::Listener {
+                return Err(invalid(
+                    "a descriptor passed as a listener is not a listening stream socket",
+                ));
+            }
+            let socket = socket2::Socket::from(fd);
+            socket.set_nonblocking(true)?;
+            let listener = if socket.domain()? == socket2::Domain::UNIX {
+                if n_streams != 1 {
+                    return Err(invalid("a Unix-domain listener passed among other sockets"));
+                }
+                crate::sys::stream::SocketFile::adopted(socket.into(), remove_socket_file)
+            } else {
+                StdListener::Tcp(socket.into())
+            };
+            sockets.push(listener);
+        }
+        let mut udp_sockets = Vec::with_capacity(udp.len());
+        for fd in udp {
+            if socket_kind(fd.as_fd()) != SocketKind::Udp {
+                return Err(invalid("a descriptor passed as HTTP/3's is not a UDP socket"));
+            }
+            let socket = std::net::UdpSocket::from(fd);
+            socket.set_nonblocking(true)?;
+            udp_sockets.push(socket);
+        }
+        Ok(Listening {
+            sockets,
+            udp: udp_sockets,
+            quic: None,
+        })
+    }
+
     /// Duplicates of `sockets` (new descriptors, same sockets).
     fn duplicate(sockets: &[StdListener]) -> std::io::Result<Listening> {
         let sockets = sockets

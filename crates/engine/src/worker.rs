@@ -450,6 +450,14 @@ impl Hosted {
             if !self.upstreams.has_answers() {
                 return;
             }
+            for (token, id, status, fields) in self.upstreams.take_interims() {
+                if let Source::Conn(t) = Source::of(token) {
+                    if let Some(conn) = self.conns.get_mut(t) {
+                        let next = conn.on_interim(ctx, id, status, &fields);
+                        self.settle(ctx, t, next);
+                    }
+                }
+            }
             for (responder, response, figures) in self.upstreams.take_answers() {
                 let (token, id) = responder.into_parts();
                 if let crate::Body::Channel(rx) = &response.body {

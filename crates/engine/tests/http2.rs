@@ -15,7 +15,7 @@ use std::time::Duration;
 use common::PATIENCE;
 use peregrine::{Limits, Reply, Request, Responder, Response, Server};
 use test_support::h2::{
-    frame, take_frame, Frame, CONTINUATION, DATA, END_HEADERS, END_STREAM, ENHANCE_YOUR_CALM, GOAWAY, HEADERS,
+    frame, take_frame, Frame, ACK, CONTINUATION, DATA, END_HEADERS, END_STREAM, ENHANCE_YOUR_CALM, GOAWAY, HEADERS,
     NO_ERROR, PING, PREFACE, REFUSED_STREAM, RST_STREAM, SETTINGS, WINDOW_UPDATE,
 };
 
@@ -337,13 +337,21 @@ fn graceful_shutdown_sends_goaway_and_finishes_streams_in_flight() {
     let responder = rx.recv_timeout(PATIENCE).unwrap();
     let handle = server.shutdown_handle();
     handle.shutdown();
+    // RFC 9113 §6.8: a first GOAWAY naming 2^31-1 and a PING; the final
+    // one, naming the last stream answered, once the PING's ACK is back.
     let g = c.until("GOAWAY", |f| f.kind == GOAWAY);
     assert_eq!(g.code(), NO_ERROR);
-    assert_eq!(
-        u32::from_be_bytes(g.payload[..4].try_into().unwrap()),
-        1,
-        "last stream id"
-    );
+    let last = |g: &Frame| u32::from_be_bytes(g.payload[..4].try_into().unwrap());
+    assert_eq!(last(&g), (1 << 31) - 1, "no new streams, please");
+    let ping = c.until("PING", |f| f.kind == PING && f.flags & ACK == 0);
+    c.get(3, "/");
+    c.send(&frame(PING, ACK, 0, &ping.payload));
+    let g = c.until("the final GOAWAY", |f| f.kind == GOAWAY);
+    assert_eq!(g.code(), NO_ERROR);
+    assert_eq!(last(&g), 3, "last stream id: the request sent before the ACK");
+    let responder3 = rx.recv_timeout(PATIENCE).unwrap();
+    responder3.send(Response::text("late too"));
+    assert_eq!(c.response(3), (200, b"late too".to_vec()));
     responder.send(Response::text("late"));
     assert_eq!(c.response(1), (200, b"late".to_vec()));
     assert!(c.next().is_none(), "closed once the last stream is done");

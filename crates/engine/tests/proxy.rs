@@ -143,6 +143,7 @@ fn serve_upstream(stream: TcpStream, tx: Sender<Seen>, go: Arc<Mutex<Receiver<()
             "smuggle" => {
                 b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nupstream-secret-text".to_vec()
             }
+            "nocontent-body" => b"HTTP/1.1 204 No Content\r\n\r\nupstream-secret-text".to_vec(),
             "close" => {
                 let _ = out.write_all(b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil the close");
                 return;
@@ -385,6 +386,21 @@ fn an_answer_with_ambiguous_framing_is_a_502_without_upstream_text() {
     assert_eq!(status_of(&raw), 502, "{}", text(&raw));
     assert!(!text(&raw).contains("upstream-secret"), "{}", text(&raw));
     assert!(!text(&raw).contains(&up.addr.to_string()), "{}", text(&raw));
+}
+
+/// RFC 9112 §6.3: a 204 ends at its head; bytes sent with it are no
+/// answer to anything (no request is pipelined to an upstream).
+#[test]
+fn a_body_sent_with_a_204_is_a_502_and_the_connection_is_not_kept() {
+    let up = upstream();
+    let server = proxy_server(&format!("http://{}", up.addr), "/api/");
+    let raw = get(server.local_addr(), "/api/nocontent-body", "");
+    assert_eq!(status_of(&raw), 502, "{}", text(&raw));
+    assert!(!text(&raw).contains("upstream-secret"), "{}", text(&raw));
+    // The next request needs a new upstream connection.
+    let raw = get(server.local_addr(), "/api/hello", "");
+    assert_eq!(status_of(&raw), 200, "{}", text(&raw));
+    assert_eq!(up.accepted.load(Ordering::SeqCst), 2);
 }
 
 #[test]
@@ -634,6 +650,42 @@ fn the_access_log_tells_the_upstream_exchange_as_nginx_does() {
     let dead = dead.to_string();
     assert_eq!(lines[4][..4], ["/down/x", "502", dead.as_str(), "502"], "{log}");
     assert_eq!(lines[4][5..], ["-", "-"], "{log}");
+}
+
+/// A request sent again after its kept-alive connection died logs both
+/// attempts, as nginx lists them: `addr, addr`, `502, 200`.
+#[test]
+fn a_request_sent_again_logs_every_attempt() {
+    let up = upstream();
+    let path = temp_path("upstream-retry-log");
+    let format: peregrine::LogFormat = "$status|$upstream_addr|$upstream_status|$upstream_connect_time"
+        .parse()
+        .unwrap();
+    let server = proxy_server_with(
+        &[(Upstream::parse(&format!("http://{}", up.addr)).unwrap(), "/api/")],
+        |s| {
+            s.access_log(peregrine::AccessLog::File(path.clone()))
+                .access_log_format(format)
+        },
+    );
+    let mut c = Client::connect(server.local_addr());
+    for _ in 0..2 {
+        c.send(b"GET /api/once HTTP/1.1\r\nHost: t\r\n\r\n");
+        assert_eq!(c.response().status, 200);
+    }
+    assert_eq!(up.accepted.load(Ordering::SeqCst), 2, "the second was sent again");
+    drop(c);
+    server.shutdown();
+    server.join().unwrap();
+    let log = std::fs::read_to_string(&path).unwrap();
+    let lines: Vec<Vec<&str>> = log.lines().map(|l| l.split('|').collect()).collect();
+    let a = up.addr.to_string();
+    assert_eq!(lines.len(), 2, "{log}");
+    assert_eq!(lines[0][..3], ["200", a.as_str(), "200"], "{log}");
+    let both = format!("{a}, {a}");
+    assert_eq!(lines[1][..3], ["200", both.as_str(), "502, 200"], "{log}");
+    // The kept-alive attempt took no time to connect; the fresh one some.
+    assert!(lines[1][3].starts_with("0.000, "), "{log}");
 }
 
 #[test]

@@ -3,7 +3,8 @@
 //! counting the connections it accepted). Verified against a CA file, a
 //! GET and a POST go through on one kept-alive connection; a certificate
 //! the proxy cannot verify is a 502 with none of the upstream's text,
-//! unless verification is explicitly skipped.
+//! unless verification is explicitly skipped. A WebSocket passes through
+//! to one, its tunnel's bytes going through rustls.
 
 mod common;
 
@@ -292,26 +293,63 @@ fn a_long_body_goes_up_and_a_long_answer_comes_back_through_tls_whole() {
     server.shutdown();
 }
 
+/// A WebSocket echo server over TLS (a Peregrine of its own, HTTP/1.1
+/// only), with its certificate for `localhost` and the CA file for it.
+fn tls_ws_echo(tag: &str) -> (Running, std::path::PathBuf, Pki) {
+    use peregrine::ws;
+    let pki = Pki::new(tag);
+    let (cert, key, _) = pki.issue("up", &["localhost", "127.0.0.1"]);
+    let ca = pki.dir().join("ca.pem");
+    std::fs::write(&ca, pki.ca_pem()).unwrap();
+    let options = ws::Options::new().allow_origin("*").message_bytes_max(4 << 20);
+    let running = Server::new()
+        .bind_tls(
+            "127.0.0.1:0",
+            peregrine::TlsConfig::from_pem_files(&cert, &key).unwrap(),
+        )
+        .workers(1)
+        .http2(false)
+        .start(move |req: &peregrine::Request<'_>| -> peregrine::Reply {
+            ws::upgrade(req, &options, |ws: &mut ws::Socket<'_>, msg: ws::Message<'_>| {
+                let _ = ws.send(msg);
+            })
+        })
+        .expect("the upstream starts");
+    (running, ca, pki)
+}
+
 #[test]
-fn a_websocket_to_an_https_upstream_is_a_502_and_never_reaches_it() {
-    let up = tls_upstream("proxy-tls-ws");
+fn a_websocket_passes_through_to_an_https_upstream_both_ways() {
+    let (echo, ca, _pki) = tls_ws_echo("proxy-tls-ws");
     let server = proxy_server(
-        Upstream::parse(&format!("https://localhost:{}", up.addr.port()))
+        Upstream::parse(&format!("https://localhost:{}", echo.local_addr().port()))
             .unwrap()
-            .ca_file(&up.ca)
+            .ca_file(&ca)
             .unwrap(),
     );
-    let mut c = Client::connect(server.local_addr());
-    c.send(
-        b"GET /api/ws HTTP/1.1\r\nHost: site.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\
-          Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n",
-    );
-    let got = c.response();
-    assert_eq!(got.status, 502, "{}", got.text());
-    assert!(!got.text().contains("secret-upstream"));
-    assert!(up.seen.try_recv().is_err(), "nothing reached the upstream");
-    // An ordinary request still goes.
-    let got = request(server.local_addr(), "GET /api/a", "");
-    assert_eq!(status_of(got.as_bytes()), 200, "{got}");
+    let tcp = std::net::TcpStream::connect(server.local_addr()).unwrap();
+    tcp.set_read_timeout(Some(PATIENCE)).unwrap();
+    let (mut socket, answer) =
+        tungstenite::client(format!("ws://{}/api/ws", server.local_addr()), tcp).expect("the handshake");
+    assert_eq!(answer.status(), 101);
+    socket.send(tungstenite::Message::text("hello")).unwrap();
+    assert_eq!(socket.read().unwrap(), tungstenite::Message::text("hello"));
+    // More than a TLS record and a socket buffer hold at once, each way.
+    let big: Vec<u8> = (0..3 * 1024 * 1024u32).map(|i| (i % 251) as u8).collect();
+    socket.send(tungstenite::Message::binary(big.clone())).unwrap();
+    match socket.read().unwrap() {
+        tungstenite::Message::Binary(got) => assert!(got[..] == big[..], "the 3 MiB message came back changed"),
+        other => panic!("{other:?}"),
+    }
+    socket.close(None).unwrap();
+    // The upstream's close comes back through the tunnel.
+    loop {
+        match socket.read() {
+            Ok(tungstenite::Message::Close(_)) | Err(tungstenite::Error::ConnectionClosed) => break,
+            Ok(_) => {}
+            Err(e) => panic!("{e}"),
+        }
+    }
     server.shutdown();
+    echo.shutdown();
 }

@@ -296,6 +296,94 @@ fn an_http11_upgrade_passes_the_key_and_its_accept_value() {
     assert_eq!(sample(&metrics, "peregrine_proxy_websockets_open"), 1);
 }
 
+/// An auth service that answers 200 with `Remote-User: ann` to a
+/// subrequest carrying `Cookie: ok`, and 401 to others; it reports each
+/// subrequest's head.
+fn auth_service() -> (SocketAddr, mpsc::Receiver<String>) {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { return };
+            let tx = tx.clone();
+            thread::spawn(move || loop {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    match s.read(&mut byte) {
+                        Ok(1) => head.push(byte[0]),
+                        _ => return,
+                    }
+                }
+                let head = String::from_utf8_lossy(&head).into_owned();
+                let answer: &[u8] = if head.contains("\r\nCookie: ok\r\n") {
+                    b"HTTP/1.1 200 OK\r\nRemote-User: ann\r\nContent-Length: 0\r\n\r\n"
+                } else {
+                    b"HTTP/1.1 401 Unauthorized\r\nWWW-Authenticate: Bearer\r\nContent-Length: 6\r\n\r\nwho?\r\n"
+                };
+                let _ = tx.send(head);
+                if s.write_all(answer).is_err() {
+                    return;
+                }
+            });
+        }
+    });
+    (addr, rx)
+}
+
+/// A WebSocket opening on a forward-auth route: the auth subrequest goes
+/// first; on its 2xx the upgrade goes to the upstream (with the fields
+/// the route copies) and the tunnel opens; on a refusal the client gets
+/// the service's answer and the upstream never hears of it.
+#[test]
+fn a_websocket_on_a_forward_auth_route_tunnels_after_the_services_2xx() {
+    use peregrine::proxy::{ForwardAuth, Held};
+    let up = echo_upstream();
+    let (auth, asked) = auth_service();
+    let proxy = Proxy::new(Upstream::parse(&format!("http://{}", up.local_addr())).unwrap());
+    let check =
+        ForwardAuth::new(Upstream::parse(&format!("http://{auth}/verify")).unwrap()).copy_headers(["Remote-User"]);
+    let server = Server::new()
+        .bind("127.0.0.1:0")
+        .workers(1)
+        .websockets(true)
+        .start(move |req: &Request<'_>| -> Reply {
+            use peregrine::Handler;
+            check.check(req, None, &mut || Held::Reply(proxy.call(req)))
+        })
+        .expect("the proxy starts");
+
+    let mut s = connect(server.local_addr());
+    let (head, body) = open(&mut s, "/echo", "Cookie: nope\r\n");
+    assert!(head.starts_with("HTTP/1.1 401"), "{head}");
+    assert_eq!(body, b"who?\r\n");
+    assert!(asked.recv_timeout(PATIENCE).unwrap().starts_with("GET /verify "));
+
+    let mut s = connect(server.local_addr());
+    let (head, _) = open(&mut s, "/echo", "Cookie: ok\r\nRemote-User: forged\r\n");
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    assert_eq!(field(&head, "sec-websocket-accept"), Some(ACCEPT), "{head}");
+    assert!(asked.recv_timeout(PATIENCE).unwrap().starts_with("GET /verify "));
+    s.write_all(&client_frame(0x1, b"through")).unwrap();
+    let mut echo = [0u8; 9];
+    s.read_exact(&mut echo).unwrap();
+    assert_eq!(&echo, b"\x81\x07through");
+    // The upgrade reached the upstream with the service's Remote-User,
+    // not the client's: the echo upstream shows fields on other paths.
+    let mut s = connect(server.local_addr());
+    s.write_all(b"GET /fields HTTP/1.1\r\nHost: a\r\nCookie: ok\r\nRemote-User: forged\r\n\r\n")
+        .unwrap();
+    let (head, body) = read_answer(&mut s);
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    let body = String::from_utf8_lossy(&body);
+    assert!(
+        body.contains("remote-user: ann\n") || body.contains("Remote-User: ann\n"),
+        "{body}"
+    );
+    assert!(!body.contains("forged"), "{body}");
+}
+
 /// A raw upstream that answers every request with `answer`, then (if
 /// `flood`) writes that many bytes, counting what it wrote; it reports
 /// the request it read.

@@ -190,7 +190,29 @@ impl Site {
     /// This worker's rules, re-read when a rule file changed (looked at
     /// once per `revalidate_interval`). A rule file that no longer parses
     /// is logged and the rules read before stay.
+    ///
+    /// The common case, rules looked at less than an interval ago, is
+    /// inlined into every request; the rest (stat the rule files, re-read
+    /// them) is out of line.
+    #[inline(always)]
     fn conventions(&self, now: Instant) -> Rc<Conventions> {
+        let interval = self.options.revalidate_interval;
+        let fresh = LIVE.with(|live| {
+            let live = live.borrow();
+            let l = live.iter().find(|l| l.site == self.id)?;
+            (now.saturating_duration_since(l.checked) < interval).then(|| l.rules.clone())
+        });
+        match fresh {
+            Some(rules) => rules,
+            None => self.conventions_checked(now),
+        }
+    }
+
+    /// `conventions` when this worker has no rules yet or their interval
+    /// has passed: the rule files are looked at again.
+    #[cold]
+    #[inline(never)]
+    fn conventions_checked(&self, now: Instant) -> Rc<Conventions> {
         let interval = self.options.revalidate_interval;
         let (rules, changed) = LIVE.with(|live| {
             let mut live = live.borrow_mut();
@@ -311,7 +333,7 @@ impl Site {
         Reply::Now(self.respond(req, &rules, now))
     }
 
-    fn respond(&self, req: &Request<'_>, rules: &Rc<Conventions>, now: Instant) -> Response {
+    fn respond(&self, req: &Request<'_>, rules: &Conventions, now: Instant) -> Response {
         // 1. Method (RFC 9110 §9.3).
         let head = match reply::method(req) {
             Method::Get => false,
@@ -320,13 +342,12 @@ impl Site {
         };
         let raw = req.path().as_bytes();
         let fields = Fields::scan(req);
-        let rules = rules.clone();
         // A forced rule shadows any file, cached or not. A raw path
         // without escapes or dot segments is already its key.
         let plain = path::is_key(req.path());
         if plain && rules.has_forced() {
             if let Some(answer) = rules.forced(req.path(), req.query()) {
-                return self.rule_answer(answer, req.path(), &rules, &fields, head);
+                return self.rule_answer(answer, req.path(), rules, &fields, head);
             }
         }
         // Hot path: a cached file for exactly this raw path.
@@ -344,16 +365,16 @@ impl Site {
         let key = site_path.key();
         if !plain && rules.has_forced() {
             if let Some(answer) = rules.forced(&key, req.query()) {
-                return self.rule_answer(answer, &key, &rules, &fields, head);
+                return self.rule_answer(answer, &key, rules, &fields, head);
             }
         }
         // Dotfiles and the convention files are not served (an archive
         // has no entry for them either): what a missing path gets.
         if site_path.is_hidden() || conventions::is_convention_file(&site_path.rel) {
-            return self.missing(&site_path, &key, req.query(), &rules, &fields, head);
+            return self.missing(&site_path, &key, req.query(), rules, &fields, head);
         }
         // 3. Lookup.
-        match self.lookup(&site_path, &rules, true) {
+        match self.lookup(&site_path, rules, true) {
             Found::File(res) => {
                 cache::with_cache(self.id, self.options.cache_entries, |c| c.insert(raw, res.clone()));
                 self.reply(&res, &fields, head, 200)
@@ -393,7 +414,7 @@ impl Site {
                 }
             }
             Found::Forbidden => Response::error(403),
-            Found::Missing => self.missing(&site_path, &key, req.query(), &rules, &fields, head),
+            Found::Missing => self.missing(&site_path, &key, req.query(), rules, &fields, head),
         }
     }
 

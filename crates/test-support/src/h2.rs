@@ -21,6 +21,8 @@ pub const CONTINUATION: u8 = 0x9;
 
 // Flags.
 pub const END_STREAM: u8 = 0x1;
+/// SETTINGS and PING: an acknowledgment.
+pub const ACK: u8 = 0x1;
 pub const END_HEADERS: u8 = 0x4;
 
 // Error codes (RFC 9113 §7).

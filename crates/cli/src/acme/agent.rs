@@ -224,6 +224,9 @@ impl Link {
 
 /// Runs the ACME process until its standard input closes.
 pub(crate) fn run() -> anyhow::Result<()> {
+    // `systemctl kill -s USR2` (a binary upgrade) reaches every process of
+    // the unit; it means nothing here, and must not end this one.
+    signal_hook::flag::register(signal_hook::consts::SIGUSR2, std::sync::Arc::default()).context("signals")?;
     let mut lines = std::io::stdin().lock().lines();
     let first = lines.next().context("no configuration")??;
     let config = Config::from_json(&serde_json::from_str(&first)?)?;

@@ -411,11 +411,16 @@ fn attach_listeners(
 fn start_metrics_server(
     addr: Option<SocketAddr>,
     metrics: Option<&Arc<Metrics>>,
-    process: &Process,
+    process: &mut Process,
 ) -> anyhow::Result<Option<(SocketAddr, Running)>> {
+    // The listener an upgrade passed, for the same address.
+    let inherited = match &mut process.inherited_metrics {
+        Some((at, _)) if Some(*at) == addr => process.inherited_metrics.take().map(|(_, l)| l),
+        _ => None,
+    };
     Ok(match (addr, metrics, &process.metrics_server) {
         (Some(addr), _, Some((old, _))) if *old == addr => None,
-        (Some(addr), Some(m), _) => Some((addr, serve_metrics(addr, m.clone())?)),
+        (Some(addr), Some(m), _) => Some((addr, serve_metrics(addr, m.clone(), inherited)?)),
         _ => None,
     })
 }
@@ -727,7 +732,7 @@ fn archive_gauges(m: &Metrics, archives: &[ServedArchive]) {
 /// Serves `/metrics` (Prometheus text format) and `/healthz` on the
 /// `--metrics` address: a server of its own with one worker, so scrapes
 /// never wait behind client traffic and are not counted in it.
-fn serve_metrics(addr: SocketAddr, metrics: Arc<Metrics>) -> anyhow::Result<Running> {
+fn serve_metrics(addr: SocketAddr, metrics: Arc<Metrics>, inherited: Option<Listening>) -> anyhow::Result<Running> {
     let app = Router::new()
         .get("/metrics", move |_: &Request<'_>| {
             Response::bytes("text/plain; version=0.0.4; charset=utf-8", metrics.render())
@@ -736,11 +741,11 @@ fn serve_metrics(addr: SocketAddr, metrics: Arc<Metrics>) -> anyhow::Result<Runn
         .get("/healthz", |_: &Request<'_>| {
             Response::text("ok\n").with_header("Cache-Control", "no-store")
         });
-    let running = Server::new()
-        .bind(addr)
-        .workers(1)
-        .start(app)
-        .with_context(|| format!("--metrics {addr}"))?;
+    let srv = match inherited {
+        Some(listening) => Server::new().listener(listening),
+        None => Server::new().bind(addr),
+    };
+    let running = srv.workers(1).start(app).with_context(|| format!("--metrics {addr}"))?;
     Ok(running)
 }
 

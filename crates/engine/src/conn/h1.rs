@@ -228,7 +228,10 @@ impl Conn {
                         }
                     }
                     let called = dispatch::settle(ctx, &slot, &req, &mut handled);
-                    input.start += h1.stream_body(start, sink, taken, &env, output);
+                    // A reader that holds the 100 back relays it later
+                    // (`on_interim`: the proxy's upstream sent one).
+                    let continue_now = taken && !sink.is_continue_held();
+                    input.start += h1.stream_body(start, sink, continue_now, &env, output);
                     match called {
                         Called::Now(response) => {
                             let sent = h1.respond(output, response, &env, transport.extra_fields());

@@ -51,6 +51,7 @@ pub(crate) mod dispatch;
 mod flush;
 mod h1;
 mod h2;
+mod interim;
 mod proxy;
 pub(crate) mod streams;
 mod tunnel;

@@ -38,7 +38,6 @@
 //! (its own WebSockets get a 1001 instead).
 
 use std::io::{self, Read, Write};
-use std::net::Shutdown;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -146,7 +145,7 @@ impl Tunnel {
     fn client_done(&mut self, now: Instant) {
         if !self.up_shut {
             self.up_shut = true;
-            let _ = self.up.shutdown(Shutdown::Write);
+            let _ = self.up.shutdown_write();
             self.idle_timeout = self.idle_timeout.min(PROXY_TUNNEL_FIN_TIMEOUT);
             self.last = now;
         }
@@ -258,6 +257,10 @@ impl Conn {
         };
         t.readable = true;
         t.writable = true;
+        // An `https://` upstream's records rustls could not send before
+        // (the socket was full) go now; an error shows at the next
+        // write or read.
+        let _ = t.up.flush();
         self.drive(ctx)
     }
 

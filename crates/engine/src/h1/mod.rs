@@ -169,6 +169,9 @@ struct Upload {
     sink: BodySink,
     /// The client asked for `100 Continue`: it may never send the body.
     expect_continue: bool,
+    /// That `100 Continue` was queued (at once, or relayed later through
+    /// `interim`).
+    continued: bool,
     /// Discarding after the answer was queued: bytes that may still be
     /// thrown away, and until when, before the connection closes instead.
     after_answer: Option<(u64, Instant)>,
@@ -425,6 +428,7 @@ impl H1 {
             sink,
             after_answer: None,
             expect_continue: start.expect_continue,
+            continued: start.expect_continue && reader_taken,
         }));
         self.state = State::Handling(start.answer);
         if start.expect_continue && reader_taken {
@@ -626,6 +630,39 @@ impl H1 {
     /// A 101 is queued: the connection is another protocol's.
     pub(crate) fn is_upgraded(&self) -> bool {
         matches!(self.state, State::Upgraded)
+    }
+
+    /// Queues an interim answer to the deferred request (a proxy relaying
+    /// its upstream's): `100 Continue` only to a client that asked for it
+    /// and has not had it, a `103 Early Hints` with `fields` (complete
+    /// lines). Whether it was queued: never to an HTTP/1.0 client (RFC
+    /// 9110 §15.2: "A server MUST NOT send a 1xx response to an HTTP/1.0
+    /// client"), nor once the final answer is on its way.
+    pub(crate) fn interim(&mut self, out: &mut Output, status: u16, fields: &[u8]) -> bool {
+        let State::Deferred(answer) = self.state else {
+            return false;
+        };
+        if answer.version != Version::Http11 {
+            return false;
+        }
+        match status {
+            100 => {
+                let Some(up) = self.upload.as_mut() else {
+                    return false;
+                };
+                if !up.expect_continue || std::mem::replace(&mut up.continued, true) {
+                    return false;
+                }
+                out.buf.extend_from_slice(wire::CONTINUE);
+            }
+            103 => {
+                out.buf.extend_from_slice(b"HTTP/1.1 103 Early Hints\r\n");
+                out.buf.extend_from_slice(fields);
+                out.buf.extend_from_slice(b"\r\n");
+            }
+            _ => return false,
+        }
+        true
     }
 
     /// The handler will answer later (`answer`); the input waits.

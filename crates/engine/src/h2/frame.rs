@@ -34,6 +34,8 @@ pub(crate) const SETTINGS_ENABLE_CONNECT_PROTOCOL: u16 = 0x8;
 
 /// The largest flow-control window (§6.9.1).
 pub(crate) const WINDOW_MAX: i64 = (1 << 31) - 1;
+/// The largest stream identifier (2^31-1): a first GOAWAY names it.
+pub(crate) const STREAM_ID_MAX: u32 = (1 << 31) - 1;
 /// The initial window of every stream and the connection (§6.9.2).
 pub(crate) const DEFAULT_WINDOW: i64 = 65_535;
 /// The frame payload every endpoint must accept (§4.2).
@@ -101,6 +103,12 @@ pub(crate) fn write_settings_ack(out: &mut Vec<u8>) {
 
 pub(crate) fn write_ping_ack(out: &mut Vec<u8>, payload: &[u8]) {
     write_header(out, 8, PING, ACK, 0);
+    out.extend_from_slice(payload);
+}
+
+/// A PING of ours (not an acknowledgment).
+pub(crate) fn write_ping(out: &mut Vec<u8>, payload: &[u8; 8]) {
+    write_header(out, 8, PING, 0, 0);
     out.extend_from_slice(payload);
 }
 

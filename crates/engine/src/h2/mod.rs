@@ -79,6 +79,10 @@ const HEADER_TABLE_BYTES: usize = 4096;
 /// crate keeps 10 (`max_concurrent_reset_streams`).
 const RESET_IDS: usize = 16;
 
+/// The payload of the PING sent with a shutdown's first GOAWAY, told
+/// apart from any other by its ACK.
+const GOAWAY_PING: &[u8; 8] = b"goaway\0\0";
+
 /// What a session is configured with, from `Limits`.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Config {
@@ -137,6 +141,9 @@ pub(crate) struct Session {
     failed: bool,
     /// GOAWAY(NO_ERROR) sent: streams after `last_stream` are ignored.
     draining: bool,
+    /// The first GOAWAY of a graceful shutdown sent (naming 2^31-1) with
+    /// a PING; the final one goes when the PING's ACK comes back.
+    announced: bool,
     /// The client sent GOAWAY: close once the streams are done.
     peer_gone: bool,
     /// Control frames received, and the work done that earns them.
@@ -184,6 +191,7 @@ impl Session {
             scratch: Head::default(),
             failed: false,
             draining: false,
+            announced: false,
             peer_gone: false,
             n_control: 0,
             n_responses: 0,
@@ -332,6 +340,10 @@ impl Session {
                 }
                 if h.flags & frame::ACK == 0 && self.cost(out) {
                     frame::write_ping_ack(out, payload);
+                } else if h.flags & frame::ACK != 0 && payload == GOAWAY_PING && self.announced {
+                    // A round trip since the first GOAWAY: every stream the
+                    // client opened before it read that one has arrived.
+                    self.go_away_now(out);
                 }
             }
             frame::GOAWAY => {
@@ -385,9 +397,26 @@ impl Session {
         self.failed || ((self.draining || self.peer_gone) && self.streams.is_empty())
     }
 
-    /// Starts a graceful shutdown: GOAWAY(NO_ERROR) naming the last stream
-    /// that will be answered (§6.8).
+    /// Starts a graceful shutdown as RFC 9113 §6.8 advises: a first
+    /// GOAWAY(NO_ERROR) naming 2^31-1 (no new streams, please) with a
+    /// PING; when its ACK comes back, a round trip later, every request
+    /// the client sent before it read the GOAWAY has arrived and is
+    /// answered, and the final GOAWAY names the last one. A single GOAWAY
+    /// naming the last stream seen refused a request crossing it on the
+    /// wire, which clients such as curl report as failed rather than retry
+    /// (seen at a binary upgrade under load). A client that never answers
+    /// the PING is cut at the shutdown timeout, as any other.
     pub(crate) fn go_away(&mut self, out: &mut Vec<u8>) {
+        if !self.draining && !self.failed && !self.announced {
+            self.announced = true;
+            frame::write_goaway(out, frame::STREAM_ID_MAX, Code::NoError, "");
+            frame::write_ping(out, GOAWAY_PING);
+        }
+    }
+
+    /// The final GOAWAY(NO_ERROR), naming the last stream that will be
+    /// answered: streams after it are ignored.
+    fn go_away_now(&mut self, out: &mut Vec<u8>) {
         if !self.draining && !self.failed {
             self.draining = true;
             frame::write_goaway(out, self.last_stream, Code::NoError, "");

@@ -305,6 +305,26 @@ impl Session {
         });
     }
 
+    /// Sends stream `id` an interim answer other than 100 (a proxy
+    /// relaying its upstream's `103 Early Hints`): HEADERS with `:status`
+    /// and `fields` (complete lines, no connection-specific field), no
+    /// END_STREAM (RFC 9113 §8.1). Nothing once the stream is answered
+    /// or refused. Its fields are literals, never indexed: hints are
+    /// rarely sent twice alike.
+    pub(crate) fn send_interim(&mut self, id: u32, status: u16, fields: &[u8], out: &mut Vec<u8>) {
+        let Some(idx) = self.find(id) else { return };
+        let s = &self.streams[idx];
+        if s.refused.is_some() || !matches!(s.send, Sending::Waiting | Sending::Deferred(_)) {
+            return;
+        }
+        let encoder = &mut self.encoder;
+        write_head(out, id, 0, self.peer_frame_max, |block| {
+            encoder.begin(block);
+            hpack::write_status(block, status);
+            for_each_line(fields, |name, value| hpack::write_field(block, name, value));
+        });
+    }
+
     /// Appends DATA frames while the windows allow, until `out` holds
     /// `budget` bytes.
     pub(crate) fn send(&mut self, out: &mut Vec<u8>, budget: usize) {

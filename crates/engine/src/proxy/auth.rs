@@ -201,8 +201,10 @@ impl ForwardAuth {
             head_method: false,
             idempotent: true,
             retried: false,
+            tried: None,
             body: None,
             chunked: false,
+            expect_continue: false,
             responder: Responder::new(None, CHECK_TOKEN, next_check_id()),
             tunnel: None,
             auth: Some(Box::new(Pending {
@@ -356,6 +358,16 @@ impl Checks {
     /// The upstream requests let through since the last call.
     pub(crate) fn take_granted(&mut self) -> Vec<Job> {
         std::mem::take(&mut self.granted)
+    }
+
+    /// The answer to `key` will not pass through `sort`: its upstream
+    /// switched to WebSocket and the tunnel goes to the client directly
+    /// (`Upstreams::take_handoffs`). Without this, each tunnel a check let
+    /// through would leave its key in `private` for good.
+    pub(crate) fn forget(&mut self, key: (usize, u64)) {
+        if !self.private.is_empty() {
+            self.private.remove(&key);
+        }
     }
 
     /// The pool's answers with the subrequests' taken out and decided:

@@ -119,11 +119,18 @@ pub(crate) struct Job {
     pub(crate) idempotent: bool,
     /// Sent again once already.
     pub(crate) retried: bool,
+    /// The access log figures of the attempts that failed before this
+    /// one (`UpstreamLog::earlier`).
+    pub(crate) tried: Option<Box<crate::access_log::UpstreamLog>>,
     /// A body read as it arrives (longer than `WHOLE_REQUEST_MAX`, or of
     /// unknown length), written after `bytes`; `chunked` when its length
     /// is unknown.
     pub(crate) body: Option<crate::body::BodyReader>,
     pub(crate) chunked: bool,
+    /// The client's `Expect: 100-continue` went to the upstream with a
+    /// streamed body: the upstream's 100 is relayed (the engine held its
+    /// own back: `BodyReader::hold_continue`).
+    pub(crate) expect_continue: bool,
     pub(crate) responder: Responder,
     /// A WebSocket opening (`tunnel.rs`): the 101 it waits for.
     pub(crate) tunnel: Option<tunnel::Ask>,
@@ -312,9 +319,8 @@ fn is_idempotent(method: &str) -> bool {
 }
 
 /// Fields never copied from the client: hop-by-hop ones (the codec drops
-/// them too, with those `Connection` names), those the proxy writes
-/// afresh, and `Expect` (the engine answered the 100 itself and read the
-/// body whole).
+/// them too, with those `Connection` names) and those the proxy writes
+/// afresh. `Expect` goes only with a body that streams (`expects_continue`).
 const REPLACED: &[&str] = &[
     "x-forwarded-for",
     "x-forwarded-proto",
@@ -322,10 +328,24 @@ const REPLACED: &[&str] = &[
     "forwarded",
     "via",
     "x-request-id",
-    "expect",
     "cookie",
     "host",
 ];
+
+/// The request's Content-Length as the engine framed it: the codec
+/// refused differing values, so the first of a list (`5, 5`) is the
+/// length (RFC 9110 §8.6), which the upstream then gets once.
+fn content_length(req: &Request<'_>) -> Option<u64> {
+    let v = req.header("content-length")?;
+    v.split(',').next()?.trim().parse().ok()
+}
+
+/// Whether the client sent `Expect: 100-continue` (the engine refused
+/// every other expectation with 417).
+fn expects_continue(req: &Request<'_>) -> bool {
+    req.header_bytes("expect")
+        .is_some_and(|v| v.eq_ignore_ascii_case(b"100-continue"))
+}
 
 impl Handler for Proxy {
     fn call(&self, req: &Request<'_>) -> Reply {
@@ -338,7 +358,15 @@ impl Handler for Proxy {
             return self.call_tunnel(req, outbox, offer);
         }
         let reader = req.body_reader();
-        let length = req.header("content-length").and_then(|v| v.trim().parse::<u64>().ok());
+        // RFC 9110 §10.1.1: a proxy forwards a 100-continue expectation
+        // with the head, and the upstream's 100 (or its early answer) is
+        // what the client gets. The body then streams (`body_use`): it is
+        // not read until the upstream asks for it.
+        let expect_continue = reader.is_some() && expects_continue(req);
+        if let (true, Some(reader)) = (expect_continue, &reader) {
+            reader.hold_continue();
+        }
+        let length = content_length(req);
         let framing = match (&reader, length) {
             (None, _) if req.body().is_empty() => Framing::Empty,
             (None, _) => Framing::Length(req.body().len() as u64),
@@ -346,7 +374,8 @@ impl Handler for Proxy {
             (Some(_), Some(n)) => Framing::Length(n),
             (Some(_), None) => Framing::Chunked,
         };
-        match build(&self.up, req, framing) {
+        let skip: &[&str] = if expect_continue { &[] } else { &["expect"] };
+        match build_as(&self.up, req, framing, req.method(), skip) {
             Ok(bytes) => {
                 let responder = req.defer();
                 outbox.borrow_mut().push(Job {
@@ -355,7 +384,9 @@ impl Handler for Proxy {
                     head_method: req.method() == "HEAD",
                     idempotent: is_idempotent(req.method()),
                     retried: false,
+                    tried: None,
                     chunked: framing == Framing::Chunked,
+                    expect_continue,
                     body: reader,
                     responder,
                     tunnel: None,
@@ -370,9 +401,11 @@ impl Handler for Proxy {
 
     /// A body up to [`WHOLE_REQUEST_MAX`] is read whole; a longer one, or
     /// one of unknown length, streams to the upstream as it arrives.
+    /// A client waiting for `100 Continue` streams whatever the length:
+    /// the upstream says whether it wants the body.
     fn body_use(&self, req: &Request<'_>) -> BodyUse {
-        match req.header("content-length").and_then(|v| v.trim().parse::<u64>().ok()) {
-            Some(n) if n <= WHOLE_REQUEST_MAX => BodyUse::Buffer,
+        match content_length(req) {
+            Some(n) if n <= WHOLE_REQUEST_MAX && !expects_continue(req) => BodyUse::Buffer,
             _ => BodyUse::Stream,
         }
     }
@@ -394,7 +427,9 @@ impl Proxy {
                     head_method: false,
                     idempotent: true,
                     retried: false,
+                    tried: None,
                     chunked: false,
+                    expect_continue: false,
                     body: None,
                     responder,
                     tunnel: Some(ask),
@@ -408,13 +443,8 @@ impl Proxy {
     }
 }
 
-/// The upstream request's bytes, or the status that refuses it.
-fn build(up: &Upstream, req: &Request<'_>, framing: Framing) -> Result<Vec<u8>, u16> {
-    build_as(up, req, framing, req.method(), &[])
-}
-
-/// `build` with the upstream request's `method`, and the client's fields
-/// named in `skip` left out.
+/// The upstream request's bytes, or the status that refuses it: the
+/// request as `method`, the client's fields named in `skip` left out.
 fn build_as(up: &Upstream, req: &Request<'_>, framing: Framing, method: &str, skip: &[&str]) -> Result<Vec<u8>, u16> {
     let own = via_token();
     for value in req.headers().filter(|(n, _)| n.eq_ignore_ascii_case("via")) {

@@ -35,6 +35,11 @@ const WHOLE_BODY_MAX: usize = 64 * 1024;
 /// Bytes read from an upstream at a time.
 const READ_CHUNK: usize = 64 * 1024;
 
+/// Interim answers (100, 103) relayed to a client per request at most;
+/// an upstream's others are read and dropped, so that it cannot make the
+/// client's connection queue heads without end.
+const INTERIMS_MAX: u8 = 8;
+
 /// Fields an upstream's answer never passes on: hop-by-hop (RFC 9110
 /// §7.6.1, RFC 9113 §8.2.2), the framing the engine writes itself, and
 /// Date and Server, which the engine writes for its own answers.
@@ -61,6 +66,9 @@ pub(crate) struct Upstreams {
     /// they need not go through the mailbox that other threads use. Each
     /// with the figures of its access log line.
     answers: Vec<Answer>,
+    /// Interim answers read this turn (`take_interims`), before the
+    /// final answers of the same requests.
+    interims: Vec<Interim>,
     /// Upstream connections that switched to WebSocket this turn, for
     /// the worker to hand to their clients' connections (`take_handoffs`).
     handoffs: Vec<super::Handoff>,
@@ -77,6 +85,11 @@ pub(crate) struct Upstreams {
 
 /// An answer, where it goes, and the upstream figures of its log line.
 pub(crate) type Answer = (Responder, Response, Option<UpstreamLog>);
+
+/// An interim answer to relay: the client's connection token, the
+/// deferred request's id, the status (100 or 103) and its fields as
+/// complete lines.
+pub(crate) type Interim = (usize, u64, u16, Vec<u8>);
 
 struct Pool {
     up: Arc<Upstream>,
@@ -149,6 +162,10 @@ struct UpConn {
     figures: UpstreamLog,
     /// Why the answer, already relayed, was cut short (for the metrics).
     broke: Option<UpstreamFailure>,
+    /// Interim answers read by the last step, for `Upstreams::interims`,
+    /// and how many this request has had relayed.
+    interims: Vec<Interim>,
+    n_interims: u8,
 }
 
 /// What a step of a connection came to.
@@ -200,6 +217,18 @@ impl Sock {
         }
     }
 
+    /// The next close resets the connection (RST, SO_LINGER 0) instead of
+    /// ending it: for a request cut short, which the upstream must not
+    /// take for complete. A Unix socket has no reset; it just closes.
+    fn abort(&self) {
+        let tcp = match self {
+            Sock::Tcp(s) => s,
+            Sock::Tls(s) => &s.tcp,
+            Sock::Unix(_) => return,
+        };
+        let _ = socket2::SockRef::from(tcp).set_linger(Some(std::time::Duration::ZERO));
+    }
+
     fn source(&mut self) -> &mut dyn mio::event::Source {
         match self {
             Sock::Tcp(s) => s,
@@ -249,8 +278,12 @@ impl Write for Sock {
             Sock::Tls(s) => s.write(buf),
         }
     }
+    /// Sends what rustls holds (`https://`); nothing to do otherwise.
     fn flush(&mut self) -> io::Result<()> {
-        Ok(())
+        match self {
+            Sock::Tls(s) => s.flush(),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -265,12 +298,21 @@ impl Upstreams {
     /// `take_handoffs`, or requests a forward-auth check let through for
     /// `submit_all`).
     pub(crate) fn has_answers(&self) -> bool {
-        !self.answers.is_empty() || !self.handoffs.is_empty() || self.checks.has_granted()
+        !self.answers.is_empty() || !self.interims.is_empty() || !self.handoffs.is_empty() || self.checks.has_granted()
+    }
+
+    /// The interim answers read since the last call, to be relayed
+    /// before the final answers `take_answers` gives.
+    pub(crate) fn take_interims(&mut self) -> Vec<Interim> {
+        std::mem::take(&mut self.interims)
     }
 
     /// The upstream connections that switched to WebSocket since the last
     /// call, each for its client's connection.
     pub(crate) fn take_handoffs(&mut self) -> Vec<super::Handoff> {
+        for handoff in &self.handoffs {
+            self.checks.forget(handoff.responder.key());
+        }
         std::mem::take(&mut self.handoffs)
     }
 
@@ -371,21 +413,6 @@ impl Upstreams {
         if let Some(m) = &pool.metrics {
             m.requests.add(1);
         }
-        if job.tunnel.is_some() && job.up.is_tls() {
-            // A tunnel moves bytes between two sockets (`conn/tunnel.rs`);
-            // one through rustls is not written yet.
-            log::warn!(
-                "proxy: {}: WebSocket to an https:// upstream is not supported: 502",
-                pool.up.url()
-            );
-            let answer = job.up.error_answer(502);
-            let figures = UpstreamLog {
-                status: Some(502),
-                ..UpstreamLog::default()
-            };
-            self.answers.push((job.responder, answer, Some(figures)));
-            return;
-        }
         if let Some(key) = pool.idle.pop() {
             self.assign(ctx, timers, key, job);
         } else if pool.open < pool.up.max_conns {
@@ -408,9 +435,9 @@ impl Upstreams {
     }
 
     /// Opens a connection for `job` (`open` counted), or answers 502.
-    fn connect(&mut self, ctx: &mut Ctx<'_>, timers: &mut Timers, job: Job) {
+    fn connect(&mut self, ctx: &mut Ctx<'_>, timers: &mut Timers, mut job: Job) {
         let up = job.up.clone();
-        let failed = |why: &dyn std::fmt::Display| {
+        let failed = |why: &dyn std::fmt::Display, earlier: Option<Box<UpstreamLog>>| {
             log::warn!("proxy: {}: {why}", up.url());
             if let Some(m) = self.pools.get(&up.id).and_then(|p| p.metrics.as_ref()) {
                 m.fail(UpstreamFailure::Connect);
@@ -421,6 +448,7 @@ impl Upstreams {
                     Addr::Unix(_) => UpstreamAddr::Unix(up.clone()),
                 }),
                 status: Some(502),
+                earlier,
                 ..UpstreamLog::default()
             };
             (up.error_answer(502), Some(figures))
@@ -428,10 +456,13 @@ impl Upstreams {
         let (mut sock, peer) = match Sock::connect(&up.addr, up.tls.as_ref()) {
             Ok(s) => s,
             Err(e) => {
-                let (answer, figures) = failed(&format_args!("connect: {e}"));
-                // Nothing was sent: another member may take it.
+                let (answer, figures) = failed(&format_args!("connect: {e}"), job.tried.take());
+                // Nothing was sent: another member may take it (the failed
+                // attempt logged before the next).
                 self.judge(ctx.now, up.id, false);
-                if let Some(job) = self.resend(ctx, timers, job) {
+                job.tried = figures.map(Box::new);
+                if let Some(mut job) = self.resend(ctx, timers, job) {
+                    let figures = job.tried.take().map(|f| *f);
                     self.answers.push((job.responder, answer, figures));
                 }
                 return;
@@ -444,7 +475,7 @@ impl Upstreams {
             Source::Upstream(key).mio(),
             Interest::READABLE | Interest::WRITABLE,
         ) {
-            let (answer, figures) = failed(&format_args!("register: {e}"));
+            let (answer, figures) = failed(&format_args!("register: {e}"), job.tried.take());
             self.answers.push((job.responder, answer, figures));
             return;
         }
@@ -473,6 +504,8 @@ impl Upstreams {
             started: ctx.now,
             figures: UpstreamLog::default(),
             broke: None,
+            interims: Vec::new(),
+            n_interims: 0,
         });
         if let Some(pool) = self.pools.get_mut(&up.id) {
             pool.open += 1;
@@ -578,6 +611,9 @@ impl Upstreams {
             read_timeout.unwrap_or(Upstream::READ_TIMEOUT),
             &mut self.scratch,
         );
+        if !c.interims.is_empty() {
+            self.interims.append(&mut c.interims);
+        }
         if let Some((responder, response)) = c.answer.take() {
             // The answer's head: relayed now.
             if let (Some(m), Some(took)) = (self.pools.get(&c.up).and_then(|p| p.metrics.as_ref()), c.figures.header) {
@@ -643,6 +679,8 @@ impl Upstreams {
                 if let Some(mut job) = job {
                     if retry && !job.retried {
                         job.retried = true;
+                        // The failed attempt is logged before the next.
+                        job.tried = Some(Box::new(figures));
                         log::debug!("proxy: {url}: {why}; sending again on a new connection");
                         self.connect(ctx, timers, job);
                         return;
@@ -653,16 +691,21 @@ impl Upstreams {
                         }
                         self.judge(ctx.now, up_id, false);
                     }
-                    let job = if elsewhere {
+                    let (job, figures) = if elsewhere {
+                        // The failed attempt is logged before the next.
+                        job.tried = Some(Box::new(figures));
                         match self.resend(ctx, timers, job) {
-                            Some(job) => job,
+                            Some(mut job) => {
+                                let figures = job.tried.take().map_or_else(UpstreamLog::default, |f| *f);
+                                (job, figures)
+                            }
                             None => {
                                 log::warn!("proxy: {url}: {why}: sent to another upstream");
                                 return;
                             }
                         }
                     } else {
-                        job
+                        (job, figures)
                     };
                     log::warn!("proxy: {url}: {why}: {status}");
                     let answer = match status {
@@ -779,8 +822,12 @@ fn failure_kind(state: State, status: u16, why: &str) -> Option<UpstreamFailure>
 impl UpConn {
     fn take(&mut self, mut job: Job, now: Instant) {
         self.started = now;
-        self.figures = UpstreamLog::default();
+        self.figures = UpstreamLog {
+            earlier: job.tried.take(),
+            ..UpstreamLog::default()
+        };
         self.broke = None;
+        self.n_interims = 0;
         self.out = std::mem::take(&mut job.bytes);
         self.body = job.body.take();
         self.chunked = job.chunked;
@@ -807,7 +854,7 @@ impl UpConn {
     }
 
     fn advance(&mut self, ctx: &Ctx<'_>, key: usize, read_timeout: std::time::Duration, scratch: &mut [u8]) -> Outcome {
-        loop {
+        'step: loop {
             match self.state {
                 State::Connecting => match self.sock.connected() {
                     Ok(true) => {
@@ -824,7 +871,12 @@ impl UpConn {
                             Ok(n) => self.written += n,
                             Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                                 self.deadline = Some(ctx.now + read_timeout);
-                                return Outcome::Wait;
+                                // An upstream that stopped reading may have
+                                // answered already (a 413 before the body).
+                                match self.read_early(ctx, scratch) {
+                                    Some(outcome) => return outcome,
+                                    None => continue 'step,
+                                }
                             }
                             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                             Err(e) => return self.failed(502, format!("write: {e}")),
@@ -849,8 +901,13 @@ impl UpConn {
                             }
                             Take::Pending => {
                                 // The client's body timeout bounds the wait.
+                                // Meanwhile the upstream may speak: a 100
+                                // the client waits for, or its answer.
                                 self.deadline = None;
-                                return Outcome::Wait;
+                                match self.read_early(ctx, scratch) {
+                                    Some(outcome) => return outcome,
+                                    None => continue,
+                                }
                             }
                             Take::End => {
                                 self.body = None;
@@ -863,6 +920,11 @@ impl UpConn {
                             }
                             Take::Failed => {
                                 self.body = None;
+                                // The upstream must not take what it has
+                                // for a whole request: a reset, not a FIN
+                                // (a lenient server reads a FIN inside a
+                                // chunked body as its end).
+                                self.sock.abort();
                                 return Outcome::Failed {
                                     status: 400,
                                     why: "the request body was cut short".into(),
@@ -915,6 +977,57 @@ impl UpConn {
                     }
                 }
             }
+        }
+    }
+
+    /// Reads what the upstream says before the request is all written
+    /// (its body still coming from the client, or the upstream not
+    /// reading it): interim answers are relayed (`Some(Wait)`); a final
+    /// answer goes to the client at once and the rest of the request
+    /// body is not sent (`None`: the loop goes on in `Body`), and the
+    /// connection is not reused, since the upstream may still be reading
+    /// a body that will never end.
+    fn read_early(&mut self, ctx: &Ctx<'_>, scratch: &mut [u8]) -> Option<Outcome> {
+        let mut eof = false;
+        loop {
+            match self.sock.read(scratch) {
+                Ok(0) if self.buf.is_empty() => {
+                    return Some(self.failed(502, "upstream closed before answering".into()));
+                }
+                Ok(0) => {
+                    eof = true;
+                    break;
+                }
+                Ok(n) => {
+                    self.buf.extend_from_slice(&scratch[..n]);
+                    self.got = true;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Some(self.failed(502, format!("read: {e}"))),
+            }
+            if self.buf.len() > crate::codec::client::RESPONSE_HEAD_BYTES_MAX {
+                // The parser says what is wrong with a head this long.
+                break;
+            }
+        }
+        if self.buf.is_empty() {
+            return Some(Outcome::Wait);
+        }
+        match self.head(ctx) {
+            Ok(false) if eof => Some(Outcome::Failed {
+                status: 502,
+                why: "upstream closed in the middle of the answer's head".into(),
+                retry: false,
+            }),
+            Ok(false) => Some(Outcome::Wait),
+            Ok(true) => {
+                self.body = None;
+                self.keep_alive = false;
+                None
+            }
+            Err(Outcome::Reusable) => Some(Outcome::Close),
+            Err(outcome) => Some(outcome),
         }
     }
 
@@ -1046,8 +1159,26 @@ impl UpConn {
             };
             match head.framing {
                 ResponseFraming::Informational if matches!(head.status, 100 | 103) => {
-                    // 100 Continue: the engine answered the client's
-                    // Expect itself; 103 is a hint that may be dropped.
+                    // RFC 9110 §15.2: "A proxy MUST forward 1xx responses
+                    // unless the proxy itself requested the generation of
+                    // the 1xx response." A 100 goes to a client whose
+                    // Expect was forwarded (the engine answered the others
+                    // itself); a 103's fields as a final answer's would.
+                    let job = self.job.as_ref().expect("a connection reading a head has a job");
+                    let relay = match head.status {
+                        100 => job.expect_continue,
+                        _ => true,
+                    };
+                    if relay && self.n_interims < INTERIMS_MAX {
+                        self.n_interims += 1;
+                        let (token, id) = job.responder.key();
+                        let fields = if head.status == 103 {
+                            relayed_lines(&head)
+                        } else {
+                            Vec::new()
+                        };
+                        self.interims.push((token, id, head.status, fields));
+                    }
                     let n = head.head_len;
                     self.buf.drain(..n);
                     continue;
@@ -1091,6 +1222,16 @@ impl UpConn {
                 None
             };
             let (status, framing, keep_alive, head_len) = (head.status, head.framing, head.keep_alive, head.head_len);
+            if framing == ResponseFraming::Empty
+                && (self.head_method || status == 204 || status == 304)
+                && self.buf.len() > head_len
+            {
+                // RFC 9112 §6.3: these end at their head, and nothing was
+                // pipelined behind the request: what follows is a body
+                // the answer cannot have. (Bytes that come later find the
+                // connection idle, and close it.)
+                return Err(bad("a body after a HEAD, 204 or 304 answer"));
+            }
             self.buf.drain(..head_len);
             self.keep_alive = keep_alive;
             // Before the job goes: its upstream's read-ahead.
@@ -1154,6 +1295,12 @@ fn bad(why: &str) -> Outcome {
 /// The answer's fields as the client gets them: without the hop-by-hop
 /// ones and those a `Connection` field names, Date, Server and framing.
 pub(crate) fn answer_fields(head: &ResponseHead<'_, '_>) -> Result<HeaderBlock, &'static str> {
+    let lines = relayed_lines(head);
+    HeaderBlock::from_lines(SharedBytes::new(Arc::new(lines))).map_err(|_| "a field the engine cannot pass on")
+}
+
+/// The fields of `head` that are passed on, as complete lines.
+fn relayed_lines(head: &ResponseHead<'_, '_>) -> Vec<u8> {
     let named: Vec<&[u8]> = head
         .headers
         .iter()
@@ -1171,5 +1318,5 @@ pub(crate) fn answer_fields(head: &ResponseHead<'_, '_>) -> Result<HeaderBlock, 
         lines.extend_from_slice(trim_ows(h.value));
         lines.extend_from_slice(b"\r\n");
     }
-    HeaderBlock::from_lines(SharedBytes::new(Arc::new(lines))).map_err(|_| "a field the engine cannot pass on")
+    lines
 }

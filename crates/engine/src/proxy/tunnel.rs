@@ -78,13 +78,17 @@ impl Sock {
         }
     }
 
-    /// Half-closes (or closes) the connection.
-    pub(crate) fn shutdown(&self, how: std::net::Shutdown) -> std::io::Result<()> {
+    /// Ends the sending side: a FIN, or over TLS a `close_notify` (TLS's
+    /// end of data; the socket's FIN would cut records rustls still
+    /// holds, which later flushes send).
+    pub(crate) fn shutdown_write(&mut self) -> std::io::Result<()> {
         match self {
-            Sock::Tcp(s) => s.shutdown(how),
-            Sock::Unix(s) => s.shutdown(how),
-            // Never reached: WebSocket is refused on `https://` upstreams.
-            Sock::Tls(s) => s.tcp.shutdown(how),
+            Sock::Tcp(s) => s.shutdown(std::net::Shutdown::Write),
+            Sock::Unix(s) => s.shutdown(std::net::Shutdown::Write),
+            Sock::Tls(s) => {
+                s.tls.send_close_notify();
+                std::io::Write::flush(&mut **s)
+            }
         }
     }
 }
@@ -160,7 +164,11 @@ pub(crate) fn request(up: &super::Upstream, req: &Request<'_>, offer: Offer) -> 
         }
     };
     // An HTTP/2 client's key, if it sent one, is not ours to pass.
-    let skip: &[&str] = if own_key.is_some() { &["sec-websocket-key"] } else { &[] };
+    let skip: &[&str] = if own_key.is_some() {
+        &["sec-websocket-key", "expect"]
+    } else {
+        &["expect"]
+    };
     let mut bytes = super::build_as(up, req, crate::codec::head::Framing::Empty, "GET", skip)?;
     // The head ends with its empty line: the upgrade's fields go before
     // it (`write_request_head` drops Upgrade and Connection, hop-by-hop

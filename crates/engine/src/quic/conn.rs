@@ -72,6 +72,7 @@ struct H3Streams<'c> {
 impl Streams for H3Streams<'_> {
     const VERSION: Version = Version::Http3;
     const IGNORED_BODY_ANSWERED_AT_HEAD: bool = true;
+    const RELAYS_INTERIM: bool = false;
 
     fn refused(&self, id: u64) -> Option<u16> {
         self.session.refused(id).map(|(status, _, _)| status)

@@ -14,6 +14,7 @@ pub(crate) mod socket;
 pub(crate) mod stream;
 pub(crate) mod systemd;
 pub(crate) mod timer;
+pub(crate) mod upgrade;
 
 /// Raises the soft limit on open files to the hard limit, as Go's runtime
 /// does: a server with 10,000 connections needs more than the usual 1,024.

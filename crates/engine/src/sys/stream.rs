@@ -13,6 +13,7 @@ use std::net::{Shutdown, SocketAddr};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use mio::event::Source;
@@ -220,8 +221,9 @@ pub(crate) struct SocketFile {
     dev: u64,
     ino: u64,
     /// False for a socket systemd made (socket activation): its file is
-    /// systemd's to remove.
-    remove: bool,
+    /// systemd's to remove; set false when the socket is handed to a new
+    /// executable (`keep`), whose server removes it in turn.
+    remove: AtomicBool,
 }
 
 impl SocketFile {
@@ -234,15 +236,41 @@ impl SocketFile {
             path,
             dev: 0,
             ino: 0,
-            remove: false,
+            remove: AtomicBool::new(false),
         };
         StdListener::Unix(listener, Arc::new(file))
+    }
+
+    /// A socket another executable of ours bound and passed at an upgrade
+    /// (`sys/upgrade.rs`): its file, if still there, is this process's to
+    /// remove at shutdown when `remove` (it was the old one's).
+    pub(crate) fn adopted(listener: std::os::unix::net::UnixListener, remove: bool) -> StdListener {
+        let path = (listener.local_addr().ok()).and_then(|a| a.as_pathname().map(Path::to_owned));
+        let meta = path.as_deref().and_then(|p| std::fs::symlink_metadata(p).ok());
+        let file = SocketFile {
+            path: path.unwrap_or_else(|| PathBuf::from("(unnamed)")),
+            dev: meta.as_ref().map_or(0, |m| m.dev()),
+            ino: meta.as_ref().map_or(0, |m| m.ino()),
+            remove: AtomicBool::new(remove && meta.is_some()),
+        };
+        StdListener::Unix(listener, Arc::new(file))
+    }
+
+    /// Whether this process would remove the file at shutdown.
+    pub(crate) fn removes(&self) -> bool {
+        self.remove.load(Ordering::Acquire)
+    }
+
+    /// The socket now belongs to another executable too (an upgrade): its
+    /// file is left in place at this process's shutdown.
+    pub(crate) fn keep(&self) {
+        self.remove.store(false, Ordering::Release);
     }
 }
 
 impl Drop for SocketFile {
     fn drop(&mut self) {
-        if !self.remove {
+        if !self.remove.load(Ordering::Acquire) {
             return;
         }
         if let Ok(meta) = std::fs::symlink_metadata(&self.path) {
@@ -312,7 +340,7 @@ pub(crate) fn bind_unix(path: &Path, backlog: i32) -> io::Result<StdListener> {
         path: path.to_owned(),
         dev: meta.dev(),
         ino: meta.ino(),
-        remove: true,
+        remove: AtomicBool::new(true),
     });
     socket.listen(backlog)?;
     socket.set_nonblocking(true)?;

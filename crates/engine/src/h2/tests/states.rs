@@ -173,25 +173,40 @@ fn go_away_drains_gracefully() {
     p.feed(&data(3, false, b"abc"));
     p.session.go_away(&mut p.out);
     p.session.go_away(&mut p.out);
+    // §6.8: first a GOAWAY naming 2^31-1, with a PING to time a round trip.
+    let f = p.frames();
+    assert_eq!(kinds(&f), [frame::GOAWAY, frame::PING]);
+    assert!(f[0].is_goaway(Code::NoError));
+    assert_eq!(f[0].last_stream(), frame::STREAM_ID_MAX);
+    assert!(!p.session.is_done());
+
+    // A stream the client opened before it read that GOAWAY still counts.
+    p.feed(&get(5, "/five"));
+    // An ACK of another PING changes nothing; ours brings the final GOAWAY,
+    // naming the last stream that will be answered.
+    p.feed(&frame(frame::PING, frame::ACK, 0, b"otherone"));
+    assert!(p.out.is_empty(), "{:?}", p.frames());
+    let payload: [u8; 8] = f[1].payload[..].try_into().unwrap();
+    p.feed(&frame(frame::PING, frame::ACK, 0, &payload));
     let f = p.frames();
     assert_eq!(f.len(), 1);
     assert!(f[0].is_goaway(Code::NoError));
-    assert_eq!(f[0].last_stream(), 3);
+    assert_eq!(f[0].last_stream(), 5);
     assert!(!p.session.is_done());
 
-    // A stream the client opened before it saw our GOAWAY is ignored,
-    // with whatever follows it.
-    p.feed(&headers(5, false, &request("POST", "/five", &[])));
-    p.feed(&data(5, false, b"ignored"));
-    p.feed(&window_update(5, 10));
-    p.feed(&rst_stream(5, Code::Cancel));
-    p.feed(&get(7, "/seven"));
+    // A stream the client opened after that is ignored, with whatever
+    // follows it.
+    p.feed(&headers(7, false, &request("POST", "/seven", &[])));
+    p.feed(&data(7, false, b"ignored"));
+    p.feed(&window_update(7, 10));
+    p.feed(&rst_stream(7, Code::Cancel));
+    p.feed(&get(9, "/nine"));
     assert!(p.out.is_empty(), "{:?}", p.frames());
 
     // The streams in flight finish.
     let seen = p.answer_ready(echo);
-    assert_eq!(seen.len(), 1);
-    assert_eq!(seen[0].target, "/one");
+    let targets: Vec<&str> = seen.iter().map(|s| s.target.as_str()).collect();
+    assert_eq!(targets, ["/one", "/five"]);
     assert!(!p.session.is_done());
     p.feed(&data(3, true, b"def"));
     let seen = p.answer_ready(echo);
@@ -200,6 +215,7 @@ fn go_away_drains_gracefully() {
     let f = p.frames();
     assert_eq!(body_of(&f, 1), (b"GET /one 0".to_vec(), true));
     assert_eq!(body_of(&f, 3), (b"POST /three 6".to_vec(), true));
+    assert_eq!(body_of(&f, 5), (b"GET /five 0".to_vec(), true));
 }
 
 #[test]

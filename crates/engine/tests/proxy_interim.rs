@@ -1,0 +1,268 @@
+//! Interim answers through the reverse proxy: a client's `Expect:
+//! 100-continue` goes to the upstream, and the client gets `100 Continue`
+//! only when the upstream sends it (or the upstream's early final answer
+//! instead); an upstream's `103 Early Hints` reaches HTTP/1.1 and HTTP/2
+//! clients before the final answer, and never an HTTP/1.0 client. Each
+//! upstream here is a script on a thread that waits for the test's word
+//! before each step, so that the order the client sees is the order the
+//! upstream chose, with no timing.
+
+mod common;
+
+use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::thread;
+
+use common::PATIENCE;
+use peregrine::proxy::{Proxy, Upstream};
+use peregrine::{Router, Running, Server};
+
+/// An upstream that serves one connection with `script`.
+fn one_upstream(script: impl FnOnce(BufReader<TcpStream>, TcpStream) + Send + 'static) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    thread::spawn(move || {
+        let (stream, _) = listener.accept().unwrap();
+        let reader = BufReader::new(stream.try_clone().unwrap());
+        script(reader, stream);
+    });
+    addr
+}
+
+/// Reads one head (through its empty line).
+fn read_head(r: &mut impl BufRead) -> String {
+    let mut head = String::new();
+    loop {
+        let mut line = String::new();
+        if r.read_line(&mut line).unwrap() == 0 {
+            return head;
+        }
+        head.push_str(&line);
+        if line == "\r\n" {
+            return head;
+        }
+    }
+}
+
+fn proxy_server(up: SocketAddr) -> Running {
+    let proxy = Proxy::new(Upstream::parse(&format!("http://{up}")).unwrap().prefix("/api/"));
+    let router = Router::new()
+        .route("GET", "/api/*rest", proxy.clone())
+        .route("POST", "/api/*rest", proxy);
+    Server::new()
+        .bind("127.0.0.1:0")
+        .workers(1)
+        .start(router)
+        .expect("server starts")
+}
+
+fn client(addr: SocketAddr) -> TcpStream {
+    let c = TcpStream::connect(addr).unwrap();
+    c.set_read_timeout(Some(PATIENCE)).unwrap();
+    c
+}
+
+/// Reads from `c` until `want` has arrived whole, or the connection ends.
+fn read_until(c: &mut TcpStream, got: &mut Vec<u8>, want: &str) {
+    let mut b = [0u8; 4096];
+    while !String::from_utf8_lossy(got).contains(want) {
+        match c.read(&mut b) {
+            Ok(0) => break,
+            Ok(n) => got.extend_from_slice(&b[..n]),
+            Err(e) => panic!("waiting for {want:?}: {e}; got {:?}", String::from_utf8_lossy(got)),
+        }
+    }
+}
+
+/// Nothing has arrived for `c` yet (a non-blocking look).
+fn nothing_yet(c: &TcpStream) -> bool {
+    c.set_nonblocking(true).unwrap();
+    let mut b = [0u8; 64];
+    let nothing = matches!((&*c).read(&mut b), Err(e) if e.kind() == ErrorKind::WouldBlock);
+    c.set_nonblocking(false).unwrap();
+    nothing
+}
+
+#[test]
+fn a_client_expecting_100_gets_it_only_when_the_upstream_sends_it() {
+    let (head_tx, head_rx) = mpsc::channel::<String>();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let (body_tx, body_rx) = mpsc::channel::<Vec<u8>>();
+    let up = one_upstream(move |mut r, mut w| {
+        head_tx.send(read_head(&mut r)).unwrap();
+        go_rx.recv().unwrap();
+        w.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").unwrap();
+        let mut body = vec![0u8; 5];
+        r.read_exact(&mut body).unwrap();
+        body_tx.send(body).unwrap();
+        w.write_all(b"HTTP/1.1 201 Created\r\nContent-Length: 4\r\n\r\ndone")
+            .unwrap();
+    });
+    let server = proxy_server(up);
+    let mut c = client(server.local_addr());
+    c.write_all(b"POST /api/up HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n")
+        .unwrap();
+    let head = head_rx.recv_timeout(PATIENCE).unwrap();
+    assert!(
+        head.to_ascii_lowercase().contains("\r\nexpect: 100-continue\r\n"),
+        "{head}"
+    );
+    assert!(head.contains("\r\nContent-Length: 5\r\n"), "{head}");
+    // The upstream has the head and has not said 100: neither has the
+    // proxy (it used to answer the 100 itself when it took the body).
+    assert!(nothing_yet(&c), "a 100 before the upstream's");
+    go_tx.send(()).unwrap();
+    let mut got = Vec::new();
+    read_until(&mut c, &mut got, "\r\n\r\n");
+    assert_eq!(String::from_utf8_lossy(&got), "HTTP/1.1 100 Continue\r\n\r\n");
+    c.write_all(b"hello").unwrap();
+    assert_eq!(body_rx.recv_timeout(PATIENCE).unwrap(), b"hello");
+    got.clear();
+    read_until(&mut c, &mut got, "done");
+    let answer = String::from_utf8_lossy(&got);
+    assert!(answer.starts_with("HTTP/1.1 201 "), "{answer}");
+    assert!(!answer.contains("100 Continue"), "a second 100: {answer}");
+}
+
+#[test]
+fn an_upstreams_early_final_answer_goes_to_a_client_expecting_100_without_one() {
+    let up = one_upstream(move |mut r, mut w| {
+        let head = read_head(&mut r);
+        assert!(head.to_ascii_lowercase().contains("expect: 100-continue"), "{head}");
+        w.write_all(b"HTTP/1.1 413 Content Too Large\r\nContent-Length: 8\r\nConnection: close\r\n\r\ntoo long")
+            .unwrap();
+    });
+    let server = proxy_server(up);
+    let mut c = client(server.local_addr());
+    c.write_all(b"POST /api/up HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 100000\r\n\r\n")
+        .unwrap();
+    let mut got = Vec::new();
+    c.read_to_end(&mut got).unwrap();
+    let answer = String::from_utf8_lossy(&got);
+    assert!(answer.starts_with("HTTP/1.1 413 "), "{answer}");
+    assert!(answer.ends_with("too long"), "{answer}");
+    assert!(!answer.contains(" 100 "), "{answer}");
+}
+
+/// An upstream that answers a GET with a 103, then (on the test's word)
+/// with its 200; `head` gets the request's head.
+fn hinting_upstream(head: Sender<String>, go: Receiver<()>) -> SocketAddr {
+    one_upstream(move |mut r, mut w| {
+        head.send(read_head(&mut r)).unwrap();
+        w.write_all(b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload; as=style\r\nX-Hop: 1\r\nConnection: X-Hop\r\n\r\n")
+            .unwrap();
+        if go.recv().is_ok() {
+            let _ = w.write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nLink: </style.css>; rel=preload; as=style\r\n\r\nok",
+            );
+        }
+        let _ = read_head(&mut r);
+    })
+}
+
+#[test]
+fn early_hints_reach_an_http11_client_before_the_final_answer() {
+    let (head_tx, head_rx) = mpsc::channel();
+    let (go_tx, go_rx) = mpsc::channel();
+    let server = proxy_server(hinting_upstream(head_tx, go_rx));
+    let mut c = client(server.local_addr());
+    c.write_all(b"GET /api/page HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
+    head_rx.recv_timeout(PATIENCE).unwrap();
+    let mut got = Vec::new();
+    // The 200 has not been sent yet: what arrives is the 103 alone.
+    read_until(&mut c, &mut got, "\r\n\r\n");
+    let hints = String::from_utf8_lossy(&got).into_owned();
+    assert_eq!(
+        hints, "HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload; as=style\r\n\r\n",
+        "the hints, less the hop-by-hop fields"
+    );
+    go_tx.send(()).unwrap();
+    got.clear();
+    read_until(&mut c, &mut got, "ok");
+    let answer = String::from_utf8_lossy(&got);
+    assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+}
+
+#[test]
+fn an_http10_client_gets_no_early_hints() {
+    let (head_tx, head_rx) = mpsc::channel();
+    let (go_tx, go_rx) = mpsc::channel();
+    let server = proxy_server(hinting_upstream(head_tx, go_rx));
+    let mut c = client(server.local_addr());
+    c.write_all(b"GET /api/page HTTP/1.0\r\nHost: a\r\n\r\n").unwrap();
+    head_rx.recv_timeout(PATIENCE).unwrap();
+    go_tx.send(()).unwrap();
+    let mut got = Vec::new();
+    c.read_to_end(&mut got).unwrap();
+    let answer = String::from_utf8_lossy(&got);
+    assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+    assert!(!answer.contains("103"), "{answer}");
+}
+
+fn has_curl() -> bool {
+    let ok = std::process::Command::new("curl").arg("--version").output().is_ok();
+    if !ok {
+        eprintln!("skipped: no curl");
+    }
+    ok
+}
+
+#[test]
+fn early_hints_and_the_upstreams_100_reach_an_http2_client() {
+    if !has_curl() {
+        return;
+    }
+    // 103: curl prints each interim head it gets.
+    let (head_tx, head_rx) = mpsc::channel();
+    let (go_tx, go_rx) = mpsc::channel();
+    let server = proxy_server(hinting_upstream(head_tx, go_rx));
+    let addr = server.local_addr();
+    let curl = thread::spawn(move || {
+        std::process::Command::new("curl")
+            .args(["-s", "-i", "--http2-prior-knowledge"])
+            .arg(format!("http://{addr}/api/page"))
+            .output()
+            .unwrap()
+    });
+    head_rx.recv_timeout(PATIENCE).unwrap();
+    go_tx.send(()).unwrap();
+    let out = String::from_utf8_lossy(&curl.join().unwrap().stdout).into_owned();
+    assert!(out.starts_with("HTTP/2 103"), "{out}");
+    assert!(out.contains("link: </style.css>; rel=preload; as=style"), "{out}");
+    assert!(!out.contains("x-hop"), "{out}");
+    assert!(out.contains("HTTP/2 200"), "{out}");
+    assert!(out.ends_with("ok"), "{out}");
+
+    // 100: the upstream says it after the test's word; curl sends the
+    // body only then (it would wait 30 s for one that never comes).
+    let (head_tx, head_rx) = mpsc::channel::<String>();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let up = one_upstream(move |mut r, mut w| {
+        head_tx.send(read_head(&mut r)).unwrap();
+        go_rx.recv().unwrap();
+        w.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").unwrap();
+        let mut body = vec![0u8; 5];
+        r.read_exact(&mut body).unwrap();
+        w.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n").unwrap();
+        w.write_all(&body).unwrap();
+    });
+    let server = proxy_server(up);
+    let addr = server.local_addr();
+    let curl = thread::spawn(move || {
+        std::process::Command::new("curl")
+            .args(["-s", "-i", "--http2-prior-knowledge", "-H", "Expect: 100-continue"])
+            .args(["--expect100-timeout", "30"])
+            .args(["--data-binary", "hello"])
+            .arg(format!("http://{addr}/api/up"))
+            .output()
+            .unwrap()
+    });
+    let head = head_rx.recv_timeout(PATIENCE).unwrap();
+    assert!(head.to_ascii_lowercase().contains("expect: 100-continue"), "{head}");
+    go_tx.send(()).unwrap();
+    let out = String::from_utf8_lossy(&curl.join().unwrap().stdout).into_owned();
+    assert!(out.starts_with("HTTP/2 100"), "{out}");
+    assert!(out.contains("HTTP/2 200"), "{out}");
+    assert!(out.ends_with("hello"), "{out}");
+}
