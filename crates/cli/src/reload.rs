@@ -250,19 +250,26 @@ pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()>
                     Err(e) => log::error(format_args!("{}{as_user}; still writing to the old file", e.io_error())),
                 }
             }
-            _ => break,
+            signal => {
+                // Not ready first, before any listener closes.
+                crate::health::begin_drain();
+                let name = if signal == SIGINT { "SIGINT" } else { "SIGTERM" };
+                log::info(format_args!(
+                    "{name}: shutting down: not ready, not accepting, finishing what is in flight \
+                     (within --shutdown-timeout; the signal again exits at once)"
+                ));
+                break;
+            }
         }
     }
     // SIGINT or SIGTERM: stop gracefully; a second one exits at once.
     // Generations still finishing after a reload close their idle
-    // connections now too.
+    // connections now too. The `--metrics` listener stays until they
+    // are done, so that `/readyz` answers 503 rather than nothing.
     let _ = peregrine::systemd::notify("STOPPING=1");
     current.running.shutdown();
     for (handle, _) in &retired {
         handle.shutdown();
-    }
-    if let Some((_, metrics)) = &process.metrics_server {
-        metrics.shutdown();
     }
     std::thread::Builder::new()
         .name("peregrine-signals".into())
@@ -276,6 +283,11 @@ pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()>
     for (_, thread) in retired {
         let _ = thread.join();
     }
+    if let Some((_, metrics)) = process.metrics_server.take() {
+        metrics.shutdown();
+        let _ = metrics.join();
+    }
+    log::info(format_args!("stopped"));
     Ok(result?)
 }
 

@@ -49,6 +49,13 @@ pub(crate) struct ServerArgs {
     /// it does the access log. Default: standard error.
     #[arg(long, value_name = "PATH")]
     pub(crate) error_log: Option<PathBuf>,
+    /// How error-log lines are written: `text`
+    /// (`2026-11-26T16:32:23.123Z [warn] peregrine: MESSAGE`) or `json`
+    /// (`{"time":"...","level":"warn","message":"..."}`, one object a
+    /// line). Both carry the time (RFC 3339, UTC, milliseconds) and the
+    /// level. Default: text.
+    #[arg(long, value_name = "FORMAT", default_value = "text")]
+    pub(crate) error_log_format: crate::logger::Format,
     /// The least severe error-log lines written: `error`,
     /// `warn`, `info` or `debug` (per-connection detail such as failed TLS
     /// handshakes; `PEREGRINE_DEBUG=1` also turns it on). Default: info.

@@ -46,7 +46,7 @@ pub(super) fn build(
         None => tls,
     };
     let srv = configure(args, process, first)?;
-    let error_log = crate::logger::Route::to(args.error_log.as_deref())?;
+    let error_log = crate::logger::Route::to(args.error_log.as_deref(), args.error_log_format)?;
     let plan = plan_listeners(args, process)?;
     check_client_addresses(command, &taken, process)?;
     check_upstreams_are_not_ours(command, &plan, &taken, process)?;
@@ -77,6 +77,7 @@ pub(super) fn build(
 
     // Started: from here on nothing fails.
     error_log.apply();
+    crate::health::serving(running.health());
     warn_of_protection(&notes, &plan, tls.is_some());
     adopt_metrics_server(process, args.metrics, metrics_server);
     if let Some(m) = &metrics {
@@ -673,8 +674,9 @@ fn archive_gauges(m: &Metrics, archives: &[ServedArchive]) {
     }
 }
 
-/// Serves `/metrics` (Prometheus text format) and `/healthz` on the
-/// `--metrics` address: a server of its own with one worker, so scrapes
+/// Serves `/metrics` (Prometheus text format) and the health endpoints
+/// (`/livez`, `/readyz`, `/healthz`: `health.rs`) on the `--metrics`
+/// address: a server of its own with one worker, so scrapes and probes
 /// never wait behind client traffic and are not counted in it.
 fn serve_metrics(addr: SocketAddr, metrics: Arc<Metrics>) -> anyhow::Result<Running> {
     let app = Router::new()
@@ -682,9 +684,9 @@ fn serve_metrics(addr: SocketAddr, metrics: Arc<Metrics>) -> anyhow::Result<Runn
             Response::bytes("text/plain; version=0.0.4; charset=utf-8", metrics.render())
                 .with_header("Cache-Control", "no-store")
         })
-        .get("/healthz", |_: &Request<'_>| {
-            Response::text("ok\n").with_header("Cache-Control", "no-store")
-        });
+        .get("/livez", crate::health::livez)
+        .get("/readyz", crate::health::readyz)
+        .get("/healthz", crate::health::livez);
     let running = Server::new()
         .bind(addr)
         .workers(1)
