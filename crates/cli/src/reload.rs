@@ -32,6 +32,7 @@
 
 mod build;
 mod sites;
+mod watch;
 
 use std::ffi::OsString;
 use std::net::SocketAddr;
@@ -213,6 +214,12 @@ pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()>
         _ => log::info(format_args!("{sandbox}; hello on {urls}")),
     }
     warn_if_reload_cannot_read(&command, &process);
+    if command.server_args().watch_config {
+        match sandbox::config_file(&process.argv) {
+            Some(path) => watch::start(path).context("watch-config")?,
+            None => log::warn(format_args!("watch-config: there is no --config file to watch")),
+        }
+    }
     // Type=notify: serving from now on.
     if let Err(e) = peregrine::systemd::notify("READY=1") {
         log::warn(format_args!("cannot notify systemd: {e}"));

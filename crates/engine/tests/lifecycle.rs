@@ -488,3 +488,40 @@ fn a_server_installs_no_signal_handler() {
     server.join().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `Running::health`: a worker idle in `epoll_wait` is alive however long
+/// it waits; one stuck in a handler is counted stuck once its last turn
+/// is older than the bound, and alive again when the handler returns.
+#[test]
+fn a_worker_stuck_in_a_handler_is_not_live_and_an_idle_one_is() {
+    let (entered_tx, entered) = mpsc::channel::<()>();
+    let (release, release_rx) = mpsc::channel::<()>();
+    let entered_tx = Mutex::new(entered_tx);
+    let release_rx = Mutex::new(release_rx);
+    let server = Server::new()
+        .bind("127.0.0.1:0")
+        .workers(1)
+        .start(move |_: &Request<'_>| {
+            let _ = entered_tx.lock().unwrap().send(());
+            let _ = release_rx.lock().unwrap().recv();
+            Response::text("late")
+        })
+        .unwrap();
+    let health = server.health();
+    assert_eq!(health.n_workers(), 1);
+    // Idle: waiting for events counts as alive even with no slack at all.
+    wait_until("the idle worker waits in epoll", || health.n_stuck(Duration::ZERO) == 0);
+    assert!(!health.is_draining());
+    let mut c = Client::connect(server.local_addr());
+    c.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    entered.recv().unwrap();
+    wait_until("the stuck worker's last turn grows old", || {
+        health.n_stuck(Duration::from_millis(20)) == 1
+    });
+    release.send(()).unwrap();
+    assert_eq!(c.response().status, 200);
+    wait_until("the worker turns again", || health.n_stuck(Duration::ZERO) == 0);
+    server.shutdown();
+    assert!(health.is_draining(), "draining from the moment shutdown begins");
+    server.join().unwrap();
+}

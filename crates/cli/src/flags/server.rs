@@ -61,8 +61,11 @@ pub(crate) struct ServerArgs {
     /// handshakes; `PEREGRINE_DEBUG=1` also turns it on). Default: info.
     #[arg(long, value_name = "LEVEL")]
     pub(crate) log_level: Option<peregrine::log::Level>,
-    /// Serve Prometheus metrics at http://ADDR/metrics, and `ok` at
-    /// /healthz, on a listener of their own (one more thread). Default: none.
+    /// Serve Prometheus metrics at http://ADDR/metrics, and the health
+    /// endpoints /livez (every worker's loop turned within 2 s),
+    /// /readyz (serving, not draining, every automatic-HTTPS name holding
+    /// its certificate) and /healthz (as /livez), on a listener of their
+    /// own (one more thread). Default: none.
     #[arg(long, value_name = "ADDR", value_parser = parse_addr)]
     pub(crate) metrics: Option<SocketAddr>,
     /// After binding, switch to this user (name or uid); needs root.
@@ -79,6 +82,12 @@ pub(crate) struct ServerArgs {
     /// and every system call serving does not need (EPERM).
     #[arg(long)]
     pub(crate) no_sandbox: bool,
+    /// Poll the --config file once a second and reload (as SIGHUP does)
+    /// when it changes: its contents, or what its path leads to (a
+    /// Kubernetes ConfigMap or Secret volume swaps a symlink). Read at
+    /// start; a reload does not turn it on or off. Default: off.
+    #[arg(long)]
+    pub(crate) watch_config: bool,
     /// Speak HTTP/1.1 only: no HTTP/2 by ALPN on TLS listeners, and no
     /// HTTP/2 with prior knowledge (h2c) on cleartext ones. Default: both
     /// protocols, on every listener.
