@@ -525,3 +525,49 @@ fn a_worker_stuck_in_a_handler_is_not_live_and_an_idle_one_is() {
     assert!(health.is_draining(), "draining from the moment shutdown begins");
     server.join().unwrap();
 }
+
+/// Credentials never reach the access log, whatever its format: not the
+/// request's `Authorization`, `Proxy-Authorization` or `Cookie`, not the
+/// answer's `Set-Cookie` (a template can name every variable there is and
+/// still not reach them).
+#[test]
+fn credentials_and_cookies_never_appear_in_the_access_log() {
+    let every_variable = "$remote_addr $remote_port [$time_local] $time_iso8601 \"$request\" \
+                          $request_method $request_uri $protocol $server_protocol $host $http_host \
+                          $status $body_bytes_sent $request_time_us $request_time \"$http_referer\" \
+                          \"$http_user_agent\" $site $server_name $upstream_addr $upstream_status \
+                          $upstream_connect_time $upstream_header_time $upstream_response_time";
+    let formats = [
+        peregrine::LogFormat::Combined,
+        peregrine::LogFormat::Json,
+        every_variable.parse().unwrap(),
+    ];
+    for (i, format) in formats.into_iter().enumerate() {
+        let path = std::env::temp_dir().join(format!("peregrine-secrets-{}-{i}.log", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let server = Server::new()
+            .bind("127.0.0.1:0")
+            .workers(1)
+            .access_log(AccessLog::File(path.clone()))
+            .access_log_format(format.clone())
+            .start(|_: &Request<'_>| Response::text("hi").with_header("Set-Cookie", "session=SETCOOKIESECRET"))
+            .unwrap();
+        let mut c = Client::connect(server.local_addr());
+        c.send(
+            b"GET /logged HTTP/1.1\r\nHost: x\r\nAuthorization: Basic QVVUSFNFQ1JFVA==\r\n\
+              Proxy-Authorization: Bearer PROXYSECRET\r\nCookie: sid=COOKIESECRET\r\n\
+              User-Agent: ua/1\r\n\r\n",
+        );
+        let answer = c.response();
+        assert_eq!(answer.status, 200);
+        drop(c);
+        server.shutdown();
+        server.join().unwrap();
+        let log = std::fs::read_to_string(&path).unwrap();
+        let _ = std::fs::remove_file(&path);
+        assert!(log.contains("/logged") && log.contains("ua/1"), "{format:?}: {log}");
+        for secret in ["QVVUSFNFQ1JFVA", "PROXYSECRET", "COOKIESECRET", "SETCOOKIESECRET", "sid=", "session="] {
+            assert!(!log.contains(secret), "{format:?} wrote {secret}: {log}");
+        }
+    }
+}
