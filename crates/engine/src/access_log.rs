@@ -69,7 +69,8 @@ pub enum LogFormat {
     /// method, target, version, protocol (the same as version: the name
     /// nginx gives it), status, bytes, duration_us, referer, user_agent
     /// (null when absent), site (the label of the site the request went
-    /// to, null on a server of one handler), and the reverse proxy's
+    /// to, null on a server of one handler), request_id, traceparent
+    /// (null when absent; see [`Template`]), and the reverse proxy's
     /// upstream_addr, upstream_status, upstream_connect_time,
     /// upstream_header_time, upstream_response_time (seconds, as numbers
     /// with milliseconds; all null for a request that was not proxied; see
@@ -121,6 +122,8 @@ impl std::str::FromStr for LogFormat {
 /// | `$upstream_status` | the upstream's status code; the proxy's own 502 or 504 when the upstream failed to answer |
 /// | `$upstream_connect_time` | seconds to connect, with milliseconds (`0.000` on a kept-alive connection) |
 /// | `$upstream_header_time` | seconds from the start of the exchange (connecting, or writing on a kept-alive connection) to the answer's head |
+/// | `$request_id` | the request's id: the `X-Request-ID` a trusted proxy sent, else 32 hex digits made here; the reverse proxy sends the same upstream ([`crate::Request::request_id`]) |
+/// | `$http_traceparent` | the W3C Trace Context `traceparent` field as sent (passed upstream unchanged by the reverse proxy) |
 /// | `$upstream_response_time` | the same to the answer's end, for an answer read whole before it was relayed; `-` for one that streams (the line is written when its head is relayed) |
 ///
 /// The upstream variables are `-` for a request the proxy did not pass
@@ -162,10 +165,12 @@ enum Var {
     UpstreamConnectTime,
     UpstreamHeaderTime,
     UpstreamResponseTime,
+    RequestId,
+    Traceparent,
 }
 
 /// Every variable by name.
-const VARS: [(&str, Var); 24] = [
+const VARS: [(&str, Var); 26] = [
     ("remote_addr", Var::RemoteAddr),
     ("remote_port", Var::RemotePort),
     ("time_local", Var::TimeLocal),
@@ -190,6 +195,8 @@ const VARS: [(&str, Var); 24] = [
     ("upstream_connect_time", Var::UpstreamConnectTime),
     ("upstream_header_time", Var::UpstreamHeaderTime),
     ("upstream_response_time", Var::UpstreamResponseTime),
+    ("request_id", Var::RequestId),
+    ("http_traceparent", Var::Traceparent),
 ];
 
 impl Template {
@@ -321,6 +328,8 @@ pub(crate) struct LogRequest {
     /// The client's address, decided when the request was read (its
     /// fields are gone by the answer); else the connection's peer.
     pub(crate) client: Option<SocketAddr>,
+    pub(crate) request_id: Option<Vec<u8>>,
+    pub(crate) traceparent: Option<Vec<u8>>,
 }
 
 /// What the reverse proxy learned of the upstream exchange behind an
@@ -394,6 +403,11 @@ pub(crate) struct Line<'a> {
     pub(crate) duration_us: Option<u64>,
     /// The reverse proxy's figures, for a request it passed on.
     pub(crate) upstream: Option<&'a UpstreamLog>,
+    /// `Request::request_id`; `None` for a request refused before it was
+    /// one.
+    pub(crate) request_id: Option<&'a [u8]>,
+    /// The W3C `traceparent` field as the client sent it.
+    pub(crate) traceparent: Option<&'a [u8]>,
 }
 
 impl LogWriter {
@@ -462,6 +476,8 @@ impl LogWriter {
             site,
             duration_us: Some(micros_since(started)),
             upstream,
+            request_id: req.request_id.as_deref(),
+            traceparent: req.traceparent.as_deref(),
         });
     }
 
@@ -583,6 +599,10 @@ fn json_line(b: &mut Vec<u8>, line: &Line<'_>) {
     json_string(b, line.user_agent);
     b.extend_from_slice(b",\"site\":");
     json_string(b, line.site.map(str::as_bytes));
+    b.extend_from_slice(b",\"request_id\":");
+    json_string(b, line.request_id);
+    b.extend_from_slice(b",\"traceparent\":");
+    json_string(b, line.traceparent);
     let up = line.upstream;
     b.extend_from_slice(b",\"upstream_addr\":");
     let at = b.len();
@@ -638,6 +658,8 @@ fn template_line(b: &mut Vec<u8>, template: &Template, line: &Line<'_>) {
             Var::Request => request(b, line),
             Var::Method => escape(b, line.method),
             Var::Uri => escape(b, line.target),
+            Var::RequestId => or_dash(b, line.request_id),
+            Var::Traceparent => or_dash(b, line.traceparent),
             Var::Protocol => escape(b, line.version),
             Var::Host => or_dash(b, line.host),
             Var::Status => b.extend_from_slice(n.format(line.status).as_bytes()),
@@ -789,6 +811,8 @@ mod tests {
             site: None,
             duration_us: None,
             upstream: None,
+            request_id: None,
+            traceparent: None,
         });
         String::from_utf8(std::mem::take(&mut w.buf)).unwrap()
     }
@@ -836,6 +860,7 @@ mod tests {
              \"target\":\"/caf\u{e9}\\\"\\\\\",\"version\":\"HTTP/1.1\",\"protocol\":\"HTTP/1.1\",\
              \"status\":304,\"bytes\":0,\"duration_us\":null,\
              \"referer\":null,\"user_agent\":\"ua\\u000a\\u00ff\\u007f\",\"site\":null,\
+             \"request_id\":null,\"traceparent\":null,\
              \"upstream_addr\":null,\"upstream_status\":null,\"upstream_connect_time\":null,\
              \"upstream_header_time\":null,\"upstream_response_time\":null}\n"
         );
@@ -846,7 +871,8 @@ mod tests {
         let format: LogFormat = "$remote_addr:$remote_port [$time_local] $time_iso8601 \"$request\" \
                                  $request_method ${request_uri}? $protocol $server_protocol $host $http_host \
                                  $status $body_bytes_sent $request_time_us $request_time \
-                                 \"$http_referer\" \"$http_user_agent\" $site $server_name"
+                                 \"$http_referer\" \"$http_user_agent\" $site $server_name $request_id \
+                                 $http_traceparent"
             .parse()
             .unwrap();
         let mut w = LogWriter::new(Sink::Stdout, format);
@@ -864,13 +890,15 @@ mod tests {
             site: Some("example.org"),
             duration_us: Some(12_345),
             upstream: None,
+            request_id: Some(b"id-1"),
+            traceparent: Some(b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
         });
         let line = String::from_utf8(std::mem::take(&mut w.buf)).unwrap();
         assert_eq!(
             line,
             "10.0.0.1:5555 [06/Nov/1994:08:49:37 +0000] 1994-11-06T08:49:37Z \"GET /a\\\"b HTTP/1.1\" \
              GET /a\\\"b? HTTP/1.1 HTTP/1.1 example.org example.org 200 0 12345 0.012 \"-\" \"ua\\x0a\" \
-             example.org example.org\n"
+             example.org example.org id-1 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\n"
         );
     }
 
@@ -898,6 +926,8 @@ mod tests {
                 site: None,
                 duration_us: None,
                 upstream,
+                request_id: None,
+                traceparent: None,
             });
             String::from_utf8(std::mem::take(&mut w.buf)).unwrap()
         };

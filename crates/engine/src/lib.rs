@@ -96,7 +96,7 @@ pub use handler::{BodyUse, Handler, Reply};
 pub use health::Health;
 pub use limits::Limits;
 pub use metrics::Metrics;
-pub use request::{percent_decode, Request};
+pub use request::{percent_decode, Request, RequestId};
 pub use responder::Responder;
 pub use response::{Body, FileRange, HeaderBlock, Response, SharedBytes};
 pub use router::Router;

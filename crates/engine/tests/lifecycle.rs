@@ -571,3 +571,66 @@ fn credentials_and_cookies_never_appear_in_the_access_log() {
         }
     }
 }
+
+/// The access log's `request_id`: made here (32 hex digits, one per
+/// request) unless a trusted proxy sent an `X-Request-ID`, which is kept;
+/// from a client that is no trusted proxy it is not. `traceparent` is
+/// written as sent.
+#[test]
+fn the_access_log_has_a_request_id_kept_only_from_trusted_proxies_and_the_traceparent() {
+    use peregrine::client_addr::{AddrField, TrustedProxies};
+    let trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let run = |trusted: Option<&str>| {
+        let path = std::env::temp_dir().join(format!(
+            "peregrine-request-id-{}-{}.log",
+            std::process::id(),
+            trusted.is_some()
+        ));
+        let _ = std::fs::remove_file(&path);
+        let mut server = Server::new()
+            .bind("127.0.0.1:0")
+            .workers(1)
+            .access_log(AccessLog::File(path.clone()))
+            .access_log_format(peregrine::LogFormat::Json);
+        if let Some(list) = trusted {
+            let list: TrustedProxies = list.parse().unwrap();
+            server = server.trusted_proxies(list, AddrField::XForwardedFor);
+        }
+        let server = server.start(hello).unwrap();
+        let mut c = Client::connect(server.local_addr());
+        c.send(b"GET /1 HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert_eq!(c.response().status, 200);
+        c.send(
+            format!("GET /2 HTTP/1.1\r\nHost: x\r\nX-Request-ID: lb-7f3a\r\ntraceparent: {trace}\r\n\r\n").as_bytes(),
+        );
+        assert_eq!(c.response().status, 200);
+        drop(c);
+        server.shutdown();
+        server.join().unwrap();
+        let log = std::fs::read_to_string(&path).unwrap();
+        let _ = std::fs::remove_file(&path);
+        log.lines().map(str::to_owned).collect::<Vec<_>>()
+    };
+    // A string field's value (no escapes in these), or None for null.
+    let field = |line: &str, name: &str| -> Option<String> {
+        let rest = &line[line.find(&format!("\"{name}\":")).unwrap_or_else(|| panic!("no {name}: {line}"))..];
+        let value = &rest[name.len() + 3..];
+        if value.starts_with("null") {
+            return None;
+        }
+        let value = value.strip_prefix('"').unwrap();
+        Some(value[..value.find('"').unwrap()].to_owned())
+    };
+    let is_made = |line: &str| {
+        let id = field(line, "request_id").unwrap();
+        id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit())
+    };
+    let untrusted = run(None);
+    assert!(is_made(&untrusted[0]) && is_made(&untrusted[1]), "{untrusted:?}");
+    assert_ne!(field(&untrusted[0], "request_id"), field(&untrusted[1], "request_id"));
+    assert_eq!(field(&untrusted[0], "traceparent"), None);
+    assert_eq!(field(&untrusted[1], "traceparent").as_deref(), Some(trace));
+    let trusted = run(Some("127.0.0.1"));
+    assert!(is_made(&trusted[0]), "{trusted:?}");
+    assert_eq!(field(&trusted[1], "request_id").as_deref(), Some("lb-7f3a"));
+}

@@ -225,6 +225,8 @@ pub(crate) fn record(ctx: &mut Ctx<'_>, req: &Request<'_>, status: u16, body_byt
     let label = site.and_then(|i| sites.label(i));
     let (now, date) = (ctx.now, ctx.date);
     if let Some(log) = log_of(ctx, site) {
+        // Made on the stack, only when a line is written.
+        let id = req.request_id();
         log.record(&Line {
             clf_time: date.clf(),
             peer: req.client_addr().socket_addr(),
@@ -239,6 +241,8 @@ pub(crate) fn record(ctx: &mut Ctx<'_>, req: &Request<'_>, status: u16, body_byt
             site: label,
             duration_us: Some(micros_since(now)),
             upstream: None,
+            request_id: Some(id.as_bytes()),
+            traceparent: req.header_bytes("traceparent"),
         });
     }
     if let Some(m) = ctx.metrics {
@@ -292,5 +296,7 @@ fn log_request(req: &Request<'_>) -> LogRequest {
         user_agent: req.header_bytes("user-agent").map(<[u8]>::to_vec),
         host: req.host.map(<[u8]>::to_vec),
         client: Some(req.client_addr().socket_addr()),
+        request_id: Some(req.request_id().as_bytes().to_vec()),
+        traceparent: req.header_bytes("traceparent").map(<[u8]>::to_vec),
     }
 }

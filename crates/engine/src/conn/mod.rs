@@ -931,6 +931,8 @@ fn refused_line<'a>(
         site: None,
         duration_us: Some(micros_since(started)),
         upstream: None,
+        request_id: None,
+        traceparent: None,
     }
 }
 
