@@ -70,7 +70,9 @@ pub enum LogFormat {
     /// nginx gives it), status, bytes, duration_us, referer, user_agent
     /// (null when absent), site (the label of the site the request went
     /// to, null on a server of one handler), request_id, traceparent
-    /// (null when absent; see [`Template`]), and the reverse proxy's
+    /// (null when absent; see [`Template`]), tls_version (`TLSv1.3`, null
+    /// in cleartext), tls_resumed (true, false, or null in cleartext and
+    /// over HTTP/3), and the reverse proxy's
     /// upstream_addr, upstream_status, upstream_connect_time,
     /// upstream_header_time, upstream_response_time (seconds, as numbers
     /// with milliseconds; all null for a request that was not proxied; see
@@ -124,6 +126,8 @@ impl std::str::FromStr for LogFormat {
 /// | `$upstream_header_time` | seconds from the start of the exchange (connecting, or writing on a kept-alive connection) to the answer's head |
 /// | `$request_id` | the request's id: the `X-Request-ID` a trusted proxy sent, else 32 hex digits made here; the reverse proxy sends the same upstream ([`crate::Request::request_id`]) |
 /// | `$http_traceparent` | the W3C Trace Context `traceparent` field as sent (passed upstream unchanged by the reverse proxy) |
+/// | `$ssl_protocol` | `TLSv1.2` or `TLSv1.3`; `-` in cleartext |
+/// | `$ssl_session_reused` | `r` for a resumed TLS session, `.` for a full handshake, `-` in cleartext or where unknown (HTTP/3) |
 /// | `$upstream_response_time` | the same to the answer's end, for an answer read whole before it was relayed; `-` for one that streams (the line is written when its head is relayed) |
 ///
 /// The upstream variables are `-` for a request the proxy did not pass
@@ -167,10 +171,12 @@ enum Var {
     UpstreamResponseTime,
     RequestId,
     Traceparent,
+    SslProtocol,
+    SslSessionReused,
 }
 
 /// Every variable by name.
-const VARS: [(&str, Var); 26] = [
+const VARS: [(&str, Var); 28] = [
     ("remote_addr", Var::RemoteAddr),
     ("remote_port", Var::RemotePort),
     ("time_local", Var::TimeLocal),
@@ -197,6 +203,8 @@ const VARS: [(&str, Var); 26] = [
     ("upstream_response_time", Var::UpstreamResponseTime),
     ("request_id", Var::RequestId),
     ("http_traceparent", Var::Traceparent),
+    ("ssl_protocol", Var::SslProtocol),
+    ("ssl_session_reused", Var::SslSessionReused),
 ];
 
 impl Template {
@@ -330,6 +338,7 @@ pub(crate) struct LogRequest {
     pub(crate) client: Option<SocketAddr>,
     pub(crate) request_id: Option<Vec<u8>>,
     pub(crate) traceparent: Option<Vec<u8>>,
+    pub(crate) tls: Option<TlsFacts>,
 }
 
 /// What the reverse proxy learned of the upstream exchange behind an
@@ -408,6 +417,18 @@ pub(crate) struct Line<'a> {
     pub(crate) request_id: Option<&'a [u8]>,
     /// The W3C `traceparent` field as the client sent it.
     pub(crate) traceparent: Option<&'a [u8]>,
+    /// Over TLS: its version and whether the session was resumed.
+    pub(crate) tls: Option<TlsFacts>,
+}
+
+/// What the access log says of a request's TLS connection.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct TlsFacts {
+    /// `TLSv1.2` or `TLSv1.3` (nginx's `$ssl_protocol` spelling).
+    pub(crate) version: Option<&'static str>,
+    /// Whether the handshake resumed a session; `None` where the TLS
+    /// library does not say (HTTP/3).
+    pub(crate) resumed: Option<bool>,
 }
 
 impl LogWriter {
@@ -478,6 +499,7 @@ impl LogWriter {
             upstream,
             request_id: req.request_id.as_deref(),
             traceparent: req.traceparent.as_deref(),
+            tls: req.tls,
         });
     }
 
@@ -603,6 +625,13 @@ fn json_line(b: &mut Vec<u8>, line: &Line<'_>) {
     json_string(b, line.request_id);
     b.extend_from_slice(b",\"traceparent\":");
     json_string(b, line.traceparent);
+    b.extend_from_slice(b",\"tls_version\":");
+    json_string(b, line.tls.and_then(|t| t.version).map(str::as_bytes));
+    b.extend_from_slice(match line.tls.and_then(|t| t.resumed) {
+        Some(true) => b",\"tls_resumed\":true",
+        Some(false) => b",\"tls_resumed\":false",
+        None => b",\"tls_resumed\":null",
+    });
     let up = line.upstream;
     b.extend_from_slice(b",\"upstream_addr\":");
     let at = b.len();
@@ -660,6 +689,13 @@ fn template_line(b: &mut Vec<u8>, template: &Template, line: &Line<'_>) {
             Var::Uri => escape(b, line.target),
             Var::RequestId => or_dash(b, line.request_id),
             Var::Traceparent => or_dash(b, line.traceparent),
+            Var::SslProtocol => or_dash(b, line.tls.and_then(|t| t.version).map(str::as_bytes)),
+            // nginx's: `r` resumed, `.` not; `-` in cleartext or unknown.
+            Var::SslSessionReused => b.push(match line.tls.and_then(|t| t.resumed) {
+                Some(true) => b'r',
+                Some(false) => b'.',
+                None => b'-',
+            }),
             Var::Protocol => escape(b, line.version),
             Var::Host => or_dash(b, line.host),
             Var::Status => b.extend_from_slice(n.format(line.status).as_bytes()),
@@ -813,6 +849,7 @@ mod tests {
             upstream: None,
             request_id: None,
             traceparent: None,
+            tls: None,
         });
         String::from_utf8(std::mem::take(&mut w.buf)).unwrap()
     }
@@ -860,7 +897,7 @@ mod tests {
              \"target\":\"/caf\u{e9}\\\"\\\\\",\"version\":\"HTTP/1.1\",\"protocol\":\"HTTP/1.1\",\
              \"status\":304,\"bytes\":0,\"duration_us\":null,\
              \"referer\":null,\"user_agent\":\"ua\\u000a\\u00ff\\u007f\",\"site\":null,\
-             \"request_id\":null,\"traceparent\":null,\
+             \"request_id\":null,\"traceparent\":null,\"tls_version\":null,\"tls_resumed\":null,\
              \"upstream_addr\":null,\"upstream_status\":null,\"upstream_connect_time\":null,\
              \"upstream_header_time\":null,\"upstream_response_time\":null}\n"
         );
@@ -872,7 +909,7 @@ mod tests {
                                  $request_method ${request_uri}? $protocol $server_protocol $host $http_host \
                                  $status $body_bytes_sent $request_time_us $request_time \
                                  \"$http_referer\" \"$http_user_agent\" $site $server_name $request_id \
-                                 $http_traceparent"
+                                 $http_traceparent $ssl_protocol $ssl_session_reused"
             .parse()
             .unwrap();
         let mut w = LogWriter::new(Sink::Stdout, format);
@@ -892,13 +929,17 @@ mod tests {
             upstream: None,
             request_id: Some(b"id-1"),
             traceparent: Some(b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+            tls: Some(TlsFacts {
+                version: Some("TLSv1.3"),
+                resumed: Some(true),
+            }),
         });
         let line = String::from_utf8(std::mem::take(&mut w.buf)).unwrap();
         assert_eq!(
             line,
             "10.0.0.1:5555 [06/Nov/1994:08:49:37 +0000] 1994-11-06T08:49:37Z \"GET /a\\\"b HTTP/1.1\" \
              GET /a\\\"b? HTTP/1.1 HTTP/1.1 example.org example.org 200 0 12345 0.012 \"-\" \"ua\\x0a\" \
-             example.org example.org id-1 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\n"
+             example.org example.org id-1 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01 TLSv1.3 r\n"
         );
     }
 
@@ -928,6 +969,7 @@ mod tests {
                 upstream,
                 request_id: None,
                 traceparent: None,
+                tls: None,
             });
             String::from_utf8(std::mem::take(&mut w.buf)).unwrap()
         };

@@ -41,6 +41,8 @@ pub struct Request<'a> {
     /// thread's random prefix, the request's id unless a trusted proxy
     /// gave one ([`Request::request_id`]).
     pub(crate) serial: u64,
+    /// Over TLS, the version and resumption, for the access log.
+    pub(crate) tls_facts: Option<crate::access_log::TlsFacts>,
 }
 
 /// The longest `X-Request-ID` kept from a trusted proxy; a longer one
@@ -187,6 +189,7 @@ impl<'a> Request<'a> {
             site: crate::sites::Chosen::new(None),
             protocol: None,
             serial: next_serial(),
+            tls_facts: None,
         }
     }
 
@@ -210,6 +213,7 @@ impl<'a> Request<'a> {
             site: crate::sites::Chosen::new(None),
             protocol: None,
             serial: next_serial(),
+            tls_facts: None,
         }
     }
 

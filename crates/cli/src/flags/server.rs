@@ -40,8 +40,8 @@ pub(crate) struct ServerArgs {
     /// $time_iso8601, $request, $request_method, $request_uri, $protocol
     /// (or $server_protocol), $host (or $http_host), $status,
     /// $body_bytes_sent, $request_time_us, $request_time (seconds),
-    /// $http_referer, $http_user_agent, $request_id, $http_traceparent;
-    /// `${name}` when a letter follows.
+    /// $http_referer, $http_user_agent, $request_id, $http_traceparent,
+    /// $ssl_protocol, $ssl_session_reused; `${name}` when a letter follows.
     /// An unknown variable is refused at start. Default: combined.
     #[arg(long, default_value = "combined", value_name = "FORMAT")]
     pub(crate) access_log_format: peregrine::LogFormat,

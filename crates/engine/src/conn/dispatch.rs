@@ -243,6 +243,7 @@ pub(crate) fn record(ctx: &mut Ctx<'_>, req: &Request<'_>, status: u16, body_byt
             upstream: None,
             request_id: Some(id.as_bytes()),
             traceparent: req.header_bytes("traceparent"),
+            tls: req.tls_facts,
         });
     }
     if let Some(m) = ctx.metrics {
@@ -298,5 +299,6 @@ fn log_request(req: &Request<'_>) -> LogRequest {
         client: Some(req.client_addr().socket_addr()),
         request_id: Some(req.request_id().as_bytes().to_vec()),
         traceparent: req.header_bytes("traceparent").map(<[u8]>::to_vec),
+        tls: req.tls_facts,
     }
 }

@@ -198,6 +198,13 @@ impl Transport {
         }
     }
 
+    fn tls_facts(&self) -> Option<crate::access_log::TlsFacts> {
+        match self {
+            Transport::Plain => None,
+            Transport::Tls(tls) => Some(tls.facts()),
+        }
+    }
+
     /// Header fields added to every response on this transport (HSTS, Alt-Svc).
     fn extra_fields(&self) -> &[u8] {
         match self {
@@ -933,6 +940,7 @@ fn refused_line<'a>(
         upstream: None,
         request_id: None,
         traceparent: None,
+        tls: None,
     }
 }
 
