@@ -111,7 +111,12 @@ impl Log for Logger {
             return;
         }
         let destination = self.destination.lock().unwrap_or_else(|e| e.into_inner());
-        let line = line(destination.1, record.level(), SystemTime::now(), &record.args().to_string());
+        let line = line(
+            destination.1,
+            record.level(),
+            SystemTime::now(),
+            &record.args().to_string(),
+        );
         // One write per line, so that lines of different threads never
         // interleave (O_APPEND writes are atomic), and never a panic: a
         // closed standard error (a supervisor that read the first line and
@@ -147,7 +152,10 @@ fn line(format: Format, level: Level, time: SystemTime, message: &str) -> String
         Format::Json => {
             // The time first, as collectors show it; the message escaped.
             let message = serde_json::Value::from(message);
-            format!("{{\"time\":\"{}\",\"level\":\"{name}\",\"message\":{message}}}\n", rfc3339_ms(time))
+            format!(
+                "{{\"time\":\"{}\",\"level\":\"{name}\",\"message\":{message}}}\n",
+                rfc3339_ms(time)
+            )
         }
     }
 }

@@ -305,7 +305,10 @@ fn the_error_log_goes_to_a_file_that_sigusr1_reopens() {
     let said: Vec<&str> = new.lines().map(message).collect();
     assert_eq!(
         said,
-        ["[info] peregrine: error log reopened", "[info] peregrine: access log reopened"]
+        [
+            "[info] peregrine: error log reopened",
+            "[info] peregrine: access log reopened"
+        ]
     );
     let mut stderr = child.stderr.take().unwrap();
     terminate(child);
@@ -381,7 +384,10 @@ fn message(line: &str) -> &str {
 fn line_with(stderr: &mut BufReader<std::process::ChildStderr>, needle: &str) -> String {
     loop {
         let mut line = String::new();
-        assert!(stderr.read_line(&mut line).unwrap() > 0, "exited before saying {needle:?}");
+        assert!(
+            stderr.read_line(&mut line).unwrap() > 0,
+            "exited before saying {needle:?}"
+        );
         if line.contains(needle) {
             return line;
         }
@@ -395,14 +401,28 @@ fn line_with(stderr: &mut BufReader<std::process::ChildStderr>, needle: &str) ->
 #[test]
 fn readyz_turns_503_at_sigterm_while_livez_stays_200() {
     let mut child = peregrine()
-        .args(["hello", "--bind", "127.0.0.1:0", "--workers", "2", "--metrics", "127.0.0.1:0"])
+        .args([
+            "hello",
+            "--bind",
+            "127.0.0.1:0",
+            "--workers",
+            "2",
+            "--metrics",
+            "127.0.0.1:0",
+        ])
         .args(["--shutdown-timeout", "60", "--head-timeout", "60"])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let mut stderr = BufReader::new(child.stderr.take().unwrap());
     let metrics = line_with(&mut stderr, "metrics on http://");
-    let metrics = metrics.trim().rsplit("http://").next().unwrap().trim_end_matches("/metrics").to_owned();
+    let metrics = metrics
+        .trim()
+        .rsplit("http://")
+        .next()
+        .unwrap()
+        .trim_end_matches("/metrics")
+        .to_owned();
     let hello = line_with(&mut stderr, "hello on http://");
     assert!(message(&hello).starts_with("[info] peregrine: "), "{hello}");
     let addr = last_addr(&hello);
@@ -419,7 +439,10 @@ fn readyz_turns_503_at_sigterm_while_livez_stays_200() {
     assert!(get(&addr, "/").starts_with("HTTP/1.1 200 OK\r\n"));
     common::signal(child.id(), "TERM");
     let said = line_with(&mut stderr, "SIGTERM");
-    assert!(message(&said).starts_with("[info] peregrine: SIGTERM: shutting down"), "{said}");
+    assert!(
+        message(&said).starts_with("[info] peregrine: SIGTERM: shutting down"),
+        "{said}"
+    );
     let ready = get(&metrics, "/readyz");
     assert!(
         ready.starts_with("HTTP/1.1 503 ") && ready.ends_with("\r\n\r\ndraining\n"),
@@ -439,7 +462,15 @@ fn readyz_turns_503_at_sigterm_while_livez_stays_200() {
 #[test]
 fn the_error_log_can_be_json_lines() {
     let mut child = peregrine()
-        .args(["hello", "--bind", "127.0.0.1:0", "--workers", "1", "--error-log-format", "json"])
+        .args([
+            "hello",
+            "--bind",
+            "127.0.0.1:0",
+            "--workers",
+            "1",
+            "--error-log-format",
+            "json",
+        ])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -447,7 +478,10 @@ fn the_error_log_can_be_json_lines() {
     let first = line_with(&mut stderr, "hello on http://");
     let v: serde_json::Value = serde_json::from_str(&first).unwrap_or_else(|e| panic!("{e}: {first}"));
     assert_eq!(v["level"], "info", "{first}");
-    assert!(v["message"].as_str().unwrap().contains("hello on http://127.0.0.1:"), "{first}");
+    assert!(
+        v["message"].as_str().unwrap().contains("hello on http://127.0.0.1:"),
+        "{first}"
+    );
     message(&format!("{} x", v["time"].as_str().unwrap()));
     assert!(first.starts_with("{\"time\":"), "the time first: {first}");
     child.stderr = Some(stderr.into_inner());

@@ -697,7 +697,10 @@ fn watch_config_reloads_when_a_configmap_swaps_its_symlink_or_the_file_changes()
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::write(
             dir.join("peregrine.toml"),
-            format!("root = {:?}\nwatch-config = true\ncache-control = \"max-age={n}\"\n", s(&site)),
+            format!(
+                "root = {:?}\nwatch-config = true\ncache-control = \"max-age={n}\"\n",
+                s(&site)
+            ),
         )
         .unwrap();
     };
@@ -705,7 +708,15 @@ fn watch_config_reloads_when_a_configmap_swaps_its_symlink_or_the_file_changes()
     symlink("..v1", cm.join("..data")).unwrap();
     symlink("..data/peregrine.toml", cm.join("peregrine.toml")).unwrap();
     let config = cm.join("peregrine.toml");
-    let server = Server::start(&["serve", "--config", s(&config), "--bind", "127.0.0.1:0", "--workers", "1"]);
+    let server = Server::start(&[
+        "serve",
+        "--config",
+        s(&config),
+        "--bind",
+        "127.0.0.1:0",
+        "--workers",
+        "1",
+    ]);
     let addr = server.addr("serving");
     server.line("watching");
     assert_eq!(get(&addr, "/").unwrap().field("cache-control"), Some("max-age=1"));
@@ -721,7 +732,10 @@ fn watch_config_reloads_when_a_configmap_swaps_its_symlink_or_the_file_changes()
     // An edit in place of the file the path leads to.
     std::fs::write(
         cm.join("..v2/peregrine.toml"),
-        format!("root = {:?}\nwatch-config = true\ncache-control = \"max-age=33\"\n", s(&site)),
+        format!(
+            "root = {:?}\nwatch-config = true\ncache-control = \"max-age=33\"\n",
+            s(&site)
+        ),
     )
     .unwrap();
     server.line("configuration reloaded (generation 3)");

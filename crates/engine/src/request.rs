@@ -389,9 +389,9 @@ impl<'a> Request<'a> {
     /// and the reverse proxy sends it upstream.
     pub fn request_id(&self) -> RequestId<'a> {
         if self.origin.trust.is_some() && self.is_from_trusted_proxy() {
-            let kept = self
-                .header_bytes("x-request-id")
-                .filter(|v| (1..=REQUEST_ID_BYTES_MAX).contains(&v.len()) && v.iter().all(|b| (0x21..0x7f).contains(b)));
+            let kept = self.header_bytes("x-request-id").filter(|v| {
+                (1..=REQUEST_ID_BYTES_MAX).contains(&v.len()) && v.iter().all(|b| (0x21..0x7f).contains(b))
+            });
             if let Some(v) = kept {
                 return RequestId(IdBytes::Kept(v));
             }

@@ -566,7 +566,14 @@ fn credentials_and_cookies_never_appear_in_the_access_log() {
         let log = std::fs::read_to_string(&path).unwrap();
         let _ = std::fs::remove_file(&path);
         assert!(log.contains("/logged") && log.contains("ua/1"), "{format:?}: {log}");
-        for secret in ["QVVUSFNFQ1JFVA", "PROXYSECRET", "COOKIESECRET", "SETCOOKIESECRET", "sid=", "session="] {
+        for secret in [
+            "QVVUSFNFQ1JFVA",
+            "PROXYSECRET",
+            "COOKIESECRET",
+            "SETCOOKIESECRET",
+            "sid=",
+            "session=",
+        ] {
             assert!(!log.contains(secret), "{format:?} wrote {secret}: {log}");
         }
     }
@@ -613,7 +620,9 @@ fn the_access_log_has_a_request_id_kept_only_from_trusted_proxies_and_the_tracep
     };
     // A string field's value (no escapes in these), or None for null.
     let field = |line: &str, name: &str| -> Option<String> {
-        let rest = &line[line.find(&format!("\"{name}\":")).unwrap_or_else(|| panic!("no {name}: {line}"))..];
+        let rest = &line[line
+            .find(&format!("\"{name}\":"))
+            .unwrap_or_else(|| panic!("no {name}: {line}"))..];
         let value = &rest[name.len() + 3..];
         if value.starts_with("null") {
             return None;

@@ -171,7 +171,6 @@ fn push_hex(s: &mut String, bytes: &[u8]) {
     }
 }
 
-
 /// Methods whose answer may be asked for again (RFC 9110 §9.2.2).
 fn is_idempotent(method: &str) -> bool {
     matches!(method, "GET" | "HEAD" | "OPTIONS" | "TRACE" | "PUT" | "DELETE")
@@ -377,7 +376,10 @@ fn build_as(up: &Upstream, req: &Request<'_>, framing: Framing, method: &str, sk
     // access log writes (`Request::request_id`).
     let id = req.request_id();
     match id.is_kept() {
-        true => extra.push(("X-Request-ID", Cow::Borrowed(req.header_bytes("x-request-id").unwrap_or_default()))),
+        true => extra.push((
+            "X-Request-ID",
+            Cow::Borrowed(req.header_bytes("x-request-id").unwrap_or_default()),
+        )),
         false => extra.push(("X-Request-ID", Cow::Owned(id.as_bytes().to_vec()))),
     }
     if let Some(cookie) = joined_cookies(req) {
