@@ -336,9 +336,21 @@ pub(crate) struct LogRequest {
     /// The client's address, decided when the request was read (its
     /// fields are gone by the answer); else the connection's peer.
     pub(crate) client: Option<SocketAddr>,
-    pub(crate) request_id: Option<Vec<u8>>,
-    pub(crate) traceparent: Option<Vec<u8>>,
+    /// `request_line` ends with the request's id, this long, then its
+    /// traceparent, if it had one, this long.
+    pub(crate) id_len: u8,
+    pub(crate) traceparent_len: Option<u8>,
     pub(crate) tls: Option<TlsFacts>,
+}
+
+/// The longest `traceparent` written: W3C Trace Context's is 55 bytes;
+/// past 255 it is not one.
+const TRACEPARENT_BYTES_MAX: usize = 255;
+
+/// The request's `traceparent` field, if it has one of a sane length.
+pub(crate) fn traceparent<'a>(req: &crate::Request<'a>) -> Option<&'a [u8]> {
+    req.header_bytes("traceparent")
+        .filter(|t| t.len() <= TRACEPARENT_BYTES_MAX)
 }
 
 /// What the reverse proxy learned of the upstream exchange behind an
@@ -421,14 +433,30 @@ pub(crate) struct Line<'a> {
     pub(crate) tls: Option<TlsFacts>,
 }
 
-/// What the access log says of a request's TLS connection.
+/// What the access log says of a request's TLS connection (2 bytes: it
+/// rides on every request and deferred record).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct TlsFacts {
-    /// `TLSv1.2` or `TLSv1.3` (nginx's `$ssl_protocol` spelling).
-    pub(crate) version: Option<&'static str>,
+    pub(crate) version: Option<TlsVersion>,
     /// Whether the handshake resumed a session; `None` where the TLS
     /// library does not say (HTTP/3).
     pub(crate) resumed: Option<bool>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TlsVersion {
+    Tls12,
+    Tls13,
+}
+
+impl TlsVersion {
+    /// nginx's `$ssl_protocol` spelling.
+    fn as_str(self) -> &'static str {
+        match self {
+            TlsVersion::Tls12 => "TLSv1.2",
+            TlsVersion::Tls13 => "TLSv1.3",
+        }
+    }
 }
 
 impl LogWriter {
@@ -474,9 +502,13 @@ impl LogWriter {
         (status, body_bytes, upstream): (u16, u64, Option<&UpstreamLog>),
         started: Instant,
     ) {
-        // The request line was stored whole and raw (`record` escapes it);
-        // split it back into its three parts.
+        // The request line was stored whole and raw (`record` escapes it),
+        // the id and traceparent after it; split it back into its parts.
         let line = &req.request_line;
+        let n_trace = req.traceparent_len.map_or(0, usize::from);
+        let n_tail = usize::from(req.id_len) + n_trace;
+        let (line, tail) = line.split_at(line.len().saturating_sub(n_tail));
+        let (id, trace) = tail.split_at(usize::from(req.id_len).min(tail.len()));
         let mut parts = line.splitn(3, |&b| b == b' ');
         let (m, t, v) = (
             parts.next().unwrap_or(b"-"),
@@ -497,8 +529,8 @@ impl LogWriter {
             site,
             duration_us: Some(micros_since(started)),
             upstream,
-            request_id: req.request_id.as_deref(),
-            traceparent: req.traceparent.as_deref(),
+            request_id: Some(id).filter(|id| !id.is_empty()),
+            traceparent: req.traceparent_len.map(|_| trace),
             tls: req.tls,
         });
     }
@@ -626,7 +658,7 @@ fn json_line(b: &mut Vec<u8>, line: &Line<'_>) {
     b.extend_from_slice(b",\"traceparent\":");
     json_string(b, line.traceparent);
     b.extend_from_slice(b",\"tls_version\":");
-    json_string(b, line.tls.and_then(|t| t.version).map(str::as_bytes));
+    json_string(b, line.tls.and_then(|t| t.version).map(|v| v.as_str().as_bytes()));
     b.extend_from_slice(match line.tls.and_then(|t| t.resumed) {
         Some(true) => b",\"tls_resumed\":true",
         Some(false) => b",\"tls_resumed\":false",
@@ -689,7 +721,7 @@ fn template_line(b: &mut Vec<u8>, template: &Template, line: &Line<'_>) {
             Var::Uri => escape(b, line.target),
             Var::RequestId => or_dash(b, line.request_id),
             Var::Traceparent => or_dash(b, line.traceparent),
-            Var::SslProtocol => or_dash(b, line.tls.and_then(|t| t.version).map(str::as_bytes)),
+            Var::SslProtocol => or_dash(b, line.tls.and_then(|t| t.version).map(|v| v.as_str().as_bytes())),
             // nginx's: `r` resumed, `.` not; `-` in cleartext or unknown.
             Var::SslSessionReused => b.push(match line.tls.and_then(|t| t.resumed) {
                 Some(true) => b'r',
@@ -930,7 +962,7 @@ mod tests {
             request_id: Some(b"id-1"),
             traceparent: Some(b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
             tls: Some(TlsFacts {
-                version: Some("TLSv1.3"),
+                version: Some(TlsVersion::Tls13),
                 resumed: Some(true),
             }),
         });

@@ -603,14 +603,30 @@ fn the_access_log_has_a_request_id_kept_only_from_trusted_proxies_and_the_tracep
             let list: TrustedProxies = list.parse().unwrap();
             server = server.trusted_proxies(list, AddrField::XForwardedFor);
         }
-        let server = server.start(hello).unwrap();
+        // `/deferred/...` is answered from another thread: its line is
+        // made of the copies kept meanwhile.
+        let server = server
+            .start(|req: &Request<'_>| -> Reply {
+                if req.path().starts_with("/deferred") {
+                    let responder = req.defer();
+                    std::thread::spawn(move || responder.send(Response::text("later")));
+                    return Reply::Later;
+                }
+                Response::text("now").into()
+            })
+            .unwrap();
         let mut c = Client::connect(server.local_addr());
-        c.send(b"GET /1 HTTP/1.1\r\nHost: x\r\n\r\n");
-        assert_eq!(c.response().status, 200);
-        c.send(
-            format!("GET /2 HTTP/1.1\r\nHost: x\r\nX-Request-ID: lb-7f3a\r\ntraceparent: {trace}\r\n\r\n").as_bytes(),
-        );
-        assert_eq!(c.response().status, 200);
+        for path in ["/1", "/deferred/1"] {
+            c.send(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes());
+            assert_eq!(c.response().status, 200);
+        }
+        for path in ["/2", "/deferred/2"] {
+            c.send(
+                format!("GET {path} HTTP/1.1\r\nHost: x\r\nX-Request-ID: lb-7f3a\r\ntraceparent: {trace}\r\n\r\n")
+                    .as_bytes(),
+            );
+            assert_eq!(c.response().status, 200);
+        }
         drop(c);
         server.shutdown();
         server.join().unwrap();
@@ -634,12 +650,24 @@ fn the_access_log_has_a_request_id_kept_only_from_trusted_proxies_and_the_tracep
         let id = field(line, "request_id").unwrap();
         id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit())
     };
+    // Lines: /1, /deferred/1 (no id sent), /2, /deferred/2 (id and
+    // traceparent sent).
     let untrusted = run(None);
-    assert!(is_made(&untrusted[0]) && is_made(&untrusted[1]), "{untrusted:?}");
-    assert_ne!(field(&untrusted[0], "request_id"), field(&untrusted[1], "request_id"));
-    assert_eq!(field(&untrusted[0], "traceparent"), None);
-    assert_eq!(field(&untrusted[1], "traceparent").as_deref(), Some(trace));
+    assert_eq!(untrusted.len(), 4, "{untrusted:?}");
+    assert!(untrusted.iter().all(|l| is_made(l)), "{untrusted:?}");
+    assert_ne!(field(&untrusted[0], "request_id"), field(&untrusted[2], "request_id"));
+    assert_ne!(field(&untrusted[1], "request_id"), field(&untrusted[3], "request_id"));
+    for (line, traced) in untrusted.iter().zip([false, false, true, true]) {
+        assert_eq!(field(line, "traceparent").as_deref(), traced.then_some(trace), "{line}");
+        assert!(line.contains("\"target\":\"/"), "{line}");
+    }
+    assert!(
+        untrusted[3].contains("\"target\":\"/deferred/2\",\"version\":\"HTTP/1.1\""),
+        "{}",
+        untrusted[3]
+    );
     let trusted = run(Some("127.0.0.1"));
-    assert!(is_made(&trusted[0]), "{trusted:?}");
-    assert_eq!(field(&trusted[1], "request_id").as_deref(), Some("lb-7f3a"));
+    assert!(is_made(&trusted[0]) && is_made(&trusted[1]), "{trusted:?}");
+    assert_eq!(field(&trusted[2], "request_id").as_deref(), Some("lb-7f3a"));
+    assert_eq!(field(&trusted[3], "request_id").as_deref(), Some("lb-7f3a"));
 }

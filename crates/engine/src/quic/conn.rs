@@ -354,7 +354,7 @@ impl QuicConn {
             // QUIC is TLS 1.3; quinn-proto does not say whether the
             // session was resumed.
             tls_facts: Some(crate::access_log::TlsFacts {
-                version: Some("TLSv1.3"),
+                version: Some(crate::access_log::TlsVersion::Tls13),
                 resumed: None,
             }),
             token: self.token,

@@ -191,8 +191,8 @@ impl TlsSession {
     pub(crate) fn facts(&self) -> crate::access_log::TlsFacts {
         crate::access_log::TlsFacts {
             version: match self.conn.protocol_version() {
-                Some(rustls::ProtocolVersion::TLSv1_3) => Some("TLSv1.3"),
-                Some(rustls::ProtocolVersion::TLSv1_2) => Some("TLSv1.2"),
+                Some(rustls::ProtocolVersion::TLSv1_3) => Some(crate::access_log::TlsVersion::Tls13),
+                Some(rustls::ProtocolVersion::TLSv1_2) => Some(crate::access_log::TlsVersion::Tls12),
                 _ => None,
             },
             resumed: (self.conn.handshake_kind()).map(|k| k == rustls::HandshakeKind::Resumed),
