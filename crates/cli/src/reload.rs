@@ -31,6 +31,7 @@
 //! step at a time.
 
 mod build;
+mod config_watch;
 mod sites;
 mod watch;
 
@@ -127,6 +128,8 @@ struct Process {
     /// The ACME process, when sites get certificates by ACME (started
     /// with the process; a reload keeps it as it is).
     acme: Option<crate::acme::Parent>,
+    /// The current generation's certificate files, followed by a thread.
+    watched: watch::Shared,
 }
 
 /// Runs `hello` or `serve` until SIGINT or SIGTERM, reloading on SIGHUP
@@ -164,7 +167,9 @@ pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()>
     // The ACME process executes this program: before the sandbox.
     let acme = match &command {
         Command::Serve { sites, .. } => {
-            crate::acme::Parent::start(&crate::acme::acme_sites(sites, &args.tls)?, &args.tls)?
+            let acme_sites = crate::acme::check(sites, &args.tls)?;
+            crate::acme::check_files(&args.tls)?;
+            crate::acme::Parent::start(&acme_sites, &args.tls)?
         }
         _ => None,
     };
@@ -184,11 +189,13 @@ pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()>
         unix_paths: Vec::new(),
         n_workers_default,
         acme,
+        watched: watch::Shared::default(),
     };
     let taken = (inherited.into_iter().enumerate())
         .map(|(i, socket)| (Origin::Inherited(i), socket))
         .collect();
     let (mut current, urls) = build(&command, taken, None, &mut process)?;
+    watch::start(process.watched.clone()).context("cannot start the certificate files' watcher")?;
     // "sandbox: ...; serving ROOT on URL, URL": the line ends with the
     // addresses, which scripts (and the tests) read.
     let sandbox = match &process.acme {
@@ -216,7 +223,7 @@ pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()>
     warn_if_reload_cannot_read(&command, &process);
     if command.server_args().watch_config {
         match sandbox::config_file(&process.argv) {
-            Some(path) => watch::start(path).context("watch-config")?,
+            Some(path) => config_watch::start(path).context("watch-config")?,
             None => log::warn(format_args!("watch-config: there is no --config file to watch")),
         }
     }

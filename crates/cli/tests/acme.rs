@@ -94,13 +94,31 @@ impl Drop for Pebble {
     }
 }
 
+/// How long Pebble may take to answer once started: it generates its
+/// keys first, and the machine may be busy building.
+const PEBBLE_PATIENCE: Duration = Duration::from_secs(60);
+
 /// Starts Pebble validating on `http_port` (HTTP-01) and `tls_port`
-/// (TLS-ALPN-01) of 127.0.0.1.
+/// (TLS-ALPN-01) of 127.0.0.1, with `extra` settings. A start that fails
+/// (a port taken between `free_port` and Pebble's bind) is tried once
+/// more on other ports.
 fn start_pebble(dir: &Path, http_port: u16, tls_port: u16) -> Pebble {
+    start_pebble_with(dir, http_port, tls_port, serde_json::json!({}))
+}
+
+fn start_pebble_with(dir: &Path, http_port: u16, tls_port: u16, extra: serde_json::Value) -> Pebble {
+    match try_start_pebble(dir, http_port, tls_port, &extra) {
+        Ok(pebble) => pebble,
+        Err(first) => try_start_pebble(dir, http_port, tls_port, &extra)
+            .unwrap_or_else(|second| panic!("Pebble did not start, twice:\n{first}\n---\n{second}")),
+    }
+}
+
+fn try_start_pebble(dir: &Path, http_port: u16, tls_port: u16, extra: &serde_json::Value) -> Result<Pebble, String> {
     let (bin, module) = pebble_programs();
     let (api, management, dns) = (free_port(), free_port(), free_port());
     let certs = module.join("test/certs");
-    let config = serde_json::json!({"pebble": {
+    let mut settings = serde_json::json!({
         "listenAddress": format!("127.0.0.1:{api}"),
         "managementListenAddress": format!("127.0.0.1:{management}"),
         "certificate": certs.join("localhost/cert.pem"),
@@ -109,16 +127,19 @@ fn start_pebble(dir: &Path, http_port: u16, tls_port: u16) -> Pebble {
         "tlsPort": tls_port,
         "ocspResponderURL": "",
         "externalAccountBindingRequired": false,
-    }});
+    });
+    for (k, v) in extra.as_object().into_iter().flatten() {
+        settings[k] = v.clone();
+    }
     let config_path = dir.join("pebble.json");
-    std::fs::write(&config_path, config.to_string()).unwrap();
+    std::fs::write(&config_path, serde_json::json!({ "pebble": settings }).to_string()).unwrap();
     let dns_child = Command::new(bin.join("pebble-challtestsrv"))
         .args(["-defaultIPv4", "127.0.0.1", "-defaultIPv6", ""])
         .args(["-dnsserver", &format!("127.0.0.1:{dns}")])
         .args(["-management", &format!("127.0.0.1:{}", free_port())])
         .args(["-http01", "", "-https01", "", "-tlsalpn01", "", "-doh", ""])
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("challtestsrv.err")).unwrap())
         .spawn()
         .expect("pebble-challtestsrv");
     let log = dir.join("pebble.log");
@@ -140,23 +161,50 @@ fn start_pebble(dir: &Path, http_port: u16, tls_port: u16) -> Pebble {
         issuing_root: Vec::new(),
         log,
     };
-    // Ready when its management API gives the issuing root.
-    let deadline = Instant::now() + PATIENCE;
+    let why = |pebble: &Pebble| {
+        format!(
+            "{}{}{}",
+            read(&pebble.log),
+            read(&dir.join("pebble.err")),
+            read(&dir.join("challtestsrv.err"))
+        )
+    };
+    // Ready when its management API gives the issuing root and its
+    // directory answers; not if either program has ended.
+    let deadline = Instant::now() + PEBBLE_PATIENCE;
     loop {
-        let out = Command::new(common::curl())
-            .args(["-sfk", &format!("https://127.0.0.1:{management}/roots/0")])
+        for child in &mut pebble.children {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Err(format!("a Pebble program ended ({status}): {}", why(&pebble)));
+            }
+        }
+        let root = Command::new(common::curl())
+            .args([
+                "-sfk",
+                "--max-time",
+                "5",
+                &format!("https://127.0.0.1:{management}/roots/0"),
+            ])
             .output()
             .unwrap();
-        if out.status.success() && out.stdout.starts_with(b"-----BEGIN CERTIFICATE") {
-            pebble.issuing_root = out.stdout;
-            return pebble;
+        let directory = Command::new(common::curl())
+            .args(["-sfk", "--max-time", "5", &pebble.url])
+            .output()
+            .unwrap();
+        if root.status.success()
+            && root.stdout.starts_with(b"-----BEGIN CERTIFICATE")
+            && directory.status.success()
+            && directory.stdout.windows(8).any(|w| w == b"newOrder")
+        {
+            pebble.issuing_root = root.stdout;
+            return Ok(pebble);
         }
-        assert!(
-            Instant::now() < deadline,
-            "Pebble did not start: {}{}",
-            read(&pebble.log),
-            read(&dir.join("pebble.err"))
-        );
+        if Instant::now() > deadline {
+            return Err(format!(
+                "Pebble did not answer within {PEBBLE_PATIENCE:?}: {}",
+                why(&pebble)
+            ));
+        }
         std::thread::sleep(Duration::from_millis(100));
     }
 }
@@ -211,7 +259,7 @@ fn serve_acme(
     sites: &[&str],
     ports: (u16, u16, u16),
     challenge: &str,
-) -> (Served, Arc<std::sync::Mutex<String>>) {
+) -> (Served, Log) {
     let root = dir.join("www");
     std::fs::create_dir_all(&root).unwrap();
     std::fs::write(root.join("index.html"), "hello").unwrap();
@@ -230,6 +278,15 @@ fn serve_acme(
     for site in sites {
         cmd.arg("--site").arg(format!("{site}={}", root.display()));
     }
+    spawn_logged(cmd)
+}
+
+/// The log a test reads while the server goes on writing it.
+type Log = Arc<std::sync::Mutex<String>>;
+
+/// Starts `cmd` (a `serve`) and returns once it has said where it
+/// serves, its stderr collected in a thread from then on.
+fn spawn_logged(mut cmd: Command) -> (Served, Log) {
     let mut child = cmd.stderr(Stdio::piped()).spawn().unwrap();
     let lines = Lines::of(child.stderr.take().unwrap());
     let child = Served(Some(child));
@@ -252,6 +309,15 @@ fn serve_acme(
         }
     });
     (child, text)
+}
+
+/// Waits until `log` holds `needle`, for at most `patience`.
+fn wait_log(log: &Log, needle: &str, patience: Duration, show: &dyn Fn() -> String) {
+    let deadline = Instant::now() + patience;
+    while !log.lock().unwrap().contains(needle) {
+        assert!(Instant::now() < deadline, "no {needle:?} in the log:\n{}", show());
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// A server killed if a test fails before it is stopped.
@@ -465,4 +531,513 @@ fn names_no_public_ca_issues_for_and_wildcards_are_refused_at_start() {
     assert!(err.contains("DNS-01, which is not supported"), "{err}");
     // Nothing was ordered, nothing written.
     assert!(!dir.join("state").exists());
+}
+
+#[test]
+fn check_config_refuses_bad_acme_settings_before_anything_is_ordered() {
+    let scratch = Scratch::new("acme-check");
+    let dir = scratch.dir();
+    std::fs::write(dir.join("index.html"), "hello").unwrap();
+    std::fs::write(dir.join("not-a-cert.pem"), "hello").unwrap();
+    let ca = "https://acme.example.com/dir";
+    let check = |site: &str, args: &[&str]| {
+        let mut cmd = peregrine();
+        cmd.args(["check-config", "serve", "--bind", "127.0.0.1:0"])
+            .arg("--acme-state-dir")
+            .arg(dir.join("state"))
+            .args(args)
+            .arg("--site")
+            .arg(format!("{site}={}", dir.display()));
+        let out = cmd.output().unwrap();
+        (out.status.success(), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let missing = dir.join("missing.pem");
+    let not_pem = dir.join("not-a-cert.pem");
+    let refused: &[(&str, Vec<&str>, &str)] = &[
+        (
+            "a.example.com",
+            vec!["--acme-email", "ops@example.com"],
+            "--acme-email needs --acme-ca",
+        ),
+        (
+            "a.example.com",
+            vec!["--acme-ca", "http://acme.example.com/dir"],
+            "must be https://",
+        ),
+        ("a.example.com", vec!["--acme-ca", "https:///dir"], "no host"),
+        (
+            "a.example.com",
+            vec!["--acme-ca", ca, "--acme-challenge", "http-01"],
+            "answered on the --redirect-http listener",
+        ),
+        (
+            "a.example.com",
+            vec!["--acme-ca", ca, "--acme-eab-kid", "kid-1"],
+            "give both --acme-eab-kid and --acme-eab-hmac-key",
+        ),
+        (
+            "a.example.com",
+            vec![
+                "--acme-ca",
+                ca,
+                "--acme-eab-kid",
+                "kid-1",
+                "--acme-eab-hmac-key",
+                "not base64!",
+            ],
+            "not base64url",
+        ),
+        (
+            "a.example.com",
+            vec!["--acme-ca", ca, "--acme-email", "ops at example"],
+            "not an e-mail address",
+        ),
+        (
+            "a.example.com",
+            vec!["--acme-ca", ca, "--acme-ca-root", missing.to_str().unwrap()],
+            "--acme-ca-root",
+        ),
+        (
+            "a.example.com",
+            vec!["--acme-ca", ca, "--acme-ca-root", not_pem.to_str().unwrap()],
+            "no PEM certificate in it",
+        ),
+        (
+            "shop.test",
+            vec!["--acme-ca", ca],
+            "no public ACME CA issues a certificate for a name under .test",
+        ),
+        (
+            "*.example.org",
+            vec!["--acme-ca", ca, "--acme-ca-private"],
+            "DNS-01, which is not supported",
+        ),
+    ];
+    for (site, args, why) in refused {
+        let (ok, err) = check(site, args);
+        assert!(
+            !ok && err.contains(why),
+            "{site} {args:?}: expected {why:?}, got:\n{err}"
+        );
+    }
+    // A good one passes, and nothing was ordered or written.
+    let (ok, err) = check(
+        "a.example.com",
+        &[
+            "--acme-ca",
+            ca,
+            "--acme-email",
+            "ops@example.com",
+            "--acme-challenge",
+            "tls-alpn-01",
+        ],
+    );
+    assert!(ok, "{err}");
+    assert!(!dir.join("state").exists());
+}
+
+/// A `serve --config` file with ACME by TLS-ALPN-01 for `sites`.
+fn acme_config(pebble: &Pebble, state: &Path, www: &Path, port: u16, sites: &[&str]) -> String {
+    let mut text = format!(
+        "bind = [\"127.0.0.1:{port}\"]\nacme-ca = \"{}\"\nacme-ca-root = \"{}\"\nacme-state-dir = \"{}\"\n\
+         acme-challenge = \"tls-alpn-01\"\nworkers = 1\n",
+        pebble.url,
+        pebble.api_root.display(),
+        state.display()
+    );
+    for site in sites {
+        text.push_str(&format!(
+            "\n[[site]]\nnames = [\"{site}\"]\nroot = \"{}\"\n",
+            www.display()
+        ));
+    }
+    text
+}
+
+#[test]
+fn a_reload_orders_a_new_sites_certificate_and_stops_renewing_a_removed_one() {
+    let scratch = Scratch::new("acme-reload");
+    let dir = scratch.dir();
+    let port = free_port();
+    let pebble = start_pebble(dir, free_port(), port);
+    let (state, www) = (dir.join("state"), dir.join("www"));
+    std::fs::create_dir_all(&www).unwrap();
+    std::fs::write(www.join("index.html"), "hello").unwrap();
+    let config = dir.join("peregrine.toml");
+    std::fs::write(&config, acme_config(&pebble, &state, &www, port, &["old.acme.test"])).unwrap();
+    let mut cmd = peregrine();
+    cmd.arg("serve").arg("--config").arg(&config);
+    let (child, log) = spawn_logged(cmd);
+    let show = || format!("{}\n{}", log.lock().unwrap(), read(&pebble.log));
+    wait_for_certificate(port, "old.acme.test", &pebble.issuing_root, &show);
+
+    std::fs::write(&config, acme_config(&pebble, &state, &www, port, &["new.acme.test"])).unwrap();
+    common::signal(child.0.as_ref().unwrap().id(), "HUP");
+    wait_log(&log, "configuration reloaded (generation 2)", PATIENCE, &show);
+    // The new name is ordered and served, the old one is not renewed.
+    wait_for_certificate(port, "new.acme.test", &pebble.issuing_root, &show);
+    wait_log(
+        &log,
+        "old.acme.test: no longer in the configuration, not renewed",
+        PATIENCE,
+        &show,
+    );
+    let err = handshake(port, "old.acme.test", &pebble.issuing_root).unwrap_err();
+    assert!(err.contains("UnrecognisedName"), "{err}");
+    assert_eq!(
+        read(&pebble.log).matches("Issued certificate serial").count(),
+        2,
+        "{}",
+        show()
+    );
+    child.stop();
+}
+
+/// A TLS connection for `name` verified against `root` and one GET of
+/// `/` on it: the leaf it was served, or what failed.
+fn tls_get(port: u16, name: &str, root: &[u8]) -> Result<Vec<u8>, String> {
+    use rustls::pki_types::{pem::PemObject, CertificateDer, ServerName};
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(root) {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let conn = rustls::ClientConnection::new(Arc::new(config), ServerName::try_from(name.to_owned()).unwrap()).unwrap();
+    let sock = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+    sock.set_read_timeout(Some(PATIENCE)).unwrap();
+    let mut tls = rustls::StreamOwned::new(conn, sock);
+    write!(tls, "GET / HTTP/1.1\r\nHost: {name}\r\nConnection: close\r\n\r\n").map_err(|e| e.to_string())?;
+    let mut answer = Vec::new();
+    let mut buf = [0; 4096];
+    while !answer.ends_with(b"hello") {
+        match tls.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => answer.extend_from_slice(&buf[..n]),
+            Err(e) => return Err(format!("{e} after {:?}", String::from_utf8_lossy(&answer))),
+        }
+    }
+    if !answer.starts_with(b"HTTP/1.1 200") || !answer.ends_with(b"hello") {
+        return Err(format!("answer {:?}", String::from_utf8_lossy(&answer)));
+    }
+    Ok(tls.conn.peer_certificates().unwrap()[0].to_vec())
+}
+
+#[test]
+fn short_lived_certificates_renew_under_load_with_no_failed_request_and_serving_outlives_the_ca() {
+    let scratch = Scratch::new("acme-renew");
+    let dir = scratch.dir();
+    let ports = (free_port(), free_port(), free_port());
+    // Certificates that last 30 s (renewed within 20 s), and an account
+    // that needs External Account Binding.
+    let hmac = "zWNDZM6eQGHWpSRTPal5eIUYFTu7EajVIoguysqZ9wG44nMEtx3MUAsUDkMTQ12W";
+    let pebble = start_pebble_with(
+        dir,
+        ports.1,
+        ports.0,
+        serde_json::json!({
+            "profiles": {"default": {"description": "short", "validityPeriod": 30}},
+            "externalAccountBindingRequired": true,
+            "externalAccountMACKeys": {"kid-peregrine": hmac},
+        }),
+    );
+    let state = dir.join("state");
+    let www = dir.join("www");
+    std::fs::create_dir_all(&www).unwrap();
+    std::fs::write(www.join("index.html"), "hello").unwrap();
+    let name = "r.acme.test";
+    let mut cmd = peregrine();
+    cmd.arg("serve")
+        .args(["--bind", &format!("127.0.0.1:{}", ports.0)])
+        .args(["--acme-ca", &pebble.url])
+        .arg("--acme-ca-root")
+        .arg(&pebble.api_root)
+        .arg("--acme-state-dir")
+        .arg(&state)
+        .args(["--acme-challenge", "tls-alpn-01"])
+        .args(["--acme-eab-kid", "kid-peregrine", "--acme-eab-hmac-key", hmac])
+        .args(["--workers", "1"])
+        .arg("--site")
+        .arg(format!("{name}={}", www.display()));
+    let (child, log) = spawn_logged(cmd);
+    let show = || format!("{}\n{}", log.lock().unwrap(), read(&pebble.log));
+    let first = wait_for_certificate(ports.0, name, &pebble.issuing_root, &show);
+    assert!(log.lock().unwrap().contains("(external account binding)"), "{}", show());
+
+    // Four clients, each a new TLS connection and a GET after another.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let leaves = Arc::new(std::sync::Mutex::new(vec![first]));
+    let failures = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let n_ok = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let root = Arc::new(pebble.issuing_root.clone());
+    let clients: Vec<_> = (0..4)
+        .map(|_| {
+            let (stop, leaves, failures, n_ok, root) = (
+                stop.clone(),
+                leaves.clone(),
+                failures.clone(),
+                n_ok.clone(),
+                root.clone(),
+            );
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    match tls_get(ports.0, name, &root) {
+                        Ok(leaf) => {
+                            n_ok.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            let mut leaves = leaves.lock().unwrap();
+                            if !leaves.contains(&leaf) {
+                                leaves.push(leaf);
+                            }
+                        }
+                        Err(e) => failures.lock().unwrap().push(e),
+                    }
+                }
+            })
+        })
+        .collect();
+    // Two renewals seen by the clients.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while leaves.lock().unwrap().len() < 3 {
+        assert!(Instant::now() < deadline, "fewer than two renewals seen:\n{}", show());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The CA goes away: the next renewal fails and is put off; serving
+    // goes on with the certificate it has.
+    let issued = read(&pebble.log).matches("Issued certificate serial").count();
+    drop(pebble);
+    wait_log(&log, "no certificate this time", Duration::from_secs(60), &|| {
+        log.lock().unwrap().clone()
+    });
+    assert!(
+        log.lock().unwrap().contains("trying again in 60 s"),
+        "{}",
+        log.lock().unwrap()
+    );
+    let served_after = n_ok.load(std::sync::atomic::Ordering::Relaxed);
+    while n_ok.load(std::sync::atomic::Ordering::Relaxed) < served_after + 20 {
+        assert!(failures.lock().unwrap().is_empty(), "{:?}", failures.lock().unwrap());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for client in clients {
+        client.join().unwrap();
+    }
+    let failures = failures.lock().unwrap();
+    assert!(
+        failures.is_empty(),
+        "{} of {} requests failed: {:?}",
+        failures.len(),
+        n_ok.load(std::sync::atomic::Ordering::Relaxed),
+        &failures[..failures.len().min(5)]
+    );
+    assert!(issued >= 3, "{issued}");
+    child.stop();
+}
+
+/// Pebble's HTTP-01 requests, given to each server in turn until one
+/// answers 200 (the one holding the token): two servers behind one port,
+/// as replicas behind a load balancer.
+fn forward_http01(listener: TcpListener, backends: Vec<u16>) {
+    for conn in listener.incoming() {
+        let Ok(mut conn) = conn else { continue };
+        let backends = backends.clone();
+        std::thread::spawn(move || {
+            let mut head = Vec::new();
+            let mut byte = [0; 1];
+            while !head.ends_with(b"\r\n\r\n") {
+                match conn.read(&mut byte) {
+                    Ok(1) => head.push(byte[0]),
+                    _ => return,
+                }
+            }
+            let head = String::from_utf8_lossy(&head);
+            let head = format!("{}\r\nConnection: close\r\n\r\n", head.trim_end_matches("\r\n"));
+            let mut last = Vec::new();
+            for port in backends {
+                let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+                    continue;
+                };
+                let mut answer = Vec::new();
+                if s.write_all(head.as_bytes()).is_err() || s.read_to_end(&mut answer).is_err() {
+                    continue;
+                }
+                let ok = answer.starts_with(b"HTTP/1.1 200");
+                last = answer;
+                if ok {
+                    break;
+                }
+            }
+            let _ = conn.write_all(&last);
+        });
+    }
+}
+
+#[test]
+fn two_servers_on_one_state_directory_order_each_certificate_once() {
+    let scratch = Scratch::new("acme-fleet");
+    let dir = scratch.dir();
+    let front = TcpListener::bind("127.0.0.1:0").unwrap();
+    let front_port = front.local_addr().unwrap().port();
+    let replicas = [(free_port(), free_port()), (free_port(), free_port())];
+    std::thread::spawn(move || forward_http01(front, replicas.iter().map(|r| r.1).collect()));
+    let pebble = start_pebble(dir, front_port, free_port());
+    let state = dir.join("state");
+    let www = dir.join("www");
+    std::fs::create_dir_all(&www).unwrap();
+    std::fs::write(www.join("index.html"), "hello").unwrap();
+    let names = ["f1.acme.test", "f2.acme.test"];
+    let served: Vec<(Served, Log)> = replicas
+        .iter()
+        .map(|(tls, http)| {
+            let mut cmd = peregrine();
+            cmd.arg("serve")
+                .args(["--bind", &format!("127.0.0.1:{tls}")])
+                .args(["--redirect-http", &format!("127.0.0.1:{http}")])
+                .args(["--acme-ca", &pebble.url])
+                .arg("--acme-ca-root")
+                .arg(&pebble.api_root)
+                .arg("--acme-state-dir")
+                .arg(&state)
+                .args(["--acme-challenge", "http-01"])
+                .args(["--workers", "1"]);
+            for name in names {
+                cmd.arg("--site").arg(format!("{name}={}", www.display()));
+            }
+            spawn_logged(cmd)
+        })
+        .collect();
+    let show = || {
+        let logs: Vec<String> = served.iter().map(|(_, l)| l.lock().unwrap().clone()).collect();
+        format!("{}\n---\n{}", logs.join("\n---\n"), read(&pebble.log))
+    };
+    for name in names {
+        let leaves: Vec<Vec<u8>> = (replicas.iter())
+            .map(|(tls, _)| {
+                let deadline = Instant::now() + Duration::from_secs(90);
+                loop {
+                    match handshake(*tls, name, &pebble.issuing_root) {
+                        Ok(leaf) => break leaf,
+                        Err(e) => assert!(Instant::now() < deadline, "{name} on {tls}: {e}\n{}", show()),
+                    }
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            })
+            .collect();
+        assert!(
+            leaves[0] == leaves[1],
+            "{name}: the replicas serve different certificates\n{}",
+            show()
+        );
+    }
+    assert_eq!(
+        read(&pebble.log).matches("Issued certificate serial").count(),
+        names.len(),
+        "{}",
+        show()
+    );
+    for (child, _) in served {
+        child.stop();
+    }
+}
+
+#[test]
+fn a_rewritten_certificate_file_is_served_without_a_reload_once_its_key_matches() {
+    let scratch = Scratch::new("acme-watch");
+    let dir = scratch.dir();
+    let name = "watched.test";
+    let first = rcgen::generate_simple_self_signed(vec![name.to_owned()]).unwrap();
+    let second = rcgen::generate_simple_self_signed(vec![name.to_owned()]).unwrap();
+    // Replaced as certbot and Kubernetes do: a new file renamed over.
+    let replace = |file: &str, text: String| {
+        std::fs::write(dir.join("new.tmp"), text).unwrap();
+        std::fs::rename(dir.join("new.tmp"), dir.join(file)).unwrap();
+    };
+    replace("cert.pem", first.cert.pem());
+    replace("key.pem", first.signing_key.serialize_pem());
+    std::fs::create_dir_all(dir.join("www")).unwrap();
+    std::fs::write(dir.join("www/index.html"), "hello").unwrap();
+    let port = free_port();
+    let mut cmd = peregrine();
+    cmd.arg("serve")
+        .arg(dir.join("www"))
+        .args(["--bind", &format!("127.0.0.1:{port}"), "--workers", "1"])
+        .arg("--tls-cert")
+        .arg(dir.join("cert.pem"))
+        .arg("--tls-key")
+        .arg(dir.join("key.pem"));
+    let (child, log) = spawn_logged(cmd);
+    let show = || log.lock().unwrap().clone();
+    let (first_pem, second_pem) = (first.cert.pem(), second.cert.pem());
+    assert_eq!(
+        handshake(port, name, first_pem.as_bytes()).unwrap(),
+        first.cert.der().to_vec()
+    );
+
+    // The certificate alone: it does not match the key, the old pair
+    // goes on serving.
+    replace("cert.pem", second.cert.pem());
+    wait_log(&log, "certificate files changed but do not load", PATIENCE, &show);
+    assert_eq!(
+        handshake(port, name, first_pem.as_bytes()).unwrap(),
+        first.cert.der().to_vec()
+    );
+    // Then its key: the new pair is served, without SIGHUP.
+    replace("key.pem", second.signing_key.serialize_pem());
+    wait_log(
+        &log,
+        "certificate files changed: 1 certificate loaded again",
+        PATIENCE,
+        &show,
+    );
+    assert_eq!(
+        handshake(port, name, second_pem.as_bytes()).unwrap(),
+        second.cert.der().to_vec()
+    );
+    assert!(!show().contains("configuration reloaded"), "{}", show());
+    child.stop();
+}
+
+#[test]
+fn a_reload_that_adds_acme_to_a_server_started_without_it_is_refused_and_serving_goes_on() {
+    let scratch = Scratch::new("acme-added");
+    let dir = scratch.dir();
+    let www = dir.join("www");
+    std::fs::create_dir_all(&www).unwrap();
+    std::fs::write(www.join("index.html"), "hello").unwrap();
+    let port = free_port();
+    let config = dir.join("peregrine.toml");
+    let site = format!(
+        "[[site]]\nnames = [\"added.acme.test\"]\nroot = \"{}\"\n",
+        www.display()
+    );
+    std::fs::write(&config, format!("bind = [\"127.0.0.1:{port}\"]\nworkers = 1\n\n{site}")).unwrap();
+    let mut cmd = peregrine();
+    cmd.arg("serve").arg("--config").arg(&config);
+    let (child, log) = spawn_logged(cmd);
+    let show = || log.lock().unwrap().clone();
+    std::fs::write(
+        &config,
+        format!(
+            "bind = [\"127.0.0.1:{port}\"]\nworkers = 1\nacme-ca = \"https://127.0.0.1:{}/dir\"\n\
+             acme-ca-private = true\nacme-state-dir = \"{}\"\n\n{site}",
+            free_port(),
+            dir.join("state").display()
+        ),
+    )
+    .unwrap();
+    common::signal(child.0.as_ref().unwrap().id(), "HUP");
+    wait_log(&log, "configuration not reloaded", PATIENCE, &show);
+    assert!(show().contains("restart to begin using ACME"), "{}", show());
+    // Still serving, in cleartext, as before.
+    assert!(
+        plain_get(port, "added.acme.test", "/").starts_with("HTTP/1.1 200"),
+        "{}",
+        show()
+    );
+    assert!(!dir.join("state").exists());
+    child.stop();
 }

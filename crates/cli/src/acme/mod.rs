@@ -17,7 +17,11 @@
 //! `set_http01`), which handshakes see at once; it keeps the last
 //! certificate of each site, which a reload installs in the next
 //! generation. The child ends when its standard input closes (the
-//! serving process ended).
+//! serving process ended). It is started whenever `--acme-ca` is given,
+//! even before any site needs it, since a reload cannot execute it (the
+//! sandbox forbids exec): a reload writes it the new configuration, one
+//! JSON line on the same standard input, once the new generation has
+//! started (`Parent::adopt`).
 //!
 //! Which names: the configured names of each site without certificate
 //! files, never one seen in SNI or Host. A wildcard (DNS-01, not built)
@@ -27,16 +31,19 @@
 //! (`--acme-ca-private`, or `--acme-ca-root`).
 
 pub(crate) mod agent;
+mod lock;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use anyhow::Context;
 use peregrine::{log, TlsConfig};
 
+use crate::config;
 use crate::flags::TlsArgs;
 use crate::sites::SiteSpec;
 
@@ -59,7 +66,7 @@ pub(crate) const AGENT_ARG: &str = "acme-agent";
 
 /// The sites that get their certificate by ACME: those with no
 /// certificate files, when a CA is configured. Refuses what cannot be.
-pub(crate) fn acme_sites<'a>(sites: &'a [SiteSpec], args: &TlsArgs) -> anyhow::Result<Vec<&'a SiteSpec>> {
+fn acme_sites<'a>(sites: &'a [SiteSpec], args: &TlsArgs) -> anyhow::Result<Vec<&'a SiteSpec>> {
     if args.acme_ca.is_none() {
         return Ok(Vec::new());
     }
@@ -105,14 +112,143 @@ fn check_name(name: &str, private: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The checks of the ACME settings that need no network, made at start,
+/// at each reload and by `check-config`: the ACME sites' names, the
+/// challenge's listener, the CA's URL, its root, the account binding,
+/// the contact and the state directory. Returns the ACME sites.
+pub(crate) fn check<'a>(sites: &'a [SiteSpec], args: &TlsArgs) -> anyhow::Result<Vec<&'a SiteSpec>> {
+    let Some(ca) = &args.acme_ca else {
+        let given = [
+            ("--acme-email", args.acme_email.is_some()),
+            ("--acme-ca-root", args.acme_ca_root.is_some()),
+            ("--acme-ca-private", args.acme_ca_private),
+            ("--acme-state-dir", args.acme_state_dir.is_some()),
+            ("--acme-challenge", args.acme_challenge.is_some()),
+            ("--acme-eab-kid", args.acme_eab_kid.is_some()),
+            ("--acme-eab-hmac-key", args.acme_eab_hmac_key.is_some()),
+        ];
+        if let Some((flag, _)) = given.iter().find(|(_, given)| *given) {
+            anyhow::bail!(
+                "{flag}{} needs --acme-ca (the CA's directory URL)",
+                config::origin(flag)
+            );
+        }
+        return Ok(Vec::new());
+    };
+    let url = ca.strip_prefix("https://").with_context(|| {
+        format!(
+            "--acme-ca {ca}{}: the CA's directory URL must be https://",
+            config::origin("--acme-ca")
+        )
+    })?;
+    anyhow::ensure!(
+        !url.is_empty() && !url.starts_with('/'),
+        "--acme-ca {ca}{}: no host",
+        config::origin("--acme-ca")
+    );
+    if args.acme_challenge.as_deref() == Some("http-01") {
+        anyhow::ensure!(
+            args.redirect_http.is_some(),
+            "--acme-challenge http-01{} is answered on the --redirect-http listener: give one",
+            config::origin("--acme-challenge")
+        );
+    }
+    match (&args.acme_eab_kid, &args.acme_eab_hmac_key) {
+        (Some(_), Some(key)) => {
+            agent::eab_key(key)
+                .with_context(|| format!("--acme-eab-hmac-key{}", config::origin("--acme-eab-hmac-key")))?;
+        }
+        (None, None) => {}
+        _ => anyhow::bail!("give both --acme-eab-kid and --acme-eab-hmac-key (External Account Binding), or neither"),
+    }
+    if let Some(email) = &args.acme_email {
+        let ok = email.split_once('@').is_some_and(|(user, host)| {
+            !user.is_empty() && host.contains('.') && !email.contains(|c: char| c.is_whitespace() || c == ',')
+        });
+        anyhow::ensure!(
+            ok,
+            "--acme-email {email:?}{}: not an e-mail address",
+            config::origin("--acme-email")
+        );
+    }
+    acme_sites(sites, args)
+}
+
+/// The ACME files the serving process reads: the CA's root, and the state
+/// directory's kind (at start and by `check-config`, before the sandbox:
+/// the ACME process, unsandboxed, reads them again at a reload).
+pub(crate) fn check_files(args: &TlsArgs) -> anyhow::Result<()> {
+    if args.acme_ca.is_none() {
+        return Ok(());
+    }
+    if let Some(root) = &args.acme_ca_root {
+        let pem = std::fs::read(root)
+            .with_context(|| format!("--acme-ca-root {}{}", root.display(), config::origin("--acme-ca-root")))?;
+        anyhow::ensure!(
+            x509_parser::pem::Pem::iter_from_buffer(&pem).any(|p| p.is_ok_and(|p| p.label == "CERTIFICATE")),
+            "--acme-ca-root {}{}: no PEM certificate in it",
+            root.display(),
+            config::origin("--acme-ca-root")
+        );
+    }
+    let state_dir = state_dir(args);
+    anyhow::ensure!(
+        !state_dir.exists() || state_dir.is_dir(),
+        "--acme-state-dir {}{}: not a directory",
+        state_dir.display(),
+        config::origin("--acme-state-dir")
+    );
+    Ok(())
+}
+
+fn state_dir(args: &TlsArgs) -> PathBuf {
+    (args.acme_state_dir.clone()).unwrap_or_else(|| PathBuf::from(STATE_DIR_DEFAULT))
+}
+
+/// The ACME process's settings for these sites.
+fn agent_config(sites: &[&SiteSpec], args: &TlsArgs) -> Option<agent::Config> {
+    let ca = args.acme_ca.clone()?;
+    let challenge = match (&args.acme_challenge, args.redirect_http) {
+        (Some(c), _) => c.clone(),
+        (None, Some(_)) => "http-01".to_owned(),
+        (None, None) => "tls-alpn-01".to_owned(),
+    };
+    Some(agent::Config {
+        ca,
+        email: args.acme_email.clone(),
+        ca_root: args.acme_ca_root.clone(),
+        state_dir: state_dir(args),
+        challenge,
+        eab: args.acme_eab_kid.clone().zip(args.acme_eab_hmac_key.clone()),
+        sites: (sites.iter())
+            .map(|s| s.names.iter().chain(&s.aliases).cloned().collect())
+            .collect(),
+    })
+}
+
+/// Whether every name of every ACME site has a certificate: a cheap
+/// query (one atomic load) for readiness (`/readyz`), cloned into
+/// whatever asks. True without ACME sites.
+#[derive(Clone, Default)]
+pub(crate) struct Readiness(Arc<AtomicBool>);
+
+// Made for `/readyz` (another change): nothing in this one asks yet.
+#[allow(dead_code)]
+impl Readiness {
+    pub(crate) fn all_issued(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
 /// The ACME process, as the serving process sees it.
 pub(crate) struct Parent {
     child: Child,
-    /// Until `listen` gives it to the reader thread.
-    stdin: Option<ChildStdin>,
+    /// Until `listen` gives it to the reader thread; a reload writes its
+    /// new configuration there too.
+    stdin: Arc<Mutex<Option<ChildStdin>>>,
     shared: Arc<Mutex<Shared>>,
-    /// The ACME sites' names, by site (its first name).
-    sites: Vec<Vec<String>>,
+    /// The configuration the ACME process was last given.
+    config: Mutex<agent::Config>,
     /// For the start line.
     pub(crate) summary: String,
     /// `--hsts`, for a set with ACME certificates only.
@@ -124,11 +260,28 @@ pub(crate) struct Parent {
 struct Shared {
     /// The current generation's certificates.
     tls: Option<TlsConfig>,
+    /// The ACME sites' names, by site (its first name first).
+    sites: Vec<Vec<String>>,
     /// The last certificate of each site (by its first name): names,
     /// PEM chain, PEM key.
     certs: HashMap<String, Issued>,
     /// Where `peregrine_certificate_expiry_seconds` goes (`--metrics`).
     metrics: Option<Arc<peregrine::Metrics>>,
+    ready: Readiness,
+    /// The challenges being answered (by name or token), installed again
+    /// in a generation that starts while the CA may look. As many as the
+    /// ACME process has orders open: one site's names at a time.
+    challenges: Vec<(String, serde_json::Value)>,
+}
+
+impl Shared {
+    /// Every site's names covered by its last certificate.
+    fn update_readiness(&self) {
+        let all = self.sites.iter().all(|names| {
+            (self.certs.get(&names[0])).is_some_and(|(covered, _, _)| names.iter().all(|n| covered.contains(n)))
+        });
+        self.ready.0.store(all, Ordering::Relaxed);
+    }
 }
 
 /// A site's certificate as the ACME process sent it: its names, the PEM
@@ -136,39 +289,13 @@ struct Shared {
 type Issued = (Vec<String>, Vec<u8>, Vec<u8>);
 
 impl Parent {
-    /// Starts the ACME process for `sites` (before the sandbox: it
-    /// executes a program). `None` without ACME sites.
+    /// Starts the ACME process when a CA is configured (before the
+    /// sandbox: it executes a program), even for no ACME site yet, so
+    /// that a reload may add some. `None` without a CA.
     pub(crate) fn start(sites: &[&SiteSpec], args: &TlsArgs) -> anyhow::Result<Option<Parent>> {
-        let Some(ca) = &args.acme_ca else {
+        let Some(config) = agent_config(sites, args) else {
             return Ok(None);
         };
-        if sites.is_empty() {
-            return Ok(None);
-        }
-        let challenge = match (&args.acme_challenge, args.redirect_http) {
-            (Some(c), _) => c.clone(),
-            (None, Some(_)) => "http-01".to_owned(),
-            (None, None) => "tls-alpn-01".to_owned(),
-        };
-        anyhow::ensure!(
-            challenge != "http-01" || args.redirect_http.is_some(),
-            "--acme-challenge http-01 is answered on the --redirect-http listener: give one"
-        );
-        let state_dir = args
-            .acme_state_dir
-            .clone()
-            .unwrap_or_else(|| PathBuf::from(STATE_DIR_DEFAULT));
-        let names: Vec<Vec<String>> = (sites.iter())
-            .map(|s| s.names.iter().chain(&s.aliases).cloned().collect())
-            .collect();
-        let config = serde_json::json!({
-            "ca": ca,
-            "email": args.acme_email,
-            "ca_root": args.acme_ca_root,
-            "state_dir": state_dir,
-            "challenge": challenge,
-            "sites": names,
-        });
         let exe = std::env::current_exe().context("ACME: cannot find this program to start its ACME process")?;
         let mut child = Command::new(exe)
             .arg(AGENT_ARG)
@@ -178,19 +305,24 @@ impl Parent {
             .spawn()
             .context("ACME: cannot start the ACME process")?;
         let mut stdin = child.stdin.take().context("ACME process's stdin")?;
-        writeln!(stdin, "{config}").context("ACME: cannot configure the ACME process")?;
-        let shared = Arc::new(Mutex::new(Shared::default()));
+        writeln!(stdin, "{}", config.to_json()).context("ACME: cannot configure the ACME process")?;
+        let shared = Arc::new(Mutex::new(Shared {
+            sites: config.sites.clone(),
+            ..Shared::default()
+        }));
+        lock(&shared).update_readiness();
         let summary = format!(
-            "ACME ({challenge}, {ca}) in process {} (unsandboxed; the only one that connects to the CA and \
-             writes {})",
+            "ACME ({}, {}) in process {} (unsandboxed; the only one that connects to the CA and writes {})",
+            config.challenge,
+            config.ca,
             child.id(),
-            state_dir.display()
+            config.state_dir.display()
         );
         Ok(Some(Parent {
             child,
-            stdin: Some(stdin),
+            stdin: Arc::new(Mutex::new(Some(stdin))),
             shared,
-            sites: names,
+            config: Mutex::new(config),
             summary,
             hsts: args.hsts,
         }))
@@ -200,19 +332,27 @@ impl Parent {
     /// entered: it wants no thread before it).
     pub(crate) fn listen(&mut self) -> anyhow::Result<()> {
         let stdout = self.child.stdout.take().context("ACME process's stdout")?;
-        let stdin = self.stdin.take().context("ACME process's stdin")?;
+        let stdin = self.stdin.clone();
         let shared = self.shared.clone();
         std::thread::Builder::new()
             .name("acme-reader".into())
-            .spawn(move || read_agent(stdout, stdin, &shared))
+            .spawn(move || read_agent(stdout, &stdin, &shared))
             .context("ACME: cannot start the reader thread")?;
         Ok(())
     }
 
+    /// Whether every ACME name has a certificate (`Readiness`).
+    #[allow(dead_code)]
+    pub(crate) fn readiness(&self) -> Readiness {
+        lock(&self.shared).ready.clone()
+    }
+
     /// The certificate set of a generation about to start, with the ACME
-    /// sites' names: each site's last certificate installed, or its names
-    /// waiting for one. `tls` holds the sites' certificate files, if any.
-    pub(crate) fn attach(&self, tls: Option<TlsConfig>) -> anyhow::Result<TlsConfig> {
+    /// sites' names: each site's last certificate installed (for the
+    /// names it covers), or its names waiting for one. `tls` holds the
+    /// sites' certificate files, if any. Nothing changes for the
+    /// current generation until `adopt`.
+    pub(crate) fn attach(&self, tls: Option<TlsConfig>, sites: &[&SiteSpec]) -> anyhow::Result<TlsConfig> {
         let tls = match tls {
             Some(tls) => tls,
             None => match self.hsts {
@@ -222,16 +362,59 @@ impl Parent {
         }
         .acme();
         let mut shared = lock(&self.shared);
-        for names in &self.sites {
-            match shared.certs.get(&names[0]) {
-                Some((names, chain, key)) => tls
-                    .set_cert_pem_for(names, chain, key)
-                    .with_context(|| format!("ACME certificate for {}", names[0]))?,
-                None => tls.set_waiting(names, true),
-            }
+        for site in sites {
+            let names: Vec<String> = site.names.iter().chain(&site.aliases).cloned().collect();
+            install_held(&tls, &shared, &names)?;
         }
-        shared.tls = Some(tls.clone());
+        // The first generation: nothing is served yet, the ACME process
+        // may install from now on.
+        if shared.tls.is_none() {
+            shared.tls = Some(tls.clone());
+        }
         Ok(tls)
+    }
+
+    /// The generation built with `attach` has started: certificates go
+    /// to it from now on, and the ACME process is told the sites (a
+    /// reload may have added some, which it orders, or removed some,
+    /// which it stops renewing).
+    pub(crate) fn adopt(&self, tls: Option<&TlsConfig>, sites: &[&SiteSpec], args: &TlsArgs) {
+        let mut config = lock(&self.config);
+        let next = match agent_config(sites, args) {
+            Some(next) => next,
+            // No CA any more: no site is renewed.
+            None => agent::Config {
+                sites: Vec::new(),
+                ..config.clone()
+            },
+        };
+        let mut shared = lock(&self.shared);
+        shared.sites = next.sites.clone();
+        if let Some(tls) = tls.filter(|_| !next.sites.is_empty()) {
+            // What arrived between `attach` and now.
+            for names in &next.sites {
+                if let Err(e) = install_held(tls, &shared, names) {
+                    log::warn(format_args!("ACME: {e:#}"));
+                }
+            }
+            for (_, msg) in &shared.challenges {
+                if let Err(e) = install_challenge(tls, msg) {
+                    log::warn(format_args!("ACME: {e:#}"));
+                }
+            }
+            shared.tls = Some(tls.clone());
+        }
+        shared.update_readiness();
+        drop(shared);
+        if *config != next {
+            let mut stdin = lock(&self.stdin);
+            if let Some(Err(e)) = stdin.as_mut().map(|s| writeln!(s, "{}", next.to_json())) {
+                log::warn(format_args!(
+                    "ACME: cannot reconfigure the ACME process ({e}); certificates are no longer renewed"
+                ));
+            }
+            *config = next;
+        }
     }
 
     /// Reports each ACME certificate's expiry in `metrics` from now on.
@@ -246,6 +429,24 @@ impl Parent {
     }
 }
 
+/// The last certificate of the site named `names` installed in `tls` for
+/// the names it covers; the others wait.
+fn install_held(tls: &TlsConfig, shared: &Shared, names: &[String]) -> anyhow::Result<()> {
+    let mut waiting: Vec<&String> = names.iter().collect();
+    if let Some((covered, chain, key)) = shared.certs.get(&names[0]) {
+        let both: Vec<&String> = covered.iter().filter(|n| names.contains(n)).collect();
+        if !both.is_empty() {
+            tls.set_cert_pem_for(&both, chain, key)
+                .with_context(|| format!("ACME certificate for {}", names[0]))?;
+            waiting.retain(|n| !covered.contains(n));
+        }
+    }
+    if !waiting.is_empty() {
+        tls.set_waiting(&waiting, true);
+    }
+    Ok(())
+}
+
 impl Drop for Parent {
     fn drop(&mut self) {
         // Its stdin closes with the reader thread; it may be waiting on
@@ -257,7 +458,7 @@ impl Drop for Parent {
 
 /// The reader thread: each line from the ACME process installed, then
 /// acknowledged. Ends when the process does.
-fn read_agent(stdout: std::process::ChildStdout, mut stdin: ChildStdin, shared: &Mutex<Shared>) {
+fn read_agent(stdout: std::process::ChildStdout, stdin: &Mutex<Option<ChildStdin>>, shared: &Mutex<Shared>) {
     for line in BufReader::new(stdout).lines() {
         let Ok(line) = line else { break };
         let outcome = match serde_json::from_str::<serde_json::Value>(&line) {
@@ -268,7 +469,8 @@ fn read_agent(stdout: std::process::ChildStdout, mut stdin: ChildStdin, shared: 
             log::warn(format_args!("ACME: cannot install what the ACME process sent: {e:#}"));
         }
         let ack = if outcome.is_ok() { "ok" } else { "error" };
-        if writeln!(stdin, "{ack}").is_err() {
+        let mut stdin = lock(stdin);
+        if stdin.as_mut().is_none_or(|s| writeln!(s, "{ack}").is_err()) {
             break;
         }
     }
@@ -295,12 +497,28 @@ fn install(msg: &serde_json::Value, shared: &Mutex<Shared>) -> anyhow::Result<()
             expiry_gauges(m, &names, &chain);
         }
         shared.certs.insert(names[0].clone(), (names, chain, key));
+        shared.update_readiness();
         return Ok(());
     }
     let Some(tls) = &shared.tls else {
         anyhow::bail!("no certificate set yet");
     };
-    match kind {
+    install_challenge(tls, msg)?;
+    // Kept for the next generation while the CA may look.
+    let id = format!("{}{}", text("name"), text("token"));
+    match kind.strip_suffix("-clear") {
+        Some(_) => {
+            shared.challenges.retain(|(i, _)| *i != id);
+        }
+        None => shared.challenges.push((id, msg.clone())),
+    }
+    Ok(())
+}
+
+/// A challenge answer (or its end) installed in `tls`.
+fn install_challenge(tls: &TlsConfig, msg: &serde_json::Value) -> anyhow::Result<()> {
+    let text = |key: &str| msg.get(key).and_then(|v| v.as_str()).unwrap_or_default();
+    match text("kind") {
         "alpn" => tls.set_acme_challenge(text("name"), Some((text("chain").as_bytes(), text("key").as_bytes())))?,
         "alpn-clear" => tls.set_acme_challenge(text("name"), None)?,
         "http01" => tls.set_http01(text("token"), Some(text("key_authorization")))?,

@@ -32,6 +32,12 @@ pub(crate) fn check_config(cli: &Cli, argv: &[OsString]) -> anyhow::Result<()> {
     if let Some(why) = root_refusal(&cli.command, &run_as) {
         peregrine::log::warn(format_args!("{why} (as this user, serving would not start)"));
     }
+    // The ACME settings, names and files, as serving refuses them (before
+    // the sandbox, as serving reads them).
+    if let Command::Serve { server, sites, .. } = &cli.command {
+        crate::acme::check(sites, &server.tls)?;
+        crate::acme::check_files(&server.tls)?;
+    }
     let sandbox = sandbox::enter(&cli.command, argv)?;
     eprintln!("peregrine: {sandbox}");
     // `--proxy` upstreams, with `--proxy-ca` read.

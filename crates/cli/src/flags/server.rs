@@ -22,7 +22,8 @@ pub(crate) struct ServerArgs {
     /// as Caddy's `:PORT`; `unix:PATH` a Unix-domain socket (plain HTTP/1.1 and h2c,
     /// mode 0660, a stale file from a previous run replaced, removed at
     /// exit; not with --tls-cert). Default: 127.0.0.1:8080, unless systemd passed listening
-    /// sockets (LISTEN_FDS), which are always used. `--listen` is the same
+    /// sockets (LISTEN_FDS), which are always used; with ACME sites, :443 and
+    /// --redirect-http :80 (as Caddy). `--listen` is the same
     /// flag, under Caddy's name.
     #[arg(long = "bind", visible_alias = "listen", value_name = "ADDR", value_parser = parse_bind)]
     pub(crate) bind: Vec<BindAddrs>,
@@ -321,6 +322,14 @@ pub(crate) struct TlsArgs {
     /// --redirect-http, else tls-alpn-01.
     #[arg(long, value_name = "TYPE", value_parser = ["tls-alpn-01", "http-01"])]
     pub(crate) acme_challenge: Option<String>,
+    /// External Account Binding (ZeroSSL, Google Trust Services): the key
+    /// id the CA gave, with --acme-eab-hmac-key. Default: none.
+    #[arg(long, value_name = "KID")]
+    pub(crate) acme_eab_kid: Option<String>,
+    /// External Account Binding: the HMAC key the CA gave (base64url).
+    /// Default: none.
+    #[arg(long, value_name = "KEY")]
+    pub(crate) acme_eab_hmac_key: Option<String>,
 }
 
 /// The engine's limits; defaults are those of `peregrine::Limits`, shown by

@@ -40,14 +40,27 @@ pub(super) fn build(
     }
     let first = previous.is_none();
     check_identity(args, process, first)?;
+    let acme_sites = match command {
+        Command::Serve { sites, .. } => crate::acme::check(sites, &args.tls)?,
+        _ => Vec::new(),
+    };
+    let cert_identities = super::watch::identities(cert_files(command));
     let tls = load_tls(command, args, first)?;
     let tls = match &process.acme {
-        Some(acme) => Some(acme.attach(tls)?),
-        None => tls,
+        Some(acme) if args.tls.acme_ca.is_some() => Some(acme.attach(tls, &acme_sites)?),
+        Some(_) => tls,
+        None => {
+            anyhow::ensure!(
+                acme_sites.is_empty(),
+                "--acme-ca was not given at start, when the ACME process is started (before the sandbox): \
+                 restart to begin using ACME"
+            );
+            tls
+        }
     };
     let srv = configure(args, process, first)?;
     let error_log = crate::logger::Route::to(args.error_log.as_deref(), args.error_log_format)?;
-    let plan = plan_listeners(args, process)?;
+    let plan = plan_listeners(args, process, !acme_sites.is_empty())?;
     check_client_addresses(command, &taken, process)?;
     check_upstreams_are_not_ours(command, &plan, &taken, process)?;
     let proxy = args.proxy_sources()?;
@@ -78,6 +91,10 @@ pub(super) fn build(
     // Started: from here on nothing fails.
     error_log.apply();
     crate::health::serving(running.health());
+    if let Some(acme) = &process.acme {
+        acme.adopt(tls.as_ref(), &acme_sites, &args.tls);
+    }
+    super::watch::follow(&process.watched, tls.as_ref(), cert_identities);
     warn_of_protection(&notes, &plan, tls.is_some());
     adopt_metrics_server(process, args.metrics, metrics_server);
     if let Some(m) = &metrics {
@@ -94,6 +111,20 @@ pub(super) fn build(
         archives,
     };
     Ok((generation, urls))
+}
+
+/// The certificate and key files a generation reads: the flags' and
+/// each site's.
+fn cert_files(command: &Command) -> Vec<std::path::PathBuf> {
+    let tls = &command.server_args().tls;
+    let mut files: Vec<std::path::PathBuf> = tls.certs.iter().chain(&tls.keys).cloned().collect();
+    if let Command::Serve { sites, .. } = command {
+        for (cert, key) in sites.iter().flat_map(|s| &s.tls) {
+            files.push(cert.clone());
+            files.push(key.clone());
+        }
+    }
+    files
 }
 
 /// `--user` and `--group` are those of the start: root was given up then
@@ -155,8 +186,12 @@ fn configure(args: &ServerArgs, process: &Process, first: bool) -> anyhow::Resul
 /// The addresses, in the order they are shown: `--bind` (or the default),
 /// systemd's, the redirecting one. A Unix socket's path is added to those
 /// the process has seen, so that `Origin::Unix` finds it again at the
-/// next reload.
-fn plan_listeners(args: &ServerArgs, process: &mut Process) -> anyhow::Result<Plan> {
+/// next reload. With ACME sites and no listener given, the defaults are
+/// Caddy's: HTTPS on port 443 and the redirect (with the HTTP-01
+/// challenge) on port 80, of every address, IPv4 and IPv6 (`[::]`, dual
+/// stack: Let's Encrypt validates over IPv6 first where a name has an
+/// AAAA record).
+fn plan_listeners(args: &ServerArgs, process: &mut Process, acme: bool) -> anyhow::Result<Plan> {
     args.unix_binds()?;
     let mut binds: Vec<Origin> = Vec::new();
     for bind in &args.bind {
@@ -172,14 +207,30 @@ fn plan_listeners(args: &ServerArgs, process: &mut Process) -> anyhow::Result<Pl
             binds.push(Origin::Unix(i));
         }
     }
+    let mut redirect: Vec<SocketAddr> = args.tls.redirect_http.into_iter().collect();
     if binds.is_empty() && process.n_inherited == 0 {
-        binds.push(Origin::Configured(SocketAddr::from(([127, 0, 0, 1], 8080))));
+        let (serve, http) = default_addrs(acme);
+        binds.extend(serve.into_iter().map(Origin::Configured));
+        if redirect.is_empty() {
+            redirect = http;
+        }
     }
     let plan = (binds.iter().map(|o| (*o, Role::Serve)))
         .chain((0..process.n_inherited).map(|i| (Origin::Inherited(i), Role::Serve)))
-        .chain(args.tls.redirect_http.map(|a| (Origin::Configured(a), Role::Redirect)))
+        .chain(redirect.into_iter().map(|a| (Origin::Configured(a), Role::Redirect)))
         .collect();
     Ok(plan)
+}
+
+/// The listeners when none is given: 127.0.0.1:8080, or with ACME sites
+/// `:443` and a redirect on `:80` (both dual stack, as `--bind :PORT`).
+fn default_addrs(acme: bool) -> (Vec<SocketAddr>, Vec<SocketAddr>) {
+    let every = |port: &str| crate::flags::parse_bind(port).map(|b| b.0).unwrap_or_default();
+    if acme {
+        (every(":443"), every(":80"))
+    } else {
+        (vec![SocketAddr::from(([127, 0, 0, 1], 8080))], Vec::new())
+    }
 }
 
 /// IP rules and rate limits judge the client's address, which a
@@ -693,4 +744,21 @@ fn serve_metrics(addr: SocketAddr, metrics: Arc<Metrics>) -> anyhow::Result<Runn
         .start(app)
         .with_context(|| format!("--metrics {addr}"))?;
     Ok(running)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn acme_sites_without_a_listener_get_443_and_a_redirect_on_80_of_every_address() {
+        let parse = |a: &str| a.parse::<std::net::SocketAddr>().unwrap();
+        let (serve, redirect) = super::default_addrs(true);
+        assert_eq!(serve[0], parse("0.0.0.0:443"));
+        assert_eq!(redirect[0], parse("0.0.0.0:80"));
+        // IPv6 too, where the host has it.
+        assert_eq!(serve.len(), redirect.len());
+        if serve.len() == 2 {
+            assert_eq!((serve[1], redirect[1]), (parse("[::]:443"), parse("[::]:80")));
+        }
+        assert_eq!(super::default_addrs(false), (vec![parse("127.0.0.1:8080")], vec![]));
+    }
 }

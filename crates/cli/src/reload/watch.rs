@@ -1,76 +1,101 @@
-//! `watch-config = true`: the configuration file polled and a reload
-//! asked for when it changes, for containers, where nobody is there to
-//! send SIGHUP. Kubernetes updates a ConfigMap (or Secret) volume by
-//! writing the new files into a new directory and renaming a symlink
-//! (`..data`) over the old one; the file's path, `config.toml ->
-//! ..data/config.toml`, never changes, so the watcher follows the path
-//! to the file it leads to and compares that file's identity (device,
-//! inode) and its size and times with the last look.
-//!
-//! A change raises SIGHUP in this process (`tgkill`, which the sandbox
-//! allows): the reload is the one SIGHUP makes, in the signal loop, with
-//! its log line, so there is one way to reload. A file that is missing
-//! for a moment (an editor replacing it) is not a change; its return is
-//! compared like any look. Polling, not inotify: inotify watches an inode,
-//! and the swapped symlink's target is a new one every time.
+//! Certificate files followed without SIGHUP (issue 28): a Kubernetes
+//! Secret renewed by cert-manager, certbot's output. Every
+//! `WATCH_INTERVAL` the files of the current generation's certificates
+//! (`--tls-cert`/`--tls-key`, each site's `tls-cert`/`tls-key`) are
+//! `stat`ed through their path, symlinks followed, so that a Secret
+//! volume's swapped `..data` symlink shows as another inode; when any
+//! identity (device, inode, size, modification time) changes, the
+//! generation's certificates are read again (`TlsConfig::reload`). A
+//! certificate and key that do not match (the certificate written, the key
+//! not yet) are refused by that load and the certificates before stay in
+//! use: one warning, and the next change is tried again.
 
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use peregrine::log;
+use peregrine::{log, TlsConfig};
 
-/// Between two looks: a second, as Caddy's `--watch` polls; a ConfigMap
-/// takes the kubelet a minute to update anyway.
-const WATCH_INTERVAL: Duration = Duration::from_secs(1);
+/// How often the files are looked at: a `stat` per file, a few seconds
+/// late at most, and no inotify descriptor to keep across reloads.
+const WATCH_INTERVAL: Duration = Duration::from_secs(2);
 
-/// What is compared between two looks.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Look {
-    /// Where the path leads, symlinks resolved.
-    target: PathBuf,
+/// What the watcher follows: the current generation's certificates, and
+/// their files as they were before it read them. A reload replaces it.
+#[derive(Default)]
+pub(crate) struct Watched {
+    tls: Option<TlsConfig>,
+    files: Files,
+}
+
+/// Files and their identities (`None`: missing).
+pub(crate) type Files = Vec<(PathBuf, Option<Identity>)>;
+
+/// The watcher's shared half.
+pub(crate) type Shared = Arc<Mutex<Watched>>;
+
+/// `paths` and their identities now: taken before a generation reads
+/// them, so that a change made while it does is seen.
+pub(crate) fn identities(paths: Vec<PathBuf>) -> Files {
+    paths.into_iter().map(|p| (p.clone(), identity(&p))).collect()
+}
+
+/// What a generation's certificates are read from.
+pub(crate) fn follow(shared: &Shared, tls: Option<&TlsConfig>, files: Files) {
+    let mut w = shared.lock().unwrap_or_else(|e| e.into_inner());
+    w.tls = tls.cloned();
+    w.files = files;
+}
+
+/// Starts the watcher thread (inside the sandbox: it only reads files the
+/// generation reads).
+pub(crate) fn start(shared: Shared) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name("peregrine-cert-watch".into())
+        .spawn(move || loop {
+            std::thread::sleep(WATCH_INTERVAL);
+            let tls = {
+                let mut w = shared.lock().unwrap_or_else(|e| e.into_inner());
+                let now = identities(w.files.iter().map(|(p, _)| p.clone()).collect());
+                if now == w.files {
+                    continue;
+                }
+                w.files = now;
+                w.tls.clone()
+            };
+            let Some(tls) = tls else { continue };
+            match tls.reload() {
+                Ok(n) => log::info(format_args!(
+                    "certificate files changed: {} loaded again",
+                    crate::messages::counted(n, "certificate")
+                )),
+                Err(e) => log::warn(format_args!(
+                    "certificate files changed but do not load ({e}); still serving the ones before, \
+                     until they change again"
+                )),
+            }
+        })
+        .map(drop)
+}
+
+/// A file's identity through its path, symlinks followed.
+#[derive(PartialEq, Eq, Clone, Copy, Debug)]
+pub(crate) struct Identity {
     dev: u64,
     ino: u64,
     size: u64,
-    mtime_ns: i128,
-    ctime_ns: i128,
+    mtime: i64,
+    mtime_nsec: i64,
 }
 
-fn look(path: &Path) -> Option<Look> {
-    let target = std::fs::canonicalize(path).ok()?;
-    let m = std::fs::metadata(&target).ok()?;
-    let ns = |s: i64, n: i64| i128::from(s) * 1_000_000_000 + i128::from(n);
-    Some(Look {
-        target,
+fn identity(path: &std::path::Path) -> Option<Identity> {
+    let m = std::fs::metadata(path).ok()?;
+    Some(Identity {
         dev: m.dev(),
         ino: m.ino(),
-        size: m.len(),
-        mtime_ns: ns(m.mtime(), m.mtime_nsec()),
-        ctime_ns: ns(m.ctime(), m.ctime_nsec()),
+        size: m.size(),
+        mtime: m.mtime(),
+        mtime_nsec: m.mtime_nsec(),
     })
-}
-
-/// Starts the thread that watches `path` for as long as the process runs.
-pub(crate) fn start(path: PathBuf) -> anyhow::Result<()> {
-    let mut last = look(&path);
-    let shown = path.display().to_string();
-    std::thread::Builder::new()
-        .name("peregrine-watch-config".into())
-        .spawn(move || loop {
-            std::thread::sleep(WATCH_INTERVAL);
-            let now = look(&path);
-            if now.is_none() || now == last {
-                continue;
-            }
-            last = now;
-            log::info(format_args!("{} changed: reloading", path.display()));
-            if let Err(e) = signal_hook::low_level::raise(signal_hook::consts::SIGHUP) {
-                log::error(format_args!("cannot ask for a reload: {e}"));
-            }
-        })?;
-    log::info(format_args!(
-        "watching {shown} for changes (every {} s)",
-        WATCH_INTERVAL.as_secs()
-    ));
-    Ok(())
 }
