@@ -398,9 +398,17 @@ fn the_access_log_reopens_under_its_path_for_logrotate_and_writes_json() {
     );
     let (us, tail) = tail.split_once(',').unwrap();
     us.parse::<u64>().unwrap();
+    // The request id made here: 32 hex digits.
+    let (before_id, tail) = tail.split_once(",\"request_id\":\"").unwrap();
+    let (id, tail) = tail.split_once('"').unwrap();
+    assert!(id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()), "{line}");
+    assert_eq!(
+        before_id, "\"referer\":null,\"user_agent\":\"t\",\"site\":null",
+        "{line}"
+    );
     assert_eq!(
         tail,
-        "\"referer\":null,\"user_agent\":\"t\",\"site\":null,\"upstream_addr\":null,\
+        ",\"traceparent\":null,\"tls_version\":null,\"tls_resumed\":null,\"upstream_addr\":null,\
          \"upstream_status\":null,\"upstream_connect_time\":null,\"upstream_header_time\":null,\
          \"upstream_response_time\":null}",
         "{line}"
