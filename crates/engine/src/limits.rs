@@ -63,7 +63,10 @@ pub struct Limits {
     /// The slowest a request head may grow past `head_timeout`, and a body
     /// arrive past `body_timeout`, in bytes per second; 0 asks no rate.
     pub min_rate_bytes_per_sec: u64,
-    /// How long an idle keep-alive connection is kept open (nginx: 75 s).
+    /// How long an idle keep-alive connection is kept open: 75 s, nginx's,
+    /// above the 60 s of the commonest load balancers (AWS ALB, GCP's),
+    /// which would otherwise send a request on a connection the server is
+    /// closing at that moment and report the client a 502.
     pub idle_timeout: Duration,
     /// Time allowed between two writes that make progress; a client that stops
     /// reading longer than this is dropped (nginx's `send_timeout`: 60 s).
@@ -146,7 +149,7 @@ impl Default for Limits {
             proxy_header_timeout: Duration::from_secs(5),
             body_timeout: Duration::from_secs(20),
             min_rate_bytes_per_sec: 500,
-            idle_timeout: Duration::from_secs(60),
+            idle_timeout: Duration::from_secs(75),
             send_timeout: Duration::from_secs(30),
             n_conns_max: 4 * 1024,
             conns_per_ip_max: 256,
@@ -358,3 +361,15 @@ pub(crate) const H3_CONN_RECV_WINDOW_BYTES: u32 = 1024 * 1024;
 /// costs at most about this much memory, whatever its size. 256 KiB keeps
 /// a loopback upload at full speed while the reader hashes or writes.
 pub(crate) const BODY_READER_BYTES: usize = 256 * 1024;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Above the 60 s idle timeout of the commonest load balancers, so
+    /// that they, not we, close a kept-alive connection (issue 30).
+    #[test]
+    fn idle_timeout_outlasts_load_balancers() {
+        assert_eq!(Limits::default().idle_timeout, Duration::from_secs(75));
+    }
+}
