@@ -392,12 +392,21 @@ pub fn ws_session(data: &[u8]) {
         return;
     };
     let step = usize::from(split % 31) + 1;
+    // The high bit: permessage-deflate agreed (RSV1 marks a compressed
+    // message, inflated within the same 300 bytes).
+    let deflate = split & 0x80 != 0;
+    let params = crate::ws::deflate::Params {
+        window_bits: 9 + split % 7,
+        window_asked: true,
+    };
     let config = Config {
         message_bytes_max: 300,
         fragments_max: 8,
         ping_interval: Some(std::time::Duration::from_secs(30)),
         message_timeout: std::time::Duration::from_secs(20),
+        deflate: deflate.then_some(params),
     };
+    let mut echo = Vec::new();
     let now = std::time::Instant::now();
     let mut s = Session::new(config, now);
     let (mut input, mut start, mut out) = (Vec::new(), 0, Vec::new());
@@ -415,6 +424,24 @@ pub fn ws_session(data: &[u8]) {
                     assert!(bytes.len() <= 300, "a message of {} bytes", bytes.len());
                     if kind == Kind::Text {
                         assert!(std::str::from_utf8(bytes).is_ok(), "text that is not UTF-8");
+                    }
+                    if deflate {
+                        // What the server compresses inflates to itself.
+                        echo.clear();
+                        crate::ws::deflate::write_message(&mut echo, kind.op(), bytes, params);
+                        let head = match echo[1] {
+                            126 => 4,
+                            127 => 10,
+                            _ => 2,
+                        };
+                        let body = &echo[head..];
+                        if echo[0] & 0x40 != 0 {
+                            let mut back = Vec::new();
+                            crate::ws::deflate::inflate(body, &mut back, 300).expect("our own message inflates");
+                            assert_eq!(back, bytes, "a compressed echo inflates to itself");
+                        } else {
+                            assert_eq!(body, bytes);
+                        }
                     }
                     true
                 }
@@ -442,6 +469,7 @@ pub fn ws_session(data: &[u8]) {
     // them.
     let mut rest = &out[..];
     while let [b0, b1, tail @ ..] = rest {
+        // The session's own frames (pongs, closes) are never compressed.
         assert_eq!(b0 & 0x70, 0, "reserved bits in {b0:#x}");
         assert_eq!(b1 & 0x80, 0, "a masked server frame");
         let (len, tail) = match b1 & 0x7f {

@@ -179,7 +179,7 @@ impl Limits {
     /// The most memory one worker's connections can hold, in bytes:
     ///
     /// ```text
-    /// body_budget_bytes + output_budget_bytes
+    /// body_budget_bytes + output_budget_bytes + ws::deflate::SHARED_BYTES_MAX
     ///   + n_conns_max × (H2_READ_BYTES + write_buffer_bytes_max
     ///                    + INLINE_BODY_BYTES_MAX + TLS_SEND_BYTES_MAX
     ///                    + CONN_STATE_BYTES)
@@ -188,8 +188,9 @@ impl Limits {
     /// Buffered request bodies never pass their budget (503 past it) and
     /// queued answers pass theirs by at most one turn's per connection
     /// (no connection with output queued is read while it is spent); the
-    /// rest is each connection's own. With the defaults: 64 + 64 MiB and
-    /// 4,096 × 192 KiB, 896 MiB. HTTP/3 connections are not in it: QUIC's
+    /// rest is each connection's own; permessage-deflate's streams are
+    /// the worker's, not a connection's (at most 2 MiB, made when first
+    /// used). With the defaults: 64 + 64 MiB and 4,096 × 192 KiB, 896 MiB. HTTP/3 connections are not in it: QUIC's
     /// flow control bounds each (`H3_SEND_WINDOW_BYTES`,
     /// `H3_CONN_RECV_WINDOW_BYTES`), and Retry bounds their handshakes.
     pub fn worst_case_bytes_per_worker(&self) -> u64 {
@@ -197,6 +198,8 @@ impl Limits {
             H2_READ_BYTES + self.write_buffer_bytes_max + INLINE_BODY_BYTES_MAX + TLS_SEND_BYTES_MAX + CONN_STATE_BYTES;
         (self.body_budget_bytes as u64)
             .saturating_add(self.output_budget_bytes as u64)
+            // permessage-deflate's shared streams, made when first used.
+            .saturating_add(crate::ws::deflate::SHARED_BYTES_MAX as u64)
             .saturating_add((self.n_conns_max as u64).saturating_mul(per_conn as u64))
     }
 }
