@@ -57,10 +57,16 @@ pub(crate) const COMPRESS_BYTES_MIN: usize = 32;
 /// sync flush writes); the receiver puts them back (§7.2.2).
 const TAIL: [u8; 4] = [0x00, 0x00, 0xFF, 0xFF];
 
-/// What the worker's shared streams hold at most: the compressors
-/// (one per window asked for, 9 to 15 bits, made when first needed) and
-/// the decompressor. For `Limits::worst_case_bytes_per_worker`.
-pub(crate) const SHARED_BYTES_MAX: usize = 7 * 280 * 1024 + 48 * 1024;
+/// What the worker's shared streams hold at most: the compressors (one
+/// per window asked for, 9 to 15 bits, made when first needed; 15 bits
+/// with the decompressor and a first message's buffers measured 418 KiB,
+/// `tests/ws_memory.rs`), the decompressor, and the spare message buffer.
+/// For `Limits::worst_case_bytes_per_worker`.
+pub(crate) const SHARED_BYTES_MAX: usize = 7 * 400 * 1024 + 64 * 1024 + SPARE_BYTES_MAX;
+
+/// The largest message buffer the worker keeps between messages for the
+/// next compressed one (`take_buffer`).
+const SPARE_BYTES_MAX: usize = 64 * 1024;
 
 /// Reads the client's `Sec-WebSocket-Extensions` offers (`values`, each
 /// field's value) and picks the first permessage-deflate offer the server
@@ -163,6 +169,30 @@ thread_local! {
             decompressor: None,
         })
     };
+    /// A message buffer given back by a WebSocket gone idle, for the next
+    /// compressed message (which, unlike a whole plain frame, cannot be
+    /// handed out where it lies), so a warm worker allocates none.
+    static SPARE: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The worker's spare message buffer (empty), or a new one.
+pub(crate) fn take_buffer() -> Vec<u8> {
+    SPARE.with(|s| std::mem::take(&mut *s.borrow_mut()))
+}
+
+/// A message buffer no longer needed: kept as the worker's spare if it
+/// is not too large and larger than the one kept.
+pub(crate) fn give_back(mut buf: Vec<u8>) {
+    if buf.capacity() == 0 || buf.capacity() > SPARE_BYTES_MAX {
+        return;
+    }
+    buf.clear();
+    SPARE.with(|s| {
+        let mut s = s.borrow_mut();
+        if s.capacity() < buf.capacity() {
+            *s = buf;
+        }
+    });
 }
 
 /// Frames `payload` as one message into `out`: compressed (RSV1 set) by
@@ -191,12 +221,11 @@ pub(crate) fn write_message(out: &mut Vec<u8>, op: Op, payload: &[u8], params: P
         frame::write(out, op, payload);
         return;
     }
-    let mut head = Vec::with_capacity(frame::HEAD_BYTES_MAX);
-    frame::write_head_rsv1(&mut head, op, len);
-    let at = body - head.len();
-    out[at..body].copy_from_slice(&head);
+    let (head, n) = frame::head_rsv1(op, len);
+    let at = body - n;
+    out[at..body].copy_from_slice(&head[..n]);
     out.copy_within(at.., start);
-    out.truncate(start + head.len() + len);
+    out.truncate(start + n + len);
 }
 
 /// Compresses `input` whole after `out`'s bytes, with the sync flush's

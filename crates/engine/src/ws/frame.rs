@@ -145,12 +145,28 @@ fn first_byte(b0: u8, deflate: bool) -> Result<(bool, Op), &'static str> {
 /// The longest head a server writes (a 64-bit length).
 pub(crate) const HEAD_BYTES_MAX: usize = 10;
 
-/// Writes the head of a whole compressed message (RSV1 set, RFC 7692
-/// §6) for `len` payload bytes.
-pub(crate) fn write_head_rsv1(out: &mut Vec<u8>, op: Op, len: usize) {
-    let at = out.len();
-    write_head(out, true, op, len);
-    out[at] |= 0x40;
+/// The head of a whole compressed message (RSV1 set, RFC 7692 §6) for
+/// `len` payload bytes, and its length.
+pub(crate) fn head_rsv1(op: Op, len: usize) -> ([u8; HEAD_BYTES_MAX], usize) {
+    let mut head = [0u8; HEAD_BYTES_MAX];
+    head[0] = 0x80 | 0x40 | op.bits();
+    let n = match len {
+        0..=125 => {
+            head[1] = len as u8;
+            2
+        }
+        126..=0xFFFF => {
+            head[1] = 126;
+            head[2..4].copy_from_slice(&(len as u16).to_be_bytes());
+            4
+        }
+        _ => {
+            head[1] = 127;
+            head[2..10].copy_from_slice(&(len as u64).to_be_bytes());
+            10
+        }
+    };
+    (head, n)
 }
 
 /// Writes an unmasked frame head (a server's) for `len` payload bytes.

@@ -237,7 +237,10 @@ impl Session {
     /// Gives back the message buffer (an idle connection holds none).
     pub(crate) fn release(&mut self) {
         if self.is_between_messages() {
-            self.msg = Vec::new();
+            let msg = std::mem::take(&mut self.msg);
+            if self.config.deflate.is_some() {
+                deflate::give_back(msg);
+            }
             self.delivered = false;
         }
     }
@@ -474,6 +477,9 @@ impl Session {
     /// `holding` bytes the compressed message is in (1013).
     fn inflate(&mut self, kind: Kind, compressed: &[u8], holding: usize) -> Result<(), (u16, &'static str)> {
         let room = self.room.saturating_sub(holding);
+        if self.msg.capacity() == 0 {
+            self.msg = deflate::take_buffer();
+        }
         let limit = self.config.message_bytes_max.min(room);
         match deflate::inflate(compressed, &mut self.msg, limit) {
             Ok(()) => {}
