@@ -503,6 +503,15 @@ mod tests {
     /// `GET /` (static table entries 2, 7, 4) with `:authority: a`.
     const GET: &[u8] = &[0x82, 0x87, 0x84, 0x01, 0x01, b'a'];
 
+    /// `payload` as a client compresses it (RFC 7692: the tail removed).
+    fn deflated(payload: &[u8]) -> Vec<u8> {
+        let mut c = flate2::Compress::new(flate2::Compression::default(), false);
+        let mut out = Vec::with_capacity(payload.len() + 64);
+        c.compress_vec(payload, &mut out, flate2::FlushCompress::Sync).unwrap();
+        out.truncate(out.len() - 4);
+        out
+    }
+
     #[test]
     fn the_ws_driver_runs_its_seeds_every_way() {
         use test_support::ws::masked;
@@ -511,9 +520,18 @@ mod tests {
             [masked(0x01, b"\xce"), masked(0x80, b"\xbb")].concat(),
             [masked(0x02, b"a"), masked(0x82, b"b")].concat(),
             masked(0x81, b"\xff"),
+            // Compressed (RSV1): "hello hello hello" deflated, whole and
+            // in two frames; a deflate bomb past the 300-byte limit.
+            [masked(0xC1, &deflated(b"hello hello hello")), masked(0x89, b"p")].concat(),
+            {
+                let d = deflated(b"abcabcabcabcabcabc");
+                [masked(0x42, &d[..3]), masked(0x80, &d[3..])].concat()
+            },
+            masked(0xC2, &deflated(&[0; 5000])),
         ];
         for input in inputs {
-            for seed in 0..=31u8 {
+            // The seed's high bit agrees permessage-deflate.
+            for seed in (0..=31u8).chain(128..=159) {
                 ws_session(&[&[seed][..], &input].concat());
             }
         }
