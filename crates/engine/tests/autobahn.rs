@@ -92,7 +92,11 @@ fn ws_echo_with_deflate_passes_the_autobahn_compression_cases() {
     let driver = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/autobahn/run.py");
     let url = format!("ws://{addr}/echo");
     let all = std::env::var_os("PEREGRINE_AUTOBAHN_ALL").is_some();
-    let cases = if all { "12.*,13.*".to_owned() } else { compression_cases() };
+    let cases = if all {
+        "12.*,13.*".to_owned()
+    } else {
+        compression_cases()
+    };
     let run = Process::spawn_stdout(Command::new(&python).arg("-B").arg(&driver).args([
         "--url",
         &url,

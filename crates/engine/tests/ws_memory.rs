@@ -129,8 +129,14 @@ fn measure(n: usize, deflate: bool) -> (isize, isize) {
         "an idle WebSocket (deflate: {deflate}) holds {heap} bytes of the server's heap and {rss} resident \
          bytes ({n} open)"
     );
-    assert!(rss <= 1024, "{rss} resident bytes per idle WebSocket (deflate: {deflate})");
-    assert!(heap <= 2048, "{heap} bytes of heap per idle WebSocket (deflate: {deflate})");
+    assert!(
+        rss <= 1024,
+        "{rss} resident bytes per idle WebSocket (deflate: {deflate})"
+    );
+    assert!(
+        heap <= 2048,
+        "{heap} bytes of heap per idle WebSocket (deflate: {deflate})"
+    );
     drop(idle);
     server.shutdown();
     server.join().unwrap();

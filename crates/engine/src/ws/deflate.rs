@@ -73,16 +73,14 @@ const SPARE_BYTES_MAX: usize = 64 * 1024;
 /// can take (RFC 7692 §5: an offer with a parameter unknown, repeated or
 /// out of range is declined, not the handshake). `None`: no compression.
 pub(crate) fn negotiate<'a>(values: impl Iterator<Item = &'a [u8]>) -> Option<Params> {
-    values
-        .flat_map(|v| v.split(|&b| b == b','))
-        .find_map(|offer| {
-            let mut parts = offer.split(|&b| b == b';');
-            let name = parts.next()?.trim_ascii();
-            if !name.eq_ignore_ascii_case(b"permessage-deflate") {
-                return None;
-            }
-            accept(parts)
-        })
+    values.flat_map(|v| v.split(|&b| b == b',')).find_map(|offer| {
+        let mut parts = offer.split(|&b| b == b';');
+        let name = parts.next()?.trim_ascii();
+        if !name.eq_ignore_ascii_case(b"permessage-deflate") {
+            return None;
+        }
+        accept(parts)
+    })
 }
 
 /// One permessage-deflate offer's parameters, accepted or not.
@@ -340,7 +338,10 @@ mod tests {
             ("permessage-deflate", Some(default)),
             ("PerMessage-Deflate ; client_max_window_bits", Some(default)),
             ("permessage-deflate; client_max_window_bits=10", Some(default)),
-            ("permessage-deflate; server_no_context_takeover; client_no_context_takeover", Some(default)),
+            (
+                "permessage-deflate; server_no_context_takeover; client_no_context_takeover",
+                Some(default),
+            ),
             ("permessage-deflate; server_max_window_bits=9", Some(asked(9))),
             ("permessage-deflate; server_max_window_bits=\"12\"", Some(asked(12))),
             ("permessage-deflate; server_max_window_bits=15", Some(asked(15))),
@@ -351,12 +352,18 @@ mod tests {
             ("permessage-deflate; server_max_window_bits=09", None),
             ("permessage-deflate; client_max_window_bits=7", None),
             ("permessage-deflate; server_no_context_takeover=1", None),
-            ("permessage-deflate; server_no_context_takeover; server_no_context_takeover", None),
+            (
+                "permessage-deflate; server_no_context_takeover; server_no_context_takeover",
+                None,
+            ),
             ("permessage-deflate; unknown", None),
             ("x-webkit-deflate-frame", None),
             ("", None),
             // The first offer the server takes wins.
-            ("permessage-deflate; server_max_window_bits=8, permessage-deflate; server_max_window_bits=10", Some(asked(10))),
+            (
+                "permessage-deflate; server_max_window_bits=8, permessage-deflate; server_max_window_bits=10",
+                Some(asked(10)),
+            ),
             ("foo, permessage-deflate", Some(default)),
         ] {
             assert_eq!(offer(value), want, "{value:?}");
@@ -429,7 +436,12 @@ mod tests {
             assert_eq!(out[0] & 0x40, 0, "random bytes go uncompressed");
             let mut out = Vec::new();
             write_message(&mut out, Op::Text, &text, params);
-            assert!(out[0] & 0x40 != 0 && out.len() < text.len() / 4, "text shrinks: {} bytes, {:#x}, bits {bits}", out.len(), out[0]);
+            assert!(
+                out[0] & 0x40 != 0 && out.len() < text.len() / 4,
+                "text shrinks: {} bytes, {:#x}, bits {bits}",
+                out.len(),
+                out[0]
+            );
         }
     }
 

@@ -378,7 +378,10 @@ impl Session {
             // compressed bytes may pass that by deflate's few bytes per
             // stored block, not more.
             let (total, max) = if compressed {
-                (self.msg.len() as u64 + head.len, compressed_bytes_max(self.config.message_bytes_max))
+                (
+                    self.msg.len() as u64 + head.len,
+                    compressed_bytes_max(self.config.message_bytes_max),
+                )
             } else {
                 (self.msg.len() as u64 + head.len, self.config.message_bytes_max as u64)
             };

@@ -304,7 +304,11 @@ fn deflate_config() -> Config {
 fn feed_deflate(bytes: &[u8]) -> (Vec<Seen>, Vec<u8>) {
     let whole = feed_with(deflate_config(), bytes, bytes.len().max(1));
     for step in 1..bytes.len().min(40) {
-        assert_eq!(feed_with(deflate_config(), bytes, step), whole, "fed {step} bytes at a time");
+        assert_eq!(
+            feed_with(deflate_config(), bytes, step),
+            whole,
+            "fed {step} bytes at a time"
+        );
     }
     whole
 }
