@@ -615,14 +615,14 @@ END = "<!-- bench:end -->"
 
 def update_benchmarks_md(path, run_rel, command, date, summary_md, charts):
     """Rewrites the section between the markers, keeping all other prose."""
-    # the run's headings sit one level below BENCHMARKS.md's own
-    body = re.sub(r"^(#+) ", lambda m: "#" + m.group(1) + " ", summary_md, flags=re.M)
+    # Only a pointer: the run's own summary.md holds its tables, so the page
+    # a reader opens stays short (the current tables above the markers are
+    # chosen by hand, each naming its run).
     section = [BEGIN,
                "<!-- Written by bench/run from one run; edits inside the markers are overwritten. -->",
                "",
                f"Last run: [`{run_rel}/`]({run_rel}/), {date}, with `{command}`.",
-               "",
-               body.strip(),
+               f"Its tables are the run's [summary.md]({run_rel}/summary.md).",
                ""]
     for name, alt in charts:
         section += [f"![{alt}]({run_rel}/{name})", ""]
