@@ -21,6 +21,7 @@ import traceback
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import cases  # noqa: E402
+from cases import case12  # noqa: E402
 from cases.case import Case  # noqa: E402
 from fuzzer import FuzzingClient  # noqa: E402
 
@@ -62,8 +63,7 @@ def main():
     patterns = [p.strip() for p in args.cases.split(",") if p.strip()]
     excluded = [p.strip() for p in args.exclude.split(",") if p.strip()]
     if args.testdata:
-        import cases.case12
-        cases.case12.TESTDATA_DIR = args.testdata
+        case12.TESTDATA_DIR = args.testdata
     else:
         excluded += ["12.*", "13.*"]
     try:
