@@ -9,6 +9,7 @@ mod commands;
 mod config;
 mod docs;
 mod flags;
+mod health;
 mod logger;
 mod messages;
 mod proxy;

@@ -31,6 +31,7 @@
 //! step at a time.
 
 mod build;
+mod config_watch;
 mod sites;
 mod watch;
 
@@ -260,6 +261,12 @@ pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()>
         _ => log::info(format_args!("{sandbox}; hello on {urls}")),
     }
     warn_if_reload_cannot_read(&command, &process);
+    if command.server_args().watch_config {
+        match sandbox::config_file(&process.argv) {
+            Some(path) => config_watch::start(path).context("watch-config")?,
+            None => log::warn(format_args!("watch-config: there is no --config file to watch")),
+        }
+    }
     match upgraded {
         // The old process drains once this is said (MAINPID= first).
         Some(up) => {
@@ -316,7 +323,16 @@ pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()>
                     Err(e) => log::error(format_args!("{}{as_user}; still writing to the old file", e.io_error())),
                 }
             }
-            _ => break,
+            signal => {
+                // Not ready first, before any listener closes.
+                crate::health::begin_drain();
+                let name = if signal == SIGINT { "SIGINT" } else { "SIGTERM" };
+                log::info(format_args!(
+                    "{name}: shutting down: not ready, not accepting, finishing what is in flight \
+                     (within --shutdown-timeout; the signal again exits at once)"
+                ));
+                break;
+            }
         }
     }
     let handles = drain(cause, &current, &retired, &process);
@@ -341,6 +357,11 @@ pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()>
     for (_, thread) in retired {
         let _ = thread.join();
     }
+    if let Some((_, metrics)) = process.metrics_server.take() {
+        metrics.shutdown();
+        let _ = metrics.join();
+    }
+    log::info(format_args!("stopped"));
     Ok(result?)
 }
 
@@ -353,11 +374,15 @@ pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()>
 /// connections may send one more request, answered with `Connection:
 /// close`, as at a reload. Returns the handles that stop it all for good.
 fn drain(cause: DrainCause, current: &Generation, retired: &[Retired], process: &Process) -> Vec<ShutdownHandle> {
+    // Not ready first, before any listener closes (`/readyz`).
+    crate::health::begin_drain();
     let mut handles = vec![current.running.shutdown_handle()];
     handles.extend(retired.iter().map(|(h, _)| h.clone()));
-    handles.extend(process.metrics_server.iter().map(|(_, m)| m.shutdown_handle()));
     match cause {
         DrainCause::Shutdown => {
+            // The `--metrics` listener stays until the generations are
+            // done (stopped after they are joined), so that `/readyz`
+            // answers 503 rather than nothing.
             let _ = peregrine::systemd::notify("STOPPING=1");
             for handle in &handles {
                 handle.shutdown();
@@ -373,6 +398,7 @@ fn drain(cause: DrainCause, current: &Generation, retired: &[Retired], process: 
             }
         }
     }
+    handles.extend(process.metrics_server.iter().map(|(_, m)| m.shutdown_handle()));
     handles
 }
 

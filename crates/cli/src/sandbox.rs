@@ -161,10 +161,13 @@ fn policy(command: &Command, argv: &[OsString]) -> anyhow::Result<Policy> {
     }
     // Certificates are renewed by replacing the files (or a symlink's
     // target: the directory of the file it leads to is granted); so may
-    // keys be.
+    // keys be. The directory of the path as given too: a Kubernetes Secret
+    // (or ConfigMap) volume swaps a symlink (`..data`) to a new directory
+    // beside the old one, which the target's directory would not cover.
     for pem in pems.into_iter().chain(keys) {
         if let Ok(file) = std::fs::canonicalize(pem) {
             policy.read(&parent(&file))?;
+            policy.read(&parent(pem))?;
         }
     }
     // A reload reads `--bind HOST:PORT` again and resolves HOST: the C
@@ -175,7 +178,8 @@ fn policy(command: &Command, argv: &[OsString]) -> anyhow::Result<Policy> {
         policy.read(file)?;
     }
     if let Some(file) = config_file(argv) {
-        let file = std::fs::canonicalize(&file).with_context(|| format!("{}", file.display()))?;
+        let target = std::fs::canonicalize(&file).with_context(|| format!("{}", file.display()))?;
+        policy.read(&parent(&target))?;
         policy.read(&parent(&file))?;
     }
     for log in logs.into_iter().filter(|&l| l != "-") {

@@ -286,7 +286,7 @@ fn an_empty_root_is_warned_of_at_start_and_a_full_one_is_not() {
     let err = serve_and_stop(&dir, &[]);
     assert!(
         err.contains(&format!(
-            "warning: {} is empty: every request will be answered 404",
+            "[warn] peregrine: {} is empty: every request will be answered 404",
             dir.display()
         )),
         "{err}"
@@ -301,7 +301,7 @@ fn an_empty_root_is_warned_of_at_start_and_a_full_one_is_not() {
     assert!(err.contains(&format!("warning: {} is empty", dir.display())), "{err}");
     std::fs::write(dir.join("index.html"), "hi").unwrap();
     let err = serve_and_stop(&dir, &[]);
-    assert!(!err.contains("warning"), "{err}");
+    assert!(!err.contains("[warn]"), "{err}");
     assert!(!check(&dir).contains("warning"));
 }
 
@@ -325,7 +325,10 @@ fn a_root_the_dropped_user_cannot_read_is_warned_of_at_start() {
     }
     let err = serve_and_stop(&dir, &["--user", "nobody"]);
     assert!(
-        err.contains(&format!("warning: {} cannot be read by user nobody", dir.display())),
+        err.contains(&format!(
+            "[warn] peregrine: {} cannot be read by user nobody",
+            dir.display()
+        )),
         "{err}"
     );
 }

@@ -141,7 +141,7 @@ fn kubernetes_manifests_pass_the_schemas() {
 
 /// What deploy/README.md promises of the manifests, beyond the schemas.
 #[test]
-fn the_deployment_probes_healthz_and_mounts_the_archives_directory() {
+fn the_deployment_probes_livez_and_readyz_and_mounts_the_archives_directory() {
     let d = read("kubernetes/deployment.yaml");
     // Comments may say anything; the checks are on the settings.
     let settings: String = d
@@ -149,18 +149,26 @@ fn the_deployment_probes_healthz_and_mounts_the_archives_directory() {
         .filter(|l| !l.trim_start().starts_with('#'))
         .collect::<Vec<_>>()
         .join("\n");
-    for probe in ["readinessProbe:", "livenessProbe:"] {
+    for (probe, path) in [("readinessProbe:", "/readyz"), ("livenessProbe:", "/livez")] {
         let at = settings.find(probe).unwrap_or_else(|| panic!("no {probe}"));
         let rest = &settings[at..];
         let http = &rest[..rest.find("Seconds").unwrap()];
         assert!(
-            http.contains("path: /healthz") && http.contains("port: metrics"),
-            "{probe} is not on /healthz of the metrics port:\n{http}"
+            http.contains(&format!("path: {path}")) && http.contains("port: metrics"),
+            "{probe} is not on {path} of the metrics port:\n{http}"
         );
     }
+    // The version preStop's sleep needs is said beside it.
+    assert!(settings.contains("preStop:\n              sleep:"));
+    assert!(d.contains("Kubernetes 1.30 or later"));
+    // A CPU request beside the memory limit.
+    assert!(settings.contains("requests:\n              cpu: "), "no CPU request");
+    assert!(settings.contains("limits:\n              memory: "), "no memory limit");
+    // Only the state directory is writable.
+    assert!(settings.contains("mountPath: /var/lib/peregrine"));
     assert!(
         settings.contains("- --metrics\n            - 0.0.0.0:9090"),
-        "/healthz needs --metrics"
+        "the health endpoints need --metrics"
     );
     assert!(settings.contains("name: metrics\n              containerPort: 9090"));
     assert!(settings.contains("- /srv/site/site.prg"));
@@ -176,15 +184,18 @@ fn the_deployment_probes_healthz_and_mounts_the_archives_directory() {
 }
 
 /// The image: static, distroless, non-root, health-checked through
-/// `peregrine probe` on the address the command serves /healthz on. Built
-/// only where a container engine answers.
+/// `peregrine probe` on the address the command serves /livez on, its
+/// state directory a volume (the one place written under a read-only
+/// root). Built only where a container engine answers.
 #[test]
 fn the_container_image_is_static_non_root_and_health_checked() {
     let f = read("Dockerfile");
     assert!(f.contains("--target x86_64-unknown-linux-musl"));
     assert!(f.contains("FROM gcr.io/distroless/static"));
     assert!(f.contains("USER 65532:65532"));
-    assert!(f.contains(r#"CMD ["/usr/local/bin/peregrine", "probe", "http://127.0.0.1:9090/healthz"]"#));
+    assert!(f.contains(r#"CMD ["/usr/local/bin/peregrine", "probe", "http://127.0.0.1:9090/livez"]"#));
+    assert!(f.contains("--chown=65532:65532 /state /var/lib/peregrine"));
+    assert!(f.contains("VOLUME /var/lib/peregrine"));
     assert!(f.contains(r#""--metrics", "0.0.0.0:9090""#));
 }
 
@@ -214,10 +225,10 @@ fn the_container_image_builds() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
 
-/// The container health check's command: 0 for a 2xx from /healthz, 1 for
-/// anything else or nothing listening.
+/// The container health check's command: 0 for a 2xx from /livez (its
+/// default URL's path), 1 for anything else or nothing listening.
 #[test]
-fn probe_says_whether_healthz_answers() {
+fn probe_says_whether_livez_answers() {
     let mut child = peregrine()
         .args(["hello", "--bind", "127.0.0.1:0", "--metrics", "127.0.0.1:0"])
         .stderr(Stdio::piped())
@@ -235,8 +246,10 @@ fn probe_says_whether_healthz_answers() {
     }
     let metrics = metrics.expect("a line naming the metrics address");
     let probe = |url: &str| peregrine().args(["probe", url]).output().unwrap();
-    let ok = probe(&format!("http://{metrics}/healthz"));
-    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+    for path in ["/livez", "/readyz", "/healthz"] {
+        let ok = probe(&format!("http://{metrics}{path}"));
+        assert!(ok.status.success(), "{path}: {}", String::from_utf8_lossy(&ok.stderr));
+    }
     let missing = probe(&format!("http://{metrics}/nothing-here"));
     assert_eq!(missing.status.code(), Some(1));
     let err = String::from_utf8_lossy(&missing.stderr);
@@ -246,6 +259,6 @@ fn probe_says_whether_healthz_answers() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("plain HTTP only"));
     child.stderr = Some(stderr.into_inner());
     terminate(child);
-    let gone = probe(&format!("http://{metrics}/healthz"));
+    let gone = probe(&format!("http://{metrics}/livez"));
     assert_eq!(gone.status.code(), Some(1), "nothing listens any more");
 }

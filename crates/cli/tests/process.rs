@@ -180,7 +180,7 @@ fn sigusr1_reopens_the_access_log() {
     common::signal(child.id(), "USR1");
     line.clear();
     stderr.read_line(&mut line).unwrap();
-    assert_eq!(line.trim(), "peregrine: access log reopened");
+    assert_eq!(message(&line), "[info] peregrine: access log reopened");
     get(&addr, "/two");
     terminate(child);
     let new = std::fs::read_to_string(&log).unwrap();
@@ -296,13 +296,20 @@ fn the_error_log_goes_to_a_file_that_sigusr1_reopens() {
         .unwrap();
     // Today's lines, in the file: the sandbox's and the address.
     let first = file_with(&log, " on http://");
-    assert!(first.starts_with("peregrine: sandbox"), "{first}");
+    assert!(message(&first).starts_with("[info] peregrine: sandbox"), "{first}");
     let addr = last_addr(first.lines().next().unwrap());
     assert!(get(&addr, "/").ends_with("Hello, World!"));
     std::fs::rename(&log, dir.path("error.log.1")).unwrap();
     common::signal(child.id(), "USR1");
     let new = file_with(&log, "peregrine: access log reopened\n");
-    assert_eq!(new, "peregrine: error log reopened\nperegrine: access log reopened\n");
+    let said: Vec<&str> = new.lines().map(message).collect();
+    assert_eq!(
+        said,
+        [
+            "[info] peregrine: error log reopened",
+            "[info] peregrine: access log reopened"
+        ]
+    );
     let mut stderr = child.stderr.take().unwrap();
     terminate(child);
     // Nothing went to standard error.
@@ -351,4 +358,132 @@ fn an_access_log_template_is_written_and_an_unknown_variable_refused() {
     let (start, us) = line.trim_end().rsplit_once(' ').unwrap();
     assert_eq!(start, "x \"GET /t HTTP/1.1\" HTTP/1.1 200 13", "{line}");
     us.parse::<u64>().unwrap();
+}
+
+/// A server's error-log line without its time, after checking that the
+/// time is RFC 3339 in UTC with milliseconds: `[info] peregrine: ...`.
+fn message(line: &str) -> &str {
+    let line = line.trim_end();
+    let (time, rest) = line.split_once(' ').unwrap_or_else(|| panic!("no time in {line:?}"));
+    let b = time.as_bytes();
+    let digits = |r: std::ops::Range<usize>| b[r].iter().all(u8::is_ascii_digit);
+    assert!(
+        b.len() == 24
+            && digits(0..4)
+            && b[4] == b'-'
+            && b[10] == b'T'
+            && b[19] == b'.'
+            && digits(20..23)
+            && b[23] == b'Z',
+        "not RFC 3339 with milliseconds: {line:?}"
+    );
+    rest
+}
+
+/// Reads standard error up to a line containing `needle`; returns it.
+fn line_with(stderr: &mut BufReader<std::process::ChildStderr>, needle: &str) -> String {
+    loop {
+        let mut line = String::new();
+        assert!(
+            stderr.read_line(&mut line).unwrap() > 0,
+            "exited before saying {needle:?}"
+        );
+        if line.contains(needle) {
+            return line;
+        }
+    }
+}
+
+/// `/livez` and `/readyz` on the `--metrics` listener: both 200 while
+/// serving; from SIGTERM on, while a request is still in flight, `/readyz`
+/// is 503 and `/livez` still 200 (draining is not dead); the shutdown and
+/// the stop are each logged.
+#[test]
+fn readyz_turns_503_at_sigterm_while_livez_stays_200() {
+    let mut child = peregrine()
+        .args([
+            "hello",
+            "--bind",
+            "127.0.0.1:0",
+            "--workers",
+            "2",
+            "--metrics",
+            "127.0.0.1:0",
+        ])
+        .args(["--shutdown-timeout", "60", "--head-timeout", "60"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let metrics = line_with(&mut stderr, "metrics on http://");
+    let metrics = metrics
+        .trim()
+        .rsplit("http://")
+        .next()
+        .unwrap()
+        .trim_end_matches("/metrics")
+        .to_owned();
+    let hello = line_with(&mut stderr, "hello on http://");
+    assert!(message(&hello).starts_with("[info] peregrine: "), "{hello}");
+    let addr = last_addr(&hello);
+    for path in ["/livez", "/readyz", "/healthz"] {
+        let answer = get(&metrics, path);
+        assert!(
+            answer.starts_with("HTTP/1.1 200 OK\r\n") && answer.ends_with("\r\n\r\nok\n"),
+            "{path}: {answer}"
+        );
+    }
+    // A request in flight (its head half sent) keeps the drain going.
+    let mut slow = std::net::TcpStream::connect(&addr).unwrap();
+    std::io::Write::write_all(&mut slow, b"GET / HTTP/1.1\r\nHost: x\r\n").unwrap();
+    assert!(get(&addr, "/").starts_with("HTTP/1.1 200 OK\r\n"));
+    common::signal(child.id(), "TERM");
+    let said = line_with(&mut stderr, "SIGTERM");
+    assert!(
+        message(&said).starts_with("[info] peregrine: SIGTERM: shutting down"),
+        "{said}"
+    );
+    let ready = get(&metrics, "/readyz");
+    assert!(
+        ready.starts_with("HTTP/1.1 503 ") && ready.ends_with("\r\n\r\ndraining\n"),
+        "{ready}"
+    );
+    let live = get(&metrics, "/livez");
+    assert!(live.starts_with("HTTP/1.1 200 OK\r\n"), "{live}");
+    // The last request ends (its client gives up): the process stops.
+    drop(slow);
+    let stopped = line_with(&mut stderr, "stopped");
+    assert_eq!(message(&stopped), "[info] peregrine: stopped");
+    assert!(child.wait().unwrap().success());
+}
+
+/// `--error-log-format json`: one object a line, with the time (RFC 3339,
+/// milliseconds), the level and the message.
+#[test]
+fn the_error_log_can_be_json_lines() {
+    let mut child = peregrine()
+        .args([
+            "hello",
+            "--bind",
+            "127.0.0.1:0",
+            "--workers",
+            "1",
+            "--error-log-format",
+            "json",
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let first = line_with(&mut stderr, "hello on http://");
+    let v: serde_json::Value = serde_json::from_str(&first).unwrap_or_else(|e| panic!("{e}: {first}"));
+    assert_eq!(v["level"], "info", "{first}");
+    assert!(
+        v["message"].as_str().unwrap().contains("hello on http://127.0.0.1:"),
+        "{first}"
+    );
+    message(&format!("{} x", v["time"].as_str().unwrap()));
+    assert!(first.starts_with("{\"time\":"), "the time first: {first}");
+    child.stderr = Some(stderr.into_inner());
+    terminate(child);
 }

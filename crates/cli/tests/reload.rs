@@ -698,3 +698,67 @@ fn a_reload_sends_goaway_to_http2_connections_and_finishes_their_streams() {
     assert!(get(&addr, "/index.html").unwrap().head.starts_with("HTTP/1.1 200 "));
     server.terminate();
 }
+
+/// `watch-config = true`: the configuration file laid out as Kubernetes
+/// mounts a ConfigMap (`peregrine.toml -> ..data/peregrine.toml`, `..data
+/// -> ..v1`) is reloaded when `..data` is swapped to a new directory, and
+/// again when the file it leads to is rewritten in place; each reload is
+/// the one SIGHUP makes (its line, new connections get the new settings).
+#[test]
+fn watch_config_reloads_when_a_configmap_swaps_its_symlink_or_the_file_changes() {
+    use std::os::unix::fs::symlink;
+    let t = tmp("watch");
+    let site = t.path("site");
+    let cm = t.path("cm");
+    let version = |n: u32| {
+        let dir = cm.join(format!("..v{n}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("peregrine.toml"),
+            format!(
+                "root = {:?}\nwatch-config = true\ncache-control = \"max-age={n}\"\n",
+                s(&site)
+            ),
+        )
+        .unwrap();
+    };
+    version(1);
+    symlink("..v1", cm.join("..data")).unwrap();
+    symlink("..data/peregrine.toml", cm.join("peregrine.toml")).unwrap();
+    let config = cm.join("peregrine.toml");
+    let server = Server::start(&[
+        "serve",
+        "--config",
+        s(&config),
+        "--bind",
+        "127.0.0.1:0",
+        "--workers",
+        "1",
+    ]);
+    let addr = server.addr("serving");
+    server.line("watching");
+    assert_eq!(get(&addr, "/").unwrap().field("cache-control"), Some("max-age=1"));
+    // The kubelet's update: a new directory, a new symlink renamed over
+    // the old one.
+    version(2);
+    symlink("..v2", cm.join("..data_tmp")).unwrap();
+    std::fs::rename(cm.join("..data_tmp"), cm.join("..data")).unwrap();
+    server.line("configuration reloaded (generation 2)");
+    eventually(&addr, "/", "max-age=2 after the swap", |a| {
+        a.field("cache-control") == Some("max-age=2")
+    });
+    // An edit in place of the file the path leads to.
+    std::fs::write(
+        cm.join("..v2/peregrine.toml"),
+        format!(
+            "root = {:?}\nwatch-config = true\ncache-control = \"max-age=33\"\n",
+            s(&site)
+        ),
+    )
+    .unwrap();
+    server.line("configuration reloaded (generation 3)");
+    eventually(&addr, "/", "max-age=33 after the edit", |a| {
+        a.field("cache-control") == Some("max-age=33")
+    });
+    server.terminate();
+}

@@ -161,7 +161,8 @@ fn the_start_line_and_check_config_say_what_was_applied() {
     // "peregrine: sandbox: landlock ABI v7, seccomp 73 syscalls; serving ..."
     // (or "no landlock (why)", "no seccomp (why)").
     let line = &server.start;
-    assert!(line.starts_with("peregrine: sandbox: "), "{line}");
+    // After the line's time and level (a server's error log).
+    assert!(line.contains(" [info] peregrine: sandbox: "), "{line}");
     assert!(server.landlock() || line.contains("no landlock ("), "{line}");
     assert!(server.seccomp() || line.contains("no seccomp ("), "{line}");
     server.terminate();

@@ -284,7 +284,7 @@ fn bad_clients_are_logged_at_debug_level_when_asked() {
     let mut rest = Vec::new();
     let _ = plain.read_to_end(&mut rest);
     assert!(rest.starts_with(b"HTTP/1.1 400 "), "{}", String::from_utf8_lossy(&rest));
-    let line = server.wait_for_lines(&["peregrine: debug: tls 127.0.0.1:"]);
+    let line = server.wait_for_lines(&["[debug] peregrine: tls 127.0.0.1:"]);
     assert!(line.contains("plain HTTP sent to the TLS port"), "{line}");
     // The server goes on.
     let mut c = connect(&addr, &pki.client(), "localhost");

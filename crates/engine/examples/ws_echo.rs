@@ -7,7 +7,8 @@
 //! `--bind ADDR` listens elsewhere; `--max-message BYTES` raises the
 //! largest message (1 MiB by default; Autobahn's 9.x cases send 16 MiB),
 //! `--max-fragments N` the most frames per message (1,024; its 9.3 and
-//! 9.4 cases send 4 MiB in 64-byte frames).
+//! 9.4 cases send 4 MiB in 64-byte frames); `--deflate` accepts
+//! permessage-deflate (its 12.x and 13.x cases).
 
 mod common;
 
@@ -28,6 +29,9 @@ fn main() -> Result<(), peregrine::Error> {
     }
     if let Some(max) = number("--max-fragments") {
         options = options.fragments_max(max);
+    }
+    if std::env::args().any(|a| a == "--deflate") {
+        options = options.permessage_deflate(true);
     }
     common::run(Server::new().websockets(true), move |req: &Request<'_>| -> Reply {
         match req.path() {

@@ -69,7 +69,10 @@ pub enum LogFormat {
     /// method, target, version, protocol (the same as version: the name
     /// nginx gives it), status, bytes, duration_us, referer, user_agent
     /// (null when absent), site (the label of the site the request went
-    /// to, null on a server of one handler), and the reverse proxy's
+    /// to, null on a server of one handler), request_id, traceparent
+    /// (null when absent; see [`Template`]), tls_version (`TLSv1.3`, null
+    /// in cleartext), tls_resumed (true, false, or null in cleartext and
+    /// over HTTP/3), and the reverse proxy's
     /// upstream_addr, upstream_status, upstream_connect_time,
     /// upstream_header_time, upstream_response_time (seconds, as numbers
     /// with milliseconds; all null for a request that was not proxied; see
@@ -121,6 +124,10 @@ impl std::str::FromStr for LogFormat {
 /// | `$upstream_status` | the upstream's status code; the proxy's own 502 or 504 when the upstream failed to answer |
 /// | `$upstream_connect_time` | seconds to connect, with milliseconds (`0.000` on a kept-alive connection) |
 /// | `$upstream_header_time` | seconds from the start of the exchange (connecting, or writing on a kept-alive connection) to the answer's head |
+/// | `$request_id` | the request's id: the `X-Request-ID` a trusted proxy sent, else 32 hex digits made here; the reverse proxy sends the same upstream ([`crate::Request::request_id`]) |
+/// | `$http_traceparent` | the W3C Trace Context `traceparent` field as sent (passed upstream unchanged by the reverse proxy) |
+/// | `$ssl_protocol` | `TLSv1.2` or `TLSv1.3`; `-` in cleartext |
+/// | `$ssl_session_reused` | `r` for a resumed TLS session, `.` for a full handshake, `-` in cleartext or where unknown (HTTP/3) |
 /// | `$upstream_response_time` | the same to the answer's end, for an answer read whole before it was relayed; `-` for one that streams (the line is written when its head is relayed) |
 ///
 /// The upstream variables are `-` for a request the proxy did not pass
@@ -165,10 +172,14 @@ enum Var {
     UpstreamConnectTime,
     UpstreamHeaderTime,
     UpstreamResponseTime,
+    RequestId,
+    Traceparent,
+    SslProtocol,
+    SslSessionReused,
 }
 
 /// Every variable by name.
-const VARS: [(&str, Var); 24] = [
+const VARS: [(&str, Var); 28] = [
     ("remote_addr", Var::RemoteAddr),
     ("remote_port", Var::RemotePort),
     ("time_local", Var::TimeLocal),
@@ -193,6 +204,10 @@ const VARS: [(&str, Var); 24] = [
     ("upstream_connect_time", Var::UpstreamConnectTime),
     ("upstream_header_time", Var::UpstreamHeaderTime),
     ("upstream_response_time", Var::UpstreamResponseTime),
+    ("request_id", Var::RequestId),
+    ("http_traceparent", Var::Traceparent),
+    ("ssl_protocol", Var::SslProtocol),
+    ("ssl_session_reused", Var::SslSessionReused),
 ];
 
 impl Template {
@@ -324,6 +339,21 @@ pub(crate) struct LogRequest {
     /// The client's address, decided when the request was read (its
     /// fields are gone by the answer); else the connection's peer.
     pub(crate) client: Option<SocketAddr>,
+    /// `request_line` ends with the request's id, this long, then its
+    /// traceparent, if it had one, this long.
+    pub(crate) id_len: u8,
+    pub(crate) traceparent_len: Option<u8>,
+    pub(crate) tls: Option<TlsFacts>,
+}
+
+/// The longest `traceparent` written: W3C Trace Context's is 55 bytes;
+/// past 255 it is not one.
+const TRACEPARENT_BYTES_MAX: usize = 255;
+
+/// The request's `traceparent` field, if it has one of a sane length.
+pub(crate) fn traceparent<'a>(req: &crate::Request<'a>) -> Option<&'a [u8]> {
+    req.header_bytes("traceparent")
+        .filter(|t| t.len() <= TRACEPARENT_BYTES_MAX)
 }
 
 /// What the reverse proxy learned of the upstream exchange behind an
@@ -425,6 +455,39 @@ pub(crate) struct Line<'a> {
     pub(crate) duration_us: Option<u64>,
     /// The reverse proxy's figures, for a request it passed on.
     pub(crate) upstream: Option<&'a UpstreamLog>,
+    /// `Request::request_id`; `None` for a request refused before it was
+    /// one.
+    pub(crate) request_id: Option<&'a [u8]>,
+    /// The W3C `traceparent` field as the client sent it.
+    pub(crate) traceparent: Option<&'a [u8]>,
+    /// Over TLS: its version and whether the session was resumed.
+    pub(crate) tls: Option<TlsFacts>,
+}
+
+/// What the access log says of a request's TLS connection (2 bytes: it
+/// rides on every request and deferred record).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct TlsFacts {
+    pub(crate) version: Option<TlsVersion>,
+    /// Whether the handshake resumed a session; `None` where the TLS
+    /// library does not say (HTTP/3).
+    pub(crate) resumed: Option<bool>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TlsVersion {
+    Tls12,
+    Tls13,
+}
+
+impl TlsVersion {
+    /// nginx's `$ssl_protocol` spelling.
+    fn as_str(self) -> &'static str {
+        match self {
+            TlsVersion::Tls12 => "TLSv1.2",
+            TlsVersion::Tls13 => "TLSv1.3",
+        }
+    }
 }
 
 impl LogWriter {
@@ -470,9 +533,13 @@ impl LogWriter {
         (status, body_bytes, upstream): (u16, u64, Option<&UpstreamLog>),
         started: Instant,
     ) {
-        // The request line was stored whole and raw (`record` escapes it);
-        // split it back into its three parts.
+        // The request line was stored whole and raw (`record` escapes it),
+        // the id and traceparent after it; split it back into its parts.
         let line = &req.request_line;
+        let n_trace = req.traceparent_len.map_or(0, usize::from);
+        let n_tail = usize::from(req.id_len) + n_trace;
+        let (line, tail) = line.split_at(line.len().saturating_sub(n_tail));
+        let (id, trace) = tail.split_at(usize::from(req.id_len).min(tail.len()));
         let mut parts = line.splitn(3, |&b| b == b' ');
         let (m, t, v) = (
             parts.next().unwrap_or(b"-"),
@@ -493,6 +560,9 @@ impl LogWriter {
             site,
             duration_us: Some(micros_since(started)),
             upstream,
+            request_id: Some(id).filter(|id| !id.is_empty()),
+            traceparent: req.traceparent_len.map(|_| trace),
+            tls: req.tls,
         });
     }
 
@@ -614,6 +684,17 @@ fn json_line(b: &mut Vec<u8>, line: &Line<'_>) {
     json_string(b, line.user_agent);
     b.extend_from_slice(b",\"site\":");
     json_string(b, line.site.map(str::as_bytes));
+    b.extend_from_slice(b",\"request_id\":");
+    json_string(b, line.request_id);
+    b.extend_from_slice(b",\"traceparent\":");
+    json_string(b, line.traceparent);
+    b.extend_from_slice(b",\"tls_version\":");
+    json_string(b, line.tls.and_then(|t| t.version).map(|v| v.as_str().as_bytes()));
+    b.extend_from_slice(match line.tls.and_then(|t| t.resumed) {
+        Some(true) => b",\"tls_resumed\":true",
+        Some(false) => b",\"tls_resumed\":false",
+        None => b",\"tls_resumed\":null",
+    });
     let up = line.upstream;
     b.extend_from_slice(b",\"upstream_addr\":");
     let at = b.len();
@@ -669,6 +750,15 @@ fn template_line(b: &mut Vec<u8>, template: &Template, line: &Line<'_>) {
             Var::Request => request(b, line),
             Var::Method => escape(b, line.method),
             Var::Uri => escape(b, line.target),
+            Var::RequestId => or_dash(b, line.request_id),
+            Var::Traceparent => or_dash(b, line.traceparent),
+            Var::SslProtocol => or_dash(b, line.tls.and_then(|t| t.version).map(|v| v.as_str().as_bytes())),
+            // nginx's: `r` resumed, `.` not; `-` in cleartext or unknown.
+            Var::SslSessionReused => b.push(match line.tls.and_then(|t| t.resumed) {
+                Some(true) => b'r',
+                Some(false) => b'.',
+                None => b'-',
+            }),
             Var::Protocol => escape(b, line.version),
             Var::Host => or_dash(b, line.host),
             Var::Status => b.extend_from_slice(n.format(line.status).as_bytes()),
@@ -826,6 +916,9 @@ mod tests {
             site: None,
             duration_us: None,
             upstream: None,
+            request_id: None,
+            traceparent: None,
+            tls: None,
         });
         String::from_utf8(std::mem::take(&mut w.buf)).unwrap()
     }
@@ -873,6 +966,7 @@ mod tests {
              \"target\":\"/caf\u{e9}\\\"\\\\\",\"version\":\"HTTP/1.1\",\"protocol\":\"HTTP/1.1\",\
              \"status\":304,\"bytes\":0,\"duration_us\":null,\
              \"referer\":null,\"user_agent\":\"ua\\u000a\\u00ff\\u007f\",\"site\":null,\
+             \"request_id\":null,\"traceparent\":null,\"tls_version\":null,\"tls_resumed\":null,\
              \"upstream_addr\":null,\"upstream_status\":null,\"upstream_connect_time\":null,\
              \"upstream_header_time\":null,\"upstream_response_time\":null}\n"
         );
@@ -883,7 +977,8 @@ mod tests {
         let format: LogFormat = "$remote_addr:$remote_port [$time_local] $time_iso8601 \"$request\" \
                                  $request_method ${request_uri}? $protocol $server_protocol $host $http_host \
                                  $status $body_bytes_sent $request_time_us $request_time \
-                                 \"$http_referer\" \"$http_user_agent\" $site $server_name"
+                                 \"$http_referer\" \"$http_user_agent\" $site $server_name $request_id \
+                                 $http_traceparent $ssl_protocol $ssl_session_reused"
             .parse()
             .unwrap();
         let mut w = LogWriter::new(Sink::Stdout, format);
@@ -901,13 +996,19 @@ mod tests {
             site: Some("example.org"),
             duration_us: Some(12_345),
             upstream: None,
+            request_id: Some(b"id-1"),
+            traceparent: Some(b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+            tls: Some(TlsFacts {
+                version: Some(TlsVersion::Tls13),
+                resumed: Some(true),
+            }),
         });
         let line = String::from_utf8(std::mem::take(&mut w.buf)).unwrap();
         assert_eq!(
             line,
             "10.0.0.1:5555 [06/Nov/1994:08:49:37 +0000] 1994-11-06T08:49:37Z \"GET /a\\\"b HTTP/1.1\" \
              GET /a\\\"b? HTTP/1.1 HTTP/1.1 example.org example.org 200 0 12345 0.012 \"-\" \"ua\\x0a\" \
-             example.org example.org\n"
+             example.org example.org id-1 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01 TLSv1.3 r\n"
         );
     }
 
@@ -935,6 +1036,9 @@ mod tests {
                 site: None,
                 duration_us: None,
                 upstream,
+                request_id: None,
+                traceparent: None,
+                tls: None,
             });
             String::from_utf8(std::mem::take(&mut w.buf)).unwrap()
         };

@@ -392,12 +392,21 @@ pub fn ws_session(data: &[u8]) {
         return;
     };
     let step = usize::from(split % 31) + 1;
+    // The high bit: permessage-deflate agreed (RSV1 marks a compressed
+    // message, inflated within the same 300 bytes).
+    let deflate = split & 0x80 != 0;
+    let params = crate::ws::deflate::Params {
+        window_bits: 9 + split % 7,
+        window_asked: true,
+    };
     let config = Config {
         message_bytes_max: 300,
         fragments_max: 8,
         ping_interval: Some(std::time::Duration::from_secs(30)),
         message_timeout: std::time::Duration::from_secs(20),
+        deflate: deflate.then_some(params),
     };
+    let mut echo = Vec::new();
     let now = std::time::Instant::now();
     let mut s = Session::new(config, now);
     let (mut input, mut start, mut out) = (Vec::new(), 0, Vec::new());
@@ -415,6 +424,24 @@ pub fn ws_session(data: &[u8]) {
                     assert!(bytes.len() <= 300, "a message of {} bytes", bytes.len());
                     if kind == Kind::Text {
                         assert!(std::str::from_utf8(bytes).is_ok(), "text that is not UTF-8");
+                    }
+                    if deflate {
+                        // What the server compresses inflates to itself.
+                        echo.clear();
+                        crate::ws::deflate::write_message(&mut echo, kind.op(), bytes, params);
+                        let head = match echo[1] {
+                            126 => 4,
+                            127 => 10,
+                            _ => 2,
+                        };
+                        let body = &echo[head..];
+                        if echo[0] & 0x40 != 0 {
+                            let mut back = Vec::new();
+                            crate::ws::deflate::inflate(body, &mut back, 300).expect("our own message inflates");
+                            assert_eq!(back, bytes, "a compressed echo inflates to itself");
+                        } else {
+                            assert_eq!(body, bytes);
+                        }
                     }
                     true
                 }
@@ -442,6 +469,7 @@ pub fn ws_session(data: &[u8]) {
     // them.
     let mut rest = &out[..];
     while let [b0, b1, tail @ ..] = rest {
+        // The session's own frames (pongs, closes) are never compressed.
         assert_eq!(b0 & 0x70, 0, "reserved bits in {b0:#x}");
         assert_eq!(b1 & 0x80, 0, "a masked server frame");
         let (len, tail) = match b1 & 0x7f {
@@ -475,6 +503,15 @@ mod tests {
     /// `GET /` (static table entries 2, 7, 4) with `:authority: a`.
     const GET: &[u8] = &[0x82, 0x87, 0x84, 0x01, 0x01, b'a'];
 
+    /// `payload` as a client compresses it (RFC 7692: the tail removed).
+    fn deflated(payload: &[u8]) -> Vec<u8> {
+        let mut c = flate2::Compress::new(flate2::Compression::default(), false);
+        let mut out = Vec::with_capacity(payload.len() + 64);
+        c.compress_vec(payload, &mut out, flate2::FlushCompress::Sync).unwrap();
+        out.truncate(out.len() - 4);
+        out
+    }
+
     #[test]
     fn the_ws_driver_runs_its_seeds_every_way() {
         use test_support::ws::masked;
@@ -483,9 +520,18 @@ mod tests {
             [masked(0x01, b"\xce"), masked(0x80, b"\xbb")].concat(),
             [masked(0x02, b"a"), masked(0x82, b"b")].concat(),
             masked(0x81, b"\xff"),
+            // Compressed (RSV1): "hello hello hello" deflated, whole and
+            // in two frames; a deflate bomb past the 300-byte limit.
+            [masked(0xC1, &deflated(b"hello hello hello")), masked(0x89, b"p")].concat(),
+            {
+                let d = deflated(b"abcabcabcabcabcabc");
+                [masked(0x42, &d[..3]), masked(0x80, &d[3..])].concat()
+            },
+            masked(0xC2, &deflated(&[0; 5000])),
         ];
         for input in inputs {
-            for seed in 0..=31u8 {
+            // The seed's high bit agrees permessage-deflate.
+            for seed in (0..=31u8).chain(128..=159) {
                 ws_session(&[&[seed][..], &input].concat());
             }
         }

@@ -63,7 +63,10 @@ pub struct Limits {
     /// The slowest a request head may grow past `head_timeout`, and a body
     /// arrive past `body_timeout`, in bytes per second; 0 asks no rate.
     pub min_rate_bytes_per_sec: u64,
-    /// How long an idle keep-alive connection is kept open (nginx: 75 s).
+    /// How long an idle keep-alive connection is kept open: 75 s, nginx's,
+    /// above the 60 s of the commonest load balancers (AWS ALB, GCP's),
+    /// which would otherwise send a request on a connection the server is
+    /// closing at that moment and report the client a 502.
     pub idle_timeout: Duration,
     /// Time allowed between two writes that make progress; a client that stops
     /// reading longer than this is dropped (nginx's `send_timeout`: 60 s).
@@ -146,7 +149,7 @@ impl Default for Limits {
             proxy_header_timeout: Duration::from_secs(5),
             body_timeout: Duration::from_secs(20),
             min_rate_bytes_per_sec: 500,
-            idle_timeout: Duration::from_secs(60),
+            idle_timeout: Duration::from_secs(75),
             send_timeout: Duration::from_secs(30),
             n_conns_max: 4 * 1024,
             conns_per_ip_max: 256,
@@ -176,10 +179,16 @@ pub(crate) const HEADERS_ARRAY_MAX: usize = 256;
 pub(crate) const CONN_STATE_BYTES: usize = 16 * 1024;
 
 impl Limits {
+    /// What permessage-deflate's streams take per worker at most (made
+    /// when first used, whatever the number of WebSockets: one
+    /// compressor per window size asked for, one decompressor, a spare
+    /// message buffer).
+    pub const WS_DEFLATE_BYTES: u64 = crate::ws::deflate::SHARED_BYTES_MAX as u64;
+
     /// The most memory one worker's connections can hold, in bytes:
     ///
     /// ```text
-    /// body_budget_bytes + output_budget_bytes
+    /// body_budget_bytes + output_budget_bytes + WS_DEFLATE_BYTES
     ///   + n_conns_max × (H2_READ_BYTES + write_buffer_bytes_max
     ///                    + INLINE_BODY_BYTES_MAX + TLS_SEND_BYTES_MAX
     ///                    + CONN_STATE_BYTES)
@@ -188,8 +197,10 @@ impl Limits {
     /// Buffered request bodies never pass their budget (503 past it) and
     /// queued answers pass theirs by at most one turn's per connection
     /// (no connection with output queued is read while it is spent); the
-    /// rest is each connection's own. With the defaults: 64 + 64 MiB and
-    /// 4,096 × 192 KiB, 896 MiB. HTTP/3 connections are not in it: QUIC's
+    /// rest is each connection's own; permessage-deflate's streams are
+    /// the worker's, not a connection's (`WS_DEFLATE_BYTES`, under 3 MiB,
+    /// made when first used). With the defaults: 64 + 64 MiB, 4,096 ×
+    /// 192 KiB and 3 MiB, 899 MiB. HTTP/3 connections are not in it: QUIC's
     /// flow control bounds each (`H3_SEND_WINDOW_BYTES`,
     /// `H3_CONN_RECV_WINDOW_BYTES`), and Retry bounds their handshakes.
     pub fn worst_case_bytes_per_worker(&self) -> u64 {
@@ -197,6 +208,7 @@ impl Limits {
             H2_READ_BYTES + self.write_buffer_bytes_max + INLINE_BODY_BYTES_MAX + TLS_SEND_BYTES_MAX + CONN_STATE_BYTES;
         (self.body_budget_bytes as u64)
             .saturating_add(self.output_budget_bytes as u64)
+            .saturating_add(Self::WS_DEFLATE_BYTES)
             .saturating_add((self.n_conns_max as u64).saturating_mul(per_conn as u64))
     }
 }
@@ -358,3 +370,15 @@ pub(crate) const H3_CONN_RECV_WINDOW_BYTES: u32 = 1024 * 1024;
 /// costs at most about this much memory, whatever its size. 256 KiB keeps
 /// a loopback upload at full speed while the reader hashes or writes.
 pub(crate) const BODY_READER_BYTES: usize = 256 * 1024;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Above the 60 s idle timeout of the commonest load balancers, so
+    /// that they, not we, close a kept-alive connection (issue 30).
+    #[test]
+    fn idle_timeout_outlasts_load_balancers() {
+        assert_eq!(Limits::default().idle_timeout, Duration::from_secs(75));
+    }
+}

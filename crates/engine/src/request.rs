@@ -37,6 +37,77 @@ pub struct Request<'a> {
     pub(crate) site: crate::sites::Chosen,
     /// Extended CONNECT's `:protocol` (RFC 8441, HTTP/2): `websocket`.
     pub(crate) protocol: Option<&'a str>,
+    /// This thread's count of requests when this one was made: with the
+    /// thread's random prefix, the request's id unless a trusted proxy
+    /// gave one ([`Request::request_id`]).
+    pub(crate) serial: u64,
+    /// Over TLS, the version and resumption, for the access log.
+    pub(crate) tls_facts: Option<crate::access_log::TlsFacts>,
+}
+
+/// The longest `X-Request-ID` kept from a trusted proxy; a longer one
+/// (or one with bytes that are not visible ASCII) is replaced.
+const REQUEST_ID_BYTES_MAX: usize = 200;
+
+thread_local! {
+    /// The requests this thread has made (`Request::serial`).
+    static SERIAL: Cell<u64> = const { Cell::new(0) };
+    /// Drawn once per thread: ids unique across threads and processes
+    /// without a system call per request.
+    static ID_PREFIX: [u8; 8] = {
+        use ring::rand::SecureRandom;
+        let mut b = [0u8; 8];
+        // The system's generator does not fail on Linux; zeros would only
+        // make ids of two processes alike, not wrong.
+        let _ = ring::rand::SystemRandom::new().fill(&mut b);
+        b
+    };
+}
+
+fn next_serial() -> u64 {
+    SERIAL.with(|c| {
+        let n = c.get();
+        c.set(n.wrapping_add(1));
+        n
+    })
+}
+
+/// A request's id (`X-Request-ID`): the one a trusted proxy sent, or 32
+/// hex digits made here (this thread's random prefix, then its count).
+/// Ids name requests; they are not secrets.
+#[derive(Clone, Copy, Debug)]
+pub struct RequestId<'a>(IdBytes<'a>);
+
+#[derive(Clone, Copy, Debug)]
+enum IdBytes<'a> {
+    Kept(&'a [u8]),
+    Made([u8; 32]),
+}
+
+impl<'a> RequestId<'a> {
+    fn made(serial: u64) -> Self {
+        const HEX: &[u8; 16] = b"0123456789abcdef";
+        let mut id = [0u8; 32];
+        let prefix = ID_PREFIX.with(|p| *p);
+        for (i, x) in prefix.iter().chain(serial.to_be_bytes().iter()).enumerate() {
+            id[2 * i] = HEX[usize::from(x >> 4)];
+            id[2 * i + 1] = HEX[usize::from(x & 15)];
+        }
+        RequestId(IdBytes::Made(id))
+    }
+
+    /// The id's bytes: visible ASCII.
+    pub fn as_bytes(&self) -> &[u8] {
+        match &self.0 {
+            IdBytes::Kept(b) => b,
+            IdBytes::Made(b) => b,
+        }
+    }
+
+    /// Whether it is the one a trusted proxy sent.
+    pub fn is_kept(&self) -> bool {
+        matches!(self.0, IdBytes::Kept(_))
+    }
 }
 
 /// Where a request came from: the socket's peer, the source the
@@ -117,6 +188,8 @@ impl<'a> Request<'a> {
             tls: None,
             site: crate::sites::Chosen::new(None),
             protocol: None,
+            serial: next_serial(),
+            tls_facts: None,
         }
     }
 
@@ -139,6 +212,8 @@ impl<'a> Request<'a> {
             tls: None,
             site: crate::sites::Chosen::new(None),
             protocol: None,
+            serial: next_serial(),
+            tls_facts: None,
         }
     }
 
@@ -305,6 +380,23 @@ impl<'a> Request<'a> {
         self.origin
             .trust
             .is_some_and(|t| from != crate::UNIX_PEER && t.proxies.contains(from.ip()))
+    }
+
+    /// The request's id: its `X-Request-ID` when it came from a trusted
+    /// proxy (as [`crate::Server::trusted_proxies`] decides for the
+    /// client's address; 1 to 200 bytes of visible ASCII), else one made
+    /// here, the same however often it is asked. The access log writes it
+    /// and the reverse proxy sends it upstream.
+    pub fn request_id(&self) -> RequestId<'a> {
+        if self.origin.trust.is_some() && self.is_from_trusted_proxy() {
+            let kept = self.header_bytes("x-request-id").filter(|v| {
+                (1..=REQUEST_ID_BYTES_MAX).contains(&v.len()) && v.iter().all(|b| (0x21..0x7f).contains(b))
+            });
+            if let Some(v) = kept {
+                return RequestId(IdBytes::Kept(v));
+            }
+        }
+        RequestId::made(self.serial)
     }
 
     /// Whether the request came over TLS (HTTPS, and every HTTP/3 request).

@@ -603,6 +603,7 @@ impl Server {
         // Nobody trusted: requests skip the rule altogether.
         let trust = (!self.trust.proxies.is_empty()).then(|| Arc::new(self.trust.clone()));
         let hub = Arc::new(crate::ws::hub::Hub::default());
+        let mut beats = Vec::with_capacity(self.n_workers);
         for (listeners, quic) in planned {
             let quic = quic
                 .into_iter()
@@ -638,6 +639,11 @@ impl Server {
                 metrics: self.metrics.as_ref().map(|m| m.add_worker(sites.labels())),
                 trust: trust.clone(),
                 hub: hub.clone(),
+                heartbeat: {
+                    let beat = crate::health::Heartbeat::new();
+                    beats.push(beat.clone());
+                    beat
+                },
             });
         }
         let _ = hub.mailboxes.set(mailboxes.clone());
@@ -647,6 +653,7 @@ impl Server {
             mailboxes,
             held: Arc::new(Mutex::new(held)),
             hub,
+            beats,
         };
         Ok((workers, shutdown))
     }
@@ -721,6 +728,16 @@ impl Running {
     /// The first address listened on.
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addrs[0]
+    }
+
+    /// Whether the workers are alive and the server ready, asked from
+    /// any thread (health endpoints): see [`crate::Health`].
+    pub fn health(&self) -> crate::Health {
+        crate::Health {
+            beats: self.shutdown.beats.clone(),
+            draining: self.shutdown.flag.clone(),
+            tls: self.tls.clone(),
+        }
     }
 
     /// A handle that can stop the server from any thread.
@@ -868,6 +885,8 @@ pub struct ShutdownHandle {
     held: Arc<Mutex<Vec<Listening>>>,
     /// The workers, for WebSocket publishing ([`Running::publisher`]).
     hub: Arc<crate::ws::hub::Hub>,
+    /// Each worker's, for [`Running::health`].
+    beats: Vec<Arc<crate::health::Heartbeat>>,
 }
 
 impl ShutdownHandle {

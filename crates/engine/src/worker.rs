@@ -70,6 +70,8 @@ pub(crate) struct Worker {
     pub(crate) trust: Option<Arc<Trust>>,
     /// The server's workers, for WebSocket publishing.
     pub(crate) hub: Arc<crate::ws::hub::Hub>,
+    /// Stamped every turn, for the liveness check (`health.rs`).
+    pub(crate) heartbeat: Arc<crate::health::Heartbeat>,
 }
 
 impl Worker {
@@ -93,6 +95,7 @@ impl Worker {
             metrics,
             trust,
             hub,
+            heartbeat,
         } = self;
         let mut ws = crate::ws::hub::Local::new(hub, mailbox.clone());
         // Housekeeping (the log's flush, accepting again after EMFILE, the
@@ -123,12 +126,15 @@ impl Worker {
 
         loop {
             let timeout = hosted.poll_timeout(timer.as_ref(), next_housekeeping)?;
+            // Idle is alive: the stamp says "waiting" while epoll waits.
+            heartbeat.wait();
             match poll.poll(&mut events, Some(timeout)) {
                 Ok(()) => {}
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),
             }
             let now = Instant::now();
+            heartbeat.beat(now);
             date.tick(now);
             crate::date::set_now(now);
             let mut ctx = Ctx {

@@ -1,6 +1,7 @@
 //! RFC 6455 conformance under Autobahn|Testsuite's case numbers: the
 //! fuzzing-client cases 1-10 (ported to Python 3 in `tests/autobahn/`, see
-//! its README) run against the `ws_echo` example, and every one must pass
+//! its README) run against the `ws_echo` example, and the compression
+//! cases 12.x and 13.x (RFC 7692) against it with `--deflate`; every one must pass
 //! by Autobahn's rules (OK, NON-STRICT or INFORMATIONAL, and no close that
 //! Autobahn's report marks failed or unclean).
 
@@ -61,6 +62,74 @@ fn failed_cases(lines: &[String]) -> Vec<&str> {
             (first_digit && words.next() == Some("FAILED")).then_some(id)
         })
         .collect()
+}
+
+/// The compression cases run by default: every payload and every offer
+/// (12.1-12.5, 13.1-13.7) at the sizes up to 8 KiB, whole and in 256-byte
+/// frames (the subcases 1-6 and 11). The others send 1,000 messages of
+/// 16 to 128 KiB each and take minutes on a busy machine;
+/// `PEREGRINE_AUTOBAHN_ALL=1` runs them too.
+fn compression_cases() -> String {
+    let subcases = [1, 2, 3, 4, 5, 6, 11];
+    let series = [(12, 5), (13, 7)];
+    let mut ids = Vec::new();
+    for (series, n) in series {
+        for group in 1..=n {
+            ids.extend(subcases.iter().map(|i| format!("{series}.{group}.{i}")));
+        }
+    }
+    ids.join(",")
+}
+
+#[test]
+fn ws_echo_with_deflate_passes_the_autobahn_compression_cases() {
+    let python = python3();
+    let testdata = test_support::install::autobahn_testdata(&Path::new(env!("CARGO_TARGET_TMPDIR")).join("autobahn"))
+        .unwrap_or_else(|e| panic!("the compression cases need autobahntestsuite's testdata: {e}"));
+    let echo = Process::spawn_stdout(example("ws_echo").args(["--bind", "127.0.0.1:0", "--deflate"]));
+    let line = echo.first_line();
+    let addr = last_addr(&line);
+    let driver = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/autobahn/run.py");
+    let url = format!("ws://{addr}/echo");
+    let all = std::env::var_os("PEREGRINE_AUTOBAHN_ALL").is_some();
+    let cases = if all {
+        "12.*,13.*".to_owned()
+    } else {
+        compression_cases()
+    };
+    let run = Process::spawn_stdout(Command::new(&python).arg("-B").arg(&driver).args([
+        "--url",
+        &url,
+        "--cases",
+        &cases,
+        "--case-timeout",
+        CASE_LIMIT_S,
+        "--testdata",
+        testdata.to_str().unwrap(),
+    ]));
+    let deadline = Instant::now() + if all { RUN_LIMIT * 10 } else { RUN_LIMIT };
+    let mut lines = Vec::new();
+    while let Some(line) = run.next_line_before(deadline) {
+        print!("{line}");
+        lines.push(line);
+    }
+    assert!(Instant::now() < deadline, "the Autobahn driver ran past its limit");
+    let status = run.wait();
+    let failed = failed_cases(&lines);
+    // Every case must have been run compressed: UNIMPLEMENTED (the
+    // server declined the offer) is no pass here.
+    let unimplemented: Vec<&String> = lines.iter().filter(|l| l.contains(" UNIMPLEMENTED")).collect();
+    let n_ok = lines
+        .iter()
+        .filter(|l| l.starts_with("1") && l.split_whitespace().nth(1) == Some("OK"))
+        .count();
+    assert!(
+        status.success() && failed.is_empty() && unimplemented.is_empty() && n_ok >= 84,
+        "Autobahn compression cases failed: {failed:?}, declined: {unimplemented:?}, {n_ok} OK (run \
+         `python3 crates/engine/tests/autobahn/run.py --url {url} --testdata {} --cases ID --verbose`)",
+        testdata.display()
+    );
+    echo.terminate();
 }
 
 #[test]

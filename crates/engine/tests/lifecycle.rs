@@ -398,9 +398,17 @@ fn the_access_log_reopens_under_its_path_for_logrotate_and_writes_json() {
     );
     let (us, tail) = tail.split_once(',').unwrap();
     us.parse::<u64>().unwrap();
+    // The request id made here: 32 hex digits.
+    let (before_id, tail) = tail.split_once(",\"request_id\":\"").unwrap();
+    let (id, tail) = tail.split_once('"').unwrap();
+    assert!(id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()), "{line}");
+    assert_eq!(
+        before_id, "\"referer\":null,\"user_agent\":\"t\",\"site\":null",
+        "{line}"
+    );
     assert_eq!(
         tail,
-        "\"referer\":null,\"user_agent\":\"t\",\"site\":null,\"upstream_addr\":null,\
+        ",\"traceparent\":null,\"tls_version\":null,\"tls_resumed\":null,\"upstream_addr\":null,\
          \"upstream_status\":null,\"upstream_connect_time\":null,\"upstream_header_time\":null,\
          \"upstream_response_time\":null}",
         "{line}"
@@ -487,4 +495,187 @@ fn a_server_installs_no_signal_handler() {
     server.shutdown();
     server.join().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `Running::health`: a worker idle in `epoll_wait` is alive however long
+/// it waits; one stuck in a handler is counted stuck once its last turn
+/// is older than the bound, and alive again when the handler returns.
+#[test]
+fn a_worker_stuck_in_a_handler_is_not_live_and_an_idle_one_is() {
+    let (entered_tx, entered) = mpsc::channel::<()>();
+    let (release, release_rx) = mpsc::channel::<()>();
+    let entered_tx = Mutex::new(entered_tx);
+    let release_rx = Mutex::new(release_rx);
+    let server = Server::new()
+        .bind("127.0.0.1:0")
+        .workers(1)
+        .start(move |_: &Request<'_>| {
+            let _ = entered_tx.lock().unwrap().send(());
+            let _ = release_rx.lock().unwrap().recv();
+            Response::text("late")
+        })
+        .unwrap();
+    let health = server.health();
+    assert_eq!(health.n_workers(), 1);
+    // Idle: waiting for events counts as alive even with no slack at all.
+    wait_until("the idle worker waits in epoll", || health.n_stuck(Duration::ZERO) == 0);
+    assert!(!health.is_draining());
+    let mut c = Client::connect(server.local_addr());
+    c.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+    entered.recv().unwrap();
+    wait_until("the stuck worker's last turn grows old", || {
+        health.n_stuck(Duration::from_millis(20)) == 1
+    });
+    release.send(()).unwrap();
+    assert_eq!(c.response().status, 200);
+    wait_until("the worker turns again", || health.n_stuck(Duration::ZERO) == 0);
+    server.shutdown();
+    assert!(health.is_draining(), "draining from the moment shutdown begins");
+    server.join().unwrap();
+}
+
+/// Credentials never reach the access log, whatever its format: not the
+/// request's `Authorization`, `Proxy-Authorization` or `Cookie`, not the
+/// answer's `Set-Cookie` (a template can name every variable there is and
+/// still not reach them).
+#[test]
+fn credentials_and_cookies_never_appear_in_the_access_log() {
+    let every_variable = "$remote_addr $remote_port [$time_local] $time_iso8601 \"$request\" \
+                          $request_method $request_uri $protocol $server_protocol $host $http_host \
+                          $status $body_bytes_sent $request_time_us $request_time \"$http_referer\" \
+                          \"$http_user_agent\" $site $server_name $upstream_addr $upstream_status \
+                          $upstream_connect_time $upstream_header_time $upstream_response_time";
+    let formats = [
+        peregrine::LogFormat::Combined,
+        peregrine::LogFormat::Json,
+        every_variable.parse().unwrap(),
+    ];
+    for (i, format) in formats.into_iter().enumerate() {
+        let path = std::env::temp_dir().join(format!("peregrine-secrets-{}-{i}.log", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let server = Server::new()
+            .bind("127.0.0.1:0")
+            .workers(1)
+            .access_log(AccessLog::File(path.clone()))
+            .access_log_format(format.clone())
+            .start(|_: &Request<'_>| Response::text("hi").with_header("Set-Cookie", "session=SETCOOKIESECRET"))
+            .unwrap();
+        let mut c = Client::connect(server.local_addr());
+        c.send(
+            b"GET /logged HTTP/1.1\r\nHost: x\r\nAuthorization: Basic QVVUSFNFQ1JFVA==\r\n\
+              Proxy-Authorization: Bearer PROXYSECRET\r\nCookie: sid=COOKIESECRET\r\n\
+              User-Agent: ua/1\r\n\r\n",
+        );
+        let answer = c.response();
+        assert_eq!(answer.status, 200);
+        drop(c);
+        server.shutdown();
+        server.join().unwrap();
+        let log = std::fs::read_to_string(&path).unwrap();
+        let _ = std::fs::remove_file(&path);
+        assert!(log.contains("/logged") && log.contains("ua/1"), "{format:?}: {log}");
+        for secret in [
+            "QVVUSFNFQ1JFVA",
+            "PROXYSECRET",
+            "COOKIESECRET",
+            "SETCOOKIESECRET",
+            "sid=",
+            "session=",
+        ] {
+            assert!(!log.contains(secret), "{format:?} wrote {secret}: {log}");
+        }
+    }
+}
+
+/// The access log's `request_id`: made here (32 hex digits, one per
+/// request) unless a trusted proxy sent an `X-Request-ID`, which is kept;
+/// from a client that is no trusted proxy it is not. `traceparent` is
+/// written as sent.
+#[test]
+fn the_access_log_has_a_request_id_kept_only_from_trusted_proxies_and_the_traceparent() {
+    use peregrine::client_addr::{AddrField, TrustedProxies};
+    let trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let run = |trusted: Option<&str>| {
+        let path = std::env::temp_dir().join(format!(
+            "peregrine-request-id-{}-{}.log",
+            std::process::id(),
+            trusted.is_some()
+        ));
+        let _ = std::fs::remove_file(&path);
+        let mut server = Server::new()
+            .bind("127.0.0.1:0")
+            .workers(1)
+            .access_log(AccessLog::File(path.clone()))
+            .access_log_format(peregrine::LogFormat::Json);
+        if let Some(list) = trusted {
+            let list: TrustedProxies = list.parse().unwrap();
+            server = server.trusted_proxies(list, AddrField::XForwardedFor);
+        }
+        // `/deferred/...` is answered from another thread: its line is
+        // made of the copies kept meanwhile.
+        let server = server
+            .start(|req: &Request<'_>| -> Reply {
+                if req.path().starts_with("/deferred") {
+                    let responder = req.defer();
+                    std::thread::spawn(move || responder.send(Response::text("later")));
+                    return Reply::Later;
+                }
+                Response::text("now").into()
+            })
+            .unwrap();
+        let mut c = Client::connect(server.local_addr());
+        for path in ["/1", "/deferred/1"] {
+            c.send(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes());
+            assert_eq!(c.response().status, 200);
+        }
+        for path in ["/2", "/deferred/2"] {
+            c.send(
+                format!("GET {path} HTTP/1.1\r\nHost: x\r\nX-Request-ID: lb-7f3a\r\ntraceparent: {trace}\r\n\r\n")
+                    .as_bytes(),
+            );
+            assert_eq!(c.response().status, 200);
+        }
+        drop(c);
+        server.shutdown();
+        server.join().unwrap();
+        let log = std::fs::read_to_string(&path).unwrap();
+        let _ = std::fs::remove_file(&path);
+        log.lines().map(str::to_owned).collect::<Vec<_>>()
+    };
+    // A string field's value (no escapes in these), or None for null.
+    let field = |line: &str, name: &str| -> Option<String> {
+        let rest = &line[line
+            .find(&format!("\"{name}\":"))
+            .unwrap_or_else(|| panic!("no {name}: {line}"))..];
+        let value = &rest[name.len() + 3..];
+        if value.starts_with("null") {
+            return None;
+        }
+        let value = value.strip_prefix('"').unwrap();
+        Some(value[..value.find('"').unwrap()].to_owned())
+    };
+    let is_made = |line: &str| {
+        let id = field(line, "request_id").unwrap();
+        id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit())
+    };
+    // Lines: /1, /deferred/1 (no id sent), /2, /deferred/2 (id and
+    // traceparent sent).
+    let untrusted = run(None);
+    assert_eq!(untrusted.len(), 4, "{untrusted:?}");
+    assert!(untrusted.iter().all(|l| is_made(l)), "{untrusted:?}");
+    assert_ne!(field(&untrusted[0], "request_id"), field(&untrusted[2], "request_id"));
+    assert_ne!(field(&untrusted[1], "request_id"), field(&untrusted[3], "request_id"));
+    for (line, traced) in untrusted.iter().zip([false, false, true, true]) {
+        assert_eq!(field(line, "traceparent").as_deref(), traced.then_some(trace), "{line}");
+        assert!(line.contains("\"target\":\"/"), "{line}");
+    }
+    assert!(
+        untrusted[3].contains("\"target\":\"/deferred/2\",\"version\":\"HTTP/1.1\""),
+        "{}",
+        untrusted[3]
+    );
+    let trusted = run(Some("127.0.0.1"));
+    assert!(is_made(&trusted[0]) && is_made(&trusted[1]), "{trusted:?}");
+    assert_eq!(field(&trusted[2], "request_id").as_deref(), Some("lb-7f3a"));
+    assert_eq!(field(&trusted[3], "request_id").as_deref(), Some("lb-7f3a"));
 }

@@ -647,3 +647,32 @@ fn h2_over_tls_answers_a_body_nobody_reads_without_it() {
         }
     }
 }
+
+/// The access log says which TLS version each request came over and
+/// whether its connection resumed a session: the first connection made a
+/// full handshake, the second (same client, its session kept) resumed.
+#[test]
+fn the_access_log_has_the_tls_version_and_resumption() {
+    let pki = Pki::new("access-log-tls");
+    let (cert, key, _) = pki.issue("localhost", &["localhost"]);
+    let path = std::env::temp_dir().join(format!("peregrine-tls-log-{}.log", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let server = Server::new()
+        .bind_tls("127.0.0.1:0", TlsConfig::from_pem_files(&cert, &key).unwrap())
+        .workers(1)
+        .access_log(peregrine::AccessLog::File(path.clone()))
+        .access_log_format("$ssl_protocol $ssl_session_reused".parse().unwrap())
+        .start(echo_path)
+        .unwrap();
+    let config = client_config(&pki, &[&rustls::version::TLS13]);
+    for _ in 0..2 {
+        let mut c = connect(server.local_addr(), &config, "localhost");
+        c.send(&get("/"));
+        assert_eq!(c.response().status, 200);
+    }
+    server.shutdown();
+    server.join().unwrap();
+    let log = std::fs::read_to_string(&path).unwrap();
+    let _ = std::fs::remove_file(&path);
+    assert_eq!(log, "TLSv1.3 .\nTLSv1.3 r\n");
+}

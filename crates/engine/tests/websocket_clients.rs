@@ -62,6 +62,24 @@ fn python_websockets_echoes_and_closes_cleanly() {
     echo.stop();
 }
 
+/// The same checks with permessage-deflate agreed (websockets offers it
+/// by default; `ws_echo --deflate` takes it): every message both ways
+/// compressed, the 1 MiB one inflating to just under the server's limit.
+#[test]
+fn python_websockets_echoes_compressed_messages_with_permessage_deflate() {
+    let python = install::websockets_python(&tmp("websockets-venv"))
+        .unwrap_or_else(|e| panic!("this test needs Python's websockets: {e}"));
+    let echo = Echo::spawn(&["--deflate".as_ref()]);
+    let mut cmd = Command::new(python);
+    cmd.arg(client_dir().join("client.py")).arg(echo.url());
+    let said = run_client("Python websockets (permessage-deflate)", &mut cmd, CHECKS);
+    assert!(
+        said.contains("ok: connect (extensions: ['permessage-deflate'])"),
+        "permessage-deflate was not agreed:\n{said}"
+    );
+    echo.stop();
+}
+
 #[test]
 fn node_ws_echoes_fragments_around_a_ping_and_closes_cleanly() {
     let (node, npm) = node_and_npm();

@@ -191,6 +191,31 @@ pub fn websockets_python(venv: &Path) -> Result<PathBuf, String> {
     python_venv(venv, "websockets.sync.client", "websockets>=15,<16")
 }
 
+/// Autobahn|Testsuite's `testdata/` folder (the files its compression
+/// cases 12.x and 13.x send: a JSON and an HTML file, Goethe's Faust, a
+/// bitmap, a PDF), taken from its PyPI sdist (25.10.1, the version the
+/// ported cases come from) by `pip download` into `dir` once: not copied
+/// into this repository, since not all of it may be.
+pub fn autobahn_testdata(dir: &Path) -> Result<PathBuf, String> {
+    let script = "test -f \"$1/testdata/data1.json\" || \
+         { rm -rf \"$1\" && mkdir -p \"$1\" && python3 -m venv \"$1/venv\" && \
+           \"$1/venv/bin/pip\" download -q --disable-pip-version-check --no-deps --no-binary :all: \
+             -d \"$1/sdist\" autobahntestsuite==25.10.1 && \
+           tar -xzf \"$1\"/sdist/autobahntestsuite-25.10.1.tar.gz -C \"$1/sdist\" && \
+           mkdir \"$1/testdata.part\" && \
+           cp \"$1\"/sdist/autobahntestsuite-25.10.1/autobahntestsuite/testdata/* \"$1/testdata.part/\" && \
+           mv \"$1/testdata.part\" \"$1/testdata\"; }";
+    locked_sh(
+        &format!("fetching autobahntestsuite's testdata into {}", dir.display()),
+        "needs python3 with venv, and PyPI",
+        "/tmp/peregrine-pip.lock",
+        script,
+        &[dir.as_os_str()],
+        &[],
+    )?;
+    Ok(dir.join("testdata"))
+}
+
 /// The Python of a venv (at `venv`) with python-hyper's `h2`, for the
 /// HTTP/2 WebSocket client (`PEREGRINE_H2_PYTHON` overrides it).
 pub fn h2_python(venv: &Path) -> Result<PathBuf, String> {

@@ -205,13 +205,16 @@ fn check_server(args: &ServerArgs) -> anyhow::Result<()> {
 fn memory_line(l: &Limits) -> String {
     const MIB: u64 = 1 << 20;
     let total = l.worst_case_bytes_per_worker();
-    let per_conn = (total - l.body_budget_bytes as u64 - l.output_budget_bytes as u64) / (l.n_conns_max.max(1) as u64);
+    let per_conn = (total - l.body_budget_bytes as u64 - l.output_budget_bytes as u64 - Limits::WS_DEFLATE_BYTES)
+        / (l.n_conns_max.max(1) as u64);
     format!(
-        "memory per worker at most {} MiB: request bodies {} MiB + queued answers {} MiB + {} connections x {} KiB",
+        "memory per worker at most {} MiB: request bodies {} MiB + queued answers {} MiB + {} connections x {} KiB \
+         + WebSocket compression {} MiB",
         total.div_ceil(MIB),
         l.body_budget_bytes as u64 / MIB,
         l.output_budget_bytes as u64 / MIB,
         l.n_conns_max,
-        per_conn / 1024
+        per_conn / 1024,
+        Limits::WS_DEFLATE_BYTES.div_ceil(MIB)
     )
 }

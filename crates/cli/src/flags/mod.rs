@@ -168,12 +168,13 @@ pub(crate) enum Command {
         #[command(subcommand)]
         command: ArchiveCommand,
     },
-    /// Ask a health endpoint (by default the one `--metrics 127.0.0.1:9090`
-    /// serves): exit 0 if it answers 2xx within 2 seconds, else 1. For
-    /// container health checks on images without a shell or curl.
+    /// Ask a health endpoint (by default `/livez` of `--metrics
+    /// 127.0.0.1:9090`; `/readyz` says whether to send traffic): exit 0 if
+    /// it answers 2xx within 2 seconds, else 1. For container health
+    /// checks on images without a shell or curl.
     Probe {
         /// `http://HOST:PORT/PATH`.
-        #[arg(default_value = "http://127.0.0.1:9090/healthz", value_name = "URL")]
+        #[arg(default_value = "http://127.0.0.1:9090/livez", value_name = "URL")]
         url: String,
     },
     /// Write a shell completion script to standard output.

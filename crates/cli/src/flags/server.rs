@@ -41,7 +41,8 @@ pub(crate) struct ServerArgs {
     /// $time_iso8601, $request, $request_method, $request_uri, $protocol
     /// (or $server_protocol), $host (or $http_host), $status,
     /// $body_bytes_sent, $request_time_us, $request_time (seconds),
-    /// $http_referer, $http_user_agent; `${name}` when a letter follows.
+    /// $http_referer, $http_user_agent, $request_id, $http_traceparent,
+    /// $ssl_protocol, $ssl_session_reused; `${name}` when a letter follows.
     /// An unknown variable is refused at start. Default: combined.
     #[arg(long, default_value = "combined", value_name = "FORMAT")]
     pub(crate) access_log_format: peregrine::LogFormat,
@@ -50,13 +51,23 @@ pub(crate) struct ServerArgs {
     /// it does the access log. Default: standard error.
     #[arg(long, value_name = "PATH")]
     pub(crate) error_log: Option<PathBuf>,
+    /// How error-log lines are written: `text`
+    /// (`2026-11-26T16:32:23.123Z [warn] peregrine: MESSAGE`) or `json`
+    /// (`{"time":"...","level":"warn","message":"..."}`, one object a
+    /// line). Both carry the time (RFC 3339, UTC, milliseconds) and the
+    /// level. Default: text.
+    #[arg(long, value_name = "FORMAT", default_value = "text")]
+    pub(crate) error_log_format: crate::logger::Format,
     /// The least severe error-log lines written: `error`,
     /// `warn`, `info` or `debug` (per-connection detail such as failed TLS
     /// handshakes; `PEREGRINE_DEBUG=1` also turns it on). Default: info.
     #[arg(long, value_name = "LEVEL")]
     pub(crate) log_level: Option<peregrine::log::Level>,
-    /// Serve Prometheus metrics at http://ADDR/metrics, and `ok` at
-    /// /healthz, on a listener of their own (one more thread). Default: none.
+    /// Serve Prometheus metrics at http://ADDR/metrics, and the health
+    /// endpoints /livez (every worker's loop turned within 2 s),
+    /// /readyz (serving, not draining, every automatic-HTTPS name holding
+    /// its certificate) and /healthz (as /livez), on a listener of their
+    /// own (one more thread). Default: none.
     #[arg(long, value_name = "ADDR", value_parser = parse_addr)]
     pub(crate) metrics: Option<SocketAddr>,
     /// After binding, switch to this user (name or uid); needs root.
@@ -73,6 +84,12 @@ pub(crate) struct ServerArgs {
     /// and every system call serving does not need (EPERM).
     #[arg(long)]
     pub(crate) no_sandbox: bool,
+    /// Poll the --config file once a second and reload (as SIGHUP does)
+    /// when it changes: its contents, or what its path leads to (a
+    /// Kubernetes ConfigMap or Secret volume swaps a symlink). Read at
+    /// start; a reload does not turn it on or off. Default: off.
+    #[arg(long)]
+    pub(crate) watch_config: bool,
     /// Speak HTTP/1.1 only: no HTTP/2 by ALPN on TLS listeners, and no
     /// HTTP/2 with prior knowledge (h2c) on cleartext ones. Default: both
     /// protocols, on every listener.

@@ -59,7 +59,7 @@ pub(super) fn build(
         }
     };
     let srv = configure(args, process, first)?;
-    let error_log = crate::logger::Route::to(args.error_log.as_deref())?;
+    let error_log = crate::logger::Route::to(args.error_log.as_deref(), args.error_log_format)?;
     let plan = plan_listeners(args, process, !acme_sites.is_empty())?;
     check_client_addresses(command, &taken, process)?;
     check_upstreams_are_not_ours(command, &plan, &taken, process)?;
@@ -90,6 +90,7 @@ pub(super) fn build(
 
     // Started: from here on nothing fails.
     error_log.apply();
+    crate::health::serving(running.health());
     if let Some(acme) = &process.acme {
         acme.adopt(tls.as_ref(), &acme_sites, &args.tls);
     }
@@ -729,8 +730,9 @@ fn archive_gauges(m: &Metrics, archives: &[ServedArchive]) {
     }
 }
 
-/// Serves `/metrics` (Prometheus text format) and `/healthz` on the
-/// `--metrics` address: a server of its own with one worker, so scrapes
+/// Serves `/metrics` (Prometheus text format) and the health endpoints
+/// (`/livez`, `/readyz`, `/healthz`: `health.rs`) on the `--metrics`
+/// address: a server of its own with one worker, so scrapes and probes
 /// never wait behind client traffic and are not counted in it.
 fn serve_metrics(addr: SocketAddr, metrics: Arc<Metrics>, inherited: Option<Listening>) -> anyhow::Result<Running> {
     let app = Router::new()
@@ -738,9 +740,9 @@ fn serve_metrics(addr: SocketAddr, metrics: Arc<Metrics>, inherited: Option<List
             Response::bytes("text/plain; version=0.0.4; charset=utf-8", metrics.render())
                 .with_header("Cache-Control", "no-store")
         })
-        .get("/healthz", |_: &Request<'_>| {
-            Response::text("ok\n").with_header("Cache-Control", "no-store")
-        });
+        .get("/livez", crate::health::livez)
+        .get("/readyz", crate::health::readyz)
+        .get("/healthz", crate::health::livez);
     let srv = match inherited {
         Some(listening) => Server::new().listener(listening),
         None => Server::new().bind(addr),

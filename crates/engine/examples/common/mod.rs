@@ -13,6 +13,9 @@ pub const DEFAULT_BIND: &str = "127.0.0.1:8080";
 /// Flags some examples take besides `--bind` (each with a value).
 const OWN_FLAGS: &[&str] = &["--max-message", "--max-fragments", "--tls-cert", "--tls-key"];
 
+/// Flags some examples take without a value.
+const OWN_SWITCHES: &[&str] = &["--deflate"];
+
 /// The value of an example's own flag (`--NAME VALUE` or `--NAME=VALUE`).
 #[allow(dead_code)]
 pub fn value_of(flag: &str) -> Option<String> {
@@ -37,7 +40,7 @@ pub fn addresses() -> Vec<String> {
             args.next();
             continue;
         }
-        if OWN_FLAGS.iter().any(|f| arg.starts_with(&format!("{f}="))) {
+        if OWN_FLAGS.iter().any(|f| arg.starts_with(&format!("{f}="))) || OWN_SWITCHES.contains(&arg.as_str()) {
             continue;
         }
         let value = match arg.strip_prefix("--bind=") {

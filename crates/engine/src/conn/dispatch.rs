@@ -225,6 +225,8 @@ pub(crate) fn record(ctx: &mut Ctx<'_>, req: &Request<'_>, status: u16, body_byt
     let label = site.and_then(|i| sites.label(i));
     let (now, date) = (ctx.now, ctx.date);
     if let Some(log) = log_of(ctx, site) {
+        // Made on the stack, only when a line is written.
+        let id = req.request_id();
         log.record(&Line {
             clf_time: date.clf(),
             peer: req.client_addr().socket_addr(),
@@ -239,6 +241,9 @@ pub(crate) fn record(ctx: &mut Ctx<'_>, req: &Request<'_>, status: u16, body_byt
             site: label,
             duration_us: Some(micros_since(now)),
             upstream: None,
+            request_id: Some(id.as_bytes()),
+            traceparent: crate::access_log::traceparent(req),
+            tls: req.tls_facts,
         });
     }
     if let Some(m) = ctx.metrics {
@@ -280,17 +285,28 @@ pub(crate) fn finish(ctx: &mut Ctx<'_>, peer: SocketAddr, deferral: &Deferral, s
 
 /// The owned copy of what the log line of a deferred request needs.
 fn log_request(req: &Request<'_>) -> LogRequest {
-    let mut request_line = Vec::with_capacity(req.method().len() + req.target().len() + 10);
+    let id = req.request_id();
+    let traceparent = crate::access_log::traceparent(req);
+    let mut request_line = Vec::with_capacity(
+        req.method().len() + req.target().len() + 10 + id.as_bytes().len() + traceparent.map_or(0, <[u8]>::len),
+    );
     request_line.extend_from_slice(req.method().as_bytes());
     request_line.push(b' ');
     request_line.extend_from_slice(req.target().as_bytes());
     request_line.push(b' ');
     request_line.extend_from_slice(req.version().as_str().as_bytes());
+    // The id and the traceparent after it, in the same allocation: the
+    // record stays as small as a connection's state needs it.
+    request_line.extend_from_slice(id.as_bytes());
+    request_line.extend_from_slice(traceparent.unwrap_or_default());
     LogRequest {
         request_line,
         referer: req.header_bytes("referer").map(<[u8]>::to_vec),
         user_agent: req.header_bytes("user-agent").map(<[u8]>::to_vec),
         host: req.host.map(<[u8]>::to_vec),
         client: Some(req.client_addr().socket_addr()),
+        id_len: u8::try_from(id.as_bytes().len()).unwrap_or(0),
+        traceparent_len: traceparent.and_then(|t| u8::try_from(t.len()).ok()),
+        tls: req.tls_facts,
     }
 }

@@ -137,6 +137,7 @@ impl Conn {
                     let mut req = Request::of_head(&head, body, origin);
                     req.defer = Some(&slot);
                     req.tls = transport.request_tls();
+                    req.tls_facts = transport.tls_facts();
                     let extra_fields = transport.extra_fields();
                     // Nothing is queued behind a tail (checked above).
                     let queued = output.buf.len();
@@ -197,6 +198,7 @@ impl Conn {
                 Event::BodyAhead { head } => {
                     let mut req = Request::of_head(&head, &[], origin);
                     req.tls = transport.request_tls();
+                    req.tls_facts = transport.tls_facts();
                     let used = dispatch::body_use(ctx, *redirect, &req);
                     if used == BodyUse::Buffer {
                         h1.buffer_body();

@@ -331,6 +331,7 @@ impl Conn {
             peer: *peer,
             proxy_source: *proxy_source,
             tls: transport.request_tls(),
+            tls_facts: transport.tls_facts(),
             token: *token,
             redirect: *redirect,
         };

@@ -199,6 +199,13 @@ impl Transport {
         }
     }
 
+    fn tls_facts(&self) -> Option<crate::access_log::TlsFacts> {
+        match self {
+            Transport::Plain => None,
+            Transport::Tls(tls) => Some(tls.facts()),
+        }
+    }
+
     /// Header fields added to every response on this transport (HSTS, Alt-Svc).
     fn extra_fields(&self) -> &[u8] {
         match self {
@@ -932,6 +939,9 @@ fn refused_line<'a>(
         site: None,
         duration_us: Some(micros_since(started)),
         upstream: None,
+        request_id: None,
+        traceparent: None,
+        tls: None,
     }
 }
 

@@ -79,6 +79,8 @@ pub(crate) struct Client<'c> {
     pub(crate) proxy_source: Option<SocketAddr>,
     /// Over TLS, `Some` with the SNI name in normal form (`Request::tls`).
     pub(crate) tls: Option<Option<&'c str>>,
+    /// Over TLS, its version and resumption, for the access log.
+    pub(crate) tls_facts: Option<crate::access_log::TlsFacts>,
     /// The connection's token in the worker's mailbox.
     pub(crate) token: usize,
     /// Accepted on a listener that redirects to HTTPS.
@@ -117,6 +119,7 @@ pub(crate) fn answer<S: Streams>(
     let slot = dispatch::slot(ctx, client.token);
     let mut req = request::<S>(ctx.trust, &parts, headers, parts.body, client);
     req.tls = client.tls;
+    req.tls_facts = client.tls_facts;
     req.defer = Some(&slot);
     req.protocol = parts.protocol;
     let head_only = parts.method == "HEAD";
@@ -190,6 +193,7 @@ pub(crate) fn start_upload<S: Streams>(
     let headers = fields.fill(parts.head);
     let mut req = request::<S>(ctx.trust, &parts, headers, &[], client);
     req.tls = client.tls;
+    req.tls_facts = client.tls_facts;
     let (reader, sink) = match dispatch::body_use(ctx, client.redirect, &req) {
         BodyUse::Stream => {
             let (reader, sink) = crate::body::pipe(BODY_READER_BYTES);

@@ -23,6 +23,7 @@ use std::time::Instant;
 use super::{Conn, Ctx, Next, Phase, Proto, Stop};
 use crate::body::Next as Chunk;
 use crate::buffers::ensure_output;
+use crate::ws::deflate::Params;
 use crate::ws::hub::Subscriber;
 use crate::ws::session::{Config, Event, Kind, Session, TimedOut};
 use crate::ws::{Accepted, Message, Socket, WebSocket};
@@ -60,6 +61,7 @@ impl Ws {
             fragments_max: options.fragments_max,
             ping_interval: options.ping_interval,
             message_timeout: ctx.limits.body_timeout,
+            deflate: handshake.deflate,
         };
         if let Some(m) = ctx.metrics {
             m.ws_opened.add(1);
@@ -188,6 +190,7 @@ fn run_session(
             close_on_backpressure,
             ..
         } = ws;
+        let deflate = session.deflate();
         let (n, event) = session.poll(&mut input[used..], out.buf, ctx.now);
         match event {
             Event::Input => return (used + n, Ran::Input),
@@ -209,6 +212,7 @@ fn run_session(
                     sub,
                     protocol: protocol.as_deref(),
                     close_on_backpressure: *close_on_backpressure,
+                    deflate,
                     // Messages are handed out only while open.
                     open: true,
                 };
@@ -540,6 +544,7 @@ struct Parts<'w> {
     sub: &'w mut Subscriber,
     protocol: Option<&'w str>,
     close_on_backpressure: bool,
+    deflate: Option<Params>,
     /// Messages may be sent (no Close sent or received).
     open: bool,
 }
@@ -551,6 +556,7 @@ fn call(ctx: &mut Ctx<'_>, ws: &mut Ws, out: &mut Out<'_>, what: Call<'_>) -> bo
         sub: &mut ws.sub,
         protocol: ws.protocol.as_deref(),
         close_on_backpressure: ws.close_on_backpressure,
+        deflate: ws.session.deflate(),
         open: ws.session.is_open(),
     };
     let called = call_with(ctx, parts, out, what);
@@ -599,6 +605,7 @@ fn call_with(ctx: &mut Ctx<'_>, parts: Parts<'_>, out: &mut Out<'_>, what: Call<
         local: &mut *ctx.ws,
         protocol: parts.protocol,
         messages_out: 0,
+        deflate: parts.deflate,
     };
     let called = panic::catch_unwind(AssertUnwindSafe(|| match what {
         Call::Open => app.on_open(&mut socket),

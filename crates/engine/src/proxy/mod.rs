@@ -286,33 +286,6 @@ fn push_hex(s: &mut String, bytes: &[u8]) {
     }
 }
 
-/// A new `X-Request-ID`: 32 hex digits, unique across threads and
-/// processes (a random prefix drawn once per thread, then the thread's
-/// counter), without a system call per request as a fresh random value
-/// would need, nor an atomic shared by the workers. Request ids name
-/// requests; they are not secrets.
-fn request_id() -> String {
-    use std::cell::Cell;
-    thread_local! {
-        static PREFIX: [u8; 8] = {
-            use ring::rand::SecureRandom;
-            let mut b = [0u8; 8];
-            let _ = ring::rand::SystemRandom::new().fill(&mut b);
-            b
-        };
-        static COUNTER: Cell<u64> = const { Cell::new(0) };
-    }
-    let n = COUNTER.with(|c| {
-        let n = c.get();
-        c.set(n.wrapping_add(1));
-        n
-    });
-    let mut s = String::with_capacity(32);
-    PREFIX.with(|p| push_hex(&mut s, p));
-    push_hex(&mut s, &n.to_be_bytes());
-    s
-}
-
 /// Methods whose answer may be asked for again (RFC 9110 §9.2.2).
 fn is_idempotent(method: &str) -> bool {
     matches!(method, "GET" | "HEAD" | "OPTIONS" | "TRACE" | "PUT" | "DELETE")
@@ -539,14 +512,15 @@ fn build_as(up: &Upstream, req: &Request<'_>, framing: Framing, method: &str, sk
     });
     via.push_str(own);
     extra.push(("Via", Cow::Owned(via.into_bytes())));
-    // X-Request-ID: kept from a trusted proxy, made otherwise.
-    let kept_id = trusted
-        .then(|| req.header_bytes("x-request-id"))
-        .flatten()
-        .filter(|v| !v.is_empty() && v.len() <= 200);
-    match kept_id {
-        Some(id) => extra.push(("X-Request-ID", Cow::Borrowed(id))),
-        None => extra.push(("X-Request-ID", Cow::Owned(request_id().into_bytes()))),
+    // X-Request-ID: kept from a trusted proxy, made otherwise; the one the
+    // access log writes (`Request::request_id`).
+    let id = req.request_id();
+    match id.is_kept() {
+        true => extra.push((
+            "X-Request-ID",
+            Cow::Borrowed(req.header_bytes("x-request-id").unwrap_or_default()),
+        )),
+        false => extra.push(("X-Request-ID", Cow::Owned(id.as_bytes().to_vec()))),
     }
     if let Some(cookie) = joined_cookies(req) {
         extra.push(("Cookie", Cow::Owned(cookie)));

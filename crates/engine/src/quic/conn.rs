@@ -352,6 +352,12 @@ impl QuicConn {
             peer,
             proxy_source: None,
             tls: Some(self.server_name.as_ref().and_then(|n| n.as_deref())),
+            // QUIC is TLS 1.3; quinn-proto does not say whether the
+            // session was resumed.
+            tls_facts: Some(crate::access_log::TlsFacts {
+                version: Some(crate::access_log::TlsVersion::Tls13),
+                resumed: None,
+            }),
             token: self.token,
             redirect: false,
         };

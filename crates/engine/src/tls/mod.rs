@@ -221,6 +221,19 @@ impl TlsConfig {
         });
     }
 
+    /// The names marked waiting ([`TlsConfig::set_waiting`]) that still
+    /// have no certificate, in their normal form: a readiness check's
+    /// question, never asked on the request path.
+    pub fn waiting_names(&self) -> Vec<String> {
+        let store = lock(&self.resolver.current).clone();
+        let mut names: Vec<String> = (store.waiting.iter())
+            .filter(|n| store.is_waiting(n))
+            .map(|n| n.to_string())
+            .collect();
+        names.sort();
+        names
+    }
+
     /// Answers the HTTP-01 challenge `token` (RFC 8555 §8.3) with
     /// `key_authorization` on the listeners redirecting to HTTPS, or stops
     /// (`None`). A token that is not `[A-Za-z0-9_-]{22,128}` is refused.

@@ -185,6 +185,20 @@ impl TlsSession {
         Some(self.server_name.as_ref().and_then(|n| n.as_deref()))
     }
 
+    /// The protocol version and whether the session was resumed, for
+    /// the access log.
+    #[inline]
+    pub(crate) fn facts(&self) -> crate::access_log::TlsFacts {
+        crate::access_log::TlsFacts {
+            version: match self.conn.protocol_version() {
+                Some(rustls::ProtocolVersion::TLSv1_3) => Some(crate::access_log::TlsVersion::Tls13),
+                Some(rustls::ProtocolVersion::TLSv1_2) => Some(crate::access_log::TlsVersion::Tls12),
+                _ => None,
+            },
+            resumed: (self.conn.handshake_kind()).map(|k| k == rustls::HandshakeKind::Resumed),
+        }
+    }
+
     /// Encrypts as much of `plain` as the outgoing buffer has room for;
     /// returns how much. 0 means: send first.
     pub(crate) fn encrypt(&mut self, plain: &[u8]) -> usize {

@@ -1,6 +1,7 @@
 //! WebSocket frames (RFC 6455 §5.2): the head a client sends, checked as
-//! a server must (masked, no reserved bits, known opcodes, control frames
-//! short and whole), and the heads a server writes (never masked).
+//! a server must (masked, no reserved bits but RSV1 where permessage-deflate
+//! was agreed, known opcodes, control frames short and whole), and the heads
+//! a server writes (never masked).
 
 /// A frame's opcode (RFC 6455 §5.2, §11.8).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,6 +51,9 @@ pub(crate) const CONTROL_BYTES_MAX: u64 = 125;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Head {
     pub(crate) fin: bool,
+    /// RSV1: the message is compressed (RFC 7692 §6); set only where
+    /// permessage-deflate was agreed, and then only on a data frame.
+    pub(crate) rsv1: bool,
     pub(crate) op: Op,
     pub(crate) mask: [u8; 4],
     pub(crate) len: u64,
@@ -67,19 +71,20 @@ pub(crate) enum Parsed {
     Bad(&'static str),
 }
 
-/// Reads the head of a client's frame from the start of `buf`.
-pub(crate) fn parse(buf: &[u8]) -> Parsed {
+/// Reads the head of a client's frame from the start of `buf`; `deflate`:
+/// permessage-deflate was agreed, so RSV1 may be set on a data frame.
+pub(crate) fn parse(buf: &[u8], deflate: bool) -> Parsed {
     let [b0, b1, ..] = *buf else {
         // The first byte alone can already be refused.
         return match buf.first() {
-            Some(&b0) => match first_byte(b0) {
+            Some(&b0) => match first_byte(b0, deflate) {
                 Err(why) => Parsed::Bad(why),
                 Ok(_) => Parsed::Partial,
             },
             None => Parsed::Partial,
         };
     };
-    let (fin, op) = match first_byte(b0) {
+    let (fin, op) = match first_byte(b0, deflate) {
         Ok(v) => v,
         Err(why) => return Parsed::Bad(why),
     };
@@ -112,6 +117,7 @@ pub(crate) fn parse(buf: &[u8]) -> Parsed {
     let m = &buf[size - 4..size];
     Parsed::Head(Head {
         fin,
+        rsv1: b0 & 0x40 != 0,
         op,
         mask: [m[0], m[1], m[2], m[3]],
         len,
@@ -119,17 +125,48 @@ pub(crate) fn parse(buf: &[u8]) -> Parsed {
     })
 }
 
-fn first_byte(b0: u8) -> Result<(bool, Op), &'static str> {
-    if b0 & 0x70 != 0 {
-        // No extension is negotiated (permessage-deflate comes later).
+fn first_byte(b0: u8, deflate: bool) -> Result<(bool, Op), &'static str> {
+    // RSV2 and RSV3 have no extension; RSV1 is permessage-deflate's.
+    if b0 & 0x30 != 0 || (b0 & 0x40 != 0 && !deflate) {
         return Err("reserved bits set without an extension that defines them");
     }
     let op = Op::of(b0 & 0x0F).ok_or("an unknown opcode")?;
+    if b0 & 0x40 != 0 && op.is_control() {
+        // RFC 7692 §6.1: RSV1 is a data message's.
+        return Err("a control frame with RSV1 set");
+    }
     let fin = b0 & 0x80 != 0;
     if op.is_control() && !fin {
         return Err("a fragmented control frame");
     }
     Ok((fin, op))
+}
+
+/// The longest head a server writes (a 64-bit length).
+pub(crate) const HEAD_BYTES_MAX: usize = 10;
+
+/// The head of a whole compressed message (RSV1 set, RFC 7692 §6) for
+/// `len` payload bytes, and its length.
+pub(crate) fn head_rsv1(op: Op, len: usize) -> ([u8; HEAD_BYTES_MAX], usize) {
+    let mut head = [0u8; HEAD_BYTES_MAX];
+    head[0] = 0x80 | 0x40 | op.bits();
+    let n = match len {
+        0..=125 => {
+            head[1] = len as u8;
+            2
+        }
+        126..=0xFFFF => {
+            head[1] = 126;
+            head[2..4].copy_from_slice(&(len as u16).to_be_bytes());
+            4
+        }
+        _ => {
+            head[1] = 127;
+            head[2..10].copy_from_slice(&(len as u64).to_be_bytes());
+            10
+        }
+    };
+    (head, n)
 }
 
 /// Writes an unmasked frame head (a server's) for `len` payload bytes.
@@ -201,29 +238,33 @@ mod tests {
             let head_size = frame.len() - len;
             let mask: [u8; 4] = frame[head_size - 4..head_size].try_into().unwrap();
             for cut in 0..head_size {
-                assert_eq!(parse(&frame[..cut]), Parsed::Partial, "len {len} cut {cut}");
+                assert_eq!(parse(&frame[..cut], false), Parsed::Partial, "len {len} cut {cut}");
             }
-            let Parsed::Head(h) = parse(&frame) else {
+            let Parsed::Head(h) = parse(&frame, false) else {
                 panic!("len {len}")
             };
             assert_eq!(
-                (h.fin, h.op, h.mask, h.len, h.size),
-                (true, Op::Binary, mask, len as u64, head_size)
+                (h.fin, h.rsv1, h.op, h.mask, h.len, h.size),
+                (true, false, Op::Binary, mask, len as u64, head_size)
             );
         }
     }
 
     #[test]
     fn what_no_client_may_send_is_refused_from_its_first_bytes() {
-        assert!(matches!(parse(&[0xC1]), Parsed::Bad(_)), "RSV1");
-        assert!(matches!(parse(&[0x83]), Parsed::Bad(_)), "opcode 3");
-        assert!(matches!(parse(&[0x8B]), Parsed::Bad(_)), "opcode 0xB");
-        assert!(matches!(parse(&[0x09]), Parsed::Bad(_)), "fragmented ping");
-        assert!(matches!(parse(&[0x81, 0x05]), Parsed::Bad(_)), "unmasked");
-        assert!(matches!(parse(&[0x89, 0x80 | 126]), Parsed::Bad(_)), "long ping");
+        assert!(matches!(parse(&[0xC1], false), Parsed::Bad(_)), "RSV1");
+        assert!(matches!(parse(&[0xC1], true), Parsed::Partial), "RSV1 with deflate");
+        assert!(matches!(parse(&[0xA1], true), Parsed::Bad(_)), "RSV2 with deflate");
+        assert!(matches!(parse(&[0x91], true), Parsed::Bad(_)), "RSV3 with deflate");
+        assert!(matches!(parse(&[0xC9], true), Parsed::Bad(_)), "RSV1 ping with deflate");
+        assert!(matches!(parse(&[0x83], false), Parsed::Bad(_)), "opcode 3");
+        assert!(matches!(parse(&[0x8B], false), Parsed::Bad(_)), "opcode 0xB");
+        assert!(matches!(parse(&[0x09], false), Parsed::Bad(_)), "fragmented ping");
+        assert!(matches!(parse(&[0x81, 0x05], false), Parsed::Bad(_)), "unmasked");
+        assert!(matches!(parse(&[0x89, 0x80 | 126], false), Parsed::Bad(_)), "long ping");
         let mut huge = vec![0x82, 0x80 | 127, 0x80, 0, 0, 0, 0, 0, 0, 0];
         huge.extend_from_slice(&[0; 4]);
-        assert!(matches!(parse(&huge), Parsed::Bad(_)), "length MSB");
+        assert!(matches!(parse(&huge, false), Parsed::Bad(_)), "length MSB");
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use base64::Engine as _;
 
-use super::Options;
+use super::{deflate, Options};
 use crate::codec::Version;
 use crate::request::Request;
 use crate::response::{HeaderBlock, Response};
@@ -20,6 +20,9 @@ pub(crate) struct Accept {
     pub(crate) key: Option<[u8; 28]>,
     /// The subprotocol chosen, if any.
     pub(crate) protocol: Option<String>,
+    /// permessage-deflate's terms, if the route takes it and the client
+    /// offered it.
+    pub(crate) deflate: Option<deflate::Params>,
 }
 
 impl Accept {
@@ -36,17 +39,25 @@ impl Accept {
             f.extend_from_slice(p.as_bytes());
             f.extend_from_slice(b"\r\n");
         }
+        if let Some(params) = self.deflate {
+            f.extend_from_slice(b"Sec-WebSocket-Extensions: ");
+            f.extend_from_slice(deflate::response(params).as_bytes());
+            f.extend_from_slice(b"\r\n");
+        }
         f
     }
 
     /// The answer to an extended CONNECT (RFC 8441 §5): 200, with the
     /// subprotocol chosen.
     pub(crate) fn response(&self) -> Response {
-        let resp = Response::new(200);
-        match &self.protocol {
-            Some(p) => resp.with_header("sec-websocket-protocol", p.clone()),
-            None => resp,
+        let mut resp = Response::new(200);
+        if let Some(p) = &self.protocol {
+            resp = resp.with_header("sec-websocket-protocol", p.clone());
         }
+        if let Some(params) = self.deflate {
+            resp = resp.with_header("sec-websocket-extensions", deflate::response(params));
+        }
+        resp
     }
 }
 
@@ -98,6 +109,7 @@ pub(crate) fn check(req: &Request<'_>, options: &Options) -> Result<Accept, Resp
     Ok(Accept {
         key: Some(accept_key(key)),
         protocol: choose_protocol(req, options),
+        deflate: choose_deflate(req, options),
     })
 }
 
@@ -128,6 +140,7 @@ fn check_connect(req: &Request<'_>, options: &Options) -> Result<Accept, Respons
     Ok(Accept {
         key: None,
         protocol: choose_protocol(req, options),
+        deflate: choose_deflate(req, options),
     })
 }
 
@@ -217,6 +230,19 @@ fn allowed(options: &Options, origin: &[u8]) -> bool {
         .origins
         .iter()
         .any(|o| o == "*" || o.as_bytes().eq_ignore_ascii_case(origin.trim_ascii()))
+}
+
+/// permessage-deflate's terms, if the route takes it and the client
+/// offers it in a form the server takes.
+fn choose_deflate(req: &Request<'_>, options: &Options) -> Option<deflate::Params> {
+    if !options.deflate {
+        return None;
+    }
+    deflate::negotiate(
+        req.headers()
+            .filter(|(n, _)| n.eq_ignore_ascii_case("sec-websocket-extensions"))
+            .map(|(_, v)| v),
+    )
 }
 
 /// The first subprotocol the client offers that the route speaks.

@@ -38,6 +38,17 @@
 //! `Limits::body_timeout`, and waits at most 5 s for the client's Close.
 //! A callback that panics closes its connection with 1011.
 //!
+//! **Compression**: with [`Options::permessage_deflate`], a client that
+//! offers permessage-deflate (RFC 7692) gets it, with
+//! `server_no_context_takeover` and `client_no_context_takeover`: each
+//! message is compressed and inflated on its own by the worker's one
+//! stream (uWebSockets' shared compressor and decompressor), so an idle
+//! WebSocket costs no more with compression than without. A message is
+//! sent compressed when that makes it shorter ([`Socket::send`]; a
+//! [`Sender`]'s and a published message go as they are), and the size a
+//! message inflates to is held to [`Options::message_bytes_max`] like any
+//! other's.
+//!
 //! A server shutting down or reloading sends each WebSocket a Close 1001
 //! (going away) at a random moment within the first half of
 //! `Limits::shutdown_timeout`, so clients reconnect early and not all at
@@ -46,6 +57,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+pub(crate) mod deflate;
 pub(crate) mod frame;
 pub(crate) mod handshake;
 pub(crate) mod hub;
@@ -140,6 +152,7 @@ pub struct Options {
     pub(crate) backpressure_bytes_max: usize,
     pub(crate) close_on_backpressure: bool,
     pub(crate) ping_interval: Option<Duration>,
+    pub(crate) deflate: bool,
 }
 
 impl Default for Options {
@@ -160,6 +173,7 @@ impl Options {
             backpressure_bytes_max: 1024 * 1024,
             close_on_backpressure: false,
             ping_interval: Some(Duration::from_secs(30)),
+            deflate: false,
         }
     }
 
@@ -205,6 +219,17 @@ impl Options {
     /// sent or published to it, instead of refusing that message.
     pub fn close_on_backpressure(mut self, yes: bool) -> Self {
         self.close_on_backpressure = yes;
+        self
+    }
+
+    /// Accept permessage-deflate (RFC 7692) from clients that offer it
+    /// (off by default, as in uWebSockets): messages compressed by the
+    /// worker's shared streams, no context kept between messages, so no
+    /// memory per connection. An offer asking for a window under 512
+    /// bytes (`server_max_window_bits=8`, which zlib cannot make) is
+    /// declined, and the WebSocket goes on uncompressed.
+    pub fn permessage_deflate(mut self, yes: bool) -> Self {
+        self.deflate = yes;
         self
     }
 
@@ -264,6 +289,8 @@ pub struct Socket<'s> {
     pub(crate) local: &'s mut hub::Local,
     pub(crate) protocol: Option<&'s str>,
     pub(crate) messages_out: u64,
+    /// permessage-deflate's terms, if agreed: messages go compressed.
+    pub(crate) deflate: Option<deflate::Params>,
 }
 
 impl Socket<'_> {
@@ -279,7 +306,10 @@ impl Socket<'_> {
             }
             return Err(SendError::Full);
         }
-        frame::write(self.out, msg.kind().op(), msg.as_bytes());
+        match self.deflate {
+            Some(params) => deflate::write_message(self.out, msg.kind().op(), msg.as_bytes(), params),
+            None => frame::write(self.out, msg.kind().op(), msg.as_bytes()),
+        }
         self.messages_out += 1;
         Ok(())
     }

@@ -13,9 +13,20 @@
 //! nothing per message either. Text is checked as UTF-8 as it arrives, so
 //! an invalid byte fails the connection (1007) before the rest of its
 //! message comes (Autobahn 6.4).
+//!
+//! With permessage-deflate agreed (RFC 7692), a message whose first frame
+//! has RSV1 set is compressed: whole in the input, it is inflated from
+//! there into the message buffer; in pieces, its compressed bytes are
+//! kept in the message buffer until the last frame, then inflated at once
+//! into a new one
+//! (`ws/deflate.rs`: the worker's one stream, which holds no client's
+//! half message). Either way the inflated size is held to the maximum
+//! message size (1009 past it: a deflate bomb stops there), and text is
+//! checked as UTF-8 once inflated.
 
 use std::time::{Duration, Instant};
 
+use super::deflate::{self, InflateError};
 use super::frame::{self, Op, Parsed};
 
 /// What a WebSocket may do, from `ws::Options` and the server's limits.
@@ -30,6 +41,9 @@ pub(crate) struct Config {
     pub(crate) ping_interval: Option<Duration>,
     /// How long a message may take between its first and last frames.
     pub(crate) message_timeout: Duration,
+    /// permessage-deflate's terms, if agreed: RSV1 marks a compressed
+    /// message, and what the application sends is compressed.
+    pub(crate) deflate: Option<deflate::Params>,
 }
 
 /// How long we wait for the peer's Close after sending ours.
@@ -54,6 +68,39 @@ impl Kind {
             Kind::Text => Op::Text,
             Kind::Binary => Op::Binary,
         }
+    }
+}
+
+/// The message being assembled: its kind, and whether it came compressed
+/// (its first frame had RSV1). One byte: the WebSocket fits in the room
+/// HTTP/1.1's machine leaves (`conn/mod.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Assembling {
+    Text,
+    Binary,
+    DeflatedText,
+    DeflatedBinary,
+}
+
+impl Assembling {
+    fn new(kind: Kind, compressed: bool) -> Self {
+        match (kind, compressed) {
+            (Kind::Text, false) => Assembling::Text,
+            (Kind::Binary, false) => Assembling::Binary,
+            (Kind::Text, true) => Assembling::DeflatedText,
+            (Kind::Binary, true) => Assembling::DeflatedBinary,
+        }
+    }
+
+    fn kind(self) -> Kind {
+        match self {
+            Assembling::Text | Assembling::DeflatedText => Kind::Text,
+            Assembling::Binary | Assembling::DeflatedBinary => Kind::Binary,
+        }
+    }
+
+    fn is_compressed(self) -> bool {
+        matches!(self, Assembling::DeflatedText | Assembling::DeflatedBinary)
     }
 }
 
@@ -106,7 +153,7 @@ pub(crate) struct Session {
     state: State,
     /// The message being assembled, and what was handed out last.
     msg: Vec<u8>,
-    msg_kind: Option<Kind>,
+    msg_kind: Option<Assembling>,
     fragments: u32,
     /// When the message being assembled must be whole.
     msg_deadline: Option<Instant>,
@@ -162,9 +209,14 @@ impl Session {
         self.end_message();
     }
 
-    /// The bytes the machine holds (its message buffer).
+    /// The bytes the machine holds (its message buffers).
     pub(crate) fn held(&self) -> usize {
         self.msg.capacity()
+    }
+
+    /// permessage-deflate's terms, if agreed.
+    pub(crate) fn deflate(&self) -> Option<deflate::Params> {
+        self.config.deflate
     }
 
     /// Messages may still be sent (no Close sent or received).
@@ -185,7 +237,10 @@ impl Session {
     /// Gives back the message buffer (an idle connection holds none).
     pub(crate) fn release(&mut self) {
         if self.is_between_messages() {
-            self.msg = Vec::new();
+            let msg = std::mem::take(&mut self.msg);
+            if self.config.deflate.is_some() {
+                deflate::give_back(msg);
+            }
             self.delivered = false;
         }
     }
@@ -227,22 +282,40 @@ impl Session {
                     }
                     continue;
                 }
-                if self.msg_kind == Some(Kind::Text) && !self.utf8.feed(chunk) {
+                if self.msg_kind.is_some_and(Assembling::is_compressed) {
+                    self.msg.extend_from_slice(chunk);
+                    if done && fin {
+                        let kind = self.msg_kind.map_or(Kind::Binary, Assembling::kind);
+                        self.end_message();
+                        // The compressed bytes are inflated into a buffer
+                        // of their own, which becomes the message's.
+                        let raw = std::mem::take(&mut self.msg);
+                        let inflated = self.inflate(kind, &raw, raw.capacity());
+                        drop(raw);
+                        if let Err((code, why)) = inflated {
+                            return self.fail(out, now, used, code, why);
+                        }
+                        self.delivered = true;
+                        return (used, Event::Message(kind, &self.msg));
+                    }
+                    continue;
+                }
+                if self.msg_kind.map(Assembling::kind) == Some(Kind::Text) && !self.utf8.feed(chunk) {
                     return self.fail(out, now, used, 1007, "invalid UTF-8 in a text message");
                 }
                 self.msg.extend_from_slice(chunk);
                 if done && fin {
-                    if self.msg_kind == Some(Kind::Text) && !self.utf8.is_whole() {
+                    if self.msg_kind.map(Assembling::kind) == Some(Kind::Text) && !self.utf8.is_whole() {
                         return self.fail(out, now, used, 1007, "invalid UTF-8 in a text message");
                     }
-                    let kind = self.msg_kind.unwrap_or(Kind::Binary);
+                    let kind = self.msg_kind.map_or(Kind::Binary, Assembling::kind);
                     self.end_message();
                     self.delivered = true;
                     return (used, Event::Message(kind, &self.msg));
                 }
                 continue;
             }
-            let head = match frame::parse(&input[used..]) {
+            let head = match frame::parse(&input[used..], self.config.deflate.is_some()) {
                 Parsed::Partial => return (used, Event::Input),
                 Parsed::Bad(why) => return self.fail(out, now, used, 1002, why),
                 Parsed::Head(head) => head,
@@ -279,7 +352,7 @@ impl Session {
                 continue;
             }
             self.heard(now);
-            let kind = match (head.op, self.msg_kind) {
+            let kind = match (head.op, self.msg_kind.map(Assembling::kind)) {
                 (Op::Continuation, None) => {
                     return self.fail(out, now, used, 1002, "a continuation frame outside a message")
                 }
@@ -293,8 +366,26 @@ impl Session {
                     }
                 }
             };
-            let total = self.msg.len() as u64 + head.len;
-            if total > self.config.message_bytes_max as u64 {
+            if head.rsv1 && head.op == Op::Continuation {
+                // RFC 7692 §6.1: only a message's first frame says it.
+                return self.fail(out, now, used, 1002, "RSV1 set on a continuation frame");
+            }
+            let compressed = match self.msg_kind {
+                None => head.rsv1,
+                Some(a) => a.is_compressed(),
+            };
+            // A compressed message's bound is on what it inflates to; its
+            // compressed bytes may pass that by deflate's few bytes per
+            // stored block, not more.
+            let (total, max) = if compressed {
+                (
+                    self.msg.len() as u64 + head.len,
+                    compressed_bytes_max(self.config.message_bytes_max),
+                )
+            } else {
+                (self.msg.len() as u64 + head.len, self.config.message_bytes_max as u64)
+            };
+            if total > max {
                 return self.fail(out, now, used, 1009, "the message is larger than this server takes");
             }
             if self.msg_kind.is_none() {
@@ -303,12 +394,20 @@ impl Session {
                     let start = used + head.size;
                     used = start + len;
                     frame::unmask(&mut input[start..used], head.mask, 0);
+                    if compressed {
+                        // Inflated into the message buffer.
+                        if let Err((code, why)) = self.inflate(kind, &input[start..used], 0) {
+                            return self.fail(out, now, used, code, why);
+                        }
+                        self.delivered = true;
+                        return (used, Event::Message(kind, &self.msg));
+                    }
                     if kind == Kind::Text && std::str::from_utf8(&input[start..used]).is_err() {
                         return self.fail(out, now, used, 1007, "invalid UTF-8 in a text message");
                     }
                     return (used, Event::Message(kind, &input[start..used]));
                 }
-                self.msg_kind = Some(kind);
+                self.msg_kind = Some(Assembling::new(kind, compressed));
                 self.fragments = 0;
                 self.utf8 = Utf8::default();
                 self.msg_deadline = now.checked_add(self.config.message_timeout);
@@ -373,6 +472,30 @@ impl Session {
         self.frame = None;
         self.end_message();
         (used, Event::Closed { code, reason })
+    }
+
+    /// Inflates a whole compressed message (`kind` text: checked as
+    /// UTF-8) into the message buffer, within the maximum message size
+    /// (1009 past it) and what the worker's budget leaves besides the
+    /// `holding` bytes the compressed message is in (1013).
+    fn inflate(&mut self, kind: Kind, compressed: &[u8], holding: usize) -> Result<(), (u16, &'static str)> {
+        let room = self.room.saturating_sub(holding);
+        if self.msg.capacity() == 0 {
+            self.msg = deflate::take_buffer();
+        }
+        let limit = self.config.message_bytes_max.min(room);
+        match deflate::inflate(compressed, &mut self.msg, limit) {
+            Ok(()) => {}
+            Err(InflateError::TooLarge) if limit < self.config.message_bytes_max => {
+                return Err((1013, crate::budget::MESSAGES_SPENT))
+            }
+            Err(InflateError::TooLarge) => return Err((1009, "the message inflates past what this server takes")),
+            Err(InflateError::Invalid) => return Err((1002, "a compressed message that does not inflate")),
+        }
+        if kind == Kind::Text && std::str::from_utf8(&self.msg).is_err() {
+            return Err((1007, "invalid UTF-8 in a text message"));
+        }
+        Ok(())
     }
 
     /// Ends the message being assembled (delivered or dropped).
@@ -475,6 +598,13 @@ impl Session {
         }
         TimedOut::Keep
     }
+}
+
+/// The most compressed bytes a message of at most `max` inflated bytes
+/// may come in: deflate's stored blocks add 5 bytes per 64 KiB, and a
+/// message at the limit that does not compress may still come compressed.
+fn compressed_bytes_max(max: usize) -> u64 {
+    max as u64 + max as u64 / 1024 + 1024
 }
 
 /// A Close frame with `code` and `reason` (cut to fit 125 bytes).

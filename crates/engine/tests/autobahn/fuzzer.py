@@ -28,6 +28,7 @@ import select
 import socket
 import struct
 import time
+import zlib
 from urllib.parse import urlsplit
 
 STATE_CLOSED = 0
@@ -111,6 +112,171 @@ class XorMaskerNull:
     def process(self, data):
         self.ptr += len(data)
         return bytes(data)
+
+
+# permessage-deflate, as autobahn 0.10.9's `autobahn/websocket/compress_deflate.py`
+# has it (the client's side only): the offer, the server's response, and the
+# compressor and decompressor of one connection.
+
+class PerMessageDeflateOffer:
+    EXTENSION_NAME = "permessage-deflate"
+
+    def __init__(self, acceptNoContextTakeover=True, acceptMaxWindowBits=True,
+                 requestNoContextTakeover=False, requestMaxWindowBits=0):
+        self.acceptNoContextTakeover = acceptNoContextTakeover
+        self.acceptMaxWindowBits = acceptMaxWindowBits
+        self.requestNoContextTakeover = requestNoContextTakeover
+        self.requestMaxWindowBits = requestMaxWindowBits
+
+    def getExtensionString(self):
+        pmce_string = self.EXTENSION_NAME
+        if self.acceptNoContextTakeover:
+            pmce_string += "; client_no_context_takeover"
+        if self.acceptMaxWindowBits:
+            pmce_string += "; client_max_window_bits"
+        if self.requestNoContextTakeover:
+            pmce_string += "; server_no_context_takeover"
+        if self.requestMaxWindowBits != 0:
+            pmce_string += "; server_max_window_bits=%d" % self.requestMaxWindowBits
+        return pmce_string
+
+
+class PerMessageDeflateResponse:
+    """PerMessageDeflateResponse.parse: the server's parameters, checked."""
+
+    def __init__(self, client_max_window_bits, client_no_context_takeover,
+                 server_max_window_bits, server_no_context_takeover):
+        self.client_max_window_bits = client_max_window_bits
+        self.client_no_context_takeover = client_no_context_takeover
+        self.server_max_window_bits = server_max_window_bits
+        self.server_no_context_takeover = server_no_context_takeover
+
+    @classmethod
+    def parse(cls, params):
+        client_max_window_bits = 0
+        client_no_context_takeover = False
+        server_max_window_bits = 0
+        server_no_context_takeover = False
+        for p in params:
+            if len(params[p]) > 1:
+                raise Exception("multiple occurrence of extension parameter '%s' for extension '%s'"
+                                % (p, cls.__name__))
+            val = params[p][0]
+            if p == "client_max_window_bits":
+                val = int(val)
+                if val not in range(8, 16):
+                    raise Exception("illegal extension parameter value '%s' for parameter '%s'" % (val, p))
+                client_max_window_bits = val
+            elif p == "client_no_context_takeover":
+                if val is not True:
+                    raise Exception("illegal extension parameter value '%s' for parameter '%s'" % (val, p))
+                client_no_context_takeover = True
+            elif p == "server_max_window_bits":
+                val = int(val)
+                if val not in range(8, 16):
+                    raise Exception("illegal extension parameter value '%s' for parameter '%s'" % (val, p))
+                server_max_window_bits = val
+            elif p == "server_no_context_takeover":
+                if val is not True:
+                    raise Exception("illegal extension parameter value '%s' for parameter '%s'" % (val, p))
+                server_no_context_takeover = True
+            else:
+                raise Exception("illegal extension parameter '%s' for extension '%s'" % (p, cls.__name__))
+        return cls(client_max_window_bits, client_no_context_takeover,
+                   server_max_window_bits, server_no_context_takeover)
+
+
+class PerMessageDeflateResponseAccept:
+    def __init__(self, response, noContextTakeover=None, windowBits=None, memLevel=None):
+        self.response = response
+        self.noContextTakeover = noContextTakeover
+        self.windowBits = windowBits
+        self.memLevel = memLevel
+
+
+class PerMessageDeflate:
+    """The client's compressor and decompressor (isServer False)."""
+
+    DEFAULT_WINDOW_BITS = zlib.MAX_WBITS
+    DEFAULT_MEM_LEVEL = 8
+
+    @classmethod
+    def createFromResponseAccept(cls, accept):
+        return cls(accept.response.server_no_context_takeover,
+                   accept.noContextTakeover if accept.noContextTakeover is not None
+                   else accept.response.client_no_context_takeover,
+                   accept.response.server_max_window_bits,
+                   accept.windowBits if accept.windowBits is not None
+                   else accept.response.client_max_window_bits,
+                   accept.memLevel)
+
+    def __init__(self, server_no_context_takeover, client_no_context_takeover,
+                 server_max_window_bits, client_max_window_bits, mem_level):
+        self.server_no_context_takeover = server_no_context_takeover
+        self.client_no_context_takeover = client_no_context_takeover
+        self.server_max_window_bits = server_max_window_bits if server_max_window_bits != 0 \
+            else self.DEFAULT_WINDOW_BITS
+        self.client_max_window_bits = client_max_window_bits if client_max_window_bits != 0 \
+            else self.DEFAULT_WINDOW_BITS
+        self.mem_level = mem_level if mem_level else self.DEFAULT_MEM_LEVEL
+        self._compressor = None
+        self._decompressor = None
+
+    def startCompressMessage(self):
+        if self._compressor is None or self.client_no_context_takeover:
+            self._compressor = zlib.compressobj(zlib.Z_DEFAULT_COMPRESSION, zlib.DEFLATED,
+                                                -self.client_max_window_bits, self.mem_level)
+
+    def compressMessageData(self, data):
+        return self._compressor.compress(data)
+
+    def endCompressMessage(self):
+        data = self._compressor.flush(zlib.Z_SYNC_FLUSH)
+        return data[:-4]
+
+    def startDecompressMessage(self):
+        if self._decompressor is None or self.server_no_context_takeover:
+            self._decompressor = zlib.decompressobj(-self.server_max_window_bits)
+
+    def decompressMessageData(self, data):
+        return self._decompressor.decompress(data)
+
+    def endDecompressMessage(self):
+        self._decompressor.decompress(b"\x00\x00\xff\xff")
+
+
+def parse_extensions(value):
+    """autobahn's parseWebSocketExtensions: [(name, {param: [values]})]."""
+    exts = []
+    for e in value.split(","):
+        ext = e.split(";")
+        if len(ext) > 0:
+            extension = ext[0].strip()
+            params = {}
+            for p in ext[1:]:
+                p = p.strip()
+                if not p:
+                    continue
+                if "=" in p:
+                    key, value = (x.strip() for x in p.split("=", 1))
+                    if value.startswith('"') and value.endswith('"'):
+                        value = value[1:-1]
+                else:
+                    key, value = p, True
+                params.setdefault(key, []).append(value)
+            exts.append((extension, params))
+    return exts
+
+
+class TrafficStats:
+    """What autobahn counts of a connection's traffic (the compression
+    ratio its report shows for 12.x and 13.x)."""
+
+    def __init__(self):
+        self.outgoingOctetsAppLevel = 0
+        self.outgoingOctetsWebSocketLevel = 0
+        self.incomingOctetsAppLevel = 0
+        self.incomingOctetsWebSocketLevel = 0
 
 
 class FrameHeader:
@@ -226,6 +392,13 @@ class FuzzingClient:
         self.current_frame = None
         self.http_response_data = None
         self.agent = None
+        # permessage-deflate: what a case offers, how it judges the answer,
+        # and what was agreed.
+        self.perMessageCompressionOffers = []
+        self.perMessageCompressionAccept = lambda response: None
+        self._perMessageCompress = None
+        self._isMessageCompressed = False
+        self.trafficStats = TrafficStats()
 
         # FuzzingProtocol.connectionMade
         self.connectionWasOpen = None
@@ -520,6 +693,9 @@ class FuzzingClient:
         request += "Cache-Control: no-cache\r\n"
         request += "Sec-WebSocket-Key: %s\r\n" % self.websocket_key.decode()
         request += "Sec-WebSocket-Version: 13\r\n"
+        if self.perMessageCompressionOffers:
+            request += "Sec-WebSocket-Extensions: %s\r\n" % ", ".join(
+                offer.getExtensionString() for offer in self.perMessageCompressionOffers)
         request += "\r\n"
         self.http_request_data = request.encode("utf8")
         self.sendData(self.http_request_data)
@@ -592,13 +768,27 @@ class FuzzingClient:
             if counts["sec-websocket-extensions"] > 1:
                 return self.failHandshake(
                     "HTTP Sec-WebSocket-Extensions header appears more than once in opening handshake reply")
-            for ext in headers["sec-websocket-extensions"].split(","):
-                name = ext.split(";")[0].strip()
-                if name:
-                    # The fuzzing client offers none (12.x/13.x would).
+            for extension, params in parse_extensions(headers["sec-websocket-extensions"]):
+                if extension == "":
+                    continue
+                offered = [o.EXTENSION_NAME for o in self.perMessageCompressionOffers]
+                if extension != PerMessageDeflateOffer.EXTENSION_NAME or extension not in offered:
                     return self.failHandshake(
                         "server wants to use extension '%s' we did not request, haven't implemented "
-                        "or did not enable" % name)
+                        "or did not enable" % extension)
+                if self._perMessageCompress is not None:
+                    return self.failHandshake(
+                        "multiple occurrence of a permessage-compress extension")
+                try:
+                    response = PerMessageDeflateResponse.parse(params)
+                except Exception as e:
+                    return self.failHandshake(
+                        "illegal permessage-compress parameters: %s" % e)
+                accept = self.perMessageCompressionAccept(response)
+                if accept is None:
+                    return self.failHandshake(
+                        "WebSocket permessage-compress extension response from server denied by client")
+                self._perMessageCompress = PerMessageDeflate.createFromResponseAccept(accept)
         if "sec-websocket-protocol" in headers:
             if counts["sec-websocket-protocol"] > 1:
                 return self.failHandshake(
@@ -650,7 +840,9 @@ class FuzzingClient:
             frame_payload_len1 = b & 0x7F
 
             if frame_rsv != 0:
-                if self.protocolViolation("RSV = %d and no extension negotiated" % frame_rsv):
+                if self._perMessageCompress is not None and frame_rsv == 4:
+                    pass
+                elif self.protocolViolation("RSV = %d and no extension negotiated" % frame_rsv):
                     return False
             if not self.acceptMaskedServerFrames and frame_masked:
                 if self.protocolViolation("masked server-to-client frame"):
@@ -678,6 +870,9 @@ class FuzzingClient:
                 if self.inside_message and frame_opcode != 0:
                     if self.protocolViolation(
                             "received non-continuation data frame while inside fragmented message"):
+                        return False
+                if self._perMessageCompress is not None and frame_rsv == 4 and self.inside_message:
+                    if self.protocolViolation("received continuation data frame with non-zero RSV"):
                         return False
 
             mask_len = 4 if frame_masked else 0
@@ -741,6 +936,11 @@ class FuzzingClient:
         else:
             if not self.inside_message:
                 self.inside_message = True
+                if self._perMessageCompress is not None and self.current_frame.rsv == 4:
+                    self._isMessageCompressed = True
+                    self._perMessageCompress.startDecompressMessage()
+                else:
+                    self._isMessageCompressed = False
                 if self.current_frame.opcode == MESSAGE_TYPE_TEXT and self.utf8validateIncoming:
                     self.utf8validator = codecs.getincrementaldecoder("utf-8")("strict")
                     self.utf8validateIncomingCurrentMessage = True
@@ -753,6 +953,10 @@ class FuzzingClient:
         if self.current_frame.opcode > 7:
             self.control_frame_data.append(payload)
         else:
+            if self._isMessageCompressed:
+                self.trafficStats.incomingOctetsWebSocketLevel += len(payload)
+                payload = self._perMessageCompress.decompressMessageData(payload)
+                self.trafficStats.incomingOctetsAppLevel += len(payload)
             if self.utf8validateIncomingCurrentMessage:
                 try:
                     self.utf8validator.decode(payload, final=False)
@@ -769,6 +973,8 @@ class FuzzingClient:
             self.logRxFrame(self.current_frame, self.frame_data or [])
             self.onMessageFrameEnd()
             if self.current_frame.fin:
+                if self._isMessageCompressed:
+                    self._perMessageCompress.endDecompressMessage()
                 if self.utf8validateIncomingCurrentMessage:
                     try:
                         self.utf8validator.decode(b"", final=True)
@@ -1099,6 +1305,16 @@ class FuzzingClient:
         if self.state != STATE_OPEN:
             return
         opcode = 2 if isBinary else 1
+        if self._perMessageCompress is not None and not doNotCompress:
+            sendCompressed = True
+            self.trafficStats.outgoingOctetsAppLevel += len(payload)
+            self._perMessageCompress.startCompressMessage()
+            payload = self._perMessageCompress.compressMessageData(payload)
+            payload += self._perMessageCompress.endCompressMessage()
+            self.trafficStats.outgoingOctetsWebSocketLevel += len(payload)
+        else:
+            sendCompressed = False
+        rsv = 4 if sendCompressed else 0
         if fragmentSize is not None:
             pfs = fragmentSize
         elif self.autoFragmentSize > 0:
@@ -1106,7 +1322,7 @@ class FuzzingClient:
         else:
             pfs = None
         if pfs is None or len(payload) <= pfs:
-            self.sendFrame(opcode=opcode, payload=payload, sync=sync)
+            self.sendFrame(opcode=opcode, payload=payload, sync=sync, rsv=rsv)
         else:
             if pfs < 1:
                 raise Exception("payload fragment size must be at least 1 (was %d)" % pfs)
@@ -1120,7 +1336,7 @@ class FuzzingClient:
                     done = True
                     j = n
                 if first:
-                    self.sendFrame(opcode=opcode, payload=payload[i:j], fin=done, sync=sync)
+                    self.sendFrame(opcode=opcode, payload=payload[i:j], fin=done, sync=sync, rsv=rsv)
                     first = False
                 else:
                     self.sendFrame(opcode=0, payload=payload[i:j], fin=done, sync=sync)

@@ -12,6 +12,7 @@ fn config() -> Config {
         fragments_max: FRAGMENTS_MAX,
         ping_interval: Some(Duration::from_secs(30)),
         message_timeout: Duration::from_secs(20),
+        deflate: None,
     }
 }
 
@@ -27,8 +28,12 @@ enum Seen {
 }
 
 fn feed(bytes: &[u8], step: usize) -> (Vec<Seen>, Vec<u8>) {
+    feed_with(config(), bytes, step)
+}
+
+fn feed_with(config: Config, bytes: &[u8], step: usize) -> (Vec<Seen>, Vec<u8>) {
     let now = Instant::now();
-    let mut s = Session::new(config(), now);
+    let mut s = Session::new(config, now);
     let mut input: Vec<u8> = Vec::new();
     let mut start = 0;
     let mut out = Vec::new();
@@ -274,3 +279,106 @@ fn a_message_the_budget_cannot_hold_closes_with_1013_and_a_whole_frame_needs_non
 }
 
 const MESSAGES_SPENT_LEN: usize = crate::budget::MESSAGES_SPENT.len();
+
+/// A client's compressed frame: `payload` deflated (tail removed), RSV1
+/// set on `b0`.
+fn deflated(b0: u8, payload: &[u8]) -> Vec<u8> {
+    use flate2::{Compress, Compression, FlushCompress};
+    let mut c = Compress::new(Compression::default(), false);
+    let mut out = Vec::with_capacity(payload.len() + 64);
+    c.compress_vec(payload, &mut out, FlushCompress::Sync).unwrap();
+    out.truncate(out.len() - 4);
+    frame(b0 | 0x40, &out)
+}
+
+fn deflate_config() -> Config {
+    Config {
+        deflate: Some(deflate::Params {
+            window_bits: 15,
+            window_asked: false,
+        }),
+        ..config()
+    }
+}
+
+fn feed_deflate(bytes: &[u8]) -> (Vec<Seen>, Vec<u8>) {
+    let whole = feed_with(deflate_config(), bytes, bytes.len().max(1));
+    for step in 1..bytes.len().min(40) {
+        assert_eq!(
+            feed_with(deflate_config(), bytes, step),
+            whole,
+            "fed {step} bytes at a time"
+        );
+    }
+    whole
+}
+
+#[test]
+fn compressed_messages_whole_and_fragmented_inflate_at_every_split() {
+    let text = "compressed, compressed, compressed: héllo ".repeat(10);
+    let mut bytes = deflated(0x81, text.as_bytes());
+    bytes.extend(frame(0x82, b"plain"));
+    // A compressed message in three frames: RSV1 on the first only.
+    let whole = deflated(0x82, &[7u8; 600]);
+    let head = 2 + 4;
+    let body: Vec<u8> = whole[head..].to_vec();
+    let mask: [u8; 4] = whole[2..6].try_into().unwrap();
+    let mut plain = body.clone();
+    frame::unmask(&mut plain, mask, 0);
+    let (a, rest) = plain.split_at(plain.len() / 3);
+    let (b, c) = rest.split_at(rest.len() / 2);
+    bytes.extend(frame(0x02 | 0x40, a));
+    bytes.extend(frame(0x89, b"p"));
+    bytes.extend(frame(0x00, b));
+    bytes.extend(frame(0x80, c));
+    bytes.extend(frame(0x88, &1000u16.to_be_bytes()));
+    let (seen, out) = feed_deflate(&bytes);
+    assert_eq!(
+        seen,
+        [
+            Seen::Text(text),
+            Seen::Binary(b"plain".to_vec()),
+            Seen::Binary(vec![7; 600]),
+            Seen::Closed(1000, String::new())
+        ]
+    );
+    let mut want = Vec::new();
+    frame::write(&mut want, Op::Pong, b"p");
+    want.extend(close_frame(1000));
+    assert_eq!(out, want);
+}
+
+#[test]
+fn a_deflate_bomb_is_refused_with_1009_once_the_limit_is_out() {
+    // 1 MiB of zeros: about 1 KiB compressed, past the 1 KiB limit
+    // inflated.
+    let bomb = deflated(0x82, &vec![0u8; 1 << 20]);
+    assert!(bomb.len() < 2048, "{}", bomb.len());
+    let (seen, out) = feed_with(deflate_config(), &bomb, bomb.len());
+    assert!(matches!(&seen[..], [Seen::Closed(1009, _)]), "{seen:?}");
+    assert_eq!(&out[..4], &[0x88, out[1], 0x03, 0xF1]);
+    // The limit itself inflates.
+    let (seen, _) = feed_with(deflate_config(), &deflated(0x82, &[0u8; 1024]), 4096);
+    assert_eq!(seen, [Seen::Binary(vec![0; 1024])]);
+}
+
+#[test]
+fn rsv1_is_refused_where_deflate_does_not_allow_it() {
+    let compressed = deflated(0x81, b"hello hello hello hello hello hello");
+    // Not agreed: 1002.
+    let (seen, _) = feed_all(&compressed);
+    assert!(matches!(&seen[..], [Seen::Closed(1002, _)]), "{seen:?}");
+    // On a continuation frame, or a control frame: 1002.
+    let mut bytes = frame(0x01, b"a");
+    bytes.extend(frame(0xC0, b"b"));
+    let (seen, _) = feed_deflate(&bytes);
+    assert!(matches!(&seen[..], [Seen::Closed(1002, _)]), "{seen:?}");
+    let (seen, _) = feed_deflate(&frame(0xC9, b""));
+    assert!(matches!(&seen[..], [Seen::Closed(1002, _)]), "{seen:?}");
+    // Bytes that do not inflate: 1002; text that inflates to bad UTF-8:
+    // 1007.
+    let (seen, _) = feed_deflate(&frame(0xC2, b"\xff\xfe\xfd"));
+    assert!(matches!(&seen[..], [Seen::Closed(1002, _)]), "{seen:?}");
+    let (seen, _) = feed_deflate(&deflated(0x81, b"caf\xc3 bad utf-8 after a cut sequence"));
+    assert!(matches!(&seen[..], [Seen::Closed(1007, _)]), "{seen:?}");
+}

@@ -3,8 +3,8 @@
 Ported from autobahntestsuite 25.10.1: autobahntestsuite/case/__init__.py
 (the categories and the ordered `Cases` list) and caseset.py (a case's id
 from its class name, "Case1_2_3" -> "1.2.3"; patterns such as "6.4.*").
-Copyright (c) typedef int GmbH, Apache License 2.0. The compression cases
-(12.x, 13.x) are left out; upstream has no 8.x or 11.x cases.
+Copyright (c) typedef int GmbH, Apache License 2.0. Upstream has no 8.x or
+11.x cases.
 """
 
 import re
@@ -21,6 +21,7 @@ from .case7 import Case7_7_X, Case7_9_X
 from .case9 import *  # noqa: F401,F403
 from .case9 import Case9_7_X, Case9_8_X
 from .case10 import *  # noqa: F401,F403
+from .case12 import Case12_X_X, Case12_X_X_CaseSubCategories, Case13_X_X, Case13_X_X_CaseSubCategories
 
 CaseSetname = "websocket"
 
@@ -37,6 +38,8 @@ CaseCategories = {"0": "Handshake",
                   "8": "Misc",
                   "9": "Limits/Performance",
                   "10": "Misc",
+                  "12": "WebSocket Compression (different payloads)",
+                  "13": "WebSocket Compression (different parameters)",
                   }
 
 CaseSubCategories = {"1.1": "Text Messages",
@@ -98,6 +101,10 @@ Cases.extend(Case9_7_X)
 Cases.extend(Case9_8_X)
 # upstream: "#Cases += [Case9_9_1]" (never run)
 Cases += [Case10_1_1]
+Cases.extend(Case12_X_X)
+CaseSubCategories.update(Case12_X_X_CaseSubCategories)
+Cases.extend(Case13_X_X)
+CaseSubCategories.update(Case13_X_X_CaseSubCategories)
 
 
 def caseClasstoId(klass):
