@@ -213,10 +213,9 @@ fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_default()
 }
 
-/// A TLS handshake for `name` at 127.0.0.1:`port`, verified against
-/// `root`: the leaf's DER, or why it failed.
-fn handshake(port: u16, name: &str, root: &[u8]) -> Result<Vec<u8>, String> {
-    use rustls::pki_types::{pem::PemObject, CertificateDer, ServerName};
+/// A rustls client configuration that trusts only `root` (PEM).
+fn client_config(root: &[u8]) -> Arc<rustls::ClientConfig> {
+    use rustls::pki_types::{pem::PemObject, CertificateDer};
     let mut roots = rustls::RootCertStore::empty();
     for cert in CertificateDer::pem_slice_iter(root) {
         roots.add(cert.unwrap()).unwrap();
@@ -227,8 +226,16 @@ fn handshake(port: u16, name: &str, root: &[u8]) -> Result<Vec<u8>, String> {
         .unwrap()
         .with_root_certificates(roots)
         .with_no_client_auth();
+    Arc::new(config)
+}
+
+/// A TLS handshake for `name` at 127.0.0.1:`port`, verified against
+/// `root`: the leaf's DER, or why it failed.
+fn handshake(port: u16, name: &str, root: &[u8]) -> Result<Vec<u8>, String> {
+    use rustls::pki_types::ServerName;
+    let config = client_config(root);
     let server_name = ServerName::try_from(name.to_owned()).unwrap();
-    let mut conn = rustls::ClientConnection::new(Arc::new(config), server_name).unwrap();
+    let mut conn = rustls::ClientConnection::new(config, server_name).unwrap();
     let mut sock = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
     sock.set_read_timeout(Some(PATIENCE)).unwrap();
     while conn.is_handshaking() {
@@ -816,18 +823,9 @@ fn rsa_keys_on_request_and_a_change_of_key_type_orders_a_new_certificate() {
 /// A TLS connection for `name` verified against `root` and one GET of
 /// `/` on it: the leaf it was served, or what failed.
 fn tls_get(port: u16, name: &str, root: &[u8]) -> Result<Vec<u8>, String> {
-    use rustls::pki_types::{pem::PemObject, CertificateDer, ServerName};
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_slice_iter(root) {
-        roots.add(cert.unwrap()).unwrap();
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let conn = rustls::ClientConnection::new(Arc::new(config), ServerName::try_from(name.to_owned()).unwrap()).unwrap();
+    use rustls::pki_types::ServerName;
+    let config = client_config(root);
+    let conn = rustls::ClientConnection::new(config, ServerName::try_from(name.to_owned()).unwrap()).unwrap();
     let sock = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
     sock.set_read_timeout(Some(PATIENCE)).unwrap();
     let mut tls = rustls::StreamOwned::new(conn, sock);
