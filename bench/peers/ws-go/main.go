@@ -1,13 +1,16 @@
 // ws-go: the Go peer of bench/run's ws scenarios, github.com/coder/websocket
-// (formerly nhooyr.io/websocket) echoing every message on any path as its
-// own echo example does: Reader then Writer with io.Copy, message by
-// message, compression off. net/http underneath; run with GOMAXPROCS=1.
+// (formerly nhooyr.io/websocket) echoing every message on any path, compression
+// off, net/http underneath; run with GOMAXPROCS=1. Each message is read whole
+// (Conn.Read) and written whole (Conn.Write): one frame back per frame in.
+// Its own echo example streams instead (Reader, Writer, io.Copy), which
+// sends each message as a non-final frame and an empty final one; the
+// benchmark's client and check expect one frame per echo, as the other
+// peers send.
 package main
 
 import (
 	"context"
 	"flag"
-	"io"
 	"log"
 	"net/http"
 
@@ -23,18 +26,11 @@ func echo(w http.ResponseWriter, r *http.Request) {
 	c.SetReadLimit(1 << 20)
 	ctx := context.Background()
 	for {
-		typ, rd, err := c.Reader(ctx)
+		typ, msg, err := c.Read(ctx)
 		if err != nil {
 			return
 		}
-		wr, err := c.Writer(ctx, typ)
-		if err != nil {
-			return
-		}
-		if _, err = io.Copy(wr, rd); err != nil {
-			return
-		}
-		if err = wr.Close(); err != nil {
+		if err = c.Write(ctx, typ, msg); err != nil {
 			return
 		}
 	}

@@ -13,7 +13,7 @@ use tokio::net::{TcpListener, TcpStream};
 
 async fn echo(stream: TcpStream) {
     let _ = stream.set_nodelay(true);
-    let Ok(mut ws) = tokio_tungstenite::accept_async(stream).await else {
+    let Ok(ws) = tokio_tungstenite::accept_async(stream).await else {
         return;
     };
     let (write, read) = ws.split();
