@@ -38,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -73,7 +74,7 @@ static uint8_t *batch, *payload;
 static size_t batch_len;
 static char upgrade[512];
 static size_t upgrade_len;
-static char accept_line[64];
+static char accept_value[29];
 static uint64_t echoes, errors;
 static int stop_on_echo_round; /* idle mode: no new batch after an echo */
 static uint8_t rbuf[READ_MAX];
@@ -250,6 +251,18 @@ static int parse_echoes(struct conn *c, const uint8_t *buf, size_t len) {
 
 static int n_open, n_pending_handshakes;
 
+/* The head has Sec-WebSocket-Accept (any case, optional white space) with
+ * the value computed for KEY. */
+static int accept_ok(const char *head) {
+    for (const char *l = strstr(head, "\r\n"); l; l = strstr(l + 2, "\r\n")) {
+        if (strncasecmp(l + 2, "Sec-WebSocket-Accept:", 21) != 0) continue;
+        const char *v = l + 23;
+        while (*v == ' ' || *v == '\t') v++;
+        return strncmp(v, accept_value, 28) == 0;
+    }
+    return 0;
+}
+
 static void on_event(struct conn *c, uint32_t ev, int port) {
     (void)port;
     if (c->phase == CONNECTING) {
@@ -307,8 +320,8 @@ static void on_event(struct conn *c, uint32_t ev, int port) {
                 if (c->head_len >= sizeof(c->head) - 1) conn_fail(c, "101 head too long");
                 continue;
             }
-            if (strncmp(c->head, "HTTP/1.1 101", 12) != 0 || !strcasestr(c->head, accept_line)) {
-                fprintf(stderr, "wsload: answer to the upgrade:\n%s\n", c->head);
+            if (strncmp(c->head, "HTTP/1.1 101", 12) != 0 || !accept_ok(c->head)) {
+                if (errors < 1) fprintf(stderr, "wsload: answer to the upgrade:\n%s\n", c->head);
                 conn_fail(c, "no 101 with the right Sec-WebSocket-Accept");
                 n_pending_handshakes--;
                 return;
@@ -374,9 +387,7 @@ int main(int argc, char **argv) {
                                    "GET %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nUpgrade: websocket\r\n"
                                    "Connection: Upgrade\r\nSec-WebSocket-Key: " KEY "\r\n"
                                    "Sec-WebSocket-Version: 13\r\n\r\n", path, port);
-    char acc[29];
-    ws_accept(KEY, strlen(KEY), acc);
-    snprintf(accept_line, sizeof(accept_line), "Sec-WebSocket-Accept: %s\r\n", acc);
+    ws_accept(KEY, strlen(KEY), accept_value);
     if (idle) {
         msg_bytes = 32;
         frames_per_send = 1;
