@@ -153,6 +153,24 @@ static uint8_t header_len(const uint8_t *h) {
     return n + (len7 == 126 ? 2 : len7 == 127 ? 8 : 0);
 }
 
+/* out[k] = in[k] ^ mask[(off + k) % 4], eight bytes at a time (a real
+ * server's unmasking is word-wide too: a byte loop here cost 3 us per
+ * 4 KiB message, more than the system calls). */
+static void unmask(uint8_t *out, const uint8_t *in, size_t n, const uint8_t mask[4], uint8_t off) {
+    uint8_t rot[8];
+    for (int k = 0; k < 8; k++) rot[k] = mask[(off + k) & 3];
+    uint64_t m8;
+    memcpy(&m8, rot, 8);
+    size_t k = 0;
+    for (; k + 8 <= n; k += 8) {
+        uint64_t v;
+        memcpy(&v, in + k, 8);
+        v ^= m8;
+        memcpy(out + k, &v, 8);
+    }
+    for (; k < n; k++) out[k] = in[k] ^ rot[k & 7];
+}
+
 /* Reframes and unmasks in[0..len) into out; returns the bytes written. */
 static size_t reframe(struct conn *c, const uint8_t *in, size_t len, uint8_t *out) {
     size_t i = 0, o = 0;
@@ -183,9 +201,8 @@ static size_t reframe(struct conn *c, const uint8_t *in, size_t len, uint8_t *ou
             if (plen == 0) continue;
         }
         size_t n = len - i < c->remaining ? len - i : (size_t)c->remaining;
-        uint8_t m = c->mask_off;
-        for (size_t k = 0; k < n; k++) out[o + k] = in[i + k] ^ c->mask[(m + k) & 3];
-        c->mask_off = (uint8_t)((m + n) & 3);
+        unmask(out + o, in + i, n, c->mask, c->mask_off);
+        c->mask_off = (uint8_t)((c->mask_off + n) & 3);
         o += n;
         i += n;
         c->remaining -= n;

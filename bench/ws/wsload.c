@@ -9,7 +9,7 @@
  * one's K echoes are back. Every echo is checked: FIN, binary opcode, no
  * mask, length equal to what was sent, and every payload byte (the sent
  * payload is a fixed pattern). A wrong echo counts as an error and ends the
- * run.
+ * run. Every WebSocket is open (its 101 read) before the first batch.
  *
  * It reads the server's CPU itself so that the window it counts echoes in
  * and the window of CPU are the same: utime + stime of /proc/PID/stat (all
@@ -76,7 +76,7 @@ static char upgrade[512];
 static size_t upgrade_len;
 static char accept_value[29];
 static uint64_t echoes, errors;
-static int stop_on_echo_round; /* idle mode: no new batch after an echo */
+static int stop_on_echo_round; /* no new batch after an echo (handshakes, idle mode) */
 static uint8_t rbuf[READ_MAX];
 
 static void die(const char *what) {
@@ -330,13 +330,15 @@ static void on_event(struct conn *c, uint32_t ev, int port) {
             c->phase = OPEN;
             n_open++;
             n_pending_handshakes--;
-            if (!stop_on_echo_round) send_batch(c);
         }
         if (parse_echoes(c, rbuf + off, (size_t)r - off) < 0) return;
         if (c->outstanding == 0 && c->sent == batch_len && !stop_on_echo_round && c->phase == OPEN) {
             send_batch(c);
             if (c->phase != OPEN) return;
         }
+        /* A short read drained the socket: no read() just to see EAGAIN
+         * (one system call per echo saved at 1 frame per send). */
+        if ((size_t)r < sizeof(rbuf)) break;
     }
 }
 
@@ -402,6 +404,18 @@ int main(int argc, char **argv) {
             start_conn(&conns[i], port);
             n_pending_handshakes++;
         }
+        /* Every WebSocket is open before any load: a server busy echoing
+         * must not starve its own handshakes out of the warm-up. */
+        stop_on_echo_round = 1;
+        double deadline = now() + 30;
+        while (n_pending_handshakes > 0 && now() < deadline && !errors) loop_once(port, 100);
+        if (n_open < n_conns || errors) {
+            fprintf(stderr, "wsload: %d of %d WebSockets open\n", n_open, n_conns);
+            printf("errors=%llu\n", (unsigned long long)(errors ? errors : 1));
+            return 1;
+        }
+        stop_on_echo_round = 0;
+        for (int i = 0; i < n_conns; i++) send_batch(&conns[i]);
         double t_start = now(), t_mark = t_start + warm, t_end = t_mark + dur;
         double t0 = 0, cpu0 = 0;
         long long srv0 = 0;
