@@ -88,9 +88,12 @@ class Conn:
             if b0 & 0x0F != 0:
                 raise AssertionError(f"frame 0x{b0:02x} inside a fragmented echo")
             got += more
-        if first & 0x0F != opcode or got != payload:
+        if first & 0x0F != opcode or len(got) != len(payload):
             raise AssertionError(f"echo 0x{first:02x} of {len(got)} bytes, sent 0x{0x80 | opcode:02x} "
                                  f"of {len(payload)}")
+        if got != payload:
+            at = next(i for i, (a, b) in enumerate(zip(got, payload)) if a != b)
+            raise AssertionError(f"echo of {len(got)} bytes differs from what was sent at byte {at}")
 
 
 def check(port, path):
