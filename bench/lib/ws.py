@@ -445,8 +445,8 @@ def summary(rows, names, scenario_names, reps, duration_s, client_cpu, versions,
            f"Medians of {reps} repetitions; wsload (bench/ws/wsload.c) with {CONNS} WebSockets, "
            f"{WARMUP_S:g} s warm-up, {duration_s:g} s measured; servers on CPU {servers.SERVER_CPU}, wsload on "
            f"CPU {client_cpu}. `× ws-limit` and `× uWS` are medians of the ratios within each repetition. "
-           "`busy` is the whole machine's CPU over the client's run, in % of one CPU (server + client ≈ 200 % "
-           "at most on 2 CPUs; more than server + client means someone else ran).",
+           "`busy` is the whole machine's CPU over the client's run, in % of one CPU (200 % = both CPUs full); "
+           "whatever exceeds the server's and the client's own CPU there is other processes' (or stolen).",
            ""]
     for sc in scenario_names:
         sc_rows = [r for r in rows if r["scenario"] == sc]
