@@ -35,6 +35,7 @@ import rate
 import report
 import servers
 import tls
+import ws
 
 BENCH = install.BENCH
 REPO = servers.REPO
@@ -51,10 +52,13 @@ def parse_args(argv):
         description="Peregrine's peer benchmarks: every server pinned to CPU 0, wrk on CPU 1.")
     ap.add_argument("--quick", action="store_true",
                     help="1 s runs, 1 repetition, into runs/<stamp>-quick/ (a smoke test, not evidence)")
+    known_servers = servers.ORDER + [n for n in ws.ORDER if n not in servers.ORDER]
+    known_scenarios = list(load.SCENARIOS) + list(ws.SCENARIOS)
     ap.add_argument("--only", metavar="SERVER,...",
-                    help="servers to run, from: " + ",".join(servers.ORDER))
+                    help="servers to run, from: " + ",".join(known_servers)
+                    + " (the WebSocket scenarios take " + ",".join(ws.ORDER) + ")")
     ap.add_argument("--scenarios", metavar="NAME,...",
-                    help="scenarios to run, from: " + ",".join(load.SCENARIOS))
+                    help="scenarios to run, from: " + ",".join(known_scenarios))
     ap.add_argument("--duration", type=float, help="seconds per measured run (default 5, quick 1)")
     ap.add_argument("--reps", type=int, help="repetitions per load point (default 3, quick 1)")
     ap.add_argument("--layout", choices=("auto", "split", "same"), default="auto",
@@ -78,8 +82,12 @@ def parse_args(argv):
             ap.error(f"unknown {what}: {', '.join(unknown)} (known: {', '.join(known)})")
         return [n for n in known if n in names]  # canonical order
 
-    args.servers = pick(args.only, servers.ORDER, "server")
-    args.scenario_names = pick(args.scenarios, list(load.SCENARIOS), "scenario")
+    asked_servers = pick(args.only, known_servers, "server")
+    args.servers = [n for n in asked_servers if n in servers.ORDER]
+    args.ws_servers = [n for n in ws.ORDER if n in asked_servers]
+    asked_scenarios = pick(args.scenarios, known_scenarios, "scenario")
+    args.scenario_names = [sc for sc in asked_scenarios if sc in load.SCENARIOS]
+    args.ws_scenarios = [sc for sc in asked_scenarios if sc in ws.SCENARIOS]
     args.duration = args.duration or (1.0 if args.quick else 5.0)
     args.reps = args.reps or (1 if args.quick else 3)
     return args
@@ -132,8 +140,9 @@ def write_meta(path, args, command, started, prepared, skipped, venv_python, nof
         f"layout: {args.layout_line}",
         f"runs: {args.reps} x {args.duration:g} s per load point after a {WARMUP_S:g} s warm-up; "
         f"wrk --timeout {load.WRK_TIMEOUT}",
-        f"scenarios: {','.join(args.scenario_names)}",
-        f"servers asked: {','.join(args.servers)}",
+        f"scenarios: {','.join(args.scenario_names + args.ws_scenarios)}",
+        f"servers asked: {','.join(args.servers)}"
+        + (f"; WebSocket peers asked: {','.join(args.ws_servers)}" if args.ws_scenarios else ""),
         f"RLIMIT_NOFILE: {nofile}",
     ]
     if tree is not None:
@@ -212,7 +221,8 @@ def main(argv):
     procs.install_cleanup()
     nofile = procs.raise_nofile()
     log(f"run directory {os.path.relpath(run_dir, REPO)}; RLIMIT_NOFILE {nofile}")
-    most = max(p.conns for sc in args.scenario_names for p in load.SCENARIOS[sc])
+    most = max([p.conns for sc in args.scenario_names for p in load.SCENARIOS[sc]]
+               + [ws.IDLE_CONNS if "wsidle10k" in args.ws_scenarios else ws.CONNS if args.ws_scenarios else 0])
     if nofile < most + 100:
         log(f"WARNING: RLIMIT_NOFILE is {nofile}; {most:,} connections need more")
     if os.cpu_count() < 2:
@@ -274,6 +284,17 @@ def main(argv):
     load.WRK_CPU = layout.CPUS[args.layout]
     args.layout_line = layout.describe(probed, args.layout, why)
     log(args.layout_line)
+
+    # the WebSocket scenarios: a group of their own (ws.py), in this layout
+    args.ws_md, args.ws_versions = "", {}
+    if args.ws_scenarios:
+        args.ws_md, args.ws_versions, ws_skipped = ws.run(
+            args.ws_servers, args.ws_scenarios, args.reps, args.duration, load.WRK_CPU, run_dir,
+            quick=args.quick, no_cargo=args.no_cargo)
+        skipped.update({f"{n} (ws)": why for n, why in ws_skipped.items()})
+        if not args.scenario_names:
+            args.rate = None
+            return finish_ws_only(args, command, started, run_dir, prepared, skipped, venv_python, nofile)
 
     # the rate scenarios' client and rates: limit's c50 capacity, this layout
     args.rate = None
@@ -434,6 +455,30 @@ def main(argv):
     report.update_benchmarks_md(md_path, os.path.relpath(run_dir, REPO), command,
                                 started.strftime("%Y-%m-%d %H:%M %Z"), summary_md, charts)
     log(f"updated the bench section of {md_path}")
+    if args.ws_md:
+        ws.update_benchmarks_md(md_path, os.path.relpath(run_dir, REPO), command,
+                                started.strftime("%Y-%m-%d %H:%M %Z"), args.ws_md)
+        log(f"updated the WebSocket section of {md_path}")
+    return 0
+
+
+def finish_ws_only(args, command, started, run_dir, prepared, skipped, venv_python, nofile):
+    """A run of WebSocket scenarios only: meta.txt, ws.md printed, and the
+    WebSocket section of BENCHMARKS.md (not its HTTP pointer)."""
+    write_meta(os.path.join(run_dir, "meta.txt"), args, command, started, prepared, skipped, venv_python, nofile)
+    with open(os.path.join(run_dir, "meta.txt"), "a") as f:
+        f.write("\nWebSocket scenarios: " + ",".join(args.ws_scenarios) + "\n")
+        f.write("".join(f"  {n}: {v}\n" for n, v in args.ws_versions.items()))
+    print()
+    print(args.ws_md)
+    print()
+    log(f"wrote {os.path.relpath(run_dir, REPO)}/: ws.csv ws.md meta.txt logs/")
+    if args.no_benchmarks_md or (args.quick and not args.benchmarks_md):
+        return 0
+    md_path = args.benchmarks_md or os.path.join(REPO, "BENCHMARKS.md")
+    ws.update_benchmarks_md(md_path, os.path.relpath(run_dir, REPO), command,
+                            started.strftime("%Y-%m-%d %H:%M %Z"), args.ws_md)
+    log(f"updated the WebSocket section of {md_path}")
     return 0
 
 

@@ -8,7 +8,11 @@
 //! largest message (1 MiB by default; Autobahn's 9.x cases send 16 MiB),
 //! `--max-fragments N` the most frames per message (1,024; its 9.3 and
 //! 9.4 cases send 4 MiB in 64-byte frames); `--deflate` accepts
-//! permessage-deflate (its 12.x and 13.x cases).
+//! permessage-deflate (its 12.x and 13.x cases). `--n-conns-max N` and
+//! `--conns-per-ip-max N` set those limits (4,096 and 256 by default; 0
+//! is no cap per address): bench/run's idle WebSocket scenario opens
+//! 10,000 from one address, as its hello scenarios do with `peregrine
+//! hello`.
 
 mod common;
 
@@ -33,7 +37,15 @@ fn main() -> Result<(), peregrine::Error> {
     if std::env::args().any(|a| a == "--deflate") {
         options = options.permessage_deflate(true);
     }
-    common::run(Server::new().websockets(true), move |req: &Request<'_>| -> Reply {
+    let mut limits = peregrine::Limits::default();
+    if let Some(max) = number("--n-conns-max") {
+        limits.n_conns_max = max as usize;
+    }
+    if let Some(max) = number("--conns-per-ip-max") {
+        limits.conns_per_ip_max = max as usize;
+    }
+    let server = Server::new().websockets(true).limits(limits);
+    common::run(server, move |req: &Request<'_>| -> Reply {
         match req.path() {
             "/echo" => ws::upgrade(req, &options, |ws: &mut ws::Socket<'_>, msg: ws::Message<'_>| {
                 // Full only while the client reads nothing back: dropped.

@@ -11,7 +11,14 @@ use peregrine::{Handler, Server};
 pub const DEFAULT_BIND: &str = "127.0.0.1:8080";
 
 /// Flags some examples take besides `--bind` (each with a value).
-const OWN_FLAGS: &[&str] = &["--max-message", "--max-fragments", "--tls-cert", "--tls-key"];
+const OWN_FLAGS: &[&str] = &[
+    "--max-message",
+    "--max-fragments",
+    "--n-conns-max",
+    "--conns-per-ip-max",
+    "--tls-cert",
+    "--tls-key",
+];
 
 /// Flags some examples take without a value.
 const OWN_SWITCHES: &[&str] = &["--deflate"];
