@@ -102,14 +102,15 @@ struct Out<'o> {
 }
 
 impl<'o> Out<'o> {
-    /// An HTTP/2 stream's output (`buf`, `sent` of it gone): the route's
-    /// `limit` less what the connection's other WebSockets have waiting
-    /// (`total` is all of theirs and this one's), one client reading them
-    /// all.
+    /// An HTTP/2 or HTTP/3 stream's output (`buf`, `sent` of it gone):
+    /// the route's `limit` less what the connection's other WebSockets
+    /// have waiting (`total` is all of theirs and this one's), one client
+    /// reading them all. (Over HTTP/3 `own` also holds the DATA frame
+    /// header opened for this run, which `total` was counted without.)
     fn tunnel(buf: &'o mut Vec<u8>, sent: usize, limit: usize, total: usize) -> Self {
         let own = buf.len() - sent;
         Out {
-            limit: limit.saturating_sub(total - own),
+            limit: limit.saturating_sub(total.saturating_sub(own)),
             sent,
             buf,
         }
