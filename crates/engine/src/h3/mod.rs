@@ -948,7 +948,11 @@ fn encode_fields(
 /// HEAD); output is taken a random-sized piece at a time. Panics if an
 /// invariant breaks: each answered stream's output is one HEADERS frame,
 /// then DATA frames adding up to its content-length; nothing is sent
-/// for a stream not answered; a closed session is not fed again.
+/// for a stream not answered; a closed session is not fed again. An
+/// extended CONNECT (the setting is on) is accepted as a WebSocket whose
+/// input is echoed as it comes and which ends when the client's side
+/// does: its output is one HEADERS frame, then DATA frames carrying
+/// exactly what was echoed.
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) fn fuzz_session(data: &[u8]) {
     static BODY: [u8; 40_000] = [b'x'; 40_000];
@@ -956,11 +960,13 @@ pub(crate) fn fuzz_session(data: &[u8]) {
         head_bytes_max: 1024,
         n_headers_max: 8,
         body_bytes_max: 2048,
-        connect_protocol: false,
+        connect_protocol: true,
     };
     let mut s = Session::new(cfg);
     let mut rest = data;
     let mut n_answered = 0usize;
+    // WebSocket streams: id, what they sent, the bytes echoed.
+    let mut tunnels: Vec<(u64, Vec<u8>, u64)> = Vec::new();
     while rest.len() >= 2 {
         let (which, len) = (rest[0], usize::from(rest[1]));
         let bytes = &rest[2..(2 + len).min(rest.len())];
@@ -976,6 +982,11 @@ pub(crate) fn fuzz_session(data: &[u8]) {
         }
         while let Some(ready) = s.take_ready() {
             assert!(is_request_stream(ready));
+            if s.refused(ready).is_none() && s.parts(ready).is_some_and(|p| p.protocol.is_some()) {
+                assert!(s.accept_tunnel(ready, &Response::new(200), b"date", b""));
+                tunnels.push((ready, Vec::new(), 0));
+                continue;
+            }
             let body_len = [0, 5, 16_385, 40_000][n_answered % 4];
             let head_only = n_answered % 3 == 2;
             n_answered += 1;
@@ -1019,7 +1030,43 @@ pub(crate) fn fuzz_session(data: &[u8]) {
             assert_eq!(n_headers, 1);
             assert_eq!(data_bytes, sent.body_bytes);
         }
+        let mut i = 0;
+        while i < tunnels.len() {
+            let (id, wire, echoed) = &mut tunnels[i];
+            let echo = s.with_tunnel(*id, |io| {
+                let n = io.input.len();
+                io.output.extend_from_slice(io.input);
+                io.input.clear();
+                (n, io.peer_done)
+            });
+            let Some((n, peer_done)) = echo else {
+                // Reset by the client: gone.
+                tunnels.swap_remove(i);
+                continue;
+            };
+            *echoed += n as u64;
+            if peer_done {
+                s.end_tunnel(*id);
+            }
+            // All it has, taken; then whether that was its end.
+            let (out, _) = s.poll_output(*id).expect("a tunnel's output is bytes");
+            wire.extend_from_slice(out);
+            let n = out.len();
+            s.consumed(*id, n);
+            let (out, last) = s.poll_output(*id).expect("a tunnel's output is bytes");
+            assert!(out.is_empty(), "output after all was taken");
+            if last {
+                check_tunnel_wire(wire, *echoed);
+                s.remove(*id);
+                tunnels.swap_remove(i);
+                continue;
+            }
+            i += 1;
+        }
         for id in [0, 4, 8, 12] {
+            if tunnels.iter().any(|t| t.0 == id) {
+                continue;
+            }
             assert_eq!(
                 s.poll_output(id),
                 Ok((&[][..], false)),
@@ -1027,4 +1074,31 @@ pub(crate) fn fuzz_session(data: &[u8]) {
             );
         }
     }
+    for (_, wire, echoed) in &tunnels {
+        check_tunnel_wire(wire, *echoed);
+    }
+}
+
+/// A WebSocket stream's output, for the fuzz driver: one HEADERS frame,
+/// then DATA frames carrying `echoed` bytes.
+#[cfg(any(test, feature = "fuzzing"))]
+fn check_tunnel_wire(wire: &[u8], echoed: u64) {
+    let mut reader = frame::Reader::default();
+    let mut input = wire;
+    let (mut n_headers, mut data_bytes) = (0, 0u64);
+    while let Some((piece, used)) = reader.next(input) {
+        input = &input[used..];
+        if let frame::Piece::Start { kind, len } = piece {
+            if kind == frame::HEADERS {
+                assert_eq!((n_headers, data_bytes), (0, 0), "a second HEADERS, or after DATA");
+                n_headers += 1;
+            } else {
+                assert_eq!(kind, frame::DATA);
+                data_bytes += len;
+            }
+        }
+    }
+    assert!(reader.at_boundary(), "a cut frame");
+    assert_eq!(n_headers, 1);
+    assert_eq!(data_bytes, echoed);
 }

@@ -623,6 +623,13 @@ fn the_fuzz_driver_runs_on_seeds() {
     for input in &inputs {
         super::fuzz_session(input);
     }
+    // A WebSocket: its extended CONNECT, a frame's bytes in two records,
+    // the client's FIN; and one reset after its first bytes.
+    let connect = headers_frame(&WS_CONNECT);
+    let frame = data_frame(&client_frame(0x1, b"echo me", true));
+    let (a, b) = frame.split_at(5);
+    super::fuzz_session(&[record(0x00, &connect), record(0x00, a), record(0x08, b)].concat());
+    super::fuzz_session(&[record(0x01, &connect), record(0x01, a), record(0x11, &[])].concat());
 }
 
 /// Everything stream `id` has to send now, taken.
