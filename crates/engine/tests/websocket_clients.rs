@@ -188,7 +188,8 @@ fn python_h2_opens_websockets_over_http2() {
 
 /// aioquic opens WebSockets with extended CONNECT over HTTP/3 (RFC 9220)
 /// on the TLS address's QUIC side: the setting, echoes of every kind and
-/// size (the 1 MiB one through the stream's 256 KiB window), fragments
+/// size (the 1 MiB one through the stream's 256 KiB window and the 64 KiB
+/// the server reads ahead), fragments
 /// around a ping, two WebSockets on one connection and one reset, one
 /// ended by the client's FIN without a Close (the server ends its side),
 /// a CONNECT to a page and a GET of the WebSocket refused, and the

@@ -127,9 +127,12 @@ pub(crate) struct TunnelIo<'t> {
 /// The most a WebSocket stream's input holds unread: the driver reads no
 /// more of the QUIC stream (so QUIC gives the client no more credit), as
 /// HTTP/2 gives a WebSocket stream its window back only as its machine
-/// reads. The stream's own receive window: a client sends at full speed
-/// while the machine keeps up.
-pub(crate) const TUNNEL_INPUT_BYTES_MAX: usize = crate::limits::H3_STREAM_RECV_WINDOW_BYTES as usize;
+/// reads. HTTP/2's stream window (65,535 bytes), so that a WebSocket
+/// holds as much unread over either; a message larger than that is
+/// gathered by the machine itself (its buffer drawn from the budget), and
+/// quinn-proto's own buffer of the stream (its receive window, 256 KiB)
+/// is there for every request stream.
+pub(crate) const TUNNEL_INPUT_BYTES_MAX: usize = 65_535;
 
 /// A DATA frame's header with room for any length (an 8-byte varint,
 /// RFC 9000 §16 lets a length take more bytes than it needs), written

@@ -202,7 +202,8 @@ def main():
     c.echo(ws, 0x2, bytes(range(256)) * 4, "binary")
     c.echo(ws, 0x1, b"", "empty text")
     c.echo(ws, 0x2, b"", "empty binary")
-    # Larger than the stream's receive window (256 KiB) and than 64 KiB.
+    # Larger than the stream's receive window (256 KiB) and than the 64 KiB
+    # the server reads ahead of its WebSocket machine.
     big = bytes((i * 31 + (i >> 10)) & 0xFF for i in range((1 << 20) - 1024))
     c.echo(ws, 0x2, big, "1 MiB less 1 KiB binary")
 
