@@ -2,6 +2,12 @@
 on the ws_echo example's /echo, over QUIC.
 
 Usage: python h3_client.py HOST:PORT
+       python h3_client.py HOST:PORT pubsub
+
+The second form is tests/websocket.rs's: two WebSockets on a topic's
+route (each says "joined" when it opens and publishes what it gets), a
+message from one reaching the other, then (prompted by its lines) an
+announcement from the server's publisher, then the 1001 of a shutdown.
 
 Prints "ok: CHECK" for each check passed and exits 0 only if all did; on
 the first failure it prints "FAIL: why" and exits 1. Every wait is bounded
@@ -184,10 +190,41 @@ class Client:
         ok(check)
 
 
+def pubsub(c):
+    a = c.open_ws("/room")
+    b = c.open_ws("/room")
+    if (c.status(a), c.status(b)) != ("200", "200"):
+        fail(f"CONNECT /room twice: {c.status(a)!r} {c.status(b)!r}")
+    for sid in (a, b):
+        if c.frame(sid, "joined") != (True, 0x1, b"joined"):
+            fail("the first message is not 'joined'")
+    c.send(a, ws_frame(0x1, b"from a"))
+    if c.frame(b, "the message a published") != (True, 0x1, b"from a"):
+        fail("b did not get what a published")
+    c.send(a, ws_frame(0x9, b"p"))
+    if c.frame(a, "a's pong") != (True, 0xA, b"p"):
+        fail("a heard its own message")
+    ok("published to the other stream")
+    for sid in (a, b):
+        if c.frame(sid, "the announcement") != (True, 0x1, b"announcement"):
+            fail("the server's announcement")
+    ok("announcement")
+    for sid in (a, b):
+        fin, op, payload = c.frame(sid, "the Close of the shutdown")
+        if op != 0x8 or payload[:2] != struct.pack("!H", 1001):
+            fail(f"the shutdown's Close: opcode {op}, payload {payload!r}")
+        c.send(sid, ws_frame(0x8, close_payload(1001)))
+    c.until(lambda: a in c.ended and b in c.ended, "the server's FIN on both streams after the Closes")
+    ok("1001 at shutdown")
+
+
 def main():
-    if len(sys.argv) != 2:
-        fail("usage: h3_client.py HOST:PORT")
+    if len(sys.argv) not in (2, 3):
+        fail("usage: h3_client.py HOST:PORT [pubsub]")
     c = Client(sys.argv[1])
+    if sys.argv[2:] == ["pubsub"]:
+        pubsub(c)
+        return
     c.until(lambda: c.h3.received_settings is not None, "the server's SETTINGS")
     if c.h3.received_settings.get(Setting.ENABLE_CONNECT_PROTOCOL) != 1:
         fail(f"the server's SETTINGS do not enable extended CONNECT (RFC 9220 §3): {c.h3.received_settings}")
