@@ -663,8 +663,10 @@ impl Session {
     /// HEADERS with `resp`'s status (a 2xx) and fields, without a
     /// content-length (RFC 9110 §8.6), and the stream carries a
     /// WebSocket's bytes from now on (`with_tunnel`). What the client sent
-    /// with its head is the WebSocket's first input. False if the stream
-    /// is gone.
+    /// with its head is the WebSocket's first input; a client that has
+    /// ended its side already gets a WebSocket that ends at once (1006),
+    /// as a TCP connection closed after its upgrade. False if the stream
+    /// is gone or was refused.
     pub(crate) fn accept_tunnel(&mut self, id: u64, resp: &Response, date: &[u8], extra_fields: &[u8]) -> bool {
         let Some(at) = self.find(id) else { return false };
         let block = &mut self.scratch;
@@ -673,7 +675,7 @@ impl Session {
         qpack::Encoder::status(block, resp.status);
         encode_fields(block, &mut self.lower, resp, date, None, extra_fields);
         let r = &mut self.requests[at];
-        if r.parse.refused.is_some() || r.parse.fin {
+        if r.parse.refused.is_some() {
             return false;
         }
         r.out.drain(..r.pos);

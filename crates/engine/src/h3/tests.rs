@@ -971,6 +971,14 @@ fn a_websocket_stream_ends_with_fin_both_ways_or_with_a_reset() {
     assert!(s.with_tunnel(0, |_| ()).is_none());
     assert!(s.is_idle());
 
+    // An extended CONNECT whose stream ends with its head: accepted, a
+    // WebSocket whose client has gone already (the driver says 1006).
+    let mut s = Session::new(CONNECT_CFG);
+    assert_eq!(s.handle_input(0, &headers_frame(&WS_CONNECT), true), Action::None);
+    assert_eq!(s.take_ready(), Some(0));
+    assert!(s.accept_tunnel(0, &Response::new(200), b"date", b""));
+    assert_eq!(s.with_tunnel(0, |io| io.peer_done), Some(true));
+
     let mut s = accepted_websocket();
     assert_eq!(s.handle_input(0, &data_frame(b"\x81"), false), Action::None);
     assert_eq!(s.bodies().held, 1);
