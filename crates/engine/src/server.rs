@@ -264,10 +264,11 @@ impl Server {
     }
 
     /// Says that the handler has WebSocket routes (`ws::upgrade`), so
-    /// that HTTP/2 clients may open them on their HTTP/2 connection:
-    /// SETTINGS_ENABLE_CONNECT_PROTOCOL is advertised and extended CONNECT
-    /// requests (`:protocol = websocket`, RFC 8441) reach the handler,
-    /// which accepts them as it accepts an HTTP/1.1 upgrade. Off by
+    /// that HTTP/2 and HTTP/3 clients may open them on their connection:
+    /// SETTINGS_ENABLE_CONNECT_PROTOCOL is advertised in both and extended
+    /// CONNECT requests (`:protocol = websocket`, RFC 8441, RFC 9220)
+    /// reach the handler, which accepts them as it accepts an HTTP/1.1
+    /// upgrade. Off by
     /// default: a server without WebSocket routes does not advertise what
     /// it cannot do. HTTP/1.1 upgrades work either way.
     pub fn websockets(mut self, on: bool) -> Self {

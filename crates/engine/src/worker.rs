@@ -152,6 +152,7 @@ impl Worker {
                 draining: drain_deadline.is_some(),
                 metrics: metrics.as_deref(),
                 h2,
+                websockets,
                 trust: trust.as_deref(),
                 ws: &mut ws,
                 outbox: &outbox,
@@ -502,10 +503,24 @@ impl Hosted {
     fn fan_out(&mut self, ctx: &mut Ctx<'_>, published: &crate::ws::hub::Published) {
         let mut members = std::mem::take(&mut self.subscribers);
         ctx.ws.subscribers(published, &mut members);
-        for &(t, stream) in &members {
-            if let Some(conn) = self.conns.get_mut(t) {
-                let next = conn.on_publish(ctx, stream, &published.frame);
-                self.settle(ctx, t, next);
+        for &(token, stream) in &members {
+            match Source::of(token) {
+                Source::Conn(t) => {
+                    if let Some(conn) = self.conns.get_mut(t) {
+                        let next = conn.on_publish(ctx, stream, &published.frame);
+                        self.settle(ctx, t, next);
+                    }
+                }
+                // A WebSocket over HTTP/3 (RFC 9220).
+                Source::Quic { .. } => {
+                    for endpoint in self.quic.iter_mut() {
+                        if let Some(ch) = endpoint.conn_of_token(token) {
+                            endpoint.on_publish(ctx, ch, stream, &published.frame);
+                            break;
+                        }
+                    }
+                }
+                _ => {}
             }
         }
         self.subscribers = members;

@@ -1,5 +1,5 @@
-//! WebSocket in a running server (HTTP/1.1 upgrades, and HTTP/2 extended
-//! CONNECT at the end): the handshake's refusals, bytes that follow the
+//! WebSocket in a running server (HTTP/1.1 upgrades, and HTTP/2 and HTTP/3
+//! extended CONNECT at the end): the handshake's refusals, bytes that follow the
 //! upgrade request, publish/subscribe across workers and protocols,
 //! senders on other threads, back-pressure, panics, metrics and the 1001
 //! of a shutdown. (Independent clients: `websocket_clients.rs`; Autobahn's
@@ -548,4 +548,63 @@ fn websockets_over_http2_share_topics_with_http11_and_are_counted() {
     server.join().unwrap();
     assert_eq!(*closed.lock().unwrap(), [1001, 1001]);
     assert!(metrics.render().lines().any(|l| l == "peregrine_websockets_open 0"));
+}
+
+/// Over HTTP/3 (RFC 9220; aioquic, `ws_clients/h3_client.py pubsub`): two
+/// WebSockets on one QUIC connection share a topic (what one publishes
+/// reaches the other through the worker's mailbox, not itself), the
+/// server's publisher reaches both, and a shutdown sends each its 1001,
+/// whose closing handshake ends each stream with FIN.
+#[test]
+fn websockets_over_http3_share_topics_and_get_1001_at_shutdown() {
+    let python =
+        test_support::install::aioquic_python(&std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("aioquic-venv"))
+            .unwrap_or_else(|e| panic!("this test needs aioquic: {e}"));
+    let cert = test_support::pki::SelfSigned::new("ws-h3-topics", &["127.0.0.1"]);
+    let closed = Arc::new(Mutex::new(Vec::new()));
+    let seen = closed.clone();
+    let options = Options::new();
+    let server = Server::new()
+        .bind_tls(
+            "127.0.0.1:0",
+            peregrine::TlsConfig::from_pem_files(&cert.cert, &cert.key).unwrap(),
+        )
+        .workers(1)
+        .websockets(true)
+        .limits(Limits {
+            shutdown_timeout: Duration::from_secs(4),
+            ..Limits::default()
+        })
+        .start(move |req: &Request<'_>| -> Reply {
+            struct Member(Arc<Mutex<Vec<u16>>>);
+            impl WebSocket for Member {
+                fn on_open(&mut self, ws: &mut Socket<'_>) {
+                    ws.subscribe("room");
+                    let _ = ws.send_text("joined");
+                }
+                fn on_message(&mut self, ws: &mut Socket<'_>, msg: Message<'_>) {
+                    ws.publish("room", msg);
+                }
+                fn on_close(&mut self, code: u16, _: &str) {
+                    self.0.lock().unwrap().push(code);
+                }
+            }
+            peregrine::ws::upgrade(req, &options, Member(seen.clone()))
+        })
+        .unwrap();
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ws_clients/h3_client.py");
+    let client = test_support::process::Process::spawn_stdout(
+        std::process::Command::new(python)
+            .arg(script)
+            .arg(server.local_addr().to_string())
+            .arg("pubsub"),
+    );
+    client.line("ok: published to the other stream");
+    server.publisher().publish("room", Message::Text("announcement"));
+    client.line("ok: announcement");
+    server.shutdown();
+    client.line("ok: 1001 at shutdown");
+    assert!(client.wait().success(), "the aioquic client failed");
+    server.join().unwrap();
+    assert_eq!(*closed.lock().unwrap(), [1001, 1001]);
 }

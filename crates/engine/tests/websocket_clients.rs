@@ -4,7 +4,8 @@
 //! `github.com/coder/websocket`, Rust's `tungstenite` and headless
 //! Chromium; over HTTP/2 (RFC 8441), python-hyper's `h2` (cleartext,
 //! several WebSockets on one connection) and Chromium (over TLS, where it
-//! opens the page's WebSocket on the page's HTTP/2 connection).
+//! opens the page's WebSocket on the page's HTTP/2 connection); over
+//! HTTP/3 (RFC 9220), aioquic (its QUIC and HTTP/3, our frames).
 //!
 //! The scripts are in `tests/ws_clients/`. Each prints `ok: CHECK` for
 //! every check it passed and exits 0 only if all did; a test asserts both
@@ -176,6 +177,47 @@ fn python_h2_opens_websockets_over_http2() {
             "fragmented text",
             "two websockets on one connection",
             "reset of one leaves the other",
+            "connect elsewhere refused",
+            "get refused (400)",
+            "ping",
+            "close 1000",
+        ],
+    );
+    echo.stop();
+}
+
+/// aioquic opens WebSockets with extended CONNECT over HTTP/3 (RFC 9220)
+/// on the TLS address's QUIC side: the setting, echoes of every kind and
+/// size (the 1 MiB one through the stream's 256 KiB window and the 64 KiB
+/// the server reads ahead), fragments
+/// around a ping, two WebSockets on one connection and one reset, one
+/// ended by the client's FIN without a Close (the server ends its side),
+/// a CONNECT to a page and a GET of the WebSocket refused, and the
+/// closing handshake ended by the server's FIN (ws_clients/h3_client.py).
+#[test]
+fn aioquic_opens_websockets_over_http3() {
+    let python =
+        install::aioquic_python(&tmp("aioquic-venv")).unwrap_or_else(|e| panic!("this test needs aioquic: {e}"));
+    let cert = test_support::pki::SelfSigned::new("ws-h3", &["127.0.0.1"]);
+    let echo = Echo::start_tls(&cert);
+    let mut cmd = Command::new(python);
+    cmd.arg(client_dir().join("h3_client.py")).arg(&echo.addr);
+    run_client(
+        "aioquic",
+        &mut cmd,
+        &[
+            "settings enable connect protocol",
+            "connect",
+            "text",
+            "binary",
+            "empty text",
+            "empty binary",
+            "1 MiB less 1 KiB binary",
+            "ping between fragments",
+            "fragmented text",
+            "two websockets on one connection",
+            "reset of one leaves the other",
+            "fin without close ends the stream",
             "connect elsewhere refused",
             "get refused (400)",
             "ping",

@@ -59,6 +59,7 @@ mod ws;
 
 pub(crate) use crate::buffers::BufPool;
 use crate::buffers::{ensure_output, Input, Output, Tail};
+pub(crate) use ws::{H3Ran, H3Ws};
 
 use crate::access_log::{Line, LogWriter};
 use crate::date::DateCache;
@@ -98,6 +99,9 @@ pub(crate) struct Ctx<'w> {
     pub(crate) metrics: Option<&'w WorkerMetrics>,
     /// HTTP/2's settings, unless the server speaks HTTP/1.1 only.
     pub(crate) h2: Option<crate::h2::Config>,
+    /// The server has WebSocket routes (`Server::websockets`): HTTP/3
+    /// sends SETTINGS_ENABLE_CONNECT_PROTOCOL (HTTP/2's is in `h2`).
+    pub(crate) websockets: bool,
     /// Whom the server trusts to say who the client is, if anyone.
     pub(crate) trust: Option<&'w crate::client_addr::Trust>,
     /// WebSocket topics of this worker's connections, and the server's

@@ -61,8 +61,8 @@ pub(crate) trait Streams {
     /// The stream a deferred answer is for, unless the client reset it.
     fn deferred_stream(&self, defer_id: u64) -> Option<u64>;
     /// Accepts stream `id`'s extended CONNECT with `resp` (a 2xx): the
-    /// stream carries a WebSocket from now on. False where the protocol
-    /// has none (HTTP/3, until RFC 9220) or the stream is gone.
+    /// stream carries a WebSocket from now on (HTTP/2: RFC 8441; HTTP/3:
+    /// RFC 9220). False if the stream is gone.
     fn tunnel(&mut self, id: u64, resp: &Response, date: &[u8]) -> bool;
     /// Stream `id` was answered now: what is left of its request is not
     /// read (HTTP/3's STOP_SENDING; HTTP/2 resets the stream itself once
@@ -169,7 +169,8 @@ fn accept_upgrade<S: Streams>(
     if s.tunnel(id, &response, date) {
         return Some(up);
     }
-    // Only a bug gets here: `ws::upgrade` refuses HTTP/3's requests.
+    // Only a bug gets here: the stream was just handed out, so it is
+    // there to accept.
     s.respond(id, &mut Response::error(500), false, date);
     None
 }

@@ -8,7 +8,11 @@
 //! - over HTTP/2 (RFC 8441's extended CONNECT) each WebSocket is a
 //!   stream of the connection (`Http2::tunnels`), reading the DATA its
 //!   stream received and writing frames that leave as DATA under the
-//!   stream's flow control (`h2::Tunnel`).
+//!   stream's flow control (`h2::Tunnel`);
+//! - over HTTP/3 (RFC 9220) likewise, a request stream of a QUIC
+//!   connection (`H3Ws`, driven by `quic::conn`), its bytes lent by
+//!   `h3::Session::with_tunnel`, its frames written as DATA frames that
+//!   QUIC's flow control takes.
 //!
 //! The input is read only while what waits for the client is under the
 //! route's `backpressure_bytes_max`: a client that sends without reading
@@ -48,9 +52,9 @@ pub(super) struct Ws {
 }
 
 impl Ws {
-    /// The WebSocket `accepted` on connection `token`, on its HTTP/2
-    /// `stream` (0: the connection itself).
-    pub(super) fn new(accepted: Accepted, token: usize, stream: u32, ctx: &Ctx<'_>) -> Self {
+    /// The WebSocket `accepted` on connection `token`, on its HTTP/2 or
+    /// HTTP/3 `stream` (0 over HTTP/1.1: the connection itself).
+    pub(super) fn new(accepted: Accepted, token: usize, stream: u64, ctx: &Ctx<'_>) -> Self {
         let Accepted {
             handshake,
             options,
@@ -98,14 +102,15 @@ struct Out<'o> {
 }
 
 impl<'o> Out<'o> {
-    /// An HTTP/2 stream's output (`buf`, `sent` of it gone): the route's
-    /// `limit` less what the connection's other WebSockets have waiting
-    /// (`total` is all of theirs and this one's), one client reading them
-    /// all.
+    /// An HTTP/2 or HTTP/3 stream's output (`buf`, `sent` of it gone):
+    /// the route's `limit` less what the connection's other WebSockets
+    /// have waiting (`total` is all of theirs and this one's), one client
+    /// reading them all. (Over HTTP/3 `own` also holds the DATA frame
+    /// header opened for this run, which `total` was counted without.)
     fn tunnel(buf: &'o mut Vec<u8>, sent: usize, limit: usize, total: usize) -> Self {
         let own = buf.len() - sent;
         Out {
-            limit: limit.saturating_sub(total - own),
+            limit: limit.saturating_sub(total.saturating_sub(own)),
             sent,
             buf,
         }
@@ -373,7 +378,7 @@ impl Conn {
 
     /// A message published to a topic the WebSocket on `stream` (0: the
     /// connection itself) subscribes to.
-    pub(crate) fn on_publish(&mut self, ctx: &mut Ctx<'_>, stream: u32, frame: &[u8]) -> Next {
+    pub(crate) fn on_publish(&mut self, ctx: &mut Ctx<'_>, stream: u64, frame: &[u8]) -> Next {
         if stream != 0 {
             return self.publish_to_stream(ctx, stream, frame);
         }
@@ -409,7 +414,7 @@ impl Conn {
     #[cold]
     #[inline(never)]
     pub(super) fn start_tunnel(&mut self, ctx: &mut Ctx<'_>, id: u32, accepted: Accepted) {
-        let ws = Ws::new(accepted, self.token, id, ctx);
+        let ws = Ws::new(accepted, self.token, u64::from(id), ctx);
         if let Some(h2) = self.proto.h2_mut() {
             h2.tunnels.push((id, ws));
         }
@@ -504,8 +509,8 @@ impl Conn {
     /// `on_publish` for the WebSocket on HTTP/2 stream `id`.
     #[cold]
     #[inline(never)]
-    fn publish_to_stream(&mut self, ctx: &mut Ctx<'_>, id: u32, frame: &[u8]) -> Next {
-        let Some(h2) = self.proto.h2_mut() else {
+    fn publish_to_stream(&mut self, ctx: &mut Ctx<'_>, id: u64, frame: &[u8]) -> Next {
+        let (Some(h2), Ok(id)) = (self.proto.h2_mut(), u32::try_from(id)) else {
             return Next::Keep;
         };
         let total = h2.session.tunnels_queued();
@@ -517,6 +522,88 @@ impl Conn {
             publish(ctx, ws, &mut out, frame);
         });
         self.drive(ctx)
+    }
+}
+
+/// A WebSocket on an HTTP/3 request stream (RFC 9220), for `quic::conn`:
+/// the same machine as over HTTP/1.1 and HTTP/2, run over the bytes the
+/// stream lends (`h3::TunnelIo`: its DATA payloads in, its frames out as
+/// one DATA frame per run). The WebSockets of one QUIC connection share
+/// the backpressure limit, as HTTP/2's do.
+pub(crate) struct H3Ws(Ws);
+
+/// Where an HTTP/3 WebSocket is after a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum H3Ran {
+    /// It waits for input, or for the client to take what waits.
+    Waits,
+    /// The work budget ran out with input left: run it again soon.
+    More,
+    /// It is over: its last frames are queued, FIN follows.
+    Over,
+}
+
+impl H3Ws {
+    /// The WebSocket `upgrade` accepted on QUIC connection `token`'s
+    /// request stream `stream`.
+    pub(crate) fn new(upgrade: crate::ws::Upgrade, token: usize, stream: u64, ctx: &Ctx<'_>) -> Self {
+        H3Ws(Ws::new(*upgrade.0, token, stream, ctx))
+    }
+
+    /// Runs the machine over what its stream received; `total` is what
+    /// all of the connection's WebSockets have waiting for the client.
+    /// A stream the client ended (FIN) with no Close read is the TCP
+    /// close of RFC 6455 without one: 1006 to the application.
+    pub(crate) fn run(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        io: &mut crate::h3::TunnelIo<'_>,
+        total: usize,
+        work_left: &mut u32,
+    ) -> H3Ran {
+        let ws = &mut self.0;
+        let mut out = Out::tunnel(&mut *io.output, io.sent, ws.limit, total);
+        let (used, ran) = run(ctx, ws, &mut io.input[..], &mut out, work_left);
+        io.input.drain(..used);
+        if ran != Ran::Closed && io.peer_done && io.input.is_empty() && !ws.session.is_closed() {
+            said_closed(ctx, ws, 1006, "");
+            return H3Ran::Over;
+        }
+        match ran {
+            Ran::Closed => H3Ran::Over,
+            Ran::Turn => H3Ran::More,
+            Ran::Input | Ran::Output => H3Ran::Waits,
+        }
+    }
+
+    /// Its next deadline: a ping, a message's end, the peer's Close, a
+    /// drain's 1001.
+    pub(crate) fn deadline(&self) -> Option<Instant> {
+        self.0.deadline()
+    }
+
+    /// A deadline may have passed (see `time_out`): false if the
+    /// WebSocket must end now.
+    pub(crate) fn time_out(&mut self, ctx: &mut Ctx<'_>, out: &mut Vec<u8>) -> bool {
+        time_out(ctx, &mut self.0, out) && !self.0.session.is_closed()
+    }
+
+    /// Shutdown began: its 1001 is scheduled (`drain`).
+    pub(crate) fn drain(&mut self, ctx: &Ctx<'_>) {
+        drain(ctx, &mut self.0);
+    }
+
+    /// A frame published to a topic it subscribes to.
+    pub(crate) fn publish(&mut self, ctx: &mut Ctx<'_>, io: &mut crate::h3::TunnelIo<'_>, total: usize, frame: &[u8]) {
+        let ws = &mut self.0;
+        let mut out = Out::tunnel(&mut *io.output, io.sent, ws.limit, total);
+        publish(ctx, ws, &mut out, frame);
+    }
+
+    /// Its stream is gone (reset or stopped by the client, or the
+    /// connection closed): an abrupt close, 1006 if it had no Close.
+    pub(crate) fn end(&mut self, ctx: &mut Ctx<'_>) {
+        end(ctx, &mut self.0);
     }
 }
 
@@ -652,10 +739,10 @@ fn pump_outbox(ctx: &Ctx<'_>, ws: &mut Ws, out: &mut Out<'_>, now: Instant) {
 }
 
 /// A fraction in [0, 1) that differs between WebSockets and runs.
-fn random_fraction(token: usize, stream: u32) -> f64 {
+fn random_fraction(token: usize, stream: u64) -> f64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_usize(token);
-    h.write_u32(stream);
+    h.write_u64(stream);
     (h.finish() >> 11) as f64 / (1u64 << 53) as f64
 }

@@ -22,6 +22,9 @@ pub(crate) const STREAM_QPACK_DECODER: u64 = 0x03;
 pub(crate) const SETTINGS_QPACK_MAX_TABLE_CAPACITY: u64 = 0x01;
 pub(crate) const SETTINGS_MAX_FIELD_SECTION_SIZE: u64 = 0x06;
 pub(crate) const SETTINGS_QPACK_BLOCKED_STREAMS: u64 = 0x07;
+/// RFC 9220 §3: the client may open WebSockets with extended CONNECT
+/// (the value and meaning of RFC 8441's setting, in HTTP/3's registry).
+pub(crate) const SETTINGS_ENABLE_CONNECT_PROTOCOL: u64 = 0x08;
 
 /// Error codes (§8.1, RFC 9204 §6).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,9 +91,14 @@ pub(crate) fn write_header(out: &mut Vec<u8>, kind: u64, len: u64) {
 }
 
 /// Our SETTINGS frame: a zero-capacity dynamic table, no blocked streams,
-/// and the largest field section we take (§4.2.2).
-pub(crate) fn write_settings(out: &mut Vec<u8>, field_section_bytes_max: u64) {
+/// the largest field section we take (§4.2.2), and with `connect_protocol`
+/// SETTINGS_ENABLE_CONNECT_PROTOCOL = 1 (RFC 9220 §3).
+pub(crate) fn write_settings(out: &mut Vec<u8>, field_section_bytes_max: u64, connect_protocol: bool) {
     let mut payload = Vec::with_capacity(16);
+    if connect_protocol {
+        write_varint(&mut payload, SETTINGS_ENABLE_CONNECT_PROTOCOL);
+        write_varint(&mut payload, 1);
+    }
     write_varint(&mut payload, SETTINGS_QPACK_MAX_TABLE_CAPACITY);
     write_varint(&mut payload, 0);
     write_varint(&mut payload, SETTINGS_QPACK_BLOCKED_STREAMS);

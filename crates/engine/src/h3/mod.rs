@@ -70,6 +70,9 @@ struct Request {
     opened: Instant,
     /// The body's minimum rate, once the head is complete.
     rate: Option<MinRate>,
+    /// A WebSocket's stream (`Answer::Tunnel`): it is over, FIN after
+    /// `out`.
+    ended: bool,
 }
 
 impl Request {
@@ -80,7 +83,7 @@ impl Request {
         let answerable = match self.answer {
             Answer::None => true,
             Answer::Taken | Answer::Deferred(_) => self.parse.upload.is_some(),
-            Answer::Sending => false,
+            Answer::Sending | Answer::Tunnel => false,
         };
         answerable && !self.parse.fin && self.parse.refused.is_none()
     }
@@ -102,7 +105,39 @@ enum Answer {
     Deferred(u64),
     /// The head is queued; the body is being sent.
     Sending,
+    /// A 2xx accepted the extended CONNECT (RFC 9220): the stream carries
+    /// a WebSocket both ways, its DATA payloads in `parse.body` (the
+    /// input), its frames into `out` as DATA frames (`with_tunnel`).
+    Tunnel,
 }
+
+/// A WebSocket stream's bytes, lent to the driver's WebSocket machine
+/// (`Session::with_tunnel`).
+pub(crate) struct TunnelIo<'t> {
+    /// DATA payloads received and not yet read by the machine.
+    pub(crate) input: &'t mut Vec<u8>,
+    /// What the machine writes goes at the end, inside one DATA frame;
+    /// bytes before `sent` have been taken by the QUIC stream.
+    pub(crate) output: &'t mut Vec<u8>,
+    pub(crate) sent: usize,
+    /// The client has ended its side (FIN): the TCP close of RFC 6455.
+    pub(crate) peer_done: bool,
+}
+
+/// The most a WebSocket stream's input holds unread: the driver reads no
+/// more of the QUIC stream (so QUIC gives the client no more credit), as
+/// HTTP/2 gives a WebSocket stream its window back only as its machine
+/// reads. HTTP/2's stream window (65,535 bytes), so that a WebSocket
+/// holds as much unread over either; a message larger than that is
+/// gathered by the machine itself (its buffer drawn from the budget), and
+/// quinn-proto's own buffer of the stream (its receive window, 256 KiB)
+/// is there for every request stream.
+pub(crate) const TUNNEL_INPUT_BYTES_MAX: usize = 65_535;
+
+/// A DATA frame's header with room for any length (an 8-byte varint,
+/// RFC 9000 §16 lets a length take more bytes than it needs), written
+/// before the machine runs and filled in after.
+const TUNNEL_FRAME_HEAD: [u8; 9] = [frame::DATA as u8, 0xc0, 0, 0, 0, 0, 0, 0, 0];
 
 /// What the driver must do for a stream after `handle_input` or `respond`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -187,7 +222,7 @@ impl Session {
     pub(crate) fn new(cfg: Config) -> Self {
         let mut control_out = Vec::with_capacity(32);
         frame::write_varint(&mut control_out, frame::STREAM_CONTROL);
-        frame::write_settings(&mut control_out, cfg.head_bytes_max as u64);
+        frame::write_settings(&mut control_out, cfg.head_bytes_max as u64, cfg.connect_protocol);
         Session {
             cfg,
             requests: Vec::new(),
@@ -430,6 +465,7 @@ impl Session {
                         r.continued = false;
                         r.opened = self.now;
                         r.rate = None;
+                        r.ended = false;
                         r
                     }
                     None => Request {
@@ -443,6 +479,7 @@ impl Session {
                         continued: false,
                         opened: self.now,
                         rate: None,
+                        ended: false,
                     },
                 };
                 self.requests.push(request);
@@ -460,7 +497,11 @@ impl Session {
         let recvd = r.parse.recv(data, fin, &self.cfg);
         self.bodies.held -= held;
         let grown = r.parse.body.len();
-        if grown > held && r.parse.refused.is_none() && !self.bodies.admits(grown) {
+        if r.parse.tunnel {
+            // A WebSocket's input: bounded by what the driver reads
+            // (`recv_room`), counted in the budget as HTTP/2's is.
+            self.bodies.held += grown;
+        } else if grown > held && r.parse.refused.is_none() && !self.bodies.admits(grown) {
             // The worker holds its budget of buffered bodies: 503.
             r.parse.refuse_busy();
         } else {
@@ -529,8 +570,11 @@ impl Session {
     /// as it arrives stops at its reader's room (QUIC then grants the
     /// client no more credit), anything else has no bound here.
     pub(crate) fn recv_room(&self, id: u64) -> usize {
-        match self.find(id).and_then(|at| self.requests[at].parse.upload.as_ref()) {
+        let Some(at) = self.find(id) else { return usize::MAX };
+        let parse = &self.requests[at].parse;
+        match &parse.upload {
             Some(sink) => sink.room(),
+            None if parse.tunnel => TUNNEL_INPUT_BYTES_MAX.saturating_sub(parse.body.len()),
             None => usize::MAX,
         }
     }
@@ -615,6 +659,92 @@ impl Session {
         r.out.extend_from_slice(block);
     }
 
+    /// Accepts stream `id`'s extended CONNECT (RFC 9220 §3, RFC 8441 §5):
+    /// HEADERS with `resp`'s status (a 2xx) and fields, without a
+    /// content-length (RFC 9110 §8.6), and the stream carries a
+    /// WebSocket's bytes from now on (`with_tunnel`). What the client sent
+    /// with its head is the WebSocket's first input; a client that has
+    /// ended its side already gets a WebSocket that ends at once (1006),
+    /// as a TCP connection closed after its upgrade. False if the stream
+    /// is gone or was refused.
+    pub(crate) fn accept_tunnel(&mut self, id: u64, resp: &Response, date: &[u8], extra_fields: &[u8]) -> bool {
+        let Some(at) = self.find(id) else { return false };
+        let block = &mut self.scratch;
+        block.clear();
+        qpack::Encoder::begin(block);
+        qpack::Encoder::status(block, resp.status);
+        encode_fields(block, &mut self.lower, resp, date, None, extra_fields);
+        let r = &mut self.requests[at];
+        if r.parse.refused.is_some() {
+            return false;
+        }
+        r.out.drain(..r.pos);
+        r.pos = 0;
+        frame::write_header(&mut r.out, frame::HEADERS, block.len() as u64);
+        r.out.extend_from_slice(block);
+        r.answer = Answer::Tunnel;
+        // The body collected so far stays counted in `bodies`, as input.
+        r.parse.tunnel = true;
+        true
+    }
+
+    /// Lends stream `id`'s WebSocket bytes to `f` (see `TunnelIo`): what
+    /// it writes leaves as one DATA frame, what it drains of the input
+    /// leaves the body budget. `None` if the stream is gone (reset by the
+    /// client, or stopped).
+    pub(crate) fn with_tunnel<R>(&mut self, id: u64, f: impl FnOnce(&mut TunnelIo<'_>) -> R) -> Option<R> {
+        let at = self.find(id)?;
+        let r = &mut self.requests[at];
+        if r.answer != Answer::Tunnel {
+            return None;
+        }
+        if r.pos == r.out.len() {
+            r.out.clear();
+            r.pos = 0;
+        } else if r.pos > 64 * 1024 && r.pos > r.out.len() / 2 {
+            // What was taken goes, once it is most of the buffer.
+            r.out.drain(..r.pos);
+            r.pos = 0;
+        }
+        let head = r.out.len();
+        r.out.extend_from_slice(&TUNNEL_FRAME_HEAD);
+        let before = r.parse.body.len();
+        let mut io = TunnelIo {
+            input: &mut r.parse.body,
+            output: &mut r.out,
+            sent: r.pos,
+            peer_done: r.parse.fin,
+        };
+        let result = f(&mut io);
+        let len = (r.out.len() - head - TUNNEL_FRAME_HEAD.len()) as u64;
+        if len == 0 {
+            r.out.truncate(head);
+        } else {
+            r.out[head + 1..head + 9].copy_from_slice(&(0xc000_0000_0000_0000 | len).to_be_bytes());
+        }
+        self.bodies.held -= before.saturating_sub(r.parse.body.len());
+        Some(result)
+    }
+
+    /// Bytes this connection's WebSockets have waiting for the client
+    /// (their frames not yet taken by QUIC).
+    pub(crate) fn tunnels_queued(&self) -> usize {
+        self.requests
+            .iter()
+            .filter(|r| r.answer == Answer::Tunnel)
+            .map(|r| r.out.len() - r.pos)
+            .sum()
+    }
+
+    /// The WebSocket on stream `id` is over: FIN follows its last bytes.
+    pub(crate) fn end_tunnel(&mut self, id: u64) {
+        if let Some(at) = self.find(id) {
+            if self.requests[at].answer == Answer::Tunnel {
+                self.requests[at].ended = true;
+            }
+        }
+    }
+
     /// Queues the response to stream `id`: its HEADERS frame now, its
     /// body as `poll_output` is asked for it. `extra_fields` are complete
     /// `Name: value\r\n` lines from the listener (HSTS, Alt-Svc). `None`
@@ -657,6 +787,10 @@ impl Session {
             return Ok((&[], false));
         };
         let r = &mut self.requests[at];
+        if r.answer == Answer::Tunnel {
+            // A WebSocket's frames; FIN once it is over and all are taken.
+            return Ok((&r.out[r.pos..], r.ended));
+        }
         if r.answer != Answer::Sending {
             // An interim response before the answer, if any.
             return Ok((&r.out[r.pos..], false));
@@ -716,7 +850,7 @@ impl Session {
         out.extend(
             self.requests
                 .iter()
-                .filter(|r| r.answer == Answer::Sending || r.pos < r.out.len())
+                .filter(|r| r.answer == Answer::Sending || r.pos < r.out.len() || r.ended)
                 .map(|r| r.id),
         );
     }
@@ -819,7 +953,11 @@ fn encode_fields(
 /// HEAD); output is taken a random-sized piece at a time. Panics if an
 /// invariant breaks: each answered stream's output is one HEADERS frame,
 /// then DATA frames adding up to its content-length; nothing is sent
-/// for a stream not answered; a closed session is not fed again.
+/// for a stream not answered; a closed session is not fed again. An
+/// extended CONNECT (the setting is on) is accepted as a WebSocket whose
+/// input is echoed as it comes and which ends when the client's side
+/// does: its output is one HEADERS frame, then DATA frames carrying
+/// exactly what was echoed.
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) fn fuzz_session(data: &[u8]) {
     static BODY: [u8; 40_000] = [b'x'; 40_000];
@@ -827,10 +965,13 @@ pub(crate) fn fuzz_session(data: &[u8]) {
         head_bytes_max: 1024,
         n_headers_max: 8,
         body_bytes_max: 2048,
+        connect_protocol: true,
     };
     let mut s = Session::new(cfg);
     let mut rest = data;
     let mut n_answered = 0usize;
+    // WebSocket streams: id, what they sent, the bytes echoed.
+    let mut tunnels: Vec<(u64, Vec<u8>, u64)> = Vec::new();
     while rest.len() >= 2 {
         let (which, len) = (rest[0], usize::from(rest[1]));
         let bytes = &rest[2..(2 + len).min(rest.len())];
@@ -846,6 +987,11 @@ pub(crate) fn fuzz_session(data: &[u8]) {
         }
         while let Some(ready) = s.take_ready() {
             assert!(is_request_stream(ready));
+            if s.refused(ready).is_none() && s.parts(ready).is_some_and(|p| p.protocol.is_some()) {
+                assert!(s.accept_tunnel(ready, &Response::new(200), b"date", b""));
+                tunnels.push((ready, Vec::new(), 0));
+                continue;
+            }
             let body_len = [0, 5, 16_385, 40_000][n_answered % 4];
             let head_only = n_answered % 3 == 2;
             n_answered += 1;
@@ -889,7 +1035,43 @@ pub(crate) fn fuzz_session(data: &[u8]) {
             assert_eq!(n_headers, 1);
             assert_eq!(data_bytes, sent.body_bytes);
         }
+        let mut i = 0;
+        while i < tunnels.len() {
+            let (id, wire, echoed) = &mut tunnels[i];
+            let echo = s.with_tunnel(*id, |io| {
+                let n = io.input.len();
+                io.output.extend_from_slice(io.input);
+                io.input.clear();
+                (n, io.peer_done)
+            });
+            let Some((n, peer_done)) = echo else {
+                // Reset by the client: gone.
+                tunnels.swap_remove(i);
+                continue;
+            };
+            *echoed += n as u64;
+            if peer_done {
+                s.end_tunnel(*id);
+            }
+            // All it has, taken; then whether that was its end.
+            let (out, _) = s.poll_output(*id).expect("a tunnel's output is bytes");
+            wire.extend_from_slice(out);
+            let n = out.len();
+            s.consumed(*id, n);
+            let (out, last) = s.poll_output(*id).expect("a tunnel's output is bytes");
+            assert!(out.is_empty(), "output after all was taken");
+            if last {
+                check_tunnel_wire(wire, *echoed);
+                s.remove(*id);
+                tunnels.swap_remove(i);
+                continue;
+            }
+            i += 1;
+        }
         for id in [0, 4, 8, 12] {
+            if tunnels.iter().any(|t| t.0 == id) {
+                continue;
+            }
             assert_eq!(
                 s.poll_output(id),
                 Ok((&[][..], false)),
@@ -897,4 +1079,31 @@ pub(crate) fn fuzz_session(data: &[u8]) {
             );
         }
     }
+    for (_, wire, echoed) in &tunnels {
+        check_tunnel_wire(wire, *echoed);
+    }
+}
+
+/// A WebSocket stream's output, for the fuzz driver: one HEADERS frame,
+/// then DATA frames carrying `echoed` bytes.
+#[cfg(any(test, feature = "fuzzing"))]
+fn check_tunnel_wire(wire: &[u8], echoed: u64) {
+    let mut reader = frame::Reader::default();
+    let mut input = wire;
+    let (mut n_headers, mut data_bytes) = (0, 0u64);
+    while let Some((piece, used)) = reader.next(input) {
+        input = &input[used..];
+        if let frame::Piece::Start { kind, len } = piece {
+            if kind == frame::HEADERS {
+                assert_eq!((n_headers, data_bytes), (0, 0), "a second HEADERS, or after DATA");
+                n_headers += 1;
+            } else {
+                assert_eq!(kind, frame::DATA);
+                data_bytes += len;
+            }
+        }
+    }
+    assert!(reader.at_boundary(), "a cut frame");
+    assert_eq!(n_headers, 1);
+    assert_eq!(data_bytes, echoed);
 }

@@ -24,6 +24,9 @@ pub(crate) struct Config {
     pub(crate) head_bytes_max: usize,
     pub(crate) n_headers_max: usize,
     pub(crate) body_bytes_max: u64,
+    /// SETTINGS_ENABLE_CONNECT_PROTOCOL is sent: a request may carry
+    /// `:protocol` (RFC 9220's extended CONNECT, for WebSockets).
+    pub(crate) connect_protocol: bool,
 }
 
 /// Where a request stream is in its message (§4.1).
@@ -67,6 +70,11 @@ pub(crate) struct RequestStream {
     pub(crate) fin: bool,
     /// The body goes to a reader as it arrives (`body::streamed`).
     pub(crate) upload: Option<BodySink>,
+    /// The stream carries a WebSocket (its extended CONNECT accepted):
+    /// DATA payloads go to `body` as the WebSocket's input, held to no
+    /// body limit (the driver reads the stream only as far as
+    /// `h3::TUNNEL_INPUT_BYTES_MAX` allows).
+    pub(crate) tunnel: bool,
 }
 
 impl RequestStream {
@@ -94,7 +102,7 @@ impl RequestStream {
                 ));
             }
             self.fin = true;
-            if self.refused.is_none() && self.head.content_length.is_some_and(|n| n != self.received) {
+            if self.refused.is_none() && !self.tunnel && self.head.content_length.is_some_and(|n| n != self.received) {
                 // §4.1.2: a body whose length differs is malformed.
                 self.refused = Some((400, "body length differs from content-length", Code::MessageError));
             }
@@ -121,6 +129,7 @@ impl RequestStream {
         self.refused = None;
         self.fin = false;
         self.upload = None;
+        self.tunnel = false;
     }
 
     /// Body bytes received so far.
@@ -131,7 +140,14 @@ impl RequestStream {
     /// The head is complete and a body may follow (no FIN yet): a handler
     /// that reads bodies as they arrive may be called now.
     pub(crate) fn is_head_done(&self) -> bool {
-        self.phase == Some(Phase::Body) && self.refused.is_none() && !self.fin
+        self.phase == Some(Phase::Body) && self.refused.is_none() && !self.fin && !self.is_extended_connect()
+    }
+
+    /// The head is an extended CONNECT (RFC 9220): it goes to its
+    /// handler at its head, as over HTTP/2, since what follows is the
+    /// WebSocket's, not a body.
+    pub(crate) fn is_extended_connect(&self) -> bool {
+        self.phase == Some(Phase::Body) && self.head.protocol.is_some()
     }
 
     /// Bytes of heap this parser holds on to (its buffers' capacities).
@@ -145,7 +161,7 @@ impl RequestStream {
 
     /// The request is complete (or refused): it can be answered.
     pub(crate) fn is_ready(&self) -> bool {
-        self.refused.is_some() || self.fin
+        self.refused.is_some() || self.fin || self.is_extended_connect()
     }
 
     fn start(&mut self, kind: u64, len: u64, cfg: &Config) -> Result<(), Error> {
@@ -189,6 +205,10 @@ impl RequestStream {
             Some(Current::Headers) => self.block.extend_from_slice(bytes),
             Some(Current::Data) => {
                 self.received += bytes.len() as u64;
+                if self.tunnel {
+                    self.body.extend_from_slice(bytes);
+                    return;
+                }
                 if self.refused.is_some() {
                     return;
                 }
@@ -243,11 +263,18 @@ impl RequestStream {
             self.refuse(431, "header section too large", Code::ExcessiveLoad);
             return Ok(());
         }
-        if let Err(crate::message::head::Refusal::Malformed(why)) = self.head.check_request(false) {
+        // RFC 9220 §3: without SETTINGS_ENABLE_CONNECT_PROTOCOL sent, a
+        // `:protocol` is an unknown pseudo-field: the request is
+        // malformed (RFC 9114 §4.3: H3_MESSAGE_ERROR).
+        if let Err(crate::message::head::Refusal::Malformed(why)) = self.head.check_request(cfg.connect_protocol) {
             self.refuse(400, why, Code::MessageError);
             return Ok(());
         }
-        let method_connect = self.head.method.is_some_and(|m| self.head.span(m.value) == b"CONNECT");
+        // A plain CONNECT (§4.4) names only :authority; an extended one
+        // carries :scheme, :path and :authority as other requests do
+        // (RFC 8441 §4, which RFC 9220 §3 keeps).
+        let method_connect =
+            self.head.protocol.is_none() && self.head.method.is_some_and(|m| self.head.span(m.value) == b"CONNECT");
         let has_host = self.head.fields.iter().any(|f| self.head.span(f.name) == b"host");
         if !method_connect && self.head.authority.is_none() && !has_host {
             // §4.3.1: "If the :scheme pseudo-header field identifies a

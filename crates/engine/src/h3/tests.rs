@@ -12,6 +12,7 @@ const CFG: Config = Config {
     head_bytes_max: 4096,
     n_headers_max: 100,
     body_bytes_max: 1 << 20,
+    connect_protocol: false,
 };
 
 fn hex(s: &str) -> Vec<u8> {
@@ -219,7 +220,7 @@ fn a_request_stream_split_at_every_offset_gives_the_same_request() {
 fn request_stream_errors_get_the_codes_of_rfc_9114() {
     let head = headers_frame(&GET);
     let mut settings = Vec::new();
-    frame::write_settings(&mut settings, 100);
+    frame::write_settings(&mut settings, 100, false);
     let cases: Vec<(Vec<u8>, Error)> = vec![
         (data_frame(b"x"), Error::Conn(Code::FrameUnexpected, "")),
         (
@@ -257,6 +258,7 @@ fn requests_over_the_limits_or_malformed_are_refused_with_a_status() {
         head_bytes_max: 300,
         n_headers_max: 4,
         body_bytes_max: 10,
+        connect_protocol: false,
     };
     let long = "v".repeat(400);
     let big_head = headers_frame(&[GET[0], GET[1], GET[2], GET[3], ("x-long", &long)]);
@@ -318,7 +320,7 @@ fn requests_over_the_limits_or_malformed_are_refused_with_a_status() {
 #[test]
 fn the_control_stream_must_open_with_settings_and_stay_open() {
     let mut settings = vec![0x00];
-    frame::write_settings(&mut settings, 100);
+    frame::write_settings(&mut settings, 100, false);
     let mut ok = UniStream::default();
     assert_eq!(ok.recv(&settings, false), Ok(()));
     assert_eq!(ok.recv(&hex("07 01 00"), false), Ok(()), "a client's GOAWAY");
@@ -370,7 +372,7 @@ fn the_control_stream_must_open_with_settings_and_stay_open() {
 fn the_session_refuses_a_second_control_stream_and_client_pushes() {
     let mut s = Session::new(CFG);
     let mut settings = vec![0x00];
-    frame::write_settings(&mut settings, 100);
+    frame::write_settings(&mut settings, 100, false);
     assert_eq!(s.handle_input(2, &settings, false), Action::None);
     assert!(matches!(
         s.handle_input(6, &settings, false),
@@ -399,7 +401,7 @@ fn the_session_refuses_a_second_control_stream_and_client_pushes() {
 fn a_large_reserved_frame_on_the_control_stream_is_skipped() {
     let mut s = Session::new(CFG);
     let mut stream = vec![0x00];
-    frame::write_settings(&mut stream, 100);
+    frame::write_settings(&mut stream, 100, false);
     frame::write_header(&mut stream, 0x21 + 0x1f * 3, 64 * 1024);
     stream.extend(std::iter::repeat_n(0xab, 64 * 1024));
     frame::write_goaway(&mut stream, 0);
@@ -411,7 +413,7 @@ fn a_large_reserved_frame_on_the_control_stream_is_skipped() {
     assert!(held < 1024, "{held}");
     let mut s = Session::new(CFG);
     let mut stream = vec![0x00];
-    frame::write_settings(&mut stream, 100);
+    frame::write_settings(&mut stream, 100, false);
     frame::write_header(&mut stream, frame::GOAWAY, 64 * 1024);
     assert!(matches!(
         s.handle_input(2, &stream, false),
@@ -604,7 +606,7 @@ fn after_goaway_a_request_stream_opened_but_not_yet_received_keeps_the_session_o
 #[test]
 fn the_fuzz_driver_runs_on_seeds() {
     let mut settings = vec![0x00];
-    frame::write_settings(&mut settings, 100);
+    frame::write_settings(&mut settings, 100, false);
     let record = |which: u8, bytes: &[u8]| [&[which, bytes.len() as u8][..], bytes].concat();
     let get = headers_frame(&GET);
     let inputs = [
@@ -621,6 +623,13 @@ fn the_fuzz_driver_runs_on_seeds() {
     for input in &inputs {
         super::fuzz_session(input);
     }
+    // A WebSocket: its extended CONNECT, a frame's bytes in two records,
+    // the client's FIN; and one reset after its first bytes.
+    let connect = headers_frame(&WS_CONNECT);
+    let frame = data_frame(&client_frame(0x1, b"echo me", true));
+    let (a, b) = frame.split_at(5);
+    super::fuzz_session(&[record(0x00, &connect), record(0x00, a), record(0x08, b)].concat());
+    super::fuzz_session(&[record(0x01, &connect), record(0x01, a), record(0x11, &[])].concat());
 }
 
 /// Everything stream `id` has to send now, taken.
@@ -727,4 +736,285 @@ fn a_head_trickled_in_is_answered_408_at_head_timeout_and_a_slow_body_at_its_gra
     assert_eq!(s.handle_timeout(), 1);
     assert_eq!(s.take_ready(), Some(4));
     assert_eq!(s.refused(4).map(|r| r.0), Some(408));
+}
+
+const CONNECT_CFG: Config = Config {
+    connect_protocol: true,
+    ..CFG
+};
+
+/// RFC 9220 §3's extended CONNECT for a WebSocket.
+const WS_CONNECT: [(&str, &str); 6] = [
+    (":method", "CONNECT"),
+    (":protocol", "websocket"),
+    (":scheme", "https"),
+    (":authority", "example.com"),
+    (":path", "/chat"),
+    ("sec-websocket-version", "13"),
+];
+
+/// The settings of our SETTINGS frame, from the control stream's bytes.
+fn our_settings(s: &mut Session) -> Vec<(u64, u64)> {
+    let out = s.control_output().clone();
+    assert_eq!(out[0], frame::STREAM_CONTROL as u8);
+    let frames = pieces(&[&out[1..]]);
+    assert_eq!(frames[0].0, frame::SETTINGS);
+    let mut payload = &frames[0].1[..];
+    let mut settings = Vec::new();
+    while !payload.is_empty() {
+        let (id, n) = frame::read_varint(payload).unwrap();
+        let (value, m) = frame::read_varint(&payload[n..]).unwrap();
+        settings.push((id, value));
+        payload = &payload[n + m..];
+    }
+    settings
+}
+
+#[test]
+fn settings_enable_connect_protocol_only_when_websockets_are_served() {
+    let on = our_settings(&mut Session::new(CONNECT_CFG));
+    assert!(on.contains(&(frame::SETTINGS_ENABLE_CONNECT_PROTOCOL, 1)), "{on:?}");
+    let off = our_settings(&mut Session::new(CFG));
+    assert!(
+        off.iter().all(|&(id, _)| id != frame::SETTINGS_ENABLE_CONNECT_PROTOCOL),
+        "{off:?}"
+    );
+    // Both are well-formed SETTINGS, as the client checks them.
+    let mut payload = Vec::new();
+    for (id, v) in on {
+        frame::write_varint(&mut payload, id);
+        frame::write_varint(&mut payload, v);
+    }
+    assert_eq!(frame::check_settings(&payload), Ok(()));
+}
+
+/// RFC 9220 §3 and RFC 9114 §4.3: a `:protocol` the setting did not allow
+/// is an unknown pseudo-field; with it, an extended CONNECT still needs
+/// :scheme, :path and an authority, and `:protocol` only goes with
+/// CONNECT. Each is malformed: 400, then STOP_SENDING with
+/// H3_MESSAGE_ERROR.
+#[test]
+fn malformed_extended_connects_are_refused_with_h3_message_error() {
+    let without =
+        |name: &str| -> Vec<(&str, &str)> { WS_CONNECT.iter().copied().filter(|(n, _)| *n != name).collect() };
+    let mut get_with_protocol = GET.to_vec();
+    get_with_protocol.insert(1, (":protocol", "websocket"));
+    let cases: Vec<(Config, Vec<(&str, &str)>)> = vec![
+        (CFG, WS_CONNECT.to_vec()),
+        (CONNECT_CFG, without(":path")),
+        (CONNECT_CFG, without(":scheme")),
+        (CONNECT_CFG, without(":authority")),
+        (CONNECT_CFG, get_with_protocol),
+    ];
+    for (cfg, fields) in cases {
+        let mut s = Session::new(cfg);
+        assert_eq!(s.handle_input(0, &headers_frame(&fields), false), Action::None);
+        assert_eq!(s.take_ready(), Some(0), "{fields:?}: answered at its head");
+        let (status, _, code) = s.refused(0).unwrap_or_else(|| panic!("{fields:?} was not refused"));
+        assert_eq!((status, code), (400, Code::MessageError), "{fields:?}");
+    }
+    // Well formed, and allowed: handed to the handler at its head, with
+    // its protocol; no body, no FIN awaited.
+    let mut s = Session::new(CONNECT_CFG);
+    assert_eq!(s.handle_input(0, &headers_frame(&WS_CONNECT), false), Action::None);
+    assert_eq!(s.take_head(), None, "not offered as an upload");
+    assert_eq!(s.take_ready(), Some(0));
+    assert_eq!(s.refused(0), None);
+    let parts = s.parts(0).unwrap();
+    assert_eq!(
+        (parts.method, parts.target, parts.protocol),
+        ("CONNECT", "/chat", Some("websocket"))
+    );
+}
+
+/// A client's masked frame (RFC 6455 §5.3).
+fn client_frame(op: u8, payload: &[u8], fin: bool) -> Vec<u8> {
+    let mut out = vec![if fin { 0x80 | op } else { op }];
+    match payload.len() {
+        n if n < 126 => out.push(0x80 | n as u8),
+        n if n < 1 << 16 => {
+            out.push(0x80 | 126);
+            out.extend_from_slice(&(n as u16).to_be_bytes());
+        }
+        n => {
+            out.push(0x80 | 127);
+            out.extend_from_slice(&(n as u64).to_be_bytes());
+        }
+    }
+    let key = [0x37, 0xfa, 0x21, 0x3d];
+    out.extend_from_slice(&key);
+    out.extend(payload.iter().enumerate().map(|(i, b)| b ^ key[i % 4]));
+    out
+}
+
+/// Accepts stream 0's extended CONNECT and takes the 200's HEADERS frame.
+fn accepted_websocket() -> Session {
+    let mut s = Session::new(CONNECT_CFG);
+    assert_eq!(s.handle_input(0, &headers_frame(&WS_CONNECT), false), Action::None);
+    assert_eq!(s.take_ready(), Some(0));
+    assert!(s.accept_tunnel(0, &Response::new(200), b"date", b""));
+    let head = drain_output(&mut s, 0);
+    let frames = pieces(&[&head]);
+    assert_eq!(frames.len(), 1);
+    assert_eq!(frames[0].0, frame::HEADERS);
+    let fields = decode(&frames[0].1).unwrap();
+    assert_eq!(fields[0], (":status".to_owned(), "200".to_owned()));
+    assert!(fields.iter().all(|(n, _)| n != "content-length"), "{fields:?}");
+    s
+}
+
+/// The WebSocket machine the driver runs (`ws::session`), echoing over
+/// stream 0's tunnel: every message it reads goes back. Returns the
+/// messages echoed.
+fn echo(s: &mut Session, ws: &mut crate::ws::session::Session) -> Vec<Vec<u8>> {
+    use crate::ws::session::Event;
+    let now = std::time::Instant::now();
+    s.with_tunnel(0, |io| {
+        let mut echoed = Vec::new();
+        let mut used = 0;
+        loop {
+            let (n, event) = ws.poll(&mut io.input[used..], io.output, now);
+            used += n;
+            match event {
+                Event::Message(kind, bytes) => {
+                    let msg = match kind {
+                        crate::ws::session::Kind::Text => crate::ws::Message::Text(std::str::from_utf8(bytes).unwrap()),
+                        crate::ws::session::Kind::Binary => crate::ws::Message::Binary(bytes),
+                    };
+                    echoed.push(bytes.to_vec());
+                    io.output.extend_from_slice(&crate::ws::framed(msg));
+                }
+                Event::Input | Event::Closed { .. } | Event::Done => break,
+            }
+        }
+        io.input.drain(..used);
+        echoed
+    })
+    .expect("the tunnel is open")
+}
+
+fn ws_session() -> crate::ws::session::Session {
+    let config = crate::ws::session::Config {
+        message_bytes_max: 1 << 20,
+        fragments_max: 100,
+        ping_interval: None,
+        message_timeout: std::time::Duration::from_secs(10),
+        deflate: None,
+    };
+    crate::ws::session::Session::new(config, std::time::Instant::now())
+}
+
+/// The WebSocket's frames, from what the stream sent: the DATA frames'
+/// payloads joined (each run of the machine is one DATA frame).
+fn data_payloads(wire: &[u8]) -> Vec<u8> {
+    pieces(&[wire])
+        .into_iter()
+        .inspect(|(kind, _)| assert_eq!(*kind, frame::DATA))
+        .flat_map(|(_, p)| p)
+        .collect()
+}
+
+/// After the 200, the stream's DATA payloads are the WebSocket's input,
+/// split at every offset (a fragmented text message and a binary one),
+/// and what the machine writes leaves as DATA frames: each message
+/// echoed once, unmasked.
+#[test]
+fn a_websocket_over_an_accepted_extended_connect_echoes_its_frames() {
+    let text = "h\u{e9}llo over HTTP/3";
+    let mut input = client_frame(0x1, &text.as_bytes()[..3], false);
+    input.extend(client_frame(0x0, &text.as_bytes()[3..], true));
+    input.extend(client_frame(0x2, &[0xa5; 300], true));
+    let stream = data_frame(&input);
+    let mut want = crate::ws::framed(crate::ws::Message::Text(text));
+    want.extend(crate::ws::framed(crate::ws::Message::Binary(&[0xa5; 300])));
+    for at in 0..=stream.len() {
+        let mut s = accepted_websocket();
+        let mut ws = ws_session();
+        let mut echoed = Vec::new();
+        let mut wire = Vec::new();
+        for piece in [&stream[..at], &stream[at..]] {
+            assert_eq!(s.handle_input(0, piece, false), Action::None);
+            echoed.extend(echo(&mut s, &mut ws));
+            wire.extend(drain_output(&mut s, 0));
+        }
+        assert_eq!(echoed, [text.as_bytes().to_vec(), vec![0xa5; 300]], "split at {at}");
+        assert_eq!(data_payloads(&wire), want, "split at {at}");
+        assert_eq!(s.bodies().held, 0, "what the machine read left the budget");
+        assert_eq!(s.poll_output(0), Ok((&[][..], false)), "the stream stays open");
+    }
+}
+
+/// The client's FIN is the TCP close of RFC 6455 (`peer_done`); our end
+/// of the WebSocket is a FIN after its last frames; the stream is then
+/// forgotten. A reset instead ends it at once: the tunnel is gone.
+#[test]
+fn a_websocket_stream_ends_with_fin_both_ways_or_with_a_reset() {
+    let mut s = accepted_websocket();
+    let close = client_frame(0x8, &1000u16.to_be_bytes(), true);
+    assert_eq!(s.handle_input(0, &data_frame(&close), true), Action::None);
+    assert_eq!(
+        s.with_tunnel(0, |io| (io.peer_done, io.input.len())),
+        Some((true, close.len()))
+    );
+    let mut ws = ws_session();
+    echo(&mut s, &mut ws);
+    assert!(ws.is_closed(), "the Close was read and answered");
+    s.end_tunnel(0);
+    let (out, last) = s.poll_output(0).unwrap();
+    assert!(last, "FIN after the last frames");
+    let reply = data_payloads(out);
+    assert_eq!(reply[..2], [0x88, 0x02], "our Close: {reply:02x?}");
+    let n = out.len();
+    s.consumed(0, n);
+    assert_eq!(s.poll_output(0), Ok((&[][..], true)));
+    s.remove(0);
+    assert!(s.with_tunnel(0, |_| ()).is_none());
+    assert!(s.is_idle());
+
+    // An extended CONNECT whose stream ends with its head: accepted, a
+    // WebSocket whose client has gone already (the driver says 1006).
+    let mut s = Session::new(CONNECT_CFG);
+    assert_eq!(s.handle_input(0, &headers_frame(&WS_CONNECT), true), Action::None);
+    assert_eq!(s.take_ready(), Some(0));
+    assert!(s.accept_tunnel(0, &Response::new(200), b"date", b""));
+    assert_eq!(s.with_tunnel(0, |io| io.peer_done), Some(true));
+
+    let mut s = accepted_websocket();
+    assert_eq!(s.handle_input(0, &data_frame(b"\x81"), false), Action::None);
+    assert_eq!(s.bodies().held, 1);
+    assert_eq!(s.on_reset(0), Action::None);
+    assert!(
+        s.with_tunnel(0, |_| ()).is_none(),
+        "the reset stream's WebSocket is gone"
+    );
+    assert_eq!(s.bodies().held, 0);
+    assert!(s.is_idle());
+}
+
+/// A WebSocket's unread input is held to `TUNNEL_INPUT_BYTES_MAX`: the
+/// driver reads no more of the stream (`recv_room` 0), so QUIC credits
+/// the client no more, until the machine reads; and it counts in the
+/// worker's budget meanwhile.
+#[test]
+fn a_websocket_streams_unread_input_is_bounded() {
+    let mut s = accepted_websocket();
+    assert_eq!(s.recv_room(0), super::TUNNEL_INPUT_BYTES_MAX);
+    let chunk = vec![0u8; 64 * 1024];
+    let mut fed = 0;
+    while s.recv_room(0) > 0 {
+        let n = s.recv_room(0).min(chunk.len());
+        let mut bytes = Vec::new();
+        frame::write_header(&mut bytes, frame::DATA, n as u64);
+        bytes.extend_from_slice(&chunk[..n]);
+        // The driver hands at most the room; the frame header is not input.
+        assert_eq!(s.handle_input(0, &bytes, false), Action::None);
+        fed += n;
+    }
+    assert_eq!(fed, super::TUNNEL_INPUT_BYTES_MAX);
+    assert_eq!(s.bodies().held, fed);
+    s.with_tunnel(0, |io| {
+        io.input.drain(..1000);
+    });
+    assert_eq!(s.recv_room(0), 1000);
+    assert_eq!(s.bodies().held, fed - 1000);
 }

@@ -2,7 +2,9 @@
 //! transport) and `h3::Session` (the protocol), and the handler calls
 //! between them. The handler calls are `conn/streams.rs`'s, as HTTP/2's
 //! are: the same access log lines, metrics and deferred answers, per
-//! stream.
+//! stream. A WebSocket (RFC 9220's extended CONNECT, accepted) runs on
+//! its request stream: `conn::H3Ws`, the machine HTTP/1.1 and HTTP/2 run,
+//! fed from the stream as far as its input has room.
 
 use std::net::SocketAddr;
 use std::time::Instant;
@@ -14,7 +16,7 @@ use crate::body::BodySink;
 use crate::codec::Version;
 use crate::conn::dispatch::Deferral;
 use crate::conn::streams::{self, Client, Streams};
-use crate::conn::Ctx;
+use crate::conn::{Ctx, H3Ran, H3Ws};
 use crate::h3::frame::Code;
 use crate::h3::{Action, Session};
 use crate::limits::HEADERS_ARRAY_MAX;
@@ -46,7 +48,15 @@ pub(super) struct QuicConn {
     counted_lost: u64,
     /// Once the first request came: the SNI name in normal form, if any.
     server_name: Option<Option<Box<str>>>,
+    /// The WebSockets on this connection's request streams, by stream.
+    websockets: Vec<(u64, H3Ws)>,
 }
+
+/// Messages the WebSockets of one connection are handed per drive at
+/// most (as a TCP connection's turn, `conn::TURN_WORK`): past it, the
+/// connection wakes itself through the mailbox to go on, so that a
+/// client sending without pause cannot starve the worker's others.
+const WS_WORK_PER_DRIVE: u32 = 1024;
 
 /// The name the client asked for in its handshake (SNI), in normal form.
 fn server_name(conn: &quinn_proto::Connection) -> Option<Box<str>> {
@@ -106,13 +116,13 @@ impl Streams for H3Streams<'_> {
         self.session.deferred_stream(defer_id)
     }
 
+    fn tunnel(&mut self, id: u64, resp: &Response, date: &[u8]) -> bool {
+        self.session.accept_tunnel(id, resp, date, self.extra_fields)
+    }
+
     /// STOP_SENDING with the refusal's code (or H3_NO_ERROR: RFC 9114
     /// §4.1, a response before the request's end), unless the request
     /// has ended.
-    fn tunnel(&mut self, _id: u64, _resp: &Response, _date: &[u8]) -> bool {
-        false // RFC 9220 (WebSocket over HTTP/3) is not spoken yet
-    }
-
     fn stop_reading(&mut self, id: u64) {
         if self.session.recv_done(id) {
             return;
@@ -129,6 +139,7 @@ impl QuicConn {
             head_bytes_max: ctx.limits.head_bytes_max,
             n_headers_max: ctx.limits.n_headers_max.min(HEADERS_ARRAY_MAX),
             body_bytes_max: ctx.limits.body_bytes_max,
+            connect_protocol: ctx.websockets,
         };
         let mut session = Session::new(cfg);
         session.set_timeouts(crate::h3::Timeouts {
@@ -152,6 +163,7 @@ impl QuicConn {
             counted_sent: 0,
             counted_lost: 0,
             server_name: None,
+            websockets: Vec::new(),
         }
     }
 
@@ -219,6 +231,9 @@ impl QuicConn {
         while let Some(id) = self.session.take_ready() {
             self.answer(ctx, shared, id);
         }
+        if !self.websockets.is_empty() {
+            self.run_websockets(ctx, drain);
+        }
         self.pump();
         // Answered streams let their bodies go.
         self.charge_bodies(ctx);
@@ -241,16 +256,31 @@ impl QuicConn {
 
     /// Its timer: quinn-proto's, or the next keep-alive PING if sooner.
     pub(super) fn next_timeout(&mut self) -> Option<Instant> {
-        [self.conn.poll_timeout(), self.keepalive_at, self.session.poll_timeout()]
-            .into_iter()
-            .flatten()
-            .min()
+        let ws = self.websockets.iter().filter_map(|(_, ws)| ws.deadline()).min();
+        [
+            self.conn.poll_timeout(),
+            self.keepalive_at,
+            self.session.poll_timeout(),
+            ws,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
 
     /// Its timer fired: quinn-proto's timers, and the keep-alive PING if
     /// due.
-    pub(super) fn on_timeout(&mut self, ctx: &Ctx<'_>) {
+    pub(super) fn on_timeout(&mut self, ctx: &mut Ctx<'_>) {
         self.session.set_now(ctx.now);
+        for (id, ws) in &mut self.websockets {
+            if ws.deadline().is_none_or(|at| at > ctx.now) {
+                continue;
+            }
+            let keep = self.session.with_tunnel(*id, |io| ws.time_out(ctx, io.output));
+            if keep == Some(false) {
+                self.session.end_tunnel(*id);
+            }
+        }
         let ended = self.session.handle_timeout();
         if let (true, Some(m)) = (ended > 0, ctx.metrics) {
             m.slow_requests.add(ended as u64);
@@ -364,10 +394,71 @@ impl QuicConn {
         (view, client, &mut self.deferred)
     }
 
-    /// Calls the handler for stream `id` and queues its answer.
+    /// Calls the handler for stream `id` and queues its answer; a
+    /// WebSocket it accepted starts on the stream.
     fn answer(&mut self, ctx: &mut Ctx<'_>, shared: &Shared, id: u64) {
         let (mut view, client, deferred) = self.streams(shared);
-        streams::answer(ctx, &mut view, client, deferred, id);
+        if let Some(upgrade) = streams::answer(ctx, &mut view, client, deferred, id) {
+            self.start_ws(ctx, id, upgrade);
+        }
+    }
+
+    /// Stream `id`'s extended CONNECT was accepted (its 2xx is queued).
+    #[cold]
+    #[inline(never)]
+    fn start_ws(&mut self, ctx: &Ctx<'_>, id: u64, upgrade: crate::ws::Upgrade) {
+        self.websockets.push((id, H3Ws::new(upgrade, self.token, id, ctx)));
+    }
+
+    /// Runs each WebSocket over what its stream received (read from QUIC
+    /// first, as far as its input has room: what is not read is not
+    /// credited to the client), schedules the 1001 of a drain, and ends
+    /// those whose stream is gone (reset or stopped by the client: an
+    /// abrupt close).
+    #[cold]
+    #[inline(never)]
+    fn run_websockets(&mut self, ctx: &mut Ctx<'_>, drain: super::Drain) {
+        let mut work_left = WS_WORK_PER_DRIVE;
+        let mut more = false;
+        let mut i = 0;
+        while i < self.websockets.len() {
+            let id = self.websockets[i].0;
+            if let Ok(v) = VarInt::from_u64(id) {
+                self.read(ctx, StreamId::from(v));
+            }
+            let total = self.session.tunnels_queued();
+            let ws = &mut self.websockets[i].1;
+            if drain != super::Drain::No {
+                ws.drain(ctx);
+            }
+            match self
+                .session
+                .with_tunnel(id, |io| ws.run(ctx, io, total, &mut work_left))
+            {
+                None => {
+                    ws.end(ctx);
+                    self.websockets.swap_remove(i);
+                    continue;
+                }
+                Some(H3Ran::Over) => self.session.end_tunnel(id),
+                Some(H3Ran::More) => more = true,
+                Some(H3Ran::Waits) => {}
+            }
+            i += 1;
+        }
+        if more {
+            ctx.mailbox.post(crate::responder::Post::Wake { token: self.token });
+        }
+    }
+
+    /// A frame published to a topic the WebSocket on `stream` subscribes
+    /// to.
+    pub(super) fn on_publish(&mut self, ctx: &mut Ctx<'_>, stream: u64, frame: &[u8]) {
+        let total = self.session.tunnels_queued();
+        let Some((_, ws)) = self.websockets.iter_mut().find(|(s, _)| *s == stream) else {
+            return;
+        };
+        self.session.with_tunnel(stream, |io| ws.publish(ctx, io, total, frame));
     }
 
     /// Stream `id`'s head is complete and its body is coming: see
@@ -400,6 +491,10 @@ impl QuicConn {
 
     /// The connection is gone: deferred answers still out are abandoned.
     pub(super) fn abandon(&mut self, ctx: &mut Ctx<'_>) {
+        for (_, ws) in &mut self.websockets {
+            ws.end(ctx);
+        }
+        self.websockets.clear();
         self.session.bodies().release(ctx.pool);
         if let Some(m) = ctx.metrics {
             m.deferred_ended.add(self.deferred.len() as u64);

@@ -728,6 +728,16 @@ impl Endpoint {
         }
     }
 
+    /// A message published to a topic a WebSocket on connection `ch`'s
+    /// `stream` subscribes to.
+    pub(crate) fn on_publish(&mut self, ctx: &mut Ctx<'_>, ch: usize, stream: u64, frame: &[u8]) {
+        if let Some(Some(c)) = self.conns.get_mut(ch) {
+            c.on_publish(ctx, stream, frame);
+            self.touched.push(ch);
+            self.drive_touched(ctx);
+        }
+    }
+
     /// A streamed body of connection `ch` has something new (a chunk, its
     /// end): send what its streams can.
     pub(crate) fn on_wake(&mut self, ctx: &mut Ctx<'_>, ch: usize) {

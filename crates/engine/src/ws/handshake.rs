@@ -67,11 +67,11 @@ impl Accept {
 pub(crate) fn check(req: &Request<'_>, options: &Options) -> Result<Accept, Response> {
     match req.version() {
         Version::Http11 => {}
-        Version::Http2 => return check_connect(req, options),
+        Version::Http2 | Version::Http3 => return check_connect(req, options),
         _ => {
             return Err(refuse(
                 400,
-                "a WebSocket opens with an HTTP/1.1 upgrade or an HTTP/2 extended CONNECT\n",
+                "a WebSocket opens with an HTTP/1.1 upgrade or an HTTP/2 or HTTP/3 extended CONNECT\n",
             ))
         }
     }
@@ -113,10 +113,11 @@ pub(crate) fn check(req: &Request<'_>, options: &Options) -> Result<Accept, Resp
     })
 }
 
-/// Checks an HTTP/2 request as RFC 8441's opening handshake: an extended
-/// CONNECT with `:protocol` `websocket` and `Sec-WebSocket-Version: 13`
-/// (no key: the stream is the WebSocket's own). Upgrade and 426 do not
-/// exist in HTTP/2, so a request that is not one gets 400 with the reason.
+/// Checks an HTTP/2 or HTTP/3 request as RFC 8441's opening handshake
+/// (RFC 9220 §3 keeps it for HTTP/3): an extended CONNECT with
+/// `:protocol` `websocket` and `Sec-WebSocket-Version: 13` (no key: the
+/// stream is the WebSocket's own). Upgrade and 426 do not exist in HTTP/2
+/// or HTTP/3, so a request that is not one gets 400 with the reason.
 #[allow(clippy::result_large_err)]
 fn check_connect(req: &Request<'_>, options: &Options) -> Result<Accept, Response> {
     match (req.method(), req.protocol()) {
@@ -125,7 +126,7 @@ fn check_connect(req: &Request<'_>, options: &Options) -> Result<Accept, Respons
         ("GET" | "CONNECT", None) => {
             return Err(refuse(
                 400,
-                "this resource is a WebSocket: over HTTP/2 it opens with an extended CONNECT (RFC 8441)\n",
+                "this resource is a WebSocket: over HTTP/2 and HTTP/3 it opens with an extended CONNECT (RFC 8441, RFC 9220)\n",
             ))
         }
         _ => {

@@ -61,10 +61,11 @@ impl std::fmt::Debug for Publisher {
     }
 }
 
-/// A WebSocket on a worker: its connection's token, and its HTTP/2
-/// stream (0 for a connection that is the WebSocket, after an HTTP/1.1
-/// upgrade).
-pub(crate) type Member = (usize, u32);
+/// A WebSocket on a worker: its connection's token, and its HTTP/2 or
+/// HTTP/3 stream (0 for a connection that is the WebSocket, after an
+/// HTTP/1.1 upgrade; HTTP/3's first request stream is 0 too, but its
+/// token is a QUIC connection's, never a TCP one's).
+pub(crate) type Member = (usize, u64);
 
 /// A worker's side: its subscribers by topic.
 pub(crate) struct Local {
@@ -149,15 +150,15 @@ impl Local {
 /// and the queue other threads send into.
 pub(crate) struct Subscriber {
     pub(crate) token: usize,
-    /// Its HTTP/2 stream; 0 after an HTTP/1.1 upgrade.
-    pub(crate) stream: u32,
+    /// Its HTTP/2 or HTTP/3 stream; 0 after an HTTP/1.1 upgrade.
+    pub(crate) stream: u64,
     pub(crate) topics: Vec<Box<str>>,
     /// Boxed: most WebSockets never have one.
     pub(crate) outbox: Option<Box<(Chunks, Arc<crate::body::Sender>)>>,
 }
 
 impl Subscriber {
-    pub(crate) fn new(token: usize, stream: u32) -> Self {
+    pub(crate) fn new(token: usize, stream: u64) -> Self {
         Subscriber {
             token,
             stream,
