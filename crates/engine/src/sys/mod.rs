@@ -1,5 +1,8 @@
-//! The operating system: the only place that makes system calls. Linux only
-//! for now (SO_REUSEPORT load balancing, sendfile). Through `rustix` where
+//! The operating system: the only place that makes system calls. Made for
+//! Linux (SO_REUSEPORT load balancing, sendfile, MSG_MORE, timerfd, BPF
+//! steering of QUIC packets); each Linux-only call is gated with
+//! `cfg(target_os = "linux")` in its file, beside a portable fallback for
+//! the BSDs and macOS (kqueue comes through mio). Through `rustix` where
 //! it has the call with the same meaning (safe signatures, no `unsafe`
 //! here), libc where it has not (process-wide set*id, the user database,
 //! a descriptor's flags before it is owned).
