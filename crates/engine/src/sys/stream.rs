@@ -73,7 +73,7 @@ impl Read for Stream {
 
 impl Write for Stream {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        Ok(rustix::net::send(self.as_fd(), buf, rustix::net::SendFlags::NOSIGNAL)?)
+        Ok(rustix::net::send(self.as_fd(), buf, super::SEND_FLAGS)?)
     }
 
     fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {

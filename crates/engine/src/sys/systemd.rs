@@ -55,7 +55,7 @@ pub fn listen_fds() -> io::Result<Vec<crate::Listening>> {
         // process.
         let owned = unsafe { OwnedFd::from_raw_fd(fd) };
         let socket = Socket::from(owned);
-        let listening = socket.r#type()? == Type::STREAM && socket.is_listener()?;
+        let listening = socket.r#type()? == Type::STREAM && super::is_listening(std::os::fd::AsFd::as_fd(&socket))?;
         if !listening {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
