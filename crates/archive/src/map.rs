@@ -24,6 +24,10 @@
 //! over 16 KiB are sent from the file's descriptor (`Archive::body_file`),
 //! never from the map; a response still sending one when the writer
 //! proceeds gets a short read, and its connection is closed.
+//!
+//! Leases and `mremap` are Linux's: elsewhere no lease is taken
+//! ([`take_read_lease`] fails with `Unsupported`), so every archive is
+//! read into memory, as for a file open for writing here.
 
 use std::fs::File;
 use std::io;
@@ -70,6 +74,7 @@ pub fn map(file: &File, populate: bool) -> io::Result<Backing> {
 /// same bytes either way. The copy costs the archive's size in memory,
 /// as the heap copy it replaces did. When `memmap2` unmaps `map`, it
 /// unmaps the copy.
+#[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
 pub fn detach(map: &memmap2::Mmap) -> io::Result<()> {
     let len = map.len();
@@ -134,6 +139,7 @@ pub fn detach(map: &memmap2::Mmap) -> io::Result<()> {
 /// is announced with SIGURG, ignored by default, and the lease then has no
 /// owner to tell at all (F_SETOWN 0): SIGURG can only come in the window
 /// between the two calls.
+#[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
 pub fn take_read_lease(file: &File) -> io::Result<()> {
     use std::os::fd::AsRawFd;
@@ -161,9 +167,11 @@ pub fn take_read_lease(file: &File) -> io::Result<()> {
 
 /// fcntl's F_SETSIG, which the libc crate does not name: 10 in Linux's
 /// asm-generic/fcntl.h and on every architecture Rust targets but PA-RISC.
+#[cfg(target_os = "linux")]
 const F_SETSIG: libc::c_int = 10;
 
 /// Whether a writer is waiting for our lease to go.
+#[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
 pub fn lease_broken(file: &File) -> bool {
     use std::os::fd::AsRawFd;
@@ -176,6 +184,7 @@ pub fn lease_broken(file: &File) -> bool {
 /// Gives the lease up: the waiting writer proceeds. An error (EBADF,
 /// EINVAL: no lease to give up) means the writer was not waiting on us;
 /// the caller reports it, and closing the file drops any lease anyway.
+#[cfg(target_os = "linux")]
 #[allow(unsafe_code)]
 pub fn release_lease(file: &File) -> io::Result<()> {
     use std::os::fd::AsRawFd;
@@ -184,5 +193,29 @@ pub fn release_lease(file: &File) -> io::Result<()> {
     if rc != 0 {
         return Err(io::Error::last_os_error());
     }
+    Ok(())
+}
+
+/// No lease outside Linux: nothing is mapped (see the module's notes).
+#[cfg(not(target_os = "linux"))]
+pub fn take_read_lease(_file: &File) -> io::Result<()> {
+    Err(io::Error::new(io::ErrorKind::Unsupported, "file leases are Linux's"))
+}
+
+/// Never mapped outside Linux, so never detached.
+#[cfg(not(target_os = "linux"))]
+pub fn detach(_map: &memmap2::Mmap) -> io::Result<()> {
+    Err(io::Error::new(io::ErrorKind::Unsupported, "mremap is Linux's"))
+}
+
+/// No lease outside Linux, so none broken.
+#[cfg(not(target_os = "linux"))]
+pub fn lease_broken(_file: &File) -> bool {
+    false
+}
+
+/// No lease outside Linux to give up.
+#[cfg(not(target_os = "linux"))]
+pub fn release_lease(_file: &File) -> io::Result<()> {
     Ok(())
 }

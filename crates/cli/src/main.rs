@@ -12,6 +12,7 @@ mod flags;
 mod health;
 mod logger;
 mod messages;
+mod platform;
 mod proxy;
 mod reload;
 mod sandbox;

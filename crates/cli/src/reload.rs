@@ -236,6 +236,9 @@ pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()>
     }
     let (mut current, urls) = build(&command, taken, None, &mut process)?;
     watch::start(process.watched.clone()).context("cannot start the certificate files' watcher")?;
+    if let Some(off) = crate::platform::features_off(std::env::consts::OS) {
+        log::warn(format_args!("{off}"));
+    }
     // "sandbox: ...; serving ROOT on URL, URL": the line ends with the
     // addresses, which scripts (and the tests) read.
     let sandbox = match &process.acme {

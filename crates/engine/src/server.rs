@@ -1028,7 +1028,7 @@ impl Listening {
             }
             let socket = socket2::Socket::from(fd);
             socket.set_nonblocking(true)?;
-            let listener = if socket.domain()? == socket2::Domain::UNIX {
+            let listener = if crate::sys::stream::is_unix_socket(&socket)? {
                 if n_streams != 1 {
                     return Err(invalid("a Unix-domain listener passed among other sockets"));
                 }

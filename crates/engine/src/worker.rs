@@ -275,15 +275,23 @@ impl Hosted {
         if self.quic.is_empty() {
             return Ok(None);
         }
-        let mut t = crate::sys::timer::Timer::new()?;
-        poll.registry()
-            .register(&mut t, Source::Timer.mio(), Interest::READABLE)?;
-        Ok(Some(t))
+        // Elsewhere than Linux, no timerfd: the poll timeout says when
+        // (kqueue takes a timespec, as precise).
+        #[cfg(not(target_os = "linux"))]
+        return Ok(None);
+        #[cfg(target_os = "linux")]
+        {
+            let mut t = crate::sys::timer::Timer::new()?;
+            poll.registry()
+                .register(&mut t, Source::Timer.mio(), Interest::READABLE)?;
+            Ok(Some(t))
+        }
     }
 
     /// How long the loop may sleep: not at all with turns owed; else until
     /// the earliest connection deadline or housekeeping. QUIC's deadline
-    /// is armed on the timerfd.
+    /// is armed on the timerfd where there is one (Linux), else it bounds
+    /// the timeout.
     fn poll_timeout(
         &mut self,
         timer: Option<&crate::sys::timer::Timer>,
@@ -299,11 +307,13 @@ impl Hosted {
             let left = at.saturating_duration_since(now);
             if left.is_zero() {
                 timeout = Duration::ZERO;
-            } else if self.timer_armed != Some(at) {
-                if let Some(t) = timer {
+            } else if let Some(t) = timer {
+                if self.timer_armed != Some(at) {
                     t.set(left)?;
                     self.timer_armed = Some(at);
                 }
+            } else {
+                timeout = timeout.min(left);
             }
         }
         Ok(timeout)

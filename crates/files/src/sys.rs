@@ -22,6 +22,14 @@
 //! Where openat2 is missing (Linux before 5.6) or refused (a seccomp profile
 //! answering ENOSYS or EPERM), `open_root` finds out once, says so on the
 //! log, and every open is walked, with the same rules.
+//!
+//! Outside Linux (the BSDs, macOS) there is no openat2 nor `O_PATH` for a
+//! symlink: every open is walked, each component looked at with
+//! `fstatat(AT_SYMLINK_NOFOLLOW)` and a directory opened with `O_NOFOLLOW |
+//! O_DIRECTORY` and checked to be the one looked at (`step_portable`,
+//! tested on Linux against openat2 too). `--follow-symlinks` out of the
+//! root is refused there, since `/proc/self/fd` does not say where a file
+//! lies.
 
 use std::ffi::OsStr;
 use std::fs::File;
@@ -31,12 +39,15 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use rustix::fs::{AtFlags, FileType, Mode, OFlags, ResolveFlags, Stat};
+#[cfg(target_os = "linux")]
+use rustix::fs::ResolveFlags;
+use rustix::fs::{AtFlags, FileType, Mode, OFlags, Stat};
 use rustix::io::Errno;
 
 /// Whether openat2 works here: `UNKNOWN` until `open_root` has tried it.
 static OPENAT2: AtomicU8 = AtomicU8::new(UNKNOWN);
 const UNKNOWN: u8 = 0;
+#[cfg(target_os = "linux")]
 const WORKS: u8 = 1;
 const MISSING: u8 = 2;
 /// Symlinks followed in one lookup before ELOOP, as the kernel's limit.
@@ -94,12 +105,7 @@ impl Root {
 pub fn open_root(path: &Path) -> io::Result<Root> {
     // openat, not open: rustix's `open` is the legacy open(2) system call
     // on x86_64, which the sandbox's seccomp filter does not allow.
-    let fd = rustix::fs::openat(
-        rustix::fs::CWD,
-        path,
-        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )?;
+    let fd = rustix::fs::openat(rustix::fs::CWD, path, DIR_FLAGS | OFlags::DIRECTORY, Mode::empty())?;
     let mut paths: Vec<PathBuf> = std::path::absolute(path).into_iter().collect();
     if let Ok(resolved) = std::fs::canonicalize(path) {
         if !paths.contains(&resolved) {
@@ -107,6 +113,10 @@ pub fn open_root(path: &Path) -> io::Result<Root> {
         }
     }
     let root = Root { fd, paths };
+    // Not Linux: no openat2, which the command's start line says.
+    #[cfg(not(target_os = "linux"))]
+    OPENAT2.store(MISSING, Ordering::Relaxed);
+    #[cfg(target_os = "linux")]
     if OPENAT2.load(Ordering::Relaxed) == UNKNOWN {
         let works = match openat2(
             root.as_fd(),
@@ -146,6 +156,7 @@ pub fn has_openat2() -> bool {
 /// or directory.
 pub fn open_beneath(root: &Root, rel: &str, follow_symlinks: bool) -> io::Result<File> {
     let rel = relative(rel);
+    #[cfg(target_os = "linux")]
     if OPENAT2.load(Ordering::Relaxed) != MISSING {
         // No symlink on the way (ELOOP if there is one): `rel` is the path
         // opened, and the caller judged it.
@@ -176,11 +187,14 @@ pub fn open_beneath(root: &Root, rel: &str, follow_symlinks: bool) -> io::Result
 /// it is inside the root after all (`../root/.env`). Where that cannot be
 /// read, the path is refused as without the flag.
 fn open_following(root: &Root, rel: &str) -> io::Result<(File, Option<Vec<Vec<u8>>>)> {
+    #[cfg(target_os = "linux")]
     let file = if OPENAT2.load(Ordering::Relaxed) != MISSING {
         File::from(openat2(root.as_fd(), rel, READ_FLAGS, ResolveFlags::NO_MAGICLINKS)?)
     } else {
         File::from(openat(root.as_fd(), rel, READ_FLAGS)?)
     };
+    #[cfg(not(target_os = "linux"))]
+    let file = File::from(openat(root.as_fd(), rel, READ_FLAGS)?);
     let where_is = |fd: BorrowedFd<'_>| {
         rustix::fs::readlinkat(rustix::fs::CWD, format!("/proc/self/fd/{}", fd.as_raw_fd()), Vec::new())
             .map(|p| PathBuf::from(OsStr::from_bytes(p.as_bytes())))
@@ -200,8 +214,22 @@ const READ_FLAGS: OFlags = OFlags::RDONLY
     .union(OFlags::CLOEXEC)
     .union(OFlags::NONBLOCK)
     .union(OFlags::NOCTTY);
+/// How a directory is held to open what is beneath it: `O_PATH` on Linux
+/// (no read permission needed, nothing read); a plain read-only open
+/// elsewhere (macOS has no `O_PATH`).
+#[cfg(target_os = "linux")]
+const DIR_FLAGS: OFlags = OFlags::PATH.union(OFlags::CLOEXEC);
+#[cfg(not(target_os = "linux"))]
+const DIR_FLAGS: OFlags = OFlags::RDONLY.union(OFlags::CLOEXEC);
+/// `stat` does not trigger an automount (Linux's flag; nothing elsewhere).
+#[cfg(target_os = "linux")]
+const STAT_FLAGS: AtFlags = AtFlags::NO_AUTOMOUNT;
+#[cfg(not(target_os = "linux"))]
+const STAT_FLAGS: AtFlags = AtFlags::empty();
+#[cfg(target_os = "linux")]
 const BENEATH: ResolveFlags = ResolveFlags::BENEATH.union(ResolveFlags::NO_MAGICLINKS);
 
+#[cfg(target_os = "linux")]
 fn openat2<P: rustix::path::Arg>(
     dir: BorrowedFd<'_>,
     path: P,
@@ -228,6 +256,67 @@ fn openat<P: rustix::path::Arg>(dir: BorrowedFd<'_>, path: P, flags: OFlags) -> 
 /// root it resolved to, component by component (what `pack` finds by
 /// canonicalising).
 pub(crate) fn open_walking(root: &Root, rel: &str) -> io::Result<(File, Option<Vec<Vec<u8>>>)> {
+    #[cfg(target_os = "linux")]
+    return walk(root, rel, step_o_path);
+    #[cfg(not(target_os = "linux"))]
+    return walk(root, rel, step_portable);
+}
+
+/// What one component of a path is, as a walk sees it without following it.
+enum Step {
+    /// A directory, held to open what is beneath it.
+    Dir(OwnedFd, FileId),
+    /// Anything else that is not a symlink (the caller opens it if it is
+    /// the last component, and checks that it is still this file).
+    Other(FileId),
+    /// A symlink, and its target.
+    Link(Vec<u8>),
+}
+
+/// One component on Linux: opened with `O_PATH | O_NOFOLLOW` (which gives
+/// the symlink itself), then asked what it is.
+#[cfg(target_os = "linux")]
+fn step_o_path(here: BorrowedFd<'_>, name: &[u8]) -> io::Result<Step> {
+    let fd = openat(here, name, OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC)?;
+    let id = id_of(&rustix::fs::fstat(&fd)?);
+    Ok(if id.is_symlink {
+        // An empty path names the descriptor itself (Linux 2.6.39).
+        Step::Link(rustix::fs::readlinkat(&fd, c"", Vec::new())?.into_bytes())
+    } else if id.is_dir {
+        Step::Dir(fd, id)
+    } else {
+        Step::Other(id)
+    })
+}
+
+/// One component where there is no `O_PATH` for a symlink: `fstatat`
+/// without following says what it is; a symlink is read by name (if it
+/// was swapped meanwhile, whatever target is read is still resolved by
+/// the walk's rules); a directory is opened with `O_NOFOLLOW` (a symlink
+/// put in its place fails to open) and must be the one looked at.
+#[cfg(any(not(target_os = "linux"), test))]
+fn step_portable(here: BorrowedFd<'_>, name: &[u8]) -> io::Result<Step> {
+    let id = id_of(&rustix::fs::statat(here, name, STAT_FLAGS | AtFlags::SYMLINK_NOFOLLOW)?);
+    if id.is_symlink {
+        return Ok(Step::Link(rustix::fs::readlinkat(here, name, Vec::new())?.into_bytes()));
+    }
+    if !id.is_dir {
+        return Ok(Step::Other(id));
+    }
+    let fd = openat(here, name, DIR_FLAGS | OFlags::DIRECTORY | OFlags::NOFOLLOW)?;
+    let now = id_of(&rustix::fs::fstat(&fd)?);
+    if (now.dev, now.ino) != (id.dev, id.ino) {
+        return Err(Errno::AGAIN.into());
+    }
+    Ok(Step::Dir(fd, id))
+}
+
+/// The walk itself, taking each component with `step`.
+fn walk(
+    root: &Root,
+    rel: &str,
+    step: fn(BorrowedFd<'_>, &[u8]) -> io::Result<Step>,
+) -> io::Result<(File, Option<Vec<Vec<u8>>>)> {
     let mut todo: std::collections::VecDeque<Vec<u8>> = rel
         .split('/')
         .filter(|c| !c.is_empty())
@@ -251,32 +340,32 @@ pub(crate) fn open_walking(root: &Root, rel: &str) -> io::Result<(File, Option<V
             }
             _ => {}
         }
-        let fd = openat(here, &name[..], OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC)?;
-        let id = id_of(&rustix::fs::fstat(&fd)?);
-        if id.is_symlink {
-            n_links += 1;
-            if n_links > SYMLINKS_MAX {
-                return Err(Errno::LOOP.into());
+        let (fd, id) = match step(here, &name[..])? {
+            Step::Dir(fd, id) => (Some(fd), id),
+            Step::Other(id) => (None, id),
+            Step::Link(target) => {
+                n_links += 1;
+                if n_links > SYMLINKS_MAX {
+                    return Err(Errno::LOOP.into());
+                }
+                let parts: Vec<Vec<u8>> = if target.first() == Some(&b'/') {
+                    let below = root.below(&target).ok_or(Errno::XDEV)?;
+                    dirs.clear();
+                    names.clear();
+                    below
+                } else {
+                    target
+                        .split(|&b| b == b'/')
+                        .filter(|p| !p.is_empty())
+                        .map(<[u8]>::to_vec)
+                        .collect()
+                };
+                for part in parts.into_iter().rev() {
+                    todo.push_front(part);
+                }
+                continue;
             }
-            // An empty path names the descriptor itself (Linux 2.6.39).
-            let target = rustix::fs::readlinkat(&fd, c"", Vec::new())?.into_bytes();
-            let parts: Vec<Vec<u8>> = if target.first() == Some(&b'/') {
-                let below = root.below(&target).ok_or(Errno::XDEV)?;
-                dirs.clear();
-                names.clear();
-                below
-            } else {
-                target
-                    .split(|&b| b == b'/')
-                    .filter(|p| !p.is_empty())
-                    .map(<[u8]>::to_vec)
-                    .collect()
-            };
-            for part in parts.into_iter().rev() {
-                todo.push_front(part);
-            }
-            continue;
-        }
+        };
         if todo.is_empty() {
             let file = openat(here, &name[..], READ_FLAGS | OFlags::NOFOLLOW)?;
             let now = id_of(&rustix::fs::fstat(&file)?);
@@ -287,9 +376,9 @@ pub(crate) fn open_walking(root: &Root, rel: &str) -> io::Result<(File, Option<V
             names.push(name);
             return Ok((File::from(file), (n_links > 0).then_some(names)));
         }
-        if !id.is_dir {
+        let Some(fd) = fd else {
             return Err(Errno::NOTDIR.into());
-        }
+        };
         dirs.push(fd);
         names.push(name);
     }
@@ -303,7 +392,7 @@ pub(crate) fn open_walking(root: &Root, rel: &str) -> io::Result<(File, Option<V
 /// detector for the cache (a changed identity makes the cache reopen the
 /// path with `open_beneath`, which applies the rules).
 pub fn stat_beneath(root: &Root, rel: &str) -> io::Result<FileId> {
-    Ok(id_of(&rustix::fs::statat(root, relative(rel), AtFlags::NO_AUTOMOUNT)?))
+    Ok(id_of(&rustix::fs::statat(root, relative(rel), STAT_FLAGS)?))
 }
 
 /// `lstat` of `rel` beneath `root` (a symlink itself, not its target):
@@ -312,7 +401,7 @@ pub fn lstat_beneath(root: &Root, rel: &str) -> io::Result<FileId> {
     Ok(id_of(&rustix::fs::statat(
         root,
         relative(rel),
-        AtFlags::NO_AUTOMOUNT | AtFlags::SYMLINK_NOFOLLOW,
+        STAT_FLAGS | AtFlags::SYMLINK_NOFOLLOW,
     )?))
 }
 
@@ -353,6 +442,7 @@ mod tests {
 
     /// The walk answers as openat2(RESOLVE_BENEATH) does, path by path:
     /// the same file, or the same error.
+    #[cfg(target_os = "linux")]
     #[test]
     fn the_component_walk_keeps_openat2s_rules() {
         let base = std::env::temp_dir().join(format!("peregrine-walk-{}", std::process::id()));
@@ -407,14 +497,17 @@ mod tests {
         ];
         for rel in paths {
             let kernel = openat2(root_fd.as_fd(), relative(rel), READ_FLAGS, BENEATH).map(File::from);
-            let walked = open_walking(&root_fd, rel).map(|(file, _)| file);
-            match (&kernel, &walked) {
-                (Ok(k), Ok(w)) => {
-                    let (k, w) = (fstat(k).unwrap(), fstat(w).unwrap());
-                    assert_eq!((k.dev, k.ino), (w.dev, w.ino), "{rel}");
+            // Linux's walk, and the one for systems without O_PATH.
+            for step in [step_o_path, step_portable] {
+                let walked = walk(&root_fd, rel, step).map(|(file, _)| file);
+                match (&kernel, &walked) {
+                    (Ok(k), Ok(w)) => {
+                        let (k, w) = (fstat(k).unwrap(), fstat(w).unwrap());
+                        assert_eq!((k.dev, k.ino), (w.dev, w.ino), "{rel}");
+                    }
+                    (Err(k), Err(w)) => assert_eq!(Some(k.raw_os_error()), w.raw_os_error(), "{rel}"),
+                    _ => panic!("{rel}: openat2 {kernel:?}, walk {walked:?}"),
                 }
-                (Err(k), Err(w)) => assert_eq!(Some(k.raw_os_error()), w.raw_os_error(), "{rel}"),
-                _ => panic!("{rel}: openat2 {kernel:?}, walk {walked:?}"),
             }
         }
         std::fs::remove_dir_all(&base).unwrap();
@@ -448,11 +541,17 @@ mod tests {
             symlink(target, root.join(link)).unwrap();
         }
         let root_fd = open_root(&root).unwrap();
+        // Where each walk led (Linux's, and the one without O_PATH: the same).
         let led = |rel: &str| -> Result<Option<String>, i32> {
-            match open_walking(&root_fd, rel) {
+            let led_by = |step| match walk(&root_fd, rel, step) {
                 Ok((_, resolved)) => Ok(resolved.map(|r| String::from_utf8(r.join(&b'/')).unwrap())),
                 Err(e) => Err(e.raw_os_error().unwrap()),
-            }
+            };
+            let portable = led_by(step_portable);
+            assert_eq!(open_walking(&root_fd, rel).is_ok(), portable.is_ok(), "{rel}");
+            #[cfg(target_os = "linux")]
+            assert_eq!(led_by(step_o_path), portable, "{rel}");
+            portable
         };
         assert_eq!(led("a.txt"), Ok(None));
         assert_eq!(led("d/b.txt"), Ok(None));

@@ -4,6 +4,10 @@
 //! seccomp filter that answers openat2 with ENOSYS.
 //!
 //! Alone in its binary: whether openat2 works is found once per process.
+//!
+//! Linux only: openat2 and seccomp are Linux's (elsewhere every path is
+//! walked, and `sys`'s unit tests check that walk).
+#![cfg(target_os = "linux")]
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};

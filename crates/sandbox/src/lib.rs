@@ -31,14 +31,17 @@
 
 #![forbid(unsafe_code)]
 
+#[cfg(target_os = "linux")]
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
+#[cfg(target_os = "linux")]
 use landlock::{
     Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, LandlockStatus, NetPort, PathBeneath, PathFd,
     Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope, ABI,
 };
+#[cfg(target_os = "linux")]
 use seccompiler::{
     sock_filter, BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
     SeccompRule,
@@ -47,6 +50,7 @@ use seccompiler::{
 /// The Landlock ABI whose rights this code was written and tested for;
 /// older kernels enforce the subset they know (best effort), newer ones
 /// this.
+#[cfg(target_os = "linux")]
 const LANDLOCK_ABI: ABI = ABI::V7;
 
 /// What the process may touch once sandboxed.
@@ -271,11 +275,21 @@ pub fn apply(policy: &Policy) -> std::io::Result<Applied> {
             "the sandbox must be set up before any thread starts ({n_threads} threads run)"
         )));
     }
-    let landlock = landlock(policy)?;
-    let seccomp = match seccomp(policy) {
-        Ok(n_syscalls) => Seccomp::Enforced { n_syscalls },
-        Err(why) => Seccomp::Unavailable(why),
-    };
+    #[cfg(target_os = "linux")]
+    let (landlock, seccomp) = (
+        landlock(policy)?,
+        match seccomp(policy) {
+            Ok(n_syscalls) => Seccomp::Enforced { n_syscalls },
+            Err(why) => Seccomp::Unavailable(why),
+        },
+    );
+    // Both are Linux's: elsewhere the process runs unconfined, and the
+    // start line says so.
+    #[cfg(not(target_os = "linux"))]
+    let (landlock, seccomp) = (
+        Landlock::Unavailable("Linux only".into()),
+        Seccomp::Unavailable("Linux only".into()),
+    );
     let connect = policy.connect.then(|| policy.connect_ports.clone());
     Ok(Applied {
         landlock,
@@ -284,6 +298,7 @@ pub fn apply(policy: &Policy) -> std::io::Result<Applied> {
     })
 }
 
+#[cfg(target_os = "linux")]
 fn landlock(policy: &Policy) -> std::io::Result<Landlock> {
     let read = AccessFs::ReadFile | AccessFs::ReadDir;
     let append = AccessFs::WriteFile | AccessFs::MakeReg;
@@ -354,6 +369,7 @@ fn landlock(policy: &Policy) -> std::io::Result<Landlock> {
 
 /// Installs the allow-list on every thread; returns how many system calls
 /// it allows, or why it could not be installed.
+#[cfg(target_os = "linux")]
 fn seccomp(policy: &Policy) -> Result<usize, String> {
     let arch = std::env::consts::ARCH
         .try_into()
@@ -404,6 +420,7 @@ fn seccomp(policy: &Policy) -> Result<usize, String> {
 }
 
 /// Namespace flags of clone(2): none may be asked for.
+#[cfg(target_os = "linux")]
 const NAMESPACES: u64 = (libc::CLONE_NEWNS
     | libc::CLONE_NEWCGROUP
     | libc::CLONE_NEWUTS
@@ -423,6 +440,7 @@ const NAMESPACES: u64 = (libc::CLONE_NEWNS
 /// beyond what was seen: the UDP calls HTTP/3 will need (`recvmmsg`,
 /// `sendmmsg`, `recvmsg`, `sendmsg`), and the `epoll_pwait`, `nanosleep`,
 /// `poll` variants the libraries may pick instead.
+#[cfg(target_os = "linux")]
 fn allowed(set_ids: bool) -> Result<BTreeMap<i64, Vec<SeccompRule>>, seccompiler::BackendError> {
     use SeccompCmpOp::{Eq, MaskedEq};
     let arg = |idx, op, value| SeccompCondition::new(idx, SeccompCmpArgLen::Qword, op, value);

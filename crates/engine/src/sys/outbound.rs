@@ -17,8 +17,8 @@ use std::time::Duration;
 
 use rustix::io::Errno;
 use rustix::net::{
-    recvmsg, sendmsg, socketpair, AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, ReturnFlags,
-    SendAncillaryBuffer, SendAncillaryMessage, SendFlags, SocketFlags, SocketType,
+    recvmsg, sendmsg, socketpair, AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, ReturnFlags,
+    SendAncillaryBuffer, SendAncillaryMessage, SocketFlags, SocketType,
 };
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 
@@ -44,20 +44,30 @@ struct Aligned<const N: usize>([MaybeUninit<u8>; N]);
 /// and blocking. Sequenced packets keep each record a message of its own
 /// (no framing to get wrong) and report the peer's close as a read of 0.
 pub(crate) fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
-    Ok(socketpair(
+    #[cfg(not(target_vendor = "apple"))]
+    return Ok(socketpair(
         AddressFamily::UNIX,
         SocketType::SEQPACKET,
         SocketFlags::CLOEXEC,
         None,
-    )?)
+    )?);
+    // No SOCK_CLOEXEC on Apple's systems: set just after.
+    #[cfg(target_vendor = "apple")]
+    {
+        let (a, b) = socketpair(AddressFamily::UNIX, SocketType::SEQPACKET, SocketFlags::empty(), None)?;
+        for fd in [&a, &b] {
+            rustix::io::fcntl_setfd(fd, rustix::io::fcntl_getfd(fd)? | rustix::io::FdFlags::CLOEXEC)?;
+        }
+        Ok((a, b))
+    }
 }
 
 /// Fails with `InvalidInput` unless `fd` is a Unix-domain sequenced-packet
 /// socket: a stream socket would merge and split records, and what came
 /// through anything else could not be trusted to be the channel.
 pub(crate) fn check_seqpacket(fd: BorrowedFd<'_>) -> io::Result<()> {
-    use rustix::net::sockopt::{socket_domain, socket_type};
-    if socket_domain(fd)? == AddressFamily::UNIX && socket_type(fd)? == SocketType::SEQPACKET {
+    use rustix::net::sockopt::socket_type;
+    if super::socket_family(fd)? == AddressFamily::UNIX && socket_type(fd)? == SocketType::SEQPACKET {
         Ok(())
     } else {
         Err(io::Error::new(
@@ -85,7 +95,7 @@ pub(crate) fn send(socket: BorrowedFd<'_>, bytes: &[u8], fds: &[BorrowedFd<'_>])
         ));
     }
     loop {
-        match sendmsg(socket, &[IoSlice::new(bytes)], &mut control, SendFlags::NOSIGNAL) {
+        match sendmsg(socket, &[IoSlice::new(bytes)], &mut control, super::SEND_FLAGS) {
             Ok(n) if n == bytes.len() => return Ok(()),
             // A sequenced packet is sent whole or not at all; a stream
             // socket given here by mistake would split it.
@@ -114,23 +124,22 @@ pub(crate) fn recv(socket: BorrowedFd<'_>, buf: &mut [u8], fds: &mut Vec<OwnedFd
     let mut space = Aligned([MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(FDS_ROOM))]);
     let mut control = RecvAncillaryBuffer::new(&mut space.0);
     let msg = loop {
-        match recvmsg(
-            socket,
-            &mut [IoSliceMut::new(buf)],
-            &mut control,
-            RecvFlags::CMSG_CLOEXEC,
-        ) {
+        match recvmsg(socket, &mut [IoSliceMut::new(buf)], &mut control, super::RECV_FLAGS) {
             Err(Errno::INTR) => continue,
             result => break result?,
         }
     };
     // Every descriptor becomes an OwnedFd here; any other control message
     // (credentials, if a peer turned SO_PASSCRED on) carries none.
+    #[cfg(target_vendor = "apple")]
+    let n_before = fds.len();
     for message in control.drain() {
         if let RecvAncillaryMessage::ScmRights(received) = message {
             fds.extend(received);
         }
     }
+    #[cfg(target_vendor = "apple")]
+    super::cloexec_received(&fds[n_before..])?;
     Ok(Received {
         len: msg.bytes.min(buf.len()),
         truncated: msg.flags.intersects(ReturnFlags::TRUNC | ReturnFlags::CTRUNC),

@@ -34,7 +34,7 @@ pub(crate) fn bind_group(addr: SocketAddr, n_workers: usize) -> io::Result<Vec<T
             socket.set_only_v6(true)?;
         }
         socket.set_reuse_address(true)?;
-        socket.set_reuse_port(true)?;
+        set_reuse_port(&socket)?;
         socket.set_nonblocking(true)?;
         socket.bind(&bound.into())?;
         socket.listen(BACKLOG)?;
@@ -45,15 +45,36 @@ pub(crate) fn bind_group(addr: SocketAddr, n_workers: usize) -> io::Result<Vec<T
     Ok(listeners)
 }
 
+/// Joins `socket` to its port's group of sockets. Linux spreads new
+/// connections (and datagrams) over a SO_REUSEPORT group; FreeBSD does
+/// that with SO_REUSEPORT_LB (12.0 on), which it is asked for instead, as
+/// nginx does. On other systems (macOS, the other BSDs) the group's
+/// sockets share the port but one of them gets every connection: it still
+/// serves, on one worker (the `peregrine` command's start line says so).
+fn set_reuse_port(socket: &Socket) -> io::Result<()> {
+    #[cfg(target_os = "freebsd")]
+    return socket.set_reuse_port_lb(true);
+    #[cfg(not(target_os = "freebsd"))]
+    return socket.set_reuse_port(true);
+}
+
 /// `send(2)` with MSG_MORE: the kernel holds a partial segment for the
 /// bytes of the next send (or sendfile) on the socket, which pushes it.
 /// A Unix socket has no segments to hold: a plain send.
+#[cfg(target_os = "linux")]
 pub(crate) fn send_more(stream: &super::stream::Stream, buf: &[u8]) -> io::Result<usize> {
     let flags = match stream {
         super::stream::Stream::Tcp(_) => libc::MSG_MORE,
         super::stream::Stream::Unix(_) => 0,
     };
     socket2::SockRef::from(stream).send_with_flags(buf, flags)
+}
+
+/// A plain `send(2)` where there is no MSG_MORE (the BSDs, macOS): the
+/// head may leave in a segment of its own before the file's first bytes.
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn send_more(stream: &super::stream::Stream, buf: &[u8]) -> io::Result<usize> {
+    socket2::SockRef::from(stream).send(buf)
 }
 
 /// Binds `n_workers` UDP sockets to `addr` (a TLS listener's address, its
@@ -77,7 +98,7 @@ pub(crate) fn bind_udp_group(addr: SocketAddr, n_workers: usize) -> io::Result<V
         if addr.is_ipv6() {
             socket.set_only_v6(true)?;
         }
-        socket.set_reuse_port(true)?;
+        set_reuse_port(&socket)?;
         socket.set_nonblocking(true)?;
         socket.bind(&addr.into())?;
         sockets.push(socket.into());
@@ -96,6 +117,7 @@ pub(crate) fn bind_udp_group(addr: SocketAddr, n_workers: usize) -> io::Result<V
 /// changes (NAT rebinding, migration). The filter sees the UDP payload:
 /// the ID starts at byte 6 in a long header (after the first byte, the
 /// version and the ID's length), at byte 1 in a short one.
+#[cfg(target_os = "linux")]
 pub(crate) fn steer_by_connection_id(socket: &std::net::UdpSocket, n_sockets: u32) -> io::Result<()> {
     use std::os::fd::AsRawFd;
     const fn op(code: u32, jt: u8, jf: u8, k: u32) -> libc::sock_filter {
@@ -135,4 +157,16 @@ pub(crate) fn steer_by_connection_id(socket: &std::net::UdpSocket, n_sockets: u3
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// Only Linux has a classic BPF program choose a socket of a SO_REUSEPORT
+/// group: elsewhere datagrams are spread by their addresses (or all go to
+/// one socket), and a client that changes address may reach another
+/// worker, which does not know its connection.
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn steer_by_connection_id(_socket: &std::net::UdpSocket, _n_sockets: u32) -> io::Result<()> {
+    Err(io::Error::new(
+        io::ErrorKind::Unsupported,
+        "SO_ATTACH_REUSEPORT_CBPF is Linux's",
+    ))
 }

@@ -73,7 +73,7 @@ impl Read for Stream {
 
 impl Write for Stream {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        Ok(rustix::net::send(self.as_fd(), buf, rustix::net::SendFlags::NOSIGNAL)?)
+        Ok(rustix::net::send(self.as_fd(), buf, super::SEND_FLAGS)?)
     }
 
     fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
@@ -323,6 +323,12 @@ pub fn remove_stale_socket(path: &Path) -> io::Result<bool> {
     }
 }
 
+/// Whether `socket` is a Unix-domain one (by its address's family:
+/// SO_DOMAIN, which socket2's `domain` reads, is not on every system).
+pub(crate) fn is_unix_socket(socket: &socket2::Socket) -> io::Result<bool> {
+    Ok(socket.local_addr()?.is_unix())
+}
+
 /// Binds a Unix-domain stream socket at `path`, after removing a stale
 /// one, with mode [`SOCKET_MODE`] (set through the umask around `bind`,
 /// so the file never exists with a wider mode), listening.
@@ -331,7 +337,7 @@ pub(crate) fn bind_unix(path: &Path, backlog: i32) -> io::Result<StdListener> {
     remove_stale_socket(path)?;
     let socket = Socket::new(Domain::UNIX, Type::STREAM, None)?;
     let addr = SockAddr::unix(path)?;
-    let old = rustix::process::umask(rustix::fs::Mode::from_bits_truncate(0o777 & !SOCKET_MODE));
+    let old = rustix::process::umask(rustix::fs::Mode::from_bits_truncate((0o777 & !SOCKET_MODE) as _));
     let bound = socket.bind(&addr);
     rustix::process::umask(old);
     bound?;

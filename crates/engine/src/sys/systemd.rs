@@ -55,7 +55,7 @@ pub fn listen_fds() -> io::Result<Vec<crate::Listening>> {
         // process.
         let owned = unsafe { OwnedFd::from_raw_fd(fd) };
         let socket = Socket::from(owned);
-        let listening = socket.r#type()? == Type::STREAM && socket.is_listener()?;
+        let listening = socket.r#type()? == Type::STREAM && super::is_listening(std::os::fd::AsFd::as_fd(&socket))?;
         if !listening {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -64,7 +64,7 @@ pub fn listen_fds() -> io::Result<Vec<crate::Listening>> {
         }
         socket.set_nonblocking(true)?;
         socket.set_cloexec(true)?;
-        let listener = if socket.domain()? == socket2::Domain::UNIX {
+        let listener = if super::stream::is_unix_socket(&socket)? {
             super::stream::SocketFile::inherited(socket.into())
         } else {
             super::stream::StdListener::Tcp(socket.into())
@@ -93,9 +93,18 @@ pub fn notify(state: &str) -> io::Result<()> {
     };
     let bytes = std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str());
     let addr = match bytes.strip_prefix(b"@") {
+        #[cfg(target_os = "linux")]
         Some(name) => {
             use std::os::linux::net::SocketAddrExt;
             SocketAddr::from_abstract_name(name)?
+        }
+        // The abstract namespace is Linux's (so is systemd).
+        #[cfg(not(target_os = "linux"))]
+        Some(_) => {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "NOTIFY_SOCKET names an abstract socket, which only Linux has",
+            ))
         }
         None => SocketAddr::from_pathname(&path)?,
     };

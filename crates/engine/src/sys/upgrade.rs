@@ -19,8 +19,8 @@ use std::sync::Arc;
 
 use rustix::io::{Errno, FdFlags};
 use rustix::net::{
-    recvmsg, sendmsg, AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, ReturnFlags,
-    SendAncillaryBuffer, SendAncillaryMessage, SendFlags, SocketType,
+    recvmsg, sendmsg, AddressFamily, RecvAncillaryBuffer, RecvAncillaryMessage, ReturnFlags, SendAncillaryBuffer,
+    SendAncillaryMessage, SocketType,
 };
 
 /// Most descriptors one hand-over carries: the kernel's SCM_MAX_FD, what
@@ -55,7 +55,7 @@ pub fn send(socket: BorrowedFd<'_>, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> io:
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "too many descriptors"));
     }
     loop {
-        match sendmsg(socket, &[IoSlice::new(bytes)], &mut control, SendFlags::NOSIGNAL) {
+        match sendmsg(socket, &[IoSlice::new(bytes)], &mut control, super::SEND_FLAGS) {
             Ok(n) if n == bytes.len() => return Ok(()),
             Ok(_) => return Err(io::Error::new(io::ErrorKind::WriteZero, "a message sent in part")),
             Err(Errno::INTR) => continue,
@@ -77,7 +77,7 @@ pub fn recv(socket: BorrowedFd<'_>) -> io::Result<(Vec<u8>, Vec<OwnedFd>)> {
             socket,
             &mut [IoSliceMut::new(&mut buf)],
             &mut control,
-            RecvFlags::CMSG_CLOEXEC,
+            super::RECV_FLAGS,
         ) {
             Err(Errno::INTR) => continue,
             result => break result?,
@@ -89,6 +89,8 @@ pub fn recv(socket: BorrowedFd<'_>) -> io::Result<(Vec<u8>, Vec<OwnedFd>)> {
             fds.extend(received);
         }
     }
+    #[cfg(target_vendor = "apple")]
+    super::cloexec_received(&fds)?;
     if msg.flags.intersects(ReturnFlags::TRUNC | ReturnFlags::CTRUNC) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
@@ -118,13 +120,13 @@ pub enum SocketKind {
 
 /// What `fd` is, from the kernel (never from what the sender said).
 pub fn socket_kind(fd: BorrowedFd<'_>) -> SocketKind {
-    use rustix::net::sockopt::{socket_acceptconn, socket_domain, socket_type};
-    let (Ok(domain), Ok(kind)) = (socket_domain(fd), socket_type(fd)) else {
+    use rustix::net::sockopt::socket_type;
+    let (Ok(domain), Ok(kind)) = (super::socket_family(fd), socket_type(fd)) else {
         return SocketKind::Other;
     };
     match (domain, kind) {
         (AddressFamily::INET | AddressFamily::INET6 | AddressFamily::UNIX, SocketType::STREAM)
-            if socket_acceptconn(fd).unwrap_or(false) =>
+            if super::is_listening(fd).unwrap_or(false) =>
         {
             SocketKind::Listener
         }
