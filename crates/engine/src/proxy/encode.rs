@@ -319,6 +319,11 @@ pub(crate) fn push_etag(lines: &mut Vec<u8>, value: &[u8]) {
 
 /// The fields the verdict adds after the relayed ones.
 pub(crate) fn push_fields(lines: &mut Vec<u8>, head: &ResponseHead<'_, '_>, verdict: Verdict) {
+    if !verdict.vary {
+        // Not compressible (or no `encode`): nothing to add, and no pass
+        // over the fields.
+        return;
+    }
     if let Some(coding) = verdict.coding {
         lines.extend_from_slice(b"Content-Encoding: ");
         lines.extend_from_slice(coding.name().as_bytes());
@@ -330,7 +335,7 @@ pub(crate) fn push_fields(lines: &mut Vec<u8>, head: &ResponseHead<'_, '_>, verd
         .filter(|h| h.name.eq_ignore_ascii_case("vary"))
         .flat_map(|h| list_elements(h.value))
         .any(|v| v == b"*" || v.eq_ignore_ascii_case(b"accept-encoding"));
-    if verdict.vary && !varies {
+    if !varies {
         lines.extend_from_slice(b"Vary: Accept-Encoding\r\n");
     }
 }
