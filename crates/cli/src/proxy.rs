@@ -153,6 +153,9 @@ pub(crate) fn route_proxy(
         }
         proxy = proxy.active_health(check);
     }
+    if let Some(e) = &p.encode {
+        proxy = proxy.encode(e.clone());
+    }
     Ok(proxy)
 }
 

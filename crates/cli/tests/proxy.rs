@@ -889,3 +889,108 @@ fn serve_proxy_https_is_verified_against_proxy_ca() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("missing.pem"), "{err}");
 }
+
+/// A proxy route's `encode` (Caddy's `encode`, nginx's `gzip on`): off
+/// unless given; `true` compresses answers of at least 512 bytes, a table
+/// sets the minimum; check-config shows it, and refuses it elsewhere.
+#[test]
+fn a_routes_encode_compresses_its_upstreams_answers_and_only_a_proxy_route_has_it() {
+    if std::process::Command::new("curl").arg("--version").output().is_err() {
+        eprintln!("skipped: no curl");
+        return;
+    }
+    let t = Scratch::new("proxy-encode");
+    t.write("site/index.html", "home\n");
+    let up = upstream();
+    let config = t.write(
+        "peregrine.toml",
+        format!(
+            "version = 1\nbind = [\"127.0.0.1:0\"]\nworkers = 1\n\
+             [[site]]\nnames = [\"a.test\"]\nroot = \"site\"\n\
+             [[site.route]]\npath = \"/small/*\"\nproxy = \"http://{up}\"\nencode = {{ min-length = 0 }}\n\
+             [[site.route]]\npath = \"/default/*\"\nproxy = \"http://{up}\"\nencode = true\n\
+             [[site.route]]\npath = \"/off/*\"\nproxy = \"http://{up}\"\n"
+        ),
+    );
+    let shown = common::peregrine()
+        .current_dir(t.dir())
+        .args(["check-config", "serve", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&shown.stdout);
+    assert!(
+        shown.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&shown.stderr)
+    );
+    assert!(
+        text.contains("encode = { min-length = 0, set-cookie = false }"),
+        "{text}"
+    );
+    assert!(
+        text.contains("encode = { min-length = 512, set-cookie = false }"),
+        "{text}"
+    );
+    let server = Process::spawn(
+        common::peregrine()
+            .current_dir(t.dir())
+            .args(["serve", "--config"])
+            .arg(&config),
+    );
+    let addr = addr_of(&server);
+    for (path, coded) in [("/small/x", true), ("/default/x", false), ("/off/x", false)] {
+        for version in ["--http1.1", "--http2-prior-knowledge"] {
+            let out = std::process::Command::new("curl")
+                .args(["-s", "--compressed", "-D", "/dev/stderr", version, "-H", "Host: a.test"])
+                .arg(format!("http://{addr}{path}"))
+                .output()
+                .unwrap();
+            let head = String::from_utf8_lossy(&out.stderr).to_ascii_lowercase();
+            let body = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                body.starts_with(&format!("GET {path} HTTP/1.1")),
+                "{path} {version}: {head}{body}"
+            );
+            assert_eq!(
+                head.contains("content-encoding: zstd"),
+                coded,
+                "{path} {version}: {head}"
+            );
+            assert_eq!(
+                head.contains("vary: accept-encoding"),
+                coded,
+                "{path} {version}: {head}"
+            );
+        }
+    }
+    for (route, why) in [
+        ("path = \"/*\"\nencode = true\n", "only a proxy route has `encode`"),
+        (
+            "path = \"/*\"\nproxy = \"http://127.0.0.1:9\"\nencode = { level = 9 }\n",
+            "level",
+        ),
+        (
+            "path = \"/*\"\nproxy = \"http://127.0.0.1:9\"\nencode = \"gzip\"\n",
+            "encode",
+        ),
+    ] {
+        let bad = t.write(
+            "bad.toml",
+            format!("version = 1\n[[site]]\nnames = [\"a.test\"]\nroot = \"site\"\n[[site.route]]\n{route}"),
+        );
+        let out = common::peregrine()
+            .current_dir(t.dir())
+            .args(["check-config", "serve", "--config"])
+            .arg(&bad)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{route}");
+        let line = 5 + route.lines().position(|l| l.starts_with("encode")).unwrap() + 1;
+        assert!(
+            err.contains(&format!("{}:{line}: encode", bad.display())) && err.contains(why),
+            "{route}: {err}"
+        );
+    }
+}

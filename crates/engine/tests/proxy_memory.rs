@@ -13,7 +13,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Mutex;
 use std::thread;
 
-use peregrine::proxy::{Proxy, Upstream};
+use peregrine::proxy::{Encode, Proxy, Upstream, ENCODER_BYTES_MAX};
 use peregrine::{Limits, Router, Running, Server};
 use test_support::alloc::{leave_this_thread_out, live_bytes, peak_bytes, reset_peak, Counting};
 
@@ -74,6 +74,20 @@ fn serve(stream: TcpStream) {
             let n = std::io::copy(&mut (&mut r).take(len), &mut std::io::sink()).unwrap();
             let text = n.to_string();
             write!(w, "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{text}", text.len()).unwrap();
+        } else if head.starts_with("GET /text") {
+            // Text that compresses about 4 to 1, so that the compressed
+            // stream is long enough to fill the client's channel.
+            write!(
+                w,
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {TEXT_BYTES}\r\n\r\n"
+            )
+            .unwrap();
+            let block = text_block();
+            for _ in 0..TEXT_BYTES / block.len() as u64 {
+                if w.write_all(&block).is_err() {
+                    return;
+                }
+            }
         } else {
             write!(w, "HTTP/1.1 200 OK\r\nContent-Length: {GIB}\r\n\r\n").unwrap();
             let block = vec![b'x'; 256 * 1024];
@@ -86,8 +100,57 @@ fn serve(stream: TcpStream) {
     }
 }
 
+/// The compressed downloads' length.
+const TEXT_BYTES: u64 = 32 << 20;
+
+/// 256 KiB of words in a pseudo-random order.
+fn text_block() -> Vec<u8> {
+    const WORDS: [&str; 16] = [
+        "alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet", "kilo", "lima",
+        "mike", "november", "oscar", "papa",
+    ];
+    let mut x: u32 = 12345;
+    let mut out = Vec::with_capacity(256 * 1024 + 16);
+    while out.len() < 256 * 1024 {
+        x = x.wrapping_mul(1_103_515_245).wrapping_add(12345);
+        out.extend_from_slice(WORDS[(x >> 16) as usize % 16].as_bytes());
+        out.push(if x % 7 == 0 { b'\n' } else { b' ' });
+    }
+    out.truncate(256 * 1024);
+    out
+}
+
+/// Counts what a decoder writes.
+struct Count(u64);
+
+impl Write for Count {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0 += b.len() as u64;
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Reads a chunked body from `r` into `out`.
+fn read_chunked(r: &mut impl BufRead, out: &mut impl Write) {
+    let mut chunk = Vec::new();
+    loop {
+        let mut size = String::new();
+        r.read_line(&mut size).unwrap();
+        let n = usize::from_str_radix(size.trim(), 16).unwrap();
+        chunk.resize(n + 2, 0);
+        r.read_exact(&mut chunk).unwrap();
+        if n == 0 {
+            return;
+        }
+        out.write_all(&chunk[..n]).unwrap();
+    }
+}
+
 fn proxy_server(up: SocketAddr) -> Running {
-    let proxy = Proxy::new(Upstream::parse(&format!("http://{up}")).unwrap());
+    let proxy = Proxy::new(Upstream::parse(&format!("http://{up}")).unwrap()).encode(Encode::new());
     let router = Router::new()
         .route("GET", "/*rest", proxy.clone())
         .route("POST", "/*rest", proxy);
@@ -168,4 +231,59 @@ fn a_gib_up_and_a_gib_down_through_the_proxy_stay_within_its_buffers() {
     assert!(up < PROXIED_BYTES_MAX, "upload: peak heap +{up} bytes");
     assert!(down < PROXIED_BYTES_MAX, "download: peak heap +{down} bytes");
     assert!(up > 0 && down > 0, "the figures count the server's heap");
+}
+
+/// A compressed answer holds its compressor besides the proxy's buffers:
+/// 32 MiB of text compressed on the fly, in each coding, stays within
+/// `PROXIED_BYTES_MAX` and one `ENCODER_BYTES_MAX` (zstd's context is its
+/// own `malloc`'s, not counted here: `encode.rs` measures it apart).
+#[test]
+fn a_compressed_download_holds_one_compressor_more_and_no_more() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    leave_this_thread_out();
+    let server = proxy_server(upstream());
+    let addr = server.local_addr();
+    let plain = peak_during(addr, |addr| {
+        let mut c = TcpStream::connect(addr).unwrap();
+        c.write_all(b"GET /text HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
+        let mut r = BufReader::with_capacity(256 * 1024, c);
+        let head = read_head(&mut r);
+        assert!(!head.to_ascii_lowercase().contains("content-encoding"), "{head}");
+        let n = std::io::copy(&mut (&mut r).take(TEXT_BYTES), &mut std::io::sink()).unwrap();
+        assert_eq!(n, TEXT_BYTES);
+    });
+    println!("32 MiB of text, identity: peak heap +{} KiB", plain >> 10);
+    for coding in ["gzip", "zstd"] {
+        let peak = peak_during(addr, |addr| {
+            let mut c = TcpStream::connect(addr).unwrap();
+            write!(c, "GET /text HTTP/1.1\r\nHost: a\r\nAccept-Encoding: {coding}\r\n\r\n").unwrap();
+            let mut r = BufReader::with_capacity(256 * 1024, c);
+            let head = read_head(&mut r).to_ascii_lowercase();
+            assert!(head.contains(&format!("content-encoding: {coding}")), "{head}");
+            assert!(head.contains("transfer-encoding: chunked"), "{head}");
+            let n = match coding {
+                "gzip" => {
+                    let mut d = flate2::write::GzDecoder::new(Count(0));
+                    read_chunked(&mut r, &mut d);
+                    d.finish().unwrap().0
+                }
+                _ => {
+                    let mut d = zstd::stream::write::Decoder::new(Count(0)).unwrap();
+                    read_chunked(&mut r, &mut d);
+                    d.flush().unwrap();
+                    d.into_inner().0
+                }
+            };
+            assert_eq!(n, TEXT_BYTES, "{coding}: every byte decoded");
+        });
+        println!(
+            "32 MiB of text, {coding}: peak heap +{} KiB ({:+} KiB against identity)",
+            peak >> 10,
+            (peak - plain) >> 10
+        );
+        assert!(
+            peak < PROXIED_BYTES_MAX + ENCODER_BYTES_MAX as isize,
+            "{coding}: peak heap +{peak} bytes"
+        );
+    }
 }

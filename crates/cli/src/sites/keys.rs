@@ -97,7 +97,11 @@ pub(crate) const ROUTE_KEYS: &[&str] = &[
     "basic-auth",
     "forward-auth",
     "balance",
+    "encode",
 ];
+
+/// The keys of a proxy route's `encode` table.
+pub(crate) const ENCODE_KEYS: &[&str] = &["min-length", "set-cookie"];
 
 /// The keys of a route's `ip` table.
 pub(crate) const IP_KEYS: &[&str] = &["allow", "deny"];

@@ -185,6 +185,10 @@ pub(crate) struct Proxy {
     /// certificate is not verified (flagged at start and by
     /// `check-config`).
     pub(crate) insecure_skip_verify: bool,
+    /// `encode = true` or `encode = { min-length = N, set-cookie = B }`:
+    /// answers compressed on the fly (`peregrine::proxy::Encode`); off
+    /// unless given, as Caddy's `encode` and nginx's `gzip`.
+    pub(crate) encode: Option<peregrine::proxy::Encode>,
 }
 
 /// A proxy route's `balance` table (`peregrine::proxy::Proxy::balanced`):

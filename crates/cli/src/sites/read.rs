@@ -17,8 +17,9 @@ use peregrine::host::{normalize, HostMap};
 use peregrine::pattern::Pattern;
 
 use super::keys::{
-    per_site, reserved, Applies, BALANCE_KEYS, BASIC_AUTH_KEYS, CORS_KEYS, FORWARD_AUTH_KEYS, HANDLERS, IP_KEYS, PATHS,
-    PER_SITE, RATE_LIMIT_KEYS, REDIRECT_STATUSES, REDIRECT_STATUS_DEFAULT, ROUTE_KEYS, ROUTE_SETTINGS, SITE_KEYS,
+    per_site, reserved, Applies, BALANCE_KEYS, BASIC_AUTH_KEYS, CORS_KEYS, ENCODE_KEYS, FORWARD_AUTH_KEYS, HANDLERS,
+    IP_KEYS, PATHS, PER_SITE, RATE_LIMIT_KEYS, REDIRECT_STATUSES, REDIRECT_STATUS_DEFAULT, ROUTE_KEYS, ROUTE_SETTINGS,
+    SITE_KEYS,
 };
 use super::render::{toml_list, Shown};
 use super::routes;
@@ -649,6 +650,7 @@ impl FileSites<'_> {
         let mut upstream: Option<(String, usize)> = None;
         let mut more_upstreams: Vec<String> = Vec::new();
         let mut balance: Option<(Balance, usize)> = None;
+        let mut encode: Option<(Option<peregrine::proxy::Encode>, usize)> = None;
         let mut files_first: Option<(bool, usize)> = None;
         let mut error_page: Option<(PathBuf, usize)> = None;
         let mut proxy_ca: Option<(PathBuf, usize)> = None;
@@ -745,6 +747,7 @@ impl FileSites<'_> {
                     }
                 }
                 "balance" => balance = self.balance(v, errors).map(|b| (b, line)),
+                "encode" => encode = self.encode(v, errors).map(|e| (e, line)),
                 "files-first" => match v.get_ref() {
                     DeValue::Boolean(b) => files_first = Some((*b, line)),
                     other => errors.push(self.error(
@@ -862,6 +865,7 @@ impl FileSites<'_> {
                 ("proxy-ca", proxy_ca.as_ref().map(|e| e.1)),
                 ("insecure-skip-verify", skip_verify.map(|e| e.1)),
                 ("balance", balance.as_ref().map(|b| b.1)),
+                ("encode", encode.as_ref().map(|e| e.1)),
             ] {
                 if let Some(line) = line {
                     errors.push(self.error(
@@ -1047,7 +1051,12 @@ impl FileSites<'_> {
                         }
                     }
                 }
+                let encode = encode.and_then(|(e, line)| {
+                    shown.push(Shown::new("encode", encode_text(e.as_ref()), self.origin(line)));
+                    e
+                });
                 HandlerSpec::Proxy(Proxy {
+                    encode,
                     url,
                     more: more_upstreams,
                     balance: balance.map(|b| b.0).unwrap_or_default(),
@@ -1614,6 +1623,47 @@ impl FileSites<'_> {
             .ok()
     }
 
+    /// A proxy route's `encode`: `true`, `false`, or a table (`None`
+    /// inside: off).
+    fn encode(
+        &self,
+        value: &Spanned<DeValue<'_>>,
+        errors: &mut Vec<String>,
+    ) -> Option<Option<peregrine::proxy::Encode>> {
+        if let DeValue::Boolean(on) = value.get_ref() {
+            return Some(on.then(peregrine::proxy::Encode::new));
+        }
+        let example = "true, or { min-length = 512, set-cookie = false }";
+        let table = self.access_table("encode", value, ENCODE_KEYS, example, errors)?;
+        let mut e = peregrine::proxy::Encode::new();
+        for (name, v, at) in table {
+            match name {
+                "min-length" => {
+                    let n = self.integer("encode", name, v, errors)?;
+                    match u64::try_from(n) {
+                        Ok(n) => e = e.min_bytes(n),
+                        Err(_) => {
+                            errors.push(self.error(at, "encode", format!("{name}: {n}: a length in bytes, 0 or more")));
+                            return None;
+                        }
+                    }
+                }
+                _ => match v.get_ref() {
+                    DeValue::Boolean(b) => e = e.set_cookie(*b),
+                    other => {
+                        errors.push(self.error(
+                            at,
+                            "encode",
+                            format!("{name}: expected true or false, found {}", config::describe(other)),
+                        ));
+                        return None;
+                    }
+                },
+            }
+        }
+        Some(Some(e))
+    }
+
     /// A proxy route's `balance` table.
     fn balance(&self, value: &Spanned<DeValue<'_>>, errors: &mut Vec<String>) -> Option<Balance> {
         let example = "{ policy = \"least-conn\", health-uri = \"/healthz\" }";
@@ -1784,6 +1834,18 @@ fn inline_table(fields: &[(String, String)]) -> String {
         .map(|(n, v)| format!("{} = {}", config::toml_key(n), config::toml_string(v)))
         .collect();
     format!("{{ {} }}", items.join(", "))
+}
+
+/// A route's `encode` as `check-config` shows it.
+fn encode_text(e: Option<&peregrine::proxy::Encode>) -> String {
+    match e {
+        None => "false".to_owned(),
+        Some(e) => format!(
+            "{{ min-length = {}, set-cookie = {} }}",
+            e.min_len(),
+            e.compresses_set_cookie()
+        ),
+    }
 }
 
 /// A `balance` table as `check-config` shows it.

@@ -213,6 +213,7 @@ impl ForwardAuth {
                 finish,
             })),
             choice: None,
+            encode: None,
         });
         Reply::Later
     }

@@ -50,6 +50,7 @@
 
 mod auth;
 mod balance;
+mod encode;
 mod health;
 mod pool;
 mod resolve;
@@ -59,6 +60,7 @@ mod upstream;
 
 pub use auth::{Decide, Finish, ForwardAuth, Held};
 pub use balance::Policy;
+pub use encode::{Encode, ENCODER_BYTES_MAX, STREAMS_MAX as ENCODE_STREAMS_MAX};
 pub(crate) use health::start as start_checking;
 pub use health::{probe, ActiveCheck};
 pub(crate) use pool::{Sock, Upstreams};
@@ -103,6 +105,8 @@ pub struct Proxy {
     up: Arc<Upstream>,
     /// Several upstreams (`balance.rs`); `None` for one.
     balance: Option<Arc<balance::Balance>>,
+    /// Answers compressed on the fly (`encode.rs`); `None`: never.
+    encode: Option<Arc<Encode>>,
 }
 
 /// One request for an upstream, as the handler left it for the worker: the
@@ -139,6 +143,9 @@ pub(crate) struct Job {
     /// A route with several upstreams: which to choose from, and which
     /// were tried (`balance.rs`); `up` is set when the pool chooses.
     pub(crate) choice: Option<balance::Choice>,
+    /// A route that compresses answers: what this request's may become
+    /// (`encode.rs`).
+    pub(crate) encode: Option<encode::Plan>,
 }
 
 /// A request body up to this long is read whole before the upstream is
@@ -155,6 +162,7 @@ impl Proxy {
         Proxy {
             up: Arc::new(upstream),
             balance: None,
+            encode: None,
         }
     }
 
@@ -169,11 +177,13 @@ impl Proxy {
             return Ok(Proxy {
                 up: b.members[0].clone(),
                 balance: None,
+                encode: None,
             });
         }
         Ok(Proxy {
             up: b.members[0].clone(),
             balance: Some(Arc::new(b)),
+            encode: None,
         })
     }
 
@@ -214,7 +224,24 @@ impl Proxy {
                 .collect();
             Arc::new(b)
         });
-        Proxy { up, balance }
+        Proxy {
+            up,
+            balance,
+            encode: self.encode.clone(),
+        }
+    }
+
+    /// Compresses answers on the fly when the client accepts it and the
+    /// answer is worth it (`encode.rs` says which; Caddy's `encode`,
+    /// nginx's `gzip on`). Off unless given.
+    pub fn encode(mut self, encode: Encode) -> Proxy {
+        self.encode = Some(Arc::new(encode));
+        self
+    }
+
+    /// The compression settings, if the route compresses.
+    pub fn encoding(&self) -> Option<&Encode> {
+        self.encode.as_deref()
     }
 
     /// The upstream it passes requests to (a balance's first).
@@ -365,6 +392,10 @@ impl Handler for Proxy {
                     tunnel: None,
                     auth: None,
                     choice: self.choice(req),
+                    encode: self
+                        .encode
+                        .as_deref()
+                        .map(|e| encode::plan(e, req.header_bytes("accept-encoding"))),
                 });
                 Reply::Later
             }
@@ -408,6 +439,7 @@ impl Proxy {
                     tunnel: Some(ask),
                     auth: None,
                     choice: self.choice(req),
+                    encode: None,
                 });
                 Reply::Later
             }

@@ -15,6 +15,7 @@ use std::time::Instant;
 use mio::Interest;
 use slab::Slab;
 
+use super::encode::{self, Encoder, Verdict};
 use super::upstream::Addr;
 use super::{Job, Upstream};
 use crate::access_log::{UpstreamAddr, UpstreamLog};
@@ -152,6 +153,9 @@ struct UpConn {
     decoder: Option<ResponseBodyDecoder>,
     /// A chunk the client's channel had no room for.
     pending: Option<Vec<u8>>,
+    /// The answer is compressed on its way (`encode.rs`): the
+    /// compressor, until the body's end has gone through it.
+    encoder: Option<Encoder>,
     /// The answer made by the last step, for `Upstreams::answers`.
     answer: Option<(Responder, Response)>,
     deadline: Option<Instant>,
@@ -498,6 +502,7 @@ impl Upstreams {
             tx: None,
             decoder: None,
             pending: None,
+            encoder: None,
             answer: None,
             deadline: None,
             armed: None,
@@ -841,6 +846,7 @@ impl UpConn {
         self.tx = None;
         self.decoder = None;
         self.pending = None;
+        self.encoder = None;
         self.job = Some(job);
     }
 
@@ -951,7 +957,7 @@ impl UpConn {
                         return Outcome::Wait;
                     }
                     match self.sock.read(scratch) {
-                        Ok(0) => return self.at_eof(),
+                        Ok(0) => return self.at_eof(ctx, key),
                         Ok(n) => {
                             self.buf.extend_from_slice(&scratch[..n]);
                             if self.state == State::Idle {
@@ -1032,7 +1038,7 @@ impl UpConn {
     }
 
     /// The upstream closed its side.
-    fn at_eof(&mut self) -> Outcome {
+    fn at_eof(&mut self, ctx: &Ctx<'_>, key: usize) -> Outcome {
         match self.state {
             State::Head if !self.got => self.failed(502, "upstream closed before answering".into()),
             State::Head => Outcome::Failed {
@@ -1045,6 +1051,28 @@ impl UpConn {
                 // behind a full channel: then `pending` holds it and this
                 // is not reached).
                 let complete = self.decoder.as_ref().is_some_and(|d| d.finish().is_ok());
+                if let (true, Some(mut enc), Some(tx)) = (complete, self.encoder.take(), self.tx.as_ref()) {
+                    // A body that ends at the close: the compressed
+                    // stream's end goes first (held, like any chunk, while
+                    // the channel is full: the next read sees the close
+                    // again, with the compressor gone).
+                    let mut tail = Vec::new();
+                    if enc.finish(&mut tail).is_err() {
+                        if let Some(tx) = self.tx.take() {
+                            tx.abort();
+                        }
+                        return Outcome::Close;
+                    }
+                    match tx.try_send_or_wake(tail, ctx.mailbox, Source::Upstream(key).token()) {
+                        Ok(()) => {}
+                        Err(TrySendError::Full(tail)) => {
+                            self.pending = Some(tail);
+                            self.deadline = None;
+                            return Outcome::Wait;
+                        }
+                        Err(TrySendError::Closed(_)) => self.tx = None,
+                    }
+                }
                 if let Some(tx) = self.tx.take() {
                     if complete {
                         drop(tx);
@@ -1091,6 +1119,9 @@ impl UpConn {
         }
         if self.state != State::Body {
             return None;
+        }
+        if self.encoder.is_some() {
+            return self.consume_encoded(ctx, key);
         }
         let decoder = self.decoder.as_mut()?;
         let mut at = 0;
@@ -1142,6 +1173,90 @@ impl UpConn {
             });
         }
         result
+    }
+
+    /// `consume` for an answer compressed on its way (`encode.rs`): what
+    /// this read brought goes through the compressor and is flushed as
+    /// one chunk (so that a stream of events still arrives event by
+    /// event); the body's end ends the compressed stream.
+    fn consume_encoded(&mut self, ctx: &Ctx<'_>, key: usize) -> Option<Outcome> {
+        let (Some(decoder), Some(enc)) = (self.decoder.as_mut(), self.encoder.as_mut()) else {
+            return None;
+        };
+        let mut out = Vec::new();
+        let mut at = 0;
+        let mut wrote = false;
+        let mut failed = false;
+        while at < self.buf.len() && !decoder.is_done() {
+            let step = match decoder.step(&self.buf[at..]) {
+                Ok(step) => step,
+                Err(e) => {
+                    log::warn!("proxy: {}", e.reason());
+                    if let Some(tx) = self.tx.take() {
+                        tx.abort();
+                    }
+                    self.broke = Some(UpstreamFailure::BadAnswer);
+                    return Some(Outcome::Close);
+                }
+            };
+            if step.consumed == 0 && step.data.is_empty() {
+                break;
+            }
+            if !step.data.is_empty() {
+                let data = &self.buf[at + step.data.start..at + step.data.end];
+                failed |= enc.write(data, &mut out).is_err();
+                wrote = true;
+            }
+            at += step.consumed;
+        }
+        self.buf.drain(..at);
+        let done = decoder.is_done();
+        if !failed {
+            failed = match (done, wrote) {
+                (true, _) => enc.finish(&mut out).is_err(),
+                (false, true) => enc.flush(&mut out).is_err(),
+                (false, false) => false,
+            };
+        }
+        if failed {
+            log::warn!("proxy: compressing the answer failed: it is cut short");
+            if let Some(tx) = self.tx.take() {
+                tx.abort();
+            }
+            return Some(Outcome::Close);
+        }
+        if done {
+            // Its end is in `out`: the compressor's place is free.
+            self.encoder = None;
+        }
+        if let (false, Some(tx)) = (out.is_empty(), &self.tx) {
+            // The channel counts lengths: what was reserved for the worst
+            // case (the input's length) would be held beside them, 4 times
+            // the channel's bound for text (measured, `proxy_memory.rs`).
+            out.shrink_to_fit();
+            match tx.try_send_or_wake(out, ctx.mailbox, Source::Upstream(key).token()) {
+                Ok(()) => {}
+                Err(TrySendError::Full(out)) => {
+                    self.pending = Some(out);
+                    self.deadline = None;
+                    return Some(Outcome::Wait);
+                }
+                Err(TrySendError::Closed(_)) => {
+                    self.tx = None;
+                    return Some(Outcome::Close);
+                }
+            }
+        }
+        if done {
+            drop(self.tx.take());
+            self.decoder = None;
+            return Some(if self.keep_alive && self.buf.is_empty() {
+                Outcome::Reusable
+            } else {
+                Outcome::Close
+            });
+        }
+        None
     }
 
     /// Parses the answer's head when whole; sends it to the client.
@@ -1207,7 +1322,18 @@ impl UpConn {
             if head.transfer_coded {
                 return Err(bad("a transfer coding other than chunked"));
             }
-            let block = match answer_fields(&head) {
+            // Compressed on its way, or at least `Vary` (`encode.rs`): a
+            // HEAD's fields change as its GET's would; a GET's only if
+            // the worker has room for one more compressor.
+            let mut verdict = encode::decide(self.job.as_ref().and_then(|j| j.encode.as_ref()), &head);
+            let mut encoder = None;
+            if let (Some(coding), false) = (verdict.coding, self.head_method) {
+                encoder = Encoder::new(coding);
+                if encoder.is_none() {
+                    verdict.coding = None;
+                }
+            }
+            let block = match answer_fields_as(&head, verdict) {
                 Ok(b) => b,
                 Err(why) => return Err(bad(why)),
             };
@@ -1252,13 +1378,31 @@ impl UpConn {
             if let Some(n) = whole {
                 self.figures.response = Some(took);
                 let body: crate::Body = match head_length {
+                    // A compressed answer's length is not the upstream's.
+                    Some(_) if verdict.coding.is_some() => body::channel(1).0,
                     // No bytes follow a HEAD's head: a body of that
                     // length that has ended (the engine sends no byte of
                     // it, and writes its Content-Length); without one, of
                     // unknown length, as the GET's would be relayed.
                     Some(length) => body::channel_sized(1, length).0,
                     None if self.head_method && status != 204 && status != 304 => body::channel(1).0,
-                    None => self.buf.drain(..n).collect::<Vec<u8>>().into(),
+                    None => match encoder.take() {
+                        Some(mut enc) => {
+                            let mut out = Vec::with_capacity(n / 2 + 64);
+                            let whole = &self.buf[..n];
+                            if enc.write(whole, &mut out).and_then(|()| enc.finish(&mut out)).is_err() {
+                                return Err(Outcome::Failed {
+                                    status: 502,
+                                    why: "compressing the answer failed".into(),
+                                    retry: false,
+                                });
+                            }
+                            self.buf.drain(..n);
+                            out.shrink_to_fit();
+                            out.into()
+                        }
+                        None => self.buf.drain(..n).collect::<Vec<u8>>().into(),
+                    },
                 };
                 self.answer = Some((job.responder, Response::prepared(status, block, body)));
                 let reusable = self.keep_alive && self.buf.is_empty();
@@ -1268,9 +1412,10 @@ impl UpConn {
             // Content-Length, not chunked); others go chunked to HTTP/1.1
             // clients.
             let (body, tx) = match framing {
-                ResponseFraming::Length(n) => body::channel_sized(capacity, n),
+                ResponseFraming::Length(n) if encoder.is_none() => body::channel_sized(capacity, n),
                 _ => body::channel(capacity),
             };
+            self.encoder = encoder;
             self.answer = Some((job.responder, Response::prepared(status, block, body)));
             self.tx = Some(tx);
             self.decoder = ResponseBodyDecoder::new(framing, u64::MAX);
@@ -1295,12 +1440,25 @@ fn bad(why: &str) -> Outcome {
 /// The answer's fields as the client gets them: without the hop-by-hop
 /// ones and those a `Connection` field names, Date, Server and framing.
 pub(crate) fn answer_fields(head: &ResponseHead<'_, '_>) -> Result<HeaderBlock, &'static str> {
-    let lines = relayed_lines(head);
+    answer_fields_as(head, Verdict::default())
+}
+
+/// `answer_fields`, changed as `verdict` says (`encode.rs`): a
+/// compressed answer's `Content-Encoding`, weak `ETag`, no
+/// `Accept-Ranges`; `Vary: Accept-Encoding` for a compressible one.
+fn answer_fields_as(head: &ResponseHead<'_, '_>, verdict: Verdict) -> Result<HeaderBlock, &'static str> {
+    let mut lines = relayed_lines_as(head, verdict.coding.is_some());
+    encode::push_fields(&mut lines, head, verdict);
     HeaderBlock::from_lines(SharedBytes::new(Arc::new(lines))).map_err(|_| "a field the engine cannot pass on")
 }
 
 /// The fields of `head` that are passed on, as complete lines.
 fn relayed_lines(head: &ResponseHead<'_, '_>) -> Vec<u8> {
+    relayed_lines_as(head, false)
+}
+
+/// `relayed_lines`, for a compressed answer when `encoded`.
+fn relayed_lines_as(head: &ResponseHead<'_, '_>, encoded: bool) -> Vec<u8> {
     let named: Vec<&[u8]> = head
         .headers
         .iter()
@@ -1313,9 +1471,16 @@ fn relayed_lines(head: &ResponseHead<'_, '_>) -> Vec<u8> {
         if DROPPED.iter().any(|d| d.eq_ignore_ascii_case(name)) || named.iter().any(|n| n.eq_ignore_ascii_case(name)) {
             continue;
         }
+        if encoded && encode::drops(name) {
+            continue;
+        }
         lines.extend_from_slice(name);
         lines.extend_from_slice(b": ");
-        lines.extend_from_slice(trim_ows(h.value));
+        if encoded && name.eq_ignore_ascii_case(b"etag") {
+            encode::push_etag(&mut lines, trim_ows(h.value));
+        } else {
+            lines.extend_from_slice(trim_ows(h.value));
+        }
         lines.extend_from_slice(b"\r\n");
     }
     lines
