@@ -24,7 +24,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Where access log lines go.
 #[derive(Clone, Debug)]
@@ -67,7 +67,8 @@ pub enum LogFormat {
     Combined,
     /// One JSON object per line: time (RFC 3339, UTC), remote, host,
     /// method, target, version, protocol (the same as version: the name
-    /// nginx gives it), status, bytes, duration_us, referer, user_agent
+    /// nginx gives it), status, bytes, duration_us (to the answer's last
+    /// byte sent), ttfb_us (to its head queued), referer, user_agent
     /// (null when absent), site (the label of the site the request went
     /// to, null on a server of one handler), request_id, traceparent
     /// (null when absent; see [`Template`]), tls_version (`TLSv1.3`, null
@@ -116,8 +117,9 @@ impl std::str::FromStr for LogFormat {
 /// | `$host` | the request's host (its Host field), `-` without one |
 /// | `$status` | `200` |
 /// | `$body_bytes_sent` | body bytes, `0` for none |
-/// | `$request_time_us` | microseconds from the read to the response queued |
+/// | `$request_time_us` | microseconds from the read to the answer's last byte sent (nginx's `$request_time`: a slow download logs its whole duration) |
 /// | `$request_time` | the same in seconds, with milliseconds: `0.012` |
+/// | `$ttfb_us`, `$ttfb` | the same to the answer's head queued for writing (its first byte), in microseconds or seconds |
 /// | `$http_referer`, `$http_user_agent` | those fields |
 /// | `$site`, `$server_name` | the site's label (its first name), `-` without sites or for a host no site takes |
 /// | `$upstream_addr` | where the reverse proxy sent the request: `127.0.0.1:9000`, `unix:/run/app.sock`; `-` when it was not proxied |
@@ -128,7 +130,7 @@ impl std::str::FromStr for LogFormat {
 /// | `$http_traceparent` | the W3C Trace Context `traceparent` field as sent (passed upstream unchanged by the reverse proxy) |
 /// | `$ssl_protocol` | `TLSv1.2` or `TLSv1.3`; `-` in cleartext |
 /// | `$ssl_session_reused` | `r` for a resumed TLS session, `.` for a full handshake, `-` in cleartext or where unknown (HTTP/3) |
-/// | `$upstream_response_time` | the same to the answer's end, for an answer read whole before it was relayed; `-` for one that streams (the line is written when its head is relayed) |
+/// | `$upstream_response_time` | the same to the upstream's last byte (for an answer that streams, the line waits for the client's last byte, which comes after it); `-` for one that ended broken |
 ///
 /// The upstream variables are `-` for a request the proxy did not pass
 /// on, and each is `-` where the exchange did not get that far. When a
@@ -164,6 +166,8 @@ enum Var {
     BodyBytes,
     TimeUs,
     TimeSecs,
+    TtfbUs,
+    TtfbSecs,
     Referer,
     UserAgent,
     Site,
@@ -179,7 +183,7 @@ enum Var {
 }
 
 /// Every variable by name.
-const VARS: [(&str, Var); 28] = [
+const VARS: [(&str, Var); 30] = [
     ("remote_addr", Var::RemoteAddr),
     ("remote_port", Var::RemotePort),
     ("time_local", Var::TimeLocal),
@@ -194,6 +198,8 @@ const VARS: [(&str, Var); 28] = [
     ("body_bytes_sent", Var::BodyBytes),
     ("request_time_us", Var::TimeUs),
     ("request_time", Var::TimeSecs),
+    ("ttfb_us", Var::TtfbUs),
+    ("ttfb", Var::TtfbSecs),
     ("http_referer", Var::Referer),
     ("http_user_agent", Var::UserAgent),
     ("http_host", Var::Host),
@@ -367,9 +373,13 @@ pub(crate) struct UpstreamLog {
     pub(crate) status: Option<u16>,
     pub(crate) connect: Option<Duration>,
     pub(crate) header: Option<Duration>,
-    /// Up to the answer's last byte: known only for an answer read whole
-    /// before its head was relayed.
+    /// Up to the answer's last byte: for an answer read whole before its
+    /// head was relayed, at once; for one that streams, when the access
+    /// log writes its line (the channel's end, `started` to it).
     pub(crate) response: Option<Duration>,
+    /// When the exchange began (connecting, or writing on a kept-alive
+    /// connection): what a streamed answer's response time runs from.
+    pub(crate) started: Option<std::time::Instant>,
     /// The attempts before this one, when the request was sent again
     /// (a kept-alive connection the upstream had closed): written first,
     /// each variable a list as nginx's (`10.0.0.2:9000, 10.0.0.2:9000`,
@@ -452,7 +462,11 @@ pub(crate) struct Line<'a> {
     pub(crate) host: Option<&'a [u8]>,
     /// The site's label (its first name), when the server has sites.
     pub(crate) site: Option<&'a str>,
+    /// From the request's read to its answer's last byte sent.
     pub(crate) duration_us: Option<u64>,
+    /// From the request's read to its answer's head queued (the first
+    /// byte: it leaves with the batch it was queued in).
+    pub(crate) ttfb_us: Option<u64>,
     /// The reverse proxy's figures, for a request it passed on.
     pub(crate) upstream: Option<&'a UpstreamLog>,
     /// `Request::request_id`; `None` for a request refused before it was
@@ -531,7 +545,7 @@ impl LogWriter {
         req: &LogRequest,
         site: Option<&str>,
         (status, body_bytes, upstream): (u16, u64, Option<&UpstreamLog>),
-        started: Instant,
+        (duration_us, ttfb_us): (u64, u64),
     ) {
         // The request line was stored whole and raw (`record` escapes it),
         // the id and traceparent after it; split it back into its parts.
@@ -558,7 +572,8 @@ impl LogWriter {
             user_agent: req.user_agent.as_deref(),
             host: req.host.as_deref(),
             site,
-            duration_us: Some(micros_since(started)),
+            duration_us: Some(duration_us),
+            ttfb_us: Some(ttfb_us),
             upstream,
             request_id: Some(id).filter(|id| !id.is_empty()),
             traceparent: req.traceparent_len.map(|_| trace),
@@ -598,11 +613,6 @@ impl Drop for LogWriter {
     fn drop(&mut self) {
         self.flush();
     }
-}
-
-/// Microseconds from `start` to now.
-fn micros_since(start: Instant) -> u64 {
-    u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX)
 }
 
 /// The client's IP address, or `unix:` for a Unix-domain client (as
@@ -673,10 +683,15 @@ fn json_line(b: &mut Vec<u8>, line: &Line<'_>) {
     b.extend_from_slice(n.format(line.status).as_bytes());
     b.extend_from_slice(b",\"bytes\":");
     b.extend_from_slice(n.format(line.body_bytes).as_bytes());
-    b.extend_from_slice(b",\"duration_us\":");
-    match line.duration_us {
-        Some(us) => b.extend_from_slice(n.format(us).as_bytes()),
-        None => b.extend_from_slice(b"null"),
+    for (name, us) in [
+        (&b",\"duration_us\":"[..], line.duration_us),
+        (b",\"ttfb_us\":", line.ttfb_us),
+    ] {
+        b.extend_from_slice(name);
+        match us {
+            Some(us) => b.extend_from_slice(n.format(us).as_bytes()),
+            None => b.extend_from_slice(b"null"),
+        }
     }
     b.extend_from_slice(b",\"referer\":");
     json_string(b, line.referer);
@@ -768,6 +783,14 @@ fn template_line(b: &mut Vec<u8>, template: &Template, line: &Line<'_>) {
                 None => b.push(b'-'),
             },
             Var::TimeSecs => match line.duration_us {
+                Some(us) => seconds_ms(b, us),
+                None => b.push(b'-'),
+            },
+            Var::TtfbUs => match line.ttfb_us {
+                Some(us) => b.extend_from_slice(n.format(us).as_bytes()),
+                None => b.push(b'-'),
+            },
+            Var::TtfbSecs => match line.ttfb_us {
                 Some(us) => seconds_ms(b, us),
                 None => b.push(b'-'),
             },
@@ -915,6 +938,7 @@ mod tests {
             host: None,
             site: None,
             duration_us: None,
+            ttfb_us: None,
             upstream: None,
             request_id: None,
             traceparent: None,
@@ -964,7 +988,7 @@ mod tests {
             line,
             "{\"time\":\"1994-11-06T08:49:37Z\",\"remote\":\"::1\",\"host\":null,\"method\":\"GET\",\
              \"target\":\"/caf\u{e9}\\\"\\\\\",\"version\":\"HTTP/1.1\",\"protocol\":\"HTTP/1.1\",\
-             \"status\":304,\"bytes\":0,\"duration_us\":null,\
+             \"status\":304,\"bytes\":0,\"duration_us\":null,\"ttfb_us\":null,\
              \"referer\":null,\"user_agent\":\"ua\\u000a\\u00ff\\u007f\",\"site\":null,\
              \"request_id\":null,\"traceparent\":null,\"tls_version\":null,\"tls_resumed\":null,\
              \"upstream_addr\":null,\"upstream_status\":null,\"upstream_connect_time\":null,\
@@ -976,7 +1000,7 @@ mod tests {
     fn templates_write_every_variable_escaped() {
         let format: LogFormat = "$remote_addr:$remote_port [$time_local] $time_iso8601 \"$request\" \
                                  $request_method ${request_uri}? $protocol $server_protocol $host $http_host \
-                                 $status $body_bytes_sent $request_time_us $request_time \
+                                 $status $body_bytes_sent $request_time_us $request_time $ttfb_us $ttfb \
                                  \"$http_referer\" \"$http_user_agent\" $site $server_name $request_id \
                                  $http_traceparent $ssl_protocol $ssl_session_reused"
             .parse()
@@ -995,6 +1019,7 @@ mod tests {
             host: Some(b"example.org"),
             site: Some("example.org"),
             duration_us: Some(12_345),
+            ttfb_us: Some(2_345),
             upstream: None,
             request_id: Some(b"id-1"),
             traceparent: Some(b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
@@ -1007,7 +1032,7 @@ mod tests {
         assert_eq!(
             line,
             "10.0.0.1:5555 [06/Nov/1994:08:49:37 +0000] 1994-11-06T08:49:37Z \"GET /a\\\"b HTTP/1.1\" \
-             GET /a\\\"b? HTTP/1.1 HTTP/1.1 example.org example.org 200 0 12345 0.012 \"-\" \"ua\\x0a\" \
+             GET /a\\\"b? HTTP/1.1 HTTP/1.1 example.org example.org 200 0 12345 0.012 2345 0.002 \"-\" \"ua\\x0a\" \
              example.org example.org id-1 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01 TLSv1.3 r\n"
         );
     }
@@ -1035,6 +1060,7 @@ mod tests {
                 host: None,
                 site: None,
                 duration_us: None,
+                ttfb_us: None,
                 upstream,
                 request_id: None,
                 traceparent: None,
@@ -1048,6 +1074,7 @@ mod tests {
             connect: Some(Duration::ZERO),
             header: Some(Duration::from_micros(12_345)),
             response: None,
+            started: None,
             earlier: None,
         };
         assert_eq!(line(Some(&tcp)), "10.0.0.2:9000 201 0.000 0.012 -\n");
@@ -1066,6 +1093,7 @@ mod tests {
             connect: Some(Duration::from_millis(2)),
             header: Some(Duration::from_millis(5)),
             response: Some(Duration::from_millis(7)),
+            started: None,
             earlier: Some(Box::new(UpstreamLog {
                 status: Some(502),
                 ..tcp.clone()

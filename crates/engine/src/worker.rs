@@ -156,6 +156,7 @@ impl Worker {
                 ws: &mut ws,
                 outbox: &outbox,
                 upstream_log: None,
+                batch_now: None,
             };
             // Shutdown first: a request read in this turn, after shutdown
             // began (a reload logged as done), is answered as draining,
@@ -630,6 +631,10 @@ impl Hosted {
                 m.deferred_ended.add(conn.n_deferred() as u64);
             }
             conn.end_ws(ctx);
+            if conn.is_sending() {
+                // Closed before its body's last byte: logged as it ends.
+                conn.end_sending(ctx);
+            }
             conn.release(ctx.pool);
             // Dropping the connection closes the socket, which also
             // removes it from the epoll set: no deregister call needed.

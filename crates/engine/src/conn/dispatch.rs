@@ -9,8 +9,8 @@ use std::net::SocketAddr;
 use std::panic::{self, AssertUnwindSafe};
 use std::time::Instant;
 
-use super::{micros_since, Ctx};
-use crate::access_log::{Line, LogRequest, LogWriter};
+use super::{micros_between, Ctx};
+use crate::access_log::{Line, LogRequest, LogWriter, UpstreamLog};
 use crate::handler::{BodyUse, Handler, Reply};
 use crate::request::{DeferSlot, Request};
 use crate::response::Response;
@@ -218,12 +218,16 @@ pub(crate) fn settle<'r>(
     }
 }
 
-/// Records an answer sent now in the access log and the metrics.
+/// Records an answer queued whole now (its last byte leaves with this
+/// batch's write) in the access log and the metrics, at the batch's time.
 pub(crate) fn record(ctx: &mut Ctx<'_>, req: &Request<'_>, status: u16, body_bytes: u64) {
     let site = req.site.get();
     let sites = ctx.sites;
     let label = site.and_then(|i| sites.label(i));
-    let (now, date) = (ctx.now, ctx.date);
+    let since = ctx.now;
+    // One clock read per batch, for the log and the metrics both.
+    let us = ctx.batch_us(since);
+    let date = ctx.date;
     if let Some(log) = log_of(ctx, site) {
         // Made on the stack, only when a line is written.
         let id = req.request_id();
@@ -239,7 +243,8 @@ pub(crate) fn record(ctx: &mut Ctx<'_>, req: &Request<'_>, status: u16, body_byt
             user_agent: req.header_bytes("user-agent"),
             host: req.host,
             site: label,
-            duration_us: Some(micros_since(now)),
+            duration_us: Some(us),
+            ttfb_us: Some(us),
             upstream: None,
             request_id: Some(id.as_bytes()),
             traceparent: crate::access_log::traceparent(req),
@@ -247,15 +252,114 @@ pub(crate) fn record(ctx: &mut Ctx<'_>, req: &Request<'_>, status: u16, body_byt
         });
     }
     if let Some(m) = ctx.metrics {
-        m.record(req.method().as_bytes(), status, ctx.now);
+        m.record(req.method().as_bytes(), status, us);
         m.record_site(site, status);
+    }
+}
+
+/// An answer whose body is still being sent after its head was queued
+/// (a file, large bytes, a stream): what its log line and metrics need
+/// once its last byte is written, or the connection closes before that
+/// (`Sending::end`). Kept boxed by its connection (HTTP/1.1 sends one
+/// such body at a time), so a connection grows by a pointer.
+pub(crate) struct Sending {
+    started: Instant,
+    /// To the head queued: the time to the first byte.
+    ttfb_us: u64,
+    method_idx: usize,
+    site: Option<u16>,
+    status: u16,
+    body_bytes: u64,
+    /// `None` when no access log takes the request.
+    log: Option<LogRequest>,
+    upstream: Option<UpstreamLog>,
+    /// The end of a streamed body as its producer saw it: for the proxy,
+    /// the upstream's last byte.
+    body_end: Option<crate::body::EndWatch>,
+}
+
+/// The record of an answer queued now whose body is the output's tail:
+/// written when the tail's last byte leaves (`Sending::end`).
+pub(crate) fn hold(
+    ctx: &mut Ctx<'_>,
+    req: &Request<'_>,
+    status: u16,
+    body_bytes: u64,
+    body_end: Option<crate::body::EndWatch>,
+) -> Box<Sending> {
+    let ttfb_us = ctx.batch_us(ctx.now);
+    let site = req.site.get();
+    Box::new(Sending {
+        started: ctx.now,
+        ttfb_us,
+        method_idx: crate::metrics::method_index(req.method().as_bytes()),
+        site,
+        status,
+        body_bytes,
+        log: log_of(ctx, site).is_some().then(|| log_request(req)),
+        upstream: None,
+        body_end,
+    })
+}
+
+impl Sending {
+    /// The body's last byte was written (or the connection closed first):
+    /// the line and the metrics, timed now.
+    pub(crate) fn end(self: Box<Self>, ctx: &mut Ctx<'_>, peer: SocketAddr) {
+        let now = Instant::now();
+        let us = micros_between(self.started, now);
+        let Sending {
+            ttfb_us,
+            method_idx,
+            site,
+            status,
+            body_bytes,
+            log,
+            mut upstream,
+            body_end,
+            ..
+        } = *self;
+        if let Some(up) = upstream.as_mut() {
+            // A streamed answer: to the upstream's last byte, when it
+            // ended whole.
+            if up.response.is_none() {
+                if let (Some(started), Some(end)) = (up.started, body_end.as_ref().and_then(|w| w.finished_at())) {
+                    up.response = Some(end.saturating_duration_since(started));
+                }
+            }
+        }
+        let sites = ctx.sites;
+        let label = site.and_then(|i| sites.label(i));
+        let date = ctx.date;
+        if let (Some(w), Some(req)) = (log_of(ctx, site), log.as_ref()) {
+            w.record_owned(
+                date.clf(),
+                peer,
+                req,
+                label,
+                (status, body_bytes, upstream.as_ref()),
+                (us, ttfb_us),
+            );
+        }
+        if let Some(m) = ctx.metrics {
+            m.record_index(method_idx, status, us);
+            m.record_site(site, status);
+        }
     }
 }
 
 /// A deferred answer arrived: counts it, and records it in the log and
 /// the metrics if it was sent (`sent`: status and body bytes; `None` if
-/// its stream is gone).
-pub(crate) fn finish(ctx: &mut Ctx<'_>, peer: SocketAddr, deferral: &Deferral, sent: Option<(u16, u64)>) {
+/// its stream is gone). An answer queued whole is recorded now; one whose
+/// body is still to be sent (`tail`: `Some`, with the watch on a channel
+/// body's end) is returned, to be ended when its last byte leaves.
+pub(crate) fn finish(
+    ctx: &mut Ctx<'_>,
+    peer: SocketAddr,
+    deferral: Deferral,
+    sent: Option<(u16, u64)>,
+    tail: Option<Option<crate::body::EndWatch>>,
+) -> Option<Box<Sending>> {
     if let Some(m) = ctx.metrics {
         m.deferred_ended.add(1);
     }
@@ -263,7 +367,21 @@ pub(crate) fn finish(ctx: &mut Ctx<'_>, peer: SocketAddr, deferral: &Deferral, s
     // answer its upstream connections made (taken by the first answer
     // recorded, so they never reach another request's line).
     let upstream = ctx.upstream_log.take();
-    let Some((status, body_bytes)) = sent else { return };
+    let (status, body_bytes) = sent?;
+    let us = ctx.batch_us(deferral.started);
+    if let Some(body_end) = tail {
+        return Some(Box::new(Sending {
+            started: deferral.started,
+            ttfb_us: us,
+            method_idx: deferral.method_idx,
+            site: deferral.site,
+            status,
+            body_bytes,
+            log: deferral.log,
+            upstream,
+            body_end,
+        }));
+    }
     let sites = ctx.sites;
     let label = deferral.site.and_then(|i| sites.label(i));
     let date = ctx.date;
@@ -274,13 +392,14 @@ pub(crate) fn finish(ctx: &mut Ctx<'_>, peer: SocketAddr, deferral: &Deferral, s
             req,
             label,
             (status, body_bytes, upstream.as_ref()),
-            deferral.started,
+            (us, us),
         );
     }
     if let Some(m) = ctx.metrics {
-        m.record_index(deferral.method_idx, status, deferral.started);
+        m.record_index(deferral.method_idx, status, us);
         m.record_site(deferral.site, status);
     }
+    None
 }
 
 /// The owned copy of what the log line of a deferred request needs.

@@ -12,7 +12,7 @@ use super::dispatch::{self, Answering, Called};
 use super::{refused_line, Conn, Ctx, Next, Proto, Stop, Transport};
 use crate::body::BodySink;
 use crate::buffers::ensure_output;
-use crate::conn::dispatch::Deferral;
+use crate::conn::dispatch::{Deferral, Sending};
 use crate::h1::H1;
 use crate::h1::{BodyStart, Env, Event, Feed, Link, Refusal, TimedOut, Wait};
 use crate::handler::{BodyUse, Reply};
@@ -29,6 +29,9 @@ pub(super) struct Http1 {
     /// The WebSocket a handler accepted, whose 101 is queued: it takes
     /// the connection (`Stop::Switched`).
     pub(super) upgrade: Option<crate::ws::Upgrade>,
+    /// The answer whose body (the output's tail) is being sent: its log
+    /// line and metrics wait for the last byte (`Conn::end_sending`).
+    pub(super) sending: Option<Box<Sending>>,
 }
 
 impl Http1 {
@@ -41,6 +44,7 @@ impl Http1 {
             machine,
             deferral: None,
             upgrade: None,
+            sending: None,
         }
     }
 }
@@ -84,6 +88,7 @@ impl Conn {
             machine: h1,
             deferral: awaited,
             upgrade,
+            sending,
         }) = proto
         else {
             return Stop::Closing;
@@ -146,13 +151,13 @@ impl Conn {
                     });
                     let mut handled = match answered {
                         Answering::Now(sent) => {
-                            dispatch::record(ctx, &req, sent.status, sent.body_bytes);
+                            record_sent(ctx, &req, sent, output, sending);
                             input.start += consumed;
                             continue;
                         }
                         Answering::Broken(sent) => {
                             h1.close();
-                            dispatch::record(ctx, &req, sent.status, sent.body_bytes);
+                            record_sent(ctx, &req, sent, output, sending);
                             input.start += consumed;
                             continue;
                         }
@@ -186,7 +191,7 @@ impl Conn {
                     match dispatch::settle(ctx, &slot, &req, &mut handled) {
                         Called::Now(response) => {
                             let sent = h1.respond(output, response, &env, extra_fields);
-                            dispatch::record(ctx, &req, sent.status, sent.body_bytes);
+                            record_sent(ctx, &req, sent, output, sending);
                         }
                         Called::Later(deferral) => {
                             h1.defer();
@@ -237,7 +242,7 @@ impl Conn {
                     match called {
                         Called::Now(response) => {
                             let sent = h1.respond(output, response, &env, transport.extra_fields());
-                            dispatch::record(ctx, &req, sent.status, sent.body_bytes);
+                            record_sent(ctx, &req, sent, output, sending);
                         }
                         Called::Later(deferral) => {
                             h1.defer();
@@ -260,7 +265,7 @@ impl Conn {
                 Event::NotHttp => {
                     input.discard();
                     if let Some(m) = ctx.metrics {
-                        m.record(b"-", 400, ctx.now);
+                        m.record(b"-", 400, ctx.batch_us(ctx.now));
                     }
                     return Stop::Closing;
                 }
@@ -282,11 +287,35 @@ impl Conn {
         };
         ensure_output(&mut self.output, ctx.pool);
         let env = h1_env(ctx);
+        // A streamed answer (the proxy's) is timed to its producer's end.
+        let body_end = match &response.body {
+            crate::Body::Channel(rx) => Some(rx.end_watch()),
+            _ => None,
+        };
         let sent = h1
             .machine
             .answer(&mut self.output, &mut response, &env, self.transport.extra_fields());
-        dispatch::finish(ctx, self.peer, &deferral, sent.map(|s| (s.status, s.body_bytes)));
+        let tail = self.output.tail.is_some().then_some(body_end);
+        h1.sending = dispatch::finish(ctx, self.peer, deferral, sent.map(|s| (s.status, s.body_bytes)), tail);
         true
+    }
+
+    /// Whether an answer's body is being sent, its record held.
+    #[inline]
+    pub(crate) fn is_sending(&self) -> bool {
+        matches!(&self.proto, Proto::H1(h1) if h1.sending.is_some())
+    }
+
+    /// The body being sent has left whole, or the connection closes before
+    /// that: its answer's log line and metrics, timed now.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn end_sending(&mut self, ctx: &mut Ctx<'_>) {
+        if let Proto::H1(h1) = &mut self.proto {
+            if let Some(sending) = h1.sending.take() {
+                sending.end(ctx, self.peer);
+            }
+        }
     }
 
     /// The HTTP/1.1 deadline, or whether to close, once the connection waits.
@@ -387,14 +416,33 @@ impl Conn {
     }
 }
 
+/// Records an answer just queued: now if it was queued whole (it leaves
+/// with this batch), else its record is held in `sending` until its body,
+/// the output's tail, has left.
+#[inline]
+fn record_sent(
+    ctx: &mut Ctx<'_>,
+    req: &Request<'_>,
+    sent: crate::h1::Sent,
+    output: &crate::buffers::Output,
+    sending: &mut Option<Box<Sending>>,
+) {
+    if output.tail.is_none() {
+        dispatch::record(ctx, req, sent.status, sent.body_bytes);
+    } else {
+        *sending = Some(dispatch::hold(ctx, req, sent.status, sent.body_bytes, None));
+    }
+}
+
 /// The log line (with the error body's bytes, as HTTP/2 and HTTP/3 log
 /// theirs) and metrics of a request refused before a handler saw it.
 fn record_refused(ctx: &mut Ctx<'_>, peer: SocketAddr, refusal: Refusal) {
     let Refusal { status, body_bytes } = refusal;
+    let us = ctx.batch_us(ctx.now);
     if let Some(log) = ctx.log.as_deref_mut() {
-        log.record(&refused_line(ctx.date.clf(), peer, b"-", status, body_bytes, ctx.now));
+        log.record(&refused_line(ctx.date.clf(), peer, b"-", status, body_bytes, us));
     }
     if let Some(m) = ctx.metrics {
-        m.record(b"-", status, ctx.now);
+        m.record(b"-", status, us);
     }
 }

@@ -108,6 +108,27 @@ pub(crate) struct Ctx<'w> {
     /// The upstream figures of the proxy's answer the worker is handing
     /// over, for its access log line (`dispatch::finish` takes them).
     pub(crate) upstream_log: Option<crate::access_log::UpstreamLog>,
+    /// The time the answers queued in this write batch are logged and
+    /// counted at (`Ctx::batch_now`): read by the first answer that asks,
+    /// reused by the rest, cleared at each write.
+    pub(crate) batch_now: Option<Instant>,
+}
+
+impl Ctx<'_> {
+    /// The time of the write batch being queued: one clock read per batch
+    /// (the first answer's), shared by every answer queued before the
+    /// write and by the metrics. An answer written whole leaves with its
+    /// batch, so this is its last byte's time, short of the write itself.
+    #[inline]
+    pub(crate) fn batch_now(&mut self) -> Instant {
+        *self.batch_now.get_or_insert_with(Instant::now)
+    }
+
+    /// Microseconds from `since` to the batch's time.
+    #[inline]
+    pub(crate) fn batch_us(&mut self, since: Instant) -> u64 {
+        micros_between(since, self.batch_now())
+    }
 }
 
 /// What the worker should do with a connection after an event.
@@ -642,6 +663,11 @@ impl Conn {
                 return Next::Close;
             }
             let flushed = self.flush(ctx.pool);
+            // The next batch reads the clock again.
+            ctx.batch_now = None;
+            if self.is_sending() && !self.has_output() {
+                self.end_sending(ctx);
+            }
             self.charge_output(ctx.pool);
             if let Some(m) = ctx.metrics {
                 m.bytes_sent.add(std::mem::take(&mut self.bytes_out));
@@ -803,7 +829,7 @@ impl Conn {
                     self.phase = Phase::Closing;
                     if let Some(m) = ctx.metrics {
                         m.tls_handshake_failures.add(1);
-                        m.record(b"-", 400, ctx.now);
+                        m.record(b"-", 400, ctx.batch_us(ctx.now));
                     }
                     return Stop::Closing;
                 }
@@ -923,7 +949,7 @@ fn refused_line<'a>(
     version: &'a [u8],
     status: u16,
     body_bytes: u64,
-    started: Instant,
+    duration_us: u64,
 ) -> Line<'a> {
     Line {
         clf_time,
@@ -937,7 +963,8 @@ fn refused_line<'a>(
         user_agent: None,
         host: None,
         site: None,
-        duration_us: Some(micros_since(started)),
+        duration_us: Some(duration_us),
+        ttfb_us: Some(duration_us),
         upstream: None,
         request_id: None,
         traceparent: None,
@@ -945,7 +972,7 @@ fn refused_line<'a>(
     }
 }
 
-/// Microseconds since `start` (the access log's duration).
-pub(crate) fn micros_since(start: Instant) -> u64 {
-    u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX)
+/// Microseconds from `start` to `end` (0 if `end` is earlier).
+pub(crate) fn micros_between(start: Instant, end: Instant) -> u64 {
+    u64::try_from(end.saturating_duration_since(start).as_micros()).unwrap_or(u64::MAX)
 }

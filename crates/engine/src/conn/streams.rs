@@ -274,7 +274,7 @@ pub(crate) fn on_answer<S: Streams>(
         Some(stream) => s.respond(stream, response, wait.head_only, &ctx.date.http()[..]),
         None => None,
     };
-    dispatch::finish(ctx, peer, &wait, sent.map(|s| (s.status, s.body_bytes)));
+    dispatch::finish(ctx, peer, wait, sent.map(|s| (s.status, s.body_bytes)), None);
     true
 }
 
@@ -305,6 +305,7 @@ fn request<'a, S: Streams>(
 /// The log line and metrics of a request answered without its handler:
 /// the bytes of the error's body that was sent, as for any answer.
 fn record_refused<S: Streams>(ctx: &mut Ctx<'_>, peer: SocketAddr, status: u16, sent: Option<Sent>) {
+    let us = ctx.batch_us(ctx.now);
     if let (Some(log), Some(sent)) = (ctx.log.as_deref_mut(), sent) {
         let version = S::VERSION.as_str().as_bytes();
         log.record(&refused_line(
@@ -313,10 +314,10 @@ fn record_refused<S: Streams>(ctx: &mut Ctx<'_>, peer: SocketAddr, status: u16, 
             version,
             sent.status,
             sent.body_bytes,
-            ctx.now,
+            us,
         ));
     }
     if let Some(m) = ctx.metrics {
-        m.record(b"-", status, ctx.now);
+        m.record(b"-", status, us);
     }
 }

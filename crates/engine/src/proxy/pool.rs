@@ -1242,6 +1242,7 @@ impl UpConn {
             let took = ctx.now.saturating_duration_since(self.started);
             self.figures.status = Some(status);
             self.figures.header = Some(took);
+            self.figures.started = Some(self.started);
             let whole = match framing {
                 ResponseFraming::Empty => Some(0),
                 ResponseFraming::Length(n) if n as usize <= WHOLE_BODY_MAX && self.buf.len() >= n as usize => {

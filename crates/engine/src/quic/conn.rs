@@ -367,6 +367,9 @@ impl QuicConn {
     /// Calls the handler for stream `id` and queues its answer.
     fn answer(&mut self, ctx: &mut Ctx<'_>, shared: &Shared, id: u64) {
         let (mut view, client, deferred) = self.streams(shared);
+        // The clock is read for each answer: its packets leave with the
+        // endpoint's transmit, not a batch of this connection's.
+        ctx.batch_now = None;
         streams::answer(ctx, &mut view, client, deferred, id);
     }
 
@@ -374,12 +377,18 @@ impl QuicConn {
     /// `streams::start_upload`.
     fn start_upload(&mut self, ctx: &mut Ctx<'_>, shared: &Shared, id: u64) {
         let (mut view, client, deferred) = self.streams(shared);
+        // The clock is read for each answer: its packets leave with the
+        // endpoint's transmit, not a batch of this connection's.
+        ctx.batch_now = None;
         streams::start_upload(ctx, &mut view, client, deferred, id);
     }
 
     /// A deferred answer arrived from another thread.
     pub(super) fn on_answer(&mut self, ctx: &mut Ctx<'_>, shared: &Shared, id: u64, mut response: Response) {
         let (mut view, client, deferred) = self.streams(shared);
+        // The clock is read for each answer: its packets leave with the
+        // endpoint's transmit, not a batch of this connection's.
+        ctx.batch_now = None;
         streams::on_answer(ctx, &mut view, client.peer, deferred, id, &mut response);
     }
 
