@@ -633,7 +633,7 @@ impl Hosted {
             conn.end_ws(ctx);
             if conn.is_sending() {
                 // Closed before its body's last byte: logged as it ends.
-                conn.end_sending(ctx);
+                conn.end_sending(ctx, true);
             }
             conn.release(ctx.pool);
             // Dropping the connection closes the socket, which also

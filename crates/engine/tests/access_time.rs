@@ -50,23 +50,24 @@ fn line_of(log: &Path, target: &str) -> String {
 
 /// Connects with a small receive buffer (no autotuning), sends `request`
 /// and reads the answer slowly to its end. Returns the time from the
-/// request sent to the moment `UNSENT_BYTES` were left to read, and the
-/// bytes read.
+/// answer's first bytes read (after the server read the request) to the
+/// moment `UNSENT_BYTES` were left to read (before the server wrote its
+/// last byte), and the bytes read.
 fn read_slowly(addr: SocketAddr, request: &[u8]) -> (Duration, usize) {
     let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
     socket.set_recv_buffer_size(64 * 1024).unwrap();
     socket.connect(&addr.into()).unwrap();
     let mut stream: TcpStream = socket.into();
     stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-    let start = Instant::now();
     stream.write_all(request).unwrap();
     let mut buf = vec![0u8; 256 * 1024];
-    let (mut total, mut at_unsent) = (0usize, None);
+    let (mut total, mut at_unsent, mut start) = (0usize, None, None);
     loop {
         let n = stream.read(&mut buf).unwrap();
         if n == 0 {
             break;
         }
+        let start = *start.get_or_insert_with(Instant::now);
         total += n;
         if at_unsent.is_none() && total + UNSENT_BYTES >= BIG_BYTES {
             at_unsent = Some(start.elapsed());
@@ -206,4 +207,169 @@ fn common_get(addr: SocketAddr, target: &str) -> String {
     let mut out = Vec::new();
     c.read_to_end(&mut out).unwrap();
     String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The HTTP/2 body the client reads slowly: it gives the window back in
+/// steps, so the server's last DATA can leave only after the last step.
+const H2_BYTES: usize = 1024 * 1024;
+const H2_STEP: usize = 32 * 1024;
+
+/// Over HTTP/2 (h2c), a client that gives its flow-control window back
+/// slowly: the answer's last DATA leaves only after its last
+/// WINDOW_UPDATE, and the log says so; a small answer on the same
+/// connection is logged at once.
+#[test]
+fn a_slow_reader_is_logged_to_the_last_byte_over_http2() {
+    use test_support::h2::{frame, take_frame, DATA, END_HEADERS, END_STREAM, HEADERS, SETTINGS, WINDOW_UPDATE};
+    let dir = temp_dir("h2");
+    let log = dir.join("access.log");
+    let app = Router::new()
+        .get("/small", |_: &Request<'_>| Response::text("small"))
+        .get("/big", |_: &Request<'_>| {
+            Response::new(200).with_body(vec![b'x'; H2_BYTES])
+        });
+    let server = Server::new()
+        .bind("127.0.0.1:0")
+        .workers(1)
+        .access_log(AccessLog::File(log.clone()))
+        .access_log_format(LogFormat::Json)
+        .start(app)
+        .unwrap();
+    let mut c = TcpStream::connect(server.local_addr()).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut hello = test_support::h2::PREFACE.to_vec();
+    hello.extend(frame(SETTINGS, 0, 0, &[]));
+    c.write_all(&hello).unwrap();
+    // GET, HPACK literals with static-table names.
+    let get = |path: &str| {
+        let mut b = Vec::new();
+        for (index, value) in [(2u8, "GET"), (6, "http"), (4, path), (1, "localhost")] {
+            b.push(index);
+            b.push(value.len() as u8);
+            b.extend_from_slice(value.as_bytes());
+        }
+        frame(HEADERS, END_STREAM | END_HEADERS, 0, &b)
+    };
+    let with_id = |mut f: Vec<u8>, id: u32| {
+        f[5..9].copy_from_slice(&id.to_be_bytes());
+        f
+    };
+    c.write_all(&with_id(get("/big"), 1)).unwrap();
+    c.write_all(&with_id(get("/small"), 3)).unwrap();
+    let (mut buf, mut chunk) = (Vec::new(), vec![0u8; 65536]);
+    let (mut got, mut credit, mut last_update, mut ended) = (0usize, 0usize, Duration::ZERO, [false; 2]);
+    // Set at the answer's HEADERS, which leave after the server read the
+    // request: the log's time starts before it.
+    let mut start = None;
+    while !(ended[0] && ended[1]) {
+        let Some(f) = take_frame(&mut buf) else {
+            let n = c.read(&mut chunk).unwrap();
+            assert!(n > 0, "closed after {got} bytes");
+            buf.extend_from_slice(&chunk[..n]);
+            continue;
+        };
+        if f.kind == SETTINGS && f.flags == 0 {
+            c.write_all(&frame(SETTINGS, 1, 0, &[])).unwrap();
+        }
+        if f.kind == HEADERS && f.stream == 1 {
+            start = Some(Instant::now());
+        }
+        if f.kind == DATA || f.kind == HEADERS {
+            let slot = usize::from(f.stream == 3);
+            ended[slot] |= f.flags & END_STREAM != 0;
+        }
+        if f.kind == DATA && f.stream == 1 {
+            got += f.payload.len();
+            credit += f.payload.len();
+            if credit >= H2_STEP && got < H2_BYTES {
+                // A slow reader: the window comes back late.
+                std::thread::sleep(Duration::from_millis(30));
+                let inc = (credit as u32).to_be_bytes();
+                // Taken before the window goes: the rest leaves after it.
+                last_update = start.expect("HEADERS before DATA").elapsed();
+                c.write_all(&frame(WINDOW_UPDATE, 0, 0, &inc)).unwrap();
+                c.write_all(&frame(WINDOW_UPDATE, 0, 1, &inc)).unwrap();
+                credit = 0;
+            }
+        }
+    }
+    assert_eq!(got, H2_BYTES);
+    drop(c);
+    server.shutdown();
+    server.join().unwrap();
+    let line = line_of(&log, "/big");
+    let (us, ttfb) = (number(&line, "duration_us"), number(&line, "ttfb_us"));
+    assert!(
+        us >= last_update.as_micros() as u64,
+        "logged {us} µs; the last window came {last_update:?} after the answer's head: {line}"
+    );
+    assert!(ttfb <= us && ttfb < 200_000, "ttfb {ttfb} µs, time {us} µs: {line}");
+    assert!(line.contains("\"version\":\"HTTP/2.0\""), "{line}");
+    let small = line_of(&log, "/small");
+    assert!(number(&small, "duration_us") < 200_000, "{small}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Over HTTP/3, a body whose producer is slow (a channel fed from another
+/// thread): the log's time runs to its last byte, its ttfb to the head.
+#[test]
+fn a_slow_streamed_body_is_logged_to_the_last_byte_over_http3() {
+    let dir = temp_dir("h3");
+    let log = dir.join("access.log");
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    std::fs::write(dir.join("cert.pem"), cert.pem()).unwrap();
+    std::fs::write(dir.join("key.pem"), key.serialize_pem()).unwrap();
+    let tls = peregrine::TlsConfig::from_pem_files(dir.join("cert.pem"), dir.join("key.pem")).unwrap();
+    const PIECES: usize = 10;
+    const PAUSE: Duration = Duration::from_millis(50);
+    let app = Router::new().get("/stream", |_: &Request<'_>| {
+        let (body, tx) = peregrine::body::channel(64 * 1024);
+        std::thread::spawn(move || {
+            for _ in 0..PIECES {
+                std::thread::sleep(PAUSE);
+                if tx.send(vec![b's'; 32 * 1024]).is_err() {
+                    return;
+                }
+            }
+        });
+        Response::new(200).with_body(body)
+    });
+    let server = Server::new()
+        .bind_tls("127.0.0.1:0", tls)
+        .workers(1)
+        .access_log(AccessLog::File(log.clone()))
+        .access_log_format(LogFormat::Json)
+        .start(app)
+        .unwrap();
+    let python = test_support::install::aioquic_python(&Path::new(env!("CARGO_TARGET_TMPDIR")).join("aioquic-venv"))
+        .unwrap_or_else(|e| panic!("aioquic is needed: {e}"));
+    let out = dir.join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let spec = format!(
+        "{{\"host\": \"127.0.0.1\", \"port\": {}, \"out\": \"{}\", \"timeout\": 60, \"requests\": [{{\"path\": \"/stream\"}}]}}",
+        server.local_addr().port(),
+        out.display()
+    );
+    let done = test_support::process::spawn_h3_client(&python, &spec, 120, true)
+        .wait_with_output()
+        .unwrap();
+    assert!(done.status.success(), "{}", String::from_utf8_lossy(&done.stderr));
+    let body = std::fs::read(out.join("0.body")).unwrap();
+    assert_eq!(body.len(), PIECES * 32 * 1024);
+    server.shutdown();
+    server.join().unwrap();
+    let line = line_of(&log, "/stream");
+    let (us, ttfb) = (number(&line, "duration_us"), number(&line, "ttfb_us"));
+    let produced = (PAUSE * PIECES as u32).as_micros() as u64;
+    assert!(
+        us >= produced,
+        "logged {us} µs, the producer took {produced} µs: {line}"
+    );
+    assert!(ttfb < produced / 2, "ttfb {ttfb} µs: {line}");
+    assert!(line.contains("\"version\":\"HTTP/3.0\""), "{line}");
+    let _ = std::fs::remove_dir_all(&dir);
 }

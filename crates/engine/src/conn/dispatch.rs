@@ -278,6 +278,9 @@ pub(crate) struct Sending {
     body_end: Option<crate::body::EndWatch>,
 }
 
+/// A stream connection's answers whose bodies are being sent, by stream.
+pub(crate) type Held = Vec<(u64, Box<Sending>)>;
+
 /// The record of an answer queued now whose body is the output's tail:
 /// written when the tail's last byte leaves (`Sending::end`).
 pub(crate) fn hold(

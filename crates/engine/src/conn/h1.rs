@@ -300,21 +300,31 @@ impl Conn {
         true
     }
 
-    /// Whether an answer's body is being sent, its record held.
+    /// Whether an answer's body is being sent, its record held (HTTP/1.1
+    /// and HTTP/2).
     #[inline]
     pub(crate) fn is_sending(&self) -> bool {
-        matches!(&self.proto, Proto::H1(h1) if h1.sending.is_some())
+        match &self.proto {
+            Proto::H1(h1) => h1.sending.is_some(),
+            Proto::H2(h2) => !h2.held.is_empty(),
+            Proto::Ws(_) | Proto::Tunnel(_) => false,
+        }
     }
 
-    /// The body being sent has left whole, or the connection closes before
-    /// that: its answer's log line and metrics, timed now.
+    /// The bodies being sent that have left whole (every one with `all`:
+    /// the connection closes before they could): their answers' log lines
+    /// and metrics, timed now.
     #[cold]
     #[inline(never)]
-    pub(crate) fn end_sending(&mut self, ctx: &mut Ctx<'_>) {
-        if let Proto::H1(h1) = &mut self.proto {
-            if let Some(sending) = h1.sending.take() {
-                sending.end(ctx, self.peer);
+    pub(crate) fn end_sending(&mut self, ctx: &mut Ctx<'_>, all: bool) {
+        match &mut self.proto {
+            Proto::H1(h1) => {
+                if let Some(sending) = h1.sending.take() {
+                    sending.end(ctx, self.peer);
+                }
             }
+            Proto::H2(_) => self.end_held_h2(ctx, all),
+            Proto::Ws(_) | Proto::Tunnel(_) => {}
         }
     }
 

@@ -666,7 +666,7 @@ impl Conn {
             // The next batch reads the clock again.
             ctx.batch_now = None;
             if self.is_sending() && !self.has_output() {
-                self.end_sending(ctx);
+                self.end_sending(ctx, false);
             }
             self.charge_output(ctx.pool);
             if let Some(m) = ctx.metrics {

@@ -14,7 +14,7 @@
 use std::cell::RefCell;
 use std::net::SocketAddr;
 
-use super::dispatch::{self, Called, Deferral};
+use super::dispatch::{self, Called, Deferral, Held};
 use super::{refused_line, Ctx};
 use crate::body::BodySink;
 use crate::codec::Version;
@@ -96,7 +96,7 @@ pub(crate) fn answer<S: Streams>(
     ctx: &mut Ctx<'_>,
     s: &mut S,
     client: Client<'_>,
-    deferred: &mut Vec<Deferral>,
+    (deferred, held): (&mut Vec<Deferral>, &mut Held),
     id: u64,
 ) -> Option<crate::ws::Upgrade> {
     let dates = ctx.date;
@@ -145,9 +145,34 @@ pub(crate) fn answer<S: Streams>(
         *response = Response::error(501);
     }
     let sent = Sent::of(response, head_only);
-    dispatch::record(ctx, &req, sent.status, sent.body_bytes);
+    record_sent(ctx, &req, sent, is_large(response, head_only), id, held);
     s.respond(id, response, head_only, date);
     None
+}
+
+/// Whether `response`'s body is sent after its batch (a file, a stream,
+/// more than `INLINE_BODY_BYTES_MAX`): its record is then held until the
+/// stream has sent its last byte.
+#[inline]
+fn is_large(response: &Response, head_only: bool) -> bool {
+    !head_only
+        && response.status != 204
+        && response.status != 304
+        && response
+            .body
+            .len()
+            .is_none_or(|n| n > crate::limits::INLINE_BODY_BYTES_MAX as u64)
+}
+
+/// Records an answer about to be queued on stream `id`: now if it leaves
+/// with its batch, else held (`held`) until its stream has sent it all.
+#[inline]
+fn record_sent(ctx: &mut Ctx<'_>, req: &Request<'_>, sent: Sent, large: bool, id: u64, held: &mut Held) {
+    if large {
+        held.push((id, dispatch::hold(ctx, req, sent.status, sent.body_bytes, None)));
+    } else {
+        dispatch::record(ctx, req, sent.status, sent.body_bytes);
+    }
 }
 
 /// The handler accepted a WebSocket (`ws::upgrade` checked the extended
@@ -182,7 +207,7 @@ pub(crate) fn start_upload<S: Streams>(
     ctx: &mut Ctx<'_>,
     s: &mut S,
     client: Client<'_>,
-    deferred: &mut Vec<Deferral>,
+    (deferred, held): (&mut Vec<Deferral>, &mut Held),
     id: u64,
 ) {
     if s.refused(id).is_some() {
@@ -231,7 +256,7 @@ pub(crate) fn start_upload<S: Streams>(
     let called = dispatch::settle(ctx, &slot, &req, &mut handled);
     if let Called::Now(response) = &called {
         let sent = Sent::of(response, head_only);
-        dispatch::record(ctx, &req, sent.status, sent.body_bytes);
+        record_sent(ctx, &req, sent, is_large(response, head_only), id, held);
     }
     if taken && !(S::RELAYS_INTERIM && sink.is_continue_held()) {
         // The handler reads the body: a client waiting for 100 Continue
@@ -261,7 +286,7 @@ pub(crate) fn on_answer<S: Streams>(
     ctx: &mut Ctx<'_>,
     s: &mut S,
     peer: SocketAddr,
-    deferred: &mut Vec<Deferral>,
+    (deferred, held): (&mut Vec<Deferral>, &mut Held),
     defer_id: u64,
     response: &mut Response,
 ) -> bool {
@@ -269,12 +294,25 @@ pub(crate) fn on_answer<S: Streams>(
         return false;
     };
     let wait = deferred.swap_remove(at);
+    let large = is_large(response, wait.head_only);
+    // A streamed answer (the proxy's) is timed to its producer's end.
+    let body_end = match &response.body {
+        crate::Body::Channel(rx) if large => Some(rx.end_watch()),
+        _ => None,
+    };
     // The client may have reset the stream meanwhile.
-    let sent = match s.deferred_stream(defer_id) {
+    let stream = s.deferred_stream(defer_id);
+    let sent = match stream {
         Some(stream) => s.respond(stream, response, wait.head_only, &ctx.date.http()[..]),
         None => None,
     };
-    dispatch::finish(ctx, peer, wait, sent.map(|s| (s.status, s.body_bytes)), None);
+    let tail = large.then_some(body_end);
+    if let (Some(sending), Some(stream)) = (
+        dispatch::finish(ctx, peer, wait, sent.map(|s| (s.status, s.body_bytes)), tail),
+        stream,
+    ) {
+        held.push((stream, sending));
+    }
     true
 }
 
