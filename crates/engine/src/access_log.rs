@@ -73,7 +73,9 @@ pub enum LogFormat {
     /// to, null on a server of one handler), request_id, traceparent
     /// (null when absent; see [`Template`]), tls_version (`TLSv1.3`, null
     /// in cleartext), tls_resumed (true, false, or null in cleartext and
-    /// over HTTP/3), and the reverse proxy's
+    /// over HTTP/3), reason (the limit or rule behind a 4xx/5xx Peregrine
+    /// made itself, [`Reason`]; null for a handler's answer), and the
+    /// reverse proxy's
     /// upstream_addr, upstream_status, upstream_connect_time,
     /// upstream_header_time, upstream_response_time (seconds, as numbers
     /// with milliseconds; all null for a request that was not proxied; see
@@ -130,6 +132,7 @@ impl std::str::FromStr for LogFormat {
 /// | `$http_traceparent` | the W3C Trace Context `traceparent` field as sent (passed upstream unchanged by the reverse proxy) |
 /// | `$ssl_protocol` | `TLSv1.2` or `TLSv1.3`; `-` in cleartext |
 /// | `$ssl_session_reused` | `r` for a resumed TLS session, `.` for a full handshake, `-` in cleartext or where unknown (HTTP/3) |
+/// | `$reason` | the limit or rule behind a 4xx/5xx Peregrine made itself ([`Reason`]: `head_timeout`, `body_too_large`, `rate_limited`, `upstream_connect`, ...); `-` for a handler's answer |
 /// | `$upstream_response_time` | the same to the upstream's last byte (for an answer that streams, the line waits for the client's last byte, which comes after it); `-` for one that ended broken |
 ///
 /// The upstream variables are `-` for a request the proxy did not pass
@@ -180,10 +183,11 @@ enum Var {
     Traceparent,
     SslProtocol,
     SslSessionReused,
+    Reason,
 }
 
 /// Every variable by name.
-const VARS: [(&str, Var); 30] = [
+const VARS: [(&str, Var); 31] = [
     ("remote_addr", Var::RemoteAddr),
     ("remote_port", Var::RemotePort),
     ("time_local", Var::TimeLocal),
@@ -214,6 +218,7 @@ const VARS: [(&str, Var); 30] = [
     ("http_traceparent", Var::Traceparent),
     ("ssl_protocol", Var::SslProtocol),
     ("ssl_session_reused", Var::SslSessionReused),
+    ("reason", Var::Reason),
 ];
 
 impl Template {
@@ -387,6 +392,118 @@ pub(crate) struct UpstreamLog {
     pub(crate) earlier: Option<Box<UpstreamLog>>,
 }
 
+/// Why Peregrine made a 4xx or 5xx answer itself: the limit or rule behind
+/// it, for the access log's `reason` (`$reason`). One byte, carried by the
+/// answer ([`crate::Response::with_reason`]); a handler's own answers have
+/// none (`-`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Reason {
+    /// A malformed request (400): its head, its framing, a chunk.
+    BadRequest,
+    /// The head did not arrive within `head_timeout` (408).
+    HeadTimeout,
+    /// The body stopped coming within `body_timeout` (408).
+    BodyTimeout,
+    /// The body came slower than `min_rate_bytes_per_sec` (408).
+    BodyMinRate,
+    /// The head, or its fields, over `head_bytes_max` (431).
+    HeaderTooLarge,
+    /// The target over `uri_bytes_max` (414).
+    UriTooLong,
+    /// The body over `body_bytes_max` (413).
+    BodyTooLarge,
+    /// An `Expect` other than `100-continue` (417).
+    Expectation,
+    /// A method or transfer coding the engine does not implement (501).
+    NotImplemented,
+    /// An HTTP version other than 1.0 and 1.1 (505).
+    Version,
+    /// The worker's memory budget for bodies or heads is spent (503).
+    MemoryBudget,
+    /// A rate limit refused the client (429).
+    RateLimited,
+    /// Authentication failed or is missing (401), or the client is barred
+    /// after failing it (429).
+    Auth,
+    /// An access rule refused the client (403).
+    Forbidden,
+    /// The proxy could not connect to the upstream (502).
+    UpstreamConnect,
+    /// The upstream did not connect or answer in time (504).
+    UpstreamTimeout,
+    /// The upstream closed or reset the connection before its answer (502).
+    UpstreamClosed,
+    /// The upstream's answer broke HTTP/1.1's rules (502).
+    UpstreamInvalid,
+    /// Every connection to the upstream was busy and its queue full (503).
+    UpstreamBusy,
+    /// Every upstream of the route is out (503).
+    UpstreamDown,
+    /// The handler panicked, or gave no answer (500).
+    HandlerPanic,
+    /// The handler's response was invalid (500).
+    InvalidResponse,
+}
+
+impl Reason {
+    /// The name the access log writes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::BadRequest => "bad_request",
+            Reason::HeadTimeout => "head_timeout",
+            Reason::BodyTimeout => "body_timeout",
+            Reason::BodyMinRate => "body_min_rate",
+            Reason::HeaderTooLarge => "header_too_large",
+            Reason::UriTooLong => "uri_too_long",
+            Reason::BodyTooLarge => "body_too_large",
+            Reason::Expectation => "expectation",
+            Reason::NotImplemented => "not_implemented",
+            Reason::Version => "version",
+            Reason::MemoryBudget => "memory_budget",
+            Reason::RateLimited => "rate_limited",
+            Reason::Auth => "auth",
+            Reason::Forbidden => "forbidden",
+            Reason::UpstreamConnect => "upstream_connect",
+            Reason::UpstreamTimeout => "upstream_timeout",
+            Reason::UpstreamClosed => "upstream_closed",
+            Reason::UpstreamInvalid => "upstream_invalid",
+            Reason::UpstreamBusy => "upstream_busy",
+            Reason::UpstreamDown => "upstream_down",
+            Reason::HandlerPanic => "handler_panic",
+            Reason::InvalidResponse => "invalid_response",
+        }
+    }
+
+    /// The reason of an error a request head's codec found.
+    pub(crate) fn of_head(e: crate::codec::head::HeadError) -> Reason {
+        use crate::codec::head::HeadError;
+        match e {
+            HeadError::BadRequest(_) | HeadError::NotHttp => Reason::BadRequest,
+            HeadError::UriTooLong => Reason::UriTooLong,
+            HeadError::HeadTooLarge => Reason::HeaderTooLarge,
+            HeadError::BodyTooLarge => Reason::BodyTooLarge,
+            HeadError::ExpectationFailed => Reason::Expectation,
+            HeadError::NotImplemented | HeadError::MethodNotImplemented => Reason::NotImplemented,
+            HeadError::VersionNotSupported => Reason::Version,
+        }
+    }
+
+    /// The reason of a refusal known only by its status (an HTTP/2 or
+    /// HTTP/3 stream refused by its session).
+    pub(crate) fn of_refusal(status: u16) -> Reason {
+        match status {
+            413 => Reason::BodyTooLarge,
+            414 => Reason::UriTooLong,
+            431 => Reason::HeaderTooLarge,
+            408 => Reason::BodyTimeout,
+            501 => Reason::NotImplemented,
+            503 => Reason::MemoryBudget,
+            _ => Reason::BadRequest,
+        }
+    }
+}
+
 /// An upstream's address as `$upstream_addr` writes it.
 #[derive(Clone, Debug)]
 pub(crate) enum UpstreamAddr {
@@ -476,6 +593,8 @@ pub(crate) struct Line<'a> {
     pub(crate) traceparent: Option<&'a [u8]>,
     /// Over TLS: its version and whether the session was resumed.
     pub(crate) tls: Option<TlsFacts>,
+    /// Why Peregrine made this 4xx/5xx itself; `None` for a handler's.
+    pub(crate) reason: Option<Reason>,
 }
 
 /// What the access log says of a request's TLS connection (2 bytes: it
@@ -544,7 +663,7 @@ impl LogWriter {
         peer: SocketAddr,
         req: &LogRequest,
         site: Option<&str>,
-        (status, body_bytes, upstream): (u16, u64, Option<&UpstreamLog>),
+        (status, body_bytes, reason, upstream): (u16, u64, Option<Reason>, Option<&UpstreamLog>),
         (duration_us, ttfb_us): (u64, u64),
     ) {
         // The request line was stored whole and raw (`record` escapes it),
@@ -578,6 +697,7 @@ impl LogWriter {
             request_id: Some(id).filter(|id| !id.is_empty()),
             traceparent: req.traceparent_len.map(|_| trace),
             tls: req.tls,
+            reason,
         });
     }
 
@@ -710,6 +830,8 @@ fn json_line(b: &mut Vec<u8>, line: &Line<'_>) {
         Some(false) => b",\"tls_resumed\":false",
         None => b",\"tls_resumed\":null",
     });
+    b.extend_from_slice(b",\"reason\":");
+    json_string(b, line.reason.map(|r| r.as_str().as_bytes()));
     let up = line.upstream;
     b.extend_from_slice(b",\"upstream_addr\":");
     let at = b.len();
@@ -774,6 +896,7 @@ fn template_line(b: &mut Vec<u8>, template: &Template, line: &Line<'_>) {
                 Some(false) => b'.',
                 None => b'-',
             }),
+            Var::Reason => or_dash(b, line.reason.map(|r| r.as_str().as_bytes())),
             Var::Protocol => escape(b, line.version),
             Var::Host => or_dash(b, line.host),
             Var::Status => b.extend_from_slice(n.format(line.status).as_bytes()),
@@ -943,6 +1066,7 @@ mod tests {
             request_id: None,
             traceparent: None,
             tls: None,
+            reason: None,
         });
         String::from_utf8(std::mem::take(&mut w.buf)).unwrap()
     }
@@ -990,7 +1114,7 @@ mod tests {
              \"target\":\"/caf\u{e9}\\\"\\\\\",\"version\":\"HTTP/1.1\",\"protocol\":\"HTTP/1.1\",\
              \"status\":304,\"bytes\":0,\"duration_us\":null,\"ttfb_us\":null,\
              \"referer\":null,\"user_agent\":\"ua\\u000a\\u00ff\\u007f\",\"site\":null,\
-             \"request_id\":null,\"traceparent\":null,\"tls_version\":null,\"tls_resumed\":null,\
+             \"request_id\":null,\"traceparent\":null,\"tls_version\":null,\"tls_resumed\":null,\"reason\":null,\
              \"upstream_addr\":null,\"upstream_status\":null,\"upstream_connect_time\":null,\
              \"upstream_header_time\":null,\"upstream_response_time\":null}\n"
         );
@@ -1002,7 +1126,7 @@ mod tests {
                                  $request_method ${request_uri}? $protocol $server_protocol $host $http_host \
                                  $status $body_bytes_sent $request_time_us $request_time $ttfb_us $ttfb \
                                  \"$http_referer\" \"$http_user_agent\" $site $server_name $request_id \
-                                 $http_traceparent $ssl_protocol $ssl_session_reused"
+                                 $http_traceparent $ssl_protocol $ssl_session_reused $reason"
             .parse()
             .unwrap();
         let mut w = LogWriter::new(Sink::Stdout, format);
@@ -1027,13 +1151,14 @@ mod tests {
                 version: Some(TlsVersion::Tls13),
                 resumed: Some(true),
             }),
+            reason: Some(Reason::BodyMinRate),
         });
         let line = String::from_utf8(std::mem::take(&mut w.buf)).unwrap();
         assert_eq!(
             line,
             "10.0.0.1:5555 [06/Nov/1994:08:49:37 +0000] 1994-11-06T08:49:37Z \"GET /a\\\"b HTTP/1.1\" \
              GET /a\\\"b? HTTP/1.1 HTTP/1.1 example.org example.org 200 0 12345 0.012 2345 0.002 \"-\" \"ua\\x0a\" \
-             example.org example.org id-1 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01 TLSv1.3 r\n"
+             example.org example.org id-1 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01 TLSv1.3 r body_min_rate\n"
         );
     }
 
@@ -1065,6 +1190,7 @@ mod tests {
                 request_id: None,
                 traceparent: None,
                 tls: None,
+                reason: None,
             });
             String::from_utf8(std::mem::take(&mut w.buf)).unwrap()
         };

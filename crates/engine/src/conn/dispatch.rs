@@ -10,7 +10,7 @@ use std::panic::{self, AssertUnwindSafe};
 use std::time::Instant;
 
 use super::{micros_between, Ctx};
-use crate::access_log::{Line, LogRequest, LogWriter, UpstreamLog};
+use crate::access_log::{Line, LogRequest, LogWriter, Reason, UpstreamLog};
 use crate::handler::{BodyUse, Handler, Reply};
 use crate::request::{DeferSlot, Request};
 use crate::response::Response;
@@ -157,7 +157,7 @@ pub(crate) fn body_use(ctx: &Ctx<'_>, redirect: bool, req: &Request<'_>) -> Body
 pub(crate) fn call_stream(ctx: &Ctx<'_>, redirect: bool, req: &Request<'_>) -> Handled {
     // An extended CONNECT (`:protocol`, RFC 8441) is for the handler.
     if req.protocol.is_none() && crate::codec::head::check_method(req.method()).is_err() {
-        return Ok(Reply::Now(Response::error(501)));
+        return Ok(Reply::Now(Response::error(501).with_reason(Reason::NotImplemented)));
     }
     call(ctx, redirect, req)
 }
@@ -192,7 +192,9 @@ pub(crate) fn settle<'r>(
                 crate::log::error(format_args!(
                     "handler returned Reply::Later without calling Request::defer"
                 ));
-                *handled = Ok(Reply::Now(Response::error(500).with_close()));
+                *handled = Ok(Reply::Now(
+                    Response::error(500).with_close().with_reason(Reason::HandlerPanic),
+                ));
             }
         },
         // HTTP/1.1 and HTTP/2 take an upgrade before settling
@@ -201,10 +203,16 @@ pub(crate) fn settle<'r>(
             crate::log::error(format_args!(
                 "a handler's Reply::Upgrade for a request that cannot upgrade"
             ));
-            *handled = Ok(Reply::Now(Response::error(500).with_close()));
+            *handled = Ok(Reply::Now(
+                Response::error(500).with_close().with_reason(Reason::InvalidResponse),
+            ));
         }
         // The panic hook has already printed the message.
-        Err(_) => *handled = Ok(Reply::Now(Response::error(500).with_close())),
+        Err(_) => {
+            *handled = Ok(Reply::Now(
+                Response::error(500).with_close().with_reason(Reason::HandlerPanic),
+            ))
+        }
     }
     match handled {
         Ok(Reply::Now(response)) => {
@@ -220,7 +228,7 @@ pub(crate) fn settle<'r>(
 
 /// Records an answer queued whole now (its last byte leaves with this
 /// batch's write) in the access log and the metrics, at the batch's time.
-pub(crate) fn record(ctx: &mut Ctx<'_>, req: &Request<'_>, status: u16, body_bytes: u64) {
+pub(crate) fn record(ctx: &mut Ctx<'_>, req: &Request<'_>, status: u16, body_bytes: u64, reason: Option<Reason>) {
     let site = req.site.get();
     let sites = ctx.sites;
     let label = site.and_then(|i| sites.label(i));
@@ -249,6 +257,7 @@ pub(crate) fn record(ctx: &mut Ctx<'_>, req: &Request<'_>, status: u16, body_byt
             request_id: Some(id.as_bytes()),
             traceparent: crate::access_log::traceparent(req),
             tls: req.tls_facts,
+            reason,
         });
     }
     if let Some(m) = ctx.metrics {
@@ -270,6 +279,7 @@ pub(crate) struct Sending {
     site: Option<u16>,
     status: u16,
     body_bytes: u64,
+    reason: Option<Reason>,
     /// `None` when no access log takes the request.
     log: Option<LogRequest>,
     upstream: Option<UpstreamLog>,
@@ -286,8 +296,7 @@ pub(crate) type Held = Vec<(u64, Box<Sending>)>;
 pub(crate) fn hold(
     ctx: &mut Ctx<'_>,
     req: &Request<'_>,
-    status: u16,
-    body_bytes: u64,
+    (status, body_bytes, reason): (u16, u64, Option<Reason>),
     body_end: Option<crate::body::EndWatch>,
 ) -> Box<Sending> {
     let ttfb_us = ctx.batch_us(ctx.now);
@@ -299,6 +308,7 @@ pub(crate) fn hold(
         site,
         status,
         body_bytes,
+        reason,
         log: log_of(ctx, site).is_some().then(|| log_request(req)),
         upstream: None,
         body_end,
@@ -317,6 +327,7 @@ impl Sending {
             site,
             status,
             body_bytes,
+            reason,
             log,
             mut upstream,
             body_end,
@@ -340,7 +351,7 @@ impl Sending {
                 peer,
                 req,
                 label,
-                (status, body_bytes, upstream.as_ref()),
+                (status, body_bytes, reason, upstream.as_ref()),
                 (us, ttfb_us),
             );
         }
@@ -360,7 +371,7 @@ pub(crate) fn finish(
     ctx: &mut Ctx<'_>,
     peer: SocketAddr,
     deferral: Deferral,
-    sent: Option<(u16, u64)>,
+    sent: Option<(u16, u64, Option<Reason>)>,
     tail: Option<Option<crate::body::EndWatch>>,
 ) -> Option<Box<Sending>> {
     if let Some(m) = ctx.metrics {
@@ -370,7 +381,7 @@ pub(crate) fn finish(
     // answer its upstream connections made (taken by the first answer
     // recorded, so they never reach another request's line).
     let upstream = ctx.upstream_log.take();
-    let (status, body_bytes) = sent?;
+    let (status, body_bytes, reason) = sent?;
     let us = ctx.batch_us(deferral.started);
     if let Some(body_end) = tail {
         return Some(Box::new(Sending {
@@ -380,6 +391,7 @@ pub(crate) fn finish(
             site: deferral.site,
             status,
             body_bytes,
+            reason,
             log: deferral.log,
             upstream,
             body_end,
@@ -394,7 +406,7 @@ pub(crate) fn finish(
             peer,
             req,
             label,
-            (status, body_bytes, upstream.as_ref()),
+            (status, body_bytes, reason, upstream.as_ref()),
             (us, us),
         );
     }

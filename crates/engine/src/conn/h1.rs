@@ -147,17 +147,18 @@ impl Conn {
                     // Nothing is queued behind a tail (checked above).
                     let queued = output.buf.len();
                     let answered = dispatch::call_answering(ctx, *redirect, &slot, &req, |response| {
-                        h1.respond(output, response, &env, extra_fields)
+                        let sent = h1.respond(output, response, &env, extra_fields);
+                        (sent, response.reason)
                     });
                     let mut handled = match answered {
-                        Answering::Now(sent) => {
-                            record_sent(ctx, &req, sent, output, sending);
+                        Answering::Now((sent, reason)) => {
+                            record_sent(ctx, &req, sent, reason, output, sending);
                             input.start += consumed;
                             continue;
                         }
-                        Answering::Broken(sent) => {
+                        Answering::Broken((sent, reason)) => {
                             h1.close();
-                            record_sent(ctx, &req, sent, output, sending);
+                            record_sent(ctx, &req, sent, reason, output, sending);
                             input.start += consumed;
                             continue;
                         }
@@ -177,7 +178,7 @@ impl Conn {
                         input.start += consumed;
                         let fields = accepted.0.handshake.fields();
                         if let Some(sent) = h1.upgrade(output, "websocket", &fields, &env) {
-                            dispatch::record(ctx, &req, sent.status, sent.body_bytes);
+                            dispatch::record(ctx, &req, sent.status, sent.body_bytes, None);
                             *upgrade = Some(accepted);
                             return Stop::Switched;
                         }
@@ -185,13 +186,13 @@ impl Conn {
                         // gets here.
                         let mut refused = Response::error(400).with_close();
                         let sent = h1.respond(output, &mut refused, &env, extra_fields);
-                        dispatch::record(ctx, &req, sent.status, sent.body_bytes);
+                        dispatch::record(ctx, &req, sent.status, sent.body_bytes, None);
                         continue;
                     }
                     match dispatch::settle(ctx, &slot, &req, &mut handled) {
                         Called::Now(response) => {
                             let sent = h1.respond(output, response, &env, extra_fields);
-                            record_sent(ctx, &req, sent, output, sending);
+                            record_sent(ctx, &req, sent, response.reason, output, sending);
                         }
                         Called::Later(deferral) => {
                             h1.defer();
@@ -242,7 +243,7 @@ impl Conn {
                     match called {
                         Called::Now(response) => {
                             let sent = h1.respond(output, response, &env, transport.extra_fields());
-                            record_sent(ctx, &req, sent, output, sending);
+                            record_sent(ctx, &req, sent, response.reason, output, sending);
                         }
                         Called::Later(deferral) => {
                             h1.defer();
@@ -296,7 +297,8 @@ impl Conn {
             .machine
             .answer(&mut self.output, &mut response, &env, self.transport.extra_fields());
         let tail = self.output.tail.is_some().then_some(body_end);
-        h1.sending = dispatch::finish(ctx, self.peer, deferral, sent.map(|s| (s.status, s.body_bytes)), tail);
+        let sent = sent.map(|s| (s.status, s.body_bytes, response.reason));
+        h1.sending = dispatch::finish(ctx, self.peer, deferral, sent, tail);
         true
     }
 
@@ -434,23 +436,36 @@ fn record_sent(
     ctx: &mut Ctx<'_>,
     req: &Request<'_>,
     sent: crate::h1::Sent,
+    reason: Option<crate::Reason>,
     output: &crate::buffers::Output,
     sending: &mut Option<Box<Sending>>,
 ) {
     if output.tail.is_none() {
-        dispatch::record(ctx, req, sent.status, sent.body_bytes);
+        dispatch::record(ctx, req, sent.status, sent.body_bytes, reason);
     } else {
-        *sending = Some(dispatch::hold(ctx, req, sent.status, sent.body_bytes, None));
+        *sending = Some(dispatch::hold(ctx, req, (sent.status, sent.body_bytes, reason), None));
     }
 }
 
 /// The log line (with the error body's bytes, as HTTP/2 and HTTP/3 log
 /// theirs) and metrics of a request refused before a handler saw it.
 fn record_refused(ctx: &mut Ctx<'_>, peer: SocketAddr, refusal: Refusal) {
-    let Refusal { status, body_bytes } = refusal;
+    let Refusal {
+        status,
+        body_bytes,
+        reason,
+    } = refusal;
     let us = ctx.batch_us(ctx.now);
     if let Some(log) = ctx.log.as_deref_mut() {
-        log.record(&refused_line(ctx.date.clf(), peer, b"-", status, body_bytes, us));
+        log.record(&refused_line(
+            ctx.date.clf(),
+            peer,
+            b"-",
+            status,
+            body_bytes,
+            us,
+            reason,
+        ));
     }
     if let Some(m) = ctx.metrics {
         m.record(b"-", status, us);

@@ -950,6 +950,7 @@ fn refused_line<'a>(
     status: u16,
     body_bytes: u64,
     duration_us: u64,
+    reason: crate::Reason,
 ) -> Line<'a> {
     Line {
         clf_time,
@@ -969,6 +970,7 @@ fn refused_line<'a>(
         request_id: None,
         traceparent: None,
         tls: None,
+        reason: Some(reason),
     }
 }
 

@@ -16,6 +16,7 @@ use std::net::SocketAddr;
 
 use super::dispatch::{self, Called, Deferral, Held};
 use super::{refused_line, Ctx};
+use crate::access_log::Reason;
 use crate::body::BodySink;
 use crate::codec::Version;
 use crate::handler::{BodyUse, Reply};
@@ -126,7 +127,7 @@ pub(crate) fn answer<S: Streams>(
     let mut handled = dispatch::call_stream(ctx, client.redirect, &req);
     if let Ok(Reply::Upgrade(_)) = &handled {
         // Logged as what it is answered: 200 (RFC 8441 §5), no body.
-        dispatch::record(ctx, &req, 200, 0);
+        dispatch::record(ctx, &req, 200, 0, None);
         return accept_upgrade(ctx, s, id, handled);
     }
     let response = match dispatch::settle(ctx, &slot, &req, &mut handled) {
@@ -145,7 +146,14 @@ pub(crate) fn answer<S: Streams>(
         *response = Response::error(501);
     }
     let sent = Sent::of(response, head_only);
-    record_sent(ctx, &req, sent, is_large(response, head_only), id, held);
+    record_sent(
+        ctx,
+        &req,
+        sent,
+        reason_of(response),
+        is_large(response, head_only),
+        (id, held),
+    );
     s.respond(id, response, head_only, date);
     None
 }
@@ -167,11 +175,30 @@ fn is_large(response: &Response, head_only: bool) -> bool {
 /// Records an answer about to be queued on stream `id`: now if it leaves
 /// with its batch, else held (`held`) until its stream has sent it all.
 #[inline]
-fn record_sent(ctx: &mut Ctx<'_>, req: &Request<'_>, sent: Sent, large: bool, id: u64, held: &mut Held) {
+fn record_sent(
+    ctx: &mut Ctx<'_>,
+    req: &Request<'_>,
+    sent: Sent,
+    reason: Option<Reason>,
+    large: bool,
+    (id, held): (u64, &mut Held),
+) {
     if large {
-        held.push((id, dispatch::hold(ctx, req, sent.status, sent.body_bytes, None)));
+        held.push((
+            id,
+            dispatch::hold(ctx, req, (sent.status, sent.body_bytes, reason), None),
+        ));
     } else {
-        dispatch::record(ctx, req, sent.status, sent.body_bytes);
+        dispatch::record(ctx, req, sent.status, sent.body_bytes, reason);
+    }
+}
+
+/// Why the engine made `response` (an invalid one is answered 500).
+#[inline]
+fn reason_of(response: &Response) -> Option<Reason> {
+    match response.invalid {
+        Some(_) => Some(Reason::InvalidResponse),
+        None => response.reason,
     }
 }
 
@@ -256,7 +283,14 @@ pub(crate) fn start_upload<S: Streams>(
     let called = dispatch::settle(ctx, &slot, &req, &mut handled);
     if let Called::Now(response) = &called {
         let sent = Sent::of(response, head_only);
-        record_sent(ctx, &req, sent, is_large(response, head_only), id, held);
+        record_sent(
+            ctx,
+            &req,
+            sent,
+            reason_of(response),
+            is_large(response, head_only),
+            (id, held),
+        );
     }
     if taken && !(S::RELAYS_INTERIM && sink.is_continue_held()) {
         // The handler reads the body: a client waiting for 100 Continue
@@ -295,6 +329,7 @@ pub(crate) fn on_answer<S: Streams>(
     };
     let wait = deferred.swap_remove(at);
     let large = is_large(response, wait.head_only);
+    let reason = reason_of(response);
     // A streamed answer (the proxy's) is timed to its producer's end.
     let body_end = match &response.body {
         crate::Body::Channel(rx) if large => Some(rx.end_watch()),
@@ -308,7 +343,7 @@ pub(crate) fn on_answer<S: Streams>(
     };
     let tail = large.then_some(body_end);
     if let (Some(sending), Some(stream)) = (
-        dispatch::finish(ctx, peer, wait, sent.map(|s| (s.status, s.body_bytes)), tail),
+        dispatch::finish(ctx, peer, wait, sent.map(|s| (s.status, s.body_bytes, reason)), tail),
         stream,
     ) {
         held.push((stream, sending));
@@ -353,6 +388,7 @@ fn record_refused<S: Streams>(ctx: &mut Ctx<'_>, peer: SocketAddr, status: u16, 
             sent.status,
             sent.body_bytes,
             us,
+            Reason::of_refusal(sent.status),
         ));
     }
     if let Some(m) = ctx.metrics {
