@@ -357,6 +357,15 @@ pub(crate) struct LogRequest {
     pub(crate) tls: Option<TlsFacts>,
 }
 
+impl LogRequest {
+    /// The request's id (stored after the request line).
+    pub(crate) fn id(&self) -> &[u8] {
+        let n_trace = self.traceparent_len.map_or(0, usize::from);
+        let end = self.request_line.len().saturating_sub(n_trace);
+        &self.request_line[end.saturating_sub(usize::from(self.id_len))..end]
+    }
+}
+
 /// The longest `traceparent` written: W3C Trace Context's is 55 bytes;
 /// past 255 it is not one.
 const TRACEPARENT_BYTES_MAX: usize = 255;

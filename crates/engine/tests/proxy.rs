@@ -734,6 +734,24 @@ fn the_access_log_says_why_the_proxy_answered_itself() {
     );
 }
 
+/// With `Server::request_id_header`, a proxied answer returns the id the
+/// upstream was sent.
+#[test]
+fn a_proxied_answer_returns_the_request_id_sent_upstream() {
+    let up = upstream();
+    let server = proxy_server_with(
+        &[(Upstream::parse(&format!("http://{}", up.addr)).unwrap(), "/api/")],
+        |s| s.request_id_header(true),
+    );
+    let mut c = Client::connect(server.local_addr());
+    c.send(b"GET /api/hello HTTP/1.1\r\nHost: t\r\n\r\n");
+    let r = c.response();
+    assert_eq!(r.status, 200);
+    let seen = up.seen.recv_timeout(PATIENCE).unwrap();
+    let sent = seen.field("x-request-id").expect("sent upstream").to_owned();
+    assert_eq!(r.header("x-request-id"), Some(sent.as_str()));
+}
+
 /// A request sent again after its kept-alive connection died logs both
 /// attempts, as nginx lists them: `addr, addr`, `502, 200`.
 #[test]

@@ -185,7 +185,8 @@ pub(crate) fn settle<'r>(
                     method_idx: crate::metrics::method_index(req.method().as_bytes()),
                     head_only: req.method() == "HEAD",
                     site: req.site.get(),
-                    log: log_of(ctx, req.site.get()).is_some().then(|| log_request(req)),
+                    // Also what returns the id with the answer.
+                    log: (ctx.request_id_header || log_of(ctx, req.site.get()).is_some()).then(|| log_request(req)),
                 });
             }
             None => {
@@ -223,6 +224,42 @@ pub(crate) fn settle<'r>(
             Called::Now(response)
         }
         Ok(Reply::Later | Reply::Upgrade(_)) | Err(_) => unreachable!("settled above"),
+    }
+}
+
+/// Adds the request's id `id` to `response` as `X-Request-ID`
+/// (`Server::request_id_header`), unless it has one already (an
+/// upstream's own). Out of line: only servers that ask for it call it.
+#[cold]
+#[inline(never)]
+pub(crate) fn tag_request_id(id: &[u8], response: &mut Response) {
+    if response.header("x-request-id").is_some() {
+        return;
+    }
+    // Ids are visible ASCII (`Request::request_id`).
+    if let Ok(id) = std::str::from_utf8(id) {
+        response.headers.push((
+            std::borrow::Cow::Borrowed("X-Request-ID"),
+            std::borrow::Cow::Owned(id.to_owned()),
+        ));
+    }
+}
+
+/// Adds `req`'s id to `response` when the server returns ids.
+#[inline]
+pub(crate) fn tag(ctx: &Ctx<'_>, req: &Request<'_>, response: &mut Response) {
+    if ctx.request_id_header {
+        tag_request_id(req.request_id().as_bytes(), response);
+    }
+}
+
+/// Adds a deferred request's id to its answer when the server returns ids.
+#[inline]
+pub(crate) fn tag_deferred(ctx: &Ctx<'_>, deferral: &Deferral, response: &mut Response) {
+    if ctx.request_id_header {
+        if let Some(log) = &deferral.log {
+            tag_request_id(log.id(), response);
+        }
     }
 }
 

@@ -146,7 +146,11 @@ impl Conn {
                     let extra_fields = transport.extra_fields();
                     // Nothing is queued behind a tail (checked above).
                     let queued = output.buf.len();
+                    let tag = ctx.request_id_header;
                     let answered = dispatch::call_answering(ctx, *redirect, &slot, &req, |response| {
+                        if tag {
+                            dispatch::tag_request_id(req.request_id().as_bytes(), response);
+                        }
                         let sent = h1.respond(output, response, &env, extra_fields);
                         (sent, response.reason)
                     });
@@ -191,6 +195,7 @@ impl Conn {
                     }
                     match dispatch::settle(ctx, &slot, &req, &mut handled) {
                         Called::Now(response) => {
+                            dispatch::tag(ctx, &req, response);
                             let sent = h1.respond(output, response, &env, extra_fields);
                             record_sent(ctx, &req, sent, response.reason, output, sending);
                         }
@@ -242,6 +247,7 @@ impl Conn {
                     input.start += h1.stream_body(start, sink, continue_now, &env, output);
                     match called {
                         Called::Now(response) => {
+                            dispatch::tag(ctx, &req, response);
                             let sent = h1.respond(output, response, &env, transport.extra_fields());
                             record_sent(ctx, &req, sent, response.reason, output, sending);
                         }
@@ -288,6 +294,7 @@ impl Conn {
         };
         ensure_output(&mut self.output, ctx.pool);
         let env = h1_env(ctx);
+        dispatch::tag_deferred(ctx, &deferral, &mut response);
         // A streamed answer (the proxy's) is timed to its producer's end.
         let body_end = match &response.body {
             crate::Body::Channel(rx) => Some(rx.end_watch()),

@@ -112,6 +112,9 @@ pub(crate) struct Ctx<'w> {
     /// counted at (`Ctx::batch_now`): read by the first answer that asks,
     /// reused by the rest, cleared at each write.
     pub(crate) batch_now: Option<Instant>,
+    /// Answers carry their request's `X-Request-ID`
+    /// (`Server::request_id_header`).
+    pub(crate) request_id_header: bool,
 }
 
 impl Ctx<'_> {

@@ -145,6 +145,7 @@ pub(crate) fn answer<S: Streams>(
         // expects WebSocket frames.
         *response = Response::error(501);
     }
+    dispatch::tag(ctx, &req, response);
     let sent = Sent::of(response, head_only);
     record_sent(
         ctx,
@@ -280,8 +281,9 @@ pub(crate) fn start_upload<S: Streams>(
     let mut handled = dispatch::call_stream(ctx, client.redirect, &req);
     // A reader not taken is dropped: the body is discarded.
     let taken = offered && reader.borrow_mut().take().is_none();
-    let called = dispatch::settle(ctx, &slot, &req, &mut handled);
-    if let Called::Now(response) = &called {
+    let mut called = dispatch::settle(ctx, &slot, &req, &mut handled);
+    if let Called::Now(response) = &mut called {
+        dispatch::tag(ctx, &req, response);
         let sent = Sent::of(response, head_only);
         record_sent(
             ctx,
@@ -328,6 +330,7 @@ pub(crate) fn on_answer<S: Streams>(
         return false;
     };
     let wait = deferred.swap_remove(at);
+    dispatch::tag_deferred(ctx, &wait, response);
     let large = is_large(response, wait.head_only);
     let reason = reason_of(response);
     // A streamed answer (the proxy's) is timed to its producer's end.
