@@ -270,6 +270,10 @@ pub(crate) fn record(ctx: &mut Ctx<'_>, req: &Request<'_>, status: u16, body_byt
     let sites = ctx.sites;
     let label = site.and_then(|i| sites.label(i));
     let since = ctx.now;
+    if ctx.metrics.is_none() && log_of(ctx, site).is_none() {
+        // Neither logs nor counts: no clock read.
+        return;
+    }
     // One clock read per batch, for the log and the metrics both.
     let us = ctx.batch_us(since);
     let date = ctx.date;
@@ -329,16 +333,22 @@ pub(crate) struct Sending {
 pub(crate) type Held = Vec<(u64, Box<Sending>)>;
 
 /// The record of an answer queued now whose body is the output's tail:
-/// written when the tail's last byte leaves (`Sending::end`).
+/// written when the tail's last byte leaves (`Sending::end`). `None` on a
+/// server that neither logs nor counts it.
 pub(crate) fn hold(
     ctx: &mut Ctx<'_>,
     req: &Request<'_>,
     (status, body_bytes, reason): (u16, u64, Option<Reason>),
     body_end: Option<crate::body::EndWatch>,
-) -> Box<Sending> {
-    let ttfb_us = ctx.batch_us(ctx.now);
+) -> Option<Box<Sending>> {
     let site = req.site.get();
-    Box::new(Sending {
+    let log = log_of(ctx, site).is_some().then(|| log_request(req));
+    if log.is_none() && ctx.metrics.is_none() {
+        // Neither logs nor counts: nothing to hold.
+        return None;
+    }
+    let ttfb_us = ctx.batch_us(ctx.now);
+    Some(Box::new(Sending {
         started: ctx.now,
         ttfb_us,
         method_idx: crate::metrics::method_index(req.method().as_bytes()),
@@ -346,10 +356,10 @@ pub(crate) fn hold(
         status,
         body_bytes,
         reason,
-        log: log_of(ctx, site).is_some().then(|| log_request(req)),
+        log,
         upstream: None,
         body_end,
-    })
+    }))
 }
 
 impl Sending {
@@ -419,8 +429,9 @@ pub(crate) fn finish(
     // recorded, so they never reach another request's line).
     let upstream = ctx.upstream_log.take();
     let (status, body_bytes, reason) = sent?;
-    let us = ctx.batch_us(deferral.started);
-    if let Some(body_end) = tail {
+    let wanted = ctx.metrics.is_some() || log_of(ctx, deferral.site).is_some();
+    let us = if wanted { ctx.batch_us(deferral.started) } else { 0 };
+    if let Some(body_end) = tail.filter(|_| wanted) {
         return Some(Box::new(Sending {
             started: deferral.started,
             ttfb_us: us,

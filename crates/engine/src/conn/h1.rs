@@ -450,7 +450,7 @@ fn record_sent(
     if output.tail.is_none() {
         dispatch::record(ctx, req, sent.status, sent.body_bytes, reason);
     } else {
-        *sending = Some(dispatch::hold(ctx, req, (sent.status, sent.body_bytes, reason), None));
+        *sending = dispatch::hold(ctx, req, (sent.status, sent.body_bytes, reason), None);
     }
 }
 

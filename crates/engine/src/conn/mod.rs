@@ -668,7 +668,12 @@ impl Conn {
             let flushed = self.flush(ctx.pool);
             // The next batch reads the clock again.
             ctx.batch_now = None;
-            if self.is_sending() && !self.has_output() {
+            // HTTP/1.1's one held record waits for the output to be all
+            // written. HTTP/2's are ended once their streams have queued
+            // their last DATA, within the output buffer's bytes of the
+            // socket (`write_buffer_bytes_max`): a client that never lets
+            // the output drain cannot make the records pile up.
+            if self.is_sending() && (self.proto.is_h2() || !self.has_output()) {
                 self.end_sending(ctx, false);
             }
             self.charge_output(ctx.pool);

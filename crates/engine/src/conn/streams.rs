@@ -185,10 +185,9 @@ fn record_sent(
     (id, held): (u64, &mut Held),
 ) {
     if large {
-        held.push((
-            id,
-            dispatch::hold(ctx, req, (sent.status, sent.body_bytes, reason), None),
-        ));
+        if let Some(sending) = dispatch::hold(ctx, req, (sent.status, sent.body_bytes, reason), None) {
+            held.push((id, sending));
+        }
     } else {
         dispatch::record(ctx, req, sent.status, sent.body_bytes, reason);
     }
