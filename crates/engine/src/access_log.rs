@@ -24,7 +24,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Where access log lines go.
 #[derive(Clone, Debug)]
@@ -67,12 +67,15 @@ pub enum LogFormat {
     Combined,
     /// One JSON object per line: time (RFC 3339, UTC), remote, host,
     /// method, target, version, protocol (the same as version: the name
-    /// nginx gives it), status, bytes, duration_us, referer, user_agent
+    /// nginx gives it), status, bytes, duration_us (to the answer's last
+    /// byte sent), ttfb_us (to its head queued), referer, user_agent
     /// (null when absent), site (the label of the site the request went
     /// to, null on a server of one handler), request_id, traceparent
     /// (null when absent; see [`Template`]), tls_version (`TLSv1.3`, null
     /// in cleartext), tls_resumed (true, false, or null in cleartext and
-    /// over HTTP/3), and the reverse proxy's
+    /// over HTTP/3), reason (the limit or rule behind a 4xx/5xx Peregrine
+    /// made itself, [`Reason`]; null for a handler's answer), and the
+    /// reverse proxy's
     /// upstream_addr, upstream_status, upstream_connect_time,
     /// upstream_header_time, upstream_response_time (seconds, as numbers
     /// with milliseconds; all null for a request that was not proxied; see
@@ -116,8 +119,9 @@ impl std::str::FromStr for LogFormat {
 /// | `$host` | the request's host (its Host field), `-` without one |
 /// | `$status` | `200` |
 /// | `$body_bytes_sent` | body bytes, `0` for none |
-/// | `$request_time_us` | microseconds from the read to the response queued |
+/// | `$request_time_us` | microseconds from the read to the answer's last byte sent (nginx's `$request_time`: a slow download logs its whole duration) |
 /// | `$request_time` | the same in seconds, with milliseconds: `0.012` |
+/// | `$ttfb_us`, `$ttfb` | the same to the answer's head queued for writing (its first byte), in microseconds or seconds |
 /// | `$http_referer`, `$http_user_agent` | those fields |
 /// | `$site`, `$server_name` | the site's label (its first name), `-` without sites or for a host no site takes |
 /// | `$upstream_addr` | where the reverse proxy sent the request: `127.0.0.1:9000`, `unix:/run/app.sock`; `-` when it was not proxied |
@@ -128,7 +132,8 @@ impl std::str::FromStr for LogFormat {
 /// | `$http_traceparent` | the W3C Trace Context `traceparent` field as sent (passed upstream unchanged by the reverse proxy) |
 /// | `$ssl_protocol` | `TLSv1.2` or `TLSv1.3`; `-` in cleartext |
 /// | `$ssl_session_reused` | `r` for a resumed TLS session, `.` for a full handshake, `-` in cleartext or where unknown (HTTP/3) |
-/// | `$upstream_response_time` | the same to the answer's end, for an answer read whole before it was relayed; `-` for one that streams (the line is written when its head is relayed) |
+/// | `$reason` | the limit or rule behind a 4xx/5xx Peregrine made itself ([`Reason`]: `head_timeout`, `body_too_large`, `rate_limited`, `upstream_connect`, ...); `-` for a handler's answer |
+/// | `$upstream_response_time` | the same to the upstream's last byte (for an answer that streams, the line waits for the client's last byte, which comes after it); `-` for one that ended broken |
 ///
 /// The upstream variables are `-` for a request the proxy did not pass
 /// on, and each is `-` where the exchange did not get that far. When a
@@ -164,6 +169,8 @@ enum Var {
     BodyBytes,
     TimeUs,
     TimeSecs,
+    TtfbUs,
+    TtfbSecs,
     Referer,
     UserAgent,
     Site,
@@ -176,10 +183,11 @@ enum Var {
     Traceparent,
     SslProtocol,
     SslSessionReused,
+    Reason,
 }
 
 /// Every variable by name.
-const VARS: [(&str, Var); 28] = [
+const VARS: [(&str, Var); 31] = [
     ("remote_addr", Var::RemoteAddr),
     ("remote_port", Var::RemotePort),
     ("time_local", Var::TimeLocal),
@@ -194,6 +202,8 @@ const VARS: [(&str, Var); 28] = [
     ("body_bytes_sent", Var::BodyBytes),
     ("request_time_us", Var::TimeUs),
     ("request_time", Var::TimeSecs),
+    ("ttfb_us", Var::TtfbUs),
+    ("ttfb", Var::TtfbSecs),
     ("http_referer", Var::Referer),
     ("http_user_agent", Var::UserAgent),
     ("http_host", Var::Host),
@@ -208,6 +218,7 @@ const VARS: [(&str, Var); 28] = [
     ("http_traceparent", Var::Traceparent),
     ("ssl_protocol", Var::SslProtocol),
     ("ssl_session_reused", Var::SslSessionReused),
+    ("reason", Var::Reason),
 ];
 
 impl Template {
@@ -346,6 +357,15 @@ pub(crate) struct LogRequest {
     pub(crate) tls: Option<TlsFacts>,
 }
 
+impl LogRequest {
+    /// The request's id (stored after the request line).
+    pub(crate) fn id(&self) -> &[u8] {
+        let n_trace = self.traceparent_len.map_or(0, usize::from);
+        let end = self.request_line.len().saturating_sub(n_trace);
+        &self.request_line[end.saturating_sub(usize::from(self.id_len))..end]
+    }
+}
+
 /// The longest `traceparent` written: W3C Trace Context's is 55 bytes;
 /// past 255 it is not one.
 const TRACEPARENT_BYTES_MAX: usize = 255;
@@ -367,14 +387,130 @@ pub(crate) struct UpstreamLog {
     pub(crate) status: Option<u16>,
     pub(crate) connect: Option<Duration>,
     pub(crate) header: Option<Duration>,
-    /// Up to the answer's last byte: known only for an answer read whole
-    /// before its head was relayed.
+    /// Up to the answer's last byte: for an answer read whole before its
+    /// head was relayed, at once; for one that streams, when the access
+    /// log writes its line (the channel's end, `started` to it).
     pub(crate) response: Option<Duration>,
+    /// When the exchange began (connecting, or writing on a kept-alive
+    /// connection): what a streamed answer's response time runs from.
+    pub(crate) started: Option<std::time::Instant>,
     /// The attempts before this one, when the request was sent again
     /// (a kept-alive connection the upstream had closed): written first,
     /// each variable a list as nginx's (`10.0.0.2:9000, 10.0.0.2:9000`,
     /// `502, 200`). `None` for nearly every request: no allocation.
     pub(crate) earlier: Option<Box<UpstreamLog>>,
+}
+
+/// Why Peregrine made a 4xx or 5xx answer itself: the limit or rule behind
+/// it, for the access log's `reason` (`$reason`). One byte, carried by the
+/// answer ([`crate::Response::with_reason`]); a handler's own answers have
+/// none (`-`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Reason {
+    /// A malformed request (400): its head, its framing, a chunk.
+    BadRequest,
+    /// The head did not arrive within `head_timeout` (408).
+    HeadTimeout,
+    /// The body stopped coming within `body_timeout` (408).
+    BodyTimeout,
+    /// The body came slower than `min_rate_bytes_per_sec` (408).
+    BodyMinRate,
+    /// The head, or its fields, over `head_bytes_max` (431).
+    HeaderTooLarge,
+    /// The target over `uri_bytes_max` (414).
+    UriTooLong,
+    /// The body over `body_bytes_max` (413).
+    BodyTooLarge,
+    /// An `Expect` other than `100-continue` (417).
+    Expectation,
+    /// A method or transfer coding the engine does not implement (501).
+    NotImplemented,
+    /// An HTTP version other than 1.0 and 1.1 (505).
+    Version,
+    /// The worker's memory budget for bodies or heads is spent (503).
+    MemoryBudget,
+    /// A rate limit refused the client (429).
+    RateLimited,
+    /// Authentication failed or is missing (401), or the client is barred
+    /// after failing it (429).
+    Auth,
+    /// An access rule refused the client (403).
+    Forbidden,
+    /// The proxy could not connect to the upstream (502).
+    UpstreamConnect,
+    /// The upstream did not connect or answer in time (504).
+    UpstreamTimeout,
+    /// The upstream closed or reset the connection before its answer (502).
+    UpstreamClosed,
+    /// The upstream's answer broke HTTP/1.1's rules (502).
+    UpstreamInvalid,
+    /// Every connection to the upstream was busy and its queue full (503).
+    UpstreamBusy,
+    /// Every upstream of the route is out (503).
+    UpstreamDown,
+    /// The handler panicked, or gave no answer (500).
+    HandlerPanic,
+    /// The handler's response was invalid (500).
+    InvalidResponse,
+}
+
+impl Reason {
+    /// The name the access log writes.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::BadRequest => "bad_request",
+            Reason::HeadTimeout => "head_timeout",
+            Reason::BodyTimeout => "body_timeout",
+            Reason::BodyMinRate => "body_min_rate",
+            Reason::HeaderTooLarge => "header_too_large",
+            Reason::UriTooLong => "uri_too_long",
+            Reason::BodyTooLarge => "body_too_large",
+            Reason::Expectation => "expectation",
+            Reason::NotImplemented => "not_implemented",
+            Reason::Version => "version",
+            Reason::MemoryBudget => "memory_budget",
+            Reason::RateLimited => "rate_limited",
+            Reason::Auth => "auth",
+            Reason::Forbidden => "forbidden",
+            Reason::UpstreamConnect => "upstream_connect",
+            Reason::UpstreamTimeout => "upstream_timeout",
+            Reason::UpstreamClosed => "upstream_closed",
+            Reason::UpstreamInvalid => "upstream_invalid",
+            Reason::UpstreamBusy => "upstream_busy",
+            Reason::UpstreamDown => "upstream_down",
+            Reason::HandlerPanic => "handler_panic",
+            Reason::InvalidResponse => "invalid_response",
+        }
+    }
+
+    /// The reason of an error a request head's codec found.
+    pub(crate) fn of_head(e: crate::codec::head::HeadError) -> Reason {
+        use crate::codec::head::HeadError;
+        match e {
+            HeadError::BadRequest(_) | HeadError::NotHttp => Reason::BadRequest,
+            HeadError::UriTooLong => Reason::UriTooLong,
+            HeadError::HeadTooLarge => Reason::HeaderTooLarge,
+            HeadError::BodyTooLarge => Reason::BodyTooLarge,
+            HeadError::ExpectationFailed => Reason::Expectation,
+            HeadError::NotImplemented | HeadError::MethodNotImplemented => Reason::NotImplemented,
+            HeadError::VersionNotSupported => Reason::Version,
+        }
+    }
+
+    /// The reason of a refusal known only by its status (an HTTP/2 or
+    /// HTTP/3 stream refused by its session).
+    pub(crate) fn of_refusal(status: u16) -> Reason {
+        match status {
+            413 => Reason::BodyTooLarge,
+            414 => Reason::UriTooLong,
+            431 => Reason::HeaderTooLarge,
+            408 => Reason::BodyTimeout,
+            501 => Reason::NotImplemented,
+            503 => Reason::MemoryBudget,
+            _ => Reason::BadRequest,
+        }
+    }
 }
 
 /// An upstream's address as `$upstream_addr` writes it.
@@ -452,7 +588,11 @@ pub(crate) struct Line<'a> {
     pub(crate) host: Option<&'a [u8]>,
     /// The site's label (its first name), when the server has sites.
     pub(crate) site: Option<&'a str>,
+    /// From the request's read to its answer's last byte sent.
     pub(crate) duration_us: Option<u64>,
+    /// From the request's read to its answer's head queued (the first
+    /// byte: it leaves with the batch it was queued in).
+    pub(crate) ttfb_us: Option<u64>,
     /// The reverse proxy's figures, for a request it passed on.
     pub(crate) upstream: Option<&'a UpstreamLog>,
     /// `Request::request_id`; `None` for a request refused before it was
@@ -462,6 +602,8 @@ pub(crate) struct Line<'a> {
     pub(crate) traceparent: Option<&'a [u8]>,
     /// Over TLS: its version and whether the session was resumed.
     pub(crate) tls: Option<TlsFacts>,
+    /// Why Peregrine made this 4xx/5xx itself; `None` for a handler's.
+    pub(crate) reason: Option<Reason>,
 }
 
 /// What the access log says of a request's TLS connection (2 bytes: it
@@ -530,8 +672,8 @@ impl LogWriter {
         peer: SocketAddr,
         req: &LogRequest,
         site: Option<&str>,
-        (status, body_bytes, upstream): (u16, u64, Option<&UpstreamLog>),
-        started: Instant,
+        (status, body_bytes, reason, upstream): (u16, u64, Option<Reason>, Option<&UpstreamLog>),
+        (duration_us, ttfb_us): (u64, u64),
     ) {
         // The request line was stored whole and raw (`record` escapes it),
         // the id and traceparent after it; split it back into its parts.
@@ -558,11 +700,13 @@ impl LogWriter {
             user_agent: req.user_agent.as_deref(),
             host: req.host.as_deref(),
             site,
-            duration_us: Some(micros_since(started)),
+            duration_us: Some(duration_us),
+            ttfb_us: Some(ttfb_us),
             upstream,
             request_id: Some(id).filter(|id| !id.is_empty()),
             traceparent: req.traceparent_len.map(|_| trace),
             tls: req.tls,
+            reason,
         });
     }
 
@@ -598,11 +742,6 @@ impl Drop for LogWriter {
     fn drop(&mut self) {
         self.flush();
     }
-}
-
-/// Microseconds from `start` to now.
-fn micros_since(start: Instant) -> u64 {
-    u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX)
 }
 
 /// The client's IP address, or `unix:` for a Unix-domain client (as
@@ -673,10 +812,15 @@ fn json_line(b: &mut Vec<u8>, line: &Line<'_>) {
     b.extend_from_slice(n.format(line.status).as_bytes());
     b.extend_from_slice(b",\"bytes\":");
     b.extend_from_slice(n.format(line.body_bytes).as_bytes());
-    b.extend_from_slice(b",\"duration_us\":");
-    match line.duration_us {
-        Some(us) => b.extend_from_slice(n.format(us).as_bytes()),
-        None => b.extend_from_slice(b"null"),
+    for (name, us) in [
+        (&b",\"duration_us\":"[..], line.duration_us),
+        (b",\"ttfb_us\":", line.ttfb_us),
+    ] {
+        b.extend_from_slice(name);
+        match us {
+            Some(us) => b.extend_from_slice(n.format(us).as_bytes()),
+            None => b.extend_from_slice(b"null"),
+        }
     }
     b.extend_from_slice(b",\"referer\":");
     json_string(b, line.referer);
@@ -695,6 +839,8 @@ fn json_line(b: &mut Vec<u8>, line: &Line<'_>) {
         Some(false) => b",\"tls_resumed\":false",
         None => b",\"tls_resumed\":null",
     });
+    b.extend_from_slice(b",\"reason\":");
+    json_string(b, line.reason.map(|r| r.as_str().as_bytes()));
     let up = line.upstream;
     b.extend_from_slice(b",\"upstream_addr\":");
     let at = b.len();
@@ -759,6 +905,7 @@ fn template_line(b: &mut Vec<u8>, template: &Template, line: &Line<'_>) {
                 Some(false) => b'.',
                 None => b'-',
             }),
+            Var::Reason => or_dash(b, line.reason.map(|r| r.as_str().as_bytes())),
             Var::Protocol => escape(b, line.version),
             Var::Host => or_dash(b, line.host),
             Var::Status => b.extend_from_slice(n.format(line.status).as_bytes()),
@@ -768,6 +915,14 @@ fn template_line(b: &mut Vec<u8>, template: &Template, line: &Line<'_>) {
                 None => b.push(b'-'),
             },
             Var::TimeSecs => match line.duration_us {
+                Some(us) => seconds_ms(b, us),
+                None => b.push(b'-'),
+            },
+            Var::TtfbUs => match line.ttfb_us {
+                Some(us) => b.extend_from_slice(n.format(us).as_bytes()),
+                None => b.push(b'-'),
+            },
+            Var::TtfbSecs => match line.ttfb_us {
                 Some(us) => seconds_ms(b, us),
                 None => b.push(b'-'),
             },
@@ -915,10 +1070,12 @@ mod tests {
             host: None,
             site: None,
             duration_us: None,
+            ttfb_us: None,
             upstream: None,
             request_id: None,
             traceparent: None,
             tls: None,
+            reason: None,
         });
         String::from_utf8(std::mem::take(&mut w.buf)).unwrap()
     }
@@ -964,9 +1121,9 @@ mod tests {
             line,
             "{\"time\":\"1994-11-06T08:49:37Z\",\"remote\":\"::1\",\"host\":null,\"method\":\"GET\",\
              \"target\":\"/caf\u{e9}\\\"\\\\\",\"version\":\"HTTP/1.1\",\"protocol\":\"HTTP/1.1\",\
-             \"status\":304,\"bytes\":0,\"duration_us\":null,\
+             \"status\":304,\"bytes\":0,\"duration_us\":null,\"ttfb_us\":null,\
              \"referer\":null,\"user_agent\":\"ua\\u000a\\u00ff\\u007f\",\"site\":null,\
-             \"request_id\":null,\"traceparent\":null,\"tls_version\":null,\"tls_resumed\":null,\
+             \"request_id\":null,\"traceparent\":null,\"tls_version\":null,\"tls_resumed\":null,\"reason\":null,\
              \"upstream_addr\":null,\"upstream_status\":null,\"upstream_connect_time\":null,\
              \"upstream_header_time\":null,\"upstream_response_time\":null}\n"
         );
@@ -976,9 +1133,9 @@ mod tests {
     fn templates_write_every_variable_escaped() {
         let format: LogFormat = "$remote_addr:$remote_port [$time_local] $time_iso8601 \"$request\" \
                                  $request_method ${request_uri}? $protocol $server_protocol $host $http_host \
-                                 $status $body_bytes_sent $request_time_us $request_time \
+                                 $status $body_bytes_sent $request_time_us $request_time $ttfb_us $ttfb \
                                  \"$http_referer\" \"$http_user_agent\" $site $server_name $request_id \
-                                 $http_traceparent $ssl_protocol $ssl_session_reused"
+                                 $http_traceparent $ssl_protocol $ssl_session_reused $reason"
             .parse()
             .unwrap();
         let mut w = LogWriter::new(Sink::Stdout, format);
@@ -995,6 +1152,7 @@ mod tests {
             host: Some(b"example.org"),
             site: Some("example.org"),
             duration_us: Some(12_345),
+            ttfb_us: Some(2_345),
             upstream: None,
             request_id: Some(b"id-1"),
             traceparent: Some(b"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
@@ -1002,13 +1160,14 @@ mod tests {
                 version: Some(TlsVersion::Tls13),
                 resumed: Some(true),
             }),
+            reason: Some(Reason::BodyMinRate),
         });
         let line = String::from_utf8(std::mem::take(&mut w.buf)).unwrap();
         assert_eq!(
             line,
             "10.0.0.1:5555 [06/Nov/1994:08:49:37 +0000] 1994-11-06T08:49:37Z \"GET /a\\\"b HTTP/1.1\" \
-             GET /a\\\"b? HTTP/1.1 HTTP/1.1 example.org example.org 200 0 12345 0.012 \"-\" \"ua\\x0a\" \
-             example.org example.org id-1 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01 TLSv1.3 r\n"
+             GET /a\\\"b? HTTP/1.1 HTTP/1.1 example.org example.org 200 0 12345 0.012 2345 0.002 \"-\" \"ua\\x0a\" \
+             example.org example.org id-1 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01 TLSv1.3 r body_min_rate\n"
         );
     }
 
@@ -1035,10 +1194,12 @@ mod tests {
                 host: None,
                 site: None,
                 duration_us: None,
+                ttfb_us: None,
                 upstream,
                 request_id: None,
                 traceparent: None,
                 tls: None,
+                reason: None,
             });
             String::from_utf8(std::mem::take(&mut w.buf)).unwrap()
         };
@@ -1048,6 +1209,7 @@ mod tests {
             connect: Some(Duration::ZERO),
             header: Some(Duration::from_micros(12_345)),
             response: None,
+            started: None,
             earlier: None,
         };
         assert_eq!(line(Some(&tcp)), "10.0.0.2:9000 201 0.000 0.012 -\n");
@@ -1066,6 +1228,7 @@ mod tests {
             connect: Some(Duration::from_millis(2)),
             header: Some(Duration::from_millis(5)),
             response: Some(Duration::from_millis(7)),
+            started: None,
             earlier: Some(Box::new(UpstreamLog {
                 status: Some(502),
                 ..tcp.clone()

@@ -58,6 +58,7 @@ fn channel_of(capacity_bytes: usize, length: Option<u64>) -> (Body, Sender) {
     let shared = Arc::new(Shared {
         queue: Queue::new(capacity_bytes.max(1), End::Open),
         parked: AtomicBool::new(false),
+        finished_at: std::sync::OnceLock::new(),
     });
     (
         Body::Channel(ChannelBody {
@@ -205,6 +206,10 @@ struct Shared {
     /// The event loop found the queue empty and waits for a wake: read
     /// without the lock by the connection deciding whether to poll.
     parked: AtomicBool,
+    /// When the sender ended the body normally: for the proxy, the
+    /// upstream's last byte (`$upstream_response_time` of a streamed
+    /// answer). One clock read per channel body.
+    finished_at: std::sync::OnceLock<std::time::Instant>,
 }
 
 type State = Chunked<End>;
@@ -327,6 +332,8 @@ impl Sender {
         state.end = end;
         if end == End::Aborted {
             state.clear();
+        } else {
+            let _ = shared.finished_at.set(std::time::Instant::now());
         }
         let wake = take_wake(shared, &mut state);
         drop(state);
@@ -376,7 +383,23 @@ impl fmt::Display for TrySendError {
 
 impl std::error::Error for TrySendError {}
 
+/// Watches a channel body's end from beside it (the access log, which
+/// outlives the body it times).
+pub(crate) struct EndWatch(Arc<Shared>);
+
+impl EndWatch {
+    /// When the sender ended the body normally, if it has.
+    pub(crate) fn finished_at(&self) -> Option<std::time::Instant> {
+        self.0.finished_at.get().copied()
+    }
+}
+
 impl ChannelBody {
+    /// A watch on this body's end.
+    pub(crate) fn end_watch(&self) -> EndWatch {
+        EndWatch(self.shared.clone())
+    }
+
     /// The body's length, if its head says it.
     pub(crate) fn length(&self) -> Option<u64> {
         self.length

@@ -88,7 +88,7 @@ mod tls;
 mod worker;
 pub mod ws;
 
-pub use access_log::{AccessLog, LogFormat};
+pub use access_log::{AccessLog, LogFormat, Reason};
 pub use codec::Version;
 pub use date::now;
 pub use error::Error;

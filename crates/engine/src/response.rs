@@ -32,6 +32,10 @@ pub struct Response {
     pub(crate) invalid: Option<Invalid>,
     /// Close the connection after this response.
     pub(crate) close: bool,
+    /// Why the engine (or a rule of the server's) made this answer, for
+    /// the access log; `None` for a handler's own. One byte, in the
+    /// padding the struct had.
+    pub(crate) reason: Option<crate::access_log::Reason>,
 }
 
 /// Why a response cannot be sent as the handler built it.
@@ -247,6 +251,7 @@ impl Response {
             body: Body::Empty,
             invalid: Response::status_invalid(status),
             close: false,
+            reason: None,
         }
     }
 
@@ -275,6 +280,7 @@ impl Response {
             body,
             invalid: None,
             close: false,
+            reason: None,
         }
     }
 
@@ -300,6 +306,7 @@ impl Response {
             body: body.into(),
             invalid: Response::status_invalid(status),
             close: false,
+            reason: None,
         }
     }
 
@@ -340,6 +347,7 @@ impl Response {
             body,
             invalid,
             close: false,
+            reason: None,
         }
     }
 
@@ -385,6 +393,15 @@ impl Response {
         Response::new(status)
             .with_content_type("text/plain; charset=utf-8")
             .with_body(format!("{status} {reason}\n"))
+    }
+
+    /// Says why the server made this answer itself (a limit, an access
+    /// rule, a failed upstream): the access log's `reason`. Answers a
+    /// handler makes for its own reasons carry none.
+    #[inline]
+    pub fn with_reason(mut self, reason: crate::access_log::Reason) -> Self {
+        self.reason = Some(reason);
+        self
     }
 
     /// Replaces the status code.
@@ -492,6 +509,12 @@ impl Response {
     /// The status code.
     pub fn status(&self) -> u16 {
         self.status
+    }
+
+    /// Why the server made this answer itself, if it did
+    /// ([`Response::with_reason`]).
+    pub fn reason(&self) -> Option<crate::Reason> {
+        self.reason
     }
 
     /// The value of the first header field named `name` (case-insensitive).

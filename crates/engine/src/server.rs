@@ -58,6 +58,8 @@ pub struct Server {
     http2: bool,
     websockets: bool,
     http3: bool,
+    /// Every answer carries its request's `X-Request-ID`.
+    request_id_header: bool,
 }
 
 /// Where a listener comes from.
@@ -98,6 +100,7 @@ impl Server {
             limits: Limits::default(),
             access_log: None,
             log_format: LogFormat::Combined,
+            request_id_header: false,
             run_as: crate::Identity::default(),
             metrics: None,
             http2: true,
@@ -302,6 +305,22 @@ impl Server {
     /// Sets the access log's line format.
     pub fn access_log_format(mut self, format: LogFormat) -> Self {
         self.log_format = format;
+        self
+    }
+
+    /// Returns each request's id ([`crate::Request::request_id`]: the
+    /// `X-Request-ID` a trusted proxy sent, else the one made here, which
+    /// the access log writes and the reverse proxy sends upstream) to the
+    /// client as `X-Request-ID` on every answer a handler makes, proxied
+    /// ones included, unless the answer has one already (an upstream's
+    /// own). Off by default, as in nginx (`add_header X-Request-ID
+    /// $request_id`) and Caddy (`header X-Request-ID ...`), which add it
+    /// only when asked: when off, no answer pays for it (the prepared
+    /// heads of archives and the hello path stay as they are). Answers
+    /// the engine makes before a request is whole (a 400, a 408) have no
+    /// id to return.
+    pub fn request_id_header(mut self, on: bool) -> Self {
+        self.request_id_header = on;
         self
     }
 
@@ -630,6 +649,7 @@ impl Server {
                 limits: self.limits.clone(),
                 http2: self.http2,
                 websockets: self.websockets,
+                request_id_header: self.request_id_header,
                 log: sink.clone().map(|s| LogWriter::new(s, self.log_format.clone())),
                 site_logs: (site_sinks.iter())
                     .map(|s| s.clone().map(|s| LogWriter::new(s, self.log_format.clone())))

@@ -58,6 +58,8 @@ pub(crate) struct Worker {
     pub(crate) http2: bool,
     /// HTTP/2 clients may open WebSockets (RFC 8441's extended CONNECT).
     pub(crate) websockets: bool,
+    /// Every answer carries its request's `X-Request-ID`.
+    pub(crate) request_id_header: bool,
     pub(crate) log: Option<LogWriter>,
     /// The sites' own access logs, by site index (`None`: the server's).
     pub(crate) site_logs: Vec<Option<LogWriter>>,
@@ -87,6 +89,7 @@ impl Worker {
             mut limits,
             http2,
             websockets,
+            request_id_header,
             mut log,
             mut site_logs,
             mailbox,
@@ -157,6 +160,8 @@ impl Worker {
                 ws: &mut ws,
                 outbox: &outbox,
                 upstream_log: None,
+                batch_now: None,
+                request_id_header,
             };
             // Shutdown first: a request read in this turn, after shutdown
             // began (a reload logged as done), is answered as draining,
@@ -655,6 +660,10 @@ impl Hosted {
                 m.deferred_ended.add(conn.n_deferred() as u64);
             }
             conn.end_ws(ctx);
+            if conn.is_sending() {
+                // Closed before its body's last byte: logged as it ends.
+                conn.end_sending(ctx, true);
+            }
             conn.release(ctx.pool);
             // Dropping the connection closes the socket, which also
             // removes it from the epoll set: no deregister call needed.

@@ -397,7 +397,10 @@ fn the_access_log_reopens_under_its_path_for_logrotate_and_writes_json() {
         "{line}"
     );
     let (us, tail) = tail.split_once(',').unwrap();
-    us.parse::<u64>().unwrap();
+    let us = us.parse::<u64>().unwrap();
+    // The time to the first byte: at most the whole time.
+    let (ttfb, tail) = tail.strip_prefix("\"ttfb_us\":").unwrap().split_once(',').unwrap();
+    assert!(ttfb.parse::<u64>().unwrap() <= us, "{line}");
     // The request id made here: 32 hex digits.
     let (before_id, tail) = tail.split_once(",\"request_id\":\"").unwrap();
     let (id, tail) = tail.split_once('"').unwrap();
@@ -408,7 +411,7 @@ fn the_access_log_reopens_under_its_path_for_logrotate_and_writes_json() {
     );
     assert_eq!(
         tail,
-        ",\"traceparent\":null,\"tls_version\":null,\"tls_resumed\":null,\"upstream_addr\":null,\
+        ",\"traceparent\":null,\"tls_version\":null,\"tls_resumed\":null,\"reason\":null,\"upstream_addr\":null,\
          \"upstream_status\":null,\"upstream_connect_time\":null,\"upstream_header_time\":null,\
          \"upstream_response_time\":null}",
         "{line}"

@@ -140,6 +140,17 @@ fn serve_upstream(stream: TcpStream, tx: Sender<Seen>, go: Arc<Mutex<Receiver<()
                 a.extend_from_slice(b"0\r\n\r\n");
                 a
             }
+            "slow" => {
+                // A streamed answer whose last byte comes 300 ms after its head.
+                let _ = out.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n");
+                let _ = out.flush();
+                for _ in 0..3 {
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                    let _ = out.write_all(b"4\r\nmore\r\n");
+                    let _ = out.flush();
+                }
+                b"0\r\n\r\n".to_vec()
+            }
             "smuggle" => {
                 b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nupstream-secret-text".to_vec()
             }
@@ -643,13 +654,102 @@ fn the_access_log_tells_the_upstream_exchange_as_nginx_does() {
     assert!(seconds(lines[1][5]) && seconds(lines[1][6]), "{log}");
     // Not proxied: dashes.
     assert_eq!(lines[2], ["/local", "200", "-", "-", "-", "-", "-"], "{log}");
-    // A long answer streams: its line is written at its head.
+    // A long answer streams: its response time runs to its last byte.
     assert_eq!(lines[3][..4], ["/api/big", "200", up_addr.as_str(), "200"], "{log}");
-    assert!(seconds(lines[3][5]) && lines[3][6] == "-", "{log}");
+    assert!(seconds(lines[3][5]) && seconds(lines[3][6]), "{log}");
     // Refused: the proxy's 502, and no time past the connection.
     let dead = dead.to_string();
     assert_eq!(lines[4][..4], ["/down/x", "502", dead.as_str(), "502"], "{log}");
     assert_eq!(lines[4][5..], ["-", "-"], "{log}");
+}
+
+/// A streamed answer's `$upstream_response_time` runs to the upstream's
+/// last byte (issue 26), and `$request_time` to the client's, after it;
+/// `$ttfb` to the head relayed.
+#[test]
+fn a_streamed_answer_logs_the_upstream_time_to_its_last_byte() {
+    let up = upstream();
+    let path = temp_path("upstream-stream-log");
+    let format: peregrine::LogFormat = "$request_uri|$upstream_header_time|$upstream_response_time|$request_time|$ttfb"
+        .parse()
+        .unwrap();
+    let server = proxy_server_with(
+        &[(Upstream::parse(&format!("http://{}", up.addr)).unwrap(), "/api/")],
+        |s| {
+            s.access_log(peregrine::AccessLog::File(path.clone()))
+                .access_log_format(format)
+        },
+    );
+    let mut c = Client::connect(server.local_addr());
+    c.send(b"GET /api/slow HTTP/1.1\r\nHost: t\r\n\r\n");
+    let r = c.response();
+    assert_eq!((r.status, r.text().as_str()), (200, "firstmoremoremore"));
+    drop(c);
+    server.shutdown();
+    server.join().unwrap();
+    let log = std::fs::read_to_string(&path).unwrap();
+    let fields: Vec<&str> = log.trim_end().split('|').collect();
+    assert_eq!(fields.len(), 5, "{log}");
+    let secs = |i: usize| -> f64 { fields[i].parse().unwrap_or_else(|_| panic!("field {i} of {log}")) };
+    let (header, response, request, ttfb) = (secs(1), secs(2), secs(3), secs(4));
+    assert!(header < 0.2, "{log}");
+    assert!(
+        response >= 0.3,
+        "the upstream's last byte came 300 ms after its head: {log}"
+    );
+    assert!(request >= response, "{log}");
+    assert!(ttfb < 0.2, "{log}");
+}
+
+/// The access log's `reason` names why the proxy made an answer itself
+/// (`upstream_connect`), and is `-` for the upstream's own answers.
+#[test]
+fn the_access_log_says_why_the_proxy_answered_itself() {
+    let up = upstream();
+    let dead = dead_addr();
+    let path = temp_path("upstream-reason-log");
+    let format: peregrine::LogFormat = "$request_uri $status $reason".parse().unwrap();
+    let server = proxy_server_with(
+        &[
+            (Upstream::parse(&format!("http://{}", up.addr)).unwrap(), "/api/"),
+            (Upstream::parse(&format!("http://{dead}")).unwrap(), "/down/"),
+        ],
+        |s| {
+            s.access_log(peregrine::AccessLog::File(path.clone()))
+                .access_log_format(format)
+        },
+    );
+    let mut c = Client::connect(server.local_addr());
+    for target in ["/api/hello", "/api/nothing-here", "/down/x"] {
+        c.send(format!("GET {target} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
+        c.response();
+    }
+    drop(c);
+    server.shutdown();
+    server.join().unwrap();
+    let log = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(
+        log,
+        "/api/hello 200 -\n/api/nothing-here 404 -\n/down/x 502 upstream_connect\n"
+    );
+}
+
+/// With `Server::request_id_header`, a proxied answer returns the id the
+/// upstream was sent.
+#[test]
+fn a_proxied_answer_returns_the_request_id_sent_upstream() {
+    let up = upstream();
+    let server = proxy_server_with(
+        &[(Upstream::parse(&format!("http://{}", up.addr)).unwrap(), "/api/")],
+        |s| s.request_id_header(true),
+    );
+    let mut c = Client::connect(server.local_addr());
+    c.send(b"GET /api/hello HTTP/1.1\r\nHost: t\r\n\r\n");
+    let r = c.response();
+    assert_eq!(r.status, 200);
+    let seen = up.seen.recv_timeout(PATIENCE).unwrap();
+    let sent = seen.field("x-request-id").expect("sent upstream").to_owned();
+    assert_eq!(r.header("x-request-id"), Some(sent.as_str()));
 }
 
 /// A request sent again after its kept-alive connection died logs both

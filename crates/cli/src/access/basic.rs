@@ -307,7 +307,10 @@ impl Gate for Guard {
         }
         let client = rate::key(client_ip(req));
         if let Some(wait) = shared.barred(client, now) {
-            return Reply::Now(retry_after(Response::error(429), wait));
+            return Reply::Now(retry_after(
+                Response::error(429).with_reason(peregrine::Reason::Auth),
+                wait,
+            ));
         }
         let queued = &self.verifier.queued;
         if queued.fetch_add(1, Ordering::AcqRel) >= QUEUED_MAX {
@@ -570,6 +573,7 @@ pub(crate) fn challenge(realm: &str) -> Response {
             format!("Basic realm=\"{quoted}\", charset=\"UTF-8\""),
         )
         .with_header("Cache-Control", "private")
+        .with_reason(peregrine::Reason::Auth)
 }
 
 /// `response` with `Retry-After` in whole seconds, rounded up (RFC 9110
@@ -693,6 +697,8 @@ mod tests {
             Some("Basic realm=\"Team \\\"A\\\" \\\\ docs\", charset=\"UTF-8\"")
         );
         assert_eq!(r.header("cache-control"), Some("private"));
+        // The access log says why: `reason` auth.
+        assert_eq!(r.reason(), Some(peregrine::Reason::Auth));
     }
 
     #[test]

@@ -168,7 +168,7 @@ impl Access {
         let client = req.client_addr().ip;
         if let Some(ip) = &self.ip {
             if !ip.permits(client) {
-                return Some(Response::error(403));
+                return Some(Response::error(403).with_reason(peregrine::Reason::Forbidden));
             }
         }
         if let Some(table) = &self.rate {
@@ -177,7 +177,11 @@ impl Access {
                 // Whole seconds (RFC 9110 §10.2.3), rounded up: a client
                 // that waits as told finds a token.
                 let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
-                return Some(Response::error(429).with_header("Retry-After", secs.max(1).to_string()));
+                return Some(
+                    Response::error(429)
+                        .with_header("Retry-After", secs.max(1).to_string())
+                        .with_reason(peregrine::Reason::RateLimited),
+                );
             }
         }
         None

@@ -41,11 +41,21 @@ pub(crate) struct ServerArgs {
     /// $time_iso8601, $request, $request_method, $request_uri, $protocol
     /// (or $server_protocol), $host (or $http_host), $status,
     /// $body_bytes_sent, $request_time_us, $request_time (seconds),
-    /// $http_referer, $http_user_agent, $request_id, $http_traceparent,
-    /// $ssl_protocol, $ssl_session_reused; `${name}` when a letter follows.
+    /// $ttfb_us, $ttfb, $http_referer, $http_user_agent, $request_id,
+    /// $http_traceparent, $ssl_protocol, $ssl_session_reused, $reason;
+    /// `${name}` when a letter follows. The request time runs to the
+    /// answer's last byte written; $ttfb to its head.
     /// An unknown variable is refused at start. Default: combined.
     #[arg(long, default_value = "combined", value_name = "FORMAT")]
     pub(crate) access_log_format: peregrine::LogFormat,
+    /// Return each request's id to the client as `X-Request-ID` on every
+    /// answer (proxied ones included, unless the upstream's answer has
+    /// one): the id the access log writes as $request_id and the reverse
+    /// proxy sends upstream (an `X-Request-ID` from a --trusted-proxies
+    /// peer, else one made here). Default: off, as nginx and Caddy add it
+    /// only when configured.
+    #[arg(long)]
+    pub(crate) request_id_header: bool,
     /// Append the error log (what the server says it does, warnings,
     /// errors) to PATH instead of standard error; SIGUSR1 reopens it, as
     /// it does the access log. Default: standard error.

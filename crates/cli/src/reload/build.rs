@@ -169,6 +169,7 @@ fn configure(args: &ServerArgs, process: &Process, first: bool) -> anyhow::Resul
     let mut srv = Server::new()
         .limits(args.limits.to_limits()?)
         .access_log_format(args.access_log_format.clone())
+        .request_id_header(args.request_id_header)
         .http2(!args.no_http2)
         .http3(args.http3()?)
         .trusted_proxies(args.trusted(), args.client_addr_header);

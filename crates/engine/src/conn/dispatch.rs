@@ -9,8 +9,8 @@ use std::net::SocketAddr;
 use std::panic::{self, AssertUnwindSafe};
 use std::time::Instant;
 
-use super::{micros_since, Ctx};
-use crate::access_log::{Line, LogRequest, LogWriter};
+use super::{micros_between, Ctx};
+use crate::access_log::{Line, LogRequest, LogWriter, Reason, UpstreamLog};
 use crate::handler::{BodyUse, Handler, Reply};
 use crate::request::{DeferSlot, Request};
 use crate::response::Response;
@@ -157,7 +157,7 @@ pub(crate) fn body_use(ctx: &Ctx<'_>, redirect: bool, req: &Request<'_>) -> Body
 pub(crate) fn call_stream(ctx: &Ctx<'_>, redirect: bool, req: &Request<'_>) -> Handled {
     // An extended CONNECT (`:protocol`, RFC 8441) is for the handler.
     if req.protocol.is_none() && crate::codec::head::check_method(req.method()).is_err() {
-        return Ok(Reply::Now(Response::error(501)));
+        return Ok(Reply::Now(Response::error(501).with_reason(Reason::NotImplemented)));
     }
     call(ctx, redirect, req)
 }
@@ -185,14 +185,17 @@ pub(crate) fn settle<'r>(
                     method_idx: crate::metrics::method_index(req.method().as_bytes()),
                     head_only: req.method() == "HEAD",
                     site: req.site.get(),
-                    log: log_of(ctx, req.site.get()).is_some().then(|| log_request(req)),
+                    // Also what returns the id with the answer.
+                    log: (ctx.request_id_header || log_of(ctx, req.site.get()).is_some()).then(|| log_request(req)),
                 });
             }
             None => {
                 crate::log::error(format_args!(
                     "handler returned Reply::Later without calling Request::defer"
                 ));
-                *handled = Ok(Reply::Now(Response::error(500).with_close()));
+                *handled = Ok(Reply::Now(
+                    Response::error(500).with_close().with_reason(Reason::HandlerPanic),
+                ));
             }
         },
         // HTTP/1.1 and HTTP/2 take an upgrade before settling
@@ -201,10 +204,16 @@ pub(crate) fn settle<'r>(
             crate::log::error(format_args!(
                 "a handler's Reply::Upgrade for a request that cannot upgrade"
             ));
-            *handled = Ok(Reply::Now(Response::error(500).with_close()));
+            *handled = Ok(Reply::Now(
+                Response::error(500).with_close().with_reason(Reason::InvalidResponse),
+            ));
         }
         // The panic hook has already printed the message.
-        Err(_) => *handled = Ok(Reply::Now(Response::error(500).with_close())),
+        Err(_) => {
+            *handled = Ok(Reply::Now(
+                Response::error(500).with_close().with_reason(Reason::HandlerPanic),
+            ))
+        }
     }
     match handled {
         Ok(Reply::Now(response)) => {
@@ -218,12 +227,56 @@ pub(crate) fn settle<'r>(
     }
 }
 
-/// Records an answer sent now in the access log and the metrics.
-pub(crate) fn record(ctx: &mut Ctx<'_>, req: &Request<'_>, status: u16, body_bytes: u64) {
+/// Adds the request's id `id` to `response` as `X-Request-ID`
+/// (`Server::request_id_header`), unless it has one already (an
+/// upstream's own). Out of line: only servers that ask for it call it.
+#[cold]
+#[inline(never)]
+pub(crate) fn tag_request_id(id: &[u8], response: &mut Response) {
+    if response.header("x-request-id").is_some() {
+        return;
+    }
+    // Ids are visible ASCII (`Request::request_id`).
+    if let Ok(id) = std::str::from_utf8(id) {
+        response.headers.push((
+            std::borrow::Cow::Borrowed("X-Request-ID"),
+            std::borrow::Cow::Owned(id.to_owned()),
+        ));
+    }
+}
+
+/// Adds `req`'s id to `response` when the server returns ids.
+#[inline]
+pub(crate) fn tag(ctx: &Ctx<'_>, req: &Request<'_>, response: &mut Response) {
+    if ctx.request_id_header {
+        tag_request_id(req.request_id().as_bytes(), response);
+    }
+}
+
+/// Adds a deferred request's id to its answer when the server returns ids.
+#[inline]
+pub(crate) fn tag_deferred(ctx: &Ctx<'_>, deferral: &Deferral, response: &mut Response) {
+    if ctx.request_id_header {
+        if let Some(log) = &deferral.log {
+            tag_request_id(log.id(), response);
+        }
+    }
+}
+
+/// Records an answer queued whole now (its last byte leaves with this
+/// batch's write) in the access log and the metrics, at the batch's time.
+pub(crate) fn record(ctx: &mut Ctx<'_>, req: &Request<'_>, status: u16, body_bytes: u64, reason: Option<Reason>) {
     let site = req.site.get();
     let sites = ctx.sites;
     let label = site.and_then(|i| sites.label(i));
-    let (now, date) = (ctx.now, ctx.date);
+    let since = ctx.now;
+    if ctx.metrics.is_none() && log_of(ctx, site).is_none() {
+        // Neither logs nor counts: no clock read.
+        return;
+    }
+    // One clock read per batch, for the log and the metrics both.
+    let us = ctx.batch_us(since);
+    let date = ctx.date;
     if let Some(log) = log_of(ctx, site) {
         // Made on the stack, only when a line is written.
         let id = req.request_id();
@@ -239,23 +292,135 @@ pub(crate) fn record(ctx: &mut Ctx<'_>, req: &Request<'_>, status: u16, body_byt
             user_agent: req.header_bytes("user-agent"),
             host: req.host,
             site: label,
-            duration_us: Some(micros_since(now)),
+            duration_us: Some(us),
+            ttfb_us: Some(us),
             upstream: None,
             request_id: Some(id.as_bytes()),
             traceparent: crate::access_log::traceparent(req),
             tls: req.tls_facts,
+            reason,
         });
     }
     if let Some(m) = ctx.metrics {
-        m.record(req.method().as_bytes(), status, ctx.now);
+        m.record(req.method().as_bytes(), status, us);
         m.record_site(site, status);
+    }
+}
+
+/// An answer whose body is still being sent after its head was queued
+/// (a file, large bytes, a stream): what its log line and metrics need
+/// once its last byte is written, or the connection closes before that
+/// (`Sending::end`). Kept boxed by its connection (HTTP/1.1 sends one
+/// such body at a time), so a connection grows by a pointer.
+pub(crate) struct Sending {
+    started: Instant,
+    /// To the head queued: the time to the first byte.
+    ttfb_us: u64,
+    method_idx: usize,
+    site: Option<u16>,
+    status: u16,
+    body_bytes: u64,
+    reason: Option<Reason>,
+    /// `None` when no access log takes the request.
+    log: Option<LogRequest>,
+    upstream: Option<UpstreamLog>,
+    /// The end of a streamed body as its producer saw it: for the proxy,
+    /// the upstream's last byte.
+    body_end: Option<crate::body::EndWatch>,
+}
+
+/// A stream connection's answers whose bodies are being sent, by stream.
+pub(crate) type Held = Vec<(u64, Box<Sending>)>;
+
+/// The record of an answer queued now whose body is the output's tail:
+/// written when the tail's last byte leaves (`Sending::end`). `None` on a
+/// server that neither logs nor counts it.
+pub(crate) fn hold(
+    ctx: &mut Ctx<'_>,
+    req: &Request<'_>,
+    (status, body_bytes, reason): (u16, u64, Option<Reason>),
+    body_end: Option<crate::body::EndWatch>,
+) -> Option<Box<Sending>> {
+    let site = req.site.get();
+    let log = log_of(ctx, site).is_some().then(|| log_request(req));
+    if log.is_none() && ctx.metrics.is_none() {
+        // Neither logs nor counts: nothing to hold.
+        return None;
+    }
+    let ttfb_us = ctx.batch_us(ctx.now);
+    Some(Box::new(Sending {
+        started: ctx.now,
+        ttfb_us,
+        method_idx: crate::metrics::method_index(req.method().as_bytes()),
+        site,
+        status,
+        body_bytes,
+        reason,
+        log,
+        upstream: None,
+        body_end,
+    }))
+}
+
+impl Sending {
+    /// The body's last byte was written (or the connection closed first):
+    /// the line and the metrics, timed now.
+    pub(crate) fn end(self: Box<Self>, ctx: &mut Ctx<'_>, peer: SocketAddr) {
+        let now = Instant::now();
+        let us = micros_between(self.started, now);
+        let Sending {
+            ttfb_us,
+            method_idx,
+            site,
+            status,
+            body_bytes,
+            reason,
+            log,
+            mut upstream,
+            body_end,
+            ..
+        } = *self;
+        if let Some(up) = upstream.as_mut() {
+            // A streamed answer: to the upstream's last byte, when it
+            // ended whole.
+            if up.response.is_none() {
+                if let (Some(started), Some(end)) = (up.started, body_end.as_ref().and_then(|w| w.finished_at())) {
+                    up.response = Some(end.saturating_duration_since(started));
+                }
+            }
+        }
+        let sites = ctx.sites;
+        let label = site.and_then(|i| sites.label(i));
+        let date = ctx.date;
+        if let (Some(w), Some(req)) = (log_of(ctx, site), log.as_ref()) {
+            w.record_owned(
+                date.clf(),
+                peer,
+                req,
+                label,
+                (status, body_bytes, reason, upstream.as_ref()),
+                (us, ttfb_us),
+            );
+        }
+        if let Some(m) = ctx.metrics {
+            m.record_index(method_idx, status, us);
+            m.record_site(site, status);
+        }
     }
 }
 
 /// A deferred answer arrived: counts it, and records it in the log and
 /// the metrics if it was sent (`sent`: status and body bytes; `None` if
-/// its stream is gone).
-pub(crate) fn finish(ctx: &mut Ctx<'_>, peer: SocketAddr, deferral: &Deferral, sent: Option<(u16, u64)>) {
+/// its stream is gone). An answer queued whole is recorded now; one whose
+/// body is still to be sent (`tail`: `Some`, with the watch on a channel
+/// body's end) is returned, to be ended when its last byte leaves.
+pub(crate) fn finish(
+    ctx: &mut Ctx<'_>,
+    peer: SocketAddr,
+    deferral: Deferral,
+    sent: Option<(u16, u64, Option<Reason>)>,
+    tail: Option<Option<crate::body::EndWatch>>,
+) -> Option<Box<Sending>> {
     if let Some(m) = ctx.metrics {
         m.deferred_ended.add(1);
     }
@@ -263,7 +428,23 @@ pub(crate) fn finish(ctx: &mut Ctx<'_>, peer: SocketAddr, deferral: &Deferral, s
     // answer its upstream connections made (taken by the first answer
     // recorded, so they never reach another request's line).
     let upstream = ctx.upstream_log.take();
-    let Some((status, body_bytes)) = sent else { return };
+    let (status, body_bytes, reason) = sent?;
+    let wanted = ctx.metrics.is_some() || log_of(ctx, deferral.site).is_some();
+    let us = if wanted { ctx.batch_us(deferral.started) } else { 0 };
+    if let Some(body_end) = tail.filter(|_| wanted) {
+        return Some(Box::new(Sending {
+            started: deferral.started,
+            ttfb_us: us,
+            method_idx: deferral.method_idx,
+            site: deferral.site,
+            status,
+            body_bytes,
+            reason,
+            log: deferral.log,
+            upstream,
+            body_end,
+        }));
+    }
     let sites = ctx.sites;
     let label = deferral.site.and_then(|i| sites.label(i));
     let date = ctx.date;
@@ -273,14 +454,15 @@ pub(crate) fn finish(ctx: &mut Ctx<'_>, peer: SocketAddr, deferral: &Deferral, s
             peer,
             req,
             label,
-            (status, body_bytes, upstream.as_ref()),
-            deferral.started,
+            (status, body_bytes, reason, upstream.as_ref()),
+            (us, us),
         );
     }
     if let Some(m) = ctx.metrics {
-        m.record_index(deferral.method_idx, status, deferral.started);
+        m.record_index(deferral.method_idx, status, us);
         m.record_site(deferral.site, status);
     }
+    None
 }
 
 /// The owned copy of what the log line of a deferred request needs.

@@ -12,7 +12,7 @@ use super::dispatch::{self, Answering, Called};
 use super::{refused_line, Conn, Ctx, Next, Proto, Stop, Transport};
 use crate::body::BodySink;
 use crate::buffers::ensure_output;
-use crate::conn::dispatch::Deferral;
+use crate::conn::dispatch::{Deferral, Sending};
 use crate::h1::H1;
 use crate::h1::{BodyStart, Env, Event, Feed, Link, Refusal, TimedOut, Wait};
 use crate::handler::{BodyUse, Reply};
@@ -29,6 +29,9 @@ pub(super) struct Http1 {
     /// The WebSocket a handler accepted, whose 101 is queued: it takes
     /// the connection (`Stop::Switched`).
     pub(super) upgrade: Option<crate::ws::Upgrade>,
+    /// The answer whose body (the output's tail) is being sent: its log
+    /// line and metrics wait for the last byte (`Conn::end_sending`).
+    pub(super) sending: Option<Box<Sending>>,
 }
 
 impl Http1 {
@@ -41,6 +44,7 @@ impl Http1 {
             machine,
             deferral: None,
             upgrade: None,
+            sending: None,
         }
     }
 }
@@ -84,6 +88,7 @@ impl Conn {
             machine: h1,
             deferral: awaited,
             upgrade,
+            sending,
         }) = proto
         else {
             return Stop::Closing;
@@ -141,18 +146,23 @@ impl Conn {
                     let extra_fields = transport.extra_fields();
                     // Nothing is queued behind a tail (checked above).
                     let queued = output.buf.len();
+                    let tag = ctx.request_id_header;
                     let answered = dispatch::call_answering(ctx, *redirect, &slot, &req, |response| {
-                        h1.respond(output, response, &env, extra_fields)
+                        if tag {
+                            dispatch::tag_request_id(req.request_id().as_bytes(), response);
+                        }
+                        let sent = h1.respond(output, response, &env, extra_fields);
+                        (sent, response.reason)
                     });
                     let mut handled = match answered {
-                        Answering::Now(sent) => {
-                            dispatch::record(ctx, &req, sent.status, sent.body_bytes);
+                        Answering::Now((sent, reason)) => {
+                            record_sent(ctx, &req, sent, reason, output, sending);
                             input.start += consumed;
                             continue;
                         }
-                        Answering::Broken(sent) => {
+                        Answering::Broken((sent, reason)) => {
                             h1.close();
-                            dispatch::record(ctx, &req, sent.status, sent.body_bytes);
+                            record_sent(ctx, &req, sent, reason, output, sending);
                             input.start += consumed;
                             continue;
                         }
@@ -172,7 +182,7 @@ impl Conn {
                         input.start += consumed;
                         let fields = accepted.0.handshake.fields();
                         if let Some(sent) = h1.upgrade(output, "websocket", &fields, &env) {
-                            dispatch::record(ctx, &req, sent.status, sent.body_bytes);
+                            dispatch::record(ctx, &req, sent.status, sent.body_bytes, None);
                             *upgrade = Some(accepted);
                             return Stop::Switched;
                         }
@@ -180,13 +190,14 @@ impl Conn {
                         // gets here.
                         let mut refused = Response::error(400).with_close();
                         let sent = h1.respond(output, &mut refused, &env, extra_fields);
-                        dispatch::record(ctx, &req, sent.status, sent.body_bytes);
+                        dispatch::record(ctx, &req, sent.status, sent.body_bytes, None);
                         continue;
                     }
                     match dispatch::settle(ctx, &slot, &req, &mut handled) {
                         Called::Now(response) => {
+                            dispatch::tag(ctx, &req, response);
                             let sent = h1.respond(output, response, &env, extra_fields);
-                            dispatch::record(ctx, &req, sent.status, sent.body_bytes);
+                            record_sent(ctx, &req, sent, response.reason, output, sending);
                         }
                         Called::Later(deferral) => {
                             h1.defer();
@@ -236,8 +247,9 @@ impl Conn {
                     input.start += h1.stream_body(start, sink, continue_now, &env, output);
                     match called {
                         Called::Now(response) => {
+                            dispatch::tag(ctx, &req, response);
                             let sent = h1.respond(output, response, &env, transport.extra_fields());
-                            dispatch::record(ctx, &req, sent.status, sent.body_bytes);
+                            record_sent(ctx, &req, sent, response.reason, output, sending);
                         }
                         Called::Later(deferral) => {
                             h1.defer();
@@ -260,7 +272,7 @@ impl Conn {
                 Event::NotHttp => {
                     input.discard();
                     if let Some(m) = ctx.metrics {
-                        m.record(b"-", 400, ctx.now);
+                        m.record(b"-", 400, ctx.batch_us(ctx.now));
                     }
                     return Stop::Closing;
                 }
@@ -282,11 +294,47 @@ impl Conn {
         };
         ensure_output(&mut self.output, ctx.pool);
         let env = h1_env(ctx);
+        dispatch::tag_deferred(ctx, &deferral, &mut response);
+        // A streamed answer (the proxy's) is timed to its producer's end.
+        let body_end = match &response.body {
+            crate::Body::Channel(rx) => Some(rx.end_watch()),
+            _ => None,
+        };
         let sent = h1
             .machine
             .answer(&mut self.output, &mut response, &env, self.transport.extra_fields());
-        dispatch::finish(ctx, self.peer, &deferral, sent.map(|s| (s.status, s.body_bytes)));
+        let tail = self.output.tail.is_some().then_some(body_end);
+        let sent = sent.map(|s| (s.status, s.body_bytes, response.reason));
+        h1.sending = dispatch::finish(ctx, self.peer, deferral, sent, tail);
         true
+    }
+
+    /// Whether an answer's body is being sent, its record held (HTTP/1.1
+    /// and HTTP/2).
+    #[inline]
+    pub(crate) fn is_sending(&self) -> bool {
+        match &self.proto {
+            Proto::H1(h1) => h1.sending.is_some(),
+            Proto::H2(h2) => !h2.held.is_empty(),
+            Proto::Ws(_) | Proto::Tunnel(_) => false,
+        }
+    }
+
+    /// The bodies being sent that have left whole (every one with `all`:
+    /// the connection closes before they could): their answers' log lines
+    /// and metrics, timed now.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn end_sending(&mut self, ctx: &mut Ctx<'_>, all: bool) {
+        match &mut self.proto {
+            Proto::H1(h1) => {
+                if let Some(sending) = h1.sending.take() {
+                    sending.end(ctx, self.peer);
+                }
+            }
+            Proto::H2(_) => self.end_held_h2(ctx, all),
+            Proto::Ws(_) | Proto::Tunnel(_) => {}
+        }
     }
 
     /// The HTTP/1.1 deadline, or whether to close, once the connection waits.
@@ -387,14 +435,46 @@ impl Conn {
     }
 }
 
+/// Records an answer just queued: now if it was queued whole (it leaves
+/// with this batch), else its record is held in `sending` until its body,
+/// the output's tail, has left.
+#[inline]
+fn record_sent(
+    ctx: &mut Ctx<'_>,
+    req: &Request<'_>,
+    sent: crate::h1::Sent,
+    reason: Option<crate::Reason>,
+    output: &crate::buffers::Output,
+    sending: &mut Option<Box<Sending>>,
+) {
+    if output.tail.is_none() {
+        dispatch::record(ctx, req, sent.status, sent.body_bytes, reason);
+    } else {
+        *sending = dispatch::hold(ctx, req, (sent.status, sent.body_bytes, reason), None);
+    }
+}
+
 /// The log line (with the error body's bytes, as HTTP/2 and HTTP/3 log
 /// theirs) and metrics of a request refused before a handler saw it.
 fn record_refused(ctx: &mut Ctx<'_>, peer: SocketAddr, refusal: Refusal) {
-    let Refusal { status, body_bytes } = refusal;
+    let Refusal {
+        status,
+        body_bytes,
+        reason,
+    } = refusal;
+    let us = ctx.batch_us(ctx.now);
     if let Some(log) = ctx.log.as_deref_mut() {
-        log.record(&refused_line(ctx.date.clf(), peer, b"-", status, body_bytes, ctx.now));
+        log.record(&refused_line(
+            ctx.date.clf(),
+            peer,
+            b"-",
+            status,
+            body_bytes,
+            us,
+            reason,
+        ));
     }
     if let Some(m) = ctx.metrics {
-        m.record(b"-", status, ctx.now);
+        m.record(b"-", status, us);
     }
 }

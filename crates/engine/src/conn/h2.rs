@@ -25,7 +25,7 @@
 
 use std::io::{self, IoSlice, Write};
 
-use super::dispatch::Deferral;
+use super::dispatch::{Deferral, Held};
 use super::streams::{self, Client, Streams};
 use super::{take_syscall, Conn, Ctx, Flushed, Phase, Proto, Stop, Transport};
 use crate::body::BodySink;
@@ -54,6 +54,9 @@ pub(super) struct Http2 {
     pub(super) tunnels: Vec<(u32, super::ws::Ws)>,
     /// The proxied WebSockets on its streams (`conn/tunnel.rs`), by stream.
     pub(super) proxied: Vec<(u32, super::tunnel::Tunnel)>,
+    /// Answers whose bodies are being sent: their log lines and metrics
+    /// wait for their streams' last DATA to be written.
+    pub(super) held: Held,
 }
 
 impl Http2 {
@@ -165,6 +168,7 @@ impl Conn {
             deferred: Vec::new(),
             tunnels: Vec::new(),
             proxied: Vec::new(),
+            held: Vec::new(),
         })));
     }
     /// Feeds the read bytes to the session, answers the streams that are
@@ -309,7 +313,8 @@ impl Conn {
 
     /// The request path's view of this connection's session (`streams.rs`)
     /// and who its requests come from, beside the list of deferred answers.
-    fn h2_streams(&mut self, ctx: &Ctx<'_>) -> Option<(H2Streams<'_>, Client<'_>, &mut Vec<Deferral>)> {
+    #[allow(clippy::type_complexity)]
+    fn h2_streams(&mut self, ctx: &Ctx<'_>) -> Option<(H2Streams<'_>, Client<'_>, (&mut Vec<Deferral>, &mut Held))> {
         let Conn {
             proto,
             output,
@@ -335,7 +340,7 @@ impl Conn {
             token: *token,
             redirect: *redirect,
         };
-        Some((view, client, &mut h2.deferred))
+        Some((view, client, (&mut h2.deferred, &mut h2.held)))
     }
 
     /// Calls the handler for stream `id` and queues its answer; a
@@ -386,6 +391,23 @@ impl Conn {
                 }
                 self.phase = Phase::Closing;
                 true
+            }
+        }
+    }
+
+    /// Ends the held records of streams that have sent their last DATA
+    /// (all of them with `all`: the connection closes).
+    pub(super) fn end_held_h2(&mut self, ctx: &mut Ctx<'_>, all: bool) {
+        let peer = self.peer;
+        let Some(h2) = self.proto.h2_mut() else { return };
+        let mut i = 0;
+        while i < h2.held.len() {
+            let id = h2.held[i].0 as u32;
+            if all || !h2.session.is_sending(id) {
+                let (_, sending) = h2.held.swap_remove(i);
+                sending.end(ctx, peer);
+            } else {
+                i += 1;
             }
         }
     }

@@ -112,6 +112,30 @@ pub(crate) struct Ctx<'w> {
     /// The upstream figures of the proxy's answer the worker is handing
     /// over, for its access log line (`dispatch::finish` takes them).
     pub(crate) upstream_log: Option<crate::access_log::UpstreamLog>,
+    /// The time the answers queued in this write batch are logged and
+    /// counted at (`Ctx::batch_now`): read by the first answer that asks,
+    /// reused by the rest, cleared at each write.
+    pub(crate) batch_now: Option<Instant>,
+    /// Answers carry their request's `X-Request-ID`
+    /// (`Server::request_id_header`).
+    pub(crate) request_id_header: bool,
+}
+
+impl Ctx<'_> {
+    /// The time of the write batch being queued: one clock read per batch
+    /// (the first answer's), shared by every answer queued before the
+    /// write and by the metrics. An answer written whole leaves with its
+    /// batch, so this is its last byte's time, short of the write itself.
+    #[inline]
+    pub(crate) fn batch_now(&mut self) -> Instant {
+        *self.batch_now.get_or_insert_with(Instant::now)
+    }
+
+    /// Microseconds from `since` to the batch's time.
+    #[inline]
+    pub(crate) fn batch_us(&mut self, since: Instant) -> u64 {
+        micros_between(since, self.batch_now())
+    }
 }
 
 /// What the worker should do with a connection after an event.
@@ -646,6 +670,16 @@ impl Conn {
                 return Next::Close;
             }
             let flushed = self.flush(ctx.pool);
+            // The next batch reads the clock again.
+            ctx.batch_now = None;
+            // HTTP/1.1's one held record waits for the output to be all
+            // written. HTTP/2's are ended once their streams have queued
+            // their last DATA, within the output buffer's bytes of the
+            // socket (`write_buffer_bytes_max`): a client that never lets
+            // the output drain cannot make the records pile up.
+            if self.is_sending() && (self.proto.is_h2() || !self.has_output()) {
+                self.end_sending(ctx, false);
+            }
             self.charge_output(ctx.pool);
             if let Some(m) = ctx.metrics {
                 m.bytes_sent.add(std::mem::take(&mut self.bytes_out));
@@ -807,7 +841,7 @@ impl Conn {
                     self.phase = Phase::Closing;
                     if let Some(m) = ctx.metrics {
                         m.tls_handshake_failures.add(1);
-                        m.record(b"-", 400, ctx.now);
+                        m.record(b"-", 400, ctx.batch_us(ctx.now));
                     }
                     return Stop::Closing;
                 }
@@ -927,7 +961,8 @@ fn refused_line<'a>(
     version: &'a [u8],
     status: u16,
     body_bytes: u64,
-    started: Instant,
+    duration_us: u64,
+    reason: crate::Reason,
 ) -> Line<'a> {
     Line {
         clf_time,
@@ -941,15 +976,17 @@ fn refused_line<'a>(
         user_agent: None,
         host: None,
         site: None,
-        duration_us: Some(micros_since(started)),
+        duration_us: Some(duration_us),
+        ttfb_us: Some(duration_us),
         upstream: None,
         request_id: None,
         traceparent: None,
         tls: None,
+        reason: Some(reason),
     }
 }
 
-/// Microseconds since `start` (the access log's duration).
-pub(crate) fn micros_since(start: Instant) -> u64 {
-    u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX)
+/// Microseconds from `start` to `end` (0 if `end` is earlier).
+pub(crate) fn micros_between(start: Instant, end: Instant) -> u64 {
+    u64::try_from(end.saturating_duration_since(start).as_micros()).unwrap_or(u64::MAX)
 }

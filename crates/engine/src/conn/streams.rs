@@ -14,8 +14,9 @@
 use std::cell::RefCell;
 use std::net::SocketAddr;
 
-use super::dispatch::{self, Called, Deferral};
+use super::dispatch::{self, Called, Deferral, Held};
 use super::{refused_line, Ctx};
+use crate::access_log::Reason;
 use crate::body::BodySink;
 use crate::codec::Version;
 use crate::handler::{BodyUse, Reply};
@@ -96,7 +97,7 @@ pub(crate) fn answer<S: Streams>(
     ctx: &mut Ctx<'_>,
     s: &mut S,
     client: Client<'_>,
-    deferred: &mut Vec<Deferral>,
+    (deferred, held): (&mut Vec<Deferral>, &mut Held),
     id: u64,
 ) -> Option<crate::ws::Upgrade> {
     let dates = ctx.date;
@@ -126,7 +127,7 @@ pub(crate) fn answer<S: Streams>(
     let mut handled = dispatch::call_stream(ctx, client.redirect, &req);
     if let Ok(Reply::Upgrade(_)) = &handled {
         // Logged as what it is answered: 200 (RFC 8441 §5), no body.
-        dispatch::record(ctx, &req, 200, 0);
+        dispatch::record(ctx, &req, 200, 0, None);
         return accept_upgrade(ctx, s, id, handled);
     }
     let response = match dispatch::settle(ctx, &slot, &req, &mut handled) {
@@ -144,10 +145,61 @@ pub(crate) fn answer<S: Streams>(
         // expects WebSocket frames.
         *response = Response::error(501);
     }
+    dispatch::tag(ctx, &req, response);
     let sent = Sent::of(response, head_only);
-    dispatch::record(ctx, &req, sent.status, sent.body_bytes);
+    record_sent(
+        ctx,
+        &req,
+        sent,
+        reason_of(response),
+        is_large(response, head_only),
+        (id, held),
+    );
     s.respond(id, response, head_only, date);
     None
+}
+
+/// Whether `response`'s body is sent after its batch (a file, a stream,
+/// more than `INLINE_BODY_BYTES_MAX`): its record is then held until the
+/// stream has sent its last byte.
+#[inline]
+fn is_large(response: &Response, head_only: bool) -> bool {
+    !head_only
+        && response.status != 204
+        && response.status != 304
+        && response
+            .body
+            .len()
+            .is_none_or(|n| n > crate::limits::INLINE_BODY_BYTES_MAX as u64)
+}
+
+/// Records an answer about to be queued on stream `id`: now if it leaves
+/// with its batch, else held (`held`) until its stream has sent it all.
+#[inline]
+fn record_sent(
+    ctx: &mut Ctx<'_>,
+    req: &Request<'_>,
+    sent: Sent,
+    reason: Option<Reason>,
+    large: bool,
+    (id, held): (u64, &mut Held),
+) {
+    if large {
+        if let Some(sending) = dispatch::hold(ctx, req, (sent.status, sent.body_bytes, reason), None) {
+            held.push((id, sending));
+        }
+    } else {
+        dispatch::record(ctx, req, sent.status, sent.body_bytes, reason);
+    }
+}
+
+/// Why the engine made `response` (an invalid one is answered 500).
+#[inline]
+fn reason_of(response: &Response) -> Option<Reason> {
+    match response.invalid {
+        Some(_) => Some(Reason::InvalidResponse),
+        None => response.reason,
+    }
 }
 
 /// The handler accepted a WebSocket (`ws::upgrade` checked the extended
@@ -183,7 +235,7 @@ pub(crate) fn start_upload<S: Streams>(
     ctx: &mut Ctx<'_>,
     s: &mut S,
     client: Client<'_>,
-    deferred: &mut Vec<Deferral>,
+    (deferred, held): (&mut Vec<Deferral>, &mut Held),
     id: u64,
 ) {
     if s.refused(id).is_some() {
@@ -229,10 +281,18 @@ pub(crate) fn start_upload<S: Streams>(
     let mut handled = dispatch::call_stream(ctx, client.redirect, &req);
     // A reader not taken is dropped: the body is discarded.
     let taken = offered && reader.borrow_mut().take().is_none();
-    let called = dispatch::settle(ctx, &slot, &req, &mut handled);
-    if let Called::Now(response) = &called {
+    let mut called = dispatch::settle(ctx, &slot, &req, &mut handled);
+    if let Called::Now(response) = &mut called {
+        dispatch::tag(ctx, &req, response);
         let sent = Sent::of(response, head_only);
-        dispatch::record(ctx, &req, sent.status, sent.body_bytes);
+        record_sent(
+            ctx,
+            &req,
+            sent,
+            reason_of(response),
+            is_large(response, head_only),
+            (id, held),
+        );
     }
     if taken && !(S::RELAYS_INTERIM && sink.is_continue_held()) {
         // The handler reads the body: a client waiting for 100 Continue
@@ -262,7 +322,7 @@ pub(crate) fn on_answer<S: Streams>(
     ctx: &mut Ctx<'_>,
     s: &mut S,
     peer: SocketAddr,
-    deferred: &mut Vec<Deferral>,
+    (deferred, held): (&mut Vec<Deferral>, &mut Held),
     defer_id: u64,
     response: &mut Response,
 ) -> bool {
@@ -270,12 +330,27 @@ pub(crate) fn on_answer<S: Streams>(
         return false;
     };
     let wait = deferred.swap_remove(at);
+    dispatch::tag_deferred(ctx, &wait, response);
+    let large = is_large(response, wait.head_only);
+    let reason = reason_of(response);
+    // A streamed answer (the proxy's) is timed to its producer's end.
+    let body_end = match &response.body {
+        crate::Body::Channel(rx) if large => Some(rx.end_watch()),
+        _ => None,
+    };
     // The client may have reset the stream meanwhile.
-    let sent = match s.deferred_stream(defer_id) {
+    let stream = s.deferred_stream(defer_id);
+    let sent = match stream {
         Some(stream) => s.respond(stream, response, wait.head_only, &ctx.date.http()[..]),
         None => None,
     };
-    dispatch::finish(ctx, peer, &wait, sent.map(|s| (s.status, s.body_bytes)));
+    let tail = large.then_some(body_end);
+    if let (Some(sending), Some(stream)) = (
+        dispatch::finish(ctx, peer, wait, sent.map(|s| (s.status, s.body_bytes, reason)), tail),
+        stream,
+    ) {
+        held.push((stream, sending));
+    }
     true
 }
 
@@ -306,6 +381,7 @@ fn request<'a, S: Streams>(
 /// The log line and metrics of a request answered without its handler:
 /// the bytes of the error's body that was sent, as for any answer.
 fn record_refused<S: Streams>(ctx: &mut Ctx<'_>, peer: SocketAddr, status: u16, sent: Option<Sent>) {
+    let us = ctx.batch_us(ctx.now);
     if let (Some(log), Some(sent)) = (ctx.log.as_deref_mut(), sent) {
         let version = S::VERSION.as_str().as_bytes();
         log.record(&refused_line(
@@ -314,10 +390,11 @@ fn record_refused<S: Streams>(ctx: &mut Ctx<'_>, peer: SocketAddr, status: u16, 
             version,
             sent.status,
             sent.body_bytes,
-            ctx.now,
+            us,
+            Reason::of_refusal(sent.status),
         ));
     }
     if let Some(m) = ctx.metrics {
-        m.record(b"-", status, ctx.now);
+        m.record(b"-", status, us);
     }
 }

@@ -190,10 +190,22 @@ impl Conn {
             let sent = h1
                 .machine
                 .answer(&mut self.output, &mut refused, &env, self.transport.extra_fields());
-            dispatch::finish(ctx, self.peer, &deferral, sent.map(|s| (s.status, s.body_bytes)));
+            dispatch::finish(
+                ctx,
+                self.peer,
+                deferral,
+                sent.map(|s| (s.status, s.body_bytes, None)),
+                None,
+            );
             return self.drive(ctx);
         };
-        dispatch::finish(ctx, self.peer, &deferral, Some((sent.status, sent.body_bytes)));
+        dispatch::finish(
+            ctx,
+            self.peer,
+            deferral,
+            Some((sent.status, sent.body_bytes, None)),
+            None,
+        );
         let Some(t) = Tunnel::open(ctx, handoff.sock, handoff.idle_timeout, self.token, 0) else {
             return Next::Close;
         };
@@ -228,11 +240,11 @@ impl Conn {
                 .accept_tunnel(stream, &response, date, transport.extra_fields(), &mut output.buf)
         });
         let Some(stream) = accepted else {
-            dispatch::finish(ctx, *peer, &deferral, None);
+            dispatch::finish(ctx, *peer, deferral, None, None);
             return Next::Keep;
         };
         // RFC 8441 §5: the extended CONNECT's 200, logged as such.
-        dispatch::finish(ctx, *peer, &deferral, Some((200, 0)));
+        dispatch::finish(ctx, *peer, deferral, Some((200, 0, None)), None);
         match Tunnel::open(ctx, handoff.sock, handoff.idle_timeout, *token, stream) {
             Some(t) => {
                 h2.session

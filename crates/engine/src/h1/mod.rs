@@ -36,6 +36,7 @@ pub(crate) mod script;
 #[cfg(test)]
 mod tests;
 
+use crate::access_log::Reason;
 use std::mem::MaybeUninit;
 use std::time::Instant;
 
@@ -111,6 +112,16 @@ pub(crate) enum Event<'b, 'h> {
 pub(crate) struct Refusal {
     pub(crate) status: u16,
     pub(crate) body_bytes: u64,
+    /// The limit or rule behind it, for the access log.
+    pub(crate) reason: Reason,
+}
+
+/// The reason of a chunked body's error.
+fn chunked_reason(e: crate::codec::chunked::ChunkedError) -> Reason {
+    match e {
+        crate::codec::chunked::ChunkedError::TooLarge => Reason::BodyTooLarge,
+        _ => Reason::BadRequest,
+    }
 }
 
 /// What the driver should do once it waits.
@@ -349,7 +360,13 @@ impl H1 {
             Err(e) => {
                 // A HEAD refused before its head parsed gets no body either
                 // (RFC 9110 §9.3.2).
-                return Event::Refused(self.refuse(out, env, e.status(), e.reason(), data.starts_with(b"HEAD ")));
+                return Event::Refused(self.refuse(
+                    out,
+                    env,
+                    (e.status(), Reason::of_head(e)),
+                    e.reason(),
+                    data.starts_with(b"HEAD "),
+                ));
             }
         };
         self.first = false;
@@ -502,7 +519,8 @@ impl H1 {
                             up.sink.fail(kind, e.reason());
                         }
                         let head_only = matches!(self.state, State::Handling(a) | State::Deferred(a) if a.head_only);
-                        return Feed::Refused(self.refuse(out, env, e.status(), e.reason(), head_only));
+                        let reason = chunked_reason(e);
+                        return Feed::Refused(self.refuse(out, env, (e.status(), reason), e.reason(), head_only));
                     }
                 },
             };
@@ -565,7 +583,7 @@ impl H1 {
             BodyKind::Chunked { decoder, read, write } => match decoder.decode_in_place(data, read, write) {
                 Ok(true) => (head_len..*write, *read),
                 Ok(false) => return Event::Input,
-                Err(e) => return Event::Refused(self.fail(out, env, e.status(), e.reason())),
+                Err(e) => return Event::Refused(self.fail(out, env, (e.status(), chunked_reason(e)), e.reason())),
             },
         };
         let data: &'b [u8] = data;
@@ -573,7 +591,7 @@ impl H1 {
         // relative to the request start; parse it again rather than keep a
         // self-referential borrow across reads.
         let Ok(Parsed::Complete(head)) = parse_head(&data[..head_len], headers, env.limits) else {
-            return Event::Refused(self.fail(out, env, 500, "request head changed"));
+            return Event::Refused(self.fail(out, env, (500, Reason::BadRequest), "request head changed"));
         };
         self.handling(head, &data[body], consumed, env)
     }
@@ -735,16 +753,28 @@ impl H1 {
 
     /// Queues an error answer and moves to closing. The caller drops the
     /// rest of the input: its framing cannot be trusted.
-    fn fail(&mut self, out: &mut Output, env: &Env<'_>, status: u16, why: &'static str) -> Refusal {
+    fn fail(&mut self, out: &mut Output, env: &Env<'_>, status: (u16, Reason), why: &'static str) -> Refusal {
         let head_only = matches!(&self.state, State::Body(wait) if wait.head_only);
         self.refuse(out, env, status, why, head_only)
     }
 
     /// Queues the error answer (without a body for a HEAD) and closes.
-    fn refuse(&mut self, out: &mut Output, env: &Env<'_>, status: u16, why: &'static str, head_only: bool) -> Refusal {
+    /// `reason` names the limit or rule for the access log.
+    fn refuse(
+        &mut self,
+        out: &mut Output,
+        env: &Env<'_>,
+        (status, reason): (u16, Reason),
+        why: &'static str,
+        head_only: bool,
+    ) -> Refusal {
         let body_bytes = wire::write_error(&mut out.buf, status, why, env.date, head_only);
         self.state = State::Closing;
-        Refusal { status, body_bytes }
+        Refusal {
+            status,
+            body_bytes,
+            reason,
+        }
     }
 
     /// Makes room in `input` to read more into (its buffer is not empty):
@@ -794,15 +824,15 @@ impl H1 {
         let new_len = want.max(input.buf.len() + 1).min(max);
         if new_len <= input.buf.len() {
             let (status, why) = match self.state {
-                State::Body(_) => (413, "request body too large"),
-                _ => (431, "request head too large"),
+                State::Body(_) => ((413, Reason::BodyTooLarge), "request body too large"),
+                _ => ((431, Reason::HeaderTooLarge), "request head too large"),
             };
             return Err(self.fail(out, env, status, why));
         }
         if new_len - input.buf.len() > env.grow_bytes_max {
             // The worker holds its budget of buffered requests: this one
             // waits for nothing, it is refused (the client may retry).
-            return Err(self.fail(out, env, 503, crate::budget::BUDGET_SPENT));
+            return Err(self.fail(out, env, (503, Reason::MemoryBudget), crate::budget::BUDGET_SPENT));
         }
         // Exactly: `resize` alone may double the capacity (a 1 MiB body
         // whose head made it pass 1 MiB by 70 bytes held 2 MiB).
@@ -903,12 +933,15 @@ impl H1 {
             {
                 let rate = env.limits.min_rate_bytes_per_sec;
                 match self.rate.as_mut().map(|r| r.check(env.now, link.bytes_in, rate)) {
-                    Some(Rate::TooSlow) => self.time_out_body(out, env),
+                    Some(Rate::TooSlow) => self.time_out_body(out, env, Reason::BodyMinRate),
                     _ => TimedOut::Again,
                 }
             }
-            State::Head | State::Body(_) => TimedOut::Refused(self.fail(out, env, 408, why)),
-            State::Deferred(_) | State::Handling(_) if self.upload.is_some() => self.time_out_body(out, env),
+            State::Head => TimedOut::Refused(self.fail(out, env, (408, Reason::HeadTimeout), why)),
+            State::Body(_) => TimedOut::Refused(self.fail(out, env, (408, Reason::BodyTimeout), why)),
+            State::Deferred(_) | State::Handling(_) if self.upload.is_some() => {
+                self.time_out_body(out, env, Reason::BodyTimeout)
+            }
             State::Deferred(_) | State::Handling(_) => {
                 self.deadline = None;
                 TimedOut::Keep
@@ -923,15 +956,15 @@ impl H1 {
     }
 
     /// The body stopped coming, or came too slowly: 408 (a reader fails).
-    fn time_out_body(&mut self, out: &mut Output, env: &Env<'_>) -> TimedOut {
+    fn time_out_body(&mut self, out: &mut Output, env: &Env<'_>, reason: Reason) -> TimedOut {
         let why = "request not received in time";
         self.rate = None;
         TimedOut::Refused(if let Some(up) = self.upload.take() {
             up.sink
                 .fail(io::ErrorKind::TimedOut, "request body not received in time");
-            self.refuse(out, env, 408, why, false)
+            self.refuse(out, env, (408, reason), why, false)
         } else {
-            self.fail(out, env, 408, why)
+            self.fail(out, env, (408, reason), why)
         })
     }
 }

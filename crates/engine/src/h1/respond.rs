@@ -43,7 +43,9 @@ pub(crate) fn write_response(
         crate::log::error(format_args!(
             "handler returned an invalid response ({why}); answering 500"
         ));
-        *resp = Response::error(500).with_close();
+        *resp = Response::error(500)
+            .with_close()
+            .with_reason(crate::access_log::Reason::InvalidResponse);
     }
     let status = resp.status;
     let bodiless = status == 204 || status == 304;

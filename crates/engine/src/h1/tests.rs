@@ -48,10 +48,11 @@ fn every_split(input: &[u8]) -> Script {
 
 /// The 408 the machine queues for a request not received in time, with
 /// its body's length: `408 Request Timeout: request not received in time\n`.
-fn refusal_408() -> super::Refusal {
+fn refusal_408(reason: crate::Reason) -> super::Refusal {
     super::Refusal {
         status: 408,
         body_bytes: "408 Request Timeout: request not received in time\n".len() as u64,
+        reason,
     }
 }
 
@@ -278,7 +279,13 @@ fn a_request_not_received_in_time_gets_408() {
     ] {
         let mut s = Script::new(Limits::default());
         s.feed(partial.as_bytes());
-        assert_eq!(s.time_out(), TimedOut::Refused(refusal_408()));
+        // A body that stopped is below the minimum rate when the deadline
+        // comes: that is the rule the log names.
+        let reason = match partial.starts_with("GET") {
+            true => crate::Reason::HeadTimeout,
+            false => crate::Reason::BodyMinRate,
+        };
+        assert_eq!(s.time_out(), TimedOut::Refused(refusal_408(reason)));
         assert_eq!(bodies(&s)[0].0, 408);
         let len = s.wire.len();
         s.feed(GET_A.as_bytes());
@@ -411,7 +418,10 @@ fn a_head_arriving_steadily_gets_a_second_more_per_500_bytes_up_to_head_timeout_
     assert_eq!(s.wait(false), Wait::Until(Some(t0 + limits.head_timeout_max)));
     // A deadline reached while the head is still short of it ends it.
     s.now = t0 + limits.head_timeout_max;
-    assert_eq!(s.time_out_once(), TimedOut::Refused(refusal_408()));
+    assert_eq!(
+        s.time_out_once(),
+        TimedOut::Refused(refusal_408(crate::Reason::HeadTimeout))
+    );
 }
 
 #[test]
@@ -454,7 +464,12 @@ fn a_body_sent_a_byte_at_a_time_is_ended_at_the_end_of_its_grace() {
                 "{target}"
             );
         } else {
-            assert_eq!(how, TimedOut::Refused(refusal_408()), "{target}");
+            // Too slow for the minimum rate, before the body timeout.
+            assert_eq!(
+                how,
+                TimedOut::Refused(refusal_408(crate::Reason::BodyMinRate)),
+                "{target}"
+            );
             // Checked here only every 4 s, as the bytes come.
             assert!(when <= t0 + limits.body_timeout + Duration::from_secs(4), "{target}");
             assert_eq!(bodies(&s).last().map(|b| b.0), Some(408));

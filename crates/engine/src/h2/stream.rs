@@ -271,6 +271,11 @@ impl Session {
             .map(|s| s.id)
     }
 
+    /// Whether stream `id` still has some of its answer's body to queue.
+    pub(crate) fn is_sending(&self, id: u32) -> bool {
+        self.find(id).is_some_and(|idx| self.streams[idx].pending.is_some())
+    }
+
     pub(super) fn find(&self, id: u32) -> Option<usize> {
         self.streams.iter().position(|s| s.id == id)
     }

@@ -887,6 +887,11 @@ impl Session {
         self.requests.is_empty() && !self.unseen.iter().any(|&u| self.goaway.is_none_or(|g| u < g))
     }
 
+    /// Whether stream `id` is still being answered or read.
+    pub(crate) fn is_open(&self, id: u64) -> bool {
+        self.find(id).is_some()
+    }
+
     fn find(&self, id: u64) -> Option<usize> {
         self.requests.iter().position(|r| r.id == id)
     }

@@ -425,7 +425,7 @@ impl Checks {
         }
         let status = answer.status();
         let refusal = if status >= 500 { Response::error(status) } else { answer };
-        let refusal = private(refusal);
+        let refusal = private(refusal).with_reason(crate::Reason::Auth);
         let refusal = match finish {
             Some(finish) => finish(refusal),
             None => refusal,

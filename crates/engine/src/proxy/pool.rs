@@ -335,7 +335,7 @@ impl Upstreams {
     fn submit(&mut self, ctx: &mut Ctx<'_>, timers: &mut Timers, mut job: Job) {
         if job.choice.is_some() && !self.choose(ctx, &mut job) {
             log::warn!("proxy: {}: every upstream of the route is out: 503", job.up.url());
-            let answer = job.up.error_answer(503);
+            let answer = job.up.error_answer(503, crate::Reason::UpstreamDown);
             self.answers.push((job.responder, answer, Some(UpstreamLog::default())));
             return;
         }
@@ -433,7 +433,7 @@ impl Upstreams {
                 m.fail(UpstreamFailure::QueueFull);
             }
             // No upstream was asked: its log figures are all `-`.
-            let answer = job.up.error_answer(503);
+            let answer = job.up.error_answer(503, crate::Reason::UpstreamBusy);
             self.answers.push((job.responder, answer, Some(UpstreamLog::default())));
         }
     }
@@ -455,7 +455,7 @@ impl Upstreams {
                 earlier,
                 ..UpstreamLog::default()
             };
-            (up.error_answer(502), Some(figures))
+            (up.error_answer(502, crate::Reason::UpstreamConnect), Some(figures))
         };
         let (mut sock, peer) = match Sock::connect(&up.addr, up.tls.as_ref()) {
             Ok(s) => s,
@@ -714,7 +714,7 @@ impl Upstreams {
                     };
                     log::warn!("proxy: {url}: {why}: {status}");
                     let answer = match status {
-                        502..=504 => job.up.error_answer(status),
+                        502..=504 => job.up.error_answer(status, failure_reason(kind, status)),
                         _ => Response::error(status),
                     };
                     self.answers.push((job.responder, answer, Some(figures)));
@@ -765,8 +765,11 @@ impl Upstreams {
         if let Some(job) = c.job.take() {
             let mut figures = c.figures.clone();
             figures.status = Some(502);
-            self.answers
-                .push((job.responder, job.up.error_answer(502), Some(figures)));
+            self.answers.push((
+                job.responder,
+                job.up.error_answer(502, crate::Reason::UpstreamClosed),
+                Some(figures),
+            ));
         }
         if let Some((responder, response)) = c.answer.take() {
             self.answers.push((responder, response, Some(c.figures.clone())));
@@ -813,6 +816,20 @@ impl Pool {
 
 /// Which kind of failure (for the metrics) answered `status` after `why`,
 /// in `state`; `None` for one that is the client's (its body cut short).
+/// The access log's reason for a failed exchange's answer.
+fn failure_reason(kind: Option<UpstreamFailure>, status: u16) -> crate::Reason {
+    use crate::Reason;
+    match kind {
+        Some(UpstreamFailure::Connect) => Reason::UpstreamConnect,
+        Some(UpstreamFailure::Timeout) => Reason::UpstreamTimeout,
+        Some(UpstreamFailure::BadAnswer) => Reason::UpstreamInvalid,
+        Some(UpstreamFailure::Closed) => Reason::UpstreamClosed,
+        Some(UpstreamFailure::QueueFull) => Reason::UpstreamBusy,
+        None if status == 504 => Reason::UpstreamTimeout,
+        None => Reason::UpstreamClosed,
+    }
+}
+
 fn failure_kind(state: State, status: u16, why: &str) -> Option<UpstreamFailure> {
     Some(match status {
         504 => UpstreamFailure::Timeout,
@@ -1368,6 +1385,7 @@ impl UpConn {
             let took = ctx.now.saturating_duration_since(self.started);
             self.figures.status = Some(status);
             self.figures.header = Some(took);
+            self.figures.started = Some(self.started);
             let whole = match framing {
                 ResponseFraming::Empty => Some(0),
                 ResponseFraming::Length(n) if n as usize <= WHOLE_BODY_MAX && self.buf.len() >= n as usize => {

@@ -226,12 +226,14 @@ impl Upstream {
     }
 
     /// The proxy's answer of `status` (502, 503 or 504): the error page
-    /// if there is one, else the engine's plain one.
-    pub(crate) fn error_answer(&self, status: u16) -> Response {
+    /// if there is one, else the engine's plain one; `reason` for the
+    /// access log.
+    pub(crate) fn error_answer(&self, status: u16, reason: crate::Reason) -> Response {
         let answer = match &self.error_page {
             Some(page) => Response::html(crate::Body::Shared(SharedBytes::new(page.clone()))).with_status(status),
             None => Response::error(status),
         };
+        let answer = answer.with_reason(reason);
         if status == 503 {
             answer.with_header("Retry-After", "1")
         } else {

@@ -14,7 +14,7 @@ use quinn_proto::{Dir, Event, ReadError, StreamEvent, StreamId, VarInt, WriteErr
 use super::Shared;
 use crate::body::BodySink;
 use crate::codec::Version;
-use crate::conn::dispatch::Deferral;
+use crate::conn::dispatch::{Deferral, Held};
 use crate::conn::streams::{self, Client, Streams};
 use crate::conn::{Ctx, H3Ran, H3Ws};
 use crate::h3::frame::Code;
@@ -40,6 +40,9 @@ pub(super) struct QuicConn {
     /// This connection's token in the worker's mailbox.
     token: usize,
     deferred: Vec<Deferral>,
+    /// Answers whose bodies are being sent: their log lines and metrics
+    /// wait for their streams' last bytes to be written to QUIC.
+    held: Held,
     /// Scratch: streams with bytes to send.
     sending: Vec<u64>,
     closed: bool,
@@ -158,6 +161,7 @@ impl QuicConn {
             peer,
             token,
             deferred: Vec::new(),
+            held: Vec::new(),
             sending: Vec::new(),
             closed: false,
             counted_sent: 0,
@@ -235,6 +239,9 @@ impl QuicConn {
             self.run_websockets(ctx, drain);
         }
         self.pump();
+        if !self.held.is_empty() {
+            self.end_held(ctx, false);
+        }
         // Answered streams let their bodies go.
         self.charge_bodies(ctx);
         // Closed once every answer is delivered: `close` discards what the
@@ -365,7 +372,11 @@ impl QuicConn {
     /// The request path's view of this connection's session
     /// (`conn/streams.rs`) and who its requests come from, beside the list
     /// of deferred answers.
-    fn streams<'c>(&'c mut self, shared: &'c Shared) -> (H3Streams<'c>, Client<'c>, &'c mut Vec<Deferral>) {
+    #[allow(clippy::type_complexity)]
+    fn streams<'c>(
+        &'c mut self,
+        shared: &'c Shared,
+    ) -> (H3Streams<'c>, Client<'c>, (&'c mut Vec<Deferral>, &'c mut Held)) {
         if self.server_name.is_none() {
             self.server_name = Some(server_name(&self.conn));
         }
@@ -391,13 +402,16 @@ impl QuicConn {
             token: self.token,
             redirect: false,
         };
-        (view, client, &mut self.deferred)
+        (view, client, (&mut self.deferred, &mut self.held))
     }
 
     /// Calls the handler for stream `id` and queues its answer; a
     /// WebSocket it accepted starts on the stream.
     fn answer(&mut self, ctx: &mut Ctx<'_>, shared: &Shared, id: u64) {
         let (mut view, client, deferred) = self.streams(shared);
+        // The clock is read for each answer: its packets leave with the
+        // endpoint's transmit, not a batch of this connection's.
+        ctx.batch_now = None;
         if let Some(upgrade) = streams::answer(ctx, &mut view, client, deferred, id) {
             self.start_ws(ctx, id, upgrade);
         }
@@ -465,12 +479,18 @@ impl QuicConn {
     /// `streams::start_upload`.
     fn start_upload(&mut self, ctx: &mut Ctx<'_>, shared: &Shared, id: u64) {
         let (mut view, client, deferred) = self.streams(shared);
+        // The clock is read for each answer: its packets leave with the
+        // endpoint's transmit, not a batch of this connection's.
+        ctx.batch_now = None;
         streams::start_upload(ctx, &mut view, client, deferred, id);
     }
 
     /// A deferred answer arrived from another thread.
     pub(super) fn on_answer(&mut self, ctx: &mut Ctx<'_>, shared: &Shared, id: u64, mut response: Response) {
         let (mut view, client, deferred) = self.streams(shared);
+        // The clock is read for each answer: its packets leave with the
+        // endpoint's transmit, not a batch of this connection's.
+        ctx.batch_now = None;
         streams::on_answer(ctx, &mut view, client.peer, deferred, id, &mut response);
     }
 
@@ -489,12 +509,28 @@ impl QuicConn {
         }
     }
 
+    /// Ends the held records of streams whose bodies are all written (or
+    /// reset); every one with `all` (the connection is gone).
+    fn end_held(&mut self, ctx: &mut Ctx<'_>, all: bool) {
+        let peer = self.conn.remote_address();
+        let mut i = 0;
+        while i < self.held.len() {
+            if all || !self.session.is_open(self.held[i].0) {
+                let (_, sending) = self.held.swap_remove(i);
+                sending.end(ctx, peer);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
     /// The connection is gone: deferred answers still out are abandoned.
     pub(super) fn abandon(&mut self, ctx: &mut Ctx<'_>) {
         for (_, ws) in &mut self.websockets {
             ws.end(ctx);
         }
         self.websockets.clear();
+        self.end_held(ctx, true);
         self.session.bodies().release(ctx.pool);
         if let Some(m) = ctx.metrics {
             m.deferred_ended.add(self.deferred.len() as u64);
