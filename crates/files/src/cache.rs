@@ -1,8 +1,8 @@
 //! What a worker remembers about files: open handles, identities,
 //! validators, pre-built header blocks and, for small files, contents.
 //!
-//! One cache per worker thread and site (`thread_local!`), so lookups take
-//! no lock. It holds at most `Options::cache_entries` entries (nginx's
+//! One cache per worker thread and site (kept by `serve.rs` beside the
+//! site's rules, in one `thread_local!`), so lookups take no lock. It holds at most `Options::cache_entries` entries (nginx's
 //! `open_file_cache max`), of which at most a quarter of the descriptor
 //! limit keep a file open (`files_max`); past either bound the CLOCK hand
 //! drops an entry not asked for since it last passed (second chance, an
@@ -15,7 +15,7 @@
 //! no request waits while a worker reads a whole large file, and is sent
 //! without an ETag until its hash is ready (`hashed_elsewhere`).
 
-use std::cell::{Cell, OnceCell, RefCell};
+use std::cell::{Cell, OnceCell};
 use std::collections::HashMap;
 use std::fs::File;
 use std::io;
@@ -350,27 +350,6 @@ pub fn read_descriptor_limit() {
             .unwrap_or(u64::MAX);
         usize::try_from(limit / 4).unwrap_or(usize::MAX).max(16)
     });
-}
-
-thread_local! {
-    /// The caches of this worker thread, one per site (by site id).
-    static CACHES: RefCell<Vec<(u64, Cache)>> = const { RefCell::new(Vec::new()) };
-}
-
-/// Runs `f` with this thread's cache for site `id` (made with room for
-/// `entries_max` entries the first time).
-pub fn with_cache<R>(id: u64, entries_max: usize, f: impl FnOnce(&mut Cache) -> R) -> R {
-    CACHES.with(|caches| {
-        let mut caches = caches.borrow_mut();
-        let idx = match caches.iter().position(|(i, _)| *i == id) {
-            Some(idx) => idx,
-            None => {
-                caches.push((id, Cache::new(entries_max)));
-                caches.len() - 1
-            }
-        };
-        f(&mut caches[idx].1)
-    })
 }
 
 impl Cache {

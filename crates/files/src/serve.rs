@@ -41,7 +41,6 @@ type RuleIds = [Option<sys::FileId>; 2];
 
 /// One worker's view of a site's conventions.
 struct Live {
-    site: u64,
     rules: Rc<Conventions>,
     ids: RuleIds,
     /// Until when the rule files need no look (last look + the interval):
@@ -52,8 +51,27 @@ struct Live {
     wildcards: HashMap<String, Option<String>>,
 }
 
+/// One worker's state for one site: its files cache and its view of the
+/// site's conventions (`None` until first looked at). One record, so that
+/// a request finds both with one thread-local lookup (issue 27's gate:
+/// `bench/runs/2026-11-26-access-gate`).
+struct Local {
+    site: u64,
+    cache: cache::Cache,
+    live: Option<Live>,
+}
+
 thread_local! {
-    static LIVE: RefCell<Vec<Live>> = const { RefCell::new(Vec::new()) };
+    static LOCAL: RefCell<Vec<Local>> = const { RefCell::new(Vec::new()) };
+}
+
+/// What a request's first look at its worker's state found in the cache
+/// for its raw path.
+enum Cached {
+    Hit(Rc<Resource>),
+    Miss,
+    /// Not looked up: a rule may shadow or gate the path.
+    NotLooked,
 }
 
 /// A served directory and its settings, shared by all workers.
@@ -189,23 +207,54 @@ impl Site {
         Ok((c, ids))
     }
 
-    /// This worker's rules, re-read when a rule file changed (looked at
-    /// once per `revalidate_interval`). A rule file that no longer parses
-    /// is logged and the rules read before stay.
-    ///
-    /// The common case, rules looked at less than an interval ago, is
-    /// inlined into every request; the rest (stat the rule files, re-read
-    /// them) is out of line.
+    /// Runs `f` with this worker's state for the site (made the first
+    /// time). `f` must not come back here: the state is borrowed.
     #[inline(always)]
-    fn conventions(&self, now: Instant) -> Rc<Conventions> {
-        let fresh = LIVE.with(|live| {
-            let live = live.borrow();
-            let l = live.iter().find(|l| l.site == self.id)?;
-            (now < l.fresh_until).then(|| l.rules.clone())
+    fn with_local<R>(&self, f: impl FnOnce(&mut Local) -> R) -> R {
+        LOCAL.with(|all| {
+            let mut all = all.borrow_mut();
+            let idx = match all.iter().position(|l| l.site == self.id) {
+                Some(i) => i,
+                None => self.first_local(&mut all),
+            };
+            f(&mut all[idx])
+        })
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn first_local(&self, all: &mut Vec<Local>) -> usize {
+        all.push(Local {
+            site: self.id,
+            cache: cache::Cache::new(self.options.cache_entries),
+            live: None,
+        });
+        all.len() - 1
+    }
+
+    /// This worker's rules, re-read when a rule file changed (looked at
+    /// once per `revalidate_interval`; a rule file that no longer parses
+    /// is logged and the rules read before stay), and, when no rule can
+    /// shadow or gate a file, the cached file for the raw path: one look
+    /// at the worker's state for both. The rest (stat the rule files,
+    /// re-read them) is out of line.
+    #[inline(always)]
+    fn rules_and_cached(&self, raw: &[u8], now: Instant) -> (Rc<Conventions>, Cached) {
+        let interval = self.options.revalidate_interval;
+        let fresh = self.with_local(|l| {
+            let rules = l.live.as_ref().filter(|live| now < live.fresh_until)?.rules.clone();
+            if rules.has_auth() || rules.has_forced() {
+                return Some((rules, Cached::NotLooked));
+            }
+            let cached = match l.cache.get(raw, &self.root, interval, now) {
+                Some(res) => Cached::Hit(res),
+                None => Cached::Miss,
+            };
+            Some((rules, cached))
         });
         match fresh {
-            Some(rules) => rules,
-            None => self.conventions_checked(now),
+            Some(found) => found,
+            None => (self.conventions_checked(now), Cached::NotLooked),
         }
     }
 
@@ -215,25 +264,21 @@ impl Site {
     #[inline(never)]
     fn conventions_checked(&self, now: Instant) -> Rc<Conventions> {
         let interval = self.options.revalidate_interval;
-        let (rules, changed) = LIVE.with(|live| {
-            let mut live = live.borrow_mut();
-            let idx = match live.iter().position(|l| l.site == self.id) {
-                Some(i) => i,
+        self.with_local(|local| {
+            let l = match &mut local.live {
+                Some(l) => l,
                 None => {
                     let (rules, ids) = self.read_conventions().unwrap_or_default();
-                    live.push(Live {
-                        site: self.id,
+                    local.live.insert(Live {
                         rules: Rc::new(rules),
                         ids,
                         fresh_until: now + interval,
                         wildcards: HashMap::new(),
-                    });
-                    live.len() - 1
+                    })
                 }
             };
-            let l = &mut live[idx];
             if now < l.fresh_until {
-                return (l.rules.clone(), false);
+                return l.rules.clone();
             }
             l.fresh_until = now + interval;
             let ids =
@@ -241,28 +286,26 @@ impl Site {
             // Folders may have gained or lost a wildcard too.
             l.wildcards.clear();
             if ids == l.ids {
-                return (l.rules.clone(), false);
+                return l.rules.clone();
             }
             l.ids = ids;
             match self.read_conventions() {
                 Ok((rules, ids)) => {
                     l.ids = ids;
                     l.rules = Rc::new(rules);
-                    (l.rules.clone(), true)
+                    let rules = l.rules.clone();
+                    local.cache.clear();
+                    rules
                 }
                 Err(e) => {
                     peregrine::log::error(format_args!(
                         "{}/{e}; still following the rules read before",
                         self.options.root.display()
                     ));
-                    (l.rules.clone(), false)
+                    l.rules.clone()
                 }
             }
-        });
-        if changed {
-            cache::with_cache(self.id, self.options.cache_entries, |c| c.clear());
-        }
-        rules
+        })
     }
 
     /// The `_wildcard.*` file of a folder (relative, no trailing slash), by
@@ -270,18 +313,13 @@ impl Site {
     /// (`_wildcard.html.gz`) left out. Remembered per worker until the next
     /// look at the rule files.
     fn wildcard_name(&self, folder: &str) -> Option<String> {
-        let known = LIVE.with(|live| {
-            let live = live.borrow();
-            let l = live.iter().find(|l| l.site == self.id)?;
-            l.wildcards.get(folder).cloned()
-        });
+        let known = self.with_local(|l| l.live.as_ref()?.wildcards.get(folder).cloned());
         if let Some(name) = known {
             return name;
         }
         let found = self.find_wildcard(folder);
-        LIVE.with(|live| {
-            let mut live = live.borrow_mut();
-            if let Some(l) = live.iter_mut().find(|l| l.site == self.id) {
+        self.with_local(|l| {
+            if let Some(l) = &mut l.live {
                 if l.wildcards.len() >= WILDCARD_FOLDERS_MAX {
                     l.wildcards.clear();
                 }
@@ -317,13 +355,13 @@ impl Site {
     /// its answer is the gate's whether or not a file is there.
     pub fn call(&self, req: &Request<'_>, gate: Option<&dyn Gate>) -> Reply {
         let now = peregrine::now();
-        let rules = self.conventions(now);
+        let (rules, cached) = self.rules_and_cached(req.path().as_bytes(), now);
         if rules.has_auth() {
             if let Some(reply) = self.guarded(req, &rules, gate, now) {
                 return reply;
             }
         }
-        Reply::Now(self.respond(req, &rules, now))
+        Reply::Now(self.respond(req, &rules, now, cached))
     }
 
     /// `call` for a site with `Basic-Auth` rules: the gate's answer when
@@ -346,11 +384,11 @@ impl Site {
 
     #[inline(never)]
     fn respond_out_of_line(&self, req: &Request<'_>, rules: &Conventions, now: Instant) -> Response {
-        self.respond(req, rules, now)
+        self.respond(req, rules, now, Cached::NotLooked)
     }
 
     #[inline(always)]
-    fn respond(&self, req: &Request<'_>, rules: &Conventions, now: Instant) -> Response {
+    fn respond(&self, req: &Request<'_>, rules: &Conventions, now: Instant, cached: Cached) -> Response {
         // 1. Method (RFC 9110 §9.3).
         let head = match reply::method(req) {
             Method::Get => false,
@@ -369,9 +407,12 @@ impl Site {
         }
         // Hot path: a cached file for exactly this raw path.
         let interval = self.options.revalidate_interval;
-        if let Some(res) = cache::with_cache(self.id, self.options.cache_entries, |c| {
-            c.get(raw, &self.root, interval, now)
-        }) {
+        let hit = match cached {
+            Cached::Hit(res) => Some(res),
+            Cached::Miss => None,
+            Cached::NotLooked => self.with_local(|l| l.cache.get(raw, &self.root, interval, now)),
+        };
+        if let Some(res) = hit {
             return self.reply(&res, &fields, head, 200);
         }
         // 2. Path.
@@ -393,7 +434,7 @@ impl Site {
         // 3. Lookup.
         match self.lookup(&site_path, rules, true) {
             Found::File(res) => {
-                cache::with_cache(self.id, self.options.cache_entries, |c| c.insert(raw, res.clone()));
+                self.with_local(|l| l.cache.insert(raw, res.clone()));
                 self.reply(&res, &fields, head, 200)
             }
             Found::Redirect => {
@@ -612,7 +653,7 @@ impl Site {
             etag_hash_bytes_max: self.options.etag_hash_bytes_max,
             custom: &custom,
         };
-        let room = cache::with_cache(self.id, self.options.cache_entries, |c| c.room());
+        let room = self.with_local(|l| l.cache.room());
         match cache::load(
             &self.root,
             rel,
@@ -713,17 +754,13 @@ impl Site {
         let key = format!("\0/{}", page.trim_start_matches('/'));
         let now = peregrine::now();
         let interval = self.options.revalidate_interval;
-        if let Some(res) = cache::with_cache(self.id, self.options.cache_entries, |c| {
-            c.get(key.as_bytes(), &self.root, interval, now)
-        }) {
+        if let Some(res) = self.with_local(|l| l.cache.get(key.as_bytes(), &self.root, interval, now)) {
             return Some(res);
         }
         let p = path::normalize(&key.as_bytes()[1..]).ok()?;
         match self.load(&p.rel, rules) {
             Found::File(res) => {
-                cache::with_cache(self.id, self.options.cache_entries, |c| {
-                    c.insert(key.as_bytes(), res.clone())
-                });
+                self.with_local(|l| l.cache.insert(key.as_bytes(), res.clone()));
                 Some(res)
             }
             _ => None,
