@@ -65,10 +65,18 @@ thread_local! {
     static LOCAL: RefCell<Vec<Local>> = const { RefCell::new(Vec::new()) };
 }
 
-/// What a request's first look at its worker's state found in the cache
-/// for its raw path.
-enum Cached {
+/// What a request's first look at its worker's state found.
+enum Looked {
+    /// The rules are fresh, none can shadow or gate a file, and a file is
+    /// cached for the raw path: the rules are not needed at all.
     Hit(Rc<Resource>),
+    /// Everything else: the rules, and what the cache said if it was asked.
+    Rules(Rc<Conventions>, Cached),
+}
+
+/// Whether a request's first look asked the cache for its raw path (and
+/// found nothing).
+enum Cached {
     Miss,
     /// Not looked up: a rule may shadow or gate the path.
     NotLooked,
@@ -239,22 +247,21 @@ impl Site {
     /// at the worker's state for both. The rest (stat the rule files,
     /// re-read them) is out of line.
     #[inline(always)]
-    fn rules_and_cached(&self, raw: &[u8], now: Instant) -> (Rc<Conventions>, Cached) {
+    fn look(&self, raw: &[u8], now: Instant) -> Looked {
         let interval = self.options.revalidate_interval;
         let fresh = self.with_local(|l| {
-            let rules = l.live.as_ref().filter(|live| now < live.fresh_until)?.rules.clone();
-            if rules.has_auth() || rules.has_forced() {
-                return Some((rules, Cached::NotLooked));
+            let live = l.live.as_ref().filter(|live| now < live.fresh_until)?;
+            if live.rules.has_auth() || live.rules.has_forced() {
+                return Some(Looked::Rules(live.rules.clone(), Cached::NotLooked));
             }
-            let cached = match l.cache.get(raw, &self.root, interval, now) {
-                Some(res) => Cached::Hit(res),
-                None => Cached::Miss,
-            };
-            Some((rules, cached))
+            Some(match l.cache.get(raw, &self.root, interval, now) {
+                Some(res) => Looked::Hit(res),
+                None => Looked::Rules(live.rules.clone(), Cached::Miss),
+            })
         });
         match fresh {
-            Some(found) => found,
-            None => (self.conventions_checked(now), Cached::NotLooked),
+            Some(looked) => looked,
+            None => Looked::Rules(self.conventions_checked(now), Cached::NotLooked),
         }
     }
 
@@ -355,7 +362,10 @@ impl Site {
     /// its answer is the gate's whether or not a file is there.
     pub fn call(&self, req: &Request<'_>, gate: Option<&dyn Gate>) -> Reply {
         let now = peregrine::now();
-        let (rules, cached) = self.rules_and_cached(req.path().as_bytes(), now);
+        let (rules, cached) = match self.look(req.path().as_bytes(), now) {
+            Looked::Hit(res) => return Reply::Now(self.respond_hit(req, &res)),
+            Looked::Rules(rules, cached) => (rules, cached),
+        };
         if rules.has_auth() {
             if let Some(reply) = self.guarded(req, &rules, gate, now) {
                 return reply;
@@ -380,6 +390,17 @@ impl Site {
             return Some(Reply::Now(auth::ungated()));
         };
         Some(gate.guard(req, &users, &mut || self.respond_out_of_line(req, rules, now)))
+    }
+
+    /// `respond` for a cached file no rule shadows or gates.
+    #[inline(always)]
+    fn respond_hit(&self, req: &Request<'_>, res: &Resource) -> Response {
+        let head = match reply::method(req) {
+            Method::Get => false,
+            Method::Head => true,
+            Method::Answer(answer) => return answer,
+        };
+        self.reply(res, &Fields::scan(req), head, 200)
     }
 
     #[inline(never)]
@@ -408,7 +429,6 @@ impl Site {
         // Hot path: a cached file for exactly this raw path.
         let interval = self.options.revalidate_interval;
         let hit = match cached {
-            Cached::Hit(res) => Some(res),
             Cached::Miss => None,
             Cached::NotLooked => self.with_local(|l| l.cache.get(raw, &self.root, interval, now)),
         };
