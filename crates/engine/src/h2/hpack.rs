@@ -11,6 +11,7 @@
 
 use crate::message::coding::{self as huffman, write_integer};
 use crate::message::fields::{Sink, ENTRY_OVERHEAD};
+pub(crate) use crate::message::indexing::{indexing, Indexing};
 
 /// The static table (RFC 7541 Appendix A), index 1 first.
 #[rustfmt::skip]
@@ -236,110 +237,6 @@ pub(crate) fn write_string(out: &mut Vec<u8>, s: &[u8]) {
     } else {
         write_integer(out, 0, 7, s.len());
         out.extend_from_slice(s);
-    }
-}
-
-/// How a response field goes into a header block (RFC 7541 §6.2).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Indexing {
-    /// Indexed when the table has it, else a literal with incremental
-    /// indexing (§6.2.1): the fields of `INDEXED` that repeat from answer
-    /// to answer.
-    Table,
-    /// A literal without indexing (§6.2.2): a field not known to repeat.
-    Literal,
-    /// A literal never indexed (§6.2.3): a field that may carry a
-    /// credential, which no intermediary may index either (§7.1.3).
-    Never,
-}
-
-/// The response fields worth a place in the dynamic table: those that
-/// repeat from answer to answer on one connection. `date` is one: it
-/// changes once a second, so within the second it costs one byte instead
-/// of a 24-byte literal (nghttp -nv, the site's `/` asked three times: 38
-/// -> 15 bytes of HEADERS), and the entry it adds each second (65 bytes)
-/// pushes the oldest out of a 4096-byte table about once a minute at
-/// most. nginx indexes nothing; Caddy (Go's hpack) indexes every field
-/// but those marked sensitive. Validators and lengths repeat whenever a
-/// connection asks for a file again (h2load -c 50 -m 32 on a 4 KiB file,
-/// one run each: 2.46 -> 2.10 µs of server CPU per answer when they were
-/// indexed too); the table's FIFO eviction bounds the churn of those that
-/// do not. A field a handler names that is not here stays a literal: it
-/// may hold something secret that a credential check did not foresee.
-const INDEXED: [&[u8]; 31] = [
-    b"server",
-    b"date",
-    b"content-type",
-    b"content-length",
-    b"content-encoding",
-    b"content-language",
-    b"cache-control",
-    b"vary",
-    b"alt-svc",
-    b"strict-transport-security",
-    b"accept-ranges",
-    b"etag",
-    b"last-modified",
-    b"x-content-type-options",
-    b"x-frame-options",
-    b"x-xss-protection",
-    b"referrer-policy",
-    b"content-security-policy",
-    b"permissions-policy",
-    b"cross-origin-opener-policy",
-    b"cross-origin-embedder-policy",
-    b"cross-origin-resource-policy",
-    b"access-control-allow-origin",
-    b"access-control-allow-methods",
-    b"access-control-allow-headers",
-    b"access-control-allow-credentials",
-    b"access-control-expose-headers",
-    b"access-control-max-age",
-    b"allow",
-    b"link",
-    b"via",
-];
-
-/// Fields that carry credentials by their definition (RFC 9110 §11.6,
-/// RFC 6265): never indexed, so that no one who can add fields to the
-/// same connection's answers can guess them from the size of a block
-/// (RFC 7541 §7.1.3: "an encoder might choose not to index values for
-/// header fields that are considered to be highly valuable or sensitive
-/// to recovery, such as the Cookie or Authorization header fields").
-const NEVER_INDEXED: [&[u8]; 6] = [
-    b"set-cookie",
-    b"cookie",
-    b"authorization",
-    b"proxy-authorization",
-    b"authentication-info",
-    b"proxy-authentication-info",
-];
-
-/// Parts of a field name that say it carries a credential (`x-auth-token`,
-/// `x-api-key`, `x-csrf-token`, a session id): never indexed either.
-const CREDENTIAL_WORDS: [&[u8]; 8] = [
-    b"auth",
-    b"token",
-    b"secret",
-    b"password",
-    b"session",
-    b"api-key",
-    b"apikey",
-    b"csrf",
-];
-
-/// How the field named `name` (any case) is encoded.
-pub(crate) fn indexing(name: &[u8]) -> Indexing {
-    if NEVER_INDEXED.iter().any(|n| n.eq_ignore_ascii_case(name))
-        || CREDENTIAL_WORDS
-            .iter()
-            .any(|w| name.windows(w.len()).any(|part| part.eq_ignore_ascii_case(w)))
-    {
-        Indexing::Never
-    } else if INDEXED.iter().any(|n| n.eq_ignore_ascii_case(name)) {
-        Indexing::Table
-    } else {
-        Indexing::Literal
     }
 }
 

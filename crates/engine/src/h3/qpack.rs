@@ -11,6 +11,18 @@
 //! QPACK_DECOMPRESSION_FAILED (§2.2.3). The encoder never inserts either:
 //! a zero-capacity table is always compliant (§2.1), and it needs neither
 //! an encoder nor a decoder stream (§4.2).
+//!
+//! Why the encoder stays static-only where HPACK's indexes what repeats:
+//! a QPACK dynamic table needs an encoder stream whose instructions the
+//! client must receive before the field sections that refer to them, the
+//! decoder stream's acknowledgements to know when an entry may be evicted,
+//! and accounting of the streams a client allows to block
+//! (SETTINGS_QPACK_BLOCKED_STREAMS). An answer that refers to an entry
+//! whose insertion is lost or late waits for it: the head-of-line
+//! blocking QUIC exists to remove. Referring only to acknowledged entries
+//! avoids that but saves nothing on the first answers of a connection, and
+//! each answer's HEADERS is one small frame in a packet either way. A
+//! field that may carry a credential gets the N bit (`Encoder::field`).
 
 use crate::message::coding as huffman;
 use crate::message::fields::Sink;
@@ -178,8 +190,12 @@ impl Encoder {
         Self::field(out, b":status", text.as_bytes());
     }
 
-    /// One field line; `name` is lowercase.
+    /// One field line; `name` is lowercase. A field that may carry a
+    /// credential is sent with the N bit, so that no intermediary indexes
+    /// it either (RFC 9204 §4.5.4, as HPACK's never-indexed literal).
     pub(crate) fn field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+        let never = crate::message::indexing::indexing(name) == crate::message::indexing::Indexing::Never;
+        let n_bit = if never { 0x20 } else { 0 };
         let mut name_idx = None;
         for (i, (n, v)) in STATIC.iter().enumerate() {
             if n.as_bytes() == name {
@@ -193,17 +209,17 @@ impl Encoder {
         }
         match name_idx {
             Some(i) => {
-                // Literal with static name reference, N=0: 0 1 0 1 index(4).
-                write_integer(out, 0x50, 4, i);
+                // Literal with static name reference: 0 1 N 1 index(4).
+                write_integer(out, 0x50 | n_bit, 4, i);
             }
             None => {
-                // Literal with literal name, N=0: 0 0 1 0 H len(3).
+                // Literal with literal name: 0 0 1 N H len(3).
                 let coded = huffman::encoded_len(name);
                 if coded < name.len() {
-                    write_integer(out, 0x28, 3, coded);
+                    write_integer(out, 0x28 | n_bit >> 1, 3, coded);
                     huffman::encode(name, out);
                 } else {
-                    write_integer(out, 0x20, 3, name.len());
+                    write_integer(out, 0x20 | n_bit >> 1, 3, name.len());
                     out.extend_from_slice(name);
                 }
             }
