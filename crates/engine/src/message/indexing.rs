@@ -3,6 +3,31 @@
 //! indexed because they may carry a credential: one list for HTTP/2 and
 //! HTTP/3.
 
+/// Defines `INDEXED` (for the tests) and `indexed_exact`, a `match` on
+/// the lowercase name: what `indexing` asks of every field of every answer
+/// (a loop of case-blind compares over the lists was 8 % of an HTTP/3
+/// answer's instructions, bench/instructions.sh f17-h3).
+macro_rules! indexed_names {
+    ($($name:literal,)*) => {
+        #[cfg(test)]
+        const INDEXED: &[&[u8]] = &[$($name),*];
+        fn indexed_exact(name: &[u8]) -> bool {
+            matches!(name, $($name)|*)
+        }
+    };
+}
+
+/// Defines `NEVER_INDEXED` (for the tests) and `never_exact`.
+macro_rules! never_indexed_names {
+    ($($name:literal,)*) => {
+        #[cfg(test)]
+        const NEVER_INDEXED: &[&[u8]] = &[$($name),*];
+        fn never_exact(name: &[u8]) -> bool {
+            matches!(name, $($name)|*)
+        }
+    };
+}
+
 /// How a response field goes into a header block (RFC 7541 §6.2; in
 /// QPACK, RFC 9204 §4.5.4, `Never` is the N bit and the rest are
 /// literals, since our QPACK encoder has no dynamic table).
@@ -19,20 +44,20 @@ pub(crate) enum Indexing {
     Never,
 }
 
-/// The response fields worth a place in the dynamic table: those that
-/// repeat from answer to answer on one connection. `date` is one: it
-/// changes once a second, so within the second it costs one byte instead
-/// of a 24-byte literal (nghttp -nv, the site's `/` asked three times: 38
-/// -> 15 bytes of HEADERS), and the entry it adds each second (65 bytes)
-/// pushes the oldest out of a 4096-byte table about once a minute at
-/// most. nginx indexes nothing; Caddy (Go's hpack) indexes every field
-/// but those marked sensitive. Validators and lengths repeat whenever a
-/// connection asks for a file again (h2load -c 50 -m 32 on a 4 KiB file,
-/// one run each: 2.46 -> 2.10 µs of server CPU per answer when they were
-/// indexed too); the table's FIFO eviction bounds the churn of those that
-/// do not. A field a handler names that is not here stays a literal: it
-/// may hold something secret that a credential check did not foresee.
-const INDEXED: [&[u8]; 31] = [
+// The response fields worth a place in the dynamic table: those that
+// repeat from answer to answer on one connection. `date` is one: it
+// changes once a second, so within the second it costs one byte instead
+// of a 24-byte literal (nghttp -nv, the site's `/` asked three times: 38
+// -> 14 bytes of HEADERS), and the entry it adds each second (65 bytes)
+// pushes the oldest out of a 4096-byte table about once a minute at
+// most. nginx indexes nothing; Caddy (Go's hpack) indexes every field
+// but those marked sensitive. Validators and lengths repeat whenever a
+// connection asks for a file again (h2load -c 50 -m 32 on a 4 KiB file,
+// one run each: 2.46 -> 2.10 µs of server CPU per answer when they were
+// indexed too); the table's FIFO eviction bounds the churn of those that
+// do not. A field a handler names that is not here stays a literal: it
+// may hold something secret that a credential check did not foresee.
+indexed_names! {
     b"server",
     b"date",
     b"content-type",
@@ -64,22 +89,22 @@ const INDEXED: [&[u8]; 31] = [
     b"allow",
     b"link",
     b"via",
-];
+}
 
-/// Fields that carry credentials by their definition (RFC 9110 §11.6,
-/// RFC 6265): never indexed, so that no one who can add fields to the
-/// same connection's answers can guess them from the size of a block
-/// (RFC 7541 §7.1.3: "an encoder might choose not to index values for
-/// header fields that are considered to be highly valuable or sensitive
-/// to recovery, such as the Cookie or Authorization header fields").
-const NEVER_INDEXED: [&[u8]; 6] = [
+// Fields that carry credentials by their definition (RFC 9110 §11.6,
+// RFC 6265): never indexed, so that no one who can add fields to the
+// same connection's answers can guess them from the size of a block
+// (RFC 7541 §7.1.3: "an encoder might choose not to index values for
+// header fields that are considered to be highly valuable or sensitive
+// to recovery, such as the Cookie or Authorization header fields").
+never_indexed_names! {
     b"set-cookie",
     b"cookie",
     b"authorization",
     b"proxy-authorization",
     b"authentication-info",
     b"proxy-authentication-info",
-];
+}
 
 /// Parts of a field name that say it carries a credential (`x-auth-token`,
 /// `x-api-key`, `x-csrf-token`, a session id): never indexed either.
@@ -96,11 +121,20 @@ const CREDENTIAL_WORDS: [&[u8]; 8] = [
 
 /// How the field named `name` (any case) is encoded.
 pub(crate) fn indexing(name: &[u8]) -> Indexing {
-    // The allow-list first: most fields of an answer are on it, and none
-    // of its names holds a credential word.
-    if INDEXED.iter().any(|n| n.eq_ignore_ascii_case(name)) {
+    // Names are lowercase as sent (RFC 9113 §8.2.1); one that is not is
+    // lowercased into a stack buffer first.
+    let mut lower = [0u8; 64];
+    let name = if name.iter().any(u8::is_ascii_uppercase) && name.len() <= lower.len() {
+        let lower = &mut lower[..name.len()];
+        lower.copy_from_slice(name);
+        lower.make_ascii_lowercase();
+        &*lower
+    } else {
+        name
+    };
+    if indexed_exact(name) {
         Indexing::Table
-    } else if NEVER_INDEXED.iter().any(|n| n.eq_ignore_ascii_case(name))
+    } else if never_exact(name)
         || CREDENTIAL_WORDS
             .iter()
             .any(|w| name.windows(w.len()).any(|part| part.eq_ignore_ascii_case(w)))
@@ -127,6 +161,10 @@ mod tests {
         ] {
             assert_eq!(indexing(name), Indexing::Never, "{}", String::from_utf8_lossy(name));
         }
+        for name in NEVER_INDEXED {
+            assert_eq!(indexing(name), Indexing::Never);
+        }
+        assert_eq!(indexing(b"Content-Type"), Indexing::Table);
         assert_eq!(indexing(b"x-custom"), Indexing::Literal);
         assert_eq!(indexing(b"location"), Indexing::Literal);
         for name in INDEXED {
