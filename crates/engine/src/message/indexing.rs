@@ -1,12 +1,12 @@
 //! Which response fields a header compressor may put in its dynamic table
 //! (HPACK's, for HTTP/2), which it must send as literals, and which never
-//! indexed because they may carry a credential: one list for HTTP/2 and
-//! HTTP/3.
+//! indexed because they may carry a credential. Beside HPACK in
+//! `message/` so that QPACK can use the same list should its encoder ever
+//! index (or set the N bit: see `h3/qpack.rs` for why it does not yet).
 
 /// Defines `INDEXED` (for the tests) and `indexed_exact`, a `match` on
 /// the lowercase name: what `indexing` asks of every field of every answer
-/// (a loop of case-blind compares over the lists was 8 % of an HTTP/3
-/// answer's instructions, bench/instructions.sh f17-h3).
+/// instead of a loop of case-blind compares over the lists.
 macro_rules! indexed_names {
     ($($name:literal,)*) => {
         #[cfg(test)]
@@ -28,9 +28,7 @@ macro_rules! never_indexed_names {
     };
 }
 
-/// How a response field goes into a header block (RFC 7541 §6.2; in
-/// QPACK, RFC 9204 §4.5.4, `Never` is the N bit and the rest are
-/// literals, since our QPACK encoder has no dynamic table).
+/// How a response field goes into a header block (RFC 7541 §6.2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Indexing {
     /// Indexed when the table has it, else a literal with incremental
