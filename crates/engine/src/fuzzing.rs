@@ -215,6 +215,33 @@ struct Check {
     expected: HashMap<u32, (u64, u64)>,
     /// Streams whose HEADERS have been written, and those ended.
     headed: HashMap<u32, bool>,
+    /// The client's HPACK table: every header block we write must decode
+    /// against it, our dynamic table's insertions, evictions and size
+    /// updates included, and open with `:status`.
+    client_table: ClientTable,
+}
+
+/// A client's HPACK decoder, at the protocol's default table size (the
+/// most our encoder uses, whatever the client allows).
+struct ClientTable(crate::h2::hpack::Decoder);
+
+impl Default for ClientTable {
+    fn default() -> Self {
+        ClientTable(crate::h2::hpack::Decoder::new(4096))
+    }
+}
+
+impl ClientTable {
+    fn decode(&mut self, block: &[u8]) {
+        let (mut bytes, mut fields) = (Vec::new(), Vec::new());
+        let mut sink = crate::message::fields::Sink::new(&mut bytes, &mut fields, 1 << 20);
+        if let Err(e) = self.0.decode(block, &mut sink) {
+            panic!("our header block does not decode: {e:?}");
+        }
+        let first = fields.first().expect("a header block without fields");
+        let (at, len) = (first.name.0 as usize, first.name.1 as usize);
+        assert_eq!(&bytes[at..at + len], b":status", "a header block not opened by :status");
+    }
 }
 
 impl Check {
@@ -245,6 +272,7 @@ impl Check {
                 0x1 => {
                     assert!(self.headed.insert(stream, end_stream).is_none(), "a second HEADERS");
                     assert_ne!(flags & 0x4, 0, "HEADERS without END_HEADERS");
+                    self.client_table.decode(payload);
                     if end_stream {
                         assert_eq!(self.expected.get(&stream).map(|e| e.0), Some(0), "a body cut off");
                     }

@@ -4,13 +4,14 @@
 //! The decoder writes names and values into a caller's byte buffer and
 //! records their spans, so a warm connection decodes without allocating:
 //! the dynamic table reuses the buffers of the entries it evicts. The
-//! encoder never inserts into its dynamic table (RFC 7541 allows an encoder
-//! to use none): every field is a literal "without indexing", its name
-//! indexed from the static table when it is there, so the client's table
-//! size never matters to us.
+//! encoder indexes an allow-list of response fields in its dynamic table
+//! (at most 4096 bytes, within the client's SETTINGS_HEADER_TABLE_SIZE),
+//! sends the fields that may carry credentials never indexed, and the
+//! rest as literals without indexing.
 
 use crate::message::coding::{self as huffman, write_integer};
 use crate::message::fields::{Sink, ENTRY_OVERHEAD};
+pub(crate) use crate::message::indexing::{indexing, Indexing};
 
 /// The static table (RFC 7541 Appendix A), index 1 first.
 #[rustfmt::skip]
@@ -239,14 +240,26 @@ pub(crate) fn write_string(out: &mut Vec<u8>, s: &[u8]) {
     }
 }
 
-/// The encoder's side of the dynamic table (RFC 7541 §2.3.2, §4): fields
-/// that repeat from response to response (`server`, `content-type`,
-/// `cache-control`, a file's validators...) are sent once with
-/// incremental indexing, then as one byte. Saves the bytes and, more, the
-/// CPU of Huffman-coding them again (21% of an h2load run's profile before).
+/// The encoder's side of the dynamic table (RFC 7541 §2.3.2, §4): the
+/// fields of `INDEXED` that repeat from response to response (`server`,
+/// `content-type`, `cache-control`, a file's validators...) are sent once
+/// with incremental indexing, then as one byte. Saves the bytes and, more,
+/// the CPU of Huffman-coding them again (21% of an h2load run's profile
+/// before).
+///
+/// What a connection holds for it is bounded by `ENCODER_TABLE_MAX`: the
+/// entries' names and values lie back to back in one buffer of at most
+/// that many bytes (each entry also counts 32 bytes of overhead, §4.1,
+/// which we do not hold), and their lengths in a ring of at most
+/// `ENCODER_TABLE_MAX / 32` pairs of `u16`: 4096 + 512 bytes. Both are
+/// reserved once, so a warm connection encodes without allocating.
 pub(crate) struct Encoder {
-    /// Newest first: entry `i` has index `62 + i`.
-    entries: std::collections::VecDeque<Entry>,
+    /// The entries' names (lowercase) and values, oldest first.
+    bytes: Vec<u8>,
+    /// Each entry's name and value lengths, newest first: entry `i` has
+    /// index `62 + i`.
+    spans: std::collections::VecDeque<(u16, u16)>,
+    /// The table's size as RFC 7541 §4.1 counts it.
     size: usize,
     /// Our table's size: the client's SETTINGS_HEADER_TABLE_SIZE, at most
     /// `ENCODER_TABLE_MAX`.
@@ -255,32 +268,15 @@ pub(crate) struct Encoder {
     /// header block, and whether one is due (§4.2: at the start of the next
     /// header block, the smallest first if it went down and up).
     update: Option<usize>,
-    /// The bytes of the last evicted entry, for the next one.
-    spare: Option<Vec<u8>>,
-    /// The `date` field's value and its encoding, kept for its second:
-    /// a value that changes every second is not worth a table entry
-    /// (each would be a new one, and an allocation while the table fills).
-    date_value: Vec<u8>,
-    date_block: Vec<u8>,
     /// Counts the table's changes (insertions, evictions, size changes):
     /// the same fields encode to the same bytes while it stays put.
     generation: u64,
 }
 
-struct Entry {
-    /// The name, then the value.
-    bytes: Vec<u8>,
-    name_len: usize,
-}
-
-impl Entry {
-    fn size(&self) -> usize {
-        self.bytes.len() + 32
-    }
-}
-
 /// At most this much of the client's table is used by our encoder: room
-/// for the dozen fields that repeat, the protocol's default.
+/// for the dozen or two fields that repeat (the site's `/` has 13 of 65
+/// bytes each on average), and the protocol's default, so that a client
+/// that keeps the default needs no size update.
 const ENCODER_TABLE_MAX: usize = 4096;
 
 /// Values longer than this are never indexed (they are unlikely to repeat,
@@ -290,13 +286,11 @@ const INDEXED_VALUE_MAX: usize = 256;
 impl Encoder {
     pub(crate) fn new() -> Self {
         Encoder {
-            entries: std::collections::VecDeque::new(),
+            bytes: Vec::new(),
+            spans: std::collections::VecDeque::new(),
             size: 0,
             max: ENCODER_TABLE_MAX,
             update: None,
-            spare: None,
-            date_value: Vec::new(),
-            date_block: Vec::new(),
             generation: 0,
         }
     }
@@ -323,7 +317,8 @@ impl Encoder {
         self.evict(0);
     }
 
-    /// Starts a header block: announces a changed table size first.
+    /// Starts a header block: announces a changed table size first (§6.3;
+    /// "the encoder MUST signal the change", §4.2, a size of 0 included).
     pub(crate) fn begin(&mut self, out: &mut Vec<u8>) {
         if let Some(low) = self.update.take() {
             write_integer(out, 0x20, 5, low);
@@ -333,72 +328,69 @@ impl Encoder {
         }
     }
 
-    /// Appends a response field: indexed if the table has it, else a
-    /// literal that is added to the table when `index` allows and it fits.
-    pub(crate) fn field(&mut self, out: &mut Vec<u8>, name: &[u8], value: &[u8], index: bool) {
-        // Lengths, then the value (a plain compare, and where entries
-        // differ most), then the name without regard to case.
-        let hit = self.entries.iter().position(|e| {
-            e.name_len == name.len()
-                && e.bytes.len() == name.len() + value.len()
-                && e.bytes[e.name_len..] == *value
-                && e.bytes[..e.name_len].eq_ignore_ascii_case(name)
-        });
-        if let Some(i) = hit {
+    /// Appends a response field as `indexing(name)` says: indexed if the
+    /// table has it, else a literal, added to the table when it may be
+    /// and fits.
+    pub(crate) fn field(&mut self, out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+        match indexing(name) {
+            Indexing::Table => {}
+            Indexing::Literal => return write_field(out, name, value),
+            Indexing::Never => return write_never_indexed(out, name, value),
+        }
+        if let Some(i) = self.find(name, value) {
             return write_integer(out, 0x80, 7, STATIC.len() + 1 + i);
         }
-        let size = name.len() + value.len() + 32;
-        if !index || value.len() > INDEXED_VALUE_MAX || size > self.max {
+        let size = name.len() + value.len() + ENTRY_OVERHEAD;
+        if value.len() > INDEXED_VALUE_MAX || size > self.max {
             return write_field(out, name, value);
         }
         // Literal with incremental indexing (§6.2.1).
-        match static_name_index(name) {
-            Some(index) => write_integer(out, 0x40, 6, index),
-            None => {
-                out.push(0x40);
-                write_integer(out, 0, 7, name.len());
-                out.extend(name.iter().map(u8::to_ascii_lowercase));
-            }
-        }
-        write_string(out, value);
+        write_literal(out, 0x40, 6, name, value);
         self.evict(size);
-        // Reuse the buffer of an evicted entry: no allocation once warm.
-        let mut bytes = self.spare_bytes();
-        bytes.extend(name.iter().map(u8::to_ascii_lowercase));
-        bytes.extend_from_slice(value);
-        self.entries.push_front(Entry {
-            bytes,
-            name_len: name.len(),
-        });
+        if self.bytes.capacity() == 0 {
+            // Once: every entry's bytes fit (an entry is at least 32 bytes
+            // of size beyond them).
+            self.bytes.reserve_exact(ENCODER_TABLE_MAX);
+            self.spans.reserve_exact(ENCODER_TABLE_MAX / ENTRY_OVERHEAD);
+        }
+        self.bytes.extend(name.iter().map(u8::to_ascii_lowercase));
+        self.bytes.extend_from_slice(value);
+        // Both fit: size <= max <= ENCODER_TABLE_MAX.
+        self.spans.push_front((name.len() as u16, value.len() as u16));
         self.size += size;
         self.generation += 1;
     }
 
-    /// Appends the `date` field (a literal, encoded once per value).
-    pub(crate) fn date(&mut self, out: &mut Vec<u8>, value: &[u8]) {
-        if self.date_value != value {
-            self.date_value.clear();
-            self.date_value.extend_from_slice(value);
-            self.date_block.clear();
-            write_field(&mut self.date_block, b"date", value);
+    /// The position of `name: value` in the table (0 the newest).
+    fn find(&self, name: &[u8], value: &[u8]) -> Option<usize> {
+        let mut end = self.bytes.len();
+        for (i, &(n, v)) in self.spans.iter().enumerate() {
+            let (n, v) = (usize::from(n), usize::from(v));
+            let at = end - n - v;
+            // Lengths, then the value (a plain compare, and where entries
+            // differ most), then the name without regard to case.
+            if n == name.len()
+                && v == value.len()
+                && self.bytes[at + n..end] == *value
+                && self.bytes[at..at + n].eq_ignore_ascii_case(name)
+            {
+                return Some(i);
+            }
+            end = at;
         }
-        out.extend_from_slice(&self.date_block);
+        None
     }
 
-    /// Evicts the oldest entries until `incoming` more bytes fit.
+    /// Evicts the oldest entries until `incoming` more bytes fit (§4.4).
     fn evict(&mut self, incoming: usize) {
         while self.size + incoming > self.max {
-            let Some(e) = self.entries.pop_back() else { break };
-            self.size -= e.size();
+            let Some((n, v)) = self.spans.pop_back() else { break };
+            let len = usize::from(n) + usize::from(v);
+            // At most 4 KiB moved, and only when the table is full.
+            self.bytes.drain(..len);
+            self.size -= len + ENTRY_OVERHEAD;
             self.generation += 1;
-            self.spare = Some(e.bytes);
         }
-    }
-
-    fn spare_bytes(&mut self) -> Vec<u8> {
-        let mut b = self.spare.take().unwrap_or_default();
-        b.clear();
-        b
     }
 }
 
@@ -429,10 +421,22 @@ pub(crate) fn write_status(out: &mut Vec<u8>, status: u16) {
 /// lowercase already, or is lowercased here (field names are sent in
 /// lowercase in HTTP/2, RFC 9113 §8.2.1).
 pub(crate) fn write_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    write_literal(out, 0, 4, name, value);
+}
+
+/// Appends a field as a literal never indexed (§6.2.3).
+pub(crate) fn write_never_indexed(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    write_literal(out, 0x10, 4, name, value);
+}
+
+/// Appends a literal field of the representation `first` (its pattern
+/// bits) with an `n`-bit name index, the name indexed from the static
+/// table when it is there.
+fn write_literal(out: &mut Vec<u8>, first: u8, n: u32, name: &[u8], value: &[u8]) {
     match static_name_index(name) {
-        Some(index) => write_integer(out, 0, 4, index),
+        Some(index) => write_integer(out, first, n, index),
         None => {
-            out.push(0);
+            out.push(first);
             write_integer(out, 0, 7, name.len());
             out.extend(name.iter().map(u8::to_ascii_lowercase));
         }
@@ -575,6 +579,16 @@ mod tests {
         }
     }
 
+    /// One answer's fields, encoded by `enc` into a block of their own.
+    fn encode_block(enc: &mut Encoder, fields: &[(&str, &str)]) -> Vec<u8> {
+        let mut block = Vec::new();
+        enc.begin(&mut block);
+        for (n, v) in fields {
+            enc.field(&mut block, n.as_bytes(), v.as_bytes());
+        }
+        block
+    }
+
     /// The encoder's dynamic table, read back by the decoder (as a client
     /// would): repeated fields become one byte, the table is evicted
     /// within its size, and a smaller SETTINGS_HEADER_TABLE_SIZE is
@@ -582,14 +596,14 @@ mod tests {
     /// (with the client's smaller table) still reads every block.
     #[test]
     fn encoder_indexes_what_repeats_and_follows_the_table_size() {
-        let fields: &[(&str, &str, bool)] = &[
-            ("server", "peregrine", true),
-            ("date", "Sun, 06 Nov 1994 08:49:37 GMT", true),
-            ("content-type", "text/html; charset=utf-8", true),
-            ("content-length", "1234", false),
-            ("x-long", &"v".repeat(300), true),
+        let long = "v".repeat(300);
+        let fields: &[(&str, &str)] = &[
+            ("server", "peregrine"),
+            ("date", "Sun, 06 Nov 1994 08:49:37 GMT"),
+            ("content-type", "text/html; charset=utf-8"),
+            ("content-length", "1234"),
+            ("link", &long),
         ];
-        let want: Vec<(String, String)> = fields.iter().map(|(n, v, _)| (n.to_string(), v.to_string())).collect();
         for table in [4096u32, 100, 0] {
             let mut enc = Encoder::new();
             let mut dec = Decoder::new(4096);
@@ -598,26 +612,204 @@ mod tests {
                 if round == 2 {
                     enc.set_table_size(table);
                 }
-                let mut block = Vec::new();
-                enc.begin(&mut block);
-                for (n, v, index) in fields {
-                    enc.field(&mut block, n.as_bytes(), v.as_bytes(), *index);
-                }
+                let block = encode_block(&mut enc, fields);
                 assert_eq!(
                     decode_all(&mut dec, &block).unwrap(),
-                    want,
+                    pairs(fields),
                     "table {table}, round {round}"
                 );
                 sizes.push(block.len());
             }
             if table == 4096 {
-                // server, date and content-type: 1 byte each once indexed.
-                assert!(sizes[1] < sizes[0] - 40, "{sizes:?}");
+                // Four fields of 1 byte each once indexed; the long value
+                // stays a literal.
+                assert!(sizes[1] < sizes[0] - 50, "{sizes:?}");
+                let mut literal = Vec::new();
+                write_field(&mut literal, b"link", long.as_bytes());
+                assert_eq!(sizes[1], 4 + literal.len(), "{sizes:?}");
             }
             if table == 0 {
                 // Nothing fits: no field is indexed once the table is gone.
                 assert_eq!(sizes[3], sizes[2] - 1, "{sizes:?} (round 2 carries the size update)");
+                assert_eq!(dec.size_max, 0);
             }
         }
+    }
+
+    /// Many answers over one small table: entries are evicted oldest
+    /// first (§4.4) while the decoder, which evicts by the same rule, reads
+    /// every block back; the table never exceeds its size, and its bytes
+    /// never outgrow the buffer reserved for them (no allocation once warm).
+    #[test]
+    fn evicted_entries_decode_over_many_answers() {
+        for table in [4096u32, 300, 100, 64] {
+            let mut enc = Encoder::new();
+            enc.set_table_size(table);
+            let mut dec = Decoder::new(4096);
+            for i in 0..500u32 {
+                let etag = format!("\"{:x}-{}\"", i % 37, i % 5);
+                let length = (i % 11 * 100).to_string();
+                let ct = ["text/html", "image/png", "text/css; charset=utf-8"][i as usize % 3];
+                let fields = [
+                    ("server", "peregrine"),
+                    ("content-type", ct),
+                    ("content-length", &length),
+                    ("etag", &etag),
+                    ("x-request", &etag),
+                    ("set-cookie", "id=1"),
+                ];
+                let block = encode_block(&mut enc, &fields);
+                assert_eq!(
+                    decode_all(&mut dec, &block).unwrap(),
+                    pairs(&fields),
+                    "table {table}, answer {i}"
+                );
+                assert!(enc.size <= table as usize, "table {table}: {} bytes", enc.size);
+                assert_eq!(enc.size, dec.size, "both sides count the same table");
+                assert_eq!(enc.size, enc.bytes.len() + enc.spans.len() * ENTRY_OVERHEAD);
+                assert!(enc.bytes.capacity() <= ENCODER_TABLE_MAX);
+                assert!(enc.spans.len() <= ENCODER_TABLE_MAX / ENTRY_OVERHEAD);
+            }
+        }
+    }
+
+    /// A SETTINGS_HEADER_TABLE_SIZE change is a size update at the start of
+    /// the next block (§4.2, §6.3), 0 included: 0 empties both tables, and
+    /// a rise after it is announced as the smallest size, then the new.
+    #[test]
+    fn table_size_updates_follow_settings_including_zero() {
+        let fields = [("server", "peregrine"), ("vary", "accept-encoding")];
+        let mut enc = Encoder::new();
+        let mut dec = Decoder::new(4096);
+        let first = encode_block(&mut enc, &fields);
+        decode_all(&mut dec, &first).unwrap();
+        assert_eq!(encode_block(&mut enc, &fields), [0xbf, 0xbe], "both indexed: 63, 62");
+
+        enc.set_table_size(0);
+        let block = encode_block(&mut enc, &fields);
+        assert_eq!(block[0], 0x20, "size update to 0 opens the block");
+        assert_eq!(
+            block.len(),
+            1 + first.len() + 2,
+            "literals without indexing (4-bit prefixes)"
+        );
+        assert_eq!(decode_all(&mut dec, &block).unwrap(), pairs(&fields));
+        assert_eq!((dec.size, dec.entries.len()), (0, 0));
+        assert_eq!(encode_block(&mut enc, &fields)[0], block[1], "no second update");
+
+        // Down to 0 and back up to 4096 before a block: both announced.
+        enc.set_table_size(100);
+        enc.set_table_size(0);
+        enc.set_table_size(8192);
+        let block = encode_block(&mut enc, &fields);
+        assert_eq!(block[..4], [0x20, 0x3f, 0xe1, 0x1f], "0, then 4096 (our cap, not 8192)");
+        assert_eq!(decode_all(&mut dec, &block).unwrap(), pairs(&fields));
+        assert_eq!(encode_block(&mut enc, &fields), [0xbf, 0xbe]);
+        // A setting equal to the table's size announces nothing.
+        enc.set_table_size(4096);
+        assert!(!enc.has_update());
+    }
+
+    /// Credential-bearing fields are literals never indexed (§6.2.3: the
+    /// pattern 0001), every time; fields off the allow-list are literals
+    /// without indexing (0000); neither enters the table.
+    #[test]
+    fn credentials_are_never_indexed_and_unknown_fields_not_indexed() {
+        let mut enc = Encoder::new();
+        for (name, pattern) in [
+            ("set-cookie", 0x10),
+            ("Set-Cookie", 0x10),
+            ("cookie", 0x10),
+            ("authorization", 0x10),
+            ("proxy-authorization", 0x10),
+            ("authentication-info", 0x10),
+            ("x-auth-token", 0x10),
+            ("x-api-key", 0x10),
+            ("x-csrf-token", 0x10),
+            ("x-custom", 0x00),
+            ("location", 0x00),
+        ] {
+            for _ in 0..2 {
+                let mut block = Vec::new();
+                enc.field(&mut block, name.as_bytes(), b"secret=0123456789");
+                assert_eq!(block[0] & 0xf0, pattern, "{name}: {block:x?}");
+                let got = decode_all(&mut Decoder::new(4096), &block).unwrap();
+                assert_eq!(got, pairs(&[(&name.to_ascii_lowercase(), "secret=0123456789")]));
+            }
+        }
+        assert_eq!((enc.size, enc.generation()), (0, 0), "nothing entered the table");
+        assert_eq!(indexing(b"Strict-Transport-Security"), Indexing::Table);
+    }
+
+    /// An independent decoder reads the encoder's blocks: python-hyper's
+    /// `hpack` (PyPI, through the venv with `h2` the WebSocket tests use),
+    /// over answers that evict, a table size update to 0 and back, and
+    /// never-indexed fields, which it must report as such.
+    #[test]
+    fn python_hpack_decodes_the_encoder_blocks() {
+        let venv = std::env::temp_dir().join("peregrine-hpack-h2-venv");
+        let python = test_support::install::h2_python(&venv)
+            .unwrap_or_else(|e| panic!("this test needs Python's h2 (and so hpack): {e}"));
+        const SCRIPT: &str = r#"
+import sys, hpack
+d = hpack.Decoder()
+for line in sys.stdin:
+    kind, arg = line.split()
+    if kind == "S":
+        d.max_allowed_table_size = int(arg)
+        continue
+    for f in d.decode(bytes.fromhex(arg)):
+        print(f"{f[0]}\t{f[1]}\t{'N' if not f.indexable else 'I'}")
+    print(f"-- {sum(32 + len(n) + len(v) for n, v in d.header_table.dynamic_entries)}")
+"#;
+        let mut enc = Encoder::new();
+        let (mut input, mut want) = (String::new(), String::new());
+        for i in 0..300u32 {
+            let table = match i {
+                100 => Some(200),
+                150 => Some(0),
+                200 => Some(4096),
+                _ => None,
+            };
+            if let Some(t) = table {
+                enc.set_table_size(t);
+                input += &format!("S {t}\n");
+            }
+            let etag = format!("\"{:x}\"", i % 29);
+            let date = format!("Sun, 06 Nov 1994 08:{:02}:00 GMT", i / 10 % 60);
+            let fields = [
+                ("server", "peregrine"),
+                ("date", &date),
+                ("content-type", ["text/html", "text/css", "image/webp"][i as usize % 3]),
+                ("etag", &etag),
+                ("set-cookie", "session=abcdef; HttpOnly"),
+                ("x-trace", &etag),
+                ("x-auth-token", "t0k3n"),
+            ];
+            let block = encode_block(&mut enc, &fields);
+            input += &format!("B {}\n", block.iter().map(|b| format!("{b:02x}")).collect::<String>());
+            for (n, v) in fields {
+                let never = indexing(n.as_bytes()) == Indexing::Never;
+                want += &format!("{n}\t{v}\t{}\n", if never { 'N' } else { 'I' });
+            }
+            want += &format!("-- {}\n", enc.size);
+        }
+        let mut child = std::process::Command::new(python)
+            .args(["-c", SCRIPT])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let writer = std::thread::spawn(move || std::io::Write::write_all(&mut stdin, input.as_bytes()));
+        let out = child.wait_with_output().unwrap();
+        writer.join().unwrap().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let got = String::from_utf8(out.stdout).unwrap();
+        for (n, (g, w)) in got.lines().zip(want.lines()).enumerate() {
+            assert_eq!(g, w, "line {n}");
+        }
+        assert_eq!(got.lines().count(), want.lines().count());
     }
 }

@@ -309,8 +309,9 @@ impl Session {
     /// relaying its upstream's `103 Early Hints`): HEADERS with `:status`
     /// and `fields` (complete lines, no connection-specific field), no
     /// END_STREAM (RFC 9113 §8.1). Nothing once the stream is answered
-    /// or refused. Its fields are literals, never indexed: hints are
-    /// rarely sent twice alike.
+    /// or refused. Its fields are literals, not added to the table: hints
+    /// are rarely sent twice alike; credential-bearing ones are sent never
+    /// indexed.
     pub(crate) fn send_interim(&mut self, id: u32, status: u16, fields: &[u8], out: &mut Vec<u8>) {
         let Some(idx) = self.find(id) else { return };
         let s = &self.streams[idx];
@@ -321,7 +322,10 @@ impl Session {
         write_head(out, id, 0, self.peer_frame_max, |block| {
             encoder.begin(block);
             hpack::write_status(block, status);
-            for_each_line(fields, |name, value| hpack::write_field(block, name, value));
+            for_each_line(fields, |name, value| match hpack::indexing(name) {
+                hpack::Indexing::Never => hpack::write_never_indexed(block, name, value),
+                _ => hpack::write_field(block, name, value),
+            });
         });
     }
 
@@ -522,7 +526,8 @@ fn write_head(out: &mut Vec<u8>, id: u32, flags: u8, frame_max: usize, encode: i
 }
 
 /// Encodes a response's fields after `:status` (lowercase names, no
-/// connection-specific fields: the engine never lets a handler set them).
+/// connection-specific fields: the engine never lets a handler set them),
+/// each indexed or not as `hpack::indexing` says.
 fn encode_fields(
     enc: &mut hpack::Encoder,
     out: &mut Vec<u8>,
@@ -532,40 +537,26 @@ fn encode_fields(
     extra_fields: &[u8],
 ) {
     if !resp.headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("server")) {
-        enc.field(out, b"server", b"peregrine", true);
+        enc.field(out, b"server", b"peregrine");
     }
-    enc.date(out, date);
+    enc.field(out, b"date", date);
     if let Some(ct) = &resp.content_type {
-        enc.field(out, b"content-type", ct.as_bytes(), true);
+        enc.field(out, b"content-type", ct.as_bytes());
     }
     if let Some(n) = length {
         let mut digits = itoa::Buffer::new();
-        enc.field(out, b"content-length", digits.format(n).as_bytes(), true);
+        enc.field(out, b"content-length", digits.format(n).as_bytes());
     }
     for (name, value) in &resp.headers {
-        enc.field(out, name.as_bytes(), value.as_bytes(), worth_indexing(name.as_bytes()));
+        enc.field(out, name.as_bytes(), value.as_bytes());
     }
     if let Some(block) = &resp.block {
-        for_each_line(block.as_bytes(), |name, value| {
-            enc.field(out, name, value, worth_indexing(name));
-        });
+        for_each_line(block.as_bytes(), |name, value| enc.field(out, name, value));
     }
     for_each_line(extra_fields, |name, value| {
         let given = std::str::from_utf8(name).is_ok_and(|name| resp.header(name).is_some());
         if !given {
-            enc.field(out, name, value, true);
+            enc.field(out, name, value);
         }
     });
-}
-
-/// Fields worth a place in the dynamic table: all but those that never
-/// repeat (`content-range`) or should not sit in a shared compression
-/// context (`set-cookie`, RFC 7541 §7.1.3). Validators and lengths repeat
-/// whenever a connection asks for a file again (h2load -c 50 -m 32 on a
-/// 4 KiB file, one run each: 2.46 → 2.10 µs of server CPU per answer when
-/// they were indexed too); the table's FIFO eviction bounds the churn of
-/// the ones that do not repeat.
-fn worth_indexing(name: &[u8]) -> bool {
-    const ONCE: [&[u8]; 2] = [b"set-cookie", b"content-range"];
-    !ONCE.iter().any(|n| n.eq_ignore_ascii_case(name))
 }

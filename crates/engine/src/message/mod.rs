@@ -9,6 +9,7 @@
 pub(crate) mod coding;
 pub(crate) mod fields;
 pub(crate) mod head;
+pub(crate) mod indexing;
 pub(crate) mod pending;
 
 use crate::response::Response;
