@@ -60,12 +60,21 @@ pub fn served(child: &mut Child) -> (String, BufReader<ChildStderr>) {
 
 /// Writes `files` (path, contents) under DIR/site and packs them into
 /// DIR/site.prg with `extra` flags; returns the archive and what pack
-/// printed.
+/// printed. Every file gets the same fixed mtime, so that two packs of the
+/// same files are the same archive whichever second each was made in
+/// (`Last-Modified` comes from the mtime).
 pub fn packed(dir: &std::path::Path, files: &[(&str, &str)], extra: &[&str]) -> (std::path::PathBuf, String) {
+    let mtime = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_767_225_600); // 2026-01-01
     for (path, contents) in files {
         let path = dir.join("site").join(path);
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(path, contents).unwrap();
+        std::fs::write(&path, contents).unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(mtime)
+            .unwrap();
     }
     let archive = dir.join("site.prg");
     let out = peregrine()
