@@ -473,11 +473,22 @@ impl Hosted {
                 return;
             }
             for (token, id, status, fields) in self.upstreams.take_interims() {
-                if let Source::Conn(t) = Source::of(token) {
-                    if let Some(conn) = self.conns.get_mut(t) {
-                        let next = conn.on_interim(ctx, id, status, &fields);
-                        self.settle(ctx, t, next);
+                match Source::of(token) {
+                    Source::Conn(t) => {
+                        if let Some(conn) = self.conns.get_mut(t) {
+                            let next = conn.on_interim(ctx, id, status, &fields);
+                            self.settle(ctx, t, next);
+                        }
                     }
+                    Source::Quic { .. } => {
+                        for endpoint in self.quic.iter_mut() {
+                            if let Some(ch) = endpoint.conn_of_token(token) {
+                                endpoint.on_interim(ctx, ch, id, status, &fields);
+                                break;
+                            }
+                        }
+                    }
+                    _ => {}
                 }
             }
             for (responder, response, figures) in self.upstreams.take_answers() {

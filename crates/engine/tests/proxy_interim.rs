@@ -266,3 +266,107 @@ fn early_hints_and_the_upstreams_100_reach_an_http2_client() {
     assert!(out.contains("HTTP/2 200"), "{out}");
     assert!(out.ends_with("hello"), "{out}");
 }
+
+/// aioquic's Python (`crates/engine/tests/http3.rs` says how it is found
+/// or installed).
+fn aioquic_python() -> std::path::PathBuf {
+    let venv = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("aioquic-venv");
+    test_support::install::aioquic_python(&venv).unwrap_or_else(|e| panic!("aioquic is needed: {e}"))
+}
+
+/// `proxy_server` over TLS, so that it answers HTTP/3 too.
+fn proxy_server_h3(up: SocketAddr, tag: &str) -> (Running, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("peregrine-e-interim-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
+        .unwrap()
+        .self_signed(&key)
+        .unwrap();
+    std::fs::write(dir.join("cert.pem"), cert.pem()).unwrap();
+    std::fs::write(dir.join("key.pem"), key.serialize_pem()).unwrap();
+    let tls = peregrine::TlsConfig::from_pem_files(dir.join("cert.pem"), dir.join("key.pem")).unwrap();
+    let proxy = Proxy::new(Upstream::parse(&format!("http://{up}")).unwrap().prefix("/api/"));
+    let router = Router::new()
+        .route("GET", "/api/*rest", proxy.clone())
+        .route("POST", "/api/*rest", proxy);
+    let server = Server::new()
+        .bind_tls("127.0.0.1:0", tls)
+        .workers(1)
+        .start(router)
+        .expect("server starts");
+    (server, dir)
+}
+
+/// Runs the aioquic client on one request (`request`, JSON) to `server`;
+/// gives its interim file (each status, then its fields), its status line
+/// and its body.
+fn h3_exchange(
+    server: &Running,
+    dir: &std::path::Path,
+    request: &str,
+    meanwhile: impl FnOnce(),
+) -> (String, String, String) {
+    let out = dir.join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let spec = format!(
+        "{{\"host\": \"127.0.0.1\", \"port\": {}, \"out\": \"{}\", \"timeout\": 30, \"requests\": [{request}]}}",
+        server.local_addr().port(),
+        out.display()
+    );
+    let client = test_support::process::spawn_h3_client(&aioquic_python(), &spec, 60, true);
+    meanwhile();
+    let done = client.wait_with_output().unwrap();
+    assert!(done.status.success(), "{}", String::from_utf8_lossy(&done.stderr));
+    let interim = std::fs::read_to_string(out.join("0.interim")).unwrap_or_default();
+    let head = std::fs::read_to_string(out.join("0.head")).unwrap();
+    let body = std::fs::read(out.join("0.body")).unwrap();
+    (
+        interim,
+        head.lines().next().unwrap().to_owned(),
+        String::from_utf8_lossy(&body).into_owned(),
+    )
+}
+
+/// Over HTTP/3 an upstream's 103 arrives as an interim HEADERS frame
+/// before the final one (RFC 9114 §4.1), its fields lowercase and without
+/// the hop-by-hop ones; its 100 releases a body the client held back for
+/// it (aioquic's client sends the body only after an interim 100).
+#[test]
+fn early_hints_and_the_upstreams_100_reach_an_http3_client() {
+    let (head_tx, head_rx) = mpsc::channel();
+    let (go_tx, go_rx) = mpsc::channel();
+    let (server, dir) = proxy_server_h3(hinting_upstream(head_tx, go_rx), "h3-103");
+    let (interim, status, body) = h3_exchange(&server, &dir, "{\"path\": \"/api/page\"}", || {
+        head_rx.recv_timeout(PATIENCE).unwrap();
+        go_tx.send(()).unwrap();
+    });
+    assert_eq!(interim, "103\nlink: </style.css>; rel=preload; as=style\n");
+    assert_eq!((status.as_str(), body.as_str()), ("200", "ok"));
+    drop(server);
+
+    let (head_tx, head_rx) = mpsc::channel::<String>();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let up = one_upstream(move |mut r, mut w| {
+        head_tx.send(read_head(&mut r)).unwrap();
+        go_rx.recv().unwrap();
+        w.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").unwrap();
+        let mut body = vec![0u8; 5];
+        r.read_exact(&mut body).unwrap();
+        w.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n").unwrap();
+        w.write_all(&body).unwrap();
+    });
+    let (server, dir2) = proxy_server_h3(up, "h3-100");
+    // With its length, so that the upstream gets it unchunked.
+    let request = "{\"path\": \"/api/up\", \"method\": \"POST\", \"expect_continue\": true, \
+                   \"headers\": [[\"content-length\", \"5\"]], \"body\": \"68656c6c6f\"}";
+    let (interim, status, body) = h3_exchange(&server, &dir2, request, || {
+        let head = head_rx.recv_timeout(PATIENCE).unwrap();
+        assert!(head.to_ascii_lowercase().contains("expect: 100-continue"), "{head}");
+        go_tx.send(()).unwrap();
+    });
+    assert_eq!(interim, "100\n");
+    assert_eq!((status.as_str(), body.as_str()), ("200", "hello"));
+    let _ = std::fs::remove_dir_all(dir);
+    let _ = std::fs::remove_dir_all(dir2);
+}

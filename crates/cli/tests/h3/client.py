@@ -17,7 +17,8 @@ server sees the client there (IP rules, rate limits per address).
 A request with "expect_continue": true is sent with "expect:
 100-continue" and its body held back until an interim 100 comes (none
 coming, the client waits until its timeout); the interim statuses
-received are written into N.interim, one a line.
+received are written into N.interim, one a line, each followed by its
+fields ("name: value", one a line).
 "ignore_stream_limit": true makes the client open streams past the
 server's limit (as a hostile client would). "wait_close": true prints
 "answered" once the answers are written, then how the server closed the
@@ -111,6 +112,7 @@ class Client(QuicConnectionProtocol):
             "body": bytearray(),
             "error": None,
             "interim": [],
+            "interim_fields": [],
             "held": held,
         }
         fut = asyncio.get_running_loop().create_future()
@@ -147,6 +149,7 @@ class Client(QuicConnectionProtocol):
                 if status.startswith(b"1"):
                     # An interim response: send the body held for it.
                     s["interim"].append(int(status))
+                    s["interim_fields"].append([(k.decode(), v.decode()) for k, v in ev.headers if k != b":status"])
                     if s.get("held") is not None:
                         self.h3.send_data(ev.stream_id, s["held"], end_stream=True)
                         s["held"] = None
@@ -263,7 +266,9 @@ async def main():
                 f.write(r["body"])
             if r.get("interim"):
                 with open("%s/%d.interim" % (spec["out"], i), "w") as f:
-                    f.write("".join("%d\n" % n for n in r["interim"]))
+                    for n, fields in zip(r["interim"], r["interim_fields"]):
+                        f.write("%d\n" % n)
+                        f.write("".join("%s: %s\n" % kv for kv in fields))
         if spec.get("then") == "grease control":
             # A reserved frame type (0x1f * 3 + 0x21, RFC 9114 §7.2.8) of
             # 64 KiB on the control stream, then its end.

@@ -97,7 +97,6 @@ struct H2Streams<'c> {
 impl Streams for H2Streams<'_> {
     const VERSION: Version = Version::Http2;
     const IGNORED_BODY_ANSWERED_AT_HEAD: bool = false;
-    const RELAYS_INTERIM: bool = true;
 
     fn refused(&self, id: u64) -> Option<u16> {
         self.session.refused(id as u32).map(|(status, _)| status)

@@ -4,8 +4,9 @@
 //! Hints`, and the client's connection sends it on before the final
 //! answer (RFC 9110 §15.2; nginx drops 103, Caddy and HAProxy relay it).
 //! HTTP/1.1 writes it as a status line and fields, HTTP/2 as a HEADERS
-//! frame without END_STREAM; an HTTP/1.0 client gets none, and a request
-//! no longer awaited drops it.
+//! frame without END_STREAM, HTTP/3 as a HEADERS frame before the final
+//! one (`quic::Conn::on_interim`, `h3::Session::send_interim`); an
+//! HTTP/1.0 client gets none, and a request no longer awaited drops it.
 
 use super::{Conn, Ctx, Next, Proto};
 

@@ -37,10 +37,6 @@ pub(crate) trait Streams {
     /// the client's DATA frames must still be judged: h2spec expects
     /// their stream errors).
     const IGNORED_BODY_ANSWERED_AT_HEAD: bool;
-    /// A deferred stream can be sent interim answers (`Conn::on_interim`:
-    /// the proxy relays its upstream's 100 and 103). HTTP/3's are not
-    /// relayed yet: its clients get the engine's 100 and no 103.
-    const RELAYS_INTERIM: bool;
 
     /// The status stream `id` was refused with before any handler saw it
     /// (413, 431, a malformed request), if it was.
@@ -294,11 +290,11 @@ pub(crate) fn start_upload<S: Streams>(
             (id, held),
         );
     }
-    if taken && !(S::RELAYS_INTERIM && sink.is_continue_held()) {
+    if taken && !sink.is_continue_held() {
         // The handler reads the body: a client waiting for 100 Continue
         // may send it (before any final answer below). A reader that
-        // holds it back relays it later (`Conn::on_interim`), over
-        // HTTP/2; HTTP/3 has no such relay yet, so its client gets it now.
+        // holds it back relays it later (`Conn::on_interim`, HTTP/3's
+        // `quic::Conn::on_interim`).
         s.send_continue(id);
     }
     s.stream_body(id, sink);

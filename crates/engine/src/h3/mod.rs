@@ -659,6 +659,34 @@ impl Session {
         r.out.extend_from_slice(block);
     }
 
+    /// An interim answer relayed to the deferred stream `id` (the reverse
+    /// proxy's upstream sent `103 Early Hints`; its 100 goes through
+    /// `send_continue`): a HEADERS frame with `status` and `fields`
+    /// (complete lines) before the final one (§4.1: "a response MAY
+    /// consist of ... one or more interim responses"). Nothing once the
+    /// stream is answered, refused or gone.
+    pub(crate) fn send_interim(&mut self, id: u64, status: u16, fields: &[u8]) {
+        let Some(at) = self.find(id) else { return };
+        let r = &mut self.requests[at];
+        if r.parse.refused.is_some() || !matches!(r.answer, Answer::Deferred(_)) {
+            return;
+        }
+        let block = &mut self.scratch;
+        block.clear();
+        qpack::Encoder::begin(block);
+        qpack::Encoder::status(block, status);
+        let lower = &mut self.lower;
+        crate::message::fields::for_each_line(fields, |name, value| {
+            // Field names are lowercase in HTTP/3 (§4.2); the upstream's
+            // lines keep the case it sent.
+            lower.clear();
+            lower.extend(name.iter().map(u8::to_ascii_lowercase));
+            qpack::Encoder::field(block, lower, value);
+        });
+        frame::write_header(&mut r.out, frame::HEADERS, block.len() as u64);
+        r.out.extend_from_slice(block);
+    }
+
     /// Accepts stream `id`'s extended CONNECT (RFC 9220 §3, RFC 8441 §5):
     /// HEADERS with `resp`'s status (a 2xx) and fields, without a
     /// content-length (RFC 9110 §8.6), and the stream carries a

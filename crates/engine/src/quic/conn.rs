@@ -85,7 +85,6 @@ struct H3Streams<'c> {
 impl Streams for H3Streams<'_> {
     const VERSION: Version = Version::Http3;
     const IGNORED_BODY_ANSWERED_AT_HEAD: bool = true;
-    const RELAYS_INTERIM: bool = false;
 
     fn refused(&self, id: u64) -> Option<u16> {
         self.session.refused(id).map(|(status, _, _)| status)
@@ -483,6 +482,19 @@ impl QuicConn {
         // endpoint's transmit, not a batch of this connection's.
         ctx.batch_now = None;
         streams::start_upload(ctx, &mut view, client, deferred, id);
+    }
+
+    /// An interim answer (100 or 103, `fields` complete lines) for the
+    /// deferred request `id`: the reverse proxy's upstream sent it
+    /// (`conn/interim.rs` for HTTP/1.1 and HTTP/2).
+    pub(super) fn on_interim(&mut self, id: u64, status: u16, fields: &[u8]) {
+        let Some(stream) = self.session.deferred_stream(id) else {
+            return;
+        };
+        match status {
+            100 => self.session.send_continue(stream),
+            _ => self.session.send_interim(stream, status, fields),
+        }
     }
 
     /// A deferred answer arrived from another thread.

@@ -728,6 +728,15 @@ impl Endpoint {
         }
     }
 
+    /// An interim answer for connection `ch`'s deferred request `id`.
+    pub(crate) fn on_interim(&mut self, ctx: &mut Ctx<'_>, ch: usize, id: u64, status: u16, fields: &[u8]) {
+        if let Some(Some(c)) = self.conns.get_mut(ch) {
+            c.on_interim(id, status, fields);
+            self.touched.push(ch);
+            self.drive_touched(ctx);
+        }
+    }
+
     /// A message published to a topic a WebSocket on connection `ch`'s
     /// `stream` subscribes to.
     pub(crate) fn on_publish(&mut self, ctx: &mut Ctx<'_>, ch: usize, stream: u64, frame: &[u8]) {
