@@ -21,7 +21,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::io::{self, Read};
 use std::panic::{self, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use crate::handler::{BodyUse, Handler, Reply};
@@ -55,10 +55,15 @@ pub fn channel(capacity_bytes: usize) -> (Body, Sender) {
 }
 
 fn channel_of(capacity_bytes: usize, length: Option<u64>) -> (Body, Sender) {
+    channel_counted(capacity_bytes, length, None)
+}
+
+fn channel_counted(capacity_bytes: usize, length: Option<u64>, held: Option<Arc<AtomicUsize>>) -> (Body, Sender) {
     let shared = Arc::new(Shared {
         queue: Queue::new(capacity_bytes.max(1), End::Open),
         parked: AtomicBool::new(false),
         finished_at: std::sync::OnceLock::new(),
+        held,
     });
     (
         Body::Channel(ChannelBody {
@@ -75,6 +80,14 @@ fn channel_of(capacity_bytes: usize, length: Option<u64>) -> (Body, Sender) {
 /// many bytes, or abort (the connection is then closed).
 pub(crate) fn channel_sized(capacity_bytes: usize, length: u64) -> (Body, Sender) {
     channel_of(capacity_bytes, Some(length))
+}
+
+/// A [`channel`] (of `length` bytes, if known) whose queued bytes are
+/// counted in `held` while they wait: the reverse proxy's answers, read
+/// ahead of their clients, counted in the worker's output budget
+/// (`BufPool::read_ahead`, `Limits::output_budget_bytes`).
+pub(crate) fn channel_held(capacity_bytes: usize, length: Option<u64>, held: Arc<AtomicUsize>) -> (Body, Sender) {
+    channel_counted(capacity_bytes, length, Some(held))
 }
 
 /// The producing end of a [`channel`]: `Send` and `Sync`, usable from any
@@ -210,6 +223,9 @@ struct Shared {
     /// upstream's last byte (`$upstream_response_time` of a streamed
     /// answer). One clock read per channel body.
     finished_at: std::sync::OnceLock<std::time::Instant>,
+    /// Where the queued bytes are counted, if anywhere (`channel_held`):
+    /// added as a chunk is queued, taken back as it leaves or is dropped.
+    held: Option<Arc<AtomicUsize>>,
 }
 
 type State = Chunked<End>;
@@ -226,6 +242,23 @@ enum End {
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.queue.lock()
+    }
+
+    /// `n` more bytes queued (`add`) or fewer, for `held`.
+    fn count(&self, n: usize, add: bool) {
+        if let (Some(held), true) = (&self.held, n > 0) {
+            if add {
+                held.fetch_add(n, Ordering::Relaxed);
+            } else {
+                held.fetch_sub(n, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Drops every queued chunk, taking their bytes back from `held`.
+    fn clear(&self, state: &mut State) {
+        self.count(state.bytes, false);
+        state.clear();
     }
 }
 
@@ -309,6 +342,20 @@ impl Sender {
         Ok(())
     }
 
+    /// For a producer on an event loop that must not add to the queue now
+    /// (its worker's output budget is spent): if the queue holds bytes,
+    /// `token` is posted to `mailbox` once half of it is free (or the
+    /// client is gone) and this says `true`, wait; if it is empty, nothing
+    /// would wake the producer, so `false`: it may queue one more chunk.
+    pub(crate) fn wait_while_holding(&self, mailbox: &Arc<Mailbox>, token: usize) -> bool {
+        let mut state = self.shared.lock();
+        if state.gone || state.bytes == 0 {
+            return false;
+        }
+        state.loop_waiter = Some((mailbox.clone(), token));
+        true
+    }
+
     /// Whether the client is gone or the connection closed (`send` would
     /// fail).
     pub fn is_closed(&self) -> bool {
@@ -331,7 +378,7 @@ impl Sender {
         }
         state.end = end;
         if end == End::Aborted {
-            state.clear();
+            shared.clear(&mut state);
         } else {
             let _ = shared.finished_at.set(std::time::Instant::now());
         }
@@ -354,6 +401,7 @@ fn fits(state: &State, capacity: usize, len: usize) -> bool {
 }
 
 fn push(shared: &Shared, state: &mut State, chunk: Vec<u8>) -> Option<(Arc<Mailbox>, usize)> {
+    shared.count(chunk.len(), true);
     state.push(chunk);
     take_wake(shared, state)
 }
@@ -417,6 +465,7 @@ impl ChannelBody {
         let shared = &*self.shared;
         let mut state = shared.lock();
         if let Some(chunk) = state.pop() {
+            shared.count(chunk.len(), false);
             let producer = if state.bytes <= shared.queue.capacity / 2 {
                 state.loop_waiter.take()
             } else {
@@ -443,7 +492,7 @@ impl Drop for ChannelBody {
     fn drop(&mut self) {
         let mut state = self.shared.lock();
         state.gone = true;
-        state.clear();
+        self.shared.clear(&mut state);
         state.wake = None;
         let producer = state.loop_waiter.take();
         drop(state);
@@ -816,6 +865,33 @@ mod tests {
             Body::Channel(rx) => Chunks::Channel(rx),
             _ => unreachable!(),
         }
+    }
+
+    /// A held channel's queued bytes are in its count while they wait,
+    /// and leave it as they are taken, or dropped by an abort or by the
+    /// receiver's end (the proxy's read-ahead in the output budget).
+    #[test]
+    fn a_held_channels_queued_bytes_are_counted_until_taken_or_dropped() {
+        let held = Arc::new(AtomicUsize::new(0));
+        let count = || held.load(Ordering::Relaxed);
+        let (body, tx) = channel_held(100, None, held.clone());
+        let mut chunks = rx(body);
+        tx.try_send(vec![1; 30]).unwrap();
+        tx.try_send(vec![2; 20]).unwrap();
+        assert_eq!(count(), 50);
+        assert!(matches!(chunks.next(), Next::Chunk(c) if c.len() == 30));
+        assert_eq!(count(), 20);
+        tx.abort();
+        assert_eq!(count(), 0, "an abort drops what was queued");
+        assert!(matches!(chunks.next(), Next::Failed));
+
+        let (body, tx) = channel_held(100, Some(10), held.clone());
+        tx.try_send(vec![3; 10]).unwrap();
+        assert_eq!(count(), 10);
+        drop(body);
+        assert_eq!(count(), 0, "the receiver's end drops what was queued");
+        assert!(tx.try_send(vec![4; 1]).is_err());
+        assert_eq!(count(), 0);
     }
 
     #[test]

@@ -23,6 +23,19 @@ pub(crate) struct BufPool {
     /// connection adds what it takes and takes back what it gives.
     pub(crate) bodies: usize,
     pub(crate) output: usize,
+    /// Bytes of the reverse proxy's answers read ahead of their clients
+    /// (queued in their channels, `body::channel_held`), counted in the
+    /// output budget with `output`: an atomic because a channel is
+    /// `Send`, though only this worker's threads move its bytes.
+    pub(crate) read_ahead: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl BufPool {
+    /// Bytes held against the output budget: queued answers and the
+    /// proxy's read-ahead.
+    pub(crate) fn output_held(&self) -> usize {
+        self.output + self.read_ahead.load(std::sync::atomic::Ordering::Relaxed)
+    }
 }
 
 impl BufPool {

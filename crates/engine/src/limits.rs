@@ -98,7 +98,8 @@ pub struct Limits {
     /// that would is refused with 1013 (try again later).
     pub body_budget_bytes: usize,
     /// Bytes of answers a worker may hold queued for clients (output
-    /// buffers held by connections). Past it, a connection with anything
+    /// buffers held by connections, and the reverse proxy's answers read
+    /// ahead of their clients). Past it, a connection with anything
     /// queued is not read (nor its pipelined requests answered) until its
     /// client has taken it: 50 clients pipelining 20,000 requests each
     /// without reading then cost 8 MB, not 17.5.
@@ -196,7 +197,14 @@ impl Limits {
     ///
     /// Buffered request bodies never pass their budget (503 past it) and
     /// queued answers pass theirs by at most one turn's per connection
-    /// (no connection with output queued is read while it is spent); the
+    /// (no connection with output queued is read while it is spent). The
+    /// reverse proxy's answers read ahead of their clients (each
+    /// upstream's `proxy_buffer_bytes`, 1 MiB, a channel per answer) are
+    /// queued answers too: counted in `output_budget_bytes`, and while it
+    /// is spent an upstream whose channel holds bytes is not read (one
+    /// whose channel is empty may add one read, 64 KiB, or nothing would
+    /// wake it); without that, 256 connections to one upstream could hold
+    /// 256 MiB beside the figure (`proxy_memory.rs`). The
     /// rest is each connection's own; permessage-deflate's streams are
     /// the worker's, not a connection's (`WS_DEFLATE_BYTES`, under 3 MiB,
     /// made when first used). With the defaults: 64 + 64 MiB, 4,096 ×

@@ -10,8 +10,10 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::thread;
+use std::time::{Duration, Instant};
 
 use peregrine::proxy::{Encode, Proxy, Upstream, ENCODER_BYTES_MAX};
 use peregrine::{Limits, Router, Running, Server};
@@ -28,6 +30,9 @@ const GIB: u64 = 1 << 30;
 const PROXIED_BYTES_MAX: isize = 4 << 20;
 
 static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Bytes of 1 GiB answers the upstreams have written so far.
+static UPSTREAM_WRITTEN: AtomicU64 = AtomicU64::new(0);
 
 /// An upstream that, for `POST`, reads the body (Content-Length) and
 /// answers its length; for `GET /big`, sends 1 GiB with its length.
@@ -95,6 +100,7 @@ fn serve(stream: TcpStream) {
                 if w.write_all(&block).is_err() {
                     return;
                 }
+                UPSTREAM_WRITTEN.fetch_add(block.len() as u64, Ordering::Relaxed);
             }
         }
     }
@@ -150,14 +156,20 @@ fn read_chunked(r: &mut impl BufRead, out: &mut impl Write) {
 }
 
 fn proxy_server(up: SocketAddr) -> Running {
+    proxy_server_with(
+        up,
+        Limits {
+            body_bytes_max: 2 * GIB,
+            ..Limits::default()
+        },
+    )
+}
+
+fn proxy_server_with(up: SocketAddr, limits: Limits) -> Running {
     let proxy = Proxy::new(Upstream::parse(&format!("http://{up}")).unwrap()).encode(Encode::new());
     let router = Router::new()
         .route("GET", "/*rest", proxy.clone())
         .route("POST", "/*rest", proxy);
-    let limits = Limits {
-        body_bytes_max: 2 * GIB,
-        ..Limits::default()
-    };
     Server::new()
         .bind("127.0.0.1:0")
         .workers(1)
@@ -286,4 +298,56 @@ fn a_compressed_download_holds_one_compressor_more_and_no_more() {
             "{coding}: peak heap +{peak} bytes"
         );
     }
+}
+
+/// The answers' channels count in the worker's output budget
+/// (`Limits::output_budget_bytes`): 8 clients that ask for 1 GiB each and
+/// read nothing make the server hold about the budget (1 MiB here) and
+/// a few upstream reads (64 KiB) per answer, not 8 channels of 1 MiB each
+/// (measured: +3,049 KiB of peak heap; +10,615 KiB without the count).
+/// The upstreams stall on full
+/// socket buffers; the heap is measured once they have written nothing
+/// for a second.
+#[test]
+fn clients_that_read_nothing_hold_the_output_budget_of_read_ahead_not_a_channel_each() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    leave_this_thread_out();
+    const N_CLIENTS: usize = 8;
+    const BUDGET: usize = 1 << 20;
+    let limits = Limits {
+        output_budget_bytes: BUDGET,
+        ..Limits::default()
+    };
+    let server = proxy_server_with(upstream(), limits);
+    let peak = peak_during(server.local_addr(), |addr| {
+        let clients: Vec<TcpStream> = (0..N_CLIENTS)
+            .map(|_| {
+                let mut c = TcpStream::connect(addr).unwrap();
+                c.write_all(b"GET /big HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
+                c
+            })
+            .collect();
+        // No event says "stalled": the upstreams' count stops moving.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let (mut last, mut still) = (u64::MAX, 0);
+        while still < 5 {
+            assert!(Instant::now() < deadline, "the upstreams never stalled");
+            thread::sleep(Duration::from_millis(200));
+            let now = UPSTREAM_WRITTEN.load(Ordering::Relaxed);
+            still = if now == last { still + 1 } else { 0 };
+            last = now;
+        }
+        drop(clients);
+    });
+    println!(
+        "{N_CLIENTS} clients reading nothing, output budget {} KiB: peak heap +{} KiB",
+        BUDGET >> 10,
+        peak >> 10
+    );
+    // The budget; per answer a 64 KiB read, the chunk the channel
+    // refused and the one its client connection is sending, and the
+    // connections' buffers: within 4 MiB. Channels of 1 MiB each are
+    // 8 MiB and more.
+    let bound = (BUDGET + N_CLIENTS * 384 * 1024) as isize;
+    assert!(peak < bound, "peak heap +{peak} bytes, over {bound}");
 }

@@ -615,7 +615,7 @@ impl Conn {
     /// more than its share: it is not read (nor its pipelined requests
     /// answered) until its client takes some.
     fn over_output_budget(ctx: &Ctx<'_>, queued: usize) -> bool {
-        queued > 0 && ctx.pool.output > ctx.limits.output_budget_bytes
+        queued > 0 && ctx.pool.output_held() > ctx.limits.output_budget_bytes
     }
 
     /// Stops waking up for writability (nothing is left to write). False

@@ -973,6 +973,20 @@ impl UpConn {
                         self.deadline = None;
                         return Outcome::Wait;
                     }
+                    if self.state == State::Body && ctx.pool.output_held() > ctx.limits.output_budget_bytes {
+                        // The worker's queued answers and read-ahead are
+                        // past their budget: an answer whose channel still
+                        // holds bytes reads no more until its client has
+                        // taken half (one with an empty channel may read
+                        // once more, or nothing would wake it).
+                        let waits = self.tx.as_ref().is_some_and(|tx| {
+                            tx.wait_while_holding(ctx.mailbox, Source::Upstream(key).token())
+                        });
+                        if waits {
+                            self.deadline = None;
+                            return Outcome::Wait;
+                        }
+                    }
                     match self.sock.read(scratch) {
                         Ok(0) => return self.at_eof(ctx, key),
                         Ok(n) => {
@@ -1429,10 +1443,14 @@ impl UpConn {
             // A body of known length keeps it (sent with that
             // Content-Length, not chunked); others go chunked to HTTP/1.1
             // clients.
-            let (body, tx) = match framing {
-                ResponseFraming::Length(n) if encoder.is_none() => body::channel_sized(capacity, n),
-                _ => body::channel(capacity),
+            // Its bytes waiting in the channel count in the worker's
+            // output budget (`read_ahead`): 256 upstream connections'
+            // channels of 1 MiB would otherwise hold 256 MiB beside it.
+            let length = match framing {
+                ResponseFraming::Length(n) if encoder.is_none() => Some(n),
+                _ => None,
             };
+            let (body, tx) = body::channel_held(capacity, length, ctx.pool.read_ahead.clone());
             self.encoder = encoder;
             self.answer = Some((job.responder, Response::prepared(status, block, body)));
             self.tx = Some(tx);
