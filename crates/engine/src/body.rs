@@ -25,6 +25,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use crate::handler::{BodyUse, Handler, Reply};
+use crate::message::trailers::Trailers;
 use crate::request::Request;
 use crate::responder::{Mailbox, Post};
 use crate::response::Body;
@@ -64,6 +65,7 @@ fn channel_counted(capacity_bytes: usize, length: Option<u64>, held: Option<Arc<
         parked: AtomicBool::new(false),
         finished_at: std::sync::OnceLock::new(),
         held,
+        trailers: std::sync::OnceLock::new(),
     });
     (
         Body::Channel(ChannelBody {
@@ -226,6 +228,9 @@ struct Shared {
     /// Where the queued bytes are counted, if anywhere (`channel_held`):
     /// added as a chunk is queued, taken back as it leaves or is dropped.
     held: Option<Arc<AtomicUsize>>,
+    /// The trailer fields the sender ended the body with, if any
+    /// (`Sender::end_with_trailers`): set before the end, read after it.
+    trailers: std::sync::OnceLock<Trailers>,
 }
 
 type State = Chunked<End>;
@@ -362,6 +367,35 @@ impl Sender {
         self.shared.lock().gone
     }
 
+    /// Ends the body normally, with trailer fields after its last byte
+    /// (RFC 9110 §6.5): over HTTP/2 and HTTP/3 always; over HTTP/1.1 when
+    /// the answer is chunked (no `Content-Length`) and the client said
+    /// `TE: trailers`, otherwise they are dropped (RFC 9112 §7.1.2).
+    ///
+    /// ```no_run
+    /// use peregrine::{body, Request, Response, Server, Trailers};
+    ///
+    /// Server::new().bind("127.0.0.1:8080").serve(|_: &Request<'_>| {
+    ///     let (body, tx) = body::channel(64 * 1024);
+    ///     std::thread::spawn(move || {
+    ///         let mut sum = 0u32;
+    ///         for line in ["one\n", "two\n"] {
+    ///             sum = line.bytes().fold(sum, |s, b| s.wrapping_add(u32::from(b)));
+    ///             if tx.send(line).is_err() {
+    ///                 return;
+    ///             }
+    ///         }
+    ///         let sum = sum.to_string();
+    ///         tx.end_with_trailers(Trailers::new(&[("x-sum", &sum)]).unwrap());
+    ///     });
+    ///     Response::new(200).with_content_type("text/plain").with_body(body)
+    /// }).unwrap();
+    /// ```
+    pub fn end_with_trailers(self, trailers: Trailers) {
+        let _ = self.shared.trailers.set(trailers);
+        // The drop ends the body: the trailers were set before it.
+    }
+
     /// Ends the body as broken: chunks still queued are dropped, and the
     /// client learns that the response is incomplete (HTTP/1.1: the
     /// connection closes without the last chunk; HTTP/2: RST_STREAM;
@@ -453,6 +487,12 @@ impl ChannelBody {
         self.length
     }
 
+    /// The trailer fields the sender ended the body with (read once the
+    /// body's end was seen), if any.
+    pub(crate) fn trailers(&self) -> Option<&Trailers> {
+        self.shared.trailers.get().filter(|t| !t.is_empty())
+    }
+
     /// Tells the body where to wake the connection that sends it: the
     /// worker's mailbox and the connection's token.
     pub(crate) fn bind(&self, mailbox: &Arc<Mailbox>, token: usize) {
@@ -537,6 +577,15 @@ impl Chunks {
                 Err(_) => Next::Failed,
             },
             Chunks::Channel(rx) => rx.poll(),
+        }
+    }
+
+    /// The trailer fields to send after the body's end, if any (a
+    /// channel's; an iterator has none).
+    pub(crate) fn trailers(&self) -> Option<&Trailers> {
+        match self {
+            Chunks::Iter(_) => None,
+            Chunks::Channel(rx) => rx.trailers(),
         }
     }
 

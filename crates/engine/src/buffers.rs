@@ -132,10 +132,25 @@ impl Output {
 /// (bytes), `sendfile` (files) or one chunk at a time (streams, taken from
 /// their iterator or channel only once the chunk before has left).
 pub(crate) enum Tail {
-    Bytes { data: Vec<u8>, pos: usize },
-    Shared { bytes: SharedBytes, pos: usize },
-    File { range: FileRange, sent: u64 },
-    Stream { chunks: Chunks, chunked: bool },
+    Bytes {
+        data: Vec<u8>,
+        pos: usize,
+    },
+    Shared {
+        bytes: SharedBytes,
+        pos: usize,
+    },
+    File {
+        range: FileRange,
+        sent: u64,
+    },
+    /// `trailers`: the client takes trailer fields (`TE: trailers`), so
+    /// a chunked body's go after its last chunk.
+    Stream {
+        chunks: Chunks,
+        chunked: bool,
+        trailers: bool,
+    },
 }
 
 /// Gives `output` a buffer from the pool if it has none.

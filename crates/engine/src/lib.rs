@@ -95,6 +95,7 @@ pub use error::Error;
 pub use handler::{BodyUse, Handler, Reply};
 pub use health::Health;
 pub use limits::Limits;
+pub use message::trailers::Trailers;
 pub use metrics::Metrics;
 pub use request::{percent_decode, Request, RequestId};
 pub use responder::Responder;

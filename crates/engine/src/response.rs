@@ -639,7 +639,7 @@ impl std::fmt::Debug for HeaderBlock {
 }
 
 /// field-value = *field-content: VCHAR, SP, HTAB, obs-text; no CR, LF, NUL.
-fn is_valid_value(v: &[u8]) -> bool {
+pub(crate) fn is_valid_value(v: &[u8]) -> bool {
     v.iter().all(|&b| b == b'\t' || (b >= 0x20 && b != 0x7f))
 }
 

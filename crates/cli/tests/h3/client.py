@@ -18,7 +18,8 @@ A request with "expect_continue": true is sent with "expect:
 100-continue" and its body held back until an interim 100 comes (none
 coming, the client waits until its timeout); the interim statuses
 received are written into N.interim, one a line, each followed by its
-fields ("name: value", one a line).
+fields ("name: value", one a line); trailer fields, if any, into
+N.trailers, one a line.
 "ignore_stream_limit": true makes the client open streams past the
 server's limit (as a hostile client would). "wait_close": true prints
 "answered" once the answers are written, then how the server closed the
@@ -155,6 +156,12 @@ class Client(QuicConnectionProtocol):
                         s["held"] = None
                         self.transmit()
                     continue
+                if s["status"] is not None:
+                    # Trailers: a HEADERS frame after the DATA (RFC 9114 §4.1).
+                    s["trailers"] = [[k.decode(), v.decode()] for k, v in ev.headers]
+                    if ev.stream_ended:
+                        self.finish(ev.stream_id)
+                    continue
                 for k, v in ev.headers:
                     if k == b":status":
                         s["status"] = int(v)
@@ -264,6 +271,9 @@ async def main():
                     f.write("%s: %s\n" % (k, v))
             with open("%s/%d.body" % (spec["out"], i), "wb") as f:
                 f.write(r["body"])
+            if r.get("trailers") is not None:
+                with open("%s/%d.trailers" % (spec["out"], i), "w") as f:
+                    f.write("".join("%s: %s\n" % (k, v) for k, v in r["trailers"]))
             if r.get("interim"):
                 with open("%s/%d.interim" % (spec["out"], i), "w") as f:
                     for n, fields in zip(r["interim"], r["interim_fields"]):

@@ -11,7 +11,9 @@
 //! The decoder is strict where leniency has been used for request smuggling:
 //! every line ends in CRLF (no bare LF, no bare CR), sizes are hex digits only
 //! and never overflow, and extensions are tokens or quoted strings. Extensions
-//! and trailer fields are checked and then dropped.
+//! and trailer fields are checked and then dropped, unless the decoder was
+//! made to keep the trailer section ([`ChunkedDecoder::keeping_trailers`],
+//! the reverse proxy's for an upstream's answer).
 //!
 //! [`ChunkedDecoder::decode_in_place`] decodes inside the read buffer: the data
 //! only ever moves toward the front, so a body needs no second buffer.
@@ -110,6 +112,11 @@ pub struct ChunkedDecoder {
     size_digits: usize,
     trailer_bytes: usize,
     trailer_has_colon: bool,
+    /// The trailer section's longest accepted length.
+    trailer_bytes_max: usize,
+    /// The trailer section's bytes as they came (each line with its
+    /// CRLF), when kept.
+    kept: Option<Vec<u8>>,
 }
 
 /// What one call to [`ChunkedDecoder::step`] found.
@@ -135,7 +142,27 @@ impl ChunkedDecoder {
             size_digits: 0,
             trailer_bytes: 0,
             trailer_has_colon: false,
+            trailer_bytes_max: TRAILER_BYTES_MAX,
+            kept: None,
         }
+    }
+
+    /// A decoder that keeps the trailer section, of at most
+    /// `trailer_bytes_max` bytes ([`ChunkedDecoder::take_trailers`]);
+    /// a longer one is an error (`Trailer`), never cut short.
+    pub fn keeping_trailers(body_bytes_max: u64, trailer_bytes_max: usize) -> Self {
+        ChunkedDecoder {
+            trailer_bytes_max,
+            kept: Some(Vec::new()),
+            ..ChunkedDecoder::new(body_bytes_max)
+        }
+    }
+
+    /// The trailer section kept so far (`name: value\r\n` lines, checked:
+    /// each a token, a colon, a value of visible bytes, spaces and tabs),
+    /// once the body is done; `None` if it had none or none is kept.
+    pub fn take_trailers(&mut self) -> Option<Vec<u8>> {
+        self.kept.take().filter(|t| !t.is_empty())
     }
 
     /// Whether the whole body, trailers included, has been consumed.
@@ -243,7 +270,12 @@ impl ChunkedDecoder {
             },
             Trailer => self.trailer_byte(b)?,
             TrailerLf => match b {
-                b'\n' if self.trailer_has_colon => TrailerStart,
+                b'\n' if self.trailer_has_colon => {
+                    if let Some(kept) = &mut self.kept {
+                        kept.push(b'\n');
+                    }
+                    TrailerStart
+                }
                 _ => return Err(ChunkedError::Trailer),
             },
             EndLf => match b {
@@ -285,8 +317,11 @@ impl ChunkedDecoder {
 
     fn trailer_byte(&mut self, b: u8) -> Result<State, ChunkedError> {
         self.trailer_bytes += 1;
-        if self.trailer_bytes > TRAILER_BYTES_MAX {
+        if self.trailer_bytes > self.trailer_bytes_max {
             return Err(ChunkedError::Trailer);
+        }
+        if let Some(kept) = &mut self.kept {
+            kept.push(b);
         }
         match b {
             b'\r' => Ok(State::TrailerLf),

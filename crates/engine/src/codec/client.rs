@@ -26,6 +26,13 @@ use super::head::{
 /// "upstream sent too big header" error. Past it: `HeadTooLarge`.
 pub const RESPONSE_HEAD_BYTES_MAX: usize = 32 * 1024;
 
+/// Longest trailer section of an answer's chunked body, in bytes: the
+/// head's limit (a trailer section is a second field block, and gRPC's
+/// `grpc-message` may be long). Past it the body is refused
+/// (`ChunkedError::Trailer`): the proxy resets the client's answer
+/// rather than cut the trailers short.
+pub const RESPONSE_TRAILER_BYTES_MAX: usize = RESPONSE_HEAD_BYTES_MAX;
+
 // ---------------------------------------------------------------------------
 // Request heads
 // ---------------------------------------------------------------------------
@@ -717,7 +724,10 @@ impl ResponseBodyDecoder {
             ResponseFraming::Informational | ResponseFraming::Upgrade | ResponseFraming::Tunnel => return None,
             ResponseFraming::Empty => BodyState::Length(0),
             ResponseFraming::Length(n) => BodyState::Length(n),
-            ResponseFraming::Chunked => BodyState::Chunked(ChunkedDecoder::new(body_bytes_max)),
+            ResponseFraming::Chunked => BodyState::Chunked(ChunkedDecoder::keeping_trailers(
+                body_bytes_max,
+                RESPONSE_TRAILER_BYTES_MAX,
+            )),
             ResponseFraming::Close => BodyState::Close,
         };
         Some(ResponseBodyDecoder { state })
@@ -754,6 +764,15 @@ impl ResponseBodyDecoder {
                 data: 0..input.len(),
                 done: false,
             }),
+        }
+    }
+
+    /// A chunked body's trailer section (`name: value\r\n` lines, checked
+    /// by the decoder), once it is done; `None` without one.
+    pub fn take_trailers(&mut self) -> Option<Vec<u8>> {
+        match &mut self.state {
+            BodyState::Chunked(c) if c.is_done() => c.take_trailers(),
+            _ => None,
         }
     }
 

@@ -127,6 +127,9 @@ pub struct Head<'b, 'h> {
     pub keep_alive: bool,
     /// The client sent `Expect: 100-continue`.
     pub expect_continue: bool,
+    /// The client said it takes trailer fields (`TE: trailers`, RFC 9110
+    /// §10.1.4): a chunked answer may end with them.
+    pub te_trailers: bool,
     /// An HTTP/1.1 request offers to switch protocols: a non-empty
     /// Upgrade field, named by its Connection field (RFC 9110 §7.8).
     /// [`Head::upgrade_offer`] gives what it offers. A flag, not the
@@ -292,6 +295,7 @@ pub fn parse_head<'b, 'h>(
         framing,
         keep_alive,
         expect_continue: fields.expect_continue,
+        te_trailers: fields.te_trailers,
         upgrade,
         host,
         headers,
@@ -605,6 +609,7 @@ struct Fields<'b> {
     /// A non-empty Upgrade field was seen.
     upgrade: bool,
     expect_continue: bool,
+    te_trailers: bool,
 }
 
 impl<'b> Fields<'b> {
@@ -614,6 +619,9 @@ impl<'b> Fields<'b> {
             let name = h.name.as_bytes();
             // Dispatch on length first: most fields are none of these.
             match name.len() {
+                2 if name.eq_ignore_ascii_case(b"te") => {
+                    f.te_trailers |= list_elements(h.value).any(|e| e.eq_ignore_ascii_case(b"trailers"));
+                }
                 4 if name.eq_ignore_ascii_case(b"host") => {
                     f.n_hosts += 1;
                     let value = trim_ows(h.value);

@@ -59,7 +59,14 @@ impl Conn {
                         other => other,
                     }
                 }
-                (Some(Tail::Stream { chunks, chunked }), true) => {
+                (
+                    Some(Tail::Stream {
+                        chunks,
+                        chunked,
+                        trailers,
+                    }),
+                    true,
+                ) => {
                     out.buf.clear();
                     out.pos = 0;
                     // A parked connection gave its buffer back.
@@ -69,7 +76,7 @@ impl Conn {
                     // The next chunk is taken only now that the one before
                     // has left: a producer on another thread is held back
                     // by its channel's capacity, not by this buffer.
-                    match h1::next_piece(chunks, *chunked, &mut out.buf) {
+                    match h1::next_piece(chunks, *chunked, *trailers, &mut out.buf) {
                         Piece::Queued => {}
                         Piece::Ended => out.tail = None,
                         // Everything so far is written; the producer wakes
@@ -267,12 +274,16 @@ pub(super) fn encrypt(tls: &mut TlsSession, out: &mut Output, pool: &mut BufPool
                 *sent == range.len
             }
             // As in `flush`: a chunk once the one before is encrypted.
-            Some(Tail::Stream { chunks, chunked }) => {
+            Some(Tail::Stream {
+                chunks,
+                chunked,
+                trailers,
+            }) => {
                 // A parked connection gave its buffer back.
                 if out.buf.capacity() == 0 {
                     out.buf = pool.take_write();
                 }
-                match h1::next_piece(chunks, *chunked, &mut out.buf) {
+                match h1::next_piece(chunks, *chunked, *trailers, &mut out.buf) {
                     Piece::Queued => false,
                     Piece::Ended => true,
                     // Parked: `flush_tls` sees it once rustls has written.

@@ -43,7 +43,7 @@ use std::time::Instant;
 pub(crate) use respond::{next_piece, write_response, Piece, Sent};
 
 use crate::body::BodySink;
-use crate::buffers::{Input, Output};
+use crate::buffers::{Input, Output, Tail};
 use crate::codec::write as wire;
 use crate::codec::{parse_head, ChunkedDecoder, Framing, Head, HeadError, Parsed, Version};
 use crate::limits::{Limits, BUFFER_BYTES, DISCARD_TIMEOUT};
@@ -231,6 +231,7 @@ impl BodyStart {
                 head_only: head.method == "HEAD",
                 version: head.version,
                 keep_alive: head.keep_alive && !env.draining,
+                trailers: head.te_trailers,
                 // A head announcing a body: not switched after it.
                 upgradable: false,
             },
@@ -263,6 +264,8 @@ struct Answer {
     head_only: bool,
     version: Version,
     keep_alive: bool,
+    /// The client takes trailer fields (`TE: trailers`).
+    trailers: bool,
     /// The request offered an upgrade (`Head::upgrade`) and has no body:
     /// it may be answered with a 101 (`upgrade`).
     upgradable: bool,
@@ -555,6 +558,7 @@ impl H1 {
             head_only: head.method == "HEAD",
             version: head.version,
             keep_alive: head.keep_alive && !env.draining,
+            trailers: head.te_trailers,
             upgradable: head.upgrade && body.is_empty() && !matches!(head.framing, Framing::Chunked),
         });
         Event::Request { head, body, consumed }
@@ -747,6 +751,16 @@ impl H1 {
             keep_alive,
             extra_fields,
         );
+        if let Some(Tail::Stream {
+            chunked: true,
+            trailers,
+            ..
+        }) = &mut out.tail
+        {
+            // RFC 9112 §7.1.2: trailers only to a client that said it
+            // takes them; the others' are dropped.
+            *trailers = answer.trailers;
+        }
         self.state = if sent.keep_alive { State::Idle } else { State::Closing };
         sent
     }

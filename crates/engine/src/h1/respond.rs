@@ -145,12 +145,14 @@ pub(crate) fn write_response(
             out.tail = Some(Tail::Stream {
                 chunks: Chunks::Iter(chunks),
                 chunked: framing == BodyFraming::Chunked,
+                trailers: false,
             });
         }
         Body::Channel(rx) => {
             out.tail = Some(Tail::Stream {
                 chunks: Chunks::Channel(rx),
                 chunked: framing == BodyFraming::Chunked,
+                trailers: false,
             });
         }
     }
@@ -407,10 +409,11 @@ pub(crate) enum Piece {
 /// Queues the next piece of a streamed body (the output's `Tail::Stream`)
 /// into `buf`: a chunk, chunk-framed (RFC 9112 §7.1) or as it is for an
 /// HTTP/1.0 client (delimited by the close), or the last-chunk at its
-/// end. The driver calls it only once the piece before has left, so a
-/// producer on another thread is held back by its channel's capacity,
-/// not by this buffer.
-pub(crate) fn next_piece(chunks: &mut Chunks, chunked: bool, buf: &mut Vec<u8>) -> Piece {
+/// end, with the body's trailer fields if it has some and `trailers`
+/// (the client said `TE: trailers`). The driver calls it only once the
+/// piece before has left, so a producer on another thread is held back
+/// by its channel's capacity, not by this buffer.
+pub(crate) fn next_piece(chunks: &mut Chunks, chunked: bool, trailers: bool, buf: &mut Vec<u8>) -> Piece {
     match chunks.next() {
         Next::Chunk(chunk) => {
             // A zero-length chunk would be the last chunk.
@@ -427,8 +430,15 @@ pub(crate) fn next_piece(chunks: &mut Chunks, chunked: bool, buf: &mut Vec<u8>) 
             Piece::Queued
         }
         Next::End => {
-            if chunked {
-                buf.extend_from_slice(wire::LAST_CHUNK);
+            match chunks.trailers() {
+                // RFC 9112 §7.1.2: last-chunk, trailer-section, CRLF.
+                Some(t) if chunked && trailers => {
+                    buf.extend_from_slice(b"0\r\n");
+                    buf.extend_from_slice(t.as_bytes());
+                    buf.extend_from_slice(b"\r\n");
+                }
+                _ if chunked => buf.extend_from_slice(wire::LAST_CHUNK),
+                _ => {}
             }
             Piece::Ended
         }

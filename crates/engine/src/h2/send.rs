@@ -396,9 +396,14 @@ impl Session {
                 out.truncate(at);
                 return;
             }
+            // A body with trailer fields ends with them (§8.1: a last
+            // HEADERS frame with END_STREAM), not with its last DATA.
+            let trailers = if done { pending.trailers().cloned() } else { None };
             out[at..at + 3].copy_from_slice(&[(n >> 16) as u8, (n >> 8) as u8, n as u8]);
-            if done {
+            if done && trailers.is_none() {
                 out[at + 4] = frame::END_STREAM;
+            } else if n == 0 {
+                out.truncate(at);
             }
             s.send_window -= n as i64;
             self.send_window -= n as i64;
@@ -406,6 +411,16 @@ impl Session {
             if done {
                 s.pending = None;
                 s.send = Sending::Done;
+                if let Some(t) = trailers {
+                    let (id, encoder) = (s.id, &mut self.encoder);
+                    write_head(out, id, frame::END_STREAM, frame_max, |block| {
+                        encoder.begin(block);
+                        for_each_line(t.as_bytes(), |name, value| match hpack::indexing(name) {
+                            hpack::Indexing::Never => hpack::write_never_indexed(block, name, value),
+                            _ => hpack::write_field(block, name, value),
+                        });
+                    });
+                }
                 return;
             }
             if out.len() + self.splices.bytes() >= budget {

@@ -844,6 +844,18 @@ impl Session {
                 r.out.truncate(at);
             }
             if pending.is_done() {
+                if let Some(t) = pending.trailers() {
+                    // Trailers: a HEADERS frame after the DATA (§4.1),
+                    // then the stream's end.
+                    let block = &mut self.scratch;
+                    block.clear();
+                    qpack::Encoder::begin(block);
+                    crate::message::fields::for_each_line(t.as_bytes(), |name, value| {
+                        qpack::Encoder::field(block, name, value);
+                    });
+                    frame::write_header(&mut r.out, frame::HEADERS, block.len() as u64);
+                    r.out.extend_from_slice(block);
+                }
                 r.pending = None;
             }
             if n == 0 {

@@ -2,7 +2,7 @@
 //! request head decoded into fields and checked (`head`), the fields
 //! themselves (`fields`), RFC 7541's integer and Huffman codings that
 //! QPACK reuses (`coding`), the part of a response body still to send
-//! (`pending`), and what a session hands the request path: a request's
+//! (`pending`), its trailer fields (`trailers`), and what a session hands the request path: a request's
 //! `Parts`, and what an answer `Sent`. Neither `h2` nor `h3` owns them, so
 //! neither imports the other.
 
@@ -11,6 +11,7 @@ pub(crate) mod fields;
 pub(crate) mod head;
 pub(crate) mod indexing;
 pub(crate) mod pending;
+pub(crate) mod trailers;
 
 use crate::response::Response;
 use head::Head;

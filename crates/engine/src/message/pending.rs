@@ -155,6 +155,15 @@ impl Pending {
         matches!(self, Pending::Stream { chunks, buf, pos, .. } if *pos == buf.len() && chunks.is_parked())
     }
 
+    /// The trailer fields to send once the body is done, if any (a
+    /// channel's, `Sender::end_with_trailers`).
+    pub(crate) fn trailers(&self) -> Option<&crate::message::trailers::Trailers> {
+        match self {
+            Pending::Stream { chunks, done: true, .. } => chunks.trailers(),
+            _ => None,
+        }
+    }
+
     pub(crate) fn is_done(&self) -> bool {
         match self {
             Pending::Bytes { body, pos } => body.len() == Some(*pos as u64),

@@ -214,6 +214,7 @@ impl ForwardAuth {
             })),
             choice: None,
             encode: None,
+            trailers: false,
         });
         Reply::Later
     }

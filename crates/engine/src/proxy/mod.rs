@@ -146,6 +146,10 @@ pub(crate) struct Job {
     /// A route that compresses answers: what this request's may become
     /// (`encode.rs`).
     pub(crate) encode: Option<encode::Plan>,
+    /// The client takes trailer fields (HTTP/2 and HTTP/3 always, HTTP/1.1
+    /// after `TE: trailers`): the upstream was told so, and its chunked
+    /// answer's trailers are relayed (`Trailers::relayed`).
+    pub(crate) trailers: bool,
 }
 
 /// A request body up to this long is read whole before the upstream is
@@ -340,6 +344,33 @@ fn content_length(req: &Request<'_>) -> Option<u64> {
     v.split(',').next()?.trim().parse().ok()
 }
 
+/// Whether the client takes trailer fields: HTTP/2 and HTTP/3 always
+/// (RFC 9113 §8.1, RFC 9114 §4.1), HTTP/1.1 when it said `TE: trailers`
+/// (RFC 9110 §10.1.4); HTTP/1.0 has no chunked answers.
+fn takes_trailers(req: &Request<'_>) -> bool {
+    match req.version() {
+        crate::Version::Http2 | crate::Version::Http3 => true,
+        crate::Version::Http10 => false,
+        crate::Version::Http11 => req.headers().any(|(n, v)| {
+            n.eq_ignore_ascii_case("te")
+                && crate::codec::head::list_elements(v).any(|e| e.eq_ignore_ascii_case(b"trailers"))
+        }),
+    }
+}
+
+/// Tells the upstream that its answer may end with trailer fields (RFC
+/// 9110 §10.1.4: "trailers" in TE; TE is hop-by-hop, so it is the
+/// proxy's own, and "the sender of TE MUST also send a 'TE' connection
+/// option within the Connection header field"): inserted at the end of
+/// the head that `bytes` holds, before its `body_len` bytes of body.
+fn ask_trailers(bytes: &mut Vec<u8>, body_len: usize) {
+    let head_end = bytes.len() - body_len - 2;
+    bytes.splice(
+        head_end..head_end,
+        b"TE: trailers\r\nConnection: TE\r\n".iter().copied(),
+    );
+}
+
 /// Whether the client sent `Expect: 100-continue` (the engine refused
 /// every other expectation with 417).
 fn expects_continue(req: &Request<'_>) -> bool {
@@ -375,8 +406,12 @@ impl Handler for Proxy {
             (Some(_), None) => Framing::Chunked,
         };
         let skip: &[&str] = if expect_continue { &[] } else { &["expect"] };
+        let trailers = takes_trailers(req);
         match build_as(&self.up, req, framing, req.method(), skip) {
-            Ok(bytes) => {
+            Ok(mut bytes) => {
+                if trailers {
+                    ask_trailers(&mut bytes, req.body().len());
+                }
                 let responder = req.defer();
                 outbox.borrow_mut().push(Job {
                     up: self.up.clone(),
@@ -396,6 +431,7 @@ impl Handler for Proxy {
                         .encode
                         .as_deref()
                         .map(|e| encode::plan(e, req.header_bytes("accept-encoding"))),
+                    trailers,
                 });
                 Reply::Later
             }
@@ -440,6 +476,7 @@ impl Proxy {
                     auth: None,
                     choice: self.choice(req),
                     encode: None,
+                    trailers: false,
                 });
                 Reply::Later
             }

@@ -23,6 +23,7 @@ use crate::body::{self, BodyReader, Sender, Take, TrySendError};
 use crate::codec::client::{parse_response_head, ParsedResponse, ResponseBodyDecoder, ResponseFraming, ResponseHead};
 use crate::codec::head::{list_elements, trim_ows};
 use crate::conn::Ctx;
+use crate::message::trailers::Trailers;
 use crate::metrics::{UpstreamFailure, UpstreamMetrics};
 use crate::responder::Responder;
 use crate::response::{HeaderBlock, Response, SharedBytes};
@@ -170,6 +171,9 @@ struct UpConn {
     /// and how many this request has had relayed.
     interims: Vec<Interim>,
     n_interims: u8,
+    /// The answer's trailer fields go to the client (it takes them: the
+    /// job's `trailers`), less those its `Connection` field named.
+    trailers: Option<Vec<Vec<u8>>>,
 }
 
 /// What a step of a connection came to.
@@ -511,6 +515,7 @@ impl Upstreams {
             broke: None,
             interims: Vec::new(),
             n_interims: 0,
+            trailers: None,
         });
         if let Some(pool) = self.pools.get_mut(&up.id) {
             pool.open += 1;
@@ -850,6 +855,7 @@ impl UpConn {
         };
         self.broke = None;
         self.n_interims = 0;
+        self.trailers = None;
         self.out = std::mem::take(&mut job.bytes);
         self.body = job.body.take();
         self.chunked = job.chunked;
@@ -979,9 +985,10 @@ impl UpConn {
                         // holds bytes reads no more until its client has
                         // taken half (one with an empty channel may read
                         // once more, or nothing would wake it).
-                        let waits = self.tx.as_ref().is_some_and(|tx| {
-                            tx.wait_while_holding(ctx.mailbox, Source::Upstream(key).token())
-                        });
+                        let waits = self
+                            .tx
+                            .as_ref()
+                            .is_some_and(|tx| tx.wait_while_holding(ctx.mailbox, Source::Upstream(key).token()));
                         if waits {
                             self.deadline = None;
                             return Outcome::Wait;
@@ -1195,8 +1202,7 @@ impl UpConn {
         }
         self.buf.drain(..at);
         if decoder.is_done() && self.pending.is_none() {
-            drop(self.tx.take());
-            self.decoder = None;
+            self.end_body();
             return Some(if self.keep_alive && self.buf.is_empty() {
                 Outcome::Reusable
             } else {
@@ -1279,8 +1285,7 @@ impl UpConn {
             }
         }
         if done {
-            drop(self.tx.take());
-            self.decoder = None;
+            self.end_body();
             return Some(if self.keep_alive && self.buf.is_empty() {
                 Outcome::Reusable
             } else {
@@ -1389,6 +1394,18 @@ impl UpConn {
                 // connection idle, and close it.)
                 return Err(bad("a body after a HEAD, 204 or 304 answer"));
             }
+            if framing == ResponseFraming::Chunked && self.job.as_ref().is_some_and(|j| j.trailers) {
+                // RFC 9110 §7.6.1: the fields its Connection names are
+                // removed from the trailers too.
+                let named = head
+                    .headers
+                    .iter()
+                    .filter(|h| h.name.eq_ignore_ascii_case("connection"))
+                    .flat_map(|h| list_elements(h.value))
+                    .map(<[u8]>::to_vec)
+                    .collect();
+                self.trailers = Some(named);
+            }
             self.buf.drain(..head_len);
             self.keep_alive = keep_alive;
             // Before the job goes: its upstream's read-ahead.
@@ -1457,6 +1474,22 @@ impl UpConn {
             self.decoder = ResponseBodyDecoder::new(framing, u64::MAX);
             self.state = State::Body;
             return Ok(true);
+        }
+    }
+
+    /// The answer's body is all read and sent on: its channel ends, with
+    /// the upstream's trailer fields if the client takes them (those that
+    /// may be trailers, `Trailers::relayed`), and the decoder goes.
+    fn end_body(&mut self) {
+        let section = self.decoder.as_mut().and_then(ResponseBodyDecoder::take_trailers);
+        self.decoder = None;
+        let Some(tx) = self.tx.take() else { return };
+        match (section, self.trailers.take()) {
+            (Some(section), Some(named)) => {
+                let named: Vec<&[u8]> = named.iter().map(Vec::as_slice).collect();
+                tx.end_with_trailers(Trailers::relayed(&section, &named));
+            }
+            _ => drop(tx),
         }
     }
 
