@@ -11,7 +11,11 @@
 # counted (callgrind sees user space only): pair it with bench/ab-cpu.sh.
 #
 # Scenarios (SCENARIOS, default all): hello-c50 hello-pipe16 hello-h2c
-# archive-c50 archive-pipe16 f17-c50 f17-h3. Example, base against new:
+# archive-c50 archive-pipe16 f17-c50 f17-h3; and, when named (it needs gcc
+# and is not in the default gate), proxy-c50: `serve EMPTY --proxy` in
+# front of bench/limit/limit.c (the upstream, outside callgrind), so the
+# count is the proxy's own work per request (issue 26's relay cost).
+# Example, base against new:
 #   bench/instructions.sh /tmp/base/peregrine target/release/peregrine
 # ACCESS_LOG=FORMAT (combined, json, or a template) runs every server with
 # an access log of that format written to a file (`--access-log`), so the
@@ -29,7 +33,8 @@ for tool in valgrind callgrind_control h2load; do
   command -v $tool >/dev/null || { echo "instructions.sh: $tool is missing (apt-get install valgrind nghttp2-client)" >&2; exit 1; }
 done
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+UP_PID=""
+trap 'if [ -n "$UP_PID" ]; then kill "$UP_PID" 2>/dev/null || true; fi; rm -rf "$work"' EXIT
 # The fixture: a 17-byte file, the bundled site packed (by the first build),
 # a certificate for h3.
 mkdir -p "$work/tree"
@@ -87,9 +92,23 @@ s_hello_h2c() { measure "$1" h2c "$N" / hello; }
 s_archive_c50() { measure "$1" c50 "$N" / serve "$work/site.prg"; }
 s_archive_pipe16() { measure "$1" pipe16 "$N" / serve "$work/site.prg"; }
 s_f17_c50() { measure "$1" c50 "$N" /17.txt serve "$work/tree"; }
+s_proxy_c50() {
+  measure "$1" c50 "$N" / serve "$work/empty" --proxy "/=http://127.0.0.1:$UP_PORT"
+}
 s_f17_h3() {
   measure "$1" h3 "$N_H3" /17.txt serve "$work/tree" --tls-cert "$work/cert.pem" --tls-key "$work/key.pem"
 }
+
+# proxy-c50's upstream, started once here (each scenario runs in a
+# subshell): every build is measured against the same one.
+if [[ " $SCENARIOS " == *" proxy-c50 "* ]]; then
+  gcc -O2 -o "$work/limit" "$here/limit/limit.c"
+  UP_PORT=$((20000 + RANDOM % 20000))
+  "$work/limit" "$UP_PORT" >/dev/null 2>&1 &
+  UP_PID=$!
+  mkdir -p "$work/empty"
+  sleep 0.3
+fi
 
 bins=("$@")
 printf '%-16s' "Ir/request"

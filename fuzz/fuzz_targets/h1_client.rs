@@ -3,7 +3,8 @@
 //! `Partial` or as the whole does (so how reads split the bytes never
 //! changes the answer), a complete head stays within the limit and ends
 //! every line in CRLF, and its body decodes the same in two pieces as
-//! whole. As a caller's fields: a request head either is refused or has
+//! whole, trailer section included: that is within its limit, and what
+//! the proxy relays of it is well-formed lines of allowed fields. As a caller's fields: a request head either is refused or has
 //! every line ended by CRLF, no NUL, and one empty line, its last.
 #![no_main]
 
@@ -12,7 +13,7 @@ use std::mem::MaybeUninit;
 use libfuzzer_sys::fuzz_target;
 use peregrine::codec::client::{
     parse_response_head, write_request_head, ParsedResponse, ResponseBodyDecoder, ResponseBodyError, ResponseError,
-    ResponseFraming, RESPONSE_HEAD_BYTES_MAX,
+    ResponseFraming, RESPONSE_HEAD_BYTES_MAX, RESPONSE_TRAILER_BYTES_MAX,
 };
 use peregrine::codec::Framing;
 
@@ -47,10 +48,14 @@ fn parse(input: &[u8], method: &str) -> Summary {
     }
 }
 
+/// What a body decoded to: its data, the bytes consumed, whether it
+/// ended well at the input's end, and its trailer section.
+type Decoded = (Vec<u8>, usize, bool, Option<Vec<u8>>);
+
 /// The body after a head, fed in pieces split at `at`.
-fn body(input: &[u8], framing: ResponseFraming, at: usize) -> Result<(Vec<u8>, usize, bool), ResponseBodyError> {
+fn body(input: &[u8], framing: ResponseFraming, at: usize) -> Result<Decoded, ResponseBodyError> {
     let Some(mut dec) = ResponseBodyDecoder::new(framing, 1 << 16) else {
-        return Ok((Vec::new(), 0, true));
+        return Ok((Vec::new(), 0, true, None));
     };
     let mut data = Vec::new();
     let mut consumed = 0;
@@ -64,7 +69,15 @@ fn body(input: &[u8], framing: ResponseFraming, at: usize) -> Result<(Vec<u8>, u
             rest = &rest[step.consumed..];
         }
     }
-    Ok((data, consumed, dec.finish().is_ok()))
+    let ended = dec.finish().is_ok();
+    let trailers = dec.take_trailers();
+    if let Some(t) = &trailers {
+        assert!(framing == ResponseFraming::Chunked && dec.is_done());
+        assert!(t.len() <= RESPONSE_TRAILER_BYTES_MAX, "{} bytes", t.len());
+        assert!(t.ends_with(b"\r\n"));
+        peregrine::fuzzing::relayed_trailers(t);
+    }
+    Ok((data, consumed, ended, trailers))
 }
 
 fn request_head(input: &[u8], seed: u8) {

@@ -516,6 +516,36 @@ pub fn ws_session(data: &[u8]) {
     }
 }
 
+/// An upstream's trailer section (as `ResponseBodyDecoder::take_trailers`
+/// gives it) as the proxy relays it (`Trailers::relayed`, no field named
+/// by a Connection field), checked: every line `name: value` with a
+/// lowercase token for a name, a value of field-value bytes without
+/// surrounding whitespace, CRLF at its end, and no field that may not be
+/// a trailer. The relayed lines, for the target to compare.
+pub fn relayed_trailers(section: &[u8]) -> Vec<u8> {
+    let t = crate::message::trailers::Trailers::relayed(section, &[]);
+    let bytes = t.as_bytes();
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        let end = rest
+            .windows(2)
+            .position(|w| w == b"\r\n")
+            .expect("every line ends in CRLF");
+        let line = &rest[..end];
+        let colon = line.iter().position(|&b| b == b':').expect("a colon");
+        let (name, value) = (&line[..colon], &line[colon + 1..]);
+        assert!(crate::codec::head::is_token(name), "{name:?}");
+        assert!(!name.iter().any(u8::is_ascii_uppercase), "{name:?}");
+        assert!(!crate::message::trailers::is_forbidden(name), "{name:?}");
+        let value = value.strip_prefix(b" ").expect("a space after the colon");
+        assert!(crate::response::is_valid_value(value), "{value:?}");
+        assert_eq!(crate::codec::head::trim_ows(value), value);
+        assert!(!value.contains(&b'\r') && !value.contains(&b'\n'));
+        rest = &rest[end + 2..];
+    }
+    bytes.to_vec()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -271,6 +271,12 @@ impl ChunkedDecoder {
             Trailer => self.trailer_byte(b)?,
             TrailerLf => match b {
                 b'\n' if self.trailer_has_colon => {
+                    // The LF counts too: a kept section is never longer
+                    // than the limit.
+                    self.trailer_bytes += 1;
+                    if self.trailer_bytes > self.trailer_bytes_max {
+                        return Err(ChunkedError::Trailer);
+                    }
                     if let Some(kept) = &mut self.kept {
                         kept.push(b'\n');
                     }
@@ -479,6 +485,42 @@ mod tests {
         assert_eq!(decode(ext.as_bytes(), 64), Err(ChunkedError::Extension));
         let trailer = format!("0\r\nX: {}\r\n\r\n", "a".repeat(TRAILER_BYTES_MAX));
         assert_eq!(decode(trailer.as_bytes(), 64), Err(ChunkedError::Trailer));
+    }
+
+    /// A decoder keeping trailers gives the section as it came, whatever
+    /// how the bytes were split; one byte over its limit (LFs counted) is
+    /// refused, not cut short; a plain decoder keeps nothing.
+    #[test]
+    fn kept_trailers_are_the_section_as_sent_within_their_limit() {
+        let input = b"5\r\nhello\r\n0\r\nGrpc-Status: 0\r\nX-A:  b \r\n\r\n";
+        let section = b"Grpc-Status: 0\r\nX-A:  b \r\n";
+        for split in 0..input.len() {
+            let mut dec = ChunkedDecoder::keeping_trailers(64, section.len());
+            for piece in [&input[..split], &input[split..]] {
+                let mut rest = piece;
+                while !rest.is_empty() && !dec.is_done() {
+                    let step = dec.step(rest).unwrap();
+                    rest = &rest[step.consumed..];
+                }
+            }
+            assert!(dec.is_done());
+            assert_eq!(dec.take_trailers().as_deref(), Some(&section[..]), "split at {split}");
+        }
+        let mut dec = ChunkedDecoder::keeping_trailers(64, section.len() - 1);
+        let mut rest = &input[..];
+        let refused = loop {
+            match dec.step(rest) {
+                Ok(step) => rest = &rest[step.consumed..],
+                Err(e) => break e,
+            }
+        };
+        assert_eq!(refused, ChunkedError::Trailer);
+        let mut dec = ChunkedDecoder::new(64);
+        let mut rest = &input[..];
+        while !dec.is_done() {
+            rest = &rest[dec.step(rest).unwrap().consumed..];
+        }
+        assert_eq!(dec.take_trailers(), None);
     }
 
     #[test]
