@@ -32,8 +32,8 @@ use peregrine_files::conventions::{find_redirect_loop, headers_for, loop_message
 pub use peregrine_files::conventions::{
     parse_headers, parse_redirects, parse_redirects_allowing, HeaderRule, HeadersFile, Redirect,
 };
-pub use peregrine_files::proxy_rules::ProxyAllow;
 use peregrine_files::encoding::Encoding;
+pub use peregrine_files::proxy_rules::ProxyAllow;
 
 use crate::format::*;
 use crate::sign::Seal;

@@ -346,15 +346,18 @@ fn load(
 /// Refuses an archive with a `_redirects` proxy rule (status 200 to a
 /// URL) that this server's list does not allow: the list that counts is
 /// the operator's, not the packer's.
-fn proxy_rules_allowed(archive: &Archive, allow: &ProxyAllow) -> Result<(), Invalid> {
-    for (site, path, to) in archive.proxy_rules() {
-        if let Some(why) = allow.refusal(&to) {
+/// The rules (site, path, URL) when all are allowed: what `check-config`
+/// lists.
+pub fn proxy_rules_allowed(archive: &Archive, allow: &ProxyAllow) -> Result<Vec<(u32, String, String)>, Invalid> {
+    let rules = archive.proxy_rules();
+    for (site, path, to) in &rules {
+        if let Some(why) = allow.refusal(to) {
             return Err(Invalid(format!(
                 "site {site}: the _redirects rule {path} -> {to} (200): refused: {why}"
             )));
         }
     }
-    Ok(())
+    Ok(rules)
 }
 
 /// Refuses a deploy number lower than the one served (or, at open, than

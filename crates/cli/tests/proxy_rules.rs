@@ -146,13 +146,23 @@ fn listed_origins_at_never_addresses_are_refused_at_pack_and_at_serve() {
         ),
         (
             "/api/* http://localhost:9000/:splat 200",
-            flags(&["--proxy-allow", "http://localhost:9000", "--proxy-allow-network", "10.0.0.0/8"]),
+            flags(&[
+                "--proxy-allow",
+                "http://localhost:9000",
+                "--proxy-allow-network",
+                "10.0.0.0/8",
+            ]),
             "a loopback address",
         ),
         // On the list, its network allowed: the metadata service stays shut.
         (
             "/meta http://169.254.169.254/latest/meta-data/ 200",
-            flags(&["--proxy-allow", "http://169.254.169.254", "--proxy-allow-network", "169.254.0.0/16"]),
+            flags(&[
+                "--proxy-allow",
+                "http://169.254.169.254",
+                "--proxy-allow-network",
+                "169.254.0.0/16",
+            ]),
             "the cloud metadata service",
         ),
         // Listed origins are IP literals (TEST-NET-1): `serve` resolves
@@ -175,9 +185,15 @@ fn listed_origins_at_never_addresses_are_refused_at_pack_and_at_serve() {
         let out = pack(&t, "site.prg", &allow);
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "pack {rule} {allow:?}: {err}");
-        assert!(err.contains(&named) && err.contains(why), "pack {rule} {allow:?}: {err}");
+        assert!(
+            err.contains(&named) && err.contains(why),
+            "pack {rule} {allow:?}: {err}"
+        );
         let err = serve_refused(&t, "site", &allow);
-        assert!(err.contains(&named) && err.contains(why), "serve {rule} {allow:?}: {err}");
+        assert!(
+            err.contains(&named) && err.contains(why),
+            "serve {rule} {allow:?}: {err}"
+        );
     }
 }
 
@@ -209,8 +225,16 @@ fn an_allowed_proxy_rule_is_proxied_from_a_directory_and_from_an_archive() {
         let (status, _, body) = get(&addr, "/api/hello/world?q=1");
         assert_eq!(status, 200, "{root}: {body}");
         // The origin's own Host; the forwarding fields as a --proxy route's.
-        assert!(body.starts_with(&format!("path=/v1/hello/world?q=1 host=127.0.0.1:{port} via=1.1 peregrine-")), "{root}: {body}");
-        assert!(body.contains("xff=127.0.0.1") && body.contains("xfh=site.test"), "{root}: {body}");
+        assert!(
+            body.starts_with(&format!(
+                "path=/v1/hello/world?q=1 host=127.0.0.1:{port} via=1.1 peregrine-"
+            )),
+            "{root}: {body}"
+        );
+        assert!(
+            body.contains("xff=127.0.0.1") && body.contains("xfh=site.test"),
+            "{root}: {body}"
+        );
         // A file is served before a rule without `!`.
         let (status, _, body) = get(&addr, "/local.txt");
         assert_eq!((status, body.as_str()), (200, "a file\n"), "{root}");
@@ -234,23 +258,45 @@ fn an_allowed_proxy_rule_is_proxied_from_a_directory_and_from_an_archive() {
                 assert_eq!(status, 200, "{root} {path}: {body}");
                 assert!(body.starts_with(want), "{root} {path}: {body}");
             }
-            assert!(status != 200 || body.contains(&format!("host=127.0.0.1:{port}")), "{root} {path}: {body}");
+            assert!(
+                status != 200 || body.contains(&format!("host=127.0.0.1:{port}")),
+                "{root} {path}: {body}"
+            );
         }
         // The upstream's redirect is relayed, never followed.
         let (status, head, _) = get(&addr, "/go");
         assert_eq!(status, 302, "{root}: {head}");
-        assert!(head.contains("\r\nlocation: http://169.254.169.254/latest/meta-data/") || head.contains("\r\nLocation: http://169.254.169.254/latest/meta-data/"), "{root}: {head}");
+        assert!(
+            head.contains("\r\nlocation: http://169.254.169.254/latest/meta-data/")
+                || head.contains("\r\nLocation: http://169.254.169.254/latest/meta-data/"),
+            "{root}: {head}"
+        );
         drop(server);
     }
     let (_, _, seen) = get(&format!("127.0.0.1:{port}"), "/seen");
-    assert_eq!(seen.matches("/v1/redirect").count(), 2, "one per server, none followed: {seen}");
+    assert_eq!(
+        seen.matches("/v1/redirect").count(),
+        2,
+        "one per server, none followed: {seen}"
+    );
     assert!(!seen.contains("meta-data") && !seen.contains("shadowed"), "{seen}");
 
     // The archive is checked against the serving operator's list, not
     // the packer's: without it, or with another origin, it is refused.
-    for serving in [flags(&[]), flags(&["--proxy-allow", "http://127.0.0.1:1", "--proxy-allow-network", "127.0.0.0/8"])] {
+    for serving in [
+        flags(&[]),
+        flags(&[
+            "--proxy-allow",
+            "http://127.0.0.1:1",
+            "--proxy-allow-network",
+            "127.0.0.0/8",
+        ]),
+    ] {
         let err = serve_refused(&t, "site.prg", &serving);
-        assert!(err.contains("_redirects rule") && err.contains("refused") && err.contains(&origin), "{serving:?}: {err}");
+        assert!(
+            err.contains("_redirects rule") && err.contains("refused") && err.contains(&origin),
+            "{serving:?}: {err}"
+        );
     }
 }
 
@@ -260,21 +306,20 @@ fn a_swapped_in_archive_with_a_proxy_rule_the_server_does_not_allow_is_refused()
     t.write("site/index.html", "first\n");
     let out = pack(&t, "site.prg", &[]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let server = Process::spawn(
-        common::peregrine()
-            .current_dir(t.dir())
-            .args(["serve", "site.prg", "--bind", "127.0.0.1:0", "--workers", "1"]),
-    );
+    let server = Process::spawn(common::peregrine().current_dir(t.dir()).args([
+        "serve",
+        "site.prg",
+        "--bind",
+        "127.0.0.1:0",
+        "--workers",
+        "1",
+    ]));
     let addr = common::last_addr(&server.listening());
     assert_eq!(get(&addr, "/").2, "first\n");
     // Packed where the list allowed it; this server's list is empty.
     t.write("site/index.html", "second\n");
     t.write("site/_redirects", "/api/* https://api.example.com/:splat 200\n");
-    let out = pack(
-        &t,
-        "next.prg",
-        &flags(&["--proxy-allow", "https://api.example.com"]),
-    );
+    let out = pack(&t, "next.prg", &flags(&["--proxy-allow", "https://api.example.com"]));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     std::fs::rename(t.dir().join("next.prg"), t.dir().join("site.prg")).unwrap();
     let line = server.line("refusing the new archive");
@@ -282,4 +327,43 @@ fn a_swapped_in_archive_with_a_proxy_rule_the_server_does_not_allow_is_refused()
     assert_eq!(get(&addr, "/").2, "first\n");
     let (status, _, _) = get(&addr, "/api/x");
     assert_eq!(status, 404);
+}
+
+#[test]
+fn check_config_lists_the_allowed_proxy_rules_and_refuses_the_others() {
+    let t = Scratch::new("proxy-rules-check");
+    t.write("site/index.html", "home\n");
+    t.write("site/_redirects", "/api/* http://127.0.0.1:9/v1/:splat 200\n");
+    let allow = flags(&[
+        "--proxy-allow",
+        "http://127.0.0.1:9",
+        "--proxy-allow-network",
+        "127.0.0.0/8",
+    ]);
+    let out = pack(&t, "site.prg", &allow);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for root in ["site", "site.prg"] {
+        let check = |flags: &[String]| {
+            common::peregrine()
+                .current_dir(t.dir())
+                .args(["check-config", "serve", root])
+                .args(flags)
+                .output()
+                .unwrap()
+        };
+        let out = check(&allow);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{root}: {err}");
+        assert!(
+            err.contains("proxy rule /api/* -> http://127.0.0.1:9/v1/:splat: allowed (proxy-allow)"),
+            "{root}: {err}"
+        );
+        let out = check(&[]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{root}: {err}");
+        assert!(
+            err.contains("refused") && err.contains("a loopback address"),
+            "{root}: {err}"
+        );
+    }
 }

@@ -430,7 +430,11 @@ fn an_address_guard_refuses_loopback_at_connect_time_unless_its_network_is_allow
     let server = proxy_server_with(&[(guarded, "/no/"), (opened, "/yes/")], |s| s);
     let raw = get(server.local_addr(), "/no/hello", "");
     assert_eq!(status_of(&raw), 502, "{}", text(&raw));
-    assert_eq!(up.accepted.load(Ordering::SeqCst), 0, "a refused address was connected to");
+    assert_eq!(
+        up.accepted.load(Ordering::SeqCst),
+        0,
+        "a refused address was connected to"
+    );
     let raw = get(server.local_addr(), "/yes/hello", "");
     assert_eq!(status_of(&raw), 200, "{}", text(&raw));
     assert_eq!(up.accepted.load(Ordering::SeqCst), 1);

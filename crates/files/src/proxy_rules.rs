@@ -236,9 +236,7 @@ fn split(url: &str) -> Result<Split<'_>, String> {
     if tail.starts_with('#') {
         return Err(format!("{url:?}: a fragment is never sent"));
     }
-    if authority.is_empty()
-        || authority.contains(['@', '\\', '%'])
-        || !authority.bytes().all(|b| b.is_ascii_graphic())
+    if authority.is_empty() || authority.contains(['@', '\\', '%']) || !authority.bytes().all(|b| b.is_ascii_graphic())
     {
         return Err(format!(
             "{url:?}: the authority must be HOST[:PORT] (no user, no escapes)"
@@ -246,7 +244,9 @@ fn split(url: &str) -> Result<Split<'_>, String> {
     }
     let (host, port) = match authority.strip_prefix('[') {
         Some(v6) => {
-            let close = v6.find(']').ok_or_else(|| format!("{url:?}: an unclosed [IPv6] host"))?;
+            let close = v6
+                .find(']')
+                .ok_or_else(|| format!("{url:?}: an unclosed [IPv6] host"))?;
             (&v6[..close], &v6[close + 1..])
         }
         None => match authority.rsplit_once(':') {
@@ -331,10 +331,21 @@ mod tests {
     #[test]
     fn only_listed_origins_pass_and_the_never_list_holds_whatever_the_list() {
         let a = allow(
-            &["https://API.example.com:443", "http://127.0.0.1:9000", "http://169.254.169.254"],
+            &[
+                "https://API.example.com:443",
+                "http://127.0.0.1:9000",
+                "http://169.254.169.254",
+            ],
             &[],
         );
-        assert_eq!(a.origins(), ["https://api.example.com", "http://127.0.0.1:9000", "http://169.254.169.254"]);
+        assert_eq!(
+            a.origins(),
+            [
+                "https://api.example.com",
+                "http://127.0.0.1:9000",
+                "http://169.254.169.254"
+            ]
+        );
         assert_eq!(a.refusal("https://api.example.com/v1/:splat"), None);
         assert_eq!(a.refusal("HTTPS://api.example.com./v1/"), None);
         assert_eq!(a.refusal("https://api.example.com:443"), None);
@@ -364,12 +375,19 @@ mod tests {
     #[test]
     fn an_allowed_network_opens_loopback_but_never_the_metadata_service() {
         let a = allow(
-            &["http://127.0.0.1:9000", "http://localhost:9000", "http://169.254.169.254"],
+            &[
+                "http://127.0.0.1:9000",
+                "http://localhost:9000",
+                "http://169.254.169.254",
+            ],
             &["127.0.0.0/8", "169.254.0.0/16"],
         );
         assert_eq!(a.refusal("http://127.0.0.1:9000/x"), None);
         assert_eq!(a.refusal("http://localhost:9000/x"), None);
-        assert!(a.refusal("http://169.254.169.254/").unwrap().contains("whatever the server allows"));
+        assert!(a
+            .refusal("http://169.254.169.254/")
+            .unwrap()
+            .contains("whatever the server allows"));
         assert!(ProxyAllow::new(&["http://h/x".into()], &[]).is_err());
         assert!(ProxyAllow::new(&[], &["10.0.0.1/8".into()]).is_err());
     }

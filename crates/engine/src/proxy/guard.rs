@@ -156,7 +156,13 @@ mod tests {
             let got = none.refusal(ip(addr));
             assert!(got.is_some_and(|w| w.contains(why)), "{addr}: {got:?}");
         }
-        for public in ["93.184.216.34", "1.1.1.1", "2606:4700::1111", "172.32.0.1", "100.128.0.1"] {
+        for public in [
+            "93.184.216.34",
+            "1.1.1.1",
+            "2606:4700::1111",
+            "172.32.0.1",
+            "100.128.0.1",
+        ] {
             assert_eq!(none.refusal(ip(public)), None, "{public}");
         }
     }

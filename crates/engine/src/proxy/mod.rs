@@ -61,8 +61,8 @@ mod upstream;
 
 pub use auth::{Decide, Finish, ForwardAuth, Held};
 pub use balance::Policy;
-pub use guard::{is_metadata, special as special_address, AddressGuard};
 pub use encode::{Encode, ENCODER_BYTES_MAX, STREAMS_MAX as ENCODE_STREAMS_MAX};
+pub use guard::{is_metadata, special as special_address, AddressGuard};
 pub(crate) use health::start as start_checking;
 pub use health::{probe, ActiveCheck};
 pub(crate) use pool::{Sock, Upstreams};

@@ -209,7 +209,10 @@ impl Sock {
     /// A connection to the first address that takes it; with a `guard`,
     /// addresses it refuses are skipped (and named in the error when none
     /// is left).
-    fn connect_plain(addr: &Addr, guard: Option<&super::guard::AddressGuard>) -> io::Result<(Sock, Option<SocketAddr>)> {
+    fn connect_plain(
+        addr: &Addr,
+        guard: Option<&super::guard::AddressGuard>,
+    ) -> io::Result<(Sock, Option<SocketAddr>)> {
         match addr {
             Addr::Tcp(addrs) => {
                 let mut last = io::Error::new(io::ErrorKind::AddrNotAvailable, "no address");
