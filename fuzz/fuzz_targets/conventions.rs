@@ -42,7 +42,10 @@ fuzz_target!(|text: &[u8]| {
         for r in redirects.iter().filter(|r| r.status == 200 && !r.to.starts_with('/')) {
             assert_eq!(allow.refusal(&r.to), None, "{}", r.to);
             let at = path_start(&r.to).expect("an accepted proxy rule is a URL");
-            for path in PATHS.iter().chain(&["/api/@evil.example/", "/api//evil", "/api/a/../b"]) {
+            for path in PATHS
+                .iter()
+                .chain(&["/api/@evil.example/", "/api//evil", "/api/a/../b"])
+            {
                 let Some(caps) = matches(&r.from, path) else { continue };
                 let url = substitute_rule(200, &r.to, &caps);
                 assert_eq!(url[..at], r.to[..at], "the origin moved");
