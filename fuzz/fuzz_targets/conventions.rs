@@ -3,13 +3,16 @@
 //! start with `/`, fields make a valid header block, statuses are
 //! redirects, rewrites or 404s; a `Basic-Auth` line is never a field),
 //! and the patterns and query conditions can
-//! be matched and substituted.
+//! be matched and substituted. Proxy rules (200 to a URL) are taken only
+//! for an origin on the allow list, and no capture put in moves it or
+//! makes a target that is not canonical.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use peregrine_archive::pack::{parse_headers, parse_redirects};
 use peregrine_archive::pattern::{matches, substitute};
-use peregrine_files::conventions::{rule_captures, RuleAnswer};
+use peregrine_files::conventions::{parse_redirects_allowing, rule_captures, substitute_rule, RuleAnswer};
+use peregrine_files::proxy_rules::{canonical_target, path_start, ProxyAllow};
 
 const PATHS: [&str; 4] = ["/", "/a/b.html", "/blog/2024/post", "/assets/x/y.css"];
 
@@ -27,6 +30,30 @@ fuzz_target!(|text: &[u8]| {
             peregrine::HeaderBlock::new(&fields).expect("accepted fields are valid");
             for path in PATHS {
                 let _ = matches(pattern, path);
+            }
+        }
+    }
+    let allow = ProxyAllow::new(
+        &["https://api.example.com".to_owned(), "http://192.0.2.1:8080".to_owned()],
+        &[],
+    )
+    .expect("a good list");
+    if let Ok(redirects) = parse_redirects_allowing(text, &allow) {
+        for r in redirects.iter().filter(|r| r.status == 200 && !r.to.starts_with('/')) {
+            assert_eq!(allow.refusal(&r.to), None, "{}", r.to);
+            let at = path_start(&r.to).expect("an accepted proxy rule is a URL");
+            for path in PATHS
+                .iter()
+                .chain(&["/api/@evil.example/", "/api//evil", "/api/a/../b"])
+            {
+                let Some(caps) = matches(&r.from, path) else { continue };
+                let url = substitute_rule(200, &r.to, &caps);
+                assert_eq!(url[..at], r.to[..at], "the origin moved");
+                if let Some(target) = canonical_target(&url[at..], Some("q=1")) {
+                    let p = target.split('?').next().unwrap_or_default();
+                    assert!(p.starts_with('/') && !p.starts_with("//"), "{target}");
+                    assert!(!p.split('/').any(|s| s == "." || s == ".."), "{target}");
+                }
             }
         }
     }

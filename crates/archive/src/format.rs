@@ -77,8 +77,15 @@ pub const HEADER_FLAG_SIGNED: u32 = 4;
 /// reader that predates them refuses the archive rather than serve the
 /// protected pages to anyone.
 pub const HEADER_FLAG_AUTH: u32 = 8;
+/// Header flag: the archive holds `_redirects` proxy rules (status 200,
+/// the location an `http[s]://` URL). A reader that predates them
+/// refuses the archive rather than take the URL for a path; a reader
+/// that knows them checks each against its own operator's allow list at
+/// every load (the packer's list is not the server's).
+pub const HEADER_FLAG_PROXY: u32 = 16;
 /// The header flags this reader knows.
-pub const HEADER_FLAGS_KNOWN: u32 = HEADER_FLAG_RULES | HEADER_FLAG_REVOKED | HEADER_FLAG_SIGNED | HEADER_FLAG_AUTH;
+pub const HEADER_FLAGS_KNOWN: u32 =
+    HEADER_FLAG_RULES | HEADER_FLAG_REVOKED | HEADER_FLAG_SIGNED | HEADER_FLAG_AUTH | HEADER_FLAG_PROXY;
 
 /// The signature trailer: magic, version, algorithm, key id, created,
 /// deploy number (the signed fields, `TRAILER_SIGNED_LEN` bytes), then the

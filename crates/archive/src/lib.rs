@@ -28,7 +28,9 @@ pub use read::{Archive, Invalid, Mode};
 #[cfg(feature = "test-hooks")]
 #[doc(hidden)]
 pub use serve::test_hooks;
-pub use serve::{is_content_hashed, ArchiveServer, ServeOptions, KEEP_PREVIOUS_MAX, PREVIOUS_BYTES_MAX};
+pub use serve::{
+    is_content_hashed, proxy_rules_allowed, ArchiveServer, ServeOptions, KEEP_PREVIOUS_MAX, PREVIOUS_BYTES_MAX,
+};
 pub use sign::{KeyId, PublicKey, Seal, SigningKey, Verified};
 
 /// Whether the file at `path` starts like an archive (for `serve`, which

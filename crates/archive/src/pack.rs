@@ -29,8 +29,11 @@ use std::time::UNIX_EPOCH;
 
 use peregrine_files::compress::{encode, Encoded};
 use peregrine_files::conventions::{find_redirect_loop, headers_for, loop_message, ordered, CleanUrls};
-pub use peregrine_files::conventions::{parse_headers, parse_redirects, HeaderRule, HeadersFile, Redirect};
+pub use peregrine_files::conventions::{
+    parse_headers, parse_redirects, parse_redirects_allowing, HeaderRule, HeadersFile, Redirect,
+};
 use peregrine_files::encoding::Encoding;
+pub use peregrine_files::proxy_rules::ProxyAllow;
 
 use crate::format::*;
 use crate::sign::Seal;
@@ -68,6 +71,11 @@ pub struct PackOptions {
     pub revoked: Vec<String>,
     /// Sign the archive (`--sign`): key, creation time, deploy number.
     pub seal: Option<Seal>,
+    /// The origins `_redirects` proxy rules may name (`--proxy-allow`),
+    /// and the non-public networks they may reach; default none: every
+    /// proxy rule refused. The server checks them against its own list
+    /// again at each load.
+    pub proxy_allow: ProxyAllow,
 }
 
 impl PackOptions {
@@ -85,6 +93,7 @@ impl PackOptions {
             clean_urls: CleanUrls::On,
             revoked: Vec::new(),
             seal: None,
+            proxy_allow: ProxyAllow::default(),
         }
     }
 }
@@ -270,7 +279,8 @@ fn pack_site(opts: &PackOptions, w: &mut Writer, site: u32, root: &Path, stats: 
     }
     let headers = headers_file.fields;
     let redirects = match files.iter().find(|f| f.path == "/_redirects") {
-        Some(f) => parse_redirects(&read(&f.disk)?).map_err(|e| format!("{}: {e}", f.disk.display()))?,
+        Some(f) => parse_redirects_allowing(&read(&f.disk)?, &opts.proxy_allow)
+            .map_err(|e| format!("{}: {e}", f.disk.display()))?,
         None => Vec::new(),
     };
     // Forced rules shadow files; others come after them.

@@ -602,6 +602,21 @@ impl Archive {
         (0..self.n_entries).map(move |idx| Entry { archive: self, idx })
     }
 
+    /// The `_redirects` proxy rules of every site (status 200, the
+    /// location not a path: a URL): site, path (or pattern text) and URL.
+    /// Read at each load, to be checked against the server's allow list,
+    /// whatever the header's flags say.
+    pub fn proxy_rules(&self) -> Vec<(u32, String, String)> {
+        self.entries()
+            .filter(|e| matches!(e.kind(), KIND_REDIRECT | KIND_PATTERN) && e.status() == 200)
+            .filter(|e| !e.location().starts_with(b"/"))
+            .map(|e| {
+                let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+                (e.site(), text(e.path()), text(e.location()))
+            })
+            .collect()
+    }
+
     /// The pattern redirects of `site`, in `_redirects` order.
     pub fn patterns(&self, site: u32) -> impl Iterator<Item = Entry<'_>> {
         self.patterns

@@ -39,6 +39,7 @@ use peregrine_files::auth::{self, AuthRule, Gate};
 use peregrine_files::conventions::{self, RuleAnswer};
 use peregrine_files::encoding::Encoding;
 use peregrine_files::path;
+use peregrine_files::proxy_rules::ProxyAllow;
 use peregrine_files::reply::{self, Fields, Method};
 
 use crate::format::*;
@@ -90,6 +91,11 @@ pub struct ServeOptions {
     /// With `keep_previous`: any path falls back, not only content-hashed
     /// (`is_content_hashed`) or `immutable` ones.
     pub keep_previous_all: bool,
+    /// The operator's list for `_redirects` proxy rules, connected
+    /// (`ProxyAllow::connect`): an archive holding a proxy rule it does
+    /// not allow is refused at every load (open and swap), whatever list
+    /// it was packed with. Default none.
+    pub proxy_allow: Arc<ProxyAllow>,
 }
 
 impl ServeOptions {
@@ -325,6 +331,7 @@ fn load(
 ) -> Result<(Archive, Option<Verified>), Invalid> {
     let archive = Archive::open(path, options.mode)?;
     let at = |e: Invalid| Invalid(format!("{}: {e}", path.display()));
+    proxy_rules_allowed(&archive, &options.proxy_allow).map_err(at)?;
     if options.trusted.is_empty() {
         archive.verify_data().map_err(at)?;
         return Ok((archive, None));
@@ -334,6 +341,23 @@ fn load(
         rollback(&verified, serving, options.deploy_number_min).map_err(at)?;
     }
     Ok((archive, Some(verified)))
+}
+
+/// Refuses an archive with a `_redirects` proxy rule (status 200 to a
+/// URL) that this server's list does not allow: the list that counts is
+/// the operator's, not the packer's.
+/// The rules (site, path, URL) when all are allowed: what `check-config`
+/// lists.
+pub fn proxy_rules_allowed(archive: &Archive, allow: &ProxyAllow) -> Result<Vec<(u32, String, String)>, Invalid> {
+    let rules = archive.proxy_rules();
+    for (site, path, to) in &rules {
+        if let Some(why) = allow.refusal(to) {
+            return Err(Invalid(format!(
+                "site {site}: the _redirects rule {path} -> {to} (200): refused: {why}"
+            )));
+        }
+    }
+    Ok(rules)
 }
 
 /// Refuses a deploy number lower than the one served (or, at open, than
@@ -692,7 +716,7 @@ fn respond(local: &mut Local, req: &Request<'_>, server: &ArchiveServer) -> Repl
             return reply;
         }
     }
-    open(local, req, server)
+    open(local, req, server, Some((req, &server.shared.options.proxy_allow)))
 }
 
 /// `respond` for an archive with `Basic-Auth` rules: the gate's answer
@@ -717,7 +741,7 @@ fn guarded(local: &mut Local, req: &Request<'_>, server: &ArchiveServer) -> Opti
         return Some(Reply::Now(auth::ungated()));
     };
     Some(
-        gate.guard(req, &users, &mut || match open_outlined(local, req, server) {
+        gate.guard(req, &users, &mut || match open_outlined(local, req, server, None) {
             Reply::Now(response) => response,
             _ => Response::error(500),
         }),
@@ -725,15 +749,20 @@ fn guarded(local: &mut Local, req: &Request<'_>, server: &ArchiveServer) -> Opti
 }
 
 #[inline(never)]
-fn open_outlined(local: &mut Local, req: &Request<'_>, server: &ArchiveServer) -> Reply {
-    open(local, req, server)
+fn open_outlined(local: &mut Local, req: &Request<'_>, server: &ArchiveServer, via: Via<'_, '_>) -> Reply {
+    open(local, req, server, via)
 }
+
+/// What a proxy rule needs to send the request on: the request and the
+/// operator's list. `None` under a `Basic-Auth` gate, which takes only an
+/// answer made now (the rule answers 500: `conventions::gated_proxy_rule`).
+type Via<'r, 'a> = Option<(&'r Request<'a>, &'r ProxyAllow)>;
 
 /// Answers `req` from the archive, protected or not. `server` is looked
 /// at only where nothing in the archive answers (a previous generation
 /// may).
 #[inline(always)]
-fn open(local: &mut Local, req: &Request<'_>, server: &ArchiveServer) -> Reply {
+fn open(local: &mut Local, req: &Request<'_>, server: &ArchiveServer, via: Via<'_, '_>) -> Reply {
     let head = match reply::method(req) {
         Method::Get => false,
         Method::Head => true,
@@ -760,7 +789,7 @@ fn open(local: &mut Local, req: &Request<'_>, server: &ArchiveServer) -> Reply {
     let plain = path::is_key(raw);
     if plain && !forced {
         if let Some(e) = archive.get(site, raw.as_bytes()) {
-            return found(prepared, archive, site, e, raw, &fields, head, query);
+            return found(prepared, archive, site, e, raw, &fields, head, query, via);
         }
     }
     let key = match path::normalize(raw.as_bytes()) {
@@ -785,12 +814,13 @@ fn open(local: &mut Local, req: &Request<'_>, server: &ArchiveServer) -> Reply {
             &fields,
             head,
             query,
+            via,
         ) {
             return reply;
         }
     }
     if let Some(e) = e {
-        return found(prepared, archive, site, e, &key, &fields, head, query);
+        return found(prepared, archive, site, e, &key, &fields, head, query, via);
     }
     // `_redirects` patterns, in order.
     if let Some(reply) = first_rule(
@@ -802,6 +832,7 @@ fn open(local: &mut Local, req: &Request<'_>, server: &ArchiveServer) -> Reply {
         &fields,
         head,
         query,
+        via,
     ) {
         return reply;
     }
@@ -993,6 +1024,7 @@ fn found(
     f: &Fields<'_>,
     head: bool,
     query: Option<&str>,
+    via: Via<'_, '_>,
 ) -> Reply {
     if e.kind() != KIND_RESOURCE && e.flags() & FLAG_KEEP_QUERY == 0 {
         let to = String::from_utf8_lossy(e.location()).into_owned();
@@ -1005,6 +1037,7 @@ fn found(
             f,
             head,
             query,
+            via,
         );
     }
     answer(prepared, archive, e, f, head, 200, query)
@@ -1022,6 +1055,7 @@ fn first_rule<'a>(
     f: &Fields<'_>,
     head: bool,
     query: Option<&str>,
+    via: Via<'_, '_>,
 ) -> Option<Reply> {
     for e in rules {
         let text = String::from_utf8_lossy(e.path());
@@ -1030,16 +1064,17 @@ fn first_rule<'a>(
             continue;
         };
         if let Some(caps) = conventions::rule_captures(&pattern, &conds, key, query) {
-            let to = crate::pattern::substitute(&String::from_utf8_lossy(e.location()), &caps);
+            let to = conventions::substitute_rule(e.status(), &String::from_utf8_lossy(e.location()), &caps);
             let answer = RuleAnswer::new(e.status(), to);
-            return Some(rule(prepared, archive, site, answer, key, f, head, query));
+            return Some(rule(prepared, archive, site, answer, key, f, head, query, via));
         }
     }
     None
 }
 
 /// What a `_redirects` rule answers (as `serve DIR`'s `rule_answer`): a
-/// redirect, a 400 for a target leaving the site, or the resource its
+/// redirect, a 400 for a target leaving the site, the request proxied (a
+/// proxy rule, checked against the operator's list at load), or the resource its
 /// target names served with 200 (rewrite) or 404, following clean URLs'
 /// canonical redirect once (the target may name `about.html`, stored as
 /// `/about`); a target that names none gets `key`'s not-found page.
@@ -1053,10 +1088,17 @@ fn rule(
     f: &Fields<'_>,
     head: bool,
     query: Option<&str>,
+    via: Via<'_, '_>,
 ) -> Reply {
     let (target, status) = match answer_of {
         RuleAnswer::Redirect(status, to) => return Reply::Now(redirect(status, &to)),
         RuleAnswer::Refused => return Reply::Now(conventions::refused_target()),
+        RuleAnswer::Proxy(url) => {
+            return match via {
+                Some((req, allow)) => allow.forward(req, &url),
+                None => Reply::Now(conventions::gated_proxy_rule(&url)),
+            }
+        }
         RuleAnswer::Rewrite(target) => (target, 200),
         RuleAnswer::NotFound(target) => (target, 404),
     };

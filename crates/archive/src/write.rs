@@ -208,6 +208,9 @@ impl Writer {
         if matches!(status, 200 | 404) || (kind == KIND_PATTERN && (flags & FLAG_FORCED != 0 || path.contains('?'))) {
             self.header_flags |= HEADER_FLAG_RULES;
         }
+        if status == 200 && !location.starts_with('/') {
+            self.header_flags |= HEADER_FLAG_PROXY;
+        }
         let path_s = self.string(path.as_bytes())?;
         let location_s = self.string(location.as_bytes())?;
         // Patterns are keyed apart from paths, so `/a` and the pattern `/a`

@@ -161,6 +161,23 @@ pub(crate) fn route_proxy(
 
 /// The warning an upstream whose certificate goes unverified gets, at
 /// start, at each reload and from `check-config`.
+/// The operator's list for `_redirects` proxy rules (`--proxy-allow`,
+/// `--proxy-allow-network`); `connect`: one upstream per origin made (its
+/// name resolved now), for serving.
+pub(crate) fn rule_allow(
+    origins: &[String],
+    networks: &[String],
+    connect: bool,
+) -> anyhow::Result<Arc<peregrine_files::proxy_rules::ProxyAllow>> {
+    let allow = peregrine_files::proxy_rules::ProxyAllow::new(origins, networks).map_err(anyhow::Error::msg)?;
+    let allow = if connect && !allow.is_empty() {
+        allow.connect().map_err(anyhow::Error::msg)?
+    } else {
+        allow
+    };
+    Ok(Arc::new(allow))
+}
+
 pub(crate) fn warn_if_unverified(up: &Upstream, what: &str) {
     if up.skips_verify() {
         peregrine::log::warn(format_args!(

@@ -104,6 +104,7 @@ fn policy(command: &Command, argv: &[OsString]) -> anyhow::Result<Policy> {
         proxy,
         proxy_files_first,
         proxy_ca,
+        proxy_allow,
         ..
     } = command
     {
@@ -111,6 +112,11 @@ fn policy(command: &Command, argv: &[OsString]) -> anyhow::Result<Policy> {
         for flag in proxy.iter().chain(proxy_files_first) {
             let (_, url) = flag.split_once('=').unwrap_or(("", flag));
             grant_connect(&mut policy, url)?;
+        }
+        // The origins `_redirects` proxy rules may reach (the address
+        // guard still decides which addresses, at each connect).
+        for origin in proxy_allow {
+            grant_connect(&mut policy, origin)?;
         }
         // `--proxy-ca`, read again at a reload.
         pems.extend(proxy_ca.as_deref());

@@ -419,6 +419,32 @@ fn a_body_sent_with_a_204_is_a_502_and_the_connection_is_not_kept() {
     assert_eq!(up.accepted.load(Ordering::SeqCst), 2);
 }
 
+/// DNS rebinding's defence: an upstream with an address guard is never
+/// connected to at an address the guard refuses, whatever its URL said
+/// when it was allowed; the guard is asked at connect time, for the
+/// addresses of the moment. Loopback stands for any refused address.
+#[test]
+fn an_address_guard_refuses_loopback_at_connect_time_unless_its_network_is_allowed() {
+    use peregrine::proxy::AddressGuard;
+    let up = upstream();
+    let url = format!("http://{}", up.addr);
+    let guarded = Upstream::parse(&url).unwrap().address_guard(AddressGuard::default());
+    let opened = Upstream::parse(&url)
+        .unwrap()
+        .address_guard(AddressGuard::new(vec!["127.0.0.0/8".parse().unwrap()]));
+    let server = proxy_server_with(&[(guarded, "/no/"), (opened, "/yes/")], |s| s);
+    let raw = get(server.local_addr(), "/no/hello", "");
+    assert_eq!(status_of(&raw), 502, "{}", text(&raw));
+    assert_eq!(
+        up.accepted.load(Ordering::SeqCst),
+        0,
+        "a refused address was connected to"
+    );
+    let raw = get(server.local_addr(), "/yes/hello", "");
+    assert_eq!(status_of(&raw), 200, "{}", text(&raw));
+    assert_eq!(up.accepted.load(Ordering::SeqCst), 1);
+}
+
 #[test]
 fn an_upstream_that_is_down_is_a_502() {
     // A port nothing listens on: bound, then closed.

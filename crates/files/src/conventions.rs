@@ -28,6 +28,7 @@ use std::sync::Arc;
 use peregrine::pattern::Pattern;
 
 use crate::auth::{self, AuthRule, Secret, Users};
+use crate::proxy_rules::ProxyAllow;
 
 /// A `_headers` rule: a path pattern and its fields.
 pub type HeaderRule = (String, Vec<(String, String)>);
@@ -242,6 +243,9 @@ pub enum RuleAnswer {
     /// The target begins with `//` or `/\`, which a browser reads as
     /// another host: answered 400, never sent (no open redirect).
     Refused,
+    /// 200 to a URL (a proxy rule the operator's list let through): the
+    /// request goes there (`ProxyAllow::forward`), its captures put in.
+    Proxy(String),
 }
 
 impl RuleAnswer {
@@ -251,6 +255,9 @@ impl RuleAnswer {
     pub fn new(status: u16, to: String) -> RuleAnswer {
         if to.starts_with("//") || to.starts_with("/\\") {
             return RuleAnswer::Refused;
+        }
+        if status == 200 && !to.starts_with('/') {
+            return RuleAnswer::Proxy(to);
         }
         match status {
             200 | 404 => {
@@ -271,12 +278,30 @@ pub fn refused_target() -> peregrine::Response {
     crate::reply::bad_request("a _redirects target beginning with // or /\\ would send the client to another host")
 }
 
+/// The answer of a proxy rule under a `_headers` `Basic-Auth` pattern: a
+/// 500 and a line in the error log. The gate takes an answer made before
+/// the password is proven and sends it after; a proxied request would be
+/// sent before (as `basic-auth` on a proxy route is refused).
+pub fn gated_proxy_rule(url: &str) -> peregrine::Response {
+    peregrine::log::warn(format_args!(
+        "_redirects: a proxy rule to {url} under a _headers Basic-Auth pattern is not followed: the request \
+         would go upstream before the password is checked"
+    ));
+    peregrine::Response::error(500)
+}
+
 /// Netlify `_redirects`: `FROM [NAME=VALUE ...] TO [STATUS[!]]` per line,
 /// `#` comments. Netlify's other conditions (`Country=`, `Language=`,
-/// `Role=`, after the status) and proxying (200 to a URL:
-/// [`proxy_rule_refusal`] says why) are
-/// refused, naming the line, rather than ignored.
+/// `Role=`, after the status) are refused, naming the line, rather than
+/// ignored; so is every proxy rule (200 to a URL), no origin being
+/// allowed here ([`parse_redirects_allowing`] takes the operator's list).
 pub fn parse_redirects(text: &[u8]) -> Result<Vec<Redirect>, String> {
+    parse_redirects_allowing(text, &ProxyAllow::default())
+}
+
+/// [`parse_redirects`], a proxy rule (200 to a URL) taken when `allow`
+/// lets it through ([`ProxyAllow::refusal`]), else refused naming why.
+pub fn parse_redirects_allowing(text: &[u8], allow: &ProxyAllow) -> Result<Vec<Redirect>, String> {
     let text = std::str::from_utf8(text).map_err(|_| "not UTF-8".to_owned())?;
     let mut out = Vec::new();
     for (n, line) in text.lines().enumerate() {
@@ -326,7 +351,9 @@ pub fn parse_redirects(text: &[u8]) -> Result<Vec<Redirect>, String> {
         if status == 200 && !to.starts_with('/') {
             // Netlify's proxy rules: the server-side request forgery door,
             // since site files are built from content anyone may edit.
-            return Err(format!("line {n}: {line:?}: refused: {}", proxy_rule_refusal(to)));
+            if let Some(why) = allow.refusal(to) {
+                return Err(format!("line {n}: {line:?}: refused: {why}"));
+            }
         }
         if status == 404 && !to.starts_with('/') {
             return Err(format!(
@@ -355,56 +382,19 @@ pub fn parse_redirects(text: &[u8]) -> Result<Vec<Redirect>, String> {
 }
 
 /// Why a `_redirects` rule with status 200 whose target is not a path
-/// (Netlify's proxy rules) is refused. None is honoured: the site's files
-/// can never allow an origin (only the operator's configuration could,
-/// and it has no such list yet). The addresses that must never be reached
-/// from site files are named as such, whatever list there may be: `unix:`
-/// sockets, loopback, link-local and unspecified addresses, and the cloud
-/// metadata services (169.254.169.254, fd00:ec2::254,
-/// metadata.google.internal).
+/// (Netlify's proxy rules) is refused by a server that allows no origin
+/// (`ProxyAllow::refusal` with an empty list).
 pub fn proxy_rule_refusal(to: &str) -> String {
-    use std::net::IpAddr;
-    let lower = to.to_ascii_lowercase();
-    if lower.starts_with("unix:") {
-        return "a unix: socket is never a target from site files".into();
-    }
-    let Some(rest) = lower.strip_prefix("http://").or_else(|| lower.strip_prefix("https://")) else {
-        return format!("{to:?} is neither a path on this site (starting with /) nor an http(s):// URL");
-    };
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
-    let host_port = authority.rsplit('@').next().unwrap_or_default();
-    let host = match host_port.strip_prefix('[') {
-        Some(v6) => v6.split(']').next().unwrap_or_default(),
-        None => host_port.split(':').next().unwrap_or_default(),
-    };
-    let host = host.trim_end_matches('.');
-    let never = match host.parse::<IpAddr>().map(|ip| ip.to_canonical()) {
-        Ok(IpAddr::V4(v4)) if v4.octets() == [169, 254, 169, 254] => Some("the cloud metadata service"),
-        Ok(IpAddr::V6(v6)) if v6 == std::net::Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254) => {
-            Some("the cloud metadata service")
-        }
-        Ok(ip) if ip.is_loopback() => Some("a loopback address"),
-        Ok(ip) if ip.is_unspecified() => Some("the unspecified address (this host)"),
-        Ok(IpAddr::V4(v4)) if v4.is_link_local() => Some("a link-local address"),
-        Ok(IpAddr::V6(v6)) if (v6.segments()[0] & 0xffc0) == 0xfe80 => Some("a link-local address"),
-        Ok(_) => None,
-        // Numbers a resolver reads as an address (`2130706433`, `127.1`)
-        // are no host names.
-        Err(_) if host.is_empty() || host.bytes().all(|b| b.is_ascii_digit() || b == b'.' || b == b'x') => {
-            Some("not a host name")
-        }
-        Err(_) if host == "localhost" || host.ends_with(".localhost") => Some("a loopback address"),
-        Err(_) if host == "metadata.google.internal" || host == "metadata" => Some("the cloud metadata service"),
-        Err(_) => None,
-    };
-    match never {
-        Some(what) => {
-            format!("a proxy rule to {host} ({what}): never honoured from site files, whatever the server allows")
-        }
-        None => format!(
-            "a proxy rule to another origin ({host}): not honoured; site files cannot allow an origin, and this \
-             server's configuration allows none"
-        ),
+    ProxyAllow::default().refusal(to).unwrap_or_default()
+}
+
+/// [`substitute`] for a rule of `status`: a proxy rule's captures go into
+/// its URL's path and query only, so that none can change its origin
+/// (`https://api.example.com/:splat` stays on `api.example.com`).
+pub fn substitute_rule(status: u16, to: &str, caps: &[(String, String)]) -> String {
+    match (status, crate::proxy_rules::path_start(to)) {
+        (200, Some(at)) => format!("{}{}", &to[..at], substitute(&to[at..], caps)),
+        _ => substitute(to, caps),
     }
 }
 
@@ -532,6 +522,11 @@ pub struct Conventions {
 impl Conventions {
     /// Compiles the two files' contents (`None`: the file is absent).
     pub fn new(headers: Option<&[u8]>, redirects: Option<&[u8]>) -> Result<Self, String> {
+        Conventions::allowing(headers, redirects, &ProxyAllow::default())
+    }
+
+    /// [`Conventions::new`], the proxy rules `allow` lets through taken.
+    pub fn allowing(headers: Option<&[u8]>, redirects: Option<&[u8]>, allow: &ProxyAllow) -> Result<Self, String> {
         let mut c = Conventions::default();
         if let Some(text) = headers {
             let file = parse_headers(text).map_err(|e| format!("_headers: {e}"))?;
@@ -540,7 +535,7 @@ impl Conventions {
             c.headers = file.fields;
         }
         if let Some(text) = redirects {
-            let rules = parse_redirects(text).map_err(|e| format!("_redirects: {e}"))?;
+            let rules = parse_redirects_allowing(text, allow).map_err(|e| format!("_redirects: {e}"))?;
             for (r, is_ordered) in rules.iter().zip(ordered(&rules)) {
                 let pattern = Pattern::parse(&r.from).map_err(|e| format!("_redirects: {e}"))?;
                 if is_ordered {
@@ -630,7 +625,7 @@ impl Conventions {
 /// put in its target.
 fn first_applying(rules: &[OrderedRule], key: &str, query: Option<&str>) -> Option<RuleAnswer> {
     rules.iter().find_map(|(p, conds, status, to)| {
-        rule_captures(p, conds, key, query).map(|caps| RuleAnswer::new(*status, substitute(to, &caps)))
+        rule_captures(p, conds, key, query).map(|caps| RuleAnswer::new(*status, substitute_rule(*status, to, &caps)))
     })
 }
 
@@ -711,7 +706,7 @@ mod tests {
             ("http://[fe80::1]/", "link-local"),
             ("http://0.0.0.0:80/", "unspecified"),
             ("http://2130706433/", "not a host name"),
-            ("http://user@127.0.0.1/", "loopback"),
+            ("http://user@127.0.0.1/", "no user"),
             ("unix:/run/app.sock", "unix:"),
             ("https://api.example.com/v1/:splat", "another origin (api.example.com)"),
             ("ftp://x/", "neither a path"),

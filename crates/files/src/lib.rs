@@ -31,6 +31,7 @@ pub mod encoding;
 mod listing;
 pub mod mime;
 pub mod path;
+pub mod proxy_rules;
 pub mod range;
 pub mod reply;
 mod serve;
@@ -119,6 +120,10 @@ pub struct Options {
     /// `open` and `fstat` per miss. At most a quarter of `RLIMIT_NOFILE` of
     /// them keep a file open, whatever this says.
     pub cache_entries: usize,
+    /// The operator's list for `_redirects` proxy rules (status 200 to a
+    /// URL), connected ([`proxy_rules::ProxyAllow::connect`]); default
+    /// none: every such rule is refused at start, as `pack` refuses it.
+    pub proxy_allow: Arc<proxy_rules::ProxyAllow>,
 }
 
 impl Options {
@@ -137,6 +142,7 @@ impl Options {
             security_headers: true,
             precompressed: true,
             compress: true,
+            proxy_allow: Arc::default(),
             revalidate_interval: Duration::from_secs(1),
             etag_hash_bytes_max: 1 << 20,
             cache_entries: cache::ENTRIES_DEFAULT,

@@ -211,7 +211,7 @@ impl Site {
             texts[i] = Some(text);
             ids[i] = Some(id);
         }
-        let c = Conventions::new(texts[0].as_deref(), texts[1].as_deref())?;
+        let c = Conventions::allowing(texts[0].as_deref(), texts[1].as_deref(), &self.options.proxy_allow)?;
         Ok((c, ids))
     }
 
@@ -371,7 +371,7 @@ impl Site {
                 return reply;
             }
         }
-        Reply::Now(self.respond(req, &rules, now, cached))
+        self.respond(req, &rules, now, cached, false)
     }
 
     /// `call` for a site with `Basic-Auth` rules: the gate's answer when
@@ -403,18 +403,26 @@ impl Site {
         self.reply(res, &Fields::scan(req), head, 200)
     }
 
+    /// `respond` for a gate, which takes an answer made now: a proxy rule
+    /// (whose answer comes later) is not followed there (`rule_answer`).
     #[inline(never)]
     fn respond_out_of_line(&self, req: &Request<'_>, rules: &Conventions, now: Instant) -> Response {
-        self.respond(req, rules, now, Cached::NotLooked)
+        match self.respond(req, rules, now, Cached::NotLooked, true) {
+            Reply::Now(answer) => answer,
+            // `gated` kept every deferring path out.
+            _ => Response::error(500),
+        }
     }
 
+    /// The answer for `req`; `gated`: a `_headers` Basic-Auth gate asks,
+    /// and takes only an answer made now.
     #[inline(always)]
-    fn respond(&self, req: &Request<'_>, rules: &Conventions, now: Instant, cached: Cached) -> Response {
+    fn respond(&self, req: &Request<'_>, rules: &Conventions, now: Instant, cached: Cached, gated: bool) -> Reply {
         // 1. Method (RFC 9110 §9.3).
         let head = match reply::method(req) {
             Method::Get => false,
             Method::Head => true,
-            Method::Answer(answer) => return answer,
+            Method::Answer(answer) => return answer.into(),
         };
         let raw = req.path().as_bytes();
         let fields = Fields::scan(req);
@@ -423,7 +431,7 @@ impl Site {
         let plain = path::is_key(req.path());
         if plain && rules.has_forced() {
             if let Some(answer) = rules.forced(req.path(), req.query()) {
-                return self.rule_answer(answer, req.path(), rules, &fields, head);
+                return self.rule_answer(req, answer, req.path(), rules, &fields, gated);
             }
         }
         // Hot path: a cached file for exactly this raw path.
@@ -433,26 +441,26 @@ impl Site {
             Cached::NotLooked => self.with_local(|l| l.cache.get(raw, &self.root, interval, now)),
         };
         if let Some(res) = hit {
-            return self.reply(&res, &fields, head, 200);
+            return self.reply(&res, &fields, head, 200).into();
         }
         // 2. Path.
         let site_path = match path::normalize(raw) {
             Ok(p) => p,
-            Err(e) => return bad_request(e.reason()),
+            Err(e) => return bad_request(e.reason()).into(),
         };
         let key = site_path.key();
         if !plain && rules.has_forced() {
             if let Some(answer) = rules.forced(&key, req.query()) {
-                return self.rule_answer(answer, &key, rules, &fields, head);
+                return self.rule_answer(req, answer, &key, rules, &fields, gated);
             }
         }
         // Dotfiles and the convention files are not served (an archive
         // has no entry for them either): what a missing path gets.
         if site_path.is_hidden() || conventions::is_convention_file(&site_path.rel) {
-            return self.missing(&site_path, &key, req.query(), rules, &fields, head);
+            return self.missing(req, &site_path, &key, rules, &fields, gated);
         }
         // 3. Lookup.
-        match self.lookup(&site_path, rules, true) {
+        Reply::Now(match self.lookup(&site_path, rules, true) {
             Found::File(res) => {
                 self.with_local(|l| l.cache.insert(raw, res.clone()));
                 self.reply(&res, &fields, head, 200)
@@ -492,25 +500,32 @@ impl Site {
                 }
             }
             Found::Forbidden => Response::error(403),
-            Found::Missing => self.missing(&site_path, &key, req.query(), rules, &fields, head),
-        }
+            Found::Missing => return self.missing(req, &site_path, &key, rules, &fields, gated),
+        })
     }
 
     /// What a `_redirects` rule that applies answers: its redirect, or the
     /// file it names served with 200 (a rewrite) or 404, or a 400 for a
-    /// target that would leave the site. A rewrite's target that names no
-    /// file gets the not-found page of the path asked for (`key`).
+    /// target that would leave the site, or the request proxied (a proxy
+    /// rule the operator allowed; under a `Basic-Auth` gate, which takes
+    /// only answers made now, a 500 and a line in the error log). A
+    /// rewrite's target that names no file gets the not-found page of the
+    /// path asked for (`key`).
     fn rule_answer(
         &self,
+        req: &Request<'_>,
         answer: RuleAnswer,
         key: &str,
         rules: &Conventions,
         fields: &Fields<'_>,
-        head: bool,
-    ) -> Response {
+        gated: bool,
+    ) -> Reply {
+        let head = req.method() == "HEAD";
         let (target, status) = match answer {
-            RuleAnswer::Redirect(status, to) => return conventions::redirect(status, &to),
-            RuleAnswer::Refused => return conventions::refused_target(),
+            RuleAnswer::Redirect(status, to) => return conventions::redirect(status, &to).into(),
+            RuleAnswer::Refused => return conventions::refused_target().into(),
+            RuleAnswer::Proxy(url) if gated => return conventions::gated_proxy_rule(&url).into(),
+            RuleAnswer::Proxy(url) => return self.options.proxy_allow.forward(req, &url),
             RuleAnswer::Rewrite(target) => (target, 200),
             RuleAnswer::NotFound(target) => (target, 404),
         };
@@ -525,6 +540,7 @@ impl Site {
             Some(res) => self.reply(&res, fields, head, status),
             None => self.not_found(key, rules, fields, head),
         }
+        .into()
     }
 
     /// Finds what a normalised path names. `canonical`: a page asked for
@@ -703,15 +719,16 @@ impl Site {
     /// fallback for extension-less routes, else the 404 page.
     fn missing(
         &self,
+        req: &Request<'_>,
         p: &SitePath,
         key: &str,
-        query: Option<&str>,
         rules: &Conventions,
         fields: &Fields<'_>,
-        head: bool,
-    ) -> Response {
-        if let Some(answer) = rules.redirect_for(key, query) {
-            return self.rule_answer(answer, key, rules, fields, head);
+        gated: bool,
+    ) -> Reply {
+        let head = req.method() == "HEAD";
+        if let Some(answer) = rules.redirect_for(key, req.query()) {
+            return self.rule_answer(req, answer, key, rules, fields, gated);
         }
         for folder in folders(key) {
             if let Some(name) = self.wildcard_name(folder) {
@@ -721,7 +738,7 @@ impl Site {
                     format!("{folder}/{name}")
                 };
                 if let Some(res) = self.page(&rel, rules) {
-                    return self.reply(&res, fields, head, 200);
+                    return self.reply(&res, fields, head, 200).into();
                 }
             }
         }
@@ -729,11 +746,11 @@ impl Site {
             let is_route = p.file_name().is_none_or(|name| !name.contains('.'));
             if is_route {
                 if let Some(res) = self.page(fallback, rules) {
-                    return self.reply(&res, fields, head, 200);
+                    return self.reply(&res, fields, head, 200).into();
                 }
             }
         }
-        self.not_found(key, rules, fields, head)
+        self.not_found(key, rules, fields, head).into()
     }
 
     /// The not-found page for `key`, with status 404: the `--404` page,

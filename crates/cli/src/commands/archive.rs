@@ -32,6 +32,8 @@ pub(crate) fn pack(command: Command) -> anyhow::Result<()> {
         sign,
         deploy_number,
         revoke,
+        proxy_allow,
+        proxy_allow_network,
     } = command
     else {
         unreachable!("pack's flags")
@@ -49,6 +51,8 @@ pub(crate) fn pack(command: Command) -> anyhow::Result<()> {
     opts.security_headers = !no_security_headers;
     opts.compress = !no_compress;
     opts.revoked = revoke;
+    // The list only: nothing is resolved or connected to while packing.
+    opts.proxy_allow = (*crate::proxy::rule_allow(&proxy_allow, &proxy_allow_network, false)?).clone();
     if let Some(keyfile) = &sign {
         let key = read_signing_key(keyfile)?;
         let created = created()?;

@@ -69,14 +69,7 @@ pub(crate) fn check_config(cli: &Cli, argv: &[OsString]) -> anyhow::Result<()> {
             if is_archive_root(root, files, archive)? {
                 check_archive(root, archive, &[])?;
             } else {
-                FileServer::new(files.options(root.clone()))?;
-                // As serving would warn at start; `check-config` does not
-                // become `--user`, so what it reads is read as itself.
-                let itself = peregrine::Identity {
-                    user: None,
-                    group: None,
-                };
-                reload::warn_if_nothing_to_serve(root, &files.index, &itself);
+                check_directory(root, files)?;
             }
         }
         _ => unreachable!("check-config takes only the serving subcommands"),
@@ -147,6 +140,20 @@ fn check_site(site: &SiteSpec) -> anyhow::Result<()> {
 /// A directory root, as `serve DIR` checks it (with its warnings).
 fn check_directory(root: &Path, files: &FileArgs) -> anyhow::Result<()> {
     FileServer::new(files.options(root.to_owned()))?;
+    // The `_redirects` proxy rules the operator's list let through (a
+    // refused one failed above, as it fails the start).
+    if let Ok(text) = std::fs::read(root.join("_redirects")) {
+        let rules = peregrine_files::conventions::parse_redirects_allowing(&text, &files.proxy_allow)
+            .map_err(anyhow::Error::msg)?;
+        for r in rules.iter().filter(|r| r.status == 200 && !r.to.starts_with('/')) {
+            eprintln!(
+                "peregrine: {}/_redirects: proxy rule {} -> {}: allowed (proxy-allow)",
+                root.display(),
+                r.text(),
+                r.to
+            );
+        }
+    }
     let itself = peregrine::Identity {
         user: None,
         group: None,
@@ -166,6 +173,15 @@ fn check_archive(root: &Path, args: &ServeArchiveArgs, names: &[String]) -> anyh
         true => Archive::open(root, Mode::Map)?,
         false => options.check(root)?.0,
     };
+    // Its `_redirects` proxy rules, against this server's list (as each
+    // load checks them), listed.
+    let at = |e| anyhow::anyhow!("{}: {e}", root.display());
+    for (site, path, to) in peregrine_archive::proxy_rules_allowed(&archive, &options.proxy_allow).map_err(at)? {
+        eprintln!(
+            "peregrine: {} (site {site}): proxy rule {path} -> {to}: allowed (proxy-allow)",
+            root.display()
+        );
+    }
     if names.is_empty() {
         return Ok(());
     }

@@ -58,6 +58,10 @@ pub(crate) struct ServeArchiveArgs {
     /// removed on purpose, too: only --revoke stops those).
     #[arg(long)]
     pub(crate) keep_previous_all: bool,
+    /// `serve --proxy-allow`'s list, connected: set for every archive by
+    /// `Complete` once the settings are merged.
+    #[arg(skip)]
+    pub(crate) proxy_allow: std::sync::Arc<peregrine_files::proxy_rules::ProxyAllow>,
 }
 
 /// The file tried for a directory unless `--index` names others.
@@ -122,6 +126,10 @@ pub(crate) struct FileArgs {
     /// descriptor limit bounds how many of them keep a file open.
     #[arg(long, value_name = "N", default_value_t = Options::new("").cache_entries as u64, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     pub(crate) cache_entries: u64,
+    /// `serve --proxy-allow`'s list, connected: set for every directory
+    /// by `Complete` once the settings are merged.
+    #[arg(skip)]
+    pub(crate) proxy_allow: std::sync::Arc<peregrine_files::proxy_rules::ProxyAllow>,
 }
 
 /// The values of `--clean-urls` (serve and pack), offered to completions.

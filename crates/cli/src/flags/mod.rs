@@ -99,6 +99,27 @@ pub(crate) enum Command {
         /// `proxy-ca = "PATH"` for its own. Default: the system's roots.
         #[arg(long = "proxy-ca", value_name = "PATH")]
         proxy_ca: Option<std::path::PathBuf>,
+        /// Origins `_redirects` proxy rules may send requests to (Netlify's
+        /// rules with status 200 to a URL: `/api/* https://api.example.com/:splat
+        /// 200`): `http[s]://HOST[:PORT]`; repeatable; for every site. A rule
+        /// to an origin not listed, to a `unix:` socket, to a loopback,
+        /// link-local or private address (unless --proxy-allow-network
+        /// holds it) or to a cloud metadata service (never) is refused at
+        /// start (a directory) or at load (an archive: checked against this
+        /// list, whatever list `pack` was given). A listed name that comes to
+        /// resolve to such an address gets 502, never a connection. The
+        /// request is proxied as --proxy's are (X-Forwarded-*, Via), with
+        /// the origin's own Host; redirects are relayed, never followed;
+        /// GET and HEAD only (the files' handler reads no body). Default:
+        /// none (every proxy rule refused).
+        #[arg(long = "proxy-allow", value_name = "ORIGIN")]
+        proxy_allow: Vec<String>,
+        /// Non-public networks --proxy-allow's origins may be reached at
+        /// (`127.0.0.0/8`, `10.0.0.0/8`, `fd00::/8`); repeatable. Cloud
+        /// metadata addresses (169.254.169.254, fd00:ec2::254) stay refused
+        /// whatever it holds. Default: none (public addresses only).
+        #[arg(long = "proxy-allow-network", value_name = "CIDR")]
+        proxy_allow_network: Vec<String>,
         #[command(flatten)]
         files: FileArgs,
         #[command(flatten)]
@@ -162,6 +183,18 @@ pub(crate) enum Command {
         /// repeatable, in every site of the archive.
         #[arg(long, value_name = "PATH")]
         revoke: Vec<String>,
+        /// Origins `_redirects` proxy rules (status 200 to a URL) may name:
+        /// `http[s]://HOST[:PORT]`; repeatable. A rule to any other origin,
+        /// to a `unix:` socket, to a loopback, link-local or private address
+        /// (unless --proxy-allow-network holds it) or to a cloud metadata
+        /// service is refused. The server checks the archive against its
+        /// own `serve --proxy-allow` again at every load. Default: none.
+        #[arg(long = "proxy-allow", value_name = "ORIGIN")]
+        proxy_allow: Vec<String>,
+        /// Non-public networks the rules' origins may be (`127.0.0.0/8`);
+        /// repeatable. Default: none.
+        #[arg(long = "proxy-allow-network", value_name = "CIDR")]
+        proxy_allow_network: Vec<String>,
     },
     /// Inspect a site archive.
     Archive {

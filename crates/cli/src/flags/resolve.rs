@@ -69,6 +69,7 @@ impl ServeArchiveArgs {
                 .and_then(|secs| Duration::try_from_secs_f64(secs).ok())
                 .filter(|d| !d.is_zero()),
             keep_previous_all: self.keep_previous_all,
+            proxy_allow: self.proxy_allow.clone(),
         })
     }
 }
@@ -96,6 +97,7 @@ impl FileArgs {
             o.revalidate_interval = Duration::try_from_secs_f64(secs).unwrap_or(o.revalidate_interval);
         }
         o.cache_entries = usize::try_from(self.cache_entries).unwrap_or(o.cache_entries);
+        o.proxy_allow = self.proxy_allow.clone();
         o
     }
 }

@@ -245,10 +245,36 @@ impl fmt::Display for Origin {
 /// `serve` completes itself with its sites; `hello` has none.
 impl config::Complete for Cli {
     fn complete(&mut self, settings: &config::Settings<'_>) -> anyhow::Result<String> {
-        let Command::Serve { root, site, sites, .. } = &mut self.command else {
+        let Command::Serve {
+            root,
+            site,
+            sites,
+            files,
+            archive,
+            proxy_allow,
+            proxy_allow_network,
+            ..
+        } = &mut self.command
+        else {
             return Ok(String::new());
         };
         *sites = resolve(root, site, settings)?;
+        // The operator's list for `_redirects` proxy rules, for every
+        // directory and archive served (their own settings cannot say).
+        let allow = crate::proxy::rule_allow(proxy_allow, proxy_allow_network, true)?;
+        files.proxy_allow = allow.clone();
+        archive.proxy_allow = allow.clone();
+        for s in sites.iter_mut() {
+            s.files.proxy_allow = allow.clone();
+            s.archive.proxy_allow = allow.clone();
+            for r in &mut s.routes {
+                match &mut r.handler {
+                    HandlerSpec::Files { files, .. } => files.proxy_allow = allow.clone(),
+                    HandlerSpec::Archive { archive, .. } => archive.proxy_allow = allow.clone(),
+                    _ => {}
+                }
+            }
+        }
         Ok(render(sites))
     }
 }

@@ -51,6 +51,7 @@
 mod auth;
 mod balance;
 mod encode;
+mod guard;
 mod health;
 mod pool;
 mod resolve;
@@ -61,6 +62,7 @@ mod upstream;
 pub use auth::{Decide, Finish, ForwardAuth, Held};
 pub use balance::Policy;
 pub use encode::{Encode, ENCODER_BYTES_MAX, STREAMS_MAX as ENCODE_STREAMS_MAX};
+pub use guard::{is_metadata, special as special_address, AddressGuard};
 pub(crate) use health::start as start_checking;
 pub use health::{probe, ActiveCheck};
 pub(crate) use pool::{Sock, Upstreams};
@@ -381,12 +383,49 @@ fn expects_continue(req: &Request<'_>) -> bool {
 
 impl Handler for Proxy {
     fn call(&self, req: &Request<'_>) -> Reply {
+        self.send(req, None)
+    }
+
+    /// A body up to [`WHOLE_REQUEST_MAX`] is read whole; a longer one, or
+    /// one of unknown length, streams to the upstream as it arrives.
+    /// A client waiting for `100 Continue` streams whatever the length:
+    /// the upstream says whether it wants the body.
+    fn body_use(&self, req: &Request<'_>) -> BodyUse {
+        match content_length(req) {
+            Some(n) if n <= WHOLE_REQUEST_MAX && !expects_continue(req) => BodyUse::Buffer,
+            _ => BodyUse::Stream,
+        }
+    }
+}
+
+impl Proxy {
+    /// As [`Handler::call`], with `target` (a path and maybe a query, in
+    /// origin form: `/v1/x?y=1`) as the upstream request's target in
+    /// place of the one the route's prefix and the upstream's path make:
+    /// for a caller that built it itself (a `_redirects` proxy rule,
+    /// its captures put in). Everything else is as for any request (the
+    /// fields, the forwarding fields, the pool); an upgrade is not passed
+    /// on (dropped as hop-by-hop). A target not in origin form (not
+    /// starting with one `/`, or holding a byte outside visible ASCII, or
+    /// a `#`) is a 400: it could not change the upstream, but it would
+    /// not be one request line.
+    pub fn call_to(&self, req: &Request<'_>, target: &str) -> Reply {
+        let origin_form = target.starts_with('/')
+            && !target.starts_with("//")
+            && target.bytes().all(|b| (0x21..0x7f).contains(&b) && b != b'#');
+        if !origin_form {
+            return Response::error(400).into();
+        }
+        self.send(req, Some(target))
+    }
+
+    fn send(&self, req: &Request<'_>, target: Option<&str>) -> Reply {
         let Some(outbox) = req.outbox() else {
             // Outside a running server (a test calling the handler):
             // nothing can carry the request.
             return Response::error(502).into();
         };
-        if let Some(offer) = tunnel::offer(req) {
+        if let (None, Some(offer)) = (target, tunnel::offer(req)) {
             return self.call_tunnel(req, outbox, offer);
         }
         let reader = req.body_reader();
@@ -408,7 +447,7 @@ impl Handler for Proxy {
         };
         let skip: &[&str] = if expect_continue { &[] } else { &["expect"] };
         let trailers = takes_trailers(req);
-        match build_as(&self.up, req, framing, req.method(), skip) {
+        match build_as(&self.up, req, framing, req.method(), skip, target) {
             Ok(mut bytes) => {
                 if trailers {
                     ask_trailers(&mut bytes, req.body().len());
@@ -440,19 +479,6 @@ impl Handler for Proxy {
         }
     }
 
-    /// A body up to [`WHOLE_REQUEST_MAX`] is read whole; a longer one, or
-    /// one of unknown length, streams to the upstream as it arrives.
-    /// A client waiting for `100 Continue` streams whatever the length:
-    /// the upstream says whether it wants the body.
-    fn body_use(&self, req: &Request<'_>) -> BodyUse {
-        match content_length(req) {
-            Some(n) if n <= WHOLE_REQUEST_MAX && !expects_continue(req) => BodyUse::Buffer,
-            _ => BodyUse::Stream,
-        }
-    }
-}
-
-impl Proxy {
     /// A WebSocket opening (`tunnel.rs`): sent as an upgrade; the answer
     /// or the tunnel comes back through the responder. Out of line: no
     /// other request carries it.
@@ -487,8 +513,16 @@ impl Proxy {
 }
 
 /// The upstream request's bytes, or the status that refuses it: the
-/// request as `method`, the client's fields named in `skip` left out.
-fn build_as(up: &Upstream, req: &Request<'_>, framing: Framing, method: &str, skip: &[&str]) -> Result<Vec<u8>, u16> {
+/// request as `method`, the client's fields named in `skip` left out,
+/// to `over` if given (`Proxy::call_to`), else the route's path.
+fn build_as(
+    up: &Upstream,
+    req: &Request<'_>,
+    framing: Framing,
+    method: &str,
+    skip: &[&str],
+    over: Option<&str>,
+) -> Result<Vec<u8>, u16> {
     let own = via_token();
     for value in req.headers().filter(|(n, _)| n.eq_ignore_ascii_case("via")) {
         if contains_token(value.1, own.as_bytes()) {
@@ -500,12 +534,17 @@ fn build_as(up: &Upstream, req: &Request<'_>, framing: Framing, method: &str, sk
         // extended CONNECT goes as a GET: `tunnel.rs`).
         return Err(501);
     }
-    let path = up.upstream_path(req.path()).ok_or(400u16)?;
-    let mut target = path;
-    if let Some(q) = req.query() {
-        target.push('?');
-        target.push_str(q);
-    }
+    let target = match over {
+        Some(target) => target.to_owned(),
+        None => {
+            let mut target = up.upstream_path(req.path()).ok_or(400u16)?;
+            if let Some(q) = req.query() {
+                target.push('?');
+                target.push_str(q);
+            }
+            target
+        }
+    };
     let client_host = req.host().unwrap_or("");
     let host: &str = match up.host_header_mode() {
         HostHeader::Preserve if !client_host.is_empty() => client_host,

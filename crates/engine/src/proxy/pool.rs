@@ -195,8 +195,12 @@ enum Outcome {
 
 impl Sock {
     /// A connection under way, and the address it goes to (TCP).
-    fn connect(addr: &Addr, tls: Option<&super::tls::UpstreamTls>) -> io::Result<(Sock, Option<SocketAddr>)> {
-        let (sock, peer) = Sock::connect_plain(addr)?;
+    fn connect(
+        addr: &Addr,
+        guard: Option<&super::guard::AddressGuard>,
+        tls: Option<&super::tls::UpstreamTls>,
+    ) -> io::Result<(Sock, Option<SocketAddr>)> {
+        let (sock, peer) = Sock::connect_plain(addr, guard)?;
         match (sock, tls) {
             (Sock::Tcp(tcp), Some(tls)) => {
                 let tls = tls.connection()?;
@@ -206,11 +210,24 @@ impl Sock {
         }
     }
 
-    fn connect_plain(addr: &Addr) -> io::Result<(Sock, Option<SocketAddr>)> {
+    /// A connection to the first address that takes it; with a `guard`,
+    /// addresses it refuses are skipped (and named in the error when none
+    /// is left).
+    fn connect_plain(
+        addr: &Addr,
+        guard: Option<&super::guard::AddressGuard>,
+    ) -> io::Result<(Sock, Option<SocketAddr>)> {
         match addr {
             Addr::Tcp(addrs) => {
                 let mut last = io::Error::new(io::ErrorKind::AddrNotAvailable, "no address");
                 for a in addrs.current().iter() {
+                    if let Some(why) = guard.and_then(|g| g.refusal(a.ip())) {
+                        last = io::Error::new(
+                            io::ErrorKind::PermissionDenied,
+                            format!("{a} refused: {why}, which the address guard does not allow"),
+                        );
+                        continue;
+                    }
                     match mio::net::TcpStream::connect(*a) {
                         Ok(s) => {
                             let _ = s.set_nodelay(true);
@@ -461,7 +478,7 @@ impl Upstreams {
             };
             (up.error_answer(502, crate::Reason::UpstreamConnect), Some(figures))
         };
-        let (mut sock, peer) = match Sock::connect(&up.addr, up.tls.as_ref()) {
+        let (mut sock, peer) = match Sock::connect(&up.addr, up.guard.as_deref(), up.tls.as_ref()) {
             Ok(s) => s,
             Err(e) => {
                 let (answer, figures) = failed(&format_args!("connect: {e}"), job.tried.take());

@@ -169,7 +169,7 @@ pub(crate) fn request(up: &super::Upstream, req: &Request<'_>, offer: Offer) -> 
     } else {
         &["expect"]
     };
-    let mut bytes = super::build_as(up, req, crate::codec::head::Framing::Empty, "GET", skip)?;
+    let mut bytes = super::build_as(up, req, crate::codec::head::Framing::Empty, "GET", skip, None)?;
     // The head ends with its empty line: the upgrade's fields go before
     // it (`write_request_head` drops Upgrade and Connection, hop-by-hop
     // for every other request).

@@ -63,6 +63,9 @@ pub struct Upstream {
     /// The body of the proxy's own 502, 503 and 504 (HTML), in place of
     /// the engine's plain text.
     error_page: Option<Arc<Vec<u8>>>,
+    /// The addresses it may be connected to, checked at each connect
+    /// (`guard.rs`); `None`: any (the operator named it).
+    pub(crate) guard: Option<Arc<super::guard::AddressGuard>>,
 }
 
 /// Why an upstream URL was refused.
@@ -182,6 +185,7 @@ impl Upstream {
             read_timeout: Upstream::READ_TIMEOUT,
             buffer_bytes: Upstream::BUFFER_BYTES,
             error_page: None,
+            guard: None,
         })
     }
 
@@ -239,6 +243,15 @@ impl Upstream {
         } else {
             answer
         }
+    }
+
+    /// Connects only to addresses `guard` lets through, checked at each
+    /// connect against the addresses of the moment (a name that comes to
+    /// resolve to a refused address gets 502, never a connection): for
+    /// upstreams named by untrusted content (`_redirects` proxy rules).
+    pub fn address_guard(mut self, guard: super::guard::AddressGuard) -> Upstream {
+        self.guard = Some(Arc::new(guard));
+        self
     }
 
     /// Kept-alive connections idle longer are closed.
