@@ -676,3 +676,51 @@ fn the_access_log_has_the_tls_version_and_resumption() {
     let _ = std::fs::remove_file(&path);
     assert_eq!(log, "TLSv1.3 .\nTLSv1.3 r\n");
 }
+
+/// A client like `pki`'s, on aws-lc-rs (which has ML-KEM), offering the
+/// key-exchange `groups` only, in that order, and no resumption.
+fn client_with_groups(pki: &Pki, groups: Vec<&'static dyn rustls::crypto::SupportedKxGroup>) -> Arc<ClientConfig> {
+    let provider = rustls::crypto::CryptoProvider {
+        kx_groups: groups,
+        ..rustls::crypto::aws_lc_rs::default_provider()
+    };
+    let mut roots = rustls::RootCertStore::empty();
+    use rustls::pki_types::pem::PemObject;
+    roots
+        .add(CertificateDer::from_pem_slice(pki.ca_pem().as_bytes()).unwrap())
+        .unwrap();
+    let mut config = ClientConfig::builder_with_provider(Arc::new(provider))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config.resumption = rustls::client::Resumption::disabled();
+    Arc::new(config)
+}
+
+/// The hybrid post-quantum group is preferred (issue 29): a client that
+/// offers X25519MLKEM768 first, with its key share (as Chrome and Firefox
+/// do), gets it; one that lists it after X25519 sends a share for X25519
+/// only, and gets X25519 rather than a HelloRetryRequest's extra round
+/// trip (rustls' choice, as OpenSSL's); one that offers only X25519 (or
+/// only P-256) gets that, and is served alike.
+#[test]
+fn key_exchange_prefers_x25519mlkem768_and_serves_classical_clients() {
+    use rustls::crypto::aws_lc_rs::kx_group::{SECP256R1, X25519, X25519MLKEM768};
+    use rustls::NamedGroup;
+    let (pki, server) = localhost("kx", echo_path);
+    let cases: [(Vec<&'static dyn rustls::crypto::SupportedKxGroup>, NamedGroup); 4] = [
+        (vec![X25519MLKEM768, X25519], NamedGroup::X25519MLKEM768),
+        (vec![X25519, X25519MLKEM768], NamedGroup::X25519),
+        (vec![X25519], NamedGroup::X25519),
+        (vec![SECP256R1], NamedGroup::secp256r1),
+    ];
+    for (groups, want) in cases {
+        let offered: Vec<NamedGroup> = groups.iter().map(|g| g.name()).collect();
+        let mut c = connect(server.local_addr(), &client_with_groups(&pki, groups), "localhost");
+        let got = c.stream.conn.negotiated_key_exchange_group().map(|g| g.name());
+        assert_eq!(got, Some(want), "offered {offered:?}");
+        assert_eq!(c.send(&get("/kx")).response().text(), "path /kx");
+    }
+}
