@@ -23,6 +23,7 @@
 pub(crate) mod redirect;
 pub(crate) mod session;
 pub(crate) mod store;
+pub(crate) mod ticket;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -37,6 +38,7 @@ use rustls::sign::CertifiedKey;
 use crate::error::Error;
 use crate::host::HostBuf;
 use store::CertStore;
+pub use ticket::TicketKeys;
 
 /// Certificates for TLS listeners. Cheap to clone; clones share the loaded
 /// certificates, so [`TlsConfig::reload`] on any clone changes them for all.
@@ -58,6 +60,9 @@ pub struct TlsConfig {
     /// Certificates come from ACME here too: listeners offer
     /// `acme-tls/1`, and the redirect listener answers HTTP-01.
     acme: bool,
+    /// Session tickets: one key set for the process by default
+    /// (`TicketKeys::process`), whatever listener or worker.
+    tickets: Arc<TicketKeys>,
 }
 
 /// One certificate chain and its key, as files, and the names it is for
@@ -124,6 +129,7 @@ impl TlsConfig {
             }),
             hsts: None,
             acme: false,
+            tickets: TicketKeys::process(),
         })
     }
 
@@ -140,6 +146,7 @@ impl TlsConfig {
             }),
             hsts: None,
             acme: false,
+            tickets: TicketKeys::process(),
         }
     }
 
@@ -362,6 +369,20 @@ impl TlsConfig {
         Ok(())
     }
 
+    /// Seals and opens session tickets with `keys` instead of the
+    /// process's own (`TicketKeys::process`): a key file's, say, or one
+    /// handed over by a binary upgrade. Listeners made after this call use
+    /// them.
+    pub fn ticket_keys(mut self, keys: Arc<TicketKeys>) -> Self {
+        self.tickets = keys;
+        self
+    }
+
+    /// The ticket keys this set's listeners use.
+    pub fn tickets(&self) -> &Arc<TicketKeys> {
+        &self.tickets
+    }
+
     /// Adds `Strict-Transport-Security: max-age=SECONDS` to every response
     /// sent over TLS (unless the handler set the field itself).
     pub fn hsts(mut self, max_age: Duration) -> Self {
@@ -401,6 +422,12 @@ impl TlsConfig {
         if self.acme {
             config.alpn_protocols.push(store::ACME_TLS_ALPN.to_vec());
         }
+        // Stateless tickets under the process's keys (`ticket.rs`): any
+        // worker resumes what another issued, TLS 1.3 and 1.2 alike. No
+        // early data (rustls' default, said again): a replayed request
+        // could repeat a side effect.
+        config.ticketer = self.tickets.clone();
+        config.max_early_data_size = 0;
         let mut fields = String::new();
         if let Some(age) = self.hsts {
             fields.push_str(&format!("Strict-Transport-Security: max-age={}\r\n", age.as_secs()));
@@ -432,6 +459,7 @@ impl TlsConfig {
             .with_no_client_auth()
             .with_cert_resolver(self.resolver.clone());
         config.alpn_protocols = vec![b"h3".to_vec()];
+        config.ticketer = self.tickets.clone();
         config.max_early_data_size = 0;
         Ok(config)
     }
@@ -443,6 +471,7 @@ impl std::fmt::Debug for TlsConfig {
             .field("sources", &*lock(&self.resolver.sources))
             .field("hsts", &self.hsts)
             .field("acme", &self.acme)
+            .field("tickets", &self.tickets)
             .finish()
     }
 }
