@@ -142,6 +142,18 @@ impl TicketKeys {
         Ok(())
     }
 
+    /// Takes `other`'s keys and rotation (a binary upgrade's hand-over, a
+    /// key file), so that every configuration sharing this set uses them.
+    pub fn install(&self, other: TicketKeys) {
+        let keys = other.keys.into_inner().unwrap_or_else(|e| e.into_inner());
+        *self.keys.write().unwrap_or_else(|e| e.into_inner()) = keys;
+    }
+
+    /// Whether the keys came from a key file (and are not rotated here).
+    pub fn is_from_file(&self) -> bool {
+        self.keys.read().unwrap_or_else(|e| e.into_inner()).rotate_at.is_none()
+    }
+
     /// Makes a new current key now, the current one becoming the previous
     /// (what the 12-hourly rotation does). For keys from a file too.
     pub fn rotate(&self) {
