@@ -24,12 +24,14 @@ import install
 import procs
 
 # What the nginx peer is pinned to (bench/peers/nginx/tls.conf.in): what
-# rustls (Peregrine, ring provider, client order) picks for OpenSSL's
+# rustls (Peregrine, aws-lc-rs provider, client order) picks for OpenSSL's
 # default client offer, whose TLS 1.3 order is AES-256-GCM, CHACHA20,
 # AES-128-GCM. The runner checks both servers with `negotiated` and warns
 # when they differ.
 TLS13_CIPHERSUITE = "TLS_AES_256_GCM_SHA384"
-# rustls' ring provider's key-exchange groups, in its order
+# Peregrine's classical key-exchange groups, in its order (tls::provider());
+# it prefers X25519MLKEM768 before them, which neither wrk's OpenSSL 3.0 nor
+# Debian's nginx has, so these runs end on X25519 on both sides.
 GROUPS = "X25519:prime256v1:secp384r1"
 
 

@@ -91,6 +91,7 @@ fn policy(command: &Command, argv: &[OsString]) -> anyhow::Result<Policy> {
         .certs
         .iter()
         .chain(&args.tls.keys)
+        .chain(&args.tls.tls_ticket_key_file)
         .map(PathBuf::as_path)
         .collect();
     let mut logs: Vec<&str> = args.access_log.as_deref().into_iter().collect();

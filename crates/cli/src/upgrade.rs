@@ -30,6 +30,12 @@
 //! generation on them as a reload does, sends systemd `MAINPID=` and
 //! `READY=1` (the unit has `NotifyAccess=all`), then writes `ready` on
 //! the confirmation socket.
+//!
+//! The session-ticket keys go too (issue 29: a client's ticket must
+//! resume on the new process): as hex in the channel's message (`k=HEX`),
+//! which the upgrader writes into a socket pair whose other end the new
+//! process inherits, named in `PEREGRINE_UPGRADE` by its descriptor
+//! (`k=FD`); the keys are never in an argument or the environment.
 
 use std::io::{Read, Write};
 use std::net::SocketAddr;
@@ -149,7 +155,8 @@ impl Upgrader {
             fds.extend(streams);
             fds.extend(udp);
         }
-        peregrine::upgrade::send(self.channel.as_fd(), layout.trim_end().as_bytes(), &fds)
+        layout.push_str(&format!("k={}", hex(&peregrine::TicketKeys::process().to_bytes())));
+        peregrine::upgrade::send(self.channel.as_fd(), layout.as_bytes(), &fds)
             .map_err(|e| format!("cannot hand the sockets to the upgrader (pid {}): {e}", self.pid()))?;
         let (reply, _) = peregrine::upgrade::recv(self.channel.as_fd())
             .map_err(|e| format!("no answer from the upgrader (pid {}): {e}", self.pid()))?;
@@ -193,13 +200,27 @@ impl Inherited {
         let numbers: Vec<i32> = (next("descriptors")?.split(',').filter(|s| !s.is_empty()))
             .map(|n| n.parse().context("PEREGRINE_UPGRADE: a descriptor"))
             .collect::<anyhow::Result<_>>()?;
-        let entries: Vec<&str> = words.collect();
+        let (keys, entries): (Vec<&str>, Vec<&str>) = words.partition(|w| w.starts_with("k="));
+        let keys: Option<i32> = match keys[..] {
+            [] => None,
+            [k] => Some(
+                k[2..]
+                    .parse()
+                    .context("PEREGRINE_UPGRADE: the ticket keys' descriptor")?,
+            ),
+            _ => anyhow::bail!("PEREGRINE_UPGRADE: ticket keys twice"),
+        };
         let mut all = vec![confirm];
+        all.extend(keys);
         all.extend(&numbers);
         let mut fds = peregrine::upgrade::take_inherited(&all)
             .context("the upgrade's sockets")?
             .into_iter();
         let confirm = UnixStream::from(fds.next().context("no confirmation socket")?);
+        if keys.is_some() {
+            let from = UnixStream::from(fds.next().context("no ticket keys' socket")?);
+            peregrine::TicketKeys::process().install(read_keys(from)?);
+        }
         let mut listeners = Vec::new();
         for entry in entries {
             let mut parts = entry.split('/');
@@ -252,6 +273,34 @@ impl Inherited {
             log::warn(format_args!("upgrade: cannot confirm to the old process: {e}"));
         }
     }
+}
+
+/// The longest hex of ticket keys taken (two 80-byte keys make 342).
+const KEYS_HEX_MAX: usize = 1024;
+
+/// The ticket keys the old process handed over, read from the socket the
+/// upgrader wrote them into (and closed).
+fn read_keys(from: UnixStream) -> anyhow::Result<peregrine::TicketKeys> {
+    let mut text = Vec::new();
+    (&from)
+        .take(KEYS_HEX_MAX as u64 + 1)
+        .read_to_end(&mut text)
+        .context("the ticket keys")?;
+    anyhow::ensure!(text.len() <= KEYS_HEX_MAX, "PEREGRINE_UPGRADE: ticket keys too long");
+    let bytes = unhex(&text).context("PEREGRINE_UPGRADE: ticket keys not hex")?;
+    Ok(peregrine::TicketKeys::from_bytes(&bytes)?)
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(text: &[u8]) -> Option<Vec<u8>> {
+    if text.len() % 2 != 0 {
+        return None;
+    }
+    let digit = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+    text.chunks(2).map(|p| Some(digit(p[0])? << 4 | digit(p[1])?)).collect()
 }
 
 /// `peregrine upgrade-helper EXE -- ARGV...`: the upgrader. Its standard
@@ -307,18 +356,39 @@ fn start(exe: &Path, argv: &[std::ffi::OsString], layout: &[u8], fds: Vec<OwnedF
         }
     }
     check_binary(exe)?;
+    // The ticket keys (`k=HEX`) go through a socket, not the environment.
+    let layout = String::from_utf8_lossy(layout);
+    let (keys, words): (Vec<&str>, Vec<&str>) = layout.split(' ').partition(|w| w.starts_with("k="));
+    let keys = match keys[..] {
+        [] => None,
+        [k] if k.len() - 2 <= KEYS_HEX_MAX => {
+            let (mut write, read) = UnixStream::pair().map_err(|e| format!("cannot make the keys' socket: {e}"))?;
+            // A few hundred bytes: the socket's buffer takes them at once.
+            write
+                .write_all(&k.as_bytes()[2..])
+                .map_err(|e| format!("cannot pass the ticket keys: {e}"))?;
+            Some(read)
+        }
+        _ => return Err("the ticket keys are not in the expected form".to_owned()),
+    };
     let (mut ours, theirs) = UnixStream::pair().map_err(|e| format!("cannot make the confirmation socket: {e}"))?;
-    let inheritable = std::iter::once(theirs.as_fd()).chain(fds.iter().map(AsFd::as_fd));
+    let inheritable = std::iter::once(theirs.as_fd())
+        .chain(keys.as_ref().map(AsFd::as_fd))
+        .chain(fds.iter().map(AsFd::as_fd));
     for fd in inheritable {
         peregrine::upgrade::set_inheritable(fd, true).map_err(|e| format!("cannot pass a descriptor: {e}"))?;
     }
     let numbers: Vec<String> = fds.iter().map(|f| f.as_raw_fd().to_string()).collect();
+    let mut layout = words.join(" ");
+    if let Some(keys) = &keys {
+        layout.push_str(&format!(" k={}", keys.as_raw_fd()));
+    }
     let value = format!(
         "{} {} {} {}",
         std::process::id(),
         theirs.as_raw_fd(),
         numbers.join(","),
-        String::from_utf8_lossy(layout)
+        layout.trim()
     );
     let spawned = Command::new(exe)
         .arg0(&argv[0])
@@ -328,6 +398,7 @@ fn start(exe: &Path, argv: &[std::ffi::OsString], layout: &[u8], fds: Vec<OwnedF
         .spawn();
     // The new process has its copies (or there is none): these close.
     drop(theirs);
+    drop(keys);
     drop(fds);
     let mut child = spawned.map_err(|e| format!("cannot start {}: {e}", exe.display()))?;
     let pid = child.id();

@@ -474,3 +474,51 @@ fn a_unix_socket_is_passed_its_file_kept_and_systemd_told_the_new_main_pid() {
     // The new process removes it at its shutdown.
     assert!(!sock.exists());
 }
+
+/// Connects with `client` (its session cache kept between calls), asks
+/// once and reads the answer (after which a TLS 1.3 ticket has arrived);
+/// whether the handshake resumed a session.
+fn resumes(client: &Arc<rustls::ClientConfig>, port: u16) -> bool {
+    use std::io::{Read, Write};
+    let mut tls = test_support::pki::connect(("127.0.0.1", port), client, "localhost");
+    tls.write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut answer = Vec::new();
+    let _ = tls.read_to_end(&mut answer);
+    assert!(
+        answer.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    tls.conn.handshake_kind() == Some(rustls::HandshakeKind::Resumed)
+}
+
+/// Session tickets (issue 29) outlive a reload and a binary upgrade: the
+/// keys are the process's (every worker's: two here, either may answer),
+/// a reload keeps them and an upgrade hands them to the new process, so a
+/// client's ticket resumes throughout. Before the keys were handed over,
+/// the new process's tickets were another key's: a full handshake.
+#[test]
+fn session_tickets_resume_across_workers_a_reload_and_a_binary_upgrade() {
+    let site = Site::new("upgrade-tickets");
+    let (server, port, _) = site.serve();
+    let mut config = site._pki.client_config(&[&rustls::version::TLS13]);
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let client = Arc::new(config);
+    assert!(!resumes(&client, port), "the first handshake is a full one");
+    for _ in 0..4 {
+        assert!(resumes(&client, port), "resumed on whichever worker");
+    }
+    server.signal("HUP");
+    server.line("configuration reloaded (generation 2)");
+    assert!(resumes(&client, port), "resumed after the reload");
+    // The same program: the upgrade executes whatever file is there.
+    server.signal("USR2");
+    let pid = new_pid(&server.line("upgrade: process "));
+    let _adopted = Adopted(pid);
+    let old_pid = server.pid();
+    wait_until("the old process exits", || !is_alive(old_pid));
+    assert_eq!(server.wait().code(), Some(0));
+    assert!(resumes(&client, port), "the new process resumes the old one's ticket");
+    terminate_pid(pid);
+}

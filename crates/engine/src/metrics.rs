@@ -134,6 +134,9 @@ pub(crate) struct WorkerMetrics {
     latency_sum_us: Counter,
     latency_count: Counter,
     pub(crate) tls_handshakes: Counter,
+    /// Of those, the ones that resumed a session (a ticket, or TLS 1.2's
+    /// session id): a benchmark of full handshakes checks this is 0.
+    pub(crate) tls_resumed: Counter,
     /// WebSockets: opened and ended (the difference is open), whole
     /// messages and their payload bytes each way, and published messages
     /// a subscriber did not get because its queue was full.
@@ -632,6 +635,19 @@ impl Metrics {
         let failed = sum(&|w| w.tls_handshake_failures.get());
         let _ = writeln!(out, "peregrine_tls_handshakes_total{{result=\"ok\"}} {ok}");
         let _ = writeln!(out, "peregrine_tls_handshakes_total{{result=\"failed\"}} {failed}");
+        head(
+            &mut out,
+            "peregrine_tls_handshakes_by_kind_total",
+            "counter",
+            "TLS handshakes completed, full or resumed (a session ticket or id).",
+        );
+        let resumed = sum(&|w| w.tls_resumed.get());
+        let full = ok.saturating_sub(resumed);
+        let _ = writeln!(out, "peregrine_tls_handshakes_by_kind_total{{kind=\"full\"}} {full}");
+        let _ = writeln!(
+            out,
+            "peregrine_tls_handshakes_by_kind_total{{kind=\"resumed\"}} {resumed}"
+        );
         // A worker holds its counters while it runs: those only kept here
         // belong to workers that have finished (after a reload, say), whose
         // counts still add to the totals.

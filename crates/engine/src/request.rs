@@ -55,11 +55,11 @@ thread_local! {
     /// Drawn once per thread: ids unique across threads and processes
     /// without a system call per request.
     static ID_PREFIX: [u8; 8] = {
-        use ring::rand::SecureRandom;
+        use aws_lc_rs::rand::SecureRandom;
         let mut b = [0u8; 8];
         // The system's generator does not fail on Linux; zeros would only
         // make ids of two processes alike, not wrong.
-        let _ = ring::rand::SystemRandom::new().fill(&mut b);
+        let _ = aws_lc_rs::rand::SystemRandom::new().fill(&mut b);
         b
     };
 }

@@ -484,5 +484,7 @@ for path in ("/api/json", "/api/bigchunked"):
 }
 
 fn ring_digest(b: &[u8]) -> Vec<u8> {
-    ring::digest::digest(&ring::digest::SHA256, b).as_ref().to_vec()
+    aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, b)
+        .as_ref()
+        .to_vec()
 }

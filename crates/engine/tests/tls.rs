@@ -676,3 +676,152 @@ fn the_access_log_has_the_tls_version_and_resumption() {
     let _ = std::fs::remove_file(&path);
     assert_eq!(log, "TLSv1.3 .\nTLSv1.3 r\n");
 }
+
+/// A client like `pki`'s, on aws-lc-rs (which has ML-KEM), offering the
+/// key-exchange `groups` only, in that order, and no resumption.
+fn client_with_groups(pki: &Pki, groups: Vec<&'static dyn rustls::crypto::SupportedKxGroup>) -> Arc<ClientConfig> {
+    let provider = rustls::crypto::CryptoProvider {
+        kx_groups: groups,
+        ..rustls::crypto::aws_lc_rs::default_provider()
+    };
+    let mut roots = rustls::RootCertStore::empty();
+    use rustls::pki_types::pem::PemObject;
+    roots
+        .add(CertificateDer::from_pem_slice(pki.ca_pem().as_bytes()).unwrap())
+        .unwrap();
+    let mut config = ClientConfig::builder_with_provider(Arc::new(provider))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config.resumption = rustls::client::Resumption::disabled();
+    Arc::new(config)
+}
+
+/// The hybrid post-quantum group is preferred (issue 29): a client that
+/// offers X25519MLKEM768 first, with its key share (as Chrome and Firefox
+/// do), gets it; one that lists it after X25519 sends a share for X25519
+/// only, and gets X25519 rather than a HelloRetryRequest's extra round
+/// trip (rustls' choice, as OpenSSL's); one that offers only X25519 (or
+/// only P-256) gets that, and is served alike.
+#[test]
+fn key_exchange_prefers_x25519mlkem768_and_serves_classical_clients() {
+    use rustls::crypto::aws_lc_rs::kx_group::{SECP256R1, X25519, X25519MLKEM768};
+    use rustls::NamedGroup;
+    let (pki, server) = localhost("kx", echo_path);
+    let cases: [(Vec<&'static dyn rustls::crypto::SupportedKxGroup>, NamedGroup); 4] = [
+        (vec![X25519MLKEM768, X25519], NamedGroup::X25519MLKEM768),
+        (vec![X25519, X25519MLKEM768], NamedGroup::X25519),
+        (vec![X25519], NamedGroup::X25519),
+        (vec![SECP256R1], NamedGroup::secp256r1),
+    ];
+    for (groups, want) in cases {
+        let offered: Vec<NamedGroup> = groups.iter().map(|g| g.name()).collect();
+        let mut c = connect(server.local_addr(), &client_with_groups(&pki, groups), "localhost");
+        let got = c.stream.conn.negotiated_key_exchange_group().map(|g| g.name());
+        assert_eq!(got, Some(want), "offered {offered:?}");
+        assert_eq!(c.send(&get("/kx")).response().text(), "path /kx");
+    }
+}
+
+/// A server for `localhost` on `cert`/`key` sealing tickets with `keys`,
+/// counting handshakes into `metrics`.
+fn with_tickets(
+    cert: &Path,
+    key: &Path,
+    keys: &Arc<peregrine::TicketKeys>,
+    metrics: &Arc<peregrine::Metrics>,
+) -> Running {
+    let tls = TlsConfig::from_pem_files(cert, key).unwrap().ticket_keys(keys.clone());
+    Server::new()
+        .bind_tls("127.0.0.1:0", tls)
+        .workers(1)
+        .metrics(metrics.clone())
+        .start(echo_path)
+        .unwrap()
+}
+
+fn kind(c: &Client<Tls>) -> Option<rustls::HandshakeKind> {
+    c.stream.conn.handshake_kind()
+}
+
+/// Session tickets (issue 29): a ticket one server (worker, listener)
+/// issued resumes on another built from the same keys, TLS 1.3 and 1.2;
+/// under other keys it does not (a full handshake instead, nothing
+/// worse). Two servers stand for two workers: SO_REUSEPORT would not let
+/// the test choose which worker a connection reaches.
+#[test]
+fn a_ticket_from_one_server_resumes_on_another_with_the_same_keys() {
+    use rustls::HandshakeKind::{Full, Resumed};
+    let pki = Pki::new("tickets");
+    let (cert, key, _) = pki.issue("localhost", &["localhost"]);
+    let shared = Arc::new(peregrine::TicketKeys::random());
+    let metrics = Arc::new(peregrine::Metrics::new());
+    let a = with_tickets(&cert, &key, &shared, &metrics);
+    let b = with_tickets(&cert, &key, &shared, &metrics);
+    let other = with_tickets(&cert, &key, &Arc::new(peregrine::TicketKeys::random()), &metrics);
+    for version in [&rustls::version::TLS13, &rustls::version::TLS12] {
+        // One client config: its session cache is by server name, so what
+        // `a` issued is offered to `b` and `other`.
+        let config = client_config(&pki, &[version]);
+        let mut c = connect(a.local_addr(), &config, "localhost");
+        assert_eq!(kind(&c), Some(Full), "{version:?}");
+        // TLS 1.3 tickets come after the handshake: a request and its
+        // answer make sure the client has read them.
+        assert_eq!(c.send(&get("/a")).response().status, 200);
+        let mut c = connect(b.local_addr(), &config, "localhost");
+        assert_eq!(kind(&c), Some(Resumed), "{version:?}: b resumes a's ticket");
+        assert_eq!(c.send(&get("/b")).response().text(), "path /b");
+        let mut c = connect(other.local_addr(), &config, "localhost");
+        assert_eq!(kind(&c), Some(Full), "{version:?}: other keys, a full handshake");
+        assert_eq!(c.send(&get("/o")).response().text(), "path /o");
+    }
+    for s in [a, b, other] {
+        s.shutdown();
+        s.join().unwrap();
+    }
+    let text = metrics.render();
+    for line in [
+        "peregrine_tls_handshakes_by_kind_total{kind=\"full\"} 4",
+        "peregrine_tls_handshakes_by_kind_total{kind=\"resumed\"} 2",
+    ] {
+        assert!(text.lines().any(|l| l == line), "no {line:?} in\n{text}");
+    }
+}
+
+/// A fleet's key file: two servers (processes, say) reading the same file
+/// resume each other's tickets; after the file is rotated (new key first,
+/// old one second) and reloaded, old tickets still resume; after the old
+/// key leaves the file, they no longer do.
+#[test]
+fn ticket_key_files_are_shared_rotated_and_reloaded() {
+    use rustls::HandshakeKind::{Full, Resumed};
+    let pki = Pki::new("ticket-file");
+    let (cert, key, _) = pki.issue("localhost", &["localhost"]);
+    let file = pki.dir().join("ticket.key");
+    let (old, new): (Vec<u8>, Vec<u8>) = ((0..80).collect(), (80..160).collect());
+    std::fs::write(&file, &old).unwrap();
+    let metrics = Arc::new(peregrine::Metrics::new());
+    let keys_a = Arc::new(peregrine::TicketKeys::from_file(&file).unwrap());
+    let keys_b = Arc::new(peregrine::TicketKeys::from_file(&file).unwrap());
+    let a = with_tickets(&cert, &key, &keys_a, &metrics);
+    let b = with_tickets(&cert, &key, &keys_b, &metrics);
+    // A fresh client each round, so that it holds one ticket only.
+    let ticket_from_a = || {
+        let config = client_config(&pki, &[&rustls::version::TLS13]);
+        let mut c = connect(a.local_addr(), &config, "localhost");
+        assert_eq!(c.send(&get("/a")).response().status, 200);
+        config
+    };
+    let config = ticket_from_a();
+    assert_eq!(kind(&connect(b.local_addr(), &config, "localhost")), Some(Resumed));
+    let config = ticket_from_a();
+    std::fs::write(&file, [&new[..], &old[..]].concat()).unwrap();
+    keys_b.load_file(&file).unwrap();
+    assert_eq!(kind(&connect(b.local_addr(), &config, "localhost")), Some(Resumed));
+    let config = ticket_from_a();
+    std::fs::write(&file, &new).unwrap();
+    keys_b.load_file(&file).unwrap();
+    assert_eq!(kind(&connect(b.local_addr(), &config, "localhost")), Some(Full));
+}

@@ -307,6 +307,14 @@ pub(crate) struct TlsArgs {
     /// Default: none (no such field).
     #[arg(long, value_name = "SECONDS", value_parser = within(Limits::HSTS_SECS_RANGE))]
     pub(crate) hsts: Option<u64>,
+    /// Session-ticket keys shared by a fleet (nginx's
+    /// ssl_session_ticket_key sizes): 80 random bytes (or 48), or two such
+    /// keys one after the other, the current first (`openssl rand 80`).
+    /// Read again at a reload; never rotated by Peregrine (replace the
+    /// file, then reload). Default: a random key per process, rotated
+    /// every 12 hours, kept across reloads and binary upgrades.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) tls_ticket_key_file: Option<PathBuf>,
     /// Automatic HTTPS: the ACME CA's directory URL. Each site with no
     /// certificate files gets its certificate from this CA, ordered by a
     /// separate, unsandboxed process. Default: none (no ACME).

@@ -155,11 +155,26 @@ fn load_tls(command: &Command, args: &ServerArgs, first: bool) -> anyhow::Result
         }
         _ => args.tls.config(),
     };
+    let loaded = loaded.and_then(|tls| ticket_keys(args).map(|()| tls));
     match loaded {
         Ok(tls) => Ok(tls),
         Err(e) if !first => Err(e.context("TLS reload failed, keeping the certificates loaded before")),
         Err(e) => Err(e),
     }
+}
+
+/// The process's session-ticket keys (every `TlsConfig` shares them:
+/// `TicketKeys::process`): the key file's, read again at each reload, or
+/// the process's own random ones, which a reload keeps. A key file no
+/// longer given gives way to a fresh random key.
+fn ticket_keys(args: &ServerArgs) -> anyhow::Result<()> {
+    let keys = peregrine::TicketKeys::process();
+    match &args.tls.tls_ticket_key_file {
+        Some(path) => keys.load_file(path)?,
+        None if keys.is_from_file() => keys.install(peregrine::TicketKeys::random()),
+        None => {}
+    }
+    Ok(())
 }
 
 /// The engine's server with the settings that are not listeners: limits,

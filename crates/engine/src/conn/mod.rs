@@ -687,6 +687,9 @@ impl Conn {
                     if !self.handshake_counted && !tls.is_handshaking() {
                         self.handshake_counted = true;
                         m.tls_handshakes.add(1);
+                        if tls.is_resumed() {
+                            m.tls_resumed.add(1);
+                        }
                     }
                 }
             }

@@ -301,12 +301,12 @@ pub(crate) fn via_token() -> &'static str {
 }
 
 fn random_hex(bytes: usize) -> String {
-    use ring::rand::SecureRandom;
+    use aws_lc_rs::rand::SecureRandom;
     let mut b = [0u8; 16];
     let b = &mut b[..bytes.min(16)];
     // The system's generator does not fail on Linux; zeros would still
     // only make the token guessable, not wrong.
-    let _ = ring::rand::SystemRandom::new().fill(b);
+    let _ = aws_lc_rs::rand::SystemRandom::new().fill(b);
     let mut s = String::with_capacity(b.len() * 2);
     push_hex(&mut s, b);
     s

@@ -37,8 +37,9 @@ impl std::fmt::Debug for UpstreamTls {
     }
 }
 
+/// The same provider and groups as the listeners' (X25519MLKEM768 first).
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+    Arc::new(crate::tls::provider())
 }
 
 /// The system's trusted roots, loaded once (at start, before the sandbox

@@ -193,12 +193,12 @@ pub(crate) fn request(up: &super::Upstream, req: &Request<'_>, offer: Offer) -> 
 
 /// A fresh `Sec-WebSocket-Key`: 16 random bytes in base64.
 fn new_key() -> String {
-    use ring::rand::SecureRandom;
+    use aws_lc_rs::rand::SecureRandom;
     let mut nonce = [0u8; 16];
     // The system's generator does not fail on Linux; a fixed nonce would
     // still make a valid handshake (the key guards against caches, not
     // attackers).
-    let _ = ring::rand::SystemRandom::new().fill(&mut nonce);
+    let _ = aws_lc_rs::rand::SystemRandom::new().fill(&mut nonce);
     base64::engine::general_purpose::STANDARD.encode(nonce)
 }
 

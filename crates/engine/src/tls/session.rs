@@ -185,6 +185,11 @@ impl TlsSession {
         Some(self.server_name.as_ref().and_then(|n| n.as_deref()))
     }
 
+    /// Whether the handshake resumed a session (for the metrics).
+    pub(crate) fn is_resumed(&self) -> bool {
+        self.conn.handshake_kind() == Some(rustls::HandshakeKind::Resumed)
+    }
+
     /// The protocol version and whether the session was resumed, for
     /// the access log.
     #[inline]

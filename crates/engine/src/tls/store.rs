@@ -253,7 +253,7 @@ mod tests {
             .self_signed(&pair)
             .unwrap();
         let der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(pair.serialize_der()));
-        let provider = rustls::crypto::ring::default_provider();
+        let provider = crate::tls::provider();
         Arc::new(CertifiedKey::from_der(vec![CertificateDer::from(cert.der().to_vec())], der, &provider).unwrap())
     }
 

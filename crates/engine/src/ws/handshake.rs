@@ -180,7 +180,7 @@ fn trim(b: &[u8]) -> &[u8] {
 /// `Sec-WebSocket-Accept` for `key` (RFC 6455 §4.2.2): base64 of the
 /// SHA-1 of the key and the GUID.
 pub(crate) fn accept_key(key: &[u8]) -> [u8; 28] {
-    let mut ctx = ring::digest::Context::new(&ring::digest::SHA1_FOR_LEGACY_USE_ONLY);
+    let mut ctx = aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA1_FOR_LEGACY_USE_ONLY);
     ctx.update(key);
     ctx.update(GUID);
     let digest = ctx.finish();
