@@ -156,7 +156,7 @@ pub(crate) fn connect_tcp(addr: SocketAddr, timeout: Duration) -> io::Result<Own
     socket
         .connect_timeout(&addr.into(), timeout)
         .map_err(timed_out_as_errno)?;
-    socket.set_nodelay(true)?;
+    socket.set_tcp_nodelay(true)?;
     socket.set_nonblocking(true)?;
     Ok(socket.into())
 }
