@@ -227,6 +227,11 @@ pub(crate) fn run() -> anyhow::Result<()> {
     // `systemctl kill -s USR2` (a binary upgrade) reaches every process of
     // the unit; it means nothing here, and must not end this one.
     signal_hook::flag::register(signal_hook::consts::SIGUSR2, std::sync::Arc::default()).context("signals")?;
+    // This binary holds two rustls providers (the engine's aws-lc-rs,
+    // ring for ACME), so rustls cannot pick a process default itself, and
+    // instant-acme's HTTPS client asks for one (a panic otherwise). The
+    // ACME client stays on ring, as rcgen's CSR signing does.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let mut lines = std::io::stdin().lock().lines();
     let first = lines.next().context("no configuration")??;
     let config = Config::from_json(&serde_json::from_str(&first)?)?;

@@ -790,17 +790,40 @@ pub(crate) fn is_token(s: &[u8]) -> bool {
     !s.is_empty() && s.iter().all(|&b| is_tchar(b))
 }
 
+/// tchar (RFC 9110 §5.6.2), one table look: the proxy checks every field
+/// name it forwards byte by byte, where the comparisons cost about 1,000
+/// instructions a request (callgrind, `proxy-c50`).
+#[inline]
 pub(crate) fn is_tchar(b: u8) -> bool {
-    b.is_ascii_alphanumeric()
-        || matches!(
-            b,
-            b'!' | b'#' | b'$' | b'%' | b'&' | b'\'' | b'*' | b'+' | b'-' | b'.' | b'^' | b'_' | b'`' | b'|' | b'~'
-        )
+    TCHAR[b as usize]
 }
+
+static TCHAR: [bool; 256] = {
+    let mut table = [false; 256];
+    let mut i = 0;
+    while i < 256 {
+        let b = i as u8;
+        table[i] = b.is_ascii_alphanumeric()
+            || matches!(
+                b,
+                b'!' | b'#' | b'$' | b'%' | b'&' | b'\'' | b'*' | b'+' | b'-' | b'.' | b'^' | b'_' | b'`' | b'|' | b'~'
+            );
+        i += 1;
+    }
+    table
+};
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tchar_table_is_rfc_9110_tchar() {
+        let spelled = b"!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+        for b in 0..=255u8 {
+            assert_eq!(is_tchar(b), spelled.contains(&b), "byte {b:#04x}");
+        }
+    }
 
     #[test]
     fn a_complete_request_line_is_measured_to_its_lf() {

@@ -515,6 +515,25 @@ impl Proxy {
 /// The upstream request's bytes, or the status that refuses it: the
 /// request as `method`, the client's fields named in `skip` left out,
 /// to `over` if given (`Proxy::call_to`), else the route's path.
+/// `v4` in dotted decimal, as `Display` writes it, without `core::fmt`:
+/// the two addresses a proxied request carries (`X-Forwarded-For`,
+/// `Forwarded`) cost about 1,100 instructions through `write!`
+/// (callgrind, `proxy-c50`).
+fn push_ipv4(out: &mut String, v4: std::net::Ipv4Addr) {
+    for (i, octet) in v4.octets().into_iter().enumerate() {
+        if i > 0 {
+            out.push('.');
+        }
+        if octet >= 100 {
+            out.push(char::from(b'0' + octet / 100));
+        }
+        if octet >= 10 {
+            out.push(char::from(b'0' + octet / 10 % 10));
+        }
+        out.push(char::from(b'0' + octet % 10));
+    }
+}
+
 fn build_as(
     up: &Upstream,
     req: &Request<'_>,
@@ -575,7 +594,12 @@ fn build_as(
         xff.push_str("unix");
     } else {
         // Formatted in place, not through a String of its own.
-        let _ = write!(xff, "{peer_ip}");
+        match peer_ip {
+            std::net::IpAddr::V4(v4) => push_ipv4(&mut xff, v4),
+            std::net::IpAddr::V6(v6) => {
+                let _ = write!(xff, "{v6}");
+            }
+        }
     }
     extra.push(("X-Forwarded-For", Cow::Owned(xff.into_bytes())));
     extra.push(("X-Forwarded-Proto", Cow::Borrowed(proto.as_bytes())));
@@ -586,9 +610,7 @@ fn build_as(
     let mut fwd = String::with_capacity(64);
     fwd.push_str("for=");
     match client.ip.to_canonical() {
-        std::net::IpAddr::V4(v4) if req.peer_addr() != crate::UNIX_PEER => {
-            let _ = write!(fwd, "{v4}");
-        }
+        std::net::IpAddr::V4(v4) if req.peer_addr() != crate::UNIX_PEER => push_ipv4(&mut fwd, v4),
         std::net::IpAddr::V6(v6) => {
             let _ = write!(fwd, "\"[{v6}]\"");
         }

@@ -1,5 +1,19 @@
 use super::*;
 
+#[test]
+fn push_ipv4_writes_what_display_writes() {
+    let mut octets = vec![0u8, 1, 9, 10, 11, 99, 100, 101, 199, 200, 249, 250, 255];
+    octets.extend((0..=255u8).step_by(7));
+    for &a in &octets {
+        for &b in &[0u8, 5, 10, 100, 255] {
+            let ip = std::net::Ipv4Addr::new(a, b, 255 - a, a / 3);
+            let mut out = String::from("x");
+            push_ipv4(&mut out, ip);
+            assert_eq!(out, format!("x{ip}"));
+        }
+    }
+}
+
 fn up(url: &str, prefix: &str) -> Upstream {
     Upstream::parse(url).unwrap().prefix(prefix)
 }
