@@ -278,14 +278,8 @@ fn aioquic_python() -> std::path::PathBuf {
 fn proxy_server_h3(up: SocketAddr, tag: &str) -> (Running, std::path::PathBuf) {
     let dir = std::env::temp_dir().join(format!("peregrine-e-interim-{tag}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let key = rcgen::KeyPair::generate().unwrap();
-    let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
-        .unwrap()
-        .self_signed(&key)
-        .unwrap();
-    std::fs::write(dir.join("cert.pem"), cert.pem()).unwrap();
-    std::fs::write(dir.join("key.pem"), key.serialize_pem()).unwrap();
-    let tls = peregrine::TlsConfig::from_pem_files(dir.join("cert.pem"), dir.join("key.pem")).unwrap();
+    let cert = test_support::pki::SelfSigned::new(&format!("interim-{tag}"), &["localhost"]);
+    let tls = peregrine::TlsConfig::from_pem_files(&cert.cert, &cert.key).unwrap();
     let proxy = Proxy::new(Upstream::parse(&format!("http://{up}")).unwrap().prefix("/api/"));
     let router = Router::new()
         .route("GET", "/api/*rest", proxy.clone())

@@ -86,9 +86,9 @@ fn read_head(r: &mut impl BufRead) -> String {
 }
 
 /// The proxy (and `/lib`, a handler that ends its streamed body with
-/// trailers), over TLS too when `tls` names a directory for its
-/// certificate (then it answers HTTP/3 as well).
-fn server(up: SocketAddr, tls: Option<&Path>) -> Running {
+/// trailers), over TLS too when `tls` is set (a self-signed certificate
+/// for localhost), and then over HTTP/3 as well.
+fn server(up: SocketAddr, tls: bool) -> Running {
     let proxy = Proxy::new(Upstream::parse(&format!("http://{up}")).unwrap());
     let router = Router::new()
         .get("/lib", |_: &Request<'_>| {
@@ -100,18 +100,13 @@ fn server(up: SocketAddr, tls: Option<&Path>) -> Running {
         .route("GET", "/*rest", proxy);
     let mut server = Server::new().workers(1);
     server = match tls {
-        Some(dir) => {
-            let key = rcgen::KeyPair::generate().unwrap();
-            let cert = rcgen::CertificateParams::new(vec!["localhost".to_owned()])
-                .unwrap()
-                .self_signed(&key)
-                .unwrap();
-            std::fs::write(dir.join("cert.pem"), cert.pem()).unwrap();
-            std::fs::write(dir.join("key.pem"), key.serialize_pem()).unwrap();
-            let config = peregrine::TlsConfig::from_pem_files(dir.join("cert.pem"), dir.join("key.pem")).unwrap();
+        true => {
+            // Read at once: the files may go when `cert` is dropped.
+            let cert = test_support::pki::SelfSigned::new("trailers", &["localhost"]);
+            let config = peregrine::TlsConfig::from_pem_files(&cert.cert, &cert.key).unwrap();
             server.bind_tls("127.0.0.1:0", config)
         }
-        None => server.bind("127.0.0.1:0"),
+        false => server.bind("127.0.0.1:0"),
     };
     server.start(router).expect("server starts")
 }
@@ -129,7 +124,7 @@ fn h1(addr: SocketAddr, path: &str, fields: &str) -> String {
 #[test]
 fn an_http11_client_that_said_te_trailers_gets_the_allowed_trailers_after_the_last_chunk() {
     let (up, heads) = upstream();
-    let server = server(up, None);
+    let server = server(up, false);
     let got = h1(server.local_addr(), "/t", "TE: trailers\r\nConnection: TE, close\r\n");
     assert!(got.starts_with("HTTP/1.1 200 OK\r\n"), "{got}");
     assert!(got.contains("\r\nTransfer-Encoding: chunked\r\n"), "{got}");
@@ -153,7 +148,7 @@ fn an_http11_client_that_said_te_trailers_gets_the_allowed_trailers_after_the_la
 #[test]
 fn an_http11_client_that_did_not_say_te_trailers_gets_none_and_the_upstream_is_not_told() {
     let (up, heads) = upstream();
-    let server = server(up, None);
+    let server = server(up, false);
     for fields in ["Connection: close\r\n", "TE: gzip\r\nConnection: TE, close\r\n"] {
         let got = h1(server.local_addr(), "/t", fields);
         assert!(got.starts_with("HTTP/1.1 200 OK\r\n"), "{got}");
@@ -179,7 +174,7 @@ fn an_http11_client_that_did_not_say_te_trailers_gets_none_and_the_upstream_is_n
 #[test]
 fn an_oversize_trailer_section_ends_the_answer_as_broken() {
     let (up, _) = upstream();
-    let server = server(up, None);
+    let server = server(up, false);
     let got = h1(server.local_addr(), "/big", "TE: trailers\r\nConnection: TE\r\n");
     assert!(got.starts_with("HTTP/1.1 200 OK\r\n"), "{got}");
     assert!(!got.contains("\r\n0\r\n"), "no last chunk: {got:?}");
@@ -213,7 +208,7 @@ fn h2(server: &Running, path: &str) -> Vec<String> {
 #[test]
 fn an_http2_client_gets_the_allowed_trailers_in_a_last_headers_frame() {
     let (up, heads) = upstream();
-    let server = server(up, None);
+    let server = server(up, false);
     for path in ["/t", "/lib"] {
         let lines = h2(&server, path);
         let trailers: Vec<&str> = lines
@@ -242,7 +237,7 @@ fn an_http3_client_gets_the_allowed_trailers_in_a_headers_frame_after_the_data()
     let dir = tmp(&format!("trailers-h3-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let (up, _) = upstream();
-    let server = server(up, Some(&dir));
+    let server = server(up, true);
     let venv = tmp("aioquic-venv");
     let python = test_support::install::aioquic_python(&venv).unwrap_or_else(|e| panic!("aioquic is needed: {e}"));
     let out = dir.join("out");
