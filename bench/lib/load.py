@@ -118,6 +118,12 @@ SCENARIOS = {
     # and the figures are the cost of the records (limit has no TLS).
     "tls-c50": [Point("tls-c50", "tls-c50", 50, tls=True)],
     "tls-f17": [Point("tls-f17", "tls-f17", 50, path="/17.txt", kind="file", limit_ref=False, tls=True)],
+    # Bulk over TLS (issue 29): 1 MiB and 10 MiB files, 10 connections as
+    # f10m, so the figure is the cost of encrypting the bytes (no kTLS on
+    # either side here: this kernel has no `tls` module); bytes per
+    # CPU-second is the size over the CPU µs per request.
+    "tls-f1m": [Point("tls-f1m", "tls-f1m", 10, path="/1m.txt", kind="file", limit_ref=False, tls=True)],
+    "tls-f10m": [Point("tls-f10m", "tls-f10m", 10, path="/10m.txt", kind="file", limit_ref=False, tls=True)],
     # Start-up and memory on 100,000 small files (no wrk; measure_load).
     "load100k": [Point("load100k", "load100k", 1, kind="load")],
     # kawipiko's stress points: the hello and the 17-byte file at 512, 2,048
@@ -170,6 +176,8 @@ DESCRIPTIONS = {
     "fpipe16": "GET of the 17-byte file, 50 connections, 16 pipelined GETs per write",
     "tls-c50": "keep-alive GET / over TLS, 50 connections (one handshake per connection)",
     "tls-f17": "keep-alive GET of the 17-byte file over TLS, 50 connections (one handshake per connection)",
+    "tls-f1m": "keep-alive GET of a 1 MiB file over TLS, 10 connections",
+    "tls-f10m": "keep-alive GET of a 10 MiB file over TLS, 10 connections",
     "load100k": "start-up and memory with 100,000 small files",
     **{f"c{n}": f"keep-alive GET /, {n:,} connections" for n in STRESS_CONNS},
     **{f"f17-c{n}": f"keep-alive GET of the 17-byte file, {n:,} connections" for n in STRESS_CONNS},

@@ -157,8 +157,8 @@ def write_meta(path, args, command, started, prepared, skipped, venv_python, nof
         lines.append(f"TLS scenarios' certificate: {cert.describe()}")
         lines.append(f"TLS: nginx pinned to TLSv1.3, ssl_conf_command Ciphersuites {tls.TLS13_CIPHERSUITE}, "
                      f"ssl_ecdh_curve {tls.GROUPS} (bench/peers/nginx/tls.conf.in); h2o minimum-version TLSv1.3 "
-                     f"with OpenSSL's server defaults; Peregrine with rustls' defaults (ring provider, "
-                     f"TLS 1.3 and 1.2); wrk offers OpenSSL's defaults")
+                     f"with OpenSSL's server defaults; Peregrine with rustls on aws-lc-rs (X25519MLKEM768, X25519, "
+                     f"P-256, P-384; TLS 1.3 and 1.2); wrk offers OpenSSL's defaults")
         if any(sc in load.H2_SCENARIOS for sc in args.scenario_names):
             lines.append(f"HTTP/2 scenarios: h2load -t 1 -c {load.H2_CONNS} -m {load.H2_STREAMS} -D SECONDS, "
                          f"over TLS with --tls13-ciphers {tls.TLS13_CIPHERSUITE} (h2-*) or h2c with prior "

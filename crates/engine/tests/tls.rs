@@ -96,6 +96,38 @@ fn the_h2_preface_after_alpn_http11_is_not_answered_with_http2() {
     );
 }
 
+/// A `Connection: close` answer ends with close_notify (RFC 8446 §6.1),
+/// queued behind the answer's last record so that both leave in one write
+/// (`flush_tls`): the client reads the whole body, then a clean end
+/// (rustls' `read_to_end` is `Ok` only after close_notify), for a short
+/// answer and for one larger than rustls' outgoing buffer, over TLS 1.3
+/// and 1.2.
+#[test]
+fn a_closing_answer_ends_with_close_notify_after_its_last_byte() {
+    const BIG: usize = 700 * 1024;
+    let (pki, server) = localhost("close-notify", |req: &Request<'_>| {
+        if req.target() == "/big" {
+            Response::text("x".repeat(BIG))
+        } else {
+            Response::text("short")
+        }
+    });
+    for version in [&rustls::version::TLS13, &rustls::version::TLS12] {
+        for (path, len) in [("/short", 5), ("/big", BIG)] {
+            let mut c = connect_localhost(&pki, &server, version);
+            let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
+            c.stream.write_all(request.as_bytes()).unwrap();
+            let mut got = Vec::new();
+            c.stream
+                .read_to_end(&mut got)
+                .unwrap_or_else(|e| panic!("{path} over {version:?}: no clean end ({e}) after {} bytes", got.len()));
+            assert!(got.starts_with(b"HTTP/1.1 200 "), "{path}");
+            let head = got.windows(4).position(|w| w == b"\r\n\r\n").expect("a head") + 4;
+            assert_eq!(got.len() - head, len, "{path} over {version:?}: the whole body");
+        }
+    }
+}
+
 #[test]
 fn get_over_tls12_negotiates_http11() {
     let (pki, server) = localhost("v12", echo_path);

@@ -133,6 +133,7 @@ impl Conn {
     /// (`TLS_SEND_BYTES_MAX`), writes the records, until done or the socket
     /// is full. A batch of pipelined answers is one record and one write.
     pub(super) fn flush_tls(&mut self, pool: &mut BufPool) -> Flushed {
+        let closing = self.is_closing() && !self.is_sending();
         let Transport::Tls(tls) = &mut self.transport else {
             unreachable!("called for TLS only")
         };
@@ -142,6 +143,12 @@ impl Conn {
         let flushed = loop {
             if !encrypt(tls, out, pool, &mut scratch) {
                 break Flushed::Failed;
+            }
+            // The connection's last answer is all encrypted: its
+            // close_notify goes in the same write, not one of its own
+            // (`start_lingering` follows; `close` sends it only once).
+            if closing && out.tail.is_none() && out.pos >= out.buf.len() && !out.is_parked() {
+                tls.notify_close();
             }
             if !tls.wants_write() {
                 if out.tail.is_none() && out.pos >= out.buf.len() {

@@ -808,7 +808,7 @@ impl Conn {
             let into = &mut self.input.buf[self.input.end..];
             let result = match &mut self.transport {
                 Transport::Plain => self.stream.read(into),
-                Transport::Tls(tls) => tls.read(&mut self.stream, into, self.peer),
+                Transport::Tls(tls) => tls.read(&mut self.stream, into, self.peer, self.read_closed_hint),
             };
             match result {
                 Ok(0) => {
@@ -821,9 +821,14 @@ impl Conn {
                     self.fresh = false;
                     // A short read drained the socket: under edge-triggered
                     // epoll, new bytes will raise a new event. Saves a read
-                    // that would only say EAGAIN. (Not under TLS: a short
-                    // read there may be the end of one record.)
-                    if n < room && !self.read_closed_hint && matches!(self.transport, Transport::Plain) {
+                    // that would only say EAGAIN. Under TLS, what counts is
+                    // the socket read behind the plaintext (`drained`), and
+                    // that rustls had no more plaintext than `into` took.
+                    let drained = match &self.transport {
+                        Transport::Plain => true,
+                        Transport::Tls(tls) => tls.drained(),
+                    };
+                    if n < room && !self.read_closed_hint && drained {
                         may_read = false;
                         self.drained = true;
                     }

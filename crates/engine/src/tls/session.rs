@@ -34,6 +34,12 @@ pub(crate) struct TlsSession {
     /// Once the handshake is done: the name the client asked for (SNI),
     /// in normal form, if it gave one that is a name.
     server_name: Option<Option<Box<str>>>,
+    /// The last socket read of the current `read` call was short: the
+    /// socket is drained, and under edge-triggered epoll new bytes raise a
+    /// new event, so reading again would only say EAGAIN.
+    short_read: bool,
+    /// Our close_notify is queued (it goes once).
+    notified: bool,
 }
 
 /// The socket as rustls reads it, noting the first byte of what it reads
@@ -42,6 +48,8 @@ pub(crate) struct TlsSession {
 struct FirstByte<'s> {
     stream: &'s mut Stream,
     first: Option<u8>,
+    /// The read returned fewer bytes than rustls had room for.
+    short: bool,
 }
 
 impl Read for FirstByte<'_> {
@@ -50,6 +58,7 @@ impl Read for FirstByte<'_> {
         if n > 0 && self.first.is_none() {
             self.first = Some(buf[0]);
         }
+        self.short = n > 0 && n < buf.len();
         Ok(n)
     }
 }
@@ -88,6 +97,8 @@ impl TlsSession {
             alert: None,
             refused: false,
             server_name: None,
+            short_read: false,
+            notified: false,
         })
     }
 
@@ -95,13 +106,29 @@ impl TlsSession {
     /// client's close_notify, or a TCP close without one), `WouldBlock`
     /// means the socket is drained. A TLS failure is `InvalidData`; its
     /// alert, if any, is queued for [`TlsSession::write_tls`].
-    pub(crate) fn read(&mut self, stream: &mut Stream, buf: &mut [u8], peer: SocketAddr) -> io::Result<usize> {
+    ///
+    /// `closing_hinted`: epoll said the client closed its side (RDHUP);
+    /// then the socket is read to its end, never left after a short read
+    /// (no new event would come for the FIN already seen).
+    pub(crate) fn read(
+        &mut self,
+        stream: &mut Stream,
+        buf: &mut [u8],
+        peer: SocketAddr,
+        closing_hinted: bool,
+    ) -> io::Result<usize> {
         if self.done {
             return Ok(0);
         }
+        self.short_read = false;
+        let may_stop_short = !closing_hinted;
         loop {
             match self.conn.reader().read(buf) {
                 Ok(n) => return Ok(n),
+                // The records read so far held no plaintext (a handshake
+                // flight) and the socket is drained: as the plain path
+                // does, skip the read that would only say EAGAIN.
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock && self.short_read => return Err(e),
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                 Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
                     // Most clients close without close_notify; HTTP's
@@ -122,8 +149,10 @@ impl TlsSession {
             let mut reader = FirstByte {
                 stream: &mut *stream,
                 first: None,
+                short: false,
             };
             let read = self.conn.read_tls(&mut reader);
+            self.short_read = reader.short && may_stop_short;
             if !self.started {
                 // A TLS connection starts with a handshake record (0x16);
                 // an uppercase letter is an HTTP method: plain HTTP sent
@@ -185,6 +214,15 @@ impl TlsSession {
         Some(self.server_name.as_ref().and_then(|n| n.as_deref()))
     }
 
+    /// The socket read behind the plaintext `read` just returned was short
+    /// and rustls holds no more plaintext than the caller's buffer took
+    /// (the caller checks that its buffer was not filled): the socket is
+    /// drained until the next readiness event.
+    #[inline]
+    pub(crate) fn drained(&self) -> bool {
+        self.short_read
+    }
+
     /// Whether the handshake resumed a session (for the metrics).
     pub(crate) fn is_resumed(&self) -> bool {
         self.conn.handshake_kind() == Some(rustls::HandshakeKind::Resumed)
@@ -242,12 +280,22 @@ impl TlsSession {
         self.conn.alpn_protocol() == Some(b"h2")
     }
 
-    /// Queues close_notify (once, and only after a handshake) and writes
-    /// what is queued, best effort: the connection is closing either way.
-    pub(crate) fn close(&mut self, stream: &mut Stream) {
-        if !self.done && !self.conn.is_handshaking() {
+    /// Queues close_notify behind the records already queued (once, and
+    /// only after a handshake), so that the last answer and the alert
+    /// leave in one write; nothing is encrypted after it.
+    pub(crate) fn notify_close(&mut self) {
+        if !self.done && !self.notified && !self.conn.is_handshaking() {
             self.conn.send_close_notify();
+            self.notified = true;
+            self.done = true;
         }
+    }
+
+    /// Queues close_notify (unless [`TlsSession::notify_close`] did) and
+    /// writes what is queued, best effort: the connection is closing
+    /// either way.
+    pub(crate) fn close(&mut self, stream: &mut Stream) {
+        self.notify_close();
         self.done = true;
         let _ = self.write_tls(stream);
     }

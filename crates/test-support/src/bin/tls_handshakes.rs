@@ -5,7 +5,9 @@
 //! Debian's OpenSSL 3.0 (`openssl s_time`, h2load) cannot.
 //!
 //! `tls_handshakes ADDR CA.pem GROUP MODE SECONDS`: GROUP `mlkem` (offers
-//! X25519MLKEM768 only) or `x25519` (X25519 only); MODE `full` (never
+//! X25519MLKEM768 only), `x25519` (X25519 only) or `plain` (no TLS at all:
+//! the floor's accept-answer-close part, against `limit`, which does not
+//! close: the client reads the answer's Content-Length and closes); MODE `full` (never
 //! resumes: no session is kept) or `resumed` (keeps its tickets: after
 //! the first, every handshake offers one). Prints
 //! `connections=N full=N resumed=N errors=N seconds=S group=G suite=S`;
@@ -29,6 +31,10 @@ fn main() {
     }
     let (addr, ca, group, mode) = (&args[1], &args[2], &args[3], &args[4]);
     let seconds: f64 = args[5].parse().expect("SECONDS");
+    if group == "plain" {
+        plain(addr, seconds);
+        return;
+    }
     let group = match group.as_str() {
         "mlkem" => kx_group::X25519MLKEM768,
         "x25519" => kx_group::X25519,
@@ -96,5 +102,60 @@ fn main() {
         start.elapsed().as_secs_f64(),
         negotiated.0,
         negotiated.1
+    );
+}
+
+/// Plain TCP connections, one request each: the client closes once the
+/// answer's Content-Length bytes are read (or the server closes first).
+fn plain(addr: &str, seconds: f64) {
+    let (mut n, mut errors) = (0u64, 0u64);
+    let start = Instant::now();
+    let until = start + Duration::from_secs_f64(seconds);
+    let mut answer = vec![0u8; 64 * 1024];
+    while Instant::now() < until {
+        let Ok(mut tcp) = TcpStream::connect(addr) else {
+            errors += 1;
+            continue;
+        };
+        let _ = tcp.set_nodelay(true);
+        let _ = tcp.set_read_timeout(Some(Duration::from_secs(5)));
+        if tcp
+            .write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+            .is_err()
+        {
+            errors += 1;
+            continue;
+        }
+        let mut have = 0;
+        let complete = loop {
+            match tcp.read(&mut answer[have..]) {
+                Ok(0) | Err(_) => break have > 0,
+                Ok(k) => have += k,
+            }
+            let mut headers = [httparse::EMPTY_HEADER; 32];
+            let mut res = httparse::Response::new(&mut headers);
+            if let Ok(httparse::Status::Complete(head)) = res.parse(&answer[..have]) {
+                let len = res
+                    .headers
+                    .iter()
+                    .find(|h| h.name.eq_ignore_ascii_case("content-length"))
+                    .and_then(|h| std::str::from_utf8(h.value).ok()?.trim().parse::<usize>().ok());
+                if len.is_some_and(|len| have >= head + len) {
+                    break true;
+                }
+            }
+            if have == answer.len() {
+                break false;
+            }
+        };
+        if complete && answer.starts_with(b"HTTP/1.1 ") {
+            n += 1;
+        } else {
+            errors += 1;
+        }
+    }
+    println!(
+        "connections={n} full=0 resumed=0 errors={errors} seconds={:.3} group=plain suite=-",
+        start.elapsed().as_secs_f64()
     );
 }
