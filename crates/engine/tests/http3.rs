@@ -667,3 +667,80 @@ fn a_udp_port_taken_by_another_socket_is_an_error_naming_http3() {
     drop(foreign);
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// The client of `quic_connections_resume_with_tickets_from_a_server_with_the_same_keys`:
+/// aioquic (not rustls) connects to each port given in turn, keeping the
+/// session tickets it is sent and offering the newest to the next; prints
+/// whether each connection's TLS session was resumed (aioquic's record).
+const RESUME_CLIENT: &str = r#"
+import asyncio, ssl, sys
+from aioquic.asyncio import connect
+from aioquic.h3.connection import H3_ALPN
+from aioquic.quic.configuration import QuicConfiguration
+
+tickets = []
+
+async def once(port, ticket):
+    config = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN)
+    config.verify_mode = ssl.CERT_NONE
+    config.server_name = "localhost"
+    config.session_ticket = ticket
+    async with connect("127.0.0.1", port, configuration=config,
+                       session_ticket_handler=tickets.append) as client:
+        await client.ping()
+        # The tickets come after the handshake's end.
+        for _ in range(50):
+            if tickets:
+                break
+            await asyncio.sleep(0.02)
+        return client._quic.tls.session_resumed
+
+async def main():
+    seen = []
+    for port in sys.argv[1:]:
+        seen.append(await once(int(port), tickets[-1] if tickets else None))
+    print("resumed " + " ".join("yes" if r else "no" for r in seen))
+
+asyncio.run(main())
+"#;
+
+/// QUIC connections resume their TLS session (RFC 9001 §4.5) from a
+/// ticket another server issued, when both hold the same ticket keys
+/// (`TlsConfig::ticket_keys`: a process's workers, a reload, a binary
+/// upgrade or a fleet's key file), and not when the keys differ. A
+/// session cache per configuration could not do the first: the ticket is
+/// the session. 0-RTT stays off, so a resumed connection still takes one
+/// round trip.
+#[test]
+fn quic_connections_resume_with_tickets_from_a_server_with_the_same_keys() {
+    let (_, dir) = tls("resume");
+    let shared = std::sync::Arc::new(peregrine::TicketKeys::random());
+    let start = |keys: &std::sync::Arc<peregrine::TicketKeys>| {
+        let config = TlsConfig::from_pem_files(dir.join("cert.pem"), dir.join("key.pem"))
+            .unwrap()
+            .ticket_keys(keys.clone());
+        Server::new()
+            .bind_tls("127.0.0.1:0", config)
+            .workers(1)
+            .start(|_: &Request<'_>| Response::text("hi"))
+            .unwrap()
+    };
+    let (a, b) = (start(&shared), start(&shared));
+    let other = start(&std::sync::Arc::new(peregrine::TicketKeys::random()));
+    let script = dir.join("resume.py");
+    std::fs::write(&script, RESUME_CLIENT).unwrap();
+    let port = |s: &Running| s.local_addr().port().to_string();
+    // a (full), b (a's ticket), a again (b's), other (different keys).
+    let out = std::process::Command::new(python())
+        .arg(&script)
+        .args([port(&a), port(&b), port(&a), port(&other)])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(stdout.trim(), "resumed no yes yes no");
+    for s in [a, b, other] {
+        s.shutdown();
+        s.join().unwrap();
+    }
+}
