@@ -82,9 +82,12 @@ impl Drop for Service {
 
 /// Peregrine with every POST proxied to `h2c://127.0.0.1:PORT`, over
 /// TLS (and so HTTP/3 too) when `tls`; request bodies up to 16 MiB (the
-/// default 1 MiB answers a 3 MB message 413 itself).
+/// default 1 MiB answers a 3 MB message 413 itself). Its upstream
+/// connections stay open 60 s idle (4 s by default), so that only a
+/// reset, never their close, can end an upstream call within a test.
 fn server(port: u16, tls: bool) -> Running {
-    let proxy = Proxy::new(Upstream::parse(&format!("h2c://127.0.0.1:{port}")).unwrap());
+    let up = Upstream::parse(&format!("h2c://127.0.0.1:{port}")).unwrap();
+    let proxy = Proxy::new(up.idle_timeout(Duration::from_secs(60)));
     let router = Router::new().route("POST", "/*rest", proxy);
     let limits = Limits {
         body_bytes_max: 16 << 20,
@@ -116,7 +119,11 @@ fn h2_call(python: &Path, addr: SocketAddr, path: &str, message: &str, fields: &
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap().lines().map(str::to_owned).collect()
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect()
 }
 
 #[test]
@@ -154,7 +161,13 @@ fn a_deadline_and_a_late_failure_reach_an_http2_client_as_the_upstream_said() {
     let service = Service::start(&python);
     let server = server(service.port, false);
     let t0 = Instant::now();
-    let lines = h2_call(&python, server.local_addr(), "/pkg.Echo/Slow", "x", &["grpc-timeout=300m"]);
+    let lines = h2_call(
+        &python,
+        server.local_addr(),
+        "/pkg.Echo/Slow",
+        "x",
+        &["grpc-timeout=300m"],
+    );
     let took = t0.elapsed();
     assert!(lines.contains(&"status 200".to_owned()), "{lines:?}");
     assert!(lines.contains(&"header grpc-status: 4".to_owned()), "{lines:?}");
@@ -163,18 +176,36 @@ fn a_deadline_and_a_late_failure_reach_an_http2_client_as_the_upstream_said() {
     assert!(took < Duration::from_secs(4), "{took:?}");
 
     let lines = h2_call(&python, server.local_addr(), "/pkg.Echo/ServerStream", "fail", &[]);
-    let tail: Vec<&str> = lines.iter().skip_while(|l| !l.starts_with("message")).map(String::as_str).collect();
+    let tail: Vec<&str> = lines
+        .iter()
+        .skip_while(|l| !l.starts_with("message"))
+        .map(String::as_str)
+        .collect();
     assert_eq!(
         tail,
-        ["message one", "trailer grpc-status: 5", "trailer grpc-message: gone", "ended"],
+        [
+            "message one",
+            "trailer grpc-status: 5",
+            "trailer grpc-message: gone",
+            "ended"
+        ],
         "{lines:?}"
     );
     // The client's fields reach the upstream, with the proxy's own.
-    let lines = h2_call(&python, server.local_addr(), "/pkg.Echo/Metadata", "m", &["x-hello=there"]);
+    let lines = h2_call(
+        &python,
+        server.local_addr(),
+        "/pkg.Echo/Metadata",
+        "m",
+        &["x-hello=there"],
+    );
     assert!(lines.contains(&"message m".to_owned()), "{lines:?}");
     assert!(lines.contains(&"trailer grpc-status: 0".to_owned()), "{lines:?}");
     assert!(lines.contains(&"trailer x-seen-hello: there".to_owned()), "{lines:?}");
-    assert!(lines.contains(&"trailer x-seen-forwarded-for: 127.0.0.1".to_owned()), "{lines:?}");
+    assert!(
+        lines.contains(&"trailer x-seen-forwarded-for: 127.0.0.1".to_owned()),
+        "{lines:?}"
+    );
 }
 
 /// A client that resets its stream: the upstream's stream is reset too
@@ -225,17 +256,32 @@ fn grpc_calls_pass_from_an_http3_client() {
     // Unary: the message back, status 0 in the trailers.
     assert!(read("0.head".into()).starts_with("200\n"), "{}", read("0.head".into()));
     assert_eq!(body(0), unhex(&framed("hello")));
-    assert!(read("0.trailers".into()).contains("grpc-status: 0\n"), "{}", read("0.trailers".into()));
+    assert!(
+        read("0.trailers".into()).contains("grpc-status: 0\n"),
+        "{}",
+        read("0.trailers".into())
+    );
     // Server streaming: three messages, then status 0.
-    let three: Vec<u8> = ["msg 0", "msg 1", "msg 2"].iter().flat_map(|m| unhex(&framed(m))).collect();
+    let three: Vec<u8> = ["msg 0", "msg 1", "msg 2"]
+        .iter()
+        .flat_map(|m| unhex(&framed(m)))
+        .collect();
     assert_eq!(body(1), three);
     assert!(read("1.trailers".into()).contains("grpc-status: 0\n"));
     // The upstream's deadline: a trailers-only answer, status 4 in its head.
-    assert!(read("2.head".into()).contains("grpc-status: 4\n"), "{}", read("2.head".into()));
+    assert!(
+        read("2.head".into()).contains("grpc-status: 4\n"),
+        "{}",
+        read("2.head".into())
+    );
     assert!(body(2).is_empty());
     // A failure after a message: status 5 in the trailers.
     assert_eq!(body(3), unhex(&framed("one")));
-    assert!(read("3.trailers".into()).contains("grpc-status: 5\n"), "{}", read("3.trailers".into()));
+    assert!(
+        read("3.trailers".into()).contains("grpc-status: 5\n"),
+        "{}",
+        read("3.trailers".into())
+    );
     let _ = std::fs::remove_dir_all(dir);
 }
 

@@ -172,7 +172,9 @@ impl Upstream {
             let addrs = Resolved::new(host, port).map_err(|e| err(&format!("cannot resolve {host}: {e}")))?;
             (Addr::Tcp(addrs), authority.to_owned(), path.map(str::to_owned))
         } else {
-            return Err(err("expected http[s]://HOST[:PORT][/PATH], h2c://HOST[:PORT][/PATH] or unix:PATH"));
+            return Err(err(
+                "expected http[s]://HOST[:PORT][/PATH], h2c://HOST[:PORT][/PATH] or unix:PATH",
+            ));
         };
         Ok(Upstream {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),

@@ -183,7 +183,10 @@ impl H2Upstreams {
         if job.tunnel.is_some() {
             // RFC 8441 to an upstream is not built: say so rather than
             // send an upgrade HTTP/2 forbids.
-            log::warn!("proxy: {}: a WebSocket to an h2c upstream is not passed: 502", job.up.url());
+            log::warn!(
+                "proxy: {}: a WebSocket to an h2c upstream is not passed: 502",
+                job.up.url()
+            );
             let answer = job.up.error_answer(502, crate::Reason::UpstreamInvalid);
             out.answers.push((job.responder, answer, Some(UpstreamLog::default())));
             return;
@@ -199,7 +202,11 @@ impl H2Upstreams {
             m.requests.add(1);
         }
         if pool.queue.len() >= pool.up.queue_max {
-            log::warn!("proxy: {}: {} requests wait already: 503", pool.up.url(), pool.queue.len());
+            log::warn!(
+                "proxy: {}: {} requests wait already: 503",
+                pool.up.url(),
+                pool.queue.len()
+            );
             if let Some(m) = &pool.metrics {
                 m.fail(UpstreamFailure::QueueFull);
             }
@@ -606,7 +613,11 @@ impl H2Conn {
                         self.input.extend_from_slice(&scratch[..n]);
                         progress = true;
                         let used = self.session.recv(&self.input, &mut events).map_err(|e: ConnError| {
-                            (502, UpstreamFailure::BadAnswer, format!("bad answer: {} ({:?})", e.why, e.code))
+                            (
+                                502,
+                                UpstreamFailure::BadAnswer,
+                                format!("bad answer: {} ({:?})", e.why, e.code),
+                            )
                         });
                         match used {
                             Ok(n) => {
@@ -737,8 +748,11 @@ impl H2Conn {
                     x.tx = Some(tx);
                     body
                 };
-                out.answers
-                    .push((job.responder, Response::prepared(status, block, body), Some(x.figures.clone())));
+                out.answers.push((
+                    job.responder,
+                    Response::prepared(status, block, body),
+                    Some(x.figures.clone()),
+                ));
                 if end {
                     self.exchanges.remove(&stream);
                 }

@@ -312,7 +312,13 @@ impl Session {
         debug_assert!(data.len() <= (s.send_window.min(self.send_window).max(0) as usize).min(self.peer_frame_max));
         s.send_window -= data.len() as i64;
         self.send_window -= data.len() as i64;
-        frame::write_header(&mut self.out, data.len(), frame::DATA, if end { frame::END_STREAM } else { 0 }, id);
+        frame::write_header(
+            &mut self.out,
+            data.len(),
+            frame::DATA,
+            if end { frame::END_STREAM } else { 0 },
+            id,
+        );
         self.out.extend_from_slice(data);
         if end {
             s.local_done = true;
@@ -503,7 +509,9 @@ impl Session {
                     return Ok(());
                 }
                 self.check_known(h.stream)?;
-                let Some(s) = self.streams.get_mut(&h.stream) else { return Ok(()) };
+                let Some(s) = self.streams.get_mut(&h.stream) else {
+                    return Ok(());
+                };
                 if inc == 0 {
                     return self.malformed(h.stream, "a stream WINDOW_UPDATE of 0", events);
                 }

@@ -122,7 +122,12 @@ fn a_trailers_only_answer_is_a_head_that_ends_the_stream() {
     ];
     let ev = feed(
         &mut s,
-        &frame(frame::HEADERS, frame::END_HEADERS | frame::END_STREAM, 1, &block(&fields)),
+        &frame(
+            frame::HEADERS,
+            frame::END_HEADERS | frame::END_STREAM,
+            1,
+            &block(&fields),
+        ),
     )
     .unwrap();
     assert_eq!(
@@ -143,13 +148,19 @@ fn malformed_answers_reset_their_stream_only() {
     let cases: &[(&[(&str, &str)], &str)] = &[
         (&[("content-type", "x")], "no :status"),
         (&[(":status", "200"), ("connection", "close")], "connection-specific"),
-        (&[(":status", "200"), ("transfer-encoding", "chunked")], "connection-specific"),
+        (
+            &[(":status", "200"), ("transfer-encoding", "chunked")],
+            "connection-specific",
+        ),
         (&[(":status", "200"), ("Content-Type", "x")], "uppercase"),
         (&[(":status", "200"), (":path", "/")], "a request pseudo-field"),
         (&[("x", "1"), (":status", "200")], "a pseudo-field after a field"),
         (&[(":status", "2000")], "a status of 4 digits"),
         (&[(":status", "101")], "101"),
-        (&[(":status", "200"), ("content-length", "1"), ("content-length", "2")], "two lengths"),
+        (
+            &[(":status", "200"), ("content-length", "1"), ("content-length", "2")],
+            "two lengths",
+        ),
     ];
     for (fields, why) in cases {
         let mut s = open();
@@ -172,16 +183,28 @@ fn malformed_answers_reset_their_stream_only() {
     );
     input.extend(frame(frame::DATA, 0, 1, b"ab"));
     let ev = feed(&mut s, &input).unwrap();
-    assert!(matches!(ev[..], [Event::Head { .. }, Event::Malformed { stream: 1, .. }]), "{ev:?}");
+    assert!(
+        matches!(ev[..], [Event::Head { .. }, Event::Malformed { stream: 1, .. }]),
+        "{ev:?}"
+    );
 }
 
 #[test]
 fn broken_framing_and_compression_end_the_connection() {
     let head = frame(frame::HEADERS, frame::END_HEADERS, 1, &block(ANSWER));
     let cases: Vec<(Vec<u8>, Code)> = vec![
-        (frame(frame::PUSH_PROMISE, frame::END_HEADERS, 1, &[0, 0, 0, 2]), Code::Protocol),
-        (frame(frame::HEADERS, frame::END_HEADERS, 1, &[0xff, 0xff, 0xff]), Code::Compression),
-        (frame(frame::HEADERS, frame::END_HEADERS, 3, &block(ANSWER)), Code::Protocol),
+        (
+            frame(frame::PUSH_PROMISE, frame::END_HEADERS, 1, &[0, 0, 0, 2]),
+            Code::Protocol,
+        ),
+        (
+            frame(frame::HEADERS, frame::END_HEADERS, 1, &[0xff, 0xff, 0xff]),
+            Code::Compression,
+        ),
+        (
+            frame(frame::HEADERS, frame::END_HEADERS, 3, &block(ANSWER)),
+            Code::Protocol,
+        ),
         (frame(frame::DATA, 0, 0, b"x"), Code::Protocol),
         (frame(frame::PING, 0, 0, b"short"), Code::FrameSize),
         (frame(frame::CONTINUATION, frame::END_HEADERS, 1, b""), Code::Protocol),
@@ -189,7 +212,11 @@ fn broken_framing_and_compression_end_the_connection() {
         (frame(frame::SETTINGS, 0, 0, &[0, 5, 0, 0, 0, 1]), Code::Protocol),
         (frame(frame::DATA, 0, 1, &vec![0; FRAME_MAX + 1]), Code::FrameSize),
         (
-            [frame(frame::HEADERS, 0, 1, &block(ANSWER)), frame(frame::PING, 0, 0, &[0; 8])].concat(),
+            [
+                frame(frame::HEADERS, 0, 1, &block(ANSWER)),
+                frame(frame::PING, 0, 0, &[0; 8]),
+            ]
+            .concat(),
             Code::Protocol,
         ),
     ];
@@ -279,7 +306,14 @@ fn requests_carry_their_pseudo_fields_and_fields_in_a_block_that_decodes() {
     let mut s = open();
     s.out.clear();
     let fields: [(&[u8], &[u8]); 2] = [(b"Content-Type", b"application/grpc"), (b"te", b"trailers")];
-    let id = s.open("POST", "http", "api:50051", "/pkg.Echo/Unary", fields.into_iter(), false);
+    let id = s.open(
+        "POST",
+        "http",
+        "api:50051",
+        "/pkg.Echo/Unary",
+        fields.into_iter(),
+        false,
+    );
     let h = Header::parse(&s.out).unwrap();
     assert_eq!((h.kind, h.flags, h.stream), (frame::HEADERS, frame::END_HEADERS, id));
     let mut dec = hpack::Decoder::new(4096);
@@ -289,7 +323,8 @@ fn requests_carry_their_pseudo_fields_and_fields_in_a_block_that_decodes() {
     let got: Vec<(String, String)> = fields
         .iter()
         .map(|f| {
-            let span = |(at, len): (u32, u32)| String::from_utf8_lossy(&bytes[at as usize..(at + len) as usize]).into_owned();
+            let span =
+                |(at, len): (u32, u32)| String::from_utf8_lossy(&bytes[at as usize..(at + len) as usize]).into_owned();
             (span(f.name), span(f.value))
         })
         .collect();
