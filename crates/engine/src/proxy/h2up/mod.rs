@@ -407,7 +407,7 @@ impl H2Upstreams {
         }
         if let Some(pool) = self.pools.get_mut(&up_id) {
             for job in again.into_iter().rev() {
-                pool.queue.push_front(*job);
+                pool.queue.push_front(job);
             }
             if !pool.queue.is_empty() {
                 self.dispatch(ctx, timers, up_id, out);
@@ -585,7 +585,7 @@ impl H2Conn {
         key: usize,
         scratch: &mut [u8],
         out: &mut Out<'_>,
-    ) -> Result<Vec<Box<Job>>, (u16, UpstreamFailure, String)> {
+    ) -> Result<Vec<Job>, (u16, UpstreamFailure, String)> {
         if self.state == State::Connecting {
             match self.sock.connected() {
                 Ok(true) => {
@@ -673,21 +673,21 @@ impl H2Conn {
 
     /// Acts on what the session read for one stream; a job the upstream
     /// never processed goes to `again`.
-    fn on_frame_event(&mut self, ctx: &Ctx<'_>, ev: Event, out: &mut Out<'_>, again: &mut Vec<Box<Job>>) {
+    fn on_frame_event(&mut self, ctx: &Ctx<'_>, ev: Event, out: &mut Out<'_>, again: &mut Vec<Job>) {
         let _ = self.on_event(ctx, ev, out, again);
     }
 
-    fn on_event(&mut self, ctx: &Ctx<'_>, ev: Event, out: &mut Out<'_>, again: &mut Vec<Box<Job>>) -> Option<()> {
+    fn on_event(&mut self, ctx: &Ctx<'_>, ev: Event, out: &mut Out<'_>, again: &mut Vec<Job>) -> Option<()> {
         match ev {
             Event::GoAway { last, code } => {
                 log::debug!("proxy: {}: GOAWAY (last stream {last}, code {code})", self.up.url());
                 let mut above: Vec<u32> = self.exchanges.keys().copied().filter(|&id| id > last).collect();
                 above.sort_unstable();
                 for id in above {
-                    let x = self.exchanges.remove(&id).expect("listed");
+                    let mut x = self.exchanges.remove(&id).expect("listed");
                     match x.again() {
-                        Ok(job) => again.push(job),
-                        Err(x) => x.fail(502, UpstreamFailure::Closed, out),
+                        Some(job) => again.push(job),
+                        None => x.fail(502, UpstreamFailure::Closed, out),
                     }
                 }
                 None
@@ -776,13 +776,13 @@ impl H2Conn {
                 None
             }
             Event::Reset { stream, code } => {
-                let x = self.exchanges.remove(&stream)?;
+                let mut x = self.exchanges.remove(&stream)?;
                 log::warn!("proxy: {}: stream reset by the upstream (code {code})", self.up.url());
                 if code == Code::RefusedStream as u32 {
                     // RFC 9113 §8.7: not processed; safe to send again.
                     match x.again() {
-                        Ok(job) => again.push(job),
-                        Err(x) => x.fail(502, UpstreamFailure::Closed, out),
+                        Some(job) => again.push(job),
+                        None => x.fail(502, UpstreamFailure::Closed, out),
                     }
                 } else {
                     x.fail(502, UpstreamFailure::Closed, out);
@@ -802,15 +802,15 @@ impl H2Conn {
 impl Exchange {
     /// The job back, if the request may be sent again (none of it can
     /// have had an effect and it was not sent again already).
-    fn again(mut self) -> Result<Box<Job>, Exchange> {
+    fn again(&mut self) -> Option<Job> {
         let ok = !self.streamed && self.job.as_ref().is_some_and(|j| !j.retried);
         if !ok {
-            return Err(self);
+            return None;
         }
-        let mut job = self.job.take().expect("checked");
+        let mut job = self.job.take()?;
         job.retried = true;
         job.body = self.body.take();
-        Ok(Box::new(job))
+        Some(job)
     }
 
     /// The exchange failed: `status` for a client not answered yet, a
