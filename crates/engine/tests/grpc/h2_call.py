@@ -4,8 +4,10 @@ gRPC library that would make up a status of its own (a client-side
 deadline): argv[1] host, argv[2] port, argv[3] path, argv[4] the request
 message (text, framed with gRPC's 5-byte prefix), then NAME=VALUE fields
 to add. With argv[4] "-cancel" the stream is reset (CANCEL) after the
-first DATA. Prints "status N", "header name: value", "message TEXT" per
-gRPC message, "trailer name: value", then "ended" or "reset CODE"."""
+first DATA; with "-stall", "flood" is sent and nothing is read for 3 s.
+Prints "status N", "header name: value", "message TEXT" per gRPC message
+("message N bytes" past 64 bytes), "trailer name: value", then "ended"
+or "reset CODE"."""
 
 import socket
 import struct
@@ -20,6 +22,9 @@ host, port, path, message = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv
 cancel = message == "-cancel"
 if cancel:
     message = "endless"
+stall = message == "-stall"
+if stall:
+    message = "flood"
 sock = socket.create_connection((host, port), timeout=30)
 conn = h2.connection.H2Connection(h2.config.H2Configuration(client_side=True, header_encoding="utf-8"))
 conn.initiate_connection()
@@ -35,6 +40,10 @@ conn.send_headers(1, fields)
 body = message.encode()
 conn.send_data(1, struct.pack(">BI", 0, len(body)) + body, end_stream=True)
 sock.sendall(conn.data_to_send())
+if stall:
+    import time
+
+    time.sleep(3)
 buf = b""
 done = None
 while done is None:
@@ -53,7 +62,8 @@ while done is None:
                 n = struct.unpack(">I", buf[1:5])[0]
                 if len(buf) < 5 + n:
                     break
-                print("message %s" % buf[5 : 5 + n].decode())
+                m = buf[5 : 5 + n]
+                print("message %s" % (m.decode() if n <= 64 else "%d bytes" % n))
                 buf = buf[5 + n :]
             if cancel:
                 conn.reset_stream(1, h2.errors.ErrorCodes.CANCEL)

@@ -10,6 +10,9 @@ pkg.Echo/ServerStream   "N": N messages "msg 0".."msg N-1"; "fail": one
                         message, then NOT_FOUND "gone" (status in trailers
                         after data); "endless": a message every 50 ms
                         until cancelled
+pkg.Echo/Flood          64 messages of 256 KiB, printing "flood I" before
+                        each (how far a client that does not read lets
+                        it get)
 pkg.Echo/ClientStream   the requests joined
 pkg.Echo/Bidi           each request echoed as it comes
 pkg.Echo/Slow           waits 5 s (a shorter deadline passes first:
@@ -49,6 +52,12 @@ def server_stream(req, ctx):
         yield b"msg %d" % i
 
 
+def flood(req, ctx):
+    for i in range(64):
+        print("flood %d" % i, flush=True)
+        yield b"f" * 262144
+
+
 def client_stream(requests, ctx):
     return b"".join(requests)
 
@@ -83,6 +92,7 @@ def metadata(req, ctx):
 handlers = {
     "Unary": grpc.unary_unary_rpc_method_handler(unary),
     "ServerStream": grpc.unary_stream_rpc_method_handler(server_stream),
+    "Flood": grpc.unary_stream_rpc_method_handler(flood),
     "ClientStream": grpc.stream_unary_rpc_method_handler(client_stream),
     "Bidi": grpc.stream_stream_rpc_method_handler(bidi),
     "Slow": grpc.unary_unary_rpc_method_handler(slow),
