@@ -7,7 +7,8 @@
 //! prefix without its slash (`/api`); one without (`/api`) takes itself
 //! and the paths beneath it, never `/apix`. The longest prefix wins. The
 //! URL is `http[s]://HOST[:PORT][/PATH]`, `h2c://HOST[:PORT][/PATH]`
-//! (HTTP/2 by prior knowledge: a gRPC server) or `unix:PATH`; a PATH replaces the
+//! (HTTP/2 by prior knowledge: a gRPC server), `h2s://...` (HTTP/2 over
+//! TLS) or `unix:PATH`; a PATH replaces the
 //! prefix (`--proxy /api/=http://up/v1/` sends `/api/x` as `/v1/x`), as
 //! nginx's `proxy_pass` with a URI does; without one the path goes
 //! unchanged. The upstream gets the client's Host (Caddy's default). An

@@ -41,8 +41,14 @@ struct Service {
 
 impl Service {
     fn start(python: &Path) -> Service {
+        Service::start_with(python, &[])
+    }
+
+    /// With `args` (a certificate and key: TLS).
+    fn start_with(python: &Path, args: &[&Path]) -> Service {
         let mut child = Command::new(python)
             .arg(here("server.py"))
+            .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -331,6 +337,62 @@ fn grpc_calls_pass_from_an_http3_client() {
         read("3.trailers".into())
     );
     let _ = std::fs::remove_dir_all(dir);
+}
+
+/// `h2s://`: HTTP/2 over TLS to the upstream (ALPN h2), its certificate
+/// verified against the route's CA.
+#[test]
+fn grpc_calls_pass_to_an_h2s_upstream_over_tls() {
+    let python = python();
+    let pki = test_support::pki::Pki::new("grpc");
+    let (cert, key, _) = pki.issue("up", &["127.0.0.1"]);
+    let ca = pki.dir().join("ca.pem");
+    std::fs::write(&ca, pki.ca_pem()).unwrap();
+    let service = Service::start_with(&python, &[&cert, &key]);
+    let up = Upstream::parse(&format!("h2s://127.0.0.1:{}", service.port))
+        .unwrap()
+        .ca_file(&ca)
+        .unwrap();
+    assert!(up.is_h2() && up.is_tls());
+    let router = Router::new().route("POST", "/*rest", Proxy::new(up));
+    let server = Server::new()
+        .workers(1)
+        .bind("127.0.0.1:0")
+        .start(router)
+        .expect("server starts");
+    let lines = h2_call(&python, server.local_addr(), "/pkg.Echo/ServerStream", "2", &[]);
+    let tail: Vec<&str> = lines
+        .iter()
+        .skip_while(|l| !l.starts_with("message"))
+        .map(String::as_str)
+        .collect();
+    assert_eq!(
+        tail,
+        [
+            "message msg 0",
+            "message msg 1",
+            "trailer grpc-status: 0",
+            "trailer grpc-message: ",
+            "ended"
+        ],
+        "{lines:?}"
+    );
+    // A CA that did not sign it: the handshake fails, 502.
+    let other = test_support::pki::Pki::new("grpc-other");
+    let wrong = other.dir().join("ca.pem");
+    std::fs::write(&wrong, other.ca_pem()).unwrap();
+    let up = Upstream::parse(&format!("h2s://127.0.0.1:{}", service.port))
+        .unwrap()
+        .ca_file(&wrong)
+        .unwrap();
+    let router = Router::new().route("POST", "/*rest", Proxy::new(up));
+    let server = Server::new()
+        .workers(1)
+        .bind("127.0.0.1:0")
+        .start(router)
+        .expect("server starts");
+    let lines = h2_call(&python, server.local_addr(), "/pkg.Echo/Unary", "x", &[]);
+    assert_eq!(lines.first().map(String::as_str), Some("status 502"), "{lines:?}");
 }
 
 /// An upstream that is not there: 502, as for an HTTP/1.1 one.

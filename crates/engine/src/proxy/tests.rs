@@ -86,6 +86,10 @@ fn upstream_urls_are_checked_at_start() {
     assert_eq!(h2c.tcp_ports(), [50051]);
     assert_eq!(Upstream::parse("h2c://127.0.0.1").unwrap().tcp_ports(), [80]);
     assert!(Upstream::parse("h2c://").is_err());
+    // h2s://: HTTP/2 over TLS (ALPN h2), port 443 unless given.
+    let h2s = Upstream::parse("h2s://127.0.0.1").unwrap();
+    assert!(h2s.is_h2() && h2s.is_tls());
+    assert_eq!(h2s.tcp_ports(), [443]);
 }
 
 #[test]

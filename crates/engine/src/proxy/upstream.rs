@@ -130,7 +130,9 @@ impl Upstream {
 
     /// `http://HOST[:PORT][/PATH]`, `https://HOST[:PORT][/PATH]`,
     /// `h2c://HOST[:PORT][/PATH]` (cleartext HTTP/2 by prior knowledge,
-    /// RFC 9113 §3.3: a gRPC server's port) or `unix:PATH`. A host name is resolved now (at start: never on an
+    /// RFC 9113 §3.3: a gRPC server's port), `h2s://HOST[:PORT][/PATH]`
+    /// (HTTP/2 over TLS, ALPN `h2`, port 443 unless given; verified as
+    /// `https://` is) or `unix:PATH`. A host name is resolved now (at start: never on an
     /// event loop). A path replaces the route's prefix, as nginx's
     /// `proxy_pass` with a URI does; without one the request's path goes
     /// unchanged. An `https://` upstream's certificate is verified against
@@ -141,7 +143,7 @@ impl Upstream {
     pub fn parse(url: &str) -> Result<Upstream, UpstreamError> {
         let err = |why: &str| UpstreamError(format!("upstream {url:?}: {why}"));
         let mut tls = None;
-        let h2 = url.starts_with("h2c://");
+        let h2 = url.starts_with("h2c://") || url.starts_with("h2s://");
         let (addr, authority, path) = if let Some(path) = url.strip_prefix("unix:") {
             if path.is_empty() {
                 return Err(err("a unix: upstream needs a socket path"));
@@ -152,6 +154,7 @@ impl Upstream {
             .map(|r| (r, 80))
             .or_else(|| url.strip_prefix("https://").map(|r| (r, 443)))
             .or_else(|| url.strip_prefix("h2c://").map(|r| (r, 80)))
+            .or_else(|| url.strip_prefix("h2s://").map(|r| (r, 443)))
         {
             let (authority, path) = match rest.find('/') {
                 Some(i) => (&rest[..i], Some(&rest[i..])),
@@ -161,8 +164,13 @@ impl Upstream {
                 return Err(err("expected http[s]://HOST[:PORT][/PATH]"));
             }
             let (host, port) = split_host_port(authority, default_port).ok_or_else(|| err("bad host or port"))?;
-            if default_port == 443 && !h2 {
-                tls = Some(UpstreamTls::new(host).map_err(|e| err(&e))?);
+            if default_port == 443 {
+                let made = if h2 {
+                    UpstreamTls::new_h2(host)
+                } else {
+                    UpstreamTls::new(host)
+                };
+                tls = Some(made.map_err(|e| err(&e))?);
             }
             if let Some(p) = path {
                 if p.contains(['?', '#']) || p.split('/').any(|s| s == "." || s == "..") {
@@ -173,7 +181,7 @@ impl Upstream {
             (Addr::Tcp(addrs), authority.to_owned(), path.map(str::to_owned))
         } else {
             return Err(err(
-                "expected http[s]://HOST[:PORT][/PATH], h2c://HOST[:PORT][/PATH] or unix:PATH",
+                "expected http[s]://HOST[:PORT][/PATH], h2[cs]://HOST[:PORT][/PATH] or unix:PATH",
             ));
         };
         Ok(Upstream {
@@ -322,7 +330,7 @@ impl Upstream {
         Ok(self)
     }
 
-    /// Whether the upstream speaks HTTP/2 (`h2c://`).
+    /// Whether the upstream speaks HTTP/2 (`h2c://`, `h2s://`).
     pub fn is_h2(&self) -> bool {
         self.h2
     }

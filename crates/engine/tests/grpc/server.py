@@ -1,6 +1,7 @@
 """A gRPC service for the h2c upstream tests, on grpcio (an implementation
 independent of ours), with no generated code: its methods take and give
-raw bytes. Listens on 127.0.0.1 (an ephemeral port), prints the port, then
+raw bytes. Listens on 127.0.0.1 (an ephemeral port; over TLS with the
+certificate and key files argv[1] and argv[2] if given), prints the port, then
 serves until stdin closes; prints "cancelled endless" when an endless
 stream ends because its client cancelled it (the proxy's
 RST_STREAM(CANCEL)).
@@ -101,7 +102,13 @@ handlers = {
 }
 server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
 server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("pkg.Echo", handlers),))
-port = server.add_insecure_port("127.0.0.1:0")
+if len(sys.argv) > 2:
+    # argv[1], argv[2]: a certificate and its key (PEM): TLS, ALPN h2.
+    with open(sys.argv[1], "rb") as c, open(sys.argv[2], "rb") as k:
+        creds = grpc.ssl_server_credentials([(k.read(), c.read())])
+    port = server.add_secure_port("127.0.0.1:0", creds)
+else:
+    port = server.add_insecure_port("127.0.0.1:0")
 server.start()
 print(port, flush=True)
 sys.stdin.read()

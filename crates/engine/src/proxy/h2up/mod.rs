@@ -1,5 +1,7 @@
 //! HTTP/2 upstreams (`h2c://HOST:PORT`: cleartext, prior knowledge, RFC
-//! 9113 §3.3), so that gRPC services can sit behind the proxy: requests
+//! 9113 §3.3; `h2s://HOST:PORT`: over TLS, ALPN `h2` and nothing else,
+//! §3.2, verified as an `https://` upstream is), so that gRPC services
+//! can sit behind the proxy: requests
 //! multiplexed as streams over a few connections per upstream and worker,
 //! driven from the worker's loop as `pool.rs` drives HTTP/1.1 ones
 //! (readiness events, a deadline in the worker's timer set, wakes through
@@ -254,7 +256,7 @@ impl H2Upstreams {
     fn connect(&mut self, ctx: &mut Ctx<'_>, timers: &mut Timers, up_id: usize, out: &mut Out<'_>) -> bool {
         let pool = self.pools.get_mut(&up_id).expect("a pool");
         let up = pool.up.clone();
-        let made = Sock::connect(&up.addr, up.guard.as_deref(), None).and_then(|(mut sock, peer)| {
+        let made = Sock::connect(&up.addr, up.guard.as_deref(), up.tls.as_ref()).and_then(|(mut sock, peer)| {
             let entry = self.conns.vacant_entry();
             let key = entry.key();
             ctx.registry.register(
@@ -486,6 +488,9 @@ impl H2Conn {
         }
         out.clear();
         self.written = 0;
+        // Over TLS, the records rustls still holds (a socket that takes
+        // none now says so by its next writable event).
+        self.sock.flush()?;
         Ok(true)
     }
 
@@ -530,9 +535,10 @@ impl H2Conn {
         let reader = job.body.take();
         let end = body.is_empty() && reader.is_none();
         let authority = String::from_utf8_lossy(authority);
+        let scheme = if self.up.is_tls() { "https" } else { "http" };
         let id = self.session.open(
             method,
-            "http",
+            scheme,
             &authority,
             path,
             regular.iter().map(|&(n, v)| (n, v)),
@@ -589,6 +595,17 @@ impl H2Conn {
         if self.state == State::Connecting {
             match self.sock.connected() {
                 Ok(true) => {
+                    if let Sock::Tls(tls) = &self.sock {
+                        // RFC 9113 §3.2: HTTP/2 over TLS only once the
+                        // upstream chose "h2".
+                        if tls.alpn() != Some(b"h2") {
+                            return Err((
+                                502,
+                                UpstreamFailure::Connect,
+                                "TLS: the upstream did not agree to h2 (ALPN)".into(),
+                            ));
+                        }
+                    }
                     self.state = State::Open;
                     self.connect_time = Some(ctx.now.saturating_duration_since(self.opened));
                 }
