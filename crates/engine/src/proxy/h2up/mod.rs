@@ -860,6 +860,17 @@ impl Exchange {
         // The answer's body, to the client's channel.
         if let Some(tx) = &self.tx {
             while let Some(chunk) = self.pending.pop_front() {
+                // The worker's queued answers and read-ahead are past
+                // their budget: a channel that still holds bytes takes no
+                // more until its client has taken half (as `pool.rs`'s
+                // answers), and its stream's window stays shut meanwhile,
+                // so the upstream stops after it.
+                let over = ctx.pool.output_held() > ctx.limits.output_budget_bytes;
+                if over && tx.wait_while_holding(ctx.mailbox, token(key)) {
+                    self.pending.push_front(chunk);
+                    self.deadline = None;
+                    break;
+                }
                 let n = chunk.len();
                 match tx.try_send_or_wake(chunk, ctx.mailbox, token(key)) {
                     Ok(()) => session.consumed(id, n),
