@@ -6,7 +6,9 @@
 //! A prefix ending in `/` (`/api/`) takes the paths beneath it and the
 //! prefix without its slash (`/api`); one without (`/api`) takes itself
 //! and the paths beneath it, never `/apix`. The longest prefix wins. The
-//! URL is `http[s]://HOST[:PORT][/PATH]` or `unix:PATH`; a PATH replaces the
+//! URL is `http[s]://HOST[:PORT][/PATH]`, `h2c://HOST[:PORT][/PATH]`
+//! (HTTP/2 by prior knowledge: a gRPC server), `h2s://...` (HTTP/2 over
+//! TLS) or `unix:PATH`; a PATH replaces the
 //! prefix (`--proxy /api/=http://up/v1/` sends `/api/x` as `/v1/x`), as
 //! nginx's `proxy_pass` with a URI does; without one the path goes
 //! unchanged. The upstream gets the client's Host (Caddy's default). An
@@ -361,6 +363,7 @@ mod tests {
     fn flags_are_checked() {
         assert!(parse_proxy_flag("/api/=http://127.0.0.1:9000").is_ok());
         assert!(parse_proxy_flag("/api/=unix:/run/app.sock").is_ok());
+        assert!(parse_proxy_flag("/pkg.Echo/=h2c://127.0.0.1:50051").is_ok());
         for bad in [
             "/api/",
             "api/=http://127.0.0.1",

@@ -546,6 +546,142 @@ pub fn relayed_trailers(section: &[u8]) -> Vec<u8> {
     bytes.to_vec()
 }
 
+/// Drives the reverse proxy's HTTP/2 client session
+/// (`proxy/h2up/session.rs`) on an upstream's bytes: `data[1..]` after a
+/// valid SETTINGS frame, with three streams open (a GET, a POST whose
+/// body is sent as the windows allow, a HEAD), cut into two reads at a
+/// point `data[0]` chooses. Panics if an invariant breaks: the bytes
+/// consumed are whole frames and what is left is less than one; cutting
+/// the input elsewhere changes neither the events nor the verdict; each
+/// stream's events come in order (interims, one head, data, trailers)
+/// and none after its end or reset; the lines relayed are
+/// `name: value` with lowercase token names, trailers without forbidden
+/// fields; what the session writes is whole frames; after a connection
+/// error nothing more comes out.
+#[doc(hidden)]
+pub fn h2_client(data: &[u8]) {
+    let Some((&seed, input)) = data.split_first() else {
+        return;
+    };
+    let at = usize::from(seed) * input.len() / 255;
+    let one = h2_client_run(input, &[input.len()]);
+    let two = h2_client_run(input, &[at, input.len()]);
+    assert_eq!(one, two, "cut at {at}");
+}
+
+type ClientRun = (Vec<crate::proxy::h2up::Event>, Option<crate::proxy::h2up::ConnError>);
+
+fn h2_client_run(input: &[u8], cuts: &[usize]) -> ClientRun {
+    use crate::proxy::h2up::{Event, Session};
+    let mut s = Session::new();
+    let mut events = Vec::new();
+    let mut settings = Vec::new();
+    crate::h2::frame::write_settings(&mut settings, &[]);
+    assert_eq!(s.recv(&settings, &mut events), Ok(settings.len()));
+    s.open("GET", "http", "a", "/", std::iter::empty(), true);
+    let fields = [(&b"content-type"[..], &b"application/grpc"[..])];
+    s.open("POST", "http", "a", "/p", fields.into_iter(), false);
+    s.open("HEAD", "http", "a", "/h", std::iter::empty(), true);
+    let mut buf = Vec::new();
+    let mut from = 0;
+    let mut error = None;
+    for &cut in cuts {
+        buf.extend_from_slice(&input[from..cut]);
+        from = cut;
+        match s.recv(&buf, &mut events) {
+            Ok(n) => {
+                assert!(n <= buf.len());
+                buf.drain(..n);
+                if let (Some(h), None) = (crate::h2::frame::Header::parse(&buf), error) {
+                    assert!(h.len + 9 > buf.len(), "a whole frame left unread");
+                }
+            }
+            Err(e) => {
+                assert!(error.is_none());
+                error = Some(e);
+                buf.clear();
+            }
+        }
+        if error.is_some() {
+            assert!(!s.can_open());
+        }
+    }
+    // The POST's body, as the windows allow, and windows given back:
+    // after the reads, so that both runs read the same.
+    let mut body_left = 100_000usize;
+    loop {
+        let w = s.window(3).min(body_left);
+        assert!(w <= crate::h2::frame::DEFAULT_FRAME_BYTES);
+        if w == 0 {
+            break;
+        }
+        body_left -= w;
+        s.send_data(3, &vec![b'x'; w], body_left == 0);
+    }
+    for id in [1, 3, 5] {
+        s.consumed(id, 200_000);
+    }
+    // What the session wrote: whole frames.
+    let out = &s.out;
+    let mut at = out.len().min(crate::h2::frame::PREFACE.len());
+    assert_eq!(&out[..at], &crate::h2::frame::PREFACE[..at]);
+    while at < out.len() {
+        let h = crate::h2::frame::Header::parse(&out[at..]).expect("a whole frame header");
+        at += 9 + h.len;
+        assert!(at <= out.len(), "a frame cut short");
+    }
+    // Each stream's events in order.
+    let mut phase: HashMap<u32, u8> = HashMap::new();
+    for e in &events {
+        let (stream, p) = match e {
+            Event::Interim { stream, status, lines } => {
+                assert!((100..200).contains(status) && *status != 101);
+                check_lines(lines, false);
+                (*stream, 1)
+            }
+            Event::Head {
+                stream, status, lines, ..
+            } => {
+                assert!((200..600).contains(status));
+                check_lines(lines, false);
+                (*stream, 2)
+            }
+            Event::Data { stream, .. } => (*stream, 3),
+            Event::Trailers { stream, lines } => {
+                check_lines(lines, true);
+                (*stream, 4)
+            }
+            Event::Reset { stream, .. } | Event::Malformed { stream, .. } => (*stream, 5),
+            Event::GoAway { .. } => continue,
+        };
+        assert!([1, 3, 5].contains(&stream));
+        let was = phase.get(&stream).copied().unwrap_or(0);
+        assert!(was < 5, "an event after the stream's reset: {e:?}");
+        assert!(p >= was && (p != 2 || was < 2), "out of order: {e:?} after phase {was}");
+        assert!(was != 4 || p == 5, "after trailers");
+        let ended = matches!(
+            e,
+            Event::Data { end: true, .. } | Event::Head { end: true, .. } | Event::Trailers { .. }
+        );
+        phase.insert(stream, if ended { 5 } else { p });
+    }
+    (events, error)
+}
+
+fn check_lines(lines: &[u8], trailers: bool) {
+    let mut rest = lines;
+    while !rest.is_empty() {
+        let end = rest.windows(2).position(|w| w == b"\r\n").expect("CRLF");
+        let line = &rest[..end];
+        let colon = line.iter().position(|&b| b == b':').expect("a colon");
+        let name = &line[..colon];
+        assert!(crate::codec::head::is_token(name) && !name.iter().any(u8::is_ascii_uppercase));
+        assert!(line[colon + 1..].starts_with(b" "));
+        assert!(!trailers || !crate::message::trailers::is_forbidden(name), "{name:?}");
+        rest = &rest[end + 2..];
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -647,5 +783,21 @@ mod tests {
                 h2_session(&[&[seed][..], input].concat());
             }
         }
+    }
+
+    /// The client driver on its corpus (`fuzz/corpus/h2_client`), each
+    /// input cut at every point a seed byte can choose.
+    #[test]
+    fn the_h2_client_driver_runs_its_seeds_every_way() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fuzz/corpus/h2_client");
+        let mut n = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let input = std::fs::read(entry.unwrap().path()).unwrap();
+            for seed in 0..=255u8 {
+                h2_client(&[&[seed][..], input.get(1..).unwrap_or_default()].concat());
+            }
+            n += 1;
+        }
+        assert!(n >= 5, "{n} seeds");
     }
 }

@@ -225,6 +225,27 @@ pub fn h2_python(venv: &Path) -> Result<PathBuf, String> {
     python_venv(venv, "h2.connection", "h2>=4.1,<5")
 }
 
+/// A Python with grpcio and python-hyper's `h2` (the gRPC server and
+/// clients of `tests/proxy_grpc.rs`): `PEREGRINE_GRPC_PYTHON` if set, else
+/// a venv at `venv` filled once from `requirements` (a pip requirements
+/// file), as `aioquic_python` does.
+pub fn grpc_python(venv: &Path, requirements: &Path) -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os("PEREGRINE_GRPC_PYTHON") {
+        return Ok(p.into());
+    }
+    let script = "test -x \"$1/bin/python\" && \"$1/bin/python\" -c \"import grpc, h2.connection\" 2>/dev/null || \
+         { rm -rf \"$1\" && python3 -m venv \"$1\" && \"$1/bin/pip\" install -q --disable-pip-version-check -r \"$2\"; }";
+    locked_sh(
+        &format!("installing {} into {}", requirements.display(), venv.display()),
+        "needs python3 with venv, and PyPI",
+        "/tmp/peregrine-pip.lock",
+        script,
+        &[venv.as_os_str(), requirements.as_os_str()],
+        &[],
+    )?;
+    Ok(venv.join("bin/python"))
+}
+
 /// Everything one installation of a test's client may take (a venv from
 /// PyPI, `npm ci`, a `go build` fetching its modules), waiting for its lock
 /// included. Past this the whole process group is killed, so that an

@@ -68,7 +68,9 @@ pub(crate) enum Command {
         #[arg(skip)]
         sites: Vec<crate::sites::SiteSpec>,
         /// Requests under PREFIX go to an upstream HTTP server:
-        /// `PREFIX=http[s]://HOST[:PORT][/PATH]` or `PREFIX=unix:PATH`, e.g.
+        /// `PREFIX=http[s]://HOST[:PORT][/PATH]`, `PREFIX=h2c://HOST[:PORT][/PATH]`
+        /// (HTTP/2 by prior knowledge: a gRPC server), `PREFIX=h2s://...`
+        /// (HTTP/2 over TLS) or `PREFIX=unix:PATH`, e.g.
         /// `--proxy /api/=http://127.0.0.1:9000`; repeatable, the longest
         /// prefix winning; for every site. A PATH replaces the prefix
         /// (`/api/=http://up/v1/` sends `/api/x` as `/v1/x`); without one

@@ -459,7 +459,7 @@ fn routes_refuse_what_is_not_theirs_at_its_line() {
             &format!("{f}:13: headers: invalid header field name \"Bad Name\""),
             &format!("{f}:14: cors: expected a table, e.g. cors = {{ origins = "),
             &format!(
-                "{f}:15: proxy: upstream \"ftp://127.0.0.1:3000\": expected http[s]://HOST[:PORT][/PATH] or unix:PATH"
+                "{f}:15: proxy: upstream \"ftp://127.0.0.1:3000\": expected http[s]://HOST[:PORT][/PATH], h2[cs]://HOST[:PORT][/PATH] or unix:PATH"
             ),
             &format!("{f}:16: access-log: a site's setting, not a route's"),
             &format!("{f}:17: workers: process-wide"),
@@ -727,7 +727,7 @@ fn routes_read_forward_auth() {
         &[
             &format!("{f}:6: forward-auth: copy: unknown key; expected url, uri, copy-headers"),
             &format!("{f}:9: forward-auth: expected a table, e.g. forward-auth = {{ url ="),
-            &format!("{f}:12: forward-auth: url: upstream \"ftp://auth\": expected http[s]://HOST[:PORT][/PATH] or unix:PATH"),
+            &format!("{f}:12: forward-auth: url: upstream \"ftp://auth\": expected http[s]://HOST[:PORT][/PATH], h2[cs]://HOST[:PORT][/PATH] or unix:PATH"),
         ],
     );
 }

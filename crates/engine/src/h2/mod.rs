@@ -48,7 +48,7 @@
 //! useful work done, which covers Rapid Reset and the reset flood); the
 //! rest (slow readers, idle streams) by the driver's timeouts.
 
-mod frame;
+pub(crate) mod frame;
 pub(crate) mod hpack;
 mod recv;
 mod send;

@@ -52,6 +52,7 @@ mod auth;
 mod balance;
 mod encode;
 mod guard;
+pub(crate) mod h2up;
 mod health;
 mod pool;
 mod resolve;

@@ -79,6 +79,9 @@ pub(crate) struct Upstreams {
     /// Round-robin positions and passive health of the balances
     /// (`balance.rs`): this worker's.
     balance: super::balance::Local,
+    /// The connections to HTTP/2 (`h2c://`) upstreams (`h2up`): their
+    /// keys are offset by `h2up::KEY_BASE` in this one token space.
+    h2: super::h2up::H2Upstreams,
     /// Where every connection reads into (`READ_CHUNK`, zeroed once):
     /// a connection keeps only what it has not consumed yet, usually
     /// nothing, so an idle one holds no read buffer.
@@ -195,7 +198,7 @@ enum Outcome {
 
 impl Sock {
     /// A connection under way, and the address it goes to (TCP).
-    fn connect(
+    pub(super) fn connect(
         addr: &Addr,
         guard: Option<&super::guard::AddressGuard>,
         tls: Option<&super::tls::UpstreamTls>,
@@ -254,7 +257,7 @@ impl Sock {
         let _ = socket2::SockRef::from(tcp).set_linger(Some(std::time::Duration::ZERO));
     }
 
-    fn source(&mut self) -> &mut dyn mio::event::Source {
+    pub(super) fn source(&mut self) -> &mut dyn mio::event::Source {
         match self {
             Sock::Tcp(s) => s,
             Sock::Unix(s) => s,
@@ -264,7 +267,7 @@ impl Sock {
 
     /// Connected (and, over TLS, the handshake done): `Ok(true)`; still
     /// connecting: `Ok(false)`.
-    fn connected(&mut self) -> io::Result<bool> {
+    pub(super) fn connected(&mut self) -> io::Result<bool> {
         let (err, peer) = match self {
             Sock::Tcp(s) => (s.take_error(), s.peer_addr().map(|_| ())),
             Sock::Unix(s) => (s.take_error(), s.peer_addr().map(|_| ())),
@@ -431,6 +434,13 @@ impl Upstreams {
     /// Hands `job` to its upstream's pool: an idle connection, a new one,
     /// the queue, or 503.
     fn place(&mut self, ctx: &mut Ctx<'_>, timers: &mut Timers, job: Job) {
+        if job.up.is_h2() {
+            let out = &mut super::h2up::Out {
+                answers: &mut self.answers,
+                interims: &mut self.interims,
+            };
+            return self.h2.place(ctx, timers, job, out);
+        }
         let pool = self
             .pools
             .entry(job.up.id)
@@ -573,6 +583,9 @@ impl Upstreams {
 
     /// A readiness event of connection `key`.
     pub(crate) fn on_event(&mut self, ctx: &mut Ctx<'_>, timers: &mut Timers, key: usize) {
+        if let Some(key) = super::h2up::key(key) {
+            return self.on_h2(ctx, timers, key, false);
+        }
         if self.conns.contains(key) {
             self.drive(ctx, timers, key);
         }
@@ -580,6 +593,9 @@ impl Upstreams {
 
     /// The client's channel has room again (or the client is gone).
     pub(crate) fn on_wake(&mut self, ctx: &mut Ctx<'_>, timers: &mut Timers, key: usize) {
+        if let Some(key) = super::h2up::key(key) {
+            return self.on_h2(ctx, timers, key, false);
+        }
         if self.conns.contains(key) {
             self.drive(ctx, timers, key);
         }
@@ -587,6 +603,9 @@ impl Upstreams {
 
     /// Connection `key`'s timer fired.
     pub(crate) fn on_timer(&mut self, ctx: &mut Ctx<'_>, timers: &mut Timers, key: usize) {
+        if let Some(key) = super::h2up::key(key) {
+            return self.on_h2(ctx, timers, key, true);
+        }
         let Some(c) = self.conns.get_mut(key) else { return };
         c.armed = None;
         match c.deadline {
@@ -620,9 +639,26 @@ impl Upstreams {
 
     /// Shutdown: idle connections close now; busy ones finish.
     pub(crate) fn close_idle(&mut self, ctx: &mut Ctx<'_>, timers: &mut Timers) {
+        let out = &mut super::h2up::Out {
+            answers: &mut self.answers,
+            interims: &mut self.interims,
+        };
+        self.h2.close_idle(ctx, timers, out);
         let idle: Vec<usize> = self.pools.values_mut().flat_map(|p| p.idle.drain(..)).collect();
         for key in idle {
             self.close(ctx, timers, key);
+        }
+    }
+
+    /// An event, a wake or the timer (`timer`) of HTTP/2 connection `key`.
+    fn on_h2(&mut self, ctx: &mut Ctx<'_>, timers: &mut Timers, key: usize, timer: bool) {
+        let out = &mut super::h2up::Out {
+            answers: &mut self.answers,
+            interims: &mut self.interims,
+        };
+        match timer {
+            true => self.h2.on_timer(ctx, timers, key, out),
+            false => self.h2.on_event(ctx, timers, key, out),
         }
     }
 

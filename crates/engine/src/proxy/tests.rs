@@ -79,6 +79,17 @@ fn upstream_urls_are_checked_at_start() {
     let plain = Upstream::parse("http://127.0.0.1").unwrap();
     assert!(!plain.is_tls() && plain.clone().insecure_skip_verify().is_err());
     assert_eq!(plain.tcp_ports(), [80]);
+    assert!(!plain.is_h2());
+    // h2c://: HTTP/2 by prior knowledge, in cleartext, port 80 unless given.
+    let h2c = Upstream::parse("h2c://127.0.0.1:50051").unwrap();
+    assert!(h2c.is_h2() && !h2c.is_tls());
+    assert_eq!(h2c.tcp_ports(), [50051]);
+    assert_eq!(Upstream::parse("h2c://127.0.0.1").unwrap().tcp_ports(), [80]);
+    assert!(Upstream::parse("h2c://").is_err());
+    // h2s://: HTTP/2 over TLS (ALPN h2), port 443 unless given.
+    let h2s = Upstream::parse("h2s://127.0.0.1").unwrap();
+    assert!(h2s.is_h2() && h2s.is_tls());
+    assert_eq!(h2s.tcp_ports(), [443]);
 }
 
 #[test]

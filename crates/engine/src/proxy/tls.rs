@@ -25,6 +25,9 @@ pub(crate) struct UpstreamTls {
     pub(crate) insecure: bool,
     /// A CA file in place of the system's roots.
     pub(crate) ca_file: Option<std::path::PathBuf>,
+    /// ALPN offers `h2` alone (an `h2s://` upstream, `h2up`), not
+    /// `http/1.1`.
+    pub(crate) h2: bool,
 }
 
 impl std::fmt::Debug for UpstreamTls {
@@ -66,12 +69,27 @@ impl UpstreamTls {
     /// Verified against the system's roots, as `host`.
     pub(crate) fn new(host: &str) -> Result<UpstreamTls, String> {
         let name = server_name(host)?;
-        let config = client_config(system_roots())?;
+        let config = client_config(system_roots(), false)?;
         Ok(UpstreamTls {
             config,
             name,
             insecure: false,
             ca_file: None,
+            h2: false,
+        })
+    }
+
+    /// As `new`, offering `h2` by ALPN instead of `http/1.1` (RFC 9113
+    /// §3.2): for an HTTP/2 upstream over TLS.
+    pub(crate) fn new_h2(host: &str) -> Result<UpstreamTls, String> {
+        let name = server_name(host)?;
+        let config = client_config(system_roots(), true)?;
+        Ok(UpstreamTls {
+            config,
+            name,
+            insecure: false,
+            ca_file: None,
+            h2: true,
         })
     }
 
@@ -86,10 +104,11 @@ impl UpstreamTls {
             return Err(format!("proxy CA {}: no certificate in it", path.display()));
         }
         Ok(UpstreamTls {
-            config: client_config(Arc::new(store))?,
+            config: client_config(Arc::new(store), self.h2)?,
             name: self.name.clone(),
             insecure: self.insecure,
             ca_file: Some(path.to_owned()),
+            h2: self.h2,
         })
     }
 
@@ -102,12 +121,13 @@ impl UpstreamTls {
             .dangerous()
             .with_custom_certificate_verifier(Arc::new(NoVerify(provider())))
             .with_no_client_auth();
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        config.alpn_protocols = vec![alpn(self.h2)];
         Ok(UpstreamTls {
             config: Arc::new(config),
             name: self.name.clone(),
             insecure: true,
             ca_file: self.ca_file.clone(),
+            h2: self.h2,
         })
     }
 
@@ -116,14 +136,22 @@ impl UpstreamTls {
     }
 }
 
-fn client_config(roots: Arc<RootCertStore>) -> Result<Arc<ClientConfig>, String> {
+fn client_config(roots: Arc<RootCertStore>, h2: bool) -> Result<Arc<ClientConfig>, String> {
     let mut config = ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?
         .with_root_certificates(roots)
         .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config.alpn_protocols = vec![alpn(h2)];
     Ok(Arc::new(config))
+}
+
+/// The one protocol offered by ALPN: `h2` or `http/1.1`.
+fn alpn(h2: bool) -> Vec<u8> {
+    match h2 {
+        true => b"h2".to_vec(),
+        false => b"http/1.1".to_vec(),
+    }
 }
 
 /// The name an upstream's certificate must hold: a DNS name (sent as SNI),
@@ -218,6 +246,12 @@ impl TlsStream {
 
     /// Drives the handshake: `Ok(true)` once it is done, `Ok(false)` while
     /// it waits for the socket.
+    /// The protocol the upstream agreed to by ALPN, once the handshake
+    /// is done.
+    pub(crate) fn alpn(&self) -> Option<&[u8]> {
+        self.tls.alpn_protocol()
+    }
+
     pub(crate) fn handshake(&mut self) -> io::Result<bool> {
         loop {
             self.flush_tls()?;

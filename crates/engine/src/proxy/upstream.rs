@@ -60,6 +60,8 @@ pub struct Upstream {
     pub(crate) buffer_bytes: usize,
     /// How an `https://` upstream's TLS is set up (`tls.rs`).
     pub(crate) tls: Option<UpstreamTls>,
+    /// An `h2c://` upstream: HTTP/2 by prior knowledge (`h2up`).
+    h2: bool,
     /// The body of the proxy's own 502, 503 and 504 (HTML), in place of
     /// the engine's plain text.
     error_page: Option<Arc<Vec<u8>>>,
@@ -126,8 +128,11 @@ impl Upstream {
     /// Bytes of an answer read ahead of the client (`proxy_buffer_bytes`).
     pub const BUFFER_BYTES: usize = 1024 * 1024;
 
-    /// `http://HOST[:PORT][/PATH]`, `https://HOST[:PORT][/PATH]` or
-    /// `unix:PATH`. A host name is resolved now (at start: never on an
+    /// `http://HOST[:PORT][/PATH]`, `https://HOST[:PORT][/PATH]`,
+    /// `h2c://HOST[:PORT][/PATH]` (cleartext HTTP/2 by prior knowledge,
+    /// RFC 9113 §3.3: a gRPC server's port), `h2s://HOST[:PORT][/PATH]`
+    /// (HTTP/2 over TLS, ALPN `h2`, port 443 unless given; verified as
+    /// `https://` is) or `unix:PATH`. A host name is resolved now (at start: never on an
     /// event loop). A path replaces the route's prefix, as nginx's
     /// `proxy_pass` with a URI does; without one the request's path goes
     /// unchanged. An `https://` upstream's certificate is verified against
@@ -138,6 +143,7 @@ impl Upstream {
     pub fn parse(url: &str) -> Result<Upstream, UpstreamError> {
         let err = |why: &str| UpstreamError(format!("upstream {url:?}: {why}"));
         let mut tls = None;
+        let h2 = url.starts_with("h2c://") || url.starts_with("h2s://");
         let (addr, authority, path) = if let Some(path) = url.strip_prefix("unix:") {
             if path.is_empty() {
                 return Err(err("a unix: upstream needs a socket path"));
@@ -147,6 +153,8 @@ impl Upstream {
             .strip_prefix("http://")
             .map(|r| (r, 80))
             .or_else(|| url.strip_prefix("https://").map(|r| (r, 443)))
+            .or_else(|| url.strip_prefix("h2c://").map(|r| (r, 80)))
+            .or_else(|| url.strip_prefix("h2s://").map(|r| (r, 443)))
         {
             let (authority, path) = match rest.find('/') {
                 Some(i) => (&rest[..i], Some(&rest[i..])),
@@ -157,7 +165,12 @@ impl Upstream {
             }
             let (host, port) = split_host_port(authority, default_port).ok_or_else(|| err("bad host or port"))?;
             if default_port == 443 {
-                tls = Some(UpstreamTls::new(host).map_err(|e| err(&e))?);
+                let made = if h2 {
+                    UpstreamTls::new_h2(host)
+                } else {
+                    UpstreamTls::new(host)
+                };
+                tls = Some(made.map_err(|e| err(&e))?);
             }
             if let Some(p) = path {
                 if p.contains(['?', '#']) || p.split('/').any(|s| s == "." || s == "..") {
@@ -167,7 +180,9 @@ impl Upstream {
             let addrs = Resolved::new(host, port).map_err(|e| err(&format!("cannot resolve {host}: {e}")))?;
             (Addr::Tcp(addrs), authority.to_owned(), path.map(str::to_owned))
         } else {
-            return Err(err("expected http[s]://HOST[:PORT][/PATH] or unix:PATH"));
+            return Err(err(
+                "expected http[s]://HOST[:PORT][/PATH], h2[cs]://HOST[:PORT][/PATH] or unix:PATH",
+            ));
         };
         Ok(Upstream {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
@@ -178,6 +193,7 @@ impl Upstream {
             prefix: "/".to_owned(),
             host_header: HostHeader::Preserve,
             tls,
+            h2,
             max_conns: Upstream::MAX_CONNS,
             queue_max: Upstream::QUEUE_MAX,
             idle_timeout: Upstream::IDLE_TIMEOUT,
@@ -312,6 +328,11 @@ impl Upstream {
                 .map_err(|e| UpstreamError(format!("upstream {:?}: {e}", self.url)))?,
         );
         Ok(self)
+    }
+
+    /// Whether the upstream speaks HTTP/2 (`h2c://`, `h2s://`).
+    pub fn is_h2(&self) -> bool {
+        self.h2
     }
 
     /// Whether the upstream is `https://`.
