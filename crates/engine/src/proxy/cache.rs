@@ -393,8 +393,16 @@ thread_local! {
     static RELEASED: RefCell<Vec<Job>> = const { RefCell::new(Vec::new()) };
     /// Requests that may get a stale answer if their upstream fails
     /// (`stale-if-error`), by their responder's key.
-    static RESCUES: RefCell<HashMap<(usize, u64), (Instant, Box<Ask>)>> = RefCell::new(HashMap::new());
+    static RESCUES: RefCell<Rescues> = RefCell::new(HashMap::new());
 }
+
+/// The Vary field names of an entry (lower case), each with the request's
+/// value (`None`: the request had none).
+type VaryValues = Box<[(Box<[u8]>, Option<Box<[u8]>>)]>;
+
+/// Requests that may be rescued, by their responder's key: since when,
+/// and what finding their entry needs.
+type Rescues = HashMap<(usize, u64), (Instant, Box<Ask>)>;
 
 /// Requests waiting for a rescue at most per worker: beyond, a failure
 /// is the upstream's error (never more held than this).
@@ -431,7 +439,7 @@ struct Lock {
 struct Entry {
     key: Box<[u8]>,
     /// The Vary field names (lower case) and the request's values.
-    vary: Box<[(Box<[u8]>, Option<Box<[u8]>>)]>,
+    vary: VaryValues,
     status: u16,
     /// The fields (a range of the buffer) and the body beside them.
     block: HeaderBlock,
@@ -1045,7 +1053,7 @@ pub(crate) struct Fill {
     status: u16,
     buf: Vec<u8>,
     lines: usize,
-    vary: Box<[(Box<[u8]>, Option<Box<[u8]>>)]>,
+    vary: VaryValues,
     fresh: control::Freshness,
     directives: control::Directives,
     received: Instant,
@@ -1179,7 +1187,7 @@ impl Fill {
     }
 
     /// The body is whole: stores the entry.
-    pub(crate) fn finish(mut self: Box<Self>) {
+    pub(crate) fn finish(mut self) {
         let buf = std::mem::take(&mut self.buf);
         let held = buf.len();
         let shared = self.ask.shared.clone();

@@ -1496,7 +1496,7 @@ impl UpConn {
                 };
                 if let (Some(mut f), crate::Body::Bytes(b)) = (fill.take(), &body) {
                     if f.push(b) {
-                        f.finish();
+                        (*f).finish();
                     }
                 }
                 self.answer = Some((job.responder, Response::prepared(status, block, body)));
@@ -1534,7 +1534,7 @@ impl UpConn {
             // An answer with trailer fields is not stored: a hit could
             // not give them.
             if section.as_ref().is_none_or(|s| s.is_empty()) {
-                fill.finish();
+                (*fill).finish();
             }
         }
         let Some(tx) = self.tx.take() else { return };

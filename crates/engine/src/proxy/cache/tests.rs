@@ -9,7 +9,7 @@ fn entry(key: &[u8], vary: &[(&str, Option<&str>)], body_len: usize) -> Entry {
     buf.resize(lines.len() + body_len, b'x');
     let whole: Arc<dyn AsRef<[u8]> + Send + Sync> = Arc::new(buf);
     let block = HeaderBlock::from_lines(SharedBytes::slice(whole, 0..lines.len()).unwrap()).unwrap();
-    let vary: Box<[(Box<[u8]>, Option<Box<[u8]>>)]> = vary
+    let vary: VaryValues = vary
         .iter()
         .map(|(n, v)| (n.as_bytes().into(), v.map(|v| v.as_bytes().into())))
         .collect();
