@@ -965,6 +965,9 @@ pub(crate) fn take_released(answers: &mut Vec<super::pool::Answer>) -> Vec<Job> 
                     ask.waited = false;
                     with_store(&shared, |s| bump(&s.counts.miss));
                 }
+                // The first request may have failed: this one's failure
+                // too may find a stale entry (`rescue` looks).
+                watch(job.responder.key(), ask);
                 sent.push(job);
             }
         }
