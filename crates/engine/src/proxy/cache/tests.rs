@@ -8,7 +8,9 @@ fn entry(key: &[u8], vary: &[(&str, Option<&str>)], body_len: usize) -> Entry {
     let mut buf = lines.clone();
     buf.resize(lines.len() + body_len, b'x');
     let whole: Arc<dyn AsRef<[u8]> + Send + Sync> = Arc::new(buf);
-    let block = HeaderBlock::from_lines(SharedBytes::slice(whole, 0..lines.len()).unwrap()).unwrap();
+    let body = SharedBytes::slice(whole.clone(), lines.len()..lines.len() + body_len).unwrap();
+    let lines_len = lines.len();
+    let lines = SharedBytes::slice(whole, 0..lines_len).unwrap();
     let vary: VaryValues = vary
         .iter()
         .map(|(n, v)| (n.as_bytes().into(), v.map(|v| v.as_bytes().into())))
@@ -17,15 +19,16 @@ fn entry(key: &[u8], vary: &[(&str, Option<&str>)], body_len: usize) -> Entry {
         key: key.into(),
         vary,
         status: 200,
-        block,
-        body: lines.len()..lines.len() + body_len,
+        lines,
+        body,
+        aged: None,
         stored: Instant::now(),
         initial_age: 0,
         lifetime: 60,
         stale_while_revalidate: 0,
         stale_if_error: 0,
         public: false,
-        cost: lines.len() + body_len + key.len() + ENTRY_OVERHEAD,
+        cost: lines_len + body_len + key.len() + ENTRY_OVERHEAD,
         newer: None,
         older: None,
     }
@@ -76,7 +79,7 @@ fn variants_are_matched_by_their_vary_values_and_replaced_in_place() {
         s.insert(entry(b"ha\nG/", &[("accept-language", Some("de"))], 11));
         s.insert(entry(b"ha\nG/", &[("accept-language", None)], 12));
         let lang = |v: Option<&'static str>| move |_: &[u8]| v.map(|v| v.as_bytes().to_vec());
-        let len = |s: &Store, slot: usize| s.entries[slot].body.len();
+        let len = |s: &Store, slot: usize| s.entries[slot].body.as_slice().len();
         assert_eq!(s.find(b"ha\nG/", lang(Some("en"))).map(|e| len(s, e)), Some(10));
         assert_eq!(s.find(b"ha\nG/", lang(Some("de"))).map(|e| len(s, e)), Some(11));
         assert_eq!(s.find(b"ha\nG/", lang(None)).map(|e| len(s, e)), Some(12));
