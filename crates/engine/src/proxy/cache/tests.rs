@@ -267,3 +267,17 @@ fn an_entry_keeps_the_requests_values_of_the_fields_vary_names() {
         ]
     );
 }
+
+#[test]
+fn eight_bytes_at_a_time_lower_case_as_the_byte_loop_does() {
+    let all: Vec<u8> = (0..=255u8)
+        .chain(b"Example.COM:8080[::1]Zz@[`{".iter().copied())
+        .collect();
+    for start in 0..9 {
+        let mut fast = all[start..].to_vec();
+        let mut slow = fast.clone();
+        lower_ascii(&mut fast);
+        slow.make_ascii_lowercase();
+        assert_eq!(fast, slow, "from {start}");
+    }
+}
