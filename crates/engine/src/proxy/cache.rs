@@ -30,9 +30,10 @@
 //! a request gets an entry only when its values are the same (white
 //! space around commas aside; none at all in the `Accept*` fields).
 //!
-//! A hit is a pre-built answer: the stored fields and body in one buffer
-//! (`Response::prepared_beside`, one reference count), `Age` (§5.1) added,
-//! `Date` written by the engine as for any answer. A HEAD is answered from
+//! A hit is a pre-built answer: the stored fields with `Age` (§5.1; made
+//! again when the age changes, at most once a second per entry) and the
+//! body, a shared range of the entry's buffer: no allocation. `Date` is
+//! written by the engine as for any answer. A HEAD is answered from
 //! its GET's entry. A request with `Authorization` or `Cookie` is answered
 //! only from a `public` entry. The client's own `Cache-Control` (`no-cache`,
 //! `max-age=0`) is ignored, as nginx ignores it: otherwise any client
