@@ -14,7 +14,12 @@
 # archive-c50 archive-pipe16 f17-c50 f17-h3; and, when named (it needs gcc
 # and is not in the default gate), proxy-c50: `serve EMPTY --proxy` in
 # front of bench/limit/limit.c (the upstream, outside callgrind), so the
-# count is the proxy's own work per request (issue 26's relay cost).
+# count is the proxy's own work per request (issue 26's relay cost);
+# and proxy-cache-hit: the same with `--proxy-cache 64M` in front of
+# limit.c answering the bundled site's index.html (the bytes archive-c50
+# serves, uncompressed) with `Cache-Control: max-age=86400`: after the
+# warm-up every request is a hit, so the count is the cache's hit path,
+# to compare with archive-c50 in the same run (issue 32).
 # Example, base against new:
 #   bench/instructions.sh /tmp/base/peregrine target/release/peregrine
 # ACCESS_LOG=FORMAT (combined, json, or a template) runs every server with
@@ -34,7 +39,8 @@ for tool in valgrind callgrind_control h2load; do
 done
 work=$(mktemp -d)
 UP_PID=""
-trap 'if [ -n "$UP_PID" ]; then kill "$UP_PID" 2>/dev/null || true; fi; rm -rf "$work"' EXIT
+CACHE_UP_PID=""
+trap 'for p in $UP_PID $CACHE_UP_PID; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"' EXIT
 # The fixture: a 17-byte file, the bundled site packed (by the first build),
 # a certificate for h3.
 mkdir -p "$work/tree"
@@ -95,6 +101,9 @@ s_f17_c50() { measure "$1" c50 "$N" /17.txt serve "$work/tree"; }
 s_proxy_c50() {
   measure "$1" c50 "$N" / serve "$work/empty" --proxy "/=http://127.0.0.1:$UP_PORT"
 }
+s_proxy_cache_hit() {
+  measure "$1" c50 "$N" / serve "$work/empty" --proxy "/=http://127.0.0.1:$CACHE_UP_PORT" --proxy-cache 64M
+}
 s_f17_h3() {
   measure "$1" h3 "$N_H3" /17.txt serve "$work/tree" --tls-cert "$work/cert.pem" --tls-key "$work/key.pem"
 }
@@ -106,6 +115,23 @@ if [[ " $SCENARIOS " == *" proxy-c50 "* ]]; then
   UP_PORT=$((20000 + RANDOM % 20000))
   "$work/limit" "$UP_PORT" >/dev/null 2>&1 &
   UP_PID=$!
+  mkdir -p "$work/empty"
+  sleep 0.3
+fi
+
+# proxy-cache-hit's upstream: limit.c with a cacheable answer (no Date:
+# its age starts at 0 when it is stored).
+if [[ " $SCENARIOS " == *" proxy-cache-hit "* ]]; then
+  [ -x "$work/limit" ] || gcc -O2 -o "$work/limit" "$here/limit/limit.c"
+  body="$here/../site/index.html"
+  {
+    printf 'HTTP/1.1 200 OK\r\nContent-Type: text/html; charset=utf-8\r\n'
+    printf 'Cache-Control: max-age=86400\r\nContent-Length: %d\r\n\r\n' "$(stat -c %s "$body")"
+    cat "$body"
+  } > "$work/cacheable.http"
+  CACHE_UP_PORT=$((20000 + RANDOM % 20000))
+  "$work/limit" "$CACHE_UP_PORT" --response "$work/cacheable.http" >/dev/null 2>&1 &
+  CACHE_UP_PID=$!
   mkdir -p "$work/empty"
   sleep 0.3
 fi

@@ -33,7 +33,7 @@ use anyhow::Context;
 
 use std::time::Duration;
 
-use peregrine::proxy::{ActiveCheck, Policy, Proxy, Upstream};
+use peregrine::proxy::{ActiveCheck, Cache, Policy, Proxy, Upstream};
 use peregrine::{BodyUse, Handler, Reply, Request};
 
 /// Checks a `--proxy` value: `PREFIX=URL`, the prefix a path, the URL one
@@ -66,8 +66,14 @@ pub(crate) type Prefix = (String, Proxy, bool);
 /// health at the engine's defaults; a configuration file's route says
 /// more); with both flags it is refused: whether files come first would
 /// be a guess. `https://` upstreams are verified against `ca`
-/// (`--proxy-ca`, read now) when given.
-pub(crate) fn upstreams(flags: &[String], files_first: &[String], ca: Option<&Path>) -> anyhow::Result<Vec<Prefix>> {
+/// (`--proxy-ca`, read now) when given. With `cache` (`--proxy-cache`,
+/// bytes per worker), each prefix keeps its answers in a cache of its own.
+pub(crate) fn upstreams(
+    flags: &[String],
+    files_first: &[String],
+    ca: Option<&Path>,
+    cache: Option<u64>,
+) -> anyhow::Result<Vec<Prefix>> {
     let mut groups: Vec<(String, Vec<Upstream>, bool)> = Vec::with_capacity(flags.len() + files_first.len());
     let given = flags
         .iter()
@@ -92,7 +98,10 @@ pub(crate) fn upstreams(flags: &[String], files_first: &[String], ca: Option<&Pa
     }
     let mut routes: Vec<Prefix> = Vec::with_capacity(groups.len());
     for (prefix, ups, first) in groups {
-        let proxy = Proxy::balanced(ups, Policy::RoundRobin).with_context(|| format!("--proxy {prefix}"))?;
+        let mut proxy = Proxy::balanced(ups, Policy::RoundRobin).with_context(|| format!("--proxy {prefix}"))?;
+        if let Some(bytes) = cache {
+            proxy = proxy.cache(Cache::new(usize::try_from(bytes).unwrap_or(usize::MAX)));
+        }
         routes.push((prefix, proxy, first));
     }
     // Longest first: the most specific prefix wins.
@@ -120,12 +129,14 @@ pub(crate) fn route_upstreams(p: &crate::sites::Proxy) -> anyhow::Result<Vec<Ups
 
 /// A `[[site.route]]`'s proxy: its upstreams under `prefix`, their
 /// error page, and its `balance` table (each setting the engine's
-/// default when not given).
+/// default when not given); a cache of its own of `cache` bytes per
+/// worker (`--proxy-cache`) when given.
 pub(crate) fn route_proxy(
     p: &crate::sites::Proxy,
     ups: Vec<Upstream>,
     prefix: &str,
     page: Option<Vec<u8>>,
+    cache: Option<u64>,
 ) -> anyhow::Result<Proxy> {
     let ups = ups
         .into_iter()
@@ -157,6 +168,9 @@ pub(crate) fn route_proxy(
     }
     if let Some(e) = &p.encode {
         proxy = proxy.encode(e.clone());
+    }
+    if let Some(bytes) = p.cache.or(cache) {
+        proxy = proxy.cache(Cache::new(usize::try_from(bytes).unwrap_or(usize::MAX)));
     }
     Ok(proxy)
 }

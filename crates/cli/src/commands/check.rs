@@ -45,10 +45,11 @@ pub(crate) fn check_config(cli: &Cli, argv: &[OsString]) -> anyhow::Result<()> {
         proxy,
         proxy_files_first,
         proxy_ca,
+        proxy_cache,
         ..
     } = &cli.command
     {
-        crate::proxy::upstreams(proxy, proxy_files_first, proxy_ca.as_deref())?;
+        crate::proxy::upstreams(proxy, proxy_files_first, proxy_ca.as_deref(), *proxy_cache)?;
     }
     match &cli.command {
         Command::Hello { server } => check_server(server)?,

@@ -5,7 +5,7 @@
 //! arguments apart from the high-level ones.
 
 mod files;
-mod numbers;
+pub(crate) mod numbers;
 mod resolve;
 mod server;
 
@@ -101,6 +101,21 @@ pub(crate) enum Command {
         /// `proxy-ca = "PATH"` for its own. Default: the system's roots.
         #[arg(long = "proxy-ca", value_name = "PATH")]
         proxy_ca: Option<std::path::PathBuf>,
+        /// Keeps the answers of proxy routes (--proxy, --proxy-files-first
+        /// and [[site.route]]'s `proxy`), each route in its own cache,
+        /// that say they may be kept (RFC 9111: `max-age`, `s-maxage` or
+        /// `Expires`; never `private`, `no-store`, `no-cache`, `Vary: *` or
+        /// a `Set-Cookie` answer), up to SIZE per worker (`64M`, `1G`,
+        /// `512K`, or bytes), the least recently used going first, and
+        /// answers GETs and HEADs from them without asking the upstream
+        /// (nginx's `proxy_cache`). Honours `Vary`, `stale-while-revalidate`
+        /// and `stale-if-error`; a request with Authorization or Cookie is
+        /// answered only from a `public` answer; concurrent misses of one
+        /// key wait for the first. Bodies up to 1 MiB (or SIZE/8) are kept.
+        /// Purged by `POST /purge[?host=H&path=PREFIX]` on the --metrics
+        /// listener, and emptied at a reload. Default: none (no cache).
+        #[arg(long = "proxy-cache", value_name = "SIZE", value_parser = numbers::size_within(64 * 1024..=1 << 40))]
+        proxy_cache: Option<u64>,
         /// Origins `_redirects` proxy rules may send requests to (Netlify's
         /// rules with status 200 to a URL: `/api/* https://api.example.com/:splat
         /// 200`): `http[s]://HOST[:PORT]`; repeatable; for every site. A rule

@@ -35,6 +35,33 @@ where
     }
 }
 
+/// A value parser for a size in bytes that must lie in `range`: a whole
+/// number, or one with `K`, `M` or `G` after it (KiB, MiB, GiB, as
+/// nginx's sizes read: `64M`).
+pub(crate) fn size_within(
+    range: RangeInclusive<u64>,
+) -> impl Fn(&str) -> Result<u64, String> + Clone + Send + Sync + 'static {
+    move |s: &str| {
+        let (digits, unit) = match s.as_bytes().last() {
+            Some(b'k' | b'K') => (&s[..s.len() - 1], 1u64 << 10),
+            Some(b'm' | b'M') => (&s[..s.len() - 1], 1 << 20),
+            Some(b'g' | b'G') => (&s[..s.len() - 1], 1 << 30),
+            _ => (s, 1),
+        };
+        let n: u64 = digits
+            .parse()
+            .map_err(|_| format!("{s:?} is not a size: bytes, or a number and K, M or G (64M)"))?;
+        match n.checked_mul(unit) {
+            Some(v) if range.contains(&v) => Ok(v),
+            _ => Err(format!(
+                "{s} is out of range: from {} to {} bytes",
+                range.start(),
+                range.end()
+            )),
+        }
+    }
+}
+
 /// A value parser for seconds (fractions allowed) that must lie in `range`.
 pub(crate) fn seconds_within(
     range: RangeInclusive<Duration>,

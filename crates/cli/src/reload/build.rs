@@ -99,6 +99,15 @@ pub(super) fn build(
     adopt_metrics_server(process, args.metrics, metrics_server);
     if let Some(m) = &metrics {
         archive_gauges(m, &archives);
+        if matches!(
+            command,
+            Command::Serve {
+                proxy_cache: Some(_),
+                ..
+            }
+        ) {
+            peregrine::proxy::cache::publish_all(m);
+        }
     }
     for a in archives.iter().filter(|a| a.kept) {
         a.server.reload();
@@ -458,6 +467,7 @@ fn start(
         proxy,
         proxy_files_first,
         proxy_ca,
+        proxy_cache,
         ..
     } = command
     else {
@@ -468,7 +478,7 @@ fn start(
     // Credentials are checked by this generation's verifier (its threads
     // start with the first check, and end with the generation).
     let verifier = Verifier::new();
-    let proxies = crate::proxy::upstreams(proxy, proxy_files_first, proxy_ca.as_deref())?;
+    let proxies = crate::proxy::upstreams(proxy, proxy_files_first, proxy_ca.as_deref(), *proxy_cache)?;
     // Under a files-first prefix a path no file answers goes upstream; a
     // fallback would answer it first, and the upstream never (GET).
     let fallbacks: Vec<&str> = if sites.is_empty() {
@@ -491,7 +501,7 @@ fn start(
     let srv = srv.websockets(proxied);
     if !sites.is_empty() {
         let access_log = command.server_args().access_log.as_deref();
-        let built = super::sites::build(sites, access_log, previous, &verifier, &proxies)?;
+        let built = super::sites::build(sites, access_log, previous, &verifier, &proxies, *proxy_cache)?;
         let running = srv.start_sites(built.sites)?;
         return Ok((running, built.archives, built.notes));
     }
@@ -758,13 +768,39 @@ fn serve_metrics(addr: SocketAddr, metrics: Arc<Metrics>, inherited: Option<List
         })
         .get("/livez", crate::health::livez)
         .get("/readyz", crate::health::readyz)
-        .get("/healthz", crate::health::livez);
+        .get("/healthz", crate::health::livez)
+        .post("/purge", purge);
     let srv = match inherited {
         Some(listening) => Server::new().listener(listening),
         None => Server::new().bind(addr),
     };
     let running = srv.workers(1).start(app).with_context(|| format!("--metrics {addr}"))?;
     Ok(running)
+}
+
+/// `POST /purge[?host=H&path=PREFIX]` on the metrics listener: empties
+/// the `--proxy-cache` caches (each worker at its next lookup), or only
+/// the entries of host H whose path begins with PREFIX. An admin path,
+/// as the listener is (`/metrics` tells what the server serves).
+fn purge(req: &Request<'_>) -> Response {
+    let (mut host, mut path) = (None, None);
+    for pair in req.query().unwrap_or("").split('&') {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let value = String::from_utf8_lossy(&peregrine::percent_decode(value.as_bytes())).into_owned();
+        match name {
+            "host" => host = Some(value),
+            "path" => path = Some(value),
+            "" => {}
+            _ => return Response::error(400).with_body(format!("purge: unknown parameter {name:?} (host, path)\n")),
+        }
+    }
+    let n = peregrine::proxy::cache::purge_all(host.as_deref(), path.as_deref());
+    log::info(format_args!(
+        "purge: {n} caches (host {}, path {})",
+        host.as_deref().unwrap_or("any"),
+        path.as_deref().unwrap_or("any")
+    ));
+    Response::text(format!("purged {n} caches\n")).with_header("Cache-Control", "no-store")
 }
 
 #[cfg(test)]

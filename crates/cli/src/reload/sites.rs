@@ -47,6 +47,7 @@ pub(super) fn build(
     previous: &[ServedArchive],
     verifier: &Arc<Verifier>,
     proxies: &[crate::proxy::Prefix],
+    cache: Option<u64>,
 ) -> anyhow::Result<Built> {
     let mut archives: Vec<ServedArchive> = Vec::new();
     let mut sites = Vec::with_capacity(specs.len());
@@ -183,7 +184,7 @@ pub(super) fn build(
                         })?),
                         None => files_page.or_else(|| site_page.clone()),
                     };
-                    let proxy = crate::proxy::route_proxy(p, ups, &prefix, page)
+                    let proxy = crate::proxy::route_proxy(p, ups, &prefix, page, cache)
                         .with_context(|| format!("site {label}, route {}", route.path))?;
                     match files {
                         Some(files) => Arc::new(crate::proxy::FilesFirst { files, proxy }),

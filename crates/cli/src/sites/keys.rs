@@ -98,6 +98,7 @@ pub(crate) const ROUTE_KEYS: &[&str] = &[
     "forward-auth",
     "balance",
     "encode",
+    "cache",
 ];
 
 /// The keys of a proxy route's `encode` table.

@@ -189,6 +189,9 @@ pub(crate) struct Proxy {
     /// answers compressed on the fly (`peregrine::proxy::Encode`); off
     /// unless given, as Caddy's `encode` and nginx's `gzip`.
     pub(crate) encode: Option<peregrine::proxy::Encode>,
+    /// `cache = "64M"`: a response cache of this many bytes per worker
+    /// (`peregrine::proxy::Cache`), in place of `--proxy-cache`'s size.
+    pub(crate) cache: Option<u64>,
 }
 
 /// A proxy route's `balance` table (`peregrine::proxy::Proxy::balanced`):

@@ -651,6 +651,7 @@ impl FileSites<'_> {
         let mut more_upstreams: Vec<String> = Vec::new();
         let mut balance: Option<(Balance, usize)> = None;
         let mut encode: Option<(Option<peregrine::proxy::Encode>, usize)> = None;
+        let mut cache: Option<(u64, usize)> = None;
         let mut files_first: Option<(bool, usize)> = None;
         let mut error_page: Option<(PathBuf, usize)> = None;
         let mut proxy_ca: Option<(PathBuf, usize)> = None;
@@ -748,6 +749,14 @@ impl FileSites<'_> {
                 }
                 "balance" => balance = self.balance(v, errors).map(|b| (b, line)),
                 "encode" => encode = self.encode(v, errors).map(|e| (e, line)),
+                "cache" => {
+                    if let Some(s) = string(errors) {
+                        match crate::flags::numbers::size_within(64 * 1024..=1 << 40)(&s) {
+                            Ok(n) => cache = Some((n, line)),
+                            Err(e) => errors.push(self.error(line, key, e)),
+                        }
+                    }
+                }
                 "files-first" => match v.get_ref() {
                     DeValue::Boolean(b) => files_first = Some((*b, line)),
                     other => errors.push(self.error(
@@ -866,6 +875,7 @@ impl FileSites<'_> {
                 ("insecure-skip-verify", skip_verify.map(|e| e.1)),
                 ("balance", balance.as_ref().map(|b| b.1)),
                 ("encode", encode.as_ref().map(|e| e.1)),
+                ("cache", cache.map(|c| c.1)),
             ] {
                 if let Some(line) = line {
                     errors.push(self.error(
@@ -1055,8 +1065,12 @@ impl FileSites<'_> {
                     shown.push(Shown::new("encode", encode_text(e.as_ref()), self.origin(line)));
                     e
                 });
+                if let Some((n, line)) = cache {
+                    shown.push(Shown::new("cache", format!("\"{n}\""), self.origin(line)));
+                }
                 HandlerSpec::Proxy(Proxy {
                     encode,
+                    cache: cache.map(|c| c.0),
                     url,
                     more: more_upstreams,
                     balance: balance.map(|b| b.0).unwrap_or_default(),

@@ -215,6 +215,7 @@ impl ForwardAuth {
             choice: None,
             encode: None,
             trailers: false,
+            cache: None,
         });
         Reply::Later
     }

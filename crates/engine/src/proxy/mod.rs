@@ -50,6 +50,7 @@
 
 mod auth;
 mod balance;
+pub mod cache;
 mod encode;
 mod guard;
 pub(crate) mod h2up;
@@ -62,6 +63,7 @@ mod upstream;
 
 pub use auth::{Decide, Finish, ForwardAuth, Held};
 pub use balance::Policy;
+pub use cache::{Cache, CacheStats};
 pub use encode::{Encode, ENCODER_BYTES_MAX, STREAMS_MAX as ENCODE_STREAMS_MAX};
 pub use guard::{is_metadata, special as special_address, AddressGuard};
 pub(crate) use health::start as start_checking;
@@ -111,6 +113,8 @@ pub struct Proxy {
     balance: Option<Arc<balance::Balance>>,
     /// Answers compressed on the fly (`encode.rs`); `None`: never.
     encode: Option<Arc<Encode>>,
+    /// Answers kept and given again (`cache.rs`); `None`: never.
+    cache: Option<Cache>,
 }
 
 /// One request for an upstream, as the handler left it for the worker: the
@@ -154,6 +158,8 @@ pub(crate) struct Job {
     /// after `TE: trailers`): the upstream was told so, and its chunked
     /// answer's trailers are relayed (`Trailers::relayed`).
     pub(crate) trailers: bool,
+    /// A cache miss (`cache.rs`): what storing the answer needs.
+    pub(crate) cache: Option<Box<cache::Ask>>,
 }
 
 /// A request body up to this long is read whole before the upstream is
@@ -171,6 +177,7 @@ impl Proxy {
             up: Arc::new(upstream),
             balance: None,
             encode: None,
+            cache: None,
         }
     }
 
@@ -186,12 +193,14 @@ impl Proxy {
                 up: b.members[0].clone(),
                 balance: None,
                 encode: None,
+                cache: None,
             });
         }
         Ok(Proxy {
             up: b.members[0].clone(),
             balance: Some(Arc::new(b)),
             encode: None,
+            cache: None,
         })
     }
 
@@ -236,6 +245,7 @@ impl Proxy {
             up,
             balance,
             encode: self.encode.clone(),
+            cache: self.cache.clone(),
         }
     }
 
@@ -245,6 +255,19 @@ impl Proxy {
     pub fn encode(mut self, encode: Encode) -> Proxy {
         self.encode = Some(Arc::new(encode));
         self
+    }
+
+    /// Keeps answers that say they may be kept, and gives them again
+    /// without asking the upstream (`cache.rs` says which and for how
+    /// long; nginx's `proxy_cache`). Off unless given.
+    pub fn cache(mut self, cache: Cache) -> Proxy {
+        self.cache = Some(cache);
+        self
+    }
+
+    /// The route's cache, if it has one.
+    pub fn cached(&self) -> Option<&Cache> {
+        self.cache.as_ref()
     }
 
     /// The compression settings, if the route compresses.
@@ -430,6 +453,18 @@ impl Proxy {
             return self.call_tunnel(req, outbox, offer);
         }
         let reader = req.body_reader();
+        // The cache (`cache.rs`): a hit is answered here, without the
+        // pool; a miss goes on with what storing its answer needs, or
+        // waits behind the same key's first miss.
+        let (mut ask, mut rescue, mut wait) = (None, false, false);
+        if let (Some(c), None, true) = (&self.cache, &reader, req.body().is_empty()) {
+            match cache::lookup(c, req, target) {
+                cache::Lookup::Pass => {}
+                cache::Lookup::Hit(answer) => return answer.into(),
+                cache::Lookup::Miss { ask: a, rescue: r } => (ask, rescue) = (Some(a), r),
+                cache::Lookup::Wait(a) => (ask, wait) = (Some(a), true),
+            }
+        }
         // RFC 9110 §10.1.1: a proxy forwards a 100-continue expectation
         // with the head, and the upstream's 100 (or its early answer) is
         // what the client gets. The body then streams (`body_use`): it is
@@ -454,7 +489,10 @@ impl Proxy {
                     ask_trailers(&mut bytes, req.body().len());
                 }
                 let responder = req.defer();
-                outbox.borrow_mut().push(Job {
+                if let (true, Some(ask)) = (rescue, &ask) {
+                    cache::watch(responder.key(), ask);
+                }
+                let job = Job {
                     up: self.up.clone(),
                     bytes,
                     head_method: req.method() == "HEAD",
@@ -473,7 +511,12 @@ impl Proxy {
                         .as_deref()
                         .map(|e| encode::plan(e, req.header_bytes("accept-encoding"))),
                     trailers,
-                });
+                    cache: ask,
+                };
+                match wait {
+                    true => cache::park(job),
+                    false => outbox.borrow_mut().push(job),
+                }
                 Reply::Later
             }
             Err(status) => Response::error(status).into(),
@@ -505,6 +548,7 @@ impl Proxy {
                     choice: self.choice(req),
                     encode: None,
                     trailers: false,
+                    cache: None,
                 });
                 Reply::Later
             }

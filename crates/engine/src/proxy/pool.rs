@@ -170,6 +170,8 @@ struct UpConn {
     figures: UpstreamLog,
     /// Why the answer, already relayed, was cut short (for the metrics).
     broke: Option<UpstreamFailure>,
+    /// The answer being read into the cache (`cache.rs`), until its end.
+    fill: Option<Box<super::cache::Fill>>,
     /// Interim answers read by the last step, for `Upstreams::interims`,
     /// and how many this request has had relayed.
     interims: Vec<Interim>,
@@ -319,14 +321,18 @@ impl Upstreams {
     /// The answers made since the last call, each with its responder.
     /// (Forward-auth subrequests' answers are decided on the way.)
     pub(crate) fn take_answers(&mut self) -> Vec<Answer> {
-        self.checks.sort(std::mem::take(&mut self.answers))
+        super::cache::rescue(self.checks.sort(std::mem::take(&mut self.answers)))
     }
 
     /// Whether answers wait for `take_answers` (or tunnels for
     /// `take_handoffs`, or requests a forward-auth check let through for
     /// `submit_all`).
     pub(crate) fn has_answers(&self) -> bool {
-        !self.answers.is_empty() || !self.interims.is_empty() || !self.handoffs.is_empty() || self.checks.has_granted()
+        !self.answers.is_empty()
+            || !self.interims.is_empty()
+            || !self.handoffs.is_empty()
+            || self.checks.has_granted()
+            || super::cache::has_released()
     }
 
     /// The interim answers read since the last call, to be relayed
@@ -349,6 +355,8 @@ impl Upstreams {
     pub(crate) fn submit_all(&mut self, ctx: &mut Ctx<'_>, timers: &mut Timers) {
         let mut jobs = std::mem::take(&mut *ctx.outbox.borrow_mut());
         jobs.extend(self.checks.take_granted());
+        // Requests that waited for another's answer to their key (`cache.rs`).
+        jobs.extend(super::cache::take_released(&mut self.answers));
         self.checks.count(ctx.metrics);
         for job in jobs {
             let job = self.checks.admit(job);
@@ -534,6 +542,7 @@ impl Upstreams {
             decoder: None,
             pending: None,
             encoder: None,
+            fill: None,
             answer: None,
             deadline: None,
             armed: None,
@@ -923,6 +932,7 @@ impl UpConn {
         self.decoder = None;
         self.pending = None;
         self.encoder = None;
+        self.fill = None;
         self.job = Some(job);
     }
 
@@ -1234,6 +1244,7 @@ impl UpConn {
             }
             if !step.data.is_empty() {
                 let chunk = self.buf[at + step.data.start..at + step.data.end].to_vec();
+                super::cache::tee(&mut self.fill, &chunk);
                 if let Some(tx) = &self.tx {
                     match tx.try_send_or_wake(chunk, ctx.mailbox, Source::Upstream(key).token()) {
                         Ok(()) => {}
@@ -1319,6 +1330,7 @@ impl UpConn {
             // Its end is in `out`: the compressor's place is free.
             self.encoder = None;
         }
+        super::cache::tee(&mut self.fill, &out);
         if let (false, Some(tx)) = (out.is_empty(), &self.tx) {
             // The channel counts lengths: what was reserved for the worst
             // case (the input's length) would be held beside them, 4 times
@@ -1426,6 +1438,18 @@ impl UpConn {
                 Ok(b) => b,
                 Err(why) => return Err(bad(why)),
             };
+            // Stored as the client gets it (compressed or not: the
+            // `Vary: Accept-Encoding` keeps the two apart), when it may be.
+            let mut fill = self.job.as_mut().and_then(|j| j.cache.take()).and_then(|ask| {
+                let length = match head.framing {
+                    ResponseFraming::Empty => Some(0),
+                    ResponseFraming::Length(n) if encoder.is_none() => Some(n),
+                    ResponseFraming::Length(_) | ResponseFraming::Chunked => None,
+                    // Ends at the close: not stored.
+                    _ => return None,
+                };
+                super::cache::Fill::start(ask, &head, &block, length).map(Box::new)
+            });
             // An answer to HEAD keeps the length a GET would have had
             // (RFC 9110 §9.3.2; the parser checked that its values agree).
             let head_length = if self.head_method {
@@ -1506,6 +1530,11 @@ impl UpConn {
                         None => self.buf.drain(..n).collect::<Vec<u8>>().into(),
                     },
                 };
+                if let (Some(mut f), crate::Body::Bytes(b)) = (fill.take(), &body) {
+                    if f.push(b) {
+                        (*f).finish();
+                    }
+                }
                 self.answer = Some((job.responder, Response::prepared(status, block, body)));
                 let reusable = self.keep_alive && self.buf.is_empty();
                 return Err(if reusable { Outcome::Reusable } else { Outcome::Close });
@@ -1522,6 +1551,7 @@ impl UpConn {
             };
             let (body, tx) = body::channel_held(capacity, length, ctx.pool.read_ahead.clone());
             self.encoder = encoder;
+            self.fill = fill;
             self.answer = Some((job.responder, Response::prepared(status, block, body)));
             self.tx = Some(tx);
             self.decoder = ResponseBodyDecoder::new(framing, u64::MAX);
@@ -1536,6 +1566,13 @@ impl UpConn {
     fn end_body(&mut self) {
         let section = self.decoder.as_mut().and_then(ResponseBodyDecoder::take_trailers);
         self.decoder = None;
+        if let Some(fill) = self.fill.take() {
+            // An answer with trailer fields is not stored: a hit could
+            // not give them.
+            if section.as_ref().is_none_or(|s| s.is_empty()) {
+                (*fill).finish();
+            }
+        }
         let Some(tx) = self.tx.take() else { return };
         match (section, self.trailers.take()) {
             (Some(section), Some(named)) => {

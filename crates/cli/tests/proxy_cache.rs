@@ -1,0 +1,441 @@
+//! The proxy's response cache (`--proxy-cache`, `peregrine::proxy::cache`)
+//! in front of a Python backend that counts the requests it gets: a
+//! second GET does not reach it, `Vary` keeps clients' variants apart,
+//! `private`, `no-store`, `Set-Cookie` and credentials are not served
+//! from the cache, a stale answer stands in for a dead backend only with
+//! `stale-if-error`, 50 concurrent misses make one request, the size
+//! bound evicts the least recently used, a purge empties it, and an
+//! HTTP/2 client gets hits too.
+//!
+//! The backend is Python's `http.server` (the standard library only);
+//! without `python3` on the PATH these tests say so and pass nothing.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::Command;
+use std::time::Duration;
+
+use common::{Scratch, PATIENCE};
+use test_support::process::Process;
+
+/// Answers by path (the query is part of what it counts); `/count?PATH`
+/// says how many requests PATH got.
+const BACKEND: &str = r#"
+import sys, threading, time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+COUNTS = {}
+LOCK = threading.Lock()
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self):
+        path = self.path
+        if path.startswith("/count?"):
+            with LOCK:
+                n = COUNTS.get(path[len("/count?"):], 0)
+            return self.answer(200, [("Cache-Control", "no-store")], str(n).encode())
+        with LOCK:
+            COUNTS[path] = COUNTS.get(path, 0) + 1
+            n = COUNTS[path]
+        lang = self.headers.get("Accept-Language", "-")
+        body = ("n=%d" % n).encode()
+        fields = [("Cache-Control", "max-age=60")]
+        dated = True
+        if path.startswith("/api/vary"):
+            fields.append(("Vary", "Accept-Language"))
+            body = ("lang=%s n=%d" % (lang, n)).encode()
+        elif path.startswith("/api/private"):
+            fields = [("Cache-Control", "private, max-age=60")]
+        elif path.startswith("/api/nostore"):
+            fields = [("Cache-Control", "no-store, max-age=60")]
+        elif path.startswith("/api/cookie"):
+            fields.append(("Set-Cookie", "session=%d" % n))
+        elif path.startswith("/api/public"):
+            fields = [("Cache-Control", "public, max-age=60")]
+        elif path.startswith("/api/sie"):
+            # No Date: its age starts at 0 here, stale after a second.
+            fields = [("Cache-Control", "max-age=1, stale-if-error=600")]
+            dated = False
+        elif path.startswith("/api/nosie"):
+            fields = [("Cache-Control", "max-age=1")]
+            dated = False
+        elif path.startswith("/api/swr"):
+            fields = [("Cache-Control", "max-age=1, stale-while-revalidate=600")]
+            dated = False
+            if n > 1:
+                time.sleep(1)
+        elif path.startswith("/api/slow"):
+            time.sleep(0.5)
+        elif path.startswith("/api/big"):
+            body = body + b" " + b"x" * 6000
+        elif path.startswith("/gz/"):
+            fields.append(("Content-Type", "text/plain"))
+            body = body + b" " + b"compressible text " * 200
+        self.answer(200, fields, body, dated)
+
+    def answer(self, status, fields, body, dated=True):
+        if dated:
+            self.send_response(status)
+        else:
+            self.send_response_only(status)
+        for name, value in fields:
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+server.daemon_threads = True
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"#;
+
+/// Whether `python3` runs here; says why not otherwise.
+fn have_python() -> bool {
+    let ok = Command::new("python3")
+        .arg("-c")
+        .arg("import http.server")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("SKIPPED: python3 (with its standard library) is not on the PATH; the backend is Python");
+    }
+    ok
+}
+
+struct Setup {
+    /// Dropped: killed.
+    backend: Option<Process>,
+    backend_addr: String,
+    server: Process,
+    addr: String,
+    metrics: String,
+    _t: Scratch,
+}
+
+/// A backend, and a server with one worker whose site `a.test` sends
+/// `/api/*` and `/gz/*` (compressed: `encode`) to it, with a cache of
+/// `size` per worker and metrics.
+fn setup(name: &str, size: &str) -> Setup {
+    let t = Scratch::new(name);
+    let script = t.write("backend.py", BACKEND);
+    let backend = Process::spawn_stdout(Command::new("python3").arg(script));
+    let port: u16 = backend.first_line().trim().parse().unwrap();
+    let backend_addr = format!("127.0.0.1:{port}");
+    t.write("site/index.html", "home\n");
+    let config = t.write(
+        "peregrine.toml",
+        format!(
+            "version = 1\nbind = [\"127.0.0.1:0\"]\nworkers = 1\n\
+             [[site]]\nnames = [\"a.test\"]\nroot = \"site\"\n\
+             [[site.route]]\npath = \"/api/*\"\nproxy = \"http://{backend_addr}\"\n\
+             [[site.route]]\npath = \"/gz/*\"\nproxy = \"http://{backend_addr}\"\nencode = true\n"
+        ),
+    );
+    let server = Process::spawn(
+        common::peregrine()
+            .current_dir(t.dir())
+            .args(["serve", "--config"])
+            .arg(&config)
+            .args(["--proxy-cache", size, "--metrics", "127.0.0.1:0"]),
+    );
+    let metrics = server.line("metrics on http://");
+    let metrics = metrics
+        .split("http://")
+        .nth(1)
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    let addr = common::last_addr(&server.listening());
+    Setup {
+        backend: Some(backend),
+        backend_addr,
+        server,
+        addr,
+        metrics,
+        _t: t,
+    }
+}
+
+/// One request; the status, the head (lower case) and the body.
+fn request(addr: &str, method: &str, path: &str, fields: &str) -> (u16, String, String) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(PATIENCE)).unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: a.test\r\n{fields}Connection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    s.read_to_end(&mut out).unwrap();
+    let at = out
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map_or(out.len(), |i| i + 4);
+    let head = String::from_utf8_lossy(&out[..at]).to_ascii_lowercase();
+    let body = String::from_utf8_lossy(&out[at..]).into_owned();
+    let status = head.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0);
+    (status, head, body)
+}
+
+fn get(addr: &str, path: &str, fields: &str) -> (u16, String, String) {
+    request(addr, "GET", path, fields)
+}
+
+/// How many requests the backend got for `path`.
+fn count(s: &Setup, path: &str) -> u32 {
+    get(&s.backend_addr, &format!("/count?{path}"), "")
+        .2
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn a_second_get_is_answered_without_the_backend_with_an_age_and_a_head_too() {
+    if !have_python() {
+        return;
+    }
+    let s = setup("cache-fresh", "1M");
+    let (status, head, body) = get(&s.addr, "/api/fresh", "");
+    assert_eq!((status, body.as_str()), (200, "n=1"), "{head}");
+    let (status, head, body) = get(&s.addr, "/api/fresh", "");
+    assert_eq!((status, body.as_str()), (200, "n=1"), "{head}");
+    assert!(head.contains("\r\nage: "), "{head}");
+    assert!(head.contains("cache-control: max-age=60"), "{head}");
+    // A HEAD from the GET's entry: its length, no body.
+    let (status, head, body) = request(&s.addr, "HEAD", "/api/fresh", "");
+    assert_eq!((status, body.as_str()), (200, ""), "{head}");
+    assert!(head.contains("content-length: 3"), "{head}");
+    // Another query is another key.
+    assert_eq!(get(&s.addr, "/api/fresh?x=1", "").2, "n=1");
+    assert_eq!(count(&s, "/api/fresh"), 1);
+    assert_eq!(count(&s, "/api/fresh?x=1"), 1);
+    let m = get(&s.metrics, "/metrics", "").2;
+    assert!(m.contains("peregrine_proxy_cache_total{result=\"hit\"} 2"), "{m}");
+    assert!(m.contains("peregrine_proxy_cache_total{result=\"miss\"} 2"), "{m}");
+    assert!(m.contains("peregrine_proxy_cache_entries 2"), "{m}");
+}
+
+#[test]
+fn vary_keeps_each_clients_variant_and_never_crosses_them() {
+    if !have_python() {
+        return;
+    }
+    let s = setup("cache-vary", "1M");
+    let en = "Accept-Language: en\r\n";
+    let de = "Accept-Language: de\r\n";
+    assert_eq!(get(&s.addr, "/api/vary", en).2, "lang=en n=1");
+    assert_eq!(get(&s.addr, "/api/vary", de).2, "lang=de n=2");
+    assert_eq!(get(&s.addr, "/api/vary", en).2, "lang=en n=1");
+    assert_eq!(get(&s.addr, "/api/vary", de).2, "lang=de n=2");
+    // No Accept-Language is a third variant.
+    assert_eq!(get(&s.addr, "/api/vary", "").2, "lang=- n=3");
+    assert_eq!(count(&s, "/api/vary"), 3);
+}
+
+#[test]
+fn a_gzip_client_and_an_identity_client_never_get_each_others_bytes() {
+    if !have_python() {
+        return;
+    }
+    let s = setup("cache-encode", "1M");
+    let gzip = "Accept-Encoding: gzip\r\n";
+    let (_, head, _) = get(&s.addr, "/gz/a", gzip);
+    assert!(head.contains("content-encoding: gzip"), "{head}");
+    let (_, head, body) = get(&s.addr, "/gz/a", "");
+    assert!(!head.contains("content-encoding"), "{head}");
+    assert!(body.starts_with("n=2 compressible"), "{head}{body}");
+    let (_, head, _) = get(&s.addr, "/gz/a", "Accept-Encoding:  gzip \r\n");
+    assert!(
+        head.contains("content-encoding: gzip") && head.contains("\r\nage: "),
+        "{head}"
+    );
+    let (_, head, body) = get(&s.addr, "/gz/a", "");
+    assert!(
+        !head.contains("content-encoding") && head.contains("\r\nage: "),
+        "{head}"
+    );
+    assert!(body.starts_with("n=2 compressible"), "{head}{body}");
+    assert_eq!(count(&s, "/gz/a"), 2);
+}
+
+#[test]
+fn private_no_store_set_cookie_and_credentials_are_not_served_from_the_cache() {
+    if !have_python() {
+        return;
+    }
+    let s = setup("cache-never", "1M");
+    for path in ["/api/private", "/api/nostore", "/api/cookie"] {
+        get(&s.addr, path, "");
+        get(&s.addr, path, "");
+        assert_eq!(count(&s, path), 2, "{path}");
+    }
+    // An answer to a request with credentials is not stored, nor is a
+    // stored one given to it, unless it says `public`.
+    let auth = "Authorization: Bearer x\r\n";
+    get(&s.addr, "/api/fresh", auth);
+    get(&s.addr, "/api/fresh", auth);
+    assert_eq!(count(&s, "/api/fresh"), 2);
+    get(&s.addr, "/api/fresh", "");
+    assert_eq!(get(&s.addr, "/api/fresh", "").2, "n=3");
+    assert_eq!(get(&s.addr, "/api/fresh", "Cookie: a=b\r\n").2, "n=4");
+    assert_eq!(get(&s.addr, "/api/fresh", auth).2, "n=5");
+    assert_eq!(count(&s, "/api/fresh"), 5);
+    assert_eq!(get(&s.addr, "/api/public", auth).2, "n=1");
+    assert_eq!(get(&s.addr, "/api/public", auth).2, "n=1");
+    assert_eq!(get(&s.addr, "/api/public", "Cookie: a=b\r\n").2, "n=1");
+    assert_eq!(count(&s, "/api/public"), 1);
+}
+
+#[test]
+fn a_stale_answer_stands_in_for_a_dead_backend_only_with_stale_if_error() {
+    if !have_python() {
+        return;
+    }
+    let mut s = setup("cache-stale", "1M");
+    assert_eq!(get(&s.addr, "/api/sie", "").2, "n=1");
+    assert_eq!(get(&s.addr, "/api/nosie", "").2, "n=1");
+    drop(s.backend.take());
+    // max-age=1: stale a second later (whole seconds, as Age counts).
+    std::thread::sleep(Duration::from_millis(2100));
+    let (status, head, body) = get(&s.addr, "/api/sie", "");
+    assert_eq!((status, body.as_str()), (200, "n=1"), "{head}");
+    let (status, _, _) = get(&s.addr, "/api/nosie", "");
+    assert_eq!(status, 502);
+    let m = get(&s.metrics, "/metrics", "").2;
+    assert!(m.contains("peregrine_proxy_cache_total{result=\"stale\"} 1"), "{m}");
+}
+
+#[test]
+fn within_stale_while_revalidate_one_request_refreshes_while_the_others_get_the_stale_answer() {
+    if !have_python() {
+        return;
+    }
+    let s = setup("cache-swr", "1M");
+    assert_eq!(get(&s.addr, "/api/swr", "").2, "n=1");
+    std::thread::sleep(Duration::from_millis(2100));
+    let addr = s.addr.clone();
+    let refresh = std::thread::spawn(move || get(&addr, "/api/swr", "").2);
+    // The refresh has reached the backend (which takes a second on it).
+    test_support::wait_until("the refresh at the backend", || count(&s, "/api/swr") == 2);
+    let (_, head, body) = get(&s.addr, "/api/swr", "");
+    assert_eq!(body, "n=1", "{head}");
+    assert_eq!(refresh.join().unwrap(), "n=2");
+    assert_eq!(get(&s.addr, "/api/swr", "").2, "n=2");
+    assert_eq!(count(&s, "/api/swr"), 2);
+    let m = get(&s.metrics, "/metrics", "").2;
+    assert!(m.contains("peregrine_proxy_cache_total{result=\"stale\"} 1"), "{m}");
+}
+
+#[test]
+fn fifty_concurrent_misses_make_one_upstream_request() {
+    if !have_python() {
+        return;
+    }
+    let s = setup("cache-collapse", "1M");
+    let clients: Vec<_> = (0..50)
+        .map(|_| {
+            let addr = s.addr.clone();
+            std::thread::spawn(move || get(&addr, "/api/slow", "").2)
+        })
+        .collect();
+    for c in clients {
+        assert_eq!(c.join().unwrap(), "n=1");
+    }
+    assert_eq!(count(&s, "/api/slow"), 1);
+    let m = get(&s.metrics, "/metrics", "").2;
+    assert!(!m.contains("peregrine_proxy_cache_collapsed_total 0"), "{m}");
+}
+
+#[test]
+fn the_size_bound_evicts_the_least_recently_used() {
+    if !have_python() {
+        return;
+    }
+    // 64 KiB: entries of about 6.4 KB, ten at most.
+    let s = setup("cache-lru", "64K");
+    for i in 0..10 {
+        get(&s.addr, &format!("/api/big/{i}"), "");
+    }
+    // /big/0 used again: /big/1 is now the least recently used.
+    assert!(get(&s.addr, "/api/big/0", "").2.starts_with("n=1 "));
+    for i in 10..12 {
+        get(&s.addr, &format!("/api/big/{i}"), "");
+    }
+    assert!(get(&s.addr, "/api/big/0", "").2.starts_with("n=1 "));
+    assert!(get(&s.addr, "/api/big/1", "").2.starts_with("n=2 "));
+    let m = get(&s.metrics, "/metrics", "").2;
+    let bytes: u64 = m
+        .lines()
+        .find_map(|l| l.strip_prefix("peregrine_proxy_cache_bytes ")?.parse().ok())
+        .unwrap();
+    assert!(bytes <= 64 * 1024, "{m}");
+    assert!(!m.contains("peregrine_proxy_cache_evictions_total 0"), "{m}");
+}
+
+#[test]
+fn a_purge_on_the_metrics_listener_empties_the_cache() {
+    if !have_python() {
+        return;
+    }
+    let s = setup("cache-purge", "1M");
+    assert_eq!(get(&s.addr, "/api/fresh", "").2, "n=1");
+    assert_eq!(get(&s.addr, "/api/other", "").2, "n=1");
+    let (status, _, body) = request(
+        &s.metrics,
+        "POST",
+        "/purge?host=a.test&path=/api/f",
+        "Content-Length: 0\r\n",
+    );
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(get(&s.addr, "/api/fresh", "").2, "n=2");
+    assert_eq!(get(&s.addr, "/api/other", "").2, "n=1");
+    request(&s.metrics, "POST", "/purge", "Content-Length: 0\r\n");
+    assert_eq!(get(&s.addr, "/api/other", "").2, "n=2");
+}
+
+#[test]
+fn an_http2_client_gets_hits_too() {
+    if !have_python() {
+        return;
+    }
+    let s = setup("cache-h2", "1M");
+    let curl = |path: &str| {
+        let out = Command::new(common::curl())
+            .args([
+                "-s",
+                "-D",
+                "/dev/stderr",
+                "--http2-prior-knowledge",
+                "-H",
+                "Host: a.test",
+            ])
+            .arg(format!("http://{}{path}", s.addr))
+            .output()
+            .unwrap();
+        (
+            String::from_utf8_lossy(&out.stderr).to_ascii_lowercase(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let (head, body) = curl("/api/h2");
+    assert!(head.starts_with("http/2 200"), "{head}");
+    assert_eq!(body, "n=1");
+    let (head, body) = curl("/api/h2");
+    assert!(head.contains("\r\nage: "), "{head}");
+    assert_eq!(body, "n=1");
+    // And an HTTP/1.1 client the same entry.
+    assert_eq!(get(&s.addr, "/api/h2", "").2, "n=1");
+    assert_eq!(count(&s, "/api/h2"), 1);
+    let _ = &s.server;
+}
