@@ -302,6 +302,152 @@ pub fn parse_head<'b, 'h>(
     }))
 }
 
+/// Fields a head may have and still be recognised when it comes again
+/// (`Repeat`); a head with more is parsed each time.
+pub(crate) const REPEAT_FIELDS_MAX: usize = 8;
+/// The longest head `Repeat` keeps: comparing is cheaper than parsing up
+/// to here, and a longer head is rarely sent twice alike.
+const REPEAT_HEAD_BYTES_MAX: usize = 1024;
+
+/// A byte range within a head: start and end, from the head's first byte.
+type Span = (u16, u16);
+
+/// A head `parse_head` found complete, kept as offsets from its first
+/// byte, so that the same bytes met again later in the same read buffer
+/// (the next request of a pipelined batch: clients pipeline one request
+/// again and again, wrk's and h2load's pipelines among them) are taken as
+/// that head without parsing them again (httparse, the field scan and the
+/// checks were half of a pipelined hello's instructions).
+///
+/// Sound because `parse_head` is a function of the head's bytes and the
+/// limits alone: httparse stops at the empty line, and every check after
+/// it looks inside `head_len`. So bytes equal to a head that parsed are
+/// that head, under the same limits (one batch's). Only heads without a
+/// body, of at most `REPEAT_FIELDS_MAX` fields and
+/// `REPEAT_HEAD_BYTES_MAX` bytes are kept, and only valid UTF-8 is taken
+/// again (the head's text is taken with one `from_utf8`, not part by
+/// part).
+#[derive(Clone, Copy)]
+pub(crate) struct Repeat {
+    /// Where the head began, from the start of the read buffer.
+    at: usize,
+    head_len: u16,
+    method: Span,
+    target: Span,
+    path: Span,
+    query: Option<Span>,
+    host: Option<Span>,
+    version: Version,
+    keep_alive: bool,
+    te_trailers: bool,
+    upgrade: bool,
+    n_fields: u8,
+    fields: [(Span, Span); REPEAT_FIELDS_MAX],
+}
+
+impl Repeat {
+    /// `head`, parsed from bytes that begin at address `base` (the
+    /// parsed slice's `as_ptr`), `at` bytes into the read buffer. `None`
+    /// for a head that is not kept. (A head that is not UTF-8 is kept, and
+    /// found not to be at its first repeat: `head`.)
+    pub(crate) fn of(head: &Head<'_, '_>, base: usize, at: usize) -> Option<Repeat> {
+        let head_len = head.head_len;
+        if head.framing != Framing::Empty
+            || head.expect_continue
+            || head.headers.len() > REPEAT_FIELDS_MAX
+            || head_len > REPEAT_HEAD_BYTES_MAX
+        {
+            return None;
+        }
+        // The span of a slice of the head (every slice of a parsed head is).
+        let span = |s: &[u8]| -> Option<Span> {
+            let start = (s.as_ptr() as usize).wrapping_sub(base);
+            let end = start.checked_add(s.len())?;
+            if end > head_len {
+                return None;
+            }
+            Some((start as u16, end as u16))
+        };
+        let mut fields = [((0, 0), (0, 0)); REPEAT_FIELDS_MAX];
+        for (slot, h) in fields.iter_mut().zip(head.headers) {
+            *slot = (span(h.name.as_bytes())?, span(h.value)?);
+        }
+        Some(Repeat {
+            at,
+            head_len: head_len as u16,
+            method: span(head.method.as_bytes())?,
+            target: span(head.target.as_bytes())?,
+            path: span(head.path.as_bytes())?,
+            query: match head.query {
+                Some(q) => Some(span(q.as_bytes())?),
+                None => None,
+            },
+            host: match head.host {
+                Some(h) => Some(span(h)?),
+                None => None,
+            },
+            version: head.version,
+            keep_alive: head.keep_alive,
+            te_trailers: head.te_trailers,
+            upgrade: head.upgrade,
+            n_fields: head.headers.len() as u8,
+            fields,
+        })
+    }
+
+    /// Whether `data` begins with the same bytes as the head kept, which
+    /// `before` (the read buffer up to `data`) still holds.
+    #[inline]
+    pub(crate) fn matches(&self, before: &[u8], data: &[u8]) -> bool {
+        let len = usize::from(self.head_len);
+        match (before.get(self.at..self.at + len), data.get(..len)) {
+            (Some(kept), Some(new)) => kept == new,
+            _ => false,
+        }
+    }
+
+    /// The head at the start of `data`, which `matches` found to be the
+    /// kept one's bytes, with its fields in `fields`. `None` only if the
+    /// bytes are not those (then parse them).
+    pub(crate) fn head<'b, 'h>(
+        &self,
+        data: &'b [u8],
+        fields: &'h mut [httparse::Header<'b>; REPEAT_FIELDS_MAX],
+    ) -> Option<Head<'b, 'h>> {
+        let head_len = usize::from(self.head_len);
+        let text = std::str::from_utf8(data.get(..head_len)?).ok()?;
+        let s = |(a, b): Span| text.get(usize::from(a)..usize::from(b));
+        let n = usize::from(self.n_fields);
+        for (slot, &(name, (a, b))) in fields.iter_mut().zip(&self.fields[..n]) {
+            *slot = httparse::Header {
+                name: s(name)?,
+                value: data.get(usize::from(a)..usize::from(b))?,
+            };
+        }
+        Some(Head {
+            method: s(self.method)?,
+            target: s(self.target)?,
+            path: s(self.path)?,
+            query: match self.query {
+                Some(q) => Some(s(q)?),
+                None => None,
+            },
+            version: self.version,
+            head_len,
+            framing: Framing::Empty,
+            keep_alive: self.keep_alive,
+            expect_continue: false,
+            te_trailers: self.te_trailers,
+            upgrade: self.upgrade,
+            host: match self.host {
+                Some(h) => Some(s(h)?.as_bytes()),
+                None => None,
+            },
+            headers: &fields[..n],
+        })
+    }
+}
+
 /// `parse_head` on what httparse did not find complete: more bytes are
 /// needed, or the bytes are wrong. Out of line: not the common case.
 #[inline(never)]
@@ -823,6 +969,99 @@ mod tests {
         for b in 0..=255u8 {
             assert_eq!(is_tchar(b), spelled.contains(&b), "byte {b:#04x}");
         }
+    }
+
+    /// A head met again (`Repeat`) is the head `parse_head` gives for the
+    /// same bytes, every field of it; bytes that differ anywhere in the
+    /// head are not taken for it, and heads it does not keep are not kept.
+    #[test]
+    fn a_repeated_head_is_the_head_parse_head_gives() {
+        let kept = [
+            "GET / HTTP/1.1\r\nHost: 127.0.0.1:8080\r\nuser-agent: h2load nghttp2/1.52.0\r\n\r\n",
+            "GET /a/b?x=1&y HTTP/1.1\r\nHost: Example.COM\r\nAccept: */*\r\nX-Empty:\r\nX-Blank:  \t\r\n\r\n",
+            "HEAD /? HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+            "GET http://example.com:81/p?q HTTP/1.1\r\nHost: other\r\n\r\n",
+            "GET /x HTTP/1.0\r\nConnection: keep-alive\r\n\r\n",
+            "GET /x HTTP/1.0\r\n\r\n",
+            "\r\nGET / HTTP/1.1\r\nHost: a\r\nTE: trailers\r\n\r\n",
+            "GET /ws HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n",
+            "OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n",
+            "GET /cafe HTTP/1.1\r\nHost: a\r\nX: caf\u{e9}\r\n\r\n",
+        ];
+        let limits = Limits::default();
+        for text in kept {
+            let head = text.as_bytes();
+            let mut buf = head.to_vec();
+            buf.extend_from_slice(head);
+            buf.extend_from_slice(b"GET /next HTTP/1.1\r\n");
+            let mut headers = [const { MaybeUninit::uninit() }; 100];
+            let Ok(Parsed::Complete(first)) = parse_head(&buf, &mut headers, &limits) else {
+                panic!("{text:?} does not parse");
+            };
+            assert_eq!(first.head_len, head.len());
+            let repeat = Repeat::of(&first, buf.as_ptr() as usize, 0).unwrap_or_else(|| panic!("{text:?} not kept"));
+            let (before, data) = buf.split_at(head.len());
+            assert!(repeat.matches(before, data), "{text:?}");
+            let mut fields = [httparse::EMPTY_HEADER; REPEAT_FIELDS_MAX];
+            let again = repeat.head(data, &mut fields).expect("the same bytes");
+            let mut headers = [const { MaybeUninit::uninit() }; 100];
+            let Ok(Parsed::Complete(parsed)) = parse_head(data, &mut headers, &limits) else {
+                panic!("{text:?} does not parse again");
+            };
+            assert_eq!(format!("{again:?}"), format!("{parsed:?}"), "{text:?}");
+            // Its slices are the new bytes', not the first head's.
+            assert_eq!(again.target.as_ptr(), parsed.target.as_ptr());
+            assert_eq!(again.headers.len(), parsed.headers.len());
+            for (a, p) in again.headers.iter().zip(parsed.headers) {
+                assert_eq!((a.name.as_ptr(), a.value.as_ptr()), (p.name.as_ptr(), p.value.as_ptr()));
+            }
+            // One byte changed anywhere in the head: not taken for it.
+            for i in 0..head.len() {
+                let mut other = buf.clone();
+                other[head.len() + i] ^= 0x20;
+                let (before, data) = other.split_at(head.len());
+                assert!(!repeat.matches(before, data), "{text:?}, byte {i}");
+            }
+            // Cut short: not taken either (and nothing read past the end).
+            assert!(!repeat.matches(before, &data[..head.len() - 1]));
+        }
+        let not_kept = [
+            "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\n\r\nx",
+            "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\r\nA: 1\r\nB: 1\r\nC: 1\r\nD: 1\r\nE: 1\r\nF: 1\r\nG: 1\r\nH: 1\r\n\r\n",
+        ];
+        for text in not_kept {
+            let mut headers = [const { MaybeUninit::uninit() }; 100];
+            let Ok(Parsed::Complete(head)) = parse_head(text.as_bytes(), &mut headers, &limits) else {
+                panic!("{text:?} does not parse");
+            };
+            assert!(Repeat::of(&head, text.as_ptr() as usize, 0).is_none(), "{text:?}");
+        }
+        // A head longer than `REPEAT_HEAD_BYTES_MAX` is not kept.
+        let long = format!("GET /{} HTTP/1.1\r\nHost: a\r\n\r\n", "a".repeat(REPEAT_HEAD_BYTES_MAX));
+        let mut headers = [const { MaybeUninit::uninit() }; 100];
+        let Ok(Parsed::Complete(head)) = parse_head(long.as_bytes(), &mut headers, &limits) else {
+            panic!("the long head does not parse");
+        };
+        assert!(Repeat::of(&head, long.as_ptr() as usize, 0).is_none());
+    }
+
+    /// A kept head whose bytes are not UTF-8 (obs-text in a value) is
+    /// recognised, and then refused by `head`: the driver parses it.
+    #[test]
+    fn a_repeated_head_that_is_not_utf8_is_parsed_again() {
+        let head: &[u8] = b"GET / HTTP/1.1\r\nHost: a\r\nX: \xff\r\n\r\n";
+        let buf = [head, head].concat();
+        let mut headers = [const { MaybeUninit::uninit() }; 100];
+        let Ok(Parsed::Complete(first)) = parse_head(&buf, &mut headers, &Limits::default()) else {
+            panic!("does not parse");
+        };
+        let repeat = Repeat::of(&first, buf.as_ptr() as usize, 0).expect("kept");
+        let (before, data) = buf.split_at(head.len());
+        assert!(repeat.matches(before, data));
+        let mut fields = [httparse::EMPTY_HEADER; REPEAT_FIELDS_MAX];
+        assert!(repeat.head(data, &mut fields).is_none());
     }
 
     #[test]

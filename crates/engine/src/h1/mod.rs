@@ -414,6 +414,24 @@ impl H1 {
         }
     }
 
+    /// Whether `repeat` may stand for `poll`: between requests, no body
+    /// being read or awaited.
+    #[inline]
+    pub(crate) fn takes_repeat(&self) -> bool {
+        matches!(self.state, State::Idle) && !self.first && !self.buffer_next && self.upload.is_none()
+    }
+
+    /// `poll`, for a head without a body that the driver recognised as
+    /// the bytes of one `poll` parsed in the same batch
+    /// (`codec::head::Repeat`): what `poll` would give for it, without
+    /// parsing it again. Only when `takes_repeat`.
+    #[inline]
+    pub(crate) fn repeat<'b, 'h>(&mut self, head: Head<'b, 'h>, data: &'b [u8], env: &Env<'_>) -> Event<'b, 'h> {
+        debug_assert!(self.takes_repeat() && head.framing == Framing::Empty);
+        let head_len = head.head_len;
+        self.handling(head, &data[head_len..head_len], head_len, env)
+    }
+
     /// The body of the head `poll` announced is buffered as usual: the
     /// next `poll` hands the request out once it is complete.
     pub(crate) fn buffer_body(&mut self) {
