@@ -1,6 +1,6 @@
 //! The request head parser on arbitrary bytes: never panics, and a complete
 //! head is consistent with the bytes it came from, ends every line in CRLF,
-//! and has a registered method; met again (`Repeat`), it is the same head.
+//! and has a registered method.
 #![no_main]
 
 use std::mem::MaybeUninit;
@@ -44,7 +44,4 @@ fuzz_target!(|data: &[u8]| {
             other => panic!("head not complete on its own bytes: {other:?}"),
         }
     }
-    // The same bytes again are the same head (the driver does not parse a
-    // pipelined head twice).
-    peregrine::fuzzing::repeated_head(data, &limits);
 });

@@ -18,9 +18,6 @@ pub(crate) struct BufPool {
     h2_read: Vec<Vec<u8>>,
     /// Write buffers that grew past `BUFFER_BYTES` (see `give_write`).
     large_write: Vec<Vec<u8>>,
-    /// Write buffers that grew a little (a pipelined batch of answers
-    /// past `BUFFER_BYTES`), taken again before a new one is allocated.
-    medium_write: Vec<Vec<u8>>,
     /// What the worker's connections hold against its budgets
     /// (`Limits::body_budget_bytes`, `Limits::output_budget_bytes`): each
     /// connection adds what it takes and takes back what it gives.
@@ -47,13 +44,7 @@ impl BufPool {
     }
 
     pub(crate) fn take_write(&mut self) -> Vec<u8> {
-        match self.write.pop() {
-            Some(buf) => buf,
-            None => self
-                .medium_write
-                .pop()
-                .unwrap_or_else(|| Vec::with_capacity(BUFFER_BYTES)),
-        }
+        self.write.pop().unwrap_or_else(|| Vec::with_capacity(BUFFER_BYTES))
     }
 
     pub(crate) fn take_h2_read(&mut self) -> Vec<u8> {
@@ -72,11 +63,6 @@ impl BufPool {
         buf.clear();
         if buf.capacity() == BUFFER_BYTES && self.write.len() < POOL_BUFFERS_MAX {
             self.write.push(buf);
-        } else if buf.capacity() > BUFFER_BYTES
-            && buf.capacity() <= MEDIUM_WRITE_BYTES_MAX
-            && self.medium_write.len() < MEDIUM_WRITE_BUFFERS_MAX
-        {
-            self.medium_write.push(buf);
         } else if (BUFFER_BYTES..=LARGE_WRITE_BYTES_MAX).contains(&buf.capacity())
             && self.large_write.len() < LARGE_WRITE_BUFFERS_MAX
         {
@@ -98,15 +84,6 @@ impl BufPool {
 /// holds at most 8 × 1 MiB.
 const LARGE_WRITE_BYTES_MAX: usize = 1024 * 1024;
 const LARGE_WRITE_BUFFERS_MAX: usize = 8;
-/// Write buffers that grew once or twice (HTTP/1.1: a pipelined batch of
-/// answers past `BUFFER_BYTES`, as 16 of 1.2 KB) are kept apart, and taken
-/// when no plain one is left: a pipelining connection then grows none per
-/// batch. Before, each batch allocated a buffer, grew it (a copy of 16
-/// KiB) and freed it: about 150 instructions per archive answer of a
-/// pipelined batch (callgrind). An idle worker holds at most 64 × 64 KiB
-/// of them.
-const MEDIUM_WRITE_BYTES_MAX: usize = 4 * BUFFER_BYTES;
-const MEDIUM_WRITE_BUFFERS_MAX: usize = 64;
 
 /// Bytes read and not yet consumed: `buf[start..end]`. `buf` is empty while
 /// the connection is idle. Requests are consumed by moving `start`; the

@@ -289,43 +289,6 @@ impl Check {
     }
 }
 
-/// A complete head without a body that `Repeat` keeps, met again: the
-/// head it gives for a copy of the bytes is, field by field, the one
-/// `parse_head` gives for that copy (what lets `conn/h1.rs` skip the
-/// second parse); and a copy with one byte changed is not taken for it.
-/// `data`'s first byte picks the byte changed.
-pub fn repeated_head(data: &[u8], limits: &Limits) {
-    use crate::codec::head::{Repeat, REPEAT_FIELDS_MAX};
-    use crate::codec::{parse_head, Parsed};
-    use std::mem::MaybeUninit;
-    let mut headers = [const { MaybeUninit::uninit() }; 32];
-    let Ok(Parsed::Complete(first)) = parse_head(data, &mut headers, limits) else {
-        return;
-    };
-    let Some(repeat) = Repeat::of(&first, data.as_ptr() as usize, 0) else {
-        return;
-    };
-    let len = first.head_len;
-    let buf = [&data[..len], data].concat();
-    let (before, copy) = buf.split_at(len);
-    assert!(repeat.matches(before, copy), "a copy of the head is not taken for it");
-    let mut again = [const { MaybeUninit::uninit() }; 32];
-    let Ok(Parsed::Complete(parsed)) = parse_head(copy, &mut again, limits) else {
-        panic!("a copy of a complete head does not parse");
-    };
-    let mut fields = [httparse::EMPTY_HEADER; REPEAT_FIELDS_MAX];
-    if let Some(repeated) = repeat.head(copy, &mut fields) {
-        assert_eq!(format!("{repeated:?}"), format!("{parsed:?}"));
-    } else {
-        assert!(std::str::from_utf8(&copy[..len]).is_err(), "a UTF-8 head refused");
-    }
-    let mut changed = buf.clone();
-    let at = len + usize::from(data[0]) % len;
-    changed[at] ^= 1;
-    let (before, copy) = changed.split_at(len);
-    assert!(!repeat.matches(before, copy), "a changed byte is taken for the head");
-}
-
 /// Drives the HTTP/1.1 machine (`h1::H1`) as the connection driver does,
 /// through `h1::script::Script`, on `data[1..]`. `data[0]` chooses how the
 /// bytes are split into reads (bits 0-3), whether HTTP/2 is allowed on the

@@ -12,7 +12,6 @@ use super::dispatch::{self, Answering, Called};
 use super::{refused_line, Conn, Ctx, Next, Proto, Stop, Transport};
 use crate::body::BodySink;
 use crate::buffers::ensure_output;
-use crate::codec::head::{Repeat, REPEAT_FIELDS_MAX};
 use crate::conn::dispatch::{Deferral, Sending};
 use crate::h1::H1;
 use crate::h1::{BodyStart, Env, Event, Feed, Link, Refusal, TimedOut, Wait};
@@ -64,10 +63,7 @@ pub(super) fn h1_env<'w>(ctx: &Ctx<'w>) -> Env<'w> {
 }
 
 impl Conn {
-    /// Answers the complete requests in the read buffer. Out of line, as
-    /// LLVM left it before `Repeat`: inlined into `process`, it pushed
-    /// `H1::poll` out of line instead (+223 instructions per hello at c50).
-    #[inline(never)]
+    /// Answers the complete requests in the read buffer.
     pub(super) fn process_h1(&mut self, ctx: &mut Ctx<'_>) -> Stop {
         let env = h1_env(ctx);
         let Conn {
@@ -97,11 +93,6 @@ impl Conn {
         else {
             return Stop::Closing;
         };
-        // The first head of a pipelined batch, kept so that the same
-        // bytes again are not parsed again (`Repeat`); kept once per call
-        // (a batch), and not again after a request that differs.
-        let mut repeat: Option<Repeat> = None;
-        let mut repeat_tried = false;
         loop {
             if h1.is_uploading() {
                 ensure_output(output, ctx.pool);
@@ -144,42 +135,9 @@ impl Conn {
             }
             ensure_output(output, ctx.pool);
             let mut headers = [const { MaybeUninit::uninit() }; HEADERS_ARRAY_MAX];
-            // Initialised only for a repeat: nothing on the path of a
-            // request alone in its batch.
-            let mut fields;
-            let given = input.end - input.start;
-            let (answered, unread) = input.buf.split_at_mut(input.start);
-            let data = &mut unread[..given];
-            let base = data.as_ptr() as usize;
-            let event = match repeat {
-                Some(kept) if h1.takes_repeat() && kept.matches(answered, data) => {
-                    fields = [httparse::EMPTY_HEADER; REPEAT_FIELDS_MAX];
-                    let data: &[u8] = data;
-                    match kept.head(data, &mut fields) {
-                        Some(head) => h1.repeat(head, data, &env),
-                        // Not UTF-8: parsed, from now on.
-                        None => {
-                            repeat = None;
-                            Event::Again
-                        }
-                    }
-                }
-                _ => {
-                    if repeat.take().is_some() {
-                        // A request that differs: the batch is not one
-                        // request again and again.
-                        repeat_tried = true;
-                    }
-                    h1.poll(data, &mut headers, &env, output)
-                }
-            };
-            match event {
+            let data = &mut input.buf[input.start..input.end];
+            match h1.poll(data, &mut headers, &env, output) {
                 Event::Request { head, body, consumed } => {
-                    if !repeat_tried && consumed < given {
-                        // More requests follow this one in the input.
-                        repeat_tried = true;
-                        repeat = Repeat::of(&head, base, input.start);
-                    }
                     let slot = dispatch::slot(ctx, *token);
                     let mut req = Request::of_head(&head, body, origin);
                     req.defer = Some(&slot);

@@ -326,9 +326,6 @@ impl H1 {
     /// Looks at the unconsumed input `data` for the next request. `headers`
     /// receives its fields. Writes only the answers it makes itself (100
     /// Continue, errors) into `out`.
-    // Inlined into the driver: out of line, the head and the event were
-    // copied between them (+256 instructions per hello at c50, callgrind).
-    #[inline(always)]
     pub(crate) fn poll<'b, 'h>(
         &mut self,
         data: &'b mut [u8],
@@ -414,38 +411,6 @@ impl H1 {
                 // The body may be here already: the next call looks.
                 Event::Again
             }
-        }
-    }
-
-    /// Whether `repeat` may stand for `poll`: between requests, no body
-    /// being read or awaited.
-    #[inline]
-    pub(crate) fn takes_repeat(&self) -> bool {
-        matches!(self.state, State::Idle) && !self.first && !self.buffer_next && self.upload.is_none()
-    }
-
-    /// `poll`, for a head without a body that the driver recognised as
-    /// the bytes of one `poll` parsed in the same batch
-    /// (`codec::head::Repeat`): what `poll` would give for it, without
-    /// parsing it again. Only when `takes_repeat`.
-    #[inline(always)]
-    pub(crate) fn repeat<'b, 'h>(&mut self, head: Head<'b, 'h>, data: &'b [u8], env: &Env<'_>) -> Event<'b, 'h> {
-        debug_assert!(self.takes_repeat() && head.framing == Framing::Empty);
-        // `handling`'s work, spelled here: a third caller of it made LLVM
-        // leave it and `poll` out of line (the head copied between them).
-        let head_len = head.head_len;
-        self.rate = None;
-        self.state = State::Handling(Answer {
-            head_only: head.method == "HEAD",
-            version: head.version,
-            keep_alive: head.keep_alive && !env.draining,
-            trailers: head.te_trailers,
-            upgradable: head.upgrade,
-        });
-        Event::Request {
-            head,
-            body: &data[head_len..head_len],
-            consumed: head_len,
         }
     }
 

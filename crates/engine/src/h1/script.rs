@@ -15,7 +15,6 @@ use std::time::Instant;
 use super::{BodyStart, Env, Event, Feed, Link, Refusal, TimedOut, Wait, H1};
 use crate::body::BodySink;
 use crate::buffers::{Input, Output, Tail};
-use crate::codec::head::{Repeat, REPEAT_FIELDS_MAX};
 use crate::limits::HEADERS_ARRAY_MAX;
 use crate::limits::{Limits, BUFFER_BYTES};
 use crate::response::Response;
@@ -227,8 +226,6 @@ impl Script {
 
     /// Answers what is complete in the input, as `conn/h1.rs` does.
     fn process(&mut self) {
-        let mut repeat: Option<Repeat> = None;
-        let mut repeat_tried = false;
         loop {
             if self.out.tail.is_some() {
                 self.flush();
@@ -265,36 +262,9 @@ impl Script {
             }
             let mut headers = [const { MaybeUninit::uninit() }; HEADERS_ARRAY_MAX];
             let given = input.end - input.start;
-            // A repeated head is taken as `conn/h1.rs` takes it.
-            let mut fields;
-            let (answered, unread) = input.buf.split_at_mut(input.start);
-            let data = &mut unread[..given];
-            let base = data.as_ptr() as usize;
-            let event = match repeat {
-                Some(kept) if h1.takes_repeat() && kept.matches(answered, data) => {
-                    fields = [httparse::EMPTY_HEADER; REPEAT_FIELDS_MAX];
-                    let data: &[u8] = data;
-                    match kept.head(data, &mut fields) {
-                        Some(head) => h1.repeat(head, data, &env),
-                        None => {
-                            repeat = None;
-                            Event::Again
-                        }
-                    }
-                }
-                _ => {
-                    if repeat.take().is_some() {
-                        repeat_tried = true;
-                    }
-                    h1.poll(data, &mut headers, &env, out)
-                }
-            };
-            match event {
+            let data = &mut input.buf[input.start..input.end];
+            match h1.poll(data, &mut headers, &env, out) {
                 Event::Request { head, body, consumed } => {
-                    if !repeat_tried && consumed < given {
-                        repeat_tried = true;
-                        repeat = Repeat::of(&head, base, input.start);
-                    }
                     assert!(consumed <= given, "a request used more bytes than were read");
                     assert!(
                         consumed >= head.head_len + body.len(),

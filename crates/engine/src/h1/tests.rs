@@ -84,38 +84,6 @@ fn pipelined_requests_of_every_framing_are_answered_in_order_however_split() {
     assert!(head.contains("Content-Length: 10\r\n"), "{head}");
 }
 
-/// The same head again and again (what the driver takes without parsing
-/// it again, `codec::head::Repeat`) is answered as when parsed, however
-/// the bytes arrive: with a HEAD and a body between, and a copy that asks
-/// to close, after which nothing, a copy included, is answered.
-#[test]
-fn a_head_sent_again_and_again_is_answered_each_time_however_split() {
-    let close = "GET /a HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
-    let input = [
-        GET_A, GET_A, GET_A, HEAD_D, HEAD_D, POST_B, GET_A, GET_A, close, close, GET_A,
-    ]
-    .concat();
-    let s = every_split(input.as_bytes());
-    let get = || (200, "GET /a 0:".to_string());
-    assert_eq!(
-        bodies(&s),
-        [
-            get(),
-            get(),
-            get(),
-            (200, String::new()),
-            (200, String::new()),
-            (200, "POST /b 5:hello".into()),
-            get(),
-            get(),
-            get(),
-        ]
-    );
-    assert_eq!(s.end, Some(End::Closing));
-    let last = &answers(&s.wire, &s.head_only)[8].head;
-    assert!(last.contains("Connection: close\r\n"), "{last}");
-}
-
 #[test]
 fn a_large_body_goes_out_as_a_tail_between_its_neighbours() {
     let input = [GET_A, "GET /big HTTP/1.1\r\nHost: x\r\n\r\n", GET_A].concat();
