@@ -232,15 +232,7 @@ fn start(tag: &str) -> Setup {
             .arg(&key_file)
             .args(["--metrics", "127.0.0.1:0"]),
     );
-    let metrics = server.line("metrics on http://");
-    let metrics = metrics
-        .split("http://")
-        .nth(1)
-        .unwrap()
-        .split('/')
-        .next()
-        .unwrap()
-        .to_owned();
+    let metrics = common::metrics_addr(&server.line("metrics on http://"));
     let port = test_support::process::last_addr(&server.line(" on https://"))
         .rsplit(':')
         .next()

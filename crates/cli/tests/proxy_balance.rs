@@ -45,19 +45,6 @@ print(server.server_address[1], flush=True)
 server.serve_forever()
 "#;
 
-/// Whether `python3` runs here; says why not otherwise.
-fn have_python() -> bool {
-    let ok = Command::new("python3")
-        .arg("-c")
-        .arg("import http.server")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        eprintln!("SKIPPED: python3 (with its standard library) is not on the PATH; the backends are Python");
-    }
-    ok
-}
-
 /// Starts backend `name` (on `port`, or any); the process and its port.
 fn backend(t: &Scratch, name: &str, port: Option<u16>) -> (Process, u16) {
     let script = t.write("backend.py", BACKEND);
@@ -93,15 +80,7 @@ fn serve(t: &Scratch, ports: &[u16], balance: &str) -> (Process, String, String)
             .arg(&config)
             .args(["--metrics", "127.0.0.1:0"]),
     );
-    let metrics = server.line("metrics on http://");
-    let metrics = metrics
-        .split("http://")
-        .nth(1)
-        .unwrap()
-        .split('/')
-        .next()
-        .unwrap()
-        .to_owned();
+    let metrics = common::metrics_addr(&server.line("metrics on http://"));
     let addr = common::last_addr(&server.listening());
     (server, addr, metrics)
 }
@@ -134,7 +113,7 @@ fn series(text: &str, name: &str, url: &str) -> Option<u64> {
 
 #[test]
 fn requests_balance_within_ten_percent_with_one_worker() {
-    if !have_python() {
+    if !common::have_python() {
         return;
     }
     let t = Scratch::new("balance-even");
@@ -162,7 +141,7 @@ fn requests_balance_within_ten_percent_with_one_worker() {
 
 #[test]
 fn a_header_hash_keeps_each_value_on_one_backend() {
-    if !have_python() {
+    if !common::have_python() {
         return;
     }
     let t = Scratch::new("balance-header");
@@ -184,7 +163,7 @@ fn a_header_hash_keeps_each_value_on_one_backend() {
 
 #[test]
 fn killing_one_backend_loses_no_idempotent_get() {
-    if !have_python() {
+    if !common::have_python() {
         return;
     }
     let t = Scratch::new("balance-kill");
@@ -214,7 +193,7 @@ fn killing_one_backend_loses_no_idempotent_get() {
 
 #[test]
 fn active_checks_take_a_dead_backend_out_and_bring_it_back() {
-    if !have_python() {
+    if !common::have_python() {
         return;
     }
     let t = Scratch::new("balance-active");
@@ -262,7 +241,7 @@ fn active_checks_take_a_dead_backend_out_and_bring_it_back() {
 
 #[test]
 fn check_config_shows_the_balance_and_asks_each_health_check() {
-    if !have_python() {
+    if !common::have_python() {
         return;
     }
     let t = Scratch::new("balance-check");

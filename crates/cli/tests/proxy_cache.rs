@@ -97,19 +97,6 @@ print(server.server_address[1], flush=True)
 server.serve_forever()
 "#;
 
-/// Whether `python3` runs here; says why not otherwise.
-fn have_python() -> bool {
-    let ok = Command::new("python3")
-        .arg("-c")
-        .arg("import http.server")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        eprintln!("SKIPPED: python3 (with its standard library) is not on the PATH; the backend is Python");
-    }
-    ok
-}
-
 struct Setup {
     /// Dropped: killed.
     backend: Option<Process>,
@@ -146,15 +133,7 @@ fn setup(name: &str, size: &str) -> Setup {
             .arg(&config)
             .args(["--proxy-cache", size, "--metrics", "127.0.0.1:0"]),
     );
-    let metrics = server.line("metrics on http://");
-    let metrics = metrics
-        .split("http://")
-        .nth(1)
-        .unwrap()
-        .split('/')
-        .next()
-        .unwrap()
-        .to_owned();
+    let metrics = common::metrics_addr(&server.line("metrics on http://"));
     let addr = common::last_addr(&server.listening());
     Setup {
         backend: Some(backend),
@@ -202,7 +181,7 @@ fn count(s: &Setup, path: &str) -> u32 {
 
 #[test]
 fn a_second_get_is_answered_without_the_backend_with_an_age_and_a_head_too() {
-    if !have_python() {
+    if !common::have_python() {
         return;
     }
     let s = setup("cache-fresh", "1M");
@@ -228,7 +207,7 @@ fn a_second_get_is_answered_without_the_backend_with_an_age_and_a_head_too() {
 
 #[test]
 fn vary_keeps_each_clients_variant_and_never_crosses_them() {
-    if !have_python() {
+    if !common::have_python() {
         return;
     }
     let s = setup("cache-vary", "1M");
@@ -245,7 +224,7 @@ fn vary_keeps_each_clients_variant_and_never_crosses_them() {
 
 #[test]
 fn a_gzip_client_and_an_identity_client_never_get_each_others_bytes() {
-    if !have_python() {
+    if !common::have_python() {
         return;
     }
     let s = setup("cache-encode", "1M");
@@ -271,7 +250,7 @@ fn a_gzip_client_and_an_identity_client_never_get_each_others_bytes() {
 
 #[test]
 fn private_no_store_set_cookie_and_credentials_are_not_served_from_the_cache() {
-    if !have_python() {
+    if !common::have_python() {
         return;
     }
     let s = setup("cache-never", "1M");
@@ -299,7 +278,7 @@ fn private_no_store_set_cookie_and_credentials_are_not_served_from_the_cache() {
 
 #[test]
 fn a_stale_answer_stands_in_for_a_dead_backend_only_with_stale_if_error() {
-    if !have_python() {
+    if !common::have_python() {
         return;
     }
     let mut s = setup("cache-stale", "1M");
@@ -318,7 +297,7 @@ fn a_stale_answer_stands_in_for_a_dead_backend_only_with_stale_if_error() {
 
 #[test]
 fn within_stale_while_revalidate_one_request_refreshes_while_the_others_get_the_stale_answer() {
-    if !have_python() {
+    if !common::have_python() {
         return;
     }
     let s = setup("cache-swr", "1M");
@@ -339,7 +318,7 @@ fn within_stale_while_revalidate_one_request_refreshes_while_the_others_get_the_
 
 #[test]
 fn fifty_concurrent_misses_make_one_upstream_request() {
-    if !have_python() {
+    if !common::have_python() {
         return;
     }
     let s = setup("cache-collapse", "1M");
@@ -359,7 +338,7 @@ fn fifty_concurrent_misses_make_one_upstream_request() {
 
 #[test]
 fn the_size_bound_evicts_the_least_recently_used() {
-    if !have_python() {
+    if !common::have_python() {
         return;
     }
     // 64 KiB: entries of about 6.4 KB, ten at most.
@@ -385,7 +364,7 @@ fn the_size_bound_evicts_the_least_recently_used() {
 
 #[test]
 fn a_purge_on_the_metrics_listener_empties_the_cache() {
-    if !have_python() {
+    if !common::have_python() {
         return;
     }
     let s = setup("cache-purge", "1M");
@@ -406,7 +385,7 @@ fn a_purge_on_the_metrics_listener_empties_the_cache() {
 
 #[test]
 fn an_http2_client_gets_hits_too() {
-    if !have_python() {
+    if !common::have_python() {
         return;
     }
     let s = setup("cache-h2", "1M");

@@ -61,18 +61,6 @@ print(server.server_address[1], flush=True)
 server.serve_forever()
 "#;
 
-fn have_python() -> bool {
-    let ok = Command::new("python3")
-        .arg("-c")
-        .arg("import http.server")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        eprintln!("SKIPPED: python3 (with its standard library) is not on the PATH; the backend is Python");
-    }
-    ok
-}
-
 fn backend(t: &Scratch) -> (Process, u16) {
     let script = t.write("backend.py", BACKEND);
     let p = Process::spawn_stdout(Command::new("python3").arg(script));
@@ -199,7 +187,7 @@ fn listed_origins_at_never_addresses_are_refused_at_pack_and_at_serve() {
 
 #[test]
 fn an_allowed_proxy_rule_is_proxied_from_a_directory_and_from_an_archive() {
-    if !have_python() {
+    if !common::have_python() {
         return;
     }
     let t = Scratch::new("proxy-rules-e2e");

@@ -85,15 +85,7 @@ fn start(t: &Scratch, config: &Path) -> (Process, String, String) {
             .arg("--config")
             .arg(config),
     );
-    let metrics = server.line("metrics on http://");
-    let metrics = metrics
-        .split("http://")
-        .nth(1)
-        .unwrap()
-        .split('/')
-        .next()
-        .unwrap()
-        .to_owned();
+    let metrics = common::metrics_addr(&server.line("metrics on http://"));
     let line = server.listening();
     let addr = test_support::process::last_addr(&line);
     (server, addr, metrics)

@@ -156,15 +156,7 @@ fn serve(t: &Scratch, extra: &[&str]) -> (Process, String, String) {
             .args(["--metrics", "127.0.0.1:0"])
             .args(extra),
     );
-    let metrics = server.line("metrics on http://");
-    let metrics = metrics
-        .split("http://")
-        .nth(1)
-        .unwrap()
-        .split('/')
-        .next()
-        .unwrap()
-        .to_owned();
+    let metrics = common::metrics_addr(&server.line("metrics on http://"));
     let addr = test_support::process::last_addr(&server.line("serving"));
     (server, addr, metrics)
 }
@@ -467,15 +459,7 @@ fn previous_archives_are_kept_per_site_and_never_answer_under_access_rules() {
             .arg("--config")
             .arg(&config),
     );
-    let metrics = server.line("metrics on http://");
-    let metrics = metrics
-        .split("http://")
-        .nth(1)
-        .unwrap()
-        .split('/')
-        .next()
-        .unwrap()
-        .to_owned();
+    let metrics = common::metrics_addr(&server.line("metrics on http://"));
     let addr = test_support::process::last_addr(&server.line("serving"));
     assert_eq!(get_from(&addr, "a.test", "/private/p.555eeee5.js"), ok("a1 private"));
     deploy_as(&t, &a2, "a.prg");
@@ -550,15 +534,7 @@ fn paths_basic_auth_protects_in_either_archive_or_a_route_never_fall_back() {
             .arg("--config")
             .arg(&config),
     );
-    let metrics = server.line("metrics on http://");
-    let metrics = metrics
-        .split("http://")
-        .nth(1)
-        .unwrap()
-        .split('/')
-        .next()
-        .unwrap()
-        .to_owned();
+    let metrics = common::metrics_addr(&server.line("metrics on http://"));
     let addr = test_support::process::last_addr(&server.line("serving"));
     let (carol, alice) = (basic("carol", "hunter2"), basic("alice", "wonderland"));
     let get = |path: &str, extra: &str| get_with(&addr, "a.test", path, extra);

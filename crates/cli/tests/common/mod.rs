@@ -14,6 +14,27 @@ pub use test_support::process::{last_addr, signal, Lines};
 #[allow(unused_imports)]
 pub use test_support::Scratch;
 
+/// The address of the metrics listener, from the server's
+/// `metrics on http://ADDR/metrics` line.
+pub fn metrics_addr(line: &str) -> String {
+    let after = line.split("http://").nth(1).expect("a metrics line names its URL");
+    after.split('/').next().unwrap().to_owned()
+}
+
+/// Whether `python3` (with its standard library) runs here, for tests
+/// whose backends are Python; says why not otherwise.
+pub fn have_python() -> bool {
+    let ok = Command::new("python3")
+        .arg("-c")
+        .arg("import http.server")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!("SKIPPED: python3 (with its standard library) is not on the PATH; the backend is Python");
+    }
+    ok
+}
+
 /// How long an expected line or effect is waited for before a test fails.
 pub const PATIENCE: Duration = Duration::from_secs(20);
 
