@@ -463,17 +463,8 @@ impl Upstreams {
         } else if pool.queue.len() < pool.up.queue_max {
             pool.queue.push_back(job);
         } else {
-            log::warn!(
-                "proxy: {}: {} requests wait already: 503",
-                pool.up.url(),
-                pool.queue.len()
-            );
-            if let Some(m) = &pool.metrics {
-                m.fail(UpstreamFailure::QueueFull);
-            }
-            // No upstream was asked: its log figures are all `-`.
-            let answer = job.up.error_answer(503, crate::Reason::UpstreamBusy);
-            self.answers.push((job.responder, answer, Some(UpstreamLog::default())));
+            self.answers
+                .push(queue_full(&pool.up, pool.queue.len(), pool.metrics.as_deref(), job));
         }
     }
 
@@ -1586,6 +1577,18 @@ impl UpConn {
     fn buffer_bytes(&self, _ctx: &Ctx<'_>) -> usize {
         self.job.as_ref().map_or(Upstream::BUFFER_BYTES, |j| j.up.buffer_bytes)
     }
+}
+
+/// The 503 of an upstream whose queue is full (HTTP/1.1 and HTTP/2
+/// upstreams alike): logged, counted, and with no upstream asked, its log
+/// figures all `-`.
+pub(super) fn queue_full(up: &Upstream, waiting: usize, metrics: Option<&UpstreamMetrics>, job: Job) -> Answer {
+    log::warn!("proxy: {}: {} requests wait already: 503", up.url(), waiting);
+    if let Some(m) = metrics {
+        m.fail(UpstreamFailure::QueueFull);
+    }
+    let answer = job.up.error_answer(503, crate::Reason::UpstreamBusy);
+    (job.responder, answer, Some(UpstreamLog::default()))
 }
 
 fn bad(why: &str) -> Outcome {

@@ -204,16 +204,8 @@ impl H2Upstreams {
             m.requests.add(1);
         }
         if pool.queue.len() >= pool.up.queue_max {
-            log::warn!(
-                "proxy: {}: {} requests wait already: 503",
-                pool.up.url(),
-                pool.queue.len()
-            );
-            if let Some(m) = &pool.metrics {
-                m.fail(UpstreamFailure::QueueFull);
-            }
-            let answer = job.up.error_answer(503, crate::Reason::UpstreamBusy);
-            out.answers.push((job.responder, answer, Some(UpstreamLog::default())));
+            let answer = super::pool::queue_full(&pool.up, pool.queue.len(), pool.metrics.as_deref(), job);
+            out.answers.push(answer);
             return;
         }
         pool.queue.push_back(job);
