@@ -8,8 +8,12 @@ use crate::h1::{self, Piece};
 impl Conn {
     /// Writes what is queued until done or the socket is full.
     pub(super) fn flush(&mut self, pool: &mut BufPool) -> Flushed {
-        if let Transport::Tls(_) = self.transport {
-            return self.flush_tls(pool);
+        if let Transport::Tls(tls) = &self.transport {
+            // Under kernel TLS (`tls/ktls.rs`) the socket takes plaintext:
+            // the plain path below, sendfile included.
+            if !tls.is_kernel() {
+                return self.flush_tls(pool);
+            }
         }
         if self.proto.is_h2() {
             // Frames, and DATA payloads as slices, by writev (conn/h2.rs).
@@ -133,6 +137,11 @@ impl Conn {
     /// (`TLS_SEND_BYTES_MAX`), writes the records, until done or the socket
     /// is full. A batch of pipelined answers is one record and one write.
     pub(super) fn flush_tls(&mut self, pool: &mut BufPool) -> Flushed {
+        match self.hand_to_kernel() {
+            Ok(true) => return self.flush(pool),
+            Ok(false) => {}
+            Err(()) => return Flushed::Failed,
+        }
         let closing = self.is_closing() && !self.is_sending();
         let Transport::Tls(tls) = &mut self.transport else {
             unreachable!("called for TLS only")
@@ -182,6 +191,26 @@ impl Conn {
             pool.give_read(scratch);
         }
         flushed
+    }
+
+    /// The kTLS hook (`tls/ktls.rs`): an HTTP/1.1 answer's file body of
+    /// `BODY_BYTES_MIN` or more is next: the records go to the kernel if
+    /// rustls holds nothing of the connection, and `flush` then sends the
+    /// head and the file as over TCP (MSG_MORE, sendfile). `Ok(true)`:
+    /// switched (now or before).
+    fn hand_to_kernel(&mut self) -> Result<bool, ()> {
+        let Transport::Tls(tls) = &mut self.transport else {
+            return Ok(false);
+        };
+        if !tls.listener.ktls || !matches!(self.proto, Proto::H1(_)) {
+            return Ok(false);
+        }
+        match &self.output.tail {
+            Some(Tail::File { range, sent }) if range.len - *sent >= crate::tls::ktls::BODY_BYTES_MIN => {
+                tls.to_kernel(&self.stream, self.peer)
+            }
+            _ => Ok(false),
+        }
     }
 
     /// All output is sent after an error: half-close and drain.
