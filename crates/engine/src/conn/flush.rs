@@ -4,6 +4,7 @@
 
 use super::*;
 use crate::h1::{self, Piece};
+use crate::tls::ktls::Handover;
 
 impl Conn {
     /// Writes what is queued until done or the socket is full.
@@ -137,20 +138,30 @@ impl Conn {
     /// (`TLS_SEND_BYTES_MAX`), writes the records, until done or the socket
     /// is full. A batch of pipelined answers is one record and one write.
     pub(super) fn flush_tls(&mut self, pool: &mut BufPool) -> Flushed {
-        match self.hand_to_kernel() {
-            Ok(true) => return self.flush(pool),
-            Ok(false) => {}
-            Err(()) => return Flushed::Failed,
-        }
         let closing = self.is_closing() && !self.is_sending();
+        let h1 = matches!(self.proto, Proto::H1(_));
         let Transport::Tls(tls) = &mut self.transport else {
             unreachable!("called for TLS only")
         };
         let out = &mut self.output;
         let mut progress = false;
         let mut scratch: Vec<u8> = Vec::new();
+        let mut to_kernel = false;
         let flushed = loop {
-            if !encrypt(tls, out, pool, &mut scratch) {
+            // The kTLS hook (`tls/ktls.rs`): before a large file, the
+            // records may go to the kernel; then `flush` sends the rest as
+            // over TCP (the head with MSG_MORE, the file by sendfile).
+            let hold = match hand_to_kernel(tls, out, h1, &self.stream, self.peer) {
+                Handover::Done => {
+                    to_kernel = true;
+                    break Flushed::All;
+                }
+                Handover::Failed => break Flushed::Failed,
+                // Nothing more for rustls: what it holds goes out first.
+                Handover::AfterSending => true,
+                Handover::No => false,
+            };
+            if !hold && !encrypt(tls, out, pool, &mut scratch) {
                 break Flushed::Failed;
             }
             // The connection's last answer is all encrypted: its
@@ -190,27 +201,10 @@ impl Conn {
         if !scratch.is_empty() {
             pool.give_read(scratch);
         }
+        if to_kernel {
+            return self.flush(pool);
+        }
         flushed
-    }
-
-    /// The kTLS hook (`tls/ktls.rs`): an HTTP/1.1 answer's file body of
-    /// `BODY_BYTES_MIN` or more is next: the records go to the kernel if
-    /// rustls holds nothing of the connection, and `flush` then sends the
-    /// head and the file as over TCP (MSG_MORE, sendfile). `Ok(true)`:
-    /// switched (now or before).
-    fn hand_to_kernel(&mut self) -> Result<bool, ()> {
-        let Transport::Tls(tls) = &mut self.transport else {
-            return Ok(false);
-        };
-        if !tls.listener.ktls || !matches!(self.proto, Proto::H1(_)) {
-            return Ok(false);
-        }
-        match &self.output.tail {
-            Some(Tail::File { range, sent }) if range.len - *sent >= crate::tls::ktls::BODY_BYTES_MIN => {
-                tls.to_kernel(&self.stream, self.peer)
-            }
-            _ => Ok(false),
-        }
     }
 
     /// All output is sent after an error: half-close and drain.
@@ -256,6 +250,20 @@ impl Conn {
         }
         self.give_input(ctx.pool);
         Next::Keep
+    }
+}
+
+/// Whether an HTTP/1.1 answer's file body of `BODY_BYTES_MIN` or more is
+/// next and its records go to the kernel (`TlsSession::to_kernel`).
+fn hand_to_kernel(tls: &mut TlsSession, out: &Output, h1: bool, stream: &Stream, peer: SocketAddr) -> Handover {
+    if !tls.listener.ktls || !h1 {
+        return Handover::No;
+    }
+    match &out.tail {
+        Some(Tail::File { range, sent }) if range.len - *sent >= crate::tls::ktls::BODY_BYTES_MIN => {
+            tls.to_kernel(stream, peer)
+        }
+        _ => Handover::No,
     }
 }
 

@@ -115,14 +115,30 @@ pub(crate) fn cipher_for(suite: rustls::CipherSuite) -> Option<Cipher> {
     support()?.contains(&cipher).then_some(cipher)
 }
 
+/// What `TlsSession::to_kernel` did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Handover {
+    /// The records are the kernel's (now or before): write as to TCP.
+    Done,
+    /// rustls has records to send first: send them, encrypting nothing
+    /// more, and ask again.
+    AfterSending,
+    /// Not for this body: rustls encrypts it (kTLS is off, the version or
+    /// cipher is not one the kernel takes, or rustls holds received bytes).
+    No,
+    /// The keys were taken but the kernel refused them: the connection
+    /// must close.
+    Failed,
+}
+
 /// What happened on kTLS connections (`peregrine_tls_ktls_total{event}`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Event {
     /// The keys went to the kernel.
     Enabled,
-    /// A connection that could have switched did not: its cipher or
-    /// version is not one the kernel takes here, or rustls still held
-    /// bytes of it when the file began.
+    /// A connection sent a large file but could not switch: its version
+    /// (TLS 1.2) or cipher is not one the kernel takes here (counted once
+    /// per connection).
     Fallback,
     /// The keys were taken from rustls but the kernel refused them: the
     /// connection closed (not expected once the probe passed).

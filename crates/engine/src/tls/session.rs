@@ -41,6 +41,9 @@ pub(crate) struct TlsSession {
     short_read: bool,
     /// Our close_notify is queued (it goes once).
     notified: bool,
+    /// The kernel cannot take this connection's version or cipher (known
+    /// at its first large file, counted then).
+    ktls_refused: bool,
     /// Where the bytes read from the socket stand between records: the
     /// keys go to the kernel only at a record's edge.
     edge: super::ktls::RecordEdge,
@@ -116,6 +119,7 @@ impl TlsSession {
             server_name: None,
             short_read: false,
             notified: false,
+            ktls_refused: false,
             edge: super::ktls::RecordEdge::default(),
         })
     }
@@ -280,17 +284,20 @@ impl TlsSession {
     /// Hands the records to the kernel if this connection may (kTLS
     /// allowed on its listener, TLS 1.3 with a cipher the kernel takes)
     /// and rustls holds nothing of it: no record to send, no plaintext or
-    /// part of a record received. `Ok(true)`: done, the connection is now
-    /// written as a plain socket. `Ok(false)`: rustls keeps it (try again
-    /// at the next large file, or the next flush). `Err`: the keys were
-    /// taken but the kernel refused them: the connection must close.
-    pub(crate) fn to_kernel(&mut self, stream: &Stream, peer: SocketAddr) -> Result<bool, ()> {
-        use super::ktls::{count, Event};
+    /// part of a record received.
+    pub(crate) fn to_kernel(&mut self, stream: &Stream, peer: SocketAddr) -> super::ktls::Handover {
+        use super::ktls::{count, Event, Handover};
         let Records::User(conn) = &mut self.records else {
-            return Ok(true);
+            return Handover::Done;
         };
-        if !self.listener.ktls || self.done || self.notified || self.alert.is_some() || conn.is_handshaking() {
-            return Ok(false);
+        if !self.listener.ktls
+            || self.ktls_refused
+            || self.done
+            || self.notified
+            || self.alert.is_some()
+            || conn.is_handshaking()
+        {
+            return Handover::No;
         }
         let suite = conn.negotiated_cipher_suite().map(|s| s.suite());
         let cipher = match (conn.protocol_version(), suite) {
@@ -298,17 +305,27 @@ impl TlsSession {
             _ => None,
         };
         let Some(cipher) = cipher else {
+            self.ktls_refused = true;
             count(Event::Fallback);
-            return Ok(false);
+            return Handover::No;
         };
-        if conn.wants_write() || !self.edge.at_edge() {
-            return Ok(false);
+        // The session tickets rustls sends after the handshake, or the
+        // records of the answers before: out first.
+        if conn.wants_write() {
+            return Handover::AfterSending;
+        }
+        if !self.edge.at_edge() {
+            debug(peer, "kTLS: not for this file: part of a record read (rustls keeps it)");
+            return Handover::No;
         }
         // Complete records read but not yet decrypted are decrypted now;
         // after this, plaintext waiting means a request already read.
         match conn.process_new_packets() {
-            Ok(state) if state.plaintext_bytes_to_read() == 0 && !state.peer_has_closed() && !conn.wants_write() => {}
-            _ => return Ok(false),
+            Ok(state) if state.plaintext_bytes_to_read() == 0 && !state.peer_has_closed() => {}
+            _ => return Handover::No,
+        }
+        if conn.wants_write() {
+            return Handover::AfterSending;
         }
         let facts = self.facts();
         let resumed = self.is_resumed();
@@ -337,7 +354,7 @@ impl TlsSession {
             Ok(()) => {
                 count(Event::Enabled);
                 debug(peer, "kTLS: the records are the kernel's from here");
-                Ok(true)
+                Handover::Done
             }
             Err(e) => {
                 // Nothing can be sent on it any more: not even an alert
@@ -348,7 +365,7 @@ impl TlsSession {
                 ));
                 self.done = true;
                 self.notified = true;
-                Err(())
+                Handover::Failed
             }
         }
     }
