@@ -115,7 +115,7 @@ pub(crate) fn cipher_for(suite: rustls::CipherSuite) -> Option<Cipher> {
     support()?.contains(&cipher).then_some(cipher)
 }
 
-/// What `TlsSession::to_kernel` did.
+/// What `TlsSession::give_to_kernel` did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Handover {
     /// The records are the kernel's (now or before): write as to TCP.

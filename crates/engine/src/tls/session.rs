@@ -50,6 +50,9 @@ pub(crate) struct TlsSession {
 }
 
 /// Who makes and reads the connection's records.
+// The session is boxed whole (`Transport::Tls`): boxing rustls' state here
+// too would be one more allocation per connection for nothing.
+#[allow(clippy::large_enum_variant)]
 enum Records {
     User(ServerConnection),
     /// The kernel (kTLS), since the keys were handed over; what the
@@ -285,7 +288,7 @@ impl TlsSession {
     /// allowed on its listener, TLS 1.3 with a cipher the kernel takes)
     /// and rustls holds nothing of it: no record to send, no plaintext or
     /// part of a record received.
-    pub(crate) fn to_kernel(&mut self, stream: &Stream, peer: SocketAddr) -> super::ktls::Handover {
+    pub(crate) fn give_to_kernel(&mut self, stream: &Stream, peer: SocketAddr) -> super::ktls::Handover {
         use super::ktls::{count, Event, Handover};
         let Records::User(conn) = &mut self.records else {
             return Handover::Done;
