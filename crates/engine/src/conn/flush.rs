@@ -151,7 +151,7 @@ impl Conn {
             // The kTLS hook (`tls/ktls.rs`): before a large file, the
             // records may go to the kernel; then `flush` sends the rest as
             // over TCP (the head with MSG_MORE, the file by sendfile).
-            let hold = match hand_give_to_kernel(tls, out, h1, &self.stream, self.peer) {
+            let hold = match kernel_handover(tls, out, h1, &self.stream, self.peer) {
                 Handover::Done => {
                     to_kernel = true;
                     break Flushed::All;
@@ -255,7 +255,7 @@ impl Conn {
 
 /// Whether an HTTP/1.1 answer's file body of `BODY_BYTES_MIN` or more is
 /// next and its records go to the kernel (`TlsSession::give_to_kernel`).
-fn hand_give_to_kernel(tls: &mut TlsSession, out: &Output, h1: bool, stream: &Stream, peer: SocketAddr) -> Handover {
+fn kernel_handover(tls: &mut TlsSession, out: &Output, h1: bool, stream: &Stream, peer: SocketAddr) -> Handover {
     if !tls.listener.ktls || !h1 {
         return Handover::No;
     }
