@@ -39,9 +39,12 @@ use test_support::pki::{self, Pki, Tls};
 const INSIDE_VAR: &str = "PEREGRINE_KTLS_VM_INSIDE";
 /// The line the cases print when all passed, which the host looks for.
 const PASSED: &str = "KTLS-VM: PASSED";
-/// The kernel: Debian's 6.1, whose `tls` module (CONFIG_TLS=m) has TLS 1.3
-/// AES-GCM and ChaCha20-Poly1305 (since 5.11).
-const KERNEL: &str = "6.1.0-56-amd64";
+/// The kernel: Debian's (12's is 6.1), whose `tls` module (CONFIG_TLS=m)
+/// has TLS 1.3 AES-GCM and ChaCha20-Poly1305 (since 5.11). Any installed
+/// kernel with that module will do; else the one `linux-image-amd64` names
+/// today (Debian drops an ABI's package from its mirror when the next one
+/// comes, so the name is never written here).
+const KERNEL_META: &str = "linux-image-amd64";
 /// The longest the VM may run (boot about 12 s under TCG, the cases a few
 /// tens of seconds); past it the VM is killed and the test fails.
 const VM_TIMEOUT: Duration = Duration::from_secs(240);
@@ -305,13 +308,13 @@ impl Vm {
         let dir = Scratch(std::env::temp_dir().join(format!("peregrine-ktls-vm-{}", std::process::id())));
         let _ = std::fs::remove_dir_all(&dir.0);
         std::fs::create_dir_all(&dir.0).unwrap();
-        let Some(root) = kernel_files(&dir.0) else {
+        let Some((root, version)) = kernel_files(&dir.0) else {
             return skip(format!(
-                "Debian's kernel {KERNEL} is neither installed nor downloadable"
+                "no kernel with a tls module is installed and {KERNEL_META}'s cannot be downloaded"
             ));
         };
-        let kernel = root.join(format!("boot/vmlinuz-{KERNEL}"));
-        let modules = root.join(format!("lib/modules/{KERNEL}"));
+        let kernel = root.join(format!("boot/vmlinuz-{version}"));
+        let modules = root.join(format!("lib/modules/{version}"));
         let order = match module_order(&modules, MODULES) {
             Ok(order) => order,
             Err(e) => return skip(e),
@@ -381,19 +384,40 @@ impl Vm {
     }
 }
 
-/// A root holding `boot/vmlinuz-KERNEL` and `lib/modules/KERNEL`: the
-/// host's, where the kernel is installed, else Debian's package unpacked
-/// into `dir` (`apt-get download` + `dpkg-deb -x`, installing nothing).
-fn kernel_files(dir: &Path) -> Option<PathBuf> {
-    let host = Path::new("/");
-    let has = |root: &Path| {
-        root.join(format!("boot/vmlinuz-{KERNEL}")).is_file()
-            && root.join(format!("lib/modules/{KERNEL}/modules.dep")).is_file()
+/// A root holding `boot/vmlinuz-VERSION` and `lib/modules/VERSION` with a
+/// `tls` module, and VERSION: the host's, where such a kernel is installed
+/// (the newest), else the package `linux-image-amd64` depends on, unpacked
+/// into `dir` (`apt-get download` + `dpkg-deb -x`, installing nothing;
+/// `PEREGRINE_KTLS_VM_DOWNLOAD=1` takes this way even where one is installed).
+fn kernel_files(dir: &Path) -> Option<(PathBuf, String)> {
+    let usable = |root: &Path, version: &str| {
+        std::fs::File::open(root.join(format!("boot/vmlinuz-{version}"))).is_ok()
+            && root.join(format!("lib/modules/{version}/modules.dep")).is_file()
+            && root.join(format!("lib/modules/{version}/kernel/net/tls")).is_dir()
     };
-    if has(host) && std::fs::File::open(host.join(format!("boot/vmlinuz-{KERNEL}"))).is_ok() {
-        return Some(host.to_owned());
+    let versions = |root: &Path| -> Vec<String> {
+        let mut found: Vec<String> = std::fs::read_dir(root.join("boot"))
+            .into_iter()
+            .flatten()
+            .filter_map(Result::ok)
+            .filter_map(|e| e.file_name().to_str()?.strip_prefix("vmlinuz-").map(str::to_owned))
+            .filter(|v| usable(root, v))
+            .collect();
+        found.sort();
+        found
+    };
+    let host = Path::new("/");
+    let download = std::env::var_os("PEREGRINE_KTLS_VM_DOWNLOAD").is_some();
+    if let Some(version) = versions(host).pop().filter(|_| !download) {
+        return Some((host.to_owned(), version));
     }
-    let package = format!("linux-image-{KERNEL}");
+    // `apt-cache depends linux-image-amd64` names today's image package.
+    let depends = Command::new("apt-cache").args(["depends", KERNEL_META]).output().ok()?;
+    let package = String::from_utf8_lossy(&depends.stdout)
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("Depends: "))
+        .find(|p| p.starts_with("linux-image-"))?
+        .to_owned();
     let fetched = Command::new("apt-get")
         .args(["download", &package])
         .current_dir(dir)
@@ -413,7 +437,16 @@ fn kernel_files(dir: &Path) -> Option<PathBuf> {
             .status()
             .is_ok_and(|s| s.success());
     let _ = std::fs::remove_file(&deb);
-    (unpacked && has(&root)).then_some(root)
+    if !unpacked {
+        return None;
+    }
+    // The package ships no modules.dep (its postinst runs depmod): make it.
+    for entry in std::fs::read_dir(root.join("lib/modules")).ok()?.filter_map(Result::ok) {
+        let version = entry.file_name().to_string_lossy().into_owned();
+        let _ = Command::new("depmod").arg("-b").arg(&root).arg(&version).status();
+    }
+    let version = versions(&root).pop()?;
+    Some((root, version))
 }
 
 /// The module files (paths under `modules`) to load for `wanted`, each
