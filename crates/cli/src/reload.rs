@@ -207,6 +207,9 @@ pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()>
         }
         _ => None,
     };
+    // Kernel TLS is probed once, on a loopback connection of its own
+    // (`tls/ktls.rs`): before the sandbox, which forbids connecting.
+    let ktls = peregrine::kernel_tls_status(args.tls.ktls);
     let sandbox = sandbox::enter(&command, &argv)?;
     let mut acme = acme;
     if let Some(acme) = &mut acme {
@@ -262,6 +265,9 @@ pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()>
             warn_if_nothing_to_serve(root, &files.index, &process.identity);
         }
         _ => log::info(format_args!("{sandbox}; hello on {urls}")),
+    }
+    if urls.contains("https://") {
+        log::info(format_args!("{ktls}"));
     }
     warn_if_reload_cannot_read(&command, &process);
     if command.server_args().watch_config {

@@ -515,3 +515,56 @@ fn no_http2_takes_h2_out_of_alpn_and_refuses_the_cleartext_preface() {
         assert_eq!(got, answer, "{extra:?}: {}", String::from_utf8_lossy(&got));
     }
 }
+
+#[test]
+fn the_start_says_whether_kernel_tls_is_on_and_why() {
+    let pki = Pki::new("ktls-line");
+    let (cert, key, _) = pki.issue("localhost", &["localhost"]);
+    let s = |p: &Path| p.to_str().unwrap().to_owned();
+    let root = pki.dir().to_owned();
+    let args = |ktls: &'static str| {
+        vec![
+            "serve".to_owned(),
+            s(&root),
+            "--bind".into(),
+            "127.0.0.1:0".into(),
+            "--workers".into(),
+            "1".into(),
+            "--tls-cert".into(),
+            s(&cert),
+            "--tls-key".into(),
+            s(&key),
+            "--ktls".into(),
+            ktls.into(),
+        ]
+    };
+    let start = |ktls| {
+        let args = args(ktls);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        Running::start(&args)
+    };
+    let mut auto = start("auto");
+    let line = auto.wait_for_lines(&["kTLS: "]);
+    // After the start, which may have loaded the module.
+    let ulps = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_ulp").unwrap_or_default();
+    if ulps.split_whitespace().any(|u| u == "tls") {
+        assert!(line.contains("kTLS: on (tls module present"), "{line}");
+    } else {
+        assert!(
+            line.contains("kTLS: off (this kernel has no tls module: files over TLS are encrypted in user space)"),
+            "{line}"
+        );
+    }
+    let mut off = start("off");
+    let line = off.wait_for_lines(&["kTLS: "]);
+    assert!(line.contains("kTLS: off (ktls = \"off\""), "{line}");
+    let bad = common::peregrine()
+        .args(["serve", ".", "--ktls", "on"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        !bad.status.success() && err.contains("ktls must be \"off\" or \"auto\""),
+        "{err}"
+    );
+}

@@ -106,6 +106,7 @@ pub use sites::{Site, SitesError, SITES_MAX};
 pub use sys::privileges::Identity;
 pub use sys::raise_open_files_limit;
 pub use sys::stream::{remove_stale_socket, SOCKET_MODE, UNIX_PEER};
+pub use tls::ktls::{status as kernel_tls_status, KernelTls};
 pub use tls::{TicketKeys, TlsConfig};
 
 /// A binary upgrade's system calls: listening sockets passed to the process

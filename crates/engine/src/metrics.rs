@@ -648,6 +648,20 @@ impl Metrics {
             out,
             "peregrine_tls_handshakes_by_kind_total{{kind=\"resumed\"}} {resumed}"
         );
+        head(
+            &mut out,
+            "peregrine_tls_ktls_total",
+            "counter",
+            "Kernel TLS (kTLS), per process: keys handed to the kernel (enabled), large files kept in user space (fallback), keys refused (failed), and what clients ended kTLS connections with.",
+        );
+        for event in crate::tls::ktls::Event::ALL {
+            let _ = writeln!(
+                out,
+                "peregrine_tls_ktls_total{{event=\"{}\"}} {}",
+                event.label(),
+                crate::tls::ktls::counted(event)
+            );
+        }
         // A worker holds its counters while it runs: those only kept here
         // belong to workers that have finished (after a reload, say), whose
         // counts still add to the totals.

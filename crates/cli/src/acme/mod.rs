@@ -261,6 +261,8 @@ pub(crate) struct Parent {
     pub(crate) summary: String,
     /// `--hsts`, for a set with ACME certificates only.
     hsts: Option<u64>,
+    /// `--ktls`, likewise.
+    ktls: peregrine::KernelTls,
 }
 
 /// What the reader thread and the generations share.
@@ -334,6 +336,7 @@ impl Parent {
             config: Mutex::new(config),
             summary,
             hsts: args.hsts,
+            ktls: args.ktls,
         }))
     }
 
@@ -367,7 +370,8 @@ impl Parent {
             None => match self.hsts {
                 Some(secs) => TlsConfig::empty().hsts(std::time::Duration::from_secs(secs)),
                 None => TlsConfig::empty(),
-            },
+            }
+            .kernel_tls(self.ktls),
         }
         .acme();
         let mut shared = lock(&self.shared);

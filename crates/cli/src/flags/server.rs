@@ -267,6 +267,11 @@ fn has_ipv6() -> bool {
     std::net::TcpListener::bind((std::net::Ipv6Addr::UNSPECIFIED, 0)).is_ok()
 }
 
+/// Parses `--ktls` (`off` or `auto`).
+fn parse_ktls(s: &str) -> Result<peregrine::KernelTls, String> {
+    s.parse()
+}
+
 /// Parses an address that must be one socket (`--redirect-http`,
 /// `--metrics`): the forms `--bind` takes, naming a single address
 /// (`:PORT` is `0.0.0.0:PORT` here).
@@ -307,6 +312,12 @@ pub(crate) struct TlsArgs {
     /// Default: none (no such field).
     #[arg(long, value_name = "SECONDS", value_parser = within(Limits::HSTS_SECS_RANGE))]
     pub(crate) hsts: Option<u64>,
+    /// Kernel TLS: `auto` hands an HTTP/1.1 file body of 64 KiB or more
+    /// over TLS 1.3 to the kernel (its keys by `setsockopt(SOL_TLS)`, the
+    /// file by sendfile) where the kernel has its `tls` module; `off`
+    /// keeps every byte in rustls. The start says which. Default: auto.
+    #[arg(long, value_name = "off|auto", default_value = "auto", value_parser = parse_ktls)]
+    pub(crate) ktls: peregrine::KernelTls,
     /// Session-ticket keys shared by a fleet (nginx's
     /// ssl_session_ticket_key sizes): 80 random bytes (or 48), or two such
     /// keys one after the other, the current first (`openssl rand 80`).

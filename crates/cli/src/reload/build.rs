@@ -165,6 +165,7 @@ fn load_tls(command: &Command, args: &ServerArgs, first: bool) -> anyhow::Result
         _ => args.tls.config(),
     };
     let loaded = loaded.and_then(|tls| ticket_keys(args).map(|()| tls));
+    let loaded = loaded.map(|tls| tls.map(|tls| tls.kernel_tls(args.tls.ktls)));
     match loaded {
         Ok(tls) => Ok(tls),
         Err(e) if !first => Err(e.context("TLS reload failed, keeping the certificates loaded before")),

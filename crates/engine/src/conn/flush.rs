@@ -4,12 +4,17 @@
 
 use super::*;
 use crate::h1::{self, Piece};
+use crate::tls::ktls::Handover;
 
 impl Conn {
     /// Writes what is queued until done or the socket is full.
     pub(super) fn flush(&mut self, pool: &mut BufPool) -> Flushed {
-        if let Transport::Tls(_) = self.transport {
-            return self.flush_tls(pool);
+        if let Transport::Tls(tls) = &self.transport {
+            // Under kernel TLS (`tls/ktls.rs`) the socket takes plaintext:
+            // the plain path below, sendfile included.
+            if !tls.is_kernel() {
+                return self.flush_tls(pool);
+            }
         }
         if self.proto.is_h2() {
             // Frames, and DATA payloads as slices, by writev (conn/h2.rs).
@@ -134,14 +139,29 @@ impl Conn {
     /// is full. A batch of pipelined answers is one record and one write.
     pub(super) fn flush_tls(&mut self, pool: &mut BufPool) -> Flushed {
         let closing = self.is_closing() && !self.is_sending();
+        let h1 = matches!(self.proto, Proto::H1(_));
         let Transport::Tls(tls) = &mut self.transport else {
             unreachable!("called for TLS only")
         };
         let out = &mut self.output;
         let mut progress = false;
         let mut scratch: Vec<u8> = Vec::new();
+        let mut to_kernel = false;
         let flushed = loop {
-            if !encrypt(tls, out, pool, &mut scratch) {
+            // The kTLS hook (`tls/ktls.rs`): before a large file, the
+            // records may go to the kernel; then `flush` sends the rest as
+            // over TCP (the head with MSG_MORE, the file by sendfile).
+            let hold = match kernel_handover(tls, out, h1, &self.stream, self.peer) {
+                Handover::Done => {
+                    to_kernel = true;
+                    break Flushed::All;
+                }
+                Handover::Failed => break Flushed::Failed,
+                // Nothing more for rustls: what it holds goes out first.
+                Handover::AfterSending => true,
+                Handover::No => false,
+            };
+            if !hold && !encrypt(tls, out, pool, &mut scratch) {
                 break Flushed::Failed;
             }
             // The connection's last answer is all encrypted: its
@@ -180,6 +200,9 @@ impl Conn {
         };
         if !scratch.is_empty() {
             pool.give_read(scratch);
+        }
+        if to_kernel {
+            return self.flush(pool);
         }
         flushed
     }
@@ -227,6 +250,20 @@ impl Conn {
         }
         self.give_input(ctx.pool);
         Next::Keep
+    }
+}
+
+/// Whether an HTTP/1.1 answer's file body of `BODY_BYTES_MIN` or more is
+/// next and its records go to the kernel (`TlsSession::give_to_kernel`).
+fn kernel_handover(tls: &mut TlsSession, out: &Output, h1: bool, stream: &Stream, peer: SocketAddr) -> Handover {
+    if !tls.listener.ktls || !h1 {
+        return Handover::No;
+    }
+    match &out.tail {
+        Some(Tail::File { range, sent }) if range.len - *sent >= crate::tls::ktls::BODY_BYTES_MIN => {
+            tls.give_to_kernel(stream, peer)
+        }
+        _ => Handover::No,
     }
 }
 

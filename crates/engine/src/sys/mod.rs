@@ -10,6 +10,7 @@
 //! Contract: every function here takes and returns ordinary Rust types;
 //! every `unsafe` block says why it is sound.
 
+pub(crate) mod ktls;
 pub(crate) mod outbound;
 pub(crate) mod privileges;
 pub(crate) mod sendfile;

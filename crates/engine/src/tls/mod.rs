@@ -20,6 +20,7 @@
 //! TLS-ALPN-01 challenge certificate set for a name (RFC 8737: the
 //! resolver sees the client's ALPN).
 
+pub mod ktls;
 pub(crate) mod redirect;
 pub(crate) mod session;
 pub(crate) mod store;
@@ -63,6 +64,10 @@ pub struct TlsConfig {
     /// Session tickets: one key set for the process by default
     /// (`TicketKeys::process`), whatever listener or worker.
     tickets: Arc<TicketKeys>,
+    /// File bodies of `ktls::BODY_BYTES_MIN` and more over TLS 1.3 may
+    /// go through kernel TLS and sendfile (`ktls.rs`), where the kernel
+    /// has it. On unless turned off (`kernel_tls(KernelTls::Off)`).
+    ktls: ktls::KernelTls,
 }
 
 /// One certificate chain and its key, as files, and the names it is for
@@ -130,6 +135,7 @@ impl TlsConfig {
             hsts: None,
             acme: false,
             tickets: TicketKeys::process(),
+            ktls: ktls::KernelTls::Auto,
         })
     }
 
@@ -147,6 +153,7 @@ impl TlsConfig {
             hsts: None,
             acme: false,
             tickets: TicketKeys::process(),
+            ktls: ktls::KernelTls::Auto,
         }
     }
 
@@ -378,6 +385,15 @@ impl TlsConfig {
         self
     }
 
+    /// Whether file bodies of 64 KiB and more may be handed to kernel TLS
+    /// (`Auto`, the default: where the kernel has its `tls` module) or
+    /// are always encrypted by rustls in user space (`Off`). Listeners
+    /// made after this call use it.
+    pub fn kernel_tls(mut self, mode: ktls::KernelTls) -> Self {
+        self.ktls = mode;
+        self
+    }
+
     /// The ticket keys this set's listeners use.
     pub fn tickets(&self) -> &Arc<TicketKeys> {
         &self.tickets
@@ -428,6 +444,10 @@ impl TlsConfig {
         // could repeat a side effect.
         config.ticketer = self.tickets.clone();
         config.max_early_data_size = 0;
+        // The keys can be taken out for the kernel only where they will
+        // be used (a connection never switches where this is false).
+        let ktls = self.ktls == ktls::KernelTls::Auto && ktls::support().is_some();
+        config.enable_secret_extraction = ktls;
         let mut fields = String::new();
         if let Some(age) = self.hsts {
             fields.push_str(&format!("Strict-Transport-Security: max-age={}\r\n", age.as_secs()));
@@ -440,6 +460,7 @@ impl TlsConfig {
         Ok(Arc::new(TlsListener {
             config: Arc::new(config),
             extra_fields,
+            ktls,
         }))
     }
 
@@ -504,6 +525,9 @@ pub(crate) struct TlsListener {
     /// Lines added to every response: `Strict-Transport-Security` if
     /// asked for, `Alt-Svc` when HTTP/3 is on (each `Name: value\r\n`).
     pub(crate) extra_fields: Option<Box<[u8]>>,
+    /// Connections may hand their records to kernel TLS (`ktls.rs`):
+    /// asked for, and the kernel has it.
+    pub(crate) ktls: bool,
 }
 
 impl ResolvesServerCert for CertResolver {

@@ -19,7 +19,8 @@ use super::TlsListener;
 use crate::limits::TLS_SEND_BYTES_MAX;
 
 pub(crate) struct TlsSession {
-    conn: ServerConnection,
+    /// Records in user space by rustls, or in the kernel (`ktls.rs`).
+    records: Records,
     pub(crate) listener: Arc<TlsListener>,
     /// A fatal alert or our close_notify is queued: nothing more is
     /// encrypted or read.
@@ -40,6 +41,26 @@ pub(crate) struct TlsSession {
     short_read: bool,
     /// Our close_notify is queued (it goes once).
     notified: bool,
+    /// The kernel cannot take this connection's version or cipher (known
+    /// at its first large file, counted then).
+    ktls_refused: bool,
+    /// Where the bytes read from the socket stand between records: the
+    /// keys go to the kernel only at a record's edge.
+    edge: super::ktls::RecordEdge,
+}
+
+/// Who makes and reads the connection's records.
+// The session is boxed whole (`Transport::Tls`): boxing rustls' state here
+// too would be one more allocation per connection for nothing.
+#[allow(clippy::large_enum_variant)]
+enum Records {
+    User(ServerConnection),
+    /// The kernel (kTLS), since the keys were handed over; what the
+    /// access log and metrics ask of the session is kept from before.
+    Kernel {
+        facts: crate::access_log::TlsFacts,
+        resumed: bool,
+    },
 }
 
 /// The socket as rustls reads it, noting the first byte of what it reads
@@ -47,6 +68,7 @@ pub(crate) struct TlsSession {
 /// system call).
 struct FirstByte<'s> {
     stream: &'s mut Stream,
+    edge: &'s mut super::ktls::RecordEdge,
     first: Option<u8>,
     /// The read returned fewer bytes than rustls had room for.
     short: bool,
@@ -55,6 +77,7 @@ struct FirstByte<'s> {
 impl Read for FirstByte<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.stream.read(buf)?;
+        self.edge.feed(&buf[..n]);
         if n > 0 && self.first.is_none() {
             self.first = Some(buf[0]);
         }
@@ -90,7 +113,7 @@ impl TlsSession {
         let mut conn = ServerConnection::new(listener.config.clone()).ok()?;
         conn.set_buffer_limit(Some(TLS_SEND_BYTES_MAX));
         Some(TlsSession {
-            conn,
+            records: Records::User(conn),
             listener: listener.clone(),
             done: false,
             started: false,
@@ -99,6 +122,8 @@ impl TlsSession {
             server_name: None,
             short_read: false,
             notified: false,
+            ktls_refused: false,
+            edge: super::ktls::RecordEdge::default(),
         })
     }
 
@@ -122,8 +147,12 @@ impl TlsSession {
         }
         self.short_read = false;
         let may_stop_short = !closing_hinted;
+        let conn = match &mut self.records {
+            Records::User(conn) => conn,
+            Records::Kernel { .. } => return self.read_kernel(stream, buf, peer),
+        };
         loop {
-            match self.conn.reader().read(buf) {
+            match conn.reader().read(buf) {
                 Ok(n) => return Ok(n),
                 // The records read so far held no plaintext (a handshake
                 // flight) and the socket is drained: as the plain path
@@ -135,7 +164,7 @@ impl TlsSession {
                     // own framing tells whether a message was complete.
                     debug(
                         peer,
-                        if self.conn.is_handshaking() {
+                        if conn.is_handshaking() {
                             "closed during the handshake"
                         } else {
                             "closed without close_notify (maybe mid-record)"
@@ -148,10 +177,11 @@ impl TlsSession {
             // rustls holds no plaintext: read records from the socket.
             let mut reader = FirstByte {
                 stream: &mut *stream,
+                edge: &mut self.edge,
                 first: None,
                 short: false,
             };
-            let read = self.conn.read_tls(&mut reader);
+            let read = conn.read_tls(&mut reader);
             self.short_read = reader.short && may_stop_short;
             if !self.started {
                 // A TLS connection starts with a handshake record (0x16);
@@ -180,14 +210,14 @@ impl TlsSession {
                 }
                 Err(e) => return Err(e),
             }
-            if let Err(e) = self.conn.process_new_packets() {
+            if let Err(e) = conn.process_new_packets() {
                 if super::store::take_refused_name() {
                     debug(peer, "handshake refused: no site is served under the name it asked for");
                     self.alert = Some(UNRECOGNIZED_NAME);
                     self.done = true;
                     return Err(io::Error::new(io::ErrorKind::InvalidData, e));
                 }
-                let what = if self.conn.is_handshaking() {
+                let what = if conn.is_handshaking() {
                     format!("handshake failed: {e}")
                 } else {
                     format!("TLS error: {e}")
@@ -196,13 +226,149 @@ impl TlsSession {
                 self.done = true;
                 return Err(io::Error::new(io::ErrorKind::InvalidData, e));
             }
-            if self.server_name.is_none() && !self.conn.is_handshaking() {
+            if self.server_name.is_none() && !conn.is_handshaking() {
                 // Once per connection, before its first request.
                 let mut buf = crate::host::HostBuf::new();
-                let name = (self.conn.server_name())
+                let name = (conn.server_name())
                     .and_then(|n| crate::host::normalize_name(n.as_bytes(), &mut buf).ok())
                     .map(|n| Box::from(n.as_str()));
                 self.server_name = Some(name);
+            }
+        }
+    }
+
+    /// Reads over kernel TLS: application data as from a socket; any other
+    /// record (the client's close_notify, a KeyUpdate, another alert or
+    /// handshake message) ends the connection, counted, as `Ok(0)`. The
+    /// socket is read until EAGAIN, never left after a short read: the
+    /// kernel stops a read short before a record of another type, which
+    /// raises no new event.
+    fn read_kernel(&mut self, stream: &mut Stream, buf: &mut [u8], peer: SocketAddr) -> io::Result<usize> {
+        use super::ktls::{count, Event};
+        use crate::sys::ktls::{recv_record, RECORD_ALERT, RECORD_APPLICATION_DATA, RECORD_HANDSHAKE};
+        loop {
+            let (kind, n) = match recv_record(&*stream, buf) {
+                Ok(read) => read,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    if e.kind() != io::ErrorKind::WouldBlock {
+                        // EBADMSG: a record that does not decrypt.
+                        debug(peer, &format!("kTLS read failed: {e}"));
+                    }
+                    return Err(e);
+                }
+            };
+            let event = match kind {
+                RECORD_APPLICATION_DATA => return Ok(n),
+                // RFC 8446 §6.1: level warning (1), close_notify (0).
+                RECORD_ALERT if buf[..n] == [1, 0] => Event::PeerCloseNotify,
+                // §4.6.3: KeyUpdate is handshake message 24. The kernel
+                // cannot take new keys: the connection ends here.
+                RECORD_HANDSHAKE if n > 0 && buf[0] == 24 => Event::PeerKeyUpdate,
+                _ => Event::PeerOther,
+            };
+            debug(
+                peer,
+                &format!("kTLS: the client sent a record of type {kind}: {}", event.label()),
+            );
+            count(event);
+            self.done = true;
+            return Ok(0);
+        }
+    }
+
+    /// The records are the kernel's (kTLS): the connection is written as
+    /// a plain socket.
+    #[inline]
+    pub(crate) fn is_kernel(&self) -> bool {
+        matches!(self.records, Records::Kernel { .. })
+    }
+
+    /// Hands the records to the kernel if this connection may (kTLS
+    /// allowed on its listener, TLS 1.3 with a cipher the kernel takes)
+    /// and rustls holds nothing of it: no record to send, no plaintext or
+    /// part of a record received.
+    pub(crate) fn give_to_kernel(&mut self, stream: &Stream, peer: SocketAddr) -> super::ktls::Handover {
+        use super::ktls::{count, Event, Handover};
+        let Records::User(conn) = &mut self.records else {
+            return Handover::Done;
+        };
+        if !self.listener.ktls
+            || self.ktls_refused
+            || self.done
+            || self.notified
+            || self.alert.is_some()
+            || conn.is_handshaking()
+        {
+            return Handover::No;
+        }
+        let suite = conn.negotiated_cipher_suite().map(|s| s.suite());
+        let cipher = match (conn.protocol_version(), suite) {
+            (Some(rustls::ProtocolVersion::TLSv1_3), Some(suite)) => super::ktls::cipher_for(suite),
+            _ => None,
+        };
+        let Some(cipher) = cipher else {
+            self.ktls_refused = true;
+            count(Event::Fallback);
+            return Handover::No;
+        };
+        // The session tickets rustls sends after the handshake, or the
+        // records of the answers before: out first.
+        if conn.wants_write() {
+            return Handover::AfterSending;
+        }
+        if !self.edge.at_edge() {
+            debug(peer, "kTLS: not for this file: part of a record read (rustls keeps it)");
+            return Handover::No;
+        }
+        // Complete records read but not yet decrypted are decrypted now;
+        // after this, plaintext waiting means a request already read.
+        match conn.process_new_packets() {
+            Ok(state) if state.plaintext_bytes_to_read() == 0 && !state.peer_has_closed() => {}
+            _ => return Handover::No,
+        }
+        if conn.wants_write() {
+            return Handover::AfterSending;
+        }
+        let facts = self.facts();
+        let resumed = self.is_resumed();
+        let Records::User(conn) = std::mem::replace(&mut self.records, Records::Kernel { facts, resumed }) else {
+            unreachable!("checked above");
+        };
+        let installed = conn
+            .dangerous_extract_secrets()
+            .map_err(|e| io::Error::other(e.to_string()))
+            .and_then(|secrets| {
+                let info = |(seq, secrets): (u64, rustls::ConnectionTrafficSecrets)| {
+                    let (key, iv) = match &secrets {
+                        rustls::ConnectionTrafficSecrets::Aes128Gcm { key, iv }
+                        | rustls::ConnectionTrafficSecrets::Aes256Gcm { key, iv }
+                        | rustls::ConnectionTrafficSecrets::Chacha20Poly1305 { key, iv } => (key.as_ref(), iv.as_ref()),
+                        _ => return None,
+                    };
+                    crate::sys::ktls::CryptoInfo::tls13(cipher, key, iv, seq)
+                };
+                let bad = || io::Error::other("keys of an unexpected shape");
+                let tx = info(secrets.tx).ok_or_else(bad)?;
+                let rx = info(secrets.rx).ok_or_else(bad)?;
+                crate::sys::ktls::install(stream, &tx, &rx)
+            });
+        match installed {
+            Ok(()) => {
+                count(Event::Enabled);
+                debug(peer, "kTLS: the records are the kernel's from here");
+                Handover::Done
+            }
+            Err(e) => {
+                // Nothing can be sent on it any more: not even an alert
+                // (the socket may have no keys to make one with).
+                count(Event::Failed);
+                crate::log::warn(format_args!(
+                    "tls {peer}: kTLS refused the keys: {e}; the connection closes"
+                ));
+                self.done = true;
+                self.notified = true;
+                Handover::Failed
             }
         }
     }
@@ -225,30 +391,37 @@ impl TlsSession {
 
     /// Whether the handshake resumed a session (for the metrics).
     pub(crate) fn is_resumed(&self) -> bool {
-        self.conn.handshake_kind() == Some(rustls::HandshakeKind::Resumed)
+        match &self.records {
+            Records::User(conn) => conn.handshake_kind() == Some(rustls::HandshakeKind::Resumed),
+            Records::Kernel { resumed, .. } => *resumed,
+        }
     }
 
     /// The protocol version and whether the session was resumed, for
     /// the access log.
     #[inline]
     pub(crate) fn facts(&self) -> crate::access_log::TlsFacts {
+        let conn = match &self.records {
+            Records::User(conn) => conn,
+            Records::Kernel { facts, .. } => return *facts,
+        };
         crate::access_log::TlsFacts {
-            version: match self.conn.protocol_version() {
+            version: match conn.protocol_version() {
                 Some(rustls::ProtocolVersion::TLSv1_3) => Some(crate::access_log::TlsVersion::Tls13),
                 Some(rustls::ProtocolVersion::TLSv1_2) => Some(crate::access_log::TlsVersion::Tls12),
                 _ => None,
             },
-            resumed: (self.conn.handshake_kind()).map(|k| k == rustls::HandshakeKind::Resumed),
+            resumed: (conn.handshake_kind()).map(|k| k == rustls::HandshakeKind::Resumed),
         }
     }
 
     /// Encrypts as much of `plain` as the outgoing buffer has room for;
     /// returns how much. 0 means: send first.
     pub(crate) fn encrypt(&mut self, plain: &[u8]) -> usize {
-        if self.done {
-            return 0;
+        match &mut self.records {
+            Records::User(conn) if !self.done => conn.writer().write(plain).unwrap_or(0),
+            _ => 0,
         }
-        self.conn.writer().write(plain).unwrap_or(0)
     }
 
     /// Writes queued records to the socket (vectored, one call).
@@ -259,35 +432,38 @@ impl TlsSession {
             self.refused = true;
             return stream.write(alert);
         }
-        if self.refused {
-            return Ok(0);
+        match &mut self.records {
+            Records::User(conn) if !self.refused => conn.write_tls(stream),
+            _ => Ok(0),
         }
-        self.conn.write_tls(stream)
     }
 
     /// Records are waiting to be written.
     pub(crate) fn wants_write(&self) -> bool {
-        self.alert.is_some() || (!self.refused && self.conn.wants_write())
+        self.alert.is_some() || (!self.refused && matches!(&self.records, Records::User(c) if c.wants_write()))
     }
 
     /// The handshake has not completed yet.
     pub(crate) fn is_handshaking(&self) -> bool {
-        self.conn.is_handshaking()
+        matches!(&self.records, Records::User(c) if c.is_handshaking())
     }
 
     /// The client and we agreed on HTTP/2 by ALPN.
     pub(crate) fn alpn_h2(&self) -> bool {
-        self.conn.alpn_protocol() == Some(b"h2")
+        matches!(&self.records, Records::User(c) if c.alpn_protocol() == Some(b"h2"))
     }
 
     /// Queues close_notify behind the records already queued (once, and
     /// only after a handshake), so that the last answer and the alert
     /// leave in one write; nothing is encrypted after it.
     pub(crate) fn notify_close(&mut self) {
-        if !self.done && !self.notified && !self.conn.is_handshaking() {
-            self.conn.send_close_notify();
-            self.notified = true;
-            self.done = true;
+        match &mut self.records {
+            Records::User(conn) if !self.done && !self.notified && !conn.is_handshaking() => {
+                conn.send_close_notify();
+                self.notified = true;
+                self.done = true;
+            }
+            _ => {}
         }
     }
 
@@ -295,6 +471,16 @@ impl TlsSession {
     /// writes what is queued, best effort: the connection is closing
     /// either way.
     pub(crate) fn close(&mut self, stream: &mut Stream) {
+        if let Records::Kernel { .. } = self.records {
+            // An alert record of the kernel's: close_notify (RFC 8446
+            // §6.1: level warning, description 0), once.
+            if !self.notified {
+                self.notified = true;
+                self.done = true;
+                let _ = crate::sys::ktls::send_record(&*stream, crate::sys::ktls::RECORD_ALERT, &[1, 0]);
+            }
+            return;
+        }
         self.notify_close();
         self.done = true;
         let _ = self.write_tls(stream);
