@@ -222,7 +222,7 @@ impl Limits {
     /// The rest is each connection's own; permessage-deflate's streams are
     /// the worker's, not a connection's (`WS_DEFLATE_BYTES`, under 3 MiB,
     /// made when first used). With the defaults: 64 + 64 MiB, 4,096 ×
-    /// 192 KiB, 3 MiB and 1,024 × 64 KiB, 963 MiB. HTTP/2 upstreams
+    /// 192 KiB, under 3 MiB and 1,024 × 64 KiB: 964 MiB, rounded up. HTTP/2 upstreams
     /// (`h2c://`) are not in the last term: their streams' windows stay
     /// shut while the budget is spent. HTTP/3 connections are not in it: QUIC's
     /// flow control bounds each (`H3_SEND_WINDOW_BYTES`,
