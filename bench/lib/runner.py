@@ -31,6 +31,7 @@ import install
 import layout
 import load
 import procs
+import proxy
 import rate
 import report
 import servers
@@ -53,7 +54,8 @@ def parse_args(argv):
     ap.add_argument("--quick", action="store_true",
                     help="1 s runs, 1 repetition, into runs/<stamp>-quick/ (a smoke test, not evidence)")
     known_servers = servers.ORDER + [n for n in ws.ORDER if n not in servers.ORDER]
-    known_scenarios = list(load.SCENARIOS) + list(ws.SCENARIOS)
+    known_servers += [n for n in proxy.ORDER if n not in known_servers]
+    known_scenarios = list(load.SCENARIOS) + list(ws.SCENARIOS) + list(proxy.SCENARIOS)
     ap.add_argument("--only", metavar="SERVER,...",
                     help="servers to run, from: " + ",".join(known_servers)
                     + " (the WebSocket scenarios take " + ",".join(ws.ORDER) + ")")
@@ -85,9 +87,11 @@ def parse_args(argv):
     asked_servers = pick(args.only, known_servers, "server")
     args.servers = [n for n in asked_servers if n in servers.ORDER]
     args.ws_servers = [n for n in ws.ORDER if n in asked_servers]
+    args.proxy_servers = [n for n in proxy.ORDER if n in asked_servers]
     asked_scenarios = pick(args.scenarios, known_scenarios, "scenario")
     args.scenario_names = [sc for sc in asked_scenarios if sc in load.SCENARIOS]
     args.ws_scenarios = [sc for sc in asked_scenarios if sc in ws.SCENARIOS]
+    args.proxy_scenarios = [sc for sc in asked_scenarios if sc in proxy.SCENARIOS]
     args.duration = args.duration or (1.0 if args.quick else 5.0)
     args.reps = args.reps or (1 if args.quick else 3)
     return args
@@ -248,6 +252,20 @@ def main(argv):
         if why:
             log(f"ERROR: {why}: the HTTP/3 scenarios are not run")
             args.scenario_names = [sc for sc in args.scenario_names if sc not in load.H3_SCENARIOS]
+
+    # the reverse-proxy scenarios: a group of their own (proxy.py), every
+    # process on the server CPU, with relay-limit as their floor
+    args.proxy_md, args.proxy_versions = "", {}
+    if args.proxy_scenarios:
+        if any(proxy.SCENARIOS[sc][1] for sc in args.proxy_scenarios):
+            why = h2.ensure_h2load()
+            if why:
+                log(f"ERROR: {why}: the HTTP/2 proxy scenario is not run")
+                args.proxy_scenarios = [sc for sc in args.proxy_scenarios if not proxy.SCENARIOS[sc][1]]
+        args.proxy_md, args.proxy_versions, proxy_skipped = proxy.run(
+            args.proxy_servers, args.proxy_scenarios, args.reps, args.duration, run_dir)
+        if not args.scenario_names and not args.ws_scenarios:
+            return finish_proxy_only(args, command, started, run_dir, proxy_skipped, venv_python, nofile)
 
     # 2. build
     servers.Peregrine.run_cargo = not args.no_cargo
@@ -459,6 +477,32 @@ def main(argv):
         ws.update_benchmarks_md(md_path, os.path.relpath(run_dir, REPO), command,
                                 started.strftime("%Y-%m-%d %H:%M %Z"), args.ws_md)
         log(f"updated the WebSocket section of {md_path}")
+    if args.proxy_md:
+        proxy.update_benchmarks_md(md_path, os.path.relpath(run_dir, REPO), command,
+                                   started.strftime("%Y-%m-%d %H:%M %Z"), args.proxy_md)
+        log(f"updated the proxy section of {md_path}")
+    return 0
+
+
+def finish_proxy_only(args, command, started, run_dir, skipped, venv_python, nofile):
+    """A run of reverse-proxy scenarios only: meta.txt, proxy.md printed,
+    and the proxy section of BENCHMARKS.md."""
+    args.layout_line = f"proxy scenarios only: every process on CPU {servers.SERVER_CPU} (no layout probe)"
+    args.rate = None
+    write_meta(os.path.join(run_dir, "meta.txt"), args, command, started, {}, skipped, venv_python, nofile)
+    with open(os.path.join(run_dir, "meta.txt"), "a") as f:
+        f.write("\nproxy scenarios: " + ",".join(args.proxy_scenarios) + "\n")
+        f.write("".join(f"  {n}: {v}\n" for n, v in args.proxy_versions.items()))
+    print()
+    print(args.proxy_md)
+    print()
+    log(f"wrote {os.path.relpath(run_dir, REPO)}/: proxy.csv proxy.md meta.txt logs/")
+    if args.no_benchmarks_md or (args.quick and not args.benchmarks_md):
+        return 0
+    md_path = args.benchmarks_md or os.path.join(REPO, "BENCHMARKS.md")
+    proxy.update_benchmarks_md(md_path, os.path.relpath(run_dir, REPO), command,
+                               started.strftime("%Y-%m-%d %H:%M %Z"), args.proxy_md)
+    log(f"updated the proxy section of {md_path}")
     return 0
 
 

@@ -11,6 +11,7 @@
  * Usage: relay PORT UPSTREAM_PORT   (both on 127.0.0.1)
  * Build: gcc -O2 -o relay bench/limit/relay.c
  */
+#define _GNU_SOURCE /* accept4 */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>

@@ -143,6 +143,12 @@ struct Chunked<E> {
     /// channel's receiver parked on an empty queue; the pipe's sink found
     /// no room).
     waiting: bool,
+    /// Threads blocked on the queue's `signal` (a handler's blocking
+    /// `send` or body read). Only then is it notified: `notify_one` is a
+    /// futex call whether anyone waits or not, and the proxy's answers,
+    /// whose producer is the worker itself, paid three per 64 KiB answer
+    /// (`bench/lib/proxy.py`'s proxy-64k).
+    sleepers: usize,
     /// Where the wake goes: the worker's mailbox and the connection's token.
     wake: Option<(Arc<Mailbox>, usize)>,
     /// A party on an event loop other than the connection waits (the
@@ -165,6 +171,7 @@ impl<E> Queue<E> {
                 end,
                 gone: false,
                 waiting: false,
+                sleepers: 0,
                 wake: None,
                 loop_waiter: None,
                 continue_held: false,
@@ -181,8 +188,20 @@ impl<E> Queue<E> {
     }
 
     /// Waits on `signal`, giving the lock back meanwhile.
-    fn wait<'a>(&self, state: MutexGuard<'a, Chunked<E>>) -> MutexGuard<'a, Chunked<E>> {
-        self.signal.wait(state).unwrap_or_else(|e| e.into_inner())
+    fn wait<'a>(&self, mut state: MutexGuard<'a, Chunked<E>>) -> MutexGuard<'a, Chunked<E>> {
+        state.sleepers += 1;
+        let mut state = self.signal.wait(state).unwrap_or_else(|e| e.into_inner());
+        state.sleepers -= 1;
+        state
+    }
+
+    /// Wakes the threads blocked on `signal`, if `sleeping` (read under
+    /// the lock: a thread about to wait holds it while it counts itself,
+    /// then checks what changed, so none is missed).
+    fn notify(&self, sleeping: bool) {
+        if sleeping {
+            self.signal.notify_all();
+        }
     }
 }
 
@@ -511,8 +530,9 @@ impl ChannelBody {
             } else {
                 None
             };
+            let sleeping = state.sleepers > 0;
             drop(state);
-            shared.queue.signal.notify_one();
+            shared.queue.notify(sleeping);
             post(producer);
             return Next::Chunk(chunk);
         }
@@ -535,8 +555,9 @@ impl Drop for ChannelBody {
         self.shared.clear(&mut state);
         state.wake = None;
         let producer = state.loop_waiter.take();
+        let sleeping = state.sleepers > 0;
         drop(state);
-        self.shared.queue.signal.notify_all();
+        self.shared.queue.notify(sleeping);
         post(producer);
     }
 }
@@ -757,8 +778,9 @@ impl BodySink {
         }
         state.push(data.to_vec());
         let reader = state.loop_waiter.take();
+        let sleeping = state.sleepers > 0;
         drop(state);
-        shared.signal.notify_one();
+        shared.notify(sleeping);
         post(reader);
     }
 
@@ -783,8 +805,9 @@ impl BodySink {
         }
         state.wake = None;
         let reader = state.loop_waiter.take();
+        let sleeping = state.sleepers > 0;
         drop(state);
-        shared.signal.notify_all();
+        shared.notify(sleeping);
         post(reader);
     }
 }

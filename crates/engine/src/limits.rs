@@ -135,6 +135,17 @@ pub struct Limits {
     /// packet each, not a connection's state and a handshake's crypto.
     /// 0 asks every client.
     pub h3_handshakes_before_retry: usize,
+    /// Most HTTP/1.1 connections a worker keeps open to all its reverse
+    /// proxy upstreams together (busy or idle; each upstream's own
+    /// `max_conns` applies as well). Past it a request waits in its
+    /// upstream's queue, an idle connection to another upstream being
+    /// closed to make room. It bounds what the pool may read past the
+    /// output budget: an answer whose channel is empty reads once more
+    /// while the budget is spent (`UPSTREAM_READ_BYTES`), or nothing
+    /// would wake it. 1,024 is four upstreams at their default 256,
+    /// 64 MiB at worst; nginx has no such cap (its `keepalive` bounds
+    /// idle connections only).
+    pub upstream_conns_max: usize,
 }
 
 impl Default for Limits {
@@ -164,6 +175,7 @@ impl Default for Limits {
             h3_idle_timeout: Duration::from_secs(30),
             h3_udp_payload_bytes_max: 1452,
             h3_handshakes_before_retry: 64,
+            upstream_conns_max: 1024,
         }
     }
 }
@@ -193,6 +205,7 @@ impl Limits {
     ///   + n_conns_max × (H2_READ_BYTES + write_buffer_bytes_max
     ///                    + INLINE_BODY_BYTES_MAX + TLS_SEND_BYTES_MAX
     ///                    + CONN_STATE_BYTES)
+    ///   + upstream_conns_max × UPSTREAM_READ_BYTES
     /// ```
     ///
     /// Buffered request bodies never pass their budget (503 past it) and
@@ -202,13 +215,16 @@ impl Limits {
     /// upstream's `proxy_buffer_bytes`, 1 MiB, a channel per answer) are
     /// queued answers too: counted in `output_budget_bytes`, and while it
     /// is spent an upstream whose channel holds bytes is not read (one
-    /// whose channel is empty may add one read, 64 KiB, or nothing would
-    /// wake it); without that, 256 connections to one upstream could hold
-    /// 256 MiB beside the figure (`proxy_memory.rs`). The
-    /// rest is each connection's own; permessage-deflate's streams are
+    /// whose channel is empty may add one read, `UPSTREAM_READ_BYTES`,
+    /// or nothing would wake it: that overshoot is the last term, each
+    /// upstream connection's); without that, 256 connections to one
+    /// upstream could hold 256 MiB beside the figure (`proxy_memory.rs`).
+    /// The rest is each connection's own; permessage-deflate's streams are
     /// the worker's, not a connection's (`WS_DEFLATE_BYTES`, under 3 MiB,
     /// made when first used). With the defaults: 64 + 64 MiB, 4,096 ×
-    /// 192 KiB and 3 MiB, 899 MiB. HTTP/3 connections are not in it: QUIC's
+    /// 192 KiB, under 3 MiB and 1,024 × 64 KiB: 964 MiB, rounded up. HTTP/2 upstreams
+    /// (`h2c://`) are not in the last term: their streams' windows stay
+    /// shut while the budget is spent. HTTP/3 connections are not in it: QUIC's
     /// flow control bounds each (`H3_SEND_WINDOW_BYTES`,
     /// `H3_CONN_RECV_WINDOW_BYTES`), and Retry bounds their handshakes.
     pub fn worst_case_bytes_per_worker(&self) -> u64 {
@@ -218,6 +234,7 @@ impl Limits {
             .saturating_add(self.output_budget_bytes as u64)
             .saturating_add(Self::WS_DEFLATE_BYTES)
             .saturating_add((self.n_conns_max as u64).saturating_mul(per_conn as u64))
+            .saturating_add((self.upstream_conns_max as u64).saturating_mul(UPSTREAM_READ_BYTES as u64))
     }
 }
 
@@ -275,6 +292,8 @@ impl Limits {
     pub const H3_UDP_PAYLOAD_BYTES_MAX_RANGE: RangeInclusive<u16> = 1200..=65527;
     /// 0 (always Retry) to a number no worker reaches honestly.
     pub const H3_HANDSHAKES_BEFORE_RETRY_RANGE: RangeInclusive<usize> = 0..=100_000;
+    /// At least one upstream connection; at most `N_CONNS_MAX_RANGE`'s end.
+    pub const UPSTREAM_CONNS_MAX_RANGE: RangeInclusive<usize> = 1..=1024 * 1024;
 }
 
 /// How long a request body nobody reads may take to arrive after its
@@ -308,6 +327,12 @@ pub(crate) const PROXY_TUNNEL_BYTES: usize = 64 * 1024;
 /// upstream that does not must not hold the connection for the whole
 /// idle timeout.
 pub(crate) const PROXY_TUNNEL_FIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Bytes the reverse proxy reads from an HTTP/1.1 upstream at a time
+/// (`proxy/pool.rs`): a loopback write fills it. Also what one upstream
+/// connection may read past the output budget (see
+/// `Limits::worst_case_bytes_per_worker`).
+pub(crate) const UPSTREAM_READ_BYTES: usize = 64 * 1024;
 
 /// Size of the pooled read and write buffers a busy connection borrows.
 /// A request head or pipelined batch that does not fit grows its buffer
@@ -388,5 +413,27 @@ mod tests {
     #[test]
     fn idle_timeout_outlasts_load_balancers() {
         assert_eq!(Limits::default().idle_timeout, Duration::from_secs(75));
+    }
+
+    /// Each upstream connection may read once past the output budget
+    /// (issue 26): the worst case counts that read per connection, and
+    /// the defaults stay under the 1 GiB `n_conns_max` promises.
+    #[test]
+    fn worst_case_counts_a_read_per_upstream_connection() {
+        let one = Limits {
+            upstream_conns_max: 1,
+            ..Limits::default()
+        };
+        let many = Limits {
+            upstream_conns_max: 1001,
+            ..Limits::default()
+        };
+        assert_eq!(
+            many.worst_case_bytes_per_worker() - one.worst_case_bytes_per_worker(),
+            1000 * 64 * 1024
+        );
+        let worst = Limits::default().worst_case_bytes_per_worker();
+        assert!(worst < 1 << 30, "{worst}");
+        assert!(worst >= 1024 * 64 * 1024 + 128 * 1024 * 1024, "{worst}");
     }
 }

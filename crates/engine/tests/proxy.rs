@@ -1047,3 +1047,35 @@ fn a_long_answer_of_known_length_keeps_its_content_length_and_is_not_chunked() {
     c.send(b"GET /local HTTP/1.1\r\nHost: t\r\n\r\n");
     assert_eq!(c.response().status, 200);
 }
+
+#[test]
+fn past_the_workers_upstream_connection_cap_an_idle_connection_to_another_upstream_makes_room() {
+    // `Limits::upstream_conns_max` bounds the connections of all
+    // upstreams together (each may read 64 KiB past the output budget):
+    // at 1, a request to B closes A's idle connection, and back.
+    let (a, b) = (upstream(), upstream());
+    let server = proxy_server_with(
+        &[
+            (Upstream::parse(&format!("http://{}", a.addr)).unwrap(), "/a/"),
+            (Upstream::parse(&format!("http://{}", b.addr)).unwrap(), "/b/"),
+        ],
+        |s| {
+            s.limits(peregrine::Limits {
+                upstream_conns_max: 1,
+                ..peregrine::Limits::default()
+            })
+        },
+    );
+    let mut c = Client::connect(server.local_addr());
+    for target in ["/a/hello", "/b/hello", "/a/hello", "/a/hello"] {
+        c.send(format!("GET {target} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
+        let r = c.response();
+        assert_eq!((r.status, r.body.as_slice()), (200, &b"hello"[..]), "{target}");
+    }
+    assert_eq!(
+        a.accepted.load(Ordering::SeqCst),
+        2,
+        "A's first connection closed for B's"
+    );
+    assert_eq!(b.accepted.load(Ordering::SeqCst), 1);
+}

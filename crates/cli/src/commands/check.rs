@@ -222,16 +222,25 @@ fn check_server(args: &ServerArgs) -> anyhow::Result<()> {
 fn memory_line(l: &Limits) -> String {
     const MIB: u64 = 1 << 20;
     let total = l.worst_case_bytes_per_worker();
-    let per_conn = (total - l.body_budget_bytes as u64 - l.output_budget_bytes as u64 - Limits::WS_DEFLATE_BYTES)
-        / (l.n_conns_max.max(1) as u64);
+    // What each upstream connection may read past the output budget.
+    let upstream = Limits {
+        upstream_conns_max: 0,
+        ..l.clone()
+    };
+    let upstream_bytes = total - upstream.worst_case_bytes_per_worker();
+    let per_conn =
+        (total - upstream_bytes - l.body_budget_bytes as u64 - l.output_budget_bytes as u64 - Limits::WS_DEFLATE_BYTES)
+            / (l.n_conns_max.max(1) as u64);
     format!(
         "memory per worker at most {} MiB: request bodies {} MiB + queued answers {} MiB + {} connections x {} KiB \
-         + WebSocket compression {} MiB",
+         + WebSocket compression {} MiB + {} upstream connections x {} KiB",
         total.div_ceil(MIB),
         l.body_budget_bytes as u64 / MIB,
         l.output_budget_bytes as u64 / MIB,
         l.n_conns_max,
         per_conn / 1024,
-        Limits::WS_DEFLATE_BYTES.div_ceil(MIB)
+        Limits::WS_DEFLATE_BYTES.div_ceil(MIB),
+        l.upstream_conns_max,
+        upstream_bytes / (l.upstream_conns_max.max(1) as u64) / 1024
     )
 }

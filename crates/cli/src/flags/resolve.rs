@@ -311,6 +311,9 @@ impl LimitArgs {
         if let Some(v) = self.h3_handshakes_before_retry {
             l.h3_handshakes_before_retry = v;
         }
+        if let Some(v) = self.upstream_conns_max {
+            l.upstream_conns_max = v;
+        }
         if let Some(v) = self.shutdown_timeout {
             l.shutdown_timeout = secs("shutdown-timeout", v)?;
         }

@@ -451,6 +451,11 @@ pub(crate) struct LimitArgs {
     /// first prove their address (Retry); 0: every client.
     #[arg(long, value_name = "N", default_value = Limits::default().h3_handshakes_before_retry.to_string(), value_parser = within(Limits::H3_HANDSHAKES_BEFORE_RETRY_RANGE))]
     pub(crate) h3_handshakes_before_retry: Option<usize>,
+    /// Connections per worker to all the reverse proxy's HTTP/1.1
+    /// upstreams together; past it a request waits in its upstream's
+    /// queue (each may read 64 KiB past the output budget).
+    #[arg(long, value_name = "N", default_value = Limits::default().upstream_conns_max.to_string(), value_parser = within(Limits::UPSTREAM_CONNS_MAX_RANGE))]
+    pub(crate) upstream_conns_max: Option<usize>,
     /// Seconds given to requests in flight on shutdown.
     #[arg(long, value_name = "SECS", default_value = Limits::default().shutdown_timeout.as_secs_f64().to_string(), value_parser = seconds_within(Limits::TIMEOUT_RANGE))]
     pub(crate) shutdown_timeout: Option<f64>,

@@ -435,7 +435,11 @@ impl Upstream {
                 p.into()
             }
         };
-        Some(utf8_percent_encode(&path, PATH).to_string())
+        // One allocation of about the right size, not `to_string`'s
+        // growth through `core::fmt`; room left for a query.
+        let mut out = String::with_capacity(path.len() + 32);
+        out.extend(utf8_percent_encode(&path, PATH));
+        Some(out)
     }
 }
 
