@@ -135,6 +135,13 @@ pub struct Limits {
     /// packet each, not a connection's state and a handshake's crypto.
     /// 0 asks every client.
     pub h3_handshakes_before_retry: usize,
+    /// The reverse proxy's response caches per worker: the sum of
+    /// [`Cache::bytes_max`](crate::proxy::Cache::bytes_max) over the
+    /// routes that have one (0, the default: none). Not a limit the
+    /// engine applies (each cache bounds itself) but a term of
+    /// [`Limits::worst_case_bytes_per_worker`]: whoever gives routes
+    /// their caches says it here (the CLI does).
+    pub proxy_cache_bytes: u64,
 }
 
 impl Default for Limits {
@@ -164,6 +171,7 @@ impl Default for Limits {
             h3_idle_timeout: Duration::from_secs(30),
             h3_udp_payload_bytes_max: 1452,
             h3_handshakes_before_retry: 64,
+            proxy_cache_bytes: 0,
         }
     }
 }
@@ -211,6 +219,7 @@ impl Limits {
     /// 192 KiB and 3 MiB, 899 MiB. HTTP/3 connections are not in it: QUIC's
     /// flow control bounds each (`H3_SEND_WINDOW_BYTES`,
     /// `H3_CONN_RECV_WINDOW_BYTES`), and Retry bounds their handshakes.
+    /// The proxy's response caches add [`Limits::proxy_cache_memory`].
     pub fn worst_case_bytes_per_worker(&self) -> u64 {
         let per_conn =
             H2_READ_BYTES + self.write_buffer_bytes_max + INLINE_BODY_BYTES_MAX + TLS_SEND_BYTES_MAX + CONN_STATE_BYTES;
@@ -218,6 +227,15 @@ impl Limits {
             .saturating_add(self.output_budget_bytes as u64)
             .saturating_add(Self::WS_DEFLATE_BYTES)
             .saturating_add((self.n_conns_max as u64).saturating_mul(per_conn as u64))
+            .saturating_add(self.proxy_cache_memory())
+    }
+
+    /// What the proxy's response caches may hold per worker: twice
+    /// [`Limits::proxy_cache_bytes`], the entries plus as much again in
+    /// answers being read in (`proxy/cache.rs`: a fill reserves its bytes
+    /// against the same bound, apart from the entries).
+    pub fn proxy_cache_memory(&self) -> u64 {
+        self.proxy_cache_bytes.saturating_mul(2)
     }
 }
 
@@ -388,5 +406,20 @@ mod tests {
     #[test]
     fn idle_timeout_outlasts_load_balancers() {
         assert_eq!(Limits::default().idle_timeout, Duration::from_secs(75));
+    }
+
+    /// A route's cache holds up to its size in entries and as much again
+    /// in answers being read in, per worker (issue 32): both count.
+    #[test]
+    fn the_worst_case_counts_the_proxy_caches_twice() {
+        let none = Limits::default();
+        let cached = Limits {
+            proxy_cache_bytes: 3 * 64 * 1024 * 1024,
+            ..Limits::default()
+        };
+        assert_eq!(
+            cached.worst_case_bytes_per_worker() - none.worst_case_bytes_per_worker(),
+            2 * 3 * 64 * 1024 * 1024
+        );
     }
 }

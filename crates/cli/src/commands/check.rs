@@ -40,21 +40,35 @@ pub(crate) fn check_config(cli: &Cli, argv: &[OsString]) -> anyhow::Result<()> {
     }
     let sandbox = sandbox::enter(&cli.command, argv)?;
     eprintln!("peregrine: {sandbox}");
-    // `--proxy` upstreams, with `--proxy-ca` read.
+    // `--proxy` upstreams, with `--proxy-ca` read; the response caches
+    // they and the sites' proxy routes would have, each of `--proxy-cache`
+    // bytes per worker (as `reload::build` and `reload::sites` give them).
+    let mut cache_bytes = 0u64;
     if let Command::Serve {
         proxy,
         proxy_files_first,
         proxy_ca,
         proxy_cache,
+        sites,
         ..
     } = &cli.command
     {
-        crate::proxy::upstreams(proxy, proxy_files_first, proxy_ca.as_deref(), *proxy_cache)?;
+        let routes = crate::proxy::upstreams(proxy, proxy_files_first, proxy_ca.as_deref(), *proxy_cache)?;
+        if let Some(size) = proxy_cache {
+            let site_routes = sites
+                .iter()
+                .flat_map(|s| &s.routes)
+                .filter(|r| matches!(r.handler, HandlerSpec::Proxy(_)))
+                .count();
+            // `Cache::new`'s floor.
+            let each = (*size).max(64 * 1024);
+            cache_bytes = each.saturating_mul((routes.len() + site_routes) as u64);
+        }
     }
     match &cli.command {
-        Command::Hello { server } => check_server(server)?,
+        Command::Hello { server } => check_server(server, 0)?,
         Command::Serve { server, sites, .. } if !sites.is_empty() => {
-            check_server(server)?;
+            check_server(server, cache_bytes)?;
             for site in sites {
                 check_site(site).with_context(|| format!("site {} ({})", site.names[0], site.given))?;
             }
@@ -66,7 +80,7 @@ pub(crate) fn check_config(cli: &Cli, argv: &[OsString]) -> anyhow::Result<()> {
             server,
             ..
         } => {
-            check_server(server)?;
+            check_server(server, cache_bytes)?;
             if is_archive_root(root, files, archive)? {
                 check_archive(root, archive, &[])?;
             } else {
@@ -209,8 +223,12 @@ fn check_archive(root: &Path, args: &ServeArchiveArgs, names: &[String]) -> anyh
 /// port may well be in use by the server being reconfigured).
 /// What building the server would refuse, without binding anything or
 /// taking systemd's sockets: `reload::build` makes the same checks.
-fn check_server(args: &ServerArgs) -> anyhow::Result<()> {
-    let limits = args.limits.to_limits()?;
+/// `cache_bytes`: the response caches' bound per worker, summed.
+fn check_server(args: &ServerArgs, cache_bytes: u64) -> anyhow::Result<()> {
+    let limits = Limits {
+        proxy_cache_bytes: cache_bytes,
+        ..args.limits.to_limits()?
+    };
     eprintln!("peregrine: {}", memory_line(&limits));
     args.unix_binds()?;
     args.tls.config()?;
@@ -222,9 +240,11 @@ fn check_server(args: &ServerArgs) -> anyhow::Result<()> {
 fn memory_line(l: &Limits) -> String {
     const MIB: u64 = 1 << 20;
     let total = l.worst_case_bytes_per_worker();
-    let per_conn = (total - l.body_budget_bytes as u64 - l.output_budget_bytes as u64 - Limits::WS_DEFLATE_BYTES)
-        / (l.n_conns_max.max(1) as u64);
-    format!(
+    let caches = l.proxy_cache_memory();
+    let per_conn =
+        (total - l.body_budget_bytes as u64 - l.output_budget_bytes as u64 - Limits::WS_DEFLATE_BYTES - caches)
+            / (l.n_conns_max.max(1) as u64);
+    let mut line = format!(
         "memory per worker at most {} MiB: request bodies {} MiB + queued answers {} MiB + {} connections x {} KiB \
          + WebSocket compression {} MiB",
         total.div_ceil(MIB),
@@ -233,5 +253,14 @@ fn memory_line(l: &Limits) -> String {
         l.n_conns_max,
         per_conn / 1024,
         Limits::WS_DEFLATE_BYTES.div_ceil(MIB)
-    )
+    );
+    if caches > 0 {
+        // Entries, and as much again in answers being read in.
+        line.push_str(&format!(
+            " + proxy response caches {} MiB (2 x {} MiB)",
+            caches.div_ceil(MIB),
+            l.proxy_cache_bytes.div_ceil(MIB)
+        ));
+    }
+    line
 }
