@@ -501,23 +501,25 @@ fn sigwinch_from_the_servers_user_purges_the_cache() {
 
 /// Each cached route holds up to its size in entries and as much again
 /// in answers being read in, per worker: check-config's memory line
-/// counts both (two routes of 8 MiB here: 32 MiB more).
+/// counts both, for `--proxy-cache`'s routes and a route's own `cache`.
 #[test]
 fn check_config_counts_the_caches_in_the_memory_per_worker() {
     let t = Scratch::new("cache-check-config");
     t.write("site/index.html", "home\n");
-    let config = t.write(
-        "peregrine.toml",
-        "version = 1\nbind = [\"127.0.0.1:0\"]\nworkers = 1\n\
+    let routes = "version = 1\nbind = [\"127.0.0.1:0\"]\nworkers = 1\n\
          [[site]]\nnames = [\"a.test\"]\nroot = \"site\"\n\
          [[site.route]]\npath = \"/api/*\"\nproxy = \"http://127.0.0.1:9\"\n\
-         [[site.route]]\npath = \"/gz/*\"\nproxy = \"http://127.0.0.1:9\"\n",
+         [[site.route]]\npath = \"/gz/*\"\nproxy = \"http://127.0.0.1:9\"\n";
+    let plain = t.write("plain.toml", routes);
+    let own = t.write(
+        "own.toml",
+        format!("{routes}[[site.route]]\npath = \"/own/*\"\nproxy = \"http://127.0.0.1:9\"\ncache = \"4M\"\n"),
     );
-    let memory = |cache: &[&str]| {
+    let memory = |config: &std::path::Path, cache: &[&str]| {
         let out = common::peregrine()
             .current_dir(t.dir())
             .args(["check-config", "serve", "--config"])
-            .arg(&config)
+            .arg(config)
             .args(cache)
             .output()
             .unwrap();
@@ -536,8 +538,14 @@ fn check_config_counts_the_caches_in_the_memory_per_worker() {
             .unwrap();
         (mib, line)
     };
-    let (without, _) = memory(&[]);
-    let (with, line) = memory(&["--proxy-cache", "8M"]);
-    assert_eq!(with - without, 32, "{line}");
-    assert!(line.contains("proxy response caches 32 MiB (2 x 16 MiB)"), "{line}");
+    let (none, line) = memory(&plain, &[]);
+    assert!(!line.contains("response caches"), "{line}");
+    // The route's own 4 MiB, twice.
+    let (one, line) = memory(&own, &[]);
+    assert_eq!(one - none, 8, "{line}");
+    assert!(line.contains("proxy response caches 8 MiB (2 x 4 MiB)"), "{line}");
+    // Two routes of --proxy-cache's 8 MiB and the route's own 4 MiB.
+    let (all, line) = memory(&own, &["--proxy-cache", "8M"]);
+    assert_eq!(all - none, 40, "{line}");
+    assert!(line.contains("proxy response caches 40 MiB (2 x 20 MiB)"), "{line}");
 }

@@ -41,8 +41,9 @@ pub(crate) fn check_config(cli: &Cli, argv: &[OsString]) -> anyhow::Result<()> {
     let sandbox = sandbox::enter(&cli.command, argv)?;
     eprintln!("peregrine: {sandbox}");
     // `--proxy` upstreams, with `--proxy-ca` read; the response caches
-    // they and the sites' proxy routes would have, each of `--proxy-cache`
-    // bytes per worker (as `reload::build` and `reload::sites` give them).
+    // they and the sites' proxy routes would have: `--proxy-cache` bytes
+    // per worker each, or a route's own `cache` (as `reload::build` and
+    // `proxy::route_proxy` give them).
     let mut cache_bytes = 0u64;
     if let Command::Serve {
         proxy,
@@ -54,15 +55,17 @@ pub(crate) fn check_config(cli: &Cli, argv: &[OsString]) -> anyhow::Result<()> {
     } = &cli.command
     {
         let routes = crate::proxy::upstreams(proxy, proxy_files_first, proxy_ca.as_deref(), *proxy_cache)?;
-        if let Some(size) = proxy_cache {
-            let site_routes = sites
-                .iter()
-                .flat_map(|s| &s.routes)
-                .filter(|r| matches!(r.handler, HandlerSpec::Proxy(_)))
-                .count();
-            // `Cache::new`'s floor.
-            let each = (*size).max(64 * 1024);
-            cache_bytes = each.saturating_mul((routes.len() + site_routes) as u64);
+        // `Cache::new`'s floor.
+        let size = |bytes: u64| bytes.max(64 * 1024);
+        if let Some(bytes) = proxy_cache {
+            cache_bytes = size(*bytes).saturating_mul(routes.len() as u64);
+        }
+        for route in sites.iter().flat_map(|s| &s.routes) {
+            if let HandlerSpec::Proxy(p) = &route.handler {
+                if let Some(bytes) = p.cache.or(*proxy_cache) {
+                    cache_bytes = cache_bytes.saturating_add(size(bytes));
+                }
+            }
         }
     }
     match &cli.command {
