@@ -66,7 +66,7 @@
 //! CLI's `POST /purge` on the metrics listener); each worker applies them
 //! at its next lookup.
 
-mod control;
+pub(crate) mod control;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
