@@ -951,6 +951,10 @@ struct Asked<'a> {
     if_modified_since: Option<&'a [u8]>,
     range: Option<&'a [u8]>,
     if_range: Option<&'a [u8]>,
+    /// `Upgrade`: a WebSocket opening (or another protocol's), never
+    /// answered from the cache (the handler offers the tunnel after the
+    /// lookup passes).
+    upgrade: bool,
     /// One of these four given on several lines: the whole answer is
     /// sent (always a valid answer to a conditional or ranged GET),
     /// rather than a guess at how the lines combine.
@@ -961,10 +965,11 @@ impl<'a> Asked<'a> {
     fn of(req: &Request<'a>) -> Asked<'a> {
         let mut a = Asked::default();
         for (n, v) in req.headers() {
-            // The names looked for begin with `a`, `c`, `i` or `r`: most
+            // The names looked for begin with `a`, `c`, `i`, `r` or `u`: most
             // fields are passed over on their first byte.
             let n = n.as_bytes();
             match n.first().map(u8::to_ascii_lowercase) {
+                Some(b'u') => a.upgrade |= n.eq_ignore_ascii_case(b"upgrade"),
                 Some(b'a') | Some(b'c') => {
                     if n.eq_ignore_ascii_case(b"authorization") || n.eq_ignore_ascii_case(b"cookie") {
                         a.credentials = true;
@@ -1062,7 +1067,7 @@ pub(crate) fn lookup(cache: &Cache, req: &Request<'_>, target: Option<&str>) -> 
         _ => return Lookup::Pass,
     };
     let asked = Asked::of(req);
-    if asked.origin_preconditions {
+    if asked.origin_preconditions || asked.upgrade {
         return Lookup::Pass;
     }
     let now = crate::date::now();
