@@ -184,6 +184,8 @@ DESCRIPTIONS = {
     "f304": "GET of the 4 KiB file with If-None-Match: the server's own ETag (every answer 304), 50 connections",
     "frange": "GET of the 64 KiB file with Range: bytes=0-1023 (every answer 206), 50 connections",
     "fpipe16": "GET of the 17-byte file, 50 connections, 16 pipelined GETs per write",
+    "proxy-cache-hit": "GET of the 17-byte file, 50 connections: the archive's answer beside the proxy cache's hit "
+                       "(issue 32)",
     "tls-c50": "keep-alive GET / over TLS, 50 connections (one handshake per connection)",
     "tls-f17": "keep-alive GET of the 17-byte file over TLS, 50 connections (one handshake per connection)",
     "tls-f1m": "keep-alive GET of a 1 MiB file over TLS, 10 connections",
