@@ -980,10 +980,8 @@ impl<'a> Asked<'a> {
             let n = n.as_bytes();
             match n.first().map(u8::to_ascii_lowercase) {
                 Some(b'u') => a.upgrade |= n.eq_ignore_ascii_case(b"upgrade"),
-                Some(b'a') | Some(b'c') => {
-                    if n.eq_ignore_ascii_case(b"authorization") || n.eq_ignore_ascii_case(b"cookie") {
-                        a.credentials = true;
-                    }
+                Some(b'a' | b'c') if n.eq_ignore_ascii_case(b"authorization") || n.eq_ignore_ascii_case(b"cookie") => {
+                    a.credentials = true;
                 }
                 Some(b'i') => {
                     if n.eq_ignore_ascii_case(b"if-none-match") {
@@ -996,10 +994,8 @@ impl<'a> Asked<'a> {
                         a.origin_preconditions = true;
                     }
                 }
-                Some(b'r') => {
-                    if n.eq_ignore_ascii_case(b"range") {
-                        a.several |= a.range.replace(v).is_some();
-                    }
+                Some(b'r') if n.eq_ignore_ascii_case(b"range") => {
+                    a.several |= a.range.replace(v).is_some();
                 }
                 _ => {}
             }
