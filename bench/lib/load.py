@@ -77,6 +77,9 @@ class Point:
     # HTTP/3 (h3.py): gtlsclient instead of wrk, over QUIC on the server's
     # TLS port; only servers with an h3 mode take part
     h3: bool = False
+    # the servers that take part, when only some do (proxy-cache-hit: the
+    # archive and the proxy's cache, nobody else)
+    only: tuple = ()
 
     @property
     def files(self):
@@ -112,6 +115,13 @@ SCENARIOS = {
     "frange": [Point("frange", "frange", 50, path="/64k.txt", kind="range")],
     # pipe16 on the 17-byte file: pipeline.lua repeats GET of the URL's path
     "fpipe16": [Point("fpipe16", "fpipe16", 50, 16, path="/17.txt", kind="file")],
+    # issue 32: the proxy's cache hit against the archive's answer of the
+    # same file (17 B, c50, as f17): peregrine-cache is `serve EMPTY
+    # --proxy --proxy-cache` in front of limit answering the file's bytes
+    # with max-age (every request after the first a hit), beside
+    # peregrine-archive serving it from the packed tree.
+    "proxy-cache-hit": [Point("proxy-cache-hit", "proxy-cache-hit", 50, path="/17.txt", kind="file",
+                              limit_ref=False, only=("peregrine-archive", "peregrine-cache"))],
     # Over TLS (the run's ECDSA P-256 certificate; every server on the
     # same protocol, cipher suite and group: tls.py): the hello and the
     # 17-byte file, keep-alive, so each connection's handshake is paid once
@@ -174,6 +184,8 @@ DESCRIPTIONS = {
     "f304": "GET of the 4 KiB file with If-None-Match: the server's own ETag (every answer 304), 50 connections",
     "frange": "GET of the 64 KiB file with Range: bytes=0-1023 (every answer 206), 50 connections",
     "fpipe16": "GET of the 17-byte file, 50 connections, 16 pipelined GETs per write",
+    "proxy-cache-hit": "GET of the 17-byte file, 50 connections: the archive's answer beside the proxy cache's hit "
+                       "(issue 32)",
     "tls-c50": "keep-alive GET / over TLS, 50 connections (one handshake per connection)",
     "tls-f17": "keep-alive GET of the 17-byte file over TLS, 50 connections (one handshake per connection)",
     "tls-f1m": "keep-alive GET of a 1 MiB file over TLS, 10 connections",

@@ -40,6 +40,7 @@ from dataclasses import replace
 
 import h2 as h2_
 import install
+import load
 import procs
 import tls as tls_
 
@@ -52,7 +53,7 @@ BODY = b"Hello, World!"
 READY_TIMEOUT_S = 20.0
 
 # Table order: the reference first, then the engine, then the peers.
-ORDER = ["limit", "peregrine", "peregrine-archive", "nginx", "kawipiko", "h2o", "lighttpd", "go-fasthttp",
+ORDER = ["limit", "peregrine", "peregrine-archive", "peregrine-cache", "nginx", "kawipiko", "h2o", "lighttpd", "go-fasthttp",
          "go-nethttp", "node", "caddy"]
 
 
@@ -111,6 +112,8 @@ class Server:
 
     def takes_part(self, point):
         """Whether this server runs at a load point."""
+        if point.only and self.name not in point.only:
+            return False
         if point.h2 and not self.h2:
             return False
         if point.h3 and not self.h3:
@@ -325,6 +328,87 @@ class PeregrineArchive(Peregrine):
     def load_argv(self, port, tmp, root, archive):
         """load100k: the 100,000-file tree's archive."""
         return [self.binary, "serve", archive, "--bind", f"127.0.0.1:{port}", "--workers", "1"] + PEREGRINE_LOAD_LIMITS
+
+
+class PeregrineCache(Peregrine):
+    """Peregrine's reverse proxy with its response cache (issue 32):
+    `peregrine serve EMPTY --proxy /=http://127.0.0.1:UP --proxy-cache 64M`
+    in front of bench/limit/limit.c (`--response`), which answers every
+    request with the tree's 17-byte file and the fields the archive sends
+    with it (Content-Type, ETag, Last-Modified, Accept-Ranges,
+    X-Content-Type-Options), `Cache-Control: max-age=86400` in place of the
+    archive's `no-cache`. The first request of each server start (the
+    readiness probe) fills the cache; every request measured is a hit, so
+    its CPU is the hit path's, to set beside peregrine-archive's answer of
+    the same bytes. Takes part in proxy-cache-hit only; the upstream is
+    started once per run, pinned to the client's CPU (it answers once per
+    server start)."""
+
+    name = "peregrine-cache"
+    hello = False
+    serves_files = True
+    loads = False
+    tls = False
+    h2 = False
+    h3 = False
+
+    def __init__(self):
+        self.upstream_port = None
+        self.dir = None
+
+    def takes_part(self, point):
+        return point.scenario == "proxy-cache-hit"
+
+    def prepare(self):
+        reason = super().prepare()
+        if reason:
+            return reason
+        if not install.ensure_gcc():
+            return "no gcc (the upstream is bench/limit/limit.c)"
+        os.makedirs(BUILD, exist_ok=True)
+        self.limit = os.path.join(BUILD, "limit")
+        r = subprocess.run(["gcc", "-O2", "-Wall", "-o", self.limit, os.path.join(BENCH, "limit", "limit.c")],
+                           capture_output=True, text=True)
+        return None if r.returncode == 0 else "gcc failed: " + r.stderr.strip()[-500:]
+
+    def prepare_files(self, tree, log_path=None, name="files"):
+        if self.upstream_port is not None:
+            return None
+        self.dir = tempfile.mkdtemp(prefix="peregrine-bench-cache-")
+        procs.add_cleanup(self.dir, lambda: shutil.rmtree(self.dir, ignore_errors=True))
+        os.makedirs(os.path.join(self.dir, "empty"))
+        body = tree.files["/17.txt"]
+        mtime = os.path.getmtime(os.path.join(tree.root, "17.txt"))
+        head = ("HTTP/1.1 200 OK\r\n"
+                "Content-Type: text/plain; charset=utf-8\r\n"
+                f"ETag: \"{len(body):x}-{int(mtime * 1e6) & (2**64 - 1):016x}\"\r\n"
+                f"Last-Modified: {time.strftime('%a, %d %b %Y %H:%M:%S GMT', time.gmtime(mtime))}\r\n"
+                "Accept-Ranges: bytes\r\n"
+                "Cache-Control: max-age=86400\r\n"
+                "X-Content-Type-Options: nosniff\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n")
+        response = os.path.join(self.dir, "cacheable.http")
+        with open(response, "wb") as f:
+            f.write(head.encode() + body)
+        self.upstream_port = free_port()
+        # the client's CPU, chosen by the layout probe (load.WRK_CPU)
+        argv = ["taskset", "-c", str(load.WRK_CPU), self.limit, str(self.upstream_port), "--response", response]
+        out = open(log_path, "ab") if log_path else subprocess.DEVNULL
+        proc = procs.spawn(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        procs.add_cleanup(f"{self.dir}-upstream", lambda: procs.kill(proc, grace_s=1.0))
+        time.sleep(0.3)
+        if proc.poll() is not None:
+            return f"the upstream (limit --response) exited with {proc.returncode}"
+        return None
+
+    def setup_notes(self):
+        return [f"peregrine-cache: upstream bench/limit/limit.c --response on 127.0.0.1:{self.upstream_port} "
+                "(the 17-byte file with the archive's fields and Cache-Control: max-age=86400)"]
+
+    def files_argv(self, port, tmp, root):
+        return [self.binary, "serve", os.path.join(self.dir, "empty"), "--bind", f"127.0.0.1:{port}",
+                "--workers", "1", "--proxy", f"/=http://127.0.0.1:{self.upstream_port}",
+                "--proxy-cache", "64M"] + PEREGRINE_LOAD_LIMITS
 
 
 # One client address opens up to 4,096 connections (c4096) to one worker:
@@ -647,7 +731,7 @@ class Caddy(Server):
         return "caddy " + r.stdout.strip()
 
 
-ALL = {cls.name: cls for cls in (Limit, Peregrine, PeregrineArchive, Nginx, Kawipiko, H2o, Lighttpd, GoFastHttp,
+ALL = {cls.name: cls for cls in (Limit, Peregrine, PeregrineArchive, PeregrineCache, Nginx, Kawipiko, H2o, Lighttpd, GoFastHttp,
                                   GoNetHttp, Node, Caddy)}
 
 

@@ -182,6 +182,11 @@ const SIGNALS: Terms = &[
         "Reopen the --access-log and --error-log files under their paths (for logrotate).",
     ),
     (
+        "SIGWINCH",
+        "Purge every --proxy-cache response cache (as POST /purge on the --metrics listener), when \
+         root or the server's own user sends it; a terminal's resize does not.",
+    ),
+    (
         "SIGINT, SIGTERM",
         "Shut down gracefully: stop accepting, give requests in flight --shutdown-timeout to \
          finish, close idle connections. A second signal exits at once.",

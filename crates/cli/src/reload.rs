@@ -152,7 +152,7 @@ pub(crate) enum DrainCause {
 /// Runs `hello` or `serve` until SIGINT or SIGTERM, reloading on SIGHUP
 /// and reopening the access and error logs on SIGUSR1.
 pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()> {
-    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2, SIGWINCH};
     // First: the sockets of an upgrade, if this process is the new
     // executable, and systemd's, made close-on-exec before any program is
     // started (the upgrader, the ACME process).
@@ -168,9 +168,15 @@ pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()>
             None
         }
     };
+    // SIGWINCH purges the response caches (`--proxy-cache`), when a
+    // process of root or this user sends it: a terminal's resize (made by
+    // the kernel) does not. Its sender is tracked before the iterator,
+    // as SIGUSR2's.
+    let purger = peregrine::upgrade::track_sender(SIGWINCH).context("cannot watch for SIGWINCH (cache purge)")?;
+    let owner_uid = peregrine::upgrade::uid();
     // Before anything is bound: from now on a SIGHUP reloads, it does not
     // end the process.
-    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGUSR1, SIGHUP, SIGUSR2])
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGUSR1, SIGHUP, SIGUSR2, SIGWINCH])
         .context("cannot handle signals")?;
     let args = command.server_args();
     let n_workers_default = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -314,6 +320,14 @@ pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()>
                 }
                 let _ = peregrine::systemd::notify("READY=1");
             }
+            SIGWINCH => match purger.last_uid() {
+                Some(uid) if uid == 0 || uid == owner_uid => {
+                    let n = peregrine::proxy::cache::purge_all(None, None);
+                    log::info(format_args!("SIGWINCH: purged {n} response cache(s)"));
+                }
+                // A resize of the terminal, or another user's process.
+                _ => {}
+            },
             SIGUSR1 => {
                 // Each failure once, with the file, what was done to it
                 // and the system's error: "cannot open access log PATH:

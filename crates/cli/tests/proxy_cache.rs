@@ -5,7 +5,8 @@
 //! from the cache, a stale answer stands in for a dead backend only with
 //! `stale-if-error`, 50 concurrent misses make one request, the size
 //! bound evicts the least recently used, a purge empties it, and an
-//! HTTP/2 client gets hits too.
+//! HTTP/2 client gets hits too; a hit answers If-None-Match and
+//! If-Modified-Since with 304 and one range with 206; SIGWINCH purges.
 //!
 //! The backend is Python's `http.server` (the standard library only);
 //! without `python3` on the PATH these tests say so and pass nothing.
@@ -70,6 +71,10 @@ class Handler(BaseHTTPRequestHandler):
                 time.sleep(1)
         elif path.startswith("/api/slow"):
             time.sleep(0.5)
+        elif path.startswith("/api/validated"):
+            fields.append(("ETag", '"v1"'))
+            fields.append(("Last-Modified", "Wed, 21 Oct 2015 07:28:00 GMT"))
+            body = b"0123456789abcdefghij"
         elif path.startswith("/api/big"):
             body = body + b" " + b"x" * 6000
         elif path.startswith("/gz/"):
@@ -417,4 +422,130 @@ fn an_http2_client_gets_hits_too() {
     assert_eq!(get(&s.addr, "/api/h2", "").2, "n=1");
     assert_eq!(count(&s, "/api/h2"), 1);
     let _ = &s.server;
+}
+
+#[test]
+fn a_hit_answers_conditionals_with_304_and_one_range_with_206() {
+    if !common::have_python() {
+        return;
+    }
+    let s = setup("cache-conditional", "1M");
+    const LM: &str = "Wed, 21 Oct 2015 07:28:00 GMT";
+    let (status, head, body) = get(&s.addr, "/api/validated", "");
+    assert_eq!((status, body.as_str()), (200, "0123456789abcdefghij"), "{head}");
+    // If-None-Match (weak comparison, RFC 9110 §13.1.2): a 304 with the
+    // validator, no body, from the entry.
+    for inm in ["\"v1\"", "W/\"v1\"", "\"x\", \"v1\"", "*"] {
+        let (status, head, body) = get(&s.addr, "/api/validated", &format!("If-None-Match: {inm}\r\n"));
+        assert_eq!((status, body.as_str()), (304, ""), "{inm}: {head}");
+        assert!(head.contains("etag: \"v1\""), "{head}");
+        assert!(head.contains("\r\nage: "), "{head}");
+        assert!(!head.contains("content-type"), "{head}");
+    }
+    // Another tag: the whole answer; and If-None-Match decides over
+    // If-Modified-Since (§13.2.2, step 3 before 4).
+    let (status, _, body) = get(&s.addr, "/api/validated", "If-None-Match: \"v2\"\r\n");
+    assert_eq!((status, body.as_str()), (200, "0123456789abcdefghij"));
+    let both = format!("If-None-Match: \"v2\"\r\nIf-Modified-Since: {LM}\r\n");
+    assert_eq!(get(&s.addr, "/api/validated", &both).0, 200);
+    // If-Modified-Since against Last-Modified.
+    let (status, _, body) = get(&s.addr, "/api/validated", &format!("If-Modified-Since: {LM}\r\n"));
+    assert_eq!((status, body.as_str()), (304, ""));
+    let earlier = "If-Modified-Since: Tue, 20 Oct 2015 07:28:00 GMT\r\n";
+    assert_eq!(get(&s.addr, "/api/validated", earlier).0, 200);
+    // One range: 206 of the stored body.
+    let (status, head, body) = get(&s.addr, "/api/validated", "Range: bytes=2-5\r\n");
+    assert_eq!((status, body.as_str()), (206, "2345"), "{head}");
+    assert!(head.contains("content-range: bytes 2-5/20"), "{head}");
+    assert!(head.contains("content-length: 4"), "{head}");
+    // If-Range holds (the tag, the date) or not (the whole answer).
+    let (status, _, body) = get(&s.addr, "/api/validated", "Range: bytes=-3\r\nIf-Range: \"v1\"\r\n");
+    assert_eq!((status, body.as_str()), (206, "hij"));
+    let dated = format!("Range: bytes=0-0\r\nIf-Range: {LM}\r\n");
+    assert_eq!(get(&s.addr, "/api/validated", &dated).0, 206);
+    let (status, _, body) = get(&s.addr, "/api/validated", "Range: bytes=2-5\r\nIf-Range: \"v0\"\r\n");
+    assert_eq!((status, body.as_str()), (200, "0123456789abcdefghij"));
+    // Several ranges: the whole answer (200); none satisfiable: 416.
+    let (status, _, body) = get(&s.addr, "/api/validated", "Range: bytes=0-1,4-5\r\n");
+    assert_eq!((status, body.as_str()), (200, "0123456789abcdefghij"));
+    let (status, head, _) = get(&s.addr, "/api/validated", "Range: bytes=100-\r\n");
+    assert_eq!(status, 416, "{head}");
+    assert!(head.contains("content-range: bytes */20"), "{head}");
+    // A HEAD ignores Range (§14.2: GET only).
+    assert_eq!(
+        request(&s.addr, "HEAD", "/api/validated", "Range: bytes=2-5\r\n").0,
+        200
+    );
+    // All of that from the entry; If-Match is the origin's to judge
+    // (RFC 9111 §4.3.2): that request goes upstream.
+    assert_eq!(count(&s, "/api/validated"), 1);
+    let (status, _, _) = get(&s.addr, "/api/validated", "If-Match: \"v1\"\r\n");
+    assert_eq!(status, 200);
+    assert_eq!(count(&s, "/api/validated"), 2);
+}
+
+#[test]
+fn sigwinch_from_the_servers_user_purges_the_cache() {
+    if !common::have_python() {
+        return;
+    }
+    let s = setup("cache-sigwinch", "1M");
+    assert_eq!(get(&s.addr, "/api/fresh", "").2, "n=1");
+    assert_eq!(get(&s.addr, "/api/fresh", "").2, "n=1");
+    // kill(1) is a process of this user: the signal counts (two routes,
+    // two caches).
+    s.server.signal("WINCH");
+    s.server.line("SIGWINCH: purged 2 response cache(s)");
+    assert_eq!(get(&s.addr, "/api/fresh", "").2, "n=2");
+}
+
+/// Each cached route holds up to its size in entries and as much again
+/// in answers being read in, per worker: check-config's memory line
+/// counts both, for `--proxy-cache`'s routes and a route's own `cache`.
+#[test]
+fn check_config_counts_the_caches_in_the_memory_per_worker() {
+    let t = Scratch::new("cache-check-config");
+    t.write("site/index.html", "home\n");
+    let routes = "version = 1\nbind = [\"127.0.0.1:0\"]\nworkers = 1\n\
+         [[site]]\nnames = [\"a.test\"]\nroot = \"site\"\n\
+         [[site.route]]\npath = \"/api/*\"\nproxy = \"http://127.0.0.1:9\"\n\
+         [[site.route]]\npath = \"/gz/*\"\nproxy = \"http://127.0.0.1:9\"\n";
+    let plain = t.write("plain.toml", routes);
+    let own = t.write(
+        "own.toml",
+        format!("{routes}[[site.route]]\npath = \"/own/*\"\nproxy = \"http://127.0.0.1:9\"\ncache = \"4M\"\n"),
+    );
+    let memory = |config: &std::path::Path, cache: &[&str]| {
+        let out = common::peregrine()
+            .current_dir(t.dir())
+            .args(["check-config", "serve", "--config"])
+            .arg(config)
+            .args(cache)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{err}");
+        let line = err
+            .lines()
+            .find(|l| l.contains("memory per worker at most "))
+            .unwrap_or_else(|| panic!("{err}"))
+            .to_owned();
+        let mib: u64 = line
+            .split("at most ")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap();
+        (mib, line)
+    };
+    let (none, line) = memory(&plain, &[]);
+    assert!(!line.contains("response caches"), "{line}");
+    // The route's own 4 MiB, twice.
+    let (one, line) = memory(&own, &[]);
+    assert_eq!(one - none, 8, "{line}");
+    assert!(line.contains("proxy response caches 8 MiB (2 x 4 MiB)"), "{line}");
+    // Two routes of --proxy-cache's 8 MiB and the route's own 4 MiB.
+    let (all, line) = memory(&own, &["--proxy-cache", "8M"]);
+    assert_eq!(all - none, 40, "{line}");
+    assert!(line.contains("proxy response caches 40 MiB (2 x 20 MiB)"), "{line}");
 }

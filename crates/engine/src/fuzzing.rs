@@ -682,6 +682,51 @@ fn check_lines(lines: &[u8], trailers: bool) {
     }
 }
 
+/// The proxy cache's reading of an upstream's answer (`proxy/cache/
+/// control.rs`) on arbitrary bytes: NUL-separated, the `Cache-Control`
+/// lines (split at `\n`), then `Date`, `Expires` and `Age`. Never
+/// panics; every number within RFC 9111's cap; a conflicting directive
+/// makes no freshness; `s-maxage` wins over `max-age`, which wins over
+/// `Expires`; the same input reads the same.
+pub fn cache_control(data: &[u8]) {
+    use crate::proxy::cache::control::{delta_seconds, freshness, parse_into, Directives, DELTA_MAX};
+    let mut parts = data.split(|&b| b == 0);
+    let lines = parts.next().unwrap_or_default();
+    let (date, expires, age) = (parts.next(), parts.next(), parts.next());
+    let read = || {
+        let mut d = Directives::default();
+        for line in lines.split(|&b| b == b'\n') {
+            parse_into(&mut d, line);
+        }
+        d
+    };
+    let d = read();
+    assert_eq!(d, read(), "not deterministic");
+    for n in [d.max_age, d.s_maxage, d.stale_while_revalidate, d.stale_if_error]
+        .into_iter()
+        .flatten()
+    {
+        assert!(n <= DELTA_MAX, "{n} past the cap");
+    }
+    // Received at a time after any date a test would pick, and before.
+    for now in [0, 1_800_000_000, u64::MAX] {
+        let f = freshness(&d, date, expires, age, now);
+        if d.conflicting {
+            assert!(f.is_none(), "a conflicting directive made {f:?}");
+        }
+        let Some(f) = f else { continue };
+        assert!(f.lifetime <= DELTA_MAX && f.initial_age <= DELTA_MAX, "{f:?}");
+        match (d.s_maxage, d.max_age) {
+            (Some(s), _) => assert_eq!(f.lifetime, s),
+            (None, Some(m)) => assert_eq!(f.lifetime, m),
+            (None, None) => assert!(expires.is_some(), "fresh without a lifetime: {f:?}"),
+        }
+        if let Some(a) = age.and_then(|a| delta_seconds(crate::codec::head::trim_ows(a))) {
+            assert!(f.initial_age >= a.min(DELTA_MAX), "{f:?} below Age {a}");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

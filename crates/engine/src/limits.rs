@@ -146,6 +146,13 @@ pub struct Limits {
     /// 64 MiB at worst; nginx has no such cap (its `keepalive` bounds
     /// idle connections only).
     pub upstream_conns_max: usize,
+    /// The reverse proxy's response caches per worker: the sum of
+    /// [`Cache::bytes_max`](crate::proxy::Cache::bytes_max) over the
+    /// routes that have one (0, the default: none). Not a limit the
+    /// engine applies (each cache bounds itself) but a term of
+    /// [`Limits::worst_case_bytes_per_worker`]: whoever gives routes
+    /// their caches says it here (the CLI does).
+    pub proxy_cache_bytes: u64,
 }
 
 impl Default for Limits {
@@ -176,6 +183,7 @@ impl Default for Limits {
             h3_udp_payload_bytes_max: 1452,
             h3_handshakes_before_retry: 64,
             upstream_conns_max: 1024,
+            proxy_cache_bytes: 0,
         }
     }
 }
@@ -227,6 +235,7 @@ impl Limits {
     /// shut while the budget is spent. HTTP/3 connections are not in it: QUIC's
     /// flow control bounds each (`H3_SEND_WINDOW_BYTES`,
     /// `H3_CONN_RECV_WINDOW_BYTES`), and Retry bounds their handshakes.
+    /// The proxy's response caches add [`Limits::proxy_cache_memory`].
     pub fn worst_case_bytes_per_worker(&self) -> u64 {
         let per_conn =
             H2_READ_BYTES + self.write_buffer_bytes_max + INLINE_BODY_BYTES_MAX + TLS_SEND_BYTES_MAX + CONN_STATE_BYTES;
@@ -235,6 +244,15 @@ impl Limits {
             .saturating_add(Self::WS_DEFLATE_BYTES)
             .saturating_add((self.n_conns_max as u64).saturating_mul(per_conn as u64))
             .saturating_add((self.upstream_conns_max as u64).saturating_mul(UPSTREAM_READ_BYTES as u64))
+            .saturating_add(self.proxy_cache_memory())
+    }
+
+    /// What the proxy's response caches may hold per worker: twice
+    /// [`Limits::proxy_cache_bytes`], the entries plus as much again in
+    /// answers being read in (`proxy/cache.rs`: a fill reserves its bytes
+    /// against the same bound, apart from the entries).
+    pub fn proxy_cache_memory(&self) -> u64 {
+        self.proxy_cache_bytes.saturating_mul(2)
     }
 }
 
@@ -435,5 +453,20 @@ mod tests {
         let worst = Limits::default().worst_case_bytes_per_worker();
         assert!(worst < 1 << 30, "{worst}");
         assert!(worst >= 1024 * 64 * 1024 + 128 * 1024 * 1024, "{worst}");
+    }
+
+    /// A route's cache holds up to its size in entries and as much again
+    /// in answers being read in, per worker (issue 32): both count.
+    #[test]
+    fn the_worst_case_counts_the_proxy_caches_twice() {
+        let none = Limits::default();
+        let cached = Limits {
+            proxy_cache_bytes: 3 * 64 * 1024 * 1024,
+            ..Limits::default()
+        };
+        assert_eq!(
+            cached.worst_case_bytes_per_worker() - none.worst_case_bytes_per_worker(),
+            2 * 3 * 64 * 1024 * 1024
+        );
     }
 }

@@ -1080,3 +1080,64 @@ fn a_tunnel_over_tls_copies_plaintext_both_ways() {
     let ended = c.read_to_end(&mut rest);
     assert!(ended.is_ok() && rest.is_empty(), "{ended:?} {rest:?}");
 }
+
+/// On a route with a response cache, a WebSocket opening is never
+/// answered from an entry of its path: the cache passes any request with
+/// `Upgrade` (it is looked up before the tunnel is offered).
+#[test]
+fn a_cached_path_still_opens_websockets_through_the_proxy() {
+    // The upstream: a cacheable 200 to a plain GET, a 101 to an upgrade.
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let up = listener.local_addr().unwrap();
+    let plain = Arc::new(AtomicUsize::new(0));
+    let counted = plain.clone();
+    thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { return };
+            let counted = counted.clone();
+            thread::spawn(move || loop {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    match s.read(&mut byte) {
+                        Ok(1) => head.push(byte[0]),
+                        _ => return,
+                    }
+                }
+                let head = String::from_utf8_lossy(&head).to_ascii_lowercase();
+                if head.contains("\r\nupgrade: websocket\r\n") {
+                    let _ = s.write_all(
+                        format!(
+                            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+                             Sec-WebSocket-Accept: {ACCEPT}\r\n\r\n"
+                        )
+                        .as_bytes(),
+                    );
+                    return;
+                }
+                counted.fetch_add(1, Ordering::Relaxed);
+                let _ = s.write_all(b"HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\nContent-Length: 5\r\n\r\nplain");
+            });
+        }
+    });
+    let proxy =
+        Proxy::new(Upstream::parse(&format!("http://{up}")).unwrap()).cache(peregrine::proxy::Cache::new(1024 * 1024));
+    let running = Server::new()
+        .bind("127.0.0.1:0")
+        .workers(1)
+        .websockets(true)
+        .start(proxy)
+        .expect("the proxy starts");
+    let mut s = connect(running.local_addr());
+    for _ in 0..2 {
+        s.write_all(b"GET /ws HTTP/1.1\r\nHost: site.test\r\n\r\n").unwrap();
+        let (head, body) = read_answer(&mut s);
+        assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+        assert_eq!(body, b"plain");
+    }
+    // The second GET was a hit.
+    assert_eq!(plain.load(Ordering::Relaxed), 1);
+    let mut w = connect(running.local_addr());
+    let (head, _) = open(&mut w, "/ws", "");
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+}

@@ -25,14 +25,18 @@
 pub mod auth;
 mod cache;
 pub mod compress;
-pub mod conditional;
+/// Conditional requests: the engine's (`peregrine::conditional`), which
+/// the proxy's response cache shares.
+pub use peregrine::conditional;
 pub mod conventions;
 pub mod encoding;
 mod listing;
 pub mod mime;
 pub mod path;
 pub mod proxy_rules;
-pub mod range;
+/// The `Range` header: the engine's (`peregrine::range`), shared with the
+/// proxy's response cache.
+pub use peregrine::range;
 pub mod reply;
 mod serve;
 mod sys;

@@ -40,21 +40,38 @@ pub(crate) fn check_config(cli: &Cli, argv: &[OsString]) -> anyhow::Result<()> {
     }
     let sandbox = sandbox::enter(&cli.command, argv)?;
     eprintln!("peregrine: {sandbox}");
-    // `--proxy` upstreams, with `--proxy-ca` read.
+    // `--proxy` upstreams, with `--proxy-ca` read; the response caches
+    // they and the sites' proxy routes would have: `--proxy-cache` bytes
+    // per worker each, or a route's own `cache` (as `reload::build` and
+    // `proxy::route_proxy` give them).
+    let mut cache_bytes = 0u64;
     if let Command::Serve {
         proxy,
         proxy_files_first,
         proxy_ca,
         proxy_cache,
+        sites,
         ..
     } = &cli.command
     {
-        crate::proxy::upstreams(proxy, proxy_files_first, proxy_ca.as_deref(), *proxy_cache)?;
+        let routes = crate::proxy::upstreams(proxy, proxy_files_first, proxy_ca.as_deref(), *proxy_cache)?;
+        // `Cache::new`'s floor.
+        let size = |bytes: u64| bytes.max(64 * 1024);
+        if let Some(bytes) = proxy_cache {
+            cache_bytes = size(*bytes).saturating_mul(routes.len() as u64);
+        }
+        for route in sites.iter().flat_map(|s| &s.routes) {
+            if let HandlerSpec::Proxy(p) = &route.handler {
+                if let Some(bytes) = p.cache.or(*proxy_cache) {
+                    cache_bytes = cache_bytes.saturating_add(size(bytes));
+                }
+            }
+        }
     }
     match &cli.command {
-        Command::Hello { server } => check_server(server)?,
+        Command::Hello { server } => check_server(server, 0)?,
         Command::Serve { server, sites, .. } if !sites.is_empty() => {
-            check_server(server)?;
+            check_server(server, cache_bytes)?;
             for site in sites {
                 check_site(site).with_context(|| format!("site {} ({})", site.names[0], site.given))?;
             }
@@ -66,7 +83,7 @@ pub(crate) fn check_config(cli: &Cli, argv: &[OsString]) -> anyhow::Result<()> {
             server,
             ..
         } => {
-            check_server(server)?;
+            check_server(server, cache_bytes)?;
             if is_archive_root(root, files, archive)? {
                 check_archive(root, archive, &[])?;
             } else {
@@ -209,8 +226,12 @@ fn check_archive(root: &Path, args: &ServeArchiveArgs, names: &[String]) -> anyh
 /// port may well be in use by the server being reconfigured).
 /// What building the server would refuse, without binding anything or
 /// taking systemd's sockets: `reload::build` makes the same checks.
-fn check_server(args: &ServerArgs) -> anyhow::Result<()> {
-    let limits = args.limits.to_limits()?;
+/// `cache_bytes`: the response caches' bound per worker, summed.
+fn check_server(args: &ServerArgs, cache_bytes: u64) -> anyhow::Result<()> {
+    let limits = Limits {
+        proxy_cache_bytes: cache_bytes,
+        ..args.limits.to_limits()?
+    };
     eprintln!("peregrine: {}", memory_line(&limits));
     args.unix_binds()?;
     args.tls.config()?;
@@ -228,10 +249,15 @@ fn memory_line(l: &Limits) -> String {
         ..l.clone()
     };
     let upstream_bytes = total - upstream.worst_case_bytes_per_worker();
-    let per_conn =
-        (total - upstream_bytes - l.body_budget_bytes as u64 - l.output_budget_bytes as u64 - Limits::WS_DEFLATE_BYTES)
-            / (l.n_conns_max.max(1) as u64);
-    format!(
+    let caches = l.proxy_cache_memory();
+    let per_conn = (total
+        - upstream_bytes
+        - caches
+        - l.body_budget_bytes as u64
+        - l.output_budget_bytes as u64
+        - Limits::WS_DEFLATE_BYTES)
+        / (l.n_conns_max.max(1) as u64);
+    let mut line = format!(
         "memory per worker at most {} MiB: request bodies {} MiB + queued answers {} MiB + {} connections x {} KiB \
          + WebSocket compression {} MiB + {} upstream connections x {} KiB",
         total.div_ceil(MIB),
@@ -242,5 +268,14 @@ fn memory_line(l: &Limits) -> String {
         Limits::WS_DEFLATE_BYTES.div_ceil(MIB),
         l.upstream_conns_max,
         upstream_bytes / (l.upstream_conns_max.max(1) as u64) / 1024
-    )
+    );
+    if caches > 0 {
+        // Entries, and as much again in answers being read in.
+        line.push_str(&format!(
+            " + proxy response caches {} MiB (2 x {} MiB)",
+            caches.div_ceil(MIB),
+            l.proxy_cache_bytes.div_ceil(MIB)
+        ));
+    }
+    line
 }

@@ -112,8 +112,12 @@ pub(crate) enum Command {
         /// and `stale-if-error`; a request with Authorization or Cookie is
         /// answered only from a `public` answer; concurrent misses of one
         /// key wait for the first. Bodies up to 1 MiB (or SIZE/8) are kept.
-        /// Purged by `POST /purge[?host=H&path=PREFIX]` on the --metrics
-        /// listener, and emptied at a reload. Default: none (no cache).
+        /// A hit answers If-None-Match and If-Modified-Since (304) and a
+        /// single Range (206). Purged by `POST /purge[?host=H&path=PREFIX]`
+        /// on the --metrics listener or by SIGWINCH, and emptied at a
+        /// reload. check-config's memory per worker counts 2 x SIZE per
+        /// cached route (entries, and answers being read in). Default:
+        /// none (no cache).
         #[arg(long = "proxy-cache", value_name = "SIZE", value_parser = numbers::size_within(64 * 1024..=1 << 40))]
         proxy_cache: Option<u64>,
         /// Origins `_redirects` proxy rules may send requests to (Netlify's

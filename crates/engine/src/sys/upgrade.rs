@@ -191,7 +191,9 @@ pub fn take_inherited(numbers: &[RawFd]) -> io::Result<Vec<OwnedFd>> {
     Ok(owned)
 }
 
-/// Who last sent a signal, as the kernel said (`si_uid`).
+/// Who last sent a signal, as the kernel said (`si_uid`), when a process
+/// sent it (kill(2), tgkill(2), sigqueue(3)); a signal the kernel made
+/// itself (a terminal's SIGWINCH on a resize) has no sender.
 #[derive(Clone, Debug)]
 pub struct SignalSender(Arc<AtomicU64>);
 
@@ -213,12 +215,16 @@ pub fn track_sender(signal: i32) -> io::Result<SignalSender> {
     // SAFETY: the action only reads the siginfo the kernel filled and
     // stores into an atomic: async-signal-safe (no allocation, no lock).
     // `si_uid` is valid to read for a signal sent by kill(2), tgkill(2) or
-    // sigqueue(3); for a kernel-made one (SI_KERNEL) it reads 0, which is
-    // root, the kernel.
+    // sigqueue(3) (`si_code` SI_USER, SI_TKILL, SI_QUEUE), and is read
+    // only then; a kernel-made one (SI_KERNEL) is recorded as no sender.
     unsafe {
         signal_hook_registry::register_sigaction(signal, move |info: &libc::siginfo_t| {
-            let uid = info.si_uid();
-            seen.store((1 << 32) | u64::from(uid), Ordering::Release);
+            let by_process = matches!(info.si_code, libc::SI_USER | libc::SI_QUEUE | libc::SI_TKILL);
+            let seen_now = match by_process {
+                true => (1 << 32) | u64::from(info.si_uid()),
+                false => 2 << 32,
+            };
+            seen.store(seen_now, Ordering::Release);
         })
     }?;
     Ok(SignalSender(last))

@@ -25,6 +25,9 @@ fn entry(key: &[u8], vary: &[(&str, Option<&str>)], body_len: usize) -> Entry {
         stored: Instant::now(),
         initial_age: 0,
         lifetime: 60,
+        fresh_until: Instant::now().checked_add(Duration::from_secs(60)),
+        etag: None,
+        last_modified: None,
         stale_while_revalidate: 0,
         stale_if_error: 0,
         public: false,
@@ -125,11 +128,23 @@ fn purges_remove_what_they_match_at_the_next_lookup() {
 #[test]
 fn hosts_are_normalised_and_vary_values_compared_without_white_space() {
     let mut k = Vec::new();
-    push_host(&mut k, "Example.COM.:443", Some(true));
+    push_host(&mut k, b"Example.COM.:443", Some(true));
     assert_eq!(k, b"example.com");
     k.clear();
-    push_host(&mut k, "example.com:8080", Some(false));
+    push_host(&mut k, b"example.com:8080", Some(false));
     assert_eq!(k, b"example.com:8080");
+    // The other scheme's default port stays; unknown, either goes.
+    for (host, tls, want) in [
+        (&b"A.test:443"[..], Some(false), &b"a.test:443"[..]),
+        (b"A.test:80", Some(true), b"a.test:80"),
+        (b"A.test:80", None, b"a.test"),
+        (b"A.test.:443", None, b"a.test"),
+        (b"127.0.0.1:22471", Some(false), b"127.0.0.1:22471"),
+    ] {
+        k.clear();
+        push_host(&mut k, host, tls);
+        assert_eq!(k, want, "{host:?} {tls:?}");
+    }
     let v = |name: &[u8], vals: &[&str]| normalised(name, vals.iter().map(|v| v.as_bytes()));
     assert_eq!(
         v(b"accept-encoding", &["gzip, br", " zstd ; q=0.5"]),
@@ -279,5 +294,14 @@ fn eight_bytes_at_a_time_lower_case_as_the_byte_loop_does() {
         lower_ascii(&mut fast);
         slow.make_ascii_lowercase();
         assert_eq!(fast, slow, "from {start}");
+    }
+    // Every short length, whole words or not (the tail overlaps).
+    let mixed = b"Example.COM:8080[::1]Zz@[`{\xc3\x89";
+    for len in 0..=mixed.len() {
+        let mut fast = mixed[..len].to_vec();
+        let mut slow = fast.clone();
+        lower_ascii(&mut fast);
+        slow.make_ascii_lowercase();
+        assert_eq!(fast, slow, "{len} bytes");
     }
 }

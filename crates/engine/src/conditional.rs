@@ -1,7 +1,7 @@
 //! Conditional requests (RFC 9110 §13): validators in, a verdict out.
 //! Pure; the order of evaluation is §13.2.2's.
 
-use peregrine::codec::head::trim_ows;
+use crate::codec::head::trim_ows;
 use std::time::SystemTime;
 
 /// The request's precondition fields (raw values; absent when `None`).
@@ -61,13 +61,54 @@ pub fn evaluate(pre: &Preconditions<'_>, etag: &str, last_modified: SystemTime) 
 /// (§13.1.5): the entity tag must match strongly, or the date must equal
 /// Last-Modified exactly. No `If-Range` means yes.
 pub fn if_range_holds(value: Option<&[u8]>, etag: &str, last_modified: SystemTime) -> bool {
+    if_range_holds_for(value, Some(etag), Some(last_modified))
+}
+
+/// [`if_range_holds`] for a representation that may lack either
+/// validator (a stored answer: the proxy's cache): a tag or a date it
+/// has not never holds.
+pub fn if_range_holds_for(value: Option<&[u8]>, etag: Option<&str>, last_modified: Option<SystemTime>) -> bool {
     let Some(value) = value else { return true };
     let value = trim_ows(value);
     if value.starts_with(b"\"") || value.starts_with(b"W/") {
         // A weak tag never matches strongly.
-        return value == etag.as_bytes();
+        return etag.is_some_and(|t| value == t.as_bytes());
     }
-    parse_date(value).is_some_and(|d| seconds(d) == seconds(last_modified))
+    match (parse_date(value), last_modified) {
+        (Some(d), Some(lm)) => seconds(d) == seconds(lm),
+        _ => false,
+    }
+}
+
+/// Steps 3 and 4 of §13.2.2 only, for a cache answering from a stored
+/// response whose `ETag` or `Last-Modified` may be absent (RFC 9111
+/// §4.3.2: a cache evaluates `If-None-Match` and `If-Modified-Since`;
+/// `If-Match` and `If-Unmodified-Since` are the origin's): whether the
+/// answer is a 304. `If-None-Match` decides when present (`*` matches
+/// any stored answer); else `If-Modified-Since` against Last-Modified,
+/// not evaluated without one.
+pub fn not_modified(
+    if_none_match: Option<&[u8]>,
+    if_modified_since: Option<&[u8]>,
+    etag: Option<&str>,
+    last_modified: Option<SystemTime>,
+) -> bool {
+    if let Some(value) = if_none_match {
+        return match etag {
+            Some(t) => matches_any(value, t, Comparison::Weak),
+            None => trim_ows(value) == b"*",
+        };
+    }
+    match (if_modified_since.and_then(parse_date), last_modified) {
+        (Some(date), Some(lm)) => seconds(lm) <= seconds(date),
+        _ => false,
+    }
+}
+
+/// An HTTP date (`Last-Modified`, `If-Modified-Since`), `None` if it is
+/// not one.
+pub fn parse_http_date(value: &[u8]) -> Option<SystemTime> {
+    parse_date(value)
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -323,5 +364,25 @@ mod tests {
         assert!(if_range_holds(Some(DATE), TAG, at(T)));
         assert!(!if_range_holds(Some(EARLIER), TAG, at(T)));
         assert!(!if_range_holds(Some(b"nonsense"), TAG, at(T)));
+    }
+
+    #[test]
+    fn a_stored_answer_without_a_validator_matches_only_star() {
+        // A cache's answer (`not_modified`): If-None-Match decides when
+        // given, `*` matching any stored answer, a tag only its own.
+        assert!(not_modified(Some(b"*"), None, None, None));
+        assert!(!not_modified(Some(b"\"abc\""), None, None, Some(at(T))));
+        assert!(not_modified(Some(b"W/\"abc\""), None, Some(TAG), None));
+        // Step 3 before 4: a tag that does not match is a 200, whatever
+        // the date says.
+        assert!(!not_modified(Some(b"\"x\""), Some(DATE), Some(TAG), Some(at(T))));
+        assert!(not_modified(None, Some(DATE), Some(TAG), Some(at(T))));
+        assert!(!not_modified(None, Some(EARLIER), Some(TAG), Some(at(T))));
+        // No Last-Modified: If-Modified-Since is not evaluated.
+        assert!(!not_modified(None, Some(DATE), Some(TAG), None));
+        // If-Range without the validator it names never holds.
+        assert!(!if_range_holds_for(Some(b"\"abc\""), None, Some(at(T))));
+        assert!(!if_range_holds_for(Some(DATE), Some(TAG), None));
+        assert!(if_range_holds_for(Some(DATE), None, Some(at(T))));
     }
 }

@@ -16,7 +16,7 @@
 //! or a header with more than `SPECS_MAX` specs, and the header is ignored
 //! (a full 200, which RFC 9110 allows).
 
-use peregrine::codec::head::trim_ows;
+use crate::codec::head::trim_ows;
 use std::ops::Range;
 
 /// Range specs read from one header, at most; more and the header is ignored.
