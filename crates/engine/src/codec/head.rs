@@ -577,6 +577,7 @@ fn strip_prefix_ignore_case<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
 
 /// Host = uri-host [ ":" port ] (RFC 9110 §7.2), uri-host being a reg-name,
 /// an IPv4 address or a bracketed IP literal. No userinfo, no path.
+#[inline]
 pub(crate) fn is_valid_host(host: &[u8]) -> bool {
     // A table lookup per byte, without a branch per byte: this runs on
     // every request, and the early exit of `all` made a loop whose
