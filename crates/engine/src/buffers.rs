@@ -218,13 +218,15 @@ mod tests {
         pool.give_write(Vec::with_capacity(BUFFER_BYTES));
         assert_eq!(pool.take_write().capacity(), BUFFER_BYTES);
         assert_eq!(pool.take_write().capacity(), capacity);
-        // Bounded: the ones past the bound are freed.
-        for _ in 0..MEDIUM_WRITE_BUFFERS_MAX + 5 {
+        // Past 64 KiB, HTTP/2's class.
+        pool.give_write(Vec::with_capacity(MEDIUM_WRITE_BYTES_MAX + 1));
+        assert_eq!((pool.medium_write.len(), pool.large_write.len()), (0, 1));
+        // Bounded: past its bound, the large class takes them (HTTP/2
+        // takes either, `take_write_large`), and past both they are freed.
+        for _ in 0..MEDIUM_WRITE_BUFFERS_MAX + LARGE_WRITE_BUFFERS_MAX + 5 {
             pool.give_write(Vec::with_capacity(2 * BUFFER_BYTES));
         }
         assert_eq!(pool.medium_write.len(), MEDIUM_WRITE_BUFFERS_MAX);
-        // Past 64 KiB, HTTP/2's class.
-        pool.give_write(Vec::with_capacity(MEDIUM_WRITE_BYTES_MAX + 1));
-        assert_eq!(pool.large_write.len(), 1);
+        assert_eq!(pool.large_write.len(), LARGE_WRITE_BUFFERS_MAX);
     }
 }
