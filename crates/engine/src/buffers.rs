@@ -58,7 +58,9 @@ impl BufPool {
     /// 6 to 9 instructions in the driver's code (callgrind, c50 rows).
     #[inline(never)]
     fn take_write_grown(&mut self) -> Vec<u8> {
-        self.medium_write.pop().unwrap_or_else(|| Vec::with_capacity(BUFFER_BYTES))
+        self.medium_write
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(BUFFER_BYTES))
     }
 
     pub(crate) fn take_h2_read(&mut self) -> Vec<u8> {

@@ -713,7 +713,9 @@ impl<'b> Fields<'b> {
                 for element in h.value.split(|&b| b == b',') {
                     let n = parse_content_length(trim_ows(element))?;
                     match f.content_length {
-                        Some(prev) if prev != n => return Err(HeadError::BadRequest("differing Content-Length values")),
+                        Some(prev) if prev != n => {
+                            return Err(HeadError::BadRequest("differing Content-Length values"))
+                        }
                         _ => f.content_length = Some(n),
                     }
                 }
@@ -1087,7 +1089,10 @@ mod tests {
     /// no longer trims) takes `Host:  a  ` as `a`.
     #[test]
     fn host_with_blanks_around_is_its_name() {
-        for head in [&b"GET / HTTP/1.1\r\nHost:  a.b \t \r\n\r\n"[..], b"GET / HTTP/1.1\r\nHOST:\ta.b\r\n\r\n"] {
+        for head in [
+            &b"GET / HTTP/1.1\r\nHost:  a.b \t \r\n\r\n"[..],
+            b"GET / HTTP/1.1\r\nHOST:\ta.b\r\n\r\n",
+        ] {
             let (_, _, host) = parse(head).unwrap().unwrap();
             assert_eq!(host.as_deref(), Some("a.b"));
         }
