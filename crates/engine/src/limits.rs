@@ -354,7 +354,8 @@ pub(crate) const UPSTREAM_READ_BYTES: usize = 64 * 1024;
 
 /// Size of the pooled read and write buffers a busy connection borrows.
 /// A request head or pipelined batch that does not fit grows its buffer
-/// (up to the limits above); grown buffers are not returned to the pool.
+/// (up to the limits above); of grown buffers, only write buffers are
+/// kept, a few per worker (`buffers::BufPool::give_write`).
 pub(crate) const BUFFER_BYTES: usize = 16 * 1024;
 
 /// Spare buffers a worker keeps for the next busy connection; beyond this,

@@ -265,15 +265,33 @@ pub(crate) fn tag_deferred(ctx: &Ctx<'_>, deferral: &Deferral, response: &mut Re
 
 /// Records an answer queued whole now (its last byte leaves with this
 /// batch's write) in the access log and the metrics, at the batch's time.
+///
+/// Inlined as far as the test whether anything takes the record: a
+/// server that neither logs nor counts paid a call for nothing, 34
+/// instructions a request (callgrind, hello pipelined).
+#[inline]
 pub(crate) fn record(ctx: &mut Ctx<'_>, req: &Request<'_>, status: u16, body_bytes: u64, reason: Option<Reason>) {
     let site = req.site.get();
-    let sites = ctx.sites;
-    let label = site.and_then(|i| sites.label(i));
-    let since = ctx.now;
     if ctx.metrics.is_none() && log_of(ctx, site).is_none() {
         // Neither logs nor counts: no clock read.
         return;
     }
+    record_taken(ctx, req, site, status, body_bytes, reason);
+}
+
+/// `record` for a request a log or the metrics take.
+#[inline(never)]
+fn record_taken(
+    ctx: &mut Ctx<'_>,
+    req: &Request<'_>,
+    site: Option<u16>,
+    status: u16,
+    body_bytes: u64,
+    reason: Option<Reason>,
+) {
+    let sites = ctx.sites;
+    let label = site.and_then(|i| sites.label(i));
+    let since = ctx.now;
     // One clock read per batch, for the log and the metrics both.
     let us = ctx.batch_us(since);
     let date = ctx.date;
