@@ -265,7 +265,9 @@ fn a_server_streaming_grpc_web_call_arrives_message_by_message_over_http1() {
     let (up, go) = upstream();
     let server = server(up);
     let mut s = TcpStream::connect(server.local_addr()).unwrap();
-    s.set_read_timeout(Some(PATIENCE)).unwrap();
+    // Shorter than the upstream's wait for `go`: a proxy that held
+    // message 1 back would only let it go with message 2, too late.
+    s.set_read_timeout(Some(PATIENCE / 2)).unwrap();
     let request = frame(0, b"");
     let mut req = format!(
         "POST /echo.Echo/Stream HTTP/1.1\r\nHost: t\r\nContent-Type: application/grpc-web+proto\r\n\
@@ -340,15 +342,15 @@ fn grpc_web_over_http2_unary_and_streaming() {
     let mut stdout = child.stdout.take().unwrap();
     let mut got = vec![0; message(1).len()];
     // read_exact blocks until message 1 came; message 2 is not sent yet,
-    // so a proxy that buffered the answer would hang here (the upstream
-    // gives up waiting after PATIENCE and the bytes then differ).
+    // so a proxy that buffered the answer would hang here past PATIENCE/2
+    // (the upstream waits a whole PATIENCE for `go`).
     let (tx, rx) = mpsc::channel();
     let reader = thread::spawn(move || {
         let r = stdout.read_exact(&mut got).map(|()| got);
         let _ = tx.send(());
         (r, stdout)
     });
-    rx.recv_timeout(PATIENCE).expect("message 1 over HTTP/2 before message 2 was sent");
+    rx.recv_timeout(PATIENCE / 2).expect("message 1 over HTTP/2 before message 2 was sent");
     let (first, mut stdout) = reader.join().unwrap();
     assert_eq!(first.unwrap(), message(1));
     go.send(()).unwrap();
