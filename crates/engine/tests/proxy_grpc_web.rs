@@ -279,9 +279,11 @@ fn a_server_streaming_grpc_web_call_arrives_message_by_message_over_http1() {
     s.write_all(&req).unwrap();
     let mut raw = Vec::new();
     let so_far = |raw: &[u8]| split_head(raw).map(|(_, end)| dechunk(&raw[end..]));
-    while !so_far(&raw).is_some_and(|(b, _)| b.len() >= message(1).len()) {
+    while so_far(&raw).is_none_or(|(b, _)| b.len() < message(1).len()) {
         let mut b = [0; 4096];
-        let n = s.read(&mut b).expect("message 1 within PATIENCE, before message 2 was sent");
+        let n = s
+            .read(&mut b)
+            .expect("message 1 within PATIENCE, before message 2 was sent");
         assert!(n > 0, "closed early: {}", String::from_utf8_lossy(&raw));
         raw.extend_from_slice(&b[..n]);
     }
@@ -307,7 +309,11 @@ fn a_server_streaming_grpc_web_call_arrives_message_by_message_over_http1() {
 /// unary answer whole, and the stream's message 1 before message 2.
 #[test]
 fn grpc_web_over_http2_unary_and_streaming() {
-    if !Command::new("curl").arg("--version").output().is_ok_and(|o| o.status.success()) {
+    if !Command::new("curl")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
         eprintln!("skipped: no curl");
         return;
     }
@@ -350,7 +356,8 @@ fn grpc_web_over_http2_unary_and_streaming() {
         let _ = tx.send(());
         (r, stdout)
     });
-    rx.recv_timeout(PATIENCE / 2).expect("message 1 over HTTP/2 before message 2 was sent");
+    rx.recv_timeout(PATIENCE / 2)
+        .expect("message 1 over HTTP/2 before message 2 was sent");
     let (first, mut stdout) = reader.join().unwrap();
     assert_eq!(first.unwrap(), message(1));
     go.send(()).unwrap();

@@ -52,7 +52,12 @@ fn upstream(tag: &str) -> Up {
     std::fs::create_dir_all(&dir).unwrap();
     let (port_file, log) = (dir.join("port"), dir.join("log"));
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/h2up/goaway_server.py");
-    let child = Command::new(python).arg(script).arg(&port_file).arg(&log).spawn().unwrap();
+    let child = Command::new(python)
+        .arg(script)
+        .arg(&port_file)
+        .arg(&log)
+        .spawn()
+        .unwrap();
     let start = Instant::now();
     let port: u16 = loop {
         if let Ok(p) = std::fs::read_to_string(&port_file) {
@@ -126,7 +131,11 @@ fn a_get_above_the_goaways_last_stream_is_sent_again_on_a_new_connection() {
     // its GOAWAY: the retry, not a fresh connection chosen up front.
     assert_eq!(
         up.seen(),
-        ["conn 1 stream 1 GET /hold", "conn 1 stream 3 GET /b", "conn 2 stream 1 GET /b"]
+        [
+            "conn 1 stream 1 GET /hold",
+            "conn 1 stream 3 GET /b",
+            "conn 2 stream 1 GET /b"
+        ]
     );
 }
 
@@ -152,7 +161,13 @@ fn a_post_whose_streamed_body_had_begun_is_not_sent_again() {
         assert!(n > 0, "closed without an answer: {:?}", up.seen());
         raw.extend_from_slice(&b[..n]);
     }
-    assert_eq!(status_of(&raw), 502, "{}: {:?}", String::from_utf8_lossy(&raw), up.seen());
+    assert_eq!(
+        status_of(&raw),
+        502,
+        "{}: {:?}",
+        String::from_utf8_lossy(&raw),
+        up.seen()
+    );
     assert_eq!(first.join().unwrap(), (200, "conn 1 stream 1 GET /hold".to_owned()));
     thread::sleep(Duration::from_millis(200));
     assert_eq!(up.seen(), ["conn 1 stream 1 GET /hold", "conn 1 stream 3 POST /p"]);
@@ -168,6 +183,10 @@ fn a_refused_stream_is_sent_again_once() {
     assert!(body.ends_with("GET /refused-once"), "{body}");
     let (status, body) = get(server.local_addr(), "/refused-always");
     assert_eq!(status, 502, "{body}: {:?}", up.seen());
-    let again: Vec<String> = up.seen().into_iter().filter(|l| l.ends_with("/refused-always")).collect();
+    let again: Vec<String> = up
+        .seen()
+        .into_iter()
+        .filter(|l| l.ends_with("/refused-always"))
+        .collect();
     assert_eq!(again.len(), 2, "sent once, then once more, no more: {again:?}");
 }
