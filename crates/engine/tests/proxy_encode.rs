@@ -488,3 +488,63 @@ fn ring_digest(b: &[u8]) -> Vec<u8> {
         .as_ref()
         .to_vec()
 }
+
+/// aioquic's Python (`crates/engine/tests/http3.rs` says how it is found
+/// or installed).
+fn aioquic_python() -> std::path::PathBuf {
+    let venv = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("aioquic-venv");
+    test_support::install::aioquic_python(&venv).unwrap_or_else(|e| panic!("aioquic is needed: {e}"))
+}
+
+/// Over HTTP/3 (aioquic's client, an implementation independent of
+/// ours) a proxied answer is compressed as over HTTP/1.1 and 2: the coding
+/// the client takes (it offers br, which `encode` does not make: gzip),
+/// `Vary: Accept-Encoding`, the upstream's bytes once decoded; and an
+/// answer that sets a cookie is relayed as it came.
+#[test]
+fn a_proxied_answer_is_compressed_over_http3_unless_it_sets_a_cookie() {
+    let (up, _go) = upstream();
+    let dir = std::env::temp_dir().join(format!("peregrine-e-encode-h3-{}", std::process::id()));
+    let out = dir.join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let cert = test_support::pki::SelfSigned::new("encode-h3", &["localhost"]);
+    let tls = peregrine::TlsConfig::from_pem_files(&cert.cert, &cert.key).unwrap();
+    let encoded = Proxy::new(Upstream::parse(&format!("http://{up}")).unwrap().prefix("/api/")).encode(Encode::new());
+    let server = Server::new()
+        .bind_tls("127.0.0.1:0", tls)
+        .workers(1)
+        .start(Router::new().route("GET", "/api/*rest", encoded))
+        .expect("server starts");
+    let accept = "[[\"accept-encoding\", \"gzip, br\"]]";
+    let spec = format!(
+        "{{\"host\": \"127.0.0.1\", \"port\": {}, \"out\": \"{}\", \"timeout\": 30, \"requests\": [\
+         {{\"path\": \"/api/json\", \"headers\": {accept}}}, {{\"path\": \"/api/biglen\", \"headers\": {accept}}}, \
+         {{\"path\": \"/api/cookie\", \"headers\": {accept}}}]}}",
+        server.local_addr().port(),
+        out.display()
+    );
+    let done = test_support::process::spawn_h3_client(&aioquic_python(), &spec, 60, true)
+        .wait_with_output()
+        .unwrap();
+    assert!(done.status.success(), "{}", String::from_utf8_lossy(&done.stderr));
+    let read = |i: usize| {
+        let head = std::fs::read_to_string(out.join(format!("{i}.head"))).unwrap();
+        let body = std::fs::read(out.join(format!("{i}.body"))).unwrap();
+        (head, body)
+    };
+    for (i, want) in [(0, text_of(WHOLE)), (1, text_of(BIG))] {
+        let (head, body) = read(i);
+        assert!(head.starts_with("200\n"), "{head}");
+        assert!(head.contains("content-encoding: gzip\n"), "{head}");
+        assert!(head.contains("vary: Accept-Encoding\n"), "{head}");
+        assert!(body.len() < want.len() / 3, "{head}: {} bytes", body.len());
+        assert!(decode("gzip", &body) == want, "{head}: decodes to the upstream's body");
+    }
+    let (head, body) = read(2);
+    assert!(head.starts_with("200\n"), "{head}");
+    assert!(head.contains("set-cookie: s=secret\n"), "{head}");
+    assert!(!head.contains("content-encoding"), "{head}");
+    assert!(!head.contains("vary"), "{head}");
+    assert_eq!(body, text_of(WHOLE));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -283,9 +283,17 @@ pub(crate) fn decide(plan: Option<&Plan>, head: &ResponseHead<'_, '_>) -> Verdic
 }
 
 /// Whether a content type is worth compressing: the file server's list
-/// (`peregrine_files::compress::compressible`), kept alike.
+/// (`peregrine_files::compress::compressible`), kept alike, less gRPC
+/// and gRPC-Web (`application/grpc-web+json` would match `+json`): their
+/// bodies are length-prefixed frames the client reads itself, gRPC-Web
+/// clients outside browsers do not all decode `Content-Encoding`, and
+/// gRPC compresses per message (`grpc-encoding`) already. Caddy's default
+/// `encode` types and nginx's `gzip_types` leave them alone too.
 pub(crate) fn compressible(content_type: &str) -> bool {
     let t = content_type.split(';').next().unwrap_or_default().trim();
+    if t.starts_with("application/grpc") {
+        return false;
+    }
     t.starts_with("text/")
         || t.ends_with("+json")
         || t.ends_with("+xml")
@@ -608,5 +616,23 @@ mod tests {
         let bytes = e.zstd_bytes();
         eprintln!("zstd context: {bytes} bytes");
         assert!(bytes <= ENCODER_BYTES_MAX, "{bytes}");
+    }
+
+    /// gRPC and gRPC-Web are never compressed, `+json` and text forms
+    /// included; ordinary `+json` still is.
+    #[test]
+    fn grpc_types_are_not_compressible() {
+        for t in [
+            "application/grpc",
+            "application/grpc+proto",
+            "application/grpc-web",
+            "application/grpc-web+proto",
+            "application/grpc-web+json",
+            "application/grpc-web-text",
+            "application/grpc-web-text+proto; charset=utf-8",
+        ] {
+            assert!(!compressible(t), "{t}");
+        }
+        assert!(compressible("application/problem+json"));
     }
 }
