@@ -6,9 +6,9 @@
 //! `codec::client::write_request_head` does the same for any client, from
 //! a list of fields: the proxy used it with a `Vec` of the client's fields
 //! filtered against a list of names, then its own appended, and the
-//! filtering, the list and the codec's second look at every name were
-//! about 5,000 of a proxied GET's 20,000 instructions (callgrind,
-//! `proxy-c50`). Here a name is looked up once, by its length and then
+//! filtering, the list and the codec's second look at every name made
+//! `build_as` 6,000 of a proxied GET's 18,700 instructions (callgrind,
+//! `proxy-c50`; 4,200 after, with the whole GET at 15,100). Here a name is looked up once, by its length and then
 //! one comparison (`dropped`), and the bytes each field carries are
 //! checked eight at a time (`value_ok`).
 //!
