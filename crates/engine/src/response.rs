@@ -606,6 +606,19 @@ impl HeaderBlock {
         HeaderBlock(SharedBytes::new(Arc::new(lines)))
     }
 
+    /// Lines the engine built from fields it checked as `from_lines` would
+    /// (the proxy's relay of an upstream's answer, `proxy/pool.rs`), not
+    /// looked at again; in debug builds they are, so every test that
+    /// relays an answer checks that promise.
+    pub(crate) fn from_checked_lines(lines: SharedBytes) -> Self {
+        debug_assert!(
+            HeaderBlock::from_lines(lines.clone()).is_ok(),
+            "lines that from_lines refuses: {:?}",
+            String::from_utf8_lossy(lines.as_slice())
+        );
+        HeaderBlock(lines)
+    }
+
     /// Uses bytes that are already header lines (`Name: value\r\n` each),
     /// such as a head stored in a memory-mapped archive, without copying
     /// them. They are checked as [`HeaderBlock::new`] checks its fields.

@@ -295,6 +295,33 @@ fn a_get_reaches_the_upstream_rewritten_and_its_answer_comes_back_without_hop_by
     assert_eq!(seen.field("connection"), Some("TE"), "{}", seen.head);
 }
 
+/// Issue 26: `Connection` "may not name ... the fields the proxy adds":
+/// a client's connection options remove its own fields, never this hop's
+/// (through the codec's writer, `Connection: Via` took the proxy's Via
+/// out, and with it the loop check of the next Peregrine).
+#[test]
+fn connection_options_cannot_remove_the_fields_this_hop_writes() {
+    let up = upstream();
+    let server = proxy_server(&format!("http://{}", up.addr), "/api/");
+    let raw = get(
+        server.local_addr(),
+        "/api/hello",
+        "Connection: Via, X-Forwarded-For, Forwarded, X-Request-ID, X-Forwarded-Proto, X-Private\r\nX-Private: no\r\n",
+    );
+    assert_eq!(status_of(&raw), 200, "{}", text(&raw));
+    let seen = up.seen.recv_timeout(PATIENCE).expect("the upstream got the request");
+    assert!(
+        seen.field("via").is_some_and(|v| v.starts_with("1.1 peregrine-")),
+        "{}",
+        seen.head
+    );
+    assert_eq!(seen.field("x-forwarded-for"), Some("127.0.0.1"), "{}", seen.head);
+    assert_eq!(seen.field("x-forwarded-proto"), Some("http"), "{}", seen.head);
+    assert!(seen.field("forwarded").is_some(), "{}", seen.head);
+    assert!(seen.field("x-request-id").is_some(), "{}", seen.head);
+    assert_eq!(seen.field("x-private"), None, "{}", seen.head);
+}
+
 #[test]
 fn kept_alive_upstream_connections_are_reused() {
     let up = upstream();

@@ -54,6 +54,7 @@ pub mod cache;
 mod encode;
 mod guard;
 pub(crate) mod h2up;
+mod head;
 mod health;
 mod pool;
 mod resolve;
@@ -75,7 +76,6 @@ pub use upstream::{HostHeader, Upstream, UpstreamError};
 
 use std::borrow::Cow;
 use std::cell::RefCell;
-use std::fmt::Write as _;
 use std::sync::{Arc, OnceLock};
 
 use crate::codec::head::Framing;
@@ -349,20 +349,6 @@ fn is_idempotent(method: &str) -> bool {
     matches!(method, "GET" | "HEAD" | "OPTIONS" | "TRACE" | "PUT" | "DELETE")
 }
 
-/// Fields never copied from the client: hop-by-hop ones (the codec drops
-/// them too, with those `Connection` names) and those the proxy writes
-/// afresh. `Expect` goes only with a body that streams (`expects_continue`).
-const REPLACED: &[&str] = &[
-    "x-forwarded-for",
-    "x-forwarded-proto",
-    "x-forwarded-host",
-    "forwarded",
-    "via",
-    "x-request-id",
-    "cookie",
-    "host",
-];
-
 /// The request's Content-Length as the engine framed it: the codec
 /// refused differing values, so the first of a list (`5, 5`) is the
 /// length (RFC 9110 §8.6), which the upstream then gets once.
@@ -566,18 +552,18 @@ impl Proxy {
 /// the two addresses a proxied request carries (`X-Forwarded-For`,
 /// `Forwarded`) cost about 1,100 instructions through `write!`
 /// (callgrind, `proxy-c50`).
-fn push_ipv4(out: &mut String, v4: std::net::Ipv4Addr) {
+fn push_ipv4(out: &mut Vec<u8>, v4: std::net::Ipv4Addr) {
     for (i, octet) in v4.octets().into_iter().enumerate() {
         if i > 0 {
-            out.push('.');
+            out.push(b'.');
         }
         if octet >= 100 {
-            out.push(char::from(b'0' + octet / 100));
+            out.push(b'0' + octet / 100);
         }
         if octet >= 10 {
-            out.push(char::from(b'0' + octet / 10 % 10));
+            out.push(b'0' + octet / 10 % 10);
         }
-        out.push(char::from(b'0' + octet % 10));
+        out.push(b'0' + octet % 10);
     }
 }
 
@@ -623,76 +609,85 @@ fn build_as(
     let trusted = req.is_from_trusted_proxy();
     let client = req.client_addr();
     let peer_ip = req.peer_addr().ip().to_canonical();
+    let unix = req.peer_addr() == crate::UNIX_PEER;
     let proto = if req.is_tls() { "https" } else { "http" };
 
-    // The values this hop writes go into one buffer, their ranges kept:
-    // a String each, grown step by step, and the lists of fields were 8
-    // of a warm proxied GET's 17 allocations (`tests/proxy_alloc.rs`).
-    let mut vals = String::with_capacity(160);
+    // One buffer, written in one pass (`head.rs`): the request line and
+    // the client's fields, then this hop's, each value written in place
+    // and checked there (no String of its own, no list of fields: those
+    // were 8 of a warm proxied GET's 17 allocations, `tests/proxy_alloc.rs`).
+    let body = req.body();
+    let mut out = Vec::with_capacity(512 + body.len());
+    head::start(&mut out, method, &target, host, req.headers, skip).map_err(|_| 400u16)?;
     // X-Forwarded-For: the peer, after what a trusted proxy said.
+    let v = head::open(&mut out, "X-Forwarded-For");
     if trusted {
-        for (_, v) in req.headers().filter(|(n, _)| n.eq_ignore_ascii_case("x-forwarded-for")) {
-            if let Ok(v) = std::str::from_utf8(v) {
-                if !vals.is_empty() {
-                    vals.push_str(", ");
+        for (_, value) in req.headers().filter(|(n, _)| n.eq_ignore_ascii_case("x-forwarded-for")) {
+            if let Ok(value) = std::str::from_utf8(value) {
+                if out.len() > v {
+                    out.extend_from_slice(b", ");
                 }
-                vals.push_str(v.trim());
+                out.extend_from_slice(value.trim().as_bytes());
             }
         }
-    }
-    if !vals.is_empty() {
-        vals.push_str(", ");
-    }
-    if req.peer_addr() == crate::UNIX_PEER {
-        vals.push_str("unix");
-    } else {
-        // Formatted in place, not through a String of its own.
-        match peer_ip {
-            std::net::IpAddr::V4(v4) => push_ipv4(&mut vals, v4),
-            std::net::IpAddr::V6(v6) => {
-                let _ = write!(vals, "{v6}");
-            }
+        if out.len() > v {
+            out.extend_from_slice(b", ");
         }
     }
-    let xff = 0..vals.len();
-    // Forwarded (RFC 7239 §4): the client as the engine decided it.
-    let fwd_start = vals.len();
-    vals.push_str("for=");
-    match client.ip.to_canonical() {
-        std::net::IpAddr::V4(v4) if req.peer_addr() != crate::UNIX_PEER => push_ipv4(&mut vals, v4),
+    let peer_at = out.len();
+    match peer_ip {
+        _ if unix => out.extend_from_slice(b"unix"),
+        std::net::IpAddr::V4(v4) => push_ipv4(&mut out, v4),
         std::net::IpAddr::V6(v6) => {
-            let _ = write!(vals, "\"[{v6}]\"");
+            let _ = std::io::Write::write_fmt(&mut out, format_args!("{v6}"));
         }
-        _ => vals.push_str("unknown"),
+    }
+    let peer = peer_at..out.len();
+    head::close(&mut out, v).map_err(|_| 400u16)?;
+    head::put(&mut out, b"X-Forwarded-Proto", proto.as_bytes()).map_err(|_| 400u16)?;
+    if !client_host.is_empty() {
+        head::put(&mut out, b"X-Forwarded-Host", client_host.as_bytes()).map_err(|_| 400u16)?;
+    }
+    // Forwarded (RFC 7239 §4): the client as the engine decided it.
+    let v = head::open(&mut out, "Forwarded");
+    out.extend_from_slice(b"for=");
+    match client.ip.to_canonical() {
+        // Usually the peer, written just above: copied, not formatted again.
+        std::net::IpAddr::V4(_) if unix => out.extend_from_slice(b"unknown"),
+        ip if ip == peer_ip && !unix && ip.is_ipv4() => out.extend_from_within(peer),
+        std::net::IpAddr::V4(v4) => push_ipv4(&mut out, v4),
+        std::net::IpAddr::V6(v6) => {
+            let _ = std::io::Write::write_fmt(&mut out, format_args!("\"[{v6}]\""));
+        }
     }
     if !client_host.is_empty()
         && client_host
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"-.:[]".contains(&b))
     {
-        vals.push_str(";host=\"");
-        vals.push_str(client_host);
-        vals.push('"');
+        out.extend_from_slice(b";host=\"");
+        out.extend_from_slice(client_host.as_bytes());
+        out.push(b'"');
     }
-    vals.push_str(";proto=");
-    vals.push_str(proto);
-    let fwd = fwd_start..vals.len();
+    out.extend_from_slice(b";proto=");
+    out.extend_from_slice(proto.as_bytes());
+    head::close(&mut out, v).map_err(|_| 400u16)?;
     // Via: what came, then this hop (RFC 9110 §7.6.3).
-    let via_start = vals.len();
-    for (_, v) in req.headers().filter(|(n, _)| n.eq_ignore_ascii_case("via")) {
-        if let Ok(v) = std::str::from_utf8(v) {
-            vals.push_str(v.trim());
-            vals.push_str(", ");
+    let v = head::open(&mut out, "Via");
+    for (_, value) in req.headers().filter(|(n, _)| n.eq_ignore_ascii_case("via")) {
+        if let Ok(value) = std::str::from_utf8(value) {
+            out.extend_from_slice(value.trim().as_bytes());
+            out.extend_from_slice(b", ");
         }
     }
-    vals.push_str(match req.version() {
-        crate::Version::Http10 => "1.0 ",
-        crate::Version::Http11 => "1.1 ",
-        crate::Version::Http2 => "2 ",
-        crate::Version::Http3 => "3 ",
+    out.extend_from_slice(match req.version() {
+        crate::Version::Http10 => b"1.0 ",
+        crate::Version::Http11 => b"1.1 ",
+        crate::Version::Http2 => b"2 ",
+        crate::Version::Http3 => b"3 ",
     });
-    vals.push_str(own);
-    let via = via_start..vals.len();
+    out.extend_from_slice(own.as_bytes());
+    head::close(&mut out, v).map_err(|_| 400u16)?;
     // X-Request-ID: kept from a trusted proxy, made otherwise; the one the
     // access log writes (`Request::request_id`).
     let id = req.request_id();
@@ -700,30 +695,20 @@ fn build_as(
         true => req.header_bytes("x-request-id").unwrap_or_default(),
         false => id.as_bytes(),
     };
-    let cookie = joined_cookies(req);
-    let vals = vals.as_bytes();
-    let extra: [Option<(&str, &[u8])>; 7] = [
-        Some(("X-Forwarded-For", &vals[xff])),
-        Some(("X-Forwarded-Proto", proto.as_bytes())),
-        (!client_host.is_empty()).then_some(("X-Forwarded-Host", client_host.as_bytes())),
-        Some(("Forwarded", &vals[fwd])),
-        Some(("Via", &vals[via])),
-        Some(("X-Request-ID", request_id)),
-        cookie.as_deref().map(|c| ("Cookie", c)),
-    ];
-
-    let body = req.body();
-    // Sized once: collected from a filter, the list grew three times.
-    let mut fields: Vec<(&[u8], &[u8])> = Vec::with_capacity(req.headers.len() + extra.len());
-    fields.extend(
-        req.headers()
-            .filter(|(n, _)| !n.starts_with(':') && !REPLACED.iter().chain(skip).any(|r| r.eq_ignore_ascii_case(n)))
-            .map(|(n, v)| (n.as_bytes(), v)),
-    );
-    fields.extend(extra.iter().flatten().map(|&(n, v)| (n.as_bytes(), v)));
-    let mut bytes = Vec::with_capacity(512 + body.len());
-    crate::codec::client::write_request_head(&mut bytes, method, &target, host, fields.iter().copied(), framing)
-        .map_err(|_| 400u16)?;
+    head::put(&mut out, b"X-Request-ID", request_id).map_err(|_| 400u16)?;
+    // Cookie crumbs of HTTP/2 and HTTP/3, joined (RFC 9113 §8.2.3).
+    let mut crumbs = req.headers().filter(|(n, _)| n.eq_ignore_ascii_case("cookie"));
+    if let Some((_, first)) = crumbs.next() {
+        let v = head::open(&mut out, "Cookie");
+        out.extend_from_slice(first);
+        for (_, crumb) in crumbs {
+            out.extend_from_slice(b"; ");
+            out.extend_from_slice(crumb);
+        }
+        head::close(&mut out, v).map_err(|_| 400u16)?;
+    }
+    head::finish(&mut out, method, framing);
+    let mut bytes = out;
     bytes.extend_from_slice(body);
     Ok(bytes)
 }
