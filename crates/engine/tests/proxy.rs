@@ -295,10 +295,12 @@ fn a_get_reaches_the_upstream_rewritten_and_its_answer_comes_back_without_hop_by
     assert_eq!(seen.field("connection"), Some("TE"), "{}", seen.head);
 }
 
-/// Issue 26: `Connection` "may not name ... the fields the proxy adds":
-/// a client's connection options remove its own fields, never this hop's
+/// Issue 26: `Connection` "may not name Host, Content-Length,
+/// Transfer-Encoding, Authorization or the fields the proxy adds": a
+/// client's connection options remove its own fields, never this hop's
 /// (through the codec's writer, `Connection: Via` took the proxy's Via
-/// out, and with it the loop check of the next Peregrine).
+/// out, and with it the loop check of the next Peregrine), nor its
+/// credentials.
 #[test]
 fn connection_options_cannot_remove_the_fields_this_hop_writes() {
     let up = upstream();
@@ -306,7 +308,8 @@ fn connection_options_cannot_remove_the_fields_this_hop_writes() {
     let raw = get(
         server.local_addr(),
         "/api/hello",
-        "Connection: Via, X-Forwarded-For, Forwarded, X-Request-ID, X-Forwarded-Proto, X-Private\r\nX-Private: no\r\n",
+        "Connection: Via, X-Forwarded-For, Forwarded, X-Request-ID, X-Forwarded-Proto, X-Private, Authorization\r\n\
+         X-Private: no\r\nAuthorization: Bearer t0k\r\n",
     );
     assert_eq!(status_of(&raw), 200, "{}", text(&raw));
     let seen = up.seen.recv_timeout(PATIENCE).expect("the upstream got the request");
@@ -320,6 +323,7 @@ fn connection_options_cannot_remove_the_fields_this_hop_writes() {
     assert!(seen.field("forwarded").is_some(), "{}", seen.head);
     assert!(seen.field("x-request-id").is_some(), "{}", seen.head);
     assert_eq!(seen.field("x-private"), None, "{}", seen.head);
+    assert_eq!(seen.field("authorization"), Some("Bearer t0k"), "{}", seen.head);
 }
 
 #[test]

@@ -67,7 +67,10 @@ pub(super) fn start(
         if name.first() == Some(&b':') || dropped(name) || skip.iter().any(|s| f.name.eq_ignore_ascii_case(s)) {
             continue;
         }
+        // Issue 26: `Connection` may not name Authorization (Host and the
+        // framing fields are written by this hop, never copied).
         if has_connection
+            && !name.eq_ignore_ascii_case(b"authorization")
             && fields.iter().any(|c| {
                 c.name.eq_ignore_ascii_case("connection")
                     && list_elements(c.value).any(|opt| opt.eq_ignore_ascii_case(name))

@@ -219,7 +219,7 @@ pub fn track_sender(signal: i32) -> io::Result<SignalSender> {
     // only then; a kernel-made one (SI_KERNEL) is recorded as no sender.
     unsafe {
         signal_hook_registry::register_sigaction(signal, move |info: &libc::siginfo_t| {
-            let by_process = matches!(info.si_code, libc::SI_USER | libc::SI_QUEUE | libc::SI_TKILL);
+            let by_process = sent_by_a_process(info.si_code);
             let seen_now = match by_process {
                 true => (1 << 32) | u64::from(info.si_uid()),
                 false => 2 << 32,
@@ -228,6 +228,20 @@ pub fn track_sender(signal: i32) -> io::Result<SignalSender> {
         })
     }?;
     Ok(SignalSender(last))
+}
+
+/// Whether a siginfo's `si_code` says a process sent the signal (kill(2),
+/// a thread kill, sigqueue(3)), so that `si_uid` is the sender's.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn sent_by_a_process(code: i32) -> bool {
+    matches!(code, libc::SI_USER | libc::SI_QUEUE | libc::SI_TKILL)
+}
+
+/// FreeBSD's `<sys/signal.h>` values, which the libc crate does not
+/// name: SI_USER, SI_QUEUE and SI_LWP (thr_kill(2)).
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn sent_by_a_process(code: i32) -> bool {
+    matches!(code, 0x10001 | 0x10002 | 0x10007)
 }
 
 /// This process's real user id.
