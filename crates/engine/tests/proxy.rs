@@ -76,18 +76,9 @@ fn serve_upstream(stream: TcpStream, tx: Sender<Seen>, go: Arc<Mutex<Receiver<()
     // Requests this connection has read before the current one.
     let mut seen_here = 0usize;
     loop {
-        let mut head = String::new();
-        loop {
-            let mut line = String::new();
-            match reader.read_line(&mut line) {
-                Ok(0) | Err(_) => return,
-                Ok(_) => {}
-            }
-            head.push_str(&line);
-            if line == "\r\n" {
-                break;
-            }
-        }
+        let Some(head) = common::read_head(&mut reader) else {
+            return;
+        };
         let len: usize = head
             .lines()
             .find_map(|l| {

@@ -9,7 +9,7 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Command, Stdio};
 use std::sync::mpsc::{self, Receiver, Sender};
@@ -79,18 +79,9 @@ fn serve(stream: TcpStream, go: Arc<Mutex<Receiver<()>>>) {
     let mut reader = BufReader::new(stream.try_clone().unwrap());
     let mut out = stream;
     loop {
-        let mut head = String::new();
-        loop {
-            let mut line = String::new();
-            match reader.read_line(&mut line) {
-                Ok(0) | Err(_) => return,
-                Ok(_) => {}
-            }
-            head.push_str(&line);
-            if line == "\r\n" {
-                break;
-            }
-        }
+        let Some(head) = common::read_head(&mut reader) else {
+            return;
+        };
         let lower = head.to_ascii_lowercase();
         let length = lower
             .lines()

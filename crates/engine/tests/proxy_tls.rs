@@ -8,7 +8,7 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver};
@@ -86,18 +86,9 @@ fn tls_upstream(tag: &str) -> Up {
                 let alpn = stream.conn.alpn_protocol().map(<[u8]>::to_vec);
                 let mut reader = BufReader::new(stream);
                 loop {
-                    let mut head = String::new();
-                    loop {
-                        let mut line = String::new();
-                        match reader.read_line(&mut line) {
-                            Ok(0) | Err(_) => return,
-                            Ok(_) => {}
-                        }
-                        head.push_str(&line);
-                        if line == "\r\n" {
-                            break;
-                        }
-                    }
+                    let Some(head) = common::read_head(&mut reader) else {
+                        return;
+                    };
                     let len: usize = head
                         .lines()
                         .find_map(|l| {

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+use std::io::BufRead;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -38,4 +39,22 @@ pub fn status_of(raw: &[u8]) -> u16 {
     text.get(9..12)
         .and_then(|s| s.parse().ok())
         .unwrap_or_else(|| panic!("no status line in {text:?}"))
+}
+
+/// A request or answer head read line by line up to its empty line (kept),
+/// or None when the peer closed or failed first: what the tests' scripted
+/// upstreams read before they answer.
+pub fn read_head(reader: &mut impl BufRead) -> Option<String> {
+    let mut head = String::new();
+    loop {
+        let mut line = String::new();
+        match reader.read_line(&mut line) {
+            Ok(0) | Err(_) => return None,
+            Ok(_) => {}
+        }
+        head.push_str(&line);
+        if line == "\r\n" {
+            return Some(head);
+        }
+    }
 }
