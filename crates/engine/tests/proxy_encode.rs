@@ -9,10 +9,9 @@
 mod common;
 
 use std::io::{BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::mpsc::{self, Receiver, Sender};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
-use std::thread;
 
 use common::{status_of, Client, PATIENCE};
 use peregrine::proxy::{Encode, Proxy, Upstream};
@@ -36,18 +35,7 @@ const BIG: usize = 300_000;
 /// The scripted upstream: the answer depends on the path's last segment;
 /// `/sse` sends its second event when the test sends on `go`.
 fn upstream() -> (SocketAddr, Sender<()>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (go, go_rx) = mpsc::channel::<()>();
-    let go_rx = Arc::new(Mutex::new(go_rx));
-    thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(stream) = stream else { return };
-            let go_rx = go_rx.clone();
-            thread::spawn(move || serve(stream, go_rx));
-        }
-    });
-    (addr, go)
+    common::scripted_upstream(serve)
 }
 
 fn serve(stream: TcpStream, go: Arc<Mutex<Receiver<()>>>) {

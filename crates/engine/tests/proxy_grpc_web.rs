@@ -10,7 +10,7 @@
 mod common;
 
 use std::io::{BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex};
@@ -61,18 +61,7 @@ fn text_body() -> Vec<u8> {
 /// message only when the test sends on `go` (after it has read the
 /// first one through the proxy).
 fn upstream() -> (SocketAddr, Sender<()>) {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (go, go_rx) = mpsc::channel::<()>();
-    let go_rx = Arc::new(Mutex::new(go_rx));
-    thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(stream) = stream else { return };
-            let go_rx = go_rx.clone();
-            thread::spawn(move || serve(stream, go_rx));
-        }
-    });
-    (addr, go)
+    common::scripted_upstream(serve)
 }
 
 fn serve(stream: TcpStream, go: Arc<Mutex<Receiver<()>>>) {

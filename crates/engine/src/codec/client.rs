@@ -103,6 +103,28 @@ where
     written
 }
 
+/// RFC 9112 §3.2: every form of request-target is visible ASCII, and "a
+/// client MUST NOT send [a fragment] in the request-target".
+pub(crate) fn target_ok(target: &str) -> bool {
+    !target.is_empty() && target.bytes().all(|b| (0x21..=0x7e).contains(&b) && b != b'#')
+}
+
+/// The request line and Host, checked by the caller (a token method,
+/// [`target_ok`], a valid host). RFC 9110 §7.2: "A user agent that sends
+/// Host SHOULD send it as the first field line in the header section of a
+/// request." An empty Host is allowed (RFC 9112 §3.2).
+pub(crate) fn request_line_and_host(out: &mut Vec<u8>, method: &str, target: &str, host: &str) {
+    out.extend_from_slice(method.as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(target.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\nHost:");
+    if !host.is_empty() {
+        out.push(b' ');
+        out.extend_from_slice(host.as_bytes());
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
 /// `write_request_head`, leaving what it wrote before an error.
 fn write_request_head_into<F, N, V>(
     out: &mut Vec<u8>,
@@ -120,10 +142,7 @@ where
     if !is_token(method.as_bytes()) {
         return Err(RequestHeadError::Method);
     }
-    // RFC 9112 §3.2: every form of request-target is visible ASCII, and
-    // "a client MUST NOT send [a fragment] in the request-target".
-    let target_ok = !target.is_empty() && target.bytes().all(|b| (0x21..=0x7e).contains(&b) && b != b'#');
-    if !target_ok {
+    if !target_ok(target) {
         return Err(RequestHeadError::Target);
     }
     // RFC 9112 §3.2: "If the authority component is missing or undefined
@@ -132,17 +151,7 @@ where
     if !is_valid_host(host.as_bytes()) {
         return Err(RequestHeadError::Host);
     }
-    out.extend_from_slice(method.as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(target.as_bytes());
-    // RFC 9110 §7.2: "A user agent that sends Host SHOULD send it as the
-    // first field line in the header section of a request."
-    out.extend_from_slice(b" HTTP/1.1\r\nHost:");
-    if !host.is_empty() {
-        out.push(b' ');
-        out.extend_from_slice(host.as_bytes());
-    }
-    out.extend_from_slice(b"\r\n");
+    request_line_and_host(out, method, target, host);
 
     // Most requests have no Connection field, or one naming only `close`
     // or `keep-alive`: only then is each field looked up in it (a second

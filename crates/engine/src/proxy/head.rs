@@ -22,6 +22,7 @@
 //! name ... the fields the proxy adds"); through the codec, a client's
 //! `Connection: Via` took this hop's `Via` out.
 
+use crate::codec::client::{request_line_and_host, target_ok};
 use crate::codec::head::{is_token, is_valid_host, list_elements, Framing};
 
 /// Why a head could not be written: the request is refused (400).
@@ -42,22 +43,10 @@ pub(super) fn start(
     fields: &[httparse::Header<'_>],
     skip: &[&str],
 ) -> Result<(), Invalid> {
-    // RFC 9112 §3.2: every form of request-target is visible ASCII, and
-    // "a client MUST NOT send [a fragment] in the request-target".
-    let target_ok = !target.is_empty() && target.bytes().all(|b| (0x21..=0x7e).contains(&b) && b != b'#');
-    if !is_token(method.as_bytes()) || !target_ok || !is_valid_host(host.as_bytes()) {
+    if !is_token(method.as_bytes()) || !target_ok(target) || !is_valid_host(host.as_bytes()) {
         return Err(Invalid);
     }
-    out.extend_from_slice(method.as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(target.as_bytes());
-    // RFC 9110 §7.2: Host first. An empty one is allowed (RFC 9112 §3.2).
-    out.extend_from_slice(b" HTTP/1.1\r\nHost:");
-    if !host.is_empty() {
-        out.push(b' ');
-        out.extend_from_slice(host.as_bytes());
-    }
-    out.extend_from_slice(b"\r\n");
+    request_line_and_host(out, method, target, host);
 
     // RFC 9110 §7.6.1: the fields a `Connection` names go with it. Most
     // requests have none; only then is each field looked up in them.

@@ -58,3 +58,23 @@ pub fn read_head(reader: &mut impl BufRead) -> Option<String> {
         }
     }
 }
+
+/// A scripted upstream on a free loopback port: each connection runs
+/// `serve` on its own thread, with the receiving end of the returned
+/// sender, which the test uses to say when a held answer may go on.
+pub fn scripted_upstream(
+    serve: fn(std::net::TcpStream, std::sync::Arc<std::sync::Mutex<std::sync::mpsc::Receiver<()>>>),
+) -> (SocketAddr, std::sync::mpsc::Sender<()>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (go, go_rx) = std::sync::mpsc::channel::<()>();
+    let go_rx = std::sync::Arc::new(std::sync::Mutex::new(go_rx));
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { return };
+            let go_rx = go_rx.clone();
+            std::thread::spawn(move || serve(stream, go_rx));
+        }
+    });
+    (addr, go)
+}
