@@ -369,7 +369,18 @@ impl Hosted {
                         self.settle(ctx, t, next);
                     }
                 }
-                Source::Upstream(k) => self.upstreams.on_event(ctx, &mut self.timers, k),
+                Source::Upstream(k) => {
+                    self.upstreams.on_event(ctx, &mut self.timers, k);
+                    if self.upstreams.has_answers() {
+                        // Handed over at once, not after every event of
+                        // the turn: the answer's buffers go back to the
+                        // allocator before the next upstream's are taken
+                        // (a turn of 50 answers of 64 KiB held 3.2 MiB at
+                        // once, and glibc's trim made each 16 page faults
+                        // again).
+                        self.hand_over(ctx);
+                    }
+                }
                 Source::Tunnel { conn: t, stream } => {
                     if let Some(conn) = self.conns.get_mut(t) {
                         let next = conn.on_tunnel_event(ctx, stream);
@@ -472,40 +483,46 @@ impl Hosted {
             if !self.upstreams.has_answers() {
                 return;
             }
-            for (token, id, status, fields) in self.upstreams.take_interims() {
-                match Source::of(token) {
-                    Source::Conn(t) => {
-                        if let Some(conn) = self.conns.get_mut(t) {
-                            let next = conn.on_interim(ctx, id, status, &fields);
-                            self.settle(ctx, t, next);
+            self.hand_over(ctx);
+        }
+    }
+
+    /// Relays what upstreams answered: interim answers, answers and
+    /// WebSocket tunnels, each to the connection whose request it is.
+    fn hand_over(&mut self, ctx: &mut Ctx<'_>) {
+        for (token, id, status, fields) in self.upstreams.take_interims() {
+            match Source::of(token) {
+                Source::Conn(t) => {
+                    if let Some(conn) = self.conns.get_mut(t) {
+                        let next = conn.on_interim(ctx, id, status, &fields);
+                        self.settle(ctx, t, next);
+                    }
+                }
+                Source::Quic { .. } => {
+                    for endpoint in self.quic.iter_mut() {
+                        if let Some(ch) = endpoint.conn_of_token(token) {
+                            endpoint.on_interim(ctx, ch, id, status, &fields);
+                            break;
                         }
                     }
-                    Source::Quic { .. } => {
-                        for endpoint in self.quic.iter_mut() {
-                            if let Some(ch) = endpoint.conn_of_token(token) {
-                                endpoint.on_interim(ctx, ch, id, status, &fields);
-                                break;
-                            }
-                        }
-                    }
-                    _ => {}
                 }
+                _ => {}
             }
-            for (responder, response, figures) in self.upstreams.take_answers() {
-                let (token, id) = responder.into_parts();
-                if let crate::Body::Channel(rx) = &response.body {
-                    rx.bind(ctx.mailbox, token);
-                }
-                // For the access log line of the request it answers
-                // (`dispatch::finish` takes them); cleared after, in case
-                // that request is gone.
-                ctx.upstream_log = figures;
-                self.deliver(ctx, token, id, response);
-                ctx.upstream_log = None;
+        }
+        for (responder, response, figures) in self.upstreams.take_answers() {
+            let (token, id) = responder.into_parts();
+            if let crate::Body::Channel(rx) = &response.body {
+                rx.bind(ctx.mailbox, token);
             }
-            for handoff in self.upstreams.take_handoffs() {
-                self.hand_tunnel(ctx, handoff);
-            }
+            // For the access log line of the request it answers
+            // (`dispatch::finish` takes them); cleared after, in case
+            // that request is gone.
+            ctx.upstream_log = figures;
+            self.deliver(ctx, token, id, response);
+            ctx.upstream_log = None;
+        }
+        for handoff in self.upstreams.take_handoffs() {
+            self.hand_tunnel(ctx, handoff);
         }
     }
 

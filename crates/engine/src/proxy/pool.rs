@@ -34,6 +34,16 @@ use crate::sources::{Source, Timers};
 /// goes as a channel.
 const WHOLE_BODY_MAX: usize = 64 * 1024;
 
+/// A whole body at least this long is handed on in the buffer it was read
+/// into (the head before it skipped, not moved); a shorter one is copied
+/// out.
+const SHARE_MIN: usize = 16 * 1024;
+
+/// The room an answer larger than one read is gathered in, taken when
+/// the first read fills its own: a whole body and a head of a few KiB,
+/// so that the read after it does not move the first one's bytes.
+const ANSWER_BUF_BYTES: usize = WHOLE_BODY_MAX + 8 * 1024;
+
 /// Bytes read from an upstream at a time: what an answer may read past
 /// the output budget, counted per connection in the worst case.
 const READ_CHUNK: usize = crate::limits::UPSTREAM_READ_BYTES;
@@ -183,6 +193,16 @@ struct UpConn {
     reused: bool,
     /// A byte of the answer arrived.
     got: bool,
+    /// The last read filled all the room it was given: more may be
+    /// waiting in the socket. A head whose body of known length, at most
+    /// `WHOLE_BODY_MAX`, is not all read yet waits for one more read then
+    /// (`UpConn::head`), so that the answer goes whole rather than as a
+    /// channel; a read that finds nothing clears it.
+    more: bool,
+    /// The bytes such a head still waits for: the read after it takes no
+    /// more (the buffer holds at most the head and its body, as it held at
+    /// most the head and one read before).
+    missing: usize,
     /// The head of the answer was sent to the client (through the job's
     /// responder, consumed then).
     answered: bool,
@@ -573,6 +593,8 @@ impl Upstreams {
             buf: Vec::new(),
             reused: false,
             got: false,
+            more: false,
+            missing: 0,
             answered: false,
             head_method: false,
             keep_alive: false,
@@ -1016,6 +1038,8 @@ impl UpConn {
         self.written = 0;
         self.buf.clear();
         self.got = false;
+        self.more = false;
+        self.missing = 0;
         self.answered = false;
         self.head_method = job.head_method;
         self.keep_alive = false;
@@ -1159,9 +1183,19 @@ impl UpConn {
                             return Outcome::Wait;
                         }
                     }
-                    match self.sock.read(scratch) {
+                    let room = match std::mem::take(&mut self.missing) {
+                        0 => scratch.len(),
+                        missing => missing.min(scratch.len()),
+                    };
+                    match self.sock.read(&mut scratch[..room]) {
                         Ok(0) => return self.at_eof(ctx, key),
                         Ok(n) => {
+                            self.more = n == room;
+                            if self.more && self.state == State::Head && self.buf.is_empty() {
+                                // Likely a large answer: gathered in a
+                                // buffer that can hold it whole.
+                                self.buf = Vec::with_capacity(ANSWER_BUF_BYTES);
+                            }
                             self.buf.extend_from_slice(&scratch[..n]);
                             if self.state == State::Idle {
                                 // An idle connection has nothing to say.
@@ -1171,6 +1205,16 @@ impl UpConn {
                             self.deadline = Some(ctx.now + read_timeout);
                         }
                         Err(e) => match e.kind() {
+                            io::ErrorKind::WouldBlock if self.more && self.state == State::Head => {
+                                // The head waited for the rest of a whole
+                                // body that is not here yet: it goes now,
+                                // its body as a channel.
+                                self.more = false;
+                                if let Some(outcome) = self.consume(ctx, key) {
+                                    return outcome;
+                                }
+                                return Outcome::Wait;
+                            }
                             io::ErrorKind::WouldBlock => return Outcome::Wait,
                             io::ErrorKind::Interrupted => {}
                             _ if self.state == State::Idle => return Outcome::Close,
@@ -1525,6 +1569,16 @@ impl UpConn {
             if head.transfer_coded {
                 return Err(bad("a transfer coding other than chunked"));
             }
+            if let ResponseFraming::Length(n) = head.framing {
+                if self.more && n as usize <= WHOLE_BODY_MAX && self.buf.len() < head.head_len + n as usize {
+                    // The last read filled its room and the body is not
+                    // all here: one more read, and the answer goes whole
+                    // (one write to the client, no channel). Nothing was
+                    // decided yet: the head is parsed again then.
+                    self.missing = head.head_len + n as usize - self.buf.len();
+                    return Ok(false);
+                }
+            }
             // Compressed on its way, or at least `Vary` (`encode.rs`): a
             // HEAD's fields change as its GET's would; a GET's only if
             // the worker has room for one more compressor.
@@ -1585,7 +1639,25 @@ impl UpConn {
                     .collect();
                 self.trailers = Some(named);
             }
-            self.buf.drain(..head_len);
+            let whole = match framing {
+                ResponseFraming::Empty => Some(0),
+                ResponseFraming::Length(n)
+                    if n as usize <= WHOLE_BODY_MAX && self.buf.len() - head_len >= n as usize =>
+                {
+                    Some(n as usize)
+                }
+                _ => None,
+            };
+            // A large whole body that is all the buffer holds past the
+            // head goes to the client as that buffer (`Body::Shared`,
+            // written from it by the same `writev` as the head): no copy.
+            let share = whole.is_some_and(|n| n >= SHARE_MIN && self.buf.len() == head_len + n)
+                && head_length.is_none()
+                && !self.head_method
+                && encoder.is_none();
+            if !share {
+                self.buf.drain(..head_len);
+            }
             self.keep_alive = keep_alive;
             // Before the job goes: its upstream's read-ahead.
             let capacity = self.buffer_bytes(ctx);
@@ -1596,13 +1668,6 @@ impl UpConn {
             self.figures.status = Some(status);
             self.figures.header = Some(took);
             self.figures.started = Some(self.started);
-            let whole = match framing {
-                ResponseFraming::Empty => Some(0),
-                ResponseFraming::Length(n) if n as usize <= WHOLE_BODY_MAX && self.buf.len() >= n as usize => {
-                    Some(n as usize)
-                }
-                _ => None,
-            };
             if let Some(n) = whole {
                 self.figures.response = Some(took);
                 let body: crate::Body = match head_length {
@@ -1629,10 +1694,20 @@ impl UpConn {
                             out.shrink_to_fit();
                             out.into()
                         }
+                        None if share => {
+                            let buf = Arc::new(std::mem::take(&mut self.buf));
+                            let range = head_len..head_len + n;
+                            crate::Body::Shared(SharedBytes::slice(buf, range).expect("the body is in the buffer"))
+                        }
                         None => self.buf.drain(..n).collect::<Vec<u8>>().into(),
                     },
                 };
-                if let (Some(mut f), crate::Body::Bytes(b)) = (fill.take(), &body) {
+                let bytes = match &body {
+                    crate::Body::Bytes(b) => Some(b.as_slice()),
+                    crate::Body::Shared(s) => Some(s.as_slice()),
+                    _ => None,
+                };
+                if let (Some(mut f), Some(b)) = (fill.take(), bytes) {
                     if f.push(b) {
                         (*f).finish();
                     }
