@@ -727,6 +727,44 @@ pub fn cache_control(data: &[u8]) {
     }
 }
 
+/// The request head parsed with the plain parser first (as served) and
+/// by httparse alone: the same answer on every input, the same fields as
+/// the same slices of it (`codec::plain` is a subset parser: what it
+/// takes, httparse takes alike, and the rules after tokenising are one
+/// code path), under small limits and the defaults.
+pub fn request_head_plain(data: &[u8]) {
+    use crate::codec::head::parse_head_with;
+    use crate::codec::Parsed;
+    use std::mem::MaybeUninit;
+    let small = Limits {
+        uri_bytes_max: 64,
+        head_bytes_max: 512,
+        n_headers_max: 4,
+        body_bytes_max: 4096,
+        ..Limits::default()
+    };
+    for limits in [small, Limits::default()] {
+        let mut a = [const { MaybeUninit::uninit() }; 16];
+        let mut b = [const { MaybeUninit::uninit() }; 16];
+        let plain = parse_head_with(data, &mut a, &limits, true);
+        let slow = parse_head_with(data, &mut b, &limits, false);
+        match (&plain, &slow) {
+            (Ok(Parsed::Complete(p)), Ok(Parsed::Complete(s))) => {
+                // Field by field: the same bytes at the same place.
+                let at = |v: &[u8]| v.as_ptr() as usize - data.as_ptr() as usize;
+                assert_eq!(p.headers.len(), s.headers.len());
+                for (x, y) in p.headers.iter().zip(s.headers) {
+                    assert_eq!((x.name, at(x.value), x.value), (y.name, at(y.value), y.value));
+                }
+                assert_eq!(format!("{p:?}"), format!("{s:?}"));
+            }
+            (Ok(Parsed::Partial), Ok(Parsed::Partial)) => {}
+            (Err(x), Err(y)) => assert_eq!(x, y),
+            _ => panic!("plain {plain:?} against httparse {slow:?}"),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -187,9 +187,36 @@ pub fn parse_head<'b, 'h>(
     headers: &'h mut [MaybeUninit<httparse::Header<'b>>],
     limits: &Limits,
 ) -> Result<Parsed<'b, 'h>, HeadError> {
+    parse_head_with(buf, headers, limits, true)
+}
+
+/// [`parse_head`], with the plain parser (`plain`) or httparse alone: the
+/// fuzz target `request_head` compares the two.
+#[inline(always)]
+pub(crate) fn parse_head_with<'b, 'h>(
+    buf: &'b [u8],
+    headers: &'h mut [MaybeUninit<httparse::Header<'b>>],
+    limits: &Limits,
+    plain: bool,
+) -> Result<Parsed<'b, 'h>, HeadError> {
     let n_headers_max = headers.len().min(limits.n_headers_max);
+    let mut headers = &mut headers[..n_headers_max];
+    // The plain head first (`codec::plain`): a strictly formed head is
+    // tokenised in one pass; any other is httparse's, whose answer
+    // stands. The result is the same either way; only the cost differs.
+    if plain {
+        headers = match super::plain::parse(buf, headers) {
+            Ok((p, fields)) => {
+                // Every line ends in CRLF: the plain parser takes no other.
+                return checked(
+                    p.method, p.target, p.minor, p.head_len, p.line_len, true, fields, limits,
+                );
+            }
+            Err(headers) => headers,
+        };
+    }
     let mut req = httparse::Request::new(&mut []);
-    let head_len = match req.parse_with_uninit_headers(buf, &mut headers[..n_headers_max]) {
+    let head_len = match req.parse_with_uninit_headers(buf, headers) {
         Ok(httparse::Status::Complete(n)) => n,
         other => return incomplete(buf, other.map(|_| ()), limits),
     };
@@ -225,6 +252,24 @@ pub fn parse_head<'b, 'h>(
             !has_bare_lf(&buf[..head_len]),
         ),
     };
+    checked(method, target, minor, head_len, line_len, crlf, headers, limits)
+}
+
+/// The rules of RFC 9112 on a tokenised head (`line_len`: the request
+/// line's, to its LF; `crlf`: every line ends in CRLF), whichever parser
+/// tokenised it.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn checked<'b, 'h>(
+    method: &'b str,
+    target: &'b str,
+    minor: u8,
+    head_len: usize,
+    line_len: usize,
+    crlf: bool,
+    headers: &'h [httparse::Header<'b>],
+    limits: &Limits,
+) -> Result<Parsed<'b, 'h>, HeadError> {
     if line_len > limits.uri_bytes_max.saturating_add(LINE_OVERHEAD_MAX) {
         return Err(HeadError::UriTooLong);
     }
