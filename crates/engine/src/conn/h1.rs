@@ -139,7 +139,13 @@ impl Conn {
             match h1.poll(data, &mut headers, &env, output) {
                 Event::Request { head, body, consumed } => {
                     let slot = dispatch::slot(ctx, *token);
+                    // Only a chunked body can end with trailers.
+                    let trailers = match head.framing {
+                        crate::codec::Framing::Chunked => h1.take_trailers(),
+                        _ => None,
+                    };
                     let mut req = Request::of_head(&head, body, origin);
+                    req.trailers = trailers.as_ref();
                     req.defer = Some(&slot);
                     req.tls = transport.request_tls();
                     req.tls_facts = transport.tls_facts();
