@@ -125,7 +125,12 @@ fn server(up: SocketAddr, tls: bool) -> Running {
     let router = Router::new()
         .post("/lib", |req: &Request<'_>| {
             let t = req.trailers().map(|t| t.as_bytes().to_vec()).unwrap_or_default();
-            let text = format!("{}:{}\n{}", req.body().len(), String::from_utf8_lossy(req.body()), String::from_utf8_lossy(&t));
+            let text = format!(
+                "{}:{}\n{}",
+                req.body().len(),
+                String::from_utf8_lossy(req.body()),
+                String::from_utf8_lossy(&t)
+            );
             Response::text(text)
         })
         .post(
@@ -138,7 +143,12 @@ fn server(up: SocketAddr, tls: bool) -> Running {
                     let answer = match reader.read_to_end(&mut body) {
                         Ok(_) => {
                             let t = reader.trailers().map(|t| t.as_bytes().to_vec()).unwrap_or_default();
-                            Response::text(format!("{}:{}\n{}", body.len(), String::from_utf8_lossy(&body), String::from_utf8_lossy(&t)))
+                            Response::text(format!(
+                                "{}:{}\n{}",
+                                body.len(),
+                                String::from_utf8_lossy(&body),
+                                String::from_utf8_lossy(&t)
+                            ))
                         }
                         Err(_) => Response::error(400),
                     };
@@ -206,9 +216,11 @@ fn a_handler_reads_an_http11_requests_trailers_whole_or_after_the_streamed_body(
     let server = server(up, false);
     // The handler gets every field that may be a trailer (the `Connection`
     // rule and the proxy's own list are the proxy's).
-    let mine = "x-checksum: abc\r\nif-match: *\r\ncookie: a=1\r\nx-forwarded-for: 6.6.6.6\r\nx-hop: 1\r\ngrpc-status: 0\r\n";
+    let mine =
+        "x-checksum: abc\r\nif-match: *\r\ncookie: a=1\r\nx-forwarded-for: 6.6.6.6\r\nx-hop: 1\r\ngrpc-status: 0\r\n";
     for path in ["/lib", "/lib-stream"] {
-        let head = format!("POST {path} HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n");
+        let head =
+            format!("POST {path} HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n");
         let got = h1(server.local_addr(), &head, &chunked_with_trailers(&["hel", "lo"]));
         assert_eq!(got, format!("5:hello\n{mine}"), "{path}");
         let got = h1(server.local_addr(), &head, "5\r\nhello\r\n0\r\n\r\n");
@@ -233,7 +245,11 @@ fn h2(server: &Running, spec: &str) -> Vec<String> {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout).unwrap().lines().map(str::to_owned).collect()
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect()
 }
 
 /// `SENT` as a JSON list of pairs, less `x-hop` (an HTTP/2 or HTTP/3
@@ -292,7 +308,11 @@ fn an_http2_requests_trailers_reach_the_upstream_whether_its_body_was_read_whole
         let got = lines[1..lines.len() - 1].join("\n");
         // Printed by lines: no CR, and the body's last line break makes
         // an empty line.
-        assert_eq!(got.trim_end(), format!("body {want}").replace('\r', "").trim_end(), "{spec}");
+        assert_eq!(
+            got.trim_end(),
+            format!("body {want}").replace('\r', "").trim_end(),
+            "{spec}"
+        );
         assert_eq!(lines.last().unwrap(), "ended", "{spec}");
     }
     // A library handler sees them too.
@@ -304,7 +324,10 @@ fn an_http2_requests_trailers_reach_the_upstream_whether_its_body_was_read_whole
         for line in mine.lines() {
             assert!(got.contains(line), "{path}: {got:?}");
         }
-        assert!(!got.contains("content-length") && !got.contains("authorization"), "{path}: {got:?}");
+        assert!(
+            !got.contains("content-length") && !got.contains("authorization"),
+            "{path}: {got:?}"
+        );
     }
 }
 

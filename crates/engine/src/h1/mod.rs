@@ -44,8 +44,8 @@ pub(crate) use respond::{next_piece, write_response, Piece, Sent};
 
 use crate::body::BodySink;
 use crate::buffers::{Input, Output, Tail};
-use crate::codec::write as wire;
 use crate::codec::chunked::TRAILER_BYTES_MAX;
+use crate::codec::write as wire;
 use crate::codec::{parse_head, ChunkedDecoder, Framing, Head, HeadError, Parsed, Version};
 use crate::limits::{Limits, BUFFER_BYTES, DISCARD_TIMEOUT};
 use crate::message::trailers::Trailers;
@@ -504,7 +504,8 @@ impl H1 {
                         UploadKind::Chunked(decoder) => decoder.take_trailers(),
                         UploadKind::Length(_) => None,
                     };
-                    up.sink.finish_with(trailers.and_then(|t| Trailers::received_section(&t)));
+                    up.sink
+                        .finish_with(trailers.and_then(|t| Trailers::received_section(&t)));
                 }
                 return Feed::Done;
             }

@@ -307,9 +307,12 @@ impl Session {
             // only for a request that has them. A section past the list
             // limit is refused, never passed on cut short.
             let trailers = match decoded {
-                Some(false) if checked.is_ok() => {
-                    Trailers::received(scratch.fields.iter().map(|f| (scratch.span(f.name), scratch.span(f.value))))
-                }
+                Some(false) if checked.is_ok() => Trailers::received(
+                    scratch
+                        .fields
+                        .iter()
+                        .map(|f| (scratch.span(f.name), scratch.span(f.value))),
+                ),
                 _ => None,
             };
             self.scratch = scratch;

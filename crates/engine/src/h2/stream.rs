@@ -4,9 +4,9 @@
 use super::frame::{self, Code};
 use super::{Session, STREAM_WINDOW};
 use crate::body::BodySink;
-use crate::message::trailers::Trailers;
 use crate::message::head::Head;
 use crate::message::pending::Pending;
+use crate::message::trailers::Trailers;
 use crate::message::Parts;
 
 pub(super) struct Continuation {

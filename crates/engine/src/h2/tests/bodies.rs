@@ -109,7 +109,10 @@ fn trailers_with_a_bad_value_or_past_the_list_limit_reset_their_stream() {
     p.feed(&data(5, false, b"abc"));
     p.feed(&headers(5, true, &block(&[("x-sum", "6")])));
     let seen = p.answer_ready(echo);
-    assert_eq!((&seen[0].body[..], &seen[0].trailers[..]), (&b"abc"[..], &b"x-sum: 6\r\n"[..]));
+    assert_eq!(
+        (&seen[0].body[..], &seen[0].trailers[..]),
+        (&b"abc"[..], &b"x-sum: 6\r\n"[..])
+    );
 }
 
 #[test]
