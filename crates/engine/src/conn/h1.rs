@@ -32,6 +32,11 @@ pub(super) struct Http1 {
     /// The answer whose body (the output's tail) is being sent: its log
     /// line and metrics wait for the last byte (`Conn::end_sending`).
     pub(super) sending: Option<Box<Sending>>,
+    /// The trailer section of the chunked request being handled, lent to
+    /// its `Request` (`Request::trailers`). Kept here, not in a local of
+    /// `process_h1`: a local with a destructor, live across the handler's
+    /// call, cost a plain GET instructions it never used.
+    pub(super) trailers: Option<crate::message::trailers::Trailers>,
 }
 
 impl Http1 {
@@ -45,6 +50,7 @@ impl Http1 {
             deferral: None,
             upgrade: None,
             sending: None,
+            trailers: None,
         }
     }
 }
@@ -89,6 +95,7 @@ impl Conn {
             deferral: awaited,
             upgrade,
             sending,
+            trailers,
         }) = proto
         else {
             return Stop::Closing;
@@ -139,13 +146,12 @@ impl Conn {
             match h1.poll(data, &mut headers, &env, output) {
                 Event::Request { head, body, consumed } => {
                     let slot = dispatch::slot(ctx, *token);
-                    // Only a chunked body can end with trailers.
-                    let trailers = match head.framing {
-                        crate::codec::Framing::Chunked => h1.take_trailers(),
-                        _ => None,
-                    };
                     let mut req = Request::of_head(&head, body, origin);
-                    req.trailers = trailers.as_ref();
+                    // Only a chunked body can end with trailers.
+                    if head.framing == crate::codec::Framing::Chunked {
+                        *trailers = h1.take_trailers();
+                        req.trailers = trailers.as_ref();
+                    }
                     req.defer = Some(&slot);
                     req.tls = transport.request_tls();
                     req.tls_facts = transport.tls_facts();

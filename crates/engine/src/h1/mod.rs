@@ -126,6 +126,15 @@ fn chunked_reason(e: crate::codec::chunked::ChunkedError) -> Reason {
     }
 }
 
+/// A chunked body's kept trailer section as its handler gets it. Out of
+/// line and cold: most bodies have none, and the request path it sits
+/// in is a GET's too.
+#[cold]
+#[inline(never)]
+fn received_trailers(section: Vec<u8>) -> Option<Trailers> {
+    Trailers::received_section(&section)
+}
+
 /// What the driver should do once it waits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Wait {
@@ -504,8 +513,7 @@ impl H1 {
                         UploadKind::Chunked(decoder) => decoder.take_trailers(),
                         UploadKind::Length(_) => None,
                     };
-                    up.sink
-                        .finish_with(trailers.and_then(|t| Trailers::received_section(&t)));
+                    up.sink.finish_with(trailers.and_then(received_trailers));
                 }
                 return Feed::Done;
             }
@@ -608,7 +616,7 @@ impl H1 {
             }
             BodyKind::Chunked { decoder, read, write } => match decoder.decode_in_place(data, read, write) {
                 Ok(true) => {
-                    self.trailers = decoder.take_trailers().and_then(|t| Trailers::received_section(&t));
+                    self.trailers = decoder.take_trailers().and_then(received_trailers);
                     (head_len..*write, *read)
                 }
                 Ok(false) => return Event::Input,
