@@ -35,7 +35,8 @@ pub(super) struct Http1 {
     /// The trailer section of the chunked request being handled, lent to
     /// its `Request` (`Request::trailers`). Kept here, not in a local of
     /// `process_h1`: a local with a destructor, live across the handler's
-    /// call, cost a plain GET instructions it never used.
+    /// call, cost a plain GET 17 instructions it never used (callgrind,
+    /// hello-pipe16: 1,896 to 1,879 a request).
     pub(super) trailers: Option<crate::message::trailers::Trailers>,
 }
 
