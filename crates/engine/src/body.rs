@@ -692,7 +692,21 @@ pub(crate) struct BodySink {
     shared: Option<Arc<Pipe>>,
 }
 
-type Pipe = Queue<PipeEnd>;
+/// A request body pipe: its queue, and the trailer section the body
+/// ended with (`BodySink::finish_with`), as a response channel keeps its
+/// sender's (`Shared::trailers`).
+struct Pipe {
+    queue: Queue<PipeEnd>,
+    /// Set before the end is, read after it: a request without trailers
+    /// never fills it (no allocation).
+    trailers: std::sync::OnceLock<Trailers>,
+}
+
+impl Pipe {
+    fn lock(&self) -> MutexGuard<'_, Chunked<PipeEnd>> {
+        self.queue.lock()
+    }
+}
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum PipeEnd {
@@ -705,7 +719,10 @@ enum PipeEnd {
 /// the connection, `capacity` bytes queued at most before the connection
 /// stops taking more.
 pub(crate) fn pipe(capacity: usize) -> (BodyReader, BodySink) {
-    let shared = Arc::new(Pipe::new(capacity, PipeEnd::Open));
+    let shared = Arc::new(Pipe {
+        queue: Queue::new(capacity, PipeEnd::Open),
+        trailers: std::sync::OnceLock::new(),
+    });
     (
         BodyReader {
             shared: shared.clone(),
@@ -746,7 +763,7 @@ impl BodySink {
         if state.gone {
             return usize::MAX;
         }
-        let room = shared.capacity.saturating_sub(state.bytes);
+        let room = shared.queue.capacity.saturating_sub(state.bytes);
         // Set here, cleared only by the reader's wake: clearing it when
         // room shows up again would lose the wake the connection waits for.
         if room == 0 {
@@ -780,12 +797,22 @@ impl BodySink {
         let reader = state.loop_waiter.take();
         let sleeping = state.sleepers > 0;
         drop(state);
-        shared.notify(sleeping);
+        shared.queue.notify(sleeping);
         post(reader);
     }
 
     /// The body is complete: the reader gets the end after what is queued.
     pub(crate) fn finish(self) {
+        self.end(PipeEnd::Complete);
+    }
+
+    /// The body is complete and ended with `trailers` (the client's
+    /// trailer section, if it sent one): the reader gets them with the
+    /// end ([`BodyReader::trailers`]).
+    pub(crate) fn finish_with(self, trailers: Option<Trailers>) {
+        if let (Some(shared), Some(t)) = (&self.shared, trailers) {
+            let _ = shared.trailers.set(t);
+        }
         self.end(PipeEnd::Complete);
     }
 
@@ -807,7 +834,7 @@ impl BodySink {
         let reader = state.loop_waiter.take();
         let sleeping = state.sleepers > 0;
         drop(state);
-        shared.notify(sleeping);
+        shared.queue.notify(sleeping);
         post(reader);
     }
 }
@@ -835,7 +862,7 @@ impl Read for BodyReader {
                 if let Some(chunk) = state.pop() {
                     // Wake the connection once half the room is free, not
                     // per read.
-                    let wake = if state.bytes <= shared.capacity / 2 {
+                    let wake = if state.bytes <= shared.queue.capacity / 2 {
                         state.take_wake()
                     } else {
                         None
@@ -847,7 +874,7 @@ impl Read for BodyReader {
                     break;
                 }
                 match state.end {
-                    PipeEnd::Open => state = shared.wait(state),
+                    PipeEnd::Open => state = shared.queue.wait(state),
                     PipeEnd::Complete => return Ok(0),
                     PipeEnd::Failed(kind, why) => return Err(io::Error::new(kind, why)),
                 }
@@ -870,6 +897,43 @@ pub(crate) enum Take {
 }
 
 impl BodyReader {
+    /// The trailer fields the client ended the body with (RFC 9110 §6.5:
+    /// an HTTP/1.1 chunked body's trailer section, HTTP/2's and HTTP/3's
+    /// trailing HEADERS), once `read` has returned the end (`Ok(0)`);
+    /// `None` before, or if it sent none. The fields that may never be
+    /// trailers (`Content-Length`, `Host`, `TE`, ...) are not among them.
+    ///
+    /// ```no_run
+    /// use std::io::Read;
+    /// use peregrine::{body, Reply, Request, Response, Router, Server};
+    ///
+    /// let app = Router::new().post("/upload", body::streamed(|req: &Request<'_>| {
+    ///     let mut reader = req.body_reader().expect("a body");
+    ///     let responder = req.defer();
+    ///     std::thread::spawn(move || {
+    ///         let mut body = Vec::new();
+    ///         let answer = match reader.read_to_end(&mut body) {
+    ///             Ok(_) => {
+    ///                 let sum = reader.trailers().and_then(|t| t.field("x-checksum"));
+    ///                 Response::text(format!("{} bytes, checksum {sum:?}\n", body.len()))
+    ///             }
+    ///             Err(_) => Response::error(400),
+    ///         };
+    ///         responder.send(answer);
+    ///     });
+    ///     Reply::Later
+    /// }));
+    /// Server::new().bind("127.0.0.1:8080").serve(app).unwrap();
+    /// ```
+    pub fn trailers(&self) -> Option<&Trailers> {
+        // Set before the end under the lock; the end seen is what makes
+        // them final.
+        if self.shared.lock().end != PipeEnd::Complete {
+            return None;
+        }
+        self.shared.trailers.get()
+    }
+
     /// A client waiting for `100 Continue` is not sent it when this reader
     /// is taken: its taker relays an interim answer of its own (the
     /// proxy, its upstream's 100), or the client sends the body after its
@@ -891,7 +955,7 @@ impl BodyReader {
         let shared = &*self.shared;
         let mut state = shared.lock();
         if let Some(chunk) = state.pop() {
-            let wake = if state.bytes <= shared.capacity / 2 {
+            let wake = if state.bytes <= shared.queue.capacity / 2 {
                 state.take_wake()
             } else {
                 None
@@ -1056,6 +1120,19 @@ mod tests {
         assert!(sink.is_blocked(), "room seen again must not cancel the wake");
         assert_eq!(reader.read(&mut [0; 3]).unwrap(), 3);
         assert!(!sink.is_blocked(), "the reader took half: the wake is posted");
+
+        // Trailers come with the end, never before it.
+        let (mut reader, sink) = pipe(8);
+        sink.push(b"ab");
+        assert!(reader.trailers().is_none());
+        let t = Trailers::new(&[("x-sum", "3")]).unwrap();
+        sink.finish_with(Some(t.clone()));
+        let mut all = Vec::new();
+        reader.read_to_end(&mut all).unwrap();
+        assert_eq!((&all[..], reader.trailers()), (&b"ab"[..], Some(&t)));
+        let (reader, sink) = pipe(8);
+        sink.finish_with(None);
+        assert!(reader.trailers().is_none());
 
         let (mut reader, sink) = pipe(8);
         let blocked = std::thread::spawn(move || reader.read(&mut [0; 4]).map_err(|e| e.kind()));

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use crate::body::BodyReader;
 use crate::client_addr::{self, ClientAddr, Trust, Via};
 use crate::codec::Version;
+use crate::message::trailers::Trailers;
 use crate::responder::{Mailbox, Responder};
 
 /// An HTTP request. Everything it returns borrows the connection's buffer;
@@ -24,6 +25,9 @@ pub struct Request<'a> {
     /// as ASCII by the HTTP/1.1 codec): made a `str` when asked for.
     pub(crate) host: Option<&'a [u8]>,
     pub(crate) body: &'a [u8],
+    /// The trailer fields the body ended with, if it had some (a body read
+    /// whole; a streamed one's come with its reader's end).
+    pub(crate) trailers: Option<&'a Trailers>,
     /// Who sent it: what `peer_addr` and `client_addr` answer from.
     pub(crate) origin: Origin<'a>,
     pub(crate) params: &'a [(&'a str, &'a str)],
@@ -181,6 +185,7 @@ impl<'a> Request<'a> {
             headers,
             host: host.map(str::as_bytes),
             body,
+            trailers: None,
             origin,
             params: &[],
             defer: None,
@@ -205,6 +210,7 @@ impl<'a> Request<'a> {
             headers: head.headers,
             host: head.host,
             body,
+            trailers: None,
             origin,
             params: &[],
             defer: None,
@@ -284,6 +290,29 @@ impl<'a> Request<'a> {
     /// ([`crate::body::streamed`]): see [`Request::body_reader`].
     pub fn body(&self) -> &'a [u8] {
         self.body
+    }
+
+    /// The trailer fields the client sent after the body (RFC 9110 §6.5:
+    /// an HTTP/1.1 chunked body's trailer section, HTTP/2's and HTTP/3's
+    /// trailing HEADERS), for a body read whole ([`Request::body`]);
+    /// `None` if it sent none. A handler reading the body as it arrives
+    /// finds them on its reader once the body has ended
+    /// ([`BodyReader::trailers`]). The fields that may never be trailers
+    /// (`Content-Length`, `Host`, `TE`, `Authorization`, ... RFC 9110
+    /// §6.5.1) are dropped; names are lowercase. They are not header
+    /// fields: [`Request::header`] does not see them.
+    ///
+    /// ```no_run
+    /// use peregrine::{Request, Response, Router, Server};
+    ///
+    /// let app = Router::new().post("/sum", |req: &Request<'_>| {
+    ///     let sum = req.trailers().and_then(|t| t.field("x-checksum")).unwrap_or("none");
+    ///     Response::text(format!("{} bytes, checksum {sum}\n", req.body().len()))
+    /// });
+    /// Server::new().bind("127.0.0.1:8080").serve(app).unwrap();
+    /// ```
+    pub fn trailers(&self) -> Option<&'a Trailers> {
+        self.trailers
     }
 
     /// The body as it arrives, for a handler wrapped in

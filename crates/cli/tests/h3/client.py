@@ -19,7 +19,8 @@ A request with "expect_continue": true is sent with "expect:
 coming, the client waits until its timeout); the interim statuses
 received are written into N.interim, one a line, each followed by its
 fields ("name: value", one a line); trailer fields, if any, into
-N.trailers, one a line.
+N.trailers, one a line. A request's "trailers": [["name", "value"]] are
+sent after its body, as a HEADERS frame that ends the stream.
 "ignore_stream_limit": true makes the client open streams past the
 server's limit (as a hostile client would). "wait_close": true prints
 "answered" once the answers are written, then how the server closed the
@@ -89,7 +90,7 @@ class Client(QuicConnectionProtocol):
         self.transmit()
         return fut
 
-    def request(self, method, path, authority, headers, body, expect_continue=False):
+    def request(self, method, path, authority, headers, body, expect_continue=False, trailers=None):
         sid = self._quic.get_next_available_stream_id()
         fields = [
             (b":method", method.encode()),
@@ -101,12 +102,14 @@ class Client(QuicConnectionProtocol):
             fields.append((b"expect", b"100-continue"))
         if method == "HEAD":
             self.h3.head_streams.add(sid)
-        self.h3.send_headers(sid, fields, end_stream=not body)
+        self.h3.send_headers(sid, fields, end_stream=not body and not trailers)
         held = None
         if body and expect_continue:
             held = body
         elif body:
-            self.h3.send_data(sid, body, end_stream=True)
+            self.h3.send_data(sid, body, end_stream=not trailers)
+        if trailers and not held:
+            self.h3.send_headers(sid, [(k.encode(), v.encode()) for k, v in trailers], end_stream=True)
         self.streams[sid] = {
             "status": None,
             "headers": [],
@@ -259,6 +262,7 @@ async def main():
                     r.get("headers", []),
                     bytes.fromhex(r.get("body", "")),
                     r.get("expect_continue", False),
+                    r.get("trailers"),
                 )
             )
         results = await asyncio.wait_for(asyncio.gather(*futs), spec.get("timeout", 30))

@@ -59,8 +59,8 @@ impl ChunkedError {
 const EXT_BYTES_MAX: usize = 1024;
 /// Hex digits in a chunk size, at most.
 const SIZE_DIGITS_MAX: usize = 16;
-/// Longest trailer section accepted, in bytes.
-const TRAILER_BYTES_MAX: usize = 8 * 1024;
+/// Longest trailer section accepted (a request's, kept or not), in bytes.
+pub const TRAILER_BYTES_MAX: usize = 8 * 1024;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum State {

@@ -32,6 +32,12 @@ pub(super) struct Http1 {
     /// The answer whose body (the output's tail) is being sent: its log
     /// line and metrics wait for the last byte (`Conn::end_sending`).
     pub(super) sending: Option<Box<Sending>>,
+    /// The trailer section of the chunked request being handled, lent to
+    /// its `Request` (`Request::trailers`). Kept here, not in a local of
+    /// `process_h1`: a local with a destructor, live across the handler's
+    /// call, cost a plain GET 17 instructions it never used (callgrind,
+    /// hello-pipe16: 1,896 to 1,879 a request).
+    pub(super) trailers: Option<crate::message::trailers::Trailers>,
 }
 
 impl Http1 {
@@ -45,6 +51,7 @@ impl Http1 {
             deferral: None,
             upgrade: None,
             sending: None,
+            trailers: None,
         }
     }
 }
@@ -89,6 +96,7 @@ impl Conn {
             deferral: awaited,
             upgrade,
             sending,
+            trailers,
         }) = proto
         else {
             return Stop::Closing;
@@ -140,6 +148,11 @@ impl Conn {
                 Event::Request { head, body, consumed } => {
                     let slot = dispatch::slot(ctx, *token);
                     let mut req = Request::of_head(&head, body, origin);
+                    // Only a chunked body can end with trailers.
+                    if head.framing == crate::codec::Framing::Chunked {
+                        *trailers = h1.take_trailers();
+                        req.trailers = trailers.as_ref();
+                    }
                     req.defer = Some(&slot);
                     req.tls = transport.request_tls();
                     req.tls_facts = transport.tls_facts();

@@ -119,6 +119,7 @@ pub(crate) fn answer<S: Streams>(
     req.tls_facts = client.tls_facts;
     req.defer = Some(&slot);
     req.protocol = parts.protocol;
+    req.trailers = parts.trailers;
     let head_only = parts.method == "HEAD";
     let mut handled = dispatch::call_stream(ctx, client.redirect, &req);
     if let Ok(Reply::Upgrade(_)) = &handled {

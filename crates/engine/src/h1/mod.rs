@@ -44,9 +44,11 @@ pub(crate) use respond::{next_piece, write_response, Piece, Sent};
 
 use crate::body::BodySink;
 use crate::buffers::{Input, Output, Tail};
+use crate::codec::chunked::TRAILER_BYTES_MAX;
 use crate::codec::write as wire;
 use crate::codec::{parse_head, ChunkedDecoder, Framing, Head, HeadError, Parsed, Version};
 use crate::limits::{Limits, BUFFER_BYTES, DISCARD_TIMEOUT};
+use crate::message::trailers::Trailers;
 use crate::min_rate::{MinRate, Rate};
 use crate::response::Response;
 use std::io;
@@ -124,6 +126,15 @@ fn chunked_reason(e: crate::codec::chunked::ChunkedError) -> Reason {
     }
 }
 
+/// A chunked body's kept trailer section as its handler gets it. Out of
+/// line and cold: most bodies have none, and the request path it sits
+/// in is a GET's too.
+#[cold]
+#[inline(never)]
+fn received_trailers(section: Vec<u8>) -> Option<Trailers> {
+    Trailers::received_section(&section)
+}
+
 /// What the driver should do once it waits.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Wait {
@@ -171,6 +182,9 @@ pub(crate) struct H1 {
     /// Bytes of bodies nobody reads thrown away since the driver last
     /// took the count (`take_discarded`), for the metrics.
     discarded: u64,
+    /// The trailer section of the chunked body `poll` just handed out
+    /// whole (`Event::Request`), for its handler (`take_trailers`).
+    trailers: Option<Trailers>,
 }
 
 /// A request body read as it arrives (`body::streamed`), or discarded
@@ -299,6 +313,7 @@ impl H1 {
             buffer_next: false,
             upload: None,
             discarded: 0,
+            trailers: None,
         }
     }
 
@@ -392,8 +407,10 @@ impl H1 {
                 let expect_continue = head.expect_continue && data.len() == head_len;
                 let kind = match framing {
                     Framing::Length(n) => BodyKind::Length(n),
+                    // The trailer section is kept for the handler (a
+                    // `Vec` only once a trailer byte comes).
                     _ => BodyKind::Chunked {
-                        decoder: ChunkedDecoder::new(env.limits.body_bytes_max),
+                        decoder: ChunkedDecoder::keeping_trailers(env.limits.body_bytes_max, TRAILER_BYTES_MAX),
                         read: head_len,
                         write: head_len,
                     },
@@ -441,7 +458,10 @@ impl H1 {
         };
         let kind = match start.framing {
             Framing::Length(n) => UploadKind::Length(n),
-            _ => UploadKind::Chunked(ChunkedDecoder::new(limit)),
+            // A reader gets the trailer section with the end
+            // (`BodyReader::trailers`); a discarded body's is not kept.
+            _ if sink.is_discard() => UploadKind::Chunked(ChunkedDecoder::new(limit)),
+            _ => UploadKind::Chunked(ChunkedDecoder::keeping_trailers(limit, TRAILER_BYTES_MAX)),
         };
         self.upload = Some(Box::new(Upload {
             kind,
@@ -457,6 +477,12 @@ impl H1 {
             out.buf.extend_from_slice(wire::CONTINUE);
         }
         start.head_len
+    }
+
+    /// The trailer section of the request `poll` just handed out, if its
+    /// chunked body had one (the driver asks only for chunked bodies).
+    pub(crate) fn take_trailers(&mut self) -> Option<Trailers> {
+        self.trailers.take()
     }
 
     /// Bytes of unread bodies thrown away since the last call.
@@ -482,8 +508,12 @@ impl H1 {
                 UploadKind::Chunked(decoder) => decoder.is_done(),
             };
             if complete {
-                if let Some(up) = self.upload.take() {
-                    up.sink.finish();
+                if let Some(mut up) = self.upload.take() {
+                    let trailers = match &mut up.kind {
+                        UploadKind::Chunked(decoder) => decoder.take_trailers(),
+                        UploadKind::Length(_) => None,
+                    };
+                    up.sink.finish_with(trailers.and_then(received_trailers));
                 }
                 return Feed::Done;
             }
@@ -585,7 +615,10 @@ impl H1 {
                 (head_len..total, total)
             }
             BodyKind::Chunked { decoder, read, write } => match decoder.decode_in_place(data, read, write) {
-                Ok(true) => (head_len..*write, *read),
+                Ok(true) => {
+                    self.trailers = decoder.take_trailers().and_then(received_trailers);
+                    (head_len..*write, *read)
+                }
                 Ok(false) => return Event::Input,
                 Err(e) => return Event::Refused(self.fail(out, env, (e.status(), chunked_reason(e)), e.reason())),
             },

@@ -272,6 +272,12 @@ impl Script {
                     );
                     *n_requests += 1;
                     let target = head.target;
+                    // What the handler would get of a chunked body's trailer
+                    // section (`Request::trailers`), echoed in its answer.
+                    let trailers = match head.framing {
+                        crate::codec::Framing::Chunked => h1.take_trailers(),
+                        _ => None,
+                    };
                     if target.starts_with("/upgrade") {
                         // The fields as a WebSocket answer would add them.
                         // A 101 has no body; the 400 that refuses an upgrade
@@ -295,13 +301,17 @@ impl Script {
                         let mut response = if target.starts_with("/big") {
                             Response::new(200).with_body(&BIG[..])
                         } else {
-                            let text = format!(
+                            let mut text = format!(
                                 "{} {} {}:{}",
                                 head.method,
                                 target,
                                 body.len(),
                                 String::from_utf8_lossy(body)
                             );
+                            if let Some(t) = &trailers {
+                                text.push_str(" | ");
+                                text.push_str(&String::from_utf8_lossy(t.as_bytes()));
+                            }
                             let r = Response::text(text);
                             if target.starts_with("/close") {
                                 r.with_close()

@@ -5,6 +5,7 @@ use super::frame::{self, Code, Header};
 use super::stream::{Continuation, Sending, Stream};
 use super::{Session, STREAM_WINDOW};
 use crate::message::head::Head;
+use crate::message::trailers::Trailers;
 
 impl Session {
     pub(super) fn on_settings(&mut self, h: Header, payload: &[u8], out: &mut Vec<u8>) {
@@ -302,10 +303,22 @@ impl Session {
             let mut scratch = std::mem::take(&mut self.scratch);
             let decoded = self.decode(block, &mut scratch, out);
             let checked = scratch.check_trailers(&scratch.fields);
+            // Kept for the handler (or the body's reader): an allocation
+            // only for a request that has them. A section past the list
+            // limit is refused, never passed on cut short.
+            let trailers = match decoded {
+                Some(false) if checked.is_ok() => Trailers::received(
+                    scratch
+                        .fields
+                        .iter()
+                        .map(|f| (scratch.span(f.name), scratch.span(f.value))),
+                ),
+                _ => None,
+            };
             self.scratch = scratch;
-            if decoded.is_none() {
+            let Some(oversized) = decoded else {
                 return;
-            }
+            };
             let s = &mut self.streams[idx];
             if s.recv_done {
                 return self.reset(out, id, Code::StreamClosed);
@@ -313,14 +326,19 @@ impl Session {
             if !end_stream || checked.is_err() {
                 return self.reset(out, id, Code::Protocol);
             }
+            if oversized {
+                return self.reset(out, id, Code::EnhanceYourCalm);
+            }
             s.recv_done = true;
             if s.head.content_length.is_some_and(|n| s.received != n) {
                 return self.reset(out, id, Code::Protocol);
             }
             if let Some(sink) = s.upload.take() {
-                sink.finish();
+                sink.finish_with(trailers);
                 // An ignored body that ended with its trailers.
                 s.await_data = false;
+            } else {
+                s.trailers = trailers;
             }
             if !s.ready && s.send == Sending::Waiting {
                 s.ready = true;
@@ -401,6 +419,7 @@ impl Session {
         s.send_window = self.peer_initial_window;
         s.pending = None;
         s.upload = None;
+        s.trailers = None;
         s.continue_due = s.head.expect_continue && !end_stream && s.refused.is_none();
         // A body is coming: the driver asks the handler whether it reads
         // it as it arrives before the stream is complete.

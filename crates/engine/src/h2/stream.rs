@@ -6,6 +6,7 @@ use super::{Session, STREAM_WINDOW};
 use crate::body::BodySink;
 use crate::message::head::Head;
 use crate::message::pending::Pending;
+use crate::message::trailers::Trailers;
 use crate::message::Parts;
 
 pub(super) struct Continuation {
@@ -59,6 +60,9 @@ pub(super) struct Stream {
     pub(super) await_data: bool,
     /// The bytes of a WebSocket this stream carries (`Sending::Tunnel`).
     pub(super) tunnel: Option<Box<Tunnel>>,
+    /// The trailer fields that ended a body collected whole (a streamed
+    /// body's go to its reader), for the handler.
+    pub(super) trailers: Option<Trailers>,
 }
 
 /// A stream's WebSocket bytes, between the session and the WebSocket
@@ -101,6 +105,7 @@ impl Stream {
             continue_due: false,
             await_data: false,
             tunnel: None,
+            trailers: None,
         }
     }
 }
@@ -198,7 +203,7 @@ impl Session {
             self.n_ready -= 1;
         }
         if s.recv_done {
-            sink.finish();
+            sink.finish_with(s.trailers.take());
         } else {
             s.upload = Some(sink);
         }
@@ -252,7 +257,7 @@ impl Session {
     /// The request on stream `id`, for its handler.
     pub(crate) fn parts(&self, id: u32) -> Option<Parts<'_>> {
         let s = &self.streams[self.find(id)?];
-        Parts::of(&s.head, &s.body)
+        Parts::of(&s.head, &s.body, s.trailers.as_ref())
     }
 
     /// Marks stream `id` as answered later through the responder `defer_id`.

@@ -560,7 +560,7 @@ impl Session {
         sink.push(&r.parse.body);
         r.parse.body.clear();
         if r.parse.fin {
-            sink.finish();
+            sink.finish_with(r.parse.trailers.take());
         } else {
             r.parse.upload = Some(sink);
         }
@@ -613,7 +613,7 @@ impl Session {
     /// The request on stream `id`, for its handler.
     pub(crate) fn parts(&self, id: u64) -> Option<Parts<'_>> {
         let r = &self.requests[self.find(id)?];
-        Parts::of(&r.parse.head, &r.parse.body)
+        Parts::of(&r.parse.head, &r.parse.body, r.parse.trailers.as_ref())
     }
 
     pub(crate) fn defer(&mut self, id: u64, defer_id: u64) {

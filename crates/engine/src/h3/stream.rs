@@ -7,6 +7,7 @@ use super::qpack;
 use crate::body::BodySink;
 use crate::message::fields::Sink;
 use crate::message::head::Head;
+use crate::message::trailers::Trailers;
 
 /// An error found on a stream: it ends the stream only, or the whole
 /// connection (§8).
@@ -51,7 +52,8 @@ enum Current {
 }
 
 /// A request stream's parser: the head decoded and checked, the body
-/// collected (up to `body_bytes_max`), the trailers checked and dropped.
+/// collected (up to `body_bytes_max`), the trailers checked and kept for
+/// the handler (or the body's reader).
 #[derive(Default)]
 pub(crate) struct RequestStream {
     reader: Reader,
@@ -75,6 +77,8 @@ pub(crate) struct RequestStream {
     /// body limit (the driver reads the stream only as far as
     /// `h3::TUNNEL_INPUT_BYTES_MAX` allows).
     pub(crate) tunnel: bool,
+    /// The trailer fields the body ended with, if any (`Trailers::received`).
+    pub(crate) trailers: Option<Trailers>,
 }
 
 impl RequestStream {
@@ -108,7 +112,7 @@ impl RequestStream {
             }
             if let Some(sink) = self.upload.take() {
                 match self.refused {
-                    None => sink.finish(),
+                    None => sink.finish_with(self.trailers.take()),
                     Some(_) => sink.fail(std::io::ErrorKind::InvalidData, "malformed request body"),
                 }
             }
@@ -128,6 +132,7 @@ impl RequestStream {
         self.received = 0;
         self.refused = None;
         self.fin = false;
+        self.trailers = None;
         self.upload = None;
         self.tunnel = false;
     }
@@ -306,15 +311,16 @@ impl RequestStream {
             return Ok(());
         }
         // Checked against a head holding the trailer bytes (the checks
-        // read names through it), then dropped: handlers see no trailers,
-        // as on HTTP/1.1 and HTTP/2.
+        // read names through it), then kept for the handler.
         let holder = Head {
             bytes,
             ..Head::default()
         };
         if holder.check_trailers(&fields).is_err() {
             self.refuse(400, "invalid trailers", Code::MessageError);
+            return Ok(());
         }
+        self.trailers = Trailers::received(fields.iter().map(|f| (holder.span(f.name), holder.span(f.value))));
         Ok(())
     }
 

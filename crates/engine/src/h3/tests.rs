@@ -202,17 +202,20 @@ fn a_request_stream_split_at_every_offset_gives_the_same_request() {
     frame::write_header(&mut stream, 0x21, 2);
     stream.extend_from_slice(b"..");
     stream.extend(data_frame(b"world"));
-    stream.extend(headers_frame(&[("x-trailer", "1")]));
+    stream.extend(headers_frame(&[("x-trailer", "1"), ("host", "evil")]));
     for at in 0..=stream.len() {
         let (r, result) = parse(&[&stream[..at], &stream[at..]], &CFG);
         assert_eq!(result, Ok(()), "split at {at}");
         assert!(r.is_ready() && r.refused.is_none(), "split at {at}");
         assert_eq!(r.body, b"hello world");
-        let parts = crate::message::Parts::of(&r.head, &r.body).unwrap();
+        let parts = crate::message::Parts::of(&r.head, &r.body, r.trailers.as_ref()).unwrap();
         assert_eq!(
             (parts.method, parts.target, parts.host),
             ("POST", "/upload", Some("example.com"))
         );
+        // The trailers are kept for the handler, less `host` (RFC 9110
+        // §6.5.1).
+        assert_eq!(parts.trailers.map(|t| t.as_bytes()), Some(&b"x-trailer: 1\r\n"[..]));
     }
 }
 

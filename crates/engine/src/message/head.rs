@@ -209,7 +209,8 @@ impl Head {
         });
     }
 
-    /// Checks a trailer section (§8.1): no pseudo-fields.
+    /// Checks a trailer section (§8.1): no pseudo-fields, lowercase token
+    /// names, valid values.
     pub(crate) fn check_trailers(&self, fields: &[Field]) -> Result<(), Refusal> {
         for f in fields {
             let name = self.span(f.name);
@@ -218,6 +219,11 @@ impl Head {
             }
             if name.is_empty() || !name.iter().all(|&b| is_lower_tchar(b)) {
                 return Err(Refusal::Malformed("field name not a lowercase token"));
+            }
+            // §8.2.1, as for the head's fields: the handler (and an
+            // upstream, through the proxy) gets these.
+            if !value_is_valid(self.span(f.value)) {
+                return Err(Refusal::Malformed("invalid field value in trailers"));
             }
         }
         Ok(())

@@ -26,11 +26,14 @@ pub(crate) struct Parts<'s> {
     pub(crate) protocol: Option<&'s str>,
     pub(crate) head: &'s Head,
     pub(crate) body: &'s [u8],
+    /// The trailer fields the body ended with, if any.
+    pub(crate) trailers: Option<&'s trailers::Trailers>,
 }
 
 impl<'s> Parts<'s> {
-    /// The request a checked head and its body make (HTTP/3's too).
-    pub(crate) fn of(head: &'s Head, body: &'s [u8]) -> Option<Parts<'s>> {
+    /// The request a checked head, its body and its trailers make
+    /// (HTTP/2's and HTTP/3's).
+    pub(crate) fn of(head: &'s Head, body: &'s [u8], trailers: Option<&'s trailers::Trailers>) -> Option<Parts<'s>> {
         let method = head.text(head.method)?;
         let target = head.text(head.path).or_else(|| head.text(head.authority))?;
         let host = head.text(head.authority).or_else(|| {
@@ -46,6 +49,7 @@ impl<'s> Parts<'s> {
             protocol: head.text(head.protocol),
             head,
             body,
+            trailers,
         })
     }
 }

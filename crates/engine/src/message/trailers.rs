@@ -117,6 +117,98 @@ impl Trailers {
         t
     }
 
+    /// A client's trailer section as the engine received it, for its
+    /// handler ([`crate::Request::trailers`], [`crate::body::BodyReader::trailers`]):
+    /// HTTP/1.1's as the chunked decoder kept it, HTTP/2's and HTTP/3's
+    /// trailing HEADERS as `(name, value)` pairs. The fields that may not
+    /// be trailers are dropped, as from an upstream (a handler that ends
+    /// its answer with what it was sent never sends one of them); `None`
+    /// when nothing is left.
+    pub(crate) fn received<'f>(fields: impl Iterator<Item = (&'f [u8], &'f [u8])>) -> Option<Trailers> {
+        let mut t = Trailers::default();
+        for (name, value) in fields {
+            let value = trim_ows(value);
+            if is_token(name) && crate::response::is_valid_value(value) && !is_forbidden(name) {
+                t.push(name, value);
+            }
+        }
+        (!t.is_empty()).then_some(t)
+    }
+
+    /// A chunked body's kept trailer section (`name: value\r\n` lines,
+    /// checked by the decoder) as [`Trailers::received`] keeps it.
+    pub(crate) fn received_section(section: &[u8]) -> Option<Trailers> {
+        Trailers::received(section.split(|&b| b == b'\n').filter_map(|line| {
+            let line = line.strip_suffix(b"\r").unwrap_or(line);
+            let colon = line.iter().position(|&b| b == b':')?;
+            Some((&line[..colon], &line[colon + 1..]))
+        }))
+    }
+
+    /// The fields of a client's trailer section that go on to an upstream
+    /// (`proxy`): less, besides those no trailer carries, what a request's
+    /// trailers may not change downstream (RFC 9110 §6.5.1: "request
+    /// modifiers", authentication, "how to process the content"): every
+    /// `Content-*`, every `If-*` conditional, `Cookie`, every `Proxy-*`,
+    /// the fields this hop writes afresh (`Via`, `Forwarded`,
+    /// `X-Forwarded-*`, `X-Request-ID`: a trailer must not undo the
+    /// head's), and those the client's `Connection` named (`named`,
+    /// lowercase). `None` when nothing is left: the request then goes as
+    /// it would without trailers.
+    pub(crate) fn forwarded(&self, named: &[Vec<u8>]) -> Option<Trailers> {
+        let mut t = Trailers::default();
+        for (name, value) in self.lines() {
+            let starts = |p: &[u8]| name.len() >= p.len() && name[..p.len()].eq_ignore_ascii_case(p);
+            let dropped = starts(b"content-")
+                || starts(b"if-")
+                || starts(b"proxy-")
+                || starts(b"x-forwarded-")
+                || [&b"cookie"[..], b"via", b"forwarded", b"x-request-id"]
+                    .iter()
+                    .any(|n| n.eq_ignore_ascii_case(name))
+                || named.iter().any(|n| n.eq_ignore_ascii_case(name));
+            if !dropped {
+                t.push(name, value);
+            }
+        }
+        (!t.is_empty()).then_some(t)
+    }
+
+    /// The fields as `(name, value)` byte pairs, names lowercase.
+    fn lines(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.0
+            .split(|&b| b == b'\n')
+            .filter_map(|line| line.strip_suffix(b"\r"))
+            .filter_map(|line| {
+                let colon = line.iter().position(|&b| b == b':')?;
+                Some((&line[..colon], line.get(colon + 2..).unwrap_or_default()))
+            })
+    }
+
+    /// The fields in order, as `(name, raw value)`, names lowercase.
+    ///
+    /// ```
+    /// use peregrine::Trailers;
+    ///
+    /// let t = Trailers::new(&[("X-Checksum", "abc"), ("grpc-status", "0")]).unwrap();
+    /// let fields: Vec<_> = t.fields().collect();
+    /// assert_eq!(fields, [("x-checksum", &b"abc"[..]), ("grpc-status", &b"0"[..])]);
+    /// assert_eq!(t.field("X-CHECKSUM"), Some("abc"));
+    /// ```
+    pub fn fields(&self) -> impl Iterator<Item = (&str, &[u8])> {
+        // Names are tokens: ASCII, so always UTF-8.
+        self.lines()
+            .filter_map(|(name, value)| Some((std::str::from_utf8(name).ok()?, value)))
+    }
+
+    /// The value of the first field named `name` (case-insensitive), if
+    /// it is valid UTF-8.
+    pub fn field(&self, name: &str) -> Option<&str> {
+        self.fields()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .and_then(|(_, v)| std::str::from_utf8(v).ok())
+    }
+
     fn push(&mut self, name: &[u8], value: &[u8]) {
         self.0.extend(name.iter().map(u8::to_ascii_lowercase));
         self.0.extend_from_slice(b": ");
@@ -165,5 +257,36 @@ mod tests {
         let t = Trailers::relayed(section, &[b"x-hop"]);
         assert_eq!(t.as_bytes(), b"grpc-status: 0\r\nx-sum: ab\r\n");
         assert!(Trailers::relayed(b"Content-Type: x\r\n", &[]).is_empty());
+    }
+
+    /// A client's trailers: the handler gets them less the forbidden
+    /// fields; an upstream also less the request's own (issue 26's list:
+    /// `Content-*`, `If-*`, `Cookie`, `Proxy-*`, this hop's fields, those
+    /// the client's `Connection` named).
+    #[test]
+    fn a_clients_trailers_reach_the_handler_and_fewer_the_upstream() {
+        let section = b"X-Checksum:  ab \r\nHost: evil\r\nContent-Length: 9\r\nContent-MD5: x\r\nIf-Match: *\r\n\
+            Cookie: a=1\r\nProxy-Foo: 1\r\nX-Forwarded-For: 1.2.3.4\r\nVia: 1.1 x\r\nForwarded: for=x\r\n\
+            X-Request-ID: 7\r\nX-Hop: 1\r\nAuthorization: x\r\nTE: trailers\r\nGrpc-Status: 0\r\n";
+        let t = Trailers::received_section(section).unwrap();
+        assert_eq!(
+            t.as_bytes(),
+            &b"x-checksum: ab\r\ncontent-md5: x\r\nif-match: *\r\ncookie: a=1\r\nproxy-foo: 1\r\n\
+               x-forwarded-for: 1.2.3.4\r\nvia: 1.1 x\r\nforwarded: for=x\r\nx-request-id: 7\r\nx-hop: 1\r\n\
+               grpc-status: 0\r\n"[..]
+        );
+        assert_eq!(t.field("X-CHECKSUM"), Some("ab"));
+        assert_eq!(t.fields().count(), 11);
+        let on = t.forwarded(&[b"x-hop".to_vec()]).unwrap();
+        assert_eq!(on.as_bytes(), b"x-checksum: ab\r\ngrpc-status: 0\r\n");
+        // Nothing left: the request goes as it would without trailers.
+        assert!(Trailers::received_section(b"Content-Length: 1\r\n").is_none());
+        let cookie_only = Trailers::received_section(b"Cookie: a\r\n").unwrap();
+        assert!(cookie_only.forwarded(&[]).is_none());
+        // HTTP/2's and HTTP/3's pairs, as their sessions checked them.
+        let pairs: [(&[u8], &[u8]); 3] = [(b"x-a", b"1"), (b"te", b"trailers"), (b"x-b", b"")];
+        let t = Trailers::received(pairs.into_iter()).unwrap();
+        assert_eq!(t.as_bytes(), b"x-a: 1\r\nx-b: \r\n");
+        assert_eq!(t.field("x-b"), Some(""));
     }
 }

@@ -215,6 +215,7 @@ impl ForwardAuth {
             choice: None,
             encode: None,
             trailers: false,
+            forward_trailers: None,
             cache: None,
         });
         Reply::Later

@@ -80,6 +80,7 @@ use std::sync::{Arc, OnceLock};
 
 use crate::codec::head::Framing;
 use crate::handler::{BodyUse, Handler, Reply};
+use crate::message::trailers::Trailers;
 use crate::request::Request;
 use crate::responder::Responder;
 use crate::response::Response;
@@ -158,6 +159,12 @@ pub(crate) struct Job {
     /// after `TE: trailers`): the upstream was told so, and its chunked
     /// answer's trailers are relayed (`Trailers::relayed`).
     pub(crate) trailers: bool,
+    /// A streamed body sent chunked whose client may end it with trailer
+    /// fields: they go on after the last chunk, less those its
+    /// `Connection` named (these, lowercase) and those
+    /// `Trailers::forwarded` keeps from upstreams. `None`: a body read
+    /// whole (its trailers are in `bytes` already), or none can go.
+    pub(crate) forward_trailers: Option<Vec<Vec<u8>>>,
     /// A cache miss (`cache.rs`): what storing the answer needs.
     pub(crate) cache: Option<Box<cache::Ask>>,
 }
@@ -384,6 +391,52 @@ fn ask_trailers(bytes: &mut Vec<u8>, body_len: usize) {
     );
 }
 
+/// The names a request's `Connection` field lists (lowercase): its
+/// trailer fields of those names do not go on either (RFC 9110 §7.6.1).
+/// The options every connection carries (`keep-alive`, `close`, `te`,
+/// `upgrade`) are left out: no trailer field has those names that is not
+/// dropped already, and a request naming only them allocates nothing.
+fn connection_named(req: &Request<'_>) -> Vec<Vec<u8>> {
+    let mut named = Vec::new();
+    for (_, v) in req.headers().filter(|(n, _)| n.eq_ignore_ascii_case("connection")) {
+        for option in crate::codec::head::list_elements(v) {
+            if ![&b"keep-alive"[..], b"close", b"te", b"upgrade"]
+                .iter()
+                .any(|o| o.eq_ignore_ascii_case(option))
+            {
+                named.push(option.to_ascii_lowercase());
+            }
+        }
+    }
+    named
+}
+
+/// Whether an HTTP/2 or HTTP/3 request's head announced trailer fields
+/// (`Trailer`, RFC 9110 §6.6.2). HTTP/1.1 carries trailers only in a
+/// chunked body, which the upstream request is anyway.
+fn announces_trailers(req: &Request<'_>) -> bool {
+    matches!(req.version(), crate::Version::Http2 | crate::Version::Http3)
+        && req.headers().any(|(n, _)| n.eq_ignore_ascii_case("trailer"))
+}
+
+/// Rewrites the body read whole at the end of `bytes` (`body_len` bytes,
+/// after a head that says `Transfer-Encoding: chunked`) as one chunk, the
+/// last chunk and `trailers` (RFC 9112 §7.1: `chunked-body = *chunk
+/// last-chunk trailer-section CRLF`). Only for a request that had
+/// trailers to pass: one more copy of its body (at most
+/// `WHOLE_REQUEST_MAX`).
+fn chunk_whole_body(bytes: &mut Vec<u8>, body_len: usize, trailers: &Trailers) {
+    let body = bytes.split_off(bytes.len() - body_len);
+    if !body.is_empty() {
+        crate::codec::write::write_chunk_start(bytes, body.len());
+        bytes.extend_from_slice(&body);
+        bytes.extend_from_slice(b"\r\n");
+    }
+    bytes.extend_from_slice(b"0\r\n");
+    bytes.extend_from_slice(trailers.as_bytes());
+    bytes.extend_from_slice(b"\r\n");
+}
+
 /// Whether the client sent `Expect: 100-continue` (the engine refused
 /// every other expectation with 417).
 fn expects_continue(req: &Request<'_>) -> bool {
@@ -465,19 +518,40 @@ impl Proxy {
             reader.hold_continue();
         }
         let length = content_length(req);
+        // The client's trailer fields go on where both sides allow (issue
+        // 26): to an HTTP/1.1 upstream, after the last chunk of a body
+        // sent chunked. A body read whole is sent chunked only when it
+        // had trailers to pass (otherwise its Content-Length stays); a
+        // streamed one of unknown length is chunked anyway, and one of
+        // known length (HTTP/2, HTTP/3) becomes chunked only when its
+        // head announced trailers (`Trailer`, RFC 9110 §6.6.2): its head
+        // leaves before they could be seen. An HTTP/2 upstream gets none
+        // (the session sends no trailing HEADERS yet).
+        let up_h1 = !self.up.is_h2();
+        let whole_trailers = match (&reader, req.trailers()) {
+            (None, Some(t)) if up_h1 => t.forwarded(&connection_named(req)),
+            _ => None,
+        };
         let framing = match (&reader, length) {
+            (None, _) if whole_trailers.is_some() => Framing::Chunked,
             (None, _) if req.body().is_empty() => Framing::Empty,
             (None, _) => Framing::Length(req.body().len() as u64),
+            (Some(_), Some(n)) if n > 0 && up_h1 && announces_trailers(req) => Framing::Chunked,
             (Some(_), Some(0)) => Framing::Empty,
             (Some(_), Some(n)) => Framing::Length(n),
             (Some(_), None) => Framing::Chunked,
         };
+        let chunked = reader.is_some() && framing == Framing::Chunked;
+        let forward_trailers = (chunked && up_h1).then(|| connection_named(req));
         let skip: &[&str] = if expect_continue { &[] } else { &["expect"] };
         let trailers = takes_trailers(req);
         match build_as(&self.up, req, framing, req.method(), skip, target) {
             Ok(mut bytes) => {
                 if trailers {
                     ask_trailers(&mut bytes, req.body().len());
+                }
+                if let Some(t) = &whole_trailers {
+                    chunk_whole_body(&mut bytes, req.body().len(), t);
                 }
                 let responder = req.defer();
                 if let (true, Some(ask)) = (rescue, &ask) {
@@ -490,7 +564,7 @@ impl Proxy {
                     idempotent: is_idempotent(req.method()),
                     retried: false,
                     tried: None,
-                    chunked: framing == Framing::Chunked,
+                    chunked,
                     expect_continue,
                     body: reader,
                     responder,
@@ -502,6 +576,7 @@ impl Proxy {
                         .as_deref()
                         .map(|e| encode::plan(e, req.header_bytes("accept-encoding"))),
                     trailers,
+                    forward_trailers,
                     cache: ask,
                 };
                 match wait {
@@ -539,6 +614,7 @@ impl Proxy {
                     choice: self.choice(req),
                     encode: None,
                     trailers: false,
+                    forward_trailers: None,
                     cache: None,
                 });
                 Reply::Later

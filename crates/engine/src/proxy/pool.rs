@@ -1117,10 +1117,24 @@ impl UpConn {
                                 }
                             }
                             Take::End => {
+                                // The client's trailer section, if it sent
+                                // one and it may go on (`Job::forward_trailers`).
+                                let trailers = match (&self.job, &self.body) {
+                                    (Some(job), Some(reader)) => job
+                                        .forward_trailers
+                                        .as_ref()
+                                        .and_then(|named| reader.trailers()?.forwarded(named)),
+                                    _ => None,
+                                };
                                 self.body = None;
                                 if self.chunked {
+                                    // RFC 9112 §7.1: last-chunk, trailer-section, CRLF.
                                     self.out.clear();
-                                    self.out.extend_from_slice(b"0\r\n\r\n");
+                                    self.out.extend_from_slice(b"0\r\n");
+                                    if let Some(t) = &trailers {
+                                        self.out.extend_from_slice(t.as_bytes());
+                                    }
+                                    self.out.extend_from_slice(b"\r\n");
                                     self.written = 0;
                                     continue;
                                 }

@@ -82,6 +82,39 @@ fn a_body_that_breaks_its_content_length_resets_only_its_stream() {
     assert_eq!(p.answer_ready(echo)[0].body, b"abc");
 }
 
+/// Trailers reach the handler (issue 26: the proxy passes them on), so
+/// they are held to the head's rules (§8.2.1): a value with a line break
+/// resets the stream, a section past the list limit too (never handed
+/// on cut short); the connection goes on.
+#[test]
+fn trailers_with_a_bad_value_or_past_the_list_limit_reset_their_stream() {
+    let mut p = Peer::new(Config {
+        head_bytes_max: 250,
+        ..cfg()
+    });
+    p.feed(&headers(1, false, &request("POST", "/", &[])));
+    p.feed(&data(1, false, b"ab"));
+    p.feed(&headers(1, true, &block(&[("x-t", "a\r\nhost: evil")])));
+    p.feed(&headers(3, false, &request("POST", "/", &[])));
+    p.feed(&data(3, false, b"ab"));
+    // Ten short fields: a block of about 70 bytes, a list of 360 (each
+    // field counts 32 more, as SETTINGS_MAX_HEADER_LIST_SIZE does).
+    p.feed(&headers(3, true, &block(&[("x-a", "1"); 10])));
+    let f = p.frames();
+    assert!(f[0].is_rst(1, Code::Protocol), "{f:?}");
+    assert!(f[1].is_rst(3, Code::EnhanceYourCalm), "{f:?}");
+    assert_eq!(f.len(), 2);
+    assert!(p.ready().is_empty());
+    p.feed(&headers(5, false, &request("POST", "/", &[])));
+    p.feed(&data(5, false, b"abc"));
+    p.feed(&headers(5, true, &block(&[("x-sum", "6")])));
+    let seen = p.answer_ready(echo);
+    assert_eq!(
+        (&seen[0].body[..], &seen[0].trailers[..]),
+        (&b"abc"[..], &b"x-sum: 6\r\n"[..])
+    );
+}
+
 #[test]
 fn a_body_over_body_bytes_max_gets_413_and_the_rest_is_refused() {
     let mut p = Peer::new(Config {

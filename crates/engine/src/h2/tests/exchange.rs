@@ -172,7 +172,7 @@ fn script() -> Vec<u8> {
     s.extend(data(3, true, b"abcdefghij"));
     s.extend(frame(frame::SETTINGS, frame::ACK, 0, &[]));
     s.extend(window_update(7, 50));
-    s.extend(headers(7, true, &block(&[("x-trailer", "t")])));
+    s.extend(headers(7, true, &block(&[("x-trailer", "t"), ("content-length", "3")])));
     s.extend(goaway(0, Code::NoError));
     s
 }
@@ -225,6 +225,10 @@ fn the_same_bytes_split_at_every_offset_give_the_same_requests_and_output() {
         ]
     );
     assert_eq!(seen[3].body, b"abc");
+    // The trailer section reaches the handler, less what may not be a
+    // trailer (RFC 9110 §6.5.1).
+    assert_eq!(seen[3].trailers, b"x-trailer: t\r\n");
+    assert!(seen[..3].iter().all(|s| s.trailers.is_empty()));
     // Our SETTINGS and WINDOW_UPDATE, the ACK of the client's two
     // SETTINGS, the PING's answer; nothing for the rest.
     let acks: Vec<_> = connection.iter().map(|f| (f.kind, f.flags)).collect();

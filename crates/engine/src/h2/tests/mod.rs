@@ -255,6 +255,8 @@ struct Seen {
     host: Option<String>,
     fields: Vec<(String, String)>,
     body: Vec<u8>,
+    /// The trailer section the handler gets, as lines.
+    trailers: Vec<u8>,
 }
 
 impl Peer {
@@ -323,6 +325,7 @@ impl Peer {
                 .map(|h| (h.name.to_string(), String::from_utf8(h.value.to_vec()).unwrap()))
                 .collect(),
             body: p.body.to_vec(),
+            trailers: p.trailers.map(|t| t.as_bytes().to_vec()).unwrap_or_default(),
         }
     }
 
