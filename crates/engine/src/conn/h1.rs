@@ -102,6 +102,11 @@ impl Conn {
             return Stop::Closing;
         };
         loop {
+            // The last request's trailer section, lent to it only while
+            // its handler ran: not held by an idle connection.
+            if trailers.is_some() {
+                *trailers = None;
+            }
             if h1.is_uploading() {
                 ensure_output(output, ctx.pool);
                 let fed = h1.feed(input, output, &env);
