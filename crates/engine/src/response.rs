@@ -582,11 +582,18 @@ impl Response {
     }
 }
 
-/// The names of `lines` (`Name: value\r\n` each), in order.
-pub(crate) fn line_names(lines: &[u8]) -> impl Iterator<Item = &[u8]> {
-    lines
-        .split_inclusive(|&b| b == b'\n')
-        .map(|line| line.split(|&b| b == b':').next().unwrap_or_default())
+/// The names of `lines` (`Name: value\r\n` each), in order: the lines
+/// found with memchr, each name up to its colon.
+pub(crate) fn line_names(mut lines: &[u8]) -> impl Iterator<Item = &[u8]> {
+    std::iter::from_fn(move || {
+        if lines.is_empty() {
+            return None;
+        }
+        let end = memchr::memchr(b'\n', lines).map_or(lines.len(), |i| i + 1);
+        let line = &lines[..end];
+        lines = &lines[end..];
+        line.split(|&b| b == b':').next()
+    })
 }
 
 /// Which lines of `extra` `block` sets (as [`Response::sets_lines`]),
