@@ -629,10 +629,15 @@ fn block_sets_lines(block: &HeaderBlock, extra: &[u8]) -> u32 {
                 }
             }
         }
+        // The memo's buffer for `extra` is kept: a miss allocates nothing
+        // but the `Weak`'s count.
+        let mut kept = last.take().map(|l| l.extra).unwrap_or_default();
+        kept.clear();
+        kept.extend_from_slice(extra);
         *last = Some(LastBlock {
             buf: Arc::downgrade(&block.0.buf),
             range: block.0.range.clone(),
-            extra: extra.into(),
+            extra: kept,
             given,
         });
         given
@@ -647,7 +652,7 @@ thread_local! {
 struct LastBlock {
     buf: std::sync::Weak<dyn AsRef<[u8]> + Send + Sync>,
     range: Range<usize>,
-    extra: Box<[u8]>,
+    extra: Vec<u8>,
     given: u32,
 }
 

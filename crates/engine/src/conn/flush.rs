@@ -288,12 +288,14 @@ pub(super) fn encrypt(tls: &mut TlsSession, out: &mut Output, pool: &mut BufPool
             } else {
                 tls.encrypt_vectored(&[IoSlice::new(head), IoSlice::new(body)])
             };
+            let offered = head.len() + body.len();
             let from_head = n.min(head.len());
             out.pos += from_head;
             if n > from_head && advance_tail(&mut out.tail, n - from_head) {
                 out.tail = None;
             }
-            if out.pos < out.buf.len() {
+            // rustls' outgoing buffer is full: send first.
+            if n < offered {
                 return true;
             }
         }
