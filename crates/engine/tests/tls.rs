@@ -201,6 +201,124 @@ fn large_bodies_from_files_and_memory_arrive_intact() {
     }
 }
 
+/// Reads one answer of `body_len` body bytes over TLS 1.3 from the raw
+/// socket, and counts the application-data records it came in.
+fn records_of_one_answer(c: &mut Client<Tls>, request: &[u8], body_len: usize) -> usize {
+    c.stream.conn.writer().write_all(request).unwrap();
+    while c.stream.conn.wants_write() {
+        c.stream.conn.write_tls(&mut c.stream.sock).unwrap();
+    }
+    let (mut wire, mut plain) = (Vec::new(), Vec::new());
+    let mut records = 0;
+    let mut buf = [0u8; 65536];
+    loop {
+        let n = c.stream.sock.read(&mut buf).expect("the answer comes");
+        assert!(n > 0, "closed after {} bytes of the answer", plain.len());
+        wire.extend_from_slice(&buf[..n]);
+        // Whole records only (RFC 8446 §5.1: type, version, length).
+        let mut at = 0;
+        while wire.len() >= at + 5 {
+            let len = usize::from(u16::from_be_bytes([wire[at + 3], wire[at + 4]]));
+            if wire.len() < at + 5 + len {
+                break;
+            }
+            assert_eq!(wire[at], 23, "application data");
+            records += 1;
+            // One record at a time into the client, its plaintext out.
+            let mut record = &wire[at..at + 5 + len];
+            while !record.is_empty() {
+                c.stream.conn.read_tls(&mut record).unwrap();
+            }
+            c.stream.conn.process_new_packets().unwrap();
+            let _ = c.stream.conn.reader().read_to_end(&mut plain);
+            at += 5 + len;
+        }
+        wire.drain(..at);
+        if let Some(end) = plain.windows(4).position(|w| w == b"\r\n\r\n") {
+            if plain.len() == end + 4 + body_len {
+                assert!(wire.is_empty(), "nothing after the answer");
+                return records;
+            }
+        }
+    }
+}
+
+/// One keep-alive answer is as few TLS records as its bytes need: the
+/// head shares a record with its body, whether the body was copied next
+/// to it (small), is a shared buffer beside it (over 16 KiB), or is read
+/// from its file (sendfile cannot carry records made in user space).
+/// Each record more is one more AEAD seal and 22 more bytes.
+#[test]
+fn a_head_and_its_body_share_tls_records() {
+    let pki = Pki::new("records");
+    let (cert, key, _) = pki.issue("localhost", &["localhost"]);
+    let file_path = pki.dir().join("40k.bin");
+    std::fs::write(&file_path, pattern(40_000, 5)).unwrap();
+    let fp = file_path.clone();
+    let server = start(
+        TlsConfig::from_pem_files(&cert, &key).unwrap(),
+        move |req: &Request<'_>| match req.path() {
+            "/17" => Response::bytes("text/plain", pattern(17, 1)),
+            "/20k" => Response::bytes("application/octet-stream", pattern(20_000, 2)),
+            "/file40k" => {
+                let range = FileRange::whole(std::fs::File::open(&fp).unwrap()).unwrap();
+                Response::bytes("application/octet-stream", Body::File(range))
+            }
+            _ => Response::text("first"),
+        },
+    );
+    let mut c = connect_localhost(&pki, &server, &rustls::version::TLS13);
+    // The session tickets come before the first answer: out of the way.
+    assert_eq!(c.send(&get("/")).response().text(), "first");
+    // 16,384 bytes of plaintext at most per record (RFC 8446 §5.1).
+    assert_eq!(records_of_one_answer(&mut c, &get("/17"), 17), 1);
+    assert_eq!(records_of_one_answer(&mut c, &get("/20k"), 20_000), 2);
+    assert_eq!(records_of_one_answer(&mut c, &get("/file40k"), 40_000), 3);
+}
+
+/// The transport's fields (HSTS here) are left out of an answer whose
+/// header block sets them, and only of it, however the blocks alternate
+/// and whether they are kept or built anew for each answer (the verdict
+/// for a block is remembered per thread: `Response::sets_lines`).
+#[test]
+fn a_header_block_setting_hsts_keeps_its_own_and_no_other_block_loses_the_default() {
+    let pki = Pki::new("hsts-block");
+    let (cert, key, _) = pki.issue("localhost", &["localhost"]);
+    let tls = TlsConfig::from_pem_files(&cert, &key)
+        .unwrap()
+        .hsts(Duration::from_secs(31_536_000));
+    let own = peregrine::HeaderBlock::new(&[("Strict-Transport-Security", "max-age=5"), ("X-A", "a")]).unwrap();
+    let other = peregrine::HeaderBlock::new(&[("X-B", "b")]).unwrap();
+    let server = start(tls, move |req: &Request<'_>| match req.path() {
+        "/own" => Response::new(200).with_header_block(own.clone()),
+        "/other" => Response::new(200).with_header_block(other.clone()),
+        "/own-new" => Response::new(200)
+            .with_header_block(peregrine::HeaderBlock::new(&[("strict-transport-security", "max-age=7")]).unwrap()),
+        "/other-new" => Response::new(200).with_header_block(peregrine::HeaderBlock::new(&[("X-C", "c")]).unwrap()),
+        _ => Response::text("none"),
+    });
+    let mut c = connect_localhost(&pki, &server, &rustls::version::TLS13);
+    let mut hsts = |path: &str| {
+        let r = c.send(&get(path)).response();
+        assert_eq!(r.status, 200, "{path}");
+        let values: Vec<String> = (r.headers.iter())
+            .filter(|(n, _)| n.eq_ignore_ascii_case("strict-transport-security"))
+            .map(|(_, v)| v.clone())
+            .collect();
+        values.join(", ")
+    };
+    for _ in 0..3 {
+        assert_eq!(hsts("/own"), "max-age=5");
+        assert_eq!(hsts("/own"), "max-age=5");
+        assert_eq!(hsts("/other"), "max-age=31536000");
+        assert_eq!(hsts("/own-new"), "max-age=7");
+        assert_eq!(hsts("/other-new"), "max-age=31536000");
+        assert_eq!(hsts("/other-new"), "max-age=31536000");
+        assert_eq!(hsts("/own-new"), "max-age=7");
+        assert_eq!(hsts("/"), "max-age=31536000");
+    }
+}
+
 #[test]
 fn request_bodies_arrive_over_tls() {
     let (pki, server) = localhost("body", |req: &Request<'_>| {

@@ -87,15 +87,16 @@ pub(crate) fn write_response(
         // Before the blank line that ends the head: each line of the
         // transport's (HSTS, Alt-Svc) whose field the handler did not set.
         out.buf.truncate(out.buf.len() - 2);
-        let mut lines = extra_fields;
-        while let Some(end) = memchr::memchr(b'\n', lines) {
-            let line = &lines[..=end];
-            let name = line.split(|&b| b == b':').next().unwrap_or_default();
-            let given = std::str::from_utf8(name).is_ok_and(|name| resp.header(name).is_some());
-            if !given {
-                out.buf.extend_from_slice(line);
+        let given = resp.sets_lines(extra_fields);
+        if given == 0 {
+            out.buf.extend_from_slice(extra_fields);
+        } else {
+            let lines = extra_fields.split_inclusive(|&b| b == b'\n');
+            for (i, line) in lines.enumerate() {
+                if i >= 32 || given & (1 << i) == 0 {
+                    out.buf.extend_from_slice(line);
+                }
             }
-            lines = &lines[end + 1..];
         }
         out.buf.extend_from_slice(b"\r\n");
     }

@@ -568,10 +568,16 @@ fn encode_fields(
     if let Some(block) = &resp.block {
         for_each_line(block.as_bytes(), |name, value| enc.field(out, name, value));
     }
+    let given = if extra_fields.is_empty() {
+        0
+    } else {
+        resp.sets_lines(extra_fields)
+    };
+    let mut i = 0;
     for_each_line(extra_fields, |name, value| {
-        let given = std::str::from_utf8(name).is_ok_and(|name| resp.header(name).is_some());
-        if !given {
+        if i >= 32 || given & (1 << i) == 0 {
             enc.field(out, name, value);
         }
+        i += 1;
     });
 }

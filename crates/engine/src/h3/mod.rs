@@ -981,11 +981,17 @@ fn encode_fields(
     if let Some(block) = &resp.block {
         crate::message::fields::for_each_line(block.as_bytes(), |name, value| field(out, name, value));
     }
+    let given = if extra_fields.is_empty() {
+        0
+    } else {
+        resp.sets_lines(extra_fields)
+    };
+    let mut i = 0;
     crate::message::fields::for_each_line(extra_fields, |name, value| {
-        let given = std::str::from_utf8(name).is_ok_and(|name| resp.header(name).is_some());
-        if !given {
+        if i >= 32 || given & (1 << i) == 0 {
             field(out, name, value);
         }
+        i += 1;
     });
 }
 

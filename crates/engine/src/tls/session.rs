@@ -424,6 +424,15 @@ impl TlsSession {
         }
     }
 
+    /// As [`TlsSession::encrypt`], for pieces that go in the same
+    /// records (a head and its body's first bytes).
+    pub(crate) fn encrypt_vectored(&mut self, plain: &[io::IoSlice<'_>]) -> usize {
+        match &mut self.records {
+            Records::User(conn) if !self.done => conn.writer().write_vectored(plain).unwrap_or(0),
+            _ => 0,
+        }
+    }
+
     /// Writes queued records to the socket (vectored, one call).
     pub(crate) fn write_tls(&mut self, stream: &mut Stream) -> io::Result<usize> {
         if let Some(alert) = self.alert.take() {
