@@ -16,8 +16,6 @@ mod common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
 
@@ -228,28 +226,9 @@ fn a_handler_reads_an_http11_requests_trailers_whole_or_after_the_streamed_body(
     }
 }
 
-fn tmp(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name)
-}
-
 /// The lines `trailers/h2_upload.py` printed for `spec`.
 fn h2(server: &Running, spec: &str) -> Vec<String> {
-    let python = test_support::install::h2_python(&tmp("h2-venv"))
-        .unwrap_or_else(|e| panic!("this test needs Python's h2: {e}"));
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/trailers/h2_upload.py");
-    let out = Command::new(python)
-        .arg(script)
-        .arg("127.0.0.1")
-        .arg(server.local_addr().port().to_string())
-        .arg(spec)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(str::to_owned)
-        .collect()
+    common::h2_script_lines(server, "tests/trailers/h2_upload.py", spec)
 }
 
 /// `SENT` as a JSON list of pairs, less `x-hop` (an HTTP/2 or HTTP/3
@@ -333,12 +312,12 @@ fn an_http2_requests_trailers_reach_the_upstream_whether_its_body_was_read_whole
 
 #[test]
 fn an_http3_requests_trailers_reach_the_upstream_whether_its_body_was_read_whole_or_streamed() {
-    let dir = tmp(&format!("request-trailers-h3-{}", std::process::id()));
+    let dir = common::tmp(&format!("request-trailers-h3-{}", std::process::id()));
     let out = dir.join("out");
     std::fs::create_dir_all(&out).unwrap();
     let (up, _go) = common::scripted_upstream(serve);
     let server = server(up, true);
-    let python = test_support::install::aioquic_python(&tmp("aioquic-venv"))
+    let python = test_support::install::aioquic_python(&common::tmp("aioquic-venv"))
         .unwrap_or_else(|e| panic!("aioquic is needed: {e}"));
     let sent = sent_json();
     let hello = "68656c6c6f";

@@ -13,8 +13,6 @@ mod common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::thread;
 
@@ -181,28 +179,9 @@ fn an_oversize_trailer_section_ends_the_answer_as_broken() {
     assert!(!got.contains("X-Big") && !got.contains("x-big"), "{got:?}");
 }
 
-fn tmp(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name)
-}
-
 /// The lines python-hyper's `h2` printed for `path` (`trailers/h2_client.py`).
 fn h2(server: &Running, path: &str) -> Vec<String> {
-    let python = test_support::install::h2_python(&tmp("h2-venv"))
-        .unwrap_or_else(|e| panic!("this test needs Python's h2: {e}"));
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/trailers/h2_client.py");
-    let out = Command::new(python)
-        .arg(script)
-        .arg("127.0.0.1")
-        .arg(server.local_addr().port().to_string())
-        .arg(path)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(str::to_owned)
-        .collect()
+    common::h2_script_lines(server, "tests/trailers/h2_client.py", path)
 }
 
 #[test]
@@ -234,11 +213,11 @@ fn an_http2_client_gets_the_allowed_trailers_in_a_last_headers_frame() {
 
 #[test]
 fn an_http3_client_gets_the_allowed_trailers_in_a_headers_frame_after_the_data() {
-    let dir = tmp(&format!("trailers-h3-{}", std::process::id()));
+    let dir = common::tmp(&format!("trailers-h3-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let (up, _) = upstream();
     let server = server(up, true);
-    let venv = tmp("aioquic-venv");
+    let venv = common::tmp("aioquic-venv");
     let python = test_support::install::aioquic_python(&venv).unwrap_or_else(|e| panic!("aioquic is needed: {e}"));
     let out = dir.join("out");
     std::fs::create_dir_all(&out).unwrap();

@@ -78,3 +78,30 @@ pub fn scripted_upstream(
     });
     (addr, go)
 }
+
+/// A path in the target's directory for test scratch (venvs, certificates).
+pub fn tmp(name: &str) -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(name)
+}
+
+/// The lines a Python `h2` client script (under `tests/`, run as
+/// `SCRIPT 127.0.0.1 PORT ARG`, with Python's `h2` from a venv kept in
+/// the target's directory) printed against `server`.
+pub fn h2_script_lines(server: &Running, script: &str, arg: &str) -> Vec<String> {
+    let python = test_support::install::h2_python(&tmp("h2-venv"))
+        .unwrap_or_else(|e| panic!("this test needs Python's h2: {e}"));
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(script);
+    let out = std::process::Command::new(python)
+        .arg(script)
+        .arg("127.0.0.1")
+        .arg(server.local_addr().port().to_string())
+        .arg(arg)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
