@@ -11,7 +11,7 @@ mod common;
 
 use std::io::{BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::sync::mpsc::{Receiver, Sender};
+use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
 
 use common::{status_of, PATIENCE};
@@ -21,10 +21,6 @@ use peregrine::{Router, Running, Server};
 /// `n` bytes that show a byte out of place.
 fn body_of(n: usize) -> Vec<u8> {
     (0..n).map(|i| (i * 7 % 251) as u8).collect()
-}
-
-fn upstream() -> (SocketAddr, Sender<()>) {
-    common::scripted_upstream(serve)
 }
 
 /// `/burst/N`: a head and N bytes in one write. `/late`: a head and body
@@ -100,7 +96,7 @@ fn read_answer_head(reader: &mut impl Read) -> (u16, usize) {
 
 #[test]
 fn answers_around_one_read_long_arrive_byte_for_byte_on_one_connection() {
-    let (up, _go) = upstream();
+    let (up, _go) = common::scripted_upstream(serve);
     let server = server(up);
     let mut client = TcpStream::connect(server.local_addr()).unwrap();
     client.set_read_timeout(Some(PATIENCE)).unwrap();
@@ -124,7 +120,7 @@ fn answers_around_one_read_long_arrive_byte_for_byte_on_one_connection() {
 
 #[test]
 fn a_head_whose_body_is_late_is_relayed_before_the_rest_arrives() {
-    let (up, go) = upstream();
+    let (up, go) = common::scripted_upstream(serve);
     let server = server(up);
     let mut client = TcpStream::connect(server.local_addr()).unwrap();
     client.set_read_timeout(Some(PATIENCE)).unwrap();
