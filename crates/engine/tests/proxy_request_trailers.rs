@@ -156,16 +156,7 @@ fn server(up: SocketAddr, tls: bool) -> Running {
             }),
         )
         .route("POST", "/*rest", proxy);
-    let server = Server::new().workers(1);
-    let server = match tls {
-        true => {
-            let cert = test_support::pki::SelfSigned::new("request-trailers", &["localhost"]);
-            let config = peregrine::TlsConfig::from_pem_files(&cert.cert, &cert.key).unwrap();
-            server.bind_tls("127.0.0.1:0", config)
-        }
-        false => server.bind("127.0.0.1:0"),
-    };
-    server.start(router).expect("server starts")
+    common::start_on_loopback(Server::new().workers(1), tls, router)
 }
 
 /// One HTTP/1.1 request (`head` then `body`, as sent), and the answer's

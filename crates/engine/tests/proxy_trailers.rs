@@ -96,17 +96,7 @@ fn server(up: SocketAddr, tls: bool) -> Running {
             Response::new(200).with_content_type("text/plain").with_body(body)
         })
         .route("GET", "/*rest", proxy);
-    let mut server = Server::new().workers(1);
-    server = match tls {
-        true => {
-            // Read at once: the files may go when `cert` is dropped.
-            let cert = test_support::pki::SelfSigned::new("trailers", &["localhost"]);
-            let config = peregrine::TlsConfig::from_pem_files(&cert.cert, &cert.key).unwrap();
-            server.bind_tls("127.0.0.1:0", config)
-        }
-        false => server.bind("127.0.0.1:0"),
-    };
-    server.start(router).expect("server starts")
+    common::start_on_loopback(Server::new().workers(1), tls, router)
 }
 
 /// One HTTP/1.1 request with `fields`, and everything until the close.

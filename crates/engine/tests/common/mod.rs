@@ -105,3 +105,21 @@ pub fn h2_script_lines(server: &Running, script: &str, arg: &str) -> Vec<String>
         .map(str::to_owned)
         .collect()
 }
+
+/// `server` bound to a free loopback port, over TLS with a self-signed
+/// certificate for localhost when `tls`, and started with `handler`.
+pub fn start_on_loopback(server: Server, tls: bool, handler: impl Handler) -> Running {
+    let server = match tls {
+        true => {
+            // A directory of its own (tests of one binary run at once);
+            // read at once: the files go when `cert` is dropped.
+            static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+            let n = STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let cert = test_support::pki::SelfSigned::new(&format!("loopback-{n}"), &["localhost"]);
+            let config = peregrine::TlsConfig::from_pem_files(&cert.cert, &cert.key).unwrap();
+            server.bind_tls("127.0.0.1:0", config)
+        }
+        false => server.bind("127.0.0.1:0"),
+    };
+    server.start(handler).expect("server starts")
+}
