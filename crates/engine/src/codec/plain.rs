@@ -274,8 +274,13 @@ mod tests {
         let Ok(httparse::Status::Complete(len)) = req.parse_with_uninit_headers(buf, &mut headers) else {
             return None;
         };
-        let fields = req
-            .headers
+        let fields = spans(req.headers, buf);
+        Some((req.method?.to_owned(), req.path?.to_owned(), req.version?, len, fields))
+    }
+
+    /// Each field's name, and where its value lies in `buf`.
+    fn spans(fields: &[Header<'_>], buf: &[u8]) -> Vec<(String, usize, usize)> {
+        fields
             .iter()
             .map(|h| {
                 (
@@ -284,23 +289,13 @@ mod tests {
                     h.value.len(),
                 )
             })
-            .collect();
-        Some((req.method?.to_owned(), req.path?.to_owned(), req.version?, len, fields))
+            .collect()
     }
 
     fn plain_parts(buf: &[u8], n: usize) -> Option<Parts> {
         let mut slots = vec![MaybeUninit::uninit(); n];
         let (p, fields) = parse(buf, &mut slots).ok()?;
-        let fields = fields
-            .iter()
-            .map(|h| {
-                (
-                    h.name.to_owned(),
-                    h.value.as_ptr() as usize - buf.as_ptr() as usize,
-                    h.value.len(),
-                )
-            })
-            .collect();
+        let fields = spans(fields, buf);
         assert_eq!(buf[p.line_len], b'\n');
         Some((p.method.to_owned(), p.target.to_owned(), p.minor, p.head_len, fields))
     }
