@@ -37,7 +37,8 @@ pub(super) struct Http1 {
     /// `process_h1`: a local with a destructor, live across the handler's
     /// call, cost a plain GET 17 instructions it never used (callgrind,
     /// hello-pipe16: 1,896 to 1,879 a request).
-    pub(super) trailers: Option<crate::message::trailers::Trailers>,
+    /// Boxed, as `H1`'s: an inline `Vec` would give `Proto` its niche.
+    pub(super) trailers: Option<Box<crate::message::trailers::Trailers>>,
 }
 
 impl Http1 {
@@ -71,6 +72,7 @@ pub(super) fn h1_env<'w>(ctx: &Ctx<'w>) -> Env<'w> {
 
 impl Conn {
     /// Answers the complete requests in the read buffer.
+    #[inline(always)]
     pub(super) fn process_h1(&mut self, ctx: &mut Ctx<'_>) -> Stop {
         let env = h1_env(ctx);
         let Conn {
@@ -102,11 +104,6 @@ impl Conn {
             return Stop::Closing;
         };
         loop {
-            // The last request's trailer section, lent to it only while
-            // its handler ran: not held by an idle connection.
-            if trailers.is_some() {
-                *trailers = None;
-            }
             if h1.is_uploading() {
                 ensure_output(output, ctx.pool);
                 let fed = h1.feed(input, output, &env);
@@ -156,7 +153,7 @@ impl Conn {
                     // Only a chunked body can end with trailers.
                     if head.framing == crate::codec::Framing::Chunked {
                         *trailers = h1.take_trailers();
-                        req.trailers = trailers.as_ref();
+                        req.trailers = trailers.as_deref();
                     }
                     req.defer = Some(&slot);
                     req.tls = transport.request_tls();
@@ -275,7 +272,15 @@ impl Conn {
                         }
                     }
                 }
-                Event::Input => return Stop::Input,
+                Event::Input => {
+                    // The last request's trailer section, lent to it only
+                    // while its handler ran: not held by a connection
+                    // waiting for its next request.
+                    if trailers.is_some() {
+                        *trailers = None;
+                    }
+                    return Stop::Input;
+                }
                 Event::Again => {}
                 Event::Deferred => return Stop::Deferred,
                 Event::Closing => return Stop::Closing,

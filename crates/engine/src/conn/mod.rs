@@ -790,13 +790,21 @@ impl Conn {
 
     /// Answers complete requests in the buffer, reading more while the socket
     /// has some, until something must wait.
+    #[inline(never)]
     fn read_and_process(&mut self, ctx: &mut Ctx<'_>) -> Stop {
         let mut may_read = !self.peer_closed && !self.drained;
+        // Between keep-alive requests, with nothing read or queued,
+        // processing could only say `Stop::Input`: read first (a call of
+        // `process` per request saved, and its `Env`).
+        let mut read_first = may_read && self.waits_for_input();
         loop {
-            let stop = self.process(ctx);
-            if stop != Stop::Input || !may_read {
-                return stop;
+            if !read_first {
+                let stop = self.process(ctx);
+                if stop != Stop::Input || !may_read {
+                    return stop;
+                }
             }
+            read_first = false;
             if self.work_left < SYSCALL_WORK {
                 return Stop::Turn;
             }
@@ -862,6 +870,16 @@ impl Conn {
                 }
             }
         }
+    }
+
+    /// HTTP/1.1 between two requests (not before its first: ALPN may
+    /// still switch it to HTTP/2), nothing unread, nothing to write: what
+    /// `process` would find is that it needs input.
+    fn waits_for_input(&self) -> bool {
+        self.input.is_empty()
+            && self.output.queued() == 0
+            && self.output.tail.is_none()
+            && matches!(&self.proto, Proto::H1(h1) if h1.machine.is_between_requests())
     }
 
     /// Makes sure there is room to read into. False if the request in the

@@ -131,8 +131,8 @@ fn chunked_reason(e: crate::codec::chunked::ChunkedError) -> Reason {
 /// in is a GET's too.
 #[cold]
 #[inline(never)]
-fn received_trailers(section: Vec<u8>) -> Option<Trailers> {
-    Trailers::received_section(&section)
+fn received_trailers(section: Vec<u8>) -> Option<Box<Trailers>> {
+    Trailers::received_section(&section).map(Box::new)
 }
 
 /// What the driver should do once it waits.
@@ -184,7 +184,11 @@ pub(crate) struct H1 {
     discarded: u64,
     /// The trailer section of the chunked body `poll` just handed out
     /// whole (`Event::Request`), for its handler (`take_trailers`).
-    trailers: Option<Trailers>,
+    /// Boxed: a `Vec` here would lend `Proto` its capacity's niche for
+    /// the connection's protocol tag, and every `Proto::H1` test on the
+    /// request path would then compare a 64-bit constant (see
+    /// `conn::h1::Http1::trailers`).
+    trailers: Option<Box<Trailers>>,
 }
 
 /// A request body read as it arrives (`body::streamed`), or discarded
@@ -481,7 +485,7 @@ impl H1 {
 
     /// The trailer section of the request `poll` just handed out, if its
     /// chunked body had one (the driver asks only for chunked bodies).
-    pub(crate) fn take_trailers(&mut self) -> Option<Trailers> {
+    pub(crate) fn take_trailers(&mut self) -> Option<Box<Trailers>> {
         self.trailers.take()
     }
 
@@ -491,6 +495,12 @@ impl H1 {
     }
 
     /// A body is being handed to a reader (see `feed`).
+    /// Idle after a request (not the first), no body being read: all it
+    /// can do next is wait for input.
+    pub(crate) fn is_between_requests(&self) -> bool {
+        !self.first && matches!(self.state, State::Idle) && self.upload.is_none()
+    }
+
     pub(crate) fn is_uploading(&self) -> bool {
         self.upload.is_some()
     }
@@ -513,7 +523,8 @@ impl H1 {
                         UploadKind::Chunked(decoder) => decoder.take_trailers(),
                         UploadKind::Length(_) => None,
                     };
-                    up.sink.finish_with(trailers.and_then(received_trailers));
+                    up.sink
+                        .finish_with(trailers.and_then(|section| Trailers::received_section(&section)));
                 }
                 return Feed::Done;
             }
