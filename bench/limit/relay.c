@@ -10,6 +10,14 @@
  *
  * Usage: relay PORT UPSTREAM_PORT   (both on 127.0.0.1)
  * Build: gcc -O2 -o relay bench/limit/relay.c
+ *
+ * Built with -DRELAY_SPIN it takes a third argument, SPIN: a loop of that
+ * many iterations after each recv, user-space time and nothing else (no
+ * system call, no memory beyond one counter). bench/proxy-sched.sh uses it
+ * as a control: the relay at a proxy's user time, to tell what the kernel
+ * charges for the user time itself (on one CPU, preemptions and wake-ups)
+ * from what a proxy's own system calls cost. Without the macro the floor
+ * is the code above, unchanged.
  */
 #define _GNU_SOURCE /* accept4 */
 #include <arpa/inet.h>
@@ -26,6 +34,16 @@
 
 #define MAX_FD 65536
 static int peer[MAX_FD];
+
+#ifdef RELAY_SPIN
+static unsigned long spin_iters;
+static volatile unsigned long spin_sink;
+/* User-space time only: the volatile store keeps the loop from being folded. */
+static void spin(void) {
+    for (unsigned long i = 0; i < spin_iters; i++)
+        spin_sink += i;
+}
+#endif
 
 static int upstream(int port) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -50,10 +68,18 @@ static void drop(int ep, int fd) {
 }
 
 int main(int argc, char **argv) {
+#ifdef RELAY_SPIN
+    if (argc != 4) {
+        fprintf(stderr, "usage: relay-spin PORT UPSTREAM_PORT SPIN\n");
+        return 2;
+    }
+    spin_iters = strtoul(argv[3], NULL, 10);
+#else
     if (argc != 3) {
         fprintf(stderr, "usage: relay PORT UPSTREAM_PORT\n");
         return 2;
     }
+#endif
     int port = atoi(argv[1]), up_port = atoi(argv[2]);
     int ls = socket(AF_INET, SOCK_STREAM, 0), one = 1;
     setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
@@ -99,6 +125,9 @@ int main(int argc, char **argv) {
                 drop(ep, fd);
                 continue;
             }
+#ifdef RELAY_SPIN
+            spin();
+#endif
             ssize_t off = 0;
             while (off < r) {
                 ssize_t w = send(peer[fd], buf + off, r - off, MSG_NOSIGNAL);
