@@ -359,7 +359,8 @@ pub(crate) const UPSTREAM_READ_BYTES: usize = 64 * 1024;
 /// buffer of its own. An upstream is read until its channel is full
 /// (`proxy_buffer_bytes`, 1 MiB: 16 reads) before its client drains it,
 /// so 16 cover one such burst; a buffer made afresh is zeroed (`vec!`),
-/// which with 8 kept was 2.9 % of the worker's CPU under proxy-1m (perf).
+/// which with 8 kept was 2.7 to 2.9 % of the worker's CPU under proxy-1m
+/// (perf; with 16 it fell below 0.5 %).
 /// 16 × 64 KiB per worker at most; while kept they count in the output
 /// budget (`Limits::output_budget_bytes`), as the answers they held did.
 pub(crate) const UPSTREAM_CHUNKS_KEPT: usize = 16;
