@@ -10,11 +10,17 @@
 # Every process is on CPU 0, one worker. strace slows the proxy, which
 # changes how many events one epoll_wait returns: the counts are the
 # evidence, not the time; compare runs of the same N only.
+# A third argument, BYTES, makes limit answer bodies of that many bytes
+# (limit --response) instead of its 13-byte hello: past 65,536 the proxy
+# relays them through its channel (relay.c spins on a full socket then,
+# so its counts are no floor for them).
 # Example: bench/proxy-syscalls.sh target/release/peregrine 20000
+#          bench/proxy-syscalls.sh target/release/peregrine 2000 1048576
 set -euo pipefail
 export PEREGRINE_ALLOW_ROOT=1
 BIN=${1:-target/release/peregrine}
 N=${2:-20000}
+BYTES=${3:-}
 here=$(cd "$(dirname "$0")" && pwd)
 for tool in strace h2load gcc python3; do
   command -v $tool >/dev/null || { echo "proxy-syscalls.sh: $tool is missing" >&2; exit 1; }
@@ -28,7 +34,12 @@ gcc -O2 -o "$tmp/relay" "$here/limit/relay.c"
 port() { echo $((20000 + RANDOM % 9000)); }
 wait_up() { for _ in $(seq 50); do curl -s -o /dev/null "http://127.0.0.1:$1/" && return; sleep 0.1; done; echo "no answer on $1" >&2; exit 1; }
 
-up=$(port); taskset -c 0 "$tmp/limit" "$up" >/dev/null 2>&1 & pids+=($!)
+answer=()
+if [ -n "$BYTES" ]; then
+  python3 -c "import sys; n = int(sys.argv[1]); sys.stdout.buffer.write(b'HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: %d\r\n\r\n' % n + b'x' * n)" "$BYTES" >"$tmp/answer.resp"
+  answer=(--response "$tmp/answer.resp")
+fi
+up=$(port); taskset -c 0 "$tmp/limit" "$up" "${answer[@]}" >/dev/null 2>&1 & pids+=($!)
 wait_up "$up"
 rp=$(port); taskset -c 0 "$tmp/relay" "$rp" "$up" >/dev/null 2>&1 & pids+=($!); rpid=$!
 mkdir -p "$tmp/empty"

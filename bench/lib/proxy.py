@@ -13,6 +13,9 @@ upstream answering from another core.
 Scenarios:
 - proxy-c50: wrk -t1 -c50, GET /, limit's 13-byte "Hello, World!";
 - proxy-64k: wrk -t1 -c50, answers of 65,536 bytes (limit --response);
+- proxy-1m: wrk -t1 -c50, answers of 1,048,576 bytes (limit --response):
+  past Peregrine's whole-answer bound (64 KiB), so its body goes through
+  the proxy's channel, read by read;
 - proxy-h2-c50: h2load -c50 -m1 over cleartext HTTP/2 with prior
   knowledge (h2c) to the proxy, HTTP/1.1 to limit. relay-limit is a byte
   relay and cannot translate, so this scenario has no floor of its own:
@@ -64,11 +67,13 @@ ORDER = ["relay", "peregrine", "nginx", "haproxy", "caddy"]
 SCENARIOS = {
     "proxy-c50": (13, False),
     "proxy-64k": (65536, False),
+    "proxy-1m": (1048576, False),
     "proxy-h2-c50": (13, True),
 }
 DESCRIPTIONS = {
     "proxy-c50": "wrk -t1 -c50, GET / answered by limit's 13-byte hello through the proxy",
     "proxy-64k": "wrk -t1 -c50, GET / answered with 65,536 bytes (limit --response) through the proxy",
+    "proxy-1m": "wrk -t1 -c50, GET / answered with 1,048,576 bytes (limit --response) through the proxy",
     "proxy-h2-c50": "h2load -c50 -m1 over h2c (prior knowledge) to the proxy, HTTP/1.1 to limit; "
                     "relay-limit cannot translate: ratios to proxy-c50's relay in the same repetition",
 }
@@ -370,13 +375,18 @@ def run(names, scenario_names, reps, duration_s, run_dir):
                        capture_output=True, text=True)
     if r.returncode != 0:
         return "", {}, {"proxy scenarios": f"gcc limit.c failed: {r.stderr.strip()[-300:]}"}
-    # the upstreams: limit's hello, and limit answering 64 KiB
-    big = os.path.join(work, "64k.resp")
-    with open(big, "wb") as f:
-        f.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: 65536\r\n\r\n"
-                + b"x" * 65536)
+    # the upstreams: limit's hello, and limit answering each larger size
+    # the scenarios asked for (64 KiB, 1 MiB)
     up_ports, ups = {}, []
-    for size, extra in ((13, []), (65536, ["--response", big])):
+    sizes = sorted({13} | {SCENARIOS[sc][0] for sc in scenario_names})
+    for size in sizes:
+        extra = []
+        if size != 13:
+            big = os.path.join(work, f"{size}.resp")
+            with open(big, "wb") as f:
+                f.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
+                        + f"Content-Length: {size}\r\n\r\n".encode() + b"x" * size)
+            extra = ["--response", big]
         p = servers.free_port()
         proc = procs.spawn(["taskset", "-c", CPU, limit_bin, str(p)] + extra,
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -4,7 +4,7 @@
 //! `Input` and queue into an `Output`; only the driver touches the socket.
 
 use crate::body::Chunks;
-use crate::limits::{BUFFER_BYTES, H2_READ_BYTES, POOL_BUFFERS_MAX};
+use crate::limits::{BUFFER_BYTES, H2_READ_BYTES, POOL_BUFFERS_MAX, UPSTREAM_CHUNKS_KEPT, UPSTREAM_READ_BYTES};
 use crate::response::{FileRange, SharedBytes};
 
 /// A worker's spare buffers. Read buffers keep their full length (their
@@ -31,6 +31,9 @@ pub(crate) struct BufPool {
     /// output budget with `output`: an atomic because a channel is
     /// `Send`, though only this worker's threads move its bytes.
     pub(crate) read_ahead: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    /// The reverse proxy's read buffers of `UPSTREAM_READ_BYTES`, given
+    /// back once their chunk was written (`give_chunk`), full length.
+    chunks: Vec<Vec<u8>>,
 }
 
 impl BufPool {
@@ -88,6 +91,34 @@ impl BufPool {
             && self.large_write.len() < LARGE_WRITE_BUFFERS_MAX
         {
             self.large_write.push(buf);
+        }
+    }
+
+    /// A read buffer of `UPSTREAM_READ_BYTES` (full length, its bytes
+    /// initialised) for the reverse proxy, which moves a full read of a
+    /// long answer's body into its channel rather than copy it: one a
+    /// client's connection gave back if there is one.
+    pub(crate) fn take_chunk(&mut self) -> Vec<u8> {
+        match self.chunks.pop() {
+            Some(buf) => {
+                self.output -= buf.capacity();
+                buf
+            }
+            None => vec![0; UPSTREAM_READ_BYTES],
+        }
+    }
+
+    /// Keeps a chunk that was written (a streamed body's, `Held`) for
+    /// `take_chunk` if it is one of the proxy's read buffers, whole, and
+    /// fewer than `UPSTREAM_CHUNKS_KEPT` are kept; counted in the output
+    /// budget while kept. Others are freed.
+    pub(crate) fn give_chunk(&mut self, buf: Vec<u8>) {
+        if buf.len() == UPSTREAM_READ_BYTES
+            && buf.capacity() == UPSTREAM_READ_BYTES
+            && self.chunks.len() < UPSTREAM_CHUNKS_KEPT
+        {
+            self.output += buf.capacity();
+            self.chunks.push(buf);
         }
     }
 
@@ -160,7 +191,18 @@ impl Output {
     /// Everything queued is written and the rest of the body waits for
     /// the thread that writes it (`body::channel`).
     pub(crate) fn is_parked(&self) -> bool {
-        self.pos >= self.buf.len() && matches!(&self.tail, Some(Tail::Stream { chunks, .. }) if chunks.is_parked())
+        self.pos >= self.buf.len()
+            && matches!(&self.tail, Some(Tail::Stream { chunks, held: None, .. }) if chunks.is_parked())
+    }
+
+    /// Bytes this output holds against the output budget: its buffer,
+    /// and a streamed body's chunk being written from its own.
+    pub(crate) fn held_bytes(&self) -> usize {
+        let chunk = match &self.tail {
+            Some(Tail::Stream { held: Some(h), .. }) => h.data.capacity(),
+            _ => 0,
+        };
+        self.buf.capacity() + chunk
     }
 }
 
@@ -182,11 +224,47 @@ pub(crate) enum Tail {
     },
     /// `trailers`: the client takes trailer fields (`TE: trailers`), so
     /// a chunked body's go after its last chunk.
+    ///
+    /// `held`: the chunk being written, from its own buffer (HTTP/1.1
+    /// over TCP or kernel TLS: `writev` of its framing in the output
+    /// buffer, then its bytes, then its CRLF); `None` between chunks and
+    /// under rustls, which copies the chunk into the output buffer.
     Stream {
         chunks: Chunks,
         chunked: bool,
         trailers: bool,
+        held: Option<Held>,
     },
+}
+
+/// A streamed body's chunk written from where the producer left it, not
+/// copied into the output buffer: `data`, then `end` (the chunk's CRLF
+/// when chunked, else nothing). A 64 KiB chunk of a proxied answer cost
+/// a memcpy and, on a 16 KiB write buffer, three reallocations as it
+/// grew to 128 KiB.
+pub(crate) struct Held {
+    pub(crate) data: Vec<u8>,
+    pub(crate) end: &'static [u8],
+    /// Bytes of `data`, then of `end`, written.
+    pub(crate) pos: usize,
+}
+
+impl Held {
+    /// What is left to write: of the chunk, then of its end.
+    pub(crate) fn rest(&self) -> (&[u8], &[u8]) {
+        let n = self.data.len();
+        if self.pos < n {
+            (&self.data[self.pos..], self.end)
+        } else {
+            (&[], &self.end[self.pos - n..])
+        }
+    }
+
+    /// Counts `n` more bytes written; true once all is.
+    pub(crate) fn advance(&mut self, n: usize) -> bool {
+        self.pos += n;
+        self.pos >= self.data.len() + self.end.len()
+    }
 }
 
 /// Gives `output` a buffer from the pool if it has none.
@@ -230,5 +308,57 @@ mod tests {
         }
         assert_eq!(pool.medium_write.len(), MEDIUM_WRITE_BUFFERS_MAX);
         assert_eq!(pool.large_write.len(), LARGE_WRITE_BUFFERS_MAX);
+    }
+
+    /// The proxy's read buffers come back once written and are read into
+    /// again: at most `UPSTREAM_CHUNKS_KEPT`, whole ones only (a shorter
+    /// chunk would be read into short), each counted in the output
+    /// budget while kept.
+    #[test]
+    fn kept_read_buffers_are_bounded_whole_and_counted_in_the_output_budget() {
+        let mut pool = BufPool::default();
+        let first = pool.take_chunk();
+        assert_eq!(
+            (first.len(), first.capacity()),
+            (UPSTREAM_READ_BYTES, UPSTREAM_READ_BYTES)
+        );
+        assert_eq!(pool.output, 0, "a new one is counted where it goes, not here");
+        let mut short = first.clone();
+        short.truncate(100);
+        pool.give_chunk(short);
+        pool.give_chunk(b"a chunk of an application's".to_vec());
+        assert_eq!((pool.chunks.len(), pool.output), (0, 0), "not a whole read buffer");
+        for _ in 0..UPSTREAM_CHUNKS_KEPT + 3 {
+            pool.give_chunk(vec![7; UPSTREAM_READ_BYTES]);
+        }
+        assert_eq!(pool.chunks.len(), UPSTREAM_CHUNKS_KEPT);
+        assert_eq!(pool.output, UPSTREAM_CHUNKS_KEPT * UPSTREAM_READ_BYTES);
+        let again = pool.take_chunk();
+        assert_eq!(again.len(), UPSTREAM_READ_BYTES);
+        assert_eq!(pool.output, (UPSTREAM_CHUNKS_KEPT - 1) * UPSTREAM_READ_BYTES);
+    }
+
+    /// A held chunk is written from where it is, then its end (the CRLF
+    /// of a chunk), however the writes split it.
+    #[test]
+    fn a_held_chunk_gives_its_rest_then_its_end() {
+        let mut held = Held {
+            data: b"hello".to_vec(),
+            end: b"\r\n",
+            pos: 0,
+        };
+        assert_eq!(held.rest(), (&b"hello"[..], &b"\r\n"[..]));
+        assert!(!held.advance(3));
+        assert_eq!(held.rest(), (&b"lo"[..], &b"\r\n"[..]));
+        assert!(!held.advance(3));
+        assert_eq!(held.rest(), (&b""[..], &b"\n"[..]));
+        assert!(held.advance(1));
+        let mut plain = Held {
+            data: b"ab".to_vec(),
+            end: b"",
+            pos: 0,
+        };
+        assert!(plain.advance(2));
+        assert_eq!(plain.rest(), (&b""[..], &b""[..]));
     }
 }

@@ -23,7 +23,8 @@ fn body_of(n: usize) -> Vec<u8> {
     (0..n).map(|i| (i * 7 % 251) as u8).collect()
 }
 
-/// `/burst/N`: a head and N bytes in one write. `/late`: a head and body
+/// `/burst/N`: a head and N bytes in one write. `/chunked/N/C`: N bytes
+/// chunked, in chunks of C bytes, in one write. `/late`: a head and body
 /// of 65,536 bytes whose first 65,536 bytes (the head and most of the
 /// body) go at once and the rest when the test sends on `go`.
 fn serve(stream: TcpStream, go: Arc<Mutex<Receiver<()>>>) {
@@ -43,6 +44,19 @@ fn serve(stream: TcpStream, go: Arc<Mutex<Receiver<()>>>) {
         };
         if let Some(n) = path.strip_prefix("/api/burst/") {
             if out.write_all(&whole(n.parse().unwrap())).is_err() {
+                return;
+            }
+        } else if let Some(sizes) = path.strip_prefix("/api/chunked/") {
+            let (n, c) = sizes.split_once('/').unwrap();
+            let (n, c): (usize, usize) = (n.parse().unwrap(), c.parse().unwrap());
+            let mut a = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n".to_vec();
+            for piece in body_of(n).chunks(c) {
+                a.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+                a.extend_from_slice(piece);
+                a.extend_from_slice(b"\r\n");
+            }
+            a.extend_from_slice(b"0\r\n\r\n");
+            if out.write_all(&a).is_err() {
                 return;
             }
         } else if path == "/api/late" {
@@ -115,6 +129,71 @@ fn answers_around_one_read_long_arrive_byte_for_byte_on_one_connection() {
         let mut body = vec![0; n];
         reader.read_exact(&mut body).unwrap();
         assert!(body == body_of(n), "the {n} bytes relayed as they were");
+    }
+}
+
+/// Reads a chunked body to its end (no trailers).
+fn read_chunked(reader: &mut impl std::io::BufRead) -> Vec<u8> {
+    let mut body = Vec::new();
+    loop {
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        let n = usize::from_str_radix(line.trim_end(), 16).expect("a chunk size line");
+        let mut chunk = vec![0; n + 2];
+        reader.read_exact(&mut chunk).unwrap();
+        assert_eq!(&chunk[n..], b"\r\n", "a chunk ends with CRLF");
+        if n == 0 {
+            return body;
+        }
+        body.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// Answers longer than the whole-answer bound go through the proxy's
+/// channel: a full upstream read that is all body is moved into it (its
+/// buffer then written to the client from where it is and read into
+/// again), other reads are copied out; either way the bytes arrive as
+/// they were, by length or chunked, on one connection whose buffers go
+/// round (a buffer given back too early, or a chunk head taken for body,
+/// would show in the pattern).
+#[test]
+fn long_answers_by_length_and_chunked_arrive_byte_for_byte_on_one_connection() {
+    let (up, _go) = common::scripted_upstream(serve);
+    let server = server(up);
+    let mut client = TcpStream::connect(server.local_addr()).unwrap();
+    client.set_read_timeout(Some(PATIENCE)).unwrap();
+    let mut reader = BufReader::new(client.try_clone().unwrap());
+    let mut ask = |path: &str| {
+        client
+            .write_all(format!("GET /api/{path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+            .unwrap();
+    };
+    for round in 0..3 {
+        for n in [1 << 20, (1 << 20) + 4099, 3 * 65_536 + 1] {
+            ask(&format!("burst/{n}"));
+            let (status, length) = read_answer_head(&mut reader);
+            assert_eq!((status, length), (200, n), "answer of {n} bytes, round {round}");
+            let mut body = vec![0; n];
+            reader.read_exact(&mut body).unwrap();
+            assert!(body == body_of(n), "the {n} bytes relayed as they were, round {round}");
+        }
+        // Chunks longer than a read (their insides may go whole), about
+        // one read, and short ones (every read holds chunk heads).
+        for (n, c) in [(1 << 20, 300_000), (600_000, 65_536), (300_000, 1000)] {
+            ask(&format!("chunked/{n}/{c}"));
+            let mut head = Vec::new();
+            let mut byte = [0u8];
+            while !head.ends_with(b"\r\n\r\n") {
+                reader.read_exact(&mut byte).expect("the answer's head");
+                head.push(byte[0]);
+            }
+            let text = String::from_utf8_lossy(&head).to_ascii_lowercase();
+            assert_eq!(status_of(&head), 200, "{text}");
+            assert!(text.contains("transfer-encoding: chunked"), "{text}");
+            let body = read_chunked(&mut reader);
+            assert_eq!(body.len(), n, "{n} bytes in chunks of {c}");
+            assert!(body == body_of(n), "{n} bytes in chunks of {c} relayed as they were");
+        }
     }
 }
 

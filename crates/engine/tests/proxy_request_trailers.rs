@@ -337,3 +337,118 @@ fn an_http3_requests_trailers_reach_the_upstream_whether_its_body_was_read_whole
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+/// An h2c upstream (`h2up/report_server.py`) that answers each request
+/// with its body's length, the trailer fields it got and the frame that
+/// ended it; killed when dropped.
+struct H2Up {
+    child: std::process::Child,
+    addr: SocketAddr,
+    dir: std::path::PathBuf,
+}
+
+impl Drop for H2Up {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn h2_upstream() -> H2Up {
+    let python = test_support::install::h2_python(&common::tmp("h2-venv"))
+        .unwrap_or_else(|e| panic!("this test needs Python's h2: {e}"));
+    let dir = common::tmp(&format!("request-trailers-h2up-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let port_file = dir.join("port");
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/h2up/report_server.py");
+    let child = std::process::Command::new(python)
+        .arg(script)
+        .arg(&port_file)
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    let port: u16 = loop {
+        if let Ok(p) = std::fs::read_to_string(&port_file) {
+            break p.trim().parse().unwrap();
+        }
+        assert!(start.elapsed() < common::PATIENCE, "the upstream did not start");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    H2Up {
+        child,
+        addr: SocketAddr::from(([127, 0, 0, 1], port)),
+        dir,
+    }
+}
+
+/// What the h2c upstream gets of `SENT`: the same two fields as an
+/// HTTP/1.1 upstream, in a trailing HEADERS.
+const PASSED_H2: &str = "trailers x-checksum: abc; grpc-status: 0";
+
+/// Request trailers to an HTTP/2 upstream (RFC 9113 §8.1): a HEADERS
+/// frame with END_STREAM after the last DATA, less the same fields as
+/// toward HTTP/1.1, whether the body was read whole or streamed, and from
+/// an HTTP/1.1 client or an HTTP/2 one. A request without trailers (or
+/// with none that may go on) ends as before: END_STREAM on its last DATA
+/// (read whole) or on an empty DATA after it (streamed).
+#[test]
+fn request_trailers_reach_an_http2_upstream_as_a_trailing_headers_frame() {
+    let up = h2_upstream();
+    let proxy = Proxy::new(Upstream::parse(&format!("h2c://{}", up.addr)).unwrap());
+    let server = Server::new()
+        .bind("127.0.0.1:0")
+        .workers(1)
+        .start(Router::new().route("POST", "/*rest", proxy))
+        .expect("server starts");
+    let addr = server.local_addr();
+    // HTTP/1.1 chunked: streamed (no length).
+    let head = "POST /up HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nConnection: X-Hop, close\r\n\r\n";
+    let got = h1(addr, head, &chunked_with_trailers(&["hel", "lo"]));
+    assert_eq!(got, format!("body 5\n{PASSED_H2}\nend trailers\n"));
+    let got = h1(addr, head, "5\r\nhello\r\n0\r\n\r\n");
+    assert_eq!(
+        got, "body 5\ntrailers none\nend data 0\n",
+        "no trailers: an empty DATA ends it"
+    );
+    let got = h1(addr, head, "5\r\nhello\r\n0\r\ncookie: a=1\r\n\r\n");
+    assert_eq!(got, "body 5\ntrailers none\nend data 0\n", "none that may go on");
+    // HTTP/1.1 with a length: read whole, no trailers (as before).
+    let head = "POST /up HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nConnection: close\r\n\r\n";
+    assert_eq!(h1(addr, head, "hello"), "body 5\ntrailers none\nend data 5\n");
+
+    // HTTP/2 clients: read whole (a length of at most 64 KiB), streamed
+    // (no length, or over 64 KiB).
+    let sent = sent_json();
+    let cases = [
+        (
+            format!("{{\"path\": \"/up\", \"body_len\": 5, \"content_length\": true, \"trailers\": {sent}}}"),
+            format!("body 5\n{PASSED_H2}\nend trailers"),
+        ),
+        (
+            format!("{{\"path\": \"/up\", \"body_len\": 5, \"trailers\": {sent}}}"),
+            format!("body 5\n{PASSED_H2}\nend trailers"),
+        ),
+        (
+            format!("{{\"path\": \"/up\", \"body_len\": 100000, \"content_length\": true, \"trailers\": {sent}}}"),
+            format!("body 100000\n{PASSED_H2}\nend trailers"),
+        ),
+        (
+            "{\"path\": \"/up\", \"body_len\": 5, \"content_length\": true, \"trailers\": [[\"cookie\", \"a=1\"]]}"
+                .to_owned(),
+            "body 5\ntrailers none\nend data 5".to_owned(),
+        ),
+        (
+            "{\"path\": \"/up\", \"body_len\": 5, \"content_length\": true, \"trailers\": []}".to_owned(),
+            "body 5\ntrailers none\nend data 5".to_owned(),
+        ),
+    ];
+    for (spec, want) in cases {
+        let lines = h2(&server, &spec);
+        assert_eq!(lines[0], "status 200", "{spec}: {lines:?}");
+        let got = lines[1..lines.len() - 1].join("\n");
+        assert_eq!(got.trim_end(), format!("body {want}"), "{spec}");
+        assert_eq!(lines.last().unwrap(), "ended", "{spec}");
+    }
+}

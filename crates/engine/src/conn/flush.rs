@@ -34,6 +34,14 @@ impl Conn {
             }
             let result = match (&mut out.tail, buffered.is_empty()) {
                 (None, true) => unreachable!("checked above"),
+                // A streamed body's chunk, from its own buffer: its
+                // framing (or the head before it) in the output buffer,
+                // the chunk, its CRLF, in one writev.
+                (Some(Tail::Stream { held: Some(h), .. }), _) => {
+                    let (data, end) = h.rest();
+                    self.stream
+                        .write_vectored(&[IoSlice::new(buffered), IoSlice::new(data), IoSlice::new(end)])
+                }
                 (Some(Tail::Bytes { data, pos }), false) => self
                     .stream
                     .write_vectored(&[IoSlice::new(buffered), IoSlice::new(&data[*pos..])]),
@@ -69,6 +77,7 @@ impl Conn {
                         chunks,
                         chunked,
                         trailers,
+                        held,
                     }),
                     true,
                 ) => {
@@ -81,7 +90,7 @@ impl Conn {
                     // The next chunk is taken only now that the one before
                     // has left: a producer on another thread is held back
                     // by its channel's capacity, not by this buffer.
-                    match h1::next_piece(chunks, *chunked, *trailers, &mut out.buf) {
+                    match h1::next_piece(chunks, *chunked, *trailers, &mut out.buf, Some(held)) {
                         Piece::Queued => {}
                         Piece::Ended => out.tail = None,
                         // Everything so far is written; the producer wakes
@@ -117,7 +126,17 @@ impl Conn {
                             *sent += n as u64;
                             *sent == range.len
                         }
-                        Some(Tail::Stream { .. }) | None => false,
+                        Some(Tail::Stream { held, .. }) => {
+                            // A chunk written whole goes back to the pool
+                            // (the proxy's read buffers are read into again).
+                            if held.as_mut().is_some_and(|h| h.advance(n)) {
+                                if let Some(h) = held.take() {
+                                    pool.give_chunk(h.data);
+                                }
+                            }
+                            false
+                        }
+                        None => false,
                     };
                     if done {
                         out.tail = None;
@@ -339,16 +358,19 @@ pub(super) fn encrypt(tls: &mut TlsSession, out: &mut Output, pool: &mut BufPool
                 *sent == range.len
             }
             // As in `flush`: a chunk once the one before is encrypted.
+            // rustls copies what it seals: the chunk is copied into the
+            // output buffer (no `held`).
             Some(Tail::Stream {
                 chunks,
                 chunked,
                 trailers,
+                held: _,
             }) => {
                 // A parked connection gave its buffer back.
                 if out.buf.capacity() == 0 {
                     out.buf = pool.take_write();
                 }
-                match h1::next_piece(chunks, *chunked, *trailers, &mut out.buf) {
+                match h1::next_piece(chunks, *chunked, *trailers, &mut out.buf, None) {
                     Piece::Queued => false,
                     Piece::Ended => true,
                     // Parked: `flush_tls` sees it once rustls has written.

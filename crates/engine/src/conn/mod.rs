@@ -606,7 +606,7 @@ impl Conn {
 
     /// Holds the write buffer's size against the worker's output budget.
     fn charge_output(&mut self, pool: &mut BufPool) {
-        let held = self.output.buf.capacity();
+        let held = self.output.held_bytes();
         pool.output = pool.output - self.output_charge + held;
         self.output_charge = held;
     }

@@ -8,7 +8,7 @@ use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
 use crate::body::{Chunks, Next};
-use crate::buffers::{Output, Tail};
+use crate::buffers::{Held, Output, Tail};
 use crate::codec::write::{self as wire, BodyFraming, ConnField};
 use crate::codec::Version;
 use crate::date::DATE_LEN;
@@ -147,6 +147,7 @@ pub(crate) fn write_response(
                 chunks: Chunks::Iter(chunks),
                 chunked: framing == BodyFraming::Chunked,
                 trailers: false,
+                held: None,
             });
         }
         Body::Channel(rx) => {
@@ -154,6 +155,7 @@ pub(crate) fn write_response(
                 chunks: Chunks::Channel(rx),
                 chunked: framing == BodyFraming::Chunked,
                 trailers: false,
+                held: None,
             });
         }
     }
@@ -391,6 +393,47 @@ mod tests {
         assert!(written(replaced).ends_with(b"X-A: 1\r\n\r\n\x00\x07\x0e\x15\x1c"));
         assert_eq!(Arc::strong_count(&whole), 1);
     }
+
+    /// A streamed body's chunk is framed the same whether it is copied
+    /// into the buffer or held (written after it, from its own): the
+    /// bytes on the wire are the buffer, then the held chunk and its end.
+    #[test]
+    fn a_held_chunk_goes_out_as_a_copied_one_would() {
+        for chunked in [true, false] {
+            let mut wires = Vec::new();
+            for hold in [false, true] {
+                let (body, tx) = crate::body::channel(1 << 20);
+                let Body::Channel(rx) = body else { unreachable!() };
+                let mut chunks = Chunks::Channel(rx);
+                tx.send(vec![b'x'; 300]).unwrap();
+                tx.send("end").unwrap();
+                drop(tx);
+                let mut wire = Vec::new();
+                loop {
+                    let mut buf = Vec::new();
+                    let mut held = None;
+                    let piece = next_piece(&mut chunks, chunked, false, &mut buf, hold.then_some(&mut held));
+                    wire.extend_from_slice(&buf);
+                    if let Some(h) = &held {
+                        assert!(hold, "held only when asked");
+                        let (data, end) = h.rest();
+                        wire.extend_from_slice(data);
+                        wire.extend_from_slice(end);
+                    }
+                    if piece == Piece::Ended {
+                        break;
+                    }
+                    assert_eq!(piece, Piece::Queued);
+                }
+                wires.push(wire);
+            }
+            assert_eq!(wires[0], wires[1], "chunked: {chunked}");
+            let want: &[u8] = if chunked { b"12c\r\n" } else { b"xxx" };
+            assert!(wires[0].starts_with(want));
+            let end: &[u8] = if chunked { b"3\r\nend\r\n0\r\n\r\n" } else { b"xend" };
+            assert!(wires[0].ends_with(end));
+        }
+    }
 }
 
 /// What `next_piece` did.
@@ -413,8 +456,16 @@ pub(crate) enum Piece {
 /// end, with the body's trailer fields if it has some and `trailers`
 /// (the client said `TE: trailers`). The driver calls it only once the
 /// piece before has left, so a producer on another thread is held back
-/// by its channel's capacity, not by this buffer.
-pub(crate) fn next_piece(chunks: &mut Chunks, chunked: bool, trailers: bool, buf: &mut Vec<u8>) -> Piece {
+/// by its channel's capacity, not by this buffer. With `held` (a writer
+/// that can `writev`), a chunk is not copied: its framing goes into
+/// `buf` and the chunk itself into `held`, written after it.
+pub(crate) fn next_piece(
+    chunks: &mut Chunks,
+    chunked: bool,
+    trailers: bool,
+    buf: &mut Vec<u8>,
+    held: Option<&mut Option<Held>>,
+) -> Piece {
     match chunks.next() {
         Next::Chunk(chunk) => {
             // A zero-length chunk would be the last chunk.
@@ -423,10 +474,20 @@ pub(crate) fn next_piece(chunks: &mut Chunks, chunked: bool, trailers: bool, buf
             }
             if chunked {
                 wire::write_chunk_start(buf, chunk.len());
-                buf.extend_from_slice(&chunk);
-                buf.extend_from_slice(wire::CHUNK_END);
-            } else {
-                buf.extend_from_slice(&chunk);
+            }
+            let end: &'static [u8] = if chunked { wire::CHUNK_END } else { b"" };
+            match held {
+                Some(slot) => {
+                    *slot = Some(Held {
+                        data: chunk,
+                        end,
+                        pos: 0,
+                    })
+                }
+                None => {
+                    buf.extend_from_slice(&chunk);
+                    buf.extend_from_slice(end);
+                }
             }
             Piece::Queued
         }

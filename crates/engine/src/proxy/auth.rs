@@ -216,6 +216,7 @@ impl ForwardAuth {
             encode: None,
             trailers: false,
             forward_trailers: None,
+            body_trailers: None,
             cache: None,
         });
         Reply::Later

@@ -159,12 +159,18 @@ pub(crate) struct Job {
     /// after `TE: trailers`): the upstream was told so, and its chunked
     /// answer's trailers are relayed (`Trailers::relayed`).
     pub(crate) trailers: bool,
-    /// A streamed body sent chunked whose client may end it with trailer
-    /// fields: they go on after the last chunk, less those its
+    /// A streamed body whose client may end it with trailer fields (sent
+    /// chunked to an HTTP/1.1 upstream; any to an HTTP/2 one): they go on
+    /// after the last chunk, or as a trailing HEADERS, less those its
     /// `Connection` named (these, lowercase) and those
     /// `Trailers::forwarded` keeps from upstreams. `None`: a body read
-    /// whole (its trailers are in `bytes` already), or none can go.
+    /// whole (see `body_trailers`), or none can go.
     pub(crate) forward_trailers: Option<Vec<Vec<u8>>>,
+    /// A body read whole whose client ended it with trailer fields, as
+    /// they go on (`Trailers::forwarded`), for an HTTP/2 upstream: a
+    /// trailing HEADERS after its last DATA (RFC 9113 §8.1). An HTTP/1.1
+    /// upstream's are in `bytes` already, after the last chunk.
+    pub(crate) body_trailers: Option<crate::message::trailers::Trailers>,
     /// A cache miss (`cache.rs`): what storing the answer needs.
     pub(crate) cache: Option<Box<cache::Ask>>,
 }
@@ -525,15 +531,16 @@ impl Proxy {
         // streamed one of unknown length is chunked anyway, and one of
         // known length (HTTP/2, HTTP/3) becomes chunked only when its
         // head announced trailers (`Trailer`, RFC 9110 §6.6.2): its head
-        // leaves before they could be seen. An HTTP/2 upstream gets none
-        // (the session sends no trailing HEADERS yet).
+        // leaves before they could be seen. An HTTP/2 upstream gets them
+        // as a trailing HEADERS (RFC 9113 §8.1) whatever the body's
+        // length, read whole or streamed (`h2up`).
         let up_h1 = !self.up.is_h2();
         let whole_trailers = match (&reader, req.trailers()) {
-            (None, Some(t)) if up_h1 => t.forwarded(&connection_named(req)),
+            (None, Some(t)) => t.forwarded(&connection_named(req)),
             _ => None,
         };
         let framing = match (&reader, length) {
-            (None, _) if whole_trailers.is_some() => Framing::Chunked,
+            (None, _) if up_h1 && whole_trailers.is_some() => Framing::Chunked,
             (None, _) if req.body().is_empty() => Framing::Empty,
             (None, _) => Framing::Length(req.body().len() as u64),
             (Some(_), Some(n)) if n > 0 && up_h1 && announces_trailers(req) => Framing::Chunked,
@@ -542,7 +549,10 @@ impl Proxy {
             (Some(_), None) => Framing::Chunked,
         };
         let chunked = reader.is_some() && framing == Framing::Chunked;
-        let forward_trailers = (chunked && up_h1).then(|| connection_named(req));
+        let forward_trailers = match up_h1 {
+            true => chunked.then(|| connection_named(req)),
+            false => reader.is_some().then(|| connection_named(req)),
+        };
         let skip: &[&str] = if expect_continue { &[] } else { &["expect"] };
         let trailers = takes_trailers(req);
         match build_as(&self.up, req, framing, req.method(), skip, target) {
@@ -550,8 +560,11 @@ impl Proxy {
                 if trailers {
                     ask_trailers(&mut bytes, req.body().len());
                 }
-                if let Some(t) = &whole_trailers {
-                    chunk_whole_body(&mut bytes, req.body().len(), t);
+                let mut body_trailers = None;
+                match (up_h1, whole_trailers) {
+                    (true, Some(t)) => chunk_whole_body(&mut bytes, req.body().len(), &t),
+                    (false, t) => body_trailers = t,
+                    (true, None) => {}
                 }
                 let responder = req.defer();
                 if let (true, Some(ask)) = (rescue, &ask) {
@@ -577,6 +590,7 @@ impl Proxy {
                         .map(|e| encode::plan(e, req.header_bytes("accept-encoding"))),
                     trailers,
                     forward_trailers,
+                    body_trailers,
                     cache: ask,
                 };
                 match wait {
@@ -615,6 +629,7 @@ impl Proxy {
                     encode: None,
                     trailers: false,
                     forward_trailers: None,
+                    body_trailers: None,
                     cache: None,
                 });
                 Reply::Later

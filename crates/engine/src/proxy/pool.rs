@@ -99,7 +99,10 @@ pub(crate) struct Upstreams {
     h2: super::h2up::H2Upstreams,
     /// Where every connection reads into (`READ_CHUNK`, zeroed once):
     /// a connection keeps only what it has not consumed yet, usually
-    /// nothing, so an idle one holds no read buffer.
+    /// nothing, so an idle one holds no read buffer. A read that is all
+    /// of a long answer's body takes it along into the channel
+    /// (`UpConn::advance`); the next comes from the worker's kept ones
+    /// (`BufPool::take_chunk`).
     scratch: Vec<u8>,
 }
 
@@ -737,8 +740,8 @@ impl Upstreams {
     fn drive(&mut self, ctx: &mut Ctx<'_>, timers: &mut Timers, key: usize) {
         let c = &mut self.conns[key];
         let read_timeout = self.pools.get(&c.up).map(|p| p.up.read_timeout);
-        if self.scratch.is_empty() {
-            self.scratch = vec![0; READ_CHUNK];
+        if self.scratch.len() != READ_CHUNK {
+            self.scratch = ctx.pool.take_chunk();
         }
         let outcome = c.advance(
             ctx,
@@ -1060,7 +1063,13 @@ impl UpConn {
         Outcome::Failed { status, why, retry }
     }
 
-    fn advance(&mut self, ctx: &Ctx<'_>, key: usize, read_timeout: std::time::Duration, scratch: &mut [u8]) -> Outcome {
+    fn advance(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        key: usize,
+        read_timeout: std::time::Duration,
+        scratch: &mut Vec<u8>,
+    ) -> Outcome {
         'step: loop {
             match self.state {
                 State::Connecting => match self.sock.connected() {
@@ -1205,12 +1214,27 @@ impl UpConn {
                         Ok(0) => return self.at_eof(ctx, key),
                         Ok(n) => {
                             self.more = n == room;
-                            if self.more && self.state == State::Head && self.buf.is_empty() {
-                                // Likely a large answer: gathered in a
-                                // buffer that can hold it whole.
-                                self.buf = Vec::with_capacity(ANSWER_BUF_BYTES);
+                            if n == READ_CHUNK
+                                && self.state == State::Body
+                                && self.buf.is_empty()
+                                && self.encoder.is_none()
+                            {
+                                // A full read of a long answer's body:
+                                // the read buffer becomes the bytes
+                                // read, which `consume` moves into the
+                                // channel whole if they are all body
+                                // (not chunked), rather than copy them
+                                // twice (here, then into a chunk).
+                                std::mem::swap(&mut self.buf, scratch);
+                                *scratch = ctx.pool.take_chunk();
+                            } else {
+                                if self.more && self.state == State::Head && self.buf.is_empty() {
+                                    // Likely a large answer: gathered in a
+                                    // buffer that can hold it whole.
+                                    self.buf = Vec::with_capacity(ANSWER_BUF_BYTES);
+                                }
+                                self.buf.extend_from_slice(&scratch[..n]);
                             }
-                            self.buf.extend_from_slice(&scratch[..n]);
                             if self.state == State::Idle {
                                 // An idle connection has nothing to say.
                                 return Outcome::Close;
@@ -1387,6 +1411,8 @@ impl UpConn {
         let decoder = self.decoder.as_mut()?;
         let mut at = 0;
         let mut result = None;
+        // The buffer itself went into the channel (then it is empty).
+        let mut moved = false;
         while at < self.buf.len() && !decoder.is_done() {
             let step = match decoder.step(&self.buf[at..]) {
                 Ok(step) => step,
@@ -1403,7 +1429,23 @@ impl UpConn {
                 break;
             }
             if !step.data.is_empty() {
-                let chunk = self.buf[at + step.data.start..at + step.data.end].to_vec();
+                // A full read that is all body (`advance`: a length- or
+                // close-delimited answer's, or the inside of a long
+                // chunk) goes as it is, its buffer moved, not copied;
+                // other data (after a head, between chunk heads, short
+                // reads) is copied out into a chunk of its own length,
+                // which is what the channel counts.
+                let whole = at == 0
+                    && step.data == (0..self.buf.len())
+                    && step.consumed == self.buf.len()
+                    && self.buf.len() == READ_CHUNK
+                    && self.buf.capacity() == READ_CHUNK;
+                let chunk = if whole {
+                    moved = true;
+                    std::mem::take(&mut self.buf)
+                } else {
+                    self.buf[at + step.data.start..at + step.data.end].to_vec()
+                };
                 super::cache::tee(&mut self.fill, &chunk);
                 if let Some(tx) = &self.tx {
                     match tx.try_send_or_wake(chunk, ctx.mailbox, Source::Upstream(key).token()) {
@@ -1424,7 +1466,9 @@ impl UpConn {
             }
             at += step.consumed;
         }
-        self.buf.drain(..at);
+        if !moved {
+            self.buf.drain(..at);
+        }
         if decoder.is_done() && self.pending.is_none() {
             self.end_body();
             return Some(if self.keep_alive && self.buf.is_empty() {

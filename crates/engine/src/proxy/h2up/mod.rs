@@ -168,6 +168,14 @@ struct Exchange {
     figures: UpstreamLog,
     head_method: bool,
     trailers: bool,
+    /// The client's trailer fields to end the request with (a trailing
+    /// HEADERS with END_STREAM, RFC 9113 §8.1), once its body is sent:
+    /// a body read whole's from the start (`Job::body_trailers`), a
+    /// streamed one's when its end is taken.
+    request_trailers: Option<Trailers>,
+    /// A streamed body's trailers may go on, less these fields (the
+    /// client's `Connection` named them; `Job::forward_trailers`).
+    forward_named: Option<Vec<Vec<u8>>>,
 }
 
 /// What became of a stream after an event.
@@ -525,7 +533,10 @@ impl H2Conn {
         regular.push((b"te", b"trailers"));
         let body = job.bytes[head_len..].to_vec();
         let reader = job.body.take();
-        let end = body.is_empty() && reader.is_none();
+        // Cloned, not taken: the job stays whole for a retry.
+        let request_trailers = job.body_trailers.clone();
+        let forward_named = job.forward_trailers.clone();
+        let end = body.is_empty() && reader.is_none() && request_trailers.is_none();
         let authority = String::from_utf8_lossy(authority);
         let scheme = if self.up.is_tls() { "https" } else { "http" };
         let id = self.session.open(
@@ -568,6 +579,8 @@ impl H2Conn {
                 figures,
                 head_method,
                 trailers,
+                request_trailers,
+                forward_named,
             },
         );
         self.idle_since = None;
@@ -906,7 +919,7 @@ impl Exchange {
                     break;
                 }
                 let n = w.min(self.out.len() - self.out_at);
-                let last = self.out_at + n == self.out.len() && self.body.is_none();
+                let last = self.out_at + n == self.out.len() && self.body.is_none() && self.request_trailers.is_none();
                 session.send_data(id, &self.out[self.out_at..self.out_at + n], last);
                 self.out_at += n;
                 if last {
@@ -915,8 +928,7 @@ impl Exchange {
                 continue;
             }
             let Some(reader) = self.body.as_mut() else {
-                session.send_data(id, &[], true);
-                self.local_done = true;
+                self.end_request(id, session);
                 break;
             };
             match reader.try_take(ctx.mailbox, token(key)) {
@@ -931,10 +943,15 @@ impl Exchange {
                     break;
                 }
                 Take::End => {
+                    // The client's trailer section, if it sent one and
+                    // something of it may go on.
+                    self.request_trailers = self
+                        .forward_named
+                        .as_ref()
+                        .and_then(|named| reader.trailers()?.forwarded(named));
                     self.body = None;
                     self.waits_body = false;
-                    session.send_data(id, &[], true);
-                    self.local_done = true;
+                    self.end_request(id, session);
                 }
                 Take::Failed => {
                     // The client cut its body short: the upstream must not
@@ -955,6 +972,18 @@ impl Exchange {
         }
         let _ = out;
         Fate::Goes
+    }
+
+    /// Ends the request once its body is sent: with the client's trailer
+    /// fields, as a HEADERS frame carrying END_STREAM ("a trailer section
+    /// ... after the content", RFC 9113 §8.1), or, without any, as
+    /// before: an empty DATA with END_STREAM.
+    fn end_request(&mut self, id: u32, session: &mut Session) {
+        match self.request_trailers.take() {
+            Some(t) => session.send_trailers(id, t.fields().map(|(name, value)| (name.as_bytes(), value))),
+            None => session.send_data(id, &[], true),
+        }
+        self.local_done = true;
     }
 
     fn fail_in_place(&mut self, status: u16, out: &mut Out<'_>) {
@@ -987,6 +1016,8 @@ impl Exchange {
             figures: UpstreamLog::default(),
             head_method: false,
             trailers: false,
+            request_trailers: None,
+            forward_named: None,
         }
     }
 }

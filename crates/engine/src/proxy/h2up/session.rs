@@ -258,21 +258,7 @@ impl Session {
         for (name, value) in fields {
             self.encoder.field(&mut block, name, value);
         }
-        // HEADERS, then CONTINUATIONs past the upstream's frame size.
-        let max = self.peer_frame_max;
-        let mut chunks = block.chunks(max).peekable();
-        let first = chunks.next().unwrap_or(&[]);
-        let mut flags = if end { frame::END_STREAM } else { 0 };
-        if chunks.peek().is_none() {
-            flags |= frame::END_HEADERS;
-        }
-        frame::write_header(&mut self.out, first.len(), frame::HEADERS, flags, id);
-        self.out.extend_from_slice(first);
-        while let Some(c) = chunks.next() {
-            let flags = if chunks.peek().is_none() { frame::END_HEADERS } else { 0 };
-            frame::write_header(&mut self.out, c.len(), frame::CONTINUATION, flags, id);
-            self.out.extend_from_slice(c);
-        }
+        self.write_block(id, &block, end);
         self.block = block;
         self.streams.insert(
             id,
@@ -288,6 +274,45 @@ impl Session {
             },
         );
         id
+    }
+
+    /// A header block on `id`: HEADERS, then CONTINUATIONs past the
+    /// upstream's frame size; END_STREAM if `end`.
+    fn write_block(&mut self, id: u32, block: &[u8], end: bool) {
+        let max = self.peer_frame_max;
+        let mut chunks = block.chunks(max).peekable();
+        let first = chunks.next().unwrap_or(&[]);
+        let mut flags = if end { frame::END_STREAM } else { 0 };
+        if chunks.peek().is_none() {
+            flags |= frame::END_HEADERS;
+        }
+        frame::write_header(&mut self.out, first.len(), frame::HEADERS, flags, id);
+        self.out.extend_from_slice(first);
+        while let Some(c) = chunks.next() {
+            let flags = if chunks.peek().is_none() { frame::END_HEADERS } else { 0 };
+            frame::write_header(&mut self.out, c.len(), frame::CONTINUATION, flags, id);
+            self.out.extend_from_slice(c);
+        }
+    }
+
+    /// Ends `id`'s request with a trailer section: `fields` (lowercase,
+    /// no pseudo-field: RFC 9113 §8.1 "Trailers MUST NOT include
+    /// pseudo-header fields") in a HEADERS frame with END_STREAM. Not
+    /// flow-controlled: it goes whatever the windows.
+    pub(crate) fn send_trailers<'f>(&mut self, id: u32, fields: impl Iterator<Item = (&'f [u8], &'f [u8])>) {
+        let Some(s) = self.streams.get_mut(&id) else { return };
+        if s.local_done {
+            return;
+        }
+        s.local_done = true;
+        let mut block = std::mem::take(&mut self.block);
+        block.clear();
+        self.encoder.begin(&mut block);
+        for (name, value) in fields {
+            self.encoder.field(&mut block, name, value);
+        }
+        self.write_block(id, &block, true);
+        self.block = block;
     }
 
     /// Bytes of body that may be sent on `id` now (both windows and one
