@@ -8,7 +8,7 @@
 # (`cargo build --release -p test-support --bin tls_handshakes --bin tls_floor`).
 # Each build: `serve` with one worker under callgrind (ECDSA P-256 leaf
 # from a throwaway CA, the bench/handshakes fixture), a 5 s warm-up of
-# tls_handshakes, counters zeroed, SECONDS of tls_handshakes (each
+# tls_handshakes, counters zeroed, RUN_SECONDS of tls_handshakes (each
 # connection: a handshake offering one group, `GET /` with `Connection:
 # close`, the answer read to its end), counters dumped: Ir over the
 # client's count of connections. Every thread of the server is counted.
@@ -20,8 +20,9 @@
 # DRBG's first seeding) cancels out. Callgrind sees user space only:
 # pair this with bench/handshakes for the kernel's part and the time.
 #
-# GROUPS (default "mlkem x25519"), MODES (default "full"; "resumed" too),
-# CERT (ecdsa or rsa2048), SECONDS (default 20).
+# TLS_GROUPS (default "mlkem x25519"), TLS_MODES (default "full";
+# "full resumed" adds resumed handshakes), CERT (ecdsa or rsa2048),
+# RUN_SECONDS (default 20). (Not GROUPS or SECONDS: bash's own.)
 # Example, base against new:
 #   bench/handshake-instructions.sh target/release /tmp/base/peregrine target/release/peregrine
 set -euo pipefail
@@ -29,10 +30,10 @@ export PEREGRINE_ALLOW_ROOT=1
 [ $# -ge 2 ] || { echo "usage: $0 CLIENT_DIR BIN [BIN...]" >&2; exit 2; }
 client_dir=$1
 shift
-GROUPS_=${GROUPS:-mlkem x25519}
-MODES=${MODES:-full}
+TLS_GROUPS=${TLS_GROUPS:-mlkem x25519}
+TLS_MODES=${TLS_MODES:-full}
 CERT=${CERT:-ecdsa}
-SECONDS_=${SECONDS:-20}
+RUN_SECONDS=${RUN_SECONDS:-20}
 for tool in valgrind callgrind_control openssl; do
   command -v $tool >/dev/null || { echo "$0: $tool is missing" >&2; exit 1; }
 done
@@ -63,7 +64,8 @@ floor() {
       "$client_dir/tls_floor" "$work/ca.pem" "$work/leaf.pem" "$work/leaf.key" "$group" "$mode" $n client-thread \
       >/dev/null 2>&1
     # The main thread (-01) is the server's.
-    ir+=("$(awk '/^summary:/ {print $2}' "$out-01")")
+    ir+=("$(awk '/^summary:/ {print $2}' "$out-01" 2>/dev/null)")
+    [ -n "${ir[-1]}" ] || { echo "tls_floor $group $mode $n failed under callgrind" >&2; exit 1; }
   done
   python3 -c "print(round((${ir[1]} - ${ir[0]}) / (5 * 80)))"
 }
@@ -84,7 +86,7 @@ server() {
   "$client_dir/tls_handshakes" "127.0.0.1:$port" "$work/ca.pem" "$group" "$mode" 5 >/dev/null
   callgrind_control -z "$vpid" >/dev/null 2>&1
   local line
-  line=$("$client_dir/tls_handshakes" "127.0.0.1:$port" "$work/ca.pem" "$group" "$mode" "$SECONDS_")
+  line=$("$client_dir/tls_handshakes" "127.0.0.1:$port" "$work/ca.pem" "$group" "$mode" "$RUN_SECONDS")
   callgrind_control -d "$vpid" >/dev/null 2>&1
   sleep 0.5
   kill "$vpid"
@@ -99,8 +101,8 @@ server() {
 printf '%-8s %-8s %-7s %12s' cert group mode "floor Ir"
 for bin in "$@"; do printf ' %26s' "$("$bin" --version | awk '/^revision/ {print $2}')"; done
 echo
-for group in $GROUPS_; do
-  for mode in $MODES; do
+for group in $TLS_GROUPS; do
+  for mode in $TLS_MODES; do
     f=$(floor "$group" "$mode")
     printf '%-8s %-8s %-7s %12s' "$CERT" "$group" "$mode" "$f"
     for bin in "$@"; do
