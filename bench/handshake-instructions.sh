@@ -62,10 +62,9 @@ floor() {
     rm -f "$out"*
     valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file="$out" \
       "$client_dir/tls_floor" "$work/ca.pem" "$work/leaf.pem" "$work/leaf.key" "$group" "$mode" $n client-thread \
-      >/dev/null 2>&1
+      >"$out.log" 2>&1 || { echo "tls_floor $group $mode $n failed: $(tail -3 "$out.log")" >&2; exit 1; }
     # The main thread (-01) is the server's.
-    ir+=("$(awk '/^summary:/ {print $2}' "$out-01" 2>/dev/null)")
-    [ -n "${ir[-1]}" ] || { echo "tls_floor $group $mode $n failed under callgrind" >&2; exit 1; }
+    ir+=("$(awk '/^summary:/ {print $2}' "$out-01")")
   done
   python3 -c "print(round((${ir[1]} - ${ir[0]}) / (5 * 80)))"
 }
@@ -78,7 +77,10 @@ server() {
   valgrind --tool=callgrind --callgrind-out-file="$out/cg.%p" \
     "$bin" serve "$work/root" --bind "127.0.0.1:$port" --workers 1 \
     --tls-cert "$work/leaf.pem" --tls-key "$work/leaf.key" >"$out/log" 2>&1 &
-  local vpid=$!
+  vpid=$!
+  # (This runs in a subshell of its own: a failing client stops it, and
+  # the server under valgrind must not outlive it.)
+  trap 'kill "${vpid:-}" 2>/dev/null || true' EXIT
   for _ in $(seq 300); do
     grep -q -i "serving" "$out/log" 2>/dev/null && break
     sleep 0.2
