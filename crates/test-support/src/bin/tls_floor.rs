@@ -16,6 +16,13 @@
 //! the server sends tickets in both, from rustls' own ticketer. Runs 5 batches of N handshakes
 //! and prints the server's µs per handshake: `min=.. median=.. max=..`
 //! over the batches (the minimum is the least disturbed by the host).
+//!
+//! A seventh argument `client-thread` runs the client on a thread of its
+//! own, the two sides passing each other's flights over channels, so
+//! that `valgrind --tool=callgrind --separate-threads=yes` counts the
+//! server's instructions apart (the main thread's): the floor as an
+//! instruction count, beside a server's Ir per connection under
+//! callgrind. The server does the same calls either way.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,8 +36,13 @@ const BATCHES: usize = 5;
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
-    if args.len() != 7 {
-        eprintln!("usage: tls_floor CA.pem CERT.pem KEY.pem mlkem|x25519 full|resumed N");
+    let threaded = match args.get(7).map(String::as_str) {
+        None => false,
+        Some("client-thread") => true,
+        Some(other) => panic!("{other}: only client-thread may follow N"),
+    };
+    if args.len() != 7 && !threaded || args.len() > 8 {
+        eprintln!("usage: tls_floor CA.pem CERT.pem KEY.pem mlkem|x25519 full|resumed N [client-thread]");
         std::process::exit(2);
     }
     let (ca, cert, key, group, mode) = (&args[1], &args[2], &args[3], &args[4], &args[5]);
@@ -90,6 +102,9 @@ fn main() {
         client.resumption = rustls::client::Resumption::disabled();
     }
     let client = Arc::new(client);
+    if threaded {
+        return threaded_batches(&client, &server, resumed, n, group, mode);
+    }
 
     // One handshake first, so a resumed batch starts with a ticket.
     let (_, kind) = handshake(&client, &server);
@@ -158,4 +173,109 @@ fn handshake(client: &Arc<ClientConfig>, server: &Arc<ServerConfig>) -> (Duratio
     }
     assert!(!c.is_handshaking() && !s.is_handshaking(), "handshake did not finish");
     (spent, s.handshake_kind().expect("kind"))
+}
+
+/// What the client thread sends the server (`client-thread`).
+enum Flight {
+    /// A new handshake begins: the server makes a new connection.
+    Start,
+    /// The client's records (maybe none); the server answers with its own.
+    Bytes(Vec<u8>),
+    /// The handshake is over on the client's side.
+    End,
+}
+
+/// The `client-thread` mode: the same batches and the same server calls
+/// as `handshake`, the client on a thread of its own.
+fn threaded_batches(
+    client: &Arc<ClientConfig>,
+    server: &Arc<ServerConfig>,
+    resumed: bool,
+    n: usize,
+    group: &str,
+    mode: &str,
+) {
+    use std::sync::mpsc::channel;
+    let (to_server, from_client) = channel::<Flight>();
+    let (to_client, from_server) = channel::<Vec<u8>>();
+    let client = client.clone();
+    let total = 1 + BATCHES * n;
+    let peer = std::thread::spawn(move || {
+        for _ in 0..total {
+            let mut c = ClientConnection::new(client.clone(), ServerName::try_from("localhost").unwrap()).unwrap();
+            to_server.send(Flight::Start).unwrap();
+            for _ in 0..16 {
+                let mut out = Vec::new();
+                while c.wants_write() {
+                    c.write_tls(&mut out).unwrap();
+                }
+                let sent = !out.is_empty();
+                to_server.send(Flight::Bytes(out)).unwrap();
+                let back = from_server.recv().unwrap();
+                let mut rd = &back[..];
+                while !rd.is_empty() {
+                    c.read_tls(&mut rd).unwrap();
+                    c.process_new_packets().expect("client");
+                }
+                if !sent && back.is_empty() && !c.is_handshaking() {
+                    break;
+                }
+            }
+            assert!(!c.is_handshaking(), "the client's handshake did not finish");
+            to_server.send(Flight::End).unwrap();
+        }
+    });
+    let mut kinds = Vec::with_capacity(total);
+    let mut per_batch = Vec::with_capacity(BATCHES);
+    let mut spent = Duration::ZERO;
+    let mut s = None;
+    while let Ok(flight) = from_client.recv() {
+        match flight {
+            Flight::Start => {
+                let t = Instant::now();
+                s = Some(ServerConnection::new(server.clone()).unwrap());
+                spent += t.elapsed();
+            }
+            Flight::Bytes(bytes) => {
+                let s = s.as_mut().expect("a handshake under way");
+                let t = Instant::now();
+                if !bytes.is_empty() {
+                    s.read_tls(&mut &bytes[..]).unwrap();
+                    s.process_new_packets().expect("server");
+                }
+                // As `handshake`'s buffer: room for a whole flight.
+                let mut out = Vec::with_capacity(16 * 1024);
+                while s.wants_write() {
+                    s.write_tls(&mut out).unwrap();
+                }
+                spent += t.elapsed();
+                to_client.send(out).unwrap();
+            }
+            Flight::End => {
+                let s = s.take().expect("a handshake under way");
+                assert!(!s.is_handshaking(), "the server's handshake did not finish");
+                kinds.push(s.handshake_kind().expect("kind"));
+                // The first handshake is the warm-up (it gives a resumed
+                // batch its first ticket), not timed in any batch.
+                if kinds.len() == 1 {
+                    spent = Duration::ZERO;
+                } else if (kinds.len() - 1) % n == 0 {
+                    per_batch.push(spent.as_secs_f64() * 1e6 / n as f64);
+                    spent = Duration::ZERO;
+                }
+            }
+        }
+    }
+    peer.join().unwrap();
+    assert_eq!(kinds[0], HandshakeKind::Full);
+    for kind in &kinds[1..] {
+        assert_eq!(*kind == HandshakeKind::Resumed, resumed, "handshake kind {kind:?}");
+    }
+    per_batch.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    println!(
+        "min={:.1} median={:.1} max={:.1} n={n} batches={BATCHES} group={group} mode={mode} client-thread",
+        per_batch[0],
+        per_batch[BATCHES / 2],
+        per_batch[BATCHES - 1]
+    );
 }
