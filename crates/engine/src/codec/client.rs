@@ -113,14 +113,14 @@ pub(crate) fn target_ok(target: &str) -> bool {
 /// [`target_ok`], a valid host). RFC 9110 §7.2: "A user agent that sends
 /// Host SHOULD send it as the first field line in the header section of a
 /// request." An empty Host is allowed (RFC 9112 §3.2).
-pub(crate) fn request_line_and_host(out: &mut Vec<u8>, method: &str, target: &str, host: &str) {
+pub(crate) fn request_line_and_host(out: &mut Vec<u8>, method: &str, target: &str, host: &[u8]) {
     out.extend_from_slice(method.as_bytes());
     out.push(b' ');
     out.extend_from_slice(target.as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\nHost:");
     if !host.is_empty() {
         out.push(b' ');
-        out.extend_from_slice(host.as_bytes());
+        out.extend_from_slice(host);
     }
     out.extend_from_slice(b"\r\n");
 }
@@ -151,7 +151,7 @@ where
     if !is_valid_host(host.as_bytes()) {
         return Err(RequestHeadError::Host);
     }
-    request_line_and_host(out, method, target, host);
+    request_line_and_host(out, method, target, host.as_bytes());
 
     // Most requests have no Connection field, or one naming only `close`
     // or `keep-alive`: only then is each field looked up in it (a second

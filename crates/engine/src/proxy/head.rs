@@ -69,12 +69,12 @@ pub(super) fn start(
     out: &mut Vec<u8>,
     method: &str,
     target: &str,
-    host: &str,
+    host: &[u8],
     fields: &[httparse::Header<'_>],
     from: Fields,
     skip: &[&str],
 ) -> Result<(), Invalid> {
-    if !is_token(method.as_bytes()) || !target_ok(target) || !is_valid_host(host.as_bytes()) {
+    if !is_token(method.as_bytes()) || !target_ok(target) || !is_valid_host(host) {
         return Err(Invalid);
     }
     request_line_and_host(out, method, target, host);
@@ -260,7 +260,7 @@ mod tests {
     ) -> Result<(), Invalid> {
         let at = out.len();
         let written = (|| {
-            start(out, method, target, host, fields, from, skip)?;
+            start(out, method, target, host.as_bytes(), fields, from, skip)?;
             for &(name, value) in ours {
                 let v = open(out, name);
                 out.extend_from_slice(value);

@@ -692,10 +692,13 @@ fn build_as(
             Cow::Owned(target)
         }
     };
-    let client_host = req.host().unwrap_or("");
-    let host: &str = match up.host_header_mode() {
+    // The host's bytes (ASCII: the parser checked each; an HTTP/2 or
+    // HTTP/3 one came as a `str`), without `Request::host`'s UTF-8 check
+    // (106 instructions of a proxied GET, callgrind `proxy-c50`).
+    let client_host: &[u8] = req.host.unwrap_or_default();
+    let host: &[u8] = match up.host_header_mode() {
         HostHeader::Preserve if !client_host.is_empty() => client_host,
-        _ => up.authority(),
+        _ => up.authority().as_bytes(),
     };
     let trusted = req.is_from_trusted_proxy();
     let client = req.client_addr();
@@ -744,9 +747,9 @@ fn build_as(
     head::line(&mut out, b"X-Forwarded-Proto", proto.as_bytes());
     if !client_host.is_empty() {
         match from {
-            head::Fields::Parsed => head::line(&mut out, b"X-Forwarded-Host", client_host.as_bytes()),
+            head::Fields::Parsed => head::line(&mut out, b"X-Forwarded-Host", client_host),
             head::Fields::Unchecked => {
-                head::put(&mut out, b"X-Forwarded-Host", client_host.as_bytes()).map_err(|_| 400u16)?
+                head::put(&mut out, b"X-Forwarded-Host", client_host).map_err(|_| 400u16)?
             }
         }
     }
@@ -764,11 +767,11 @@ fn build_as(
     }
     if !client_host.is_empty()
         && client_host
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-.:[]".contains(&b))
+            .iter()
+            .all(|&b| b.is_ascii_alphanumeric() || b"-.:[]".contains(&b))
     {
         out.extend_from_slice(b";host=\"");
-        out.extend_from_slice(client_host.as_bytes());
+        out.extend_from_slice(client_host);
         out.push(b'"');
     }
     out.extend_from_slice(b";proto=");
