@@ -838,7 +838,10 @@ mod tests {
         let Ok((status, fields)) = crate::codec::plain::parse_response(heads[0], &mut slots) else {
             panic!("the common head went to httparse");
         };
-        assert_eq!((status.minor, status.status, status.reason, fields.len()), (1, 200, "OK", 4));
+        assert_eq!(
+            (status.minor, status.status, status.reason, fields.len()),
+            (1, 200, "OK", 4)
+        );
     }
 
     fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {

@@ -242,7 +242,17 @@ mod tests {
         ours: &[(&str, &[u8])],
         framing: Framing,
     ) -> Result<(), Invalid> {
-        write_from(out, method, target, host, fields, Fields::Unchecked, skip, ours, framing)
+        write_from(
+            out,
+            method,
+            target,
+            host,
+            fields,
+            Fields::Unchecked,
+            skip,
+            ours,
+            framing,
+        )
     }
 
     /// `write`, for fields `from` where the caller says.
@@ -353,8 +363,7 @@ mod tests {
             )
             .unwrap();
             assert_eq!(
-                out,
-                b"keptGET /a?b HTTP/1.1\r\nHost: up:81\r\nUser-Agent: t\r\nAccept: */*\r\nVia: 1.1 me\r\n\r\n",
+                out, b"keptGET /a?b HTTP/1.1\r\nHost: up:81\r\nUser-Agent: t\r\nAccept: */*\r\nVia: 1.1 me\r\n\r\n",
                 "{from:?}"
             );
         }

@@ -748,9 +748,7 @@ fn build_as(
     if !client_host.is_empty() {
         match from {
             head::Fields::Parsed => head::line(&mut out, b"X-Forwarded-Host", client_host),
-            head::Fields::Unchecked => {
-                head::put(&mut out, b"X-Forwarded-Host", client_host).map_err(|_| 400u16)?
-            }
+            head::Fields::Unchecked => head::put(&mut out, b"X-Forwarded-Host", client_host).map_err(|_| 400u16)?,
         }
     }
     // Forwarded (RFC 7239 §4): the client as the engine decided it.

@@ -401,7 +401,8 @@ impl Upstreams {
     pub(crate) fn give_answers(&mut self, mut answers: Vec<Answer>) {
         const ANSWERS_KEPT: usize = 64;
         answers.clear();
-        if self.answers.is_empty() && self.answers.capacity() < answers.capacity() && answers.capacity() <= ANSWERS_KEPT {
+        if self.answers.is_empty() && self.answers.capacity() < answers.capacity() && answers.capacity() <= ANSWERS_KEPT
+        {
             self.answers = answers;
         }
     }
