@@ -834,6 +834,23 @@ mod tests {
                 response_head_plain(&head[..end]);
             }
         }
+        // Every seed with one byte replaced or inserted at each place, by
+        // the bytes the two parsers decide on differently if at all.
+        let bytes = [
+            0u8, b'\t', b'\n', b'\r', b' ', b'0', b'9', b':', b'A', b'(', 0x7f, 0x80, 0xc3, 0xff,
+        ];
+        for head in heads {
+            for at in 0..head.len() {
+                for &b in &bytes {
+                    let mut replaced = head.to_vec();
+                    replaced[at] = b;
+                    response_head_plain(&replaced);
+                    let mut inserted = head.to_vec();
+                    inserted.insert(at, b);
+                    response_head_plain(&inserted);
+                }
+            }
+        }
         let mut slots = [const { std::mem::MaybeUninit::uninit() }; 16];
         let Ok((status, fields)) = crate::codec::plain::parse_response(heads[0], &mut slots) else {
             panic!("the common head went to httparse");
