@@ -1,6 +1,9 @@
 //! The plain request head in one pass: the strictly formed head nearly
 //! every client sends (`GET /a HTTP/1.1`, CRLF line ends, visible ASCII),
-//! tokenised without httparse.
+//! tokenised without httparse; and the same for the response heads the
+//! reverse proxy reads from upstreams (`HTTP/1.1 200 OK`,
+//! `parse_response`, which `codec::client::parse_response_head` asks
+//! first, under the same rules).
 //!
 //! A subset parser, not a second grammar: it accepts only heads that
 //! httparse (with the default configuration `parse_head` uses) parses
