@@ -509,7 +509,8 @@ impl Hosted {
                 _ => {}
             }
         }
-        for (responder, response, figures) in self.upstreams.take_answers() {
+        let mut answers = self.upstreams.take_answers();
+        for (responder, response, figures) in answers.drain(..) {
             let (token, id) = responder.into_parts();
             if let crate::Body::Channel(rx) = &response.body {
                 rx.bind(ctx.mailbox, token);
@@ -521,6 +522,7 @@ impl Hosted {
             self.deliver(ctx, token, id, response);
             ctx.upstream_log = None;
         }
+        self.upstreams.give_answers(answers);
         for handoff in self.upstreams.take_handoffs() {
             self.hand_tunnel(ctx, handoff);
         }

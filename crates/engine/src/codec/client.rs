@@ -113,14 +113,14 @@ pub(crate) fn target_ok(target: &str) -> bool {
 /// [`target_ok`], a valid host). RFC 9110 §7.2: "A user agent that sends
 /// Host SHOULD send it as the first field line in the header section of a
 /// request." An empty Host is allowed (RFC 9112 §3.2).
-pub(crate) fn request_line_and_host(out: &mut Vec<u8>, method: &str, target: &str, host: &str) {
+pub(crate) fn request_line_and_host(out: &mut Vec<u8>, method: &str, target: &str, host: &[u8]) {
     out.extend_from_slice(method.as_bytes());
     out.push(b' ');
     out.extend_from_slice(target.as_bytes());
     out.extend_from_slice(b" HTTP/1.1\r\nHost:");
     if !host.is_empty() {
         out.push(b' ');
-        out.extend_from_slice(host.as_bytes());
+        out.extend_from_slice(host);
     }
     out.extend_from_slice(b"\r\n");
 }
@@ -151,7 +151,7 @@ where
     if !is_valid_host(host.as_bytes()) {
         return Err(RequestHeadError::Host);
     }
-    request_line_and_host(out, method, target, host);
+    request_line_and_host(out, method, target, host.as_bytes());
 
     // Most requests have no Connection field, or one naming only `close`
     // or `keep-alive`: only then is each field looked up in it (a second
@@ -384,6 +384,20 @@ pub fn parse_response_head<'b, 'h>(
     headers: &'h mut [MaybeUninit<httparse::Header<'b>>],
     request_method: &str,
 ) -> Result<ParsedResponse<'b, 'h>, ResponseError> {
+    parse_response_head_with(buf, headers, request_method, true)
+}
+
+/// [`parse_response_head`], with the plain parser first (`plain`: the
+/// strictly formed head nearly every server sends, `codec::plain`) or
+/// httparse alone: the fuzz target `h1_client` compares the two
+/// (`fuzzing::response_head_plain`).
+#[inline(always)]
+pub(crate) fn parse_response_head_with<'b, 'h>(
+    buf: &'b [u8],
+    headers: &'h mut [MaybeUninit<httparse::Header<'b>>],
+    request_method: &str,
+    plain: bool,
+) -> Result<ParsedResponse<'b, 'h>, ResponseError> {
     // httparse skips empty lines before a status line, as RFC 9112 §2.2
     // allows a server to before a request line. Nothing allows it before a
     // response: a stray CRLF there means the previous response's framing
@@ -397,6 +411,16 @@ pub fn parse_response_head<'b, 'h>(
     // error httparse would find past the limit (which a shorter read
     // would not have seen).
     let window = &buf[..buf.len().min(RESPONSE_HEAD_BYTES_MAX)];
+    // The plain head first: what it takes, httparse takes alike (the same
+    // status line and fields, every line ended by CRLF); anything else is
+    // httparse's, whose answer stands.
+    let mut headers = headers;
+    if plain {
+        headers = match super::plain::parse_response(window, headers) {
+            Ok((p, fields)) => return framed(p.minor, p.status, p.reason, p.head_len, fields, request_method),
+            Err(headers) => headers,
+        };
+    }
     let mut resp = httparse::Response::new(&mut []);
     let head_len =
         match httparse::ParserConfig::default().parse_response_with_uninit_headers(&mut resp, window, headers) {
@@ -413,6 +437,20 @@ pub fn parse_response_head<'b, 'h>(
     if !lines_end_in_crlf(buf, head_len, headers) {
         return Err(ResponseError::BareLf);
     }
+    framed(minor, status, reason, head_len, headers, request_method)
+}
+
+/// The rules after tokenising, one code path for both parsers: the
+/// status's range, the framing, whether the connection persists.
+#[inline(always)]
+fn framed<'b, 'h>(
+    minor: u8,
+    status: u16,
+    reason: &'b str,
+    head_len: usize,
+    headers: &'h [httparse::Header<'b>],
+    request_method: &str,
+) -> Result<ParsedResponse<'b, 'h>, ResponseError> {
     // RFC 9110 §15: "Values outside the range 100..599 are invalid. Implementations
     // often use three-digit integer values outside of that range (i.e., 600..999)
     // for internal communication of non-HTTP status ... A client that

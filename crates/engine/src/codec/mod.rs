@@ -5,7 +5,7 @@
 pub mod chunked;
 pub mod client;
 pub mod head;
-mod plain;
+pub(crate) mod plain;
 pub mod proxy;
 pub mod write;
 
