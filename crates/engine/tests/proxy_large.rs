@@ -108,13 +108,19 @@ fn read_answer_head(reader: &mut impl Read) -> (u16, usize) {
     (status_of(&head), length)
 }
 
+/// A client connection to `server`, and a reader over it.
+fn connect(server: &Running) -> (TcpStream, BufReader<TcpStream>) {
+    let client = TcpStream::connect(server.local_addr()).unwrap();
+    client.set_read_timeout(Some(PATIENCE)).unwrap();
+    let reader = BufReader::new(client.try_clone().unwrap());
+    (client, reader)
+}
+
 #[test]
 fn answers_around_one_read_long_arrive_byte_for_byte_on_one_connection() {
     let (up, _go) = common::scripted_upstream(serve);
     let server = server(up);
-    let mut client = TcpStream::connect(server.local_addr()).unwrap();
-    client.set_read_timeout(Some(PATIENCE)).unwrap();
-    let mut reader = BufReader::new(client.try_clone().unwrap());
+    let (mut client, mut reader) = connect(&server);
     // Around a read (64 KiB) and the whole-answer bound, twice each, and
     // a short one between (the gathered buffer must not leak into it).
     let sizes = [
@@ -160,9 +166,7 @@ fn read_chunked(reader: &mut impl std::io::BufRead) -> Vec<u8> {
 fn long_answers_by_length_and_chunked_arrive_byte_for_byte_on_one_connection() {
     let (up, _go) = common::scripted_upstream(serve);
     let server = server(up);
-    let mut client = TcpStream::connect(server.local_addr()).unwrap();
-    client.set_read_timeout(Some(PATIENCE)).unwrap();
-    let mut reader = BufReader::new(client.try_clone().unwrap());
+    let (mut client, mut reader) = connect(&server);
     let mut ask = |path: &str| {
         client
             .write_all(format!("GET /api/{path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
@@ -201,9 +205,7 @@ fn long_answers_by_length_and_chunked_arrive_byte_for_byte_on_one_connection() {
 fn a_head_whose_body_is_late_is_relayed_before_the_rest_arrives() {
     let (up, go) = common::scripted_upstream(serve);
     let server = server(up);
-    let mut client = TcpStream::connect(server.local_addr()).unwrap();
-    client.set_read_timeout(Some(PATIENCE)).unwrap();
-    let mut reader = BufReader::new(client.try_clone().unwrap());
+    let (mut client, mut reader) = connect(&server);
     for _ in 0..2 {
         client.write_all(b"GET /api/late HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
         // The upstream holds the body's last bytes until `go`: the head
