@@ -63,8 +63,11 @@ measure() {
   valgrind --tool=callgrind --callgrind-out-file="$out/cg.%p" \
     "$bin" "$@" "${logging[@]}" --bind "127.0.0.1:$port" --workers 1 >"$out/log" 2>&1 &
   local vpid=$!
-  for _ in $(seq 200); do
-    grep -q -i "serving" "$out/log" 2>/dev/null && break
+  # Ready when its port takes a connection (the start line's words differ
+  # between `hello` and `serve`); under valgrind that takes seconds.
+  for _ in $(seq 300); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+    kill -0 "$vpid" 2>/dev/null || { echo "instructions.sh: the server exited: $(tail -3 "$out/log")" >&2; return 1; }
     sleep 0.2
   done
   load() {
