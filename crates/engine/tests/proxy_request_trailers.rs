@@ -162,12 +162,7 @@ fn server(up: SocketAddr, tls: bool) -> Running {
 /// One HTTP/1.1 request (`head` then `body`, as sent), and the answer's
 /// body.
 fn h1(addr: SocketAddr, head: &str, body: &str) -> String {
-    let mut c = TcpStream::connect(addr).unwrap();
-    c.set_read_timeout(Some(common::PATIENCE)).unwrap();
-    write!(c, "{head}{body}").unwrap();
-    let mut got = Vec::new();
-    c.read_to_end(&mut got).unwrap();
-    let got = String::from_utf8(got).unwrap();
+    let got = String::from_utf8(common::exchange(addr, format!("{head}{body}").as_bytes())).unwrap();
     assert!(got.starts_with("HTTP/1.1 200 OK\r\n"), "{got}");
     got.split_once("\r\n\r\n").unwrap().1.to_owned()
 }

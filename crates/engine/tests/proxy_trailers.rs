@@ -101,12 +101,8 @@ fn server(up: SocketAddr, tls: bool) -> Running {
 
 /// One HTTP/1.1 request with `fields`, and everything until the close.
 fn h1(addr: SocketAddr, path: &str, fields: &str) -> String {
-    let mut c = TcpStream::connect(addr).unwrap();
-    c.set_read_timeout(Some(common::PATIENCE)).unwrap();
-    write!(c, "GET {path} HTTP/1.1\r\nHost: a\r\n{fields}\r\n").unwrap();
-    let mut got = Vec::new();
-    c.read_to_end(&mut got).unwrap();
-    String::from_utf8(got).unwrap()
+    let request = format!("GET {path} HTTP/1.1\r\nHost: a\r\n{fields}\r\n");
+    String::from_utf8(common::exchange(addr, request.as_bytes())).unwrap()
 }
 
 #[test]
