@@ -194,9 +194,19 @@ class Peregrine(Server):
         return {**os.environ, "PEREGRINE_ALLOW_ROOT": "1"}
 
     def prepare(self):
-        self.binary = os.path.join(REPO, "target", "release", "peregrine")
+        # $PEREGRINE_BIN (as bench/lib/proxy.py takes it) names a build to
+        # measure as it is, e.g. a saved binary beside the current one
+        self.binary = os.environ.get("PEREGRINE_BIN") or os.path.join(REPO, "target", "release", "peregrine")
         if Peregrine._built and os.access(self.binary, os.X_OK):
             return None
+        if os.environ.get("PEREGRINE_BIN"):
+            reason = None if os.access(self.binary, os.X_OK) else f"PEREGRINE_BIN={self.binary} is not executable"
+            if reason:
+                log(f"WARNING: skipping {self.name}: {reason}")
+            else:
+                log(f"PEREGRINE_BIN: using {self.binary} as it is")
+            Peregrine._built = reason is None
+            return reason
         cargo = shutil.which("cargo") or os.path.expanduser("~/.cargo/bin/cargo")
         if not self.run_cargo:
             log("--no-cargo: using target/release/peregrine as it is")
