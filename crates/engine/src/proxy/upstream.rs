@@ -404,6 +404,7 @@ impl Upstream {
     /// route did not see), a dot segment (the route matched the path as
     /// written; the upstream would resolve it elsewhere), or bytes that
     /// do not decode to UTF-8. Decoded, then re-encoded canonically.
+    #[cfg(test)]
     pub(crate) fn upstream_path(&self, raw: &str) -> Option<String> {
         // One allocation of about the right size, not `to_string`'s
         // growth through `core::fmt`; room left for a query.
