@@ -1719,7 +1719,9 @@ impl UpConn {
             };
             let block_of = |lines: &Arc<Vec<u8>>| {
                 let buf: Arc<dyn AsRef<[u8]> + Send + Sync> = lines.clone();
-                HeaderBlock::from_checked_lines(SharedBytes::slice(buf, 0..lines_len).expect("the lines are in their buffer"))
+                HeaderBlock::from_checked_lines(
+                    SharedBytes::slice(buf, 0..lines_len).expect("the lines are in their buffer"),
+                )
             };
             // Stored as the client gets it (compressed or not: the
             // `Vary: Accept-Encoding` keeps the two apart), when it may be.
@@ -1925,7 +1927,6 @@ impl UpConn {
     fn buffer_bytes(&self, _ctx: &Ctx<'_>) -> usize {
         self.job.as_ref().map_or(Upstream::BUFFER_BYTES, |j| j.up.buffer_bytes)
     }
-
 }
 
 /// An empty buffer for an answer's fields, not shared: the kept one
