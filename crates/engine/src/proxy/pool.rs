@@ -189,6 +189,11 @@ enum State {
 struct UpConn {
     sock: Sock,
     up: usize,
+    /// Its upstream's `read_timeout` and this worker's counters for it,
+    /// copied from the pool when the connection is made: each `drive`
+    /// looked the pool up for them (twice a proxied GET).
+    read_timeout: std::time::Duration,
+    metrics: Option<Arc<UpstreamMetrics>>,
     state: State,
     job: Option<Job>,
     /// The request's bytes and how many left.
@@ -628,9 +633,12 @@ impl Upstreams {
             self.answers.push((job.responder, answer, figures));
             return;
         }
+        let metrics = self.pools.get(&up.id).and_then(|p| p.metrics.clone());
         entry.insert(UpConn {
             sock,
             up: up.id,
+            read_timeout: up.read_timeout,
+            metrics,
             state: State::Connecting,
             job: None,
             out: Vec::new(),
@@ -782,22 +790,16 @@ impl Upstreams {
 
     fn drive(&mut self, ctx: &mut Ctx<'_>, timers: &mut Timers, key: usize) {
         let c = &mut self.conns[key];
-        let read_timeout = self.pools.get(&c.up).map(|p| p.up.read_timeout);
         if self.scratch.len() != READ_CHUNK {
             self.scratch = ctx.pool.take_chunk();
         }
-        let outcome = c.advance(
-            ctx,
-            key,
-            read_timeout.unwrap_or(Upstream::READ_TIMEOUT),
-            &mut self.scratch,
-        );
+        let outcome = c.advance(ctx, key, c.read_timeout, &mut self.scratch);
         if !c.interims.is_empty() {
             self.interims.append(&mut c.interims);
         }
         if let Some((responder, response)) = c.answer.take() {
             // The answer's head: relayed now.
-            if let (Some(m), Some(took)) = (self.pools.get(&c.up).and_then(|p| p.metrics.as_ref()), c.figures.header) {
+            if let (Some(m), Some(took)) = (&c.metrics, c.figures.header) {
                 m.header_time(took);
             }
             let (id, ok) = (c.up, response.status() < 500);
