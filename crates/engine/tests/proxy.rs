@@ -361,6 +361,52 @@ fn a_post_body_is_forwarded_with_its_length_and_the_answer_relayed() {
     assert_eq!(seen.body, b"hello world");
 }
 
+/// An upstream connection writes each short answer's fields and body
+/// into the buffer the last answer used (`UpConn::lines`, once the client
+/// has written that one): answers of other fields and other lengths, one
+/// after another on one upstream connection, each come whole and alone,
+/// with nothing left of the one before.
+#[test]
+fn short_answers_on_one_upstream_connection_keep_their_own_fields_and_bodies() {
+    let up = upstream();
+    let server = proxy_server(&format!("http://{}", up.addr), "/api/");
+    let mut c = Client::connect(server.local_addr());
+    let bodies: [&[u8]; 5] = [
+        b"a longer body than the next",
+        b"b",
+        b"",
+        b"ccc ccc",
+        b"a longer body than the last",
+    ];
+    for (i, body) in bodies.iter().enumerate() {
+        let mut req = format!(
+            "POST /api/echo HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        )
+        .into_bytes();
+        req.extend_from_slice(body);
+        c.send(&req);
+        let r = c.response();
+        assert_eq!((r.status, r.body.as_slice()), (201, *body), "answer {i}");
+        assert_eq!(
+            r.header("content-length"),
+            Some(body.len().to_string().as_str()),
+            "answer {i}"
+        );
+        assert_eq!(r.header("x-up"), None, "answer {i}: a field of another answer");
+        c.send(b"GET /api/hello HTTP/1.1\r\nHost: t\r\n\r\n");
+        let r = c.response();
+        assert_eq!((r.status, r.body.as_slice()), (200, &b"hello"[..]), "hello {i}");
+        assert_eq!(
+            (r.header("x-up"), r.header("content-type")),
+            (Some("1"), Some("text/plain")),
+            "hello {i}"
+        );
+        assert_eq!((r.header("x-hop"), r.header("keep-alive")), (None, None), "hello {i}");
+    }
+    assert_eq!(up.accepted.load(Ordering::SeqCst), 1, "one upstream connection for all");
+}
+
 #[test]
 fn a_long_chunked_answer_streams_through_whole() {
     let up = upstream();

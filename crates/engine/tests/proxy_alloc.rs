@@ -17,7 +17,10 @@ static GLOBAL: Counting = Counting;
 
 const ANSWER: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 13\r\n\r\nHello, World!";
 
-/// The most allocations a proxied GET may make: measured 5.00 a request
+/// The most allocations a proxied GET may make: measured 0.00 a request
+/// once a short answer's fields and body went into one buffer the upstream
+/// connection keeps (`UpConn::lines`) and the request's bytes and path
+/// into buffers kept per thread (`proxy::take_bytes`, `TARGET`); 5.00
 /// once the outbox's list of jobs was kept between turns and an idle
 /// upstream connection kept a short answer's buffer (`settle`'s
 /// `IDLE_BUF_BYTES_MAX`); 7.00 once the worker's list of upstream answers was kept between turns
@@ -30,7 +33,7 @@ const ANSWER: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-L
 /// formatting the client's address into Strings of their own (`cargo test
 /// -p peregrine --test proxy_alloc -- --nocapture`, a debug build; the
 /// count does not depend on the optimisation level).
-const ALLOCS_PER_REQUEST_MAX: usize = 5;
+const ALLOCS_PER_REQUEST_MAX: usize = 0;
 
 #[test]
 fn a_warm_proxied_request_makes_few_allocations() {

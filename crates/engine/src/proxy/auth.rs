@@ -334,11 +334,10 @@ pub(crate) struct Checks {
 
 impl Checks {
     /// Notes a job's check, if it carries one.
-    pub(crate) fn admit(&mut self, mut job: Job) -> Job {
+    pub(crate) fn admit(&mut self, job: &mut Job) {
         if let Some(pending) = job.auth.take() {
             self.pending.insert(job.responder.key().1, *pending);
         }
-        job
     }
 
     /// Adds the checks decided since the last call to the worker's

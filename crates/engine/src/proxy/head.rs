@@ -152,6 +152,21 @@ pub(super) fn close(out: &mut Vec<u8>, value_at: usize, from: Fields) -> Result<
     Ok(())
 }
 
+/// Checks the value of a field begun at `value_at` (by `open`) and not
+/// yet ended, as `close` does, leaving its line open: the caller writes
+/// the line's end with the next line's start.
+#[inline]
+pub(super) fn check(out: &[u8], value_at: usize, from: Fields) -> Result<(), Invalid> {
+    match from {
+        Fields::Unchecked if !value_ok(&out[value_at..]) => Err(Invalid),
+        Fields::Unchecked => Ok(()),
+        Fields::Parsed => {
+            debug_assert!(value_ok(&out[value_at..]));
+            Ok(())
+        }
+    }
+}
+
 /// The framing field and the empty line that ends the head.
 pub(super) fn finish(out: &mut Vec<u8>, method: &str, framing: Framing) {
     match framing {

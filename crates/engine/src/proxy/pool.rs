@@ -30,8 +30,9 @@ use crate::response::{HeaderBlock, Response, SharedBytes};
 use crate::sources::{Source, Timers};
 
 /// An answer whose body is at most this long and already read goes to the
-/// client whole (one `Body::Bytes`, with its Content-Length); a longer one
-/// goes as a channel.
+/// client whole (one body with its Content-Length: beside the fields in
+/// their buffer when short, `Body::Shared` from `SHARE_MIN`); a longer
+/// one goes as a channel.
 const WHOLE_BODY_MAX: usize = 64 * 1024;
 
 /// A whole body at least this long is handed on in the buffer it was read
@@ -188,6 +189,11 @@ enum State {
 struct UpConn {
     sock: Sock,
     up: usize,
+    /// Its upstream's `read_timeout` and this worker's counters for it,
+    /// copied from the pool when the connection is made: each `drive`
+    /// looked the pool up for them (twice a proxied GET).
+    read_timeout: std::time::Duration,
+    metrics: Option<Arc<UpstreamMetrics>>,
     state: State,
     job: Option<Job>,
     /// The request's bytes and how many left.
@@ -231,6 +237,14 @@ struct UpConn {
     encoder: Option<Encoder>,
     /// The answer made by the last step, for `Upstreams::answers`.
     answer: Option<(Responder, Response)>,
+    /// The buffer the last answer's fields (and a short body beside them)
+    /// were written into, kept for the next answer: once the client's
+    /// connection has written and dropped that answer, this is its only
+    /// reference and it is written into again (`answer_buf`), so a short
+    /// answer allocates nothing (the lines' `Vec`, their `Arc` and the
+    /// body's `Vec` were 3 of a proxied GET's 5 allocations). At most
+    /// `IDLE_BUF_BYTES_MAX` of capacity is kept.
+    lines: Option<Arc<Vec<u8>>>,
     deadline: Option<Instant>,
     armed: Option<Instant>,
     /// When the exchange began (connecting, or writing on a kept-alive
@@ -441,8 +455,10 @@ impl Upstreams {
         // Requests that waited for another's answer to their key (`cache.rs`).
         jobs.extend(super::cache::take_released(&mut self.answers));
         self.checks.count(ctx.metrics);
-        for job in jobs.drain(..) {
-            let job = self.checks.admit(job);
+        for mut job in jobs.drain(..) {
+            // By reference: a `Job` moved in and out was a copy of it
+            // (29 instructions, callgrind `proxy-c50`).
+            self.checks.admit(&mut job);
             self.submit(ctx, timers, job);
         }
         // The emptied list goes back for the next turn's jobs: taken
@@ -541,7 +557,6 @@ impl Upstreams {
             };
             return self.h2.place(ctx, timers, job, out);
         }
-        let room = self.n_open() < ctx.limits.upstream_conns_max;
         let pool = self
             .pools
             .entry(job.up.id)
@@ -550,8 +565,13 @@ impl Upstreams {
             m.requests.add(1);
         }
         if let Some(key) = pool.idle.pop() {
-            self.assign(ctx, timers, key, job);
-        } else if pool.open < pool.up.max_conns && room {
+            return self.assign(ctx, timers, key, job);
+        }
+        // The worker's count of open connections (a walk through the
+        // pools) only when there is no idle one to take.
+        let room = self.n_open() < ctx.limits.upstream_conns_max;
+        let pool = self.pools.get_mut(&job.up.id).expect("its pool was made above");
+        if pool.open < pool.up.max_conns && room {
             self.connect(ctx, timers, job);
         } else if pool.queue.len() < pool.up.queue_max {
             let below_own = pool.open < pool.up.max_conns;
@@ -613,9 +633,12 @@ impl Upstreams {
             self.answers.push((job.responder, answer, figures));
             return;
         }
+        let metrics = self.pools.get(&up.id).and_then(|p| p.metrics.clone());
         entry.insert(UpConn {
             sock,
             up: up.id,
+            read_timeout: up.read_timeout,
+            metrics,
             state: State::Connecting,
             job: None,
             out: Vec::new(),
@@ -637,6 +660,7 @@ impl Upstreams {
             encoder: None,
             fill: None,
             answer: None,
+            lines: None,
             deadline: None,
             armed: None,
             started: ctx.now,
@@ -766,22 +790,16 @@ impl Upstreams {
 
     fn drive(&mut self, ctx: &mut Ctx<'_>, timers: &mut Timers, key: usize) {
         let c = &mut self.conns[key];
-        let read_timeout = self.pools.get(&c.up).map(|p| p.up.read_timeout);
         if self.scratch.len() != READ_CHUNK {
             self.scratch = ctx.pool.take_chunk();
         }
-        let outcome = c.advance(
-            ctx,
-            key,
-            read_timeout.unwrap_or(Upstream::READ_TIMEOUT),
-            &mut self.scratch,
-        );
+        let outcome = c.advance(ctx, key, c.read_timeout, &mut self.scratch);
         if !c.interims.is_empty() {
             self.interims.append(&mut c.interims);
         }
         if let Some((responder, response)) = c.answer.take() {
             // The answer's head: relayed now.
-            if let (Some(m), Some(took)) = (self.pools.get(&c.up).and_then(|p| p.metrics.as_ref()), c.figures.header) {
+            if let (Some(m), Some(took)) = (&c.metrics, c.figures.header) {
                 m.header_time(took);
             }
             let (id, ok) = (c.up, response.status() < 500);
@@ -1691,9 +1709,21 @@ impl UpConn {
                     verdict.coding = None;
                 }
             }
-            let block = match answer_fields_as(&head, verdict) {
-                Ok(b) => b,
-                Err(why) => return Err(bad(why)),
+            // The client's fields, written into the connection's kept
+            // buffer when no answer holds it any more (`lines`).
+            let mut lines = answer_buf(&mut self.lines);
+            let lines_len = {
+                let buf = Arc::get_mut(&mut lines).expect("answer_buf's buffer is not shared");
+                if let Err(why) = answer_lines_into(buf, &head, verdict) {
+                    return Err(bad(why));
+                }
+                buf.len()
+            };
+            let block_of = |lines: &Arc<Vec<u8>>| {
+                let buf: Arc<dyn AsRef<[u8]> + Send + Sync> = lines.clone();
+                HeaderBlock::from_checked_lines(
+                    SharedBytes::slice(buf, 0..lines_len).expect("the lines are in their buffer"),
+                )
             };
             // Stored as the client gets it (compressed or not: the
             // `Vary: Accept-Encoding` keeps the two apart), when it may be.
@@ -1705,7 +1735,7 @@ impl UpConn {
                     // Ends at the close: not stored.
                     _ => return None,
                 };
-                super::cache::Fill::start(ask, &head, &block, length).map(Box::new)
+                super::cache::Fill::start(ask, &head, &block_of(&lines), length).map(Box::new)
             });
             // An answer to HEAD keeps the length a GET would have had
             // (RFC 9110 §9.3.2; the parser checked that its values agree).
@@ -1763,7 +1793,7 @@ impl UpConn {
             // Before the job goes: its upstream's read-ahead.
             let capacity = self.buffer_bytes(ctx);
             let job = self.job.take().expect("a connection reading a head has a job");
-            self.out = Vec::new();
+            super::give_bytes(std::mem::take(&mut self.out));
             self.answered = true;
             let took = ctx.now.saturating_duration_since(self.started);
             self.figures.status = Some(status);
@@ -1771,6 +1801,32 @@ impl UpConn {
             self.figures.started = Some(self.started);
             if let Some(n) = whole {
                 self.figures.response = Some(took);
+                // A short body goes beside its fields, in the same kept
+                // buffer (`Response::prepared_beside`): no allocation.
+                let beside = head_length.is_none() && !share && !(self.head_method && status != 204 && status != 304);
+                if beside && encoder.is_none() {
+                    if let Some(buf) = Arc::get_mut(&mut lines) {
+                        buf.extend_from_slice(&self.buf[..n]);
+                        if let Some(mut f) = fill.take() {
+                            if f.push(&buf[lines_len..]) {
+                                (*f).finish();
+                            }
+                        }
+                        // Usually all there was: emptied, nothing moved.
+                        if n == self.buf.len() {
+                            self.buf.clear();
+                        } else {
+                            self.buf.drain(..n);
+                        }
+                        let response = Response::prepared_beside(status, block_of(&lines), lines_len..lines_len + n);
+                        keep_lines(&mut self.lines, lines);
+                        self.answer = Some((job.responder, response));
+                        let reusable = self.keep_alive && self.buf.is_empty();
+                        return Err(if reusable { Outcome::Reusable } else { Outcome::Close });
+                    }
+                }
+                let block = block_of(&lines);
+                keep_lines(&mut self.lines, lines);
                 let body: crate::Body = match head_length {
                     // A compressed answer's length is not the upstream's.
                     Some(_) if verdict.coding.is_some() => body::channel(1).0,
@@ -1835,6 +1891,8 @@ impl UpConn {
                 _ => None,
             };
             let (body, tx) = body::channel_held(capacity, length, ctx.pool.read_ahead.clone());
+            let block = block_of(&lines);
+            keep_lines(&mut self.lines, lines);
             self.encoder = encoder;
             self.fill = fill;
             self.answer = Some((job.responder, Response::prepared(status, block, body)));
@@ -1870,6 +1928,31 @@ impl UpConn {
 
     fn buffer_bytes(&self, _ctx: &Ctx<'_>) -> usize {
         self.job.as_ref().map_or(Upstream::BUFFER_BYTES, |j| j.up.buffer_bytes)
+    }
+}
+
+/// An empty buffer for an answer's fields, not shared: the kept one
+/// when the last answer made of it is gone (written to its client),
+/// else a new one.
+fn answer_buf(kept: &mut Option<Arc<Vec<u8>>>) -> Arc<Vec<u8>> {
+    match kept.take() {
+        Some(mut lines) => match Arc::get_mut(&mut lines) {
+            Some(buf) => {
+                buf.clear();
+                lines
+            }
+            None => Arc::new(Vec::with_capacity(512)),
+        },
+        None => Arc::new(Vec::with_capacity(512)),
+    }
+}
+
+/// Keeps `lines` (shared with the answer just made) for the next
+/// answer, when it is short (`IDLE_BUF_BYTES_MAX`: an idle connection
+/// holds at most that, as for its read buffer).
+fn keep_lines(kept: &mut Option<Arc<Vec<u8>>>, lines: Arc<Vec<u8>>) {
+    if lines.capacity() <= IDLE_BUF_BYTES_MAX {
+        *kept = Some(lines);
     }
 }
 
@@ -1912,21 +1995,31 @@ pub(crate) fn answer_fields(head: &ResponseHead<'_, '_>) -> Result<HeaderBlock, 
 /// obs-text is a 502, as before), one look at the whole buffer: the
 /// names and line ends are ASCII, so no sequence spans two lines.
 fn answer_fields_as(head: &ResponseHead<'_, '_>, verdict: Verdict) -> Result<HeaderBlock, &'static str> {
-    let mut lines = relayed_lines_as(head, verdict.coding.is_some());
-    encode::push_fields(&mut lines, head, verdict);
-    if !lines.is_ascii() && std::str::from_utf8(&lines).is_err() {
+    let mut lines = Vec::with_capacity(512);
+    answer_lines_into(&mut lines, head, verdict)?;
+    Ok(HeaderBlock::from_checked_lines(SharedBytes::new(Arc::new(lines))))
+}
+
+/// `answer_fields_as`'s lines, written to `lines` (empty).
+fn answer_lines_into(lines: &mut Vec<u8>, head: &ResponseHead<'_, '_>, verdict: Verdict) -> Result<(), &'static str> {
+    relayed_lines_into(lines, head, verdict.coding.is_some());
+    encode::push_fields(lines, head, verdict);
+    if !lines.is_ascii() && std::str::from_utf8(lines).is_err() {
         return Err("a field the engine cannot pass on");
     }
-    Ok(HeaderBlock::from_checked_lines(SharedBytes::new(Arc::new(lines))))
+    Ok(())
 }
 
 /// The fields of `head` that are passed on, as complete lines.
 fn relayed_lines(head: &ResponseHead<'_, '_>) -> Vec<u8> {
-    relayed_lines_as(head, false)
+    let mut lines = Vec::with_capacity(512);
+    relayed_lines_into(&mut lines, head, false);
+    lines
 }
 
-/// `relayed_lines`, for a compressed answer when `encoded`.
-fn relayed_lines_as(head: &ResponseHead<'_, '_>, encoded: bool) -> Vec<u8> {
+/// `relayed_lines`, for a compressed answer when `encoded`, written to
+/// `lines`.
+fn relayed_lines_into(lines: &mut Vec<u8>, head: &ResponseHead<'_, '_>, encoded: bool) {
     // Most answers have no `Connection` field: then no list is made (its
     // empty collect was 150 instructions of a proxied GET, callgrind).
     let mut named: Vec<&[u8]> = Vec::new();
@@ -1938,7 +2031,6 @@ fn relayed_lines_as(head: &ResponseHead<'_, '_>, encoded: bool) -> Vec<u8> {
                 .flat_map(|h| list_elements(h.value)),
         );
     }
-    let mut lines = Vec::with_capacity(512);
     for h in head.headers {
         let name = h.name.as_bytes();
         if dropped(name) || named.iter().any(|n| n.eq_ignore_ascii_case(name)) {
@@ -1950,11 +2042,10 @@ fn relayed_lines_as(head: &ResponseHead<'_, '_>, encoded: bool) -> Vec<u8> {
         lines.extend_from_slice(name);
         lines.extend_from_slice(b": ");
         if encoded && name.eq_ignore_ascii_case(b"etag") {
-            encode::push_etag(&mut lines, trim_ows(h.value));
+            encode::push_etag(lines, trim_ows(h.value));
         } else {
             lines.extend_from_slice(trim_ows(h.value));
         }
         lines.extend_from_slice(b"\r\n");
     }
-    lines
 }

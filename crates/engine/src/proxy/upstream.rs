@@ -404,7 +404,22 @@ impl Upstream {
     /// route did not see), a dot segment (the route matched the path as
     /// written; the upstream would resolve it elsewhere), or bytes that
     /// do not decode to UTF-8. Decoded, then re-encoded canonically.
+    #[cfg(test)]
     pub(crate) fn upstream_path(&self, raw: &str) -> Option<String> {
+        // One allocation of about the right size, not `to_string`'s
+        // growth through `core::fmt`; room left for a query.
+        let mut out = String::with_capacity(raw.len() + 32);
+        self.upstream_path_into(raw, &mut out).then_some(out)
+    }
+
+    /// `upstream_path`, appended to `out` (the proxy's per-thread
+    /// buffer: no allocation per request); `false` where that is `None`,
+    /// `out` then as it was or longer.
+    pub(crate) fn upstream_path_into(&self, raw: &str, out: &mut String) -> bool {
+        self.upstream_path_to(raw, out).is_some()
+    }
+
+    fn upstream_path_to(&self, raw: &str, out: &mut String) -> Option<()> {
         let bytes = raw.as_bytes();
         for w in bytes.windows(3) {
             if w[0] == b'%' {
@@ -446,11 +461,8 @@ impl Upstream {
                 p.into()
             }
         };
-        // One allocation of about the right size, not `to_string`'s
-        // growth through `core::fmt`; room left for a query.
-        let mut out = String::with_capacity(path.len() + 32);
         out.extend(utf8_percent_encode(&path, PATH));
-        Some(out)
+        Some(())
     }
 }
 
