@@ -206,14 +206,20 @@ impl Limits {
     /// message buffer).
     pub const WS_DEFLATE_BYTES: u64 = crate::ws::deflate::SHARED_BYTES_MAX as u64;
 
+    /// The request buffers the reverse proxy keeps on a worker's thread
+    /// for the next requests' heads (`proxy::give_bytes`: 64 of at most
+    /// 1 KiB).
+    pub const PROXY_SPARE_BYTES: u64 = crate::proxy::SPARES_BYTES_MAX as u64;
+
     /// The most memory one worker's connections can hold, in bytes:
     ///
     /// ```text
     /// body_budget_bytes + output_budget_bytes + WS_DEFLATE_BYTES
+    ///   + PROXY_SPARE_BYTES
     ///   + n_conns_max × (H2_READ_BYTES + write_buffer_bytes_max
     ///                    + INLINE_BODY_BYTES_MAX + TLS_SEND_BYTES_MAX
     ///                    + CONN_STATE_BYTES)
-    ///   + upstream_conns_max × UPSTREAM_READ_BYTES
+    ///   + upstream_conns_max × (UPSTREAM_READ_BYTES + UPSTREAM_KEPT_BYTES)
     /// ```
     ///
     /// Buffered request bodies never pass their budget (503 past it) and
@@ -242,8 +248,11 @@ impl Limits {
         (self.body_budget_bytes as u64)
             .saturating_add(self.output_budget_bytes as u64)
             .saturating_add(Self::WS_DEFLATE_BYTES)
+            .saturating_add(Self::PROXY_SPARE_BYTES)
             .saturating_add((self.n_conns_max as u64).saturating_mul(per_conn as u64))
-            .saturating_add((self.upstream_conns_max as u64).saturating_mul(UPSTREAM_READ_BYTES as u64))
+            .saturating_add(
+                (self.upstream_conns_max as u64).saturating_mul((UPSTREAM_READ_BYTES + UPSTREAM_KEPT_BYTES) as u64),
+            )
             .saturating_add(self.proxy_cache_memory())
     }
 
@@ -351,6 +360,11 @@ pub(crate) const PROXY_TUNNEL_FIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// connection may read past the output budget (see
 /// `Limits::worst_case_bytes_per_worker`).
 pub(crate) const UPSTREAM_READ_BYTES: usize = 64 * 1024;
+
+/// What an upstream connection keeps between answers beside its read
+/// buffer: the buffer its short answers' fields and body are written into
+/// (`proxy/pool.rs`, `UpConn::lines`), at most 1 KiB of capacity.
+pub(crate) const UPSTREAM_KEPT_BYTES: usize = crate::proxy::pool::IDLE_BUF_BYTES_MAX;
 
 /// Read buffers of `UPSTREAM_READ_BYTES` a worker keeps for the reverse
 /// proxy once their chunk has been written to its client
@@ -462,7 +476,7 @@ mod tests {
         };
         assert_eq!(
             many.worst_case_bytes_per_worker() - one.worst_case_bytes_per_worker(),
-            1000 * 64 * 1024
+            1000 * (64 * 1024 + 1024)
         );
         let worst = Limits::default().worst_case_bytes_per_worker();
         assert!(worst < 1 << 30, "{worst}");

@@ -255,17 +255,19 @@ fn memory_line(l: &Limits) -> String {
         - caches
         - l.body_budget_bytes as u64
         - l.output_budget_bytes as u64
-        - Limits::WS_DEFLATE_BYTES)
+        - Limits::WS_DEFLATE_BYTES
+        - Limits::PROXY_SPARE_BYTES)
         / (l.n_conns_max.max(1) as u64);
     let mut line = format!(
         "memory per worker at most {} MiB: request bodies {} MiB + queued answers {} MiB + {} connections x {} KiB \
-         + WebSocket compression {} MiB + {} upstream connections x {} KiB",
+         + WebSocket compression {} MiB + proxy request buffers {} KiB + {} upstream connections x {} KiB",
         total.div_ceil(MIB),
         l.body_budget_bytes as u64 / MIB,
         l.output_budget_bytes as u64 / MIB,
         l.n_conns_max,
         per_conn / 1024,
         Limits::WS_DEFLATE_BYTES.div_ceil(MIB),
+        Limits::PROXY_SPARE_BYTES / 1024,
         l.upstream_conns_max,
         upstream_bytes / (l.upstream_conns_max.max(1) as u64) / 1024
     );

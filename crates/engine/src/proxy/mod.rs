@@ -56,7 +56,7 @@ mod guard;
 pub(crate) mod h2up;
 mod head;
 mod health;
-mod pool;
+pub(crate) mod pool;
 mod resolve;
 mod tls;
 mod tunnel;
@@ -188,6 +188,9 @@ pub(crate) type Outbox = RefCell<Vec<Job>>;
 /// at most 64 KiB of them.
 const SPARES_MAX: usize = 64;
 const SPARE_BYTES_MAX: usize = 1024;
+/// What the kept request buffers may hold per worker thread
+/// (`Limits::PROXY_SPARE_BYTES`).
+pub(crate) const SPARES_BYTES_MAX: usize = SPARES_MAX * SPARE_BYTES_MAX;
 
 thread_local! {
     /// Request buffers whose upstream answered (`give_bytes`), for the

@@ -41,8 +41,12 @@ const WHOLE_BODY_MAX: usize = 64 * 1024;
 const SHARE_MIN: usize = 16 * 1024;
 
 /// The most an idle upstream connection keeps of its last answer's
-/// buffer for the next answer (bytes of capacity; emptied).
-const IDLE_BUF_BYTES_MAX: usize = 1024;
+/// buffer for the next answer (bytes of capacity; emptied), and of the
+/// buffer its short answers' fields and body are written into
+/// (`UpConn::lines`): the second is counted per upstream connection in
+/// `Limits::worst_case_bytes_per_worker` (`UPSTREAM_KEPT_BYTES`), the
+/// first is inside its `UPSTREAM_READ_BYTES`.
+pub(crate) const IDLE_BUF_BYTES_MAX: usize = 1024;
 
 /// The room an answer larger than one read is gathered in, taken when
 /// the first read fills its own: a whole body and a head of a few KiB,
