@@ -607,16 +607,8 @@ impl H1 {
             upgradable: head.upgrade && body.is_empty() && !matches!(head.framing, Framing::Chunked),
         });
         // The state left is `Idle` or `Head` (`poll`), or `Idle` after
-        // `continue_body` dropped the body's wait: none owns anything, so
-        // it is overwritten without its drop. With the drop, this function
-        // called `free` on a path no request takes, and saved six
-        // registers around it on every request's.
-        let left = std::mem::replace(&mut self.state, answer);
-        debug_assert!(
-            !matches!(left, State::Body(_)),
-            "a body's wait is dropped by continue_body"
-        );
-        std::mem::forget(left);
+        // `continue_body` dropped the body's wait.
+        self.enter_from_bare(answer);
         Event::Request {
             head: *head,
             body,
@@ -826,8 +818,25 @@ impl H1 {
             // takes them; the others' are dropped.
             *trailers = answer.trailers;
         }
-        self.state = if sent.keep_alive { State::Idle } else { State::Closing };
+        // The state left is `Handling` (`respond`) or `Deferred` (`answer`).
+        self.enter_from_bare(if sent.keep_alive { State::Idle } else { State::Closing });
         sent
+    }
+
+    /// Moves to `next` from a state that owns nothing (any but `Body`),
+    /// without the old state's drop. With it, `handling` called `free` on
+    /// a path no request takes, and saved six registers around that call
+    /// on every request's path (16 instructions of a pipelined hello's,
+    /// callgrind).
+    #[inline(always)]
+    fn enter_from_bare(&mut self, next: State) {
+        let left = std::mem::replace(&mut self.state, next);
+        debug_assert!(
+            !matches!(left, State::Body(_)),
+            "a body's wait is dropped where it ends"
+        );
+        // Forgetting a state that owns nothing frees nothing.
+        std::mem::forget(left);
     }
 
     /// Queues an error answer and moves to closing. The caller drops the
