@@ -107,7 +107,7 @@ impl HeadError {
 }
 
 /// A complete, validated request head. Borrows the read buffer.
-#[derive(Debug)]
+#[derive(Clone, Copy, Debug)]
 pub struct Head<'b, 'h> {
     /// The method token, e.g. `GET`.
     pub method: &'b str,
@@ -624,6 +624,17 @@ fn strip_prefix_ignore_case<'a>(s: &'a str, prefix: &str) -> Option<&'a str> {
 /// an IPv4 address or a bracketed IP literal. No userinfo, no path.
 #[inline]
 pub(crate) fn is_valid_host(host: &[u8]) -> bool {
+    // The common host first: 8 to 16 bytes of lowercase letters, digits,
+    // `-`, `.` and `:` (`127.0.0.1:8080`, `www.example.com`), judged as
+    // two 8-byte arrays that may overlap, which LLVM compares as vectors:
+    // 27 instructions for a 15-byte `127.0.0.1:port` against 50 for the
+    // table below (callgrind, the function alone). Any other host, or a
+    // byte outside that set, is judged by the table.
+    if let (Some(first), Some(last)) = (host.first_chunk::<8>(), host.last_chunk::<8>()) {
+        if host.len() <= 16 && is_common_host8(first) & is_common_host8(last) {
+            return true;
+        }
+    }
     // A table lookup per byte, without a branch per byte: this runs on
     // every request, and the early exit of `all` made a loop whose
     // every step waited on the last (half of `Fields::scan`'s samples).
@@ -640,6 +651,22 @@ pub(crate) fn is_valid_host(host: &[u8]) -> bool {
         ok &= eight(chunk);
     }
     ok
+}
+
+/// Whether all eight bytes are digits, `:`, lowercase letters, `-` or
+/// `.` (a subset of `HOST_BYTES`). Ranges tested with `|`, not `||`, and
+/// no early exit, so that the loop becomes vector compares: written with
+/// `||` and `is_ascii_digit`, the check above cost 113 instructions.
+#[inline(always)]
+fn is_common_host8(bytes: &[u8; 8]) -> bool {
+    let mut other = 0u8;
+    for &b in bytes {
+        let common = (b.wrapping_sub(b'0') <= b':' - b'0')
+            | (b.wrapping_sub(b'a') <= b'z' - b'a')
+            | (b.wrapping_sub(b'-') <= b'.' - b'-');
+        other |= u8::from(!common);
+    }
+    other == 0
 }
 
 const HOST_BYTES: [bool; 256] = {

@@ -147,9 +147,14 @@ impl Conn {
             let mut headers = [const { MaybeUninit::uninit() }; HEADERS_ARRAY_MAX];
             let data = &mut input.buf[input.start..input.end];
             match h1.poll(data, &mut headers, &env, output) {
-                Event::Request { head, body, consumed } => {
+                // The head by reference: read where the event holds it.
+                Event::Request {
+                    ref head,
+                    body,
+                    consumed,
+                } => {
                     let slot = dispatch::slot(ctx, *token);
-                    let mut req = Request::of_head(&head, body, origin);
+                    let mut req = Request::of_head(head, body, origin);
                     // Only a chunked body can end with trailers.
                     if head.framing == crate::codec::Framing::Chunked {
                         *trailers = h1.take_trailers();
