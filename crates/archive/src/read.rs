@@ -85,10 +85,16 @@ pub struct Variant {
 }
 
 /// An entry of the index.
+///
+/// Its record is found once, where the entry is made: every field read
+/// after that is a fixed offset into a fixed-size array, with no bounds
+/// check and no look through the archive's backing (an archive answer
+/// reads the record eight to ten times).
 #[derive(Clone, Copy)]
 pub struct Entry<'a> {
     archive: &'a Archive,
     idx: usize,
+    rec: &'a [u8; ENTRY_LEN],
 }
 
 impl Archive {
@@ -585,10 +591,7 @@ impl Archive {
             if v == 0 {
                 return None;
             }
-            let e = Entry {
-                archive: self,
-                idx: v - 1,
-            };
+            let e = Entry::at(self, v - 1);
             if e.site() == site && e.has_key(key) {
                 return Some(e);
             }
@@ -599,7 +602,7 @@ impl Archive {
 
     /// Every entry, in archive order.
     pub fn entries(&self) -> impl Iterator<Item = Entry<'_>> {
-        (0..self.n_entries).map(move |idx| Entry { archive: self, idx })
+        (0..self.n_entries).map(move |idx| Entry::at(self, idx))
     }
 
     /// The `_redirects` proxy rules of every site (status 200, the
@@ -622,7 +625,7 @@ impl Archive {
         self.patterns
             .iter()
             .filter(move |(s, _)| *s == site)
-            .map(move |&(_, idx)| Entry { archive: self, idx })
+            .map(move |&(_, idx)| Entry::at(self, idx))
     }
 
     /// The pattern redirects of `site` with `!`, in `_redirects` order.
@@ -630,7 +633,7 @@ impl Archive {
         self.forced
             .iter()
             .filter(move |(s, _)| *s == site)
-            .map(move |&(_, idx)| Entry { archive: self, idx })
+            .map(move |&(_, idx)| Entry::at(self, idx))
     }
 
     /// Whether any site has a pattern redirect with `!` (else none is
@@ -693,9 +696,17 @@ fn read_file_range(file: &File, from: u64, to: u64, mut f: impl FnMut(u64, &[u8]
 }
 
 impl<'a> Entry<'a> {
-    fn rec(&self) -> &'a [u8] {
-        let at = self.archive.entries_at + self.idx * ENTRY_LEN;
-        &self.archive.bytes()[at..at + ENTRY_LEN]
+    /// Entry `idx` of `archive` (validated at open to lie in the index).
+    #[inline]
+    fn at(archive: &'a Archive, idx: usize) -> Entry<'a> {
+        let at = archive.entries_at + idx * ENTRY_LEN;
+        let rec = archive.bytes()[at..at + ENTRY_LEN].try_into().expect("ENTRY_LEN bytes");
+        Entry { archive, idx, rec }
+    }
+
+    #[inline(always)]
+    fn rec(&self) -> &'a [u8; ENTRY_LEN] {
+        self.rec
     }
 
     /// Position in the archive, for per-entry bookkeeping.
@@ -761,13 +772,22 @@ impl<'a> Entry<'a> {
         self.archive.string(u32_at(self.rec(), 24), u32_at(self.rec(), 28))
     }
 
+    /// Whether variant `i` (0 identity, 1 br, 2 zstd, 3 gzip) is present:
+    /// its head length alone read, where `variant` reads all six fields.
+    #[inline]
+    pub fn has_variant(&self, i: usize) -> bool {
+        i < 4 && u32_at(self.rec(), 32 + i * VARIANT_LEN + 32) != 0
+    }
+
     /// Variant `i` (0 identity, 1 br, 2 zstd, 3 gzip), if present.
+    #[inline]
     pub fn variant(&self, i: usize) -> Option<Variant> {
         let v = variant_at(self.rec(), 32 + i * VARIANT_LEN);
         (v.head_len != 0).then_some(v)
     }
 }
 
+#[inline]
 fn variant_at(b: &[u8], at: usize) -> Variant {
     Variant {
         body_off: u64_at(b, at),

@@ -1148,7 +1148,7 @@ fn answer(
     let mut codings = [Encoding::Brotli; 3];
     let mut n_codings = 0;
     for (i, c) in CODINGS.iter().enumerate() {
-        if e.variant(i + 1).is_some() {
+        if e.has_variant(i + 1) {
             codings[n_codings] = *c;
             n_codings += 1;
         }
