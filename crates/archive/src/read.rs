@@ -806,3 +806,45 @@ fn strip_port(host: &str) -> &str {
     }
     host.rsplit_once(':').map_or(host, |(h, _)| h)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::write::{VariantIn, Writer};
+
+    /// `has_variant` reads one field of the record where `variant` reads
+    /// six: both must say the same for every slot, present or not, and
+    /// the fields read through the record found at lookup must be the
+    /// entry's own.
+    #[test]
+    fn has_variant_agrees_with_variant_and_fields_are_the_entrys() {
+        let t = test_support::Scratch::new("read-variants");
+        let path = t.path("a.prg");
+        let mut w = Writer::new(std::fs::File::create(&path).unwrap()).unwrap();
+        let v = |body: &'static [u8]| VariantIn {
+            body,
+            head_200: b"Content-Type: text/plain\r\n",
+            head_304: b"",
+        };
+        // Identity and zstd (slot 2) only.
+        w.add_resource(0, "/a.txt", 0, 7, [Some(v(b"aaaa")), None, Some(v(b"zz")), None])
+            .unwrap();
+        w.add_resource(0, "/b.txt", 0, 9, [Some(v(b"b")), None, None, None]).unwrap();
+        w.finish().unwrap();
+        let archive = Archive::from_bytes(std::fs::read(&path).unwrap()).unwrap();
+        let a = archive.get(archive.default_site(), b"/a.txt").unwrap();
+        let b = archive.get(archive.default_site(), b"/b.txt").unwrap();
+        for (e, present) in [(a, [true, false, true, false]), (b, [true, false, false, false])] {
+            for (i, &p) in present.iter().enumerate() {
+                assert_eq!(e.has_variant(i), p, "variant {i}");
+                assert_eq!(e.variant(i).is_some(), p, "variant {i}");
+            }
+            assert!(!e.has_variant(4), "past the four slots");
+            assert_eq!(e.kind(), KIND_RESOURCE);
+        }
+        assert_eq!((a.path(), a.last_modified()), (&b"/a.txt"[..], 7));
+        assert_eq!((b.path(), b.last_modified()), (&b"/b.txt"[..], 9));
+        assert_eq!(a.variant(2).unwrap().body_len, 2);
+        assert!(archive.get(archive.default_site(), b"/c.txt").is_none());
+    }
+}
