@@ -829,7 +829,8 @@ mod tests {
         // Identity and zstd (slot 2) only.
         w.add_resource(0, "/a.txt", 0, 7, [Some(v(b"aaaa")), None, Some(v(b"zz")), None])
             .unwrap();
-        w.add_resource(0, "/b.txt", 0, 9, [Some(v(b"b")), None, None, None]).unwrap();
+        w.add_resource(0, "/b.txt", 0, 9, [Some(v(b"b")), None, None, None])
+            .unwrap();
         w.finish().unwrap();
         let archive = Archive::from_bytes(std::fs::read(&path).unwrap()).unwrap();
         let a = archive.get(archive.default_site(), b"/a.txt").unwrap();
