@@ -39,6 +39,7 @@ pub enum Backing {
 }
 
 impl AsRef<[u8]> for Backing {
+    #[inline]
     fn as_ref(&self) -> &[u8] {
         match self {
             Backing::Map(m) => m,

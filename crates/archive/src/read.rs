@@ -85,10 +85,16 @@ pub struct Variant {
 }
 
 /// An entry of the index.
+///
+/// Its record is found once, where the entry is made: every field read
+/// after that is a fixed offset into a fixed-size array, with no bounds
+/// check and no look through the archive's backing (an archive answer
+/// reads the record eight to ten times).
 #[derive(Clone, Copy)]
 pub struct Entry<'a> {
     archive: &'a Archive,
     idx: usize,
+    rec: &'a [u8; ENTRY_LEN],
 }
 
 impl Archive {
@@ -585,10 +591,7 @@ impl Archive {
             if v == 0 {
                 return None;
             }
-            let e = Entry {
-                archive: self,
-                idx: v - 1,
-            };
+            let e = Entry::at(self, v - 1);
             if e.site() == site && e.has_key(key) {
                 return Some(e);
             }
@@ -599,7 +602,7 @@ impl Archive {
 
     /// Every entry, in archive order.
     pub fn entries(&self) -> impl Iterator<Item = Entry<'_>> {
-        (0..self.n_entries).map(move |idx| Entry { archive: self, idx })
+        (0..self.n_entries).map(move |idx| Entry::at(self, idx))
     }
 
     /// The `_redirects` proxy rules of every site (status 200, the
@@ -622,7 +625,7 @@ impl Archive {
         self.patterns
             .iter()
             .filter(move |(s, _)| *s == site)
-            .map(move |&(_, idx)| Entry { archive: self, idx })
+            .map(move |&(_, idx)| Entry::at(self, idx))
     }
 
     /// The pattern redirects of `site` with `!`, in `_redirects` order.
@@ -630,7 +633,7 @@ impl Archive {
         self.forced
             .iter()
             .filter(move |(s, _)| *s == site)
-            .map(move |&(_, idx)| Entry { archive: self, idx })
+            .map(move |&(_, idx)| Entry::at(self, idx))
     }
 
     /// Whether any site has a pattern redirect with `!` (else none is
@@ -693,9 +696,17 @@ fn read_file_range(file: &File, from: u64, to: u64, mut f: impl FnMut(u64, &[u8]
 }
 
 impl<'a> Entry<'a> {
-    fn rec(&self) -> &'a [u8] {
-        let at = self.archive.entries_at + self.idx * ENTRY_LEN;
-        &self.archive.bytes()[at..at + ENTRY_LEN]
+    /// Entry `idx` of `archive` (validated at open to lie in the index).
+    #[inline]
+    fn at(archive: &'a Archive, idx: usize) -> Entry<'a> {
+        let at = archive.entries_at + idx * ENTRY_LEN;
+        let rec = archive.bytes()[at..at + ENTRY_LEN].try_into().expect("ENTRY_LEN bytes");
+        Entry { archive, idx, rec }
+    }
+
+    #[inline(always)]
+    fn rec(&self) -> &'a [u8; ENTRY_LEN] {
+        self.rec
     }
 
     /// Position in the archive, for per-entry bookkeeping.
@@ -761,13 +772,22 @@ impl<'a> Entry<'a> {
         self.archive.string(u32_at(self.rec(), 24), u32_at(self.rec(), 28))
     }
 
+    /// Whether variant `i` (0 identity, 1 br, 2 zstd, 3 gzip) is present:
+    /// its head length alone read, where `variant` reads all six fields.
+    #[inline]
+    pub fn has_variant(&self, i: usize) -> bool {
+        i < 4 && u32_at(self.rec(), 32 + i * VARIANT_LEN + 32) != 0
+    }
+
     /// Variant `i` (0 identity, 1 br, 2 zstd, 3 gzip), if present.
+    #[inline]
     pub fn variant(&self, i: usize) -> Option<Variant> {
         let v = variant_at(self.rec(), 32 + i * VARIANT_LEN);
         (v.head_len != 0).then_some(v)
     }
 }
 
+#[inline]
 fn variant_at(b: &[u8], at: usize) -> Variant {
     Variant {
         body_off: u64_at(b, at),
@@ -785,4 +805,47 @@ fn strip_port(host: &str) -> &str {
         return host.find(']').map_or(host, |i| &host[..=i]);
     }
     host.rsplit_once(':').map_or(host, |(h, _)| h)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::write::{VariantIn, Writer};
+
+    /// `has_variant` reads one field of the record where `variant` reads
+    /// six: both must say the same for every slot, present or not, and
+    /// the fields read through the record found at lookup must be the
+    /// entry's own.
+    #[test]
+    fn has_variant_agrees_with_variant_and_fields_are_the_entrys() {
+        let t = test_support::Scratch::new("read-variants");
+        let path = t.path("a.prg");
+        let mut w = Writer::new(std::fs::File::create(&path).unwrap()).unwrap();
+        let v = |body: &'static [u8]| VariantIn {
+            body,
+            head_200: b"Content-Type: text/plain\r\n",
+            head_304: b"",
+        };
+        // Identity and zstd (slot 2) only.
+        w.add_resource(0, "/a.txt", 0, 7, [Some(v(b"aaaa")), None, Some(v(b"zz")), None])
+            .unwrap();
+        w.add_resource(0, "/b.txt", 0, 9, [Some(v(b"b")), None, None, None])
+            .unwrap();
+        w.finish().unwrap();
+        let archive = Archive::from_bytes(std::fs::read(&path).unwrap()).unwrap();
+        let a = archive.get(archive.default_site(), b"/a.txt").unwrap();
+        let b = archive.get(archive.default_site(), b"/b.txt").unwrap();
+        for (e, present) in [(a, [true, false, true, false]), (b, [true, false, false, false])] {
+            for (i, &p) in present.iter().enumerate() {
+                assert_eq!(e.has_variant(i), p, "variant {i}");
+                assert_eq!(e.variant(i).is_some(), p, "variant {i}");
+            }
+            assert!(!e.has_variant(4), "past the four slots");
+            assert_eq!(e.kind(), KIND_RESOURCE);
+        }
+        assert_eq!((a.path(), a.last_modified()), (&b"/a.txt"[..], 7));
+        assert_eq!((b.path(), b.last_modified()), (&b"/b.txt"[..], 9));
+        assert_eq!(a.variant(2).unwrap().body_len, 2);
+        assert!(archive.get(archive.default_site(), b"/c.txt").is_none());
+    }
 }

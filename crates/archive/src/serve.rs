@@ -1148,7 +1148,7 @@ fn answer(
     let mut codings = [Encoding::Brotli; 3];
     let mut n_codings = 0;
     for (i, c) in CODINGS.iter().enumerate() {
-        if e.variant(i + 1).is_some() {
+        if e.has_variant(i + 1) {
             codings[n_codings] = *c;
             n_codings += 1;
         }
@@ -1183,6 +1183,7 @@ impl<'a> reply::Resource for Stored<'a, '_> {
         self.n_codings > 0
     }
 
+    #[inline]
     fn representation(&mut self, coding: Option<Encoding>) -> Option<StoredVariant<'a>> {
         let vi = match coding {
             None => 0,
@@ -1242,6 +1243,7 @@ impl reply::Representation for StoredVariant<'_> {
         out.extend_from_slice(self.archive.slice(self.v.body_off + r.start, r.end - r.start));
         Ok(())
     }
+    #[inline]
     fn whole(&self, status: u16) -> Response {
         if self.v.body_len > MAP_BODY_BYTES_MAX && self.archive.body_file().is_some() {
             return Response::prepared(status, self.block_200(), self.body(0..self.v.body_len));
