@@ -248,9 +248,22 @@ fn until_listening(server: &Process) -> Vec<String> {
     panic!("no line saying where it listens: {said:?}");
 }
 
-/// An address nothing listens on: bound, then closed.
-fn dead_addr() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+/// An address nothing answers at: a socket bound there and not listening
+/// (a connection to it is refused), held by the caller for the test's
+/// length. A listener bound and dropped freed the port, and a test running
+/// beside could be given it by its own `bind(0)`: the "dead" upstream then
+/// answered (seen once in the engine's tests/proxy.rs, its metrics test counting no
+/// connect failure).
+fn dead_addr() -> (SocketAddr, socket2::Socket) {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket.bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into()).unwrap();
+    let addr = socket.local_addr().unwrap().as_socket().unwrap();
+    (addr, socket)
+}
+
+/// A port nothing listens on now, for a server to bind: bound, then closed.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 fn request(addr: &str, head: &str) -> String {
@@ -270,7 +283,7 @@ fn the_roots_50x_page_or_a_routes_error_page_answers_for_an_upstream_that_is_dow
     let t = Scratch::new("proxy-50x");
     let page = "<h1>Back in a minute</h1>\n";
     common::packed(t.dir(), &[("index.html", "home\n"), ("_50x.html", page)], &[]);
-    let dead = dead_addr();
+    let (dead, _held) = dead_addr();
     for root in ["site", "site.prg"] {
         let server = Process::spawn(
             common::peregrine()
@@ -394,7 +407,7 @@ fn ambiguous_files_first_routes_are_refused_at_their_line() {
 fn an_upstream_that_is_one_of_our_listeners_is_refused_at_start() {
     let t = Scratch::new("proxy-self");
     t.write("site/index.html", "home\n");
-    let port = dead_addr().port();
+    let port = free_port();
     let err = refused_at_start(
         common::peregrine()
             .current_dir(t.dir())

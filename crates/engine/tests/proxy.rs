@@ -200,9 +200,17 @@ fn proxy_server_with(ups: &[(Upstream, &str)], configure: impl FnOnce(Server) ->
         .expect("server starts")
 }
 
-/// An address nothing listens on: bound, then closed.
-fn dead_addr() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+/// An address nothing answers at: a socket bound there and not listening
+/// (a connection to it is refused), held by the caller for the test's
+/// length. A listener bound and dropped freed the port, and a test running
+/// beside could be given it by its own `bind(0)`: the "dead" upstream then
+/// answered (seen once, `metrics_count_each_upstreams_...` counting no
+/// connect failure).
+fn dead_addr() -> (SocketAddr, socket2::Socket) {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    socket.bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into()).unwrap();
+    let addr = socket.local_addr().unwrap().as_socket().unwrap();
+    (addr, socket)
 }
 
 /// An upstream that takes connections and reads, but never answers.
@@ -709,7 +717,7 @@ fn a_get_whose_kept_alive_connection_died_is_sent_again_and_a_post_is_not() {
 #[test]
 fn the_access_log_tells_the_upstream_exchange_as_nginx_does() {
     let up = upstream();
-    let dead = dead_addr();
+    let (dead, _held) = dead_addr();
     let path = temp_path("upstream-log");
     let format: peregrine::LogFormat = "$request_uri|$status|$upstream_addr|$upstream_status|\
                                         $upstream_connect_time|$upstream_header_time|$upstream_response_time"
@@ -805,7 +813,7 @@ fn a_streamed_answer_logs_the_upstream_time_to_its_last_byte() {
 #[test]
 fn the_access_log_says_why_the_proxy_answered_itself() {
     let up = upstream();
-    let dead = dead_addr();
+    let (dead, _held) = dead_addr();
     let path = temp_path("upstream-reason-log");
     let format: peregrine::LogFormat = "$request_uri $status $reason".parse().unwrap();
     let server = proxy_server_with(
@@ -936,7 +944,7 @@ fn series(text: &str, name: &str) -> u64 {
 #[test]
 fn metrics_count_each_upstreams_requests_failures_header_times_and_pool() {
     let up = upstream();
-    let dead = dead_addr();
+    let (dead, _held) = dead_addr();
     let metrics = Arc::new(peregrine::Metrics::new());
     let (ok_url, dead_url) = (format!("http://{}", up.addr), format!("http://{dead}"));
     let server = proxy_server_with(
@@ -1069,7 +1077,7 @@ fn a_full_queue_is_a_503_and_a_silent_upstream_a_504_with_the_error_page_if_any(
 
 #[test]
 fn an_error_page_replaces_the_502_of_an_upstream_that_is_down() {
-    let dead = dead_addr();
+    let (dead, _held) = dead_addr();
     let up = Upstream::parse(&format!("http://{dead}"))
         .unwrap()
         .error_page(b"<p>sorry</p>".to_vec());
