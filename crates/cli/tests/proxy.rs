@@ -10,6 +10,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::thread;
 
 use common::{Scratch, PATIENCE};
+use test_support::http::dead_addr;
 use test_support::process::Process;
 
 /// An upstream that answers every request with its request line and the
@@ -246,19 +247,6 @@ fn until_listening(server: &Process) -> Vec<String> {
         }
     }
     panic!("no line saying where it listens: {said:?}");
-}
-
-/// An address nothing answers at: a socket bound there and not listening
-/// (a connection to it is refused), held by the caller for the test's
-/// length. A listener bound and dropped freed the port, and a test running
-/// beside could be given it by its own `bind(0)`: the "dead" upstream then
-/// answered (seen once in the engine's tests/proxy.rs, its metrics test counting no
-/// connect failure).
-fn dead_addr() -> (SocketAddr, socket2::Socket) {
-    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    socket.bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into()).unwrap();
-    let addr = socket.local_addr().unwrap().as_socket().unwrap();
-    (addr, socket)
 }
 
 /// A port nothing listens on now, for a server to bind: bound, then closed.

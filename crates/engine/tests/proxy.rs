@@ -18,6 +18,7 @@ use std::thread;
 use common::{status_of, Client, PATIENCE};
 use peregrine::proxy::{Proxy, Upstream};
 use peregrine::{Response, Router, Running, Server};
+use test_support::http::dead_addr;
 
 /// One request as the upstream read it: its head's text and its body.
 #[derive(Debug)]
@@ -198,19 +199,6 @@ fn proxy_server_with(ups: &[(Upstream, &str)], configure: impl FnOnce(Server) ->
     configure(Server::new().bind("127.0.0.1:0").workers(1).limits(limits))
         .start(router)
         .expect("server starts")
-}
-
-/// An address nothing answers at: a socket bound there and not listening
-/// (a connection to it is refused), held by the caller for the test's
-/// length. A listener bound and dropped freed the port, and a test running
-/// beside could be given it by its own `bind(0)`: the "dead" upstream then
-/// answered (seen once, `metrics_count_each_upstreams_...` counting no
-/// connect failure).
-fn dead_addr() -> (SocketAddr, socket2::Socket) {
-    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    socket.bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into()).unwrap();
-    let addr = socket.local_addr().unwrap().as_socket().unwrap();
-    (addr, socket)
 }
 
 /// An upstream that takes connections and reads, but never answers.

@@ -4,9 +4,28 @@
 //! exchange on a connection of its own, `Connection: close`.
 
 use std::io::{ErrorKind, Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 
 use crate::PATIENCE;
+
+/// An address nothing answers at (a dead upstream): a socket bound there
+/// and not listening, so a connection to it is refused, held by the caller
+/// for the test's length. A listener bound and dropped would free the
+/// port: a test running beside could be given it by its own `bind(0)`, or
+/// a client's connection could take it as its source port and connect to
+/// itself, and the "dead" address would answer.
+pub fn dead_addr() -> (SocketAddr, socket2::Socket) {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("a socket");
+    socket
+        .bind(&SocketAddr::from(([127, 0, 0, 1], 0)).into())
+        .expect("bound to a port of 127.0.0.1");
+    let addr = socket
+        .local_addr()
+        .expect("its address")
+        .as_socket()
+        .expect("an IP address");
+    (addr, socket)
+}
 
 /// A parsed response.
 #[derive(Debug)]
