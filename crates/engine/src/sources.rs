@@ -73,8 +73,13 @@ impl Source {
     }
 
     /// The source `token` names.
+    #[inline(always)]
     pub(crate) fn of(token: usize) -> Source {
         match token {
+            // A client's connection first: nearly every event is one's,
+            // and the ranges below were tested top-down before it (seven
+            // compares a request; callgrind, hello-c50).
+            t if t < UPSTREAM_BASE => Source::Conn(t),
             WAKER => Source::Waker,
             TIMER => Source::Timer,
             t if t >= UDP_BASE => Source::Udp(t - UDP_BASE),
@@ -87,8 +92,7 @@ impl Source {
                 conn: (t - TUNNEL_BASE) / TUNNEL_STRIDE,
                 stream: ((t - TUNNEL_BASE) % TUNNEL_STRIDE) as u32,
             },
-            t if t >= UPSTREAM_BASE => Source::Upstream(t - UPSTREAM_BASE),
-            t => Source::Conn(t),
+            t => Source::Upstream(t - UPSTREAM_BASE),
         }
     }
 
@@ -110,21 +114,29 @@ pub(crate) struct Timers(BTreeSet<(Instant, usize)>);
 impl Timers {
     /// Makes sure `token` fires no later than `deadline`; `armed` is the
     /// source's record of its entry.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn arm(&mut self, token: usize, deadline: Option<Instant>, armed: &mut Option<Instant>) {
         let Some(deadline) = deadline else { return };
-        match *armed {
-            Some(at) if at <= deadline => {}
-            Some(at) => {
-                self.0.remove(&(at, token));
-                self.0.insert((deadline, token));
-                *armed = Some(deadline);
-            }
-            None => {
-                self.0.insert((deadline, token));
-                *armed = Some(deadline);
+        // The common case, a keep-alive deadline moved later, is this
+        // compare in the caller's code: a call of its own cost every
+        // request 32 instructions (callgrind, hello-c50).
+        if let Some(at) = *armed {
+            if at <= deadline {
+                return;
             }
         }
+        self.insert(token, deadline, armed);
+    }
+
+    /// `arm` when the set must change: `token` is not armed, or is armed
+    /// later than `deadline`.
+    #[inline(never)]
+    fn insert(&mut self, token: usize, deadline: Instant, armed: &mut Option<Instant>) {
+        if let Some(at) = armed.take() {
+            self.0.remove(&(at, token));
+        }
+        self.0.insert((deadline, token));
+        *armed = Some(deadline);
     }
 
     /// Removes `token`'s entry (the source is gone).

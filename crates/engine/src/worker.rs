@@ -366,7 +366,14 @@ impl Hosted {
                 Source::Conn(t) => {
                     if let Some(conn) = self.conns.get_mut(t) {
                         let next = conn.on_ready(ctx, event.is_read_closed());
-                        self.settle(ctx, t, next);
+                        // The common case, a connection waiting again,
+                        // armed through the entry in hand: `settle` would
+                        // look it up in the slab a second time.
+                        if next == Next::Keep {
+                            self.timers.arm(t, conn.deadline, &mut conn.armed);
+                        } else {
+                            self.settle(ctx, t, next);
+                        }
                     }
                 }
                 Source::Upstream(k) => {
