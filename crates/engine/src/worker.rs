@@ -152,6 +152,7 @@ impl Worker {
                 mailbox: &mailbox,
                 next_defer_id: &next_defer_id,
                 now,
+                idle_until: now.checked_add(limits.idle_timeout),
                 draining: drain_deadline.is_some(),
                 metrics: metrics.as_deref(),
                 h2,

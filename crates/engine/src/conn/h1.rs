@@ -64,6 +64,7 @@ pub(super) fn h1_env<'w>(ctx: &Ctx<'w>) -> Env<'w> {
         limits: ctx.limits,
         date: &date.http()[..],
         now: ctx.now,
+        idle_until: ctx.idle_until,
         draining: ctx.draining,
         h2_allowed: ctx.h2.is_some(),
         grow_bytes_max: ctx.limits.body_budget_bytes.saturating_sub(ctx.pool.bodies),
@@ -137,7 +138,17 @@ impl Conn {
                 }
                 return Stop::Output;
             }
-            if !input.is_empty() {
+            if input.is_empty() {
+                // What `poll` would say of no bytes in this state,
+                // without its call and its event: after each answer of a
+                // client that sends one request at a time (hello-c50).
+                if h1.is_idle() {
+                    if trailers.is_some() {
+                        *trailers = None;
+                    }
+                    return Stop::Input;
+                }
+            } else {
                 if *work_left == 0 {
                     return Stop::Turn;
                 }

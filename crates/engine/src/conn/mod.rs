@@ -93,6 +93,10 @@ pub(crate) struct Ctx<'w> {
     pub(crate) mailbox: &'w Arc<Mailbox>,
     pub(crate) next_defer_id: &'w Cell<u64>,
     pub(crate) now: Instant,
+    /// `now` plus `limits.idle_timeout`, the deadline of every HTTP/1.1
+    /// connection that waits for its next request in this turn: one sum
+    /// per turn, not one per request (`h1::Env::idle_until`).
+    pub(crate) idle_until: Option<Instant>,
     /// Shutting down: answer what is in flight with `Connection: close`.
     pub(crate) draining: bool,
     /// This worker's counters, when the server keeps metrics.

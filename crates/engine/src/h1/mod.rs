@@ -60,6 +60,10 @@ pub(crate) struct Env<'a> {
     /// The `Date` field's value, for the answers the machine writes itself.
     pub(crate) date: &'a [u8],
     pub(crate) now: Instant,
+    /// `now` plus `limits.idle_timeout`: the deadline of a connection
+    /// waiting for its next request, summed once per loop turn by the
+    /// driver rather than once per request here.
+    pub(crate) idle_until: Option<Instant>,
     /// Shutting down: answer with `Connection: close`.
     pub(crate) draining: bool,
     /// The listener also takes HTTP/2 by prior knowledge: first bytes that
@@ -956,7 +960,7 @@ impl H1 {
                 // (`head_timeout`): a client that never finishes one is
                 // closed then (a 408 cannot be sent before it).
                 if !link.handshaking {
-                    self.deadline = env.now.checked_add(env.limits.idle_timeout);
+                    self.deadline = env.idle_until;
                 }
             }
             State::Idle | State::Head | State::Body(_) if link.peer_closed => return Wait::Close,

@@ -389,6 +389,7 @@ fn env_of(limits: &Limits, now: Instant, draining: bool, h2_allowed: bool) -> En
         limits,
         date: DATE,
         now,
+        idle_until: now.checked_add(limits.idle_timeout),
         draining,
         h2_allowed,
         grow_bytes_max: usize::MAX,
