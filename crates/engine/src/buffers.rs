@@ -203,7 +203,10 @@ impl Input {
 }
 
 /// Bytes to send: `buf[pos..]`, then `tail`. `buf` is empty while idle.
+/// The buffer first (`#[repr(C)]`): every answer writes it; the tail's
+/// 80 bytes are read only when there is one.
 #[derive(Default)]
+#[repr(C)]
 pub(crate) struct Output {
     pub(crate) buf: Vec<u8>,
     pub(crate) pos: usize,

@@ -23,9 +23,9 @@ use crate::response::Response;
 
 /// HTTP/1.1 in the connection's protocol slot: the machine, and the
 /// request whose answer a deferred handler owes.
+#[repr(C)]
 pub(super) struct Http1 {
     pub(super) machine: H1,
-    pub(super) deferral: Option<Deferral>,
     /// The WebSocket a handler accepted, whose 101 is queued: it takes
     /// the connection (`Stop::Switched`).
     pub(super) upgrade: Option<crate::ws::Upgrade>,
@@ -39,6 +39,9 @@ pub(super) struct Http1 {
     /// hello-pipe16: 1,896 to 1,879 a request).
     /// Boxed, as `H1`'s: an inline `Vec` would give `Proto` its niche.
     pub(super) trailers: Option<Box<crate::message::trailers::Trailers>>,
+    /// Last (`#[repr(C)]`, as `Conn`'s slot): 176 bytes read only by a
+    /// deferred answer, apart from the machine every request reads.
+    pub(super) deferral: Option<Deferral>,
 }
 
 impl Http1 {

@@ -247,38 +247,25 @@ impl Transport {
     }
 }
 
+/// In C's order, hot first (`#[repr(C)]`): a keep-alive request that
+/// waits for its client between answers finds its connection's lines out
+/// of the cache, so what every request reads is packed into the first
+/// lines, and the protocol slot, whose deferred answer's record and
+/// tail are touched only when they are used, comes last.
+#[repr(C)]
 pub(crate) struct Conn {
     stream: Stream,
     transport: Transport,
-    /// Accepted on a redirecting listener: answered by `Ctx::redirect`.
-    redirect: bool,
-    peer: SocketAddr,
-    /// The source address the connection's PROXY header gave (a listener
-    /// that requires one: `conn/proxy.rs`); `None` otherwise, and for a
-    /// LOCAL or UNKNOWN header.
-    proxy_source: Option<SocketAddr>,
     token: usize,
-    input: Input,
-    output: Output,
-    /// The protocol the connection speaks, with its machine.
-    proto: Proto,
+    peer: SocketAddr,
     /// Closing or lingering, for both protocols.
     phase: Phase,
-    /// When the connection times out, if it can: the send deadline while
-    /// output is blocked, otherwise `state_deadline`. The worker reads this.
-    pub(crate) deadline: Option<Instant>,
-    /// The deadline of the request/idle state (head, body, idle timeouts),
-    /// kept apart so that a blocked send does not move it.
-    state_deadline: Option<Instant>,
-    /// Set while output is blocked: `send_timeout` after the last byte left.
-    send_deadline: Option<Instant>,
     /// Work left in this turn (see `TURN_WORK`).
     work_left: u32,
+    /// Accepted on a redirecting listener: answered by `Ctx::redirect`.
+    redirect: bool,
     /// In the worker's list of connections waiting for another turn.
     pub(crate) queued: bool,
-    /// When the worker's timer set fires for this connection (`sources.rs`:
-    /// it may be earlier than `deadline`, never later).
-    pub(crate) armed: Option<Instant>,
     writable_interest: bool,
     /// The client has sent FIN: answer what is complete, then close.
     peer_closed: bool,
@@ -289,6 +276,22 @@ pub(crate) struct Conn {
     /// could only say EAGAIN. Saves that read after every large response
     /// (strace of f64k: one `recvfrom` → EAGAIN per request without it).
     drained: bool,
+    /// TLS: the handshake's end has been counted in the metrics.
+    handshake_counted: bool,
+    /// No byte of a request has arrived yet: the client has just
+    /// connected, and its first request is presumably on its way. A
+    /// shutdown answers it rather than closing the connection as idle.
+    fresh: bool,
+    input: Input,
+    /// When the connection times out, if it can: the send deadline while
+    /// output is blocked, otherwise `state_deadline`. The worker reads this.
+    pub(crate) deadline: Option<Instant>,
+    /// The deadline of the request/idle state (head, body, idle timeouts),
+    /// kept apart so that a blocked send does not move it.
+    state_deadline: Option<Instant>,
+    /// When the worker's timer set fires for this connection (`sources.rs`:
+    /// it may be earlier than `deadline`, never later).
+    pub(crate) armed: Option<Instant>,
     /// Bytes written since the metrics last counted them.
     bytes_out: u64,
     /// Bytes read (plaintext) since the connection began: a request's
@@ -298,12 +301,15 @@ pub(crate) struct Conn {
     /// buffer's growth (HTTP/1.1 bodies and heads), its write buffer.
     input_charge: usize,
     output_charge: usize,
-    /// TLS: the handshake's end has been counted in the metrics.
-    handshake_counted: bool,
-    /// No byte of a request has arrived yet: the client has just
-    /// connected, and its first request is presumably on its way. A
-    /// shutdown answers it rather than closing the connection as idle.
-    fresh: bool,
+    /// The source address the connection's PROXY header gave (a listener
+    /// that requires one: `conn/proxy.rs`); `None` otherwise, and for a
+    /// LOCAL or UNKNOWN header.
+    proxy_source: Option<SocketAddr>,
+    output: Output,
+    /// Set while output is blocked: `send_timeout` after the last byte left.
+    send_deadline: Option<Instant>,
+    /// The protocol the connection speaks, with its machine.
+    proto: Proto,
 }
 
 /// The slot a connection's protocol machine lives in, with the driver's
