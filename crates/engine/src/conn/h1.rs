@@ -379,7 +379,9 @@ impl Conn {
         }
     }
 
-    /// The HTTP/1.1 deadline, or whether to close, once the connection waits.
+    /// The HTTP/1.1 deadline, or whether to close, once the connection
+    /// waits. Inlined: `drive` calls it after every answer.
+    #[inline(always)]
     pub(super) fn h1_wait(&mut self, ctx: &Ctx<'_>) -> Option<Next> {
         let link = self.h1_link();
         let env = h1_env(ctx);

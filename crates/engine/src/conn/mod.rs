@@ -933,7 +933,10 @@ impl Conn {
         self.h1_make_room(ctx)
     }
 
-    /// Answers the complete requests in the read buffer.
+    /// Answers the complete requests in the read buffer. In its one
+    /// caller's code: a call of its own cost every wakeup its prologue
+    /// and epilogue, 20 instructions (callgrind, hello-c50).
+    #[inline(always)]
     fn process(&mut self, ctx: &mut Ctx<'_>) -> Stop {
         let first = match &self.proto {
             Proto::H2(_) => return self.process_h2(ctx),
