@@ -7,13 +7,21 @@ use crate::h1::{self, Piece};
 use crate::tls::ktls::Handover;
 
 impl Conn {
-    /// Writes what is queued until done or the socket is full.
+    /// Writes what is queued until done or the socket is full. The
+    /// common case, answers in the buffer and nothing after them over
+    /// plain TCP, in the caller's code, without the tails' and
+    /// transports' tests; the rest out of line.
+    #[inline(always)]
     pub(super) fn flush(&mut self, pool: &mut BufPool) -> Flushed {
-        // The common case, answers in the buffer and nothing after them
-        // over plain TCP, without the tails' and transports' tests.
         if let (Transport::Plain, None, false) = (&self.transport, &self.output.tail, self.proto.is_h2()) {
             return self.flush_buffered();
         }
+        self.flush_other(pool)
+    }
+
+    /// `flush` of a tail, TLS or HTTP/2.
+    #[inline(never)]
+    fn flush_other(&mut self, pool: &mut BufPool) -> Flushed {
         if let Transport::Tls(tls) = &self.transport {
             // Under kernel TLS (`tls/ktls.rs`) the socket takes plaintext:
             // the plain path below, sendfile included.
