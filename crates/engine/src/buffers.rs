@@ -314,6 +314,40 @@ mod tests {
     /// once no plain one is left, instead of a new one grown again; at most
     /// `MEDIUM_WRITE_BUFFERS_MAX` are kept, and larger ones go to HTTP/2's.
     #[test]
+    fn given_buffers_are_kept_to_the_bound_whether_the_stack_has_room_or_grows() {
+        let mut pool = BufPool::default();
+        // Given into stacks with no room yet (the out-of-line path), then
+        // with room (the inline one): each kept until the bound, the last
+        // one given taken first.
+        for _ in 0..POOL_BUFFERS_MAX + 3 {
+            pool.give_read(vec![0; BUFFER_BYTES]);
+            pool.give_write(Vec::with_capacity(BUFFER_BYTES));
+        }
+        assert_eq!(
+            (pool.read.len(), pool.write.len()),
+            (POOL_BUFFERS_MAX, POOL_BUFFERS_MAX)
+        );
+        let mut w = pool.take_write();
+        w.extend_from_slice(b"answer");
+        let at = w.as_ptr();
+        pool.give_write(w);
+        let again = pool.take_write();
+        assert_eq!((again.as_ptr(), again.len()), (at, 0), "the same buffer, emptied");
+        let r = pool.take_read();
+        let at = r.as_ptr();
+        pool.give_read(r);
+        let r_again = pool.take_read();
+        assert_eq!(r_again.as_ptr(), at);
+        // A buffer of another size is not kept.
+        pool.give_read(vec![0; 100]);
+        pool.give_write(Vec::with_capacity(100));
+        assert_eq!(
+            (pool.read.len(), pool.write.len()),
+            (POOL_BUFFERS_MAX - 1, POOL_BUFFERS_MAX - 1)
+        );
+    }
+
+    #[test]
     fn a_grown_write_buffer_is_taken_again_within_its_bound() {
         let mut pool = BufPool::default();
         let mut grown = pool.take_write();
