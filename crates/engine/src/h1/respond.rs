@@ -65,13 +65,13 @@ pub(crate) fn write_response(
         (true, Version::Http11 | Version::Http2 | Version::Http3) => ConnField::Omit,
     };
     let head_start = out.buf.len();
-    match HeadKey::of(resp, framing, conn, extra_fields) {
-        Some(key) if date.len() == DATE_LEN => LAST_HEAD.with_borrow_mut(|last| {
+    match (HeadKey::of(resp, framing, conn, extra_fields), <&[u8; DATE_LEN]>::try_from(date)) {
+        (Some(key), Ok(date)) => LAST_HEAD.with_borrow_mut(|last| {
             // The date is compared where the worker's cache keeps it, not
             // copied into the key: the copy's wide loads over its narrow
             // stores stalled (store forwarding), 1.6 % of a pipelined
             // hello's CPU (perf annotate of `answer_with`).
-            if last.key.as_ref() == Some(&key) && last.date[..] == *date {
+            if last.key == key && last.date == *date {
                 out.buf.extend_from_slice(&last.bytes);
             } else {
                 wire::write_head(&mut out.buf, resp, date, framing, conn);
@@ -83,8 +83,8 @@ pub(crate) fn write_response(
                 // generation whose block this was is unmapped when its
                 // last response goes, as `block_sets_lines`'s memo does.
                 last.block = resp.block.as_ref().map(HeaderBlock::hold);
-                last.key = Some(key);
-                last.date.copy_from_slice(date);
+                last.key = key;
+                last.date = *date;
             }
         }),
         _ => wire::write_head(&mut out.buf, resp, date, framing, conn),
@@ -177,7 +177,7 @@ thread_local! {
     /// its 3,392, callgrind).
     static LAST_HEAD: RefCell<LastHead> = const {
         RefCell::new(LastHead {
-            key: None,
+            key: HeadKey::NONE,
             block: None,
             date: [0; DATE_LEN],
             bytes: Vec::new(),
@@ -186,7 +186,8 @@ thread_local! {
 }
 
 struct LastHead {
-    key: Option<HeadKey>,
+    /// `HeadKey::NONE` until a head is written.
+    key: HeadKey,
     /// The allocation of the key's header block, held so that its address
     /// names the same bytes as long as the key does.
     block: Option<Weak<dyn AsRef<[u8]> + Send + Sync>>,
@@ -197,22 +198,33 @@ struct LastHead {
 
 /// Everything but the date a head written by `write_head` depends on, for
 /// a response with no fields but its content type and header block: equal
-/// keys and dates spell equal heads.
-#[derive(PartialEq, Eq)]
+/// keys and dates spell equal heads. Plain words, no `Option`s (an absent
+/// part is zeros: no string or buffer is at address 0), so comparing two
+/// keys is a few loads, not a tree of discriminant tests.
+#[derive(Clone, Copy, PartialEq, Eq)]
 struct HeadKey {
     status: u16,
     /// The address and length of a `&'static str` content type: the same
     /// address and length are the same bytes (a static never changes).
-    content_type: Option<(usize, usize)>,
+    content_type: (usize, usize),
     /// The address of the header block's buffer and the block's range in
     /// it: a buffer is immutable (`SharedBytes`), and `LastHead::block`
     /// keeps its address from being reused while the key lives.
-    block: Option<(usize, usize, usize)>,
+    block: (usize, usize, usize),
     framing: BodyFraming,
     conn: ConnField,
 }
 
 impl HeadKey {
+    /// No head: status 0 is never written (an invalid status is a 500).
+    const NONE: HeadKey = HeadKey {
+        status: 0,
+        content_type: (0, 0),
+        block: (0, 0, 0),
+        framing: BodyFraming::Bodiless,
+        conn: ConnField::Omit,
+    };
+
     /// `None` if the head has fields that are not worth comparing: the
     /// handler's own, the transport's, an owned content type.
     #[inline]
@@ -221,11 +233,11 @@ impl HeadKey {
             return None;
         }
         let content_type = match &resp.content_type {
-            None => None,
-            Some(Cow::Borrowed(s)) => Some((s.as_ptr() as usize, s.len())),
+            None => (0, 0),
+            Some(Cow::Borrowed(s)) => (s.as_ptr() as usize, s.len()),
             Some(Cow::Owned(_)) => return None,
         };
-        let block = resp.block.as_ref().map(HeaderBlock::place);
+        let block = resp.block.as_ref().map_or((0, 0, 0), HeaderBlock::place);
         Some(HeadKey {
             status: resp.status,
             content_type,
