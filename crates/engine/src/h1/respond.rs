@@ -351,6 +351,87 @@ mod tests {
         assert_eq!(head(owned, DATE, Version::Http11, true), want);
     }
 
+    /// Answers with header blocks (an archive's or a cached file's) share
+    /// the head cache: whatever differs from the answer before (the block,
+    /// its range, the status, the length, the date, a field of the
+    /// handler's, HEAD) gives the head spelled out, never a stale one.
+    #[test]
+    fn a_repeated_block_head_is_the_one_spelled_out_whatever_changed() {
+        use crate::response::HeaderBlock;
+        let a = HeaderBlock::new(&[("Content-Type", "text/html"), ("ETag", "\"a\"")]).unwrap();
+        let b = HeaderBlock::new(&[("Content-Type", "text/css"), ("ETag", "\"b\"")]).unwrap();
+        // Two blocks in one buffer: the same address, other ranges.
+        let whole: Arc<dyn AsRef<[u8]> + Send + Sync> = Arc::new(b"ETag: \"x\"\r\nETag: \"yy\"\r\n".to_vec());
+        let x = HeaderBlock::from_lines(SharedBytes::slice(whole.clone(), 0..11).unwrap()).unwrap();
+        let y = HeaderBlock::from_lines(SharedBytes::slice(whole.clone(), 11..23).unwrap()).unwrap();
+        let cases = [
+            (Response::prepared(200, a.clone(), "hello"), DATE, false),
+            (Response::prepared(200, a.clone(), "hello"), DATE, false),
+            (Response::prepared(200, a.clone(), "hello"), LATER, false),
+            (Response::prepared(200, a.clone(), "hello!"), LATER, false),
+            (Response::prepared(404, a.clone(), "hello!"), LATER, false),
+            (Response::prepared(304, a.clone(), Body::Empty), LATER, false),
+            (Response::prepared(200, b.clone(), "hello!"), LATER, false),
+            (Response::prepared(200, a.clone(), "hello!"), LATER, true),
+            (
+                Response::prepared(206, a.clone(), "hel").with_header("Content-Range", "bytes 0-2/6"),
+                LATER,
+                false,
+            ),
+            (Response::prepared(200, a.clone(), "hello!"), LATER, true),
+            (Response::prepared(200, x.clone(), "hello!"), LATER, true),
+            (Response::prepared(200, y.clone(), "hello!"), LATER, true),
+            (Response::prepared(200, x.clone(), "hello!"), LATER, true),
+            (
+                Response::prepared(200, x.clone(), "hello!").with_content_type("text/plain"),
+                LATER,
+                true,
+            ),
+        ];
+        for (i, (resp, date, keep_alive)) in cases.into_iter().enumerate() {
+            let conn = if keep_alive { ConnField::Omit } else { ConnField::Close };
+            let framing = match resp.status {
+                304 => BodyFraming::Bodiless,
+                _ => BodyFraming::Length(resp.body.len().unwrap()),
+            };
+            let want = spelled(&resp, date, framing, conn);
+            let got = head(resp, date, Version::Http11, keep_alive);
+            assert_eq!(String::from_utf8(got).unwrap(), String::from_utf8(want).unwrap(), "case {i}");
+        }
+    }
+
+    /// The cache holds a block's allocation, not its bytes: a buffer (an
+    /// archive generation's map) is freed when its last answer goes; and a
+    /// block made after it, whatever its address, is spelled out.
+    #[test]
+    fn the_head_cache_keeps_no_block_bytes_alive() {
+        use crate::response::HeaderBlock;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static DROPPED: AtomicUsize = AtomicUsize::new(0);
+        struct Lines(Vec<u8>);
+        impl AsRef<[u8]> for Lines {
+            fn as_ref(&self) -> &[u8] {
+                &self.0
+            }
+        }
+        impl Drop for Lines {
+            fn drop(&mut self) {
+                DROPPED.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        for (i, value) in ["\"first\"", "\"second\"", "\"third\""].into_iter().enumerate() {
+            let lines = Lines(format!("ETag: {value}\r\n").into_bytes());
+            let block = HeaderBlock::from_lines(SharedBytes::new(Arc::new(lines))).unwrap();
+            for _ in 0..2 {
+                let resp = Response::prepared(200, block.clone(), "x");
+                let got = String::from_utf8(head(resp, DATE, Version::Http11, true)).unwrap();
+                assert!(got.contains(&format!("\r\nETag: {value}\r\n")), "{got}");
+            }
+            drop(block);
+            assert_eq!(DROPPED.load(Ordering::SeqCst), i + 1, "block {i} freed");
+        }
+    }
+
     #[test]
     fn each_transport_field_goes_out_unless_the_handler_set_it() {
         let extra = b"Strict-Transport-Security: max-age=63072000\r\nAlt-Svc: h3=\":443\"\r\n";
