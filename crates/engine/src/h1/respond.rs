@@ -197,20 +197,22 @@ struct LastHead {
 }
 
 /// Everything but the date a head written by `write_head` depends on, for
-/// a response with no fields but its content type and header block: equal
-/// keys and dates spell equal heads. Plain words, no `Option`s (an absent
-/// part is zeros: no string or buffer is at address 0), so comparing two
-/// keys is a few loads, not a tree of discriminant tests.
+/// a response with no fields but its content type or its header block:
+/// equal keys and dates spell equal heads. Plain words, no `Option`s, and
+/// one place for the content type or the block, so that comparing two
+/// keys costs what it did before blocks were cached (hello's rows).
 #[derive(Clone, Copy, PartialEq, Eq)]
 struct HeadKey {
     status: u16,
-    /// The address and length of a `&'static str` content type: the same
-    /// address and length are the same bytes (a static never changes).
-    content_type: (usize, usize),
-    /// The address of the header block's buffer and the block's range in
-    /// it: a buffer is immutable (`SharedBytes`), and `LastHead::block`
-    /// keeps its address from being reused while the key lives.
-    block: (usize, usize, usize),
+    /// Where the head's own fields are. `(0, 0, 0)`: none (no string or
+    /// buffer is at address 0). `(address, length, usize::MAX)`: a
+    /// `&'static str` content type; the same address and length are the
+    /// same bytes (a static never changes). `(address, start, end)`: a
+    /// header block, its buffer's address and its range in it (an end is
+    /// at most `isize::MAX`, never `usize::MAX`); a buffer is immutable
+    /// (`SharedBytes`), and `LastHead::block` keeps its address from being
+    /// reused while the key lives.
+    fields: (usize, usize, usize),
     framing: BodyFraming,
     conn: ConnField,
 }
@@ -219,29 +221,28 @@ impl HeadKey {
     /// No head: status 0 is never written (an invalid status is a 500).
     const NONE: HeadKey = HeadKey {
         status: 0,
-        content_type: (0, 0),
-        block: (0, 0, 0),
+        fields: (0, 0, 0),
         framing: BodyFraming::Bodiless,
         conn: ConnField::Omit,
     };
 
     /// `None` if the head has fields that are not worth comparing: the
-    /// handler's own, the transport's, an owned content type.
+    /// handler's own, the transport's, an owned content type, a content
+    /// type beside a block.
     #[inline]
     fn of(resp: &Response, framing: BodyFraming, conn: ConnField, extra_fields: &[u8]) -> Option<Self> {
         if !resp.headers.is_empty() || !extra_fields.is_empty() {
             return None;
         }
-        let content_type = match &resp.content_type {
-            None => (0, 0),
-            Some(Cow::Borrowed(s)) => (s.as_ptr() as usize, s.len()),
-            Some(Cow::Owned(_)) => return None,
+        let fields = match (&resp.content_type, &resp.block) {
+            (None, None) => (0, 0, 0),
+            (Some(Cow::Borrowed(s)), None) => (s.as_ptr() as usize, s.len(), usize::MAX),
+            (None, Some(block)) => block.place(),
+            _ => return None,
         };
-        let block = resp.block.as_ref().map_or((0, 0, 0), HeaderBlock::place);
         Some(HeadKey {
             status: resp.status,
-            content_type,
-            block,
+            fields,
             framing,
             conn,
         })
