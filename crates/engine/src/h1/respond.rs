@@ -73,7 +73,16 @@ pub(crate) fn write_response(
             // hello's CPU (perf annotate of `answer_with`).
             if last.key == key && last.date == *date {
                 out.buf.extend_from_slice(&last.bytes);
+            } else if last.seen != key {
+                // A head unlike the last one written is not kept: kept, a
+                // server answering other files in turn paid the copy and
+                // the `Weak`'s counts on every answer and copied none back
+                // (+160 Ir a request, two archive entries in turn).
+                wire::write_head(&mut out.buf, resp, date, framing, conn);
+                last.seen = key;
             } else {
+                // The second head in a row with this key (or the first of
+                // a new date): kept.
                 wire::write_head(&mut out.buf, resp, date, framing, conn);
                 last.bytes.clear();
                 last.bytes.extend_from_slice(&out.buf[head_start..]);
@@ -178,6 +187,7 @@ thread_local! {
     static LAST_HEAD: RefCell<LastHead> = const {
         RefCell::new(LastHead {
             key: HeadKey::NONE,
+            seen: HeadKey::NONE,
             block: None,
             date: [0; DATE_LEN],
             bytes: Vec::new(),
@@ -186,8 +196,13 @@ thread_local! {
 }
 
 struct LastHead {
-    /// `HeadKey::NONE` until a head is written.
+    /// The key of the head in `bytes`; `HeadKey::NONE` until one is kept.
     key: HeadKey,
+    /// The key of the last head written out, kept or not. A head is kept
+    /// when its key is this one: the same answer twice in a row. Only a
+    /// gate, never trusted for bytes (a block's address in it is not
+    /// held, and may be another block's by the next answer).
+    seen: HeadKey,
     /// The allocation of the key's header block, held so that its address
     /// names the same bytes as long as the key does.
     block: Option<Weak<dyn AsRef<[u8]> + Send + Sync>>,
