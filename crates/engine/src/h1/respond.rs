@@ -65,7 +65,10 @@ pub(crate) fn write_response(
         (true, Version::Http11 | Version::Http2 | Version::Http3) => ConnField::Omit,
     };
     let head_start = out.buf.len();
-    match (HeadKey::of(resp, framing, conn, extra_fields), <&[u8; DATE_LEN]>::try_from(date)) {
+    match (
+        HeadKey::of(resp, framing, conn, extra_fields),
+        <&[u8; DATE_LEN]>::try_from(date),
+    ) {
         (Some(key), Ok(date)) => LAST_HEAD.with_borrow_mut(|last| {
             // The date is compared where the worker's cache keeps it, not
             // copied into the key: the copy's wide loads over its narrow
@@ -412,7 +415,11 @@ mod tests {
             };
             let want = spelled(&resp, date, framing, conn);
             let got = head(resp, date, Version::Http11, keep_alive);
-            assert_eq!(String::from_utf8(got).unwrap(), String::from_utf8(want).unwrap(), "case {i}");
+            assert_eq!(
+                String::from_utf8(got).unwrap(),
+                String::from_utf8(want).unwrap(),
+                "case {i}"
+            );
         }
     }
 
