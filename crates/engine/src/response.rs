@@ -680,6 +680,26 @@ impl HeaderBlock {
         Arc::ptr_eq(&self.0.buf, &other.0.buf) && self.0.range == other.0.range
     }
 
+    /// Where the block's bytes are: its buffer's address and its range
+    /// in it. While the buffer's allocation lives (see [`Self::hold`]),
+    /// an equal place is the same bytes: a buffer never changes.
+    #[inline]
+    pub(crate) fn place(&self) -> (usize, usize, usize) {
+        let lines = &self.0;
+        (
+            Arc::as_ptr(&lines.buf) as *const u8 as usize,
+            lines.range.start,
+            lines.range.end,
+        )
+    }
+
+    /// A hold on the block's allocation but not its bytes: its
+    /// [`Self::place`] stays this block's, yet an archive generation it
+    /// lies in is still unmapped when its last response goes.
+    pub(crate) fn hold(&self) -> std::sync::Weak<dyn AsRef<[u8]> + Send + Sync> {
+        Arc::downgrade(&self.0.buf)
+    }
+
     /// Checks and joins `fields`. An invalid name or value, or a field the
     /// engine writes itself (`Content-Length`, `Date`, ...), is an error
     /// naming the field.

@@ -220,6 +220,7 @@ pub struct FileVariant<'r> {
 }
 
 impl crate::reply::Representation for FileVariant<'_> {
+    #[inline]
     fn whole(&self, status: u16) -> Response {
         match &self.v.beside {
             Some(body) => Response::prepared_beside(status, self.v.block_200.clone(), body.clone()),
