@@ -703,6 +703,27 @@ static FORWARDED_HOST: [bool; 256] = {
 /// `Forwarded`) cost about 1,100 instructions through `write!`
 /// (callgrind, `proxy-c50`).
 fn push_ipv4(out: &mut Vec<u8>, v4: std::net::Ipv4Addr) {
+    // The last address written, kept per thread: a worker's clients are
+    // few addresses (one, behind a load balancer), and its digits were
+    // 116 of a proxied GET's instructions (callgrind, `proxy-c50`).
+    let (last, s, n) = LAST_IPV4.get();
+    if last == v4 {
+        out.extend_from_slice(&s[..usize::from(n)]);
+        return;
+    }
+    let (s, n) = ipv4_digits(v4);
+    LAST_IPV4.set((v4, s, n as u8));
+    out.extend_from_slice(&s[..n]);
+}
+
+thread_local! {
+    /// `push_ipv4`'s last address and its dotted decimal.
+    static LAST_IPV4: std::cell::Cell<(std::net::Ipv4Addr, [u8; 15], u8)> =
+        const { std::cell::Cell::new((std::net::Ipv4Addr::UNSPECIFIED, *b"0.0.0.0\0\0\0\0\0\0\0\0", 7)) };
+}
+
+/// `v4` in dotted decimal, on the stack, and its length.
+fn ipv4_digits(v4: std::net::Ipv4Addr) -> ([u8; 15], usize) {
     // Written on the stack and copied once: a `push` per digit checked
     // the capacity each time (130 instructions for 127.0.0.1, callgrind).
     let mut s = [0u8; 15];
@@ -723,7 +744,7 @@ fn push_ipv4(out: &mut Vec<u8>, v4: std::net::Ipv4Addr) {
         s[n] = b'0' + octet % 10;
         n += 1;
     }
-    out.extend_from_slice(&s[..n]);
+    (s, n)
 }
 
 /// The upstream request's bytes, or the status that refuses it: the

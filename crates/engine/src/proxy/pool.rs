@@ -68,7 +68,7 @@ const INTERIMS_MAX: u8 = 8;
 /// Found by length, then one or two comparisons: a walk through the
 /// list cost 10 comparisons a field.
 fn dropped(name: &[u8]) -> bool {
-    let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
+    let is = |n: &[u8]| super::head::eq_lower(name, n);
     match name.len() {
         2 => is(b"te"),
         4 => is(b"date"),
@@ -2024,20 +2024,37 @@ fn relayed_lines(head: &ResponseHead<'_, '_>) -> Vec<u8> {
 /// `relayed_lines`, for a compressed answer when `encoded`, written to
 /// `lines`.
 fn relayed_lines_into(lines: &mut Vec<u8>, head: &ResponseHead<'_, '_>, encoded: bool) {
-    // Most answers have no `Connection` field: then no list is made (its
-    // empty collect was 150 instructions of a proxied GET, callgrind).
-    let mut named: Vec<&[u8]> = Vec::new();
-    if head.headers.iter().any(|h| h.name.eq_ignore_ascii_case("connection")) {
-        named.extend(
-            head.headers
-                .iter()
-                .filter(|h| h.name.eq_ignore_ascii_case("connection"))
-                .flat_map(|h| list_elements(h.value)),
-        );
+    // Most answers have no `Connection` field: one pass, and no list of
+    // its options is made (their first look for one, and the empty
+    // list, were a pass and 150 instructions of a proxied GET,
+    // callgrind). When there is one, what was written goes, and the
+    // fields are written again without those it names.
+    let start = lines.len();
+    if !relay_fields(lines, head.headers, encoded, &[]) {
+        return;
     }
-    for h in head.headers {
+    lines.truncate(start);
+    let named: Vec<&[u8]> = head
+        .headers
+        .iter()
+        .filter(|h| h.name.eq_ignore_ascii_case("connection"))
+        .flat_map(|h| list_elements(h.value))
+        .collect();
+    relay_fields(lines, head.headers, encoded, &named);
+}
+
+/// Writes the `fields` that go on, less those `named` (a `Connection`'s
+/// options): whether one of them was a `Connection` field.
+#[inline(always)]
+fn relay_fields(lines: &mut Vec<u8>, fields: &[httparse::Header<'_>], encoded: bool, named: &[&[u8]]) -> bool {
+    let mut connection = false;
+    for h in fields {
         let name = h.name.as_bytes();
-        if dropped(name) || named.iter().any(|n| n.eq_ignore_ascii_case(name)) {
+        if dropped(name) {
+            connection |= super::head::eq_lower(name, b"connection");
+            continue;
+        }
+        if named.iter().any(|n| n.eq_ignore_ascii_case(name)) {
             continue;
         }
         if encoded && encode::drops(name) {
@@ -2052,4 +2069,5 @@ fn relayed_lines_into(lines: &mut Vec<u8>, head: &ResponseHead<'_, '_>, encoded:
         }
         lines.extend_from_slice(b"\r\n");
     }
+    connection
 }
