@@ -97,7 +97,7 @@ fn tokenise<'b>(buf: &'b [u8], slots: &mut [MaybeUninit<Header<'b>>]) -> Option<
     };
     let line_len = target_end + 10;
     let line = ascii_str(&buf[..target_end]);
-    let (head_len, n_fields) = fields::<false>(buf, line_len + 1, slots)?;
+    let (head_len, n_fields) = fields(buf, line_len + 1, slots)?;
     let plain = Plain {
         method: line.get(..method_end)?,
         target: line.get(target_at..)?,
@@ -164,7 +164,7 @@ fn tokenise_response<'b>(buf: &'b [u8], slots: &mut [MaybeUninit<Header<'b>>]) -
     if buf.get(reason_end..reason_end + 2)? != b"\r\n" {
         return None;
     }
-    let (head_len, n_fields) = fields::<true>(buf, reason_end + 2, slots)?;
+    let (head_len, n_fields) = fields(buf, reason_end + 2, slots)?;
     let status = PlainStatus {
         minor,
         status,
@@ -175,15 +175,9 @@ fn tokenise_response<'b>(buf: &'b [u8], slots: &mut [MaybeUninit<Header<'b>>]) -
 }
 
 /// The field lines from `at` and the empty line after them: the head's
-/// length and how many slots were written. Inlined into each tokeniser;
-/// `WORDS`: names are read eight bytes at a time (`token_end`), as the
-/// response tokeniser does.
+/// length and how many slots were written. Inlined into each tokeniser.
 #[inline(always)]
-fn fields<'b, const WORDS: bool>(
-    buf: &'b [u8],
-    mut at: usize,
-    slots: &mut [MaybeUninit<Header<'b>>],
-) -> Option<(usize, usize)> {
+fn fields<'b>(buf: &'b [u8], mut at: usize, slots: &mut [MaybeUninit<Header<'b>>]) -> Option<(usize, usize)> {
     // Field lines: token ":" OWS value CRLF, the value visible ASCII, SP
     // and HTAB, trailing blanks not part of it (as httparse trims them).
     let n_slots = slots.len();
@@ -200,15 +194,8 @@ fn fields<'b, const WORDS: bool>(
         // look each: names are short (h2load's `host` and `user-agent`
         // cost 62 instructions fewer this way than found by 8-byte steps
         // and then checked, callgrind on the tokeniser alone).
-        // An answer's names are longer (`Content-Type`, `Content-Length`,
-        // `Cache-Control`): read eight bytes at a time, they cost about
-        // 120 instructions fewer in a proxied GET's answer (callgrind,
-        // `proxy-c50`).
         let name_at = at;
-        let colon = match WORDS {
-            true => token_end(buf, name_at)?,
-            false => name_at + buf.get(name_at..)?.iter().position(|&b| !is_token(b))?,
-        };
+        let colon = name_at + buf.get(name_at..)?.iter().position(|&b| !is_token(b))?;
         let name = &buf[name_at..colon];
         if name.is_empty() || buf[colon] != b':' {
             return None;
@@ -262,45 +249,6 @@ fn word(buf: &[u8], at: usize) -> Option<u64> {
 }
 
 /// `value` without its trailing blanks (SP, HTAB), as httparse trims.
-/// Where the token bytes from `at` end: the first byte that is not a
-/// token byte, or `None` when the buffer ends first (as `position`
-/// would say). Eight bytes at a time while they are letters and `-`
-/// (most names' only bytes), then a byte at a time.
-#[inline(always)]
-fn token_end(buf: &[u8], mut at: usize) -> Option<usize> {
-    while let Some(w) = word(buf, at) {
-        let other = not_letter_or_dash(w);
-        if other == 0 {
-            at += 8;
-            continue;
-        }
-        let end = at + (other.trailing_zeros() / 8) as usize;
-        if !is_token(buf[end]) {
-            return Some(end);
-        }
-        // A digit, `_` or another token byte: the rest a byte at a time.
-        at = end;
-        break;
-    }
-    Some(at + buf.get(at..)?.iter().position(|&b| !is_token(b))?)
-}
-
-/// The high bit of each byte of `w` that is not an ASCII letter or `-`.
-#[inline(always)]
-fn not_letter_or_dash(w: u64) -> u64 {
-    const LOWS: u64 = !HIGHS;
-    // The low seven bits; bytes of 0x80 and above are excluded at the
-    // end (`!w`). No sum below carries into the next byte (each byte is
-    // at most 0x7F, each addend at most 0x1F, or 0x7F for `nonzero`).
-    let x = w & LOWS;
-    // Lower case (only `A`..=`Z` become `a`..=`z`; no other byte does).
-    let lower = x | ONES * 0x20;
-    let letter = lower.wrapping_add(ONES * (0x80 - 0x61)) & !lower.wrapping_add(ONES * (0x80 - 0x7B));
-    let t = x ^ (ONES * u64::from(b'-'));
-    let dash = !(t.wrapping_add(LOWS));
-    !((letter | dash) & !w) & HIGHS
-}
-
 #[cold]
 #[inline(never)]
 fn trim_end(mut value: &[u8]) -> &[u8] {
@@ -437,32 +385,6 @@ mod tests {
             );
         }
         plain.is_some()
-    }
-
-    #[test]
-    fn token_end_agrees_with_a_byte_at_a_time() {
-        let by_bytes = |buf: &[u8]| buf.iter().position(|&b| !is_token(b));
-        let names: &[&[u8]] = &[
-            b"Date: x",
-            b"Content-Length: 13",
-            b"X-B3-TraceId: 1",
-            b"a_b:",
-            b"Access-Control-Allow-Origin: *",
-            b"ABCDEFGH",
-            b"abcdefgh-ijklmnop:",
-            b"",
-        ];
-        for name in names {
-            assert_eq!(token_end(name, 0), by_bytes(name), "{:?}", String::from_utf8_lossy(name));
-            // Every byte value at every place.
-            for at in 0..name.len() {
-                for b in 0..=255u8 {
-                    let mut n = name.to_vec();
-                    n[at] = b;
-                    assert_eq!(token_end(&n, 0), by_bytes(&n), "{n:?}");
-                }
-            }
-        }
     }
 
     #[test]
