@@ -1825,7 +1825,11 @@ impl UpConn {
             // Before the job goes: its upstream's read-ahead.
             let capacity = self.buffer_bytes(ctx);
             // Only its responder goes on: the rest is dropped here.
-            let responder = self.job.take().expect("a connection reading a head has a job").responder;
+            let responder = self
+                .job
+                .take()
+                .expect("a connection reading a head has a job")
+                .responder;
             super::give_bytes(std::mem::take(&mut self.out));
             self.answered = true;
             let took = ctx.now.saturating_duration_since(self.started);
