@@ -1009,3 +1009,34 @@ fn a_close_before_the_end_is_a_truncated_body() {
         "response body too large"
     );
 }
+
+#[test]
+fn eq_lower_agrees_with_eq_ignore_ascii_case_for_every_byte() {
+    let names: &[&[u8]] = &[
+        b"te",
+        b"via",
+        b"date",
+        b"server",
+        b"upgrade",
+        b"forwarded",
+        b"connection",
+        b"x-request-id",
+        b"content-length",
+        b"transfer-encoding",
+        b"a-name-of-more-than-sixteen-bytes",
+    ];
+    for lower in names {
+        assert!(eq_lower(lower, lower));
+        assert!(eq_lower(&lower.to_ascii_uppercase(), lower));
+        assert!(!eq_lower(&lower[1..], lower));
+        // Every byte value at every place: the same answer as the
+        // byte-at-a-time comparison (`@`, `[`, `\x0d`, `\xc1` ... too).
+        for at in 0..lower.len() {
+            for b in 0..=255u8 {
+                let mut name = lower.to_vec();
+                name[at] = b;
+                assert_eq!(eq_lower(&name, lower), name.eq_ignore_ascii_case(lower), "{name:?}");
+            }
+        }
+    }
+}

@@ -66,9 +66,11 @@ const INTERIMS_MAX: u8 = 8;
 /// §7.6.1, RFC 9113 §8.2.2), the framing the engine writes itself, and
 /// Date and Server, which the engine writes for its own answers.
 /// Found by length, then one or two comparisons: a walk through the
-/// list cost 10 comparisons a field.
+/// list cost 10 comparisons a field. Inlined: a call a field was 28
+/// instructions of a proxied GET's four (callgrind, `proxy-c50`).
+#[inline(always)]
 fn dropped(name: &[u8]) -> bool {
-    let is = |n: &[u8]| name.eq_ignore_ascii_case(n);
+    let is = |n: &[u8]| crate::codec::client::eq_lower(name, n);
     match name.len() {
         2 => is(b"te"),
         4 => is(b"date"),
@@ -239,8 +241,9 @@ struct UpConn {
     /// The answer is compressed on its way (`encode.rs`): the
     /// compressor, until the body's end has gone through it.
     encoder: Option<Encoder>,
-    /// The answer made by the last step, for `Upstreams::answers`.
-    answer: Option<(Responder, Response)>,
+    /// The last step made an answer (pushed to `Upstreams::answers`):
+    /// whether it counts as a success for passive health (`judge`).
+    judged: Option<bool>,
     /// The buffer the last answer's fields (and a short body beside them)
     /// were written into, kept for the next answer: once the client's
     /// connection has written and dropped that answer, this is its only
@@ -476,6 +479,10 @@ impl Upstreams {
         }
     }
 
+    // Inlined, as `assign` and `UpConn::take`: a `Job` passed by value
+    // through each was one more copy of it (29 instructions a call,
+    // callgrind `proxy-c50`).
+    #[inline(always)]
     fn submit(&mut self, ctx: &mut Ctx<'_>, timers: &mut Timers, mut job: Job) {
         if job.choice.is_some() && !self.choose(ctx, &mut job) {
             log::warn!("proxy: {}: every upstream of the route is out: 503", job.up.url());
@@ -663,7 +670,7 @@ impl Upstreams {
             pending: None,
             encoder: None,
             fill: None,
-            answer: None,
+            judged: None,
             lines: None,
             deadline: None,
             armed: None,
@@ -693,6 +700,7 @@ impl Upstreams {
     }
 
     /// Gives an idle connection `job`.
+    #[inline(always)]
     fn assign(&mut self, ctx: &mut Ctx<'_>, timers: &mut Timers, key: usize, job: Job) {
         let c = &mut self.conns[key];
         let addr = c.figures.addr.take();
@@ -797,17 +805,13 @@ impl Upstreams {
         if self.scratch.len() != READ_CHUNK {
             self.scratch = ctx.pool.take_chunk();
         }
-        let outcome = c.advance(ctx, key, c.read_timeout, &mut self.scratch);
+        let outcome = c.advance(ctx, key, c.read_timeout, &mut self.scratch, &mut self.answers);
         if !c.interims.is_empty() {
             self.interims.append(&mut c.interims);
         }
-        if let Some((responder, response)) = c.answer.take() {
-            // The answer's head: relayed now.
-            if let (Some(m), Some(took)) = (&c.metrics, c.figures.header) {
-                m.header_time(took);
-            }
-            let (id, ok) = (c.up, response.status() < 500);
-            self.answers.push((responder, response, Some(c.figures.clone())));
+        if let Some(ok) = c.judged.take() {
+            // An answer's head was relayed (`UpConn::answer_to`).
+            let id = c.up;
             self.judge(ctx.now, id, ok);
         }
         self.settle(ctx, timers, key, outcome);
@@ -1012,9 +1016,6 @@ impl Upstreams {
                 Some(figures),
             ));
         }
-        if let Some((responder, response)) = c.answer.take() {
-            self.answers.push((responder, response, Some(c.figures.clone())));
-        }
         let Some(pool) = self.pools.get_mut(&c.up) else { return };
         if let (Some(m), Some(kind)) = (&pool.metrics, c.broke) {
             m.fail(kind);
@@ -1085,7 +1086,10 @@ fn failure_kind(state: State, status: u16, why: &str) -> Option<UpstreamFailure>
 }
 
 impl UpConn {
-    fn take(&mut self, mut job: Job, now: Instant) {
+    #[inline(always)]
+    fn take(&mut self, job: Job, now: Instant) {
+        // Moved in first, its parts taken where it lies.
+        let job = self.job.insert(job);
         self.started = now;
         self.figures = UpstreamLog {
             earlier: job.tried.take(),
@@ -1111,7 +1115,6 @@ impl UpConn {
         self.pending = None;
         self.encoder = None;
         self.fill = None;
-        self.job = Some(job);
     }
 
     /// A failure before any byte of the answer, on a connection that may
@@ -1129,6 +1132,7 @@ impl UpConn {
         key: usize,
         read_timeout: std::time::Duration,
         scratch: &mut Vec<u8>,
+        answers: &mut Vec<Answer>,
     ) -> Outcome {
         'step: loop {
             match self.state {
@@ -1149,7 +1153,7 @@ impl UpConn {
                                 self.deadline = Some(ctx.now + read_timeout);
                                 // An upstream that stopped reading may have
                                 // answered already (a 413 before the body).
-                                match self.read_early(ctx, scratch) {
+                                match self.read_early(ctx, scratch, answers) {
                                     Some(outcome) => return outcome,
                                     None => continue 'step,
                                 }
@@ -1180,7 +1184,7 @@ impl UpConn {
                                 // Meanwhile the upstream may speak: a 100
                                 // the client waits for, or its answer.
                                 self.deadline = None;
-                                match self.read_early(ctx, scratch) {
+                                match self.read_early(ctx, scratch, answers) {
                                     Some(outcome) => return outcome,
                                     None => continue,
                                 }
@@ -1241,7 +1245,7 @@ impl UpConn {
                     if let Some(outcome) = self.flush_pending(ctx, key) {
                         return outcome;
                     }
-                    if let Some(outcome) = self.consume(ctx, key) {
+                    if let Some(outcome) = self.consume(ctx, key, answers) {
                         return outcome;
                     }
                     if self.pending.is_some() {
@@ -1308,7 +1312,7 @@ impl UpConn {
                                 // body that is not here yet: it goes now,
                                 // its body as a channel.
                                 self.more = false;
-                                if let Some(outcome) = self.consume(ctx, key) {
+                                if let Some(outcome) = self.consume(ctx, key, answers) {
                                     return outcome;
                                 }
                                 return Outcome::Wait;
@@ -1338,7 +1342,7 @@ impl UpConn {
     /// body is not sent (`None`: the loop goes on in `Body`), and the
     /// connection is not reused, since the upstream may still be reading
     /// a body that will never end.
-    fn read_early(&mut self, ctx: &Ctx<'_>, scratch: &mut [u8]) -> Option<Outcome> {
+    fn read_early(&mut self, ctx: &Ctx<'_>, scratch: &mut [u8], answers: &mut Vec<Answer>) -> Option<Outcome> {
         let mut eof = false;
         loop {
             match self.sock.read(scratch) {
@@ -1365,7 +1369,7 @@ impl UpConn {
         if self.buf.is_empty() {
             return Some(Outcome::Wait);
         }
-        match self.head(ctx) {
+        match self.head(ctx, answers) {
             Ok(false) if eof => Some(Outcome::Failed {
                 status: 502,
                 why: "upstream closed in the middle of the answer's head".into(),
@@ -1454,9 +1458,9 @@ impl UpConn {
 
     /// Makes what was read into the answer: its head, then its body's
     /// chunks. `Some` when the exchange is decided.
-    fn consume(&mut self, ctx: &Ctx<'_>, key: usize) -> Option<Outcome> {
+    fn consume(&mut self, ctx: &Ctx<'_>, key: usize, answers: &mut Vec<Answer>) -> Option<Outcome> {
         if self.state == State::Head {
-            match self.head(ctx) {
+            match self.head(ctx, answers) {
                 Ok(true) => {}
                 Ok(false) => return None,
                 Err(outcome) => return Some(outcome),
@@ -1627,7 +1631,7 @@ impl UpConn {
     /// Parses the answer's head when whole; sends it to the client.
     /// `Ok(true)`: the body follows (state `Body`); `Ok(false)`: more
     /// bytes are needed; `Err`: the exchange is decided.
-    fn head(&mut self, ctx: &Ctx<'_>) -> Result<bool, Outcome> {
+    fn head(&mut self, ctx: &Ctx<'_>, answers: &mut Vec<Answer>) -> Result<bool, Outcome> {
         loop {
             // Nothing read yet (the request was just written): what the
             // parser would say, without asking it.
@@ -1790,13 +1794,31 @@ impl UpConn {
                 && head_length.is_none()
                 && !self.head_method
                 && encoder.is_none();
-            if !share {
+            // A short body that goes beside the fields (below) is copied
+            // from behind the head, and the buffer emptied after: the
+            // head is not drained first (its `drain`, a move of what
+            // follows, was 40 instructions of a proxied GET, callgrind).
+            let beside = whole.is_some()
+                && head_length.is_none()
+                && !share
+                && !(self.head_method && status != 204 && status != 304)
+                && encoder.is_none();
+            // Where the body starts in `buf`: after the head, until it
+            // is drained.
+            let mut body_at = head_len;
+            if !share && !beside {
                 self.buf.drain(..head_len);
+                body_at = 0;
             }
             self.keep_alive = keep_alive;
             // Before the job goes: its upstream's read-ahead.
             let capacity = self.buffer_bytes(ctx);
-            let job = self.job.take().expect("a connection reading a head has a job");
+            // Only its responder goes on: the rest is dropped here.
+            let responder = self
+                .job
+                .take()
+                .expect("a connection reading a head has a job")
+                .responder;
             super::give_bytes(std::mem::take(&mut self.out));
             self.answered = true;
             let took = ctx.now.saturating_duration_since(self.started);
@@ -1807,27 +1829,31 @@ impl UpConn {
                 self.figures.response = Some(took);
                 // A short body goes beside its fields, in the same kept
                 // buffer (`Response::prepared_beside`): no allocation.
-                let beside = head_length.is_none() && !share && !(self.head_method && status != 204 && status != 304);
-                if beside && encoder.is_none() {
+                if beside {
                     if let Some(buf) = Arc::get_mut(&mut lines) {
-                        buf.extend_from_slice(&self.buf[..n]);
+                        buf.extend_from_slice(&self.buf[body_at..body_at + n]);
                         if let Some(mut f) = fill.take() {
                             if f.push(&buf[lines_len..]) {
                                 (*f).finish();
                             }
                         }
                         // Usually all there was: emptied, nothing moved.
-                        if n == self.buf.len() {
+                        if body_at + n == self.buf.len() {
                             self.buf.clear();
                         } else {
-                            self.buf.drain(..n);
+                            self.buf.drain(..body_at + n);
                         }
                         let response = Response::prepared_beside(status, block_of(&lines), lines_len..lines_len + n);
                         keep_lines(&mut self.lines, lines);
-                        self.answer = Some((job.responder, response));
+                        self.answer_to(answers, responder, response);
                         let reusable = self.keep_alive && self.buf.is_empty();
                         return Err(if reusable { Outcome::Reusable } else { Outcome::Close });
                     }
+                }
+                if body_at > 0 && !share {
+                    // Beside was meant, but the fields' buffer is shared
+                    // (a cache fill holds it): the head goes now.
+                    self.buf.drain(..body_at);
                 }
                 let block = block_of(&lines);
                 keep_lines(&mut self.lines, lines);
@@ -1880,7 +1906,7 @@ impl UpConn {
                         (*f).finish();
                     }
                 }
-                self.answer = Some((job.responder, Response::prepared(status, block, body)));
+                self.answer_to(answers, responder, Response::prepared(status, block, body));
                 let reusable = self.keep_alive && self.buf.is_empty();
                 return Err(if reusable { Outcome::Reusable } else { Outcome::Close });
             }
@@ -1899,7 +1925,7 @@ impl UpConn {
             keep_lines(&mut self.lines, lines);
             self.encoder = encoder;
             self.fill = fill;
-            self.answer = Some((job.responder, Response::prepared(status, block, body)));
+            self.answer_to(answers, responder, Response::prepared(status, block, body));
             self.tx = Some(tx);
             self.decoder = ResponseBodyDecoder::new(framing, u64::MAX);
             self.state = State::Body;
@@ -1932,6 +1958,24 @@ impl UpConn {
 
     fn buffer_bytes(&self, _ctx: &Ctx<'_>) -> usize {
         self.job.as_ref().map_or(Upstream::BUFFER_BYTES, |j| j.up.buffer_bytes)
+    }
+
+    /// Relays the answer whose head was read: straight into the
+    /// worker's list, with the exchange's figures (no later answer of
+    /// this exchange reads them: its job went with the head; the
+    /// connection keeps its address for the next, `assign`). Kept on
+    /// the connection until `drive` took it, the answer was moved three
+    /// times more, and the figures cloned (about 200 instructions of a
+    /// proxied GET, callgrind `proxy-c50`).
+    #[inline(always)]
+    fn answer_to(&mut self, answers: &mut Vec<Answer>, responder: Responder, response: Response) {
+        if let (Some(m), Some(took)) = (&self.metrics, self.figures.header) {
+            m.header_time(took);
+        }
+        self.judged = Some(response.status() < 500);
+        let figures = std::mem::take(&mut self.figures);
+        self.figures.addr.clone_from(&figures.addr);
+        answers.push((responder, response, Some(figures)));
     }
 }
 
@@ -2024,20 +2068,37 @@ fn relayed_lines(head: &ResponseHead<'_, '_>) -> Vec<u8> {
 /// `relayed_lines`, for a compressed answer when `encoded`, written to
 /// `lines`.
 fn relayed_lines_into(lines: &mut Vec<u8>, head: &ResponseHead<'_, '_>, encoded: bool) {
-    // Most answers have no `Connection` field: then no list is made (its
-    // empty collect was 150 instructions of a proxied GET, callgrind).
-    let mut named: Vec<&[u8]> = Vec::new();
-    if head.headers.iter().any(|h| h.name.eq_ignore_ascii_case("connection")) {
-        named.extend(
-            head.headers
-                .iter()
-                .filter(|h| h.name.eq_ignore_ascii_case("connection"))
-                .flat_map(|h| list_elements(h.value)),
-        );
+    // Most answers have no `Connection` field: one pass, and no list of
+    // its options is made (their first look for one, and the empty
+    // list, were a pass and 150 instructions of a proxied GET,
+    // callgrind). When there is one, what was written goes, and the
+    // fields are written again without those it names.
+    let start = lines.len();
+    if !relay_fields(lines, head.headers, encoded, &[]) {
+        return;
     }
-    for h in head.headers {
+    lines.truncate(start);
+    let named: Vec<&[u8]> = head
+        .headers
+        .iter()
+        .filter(|h| h.name.eq_ignore_ascii_case("connection"))
+        .flat_map(|h| list_elements(h.value))
+        .collect();
+    relay_fields(lines, head.headers, encoded, &named);
+}
+
+/// Writes the `fields` that go on, less those `named` (a `Connection`'s
+/// options): whether one of them was a `Connection` field.
+#[inline(always)]
+fn relay_fields(lines: &mut Vec<u8>, fields: &[httparse::Header<'_>], encoded: bool, named: &[&[u8]]) -> bool {
+    let mut connection = false;
+    for h in fields {
         let name = h.name.as_bytes();
-        if dropped(name) || named.iter().any(|n| n.eq_ignore_ascii_case(name)) {
+        if dropped(name) {
+            connection |= crate::codec::client::eq_lower(name, b"connection");
+            continue;
+        }
+        if named.iter().any(|n| n.eq_ignore_ascii_case(name)) {
             continue;
         }
         if encoded && encode::drops(name) {
@@ -2052,4 +2113,5 @@ fn relayed_lines_into(lines: &mut Vec<u8>, head: &ResponseHead<'_, '_>, encoded:
         }
         lines.extend_from_slice(b"\r\n");
     }
+    connection
 }

@@ -2,14 +2,21 @@ use super::*;
 
 #[test]
 fn push_ipv4_writes_what_display_writes() {
+    // 0.0.0.0 first: the thread's last address before any was written.
+    let mut out = Vec::new();
+    push_ipv4(&mut out, std::net::Ipv4Addr::UNSPECIFIED);
+    assert_eq!(out, b"0.0.0.0");
     let mut octets = vec![0u8, 1, 9, 10, 11, 99, 100, 101, 199, 200, 249, 250, 255];
     octets.extend((0..=255u8).step_by(7));
     for &a in &octets {
         for &b in &[0u8, 5, 10, 100, 255] {
             let ip = std::net::Ipv4Addr::new(a, b, 255 - a, a / 3);
-            let mut out = b"x".to_vec();
-            push_ipv4(&mut out, ip);
-            assert_eq!(out, format!("x{ip}").into_bytes());
+            // Twice: written, then from the thread's last address.
+            for _ in 0..2 {
+                let mut out = b"x".to_vec();
+                push_ipv4(&mut out, ip);
+                assert_eq!(out, format!("x{ip}").into_bytes());
+            }
         }
     }
 }

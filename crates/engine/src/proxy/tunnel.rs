@@ -105,11 +105,12 @@ pub(crate) fn offer(req: &Request<'_>) -> Option<Offer> {
             if req.method() != "GET" || !req.body().is_empty() || req.body_reader().is_some() {
                 return None;
             }
+            // A loop over the fields, not a chain of adapters (69
+            // instructions of every proxied GET, callgrind `proxy-c50`).
             let names = |field: &str, token: &[u8]| {
-                req.headers()
-                    .filter(|(n, _)| n.eq_ignore_ascii_case(field))
-                    .flat_map(|(_, v)| list_elements(v))
-                    .any(|t| t.eq_ignore_ascii_case(token))
+                req.headers.iter().any(|h| {
+                    h.name.eq_ignore_ascii_case(field) && list_elements(h.value).any(|t| t.eq_ignore_ascii_case(token))
+                })
             };
             if !names("connection", b"upgrade") || !names("upgrade", b"websocket") {
                 return None;
