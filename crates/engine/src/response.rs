@@ -681,8 +681,9 @@ impl HeaderBlock {
     }
 
     /// Where the block's bytes are: its buffer's address and its range
-    /// in it. While the buffer's allocation lives (see [`Self::hold`]),
-    /// an equal place is the same bytes: a buffer never changes.
+    /// in it. Not proof of the same bytes: a freed buffer's address can be
+    /// given to another, and the proxy refills its per-connection buffer
+    /// in place once no answer holds it (the head cache compares bytes).
     #[inline]
     pub(crate) fn place(&self) -> (usize, usize, usize) {
         let lines = &self.0;
@@ -691,13 +692,6 @@ impl HeaderBlock {
             lines.range.start,
             lines.range.end,
         )
-    }
-
-    /// A hold on the block's allocation but not its bytes: its
-    /// [`Self::place`] stays this block's, yet an archive generation it
-    /// lies in is still unmapped when its last response goes.
-    pub(crate) fn hold(&self) -> std::sync::Weak<dyn AsRef<[u8]> + Send + Sync> {
-        Arc::downgrade(&self.0.buf)
     }
 
     /// Checks and joins `fields`. An invalid name or value, or a field the
