@@ -936,7 +936,32 @@ impl H1 {
     /// Called when the driver is about to wait: the deadline to wait
     /// until, or `Close` if the connection is done (the client left, or a
     /// shutdown found it between requests).
+    ///
+    /// The common wait, a keep-alive connection idle after its answers
+    /// with nothing read and nothing to close for, is tested here, in the
+    /// driver's code; every other state is `poll_timeout_other`'s, out of
+    /// line. Out of line whole, the call was 41 instructions a request at
+    /// hello c50 (callgrind, self cost).
+    #[inline]
     pub(crate) fn poll_timeout(&mut self, env: &Env<'_>, link: Link) -> Wait {
+        // The `Idle if link.input_empty` arm below, when it neither
+        // closes nor keeps a handshake's deadline.
+        if matches!(self.state, State::Idle)
+            && self.upload.is_none()
+            && link.input_empty
+            && !link.peer_closed
+            && !env.draining
+            && !link.handshaking
+        {
+            self.deadline = env.idle_until;
+            return Wait::Until(self.deadline);
+        }
+        self.poll_timeout_other(env, link)
+    }
+
+    /// [`H1::poll_timeout`] in every state.
+    #[inline(never)]
+    fn poll_timeout_other(&mut self, env: &Env<'_>, link: Link) -> Wait {
         match self.state {
             // Still in the slot after its 101: nothing took the connection
             // over, so nothing speaks on it.
