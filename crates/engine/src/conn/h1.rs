@@ -168,7 +168,7 @@ impl Conn {
                     consumed,
                 } => {
                     let slot = dispatch::slot(ctx, *token);
-                    let mut req = Request::of_head(head, body, origin);
+                    let mut req = Request::of_head(head, body, &origin);
                     // Only a chunked body can end with trailers.
                     if head.framing == crate::codec::Framing::Chunked {
                         *trailers = h1.take_trailers();
@@ -241,7 +241,7 @@ impl Conn {
                     input.start += consumed;
                 }
                 Event::BodyAhead { head } => {
-                    let mut req = Request::of_head(&head, &[], origin);
+                    let mut req = Request::of_head(&head, &[], &origin);
                     req.tls = transport.request_tls();
                     req.tls_facts = transport.tls_facts();
                     let used = dispatch::body_use(ctx, *redirect, &req);
