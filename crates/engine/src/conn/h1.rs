@@ -384,11 +384,16 @@ impl Conn {
     #[inline(always)]
     pub(super) fn h1_wait(&mut self, ctx: &Ctx<'_>) -> Option<Next> {
         let link = self.h1_link();
-        let env = h1_env(ctx);
         let Proto::H1(h1) = &mut self.proto else {
             return Some(Next::Close);
         };
-        match h1.machine.poll_timeout(&env, link) {
+        // The common wait without an `Env` (its build was 12 instructions
+        // a request at hello c50, callgrind).
+        let wait = match h1.machine.idle_wait(ctx.idle_until, ctx.draining, &link) {
+            Some(wait) => wait,
+            None => h1.machine.poll_timeout(&h1_env(ctx), link),
+        };
+        match wait {
             Wait::Close => Some(Next::Close),
             Wait::Until(deadline) => {
                 self.state_deadline = deadline;

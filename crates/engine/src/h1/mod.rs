@@ -944,19 +944,31 @@ impl H1 {
     /// hello c50 (callgrind, self cost).
     #[inline]
     pub(crate) fn poll_timeout(&mut self, env: &Env<'_>, link: Link) -> Wait {
+        match self.idle_wait(env.idle_until, env.draining, &link) {
+            Some(wait) => wait,
+            None => self.poll_timeout_other(env, link),
+        }
+    }
+
+    /// `poll_timeout`'s common wait alone, from the two facts of `Env` it
+    /// reads (`idle_until`, `draining`): `None` if the state is another,
+    /// for `poll_timeout` to decide. The driver asks this first, so that
+    /// it builds no `Env` for the common wait.
+    #[inline(always)]
+    pub(crate) fn idle_wait(&mut self, idle_until: Option<Instant>, draining: bool, link: &Link) -> Option<Wait> {
         // The `Idle if link.input_empty` arm below, when it neither
         // closes nor keeps a handshake's deadline.
         if matches!(self.state, State::Idle)
             && self.upload.is_none()
             && link.input_empty
             && !link.peer_closed
-            && !env.draining
+            && !draining
             && !link.handshaking
         {
-            self.deadline = env.idle_until;
-            return Wait::Until(self.deadline);
+            self.deadline = idle_until;
+            return Some(Wait::Until(self.deadline));
         }
-        self.poll_timeout_other(env, link)
+        None
     }
 
     /// [`H1::poll_timeout`] in every state.
