@@ -28,7 +28,6 @@
 //! written slots viewed as initialised); each says why it holds.
 
 use std::mem::MaybeUninit;
-use std::num::NonZeroU32;
 
 use httparse::Header;
 
@@ -54,38 +53,9 @@ pub(crate) fn parse<'b, 'h>(
     slots: &'h mut [MaybeUninit<Header<'b>>],
 ) -> Result<(Plain<'b>, &'h [Header<'b>]), &'h mut [MaybeUninit<Header<'b>>]> {
     match tokenise(buf, slots) {
-        Some(found) => {
-            let method_end = found.method_end as usize;
-            let target_end = found.target_end as usize;
-            let plain = Plain {
-                method: ascii_str(&buf[..method_end]),
-                target: ascii_str(&buf[method_end + 1..target_end]),
-                minor: found.minor,
-                line_len: target_end + 10,
-                head_len: found.head_len.get() as usize,
-            };
-            Ok((plain, written(slots, usize::from(found.n_fields))))
-        }
+        Some((plain, n_fields)) => Ok((plain, written(slots, n_fields))),
         None => Err(slots),
     }
-}
-
-/// What [`tokenise`] found, as lengths into the buffer: 16 bytes, which
-/// a call returns in two registers, where a `Plain` and a count (56
-/// bytes) went through memory.
-#[derive(Clone, Copy)]
-struct Found {
-    /// The method is `buf[..method_end]`, the target
-    /// `buf[method_end + 1..target_end]`, both checked to be ASCII.
-    method_end: u32,
-    target_end: u32,
-    /// Never 0 (an empty line at least), which leaves `Option<Found>` at
-    /// 16 bytes.
-    head_len: NonZeroU32,
-    /// The first `n_fields` slots were written.
-    n_fields: u16,
-    /// 0 for HTTP/1.0, 1 for HTTP/1.1.
-    minor: u8,
 }
 
 /// The work of [`parse`]: the head, and how many slots it wrote (the
@@ -95,14 +65,7 @@ struct Found {
 /// GET does); apart, that cost fell to 1.0 to 3.0 % (callgrind,
 /// `bench/instructions.sh`).
 #[inline(never)]
-fn tokenise<'b>(buf: &'b [u8], slots: &mut [MaybeUninit<Header<'b>>]) -> Option<Found> {
-    // `Found`'s lengths: a head past 4 GiB or with more fields than a
-    // `u16` counts is httparse's (no buffer or slot array is that large).
-    if buf.len() > u32::MAX as usize {
-        return None;
-    }
-    let n_slots = slots.len().min(usize::from(u16::MAX));
-    let slots = &mut slots[..n_slots];
+fn tokenise<'b>(buf: &'b [u8], slots: &mut [MaybeUninit<Header<'b>>]) -> Option<(Plain<'b>, usize)> {
     // method SP: a token (httparse's `parse_method`: any token byte).
     let method_end = if buf.starts_with(b"GET ") {
         3
@@ -133,16 +96,16 @@ fn tokenise<'b>(buf: &'b [u8], slots: &mut [MaybeUninit<Header<'b>>]) -> Option<
         _ => return None,
     };
     let line_len = target_end + 10;
+    let line = ascii_str(&buf[..target_end]);
     let (head_len, n_fields) = fields(buf, line_len + 1, slots)?;
-    // Each fits: `buf` is at most `u32::MAX` bytes long, `slots` at most
-    // `u16::MAX` slots.
-    Some(Found {
-        method_end: method_end as u32,
-        target_end: target_end as u32,
-        head_len: NonZeroU32::new(head_len as u32)?,
-        n_fields: n_fields as u16,
+    let plain = Plain {
+        method: line.get(..method_end)?,
+        target: line.get(target_at..)?,
         minor,
-    })
+        line_len,
+        head_len,
+    };
+    Some((plain, n_fields))
 }
 
 /// A plain response head's status line and length; its fields are the
@@ -305,8 +268,7 @@ fn ascii_str(bytes: &[u8]) -> &str {
     debug_assert!(bytes.is_ascii());
     // SAFETY: every caller passes bytes it has checked one by one against
     // `TOKEN` (no byte at or above 0x80) or `run_of(_, _, 0x21)` (0x21 to
-    // 0x7E; a response's reason `run_of(_, _, 0x20)`, 0x20 to 0x7E;
-    // `parse`, the method and target whose ends `tokenise` found so):
+    // 0x7E; a response's reason `run_of(_, _, 0x20)`, 0x20 to 0x7E):
     // ASCII, which is UTF-8.
     unsafe { std::str::from_utf8_unchecked(bytes) }
 }
