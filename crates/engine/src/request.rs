@@ -503,15 +503,7 @@ impl<'a> Request<'a> {
     /// An HTTP/1.1 request with no fields and no body from 127.0.0.1:1, for
     /// unit tests of what reads requests (the router, the accessors).
     pub(crate) fn bare(method: &'a str, target: &'a str) -> Request<'a> {
-        Request::new(
-            method,
-            target,
-            Version::Http11,
-            &[],
-            None,
-            b"",
-            &LOOPBACK_ORIGIN,
-        )
+        Request::new(method, target, Version::Http11, &[], None, b"", &LOOPBACK_ORIGIN)
     }
 }
 
