@@ -28,8 +28,10 @@ pub struct Request<'a> {
     /// The trailer fields the body ended with, if it had some (a body read
     /// whole; a streamed one's come with its reader's end).
     pub(crate) trailers: Option<&'a Trailers>,
-    /// Who sent it: what `peer_addr` and `client_addr` answer from.
-    pub(crate) origin: Origin<'a>,
+    /// Who sent it: what `peer_addr` and `client_addr` answer from. By
+    /// reference: the connection's, built once per read, where a copy
+    /// into each request was 72 bytes.
+    pub(crate) origin: &'a Origin<'a>,
     pub(crate) params: &'a [(&'a str, &'a str)],
     pub(crate) defer: Option<&'a DeferSlot<'a>>,
     /// The body, to be read as it arrives (a `body::streamed` handler).
@@ -143,9 +145,9 @@ impl<'a> RequestId<'a> {
 
 /// Where a request came from: the socket's peer, the source the
 /// connection's PROXY header gave, and the server's rule for believing
-/// proxies. Copied into each request (40 bytes, no allocation); the
-/// client's address is decided from it only when asked
-/// ([`Request::client_addr`]).
+/// proxies. Built once per read of a connection and lent to each of its
+/// requests (a copy into each was 72 bytes); the client's address is
+/// decided from it only when asked ([`Request::client_addr`]).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Origin<'a> {
     /// The socket's peer ([`crate::UNIX_PEER`] for a Unix-domain client;
@@ -179,6 +181,15 @@ impl Origin<'_> {
     }
 }
 
+/// The origin of the requests tests build (`127.0.0.1:1`, nobody
+/// trusted).
+#[cfg(test)]
+pub(crate) static LOOPBACK_ORIGIN: Origin<'static> = Origin {
+    peer: SocketAddr::V4(std::net::SocketAddrV4::new(std::net::Ipv4Addr::LOCALHOST, 1)),
+    proxy_source: None,
+    trust: None,
+};
+
 /// Where a handler's [`Request::defer`] records that it will answer later.
 pub(crate) struct DeferSlot<'w> {
     pub(crate) mailbox: &'w Arc<Mailbox>,
@@ -200,7 +211,7 @@ impl<'a> Request<'a> {
         headers: &'a [httparse::Header<'a>],
         host: Option<&'a str>,
         body: &'a [u8],
-        origin: Origin<'a>,
+        origin: &'a Origin<'a>,
     ) -> Self {
         let (path, query) = split_target(target);
         Request {
@@ -227,7 +238,7 @@ impl<'a> Request<'a> {
 
     /// A request from an HTTP/1.1 head (which has split its target).
     #[inline]
-    pub(crate) fn of_head(head: &crate::codec::Head<'a, 'a>, body: &'a [u8], origin: Origin<'a>) -> Self {
+    pub(crate) fn of_head(head: &crate::codec::Head<'a, 'a>, body: &'a [u8], origin: &'a Origin<'a>) -> Self {
         Request {
             method: head.method,
             target: head.target,
@@ -378,7 +389,7 @@ impl<'a> Request<'a> {
             peer,
             proxy_source,
             trust,
-        } = self.origin;
+        } = *self.origin;
         let (from, via) = match proxy_source {
             Some(source) => (source, Via::ProxyProtocol),
             None => (peer, Via::Peer),
@@ -492,15 +503,7 @@ impl<'a> Request<'a> {
     /// An HTTP/1.1 request with no fields and no body from 127.0.0.1:1, for
     /// unit tests of what reads requests (the router, the accessors).
     pub(crate) fn bare(method: &'a str, target: &'a str) -> Request<'a> {
-        Request::new(
-            method,
-            target,
-            Version::Http11,
-            &[],
-            None,
-            b"",
-            Origin::peer("127.0.0.1:1".parse().unwrap()),
-        )
+        Request::new(method, target, Version::Http11, &[], None, b"", &LOOPBACK_ORIGIN)
     }
 }
 
@@ -653,7 +656,7 @@ mod tests {
                 proxy_source: source.map(|s| s.parse().unwrap()),
                 trust,
             };
-            let req = Request::new("GET", "/", Version::Http11, &headers, None, b"", origin);
+            let req = Request::new("GET", "/", Version::Http11, &headers, None, b"", &origin);
             let c = req.client_addr();
             assert_eq!(req.peer_addr(), origin.peer, "the peer stays the socket's");
             (c.ip.to_string(), c.port, c.via)

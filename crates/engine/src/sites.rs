@@ -400,7 +400,7 @@ mod tests {
             &[],
             host,
             b"",
-            crate::request::Origin::peer("127.0.0.1:1".parse().unwrap()),
+            &crate::request::LOOPBACK_ORIGIN,
         );
         req.tls = tls;
         let handler = sites.handler_for(&req);

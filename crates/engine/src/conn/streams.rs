@@ -84,6 +84,17 @@ pub(crate) struct Client<'c> {
     pub(crate) redirect: bool,
 }
 
+impl Client<'_> {
+    /// Where the connection's requests come from, for `Request::origin`.
+    fn origin<'t>(&self, trust: Option<&'t crate::client_addr::Trust>) -> Origin<'t> {
+        Origin {
+            peer: self.peer,
+            proxy_source: self.proxy_source,
+            trust,
+        }
+    }
+}
+
 /// Calls the handler for stream `id`, whose request is complete, and
 /// queues its answer (or records that it will come later in `deferred`).
 /// A WebSocket the handler accepted on an extended CONNECT is returned,
@@ -114,7 +125,8 @@ pub(crate) fn answer<S: Streams>(
     let mut fields = FieldArray::new();
     let headers = fields.fill(parts.head);
     let slot = dispatch::slot(ctx, client.token);
-    let mut req = request::<S>(ctx.trust, &parts, headers, parts.body, client);
+    let origin = client.origin(ctx.trust);
+    let mut req = request::<S>(&origin, &parts, headers, parts.body);
     req.tls = client.tls;
     req.tls_facts = client.tls_facts;
     req.defer = Some(&slot);
@@ -241,7 +253,8 @@ pub(crate) fn start_upload<S: Streams>(
     let Some(parts) = s.parts(id) else { return };
     let mut fields = FieldArray::new();
     let headers = fields.fill(parts.head);
-    let mut req = request::<S>(ctx.trust, &parts, headers, &[], client);
+    let origin = client.origin(ctx.trust);
+    let mut req = request::<S>(&origin, &parts, headers, &[]);
     req.tls = client.tls;
     req.tls_facts = client.tls_facts;
     let (reader, sink) = match dispatch::body_use(ctx, client.redirect, &req) {
@@ -351,19 +364,13 @@ pub(crate) fn on_answer<S: Streams>(
     true
 }
 
-/// The request handlers see for a stream's `parts`, from `client`.
+/// The request handlers see for a stream's `parts`, from `origin`.
 fn request<'a, S: Streams>(
-    trust: Option<&'a crate::client_addr::Trust>,
+    origin: &'a Origin<'a>,
     parts: &Parts<'a>,
     headers: &'a [httparse::Header<'a>],
     body: &'a [u8],
-    client: Client,
 ) -> Request<'a> {
-    let origin = Origin {
-        peer: client.peer,
-        proxy_source: client.proxy_source,
-        trust,
-    };
     Request::new(
         parts.method,
         parts.target,

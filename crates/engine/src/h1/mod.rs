@@ -936,7 +936,44 @@ impl H1 {
     /// Called when the driver is about to wait: the deadline to wait
     /// until, or `Close` if the connection is done (the client left, or a
     /// shutdown found it between requests).
+    ///
+    /// The common wait, a keep-alive connection idle after its answers
+    /// with nothing read and nothing to close for, is tested here, in the
+    /// driver's code; every other state is `poll_timeout_other`'s, out of
+    /// line. Out of line whole, the call was 41 instructions a request at
+    /// hello c50; split so, hello c50 fell 2,018 -> 1,987 (callgrind).
+    #[inline]
     pub(crate) fn poll_timeout(&mut self, env: &Env<'_>, link: Link) -> Wait {
+        match self.idle_wait(env.idle_until, env.draining, &link) {
+            Some(wait) => wait,
+            None => self.poll_timeout_other(env, link),
+        }
+    }
+
+    /// `poll_timeout`'s common wait alone, from the two facts of `Env` it
+    /// reads (`idle_until`, `draining`): `None` if the state is another,
+    /// for `poll_timeout` to decide. The driver asks this first, so that
+    /// it builds no `Env` for the common wait.
+    #[inline(always)]
+    pub(crate) fn idle_wait(&mut self, idle_until: Option<Instant>, draining: bool, link: &Link) -> Option<Wait> {
+        // The `Idle if link.input_empty` arm below, when it neither
+        // closes nor keeps a handshake's deadline.
+        if matches!(self.state, State::Idle)
+            && self.upload.is_none()
+            && link.input_empty
+            && !link.peer_closed
+            && !draining
+            && !link.handshaking
+        {
+            self.deadline = idle_until;
+            return Some(Wait::Until(self.deadline));
+        }
+        None
+    }
+
+    /// [`H1::poll_timeout`] in every state.
+    #[inline(never)]
+    fn poll_timeout_other(&mut self, env: &Env<'_>, link: Link) -> Wait {
         match self.state {
             // Still in the slot after its 101: nothing took the connection
             // over, so nothing speaks on it.

@@ -560,3 +560,63 @@ fn a_request_that_offers_no_upgrade_cannot_be_switched() {
     assert_eq!(s.end, Some(End::Closing));
     assert_eq!(answers(&s.wire, &s.head_only)[0].status, 400);
 }
+
+/// The driver's inline wait (`idle_wait`, asked before any `Env` is
+/// built) says what the whole `poll_timeout` says, or leaves it the
+/// question: for every state a machine between requests can be in and
+/// every combination of the link's and the server's flags.
+#[test]
+fn the_inline_idle_wait_agrees_with_the_whole_poll_timeout() {
+    let limits = Limits::default();
+    let now = std::time::Instant::now();
+    let env = super::Env {
+        limits: &limits,
+        date: b"Thu, 01 Jan 1970 00:00:00 GMT",
+        now,
+        idle_until: now.checked_add(limits.idle_timeout),
+        draining: false,
+        h2_allowed: false,
+        grow_bytes_max: usize::MAX,
+    };
+    let states = || {
+        [
+            super::State::Idle,
+            super::State::Head,
+            super::State::Closing,
+            super::State::Upgraded,
+        ]
+    };
+    let mut n_inline = 0;
+    for bits in 0..32u32 {
+        let bit = |i: u32| bits & (1 << i) != 0;
+        let env = super::Env {
+            draining: bit(0),
+            ..env
+        };
+        let link = super::Link {
+            peer_closed: bit(1),
+            fresh: bit(2),
+            handshaking: bit(3),
+            input_empty: bit(4),
+            unconsumed: 0,
+            bytes_in: 0,
+        };
+        for (state, other) in states().into_iter().zip(states()) {
+            let (mut inline, mut whole) = (super::H1::new(), super::H1::new());
+            (inline.state, whole.state) = (state, other);
+            // A head's deadline counts from its first byte.
+            (inline.head_since, whole.head_since) = (now, now);
+            let wanted = whole.poll_timeout_other(&env, link);
+            match inline.idle_wait(env.idle_until, env.draining, &link) {
+                Some(wait) => {
+                    n_inline += 1;
+                    assert_eq!(wait, wanted, "flags {bits:05b}");
+                    assert_eq!(inline.deadline, whole.deadline, "flags {bits:05b}");
+                }
+                None => assert_eq!(inline.poll_timeout(&env, link), wanted, "flags {bits:05b}"),
+            }
+        }
+    }
+    // Idle, input empty, nothing to close for, no handshake: fresh or not.
+    assert_eq!(n_inline, 2);
+}

@@ -630,7 +630,7 @@ mod tests {
             &headers,
             Some("site.test"),
             b"body",
-            origin,
+            &origin,
         );
         let bytes = String::from_utf8(auth.subrequest(&req).unwrap()).unwrap();
         assert_eq!(
