@@ -995,6 +995,29 @@ mod tests {
         std::fs::remove_dir_all(dir).unwrap();
     }
 
+    /// The slot of the key found last is tried first, but only as a guess:
+    /// once that entry is gone and another moved into its slot, each key
+    /// still finds its own entry, and the removed one none.
+    #[test]
+    fn the_last_slot_found_never_answers_for_another_key() {
+        let (dir, fd) = root("last", &["a", "b", "c"], 10);
+        let mut cache = Cache::new(3);
+        let now = Instant::now();
+        let hour = Duration::from_secs(3600);
+        for name in ["a", "b", "c"] {
+            cache.insert(name.as_bytes(), loaded(&fd, name, 1 << 20));
+        }
+        let rel = |cache: &mut Cache, key: &str| cache.get(key.as_bytes(), &fd, hour, now).map(|r| r.rel.clone());
+        assert_eq!(rel(&mut cache, "a").as_deref(), Some("a"));
+        // `a`'s slot, the last found, now holds `c`.
+        cache.remove(b"a");
+        assert_eq!(rel(&mut cache, "a"), None);
+        for key in ["c", "b", "c", "b"] {
+            assert_eq!(rel(&mut cache, key).as_deref(), Some(key));
+        }
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
     /// The folder's identity is kept only when no sibling name exists and
     /// the folder is settled (changed more than `FOLDER_SETTLED` ago).
     #[test]
