@@ -315,11 +315,6 @@ pub struct Cache {
     /// and the table holds at most `entries_max` of them.
     index: HashMap<Rc<[u8]>, usize, foldhash::fast::RandomState>,
     slots: Vec<Slot>,
-    /// The slot of the key found last, tried before `index`: a hit there
-    /// is one key compared, where the map's hashing and probe cost about
-    /// 70 instructions a cached answer (callgrind, f17-c50). The key is
-    /// compared, so a slot moved or emptied since only misses.
-    last: usize,
     /// The CLOCK hand: the slot looked at next for eviction.
     hand: usize,
     entries_max: usize,
@@ -364,7 +359,6 @@ impl Cache {
         Cache {
             index: HashMap::default(),
             slots: Vec::new(),
-            last: 0,
             hand: 0,
             entries_max: entries_max.max(1),
             files_max: files_max(),
@@ -376,15 +370,7 @@ impl Cache {
     /// The cached resource for `key`, if still trusted (or still valid
     /// after a re-`stat`).
     pub fn get(&mut self, key: &[u8], root: &sys::Root, interval: Duration, now: Instant) -> Option<Rc<Resource>> {
-        let at = match self.slots.get(self.last) {
-            Some(slot) if *slot.key == *key => self.last,
-            _ => {
-                let at = *self.index.get(key)?;
-                self.last = at;
-                at
-            }
-        };
-        let slot = &self.slots[at];
+        let slot = &self.slots[*self.index.get(key)?];
         slot.referenced.set(true);
         let res = &slot.res;
         if res.compressed_since() {
@@ -992,29 +978,6 @@ mod tests {
             .map(|k| cache.get(k.as_bytes(), &fd, hour, now).is_some())
             .collect();
         assert_eq!(held, [true, false, false, true, true]);
-        std::fs::remove_dir_all(dir).unwrap();
-    }
-
-    /// The slot of the key found last is tried first, but only as a guess:
-    /// once that entry is gone and another moved into its slot, each key
-    /// still finds its own entry, and the removed one none.
-    #[test]
-    fn the_last_slot_found_never_answers_for_another_key() {
-        let (dir, fd) = root("last", &["a", "b", "c"], 10);
-        let mut cache = Cache::new(3);
-        let now = Instant::now();
-        let hour = Duration::from_secs(3600);
-        for name in ["a", "b", "c"] {
-            cache.insert(name.as_bytes(), loaded(&fd, name, 1 << 20));
-        }
-        let rel = |cache: &mut Cache, key: &str| cache.get(key.as_bytes(), &fd, hour, now).map(|r| r.rel.clone());
-        assert_eq!(rel(&mut cache, "a").as_deref(), Some("a"));
-        // `a`'s slot, the last found, now holds `c`.
-        cache.remove(b"a");
-        assert_eq!(rel(&mut cache, "a"), None);
-        for key in ["c", "b", "c", "b"] {
-            assert_eq!(rel(&mut cache, key).as_deref(), Some(key));
-        }
         std::fs::remove_dir_all(dir).unwrap();
     }
 
