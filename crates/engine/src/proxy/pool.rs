@@ -1717,7 +1717,13 @@ impl UpConn {
             // Compressed on its way, or at least `Vary` (`encode.rs`): a
             // HEAD's fields change as its GET's would; a GET's only if
             // the worker has room for one more compressor.
-            let mut verdict = encode::decide(self.job.as_ref().and_then(|j| j.encode.as_ref()), &head);
+            let plan = self.job.as_ref().and_then(|j| j.encode.as_ref());
+            let mut verdict = match plan {
+                // Nothing to decide (its call was 19 instructions of a
+                // proxied GET, callgrind `proxy-c50`).
+                None => Verdict::default(),
+                Some(_) => encode::decide(plan, &head),
+            };
             let mut encoder = None;
             if let (Some(coding), false) = (verdict.coding, self.head_method) {
                 encoder = Encoder::new(coding);
@@ -1730,7 +1736,7 @@ impl UpConn {
             let mut lines = answer_buf(&mut self.lines);
             let lines_len = {
                 let buf = Arc::get_mut(&mut lines).expect("answer_buf's buffer is not shared");
-                if let Err(why) = answer_lines_into(buf, &head, &self.buf, verdict) {
+                if let Err(why) = answer_lines_into(buf, &head, verdict) {
                     return Err(bad(why));
                 }
                 buf.len()
@@ -1830,12 +1836,19 @@ impl UpConn {
             self.job = None;
             super::give_bytes(std::mem::take(&mut self.out));
             self.answered = true;
-            let took = ctx.now.saturating_duration_since(self.started);
+            // The time to the head, for the access log and the metrics:
+            // not measured when neither is kept (the subtraction was 55
+            // instructions of a proxied GET, callgrind `proxy-c50`).
+            let timed = self.metrics.is_some() || ctx.log.is_some() || ctx.site_logs.iter().any(Option::is_some);
+            let took = match timed {
+                true => Some(ctx.now.saturating_duration_since(self.started)),
+                false => None,
+            };
             self.figures.status = Some(status);
-            self.figures.header = Some(took);
+            self.figures.header = took;
             self.figures.started = Some(self.started);
             if let Some(n) = whole {
-                self.figures.response = Some(took);
+                self.figures.response = took;
                 // A short body goes beside its fields, in the same kept
                 // buffer (`Response::prepared_beside`): no allocation.
                 if beside {
@@ -2060,20 +2073,13 @@ pub(crate) fn answer_fields(head: &ResponseHead<'_, '_>) -> Result<HeaderBlock, 
 /// names and line ends are ASCII, so no sequence spans two lines.
 fn answer_fields_as(head: &ResponseHead<'_, '_>, verdict: Verdict) -> Result<HeaderBlock, &'static str> {
     let mut lines = Vec::with_capacity(512);
-    answer_lines_into(&mut lines, head, &[], verdict)?;
+    answer_lines_into(&mut lines, head, verdict)?;
     Ok(HeaderBlock::from_checked_lines(SharedBytes::new(Arc::new(lines))))
 }
 
-/// `answer_fields_as`'s lines, written to `lines` (empty). `raw`: the
-/// bytes `head` was parsed from, whose lines are copied as they are
-/// when they are spelled as they would be written (`relay_fields`).
-fn answer_lines_into(
-    lines: &mut Vec<u8>,
-    head: &ResponseHead<'_, '_>,
-    raw: &[u8],
-    verdict: Verdict,
-) -> Result<(), &'static str> {
-    relayed_lines_into(lines, head, raw, verdict.coding.is_some());
+/// `answer_fields_as`'s lines, written to `lines` (empty).
+fn answer_lines_into(lines: &mut Vec<u8>, head: &ResponseHead<'_, '_>, verdict: Verdict) -> Result<(), &'static str> {
+    relayed_lines_into(lines, head, verdict.coding.is_some());
     encode::push_fields(lines, head, verdict);
     if !lines.is_ascii() && std::str::from_utf8(lines).is_err() {
         return Err("a field the engine cannot pass on");
@@ -2084,20 +2090,20 @@ fn answer_lines_into(
 /// The fields of `head` that are passed on, as complete lines.
 fn relayed_lines(head: &ResponseHead<'_, '_>) -> Vec<u8> {
     let mut lines = Vec::with_capacity(512);
-    relayed_lines_into(&mut lines, head, &[], false);
+    relayed_lines_into(&mut lines, head, false);
     lines
 }
 
 /// `relayed_lines`, for a compressed answer when `encoded`, written to
-/// `lines`; `raw` as for `answer_lines_into` (or empty).
-fn relayed_lines_into(lines: &mut Vec<u8>, head: &ResponseHead<'_, '_>, raw: &[u8], encoded: bool) {
+/// `lines`.
+fn relayed_lines_into(lines: &mut Vec<u8>, head: &ResponseHead<'_, '_>, encoded: bool) {
     // Most answers have no `Connection` field: one pass, and no list of
     // its options is made (their first look for one, and the empty
     // list, were a pass and 150 instructions of a proxied GET,
     // callgrind). When there is one, what was written goes, and the
     // fields are written again without those it names.
     let start = lines.len();
-    if !relay_fields(lines, head.headers, raw, encoded, &[]) {
+    if !relay_fields(lines, head.headers, encoded, &[]) {
         return;
     }
     lines.truncate(start);
@@ -2107,33 +2113,14 @@ fn relayed_lines_into(lines: &mut Vec<u8>, head: &ResponseHead<'_, '_>, raw: &[u
         .filter(|h| h.name.eq_ignore_ascii_case("connection"))
         .flat_map(|h| list_elements(h.value))
         .collect();
-    relay_fields(lines, head.headers, raw, encoded, &named);
+    relay_fields(lines, head.headers, encoded, &named);
 }
 
 /// Writes the `fields` that go on, less those `named` (a `Connection`'s
 /// options): whether one of them was a `Connection` field.
-///
-/// Each line goes as `name: value\r\n`. A field whose line in `raw` (the
-/// bytes the fields were parsed from) is spelled exactly so (one space
-/// after the colon, no blank after the value, CRLF: what servers send) is
-/// copied from there, and consecutive such lines as one run: the bytes
-/// are those the line would be written with, compared where they lie
-/// (the name and value are slices of `raw`), so nothing is parsed again.
-/// A field written piece by piece was four copies (the three relayed
-/// lines of a proxied GET's answer, 277 instructions with the pass,
-/// callgrind `proxy-c50`).
 #[inline(always)]
-fn relay_fields(
-    lines: &mut Vec<u8>,
-    fields: &[httparse::Header<'_>],
-    raw: &[u8],
-    encoded: bool,
-    named: &[&[u8]],
-) -> bool {
+fn relay_fields(lines: &mut Vec<u8>, fields: &[httparse::Header<'_>], encoded: bool, named: &[&[u8]]) -> bool {
     let mut connection = false;
-    let base = raw.as_ptr() as usize;
-    // The run of `raw` not yet copied: `run_at..run_end`.
-    let (mut run_at, mut run_end) = (0, 0);
     for h in fields {
         let name = h.name.as_bytes();
         if dropped(name) {
@@ -2146,39 +2133,14 @@ fn relay_fields(
         if encoded && encode::drops(name) {
             continue;
         }
-        let value = trim_ows(h.value);
-        if !encoded {
-            // Where the name lies in `raw` (far past its end when it is
-            // not in it), and where its line would end.
-            let at = (name.as_ptr() as usize).wrapping_sub(base);
-            let value_at = at.wrapping_add(name.len() + 2);
-            let end = value_at.wrapping_add(value.len() + 2);
-            let spelled = at < raw.len()
-                && value_at <= end
-                && end <= raw.len()
-                && value.as_ptr() as usize == base + value_at
-                && raw[value_at - 2..value_at] == *b": "
-                && raw[end - 2..end] == *b"\r\n";
-            if spelled {
-                if at != run_end {
-                    lines.extend_from_slice(&raw[run_at..run_end]);
-                    run_at = at;
-                }
-                run_end = end;
-                continue;
-            }
-        }
-        lines.extend_from_slice(&raw[run_at..run_end]);
-        (run_at, run_end) = (0, 0);
         lines.extend_from_slice(name);
         lines.extend_from_slice(b": ");
         if encoded && name.eq_ignore_ascii_case(b"etag") {
-            encode::push_etag(lines, value);
+            encode::push_etag(lines, trim_ows(h.value));
         } else {
-            lines.extend_from_slice(value);
+            lines.extend_from_slice(trim_ows(h.value));
         }
         lines.extend_from_slice(b"\r\n");
     }
-    lines.extend_from_slice(&raw[run_at..run_end]);
     connection
 }
