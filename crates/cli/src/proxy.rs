@@ -205,9 +205,6 @@ pub(crate) fn warn_if_unverified(up: &Upstream, what: &str) {
 }
 
 /// Whether `path` is under `prefix` (the module's doc says how).
-/// Inlined: asked for every proxied request (a call of 38 instructions,
-/// callgrind `proxy-c50`).
-#[inline]
 pub(crate) fn under(prefix: &str, path: &str) -> bool {
     match prefix.strip_suffix('/') {
         Some(bare) => path.starts_with(prefix) || path == bare,
