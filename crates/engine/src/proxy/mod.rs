@@ -884,7 +884,9 @@ fn build_as(
         tls,
         version: req.version(),
     };
-    let kept = !seen.has(head::Seen::VIA) && !(trusted && seen.has(head::Seen::X_FORWARDED_FOR));
+    // Not when Via or a trusted X-Forwarded-For carries incoming values on.
+    let carried = seen.has(head::Seen::VIA) || (trusted && seen.has(head::Seen::X_FORWARDED_FOR));
+    let kept = !carried;
     let copied = kept
         && FORWARDING.with_borrow(|f| {
             let hit = f.key == Some(key) && f.block.get(f.host.clone()) == Some(client_host);
