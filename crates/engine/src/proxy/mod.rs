@@ -875,8 +875,8 @@ fn build_as(
     // the version, the client's Host) and no incoming Via or trusted
     // X-Forwarded-For to carry on, which is nearly every request of a
     // connection, so the last ones written are kept on the thread and
-    // copied when they fit (writing them was about 300 instructions of
-    // a proxied GET, callgrind `proxy-c50`).
+    // copied when they fit (`build_as` 1,437 → 1,083 instructions of a
+    // proxied GET, callgrind `proxy-c50`).
     let key = ForwardingKey {
         peer_ip,
         client_ip: client.ip,

@@ -177,7 +177,7 @@ struct Pool {
 /// The worker's pools, by `Upstream::id` and by place: a connection
 /// keeps its pool's place (`UpConn::pool`), so that assigning it a
 /// request and taking it back idle find the pool without hashing the id
-/// (three look-ups of a proxied GET's four, about 75 instructions,
+/// (three look-ups of a proxied GET's four, about 70 instructions,
 /// callgrind `proxy-c50`). Pools are never removed: a place stays its
 /// pool's.
 #[derive(Default)]
@@ -1300,7 +1300,7 @@ impl UpConn {
                     // Nothing read yet for the head (the request was just
                     // written, and this is its answer's event): nothing
                     // to consume before the read (`consume` and `head`
-                    // called for nothing were 60 instructions of a
+                    // called for nothing were about 55 instructions of a
                     // proxied GET, callgrind `proxy-c50`).
                     let unread = self.state == State::Head && self.buf.is_empty();
                     if !unread {
@@ -1771,8 +1771,9 @@ impl UpConn {
             // the worker has room for one more compressor.
             let plan = self.job.as_ref().and_then(|j| j.encode.as_ref());
             let mut verdict = match plan {
-                // Nothing to decide (its call was 19 instructions of a
-                // proxied GET, callgrind `proxy-c50`).
+                // Nothing to decide (`decide`'s code, inlined, was 7
+                // instructions of a proxied GET, 2 after: callgrind
+                // `proxy-c50`).
                 None => Verdict::default(),
                 Some(_) => encode::decide(plan, &head),
             };
