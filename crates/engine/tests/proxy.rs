@@ -313,6 +313,112 @@ fn connection_options_cannot_remove_the_fields_this_hop_writes() {
     assert_eq!(seen.field("authorization"), Some("Bearer t0k"), "{}", seen.head);
 }
 
+/// The forwarding fields a worker wrote last are kept and copied for the
+/// next request made of the same inputs (`build_as`'s `FORWARDING`): each
+/// request here, on one worker and one kept-alive connection, differs
+/// from the one before in one input (the Host, an incoming Via, the
+/// version), and each must get its own fields, never the last one's.
+#[test]
+fn each_request_gets_its_own_forwarding_fields_when_the_last_ones_are_kept() {
+    let up = upstream();
+    let server = proxy_server(&format!("http://{}", up.addr), "/api/");
+    let mut c = Client::connect(server.local_addr());
+    // (request, X-Forwarded-Host, Forwarded, Via's start)
+    let cases: [(&str, Option<&str>, &str, &str); 7] = [
+        (
+            "GET /api/hello HTTP/1.1\r\nHost: a.test\r\n\r\n",
+            Some("a.test"),
+            "for=127.0.0.1;host=\"a.test\";proto=http",
+            "1.1 peregrine-",
+        ),
+        (
+            "GET /api/hello HTTP/1.1\r\nHost: a.test\r\n\r\n",
+            Some("a.test"),
+            "for=127.0.0.1;host=\"a.test\";proto=http",
+            "1.1 peregrine-",
+        ),
+        (
+            "GET /api/hello HTTP/1.1\r\nHost: b.test:8080\r\n\r\n",
+            Some("b.test:8080"),
+            "for=127.0.0.1;host=\"b.test:8080\";proto=http",
+            "1.1 peregrine-",
+        ),
+        (
+            "GET /api/hello HTTP/1.1\r\nHost: b.test:8080\r\nVia: 1.0 edge\r\n\r\n",
+            Some("b.test:8080"),
+            "for=127.0.0.1;host=\"b.test:8080\";proto=http",
+            "1.0 edge, 1.1 peregrine-",
+        ),
+        (
+            "GET /api/hello HTTP/1.1\r\nHost: b.test:8080\r\n\r\n",
+            Some("b.test:8080"),
+            "for=127.0.0.1;host=\"b.test:8080\";proto=http",
+            "1.1 peregrine-",
+        ),
+        // A host `Forwarded` does not carry (`_`), then one of the same
+        // length as the last.
+        (
+            "GET /api/hello HTTP/1.1\r\nHost: a_b.test\r\n\r\n",
+            Some("a_b.test"),
+            "for=127.0.0.1;proto=http",
+            "1.1 peregrine-",
+        ),
+        (
+            "GET /api/hello HTTP/1.1\r\nHost: abc.test\r\n\r\n",
+            Some("abc.test"),
+            "for=127.0.0.1;host=\"abc.test\";proto=http",
+            "1.1 peregrine-",
+        ),
+    ];
+    for (i, (request, xfh, forwarded, via)) in cases.iter().enumerate() {
+        c.send(request.as_bytes());
+        assert_eq!(c.response().status, 200, "request {i}");
+        let seen = up.seen.recv_timeout(PATIENCE).expect("the upstream got the request");
+        assert_eq!(seen.field("x-forwarded-host"), *xfh, "request {i}: {}", seen.head);
+        assert_eq!(seen.field("forwarded"), Some(*forwarded), "request {i}: {}", seen.head);
+        assert_eq!(
+            seen.field("x-forwarded-for"),
+            Some("127.0.0.1"),
+            "request {i}: {}",
+            seen.head
+        );
+        assert_eq!(
+            seen.field("x-forwarded-proto"),
+            Some("http"),
+            "request {i}: {}",
+            seen.head
+        );
+        let seen_via = seen.field("via").unwrap_or_default();
+        assert!(seen_via.starts_with(via), "request {i}: {}", seen.head);
+        assert_eq!(seen_via.matches("peregrine-").count(), 1, "request {i}: {}", seen.head);
+        assert_eq!(seen.head.matches("\r\nVia:").count(), 1, "request {i}: {}", seen.head);
+    }
+    // HTTP/1.0 after HTTP/1.1 with the same Host: its own Via version.
+    let raw = common::exchange(
+        server.local_addr(),
+        b"GET /api/hello HTTP/1.0\r\nHost: abc.test\r\n\r\n",
+    );
+    assert_eq!(status_of(&raw), 200, "{}", text(&raw));
+    let seen = up.seen.recv_timeout(PATIENCE).expect("the upstream got the request");
+    assert!(
+        seen.field("via").unwrap_or_default().starts_with("1.0 peregrine-"),
+        "{}",
+        seen.head
+    );
+    assert_eq!(seen.field("x-forwarded-host"), Some("abc.test"), "{}", seen.head);
+    // No Host at all (HTTP/1.0 allows it): no X-Forwarded-Host, no host=.
+    let raw = common::exchange(server.local_addr(), b"GET /api/hello HTTP/1.0\r\n\r\n");
+    assert_eq!(status_of(&raw), 200, "{}", text(&raw));
+    let seen = up.seen.recv_timeout(PATIENCE).expect("the upstream got the request");
+    assert_eq!(seen.field("x-forwarded-host"), None, "{}", seen.head);
+    assert_eq!(
+        seen.field("forwarded"),
+        Some("for=127.0.0.1;proto=http"),
+        "{}",
+        seen.head
+    );
+}
+
 #[test]
 fn kept_alive_upstream_connections_are_reused() {
     let up = upstream();

@@ -644,6 +644,17 @@ impl Fields {
                     f.conn_keep_alive |= options.keep_alive;
                 }
                 14 if eq_lower(name, b"content-length") => {
+                    // Nearly always digits alone: one element, nothing to
+                    // trim, what the loop below makes of it (`scan` 204
+                    // → 184 instructions of a proxied GET, callgrind
+                    // `proxy-c50`).
+                    if let Some(n) = content_length_digits(h.value) {
+                        match f.content_length {
+                            Some(prev) if n != prev => f.fail(ResponseError::DifferingContentLengths),
+                            _ => f.content_length = Some(n),
+                        }
+                        continue;
+                    }
                     // RFC 9110 §8.6: "a recipient ... MAY either reject the
                     // message as invalid or replace that invalid field value
                     // with a single instance of the decimal value" when the

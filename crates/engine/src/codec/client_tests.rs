@@ -96,6 +96,21 @@ fn well_formed_responses_frame_their_bodies() {
             Length(5),
             true,
         ),
+        // Digits alone (`Fields::scan`'s short way) beside a list.
+        (
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 5, 5\r\n\r\n",
+            "GET",
+            200,
+            Length(5),
+            true,
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5 , 5\r\nContent-Length: 5\r\n\r\n",
+            "GET",
+            200,
+            Length(5),
+            true,
+        ),
         (
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n",
             "GET",
@@ -395,6 +410,21 @@ fn bad_responses_name_the_problem() {
             b"HTTP/1.1 200 OK\r\nContent-Length: 5, 6\r\n\r\n",
             "GET",
             DifferingContentLengths,
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 5, 6\r\n\r\n",
+            "GET",
+            DifferingContentLengths,
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5, 5\r\nContent-Length: 6\r\n\r\n",
+            "GET",
+            DifferingContentLengths,
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 5,\r\n\r\n",
+            "GET",
+            ContentLength,
         ),
         (b"HTTP/1.1 200 OK\r\nContent-Length: +5\r\n\r\n", "GET", ContentLength),
         (b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n", "GET", ContentLength),
