@@ -194,23 +194,6 @@ impl FieldNames {
     pub const fn intersects(self, other: FieldNames) -> bool {
         self.0 & other.0 != 0
     }
-
-    /// The set's bit for a field `name` by its length and first letter
-    /// (`first`, lowercased; any byte if the name is empty), or none.
-    /// Exact for each name but `If-Match`/`If-Range`, which share a length
-    /// and a first letter (both bits).
-    #[inline(always)]
-    fn of_name(len: usize, first: u8) -> FieldNames {
-        match (len, first) {
-            (5, b'r') => FieldNames::RANGE,
-            (8, b'i') => FieldNames::IF_MATCH.union(FieldNames::IF_RANGE),
-            (13, b'i') => FieldNames::IF_NONE_MATCH,
-            (15, b'a') => FieldNames::ACCEPT_ENCODING,
-            (17, b'i') => FieldNames::IF_MODIFIED_SINCE,
-            (19, b'i') => FieldNames::IF_UNMODIFIED_SINCE,
-            _ => FieldNames::NONE,
-        }
-    }
 }
 
 impl<'b> Head<'b, '_> {
@@ -826,9 +809,15 @@ impl<'b> Fields<'b> {
                 }
                 (2, b't') | (6, b'e') | (7, b'u') | (10, b'c') | (14, b'c') | (17, b't') => f.other(h, version)?,
                 // The names a file or archive handler reads: noted here,
-                // where the name is classified anyway, so that a request
-                // with none of them skips the handler's own pass.
-                (len, first) => f.names = f.names.union(FieldNames::of_name(len, first)),
+                // in the same match (one dispatch a field), so that a
+                // request with none of them skips the handler's own pass.
+                (5, b'r') => f.names.0 |= FieldNames::RANGE.0,
+                (8, b'i') => f.names.0 |= FieldNames::IF_MATCH.0 | FieldNames::IF_RANGE.0,
+                (13, b'i') => f.names.0 |= FieldNames::IF_NONE_MATCH.0,
+                (15, b'a') => f.names.0 |= FieldNames::ACCEPT_ENCODING.0,
+                (17, b'i') => f.names.0 |= FieldNames::IF_MODIFIED_SINCE.0,
+                (19, b'i') => f.names.0 |= FieldNames::IF_UNMODIFIED_SINCE.0,
+                _ => {}
             }
         }
         Ok(f)
