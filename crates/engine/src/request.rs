@@ -641,7 +641,11 @@ mod tests {
     #[test]
     fn a_request_not_from_the_http11_codec_may_carry_every_name() {
         let r = req("/");
-        for n in [FieldNames::ACCEPT_ENCODING, FieldNames::RANGE, FieldNames::IF_UNMODIFIED_SINCE] {
+        for n in [
+            FieldNames::ACCEPT_ENCODING,
+            FieldNames::RANGE,
+            FieldNames::IF_UNMODIFIED_SINCE,
+        ] {
             assert!(r.may_carry(n));
         }
         assert!(!r.may_carry(FieldNames::NONE));

@@ -144,10 +144,22 @@ fn a_request_says_which_fields_a_handler_looks_for_it_may_carry() {
     });
     let mut c = Client::connect(server.local_addr());
     let cases: [(&[u8], &str); 4] = [
-        (b"GET / HTTP/1.1\r\nHost: x\r\nUser-Agent: t\r\n\r\n", "[false, false, false, false]"),
-        (b"GET / HTTP/1.1\r\nHost: x\r\nRANGE: bytes=0-1\r\naccept-encoding: gzip\r\n\r\n", "[true, true, false, false]"),
-        (b"GET / HTTP/1.1\r\nHost: x\r\nX: \xff\r\nIf-None-Match: \"a\"\r\n\r\n", "[false, false, true, false]"),
-        (b"GET / HTTP/1.1\r\nHost: x\r\nif-modified-since: Sun, 06 Nov 1994 08:49:37 GMT\r\n\r\n", "[false, false, false, true]"),
+        (
+            b"GET / HTTP/1.1\r\nHost: x\r\nUser-Agent: t\r\n\r\n",
+            "[false, false, false, false]",
+        ),
+        (
+            b"GET / HTTP/1.1\r\nHost: x\r\nRANGE: bytes=0-1\r\naccept-encoding: gzip\r\n\r\n",
+            "[true, true, false, false]",
+        ),
+        (
+            b"GET / HTTP/1.1\r\nHost: x\r\nX: \xff\r\nIf-None-Match: \"a\"\r\n\r\n",
+            "[false, false, true, false]",
+        ),
+        (
+            b"GET / HTTP/1.1\r\nHost: x\r\nif-modified-since: Sun, 06 Nov 1994 08:49:37 GMT\r\n\r\n",
+            "[false, false, false, true]",
+        ),
     ];
     for (head, want) in cases {
         c.send(head);

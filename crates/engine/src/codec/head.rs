@@ -1287,13 +1287,25 @@ mod tests {
                 b"GET / HTTP/1.1\r\nhost: a\r\nuser-agent: h2load\r\nAccept: */*\r\nCookie: x=1\r\n\r\n",
                 N::NONE,
             ),
-            (b"GET / HTTP/1.1\r\nHost: a\r\nAccept-Encoding: gzip\r\n\r\n", N::ACCEPT_ENCODING),
-            (b"GET / HTTP/1.1\r\naCCEPT-eNCODING: br\r\nHost: a\r\n\r\n", N::ACCEPT_ENCODING),
+            (
+                b"GET / HTTP/1.1\r\nHost: a\r\nAccept-Encoding: gzip\r\n\r\n",
+                N::ACCEPT_ENCODING,
+            ),
+            (
+                b"GET / HTTP/1.1\r\naCCEPT-eNCODING: br\r\nHost: a\r\n\r\n",
+                N::ACCEPT_ENCODING,
+            ),
             (b"GET / HTTP/1.1\r\nHost: a\r\nRANGE: bytes=0-1\r\n\r\n", N::RANGE),
-            (b"GET / HTTP/1.1\r\nHost: a\r\nrange: bytes=0-1\r\nRange: bytes=2-3\r\n\r\n", N::RANGE),
+            (
+                b"GET / HTTP/1.1\r\nHost: a\r\nrange: bytes=0-1\r\nRange: bytes=2-3\r\n\r\n",
+                N::RANGE,
+            ),
             (b"GET / HTTP/1.1\r\nHost: a\r\nIf-Match: \"x\"\r\n\r\n", if_8),
             (b"GET / HTTP/1.1\r\nHost: a\r\nif-range: \"x\"\r\n\r\n", if_8),
-            (b"GET / HTTP/1.1\r\nHost: a\r\nIf-None-Match: \"x\"\r\n\r\n", N::IF_NONE_MATCH),
+            (
+                b"GET / HTTP/1.1\r\nHost: a\r\nIf-None-Match: \"x\"\r\n\r\n",
+                N::IF_NONE_MATCH,
+            ),
             (
                 b"GET / HTTP/1.1\r\nHost: a\r\nIF-MODIFIED-SINCE: Sun, 06 Nov 1994 08:49:37 GMT\r\n\r\n",
                 N::IF_MODIFIED_SINCE,
@@ -1303,7 +1315,10 @@ mod tests {
                 N::IF_UNMODIFIED_SINCE,
             ),
             // httparse's: obs-text in a value.
-            (b"GET / HTTP/1.1\r\nHost: a\r\nX: \xff\r\nrange: bytes=0-1\r\n\r\n", N::RANGE),
+            (
+                b"GET / HTTP/1.1\r\nHost: a\r\nX: \xff\r\nrange: bytes=0-1\r\n\r\n",
+                N::RANGE,
+            ),
             // Two together; and HTTP/1.0 without Host.
             (
                 b"GET / HTTP/1.0\r\nAccept-Encoding: gzip\r\nIf-None-Match: *\r\n\r\n",
@@ -1311,7 +1326,10 @@ mod tests {
             ),
             // Names of the same length: another first letter notes
             // nothing, the same one the name's bit (a superset).
-            (b"GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: b\r\nAccept-Language: c\r\n\r\n", N::ACCEPT_ENCODING),
+            (
+                b"GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: b\r\nAccept-Language: c\r\n\r\n",
+                N::ACCEPT_ENCODING,
+            ),
         ];
         for (head, want) in cases {
             assert_eq!(names_of(head), want, "{:?}", String::from_utf8_lossy(head));
