@@ -824,7 +824,12 @@ fn open(local: &mut Local, req: &Request<'_>, server: &ArchiveServer, via: Via<'
     } else {
         archive.default_site()
     };
-    let fields = Fields::scan(req);
+    // No field the steps read (the codec's note): no pass over the head.
+    let fields = if req.may_carry(peregrine::FieldNames::ALL) {
+        Fields::scan(req)
+    } else {
+        Fields::default()
+    };
     let query = req.query();
     let forced = archive.has_forced_patterns();
     // Fast path: the raw path is already the key (no escapes, no dots).

@@ -91,7 +91,7 @@ mod worker;
 pub mod ws;
 
 pub use access_log::{AccessLog, LogFormat, Reason};
-pub use codec::Version;
+pub use codec::{FieldNames, Version};
 pub use date::now;
 pub use error::Error;
 pub use handler::{BodyUse, Handler, Reply};

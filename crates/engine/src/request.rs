@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use crate::body::BodyReader;
 use crate::client_addr::{self, ClientAddr, Trust, Via};
-use crate::codec::Version;
+use crate::codec::{FieldNames, Version};
 use crate::message::trailers::Trailers;
 use crate::responder::{Mailbox, Responder};
 
@@ -21,6 +21,9 @@ pub struct Request<'a> {
     pub(crate) query: Option<&'a str>,
     pub(crate) version: Version,
     pub(crate) headers: &'a [httparse::Header<'a>],
+    /// The names among `FieldNames`' that `headers` may hold: the
+    /// HTTP/1.1 codec's note, else all ([`Request::may_carry`]).
+    pub(crate) field_names: FieldNames,
     /// The host, as bytes that are valid UTF-8 (from a `str`, or checked
     /// as ASCII by the HTTP/1.1 codec): made a `str` when asked for.
     pub(crate) host: Option<&'a [u8]>,
@@ -221,6 +224,9 @@ impl<'a> Request<'a> {
             query,
             version,
             headers,
+            // HTTP/2 and HTTP/3 fields come from HPACK and QPACK, which
+            // note nothing: a handler looks at them all.
+            field_names: FieldNames::ALL,
             host: host.map(str::as_bytes),
             body,
             trailers: None,
@@ -246,6 +252,7 @@ impl<'a> Request<'a> {
             query: head.query,
             version: head.version,
             headers: head.headers,
+            field_names: head.field_names,
             host: head.host,
             body,
             trailers: None,
@@ -308,6 +315,17 @@ impl<'a> Request<'a> {
             .iter()
             .find(|h| h.name.eq_ignore_ascii_case(name))
             .map(|h| h.value)
+    }
+
+    /// Whether the request may carry a field named in `names`. `false`
+    /// means it carries none of them, so a handler that reads only those
+    /// fields may skip its pass over the head; `true` means it may (ask
+    /// [`Request::headers`]). Exact for no name: an HTTP/1.1 request's set
+    /// is noted by length and first letter, other requests' holds every
+    /// name (see [`FieldNames`]).
+    #[inline]
+    pub fn may_carry(&self, names: FieldNames) -> bool {
+        self.field_names.intersects(names)
     }
 
     /// All header fields in order, as (name, raw value).
@@ -616,6 +634,21 @@ mod tests {
         let id = RequestId::made(0x1f);
         assert_eq!(&id.as_bytes()[16..], b"000000000000001f");
         assert!(id.as_bytes()[..16].iter().all(|b| b"0123456789abcdef".contains(b)));
+    }
+
+    /// A request not made from an HTTP/1.1 head (HTTP/2, HTTP/3: HPACK
+    /// and QPACK note nothing) may carry every name a handler looks for.
+    #[test]
+    fn a_request_not_from_the_http11_codec_may_carry_every_name() {
+        let r = req("/");
+        for n in [
+            FieldNames::ACCEPT_ENCODING,
+            FieldNames::RANGE,
+            FieldNames::IF_UNMODIFIED_SINCE,
+        ] {
+            assert!(r.may_carry(n));
+        }
+        assert!(!r.may_carry(FieldNames::NONE));
     }
 
     #[test]

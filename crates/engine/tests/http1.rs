@@ -131,6 +131,42 @@ fn an_error_answering_head_has_no_body_either() {
     assert!(text.ends_with("\r\n\r\n"), "a body followed the head: {text}");
 }
 
+/// The codec notes which fields a file handler reads a request may carry:
+/// none for a head without them (the handler skips its pass), each for a
+/// head with it, in any case, through the plain tokeniser and httparse (a
+/// value with obs-text), over one keep-alive connection.
+#[test]
+fn a_request_says_which_fields_a_handler_looks_for_it_may_carry() {
+    use peregrine::FieldNames as N;
+    let server = start(|req: &Request<'_>| {
+        let names = [N::ACCEPT_ENCODING, N::RANGE, N::IF_NONE_MATCH, N::IF_MODIFIED_SINCE];
+        Response::text(format!("{:?}", names.map(|n| req.may_carry(n))))
+    });
+    let mut c = Client::connect(server.local_addr());
+    let cases: [(&[u8], &str); 4] = [
+        (
+            b"GET / HTTP/1.1\r\nHost: x\r\nUser-Agent: t\r\n\r\n",
+            "[false, false, false, false]",
+        ),
+        (
+            b"GET / HTTP/1.1\r\nHost: x\r\nRANGE: bytes=0-1\r\naccept-encoding: gzip\r\n\r\n",
+            "[true, true, false, false]",
+        ),
+        (
+            b"GET / HTTP/1.1\r\nHost: x\r\nX: \xff\r\nIf-None-Match: \"a\"\r\n\r\n",
+            "[false, false, true, false]",
+        ),
+        (
+            b"GET / HTTP/1.1\r\nHost: x\r\nif-modified-since: Sun, 06 Nov 1994 08:49:37 GMT\r\n\r\n",
+            "[false, false, false, true]",
+        ),
+    ];
+    for (head, want) in cases {
+        c.send(head);
+        assert_eq!(c.response().text(), want, "{:?}", String::from_utf8_lossy(head));
+    }
+}
+
 #[test]
 fn absolute_form_targets_keep_their_query() {
     let server = start(|req: &Request<'_>| Response::text(format!("{} {:?}", req.path(), req.query())));

@@ -157,6 +157,7 @@ fn hello(req: &Request<'_>) -> Reply {
         "/big" => Response::bytes("application/octet-stream", vec![b'x'; 200_000]).into(),
         "/echo" => Response::text(format!("{} bytes\n", req.body().len())).into(),
         "/version" => Response::text(req.version().as_str()).into(),
+        "/may-carry-range" => Response::text(req.may_carry(peregrine::FieldNames::RANGE).to_string()).into(),
         _ => Response::text("hello\n").into(),
     }
 }
@@ -187,6 +188,20 @@ fn get_over_h2c_with_prior_knowledge() {
         b"GET /version HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
     );
     assert!(raw.ends_with(b"HTTP/1.1"), "{}", String::from_utf8_lossy(&raw));
+}
+
+/// HPACK notes no field names for handlers: a request over HTTP/2 may
+/// carry every name, so a file handler always reads its fields (a
+/// `Range` here is seen, with or without the codec's note).
+#[test]
+fn an_h2_request_may_carry_every_field_a_handler_looks_for() {
+    let server = start(Limits::default());
+    let mut c = H2::connect(server.local_addr());
+    for (id, extra) in [(1, &[][..]), (3, &[("range", "bytes=0-1")][..])] {
+        let block = head("GET", "/may-carry-range", extra);
+        c.send(&frame(HEADERS, END_STREAM | END_HEADERS, id, &block));
+        assert_eq!(c.response(id), (200, b"true".to_vec()), "{extra:?}");
+    }
 }
 
 /// A method the server does not recognise is a 501 before any handler

@@ -403,7 +403,13 @@ impl Site {
             Method::Head => true,
             Method::Answer(answer) => return answer,
         };
-        self.reply(res, &Fields::scan(req), head, 200)
+        // No field the steps read (the codec's note): no pass over the head.
+        let fields = if req.may_carry(peregrine::FieldNames::ALL) {
+            Fields::scan(req)
+        } else {
+            Fields::default()
+        };
+        self.reply(res, &fields, head, 200)
     }
 
     /// `respond` for a gate, which takes an answer made now: a proxy rule
@@ -428,7 +434,11 @@ impl Site {
             Method::Answer(answer) => return answer.into(),
         };
         let raw = req.path().as_bytes();
-        let fields = Fields::scan(req);
+        let fields = if req.may_carry(peregrine::FieldNames::ALL) {
+            Fields::scan(req)
+        } else {
+            Fields::default()
+        };
         // A forced rule shadows any file, cached or not. A raw path
         // without escapes or dot segments is already its key.
         let plain = path::is_key(req.path());

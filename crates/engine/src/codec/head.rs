@@ -136,6 +136,10 @@ pub struct Head<'b, 'h> {
     /// value: the head is built for every request, and a wider one cost
     /// 2 % of a pipelined hello (`bench/ab-cpu.sh`).
     pub upgrade: bool,
+    /// Which of the fields a file or archive handler reads the head may
+    /// carry, noted where `Fields::scan` classifies each name anyway
+    /// (see [`FieldNames`]).
+    pub field_names: FieldNames,
     /// The authority: from an absolute-form target if there is one (RFC 9112
     /// §3.2.2: it replaces Host), else the Host field. ASCII only (both are
     /// checked byte by byte); bytes, so that a request whose handler never
@@ -144,6 +148,52 @@ pub struct Head<'b, 'h> {
     pub host: Option<&'b [u8]>,
     /// The header fields, in order.
     pub headers: &'h [httparse::Header<'b>],
+}
+
+/// A set of request field names a handler may look for: what a request
+/// carries, as far as its codec noted, so that a handler can skip a pass
+/// over the fields when none it reads can be there
+/// ([`crate::Request::may_carry`]).
+///
+/// A superset: a name the request carries is in it, in any case and
+/// however often repeated; a name it does not carry may be too. The
+/// HTTP/1.1 codec sets a name's bit from the field's length and first
+/// letter (`If-Match` and `If-Range`, both 8 bytes, set each other's), in
+/// the pass over the names its own rules make; a request that came some
+/// other way (HTTP/2, HTTP/3, a test) carries [`FieldNames::ALL`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FieldNames(u8);
+
+impl FieldNames {
+    /// No name.
+    pub const NONE: FieldNames = FieldNames(0);
+    /// `Accept-Encoding` (RFC 9110 §12.5.3).
+    pub const ACCEPT_ENCODING: FieldNames = FieldNames(1);
+    /// `Range` (RFC 9110 §14.2).
+    pub const RANGE: FieldNames = FieldNames(1 << 1);
+    /// `If-Range` (RFC 9110 §13.1.5).
+    pub const IF_RANGE: FieldNames = FieldNames(1 << 2);
+    /// `If-Match` (RFC 9110 §13.1.1).
+    pub const IF_MATCH: FieldNames = FieldNames(1 << 3);
+    /// `If-None-Match` (RFC 9110 §13.1.2).
+    pub const IF_NONE_MATCH: FieldNames = FieldNames(1 << 4);
+    /// `If-Modified-Since` (RFC 9110 §13.1.3).
+    pub const IF_MODIFIED_SINCE: FieldNames = FieldNames(1 << 5);
+    /// `If-Unmodified-Since` (RFC 9110 §13.1.4).
+    pub const IF_UNMODIFIED_SINCE: FieldNames = FieldNames(1 << 6);
+    /// Every name above: what a request not from the HTTP/1.1 codec
+    /// carries, as far as anyone noted.
+    pub const ALL: FieldNames = FieldNames(0x7f);
+
+    /// The names of both sets.
+    pub const fn union(self, other: FieldNames) -> FieldNames {
+        FieldNames(self.0 | other.0)
+    }
+
+    /// Whether the two sets share a name.
+    pub const fn intersects(self, other: FieldNames) -> bool {
+        self.0 & other.0 != 0
+    }
 }
 
 impl<'b> Head<'b, '_> {
@@ -349,6 +399,7 @@ fn checked<'b, 'h>(
         expect_continue: fields.expect_continue,
         te_trailers: fields.te_trailers,
         upgrade,
+        field_names: fields.names,
         host,
         headers,
     }))
@@ -718,6 +769,8 @@ struct Fields<'b> {
     upgrade: bool,
     expect_continue: bool,
     te_trailers: bool,
+    /// The names handlers look for that the head may carry.
+    names: FieldNames,
 }
 
 impl<'b> Fields<'b> {
@@ -747,6 +800,15 @@ impl<'b> Fields<'b> {
                     f.host = Some(h.value);
                 }
                 (2, b't') | (6, b'e') | (7, b'u') | (10, b'c') | (14, b'c') | (17, b't') => f.other(h, version)?,
+                // The names a file or archive handler reads: noted here,
+                // in the same match (one dispatch a field), so that a
+                // request with none of them skips the handler's own pass.
+                (5, b'r') => f.names.0 |= FieldNames::RANGE.0,
+                (8, b'i') => f.names.0 |= FieldNames::IF_MATCH.0 | FieldNames::IF_RANGE.0,
+                (13, b'i') => f.names.0 |= FieldNames::IF_NONE_MATCH.0,
+                (15, b'a') => f.names.0 |= FieldNames::ACCEPT_ENCODING.0,
+                (17, b'i') => f.names.0 |= FieldNames::IF_MODIFIED_SINCE.0,
+                (19, b'i') => f.names.0 |= FieldNames::IF_UNMODIFIED_SINCE.0,
                 _ => {}
             }
         }
@@ -1096,6 +1158,29 @@ mod tests {
         }
     }
 
+    /// The word-wide check of the common host is the set it names, for
+    /// every byte at every place and every pair of neighbours (where a
+    /// carry could cross).
+    #[test]
+    fn the_common_host_word_check_is_its_set() {
+        let common = |b: u8| b.is_ascii_digit() || b.is_ascii_lowercase() || matches!(b, b':' | b'-' | b'.');
+        for base in [*b"aaaaaaaa", *b"09:.-zz0"] {
+            for at in 0..8 {
+                for b in 0..=255u8 {
+                    let mut w = base;
+                    w[at] = b;
+                    assert_eq!(is_common_host8(&w), w.iter().all(|&b| common(b)), "{w:?}");
+                    if at < 7 {
+                        for c in 0..=255u8 {
+                            w[at + 1] = c;
+                            assert_eq!(is_common_host8(&w), w.iter().all(|&b| common(b)), "{w:?}");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     /// The one-compare name check is `eq_ignore_ascii_case`, for every
     /// byte at every place of a four-byte name.
     #[test]
@@ -1172,6 +1257,100 @@ mod tests {
             parse(b"GET / HTTP/1.1\r\nHost: a b\r\n\r\n").map(|_| ()),
             Err(HeadError::BadRequest("invalid Host field"))
         );
+    }
+
+    /// The names a head may carry, as parsed with the plain tokeniser
+    /// first and by httparse alone (the two must agree).
+    fn names_of(bytes: &[u8]) -> FieldNames {
+        let names = [true, false].map(|plain| {
+            let mut headers = [const { MaybeUninit::uninit() }; 100];
+            match parse_head_with(bytes, &mut headers, &Limits::default(), plain) {
+                Ok(Parsed::Complete(h)) => h.field_names,
+                other => panic!("{other:?}: {:?}", String::from_utf8_lossy(bytes)),
+            }
+        });
+        assert_eq!(names[0], names[1], "{:?}", String::from_utf8_lossy(bytes));
+        names[0]
+    }
+
+    /// A handler skips its pass over the fields only when the head has
+    /// none it reads: each name sets its bit, in any case, repeated or
+    /// not, first or last, over either tokeniser (a value with obs-text
+    /// goes to httparse); a head with none of them sets none.
+    #[test]
+    fn each_field_a_file_handler_reads_is_noted_in_any_case() {
+        type N = FieldNames;
+        let if_8 = N::IF_MATCH.union(N::IF_RANGE);
+        let cases: [(&[u8], FieldNames); 14] = [
+            (b"GET / HTTP/1.1\r\nHost: a\r\n\r\n", N::NONE),
+            (
+                b"GET / HTTP/1.1\r\nhost: a\r\nuser-agent: h2load\r\nAccept: */*\r\nCookie: x=1\r\n\r\n",
+                N::NONE,
+            ),
+            (
+                b"GET / HTTP/1.1\r\nHost: a\r\nAccept-Encoding: gzip\r\n\r\n",
+                N::ACCEPT_ENCODING,
+            ),
+            (
+                b"GET / HTTP/1.1\r\naCCEPT-eNCODING: br\r\nHost: a\r\n\r\n",
+                N::ACCEPT_ENCODING,
+            ),
+            (b"GET / HTTP/1.1\r\nHost: a\r\nRANGE: bytes=0-1\r\n\r\n", N::RANGE),
+            (
+                b"GET / HTTP/1.1\r\nHost: a\r\nrange: bytes=0-1\r\nRange: bytes=2-3\r\n\r\n",
+                N::RANGE,
+            ),
+            (b"GET / HTTP/1.1\r\nHost: a\r\nIf-Match: \"x\"\r\n\r\n", if_8),
+            (b"GET / HTTP/1.1\r\nHost: a\r\nif-range: \"x\"\r\n\r\n", if_8),
+            (
+                b"GET / HTTP/1.1\r\nHost: a\r\nIf-None-Match: \"x\"\r\n\r\n",
+                N::IF_NONE_MATCH,
+            ),
+            (
+                b"GET / HTTP/1.1\r\nHost: a\r\nIF-MODIFIED-SINCE: Sun, 06 Nov 1994 08:49:37 GMT\r\n\r\n",
+                N::IF_MODIFIED_SINCE,
+            ),
+            (
+                b"GET / HTTP/1.1\r\nHost: a\r\nIf-Unmodified-Since: Sun, 06 Nov 1994 08:49:37 GMT\r\n\r\n",
+                N::IF_UNMODIFIED_SINCE,
+            ),
+            // httparse's: obs-text in a value.
+            (
+                b"GET / HTTP/1.1\r\nHost: a\r\nX: \xff\r\nrange: bytes=0-1\r\n\r\n",
+                N::RANGE,
+            ),
+            // Two together; and HTTP/1.0 without Host.
+            (
+                b"GET / HTTP/1.0\r\nAccept-Encoding: gzip\r\nIf-None-Match: *\r\n\r\n",
+                N::ACCEPT_ENCODING.union(N::IF_NONE_MATCH),
+            ),
+            // Names of the same length: another first letter notes
+            // nothing, the same one the name's bit (a superset).
+            (
+                b"GET / HTTP/1.1\r\nHost: a\r\nX-Forwarded-For: b\r\nAccept-Language: c\r\n\r\n",
+                N::ACCEPT_ENCODING,
+            ),
+        ];
+        for (head, want) in cases {
+            assert_eq!(names_of(head), want, "{:?}", String::from_utf8_lossy(head));
+        }
+        // Each name alone, lowercase and uppercase: its own bit (If-Match
+        // and If-Range: both).
+        let names = [
+            ("accept-encoding", N::ACCEPT_ENCODING),
+            ("range", N::RANGE),
+            ("if-range", if_8),
+            ("if-match", if_8),
+            ("if-none-match", N::IF_NONE_MATCH),
+            ("if-modified-since", N::IF_MODIFIED_SINCE),
+            ("if-unmodified-since", N::IF_UNMODIFIED_SINCE),
+        ];
+        for (name, want) in names {
+            for name in [name.to_owned(), name.to_ascii_uppercase()] {
+                let head = format!("GET / HTTP/1.1\r\nHost: a\r\n{name}: 1\r\n\r\n");
+                assert_eq!(names_of(head.as_bytes()), want, "{name}");
+            }
+        }
     }
 
     fn parse(bytes: &[u8]) -> Result<Option<(Framing, bool, Option<String>)>, HeadError> {

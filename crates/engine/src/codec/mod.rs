@@ -13,4 +13,4 @@ pub use chunked::{ChunkedDecoder, ChunkedError};
 pub use client::{
     parse_response_head, write_request_head, ParsedResponse, ResponseError, ResponseFraming, ResponseHead,
 };
-pub use head::{parse_head, Framing, Head, HeadError, Parsed, Version};
+pub use head::{parse_head, FieldNames, Framing, Head, HeadError, Parsed, Version};
