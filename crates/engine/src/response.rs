@@ -737,8 +737,11 @@ impl HeaderBlock {
     /// a freed buffer's address can be given to another.
     #[inline]
     pub(crate) fn place(&self) -> Option<(usize, usize, usize)> {
-        self.is_cacheable()
-            .then(|| (Arc::as_ptr(&self.buf) as *const u8 as usize, self.start, self.end))
+        if self.is_cacheable() {
+            Some((Arc::as_ptr(&self.buf) as *const u8 as usize, self.start, self.end))
+        } else {
+            None
+        }
     }
 
     /// A hold on the block's allocation but not its bytes: while it
