@@ -192,10 +192,10 @@ fn write_framing(out: &mut Vec<u8>, framing: BodyFraming) {
 
 /// Appends `Content-Length: n` and its line end. The line is copied at
 /// its longest (20 digits, a length known when compiling: a few moves),
-/// its digits written in place two at a time and the rest cut off: the
+/// its digits written in place two at a time and the rest cut off. The
 /// number written into a buffer of its own and copied from there
-/// (itoa's way) was a call to memcpy for each of the three pieces, 98
-/// instructions a head.
+/// (itoa's way, the digits by a call to memcpy) was 98 instructions a
+/// head, this 78 (callgrind, two archive entries in turn).
 #[inline]
 fn write_length(out: &mut Vec<u8>, n: u64) {
     const LINE: &[u8; 38] = b"Content-Length: 00000000000000000000\r\n";
