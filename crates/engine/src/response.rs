@@ -330,7 +330,7 @@ impl Response {
     /// ```
     #[inline]
     pub fn prepared_beside(status: u16, block: HeaderBlock, body: Range<usize>) -> Self {
-        let within = body.start <= body.end && body.end <= (*block.0.buf).as_ref().len();
+        let within = body.start <= body.end && body.end <= (*block.buf).as_ref().len();
         let (body, invalid) = if within {
             (
                 Body::BesideBlock(BesideBlock { range: body }),
@@ -360,7 +360,7 @@ impl Response {
         match std::mem::replace(&mut self.body, Body::Empty) {
             Body::BesideBlock(b) => match self.block.take() {
                 Some(block) => Body::Shared(SharedBytes {
-                    buf: block.0.buf,
+                    buf: block.buf,
                     range: b.range,
                 }),
                 // Not made: `prepared_beside` sets the block, and
@@ -459,7 +459,7 @@ impl Response {
         if let Some(old) = self.block.replace(block) {
             if let Body::BesideBlock(b) = &self.body {
                 let range = b.range.clone();
-                self.body = Body::Shared(SharedBytes { buf: old.0.buf, range });
+                self.body = Body::Shared(SharedBytes { buf: old.buf, range });
             }
         }
         self
@@ -496,7 +496,7 @@ impl Response {
         }
         // The lines were checked when the block was made; fewer of them
         // are still valid.
-        self.with_header_block(HeaderBlock(SharedBytes::new(Arc::new(kept))))
+        self.with_header_block(HeaderBlock::of(SharedBytes::new(Arc::new(kept))))
     }
 
     /// Closes the connection once this response is sent.
@@ -603,45 +603,54 @@ pub(crate) fn line_names(mut lines: &[u8]) -> impl Iterator<Item = &[u8]> {
 /// memo holds a `Weak` of the block's buffer, so the allocation cannot be
 /// reused for another block while it is remembered (no stale verdict),
 /// yet an archive generation the memo saw last is unmapped when its last
-/// response goes.
+/// response goes. A block whose buffer is refilled in place (the proxy's,
+/// [`HeaderBlock::is_cacheable`]) is scanned each time and not held: a
+/// `Weak` would make the refill fail.
 fn block_sets_lines(block: &HeaderBlock, extra: &[u8]) -> u32 {
+    if !block.is_cacheable() {
+        return lines_set(block.as_bytes(), extra);
+    }
     LAST_BLOCK.with_borrow_mut(|last| {
         if let Some(last) = last.as_ref() {
-            if std::ptr::addr_eq(last.buf.as_ptr(), Arc::as_ptr(&block.0.buf))
-                && last.range == block.0.range
+            if std::ptr::addr_eq(last.buf.as_ptr(), Arc::as_ptr(&block.buf))
+                && last.range == block.range()
                 && last.extra[..] == *extra
             {
                 return last.given;
             }
         }
-        // One pass over the block's lines (memchr), each compared with
-        // the few names of `extra`.
-        let mut given = 0;
-        let mut rest = block.as_bytes();
-        while !rest.is_empty() {
-            let end = memchr::memchr(b'\n', rest).map_or(rest.len(), |i| i + 1);
-            let line = &rest[..end];
-            rest = &rest[end..];
-            for (i, name) in line_names(extra).enumerate().take(32) {
-                if line.len() > name.len() && line[name.len()] == b':' && line[..name.len()].eq_ignore_ascii_case(name)
-                {
-                    given |= 1 << i;
-                }
-            }
-        }
+        let given = lines_set(block.as_bytes(), extra);
         // The memo's buffer for `extra` is kept: a miss allocates nothing
         // but the `Weak`'s count.
         let mut kept = last.take().map(|l| l.extra).unwrap_or_default();
         kept.clear();
         kept.extend_from_slice(extra);
         *last = Some(LastBlock {
-            buf: Arc::downgrade(&block.0.buf),
-            range: block.0.range.clone(),
+            buf: Arc::downgrade(&block.buf),
+            range: block.range(),
             extra: kept,
             given,
         });
         given
     })
+}
+
+/// Which lines of `extra` the lines `block` set: one pass over the
+/// block's lines (memchr), each compared with the few names of `extra`.
+fn lines_set(block: &[u8], extra: &[u8]) -> u32 {
+    let mut given = 0;
+    let mut rest = block;
+    while !rest.is_empty() {
+        let end = memchr::memchr(b'\n', rest).map_or(rest.len(), |i| i + 1);
+        let line = &rest[..end];
+        rest = &rest[end..];
+        for (i, name) in line_names(extra).enumerate().take(32) {
+            if line.len() > name.len() && line[name.len()] == b':' && line[..name.len()].eq_ignore_ascii_case(name) {
+                given |= 1 << i;
+            }
+        }
+    }
+    given
 }
 
 thread_local! {
@@ -672,26 +681,77 @@ struct LastBlock {
 /// assert!(HeaderBlock::new(&[("Content-Length", "5")]).is_err());
 /// ```
 #[derive(Clone)]
-pub struct HeaderBlock(SharedBytes);
+pub struct HeaderBlock {
+    /// The buffer the lines lie in.
+    buf: Arc<dyn AsRef<[u8]> + Send + Sync>,
+    /// Where the lines start in `buf`.
+    start: usize,
+    /// Where they end, and in the top bit [`REFILLED`]. The mark is kept
+    /// in a word the block already has, not in a field of its own: a
+    /// field would make a `Response` (which holds a block) 136 bytes,
+    /// moved with a call to memcpy where 128 are eight stores.
+    end: usize,
+}
+
+/// The mark, in `HeaderBlock::end`'s top bit, of a block whose buffer is
+/// refilled in place once no answer holds it (the proxy's per-connection
+/// buffer, `proxy/pool.rs`, reused through `Arc::get_mut`). No offset
+/// has that bit: a buffer's bytes are at most `isize::MAX`.
+const REFILLED: usize = 1 << (usize::BITS - 1);
 
 impl HeaderBlock {
-    /// The same block (one allocation, the same range): a clone of it.
-    pub(crate) fn same(&self, other: &HeaderBlock) -> bool {
-        Arc::ptr_eq(&self.0.buf, &other.0.buf) && self.0.range == other.0.range
+    /// A block of `lines`, whose buffer is never refilled.
+    #[inline]
+    fn of(lines: SharedBytes) -> Self {
+        HeaderBlock {
+            buf: lines.buf,
+            start: lines.range.start,
+            end: lines.range.end,
+        }
     }
 
-    /// Where the block's bytes are: its buffer's address and its range
-    /// in it. Not proof of the same bytes: a freed buffer's address can be
-    /// given to another, and the proxy refills its per-connection buffer
-    /// in place once no answer holds it (the head cache compares bytes).
+    /// The same block (one allocation, the same range): a clone of it.
+    pub(crate) fn same(&self, other: &HeaderBlock) -> bool {
+        Arc::ptr_eq(&self.buf, &other.buf) && self.start == other.start && self.end == other.end
+    }
+
+    /// The lines' range in the buffer.
     #[inline]
-    pub(crate) fn place(&self) -> (usize, usize, usize) {
-        let lines = &self.0;
-        (
-            Arc::as_ptr(&lines.buf) as *const u8 as usize,
-            lines.range.start,
-            lines.range.end,
-        )
+    fn range(&self) -> Range<usize> {
+        self.start..self.end & !REFILLED
+    }
+
+    /// Whether a cache may remember this block by where it is while it
+    /// holds the buffer's allocation by a `Weak` (the head cache, the
+    /// transport fields' memo). Not for a buffer refilled in place: while
+    /// a `Weak` of it lives its owner cannot refill it (`Arc::get_mut`
+    /// fails, and the proxy allocated a new one per answer).
+    #[inline]
+    pub(crate) fn is_cacheable(&self) -> bool {
+        self.end & REFILLED == 0
+    }
+
+    /// Where the block's bytes are: its buffer's address and its range in
+    /// it; `None` for a block that is not cacheable. Proof of the same
+    /// bytes only while the buffer's allocation is held ([`Self::hold`]):
+    /// a freed buffer's address can be given to another.
+    #[inline]
+    pub(crate) fn place(&self) -> Option<(usize, usize, usize)> {
+        if self.is_cacheable() {
+            Some((Arc::as_ptr(&self.buf) as *const u8 as usize, self.start, self.end))
+        } else {
+            None
+        }
+    }
+
+    /// A hold on the block's allocation but not its bytes: while it
+    /// lives, [`Self::place`] is this block's (a buffer never changes
+    /// but by a refill, which the hold prevents), yet an archive
+    /// generation it lies in is still unmapped when its last response
+    /// goes.
+    #[inline]
+    pub(crate) fn hold(&self) -> std::sync::Weak<dyn AsRef<[u8]> + Send + Sync> {
+        Arc::downgrade(&self.buf)
     }
 
     /// Checks and joins `fields`. An invalid name or value, or a field the
@@ -714,27 +774,32 @@ impl HeaderBlock {
             bytes.extend_from_slice(value.as_bytes());
             bytes.extend_from_slice(b"\r\n");
         }
-        Ok(HeaderBlock(SharedBytes::new(Arc::new(bytes))))
+        Ok(HeaderBlock::of(SharedBytes::new(Arc::new(bytes))))
     }
 
     /// Lines of fields the engine itself may write although handlers may
     /// not (a 426's `Upgrade` and `Connection: upgrade`, RFC 9110 §7.8):
     /// trusted, not checked.
     pub(crate) fn engine_lines(lines: &'static [u8]) -> Self {
-        HeaderBlock(SharedBytes::new(Arc::new(lines)))
+        HeaderBlock::of(SharedBytes::new(Arc::new(lines)))
     }
 
     /// Lines the engine built from fields it checked as `from_lines` would
     /// (the proxy's relay of an upstream's answer, `proxy/pool.rs`), not
     /// looked at again; in debug builds they are, so every test that
-    /// relays an answer checks that promise.
+    /// relays an answer checks that promise. The block is not cacheable
+    /// ([`Self::is_cacheable`]): the proxy refills its buffer in place
+    /// for the next answer, and an upstream's answer is seldom the same
+    /// twice anyway.
     pub(crate) fn from_checked_lines(lines: SharedBytes) -> Self {
         debug_assert!(
             HeaderBlock::from_lines(lines.clone()).is_ok(),
             "lines that from_lines refuses: {:?}",
             String::from_utf8_lossy(lines.as_slice())
         );
-        HeaderBlock(lines)
+        let mut block = HeaderBlock::of(lines);
+        block.end |= REFILLED;
+        block
     }
 
     /// Uses bytes that are already header lines (`Name: value\r\n` each),
@@ -764,12 +829,13 @@ impl HeaderBlock {
             }
             rest = &rest[end + 2..];
         }
-        Ok(HeaderBlock(lines))
+        Ok(HeaderBlock::of(lines))
     }
 
     /// The fields as written on the wire.
+    #[inline]
     pub fn as_bytes(&self) -> &[u8] {
-        self.0.as_slice()
+        &(*self.buf).as_ref()[self.range()]
     }
 }
 
@@ -827,6 +893,31 @@ mod tests {
             "{}",
             std::mem::size_of::<Response>()
         );
+    }
+
+    /// A block of the proxy's (`from_checked_lines`: its buffer refilled
+    /// in place) is not remembered by the transport fields' memo: nothing
+    /// holds its buffer after the answer, and each refill's lines decide.
+    #[test]
+    fn a_block_refilled_in_place_is_scanned_each_time_and_not_held() {
+        let extra = b"Strict-Transport-Security: max-age=1\r\nAlt-Svc: clear\r\n";
+        let mut buf: Arc<Vec<u8>> = Arc::new(Vec::new());
+        for (lines, want) in [("Alt-Svc: h3\r\n", 2), ("Alt-Svc: h3\r\n", 2), ("X-A: 1\r\n", 0)] {
+            {
+                let bytes = Arc::get_mut(&mut buf).expect("nothing holds the buffer");
+                bytes.clear();
+                bytes.extend_from_slice(lines.as_bytes());
+            }
+            let shared: Arc<dyn AsRef<[u8]> + Send + Sync> = buf.clone();
+            let block = HeaderBlock::from_checked_lines(SharedBytes::new(shared));
+            assert!(!block.is_cacheable() && block.place().is_none());
+            assert_eq!(block.as_bytes(), lines.as_bytes());
+            let resp = Response::prepared(200, block, "x");
+            assert_eq!(resp.sets_lines(extra), want, "{lines:?}");
+        }
+        // A block of `from_lines` is remembered, by its place.
+        let block = HeaderBlock::from_lines(SharedBytes::new(buf.clone())).unwrap();
+        assert!(block.is_cacheable() && block.place().is_some());
     }
 
     #[test]
