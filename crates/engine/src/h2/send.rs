@@ -65,8 +65,11 @@ impl HeadCache {
         extra: &[u8],
         encoded: &[u8],
     ) {
-        self.valid = resp.headers.is_empty();
+        // Not a block whose buffer its owner refills in place (the proxy's):
+        // holding it would make the owner allocate a new buffer each answer.
+        self.valid = resp.headers.is_empty() && resp.block.as_ref().is_none_or(|b| b.is_cacheable());
         if !self.valid {
+            self.block = None;
             return;
         }
         self.generation = generation;
