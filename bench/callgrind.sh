@@ -12,18 +12,33 @@
 #                         more valgrind options: cache misses per function
 #                         (callgrind does not see the kernel's use of the
 #                         caches, so a small simulated D1 stands in)
+# BIN `limit` replays the same against bench/limit/limit.c (built as bench
+# builds it, gcc -O2, with -g for line tables; ARGS are not used): the
+# floor's counts beside ours.
 # bench/instructions.sh runs the same replay over the gated scenarios.
 # Example: PATHX=index.html bench/callgrind.sh target/release/peregrine /tmp/a c50 serve site.prg
 set -u
 bin=$1 out=$2 mode=$3
 shift 3
 [ $# -eq 0 ] && set -- hello
-case $bin in */*) ;; *) bin=./$bin ;; esac
 port=$((21000 + RANDOM % 5000))
+case $bin in
+  limit)
+    here=$(cd "$(dirname "$0")" && pwd)
+    bin=$(mktemp)
+    trap 'rm -f "$bin"' EXIT
+    gcc -O2 -g -o "$bin" "$here/limit/limit.c"
+    set -- "$bin" $port
+    ;;
+  *)
+    case $bin in */*) ;; *) bin=./$bin ;; esac
+    set -- "$bin" "$@" --bind 127.0.0.1:$port --workers 1
+    ;;
+esac
 rm -f "$out".*
 # shellcheck disable=SC2086 # CG_ARGS is a list of options
 PEREGRINE_ALLOW_ROOT=1 valgrind --tool=callgrind ${CG_ARGS:-} --callgrind-out-file="$out.%p" \
-  "$bin" "$@" --bind 127.0.0.1:$port --workers 1 > /dev/null 2>&1 &
+  "$@" > /dev/null 2>&1 &
 V=$!
 for _ in $(seq 100); do sleep 0.2; curl -s -o /dev/null http://127.0.0.1:$port/ && break; done
 m=""
