@@ -76,6 +76,16 @@ fn proxy() -> Running {
 /// process's, so the tests of this file take turns.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+/// This test's turn, a proxy in front of `upstream()`, and a client
+/// connection to it.
+fn connected() -> (std::sync::MutexGuard<'static, ()>, Running, TcpStream) {
+    let turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let server = proxy();
+    let c = TcpStream::connect(server.local_addr()).unwrap();
+    c.set_nodelay(true).unwrap();
+    (turn, server, c)
+}
+
 /// Heap allocations per call of `round` over `N` warm rounds, printed as
 /// `what`'s, and at most `ALLOCS_PER_REQUEST_MAX`.
 fn assert_few_allocations(what: &str, mut round: impl FnMut()) {
@@ -102,10 +112,7 @@ fn assert_few_allocations(what: &str, mut round: impl FnMut()) {
 
 #[test]
 fn a_warm_proxied_request_makes_few_allocations() {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let server = proxy();
-    let mut c = TcpStream::connect(server.local_addr()).unwrap();
-    c.set_nodelay(true).unwrap();
+    let (_turn, _server, mut c) = connected();
     let mut buf = [0u8; 8192];
     let mut round = || {
         c.write_all(b"GET /hello HTTP/1.1\r\nHost: a\r\nUser-Agent: bench\r\n\r\n")
@@ -126,10 +133,7 @@ fn a_warm_proxied_request_makes_few_allocations() {
 /// (measured 2.00 allocations a request while it held a clone of it).
 #[test]
 fn a_warm_proxied_h2_request_makes_few_allocations() {
-    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let server = proxy();
-    let mut c = TcpStream::connect(server.local_addr()).unwrap();
-    c.set_nodelay(true).unwrap();
+    let (_turn, _server, mut c) = connected();
     // The preface, empty SETTINGS, and a large connection window so that no
     // WINDOW_UPDATE is needed along the way.
     let mut hello = Vec::from(&b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"[..]);
