@@ -36,7 +36,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{Job, Upstream};
+use super::{Job, More, Upstream};
 use crate::codec::head::Framing;
 use crate::handler::Reply;
 use crate::request::Request;
@@ -202,22 +202,19 @@ impl ForwardAuth {
             idempotent: true,
             retried: false,
             tried: None,
-            body: None,
             chunked: false,
             expect_continue: false,
             responder: Responder::new(None, CHECK_TOKEN, next_check_id()),
-            tunnel: None,
-            auth: Some(Box::new(Pending {
-                then,
-                copy: self.copy.clone(),
-                finish,
-            })),
             choice: None,
-            encode: None,
             trailers: false,
-            forward_trailers: None,
-            body_trailers: None,
-            cache: None,
+            more: Some(Box::new(More {
+                auth: Some(Box::new(Pending {
+                    then,
+                    copy: self.copy.clone(),
+                    finish,
+                })),
+                ..More::default()
+            })),
         });
         Reply::Later
     }
@@ -335,7 +332,7 @@ pub(crate) struct Checks {
 impl Checks {
     /// Notes a job's check, if it carries one.
     pub(crate) fn admit(&mut self, job: &mut Job) {
-        if let Some(pending) = job.auth.take() {
+        if let Some(pending) = job.more.as_mut().and_then(|m| m.auth.take()) {
             self.pending.insert(job.responder.key().1, *pending);
         }
     }

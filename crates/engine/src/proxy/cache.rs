@@ -1189,7 +1189,9 @@ fn copy_fields(req: &Request<'_>) -> Vec<u8> {
 /// Parks `job` (its `cache` a [`Lookup::Wait`]'s ask) behind its key's
 /// lock; a lock gone meanwhile sends it at once.
 pub(crate) fn park(job: Job) {
-    let Some(ask) = job.cache.as_ref() else { return };
+    let Some(ask) = job.more().and_then(|m| m.cache.as_ref()) else {
+        return;
+    };
     let shared = ask.shared.clone();
     let key = ask.key.clone();
     let back = with_store(&shared, |s| match s.locks.get_mut(&key) {
@@ -1234,7 +1236,7 @@ pub(crate) fn take_released(answers: &mut Vec<super::pool::Answer>) -> Vec<Job> 
     let released = RELEASED.with(|r| std::mem::take(&mut *r.borrow_mut()));
     let mut sent = Vec::with_capacity(released.len());
     for mut job in released {
-        let Some(ask) = job.cache.as_mut() else {
+        let Some(ask) = job.more.as_mut().and_then(|m| m.cache.as_mut()) else {
             sent.push(job);
             continue;
         };

@@ -948,7 +948,7 @@ impl Upstreams {
                     // A retry sends the same bytes (kept until the answer
                     // began) and the body not yet taken.
                     job.bytes = std::mem::take(&mut c.out);
-                    job.body = c.body.take();
+                    job.set_body(c.body.take());
                 }
                 let url = self.pools.get(&c.up).map_or("", |p| p.up.url()).to_owned();
                 self.close(ctx, timers, key);
@@ -1173,7 +1173,7 @@ impl UpConn {
         self.n_interims = 0;
         self.trailers = None;
         self.out = std::mem::take(&mut job.bytes);
-        self.body = job.body.take();
+        self.body = job.take_body();
         self.chunked = job.chunked;
         self.streamed = false;
         self.written = 0;
@@ -1268,8 +1268,8 @@ impl UpConn {
                                 // one and it may go on (`Job::forward_trailers`).
                                 let trailers = match (&self.job, &self.body) {
                                     (Some(job), Some(reader)) => job
-                                        .forward_trailers
-                                        .as_ref()
+                                        .more()
+                                        .and_then(|m| m.forward_trailers.as_ref())
                                         .and_then(|named| reader.trailers()?.forwarded(named)),
                                     _ => None,
                                 };
@@ -1756,7 +1756,7 @@ impl UpConn {
                 }
                 ResponseFraming::Informational => return Err(bad("1xx other than 100 or 103")),
                 ResponseFraming::Upgrade => {
-                    let Some(ask) = self.job.as_ref().and_then(|j| j.tunnel) else {
+                    let Some(ask) = self.job.as_ref().and_then(|j| j.more()?.tunnel) else {
                         return Err(bad("unasked upgrade"));
                     };
                     let fields = super::tunnel::switched(&head, &ask).map_err(bad)?;
@@ -1767,7 +1767,12 @@ impl UpConn {
                 ResponseFraming::Tunnel => return Err(bad("unasked tunnel")),
                 _ => {}
             }
-            if (200..300).contains(&head.status) && self.job.as_ref().is_some_and(|j| j.tunnel.is_some_and(|a| a.h2)) {
+            if (200..300).contains(&head.status)
+                && self
+                    .job
+                    .as_ref()
+                    .is_some_and(|j| j.more().is_some_and(|m| m.tunnel.is_some_and(|a| a.h2)))
+            {
                 // A 2xx to an extended CONNECT opens a tunnel (RFC 8441
                 // §4): a page in its place would be read as frames.
                 return Err(bad("a 2xx without switching to WebSocket"));
@@ -1791,7 +1796,7 @@ impl UpConn {
             // Compressed on its way, or at least `Vary` (`encode.rs`): a
             // HEAD's fields change as its GET's would; a GET's only if
             // the worker has room for one more compressor.
-            let plan = self.job.as_ref().and_then(|j| j.encode.as_ref());
+            let plan = self.job.as_ref().and_then(|j| j.more()?.encode.as_ref());
             let mut verdict = match plan {
                 // Nothing to decide (`decide`'s code, inlined, was 7
                 // instructions of a proxied GET, 2 after: callgrind
@@ -1824,16 +1829,20 @@ impl UpConn {
             };
             // Stored as the client gets it (compressed or not: the
             // `Vary: Accept-Encoding` keeps the two apart), when it may be.
-            let mut fill = self.job.as_mut().and_then(|j| j.cache.take()).and_then(|ask| {
-                let length = match head.framing {
-                    ResponseFraming::Empty => Some(0),
-                    ResponseFraming::Length(n) if encoder.is_none() => Some(n),
-                    ResponseFraming::Length(_) | ResponseFraming::Chunked => None,
-                    // Ends at the close: not stored.
-                    _ => return None,
-                };
-                super::cache::Fill::start(ask, &head, &block_of(&lines), length).map(Box::new)
-            });
+            let mut fill = self
+                .job
+                .as_mut()
+                .and_then(|j| j.more.as_mut()?.cache.take())
+                .and_then(|ask| {
+                    let length = match head.framing {
+                        ResponseFraming::Empty => Some(0),
+                        ResponseFraming::Length(n) if encoder.is_none() => Some(n),
+                        ResponseFraming::Length(_) | ResponseFraming::Chunked => None,
+                        // Ends at the close: not stored.
+                        _ => return None,
+                    };
+                    super::cache::Fill::start(ask, &head, &block_of(&lines), length).map(Box::new)
+                });
             // An answer to HEAD keeps the length a GET would have had
             // (RFC 9110 §9.3.2; the parser checked that its values agree).
             let head_length = if self.head_method {

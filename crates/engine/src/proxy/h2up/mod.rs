@@ -190,7 +190,7 @@ impl H2Upstreams {
     /// connection, or a place in the queue (a new connection opened for
     /// it), or 503.
     pub(crate) fn place(&mut self, ctx: &mut Ctx<'_>, timers: &mut Timers, job: Job, out: &mut Out<'_>) {
-        if job.tunnel.is_some() {
+        if job.more().is_some_and(|m| m.tunnel.is_some()) {
             // RFC 8441 to an upstream is not built: say so rather than
             // send an upgrade HTTP/2 forbids.
             log::warn!(
@@ -532,10 +532,10 @@ impl H2Conn {
         // servers refuse a request without it.
         regular.push((b"te", b"trailers"));
         let body = job.bytes[head_len..].to_vec();
-        let reader = job.body.take();
+        let reader = job.more.as_mut().and_then(|m| m.body.take());
         // Cloned, not taken: the job stays whole for a retry.
-        let request_trailers = job.body_trailers.clone();
-        let forward_named = job.forward_trailers.clone();
+        let request_trailers = job.more().and_then(|m| m.body_trailers.clone());
+        let forward_named = job.more().and_then(|m| m.forward_trailers.clone());
         let end = body.is_empty() && reader.is_none() && request_trailers.is_none();
         let authority = String::from_utf8_lossy(authority);
         let scheme = if self.up.is_tls() { "https" } else { "http" };
@@ -831,7 +831,7 @@ impl Exchange {
         }
         let mut job = self.job.take()?;
         job.retried = true;
-        job.body = self.body.take();
+        job.set_body(self.body.take());
         Some(job)
     }
 
