@@ -121,9 +121,10 @@ pub struct Proxy {
 /// request's bytes (head and body, ready to write), what reading its
 /// answer needs, and where the answer goes. What nearly every request
 /// leaves unset is in `more`, boxed only when one of it is set: a `Job`
-/// of 256 bytes was moved five times a proxied GET with a `memcpy` each
-/// (29 instructions, callgrind `proxy-c50`); at most 128 bytes, it is
-/// moved by a few vector moves.
+/// of 256 bytes was copied six times a proxied GET by `memcpy` (29
+/// instructions each: `Proxy::send`, `submit_all`, `place`, twice each;
+/// callgrind `proxy-c50`); at most 128 bytes, it is moved inline (those
+/// six calls gone, 8,212 → 8,096 instructions a GET).
 pub(crate) struct Job {
     pub(crate) up: Arc<Upstream>,
     pub(crate) bytes: Vec<u8>,
