@@ -1265,7 +1265,7 @@ impl UpConn {
                             }
                             Take::End => {
                                 // The client's trailer section, if it sent
-                                // one and it may go on (`Job::forward_trailers`).
+                                // one and it may go on (`More::forward_trailers`).
                                 let trailers = match (&self.job, &self.body) {
                                     (Some(job), Some(reader)) => job
                                         .more()

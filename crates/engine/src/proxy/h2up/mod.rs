@@ -170,11 +170,11 @@ struct Exchange {
     trailers: bool,
     /// The client's trailer fields to end the request with (a trailing
     /// HEADERS with END_STREAM, RFC 9113 §8.1), once its body is sent:
-    /// a body read whole's from the start (`Job::body_trailers`), a
+    /// a body read whole's from the start (`More::body_trailers`), a
     /// streamed one's when its end is taken.
     request_trailers: Option<Trailers>,
     /// A streamed body's trailers may go on, less these fields (the
-    /// client's `Connection` named them; `Job::forward_trailers`).
+    /// client's `Connection` named them; `More::forward_trailers`).
     forward_named: Option<Vec<Vec<u8>>>,
 }
 
