@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 
 use common::{status_of, Client, PATIENCE};
+use peregrine::client_addr::AddrField;
 use peregrine::proxy::{Proxy, Upstream};
 use peregrine::{Response, Router, Running, Server};
 use test_support::http::dead_addr;
@@ -280,6 +281,46 @@ fn a_get_reaches_the_upstream_rewritten_and_its_answer_comes_back_without_hop_by
     // (`proxy_trailers.rs`).
     assert_eq!(seen.field("te"), Some("trailers"), "{}", seen.head);
     assert_eq!(seen.field("connection"), Some("TE"), "{}", seen.head);
+}
+
+/// The client in `Forwarded` is the one the engine decides
+/// (`Request::client_addr`): behind a trusted proxy, what its
+/// `X-Forwarded-For` says (carried on before the peer); from a peer the
+/// server does not trust, the peer itself, however many proxies it
+/// trusts elsewhere (`build_as` takes the peer without asking then; a
+/// debug assertion compares the two).
+#[test]
+fn the_forwarded_client_is_the_one_the_engine_decides() {
+    let up = upstream();
+    let cases = [
+        (
+            "127.0.0.1",
+            "1.2.3.4, 127.0.0.1",
+            "for=1.2.3.4;host=\"site.test\";proto=http",
+        ),
+        ("10.0.0.0/8", "127.0.0.1", "for=127.0.0.1;host=\"site.test\";proto=http"),
+    ];
+    for (trusted, xff, forwarded) in cases {
+        let server = proxy_server_with(
+            &[(Upstream::parse(&format!("http://{}", up.addr)).unwrap(), "/api/")],
+            |s| s.trusted_proxies(trusted.parse().unwrap(), AddrField::XForwardedFor),
+        );
+        let raw = get(server.local_addr(), "/api/hello", "X-Forwarded-For: 1.2.3.4\r\n");
+        assert_eq!(status_of(&raw), 200, "{}", text(&raw));
+        let seen = up.seen.recv_timeout(PATIENCE).expect("the upstream got the request");
+        assert_eq!(
+            seen.field("x-forwarded-for"),
+            Some(xff),
+            "trusting {trusted}: {}",
+            seen.head
+        );
+        assert_eq!(
+            seen.field("forwarded"),
+            Some(forwarded),
+            "trusting {trusted}: {}",
+            seen.head
+        );
+    }
 }
 
 /// Issue 26: `Connection` "may not name Host, Content-Length,
