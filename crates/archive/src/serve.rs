@@ -43,7 +43,7 @@ use peregrine_files::proxy_rules::ProxyAllow;
 use peregrine_files::reply::{self, Fields, Method};
 
 use crate::format::*;
-use crate::read::{Archive, Entry, Invalid, Mode, Variant};
+use crate::read::{Archive, Entry, Invalid, Lookups, Mode, Variant};
 use crate::sign::{PublicKey, Verified};
 
 /// How often the watcher looks at the archive's path.
@@ -595,6 +595,10 @@ struct Local {
     /// Variants this worker has prepared (header blocks parsed, entity tag
     /// formatted), by `entry * 4 + variant`: later hits cost a map lookup.
     prepared: PreparedByKey,
+    /// Entries of `archive` found by the fast path's lookups, for the next
+    /// request of the same path (`Archive::get_remembered`); cleared with
+    /// `prepared` when the archive changes.
+    lookups: Lookups,
     /// The previous generations kept, newest first (empty unless
     /// `keep_previous`).
     previous: Vec<Behind>,
@@ -616,6 +620,7 @@ impl Local {
         if !Arc::ptr_eq(&self.archive, &state.current) {
             self.archive = state.current.clone();
             self.prepared.clear();
+            self.lookups = Lookups::default();
         }
         let mut old = std::mem::take(&mut self.previous);
         self.previous = state
@@ -733,6 +738,7 @@ impl Handler for ArchiveServer {
                         epoch: u64::MAX,
                         archive: shared.current(),
                         prepared: PreparedByKey::default(),
+                        lookups: Lookups::default(),
                         previous: Vec::new(),
                     }));
                     locals.push((shared.id, local.clone()));
@@ -814,6 +820,7 @@ fn open(local: &mut Local, req: &Request<'_>, server: &ArchiveServer, via: Via<'
     let Local {
         archive,
         prepared,
+        lookups,
         previous,
         ..
     } = local;
@@ -836,7 +843,7 @@ fn open(local: &mut Local, req: &Request<'_>, server: &ArchiveServer, via: Via<'
     let raw = req.path();
     let plain = path::is_key(raw);
     if plain && !forced {
-        if let Some(e) = archive.get(site, raw.as_bytes()) {
+        if let Some(e) = archive.get_remembered(site, raw.as_bytes(), lookups) {
             return found(prepared, archive, site, e, raw, &fields, head, query, via);
         }
     }
@@ -1208,6 +1215,9 @@ fn answer(
         codings,
         n_codings,
     };
+    if f.is_empty() {
+        return Reply::Now(reply::reply_plain(&mut res, status));
+    }
     Reply::Now(reply::reply(&mut res, f, head, status))
 }
 

@@ -315,6 +315,13 @@ pub struct Cache {
     /// and the table holds at most `entries_max` of them.
     index: HashMap<Rc<[u8]>, usize, foldhash::fast::RandomState>,
     slots: Vec<Slot>,
+    /// The slot of the last key found: tried first, by comparing its key
+    /// (a slot's key is the one `index` maps to it, so a match is the
+    /// index's answer), before the index is hashed and probed. A server
+    /// answering one file again and again (f17-c50) skips the hash: 60
+    /// instructions a request; a miss costs one compare. A hint only:
+    /// any value is safe (out of range, or another key, falls through).
+    last: usize,
     /// The CLOCK hand: the slot looked at next for eviction.
     hand: usize,
     entries_max: usize,
@@ -359,6 +366,7 @@ impl Cache {
         Cache {
             index: HashMap::default(),
             slots: Vec::new(),
+            last: 0,
             hand: 0,
             entries_max: entries_max.max(1),
             files_max: files_max(),
@@ -370,7 +378,15 @@ impl Cache {
     /// The cached resource for `key`, if still trusted (or still valid
     /// after a re-`stat`).
     pub fn get(&mut self, key: &[u8], root: &sys::Root, interval: Duration, now: Instant) -> Option<Rc<Resource>> {
-        let slot = &self.slots[*self.index.get(key)?];
+        let at = match self.slots.get(self.last) {
+            Some(slot) if *slot.key == *key => self.last,
+            _ => {
+                let at = *self.index.get(key)?;
+                self.last = at;
+                at
+            }
+        };
+        let slot = &self.slots[at];
         slot.referenced.set(true);
         let res = &slot.res;
         if res.compressed_since() {

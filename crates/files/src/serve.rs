@@ -820,6 +820,11 @@ impl Site {
     /// Steps 4 to 7 for a file (`reply`): encoding, conditional, range,
     /// reply. `status` is 200, or 404 for the not-found page.
     fn reply(&self, res: &Resource, fields: &Fields<'_>, head: bool, status: u16) -> Response {
+        // No `Accept-Encoding`: no coding is wanted (`want_coding` does
+        // nothing), and no other step applies.
+        if fields.is_empty() {
+            return reply::reply_plain(&mut &*res, status);
+        }
         res.want_coding(fields.accept_encoding);
         reply::reply(&mut &*res, fields, head, status)
     }
