@@ -787,7 +787,7 @@ impl<'a> Entry<'a> {
     fn has_key(&self, key: &[u8]) -> bool {
         let kind = self.kind();
         if kind == KIND_RESOURCE || kind == KIND_REDIRECT {
-            return key == self.path();
+            return peregrine_files::path::same_key(key, self.path());
         }
         self.has_prefixed_key(kind, key)
     }

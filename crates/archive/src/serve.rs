@@ -1200,6 +1200,17 @@ fn answer(
     }
     #[cfg(feature = "test-hooks")]
     test_hooks::stop_here(e.path());
+    if f.is_empty() {
+        // Identity whole: the codings are not looked at.
+        let mut res = Stored {
+            prepared,
+            archive,
+            e,
+            codings: [Encoding::Brotli; 3],
+            n_codings: 0,
+        };
+        return Reply::Now(reply::reply_plain(&mut res, status));
+    }
     let mut codings = [Encoding::Brotli; 3];
     let mut n_codings = 0;
     for (i, c) in CODINGS.iter().enumerate() {
@@ -1215,9 +1226,6 @@ fn answer(
         codings,
         n_codings,
     };
-    if f.is_empty() {
-        return Reply::Now(reply::reply_plain(&mut res, status));
-    }
     Reply::Now(reply::reply(&mut res, f, head, status))
 }
 
@@ -1241,7 +1249,7 @@ impl<'a> reply::Resource for Stored<'a, '_> {
         self.n_codings > 0
     }
 
-    #[inline]
+    #[inline(always)]
     fn representation(&mut self, coding: Option<Encoding>) -> Option<StoredVariant<'a>> {
         let vi = match coding {
             None => 0,
@@ -1303,7 +1311,7 @@ impl reply::Representation for StoredVariant<'_> {
         out.extend_from_slice(self.archive.slice(self.v.body_off + r.start, r.end - r.start));
         Ok(())
     }
-    #[inline]
+    #[inline(always)]
     fn whole(&self, status: u16) -> Response {
         if self.v.body_len > MAP_BODY_BYTES_MAX && self.archive.body_file().is_some() {
             return Response::prepared(status, self.block_200(), self.body(0..self.v.body_len));

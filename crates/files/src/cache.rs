@@ -220,7 +220,7 @@ pub struct FileVariant<'r> {
 }
 
 impl crate::reply::Representation for FileVariant<'_> {
-    #[inline]
+    #[inline(always)]
     fn whole(&self, status: u16) -> Response {
         match &self.v.beside {
             Some(body) => Response::prepared_beside(status, self.v.block_200.clone(), body.clone()),
@@ -379,7 +379,7 @@ impl Cache {
     /// after a re-`stat`).
     pub fn get(&mut self, key: &[u8], root: &sys::Root, interval: Duration, now: Instant) -> Option<Rc<Resource>> {
         let at = match self.slots.get(self.last) {
-            Some(slot) if *slot.key == *key => self.last,
+            Some(slot) if crate::path::same_key(&slot.key, key) => self.last,
             _ => {
                 let at = *self.index.get(key)?;
                 self.last = at;
