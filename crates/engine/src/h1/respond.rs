@@ -289,8 +289,8 @@ impl HeadKey {
             (None, Some(block)) => block.place()?,
             _ => return None,
         };
-        let body = match (framing, resp.fixed_body()) {
-            (BodyFraming::Length(n), Some((at, _))) if !head_only && n <= INLINE_BODY_BYTES_MAX as u64 => at,
+        let body = match (framing, resp.fixed_body_place()) {
+            (BodyFraming::Length(n), Some(at)) if !head_only && n <= INLINE_BODY_BYTES_MAX as u64 => at,
             _ => HeadKey::NO_BODY,
         };
         Some(HeadKey {
