@@ -890,4 +890,39 @@ mod tests {
         assert_eq!(a.variant(2).unwrap().body_len, 2);
         assert!(archive.get(archive.default_site(), b"/c.txt").is_none());
     }
+
+    /// `get_remembered` finds what `get` finds, whatever was asked before
+    /// with the same memo: paths sharing a memo slot (same length and
+    /// last byte), paths of another site, missing ones, in turn.
+    #[test]
+    fn a_remembered_lookup_finds_what_get_finds() {
+        let t = test_support::Scratch::new("read-remembered");
+        let path = t.path("a.prg");
+        let mut w = Writer::new(std::fs::File::create(&path).unwrap()).unwrap();
+        let v = || VariantIn {
+            body: b"x",
+            head_200: b"Content-Type: text/plain\r\n",
+            head_304: b"",
+        };
+        // `/a.txt`, `/b.txt`, `/c.txt` share a slot (6 bytes, `t`);
+        // site 1 has `/a.txt` too.
+        let keys = ["/a.txt", "/b.txt", "/c.txt", "/", "/index.html", "/a/b/c/d/e/f/g/h/i/j.txt"];
+        for (i, key) in keys.iter().enumerate() {
+            w.add_resource(0, key, 0, i as u64, [Some(v()), None, None, None]).unwrap();
+        }
+        w.add_resource(1, "/a.txt", 0, 99, [Some(v()), None, None, None]).unwrap();
+        w.finish().unwrap();
+        let archive = Archive::from_bytes(std::fs::read(&path).unwrap()).unwrap();
+        let mut memo = Lookups::default();
+        let asked = ["/a.txt", "/a.txt", "/b.txt", "/a.txt", "/d.txt", "/c.txt", "/", "/", "/index.html"];
+        let asked = asked.iter().chain(&keys).chain(&["/x.txt", "/a.txt", "", "/a.tx"]);
+        for site in [0, 1, 0, 1, 2] {
+            for key in asked.clone() {
+                let want = archive.get(site, key.as_bytes()).map(|e| e.index());
+                let got = archive.get_remembered(site, key.as_bytes(), &mut memo).map(|e| e.index());
+                assert_eq!(got, want, "site {site} {key}");
+            }
+        }
+        assert!(archive.get(1, b"/a.txt").is_some() && archive.get(1, b"/b.txt").is_none());
+    }
 }

@@ -264,6 +264,7 @@ impl<'r> crate::reply::Resource for &'r Resource {
     fn negotiable(&self) -> bool {
         self.negotiable
     }
+    #[inline(always)]
     fn representation(&mut self, coding: Option<Encoding>) -> Option<FileVariant<'r>> {
         let res: &'r Resource = self;
         Some(FileVariant {
@@ -377,7 +378,32 @@ impl Cache {
 
     /// The cached resource for `key`, if still trusted (or still valid
     /// after a re-`stat`).
+    ///
+    /// The common answer, inlined: the slot tried first (`last`) holds
+    /// `key`, within its revalidation window, its variants in memory
+    /// (no open file to `fstat`) and no compressed form newly ready;
+    /// anything else goes the whole way, out of line (`find`), which
+    /// tries that slot again and decides the same for it.
+    #[inline(always)]
     pub fn get(&mut self, key: &[u8], root: &sys::Root, interval: Duration, now: Instant) -> Option<Rc<Resource>> {
+        if let Some(slot) = self.slots.get(self.last) {
+            let res = &slot.res;
+            if crate::path::same_key(&slot.key, key)
+                && res.fresh_until.get().is_some_and(|t| now < t)
+                && res.encoded.is_empty()
+                && matches!(res.identity.data, Data::Memory(_))
+                && !res.compressed_since()
+            {
+                slot.referenced.set(true);
+                return Some(res.clone());
+            }
+        }
+        self.find(key, root, interval, now)
+    }
+
+    /// `get`'s whole way.
+    #[inline(never)]
+    fn find(&mut self, key: &[u8], root: &sys::Root, interval: Duration, now: Instant) -> Option<Rc<Resource>> {
         let at = match self.slots.get(self.last) {
             Some(slot) if crate::path::same_key(&slot.key, key) => self.last,
             _ => {
@@ -994,6 +1020,35 @@ mod tests {
             .map(|k| cache.get(k.as_bytes(), &fd, hour, now).is_some())
             .collect();
         assert_eq!(held, [true, false, false, true, true]);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// The slot tried first (`Cache::last`) answers only the key it holds:
+    /// keys asked in turn, again, and after removals have moved entries
+    /// between slots, each get their own resource or none.
+    #[test]
+    fn the_slot_tried_first_answers_only_its_own_key() {
+        let (dir, fd) = root("last", &["a", "b", "c", "d"], 10);
+        let mut cache = Cache::new(3);
+        let now = Instant::now();
+        let hour = Duration::from_secs(3600);
+        for name in ["a", "b", "c"] {
+            cache.insert(name.as_bytes(), loaded(&fd, name, 1 << 20));
+        }
+        let mut asked = |cache: &mut Cache, name: &str| cache.get(name.as_bytes(), &fd, hour, now).map(|r| r.rel.clone());
+        for name in ["a", "a", "a", "b", "a", "c", "c", "b", "b"] {
+            assert_eq!(asked(&mut cache, name).as_deref(), Some(name));
+        }
+        // `d` evicts one (a slot emptied, the last one moved into it).
+        cache.insert(b"d", loaded(&fd, "d", 1 << 20));
+        let held: Vec<Option<String>> = ["a", "b", "c", "d", "d", "c", "b", "a"]
+            .iter()
+            .map(|name| asked(&mut cache, name))
+            .collect();
+        for (name, got) in ["a", "b", "c", "d", "d", "c", "b", "a"].iter().zip(&held) {
+            assert!(got.as_deref().is_none_or(|g| g == *name), "{name}: {got:?}");
+        }
+        assert_eq!(held.iter().filter(|h| h.is_some()).count(), 6, "{held:?}");
         std::fs::remove_dir_all(dir).unwrap();
     }
 
