@@ -906,20 +906,41 @@ mod tests {
         };
         // `/a.txt`, `/b.txt`, `/c.txt` share a slot (6 bytes, `t`);
         // site 1 has `/a.txt` too.
-        let keys = ["/a.txt", "/b.txt", "/c.txt", "/", "/index.html", "/a/b/c/d/e/f/g/h/i/j.txt"];
+        let keys = [
+            "/a.txt",
+            "/b.txt",
+            "/c.txt",
+            "/",
+            "/index.html",
+            "/a/b/c/d/e/f/g/h/i/j.txt",
+        ];
         for (i, key) in keys.iter().enumerate() {
-            w.add_resource(0, key, 0, i as u64, [Some(v()), None, None, None]).unwrap();
+            w.add_resource(0, key, 0, i as u64, [Some(v()), None, None, None])
+                .unwrap();
         }
-        w.add_resource(1, "/a.txt", 0, 99, [Some(v()), None, None, None]).unwrap();
+        w.add_resource(1, "/a.txt", 0, 99, [Some(v()), None, None, None])
+            .unwrap();
         w.finish().unwrap();
         let archive = Archive::from_bytes(std::fs::read(&path).unwrap()).unwrap();
         let mut memo = Lookups::default();
-        let asked = ["/a.txt", "/a.txt", "/b.txt", "/a.txt", "/d.txt", "/c.txt", "/", "/", "/index.html"];
+        let asked = [
+            "/a.txt",
+            "/a.txt",
+            "/b.txt",
+            "/a.txt",
+            "/d.txt",
+            "/c.txt",
+            "/",
+            "/",
+            "/index.html",
+        ];
         let asked = asked.iter().chain(&keys).chain(&["/x.txt", "/a.txt", "", "/a.tx"]);
         for site in [0, 1, 0, 1, 2] {
             for key in asked.clone() {
                 let want = archive.get(site, key.as_bytes()).map(|e| e.index());
-                let got = archive.get_remembered(site, key.as_bytes(), &mut memo).map(|e| e.index());
+                let got = archive
+                    .get_remembered(site, key.as_bytes(), &mut memo)
+                    .map(|e| e.index());
                 assert_eq!(got, want, "site {site} {key}");
             }
         }

@@ -135,7 +135,10 @@ impl Fields<'_> {
     /// answers it.
     #[inline(always)]
     pub fn is_empty(&self) -> bool {
-        self.accept_encoding.is_none() && self.range.is_none() && self.if_range.is_none() && !has_precondition(&self.pre)
+        self.accept_encoding.is_none()
+            && self.range.is_none()
+            && self.if_range.is_none()
+            && !has_precondition(&self.pre)
     }
 }
 
@@ -573,16 +576,19 @@ mod tests {
     /// representation that cannot be sent.
     #[test]
     fn a_request_without_fields_gets_what_reply_gives() {
-        let codings: [&[Encoding]; 3] = [&[], &[Encoding::Gzip], &[Encoding::Brotli, Encoding::Zstd, Encoding::Gzip]];
+        let codings: [&[Encoding]; 3] = [
+            &[],
+            &[Encoding::Gzip],
+            &[Encoding::Brotli, Encoding::Zstd, Encoding::Gzip],
+        ];
         for (codings, broken) in codings.iter().flat_map(|c| [(c, false), (c, true)]) {
             let mut res = Models::new(codings, 12);
             res.broken = broken;
             for (status, head) in [(200, false), (200, true), (404, false), (404, true)] {
                 let want = answer(&res, &Fields::default(), head, status);
                 let got = reply_plain(&mut &res, status);
-                let fields = |r: &Response| {
-                    ["Content-Type", "ETag", "X-Coding"].map(|n| r.header(n).map(str::to_owned))
-                };
+                let fields =
+                    |r: &Response| ["Content-Type", "ETag", "X-Coding"].map(|n| r.header(n).map(str::to_owned));
                 assert_eq!(got.status(), want.status(), "{codings:?} {broken} {status} {head}");
                 assert_eq!(fields(&got), fields(&want), "{codings:?} {broken} {status} {head}");
                 assert_eq!(body(&got), body(&want), "{codings:?} {broken} {status} {head}");

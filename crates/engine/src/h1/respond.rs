@@ -485,8 +485,16 @@ mod tests {
             (Response::prepared_beside(200, block(), lines..lines + 10), LATER, false),
             (Response::prepared_beside(200, block(), lines..lines + 10), LATER, false),
             (Response::prepared_beside(200, block(), lines..lines + 10), LATER, false),
-            (Response::prepared_beside(200, block(), lines + 10..lines + 20), LATER, false),
-            (Response::prepared_beside(200, block(), lines + 10..lines + 20), LATER, false),
+            (
+                Response::prepared_beside(200, block(), lines + 10..lines + 20),
+                LATER,
+                false,
+            ),
+            (
+                Response::prepared_beside(200, block(), lines + 10..lines + 20),
+                LATER,
+                false,
+            ),
             (Response::prepared_beside(200, block(), lines..lines + 10), LATER, false),
             (Response::prepared_beside(200, block(), lines..lines + 10), LATER, true),
             (Response::prepared_beside(304, block(), lines..lines), LATER, false),
