@@ -1035,8 +1035,7 @@ mod tests {
         for name in ["a", "b", "c"] {
             cache.insert(name.as_bytes(), loaded(&fd, name, 1 << 20));
         }
-        let asked =
-            |cache: &mut Cache, name: &str| cache.get(name.as_bytes(), &fd, hour, now).map(|r| r.rel.clone());
+        let asked = |cache: &mut Cache, name: &str| cache.get(name.as_bytes(), &fd, hour, now).map(|r| r.rel.clone());
         for name in ["a", "a", "a", "b", "a", "c", "c", "b", "b"] {
             assert_eq!(asked(&mut cache, name).as_deref(), Some(name));
         }
