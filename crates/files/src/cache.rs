@@ -319,8 +319,9 @@ pub struct Cache {
     /// The slot of the last key found: tried first, by comparing its key
     /// (a slot's key is the one `index` maps to it, so a match is the
     /// index's answer), before the index is hashed and probed. A server
-    /// answering one file again and again (f17-c50) skips the hash: 60
-    /// instructions a request; a miss costs one compare. A hint only:
+    /// answering one file again and again skips the hash: `get` 143 -> 98
+    /// instructions a request (callgrind f17-c50); a miss costs one
+    /// compare. A hint only:
     /// any value is safe (out of range, or another key, falls through).
     last: usize,
     /// The CLOCK hand: the slot looked at next for eviction.
@@ -383,7 +384,9 @@ impl Cache {
     /// `key`, within its revalidation window, its variants in memory
     /// (no open file to `fstat`) and no compressed form newly ready;
     /// anything else goes the whole way, out of line (`find`), which
-    /// tries that slot again and decides the same for it.
+    /// tries that slot again and decides the same for it. With
+    /// `respond_hit`'s own identity answer, f17-c50 2,377 -> 2,280
+    /// instructions a request (callgrind).
     #[inline(always)]
     pub fn get(&mut self, key: &[u8], root: &sys::Root, interval: Duration, now: Instant) -> Option<Rc<Resource>> {
         if let Some(slot) = self.slots.get(self.last) {

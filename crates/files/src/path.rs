@@ -195,8 +195,9 @@ pub fn encode(path: &str) -> String {
 
 /// Whether two keys (request paths, stored paths) are the same bytes. Most
 /// are short: up to 16 bytes they are compared in two words that may
-/// overlap (as `bcmp` does, without its call, which cost a cache or
-/// archive lookup about 20 instructions); longer ones by `==`.
+/// overlap (as `bcmp` does, without its call: the slice compare was 25
+/// to 31 instructions of an archive or cache lookup, callgrind c50);
+/// longer ones by `==`.
 #[inline(always)]
 pub fn same_key(a: &[u8], b: &[u8]) -> bool {
     let n = a.len();

@@ -89,7 +89,9 @@ pub(crate) fn write_response(
             } else {
                 // The second head in a row with this key (or the first of
                 // a new date): kept, with the body when its bytes are
-                // fixed (`HeadKey::body`), so that a hit is one copy.
+                // fixed (`HeadKey::body`), so that a hit is one copy
+                // (callgrind c50: hello 1,960 -> 1,939 instructions a
+                // request, archive 2,562 -> 2,537).
                 wire::write_head(&mut out.buf, resp, date, framing, conn);
                 if key.body != HeadKey::NO_BODY {
                     if let Some((_, bytes)) = resp.fixed_body() {
