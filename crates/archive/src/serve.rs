@@ -43,7 +43,7 @@ use peregrine_files::proxy_rules::ProxyAllow;
 use peregrine_files::reply::{self, Fields, Method};
 
 use crate::format::*;
-use crate::read::{Archive, Entry, Invalid, Mode, Variant};
+use crate::read::{Archive, Entry, Invalid, Lookups, Mode, Variant};
 use crate::sign::{PublicKey, Verified};
 
 /// How often the watcher looks at the archive's path.
@@ -595,6 +595,10 @@ struct Local {
     /// Variants this worker has prepared (header blocks parsed, entity tag
     /// formatted), by `entry * 4 + variant`: later hits cost a map lookup.
     prepared: PreparedByKey,
+    /// Entries of `archive` found by the fast path's lookups, for the next
+    /// request of the same path (`Archive::get_remembered`); cleared with
+    /// `prepared` when the archive changes.
+    lookups: Lookups,
     /// The previous generations kept, newest first (empty unless
     /// `keep_previous`).
     previous: Vec<Behind>,
@@ -616,6 +620,7 @@ impl Local {
         if !Arc::ptr_eq(&self.archive, &state.current) {
             self.archive = state.current.clone();
             self.prepared.clear();
+            self.lookups = Lookups::default();
         }
         let mut old = std::mem::take(&mut self.previous);
         self.previous = state
@@ -733,6 +738,7 @@ impl Handler for ArchiveServer {
                         epoch: u64::MAX,
                         archive: shared.current(),
                         prepared: PreparedByKey::default(),
+                        lookups: Lookups::default(),
                         previous: Vec::new(),
                     }));
                     locals.push((shared.id, local.clone()));
@@ -814,6 +820,7 @@ fn open(local: &mut Local, req: &Request<'_>, server: &ArchiveServer, via: Via<'
     let Local {
         archive,
         prepared,
+        lookups,
         previous,
         ..
     } = local;
@@ -836,7 +843,7 @@ fn open(local: &mut Local, req: &Request<'_>, server: &ArchiveServer, via: Via<'
     let raw = req.path();
     let plain = path::is_key(raw);
     if plain && !forced {
-        if let Some(e) = archive.get(site, raw.as_bytes()) {
+        if let Some(e) = archive.get_remembered(site, raw.as_bytes(), lookups) {
             return found(prepared, archive, site, e, raw, &fields, head, query, via);
         }
     }
@@ -1193,6 +1200,17 @@ fn answer(
     }
     #[cfg(feature = "test-hooks")]
     test_hooks::stop_here(e.path());
+    if f.is_empty() {
+        // Identity whole: the codings are not looked at.
+        let mut res = Stored {
+            prepared,
+            archive,
+            e,
+            codings: [Encoding::Brotli; 3],
+            n_codings: 0,
+        };
+        return Reply::Now(reply::reply_plain(&mut res, status));
+    }
     let mut codings = [Encoding::Brotli; 3];
     let mut n_codings = 0;
     for (i, c) in CODINGS.iter().enumerate() {
@@ -1231,7 +1249,7 @@ impl<'a> reply::Resource for Stored<'a, '_> {
         self.n_codings > 0
     }
 
-    #[inline]
+    #[inline(always)]
     fn representation(&mut self, coding: Option<Encoding>) -> Option<StoredVariant<'a>> {
         let vi = match coding {
             None => 0,
@@ -1293,7 +1311,7 @@ impl reply::Representation for StoredVariant<'_> {
         out.extend_from_slice(self.archive.slice(self.v.body_off + r.start, r.end - r.start));
         Ok(())
     }
-    #[inline]
+    #[inline(always)]
     fn whole(&self, status: u16) -> Response {
         if self.v.body_len > MAP_BODY_BYTES_MAX && self.archive.body_file().is_some() {
             return Response::prepared(status, self.block_200(), self.body(0..self.v.body_len));

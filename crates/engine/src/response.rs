@@ -375,6 +375,34 @@ impl Response {
         }
     }
 
+    /// The body when its bytes are fixed by where they are, for the head
+    /// cache to keep after the head (`h1/respond.rs`): a `'static` slice
+    /// (its address; a static never changes), or a range beside a block
+    /// whose buffer is never refilled (its range; the block's place names
+    /// the buffer). The first word is the address or the start, the
+    /// second `usize::MAX` or the end; `None` for any other body.
+    #[inline]
+    pub(crate) fn fixed_body(&self) -> Option<((usize, usize), &[u8])> {
+        let place = self.fixed_body_place()?;
+        match (&self.body, &self.block) {
+            (Body::Static(b), _) => Some((place, b)),
+            (Body::BesideBlock(b), Some(block)) => Some((place, &(*block.buf).as_ref()[b.range.clone()])),
+            _ => None,
+        }
+    }
+
+    /// [`Response::fixed_body`]'s place alone: no look at the buffer
+    /// (whose `as_ref` is a call through the trait object), which a head
+    /// cache hit never needs.
+    #[inline(always)]
+    pub(crate) fn fixed_body_place(&self) -> Option<(usize, usize)> {
+        match (&self.body, &self.block) {
+            (Body::Static(b), _) => Some((b.as_ptr() as usize, usize::MAX)),
+            (Body::BesideBlock(b), Some(block)) if block.is_cacheable() => Some((b.range.start, b.range.end)),
+            _ => None,
+        }
+    }
+
     /// Why `status` cannot be sent, if it cannot.
     #[inline]
     fn status_invalid(status: u16) -> Option<Invalid> {

@@ -220,7 +220,7 @@ pub struct FileVariant<'r> {
 }
 
 impl crate::reply::Representation for FileVariant<'_> {
-    #[inline]
+    #[inline(always)]
     fn whole(&self, status: u16) -> Response {
         match &self.v.beside {
             Some(body) => Response::prepared_beside(status, self.v.block_200.clone(), body.clone()),
@@ -264,6 +264,7 @@ impl<'r> crate::reply::Resource for &'r Resource {
     fn negotiable(&self) -> bool {
         self.negotiable
     }
+    #[inline(always)]
     fn representation(&mut self, coding: Option<Encoding>) -> Option<FileVariant<'r>> {
         let res: &'r Resource = self;
         Some(FileVariant {
@@ -315,6 +316,14 @@ pub struct Cache {
     /// and the table holds at most `entries_max` of them.
     index: HashMap<Rc<[u8]>, usize, foldhash::fast::RandomState>,
     slots: Vec<Slot>,
+    /// The slot of the last key found: tried first, by comparing its key
+    /// (a slot's key is the one `index` maps to it, so a match is the
+    /// index's answer), before the index is hashed and probed. A server
+    /// answering one file again and again skips the hash: `get` 143 -> 98
+    /// instructions a request (callgrind f17-c50); a miss costs one
+    /// compare. A hint only:
+    /// any value is safe (out of range, or another key, falls through).
+    last: usize,
     /// The CLOCK hand: the slot looked at next for eviction.
     hand: usize,
     entries_max: usize,
@@ -359,6 +368,7 @@ impl Cache {
         Cache {
             index: HashMap::default(),
             slots: Vec::new(),
+            last: 0,
             hand: 0,
             entries_max: entries_max.max(1),
             files_max: files_max(),
@@ -369,8 +379,43 @@ impl Cache {
 
     /// The cached resource for `key`, if still trusted (or still valid
     /// after a re-`stat`).
+    ///
+    /// The common answer, inlined: the slot tried first (`last`) holds
+    /// `key`, within its revalidation window, its variants in memory
+    /// (no open file to `fstat`) and no compressed form newly ready;
+    /// anything else goes the whole way, out of line (`find`), which
+    /// tries that slot again and decides the same for it. With
+    /// `respond_hit`'s own identity answer, f17-c50 2,377 -> 2,280
+    /// instructions a request (callgrind).
+    #[inline(always)]
     pub fn get(&mut self, key: &[u8], root: &sys::Root, interval: Duration, now: Instant) -> Option<Rc<Resource>> {
-        let slot = &self.slots[*self.index.get(key)?];
+        if let Some(slot) = self.slots.get(self.last) {
+            let res = &slot.res;
+            if crate::path::same_key(&slot.key, key)
+                && res.fresh_until.get().is_some_and(|t| now < t)
+                && res.encoded.is_empty()
+                && matches!(res.identity.data, Data::Memory(_))
+                && !res.compressed_since()
+            {
+                slot.referenced.set(true);
+                return Some(res.clone());
+            }
+        }
+        self.find(key, root, interval, now)
+    }
+
+    /// `get`'s whole way.
+    #[inline(never)]
+    fn find(&mut self, key: &[u8], root: &sys::Root, interval: Duration, now: Instant) -> Option<Rc<Resource>> {
+        let at = match self.slots.get(self.last) {
+            Some(slot) if crate::path::same_key(&slot.key, key) => self.last,
+            _ => {
+                let at = *self.index.get(key)?;
+                self.last = at;
+                at
+            }
+        };
+        let slot = &self.slots[at];
         slot.referenced.set(true);
         let res = &slot.res;
         if res.compressed_since() {
@@ -978,6 +1023,35 @@ mod tests {
             .map(|k| cache.get(k.as_bytes(), &fd, hour, now).is_some())
             .collect();
         assert_eq!(held, [true, false, false, true, true]);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// The slot tried first (`Cache::last`) answers only the key it holds:
+    /// keys asked in turn, again, and after removals have moved entries
+    /// between slots, each get their own resource or none.
+    #[test]
+    fn the_slot_tried_first_answers_only_its_own_key() {
+        let (dir, fd) = root("last", &["a", "b", "c", "d"], 10);
+        let mut cache = Cache::new(3);
+        let now = Instant::now();
+        let hour = Duration::from_secs(3600);
+        for name in ["a", "b", "c"] {
+            cache.insert(name.as_bytes(), loaded(&fd, name, 1 << 20));
+        }
+        let asked = |cache: &mut Cache, name: &str| cache.get(name.as_bytes(), &fd, hour, now).map(|r| r.rel.clone());
+        for name in ["a", "a", "a", "b", "a", "c", "c", "b", "b"] {
+            assert_eq!(asked(&mut cache, name).as_deref(), Some(name));
+        }
+        // `d` evicts one (a slot emptied, the last one moved into it).
+        cache.insert(b"d", loaded(&fd, "d", 1 << 20));
+        let held: Vec<Option<String>> = ["a", "b", "c", "d", "d", "c", "b", "a"]
+            .iter()
+            .map(|name| asked(&mut cache, name))
+            .collect();
+        for (name, got) in ["a", "b", "c", "d", "d", "c", "b", "a"].iter().zip(&held) {
+            assert!(got.as_deref().is_none_or(|g| g == *name), "{name}: {got:?}");
+        }
+        assert_eq!(held.iter().filter(|h| h.is_some()).count(), 6, "{held:?}");
         std::fs::remove_dir_all(dir).unwrap();
     }
 

@@ -403,13 +403,12 @@ impl Site {
             Method::Head => true,
             Method::Answer(answer) => return answer,
         };
-        // No field the steps read (the codec's note): no pass over the head.
-        let fields = if req.may_carry(peregrine::FieldNames::ALL) {
-            Fields::scan(req)
-        } else {
-            Fields::default()
-        };
-        self.reply(res, &fields, head, 200)
+        // No field the steps read (the codec's note): no pass over the head,
+        // and identity whole, here rather than through `reply`'s call.
+        if !req.may_carry(peregrine::FieldNames::ALL) {
+            return reply::reply_plain(&mut &*res, 200);
+        }
+        self.reply(res, &Fields::scan(req), head, 200)
     }
 
     /// `respond` for a gate, which takes an answer made now: a proxy rule
@@ -820,6 +819,11 @@ impl Site {
     /// Steps 4 to 7 for a file (`reply`): encoding, conditional, range,
     /// reply. `status` is 200, or 404 for the not-found page.
     fn reply(&self, res: &Resource, fields: &Fields<'_>, head: bool, status: u16) -> Response {
+        // No `Accept-Encoding`: no coding is wanted (`want_coding` does
+        // nothing), and no other step applies.
+        if fields.is_empty() {
+            return reply::reply_plain(&mut &*res, status);
+        }
         res.want_coding(fields.accept_encoding);
         reply::reply(&mut &*res, fields, head, status)
     }
