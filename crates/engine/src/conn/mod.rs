@@ -684,14 +684,7 @@ impl Conn {
         loop {
             let stop = self.read_and_process(ctx);
             if stop == Stop::Broken {
-                // Send the alert if the socket takes it; nothing else.
-                if let Transport::Tls(tls) = &mut self.transport {
-                    if let (Some(m), true) = (ctx.metrics, tls.is_handshaking()) {
-                        m.tls_handshake_failures.add(1);
-                    }
-                    tls.close(&mut self.stream);
-                }
-                return Next::Close;
+                return self.broken(ctx);
             }
             let flushed = self.flush(ctx.pool);
             // The next batch reads the clock again.
@@ -706,41 +699,12 @@ impl Conn {
             }
             self.charge_output(ctx.pool);
             if let Some(m) = ctx.metrics {
-                m.bytes_sent.add(std::mem::take(&mut self.bytes_out));
-                if let Transport::Tls(tls) = &self.transport {
-                    if !self.handshake_counted && !tls.is_handshaking() {
-                        self.handshake_counted = true;
-                        m.tls_handshakes.add(1);
-                        if tls.is_resumed() {
-                            m.tls_resumed.add(1);
-                        }
-                    }
-                }
+                self.count_sent(m);
             }
             match flushed {
                 Flushed::All => self.send_deadline = None,
                 Flushed::Turn => return Next::Again,
-                Flushed::Blocked { progress } => {
-                    if !self.writable_interest {
-                        let interest = Interest::READABLE | Interest::WRITABLE;
-                        if ctx
-                            .registry
-                            .reregister(&mut self.stream, Source::Conn(self.token).mio(), interest)
-                            .is_err()
-                        {
-                            return Next::Close;
-                        }
-                        self.writable_interest = true;
-                    }
-                    // The send timeout runs from the last byte that left, so
-                    // a client that reads slowly but steadily is kept, and
-                    // one that wakes us without reading is not.
-                    if progress || self.send_deadline.is_none() {
-                        self.send_deadline = ctx.now.checked_add(ctx.limits.send_timeout);
-                    }
-                    self.deadline = self.send_deadline;
-                    return Next::Keep;
-                }
+                Flushed::Blocked { progress } => return self.blocked(ctx, progress),
                 Flushed::Failed => return Next::Close,
                 Flushed::Parked => return self.park(ctx),
             }
@@ -781,6 +745,63 @@ impl Conn {
         if !self.output.buf.is_empty() || self.output.buf.capacity() != 0 {
             self.give_output(ctx.pool);
         }
+        Next::Keep
+    }
+
+    /// The connection broke (a TLS record that cannot be read): the
+    /// alert is sent if the socket takes it; nothing else.
+    #[cold]
+    #[inline(never)]
+    fn broken(&mut self, ctx: &Ctx<'_>) -> Next {
+        if let Transport::Tls(tls) = &mut self.transport {
+            if let (Some(m), true) = (ctx.metrics, tls.is_handshaking()) {
+                m.tls_handshake_failures.add(1);
+            }
+            tls.close(&mut self.stream);
+        }
+        Next::Close
+    }
+
+    /// The metrics of a batch written: its bytes, and a TLS handshake
+    /// once finished. Out of line, as `blocked`: only with metrics on.
+    #[inline(never)]
+    fn count_sent(&mut self, m: &WorkerMetrics) {
+        m.bytes_sent.add(std::mem::take(&mut self.bytes_out));
+        if let Transport::Tls(tls) = &self.transport {
+            if !self.handshake_counted && !tls.is_handshaking() {
+                self.handshake_counted = true;
+                m.tls_handshakes.add(1);
+                if tls.is_resumed() {
+                    m.tls_resumed.add(1);
+                }
+            }
+        }
+    }
+
+    /// The socket took less than the output: wait for it to be writable,
+    /// until the send deadline. Out of line: a client that reads as fast
+    /// as it asks never comes here, and inlined it sat among the hot
+    /// blocks of `drive`.
+    #[inline(never)]
+    fn blocked(&mut self, ctx: &mut Ctx<'_>, progress: bool) -> Next {
+        if !self.writable_interest {
+            let interest = Interest::READABLE | Interest::WRITABLE;
+            if ctx
+                .registry
+                .reregister(&mut self.stream, Source::Conn(self.token).mio(), interest)
+                .is_err()
+            {
+                return Next::Close;
+            }
+            self.writable_interest = true;
+        }
+        // The send timeout runs from the last byte that left, so a client
+        // that reads slowly but steadily is kept, and one that wakes us
+        // without reading is not.
+        if progress || self.send_deadline.is_none() {
+            self.send_deadline = ctx.now.checked_add(ctx.limits.send_timeout);
+        }
+        self.deadline = self.send_deadline;
         Next::Keep
     }
 
@@ -840,7 +861,7 @@ impl Conn {
             let into = &mut self.input.buf[self.input.end..];
             let result = match &mut self.transport {
                 Transport::Plain => self.stream.read(into),
-                Transport::Tls(tls) => tls.read(&mut self.stream, into, self.peer, self.read_closed_hint),
+                Transport::Tls(tls) => read_tls(tls, &mut self.stream, into, self.peer, self.read_closed_hint),
             };
             match result {
                 Ok(0) => {
@@ -870,30 +891,44 @@ impl Conn {
                     self.drained = true;
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) if PlainHttp::is(&e) => {
-                    // Best effort, one write: then the lingering close
-                    // (without TLS) lets the client read it.
-                    let _ = self.stream.write(PlainHttp::ANSWER);
-                    self.transport = Transport::Plain;
-                    if let Proto::H1(h1) = &mut self.proto {
-                        h1.machine.close();
+                Err(e) => {
+                    if let Some(stop) = self.read_failed(ctx, &e) {
+                        return stop;
                     }
-                    self.phase = Phase::Closing;
-                    if let Some(m) = ctx.metrics {
-                        m.tls_handshake_failures.add(1);
-                        m.record(b"-", 400, ctx.batch_us(ctx.now));
-                    }
-                    return Stop::Closing;
-                }
-                Err(e) if e.kind() == io::ErrorKind::InvalidData && matches!(self.transport, Transport::Tls(_)) => {
-                    return Stop::Broken;
-                }
-                Err(_) => {
                     self.peer_closed = true;
                     may_read = false;
                 }
             }
         }
+    }
+
+    /// A read failed otherwise than by `WouldBlock` or `Interrupted`:
+    /// the stop for a TLS port spoken to in plain HTTP (its 400 written)
+    /// or a broken TLS record; `None` for any other error, which the
+    /// caller takes as the client gone. Out of line with its cold arms:
+    /// inlined, they lay between the request path's hot blocks.
+    #[cold]
+    #[inline(never)]
+    fn read_failed(&mut self, ctx: &mut Ctx<'_>, e: &io::Error) -> Option<Stop> {
+        if PlainHttp::is(e) {
+            // Best effort, one write: then the lingering close
+            // (without TLS) lets the client read it.
+            let _ = self.stream.write(PlainHttp::ANSWER);
+            self.transport = Transport::Plain;
+            if let Proto::H1(h1) = &mut self.proto {
+                h1.machine.close();
+            }
+            self.phase = Phase::Closing;
+            if let Some(m) = ctx.metrics {
+                m.tls_handshake_failures.add(1);
+                m.record(b"-", 400, ctx.batch_us(ctx.now));
+            }
+            return Some(Stop::Closing);
+        }
+        if e.kind() == io::ErrorKind::InvalidData && matches!(self.transport, Transport::Tls(_)) {
+            return Some(Stop::Broken);
+        }
+        None
     }
 
     /// HTTP/1.1 between two requests (not before its first: ALPN may
@@ -1005,6 +1040,19 @@ impl Conn {
         }
         ensure_output(&mut self.output, pool);
     }
+}
+
+/// A TLS connection's read, out of line: rustls' read path inlined into
+/// `read_and_process` was 6 KB between the plain request path's blocks.
+#[inline(never)]
+fn read_tls(
+    tls: &mut TlsSession,
+    stream: &mut Stream,
+    into: &mut [u8],
+    peer: SocketAddr,
+    read_closed_hint: bool,
+) -> io::Result<usize> {
+    tls.read(stream, into, peer, read_closed_hint)
 }
 
 /// The log line of a request refused before a handler saw it.

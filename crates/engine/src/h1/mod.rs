@@ -515,6 +515,9 @@ impl H1 {
 
     /// Hands the body bytes in `input` to the reader, as far as its room
     /// allows, consuming them.
+    // Out of line (as `continue_body`): a body's path, kept out of the
+    // driver's code every bodiless request runs through.
+    #[inline(never)]
     pub(crate) fn feed(&mut self, input: &mut Input, out: &mut Output, env: &Env<'_>) -> Feed {
         let Some(up) = self.upload.as_mut() else {
             return Feed::Done;
@@ -621,6 +624,9 @@ impl H1 {
     }
 
     /// Checks whether the body being waited for is complete.
+    /// Out of line: with its own copy of the head's parse, inlined it
+    /// spread a bodiless request's hot code over more cache lines.
+    #[inline(never)]
     fn continue_body<'b, 'h>(
         &mut self,
         data: &'b mut [u8],
@@ -845,6 +851,8 @@ impl H1 {
 
     /// Queues an error answer and moves to closing. The caller drops the
     /// rest of the input: its framing cannot be trusted.
+    #[cold]
+    #[inline(never)]
     fn fail(&mut self, out: &mut Output, env: &Env<'_>, status: (u16, Reason), why: &'static str) -> Refusal {
         let head_only = matches!(&self.state, State::Body(wait) if wait.head_only);
         self.refuse(out, env, status, why, head_only)
@@ -852,6 +860,8 @@ impl H1 {
 
     /// Queues the error answer (without a body for a HEAD) and closes.
     /// `reason` names the limit or rule for the access log.
+    #[cold]
+    #[inline(never)]
     fn refuse(
         &mut self,
         out: &mut Output,
