@@ -195,12 +195,14 @@ impl Conn {
                             continue;
                         }
                         Answering::Broken((sent, reason)) => {
+                            std::hint::cold_path();
                             h1.close();
                             record_sent(ctx, &req, sent, reason, output, sending);
                             input.start += consumed;
                             continue;
                         }
                         Answering::Interrupted(handled) => {
+                            std::hint::cold_path();
                             // The machine still awaits this answer: what
                             // was queued of it goes, the 500 comes instead.
                             output.buf.truncate(queued);

@@ -670,14 +670,8 @@ impl Conn {
     fn drive(&mut self, ctx: &mut Ctx<'_>) -> Next {
         // One compare on the plain path.
         if !matches!(self.phase, Phase::Open) {
-            match self.phase {
-                Phase::Lingering { .. } => return self.linger(ctx),
-                Phase::ProxyHeader => {
-                    if let Some(next) = self.read_proxy_header(ctx) {
-                        return next;
-                    }
-                }
-                Phase::Open | Phase::Closing => {}
+            if let Some(next) = self.drive_phase(ctx) {
+                return next;
             }
         }
         self.work_left = TURN_WORK;
@@ -721,19 +715,10 @@ impl Conn {
             return Next::Close;
         }
         let input_empty = self.input.start == self.input.end;
-        if self.proto.is_h2() {
-            if self.peer_closed {
-                return Next::Close;
+        if !matches!(self.proto, Proto::H1(_)) {
+            if let Some(next) = self.wait_other(ctx) {
+                return next;
             }
-            self.h2_deadline(ctx);
-        } else if self.proto.is_ws() {
-            if self.peer_closed {
-                return Next::Close;
-            }
-            self.ws_wait();
-        } else if self.proto.is_tunnel() {
-            // A half-closed client waits for the upstream's end.
-            self.tunnel_wait();
         } else if let Some(next) = self.h1_wait(ctx) {
             return next;
         }
@@ -746,6 +731,41 @@ impl Conn {
             self.give_output(ctx.pool);
         }
         Next::Keep
+    }
+
+    /// `drive` in a phase other than `Open`: lingering (its next), the
+    /// PROXY header (its next until read, then `None`: serve), closing
+    /// (`None`). Out of line: the plain path's one compare stays.
+    #[cold]
+    #[inline(never)]
+    fn drive_phase(&mut self, ctx: &mut Ctx<'_>) -> Option<Next> {
+        match self.phase {
+            Phase::Lingering { .. } => Some(self.linger(ctx)),
+            Phase::ProxyHeader => self.read_proxy_header(ctx),
+            Phase::Open | Phase::Closing => None,
+        }
+    }
+
+    /// The deadline of a connection that is not HTTP/1.1's, once it
+    /// waits, or `Some(Close)`. Out of line: HTTP/1.1's wait is inlined
+    /// in `drive`, and these sat among its hot blocks.
+    #[inline(never)]
+    fn wait_other(&mut self, ctx: &Ctx<'_>) -> Option<Next> {
+        if self.proto.is_h2() {
+            if self.peer_closed {
+                return Some(Next::Close);
+            }
+            self.h2_deadline(ctx);
+        } else if self.proto.is_ws() {
+            if self.peer_closed {
+                return Some(Next::Close);
+            }
+            self.ws_wait();
+        } else if self.proto.is_tunnel() {
+            // A half-closed client waits for the upstream's end.
+            self.tunnel_wait();
+        }
+        None
     }
 
     /// The connection broke (a TLS record that cannot be read): the
@@ -986,20 +1006,8 @@ impl Conn {
             Proto::H1(h1) => h1.machine.is_first() && h1.machine.is_idle(),
         };
         if first && ctx.h2.is_some() {
-            if self.alpn_h2() {
-                self.start_h2(ctx);
-                return self.process_h2(ctx);
-            }
-            // Prior knowledge is for cleartext only (RFC 9113 §3.3): over
-            // TLS, HTTP/2 is what ALPN chose or nothing.
-            let cleartext = matches!(self.transport, Transport::Plain);
-            match h2::preface(&self.input.buf[self.input.start..self.input.end]) {
-                h2::Preface::Yes if cleartext => {
-                    self.start_h2(ctx);
-                    return self.process_h2(ctx);
-                }
-                h2::Preface::Maybe if cleartext && self.input.start < self.input.end => return Stop::Input,
-                _ => {}
+            if let Some(stop) = self.switch_to_h2(ctx) {
+                return stop;
             }
         }
         let stop = self.process_h1(ctx);
@@ -1007,6 +1015,30 @@ impl Conn {
             return self.switch_to_ws(ctx);
         }
         stop
+    }
+
+    /// Before the first request of a listener that also takes HTTP/2:
+    /// HTTP/2 takes the connection if ALPN chose it or the client's first
+    /// bytes are its preface (then its stop), else `None`, HTTP/1.1 goes
+    /// on. Out of line: once a connection, and its code lay among the
+    /// request path's.
+    #[inline(never)]
+    fn switch_to_h2(&mut self, ctx: &mut Ctx<'_>) -> Option<Stop> {
+        if self.alpn_h2() {
+            self.start_h2(ctx);
+            return Some(self.process_h2(ctx));
+        }
+        // Prior knowledge is for cleartext only (RFC 9113 §3.3): over
+        // TLS, HTTP/2 is what ALPN chose or nothing.
+        let cleartext = matches!(self.transport, Transport::Plain);
+        match h2::preface(&self.input.buf[self.input.start..self.input.end]) {
+            h2::Preface::Yes if cleartext => {
+                self.start_h2(ctx);
+                Some(self.process_h2(ctx))
+            }
+            h2::Preface::Maybe if cleartext && self.input.start < self.input.end => Some(Stop::Input),
+            _ => None,
+        }
     }
 
     /// HTTP/1.1 queued a 101: the WebSocket takes the connection and reads
