@@ -418,32 +418,52 @@ impl H1 {
                 let end = head_len + n as usize;
                 self.handling(head, &data[head_len..end], end, env)
             }
-            framing => {
-                let expect_continue = head.expect_continue && data.len() == head_len;
-                let kind = match framing {
-                    Framing::Length(n) => BodyKind::Length(n),
-                    // The trailer section is kept for the handler (a
-                    // `Vec` only once a trailer byte comes).
-                    _ => BodyKind::Chunked {
-                        decoder: ChunkedDecoder::keeping_trailers(env.limits.body_bytes_max, TRAILER_BYTES_MAX),
-                        read: head_len,
-                        write: head_len,
-                    },
-                };
-                self.state = State::Body(Box::new(BodyWait {
-                    head_len,
-                    head_only,
-                    kind,
-                }));
-                if expect_continue {
-                    // RFC 9110 §10.1.1: the client waits for this before
-                    // sending the body.
-                    out.buf.extend_from_slice(wire::CONTINUE);
-                }
-                // The body may be here already: the next call looks.
-                Event::Again
-            }
+            framing => self.wait_for_body(
+                framing,
+                head_len,
+                head.expect_continue && data.len() == head_len,
+                head_only,
+                env,
+                out,
+            ),
         }
+    }
+
+    /// A head whose body is still to come: wait for it (`State::Body`),
+    /// sending `100 Continue` first if the client waits for one. Out of
+    /// line: a bodiless request's path never comes here.
+    #[inline(never)]
+    fn wait_for_body<'b, 'h>(
+        &mut self,
+        framing: Framing,
+        head_len: usize,
+        expect_continue: bool,
+        head_only: bool,
+        env: &Env<'_>,
+        out: &mut Output,
+    ) -> Event<'b, 'h> {
+        let kind = match framing {
+            Framing::Length(n) => BodyKind::Length(n),
+            // The trailer section is kept for the handler (a
+            // `Vec` only once a trailer byte comes).
+            _ => BodyKind::Chunked {
+                decoder: ChunkedDecoder::keeping_trailers(env.limits.body_bytes_max, TRAILER_BYTES_MAX),
+                read: head_len,
+                write: head_len,
+            },
+        };
+        self.state = State::Body(Box::new(BodyWait {
+            head_len,
+            head_only,
+            kind,
+        }));
+        if expect_continue {
+            // RFC 9110 §10.1.1: the client waits for this before
+            // sending the body.
+            out.buf.extend_from_slice(wire::CONTINUE);
+        }
+        // The body may be here already: the next call looks.
+        Event::Again
     }
 
     /// The body of the head `poll` announced is buffered as usual: the
@@ -791,6 +811,39 @@ impl H1 {
     ) -> Sent {
         let mut keep_alive = answer.keep_alive && !env.draining;
         self.rate = None;
+        if self.upload.is_some() {
+            keep_alive = self.answer_upload(keep_alive, env);
+        }
+        let sent = write_response(
+            env.date,
+            out,
+            response,
+            answer.head_only,
+            answer.version,
+            keep_alive,
+            extra_fields,
+        );
+        if let Some(Tail::Stream {
+            chunked: true,
+            trailers,
+            ..
+        }) = &mut out.tail
+        {
+            // RFC 9112 §7.1.2: trailers only to a client that said it
+            // takes them; the others' are dropped.
+            *trailers = answer.trailers;
+        }
+        // The state left is `Handling` (`respond`) or `Deferred` (`answer`).
+        self.enter_from_bare(if sent.keep_alive { State::Idle } else { State::Closing });
+        sent
+    }
+
+    /// A request whose body is being read is answered: the rest of the
+    /// body is read and dropped if the connection can live on, else the
+    /// reader is failed and the connection closes after the answer
+    /// (false). Out of line: a bodiless request's answer never comes here.
+    #[inline(never)]
+    fn answer_upload(&mut self, mut keep_alive: bool, env: &Env<'_>) -> bool {
         if let Some(mut up) = self.upload.take() {
             let discard_max = env.limits.discard_bytes_max;
             let discardable = match &up.kind {
@@ -815,28 +868,7 @@ impl H1 {
                 keep_alive = false;
             }
         }
-        let sent = write_response(
-            env.date,
-            out,
-            response,
-            answer.head_only,
-            answer.version,
-            keep_alive,
-            extra_fields,
-        );
-        if let Some(Tail::Stream {
-            chunked: true,
-            trailers,
-            ..
-        }) = &mut out.tail
-        {
-            // RFC 9112 §7.1.2: trailers only to a client that said it
-            // takes them; the others' are dropped.
-            *trailers = answer.trailers;
-        }
-        // The state left is `Handling` (`respond`) or `Deferred` (`answer`).
-        self.enter_from_bare(if sent.keep_alive { State::Idle } else { State::Closing });
-        sent
+        keep_alive
     }
 
     /// Moves to `next` from a state that owns nothing (any but `Body`),
