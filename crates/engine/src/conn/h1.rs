@@ -110,7 +110,7 @@ impl Conn {
         loop {
             if h1.is_uploading() {
                 // A body being read: its code after the bodiless path's.
-                std::hint::cold_path();
+                crate::h1::cold_path();
                 ensure_output(output, ctx.pool);
                 let fed = h1.feed(input, output, &env);
                 if let Some(m) = ctx.metrics {
@@ -138,7 +138,7 @@ impl Conn {
                 return Stop::Output;
             }
             if Self::over_output_budget(ctx, output.queued()) {
-                std::hint::cold_path();
+                crate::h1::cold_path();
                 if let Some(m) = ctx.metrics {
                     m.output_budget_waits.add(1);
                 }
@@ -198,14 +198,14 @@ impl Conn {
                             continue;
                         }
                         Answering::Broken((sent, reason)) => {
-                            std::hint::cold_path();
+                            crate::h1::cold_path();
                             h1.close();
                             record_sent(ctx, &req, sent, reason, output, sending);
                             input.start += consumed;
                             continue;
                         }
                         Answering::Interrupted(handled) => {
-                            std::hint::cold_path();
+                            crate::h1::cold_path();
                             // The machine still awaits this answer: what
                             // was queued of it goes, the 500 comes instead.
                             output.buf.truncate(queued);

@@ -74,6 +74,17 @@ pub(crate) struct Env<'a> {
     pub(crate) grow_bytes_max: usize,
 }
 
+/// Marks the path that calls it as rarely taken, so that the compiler
+/// lays its code out after the common path's (`std::hint::cold_path`
+/// needs Rust 1.95, above the crate's MSRV). A call of its own costs the
+/// rare path a few instructions; `black_box` keeps the compiler from
+/// deleting a call that does nothing, and with it the hint.
+#[cold]
+#[inline(never)]
+pub(crate) fn cold_path() {
+    std::hint::black_box(());
+}
+
 /// What `poll` found.
 pub(crate) enum Event<'b, 'h> {
     /// A complete request: call the handler, then `respond` or `defer`,
@@ -378,7 +389,7 @@ impl H1 {
             Ok(Parsed::Partial) => {
                 // A head in pieces: rare from a client that writes each
                 // request whole (its code goes after the common path).
-                std::hint::cold_path();
+                cold_path();
                 if let State::Idle = self.state {
                     self.state = State::Head;
                     self.head_since = env.now;
