@@ -353,7 +353,9 @@ fn checked<'b, 'h>(
     // pass finds where the query starts.
     let bytes = target.as_bytes();
     let query_at = match find_query_or_fragment(bytes) {
-        Some(i) if has_fragment(bytes, i) => return Err(HeadError::BadRequest("fragment in request target")),
+        Some(i) if bytes[i] == b'#' || memchr::memchr(b'#', &bytes[i + 1..]).is_some() => {
+            return Err(HeadError::BadRequest("fragment in request target"))
+        }
         found => found,
     };
     let version = if minor == 0 { Version::Http10 } else { Version::Http11 };
@@ -532,15 +534,6 @@ fn has_bare_lf(head: &[u8]) -> bool {
         bare |= (b == b'\n') & (prev != b'\r');
     }
     bare
-}
-
-/// Whether `target`, whose first `?` or `#` is at `at`, has a fragment
-/// (a `#` there or anywhere after). Out of line: a target without a
-/// query (`/`, `/a.css`) never calls it, and inlined, its search sat
-/// among the common path's blocks.
-#[inline(never)]
-fn has_fragment(target: &[u8], at: usize) -> bool {
-    target[at] == b'#' || memchr::memchr(b'#', &target[at + 1..]).is_some()
 }
 
 /// Room for the method, spaces and version around the target in a request line.

@@ -264,7 +264,6 @@ impl Conn {
                     return Stop::Closing;
                 }
                 Event::NotHttp => {
-                    crate::h1::cold_path();
                     input.discard();
                     if let Some(m) = ctx.metrics {
                         m.record(b"-", 400, ctx.batch_us(ctx.now));
@@ -568,9 +567,6 @@ fn record_sent(
     if output.tail.is_none() {
         dispatch::record(ctx, req, sent.status, sent.body_bytes, reason);
     } else {
-        // A body that leaves after this batch (a file, a stream): its
-        // code after the common path's.
-        crate::h1::cold_path();
         *sending = dispatch::hold(ctx, req, (sent.status, sent.body_bytes, reason), None);
     }
 }

@@ -906,30 +906,31 @@ impl Conn {
                         self.drained = true;
                     }
                 }
-                Err(e) => match self.read_failed(ctx, e) {
-                    Ok(again) => may_read = again,
-                    Err(stop) => return stop,
-                },
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    may_read = false;
+                    self.drained = true;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    if let Some(stop) = self.read_failed(ctx, &e) {
+                        return stop;
+                    }
+                    self.peer_closed = true;
+                    may_read = false;
+                }
             }
         }
     }
 
-    /// A read failed: whether to read again (`Interrupted`; the socket
-    /// drained, `WouldBlock`, or the client gone, any other error: no),
-    /// or the stop for a TLS port spoken to in plain HTTP (its 400
-    /// written) or a broken TLS record. Out of line, the error's drop
-    /// with it: inlined, these lay between the request path's hot blocks.
+    /// A read failed otherwise than by `WouldBlock` or `Interrupted`:
+    /// the stop for a TLS port spoken to in plain HTTP (its 400 written)
+    /// or a broken TLS record; `None` for any other error, which the
+    /// caller takes as the client gone. Out of line with its cold arms:
+    /// inlined, they lay between the request path's hot blocks.
+    #[cold]
     #[inline(never)]
-    fn read_failed(&mut self, ctx: &mut Ctx<'_>, e: io::Error) -> Result<bool, Stop> {
-        match e.kind() {
-            io::ErrorKind::WouldBlock => {
-                self.drained = true;
-                return Ok(false);
-            }
-            io::ErrorKind::Interrupted => return Ok(true),
-            _ => {}
-        }
-        if PlainHttp::is(&e) {
+    fn read_failed(&mut self, ctx: &mut Ctx<'_>, e: &io::Error) -> Option<Stop> {
+        if PlainHttp::is(e) {
             // Best effort, one write: then the lingering close
             // (without TLS) lets the client read it.
             let _ = self.stream.write(PlainHttp::ANSWER);
@@ -942,13 +943,12 @@ impl Conn {
                 m.tls_handshake_failures.add(1);
                 m.record(b"-", 400, ctx.batch_us(ctx.now));
             }
-            return Err(Stop::Closing);
+            return Some(Stop::Closing);
         }
         if e.kind() == io::ErrorKind::InvalidData && matches!(self.transport, Transport::Tls(_)) {
-            return Err(Stop::Broken);
+            return Some(Stop::Broken);
         }
-        self.peer_closed = true;
-        Ok(false)
+        None
     }
 
     /// HTTP/1.1 between two requests (not before its first: ALPN may
@@ -977,14 +977,6 @@ impl Conn {
         if input.end < input.buf.len() {
             return true;
         }
-        self.make_room_full(ctx)
-    }
-
-    /// `make_room` for a full read buffer. Out of line: a request that
-    /// fits the buffer never comes here.
-    #[inline(never)]
-    fn make_room_full(&mut self, ctx: &mut Ctx<'_>) -> bool {
-        let input = &mut self.input;
         if self.proto.is_h2() || self.proto.is_ws() || self.proto.is_tunnel() {
             // The session keeps only a partial frame; a frame fits
             // (WebSocket: a head, or a control frame of 139 bytes at most;

@@ -401,7 +401,17 @@ impl H1 {
                 self.state = State::Closing;
                 return Event::NotHttp;
             }
-            &Err(e) => return Event::Refused(self.refuse_head(out, env, e, data)),
+            &Err(e) => {
+                // A HEAD refused before its head parsed gets no body either
+                // (RFC 9110 §9.3.2).
+                return Event::Refused(self.refuse(
+                    out,
+                    env,
+                    (e.status(), Reason::of_head(e)),
+                    e.reason(),
+                    data.starts_with(b"HEAD "),
+                ));
+            }
         };
         self.first = false;
         let has_body = match head.framing {
@@ -409,43 +419,25 @@ impl H1 {
             Framing::Length(_) | Framing::Chunked => true,
         };
         if has_body && !std::mem::take(&mut self.buffer_next) {
-            // The handler is asked first (its code after the bodiless
-            // path's: the head's copy into the event is 400 bytes of it).
-            cold_path();
             return Event::BodyAhead { head: *head };
         }
         let head_len = head.head_len;
-        // One call of `handling` (inlined): each call was a copy of it.
-        let end = match head.framing {
-            Framing::Empty => head_len,
-            Framing::Length(n) if (data.len() - head_len) as u64 >= n => head_len + n as usize,
-            framing => {
-                return self.wait_for_body(
-                    framing,
-                    head_len,
-                    head.expect_continue && data.len() == head_len,
-                    head.method == "HEAD",
-                    env,
-                    out,
-                )
+        let head_only = head.method == "HEAD";
+        match head.framing {
+            Framing::Empty => self.handling(head, &data[head_len..head_len], head_len, env),
+            Framing::Length(n) if (data.len() - head_len) as u64 >= n => {
+                let end = head_len + n as usize;
+                self.handling(head, &data[head_len..end], end, env)
             }
-        };
-        self.handling(head, &data[head_len..end], end, env)
-    }
-
-    /// A head that cannot be parsed: its error answer is queued. A HEAD
-    /// refused before its head parsed gets no body either (RFC 9110
-    /// §9.3.2). Out of line, with the error's status and reason.
-    #[cold]
-    #[inline(never)]
-    fn refuse_head(&mut self, out: &mut Output, env: &Env<'_>, e: HeadError, data: &[u8]) -> Refusal {
-        self.refuse(
-            out,
-            env,
-            (e.status(), Reason::of_head(e)),
-            e.reason(),
-            data.starts_with(b"HEAD "),
-        )
+            framing => self.wait_for_body(
+                framing,
+                head_len,
+                head.expect_continue && data.len() == head_len,
+                head_only,
+                env,
+                out,
+            ),
+        }
     }
 
     /// A head whose body is still to come: wait for it (`State::Body`),
@@ -721,7 +713,6 @@ impl H1 {
         extra_fields: &[u8],
     ) -> Sent {
         let State::Handling(answer) = self.state else {
-            cold_path();
             debug_assert!(false, "respond without a request");
             return Sent {
                 status: 0,
