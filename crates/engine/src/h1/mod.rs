@@ -632,8 +632,9 @@ impl H1 {
     }
 
     /// A request is complete: hand it out. Inlined into `poll` (and
-    /// `continue_body`): called, it cost a pipelined hello 19 more
-    /// instructions (callgrind, hello-pipe16 1,386 -> 1,405).
+    /// `continue_body`): the build that called it counted 1,405
+    /// instructions a pipelined hello against 1,386 (callgrind,
+    /// bench/runs/2026-11-27-req6, req6-1).
     #[inline(always)]
     fn handling<'b, 'h>(
         &mut self,
