@@ -265,6 +265,22 @@ pub(crate) fn parse_head_with<'b, 'h>(
             Err(headers) => headers,
         };
     }
+    parse_head_httparse(buf, headers, limits)
+}
+
+/// [`parse_head_with`] for a head the plain parser did not take:
+/// httparse's tokens, then the same rules. Out of line: inlined, this
+/// path and its own copy of the rules lay between the plain path's hot
+/// blocks in the driver's code, whose 763 instructions a hello request
+/// runs were spread over 105 cache lines of a 43 KB function
+/// (bench/runs/2026-11-27-req6).
+#[cold]
+#[inline(never)]
+fn parse_head_httparse<'b, 'h>(
+    buf: &'b [u8],
+    headers: &'h mut [MaybeUninit<httparse::Header<'b>>],
+    limits: &Limits,
+) -> Result<Parsed<'b, 'h>, HeadError> {
     let mut req = httparse::Request::new(&mut []);
     let head_len = match req.parse_with_uninit_headers(buf, headers) {
         Ok(httparse::Status::Complete(n)) => n,

@@ -270,6 +270,8 @@ impl Conn {
     }
 
     /// All output is sent after an error: half-close and drain.
+    #[cold]
+    #[inline(never)]
     pub(super) fn start_lingering(&mut self, ctx: &mut Ctx<'_>) -> Next {
         if let Transport::Tls(tls) = &mut self.transport {
             // close_notify before the FIN, as TLS asks (RFC 8446 §6.1).

@@ -109,6 +109,8 @@ impl Conn {
         };
         loop {
             if h1.is_uploading() {
+                // A body being read: its code after the bodiless path's.
+                crate::h1::cold_path();
                 ensure_output(output, ctx.pool);
                 let fed = h1.feed(input, output, &env);
                 if let Some(m) = ctx.metrics {
@@ -136,6 +138,7 @@ impl Conn {
                 return Stop::Output;
             }
             if Self::over_output_budget(ctx, output.queued()) {
+                crate::h1::cold_path();
                 if let Some(m) = ctx.metrics {
                     m.output_budget_waits.add(1);
                 }
@@ -195,12 +198,14 @@ impl Conn {
                             continue;
                         }
                         Answering::Broken((sent, reason)) => {
+                            crate::h1::cold_path();
                             h1.close();
                             record_sent(ctx, &req, sent, reason, output, sending);
                             input.start += consumed;
                             continue;
                         }
                         Answering::Interrupted(handled) => {
+                            crate::h1::cold_path();
                             // The machine still awaits this answer: what
                             // was queued of it goes, the 500 comes instead.
                             output.buf.truncate(queued);
@@ -210,21 +215,10 @@ impl Conn {
                         Answering::Settle(handled) => handled,
                     };
                     if let Ok(Reply::Upgrade(_)) = &handled {
-                        let Ok(Reply::Upgrade(accepted)) = handled else {
-                            unreachable!("matched above")
-                        };
                         input.start += consumed;
-                        let fields = accepted.0.handshake.fields();
-                        if let Some(sent) = h1.upgrade(output, "websocket", &fields, &env) {
-                            dispatch::record(ctx, &req, sent.status, sent.body_bytes, None);
-                            *upgrade = Some(accepted);
+                        if upgrade_h1(ctx, &req, handled, h1, output, &env, extra_fields, upgrade) {
                             return Stop::Switched;
                         }
-                        // `ws::upgrade` checked the request: only a bug
-                        // gets here.
-                        let mut refused = Response::error(400).with_close();
-                        let sent = h1.respond(output, &mut refused, &env, extra_fields);
-                        dispatch::record(ctx, &req, sent.status, sent.body_bytes, None);
                         continue;
                     }
                     match dispatch::settle(ctx, &slot, &req, &mut handled) {
@@ -241,55 +235,13 @@ impl Conn {
                     input.start += consumed;
                 }
                 Event::BodyAhead { head } => {
-                    let mut req = Request::of_head(&head, &[], &origin);
-                    req.tls = transport.request_tls();
-                    req.tls_facts = transport.tls_facts();
-                    let used = dispatch::body_use(ctx, *redirect, &req);
-                    if used == BodyUse::Buffer {
-                        h1.buffer_body();
-                        continue;
-                    }
-                    // The handler reads the body as it arrives, or not at
-                    // all: call it now, before the body.
-                    let start = BodyStart::of(&head, &env);
-                    let (reader, sink) = if used == BodyUse::Stream {
-                        let (reader, sink) = crate::body::pipe(BODY_READER_BYTES);
-                        sink.bind(ctx.mailbox, *token);
-                        (Some(reader), sink)
-                    } else {
-                        (None, BodySink::discard())
+                    let ahead = Ahead {
+                        origin: &origin,
+                        transport,
+                        redirect: *redirect,
+                        token: *token,
                     };
-                    let offered = reader.is_some();
-                    let reader = RefCell::new(reader);
-                    if offered {
-                        req.reader = Some(&reader);
-                    }
-                    let slot = dispatch::slot(ctx, *token);
-                    req.defer = Some(&slot);
-                    let mut handled = dispatch::call(ctx, *redirect, &req);
-                    // A reader not taken is dropped: the body is discarded.
-                    let taken = offered && reader.borrow_mut().take().is_none();
-                    if !offered {
-                        if let Some(m) = ctx.metrics {
-                            m.bodies_ignored.add(1);
-                        }
-                    }
-                    let called = dispatch::settle(ctx, &slot, &req, &mut handled);
-                    // A reader that holds the 100 back relays it later
-                    // (`on_interim`: the proxy's upstream sent one).
-                    let continue_now = taken && !sink.is_continue_held();
-                    input.start += h1.stream_body(start, sink, continue_now, &env, output);
-                    match called {
-                        Called::Now(response) => {
-                            dispatch::tag(ctx, &req, response);
-                            let sent = h1.respond(output, response, &env, transport.extra_fields());
-                            record_sent(ctx, &req, sent, response.reason, output, sending);
-                        }
-                        Called::Later(deferral) => {
-                            h1.defer();
-                            *awaited = Some(deferral);
-                        }
-                    }
+                    ahead.call(ctx, &head, h1, &env, &mut input.start, output, sending, awaited);
                 }
                 Event::Input => {
                     // The last request's trailer section, lent to it only
@@ -456,7 +408,9 @@ impl Conn {
     }
 
     /// Makes room in the read buffer; false if the request cannot grow
-    /// further (its error answer is queued).
+    /// further (its error answer is queued). Out of line: only a full
+    /// buffer comes here.
+    #[inline(never)]
     pub(super) fn h1_make_room(&mut self, ctx: &mut Ctx<'_>) -> bool {
         ensure_output(&mut self.output, ctx.pool);
         let env = h1_env(ctx);
@@ -484,10 +438,125 @@ impl Conn {
     }
 }
 
+/// What a request whose body follows its head needs of its connection
+/// (`Event::BodyAhead`).
+struct Ahead<'c, 'o> {
+    origin: &'c crate::request::Origin<'o>,
+    transport: &'c Transport,
+    redirect: bool,
+    token: usize,
+}
+
+impl Ahead<'_, '_> {
+    /// Asks the handler what it does with the body, then either buffers
+    /// it (the next `poll` hands the request out whole) or calls the handler now and
+    /// streams or discards the body. Out of line: the path of a request
+    /// with a body, kept out of the driver's code every bodiless request
+    /// runs through (bench/runs/2026-11-27-req6).
+    #[inline(never)]
+    #[allow(clippy::too_many_arguments)]
+    fn call(
+        &self,
+        ctx: &mut Ctx<'_>,
+        head: &crate::codec::Head<'_, '_>,
+        h1: &mut H1,
+        env: &Env<'_>,
+        input_start: &mut usize,
+        output: &mut crate::buffers::Output,
+        sending: &mut Option<Box<Sending>>,
+        awaited: &mut Option<Deferral>,
+    ) {
+        let mut req = Request::of_head(head, &[], self.origin);
+        req.tls = self.transport.request_tls();
+        req.tls_facts = self.transport.tls_facts();
+        let used = dispatch::body_use(ctx, self.redirect, &req);
+        if used == BodyUse::Buffer {
+            h1.buffer_body();
+            return;
+        }
+        // The handler reads the body as it arrives, or not at
+        // all: call it now, before the body.
+        let start = BodyStart::of(head, env);
+        let (reader, sink) = if used == BodyUse::Stream {
+            let (reader, sink) = crate::body::pipe(BODY_READER_BYTES);
+            sink.bind(ctx.mailbox, self.token);
+            (Some(reader), sink)
+        } else {
+            (None, BodySink::discard())
+        };
+        let offered = reader.is_some();
+        let reader = RefCell::new(reader);
+        if offered {
+            req.reader = Some(&reader);
+        }
+        let slot = dispatch::slot(ctx, self.token);
+        req.defer = Some(&slot);
+        let mut handled = dispatch::call(ctx, self.redirect, &req);
+        // A reader not taken is dropped: the body is discarded.
+        let taken = offered && reader.borrow_mut().take().is_none();
+        if !offered {
+            if let Some(m) = ctx.metrics {
+                m.bodies_ignored.add(1);
+            }
+        }
+        let called = dispatch::settle(ctx, &slot, &req, &mut handled);
+        // A reader that holds the 100 back relays it later
+        // (`on_interim`: the proxy's upstream sent one).
+        let continue_now = taken && !sink.is_continue_held();
+        *input_start += h1.stream_body(start, sink, continue_now, env, output);
+        match called {
+            Called::Now(response) => {
+                dispatch::tag(ctx, &req, response);
+                let sent = h1.respond(output, response, env, self.transport.extra_fields());
+                record_sent(ctx, &req, sent, response.reason, output, sending);
+            }
+            Called::Later(deferral) => {
+                h1.defer();
+                *awaited = Some(deferral);
+            }
+        }
+    }
+}
+
+/// The handler accepted a WebSocket: the 101 is queued and `upgrade`
+/// holds what takes the connection (true), or, should the request not
+/// offer an upgrade after all, a 400. Out of line: rare, and its code
+/// sat in the middle of every request's path.
+#[cold]
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+fn upgrade_h1(
+    ctx: &mut Ctx<'_>,
+    req: &Request<'_>,
+    handled: dispatch::Handled,
+    h1: &mut H1,
+    output: &mut crate::buffers::Output,
+    env: &Env<'_>,
+    extra_fields: &[u8],
+    upgrade: &mut Option<crate::ws::Upgrade>,
+) -> bool {
+    let Ok(Reply::Upgrade(accepted)) = handled else {
+        unreachable!("matched by the caller")
+    };
+    let fields = accepted.0.handshake.fields();
+    if let Some(sent) = h1.upgrade(output, "websocket", &fields, env) {
+        dispatch::record(ctx, req, sent.status, sent.body_bytes, None);
+        *upgrade = Some(accepted);
+        return true;
+    }
+    // `ws::upgrade` checked the request: only a bug gets here.
+    let mut refused = Response::error(400).with_close();
+    let sent = h1.respond(output, &mut refused, env, extra_fields);
+    dispatch::record(ctx, req, sent.status, sent.body_bytes, None);
+    false
+}
+
 /// Records an answer just queued: now if it was queued whole (it leaves
 /// with this batch), else its record is held in `sending` until its body,
-/// the output's tail, has left.
-#[inline]
+/// the output's tail, has left. Always inlined: the build that called
+/// it counted 1,404 instructions a pipelined hello against 1,377 with it
+/// inlined (callgrind, bench/runs/2026-11-27-req6, req6-2 and req6-3).
+#[inline(always)]
 fn record_sent(
     ctx: &mut Ctx<'_>,
     req: &Request<'_>,
@@ -505,6 +574,8 @@ fn record_sent(
 
 /// The log line (with the error body's bytes, as HTTP/2 and HTTP/3 log
 /// theirs) and metrics of a request refused before a handler saw it.
+#[cold]
+#[inline(never)]
 fn record_refused(ctx: &mut Ctx<'_>, peer: SocketAddr, refusal: Refusal) {
     let Refusal {
         status,

@@ -670,28 +670,15 @@ impl Conn {
     fn drive(&mut self, ctx: &mut Ctx<'_>) -> Next {
         // One compare on the plain path.
         if !matches!(self.phase, Phase::Open) {
-            match self.phase {
-                Phase::Lingering { .. } => return self.linger(ctx),
-                Phase::ProxyHeader => {
-                    if let Some(next) = self.read_proxy_header(ctx) {
-                        return next;
-                    }
-                }
-                Phase::Open | Phase::Closing => {}
+            if let Some(next) = self.drive_phase(ctx) {
+                return next;
             }
         }
         self.work_left = TURN_WORK;
         loop {
             let stop = self.read_and_process(ctx);
             if stop == Stop::Broken {
-                // Send the alert if the socket takes it; nothing else.
-                if let Transport::Tls(tls) = &mut self.transport {
-                    if let (Some(m), true) = (ctx.metrics, tls.is_handshaking()) {
-                        m.tls_handshake_failures.add(1);
-                    }
-                    tls.close(&mut self.stream);
-                }
-                return Next::Close;
+                return self.broken(ctx);
             }
             let flushed = self.flush(ctx.pool);
             // The next batch reads the clock again.
@@ -706,41 +693,12 @@ impl Conn {
             }
             self.charge_output(ctx.pool);
             if let Some(m) = ctx.metrics {
-                m.bytes_sent.add(std::mem::take(&mut self.bytes_out));
-                if let Transport::Tls(tls) = &self.transport {
-                    if !self.handshake_counted && !tls.is_handshaking() {
-                        self.handshake_counted = true;
-                        m.tls_handshakes.add(1);
-                        if tls.is_resumed() {
-                            m.tls_resumed.add(1);
-                        }
-                    }
-                }
+                self.count_sent(m);
             }
             match flushed {
                 Flushed::All => self.send_deadline = None,
                 Flushed::Turn => return Next::Again,
-                Flushed::Blocked { progress } => {
-                    if !self.writable_interest {
-                        let interest = Interest::READABLE | Interest::WRITABLE;
-                        if ctx
-                            .registry
-                            .reregister(&mut self.stream, Source::Conn(self.token).mio(), interest)
-                            .is_err()
-                        {
-                            return Next::Close;
-                        }
-                        self.writable_interest = true;
-                    }
-                    // The send timeout runs from the last byte that left, so
-                    // a client that reads slowly but steadily is kept, and
-                    // one that wakes us without reading is not.
-                    if progress || self.send_deadline.is_none() {
-                        self.send_deadline = ctx.now.checked_add(ctx.limits.send_timeout);
-                    }
-                    self.deadline = self.send_deadline;
-                    return Next::Keep;
-                }
+                Flushed::Blocked { progress } => return self.blocked(ctx, progress),
                 Flushed::Failed => return Next::Close,
                 Flushed::Parked => return self.park(ctx),
             }
@@ -757,19 +715,10 @@ impl Conn {
             return Next::Close;
         }
         let input_empty = self.input.start == self.input.end;
-        if self.proto.is_h2() {
-            if self.peer_closed {
-                return Next::Close;
+        if !matches!(self.proto, Proto::H1(_)) {
+            if let Some(next) = self.wait_other(ctx) {
+                return next;
             }
-            self.h2_deadline(ctx);
-        } else if self.proto.is_ws() {
-            if self.peer_closed {
-                return Next::Close;
-            }
-            self.ws_wait();
-        } else if self.proto.is_tunnel() {
-            // A half-closed client waits for the upstream's end.
-            self.tunnel_wait();
         } else if let Some(next) = self.h1_wait(ctx) {
             return next;
         }
@@ -781,6 +730,98 @@ impl Conn {
         if !self.output.buf.is_empty() || self.output.buf.capacity() != 0 {
             self.give_output(ctx.pool);
         }
+        Next::Keep
+    }
+
+    /// `drive` in a phase other than `Open`: lingering (its next), the
+    /// PROXY header (its next until read, then `None`: serve), closing
+    /// (`None`). Out of line: the plain path's one compare stays.
+    #[cold]
+    #[inline(never)]
+    fn drive_phase(&mut self, ctx: &mut Ctx<'_>) -> Option<Next> {
+        match self.phase {
+            Phase::Lingering { .. } => Some(self.linger(ctx)),
+            Phase::ProxyHeader => self.read_proxy_header(ctx),
+            Phase::Open | Phase::Closing => None,
+        }
+    }
+
+    /// The deadline of a connection that is not HTTP/1.1's, once it
+    /// waits, or `Some(Close)`. Out of line: HTTP/1.1's wait is inlined
+    /// in `drive`, and these sat among its hot blocks.
+    #[inline(never)]
+    fn wait_other(&mut self, ctx: &Ctx<'_>) -> Option<Next> {
+        if self.proto.is_h2() {
+            if self.peer_closed {
+                return Some(Next::Close);
+            }
+            self.h2_deadline(ctx);
+        } else if self.proto.is_ws() {
+            if self.peer_closed {
+                return Some(Next::Close);
+            }
+            self.ws_wait();
+        } else if self.proto.is_tunnel() {
+            // A half-closed client waits for the upstream's end.
+            self.tunnel_wait();
+        }
+        None
+    }
+
+    /// The connection broke (a TLS record that cannot be read): the
+    /// alert is sent if the socket takes it; nothing else.
+    #[cold]
+    #[inline(never)]
+    fn broken(&mut self, ctx: &Ctx<'_>) -> Next {
+        if let Transport::Tls(tls) = &mut self.transport {
+            if let (Some(m), true) = (ctx.metrics, tls.is_handshaking()) {
+                m.tls_handshake_failures.add(1);
+            }
+            tls.close(&mut self.stream);
+        }
+        Next::Close
+    }
+
+    /// The metrics of a batch written: its bytes, and a TLS handshake
+    /// once finished. Out of line, as `blocked`: only with metrics on.
+    #[inline(never)]
+    fn count_sent(&mut self, m: &WorkerMetrics) {
+        m.bytes_sent.add(std::mem::take(&mut self.bytes_out));
+        if let Transport::Tls(tls) = &self.transport {
+            if !self.handshake_counted && !tls.is_handshaking() {
+                self.handshake_counted = true;
+                m.tls_handshakes.add(1);
+                if tls.is_resumed() {
+                    m.tls_resumed.add(1);
+                }
+            }
+        }
+    }
+
+    /// The socket took less than the output: wait for it to be writable,
+    /// until the send deadline. Out of line: a client that reads as fast
+    /// as it asks never comes here, and inlined it sat among the hot
+    /// blocks of `drive`.
+    #[inline(never)]
+    fn blocked(&mut self, ctx: &mut Ctx<'_>, progress: bool) -> Next {
+        if !self.writable_interest {
+            let interest = Interest::READABLE | Interest::WRITABLE;
+            if ctx
+                .registry
+                .reregister(&mut self.stream, Source::Conn(self.token).mio(), interest)
+                .is_err()
+            {
+                return Next::Close;
+            }
+            self.writable_interest = true;
+        }
+        // The send timeout runs from the last byte that left, so a client
+        // that reads slowly but steadily is kept, and one that wakes us
+        // without reading is not.
+        if progress || self.send_deadline.is_none() {
+            self.send_deadline = ctx.now.checked_add(ctx.limits.send_timeout);
+        }
+        self.deadline = self.send_deadline;
         Next::Keep
     }
 
@@ -840,7 +881,7 @@ impl Conn {
             let into = &mut self.input.buf[self.input.end..];
             let result = match &mut self.transport {
                 Transport::Plain => self.stream.read(into),
-                Transport::Tls(tls) => tls.read(&mut self.stream, into, self.peer, self.read_closed_hint),
+                Transport::Tls(tls) => read_tls(tls, &mut self.stream, into, self.peer, self.read_closed_hint),
             };
             match result {
                 Ok(0) => {
@@ -870,30 +911,44 @@ impl Conn {
                     self.drained = true;
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) if PlainHttp::is(&e) => {
-                    // Best effort, one write: then the lingering close
-                    // (without TLS) lets the client read it.
-                    let _ = self.stream.write(PlainHttp::ANSWER);
-                    self.transport = Transport::Plain;
-                    if let Proto::H1(h1) = &mut self.proto {
-                        h1.machine.close();
+                Err(e) => {
+                    if let Some(stop) = self.read_failed(ctx, &e) {
+                        return stop;
                     }
-                    self.phase = Phase::Closing;
-                    if let Some(m) = ctx.metrics {
-                        m.tls_handshake_failures.add(1);
-                        m.record(b"-", 400, ctx.batch_us(ctx.now));
-                    }
-                    return Stop::Closing;
-                }
-                Err(e) if e.kind() == io::ErrorKind::InvalidData && matches!(self.transport, Transport::Tls(_)) => {
-                    return Stop::Broken;
-                }
-                Err(_) => {
                     self.peer_closed = true;
                     may_read = false;
                 }
             }
         }
+    }
+
+    /// A read failed otherwise than by `WouldBlock` or `Interrupted`:
+    /// the stop for a TLS port spoken to in plain HTTP (its 400 written)
+    /// or a broken TLS record; `None` for any other error, which the
+    /// caller takes as the client gone. Out of line with its cold arms:
+    /// inlined, they lay between the request path's hot blocks.
+    #[cold]
+    #[inline(never)]
+    fn read_failed(&mut self, ctx: &mut Ctx<'_>, e: &io::Error) -> Option<Stop> {
+        if PlainHttp::is(e) {
+            // Best effort, one write: then the lingering close
+            // (without TLS) lets the client read it.
+            let _ = self.stream.write(PlainHttp::ANSWER);
+            self.transport = Transport::Plain;
+            if let Proto::H1(h1) = &mut self.proto {
+                h1.machine.close();
+            }
+            self.phase = Phase::Closing;
+            if let Some(m) = ctx.metrics {
+                m.tls_handshake_failures.add(1);
+                m.record(b"-", 400, ctx.batch_us(ctx.now));
+            }
+            return Some(Stop::Closing);
+        }
+        if e.kind() == io::ErrorKind::InvalidData && matches!(self.transport, Transport::Tls(_)) {
+            return Some(Stop::Broken);
+        }
+        None
     }
 
     /// HTTP/1.1 between two requests (not before its first: ALPN may
@@ -951,20 +1006,8 @@ impl Conn {
             Proto::H1(h1) => h1.machine.is_first() && h1.machine.is_idle(),
         };
         if first && ctx.h2.is_some() {
-            if self.alpn_h2() {
-                self.start_h2(ctx);
-                return self.process_h2(ctx);
-            }
-            // Prior knowledge is for cleartext only (RFC 9113 §3.3): over
-            // TLS, HTTP/2 is what ALPN chose or nothing.
-            let cleartext = matches!(self.transport, Transport::Plain);
-            match h2::preface(&self.input.buf[self.input.start..self.input.end]) {
-                h2::Preface::Yes if cleartext => {
-                    self.start_h2(ctx);
-                    return self.process_h2(ctx);
-                }
-                h2::Preface::Maybe if cleartext && self.input.start < self.input.end => return Stop::Input,
-                _ => {}
+            if let Some(stop) = self.switch_to_h2(ctx) {
+                return stop;
             }
         }
         let stop = self.process_h1(ctx);
@@ -972,6 +1015,30 @@ impl Conn {
             return self.switch_to_ws(ctx);
         }
         stop
+    }
+
+    /// Before the first request of a listener that also takes HTTP/2:
+    /// HTTP/2 takes the connection if ALPN chose it or the client's first
+    /// bytes are its preface (then its stop), else `None`, HTTP/1.1 goes
+    /// on. Out of line: once a connection, and its code lay among the
+    /// request path's.
+    #[inline(never)]
+    fn switch_to_h2(&mut self, ctx: &mut Ctx<'_>) -> Option<Stop> {
+        if self.alpn_h2() {
+            self.start_h2(ctx);
+            return Some(self.process_h2(ctx));
+        }
+        // Prior knowledge is for cleartext only (RFC 9113 §3.3): over
+        // TLS, HTTP/2 is what ALPN chose or nothing.
+        let cleartext = matches!(self.transport, Transport::Plain);
+        match h2::preface(&self.input.buf[self.input.start..self.input.end]) {
+            h2::Preface::Yes if cleartext => {
+                self.start_h2(ctx);
+                Some(self.process_h2(ctx))
+            }
+            h2::Preface::Maybe if cleartext && self.input.start < self.input.end => Some(Stop::Input),
+            _ => None,
+        }
     }
 
     /// HTTP/1.1 queued a 101: the WebSocket takes the connection and reads
@@ -1005,6 +1072,19 @@ impl Conn {
         }
         ensure_output(&mut self.output, pool);
     }
+}
+
+/// A TLS connection's read, out of line: rustls' read path inlined into
+/// `read_and_process` was 6 KB between the plain request path's blocks.
+#[inline(never)]
+fn read_tls(
+    tls: &mut TlsSession,
+    stream: &mut Stream,
+    into: &mut [u8],
+    peer: SocketAddr,
+    read_closed_hint: bool,
+) -> io::Result<usize> {
+    tls.read(stream, into, peer, read_closed_hint)
 }
 
 /// The log line of a request refused before a handler saw it.

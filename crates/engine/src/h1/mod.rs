@@ -74,6 +74,17 @@ pub(crate) struct Env<'a> {
     pub(crate) grow_bytes_max: usize,
 }
 
+/// Marks the path that calls it as rarely taken, so that the compiler
+/// lays its code out after the common path's (`std::hint::cold_path`
+/// needs Rust 1.95, above the crate's MSRV). A call of its own costs the
+/// rare path a few instructions; `black_box` keeps the compiler from
+/// deleting a call that does nothing, and with it the hint.
+#[cold]
+#[inline(never)]
+pub(crate) fn cold_path() {
+    std::hint::black_box(());
+}
+
 /// What `poll` found.
 pub(crate) enum Event<'b, 'h> {
     /// A complete request: call the handler, then `respond` or `defer`,
@@ -376,6 +387,9 @@ impl H1 {
         let head = match &parsed {
             Ok(Parsed::Complete(head)) => head,
             Ok(Parsed::Partial) => {
+                // A head in pieces: rare from a client that writes each
+                // request whole (its code goes after the common path).
+                cold_path();
                 if let State::Idle = self.state {
                     self.state = State::Head;
                     self.head_since = env.now;
@@ -415,32 +429,52 @@ impl H1 {
                 let end = head_len + n as usize;
                 self.handling(head, &data[head_len..end], end, env)
             }
-            framing => {
-                let expect_continue = head.expect_continue && data.len() == head_len;
-                let kind = match framing {
-                    Framing::Length(n) => BodyKind::Length(n),
-                    // The trailer section is kept for the handler (a
-                    // `Vec` only once a trailer byte comes).
-                    _ => BodyKind::Chunked {
-                        decoder: ChunkedDecoder::keeping_trailers(env.limits.body_bytes_max, TRAILER_BYTES_MAX),
-                        read: head_len,
-                        write: head_len,
-                    },
-                };
-                self.state = State::Body(Box::new(BodyWait {
-                    head_len,
-                    head_only,
-                    kind,
-                }));
-                if expect_continue {
-                    // RFC 9110 §10.1.1: the client waits for this before
-                    // sending the body.
-                    out.buf.extend_from_slice(wire::CONTINUE);
-                }
-                // The body may be here already: the next call looks.
-                Event::Again
-            }
+            framing => self.wait_for_body(
+                framing,
+                head_len,
+                head.expect_continue && data.len() == head_len,
+                head_only,
+                env,
+                out,
+            ),
         }
+    }
+
+    /// A head whose body is still to come: wait for it (`State::Body`),
+    /// sending `100 Continue` first if the client waits for one. Out of
+    /// line: a bodiless request's path never comes here.
+    #[inline(never)]
+    fn wait_for_body<'b, 'h>(
+        &mut self,
+        framing: Framing,
+        head_len: usize,
+        expect_continue: bool,
+        head_only: bool,
+        env: &Env<'_>,
+        out: &mut Output,
+    ) -> Event<'b, 'h> {
+        let kind = match framing {
+            Framing::Length(n) => BodyKind::Length(n),
+            // The trailer section is kept for the handler (a
+            // `Vec` only once a trailer byte comes).
+            _ => BodyKind::Chunked {
+                decoder: ChunkedDecoder::keeping_trailers(env.limits.body_bytes_max, TRAILER_BYTES_MAX),
+                read: head_len,
+                write: head_len,
+            },
+        };
+        self.state = State::Body(Box::new(BodyWait {
+            head_len,
+            head_only,
+            kind,
+        }));
+        if expect_continue {
+            // RFC 9110 §10.1.1: the client waits for this before
+            // sending the body.
+            out.buf.extend_from_slice(wire::CONTINUE);
+        }
+        // The body may be here already: the next call looks.
+        Event::Again
     }
 
     /// The body of the head `poll` announced is buffered as usual: the
@@ -515,6 +549,9 @@ impl H1 {
 
     /// Hands the body bytes in `input` to the reader, as far as its room
     /// allows, consuming them.
+    // Out of line (as `continue_body`): a body's path, kept out of the
+    // driver's code every bodiless request runs through.
+    #[inline(never)]
     pub(crate) fn feed(&mut self, input: &mut Input, out: &mut Output, env: &Env<'_>) -> Feed {
         let Some(up) = self.upload.as_mut() else {
             return Feed::Done;
@@ -594,7 +631,11 @@ impl H1 {
         }
     }
 
-    /// A request is complete: hand it out.
+    /// A request is complete: hand it out. Inlined into `poll` (and
+    /// `continue_body`): the build that called it counted 1,405
+    /// instructions a pipelined hello against 1,386 (callgrind,
+    /// bench/runs/2026-11-27-req6, req6-1).
+    #[inline(always)]
     fn handling<'b, 'h>(
         &mut self,
         head: &Head<'b, 'h>,
@@ -621,6 +662,9 @@ impl H1 {
     }
 
     /// Checks whether the body being waited for is complete.
+    /// Out of line: with its own copy of the head's parse, inlined it
+    /// spread a bodiless request's hot code over more cache lines.
+    #[inline(never)]
     fn continue_body<'b, 'h>(
         &mut self,
         data: &'b mut [u8],
@@ -779,29 +823,8 @@ impl H1 {
     ) -> Sent {
         let mut keep_alive = answer.keep_alive && !env.draining;
         self.rate = None;
-        if let Some(mut up) = self.upload.take() {
-            let discard_max = env.limits.discard_bytes_max;
-            let discardable = match &up.kind {
-                UploadKind::Length(left) => *left <= discard_max,
-                UploadKind::Chunked(_) => true,
-            };
-            if keep_alive && up.sink.is_discard() && discardable && !up.expect_continue {
-                // A body nobody reads, answered at its head: the rest is
-                // read and thrown away (at most `discard_bytes_max`,
-                // within `DISCARD_TIMEOUT`), and the connection lives on,
-                // as nginx's discarded bodies.
-                up.after_answer = Some((discard_max, env.now + DISCARD_TIMEOUT));
-                self.upload = Some(up);
-            } else {
-                // Answered before the body's end: the rest is not read
-                // (the connection closes after the answer, lingering). A
-                // client that asked for `100 Continue` may never send it.
-                up.sink.fail(
-                    io::ErrorKind::UnexpectedEof,
-                    "the request was answered before its body's end",
-                );
-                keep_alive = false;
-            }
+        if self.upload.is_some() {
+            keep_alive = self.answer_upload(keep_alive, env);
         }
         let sent = write_response(
             env.date,
@@ -827,6 +850,39 @@ impl H1 {
         sent
     }
 
+    /// A request whose body is being read is answered: the rest of the
+    /// body is read and dropped if the connection can live on, else the
+    /// reader is failed and the connection closes after the answer
+    /// (false). Out of line: a bodiless request's answer never comes here.
+    #[inline(never)]
+    fn answer_upload(&mut self, mut keep_alive: bool, env: &Env<'_>) -> bool {
+        if let Some(mut up) = self.upload.take() {
+            let discard_max = env.limits.discard_bytes_max;
+            let discardable = match &up.kind {
+                UploadKind::Length(left) => *left <= discard_max,
+                UploadKind::Chunked(_) => true,
+            };
+            if keep_alive && up.sink.is_discard() && discardable && !up.expect_continue {
+                // A body nobody reads, answered at its head: the rest is
+                // read and thrown away (at most `discard_bytes_max`,
+                // within `DISCARD_TIMEOUT`), and the connection lives on,
+                // as nginx's discarded bodies.
+                up.after_answer = Some((discard_max, env.now + DISCARD_TIMEOUT));
+                self.upload = Some(up);
+            } else {
+                // Answered before the body's end: the rest is not read
+                // (the connection closes after the answer, lingering). A
+                // client that asked for `100 Continue` may never send it.
+                up.sink.fail(
+                    io::ErrorKind::UnexpectedEof,
+                    "the request was answered before its body's end",
+                );
+                keep_alive = false;
+            }
+        }
+        keep_alive
+    }
+
     /// Moves to `next` from a state that owns nothing (any but `Body`),
     /// without the old state's drop. With it, `handling` called `free` on
     /// a path no request takes, and saved six registers around that call
@@ -845,6 +901,8 @@ impl H1 {
 
     /// Queues an error answer and moves to closing. The caller drops the
     /// rest of the input: its framing cannot be trusted.
+    #[cold]
+    #[inline(never)]
     fn fail(&mut self, out: &mut Output, env: &Env<'_>, status: (u16, Reason), why: &'static str) -> Refusal {
         let head_only = matches!(&self.state, State::Body(wait) if wait.head_only);
         self.refuse(out, env, status, why, head_only)
@@ -852,6 +910,8 @@ impl H1 {
 
     /// Queues the error answer (without a body for a HEAD) and closes.
     /// `reason` names the limit or rule for the access log.
+    #[cold]
+    #[inline(never)]
     fn refuse(
         &mut self,
         out: &mut Output,
