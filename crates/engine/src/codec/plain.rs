@@ -489,6 +489,36 @@ mod tests {
         assert!(check(b"GET / HTTP/1.1\r\nA: 1\r\nB: 2\r\n\r\n", 2));
     }
 
+    /// Names and values of every length around the 8-byte steps of
+    /// `token_run` and `run_of` (the run ends inside a step, on its last
+    /// byte, in the byte-at-a-time tail, or at the end of the bytes), with
+    /// a stop of each kind after them, and each head cut at every length:
+    /// whatever `parse` takes, httparse takes alike, and the lengths that
+    /// are whole are taken.
+    #[test]
+    fn names_and_values_at_every_step_boundary_agree_with_httparse() {
+        for name_len in 1..=19 {
+            for value_len in 0..=19 {
+                let name = "n".repeat(name_len);
+                let value = "v".repeat(value_len);
+                for (line, plain) in [
+                    (format!("{name}: {value}\r\n"), true),
+                    (format!("{name}:{value} \t\r\n"), true),
+                    (format!("{name}: {value}\tx\r\n"), true),
+                    (format!("{name} : {value}\r\n"), false),
+                    (format!("{name}: {value}\n"), false),
+                    (format!("{name}: {value}\x7f\r\n"), false),
+                ] {
+                    let head = format!("GET / HTTP/1.1\r\n{line}\r\n");
+                    assert_eq!(check(head.as_bytes(), 4), plain, "{head:?}");
+                    for cut in 0..head.len() {
+                        assert!(!check(&head.as_bytes()[..cut], 4), "{head:?} cut at {cut}");
+                    }
+                }
+            }
+        }
+    }
+
     /// Every head above cut at every length, and every byte of a head
     /// replaced by each value: whatever `parse` takes, httparse takes
     /// alike (the fuzz target `request_head` does the same on any input).
