@@ -15,8 +15,12 @@ fn main() {
     for _ in 0..10000 {
         let mut slots = [const { MaybeUninit::uninit() }; 256];
         if which == "resp" {
-            if let Ok((p, f)) = plain::parse_response(black_box(resp), &mut slots) { n += p.head_len + f.len(); }
-        } else if let Ok((p, f)) = plain::parse(black_box(req), &mut slots) { n += p.head_len + f.len(); }
+            if let Ok((p, f)) = plain::parse_response(black_box(resp), &mut slots) {
+                n += p.head_len + f.len();
+            }
+        } else if let Ok((p, f)) = plain::parse(black_box(req), &mut slots) {
+            n += p.head_len + f.len();
+        }
         black_box(&slots);
     }
     println!("{n}");
