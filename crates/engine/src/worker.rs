@@ -473,7 +473,13 @@ impl Hosted {
             Source::Conn(t) => {
                 if let Some(conn) = self.conns.get_mut(t) {
                     let next = conn.on_answer(ctx, id, response);
-                    self.settle(ctx, t, next);
+                    // Armed through the entry in hand, as in `run`: the
+                    // common case, the connection waiting again.
+                    if next == Next::Keep {
+                        self.timers.arm(t, conn.deadline, &mut conn.armed);
+                    } else {
+                        self.settle(ctx, t, next);
+                    }
                 }
             }
             _ => {}
