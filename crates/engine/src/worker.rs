@@ -473,13 +473,7 @@ impl Hosted {
             Source::Conn(t) => {
                 if let Some(conn) = self.conns.get_mut(t) {
                     let next = conn.on_answer(ctx, id, response);
-                    // Armed through the entry in hand, as in `run`: the
-                    // common case, the connection waiting again.
-                    if next == Next::Keep {
-                        self.timers.arm(t, conn.deadline, &mut conn.armed);
-                    } else {
-                        self.settle(ctx, t, next);
-                    }
+                    self.settle(ctx, t, next);
                 }
             }
             _ => {}
