@@ -43,7 +43,8 @@ struct Up {
     addr: SocketAddr,
     seen: Receiver<Seen>,
     accepted: Arc<AtomicUsize>,
-    /// `/sse`: the second event is sent when the test sends on this.
+    /// `/sse`: the second event is sent when the test sends on this;
+    /// `/held`: the answer.
     go: Sender<()>,
 }
 
@@ -146,6 +147,12 @@ fn serve_upstream(stream: TcpStream, tx: Sender<Seen>, go: Arc<Mutex<Receiver<()
             }
             "smuggle" => {
                 b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nupstream-secret-text".to_vec()
+            }
+            "held" => {
+                // Answered once the test sends on `go`: the client's
+                // request waits for it meanwhile.
+                let _ = go.lock().unwrap().recv_timeout(PATIENCE);
+                b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nheld".to_vec()
             }
             "nocontent-body" => b"HTTP/1.1 204 No Content\r\n\r\nupstream-secret-text".to_vec(),
             "close" => {
@@ -1289,4 +1296,83 @@ fn past_the_workers_upstream_connection_cap_an_idle_connection_to_another_upstre
         "A's first connection closed for B's"
     );
     assert_eq!(b.accepted.load(Ordering::SeqCst), 1);
+}
+
+/// Requests pipelined behind a proxied one, in the same segment, come
+/// back in order after its answer: the bytes already read are answered
+/// once the proxied answer is written, without a new event.
+#[test]
+fn requests_pipelined_in_the_same_segment_as_a_proxied_one_are_answered_in_order() {
+    let up = upstream();
+    let server = proxy_server(&format!("http://{}/", up.addr), "/up/");
+    let mut c = Client::connect(server.local_addr());
+    c.send(
+        b"GET /up/hello HTTP/1.1\r\nHost: a\r\n\r\n\
+          GET /up/echo HTTP/1.1\r\nHost: a\r\n\r\n\
+          GET /local HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+    );
+    let first = c.response();
+    assert_eq!((first.status, &first.body[..]), (200, &b"hello"[..]));
+    let second = c.response();
+    assert_eq!((second.status, &second.body[..]), (201, &b""[..]));
+    let third = c.response();
+    assert_eq!((third.status, &third.body[..]), (200, &b"local"[..]));
+    assert!(c.is_closed(), "Connection: close was asked");
+}
+
+/// A request that arrives while a proxied answer is awaited (its read
+/// event comes before the answer) is read and answered after it: the
+/// connection does not take the socket for drained because its last read
+/// was short.
+#[test]
+fn a_request_sent_while_a_proxied_answer_is_awaited_is_answered_after_it() {
+    let up = upstream();
+    let server = proxy_server(&format!("http://{}/", up.addr), "/up/");
+    let mut c = Client::connect(server.local_addr());
+    c.send(b"GET /up/held HTTP/1.1\r\nHost: a\r\n\r\n");
+    // The upstream has the request: the client's connection waits for
+    // its answer, its socket drained.
+    up.seen.recv_timeout(PATIENCE).expect("the upstream got the request");
+    c.send(b"GET /local HTTP/1.1\r\nHost: a\r\n\r\n");
+    c.send(b"GET /up/hello HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+    up.go.send(()).unwrap();
+    let first = c.response();
+    assert_eq!((first.status, &first.body[..]), (200, &b"held"[..]));
+    let second = c.response();
+    assert_eq!((second.status, &second.body[..]), (200, &b"local"[..]));
+    let third = c.response();
+    assert_eq!((third.status, &third.body[..]), (200, &b"hello"[..]));
+    assert!(c.is_closed(), "Connection: close was asked");
+}
+
+/// A client that half-closes while its proxied answer is awaited gets the
+/// answer, then the connection closes (its FIN read after the answer).
+#[test]
+fn a_client_that_half_closes_while_a_proxied_answer_is_awaited_gets_it_then_the_close() {
+    let up = upstream();
+    let server = proxy_server(&format!("http://{}/", up.addr), "/up/");
+    let mut c = Client::connect(server.local_addr());
+    c.send(b"GET /up/held HTTP/1.1\r\nHost: a\r\n\r\n");
+    up.seen.recv_timeout(PATIENCE).expect("the upstream got the request");
+    c.stream.shutdown(std::net::Shutdown::Write).unwrap();
+    up.go.send(()).unwrap();
+    let raw = c.read_to_close();
+    assert_eq!(status_of(&raw), 200, "{}", text(&raw));
+    assert!(raw.ends_with(b"\r\n\r\nheld"), "{}", text(&raw));
+}
+
+/// Keep-alive requests one at a time, each proxied: each waits for its
+/// answer and the connection for the next request, which it reads when
+/// it comes (the read after each answer is skipped only while nothing
+/// has arrived).
+#[test]
+fn proxied_requests_one_at_a_time_on_one_connection_are_all_answered() {
+    let up = upstream();
+    let server = proxy_server(&format!("http://{}/", up.addr), "/up/");
+    let mut c = Client::connect(server.local_addr());
+    for _ in 0..20 {
+        c.send(b"GET /up/hello HTTP/1.1\r\nHost: a\r\n\r\n");
+        let r = c.response();
+        assert_eq!((r.status, &r.body[..]), (200, &b"hello"[..]));
+    }
 }

@@ -468,10 +468,40 @@ impl Conn {
             Proto::Ws(_) | Proto::Tunnel(_) => false,
         };
         if answered {
-            self.drive(ctx)
+            let quiet = self.answered_quietly(ctx);
+            self.drive_from(ctx, quiet)
         } else {
             Next::Keep
         }
+    }
+
+    /// After a deferred HTTP/1.1 answer was queued: true if the read
+    /// pass of `drive` could only say `Stop::Input`. Nothing is unread,
+    /// the machine waits for its next request (no body being read, not
+    /// closing), no body tail waits to be written, the worker's output
+    /// budget is not exceeded, and the socket needs no read: it was
+    /// drained by the last read (a short read, or `WouldBlock`, and no
+    /// readiness event since: `on_ready` clears `drained`) or the peer
+    /// closed its side. A pipelined request read while the answer was
+    /// awaited, or a read event that came meanwhile, takes the full pass.
+    /// Saves the pass's call, its `Env` and the machine's checks after
+    /// every proxied GET.
+    fn answered_quietly(&mut self, ctx: &Ctx<'_>) -> bool {
+        let Proto::H1(h1) = &mut self.proto else {
+            return false;
+        };
+        if !(self.drained || self.peer_closed)
+            || !self.input.is_empty()
+            || self.output.tail.is_some()
+            || !h1.machine.is_between_requests()
+            || Self::over_output_budget(ctx, self.output.queued())
+        {
+            return false;
+        }
+        // As `process_h1` does when it stops for input: a chunked
+        // request's trailers are not held by a waiting connection.
+        h1.trailers = None;
+        true
     }
 
     /// A body written by another thread has something new for this
@@ -667,7 +697,15 @@ impl Conn {
     }
 
     /// Reads, answers and writes until the connection must wait.
+    #[inline(always)]
     fn drive(&mut self, ctx: &mut Ctx<'_>) -> Next {
+        self.drive_from(ctx, false)
+    }
+
+    /// `drive`; with `quiet` (`answered_quietly`), the first read pass is
+    /// known to find nothing and is skipped: the output is written and
+    /// the connection waits.
+    fn drive_from(&mut self, ctx: &mut Ctx<'_>, quiet: bool) -> Next {
         // One compare on the plain path.
         if !matches!(self.phase, Phase::Open) {
             if let Some(next) = self.drive_phase(ctx) {
@@ -675,8 +713,8 @@ impl Conn {
             }
         }
         self.work_left = TURN_WORK;
+        let mut stop = if quiet { Stop::Input } else { self.read_and_process(ctx) };
         loop {
-            let stop = self.read_and_process(ctx);
             if stop == Stop::Broken {
                 return self.broken(ctx);
             }
@@ -710,6 +748,7 @@ impl Conn {
                 Stop::Turn => return Next::Again,
                 Stop::Input | Stop::Deferred | Stop::Closing | Stop::Switched | Stop::Broken => break,
             }
+            stop = self.read_and_process(ctx);
         }
         if !self.stop_writable_interest(ctx) {
             return Next::Close;
