@@ -394,6 +394,23 @@ fn line_with(stderr: &mut BufReader<std::process::ChildStderr>, needle: &str) ->
     }
 }
 
+/// Waits (polling `/metrics`, up to 10 s) until the server counts at
+/// least `n` open connections.
+fn wait_for_open_connections(metrics: &str, n: u64) {
+    for _ in 0..1000 {
+        let scrape = get(metrics, "/metrics");
+        let open = scrape
+            .lines()
+            .find_map(|l| l.strip_prefix("peregrine_connections_open "))
+            .and_then(|v| v.trim().parse::<u64>().ok());
+        if open.is_some_and(|open| open >= n) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    panic!("the server never counted {n} open connections");
+}
+
 /// `/livez` and `/readyz` on the `--metrics` listener: both 200 while
 /// serving; from SIGTERM on, while a request is still in flight, `/readyz`
 /// is 503 and `/livez` still 200 (draining is not dead); the shutdown and
@@ -437,6 +454,13 @@ fn readyz_turns_503_at_sigterm_while_livez_stays_200() {
     let mut slow = std::net::TcpStream::connect(&addr).unwrap();
     std::io::Write::write_all(&mut slow, b"GET / HTTP/1.1\r\nHost: x\r\n").unwrap();
     assert!(get(&addr, "/").starts_with("HTTP/1.1 200 OK\r\n"));
+    // Only once a worker has accepted it: a connection still in the
+    // listener's queue when SIGTERM closes the listener is dropped with
+    // it, and with nothing left in flight the process stops, taking the
+    // metrics listener along (CI saw "connection refused" on /readyz
+    // below once, on a busy machine). The other GET has been answered
+    // and closed, so one open connection is the slow one.
+    wait_for_open_connections(&metrics, 1);
     common::signal(child.id(), "TERM");
     let said = line_with(&mut stderr, "SIGTERM");
     assert!(
