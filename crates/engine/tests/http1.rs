@@ -35,6 +35,29 @@ fn keep_alive_serves_many_requests_on_one_connection() {
     }
 }
 
+/// A prepared answer's header block is let go once the answer is queued:
+/// the driver forgets a response that owns nothing but its block, and
+/// must drop the block first (held, it would keep an archive
+/// generation's map alive). The head cache holds the block weakly.
+#[test]
+fn a_prepared_answers_block_is_released_after_its_answer() {
+    use std::sync::Arc;
+    let buf: Arc<dyn AsRef<[u8]> + Send + Sync> = Arc::new(b"ETag: \"x\"\r\nhi".to_vec());
+    let held = buf.clone();
+    let server = start(move |_: &Request<'_>| {
+        let lines = peregrine::SharedBytes::slice(buf.clone(), 0..11).unwrap();
+        Response::prepared_beside(200, peregrine::HeaderBlock::from_lines(lines).unwrap(), 11..13)
+    });
+    let mut c = Client::connect(server.local_addr());
+    for _ in 0..4 {
+        c.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+        let r = c.response();
+        assert_eq!((r.status, r.text(), r.header("etag")), (200, "hi".to_string(), Some("\"x\"")));
+        // Ours and the handler's: none left in an answered response.
+        assert_eq!(Arc::strong_count(&held), 2);
+    }
+}
+
 #[test]
 fn pipelined_requests_get_answers_in_order() {
     let server = start(echo);

@@ -713,8 +713,13 @@ impl Conn {
             }
         }
         self.work_left = TURN_WORK;
-        let mut stop = if quiet { Stop::Input } else { self.read_and_process(ctx) };
+        // `read_and_process` has this one call, inlined: called from two
+        // places it was a function of its own, its prologue and epilogue
+        // paid on every wakeup.
+        let mut skip_read = quiet;
         loop {
+            let stop = if skip_read { Stop::Input } else { self.read_and_process(ctx) };
+            skip_read = false;
             if stop == Stop::Broken {
                 return self.broken(ctx);
             }
@@ -748,7 +753,6 @@ impl Conn {
                 Stop::Turn => return Next::Again,
                 Stop::Input | Stop::Deferred | Stop::Closing | Stop::Switched | Stop::Broken => break,
             }
-            stop = self.read_and_process(ctx);
         }
         if !self.stop_writable_interest(ctx) {
             return Next::Close;
@@ -894,7 +898,7 @@ impl Conn {
 
     /// Answers complete requests in the buffer, reading more while the socket
     /// has some, until something must wait.
-    #[inline(never)]
+    #[inline(always)]
     fn read_and_process(&mut self, ctx: &mut Ctx<'_>) -> Stop {
         let mut may_read = !self.peer_closed && !self.drained;
         // Between keep-alive requests, with nothing read or queued,
