@@ -391,17 +391,6 @@ impl Response {
         }
     }
 
-    /// Whether dropping the response would free nothing but its header
-    /// block: no owned content type, no field list with room, a body that
-    /// is empty, static or beside the block. Such a response may drop its
-    /// block and be forgotten.
-    #[inline(always)]
-    pub(crate) fn owns_at_most_a_block(&self) -> bool {
-        !matches!(self.content_type, Some(Cow::Owned(_)))
-            && self.headers.capacity() == 0
-            && matches!(self.body, Body::Empty | Body::Static(_) | Body::BesideBlock(_))
-    }
-
     /// [`Response::fixed_body`]'s place alone: no look at the buffer
     /// (whose `as_ref` is a call through the trait object), which a head
     /// cache hit never needs.
@@ -932,27 +921,6 @@ mod tests {
             "{}",
             std::mem::size_of::<Response>()
         );
-    }
-
-    /// What `owns_at_most_a_block` says decides whether the driver may
-    /// forget a response after its answer (dropping only its block): a
-    /// response holding anything else on the heap must be dropped whole.
-    #[test]
-    fn only_a_response_owning_at_most_its_block_may_be_forgotten() {
-        let whole = beside_buffer(b"ETag: \"x\"\r\n", 2);
-        let cases: [(Response, bool); 8] = [
-            (Response::text("Hello"), true),
-            (Response::new(204), true),
-            (Response::prepared_beside(200, beside_block(&whole, 11), 11..13), true),
-            (Response::text("Hello").with_content_type(String::from("text/x")), false),
-            (Response::text("Hello").with_header("x-a", "1"), false),
-            (Response::bytes("text/plain", b"owned".to_vec()), false),
-            (Response::error(404), false),
-            (Response::text("Hello").with_body(Body::Shared(SharedBytes::new(Arc::new(b"x".to_vec())))), false),
-        ];
-        for (i, (resp, want)) in cases.iter().enumerate() {
-            assert_eq!(resp.owns_at_most_a_block(), *want, "case {i}");
-        }
     }
 
     /// A block of the proxy's (`from_checked_lines`: its buffer refilled

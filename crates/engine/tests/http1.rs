@@ -35,10 +35,9 @@ fn keep_alive_serves_many_requests_on_one_connection() {
     }
 }
 
-/// A prepared answer's header block is let go once the answer is queued:
-/// the driver forgets a response that owns nothing but its block, and
-/// must drop the block first (held, it would keep an archive
-/// generation's map alive). The head cache holds the block weakly.
+/// A prepared answer's header block is let go once the answer is queued
+/// (held, it would keep an archive generation's map alive): the head
+/// cache holds the block weakly, nothing else keeps it.
 #[test]
 fn a_prepared_answers_block_is_released_after_its_answer() {
     use std::sync::Arc;

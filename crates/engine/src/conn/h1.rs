@@ -335,15 +335,30 @@ impl Conn {
     /// waits. Inlined: `drive` calls it after every answer.
     #[inline(always)]
     pub(super) fn h1_wait(&mut self, ctx: &Ctx<'_>) -> Option<Next> {
-        let link = self.h1_link();
+        let facts = crate::h1::IdleFacts {
+            peer_closed: self.peer_closed,
+            handshaking: self.is_handshaking(),
+            input_empty: self.input.is_empty(),
+        };
         let Proto::H1(h1) = &mut self.proto else {
             return Some(Next::Close);
         };
-        // The common wait without an `Env`: building one here for it cost
-        // hello c50 24 instructions a request (1,982 -> 1,958, callgrind).
-        let wait = match h1.machine.idle_wait(ctx.idle_until, ctx.draining, &link) {
+        // The common wait without an `Env` or a `Link`: building an `Env`
+        // here for it cost hello c50 24 instructions a request (1,982 ->
+        // 1,958, callgrind).
+        let wait = match h1.machine.idle_wait_of(ctx.idle_until, ctx.draining, facts) {
             Some(wait) => wait,
-            None => h1.machine.poll_timeout(&h1_env(ctx), link),
+            None => {
+                let link = Link {
+                    peer_closed: self.peer_closed,
+                    fresh: self.fresh,
+                    handshaking: facts.handshaking,
+                    input_empty: facts.input_empty,
+                    unconsumed: self.input.end - self.input.start,
+                    bytes_in: self.bytes_in,
+                };
+                h1.machine.poll_timeout(&h1_env(ctx), link)
+            }
         };
         match wait {
             Wait::Close => Some(Next::Close),
@@ -395,12 +410,18 @@ impl Conn {
         }
     }
 
+    /// A TLS handshake is under way.
+    #[inline(always)]
+    fn is_handshaking(&self) -> bool {
+        matches!(&self.transport, Transport::Tls(tls) if tls.is_handshaking())
+    }
+
     /// What the HTTP/1.1 machine needs to know of the connection.
     fn h1_link(&self) -> Link {
         Link {
             peer_closed: self.peer_closed,
             fresh: self.fresh,
-            handshaking: matches!(&self.transport, Transport::Tls(tls) if tls.is_handshaking()),
+            handshaking: self.is_handshaking(),
             input_empty: self.input.is_empty(),
             unconsumed: self.input.end - self.input.start,
             bytes_in: self.bytes_in,

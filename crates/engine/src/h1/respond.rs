@@ -87,7 +87,7 @@ pub(crate) fn write_response(
             // hello's CPU (perf annotate of `answer_with`).
             if last.key == key && last.date == *date {
                 out.buf.extend_from_slice(&last.bytes);
-                body_written = key.has_body();
+                body_written = key.body != HeadKey::NO_BODY;
             } else if last.seen != key {
                 // A head unlike the last one written is not kept: kept, a
                 // server answering other files in turn paid the copies on
@@ -98,11 +98,11 @@ pub(crate) fn write_response(
             } else {
                 // The second head in a row with this key (or the first of
                 // a new date): kept, with the body when its bytes are
-                // fixed (`HeadKey::has_body`), so that a hit is one copy
+                // fixed (`HeadKey::body`), so that a hit is one copy
                 // (callgrind c50: hello 1,960 -> 1,939 instructions a
                 // request, archive 2,562 -> 2,537).
                 wire::write_head(&mut out.buf, resp, date, framing, conn);
-                if key.has_body() {
+                if key.body != HeadKey::NO_BODY {
                     if let Some((_, bytes)) = resp.fixed_body() {
                         out.buf.extend_from_slice(bytes);
                         body_written = true;
@@ -240,43 +240,45 @@ struct LastHead {
 
 /// Everything but the date a head written by `write_head` depends on, for
 /// a response with no fields but its content type or its header block:
-/// equal keys and dates spell equal heads. Seven plain words, compared as
-/// one array: the compiler compares them with four wide loads a side,
-/// where a struct of tuples and enums was a compare and a branch a field
-/// (36 instructions a hit, callgrind hello-pipe16). One place for the
-/// content type or the block.
-///
-/// - word 0: the status, the framing's kind (bits 16..24) and the
-///   `Connection` field (bits 24..32); status 0 is never written (an
-///   invalid status is a 500), so `NONE` is no head's key;
-/// - word 1: the framing's length (`Content-Length`), else 0;
-/// - words 2 to 4, where the head's own fields are. `(0, 0, 0)`: none (no
-///   string or buffer is at address 0). `(address, length, u64::MAX)`: a
-///   `&'static str` content type; the same address and length are the
-///   same bytes (a static never changes). `(address, start, end)`: a
-///   header block, its buffer's address and its range in it (an end is
-///   at most `isize::MAX`, never `u64::MAX`); a buffer is immutable
-///   (`SharedBytes`) but for one refilled in place, which has no place
-///   (`HeaderBlock::is_cacheable`), and `LastHead::block` keeps its
-///   address from being reused while the key lives;
-/// - words 5 and 6, the body, when its bytes are fixed by where they are
-///   and it goes inline (`Response::fixed_body`: a static's address and
-///   `u64::MAX`, or its range in the block's buffer, which the fields'
-///   words name and `LastHead::block` holds), so that the cache keeps it
-///   after the head; `(0, 0)` otherwise (HEAD, bodiless, another body).
+/// equal keys and dates spell equal heads. Plain words, no `Option`s, and
+/// one place for the content type or the block, so that comparing two
+/// keys costs what it did before blocks were cached (hello's rows).
 #[derive(Clone, Copy, PartialEq, Eq)]
-struct HeadKey([u64; 7]);
+struct HeadKey {
+    status: u16,
+    /// Where the head's own fields are. `(0, 0, 0)`: none (no string or
+    /// buffer is at address 0). `(address, length, usize::MAX)`: a
+    /// `&'static str` content type; the same address and length are the
+    /// same bytes (a static never changes). `(address, start, end)`: a
+    /// header block, its buffer's address and its range in it (an end is
+    /// at most `isize::MAX`, never `usize::MAX`); a buffer is immutable
+    /// (`SharedBytes`) but for one refilled in place, which has no place
+    /// (`HeaderBlock::is_cacheable`), and `LastHead::block` keeps its
+    /// address from being reused while the key lives.
+    fields: (usize, usize, usize),
+    framing: BodyFraming,
+    conn: ConnField,
+    /// The body, when its bytes are fixed by where they are and it goes
+    /// inline (`Response::fixed_body`: a static's address and
+    /// `usize::MAX`, or its range in the block's buffer, which `fields`
+    /// names and `LastHead::block` holds), so that the cache keeps it
+    /// after the head; `NO_BODY` otherwise (HEAD, bodiless, another body).
+    body: (usize, usize),
+}
 
 impl HeadKey {
-    /// No head.
-    const NONE: HeadKey = HeadKey([0; 7]);
+    /// No head: status 0 is never written (an invalid status is a 500).
+    const NONE: HeadKey = HeadKey {
+        status: 0,
+        fields: (0, 0, 0),
+        framing: BodyFraming::Bodiless,
+        conn: ConnField::Omit,
+        body: HeadKey::NO_BODY,
+    };
 
-    /// Whether the body is kept with the head (words 5 and 6). An empty
-    /// range at 0 reads as none: it has no bytes to keep.
-    #[inline(always)]
-    fn has_body(&self) -> bool {
-        self.0[5] | self.0[6] != 0
-    }
+    /// No body kept with the head. An empty range at 0 reads as this too:
+    /// it has no bytes to keep.
+    const NO_BODY: (usize, usize) = (0, 0);
 
     /// `None` if the head has fields that are not worth comparing: the
     /// handler's own, the transport's, an owned content type, a content
@@ -300,28 +302,15 @@ impl HeadKey {
         };
         let body = match (framing, resp.fixed_body_place()) {
             (BodyFraming::Length(n), Some(at)) if !head_only && n <= INLINE_BODY_BYTES_MAX as u64 => at,
-            _ => (0, 0),
+            _ => HeadKey::NO_BODY,
         };
-        let (kind, length) = match framing {
-            BodyFraming::Length(n) => (1, n),
-            BodyFraming::Chunked => (2, 0),
-            BodyFraming::Close => (3, 0),
-            BodyFraming::Bodiless => (4, 0),
-        };
-        let conn = match conn {
-            ConnField::Omit => 0,
-            ConnField::Close => 1,
-            ConnField::KeepAlive => 2,
-        };
-        Some(HeadKey([
-            u64::from(resp.status) | kind << 16 | conn << 24,
-            length,
-            fields.0 as u64,
-            fields.1 as u64,
-            fields.2 as u64,
-            body.0 as u64,
-            body.1 as u64,
-        ]))
+        Some(HeadKey {
+            status: resp.status,
+            fields,
+            framing,
+            conn,
+            body,
+        })
     }
 }
 
