@@ -51,7 +51,10 @@ fn a_prepared_answers_block_is_released_after_its_answer() {
     for _ in 0..4 {
         c.send(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
         let r = c.response();
-        assert_eq!((r.status, r.text(), r.header("etag")), (200, "hi".to_string(), Some("\"x\"")));
+        assert_eq!(
+            (r.status, r.text(), r.header("etag")),
+            (200, "hi".to_string(), Some("\"x\""))
+        );
         // Ours and the handler's: none left in an answered response.
         assert_eq!(Arc::strong_count(&held), 2);
     }

@@ -718,7 +718,11 @@ impl Conn {
         // paid on every wakeup.
         let mut skip_read = quiet;
         loop {
-            let stop = if skip_read { Stop::Input } else { self.read_and_process(ctx) };
+            let stop = if skip_read {
+                Stop::Input
+            } else {
+                self.read_and_process(ctx)
+            };
             skip_read = false;
             if stop == Stop::Broken {
                 return self.broken(ctx);

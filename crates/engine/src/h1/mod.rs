@@ -1043,7 +1043,12 @@ impl H1 {
     /// that the driver builds no `Link` for the common wait (its stores
     /// were 6 instructions a request, callgrind hello-c50).
     #[inline(always)]
-    pub(crate) fn idle_wait_of(&mut self, idle_until: Option<Instant>, draining: bool, facts: IdleFacts) -> Option<Wait> {
+    pub(crate) fn idle_wait_of(
+        &mut self,
+        idle_until: Option<Instant>,
+        draining: bool,
+        facts: IdleFacts,
+    ) -> Option<Wait> {
         // The `Idle if link.input_empty` arm below, when it neither
         // closes nor keeps a handshake's deadline.
         if matches!(self.state, State::Idle)
