@@ -144,11 +144,15 @@ pub(crate) fn parse_response<'b, 'h>(
 fn tokenise_response<'b>(buf: &'b [u8], slots: &mut [MaybeUninit<Header<'b>>]) -> Option<(PlainStatus<'b>, usize)> {
     // HTTP-version SP 3DIGIT (httparse's `parse_version`, `parse_code`).
     let line: &[u8; 12] = buf.get(..12)?.try_into().ok()?;
-    let minor = match &line[..9] {
-        b"HTTP/1.1 " => 1,
-        b"HTTP/1.0 " => 0,
+    // The version compared as one word, then the space.
+    let minor = match u64::from_le_bytes(*line.first_chunk::<8>()?) {
+        HTTP_1_1 => 1,
+        HTTP_1_0 => 0,
         _ => return None,
     };
+    if line[8] != b' ' {
+        return None;
+    }
     let [h, t, o] = [line[9], line[10], line[11]];
     if ![h, t, o].iter().all(u8::is_ascii_digit) {
         return None;
@@ -197,20 +201,19 @@ fn fields<'b>(buf: &'b [u8], mut at: usize, slots: &mut [MaybeUninit<Header<'b>>
         // of the bytes is partial: httparse's.
         let name_at = at;
         let colon = token_run(buf, name_at);
-        if colon == buf.len() {
+        if buf.get(colon) != Some(&b':') || colon == name_at {
             return None;
         }
         let name = &buf[name_at..colon];
-        if name.is_empty() || buf[colon] != b':' {
-            return None;
-        }
         at = colon + 1;
         // OWS: nearly always one space.
         if buf.get(at) == Some(&b' ') {
             at += 1;
         }
-        while let Some(b' ' | b'\t') = buf.get(at) {
-            at += 1;
+        // More blanks are rare: one compare finds a byte at or below SP
+        // (a CR of an empty value too), and `skip_blanks` looks closer.
+        if buf.get(at).is_some_and(|&b| b <= b' ') {
+            at = skip_blanks(buf, at);
         }
         let value_at = at;
         // The value runs to CRLF; a tab inside it is taken a byte at a
@@ -250,9 +253,21 @@ fn fields<'b>(buf: &'b [u8], mut at: usize, slots: &mut [MaybeUninit<Header<'b>>
 
 const DOT_1_CRLF: u32 = u32::from_le_bytes(*b".1\r\n");
 const DOT_0_CRLF: u32 = u32::from_le_bytes(*b".0\r\n");
+const HTTP_1_1: u64 = u64::from_le_bytes(*b"HTTP/1.1");
+const HTTP_1_0: u64 = u64::from_le_bytes(*b"HTTP/1.0");
 
 const ONES: u64 = 0x0101_0101_0101_0101;
 const HIGHS: u64 = 0x8080_8080_8080_8080;
+
+/// Where the blanks (SP, HTAB) from `at` end.
+#[cold]
+#[inline(never)]
+fn skip_blanks(buf: &[u8], mut at: usize) -> usize {
+    while let Some(b' ' | b'\t') = buf.get(at) {
+        at += 1;
+    }
+    at
+}
 
 /// `value` without its trailing blanks (SP, HTAB), as httparse trims.
 #[cold]
@@ -352,7 +367,8 @@ fn token_run(buf: &[u8], mut at: usize) -> usize {
             continue;
         }
         at += other.trailing_zeros() as usize;
-        if !is_token(buf[at]) {
+        let stop = buf[at];
+        if stop == b':' || !is_token(stop) {
             return at;
         }
         at += 1;
