@@ -697,10 +697,8 @@ pub(crate) fn is_valid_host(host: &[u8]) -> bool {
     // 27 instructions for a 15-byte `127.0.0.1:port` against 50 for the
     // table below (callgrind, the function alone). Any other host, or a
     // byte outside that set, is judged by the table.
-    if let (Some(first), Some(last)) = (host.first_chunk::<8>(), host.last_chunk::<8>()) {
-        if host.len() <= 16 && is_common_host16(first, last) {
-            return true;
-        }
+    if is_common_host(host) {
+        return true;
     }
     // A table lookup per byte, without a branch per byte: this runs on
     // every request, and the early exit of `all` made a loop whose
@@ -720,50 +718,22 @@ pub(crate) fn is_valid_host(host: &[u8]) -> bool {
     ok
 }
 
-/// Whether all sixteen bytes of `first` and `last` are digits, `:`,
-/// lowercase letters, `-` or `.` ([`is_common_host8`] of each). On
-/// x86_64, one SSE2 vector of both: `b - lo <= n` (unsigned) for each
-/// range is a saturating subtraction of `n` that leaves zero.
-#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
-#[allow(unsafe_code)]
+/// Whether `host` is 8 to 16 bytes of the common host's set (see
+/// [`is_valid_host`]): inlined where the request's Host field is judged,
+/// so that the common host costs no call (`Fields::scan`), with
+/// `is_valid_host` called only for any other.
 #[inline(always)]
-fn is_common_host16(first: &[u8; 8], last: &[u8; 8]) -> bool {
-    use std::arch::x86_64::{
-        _mm_cmpeq_epi8, _mm_movemask_epi8, _mm_or_si128, _mm_set1_epi8, _mm_set_epi64x, _mm_setzero_si128,
-        _mm_sub_epi8, _mm_subs_epu8,
-    };
-    let first = i64::from_le_bytes(*first);
-    let last = i64::from_le_bytes(*last);
-    // SAFETY: arithmetic on values; SSE2 intrinsics are `unsafe` to call
-    // from a function without `#[target_feature]`, and SSE2 is part of
-    // x86_64 (this is compiled only where `target_feature = "sse2"`).
-    let common = unsafe {
-        let v = _mm_set_epi64x(last, first);
-        let within = |lo: u8, n: u8| {
-            let d = _mm_sub_epi8(v, _mm_set1_epi8(lo as i8));
-            _mm_cmpeq_epi8(_mm_subs_epu8(d, _mm_set1_epi8(n as i8)), _mm_setzero_si128())
-        };
-        let ok = _mm_or_si128(
-            _mm_or_si128(within(b'0', b':' - b'0'), within(b'a', b'z' - b'a')),
-            within(b'-', b'.' - b'-'),
-        );
-        _mm_movemask_epi8(ok)
-    };
-    common == 0xFFFF
-}
-
-/// [`is_common_host16`] where there is no SSE2: each half alone.
-#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
-#[inline(always)]
-fn is_common_host16(first: &[u8; 8], last: &[u8; 8]) -> bool {
-    is_common_host8(first) & is_common_host8(last)
+fn is_common_host(host: &[u8]) -> bool {
+    match (host.first_chunk::<8>(), host.last_chunk::<8>()) {
+        (Some(first), Some(last)) => host.len() <= 16 && is_common_host8(first) & is_common_host8(last),
+        _ => false,
+    }
 }
 
 /// Whether all eight bytes are digits, `:`, lowercase letters, `-` or
 /// `.` (a subset of `HOST_BYTES`). Ranges tested with `|`, not `||`, and
 /// no early exit, so that the loop becomes vector compares: written with
 /// `||` and `is_ascii_digit`, the check above cost 113 instructions.
-#[cfg(any(test, not(all(target_arch = "x86_64", target_feature = "sse2"))))]
 #[inline(always)]
 fn is_common_host8(bytes: &[u8; 8]) -> bool {
     let mut other = 0u8;
@@ -848,7 +818,7 @@ impl<'b> Fields<'b> {
                     f.n_hosts += 1;
                     // httparse has trimmed the blanks around the value
                     // (were one left, it would fail the check: a 400).
-                    if !is_valid_host(h.value) {
+                    if !is_common_host(h.value) && !is_valid_host(h.value) {
                         return Err(HeadError::BadRequest("invalid Host field"));
                     }
                     // is_valid_host admits ASCII only: `Request::host`
@@ -1226,14 +1196,10 @@ mod tests {
                     let mut w = base;
                     w[at] = b;
                     assert_eq!(is_common_host8(&w), w.iter().all(|&b| common(b)), "{w:?}");
-                    // The 16-byte check, this word in either half.
-                    assert_eq!(is_common_host16(&w, &base), is_common_host8(&w), "{w:?}");
-                    assert_eq!(is_common_host16(&base, &w), is_common_host8(&w), "{w:?}");
                     if at < 7 {
                         for c in 0..=255u8 {
                             w[at + 1] = c;
                             assert_eq!(is_common_host8(&w), w.iter().all(|&b| common(b)), "{w:?}");
-                            assert_eq!(is_common_host16(&base, &w), is_common_host8(&w), "{w:?}");
                         }
                     }
                 }

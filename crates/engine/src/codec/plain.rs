@@ -622,6 +622,72 @@ mod tests {
         }
     }
 
+    /// Every byte value at every place of a 20-byte name and of a 20-byte
+    /// value, so that each 16-byte step (SSE2 on x86_64) stops at it
+    /// inside the step, on its last byte or in the tail after it, and
+    /// the run goes on after a token byte the step does not take (`_`,
+    /// `~`, ...): taken exactly when httparse takes it, and alike.
+    #[test]
+    fn every_byte_in_a_long_name_or_value_agrees_with_httparse() {
+        for at in 0..20 {
+            for b in 0..=255u8 {
+                let mut name = vec![b'n'; 20];
+                name[at] = b;
+                let mut head = b"GET / HTTP/1.1\r\n".to_vec();
+                head.extend_from_slice(&name);
+                head.extend_from_slice(b": v\r\nnext: field\r\n\r\n");
+                // A ':' inside ends a shorter name (the rest is value).
+                let plain = is_token(b) || (b == b':' && at > 0);
+                assert_eq!(check(&head, 4), plain, "name byte {b:#04x} at {at}");
+                let mut value = vec![b'v'; 20];
+                value[at] = b;
+                let mut head = b"GET / HTTP/1.1\r\nname: ".to_vec();
+                head.extend_from_slice(&value);
+                head.extend_from_slice(b"\r\n\r\n");
+                let plain = (0x20..=0x7e).contains(&b) || b == b'\t';
+                assert_eq!(check(&head, 4), plain, "value byte {b:#04x} at {at}");
+                // The target too (visible ASCII only).
+                let mut target = vec![b'/'; 20];
+                target[at] = b;
+                let mut head = b"GET ".to_vec();
+                head.extend_from_slice(&target);
+                head.extend_from_slice(b" HTTP/1.1\r\nHost: a\r\n\r\n");
+                let plain = (0x21..=0x7e).contains(&b);
+                assert_eq!(check(&head, 4), plain, "target byte {b:#04x} at {at}");
+            }
+        }
+    }
+
+    /// Response heads (the reverse proxy's upstream answers): the common
+    /// ones are plain, and cut at every length or with each byte replaced
+    /// they answer alike through `parse_response_head` with and without
+    /// the plain parser (the `h1_client` fuzz target's check).
+    #[test]
+    fn response_heads_answer_alike_with_and_without_the_plain_parser() {
+        let heads: &[&[u8]] = &[
+            b"HTTP/1.1 200 OK\r\nServer: limit\r\nDate: Thu, 01 Jan 2026 00:00:00 GMT\r\nContent-Type: text/plain\r\nContent-Length: 13\r\n\r\nHello, World!",
+            b"HTTP/1.0 404 Not Found\r\nX_Under.score~1234567890: a\tb \r\nE:\r\n\r\n",
+            b"HTTP/1.1 204\r\nA-Name-Longer-Than-Sixteen-Bytes: v\r\n\r\n",
+        ];
+        for base in heads {
+            let mut slots = [const { MaybeUninit::uninit() }; 8];
+            assert!(parse_response(base, &mut slots).is_ok(), "{:?}", String::from_utf8_lossy(base));
+            for cut in 0..=base.len() {
+                crate::fuzzing::response_head_plain(&base[..cut]);
+            }
+            for i in 0..base.len() {
+                for b in [
+                    0u8, b'\t', b'\n', b'\r', b' ', b'#', b'(', b'-', b'.', b'0', b'1', b'9', b':', b'A', b'H', b'_',
+                    b'a', b'~', 0x7f, 0x80, 0xc3, 0xff,
+                ] {
+                    let mut m = base.to_vec();
+                    m[i] = b;
+                    crate::fuzzing::response_head_plain(&m);
+                }
+            }
+        }
+    }
+
     /// Every head above cut at every length, and every byte of a head
     /// replaced by each value: whatever `parse` takes, httparse takes
     /// alike (the fuzz target `request_head` does the same on any input).
