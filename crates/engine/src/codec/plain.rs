@@ -435,17 +435,17 @@ mod sse2 {
         let v = load(c);
         // SAFETY: arithmetic on values, and SSE2 is there (see `load`).
         let name = unsafe {
-        let lower = _mm_or_si128(v, _mm_set1_epi8(0x20));
-        let letter = _mm_cmpgt_epi8(
-            _mm_set1_epi8((-128 + 26) as i8),
-            _mm_add_epi8(lower, _mm_set1_epi8((0x80u8.wrapping_sub(b'a')) as i8)),
-        );
-        let digit = _mm_cmpgt_epi8(
-            _mm_set1_epi8((-128 + 10) as i8),
-            _mm_add_epi8(v, _mm_set1_epi8((0x80u8.wrapping_sub(b'0')) as i8)),
-        );
-        let dash = _mm_cmpeq_epi8(v, _mm_set1_epi8(b'-' as i8));
-        _mm_movemask_epi8(_mm_or_si128(_mm_or_si128(letter, digit), dash))
+            let lower = _mm_or_si128(v, _mm_set1_epi8(0x20));
+            let letter = _mm_cmpgt_epi8(
+                _mm_set1_epi8((-128 + 26) as i8),
+                _mm_add_epi8(lower, _mm_set1_epi8((0x80u8.wrapping_sub(b'a')) as i8)),
+            );
+            let digit = _mm_cmpgt_epi8(
+                _mm_set1_epi8((-128 + 10) as i8),
+                _mm_add_epi8(v, _mm_set1_epi8((0x80u8.wrapping_sub(b'0')) as i8)),
+            );
+            let dash = _mm_cmpeq_epi8(v, _mm_set1_epi8(b'-' as i8));
+            _mm_movemask_epi8(_mm_or_si128(_mm_or_si128(letter, digit), dash))
         };
         (name as u32) ^ 0xFFFF
     }
@@ -671,7 +671,11 @@ mod tests {
         ];
         for base in heads {
             let mut slots = [const { MaybeUninit::uninit() }; 8];
-            assert!(parse_response(base, &mut slots).is_ok(), "{:?}", String::from_utf8_lossy(base));
+            assert!(
+                parse_response(base, &mut slots).is_ok(),
+                "{:?}",
+                String::from_utf8_lossy(base)
+            );
             for cut in 0..=base.len() {
                 crate::fuzzing::response_head_plain(&base[..cut]);
             }
