@@ -25,7 +25,11 @@
 //! version compared as words; callgrind, hello-pipe16 at 0bf167b and
 //! b24965e). The two `unsafe` blocks below are the ones
 //! httparse has (`from_utf8_unchecked` on bytes checked to be ASCII, the
-//! written slots viewed as initialised); each says why it holds.
+//! written slots viewed as initialised); each says why it holds. On
+//! x86_64 the runs go 16 bytes a step with SSE2 (module `sse2`, whose
+//! blocks are a load and the intrinsics): h2load's request 389 to 374
+//! instructions, limit.c's answer 745 to 683 (the tokeniser alone,
+//! parse8), the 8-byte words the portable path and the tail.
 
 use std::mem::MaybeUninit;
 
