@@ -105,7 +105,7 @@ pub(super) fn start(
     if !is_token(method.as_bytes()) || !target_ok(target) || !(host_parsed || is_valid_host(host)) {
         return Err(Invalid);
     }
-    request_line_and_host(out, method, target, host);
+    line_and_host(out, method, target, host);
     // RFC 9110 §7.6.1: the fields a `Connection` names go with it. Most
     // requests have none: one pass, each field looked up in none; when
     // one is met, what the pass wrote goes and a second pass looks each
@@ -118,6 +118,37 @@ pub(super) fn start(
     }
     out.truncate(at);
     fields_into(out, fields, from, skip, true)
+}
+
+/// `request_line_and_host`, inlined, with the common methods and the
+/// line's end as constants (one copy each, not a call to `memcpy`) and
+/// one reservation: the call, the method's copy and six capacity checks
+/// were 131 instructions of a proxied GET (callgrind `proxy-c50`).
+#[inline(always)]
+fn line_and_host(out: &mut Vec<u8>, method: &str, target: &str, host: &[u8]) {
+    out.reserve(method.len() + target.len() + host.len() + 24);
+    match method {
+        "GET" => out.extend_from_slice(b"GET "),
+        "HEAD" => out.extend_from_slice(b"HEAD "),
+        "POST" => out.extend_from_slice(b"POST "),
+        _ => {
+            out.extend_from_slice(method.as_bytes());
+            out.push(b' ');
+        }
+    }
+    out.extend_from_slice(target.as_bytes());
+    if host.is_empty() {
+        out.extend_from_slice(b" HTTP/1.1\r\nHost:\r\n");
+    } else {
+        out.extend_from_slice(b" HTTP/1.1\r\nHost: ");
+        out.extend_from_slice(host);
+        out.extend_from_slice(b"\r\n");
+    }
+    debug_assert!({
+        let mut spelled = Vec::new();
+        request_line_and_host(&mut spelled, method, target, host);
+        out.ends_with(&spelled)
+    });
 }
 
 /// `start`'s pass over the client's fields; `has_connection`: options of

@@ -68,20 +68,37 @@ const INTERIMS_MAX: u8 = 8;
 /// Found by length, then one or two comparisons: a walk through the
 /// list cost 10 comparisons a field. Inlined: a call a field was 28
 /// instructions of a proxied GET's four (callgrind, `proxy-c50`).
+/// `Dropped::Connection` for `Connection` itself, which `relay_fields`
+/// notes in the same look (a second comparison of each dropped name with
+/// `connection` was 9 instructions of a proxied GET, callgrind
+/// `proxy-c50`).
 #[inline(always)]
-fn dropped(name: &[u8]) -> bool {
+fn dropped(name: &[u8]) -> Dropped {
     let is = |n: &[u8]| crate::codec::client::eq_lower(name, n);
+    let drop = |yes: bool| if yes { Dropped::Yes } else { Dropped::No };
     match name.len() {
-        2 => is(b"te"),
-        4 => is(b"date"),
-        6 => is(b"server"),
-        7 => is(b"upgrade") || is(b"trailer"),
-        10 => is(b"connection") || is(b"keep-alive"),
-        14 => is(b"content-length"),
-        16 => is(b"proxy-connection"),
-        17 => is(b"transfer-encoding"),
-        _ => false,
+        2 => drop(is(b"te")),
+        4 => drop(is(b"date")),
+        6 => drop(is(b"server")),
+        7 => drop(is(b"upgrade") || is(b"trailer")),
+        10 if is(b"connection") => Dropped::Connection,
+        10 => drop(is(b"keep-alive")),
+        14 => drop(is(b"content-length")),
+        16 => drop(is(b"proxy-connection")),
+        17 => drop(is(b"transfer-encoding")),
+        _ => Dropped::No,
     }
+}
+
+/// What `dropped` says of a field's name.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Dropped {
+    /// Relayed.
+    No,
+    /// Not relayed.
+    Yes,
+    /// `Connection`: not relayed, and its options are not either.
+    Connection,
 }
 
 /// The worker's upstream connections and pools.
@@ -1923,7 +1940,8 @@ impl UpConn {
             // The time to the head, for the access log and the metrics:
             // not measured when neither is kept (the subtraction was 55
             // instructions of a proxied GET, callgrind `proxy-c50`).
-            let timed = self.metrics.is_some() || ctx.log.is_some() || ctx.site_logs.iter().any(Option::is_some);
+            let logged = ctx.log.is_some() || ctx.site_logs.iter().any(Option::is_some);
+            let timed = self.metrics.is_some() || logged;
             let took = match timed {
                 true => Some(ctx.now.saturating_duration_since(self.started)),
                 false => None,
@@ -1955,7 +1973,7 @@ impl UpConn {
                         }
                         let response = Response::prepared_beside(status, block_of(&lines), lines_len..lines_len + n);
                         keep_lines(&mut self.lines, lines);
-                        self.answer_to(answers, responder, response);
+                        self.answer_to(answers, responder, response, logged);
                         let reusable = self.keep_alive && self.buf.is_empty();
                         return Err(if reusable { Outcome::Reusable } else { Outcome::Close });
                     }
@@ -2016,7 +2034,7 @@ impl UpConn {
                         (*f).finish();
                     }
                 }
-                self.answer_to(answers, responder, Response::prepared(status, block, body));
+                self.answer_to(answers, responder, Response::prepared(status, block, body), logged);
                 let reusable = self.keep_alive && self.buf.is_empty();
                 return Err(if reusable { Outcome::Reusable } else { Outcome::Close });
             }
@@ -2035,7 +2053,7 @@ impl UpConn {
             keep_lines(&mut self.lines, lines);
             self.encoder = encoder;
             self.fill = fill;
-            self.answer_to(answers, responder, Response::prepared(status, block, body));
+            self.answer_to(answers, responder, Response::prepared(status, block, body), logged);
             self.tx = Some(tx);
             self.decoder = ResponseBodyDecoder::new(framing, u64::MAX);
             self.state = State::Body;
@@ -2078,11 +2096,20 @@ impl UpConn {
     /// times more, and the figures cloned (about 200 instructions of a
     /// proxied GET, callgrind `proxy-c50`).
     #[inline(always)]
-    fn answer_to(&mut self, answers: &mut Vec<Answer>, responder: Responder, response: Response) {
+    /// `logged`: an access log may write the request's line (the
+    /// figures go with the answer only then: they are read by nothing
+    /// else, and their hand-over was about 40 instructions of a proxied
+    /// GET, callgrind `proxy-c50`; the next exchange's `take` sets them
+    /// afresh either way).
+    fn answer_to(&mut self, answers: &mut Vec<Answer>, responder: Responder, response: Response, logged: bool) {
         if let (Some(m), Some(took)) = (&self.metrics, self.figures.header) {
             m.header_time(took);
         }
         self.judged = Some(response.status() < 500);
+        if !logged {
+            answers.push((responder, response, None));
+            return;
+        }
         // The connection keeps its address for the next exchange: a TCP
         // one copied as it is (`Option::clone_from` was 35 instructions
         // of a proxied GET, callgrind `proxy-c50`).
@@ -2211,9 +2238,13 @@ fn relay_fields(lines: &mut Vec<u8>, fields: &[httparse::Header<'_>], encoded: b
     let mut connection = false;
     for h in fields {
         let name = h.name.as_bytes();
-        if dropped(name) {
-            connection |= crate::codec::client::eq_lower(name, b"connection");
-            continue;
+        match dropped(name) {
+            Dropped::No => {}
+            Dropped::Yes => continue,
+            Dropped::Connection => {
+                connection = true;
+                continue;
+            }
         }
         if named.iter().any(|n| n.eq_ignore_ascii_case(name)) {
             continue;
