@@ -102,7 +102,9 @@ pub(super) fn start(
     skip: &[&str],
 ) -> Result<Seen, Invalid> {
     debug_assert!(!host_parsed || is_valid_host(host));
-    if !is_token(method.as_bytes()) || !target_ok(target) || !(host_parsed || is_valid_host(host)) {
+    // The common methods are tokens: not looked at byte by byte.
+    let method_ok = matches!(method, "GET" | "HEAD" | "POST") || is_token(method.as_bytes());
+    if !method_ok || !target_ok(target) || !(host_parsed || is_valid_host(host)) {
         return Err(Invalid);
     }
     line_and_host(out, method, target, host);
@@ -187,7 +189,7 @@ fn fields_into(
             continue;
         }
         match from {
-            Fields::Parsed => line(out, name, f.value),
+            Fields::Parsed => line_inline(out, name, f.value),
             Fields::Unchecked => put(out, name, f.value)?,
         }
     }
@@ -211,6 +213,18 @@ pub(super) fn put(out: &mut Vec<u8>, name: &[u8], value: &[u8]) -> Result<(), In
 pub(super) fn line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     debug_assert!(is_token(name) && value_ok(value), "{name:?}: {value:?}");
     out.reserve(name.len() + value.len() + 4);
+    out.extend_from_slice(name);
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// `line`, inlined into the pass over the client's fields (a call a
+/// field, with its reservation, was about 20 instructions of a proxied
+/// GET's one field, callgrind `proxy-c50`).
+#[inline(always)]
+fn line_inline(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
+    debug_assert!(is_token(name) && value_ok(value), "{name:?}: {value:?}");
     out.extend_from_slice(name);
     out.extend_from_slice(b": ");
     out.extend_from_slice(value);

@@ -709,16 +709,30 @@ impl Proxy {
                 if let (true, Some(ask)) = (rescue, &ask) {
                     cache::watch(responder.key(), ask);
                 }
-                let more = More {
-                    body: reader,
-                    encode: self
-                        .encode
-                        .as_deref()
-                        .map(|e| encode::plan(e, req.header_bytes("accept-encoding"))),
-                    forward_trailers,
-                    body_trailers,
-                    cache: ask,
-                    ..More::default()
+                let encode = self
+                    .encode
+                    .as_deref()
+                    .map(|e| encode::plan(e, req.header_bytes("accept-encoding")));
+                // Nothing of `More` set (nearly every request): none is
+                // made (writing one out and looking at each part again in
+                // `More::boxed` was about 40 instructions of a proxied
+                // GET, callgrind `proxy-c50`).
+                let unset = reader.is_none()
+                    && encode.is_none()
+                    && forward_trailers.is_none()
+                    && body_trailers.is_none()
+                    && ask.is_none();
+                let more = match unset {
+                    true => None,
+                    false => More {
+                        body: reader,
+                        encode,
+                        forward_trailers,
+                        body_trailers,
+                        cache: ask,
+                        ..More::default()
+                    }
+                    .boxed(),
                 };
                 let job = Job {
                     up: self.up.clone(),
@@ -732,7 +746,7 @@ impl Proxy {
                     responder,
                     choice: self.choice(req),
                     trailers,
-                    more: more.boxed(),
+                    more,
                 };
                 match wait {
                     true => cache::park(job),
