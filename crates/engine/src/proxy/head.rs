@@ -502,6 +502,25 @@ mod tests {
     }
 
     #[test]
+    fn the_request_line_is_the_codecs_for_every_method_and_host() {
+        // The methods spelled as constants and any other, a Host and none:
+        // the bytes `request_line_and_host` writes, after what was there.
+        for method in ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "M-SEARCH", "GETX", "G"] {
+            for host in [&b""[..], b"h", b"example.com:8080"] {
+                let mut ours = b"x".to_vec();
+                line_and_host(&mut ours, method, "/a?b", host);
+                let mut codec = b"x".to_vec();
+                request_line_and_host(&mut codec, method, "/a?b", host);
+                assert_eq!(ours, codec, "{method} {host:?}");
+            }
+        }
+        // A method that is not a token is refused, constant or not.
+        let mut out = Vec::new();
+        let started = start(&mut out, "GE T", "/", b"h", false, &[], Fields::Parsed, &[]);
+        assert_eq!(started, Err(Invalid));
+    }
+
+    #[test]
     fn refuses_what_would_split_the_head() {
         // method, target, host, the client's fields, this hop's.
         type Case<'a> = (
