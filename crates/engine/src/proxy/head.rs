@@ -505,7 +505,9 @@ mod tests {
     fn the_request_line_is_the_codecs_for_every_method_and_host() {
         // The methods spelled as constants and any other, a Host and none:
         // the bytes `request_line_and_host` writes, after what was there.
-        for method in ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "M-SEARCH", "GETX", "G"] {
+        for method in [
+            "GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "M-SEARCH", "GETX", "G",
+        ] {
             for host in [&b""[..], b"h", b"example.com:8080"] {
                 let mut ours = b"x".to_vec();
                 line_and_host(&mut ours, method, "/a?b", host);
