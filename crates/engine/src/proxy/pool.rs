@@ -919,51 +919,7 @@ impl Upstreams {
             timers.arm(Source::Upstream(key).token(), c.deadline, &mut c.armed);
             return;
         }
-        if let Outcome::Reusable = outcome {
-            return self.reuse(ctx, timers, key);
-        }
         self.settle(ctx, timers, key, outcome);
-    }
-
-    /// The exchange ended and the connection may serve another: kept
-    /// (idle, or given the next queued request) or closed. Inlined into
-    /// `drive` as well, where every kept-alive exchange ends (through
-    /// `settle`, a call of about 20 instructions of a proxied GET,
-    /// callgrind `proxy-c50`).
-    #[inline(always)]
-    fn reuse(&mut self, ctx: &mut Ctx<'_>, timers: &mut Timers, key: usize) {
-        let c = &mut self.conns[key];
-        c.state = State::Idle;
-        c.reused = true;
-        // A short answer's buffer is kept for the next (freed and
-        // made again, it was a malloc and a free per proxied GET,
-        // 210 instructions, callgrind `proxy-c50`); a larger one
-        // goes, so an idle connection holds at most
-        // `IDLE_BUF_BYTES_MAX`, within the `UPSTREAM_READ_BYTES`
-        // each connection is counted for in
-        // `Limits::worst_case_bytes_per_worker`.
-        if c.buf.capacity() <= IDLE_BUF_BYTES_MAX {
-            c.buf.clear();
-        } else {
-            c.buf = Vec::new();
-        }
-        let Some(pool) = self.pools.list.get(c.pool) else {
-            return;
-        };
-        c.deadline = Some(ctx.now + pool.up.idle_timeout);
-        timers.arm(Source::Upstream(key).token(), c.deadline, &mut c.armed);
-        if ctx.draining {
-            self.close(ctx, timers, key);
-        } else if let Some(job) = self.pools.list[c.pool].queue.pop_front() {
-            self.assign(ctx, timers, key, job);
-        } else if self.waiting_for_room().is_some() {
-            // Another upstream's request waits for the worker's
-            // cap: this connection makes room (`close` starts it).
-            self.close(ctx, timers, key);
-        } else if let Some(pool) = self.pools.list.get_mut(self.conns[key].pool) {
-            pool.idle.push(key);
-            pool.publish();
-        }
     }
 
     fn settle(&mut self, ctx: &mut Ctx<'_>, timers: &mut Timers, key: usize, outcome: Outcome) {
@@ -972,7 +928,40 @@ impl Upstreams {
                 let c = &mut self.conns[key];
                 timers.arm(Source::Upstream(key).token(), c.deadline, &mut c.armed);
             }
-            Outcome::Reusable => self.reuse(ctx, timers, key),
+            Outcome::Reusable => {
+                let c = &mut self.conns[key];
+                c.state = State::Idle;
+                c.reused = true;
+                // A short answer's buffer is kept for the next (freed and
+                // made again, it was a malloc and a free per proxied GET,
+                // 210 instructions, callgrind `proxy-c50`); a larger one
+                // goes, so an idle connection holds at most
+                // `IDLE_BUF_BYTES_MAX`, within the `UPSTREAM_READ_BYTES`
+                // each connection is counted for in
+                // `Limits::worst_case_bytes_per_worker`.
+                if c.buf.capacity() <= IDLE_BUF_BYTES_MAX {
+                    c.buf.clear();
+                } else {
+                    c.buf = Vec::new();
+                }
+                let Some(pool) = self.pools.list.get(c.pool) else {
+                    return;
+                };
+                c.deadline = Some(ctx.now + pool.up.idle_timeout);
+                timers.arm(Source::Upstream(key).token(), c.deadline, &mut c.armed);
+                if ctx.draining {
+                    self.close(ctx, timers, key);
+                } else if let Some(job) = self.pools.list[c.pool].queue.pop_front() {
+                    self.assign(ctx, timers, key, job);
+                } else if self.waiting_for_room().is_some() {
+                    // Another upstream's request waits for the worker's
+                    // cap: this connection makes room (`close` starts it).
+                    self.close(ctx, timers, key);
+                } else if let Some(pool) = self.pools.list.get_mut(self.conns[key].pool) {
+                    pool.idle.push(key);
+                    pool.publish();
+                }
+            }
             Outcome::Close => self.close(ctx, timers, key),
             Outcome::Switched { fields } => self.hand_off(ctx, timers, key, fields),
             Outcome::Failed { status, why, retry } => {
@@ -1777,7 +1766,6 @@ impl UpConn {
     /// Parses the answer's head when whole; sends it to the client.
     /// `Ok(true)`: the body follows (state `Body`); `Ok(false)`: more
     /// bytes are needed; `Err`: the exchange is decided.
-    #[inline(always)]
     fn head(&mut self, ctx: &Ctx<'_>, answers: &mut Vec<Answer>) -> Result<bool, Outcome> {
         loop {
             // Nothing read yet (the request was just written): what the
