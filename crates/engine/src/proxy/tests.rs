@@ -106,3 +106,25 @@ fn via_values_name_our_token_only_as_a_hop() {
     assert!(!contains_token(b"1.1 peregrine-abcdef", b"peregrine-abcd"));
     assert!(!contains_token(b"peregrine-abcd", b"peregrine-abcd"));
 }
+
+#[test]
+fn same_bytes_is_slice_equality_at_every_length_and_place() {
+    // Every length its word compares cover (and beyond), equal and
+    // differing in each byte: a word read at the wrong place, or a byte
+    // neither of two overlapping words covers, would answer wrongly.
+    let base: Vec<u8> = (0..24u8).map(|i| b'0' + i).collect();
+    for n in 0..=base.len() {
+        let a = &base[..n];
+        assert!(same_bytes(a, a), "{n}");
+        assert!(same_bytes(a, &base.clone()[..n]), "{n}");
+        for at in 0..n {
+            let mut b = a.to_vec();
+            b[at] ^= 0x20;
+            assert!(!same_bytes(a, &b), "{n} {at}");
+            assert!(!same_bytes(&b, a), "{n} {at}");
+        }
+        if n > 0 {
+            assert!(!same_bytes(a, &base[..n - 1]), "{n}");
+        }
+    }
+}

@@ -112,7 +112,11 @@ pub(crate) fn offer(req: &Request<'_>) -> Option<Offer> {
                     h.name.eq_ignore_ascii_case(field) && list_elements(h.value).any(|t| t.eq_ignore_ascii_case(token))
                 })
             };
-            if !names("connection", b"upgrade") || !names("upgrade", b"websocket") {
+            // `Upgrade` first: rarer than `Connection` (HTTP/1.1 clients
+            // often send `Connection: keep-alive`, whose options would be
+            // walked), and of a length few common fields share, where
+            // `User-Agent` is as long as `Connection`.
+            if !names("upgrade", b"websocket") || !names("connection", b"upgrade") {
                 return None;
             }
             let mut keys = req
