@@ -213,7 +213,7 @@ impl<'b> Head<'b, '_> {
 }
 
 /// The result of [`parse_head`] on bytes that are not (yet) an error.
-#[derive(Clone, Copy, Debug)]
+#[derive(Debug)]
 pub enum Parsed<'b, 'h> {
     /// A whole head was found.
     Complete(Head<'b, 'h>),
@@ -249,23 +249,6 @@ pub(crate) fn parse_head_with<'b, 'h>(
     limits: &Limits,
     plain: bool,
 ) -> Result<Parsed<'b, 'h>, HeadError> {
-    let mut slot = MaybeUninit::uninit();
-    *parse_head_into(buf, headers, limits, plain, &mut slot)
-}
-
-/// [`parse_head_with`], written into the caller's `slot`: the HTTP/1.1
-/// machine's, whose event lends the head from there. Each way writes the
-/// slot itself: returned, the two ways' results met in one place (the
-/// httparse call's return slot) and were copied into the caller's whole,
-/// 34 instructions a hello (callgrind, bench/runs/2026-11-28-head8).
-#[inline(always)]
-pub(crate) fn parse_head_into<'s, 'b, 'h>(
-    buf: &'b [u8],
-    headers: &'h mut [MaybeUninit<httparse::Header<'b>>],
-    limits: &Limits,
-    plain: bool,
-    slot: &'s mut MaybeUninit<Result<Parsed<'b, 'h>, HeadError>>,
-) -> &'s Result<Parsed<'b, 'h>, HeadError> {
     let n_headers_max = headers.len().min(limits.n_headers_max);
     let mut headers = &mut headers[..n_headers_max];
     // The plain head first (`codec::plain`): a strictly formed head is
@@ -275,14 +258,14 @@ pub(crate) fn parse_head_into<'s, 'b, 'h>(
         headers = match super::plain::parse(buf, headers) {
             Ok((p, fields)) => {
                 // Every line ends in CRLF: the plain parser takes no other.
-                return slot.write(checked(
+                return checked(
                     p.method, p.target, p.minor, p.head_len, p.line_len, true, fields, limits,
-                ));
+                );
             }
             Err(headers) => headers,
         };
     }
-    slot.write(parse_head_httparse(buf, headers, limits))
+    parse_head_httparse(buf, headers, limits)
 }
 
 /// [`parse_head_with`] for a head the plain parser did not take:

@@ -13,5 +13,4 @@ pub use chunked::{ChunkedDecoder, ChunkedError};
 pub use client::{
     parse_response_head, write_request_head, ParsedResponse, ResponseError, ResponseFraming, ResponseHead,
 };
-pub(crate) use head::parse_head_into;
 pub use head::{parse_head, FieldNames, Framing, Head, HeadError, Parsed, Version};

@@ -46,7 +46,7 @@ use crate::body::BodySink;
 use crate::buffers::{Input, Output, Tail};
 use crate::codec::chunked::TRAILER_BYTES_MAX;
 use crate::codec::write as wire;
-use crate::codec::{parse_head_into, ChunkedDecoder, Framing, Head, HeadError, Parsed, Version};
+use crate::codec::{parse_head, ChunkedDecoder, Framing, Head, HeadError, Parsed, Version};
 use crate::limits::{Limits, BUFFER_BYTES, DISCARD_TIMEOUT};
 use crate::message::trailers::Trailers;
 use crate::min_rate::{MinRate, Rate};
@@ -89,8 +89,9 @@ pub(crate) fn cold_path() {
 /// event lends the head where `parse_head` wrote it. Carried in the event
 /// by value, the 128-byte head was copied into it and again by the
 /// caller's match (about 28 instructions a request, callgrind hello-c50,
-/// bench/runs/2026-11-28-head8). Not initialised before the parse: each
-/// way of parsing writes it (`codec::head::parse_head_into`).
+/// bench/runs/2026-11-28-head8). Not initialised before the parse
+/// (`MaybeUninit::write`, safe): a slot holding a value before it was
+/// written whole from a copy of the parse (30 instructions).
 pub(crate) type HeadSlot<'b, 'h> = MaybeUninit<Result<Parsed<'b, 'h>, HeadError>>;
 
 /// A `HeadSlot` before any parse.
@@ -418,7 +419,7 @@ impl H1 {
         // The head is looked at where `parse_head` put it, in the caller's
         // slot, and lent to the event: moved out of the result first, it
         // was copied twice (callgrind, hello-pipe16).
-        let parsed = parse_head_into(data, headers, env.limits, true, slot);
+        let parsed: &'p Result<Parsed<'b, 'h>, HeadError> = slot.write(parse_head(data, headers, env.limits));
         let head = match parsed {
             Ok(Parsed::Complete(head)) => head,
             Ok(Parsed::Partial) => {
@@ -729,7 +730,8 @@ impl H1 {
         // The head was valid when it arrived and its bytes have not moved
         // relative to the request start; parse it again rather than keep a
         // self-referential borrow across reads.
-        let parsed = parse_head_into(&data[..head_len], headers, env.limits, true, slot);
+        let parsed: &'p Result<Parsed<'b, 'h>, HeadError> =
+            slot.write(parse_head(&data[..head_len], headers, env.limits));
         let Ok(Parsed::Complete(head)) = parsed else {
             return Event::Refused(self.fail(out, env, (500, Reason::BadRequest), "request head changed"));
         };
