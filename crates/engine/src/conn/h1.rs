@@ -14,7 +14,7 @@ use crate::body::BodySink;
 use crate::buffers::ensure_output;
 use crate::conn::dispatch::{Deferral, Sending};
 use crate::h1::H1;
-use crate::h1::{head_slot, BodyStart, Env, Event, Feed, Link, Refusal, TimedOut, Wait};
+use crate::h1::{BodyStart, Env, Event, Feed, Link, Refusal, TimedOut, Wait};
 use crate::handler::{BodyUse, Reply};
 use crate::limits::BODY_READER_BYTES;
 use crate::limits::HEADERS_ARRAY_MAX;
@@ -161,11 +161,14 @@ impl Conn {
             }
             ensure_output(output, ctx.pool);
             let mut headers = [const { MaybeUninit::uninit() }; HEADERS_ARRAY_MAX];
-            // The head's parse, lent to the event (`h1::HeadSlot`).
-            let mut slot = head_slot();
             let data = &mut input.buf[input.start..input.end];
-            match h1.poll(data, &mut headers, &mut slot, &env, output) {
-                Event::Request { head, body, consumed } => {
+            match h1.poll(data, &mut headers, &env, output) {
+                // The head by reference: read where the event holds it.
+                Event::Request {
+                    ref head,
+                    body,
+                    consumed,
+                } => {
                     let slot = dispatch::slot(ctx, *token);
                     let mut req = Request::of_head(head, body, &origin);
                     // Only a chunked body can end with trailers.
@@ -242,7 +245,7 @@ impl Conn {
                         redirect: *redirect,
                         token: *token,
                     };
-                    ahead.call(ctx, head, h1, &env, &mut input.start, output, sending, awaited);
+                    ahead.call(ctx, &head, h1, &env, &mut input.start, output, sending, awaited);
                 }
                 Event::Input => {
                     // The last request's trailer section, lent to it only

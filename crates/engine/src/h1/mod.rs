@@ -85,26 +85,12 @@ pub(crate) fn cold_path() {
     std::hint::black_box(());
 }
 
-/// Where `poll` leaves its parse of a head: the caller's, so that the
-/// event lends the head where `parse_head` wrote it. Carried in the event
-/// by value, the 128-byte head was copied into it and again by the
-/// caller's match (about 28 instructions a request, callgrind hello-c50,
-/// bench/runs/2026-11-28-head8). Not initialised before the parse
-/// (`MaybeUninit::write`, safe): a slot holding a value before it was
-/// written whole from a copy of the parse (30 instructions).
-pub(crate) type HeadSlot<'b, 'h> = MaybeUninit<Result<Parsed<'b, 'h>, HeadError>>;
-
-/// A `HeadSlot` before any parse.
-pub(crate) const fn head_slot<'b, 'h>() -> HeadSlot<'b, 'h> {
-    MaybeUninit::uninit()
-}
-
 /// What `poll` found.
-pub(crate) enum Event<'b, 'h, 'p> {
+pub(crate) enum Event<'b, 'h> {
     /// A complete request: call the handler, then `respond` or `defer`,
     /// then consume `consumed` bytes of input.
     Request {
-        head: &'p Head<'b, 'h>,
+        head: Head<'b, 'h>,
         body: &'b [u8],
         consumed: usize,
     },
@@ -117,7 +103,7 @@ pub(crate) enum Event<'b, 'h, 'p> {
     /// whether it reads the body as it arrives, then calls `stream_body`
     /// (the handler is called now) or `buffer_body` (the body is awaited,
     /// as usual). Nothing is consumed yet.
-    BodyAhead { head: &'p Head<'b, 'h> },
+    BodyAhead { head: Head<'b, 'h> },
     /// A deferred answer is awaited; the input waits behind it.
     Deferred,
     /// The last answer is queued: send it, then close.
@@ -392,17 +378,15 @@ impl H1 {
     }
 
     /// Looks at the unconsumed input `data` for the next request. `headers`
-    /// receives its fields, `slot` the parse of its head (the event's head
-    /// is there). Writes only the answers it makes itself (100 Continue,
-    /// errors) into `out`.
-    pub(crate) fn poll<'b, 'h, 'p>(
+    /// receives its fields. Writes only the answers it makes itself (100
+    /// Continue, errors) into `out`.
+    pub(crate) fn poll<'b, 'h>(
         &mut self,
         data: &'b mut [u8],
         headers: &'h mut [MaybeUninit<httparse::Header<'b>>],
-        slot: &'p mut HeadSlot<'b, 'h>,
         env: &Env<'_>,
         out: &mut Output,
-    ) -> Event<'b, 'h, 'p> {
+    ) -> Event<'b, 'h> {
         match self.state {
             State::Deferred(_) | State::Handling(_) => return Event::Deferred,
             State::Closing => return Event::Closing,
@@ -413,14 +397,14 @@ impl H1 {
             return Event::Input;
         }
         if let State::Body(_) = self.state {
-            return self.continue_body(data, headers, slot, env, out);
+            return self.continue_body(data, headers, env, out);
         }
         let data: &'b [u8] = data;
-        // The head is looked at where `parse_head` put it, in the caller's
-        // slot, and lent to the event: moved out of the result first, it
-        // was copied twice (callgrind, hello-pipe16).
-        let parsed: &'p Result<Parsed<'b, 'h>, HeadError> = slot.write(parse_head(data, headers, env.limits));
-        let head = match parsed {
+        // The head is looked at where `parse_head` put it and copied once,
+        // into the event: moved out of the result first, it was copied
+        // twice (callgrind, hello-pipe16).
+        let parsed = parse_head(data, headers, env.limits);
+        let head = match &parsed {
             Ok(Parsed::Complete(head)) => head,
             Ok(Parsed::Partial) => {
                 // A head in pieces: rare from a client that writes each
@@ -455,7 +439,7 @@ impl H1 {
             Framing::Length(_) | Framing::Chunked => true,
         };
         if has_body && !std::mem::take(&mut self.buffer_next) {
-            return Event::BodyAhead { head };
+            return Event::BodyAhead { head: *head };
         }
         let head_len = head.head_len;
         let head_only = head.method == "HEAD";
@@ -480,7 +464,7 @@ impl H1 {
     /// sending `100 Continue` first if the client waits for one. Out of
     /// line: a bodiless request's path never comes here.
     #[inline(never)]
-    fn wait_for_body<'b, 'h, 'p>(
+    fn wait_for_body<'b, 'h>(
         &mut self,
         framing: Framing,
         head_len: usize,
@@ -488,7 +472,7 @@ impl H1 {
         head_only: bool,
         env: &Env<'_>,
         out: &mut Output,
-    ) -> Event<'b, 'h, 'p> {
+    ) -> Event<'b, 'h> {
         let kind = match framing {
             Framing::Length(n) => BodyKind::Length(n),
             // The trailer section is kept for the handler (a
@@ -672,13 +656,13 @@ impl H1 {
     /// instructions a pipelined hello against 1,386 (callgrind,
     /// bench/runs/2026-11-27-req6, req6-1).
     #[inline(always)]
-    fn handling<'b, 'h, 'p>(
+    fn handling<'b, 'h>(
         &mut self,
-        head: &'p Head<'b, 'h>,
+        head: &Head<'b, 'h>,
         body: &'b [u8],
         consumed: usize,
         env: &Env<'_>,
-    ) -> Event<'b, 'h, 'p> {
+    ) -> Event<'b, 'h> {
         self.rate = None;
         let answer = State::Handling(Answer {
             head_only: head.method == "HEAD",
@@ -690,21 +674,24 @@ impl H1 {
         // The state left is `Idle` or `Head` (`poll`), or `Idle` after
         // `continue_body` dropped the body's wait.
         self.enter_from_bare(answer);
-        Event::Request { head, body, consumed }
+        Event::Request {
+            head: *head,
+            body,
+            consumed,
+        }
     }
 
     /// Checks whether the body being waited for is complete.
     /// Out of line: with its own copy of the head's parse, inlined it
     /// spread a bodiless request's hot code over more cache lines.
     #[inline(never)]
-    fn continue_body<'b, 'h, 'p>(
+    fn continue_body<'b, 'h>(
         &mut self,
         data: &'b mut [u8],
         headers: &'h mut [MaybeUninit<httparse::Header<'b>>],
-        slot: &'p mut HeadSlot<'b, 'h>,
         env: &Env<'_>,
         out: &mut Output,
-    ) -> Event<'b, 'h, 'p> {
+    ) -> Event<'b, 'h> {
         let State::Body(wait) = &mut self.state else {
             return Event::Input;
         };
@@ -730,14 +717,12 @@ impl H1 {
         // The head was valid when it arrived and its bytes have not moved
         // relative to the request start; parse it again rather than keep a
         // self-referential borrow across reads.
-        let parsed: &'p Result<Parsed<'b, 'h>, HeadError> =
-            slot.write(parse_head(&data[..head_len], headers, env.limits));
-        let Ok(Parsed::Complete(head)) = parsed else {
+        let Ok(Parsed::Complete(head)) = parse_head(&data[..head_len], headers, env.limits) else {
             return Event::Refused(self.fail(out, env, (500, Reason::BadRequest), "request head changed"));
         };
         // The wait is done with: dropped here, not by `handling`.
         self.state = State::Idle;
-        self.handling(head, &data[body], consumed, env)
+        self.handling(&head, &data[body], consumed, env)
     }
 
     /// Queues the handler's answer to the request `poll` gave out.

@@ -12,7 +12,7 @@
 use std::mem::MaybeUninit;
 use std::time::Instant;
 
-use super::{head_slot, BodyStart, Env, Event, Feed, Link, Refusal, TimedOut, Wait, H1};
+use super::{BodyStart, Env, Event, Feed, Link, Refusal, TimedOut, Wait, H1};
 use crate::body::BodySink;
 use crate::buffers::{Input, Output, Tail};
 use crate::limits::HEADERS_ARRAY_MAX;
@@ -261,10 +261,9 @@ impl Script {
                 }
             }
             let mut headers = [const { MaybeUninit::uninit() }; HEADERS_ARRAY_MAX];
-            let mut slot = head_slot();
             let given = input.end - input.start;
             let data = &mut input.buf[input.start..input.end];
-            match h1.poll(data, &mut headers, &mut slot, &env, out) {
+            match h1.poll(data, &mut headers, &env, out) {
                 Event::Request { head, body, consumed } => {
                     assert!(consumed <= given, "a request used more bytes than were read");
                     assert!(
@@ -335,7 +334,7 @@ impl Script {
                 Event::BodyAhead { head } if head.target.starts_with("/ignore") => {
                     *n_requests += 1;
                     let text = format!("ignored {} {}", head.method, head.target);
-                    let start = BodyStart::of(head, &env);
+                    let start = BodyStart::of(&head, &env);
                     head_only.push(head.method == "HEAD");
                     input.start += h1.stream_body(start, BodySink::discard(), false, &env, out);
                     h1.respond(out, &mut Response::text(text), &env, b"");
