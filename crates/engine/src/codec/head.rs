@@ -359,7 +359,8 @@ fn checked<'b, 'h>(
         found => found,
     };
     let version = if minor == 0 { Version::Http10 } else { Version::Http11 };
-    let fields = Fields::scan(headers, version)?;
+    let mut fields = Fields::default();
+    fields.scan(headers, version)?;
 
     // RFC 9112 §3.2: origin-form, absolute-form, authority-form (CONNECT) or
     // asterisk-form (OPTIONS). Anything else is not a request target. The
@@ -803,10 +804,13 @@ impl<'b> Fields<'b> {
     /// Inlined into `parse_head`, with the fields a request rarely sends
     /// out of line (`other`): returned from a call, the gathered fields
     /// were written out and read back, about 45 of the 233 instructions
-    /// the scan cost a pipelined hello (callgrind).
+    /// the scan cost a pipelined hello (callgrind). Gathered into the
+    /// caller's `Fields`, not returned in an `Ok`: `other`'s `&mut self`
+    /// keeps them in memory, and the `Ok` was a copy of them read back
+    /// flag by flag (bench/runs/2026-11-28-head8).
     #[inline(always)]
-    fn scan(headers: &[httparse::Header<'b>], version: Version) -> Result<Fields<'b>, HeadError> {
-        let mut f = Fields::default();
+    fn scan(&mut self, headers: &[httparse::Header<'b>], version: Version) -> Result<(), HeadError> {
+        let f = self;
         for h in headers {
             let name = h.name.as_bytes();
             // Dispatch on length and first letter first: most fields (a
@@ -838,7 +842,7 @@ impl<'b> Fields<'b> {
                 _ => {}
             }
         }
-        Ok(f)
+        Ok(())
     }
 
     /// The fields `scan` acts on besides Host.

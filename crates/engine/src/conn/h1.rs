@@ -93,10 +93,9 @@ impl Conn {
         } = self;
         let origin = crate::request::Origin {
             peer: *peer,
-            proxy_source: *proxy_source,
+            proxy_source,
             trust: ctx.trust,
         };
-        let peer = origin.connection_addr();
         let Proto::H1(Http1 {
             machine: h1,
             deferral: awaited,
@@ -125,7 +124,7 @@ impl Conn {
                     Feed::Full => return Stop::Deferred,
                     Feed::Refused(refusal) => {
                         input.discard();
-                        record_refused(ctx, peer, refusal);
+                        record_refused(ctx, origin.connection_addr(), refusal);
                         return Stop::Closing;
                     }
                     Feed::Closing => {
@@ -265,7 +264,7 @@ impl Conn {
                 Event::Upgraded => return Stop::Closing,
                 Event::Refused(refusal) => {
                     input.discard();
-                    record_refused(ctx, peer, refusal);
+                    record_refused(ctx, origin.connection_addr(), refusal);
                     return Stop::Closing;
                 }
                 Event::NotHttp => {

@@ -86,10 +86,10 @@ pub(crate) struct Client<'c> {
 
 impl Client<'_> {
     /// Where the connection's requests come from, for `Request::origin`.
-    fn origin<'t>(&self, trust: Option<&'t crate::client_addr::Trust>) -> Origin<'t> {
+    fn origin<'t>(&'t self, trust: Option<&'t crate::client_addr::Trust>) -> Origin<'t> {
         Origin {
             peer: self.peer,
-            proxy_source: self.proxy_source,
+            proxy_source: &self.proxy_source,
             trust,
         }
     }
