@@ -239,7 +239,7 @@ class Peregrine(Server):
         return self.files_argv(port, tmp, root)
 
     # The TLS scenarios: the same commands with the run's certificate
-    # (rustls with the ring provider, its defaults: TLS 1.3 and 1.2, ALPN
+    # (rustls with the aws-lc-rs provider, its defaults: TLS 1.3 and 1.2, ALPN
     # http/1.1, no HSTS).
     def tls_argv(self, port, tmp, cert):
         return self.argv(port, tmp) + ["--tls-cert", cert.cert, "--tls-key", cert.key]
@@ -256,8 +256,12 @@ class Peregrine(Server):
         if dirty.stdout.strip():
             rev_s += " + uncommitted changes in crates/ or Cargo.*"
         if not self.run_cargo:
+            # The binary may be any build (PEREGRINE_BIN): say which, from
+            # its own `--version`, not the checkout's HEAD.
             mtime = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(os.path.getmtime(self.binary)))
-            rev_s += f"; not rebuilt (--no-cargo), binary built {mtime}"
+            ver = subprocess.run([self.binary, "--version"], capture_output=True, text=True)
+            built = [l.split(":", 1)[1].strip() for l in ver.stdout.splitlines() if l.startswith("revision:")]
+            rev_s = f"checkout {rev_s}; not rebuilt (--no-cargo): binary {self.binary}, revision {built[0] if built else 'unknown'}, built {mtime}"
         rustc = subprocess.run([shutil.which("rustc") or os.path.expanduser("~/.cargo/bin/rustc"), "--version"],
                                capture_output=True, text=True)
         return f"git {rev_s}; {rustc.stdout.strip()}"
