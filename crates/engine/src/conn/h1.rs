@@ -352,17 +352,7 @@ impl Conn {
         // 1,958, callgrind).
         let wait = match h1.machine.idle_wait_of(ctx.idle_until, ctx.draining, facts) {
             Some(wait) => wait,
-            None => {
-                let link = Link {
-                    peer_closed: self.peer_closed,
-                    fresh: self.fresh,
-                    handshaking: facts.handshaking,
-                    input_empty: facts.input_empty,
-                    unconsumed: self.input.end - self.input.start,
-                    bytes_in: self.bytes_in,
-                };
-                h1.machine.poll_timeout(&h1_env(ctx), link)
-            }
+            None => self.h1_poll_timeout(ctx),
         };
         match wait {
             Wait::Close => Some(Next::Close),
@@ -371,6 +361,18 @@ impl Conn {
                 None
             }
         }
+    }
+
+    /// The wait `h1_wait` does not find inline: the machine's own
+    /// `poll_timeout`, with the whole `Link` and an `Env`. Out of line:
+    /// rare after an answer.
+    #[inline(never)]
+    fn h1_poll_timeout(&mut self, ctx: &Ctx<'_>) -> Wait {
+        let link = self.h1_link();
+        let Proto::H1(h1) = &mut self.proto else {
+            return Wait::Close;
+        };
+        h1.machine.poll_timeout(&h1_env(ctx), link)
     }
 
     /// The HTTP/1.1 deadline passed: a 408 for a request not received in
