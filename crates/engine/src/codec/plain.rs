@@ -36,6 +36,20 @@ use std::mem::MaybeUninit;
 
 use httparse::Header;
 
+use super::head::FieldNames;
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+use sse2::{vectors, Vectors};
+
+/// No vectors where the 16-byte steps are not compiled.
+#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+struct Vectors;
+
+#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+#[inline(always)]
+fn vectors() -> &'static Vectors {
+    &Vectors
+}
+
 /// A plain head's request line and length; its fields are the slice
 /// [`parse`] returns beside it.
 pub(crate) struct Plain<'b> {
@@ -47,6 +61,60 @@ pub(crate) struct Plain<'b> {
     pub(crate) line_len: usize,
     /// Bytes of the head, including the empty line that ends it.
     pub(crate) head_len: usize,
+    /// What the field names say, noted where each name ends.
+    pub(crate) noted: Noted<'b>,
+}
+
+/// The request fields `codec::head` acts on, noted by the tokeniser where
+/// it ends each name (it knows the name's length and first byte there):
+/// for the common head (Host and fields no rule reads), `Fields::scan`'s
+/// second pass over the names is not made. The same dispatch as
+/// `Fields::scan`'s, which still judges any head with a field it acts on
+/// besides one Host (`rare`).
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Noted<'b> {
+    /// The Host field's value (trimmed as httparse trims), if there is
+    /// one Host field.
+    pub(crate) host: Option<&'b [u8]>,
+    /// A second Host field, or a TE, Expect, Upgrade, Connection,
+    /// Content-Length or Transfer-Encoding field (or a name of the same
+    /// length and first letter): `Fields::scan` judges the head.
+    pub(crate) rare: bool,
+    /// The names a file or archive handler reads (`Fields::scan`'s).
+    pub(crate) names: FieldNames,
+}
+
+impl<'b> Noted<'b> {
+    /// Notes the field `name: value`: `Fields::scan`'s dispatch on the
+    /// name's length and first letter (ASCII-lowercased).
+    #[inline(always)]
+    fn field(&mut self, name: &[u8], value: &'b [u8]) {
+        let first = name.first().map_or(0, |b| b | 0x20);
+        match (name.len(), first) {
+            (4, b'h') if is_host(name) => {
+                self.rare |= self.host.is_some();
+                self.host = Some(value);
+            }
+            (2, b't') | (6, b'e') | (7, b'u') | (10, b'c') | (14, b'c') | (17, b't') => self.rare = true,
+            (5, b'r') => self.names = self.names.union(FieldNames::RANGE),
+            (8, b'i') => self.names = self.names.union(FieldNames::IF_MATCH.union(FieldNames::IF_RANGE)),
+            (13, b'i') => self.names = self.names.union(FieldNames::IF_NONE_MATCH),
+            (15, b'a') => self.names = self.names.union(FieldNames::ACCEPT_ENCODING),
+            (17, b'i') => self.names = self.names.union(FieldNames::IF_MODIFIED_SINCE),
+            (19, b'i') => self.names = self.names.union(FieldNames::IF_UNMODIFIED_SINCE),
+            _ => {}
+        }
+    }
+}
+
+/// Whether a four-byte name is `host` in any case (one compare: a letter
+/// and its capital differ in bit 5 only).
+#[inline(always)]
+fn is_host(name: &[u8]) -> bool {
+    match name {
+        [a, b, c, d] => u32::from_le_bytes([*a, *b, *c, *d]) | 0x2020_2020 == u32::from_le_bytes(*b"host"),
+        _ => false,
+    }
 }
 
 /// Parses a plain head at the start of `buf`, its fields into `slots`
@@ -71,6 +139,7 @@ pub(crate) fn parse<'b, 'h>(
 /// `bench/instructions.sh`).
 #[inline(never)]
 fn tokenise<'b>(buf: &'b [u8], slots: &mut [MaybeUninit<Header<'b>>]) -> Option<(Plain<'b>, usize)> {
+    let k = vectors();
     // method SP: a token (httparse's `parse_method`: any token byte).
     let method_end = if buf.starts_with(b"GET ") {
         3
@@ -84,7 +153,7 @@ fn tokenise<'b>(buf: &'b [u8], slots: &mut [MaybeUninit<Header<'b>>]) -> Option<
     // request-target SP: one or more visible ASCII bytes (httparse also
     // takes obs-text here, then checks UTF-8: left to it).
     let target_at = method_end + 1;
-    let target_end = run_of(buf, target_at, 0x21);
+    let target_end = run_of(buf, target_at, 0x21, k);
     if target_end == target_at {
         return None;
     }
@@ -101,7 +170,8 @@ fn tokenise<'b>(buf: &'b [u8], slots: &mut [MaybeUninit<Header<'b>>]) -> Option<
         _ => return None,
     };
     let line_len = target_end + 10;
-    let (head_len, n_fields) = fields(buf, line_len + 1, slots)?;
+    let mut noted = Noted::default();
+    let (head_len, n_fields) = fields(buf, line_len + 1, slots, k, Some(&mut noted))?;
     // Byte slices made `str` each (a `str`'s `get` tests char boundaries).
     let plain = Plain {
         method: ascii_str(&buf[..method_end]),
@@ -109,6 +179,7 @@ fn tokenise<'b>(buf: &'b [u8], slots: &mut [MaybeUninit<Header<'b>>]) -> Option<
         minor,
         line_len,
         head_len,
+        noted,
     };
     Some((plain, n_fields))
 }
@@ -147,6 +218,7 @@ pub(crate) fn parse_response<'b, 'h>(
 /// The work of [`parse_response`]: the head, and how many slots it wrote.
 #[inline(never)]
 fn tokenise_response<'b>(buf: &'b [u8], slots: &mut [MaybeUninit<Header<'b>>]) -> Option<(PlainStatus<'b>, usize)> {
+    let k = vectors();
     // HTTP-version SP 3DIGIT (httparse's `parse_version`, `parse_code`).
     let line: &[u8; 12] = buf.get(..12)?.try_into().ok()?;
     // The version compared as one word, then the space.
@@ -167,13 +239,13 @@ fn tokenise_response<'b>(buf: &'b [u8], slots: &mut [MaybeUninit<Header<'b>>]) -
     // to CRLF (httparse also takes HTAB and obs-text there: left to it).
     let (reason_at, reason_end) = match buf.get(12)? {
         b'\r' => (12, 12),
-        b' ' => (13, run_of(buf, 13, 0x20)),
+        b' ' => (13, run_of(buf, 13, 0x20, k)),
         _ => return None,
     };
     if buf.get(reason_end..reason_end + 2)? != b"\r\n" {
         return None;
     }
-    let (head_len, n_fields) = fields(buf, reason_end + 2, slots)?;
+    let (head_len, n_fields) = fields(buf, reason_end + 2, slots, k, None)?;
     let status = PlainStatus {
         minor,
         status,
@@ -186,7 +258,13 @@ fn tokenise_response<'b>(buf: &'b [u8], slots: &mut [MaybeUninit<Header<'b>>]) -
 /// The field lines from `at` and the empty line after them: the head's
 /// length and how many slots were written. Inlined into each tokeniser.
 #[inline(always)]
-fn fields<'b>(buf: &'b [u8], mut at: usize, slots: &mut [MaybeUninit<Header<'b>>]) -> Option<(usize, usize)> {
+fn fields<'b>(
+    buf: &'b [u8],
+    mut at: usize,
+    slots: &mut [MaybeUninit<Header<'b>>],
+    k: &Vectors,
+    mut noted: Option<&mut Noted<'b>>,
+) -> Option<(usize, usize)> {
     // Field lines: token ":" OWS value CRLF, the value visible ASCII, SP
     // and HTAB, trailing blanks not part of it (as httparse trims them).
     let mut n_fields = 0;
@@ -204,7 +282,7 @@ fn fields<'b>(buf: &'b [u8], mut at: usize, slots: &mut [MaybeUninit<Header<'b>>
         // callgrind on the tokeniser alone). A name that runs to the end
         // of the bytes is partial: httparse's.
         let name_at = at;
-        let colon = token_run(buf, name_at);
+        let colon = token_run(buf, name_at, k);
         if buf.get(colon) != Some(&b':') || colon == name_at {
             return None;
         }
@@ -224,7 +302,7 @@ fn fields<'b>(buf: &'b [u8], mut at: usize, slots: &mut [MaybeUninit<Header<'b>>
         // time. The run's stop is tested alone, then the LF after a CR:
         // one test less than a 2-byte slice's compare (tok7).
         loop {
-            at = run_of(buf, at, 0x20);
+            at = run_of(buf, at, 0x20, k);
             match buf.get(at) {
                 Some(b'\r') => break,
                 Some(b'\t') => at += 1,
@@ -241,6 +319,9 @@ fn fields<'b>(buf: &'b [u8], mut at: usize, slots: &mut [MaybeUninit<Header<'b>>
         let mut value = &buf[value_at..at];
         if value.last().is_some_and(|&b| b <= b' ') {
             value = trim_end(value);
+        }
+        if let Some(noted) = noted.as_deref_mut() {
+            noted.field(name, value);
         }
         slots.get_mut(n_fields)?.write(Header {
             name: ascii_str(name),
@@ -315,12 +396,12 @@ fn written<'b, 'h>(slots: &'h [MaybeUninit<Header<'b>>], n: usize) -> &'h [Heade
 /// for h2load's request, 2 more for limit.c's answer, callgrind on the
 /// tokeniser alone, tok7).
 #[inline(always)]
-fn run_of(buf: &[u8], mut at: usize, low: u8) -> usize {
+fn run_of(buf: &[u8], mut at: usize, low: u8, k: &Vectors) -> usize {
     // 16 bytes a step while 16 are left (x86_64: SSE2, which every
     // x86_64 has), then the portable 8-byte steps.
     #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
     while let Some(c) = buf.get(at..at + 16) {
-        let outside = sse2::outside_run(c.try_into().expect("16 bytes"), low);
+        let outside = sse2::outside_run(c.try_into().expect("16 bytes"), low, k);
         if outside != 0 {
             return at + outside.trailing_zeros() as usize;
         }
@@ -357,14 +438,14 @@ fn run_of(buf: &[u8], mut at: usize, low: u8) -> usize {
 /// (callgrind, the tokeniser alone over each, tok7).
 #[inline(always)]
 #[allow(clippy::needless_range_loop)] // indexes a fixed array: unrolled
-fn token_run(buf: &[u8], mut at: usize) -> usize {
+fn token_run(buf: &[u8], mut at: usize, k: &Vectors) -> usize {
     // x86_64: 16 bytes a step (SSE2) while 16 are left, judged against
     // the bytes nearly every name is made of (letters, digits, `-`); the
     // first other byte is looked up in the table, and a token byte there
     // (`_`, `.`, ...) lets the run go on after it.
     #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
     while let Some(c) = buf.get(at..at + 16) {
-        let other = sse2::outside_name(c.try_into().expect("16 bytes"));
+        let other = sse2::outside_name(c.try_into().expect("16 bytes"), k);
         if other == 0 {
             at += 16;
             continue;
@@ -399,9 +480,46 @@ fn token_run(buf: &[u8], mut at: usize) -> usize {
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
 mod sse2 {
     use std::arch::x86_64::{
-        __m128i, _mm_add_epi8, _mm_cmpeq_epi8, _mm_cmpgt_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_or_si128,
-        _mm_set1_epi8,
+        __m128i, _mm_add_epi8, _mm_cmpeq_epi8, _mm_cmpgt_epi8, _mm_load_si128, _mm_loadu_si128, _mm_movemask_epi8,
+        _mm_or_si128,
     };
+
+    /// The steps' constant vectors, each a byte repeated, together in two
+    /// cache lines (eight of 16 bytes). Written as `_mm_set1_epi8`, LLVM put each in the
+    /// binary's pool of 16-byte constants, where the eight lay on about
+    /// six lines: D1 read misses per hello at 50 connections rose 50 to 57
+    /// with the 16-byte steps (callgrind's cache simulation, a 4 KiB D1,
+    /// bench/runs/2026-11-28-parse8).
+    #[repr(C, align(64))]
+    pub(super) struct Vectors {
+        one: [u8; 16],
+        sp: [u8; 16],
+        bang: [u8; 16],
+        a_to_min: [u8; 16],
+        letters_end: [u8; 16],
+        zero_to_min: [u8; 16],
+        digits_end: [u8; 16],
+        dash: [u8; 16],
+    }
+
+    static VECTORS: Vectors = Vectors {
+        one: [1; 16],
+        sp: [b' '; 16],
+        bang: [b'!'; 16],
+        a_to_min: [0x80u8.wrapping_sub(b'a'); 16],
+        letters_end: [(-128i8 + 26) as u8; 16],
+        zero_to_min: [0x80u8.wrapping_sub(b'0'); 16],
+        digits_end: [(-128i8 + 10) as u8; 16],
+        dash: [b'-'; 16],
+    };
+
+    /// The vectors, once per tokenising call. Through `black_box`: LLVM
+    /// sees a `static`'s bytes and would make each load a constant of its
+    /// pool again.
+    #[inline(always)]
+    pub(super) fn vectors() -> &'static Vectors {
+        std::hint::black_box(&VECTORS)
+    }
 
     /// `c` as a vector. SSE2 intrinsics are `unsafe` to call from a
     /// function without `#[target_feature]`, even where the target has
@@ -416,17 +534,35 @@ mod sse2 {
         unsafe { _mm_loadu_si128(c.as_ptr().cast()) }
     }
 
-    /// Bytes outside `low..=0x7E`. Adding one moves 0x7F to 0x80 and the
-    /// bytes from 0x80 to 0x81..=0xFF or 0x00, all of them negative or
-    /// below `low` as signed bytes, and `low..=0x7E` to `low + 1..=0x7F`:
-    /// one signed compare with `low` (`low` below 0x7F) tells them apart.
+    /// A vector of `Vectors`, which is 64-byte aligned, each of its
+    /// arrays at a multiple of 16 bytes.
     #[allow(unsafe_code)]
     #[inline(always)]
-    pub(super) fn outside_run(c: &[u8; 16], low: u8) -> u32 {
+    fn splat(c: &[u8; 16]) -> __m128i {
+        debug_assert!((c.as_ptr() as usize).is_multiple_of(16));
+        // SAFETY: `c` is 16 readable bytes at a multiple of 16 (an array
+        // of 16 bytes at a multiple of 16 in a `repr(C, align(64))`
+        // struct), and SSE2 is there (see `load`).
+        unsafe { _mm_load_si128(c.as_ptr().cast()) }
+    }
+
+    /// Bytes outside `low..=0x7E` (`low` 0x20 or 0x21). Adding one moves
+    /// 0x7F to 0x80 and the bytes from 0x80 to 0x81..=0xFF or 0x00, all of
+    /// them negative or below `low` as signed bytes, and `low..=0x7E` to
+    /// `low + 1..=0x7F`: one signed compare with `low` (`low` below 0x7F)
+    /// tells them apart.
+    #[allow(unsafe_code)]
+    #[inline(always)]
+    pub(super) fn outside_run(c: &[u8; 16], low: u8, k: &Vectors) -> u32 {
+        let low = match low {
+            b' ' => &k.sp,
+            b'!' => &k.bang,
+            _ => unreachable!("run_of's callers pass SP or '!'"),
+        };
         // SAFETY: arithmetic on values, and SSE2 is there (see `load`).
         let inside = unsafe {
-            let v = _mm_add_epi8(load(c), _mm_set1_epi8(1));
-            _mm_movemask_epi8(_mm_cmpgt_epi8(v, _mm_set1_epi8(low as i8)))
+            let v = _mm_add_epi8(load(c), splat(&k.one));
+            _mm_movemask_epi8(_mm_cmpgt_epi8(v, splat(low)))
         };
         (inside as u32) ^ 0xFFFF
     }
@@ -436,20 +572,15 @@ mod sse2 {
     /// to -128; a letter of either case is one range once bit 5 is set.
     #[allow(unsafe_code)]
     #[inline(always)]
-    pub(super) fn outside_name(c: &[u8; 16]) -> u32 {
+    pub(super) fn outside_name(c: &[u8; 16], k: &Vectors) -> u32 {
         let v = load(c);
         // SAFETY: arithmetic on values, and SSE2 is there (see `load`).
         let name = unsafe {
-            let lower = _mm_or_si128(v, _mm_set1_epi8(0x20));
-            let letter = _mm_cmpgt_epi8(
-                _mm_set1_epi8((-128 + 26) as i8),
-                _mm_add_epi8(lower, _mm_set1_epi8((0x80u8.wrapping_sub(b'a')) as i8)),
-            );
-            let digit = _mm_cmpgt_epi8(
-                _mm_set1_epi8((-128 + 10) as i8),
-                _mm_add_epi8(v, _mm_set1_epi8((0x80u8.wrapping_sub(b'0')) as i8)),
-            );
-            let dash = _mm_cmpeq_epi8(v, _mm_set1_epi8(b'-' as i8));
+            // Bit 5 (0x20) is SP's byte.
+            let lower = _mm_or_si128(v, splat(&k.sp));
+            let letter = _mm_cmpgt_epi8(splat(&k.letters_end), _mm_add_epi8(lower, splat(&k.a_to_min)));
+            let digit = _mm_cmpgt_epi8(splat(&k.digits_end), _mm_add_epi8(v, splat(&k.zero_to_min)));
+            let dash = _mm_cmpeq_epi8(v, splat(&k.dash));
             _mm_movemask_epi8(_mm_or_si128(_mm_or_si128(letter, digit), dash))
         };
         (name as u32) ^ 0xFFFF
