@@ -36,7 +36,6 @@ use std::mem::MaybeUninit;
 
 use httparse::Header;
 
-use super::head::FieldNames;
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
 use sse2::{vectors, Vectors};
 
@@ -61,60 +60,6 @@ pub(crate) struct Plain<'b> {
     pub(crate) line_len: usize,
     /// Bytes of the head, including the empty line that ends it.
     pub(crate) head_len: usize,
-    /// What the field names say, noted where each name ends.
-    pub(crate) noted: Noted<'b>,
-}
-
-/// The request fields `codec::head` acts on, noted by the tokeniser where
-/// it ends each name (it knows the name's length and first byte there):
-/// for the common head (Host and fields no rule reads), `Fields::scan`'s
-/// second pass over the names is not made. The same dispatch as
-/// `Fields::scan`'s, which still judges any head with a field it acts on
-/// besides one Host (`rare`).
-#[derive(Clone, Copy, Default)]
-pub(crate) struct Noted<'b> {
-    /// The Host field's value (trimmed as httparse trims), if there is
-    /// one Host field.
-    pub(crate) host: Option<&'b [u8]>,
-    /// A second Host field, or a TE, Expect, Upgrade, Connection,
-    /// Content-Length or Transfer-Encoding field (or a name of the same
-    /// length and first letter): `Fields::scan` judges the head.
-    pub(crate) rare: bool,
-    /// The names a file or archive handler reads (`Fields::scan`'s).
-    pub(crate) names: FieldNames,
-}
-
-impl<'b> Noted<'b> {
-    /// Notes the field `name: value`: `Fields::scan`'s dispatch on the
-    /// name's length and first letter (ASCII-lowercased).
-    #[inline(always)]
-    fn field(&mut self, name: &[u8], value: &'b [u8]) {
-        let first = name.first().map_or(0, |b| b | 0x20);
-        match (name.len(), first) {
-            (4, b'h') if is_host(name) => {
-                self.rare |= self.host.is_some();
-                self.host = Some(value);
-            }
-            (2, b't') | (6, b'e') | (7, b'u') | (10, b'c') | (14, b'c') | (17, b't') => self.rare = true,
-            (5, b'r') => self.names = self.names.union(FieldNames::RANGE),
-            (8, b'i') => self.names = self.names.union(FieldNames::IF_MATCH.union(FieldNames::IF_RANGE)),
-            (13, b'i') => self.names = self.names.union(FieldNames::IF_NONE_MATCH),
-            (15, b'a') => self.names = self.names.union(FieldNames::ACCEPT_ENCODING),
-            (17, b'i') => self.names = self.names.union(FieldNames::IF_MODIFIED_SINCE),
-            (19, b'i') => self.names = self.names.union(FieldNames::IF_UNMODIFIED_SINCE),
-            _ => {}
-        }
-    }
-}
-
-/// Whether a four-byte name is `host` in any case (one compare: a letter
-/// and its capital differ in bit 5 only).
-#[inline(always)]
-fn is_host(name: &[u8]) -> bool {
-    match name {
-        [a, b, c, d] => u32::from_le_bytes([*a, *b, *c, *d]) | 0x2020_2020 == u32::from_le_bytes(*b"host"),
-        _ => false,
-    }
 }
 
 /// Parses a plain head at the start of `buf`, its fields into `slots`
@@ -170,8 +115,7 @@ fn tokenise<'b>(buf: &'b [u8], slots: &mut [MaybeUninit<Header<'b>>]) -> Option<
         _ => return None,
     };
     let line_len = target_end + 10;
-    let mut noted = Noted::default();
-    let (head_len, n_fields) = fields(buf, line_len + 1, slots, k, Some(&mut noted))?;
+    let (head_len, n_fields) = fields(buf, line_len + 1, slots, k)?;
     // Byte slices made `str` each (a `str`'s `get` tests char boundaries).
     let plain = Plain {
         method: ascii_str(&buf[..method_end]),
@@ -179,7 +123,6 @@ fn tokenise<'b>(buf: &'b [u8], slots: &mut [MaybeUninit<Header<'b>>]) -> Option<
         minor,
         line_len,
         head_len,
-        noted,
     };
     Some((plain, n_fields))
 }
@@ -245,7 +188,7 @@ fn tokenise_response<'b>(buf: &'b [u8], slots: &mut [MaybeUninit<Header<'b>>]) -
     if buf.get(reason_end..reason_end + 2)? != b"\r\n" {
         return None;
     }
-    let (head_len, n_fields) = fields(buf, reason_end + 2, slots, k, None)?;
+    let (head_len, n_fields) = fields(buf, reason_end + 2, slots, k)?;
     let status = PlainStatus {
         minor,
         status,
@@ -263,7 +206,6 @@ fn fields<'b>(
     mut at: usize,
     slots: &mut [MaybeUninit<Header<'b>>],
     k: &Vectors,
-    mut noted: Option<&mut Noted<'b>>,
 ) -> Option<(usize, usize)> {
     // Field lines: token ":" OWS value CRLF, the value visible ASCII, SP
     // and HTAB, trailing blanks not part of it (as httparse trims them).
@@ -319,9 +261,6 @@ fn fields<'b>(
         let mut value = &buf[value_at..at];
         if value.last().is_some_and(|&b| b <= b' ') {
             value = trim_end(value);
-        }
-        if let Some(noted) = noted.as_deref_mut() {
-            noted.field(name, value);
         }
         slots.get_mut(n_fields)?.write(Header {
             name: ascii_str(name),
