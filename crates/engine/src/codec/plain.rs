@@ -45,8 +45,8 @@ struct Vectors;
 
 #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
 #[inline(always)]
-fn vectors() -> &'static Vectors {
-    &Vectors
+fn vectors() -> Vectors {
+    Vectors
 }
 
 /// A plain head's request line and length; its fields are the slice
@@ -84,7 +84,7 @@ pub(crate) fn parse<'b, 'h>(
 /// `bench/instructions.sh`).
 #[inline(never)]
 fn tokenise<'b>(buf: &'b [u8], slots: &mut [MaybeUninit<Header<'b>>]) -> Option<(Plain<'b>, usize)> {
-    let k = vectors();
+    let k = &vectors();
     // method SP: a token (httparse's `parse_method`: any token byte).
     let method_end = if buf.starts_with(b"GET ") {
         3
@@ -161,7 +161,7 @@ pub(crate) fn parse_response<'b, 'h>(
 /// The work of [`parse_response`]: the head, and how many slots it wrote.
 #[inline(never)]
 fn tokenise_response<'b>(buf: &'b [u8], slots: &mut [MaybeUninit<Header<'b>>]) -> Option<(PlainStatus<'b>, usize)> {
-    let k = vectors();
+    let k = &vectors();
     // HTTP-version SP 3DIGIT (httparse's `parse_version`, `parse_code`).
     let line: &[u8; 12] = buf.get(..12)?.try_into().ok()?;
     // The version compared as one word, then the space.
@@ -423,41 +423,55 @@ mod sse2 {
         _mm_or_si128,
     };
 
-    /// The steps' constant vectors, each a byte repeated, together in two
-    /// cache lines (eight of 16 bytes). Written as `_mm_set1_epi8`, LLVM put each in the
-    /// binary's pool of 16-byte constants, where the eight lay on about
-    /// six lines: D1 read misses per hello at 50 connections rose 50 to 57
-    /// with the 16-byte steps (callgrind's cache simulation, a 4 KiB D1,
-    /// bench/runs/2026-11-28-parse8).
-    #[repr(C, align(64))]
+    /// The steps' constant vectors, each a byte repeated, loaded once
+    /// per tokenising call from two cache lines ([`BYTES`]).
     pub(super) struct Vectors {
-        one: [u8; 16],
-        sp: [u8; 16],
-        bang: [u8; 16],
-        a_to_min: [u8; 16],
-        letters_end: [u8; 16],
-        zero_to_min: [u8; 16],
-        digits_end: [u8; 16],
-        dash: [u8; 16],
+        one: __m128i,
+        sp: __m128i,
+        bang: __m128i,
+        a_to_min: __m128i,
+        letters_end: __m128i,
+        zero_to_min: __m128i,
+        digits_end: __m128i,
+        dash: __m128i,
     }
 
-    static VECTORS: Vectors = Vectors {
-        one: [1; 16],
-        sp: [b' '; 16],
-        bang: [b'!'; 16],
-        a_to_min: [0x80u8.wrapping_sub(b'a'); 16],
-        letters_end: [(-128i8 + 26) as u8; 16],
-        zero_to_min: [0x80u8.wrapping_sub(b'0'); 16],
-        digits_end: [(-128i8 + 10) as u8; 16],
-        dash: [b'-'; 16],
-    };
+    /// The vectors' bytes, eight of 16 together in two cache lines.
+    /// Written as `_mm_set1_epi8`, LLVM put each in the binary's pool of
+    /// 16-byte constants, where they lay on about six lines: D1 read
+    /// misses per hello at 50 connections rose 50 to 57 with the 16-byte
+    /// steps (callgrind's cache simulation, a 4 KiB D1,
+    /// bench/runs/2026-11-28-parse8).
+    #[repr(C, align(64))]
+    struct Bytes([[u8; 16]; 8]);
 
-    /// The vectors, once per tokenising call. Through `black_box`: LLVM
-    /// sees a `static`'s bytes and would make each load a constant of its
-    /// pool again.
+    static BYTES: Bytes = Bytes([
+        [1; 16],
+        [b' '; 16],
+        [b'!'; 16],
+        [0x80u8.wrapping_sub(b'a'); 16],
+        [(-128i8 + 26) as u8; 16],
+        [0x80u8.wrapping_sub(b'0'); 16],
+        [(-128i8 + 10) as u8; 16],
+        [b'-'; 16],
+    ]);
+
+    /// The vectors, loaded once per tokenising call, into registers.
+    /// `BYTES` is reached through `black_box`: LLVM sees a `static`'s
+    /// bytes, and would make each load a constant of its pool again.
     #[inline(always)]
-    pub(super) fn vectors() -> &'static Vectors {
-        std::hint::black_box(&VECTORS)
+    pub(super) fn vectors() -> Vectors {
+        let [one, sp, bang, a_to_min, letters_end, zero_to_min, digits_end, dash] = &std::hint::black_box(&BYTES).0;
+        Vectors {
+            one: splat(one),
+            sp: splat(sp),
+            bang: splat(bang),
+            a_to_min: splat(a_to_min),
+            letters_end: splat(letters_end),
+            zero_to_min: splat(zero_to_min),
+            digits_end: splat(digits_end),
+            dash: splat(dash),
+        }
     }
 
     /// `c` as a vector. SSE2 intrinsics are `unsafe` to call from a
@@ -473,15 +487,14 @@ mod sse2 {
         unsafe { _mm_loadu_si128(c.as_ptr().cast()) }
     }
 
-    /// A vector of `Vectors`, which is 64-byte aligned, each of its
-    /// arrays at a multiple of 16 bytes.
+    /// An array of `BYTES` as a vector.
     #[allow(unsafe_code)]
     #[inline(always)]
     fn splat(c: &[u8; 16]) -> __m128i {
         debug_assert!((c.as_ptr() as usize).is_multiple_of(16));
         // SAFETY: `c` is 16 readable bytes at a multiple of 16 (an array
-        // of 16 bytes at a multiple of 16 in a `repr(C, align(64))`
-        // struct), and SSE2 is there (see `load`).
+        // of 16 bytes in a `repr(C, align(64))` struct), and SSE2 is
+        // there (see `load`).
         unsafe { _mm_load_si128(c.as_ptr().cast()) }
     }
 
@@ -494,14 +507,14 @@ mod sse2 {
     #[inline(always)]
     pub(super) fn outside_run(c: &[u8; 16], low: u8, k: &Vectors) -> u32 {
         let low = match low {
-            b' ' => &k.sp,
-            b'!' => &k.bang,
+            b' ' => k.sp,
+            b'!' => k.bang,
             _ => unreachable!("run_of's callers pass SP or '!'"),
         };
         // SAFETY: arithmetic on values, and SSE2 is there (see `load`).
         let inside = unsafe {
-            let v = _mm_add_epi8(load(c), splat(&k.one));
-            _mm_movemask_epi8(_mm_cmpgt_epi8(v, splat(low)))
+            let v = _mm_add_epi8(load(c), k.one);
+            _mm_movemask_epi8(_mm_cmpgt_epi8(v, low))
         };
         (inside as u32) ^ 0xFFFF
     }
@@ -516,10 +529,10 @@ mod sse2 {
         // SAFETY: arithmetic on values, and SSE2 is there (see `load`).
         let name = unsafe {
             // Bit 5 (0x20) is SP's byte.
-            let lower = _mm_or_si128(v, splat(&k.sp));
-            let letter = _mm_cmpgt_epi8(splat(&k.letters_end), _mm_add_epi8(lower, splat(&k.a_to_min)));
-            let digit = _mm_cmpgt_epi8(splat(&k.digits_end), _mm_add_epi8(v, splat(&k.zero_to_min)));
-            let dash = _mm_cmpeq_epi8(v, splat(&k.dash));
+            let lower = _mm_or_si128(v, k.sp);
+            let letter = _mm_cmpgt_epi8(k.letters_end, _mm_add_epi8(lower, k.a_to_min));
+            let digit = _mm_cmpgt_epi8(k.digits_end, _mm_add_epi8(v, k.zero_to_min));
+            let dash = _mm_cmpeq_epi8(v, k.dash);
             _mm_movemask_epi8(_mm_or_si128(_mm_or_si128(letter, digit), dash))
         };
         (name as u32) ^ 0xFFFF
