@@ -259,15 +259,7 @@ pub(crate) fn parse_head_with<'b, 'h>(
             Ok((p, fields)) => {
                 // Every line ends in CRLF: the plain parser takes no other.
                 return checked(
-                    p.method,
-                    p.target,
-                    p.minor,
-                    p.head_len,
-                    p.line_len,
-                    true,
-                    fields,
-                    Some(p.noted),
-                    limits,
+                    p.method, p.target, p.minor, p.head_len, p.line_len, true, fields, limits,
                 );
             }
             Err(headers) => headers,
@@ -326,12 +318,12 @@ fn parse_head_httparse<'b, 'h>(
             !has_bare_lf(&buf[..head_len]),
         ),
     };
-    checked(method, target, minor, head_len, line_len, crlf, headers, None, limits)
+    checked(method, target, minor, head_len, line_len, crlf, headers, limits)
 }
 
 /// The rules of RFC 9112 on a tokenised head (`line_len`: the request
-/// line's, to its LF; `crlf`: every line ends in CRLF; `noted`: what the
-/// plain tokeniser noted of the names), whichever parser tokenised it.
+/// line's, to its LF; `crlf`: every line ends in CRLF), whichever parser
+/// tokenised it.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn checked<'b, 'h>(
@@ -342,7 +334,6 @@ fn checked<'b, 'h>(
     line_len: usize,
     crlf: bool,
     headers: &'h [httparse::Header<'b>],
-    noted: Option<super::plain::Noted<'b>>,
     limits: &Limits,
 ) -> Result<Parsed<'b, 'h>, HeadError> {
     if line_len > limits.uri_bytes_max.saturating_add(LINE_OVERHEAD_MAX) {
@@ -369,14 +360,7 @@ fn checked<'b, 'h>(
     };
     let version = if minor == 0 { Version::Http10 } else { Version::Http11 };
     let mut fields = Fields::default();
-    match noted {
-        // The tokeniser noted the names as `scan` dispatches on them, and
-        // saw no field but one Host that a rule here acts on: the second
-        // pass over the names is not made (`scan`'s own lines were about
-        // 35 instructions of a hello at 50 connections, parse8).
-        Some(noted) if !noted.rare => fields.noted(noted)?,
-        _ => fields.scan(headers, version)?,
-    }
+    fields.scan(headers, version)?;
 
     // RFC 9112 §3.2: origin-form, absolute-form, authority-form (CONNECT) or
     // asterisk-form (OPTIONS). Anything else is not a request target. The
@@ -858,25 +842,6 @@ impl<'b> Fields<'b> {
                 _ => {}
             }
         }
-        Ok(())
-    }
-
-    /// What the plain tokeniser noted ([`super::plain::Noted`]) of a head
-    /// with no field `scan` acts on but one Host: that Host judged as
-    /// `scan` judges it, the names noted as `scan` notes them.
-    #[inline(always)]
-    fn noted(&mut self, noted: super::plain::Noted<'b>) -> Result<(), HeadError> {
-        debug_assert!(!noted.rare);
-        if let Some(host) = noted.host {
-            self.n_hosts = 1;
-            // The tokeniser judged the common host (`is_common_host`'s set,
-            // 8 to 16 bytes) with its vectors, `is_valid_host` any other.
-            if !noted.common_host && !is_valid_host(host) {
-                return Err(HeadError::BadRequest("invalid Host field"));
-            }
-            self.host = Some(host);
-        }
-        self.names = noted.names;
         Ok(())
     }
 

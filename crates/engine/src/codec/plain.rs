@@ -36,7 +36,6 @@ use std::mem::MaybeUninit;
 
 use httparse::Header;
 
-use super::head::FieldNames;
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
 use sse2::{vectors, Vectors};
 
@@ -61,90 +60,6 @@ pub(crate) struct Plain<'b> {
     pub(crate) line_len: usize,
     /// Bytes of the head, including the empty line that ends it.
     pub(crate) head_len: usize,
-    /// What the field names say, noted where each name ends.
-    pub(crate) noted: Noted<'b>,
-}
-
-/// The request fields `codec::head` acts on, noted by the tokeniser where
-/// it ends each name (it knows the name's length and first byte there):
-/// for the common head (one Host and fields no rule reads),
-/// `Fields::scan`'s second pass over the names is not made. The same
-/// dispatch as `Fields::scan`'s, which still judges any head with a field
-/// it acts on besides one Host (`rare`).
-#[derive(Clone, Copy, Default)]
-pub(crate) struct Noted<'b> {
-    /// The Host field's value (trimmed as httparse trims), if there is
-    /// one Host field.
-    pub(crate) host: Option<&'b [u8]>,
-    /// The host is 8 to 16 bytes of digits, `:`, lowercase letters, `-`
-    /// and `.` (`codec::head::is_common_host`'s set, a subset of a valid
-    /// host's), judged with the tokeniser's vectors; if not, `head` asks
-    /// `is_valid_host`.
-    pub(crate) common_host: bool,
-    /// A second Host field, or a TE, Expect, Upgrade, Connection,
-    /// Content-Length or Transfer-Encoding field (or a name of the same
-    /// length and first letter): `Fields::scan` judges the head.
-    pub(crate) rare: bool,
-    /// The names a file or archive handler reads (`Fields::scan`'s).
-    pub(crate) names: FieldNames,
-}
-
-impl<'b> Noted<'b> {
-    /// Notes the field `name: value` (the value at `value_at` in `buf`):
-    /// `Fields::scan`'s dispatch on the name's length and first letter
-    /// (ASCII-lowercased).
-    #[inline(always)]
-    fn field(&mut self, name: &[u8], buf: &'b [u8], value_at: usize, value: &'b [u8], k: &Vectors) {
-        let first = name.first().map_or(0, |b| b | 0x20);
-        match (name.len(), first) {
-            (4, b'h') if is_host(name) => {
-                self.rare |= self.host.is_some();
-                self.host = Some(value);
-                self.common_host = is_common_host(buf, value_at, value.len(), k);
-            }
-            (2, b't') | (6, b'e') | (7, b'u') | (10, b'c') | (14, b'c') | (17, b't') => self.rare = true,
-            (5, b'r') => self.names = self.names.union(FieldNames::RANGE),
-            (8, b'i') => self.names = self.names.union(FieldNames::IF_MATCH.union(FieldNames::IF_RANGE)),
-            (13, b'i') => self.names = self.names.union(FieldNames::IF_NONE_MATCH),
-            (15, b'a') => self.names = self.names.union(FieldNames::ACCEPT_ENCODING),
-            (17, b'i') => self.names = self.names.union(FieldNames::IF_MODIFIED_SINCE),
-            (19, b'i') => self.names = self.names.union(FieldNames::IF_UNMODIFIED_SINCE),
-            _ => {}
-        }
-    }
-}
-
-/// Whether a four-byte name is `host` in any case (one compare: a letter
-/// and its capital differ in bit 5 only).
-#[inline(always)]
-fn is_host(name: &[u8]) -> bool {
-    match name {
-        [a, b, c, d] => u32::from_le_bytes([*a, *b, *c, *d]) | 0x2020_2020 == u32::from_le_bytes(*b"host"),
-        _ => false,
-    }
-}
-
-/// Whether the `len` bytes at `at` are 8 to 16 of the common host's set
-/// (digits, `:`, lowercase letters, `-`, `.`), one 16-byte step over the
-/// value and what follows it (at least its CRLF and the empty line's).
-/// A host it does not take (shorter, longer, another byte, fewer than 16
-/// bytes left) is judged by `is_valid_host`.
-#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
-#[inline(always)]
-fn is_common_host(buf: &[u8], at: usize, len: usize, k: &Vectors) -> bool {
-    if !(8..=16).contains(&len) {
-        return false;
-    }
-    match buf.get(at..at + 16) {
-        Some(c) => sse2::outside_host(c.try_into().expect("16 bytes"), k) & ((1 << len) - 1) == 0,
-        None => false,
-    }
-}
-
-#[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
-#[inline(always)]
-fn is_common_host(_: &[u8], _: usize, _: usize, _: &Vectors) -> bool {
-    false
 }
 
 /// Parses a plain head at the start of `buf`, its fields into `slots`
@@ -200,8 +115,7 @@ fn tokenise<'b>(buf: &'b [u8], slots: &mut [MaybeUninit<Header<'b>>]) -> Option<
         _ => return None,
     };
     let line_len = target_end + 10;
-    let mut noted = Noted::default();
-    let (head_len, n_fields) = fields(buf, line_len + 1, slots, k, Some(&mut noted))?;
+    let (head_len, n_fields) = fields(buf, line_len + 1, slots, k)?;
     // Byte slices made `str` each (a `str`'s `get` tests char boundaries).
     let plain = Plain {
         method: ascii_str(&buf[..method_end]),
@@ -209,7 +123,6 @@ fn tokenise<'b>(buf: &'b [u8], slots: &mut [MaybeUninit<Header<'b>>]) -> Option<
         minor,
         line_len,
         head_len,
-        noted,
     };
     Some((plain, n_fields))
 }
@@ -275,7 +188,7 @@ fn tokenise_response<'b>(buf: &'b [u8], slots: &mut [MaybeUninit<Header<'b>>]) -
     if buf.get(reason_end..reason_end + 2)? != b"\r\n" {
         return None;
     }
-    let (head_len, n_fields) = fields(buf, reason_end + 2, slots, k, None)?;
+    let (head_len, n_fields) = fields(buf, reason_end + 2, slots, k)?;
     let status = PlainStatus {
         minor,
         status,
@@ -293,7 +206,6 @@ fn fields<'b>(
     mut at: usize,
     slots: &mut [MaybeUninit<Header<'b>>],
     k: &Vectors,
-    mut noted: Option<&mut Noted<'b>>,
 ) -> Option<(usize, usize)> {
     // Field lines: token ":" OWS value CRLF, the value visible ASCII, SP
     // and HTAB, trailing blanks not part of it (as httparse trims them).
@@ -349,9 +261,6 @@ fn fields<'b>(
         let mut value = &buf[value_at..at];
         if value.last().is_some_and(|&b| b <= b' ') {
             value = trim_end(value);
-        }
-        if let Some(noted) = noted.as_deref_mut() {
-            noted.field(name, buf, value_at, value, k);
         }
         slots.get_mut(n_fields)?.write(Header {
             name: ascii_str(name),
@@ -515,7 +424,7 @@ mod sse2 {
     };
 
     /// The steps' constant vectors, each a byte repeated, loaded once
-    /// per tokenising call from three cache lines ([`BYTES`]).
+    /// per tokenising call from two cache lines ([`BYTES`]).
     pub(super) struct Vectors {
         one: __m128i,
         sp: __m128i,
@@ -525,18 +434,16 @@ mod sse2 {
         zero_to_min: __m128i,
         digits_end: __m128i,
         dash: __m128i,
-        colon_end: __m128i,
-        dot: __m128i,
     }
 
-    /// The vectors' bytes, ten of 16 together in three cache lines.
+    /// The vectors' bytes, eight of 16 together in two cache lines.
     /// Written as `_mm_set1_epi8`, LLVM put each in the binary's pool of
     /// 16-byte constants, where they lay on about six lines: D1 read
     /// misses per hello at 50 connections rose 50 to 57 with the 16-byte
     /// steps (callgrind's cache simulation, a 4 KiB D1,
     /// bench/runs/2026-11-28-parse8).
     #[repr(C, align(64))]
-    struct Bytes([[u8; 16]; 10]);
+    struct Bytes([[u8; 16]; 8]);
 
     static BYTES: Bytes = Bytes([
         [1; 16],
@@ -547,8 +454,6 @@ mod sse2 {
         [0x80u8.wrapping_sub(b'0'); 16],
         [(-128i8 + 10) as u8; 16],
         [b'-'; 16],
-        [(-128i8 + 11) as u8; 16],
-        [b'.'; 16],
     ]);
 
     /// The vectors, loaded once per tokenising call, into registers.
@@ -556,8 +461,7 @@ mod sse2 {
     /// bytes, and would make each load a constant of its pool again.
     #[inline(always)]
     pub(super) fn vectors() -> Vectors {
-        let [one, sp, bang, a_to_min, letters_end, zero_to_min, digits_end, dash, colon_end, dot] =
-            &std::hint::black_box(&BYTES).0;
+        let [one, sp, bang, a_to_min, letters_end, zero_to_min, digits_end, dash] = &std::hint::black_box(&BYTES).0;
         Vectors {
             one: splat(one),
             sp: splat(sp),
@@ -567,8 +471,6 @@ mod sse2 {
             zero_to_min: splat(zero_to_min),
             digits_end: splat(digits_end),
             dash: splat(dash),
-            colon_end: splat(colon_end),
-            dot: splat(dot),
         }
     }
 
@@ -634,22 +536,6 @@ mod sse2 {
             _mm_movemask_epi8(_mm_or_si128(_mm_or_si128(letter, digit), dash))
         };
         (name as u32) ^ 0xFFFF
-    }
-
-    /// Bytes that are not a digit, `:`, a lowercase letter, `-` or `.`
-    /// (the common host's, `codec::head::is_common_host`'s set).
-    #[allow(unsafe_code)]
-    #[inline(always)]
-    pub(super) fn outside_host(c: &[u8; 16], k: &Vectors) -> u32 {
-        let v = load(c);
-        // SAFETY: arithmetic on values, and SSE2 is there (see `load`).
-        let host = unsafe {
-            let letter = _mm_cmpgt_epi8(k.letters_end, _mm_add_epi8(v, k.a_to_min));
-            let digit_colon = _mm_cmpgt_epi8(k.colon_end, _mm_add_epi8(v, k.zero_to_min));
-            let dash_dot = _mm_or_si128(_mm_cmpeq_epi8(v, k.dash), _mm_cmpeq_epi8(v, k.dot));
-            _mm_movemask_epi8(_mm_or_si128(_mm_or_si128(letter, digit_colon), dash_dot))
-        };
-        (host as u32) ^ 0xFFFF
     }
 }
 
