@@ -419,8 +419,7 @@ fn token_run(buf: &[u8], mut at: usize, k: &Vectors) -> usize {
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
 mod sse2 {
     use std::arch::x86_64::{
-        __m128i, _mm_add_epi8, _mm_cmpeq_epi8, _mm_cmpgt_epi8, _mm_load_si128, _mm_loadu_si128, _mm_movemask_epi8,
-        _mm_or_si128,
+        __m128i, _mm_add_epi8, _mm_cmpeq_epi8, _mm_cmpgt_epi8, _mm_loadu_si128, _mm_movemask_epi8, _mm_or_si128,
     };
 
     /// The steps' constant vectors, each a byte repeated, loaded once
@@ -457,11 +456,9 @@ mod sse2 {
     ]);
 
     /// The vectors, loaded once per tokenising call, into registers.
-    /// `BYTES` is reached through `black_box`: LLVM sees a `static`'s
-    /// bytes, and would make each load a constant of its pool again.
     #[inline(always)]
     pub(super) fn vectors() -> Vectors {
-        let [one, sp, bang, a_to_min, letters_end, zero_to_min, digits_end, dash] = &std::hint::black_box(&BYTES).0;
+        let [one, sp, bang, a_to_min, letters_end, zero_to_min, digits_end, dash] = &BYTES.0;
         Vectors {
             one: splat(one),
             sp: splat(sp),
@@ -487,15 +484,17 @@ mod sse2 {
         unsafe { _mm_loadu_si128(c.as_ptr().cast()) }
     }
 
-    /// An array of `BYTES` as a vector.
+    /// An array of `BYTES` as a vector, by a volatile load: LLVM sees a
+    /// `static`'s bytes, and would make a plain load a constant of its
+    /// pool again (through `black_box`, 3 instructions more a call).
     #[allow(unsafe_code)]
     #[inline(always)]
-    fn splat(c: &[u8; 16]) -> __m128i {
+    fn splat(c: &'static [u8; 16]) -> __m128i {
         debug_assert!((c.as_ptr() as usize).is_multiple_of(16));
         // SAFETY: `c` is 16 readable bytes at a multiple of 16 (an array
-        // of 16 bytes in a `repr(C, align(64))` struct), and SSE2 is
-        // there (see `load`).
-        unsafe { _mm_load_si128(c.as_ptr().cast()) }
+        // of 16 bytes in a `repr(C, align(64))` struct), which is
+        // `__m128i`'s size and alignment; any bytes are an `__m128i`.
+        unsafe { std::ptr::read_volatile(c.as_ptr().cast::<__m128i>()) }
     }
 
     /// Bytes outside `low..=0x7E` (`low` 0x20 or 0x21). Adding one moves
