@@ -749,6 +749,36 @@ mod tests {
     /// ones are plain, and cut at every length or with each byte replaced
     /// they answer alike through `parse_response_head` with and without
     /// the plain parser (the `h1_client` fuzz target's check).
+    /// The 16-byte steps with the vectors from `BYTES` judge every byte
+    /// value in every lane as the byte-at-a-time rules do (a wrong byte in
+    /// the static would move a range).
+    #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+    #[test]
+    fn the_16_byte_steps_judge_every_byte_in_every_lane_as_the_byte_rules() {
+        let k = &super::vectors();
+        for b in 0..=255u8 {
+            for lane in 0..16 {
+                let mut c = [b'a'; 16];
+                c[lane] = b;
+                let bit = 1u32 << lane;
+                let value = !(0x20..=0x7E).contains(&b);
+                let target = !(0x21..=0x7E).contains(&b);
+                let name = !(b.is_ascii_alphanumeric() || b == b'-');
+                assert_eq!(
+                    super::sse2::outside_run(&c, b' ', k),
+                    if value { bit } else { 0 },
+                    "{b:#x}"
+                );
+                assert_eq!(
+                    super::sse2::outside_run(&c, b'!', k),
+                    if target { bit } else { 0 },
+                    "{b:#x}"
+                );
+                assert_eq!(super::sse2::outside_name(&c, k), if name { bit } else { 0 }, "{b:#x}");
+            }
+        }
+    }
+
     #[test]
     fn response_heads_answer_alike_with_and_without_the_plain_parser() {
         let heads: &[&[u8]] = &[
