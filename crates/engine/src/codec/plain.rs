@@ -490,7 +490,7 @@ mod sse2 {
     #[allow(unsafe_code)]
     #[inline(always)]
     fn splat(c: &'static [u8; 16]) -> __m128i {
-        debug_assert!((c.as_ptr() as usize).is_multiple_of(16));
+        debug_assert_eq!(c.as_ptr() as usize % 16, 0);
         // SAFETY: `c` is 16 readable bytes at a multiple of 16 (an array
         // of 16 bytes in a `repr(C, align(64))` struct), which is
         // `__m128i`'s size and alignment; any bytes are an `__m128i`.
