@@ -525,10 +525,17 @@ impl Hosted {
             }
             // For the access log line of the request it answers
             // (`dispatch::finish` takes them); cleared after, in case
-            // that request is gone.
-            ctx.upstream_log = figures;
+            // that request is gone. Without an access log there are none
+            // (`UpConn::answer_to`), and the field is not written: each
+            // write of the large `Option` was a copy.
+            let logged = figures.is_some();
+            if logged {
+                ctx.upstream_log = figures;
+            }
             self.deliver(ctx, token, id, response);
-            ctx.upstream_log = None;
+            if logged {
+                ctx.upstream_log = None;
+            }
         }
         self.upstreams.give_answers(answers);
         for handoff in self.upstreams.take_handoffs() {
