@@ -717,23 +717,45 @@ mod tests {
         for _ in 0..3 {
             for n in [0, 1, 9, 10, 99, 100, 13, 4096, INLINE_BODY_BYTES_MAX] {
                 let want = spelled_with_body(200, n, BodyFraming::Length(n as u64), ConnField::Omit, true);
-                assert_eq!(written(relayed(200, n), false, Version::Http11, true, b""), (want, true), "{n}");
+                assert_eq!(
+                    written(relayed(200, n), false, Version::Http11, true, b""),
+                    (want, true),
+                    "{n}"
+                );
             }
             // Past the inline bound, another status, HEAD, a close, an
             // HTTP/1.0 client, transport fields: the general path.
             let n = INLINE_BODY_BYTES_MAX + 1;
             let want = spelled_with_body(200, n, BodyFraming::Length(n as u64), ConnField::Omit, true);
-            assert_eq!(written(relayed(200, n), false, Version::Http11, true, b""), (want, false));
+            assert_eq!(
+                written(relayed(200, n), false, Version::Http11, true, b""),
+                (want, false)
+            );
             let want = spelled_with_body(404, 13, BodyFraming::Length(13), ConnField::Omit, true);
-            assert_eq!(written(relayed(404, 13), false, Version::Http11, true, b""), (want, false));
+            assert_eq!(
+                written(relayed(404, 13), false, Version::Http11, true, b""),
+                (want, false)
+            );
             let want = spelled_with_body(304, 0, BodyFraming::Bodiless, ConnField::Omit, false);
-            assert_eq!(written(relayed(304, 0), false, Version::Http11, true, b""), (want, false));
+            assert_eq!(
+                written(relayed(304, 0), false, Version::Http11, true, b""),
+                (want, false)
+            );
             let want = spelled_with_body(200, 13, BodyFraming::Length(13), ConnField::Omit, false);
-            assert_eq!(written(relayed(200, 13), true, Version::Http11, true, b""), (want, false));
+            assert_eq!(
+                written(relayed(200, 13), true, Version::Http11, true, b""),
+                (want, false)
+            );
             let want = spelled_with_body(200, 13, BodyFraming::Length(13), ConnField::Close, true);
-            assert_eq!(written(relayed(200, 13), false, Version::Http11, false, b""), (want, false));
+            assert_eq!(
+                written(relayed(200, 13), false, Version::Http11, false, b""),
+                (want, false)
+            );
             let want = spelled_with_body(200, 13, BodyFraming::Length(13), ConnField::KeepAlive, true);
-            assert_eq!(written(relayed(200, 13), false, Version::Http10, true, b""), (want, false));
+            assert_eq!(
+                written(relayed(200, 13), false, Version::Http10, true, b""),
+                (want, false)
+            );
             let (bytes, fast) = written(relayed(200, 13), false, Version::Http11, true, b"Alt-Svc: clear\r\n");
             assert!(!fast);
             let mut tail = b"Alt-Svc: clear\r\n\r\n".to_vec();
