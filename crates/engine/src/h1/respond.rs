@@ -715,7 +715,21 @@ mod tests {
             want
         };
         for _ in 0..3 {
-            for n in [0, 1, 9, 10, 99, 100, 13, 4096, INLINE_BODY_BYTES_MAX] {
+            for n in [
+                0,
+                1,
+                9,
+                10,
+                13,
+                99,
+                100,
+                999,
+                1_000,
+                4_096,
+                9_999,
+                10_000,
+                INLINE_BODY_BYTES_MAX,
+            ] {
                 let want = spelled_with_body(200, n, BodyFraming::Length(n as u64), ConnField::Omit, true);
                 assert_eq!(
                     written(relayed(200, n), false, Version::Http11, true, b""),
