@@ -1320,6 +1320,57 @@ fn requests_pipelined_in_the_same_segment_as_a_proxied_one_are_answered_in_order
     assert!(c.is_closed(), "Connection: close was asked");
 }
 
+/// A static request, a proxied one and a static one, pipelined in one
+/// segment, then proxied answers that are not written in one pass
+/// (`h1/respond.rs`'s `write_relayed` takes a 200 with a short body; a
+/// 201, a HEAD's, a 404 and a chunked one take the general path): every
+/// answer comes whole and in order, the relayed ones with this server's
+/// `Server` and `Date` and without the upstream's hop-by-hop fields.
+#[test]
+fn a_proxied_answer_pipelined_between_static_ones_keeps_its_place_on_either_path() {
+    let up = upstream();
+    let server = proxy_server(&format!("http://{}/", up.addr), "/up/");
+    let mut c = Client::connect(server.local_addr());
+    c.send(
+        b"GET /local HTTP/1.1\r\nHost: a\r\n\r\n\
+          GET /up/hello HTTP/1.1\r\nHost: a\r\n\r\n\
+          GET /local HTTP/1.1\r\nHost: a\r\n\r\n\
+          POST /up/echo HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc\
+          HEAD /up/hello HTTP/1.1\r\nHost: a\r\n\r\n\
+          GET /up/missing HTTP/1.1\r\nHost: a\r\n\r\n\
+          GET /up/big HTTP/1.1\r\nHost: a\r\n\r\n\
+          GET /up/hello HTTP/1.1\r\nHost: a\r\n\r\n\
+          GET /local HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+    );
+    let local = |r: &test_support::http::Resp| (r.status, r.body.clone()) == (200, b"local".to_vec());
+    let hello = |r: &test_support::http::Resp, body: &[u8]| {
+        assert_eq!((r.status, &r.body[..]), (200, body));
+        assert_eq!(r.header("content-length"), Some("5"));
+        assert_eq!(r.header("x-up"), Some("1"));
+        assert_eq!(r.header("content-type"), Some("text/plain"));
+        assert_eq!(r.header("server"), Some("peregrine"));
+        assert!(r.header("date").is_some());
+        for hop in ["connection", "keep-alive", "x-hop"] {
+            assert_eq!(r.header(hop), None, "{hop}: {:?}", r.headers);
+        }
+    };
+    assert!(local(&c.response()));
+    hello(&c.response(), b"hello");
+    assert!(local(&c.response()));
+    let echo = c.response();
+    assert_eq!((echo.status, &echo.body[..]), (201, &b"abc"[..]));
+    hello(&c.response_to("HEAD"), b"");
+    let missing = c.response();
+    assert_eq!((missing.status, &missing.body[..]), (404, &b""[..]));
+    let big = c.response();
+    assert_eq!((big.status, big.body.len()), (200, 300_000));
+    assert_eq!(&big.body[..3], b"aaa");
+    hello(&c.response(), b"hello");
+    let last = c.response();
+    assert!(local(&last));
+    assert!(c.is_closed(), "Connection: close was asked");
+}
+
 /// A request that arrives while a proxied answer is awaited (its read
 /// event comes before the answer) is read and answered after it: the
 /// connection does not take the socket for drained because its last read

@@ -1070,3 +1070,25 @@ fn eq_lower_agrees_with_eq_ignore_ascii_case_for_every_byte() {
         }
     }
 }
+
+#[test]
+fn the_request_line_and_host_are_each_methods_bytes() {
+    // Each method, the three spelled as constants and others, against the
+    // line spelled out here (RFC 9112 §3: `method SP request-target SP
+    // HTTP-version CRLF`; RFC 9110 §7.2: Host first, empty allowed),
+    // after what the buffer held, with and without room to spare.
+    for method in [
+        "GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "M-SEARCH", "GETX", "G", "GE", "HEADS", "POS",
+    ] {
+        for host in ["", "h", "example.com:8080", "[::1]:80"] {
+            for room in [0, 256] {
+                let mut out = Vec::with_capacity(room);
+                out.extend_from_slice(b"x");
+                request_line_and_host(&mut out, method, "/a?b", host.as_bytes());
+                let sp = if host.is_empty() { "" } else { " " };
+                let want = format!("x{method} /a?b HTTP/1.1\r\nHost:{sp}{host}\r\n");
+                assert_eq!(String::from_utf8(out).unwrap(), want, "{method} {host:?}");
+            }
+        }
+    }
+}

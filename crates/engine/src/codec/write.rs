@@ -197,7 +197,7 @@ fn write_framing(out: &mut Vec<u8>, framing: BodyFraming) {
 /// (itoa's way, the digits by a call to memcpy) was 98 instructions a
 /// head, this 78 (callgrind, two archive entries in turn).
 #[inline]
-fn write_length(out: &mut Vec<u8>, n: u64) {
+pub(crate) fn write_length(out: &mut Vec<u8>, n: u64) {
     const LINE: &[u8; 38] = b"Content-Length: 00000000000000000000\r\n";
     let digits = match n {
         0..=9 => 1,

@@ -123,6 +123,13 @@ pub(crate) fn write_response(
                 last.date = *date;
             }
         }),
+        // A relayed answer (the proxy's: its fields in a block refilled
+        // in place, which the cache above never keeps) with its short
+        // body beside them: written here in one pass.
+        (None, Ok(date)) if is_relayed(resp, framing, conn, extra_fields, head_only) => {
+            write_relayed(&mut out.buf, resp, date, framing);
+            body_written = true;
+        }
         _ => wire::write_head(&mut out.buf, resp, date, framing, conn),
     }
     if !extra_fields.is_empty() {
@@ -202,6 +209,50 @@ pub(crate) fn write_response(
         }
     }
     sent
+}
+
+/// Whether `write_relayed` writes this answer: a 200 of an HTTP/1.1
+/// keep-alive exchange whose only fields are its header block, with a
+/// short body beside the block (`Response::prepared_beside`, as the
+/// proxy relays an upstream's answer), not to a HEAD, and no transport
+/// fields to add. Any other goes through `write_head`.
+#[inline(always)]
+fn is_relayed(resp: &Response, framing: BodyFraming, conn: ConnField, extra_fields: &[u8], head_only: bool) -> bool {
+    resp.status == 200
+        && conn == ConnField::Omit
+        && extra_fields.is_empty()
+        && !head_only
+        && resp.headers.is_empty()
+        && resp.content_type.is_none()
+        && resp.block.is_some()
+        && matches!(&resp.body, Body::BesideBlock(b) if b.len() <= INLINE_BODY_BYTES_MAX && framing == BodyFraming::Length(b.len() as u64))
+}
+
+/// The head `write_head` spells for a response `is_relayed` accepts, and
+/// its body after it: one reservation for all of it, the pieces in
+/// `write_head`'s order (status line, `Server`, `Date`, `Content-Length`,
+/// the block's lines, the blank line). A proxied GET's answer went
+/// through `write_head`'s general path and the body's own branch (the
+/// test `a_relayed_answer_is_what_write_head_spells_with_its_body` pins
+/// the two to the same bytes).
+#[inline(always)]
+fn write_relayed(out: &mut Vec<u8>, resp: &mut Response, date: &[u8; DATE_LEN], framing: BodyFraming) {
+    let Some(block) = resp.block.as_ref() else { return };
+    let lines = block.as_bytes();
+    let BodyFraming::Length(n) = framing else { return };
+    // The status line with `Server` and `Date`'s name (46 bytes), the date,
+    // `Content-Length` at its longest (38), two line ends.
+    out.reserve(46 + DATE_LEN + 38 + 4 + lines.len() + n as usize);
+    out.extend_from_slice(b"HTTP/1.1 200 OK\r\nServer: peregrine\r\nDate: ");
+    out.extend_from_slice(date);
+    out.extend_from_slice(b"\r\n");
+    wire::write_length(out, n);
+    out.extend_from_slice(lines);
+    out.extend_from_slice(b"\r\n");
+    // `take_body` gives a body beside the block as `Shared`.
+    if let Body::Shared(s) = resp.take_body() {
+        out.extend_from_slice(s.as_slice());
+    }
 }
 
 thread_local! {
@@ -624,6 +675,110 @@ mod tests {
             fields(Response::text("x").with_header("Alt-Svc", "clear")),
             ["alt-svc=clear", "strict-transport-security=max-age=63072000"]
         );
+    }
+
+    /// A relayed answer (a block refilled in place, as the proxy's, with
+    /// its body beside it) is written by `write_relayed` when
+    /// `is_relayed` takes it, else by the general path: either way the
+    /// bytes `write_head` spells, then the body; and the head cache never
+    /// keeps it.
+    #[test]
+    fn a_relayed_answer_is_what_write_head_spells_with_its_body() {
+        let (whole, lines) = crate::response::beside_buffer(b"ETag: \"x\"\r\nVia: 1.1 p\r\n", 20_000);
+        let refilled = || HeaderBlock::from_checked_lines(SharedBytes::slice(whole.clone(), 0..lines).unwrap());
+        let relayed = |status: u16, n: usize| Response::prepared_beside(status, refilled(), lines..lines + n);
+        // What `write_response` writes, and whether `write_relayed` did.
+        let written = |mut resp: Response, head_only: bool, version: Version, keep_alive: bool, extra: &[u8]| {
+            let framing = match resp.status {
+                204 | 304 => BodyFraming::Bodiless,
+                _ => BodyFraming::Length(resp.body.len().unwrap()),
+            };
+            let conn = match (keep_alive, version) {
+                (false, _) => ConnField::Close,
+                (true, Version::Http10) => ConnField::KeepAlive,
+                (true, _) => ConnField::Omit,
+            };
+            let fast = is_relayed(&resp, framing, conn, extra, head_only);
+            let mut out = Output::default();
+            write_response(DATE, &mut out, &mut resp, head_only, version, keep_alive, extra);
+            let mut bytes = out.buf;
+            if let Some(Tail::Shared { bytes: s, pos: 0 }) = out.tail {
+                bytes.extend_from_slice(s.as_slice());
+            }
+            (bytes, fast)
+        };
+        let spelled_with_body = |status: u16, n: usize, framing: BodyFraming, conn: ConnField, body: bool| {
+            let mut want = spelled(&relayed(status, n), DATE, framing, conn);
+            if body {
+                want.extend_from_slice(&(*whole).as_ref()[lines..lines + n]);
+            }
+            want
+        };
+        for _ in 0..3 {
+            for n in [
+                0,
+                1,
+                9,
+                10,
+                13,
+                99,
+                100,
+                999,
+                1_000,
+                4_096,
+                9_999,
+                10_000,
+                INLINE_BODY_BYTES_MAX,
+            ] {
+                let want = spelled_with_body(200, n, BodyFraming::Length(n as u64), ConnField::Omit, true);
+                assert_eq!(
+                    written(relayed(200, n), false, Version::Http11, true, b""),
+                    (want, true),
+                    "{n}"
+                );
+            }
+            // Past the inline bound, another status, HEAD, a close, an
+            // HTTP/1.0 client, transport fields: the general path.
+            let n = INLINE_BODY_BYTES_MAX + 1;
+            let want = spelled_with_body(200, n, BodyFraming::Length(n as u64), ConnField::Omit, true);
+            assert_eq!(
+                written(relayed(200, n), false, Version::Http11, true, b""),
+                (want, false)
+            );
+            let want = spelled_with_body(404, 13, BodyFraming::Length(13), ConnField::Omit, true);
+            assert_eq!(
+                written(relayed(404, 13), false, Version::Http11, true, b""),
+                (want, false)
+            );
+            let want = spelled_with_body(304, 0, BodyFraming::Bodiless, ConnField::Omit, false);
+            assert_eq!(
+                written(relayed(304, 0), false, Version::Http11, true, b""),
+                (want, false)
+            );
+            let want = spelled_with_body(200, 13, BodyFraming::Length(13), ConnField::Omit, false);
+            assert_eq!(
+                written(relayed(200, 13), true, Version::Http11, true, b""),
+                (want, false)
+            );
+            let want = spelled_with_body(200, 13, BodyFraming::Length(13), ConnField::Close, true);
+            assert_eq!(
+                written(relayed(200, 13), false, Version::Http11, false, b""),
+                (want, false)
+            );
+            let want = spelled_with_body(200, 13, BodyFraming::Length(13), ConnField::KeepAlive, true);
+            assert_eq!(
+                written(relayed(200, 13), false, Version::Http10, true, b""),
+                (want, false)
+            );
+            let (bytes, fast) = written(relayed(200, 13), false, Version::Http11, true, b"Alt-Svc: clear\r\n");
+            assert!(!fast);
+            let mut tail = b"Alt-Svc: clear\r\n\r\n".to_vec();
+            tail.extend_from_slice(&(*whole).as_ref()[lines..lines + 13]);
+            assert!(bytes.ends_with(&tail));
+        }
+        // Nothing holds the buffer after: no cache kept it.
+        assert_eq!(Arc::strong_count(&whole), 1);
+        assert!(LAST_HEAD.with_borrow(|last| last.block.is_none()));
     }
 
     /// A body beside its header block (`Response::prepared_beside`) is

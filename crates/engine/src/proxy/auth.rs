@@ -351,6 +351,13 @@ impl Checks {
         }
     }
 
+    /// Whether `sort` would pass answers through untouched: no check in
+    /// flight, no private answer to mark.
+    #[inline(always)]
+    pub(crate) fn sorts_nothing(&self) -> bool {
+        self.pending.is_empty() && self.private.is_empty()
+    }
+
     /// Whether upstream requests wait for `take_granted`.
     pub(crate) fn has_granted(&self) -> bool {
         !self.granted.is_empty()
@@ -380,7 +387,7 @@ impl Checks {
     pub(crate) fn sort(&mut self, answers: Vec<super::pool::Answer>) -> Vec<super::pool::Answer> {
         // Inlined to this test: a worker without forward-auth checks in
         // flight passes its answers on without a call.
-        if self.pending.is_empty() && self.private.is_empty() {
+        if self.sorts_nothing() {
             return answers;
         }
         self.sort_checked(answers)

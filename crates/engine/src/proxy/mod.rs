@@ -69,7 +69,7 @@ pub use encode::{Encode, ENCODER_BYTES_MAX, STREAMS_MAX as ENCODE_STREAMS_MAX};
 pub use guard::{is_metadata, special as special_address, AddressGuard};
 pub(crate) use health::start as start_checking;
 pub use health::{probe, ActiveCheck};
-pub(crate) use pool::{Sock, Upstreams};
+pub(crate) use pool::{Answer, Sock, Upstreams};
 pub(crate) use resolve::start as start_resolving;
 pub(crate) use tunnel::Handoff;
 pub use upstream::{HostHeader, Upstream, UpstreamError};
