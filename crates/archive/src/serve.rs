@@ -678,9 +678,9 @@ impl PreparedByKey {
     /// first time. Borrowed from its `recent` slot, which a miss fills
     /// out of line: the hit is a compare and a load, with no `Rc` count.
     #[inline(always)]
-    fn get_or_prepare(&mut self, key: u32, archive: &Archive, e: &Entry<'_>) -> Option<&Prepared> {
+    fn get_or_prepare(&mut self, key: u32, archive: &Archive, idx: usize) -> Option<&Prepared> {
         let slot = key as usize % RECENT_SLOTS;
-        if !matches!(&self.recent[slot], Some((k, _)) if *k == key) && !self.fill(key, archive, e) {
+        if !matches!(&self.recent[slot], Some((k, _)) if *k == key) && !self.fill(key, archive, idx) {
             return None;
         }
         self.recent[slot].as_ref().map(|(_, p)| &**p)
@@ -691,13 +691,14 @@ impl PreparedByKey {
     /// heads are not header lines).
     #[cold]
     #[inline(never)]
-    fn fill(&mut self, key: u32, archive: &Archive, e: &Entry<'_>) -> bool {
+    fn fill(&mut self, key: u32, archive: &Archive, idx: usize) -> bool {
         if let Some(p) = self.all.get(&key) {
             self.recent[key as usize % RECENT_SLOTS] = Some((key, p.clone()));
             return true;
         }
+        let e = archive.entry(idx);
         match e.variant(key as usize % 4) {
-            Some(v) => prepare_first(self, archive, e, key, &v).is_some(),
+            Some(v) => prepare_first(self, archive, &e, key, &v).is_some(),
             None => false,
         }
     }
@@ -838,6 +839,12 @@ type Via<'r, 'a> = Option<(&'r Request<'a>, &'r ProxyAllow)>;
 /// Answers `req` from the archive, protected or not. `server` is looked
 /// at only where nothing in the archive answers (a previous generation
 /// may).
+///
+/// Inlined, up to the answer of a resource found at once for a request
+/// without fields (most requests); every other request goes on in
+/// `open_steps`, out of line, so that what only they read (the query,
+/// the fields, the rules) is neither loaded nor kept in the frame of the
+/// common one (callgrind archive-c50: the handler's spills of them).
 #[inline(always)]
 fn open(local: &mut Local, req: &Request<'_>, server: &ArchiveServer, via: Via<'_, '_>) -> Reply {
     let head = match reply::method(req) {
@@ -845,14 +852,7 @@ fn open(local: &mut Local, req: &Request<'_>, server: &ArchiveServer, via: Via<'
         Method::Head => true,
         Method::Answer(answer) => return Reply::Now(answer),
     };
-    let Local {
-        archive,
-        prepared,
-        lookups,
-        previous,
-        ..
-    } = local;
-    let archive = &**archive;
+    let archive = &*local.archive;
     // The Host field is looked at only by an archive that names hosts.
     let site = if archive.has_hosts() {
         archive.site_for_host(req.host())
@@ -862,23 +862,64 @@ fn open(local: &mut Local, req: &Request<'_>, server: &ArchiveServer, via: Via<'
     // No field the steps read (the codec's note): no pass over the head,
     // and a resource found at once is answered by `answer_bare`.
     let bare = !req.may_carry(peregrine::FieldNames::ALL);
+    // Fast path: the raw path is already the key (no escapes, no dots).
+    // `found` for a resource is `answer` with 200, and `answer` for a
+    // request without fields is `reply_plain`: `answer_bare`.
+    let raw = req.path();
+    let (plain, at_once) = if archive.has_forced_patterns() {
+        // Every path goes through the `!` rules first; `plain` is not
+        // asked.
+        (false, None)
+    } else if let Some((idx, kind)) = local.lookups.recall(site, raw.as_bytes()) {
+        // The very path a lookup found before: only a path that is its
+        // own key (`is_key`) is looked up here, so this one is.
+        if bare && kind == KIND_RESOURCE {
+            return answer_bare(&mut local.prepared, archive, idx, 200);
+        }
+        (true, Some(idx))
+    } else if path::is_key(raw) {
+        match archive.get_remembering(site, raw.as_bytes(), &mut local.lookups) {
+            Some(e) if bare && e.kind() == KIND_RESOURCE => {
+                return answer_bare(&mut local.prepared, archive, e.index(), 200);
+            }
+            e => (true, e.map(|e| e.index())),
+        }
+    } else {
+        (false, None)
+    };
+    open_steps(local, req, server, via, head, site, bare, plain, at_once)
+}
+
+/// The rest of `open`: `at_once` is the entry the fast path found for the
+/// raw path (`plain`: it is its own key), if it found one.
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+fn open_steps(
+    local: &mut Local,
+    req: &Request<'_>,
+    server: &ArchiveServer,
+    via: Via<'_, '_>,
+    head: bool,
+    site: u32,
+    bare: bool,
+    plain: bool,
+    at_once: Option<usize>,
+) -> Reply {
+    let Local {
+        archive,
+        prepared,
+        previous,
+        ..
+    } = local;
+    let archive = &**archive;
+    let fields = if bare { Fields::default() } else { Fields::scan(req) };
     let query = req.query();
     let forced = archive.has_forced_patterns();
-    // Fast path: the raw path is already the key (no escapes, no dots).
     let raw = req.path();
-    let plain = path::is_key(raw);
-    if plain && !forced {
-        if let Some(e) = archive.get_remembered(site, raw.as_bytes(), lookups) {
-            // `found` for a resource is `answer` with 200, and `answer`
-            // for a request without fields is `reply_plain`.
-            if bare && e.kind() == KIND_RESOURCE {
-                return answer_bare(prepared, archive, e, 200);
-            }
-            let fields = if bare { Fields::default() } else { Fields::scan(req) };
-            return found(prepared, archive, site, e, raw, &fields, head, query, via);
-        }
+    if let Some(idx) = at_once {
+        let e = archive.entry(idx);
+        return found(prepared, archive, site, e, raw, &fields, head, query, via);
     }
-    let fields = if bare { Fields::default() } else { Fields::scan(req) };
     let key = match path::normalize(raw.as_bytes()) {
         Ok(p) => p.key(),
         Err(e) => return Reply::Now(reply::bad_request(e.reason())),
@@ -1268,13 +1309,13 @@ fn answer(
 /// tested, no `Rc` count taken, no `StoredVariant` moved, and the answer
 /// is built in the caller's return slot.
 #[inline(always)]
-fn answer_bare(prepared: &mut PreparedByKey, archive: &Archive, e: Entry<'_>, status: u16) -> Reply {
+fn answer_bare(prepared: &mut PreparedByKey, archive: &Archive, idx: usize, status: u16) -> Reply {
     #[cfg(feature = "test-hooks")]
-    test_hooks::stop_here(e.path());
-    let Ok(key) = u32::try_from(e.index() * 4) else {
+    test_hooks::stop_here(archive.entry(idx).path());
+    let Ok(key) = u32::try_from(idx * 4) else {
         return Reply::Now(Response::error(500));
     };
-    let Some(p) = prepared.get_or_prepare(key, archive, &e) else {
+    let Some(p) = prepared.get_or_prepare(key, archive, idx) else {
         return Reply::Now(Response::error(500));
     };
     match &p.beside {
