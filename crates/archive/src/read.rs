@@ -978,11 +978,15 @@ mod tests {
             "/",
             "/index.html",
             "/a/b/c/d/e/f/g/h/i/j.txt",
+            // Longer than a memo slot's copy: found, never recalled.
+            "/a-path-longer-than-the-forty-eight-bytes-a-slot-keeps.txt",
         ];
         for (i, key) in keys.iter().enumerate() {
             w.add_resource(0, key, 0, i as u64, [Some(v()), None, None, None])
                 .unwrap();
         }
+        // A redirect: its kind is recalled with it.
+        w.add_redirect(0, KIND_REDIRECT, 0, "/old", 301, "/new").unwrap();
         w.add_resource(1, "/a.txt", 0, 99, [Some(v()), None, None, None])
             .unwrap();
         w.finish().unwrap();
@@ -999,16 +1003,22 @@ mod tests {
             "/",
             "/index.html",
         ];
-        let asked = asked.iter().chain(&keys).chain(&["/x.txt", "/a.txt", "", "/a.tx"]);
+        let asked = asked.iter().chain(&keys).chain(&["/x.txt", "/a.txt", "", "/a.tx", "/old"]);
         for site in [0, 1, 0, 1, 2] {
             for key in asked.clone() {
-                let want = archive.get(site, key.as_bytes()).map(|e| e.index());
+                let want = archive.get(site, key.as_bytes()).map(|e| (e.index(), e.kind()));
                 let got = archive
                     .get_remembered(site, key.as_bytes(), &mut memo)
-                    .map(|e| e.index());
+                    .map(|e| (e.index(), e.kind()));
                 assert_eq!(got, want, "site {site} {key}");
+                // Just found, it is recalled (the entry and its kind),
+                // unless it is too long to keep; a miss never is.
+                let recalled = memo.recall(site, key.as_bytes());
+                let kept = key.len() <= Lookups::KEY_BYTES_MAX;
+                assert_eq!(recalled, want.filter(|_| kept), "site {site} {key}: recalled");
             }
         }
+        assert_eq!(archive.get(0, b"/old").map(|e| e.kind()), Some(KIND_REDIRECT));
         assert!(archive.get(1, b"/a.txt").is_some() && archive.get(1, b"/b.txt").is_none());
     }
 }
