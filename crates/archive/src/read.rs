@@ -1003,7 +1003,10 @@ mod tests {
             "/",
             "/index.html",
         ];
-        let asked = asked.iter().chain(&keys).chain(&["/x.txt", "/a.txt", "", "/a.tx", "/old"]);
+        let asked = asked
+            .iter()
+            .chain(&keys)
+            .chain(&["/x.txt", "/a.txt", "", "/a.tx", "/old"]);
         for site in [0, 1, 0, 1, 2] {
             for key in asked.clone() {
                 let want = archive.get(site, key.as_bytes()).map(|e| (e.index(), e.kind()));
