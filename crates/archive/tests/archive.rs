@@ -392,7 +392,7 @@ fn requests_without_fields_get_the_answer_the_steps_give() {
     let out = t.path("a.prg");
     pack(&PackOptions::new(t.path("site"), &out)).unwrap();
     for mode in [Mode::Map, Mode::Heap] {
-        let handler = ArchiveServer::open(&out, mode.clone()).unwrap();
+        let handler = ArchiveServer::open(&out, mode).unwrap();
         let running = Server::new().bind("127.0.0.1:0").workers(1).start(handler).unwrap();
         let addr = running.local_addr();
         for (path, bytes) in &files {
