@@ -74,18 +74,76 @@ pub struct Archive {
 }
 
 /// Entries [`Archive::get_remembered`] found, by the length and last byte
-/// of their key: index + 1, 0 for none. For one archive only.
+/// of their key, each slot with a copy of its key (up to
+/// `Lookups::KEY_BYTES_MAX` bytes; longer keys are not remembered), its
+/// site and its entry's kind: a key recalled is answered without a look
+/// at the archive's bytes. For one archive only.
 #[derive(Debug, Clone, Default)]
-pub struct Lookups([u32; Lookups::SLOTS]);
+pub struct Lookups([Remembered; Lookups::SLOTS]);
+
+/// One slot of [`Lookups`]: 64 bytes, a cache line.
+#[derive(Debug, Clone, Copy)]
+struct Remembered {
+    /// The entry's index + 1; 0 for none.
+    idx1: u32,
+    site: u32,
+    /// The key's length (0 in an empty slot: no key is empty), and the
+    /// entry's kind in the top byte.
+    len_kind: u64,
+    key: [u8; Lookups::KEY_BYTES_MAX],
+}
+
+impl Default for Remembered {
+    fn default() -> Self {
+        Remembered {
+            idx1: 0,
+            site: 0,
+            len_kind: 0,
+            key: [0; Lookups::KEY_BYTES_MAX],
+        }
+    }
+}
 
 impl Lookups {
     /// Paths asked for in turn that keep their entry: 8 whose length and
     /// last byte differ.
     const SLOTS: usize = 8;
+    /// Keys remembered: up to 48 bytes (most request paths), so that a
+    /// slot is 64 bytes.
+    const KEY_BYTES_MAX: usize = 48;
 
     #[inline(always)]
     fn slot(key: &[u8]) -> usize {
         (key.len() + key.last().map_or(0, |&b| usize::from(b))) % Lookups::SLOTS
+    }
+
+    /// The index and kind of the entry [`Archive::get_remembered`] gave
+    /// last for `key` of `site`, if this memo still holds it: the same
+    /// entry `get` would give again (an entry has one key, and the memo is
+    /// of one archive). Compares `key` with the slot's copy only; the
+    /// archive is not read.
+    #[inline(always)]
+    pub fn recall(&self, site: u32, key: &[u8]) -> Option<(usize, u8)> {
+        let m = &self.0[Lookups::slot(key)];
+        if m.idx1 == 0 || m.site != site || (m.len_kind & 0xff_ffff) as usize != key.len() {
+            return None;
+        }
+        let kept = m.key.get(..key.len())?;
+        peregrine_files::path::same_key(key, kept).then(|| (m.idx1 as usize - 1, (m.len_kind >> 56) as u8))
+    }
+
+    /// Remembers `e` as what `get` gave for `key` of `site`.
+    #[inline]
+    fn remember(&mut self, site: u32, key: &[u8], e: &Entry<'_>) {
+        if key.len() > Lookups::KEY_BYTES_MAX {
+            return;
+        }
+        let m = &mut self.0[Lookups::slot(key)];
+        m.key[..key.len()].copy_from_slice(key);
+        // An entry count is read from 4 bytes: every index fits.
+        m.idx1 = e.idx as u32 + 1;
+        m.site = site;
+        m.len_kind = key.len() as u64 | u64::from(e.kind()) << 56;
     }
 }
 
@@ -617,28 +675,34 @@ impl Archive {
     }
 
     /// [`Archive::get`], asking `memo` first: the entry `get` gave last for
-    /// a key of this length and last byte, if `key` is its key. `memo`
-    /// holds only indexes `get` returned for this archive, and an entry
-    /// has one key, so a match is what `get` would give again; it must be
-    /// cleared when the archive it was filled from is replaced. A server
-    /// answering the same paths again and again skips the hash and the
-    /// probe (`get` was 243 instructions a request; the handler's 654 fell
-    /// to 451, 21 of them `reply_plain`'s: callgrind archive-c50); a miss
-    /// costs one compare.
+    /// this key and site, if `memo` holds it (`Lookups::recall`). `memo`
+    /// holds only what `get` returned for this archive, and an entry has
+    /// one key, so a recalled entry is what `get` would give again; it
+    /// must be cleared when the archive it was filled from is replaced. A
+    /// server answering the same paths again and again skips the hash and
+    /// the probe (`get` was 243 instructions a request; the handler's 654
+    /// fell to 451, 21 of them `reply_plain`'s: callgrind archive-c50); a
+    /// miss costs one compare.
     #[inline(always)]
     pub fn get_remembered(&self, site: u32, key: &[u8], memo: &mut Lookups) -> Option<Entry<'_>> {
-        let m = &mut memo.0[Lookups::slot(key)];
-        let idx = (*m as usize).wrapping_sub(1);
-        if idx < self.n_entries {
-            let e = Entry::at(self, idx);
-            if e.site() == site && e.has_key(key) {
-                return Some(e);
-            }
+        if let Some((idx, _)) = memo.recall(site, key) {
+            return Some(Entry::at(self, idx));
         }
+        self.get_remembering(site, key, memo)
+    }
+
+    /// [`Archive::get`], its entry remembered in `memo` for
+    /// [`Lookups::recall`] (a caller that asked `memo` already).
+    #[inline]
+    pub fn get_remembering(&self, site: u32, key: &[u8], memo: &mut Lookups) -> Option<Entry<'_>> {
         let e = self.get(site, key)?;
-        // An entry count is read from 4 bytes: every index fits.
-        *m = e.idx as u32 + 1;
+        memo.remember(site, key, &e);
         Some(e)
+    }
+
+    /// Entry `idx`, one a lookup of this archive gave (`Entry::index`).
+    pub(crate) fn entry(&self, idx: usize) -> Entry<'_> {
+        Entry::at(self, idx)
     }
 
     /// Every entry, in archive order.
@@ -914,11 +978,15 @@ mod tests {
             "/",
             "/index.html",
             "/a/b/c/d/e/f/g/h/i/j.txt",
+            // Longer than a memo slot's copy: found, never recalled.
+            "/a-path-longer-than-the-forty-eight-bytes-a-slot-keeps.txt",
         ];
         for (i, key) in keys.iter().enumerate() {
             w.add_resource(0, key, 0, i as u64, [Some(v()), None, None, None])
                 .unwrap();
         }
+        // A redirect: its kind is recalled with it.
+        w.add_redirect(0, KIND_REDIRECT, 0, "/old", 301, "/new").unwrap();
         w.add_resource(1, "/a.txt", 0, 99, [Some(v()), None, None, None])
             .unwrap();
         w.finish().unwrap();
@@ -935,16 +1003,25 @@ mod tests {
             "/",
             "/index.html",
         ];
-        let asked = asked.iter().chain(&keys).chain(&["/x.txt", "/a.txt", "", "/a.tx"]);
+        let asked = asked
+            .iter()
+            .chain(&keys)
+            .chain(&["/x.txt", "/a.txt", "", "/a.tx", "/old"]);
         for site in [0, 1, 0, 1, 2] {
             for key in asked.clone() {
-                let want = archive.get(site, key.as_bytes()).map(|e| e.index());
+                let want = archive.get(site, key.as_bytes()).map(|e| (e.index(), e.kind()));
                 let got = archive
                     .get_remembered(site, key.as_bytes(), &mut memo)
-                    .map(|e| e.index());
+                    .map(|e| (e.index(), e.kind()));
                 assert_eq!(got, want, "site {site} {key}");
+                // Just found, it is recalled (the entry and its kind),
+                // unless it is too long to keep; a miss never is.
+                let recalled = memo.recall(site, key.as_bytes());
+                let kept = key.len() <= Lookups::KEY_BYTES_MAX;
+                assert_eq!(recalled, want.filter(|_| kept), "site {site} {key}: recalled");
             }
         }
+        assert_eq!(archive.get(0, b"/old").map(|e| e.kind()), Some(KIND_REDIRECT));
         assert!(archive.get(1, b"/a.txt").is_some() && archive.get(1, b"/b.txt").is_none());
     }
 }

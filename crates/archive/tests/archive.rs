@@ -364,6 +364,61 @@ fn bodies_sent_by_sendfile_start_on_a_page() {
     assert!(small > 0, "small bodies are not padded");
 }
 
+/// A request with none of the fields the steps read (no Accept-Encoding,
+/// validator or Range) takes the archive's shortest path (`answer_bare`);
+/// one with a field takes the shared steps. Both give the same whole
+/// answer for every body size on both sides of `MAP_BODY_BYTES_MAX`
+/// (from the map, or from the file under it), from a map and from a heap
+/// copy, on the first answer (the variant prepared) and the next ones
+/// (found prepared), for GET and HEAD.
+#[test]
+fn requests_without_fields_get_the_answer_the_steps_give() {
+    let t = tmp("bare");
+    let sizes = [0usize, 17, 16 * 1024, 16 * 1024 + 1, 70_000];
+    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut files = Vec::new();
+    for (i, n) in sizes.iter().enumerate() {
+        let bytes: Vec<u8> = (0..*n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        t.write(&format!("site/f{i}.bin"), &bytes);
+        files.push((format!("/f{i}.bin"), bytes));
+    }
+    let out = t.path("a.prg");
+    pack(&PackOptions::new(t.path("site"), &out)).unwrap();
+    for mode in [Mode::Map, Mode::Heap] {
+        let handler = ArchiveServer::open(&out, mode).unwrap();
+        let running = Server::new().bind("127.0.0.1:0").workers(1).start(handler).unwrap();
+        let addr = running.local_addr();
+        for (path, bytes) in &files {
+            for round in 0..2 {
+                let bare = get(addr, path);
+                let fielded = request(addr, "GET", path, &[("Accept-Encoding", "identity")]);
+                let at = format!("{mode:?} {path} round {round}");
+                assert_eq!((bare.status, fielded.status), (200, 200), "{at}");
+                assert!(bare.body == *bytes, "{at}: the body, without fields");
+                assert!(fielded.body == *bytes, "{at}: the body, with a field");
+                for name in ["etag", "last-modified", "content-type", "content-length"] {
+                    assert_eq!(bare.header(name), fielded.header(name), "{at}: {name}");
+                }
+                assert!(bare.header("etag").is_some(), "{at}: an ETag");
+                let head = request(addr, "HEAD", path, &[]);
+                assert_eq!(head.status, 200, "{at}: HEAD");
+                assert!(head.body.is_empty(), "{at}: HEAD has no body");
+                assert_eq!(head.header("etag"), bare.header("etag"), "{at}: HEAD's ETag");
+                assert_eq!(head.header("content-length"), bare.header("content-length"), "{at}");
+            }
+        }
+        running.shutdown();
+        running.join().unwrap();
+    }
+}
+
 #[test]
 fn damaged_archives_are_refused_with_a_reason() {
     let t = tmp("damage");

@@ -101,7 +101,7 @@ pub use message::trailers::Trailers;
 pub use metrics::Metrics;
 pub use request::{percent_decode, Request, RequestId};
 pub use responder::Responder;
-pub use response::{Body, FileRange, HeaderBlock, Response, SharedBytes};
+pub use response::{Beside, Body, FileRange, HeaderBlock, Response, SharedBytes};
 pub use router::Router;
 pub use server::{Listening, Running, Server, ShutdownHandle};
 pub use sites::{Site, SitesError, SITES_MAX};
