@@ -29,7 +29,8 @@ if [ -z "${ARCHIVE:-}" ]; then
   ARCHIVE=$tmp/x.prg
 fi
 run() { # BIN|limit KIND MODE NAME
-  local b=$1 kind=$2 mode=$3 name=$4 port=$((20000 + RANDOM % 9000)) path=/ pid
+  local b=$1 kind=$2 mode=$3 name=$4 port path=/ pid
+  port=$(python3 "$here/lib/free_port.py")
   if [ "$b" = limit ]; then taskset -c 0 "$tmp/limit" $port >/dev/null 2>&1 & pid=$!
   elif [ "$kind" = hello ]; then taskset -c 0 "$b" hello --bind 127.0.0.1:$port --workers 1 >/dev/null 2>&1 & pid=$!
   else taskset -c 0 "$b" serve "$ARCHIVE" --bind 127.0.0.1:$port --workers 1 >/dev/null 2>&1 & pid=$!; path=/17.txt; fi

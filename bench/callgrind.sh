@@ -21,10 +21,10 @@ set -u
 bin=$1 out=$2 mode=$3
 shift 3
 [ $# -eq 0 ] && set -- hello
-port=$((21000 + RANDOM % 5000))
+here=$(cd "$(dirname "$0")" && pwd)
+port=$(python3 "$here/lib/free_port.py")
 case $bin in
   limit)
-    here=$(cd "$(dirname "$0")" && pwd)
     bin=$(mktemp)
     trap 'rm -f "$bin"' EXIT
     gcc -O2 -g -o "$bin" "$here/limit/limit.c"

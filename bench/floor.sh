@@ -39,7 +39,7 @@ head -c 17 /dev/zero | tr '\0' 'a' > "$tmp/root/17.txt"
 head -c 4096 /dev/zero | tr '\0' 'b' > "$tmp/root/4k.txt"
 head -c 65536 /dev/zero | tr '\0' 'c' > "$tmp/root/64k.txt"
 hz=$(getconf CLK_TCK)
-port() { echo $((20000 + RANDOM % 9000)); }
+port() { python3 "$here/lib/free_port.py"; }
 
 # PID of a started server; waits until it answers
 start() { # PORT ARGV...

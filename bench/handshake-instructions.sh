@@ -72,7 +72,8 @@ floor() {
 # server BIN GROUP MODE: Ir per connection and the client's line.
 server() {
   local bin=$1 group=$2 mode=$3
-  local port=$((20000 + RANDOM % 20000)) out
+  local port out
+  port=$(python3 "$(dirname "$0")/lib/free_port.py")
   out=$(mktemp -d -p "$work")
   valgrind --tool=callgrind --callgrind-out-file="$out/cg.%p" \
     "$bin" serve "$work/root" --bind "127.0.0.1:$port" --workers 1 \

@@ -54,7 +54,8 @@ openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
 measure() {
   local bin=$1 mode=$2 n=$3 path=$4; shift 4
   # (called in a subshell: a fresh port and directory each time)
-  local port=$((20000 + RANDOM % 20000)) out
+  local port out
+  port=$(python3 "$here/lib/free_port.py")
   out=$(mktemp -d -p "$work")
   local logging=()
   if [ -n "${ACCESS_LOG:-}" ]; then
@@ -115,7 +116,7 @@ s_f17_h3() {
 # subshell): every build is measured against the same one.
 if [[ " $SCENARIOS " == *" proxy-c50 "* ]]; then
   gcc -O2 -o "$work/limit" "$here/limit/limit.c"
-  UP_PORT=$((20000 + RANDOM % 20000))
+  UP_PORT=$(python3 "$here/lib/free_port.py")
   "$work/limit" "$UP_PORT" >/dev/null 2>&1 &
   UP_PID=$!
   mkdir -p "$work/empty"
@@ -132,7 +133,7 @@ if [[ " $SCENARIOS " == *" proxy-cache-hit "* ]]; then
     printf 'Cache-Control: max-age=86400\r\nContent-Length: %d\r\n\r\n' "$(stat -c %s "$body")"
     cat "$body"
   } > "$work/cacheable.http"
-  CACHE_UP_PORT=$((20000 + RANDOM % 20000))
+  CACHE_UP_PORT=$(python3 "$here/lib/free_port.py")
   "$work/limit" "$CACHE_UP_PORT" --response "$work/cacheable.http" >/dev/null 2>&1 &
   CACHE_UP_PID=$!
   mkdir -p "$work/empty"

@@ -38,7 +38,7 @@ trap cleanup EXIT
 gcc -O2 -o "$tmp/limit" "$here/limit/limit.c"
 gcc -O2 -o "$tmp/relay" "$here/limit/relay.c"
 gcc -O2 -DRELAY_SPIN -o "$tmp/relay-spin" "$here/limit/relay.c"
-port() { echo $((20000 + RANDOM % 9000)); }
+port() { python3 "$here/lib/free_port.py"; }
 up=$(port)
 taskset -c "$CPU" "$tmp/limit" "$up" >/dev/null 2>&1 & pids+=($!); lpid=$!
 sleep 0.3

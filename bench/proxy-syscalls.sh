@@ -31,7 +31,7 @@ cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -r
 trap cleanup EXIT
 gcc -O2 -o "$tmp/limit" "$here/limit/limit.c"
 gcc -O2 -o "$tmp/relay" "$here/limit/relay.c"
-port() { echo $((20000 + RANDOM % 9000)); }
+port() { python3 "$here/lib/free_port.py"; }
 wait_up() { for _ in $(seq 50); do curl -s -o /dev/null "http://127.0.0.1:$1/" && return; sleep 0.1; done; echo "no answer on $1" >&2; exit 1; }
 
 answer=()

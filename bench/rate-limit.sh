@@ -27,7 +27,7 @@ root = "$work/site"
 path = "/limited/*"
 rate-limit = { rate = "$R/s", burst = $B }
 TOML
-port=$((20000 + RANDOM % 20000))
+port=$(python3 "$(dirname "$0")/lib/free_port.py")
 "$BIN" serve --config "$work/peregrine.toml" --bind "127.0.0.1:$port" --workers 2 >"$work/log" 2>&1 &
 PID=$!
 for _ in $(seq 50); do grep -q serving "$work/log" 2>/dev/null && break; sleep 0.2; done

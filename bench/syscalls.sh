@@ -24,7 +24,7 @@ gcc -O2 -o "$tmp/limit" "$here/limit/limit.c"
 mkdir -p "$tmp/site"
 head -c 17 /dev/zero | tr '\0' 'a' > "$tmp/site/17.txt"
 "$BIN" pack "$tmp/site" -o "$tmp/site.prg" >/dev/null 2>&1
-port() { echo $((20000 + RANDOM % 9000)); }
+port() { python3 "$here/lib/free_port.py"; }
 wait_up() { for _ in $(seq 50); do curl -s -o /dev/null "http://127.0.0.1:$1/$2" && return; sleep 0.1; done; echo "no answer on $1" >&2; exit 1; }
 
 # count PID PORT PATH M: system calls per request over N requests

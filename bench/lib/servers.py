@@ -39,6 +39,7 @@ import time
 from dataclasses import replace
 
 import h2 as h2_
+from free_port import free_port  # noqa: F401 (servers.free_port, used by proxy.py)
 import install
 import load
 import procs
@@ -747,12 +748,6 @@ class Caddy(Server):
 
 ALL = {cls.name: cls for cls in (Limit, Peregrine, PeregrineArchive, PeregrineCache, Nginx, Kawipiko, H2o, Lighttpd, GoFastHttp,
                                   GoNetHttp, Node, Caddy)}
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def probe(port, timeout_s=1.0, path="/", body=BODY, ssl_ctx=None):
