@@ -47,6 +47,12 @@ pub struct Upstream {
     url: String,
     /// `host[:port]`, the Host field when it is rewritten.
     authority: String,
+    /// ` HTTP/1.1\r\nHost: {authority}\r\n`, the end of the request
+    /// line and the Host line of every request that names `authority`
+    /// (`head::start_routed`), made with the route so that a reload's new
+    /// route has its own; `None` if `authority` is no valid Host (each
+    /// such request is refused, as when it was checked per request).
+    host_line: Option<Box<[u8]>>,
     /// The URL's path, if it had one: it replaces the route's prefix.
     path: Option<String>,
     /// The route's prefix, as matched (`/api/`).
@@ -184,10 +190,17 @@ impl Upstream {
                 "expected http[s]://HOST[:PORT][/PATH], h2[cs]://HOST[:PORT][/PATH] or unix:PATH",
             ));
         };
+        let host_line = crate::codec::head::is_valid_host(authority.as_bytes()).then(|| {
+            let mut line = b" HTTP/1.1\r\nHost: ".to_vec();
+            line.extend_from_slice(authority.as_bytes());
+            line.extend_from_slice(b"\r\n");
+            line.into_boxed_slice()
+        });
         Ok(Upstream {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             addr,
             url: url.to_owned(),
+            host_line,
             authority,
             path,
             prefix: "/".to_owned(),
@@ -385,6 +398,12 @@ impl Upstream {
         &self.authority
     }
 
+    /// The end of the request line and the Host line for `authority`
+    /// (`host_line`).
+    pub(crate) fn host_line(&self) -> Option<&[u8]> {
+        self.host_line.as_deref()
+    }
+
     /// The URL's path, which replaces the route's prefix (a balance's
     /// members must agree on it: `balance.rs`).
     pub(crate) fn path_part(&self) -> Option<&str> {
@@ -408,18 +427,19 @@ impl Upstream {
     pub(crate) fn upstream_path(&self, raw: &str) -> Option<String> {
         // One allocation of about the right size, not `to_string`'s
         // growth through `core::fmt`; room left for a query.
-        let mut out = String::with_capacity(raw.len() + 32);
-        self.upstream_path_into(raw, &mut out).then_some(out)
+        let mut out = Vec::with_capacity(raw.len() + 32);
+        let made = self.upstream_path_into(raw, &mut out);
+        made.then(|| String::from_utf8(out).expect("percent-encoded ASCII"))
     }
 
     /// `upstream_path`, appended to `out` (the proxy's per-thread
     /// buffer: no allocation per request); `false` where that is `None`,
     /// `out` then as it was or longer.
-    pub(crate) fn upstream_path_into(&self, raw: &str, out: &mut String) -> bool {
+    pub(crate) fn upstream_path_into(&self, raw: &str, out: &mut Vec<u8>) -> bool {
         self.upstream_path_to(raw, out).is_some()
     }
 
-    fn upstream_path_to(&self, raw: &str, out: &mut String) -> Option<()> {
+    fn upstream_path_to(&self, raw: &str, out: &mut Vec<u8>) -> Option<()> {
         let bytes = raw.as_bytes();
         for w in bytes.windows(3) {
             if w[0] == b'%' {
@@ -461,7 +481,9 @@ impl Upstream {
                 p.into()
             }
         };
-        out.extend(utf8_percent_encode(&path, PATH));
+        for piece in utf8_percent_encode(&path, PATH) {
+            out.extend_from_slice(piece.as_bytes());
+        }
         Some(())
     }
 }
