@@ -557,6 +557,67 @@ mod tests {
         assert_eq!(out, b"PATCH /a?b HTTP/1.1\r\nHost: h:1\r\n");
     }
 
+    /// A route's request line and Host (`start_routed`: the path written
+    /// in place, the route's own Host line) are `start`'s bytes for the
+    /// route's path, and what `start` refuses it refuses, writing nothing
+    /// more the caller keeps (it drops `out` on an error).
+    #[test]
+    fn a_routes_start_is_starts_bytes_for_its_path() {
+        use super::super::{HostHeader, Upstream};
+        let routes = [
+            Upstream::parse("http://127.0.0.1:9000").unwrap(),
+            Upstream::parse("http://localhost:9000/v1/")
+                .unwrap()
+                .prefix("/api/")
+                .host_header(HostHeader::Upstream),
+            Upstream::parse("unix:/tmp/up.sock").unwrap(),
+        ];
+        let fields = [h("User-Agent", b"t"), h("Connection", b"x-a"), h("X-A", b"1")];
+        for up in &routes {
+            let authority = up.authority().as_bytes();
+            assert_eq!(
+                up.host_line().unwrap(),
+                [&b" HTTP/1.1\r\nHost: "[..], authority, b"\r\n"].concat()
+            );
+            for method in ["GET", "HEAD", "POST", "PATCH", "G(T", ""] {
+                for (path, query) in [("/api/x", None), ("/api/a%20b", Some("q=1")), ("/", Some("a#b")), ("/%2F", None)] {
+                    for host in [&b"site.test"[..], b"", b"bad host", authority] {
+                        for from in [Fields::Parsed, Fields::Unchecked] {
+                            // The caller's choice: the client's Host, or the route's own.
+                            let host: &[u8] = match (up.host_header_mode(), host.is_empty()) {
+                                (HostHeader::Preserve, false) => host,
+                                _ => authority,
+                            };
+                            let mut routed = b"x".to_vec();
+                            let got = start_routed(&mut routed, up, method, path, query, host, false, &fields, from, &[]);
+                            let mut want = b"x".to_vec();
+                            let target = up.upstream_path(path).map(|p| match query {
+                                Some(q) => format!("{p}?{q}"),
+                                None => p,
+                            });
+                            let wanted = match &target {
+                                Some(t) => start(&mut want, method, t, host, false, &fields, from, &[]),
+                                None => Err(Invalid),
+                            };
+                            let case = format!("{} {method:?} {path} {query:?} {:?}", up.url(), String::from_utf8_lossy(host));
+                            assert_eq!(got, wanted, "{case}");
+                            if wanted.is_ok() {
+                                assert_eq!(String::from_utf8_lossy(&routed), String::from_utf8_lossy(&want), "{case}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        // The route's Host line is the route's: a route made again for
+        // another name (a reload) has its own.
+        let renamed = Upstream::parse("http://127.0.0.1:9001").unwrap();
+        let mut out = Vec::new();
+        let host = renamed.authority().as_bytes();
+        start_routed(&mut out, &renamed, "GET", "/", None, host, false, &[], Fields::Parsed, &[]).unwrap();
+        assert_eq!(out, b"GET / HTTP/1.1\r\nHost: 127.0.0.1:9001\r\n");
+    }
+
     #[test]
     fn refuses_what_would_split_the_head() {
         // method, target, host, the client's fields, this hop's.
