@@ -308,6 +308,15 @@ pub(super) fn check(out: &[u8], value_at: usize, from: Fields) -> Result<(), Inv
     }
 }
 
+/// Whether `finish` writes a framing field (else only the empty line).
+#[inline]
+pub(super) fn framed(method: &str, framing: Framing) -> bool {
+    match framing {
+        Framing::Length(_) | Framing::Chunked => true,
+        Framing::Empty => matches!(method, "POST" | "PUT" | "PATCH"),
+    }
+}
+
 /// The framing field and the empty line that ends the head.
 pub(super) fn finish(out: &mut Vec<u8>, method: &str, framing: Framing) {
     match framing {

@@ -1093,15 +1093,37 @@ fn build_as(
         }
     }
     // X-Request-ID: kept from a trusted proxy, made otherwise; the one the
-    // access log writes (`Request::request_id`).
-    out.extend_from_slice(b"\r\nX-Request-ID: ");
-    let id_at = out.len();
-    req.push_request_id(&mut out);
-    // Either way visible ASCII (`Request::request_id` keeps no other).
-    debug_assert!(head::value_ok(&out[id_at..]));
-    out.extend_from_slice(b"\r\n");
+    // access log writes (`Request::request_id`). A made one is written
+    // with its line as one constant-size piece, and with the head's end
+    // when nothing follows it (no Cookie, no framing field): one copy,
+    // not five (about 30 instructions of a proxied GET, callgrind
+    // `proxy-c50`).
+    let cookies = seen.has(head::Seen::COOKIE);
+    let framed = head::framed(method, framing);
+    match req.kept_request_id() {
+        Some(kept) => {
+            // Visible ASCII (`Request::kept_request_id` keeps no other).
+            debug_assert!(head::value_ok(kept));
+            out.extend_from_slice(b"\r\nX-Request-ID: ");
+            out.extend_from_slice(kept);
+            out.extend_from_slice(b"\r\n");
+        }
+        None => {
+            const LINE: &[u8; 52] = b"\r\nX-Request-ID: 0123456789abcdef0123456789abcdef\r\n\r\n";
+            let mut line = *LINE;
+            line[16..48].copy_from_slice(&req.made_request_id());
+            debug_assert!(head::value_ok(&line[16..48]));
+            match cookies || framed {
+                true => out.extend_from_slice(&line[..50]),
+                false => {
+                    out.extend_from_slice(&line);
+                    return Ok(with_body(out, body));
+                }
+            }
+        }
+    }
     // Cookie crumbs of HTTP/2 and HTTP/3, joined (RFC 9113 §8.2.3).
-    if seen.has(head::Seen::COOKIE) {
+    if cookies {
         let mut crumbs = req.headers().filter(|(n, _)| n.eq_ignore_ascii_case("cookie"));
         if let Some((_, first)) = crumbs.next() {
             let v = head::open(&mut out, "Cookie");
@@ -1114,9 +1136,17 @@ fn build_as(
         }
     }
     head::finish(&mut out, method, framing);
-    let mut bytes = out;
-    bytes.extend_from_slice(body);
-    Ok(bytes)
+    Ok(with_body(out, body))
+}
+
+/// The head's bytes and the body's after them (most proxied requests
+/// have none: no copy then).
+#[inline(always)]
+fn with_body(mut bytes: Vec<u8>, body: &[u8]) -> Vec<u8> {
+    if !body.is_empty() {
+        bytes.extend_from_slice(body);
+    }
+    bytes
 }
 
 /// `a == b`, for the short byte strings a Host is (`host:port`): up to

@@ -55,6 +55,9 @@ pub struct Upstream {
     host_line: Option<Box<[u8]>>,
     /// The URL's path, if it had one: it replaces the route's prefix.
     path: Option<String>,
+    /// Whether `path` is all `PLAIN` bytes (its own encoding), so
+    /// written as it is before a plain rest of the request's path.
+    path_plain: bool,
     /// The route's prefix, as matched (`/api/`).
     prefix: String,
     host_header: HostHeader,
@@ -99,7 +102,7 @@ static NEXT_ID: AtomicUsize = AtomicUsize::new(0);
 /// Bytes written as they are in a canonical path: RFC 3986's unreserved
 /// characters, sub-delims, `:`, `@` and `/`; everything else
 /// percent-encoded.
-const PATH: &AsciiSet = &CONTROLS
+pub(super) const PATH: &AsciiSet = &CONTROLS
     .add(b' ')
     .add(b'"')
     .add(b'#')
@@ -115,6 +118,22 @@ const PATH: &AsciiSet = &CONTROLS
     .add(b'{')
     .add(b'|')
     .add(b'}');
+
+/// The bytes `PATH` writes as they are: visible ASCII but `PATH`'s. A
+/// path of these only is its own decoding and its own encoding
+/// (`upstream_path_to`'s short way).
+pub(super) const PLAIN: [bool; 256] = {
+    let mut plain = [false; 256];
+    let mut b = 0x21;
+    while b < 0x7f {
+        plain[b] = !matches!(
+            b as u8,
+            b'"' | b'#' | b'%' | b'<' | b'>' | b'?' | b'[' | b'\\' | b']' | b'^' | b'`' | b'{' | b'|' | b'}'
+        );
+        b += 1;
+    }
+    plain
+};
 
 impl Upstream {
     /// Connections to one upstream a worker keeps open at most (nginx's
@@ -196,12 +215,14 @@ impl Upstream {
             line.extend_from_slice(b"\r\n");
             line.into_boxed_slice()
         });
+        let path_plain = path.as_deref().is_some_and(|p: &str| p.bytes().all(|b| PLAIN[usize::from(b)]));
         Ok(Upstream {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             addr,
             url: url.to_owned(),
             host_line,
             authority,
+            path_plain,
             path,
             prefix: "/".to_owned(),
             host_header: HostHeader::Preserve,
@@ -441,6 +462,31 @@ impl Upstream {
 
     fn upstream_path_to(&self, raw: &str, out: &mut Vec<u8>) -> Option<()> {
         let bytes = raw.as_bytes();
+        // The short way, for a path of `PLAIN` bytes (no `%`: nothing to
+        // decode, nothing to encode) to a route whose own path, if any,
+        // is plain too: the same bytes as the long way, without its
+        // passes and its `String` (about 40 instructions of a proxied
+        // GET, callgrind `proxy-c50`).
+        if bytes.first() == Some(&b'/')
+            && (self.path.is_none() || self.path_plain)
+            && bytes.iter().all(|&b| PLAIN[usize::from(b)])
+        {
+            if bytes.split(|&b| b == b'/').any(|s| s == b"." || s == b"..") {
+                return None;
+            }
+            match &self.path {
+                None => out.extend_from_slice(bytes),
+                Some(replacement) => {
+                    let rest = self.rest_of(raw);
+                    out.extend_from_slice(replacement.as_bytes());
+                    if !replacement.ends_with('/') && !rest.is_empty() && self.prefix.ends_with('/') {
+                        out.push(b'/');
+                    }
+                    out.extend_from_slice(rest.as_bytes());
+                }
+            }
+            return Some(());
+        }
         for w in bytes.windows(3) {
             if w[0] == b'%' {
                 let h = [w[1].to_ascii_uppercase(), w[2].to_ascii_uppercase()];
@@ -467,12 +513,7 @@ impl Upstream {
         let path: std::borrow::Cow<'_, str> = match &self.path {
             None => decoded,
             Some(replacement) => {
-                let rest = match decoded.strip_prefix(self.prefix.as_str()) {
-                    Some(rest) => rest,
-                    // `/api` on a route for `/api/`: the prefix without its slash.
-                    None if self.prefix.ends_with('/') && *decoded == self.prefix[..self.prefix.len() - 1] => "",
-                    None => decoded.strip_prefix('/').unwrap_or(&decoded),
-                };
+                let rest = self.rest_of(&decoded);
                 let mut p = replacement.clone();
                 if !p.ends_with('/') && !rest.is_empty() && self.prefix.ends_with('/') {
                     p.push('/');
@@ -485,6 +526,17 @@ impl Upstream {
             out.extend_from_slice(piece.as_bytes());
         }
         Some(())
+    }
+
+    /// What of a decoded path follows the route's prefix, for the URL's
+    /// path to replace it.
+    fn rest_of<'p>(&self, decoded: &'p str) -> &'p str {
+        match decoded.strip_prefix(self.prefix.as_str()) {
+            Some(rest) => rest,
+            // `/api` on a route for `/api/`: the prefix without its slash.
+            None if self.prefix.ends_with('/') && *decoded == self.prefix[..self.prefix.len() - 1] => "",
+            None => decoded.strip_prefix('/').unwrap_or(decoded),
+        }
     }
 }
 
