@@ -64,9 +64,6 @@ thread_local! {
     /// Drawn once per thread: ids unique across threads and processes
     /// without a system call per request.
     /// Kept in hex, as every id writes it.
-    /// `made_id`'s last serial and id; `u64::MAX` before the first (a
-    /// serial that then is spelled in full, never counted from).
-    static LAST_ID: Cell<(u64, [u8; 32])> = const { Cell::new((u64::MAX, [0; 32])) };
     static ID_PREFIX: [u8; 16] = {
         use aws_lc_rs::rand::SecureRandom;
         let mut b = [0u8; 8];
@@ -79,47 +76,12 @@ thread_local! {
 
 /// The id made for the request numbered `serial`: the thread's prefix
 /// and `serial`, in lowercase hex.
-///
-/// The thread's last id is kept (`LAST_ID`): a request's serial is
-/// nearly always the last one's plus one, whose hex is the last one's
-/// with its last digit counted up (a carry now and then), or the same
-/// serial again (the access log asks after the proxy). Spelling the hex
-/// anew and copying the prefix in were about 50 instructions of a
-/// proxied GET (callgrind `proxy-c50`).
 #[inline]
 fn made_id(serial: u64) -> [u8; 32] {
-    LAST_ID.with(|last| {
-        let (last_serial, mut id) = last.get();
-        match serial.wrapping_sub(last_serial) {
-            0 if last_serial != u64::MAX => return id,
-            1 if last_serial != u64::MAX => count_up(&mut id[16..]),
-            _ => {
-                id[..16].copy_from_slice(&ID_PREFIX.with(|p| *p));
-                id[16..].copy_from_slice(&hex16(serial));
-            }
-        }
-        last.set((serial, id));
-        id
-    })
-}
-
-/// Adds one to lowercase hex digits (all `f`: all `0`, as the serial
-/// wraps).
-#[inline]
-fn count_up(hex: &mut [u8]) {
-    for digit in hex.iter_mut().rev() {
-        match *digit {
-            b'f' => *digit = b'0',
-            b'9' => {
-                *digit = b'a';
-                return;
-            }
-            _ => {
-                *digit += 1;
-                return;
-            }
-        }
-    }
+    let mut id = [0u8; 32];
+    id[..16].copy_from_slice(&ID_PREFIX.with(|p| *p));
+    id[16..].copy_from_slice(&hex16(serial));
+    id
 }
 
 /// `n` as 16 lowercase hex digits, most significant first, with no
@@ -540,18 +502,9 @@ impl<'a> Request<'a> {
 
     /// A trusted proxy's `X-Request-ID`, if it is one to keep: then it
     /// is `request_id`.
-    #[inline(always)]
+    #[inline]
     pub(crate) fn kept_request_id(&self) -> Option<&'a [u8]> {
-        // Without trusted proxies (nearly always), no call.
-        match self.origin.trust {
-            None => None,
-            Some(_) => self.trusted_request_id(),
-        }
-    }
-
-    /// `kept_request_id` when the server trusts some proxies.
-    fn trusted_request_id(&self) -> Option<&'a [u8]> {
-        if !self.is_from_trusted_proxy() {
+        if self.origin.trust.is_none() || !self.is_from_trusted_proxy() {
             return None;
         }
         self.header_bytes("x-request-id").filter(|v| {
@@ -709,25 +662,6 @@ mod tests {
         let id = RequestId::made(0x1f);
         assert_eq!(&id.as_bytes()[16..], b"000000000000001f");
         assert!(id.as_bytes()[..16].iter().all(|b| b"0123456789abcdef".contains(b)));
-    }
-
-    /// The made id counted up from the thread's last one is the one
-    /// spelled in full: through every carry, again for the same serial,
-    /// after a jump, and at the serial's wrap.
-    #[test]
-    fn a_made_id_counted_from_the_last_is_the_one_spelled_in_full() {
-        let prefix = ID_PREFIX.with(|p| *p);
-        let spelled = |n: u64| [prefix, hex16(n)].concat();
-        let starts = [0u64, 8, 0x9f, 0xef, 0xfff_fff0, u64::MAX - 20, 0x19, 5];
-        for start in starts {
-            for n in start..start.saturating_add(40) {
-                assert_eq!(made_id(n).to_vec(), spelled(n), "{n:#x}");
-                assert_eq!(made_id(n).to_vec(), spelled(n), "{n:#x} again");
-            }
-        }
-        for n in [u64::MAX - 1, u64::MAX, 0, 1, 7, 3] {
-            assert_eq!(made_id(n).to_vec(), spelled(n), "{n:#x}");
-        }
     }
 
     /// A request not made from an HTTP/1.1 head (HTTP/2, HTTP/3: HPACK
