@@ -507,9 +507,8 @@ impl<'a> Request<'a> {
         if self.origin.trust.is_none() || !self.is_from_trusted_proxy() {
             return None;
         }
-        self.header_bytes("x-request-id").filter(|v| {
-            (1..=REQUEST_ID_BYTES_MAX).contains(&v.len()) && v.iter().all(|b| (0x21..0x7f).contains(b))
-        })
+        self.header_bytes("x-request-id")
+            .filter(|v| (1..=REQUEST_ID_BYTES_MAX).contains(&v.len()) && v.iter().all(|b| (0x21..0x7f).contains(b)))
     }
 
     /// Whether the request came over TLS (HTTPS, and every HTTP/3 request).

@@ -152,7 +152,10 @@ pub(super) fn start_routed(
         out.extend_from_slice(q.as_bytes());
     }
     // RFC 9112 §3.2, as `target_ok`: visible ASCII, no fragment.
-    if !out[target_at..].iter().all(|&b| (0x21..=0x7e).contains(&b) && b != b'#') {
+    if !out[target_at..]
+        .iter()
+        .all(|&b| (0x21..=0x7e).contains(&b) && b != b'#')
+    {
         return Err(Invalid);
     }
     if std::ptr::eq(host, up.authority().as_bytes()) {
@@ -177,7 +180,12 @@ pub(super) fn start_routed(
 /// The client's `fields` that go on, after the request line and Host
 /// (`start`, `start_routed`).
 #[inline(always)]
-fn client_fields(out: &mut Vec<u8>, fields: &[httparse::Header<'_>], from: Fields, skip: &[&str]) -> Result<Seen, Invalid> {
+fn client_fields(
+    out: &mut Vec<u8>,
+    fields: &[httparse::Header<'_>],
+    from: Fields,
+    skip: &[&str],
+) -> Result<Seen, Invalid> {
     // RFC 9110 §7.6.1: the fields a `Connection` names go with it. Most
     // requests have none: one pass, each field looked up in none; when
     // one is met, what the pass wrote goes and a second pass looks each
@@ -589,7 +597,12 @@ mod tests {
                 [&b" HTTP/1.1\r\nHost: "[..], authority, b"\r\n"].concat()
             );
             for method in ["GET", "HEAD", "POST", "PATCH", "G(T", ""] {
-                for (path, query) in [("/api/x", None), ("/api/a%20b", Some("q=1")), ("/", Some("a#b")), ("/%2F", None)] {
+                for (path, query) in [
+                    ("/api/x", None),
+                    ("/api/a%20b", Some("q=1")),
+                    ("/", Some("a#b")),
+                    ("/%2F", None),
+                ] {
                     for host in [&b"site.test"[..], b"", b"bad host", authority] {
                         for from in [Fields::Parsed, Fields::Unchecked] {
                             // The caller's choice: the client's Host, or the route's own.
@@ -598,7 +611,8 @@ mod tests {
                                 _ => authority,
                             };
                             let mut routed = b"x".to_vec();
-                            let got = start_routed(&mut routed, up, method, path, query, host, false, &fields, from, &[]);
+                            let got =
+                                start_routed(&mut routed, up, method, path, query, host, false, &fields, from, &[]);
                             let mut want = b"x".to_vec();
                             let target = up.upstream_path(path).map(|p| match query {
                                 Some(q) => format!("{p}?{q}"),
@@ -608,10 +622,18 @@ mod tests {
                                 Some(t) => start(&mut want, method, t, host, false, &fields, from, &[]),
                                 None => Err(Invalid),
                             };
-                            let case = format!("{} {method:?} {path} {query:?} {:?}", up.url(), String::from_utf8_lossy(host));
+                            let case = format!(
+                                "{} {method:?} {path} {query:?} {:?}",
+                                up.url(),
+                                String::from_utf8_lossy(host)
+                            );
                             assert_eq!(got, wanted, "{case}");
                             if wanted.is_ok() {
-                                assert_eq!(String::from_utf8_lossy(&routed), String::from_utf8_lossy(&want), "{case}");
+                                assert_eq!(
+                                    String::from_utf8_lossy(&routed),
+                                    String::from_utf8_lossy(&want),
+                                    "{case}"
+                                );
                             }
                         }
                     }
@@ -623,7 +645,19 @@ mod tests {
         let renamed = Upstream::parse("http://127.0.0.1:9001").unwrap();
         let mut out = Vec::new();
         let host = renamed.authority().as_bytes();
-        start_routed(&mut out, &renamed, "GET", "/", None, host, false, &[], Fields::Parsed, &[]).unwrap();
+        start_routed(
+            &mut out,
+            &renamed,
+            "GET",
+            "/",
+            None,
+            host,
+            false,
+            &[],
+            Fields::Parsed,
+            &[],
+        )
+        .unwrap();
         assert_eq!(out, b"GET / HTTP/1.1\r\nHost: 127.0.0.1:9001\r\n");
     }
 

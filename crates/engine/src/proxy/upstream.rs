@@ -215,7 +215,9 @@ impl Upstream {
             line.extend_from_slice(b"\r\n");
             line.into_boxed_slice()
         });
-        let path_plain = path.as_deref().is_some_and(|p: &str| p.bytes().all(|b| PLAIN[usize::from(b)]));
+        let path_plain = path
+            .as_deref()
+            .is_some_and(|p: &str| p.bytes().all(|b| PLAIN[usize::from(b)]));
         Ok(Upstream {
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             addr,
