@@ -1040,7 +1040,7 @@ fn a_reload_that_renames_the_upstream_changes_the_host_it_gets() {
     t.write("site/index.html", "home\n");
     let config_for = |name: &str| {
         format!(
-            "version = 1\n[[site]]\nroot = \"site\"\n\
+            "version = 1\n[[site]]\nnames = [\"site.test\"]\nroot = \"site\"\ndefault = true\n\
              [[site.route]]\npath = \"/api/*\"\nproxy = \"http://{name}:{port}\"\n"
         )
     };
