@@ -995,3 +995,88 @@ fn a_routes_encode_compresses_its_upstreams_answers_and_only_a_proxy_route_has_i
         );
     }
 }
+
+/// The end of the request line and the Host line a route sends when the
+/// Host is its upstream's authority are made once with the route
+/// (`Upstream::host_line`): a reload that names the upstream otherwise
+/// (the same address, another name) makes a new route whose requests
+/// carry the new name. A request without a Host (HTTP/1.0) gets the
+/// upstream's authority, as one with a Host gets that Host (preserved).
+#[test]
+fn a_reload_that_renames_the_upstream_changes_the_host_it_gets() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { return };
+            thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut out = stream;
+                loop {
+                    let mut seen = Vec::new();
+                    loop {
+                        let mut line = String::new();
+                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                        let line = line.trim_end();
+                        if seen.is_empty() || line.starts_with("Host:") {
+                            seen.push(line.to_owned());
+                        }
+                    }
+                    let body = seen.join(" | ");
+                    let answer = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len());
+                    if out.write_all(answer.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let t = Scratch::new("proxy-reload-host");
+    t.write("site/index.html", "home\n");
+    let config_for = |name: &str| {
+        format!(
+            "version = 1\n[[site]]\nnames = [\"site.test\"]\nroot = \"site\"\ndefault = true\n\
+             [[site.route]]\npath = \"/api/*\"\nproxy = \"http://{name}:{port}\"\n"
+        )
+    };
+    let config = t.write("peregrine.toml", config_for("127.0.0.1"));
+    let server = Process::spawn(
+        common::peregrine()
+            .current_dir(t.dir())
+            .args(["serve", "--bind", "127.0.0.1:0", "--workers", "1", "--config"])
+            .arg(&config),
+    );
+    let addr = addr_of(&server);
+    let no_host = |path: &str| request(&addr, &format!("GET {path} HTTP/1.0\r\n\r\n"));
+    let answer = no_host("/api/a");
+    assert!(
+        answer.ends_with(&format!("GET /api/a HTTP/1.1 | Host: 127.0.0.1:{port}")),
+        "{answer}"
+    );
+    let answer = get(&addr, "site.test", "/api/b");
+    assert!(answer.ends_with("GET /api/b HTTP/1.1 | Host: site.test"), "{answer}");
+
+    t.write("peregrine.toml", config_for("localhost"));
+    server.signal("HUP");
+    let deadline = std::time::Instant::now() + PATIENCE;
+    loop {
+        let line = server.next_line_before(deadline).expect("a line about the reload");
+        assert!(!line.contains("not reloaded"), "{line}");
+        if line.contains("configuration reloaded") {
+            break;
+        }
+    }
+    let answer = no_host("/api/c");
+    assert!(
+        answer.ends_with(&format!("GET /api/c HTTP/1.1 | Host: localhost:{port}")),
+        "{answer}"
+    );
+    let answer = get(&addr, "site.test", "/api/d");
+    assert!(answer.ends_with("GET /api/d HTTP/1.1 | Host: site.test"), "{answer}");
+    server.terminate();
+}

@@ -128,3 +128,71 @@ fn same_bytes_is_slice_equality_at_every_length_and_place() {
         }
     }
 }
+
+/// `PLAIN` is what `PATH` writes as it is; a path of such bytes takes
+/// `upstream_path_to`'s short way to the long way's bytes, kept or after
+/// a replaced prefix.
+#[test]
+fn a_plain_path_takes_the_short_way_to_the_same_bytes() {
+    for b in 0..=255u8 {
+        let as_is = b < 0x80
+            && percent_encoding::utf8_percent_encode(&char::from(b).to_string(), upstream::PATH).to_string()
+                == char::from(b).to_string();
+        assert_eq!(upstream::PLAIN[usize::from(b)], as_is, "{b:#x}");
+    }
+    let routes = [
+        up("http://127.0.0.1:9000", "/api/"),
+        up("http://127.0.0.1:9000/v1/", "/api/"),
+        up("http://127.0.0.1:9000/v1", "/api/"),
+        up("http://127.0.0.1:9000/", "/api"),
+        up("http://127.0.0.1:9000/a%20b/", "/api/"),
+        up("http://127.0.0.1:9000/caf\u{e9}/", "/api/"),
+    ];
+    let paths = [
+        "/",
+        "/api",
+        "/api/",
+        "/api/x",
+        "/api/x/y",
+        "/apix",
+        "/other/a:b@c!$&'()*+,;=",
+        "/api/./x",
+        "/api/..",
+        "/a b",
+        "/api/%41",
+        "/api/caf\u{e9}",
+        "/api/a^b",
+        "api/x",
+    ];
+    for route in &routes {
+        for path in paths {
+            let mut short = b"x".to_vec();
+            let got = route
+                .upstream_path_into(path, &mut short)
+                .then(|| String::from_utf8(short[1..].to_vec()).unwrap());
+            // The long way, by hand: decode, check, replace, encode.
+            let decoded = percent_encoding::percent_decode_str(path).decode_utf8().unwrap();
+            let want = (decoded.starts_with('/') && !decoded.split('/').any(|s| s == "." || s == "..")).then(|| {
+                let p = match route.path_part() {
+                    None => decoded.to_string(),
+                    Some(r) => {
+                        let prefix = route.prefix_part();
+                        let rest = match decoded.strip_prefix(prefix) {
+                            Some(rest) => rest,
+                            None if prefix.ends_with('/') && *decoded == prefix[..prefix.len() - 1] => "",
+                            None => decoded.strip_prefix('/').unwrap_or(&decoded),
+                        };
+                        let slash = if !r.ends_with('/') && !rest.is_empty() && prefix.ends_with('/') {
+                            "/"
+                        } else {
+                            ""
+                        };
+                        format!("{r}{slash}{rest}")
+                    }
+                };
+                percent_encoding::utf8_percent_encode(&p, upstream::PATH).to_string()
+            });
+            assert_eq!(got, want, "{} {path}", route.url());
+        }
+    }
+}
