@@ -16,6 +16,18 @@ use test_support::process::Process;
 /// An upstream that answers every request with its request line and the
 /// X-Forwarded-For it got, kept alive.
 fn upstream() -> SocketAddr {
+    upstream_answering(|head| {
+        let xff = head
+            .iter()
+            .find_map(|l| l.strip_prefix("X-Forwarded-For: "))
+            .unwrap_or("-");
+        format!("{} xff={xff}", head[0])
+    })
+}
+
+/// An upstream that answers every request, kept alive, with the text
+/// `body_of` makes from its head's lines (the request line first).
+fn upstream_answering(body_of: fn(&[String]) -> String) -> SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     thread::spawn(move || {
@@ -36,11 +48,7 @@ fn upstream() -> SocketAddr {
                         }
                         head.push(line.trim_end().to_owned());
                     }
-                    let xff = head
-                        .iter()
-                        .find_map(|l| l.strip_prefix("X-Forwarded-For: "))
-                        .unwrap_or("-");
-                    let body = format!("{} xff={xff}", head[0]);
+                    let body = body_of(&head);
                     let answer = format!(
                         "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{body}",
                         body.len()
@@ -1004,38 +1012,12 @@ fn a_routes_encode_compresses_its_upstreams_answers_and_only_a_proxy_route_has_i
 /// upstream's authority, as one with a Host gets that Host (preserved).
 #[test]
 fn a_reload_that_renames_the_upstream_changes_the_host_it_gets() {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(stream) = stream else { return };
-            thread::spawn(move || {
-                let mut reader = BufReader::new(stream.try_clone().unwrap());
-                let mut out = stream;
-                loop {
-                    let mut seen = Vec::new();
-                    loop {
-                        let mut line = String::new();
-                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                            return;
-                        }
-                        if line == "\r\n" {
-                            break;
-                        }
-                        let line = line.trim_end();
-                        if seen.is_empty() || line.starts_with("Host:") {
-                            seen.push(line.to_owned());
-                        }
-                    }
-                    let body = seen.join(" | ");
-                    let answer = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}", body.len());
-                    if out.write_all(answer.as_bytes()).is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
+    // Answers with its request line and the Host it got.
+    let port = upstream_answering(|head| {
+        let host = head.iter().skip(1).filter(|l| l.starts_with("Host:"));
+        head.iter().take(1).chain(host).cloned().collect::<Vec<_>>().join(" | ")
+    })
+    .port();
     let t = Scratch::new("proxy-reload-host");
     t.write("site/index.html", "home\n");
     let config_for = |name: &str| {
