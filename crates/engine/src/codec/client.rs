@@ -123,6 +123,15 @@ pub(crate) fn target_ok(target: &str) -> bool {
 #[inline(always)]
 pub(crate) fn request_line_and_host(out: &mut Vec<u8>, method: &str, target: &str, host: &[u8]) {
     out.reserve(method.len() + target.len() + host.len() + 24);
+    method_and_space(out, method);
+    out.extend_from_slice(target.as_bytes());
+    version_and_host(out, host);
+}
+
+/// The request line's method and the space after it, the common methods
+/// as constants ([`request_line_and_host`]'s first piece).
+#[inline(always)]
+pub(crate) fn method_and_space(out: &mut Vec<u8>, method: &str) {
     match method {
         "GET" => out.extend_from_slice(b"GET "),
         "HEAD" => out.extend_from_slice(b"HEAD "),
@@ -132,7 +141,12 @@ pub(crate) fn request_line_and_host(out: &mut Vec<u8>, method: &str, target: &st
             out.push(b' ');
         }
     }
-    out.extend_from_slice(target.as_bytes());
+}
+
+/// The request line's end after its target, and the Host line
+/// ([`request_line_and_host`]'s last piece): `host` checked by the caller.
+#[inline(always)]
+pub(crate) fn version_and_host(out: &mut Vec<u8>, host: &[u8]) {
     if host.is_empty() {
         out.extend_from_slice(b" HTTP/1.1\r\nHost:\r\n");
     } else {

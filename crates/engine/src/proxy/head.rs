@@ -30,7 +30,7 @@
 //! name ... the fields the proxy adds"); through the codec, a client's
 //! `Connection: Via` took this hop's `Via` out.
 
-use crate::codec::client::{eq_lower, request_line_and_host, target_ok};
+use crate::codec::client::{eq_lower, method_and_space, request_line_and_host, target_ok, version_and_host};
 use crate::codec::head::{is_token, is_valid_host, list_elements, Framing};
 
 /// Why a head could not be written: the request is refused (400).
@@ -102,14 +102,19 @@ pub(super) fn start(
     skip: &[&str],
 ) -> Result<Seen, Invalid> {
     debug_assert!(!host_parsed || is_valid_host(host));
-    // The common methods are tokens: not looked at byte by byte.
-    let method_ok = matches!(method, "GET" | "HEAD" | "POST") || is_token(method.as_bytes());
-    if !method_ok || !target_ok(target) || !(host_parsed || is_valid_host(host)) {
+    if !method_ok(method) || !target_ok(target) || !(host_parsed || is_valid_host(host)) {
         return Err(Invalid);
     }
     // The codec's writer, inlined (its common methods as constants).
     request_line_and_host(out, method, target, host);
     client_fields(out, fields, from, skip)
+}
+
+/// A method the upstream request may carry: a token (RFC 9110 §9.1). The
+/// common methods are tokens: not looked at byte by byte.
+#[inline(always)]
+fn method_ok(method: &str) -> bool {
+    matches!(method, "GET" | "HEAD" | "POST") || is_token(method.as_bytes())
 }
 
 /// `start` for a request to a route's upstream (`Upstream`), the path
@@ -133,16 +138,10 @@ pub(super) fn start_routed(
     skip: &[&str],
 ) -> Result<Seen, Invalid> {
     debug_assert!(!host_parsed || is_valid_host(host));
-    match method {
-        "GET" => out.extend_from_slice(b"GET "),
-        "HEAD" => out.extend_from_slice(b"HEAD "),
-        "POST" => out.extend_from_slice(b"POST "),
-        _ if is_token(method.as_bytes()) => {
-            out.extend_from_slice(method.as_bytes());
-            out.push(b' ');
-        }
-        _ => return Err(Invalid),
+    if !method_ok(method) {
+        return Err(Invalid);
     }
+    method_and_space(out, method);
     let target_at = out.len();
     if !up.upstream_path_into(path, out) {
         return Err(Invalid);
@@ -165,14 +164,7 @@ pub(super) fn start_routed(
         if !(host_parsed || is_valid_host(host)) {
             return Err(Invalid);
         }
-        match host.is_empty() {
-            true => out.extend_from_slice(b" HTTP/1.1\r\nHost:\r\n"),
-            false => {
-                out.extend_from_slice(b" HTTP/1.1\r\nHost: ");
-                out.extend_from_slice(host);
-                out.extend_from_slice(b"\r\n");
-            }
-        }
+        version_and_host(out, host);
     }
     client_fields(out, fields, from, skip)
 }
