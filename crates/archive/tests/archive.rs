@@ -317,20 +317,10 @@ fn bodies_sent_by_sendfile_start_on_a_page() {
     let t = tmp("align");
     let sizes = [17usize, 5_000, 16 * 1024, 16 * 1024 + 1, 65_536, 100_003, 333, 70_000];
     // Incompressible bytes, so that each file's body is its own and large.
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-    let mut noise = |n: usize| -> Vec<u8> {
-        (0..n)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect()
-    };
+    let mut noise = Noise(0x9e37_79b9_7f4a_7c15);
     let mut files = Vec::new();
     for (i, n) in sizes.iter().enumerate() {
-        let bytes = noise(*n);
+        let bytes = noise.bytes(*n);
         t.write(&format!("site/f{i}.bin"), &bytes);
         files.push((format!("/f{i}.bin"), bytes));
     }
@@ -375,17 +365,10 @@ fn bodies_sent_by_sendfile_start_on_a_page() {
 fn requests_without_fields_get_the_answer_the_steps_give() {
     let t = tmp("bare");
     let sizes = [0usize, 17, 16 * 1024, 16 * 1024 + 1, 70_000];
-    let mut x: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut noise = Noise(0x2545_f491_4f6c_dd1d);
     let mut files = Vec::new();
     for (i, n) in sizes.iter().enumerate() {
-        let bytes: Vec<u8> = (0..*n)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x as u8
-            })
-            .collect();
+        let bytes = noise.bytes(*n);
         t.write(&format!("site/f{i}.bin"), &bytes);
         files.push((format!("/f{i}.bin"), bytes));
     }
@@ -792,6 +775,23 @@ fn a_slow_tls_reader_survives_the_archive_being_truncated_under_it() {
     slow_read_while_truncated("slow-tls", true);
 }
 
+/// Incompressible bytes (xorshift64 from a seed), so that each file's
+/// body is its own and as large as asked.
+struct Noise(u64);
+
+impl Noise {
+    fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n)
+            .map(|_| {
+                self.0 ^= self.0 << 13;
+                self.0 ^= self.0 >> 7;
+                self.0 ^= self.0 << 17;
+                self.0 as u8
+            })
+            .collect()
+    }
+}
+
 trait Stream: Read + Write {}
 impl<T: Read + Write> Stream for T {}
 
@@ -802,15 +802,7 @@ fn slow_read_while_truncated(name: &str, tls: bool) {
     let t = tmp(name);
     // Incompressible, so the response is the whole 8 MiB, far more than
     // the socket buffers hold.
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-    let big: Vec<u8> = (0..8 << 20)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect();
+    let big = Noise(0x9e37_79b9_7f4a_7c15).bytes(8 << 20);
     t.write("site/big.bin", &big);
     t.write("site/small.txt", "still here");
     let target = t.path("live.prg");
