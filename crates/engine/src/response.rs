@@ -105,9 +105,16 @@ impl Beside {
     /// start, as [`Response::prepared_beside`] counts); `None` if `body`
     /// does not lie in the buffer.
     pub fn new(block: HeaderBlock, body: Range<usize>) -> Option<Beside> {
-        let within = body.start <= body.end && body.end <= (*block.buf).as_ref().len();
-        within.then_some(Beside { block, body })
+        lies_in(&block, &body).then_some(Beside { block, body })
     }
+}
+
+/// Whether `body` lies in `block`'s buffer (counted from its start): the
+/// one check of a body beside its block ([`Beside::new`],
+/// [`Response::prepared_beside`]).
+#[inline(always)]
+fn lies_in(block: &HeaderBlock, body: &Range<usize>) -> bool {
+    body.start <= body.end && body.end <= (*block.buf).as_ref().len()
 }
 
 /// Where a `Body::BesideBlock` body lies in its response's header block's
@@ -351,8 +358,7 @@ impl Response {
     /// ```
     #[inline]
     pub fn prepared_beside(status: u16, block: HeaderBlock, body: Range<usize>) -> Self {
-        let within = body.start <= body.end && body.end <= (*block.buf).as_ref().len();
-        let (body, invalid) = if within {
+        let (body, invalid) = if lies_in(&block, &body) {
             (
                 Body::BesideBlock(BesideBlock { range: body }),
                 Response::status_invalid(status),
