@@ -210,9 +210,8 @@ impl Upstream {
             ));
         };
         let host_line = crate::codec::head::is_valid_host(authority.as_bytes()).then(|| {
-            let mut line = b" HTTP/1.1\r\nHost: ".to_vec();
-            line.extend_from_slice(authority.as_bytes());
-            line.extend_from_slice(b"\r\n");
+            let mut line = Vec::new();
+            crate::codec::client::version_and_host(&mut line, authority.as_bytes());
             line.into_boxed_slice()
         });
         let path_plain = path
