@@ -471,6 +471,210 @@ pub(crate) fn parse_response_head_with<'b, 'h>(
     framed(minor, status, reason, head_len, headers, request_method)
 }
 
+/// Most fields an upstream's answer may have: the slots `UpConn::head`
+/// parses into. One more is `TooManyFields`, a 502.
+pub(crate) const RESPONSE_FIELDS_MAX: usize = 128;
+
+/// What [`relay_plain`] read of the answer whose fields it relayed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PlainAnswer {
+    pub(crate) status: u16,
+    /// Bytes of the head, including the empty line that ends it.
+    pub(crate) head_len: usize,
+    /// Its Content-Length (0: `ResponseFraming::Empty`).
+    pub(crate) length: u64,
+    /// `ResponseHead::keep_alive`: no `close` option.
+    pub(crate) keep_alive: bool,
+}
+
+/// The common upstream answer read and relayed in one pass: an
+/// `HTTP/1.1` status line of 200 to 599 but 204 and 304, then field lines
+/// of visible ASCII (token names, values of visible ASCII, SP and HTAB,
+/// each line ended by CRLF) within `RESPONSE_HEAD_BYTES_MAX` bytes and
+/// `RESPONSE_FIELDS_MAX` fields, one Content-Length of digits, no
+/// Transfer-Encoding, and a Connection field (if any) of `close` and
+/// `keep-alive` only. The fields the proxy passes on are appended to
+/// `lines` as `relayed_lines` writes them (`name: value` CRLF, the value
+/// without its OWS; a line already spelled so is copied as it is, with
+/// the lines next to it); those it drops are not (hop-by-hop, Date,
+/// Server, the framing).
+///
+/// `None` (and `lines` as it was): not such an answer, or not all of its
+/// head here. Nothing is decided then: the caller parses it as any other
+/// (`parse_response_head`), whose rules find every malformed head (a CR,
+/// LF or NUL where it may not be, Content-Length beside
+/// Transfer-Encoding, differing lengths, a head too large) and refuse
+/// it. What this takes, that parser takes alike, to the same status,
+/// head length, framing and persistence, and the relay writes the same
+/// lines of it (the test `plain_relay_is_the_general_relay` and the
+/// `h1_client` fuzz target, `fuzzing::relay_plain_agrees`): the
+/// tokeniser's slots, `Fields::scan` and the relay's pass over the slots
+/// were about 950 instructions of a proxied GET's 6,796 (callgrind,
+/// `proxy-c50`).
+pub(crate) fn relay_plain(buf: &[u8], lines: &mut Vec<u8>) -> Option<PlainAnswer> {
+    let start = lines.len();
+    let plain = relay_plain_into(buf, lines);
+    if plain.is_none() {
+        lines.truncate(start);
+    }
+    plain
+}
+
+/// The work of [`relay_plain`]; `lines` may hold some of the fields when
+/// it says `None`.
+#[inline(always)]
+fn relay_plain_into(buf: &[u8], lines: &mut Vec<u8>) -> Option<PlainAnswer> {
+    let buf = &buf[..buf.len().min(RESPONSE_HEAD_BYTES_MAX)];
+    let line: &[u8; 13] = buf.get(..13)?.try_into().ok()?;
+    if u64::from_le_bytes(*line.first_chunk::<8>()?) != u64::from_le_bytes(*b"HTTP/1.1") || line[8] != b' ' {
+        return None;
+    }
+    let [h, t, o] = [line[9], line[10], line[11]];
+    if !(h.is_ascii_digit() && t.is_ascii_digit() && o.is_ascii_digit()) {
+        return None;
+    }
+    let status = u16::from(h - b'0') * 100 + u16::from(t - b'0') * 10 + u16::from(o - b'0');
+    if !(200..600).contains(&status) || status == 204 || status == 304 {
+        return None;
+    }
+    // No reason, or SP and a reason of visible ASCII and SP.
+    let mut at = match line[12] {
+        b'\r' => 12,
+        b' ' => visible_run(buf, 13),
+        _ => return None,
+    };
+    if buf.get(at..at + 2)? != b"\r\n" {
+        return None;
+    }
+    at += 2;
+    let mut length = None;
+    let mut close = false;
+    let mut n_fields = 0;
+    // Where the lines copied as they are begin: a run of relayed lines
+    // spelled as the relay writes them goes in one copy.
+    let mut run_at = at;
+    loop {
+        if *buf.get(at)? == b'\r' {
+            if *buf.get(at + 1)? != b'\n' {
+                return None;
+            }
+            lines.extend_from_slice(&buf[run_at..at]);
+            at += 2;
+            break;
+        }
+        n_fields += 1;
+        if n_fields > RESPONSE_FIELDS_MAX {
+            return None;
+        }
+        // token ":" OWS value OWS CRLF
+        let name_at = at;
+        while is_tchar(*buf.get(at)?) {
+            at += 1;
+        }
+        if *buf.get(at)? != b':' || at == name_at {
+            return None;
+        }
+        let name = &buf[name_at..at];
+        at += 1;
+        let spelled = buf.get(at) == Some(&b' ');
+        while let Some(b' ' | b'\t') = buf.get(at) {
+            at += 1;
+        }
+        let value_at = at;
+        loop {
+            at = visible_run(buf, at);
+            match *buf.get(at)? {
+                b'\r' => break,
+                b'\t' => at += 1,
+                _ => return None,
+            }
+        }
+        if *buf.get(at + 1)? != b'\n' {
+            return None;
+        }
+        let value = trim_ows(&buf[value_at..at]);
+        let spelled = spelled && value_at == name_at + name.len() + 2 && value_at + value.len() == at;
+        let line_end = at + 2;
+        at = line_end;
+        let is = |lower: &[u8]| eq_lower(name, lower);
+        let relayed = match name.len() {
+            2 => !is(b"te"),
+            4 => !is(b"date"),
+            // A field named `close` goes when a Connection field names
+            // it, which may come after it: the general relay's.
+            5 if is(b"close") => return None,
+            6 => !is(b"server"),
+            7 => !(is(b"upgrade") || is(b"trailer")),
+            10 if is(b"connection") => {
+                // Options other than these may name fields to drop, which
+                // may have come before: the general relay's.
+                for option in list_elements(value) {
+                    if eq_lower(option, b"close") {
+                        close = true;
+                    } else if !eq_lower(option, b"keep-alive") {
+                        return None;
+                    }
+                }
+                false
+            }
+            10 => !is(b"keep-alive"),
+            14 if is(b"content-length") => {
+                if length.is_some() {
+                    return None;
+                }
+                length = Some(content_length_digits(value)?);
+                false
+            }
+            16 => !is(b"proxy-connection"),
+            17 if is(b"transfer-encoding") => return None,
+            _ => true,
+        };
+        if relayed && spelled {
+            continue;
+        }
+        lines.extend_from_slice(&buf[run_at..name_at]);
+        run_at = line_end;
+        if relayed {
+            lines.extend_from_slice(name);
+            lines.extend_from_slice(b": ");
+            lines.extend_from_slice(value);
+            lines.extend_from_slice(b"\r\n");
+        }
+    }
+    Some(PlainAnswer {
+        status,
+        head_len: at,
+        length: length?,
+        keep_alive: !close,
+    })
+}
+
+/// Where the run of bytes in `0x20..=0x7E` that starts at `at` ends: 8
+/// bytes a step while 8 are left, then byte by byte.
+#[inline(always)]
+fn visible_run(buf: &[u8], mut at: usize) -> usize {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    while let Some(c) = buf.get(at..at + 8) {
+        let w = u64::from_le_bytes(c.try_into().expect("8 bytes"));
+        // The high bit set in each byte below SP, equal to 0x7F or above
+        // it: exact for the lowest such byte (no borrow or carry reaches
+        // it from the bytes before).
+        let out = ((w.wrapping_sub(ONES * 0x20) & !w) | w.wrapping_add(ONES) | w) & HIGHS;
+        if out != 0 {
+            return at + (out.trailing_zeros() / 8) as usize;
+        }
+        at += 8;
+    }
+    while let Some(&b) = buf.get(at) {
+        if !(0x20..0x7f).contains(&b) {
+            break;
+        }
+        at += 1;
+    }
+    at
+}
+
 /// The rules after tokenising, one code path for both parsers: the
 /// status's range, the framing, whether the connection persists.
 #[inline(always)]

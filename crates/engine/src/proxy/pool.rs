@@ -20,7 +20,10 @@ use super::upstream::Addr;
 use super::{Job, Upstream};
 use crate::access_log::{UpstreamAddr, UpstreamLog};
 use crate::body::{self, BodyReader, Sender, Take, TrySendError};
-use crate::codec::client::{parse_response_head, ParsedResponse, ResponseBodyDecoder, ResponseFraming, ResponseHead};
+use crate::codec::client::{
+    parse_response_head, relay_plain, ParsedResponse, ResponseBodyDecoder, ResponseFraming, ResponseHead,
+    RESPONSE_FIELDS_MAX,
+};
 use crate::codec::head::{list_elements, trim_ows};
 use crate::conn::Ctx;
 use crate::message::trailers::Trailers;
@@ -1792,7 +1795,14 @@ impl UpConn {
             if self.buf.is_empty() {
                 return Ok(false);
             }
-            let mut fields = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; 128];
+            // The common answer, read and relayed in one pass; any other
+            // (or one not all here yet) is parsed below.
+            if !self.head_method && self.job.as_ref().is_some_and(|j| j.more.is_none()) {
+                if let Some(outcome) = self.relay_plain(ctx, answers) {
+                    return Err(outcome);
+                }
+            }
+            let mut fields = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; RESPONSE_FIELDS_MAX];
             let method = if self.head_method { "HEAD" } else { "GET" };
             let parsed = parse_response_head(&self.buf, &mut fields, method);
             let head = match parsed {
@@ -1983,29 +1993,8 @@ impl UpConn {
             self.keep_alive = keep_alive;
             // Before the job goes: its upstream's read-ahead.
             let capacity = self.buffer_bytes(ctx);
-            // Only its responder goes on: the rest is dropped here, where
-            // it lies (taken out of the connection whole, it was a copy of
-            // the `Job`, 29 instructions, callgrind `proxy-c50`). What is
-            // left in its place answers nothing (no mailbox).
-            let job = self.job.as_mut().expect("a connection reading a head has a job");
-            let responder = std::mem::replace(&mut job.responder, Responder::new(None, 0, 0));
-            self.job = None;
-            super::give_bytes(std::mem::take(&mut self.out));
-            self.answered = true;
-            // The time to the head, for the access log and the metrics:
-            // not measured when neither is kept (the subtraction was 55
-            // instructions of a proxied GET, callgrind `proxy-c50`).
-            let logged = ctx.log.is_some() || ctx.site_logs.iter().any(Option::is_some);
-            let timed = self.metrics.is_some() || logged;
-            let took = match timed {
-                true => Some(ctx.now.saturating_duration_since(self.started)),
-                false => None,
-            };
-            self.figures.status = Some(status);
-            self.figures.header = took;
-            self.figures.started = Some(self.started);
+            let (responder, logged) = self.take_responder(ctx, status, whole.is_some());
             if let Some(n) = whole {
-                self.figures.response = took;
                 // A short body goes beside its fields, in the same kept
                 // buffer (`Response::prepared_beside`): no allocation.
                 if beside {
@@ -2114,6 +2103,76 @@ impl UpConn {
             self.state = State::Body;
             return Ok(true);
         }
+    }
+
+    /// An answer `codec::client::relay_plain` takes, with its whole body
+    /// here and nothing after it, at most `SHARE_MIN` long: its fields and
+    /// body written into the kept buffer (`lines`) and answered beside
+    /// them, as `head` answers it after `parse_response_head` (the same
+    /// `Response`: the test `a_plain_answer_is_relayed_as_the_parsed_one`),
+    /// without the tokeniser's slots, `Fields::scan`, the relay's pass
+    /// over the slots and `head`'s choices for other answers. Only for a
+    /// job with nothing more to it (`Job::more`: no compression, cache,
+    /// tunnel or forward-auth check), not a HEAD. `None`: not such an
+    /// answer, nothing done.
+    #[inline(always)]
+    fn relay_plain(&mut self, ctx: &Ctx<'_>, answers: &mut Vec<Answer>) -> Option<Outcome> {
+        let mut lines = answer_buf(&mut self.lines);
+        let buf = Arc::get_mut(&mut lines).expect("answer_buf's buffer is not shared");
+        let plain = match relay_plain(&self.buf, buf) {
+            Some(p) if p.length < SHARE_MIN as u64 && self.buf.len() as u64 == p.head_len as u64 + p.length => p,
+            _ => {
+                buf.clear();
+                keep_lines(&mut self.lines, lines);
+                return None;
+            }
+        };
+        let lines_len = buf.len();
+        buf.extend_from_slice(&self.buf[plain.head_len..]);
+        self.buf.clear();
+        self.keep_alive = plain.keep_alive;
+        let (responder, logged) = self.take_responder(ctx, plain.status, true);
+        let buf: Arc<dyn AsRef<[u8]> + Send + Sync> = lines.clone();
+        let block = HeaderBlock::from_checked_lines(
+            SharedBytes::slice(buf, 0..lines_len).expect("the lines are in their buffer"),
+        );
+        let response = Response::prepared_beside(plain.status, block, lines_len..lines_len + plain.length as usize);
+        keep_lines(&mut self.lines, lines);
+        self.answer_to(answers, responder, response, logged);
+        Some(if plain.keep_alive { Outcome::Reusable } else { Outcome::Close })
+    }
+
+    /// The job's responder, for its answer whose head was read (`status`;
+    /// `whole`: its body too): the rest of the job is dropped, its
+    /// request's bytes given back, and the exchange's figures set.
+    /// Whether an access log may write the request's line.
+    #[inline(always)]
+    fn take_responder(&mut self, ctx: &Ctx<'_>, status: u16, whole: bool) -> (Responder, bool) {
+        // Only its responder goes on: the rest is dropped here, where
+        // it lies (taken out of the connection whole, it was a copy of
+        // the `Job`, 29 instructions, callgrind `proxy-c50`). What is
+        // left in its place answers nothing (no mailbox).
+        let job = self.job.as_mut().expect("a connection reading a head has a job");
+        let responder = std::mem::replace(&mut job.responder, Responder::new(None, 0, 0));
+        self.job = None;
+        super::give_bytes(std::mem::take(&mut self.out));
+        self.answered = true;
+        // The time to the head, for the access log and the metrics:
+        // not measured when neither is kept (the subtraction was 55
+        // instructions of a proxied GET, callgrind `proxy-c50`).
+        let logged = ctx.log.is_some() || ctx.site_logs.iter().any(Option::is_some);
+        let timed = self.metrics.is_some() || logged;
+        let took = match timed {
+            true => Some(ctx.now.saturating_duration_since(self.started)),
+            false => None,
+        };
+        self.figures.status = Some(status);
+        self.figures.header = took;
+        self.figures.started = Some(self.started);
+        if whole {
+            self.figures.response = took;
+        }
+        (responder, logged)
     }
 
     /// The answer's body is all read and sent on: its channel ends, with
