@@ -521,10 +521,14 @@ pub(crate) fn relay_plain(buf: &[u8], lines: &mut Vec<u8>) -> Option<PlainAnswer
 }
 
 /// The work of [`relay_plain`]; `lines` may hold some of the fields when
-/// it says `None`.
+/// it says `None`. The runs of name and value bytes are the plain
+/// tokeniser's (`codec::plain`: 16 bytes a step on x86_64); a name is
+/// compared with those the relay acts on only when its length is one of
+/// theirs, a word at a time with bit 5 set (`same_name`).
 #[inline(always)]
 fn relay_plain_into(buf: &[u8], lines: &mut Vec<u8>) -> Option<PlainAnswer> {
     let buf = &buf[..buf.len().min(RESPONSE_HEAD_BYTES_MAX)];
+    let k = &super::plain::vectors();
     let line: &[u8; 13] = buf.get(..13)?.try_into().ok()?;
     if u64::from_le_bytes(*line.first_chunk::<8>()?) != u64::from_le_bytes(*b"HTTP/1.1") || line[8] != b' ' {
         return None;
@@ -540,7 +544,7 @@ fn relay_plain_into(buf: &[u8], lines: &mut Vec<u8>) -> Option<PlainAnswer> {
     // No reason, or SP and a reason of visible ASCII and SP.
     let mut at = match line[12] {
         b'\r' => 12,
-        b' ' => visible_run(buf, 13),
+        b' ' => super::plain::run_of(buf, 13, 0x20, k),
         _ => return None,
     };
     if buf.get(at..at + 2)? != b"\r\n" {
@@ -568,21 +572,27 @@ fn relay_plain_into(buf: &[u8], lines: &mut Vec<u8>) -> Option<PlainAnswer> {
         }
         // token ":" OWS value OWS CRLF
         let name_at = at;
-        while is_tchar(*buf.get(at)?) {
-            at += 1;
-        }
+        at = super::plain::token_run(buf, at, k);
         if *buf.get(at)? != b':' || at == name_at {
             return None;
         }
         let name = &buf[name_at..at];
         at += 1;
-        let spelled = buf.get(at) == Some(&b' ');
-        while let Some(b' ' | b'\t') = buf.get(at) {
+        // OWS: nearly always one space.
+        let mut spelled = false;
+        if buf.get(at) == Some(&b' ') {
             at += 1;
+            spelled = true;
+        }
+        if *buf.get(at)? <= b' ' {
+            spelled = false;
+            while let Some(b' ' | b'\t') = buf.get(at) {
+                at += 1;
+            }
         }
         let value_at = at;
         loop {
-            at = visible_run(buf, at);
+            at = super::plain::run_of(buf, at, 0x20, k);
             match *buf.get(at)? {
                 b'\r' => break,
                 b'\t' => at += 1,
@@ -592,11 +602,14 @@ fn relay_plain_into(buf: &[u8], lines: &mut Vec<u8>) -> Option<PlainAnswer> {
         if *buf.get(at + 1)? != b'\n' {
             return None;
         }
-        let value = trim_ows(&buf[value_at..at]);
-        let spelled = spelled && value_at == name_at + name.len() + 2 && value_at + value.len() == at;
+        let mut value = &buf[value_at..at];
+        if value.last().is_some_and(|&b| b <= b' ') {
+            value = trim_ows(value);
+            spelled = false;
+        }
         let line_end = at + 2;
         at = line_end;
-        let is = |lower: &[u8]| eq_lower(name, lower);
+        let is = |lower: &[u8]| same_name(name, lower);
         let relayed = match name.len() {
             2 => !is(b"te"),
             4 => !is(b"date"),
@@ -609,9 +622,9 @@ fn relay_plain_into(buf: &[u8], lines: &mut Vec<u8>) -> Option<PlainAnswer> {
                 // Options other than these may name fields to drop, which
                 // may have come before: the general relay's.
                 for option in list_elements(value) {
-                    if eq_lower(option, b"close") {
+                    if option.eq_ignore_ascii_case(b"close") {
                         close = true;
-                    } else if !eq_lower(option, b"keep-alive") {
+                    } else if !option.eq_ignore_ascii_case(b"keep-alive") {
                         return None;
                     }
                 }
@@ -649,30 +662,30 @@ fn relay_plain_into(buf: &[u8], lines: &mut Vec<u8>) -> Option<PlainAnswer> {
     })
 }
 
-/// Where the run of bytes in `0x20..=0x7E` that starts at `at` ends: 8
-/// bytes a step while 8 are left, then byte by byte.
+/// Whether the token `name` is `lower` (of lowercase letters and `-`,
+/// as long) in any case: each word with bit 5 set in every byte, which
+/// makes a letter lowercase and leaves `-` as it is, and makes no other
+/// token byte a letter or `-` (CR, the one byte bit 5 makes `-`, is not
+/// a token byte).
 #[inline(always)]
-fn visible_run(buf: &[u8], mut at: usize) -> usize {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGHS: u64 = 0x8080_8080_8080_8080;
-    while let Some(c) = buf.get(at..at + 8) {
-        let w = u64::from_le_bytes(c.try_into().expect("8 bytes"));
-        // The high bit set in each byte below SP, equal to 0x7F or above
-        // it: exact for the lowest such byte (no borrow or carry reaches
-        // it from the bytes before).
-        let out = ((w.wrapping_sub(ONES * 0x20) & !w) | w.wrapping_add(ONES) | w) & HIGHS;
-        if out != 0 {
-            return at + (out.trailing_zeros() / 8) as usize;
+fn same_name(name: &[u8], lower: &[u8]) -> bool {
+    debug_assert_eq!(name.len(), lower.len());
+    let n = name.len();
+    let low = |b: &[u8], at: usize| u32_at(b, at) | 0x2020_2020;
+    match n {
+        0..4 => name.eq_ignore_ascii_case(lower),
+        4..=8 => low(name, 0) == u32_at(lower, 0) && low(name, n - 4) == u32_at(lower, n - 4),
+        _ => {
+            let mut at = 0;
+            while at + 8 < n {
+                if u64_at(name, at) | 0x2020_2020_2020_2020 != u64_at(lower, at) {
+                    return false;
+                }
+                at += 8;
+            }
+            u64_at(name, n - 8) | 0x2020_2020_2020_2020 == u64_at(lower, n - 8)
         }
-        at += 8;
     }
-    while let Some(&b) = buf.get(at) {
-        if !(0x20..0x7f).contains(&b) {
-            break;
-        }
-        at += 1;
-    }
-    at
 }
 
 /// The rules after tokenising, one code path for both parsers: the

@@ -2428,3 +2428,169 @@ mod pools_tests {
         assert_eq!(pools.list.len(), 3);
     }
 }
+
+#[cfg(test)]
+mod plain_relay_tests {
+    use super::*;
+
+    /// `relay_plain`'s verdict on `head` (with `body` after it), checked
+    /// against the general parser and relay: whether it took the answer.
+    fn agrees(head: &[u8], body: &[u8]) -> bool {
+        let mut input = head.to_vec();
+        input.extend_from_slice(body);
+        let mut lines = b"kept".to_vec();
+        let plain = relay_plain(&input, &mut lines);
+        let Some(plain) = plain else {
+            assert_eq!(lines, b"kept", "a refusal leaves the lines as they were");
+            return false;
+        };
+        let mut fields = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; RESPONSE_FIELDS_MAX];
+        let parsed = parse_response_head(&input, &mut fields, "GET");
+        let Ok(ParsedResponse::Complete(general)) = parsed else {
+            panic!("the general parser refuses what the plain relay took: {parsed:?}");
+        };
+        assert_eq!(plain.status, general.status);
+        assert_eq!(plain.head_len, general.head_len);
+        assert_eq!(plain.keep_alive, general.keep_alive);
+        assert!(!general.transfer_coded);
+        let framing = match plain.length {
+            0 => ResponseFraming::Empty,
+            n => ResponseFraming::Length(n),
+        };
+        assert_eq!(framing, general.framing);
+        let mut relayed = b"kept".to_vec();
+        answer_lines_into(&mut relayed, &general, Verdict::default()).expect("relayed");
+        assert_eq!(
+            String::from_utf8_lossy(&lines),
+            String::from_utf8_lossy(&relayed),
+            "{}",
+            String::from_utf8_lossy(head)
+        );
+        true
+    }
+
+    /// A head of `status_line` and `fields` (each a line without its CRLF).
+    fn head(status_line: &str, fields: &[&str]) -> Vec<u8> {
+        let mut h = format!("{status_line}\r\n");
+        for f in fields {
+            h.push_str(f);
+            h.push_str("\r\n");
+        }
+        h.push_str("\r\n");
+        h.into_bytes()
+    }
+
+    #[test]
+    fn plain_relay_is_the_general_relay() {
+        let statuses = [
+            "HTTP/1.1 200 OK",
+            "HTTP/1.1 200",
+            "HTTP/1.1 201 Created",
+            "HTTP/1.1 206 Partial Content",
+            "HTTP/1.1 301 Moved Permanently",
+            "HTTP/1.1 404 Not Found",
+            "HTTP/1.1 418 I'm a teapot",
+            "HTTP/1.1 500 Internal Server Error",
+            "HTTP/1.1 599 Whatever it is",
+        ];
+        let sets: &[&[&str]] = &[
+            &[],
+            &["Content-Type: text/plain"],
+            &["Server: up", "Date: Thu, 01 Jan 2026 00:00:00 GMT", "Content-Type: text/plain"],
+            &["Keep-Alive: timeout=5", "Proxy-Connection: keep-alive", "TE: trailers", "Trailer: x", "Upgrade: h2c"],
+            &["Connection: keep-alive", "X-A: 1"],
+            &["Connection: close", "X-A: 1"],
+            &["Connection: Keep-Alive, CLOSE", "X-A: 1"],
+            &["Connection: ,, close ,", "X-A: 1"],
+            &["X-Spaced:   v  ", "X-Tab:\tv\t", "X-Inner: a\tb  c", "X-Empty:", "X-Blank: "],
+            &["x-lower: a", "X-UPPER: B", "Set-Cookie: a=1", "Set-Cookie: b=2", "ETag: \"x\""],
+            &["X-Long-Name-Of-A-Field-Past-Sixteen-Bytes: a value that runs past sixteen bytes too"],
+            &["Date: a", "date: b", "SERVER: c", "Vary: Accept"],
+        ];
+        let bodies: [&[u8]; 4] = [b"", b"x", b"Hello, World!", &[b'y'; 300]];
+        let mut taken = 0;
+        for status in statuses {
+            for set in sets {
+                for body in bodies {
+                    let mut fields = set.to_vec();
+                    let length = format!("Content-Length: {}", body.len());
+                    fields.insert(fields.len() / 2, &length);
+                    assert!(agrees(&head(status, &fields), body), "{status} {fields:?}");
+                    taken += 1;
+                }
+            }
+        }
+        assert_eq!(taken, statuses.len() * sets.len() * bodies.len());
+        // Answers left to the general parser, whatever it makes of them.
+        let left: &[(&str, &[&str])] = &[
+            // No length, or one to be judged there.
+            ("HTTP/1.1 200 OK", &[]),
+            ("HTTP/1.1 200 OK", &["Content-Length: 1", "Content-Length: 1"]),
+            ("HTTP/1.1 200 OK", &["Content-Length: 1", "Content-Length: 2"]),
+            ("HTTP/1.1 200 OK", &["Content-Length: +1"]),
+            ("HTTP/1.1 200 OK", &["Content-Length: 1, 1"]),
+            ("HTTP/1.1 200 OK", &["Content-Length: 12345678901234567890"]),
+            ("HTTP/1.1 200 OK", &["Transfer-Encoding: chunked"]),
+            ("HTTP/1.1 200 OK", &["Content-Length: 1", "Transfer-Encoding: chunked"]),
+            // Connection options that may name a field.
+            ("HTTP/1.1 200 OK", &["Content-Length: 1", "Connection: x-a", "X-A: 1"]),
+            ("HTTP/1.1 200 OK", &["X-A: 1", "Connection: x-a", "Content-Length: 1"]),
+            ("HTTP/1.1 200 OK", &["Content-Length: 1", "Connection: upgrade"]),
+            ("HTTP/1.1 200 OK", &["Close: 1", "Connection: close", "Content-Length: 1"]),
+            // Other versions and statuses.
+            ("HTTP/1.0 200 OK", &["Content-Length: 1"]),
+            ("HTTP/2.0 200 OK", &["Content-Length: 1"]),
+            ("HTTP/1.1 100 Continue", &[]),
+            ("HTTP/1.1 101 Switching Protocols", &["Upgrade: websocket"]),
+            ("HTTP/1.1 103 Early Hints", &["Link: </a>"]),
+            ("HTTP/1.1 199 Odd", &["Content-Length: 1"]),
+            ("HTTP/1.1 204 No Content", &[]),
+            ("HTTP/1.1 304 Not Modified", &["Content-Length: 1"]),
+            ("HTTP/1.1 600 Beyond", &["Content-Length: 1"]),
+            ("HTTP/1.1 099 Below", &["Content-Length: 1"]),
+            ("HTTP/1.1 2x0 OK", &["Content-Length: 1"]),
+            // Bytes the strict grammar does not take.
+            ("HTTP/1.1 200 O\u{7f}K", &["Content-Length: 1"]),
+            ("HTTP/1.1 200 O\tK", &["Content-Length: 1"]),
+            ("HTTP/1.1 200 OK", &["Content-Length: 1", "X-A: caf\u{e9}"]),
+            ("HTTP/1.1 200 OK", &["Content-Length: 1", "X-A: a\u{0}b"]),
+            ("HTTP/1.1 200 OK", &["Content-Length: 1", "X-A: a\rb"]),
+            ("HTTP/1.1 200 OK", &["Content-Length: 1", "X-A: a\nb"]),
+            ("HTTP/1.1 200 OK", &["Content-Length: 1", "X A: a"]),
+            ("HTTP/1.1 200 OK", &["Content-Length: 1", ": a"]),
+            ("HTTP/1.1 200 OK", &["Content-Length: 1", " X-A: a"]),
+            ("HTTP/1.1 200 OK", &["Content-Length: 1", "X-A : a"]),
+            ("HTTP/1.1 200 OK", &["Content-Length: 1", "X-A: a", " folded"]),
+            ("HTTP/1.1 200 OK", &["Content-Length: 1", "X\"A: a"]),
+        ];
+        for (status, fields) in left {
+            assert!(!agrees(&head(status, fields), b"x"), "{status} {fields:?}");
+        }
+        // A head cut anywhere, a bare LF, a CR alone, a head too large.
+        let whole = head("HTTP/1.1 200 OK", &["Content-Type: text/plain", "Content-Length: 1"]);
+        for end in 0..whole.len() {
+            assert!(!agrees(&whole[..end], b""), "cut at {end}");
+        }
+        for at in 0..whole.len() {
+            for b in [b'\n', b'\r', 0] {
+                if whole[at] == b {
+                    continue;
+                }
+                let mut changed = whole.clone();
+                changed[at] = b;
+                // Taken or not, never unlike the general relay.
+                agrees(&changed, b"x");
+            }
+        }
+        let bare_lf = b"HTTP/1.1 200 OK\r\nContent-Length: 1\n\r\n";
+        assert!(!agrees(bare_lf, b"x"));
+        let filler = format!("X-Filler: {}", "f".repeat(crate::codec::client::RESPONSE_HEAD_BYTES_MAX));
+        assert!(!agrees(&head("HTTP/1.1 200 OK", &["Content-Length: 1", &filler]), b"x"));
+        let many: Vec<String> = (0..RESPONSE_FIELDS_MAX).map(|i| format!("X-{i}: v")).collect();
+        let mut many: Vec<&str> = many.iter().map(String::as_str).collect();
+        many.push("Content-Length: 1");
+        assert!(!agrees(&head("HTTP/1.1 200 OK", &many), b"x"), "one field past the slots");
+        many.remove(0);
+        assert!(agrees(&head("HTTP/1.1 200 OK", &many), b"x"), "as many fields as the slots");
+    }
+}
