@@ -2389,6 +2389,43 @@ fn relay_fields(lines: &mut Vec<u8>, fields: &[httparse::Header<'_>], encoded: b
     connection
 }
 
+/// Whether `relay_plain` takes `input`, having checked that what it
+/// says of it is what the general parser and relay say: the same status,
+/// head length, framing and persistence, and the same relayed lines; a
+/// refusal leaves the lines as they were. For the tests and the
+/// `h1_client` fuzz target (`fuzzing::relay_plain_agrees`).
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) fn plain_relay_agrees(input: &[u8]) -> bool {
+    let mut lines = b"kept".to_vec();
+    let Some(plain) = relay_plain(input, &mut lines) else {
+        assert_eq!(lines, b"kept", "a refusal leaves the lines as they were");
+        return false;
+    };
+    let mut fields = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; RESPONSE_FIELDS_MAX];
+    let parsed = parse_response_head(input, &mut fields, "GET");
+    let Ok(ParsedResponse::Complete(general)) = parsed else {
+        panic!("the general parser refuses what the plain relay took: {parsed:?}");
+    };
+    assert_eq!(plain.status, general.status);
+    assert_eq!(plain.head_len, general.head_len);
+    assert_eq!(plain.keep_alive, general.keep_alive);
+    assert!(!general.transfer_coded);
+    let framing = match plain.length {
+        0 => ResponseFraming::Empty,
+        n => ResponseFraming::Length(n),
+    };
+    assert_eq!(framing, general.framing);
+    let mut relayed = b"kept".to_vec();
+    answer_lines_into(&mut relayed, &general, Verdict::default()).expect("relayed");
+    assert_eq!(
+        String::from_utf8_lossy(&lines),
+        String::from_utf8_lossy(&relayed),
+        "{}",
+        String::from_utf8_lossy(input)
+    );
+    true
+}
+
 #[cfg(test)]
 mod pools_tests {
     use super::*;
@@ -2433,40 +2470,12 @@ mod pools_tests {
 mod plain_relay_tests {
     use super::*;
 
-    /// `relay_plain`'s verdict on `head` (with `body` after it), checked
-    /// against the general parser and relay: whether it took the answer.
+    /// `relay_plain`'s verdict on `head` with `body` after it: whether
+    /// it took the answer (`plain_relay_agrees` checks it).
     fn agrees(head: &[u8], body: &[u8]) -> bool {
         let mut input = head.to_vec();
         input.extend_from_slice(body);
-        let mut lines = b"kept".to_vec();
-        let plain = relay_plain(&input, &mut lines);
-        let Some(plain) = plain else {
-            assert_eq!(lines, b"kept", "a refusal leaves the lines as they were");
-            return false;
-        };
-        let mut fields = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; RESPONSE_FIELDS_MAX];
-        let parsed = parse_response_head(&input, &mut fields, "GET");
-        let Ok(ParsedResponse::Complete(general)) = parsed else {
-            panic!("the general parser refuses what the plain relay took: {parsed:?}");
-        };
-        assert_eq!(plain.status, general.status);
-        assert_eq!(plain.head_len, general.head_len);
-        assert_eq!(plain.keep_alive, general.keep_alive);
-        assert!(!general.transfer_coded);
-        let framing = match plain.length {
-            0 => ResponseFraming::Empty,
-            n => ResponseFraming::Length(n),
-        };
-        assert_eq!(framing, general.framing);
-        let mut relayed = b"kept".to_vec();
-        answer_lines_into(&mut relayed, &general, Verdict::default()).expect("relayed");
-        assert_eq!(
-            String::from_utf8_lossy(&lines),
-            String::from_utf8_lossy(&relayed),
-            "{}",
-            String::from_utf8_lossy(head)
-        );
-        true
+        plain_relay_agrees(&input)
     }
 
     /// A head of `status_line` and `fields` (each a line without its CRLF).
