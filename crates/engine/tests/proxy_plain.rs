@@ -85,7 +85,9 @@ fn serve(stream: TcpStream, n: usize, answers: &[(Vec<u8>, Vec<u8>)], closed: &S
 fn proxy(up: &Up) -> Running {
     let upstream = Upstream::parse(&format!("http://{}", up.addr)).unwrap();
     let proxy = Proxy::new(upstream);
-    let router = Router::new().route("GET", "/*rest", proxy.clone()).route("HEAD", "/*rest", proxy);
+    let router = Router::new()
+        .route("GET", "/*rest", proxy.clone())
+        .route("HEAD", "/*rest", proxy);
     Server::new()
         .bind("127.0.0.1:0")
         .workers(1)
@@ -108,7 +110,10 @@ fn answer(client: &mut TcpStream, request: &str, head_only: bool) -> Vec<u8> {
     let text = String::from_utf8_lossy(&raw).into_owned();
     let length = text
         .lines()
-        .find_map(|l| l.strip_prefix("content-length: ").or(l.strip_prefix("Content-Length: ")))
+        .find_map(|l| {
+            l.strip_prefix("content-length: ")
+                .or(l.strip_prefix("Content-Length: "))
+        })
         .map_or(0, |v| v.trim().parse::<usize>().unwrap());
     if !head_only {
         let mut body = vec![0; length];
@@ -156,12 +161,33 @@ fn an_answer_the_one_pass_relays_reaches_the_client_as_the_general_path_writes_i
     ];
     let sets: &[&[&str]] = &[
         &[],
-        &["Server: limit", "Date: Thu, 01 Jan 2026 00:00:00 GMT", "Content-Type: text/plain"],
-        &["Keep-Alive: timeout=5", "Proxy-Connection: keep-alive", "TE: trailers", "Trailer: x", "Upgrade: h2c", "X-Kept: yes"],
-        &["Connection: keep-alive", "Content-Type: application/json", "Cache-Control: no-store"],
+        &[
+            "Server: limit",
+            "Date: Thu, 01 Jan 2026 00:00:00 GMT",
+            "Content-Type: text/plain",
+        ],
+        &[
+            "Keep-Alive: timeout=5",
+            "Proxy-Connection: keep-alive",
+            "TE: trailers",
+            "Trailer: x",
+            "Upgrade: h2c",
+            "X-Kept: yes",
+        ],
+        &[
+            "Connection: keep-alive",
+            "Content-Type: application/json",
+            "Cache-Control: no-store",
+        ],
         // Named by Connection: left to the general relay, dropped there.
         &["X-Named: dropped", "Connection: x-named", "X-Kept: yes"],
-        &["X-Spaced:   v  ", "X-Tab:\tv\t", "X-Empty:", "set-cookie: a=1", "Set-Cookie: b=2"],
+        &[
+            "X-Spaced:   v  ",
+            "X-Tab:\tv\t",
+            "X-Empty:",
+            "set-cookie: a=1",
+            "Set-Cookie: b=2",
+        ],
     ];
     let bodies: Vec<Vec<u8>> = vec![
         Vec::new(),
@@ -194,11 +220,26 @@ fn an_answer_the_one_pass_relays_reaches_the_client_as_the_general_path_writes_i
         let at = one_pass.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
         assert_eq!(dateless(&head_only), dateless(&one_pass[..at]), "HEAD: {upstream_head}");
         let text = String::from_utf8_lossy(&one_pass[..at]).to_lowercase();
-        let names: Vec<&str> = text.lines().skip(1).filter_map(|l| Some(l.split_once(':')?.0)).collect();
-        for gone in ["keep-alive", "proxy-connection", "te", "trailer", "upgrade", "x-named", "connection"] {
+        let names: Vec<&str> = text
+            .lines()
+            .skip(1)
+            .filter_map(|l| Some(l.split_once(':')?.0))
+            .collect();
+        for gone in [
+            "keep-alive",
+            "proxy-connection",
+            "te",
+            "trailer",
+            "upgrade",
+            "x-named",
+            "connection",
+        ] {
             assert!(!names.contains(&gone), "{gone} in {text}");
         }
-        assert!(text.contains("\r\nserver: peregrine\r\n") && !text.contains("limit"), "{text}");
+        assert!(
+            text.contains("\r\nserver: peregrine\r\n") && !text.contains("limit"),
+            "{text}"
+        );
     }
     // Every `/g/` answer closed its upstream connection; the `/p/` and
     // HEAD answers (all kept alive) did not.
@@ -211,14 +252,21 @@ fn an_answer_the_one_pass_relays_reaches_the_client_as_the_general_path_writes_i
 #[test]
 fn an_upstream_that_says_close_is_not_asked_again_on_that_connection() {
     let answers = vec![
-        (head("HTTP/1.1 200 OK", &["Connection: close", "Content-Length: 2"]), b"ok".to_vec()),
+        (
+            head("HTTP/1.1 200 OK", &["Connection: close", "Content-Length: 2"]),
+            b"ok".to_vec(),
+        ),
         (head("HTTP/1.1 200 OK", &["Content-Length: 2"]), b"ok".to_vec()),
     ];
     let up = upstream(answers);
     let server = proxy(&up);
     let mut c = connect(&server);
     for i in [1, 1, 0, 1] {
-        let raw = answer(&mut c, &format!("GET /p/{i} HTTP/1.1\r\nHost: site.test\r\n\r\n"), false);
+        let raw = answer(
+            &mut c,
+            &format!("GET /p/{i} HTTP/1.1\r\nHost: site.test\r\n\r\n"),
+            false,
+        );
         assert_eq!(status_of(&raw), 200);
         assert!(raw.ends_with(b"\r\n\r\nok"), "{}", String::from_utf8_lossy(&raw));
         assert!(!String::from_utf8_lossy(&raw).to_lowercase().contains("connection"));
@@ -235,22 +283,49 @@ fn an_upstream_that_says_close_is_not_asked_again_on_that_connection() {
 fn malformed_answers_are_502_and_their_upstream_connection_closed() {
     let big = format!("X-Big: {}", "b".repeat(32 * 1024));
     let cases: Vec<(&str, Vec<u8>)> = vec![
-        ("GET", b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\nTransfer-Encoding: chunked\r\n\r\nsecret".to_vec()),
+        (
+            "GET",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\nTransfer-Encoding: chunked\r\n\r\nsecret".to_vec(),
+        ),
         ("GET", b"HTTP/1.1 200 O\rK\r\nContent-Length: 6\r\n\r\nsecret".to_vec()),
         ("GET", b"HTTP/1.1 200 O\nK\r\nContent-Length: 6\r\n\r\nsecret".to_vec()),
         ("GET", b"HTTP/1.1 200 O\0K\r\nContent-Length: 6\r\n\r\nsecret".to_vec()),
-        ("GET", b"HTTP/1.1 200 OK\r\nX-A: a\rb\r\nContent-Length: 6\r\n\r\nsecret".to_vec()),
-        ("GET", b"HTTP/1.1 200 OK\r\nX-A: a\nb\r\nContent-Length: 6\r\n\r\nsecret".to_vec()),
-        ("GET", b"HTTP/1.1 200 OK\r\nX-A: a\0b\r\nContent-Length: 6\r\n\r\nsecret".to_vec()),
-        ("GET", b"HTTP/1.1 200 OK\r\nContent-Length: 6\nX-A: a\r\n\r\nsecret".to_vec()),
-        ("GET", b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\nContent-Length: 7\r\n\r\nsecret".to_vec()),
+        (
+            "GET",
+            b"HTTP/1.1 200 OK\r\nX-A: a\rb\r\nContent-Length: 6\r\n\r\nsecret".to_vec(),
+        ),
+        (
+            "GET",
+            b"HTTP/1.1 200 OK\r\nX-A: a\nb\r\nContent-Length: 6\r\n\r\nsecret".to_vec(),
+        ),
+        (
+            "GET",
+            b"HTTP/1.1 200 OK\r\nX-A: a\0b\r\nContent-Length: 6\r\n\r\nsecret".to_vec(),
+        ),
+        (
+            "GET",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 6\nX-A: a\r\n\r\nsecret".to_vec(),
+        ),
+        (
+            "GET",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\nContent-Length: 7\r\n\r\nsecret".to_vec(),
+        ),
         ("GET", b"HTTP/1.1 200 OK\r\nContent-Length: 6x\r\n\r\nsecret".to_vec()),
-        ("GET", format!("HTTP/1.1 200 OK\r\n{big}\r\nContent-Length: 6\r\n\r\nsecret").into_bytes()),
-        ("GET", b"HTTP/1.1 102 Processing\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecret".to_vec()),
+        (
+            "GET",
+            format!("HTTP/1.1 200 OK\r\n{big}\r\nContent-Length: 6\r\n\r\nsecret").into_bytes(),
+        ),
+        (
+            "GET",
+            b"HTTP/1.1 102 Processing\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecret".to_vec(),
+        ),
         ("GET", b"HTTP/1.1 204 No Content\r\n\r\nsecret".to_vec()),
         ("GET", b"HTTP/1.1 304 Not Modified\r\n\r\nsecret".to_vec()),
         ("HEAD", b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecret".to_vec()),
-        ("GET", b"HTTP/1.1 600 Beyond\r\nContent-Length: 6\r\n\r\nsecret".to_vec()),
+        (
+            "GET",
+            b"HTTP/1.1 600 Beyond\r\nContent-Length: 6\r\n\r\nsecret".to_vec(),
+        ),
     ];
     // Sent whole, the HEAD's body too (all of it is `serve`'s head).
     let answers: Vec<(Vec<u8>, Vec<u8>)> = cases.iter().map(|(_, a)| (a.clone(), Vec::new())).collect();
@@ -264,7 +339,11 @@ fn malformed_answers_are_502_and_their_upstream_connection_closed() {
         let raw = c.read_to_close();
         assert_eq!(status_of(&raw), 502, "{shown}: {}", String::from_utf8_lossy(&raw));
         assert!(!String::from_utf8_lossy(&raw).contains("secret"), "{shown}");
-        assert_eq!(up.closed.recv_timeout(PATIENCE), Ok(i), "{shown}: its connection closed");
+        assert_eq!(
+            up.closed.recv_timeout(PATIENCE),
+            Ok(i),
+            "{shown}: its connection closed"
+        );
     }
     assert_eq!(up.accepted.load(Ordering::SeqCst), cases.len());
 }

@@ -2139,7 +2139,11 @@ impl UpConn {
         let response = Response::prepared_beside(plain.status, block, lines_len..lines_len + plain.length as usize);
         keep_lines(&mut self.lines, lines);
         self.answer_to(answers, responder, response, logged);
-        Some(if plain.keep_alive { Outcome::Reusable } else { Outcome::Close })
+        Some(if plain.keep_alive {
+            Outcome::Reusable
+        } else {
+            Outcome::Close
+        })
     }
 
     /// The job's responder, for its answer whose head was read (`status`;
@@ -2505,14 +2509,36 @@ mod plain_relay_tests {
         let sets: &[&[&str]] = &[
             &[],
             &["Content-Type: text/plain"],
-            &["Server: up", "Date: Thu, 01 Jan 2026 00:00:00 GMT", "Content-Type: text/plain"],
-            &["Keep-Alive: timeout=5", "Proxy-Connection: keep-alive", "TE: trailers", "Trailer: x", "Upgrade: h2c"],
+            &[
+                "Server: up",
+                "Date: Thu, 01 Jan 2026 00:00:00 GMT",
+                "Content-Type: text/plain",
+            ],
+            &[
+                "Keep-Alive: timeout=5",
+                "Proxy-Connection: keep-alive",
+                "TE: trailers",
+                "Trailer: x",
+                "Upgrade: h2c",
+            ],
             &["Connection: keep-alive", "X-A: 1"],
             &["Connection: close", "X-A: 1"],
             &["Connection: Keep-Alive, CLOSE", "X-A: 1"],
             &["Connection: ,, close ,", "X-A: 1"],
-            &["X-Spaced:   v  ", "X-Tab:\tv\t", "X-Inner: a\tb  c", "X-Empty:", "X-Blank: "],
-            &["x-lower: a", "X-UPPER: B", "Set-Cookie: a=1", "Set-Cookie: b=2", "ETag: \"x\""],
+            &[
+                "X-Spaced:   v  ",
+                "X-Tab:\tv\t",
+                "X-Inner: a\tb  c",
+                "X-Empty:",
+                "X-Blank: ",
+            ],
+            &[
+                "x-lower: a",
+                "X-UPPER: B",
+                "Set-Cookie: a=1",
+                "Set-Cookie: b=2",
+                "ETag: \"x\"",
+            ],
             &["X-Long-Name-Of-A-Field-Past-Sixteen-Bytes: a value that runs past sixteen bytes too"],
             &["Date: a", "date: b", "SERVER: c", "Vary: Accept"],
         ];
@@ -2545,7 +2571,10 @@ mod plain_relay_tests {
             ("HTTP/1.1 200 OK", &["Content-Length: 1", "Connection: x-a", "X-A: 1"]),
             ("HTTP/1.1 200 OK", &["X-A: 1", "Connection: x-a", "Content-Length: 1"]),
             ("HTTP/1.1 200 OK", &["Content-Length: 1", "Connection: upgrade"]),
-            ("HTTP/1.1 200 OK", &["Close: 1", "Connection: close", "Content-Length: 1"]),
+            (
+                "HTTP/1.1 200 OK",
+                &["Close: 1", "Connection: close", "Content-Length: 1"],
+            ),
             // Other versions and statuses.
             ("HTTP/1.0 200 OK", &["Content-Length: 1"]),
             ("HTTP/2.0 200 OK", &["Content-Length: 1"]),
@@ -2593,13 +2622,22 @@ mod plain_relay_tests {
         }
         let bare_lf = b"HTTP/1.1 200 OK\r\nContent-Length: 1\n\r\n";
         assert!(!agrees(bare_lf, b"x"));
-        let filler = format!("X-Filler: {}", "f".repeat(crate::codec::client::RESPONSE_HEAD_BYTES_MAX));
+        let filler = format!(
+            "X-Filler: {}",
+            "f".repeat(crate::codec::client::RESPONSE_HEAD_BYTES_MAX)
+        );
         assert!(!agrees(&head("HTTP/1.1 200 OK", &["Content-Length: 1", &filler]), b"x"));
         let many: Vec<String> = (0..RESPONSE_FIELDS_MAX).map(|i| format!("X-{i}: v")).collect();
         let mut many: Vec<&str> = many.iter().map(String::as_str).collect();
         many.push("Content-Length: 1");
-        assert!(!agrees(&head("HTTP/1.1 200 OK", &many), b"x"), "one field past the slots");
+        assert!(
+            !agrees(&head("HTTP/1.1 200 OK", &many), b"x"),
+            "one field past the slots"
+        );
         many.remove(0);
-        assert!(agrees(&head("HTTP/1.1 200 OK", &many), b"x"), "as many fields as the slots");
+        assert!(
+            agrees(&head("HTTP/1.1 200 OK", &many), b"x"),
+            "as many fields as the slots"
+        );
     }
 }
