@@ -1617,14 +1617,6 @@ impl UpConn {
     /// chunks. `Some` when the exchange is decided.
     fn consume(&mut self, ctx: &Ctx<'_>, key: usize, answers: &mut Vec<Answer>) -> Option<Outcome> {
         if self.state == State::Head {
-            // The common answer, read and relayed in one pass, before
-            // `head` (and its frame of 128 field slots) is entered; any
-            // other, or one not all here yet, is `head`'s.
-            if !self.head_method && !self.buf.is_empty() && self.job.as_ref().is_some_and(|j| j.more.is_none()) {
-                if let Some(outcome) = self.relay_plain(ctx, answers) {
-                    return Some(outcome);
-                }
-            }
             match self.head(ctx, answers) {
                 Ok(true) => {}
                 Ok(false) => return None,
@@ -1802,6 +1794,13 @@ impl UpConn {
             // parser would say, without asking it.
             if self.buf.is_empty() {
                 return Ok(false);
+            }
+            // The common answer, read and relayed in one pass; any other
+            // (or one not all here yet) is parsed below.
+            if !self.head_method && self.job.as_ref().is_some_and(|j| j.more.is_none()) {
+                if let Some(outcome) = self.relay_plain(ctx, answers) {
+                    return Err(outcome);
+                }
             }
             let mut fields = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; RESPONSE_FIELDS_MAX];
             let method = if self.head_method { "HEAD" } else { "GET" };
