@@ -2115,7 +2115,7 @@ impl UpConn {
     /// job with nothing more to it (`Job::more`: no compression, cache,
     /// tunnel or forward-auth check), not a HEAD. `None`: not such an
     /// answer, nothing done.
-    #[inline(never)]
+    #[inline(always)]
     fn relay_plain(&mut self, ctx: &Ctx<'_>, answers: &mut Vec<Answer>) -> Option<Outcome> {
         let mut lines = answer_buf(&mut self.lines);
         let buf = Arc::get_mut(&mut lines).expect("answer_buf's buffer is not shared");
