@@ -6,7 +6,8 @@
 //! whole, trailer section included: that is within its limit, and what
 //! the proxy relays of it is well-formed lines of allowed fields; the
 //! plain response parser and httparse alone agree
-//! (`peregrine::fuzzing::response_head_plain`). As a caller's fields: a request head either is refused or has
+//! (`peregrine::fuzzing::response_head_plain`), and so do the proxy's
+//! one-pass relay and the general one (`relay_plain_agrees`). As a caller's fields: a request head either is refused or has
 //! every line ended by CRLF, no NUL, and one empty line, its last.
 #![no_main]
 
@@ -132,6 +133,9 @@ fuzz_target!(|data: &[u8]| {
     }
     // The plain parser and httparse alone give the same answer.
     peregrine::fuzzing::response_head_plain(input);
+    // The proxy's one-pass relay takes only what the general parser and
+    // relay take, and relays the same lines.
+    peregrine::fuzzing::relay_plain_agrees(input);
     let method = ["GET", "HEAD", "CONNECT", "POST"][usize::from(seed & 3)];
     let at = usize::from(seed >> 2) * input.len() / 31;
     let whole = parse(input, method);

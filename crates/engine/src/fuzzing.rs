@@ -516,6 +516,14 @@ pub fn ws_session(data: &[u8]) {
     }
 }
 
+/// The proxy's one-pass relay of the common answer
+/// (`codec::client::relay_plain`) against the general parser and relay:
+/// what the first takes, the second takes alike, and relays the same
+/// lines of (`proxy::pool::plain_relay_agrees` asserts it).
+pub fn relay_plain_agrees(data: &[u8]) -> bool {
+    crate::proxy::pool::plain_relay_agrees(data)
+}
+
 /// An upstream's trailer section (as `ResponseBodyDecoder::take_trailers`
 /// gives it) as the proxy relays it (`Trailers::relayed`, no field named
 /// by a Connection field), checked: every line `name: value` with a

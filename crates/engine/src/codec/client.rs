@@ -471,6 +471,223 @@ pub(crate) fn parse_response_head_with<'b, 'h>(
     framed(minor, status, reason, head_len, headers, request_method)
 }
 
+/// Most fields an upstream's answer may have: the slots `UpConn::head`
+/// parses into. One more is `TooManyFields`, a 502.
+pub(crate) const RESPONSE_FIELDS_MAX: usize = 128;
+
+/// What [`relay_plain`] read of the answer whose fields it relayed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct PlainAnswer {
+    pub(crate) status: u16,
+    /// Bytes of the head, including the empty line that ends it.
+    pub(crate) head_len: usize,
+    /// Its Content-Length (0: `ResponseFraming::Empty`).
+    pub(crate) length: u64,
+    /// `ResponseHead::keep_alive`: no `close` option.
+    pub(crate) keep_alive: bool,
+}
+
+/// The common upstream answer read and relayed in one pass: an
+/// `HTTP/1.1` status line of 200 to 599 but 204 and 304, then field lines
+/// of visible ASCII (token names, values of visible ASCII, SP and HTAB,
+/// each line ended by CRLF) within `RESPONSE_HEAD_BYTES_MAX` bytes and
+/// `RESPONSE_FIELDS_MAX` fields, one Content-Length of digits, no
+/// Transfer-Encoding, and a Connection field (if any) of `close` and
+/// `keep-alive` only. The fields the proxy passes on are appended to
+/// `lines` as `relayed_lines` writes them (`name: value` CRLF, the value
+/// without its OWS; a line already spelled so is copied as it is, with
+/// the lines next to it); those it drops are not (hop-by-hop, Date,
+/// Server, the framing).
+///
+/// `None` (and `lines` as it was): not such an answer, or not all of its
+/// head here. Nothing is decided then: the caller parses it as any other
+/// (`parse_response_head`), whose rules find every malformed head (a CR,
+/// LF or NUL where it may not be, Content-Length beside
+/// Transfer-Encoding, differing lengths, a head too large) and refuse
+/// it. What this takes, that parser takes alike, to the same status,
+/// head length, framing and persistence, and the relay writes the same
+/// lines of it (the test `plain_relay_is_the_general_relay` and the
+/// `h1_client` fuzz target, `fuzzing::relay_plain_agrees`): the
+/// tokeniser's slots, `Fields::scan` and the relay's pass over the slots
+/// were about 950 instructions of a proxied GET's 6,796 (callgrind,
+/// `proxy-c50`).
+pub(crate) fn relay_plain(buf: &[u8], lines: &mut Vec<u8>) -> Option<PlainAnswer> {
+    let start = lines.len();
+    let plain = relay_plain_into(buf, lines);
+    if plain.is_none() {
+        lines.truncate(start);
+    }
+    plain
+}
+
+/// The work of [`relay_plain`]; `lines` may hold some of the fields when
+/// it says `None`. The runs of name and value bytes are the plain
+/// tokeniser's (`codec::plain`: 16 bytes a step on x86_64); a name is
+/// compared with those the relay acts on only when its length is one of
+/// theirs, a word at a time with bit 5 set (`same_name`).
+#[inline(always)]
+fn relay_plain_into(buf: &[u8], lines: &mut Vec<u8>) -> Option<PlainAnswer> {
+    let buf = &buf[..buf.len().min(RESPONSE_HEAD_BYTES_MAX)];
+    let k = &super::plain::vectors();
+    let line: &[u8; 13] = buf.get(..13)?.try_into().ok()?;
+    if u64::from_le_bytes(*line.first_chunk::<8>()?) != u64::from_le_bytes(*b"HTTP/1.1") || line[8] != b' ' {
+        return None;
+    }
+    let [h, t, o] = [line[9], line[10], line[11]];
+    if !(h.is_ascii_digit() && t.is_ascii_digit() && o.is_ascii_digit()) {
+        return None;
+    }
+    let status = u16::from(h - b'0') * 100 + u16::from(t - b'0') * 10 + u16::from(o - b'0');
+    if !(200..600).contains(&status) || status == 204 || status == 304 {
+        return None;
+    }
+    // No reason, or SP and a reason of visible ASCII and SP.
+    let mut at = match line[12] {
+        b'\r' => 12,
+        b' ' => super::plain::run_of(buf, 13, 0x20, k),
+        _ => return None,
+    };
+    if buf.get(at..at + 2)? != b"\r\n" {
+        return None;
+    }
+    at += 2;
+    let mut length = None;
+    let mut close = false;
+    let mut n_fields = 0;
+    // Where the lines copied as they are begin: a run of relayed lines
+    // spelled as the relay writes them goes in one copy.
+    let mut run_at = at;
+    loop {
+        if *buf.get(at)? == b'\r' {
+            if *buf.get(at + 1)? != b'\n' {
+                return None;
+            }
+            lines.extend_from_slice(&buf[run_at..at]);
+            at += 2;
+            break;
+        }
+        n_fields += 1;
+        if n_fields > RESPONSE_FIELDS_MAX {
+            return None;
+        }
+        // token ":" OWS value OWS CRLF
+        let name_at = at;
+        at = super::plain::token_run(buf, at, k);
+        if *buf.get(at)? != b':' || at == name_at {
+            return None;
+        }
+        let name = &buf[name_at..at];
+        at += 1;
+        // OWS: nearly always one space.
+        let mut spelled = false;
+        if buf.get(at) == Some(&b' ') {
+            at += 1;
+            spelled = true;
+        }
+        if *buf.get(at)? <= b' ' {
+            spelled = false;
+            while let Some(b' ' | b'\t') = buf.get(at) {
+                at += 1;
+            }
+        }
+        let value_at = at;
+        loop {
+            at = super::plain::run_of(buf, at, 0x20, k);
+            match *buf.get(at)? {
+                b'\r' => break,
+                b'\t' => at += 1,
+                _ => return None,
+            }
+        }
+        if *buf.get(at + 1)? != b'\n' {
+            return None;
+        }
+        let mut value = &buf[value_at..at];
+        if value.last().is_some_and(|&b| b <= b' ') {
+            value = trim_ows(value);
+            spelled = false;
+        }
+        let line_end = at + 2;
+        at = line_end;
+        let is = |lower: &[u8]| same_name(name, lower);
+        let relayed = match name.len() {
+            2 => !is(b"te"),
+            4 => !is(b"date"),
+            // A field named `close` goes when a Connection field names
+            // it, which may come after it: the general relay's.
+            5 if is(b"close") => return None,
+            6 => !is(b"server"),
+            7 => !(is(b"upgrade") || is(b"trailer")),
+            10 if is(b"connection") => {
+                // Options other than these may name fields to drop, which
+                // may have come before: the general relay's.
+                for option in list_elements(value) {
+                    if option.eq_ignore_ascii_case(b"close") {
+                        close = true;
+                    } else if !option.eq_ignore_ascii_case(b"keep-alive") {
+                        return None;
+                    }
+                }
+                false
+            }
+            10 => !is(b"keep-alive"),
+            14 if is(b"content-length") => {
+                if length.is_some() {
+                    return None;
+                }
+                length = Some(content_length_digits(value)?);
+                false
+            }
+            16 => !is(b"proxy-connection"),
+            17 if is(b"transfer-encoding") => return None,
+            _ => true,
+        };
+        if relayed && spelled {
+            continue;
+        }
+        lines.extend_from_slice(&buf[run_at..name_at]);
+        run_at = line_end;
+        if relayed {
+            lines.extend_from_slice(name);
+            lines.extend_from_slice(b": ");
+            lines.extend_from_slice(value);
+            lines.extend_from_slice(b"\r\n");
+        }
+    }
+    Some(PlainAnswer {
+        status,
+        head_len: at,
+        length: length?,
+        keep_alive: !close,
+    })
+}
+
+/// Whether the token `name` is `lower` (of lowercase letters and `-`,
+/// as long) in any case: each word with bit 5 set in every byte, which
+/// makes a letter lowercase and leaves `-` as it is, and makes no other
+/// token byte a letter or `-` (CR, the one byte bit 5 makes `-`, is not
+/// a token byte).
+#[inline(always)]
+fn same_name(name: &[u8], lower: &[u8]) -> bool {
+    debug_assert_eq!(name.len(), lower.len());
+    let n = name.len();
+    let low = |b: &[u8], at: usize| u32_at(b, at) | 0x2020_2020;
+    match n {
+        0..4 => name.eq_ignore_ascii_case(lower),
+        4..=8 => low(name, 0) == u32_at(lower, 0) && low(name, n - 4) == u32_at(lower, n - 4),
+        _ => {
+            let mut at = 0;
+            while at + 8 < n {
+                if u64_at(name, at) | 0x2020_2020_2020_2020 != u64_at(lower, at) {
+                    return false;
+                }
+                at += 8;
+            }
+            u64_at(name, n - 8) | 0x2020_2020_2020_2020 == u64_at(lower, n - 8)
+        }
+    }
+}
+
 /// The rules after tokenising, one code path for both parsers: the
 /// status's range, the framing, whether the connection persists.
 #[inline(always)]

@@ -37,15 +37,15 @@ use std::mem::MaybeUninit;
 use httparse::Header;
 
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
-use sse2::{vectors, Vectors};
+pub(crate) use sse2::{vectors, Vectors};
 
 /// No vectors where the 16-byte steps are not compiled.
 #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
-struct Vectors;
+pub(crate) struct Vectors;
 
 #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
 #[inline(always)]
-fn vectors() -> Vectors {
+pub(crate) fn vectors() -> Vectors {
     Vectors
 }
 
@@ -339,7 +339,7 @@ fn written<'b, 'h>(slots: &'h [MaybeUninit<Header<'b>>], n: usize) -> &'h [Heade
     not(all(target_arch = "x86_64", target_feature = "sse2")),
     allow(unused_variables) // `k`: the 16-byte steps' only
 )]
-fn run_of(buf: &[u8], mut at: usize, low: u8, k: &Vectors) -> usize {
+pub(crate) fn run_of(buf: &[u8], mut at: usize, low: u8, k: &Vectors) -> usize {
     // 16 bytes a step while 16 are left (x86_64: SSE2, which every
     // x86_64 has), then the portable 8-byte steps.
     #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
@@ -385,7 +385,7 @@ fn run_of(buf: &[u8], mut at: usize, low: u8, k: &Vectors) -> usize {
     not(all(target_arch = "x86_64", target_feature = "sse2")),
     allow(unused_variables) // `k`: the 16-byte steps' only
 )]
-fn token_run(buf: &[u8], mut at: usize, k: &Vectors) -> usize {
+pub(crate) fn token_run(buf: &[u8], mut at: usize, k: &Vectors) -> usize {
     // x86_64: 16 bytes a step (SSE2) while 16 are left, judged against
     // the bytes nearly every name is made of (letters, digits, `-`); the
     // first other byte is looked up in the table, and a token byte there
@@ -432,7 +432,7 @@ mod sse2 {
 
     /// The steps' constant vectors, each a byte repeated, loaded once
     /// per tokenising call from two cache lines ([`BYTES`]).
-    pub(super) struct Vectors {
+    pub(crate) struct Vectors {
         one: __m128i,
         sp: __m128i,
         bang: __m128i,
@@ -467,7 +467,7 @@ mod sse2 {
 
     /// The vectors, loaded once per tokenising call, into registers.
     #[inline(always)]
-    pub(super) fn vectors() -> Vectors {
+    pub(crate) fn vectors() -> Vectors {
         let [one, sp, bang, a_to_min, letters_end, zero_to_min, digits_end, dash] = &BYTES.0;
         Vectors {
             one: splat(one),

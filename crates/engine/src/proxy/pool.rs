@@ -20,7 +20,10 @@ use super::upstream::Addr;
 use super::{Job, Upstream};
 use crate::access_log::{UpstreamAddr, UpstreamLog};
 use crate::body::{self, BodyReader, Sender, Take, TrySendError};
-use crate::codec::client::{parse_response_head, ParsedResponse, ResponseBodyDecoder, ResponseFraming, ResponseHead};
+use crate::codec::client::{
+    parse_response_head, relay_plain, ParsedResponse, ResponseBodyDecoder, ResponseFraming, ResponseHead,
+    RESPONSE_FIELDS_MAX,
+};
 use crate::codec::head::{list_elements, trim_ows};
 use crate::conn::Ctx;
 use crate::message::trailers::Trailers;
@@ -1792,7 +1795,14 @@ impl UpConn {
             if self.buf.is_empty() {
                 return Ok(false);
             }
-            let mut fields = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; 128];
+            // The common answer, read and relayed in one pass; any other
+            // (or one not all here yet) is parsed below.
+            if !self.head_method && self.job.as_ref().is_some_and(|j| j.more.is_none()) {
+                if let Some(outcome) = self.relay_plain(ctx, answers) {
+                    return Err(outcome);
+                }
+            }
+            let mut fields = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; RESPONSE_FIELDS_MAX];
             let method = if self.head_method { "HEAD" } else { "GET" };
             let parsed = parse_response_head(&self.buf, &mut fields, method);
             let head = match parsed {
@@ -1983,29 +1993,8 @@ impl UpConn {
             self.keep_alive = keep_alive;
             // Before the job goes: its upstream's read-ahead.
             let capacity = self.buffer_bytes(ctx);
-            // Only its responder goes on: the rest is dropped here, where
-            // it lies (taken out of the connection whole, it was a copy of
-            // the `Job`, 29 instructions, callgrind `proxy-c50`). What is
-            // left in its place answers nothing (no mailbox).
-            let job = self.job.as_mut().expect("a connection reading a head has a job");
-            let responder = std::mem::replace(&mut job.responder, Responder::new(None, 0, 0));
-            self.job = None;
-            super::give_bytes(std::mem::take(&mut self.out));
-            self.answered = true;
-            // The time to the head, for the access log and the metrics:
-            // not measured when neither is kept (the subtraction was 55
-            // instructions of a proxied GET, callgrind `proxy-c50`).
-            let logged = ctx.log.is_some() || ctx.site_logs.iter().any(Option::is_some);
-            let timed = self.metrics.is_some() || logged;
-            let took = match timed {
-                true => Some(ctx.now.saturating_duration_since(self.started)),
-                false => None,
-            };
-            self.figures.status = Some(status);
-            self.figures.header = took;
-            self.figures.started = Some(self.started);
+            let (responder, logged) = self.take_responder(ctx, status, whole.is_some());
             if let Some(n) = whole {
-                self.figures.response = took;
                 // A short body goes beside its fields, in the same kept
                 // buffer (`Response::prepared_beside`): no allocation.
                 if beside {
@@ -2114,6 +2103,80 @@ impl UpConn {
             self.state = State::Body;
             return Ok(true);
         }
+    }
+
+    /// An answer `codec::client::relay_plain` takes, with its whole body
+    /// here and nothing after it, at most `SHARE_MIN` long: its fields and
+    /// body written into the kept buffer (`lines`) and answered beside
+    /// them, as `head` answers it after `parse_response_head` (the same
+    /// `Response`: the test `a_plain_answer_is_relayed_as_the_parsed_one`),
+    /// without the tokeniser's slots, `Fields::scan`, the relay's pass
+    /// over the slots and `head`'s choices for other answers. Only for a
+    /// job with nothing more to it (`Job::more`: no compression, cache,
+    /// tunnel or forward-auth check), not a HEAD. `None`: not such an
+    /// answer, nothing done.
+    #[inline(always)]
+    fn relay_plain(&mut self, ctx: &Ctx<'_>, answers: &mut Vec<Answer>) -> Option<Outcome> {
+        let mut lines = answer_buf(&mut self.lines);
+        let buf = Arc::get_mut(&mut lines).expect("answer_buf's buffer is not shared");
+        let plain = match relay_plain(&self.buf, buf) {
+            Some(p) if p.length < SHARE_MIN as u64 && self.buf.len() as u64 == p.head_len as u64 + p.length => p,
+            _ => {
+                buf.clear();
+                keep_lines(&mut self.lines, lines);
+                return None;
+            }
+        };
+        let lines_len = buf.len();
+        buf.extend_from_slice(&self.buf[plain.head_len..]);
+        self.buf.clear();
+        self.keep_alive = plain.keep_alive;
+        let (responder, logged) = self.take_responder(ctx, plain.status, true);
+        let buf: Arc<dyn AsRef<[u8]> + Send + Sync> = lines.clone();
+        let block = HeaderBlock::from_checked_lines(
+            SharedBytes::slice(buf, 0..lines_len).expect("the lines are in their buffer"),
+        );
+        let response = Response::prepared_beside(plain.status, block, lines_len..lines_len + plain.length as usize);
+        keep_lines(&mut self.lines, lines);
+        self.answer_to(answers, responder, response, logged);
+        Some(if plain.keep_alive {
+            Outcome::Reusable
+        } else {
+            Outcome::Close
+        })
+    }
+
+    /// The job's responder, for its answer whose head was read (`status`;
+    /// `whole`: its body too): the rest of the job is dropped, its
+    /// request's bytes given back, and the exchange's figures set.
+    /// Whether an access log may write the request's line.
+    #[inline(always)]
+    fn take_responder(&mut self, ctx: &Ctx<'_>, status: u16, whole: bool) -> (Responder, bool) {
+        // Only its responder goes on: the rest is dropped here, where
+        // it lies (taken out of the connection whole, it was a copy of
+        // the `Job`, 29 instructions, callgrind `proxy-c50`). What is
+        // left in its place answers nothing (no mailbox).
+        let job = self.job.as_mut().expect("a connection reading a head has a job");
+        let responder = std::mem::replace(&mut job.responder, Responder::new(None, 0, 0));
+        self.job = None;
+        super::give_bytes(std::mem::take(&mut self.out));
+        self.answered = true;
+        // The time to the head, for the access log and the metrics:
+        // not measured when neither is kept (the subtraction was 55
+        // instructions of a proxied GET, callgrind `proxy-c50`).
+        let logged = ctx.log.is_some() || ctx.site_logs.iter().any(Option::is_some);
+        let timed = self.metrics.is_some() || logged;
+        let took = match timed {
+            true => Some(ctx.now.saturating_duration_since(self.started)),
+            false => None,
+        };
+        self.figures.status = Some(status);
+        self.figures.header = took;
+        self.figures.started = Some(self.started);
+        if whole {
+            self.figures.response = took;
+        }
+        (responder, logged)
     }
 
     /// The answer's body is all read and sent on: its channel ends, with
@@ -2330,6 +2393,43 @@ fn relay_fields(lines: &mut Vec<u8>, fields: &[httparse::Header<'_>], encoded: b
     connection
 }
 
+/// Whether `relay_plain` takes `input`, having checked that what it
+/// says of it is what the general parser and relay say: the same status,
+/// head length, framing and persistence, and the same relayed lines; a
+/// refusal leaves the lines as they were. For the tests and the
+/// `h1_client` fuzz target (`fuzzing::relay_plain_agrees`).
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) fn plain_relay_agrees(input: &[u8]) -> bool {
+    let mut lines = b"kept".to_vec();
+    let Some(plain) = relay_plain(input, &mut lines) else {
+        assert_eq!(lines, b"kept", "a refusal leaves the lines as they were");
+        return false;
+    };
+    let mut fields = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; RESPONSE_FIELDS_MAX];
+    let parsed = parse_response_head(input, &mut fields, "GET");
+    let Ok(ParsedResponse::Complete(general)) = parsed else {
+        panic!("the general parser refuses what the plain relay took: {parsed:?}");
+    };
+    assert_eq!(plain.status, general.status);
+    assert_eq!(plain.head_len, general.head_len);
+    assert_eq!(plain.keep_alive, general.keep_alive);
+    assert!(!general.transfer_coded);
+    let framing = match plain.length {
+        0 => ResponseFraming::Empty,
+        n => ResponseFraming::Length(n),
+    };
+    assert_eq!(framing, general.framing);
+    let mut relayed = b"kept".to_vec();
+    answer_lines_into(&mut relayed, &general, Verdict::default()).expect("relayed");
+    assert_eq!(
+        String::from_utf8_lossy(&lines),
+        String::from_utf8_lossy(&relayed),
+        "{}",
+        String::from_utf8_lossy(input)
+    );
+    true
+}
+
 #[cfg(test)]
 mod pools_tests {
     use super::*;
@@ -2367,5 +2467,177 @@ mod pools_tests {
         let unknown = Upstream::parse("http://127.0.0.1:9999").unwrap();
         assert!(pools.get(&unknown.id).is_none());
         assert_eq!(pools.list.len(), 3);
+    }
+}
+
+#[cfg(test)]
+mod plain_relay_tests {
+    use super::*;
+
+    /// `relay_plain`'s verdict on `head` with `body` after it: whether
+    /// it took the answer (`plain_relay_agrees` checks it).
+    fn agrees(head: &[u8], body: &[u8]) -> bool {
+        let mut input = head.to_vec();
+        input.extend_from_slice(body);
+        plain_relay_agrees(&input)
+    }
+
+    /// A head of `status_line` and `fields` (each a line without its CRLF).
+    fn head(status_line: &str, fields: &[&str]) -> Vec<u8> {
+        let mut h = format!("{status_line}\r\n");
+        for f in fields {
+            h.push_str(f);
+            h.push_str("\r\n");
+        }
+        h.push_str("\r\n");
+        h.into_bytes()
+    }
+
+    #[test]
+    fn plain_relay_is_the_general_relay() {
+        let statuses = [
+            "HTTP/1.1 200 OK",
+            "HTTP/1.1 200",
+            "HTTP/1.1 201 Created",
+            "HTTP/1.1 206 Partial Content",
+            "HTTP/1.1 301 Moved Permanently",
+            "HTTP/1.1 404 Not Found",
+            "HTTP/1.1 418 I'm a teapot",
+            "HTTP/1.1 500 Internal Server Error",
+            "HTTP/1.1 599 Whatever it is",
+        ];
+        let sets: &[&[&str]] = &[
+            &[],
+            &["Content-Type: text/plain"],
+            &[
+                "Server: up",
+                "Date: Thu, 01 Jan 2026 00:00:00 GMT",
+                "Content-Type: text/plain",
+            ],
+            &[
+                "Keep-Alive: timeout=5",
+                "Proxy-Connection: keep-alive",
+                "TE: trailers",
+                "Trailer: x",
+                "Upgrade: h2c",
+            ],
+            &["Connection: keep-alive", "X-A: 1"],
+            &["Connection: close", "X-A: 1"],
+            &["Connection: Keep-Alive, CLOSE", "X-A: 1"],
+            &["Connection: ,, close ,", "X-A: 1"],
+            &[
+                "X-Spaced:   v  ",
+                "X-Tab:\tv\t",
+                "X-Inner: a\tb  c",
+                "X-Empty:",
+                "X-Blank: ",
+            ],
+            &[
+                "x-lower: a",
+                "X-UPPER: B",
+                "Set-Cookie: a=1",
+                "Set-Cookie: b=2",
+                "ETag: \"x\"",
+            ],
+            &["X-Long-Name-Of-A-Field-Past-Sixteen-Bytes: a value that runs past sixteen bytes too"],
+            &["Date: a", "date: b", "SERVER: c", "Vary: Accept"],
+        ];
+        let bodies: [&[u8]; 4] = [b"", b"x", b"Hello, World!", &[b'y'; 300]];
+        let mut taken = 0;
+        for status in statuses {
+            for set in sets {
+                for body in bodies {
+                    let mut fields = set.to_vec();
+                    let length = format!("Content-Length: {}", body.len());
+                    fields.insert(fields.len() / 2, &length);
+                    assert!(agrees(&head(status, &fields), body), "{status} {fields:?}");
+                    taken += 1;
+                }
+            }
+        }
+        assert_eq!(taken, statuses.len() * sets.len() * bodies.len());
+        // Answers left to the general parser, whatever it makes of them.
+        let left: &[(&str, &[&str])] = &[
+            // No length, or one to be judged there.
+            ("HTTP/1.1 200 OK", &[]),
+            ("HTTP/1.1 200 OK", &["Content-Length: 1", "Content-Length: 1"]),
+            ("HTTP/1.1 200 OK", &["Content-Length: 1", "Content-Length: 2"]),
+            ("HTTP/1.1 200 OK", &["Content-Length: +1"]),
+            ("HTTP/1.1 200 OK", &["Content-Length: 1, 1"]),
+            ("HTTP/1.1 200 OK", &["Content-Length: 12345678901234567890"]),
+            ("HTTP/1.1 200 OK", &["Transfer-Encoding: chunked"]),
+            ("HTTP/1.1 200 OK", &["Content-Length: 1", "Transfer-Encoding: chunked"]),
+            // Connection options that may name a field.
+            ("HTTP/1.1 200 OK", &["Content-Length: 1", "Connection: x-a", "X-A: 1"]),
+            ("HTTP/1.1 200 OK", &["X-A: 1", "Connection: x-a", "Content-Length: 1"]),
+            ("HTTP/1.1 200 OK", &["Content-Length: 1", "Connection: upgrade"]),
+            (
+                "HTTP/1.1 200 OK",
+                &["Close: 1", "Connection: close", "Content-Length: 1"],
+            ),
+            // Other versions and statuses.
+            ("HTTP/1.0 200 OK", &["Content-Length: 1"]),
+            ("HTTP/2.0 200 OK", &["Content-Length: 1"]),
+            ("HTTP/1.1 100 Continue", &[]),
+            ("HTTP/1.1 101 Switching Protocols", &["Upgrade: websocket"]),
+            ("HTTP/1.1 103 Early Hints", &["Link: </a>"]),
+            ("HTTP/1.1 199 Odd", &["Content-Length: 1"]),
+            ("HTTP/1.1 204 No Content", &[]),
+            ("HTTP/1.1 304 Not Modified", &["Content-Length: 1"]),
+            ("HTTP/1.1 600 Beyond", &["Content-Length: 1"]),
+            ("HTTP/1.1 099 Below", &["Content-Length: 1"]),
+            ("HTTP/1.1 2x0 OK", &["Content-Length: 1"]),
+            // Bytes the strict grammar does not take.
+            ("HTTP/1.1 200 O\u{7f}K", &["Content-Length: 1"]),
+            ("HTTP/1.1 200 O\tK", &["Content-Length: 1"]),
+            ("HTTP/1.1 200 OK", &["Content-Length: 1", "X-A: caf\u{e9}"]),
+            ("HTTP/1.1 200 OK", &["Content-Length: 1", "X-A: a\u{0}b"]),
+            ("HTTP/1.1 200 OK", &["Content-Length: 1", "X-A: a\rb"]),
+            ("HTTP/1.1 200 OK", &["Content-Length: 1", "X-A: a\nb"]),
+            ("HTTP/1.1 200 OK", &["Content-Length: 1", "X A: a"]),
+            ("HTTP/1.1 200 OK", &["Content-Length: 1", ": a"]),
+            ("HTTP/1.1 200 OK", &["Content-Length: 1", " X-A: a"]),
+            ("HTTP/1.1 200 OK", &["Content-Length: 1", "X-A : a"]),
+            ("HTTP/1.1 200 OK", &["Content-Length: 1", "X-A: a", " folded"]),
+            ("HTTP/1.1 200 OK", &["Content-Length: 1", "X\"A: a"]),
+        ];
+        for (status, fields) in left {
+            assert!(!agrees(&head(status, fields), b"x"), "{status} {fields:?}");
+        }
+        // A head cut anywhere, a bare LF, a CR alone, a head too large.
+        let whole = head("HTTP/1.1 200 OK", &["Content-Type: text/plain", "Content-Length: 1"]);
+        for end in 0..whole.len() {
+            assert!(!agrees(&whole[..end], b""), "cut at {end}");
+        }
+        for at in 0..whole.len() {
+            for b in [b'\n', b'\r', 0] {
+                if whole[at] == b {
+                    continue;
+                }
+                let mut changed = whole.clone();
+                changed[at] = b;
+                // Taken or not, never unlike the general relay.
+                agrees(&changed, b"x");
+            }
+        }
+        let bare_lf = b"HTTP/1.1 200 OK\r\nContent-Length: 1\n\r\n";
+        assert!(!agrees(bare_lf, b"x"));
+        let filler = format!(
+            "X-Filler: {}",
+            "f".repeat(crate::codec::client::RESPONSE_HEAD_BYTES_MAX)
+        );
+        assert!(!agrees(&head("HTTP/1.1 200 OK", &["Content-Length: 1", &filler]), b"x"));
+        let many: Vec<String> = (0..RESPONSE_FIELDS_MAX).map(|i| format!("X-{i}: v")).collect();
+        let mut many: Vec<&str> = many.iter().map(String::as_str).collect();
+        many.push("Content-Length: 1");
+        assert!(
+            !agrees(&head("HTTP/1.1 200 OK", &many), b"x"),
+            "one field past the slots"
+        );
+        many.remove(0);
+        assert!(
+            agrees(&head("HTTP/1.1 200 OK", &many), b"x"),
+            "as many fields as the slots"
+        );
     }
 }
