@@ -69,9 +69,6 @@ pub(crate) struct Env<'a> {
     /// The listener also takes HTTP/2 by prior knowledge: first bytes that
     /// are not HTTP/1 at all end the connection without an answer.
     pub(crate) h2_allowed: bool,
-    /// How much the read buffer may still grow: what is left of the
-    /// worker's `body_budget_bytes`.
-    pub(crate) grow_bytes_max: usize,
 }
 
 /// Marks the path that calls it as rarely taken, so that the compiler
@@ -955,8 +952,16 @@ impl H1 {
     /// the request still needs (a Content-Length body) or the limits allow,
     /// so a client announcing a large body costs memory only as its bytes
     /// arrive. `Err` with the error answer queued if the request cannot
-    /// grow further.
-    pub(crate) fn make_room(&mut self, input: &mut Input, out: &mut Output, env: &Env<'_>) -> Result<(), Refusal> {
+    /// grow further. `grow_bytes_max`: how much the buffer may still grow,
+    /// what is left of the worker's `body_budget_bytes` (an argument, not
+    /// a fact of the `Env`, which is the same for a whole worker turn).
+    pub(crate) fn make_room(
+        &mut self,
+        input: &mut Input,
+        out: &mut Output,
+        env: &Env<'_>,
+        grow_bytes_max: usize,
+    ) -> Result<(), Refusal> {
         if input.end < input.buf.len() {
             return Ok(());
         }
@@ -1001,7 +1006,7 @@ impl H1 {
             };
             return Err(self.fail(out, env, status, why));
         }
-        if new_len - input.buf.len() > env.grow_bytes_max {
+        if new_len - input.buf.len() > grow_bytes_max {
             // The worker holds its budget of buffered requests: this one
             // waits for nothing, it is refused (the client may retry).
             return Err(self.fail(out, env, (503, Reason::MemoryBudget), crate::budget::BUDGET_SPENT));

@@ -119,7 +119,7 @@ impl Script {
                 self.input.buf = vec![0; self.first_buffer_bytes];
             }
             let env = env_of(&self.limits, self.now, self.draining, self.h2_allowed);
-            if let Err(refusal) = self.h1.make_room(&mut self.input, &mut self.out, &env) {
+            if let Err(refusal) = self.h1.make_room(&mut self.input, &mut self.out, &env, usize::MAX) {
                 self.input.discard();
                 self.end = Some(End::Refused(refusal));
                 self.flush();
@@ -392,7 +392,6 @@ fn env_of(limits: &Limits, now: Instant, draining: bool, h2_allowed: bool) -> En
         idle_until: now.checked_add(limits.idle_timeout),
         draining,
         h2_allowed,
-        grow_bytes_max: usize::MAX,
     }
 }
 
