@@ -196,6 +196,27 @@ impl FieldNames {
     }
 }
 
+impl Head<'_, '_> {
+    /// A head of nothing (no method, no target, no fields): what a slot
+    /// holds before [`parse_head_into`] writes a parsed head over it.
+    pub const EMPTY: Self = Head {
+        method: "",
+        target: "",
+        path: "",
+        query: None,
+        version: Version::Http11,
+        head_len: 0,
+        framing: Framing::Empty,
+        keep_alive: false,
+        expect_continue: false,
+        te_trailers: false,
+        upgrade: false,
+        field_names: FieldNames::NONE,
+        host: None,
+        headers: &[],
+    };
+}
+
 impl<'b> Head<'b, '_> {
     /// The protocols an upgrade offers (the first non-empty Upgrade
     /// field's value, e.g. `websocket`: several lines are one list, RFC
@@ -226,12 +247,6 @@ pub enum Parsed<'b, 'h> {
 /// `headers` receives the fields; at most `limits.n_headers_max` of them are
 /// used. It need not be initialised, so a large array on the stack costs
 /// nothing. Bytes after the head are not looked at.
-///
-/// Inlined into the HTTP/1.1 machine: returned from a call, the head was
-/// copied right after being stored, and the copy's wide loads over its
-/// narrow stores stalled (store forwarding), about a fifth of the driver's
-/// own samples in a pipelined hello.
-#[inline(always)]
 pub fn parse_head<'b, 'h>(
     buf: &'b [u8],
     headers: &'h mut [MaybeUninit<httparse::Header<'b>>],
@@ -242,13 +257,36 @@ pub fn parse_head<'b, 'h>(
 
 /// [`parse_head`], with the plain parser (`plain`) or httparse alone: the
 /// fuzz target `request_head` compares the two.
-#[inline(always)]
 pub(crate) fn parse_head_with<'b, 'h>(
     buf: &'b [u8],
     headers: &'h mut [MaybeUninit<httparse::Header<'b>>],
     limits: &Limits,
     plain: bool,
 ) -> Result<Parsed<'b, 'h>, HeadError> {
+    let mut head = Head::EMPTY;
+    Ok(match parse_head_into(buf, headers, limits, plain, &mut head)? {
+        true => Parsed::Complete(head),
+        false => Parsed::Partial,
+    })
+}
+
+/// [`parse_head_with`] writing the head where its reader keeps it: `true`
+/// if a whole head was found and written to `out` (else `out` is as it
+/// was, and more bytes are needed).
+///
+/// Inlined into the HTTP/1.1 machine, which passes the place its driver
+/// reads the head from. Returned as a value, the head was built in one
+/// temporary where the plain path and httparse's met, then copied out
+/// (seven 16-byte moves, bench/runs/2026-11-28-loop9); each path now
+/// stores its fields to `out` itself.
+#[inline(always)]
+pub(crate) fn parse_head_into<'b, 'h>(
+    buf: &'b [u8],
+    headers: &'h mut [MaybeUninit<httparse::Header<'b>>],
+    limits: &Limits,
+    plain: bool,
+    out: &mut Head<'b, 'h>,
+) -> Result<bool, HeadError> {
     let n_headers_max = headers.len().min(limits.n_headers_max);
     let mut headers = &mut headers[..n_headers_max];
     // The plain head first (`codec::plain`): a strictly formed head is
@@ -259,13 +297,13 @@ pub(crate) fn parse_head_with<'b, 'h>(
             Ok((p, fields)) => {
                 // Every line ends in CRLF: the plain parser takes no other.
                 return checked(
-                    p.method, p.target, p.minor, p.head_len, p.line_len, true, fields, limits,
+                    p.method, p.target, p.minor, p.head_len, p.line_len, true, fields, limits, out,
                 );
             }
             Err(headers) => headers,
         };
     }
-    parse_head_httparse(buf, headers, limits)
+    parse_head_httparse(buf, headers, limits, out)
 }
 
 /// [`parse_head_with`] for a head the plain parser did not take:
@@ -280,7 +318,8 @@ fn parse_head_httparse<'b, 'h>(
     buf: &'b [u8],
     headers: &'h mut [MaybeUninit<httparse::Header<'b>>],
     limits: &Limits,
-) -> Result<Parsed<'b, 'h>, HeadError> {
+    out: &mut Head<'b, 'h>,
+) -> Result<bool, HeadError> {
     let mut req = httparse::Request::new(&mut []);
     let head_len = match req.parse_with_uninit_headers(buf, headers) {
         Ok(httparse::Status::Complete(n)) => n,
@@ -318,7 +357,7 @@ fn parse_head_httparse<'b, 'h>(
             !has_bare_lf(&buf[..head_len]),
         ),
     };
-    checked(method, target, minor, head_len, line_len, crlf, headers, limits)
+    checked(method, target, minor, head_len, line_len, crlf, headers, limits, out)
 }
 
 /// The rules of RFC 9112 on a tokenised head (`line_len`: the request
@@ -335,7 +374,8 @@ fn checked<'b, 'h>(
     crlf: bool,
     headers: &'h [httparse::Header<'b>],
     limits: &Limits,
-) -> Result<Parsed<'b, 'h>, HeadError> {
+    out: &mut Head<'b, 'h>,
+) -> Result<bool, HeadError> {
     if line_len > limits.uri_bytes_max.saturating_add(LINE_OVERHEAD_MAX) {
         return Err(HeadError::UriTooLong);
     }
@@ -404,7 +444,7 @@ fn checked<'b, 'h>(
     // RFC 9110 §7.8: an Upgrade field not named by Connection, or in an
     // HTTP/1.0 request, is ignored; an empty one offers nothing.
     let upgrade = version == Version::Http11 && fields.conn_upgrade && fields.upgrade;
-    Ok(Parsed::Complete(Head {
+    *out = Head {
         method,
         target,
         path,
@@ -419,18 +459,15 @@ fn checked<'b, 'h>(
         field_names: fields.names,
         host,
         headers,
-    }))
+    };
+    Ok(true)
 }
 
 /// `parse_head` on what httparse did not find complete: more bytes are
 /// needed, or the bytes are wrong. Out of line: not the common case.
 #[inline(never)]
 #[cold]
-fn incomplete<'b, 'h>(
-    buf: &[u8],
-    parsed: Result<(), httparse::Error>,
-    limits: &Limits,
-) -> Result<Parsed<'b, 'h>, HeadError> {
+fn incomplete(buf: &[u8], parsed: Result<(), httparse::Error>, limits: &Limits) -> Result<bool, HeadError> {
     // RFC 9112 §2.2: "a server that is expecting to receive and parse a
     // request-line SHOULD ignore at least one empty line (CRLF) received prior
     // to the request-line". httparse skips them; they count toward the limit.
@@ -446,7 +483,7 @@ fn incomplete<'b, 'h>(
             if buf.len() > limits.head_bytes_max {
                 return Err(HeadError::HeadTooLarge);
             }
-            Ok(Parsed::Partial)
+            Ok(false)
         }
         Err(httparse::Error::TooManyHeaders) => Err(HeadError::HeadTooLarge),
         // A request line cut inside its version (`HTTP/2.`) may still end
@@ -455,7 +492,7 @@ fn incomplete<'b, 'h>(
         // (found by splitting scripted requests at every offset). The line
         // is bounded by the check above.
         Err(httparse::Error::Version) if line_len == buf.len() && buf.len() <= limits.head_bytes_max => {
-            Ok(Parsed::Partial)
+            Ok(false)
         }
         Err(httparse::Error::Version) => Err(version_error(buf)),
         Err(e) => Err(HeadError::BadRequest(httparse_reason(e))),

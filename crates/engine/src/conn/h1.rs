@@ -11,6 +11,7 @@ use std::net::SocketAddr;
 use super::dispatch::{self, Answering, Called};
 use super::{refused_line, Conn, Ctx, Next, Proto, Stop, Transport};
 use crate::body::BodySink;
+use crate::codec::Head;
 use crate::buffers::ensure_output;
 use crate::conn::dispatch::{Deferral, Sending};
 use crate::h1::H1;
@@ -147,16 +148,13 @@ impl Conn {
             }
             ensure_output(output, ctx.pool);
             let mut headers = [const { MaybeUninit::uninit() }; HEADERS_ARRAY_MAX];
+            // Where `poll` writes the head of a request it finds.
+            let mut head = Head::EMPTY;
             let data = &mut input.buf[input.start..input.end];
-            match h1.poll(data, &mut headers, env, output) {
-                // The head by reference: read where the event holds it.
-                Event::Request {
-                    ref head,
-                    body,
-                    consumed,
-                } => {
+            match h1.poll(data, &mut headers, env, output, &mut head) {
+                Event::Request { body, consumed } => {
                     let slot = dispatch::slot(ctx, *token);
-                    let mut req = Request::of_head(head, body, &origin);
+                    let mut req = Request::of_head(&head, body, &origin);
                     // Only a chunked body can end with trailers.
                     if head.framing == crate::codec::Framing::Chunked {
                         *trailers = h1.take_trailers();
@@ -224,7 +222,7 @@ impl Conn {
                     }
                     input.start += consumed;
                 }
-                Event::BodyAhead { head } => {
+                Event::BodyAhead => {
                     let ahead = Ahead {
                         origin: &origin,
                         transport,

@@ -15,6 +15,7 @@ use std::time::Instant;
 use super::{BodyStart, Env, Event, Feed, Link, Refusal, TimedOut, Wait, H1};
 use crate::body::BodySink;
 use crate::buffers::{Input, Output, Tail};
+use crate::codec::Head;
 use crate::limits::HEADERS_ARRAY_MAX;
 use crate::limits::{Limits, BUFFER_BYTES};
 use crate::response::Response;
@@ -263,8 +264,9 @@ impl Script {
             let mut headers = [const { MaybeUninit::uninit() }; HEADERS_ARRAY_MAX];
             let given = input.end - input.start;
             let data = &mut input.buf[input.start..input.end];
-            match h1.poll(data, &mut headers, &env, out) {
-                Event::Request { head, body, consumed } => {
+            let mut head = Head::EMPTY;
+            match h1.poll(data, &mut headers, &env, out, &mut head) {
+                Event::Request { body, consumed } => {
                     assert!(consumed <= given, "a request used more bytes than were read");
                     assert!(
                         consumed >= head.head_len + body.len(),
@@ -331,7 +333,7 @@ impl Script {
                 Event::Again => {}
                 // The script's handler buffers bodies, except `/ignore…`'s:
                 // those are answered at the head and discarded.
-                Event::BodyAhead { head } if head.target.starts_with("/ignore") => {
+                Event::BodyAhead if head.target.starts_with("/ignore") => {
                     *n_requests += 1;
                     let text = format!("ignored {} {}", head.method, head.target);
                     let start = BodyStart::of(&head, &env);
@@ -343,7 +345,7 @@ impl Script {
                         break;
                     }
                 }
-                Event::BodyAhead { .. } => h1.buffer_body(),
+                Event::BodyAhead => h1.buffer_body(),
                 Event::Closing => {
                     *end = Some(End::Closing);
                     break;
