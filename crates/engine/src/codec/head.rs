@@ -196,27 +196,6 @@ impl FieldNames {
     }
 }
 
-impl Head<'_, '_> {
-    /// A head of nothing (no method, no target, no fields): what a slot
-    /// holds before [`parse_head_into`] writes a parsed head over it.
-    pub const EMPTY: Self = Head {
-        method: "",
-        target: "",
-        path: "",
-        query: None,
-        version: Version::Http11,
-        head_len: 0,
-        framing: Framing::Empty,
-        keep_alive: false,
-        expect_continue: false,
-        te_trailers: false,
-        upgrade: false,
-        field_names: FieldNames::NONE,
-        host: None,
-        headers: &[],
-    };
-}
-
 impl<'b> Head<'b, '_> {
     /// The protocols an upgrade offers (the first non-empty Upgrade
     /// field's value, e.g. `websocket`: several lines are one list, RFC
@@ -263,30 +242,33 @@ pub(crate) fn parse_head_with<'b, 'h>(
     limits: &Limits,
     plain: bool,
 ) -> Result<Parsed<'b, 'h>, HeadError> {
-    let mut head = Head::EMPTY;
-    Ok(match parse_head_into(buf, headers, limits, plain, &mut head)? {
-        true => Parsed::Complete(head),
-        false => Parsed::Partial,
+    let mut head = None;
+    parse_head_into(buf, headers, limits, plain, &mut head)?;
+    Ok(match head {
+        Some(head) => Parsed::Complete(head),
+        None => Parsed::Partial,
     })
 }
 
-/// [`parse_head_with`] writing the head where its reader keeps it: `true`
-/// if a whole head was found and written to `out` (else `out` is as it
-/// was, and more bytes are needed).
+/// [`parse_head_with`] writing the head where its reader keeps it: if a
+/// whole head was found, it is put in `out` and lent back (`Ok(None)`:
+/// more bytes are needed, and `out` is as it was).
 ///
 /// Inlined into the HTTP/1.1 machine, which passes the place its driver
 /// reads the head from. Returned as a value, the head was built in one
 /// temporary where the plain path and httparse's met, then copied out
 /// (seven 16-byte moves, bench/runs/2026-11-28-loop9); each path now
-/// stores its fields to `out` itself.
+/// stores its fields to `out` itself. An `Option`, so that the place
+/// costs one store to make ready: a `Head` to write over was 16
+/// instructions a request (callgrind, hello-pipe16, loop10).
 #[inline(always)]
-pub(crate) fn parse_head_into<'b, 'h>(
+pub(crate) fn parse_head_into<'o, 'b, 'h>(
     buf: &'b [u8],
     headers: &'h mut [MaybeUninit<httparse::Header<'b>>],
     limits: &Limits,
     plain: bool,
-    out: &mut Head<'b, 'h>,
-) -> Result<bool, HeadError> {
+    out: &'o mut Option<Head<'b, 'h>>,
+) -> Result<Option<&'o Head<'b, 'h>>, HeadError> {
     let n_headers_max = headers.len().min(limits.n_headers_max);
     let mut headers = &mut headers[..n_headers_max];
     // The plain head first (`codec::plain`): a strictly formed head is
@@ -314,12 +296,12 @@ pub(crate) fn parse_head_into<'b, 'h>(
 /// (bench/runs/2026-11-27-req6).
 #[cold]
 #[inline(never)]
-fn parse_head_httparse<'b, 'h>(
+fn parse_head_httparse<'o, 'b, 'h>(
     buf: &'b [u8],
     headers: &'h mut [MaybeUninit<httparse::Header<'b>>],
     limits: &Limits,
-    out: &mut Head<'b, 'h>,
-) -> Result<bool, HeadError> {
+    out: &'o mut Option<Head<'b, 'h>>,
+) -> Result<Option<&'o Head<'b, 'h>>, HeadError> {
     let mut req = httparse::Request::new(&mut []);
     let head_len = match req.parse_with_uninit_headers(buf, headers) {
         Ok(httparse::Status::Complete(n)) => n,
@@ -365,7 +347,7 @@ fn parse_head_httparse<'b, 'h>(
 /// tokenised it.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn checked<'b, 'h>(
+fn checked<'o, 'b, 'h>(
     method: &'b str,
     target: &'b str,
     minor: u8,
@@ -374,8 +356,8 @@ fn checked<'b, 'h>(
     crlf: bool,
     headers: &'h [httparse::Header<'b>],
     limits: &Limits,
-    out: &mut Head<'b, 'h>,
-) -> Result<bool, HeadError> {
+    out: &'o mut Option<Head<'b, 'h>>,
+) -> Result<Option<&'o Head<'b, 'h>>, HeadError> {
     if line_len > limits.uri_bytes_max.saturating_add(LINE_OVERHEAD_MAX) {
         return Err(HeadError::UriTooLong);
     }
@@ -444,7 +426,7 @@ fn checked<'b, 'h>(
     // RFC 9110 §7.8: an Upgrade field not named by Connection, or in an
     // HTTP/1.0 request, is ignored; an empty one offers nothing.
     let upgrade = version == Version::Http11 && fields.conn_upgrade && fields.upgrade;
-    *out = Head {
+    Ok(Some(out.insert(Head {
         method,
         target,
         path,
@@ -459,15 +441,14 @@ fn checked<'b, 'h>(
         field_names: fields.names,
         host,
         headers,
-    };
-    Ok(true)
+    })))
 }
 
 /// `parse_head` on what httparse did not find complete: more bytes are
 /// needed, or the bytes are wrong. Out of line: not the common case.
 #[inline(never)]
 #[cold]
-fn incomplete(buf: &[u8], parsed: Result<(), httparse::Error>, limits: &Limits) -> Result<bool, HeadError> {
+fn incomplete<'o, 'b, 'h>(buf: &[u8], parsed: Result<(), httparse::Error>, limits: &Limits) -> Result<Option<&'o Head<'b, 'h>>, HeadError> {
     // RFC 9112 §2.2: "a server that is expecting to receive and parse a
     // request-line SHOULD ignore at least one empty line (CRLF) received prior
     // to the request-line". httparse skips them; they count toward the limit.
@@ -483,7 +464,7 @@ fn incomplete(buf: &[u8], parsed: Result<(), httparse::Error>, limits: &Limits) 
             if buf.len() > limits.head_bytes_max {
                 return Err(HeadError::HeadTooLarge);
             }
-            Ok(false)
+            Ok(None)
         }
         Err(httparse::Error::TooManyHeaders) => Err(HeadError::HeadTooLarge),
         // A request line cut inside its version (`HTTP/2.`) may still end
@@ -492,7 +473,7 @@ fn incomplete(buf: &[u8], parsed: Result<(), httparse::Error>, limits: &Limits) 
         // (found by splitting scripted requests at every offset). The line
         // is bounded by the check above.
         Err(httparse::Error::Version) if line_len == buf.len() && buf.len() <= limits.head_bytes_max => {
-            Ok(false)
+            Ok(None)
         }
         Err(httparse::Error::Version) => Err(version_error(buf)),
         Err(e) => Err(HeadError::BadRequest(httparse_reason(e))),

@@ -11,7 +11,6 @@ use std::net::SocketAddr;
 use super::dispatch::{self, Answering, Called};
 use super::{refused_line, Conn, Ctx, Next, Proto, Stop, Transport};
 use crate::body::BodySink;
-use crate::codec::Head;
 use crate::buffers::ensure_output;
 use crate::conn::dispatch::{Deferral, Sending};
 use crate::h1::H1;
@@ -148,13 +147,17 @@ impl Conn {
             }
             ensure_output(output, ctx.pool);
             let mut headers = [const { MaybeUninit::uninit() }; HEADERS_ARRAY_MAX];
-            // Where `poll` writes the head of a request it finds.
-            let mut head = Head::EMPTY;
+            // Where `poll` puts the head of a request it finds.
+            let mut head = None;
             let data = &mut input.buf[input.start..input.end];
             match h1.poll(data, &mut headers, env, output, &mut head) {
                 Event::Request { body, consumed } => {
+                    // `poll` put the head there with the event.
+                    let Some(head) = &head else {
+                        return Stop::Closing;
+                    };
                     let slot = dispatch::slot(ctx, *token);
-                    let mut req = Request::of_head(&head, body, &origin);
+                    let mut req = Request::of_head(head, body, &origin);
                     // Only a chunked body can end with trailers.
                     if head.framing == crate::codec::Framing::Chunked {
                         *trailers = h1.take_trailers();
@@ -223,13 +226,17 @@ impl Conn {
                     input.start += consumed;
                 }
                 Event::BodyAhead => {
+                    // `poll` put the head there with the event.
+                    let Some(head) = &head else {
+                        return Stop::Closing;
+                    };
                     let ahead = Ahead {
                         origin: &origin,
                         transport,
                         redirect: *redirect,
                         token: *token,
                     };
-                    ahead.call(ctx, &head, h1, env, &mut input.start, output, sending, awaited);
+                    ahead.call(ctx, head, h1, env, &mut input.start, output, sending, awaited);
                 }
                 Event::Input => {
                     // The last request's trailer section, lent to it only

@@ -374,8 +374,8 @@ impl H1 {
     }
 
     /// Looks at the unconsumed input `data` for the next request. `headers`
-    /// receives its fields, `head` its head (for `Event::Request` and
-    /// `Event::BodyAhead`; else it is left as it was). Writes only the
+    /// receives its fields, `head` its head (put there for
+    /// `Event::Request` and `Event::BodyAhead`; else left as it was). Writes only the
     /// answers it makes itself (100 Continue, errors) into `out`.
     pub(crate) fn poll<'b, 'h>(
         &mut self,
@@ -383,7 +383,7 @@ impl H1 {
         headers: &'h mut [MaybeUninit<httparse::Header<'b>>],
         env: &Env<'_>,
         out: &mut Output,
-        head: &mut Head<'b, 'h>,
+        head: &mut Option<Head<'b, 'h>>,
     ) -> Event<'b> {
         match self.state {
             State::Deferred(_) | State::Handling(_) => return Event::Deferred,
@@ -402,9 +402,9 @@ impl H1 {
         // carried in the event: in the event, it was copied from the
         // parse's result and again out of the event (callgrind,
         // bench/runs/2026-11-28-loop10).
-        match parse_head_into(data, headers, env.limits, true, head) {
-            Ok(true) => {}
-            Ok(false) => {
+        let head = match parse_head_into(data, headers, env.limits, true, head) {
+            Ok(Some(head)) => head,
+            Ok(None) => {
                 // A head in pieces: rare from a client that writes each
                 // request whole (its code goes after the common path).
                 cold_path();
@@ -430,7 +430,7 @@ impl H1 {
                     data.starts_with(b"HEAD "),
                 ));
             }
-        }
+        };
         self.first = false;
         let has_body = match head.framing {
             Framing::Empty | Framing::Length(0) => false,
@@ -679,7 +679,7 @@ impl H1 {
         headers: &'h mut [MaybeUninit<httparse::Header<'b>>],
         env: &Env<'_>,
         out: &mut Output,
-        head: &mut Head<'b, 'h>,
+        head: &mut Option<Head<'b, 'h>>,
     ) -> Event<'b> {
         let State::Body(wait) = &mut self.state else {
             return Event::Input;
@@ -706,7 +706,7 @@ impl H1 {
         // The head was valid when it arrived and its bytes have not moved
         // relative to the request start; parse it again rather than keep a
         // self-referential borrow across reads.
-        let Ok(true) = parse_head_into(&data[..head_len], headers, env.limits, true, head) else {
+        let Ok(Some(head)) = parse_head_into(&data[..head_len], headers, env.limits, true, head) else {
             return Event::Refused(self.fail(out, env, (500, Reason::BadRequest), "request head changed"));
         };
         // The wait is done with: dropped here, not by `handling`.

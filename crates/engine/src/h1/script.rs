@@ -15,7 +15,6 @@ use std::time::Instant;
 use super::{BodyStart, Env, Event, Feed, Link, Refusal, TimedOut, Wait, H1};
 use crate::body::BodySink;
 use crate::buffers::{Input, Output, Tail};
-use crate::codec::Head;
 use crate::limits::HEADERS_ARRAY_MAX;
 use crate::limits::{Limits, BUFFER_BYTES};
 use crate::response::Response;
@@ -264,9 +263,10 @@ impl Script {
             let mut headers = [const { MaybeUninit::uninit() }; HEADERS_ARRAY_MAX];
             let given = input.end - input.start;
             let data = &mut input.buf[input.start..input.end];
-            let mut head = Head::EMPTY;
+            let mut head = None;
             match h1.poll(data, &mut headers, &env, out, &mut head) {
                 Event::Request { body, consumed } => {
+                    let head = head.expect("a request's head");
                     assert!(consumed <= given, "a request used more bytes than were read");
                     assert!(
                         consumed >= head.head_len + body.len(),
@@ -333,7 +333,8 @@ impl Script {
                 Event::Again => {}
                 // The script's handler buffers bodies, except `/ignore…`'s:
                 // those are answered at the head and discarded.
-                Event::BodyAhead if head.target.starts_with("/ignore") => {
+                Event::BodyAhead if head.is_some_and(|h| h.target.starts_with("/ignore")) => {
+                    let head = head.expect("a request's head");
                     *n_requests += 1;
                     let text = format!("ignored {} {}", head.method, head.target);
                     let start = BodyStart::of(&head, &env);
