@@ -147,7 +147,10 @@ impl Conn {
             }
             ensure_output(output, ctx.pool);
             let mut headers = [const { MaybeUninit::uninit() }; HEADERS_ARRAY_MAX];
-            // Where `poll` puts the head of a request it finds.
+            // Where `poll` puts the head of a request it finds, and where
+            // the request is made from: a head carried in the event was
+            // copied twice on its way here (hello-c50 1,644 -> 1,615
+            // instructions a request, callgrind, bench/runs/2026-11-28-loop10).
             let mut head = None;
             let data = &mut input.buf[input.start..input.end];
             match h1.poll(data, &mut headers, env, output, &mut head) {

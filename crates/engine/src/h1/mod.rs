@@ -55,7 +55,8 @@ use crate::min_rate::{MinRate, Rate};
 use crate::response::Response;
 use std::io;
 
-/// What the machine needs from its surroundings on each call.
+/// What the machine needs from its surroundings: the same for a whole
+/// worker turn (the worker builds one per turn, `Ctx::h1`).
 #[derive(Clone, Copy)]
 pub(crate) struct Env<'a> {
     pub(crate) limits: &'a Limits,
@@ -375,8 +376,9 @@ impl H1 {
 
     /// Looks at the unconsumed input `data` for the next request. `headers`
     /// receives its fields, `head` its head (put there for
-    /// `Event::Request` and `Event::BodyAhead`; else left as it was). Writes only the
-    /// answers it makes itself (100 Continue, errors) into `out`.
+    /// `Event::Request` and `Event::BodyAhead`; else left as it was).
+    /// Writes only the answers it makes itself (100 Continue, errors)
+    /// into `out`.
     pub(crate) fn poll<'b, 'h>(
         &mut self,
         data: &'b mut [u8],
