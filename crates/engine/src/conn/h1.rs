@@ -92,6 +92,10 @@ impl Conn {
         else {
             return Stop::Closing;
         };
+        // Where a handler's `Request::defer` records its promise: one for
+        // the call, its id cleared for each request (a deferred request
+        // ends the loop: the requests behind it wait).
+        let slot = dispatch::slot(ctx, *token);
         loop {
             if h1.is_uploading() {
                 // A body being read: its code after the bodiless path's.
@@ -159,7 +163,7 @@ impl Conn {
                     let Some(head) = &head else {
                         return Stop::Closing;
                     };
-                    let slot = dispatch::slot(ctx, *token);
+                    slot.id.set(None);
                     let mut req = Request::of_head(head, body, &origin);
                     // Only a chunked body can end with trailers.
                     if head.framing == crate::codec::Framing::Chunked {
