@@ -448,7 +448,11 @@ fn checked<'o, 'b, 'h>(
 /// needed, or the bytes are wrong. Out of line: not the common case.
 #[inline(never)]
 #[cold]
-fn incomplete<'o, 'b, 'h>(buf: &[u8], parsed: Result<(), httparse::Error>, limits: &Limits) -> Result<Option<&'o Head<'b, 'h>>, HeadError> {
+fn incomplete<'o, 'b, 'h>(
+    buf: &[u8],
+    parsed: Result<(), httparse::Error>,
+    limits: &Limits,
+) -> Result<Option<&'o Head<'b, 'h>>, HeadError> {
     // RFC 9112 §2.2: "a server that is expecting to receive and parse a
     // request-line SHOULD ignore at least one empty line (CRLF) received prior
     // to the request-line". httparse skips them; they count toward the limit.
@@ -472,9 +476,7 @@ fn incomplete<'o, 'b, 'h>(buf: &[u8], parsed: Result<(), httparse::Error>, limit
         // end, so that how the bytes were split never changes the answer
         // (found by splitting scripted requests at every offset). The line
         // is bounded by the check above.
-        Err(httparse::Error::Version) if line_len == buf.len() && buf.len() <= limits.head_bytes_max => {
-            Ok(None)
-        }
+        Err(httparse::Error::Version) if line_len == buf.len() && buf.len() <= limits.head_bytes_max => Ok(None),
         Err(httparse::Error::Version) => Err(version_error(buf)),
         Err(e) => Err(HeadError::BadRequest(httparse_reason(e))),
     }

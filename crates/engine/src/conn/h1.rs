@@ -445,7 +445,9 @@ impl Conn {
         let Proto::H1(h1) = &mut self.proto else {
             return false;
         };
-        let made = h1.machine.make_room(&mut self.input, &mut self.output, env, grow_bytes_max);
+        let made = h1
+            .machine
+            .make_room(&mut self.input, &mut self.output, env, grow_bytes_max);
         // What the buffer grew by is held against the worker's budget
         // until the buffer is given back (`give_input`).
         let grown = self.input.buf.len().saturating_sub(before);
