@@ -140,6 +140,29 @@ impl Worker {
             heartbeat.beat(now);
             date.tick(now);
             crate::date::set_now(now);
+            // Shutdown first: a request read in this turn, after shutdown
+            // began (a reload logged as done), is answered as draining,
+            // with `Connection: close`, whatever order the wake-up and the
+            // request arrived in.
+            let drain_begins = drain_deadline.is_none() && shutdown.load(Ordering::Acquire);
+            if drain_begins {
+                // A timeout too large to add means: no deadline (far future).
+                drain_deadline = Some(
+                    now.checked_add(limits.shutdown_timeout)
+                        .unwrap_or(now + Duration::from_secs(1 << 32)),
+                );
+                idle_kept = keep_idle.load(Ordering::Acquire);
+            }
+            let idle_until = now.checked_add(limits.idle_timeout);
+            let draining = drain_deadline.is_some();
+            let h1_env = crate::h1::Env {
+                limits: &limits,
+                date: &date.http()[..],
+                now,
+                idle_until,
+                draining,
+                h2_allowed: h2.is_some(),
+            };
             let mut ctx = Ctx {
                 sites: &sites,
                 redirect: redirect.as_deref(),
@@ -152,8 +175,9 @@ impl Worker {
                 mailbox: &mailbox,
                 next_defer_id: &next_defer_id,
                 now,
-                idle_until: now.checked_add(limits.idle_timeout),
-                draining: drain_deadline.is_some(),
+                idle_until,
+                draining,
+                h1: &h1_env,
                 metrics: metrics.as_deref(),
                 h2,
                 websockets,
@@ -164,18 +188,7 @@ impl Worker {
                 batch_now: None,
                 request_id_header,
             };
-            // Shutdown first: a request read in this turn, after shutdown
-            // began (a reload logged as done), is answered as draining,
-            // with `Connection: close`, whatever order the wake-up and the
-            // request arrived in.
-            if drain_deadline.is_none() && shutdown.load(Ordering::Acquire) {
-                // A timeout too large to add means: no deadline (far future).
-                drain_deadline = Some(
-                    now.checked_add(limits.shutdown_timeout)
-                        .unwrap_or(now + Duration::from_secs(1 << 32)),
-                );
-                ctx.draining = true;
-                idle_kept = keep_idle.load(Ordering::Acquire);
+            if drain_begins {
                 hosted.begin_drain(&mut ctx, idle_kept);
             } else if idle_kept && !keep_idle.load(Ordering::Acquire) {
                 idle_kept = false;

@@ -226,12 +226,6 @@ pub enum Parsed<'b, 'h> {
 /// `headers` receives the fields; at most `limits.n_headers_max` of them are
 /// used. It need not be initialised, so a large array on the stack costs
 /// nothing. Bytes after the head are not looked at.
-///
-/// Inlined into the HTTP/1.1 machine: returned from a call, the head was
-/// copied right after being stored, and the copy's wide loads over its
-/// narrow stores stalled (store forwarding), about a fifth of the driver's
-/// own samples in a pipelined hello.
-#[inline(always)]
 pub fn parse_head<'b, 'h>(
     buf: &'b [u8],
     headers: &'h mut [MaybeUninit<httparse::Header<'b>>],
@@ -242,13 +236,39 @@ pub fn parse_head<'b, 'h>(
 
 /// [`parse_head`], with the plain parser (`plain`) or httparse alone: the
 /// fuzz target `request_head` compares the two.
-#[inline(always)]
 pub(crate) fn parse_head_with<'b, 'h>(
     buf: &'b [u8],
     headers: &'h mut [MaybeUninit<httparse::Header<'b>>],
     limits: &Limits,
     plain: bool,
 ) -> Result<Parsed<'b, 'h>, HeadError> {
+    let mut head = None;
+    parse_head_into(buf, headers, limits, plain, &mut head)?;
+    Ok(match head {
+        Some(head) => Parsed::Complete(head),
+        None => Parsed::Partial,
+    })
+}
+
+/// [`parse_head_with`] writing the head where its reader keeps it: if a
+/// whole head was found, it is put in `out` and lent back (`Ok(None)`:
+/// more bytes are needed, and `out` is as it was).
+///
+/// Inlined into the HTTP/1.1 machine, which passes the place its driver
+/// reads the head from. Returned as a value, the head was built in one
+/// temporary where the plain path and httparse's met, then copied out
+/// (seven 16-byte moves, bench/runs/2026-11-28-loop9); each path now
+/// stores its fields to `out` itself. An `Option`, so that the place
+/// costs one store to make ready: a `Head` to write over was 16
+/// instructions a request (callgrind, hello-pipe16, loop10).
+#[inline(always)]
+pub(crate) fn parse_head_into<'o, 'b, 'h>(
+    buf: &'b [u8],
+    headers: &'h mut [MaybeUninit<httparse::Header<'b>>],
+    limits: &Limits,
+    plain: bool,
+    out: &'o mut Option<Head<'b, 'h>>,
+) -> Result<Option<&'o Head<'b, 'h>>, HeadError> {
     let n_headers_max = headers.len().min(limits.n_headers_max);
     let mut headers = &mut headers[..n_headers_max];
     // The plain head first (`codec::plain`): a strictly formed head is
@@ -259,13 +279,13 @@ pub(crate) fn parse_head_with<'b, 'h>(
             Ok((p, fields)) => {
                 // Every line ends in CRLF: the plain parser takes no other.
                 return checked(
-                    p.method, p.target, p.minor, p.head_len, p.line_len, true, fields, limits,
+                    p.method, p.target, p.minor, p.head_len, p.line_len, true, fields, limits, out,
                 );
             }
             Err(headers) => headers,
         };
     }
-    parse_head_httparse(buf, headers, limits)
+    parse_head_httparse(buf, headers, limits, out)
 }
 
 /// [`parse_head_with`] for a head the plain parser did not take:
@@ -276,11 +296,12 @@ pub(crate) fn parse_head_with<'b, 'h>(
 /// (bench/runs/2026-11-27-req6).
 #[cold]
 #[inline(never)]
-fn parse_head_httparse<'b, 'h>(
+fn parse_head_httparse<'o, 'b, 'h>(
     buf: &'b [u8],
     headers: &'h mut [MaybeUninit<httparse::Header<'b>>],
     limits: &Limits,
-) -> Result<Parsed<'b, 'h>, HeadError> {
+    out: &'o mut Option<Head<'b, 'h>>,
+) -> Result<Option<&'o Head<'b, 'h>>, HeadError> {
     let mut req = httparse::Request::new(&mut []);
     let head_len = match req.parse_with_uninit_headers(buf, headers) {
         Ok(httparse::Status::Complete(n)) => n,
@@ -318,7 +339,7 @@ fn parse_head_httparse<'b, 'h>(
             !has_bare_lf(&buf[..head_len]),
         ),
     };
-    checked(method, target, minor, head_len, line_len, crlf, headers, limits)
+    checked(method, target, minor, head_len, line_len, crlf, headers, limits, out)
 }
 
 /// The rules of RFC 9112 on a tokenised head (`line_len`: the request
@@ -326,7 +347,7 @@ fn parse_head_httparse<'b, 'h>(
 /// tokenised it.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn checked<'b, 'h>(
+fn checked<'o, 'b, 'h>(
     method: &'b str,
     target: &'b str,
     minor: u8,
@@ -335,7 +356,8 @@ fn checked<'b, 'h>(
     crlf: bool,
     headers: &'h [httparse::Header<'b>],
     limits: &Limits,
-) -> Result<Parsed<'b, 'h>, HeadError> {
+    out: &'o mut Option<Head<'b, 'h>>,
+) -> Result<Option<&'o Head<'b, 'h>>, HeadError> {
     if line_len > limits.uri_bytes_max.saturating_add(LINE_OVERHEAD_MAX) {
         return Err(HeadError::UriTooLong);
     }
@@ -404,7 +426,7 @@ fn checked<'b, 'h>(
     // RFC 9110 §7.8: an Upgrade field not named by Connection, or in an
     // HTTP/1.0 request, is ignored; an empty one offers nothing.
     let upgrade = version == Version::Http11 && fields.conn_upgrade && fields.upgrade;
-    Ok(Parsed::Complete(Head {
+    Ok(Some(out.insert(Head {
         method,
         target,
         path,
@@ -419,18 +441,18 @@ fn checked<'b, 'h>(
         field_names: fields.names,
         host,
         headers,
-    }))
+    })))
 }
 
 /// `parse_head` on what httparse did not find complete: more bytes are
 /// needed, or the bytes are wrong. Out of line: not the common case.
 #[inline(never)]
 #[cold]
-fn incomplete<'b, 'h>(
+fn incomplete<'o, 'b, 'h>(
     buf: &[u8],
     parsed: Result<(), httparse::Error>,
     limits: &Limits,
-) -> Result<Parsed<'b, 'h>, HeadError> {
+) -> Result<Option<&'o Head<'b, 'h>>, HeadError> {
     // RFC 9112 §2.2: "a server that is expecting to receive and parse a
     // request-line SHOULD ignore at least one empty line (CRLF) received prior
     // to the request-line". httparse skips them; they count toward the limit.
@@ -446,7 +468,7 @@ fn incomplete<'b, 'h>(
             if buf.len() > limits.head_bytes_max {
                 return Err(HeadError::HeadTooLarge);
             }
-            Ok(Parsed::Partial)
+            Ok(None)
         }
         Err(httparse::Error::TooManyHeaders) => Err(HeadError::HeadTooLarge),
         // A request line cut inside its version (`HTTP/2.`) may still end
@@ -454,9 +476,7 @@ fn incomplete<'b, 'h>(
         // end, so that how the bytes were split never changes the answer
         // (found by splitting scripted requests at every offset). The line
         // is bounded by the check above.
-        Err(httparse::Error::Version) if line_len == buf.len() && buf.len() <= limits.head_bytes_max => {
-            Ok(Parsed::Partial)
-        }
+        Err(httparse::Error::Version) if line_len == buf.len() && buf.len() <= limits.head_bytes_max => Ok(None),
         Err(httparse::Error::Version) => Err(version_error(buf)),
         Err(e) => Err(HeadError::BadRequest(httparse_reason(e))),
     }

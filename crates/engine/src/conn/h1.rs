@@ -60,25 +60,11 @@ impl Http1 {
     }
 }
 
-/// What the HTTP/1.1 machine needs from the worker.
-pub(super) fn h1_env<'w>(ctx: &Ctx<'w>) -> Env<'w> {
-    let date: &'w crate::date::DateCache = ctx.date;
-    Env {
-        limits: ctx.limits,
-        date: &date.http()[..],
-        now: ctx.now,
-        idle_until: ctx.idle_until,
-        draining: ctx.draining,
-        h2_allowed: ctx.h2.is_some(),
-        grow_bytes_max: ctx.limits.body_budget_bytes.saturating_sub(ctx.pool.bodies),
-    }
-}
-
 impl Conn {
     /// Answers the complete requests in the read buffer.
     #[inline(always)]
     pub(super) fn process_h1(&mut self, ctx: &mut Ctx<'_>) -> Stop {
-        let env = h1_env(ctx);
+        let env = ctx.h1;
         let Conn {
             input,
             output,
@@ -106,12 +92,16 @@ impl Conn {
         else {
             return Stop::Closing;
         };
+        // Where a handler's `Request::defer` records its promise: one for
+        // the call, its id cleared for each request (a deferred request
+        // ends the loop: the requests behind it wait).
+        let slot = dispatch::slot(ctx, *token);
         loop {
             if h1.is_uploading() {
                 // A body being read: its code after the bodiless path's.
                 crate::h1::cold_path();
                 ensure_output(output, ctx.pool);
-                let fed = h1.feed(input, output, &env);
+                let fed = h1.feed(input, output, env);
                 if let Some(m) = ctx.metrics {
                     m.body_bytes_discarded.add(h1.take_discarded());
                 }
@@ -161,15 +151,19 @@ impl Conn {
             }
             ensure_output(output, ctx.pool);
             let mut headers = [const { MaybeUninit::uninit() }; HEADERS_ARRAY_MAX];
+            // Where `poll` puts the head of a request it finds, and where
+            // the request is made from: a head carried in the event was
+            // copied twice on its way here (hello-c50 1,644 -> 1,615
+            // instructions a request, callgrind, bench/runs/2026-11-28-loop10).
+            let mut head = None;
             let data = &mut input.buf[input.start..input.end];
-            match h1.poll(data, &mut headers, &env, output) {
-                // The head by reference: read where the event holds it.
-                Event::Request {
-                    ref head,
-                    body,
-                    consumed,
-                } => {
-                    let slot = dispatch::slot(ctx, *token);
+            match h1.poll(data, &mut headers, env, output, &mut head) {
+                Event::Request { body, consumed } => {
+                    // `poll` put the head there with the event.
+                    let Some(head) = &head else {
+                        return Stop::Closing;
+                    };
+                    slot.id.set(None);
                     let mut req = Request::of_head(head, body, &origin);
                     // Only a chunked body can end with trailers.
                     if head.framing == crate::codec::Framing::Chunked {
@@ -192,7 +186,7 @@ impl Conn {
                         if tag {
                             dispatch::tag_request_id(req.request_id().as_bytes(), response);
                         }
-                        let sent = h1.respond(output, response, &env, extra_fields);
+                        let sent = h1.respond(output, response, env, extra_fields);
                         (sent, response.reason)
                     });
                     let mut handled = match answered {
@@ -220,7 +214,7 @@ impl Conn {
                     };
                     if let Ok(Reply::Upgrade(_)) = &handled {
                         input.start += consumed;
-                        if upgrade_h1(ctx, &req, handled, h1, output, &env, extra_fields, upgrade) {
+                        if upgrade_h1(ctx, &req, handled, h1, output, env, extra_fields, upgrade) {
                             return Stop::Switched;
                         }
                         continue;
@@ -228,7 +222,7 @@ impl Conn {
                     match dispatch::settle(ctx, &slot, &req, &mut handled) {
                         Called::Now(response) => {
                             dispatch::tag(ctx, &req, response);
-                            let sent = h1.respond(output, response, &env, extra_fields);
+                            let sent = h1.respond(output, response, env, extra_fields);
                             record_sent(ctx, &req, sent, response.reason, output, sending);
                         }
                         Called::Later(deferral) => {
@@ -238,14 +232,18 @@ impl Conn {
                     }
                     input.start += consumed;
                 }
-                Event::BodyAhead { head } => {
+                Event::BodyAhead => {
+                    // `poll` put the head there with the event.
+                    let Some(head) = &head else {
+                        return Stop::Closing;
+                    };
                     let ahead = Ahead {
                         origin: &origin,
                         transport,
                         redirect: *redirect,
                         token: *token,
                     };
-                    ahead.call(ctx, &head, h1, &env, &mut input.start, output, sending, awaited);
+                    ahead.call(ctx, head, h1, env, &mut input.start, output, sending, awaited);
                 }
                 Event::Input => {
                     // The last request's trailer section, lent to it only
@@ -291,7 +289,7 @@ impl Conn {
             return false;
         };
         ensure_output(&mut self.output, ctx.pool);
-        let env = h1_env(ctx);
+        let env = ctx.h1;
         dispatch::tag_deferred(ctx, &deferral, &mut response);
         // A streamed answer (the proxy's) is timed to its producer's end.
         let body_end = match &response.body {
@@ -300,7 +298,7 @@ impl Conn {
         };
         let sent = h1
             .machine
-            .answer(&mut self.output, &mut response, &env, self.transport.extra_fields());
+            .answer(&mut self.output, &mut response, env, self.transport.extra_fields());
         let tail = self.output.tail.is_some().then_some(body_end);
         let sent = sent.map(|s| (s.status, s.body_bytes, response.reason));
         h1.sending = dispatch::finish(ctx, self.peer, deferral, sent, tail);
@@ -372,19 +370,19 @@ impl Conn {
         let Proto::H1(h1) = &mut self.proto else {
             return Wait::Close;
         };
-        h1.machine.poll_timeout(&h1_env(ctx), link)
+        h1.machine.poll_timeout(ctx.h1, link)
     }
 
     /// The HTTP/1.1 deadline passed: a 408 for a request not received in
     /// time, else close (idle) or keep (a deferred answer has no timeout).
     pub(super) fn h1_time_out(&mut self, ctx: &mut Ctx<'_>) -> Next {
         ensure_output(&mut self.output, ctx.pool);
-        let env = h1_env(ctx);
+        let env = ctx.h1;
         let link = self.h1_link();
         let Proto::H1(h1) = &mut self.proto else {
             return Next::Close;
         };
-        match h1.machine.handle_timeout(&mut self.output, &env, link) {
+        match h1.machine.handle_timeout(&mut self.output, env, link) {
             TimedOut::Refused(refusal) => {
                 self.input.discard();
                 record_refused(ctx, self.connection_addr(), refusal);
@@ -440,12 +438,16 @@ impl Conn {
     #[inline(never)]
     pub(super) fn h1_make_room(&mut self, ctx: &mut Ctx<'_>) -> bool {
         ensure_output(&mut self.output, ctx.pool);
-        let env = h1_env(ctx);
+        let env = ctx.h1;
+        // What is left of the worker's budget of buffered bodies.
+        let grow_bytes_max = ctx.limits.body_budget_bytes.saturating_sub(ctx.pool.bodies);
         let before = self.input.buf.len();
         let Proto::H1(h1) = &mut self.proto else {
             return false;
         };
-        let made = h1.machine.make_room(&mut self.input, &mut self.output, &env);
+        let made = h1
+            .machine
+            .make_room(&mut self.input, &mut self.output, env, grow_bytes_max);
         // What the buffer grew by is held against the worker's budget
         // until the buffer is given back (`give_input`).
         let grown = self.input.buf.len().saturating_sub(before);

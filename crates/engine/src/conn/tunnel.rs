@@ -182,14 +182,14 @@ impl Conn {
             return Next::Keep;
         };
         ensure_output(&mut self.output, ctx.pool);
-        let env = super::h1::h1_env(ctx);
-        let Some(sent) = h1.machine.upgrade(&mut self.output, "websocket", &handoff.fields, &env) else {
+        let env = ctx.h1;
+        let Some(sent) = h1.machine.upgrade(&mut self.output, "websocket", &handoff.fields, env) else {
             // The request cannot switch (`tunnel::offer` saw to it that it
             // can): only a bug gets here.
             let mut refused = Response::error(502).with_close();
             let sent = h1
                 .machine
-                .answer(&mut self.output, &mut refused, &env, self.transport.extra_fields());
+                .answer(&mut self.output, &mut refused, env, self.transport.extra_fields());
             dispatch::finish(
                 ctx,
                 self.peer,

@@ -6,8 +6,9 @@
 //! socket: `conn/` reads, writes, registers interest and calls the handler.
 //!
 //! The cycle, driven by `conn/h1.rs`:
-//! 1. `poll` on the unconsumed bytes: `Event::Request` (a head, its whole
-//!    body, and how many bytes it used), or why nothing can go on
+//! 1. `poll` on the unconsumed bytes: `Event::Request` (its head written
+//!    to the place the driver passes, its whole body, and how many bytes
+//!    it used), or why nothing can go on
 //!    (`Input`, `Deferred`, `Closing`, `Refused` after an error answer was
 //!    queued, `NotHttp`).
 //! 2. For a request, the driver calls the handler, then `respond` (queues
@@ -45,15 +46,17 @@ pub(crate) use respond::{next_piece, write_response, Piece, Sent};
 use crate::body::BodySink;
 use crate::buffers::{Input, Output, Tail};
 use crate::codec::chunked::TRAILER_BYTES_MAX;
+use crate::codec::head::parse_head_into;
 use crate::codec::write as wire;
-use crate::codec::{parse_head, ChunkedDecoder, Framing, Head, HeadError, Parsed, Version};
+use crate::codec::{ChunkedDecoder, Framing, Head, HeadError, Version};
 use crate::limits::{Limits, BUFFER_BYTES, DISCARD_TIMEOUT};
 use crate::message::trailers::Trailers;
 use crate::min_rate::{MinRate, Rate};
 use crate::response::Response;
 use std::io;
 
-/// What the machine needs from its surroundings on each call.
+/// What the machine needs from its surroundings: the same for a whole
+/// worker turn (the worker builds one per turn, `Ctx::h1`).
 #[derive(Clone, Copy)]
 pub(crate) struct Env<'a> {
     pub(crate) limits: &'a Limits,
@@ -69,9 +72,6 @@ pub(crate) struct Env<'a> {
     /// The listener also takes HTTP/2 by prior knowledge: first bytes that
     /// are not HTTP/1 at all end the connection without an answer.
     pub(crate) h2_allowed: bool,
-    /// How much the read buffer may still grow: what is left of the
-    /// worker's `body_budget_bytes`.
-    pub(crate) grow_bytes_max: usize,
 }
 
 /// Marks the path that calls it as rarely taken, so that the compiler
@@ -86,14 +86,11 @@ pub(crate) fn cold_path() {
 }
 
 /// What `poll` found.
-pub(crate) enum Event<'b, 'h> {
-    /// A complete request: call the handler, then `respond` or `defer`,
-    /// then consume `consumed` bytes of input.
-    Request {
-        head: Head<'b, 'h>,
-        body: &'b [u8],
-        consumed: usize,
-    },
+pub(crate) enum Event<'b> {
+    /// A complete request, its head written to `poll`'s `head`: call the
+    /// handler, then `respond` or `defer`, then consume `consumed` bytes
+    /// of input.
+    Request { body: &'b [u8], consumed: usize },
     /// More bytes are needed.
     Input,
     /// A head announcing a body was read: call again (the body may be
@@ -102,8 +99,8 @@ pub(crate) enum Event<'b, 'h> {
     /// A complete head announcing a body: the driver asks the handler
     /// whether it reads the body as it arrives, then calls `stream_body`
     /// (the handler is called now) or `buffer_body` (the body is awaited,
-    /// as usual). Nothing is consumed yet.
-    BodyAhead { head: Head<'b, 'h> },
+    /// as usual). Nothing is consumed yet. The head is in `poll`'s `head`.
+    BodyAhead,
     /// A deferred answer is awaited; the input waits behind it.
     Deferred,
     /// The last answer is queued: send it, then close.
@@ -378,15 +375,18 @@ impl H1 {
     }
 
     /// Looks at the unconsumed input `data` for the next request. `headers`
-    /// receives its fields. Writes only the answers it makes itself (100
-    /// Continue, errors) into `out`.
+    /// receives its fields, `head` its head (put there for
+    /// `Event::Request` and `Event::BodyAhead`; else left as it was).
+    /// Writes only the answers it makes itself (100 Continue, errors)
+    /// into `out`.
     pub(crate) fn poll<'b, 'h>(
         &mut self,
         data: &'b mut [u8],
         headers: &'h mut [MaybeUninit<httparse::Header<'b>>],
         env: &Env<'_>,
         out: &mut Output,
-    ) -> Event<'b, 'h> {
+        head: &mut Option<Head<'b, 'h>>,
+    ) -> Event<'b> {
         match self.state {
             State::Deferred(_) | State::Handling(_) => return Event::Deferred,
             State::Closing => return Event::Closing,
@@ -397,16 +397,16 @@ impl H1 {
             return Event::Input;
         }
         if let State::Body(_) = self.state {
-            return self.continue_body(data, headers, env, out);
+            return self.continue_body(data, headers, env, out, head);
         }
         let data: &'b [u8] = data;
-        // The head is looked at where `parse_head` put it and copied once,
-        // into the event: moved out of the result first, it was copied
-        // twice (callgrind, hello-pipe16).
-        let parsed = parse_head(data, headers, env.limits);
-        let head = match &parsed {
-            Ok(Parsed::Complete(head)) => head,
-            Ok(Parsed::Partial) => {
+        // The head is written where the driver reads it (`head`), not
+        // carried in the event: in the event, it was copied from the
+        // parse's result and again out of the event (callgrind,
+        // bench/runs/2026-11-28-loop10).
+        let head = match parse_head_into(data, headers, env.limits, true, head) {
+            Ok(Some(head)) => head,
+            Ok(None) => {
                 // A head in pieces: rare from a client that writes each
                 // request whole (its code goes after the common path).
                 cold_path();
@@ -421,7 +421,7 @@ impl H1 {
                 self.state = State::Closing;
                 return Event::NotHttp;
             }
-            &Err(e) => {
+            Err(e) => {
                 // A HEAD refused before its head parsed gets no body either
                 // (RFC 9110 §9.3.2).
                 return Event::Refused(self.refuse(
@@ -439,7 +439,7 @@ impl H1 {
             Framing::Length(_) | Framing::Chunked => true,
         };
         if has_body && !std::mem::take(&mut self.buffer_next) {
-            return Event::BodyAhead { head: *head };
+            return Event::BodyAhead;
         }
         let head_len = head.head_len;
         let head_only = head.method == "HEAD";
@@ -464,7 +464,7 @@ impl H1 {
     /// sending `100 Continue` first if the client waits for one. Out of
     /// line: a bodiless request's path never comes here.
     #[inline(never)]
-    fn wait_for_body<'b, 'h>(
+    fn wait_for_body<'b>(
         &mut self,
         framing: Framing,
         head_len: usize,
@@ -472,7 +472,7 @@ impl H1 {
         head_only: bool,
         env: &Env<'_>,
         out: &mut Output,
-    ) -> Event<'b, 'h> {
+    ) -> Event<'b> {
         let kind = match framing {
             Framing::Length(n) => BodyKind::Length(n),
             // The trailer section is kept for the handler (a
@@ -656,13 +656,7 @@ impl H1 {
     /// instructions a pipelined hello against 1,386 (callgrind,
     /// bench/runs/2026-11-27-req6, req6-1).
     #[inline(always)]
-    fn handling<'b, 'h>(
-        &mut self,
-        head: &Head<'b, 'h>,
-        body: &'b [u8],
-        consumed: usize,
-        env: &Env<'_>,
-    ) -> Event<'b, 'h> {
+    fn handling<'b>(&mut self, head: &Head<'b, '_>, body: &'b [u8], consumed: usize, env: &Env<'_>) -> Event<'b> {
         self.rate = None;
         let answer = State::Handling(Answer {
             head_only: head.method == "HEAD",
@@ -674,11 +668,7 @@ impl H1 {
         // The state left is `Idle` or `Head` (`poll`), or `Idle` after
         // `continue_body` dropped the body's wait.
         self.enter_from_bare(answer);
-        Event::Request {
-            head: *head,
-            body,
-            consumed,
-        }
+        Event::Request { body, consumed }
     }
 
     /// Checks whether the body being waited for is complete.
@@ -691,7 +681,8 @@ impl H1 {
         headers: &'h mut [MaybeUninit<httparse::Header<'b>>],
         env: &Env<'_>,
         out: &mut Output,
-    ) -> Event<'b, 'h> {
+        head: &mut Option<Head<'b, 'h>>,
+    ) -> Event<'b> {
         let State::Body(wait) = &mut self.state else {
             return Event::Input;
         };
@@ -717,12 +708,12 @@ impl H1 {
         // The head was valid when it arrived and its bytes have not moved
         // relative to the request start; parse it again rather than keep a
         // self-referential borrow across reads.
-        let Ok(Parsed::Complete(head)) = parse_head(&data[..head_len], headers, env.limits) else {
+        let Ok(Some(head)) = parse_head_into(&data[..head_len], headers, env.limits, true, head) else {
             return Event::Refused(self.fail(out, env, (500, Reason::BadRequest), "request head changed"));
         };
         // The wait is done with: dropped here, not by `handling`.
         self.state = State::Idle;
-        self.handling(&head, &data[body], consumed, env)
+        self.handling(head, &data[body], consumed, env)
     }
 
     /// Queues the handler's answer to the request `poll` gave out.
@@ -955,8 +946,16 @@ impl H1 {
     /// the request still needs (a Content-Length body) or the limits allow,
     /// so a client announcing a large body costs memory only as its bytes
     /// arrive. `Err` with the error answer queued if the request cannot
-    /// grow further.
-    pub(crate) fn make_room(&mut self, input: &mut Input, out: &mut Output, env: &Env<'_>) -> Result<(), Refusal> {
+    /// grow further. `grow_bytes_max`: how much the buffer may still grow,
+    /// what is left of the worker's `body_budget_bytes` (an argument, not
+    /// a fact of the `Env`, which is the same for a whole worker turn).
+    pub(crate) fn make_room(
+        &mut self,
+        input: &mut Input,
+        out: &mut Output,
+        env: &Env<'_>,
+        grow_bytes_max: usize,
+    ) -> Result<(), Refusal> {
         if input.end < input.buf.len() {
             return Ok(());
         }
@@ -1001,7 +1000,7 @@ impl H1 {
             };
             return Err(self.fail(out, env, status, why));
         }
-        if new_len - input.buf.len() > env.grow_bytes_max {
+        if new_len - input.buf.len() > grow_bytes_max {
             // The worker holds its budget of buffered requests: this one
             // waits for nothing, it is refused (the client may retry).
             return Err(self.fail(out, env, (503, Reason::MemoryBudget), crate::budget::BUDGET_SPENT));

@@ -119,7 +119,7 @@ impl Script {
                 self.input.buf = vec![0; self.first_buffer_bytes];
             }
             let env = env_of(&self.limits, self.now, self.draining, self.h2_allowed);
-            if let Err(refusal) = self.h1.make_room(&mut self.input, &mut self.out, &env) {
+            if let Err(refusal) = self.h1.make_room(&mut self.input, &mut self.out, &env, usize::MAX) {
                 self.input.discard();
                 self.end = Some(End::Refused(refusal));
                 self.flush();
@@ -263,8 +263,10 @@ impl Script {
             let mut headers = [const { MaybeUninit::uninit() }; HEADERS_ARRAY_MAX];
             let given = input.end - input.start;
             let data = &mut input.buf[input.start..input.end];
-            match h1.poll(data, &mut headers, &env, out) {
-                Event::Request { head, body, consumed } => {
+            let mut head = None;
+            match h1.poll(data, &mut headers, &env, out, &mut head) {
+                Event::Request { body, consumed } => {
+                    let head = head.expect("a request's head");
                     assert!(consumed <= given, "a request used more bytes than were read");
                     assert!(
                         consumed >= head.head_len + body.len(),
@@ -331,7 +333,8 @@ impl Script {
                 Event::Again => {}
                 // The script's handler buffers bodies, except `/ignore…`'s:
                 // those are answered at the head and discarded.
-                Event::BodyAhead { head } if head.target.starts_with("/ignore") => {
+                Event::BodyAhead if head.is_some_and(|h| h.target.starts_with("/ignore")) => {
+                    let head = head.expect("a request's head");
                     *n_requests += 1;
                     let text = format!("ignored {} {}", head.method, head.target);
                     let start = BodyStart::of(&head, &env);
@@ -343,7 +346,7 @@ impl Script {
                         break;
                     }
                 }
-                Event::BodyAhead { .. } => h1.buffer_body(),
+                Event::BodyAhead => h1.buffer_body(),
                 Event::Closing => {
                     *end = Some(End::Closing);
                     break;
@@ -392,7 +395,6 @@ fn env_of(limits: &Limits, now: Instant, draining: bool, h2_allowed: bool) -> En
         idle_until: now.checked_add(limits.idle_timeout),
         draining,
         h2_allowed,
-        grow_bytes_max: usize::MAX,
     }
 }
 

@@ -576,7 +576,6 @@ fn the_inline_idle_wait_agrees_with_the_whole_poll_timeout() {
         idle_until: now.checked_add(limits.idle_timeout),
         draining: false,
         h2_allowed: false,
-        grow_bytes_max: usize::MAX,
     };
     let states = || {
         [
