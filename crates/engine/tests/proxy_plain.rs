@@ -21,6 +21,7 @@ use std::thread;
 use common::{read_head, status_of, Client, PATIENCE};
 use peregrine::proxy::{Proxy, Upstream};
 use peregrine::{Router, Running, Server};
+use test_support::http::head_of as head;
 
 /// The one pass takes bodies shorter than this (`pool.rs`'s `SHARE_MIN`).
 const ONE_PASS_BODY_MAX: usize = 16 * 1024 - 1;
@@ -137,17 +138,6 @@ fn connect(server: &Running) -> TcpStream {
     let c = TcpStream::connect(server.local_addr()).unwrap();
     c.set_read_timeout(Some(PATIENCE)).unwrap();
     c
-}
-
-/// A head of `status_line` and `fields` (each without its CRLF).
-fn head(status_line: &str, fields: &[&str]) -> Vec<u8> {
-    let mut h = format!("{status_line}\r\n");
-    for f in fields {
-        h.push_str(f);
-        h.push_str("\r\n");
-    }
-    h.push_str("\r\n");
-    h.into_bytes()
 }
 
 #[test]

@@ -78,6 +78,18 @@ fn parse_head(buf: &[u8]) -> Option<(Resp, usize)> {
     }
 }
 
+/// A message head from its first line and `fields` (each a line without
+/// its CRLF), ending in the empty line: what a test upstream answers.
+pub fn head_of(first_line: &str, fields: &[&str]) -> Vec<u8> {
+    let mut h = format!("{first_line}\r\n");
+    for f in fields {
+        h.push_str(f);
+        h.push_str("\r\n");
+    }
+    h.push_str("\r\n");
+    h.into_bytes()
+}
+
 /// Parses one response with a Content-Length body (or none) from the front
 /// of `buf`; returns it and the bytes it took, or None while incomplete.
 pub fn parse(buf: &[u8], method: &str) -> Option<(Resp, usize)> {

@@ -2482,16 +2482,7 @@ mod plain_relay_tests {
         plain_relay_agrees(&input)
     }
 
-    /// A head of `status_line` and `fields` (each a line without its CRLF).
-    fn head(status_line: &str, fields: &[&str]) -> Vec<u8> {
-        let mut h = format!("{status_line}\r\n");
-        for f in fields {
-            h.push_str(f);
-            h.push_str("\r\n");
-        }
-        h.push_str("\r\n");
-        h.into_bytes()
-    }
+    use test_support::http::head_of as head;
 
     #[test]
     fn plain_relay_is_the_general_relay() {
