@@ -856,10 +856,7 @@ impl HeaderBlock {
             if RESERVED.iter().any(|r| r.eq_ignore_ascii_case(name)) || name.eq_ignore_ascii_case("server") {
                 return Err(format!("header field {name} is written by the engine"));
             }
-            bytes.extend_from_slice(name.as_bytes());
-            bytes.extend_from_slice(b": ");
-            bytes.extend_from_slice(value.as_bytes());
-            bytes.extend_from_slice(b"\r\n");
+            crate::codec::write::push_field(&mut bytes, name.as_bytes(), value.as_bytes());
         }
         Ok(HeaderBlock::of(SharedBytes::new(Arc::new(bytes))))
     }

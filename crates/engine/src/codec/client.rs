@@ -217,10 +217,7 @@ where
         {
             continue;
         }
-        out.extend_from_slice(name);
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value);
-        out.extend_from_slice(b"\r\n");
+        super::write::push_field(out, name, value);
     }
 
     match framing {
@@ -648,10 +645,7 @@ fn relay_plain_into(buf: &[u8], lines: &mut Vec<u8>) -> Option<PlainAnswer> {
         lines.extend_from_slice(&buf[run_at..name_at]);
         run_at = line_end;
         if relayed {
-            lines.extend_from_slice(name);
-            lines.extend_from_slice(b": ");
-            lines.extend_from_slice(value);
-            lines.extend_from_slice(b"\r\n");
+            super::write::push_field(lines, name, value);
         }
     }
     Some(PlainAnswer {

@@ -497,10 +497,7 @@ fn with_fields(request: &[u8], copy: &[String], values: &[(String, Vec<u8>)]) ->
         out.extend_from_slice(line);
     }
     for (name, value) in values {
-        out.extend_from_slice(name.as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value);
-        out.extend_from_slice(b"\r\n");
+        crate::codec::write::push_field(&mut out, name.as_bytes(), value);
     }
     out.extend_from_slice(rest);
     out

@@ -252,10 +252,7 @@ pub(super) fn put(out: &mut Vec<u8>, name: &[u8], value: &[u8]) -> Result<(), In
 pub(super) fn line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     debug_assert!(is_token(name) && value_ok(value), "{name:?}: {value:?}");
     out.reserve(name.len() + value.len() + 4);
-    out.extend_from_slice(name);
-    out.extend_from_slice(b": ");
-    out.extend_from_slice(value);
-    out.extend_from_slice(b"\r\n");
+    crate::codec::write::push_field(out, name, value);
 }
 
 /// `line`, inlined into the pass over the client's fields (a call a
@@ -264,10 +261,7 @@ pub(super) fn line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
 #[inline(always)]
 fn line_inline(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     debug_assert!(is_token(name) && value_ok(value), "{name:?}: {value:?}");
-    out.extend_from_slice(name);
-    out.extend_from_slice(b": ");
-    out.extend_from_slice(value);
-    out.extend_from_slice(b"\r\n");
+    crate::codec::write::push_field(out, name, value);
 }
 
 /// Begins a field (`name`, a constant token) whose value the caller

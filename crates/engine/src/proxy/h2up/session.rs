@@ -876,10 +876,7 @@ fn check_fields(bytes: &[u8], fields: &[Field], trailers: bool) -> Result<Checke
         if trailers && crate::message::trailers::is_forbidden(name) {
             continue;
         }
-        lines.extend_from_slice(name);
-        lines.extend_from_slice(b": ");
-        lines.extend_from_slice(value);
-        lines.extend_from_slice(b"\r\n");
+        crate::codec::write::push_field(&mut lines, name, value);
     }
     Ok(Checked {
         status,
