@@ -317,15 +317,7 @@ fn bodies_sent_by_sendfile_start_on_a_page() {
     let t = tmp("align");
     let sizes = [17usize, 5_000, 16 * 1024, 16 * 1024 + 1, 65_536, 100_003, 333, 70_000];
     // Incompressible bytes, so that each file's body is its own and large.
-    let mut noise = Noise(0x9e37_79b9_7f4a_7c15);
-    let mut files = Vec::new();
-    for (i, n) in sizes.iter().enumerate() {
-        let bytes = noise.bytes(*n);
-        t.write(&format!("site/f{i}.bin"), &bytes);
-        files.push((format!("/f{i}.bin"), bytes));
-    }
-    let out = t.path("a.prg");
-    pack(&PackOptions::new(t.path("site"), &out)).unwrap();
+    let (out, files) = packed_noise(&t, &sizes, 0x9e37_79b9_7f4a_7c15);
     let archive = Archive::open(&out, Mode::Heap).unwrap();
     let raw = std::fs::read(&out).unwrap();
     let (mut aligned, mut small) = (0, 0);
@@ -365,15 +357,7 @@ fn bodies_sent_by_sendfile_start_on_a_page() {
 fn requests_without_fields_get_the_answer_the_steps_give() {
     let t = tmp("bare");
     let sizes = [0usize, 17, 16 * 1024, 16 * 1024 + 1, 70_000];
-    let mut noise = Noise(0x2545_f491_4f6c_dd1d);
-    let mut files = Vec::new();
-    for (i, n) in sizes.iter().enumerate() {
-        let bytes = noise.bytes(*n);
-        t.write(&format!("site/f{i}.bin"), &bytes);
-        files.push((format!("/f{i}.bin"), bytes));
-    }
-    let out = t.path("a.prg");
-    pack(&PackOptions::new(t.path("site"), &out)).unwrap();
+    let (out, files) = packed_noise(&t, &sizes, 0x2545_f491_4f6c_dd1d);
     for mode in [Mode::Map, Mode::Heap] {
         let handler = ArchiveServer::open(&out, mode).unwrap();
         let running = Server::new().bind("127.0.0.1:0").workers(1).start(handler).unwrap();
@@ -790,6 +774,22 @@ impl Noise {
             })
             .collect()
     }
+}
+
+/// A site of files `/f0.bin`, `/f1.bin`, ... of `sizes` bytes of
+/// `Noise(seed)`, packed into `a.prg`: the archive's path and each file's
+/// path and bytes.
+fn packed_noise(t: &Scratch, sizes: &[usize], seed: u64) -> (PathBuf, Vec<(String, Vec<u8>)>) {
+    let mut noise = Noise(seed);
+    let mut files = Vec::new();
+    for (i, n) in sizes.iter().enumerate() {
+        let bytes = noise.bytes(*n);
+        t.write(&format!("site/f{i}.bin"), &bytes);
+        files.push((format!("/f{i}.bin"), bytes));
+    }
+    let out = t.path("a.prg");
+    pack(&PackOptions::new(t.path("site"), &out)).unwrap();
+    (out, files)
 }
 
 trait Stream: Read + Write {}
