@@ -511,6 +511,28 @@ fn a_post_body_is_forwarded_with_its_length_and_the_answer_relayed() {
     assert_eq!(seen.body, b"hello world");
 }
 
+/// A GET may carry a body (RFC 9110 §9.3.1 gives it no meaning, and a
+/// proxy passes it on): one of unknown length streams to the upstream,
+/// chunked, as a POST's does. The WebSocket check (`tunnel::offer`)
+/// took such a GET's body away, and the upstream got the GET without it.
+#[test]
+fn a_get_with_a_streamed_body_reaches_the_upstream_with_it() {
+    let up = upstream();
+    let server = proxy_server(&format!("http://{}", up.addr), "/api/");
+    let mut c = Client::connect(server.local_addr());
+    c.send(b"GET /api/echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n");
+    let r = c.response();
+    let seen = up.seen.recv_timeout(PATIENCE).unwrap();
+    assert_eq!(
+        (r.status, r.body.as_slice()),
+        (201, &b"hello world"[..]),
+        "{}",
+        seen.head
+    );
+    assert_eq!(seen.field("transfer-encoding"), Some("chunked"), "{}", seen.head);
+    assert_eq!(seen.body, b"hello world");
+}
+
 /// An upstream connection writes each short answer's fields and body
 /// into the buffer the last answer used (`UpConn::lines`, once the client
 /// has written that one): answers of other fields and other lengths, one

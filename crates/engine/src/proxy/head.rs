@@ -60,9 +60,9 @@ impl Fields {
 }
 
 /// Which of the client's fields `start` left out that the caller reads
-/// again (`Via`, `Cookie`, `X-Forwarded-For`): a request without them
-/// (nearly every one) is not walked through again for each. Bits of
-/// `Seen::VIA` and the others.
+/// again (`Via`, `Cookie`, `X-Forwarded-For`, `Upgrade`, `TE`): a request
+/// without them (nearly every one) is not walked through again for each.
+/// Bits of `Seen::VIA` and the others.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(super) struct Seen(u8);
 
@@ -73,6 +73,10 @@ impl Seen {
     /// A field `dropped` names that the caller does not read again.
     const OTHER: u8 = 8;
     const CONNECTION: u8 = 16;
+    /// `Upgrade`: the request may open a WebSocket (`tunnel::offer`).
+    pub(super) const UPGRADE: u8 = 32;
+    /// `TE`: the client may take trailer fields (`takes_trailers`).
+    pub(super) const TE: u8 = 64;
 
     /// Whether a field of `kind` (`Seen::VIA` ...) was seen.
     pub(super) fn has(self, kind: u8) -> bool {
@@ -123,7 +127,7 @@ fn method_ok(method: &str) -> bool {
 /// of a proxied GET, callgrind `proxy-c50`), and the Host line the
 /// route's own (`Upstream::host_line`, made once when the route is)
 /// when `host` is its authority. `None` where the route refuses the
-/// path (`Upstream::upstream_path_into`).
+/// path (`Upstream::upstream_path_to`).
 #[allow(clippy::too_many_arguments)]
 pub(super) fn start_routed(
     out: &mut Vec<u8>,
@@ -143,18 +147,23 @@ pub(super) fn start_routed(
     }
     method_and_space(out, method);
     let target_at = out.len();
-    if !up.upstream_path_into(path, out) {
-        return Err(Invalid);
-    }
+    let plain = up.upstream_path_to(path, out).ok_or(Invalid)?;
+    let query_at = out.len();
     if let Some(q) = query {
         out.push(b'?');
         out.extend_from_slice(q.as_bytes());
     }
-    // RFC 9112 §3.2, as `target_ok`: visible ASCII, no fragment.
-    if !out[target_at..]
-        .iter()
-        .all(|&b| (0x21..=0x7e).contains(&b) && b != b'#')
-    {
+    // RFC 9112 §3.2, as `target_ok`: visible ASCII, no fragment. A path
+    // written the short way is such bytes (`PLAIN`): only the query is
+    // looked at then.
+    let check_at = if plain { query_at } else { target_at };
+    debug_assert!(
+        out[target_at..query_at]
+            .iter()
+            .all(|&b| (0x21..=0x7e).contains(&b) && b != b'#')
+            || !plain
+    );
+    if !out[check_at..].iter().all(|&b| (0x21..=0x7e).contains(&b) && b != b'#') {
         return Err(Invalid);
     }
     if std::ptr::eq(host, up.authority().as_bytes()) {
@@ -348,11 +357,11 @@ fn dropped_kind(name: &[u8]) -> u8 {
     let is = |n: &[u8]| eq_lower(name, n);
     let other = |yes: bool| if yes { Seen::OTHER } else { 0 };
     match name.len() {
-        2 => other(is(b"te")),
+        2 if is(b"te") => Seen::TE,
         3 if is(b"via") => Seen::VIA,
         4 => other(is(b"host")),
         6 if is(b"cookie") => Seen::COOKIE,
-        7 => other(is(b"upgrade")),
+        7 if is(b"upgrade") => Seen::UPGRADE,
         9 => other(is(b"forwarded")),
         10 if is(b"connection") => Seen::CONNECTION,
         10 => other(is(b"keep-alive")),

@@ -502,11 +502,14 @@ fn content_length(req: &Request<'_>) -> Option<u64> {
 
 /// Whether the client takes trailer fields: HTTP/2 and HTTP/3 always
 /// (RFC 9113 §8.1, RFC 9114 §4.1), HTTP/1.1 when it said `TE: trailers`
-/// (RFC 9110 §10.1.4); HTTP/1.0 has no chunked answers.
-fn takes_trailers(req: &Request<'_>) -> bool {
+/// (RFC 9110 §10.1.4); HTTP/1.0 has no chunked answers. `seen`: what
+/// `build_as`'s pass over the fields met (a request without `TE` is not
+/// looked through again).
+fn takes_trailers(req: &Request<'_>, seen: head::Seen) -> bool {
     match req.version() {
         crate::Version::Http2 | crate::Version::Http3 => true,
         crate::Version::Http10 => false,
+        crate::Version::Http11 if !seen.has(head::Seen::TE) => false,
         crate::Version::Http11 => req.headers().any(|(n, v)| {
             n.eq_ignore_ascii_case("te")
                 && crate::codec::head::list_elements(v).any(|e| e.eq_ignore_ascii_case(b"trailers"))
@@ -641,24 +644,19 @@ impl Proxy {
                 cache::Lookup::Wait(a) => (ask, wait) = (Some(a), true),
             }
         }
-        if let (None, Some(offer)) = (target, tunnel::offer(req)) {
-            return self.call_tunnel(req, outbox, offer);
-        }
-        let reader = req.body_reader();
+        // Only a streamed body's framing reads it: a request read whole
+        // (every GET) is framed by the bytes it has (its look-up was 20
+        // instructions of a proxied GET, callgrind `proxy-c50`). The
+        // reader itself is taken once the request is known to be no
+        // WebSocket opening (below), which leaves it where it is.
         // RFC 9110 §10.1.1: a proxy forwards a 100-continue expectation
         // with the head, and the upstream's 100 (or its early answer) is
         // what the client gets. The body then streams (`body_use`): it is
         // not read until the upstream asks for it.
-        let expect_continue = reader.is_some() && expects_continue(req);
-        if let (true, Some(reader)) = (expect_continue, &reader) {
-            reader.hold_continue();
-        }
-        // Only a streamed body's framing reads it: a request read whole
-        // (every GET) is framed by the bytes it has (its look-up was 20
-        // instructions of a proxied GET, callgrind `proxy-c50`).
-        let length = match reader {
-            Some(_) => content_length(req),
-            None => None,
+        let expect_continue = streams && expects_continue(req);
+        let length = match streams {
+            true => content_length(req),
+            false => None,
         };
         // The client's trailer fields go on where both sides allow (issue
         // 26): to an HTTP/1.1 upstream, after the last chunk of a body
@@ -671,28 +669,52 @@ impl Proxy {
         // as a trailing HEADERS (RFC 9113 §8.1) whatever the body's
         // length, read whole or streamed (`h2up`).
         let up_h1 = !self.up.is_h2();
-        let whole_trailers = match (&reader, req.trailers()) {
-            (None, Some(t)) => t.forwarded(&connection_named(req)),
+        let whole_trailers = match (streams, req.trailers()) {
+            (false, Some(t)) => t.forwarded(&connection_named(req)),
             _ => None,
         };
-        let framing = match (&reader, length) {
-            (None, _) if up_h1 && whole_trailers.is_some() => Framing::Chunked,
-            (None, _) if req.body().is_empty() => Framing::Empty,
-            (None, _) => Framing::Length(req.body().len() as u64),
-            (Some(_), Some(n)) if n > 0 && up_h1 && announces_trailers(req) => Framing::Chunked,
-            (Some(_), Some(0)) => Framing::Empty,
-            (Some(_), Some(n)) => Framing::Length(n),
-            (Some(_), None) => Framing::Chunked,
+        let framing = match (streams, length) {
+            (false, _) if up_h1 && whole_trailers.is_some() => Framing::Chunked,
+            (false, _) if req.body().is_empty() => Framing::Empty,
+            (false, _) => Framing::Length(req.body().len() as u64),
+            (true, Some(n)) if n > 0 && up_h1 && announces_trailers(req) => Framing::Chunked,
+            (true, Some(0)) => Framing::Empty,
+            (true, Some(n)) => Framing::Length(n),
+            (true, None) => Framing::Chunked,
         };
-        let chunked = reader.is_some() && framing == Framing::Chunked;
+        let chunked = streams && framing == Framing::Chunked;
         let forward_trailers = match up_h1 {
             true => chunked.then(|| connection_named(req)),
-            false => reader.is_some().then(|| connection_named(req)),
+            false => streams.then(|| connection_named(req)),
         };
         let skip: &[&str] = if expect_continue { &[] } else { &["expect"] };
-        let trailers = takes_trailers(req);
-        match build_as(&self.up, req, framing, req.method(), skip, target) {
-            Ok(mut bytes) => {
+        let built = build_as(&self.up, req, framing, req.method(), skip, target);
+        // A WebSocket opening (`tunnel.rs`) is an HTTP/1.1 GET with an
+        // `Upgrade` field, which the pass over the fields saw, or an
+        // HTTP/2 CONNECT, which `build_as` refuses: looked for only then
+        // (a look through every request's fields first was about 60
+        // instructions of a proxied GET, callgrind `proxy-c50`). Its own
+        // request is written by `tunnel::request`.
+        let maybe_tunnel = match &built {
+            Ok((_, seen)) => seen.has(head::Seen::UPGRADE),
+            Err(_) => true,
+        };
+        if let (None, true) = (target, maybe_tunnel) {
+            if let Some(offer) = tunnel::offer(req) {
+                if let Ok((bytes, _)) = built {
+                    give_bytes(bytes);
+                }
+                return self.call_tunnel(req, outbox, offer);
+            }
+        }
+        let reader = req.body_reader();
+        debug_assert_eq!(reader.is_some(), streams);
+        if let (true, Some(reader)) = (expect_continue, &reader) {
+            reader.hold_continue();
+        }
+        match built {
+            Ok((mut bytes, seen)) => {
+                let trailers = takes_trailers(req, seen);
                 if trailers {
                     ask_trailers(&mut bytes, req.body().len());
                 }
@@ -885,7 +907,8 @@ fn ipv4_digits(v4: std::net::Ipv4Addr) -> ([u8; 15], usize) {
 
 /// The upstream request's bytes, or the status that refuses it: the
 /// request as `method`, the client's fields named in `skip` left out,
-/// to `over` if given (`Proxy::call_to`), else the route's path.
+/// to `over` if given (`Proxy::call_to`), else the route's path; and
+/// which of the fields it left out were met (`head::Seen`).
 fn build_as(
     up: &Upstream,
     req: &Request<'_>,
@@ -893,7 +916,7 @@ fn build_as(
     method: &str,
     skip: &[&str],
     over: Option<&str>,
-) -> Result<Vec<u8>, u16> {
+) -> Result<(Vec<u8>, head::Seen), u16> {
     let own = via_token();
     // A loop through this hop (508) is looked for where a `Via` field
     // came (`head::Seen`), and before any other refusal, as it was when
@@ -1117,7 +1140,7 @@ fn build_as(
                 true => out.extend_from_slice(&line[..50]),
                 false => {
                     out.extend_from_slice(&line);
-                    return Ok(with_body(out, body));
+                    return Ok((with_body(out, body), seen));
                 }
             }
         }
@@ -1136,7 +1159,7 @@ fn build_as(
         }
     }
     head::finish(&mut out, method, framing);
-    Ok(with_body(out, body))
+    Ok((with_body(out, body), seen))
 }
 
 /// The head's bytes and the body's after them (most proxied requests

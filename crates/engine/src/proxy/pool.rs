@@ -9,6 +9,7 @@ use std::collections::{HashMap, VecDeque};
 use std::io::{self, Read, Write};
 use std::mem::MaybeUninit;
 use std::net::SocketAddr;
+use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -478,10 +479,12 @@ impl Read for Sock {
 }
 
 impl Write for Sock {
+    /// A plain socket's bytes go by `sys::stream::send`, as a client
+    /// connection's do, not through mio's `write` (libc's `send`).
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match self {
-            Sock::Tcp(s) => s.write(buf),
-            Sock::Unix(s) => s.write(buf),
+            Sock::Tcp(s) => crate::sys::stream::send(s.as_fd(), buf),
+            Sock::Unix(s) => crate::sys::stream::send(s.as_fd(), buf),
             Sock::Tls(s) => s.write(buf),
         }
     }

@@ -102,7 +102,10 @@ impl Sock {
 pub(crate) fn offer(req: &Request<'_>) -> Option<Offer> {
     match req.version() {
         Version::Http11 => {
-            if req.method() != "GET" || !req.body().is_empty() || req.body_reader().is_some() {
+            // A streamed body is looked at, not taken: taken here, a GET
+            // with one that was no WebSocket went upstream without it.
+            let streams = req.reader.is_some_and(|r| r.borrow().is_some());
+            if req.method() != "GET" || !req.body().is_empty() || streams {
                 return None;
             }
             // A loop over the fields, not a chain of adapters (69
@@ -174,7 +177,7 @@ pub(crate) fn request(up: &super::Upstream, req: &Request<'_>, offer: Offer) -> 
     } else {
         &["expect"]
     };
-    let mut bytes = super::build_as(up, req, crate::codec::head::Framing::Empty, "GET", skip, None)?;
+    let (mut bytes, _) = super::build_as(up, req, crate::codec::head::Framing::Empty, "GET", skip, None)?;
     // The head ends with its empty line: the upgrade's fields go before
     // it (`write_request_head` drops Upgrade and Connection, hop-by-hop
     // for every other request).

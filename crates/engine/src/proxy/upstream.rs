@@ -450,44 +450,56 @@ impl Upstream {
         // One allocation of about the right size, not `to_string`'s
         // growth through `core::fmt`; room left for a query.
         let mut out = Vec::with_capacity(raw.len() + 32);
-        let made = self.upstream_path_into(raw, &mut out);
-        made.then(|| String::from_utf8(out).expect("percent-encoded ASCII"))
+        let made = self.upstream_path_to(raw, &mut out);
+        made.map(|_| String::from_utf8(out).expect("percent-encoded ASCII"))
     }
 
-    /// `upstream_path`, appended to `out` (the proxy's per-thread
-    /// buffer: no allocation per request); `false` where that is `None`,
-    /// `out` then as it was or longer.
-    pub(crate) fn upstream_path_into(&self, raw: &str, out: &mut Vec<u8>) -> bool {
-        self.upstream_path_to(raw, out).is_some()
-    }
-
-    fn upstream_path_to(&self, raw: &str, out: &mut Vec<u8>) -> Option<()> {
+    /// `upstream_path`, appended to `out` (the job's buffer: no
+    /// allocation per request), `None` where that is `None` (`out` then
+    /// as it was or longer); else which way the path was written:
+    /// `Some(true)` the short way, `PLAIN` bytes only (visible ASCII
+    /// without `#`: a request target's bytes, not to be checked again),
+    /// `Some(false)` the long way.
+    pub(crate) fn upstream_path_to(&self, raw: &str, out: &mut Vec<u8>) -> Option<bool> {
         let bytes = raw.as_bytes();
         // The short way, for a path of `PLAIN` bytes (no `%`: nothing to
         // decode, nothing to encode) to a route whose own path, if any,
         // is plain too: the same bytes as the long way, without its
         // passes and its `String` (about 40 instructions of a proxied
-        // GET, callgrind `proxy-c50`).
-        if bytes.first() == Some(&b'/')
-            && (self.path.is_none() || self.path_plain)
-            && bytes.iter().all(|&b| PLAIN[usize::from(b)])
-        {
-            if bytes.split(|&b| b == b'/').any(|s| s == b"." || s == b"..") {
-                return None;
-            }
-            match &self.path {
-                None => out.extend_from_slice(bytes),
-                Some(replacement) => {
-                    let rest = self.rest_of(raw);
-                    out.extend_from_slice(replacement.as_bytes());
-                    if !replacement.ends_with('/') && !rest.is_empty() && self.prefix.ends_with('/') {
-                        out.push(b'/');
-                    }
-                    out.extend_from_slice(rest.as_bytes());
+        // GET, callgrind `proxy-c50`). Its bytes and its segments are
+        // looked at in one pass (`plain_segments`).
+        if bytes.first() == Some(&b'/') && (self.path.is_none() || self.path_plain) {
+            if let Some(dot_segment) = plain_segments(bytes) {
+                if dot_segment {
+                    return None;
                 }
+                self.write_plain(raw, out);
+                return Some(true);
             }
-            return Some(());
         }
+        self.write_long(raw, out).map(|()| false)
+    }
+
+    /// The short way's bytes: `raw`, its prefix kept or replaced.
+    #[inline(always)]
+    fn write_plain(&self, raw: &str, out: &mut Vec<u8>) {
+        match &self.path {
+            None => out.extend_from_slice(raw.as_bytes()),
+            Some(replacement) => {
+                let rest = self.rest_of(raw);
+                out.extend_from_slice(replacement.as_bytes());
+                if !replacement.ends_with('/') && !rest.is_empty() && self.prefix.ends_with('/') {
+                    out.push(b'/');
+                }
+                out.extend_from_slice(rest.as_bytes());
+            }
+        }
+    }
+
+    /// The long way: decoded, checked, its prefix kept or replaced,
+    /// encoded again; `None` where the path is refused.
+    fn write_long(&self, raw: &str, out: &mut Vec<u8>) -> Option<()> {
+        let bytes = raw.as_bytes();
         for w in bytes.windows(3) {
             if w[0] == b'%' {
                 let h = [w[1].to_ascii_uppercase(), w[2].to_ascii_uppercase()];
@@ -539,6 +551,27 @@ impl Upstream {
             None => decoded.strip_prefix('/').unwrap_or(decoded),
         }
     }
+}
+
+/// Whether `path` is all `PLAIN` bytes (`None` if not) and, if so,
+/// whether a segment of it is `.` or `..` (RFC 3986 §3.3's dot segments):
+/// both in one pass, where a pass for the bytes and one splitting the
+/// segments looked at every byte twice.
+#[inline(always)]
+fn plain_segments(path: &[u8]) -> Option<bool> {
+    let is_dots = |segment: &[u8]| matches!(segment, b"." | b"..");
+    let mut segment_at = 0;
+    let mut dot_segment = false;
+    for (i, &b) in path.iter().enumerate() {
+        if !PLAIN[usize::from(b)] {
+            return None;
+        }
+        if b == b'/' {
+            dot_segment |= is_dots(&path[segment_at..i]);
+            segment_at = i + 1;
+        }
+    }
+    Some(dot_segment || is_dots(&path[segment_at..]))
 }
 
 /// `host`, `host:port`, `[v6]`, `[v6]:port` (`default` without a port).
