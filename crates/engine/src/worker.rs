@@ -514,7 +514,11 @@ impl Hosted {
         // The common case, one answer and nothing else: straight to its
         // connection (the list's trip below, `take_answers`, the drain
         // and `give_answers`, was about 60 instructions of a proxied
-        // GET, callgrind `proxy-c50`).
+        // GET, callgrind `proxy-c50`); a proxied GET's relayed in one
+        // pass, as its bytes.
+        if self.hand_relayed(ctx) {
+            return;
+        }
         if let Some(answer) = self.upstreams.take_lone_answer() {
             self.hand_answer(ctx, answer);
             return;
@@ -568,6 +572,44 @@ impl Hosted {
         if logged {
             ctx.upstream_log = None;
         }
+    }
+
+    /// The one answer made, when it was relayed in one pass
+    /// (`proxy::pool::Relayed`): copied into its HTTP/1.1 connection's
+    /// output (`Conn::on_relayed`), or, for any other (HTTP/2, a HEAD, a
+    /// request id to add...), made into its `Response` and handed over as
+    /// any answer. False if there is no such lone answer.
+    #[inline(always)]
+    fn hand_relayed(&mut self, ctx: &mut Ctx<'_>) -> bool {
+        let Some(relayed) = self.upstreams.lone_relayed() else {
+            return false;
+        };
+        if let Source::Conn(t) = Source::of(relayed.token) {
+            if let Some(conn) = self.conns.get_mut(t) {
+                // For the access log line of the request it answers, as
+                // `hand_answer` does.
+                let logged = relayed.figures.is_some();
+                if logged {
+                    ctx.upstream_log = relayed.figures.take();
+                }
+                let next = conn.on_relayed(ctx, relayed.id, relayed.status, relayed.rest(), relayed.body_len());
+                if let Some(next) = next {
+                    if logged {
+                        ctx.upstream_log = None;
+                    }
+                    self.upstreams.drop_relayed();
+                    self.settle(ctx, t, next);
+                    return true;
+                }
+                if logged {
+                    relayed.figures = ctx.upstream_log.take();
+                }
+            }
+        }
+        if let Some(answer) = self.upstreams.take_relayed_answer() {
+            self.hand_answer(ctx, answer);
+        }
+        true
     }
 
     /// An upstream that switched to WebSocket, for the connection whose

@@ -239,6 +239,86 @@ fn an_answer_the_one_pass_relays_reaches_the_client_as_the_general_path_writes_i
     assert_eq!(up.accepted.load(Ordering::SeqCst), answers.len() + 1);
 }
 
+/// The one pass's answer is copied into an HTTP/1.1 connection's output
+/// whole (`Conn::on_relayed`) with the head's first lines the client's
+/// request decides: an HTTP/1.0 client's, with and without keep-alive, a
+/// client that said `close`, and requests pipelined on one connection
+/// (answered in order) get what the general path writes for them.
+#[test]
+fn a_relayed_answer_keeps_each_clients_framing_and_order() {
+    let answers = vec![
+        (
+            head("HTTP/1.1 200 OK", &["Content-Type: text/plain", "Content-Length: 13"]),
+            b"Hello, World!".to_vec(),
+        ),
+        (
+            head("HTTP/1.1 404 Not Found", &["Content-Length: 4", "X-Kept: yes"]),
+            b"gone".to_vec(),
+        ),
+        (head("HTTP/1.1 201 Created", &["Content-Length: 0"]), Vec::new()),
+        (
+            head(
+                "HTTP/1.1 503 Service Unavailable",
+                &["Retry-After: 5", "Content-Length: 1"],
+            ),
+            b"x".to_vec(),
+        ),
+    ];
+    let up = upstream(answers.clone());
+    let server = proxy(&up);
+    let modes = [
+        ("HTTP/1.0", ""),
+        ("HTTP/1.0", "Connection: keep-alive\r\n"),
+        ("HTTP/1.1", "Connection: close\r\n"),
+    ];
+    for (version, field) in modes {
+        for i in 0..answers.len() {
+            let request = |kind: &str| format!("GET /{kind}/{i} {version}\r\nHost: site.test\r\n{field}\r\n");
+            let closes = field.is_empty() || field.contains("close");
+            let written = |kind: &str| {
+                if closes {
+                    let mut c = Client::connect(server.local_addr());
+                    c.send(request(kind).as_bytes());
+                    c.read_to_close()
+                } else {
+                    // Kept alive: a second request on the same connection
+                    // is answered too.
+                    let mut c = connect(&server);
+                    let first = answer(&mut c, &request(kind), false);
+                    let again = answer(&mut c, &request(kind), false);
+                    assert_eq!(dateless(&first), dateless(&again));
+                    first
+                }
+            };
+            let (one_pass, general) = (written("p"), written("g"));
+            assert_eq!(dateless(&one_pass), dateless(&general), "{version} {field:?} {i}");
+            let text = String::from_utf8_lossy(&one_pass).to_lowercase();
+            match (closes, version) {
+                (true, _) => assert!(text.contains("\r\nconnection: close\r\n"), "{text}"),
+                (false, "HTTP/1.0") => assert!(text.contains("\r\nconnection: keep-alive\r\n"), "{text}"),
+                _ => {}
+            }
+        }
+    }
+    // Pipelined: three requests in one write, three answers in order.
+    let mut c = connect(&server);
+    let batch: String = [0, 1, 3]
+        .iter()
+        .map(|i| format!("GET /p/{i} HTTP/1.1\r\nHost: site.test\r\n\r\n"))
+        .collect();
+    c.write_all(batch.as_bytes()).unwrap();
+    for i in [0, 1, 3] {
+        let got = answer(&mut c, "", false);
+        let mut g = connect(&server);
+        let want = answer(
+            &mut g,
+            &format!("GET /g/{i} HTTP/1.1\r\nHost: site.test\r\n\r\n"),
+            false,
+        );
+        assert_eq!(dateless(&got), dateless(&want), "pipelined {i}");
+    }
+}
+
 #[test]
 fn an_upstream_that_says_close_is_not_asked_again_on_that_connection() {
     let answers = vec![

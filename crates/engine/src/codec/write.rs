@@ -157,7 +157,7 @@ pub(crate) fn push_field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     out.extend_from_slice(b"\r\n");
 }
 
-fn write_status_line(out: &mut Vec<u8>, status: u16) {
+pub(crate) fn write_status_line(out: &mut Vec<u8>, status: u16) {
     // The most common lines in one piece (one copy instead of five), each
     // arm its own copy: a copy of a length known when compiling is a few
     // moves, where one of a slice chosen at run time was a call to memcpy.
@@ -206,18 +206,43 @@ fn write_framing(out: &mut Vec<u8>, framing: BodyFraming) {
 /// head, this 78 (callgrind, two archive entries in turn).
 #[inline]
 pub(crate) fn write_length(out: &mut Vec<u8>, n: u64) {
-    const LINE: &[u8; 38] = b"Content-Length: 00000000000000000000\r\n";
-    let digits = match n {
+    let digits = length_digits(n);
+    let at = out.len();
+    out.extend_from_slice(LENGTH_LINE);
+    let line: &mut [u8; 38] = (&mut out[at..at + 38]).try_into().expect("38 bytes");
+    put_length(line, n, digits);
+    out.truncate(at + 18 + digits);
+}
+
+/// Writes `Content-Length: n` and its line end at the start of `line`,
+/// as `write_length` appends it (for a head put together on the stack,
+/// `h1/respond.rs`'s `write_relayed_whole`): its length.
+#[inline]
+pub(crate) fn length_line(line: &mut [u8; 38], n: u64) -> usize {
+    let digits = length_digits(n);
+    line.copy_from_slice(LENGTH_LINE);
+    put_length(line, n, digits);
+    18 + digits
+}
+
+/// `Content-Length` with room for 20 digits.
+const LENGTH_LINE: &[u8; 38] = b"Content-Length: 00000000000000000000\r\n";
+
+#[inline(always)]
+fn length_digits(n: u64) -> usize {
+    match n {
         0..=9 => 1,
         10..=99 => 2,
         100..=999 => 3,
         1_000..=9_999 => 4,
         10_000..=99_999 => 5,
         _ => n.ilog10() as usize + 1,
-    };
-    let at = out.len();
-    out.extend_from_slice(LINE);
-    let line: &mut [u8; 38] = (&mut out[at..at + 38]).try_into().expect("38 bytes");
+    }
+}
+
+/// `n`'s `digits` digits and the line end, written over `LENGTH_LINE`'s.
+#[inline(always)]
+fn put_length(line: &mut [u8; 38], n: u64, digits: usize) {
     let mut end = 16 + digits;
     line[end..end + 2].copy_from_slice(b"\r\n");
     let mut rest = n;
@@ -233,7 +258,6 @@ pub(crate) fn write_length(out: &mut Vec<u8>, n: u64) {
     } else {
         line[end - 1] = b'0' + rest as u8;
     }
-    out.truncate(at + 18 + digits);
 }
 
 /// `00` to `99`, for writing numbers two digits at a time.
@@ -243,7 +267,7 @@ const DIGIT_PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
 6061626364656667686970717273747576777879\
 8081828384858687888990919293949596979899";
 
-fn write_conn(out: &mut Vec<u8>, conn: ConnField) {
+pub(crate) fn write_conn(out: &mut Vec<u8>, conn: ConnField) {
     match conn {
         ConnField::Omit => {}
         ConnField::Close => out.extend_from_slice(b"Connection: close\r\n"),

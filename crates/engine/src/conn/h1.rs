@@ -305,6 +305,51 @@ impl Conn {
         true
     }
 
+    /// The proxy's answer relayed in one pass (`proxy::pool::Relayed`:
+    /// `status`, then `rest`, its field lines, blank line and body of
+    /// `body_len` bytes) to the deferred request `id`: its head's first
+    /// lines written and `rest` copied after them, the bytes
+    /// `on_answer_h1` writes for the `Response` made of it
+    /// (`h1/respond.rs`'s `write_relayed_whole`), then written out as
+    /// after any answer. `None`, nothing done, for what only the general
+    /// path does: another protocol, not the answer awaited, a request id
+    /// to add, the transport's fields, a HEAD, a body being read (and
+    /// what `H1::answer_relayed` declines).
+    #[inline(always)]
+    pub(crate) fn on_relayed(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        id: u64,
+        status: u16,
+        rest: &[u8],
+        body_len: usize,
+    ) -> Option<Next> {
+        let Proto::H1(h1) = &mut self.proto else {
+            return None;
+        };
+        let deferral = h1.deferral.as_ref().filter(|d| d.id == id)?;
+        if (ctx.request_id_header && deferral.log.is_some()) || !self.transport.extra_fields().is_empty() {
+            return None;
+        }
+        ensure_output(&mut self.output, ctx.pool);
+        let sent = h1
+            .machine
+            .answer_relayed(&mut self.output, ctx.h1, status, rest, body_len)?;
+        let deferral = h1.deferral.take()?;
+        // As `on_answer_h1`: a body tail left by an earlier answer keeps
+        // this one's record until it is written.
+        let tail = self.output.tail.is_some().then_some(None);
+        h1.sending = dispatch::finish(
+            ctx,
+            self.peer,
+            deferral,
+            Some((sent.status, sent.body_bytes, None)),
+            tail,
+        );
+        let quiet = self.answered_quietly(ctx);
+        Some(self.drive_from(ctx, quiet))
+    }
+
     /// Whether an answer's body is being sent, its record held (HTTP/1.1
     /// and HTTP/2).
     #[inline]

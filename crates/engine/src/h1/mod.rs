@@ -824,6 +824,45 @@ impl H1 {
         Some(self.answer_with(out, response, answer, env, extra_fields))
     }
 
+    /// Queues the reverse proxy's answer relayed in one pass to the
+    /// deferred request: `status`, then `rest` (its field lines, blank
+    /// line and body of `body_len` bytes), written as `answer` writes
+    /// the `Response` made of it (`write_relayed_whole`). `None`, nothing
+    /// done: no request is deferred, or one only `answer` answers (a
+    /// HEAD, a body still being read, a status that has no body).
+    #[inline(always)]
+    pub(crate) fn answer_relayed(
+        &mut self,
+        out: &mut Output,
+        env: &Env<'_>,
+        status: u16,
+        rest: &[u8],
+        body_len: usize,
+    ) -> Option<Sent> {
+        let State::Deferred(answer) = self.state else {
+            return None;
+        };
+        let date = <&[u8; crate::date::DATE_LEN]>::try_from(env.date).ok()?;
+        if answer.head_only
+            || self.upload.is_some()
+            || !(200..600).contains(&status)
+            || status == 204
+            || status == 304
+            || body_len > crate::limits::INLINE_BODY_BYTES_MAX
+        {
+            return None;
+        }
+        let keep_alive = answer.keep_alive && !env.draining;
+        self.rate = None;
+        respond::write_relayed_whole(&mut out.buf, date, status, (keep_alive, answer.version), body_len, rest);
+        self.enter_from_bare(if keep_alive { State::Idle } else { State::Closing });
+        Some(Sent {
+            status,
+            body_bytes: body_len as u64,
+            keep_alive,
+        })
+    }
+
     fn answer_with(
         &mut self,
         out: &mut Output,

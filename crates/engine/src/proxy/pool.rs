@@ -115,6 +115,12 @@ pub(crate) struct Upstreams {
     /// they need not go through the mailbox that other threads use. Each
     /// with the figures of its access log line.
     answers: Vec<Answer>,
+    /// Answers relayed in one pass this turn (`UpConn::relay_plain`),
+    /// kept as their bytes rather than made into `Response`s: an
+    /// HTTP/1.1 client's connection copies them into its output
+    /// (`take_lone_relayed`, `Conn::on_relayed`); any other answer goes
+    /// into `answers` first (`take_answers`).
+    relayed: Vec<Relayed>,
     /// Interim answers read this turn (`take_interims`), before the
     /// final answers of the same requests.
     interims: Vec<Interim>,
@@ -177,6 +183,56 @@ impl std::hash::Hasher for IdHasher {
 
 /// An answer, where it goes, and the upstream figures of its log line.
 pub(crate) type Answer = (Responder, Response, Option<UpstreamLog>);
+
+/// An answer `UpConn::relay_plain` took, as the bytes an HTTP/1.1 client
+/// gets after the head's first lines (status line, `Server`, `Date`,
+/// `Content-Length`, which the client's connection writes: they depend
+/// on it): the relayed field lines, the blank line and the body, in the
+/// upstream connection's kept buffer (`UpConn::lines`), copied from
+/// there at once. Building the `Response` (`into_answer`: the same one
+/// `head` makes of such an answer) and handing it over through the
+/// general writer made the hand-over 1,126 instructions of a proxied
+/// GET, this 783 (callgrind `proxy-c50`); an HTTP/2 or HTTP/3 client
+/// still gets the `Response`.
+pub(crate) struct Relayed {
+    /// The client's connection and the deferred request's id.
+    pub(crate) token: usize,
+    pub(crate) id: u64,
+    pub(crate) status: u16,
+    /// The field lines (`..lines_len`), CRLF, the body.
+    bytes: Arc<Vec<u8>>,
+    lines_len: usize,
+    /// The figures of its access log line (`None` when none is kept).
+    pub(crate) figures: Option<UpstreamLog>,
+}
+
+impl Relayed {
+    /// What follows the head's first lines: the field lines, the blank
+    /// line, the body.
+    #[inline(always)]
+    pub(crate) fn rest(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// The body's length.
+    #[inline(always)]
+    pub(crate) fn body_len(&self) -> usize {
+        self.bytes.len() - self.lines_len - 2
+    }
+
+    /// The answer as `head` makes it of the same bytes: the fields a
+    /// header block, the body beside it (no copy, no allocation).
+    pub(crate) fn into_answer(self) -> Answer {
+        let end = self.bytes.len();
+        let body = self.lines_len + 2..end;
+        let buf: Arc<dyn AsRef<[u8]> + Send + Sync> = self.bytes;
+        let block = HeaderBlock::from_checked_lines(
+            SharedBytes::slice(buf, 0..self.lines_len).expect("the lines are in their buffer"),
+        );
+        let response = Response::prepared_beside(self.status, block, body);
+        (Responder::new(None, self.token, self.id), response, self.figures)
+    }
+}
 
 /// An interim answer to relay: the client's connection token, the
 /// deferred request's id, the status (100 or 103) and its fields as
@@ -501,6 +557,9 @@ impl Upstreams {
     /// The answers made since the last call, each with its responder.
     /// (Forward-auth subrequests' answers are decided on the way.)
     pub(crate) fn take_answers(&mut self) -> Vec<Answer> {
+        for relayed in self.relayed.drain(..) {
+            self.answers.push(relayed.into_answer());
+        }
         super::cache::rescue(self.checks.sort(std::mem::take(&mut self.answers)))
     }
 
@@ -513,6 +572,7 @@ impl Upstreams {
     #[inline(always)]
     pub(crate) fn take_lone_answer(&mut self) -> Option<Answer> {
         if self.answers.len() != 1
+            || !self.relayed.is_empty()
             || !self.interims.is_empty()
             || !self.handoffs.is_empty()
             || !self.checks.sorts_nothing()
@@ -521,6 +581,37 @@ impl Upstreams {
             return None;
         }
         self.answers.pop()
+    }
+
+    /// The one answer made since the last call, when it is all there is
+    /// to hand over (as `take_lone_answer`) and was relayed in one pass:
+    /// the common proxied GET's. Lent where it lies (moved out, it was a
+    /// copy of it, 29 instructions, callgrind `proxy-c50`): the caller
+    /// then drops it (`drop_relayed`) or takes it as an answer
+    /// (`take_relayed_answer`).
+    #[inline(always)]
+    pub(crate) fn lone_relayed(&mut self) -> Option<&mut Relayed> {
+        if self.relayed.len() != 1
+            || !self.answers.is_empty()
+            || !self.interims.is_empty()
+            || !self.handoffs.is_empty()
+            || !self.checks.sorts_nothing()
+            || !super::cache::rescues_nothing()
+        {
+            return None;
+        }
+        self.relayed.first_mut()
+    }
+
+    /// The relayed answers were written to their clients.
+    #[inline(always)]
+    pub(crate) fn drop_relayed(&mut self) {
+        self.relayed.clear();
+    }
+
+    /// The last relayed answer made into its `Response`.
+    pub(crate) fn take_relayed_answer(&mut self) -> Option<Answer> {
+        self.relayed.pop().map(Relayed::into_answer)
     }
 
     /// The emptied list `take_answers` gave, to push the next answers
@@ -542,6 +633,7 @@ impl Upstreams {
     /// `submit_all`).
     pub(crate) fn has_answers(&self) -> bool {
         !self.answers.is_empty()
+            || !self.relayed.is_empty()
             || !self.interims.is_empty()
             || !self.handoffs.is_empty()
             || self.checks.has_granted()
@@ -927,7 +1019,14 @@ impl Upstreams {
         if self.scratch.len() != READ_CHUNK {
             self.scratch = ctx.pool.take_chunk();
         }
-        let outcome = c.advance(ctx, key, c.read_timeout, &mut self.scratch, &mut self.answers);
+        let outcome = c.advance(
+            ctx,
+            key,
+            c.read_timeout,
+            &mut self.scratch,
+            &mut self.answers,
+            &mut self.relayed,
+        );
         if !c.interims.is_empty() {
             self.interims.append(&mut c.interims);
         }
@@ -1285,6 +1384,7 @@ impl UpConn {
         read_timeout: std::time::Duration,
         scratch: &mut Vec<u8>,
         answers: &mut Vec<Answer>,
+        relayed: &mut Vec<Relayed>,
     ) -> Outcome {
         'step: loop {
             match self.state {
@@ -1305,7 +1405,7 @@ impl UpConn {
                                 self.deadline = Some(ctx.now + read_timeout);
                                 // An upstream that stopped reading may have
                                 // answered already (a 413 before the body).
-                                match self.read_early(ctx, scratch, answers) {
+                                match self.read_early(ctx, scratch, answers, relayed) {
                                     Some(outcome) => return outcome,
                                     None => continue 'step,
                                 }
@@ -1336,7 +1436,7 @@ impl UpConn {
                                 // Meanwhile the upstream may speak: a 100
                                 // the client waits for, or its answer.
                                 self.deadline = None;
-                                match self.read_early(ctx, scratch, answers) {
+                                match self.read_early(ctx, scratch, answers, relayed) {
                                     Some(outcome) => return outcome,
                                     None => continue,
                                 }
@@ -1404,7 +1504,7 @@ impl UpConn {
                     // proxied GET, callgrind `proxy-c50`).
                     let unread = self.state == State::Head && self.buf.is_empty();
                     if !unread {
-                        if let Some(outcome) = self.consume(ctx, key, answers) {
+                        if let Some(outcome) = self.consume(ctx, key, answers, relayed) {
                             return outcome;
                         }
                     }
@@ -1472,7 +1572,7 @@ impl UpConn {
                                 // body that is not here yet: it goes now,
                                 // its body as a channel.
                                 self.more = false;
-                                if let Some(outcome) = self.consume(ctx, key, answers) {
+                                if let Some(outcome) = self.consume(ctx, key, answers, relayed) {
                                     return outcome;
                                 }
                                 return Outcome::Wait;
@@ -1502,7 +1602,13 @@ impl UpConn {
     /// body is not sent (`None`: the loop goes on in `Body`), and the
     /// connection is not reused, since the upstream may still be reading
     /// a body that will never end.
-    fn read_early(&mut self, ctx: &Ctx<'_>, scratch: &mut [u8], answers: &mut Vec<Answer>) -> Option<Outcome> {
+    fn read_early(
+        &mut self,
+        ctx: &Ctx<'_>,
+        scratch: &mut [u8],
+        answers: &mut Vec<Answer>,
+        relayed: &mut Vec<Relayed>,
+    ) -> Option<Outcome> {
         let mut eof = false;
         loop {
             match self.sock.read(scratch) {
@@ -1529,7 +1635,7 @@ impl UpConn {
         if self.buf.is_empty() {
             return Some(Outcome::Wait);
         }
-        match self.head(ctx, answers) {
+        match self.head(ctx, answers, relayed) {
             Ok(false) if eof => Some(Outcome::Failed {
                 status: 502,
                 why: "upstream closed in the middle of the answer's head".into(),
@@ -1618,9 +1724,15 @@ impl UpConn {
 
     /// Makes what was read into the answer: its head, then its body's
     /// chunks. `Some` when the exchange is decided.
-    fn consume(&mut self, ctx: &Ctx<'_>, key: usize, answers: &mut Vec<Answer>) -> Option<Outcome> {
+    fn consume(
+        &mut self,
+        ctx: &Ctx<'_>,
+        key: usize,
+        answers: &mut Vec<Answer>,
+        relayed: &mut Vec<Relayed>,
+    ) -> Option<Outcome> {
         if self.state == State::Head {
-            match self.head(ctx, answers) {
+            match self.head(ctx, answers, relayed) {
                 Ok(true) => {}
                 Ok(false) => return None,
                 Err(outcome) => return Some(outcome),
@@ -1791,7 +1903,7 @@ impl UpConn {
     /// Parses the answer's head when whole; sends it to the client.
     /// `Ok(true)`: the body follows (state `Body`); `Ok(false)`: more
     /// bytes are needed; `Err`: the exchange is decided.
-    fn head(&mut self, ctx: &Ctx<'_>, answers: &mut Vec<Answer>) -> Result<bool, Outcome> {
+    fn head(&mut self, ctx: &Ctx<'_>, answers: &mut Vec<Answer>, relayed: &mut Vec<Relayed>) -> Result<bool, Outcome> {
         loop {
             // Nothing read yet (the request was just written): what the
             // parser would say, without asking it.
@@ -1801,7 +1913,7 @@ impl UpConn {
             // The common answer, read and relayed in one pass; any other
             // (or one not all here yet) is parsed below.
             if !self.head_method && self.job.as_ref().is_some_and(|j| j.more.is_none()) {
-                if let Some(outcome) = self.relay_plain(ctx, answers) {
+                if let Some(outcome) = self.relay_plain(ctx, relayed) {
                     return Err(outcome);
                 }
             }
@@ -2109,17 +2221,18 @@ impl UpConn {
     }
 
     /// An answer `codec::client::relay_plain` takes, with its whole body
-    /// here and nothing after it, at most `SHARE_MIN` long: its fields and
-    /// body written into the kept buffer (`lines`) and answered beside
-    /// them, as `head` answers it after `parse_response_head` (the same
-    /// `Response`: the test `a_plain_answer_is_relayed_as_the_parsed_one`),
-    /// without the tokeniser's slots, `Fields::scan`, the relay's pass
-    /// over the slots and `head`'s choices for other answers. Only for a
-    /// job with nothing more to it (`Job::more`: no compression, cache,
-    /// tunnel or forward-auth check), not a HEAD. `None`: not such an
-    /// answer, nothing done.
+    /// here and nothing after it, at most `SHARE_MIN` long: its fields, the
+    /// blank line and its body written into the kept buffer (`lines`) and
+    /// pushed as a `Relayed`, which an HTTP/1.1 client's connection copies
+    /// whole and any other gets as the `Response` `head` makes after
+    /// `parse_response_head` (`Relayed::into_answer`; the test
+    /// `plain_relay_is_the_general_relay`), without the tokeniser's slots,
+    /// `Fields::scan`, the relay's pass over the slots and `head`'s
+    /// choices for other answers. Only for a job with nothing more to it
+    /// (`Job::more`: no compression, cache, tunnel or forward-auth check),
+    /// not a HEAD. `None`: not such an answer, nothing done.
     #[inline(always)]
-    fn relay_plain(&mut self, ctx: &Ctx<'_>, answers: &mut Vec<Answer>) -> Option<Outcome> {
+    fn relay_plain(&mut self, ctx: &Ctx<'_>, relayed: &mut Vec<Relayed>) -> Option<Outcome> {
         let mut lines = answer_buf(&mut self.lines);
         let buf = Arc::get_mut(&mut lines).expect("answer_buf's buffer is not shared");
         let plain = match relay_plain(&self.buf, buf) {
@@ -2131,17 +2244,25 @@ impl UpConn {
             }
         };
         let lines_len = buf.len();
-        buf.extend_from_slice(&self.buf[plain.head_len..]);
+        // The blank line that ends the head, with the body after it: the
+        // client's connection copies all of it at once. The head's own
+        // blank line is in the read buffer just before the body.
+        buf.extend_from_slice(&self.buf[plain.head_len - 2..]);
         self.buf.clear();
         self.keep_alive = plain.keep_alive;
         let (responder, logged) = self.take_responder(ctx, plain.status, true);
-        let buf: Arc<dyn AsRef<[u8]> + Send + Sync> = lines.clone();
-        let block = HeaderBlock::from_checked_lines(
-            SharedBytes::slice(buf, 0..lines_len).expect("the lines are in their buffer"),
-        );
-        let response = Response::prepared_beside(plain.status, block, lines_len..lines_len + plain.length as usize);
+        let (token, id) = responder.into_parts();
+        self.judge_answer(plain.status);
+        let figures = self.take_figures(logged);
+        relayed.push(Relayed {
+            token,
+            id,
+            status: plain.status,
+            bytes: lines.clone(),
+            lines_len,
+            figures,
+        });
         keep_lines(&mut self.lines, lines);
-        self.answer_to(answers, responder, response, logged);
         Some(if plain.keep_alive {
             Outcome::Reusable
         } else {
@@ -2223,13 +2344,27 @@ impl UpConn {
     /// GET, callgrind `proxy-c50`; the next exchange's `take` sets them
     /// afresh either way).
     fn answer_to(&mut self, answers: &mut Vec<Answer>, responder: Responder, response: Response, logged: bool) {
+        self.judge_answer(response.status());
+        let figures = self.take_figures(logged);
+        answers.push((responder, response, figures));
+    }
+
+    /// An answer of `status` was made: the time to its head counted,
+    /// and whether it counts as a success for passive health (`judged`).
+    #[inline(always)]
+    fn judge_answer(&mut self, status: u16) {
         if let (Some(m), Some(took)) = (&self.metrics, self.figures.header) {
             m.header_time(took);
         }
-        self.judged = Some(response.status() < 500);
+        self.judged = Some(status < 500);
+    }
+
+    /// The exchange's figures, for its answer when an access log may
+    /// write its line (`logged`); else `None`.
+    #[inline(always)]
+    fn take_figures(&mut self, logged: bool) -> Option<UpstreamLog> {
         if !logged {
-            answers.push((responder, response, None));
-            return;
+            return None;
         }
         // The connection keeps its address for the next exchange: a TCP
         // one copied as it is (`Option::clone_from` was 35 instructions
@@ -2240,7 +2375,7 @@ impl UpConn {
         };
         let figures = std::mem::take(&mut self.figures);
         self.figures.addr = addr;
-        answers.push((responder, response, Some(figures)));
+        Some(figures)
     }
 }
 
