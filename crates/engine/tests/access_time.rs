@@ -140,9 +140,14 @@ fn a_slow_reader_is_logged_to_the_last_byte_over_http1() {
             "{target}: logged {us} µs, the reader took {at_unsent:?} before the last byte could leave: {line}"
         );
         assert!(ttfb <= us, "{target}: ttfb {ttfb} µs above the time {us} µs: {line}");
+        // The head left at once, not when the slow reader was done: a
+        // bound relative to the download (seconds, by `read_slowly`'s
+        // pauses), not a time, which a loaded machine overran (the
+        // handler fills 24 MiB before its head: 322 and 360 ms at a load
+        // of 10 on 2 cores against a bound of 200 ms).
         assert!(
-            ttfb < 200_000,
-            "{target}: the head left at once, ttfb {ttfb} µs: {line}"
+            ttfb * 2 < us,
+            "{target}: the head left at once, ttfb {ttfb} µs of {us} µs: {line}"
         );
         sum += at_unsent;
     }
@@ -303,10 +308,12 @@ fn a_slow_reader_is_logged_to_the_last_byte_over_http2() {
         us >= last_update.as_micros() as u64,
         "logged {us} µs; the last window came {last_update:?} after the answer's head: {line}"
     );
-    assert!(ttfb <= us && ttfb < 200_000, "ttfb {ttfb} µs, time {us} µs: {line}");
+    // Bounds relative to the stalled download (about a second of late
+    // windows), not times a loaded machine can overrun.
+    assert!(ttfb <= us && ttfb * 2 < us, "ttfb {ttfb} µs, time {us} µs: {line}");
     assert!(line.contains("\"version\":\"HTTP/2.0\""), "{line}");
     let small = line_of(&log, "/small");
-    assert!(number(&small, "duration_us") < 200_000, "{small}");
+    assert!(number(&small, "duration_us") * 2 < us, "{small} beside {line}");
     let _ = std::fs::remove_dir_all(&dir);
 }
 
