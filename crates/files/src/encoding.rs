@@ -55,33 +55,32 @@ pub fn negotiate(accept: Option<&[u8]>, available: &[Encoding]) -> Option<Encodi
     // q-values in thousandths, per coding; None: not named.
     let mut named: [Option<u16>; 3] = [None; 3];
     let mut star: Option<u16> = None;
-    for element in accept.split(|&b| b == b',') {
-        let mut params = element.split(|&b| b == b';');
-        let coding = trim_ows(params.next().unwrap_or_default());
-        if coding.is_empty() {
-            continue;
-        }
+    // One pass over the bytes, element by element (up to a comma), each
+    // a coding and its parameters (after semicolons). Split into
+    // elements, then parameters, with each coding compared to the four
+    // names in turn, it cost 348 instructions for `gzip,br` (callgrind
+    // c50, GET / of the bundled archive).
+    let n = accept.len();
+    let mut at = 0;
+    while at <= n {
+        let end = stop(accept, at);
+        let coding = trim_ows(&accept[at..end]);
         let mut q = 1000;
-        for param in params {
-            let param = trim_ows(param);
-            if let Some(v) = param.strip_prefix(b"q=").or_else(|| param.strip_prefix(b"Q=")) {
+        let mut next = end;
+        while next < n && accept[next] == b';' {
+            let param_end = stop(accept, next + 1);
+            let param = trim_ows(&accept[next + 1..param_end]);
+            if let [b'q' | b'Q', b'=', v @ ..] = param {
                 q = qvalue(v).unwrap_or(0);
             }
+            next = param_end;
         }
-        let slot = if coding.eq_ignore_ascii_case(b"br") {
-            Some(Encoding::Brotli)
-        } else if coding.eq_ignore_ascii_case(b"zstd") {
-            Some(Encoding::Zstd)
-        } else if coding.eq_ignore_ascii_case(b"gzip") || coding.eq_ignore_ascii_case(b"x-gzip") {
-            Some(Encoding::Gzip)
-        } else if coding == b"*" {
-            star = Some(q);
-            None
-        } else {
-            None
-        };
-        if let Some(e) = slot {
-            named[e.index()] = Some(q);
+        // `next` is at a comma or the end.
+        at = next + 1;
+        match coding_named(coding) {
+            Named::Coding(e) => named[e.index()] = Some(q),
+            Named::Star => star = Some(q),
+            Named::Other => {}
         }
     }
     let mut best: Option<(u16, Encoding)> = None;
@@ -95,6 +94,46 @@ pub fn negotiate(accept: Option<&[u8]>, available: &[Encoding]) -> Option<Encodi
         }
     }
     best.map(|(_, e)| e)
+}
+
+/// Where the element or parameter that starts at `from` ends: the next
+/// comma or semicolon, or the end.
+#[inline(always)]
+fn stop(accept: &[u8], from: usize) -> usize {
+    accept
+        .get(from..)
+        .and_then(|rest| rest.iter().position(|&b| b == b',' || b == b';'))
+        .map_or(accept.len(), |i| from + i)
+}
+
+/// What an element's coding names.
+enum Named {
+    Coding(Encoding),
+    Star,
+    /// Another coding (`deflate`, `identity`, an unknown one), or none.
+    Other,
+}
+
+/// The coding `coding` names, compared without regard to case (RFC 9110
+/// §8.4.1: "All content codings are case-insensitive"): by length first,
+/// then the short names as one word, each byte's case bit set (every
+/// byte of `br`, `gzip` and `zstd` is a letter, so a byte matches only
+/// as itself or its capital).
+#[inline(always)]
+fn coding_named(coding: &[u8]) -> Named {
+    match *coding {
+        [a, b] if (u16::from_le_bytes([a, b]) | 0x2020) == u16::from_le_bytes(*b"br") => {
+            Named::Coding(Encoding::Brotli)
+        }
+        [a, b, c, d] => match u32::from_le_bytes([a, b, c, d]) | 0x2020_2020 {
+            w if w == u32::from_le_bytes(*b"gzip") => Named::Coding(Encoding::Gzip),
+            w if w == u32::from_le_bytes(*b"zstd") => Named::Coding(Encoding::Zstd),
+            _ => Named::Other,
+        },
+        [b'*'] => Named::Star,
+        _ if coding.eq_ignore_ascii_case(b"x-gzip") => Named::Coding(Encoding::Gzip),
+        _ => Named::Other,
+    }
 }
 
 /// qvalue = ( "0" [ "." 0*3DIGIT ] ) / ( "1" [ "." 0*3("0") ] ), in
@@ -158,6 +197,137 @@ mod tests {
                 negotiate(accept.map(str::as_bytes), available),
                 *want,
                 "{accept:?} among {available:?}"
+            );
+        }
+    }
+
+    /// The negotiation as first written (split into elements, then
+    /// parameters; each coding compared by name): the model the one-pass
+    /// scan must agree with.
+    fn negotiate_split(accept: &[u8], available: &[Encoding]) -> Option<Encoding> {
+        let mut named: [Option<u16>; 3] = [None; 3];
+        let mut star: Option<u16> = None;
+        for element in accept.split(|&b| b == b',') {
+            let mut params = element.split(|&b| b == b';');
+            let coding = trim_ows(params.next().unwrap_or_default());
+            if coding.is_empty() {
+                continue;
+            }
+            let mut q = 1000;
+            for param in params {
+                let param = trim_ows(param);
+                if let Some(v) = param.strip_prefix(b"q=").or_else(|| param.strip_prefix(b"Q=")) {
+                    q = qvalue(v).unwrap_or(0);
+                }
+            }
+            let slot = if coding.eq_ignore_ascii_case(b"br") {
+                Some(Brotli)
+            } else if coding.eq_ignore_ascii_case(b"zstd") {
+                Some(Zstd)
+            } else if coding.eq_ignore_ascii_case(b"gzip") || coding.eq_ignore_ascii_case(b"x-gzip") {
+                Some(Gzip)
+            } else if coding == b"*" {
+                star = Some(q);
+                None
+            } else {
+                None
+            };
+            if let Some(e) = slot {
+                named[e.index()] = Some(q);
+            }
+        }
+        let mut best: Option<(u16, Encoding)> = None;
+        for e in Encoding::ALL {
+            if !available.contains(&e) {
+                continue;
+            }
+            let q = named[e.index()].or(star).unwrap_or(0);
+            if q > 0 && best.is_none_or(|(bq, _)| q > bq) {
+                best = Some((q, e));
+            }
+        }
+        best.map(|(_, e)| e)
+    }
+
+    /// Random values over the bytes that matter (the names in both cases,
+    /// their neighbours in the case-bit sense, separators, blanks,
+    /// q-values) and any byte: the one-pass scan chooses as the split did,
+    /// for every set of codings available.
+    #[test]
+    fn the_one_pass_scan_chooses_as_the_split_did() {
+        const PIECES: &[&[u8]] = &[
+            b"br",
+            b"BR",
+            b"bR",
+            b"gzip",
+            b"GZIP",
+            b"gZiP",
+            b"zstd",
+            b"ZSTD",
+            b"x-gzip",
+            b"X-GZIP",
+            b"x\rgzip",
+            b"deflate",
+            b"identity",
+            b"*",
+            b",",
+            b",",
+            b";",
+            b";",
+            b" ",
+            b"\t",
+            b"q=",
+            b"Q=",
+            b"q =",
+            b"0",
+            b"1",
+            b".",
+            b"5",
+            b"000",
+            b"0.5",
+            b"1.0",
+            b"1.001",
+            b"b",
+            b"r",
+            b"gzi",
+            b"zst",
+            b"\x02r",
+            b"B\x12",
+            b"",
+        ];
+        let sets: [&[Encoding]; 8] = [
+            &[],
+            &[Brotli],
+            &[Zstd],
+            &[Gzip],
+            &[Brotli, Zstd],
+            &[Brotli, Gzip],
+            &[Zstd, Gzip],
+            &[Brotli, Zstd, Gzip],
+        ];
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        for i in 0..200_000 {
+            let mut value = Vec::new();
+            for _ in 0..next() % 12 {
+                let r = next();
+                if r % 9 == 0 {
+                    value.push((r >> 8) as u8);
+                } else {
+                    value.extend_from_slice(PIECES[(r >> 8) as usize % PIECES.len()]);
+                }
+            }
+            let available = sets[i % sets.len()];
+            assert_eq!(
+                negotiate(Some(&value), available),
+                negotiate_split(&value, available),
+                "{:?} among {available:?}",
+                String::from_utf8_lossy(&value)
             );
         }
     }
