@@ -83,6 +83,13 @@ pub fn negotiate(accept: Option<&[u8]>, available: &[Encoding]) -> Option<Encodi
             Named::Other => {}
         }
     }
+    choose(&named, star, available)
+}
+
+/// The coding of the highest q-value among `available` (`named`: each
+/// coding's q-value in thousandths if the field named it; `star`: `*`'s),
+/// ties to the order of [`Encoding::ALL`], never one of q=0.
+fn choose(named: &[Option<u16>; 3], star: Option<u16>, available: &[Encoding]) -> Option<Encoding> {
     let mut best: Option<(u16, Encoding)> = None;
     for e in Encoding::ALL {
         if !available.contains(&e) {
@@ -236,17 +243,9 @@ mod tests {
                 named[e.index()] = Some(q);
             }
         }
-        let mut best: Option<(u16, Encoding)> = None;
-        for e in Encoding::ALL {
-            if !available.contains(&e) {
-                continue;
-            }
-            let q = named[e.index()].or(star).unwrap_or(0);
-            if q > 0 && best.is_none_or(|(bq, _)| q > bq) {
-                best = Some((q, e));
-            }
-        }
-        best.map(|(_, e)| e)
+        // The choice among the q-values is the code's own (`choose`):
+        // what this model checks is the scan that finds them.
+        choose(&named, star, available)
     }
 
     /// Random values over the bytes that matter (the names in both cases,
