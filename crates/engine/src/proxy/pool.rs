@@ -525,10 +525,12 @@ impl Sock {
 }
 
 impl Read for Sock {
+    /// A plain socket's bytes come by `sys::stream::recv`, as a client
+    /// connection's do (and as `write` sends).
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         match self {
-            Sock::Tcp(s) => s.read(buf),
-            Sock::Unix(s) => s.read(buf),
+            Sock::Tcp(s) => crate::sys::stream::recv(s.as_fd(), buf),
+            Sock::Unix(s) => crate::sys::stream::recv(s.as_fd(), buf),
             Sock::Tls(s) => s.read(buf),
         }
     }

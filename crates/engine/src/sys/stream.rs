@@ -98,6 +98,14 @@ pub(crate) fn send(socket: BorrowedFd<'_>, buf: &[u8]) -> io::Result<usize> {
     Ok(rustix::net::send(socket, buf, super::SEND_FLAGS)?)
 }
 
+/// `recv(2)` on another connected socket, as `Stream::read` reads
+/// (rustix's system call, no flags): the proxy's upstream connections'
+/// reads, which went through mio's `read` (libc's, with its
+/// cancellation brackets) as their writes did before `send`.
+pub(crate) fn recv(socket: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
+    Ok(rustix::net::recv(socket, buf, rustix::net::RecvFlags::empty())?.0)
+}
+
 impl AsFd for Stream {
     fn as_fd(&self) -> BorrowedFd<'_> {
         match self {
