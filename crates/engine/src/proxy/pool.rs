@@ -118,7 +118,7 @@ pub(crate) struct Upstreams {
     /// Answers relayed in one pass this turn (`UpConn::relay_plain`),
     /// kept as their bytes rather than made into `Response`s: an
     /// HTTP/1.1 client's connection copies them into its output
-    /// (`take_lone_relayed`, `Conn::on_relayed`); any other answer goes
+    /// (`lone_relayed`, `Conn::on_relayed`); any other answer goes
     /// into `answers` first (`take_answers`).
     relayed: Vec<Relayed>,
     /// Interim answers read this turn (`take_interims`), before the
@@ -573,13 +573,7 @@ impl Upstreams {
     /// and `give_answers` and the drain between them.
     #[inline(always)]
     pub(crate) fn take_lone_answer(&mut self) -> Option<Answer> {
-        if self.answers.len() != 1
-            || !self.relayed.is_empty()
-            || !self.interims.is_empty()
-            || !self.handoffs.is_empty()
-            || !self.checks.sorts_nothing()
-            || !super::cache::rescues_nothing()
-        {
+        if self.answers.len() != 1 || !self.relayed.is_empty() || !self.answers_alone() {
             return None;
         }
         self.answers.pop()
@@ -593,16 +587,22 @@ impl Upstreams {
     /// (`take_relayed_answer`).
     #[inline(always)]
     pub(crate) fn lone_relayed(&mut self) -> Option<&mut Relayed> {
-        if self.relayed.len() != 1
-            || !self.answers.is_empty()
-            || !self.interims.is_empty()
-            || !self.handoffs.is_empty()
-            || !self.checks.sorts_nothing()
-            || !super::cache::rescues_nothing()
-        {
+        if self.relayed.len() != 1 || !self.answers.is_empty() || !self.answers_alone() {
             return None;
         }
         self.relayed.first_mut()
+    }
+
+    /// Whether the answers are all there is to hand over: no interim
+    /// answer to go before them, no tunnel, no forward-auth check or
+    /// cache rescue to decide them (`take_answers` would pass them
+    /// through untouched).
+    #[inline(always)]
+    fn answers_alone(&self) -> bool {
+        self.interims.is_empty()
+            && self.handoffs.is_empty()
+            && self.checks.sorts_nothing()
+            && super::cache::rescues_nothing()
     }
 
     /// The relayed answers were written to their clients.
