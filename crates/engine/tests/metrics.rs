@@ -6,7 +6,7 @@ use std::io::Read;
 use std::sync::{mpsc, Arc, Mutex};
 
 use common::Client;
-use peregrine::{Metrics, Reply, Request, Response, Router, Server};
+use peregrine::{Limits, Metrics, Reply, Request, Response, Router, Server};
 use test_support::sample;
 
 #[test]
@@ -139,4 +139,47 @@ fn counters_match_a_known_set_of_requests() {
         "{text}"
     );
     assert!(sample(&text, "peregrine_sent_bytes_total") > received as u64, "{text}");
+}
+
+/// A connection that answered whole and waits for its next request holds
+/// nothing against the worker's output budget: three such connections,
+/// then a fourth that pipelines two requests under a budget of a little
+/// more than one write buffer (16 KiB), which the three would exceed were
+/// their buffers still counted, and no connection ever waits for the
+/// budget. The driver gives an idle connection's write buffer back
+/// without charging it first (`Conn::drive_from`); a charge left behind
+/// would count it still.
+#[test]
+fn idle_connections_hold_nothing_against_the_output_budget() {
+    let metrics = Arc::new(Metrics::new());
+    let app = Router::new().get("/a", |_: &Request<'_>| Response::text("alpha"));
+    let limits = Limits {
+        output_budget_bytes: 20 * 1024,
+        ..Limits::default()
+    };
+    let server = Server::new()
+        .bind("127.0.0.1:0")
+        .workers(1)
+        .limits(limits)
+        .metrics(metrics.clone())
+        .start(app)
+        .unwrap();
+    let addr = server.local_addr();
+    let mut idle: Vec<Client> = (0..3).map(|_| Client::connect(addr)).collect();
+    for c in &mut idle {
+        c.send(b"GET /a HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert_eq!(c.response_to("GET").text(), "alpha");
+    }
+    for _ in 0..3 {
+        let mut c = Client::connect(addr);
+        c.send(b"GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET /a HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert_eq!(c.response_to("GET").text(), "alpha");
+        assert_eq!(c.response_to("GET").text(), "alpha");
+    }
+    drop(idle);
+    server.shutdown();
+    server.join().unwrap();
+    let text = metrics.render();
+    assert_eq!(sample(&text, "peregrine_requests_total{class=\"2xx\"}"), 9, "{text}");
+    assert_eq!(sample(&text, "peregrine_output_budget_waits_total"), 0, "{text}");
 }

@@ -167,11 +167,42 @@ impl Conn {
     }
 
     /// `flush` over plain TCP with no tail: the output buffer, in as
-    /// many writes as the socket takes, as the general loop would.
+    /// many writes as the socket takes, as the general loop would. The
+    /// first write, which nearly always takes the whole buffer (an answer,
+    /// or a pipelined batch's), is tested inline; the loop for a partial
+    /// write is out of line: inlined, its state held in stack slots cost
+    /// every c50 answer 10 instructions (callgrind, hello-c50).
     #[inline(always)]
     fn flush_buffered(&mut self) -> Flushed {
         let out = &mut self.output;
+        let buffered = &out.buf[out.pos.min(out.buf.len())..];
+        if buffered.is_empty() {
+            out.buf.clear();
+            out.pos = 0;
+            return Flushed::All;
+        }
+        if !take_syscall(&mut self.work_left) {
+            return Flushed::Turn;
+        }
+        let len = buffered.len();
+        match self.stream.write(buffered) {
+            Ok(n) if n == len => {
+                self.bytes_out += n as u64;
+                out.buf.clear();
+                out.pos = 0;
+                Flushed::All
+            }
+            first => self.flush_buffered_rest(first),
+        }
+    }
+
+    /// `flush_buffered` after its first write, whatever it did but take
+    /// the whole buffer: the same loop.
+    #[inline(never)]
+    fn flush_buffered_rest(&mut self, first: io::Result<usize>) -> Flushed {
+        let out = &mut self.output;
         let mut progress = false;
+        let mut result = Some(first);
         loop {
             let buffered = &out.buf[out.pos.min(out.buf.len())..];
             if buffered.is_empty() {
@@ -179,10 +210,16 @@ impl Conn {
                 out.pos = 0;
                 return Flushed::All;
             }
-            if !take_syscall(&mut self.work_left) {
-                return Flushed::Turn;
-            }
-            match self.stream.write(buffered) {
+            let written = match result.take() {
+                Some(first) => first,
+                None => {
+                    if !take_syscall(&mut self.work_left) {
+                        return Flushed::Turn;
+                    }
+                    self.stream.write(buffered)
+                }
+            };
+            match written {
                 Ok(0) => return Flushed::Failed,
                 Ok(n) => {
                     progress = true;

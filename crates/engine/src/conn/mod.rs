@@ -743,23 +743,42 @@ impl Conn {
             if self.is_sending() && (self.proto.is_h2() || !self.has_output()) {
                 self.end_sending(ctx, false);
             }
-            self.charge_output(ctx.pool);
             if let Some(m) = ctx.metrics {
                 self.count_sent(m);
             }
+            // The write buffer is held against the output budget
+            // (`charge_output`) wherever the connection keeps it past this
+            // point; a turn that ends with all written gives it back below
+            // (`give_output`), and charging it first only to take the
+            // charge back was 15 instructions a request (callgrind,
+            // hello-c50). A connection closed (`Failed`) gives back what
+            // it was charged when released.
             match flushed {
                 Flushed::All => self.send_deadline = None,
-                Flushed::Turn => return Next::Again,
-                Flushed::Blocked { progress } => return self.blocked(ctx, progress),
+                Flushed::Turn => {
+                    self.charge_output(ctx.pool);
+                    return Next::Again;
+                }
+                Flushed::Blocked { progress } => {
+                    self.charge_output(ctx.pool);
+                    return self.blocked(ctx, progress);
+                }
                 Flushed::Failed => return Next::Close,
-                Flushed::Parked => return self.park(ctx),
+                Flushed::Parked => {
+                    self.charge_output(ctx.pool);
+                    return self.park(ctx);
+                }
             }
             if self.is_closing() {
+                self.charge_output(ctx.pool);
                 return self.start_lingering(ctx);
             }
             match stop {
-                Stop::Output => {}
-                Stop::Turn => return Next::Again,
+                Stop::Output => self.charge_output(ctx.pool),
+                Stop::Turn => {
+                    self.charge_output(ctx.pool);
+                    return Next::Again;
+                }
                 Stop::Input | Stop::Deferred | Stop::Closing | Stop::Switched | Stop::Broken => break,
             }
         }
