@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::thread;
+use std::time::Duration;
 
 use common::{read_head, status_of, Client, PATIENCE};
 use peregrine::proxy::{Proxy, Upstream};
@@ -27,9 +28,10 @@ use test_support::http::head_of as head;
 const ONE_PASS_BODY_MAX: usize = 16 * 1024 - 1;
 
 /// An upstream that answers `GET /p/N` (and HEAD) with `answers[N]` as it
-/// is, and `/g/N` with a byte after it (a byte no answer may have: the
-/// one pass leaves it to the general path, which answers, then closes
-/// that connection). A HEAD gets the head alone. Each connection's end,
+/// is, `/s/N/K` with the same in two writes, its first K bytes 20 ms
+/// before the rest, and `/g/N` with a byte after it (a byte no answer
+/// may have: the one pass leaves it to the general path, which answers,
+/// then closes that connection). A HEAD gets the head alone. Each connection's end,
 /// when the proxy closes it, is sent on `closed` with the connection's
 /// number; `accepted` counts them.
 struct Up {
@@ -64,7 +66,11 @@ fn serve(stream: TcpStream, n: usize, answers: &[(Vec<u8>, Vec<u8>)], closed: &S
         let mut words = line.split(' ');
         let method = words.next().unwrap_or_default();
         let target = words.next().unwrap_or_default();
-        let (kind, i) = target[1..].split_once('/').expect("/p/N or /g/N");
+        let (kind, i) = target[1..].split_once('/').expect("/p/N, /g/N or /s/N/K");
+        let (i, split) = match i.split_once('/') {
+            Some((i, k)) => (i, k.parse::<usize>().unwrap()),
+            None => (i, usize::MAX),
+        };
         let (head, body) = &answers[i.parse::<usize>().unwrap()];
         let mut answer = head.clone();
         if method != "HEAD" {
@@ -72,6 +78,15 @@ fn serve(stream: TcpStream, n: usize, answers: &[(Vec<u8>, Vec<u8>)], closed: &S
             if kind == "g" {
                 answer.push(b'!');
             }
+        }
+        if split < answer.len() {
+            // `/s/N/K`: the first K bytes, then the rest a moment later,
+            // so that the proxy's first read holds only the first part.
+            if out.write_all(&answer[..split]).is_err() {
+                break;
+            }
+            thread::sleep(Duration::from_millis(20));
+            answer.drain(..split);
         }
         if out.write_all(&answer).is_err() {
             break;
@@ -344,6 +359,78 @@ fn an_upstream_that_says_close_is_not_asked_again_on_that_connection() {
     // The `close` answer ended the first connection; the last request took a new one.
     assert_eq!(up.closed.recv_timeout(PATIENCE), Ok(0));
     assert_eq!(up.accepted.load(Ordering::SeqCst), 2);
+}
+
+/// An answer whose first read holds only part of it (cut in its status
+/// line, in a field's name or value, at the head's end, in its body):
+/// the first read's one pass (`UpConn::read_answer`) declines it, and the
+/// client still gets what the whole answer in one read gives it, on the
+/// same kept-alive upstream connection; a malformed answer cut so is
+/// still a 502 and its connection closed.
+#[test]
+fn an_answer_read_in_two_parts_is_relayed_as_the_whole_answer_is() {
+    let answers = vec![
+        (
+            head(
+                "HTTP/1.1 200 OK",
+                &[
+                    "Server: limit",
+                    "Date: Thu, 01 Jan 2026 00:00:00 GMT",
+                    "Content-Type: text/plain",
+                    "Content-Length: 13",
+                ],
+            ),
+            b"Hello, World!".to_vec(),
+        ),
+        (
+            head(
+                "HTTP/1.1 404 Not Found",
+                &[
+                    "Keep-Alive: timeout=5",
+                    "X-Spaced:   v  ",
+                    "Content-Length: 1",
+                    "Connection: keep-alive",
+                ],
+            ),
+            b"x".to_vec(),
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\nX-A: a\rb\r\n\r\n".to_vec(),
+            b"secret".to_vec(),
+        ),
+    ];
+    let up = upstream(answers.clone());
+    let server = proxy(&up);
+    let mut c = connect(&server);
+    for (i, (head, body)) in answers.iter().enumerate().take(2) {
+        let whole = answer(
+            &mut c,
+            &format!("GET /p/{i} HTTP/1.1\r\nHost: site.test\r\n\r\n"),
+            false,
+        );
+        let n = head.len() + body.len();
+        for split in [5, 13, 20, 40, head.len() - 2, head.len(), head.len() + 2, n - 1] {
+            let request = format!("GET /s/{i}/{split} HTTP/1.1\r\nHost: site.test\r\n\r\n");
+            let parts = answer(&mut c, &request, false);
+            assert_eq!(dateless(&parts), dateless(&whole), "answer {i} cut at {split}");
+        }
+    }
+    // All of it on the first connection, never closed.
+    assert_eq!(up.accepted.load(Ordering::SeqCst), 1);
+    assert!(up.closed.try_recv().is_err());
+    for split in [5, 20, 40] {
+        let mut c = Client::connect(server.local_addr());
+        c.send(format!("GET /s/2/{split} HTTP/1.1\r\nHost: site.test\r\nConnection: close\r\n\r\n").as_bytes());
+        let raw = c.read_to_close();
+        assert_eq!(
+            status_of(&raw),
+            502,
+            "cut at {split}: {}",
+            String::from_utf8_lossy(&raw)
+        );
+        assert!(!String::from_utf8_lossy(&raw).contains("secret"));
+        up.closed.recv_timeout(PATIENCE).expect("its connection closed");
+    }
 }
 
 /// Issue 26's malformed answers, each as the one pass would see it (its

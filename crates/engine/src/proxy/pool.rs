@@ -369,6 +369,9 @@ struct UpConn {
     /// The head of the answer was sent to the client (through the job's
     /// responder, consumed then).
     answered: bool,
+    /// `read_answer` tried the one pass on what the buffer holds and it
+    /// declined: `head` does not try it again on the same bytes.
+    plain_tried: bool,
     /// The method was HEAD (its answer has no body).
     head_method: bool,
     keep_alive: bool,
@@ -526,7 +529,10 @@ impl Sock {
 
 impl Read for Sock {
     /// A plain socket's bytes come by `sys::stream::recv`, as a client
-    /// connection's do (and as `write` sends).
+    /// connection's do (and as `write` sends). Inlined, as `write`: the
+    /// calls were about 20 instructions of a proxied GET (callgrind
+    /// `proxy-c50`).
+    #[inline(always)]
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         match self {
             Sock::Tcp(s) => crate::sys::stream::recv(s.as_fd(), buf),
@@ -539,6 +545,7 @@ impl Read for Sock {
 impl Write for Sock {
     /// A plain socket's bytes go by `sys::stream::send`, as a client
     /// connection's do, not through mio's `write` (libc's `send`).
+    #[inline(always)]
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match self {
             Sock::Tcp(s) => crate::sys::stream::send(s.as_fd(), buf),
@@ -877,6 +884,7 @@ impl Upstreams {
             more: false,
             missing: 0,
             answered: false,
+            plain_tried: false,
             head_method: false,
             keep_alive: false,
             body: None,
@@ -1021,14 +1029,26 @@ impl Upstreams {
         if self.scratch.len() != READ_CHUNK {
             self.scratch = ctx.pool.take_chunk();
         }
-        let outcome = c.advance(
-            ctx,
-            key,
-            c.read_timeout,
-            &mut self.scratch,
-            &mut self.answers,
-            &mut self.relayed,
-        );
+        let read_timeout = c.read_timeout;
+        // The two steps of every exchange first, each without
+        // `advance`'s loop: the request written whole at once, the
+        // answer's first read.
+        let quick = match c.state {
+            State::Writing => c.write_request(ctx, read_timeout),
+            State::Head => c.read_answer(ctx, key, read_timeout, &mut self.scratch, &mut self.relayed),
+            _ => None,
+        };
+        let outcome = match quick {
+            Some(outcome) => outcome,
+            None => c.advance(
+                ctx,
+                key,
+                read_timeout,
+                &mut self.scratch,
+                &mut self.answers,
+                &mut self.relayed,
+            ),
+        };
         if !c.interims.is_empty() {
             self.interims.append(&mut c.interims);
         }
@@ -1037,15 +1057,57 @@ impl Upstreams {
             let id = c.up;
             self.judge(ctx.now, id, ok);
         }
-        if let Outcome::Wait = outcome {
-            // `settle`'s first case, here: a request just written waits
-            // for its answer on every exchange, and the call was about 20
-            // instructions of a proxied GET (callgrind `proxy-c50`).
-            let c = &mut self.conns[key];
-            timers.arm(Source::Upstream(key).token(), c.deadline, &mut c.armed);
-            return;
+        match outcome {
+            Outcome::Wait => {
+                // `settle`'s first case, here: a request just written waits
+                // for its answer on every exchange, and the call was about 20
+                // instructions of a proxied GET (callgrind `proxy-c50`).
+                let c = &mut self.conns[key];
+                timers.arm(Source::Upstream(key).token(), c.deadline, &mut c.armed);
+            }
+            // And its second, the answer's end on a connection kept alive
+            // (the call and the outcome's move, about 10 instructions).
+            Outcome::Reusable => self.reuse(ctx, timers, key),
+            outcome => self.settle(ctx, timers, key, outcome),
         }
-        self.settle(ctx, timers, key, outcome);
+    }
+
+    /// Connection `key`'s answer ended and it may be asked again: the
+    /// next job waiting for its pool, or back to the pool's idle ones.
+    #[inline(always)]
+    fn reuse(&mut self, ctx: &mut Ctx<'_>, timers: &mut Timers, key: usize) {
+        let c = &mut self.conns[key];
+        c.state = State::Idle;
+        c.reused = true;
+        // A short answer's buffer is kept for the next (freed and
+        // made again, it was a malloc and a free per proxied GET,
+        // 210 instructions, callgrind `proxy-c50`); a larger one
+        // goes, so an idle connection holds at most
+        // `IDLE_BUF_BYTES_MAX`, within the `UPSTREAM_READ_BYTES`
+        // each connection is counted for in
+        // `Limits::worst_case_bytes_per_worker`.
+        if c.buf.capacity() <= IDLE_BUF_BYTES_MAX {
+            c.buf.clear();
+        } else {
+            c.buf = Vec::new();
+        }
+        let Some(pool) = self.pools.list.get(c.pool) else {
+            return;
+        };
+        c.deadline = Some(ctx.now + pool.up.idle_timeout);
+        timers.arm(Source::Upstream(key).token(), c.deadline, &mut c.armed);
+        if ctx.draining {
+            self.close(ctx, timers, key);
+        } else if let Some(job) = self.pools.list[c.pool].queue.pop_front() {
+            self.assign(ctx, timers, key, job);
+        } else if self.waiting_for_room().is_some() {
+            // Another upstream's request waits for the worker's cap:
+            // this connection makes room (`close` starts it).
+            self.close(ctx, timers, key);
+        } else if let Some(pool) = self.pools.list.get_mut(self.conns[key].pool) {
+            pool.idle.push(key);
+            pool.publish();
+        }
     }
 
     fn settle(&mut self, ctx: &mut Ctx<'_>, timers: &mut Timers, key: usize, outcome: Outcome) {
@@ -1054,40 +1116,7 @@ impl Upstreams {
                 let c = &mut self.conns[key];
                 timers.arm(Source::Upstream(key).token(), c.deadline, &mut c.armed);
             }
-            Outcome::Reusable => {
-                let c = &mut self.conns[key];
-                c.state = State::Idle;
-                c.reused = true;
-                // A short answer's buffer is kept for the next (freed and
-                // made again, it was a malloc and a free per proxied GET,
-                // 210 instructions, callgrind `proxy-c50`); a larger one
-                // goes, so an idle connection holds at most
-                // `IDLE_BUF_BYTES_MAX`, within the `UPSTREAM_READ_BYTES`
-                // each connection is counted for in
-                // `Limits::worst_case_bytes_per_worker`.
-                if c.buf.capacity() <= IDLE_BUF_BYTES_MAX {
-                    c.buf.clear();
-                } else {
-                    c.buf = Vec::new();
-                }
-                let Some(pool) = self.pools.list.get(c.pool) else {
-                    return;
-                };
-                c.deadline = Some(ctx.now + pool.up.idle_timeout);
-                timers.arm(Source::Upstream(key).token(), c.deadline, &mut c.armed);
-                if ctx.draining {
-                    self.close(ctx, timers, key);
-                } else if let Some(job) = self.pools.list[c.pool].queue.pop_front() {
-                    self.assign(ctx, timers, key, job);
-                } else if self.waiting_for_room().is_some() {
-                    // Another upstream's request waits for the worker's
-                    // cap: this connection makes room (`close` starts it).
-                    self.close(ctx, timers, key);
-                } else if let Some(pool) = self.pools.list.get_mut(self.conns[key].pool) {
-                    pool.idle.push(key);
-                    pool.publish();
-                }
-            }
+            Outcome::Reusable => self.reuse(ctx, timers, key),
             Outcome::Close => self.close(ctx, timers, key),
             Outcome::Switched { fields } => self.hand_off(ctx, timers, key, fields),
             Outcome::Failed { status, why, retry } => {
@@ -1361,6 +1390,7 @@ impl UpConn {
         self.more = false;
         self.missing = 0;
         self.answered = false;
+        self.plain_tried = false;
         self.head_method = job.head_method;
         self.keep_alive = false;
         self.tx = None;
@@ -1595,6 +1625,106 @@ impl UpConn {
                 }
             }
         }
+    }
+
+    /// A request with no streamed body written to a plain socket, all of
+    /// it at once, as `advance` writes it: then the answer is waited for
+    /// (`Some(Wait)`, or `None` when bytes read early wait in the buffer:
+    /// `advance` goes on with them). `None` too when this is not such a
+    /// request or the write did not take it all (`advance` writes the
+    /// rest and meets what stopped it); a write that failed ends the step
+    /// as `advance` ends it. Without `advance`'s loop and its preparations,
+    /// `Upstreams::place` went 393 → 361 instructions a proxied GET
+    /// (callgrind `proxy-c50`).
+    #[inline(always)]
+    fn write_request(&mut self, ctx: &Ctx<'_>, read_timeout: std::time::Duration) -> Option<Outcome> {
+        if self.body.is_some() || self.written != 0 || self.out.is_empty() || matches!(self.sock, Sock::Tls(_)) {
+            return None;
+        }
+        match self.sock.write(&self.out) {
+            Ok(0) => Some(self.failed(502, "upstream closed while written to".into())),
+            Ok(n) => {
+                self.written = n;
+                if n < self.out.len() {
+                    return None;
+                }
+                self.state = State::Head;
+                self.deadline = Some(ctx.now + read_timeout);
+                // See `advance`: the answer's arrival is an event.
+                match self.buf.is_empty() {
+                    true => Some(Outcome::Wait),
+                    false => None,
+                }
+            }
+            Err(e) => match e.kind() {
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => None,
+                _ => Some(self.failed(502, format!("write: {e}"))),
+            },
+        }
+    }
+
+    /// The first read of an answer (the request written, nothing of the
+    /// answer read: the event of its arrival), relayed straight from the
+    /// read when the one pass takes it (`relay_plain`), as `advance`
+    /// would after copying the read into the buffer, `consume` and
+    /// `head`. The copy, those calls and `advance`'s own preparations
+    /// were about 135 instructions of a proxied GET (5,599 → 5,463,
+    /// callgrind `proxy-c50`, bench/runs/2026-11-28-pxup). Any other
+    /// answer's bytes go into the buffer as `advance` puts them there,
+    /// and `None` lets `advance` go on with them (`head` not trying the
+    /// one pass again: `plain_tried`); `None` too when this is not such
+    /// a read, nothing done. A read that finds nothing, the end or an
+    /// error ends the step as `advance` ends it.
+    #[inline(always)]
+    fn read_answer(
+        &mut self,
+        ctx: &Ctx<'_>,
+        key: usize,
+        read_timeout: std::time::Duration,
+        scratch: &mut [u8],
+        relayed: &mut Vec<Relayed>,
+    ) -> Option<Outcome> {
+        if self.state != State::Head || !self.buf.is_empty() || self.pending.is_some() || self.missing != 0 {
+            return None;
+        }
+        let room = scratch.len();
+        let n = match self.sock.read(scratch) {
+            Ok(0) => return Some(self.at_eof(ctx, key)),
+            Ok(n) => n,
+            Err(e) => {
+                return match e.kind() {
+                    io::ErrorKind::WouldBlock => {
+                        self.more = false;
+                        Some(Outcome::Wait)
+                    }
+                    io::ErrorKind::Interrupted => None,
+                    _ => Some(self.failed(502, format!("read: {e}"))),
+                };
+            }
+        };
+        self.got = true;
+        self.more = n == room;
+        if !self.more && self.takes_plain() {
+            if let Some(outcome) = self.relay_plain(ctx, &scratch[..n], relayed) {
+                return Some(outcome);
+            }
+            self.plain_tried = true;
+        }
+        if self.more {
+            // Likely a large answer: gathered in a buffer that can hold
+            // it whole (as `advance` does).
+            self.buf = Vec::with_capacity(ANSWER_BUF_BYTES);
+        }
+        self.buf.extend_from_slice(&scratch[..n]);
+        self.deadline = Some(ctx.now + read_timeout);
+        None
+    }
+
+    /// Whether the one pass (`relay_plain`) may take this exchange's
+    /// answer: not a HEAD's, and a job with nothing more to it.
+    #[inline(always)]
+    fn takes_plain(&self) -> bool {
+        !self.head_method && self.job.as_ref().is_some_and(|j| j.more.is_none())
     }
 
     /// Reads what the upstream says before the request is all written
@@ -1913,9 +2043,15 @@ impl UpConn {
                 return Ok(false);
             }
             // The common answer, read and relayed in one pass; any other
-            // (or one not all here yet) is parsed below.
-            if !self.head_method && self.job.as_ref().is_some_and(|j| j.more.is_none()) {
-                if let Some(outcome) = self.relay_plain(ctx, relayed) {
+            // (or one not all here yet) is parsed below. Not tried again
+            // on the bytes `read_answer` tried it on.
+            let tried = std::mem::take(&mut self.plain_tried);
+            if !tried && self.takes_plain() {
+                let buf = std::mem::take(&mut self.buf);
+                let outcome = self.relay_plain(ctx, &buf, relayed);
+                self.buf = buf;
+                if let Some(outcome) = outcome {
+                    self.buf.clear();
                     return Err(outcome);
                 }
             }
@@ -2232,13 +2368,18 @@ impl UpConn {
     /// `Fields::scan`, the relay's pass over the slots and `head`'s
     /// choices for other answers. Only for a job with nothing more to it
     /// (`Job::more`: no compression, cache, tunnel or forward-auth check),
-    /// not a HEAD. `None`: not such an answer, nothing done.
+    /// not a HEAD (`takes_plain`). `input`: the answer's bytes, all that
+    /// was read of it (the read buffer, or the read itself:
+    /// `read_answer`). `None`: not such an answer, nothing done.
     #[inline(always)]
-    fn relay_plain(&mut self, ctx: &Ctx<'_>, relayed: &mut Vec<Relayed>) -> Option<Outcome> {
-        let mut lines = answer_buf(&mut self.lines);
-        let buf = Arc::get_mut(&mut lines).expect("answer_buf's buffer is not shared");
-        let plain = match relay_plain(&self.buf, buf) {
-            Some(p) if p.length < SHARE_MIN as u64 && self.buf.len() as u64 == p.head_len as u64 + p.length => p,
+    fn relay_plain(&mut self, ctx: &Ctx<'_>, input: &[u8], relayed: &mut Vec<Relayed>) -> Option<Outcome> {
+        let mut lines = lines_buf(&mut self.lines);
+        // Not shared (`lines_buf`): a `Weak` would make it so, and none
+        // is made of it; were one, the general path takes the answer.
+        let buf = Arc::get_mut(&mut lines)?;
+        buf.clear();
+        let plain = match relay_plain(input, buf) {
+            Some(p) if p.length < SHARE_MIN as u64 && input.len() as u64 == p.head_len as u64 + p.length => p,
             _ => {
                 buf.clear();
                 keep_lines(&mut self.lines, lines);
@@ -2249,8 +2390,7 @@ impl UpConn {
         // The blank line that ends the head, with the body after it: the
         // client's connection copies all of it at once. The head's own
         // blank line is in the read buffer just before the body.
-        buf.extend_from_slice(&self.buf[plain.head_len - 2..]);
-        self.buf.clear();
+        buf.extend_from_slice(&input[plain.head_len - 2..]);
         self.keep_alive = plain.keep_alive;
         let (responder, logged) = self.take_responder(ctx, plain.status, true);
         let (token, id) = responder.into_parts();
@@ -2397,9 +2537,23 @@ fn answer_buf(kept: &mut Option<Arc<Vec<u8>>>) -> Arc<Vec<u8>> {
     }
 }
 
+/// `answer_buf` for the one pass (`UpConn::relay_plain`), which asks
+/// `Arc::get_mut` itself (and clears the buffer): the kept buffer when no
+/// answer holds it any more, else a new one. A second `get_mut` (an
+/// atomic compare-exchange) and `answer_buf`'s call were about 10
+/// instructions of a proxied GET (callgrind `proxy-c50`).
+#[inline(always)]
+fn lines_buf(kept: &mut Option<Arc<Vec<u8>>>) -> Arc<Vec<u8>> {
+    match kept.take() {
+        Some(lines) if Arc::strong_count(&lines) == 1 => lines,
+        _ => Arc::new(Vec::with_capacity(512)),
+    }
+}
+
 /// Keeps `lines` (shared with the answer just made) for the next
 /// answer, when it is short (`IDLE_BUF_BYTES_MAX`: an idle connection
 /// holds at most that, as for its read buffer).
+#[inline(always)]
 fn keep_lines(kept: &mut Option<Arc<Vec<u8>>>, lines: Arc<Vec<u8>>) {
     if lines.capacity() <= IDLE_BUF_BYTES_MAX {
         *kept = Some(lines);
