@@ -205,10 +205,16 @@ pub(crate) fn warn_if_unverified(up: &Upstream, what: &str) {
 }
 
 /// Whether `path` is under `prefix` (the module's doc says how).
+/// Inlined, as bytes: `/`, the whole site's prefix, is one comparison of
+/// the first byte (the call, `strip_suffix` and `starts_with`'s were 38
+/// instructions of every proxied GET, callgrind `proxy-c50`).
+#[inline]
 pub(crate) fn under(prefix: &str, path: &str) -> bool {
-    match prefix.strip_suffix('/') {
-        Some(bare) => path.starts_with(prefix) || path == bare,
-        None => path == prefix || path.strip_prefix(prefix).is_some_and(|rest| rest.starts_with('/')),
+    let (prefix, path) = (prefix.as_bytes(), path.as_bytes());
+    match prefix {
+        [b'/'] => path.first() == Some(&b'/') || path.is_empty(),
+        [bare @ .., b'/'] => path.starts_with(prefix) || path == bare,
+        _ => path.starts_with(prefix) && path.get(prefix.len()).is_none_or(|&b| b == b'/'),
     }
 }
 
@@ -282,10 +288,16 @@ pub(crate) fn wrap(inner: Arc<dyn Handler>, routes: &[Prefix]) -> Arc<dyn Handle
     if routes.is_empty() {
         return inner;
     }
-    Arc::new(Prefixed {
+    Arc::new(prefixed(inner, routes))
+}
+
+/// `wrap`'s handler as itself, for a server that takes it whole (one
+/// call through a `dyn Handler` fewer a request than `Shared(wrap(..))`).
+pub(crate) fn prefixed(inner: Arc<dyn Handler>, routes: &[Prefix]) -> Prefixed {
+    Prefixed {
         routes: routes.to_vec(),
         inner,
-    })
+    }
 }
 
 /// An `Arc`'d handler as one `Server::start` takes.
@@ -301,18 +313,27 @@ impl Handler for Shared {
     }
 }
 
-struct Prefixed {
+/// `wrap`'s handler: the proxy routes, longest prefix first, and the
+/// site's handler for every other path.
+pub(crate) struct Prefixed {
     routes: Vec<Prefix>,
     inner: Arc<dyn Handler>,
 }
 
 impl Prefixed {
+    /// The route `req`'s path is under, if any. Inlined (a call of its own
+    /// was 39 instructions of a proxied GET with `under`'s, callgrind
+    /// `proxy-c50`).
+    #[inline(always)]
     fn route(&self, req: &Request<'_>) -> Option<(&Proxy, bool)> {
         let path = req.path();
-        self.routes
-            .iter()
-            .find(|(prefix, ..)| under(prefix, path))
-            .map(|(_, p, first)| (p, *first))
+        // A loop, not `Iter::find`, which was left a call of its own.
+        for (prefix, proxy, first) in &self.routes {
+            if under(prefix, path) {
+                return Some((proxy, *first));
+            }
+        }
+        None
     }
 }
 
@@ -349,6 +370,46 @@ mod tests {
         assert!(under("/api", "/api/x"));
         assert!(!under("/api", "/apix"));
         assert!(under("/", "/anything"));
+    }
+
+    /// `under` as bytes says what the rule said as `str` steps, for
+    /// every pair of these prefixes and paths.
+    #[test]
+    fn under_says_what_the_string_rule_says() {
+        fn rule(prefix: &str, path: &str) -> bool {
+            match prefix.strip_suffix('/') {
+                Some(bare) => path.starts_with(prefix) || path == bare,
+                None => path == prefix || path.strip_prefix(prefix).is_some_and(|rest| rest.starts_with('/')),
+            }
+        }
+        let prefixes = [
+            "", "/", "//", "/a", "/a/", "/api", "/api/", "/api/v1", "/api/v1/", "/é/",
+        ];
+        let paths = [
+            "",
+            "/",
+            "//",
+            "*",
+            "a",
+            "/a",
+            "/a/",
+            "/ab",
+            "/api",
+            "/api/",
+            "/apix",
+            "/api/x",
+            "/api/v1",
+            "/api/v1/x",
+            "/api/v1x",
+            "/é",
+            "/é/",
+            "/éx",
+        ];
+        for prefix in prefixes {
+            for path in paths {
+                assert_eq!(under(prefix, path), rule(prefix, path), "{prefix:?} {path:?}");
+            }
+        }
     }
 
     #[test]

@@ -392,7 +392,10 @@ impl Hosted {
                 }
                 Source::Upstream(k) => {
                     self.upstreams.on_event(ctx, &mut self.timers, k);
-                    if self.upstreams.has_answers() {
+                    // A lone relayed answer (a proxied GET's) first: then
+                    // nothing else waits, and `has_answers`' look at every
+                    // list is not needed (`hand_over` would ask again).
+                    if !self.hand_relayed(ctx) && self.upstreams.has_answers() {
                         // Handed over at once, not after every event of
                         // the turn: the answer's buffers go back to the
                         // allocator before the next upstream's are taken
@@ -598,7 +601,14 @@ impl Hosted {
                         ctx.upstream_log = None;
                     }
                     self.upstreams.drop_relayed();
-                    self.settle(ctx, t, next);
+                    // The common case, the connection waiting again, armed
+                    // through the entry in hand, as `on_events` does:
+                    // `settle` would look it up in the slab a second time.
+                    if next == Next::Keep {
+                        self.timers.arm(t, conn.deadline, &mut conn.armed);
+                    } else {
+                        self.settle(ctx, t, next);
+                    }
                     return true;
                 }
                 if logged {

@@ -526,8 +526,8 @@ fn start(
             srv.start(sandbox::planted_bug(files))?
         } else {
             notes_under_proxies(&mut notes, &proxies);
-            let handler = crate::proxy::wrap(Arc::new(files), &proxies);
-            srv.start(sandbox::planted_bug(crate::proxy::Shared(handler)))?
+            let handler = crate::proxy::prefixed(Arc::new(files), &proxies);
+            srv.start(sandbox::planted_bug(handler))?
         };
         return Ok((running, Vec::new(), notes));
     }
@@ -545,8 +545,8 @@ fn start(
         srv.start(sandbox::planted_bug(gated))?
     } else {
         notes_under_proxies(&mut notes, &proxies);
-        let handler = crate::proxy::wrap(Arc::new(gated), &proxies);
-        srv.start(sandbox::planted_bug(crate::proxy::Shared(handler)))?
+        let handler = crate::proxy::prefixed(Arc::new(gated), &proxies);
+        srv.start(sandbox::planted_bug(handler))?
     };
     let served = ServedArchive {
         root: root.clone(),

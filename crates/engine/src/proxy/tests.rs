@@ -212,3 +212,37 @@ fn a_plain_path_takes_the_short_way_to_the_same_bytes() {
         }
     }
 }
+
+/// An id made from the last one (`next_id`) is the one made afresh (the
+/// prefix and the serial in 16 hex digits, `Request::made_request_id`)
+/// whenever it is made; serials one after the other, with gaps and
+/// carries, and the empty slot.
+#[test]
+fn a_request_id_made_from_the_last_is_the_one_made_afresh() {
+    let made = |serial: u64| -> [u8; 32] {
+        format!("0123456789abcdef{serial:016x}")
+            .into_bytes()
+            .try_into()
+            .unwrap()
+    };
+    assert_eq!(next_id((0, [0; 32]), 1), None, "the empty slot");
+    let mut serials: Vec<u64> = (0..600).collect();
+    serials.extend([700, 701, 0xff, 0x100, 0x101, u64::MAX - 20]);
+    serials.extend(u64::MAX - 19..=u64::MAX);
+    serials.extend([0, 1, 2]);
+    let mut last = (0, [0; 32]);
+    let mut n_next = 0;
+    for serial in serials {
+        let id = match next_id(last, serial) {
+            Some(id) => {
+                n_next += 1;
+                id
+            }
+            None => made(serial),
+        };
+        assert_eq!(id, made(serial), "{serial:#x}");
+        last = (serial, id);
+    }
+    // Not vacuous: most came from the last one.
+    assert!(n_next > 500, "{n_next}");
+}

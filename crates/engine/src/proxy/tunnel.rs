@@ -171,13 +171,10 @@ pub(crate) fn request(up: &super::Upstream, req: &Request<'_>, offer: Offer) -> 
             (Some(key), accept)
         }
     };
-    // An HTTP/2 client's key, if it sent one, is not ours to pass.
-    let skip: &[&str] = if own_key.is_some() {
-        &["sec-websocket-key", "expect"]
-    } else {
-        &["expect"]
-    };
-    let (mut bytes, _) = super::build_as(up, req, crate::codec::head::Framing::Empty, "GET", skip, None)?;
+    // An HTTP/2 client's key, if it sent one, is not ours to pass; nor
+    // is an `Expect` (`build_as` leaves it out).
+    let skip: &[&str] = if own_key.is_some() { &["sec-websocket-key"] } else { &[] };
+    let (mut bytes, _) = super::build_as(up, req, crate::codec::head::Framing::Empty, "GET", false, skip, None)?;
     // The head ends with its empty line: the upgrade's fields go before
     // it (`write_request_head` drops Upgrade and Connection, hop-by-hop
     // for every other request).
