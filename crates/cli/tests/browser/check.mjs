@@ -372,7 +372,7 @@ function checkFirstLoad(found) {
 // A reload revalidates: the document must go to the server with If-None-Match
 // and come back 304; every asset must come from a cache or be a 304 too,
 // so nothing is downloaded again.
-function checkReload(found, firstEtags) {
+function checkReload(found, firstEtags, firstCodings) {
   for (const [path, r] of Object.entries(found)) {
     if (!check(!r.failed, `reload: ${path} failed: ${r.failed}`)) continue;
     if (path === "/" && !UNTRUSTED) {
@@ -396,9 +396,18 @@ function checkReload(found, firstEtags) {
         check(r.wireStatus === 200, `reload: ${path} (sent without If-None-Match) was answered ${r.wireStatus}, not 200`);
         // Without a validator the server may pick another representation
         // (`serve DIR` compresses text files on the fly after the first
-        // request): then only a strong ETag is asked of it.
+        // request, so an SVG first sent as itself may come back br): then
+        // it must carry a strong ETag of its own (RFC 9110 §8.8.3: one
+        // per representation); the same representation, the same ETag.
+        const coding = r.wireHeaders["content-encoding"] ?? null;
         if (UNTRUSTED) {
           check(/^"[^"]+"$/.test(etag ?? ""), `reload: ${path}'s 200 has no strong ETag (${etag})`);
+        } else if (coding !== firstCodings[path]) {
+          check(/^"[^"]+"$/.test(etag ?? ""), `reload: ${path}'s 200 has no strong ETag (${etag})`);
+          check(
+            etag !== firstEtags[path],
+            `reload: ${path}'s ${coding} 200 carries the ETag ${etag} of its ${firstCodings[path] ?? "identity"} first answer`,
+          );
         } else {
           check(etag === firstEtags[path], `reload: ${path}'s 200 carries ETag ${etag}, not ${firstEtags[path]}`);
         }
@@ -448,6 +457,9 @@ async function main() {
   const first = byPath("first load");
   checkFirstLoad(first);
   const firstEtags = Object.fromEntries(Object.entries(first).map(([p, r]) => [p, r.headers?.etag]));
+  const firstCodings = Object.fromEntries(
+    Object.entries(first).map(([p, r]) => [p, r.headers?.["content-encoding"] ?? null]),
+  );
   const log = [table("first load")];
 
   requests = new Map();
@@ -457,7 +469,7 @@ async function main() {
   await send("Page.reload", { ignoreCache: false }, sessionId);
   await settle(loaded, sessionId);
   checkPage("reload", await inspectPage(sessionId));
-  checkReload(byPath("reload"), firstEtags);
+  checkReload(byPath("reload"), firstEtags, firstCodings);
   log.push(table("reload"));
   return log.join("\n");
 }
