@@ -762,40 +762,32 @@ impl Proxy {
                 let choice = self.choice(req);
                 let head_method = req.method() == "HEAD";
                 let idempotent = is_idempotent(req.method());
+                // Made where it goes (a macro, not a value: a `Job` made
+                // first and pushed after was copied on its way into the
+                // list; nor a closure, which stayed a call).
+                macro_rules! job {
+                    () => {
+                        Job {
+                            up,
+                            bytes,
+                            head_method,
+                            idempotent,
+                            retried: false,
+                            tried: None,
+                            chunked,
+                            expect_continue,
+                            responder,
+                            choice,
+                            trailers,
+                            more,
+                        }
+                    };
+                }
                 if wait {
-                    cache::park(Job {
-                        up,
-                        bytes,
-                        head_method,
-                        idempotent,
-                        retried: false,
-                        tried: None,
-                        chunked,
-                        expect_continue,
-                        responder,
-                        choice,
-                        trailers,
-                        more,
-                    });
+                    cache::park(job!());
                     return Reply::Later;
                 }
-                // Made in the push, of values made before: a `Job` made
-                // first and pushed after was copied on its way into the
-                // list.
-                outbox.borrow_mut().push(Job {
-                    up,
-                    bytes,
-                    head_method,
-                    idempotent,
-                    retried: false,
-                    tried: None,
-                    chunked,
-                    expect_continue,
-                    responder,
-                    choice,
-                    trailers,
-                    more,
-                });
+                outbox.borrow_mut().push(job!());
                 Reply::Later
             }
             Err(status) => Response::error(status).into(),
