@@ -12,6 +12,14 @@ use crate::response::{FileRange, SharedBytes};
 /// so reads need no `unsafe`; write buffers are kept empty.
 #[derive(Default)]
 pub(crate) struct BufPool {
+    /// The read and the write buffer given back last, taken first. A
+    /// worker runs one connection's turn at a time, so at 50 keep-alive
+    /// connections each turn takes these two and gives them back: a slot
+    /// filled and emptied, not a stack's length checked, moved and
+    /// bounded (callgrind, hello-c50: NOTES of 2026-11-28-hc50). Counted
+    /// in `POOL_BUFFERS_MAX` with the stacks below, which hold the rest.
+    hot_read: Option<Vec<u8>>,
+    hot_write: Option<Vec<u8>>,
     read: Vec<Vec<u8>>,
     write: Vec<Vec<u8>>,
     /// Read buffers of HTTP/2 connections (`H2_READ_BYTES`).
@@ -45,25 +53,51 @@ impl BufPool {
 }
 
 impl BufPool {
+    /// A read buffer: the hot slot's, which `refill_read` fills first if
+    /// it is empty. Taken from the slot either way: a slot or a call's
+    /// result merged into one value was built on the stack, then copied
+    /// (5 instructions more for each buffer taken, callgrind, hello-c50).
+    #[inline(always)]
     pub(crate) fn take_read(&mut self) -> Vec<u8> {
-        self.read.pop().unwrap_or_else(|| vec![0; BUFFER_BYTES])
-    }
-
-    pub(crate) fn take_write(&mut self) -> Vec<u8> {
-        match self.write.pop() {
-            Some(buf) => buf,
-            None => self.take_write_grown(),
+        if self.hot_read.is_none() {
+            self.refill_read();
         }
+        self.hot_read.take().unwrap_or_else(|| vec![0; BUFFER_BYTES])
     }
 
-    /// `take_write` with no plain buffer left: one that grew, else a new
-    /// one. Out of line: inlined, its branch cost every HTTP/1.1 batch
-    /// 6 to 9 instructions in the driver's code (callgrind, c50 rows).
+    /// Fills the empty hot read slot (another connection holds its
+    /// buffer): one from the stack, else a new one. Out of line, as
+    /// `refill_write`.
     #[inline(never)]
-    fn take_write_grown(&mut self) -> Vec<u8> {
-        self.medium_write
-            .pop()
+    fn refill_read(&mut self) {
+        self.hot_read = Some(self.read.pop().unwrap_or_else(|| vec![0; BUFFER_BYTES]));
+    }
+
+    /// A write buffer, as `take_read`.
+    #[inline(always)]
+    pub(crate) fn take_write(&mut self) -> Vec<u8> {
+        if self.hot_write.is_none() {
+            self.refill_write();
+        }
+        self.hot_write
+            .take()
             .unwrap_or_else(|| Vec::with_capacity(BUFFER_BYTES))
+    }
+
+    /// Fills the empty hot write slot: a plain buffer from the stack, else
+    /// one that grew, else a new one. Out of line: inlined, its branches
+    /// cost every HTTP/1.1 batch 6 to 9 instructions in the driver's code
+    /// (callgrind, c50 rows).
+    #[inline(never)]
+    fn refill_write(&mut self) {
+        let buf = match self.write.pop() {
+            Some(buf) => buf,
+            None => self
+                .medium_write
+                .pop()
+                .unwrap_or_else(|| Vec::with_capacity(BUFFER_BYTES)),
+        };
+        self.hot_write = Some(buf);
     }
 
     pub(crate) fn take_h2_read(&mut self) -> Vec<u8> {
@@ -72,21 +106,23 @@ impl BufPool {
 
     /// Takes back a read buffer. A keep-alive connection gives its
     /// buffers back after every request it answers whole (`Conn::drive`),
-    /// so the common case, a plain buffer into a stack with room, is
+    /// so the common case, a plain buffer into the empty hot slot, is
     /// tested in the caller's code (a call cost 31 instructions a request
     /// with its moves; callgrind, hello-c50); the rest is out of line.
     #[inline(always)]
     pub(crate) fn give_read(&mut self, buf: Vec<u8>) {
-        if buf.len() == BUFFER_BYTES && self.read.len() < POOL_BUFFERS_MAX.min(self.read.capacity()) {
-            self.read.push(buf);
+        if buf.len() == BUFFER_BYTES && self.hot_read.is_none() {
+            self.hot_read = Some(buf);
         } else {
             self.give_read_other(buf);
         }
     }
 
+    /// `give_read` with the hot slot taken: the stack keeps the rest of
+    /// `POOL_BUFFERS_MAX`.
     #[inline(never)]
     fn give_read_other(&mut self, buf: Vec<u8>) {
-        if buf.len() == BUFFER_BYTES && self.read.len() < POOL_BUFFERS_MAX {
+        if buf.len() == BUFFER_BYTES && self.read.len() < POOL_BUFFERS_MAX - 1 {
             self.read.push(buf);
         } else if buf.len() == H2_READ_BYTES && self.h2_read.len() < POOL_BUFFERS_MAX {
             self.h2_read.push(buf);
@@ -97,9 +133,9 @@ impl BufPool {
     /// caller's code.
     #[inline(always)]
     pub(crate) fn give_write(&mut self, mut buf: Vec<u8>) {
-        if buf.capacity() == BUFFER_BYTES && self.write.len() < POOL_BUFFERS_MAX.min(self.write.capacity()) {
+        if buf.capacity() == BUFFER_BYTES && self.hot_write.is_none() {
             buf.clear();
-            self.write.push(buf);
+            self.hot_write = Some(buf);
         } else {
             self.give_write_other(buf);
         }
@@ -108,7 +144,7 @@ impl BufPool {
     #[inline(never)]
     fn give_write_other(&mut self, mut buf: Vec<u8>) {
         buf.clear();
-        if buf.capacity() == BUFFER_BYTES && self.write.len() < POOL_BUFFERS_MAX {
+        if buf.capacity() == BUFFER_BYTES && self.write.len() < POOL_BUFFERS_MAX - 1 {
             self.write.push(buf);
         } else if buf.capacity() > BUFFER_BYTES
             && buf.capacity() <= MEDIUM_WRITE_BYTES_MAX
@@ -180,8 +216,8 @@ const LARGE_WRITE_BUFFERS_MAX: usize = 8;
 const MEDIUM_WRITE_BYTES_MAX: usize = 4 * BUFFER_BYTES;
 const MEDIUM_WRITE_BUFFERS_MAX: usize = 16;
 
-/// Bytes read and not yet consumed: `buf[start..end]`. `buf` is empty while
-/// the connection is idle. Requests are consumed by moving `start`; the
+/// Bytes read and not yet consumed: `buf[start..end]`. `buf` is empty (no
+/// capacity, `start` and `end` 0) while the connection is idle. Requests are consumed by moving `start`; the
 /// bytes are moved back to the front only when the buffer is full, never
 /// per request.
 #[derive(Default)]
@@ -316,17 +352,15 @@ mod tests {
     #[test]
     fn given_buffers_are_kept_to_the_bound_whether_the_stack_has_room_or_grows() {
         let mut pool = BufPool::default();
-        // Given into stacks with no room yet (the out-of-line path), then
-        // with room (the inline one): each kept until the bound, the last
-        // one given taken first.
+        // The first given into the hot slot (the inline path), the rest
+        // into the stacks (out of line): each kept until the bound, which
+        // counts the slot, the last one given taken first.
         for _ in 0..POOL_BUFFERS_MAX + 3 {
             pool.give_read(vec![0; BUFFER_BYTES]);
             pool.give_write(Vec::with_capacity(BUFFER_BYTES));
         }
-        assert_eq!(
-            (pool.read.len(), pool.write.len()),
-            (POOL_BUFFERS_MAX, POOL_BUFFERS_MAX)
-        );
+        assert_eq!(pool.kept(), (POOL_BUFFERS_MAX, POOL_BUFFERS_MAX));
+        assert!(pool.hot_read.is_some() && pool.hot_write.is_some());
         let mut w = pool.take_write();
         w.extend_from_slice(b"answer");
         let at = w.as_ptr();
@@ -341,10 +375,25 @@ mod tests {
         // A buffer of another size is not kept.
         pool.give_read(vec![0; 100]);
         pool.give_write(Vec::with_capacity(100));
-        assert_eq!(
-            (pool.read.len(), pool.write.len()),
-            (POOL_BUFFERS_MAX - 1, POOL_BUFFERS_MAX - 1)
-        );
+        assert_eq!(pool.kept(), (POOL_BUFFERS_MAX - 1, POOL_BUFFERS_MAX - 1));
+        // With the hot slots empty, the stacks give.
+        let (r, w) = (pool.take_read(), pool.take_write());
+        assert!(pool.hot_read.is_none() && pool.hot_write.is_none());
+        assert_eq!(pool.kept(), (POOL_BUFFERS_MAX - 2, POOL_BUFFERS_MAX - 2));
+        pool.give_read(r);
+        pool.give_write(w);
+        assert!(pool.hot_read.is_some() && pool.hot_write.is_some());
+        assert_eq!(pool.kept(), (POOL_BUFFERS_MAX - 1, POOL_BUFFERS_MAX - 1));
+    }
+
+    impl BufPool {
+        /// Plain read and write buffers kept: the hot slots and the stacks.
+        fn kept(&self) -> (usize, usize) {
+            (
+                self.read.len() + usize::from(self.hot_read.is_some()),
+                self.write.len() + usize::from(self.hot_write.is_some()),
+            )
+        }
     }
 
     #[test]

@@ -1036,14 +1036,17 @@ impl Conn {
     /// buffer cannot grow further (the error response is then queued).
     fn make_room(&mut self, ctx: &mut Ctx<'_>) -> bool {
         let input = &mut self.input;
-        if input.buf.is_empty() {
+        // Tested by capacity: a buffer with none needs no drop before the
+        // one taken replaces it. No buffer, no bytes: `give_input` left
+        // `start` and `end` at 0 (their stores here were 3 instructions a
+        // wakeup).
+        if input.buf.capacity() == 0 {
+            debug_assert!(input.start == 0 && input.end == 0);
             input.buf = if self.proto.is_h2() {
                 ctx.pool.take_h2_read()
             } else {
                 ctx.pool.take_read()
             };
-            input.start = 0;
-            input.end = 0;
         }
         if input.end < input.buf.len() {
             return true;
