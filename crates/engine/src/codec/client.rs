@@ -472,7 +472,7 @@ pub(crate) fn parse_response_head_with<'b, 'h>(
 /// parses into. One more is `TooManyFields`, a 502.
 pub(crate) const RESPONSE_FIELDS_MAX: usize = 128;
 
-/// What [`relay_plain`] read of the answer whose fields it relayed.
+/// What the one pass (`relay_plain_whole`) read of the answer whose fields it relayed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct PlainAnswer {
     pub(crate) status: u16,
@@ -508,22 +508,94 @@ pub(crate) struct PlainAnswer {
 /// tokeniser's slots, `Fields::scan` and the relay's pass over the slots
 /// were about 950 instructions of a proxied GET's 6,796 (callgrind,
 /// `proxy-c50`).
+#[cfg(any(test, feature = "fuzzing"))]
 pub(crate) fn relay_plain(buf: &[u8], lines: &mut Vec<u8>) -> Option<PlainAnswer> {
-    let start = lines.len();
-    let plain = relay_plain_into(buf, lines);
-    if plain.is_none() {
-        lines.truncate(start);
-    }
-    plain
+    relay_plain_upto(buf, lines, None)
 }
 
-/// The work of [`relay_plain`]; `lines` may hold some of the fields when
-/// it says `None`. The runs of name and value bytes are the plain
-/// tokeniser's (`codec::plain`: 16 bytes a step on x86_64); a name is
-/// compared with those the relay acts on only when its length is one of
-/// theirs, a word at a time with bit 5 set (`same_name`).
+/// `relay_plain` (which only the tests and the fuzz target call) for an
+/// answer whose body is all of the rest of `buf` and shorter than
+/// `body_bytes_max` (else `None`, `lines` as it was), with the blank line
+/// and the body written into `lines` after the fields: the proxy's one
+/// pass (`UpConn::relay_plain`). The last run of fields, the blank line
+/// and the body go in one copy (they lie together in `buf`), where the
+/// proxy made two.
+pub(crate) fn relay_plain_whole(buf: &[u8], lines: &mut Vec<u8>, body_bytes_max: u64) -> Option<PlainAnswer> {
+    relay_plain_upto(buf, lines, Some(body_bytes_max))
+}
+
+/// `relay_plain` (`whole` `None`) or [`relay_plain_whole`].
 #[inline(always)]
-fn relay_plain_into(buf: &[u8], lines: &mut Vec<u8>) -> Option<PlainAnswer> {
+fn relay_plain_upto(buf: &[u8], lines: &mut Vec<u8>, whole: Option<u64>) -> Option<PlainAnswer> {
+    let mut cuts = [Cut::default(); CUTS_MAX];
+    let (plain, fields_at, n_cuts) = scan_plain(buf, &mut cuts)?;
+    let fields_end = plain.head_len - 2;
+    let end = match whole {
+        None => fields_end,
+        Some(body_bytes_max) => {
+            if plain.length >= body_bytes_max || buf.len() as u64 != plain.head_len as u64 + plain.length {
+                return None;
+            }
+            buf.len()
+        }
+    };
+    // The field lines but the cut ones, in runs between the cuts, and
+    // each rewritten line as the relay writes it.
+    let mut run_at = fields_at;
+    for cut in &cuts[..n_cuts] {
+        let (at, end) = (usize::from(cut.at), usize::from(cut.end));
+        // Each copy only when there is something to copy: an empty one
+        // was still a call of about 25 instructions, three of them for
+        // limit.c's answer (callgrind `proxy-c50`).
+        if run_at != at {
+            lines.extend_from_slice(&buf[run_at..at]);
+        }
+        if cut.name_len != 0 {
+            let colon = at + usize::from(cut.name_len);
+            super::write::push_field(lines, &buf[at..colon], trim_ows(&buf[colon + 1..end - 2]));
+        }
+        run_at = end;
+    }
+    if run_at != end {
+        lines.extend_from_slice(&buf[run_at..end]);
+    }
+    Some(plain)
+}
+
+/// Most field lines of one answer the one pass drops or rewrites (a
+/// `Cut` each); an answer with more is left to the general path. Real
+/// answers drop a handful (Date, Server, Content-Length, Connection,
+/// Keep-Alive).
+const CUTS_MAX: usize = 16;
+const _: () = assert!(RESPONSE_HEAD_BYTES_MAX <= u16::MAX as usize);
+
+/// A field line [`scan_plain`] found that does not go on as it is: the
+/// bytes `at..end` (its CRLF included; positions fit in 16 bits, the head
+/// being at most `RESPONSE_HEAD_BYTES_MAX`), dropped (`name_len` 0) or
+/// rewritten as `name: value` (its name the first `name_len` bytes, its
+/// value what follows the colon without OWS).
+#[derive(Clone, Copy, Default)]
+struct Cut {
+    at: u16,
+    end: u16,
+    name_len: u16,
+}
+
+/// The checks of `relay_plain`, with no write: the answer, where its
+/// field lines start, and how many of `cuts` it filled. The loop makes
+/// no call (the copies and rewrites come after it, a Connection list is
+/// read after it): the eight vector constants are volatile loads
+/// (`codec::plain`'s `splat`), which the compiler cannot make again, so
+/// a call in the loop (`append_elements`, or even a cold one) had it
+/// store and reload all eight, at each field cut, about 110 of the one
+/// pass's 800 instructions for limit.c's answer (callgrind
+/// `--dump-instr=yes`, `proxy-c50`, bench/runs/2026-11-28-pxone). The runs
+/// of name and value bytes are the plain tokeniser's (`codec::plain`: 16
+/// bytes a step on x86_64); a name is compared with those the relay acts
+/// on only when its length is one of theirs, a word at a time with bit 5
+/// set (`same_name`).
+#[inline(always)]
+fn scan_plain(buf: &[u8], cuts: &mut [Cut; CUTS_MAX]) -> Option<(PlainAnswer, usize, usize)> {
     let buf = &buf[..buf.len().min(RESPONSE_HEAD_BYTES_MAX)];
     let k = &super::plain::vectors();
     let line: &[u8; 13] = buf.get(..13)?.try_into().ok()?;
@@ -538,32 +610,33 @@ fn relay_plain_into(buf: &[u8], lines: &mut Vec<u8>) -> Option<PlainAnswer> {
     if !(200..600).contains(&status) || status == 204 || status == 304 {
         return None;
     }
-    // No reason, or SP and a reason of visible ASCII and SP.
-    let mut at = match line[12] {
-        b'\r' => 12,
-        b' ' => super::plain::run_of(buf, 13, 0x20, k),
-        _ => return None,
+    // No reason, or SP and a reason of visible ASCII and SP; `OK`, the
+    // commonest, compared whole with its CRLF (the run and the CRLF's
+    // test were about 25 instructions, callgrind `proxy-c50`, pxone).
+    let mut at = if buf.get(12..17) == Some(b" OK\r\n") {
+        17
+    } else {
+        let reason_end = match line[12] {
+            b'\r' => 12,
+            b' ' => super::plain::run_of(buf, 13, 0x20, k),
+            _ => return None,
+        };
+        if buf.get(reason_end..reason_end + 2)? != b"\r\n" {
+            return None;
+        }
+        reason_end + 2
     };
-    if buf.get(at..at + 2)? != b"\r\n" {
-        return None;
-    }
-    at += 2;
     let mut length = None;
     let mut close = false;
     let mut n_fields = 0;
-    // Where the lines copied as they are begin: a run of relayed lines
-    // spelled as the relay writes them goes in one copy.
-    let mut run_at = at;
+    let mut n_cuts = 0;
+    // A Connection field's list of options, read after the loop.
+    let mut conn_list = None;
+    let fields_at = at;
     loop {
         if *buf.get(at)? == b'\r' {
             if *buf.get(at + 1)? != b'\n' {
                 return None;
-            }
-            // Each copy only when there is something to copy: an empty
-            // one was still a call of about 25 instructions, three of
-            // them for limit.c's answer (callgrind `proxy-c50`).
-            if run_at != at {
-                lines.extend_from_slice(&buf[run_at..at]);
             }
             at += 2;
             break;
@@ -574,11 +647,37 @@ fn relay_plain_into(buf: &[u8], lines: &mut Vec<u8>) -> Option<PlainAnswer> {
         }
         // token ":" OWS value OWS CRLF
         let name_at = at;
-        at = super::plain::token_run(buf, at, k);
-        if *buf.get(at)? != b':' || at == name_at {
-            return None;
-        }
-        let name = &buf[name_at..at];
+        let kind = match known_name(buf, at) {
+            Some((kind, name_len)) => {
+                at += name_len;
+                kind
+            }
+            None => {
+                at = super::plain::token_run(buf, at, k);
+                if *buf.get(at)? != b':' || at == name_at {
+                    return None;
+                }
+                let name = &buf[name_at..at];
+                let is = |lower: &[u8]| same_name(name, lower);
+                match name.len() {
+                    2 if is(b"te") => Kind::Dropped,
+                    4 if is(b"date") => Kind::Dropped,
+                    // A field named `close` goes when a Connection field
+                    // names it, which may come after it: the general
+                    // relay's.
+                    5 if is(b"close") => return None,
+                    6 if is(b"server") => Kind::Dropped,
+                    7 if is(b"upgrade") || is(b"trailer") => Kind::Dropped,
+                    10 if is(b"connection") => Kind::Connection,
+                    10 if is(b"keep-alive") => Kind::Dropped,
+                    14 if is(b"content-length") => Kind::Length,
+                    16 if is(b"proxy-connection") => Kind::Dropped,
+                    17 if is(b"transfer-encoding") => return None,
+                    _ => Kind::Relayed,
+                }
+            }
+        };
+        let name_len = at - name_at;
         at += 1;
         // OWS: nearly always one space.
         let mut spelled = false;
@@ -611,56 +710,148 @@ fn relay_plain_into(buf: &[u8], lines: &mut Vec<u8>) -> Option<PlainAnswer> {
         }
         let line_end = at + 2;
         at = line_end;
-        let is = |lower: &[u8]| same_name(name, lower);
-        let relayed = match name.len() {
-            2 => !is(b"te"),
-            4 => !is(b"date"),
-            // A field named `close` goes when a Connection field names
-            // it, which may come after it: the general relay's.
-            5 if is(b"close") => return None,
-            6 => !is(b"server"),
-            7 => !(is(b"upgrade") || is(b"trailer")),
-            10 if is(b"connection") => {
-                // Options other than these may name fields to drop, which
-                // may have come before: the general relay's.
-                for option in list_elements(value) {
-                    if option.eq_ignore_ascii_case(b"close") {
-                        close = true;
-                    } else if !option.eq_ignore_ascii_case(b"keep-alive") {
-                        return None;
-                    }
+        let relayed = match kind {
+            Kind::Relayed => true,
+            Kind::Dropped => false,
+            Kind::Connection => {
+                // One option, as nearly every answer with the field has
+                // it, compared here (the value's bytes are visible ASCII,
+                // SP and HTAB, none of which bit 5 makes a letter or `-`
+                // but the letter's other case: `same_name`'s rule); a list
+                // is read by a call, which only this rare path makes.
+                match value.len() {
+                    10 if same_name(value, b"keep-alive") => {}
+                    5 if same_name(value, b"close") => close = true,
+                    // A list, read after the loop (a second one: the
+                    // general path's).
+                    _ if conn_list.is_none() => conn_list = Some((value_at, value_at + value.len())),
+                    _ => return None,
                 }
                 false
             }
-            10 => !is(b"keep-alive"),
-            14 if is(b"content-length") => {
+            Kind::Length => {
                 if length.is_some() {
                     return None;
                 }
                 length = Some(content_length_digits(value)?);
                 false
             }
-            16 => !is(b"proxy-connection"),
-            17 if is(b"transfer-encoding") => return None,
-            _ => true,
         };
         if relayed && spelled {
             continue;
         }
-        if run_at != name_at {
-            lines.extend_from_slice(&buf[run_at..name_at]);
-        }
-        run_at = line_end;
-        if relayed {
-            super::write::push_field(lines, name, value);
-        }
+        // `buf` is at most `RESPONSE_HEAD_BYTES_MAX` (32 KiB) long: every
+        // position fits in 16 bits.
+        *cuts.get_mut(n_cuts)? = Cut {
+            at: name_at as u16,
+            end: line_end as u16,
+            name_len: if relayed { name_len as u16 } else { 0 },
+        };
+        n_cuts += 1;
     }
-    Some(PlainAnswer {
+    if let Some((list_at, list_end)) = conn_list {
+        close |= connection_closes(&buf[list_at..list_end])?;
+    }
+    let plain = PlainAnswer {
         status,
         head_len: at,
         length: length?,
         keep_alive: !close,
-    })
+    };
+    Some((plain, fields_at, n_cuts))
+}
+
+/// Whether a Connection field's `value` says `close` (`Some(true)`),
+/// `None` if it has an option other than `close` and `keep-alive`:
+/// those may name fields to drop, which may have come before, and the
+/// general relay drops them. Called after `scan_plain`'s loop (see
+/// there why not in it), out of line: rare.
+#[cold]
+#[inline(never)]
+fn connection_closes(value: &[u8]) -> Option<bool> {
+    let mut close = false;
+    for option in list_elements(value) {
+        if option.eq_ignore_ascii_case(b"close") {
+            close = true;
+        } else if !option.eq_ignore_ascii_case(b"keep-alive") {
+            return None;
+        }
+    }
+    Some(close)
+}
+
+/// What the one pass does with a field, by its name.
+#[derive(Clone, Copy)]
+enum Kind {
+    /// Goes on (as it is, or rewritten without its OWS).
+    Relayed,
+    /// Dropped: hop-by-hop, Date, Server.
+    Dropped,
+    /// Content-Length: read, and dropped (the relay writes its own).
+    Length,
+    /// Connection: its options read, and dropped.
+    Connection,
+}
+
+/// The names most answers carry that the one pass drops or reads (and
+/// Content-Type, which it relays), found
+/// at `at` with their colon without the name's token run: the kind and
+/// the name's length, or `None` (any other name, fewer than 16 bytes
+/// left, or one of these spelled otherwise: the token run and the
+/// length's `match` look then). Each is compared a word at a time with
+/// bit 5 set only where the name has a letter (so `A` and `a` match
+/// alike, and `-` and `:` only themselves), the first byte choosing the
+/// words. An upstream's Date, Server and Content-Length were a token run
+/// and a length's match each, about 45 instructions a field (callgrind
+/// `proxy-c50`, pxone). What this finds, the token run finds alike: the
+/// name's bytes are token bytes and the colon ends it.
+#[inline(always)]
+fn known_name(buf: &[u8], at: usize) -> Option<(Kind, usize)> {
+    let c: &[u8; 16] = buf.get(at..at + 16)?.try_into().ok()?;
+    let w0 = u64::from_le_bytes(*c.first_chunk::<8>()?);
+    let w1 = u64::from_le_bytes(*c.last_chunk::<8>()?);
+    // `name` as a word: its bytes, and 0x20 where it has a letter.
+    const fn word(name: &[u8]) -> (u64, u64) {
+        let mut w = 0u64;
+        let mut letters = 0u64;
+        let mut i = 0;
+        while i < name.len() {
+            w |= (name[i] as u64) << (8 * i);
+            if name[i].is_ascii_lowercase() {
+                letters |= 0x20 << (8 * i);
+            }
+            i += 1;
+        }
+        (w, letters)
+    }
+    // The first `n` bytes of `w` are `name` (n = name.len() <= 8).
+    #[inline(always)]
+    fn starts(w: u64, (name, letters): (u64, u64), n: u32) -> bool {
+        let kept = if n == 8 { u64::MAX } else { (1u64 << (8 * n)) - 1 };
+        (w & kept) | letters == name
+    }
+    const DATE: (u64, u64) = word(b"date:");
+    const SERVER: (u64, u64) = word(b"server:");
+    const CONTENT_: (u64, u64) = word(b"content-");
+    const LENGTH: (u64, u64) = word(b"length:");
+    const TYPE: (u64, u64) = word(b"type:");
+    const CONNECTI: (u64, u64) = word(b"connecti");
+    const ON: (u64, u64) = word(b"on:");
+    const KEEP_ALI: (u64, u64) = word(b"keep-ali");
+    const VE: (u64, u64) = word(b"ve:");
+    match c[0] | 0x20 {
+        b'd' if starts(w0, DATE, 5) => Some((Kind::Dropped, 4)),
+        b's' if starts(w0, SERVER, 7) => Some((Kind::Dropped, 6)),
+        b'c' if starts(w0, CONTENT_, 8) => match () {
+            _ if starts(w1, LENGTH, 7) => Some((Kind::Length, 14)),
+            // Relayed, but in nearly every answer: its token run saved.
+            _ if starts(w1, TYPE, 5) => Some((Kind::Relayed, 12)),
+            _ => None,
+        },
+        b'c' if starts(w0, CONNECTI, 8) && starts(w1, ON, 3) => Some((Kind::Connection, 10)),
+        b'k' if starts(w0, KEEP_ALI, 8) && starts(w1, VE, 3) => Some((Kind::Dropped, 10)),
+        _ => None,
+    }
 }
 
 /// Whether the token `name` is `lower` (of lowercase letters and `-`,

@@ -22,7 +22,7 @@ use super::{Job, Upstream};
 use crate::access_log::{UpstreamAddr, UpstreamLog};
 use crate::body::{self, BodyReader, Sender, Take, TrySendError};
 use crate::codec::client::{
-    parse_response_head, relay_plain, ParsedResponse, ResponseBodyDecoder, ResponseFraming, ResponseHead,
+    parse_response_head, relay_plain_whole, ParsedResponse, ResponseBodyDecoder, ResponseFraming, ResponseHead,
     RESPONSE_FIELDS_MAX,
 };
 use crate::codec::head::{list_elements, trim_ows};
@@ -2378,19 +2378,15 @@ impl UpConn {
         // is made of it; were one, the general path takes the answer.
         let buf = Arc::get_mut(&mut lines)?;
         buf.clear();
-        let plain = match relay_plain(input, buf) {
-            Some(p) if p.length < SHARE_MIN as u64 && input.len() as u64 == p.head_len as u64 + p.length => p,
-            _ => {
-                buf.clear();
-                keep_lines(&mut self.lines, lines);
-                return None;
-            }
+        // The fields, then the blank line that ends the head with the
+        // body after it (the head's own blank line, just before the body
+        // in the read): the client's connection copies all of it at once.
+        let Some(plain) = relay_plain_whole(input, buf, SHARE_MIN as u64) else {
+            // Nothing written.
+            keep_lines(&mut self.lines, lines);
+            return None;
         };
-        let lines_len = buf.len();
-        // The blank line that ends the head, with the body after it: the
-        // client's connection copies all of it at once. The head's own
-        // blank line is in the read buffer just before the body.
-        buf.extend_from_slice(&input[plain.head_len - 2..]);
+        let lines_len = buf.len() - (input.len() - (plain.head_len - 2));
         self.keep_alive = plain.keep_alive;
         let (responder, logged) = self.take_responder(ctx, plain.status, true);
         let (token, id) = responder.into_parts();
@@ -2694,11 +2690,39 @@ fn relay_fields(lines: &mut Vec<u8>, fields: &[httparse::Header<'_>], encoded: b
 /// `h1_client` fuzz target (`fuzzing::relay_plain_agrees`).
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) fn plain_relay_agrees(input: &[u8]) -> bool {
+    use crate::codec::client::relay_plain;
     let mut lines = b"kept".to_vec();
-    let Some(plain) = relay_plain(input, &mut lines) else {
-        assert_eq!(lines, b"kept", "a refusal leaves the lines as they were");
-        return false;
-    };
+    let mut whole = b"kept".to_vec();
+    // As `UpConn::relay_plain` asks, with a smaller bound too.
+    for body_bytes_max in [SHARE_MIN as u64, 8] {
+        whole.truncate(4);
+        let taken = relay_plain_whole(input, &mut whole, body_bytes_max);
+        let plain = relay_plain(input, &mut lines);
+        let Some(plain) = plain else {
+            assert_eq!(lines, b"kept", "a refusal leaves the lines as they were");
+            assert_eq!(taken, None, "the whole answer's pass takes what the one pass refuses");
+            assert_eq!(whole, b"kept", "a refusal leaves the lines as they were");
+            return false;
+        };
+        // Taken whole: the one pass's, when all the rest is the body and
+        // it is short; its lines followed by the blank line and the body.
+        let is_whole = plain.length < body_bytes_max && input.len() as u64 == plain.head_len as u64 + plain.length;
+        match taken {
+            Some(taken) => {
+                assert!(is_whole);
+                assert_eq!(taken, plain);
+                let mut want = lines.clone();
+                want.extend_from_slice(&input[plain.head_len - 2..]);
+                assert_eq!(whole, want);
+            }
+            None => {
+                assert!(!is_whole);
+                assert_eq!(whole, b"kept", "a refusal leaves the lines as they were");
+            }
+        }
+        lines.truncate(4);
+    }
+    let plain = relay_plain(input, &mut lines).expect("taken above");
     let mut fields = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; RESPONSE_FIELDS_MAX];
     let parsed = parse_response_head(input, &mut fields, "GET");
     let Ok(ParsedResponse::Complete(general)) = parsed else {
