@@ -19,7 +19,7 @@ use std::time::SystemTime;
 use peregrine::{Body, HeaderBlock, Request, Response};
 
 use crate::conditional::{self, Preconditions, Verdict};
-use crate::encoding::{self, Encoding};
+use crate::encoding::{self, Accepted, Encoding};
 use crate::range::{self, Ranges};
 
 /// The methods a site answers. RFC 9110 §9.3.2: a server that answers GET
@@ -235,12 +235,17 @@ pub trait Resource {
 /// whole whatever the request's validators and ranges (as nginx sends its
 /// `error_page`: its not-modified and range filters act on 200s only).
 pub fn reply<R: Resource>(res: &mut R, f: &Fields<'_>, head: bool, status: u16) -> Response {
-    // 4. Encoding (RFC 9110 §12.5.3).
-    let chosen = match held(res, f, status) {
-        Some(v) => Some(v),
+    // 4. Encoding (RFC 9110 §12.5.3). `Accept-Encoding` read once, and
+    // only when there is a coding to choose.
+    let accepted = match res.codings() {
+        [] => encoding::accepted(None),
+        _ => encoding::accepted(f.accept_encoding),
+    };
+    let (chosen, matched) = match held(res, f, status, &accepted) {
+        Some(v) => (Some(v), true),
         None => {
-            let coding = encoding::negotiate(f.accept_encoding, res.codings());
-            res.representation(coding)
+            let coding = accepted.choose(res.codings());
+            (res.representation(coding), false)
         }
     };
     let Some(v) = chosen else {
@@ -251,7 +256,12 @@ pub fn reply<R: Resource>(res: &mut R, f: &Fields<'_>, head: bool, status: u16) 
     }
     // 5. Conditional (RFC 9110 §13.2.2's order), when the request has a
     // precondition: without one the evaluation proceeds, and most
-    // requests have none.
+    // requests have none. A held variant's tag matched If-None-Match
+    // (step 3): without If-Match and If-Unmodified-Since (steps 1 and 2)
+    // the answer is its 304, and the tag is not compared again.
+    if matched && f.pre.if_match.is_none() && f.pre.if_unmodified_since.is_none() {
+        return Response::prepared(304, v.block_304(), Body::Empty);
+    }
     if has_precondition(&f.pre) {
         match conditional::evaluate(&f.pre, v.etag(), v.last_modified()) {
             Verdict::Proceed => {}
@@ -331,7 +341,7 @@ fn has_precondition(pre: &Preconditions<'_>) -> bool {
 /// compressed on the fly is sent in identity until its forms are ready):
 /// without it every client would fetch each such file twice. Only for a
 /// 200: other statuses ignore validators.
-fn held<R: Resource>(res: &mut R, f: &Fields<'_>, status: u16) -> Option<R::Variant> {
+fn held<R: Resource>(res: &mut R, f: &Fields<'_>, status: u16, accepted: &Accepted) -> Option<R::Variant> {
     let inm = f.pre.if_none_match?;
     if status != 200 || !res.negotiable() {
         return None;
@@ -344,7 +354,7 @@ fn held<R: Resource>(res: &mut R, f: &Fields<'_>, status: u16) -> Option<R::Vari
         let coding = i.checked_sub(1).map(|c| res.codings()[c]);
         // Identity is always sent when nothing else is acceptable (as nginx
         // and Caddy do), so it is acceptable here too.
-        let acceptable = coding.is_none_or(|c| encoding::negotiate(f.accept_encoding, &[c]) == Some(c));
+        let acceptable = coding.is_none_or(|c| accepted.contains(c));
         if !acceptable {
             continue;
         }
@@ -579,6 +589,41 @@ mod tests {
             ..held
         };
         assert_eq!(answer(&res, &refused, false, 200).status(), 200);
+    }
+
+    /// A held variant's 304 comes after steps 1 and 2 (RFC 9110 §13.2.2):
+    /// an If-Match or If-Unmodified-Since that fails makes it a 412, one
+    /// that holds leaves it a 304.
+    #[test]
+    fn a_held_variant_is_a_304_only_when_steps_1_and_2_pass() {
+        let res = Models::new(&[Encoding::Brotli, Encoding::Gzip], 40);
+        // The models' Last-Modified: 1,700,000,000 s.
+        let before: &[u8] = b"Tue, 14 Nov 2023 22:13:19 GMT";
+        let after: &[u8] = b"Tue, 14 Nov 2023 22:13:21 GMT";
+        // If-Match, If-Unmodified-Since, the status wanted.
+        type Case<'a> = (Option<&'a [u8]>, Option<&'a [u8]>, u16);
+        let cases: &[Case<'_>] = &[
+            (None, None, 304),
+            (Some(b"\"gzip-40\""), None, 304),
+            (Some(b"*"), None, 304),
+            (Some(b"\"br-40\""), None, 412),
+            (None, Some(after), 304),
+            (None, Some(before), 412),
+        ];
+        for &(if_match, if_unmodified_since, want) in cases {
+            let f = Fields {
+                accept_encoding: Some(b"gzip, br"),
+                pre: Preconditions {
+                    if_none_match: Some(b"\"gzip-40\""),
+                    if_match,
+                    if_unmodified_since,
+                    ..Preconditions::default()
+                },
+                ..Fields::default()
+            };
+            let r = answer(&res, &f, false, 200);
+            assert_eq!(r.status(), want, "{if_match:?} {if_unmodified_since:?}");
+        }
     }
 
     /// A not-found page is sent whole with its status whatever the request's
