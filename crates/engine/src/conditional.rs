@@ -123,11 +123,10 @@ fn matches_any(value: &[u8], etag: &str, how: Comparison) -> bool {
     let ours = etag.as_bytes();
     // One tag, what a browser sends back (the ETag it was given): compared
     // at once, its inner bytes searched for a quote eight at a time.
-    // Through `tags`' iterator it cost about 226 instructions for a
-    // 22-byte tag, three times a revalidation of an archive answer
-    // (callgrind c50, GET / with the tag of the br variant: 3,790
-    // instructions a request); with `memchr` (a call through its
-    // dispatch pointer, 52 of them) 3,503.
+    // Through `tags`' iterator a 22-byte tag cost about 226 instructions,
+    // this about 140, with `memchr` (a call through its dispatch pointer)
+    // 159 (callgrind c50, a revalidation of the bundled archive's GET /,
+    // which compares tags twice or three times: bench/runs/2026-11-28-arch13).
     if let Some(tag) = one_tag(value) {
         return same_tag(tag, ours, how);
     }

@@ -73,7 +73,8 @@ pub fn accepted(accept: Option<&[u8]>) -> Accepted {
     // br, zstd`): eight bytes at a time, no q-values. The general scan
     // cost 597 instructions for that value, this about 500; a browser's
     // archive answer 2,887 -> 2,793 (callgrind c50, GET / of the bundled
-    // archive, bench/runs/2026-11-28-arch12).
+    // archive, bench/runs/2026-11-28-arch12); with the choice by sets
+    // (`choose_plainly`) 368 and 2,707 (bench/runs/2026-11-28-arch13).
     match named_plainly(accept) {
         Some(named) => Accepted(Weights::Plain(named)),
         None => {
