@@ -1,10 +1,12 @@
 //! Accept-Encoding negotiation on arbitrary values: never panics, chooses
-//! only a coding that is available, and says identity when the field is
-//! absent.
+//! only a coding that is available, says identity when the field is
+//! absent, and the value read once (`accepted`) answers as `negotiate`
+//! does: the same choice, and a coding acceptable exactly when it alone
+//! would be chosen.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use peregrine_files::encoding::{negotiate, Encoding};
+use peregrine_files::encoding::{accepted, negotiate, Encoding};
 
 fuzz_target!(|input: (u8, &[u8])| {
     let (mask, value) = input;
@@ -21,4 +23,9 @@ fuzz_target!(|input: (u8, &[u8])| {
     }
     assert_eq!(negotiate(Some(value), &available), chosen, "not deterministic");
     assert_eq!(negotiate(None, &available), None);
+    let read = accepted(Some(value));
+    assert_eq!(read.choose(&available), chosen);
+    for e in Encoding::ALL {
+        assert_eq!(read.contains(e), negotiate(Some(value), &[e]) == Some(e), "{e:?}");
+    }
 });
