@@ -243,32 +243,80 @@ pub(crate) fn parse_head_with<'b, 'h>(
     plain: bool,
 ) -> Result<Parsed<'b, 'h>, HeadError> {
     let mut head = None;
-    parse_head_into(buf, headers, limits, plain, &mut head)?;
-    Ok(match head {
-        Some(head) => Parsed::Complete(head),
-        None => Parsed::Partial,
+    let framed = parse_head_into(buf, headers, limits, plain, &mut head, |h| *h)?;
+    Ok(match (framed, head) {
+        (Some(_), Some(head)) => Parsed::Complete(head),
+        _ => Parsed::Partial,
     })
 }
 
-/// [`parse_head_with`] writing the head where its reader keeps it: if a
-/// whole head was found, it is put in `out` and lent back (`Ok(None)`:
-/// more bytes are needed, and `out` is as it was).
+/// What the HTTP/1.1 machine reads of a head once its request is made
+/// (`parse_head_into`): how long it is, how its body is framed and what
+/// its answer must honour. Small and `Copy`, returned in registers on
+/// the common path; the rest of the head goes where the handler reads it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Framed {
+    /// [`Head::head_len`].
+    pub(crate) head_len: usize,
+    /// [`Head::framing`].
+    pub(crate) framing: Framing,
+    /// [`Head::version`].
+    pub(crate) version: Version,
+    /// The method is `HEAD`: the answer carries no body (RFC 9110 §9.3.2).
+    pub(crate) head_only: bool,
+    /// [`Head::keep_alive`].
+    pub(crate) keep_alive: bool,
+    /// [`Head::expect_continue`].
+    pub(crate) expect_continue: bool,
+    /// [`Head::te_trailers`].
+    pub(crate) te_trailers: bool,
+    /// [`Head::upgrade`].
+    pub(crate) upgrade: bool,
+}
+
+impl Framed {
+    /// The facts of `head`.
+    #[inline(always)]
+    pub(crate) fn of(head: &Head<'_, '_>) -> Framed {
+        Framed {
+            head_len: head.head_len,
+            framing: head.framing,
+            version: head.version,
+            head_only: head.method == "HEAD",
+            keep_alive: head.keep_alive,
+            expect_continue: head.expect_continue,
+            te_trailers: head.te_trailers,
+            upgrade: head.upgrade,
+        }
+    }
+}
+
+/// [`parse_head_with`] writing what the head is made into where its
+/// reader keeps it: if a whole head was found, `make` turns it into what
+/// the caller keeps (the HTTP/1.1 driver: the handler's `Request`), that
+/// is put in `out`, and the facts the machine reads are returned
+/// (`Ok(None)`: more bytes are needed, and `out` is as it was).
 ///
-/// Inlined into the HTTP/1.1 machine, which passes the place its driver
-/// reads the head from. Returned as a value, the head was built in one
-/// temporary where the plain path and httparse's met, then copied out
-/// (seven 16-byte moves, bench/runs/2026-11-28-loop9); each path now
-/// stores its fields to `out` itself. An `Option`, so that the place
-/// costs one store to make ready: a `Head` to write over was 16
-/// instructions a request (callgrind, hello-pipe16, loop10).
+/// The HTTP/1.1 machine passes the place its driver reads the request
+/// from (its common path takes the two halves apart: [`parse_head_plain`],
+/// then [`parse_head_httparse`]; a buffered body's head is parsed again
+/// here). Returned as a value, the head was built in one temporary where
+/// the plain path and httparse's met, then copied out (seven 16-byte
+/// moves, bench/runs/2026-11-28-loop9); each path stores to `out`
+/// itself. Written to an `Option<Head>` and copied from there into the
+/// `Request`, it was stored twice (about 50 instructions a request,
+/// callgrind hello-c50, bench/runs/2026-11-28-hreq): `make` builds the
+/// request from the head's values where they are computed, and the head
+/// itself is never stored.
 #[inline(always)]
-pub(crate) fn parse_head_into<'o, 'b, 'h>(
+pub(crate) fn parse_head_into<'b, 'h, R>(
     buf: &'b [u8],
     headers: &'h mut [MaybeUninit<httparse::Header<'b>>],
     limits: &Limits,
     plain: bool,
-    out: &'o mut Option<Head<'b, 'h>>,
-) -> Result<Option<&'o Head<'b, 'h>>, HeadError> {
+    out: &mut Option<R>,
+    make: impl FnOnce(&Head<'b, 'h>) -> R,
+) -> Result<Option<Framed>, HeadError> {
     let n_headers_max = headers.len().min(limits.n_headers_max);
     let mut headers = &mut headers[..n_headers_max];
     // The plain head first (`codec::plain`): a strictly formed head is
@@ -279,13 +327,49 @@ pub(crate) fn parse_head_into<'o, 'b, 'h>(
             Ok((p, fields)) => {
                 // Every line ends in CRLF: the plain parser takes no other.
                 return checked(
-                    p.method, p.target, p.minor, p.head_len, p.line_len, true, fields, limits, out,
-                );
+                    p.method, p.target, p.minor, p.head_len, p.line_len, true, fields, limits, out, make,
+                )
+                .map(Some);
             }
             Err(headers) => headers,
         };
     }
-    parse_head_httparse(buf, headers, limits, out)
+    parse_head_httparse(buf, headers, limits, out, make)
+}
+
+/// What the plain parser made of a head ([`parse_head_plain`]).
+pub(crate) enum Plain<'b, 'h> {
+    /// It took the head: the rules' verdict on it (what is made of it
+    /// is in `out`).
+    Taken(Result<Framed, HeadError>),
+    /// It did not (a head in pieces, or not strictly formed): httparse's
+    /// turn ([`parse_head_httparse`]), with the field slots back.
+    Declined(&'h mut [MaybeUninit<httparse::Header<'b>>]),
+}
+
+/// [`parse_head_into`]'s plain half alone, for the HTTP/1.1 machine's
+/// common path: the facts stay in registers up to where they are used.
+/// Merged with httparse's in one returned value (`parse_head_into`),
+/// they met the out-of-line path's return slot, and the plain path
+/// stored them there to read them back (10 instructions a request,
+/// callgrind hello-c50, bench/runs/2026-11-28-hreq); the machine goes on
+/// from each half apart instead.
+#[inline(always)]
+pub(crate) fn parse_head_plain<'b, 'h, R>(
+    buf: &'b [u8],
+    headers: &'h mut [MaybeUninit<httparse::Header<'b>>],
+    limits: &Limits,
+    out: &mut Option<R>,
+    make: impl FnOnce(&Head<'b, 'h>) -> R,
+) -> Plain<'b, 'h> {
+    let n_headers_max = headers.len().min(limits.n_headers_max);
+    let headers = &mut headers[..n_headers_max];
+    match super::plain::parse(buf, headers) {
+        Ok((p, fields)) => Plain::Taken(checked(
+            p.method, p.target, p.minor, p.head_len, p.line_len, true, fields, limits, out, make,
+        )),
+        Err(headers) => Plain::Declined(headers),
+    }
 }
 
 /// [`parse_head_with`] for a head the plain parser did not take:
@@ -296,12 +380,13 @@ pub(crate) fn parse_head_into<'o, 'b, 'h>(
 /// (bench/runs/2026-11-27-req6).
 #[cold]
 #[inline(never)]
-fn parse_head_httparse<'o, 'b, 'h>(
+pub(crate) fn parse_head_httparse<'b, 'h, R>(
     buf: &'b [u8],
     headers: &'h mut [MaybeUninit<httparse::Header<'b>>],
     limits: &Limits,
-    out: &'o mut Option<Head<'b, 'h>>,
-) -> Result<Option<&'o Head<'b, 'h>>, HeadError> {
+    out: &mut Option<R>,
+    make: impl FnOnce(&Head<'b, 'h>) -> R,
+) -> Result<Option<Framed>, HeadError> {
     let mut req = httparse::Request::new(&mut []);
     let head_len = match req.parse_with_uninit_headers(buf, headers) {
         Ok(httparse::Status::Complete(n)) => n,
@@ -339,7 +424,10 @@ fn parse_head_httparse<'o, 'b, 'h>(
             !has_bare_lf(&buf[..head_len]),
         ),
     };
-    checked(method, target, minor, head_len, line_len, crlf, headers, limits, out)
+    checked(
+        method, target, minor, head_len, line_len, crlf, headers, limits, out, make,
+    )
+    .map(Some)
 }
 
 /// The rules of RFC 9112 on a tokenised head (`line_len`: the request
@@ -347,7 +435,7 @@ fn parse_head_httparse<'o, 'b, 'h>(
 /// tokenised it.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn checked<'o, 'b, 'h>(
+fn checked<'b, 'h, R>(
     method: &'b str,
     target: &'b str,
     minor: u8,
@@ -356,8 +444,9 @@ fn checked<'o, 'b, 'h>(
     crlf: bool,
     headers: &'h [httparse::Header<'b>],
     limits: &Limits,
-    out: &'o mut Option<Head<'b, 'h>>,
-) -> Result<Option<&'o Head<'b, 'h>>, HeadError> {
+    out: &mut Option<R>,
+    make: impl FnOnce(&Head<'b, 'h>) -> R,
+) -> Result<Framed, HeadError> {
     if line_len > limits.uri_bytes_max.saturating_add(LINE_OVERHEAD_MAX) {
         return Err(HeadError::UriTooLong);
     }
@@ -426,7 +515,7 @@ fn checked<'o, 'b, 'h>(
     // RFC 9110 §7.8: an Upgrade field not named by Connection, or in an
     // HTTP/1.0 request, is ignored; an empty one offers nothing.
     let upgrade = version == Version::Http11 && fields.conn_upgrade && fields.upgrade;
-    Ok(Some(out.insert(Head {
+    let head = Head {
         method,
         target,
         path,
@@ -441,18 +530,16 @@ fn checked<'o, 'b, 'h>(
         field_names: fields.names,
         host,
         headers,
-    })))
+    };
+    *out = Some(make(&head));
+    Ok(Framed::of(&head))
 }
 
 /// `parse_head` on what httparse did not find complete: more bytes are
 /// needed, or the bytes are wrong. Out of line: not the common case.
 #[inline(never)]
 #[cold]
-fn incomplete<'o, 'b, 'h>(
-    buf: &[u8],
-    parsed: Result<(), httparse::Error>,
-    limits: &Limits,
-) -> Result<Option<&'o Head<'b, 'h>>, HeadError> {
+fn incomplete(buf: &[u8], parsed: Result<(), httparse::Error>, limits: &Limits) -> Result<Option<Framed>, HeadError> {
     // RFC 9112 §2.2: "a server that is expecting to receive and parse a
     // request-line SHOULD ignore at least one empty line (CRLF) received prior
     // to the request-line". httparse skips them; they count toward the limit.

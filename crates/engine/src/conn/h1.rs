@@ -153,22 +153,26 @@ impl Conn {
             }
             ensure_output(output, ctx.pool);
             let mut headers = [const { MaybeUninit::uninit() }; HEADERS_ARRAY_MAX];
-            // Where `poll` puts the head of a request it finds, and where
-            // the request is made from: a head carried in the event was
-            // copied twice on its way here (hello-c50 1,644 -> 1,615
-            // instructions a request, callgrind, bench/runs/2026-11-28-loop10).
-            let mut head = None;
+            // Where `poll` puts the request it finds, made by the parse
+            // from the head's values where they are computed: a head
+            // carried in the event was copied twice on its way here
+            // (hello-c50 1,644 -> 1,615 instructions a request, callgrind,
+            // bench/runs/2026-11-28-loop10), and a head written to a place
+            // of its own, then copied into the `Request`, was stored twice
+            // (bench/runs/2026-11-28-hreq).
+            let mut made = None;
             let data = &mut input.buf[input.start..input.end];
-            match h1.poll(data, &mut headers, env, output, &mut head) {
+            let make = |head: &_| Request::of_head(head, &[], &origin);
+            match h1.poll(data, &mut headers, env, output, &mut made, make) {
                 Event::Request { body, consumed } => {
-                    // `poll` put the head there with the event.
-                    let Some(head) = &head else {
+                    // `poll` put the request there with the event.
+                    let Some(req) = &mut made else {
                         return Stop::Closing;
                     };
                     slot.id.set(None);
-                    let mut req = Request::of_head(head, body, &origin);
+                    req.body = body;
                     // Only a chunked body can end with trailers.
-                    if head.framing == crate::codec::Framing::Chunked {
+                    if h1.has_trailers() {
                         *trailers = h1.take_trailers();
                         req.trailers = trailers.as_deref();
                     }
@@ -180,11 +184,12 @@ impl Conn {
                         req.tls = transport.request_tls();
                         req.tls_facts = transport.tls_facts();
                     }
+                    let req: &Request<'_> = req;
                     let extra_fields = transport.extra_fields();
                     // Nothing is queued behind a tail (checked above).
                     let queued = output.buf.len();
                     let tag = ctx.request_id_header;
-                    let answered = dispatch::call_answering(ctx, *redirect, &slot, &req, |response| {
+                    let answered = dispatch::call_answering(ctx, *redirect, &slot, req, |response| {
                         if tag {
                             dispatch::tag_request_id(req.request_id().as_bytes(), response);
                         }
@@ -193,7 +198,7 @@ impl Conn {
                     });
                     let mut handled = match answered {
                         Answering::Now((sent, reason)) => {
-                            record_sent(ctx, &req, sent, reason, output, sending);
+                            record_sent(ctx, req, sent, reason, output, sending);
                             input.start += consumed;
                             // The last request read, answered, and the
                             // socket known to hold no more (`drained`, or
@@ -213,7 +218,7 @@ impl Conn {
                         Answering::Broken((sent, reason)) => {
                             crate::h1::cold_path();
                             h1.close();
-                            record_sent(ctx, &req, sent, reason, output, sending);
+                            record_sent(ctx, req, sent, reason, output, sending);
                             input.start += consumed;
                             continue;
                         }
@@ -229,16 +234,16 @@ impl Conn {
                     };
                     if let Ok(Reply::Upgrade(_)) = &handled {
                         input.start += consumed;
-                        if upgrade_h1(ctx, &req, handled, h1, output, env, extra_fields, upgrade) {
+                        if upgrade_h1(ctx, req, handled, h1, output, env, extra_fields, upgrade) {
                             return Stop::Switched;
                         }
                         continue;
                     }
-                    match dispatch::settle(ctx, &slot, &req, &mut handled) {
+                    match dispatch::settle(ctx, &slot, req, &mut handled) {
                         Called::Now(response) => {
-                            dispatch::tag(ctx, &req, response);
+                            dispatch::tag(ctx, req, response);
                             let sent = h1.respond(output, response, env, extra_fields);
-                            record_sent(ctx, &req, sent, response.reason, output, sending);
+                            record_sent(ctx, req, sent, response.reason, output, sending);
                         }
                         Called::Later(deferral) => {
                             h1.defer();
@@ -247,18 +252,17 @@ impl Conn {
                     }
                     input.start += consumed;
                 }
-                Event::BodyAhead => {
-                    // `poll` put the head there with the event.
-                    let Some(head) = &head else {
+                Event::BodyAhead(start) => {
+                    // `poll` put the request there with the event.
+                    let Some(req) = made else {
                         return Stop::Closing;
                     };
                     let ahead = Ahead {
-                        origin: &origin,
                         transport,
                         redirect: *redirect,
                         token: *token,
                     };
-                    ahead.call(ctx, head, h1, env, &mut input.start, output, sending, awaited);
+                    ahead.call(ctx, req, start, h1, env, &mut input.start, output, sending, awaited);
                 }
                 Event::Input => {
                     // The last request's trailer section, lent to it only
@@ -529,14 +533,13 @@ impl Conn {
 
 /// What a request whose body follows its head needs of its connection
 /// (`Event::BodyAhead`).
-struct Ahead<'c, 'o> {
-    origin: &'c crate::request::Origin<'o>,
+struct Ahead<'c> {
     transport: &'c Transport,
     redirect: bool,
     token: usize,
 }
 
-impl Ahead<'_, '_> {
+impl Ahead<'_> {
     /// Asks the handler what it does with the body, then either buffers
     /// it (the next `poll` hands the request out whole) or calls the handler now and
     /// streams or discards the body. Out of line: the path of a request
@@ -547,7 +550,8 @@ impl Ahead<'_, '_> {
     fn call(
         &self,
         ctx: &mut Ctx<'_>,
-        head: &crate::codec::Head<'_, '_>,
+        req: Request<'_>,
+        start: BodyStart,
         h1: &mut H1,
         env: &Env<'_>,
         input_start: &mut usize,
@@ -555,7 +559,9 @@ impl Ahead<'_, '_> {
         sending: &mut Option<Box<Sending>>,
         awaited: &mut Option<Deferral>,
     ) {
-        let mut req = Request::of_head(head, &[], self.origin);
+        // Its own lifetime, within this call: the body's reader, a local,
+        // is lent to it.
+        let mut req: Request<'_> = req;
         req.tls = self.transport.request_tls();
         req.tls_facts = self.transport.tls_facts();
         let used = dispatch::body_use(ctx, self.redirect, &req);
@@ -565,7 +571,6 @@ impl Ahead<'_, '_> {
         }
         // The handler reads the body as it arrives, or not at
         // all: call it now, before the body.
-        let start = BodyStart::of(head, env);
         let (reader, sink) = if used == BodyUse::Stream {
             let (reader, sink) = crate::body::pipe(BODY_READER_BYTES);
             sink.bind(ctx.mailbox, self.token);

@@ -46,7 +46,7 @@ pub(crate) use respond::{next_piece, write_response, Piece, Sent};
 use crate::body::BodySink;
 use crate::buffers::{Input, Output, Tail};
 use crate::codec::chunked::TRAILER_BYTES_MAX;
-use crate::codec::head::parse_head_into;
+use crate::codec::head::{parse_head_httparse, parse_head_into, parse_head_plain, Framed, Plain};
 use crate::codec::write as wire;
 use crate::codec::{ChunkedDecoder, Framing, Head, HeadError, Version};
 use crate::limits::{Limits, BUFFER_BYTES, DISCARD_TIMEOUT};
@@ -87,9 +87,9 @@ pub(crate) fn cold_path() {
 
 /// What `poll` found.
 pub(crate) enum Event<'b> {
-    /// A complete request, its head written to `poll`'s `head`: call the
-    /// handler, then `respond` or `defer`, then consume `consumed` bytes
-    /// of input.
+    /// A complete request, made of its head in `poll`'s `out` (its body
+    /// is this one's): call the handler, then `respond` or `defer`, then
+    /// consume `consumed` bytes of input.
     Request { body: &'b [u8], consumed: usize },
     /// More bytes are needed.
     Input,
@@ -99,8 +99,9 @@ pub(crate) enum Event<'b> {
     /// A complete head announcing a body: the driver asks the handler
     /// whether it reads the body as it arrives, then calls `stream_body`
     /// (the handler is called now) or `buffer_body` (the body is awaited,
-    /// as usual). Nothing is consumed yet. The head is in `poll`'s `head`.
-    BodyAhead,
+    /// as usual). Nothing is consumed yet. The request, made of the head,
+    /// is in `poll`'s `out`; what `stream_body` needs of it is here.
+    BodyAhead(BodyStart),
     /// A deferred answer is awaited; the input waits behind it.
     Deferred,
     /// The last answer is queued: send it, then close.
@@ -273,12 +274,12 @@ pub(crate) struct BodyStart {
 }
 
 impl BodyStart {
-    pub(crate) fn of(head: &Head<'_, '_>, env: &Env<'_>) -> BodyStart {
+    fn of(head: &Framed, env: &Env<'_>) -> BodyStart {
         BodyStart {
             head_len: head.head_len,
             framing: head.framing,
             answer: Answer {
-                head_only: head.method == "HEAD",
+                head_only: head.head_only,
                 version: head.version,
                 keep_alive: head.keep_alive && !env.draining,
                 trailers: head.te_trailers,
@@ -375,17 +376,18 @@ impl H1 {
     }
 
     /// Looks at the unconsumed input `data` for the next request. `headers`
-    /// receives its fields, `head` its head (put there for
-    /// `Event::Request` and `Event::BodyAhead`; else left as it was).
-    /// Writes only the answers it makes itself (100 Continue, errors)
-    /// into `out`.
-    pub(crate) fn poll<'b, 'h>(
+    /// receives its fields; `make` makes what the driver keeps of its
+    /// head (the handler's `Request`), put in `made` for `Event::Request`
+    /// and `Event::BodyAhead` (else left as it was). Writes only the
+    /// answers it makes itself (100 Continue, errors) into `out`.
+    pub(crate) fn poll<'b, 'h, R>(
         &mut self,
         data: &'b mut [u8],
         headers: &'h mut [MaybeUninit<httparse::Header<'b>>],
         env: &Env<'_>,
         out: &mut Output,
-        head: &mut Option<Head<'b, 'h>>,
+        made: &mut Option<R>,
+        make: impl Fn(&Head<'b, 'h>) -> R,
     ) -> Event<'b> {
         match self.state {
             State::Deferred(_) | State::Handling(_) => return Event::Deferred,
@@ -397,57 +399,92 @@ impl H1 {
             return Event::Input;
         }
         if let State::Body(_) = self.state {
-            return self.continue_body(data, headers, env, out, head);
+            return self.continue_body(data, headers, env, out, made, make);
         }
         let data: &'b [u8] = data;
-        // The head is written where the driver reads it (`head`), not
-        // carried in the event: in the event, it was copied from the
-        // parse's result and again out of the event (callgrind,
+        // What is made of the head is written where the driver reads it
+        // (`made`), not carried in the event: in the event, it was copied
+        // from the parse's result and again out of the event (callgrind,
         // bench/runs/2026-11-28-loop10).
-        let head = match parse_head_into(data, headers, env.limits, true, head) {
-            Ok(Some(head)) => head,
+        // The plain parser's head goes on here, in registers; any other
+        // is httparse's, out of line (`poll_httparse`).
+        let head = match parse_head_plain(data, headers, env.limits, made, &make) {
+            Plain::Taken(Ok(head)) => head,
+            Plain::Taken(Err(e)) => return self.refuse_head(e, data, env, out),
+            Plain::Declined(headers) => return self.poll_httparse(data, headers, env, out, made, make),
+        };
+        self.after_head(head, data, env, out)
+    }
+
+    /// `poll` for a head the plain parser did not take: httparse's, then
+    /// the same steps. Out of line: rare, and its own copy of the rules.
+    #[cold]
+    #[inline(never)]
+    fn poll_httparse<'b, 'h, R>(
+        &mut self,
+        data: &'b [u8],
+        headers: &'h mut [MaybeUninit<httparse::Header<'b>>],
+        env: &Env<'_>,
+        out: &mut Output,
+        made: &mut Option<R>,
+        make: impl FnOnce(&Head<'b, 'h>) -> R,
+    ) -> Event<'b> {
+        match parse_head_httparse(data, headers, env.limits, made, make) {
+            Ok(Some(head)) => self.after_head(head, data, env, out),
             Ok(None) => {
                 // A head in pieces: rare from a client that writes each
-                // request whole (its code goes after the common path).
-                cold_path();
+                // request whole.
                 if let State::Idle = self.state {
                     self.state = State::Head;
                     self.head_since = env.now;
                     self.deadline = env.now.checked_add(env.limits.head_timeout);
                 }
-                return Event::Input;
+                Event::Input
             }
-            Err(HeadError::NotHttp) if self.first && env.h2_allowed => {
-                self.state = State::Closing;
-                return Event::NotHttp;
-            }
-            Err(e) => {
-                // A HEAD refused before its head parsed gets no body either
-                // (RFC 9110 §9.3.2).
-                return Event::Refused(self.refuse(
-                    out,
-                    env,
-                    (e.status(), Reason::of_head(e)),
-                    e.reason(),
-                    data.starts_with(b"HEAD "),
-                ));
-            }
-        };
+            Err(e) => self.refuse_head(e, data, env, out),
+        }
+    }
+
+    /// A head that broke the rules: its error answer (or none, for what
+    /// is not HTTP/1 at all on a listener that takes HTTP/2's preface).
+    #[cold]
+    #[inline(never)]
+    fn refuse_head<'b>(&mut self, e: HeadError, data: &[u8], env: &Env<'_>, out: &mut Output) -> Event<'b> {
+        if e == HeadError::NotHttp && self.first && env.h2_allowed {
+            self.state = State::Closing;
+            return Event::NotHttp;
+        }
+        // A HEAD refused before its head parsed gets no body either
+        // (RFC 9110 §9.3.2).
+        Event::Refused(self.refuse(
+            out,
+            env,
+            (e.status(), Reason::of_head(e)),
+            e.reason(),
+            data.starts_with(b"HEAD "),
+        ))
+    }
+
+    /// What follows a whole head (`head`: its facts; what is made of it
+    /// is in `poll`'s `made`): the request handed out if its body is
+    /// here, else the wait for it, or the driver asked about it.
+    #[inline(always)]
+    fn after_head<'b>(&mut self, head: Framed, data: &'b [u8], env: &Env<'_>, out: &mut Output) -> Event<'b> {
         self.first = false;
         let has_body = match head.framing {
             Framing::Empty | Framing::Length(0) => false,
             Framing::Length(_) | Framing::Chunked => true,
         };
         if has_body && !std::mem::take(&mut self.buffer_next) {
-            return Event::BodyAhead;
+            return Event::BodyAhead(BodyStart::of(&head, env));
         }
         let head_len = head.head_len;
-        let head_only = head.method == "HEAD";
+        let head_only = head.head_only;
         match head.framing {
-            Framing::Empty => self.handling(head, &data[head_len..head_len], head_len, env),
+            Framing::Empty => self.handling(&head, &data[head_len..head_len], head_len, env),
             Framing::Length(n) if (data.len() - head_len) as u64 >= n => {
                 let end = head_len + n as usize;
-                self.handling(head, &data[head_len..end], end, env)
+                self.handling(&head, &data[head_len..end], end, env)
             }
             framing => self.wait_for_body(
                 framing,
@@ -549,6 +586,13 @@ impl H1 {
     /// chunked body had one (the driver asks only for chunked bodies).
     pub(crate) fn take_trailers(&mut self) -> Option<Box<Trailers>> {
         self.trailers.take()
+    }
+
+    /// Whether the request `poll` just handed out has a trailer section
+    /// to take (only a chunked body's can).
+    #[inline(always)]
+    pub(crate) fn has_trailers(&self) -> bool {
+        self.trailers.is_some()
     }
 
     /// Bytes of unread bodies thrown away since the last call.
@@ -656,10 +700,10 @@ impl H1 {
     /// instructions a pipelined hello against 1,386 (callgrind,
     /// bench/runs/2026-11-27-req6, req6-1).
     #[inline(always)]
-    fn handling<'b>(&mut self, head: &Head<'b, '_>, body: &'b [u8], consumed: usize, env: &Env<'_>) -> Event<'b> {
+    fn handling<'b>(&mut self, head: &Framed, body: &'b [u8], consumed: usize, env: &Env<'_>) -> Event<'b> {
         self.rate = None;
         let answer = State::Handling(Answer {
-            head_only: head.method == "HEAD",
+            head_only: head.head_only,
             version: head.version,
             keep_alive: head.keep_alive && !env.draining,
             trailers: head.te_trailers,
@@ -675,13 +719,14 @@ impl H1 {
     /// Out of line: with its own copy of the head's parse, inlined it
     /// spread a bodiless request's hot code over more cache lines.
     #[inline(never)]
-    fn continue_body<'b, 'h>(
+    fn continue_body<'b, 'h, R>(
         &mut self,
         data: &'b mut [u8],
         headers: &'h mut [MaybeUninit<httparse::Header<'b>>],
         env: &Env<'_>,
         out: &mut Output,
-        head: &mut Option<Head<'b, 'h>>,
+        made: &mut Option<R>,
+        make: impl FnOnce(&Head<'b, 'h>) -> R,
     ) -> Event<'b> {
         let State::Body(wait) = &mut self.state else {
             return Event::Input;
@@ -708,12 +753,12 @@ impl H1 {
         // The head was valid when it arrived and its bytes have not moved
         // relative to the request start; parse it again rather than keep a
         // self-referential borrow across reads.
-        let Ok(Some(head)) = parse_head_into(&data[..head_len], headers, env.limits, true, head) else {
+        let Ok(Some(head)) = parse_head_into(&data[..head_len], headers, env.limits, true, made, make) else {
             return Event::Refused(self.fail(out, env, (500, Reason::BadRequest), "request head changed"));
         };
         // The wait is done with: dropped here, not by `handling`.
         self.state = State::Idle;
-        self.handling(head, &data[body], consumed, env)
+        self.handling(&head, &data[body], consumed, env)
     }
 
     /// Queues the handler's answer to the request `poll` gave out.

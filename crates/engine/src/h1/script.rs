@@ -12,7 +12,7 @@
 use std::mem::MaybeUninit;
 use std::time::Instant;
 
-use super::{BodyStart, Env, Event, Feed, Link, Refusal, TimedOut, Wait, H1};
+use super::{Env, Event, Feed, Link, Refusal, TimedOut, Wait, H1};
 use crate::body::BodySink;
 use crate::buffers::{Input, Output, Tail};
 use crate::limits::HEADERS_ARRAY_MAX;
@@ -264,7 +264,7 @@ impl Script {
             let given = input.end - input.start;
             let data = &mut input.buf[input.start..input.end];
             let mut head = None;
-            match h1.poll(data, &mut headers, &env, out, &mut head) {
+            match h1.poll(data, &mut headers, &env, out, &mut head, |h| *h) {
                 Event::Request { body, consumed } => {
                     let head = head.expect("a request's head");
                     assert!(consumed <= given, "a request used more bytes than were read");
@@ -333,11 +333,10 @@ impl Script {
                 Event::Again => {}
                 // The script's handler buffers bodies, except `/ignore…`'s:
                 // those are answered at the head and discarded.
-                Event::BodyAhead if head.is_some_and(|h| h.target.starts_with("/ignore")) => {
+                Event::BodyAhead(start) if head.is_some_and(|h| h.target.starts_with("/ignore")) => {
                     let head = head.expect("a request's head");
                     *n_requests += 1;
                     let text = format!("ignored {} {}", head.method, head.target);
-                    let start = BodyStart::of(&head, &env);
                     head_only.push(head.method == "HEAD");
                     input.start += h1.stream_body(start, BodySink::discard(), false, &env, out);
                     h1.respond(out, &mut Response::text(text), &env, b"");
@@ -346,7 +345,7 @@ impl Script {
                         break;
                     }
                 }
-                Event::BodyAhead => h1.buffer_body(),
+                Event::BodyAhead(_) => h1.buffer_body(),
                 Event::Closing => {
                     *end = Some(End::Closing);
                     break;
