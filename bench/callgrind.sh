@@ -8,6 +8,10 @@
 # profile is OUT.PID.N: read it with `callgrind_annotate --auto=yes
 # --inclusive=no` (or `--inclusive=yes`).
 #   PATHX=17.txt          the path asked for (default /)
+#   FIELDS="accept-encoding: gzip, deflate, br, zstd"
+#                         request fields added to every request, one per
+#                         line (a browser's request: FIELDS="$(cat
+#                         bench/lib/browser-fields.txt)", Chrome's 12)
 #   CG_ARGS="--cache-sim=yes [--D1=4096,4,64 --LL=65536,8,64]"
 #                         more valgrind options: cache misses per function
 #                         (callgrind does not see the kernel's use of the
@@ -18,6 +22,10 @@
 # bench/instructions.sh runs the same replay over the gated scenarios.
 # Example: PATHX=index.html bench/callgrind.sh target/release/peregrine /tmp/a c50 serve site.prg
 set -u
+H=()
+while IFS= read -r field; do
+  [ -n "$field" ] && H+=(-H "$field")
+done <<< "${FIELDS:-}"
 bin=$1 out=$2 mode=$3
 shift 3
 [ $# -eq 0 ] && set -- hello
@@ -44,10 +52,10 @@ for _ in $(seq 100); do sleep 0.2; curl -s -o /dev/null http://127.0.0.1:$port/ 
 m=""
 [ "$mode" = pipe16 ] && m="-m 16"
 # shellcheck disable=SC2086
-h2load --h1 -n 2500 -c 50 $m "http://127.0.0.1:$port/${PATHX:-}" > /dev/null
+h2load --h1 -n 2500 -c 50 $m "${H[@]}" "http://127.0.0.1:$port/${PATHX:-}" > /dev/null
 callgrind_control -z $V > /dev/null
 # shellcheck disable=SC2086
-h2load --h1 -n 10000 -c 50 $m "http://127.0.0.1:$port/${PATHX:-}" | grep "status codes"
+h2load --h1 -n 10000 -c 50 $m "${H[@]}" "http://127.0.0.1:$port/${PATHX:-}" | grep "status codes"
 callgrind_control -d $V > /dev/null
 sleep 0.5
 kill $V
