@@ -356,6 +356,15 @@ fn held<R: Resource>(res: &mut R, f: &Fields<'_>, status: u16, accepted: &Accept
     if status != 200 || !res.negotiable() {
         return Held::NotLooked;
     }
+    // `*` matches any current representation (RFC 9110 §13.1.2): the 304
+    // is the one step 4's choice would have, with its fields (§15.4.5),
+    // not the first variant looked at (identity).
+    if inm.trim_ascii() == b"*" {
+        return match res.representation(accepted.choose(res.codings())) {
+            Some(v) => Held::Match(v),
+            None => Held::NotLooked,
+        };
+    }
     let pre = Preconditions {
         if_none_match: Some(inm),
         ..Default::default()
@@ -619,6 +628,39 @@ mod tests {
             ..held
         };
         assert_eq!(answer(&res, &refused, false, 200).status(), 200);
+    }
+
+    /// `If-None-Match: *` is a 304 with the fields of the variant a 200
+    /// would send (RFC 9110 §15.4.5), not those of identity, the first
+    /// variant a held tag is looked for in.
+    #[test]
+    fn a_star_is_the_304_of_the_variant_that_would_be_sent() {
+        let res = Models::new(&[Encoding::Brotli, Encoding::Gzip], 40);
+        for (accept, want) in [
+            (Some(&b"gzip, br"[..]), "br"),
+            (Some(&b"gzip"[..]), "gzip"),
+            (Some(&b"br;q=0"[..]), "identity"),
+            (None, "identity"),
+        ] {
+            let f = Fields {
+                accept_encoding: accept,
+                ..Fields::default()
+            };
+            let sent = answer(&res, &f, false, 200);
+            assert_eq!(sent.header("X-Coding"), Some(want));
+            for star in [&b"*"[..], b" * "] {
+                let f = Fields {
+                    accept_encoding: accept,
+                    pre: Preconditions {
+                        if_none_match: Some(star),
+                        ..Preconditions::default()
+                    },
+                    ..Fields::default()
+                };
+                let r = answer(&res, &f, false, 200);
+                assert_eq!((r.status(), r.header("ETag")), (304, sent.header("ETag")), "{accept:?}");
+            }
+        }
     }
 
     /// A held variant's 304 comes after steps 1 and 2 (RFC 9110 §13.2.2):
