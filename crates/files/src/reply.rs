@@ -16,6 +16,7 @@
 use std::ops::Range;
 use std::time::SystemTime;
 
+use peregrine::codec::head::trim_ows;
 use peregrine::{Body, HeaderBlock, Request, Response};
 
 use crate::conditional::{self, Preconditions, Verdict};
@@ -359,7 +360,7 @@ fn held<R: Resource>(res: &mut R, f: &Fields<'_>, status: u16, accepted: &Accept
     // `*` matches any current representation (RFC 9110 §13.1.2): the 304
     // is the one step 4's choice would have, with its fields (§15.4.5),
     // not the first variant looked at (identity).
-    if inm.trim_ascii() == b"*" {
+    if trim_ows(inm) == b"*" {
         return match res.representation(accepted.choose(res.codings())) {
             Some(v) => Held::Match(v),
             None => Held::NotLooked,
