@@ -4,7 +4,7 @@
 
 use std::cell::RefCell;
 
-use peregrine::codec::head::trim_ows;
+use peregrine::codec::accept::{self, Weights, STAR};
 
 /// A content coding Peregrine can serve from a pre-compressed sibling.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -40,8 +40,13 @@ impl Encoding {
         }
     }
 
+    /// The coding's index in [`accept::Weights`].
     fn index(self) -> usize {
-        self as usize
+        match self {
+            Encoding::Brotli => accept::BROTLI,
+            Encoding::Zstd => accept::ZSTD,
+            Encoding::Gzip => accept::GZIP,
+        }
     }
 }
 
@@ -146,35 +151,12 @@ thread_local! {
 /// target).
 #[doc(hidden)]
 pub fn accepted_afresh(accept: &[u8]) -> Accepted {
-    // A value without parameters, as every browser sends (`gzip, deflate,
-    // br, zstd`): eight bytes at a time, no q-values. The general scan
-    // cost 597 instructions for that value, this about 500; a browser's
-    // archive answer 2,887 -> 2,793 (callgrind c50, GET / of the bundled
-    // archive, bench/runs/2026-11-28-arch12); with the choice by sets
-    // (`choose_plainly`) 368 and 2,707 (bench/runs/2026-11-28-arch13).
-    match named_plainly(accept) {
-        Some(named) => Accepted(Weights::Plain(named)),
-        None => {
-            let (named, star) = q_values(accept);
-            Accepted(Weights::Weighted(named, star))
-        }
-    }
+    Accepted(accept::weights(Some(accept)))
 }
 
 /// An `Accept-Encoding` value as read by [`accepted`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Accepted(Weights);
-
-/// The q-values a value gives.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Weights {
-    /// No field: identity only.
-    Absent,
-    /// No parameters: the codings named (and `STAR`), each at q=1.
-    Plain(u8),
-    /// Each coding's q-value in thousandths (`None`: not named), `*`'s.
-    Weighted([Option<u16>; 3], Option<u16>),
-}
 
 impl Accepted {
     /// The coding to send among `available` ([`negotiate`]'s answer).
@@ -191,136 +173,12 @@ impl Accepted {
     /// when `choose(&[e])` is `Some(e)`.
     #[inline]
     pub fn contains(&self, e: Encoding) -> bool {
-        match &self.0 {
-            Weights::Absent => false,
-            Weights::Plain(named) => named & (STAR | 1 << e.index()) != 0,
-            Weights::Weighted(named, star) => named[e.index()].or(*star).unwrap_or(0) > 0,
-        }
+        self.0.q(e.index()) > 0
     }
 }
 
-/// `named_plainly`'s bit for `*` (the codings' bits are `1 << index`).
-const STAR: u8 = 1 << 3;
 /// Every coding's bit.
 const ALL_CODINGS: u8 = 0b111;
-
-/// Each coding's q-value in thousandths (`None`: not named), and `*`'s,
-/// for a value with parameters (a `;`).
-#[inline(always)]
-fn q_values(accept: &[u8]) -> ([Option<u16>; 3], Option<u16>) {
-    // q-values in thousandths, per coding; None: not named.
-    let mut named: [Option<u16>; 3] = [None; 3];
-    let mut star: Option<u16> = None;
-    // One pass over the bytes, element by element (up to a comma), each
-    // a coding and its parameters (after semicolons). Split into
-    // elements, then parameters, with each coding compared to the four
-    // names in turn, it cost 348 instructions for `gzip,br` (callgrind
-    // c50, GET / of the bundled archive).
-    let n = accept.len();
-    let mut at = 0;
-    while at <= n {
-        let end = stop(accept, at);
-        let coding = trim_ows(&accept[at..end]);
-        let mut q = 1000;
-        let mut next = end;
-        while next < n && accept[next] == b';' {
-            let param_end = stop(accept, next + 1);
-            let param = trim_ows(&accept[next + 1..param_end]);
-            if let [b'q' | b'Q', b'=', v @ ..] = param {
-                q = qvalue(v).unwrap_or(0);
-            }
-            next = param_end;
-        }
-        // `next` is at a comma or the end.
-        at = next + 1;
-        match coding_named(coding) {
-            Named::Coding(e) => named[e.index()] = Some(q),
-            Named::Star => star = Some(q),
-            Named::Other => {}
-        }
-    }
-    (named, star)
-}
-
-/// The codings a value without parameters names, each at q=1, as a set
-/// (`1 << index`, and `STAR` for `*`; `None` if the value has a `;`: the
-/// general scan reads it). Eight bytes at a
-/// time: a word's commas and semicolons found at once (`bytes_equal`),
-/// each element between commas trimmed and named (`name_plainly`).
-/// A byte at a time, looking for either separator, it cost 572
-/// instructions for `gzip, deflate, br, zstd` (callgrind c50, GET / of
-/// the bundled archive), against the general scan's 597
-/// (bench/runs/2026-11-28-arch12).
-#[inline(always)]
-fn named_plainly(accept: &[u8]) -> Option<u8> {
-    let mut named = 0u8;
-    let n = accept.len();
-    // Where the element being read starts.
-    let mut start = 0;
-    let mut at = 0;
-    while at < n {
-        let word = match accept.get(at..at + 8) {
-            Some(eight) => u64::from_le_bytes(eight.try_into().unwrap_or_default()),
-            // The last bytes, zeros after them (a zero is neither
-            // separator): the value's last eight, those already read
-            // shifted out (copied into a zeroed word instead, they were
-            // a call of memcpy, 14 instructions).
-            None if n >= 8 => {
-                let last = u64::from_le_bytes(accept[n - 8..].try_into().unwrap_or_default());
-                last >> (8 * (at + 8 - n))
-            }
-            None => {
-                let mut last = 0u64;
-                for (i, &b) in accept[at..].iter().enumerate() {
-                    last |= u64::from(b) << (8 * i);
-                }
-                last
-            }
-        };
-        if bytes_equal(word, b';') != 0 {
-            return None;
-        }
-        let mut commas = bytes_equal(word, b',');
-        while commas != 0 {
-            let comma = at + (commas.trailing_zeros() / 8) as usize;
-            named |= name_plainly(&accept[start..comma]);
-            start = comma + 1;
-            commas &= commas - 1;
-        }
-        at += 8;
-    }
-    named |= name_plainly(&accept[start..]);
-    Some(named)
-}
-
-/// The bytes of `word` equal to `b`: their high bits set, every other bit
-/// clear. Exact (no carry crosses a byte: a byte's low seven bits plus
-/// 0x7f is at most 0xfe), unlike the usual zero-byte test.
-#[inline(always)]
-fn bytes_equal(word: u64, b: u8) -> u64 {
-    const LOW7: u64 = 0x7f7f_7f7f_7f7f_7f7f;
-    let x = word ^ (0x0101_0101_0101_0101 * u64::from(b));
-    !(((x & LOW7) + LOW7) | x | LOW7)
-}
-
-/// What one element of a value without parameters names, as
-/// `named_plainly`'s bit (0 for another coding): `trim_ows` and
-/// `coding_named` of it (`trim_ows`, across crates, was not inlined).
-#[inline(always)]
-fn name_plainly(element: &[u8]) -> u8 {
-    let mut coding = element;
-    while let [b' ' | b'\t', rest @ ..] = coding {
-        coding = rest;
-    }
-    while let [rest @ .., b' ' | b'\t'] = coding {
-        coding = rest;
-    }
-    match coding_named(coding) {
-        Named::Coding(e) => 1 << e.index(),
-        Named::Star => STAR,
-        Named::Other => 0,
-    }
-}
 
 /// `choose` for a value without parameters, every coding it names (and
 /// `*`) at q=1: the first of [`Encoding::ALL`] available and named (or
@@ -356,71 +214,11 @@ fn choose(named: &[Option<u16>; 3], star: Option<u16>, available: &[Encoding]) -
     best.map(|(_, e)| e)
 }
 
-/// Where the element or parameter that starts at `from` ends: the next
-/// comma or semicolon, or the end.
-#[inline(always)]
-fn stop(accept: &[u8], from: usize) -> usize {
-    accept
-        .get(from..)
-        .and_then(|rest| rest.iter().position(|&b| b == b',' || b == b';'))
-        .map_or(accept.len(), |i| from + i)
-}
-
-/// What an element's coding names.
-enum Named {
-    Coding(Encoding),
-    Star,
-    /// Another coding (`deflate`, `identity`, an unknown one), or none.
-    Other,
-}
-
-/// The coding `coding` names, compared without regard to case (RFC 9110
-/// §8.4.1: "All content codings are case-insensitive"): by length first,
-/// then the short names as one word, each byte's case bit set (every
-/// byte of `br`, `gzip` and `zstd` is a letter, so a byte matches only
-/// as itself or its capital).
-#[inline(always)]
-fn coding_named(coding: &[u8]) -> Named {
-    match *coding {
-        [a, b] if (u16::from_le_bytes([a, b]) | 0x2020) == u16::from_le_bytes(*b"br") => {
-            Named::Coding(Encoding::Brotli)
-        }
-        [a, b, c, d] => match u32::from_le_bytes([a, b, c, d]) | 0x2020_2020 {
-            w if w == u32::from_le_bytes(*b"gzip") => Named::Coding(Encoding::Gzip),
-            w if w == u32::from_le_bytes(*b"zstd") => Named::Coding(Encoding::Zstd),
-            _ => Named::Other,
-        },
-        [b'*'] => Named::Star,
-        _ if coding.eq_ignore_ascii_case(b"x-gzip") => Named::Coding(Encoding::Gzip),
-        _ => Named::Other,
-    }
-}
-
-/// qvalue = ( "0" [ "." 0*3DIGIT ] ) / ( "1" [ "." 0*3("0") ] ), in
-/// thousandths. Invalid → None (treated as 0: not acceptable).
-fn qvalue(v: &[u8]) -> Option<u16> {
-    let v = trim_ows(v);
-    let (int, frac) = match v.iter().position(|&b| b == b'.') {
-        Some(dot) => (&v[..dot], &v[dot + 1..]),
-        None => (v, &b""[..]),
-    };
-    if frac.len() > 3 || !frac.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    let mut thousandths = 0u16;
-    for i in 0..3 {
-        thousandths = thousandths * 10 + frac.get(i).map_or(0, |d| u16::from(d - b'0'));
-    }
-    match int {
-        b"0" => Some(thousandths),
-        b"1" if thousandths == 0 => Some(1000),
-        _ => None,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use peregrine::codec::accept::qvalue;
+    use peregrine::codec::head::trim_ows;
     use Encoding::*;
 
     #[test]
@@ -451,6 +249,10 @@ mod tests {
             (Some("gzip ; q=0.5 , deflate"), gz, Some(Gzip)),
             (Some("deflate"), gz, None),
             (Some("gzip"), &[], None),
+            // Named twice: the highest q-value, as Caddy and nginx read it
+            // (and the proxy's compression).
+            (Some("gzip, gzip;q=0"), gz, Some(Gzip)),
+            (Some("br;q=0, br;q=0.1, gzip;q=0.05"), all, Some(Brotli)),
         ];
         for (accept, available, want) in table {
             assert_eq!(
@@ -458,35 +260,6 @@ mod tests {
                 *want,
                 "{accept:?} among {available:?}"
             );
-        }
-    }
-
-    /// `bytes_equal` marks exactly the bytes equal to the one asked for,
-    /// whatever their neighbours (a carry or borrow from one byte into
-    /// the next would mark or miss one).
-    #[test]
-    fn bytes_equal_marks_exactly_the_equal_bytes() {
-        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
-        for i in 0..100_000u32 {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            let mut bytes = seed.to_le_bytes();
-            let b = [b',', b';', 0, 0xff, 0x80, 0x7f, (seed >> 3) as u8][i as usize % 7];
-            // Put the byte, and its neighbours in value, in some places.
-            for (j, to) in bytes.iter_mut().enumerate() {
-                match (seed >> (8 + 3 * j)) % 5 {
-                    0 => *to = b,
-                    1 => *to = b.wrapping_add(1),
-                    2 => *to = b.wrapping_sub(1),
-                    _ => {}
-                }
-            }
-            let want = bytes
-                .iter()
-                .enumerate()
-                .fold(0u64, |m, (j, &x)| if x == b { m | 0x80 << (8 * j) } else { m });
-            assert_eq!(bytes_equal(u64::from_le_bytes(bytes), b), want, "{bytes:?} {b}");
         }
     }
 
@@ -516,13 +289,14 @@ mod tests {
             } else if coding.eq_ignore_ascii_case(b"gzip") || coding.eq_ignore_ascii_case(b"x-gzip") {
                 Some(Gzip)
             } else if coding == b"*" {
-                star = Some(q);
+                star = Some(star.map_or(q, |old| old.max(q)));
                 None
             } else {
                 None
             };
+            // Named twice: the highest q-value.
             if let Some(e) = slot {
-                named[e.index()] = Some(q);
+                named[e.index()] = Some(named[e.index()].map_or(q, |old| old.max(q)));
             }
         }
         // The choice among the q-values is the code's own (`choose`):

@@ -2,6 +2,7 @@
 //! response bytes appended to a buffer. Nothing here touches a socket, so all
 //! of it is tested with byte tables and fuzzed (`fuzz/`).
 
+pub mod accept;
 pub mod chunked;
 pub mod client;
 pub mod head;

@@ -51,6 +51,7 @@ use std::io;
 use flate2::{Compress, Compression, FlushCompress, Status};
 use zstd::zstd_safe::{self, CCtx, CParameter, InBuffer, OutBuffer};
 
+use crate::codec::accept;
 use crate::codec::client::ResponseHead;
 use crate::codec::head::{list_elements, trim_ows};
 
@@ -143,6 +144,14 @@ impl Coding {
             Coding::Gzip => "gzip",
         }
     }
+
+    /// The coding's index in [`accept::Weights`].
+    fn index(self) -> usize {
+        match self {
+            Coding::Zstd => accept::ZSTD,
+            Coding::Gzip => accept::GZIP,
+        }
+    }
 }
 
 /// What a request's answer may become: the coding the client accepts
@@ -165,69 +174,22 @@ pub(crate) fn plan(encode: &Encode, accept: Option<&[u8]>) -> Plan {
     }
 }
 
-/// The coding for an `Accept-Encoding` value (RFC 9110 §12.5.3): the
-/// highest q-value among those the proxy has, ties in [`Coding::ALL`]'s
-/// order; `*` gives its q-value to those not named; q=0 is never chosen.
-/// `None`: identity (absent field, or nothing acceptable).
+/// The coding for an `Accept-Encoding` value (RFC 9110 §12.5.3, read by
+/// [`accept::weights`], as the files crate reads it for pre-compressed
+/// siblings): the highest q-value among those the proxy has, ties in
+/// [`Coding::ALL`]'s order; `*` gives its q-value to those not named; q=0
+/// is never chosen. `None`: identity (absent field, or nothing
+/// acceptable).
 pub(crate) fn negotiate(accept: Option<&[u8]>) -> Option<Coding> {
-    let accept = accept?;
-    let mut named: [Option<u16>; 2] = [None; 2];
-    let mut star: Option<u16> = None;
-    for element in accept.split(|&b| b == b',') {
-        let mut params = element.split(|&b| b == b';');
-        let coding = trim_ows(params.next().unwrap_or_default());
-        if coding.is_empty() {
-            continue;
-        }
-        let mut q = 1000;
-        for param in params {
-            let param = trim_ows(param);
-            if param.len() >= 2 && param[..2].eq_ignore_ascii_case(b"q=") {
-                q = qvalue(&param[2..]).unwrap_or(0);
-            }
-        }
-        let slot = if coding.eq_ignore_ascii_case(b"zstd") {
-            0
-        } else if coding.eq_ignore_ascii_case(b"gzip") || coding.eq_ignore_ascii_case(b"x-gzip") {
-            1
-        } else {
-            if coding == b"*" {
-                star = Some(q);
-            }
-            continue;
-        };
-        // A coding named twice keeps its highest q.
-        named[slot] = Some(named[slot].map_or(q, |old| old.max(q)));
-    }
+    let weights = accept::weights(accept);
     let mut best: Option<(u16, Coding)> = None;
-    for (i, coding) in Coding::ALL.into_iter().enumerate() {
-        let q = named[i].or(star).unwrap_or(0);
+    for coding in Coding::ALL {
+        let q = weights.q(coding.index());
         if q > 0 && best.is_none_or(|(b, _)| q > b) {
             best = Some((q, coding));
         }
     }
     best.map(|(_, c)| c)
-}
-
-/// A qvalue (RFC 9110 §12.4.2) in thousandths.
-fn qvalue(v: &[u8]) -> Option<u16> {
-    let v = std::str::from_utf8(trim_ows(v)).ok()?;
-    let (int, frac) = v.split_once('.').unwrap_or((v, ""));
-    if frac.len() > 3 || !frac.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let q = match int {
-        "0" => {
-            let mut f = frac.to_owned();
-            while f.len() < 3 {
-                f.push('0');
-            }
-            f.parse::<u16>().ok()?
-        }
-        "1" if frac.bytes().all(|b| b == b'0') => 1000,
-        _ => return None,
-    };
-    Some(q)
 }
 
 /// What becomes of one answer: `vary` (it is compressible: `Vary:
@@ -530,6 +492,9 @@ mod tests {
             (Some(b"gzip;q=2"), None),
             (Some(b"gzip;q=0.0001"), None),
             (Some(b"x-gzip"), Some(Coding::Gzip)),
+            // Named twice: the highest q-value, as the files crate reads it.
+            (Some(b"gzip, gzip;q=0"), Some(Coding::Gzip)),
+            (Some(b"br, zstd;q=0, gzip;q=0"), None),
         ] {
             assert_eq!(negotiate(accept), want, "{:?}", accept.map(String::from_utf8_lossy));
         }
