@@ -240,6 +240,32 @@ fn basic_auth_rules_a_proxy_goes_around_are_warned_of_at_start() {
     assert!(said.iter().any(|l| l.contains(warned)), "{said:?}");
     assert!(!said.iter().any(|l| l.contains("/team/*")), "{said:?}");
     server.terminate();
+
+    // A route's `ip` list and `rate-limit` are gone around by a `--proxy`
+    // prefix as its `basic-auth` is: said too.
+    let config = t.write(
+        "peregrine.toml",
+        "version = 1\nbind = [\"127.0.0.1:0\"]\nworkers = 1\n[[site]]\nnames = [\"a.test\"]\nroot = \"site\"\n\
+         [[site.route]]\npath = \"/api/admin/*\"\nip = { allow = [\"127.0.0.2\"] }\n\
+         rate-limit = { rate = \"10/s\", burst = 20 }\n",
+    );
+    let server = Process::spawn(
+        common::peregrine()
+            .current_dir(t.dir())
+            .args(["serve", "--config"])
+            .arg(&config)
+            .arg("--proxy")
+            .arg(format!("/api/=http://{up}")),
+    );
+    let said = until_listening(&server);
+    for rule in ["ip allow/deny list", "rate-limit"] {
+        let warned = format!(
+            "site a.test, route /api/admin/*: its {rule} does not protect paths under --proxy /api/: the proxy \
+             sends them upstream first"
+        );
+        assert!(said.iter().any(|l| l.contains(&warned)), "{rule}: {said:?}");
+    }
+    server.terminate();
 }
 
 /// What the server says up to the line saying where it listens (the

@@ -67,6 +67,8 @@ fn config(t: &Scratch, pki: Option<&Pki>, default_b: bool) -> PathBuf {
          [[site]]\nnames = [\"a.test\", \"*.a.test\"]\naliases = [\"www.a.test\"]\nroot = \"a\"\n{}\
          [[site]]\nnames = [\"b.test\"]\nroot = \"b\"\ndefault = {default_b}\n{}\
          [[site.route]]\npath = \"/old/*\"\nto = \"/new/:splat\"\nstatus = 301\n\
+         [[site.route]]\npath = \"/o1/*\"\nto = \"/:splat\"\nstatus = 301\n\
+         [[site.route]]\npath = \"/o2/*\"\nto = \"/:splat/next\"\nstatus = 301\n\
          [[site]]\nnames = [\"c.test\", \"inner.test\"]\nroot = \"c.prg\"\n{}",
         tls("a", &["a.test", "*.a.test", "www.a.test", "b.test"]),
         tls("b", &["b.test"]),
@@ -211,6 +213,24 @@ fn in_cleartext_unknown_hosts_get_404_or_the_default_and_routes_redirect() {
         }
         let (status, location, ..) = get(&addr, "b.test", "/old/x/y.html");
         assert_eq!((status, location.as_str()), (301, "/new/x/y.html"));
+        // Captures come decoded from the path the route was chosen by and
+        // are encoded once more (not `%2520`), as `_redirects` does.
+        for (path, want) in [
+            ("/old/a%20b", "/new/a%20b"),
+            ("/old/caf%C3%A9", "/new/caf%C3%A9"),
+            ("//old/./x/../y", "/new/y"),
+            ("/o1//evil.test", "/evil.test"),
+        ] {
+            let (status, location, ..) = get(&addr, "b.test", path);
+            assert_eq!((status, location.as_str()), (301, want), "{path}");
+        }
+        // A target that would begin with `//` (an empty capture) names
+        // another host: 400, never sent.
+        let (status, location, ..) = get(&addr, "b.test", "/o2");
+        assert_eq!((status, location.as_str()), (400, ""));
+        // A path that does not normalise is no route's (matched as sent,
+        // `//old/x%01` would miss `/old/*`).
+        assert_eq!(get(&addr, "b.test", "//old/x%01").0, 400);
         let (status, location, ..) = get(&addr, "www.a.test", "/p");
         assert_eq!((status, location.as_str()), (308, "http://a.test/p"));
         server.terminate();

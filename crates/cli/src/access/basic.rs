@@ -433,8 +433,8 @@ struct Protected {
     what: String,
     /// A `_headers` pattern, or the route's path.
     pattern: String,
-    /// A route's `basic-auth` or `forward-auth` (else `_headers`'
-    /// `Basic-Auth`).
+    /// A route's `basic-auth`, `forward-auth`, `ip` allow/deny list or
+    /// `rate-limit` (else `_headers`' `Basic-Auth`).
     route: Option<&'static str>,
 }
 
@@ -511,6 +511,17 @@ impl Notes {
                  authenticated answers are private"
             ));
         }
+    }
+
+    /// A route with an access rule that is not authentication (`rule`:
+    /// its `ip` allow/deny list, its `rate-limit`) at `path`: only said
+    /// where a proxy goes around it ([`Notes::under_proxy`]).
+    pub(crate) fn route_rule(&mut self, what: &str, path: &str, rule: &'static str) {
+        self.protected.push(Protected {
+            what: what.to_owned(),
+            pattern: path.to_owned(),
+            route: Some(rule),
+        });
     }
 
     /// Says which protections seen so far, of the places `whose` accepts,

@@ -25,7 +25,8 @@ use super::ServedArchive;
 use crate::access::basic::{Guard, Notes, Verifier};
 use crate::access::{self, Finish};
 use crate::flags::{ServeArchiveArgs, TlsArgs};
-use crate::sites::{route_for, HandlerSpec, RootKind, SiteSpec};
+use crate::sites::{route_for, route_key, HandlerSpec, RootKind, SiteSpec};
+use peregrine_files::path::PathError;
 
 /// The engine's sites, with the archives they serve.
 pub(super) struct Built {
@@ -100,6 +101,13 @@ pub(super) fn build(
                 (None, Some(_)) => Some("forward-auth"),
                 (None, None) => None,
             };
+            // The rules that are not authentication, for `under_proxy`.
+            if route.ip.is_some() {
+                notes.route_rule(&what, &route.path, "ip allow/deny list");
+            }
+            if route.rate_limit.is_some() {
+                notes.route_rule(&what, &route.path, "rate-limit");
+            }
             let handler: Arc<dyn Handler> = match &route.handler {
                 HandlerSpec::Files { root, files } => {
                     let options = files.options(root.clone());
@@ -361,18 +369,27 @@ struct SiteHandler {
 }
 
 impl SiteHandler {
-    fn pick(&self, req: &Request<'_>) -> &Arc<dyn Handler> {
-        route_for(&self.spec, req.path()).map_or(&self.root, |i| &self.routes[i])
+    /// The handler of the route that takes `req`'s path, or the site's
+    /// root; `Err`: the path does not normalise, and no handler takes it
+    /// (`route_for`).
+    fn pick(&self, req: &Request<'_>) -> Result<&Arc<dyn Handler>, PathError> {
+        Ok(route_for(&self.spec, req.path())?.map_or(&self.root, |i| &self.routes[i]))
     }
 }
 
 impl Handler for SiteHandler {
     fn call(&self, req: &Request<'_>) -> Reply {
-        self.pick(req).call(req)
+        match self.pick(req) {
+            Ok(handler) => handler.call(req),
+            Err(e) => Reply::Now(peregrine_files::reply::bad_request(e.reason())),
+        }
     }
 
     fn body_use(&self, req: &Request<'_>) -> peregrine::BodyUse {
-        self.pick(req).body_use(req)
+        match self.pick(req) {
+            Ok(handler) => handler.body_use(req),
+            Err(_) => peregrine::BodyUse::Ignore,
+        }
     }
 }
 
@@ -384,9 +401,23 @@ struct Redirect {
 }
 
 impl Handler for Redirect {
+    /// The captures are taken from the path the route was chosen by
+    /// (normalised and decoded: `route_key`), and `substitute` encodes
+    /// them again, as `_redirects` does (`/o/a%20b` to `/n/a%20b`, not
+    /// `/n/a%2520b`). A `Location` that begins with `//` or `/\` once
+    /// they are in would send a browser to another host: 400, never sent,
+    /// as for `_redirects` (`/o/*` to `/:splat`, asked `/o//evil.example`).
     fn call(&self, req: &Request<'_>) -> Reply {
-        let caps = self.pattern.captures(req.path()).unwrap_or_default();
+        let caps = match route_key(req.path()) {
+            Ok(key) => self.pattern.captures(&key).unwrap_or_default(),
+            Err(e) => return Reply::Now(peregrine_files::reply::bad_request(e.reason())),
+        };
         let location = peregrine_files::conventions::substitute(&self.to, &caps);
+        if location.starts_with("//") || location.starts_with("/\\") {
+            return Reply::Now(peregrine_files::reply::bad_request(
+                "the redirect's target would name another host",
+            ));
+        }
         Reply::Now(
             Response::new(self.status)
                 .with_header("Location", location)

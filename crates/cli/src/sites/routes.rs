@@ -17,40 +17,53 @@
 //! the first that matches. A request no route matches gets the site's
 //! root with the site's settings.
 
+use std::borrow::Cow;
 use std::cmp::Reverse;
 
 use peregrine::pattern::CAPTURES_MAX;
+use peregrine_files::path::PathError;
 
 use super::{RouteSpec, SiteSpec};
 
 /// The index in `site.routes` of the route that takes `path` (the
-/// request's path, without its query), or `None`: the site's root and
+/// request's path, without its query), or `Ok(None)`: the site's root and
 /// settings answer. A path is judged as the file and archive servers
 /// look it up, normalised: `/x/../admin/` and `/admin//` are `/admin/`,
 /// or a route's access rules could be walked around (the pattern itself
 /// decodes `%61`). Allocates nothing for a path that is already its own
-/// key (`path::is_key`: the common case); one that does not normalise
-/// is matched as sent (its handler answers 400).
-pub(crate) fn route_for(site: &SiteSpec, path: &str) -> Option<usize> {
+/// key (`path::is_key`: the common case).
+///
+/// `Err`: a path that does not normalise (a control byte, a raw
+/// backslash, bytes that are not UTF-8 once decoded), which no route may
+/// take: matched as sent, `//admin/x%01` would miss `/admin/*` and its
+/// rules and go to a `/*` proxy, whose upstream may well merge the
+/// slashes and serve `/admin/x` (the file and archive servers refuse such
+/// a path themselves). A path that is not absolute (`OPTIONS *`) is the
+/// site root's.
+pub(crate) fn route_for(site: &SiteSpec, path: &str) -> Result<Option<usize>, PathError> {
     if site.routes.is_empty() {
-        return None;
+        return Ok(None);
     }
-    let normal;
-    let path = if peregrine_files::path::is_key(path) {
-        path
-    } else {
-        match peregrine_files::path::normalize(path.as_bytes()) {
-            Ok(p) => {
-                normal = p.key();
-                &normal
-            }
-            Err(_) => path,
-        }
+    let path = match route_key(path) {
+        Ok(key) => key,
+        Err(PathError::NotAbsolute) => return Ok(None),
+        Err(e) => return Err(e),
     };
     let mut caps = [("", ""); CAPTURES_MAX];
-    site.routes
+    Ok(site
+        .routes
         .iter()
-        .position(|route| route.pattern.matches(path, &mut caps).is_some())
+        .position(|route| route.pattern.matches(&path, &mut caps).is_some()))
+}
+
+/// The form of `path` routes are matched against, and take their
+/// captures from: normalised and percent-decoded (`path::normalize`'s
+/// key), borrowed when the path is already its own key.
+pub(crate) fn route_key(path: &str) -> Result<Cow<'_, str>, PathError> {
+    if peregrine_files::path::is_key(path) {
+        return Ok(Cow::Borrowed(path));
+    }
+    Ok(Cow::Owned(peregrine_files::path::normalize(path.as_bytes())?.key()))
 }
 
 /// Sorts routes most specific first (stable: ties stay in written order).

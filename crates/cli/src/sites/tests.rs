@@ -531,7 +531,7 @@ fn the_most_specific_route_takes_a_path() {
         ("/other", Some("/*")),
     ];
     for (path, want) in table {
-        let got = route_for(site, path).map(|i| site.routes[i].path.as_str());
+        let got = route_for(site, path).unwrap().map(|i| site.routes[i].path.as_str());
         assert_eq!(got, *want, "{path}");
     }
     // No route: the site's root answers.
@@ -541,8 +541,17 @@ fn the_most_specific_route_takes_a_path() {
         &[],
     )
     .unwrap();
-    assert_eq!(route_for(&sites[0], "/y"), None);
-    assert_eq!(route_for(&sites[0], "/x/y"), Some(0));
+    assert_eq!(route_for(&sites[0], "/y"), Ok(None));
+    assert_eq!(route_for(&sites[0], "/x/y"), Ok(Some(0)));
+    // Normalised first: `/x/*`'s rules cannot be walked around.
+    assert_eq!(route_for(&sites[0], "//x/y"), Ok(Some(0)));
+    assert_eq!(route_for(&sites[0], "/y/../x/y"), Ok(Some(0)));
+    assert_eq!(route_for(&sites[0], "/%78/y"), Ok(Some(0)));
+    // A path that does not normalise is no route's, nor the root's.
+    for bad in ["//x/y%01", "//x/y\\", "/x/%FF", "/x/%00"] {
+        assert!(route_for(&sites[0], bad).is_err(), "{bad}");
+    }
+    assert_eq!(route_for(&sites[0], "*"), Ok(None));
 }
 
 #[test]
