@@ -212,7 +212,8 @@ fn policy(command: &Command, argv: &[OsString]) -> anyhow::Result<Policy> {
 
 /// Reading beneath a root: a directory, or an archive's directory (as
 /// `is_archive_root`, any file that is not a directory is served as an
-/// archive, which is swapped by renaming another into its directory). A
+/// archive, which is swapped by renaming another into its directory),
+/// and where the root is a symlink, the directory its target is in. A
 /// path that does not exist is granted nothing: opening it fails after
 /// this, with the message of the setting that names it.
 fn grant_root(policy: &mut Policy, root: &Path, follow_symlinks: bool) -> anyhow::Result<()> {
@@ -225,6 +226,22 @@ fn grant_root(policy: &mut Policy, root: &Path, follow_symlinks: bool) -> anyhow
         policy
             .read(&readable)
             .with_context(|| format!("the root {}", root.display()))?;
+    }
+    // A root given through a symlink, as a deploy's `current ->
+    // releases/N` or `site.prg -> ../releases/v7.prg`: the directory its
+    // target is in, so that the link can be swapped to another release
+    // there (an archive's watcher takes it; a directory's root, a
+    // reload). Without it, an archive behind a link could not be opened
+    // at all.
+    if std::fs::symlink_metadata(root).is_ok_and(|m| m.file_type().is_symlink()) {
+        if let Ok(target) = std::fs::canonicalize(root) {
+            let dir = parent(&target);
+            if dir.exists() {
+                policy
+                    .read(&dir)
+                    .with_context(|| format!("the root {} (a symlink to {})", root.display(), target.display()))?;
+            }
+        }
     }
     if follow_symlinks && !archive {
         for target in symlink_targets(root) {

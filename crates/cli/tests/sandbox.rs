@@ -277,6 +277,39 @@ fn an_archive_renamed_into_its_directory_is_swapped_in() {
     server.terminate();
 }
 
+/// A deploy's layout: the served path a symlink to a release in another
+/// directory (`srv/site.prg -> ../releases/v1.prg`), swapped to the next
+/// release by replacing the link. Under the sandbox the release
+/// directory is readable (before, the archive could not even be opened:
+/// only the link's directory was).
+#[test]
+fn an_archive_behind_a_symlink_is_served_and_its_link_swapped() {
+    let t = tmp("archive-link");
+    let (srv, releases) = (t.path("srv"), t.path("releases"));
+    std::fs::create_dir_all(&srv).unwrap();
+    std::fs::create_dir_all(&releases).unwrap();
+    let pack = |site: &str, to: &Path| {
+        let out = peregrine().args(["pack", site, "-o", s(to)]).output().unwrap();
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    };
+    pack(s(&t.path("site")), &releases.join("v1.prg"));
+    pack(s(&t.path("elsewhere")), &releases.join("v2.prg"));
+    let link = srv.join("site.prg");
+    std::os::unix::fs::symlink("../releases/v1.prg", &link).unwrap();
+    let server = Server::start(&["serve", s(&link)], &[]);
+    assert_eq!(server.body("/"), "site");
+    // The rest stays unreadable.
+    let secret = server.body(&format!("/open?{}", s(&t.path("secret.txt"))));
+    assert!(!server.landlock() || secret.starts_with(EACCES), "{secret}");
+    // Swapped as deploy tools do: a new link renamed over the old one.
+    let next = srv.join("next.prg");
+    std::os::unix::fs::symlink("../releases/v2.prg", &next).unwrap();
+    std::fs::rename(&next, &link).unwrap();
+    server.line("loaded as generation 2");
+    assert_eq!(server.body("/"), "elsewhere");
+    server.terminate();
+}
+
 #[test]
 fn connecting_out_is_refused_unless_a_proxy_asks_and_then_to_its_port_only() {
     let t = tmp("connect");

@@ -330,6 +330,102 @@ fn the_forwarded_client_is_the_one_the_engine_decides() {
     }
 }
 
+/// From a trusted proxy (a balancer that ended TLS), what it said of the
+/// request goes on, as Caddy's `trusted_proxies` keeps it:
+/// `X-Forwarded-Proto` and `-Host` kept, `Forwarded` (RFC 7239 §4)
+/// appended to with this hop's element (whose `for` is the hop). From a
+/// peer not trusted, all of them are written afresh. (Before, a trusted
+/// balancer's `https` became `http`, and apps behind built `http://`
+/// links.)
+#[test]
+fn a_trusted_proxys_proto_host_and_forwarded_go_on_and_an_untrusted_peers_are_replaced() {
+    let up = upstream();
+    let incoming =
+        "X-Forwarded-Proto: https\r\nX-Forwarded-Host: orig.example\r\nForwarded: for=1.2.3.4;proto=https\r\n";
+    let cases = [
+        (
+            "127.0.0.1",
+            "https",
+            "orig.example",
+            "for=1.2.3.4;proto=https, for=127.0.0.1;host=\"site.test\";proto=http",
+        ),
+        (
+            "10.0.0.0/8",
+            "http",
+            "site.test",
+            "for=127.0.0.1;host=\"site.test\";proto=http",
+        ),
+    ];
+    for (trusted, proto, host, forwarded) in cases {
+        let server = proxy_server_with(
+            &[(Upstream::parse(&format!("http://{}", up.addr)).unwrap(), "/api/")],
+            |s| s.trusted_proxies(trusted.parse().unwrap(), AddrField::XForwardedFor),
+        );
+        // Twice on one worker: the second may not be a copy of the
+        // first's kept fields where the incoming ones differ.
+        for extra in [incoming, ""] {
+            let raw = get(server.local_addr(), "/api/hello", extra);
+            assert_eq!(status_of(&raw), 200, "{}", text(&raw));
+            let seen = up.seen.recv_timeout(PATIENCE).expect("the upstream got the request");
+            let (proto, host, forwarded) = match extra {
+                "" => ("http", "site.test", "for=127.0.0.1;host=\"site.test\";proto=http"),
+                _ => (proto, host, forwarded),
+            };
+            assert_eq!(
+                seen.field("x-forwarded-proto"),
+                Some(proto),
+                "trusting {trusted}: {}",
+                seen.head
+            );
+            assert_eq!(
+                seen.field("x-forwarded-host"),
+                Some(host),
+                "trusting {trusted}: {}",
+                seen.head
+            );
+            assert_eq!(
+                seen.field("forwarded"),
+                Some(forwarded),
+                "trusting {trusted}: {}",
+                seen.head
+            );
+        }
+    }
+}
+
+/// Behind the PROXY protocol, the hop `X-Forwarded-For` appends is the
+/// PROXY header's source (the client the balancer passed on), as HAProxy
+/// (`option forwardfor` with `accept-proxy`) and nginx
+/// (`real_ip_header proxy_protocol`) send it, not the balancer's own
+/// address; it is trusted or not as itself.
+#[test]
+fn behind_the_proxy_protocol_x_forwarded_for_is_the_source_it_gave() {
+    let up = upstream();
+    let server = proxy_server_with(
+        &[(Upstream::parse(&format!("http://{}", up.addr)).unwrap(), "/api/")],
+        |s| {
+            s.proxy_protocol("127.0.0.1".parse().unwrap())
+                .trusted_proxies("127.0.0.1".parse().unwrap(), AddrField::XForwardedFor)
+        },
+    );
+    let mut c = Client::connect(server.local_addr());
+    c.send(
+        b"PROXY TCP4 203.0.113.7 127.0.0.1 55555 80\r\nGET /api/hello HTTP/1.1\r\nHost: site.test\r\n\
+          X-Forwarded-For: 6.6.6.6\r\nConnection: close\r\n\r\n",
+    );
+    let raw = c.read_to_close();
+    assert_eq!(status_of(&raw), 200, "{}", text(&raw));
+    let seen = up.seen.recv_timeout(PATIENCE).expect("the upstream got the request");
+    // 203.0.113.7 is not trusted: its X-Forwarded-For is replaced.
+    assert_eq!(seen.field("x-forwarded-for"), Some("203.0.113.7"), "{}", seen.head);
+    assert_eq!(
+        seen.field("forwarded"),
+        Some("for=203.0.113.7;host=\"site.test\";proto=http"),
+        "{}",
+        seen.head
+    );
+}
+
 /// Issue 26: `Connection` "may not name Host, Content-Length,
 /// Transfer-Encoding, Authorization or the fields the proxy adds": a
 /// client's connection options remove its own fields, never this hop's

@@ -142,7 +142,16 @@ impl Head {
             }
         } else {
             let path = self.path.ok_or(Refusal::Malformed("no :path"))?;
-            self.scheme.ok_or(Refusal::Malformed("no :scheme"))?;
+            let scheme = self.scheme.ok_or(Refusal::Malformed("no :scheme"))?;
+            // RFC 9113 §8.3.1 (RFC 9114 §4.3.1): a scheme with a
+            // mandatory authority, as http and https have, needs
+            // :authority or Host; without either the request names no
+            // origin (HTTP/1.1's answer to a missing Host is a 400 too).
+            let scheme = self.span(scheme.value);
+            let has_authority = scheme.eq_ignore_ascii_case(b"http") || scheme.eq_ignore_ascii_case(b"https");
+            if has_authority && self.authority.is_none() && host.is_none() {
+                return Err(Refusal::Malformed("neither :authority nor Host"));
+            }
             let path = self.span(path.value);
             if path.is_empty() {
                 return Err(Refusal::Malformed("empty :path"));
@@ -377,26 +386,32 @@ mod tests {
     #[test]
     fn malformed_requests_are_refused() {
         let cases: &[&[(&str, &str)]] = &[
-            &[BASE[1], BASE[2]],                                        // no :method
-            &[BASE[0], BASE[2]],                                        // no :scheme
-            &[BASE[0], BASE[1]],                                        // no :path
-            &[BASE[0], BASE[1], (":path", "")],                         // empty :path
-            &[BASE[0], BASE[0], BASE[1], BASE[2]],                      // repeated
-            &[BASE[0], BASE[1], BASE[2], (":status", "200")],           // response pseudo
-            &[BASE[0], BASE[1], BASE[2], (":foo", "x")],                // unknown pseudo
-            &[BASE[0], BASE[1], ("x", "y"), BASE[2]],                   // pseudo after field
-            &[BASE[0], BASE[1], BASE[2], ("X-Upper", "y")],             // uppercase
-            &[BASE[0], BASE[1], BASE[2], ("connection", "keep-alive")], // connection-specific
-            &[BASE[0], BASE[1], BASE[2], ("te", "gzip")],               // TE
-            &[BASE[0], BASE[1], BASE[2], ("x", "a\r\nb")],              // CRLF in value
-            &[BASE[0], BASE[1], BASE[2], ("x", " padded")],             // leading space
-            &[BASE[0], BASE[1], BASE[2], ("content-length", "1x")],     // bad length
-            &[BASE[0], BASE[1], (":path", "/a b")],                     // space in path
-            &[(":method", "CONNECT"), BASE[1], BASE[2], BASE[3]],       // CONNECT with :path
+            &[BASE[1], BASE[2]],                                                 // no :method
+            &[BASE[0], BASE[2]],                                                 // no :scheme
+            &[BASE[0], BASE[1]],                                                 // no :path
+            &[BASE[0], BASE[1], (":path", "")],                                  // empty :path
+            &[BASE[0], BASE[0], BASE[1], BASE[2]],                               // repeated
+            &[BASE[0], BASE[1], BASE[2], BASE[3], (":status", "200")],           // response pseudo
+            &[BASE[0], BASE[1], BASE[2], BASE[3], (":foo", "x")],                // unknown pseudo
+            &[BASE[0], BASE[1], ("x", "y"), BASE[2]],                            // pseudo after field
+            &[BASE[0], BASE[1], BASE[2], BASE[3], ("X-Upper", "y")],             // uppercase
+            &[BASE[0], BASE[1], BASE[2], BASE[3], ("connection", "keep-alive")], // connection-specific
+            &[BASE[0], BASE[1], BASE[2], BASE[3], ("te", "gzip")],               // TE
+            &[BASE[0], BASE[1], BASE[2], BASE[3], ("x", "a\r\nb")],              // CRLF in value
+            &[BASE[0], BASE[1], BASE[2], BASE[3], ("x", " padded")],             // leading space
+            &[BASE[0], BASE[1], BASE[2], BASE[3], ("content-length", "1x")],     // bad length
+            &[BASE[0], BASE[1], (":path", "/a b"), BASE[3]],                     // space in path
+            &[(":method", "CONNECT"), BASE[1], BASE[2], BASE[3]],                // CONNECT with :path
+            &[BASE[0], BASE[1], BASE[2]],                                        // no :authority, no Host
+            &[BASE[0], (":scheme", "http"), BASE[2]],                            // the same, http
         ];
         for fields in cases {
             assert!(head(fields).check_request(false).is_err(), "{fields:?}");
         }
+        // Host instead of :authority names the origin (RFC 9113 §8.3.1).
+        head(&[BASE[0], BASE[1], BASE[2], ("host", "a")])
+            .check_request(false)
+            .unwrap();
     }
 
     #[test]
@@ -430,6 +445,7 @@ mod tests {
             BASE[0],
             BASE[1],
             BASE[2],
+            BASE[3],
             ("cookie", "a=1"),
             ("x", "y"),
             ("cookie", "b=2"),

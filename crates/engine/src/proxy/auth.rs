@@ -228,7 +228,7 @@ impl ForwardAuth {
                 !n.starts_with(':')
                     && !n.to_ascii_lowercase().starts_with("x-forwarded-")
                     && !DROPPED.iter().any(|d| d.eq_ignore_ascii_case(n))
-                    && !self.copy.iter().any(|c| c.eq_ignore_ascii_case(n))
+                    && !self.copy.iter().any(|c| same_name_loosely(c.as_bytes(), n.as_bytes()))
             })
             .map(|(n, v)| (n.as_bytes(), v.into()))
             .collect();
@@ -489,7 +489,7 @@ fn with_fields(request: &[u8], copy: &[String], values: &[(String, Vec<u8>)]) ->
     let mut out = Vec::with_capacity(request.len() + 64);
     for (i, line) in head.split_inclusive(|&b| b == b'\n').enumerate() {
         let named = |c: &String| {
-            line.len() > c.len() && line[c.len()] == b':' && line[..c.len()].eq_ignore_ascii_case(c.as_bytes())
+            line.len() > c.len() && line[c.len()] == b':' && same_name_loosely(&line[..c.len()], c.as_bytes())
         };
         if i > 0 && copy.iter().any(named) {
             continue;
@@ -501,6 +501,17 @@ fn with_fields(request: &[u8], copy: &[String], values: &[(String, Vec<u8>)]) ->
     }
     out.extend_from_slice(rest);
     out
+}
+
+/// Whether two field names are the same to an application behind the
+/// proxy: without regard to case, and `_` taken for `-`, as CGI, WSGI,
+/// Rack and PHP map both to one variable (`HTTP_REMOTE_USER`). A client's
+/// `Remote_User` must go where its `Remote-User` goes, or it passes for
+/// the name the auth service vouches for (nginx drops every name with an
+/// underscore by default, `underscores_in_headers off`).
+fn same_name_loosely(a: &[u8], b: &[u8]) -> bool {
+    let fold = |c: u8| if c == b'_' { b'-' } else { c.to_ascii_lowercase() };
+    a.len() == b.len() && a.iter().zip(b).all(|(&x, &y)| fold(x) == fold(y))
 }
 
 /// `resp` private to its user (RFC 9111 §3.5): `private` first, `public`
@@ -541,7 +552,7 @@ mod tests {
     /// service's values take its place; the body is untouched.
     #[test]
     fn copied_fields_replace_the_clients_and_only_those() {
-        let request = b"POST /x HTTP/1.1\r\nHost: a\r\nremote-user: mallory\r\nRemote-Username: k\r\nX-A: 1\r\nContent-Length: 4\r\n\r\nbody";
+        let request = b"POST /x HTTP/1.1\r\nHost: a\r\nremote-user: mallory\r\nRemote_User: eve\r\nRemote-Username: k\r\nX-A: 1\r\nContent-Length: 4\r\n\r\nbody";
         let names = copy(&["Remote-User", "Remote-Email"]);
         let ok = answer(200, "Remote-User: alice\r\nremote-email: a@x\r\nOther: 1\r\n");
         let got = with_fields(request, &names, &copied(&ok, &names));

@@ -60,29 +60,34 @@ impl Fields {
 }
 
 /// Which of the client's fields `start` left out that the caller reads
-/// again (`Via`, `Cookie`, `X-Forwarded-For`, `Upgrade`, `TE`): a request
+/// again (`Via`, `Cookie`, the forwarding fields, `Upgrade`, `TE`): a request
 /// without them (nearly every one) is not walked through again for each.
 /// Bits of `Seen::VIA` and the others.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(super) struct Seen(u8);
+pub(super) struct Seen(u16);
 
 impl Seen {
-    pub(super) const VIA: u8 = 1;
-    pub(super) const COOKIE: u8 = 2;
-    pub(super) const X_FORWARDED_FOR: u8 = 4;
+    pub(super) const VIA: u16 = 1;
+    pub(super) const COOKIE: u16 = 2;
+    pub(super) const X_FORWARDED_FOR: u16 = 4;
     /// A field `dropped` names that the caller does not read again.
-    const OTHER: u8 = 8;
-    const CONNECTION: u8 = 16;
+    const OTHER: u16 = 8;
+    const CONNECTION: u16 = 16;
     /// `Upgrade`: the request may open a WebSocket (`tunnel::offer`).
-    pub(super) const UPGRADE: u8 = 32;
+    pub(super) const UPGRADE: u16 = 32;
     /// `TE`: the client may take trailer fields (`takes_trailers`).
-    pub(super) const TE: u8 = 64;
+    pub(super) const TE: u16 = 64;
     /// `Expect`: left out unless the caller keeps it (`keep_expect`: a
     /// 100-continue that goes on with its streamed body).
-    const EXPECT: u8 = 128;
+    const EXPECT: u16 = 128;
+    /// `Forwarded`, `X-Forwarded-Host`, `X-Forwarded-Proto`: a trusted
+    /// proxy's go on (`write_forwarding`).
+    pub(super) const FORWARDED: u16 = 256;
+    pub(super) const X_FORWARDED_HOST: u16 = 512;
+    pub(super) const X_FORWARDED_PROTO: u16 = 1024;
 
     /// Whether a field of `kind` (`Seen::VIA` ...) was seen.
-    pub(super) fn has(self, kind: u8) -> bool {
+    pub(super) fn has(self, kind: u16) -> bool {
         self.0 & kind != 0
     }
 }
@@ -367,7 +372,7 @@ fn dropped(name: &[u8]) -> bool {
 
 /// `dropped`, as the `Seen` bit of the field's kind (0: not dropped).
 #[inline(always)]
-fn dropped_kind(name: &[u8]) -> u8 {
+fn dropped_kind(name: &[u8]) -> u16 {
     let is = |n: &[u8]| eq_lower(name, n);
     let other = |yes: bool| if yes { Seen::OTHER } else { 0 };
     // By length and first letter (either case: `| 0x20` makes only `T`
@@ -383,16 +388,16 @@ fn dropped_kind(name: &[u8]) -> u8 {
         (6, b'c') if is(b"cookie") => Seen::COOKIE,
         (6, b'e') if is(b"expect") => Seen::EXPECT,
         (7, b'u') if is(b"upgrade") => Seen::UPGRADE,
-        (9, b'f') => other(is(b"forwarded")),
+        (9, b'f') if is(b"forwarded") => Seen::FORWARDED,
         (10, b'c') if is(b"connection") => Seen::CONNECTION,
         (10, b'k') => other(is(b"keep-alive")),
         (12, b'x') => other(is(b"x-request-id")),
         (14, b'c') => other(is(b"content-length")),
         (15, b'x') if is(b"x-forwarded-for") => Seen::X_FORWARDED_FOR,
         (16, b'p') => other(is(b"proxy-connection")),
-        (16, b'x') => other(is(b"x-forwarded-host")),
+        (16, b'x') if is(b"x-forwarded-host") => Seen::X_FORWARDED_HOST,
         (17, b't') => other(is(b"transfer-encoding")),
-        (17, b'x') => other(is(b"x-forwarded-proto")),
+        (17, b'x') if is(b"x-forwarded-proto") => Seen::X_FORWARDED_PROTO,
         _ => 0,
     }
 }
@@ -655,7 +660,16 @@ mod tests {
                     "{from:?} {keep_expect} {skip:?}"
                 );
                 // Not one of the fields the caller looks for again.
-                for kind in [Seen::VIA, Seen::COOKIE, Seen::X_FORWARDED_FOR, Seen::UPGRADE, Seen::TE] {
+                for kind in [
+                    Seen::VIA,
+                    Seen::COOKIE,
+                    Seen::X_FORWARDED_FOR,
+                    Seen::FORWARDED,
+                    Seen::X_FORWARDED_HOST,
+                    Seen::X_FORWARDED_PROTO,
+                    Seen::UPGRADE,
+                    Seen::TE,
+                ] {
                     assert!(!seen.has(kind), "{kind}");
                 }
             }

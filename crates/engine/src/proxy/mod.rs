@@ -24,8 +24,9 @@
 //!   in the path are refused (400), as are dot segments;
 //! - the client's fields, less the hop-by-hop ones (RFC 9110 §7.6.1) and
 //!   the forwarding fields, which are written afresh: `X-Forwarded-For`
-//!   (appended to only when the peer is a trusted proxy), `-Proto`,
-//!   `-Host`, `Forwarded` (RFC 7239), `Via` with this process's token
+//!   (appended to only when the hop is a trusted proxy), `-Proto` and
+//!   `-Host` (kept from a trusted proxy), `Forwarded` (RFC 7239;
+//!   appended to after a trusted proxy's), `Via` with this process's token
 //!   (a request already carrying it is a loop: 508), `X-Request-ID`
 //!   (kept from a trusted proxy, else made);
 //! - cookie crumbs of HTTP/2 and HTTP/3 joined with `; ` (RFC 9113
@@ -1152,13 +1153,18 @@ fn forwarding_fields(
     client_host: &[u8],
     from: head::Fields,
 ) -> Result<(), u16> {
-    // Not when Via or a trusted X-Forwarded-For carries incoming values on.
-    let carried = seen.has(head::Seen::VIA) || (trusted && seen.has(head::Seen::X_FORWARDED_FOR));
+    // Not when Via or a trusted proxy's forwarding fields carry incoming
+    // values on.
+    const TRUSTED_CARRIED: u16 = head::Seen::X_FORWARDED_FOR
+        | head::Seen::FORWARDED
+        | head::Seen::X_FORWARDED_HOST
+        | head::Seen::X_FORWARDED_PROTO;
+    let carried = seen.has(head::Seen::VIA) || (trusted && seen.has(TRUSTED_CARRIED));
     if carried {
         return write_forwarding(out, req, seen, trusted, client_host, from, None);
     }
     let key = ForwardingKey::new(
-        req.origin.peer.ip(),
+        hop(req).ip(),
         client_ip(req, trusted),
         req.origin.peer == crate::UNIX_PEER,
         req.is_tls(),
@@ -1191,8 +1197,42 @@ fn client_ip(req: &Request<'_>, trusted: bool) -> std::net::IpAddr {
     ip
 }
 
+/// The address of the hop this request came from: the PROXY protocol's
+/// source when the connection has one (the balancer in front passed the
+/// client's address on), else the peer. What `X-Forwarded-For` appends,
+/// and whose trust decides (`Request::is_from_trusted_proxy`).
+#[inline(always)]
+fn hop(req: &Request<'_>) -> std::net::SocketAddr {
+    req.origin.proxy_source.unwrap_or(req.origin.peer)
+}
+
+/// The values of the client's fields named `name`, as one list (field
+/// lines joined with `, `, RFC 9110 §5.3), each trimmed; those that are
+/// not text are left out.
+fn incoming(req: &Request<'_>, name: &str, out: &mut Vec<u8>) {
+    let start = out.len();
+    for (_, value) in req.headers().filter(|(n, _)| n.eq_ignore_ascii_case(name)) {
+        if let Ok(value) = std::str::from_utf8(value) {
+            let value = value.trim();
+            if value.is_empty() {
+                continue;
+            }
+            if out.len() > start {
+                out.extend_from_slice(b", ");
+            }
+            out.extend_from_slice(value.as_bytes());
+        }
+    }
+}
+
 /// `forwarding_fields` written, and kept for the next request under
 /// `key` (`None`: values carried on, not to be kept).
+///
+/// From a trusted proxy (`trusted`), what it said goes on, as Caddy's
+/// `trusted_proxies` keeps it: `X-Forwarded-For` and `Forwarded` (RFC
+/// 7239 §4) get this hop appended, `X-Forwarded-Proto` and
+/// `X-Forwarded-Host` are kept when it sent them (a balancer that ended
+/// TLS says `https`). From any other peer they are written afresh.
 #[cold]
 #[inline(never)]
 fn write_forwarding(
@@ -1205,22 +1245,16 @@ fn write_forwarding(
     key: Option<ForwardingKey>,
 ) -> Result<(), u16> {
     let client_ip = client_ip(req, trusted);
-    let peer_ip = req.peer_addr().ip().to_canonical();
-    let unix = req.peer_addr() == crate::UNIX_PEER;
+    let hop = hop(req);
+    let peer_ip = hop.ip().to_canonical();
+    let unix = hop == crate::UNIX_PEER;
     let tls = req.is_tls();
     let block_at = out.len();
     let mut host_at = block_at..block_at;
-    // X-Forwarded-For: the peer, after what a trusted proxy said.
+    // X-Forwarded-For: the hop, after what a trusted proxy said.
     let v = head::open(out, "X-Forwarded-For");
     if trusted && seen.has(head::Seen::X_FORWARDED_FOR) {
-        for (_, value) in req.headers().filter(|(n, _)| n.eq_ignore_ascii_case("x-forwarded-for")) {
-            if let Ok(value) = std::str::from_utf8(value) {
-                if out.len() > v {
-                    out.extend_from_slice(b", ");
-                }
-                out.extend_from_slice(value.trim().as_bytes());
-            }
-        }
+        incoming(req, "x-forwarded-for", out);
         if out.len() > v {
             out.extend_from_slice(b", ");
         }
@@ -1242,11 +1276,30 @@ fn write_forwarding(
     // callgrind `proxy-c50`).
     let xff_from = if trusted { from } else { head::Fields::Parsed };
     head::check(out, v, xff_from).map_err(|_| 400u16)?;
-    out.extend_from_slice(match tls {
-        true => &b"\r\nX-Forwarded-Proto: https\r\n"[..],
-        false => b"\r\nX-Forwarded-Proto: http\r\n",
-    });
-    if !client_host.is_empty() {
+    if trusted && seen.has(head::Seen::X_FORWARDED_PROTO) {
+        out.extend_from_slice(b"\r\n");
+        let v = head::open(out, "X-Forwarded-Proto");
+        incoming(req, "x-forwarded-proto", out);
+        if out.len() == v {
+            out.extend_from_slice(if tls { b"https" } else { b"http" });
+        }
+        head::check(out, v, from).map_err(|_| 400u16)?;
+        out.extend_from_slice(b"\r\n");
+    } else {
+        out.extend_from_slice(match tls {
+            true => &b"\r\nX-Forwarded-Proto: https\r\n"[..],
+            false => b"\r\nX-Forwarded-Proto: http\r\n",
+        });
+    }
+    if trusted && seen.has(head::Seen::X_FORWARDED_HOST) {
+        let v = head::open(out, "X-Forwarded-Host");
+        incoming(req, "x-forwarded-host", out);
+        if out.len() == v {
+            out.extend_from_slice(client_host);
+        }
+        head::check(out, v, from).map_err(|_| 400u16)?;
+        out.extend_from_slice(b"\r\n");
+    } else if !client_host.is_empty() {
         if from == head::Fields::Unchecked && !head::value_ok(client_host) {
             return Err(400);
         }
@@ -1255,10 +1308,22 @@ fn write_forwarding(
         out.extend_from_slice(client_host);
         out.extend_from_slice(b"\r\n");
     }
-    // Forwarded (RFC 7239 §4): the client as the engine decided it.
+    // Forwarded (RFC 7239 §4): a trusted proxy's elements, then this
+    // hop's, whose `for` is the hop; else one element, whose `for` is the
+    // client as the engine decided it.
     let v = head::open(out, "Forwarded");
+    let mut for_ip = client_ip;
+    if trusted && seen.has(head::Seen::FORWARDED) {
+        incoming(req, "forwarded", out);
+        head::check(out, v, from).map_err(|_| 400u16)?;
+        if out.len() > v {
+            out.extend_from_slice(b", ");
+            for_ip = peer_ip;
+        }
+    }
+    let element_at = out.len();
     out.extend_from_slice(b"for=");
-    match client_ip.to_canonical() {
+    match for_ip.to_canonical() {
         // Usually the peer, written just above: copied, not formatted again.
         std::net::IpAddr::V4(_) if unix => out.extend_from_slice(b"unknown"),
         ip if ip == peer_ip && !unix && ip.is_ipv4() => out.extend_from_within(peer),
@@ -1273,7 +1338,7 @@ fn write_forwarding(
         out.push(b'"');
     }
     // All of it ours: addresses, a host of the bytes above, a constant.
-    head::check(out, v, head::Fields::Parsed).map_err(|_| 400u16)?;
+    head::check(out, element_at, head::Fields::Parsed).map_err(|_| 400u16)?;
     // The rest of Forwarded, and Via: what came, then this hop (RFC 9110
     // §7.6.3).
     out.extend_from_slice(match tls {

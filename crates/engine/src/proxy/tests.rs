@@ -40,13 +40,35 @@ fn the_path_is_kept_or_its_prefix_replaced_as_nginx_does() {
 #[test]
 fn the_path_is_re_encoded_canonically_and_ambiguous_ones_refused() {
     let keep = up("http://127.0.0.1:9000", "/");
-    // Needless escapes decoded, what needs one escaped, in one spelling.
+    // Needless escapes (of unreserved characters) decoded, what needs one
+    // escaped, the others kept in capitals: RFC 3986 §6.2.2.
     assert_eq!(keep.upstream_path("/%61b%20c").as_deref(), Some("/ab%20c"));
     assert_eq!(keep.upstream_path("/caf%C3%A9").as_deref(), Some("/caf%C3%A9"));
+    assert_eq!(keep.upstream_path("/caf%c3%a9").as_deref(), Some("/caf%C3%A9"));
+    assert_eq!(keep.upstream_path("/%7e%2D%5f%2E%41").as_deref(), Some("/~-_.A"));
     assert_eq!(
         keep.upstream_path("/a:b@c!$&'()*+,;=").as_deref(),
         Some("/a:b@c!$&'()*+,;=")
     );
+    // A reserved character escaped is another path than one that is not
+    // (RFC 3986 §2.2; Tomcat reads `;` as path parameters): kept escaped,
+    // as nginx and Caddy pass them.
+    for (path, want) in [
+        ("/api/a%3Bb", "/api/a%3Bb"),
+        ("/api/C%2B%2B", "/api/C%2B%2B"),
+        ("/api/a%3db%26c", "/api/a%3Db%26c"),
+        ("/api/a%40b", "/api/a%40b"),
+        ("/api/x%3A1", "/api/x%3A1"),
+        ("/api/%25", "/api/%25"),
+        ("/api/a%3Fb%23c", "/api/a%3Fb%23c"),
+        // Not UTF-8 once decoded: passed on, as nginx and Caddy do.
+        ("/api/a%ffb", "/api/a%FFb"),
+        // Bytes a path may not hold as they are (from an HTTP/2 client).
+        ("/api/a b\"", "/api/a%20b%22"),
+        ("/api/caf\u{e9}", "/api/caf%C3%A9"),
+    ] {
+        assert_eq!(keep.upstream_path(path).as_deref(), Some(want), "{path}");
+    }
     for bad in [
         "/a%2Fb",
         "/a%2fb",
@@ -55,7 +77,10 @@ fn the_path_is_re_encoded_canonically_and_ambiguous_ones_refused() {
         "/a/../b",
         "/./a",
         "/a/%2e%2e/b",
-        "/%FF",
+        "/a/%2E",
+        "/a%",
+        "/a%4",
+        "/a%zz",
     ] {
         assert_eq!(keep.upstream_path(bad), None, "{bad}");
     }
@@ -176,11 +201,13 @@ fn a_plain_path_takes_the_short_way_to_the_same_bytes() {
             let got = route
                 .upstream_path_to(path, &mut short)
                 .map(|_| String::from_utf8(short[1..].to_vec()).unwrap());
-            // The long way, by hand: decode, check, replace, encode.
+            // The long way, by hand: decode the unreserved escapes (the
+            // paths here have no other), check, replace, encode.
             let decoded = percent_encoding::percent_decode_str(path).decode_utf8().unwrap();
             let want = (decoded.starts_with('/') && !decoded.split('/').any(|s| s == "." || s == "..")).then(|| {
-                let p = match route.path_part() {
-                    None => decoded.to_string(),
+                let encode = |p: &str| percent_encoding::utf8_percent_encode(p, upstream::PATH).to_string();
+                match route.path_part() {
+                    None => encode(&decoded),
                     Some(r) => {
                         let prefix = route.prefix_part();
                         let rest = match decoded.strip_prefix(prefix) {
@@ -193,10 +220,9 @@ fn a_plain_path_takes_the_short_way_to_the_same_bytes() {
                         } else {
                             ""
                         };
-                        format!("{r}{slash}{rest}")
+                        format!("{}{slash}{}", encode(r), encode(rest))
                     }
-                };
-                percent_encoding::utf8_percent_encode(&p, upstream::PATH).to_string()
+                }
             });
             assert_eq!(got, want, "{} {path}", route.url());
             // The short way's word that its bytes need no check as a

@@ -12,7 +12,7 @@ use super::resolve::Resolved;
 use super::tls::UpstreamTls;
 use crate::response::{Response, SharedBytes};
 
-use percent_encoding::{percent_decode, utf8_percent_encode, AsciiSet, CONTROLS};
+use percent_encoding::{utf8_percent_encode, AsciiSet, CONTROLS};
 
 /// What the upstream's `Host` field says.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -443,8 +443,8 @@ impl Upstream {
     /// The upstream request's path for a request's raw (encoded) path, or
     /// `None` for one refused: `%2F`, `%5C` or `%00` (a slash or NUL the
     /// route did not see), a dot segment (the route matched the path as
-    /// written; the upstream would resolve it elsewhere), or bytes that
-    /// do not decode to UTF-8. Decoded, then re-encoded canonically.
+    /// written; the upstream would resolve it elsewhere), or a `%` without
+    /// two hex digits. In its canonical spelling (`canonical_path`).
     #[cfg(test)]
     pub(crate) fn upstream_path(&self, raw: &str) -> Option<String> {
         // One allocation of about the right size, not `to_string`'s
@@ -496,61 +496,95 @@ impl Upstream {
         }
     }
 
-    /// The long way: decoded, checked, its prefix kept or replaced,
-    /// encoded again; `None` where the path is refused.
+    /// The long way: normalised (`canonical_path`), checked, its prefix
+    /// kept or replaced; `None` where the path is refused.
     fn write_long(&self, raw: &str, out: &mut Vec<u8>) -> Option<()> {
-        let bytes = raw.as_bytes();
-        for w in bytes.windows(3) {
-            if w[0] == b'%' {
-                let h = [w[1].to_ascii_uppercase(), w[2].to_ascii_uppercase()];
-                if matches!(&h, b"2F" | b"5C" | b"00") {
-                    return None;
-                }
-            }
-        }
-        // A path without `%` is its own decoding (`raw` is UTF-8 already).
-        let decoded = match bytes.contains(&b'%') {
-            true => percent_decode(bytes).decode_utf8().ok()?,
-            false => std::borrow::Cow::Borrowed(raw),
-        };
+        let normal = canonical_path(raw.as_bytes())?;
         // Segments split as bytes (`/` is ASCII): `str::split`'s char
         // searcher was 145 instructions of a proxied GET (callgrind).
-        if !decoded.starts_with('/')
-            || decoded
-                .as_bytes()
-                .split(|&b| b == b'/')
-                .any(|s| s == b"." || s == b"..")
-        {
+        if !normal.starts_with('/') || normal.as_bytes().split(|&b| b == b'/').any(|s| s == b"." || s == b"..") {
             return None;
         }
-        let path: std::borrow::Cow<'_, str> = match &self.path {
-            None => decoded,
+        match &self.path {
+            None => out.extend_from_slice(normal.as_bytes()),
             Some(replacement) => {
-                let rest = self.rest_of(&decoded);
-                let mut p = replacement.clone();
-                if !p.ends_with('/') && !rest.is_empty() && self.prefix.ends_with('/') {
-                    p.push('/');
+                // The prefix in the same spelling as the path.
+                let prefix = utf8_percent_encode(&self.prefix, PATH).to_string();
+                let rest = rest_of(&prefix, &normal);
+                for piece in utf8_percent_encode(replacement, PATH) {
+                    out.extend_from_slice(piece.as_bytes());
                 }
-                p.push_str(rest);
-                p.into()
+                if !replacement.ends_with('/') && !rest.is_empty() && self.prefix.ends_with('/') {
+                    out.push(b'/');
+                }
+                out.extend_from_slice(rest.as_bytes());
             }
-        };
-        for piece in utf8_percent_encode(&path, PATH) {
-            out.extend_from_slice(piece.as_bytes());
         }
         Some(())
     }
 
-    /// What of a decoded path follows the route's prefix, for the URL's
-    /// path to replace it.
-    fn rest_of<'p>(&self, decoded: &'p str) -> &'p str {
-        match decoded.strip_prefix(self.prefix.as_str()) {
-            Some(rest) => rest,
-            // `/api` on a route for `/api/`: the prefix without its slash.
-            None if self.prefix.ends_with('/') && *decoded == self.prefix[..self.prefix.len() - 1] => "",
-            None => decoded.strip_prefix('/').unwrap_or(decoded),
+    /// What of a path follows the route's prefix, for the URL's path to
+    /// replace it.
+    fn rest_of<'p>(&self, path: &'p str) -> &'p str {
+        rest_of(&self.prefix, path)
+    }
+}
+
+/// What of `path` follows `prefix` (both in one spelling).
+fn rest_of<'p>(prefix: &str, path: &'p str) -> &'p str {
+    match path.strip_prefix(prefix) {
+        Some(rest) => rest,
+        // `/api` on a route for `/api/`: the prefix without its slash.
+        None if prefix.ends_with('/') && *path == prefix[..prefix.len() - 1] => "",
+        None => path.strip_prefix('/').unwrap_or(path),
+    }
+}
+
+/// `raw` (a request's path) in its canonical spelling (RFC 3986 §6.2.2):
+/// an escape of an unreserved character decoded (`%61` is `a`, `%2E` is
+/// `.`), every other escape kept, its hex digits in capitals (`%3b` is
+/// `%3B`: a `;` or `+` escaped is another path than one that is not, to
+/// Tomcat's path parameters as to RFC 3986 §2.2), and a byte a path may not
+/// hold as it is (a space, `"`, a byte above 0x7f from an HTTP/2 client)
+/// escaped. `None`: refused, for `%2F`, `%5C` or `%00` (a slash,
+/// backslash or NUL the route did not see as such) or a `%` not followed
+/// by two hex digits. Bytes that are not UTF-8 once decoded go on escaped,
+/// as nginx and Caddy pass them.
+fn canonical_path(raw: &[u8]) -> Option<String> {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    let hex = |b: u8| char::from(b).to_digit(16);
+    let mut out = String::with_capacity(raw.len() + 8);
+    let escape = |out: &mut String, b: u8| {
+        out.push('%');
+        out.push(char::from(HEX[usize::from(b >> 4)]));
+        out.push(char::from(HEX[usize::from(b & 15)]));
+    };
+    let mut i = 0;
+    while i < raw.len() {
+        let b = raw[i];
+        if b == b'%' {
+            let (Some(h), Some(l)) = (
+                raw.get(i + 1).and_then(|&d| hex(d)),
+                raw.get(i + 2).and_then(|&d| hex(d)),
+            ) else {
+                return None;
+            };
+            let v = (h * 16 + l) as u8;
+            match v {
+                b'/' | b'\\' | 0 => return None,
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => out.push(char::from(v)),
+                _ => escape(&mut out, v),
+            }
+            i += 3;
+        } else {
+            match PLAIN[usize::from(b)] {
+                true => out.push(char::from(b)),
+                false => escape(&mut out, b),
+            }
+            i += 1;
         }
     }
+    Some(out)
 }
 
 /// Whether `path` is all `PLAIN` bytes (`None` if not) and, if so,
