@@ -462,6 +462,22 @@ impl<'a> Request<'a> {
         }
     }
 
+    /// `defer`, for an answer made and handed over on this worker's own
+    /// thread (the proxy's): the responder holds no count on the
+    /// worker's mailbox (`Responder::here`), and must not leave the
+    /// thread.
+    pub(crate) fn defer_here(&self) -> Responder {
+        match self.defer {
+            Some(slot) => {
+                let id = slot.next_id.get();
+                slot.next_id.set(id + 1);
+                slot.id.set(Some(id));
+                Responder::here(slot.token, id)
+            }
+            None => Responder::new(None, 0, 0),
+        }
+    }
+
     /// The worker's queue of requests for upstreams, inside a running
     /// server.
     pub(crate) fn outbox(&self) -> Option<&'a crate::proxy::Outbox> {

@@ -100,6 +100,9 @@ impl Worker {
             hub,
             heartbeat,
         } = self;
+        // The proxy's responders, made and answered on this thread, reach
+        // the mailbox through it only when one is dropped unsent.
+        crate::responder::set_here(&mailbox);
         let mut ws = crate::ws::hub::Local::new(hub, mailbox.clone());
         // Housekeeping (the log's flush, accepting again after EMFILE, the
         // shutdown deadline) runs at least every minute.

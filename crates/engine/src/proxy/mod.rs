@@ -730,7 +730,9 @@ impl Proxy {
                     (false, t) => body_trailers = t,
                     (true, None) => {}
                 }
-                let responder = req.defer();
+                // Answered on this worker (the pool hands the answer to
+                // the connection directly): no count on the mailbox.
+                let responder = req.defer_here();
                 if let (true, Some(ask)) = (rescue, &ask) {
                     cache::watch(responder.key(), ask);
                 }
