@@ -48,11 +48,38 @@ fn tls_upstream(tag: &str) -> Up {
     let (cert, key, _) = pki.issue("up", &["localhost", "127.0.0.1"]);
     let ca = pki.dir().join("ca.pem");
     std::fs::write(&ca, pki.ca_pem()).unwrap();
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&cert)
+    tls_upstream_from(pki, &cert, &key, ca)
+}
+
+/// An HTTPS upstream whose certificate is self-signed for `names` with
+/// `CA:TRUE`, as `openssl req -x509` makes one by default (`expired`: its
+/// lifetime ended in 2021); the CA file given to the proxy is that
+/// certificate itself.
+fn self_signed_upstream(tag: &str, names: &[&str], expired: bool) -> Up {
+    let pki = Pki::new(tag);
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params.not_before = rcgen::date_time_ymd(2020, 1, 1);
+    params.not_after = match expired {
+        true => rcgen::date_time_ymd(2021, 1, 1),
+        false => rcgen::date_time_ymd(2100, 1, 1),
+    };
+    let cert = params.self_signed(&key).unwrap();
+    let (cert_path, key_path) = (pki.dir().join("self.pem"), pki.dir().join("self.key"));
+    std::fs::write(&cert_path, cert.pem()).unwrap();
+    std::fs::write(&key_path, key.serialize_pem()).unwrap();
+    tls_upstream_from(pki, &cert_path, &key_path, cert_path.clone())
+}
+
+/// An HTTPS upstream serving the certificate and key of these files, `ca`
+/// the file the proxy verifies it with.
+fn tls_upstream_from(pki: Pki, cert: &std::path::Path, key: &std::path::Path, ca: std::path::PathBuf) -> Up {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap();
-    let key = PrivateKeyDer::from_pem_file(&key).unwrap();
+    let key = PrivateKeyDer::from_pem_file(key).unwrap();
     let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
         .with_safe_default_protocol_versions()
         .unwrap()
@@ -191,6 +218,36 @@ fn a_get_and_a_post_reach_a_verified_https_upstream_with_sni_on_one_kept_alive_c
     // Both went over one connection, kept alive in the pool.
     assert_eq!(up.accepted.load(Ordering::SeqCst), 1);
     server.shutdown();
+}
+
+/// A backend with a self-signed certificate made with `CA:TRUE` (what
+/// `openssl req -x509` makes), given as the `proxy-ca` file itself: nginx
+/// (`proxy_ssl_trusted_certificate`) and Caddy accept it, webpki alone
+/// refuses it as a CA used as a server's (`CaUsedAsEndEntity`: 502
+/// before). Still refused when it does not hold the upstream's name or has
+/// expired.
+#[test]
+fn a_self_signed_certificate_given_as_the_ca_file_is_accepted_for_its_name_and_lifetime() {
+    for (tag, names, expired, want) in [
+        ("proxy-tls-pinned", &["localhost"][..], false, 200),
+        ("proxy-tls-pinned-name", &["elsewhere.test"][..], false, 502),
+        ("proxy-tls-pinned-old", &["localhost"][..], true, 502),
+    ] {
+        let up = self_signed_upstream(tag, names, expired);
+        let port = up.addr.port();
+        let server = proxy_server(
+            Upstream::parse(&format!("https://localhost:{port}"))
+                .unwrap()
+                .ca_file(&up.ca)
+                .unwrap(),
+        );
+        let got = request(server.local_addr(), "GET /api/p", "");
+        assert_eq!(status_of(got.as_bytes()), want, "{tag}: {got}");
+        if want == 200 {
+            assert!(got.ends_with("GET /api/p "), "{got}");
+        }
+        server.shutdown();
+    }
 }
 
 #[test]

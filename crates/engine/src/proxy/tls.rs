@@ -99,12 +99,12 @@ impl UpstreamTls {
             .and_then(|it| it.collect::<Result<Vec<_>, _>>())
             .map_err(|e| format!("proxy CA {}: {e}", path.display()))?;
         let mut store = RootCertStore::empty();
-        let (added, _) = store.add_parsable_certificates(certs);
+        let (added, _) = store.add_parsable_certificates(certs.iter().cloned());
         if added == 0 {
             return Err(format!("proxy CA {}: no certificate in it", path.display()));
         }
         Ok(UpstreamTls {
-            config: client_config(Arc::new(store), self.h2)?,
+            config: pinning_config(Arc::new(store), certs, self.h2)?,
             name: self.name.clone(),
             insecure: self.insecure,
             ca_file: Some(path.to_owned()),
@@ -144,6 +144,114 @@ fn client_config(roots: Arc<RootCertStore>, h2: bool) -> Result<Arc<ClientConfig
         .with_no_client_auth();
     config.alpn_protocols = vec![alpn(h2)];
     Ok(Arc::new(config))
+}
+
+/// `client_config` for a CA file (`proxy-ca`): verified against its
+/// certificates, and an upstream whose certificate is one of them itself
+/// accepted too (`Pinned`).
+fn pinning_config(
+    roots: Arc<RootCertStore>,
+    pinned: Vec<CertificateDer<'static>>,
+    h2: bool,
+) -> Result<Arc<ClientConfig>, String> {
+    let provider = provider();
+    let inner = rustls::client::WebPkiServerVerifier::builder_with_provider(roots, provider.clone())
+        .build()
+        .map_err(|e| e.to_string())?;
+    let mut config = ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(Pinned {
+            inner,
+            pinned,
+            provider,
+        }))
+        .with_no_client_auth();
+    config.alpn_protocols = vec![alpn(h2)];
+    Ok(Arc::new(config))
+}
+
+/// The verifier of a `proxy-ca` file: its certificates as roots (webpki's
+/// chain check, names, lifetimes, usages), and beside that an upstream
+/// whose own certificate is in the file, byte for byte, as the one
+/// certificate a self-signed backend has. `openssl req -x509` makes such a
+/// certificate with `CA:TRUE`, which webpki refuses as a server's
+/// (`CaUsedAsEndEntity`) where nginx's `proxy_ssl_trusted_certificate`
+/// and Go's verifier (Caddy) accept it: accepted here when it holds the
+/// upstream's name and is within its lifetime. The handshake's signature
+/// is checked by its key either way.
+#[derive(Debug)]
+struct Pinned {
+    inner: Arc<rustls::client::WebPkiServerVerifier>,
+    pinned: Vec<CertificateDer<'static>>,
+    provider: Arc<rustls::crypto::CryptoProvider>,
+}
+
+impl ServerCertVerifier for Pinned {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        let refusal = match self
+            .inner
+            .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
+        {
+            Ok(verified) => return Ok(verified),
+            Err(e) => e,
+        };
+        if !self.pinned.iter().any(|p| p.as_ref() == end_entity.as_ref()) {
+            return Err(refusal);
+        }
+        pinned_holds(end_entity, server_name, now).map_err(|why| {
+            rustls::Error::InvalidCertificate(rustls::CertificateError::Other(rustls::OtherError(Arc::new(
+                io::Error::other(why),
+            ))))
+        })?;
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.provider.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// Whether a pinned certificate holds `name` (webpki's name check: DNS
+/// and IP subject alternative names) and `now` is within its lifetime.
+fn pinned_holds(cert: &CertificateDer<'_>, name: &ServerName<'_>, now: UnixTime) -> Result<(), String> {
+    let ee = webpki::EndEntityCert::try_from(cert).map_err(|e| format!("pinned certificate: {e}"))?;
+    ee.verify_is_valid_for_subject_name(name)
+        .map_err(|e| format!("pinned certificate: {e}"))?;
+    let (_, parsed) =
+        x509_parser::parse_x509_certificate(cert.as_ref()).map_err(|e| format!("pinned certificate: {e}"))?;
+    let now = now.as_secs() as i64;
+    let validity = parsed.validity();
+    if now < validity.not_before.timestamp() || now > validity.not_after.timestamp() {
+        return Err("pinned certificate: expired or not yet valid".to_owned());
+    }
+    Ok(())
 }
 
 /// The one protocol offered by ALPN: `h2` or `http/1.1`.
