@@ -891,6 +891,15 @@ fn open(local: &mut Local, req: &Request<'_>, server: &ArchiveServer, via: Via<'
         // The very path a lookup found before: only a path that is its
         // own key (`is_key`) is looked up here, so this one is.
         if kind == KIND_RESOURCE {
+            // Remembered through any handle of this archive, another
+            // site's or route's among them: a scoped handle checks a path
+            // that may name a file of another name (a directory, a name
+            // without an extension) before it answers.
+            if let Some(scope) = server.scope.as_deref() {
+                if may_be_renamed(raw) && is_elsewhere(scope, archive, site, raw) {
+                    return Reply::Now(scope::crossing());
+                }
+            }
             if bare {
                 return answer_bare(&mut local.prepared, archive, idx, 200);
             }
@@ -1297,6 +1306,16 @@ fn rule(
         Some(e) if !elsewhere => answer(prepared, archive, e, f, head, status, query),
         _ => not_found(prepared, archive, site, key, f, head, query),
     }
+}
+
+/// Whether a resource's key may answer with a file of another name: a
+/// directory's (`/docs/`) or a name without an extension (`/about`), as
+/// `pack` stores index files and clean URLs' pages. Others (`/app.css`)
+/// are their own files, and need no look at the routes.
+#[inline]
+fn may_be_renamed(key: &str) -> bool {
+    let name = &key[key.rfind('/').map_or(0, |i| i + 1)..];
+    !name.contains('.')
 }
 
 /// Whether the resource at `key` (its own key, normalised) answers with a

@@ -56,7 +56,9 @@ fn routes() -> String {
 }
 
 /// A directory site (`dir.test`) and its archive (`arc.test`), each
-/// with [`routes`]; the server and its address.
+/// with [`routes`], and the same archive without routes (`plain.test`:
+/// one archive, opened once, its lookups remembered for both); the
+/// server and its address.
 fn start(t: &Scratch) -> (Process, SocketAddr) {
     common::packed(t.dir(), FILES, &[]);
     let routes = routes();
@@ -65,7 +67,8 @@ fn start(t: &Scratch) -> (Process, SocketAddr) {
         format!(
             "version = 1\nbind = [\"127.0.0.1:0\"]\nworkers = 1\n\
              [[site]]\nnames = [\"dir.test\"]\nroot = \"site\"\ndefault = true\n{routes}\
-             [[site]]\nnames = [\"arc.test\"]\nroot = \"site.prg\"\n{routes}"
+             [[site]]\nnames = [\"arc.test\"]\nroot = \"site.prg\"\n{routes}\
+             [[site]]\nnames = [\"plain.test\"]\nroot = \"site.prg\"\n"
         ),
     );
     let server = Process::spawn(
@@ -182,6 +185,22 @@ fn a_directory_whose_index_a_route_denies_is_refused() {
         // `/docs` is still redirected to `/docs/`, which is judged there.
         let a = get(addr, host, "/docs", &[]);
         assert_eq!(a.status, 301, "{host}: {}", a.head);
+    }
+}
+
+/// The archive's lookups are remembered per archive, whichever site
+/// asked: a path a site without routes serves (and so remembers) is
+/// still judged for the site whose route denies its file.
+#[test]
+fn a_path_remembered_for_a_site_without_routes_is_still_refused_with_them() {
+    let t = Scratch::new("reroute-shared");
+    let (_server, addr) = start(&t);
+    for (path, secret) in [("/docs/", "docs index\n"), ("/admin2", "admin two\n")] {
+        for _ in 0..2 {
+            let a = get(addr, "plain.test", path, &[]);
+            assert_eq!((a.status, a.body.as_str()), (200, secret), "{path}: {}", a.head);
+        }
+        assert_refused(addr, "arc.test", path, secret);
     }
 }
 
