@@ -41,6 +41,7 @@ use peregrine_files::encoding::Encoding;
 use peregrine_files::path;
 use peregrine_files::proxy_rules::ProxyAllow;
 use peregrine_files::reply::{self, Fields, Method};
+use peregrine_files::scope::{self, Scope};
 
 use crate::format::*;
 use crate::read::{Archive, Entry, Invalid, Lookups, Mode, Variant};
@@ -199,6 +200,11 @@ pub struct ArchiveServer {
     /// Whether a previous generation may answer through this handle
     /// (`without_fallback`: not on a route with access rules).
     fallback: bool,
+    /// The paths this handle's route of a site takes (`with_scope`): an
+    /// entry that answers with a file of another name (a directory's
+    /// index, a clean URL's page, a rewrite's target) outside them is
+    /// refused. `None`: a site without routes.
+    scope: Option<Arc<dyn Scope>>,
 }
 
 impl ArchiveServer {
@@ -240,6 +246,7 @@ impl ArchiveServer {
             shared,
             gate: None,
             fallback: true,
+            scope: None,
         })
     }
 
@@ -248,6 +255,16 @@ impl ArchiveServer {
     /// being served protects.
     pub fn with_gate(mut self, gate: Arc<dyn Gate>) -> Self {
         self.gate = Some(gate);
+        self
+    }
+
+    /// The same server, answering only with files whose paths `scope`
+    /// covers: an entry that is another route's file under another name
+    /// (a directory's `index.html`, a clean URL's `NAME.html`, a
+    /// rewrite's target) is refused with 403 (`peregrine_files::scope`).
+    /// For a handle that answers one route of a site.
+    pub fn with_scope(mut self, scope: Arc<dyn Scope>) -> Self {
+        self.scope = Some(scope);
         self
     }
 
@@ -874,13 +891,29 @@ fn open(local: &mut Local, req: &Request<'_>, server: &ArchiveServer, via: Via<'
         // The very path a lookup found before: only a path that is its
         // own key (`is_key`) is looked up here, so this one is.
         if kind == KIND_RESOURCE {
+            // Remembered through any handle of this archive, another
+            // site's or route's among them: a scoped handle checks a path
+            // that may name a file of another name (a directory, a name
+            // without an extension) before it answers.
+            if let Some(scope) = server.scope.as_deref() {
+                if may_be_renamed(raw) && is_elsewhere(scope, archive, site, raw) {
+                    return Reply::Now(scope::crossing());
+                }
+            }
             if bare {
                 return answer_bare(&mut local.prepared, archive, idx, 200);
             }
             return answer_fielded(&mut local.prepared, archive, idx, req, head);
         }
         (true, Some(idx))
-    } else if path::is_key(raw) {
+    } else if path::is_key(raw)
+        && server
+            .scope
+            .as_deref()
+            .is_none_or(|s| !is_elsewhere(s, archive, site, raw))
+    {
+        // (A path whose file is another route's is never remembered: it
+        // is refused in `open_steps` each time.)
         match archive.get_remembering(site, raw.as_bytes(), &mut local.lookups) {
             Some(e) if bare && e.kind() == KIND_RESOURCE => {
                 return answer_bare(&mut local.prepared, archive, e.index(), 200);
@@ -926,13 +959,14 @@ fn open_steps(
         ..
     } = local;
     let archive = &**archive;
+    let scope = server.scope.as_deref();
     let fields = if bare { Fields::default() } else { Fields::scan(req) };
     let query = req.query();
     let forced = archive.has_forced_patterns();
     let raw = req.path();
     if let Some(idx) = at_once {
         let e = archive.entry(idx);
-        return found(prepared, archive, site, e, raw, &fields, head, query, via);
+        return found(prepared, archive, site, e, raw, &fields, head, query, via, scope);
     }
     let key = match path::normalize(raw.as_bytes()) {
         Ok(p) => p.key(),
@@ -957,12 +991,18 @@ fn open_steps(
             head,
             query,
             via,
+            scope,
         ) {
             return reply;
         }
     }
     if let Some(e) = e {
-        return found(prepared, archive, site, e, &key, &fields, head, query, via);
+        if let Some(scope) = scope {
+            if e.kind() == KIND_RESOURCE && is_elsewhere(scope, archive, site, &key) {
+                return Reply::Now(scope::crossing());
+            }
+        }
+        return found(prepared, archive, site, e, &key, &fields, head, query, via, scope);
     }
     // `_redirects` patterns, in order.
     if let Some(reply) = first_rule(
@@ -975,6 +1015,7 @@ fn open_steps(
         head,
         query,
         via,
+        scope,
     ) {
         return reply;
     }
@@ -1167,6 +1208,7 @@ fn found(
     head: bool,
     query: Option<&str>,
     via: Via<'_, '_>,
+    scope: Option<&dyn Scope>,
 ) -> Reply {
     if e.kind() != KIND_RESOURCE && e.flags() & FLAG_KEEP_QUERY == 0 {
         let to = String::from_utf8_lossy(e.location()).into_owned();
@@ -1180,6 +1222,7 @@ fn found(
             head,
             query,
             via,
+            scope,
         );
     }
     answer(prepared, archive, e, f, head, 200, query)
@@ -1198,6 +1241,7 @@ fn first_rule<'a>(
     head: bool,
     query: Option<&str>,
     via: Via<'_, '_>,
+    scope: Option<&dyn Scope>,
 ) -> Option<Reply> {
     for e in rules {
         let text = String::from_utf8_lossy(e.path());
@@ -1208,7 +1252,7 @@ fn first_rule<'a>(
         if let Some(caps) = conventions::rule_captures(&pattern, &conds, key, query) {
             let to = conventions::substitute_rule(e.status(), &String::from_utf8_lossy(e.location()), &caps);
             let answer = RuleAnswer::new(e.status(), to);
-            return Some(rule(prepared, archive, site, answer, key, f, head, query, via));
+            return Some(rule(prepared, archive, site, answer, key, f, head, query, via, scope));
         }
     }
     None
@@ -1219,7 +1263,10 @@ fn first_rule<'a>(
 /// proxy rule, checked against the operator's list at load), or the resource its
 /// target names served with 200 (rewrite) or 404, following clean URLs'
 /// canonical redirect once (the target may name `about.html`, stored as
-/// `/about`); a target that names none gets `key`'s not-found page.
+/// `/about`); a target that names none gets `key`'s not-found page. A
+/// target another route of the site takes (`scope`: its own path, its
+/// index or clean page) is refused with 403, its route's rules not asked;
+/// a 404 rule's page there is left out as if it named none.
 #[allow(clippy::too_many_arguments)]
 fn rule(
     prepared: &mut PreparedByKey,
@@ -1231,6 +1278,7 @@ fn rule(
     head: bool,
     query: Option<&str>,
     via: Via<'_, '_>,
+    scope: Option<&dyn Scope>,
 ) -> Reply {
     let (target, status) = match answer_of {
         RuleAnswer::Redirect(status, to) => return Reply::Now(redirect(status, &to)),
@@ -1246,16 +1294,55 @@ fn rule(
     };
     let lookup = |at: &[u8]| {
         let key = path::normalize(at).ok()?.key();
-        archive.get(site, key.as_bytes())
+        let elsewhere = scope.is_some_and(|s| !s.covers(&key) || is_elsewhere(s, archive, site, &key));
+        Some((archive.get(site, key.as_bytes()), elsewhere))
     };
-    let mut e = lookup(target.as_bytes());
+    let (mut e, mut elsewhere) = lookup(target.as_bytes()).unwrap_or((None, false));
     if let Some(canonical) = e.filter(|e| e.kind() == KIND_REDIRECT && e.flags() & FLAG_CANONICAL != 0) {
-        e = lookup(canonical.location());
+        (e, elsewhere) = lookup(canonical.location()).unwrap_or((None, elsewhere));
     }
     match e.filter(|e| e.kind() == KIND_RESOURCE) {
-        Some(e) => answer(prepared, archive, e, f, head, status, query),
-        None => not_found(prepared, archive, site, key, f, head, query),
+        _ if elsewhere && status == 200 => Reply::Now(scope::crossing()),
+        Some(e) if !elsewhere => answer(prepared, archive, e, f, head, status, query),
+        _ => not_found(prepared, archive, site, key, f, head, query),
     }
+}
+
+/// Whether a resource's key may answer with a file of another name: a
+/// directory's (`/docs/`) or a name without an extension (`/about`), as
+/// `pack` stores index files and clean URLs' pages. Others (`/app.css`)
+/// are their own files, and need no look at the routes.
+#[inline]
+fn may_be_renamed(key: &str) -> bool {
+    let name = &key[key.rfind('/').map_or(0, |i| i + 1)..];
+    !name.contains('.')
+}
+
+/// Whether the resource at `key` (its own key, normalised) answers with a
+/// file another route of the site takes: `key` is a directory's
+/// (`/docs/`: its `index.html`, as `pack` stores it), or a clean URL's
+/// (`/about`: `/about.html` redirects to it, or holds the same bytes).
+/// Off every remembered path: asked before a path is remembered, and
+/// only by a handle with a scope.
+#[cold]
+#[inline(never)]
+fn is_elsewhere(scope: &dyn Scope, archive: &Archive, site: u32, key: &str) -> bool {
+    if key.ends_with('/') {
+        return !scope.covers(&format!("{key}index.html"));
+    }
+    let page = format!("{key}.html");
+    let Some(html) = archive.get(site, page.as_bytes()) else {
+        return false;
+    };
+    let canonical = html.kind() == KIND_REDIRECT && html.flags() & FLAG_CANONICAL != 0;
+    let same = || {
+        let body = |e: &Entry<'_>| e.variant(0).map(|v| v.body_hash);
+        html.kind() == KIND_RESOURCE
+            && archive
+                .get(site, key.as_bytes())
+                .is_some_and(|e| body(&e) == body(&html))
+    };
+    (canonical || same()) && !scope.covers(&page)
 }
 
 fn redirect(status: u16, location: &str) -> Response {

@@ -38,6 +38,7 @@ pub mod proxy_rules;
 /// proxy's response cache.
 pub use peregrine::range;
 pub mod reply;
+pub mod scope;
 mod serve;
 mod sys;
 
@@ -252,6 +253,18 @@ impl FileServer {
             inner: Arc::new(site),
             gate: None,
         })
+    }
+
+    /// The same server, answering only with files whose paths `scope`
+    /// covers: a file of another name (a rewrite's target, a clean URL's
+    /// page, a directory's index) outside it is refused with 403
+    /// ([`scope`]). For a server that answers one route of a site.
+    pub fn with_scope(mut self, scope: Arc<dyn scope::Scope>) -> Self {
+        // Not shared yet: `FileServer` is not `Clone`, and `new` made it.
+        if let Some(site) = Arc::get_mut(&mut self.inner) {
+            site.scope = Some(scope);
+        }
+        self
     }
 
     /// The same server, asking `gate` about every request to a path a

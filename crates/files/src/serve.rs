@@ -16,6 +16,7 @@ use std::fs::File;
 use std::io::Read;
 use std::os::fd::AsRawFd;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Instant;
 
 use globset::{Glob, GlobMatcher};
@@ -27,6 +28,7 @@ use crate::conventions::{self, CleanUrls, Conventions, RuleAnswer};
 use crate::encoding::Encoding;
 use crate::path::{self, SitePath};
 use crate::reply::{self, bad_request, Fields, Method};
+use crate::scope::{self, Scope};
 use crate::{listing, sys, Error, Options};
 
 /// Largest `_headers` or `_redirects` read: far above any real one (a
@@ -91,6 +93,10 @@ pub struct Site {
     /// `_headers`' `Basic-Auth` rules at start, and the protected
     /// patterns it says `public` for (`FileServer::protection`).
     protection: (Vec<auth::AuthRule>, Vec<String>),
+    /// The paths this server's route takes (`FileServer::with_scope`):
+    /// a file of another name outside them is refused (`is_elsewhere`).
+    /// `None`: a site without routes, where every path is the server's.
+    pub(crate) scope: Option<Arc<dyn Scope>>,
 }
 
 impl Site {
@@ -137,6 +143,7 @@ impl Site {
             options,
             rules,
             protection: (Vec::new(), Vec::new()),
+            scope: None,
         };
         // A bad `_headers` or `_redirects` refuses the start, as it
         // refuses `pack` (and `check-config` says so).
@@ -512,6 +519,7 @@ impl Site {
                 }
             }
             Found::Forbidden => Response::error(403),
+            Found::Elsewhere => scope::crossing(),
             Found::Missing => return self.missing(req, &site_path, &key, rules, &fields, gated),
         })
     }
@@ -522,7 +530,10 @@ impl Site {
     /// rule the operator allowed; under a `Basic-Auth` gate, which takes
     /// only answers made now, a 500 and a line in the error log). A
     /// rewrite's target that names no file gets the not-found page of the
-    /// path asked for (`key`).
+    /// path asked for (`key`). A target another route of the site takes
+    /// (or whose index or clean page it takes) is refused with 403
+    /// (`scope`): its route's rules were not asked; a 404 rule's page
+    /// there is left out as if it named no file.
     fn rule_answer(
         &self,
         req: &Request<'_>,
@@ -541,16 +552,20 @@ impl Site {
             RuleAnswer::Rewrite(target) => (target, 200),
             RuleAnswer::NotFound(target) => (target, 404),
         };
-        let file = path::normalize(target.as_bytes())
+        let found = path::normalize(target.as_bytes())
             .ok()
             .filter(|p| !p.is_hidden() && !conventions::is_convention_file(&p.rel))
-            .and_then(|p| match self.lookup(&p, rules, false) {
-                Found::File(res) => Some(res),
-                _ => None,
+            .map(|p| {
+                if self.is_elsewhere(&p.key()) {
+                    Found::Elsewhere
+                } else {
+                    self.lookup(&p, rules, false)
+                }
             });
-        match file {
-            Some(res) => self.reply(&res, fields, head, status),
-            None => self.not_found(key, rules, fields, head),
+        match found {
+            Some(Found::File(res)) => self.reply(&res, fields, head, status),
+            Some(Found::Elsewhere) if status == 200 => scope::crossing(),
+            _ => self.not_found(key, rules, fields, head),
         }
         .into()
     }
@@ -616,6 +631,7 @@ impl Site {
             let rel = index(name);
             match self.load(&rel, rules) {
                 Found::Missing => continue,
+                Found::File(_) if self.is_elsewhere(&format!("/{rel}")) => return Found::Elsewhere,
                 found => return found,
             }
         }
@@ -638,9 +654,17 @@ impl Site {
             return None;
         }
         match self.load(&rel, rules) {
+            Found::File(_) if self.is_elsewhere(&format!("/{rel}")) => Some(Found::Elsewhere),
             Found::File(res) => Some(Found::File(res)),
             _ => None,
         }
+    }
+
+    /// Whether the file at site path `key`, answered in place of the
+    /// path asked for, is another route's (`scope`): never for a site
+    /// without routes.
+    fn is_elsewhere(&self, key: &str) -> bool {
+        self.scope.as_ref().is_some_and(|s| !s.covers(key))
     }
 
     /// Where clean URLs redirect a file's own name to (`NAME.html` →
@@ -871,6 +895,9 @@ enum Found {
     Canonical(String),
     Listing(File),
     Forbidden,
+    /// A file of another name (an index, a clean URL's page, a rewrite's
+    /// target) that another route of the site takes: refused (`scope`).
+    Elsewhere,
     Missing,
 }
 

@@ -25,7 +25,7 @@ use super::ServedArchive;
 use crate::access::basic::{Guard, Notes, Verifier};
 use crate::access::{self, Finish};
 use crate::flags::{ServeArchiveArgs, TlsArgs};
-use crate::sites::{route_for, route_key, HandlerSpec, RootKind, SiteSpec};
+use crate::sites::{route_for, route_key, HandlerSpec, RootKind, RouteScope, SiteSpec};
 use peregrine_files::path::PathError;
 
 /// The engine's sites, with the archives they serve.
@@ -67,6 +67,29 @@ pub(super) fn build(
         // `_headers`' `Basic-Auth` rules are the file or archive server's
         // to find; the guard checks what they protect.
         let what = format!("site {label}");
+        let site_spec = Arc::new(spec.clone());
+        // With routes, each file and archive server answers only with
+        // files whose paths its own route takes (the root: no route's),
+        // so that a rewrite, a clean URL or an index does not serve
+        // another route's file past that route's rules
+        // (`peregrine_files::scope`). Without routes, no scope: nothing
+        // is asked.
+        let scope = |route: Option<usize>| -> Option<Arc<dyn peregrine_files::scope::Scope>> {
+            (!spec.routes.is_empty()).then(|| {
+                Arc::new(RouteScope {
+                    site: site_spec.clone(),
+                    route,
+                }) as Arc<dyn peregrine_files::scope::Scope>
+            })
+        };
+        let files_in = |server: FileServer, route| match scope(route) {
+            Some(scope) => server.with_scope(scope),
+            None => server,
+        };
+        let archive_in = |server: ArchiveServer, route| match scope(route) {
+            Some(scope) => server.with_scope(scope),
+            None => server,
+        };
         // The root's `_50x.html`: the page of the proxy's 502, 503 and 504.
         let site_page;
         let root: Arc<dyn Handler> = match spec.kind {
@@ -74,17 +97,18 @@ pub(super) fn build(
                 let server = files(&spec.root, spec)?;
                 notes.files(&what, &server);
                 site_page = crate::proxy::directory_error_page(&spec.root)?;
-                Arc::new(server.with_gate(guard(label, Finish::default(), false)))
+                Arc::new(files_in(server, None).with_gate(guard(label, Finish::default(), false)))
             }
             RootKind::Archive => {
                 let server = archive(&spec.root, &spec.archive, label, previous, &mut archives)?;
                 notes.archive(&what, &server);
                 site_page = server.file_bytes(crate::proxy::ERROR_PAGE_KEY);
-                Arc::new(server.with_gate(guard(label, Finish::default(), false)))
+                Arc::new(archive_in(server, None).with_gate(guard(label, Finish::default(), false)))
             }
         };
         let mut routes = Vec::with_capacity(spec.routes.len());
-        for route in &spec.routes {
+        for (route_idx, route) in spec.routes.iter().enumerate() {
+            let own = Some(route_idx);
             let realm = route
                 .basic_auth
                 .as_ref()
@@ -119,7 +143,7 @@ pub(super) fn build(
                     if route.basic_auth.is_none() {
                         notes.files(&what, &server);
                     }
-                    Arc::new(server.with_gate(inner_gate))
+                    Arc::new(files_in(server, own).with_gate(inner_gate))
                 }
                 HandlerSpec::Archive { root, archive: a } => {
                     let server = archive(root, a, label, previous, &mut archives)?;
@@ -138,7 +162,7 @@ pub(super) fn build(
                         || route.basic_auth.is_some()
                         || route.forward_auth.is_some();
                     let server = if ruled { server.without_fallback() } else { server };
-                    Arc::new(server.with_gate(inner_gate))
+                    Arc::new(archive_in(server, own).with_gate(inner_gate))
                 }
                 HandlerSpec::Redirect { to, status } => {
                     if let Some(rule) = rule {
@@ -176,13 +200,19 @@ pub(super) fn build(
                                 .with_context(|| format!("site {label}, route {}: {}", route.path, root.display()))?;
                             notes.files(&what, &server);
                             let page = crate::proxy::directory_error_page(root)?;
-                            (Some(Arc::new(server.with_gate(inner_gate.clone()))), page)
+                            (
+                                Some(Arc::new(files_in(server, own).with_gate(inner_gate.clone()))),
+                                page,
+                            )
                         }
                         Some(HandlerSpec::Archive { root, archive: a }) => {
                             let server = archive(root, a, label, previous, &mut archives)?;
                             notes.archive(&what, &server);
                             let page = server.file_bytes(crate::proxy::ERROR_PAGE_KEY);
-                            (Some(Arc::new(server.with_gate(inner_gate.clone()))), page)
+                            (
+                                Some(Arc::new(archive_in(server, own).with_gate(inner_gate.clone()))),
+                                page,
+                            )
                         }
                         _ => (None, None),
                     };
@@ -237,7 +267,7 @@ pub(super) fn build(
             notes.under_proxy(&route_prefix(&route.path), &by, |w| w == what);
         }
         let handler = SiteHandler {
-            spec: spec.clone(),
+            spec: site_spec,
             root,
             routes,
         };
@@ -361,7 +391,7 @@ pub(super) fn open_archive(
 /// One site's handler: the route that takes the request's path, or the
 /// site's root.
 struct SiteHandler {
-    spec: SiteSpec,
+    spec: Arc<SiteSpec>,
     root: Arc<dyn Handler>,
     /// By the index of `spec.routes`: each route's handler behind its
     /// access rules and fields (`access::wrap`).

@@ -49,7 +49,7 @@ use crate::flags::{Cli, Command, FileArgs, ServeArchiveArgs};
 
 pub(crate) use read::{parse_site_flag, resolve};
 pub(crate) use render::{render, Shown};
-pub(crate) use routes::{route_for, route_key};
+pub(crate) use routes::{route_for, route_key, RouteScope};
 
 /// One site: the names it answers for, its root, and how it answers.
 #[derive(Debug, Clone)]

@@ -19,6 +19,7 @@
 
 use std::borrow::Cow;
 use std::cmp::Reverse;
+use std::sync::Arc;
 
 use peregrine::pattern::CAPTURES_MAX;
 use peregrine_files::path::PathError;
@@ -54,6 +55,22 @@ pub(crate) fn route_for(site: &SiteSpec, path: &str) -> Result<Option<usize>, Pa
         .routes
         .iter()
         .position(|route| route.pattern.matches(&path, &mut caps).is_some()))
+}
+
+/// The paths one route of a site takes (`route`: its index in
+/// `site.routes`, `None` for the site's root): what the file and archive
+/// servers of that route may answer with when they serve a file of
+/// another name than the request's (`peregrine_files::scope`). Given
+/// only to the servers of a site with routes.
+pub(crate) struct RouteScope {
+    pub(crate) site: Arc<SiteSpec>,
+    pub(crate) route: Option<usize>,
+}
+
+impl peregrine_files::scope::Scope for RouteScope {
+    fn covers(&self, key: &str) -> bool {
+        route_for(&self.site, key).is_ok_and(|taken| taken == self.route)
+    }
 }
 
 /// The form of `path` routes are matched against, and take their
