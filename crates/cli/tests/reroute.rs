@@ -35,7 +35,8 @@ const FILES: &[(&str, &str)] = &[
          /cl/* /admin2 200\n\
          /nf/* /staff/:splat 404\n\
          /p/* /pub/:splat 200\n\
-         /hdr/old/* /hdr/new/:splat 200\n",
+         /hdr/old/* /hdr/new/:splat 200\n\
+         /into-hdr/* /hdr/new/:splat 200\n",
     ),
 ];
 
@@ -237,6 +238,10 @@ fn a_rewrite_that_stays_within_its_route_is_served() {
         }
         for a in each_way(addr, host, "/") {
             assert_eq!((a.status, a.body.as_str()), (200, "home\n"), "{host}: {}", a.head);
+        }
+        // Into another route that guards nothing (`headers` alone): served.
+        for a in each_way(addr, host, "/into-hdr/n.txt") {
+            assert_eq!((a.status, a.body.as_str()), (200, "hdr new\n"), "{host}: {}", a.head);
         }
     }
 }

@@ -68,9 +68,25 @@ pub(crate) struct RouteScope {
 }
 
 impl peregrine_files::scope::Scope for RouteScope {
+    /// The path is this route's, or the site root's (whose answers no
+    /// route's rules guard), or another route's that guards nothing (no
+    /// `ip` list, `rate-limit`, `basic-auth` nor `forward-auth`: a route
+    /// of `headers` or `cors` alone), which a rewrite may serve from as
+    /// before; refused only where another route's rules would be gone
+    /// around.
     fn covers(&self, key: &str) -> bool {
-        route_for(&self.site, key).is_ok_and(|taken| taken == self.route)
+        match route_for(&self.site, key) {
+            Ok(taken) if taken == self.route => true,
+            Ok(None) => true,
+            Ok(Some(i)) => !guards(&self.site.routes[i]),
+            Err(_) => false,
+        }
     }
+}
+
+/// Whether a route refuses some requests by its own rules.
+fn guards(route: &RouteSpec) -> bool {
+    route.ip.is_some() || route.rate_limit.is_some() || route.basic_auth.is_some() || route.forward_auth.is_some()
 }
 
 /// The form of `path` routes are matched against, and take their
