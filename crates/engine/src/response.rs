@@ -558,18 +558,28 @@ impl Response {
     /// the old block keeps its bytes). For a wrapper that must replace what
     /// an inner handler's prepared fields say, e.g. a protected answer's
     /// `Cache-Control` (issue 27).
-    pub fn without_header(mut self, name: &str) -> Self {
-        if name.eq_ignore_ascii_case("content-type") {
+    pub fn without_header(self, name: &str) -> Self {
+        self.without_headers(&[name])
+    }
+
+    /// Removes every field named as one of `names` (case-insensitive),
+    /// as [`Response::without_header`] does for one, in one pass over
+    /// the header block.
+    pub fn without_headers(mut self, names: &[&str]) -> Self {
+        if names.iter().any(|n| n.eq_ignore_ascii_case("content-type")) {
             self.content_type = None;
         }
-        self.headers.retain(|(n, _)| !n.eq_ignore_ascii_case(name));
+        self.headers
+            .retain(|(n, _)| !names.iter().any(|name| n.eq_ignore_ascii_case(name)));
         let Some(block) = &self.block else {
             return self;
         };
         let is_named = |line: &[u8]| {
-            line.len() > name.len()
-                && line[name.len()] == b':'
-                && line[..name.len()].eq_ignore_ascii_case(name.as_bytes())
+            names.iter().any(|name| {
+                line.len() > name.len()
+                    && line[name.len()] == b':'
+                    && line[..name.len()].eq_ignore_ascii_case(name.as_bytes())
+            })
         };
         let lines = block.as_bytes();
         if !lines.split(|&b| b == b'\n').any(is_named) {
@@ -584,6 +594,53 @@ impl Response {
         // The lines were checked when the block was made; fewer of them
         // are still valid.
         self.with_header_block(HeaderBlock::of(SharedBytes::new(Arc::new(kept))))
+    }
+
+    /// Adds `element` (a field name) to the `Vary` field, unless a `Vary`
+    /// already lists it or `*` (RFC 9110 §12.5.5: a list, its elements
+    /// compared case-insensitively, `*` varying on everything): a line
+    /// `Vary: element` after the others, which a recipient joins to them
+    /// (RFC 9110 §5.3), as an element that was missing; never the same
+    /// element twice. For a wrapper whose answers depend on a request
+    /// field an inner handler's fields do not name (CORS's `Origin`).
+    pub fn with_vary(self, element: &str) -> Self {
+        let listed = self.header_values("vary").any(|v| {
+            crate::codec::head::list_elements(v.as_bytes())
+                .any(|e| e == b"*" || e.eq_ignore_ascii_case(element.as_bytes()))
+        });
+        match listed {
+            true => self,
+            false => self.with_header("Vary", element.to_owned()),
+        }
+    }
+
+    /// The values of every field named `name` (case-insensitive), in the
+    /// order they are written: those added with `with_header`, then the
+    /// header block's.
+    pub fn header_values<'s>(&'s self, name: &'s str) -> impl Iterator<Item = &'s str> + 's {
+        let content_type = match name.eq_ignore_ascii_case("content-type") {
+            true => self.content_type.as_deref(),
+            false => None,
+        };
+        let given = self
+            .headers
+            .iter()
+            .filter(move |(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_ref());
+        let lines = self.block.as_ref().map_or(&[][..], |b| b.as_bytes());
+        let block = lines.split(|&b| b == b'\n').filter_map(move |line| {
+            let named = line.len() > name.len()
+                && line[name.len()] == b':'
+                && line[..name.len()].eq_ignore_ascii_case(name.as_bytes());
+            if !named {
+                return None;
+            }
+            let value = &line[name.len() + 1..];
+            let value = value.strip_suffix(b"\r").unwrap_or(value);
+            // The block was validated as UTF-8 lines.
+            std::str::from_utf8(crate::codec::head::trim_ows(value)).ok()
+        });
+        content_type.into_iter().chain(given).chain(block)
     }
 
     /// Closes the connection once this response is sent.
@@ -1083,5 +1140,39 @@ mod tests {
         assert_eq!(r.header("x"), None);
         assert_eq!(r.header("x-abc"), None);
         assert_eq!(r.header("strict-transport-security"), None);
+    }
+
+    /// Every value of a name, from the fields given and the block's, in
+    /// order; several names dropped in one pass; `Vary` joined, never
+    /// with an element it lists (any case) or past `*`.
+    #[test]
+    fn header_values_without_headers_and_with_vary() {
+        let block = HeaderBlock::new(&[
+            ("Vary", "Accept-Encoding"),
+            ("Access-Control-Allow-Origin", "*"),
+            ("ETag", "\"x\""),
+            ("Vary", "Cookie"),
+        ])
+        .unwrap();
+        let r = Response::new(200)
+            .with_header("Vary", "Accept")
+            .with_header_block(block);
+        assert_eq!(
+            r.header_values("vary").collect::<Vec<_>>(),
+            ["Accept", "Accept-Encoding", "Cookie"]
+        );
+        let r = r.without_headers(&["access-control-allow-origin", "etag"]);
+        assert_eq!(r.header("access-control-allow-origin"), None);
+        assert_eq!(r.header("etag"), None);
+        assert_eq!(r.header_values("vary").count(), 3);
+        let r = r.with_vary("Origin").with_vary("origin").with_vary("cookie");
+        assert_eq!(
+            r.header_values("vary").collect::<Vec<_>>(),
+            ["Accept", "Origin", "Accept-Encoding", "Cookie"]
+        );
+        let star = Response::new(200).with_header("Vary", "Accept, *").with_vary("Origin");
+        assert_eq!(star.header_values("vary").collect::<Vec<_>>(), ["Accept, *"]);
+        let none = Response::new(200).with_vary("Origin");
+        assert_eq!(none.header_values("vary").collect::<Vec<_>>(), ["Origin"]);
     }
 }

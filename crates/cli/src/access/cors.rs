@@ -19,7 +19,9 @@
 //!   reads the network panel).
 //! - Any other request goes to the handler; if its origin is allowed, the
 //!   answer gets `Access-Control-Allow-Origin` (and `-Credentials`,
-//!   `-Expose-Headers` when configured).
+//!   `-Expose-Headers` when configured). A proxy route's answers are
+//!   another server's: its own CORS fields are dropped first, whatever
+//!   the origin (`decorate_relayed`).
 //! - Every answer of the route gets `Vary: Origin` (preflights also
 //!   `Vary: Access-Control-Request-Method, Access-Control-Request-Headers`):
 //!   whether the fields are there depends on the request's `Origin`, so a
@@ -202,8 +204,24 @@ impl Cors {
     /// `resp`, an answer to a request with this `Origin` (if any), with
     /// `Vary: Origin` and, for an allowed origin, the
     /// `Access-Control-*` fields.
-    pub(crate) fn decorate(&self, mut resp: Response, origin: Option<&str>) -> Response {
-        resp = resp.with_header("Vary", "Origin");
+    pub(crate) fn decorate(&self, resp: Response, origin: Option<&str>) -> Response {
+        self.allow(resp.with_header("Vary", "Origin"), origin)
+    }
+
+    /// `decorate` for an answer whose fields are another server's (a
+    /// proxy route's upstream, or its auth service): its own
+    /// `Access-Control-*` fields go first, for the route's policy alone
+    /// says who may read the answer (two `Access-Control-Allow-Origin`
+    /// fields make a browser refuse it; an upstream's `*` must not open
+    /// it to an origin the route does not allow), and `Origin` joins the
+    /// `Vary` it has (`Response::with_vary`: not listed twice).
+    pub(crate) fn decorate_relayed(&self, resp: Response, origin: Option<&str>) -> Response {
+        self.allow(resp.without_headers(ANSWER_FIELDS).with_vary("Origin"), origin)
+    }
+
+    /// `resp` with the `Access-Control-*` fields `origin` gets, if it is
+    /// allowed.
+    fn allow(&self, mut resp: Response, origin: Option<&str>) -> Response {
         let Some(allow_origin) = origin.and_then(|o| self.allowed(o)) else {
             return resp;
         };
@@ -217,6 +235,18 @@ impl Cors {
         resp
     }
 }
+
+/// The CORS fields of an answer (the Fetch standard's CORS protocol),
+/// those of a preflight's included: a route with `cors` writes them, and
+/// an upstream's of these names do not pass (`Cors::decorate_relayed`).
+pub(crate) const ANSWER_FIELDS: &[&str] = &[
+    "access-control-allow-origin",
+    "access-control-allow-credentials",
+    "access-control-expose-headers",
+    "access-control-allow-methods",
+    "access-control-allow-headers",
+    "access-control-max-age",
+];
 
 /// An origin as written in `origins`, in its serialised form: `*`, `null`,
 /// or `scheme://host[:port]` lowercased, without a default port, path,

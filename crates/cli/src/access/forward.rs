@@ -13,7 +13,7 @@
 use std::sync::Arc;
 
 use peregrine::proxy::{self, Held};
-use peregrine::{Handler, Reply, Request, Response};
+use peregrine::{Handler, Reply, Request};
 
 use super::{basic, Finish};
 
@@ -113,17 +113,28 @@ impl ForwardAuth {
 }
 
 /// Asks the service about `req`, holding what `inner` makes of it; the
-/// answers the check decides get the route's fields (`finish`).
+/// answers the check decides get the route's fields (`finish`): its
+/// refusals as another server's answers (`Finish::relayed`: the service's
+/// own CORS fields, and those of the route's names, go), an answer held
+/// as the route's own, and a proxy's answers from the proxy, which takes
+/// them with its request (`proxy::finishing`).
 pub(crate) fn guard(check: &proxy::ForwardAuth, finish: &Arc<Finish>, req: &Request<'_>, inner: &dyn Handler) -> Reply {
     let origin = req.header("origin");
-    let hook = {
-        let (finish, origin) = (finish.clone(), origin.map(str::to_owned));
-        Box::new(move |resp: Response| finish.apply(resp, origin.as_deref())) as proxy::Finish
-    };
-    check.check(req, Some(hook), &mut || match basic::holding(|| inner.call(req)) {
-        (_, Some(held)) => Held::Decide(Box::new(move |verdict| held.decide(verdict))),
-        (Reply::Now(resp), None) => Held::Reply(Reply::Now(finish.apply(resp, origin))),
-        (other, None) => Held::Reply(other),
+    let hook = finish.hook(origin);
+    check.check(req, Some(hook), &mut || {
+        let mut unused = None;
+        let made = basic::holding(|| {
+            let (reply, left) = proxy::finishing(finish.hook(origin), || inner.call(req));
+            unused = left;
+            reply
+        });
+        match made {
+            (_, Some(held)) => Held::Decide(Box::new(move |verdict| held.decide(verdict))),
+            // A proxy's answer made now (a cache hit) was finished by it.
+            (Reply::Now(resp), None) if unused.is_none() => Held::Reply(Reply::Now(resp)),
+            (Reply::Now(resp), None) => Held::Reply(Reply::Now(finish.apply(resp, origin))),
+            (other, None) => Held::Reply(other),
+        }
     })
 }
 

@@ -30,7 +30,11 @@
 //! script can read its 429 — varies on `Origin` and carries the
 //! `Access-Control-*` fields an allowed origin gets; the route's
 //! `headers` come last ([`Finish`]). An answer sent from another thread
-//! (a deferred check) gets the same from its [`basic::Guard`].
+//! (a deferred check) gets the same from its [`basic::Guard`]; a proxy's
+//! answers, which come from the worker's pool and never back through
+//! here, get them from the proxy, offered with the call
+//! (`peregrine::proxy::finishing`), in place of the upstream's fields of
+//! the same names ([`Finish::relayed`]).
 //!
 //! Paths `_headers` protects (`Basic-Auth` lines) are checked by the file
 //! or archive server itself, which asks a [`basic::Guard`] (its `Gate`)
@@ -89,10 +93,8 @@ pub(crate) fn wrap(inner: Arc<dyn Handler>, rules: Rules<'_>) -> Arc<dyn Handler
         rate: rules.rate_limit.map(|r| rate::Table::new(r.clone(), rate::ENTRIES_MAX)),
         cors: rules.cors.cloned(),
         basic: rules.basic.map(|(b, guard)| (b.users.clone(), guard)),
-        forward: rules
-            .forward
-            .map(|check| (check, Arc::new(Finish::new(rules.cors, rules.headers)))),
-        finish: Finish::new(rules.cors, rules.headers),
+        forward: rules.forward,
+        finish: Arc::new(Finish::new(rules.cors, rules.headers)),
     })
 }
 
@@ -124,7 +126,43 @@ impl Finish {
     }
 
     /// `resp` with the route's fields.
-    fn fields(&self, mut resp: Response) -> Response {
+    fn fields(&self, resp: Response) -> Response {
+        self.fields_as(resp, false)
+    }
+
+    /// Whether the route adds nothing to its answers (no `cors`, no
+    /// `headers`).
+    fn is_empty(&self) -> bool {
+        self.cors.is_none() && self.headers.is_empty()
+    }
+
+    /// `resp`, an answer another server made (a proxy route's upstream,
+    /// the proxy's own 502, 503 or 504 in its place, a forward-auth
+    /// service's refusal), with the CORS fields for `origin` and the
+    /// route's fields in place of its own of the same names, as Caddy's
+    /// `header Name value` replaces them (nginx's `add_header` adds a
+    /// second field instead): a browser refuses an answer with two
+    /// `Access-Control-Allow-Origin`, and a field the route sets says
+    /// what the route means. `Vary` is merged (`Response::with_vary`),
+    /// and a private `Cache-Control` stays private (as for `apply`).
+    pub(crate) fn relayed(&self, resp: Response, origin: Option<&str>) -> Response {
+        let resp = match &self.cors {
+            Some(cors) => cors.decorate_relayed(resp, origin),
+            None => resp,
+        };
+        self.fields_as(resp, true)
+    }
+
+    /// `relayed` for the answer that comes later, from the worker's pool
+    /// (`peregrine::proxy::finishing`), for a request from `origin`.
+    pub(crate) fn hook(self: &Arc<Self>, origin: Option<&str>) -> peregrine::proxy::Finish {
+        let (finish, origin) = (self.clone(), origin.map(str::to_owned));
+        Box::new(move |resp: Response| finish.relayed(resp, origin.as_deref()))
+    }
+
+    /// `resp` with the route's fields, each in place of the answer's of
+    /// that name when `replace` (`Vary` then merged).
+    fn fields_as(&self, mut resp: Response, replace: bool) -> Response {
         if self.headers.is_empty() {
             return resp;
         }
@@ -135,6 +173,12 @@ impl Finish {
                 resp = resp
                     .without_header("cache-control")
                     .with_header("Cache-Control", merged);
+            } else if replace && name.eq_ignore_ascii_case("vary") {
+                for element in value.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+                    resp = resp.with_vary(element);
+                }
+            } else if replace {
+                resp = resp.without_header(name).with_header(name.clone(), value.clone());
             } else {
                 resp = resp.with_header(name.clone(), value.clone());
             }
@@ -153,10 +197,11 @@ struct Access {
     cors: Option<Cors>,
     /// The route's users, and the guard that checks them.
     basic: Option<(Arc<peregrine_files::auth::Users>, Arc<basic::Guard>)>,
-    /// The route's auth service, and what the route adds to the answers
-    /// its checks decide.
-    forward: Option<(peregrine::proxy::ForwardAuth, Arc<Finish>)>,
-    finish: Finish,
+    /// The route's auth service.
+    forward: Option<peregrine::proxy::ForwardAuth>,
+    /// What the route adds to its answers (those its forward-auth checks
+    /// decide, and a proxy's, included).
+    finish: Arc<Finish>,
 }
 
 impl Access {
@@ -210,15 +255,25 @@ impl Handler for Access {
                 _ => Response::error(500),
             }),
             // The answers the check decides are finished by it (a
-            // refusal at once, e.g. a 400, below).
-            (None, Some((check, finish))) => forward::guard(check, finish, req, &*self.inner),
-            (None, None) => self.inner.call(req),
+            // refusal at once, e.g. a 400, below), and so are those of
+            // a proxy it lets through.
+            (None, Some(check)) => forward::guard(check, &self.finish, req, &*self.inner),
+            (None, None) if self.finish.is_empty() => self.inner.call(req),
+            // A proxy's answers (its upstream's, later, through the
+            // worker's pool; a cache hit now) are finished by the proxy,
+            // which takes the hook (`finishing`): only the answers of
+            // another handler (files, an archive, a redirect) come back
+            // here to be finished.
+            (None, None) => match peregrine::proxy::finishing(self.finish.hook(origin), || self.inner.call(req)) {
+                (reply, Some(_unused)) => reply,
+                (reply, None) => return reply,
+            },
         };
         match reply {
             Reply::Now(resp) => Reply::Now(self.finish.apply(resp, origin)),
-            // A deferred check's answer is finished by its guard; a
-            // handler that defers (a proxy route: never under
-            // `basic-auth`, refused when read) or upgrades answers itself.
+            // A deferred check's answer is finished by its guard, a
+            // proxy's by the proxy (above); a handler that upgrades
+            // answers itself.
             other => other,
         }
     }
@@ -253,5 +308,58 @@ mod tests {
             ..Rules::default()
         };
         assert!(!Arc::ptr_eq(&wrap(inner.clone(), forward), &inner));
+    }
+
+    fn upstream_answer(fields: &[(&str, &str)]) -> Response {
+        Response::prepared(200, peregrine::HeaderBlock::new(fields).unwrap(), "hi")
+    }
+
+    fn values(resp: &Response, name: &str) -> Vec<String> {
+        resp.header_values(name).map(str::to_owned).collect()
+    }
+
+    /// A relayed answer (a proxy route's): the route's CORS fields and
+    /// `headers` in place of the upstream's of those names, for an
+    /// allowed origin; none of the upstream's CORS fields for another;
+    /// `Vary` joined, each element once.
+    #[test]
+    fn relayed_answers_get_the_routes_fields_in_place_of_the_upstreams() {
+        let own = |l: &[&str]| l.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let cors = Cors::new(&own(&["https://a.test"]), None, &[], &own(&["ETag"]), true, None).unwrap();
+        let headers = vec![
+            ("X-Route".to_owned(), "1".to_owned()),
+            ("Vary".to_owned(), "Cookie".to_owned()),
+        ];
+        let finish = Finish::new(Some(&cors), &headers);
+        let up = || {
+            upstream_answer(&[
+                ("Access-Control-Allow-Origin", "*"),
+                ("Access-Control-Expose-Headers", "X-Up"),
+                ("Access-Control-Max-Age", "60"),
+                ("X-Route", "upstream"),
+                ("Vary", "Accept-Encoding, origin"),
+            ])
+        };
+        let r = finish.relayed(up(), Some("https://a.test"));
+        assert_eq!(values(&r, "access-control-allow-origin"), ["https://a.test"]);
+        assert_eq!(values(&r, "access-control-allow-credentials"), ["true"]);
+        assert_eq!(values(&r, "access-control-expose-headers"), ["ETag"]);
+        assert!(values(&r, "access-control-max-age").is_empty());
+        assert_eq!(values(&r, "x-route"), ["1"]);
+        // (The fields added come before the upstream's block on the wire.)
+        assert_eq!(values(&r, "vary"), ["Cookie", "Accept-Encoding, origin"]);
+        let r = finish.relayed(up(), Some("https://evil.test"));
+        assert!(values(&r, "access-control-allow-origin").is_empty());
+        assert!(values(&r, "access-control-expose-headers").is_empty());
+        assert_eq!(values(&r, "x-route"), ["1"]);
+        let r = finish.relayed(upstream_answer(&[("Vary", "Accept-Encoding")]), None);
+        assert_eq!(values(&r, "vary"), ["Origin", "Cookie", "Accept-Encoding"]);
+        // A private answer stays private whatever the route's fields say.
+        let headers = vec![("Cache-Control".to_owned(), "public, max-age=60".to_owned())];
+        let finish = Finish::new(None, &headers);
+        let r = finish.relayed(upstream_answer(&[("Cache-Control", "private")]), None);
+        assert_eq!(values(&r, "cache-control"), ["private, max-age=60"]);
+        let r = finish.relayed(upstream_answer(&[("Cache-Control", "no-store")]), None);
+        assert_eq!(values(&r, "cache-control"), ["public, max-age=60"]);
     }
 }

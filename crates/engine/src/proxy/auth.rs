@@ -314,7 +314,8 @@ enum Then {
     Decide(Decide),
 }
 
-/// A worker's checks in flight (owned by its `pool::Upstreams`).
+/// A worker's checks in flight (owned by its `pool::Upstreams`), and what
+/// the routes of its requests add to their answers.
 #[derive(Default)]
 pub(crate) struct Checks {
     /// By the subrequest's responder id.
@@ -324,16 +325,29 @@ pub(crate) struct Checks {
     /// The requests whose upstream answers are private (by their
     /// responder's connection token and id).
     private: HashSet<(usize, u64)>,
+    /// What their routes add to the answers of requests (`More::finish`,
+    /// by their responder's connection token and id): applied in `sort`,
+    /// after the rest. Every job the pool takes is answered through
+    /// `sort` (its upstream's answer or the pool's own) or hands its
+    /// connection over as a tunnel (`forget`), so none stays.
+    finishes: HashMap<(usize, u64), Finish>,
     /// Checks decided since the metrics were last told: allowed,
     /// refused, failed.
     counts: [u64; 3],
 }
 
 impl Checks {
-    /// Notes a job's check, if it carries one.
+    /// Notes a job's check, if it carries one, and what its route adds
+    /// to its answer, if anything.
     pub(crate) fn admit(&mut self, job: &mut Job) {
-        if let Some(pending) = job.more.as_mut().and_then(|m| m.auth.take()) {
+        let Some(more) = job.more.as_mut() else {
+            return;
+        };
+        if let Some(pending) = more.auth.take() {
             self.pending.insert(job.responder.key().1, *pending);
+        }
+        if let Some(finish) = more.finish.take() {
+            self.finishes.insert(job.responder.key(), finish);
         }
     }
 
@@ -352,10 +366,10 @@ impl Checks {
     }
 
     /// Whether `sort` would pass answers through untouched: no check in
-    /// flight, no private answer to mark.
+    /// flight, no private answer to mark, no answer to finish.
     #[inline(always)]
     pub(crate) fn sorts_nothing(&self) -> bool {
-        self.pending.is_empty() && self.private.is_empty()
+        self.pending.is_empty() && self.private.is_empty() && self.finishes.is_empty()
     }
 
     /// Whether upstream requests wait for `take_granted`.
@@ -376,11 +390,15 @@ impl Checks {
         if !self.private.is_empty() {
             self.private.remove(&key);
         }
+        if !self.finishes.is_empty() {
+            self.finishes.remove(&key);
+        }
     }
 
     /// The pool's answers with the subrequests' taken out and decided:
     /// what goes to clients (the answers held, refusals), the upstream
-    /// answers of checked requests made private.
+    /// answers of checked requests made private, and then each answer
+    /// whose route adds fields finished (`admit`).
     /// (Each with its access log figures; an answer a check makes has
     /// none: no upstream of the route was asked.)
     #[inline(always)]
@@ -405,11 +423,17 @@ impl Checks {
                 }
                 continue;
             }
-            if self.private.remove(&key) {
-                out.push((responder, private(response), figures));
-            } else {
-                out.push((responder, response, figures));
-            }
+            let response = match self.private.remove(&key) {
+                true => private(response),
+                false => response,
+            };
+            // Last: a route's `Cache-Control` is merged into a private
+            // one, not put in its place (the caller's finish knows how).
+            let response = match self.finishes.remove(&key) {
+                Some(finish) => finish(response),
+                None => response,
+            };
+            out.push((responder, response, figures));
         }
         out
     }

@@ -1255,6 +1255,11 @@ pub(crate) fn take_released(answers: &mut Vec<super::pool::Answer>) -> Vec<Job> 
         match served {
             Some(answer) => {
                 let responder = std::mem::replace(&mut job.responder, crate::responder::Responder::new(None, 0, 0));
+                // Never taken by the pool (`Checks::admit`): finished here.
+                let answer = match job.more.as_mut().and_then(|m| m.finish.take()) {
+                    Some(finish) => finish(answer),
+                    None => answer,
+                };
                 answers.push((responder, answer, None));
             }
             None => {

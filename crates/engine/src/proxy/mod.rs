@@ -189,6 +189,12 @@ pub(crate) struct More {
     pub(crate) body_trailers: Option<crate::message::trailers::Trailers>,
     /// A cache miss (`cache.rs`): what storing the answer needs.
     pub(crate) cache: Option<Box<cache::Ask>>,
+    /// What the route adds to the answer its client gets (its CORS
+    /// fields and `headers`: [`finishing`]), whatever makes it: the
+    /// upstream, the pool's 502, 503 or 504, the cache a parked request
+    /// waited for. Set, the answer takes the general path, never the one
+    /// pass (`UpConn::takes_plain`).
+    pub(crate) finish: Option<Finish>,
 }
 
 // A `Job` is moved without `memcpy` up to this size (the compiler's
@@ -208,6 +214,7 @@ impl More {
             forward_trailers,
             body_trailers,
             cache,
+            finish,
         } = &self;
         let unset = body.is_none()
             && tunnel.is_none()
@@ -215,7 +222,8 @@ impl More {
             && encode.is_none()
             && forward_trailers.is_none()
             && body_trailers.is_none()
-            && cache.is_none();
+            && cache.is_none()
+            && finish.is_none();
         match unset {
             // Every part is `None`: nothing to drop, and its drop, a call
             // that looked at each part again, was 30 instructions of a
@@ -305,6 +313,82 @@ pub(crate) fn give_bytes(mut bytes: Vec<u8>) {
             spares.push(bytes);
         }
     });
+}
+
+thread_local! {
+    /// The finish [`finishing`] offers the proxy during its call, and
+    /// whether there is one: a flag without a destructor, so that the
+    /// proxy's look for an offer is one load of a proxied GET that has
+    /// none (the slot's own state would be looked at first).
+    static FINISH: RefCell<Option<Finish>> = const { RefCell::new(None) };
+    static FINISH_OFFERED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Calls `call` (a route's handler, for one request) with `finish`
+/// offered to the reverse proxy: the answer a [`Proxy`] gives that
+/// request gets it on its way to the client, whether it is made now (a
+/// cache hit, a refusal such as a 400) or later (the upstream's, relayed
+/// over any protocol; the pool's own 502, 503 or 504; after a
+/// forward-auth check, the upstream's answer that the check let
+/// through), exactly once. The way a wrapper adds a route's fields (its
+/// CORS fields, its `headers`) to a proxy's answers, which it never
+/// sees: they go through the worker's pool, not back through the
+/// wrapper.
+///
+/// Returns the reply and `finish` back when no proxy took it (the answer
+/// is another handler's: the caller finishes it as its own). A route
+/// without fields to add does not call this, and its proxied requests
+/// pay nothing for it (one look at a thread-local flag).
+///
+/// A WebSocket's `101` is the upstream's as it came (a tunnel, not an
+/// answer to finish); its refusals are finished.
+pub fn finishing(finish: Finish, call: impl FnOnce() -> Reply) -> (Reply, Option<Finish>) {
+    /// Puts back what was offered before (nothing, unless calls nest),
+    /// even if `call` panics: an offer left behind would go to the next
+    /// request's job.
+    struct Restore(Option<Finish>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            let before = self.0.take();
+            FINISH_OFFERED.set(before.is_some());
+            FINISH.set(before);
+        }
+    }
+    let before = FINISH.replace(Some(finish));
+    FINISH_OFFERED.set(true);
+    let restore = Restore(before);
+    let reply = call();
+    let left = FINISH.take();
+    drop(restore);
+    (reply, left)
+}
+
+/// The finish offered by [`finishing`], taken (the proxy made a job or
+/// an answer of the request); `None` when none is offered. Inlined to
+/// the flag's look.
+#[inline(always)]
+fn take_finish() -> Option<Finish> {
+    match FINISH_OFFERED.get() {
+        false => None,
+        true => take_offered(),
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn take_offered() -> Option<Finish> {
+    FINISH_OFFERED.set(false);
+    FINISH.take()
+}
+
+/// An answer the proxy makes now: finished by the offer, if any
+/// (`finishing`).
+#[inline(always)]
+fn now(resp: Response) -> Reply {
+    match take_finish() {
+        None => Reply::Now(resp),
+        Some(finish) => Reply::Now(finish(resp)),
+    }
 }
 
 impl Proxy {
@@ -617,7 +701,7 @@ impl Proxy {
             && !target.starts_with("//")
             && target.bytes().all(|b| (0x21..0x7f).contains(&b) && b != b'#');
         if !origin_form {
-            return Response::error(400).into();
+            return now(Response::error(400));
         }
         self.send(req, Some(target))
     }
@@ -626,7 +710,7 @@ impl Proxy {
         let Some(outbox) = req.outbox() else {
             // Outside a running server (a test calling the handler):
             // nothing can carry the request.
-            return Response::error(502).into();
+            return now(Response::error(502));
         };
         // The cache (`cache.rs`): a hit is answered here, without the
         // pool; a miss goes on with what storing its answer needs, or
@@ -640,7 +724,7 @@ impl Proxy {
         if let (Some(c), false, true) = (&self.cache, streams, req.body().is_empty()) {
             match cache::lookup(c, req, target) {
                 cache::Lookup::Pass => {}
-                cache::Lookup::Hit(answer) => return answer.into(),
+                cache::Lookup::Hit(answer) => return now(answer),
                 cache::Lookup::Miss { ask: a, rescue: r } => (ask, rescue) = (Some(a), r),
                 cache::Lookup::Wait(a) => (ask, wait) = (Some(a), true),
             }
@@ -744,11 +828,13 @@ impl Proxy {
                 // made (writing one out and looking at each part again in
                 // `More::boxed` was about 40 instructions of a proxied
                 // GET, callgrind `proxy-c50`).
+                let finish = take_finish();
                 let unset = reader.is_none()
                     && encode.is_none()
                     && forward_trailers.is_none()
                     && body_trailers.is_none()
-                    && ask.is_none();
+                    && ask.is_none()
+                    && finish.is_none();
                 let more = match unset {
                     true => None,
                     false => More {
@@ -757,6 +843,7 @@ impl Proxy {
                         forward_trailers,
                         body_trailers,
                         cache: ask,
+                        finish,
                         ..More::default()
                     }
                     .boxed(),
@@ -793,7 +880,7 @@ impl Proxy {
                 outbox.borrow_mut().push(job!());
                 Reply::Later
             }
-            Err(status) => Response::error(status).into(),
+            Err(status) => now(Response::error(status)),
         }
     }
 
@@ -820,12 +907,13 @@ impl Proxy {
                     trailers: false,
                     more: Some(Box::new(More {
                         tunnel: Some(ask),
+                        finish: take_finish(),
                         ..More::default()
                     })),
                 });
                 Reply::Later
             }
-            Err(status) => Response::error(status).into(),
+            Err(status) => now(Response::error(status)),
         }
     }
 }

@@ -564,12 +564,15 @@ impl Write for Sock {
 
 impl Upstreams {
     /// The answers made since the last call, each with its responder.
-    /// (Forward-auth subrequests' answers are decided on the way.)
+    /// (Forward-auth subrequests' answers are decided on the way, and
+    /// answers are finished as their routes ask, a stale one that stands
+    /// in for a failure included.)
     pub(crate) fn take_answers(&mut self) -> Vec<Answer> {
         for relayed in self.relayed.drain(..) {
             self.answers.push(relayed.into_answer());
         }
-        super::cache::rescue(self.checks.sort(std::mem::take(&mut self.answers)))
+        self.checks
+            .sort(super::cache::rescue(std::mem::take(&mut self.answers)))
     }
 
     /// The one answer made since the last call when it is all there is
