@@ -1,7 +1,8 @@
 //! Interim answers through the reverse proxy: a client's `Expect:
 //! 100-continue` goes to the upstream, and the client gets `100 Continue`
-//! only when the upstream sends it (or the upstream's early final answer
-//! instead); an upstream's `103 Early Hints` reaches HTTP/1.1 and HTTP/2
+//! when the upstream sends it (or the upstream's early final answer
+//! instead), or the proxy's own when the upstream says nothing for a
+//! while (an upstream that ignores the expectation); an upstream's `103 Early Hints` reaches HTTP/1.1 and HTTP/2
 //! clients before the final answer, and never an HTTP/1.0 client. Each
 //! upstream here is a script on a thread that waits for the test's word
 //! before each step, so that the order the client sees is the order the
@@ -45,8 +46,22 @@ fn read_head(r: &mut impl BufRead) -> String {
     }
 }
 
+/// The proxy in front of `up`, its own 100 held back longer than any
+/// test waits (`Upstream::continue_wait`), so that every 100 a client
+/// sees here is the upstream's, with no timing.
 fn proxy_server(up: SocketAddr) -> Running {
-    let proxy = Proxy::new(Upstream::parse(&format!("http://{up}")).unwrap().prefix("/api/"));
+    proxy_server_waiting(up, std::time::Duration::from_secs(3600))
+}
+
+/// The proxy in front of `up`, sending its own 100 to a client the
+/// upstream has said nothing to after `wait`.
+fn proxy_server_waiting(up: SocketAddr, wait: std::time::Duration) -> Running {
+    let proxy = Proxy::new(
+        Upstream::parse(&format!("http://{up}"))
+            .unwrap()
+            .prefix("/api/")
+            .continue_wait(wait),
+    );
     let router = Router::new()
         .route("GET", "/api/*rest", proxy.clone())
         .route("POST", "/api/*rest", proxy);
@@ -118,6 +133,37 @@ fn a_client_expecting_100_gets_it_only_when_the_upstream_sends_it() {
     assert_eq!(String::from_utf8_lossy(&got), "HTTP/1.1 100 Continue\r\n\r\n");
     c.write_all(b"hello").unwrap();
     assert_eq!(body_rx.recv_timeout(PATIENCE).unwrap(), b"hello");
+    got.clear();
+    read_until(&mut c, &mut got, "done");
+    let answer = String::from_utf8_lossy(&got);
+    assert!(answer.starts_with("HTTP/1.1 201 "), "{answer}");
+    assert!(!answer.contains("100 Continue"), "a second 100: {answer}");
+}
+
+/// An upstream that ignores `Expect` and reads the body (as gunicorn's
+/// sync workers do): a client that waits for its 100, as RFC 9110 §10.1.1
+/// allows, gets the proxy's own after `continue_wait`, sends its body, and
+/// gets the answer (it waited until its body deadline's 408 before). One
+/// 100 only.
+#[test]
+fn a_client_expecting_100_from_an_upstream_that_ignores_it_gets_the_proxys_own() {
+    let up = one_upstream(move |mut r, mut w| {
+        let head = read_head(&mut r);
+        assert!(head.to_ascii_lowercase().contains("expect: 100-continue"), "{head}");
+        let mut body = vec![0u8; 5];
+        r.read_exact(&mut body).unwrap();
+        assert_eq!(body, b"hello");
+        w.write_all(b"HTTP/1.1 201 Created\r\nContent-Length: 4\r\n\r\ndone")
+            .unwrap();
+    });
+    let server = proxy_server_waiting(up, std::time::Duration::from_millis(50));
+    let mut c = client(server.local_addr());
+    c.write_all(b"POST /api/up HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n")
+        .unwrap();
+    let mut got = Vec::new();
+    read_until(&mut c, &mut got, "\r\n\r\n");
+    assert_eq!(String::from_utf8_lossy(&got), "HTTP/1.1 100 Continue\r\n\r\n");
+    c.write_all(b"hello").unwrap();
     got.clear();
     read_until(&mut c, &mut got, "done");
     let answer = String::from_utf8_lossy(&got);

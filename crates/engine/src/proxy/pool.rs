@@ -343,6 +343,8 @@ struct UpConn {
     /// copied from the pool when the connection is made: each `drive`
     /// looked the pool up for them (twice a proxied GET).
     read_timeout: std::time::Duration,
+    /// Its upstream's `continue_wait`.
+    continue_wait: std::time::Duration,
     metrics: Option<Arc<UpstreamMetrics>>,
     state: State,
     job: Option<Job>,
@@ -413,6 +415,10 @@ struct UpConn {
     /// and how many this request has had relayed.
     interims: Vec<Interim>,
     n_interims: u8,
+    /// When the client's held `100 Continue` is sent by the proxy itself
+    /// if the upstream has said nothing by then
+    /// (`Upstream::CONTINUE_WAIT`).
+    continue_at: Option<Instant>,
     /// The answer's trailer fields go to the client (it takes them: the
     /// job's `trailers`), less those its `Connection` field named.
     trailers: Option<Vec<Vec<u8>>>,
@@ -914,6 +920,7 @@ impl Upstreams {
             up: up.id,
             pool,
             read_timeout: up.read_timeout,
+            continue_wait: up.continue_wait,
             metrics,
             state: State::Connecting,
             job: None,
@@ -945,6 +952,7 @@ impl Upstreams {
             broke: None,
             interims: Vec::new(),
             n_interims: 0,
+            continue_at: None,
             trailers: None,
         });
         if let Some(pool) = self.pools.list.get_mut(pool) {
@@ -1017,6 +1025,25 @@ impl Upstreams {
         }
         let Some(c) = self.conns.get_mut(key) else { return };
         c.armed = None;
+        if let Some(at) = c.continue_at.filter(|&at| at <= ctx.now) {
+            c.continue_at = None;
+            if c.deadline == Some(at) {
+                // Back to the client's body timeout alone (not the
+                // answer's: a 504 here would be for no fault of the
+                // upstream's).
+                c.deadline = None;
+            }
+            let waiting = matches!(c.state, State::Writing) && !c.streamed && c.n_interims == 0;
+            if let (true, Some(job)) = (waiting, c.job.as_mut().filter(|j| j.expect_continue)) {
+                // The upstream said nothing: the client's 100 is ours, and
+                // the upstream's own, if it comes later, is not relayed
+                // again.
+                job.expect_continue = false;
+                let (token, id) = job.responder.key();
+                self.interims.push((token, id, 100, Vec::new()));
+                return;
+            }
+        }
         match c.deadline {
             Some(d) if d <= ctx.now => {
                 let outcome = match c.state {
@@ -1437,6 +1464,7 @@ impl UpConn {
         *earlier = job.tried.take();
         self.broke = None;
         self.n_interims = 0;
+        self.continue_at = None;
         self.trailers = None;
         self.out = std::mem::take(&mut job.bytes);
         self.body = job.take_body();
@@ -1524,8 +1552,18 @@ impl UpConn {
                             Take::Pending => {
                                 // The client's body timeout bounds the wait.
                                 // Meanwhile the upstream may speak: a 100
-                                // the client waits for, or its answer.
+                                // the client waits for, or its answer; if
+                                // it has said nothing by `continue_wait`,
+                                // the client gets the proxy's own 100
+                                // (`Upstreams::on_timer`).
                                 self.deadline = None;
+                                if !self.streamed
+                                    && self.n_interims == 0
+                                    && self.job.as_ref().is_some_and(|j| j.expect_continue)
+                                {
+                                    let at = *self.continue_at.get_or_insert(ctx.now + self.continue_wait);
+                                    self.deadline = Some(at);
+                                }
                                 match self.read_early(ctx, scratch, answers, relayed) {
                                     Some(outcome) => return outcome,
                                     None => continue,

@@ -66,6 +66,7 @@ pub struct Upstream {
     pub(crate) idle_timeout: Duration,
     pub(crate) connect_timeout: Duration,
     pub(crate) read_timeout: Duration,
+    pub(crate) continue_wait: Duration,
     pub(crate) buffer_bytes: usize,
     /// How an `https://` upstream's TLS is set up (`tls.rs`).
     pub(crate) tls: Option<UpstreamTls>,
@@ -152,6 +153,16 @@ impl Upstream {
     pub const READ_TIMEOUT: Duration = Duration::from_secs(60);
     /// Bytes of an answer read ahead of the client (`proxy_buffer_bytes`).
     pub const BUFFER_BYTES: usize = 1024 * 1024;
+    /// How long a client's `Expect: 100-continue`, forwarded with the
+    /// head, waits for the upstream's 100 (or its answer) before the
+    /// proxy sends the client its own: an upstream that ignores the
+    /// expectation and reads the body (gunicorn's sync workers, many
+    /// frameworks) would otherwise keep the client waiting for its own
+    /// timeout (curl: 1 s; a client that waits for the 100, as RFC 9110
+    /// §10.1.1 allows, until the body deadline's 408). Go's transport
+    /// waits 1 s the same way upstream (`ExpectContinueTimeout`); this is
+    /// below curl's second, so curl never waits it out.
+    pub const CONTINUE_WAIT: Duration = Duration::from_millis(250);
 
     /// `http://HOST[:PORT][/PATH]`, `https://HOST[:PORT][/PATH]`,
     /// `h2c://HOST[:PORT][/PATH]` (cleartext HTTP/2 by prior knowledge,
@@ -234,6 +245,7 @@ impl Upstream {
             idle_timeout: Upstream::IDLE_TIMEOUT,
             connect_timeout: Upstream::CONNECT_TIMEOUT,
             read_timeout: Upstream::READ_TIMEOUT,
+            continue_wait: Upstream::CONTINUE_WAIT,
             buffer_bytes: Upstream::BUFFER_BYTES,
             error_page: None,
             guard: None,
@@ -321,6 +333,14 @@ impl Upstream {
     /// already begun).
     pub fn read_timeout(mut self, t: Duration) -> Upstream {
         self.read_timeout = t;
+        self
+    }
+
+    /// How long a client's forwarded `Expect: 100-continue` waits for
+    /// the upstream's 100 before the proxy sends its own
+    /// ([`Upstream::CONTINUE_WAIT`]).
+    pub fn continue_wait(mut self, t: Duration) -> Upstream {
+        self.continue_wait = t;
         self
     }
 
