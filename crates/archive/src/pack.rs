@@ -701,6 +701,13 @@ fn heads(
     if negotiable {
         f304.push(("Vary", "Accept-Encoding"));
     }
+    // What a 304 must repeat of the 200 (RFC 9110 §15.4.5), as `serve DIR`
+    // builds its 304s.
+    for (n, v) in custom {
+        if peregrine_files::conventions::is_304_field(n) {
+            f304.push((n, v));
+        }
+    }
     let block = |f: &[(&str, &str)]| peregrine::HeaderBlock::new(f).map(|b| b.as_bytes().to_vec());
     Ok((block(&f200)?, block(&f304)?))
 }

@@ -619,12 +619,15 @@ impl Archive {
         self.default_site
     }
 
-    /// The site for a `Host` value (port and case ignored).
+    /// The site for a `Host` value (port, case and one trailing dot
+    /// ignored: `other.com.` is the fully qualified `other.com`, as for
+    /// `--site` and in nginx).
     pub fn site_for_host(&self, host: Option<&str>) -> u32 {
         let Some(host) = host.filter(|_| self.n_hosts > 0) else {
             return self.default_site;
         };
         let name = strip_port(host);
+        let name = name.strip_suffix('.').unwrap_or(name);
         for i in 0..self.n_hosts {
             let at = self.hosts_at + i * HOST_LEN;
             let b = self.bytes();

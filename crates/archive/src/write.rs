@@ -283,6 +283,8 @@ impl Writer {
 
     /// Routes requests for `host` (lower case, no port) to `site`.
     pub fn add_host(&mut self, host: &str, site: u32) -> io::Result<()> {
+        // Stored as requests are looked up: no trailing dot.
+        let host = host.strip_suffix('.').unwrap_or(host);
         let (off, len) = self.string(host.to_ascii_lowercase().as_bytes())?;
         self.hosts.push((off, len, site));
         Ok(())

@@ -65,6 +65,33 @@ fn pack_site(t: &Scratch) -> PathBuf {
     out
 }
 
+/// A fully qualified `Host` (`other.example.`) is its site, as `--site`
+/// reads it (`host::normalize`) and nginx does; a `--host` given with the
+/// dot is stored without it. Both went to the default site (review
+/// finding).
+#[test]
+fn a_host_with_a_trailing_dot_is_its_site() {
+    let t = tmp("host-dot");
+    t.write("site/index.html", "default");
+    t.write("other/index.html", "other");
+    t.write("third/index.html", "third");
+    let out = t.path("site.prg");
+    let mut opts = PackOptions::new(t.path("site"), &out);
+    opts.hosts.push(("other.example".into(), t.path("other")));
+    opts.hosts.push(("third.example.".into(), t.path("third")));
+    pack(&opts).unwrap();
+    let (server, _) = serve(&out);
+    let addr = server.local_addr();
+    let on = |host: &str| request(addr, "GET", "/", &[("Host", host)]).text();
+    assert_eq!(on("other.example"), "other");
+    assert_eq!(on("other.example."), "other");
+    assert_eq!(on("Other.Example.:8080"), "other");
+    assert_eq!(on("third.example"), "third");
+    assert_eq!(on("third.example."), "third");
+    assert_eq!(on("other.example.."), "default");
+    assert_eq!(on("unknown."), "default");
+}
+
 #[test]
 fn every_convention_round_trips() {
     let t = tmp("conventions");

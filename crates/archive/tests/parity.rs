@@ -711,6 +711,87 @@ fn a_directory_follows_edited_conventions() {
     dir.shutdown();
 }
 
+/// `_headers` may not set a field the file server writes from the file
+/// and the request (RFC 9110 §5.3: each is a singleton): a 206 got two
+/// `Content-Range`s and two `ETag`s (review finding). Refused, naming the
+/// line, by a directory and by `pack` alike.
+#[test]
+fn headers_may_not_set_the_fields_the_file_server_writes() {
+    let t = Scratch::new("peregrine-parity-singletons");
+    let root = tree(&t);
+    for name in [
+        "ETag",
+        "last-modified",
+        "Content-Range",
+        "Accept-Ranges",
+        "Content-Encoding",
+    ] {
+        t.write(
+            "site/_headers",
+            format!("# a comment\n/about.html\n  X-Ok: 1\n  {name}: x\n"),
+        );
+        let said = format!("_headers: line 4: header field {name} is written by the file server");
+        let e = FileServer::new(Options::new(&root)).err().expect("refused");
+        assert!(e.to_string().contains(&said), "{e}");
+        let e = pack(&PackOptions::new(&root, t.path("x.prg"))).expect_err("refused");
+        assert!(e.to_string().contains(&said), "{e}");
+    }
+}
+
+/// A 304 carries what its 200 would of Content-Location, Vary, Cache-Control
+/// and Expires (RFC 9110 §15.4.5), `_headers`' among them, from a
+/// directory and from its archive; and an empty file asked for a suffix
+/// range is sent whole, 200 (§14.1.1: a non-zero suffix of a zero-length
+/// representation is satisfiable; nginx answers so), not 416.
+#[test]
+fn a_304_keeps_the_headers_fields_it_must_and_an_empty_file_takes_a_suffix() {
+    let t = Scratch::new("peregrine-parity-304");
+    let root = tree(&t);
+    t.write(
+        "site/_headers",
+        "/about.html\n  Expires: Thu, 01 Jan 2037 00:00:00 GMT\n  Content-Location: /about\n  Vary: Origin\n  X-Not: on a 304\n",
+    );
+    t.write("site/empty.txt", "");
+    let archive = t.path("site.prg");
+    pack(&PackOptions::new(&root, &archive)).unwrap();
+    let dir = Server::new()
+        .bind("127.0.0.1:0")
+        .workers(1)
+        .start(FileServer::new(Options::new(&root)).unwrap())
+        .unwrap();
+    let packed = Server::new()
+        .bind("127.0.0.1:0")
+        .workers(1)
+        .start(ArchiveServer::open(&archive, Mode::Map).unwrap())
+        .unwrap();
+    for addr in [dir.local_addrs()[0], packed.local_addrs()[0]] {
+        let r = http::get(addr, "/about.html");
+        let etag = r.header("etag").unwrap().to_owned();
+        let r = http::request(addr, "GET", "/about.html", &[("If-None-Match", &etag)]);
+        assert_eq!(r.status, 304);
+        let all = |name: &str| -> Vec<&str> {
+            r.headers
+                .iter()
+                .filter(|(n, _)| n.eq_ignore_ascii_case(name))
+                .map(|(_, v)| v.as_str())
+                .collect()
+        };
+        assert_eq!(all("expires"), ["Thu, 01 Jan 2037 00:00:00 GMT"], "{addr}");
+        assert_eq!(all("content-location"), ["/about"]);
+        assert!(all("vary").contains(&"Origin"), "{:?}", r.headers);
+        assert_eq!(all("x-not"), Vec::<&str>::new());
+        for range in ["bytes=-5", "bytes=0-0,-1"] {
+            let r = http::request(addr, "GET", "/empty.txt", &[("Range", range)]);
+            assert_eq!((r.status, r.body.len()), (200, 0), "{addr} {range}");
+            assert_eq!(r.header("content-range"), None);
+        }
+        let r = http::request(addr, "GET", "/empty.txt", &[("Range", "bytes=0-")]);
+        assert_eq!((r.status, r.header("content-range")), (416, Some("bytes */0")));
+    }
+    dir.shutdown();
+    packed.shutdown();
+}
+
 #[test]
 fn a_bad_rule_file_refuses_the_directory_as_it_refuses_pack() {
     let t = Scratch::new("peregrine-parity-bad");

@@ -43,6 +43,8 @@ pub fn parse(value: &[u8], len: u64) -> Ranges {
     };
     let mut ranges: Vec<Range<u64>> = Vec::new();
     let mut n_specs = 0;
+    // A suffix of a zero-length representation: satisfiable, but no bytes.
+    let mut satisfiable_empty = false;
     for spec in set.split(|&b| b == b',') {
         let spec = trim_ows(spec);
         if spec.is_empty() {
@@ -57,15 +59,26 @@ pub fn parse(value: &[u8], len: u64) -> Ranges {
             // One malformed spec makes the whole header invalid.
             return Ranges::Full;
         };
-        if let Some(r) = satisfy(range, len) {
-            ranges.push(r);
+        match satisfy(range, len) {
+            Some(r) if r.is_empty() => satisfiable_empty = true,
+            Some(r) => ranges.push(r),
+            None => {}
         }
     }
     if n_specs == 0 {
         return Ranges::Full;
     }
     if ranges.is_empty() {
-        return Ranges::Unsatisfiable;
+        // §14.1.1: "If the selected representation has zero length, the
+        // only satisfiable form of range-spec is a suffix-range with a
+        // non-zero suffix-length." It has no bytes to send in a 206, so
+        // the header is ignored (§14.2 allows it): a 200, as nginx
+        // answers, not a 416.
+        return if satisfiable_empty {
+            Ranges::Full
+        } else {
+            Ranges::Unsatisfiable
+        };
     }
     ranges.sort_by_key(|r| r.start);
     let mut merged: Vec<Range<u64>> = Vec::with_capacity(ranges.len());
@@ -120,13 +133,14 @@ fn number(digits: &[u8]) -> Option<u64> {
     std::str::from_utf8(digits).ok()?.parse().ok()
 }
 
-/// The bytes of a spec within `len`, if any (RFC 9110 §14.1.2).
+/// The bytes of a spec within `len`, if it is satisfiable (RFC 9110
+/// §14.1.1); empty only for a suffix of a zero-length representation.
 fn satisfy(spec: Spec, len: u64) -> Option<Range<u64>> {
     match spec {
         Spec::FromTo(a, _) | Spec::From(a) if a >= len => None,
         Spec::FromTo(a, b) => Some(a..b.min(len - 1) + 1),
         Spec::From(a) => Some(a..len),
-        Spec::Suffix(n) if n == 0 || len == 0 => None,
+        Spec::Suffix(0) => None,
         Spec::Suffix(n) => Some(len.saturating_sub(n)..len),
     }
 }
@@ -182,9 +196,14 @@ mod tests {
     }
 
     #[test]
-    fn empty_representations_satisfy_nothing() {
+    fn empty_representations_satisfy_only_suffixes() {
         assert_eq!(parse(b"bytes=0-", 0), Ranges::Unsatisfiable);
-        assert_eq!(parse(b"bytes=-5", 0), Ranges::Unsatisfiable);
+        assert_eq!(parse(b"bytes=0-0", 0), Ranges::Unsatisfiable);
+        assert_eq!(parse(b"bytes=-0", 0), Ranges::Unsatisfiable);
+        // RFC 9110 §14.1.1: a non-zero suffix is satisfiable; it has no
+        // bytes for a 206, so the whole (empty) representation, 200.
+        assert_eq!(parse(b"bytes=-5", 0), Ranges::Full);
+        assert_eq!(parse(b"bytes=0-0,-5", 0), Ranges::Full);
     }
 
     #[test]

@@ -3,10 +3,13 @@
 //!
 //! One cache per worker thread and site (kept by `serve.rs` beside the
 //! site's rules, in one `thread_local!`), so lookups take no lock. It holds at most `Options::cache_entries` entries (nginx's
-//! `open_file_cache max`), of which at most a quarter of the descriptor
-//! limit keep a file open (`files_max`); past either bound the CLOCK hand
-//! drops an entry not asked for since it last passed (second chance, an
-//! LRU approximation that costs one flag store per hit). An entry is trusted for `revalidate_interval`; after that one
+//! `open_file_cache max`). The descriptors entries keep open are bounded
+//! once for the whole process, every cache of every worker and site
+//! together (`FILES_HELD`, at most half the descriptor limit: `files_max`),
+//! so that connections always find the other half; past either bound the
+//! CLOCK hand drops an entry not asked for since it last passed (second
+//! chance, an LRU approximation that costs one flag store per hit), and a
+//! cache whose own entries keep no file open does not keep a new one. An entry is trusted for `revalidate_interval`; after that one
 //! `stat` per variant tells whether the path still names the same unchanged
 //! file (device, inode, size, mtime), and the entry is rebuilt if not. Entity
 //! tags are content hashes, memoised process-wide by file identity so each
@@ -21,7 +24,7 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -73,7 +76,9 @@ pub struct Variant {
     beside: Option<std::ops::Range<usize>>,
     /// A 206/416's fields without Content-Type (multipart sets its own).
     pub meta: HeaderBlock,
-    /// A 304's fields: ETag, Last-Modified, Cache-Control, Vary.
+    /// A 304's fields: ETag, Last-Modified, Cache-Control, Vary, and
+    /// `_headers`' Expires, Content-Location and Vary
+    /// (`conventions::is_304_field`).
     pub block_304: HeaderBlock,
 }
 
@@ -307,11 +312,14 @@ pub fn security_headers(content_type: &str) -> &'static [(&'static str, &'static
     }
 }
 
-/// One worker's entries for one site, keyed by raw request path.
+/// One worker's entries for one site, keyed by site path: the raw request
+/// path when it is already one (`path::is_key`), else the normalised one
+/// (`serve.rs`'s `stored_key`), so that the aliases of a file
+/// (`/a/../f`, `/%66`) share its entry.
 pub struct Cache {
     /// Key → its slot in `slots`. Hashed with foldhash, seeded per process
     /// (hashbrown's default): SipHash was 0.5 % of a 17-byte answer's CPU.
-    /// Keys are raw request paths that led to a file, so a client chooses
+    /// Keys are site paths that led to a file, so a client chooses
     /// them; foldhash's random seed keeps collisions from being planned,
     /// and the table holds at most `entries_max` of them.
     index: HashMap<Rc<[u8]>, usize, foldhash::fast::RandomState>,
@@ -327,8 +335,13 @@ pub struct Cache {
     /// The CLOCK hand: the slot looked at next for eviction.
     hand: usize,
     entries_max: usize,
+    /// Descriptors held by every cache of the process (`FILES_HELD`; a
+    /// test's own count in tests), and the most they may be.
+    files_held: &'static AtomicUsize,
     files_max: usize,
     content_bytes: usize,
+    /// Descriptors this cache's entries keep open (its part of
+    /// `files_held`).
     open_files: usize,
 }
 
@@ -339,26 +352,36 @@ struct Slot {
     referenced: Cell<bool>,
 }
 
-/// Descriptors one cache may keep open: a quarter of the soft limit
-/// (`RLIMIT_NOFILE`) read by `read_descriptor_limit`, so that connections,
-/// other workers' caches and sites still find some; at least 16. Not read
-/// (the sandbox refuses `prlimit64`, and the CLI reads it before): 256, a
-/// quarter of the usual 1,024.
+/// Descriptors all the caches of the process may keep open together:
+/// half of the soft limit (`RLIMIT_NOFILE`) read by
+/// `read_descriptor_limit`, so that connections, listeners and the files
+/// being opened find the other half, however many workers and sites there
+/// are; at least 16. A bound per cache (a quarter each, before) gave 4
+/// workers, or 2 workers with 2 sites, every descriptor: one client
+/// asking for many large files took them all, `accept` failed and
+/// uncached files got 404s (review finding). Not read (the sandbox refuses
+/// `prlimit64`, and the CLI reads it before): 512, half the usual 1,024.
 fn files_max() -> usize {
-    *DESCRIPTORS_MAX.get().unwrap_or(&256)
+    *DESCRIPTORS_MAX.get().unwrap_or(&512)
 }
 
 static DESCRIPTORS_MAX: OnceLock<usize> = OnceLock::new();
 
+/// Descriptors held by the entries of every cache of the process, at most
+/// `files_max()`: each cache adds what an entry keeps open when it keeps
+/// it and takes it back when it drops it. One relaxed atomic operation per
+/// entry made or dropped, none per hit.
+static FILES_HELD: AtomicUsize = AtomicUsize::new(0);
+
 /// Reads the descriptor limit that bounds the files caches keep open; to
 /// be called before a sandbox that refuses `prlimit64` is entered (the CLI
-/// does). Without it, caches keep at most 256 files open.
+/// does). Without it, caches keep at most 512 files open.
 pub fn read_descriptor_limit() {
     DESCRIPTORS_MAX.get_or_init(|| {
         let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
             .current
             .unwrap_or(u64::MAX);
-        usize::try_from(limit / 4).unwrap_or(usize::MAX).max(16)
+        usize::try_from(limit / 2).unwrap_or(usize::MAX).max(16)
     });
 }
 
@@ -371,6 +394,7 @@ impl Cache {
             last: 0,
             hand: 0,
             entries_max: entries_max.max(1),
+            files_held: &FILES_HELD,
             files_max: files_max(),
             content_bytes: 0,
             open_files: 0,
@@ -449,18 +473,24 @@ impl Cache {
     }
 
     /// Remembers a resource found for `key`, making room by the CLOCK
-    /// rule: entries and open descriptors within their bounds. An entry
-    /// that alone keeps more files open than the bound is not kept.
+    /// rule: entries within their bound, and descriptors within the
+    /// process's (`FILES_HELD`). When the other caches hold the
+    /// descriptors and this one keeps none it could let go, the entry is
+    /// not kept (its file is closed when its answer is sent).
     pub fn insert(&mut self, key: &[u8], res: Rc<Resource>) {
         self.remove(key);
         let files = res.open_files();
         if files > self.files_max {
             return;
         }
-        while !self.slots.is_empty()
-            && (self.slots.len() >= self.entries_max || self.open_files + files > self.files_max)
-        {
-            self.evict_one();
+        while !self.slots.is_empty() && self.slots.len() >= self.entries_max {
+            self.evict_one(false);
+        }
+        while files > 0 && !self.reserve(files) {
+            if self.open_files == 0 {
+                return;
+            }
+            self.evict_one(true);
         }
         self.content_bytes += memory_bytes(&res);
         self.open_files += files;
@@ -473,15 +503,30 @@ impl Cache {
         });
     }
 
+    /// Counts `files` more descriptors held, if the process's bound
+    /// allows them.
+    fn reserve(&self, files: usize) -> bool {
+        self.files_held
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
+                (held + files <= self.files_max).then_some(held + files)
+            })
+            .is_ok()
+    }
+
     /// Drops the first entry at or after the hand not asked for since the
     /// hand last passed it, clearing the marks it passes (so at most one
-    /// turn).
-    fn evict_one(&mut self) {
+    /// turn); `files`: only an entry that keeps a file open (there must be
+    /// one), the others passed over as they are.
+    fn evict_one(&mut self, files: bool) {
         loop {
             if self.hand >= self.slots.len() {
                 self.hand = 0;
             }
             let slot = &self.slots[self.hand];
+            if files && slot.res.open_files() == 0 {
+                self.hand += 1;
+                continue;
+            }
             if slot.referenced.replace(false) {
                 self.hand += 1;
                 continue;
@@ -499,6 +544,7 @@ impl Cache {
         self.slots.clear();
         self.hand = 0;
         self.content_bytes = 0;
+        self.files_held.fetch_sub(self.open_files, Ordering::Relaxed);
         self.open_files = 0;
     }
 
@@ -519,10 +565,20 @@ impl Cache {
         let Some(at) = self.index.remove(key) else { return };
         let old = self.slots.swap_remove(at);
         self.content_bytes -= memory_bytes(&old.res);
-        self.open_files -= old.res.open_files();
+        let files = old.res.open_files();
+        self.open_files -= files;
+        self.files_held.fetch_sub(files, Ordering::Relaxed);
         if let Some(moved) = self.slots.get(at) {
             self.index.insert(moved.key.clone(), at);
         }
+    }
+}
+
+impl Drop for Cache {
+    /// A worker that ends (a reload's old server) gives its part of the
+    /// process's bound back.
+    fn drop(&mut self) {
+        self.clear();
     }
 }
 
@@ -840,6 +896,11 @@ fn assemble(
     if negotiable {
         not_modified.push(("Vary", "Accept-Encoding"));
     }
+    for (n, v) in fields.custom {
+        if crate::conventions::is_304_field(n) {
+            not_modified.push((n, v));
+        }
+    }
     let block = |f: &[(&str, &str)]| HeaderBlock::new(f).map_err(io::Error::other);
     let mut block_200 = block(&with_type)?;
     let (mut data, mut beside) = (data, None);
@@ -1086,6 +1147,7 @@ mod tests {
         let refs: Vec<&str> = names.iter().map(String::as_str).collect();
         let (dir, fd) = root("fds", &refs, 100);
         let mut cache = Cache::new(1000);
+        cache.files_held = Box::leak(Box::new(AtomicUsize::new(0)));
         cache.files_max = 16;
         for name in &refs {
             // No room for contents: every entry keeps its file open.
@@ -1098,6 +1160,54 @@ mod tests {
         assert_eq!(cache.len(), (16, 15));
         cache.clear();
         assert_eq!(cache.len(), (0, 0));
+        assert_eq!(cache.files_held.load(Ordering::Relaxed), 0);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// The descriptor bound is one for every cache of the process (every
+    /// worker's, every site's), not one each: a second cache keeps no file
+    /// open while the first holds the bound, keeps its small files, and
+    /// gets room as the first gives descriptors back (cleared, dropped).
+    #[test]
+    fn caches_share_one_descriptor_bound() {
+        let names: Vec<String> = (0..24).map(|i| format!("f{i}")).collect();
+        let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+        let (dir, fd) = root("shared-fds", &refs, 100);
+        let held: &'static AtomicUsize = Box::leak(Box::new(AtomicUsize::new(0)));
+        let cache = || {
+            let mut c = Cache::new(1000);
+            c.files_held = held;
+            c.files_max = 16;
+            c
+        };
+        let (mut one, mut two) = (cache(), cache());
+        for name in &refs[..16] {
+            one.insert(name.as_bytes(), loaded(&fd, name, 0));
+        }
+        assert_eq!(one.len(), (16, 16));
+        for name in &refs[16..] {
+            two.insert(name.as_bytes(), loaded(&fd, name, 0));
+        }
+        assert_eq!(
+            two.len(),
+            (0, 0),
+            "the other cache holds every descriptor the process may"
+        );
+        assert_eq!(held.load(Ordering::Relaxed), 16);
+        // Contents in memory hold no descriptor.
+        two.insert(b"f16", loaded(&fd, "f16", 1 << 20));
+        assert_eq!(two.len(), (1, 0));
+        // One that holds some makes room among its own.
+        one.insert(b"f17", loaded(&fd, "f17", 0));
+        assert_eq!(one.len(), (16, 16));
+        drop(one);
+        assert_eq!(held.load(Ordering::Relaxed), 0);
+        for name in &refs[16..] {
+            two.insert(name.as_bytes(), loaded(&fd, name, 0));
+        }
+        assert_eq!(two.len(), (8, 8));
+        two.clear();
+        assert_eq!(held.load(Ordering::Relaxed), 0);
         std::fs::remove_dir_all(dir).unwrap();
     }
 }

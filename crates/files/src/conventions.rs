@@ -123,6 +123,9 @@ pub fn parse_headers(text: &[u8]) -> Result<HeadersFile, String> {
             protected_at = Some(n);
             continue;
         }
+        if is_file_field(name) {
+            return Err(format!("line {n}: header field {name} is written by the file server"));
+        }
         peregrine::HeaderBlock::new(&[(name, value)]).map_err(|e| format!("line {n}: {e}"))?;
         rule.1.push((name.to_owned(), value.to_owned()));
     }
@@ -445,6 +448,37 @@ pub fn content_type(custom: &[(String, String)], name: &str) -> String {
 /// values the server would have sent.
 pub fn is_replacing_field(name: &str) -> bool {
     name.eq_ignore_ascii_case("content-type") || name.eq_ignore_ascii_case("cache-control")
+}
+
+/// Whether a `_headers` field is one the file server writes from the file
+/// and the request, and `_headers` may not set: each is a singleton (RFC
+/// 9110 §5.3), and one added beside the server's own gave a 206 two
+/// `Content-Range`s and two `ETag`s (review finding). Refused rather than
+/// replacing ours: a validator, a range or a coding that does not describe
+/// the bytes sent breaks caches and resumed downloads (`Accept-Ranges:
+/// none` would not stop ranges being served; a `Content-Encoding` would
+/// not make a file compressed).
+pub fn is_file_field(name: &str) -> bool {
+    [
+        "etag",
+        "last-modified",
+        "content-range",
+        "accept-ranges",
+        "content-encoding",
+    ]
+    .iter()
+    .any(|f| name.eq_ignore_ascii_case(f))
+}
+
+/// Whether a `_headers` field goes on a 304 too: RFC 9110 §15.4.5, "the
+/// server generating a 304 response MUST generate any of the following
+/// header fields that would have been sent in a 200 (OK) response to the
+/// same request: Content-Location, Date, ETag, and Vary; Cache-Control and
+/// Expires" (Date and ETag are the server's; Cache-Control replaces).
+pub fn is_304_field(name: &str) -> bool {
+    ["expires", "content-location", "vary"]
+        .iter()
+        .any(|f| name.eq_ignore_ascii_case(f))
 }
 
 /// Whether a site-relative path (`a/b`, no leading `/`) names a

@@ -118,12 +118,13 @@ pub struct Options {
     /// without an ETag (Last-Modified only) until it is made (default
     /// 1 MiB). Files up to 32 KiB are read whole anyway.
     pub etag_hash_bytes_max: u64,
-    /// Files (request paths) each worker remembers per site: open
+    /// Files (site paths) each worker remembers per site: open
     /// handles, validators, header blocks and small files' bytes, as
     /// nginx's `open_file_cache max` (default 16,384). Past it the least
     /// recently asked (CLOCK) are dropped; a tree larger than this costs an
-    /// `open` and `fstat` per miss. At most a quarter of `RLIMIT_NOFILE` of
-    /// them keep a file open, whatever this says.
+    /// `open` and `fstat` per miss. The caches of every worker and site
+    /// together keep at most half of `RLIMIT_NOFILE` files open, whatever
+    /// this says.
     pub cache_entries: usize,
     /// The operator's list for `_redirects` proxy rules (status 200 to a
     /// URL), connected ([`proxy_rules::ProxyAllow::connect`]); default

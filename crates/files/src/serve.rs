@@ -456,8 +456,8 @@ impl Site {
         // Hot path: a cached file for exactly this raw path.
         let interval = self.options.revalidate_interval;
         let hit = match cached {
-            Cached::Miss => None,
-            Cached::NotLooked => self.with_local(|l| l.cache.get(raw, &self.root, interval, now)),
+            Cached::NotLooked if plain => self.with_local(|l| l.cache.get(raw, &self.root, interval, now)),
+            _ => None,
         };
         if let Some(res) = hit {
             return self.reply(&res, &fields, head, 200).into();
@@ -478,10 +478,19 @@ impl Site {
         if site_path.is_hidden() || conventions::is_convention_file(&site_path.rel) {
             return self.missing(req, &site_path, &key, rules, &fields, gated);
         }
+        // An alias (`/a/../f`, `/%66`) is answered from the entry of the
+        // path it names: one entry and descriptor per file, not one per
+        // spelling a client makes up (review finding: 25,600 of one file).
+        let stored = stored_key(plain, &key);
+        if !plain {
+            if let Some(res) = self.with_local(|l| l.cache.get(stored.as_bytes(), &self.root, interval, now)) {
+                return self.reply(&res, &fields, head, 200).into();
+            }
+        }
         // 3. Lookup.
         Reply::Now(match self.lookup(&site_path, rules, true) {
             Found::File(res) => {
-                self.with_local(|l| l.cache.insert(raw, res.clone()));
+                self.with_local(|l| l.cache.insert(stored.as_bytes(), res.clone()));
                 self.reply(&res, &fields, head, 200)
             }
             Found::Redirect => {
@@ -520,6 +529,7 @@ impl Site {
             }
             Found::Forbidden => Response::error(403),
             Found::Elsewhere => scope::crossing(),
+            Found::Unavailable => unavailable(),
             Found::Missing => return self.missing(req, &site_path, &key, rules, &fields, gated),
         })
     }
@@ -898,6 +908,9 @@ enum Found {
     /// A file of another name (an index, a clean URL's page, a rewrite's
     /// target) that another route of the site takes: refused (`scope`).
     Elsewhere,
+    /// The process (EMFILE) or the system (ENFILE) has no descriptor
+    /// left to open it with: says nothing of the file.
+    Unavailable,
     Missing,
 }
 
@@ -907,6 +920,57 @@ fn found_for(e: &std::io::Error) -> Found {
         // symlink to a dotfile is NotFound (no errno). All look like
         // nothing there, as for a missing file.
         Some(libc::EACCES) | Some(libc::EPERM) => Found::Forbidden,
+        // Not a 404, which a cache may keep (RFC 9111 §4.2.2) for a file
+        // that is there.
+        Some(libc::EMFILE) | Some(libc::ENFILE) => {
+            warn_exhausted(e);
+            Found::Unavailable
+        }
         _ => Found::Missing,
+    }
+}
+
+/// The cache key of a request's site path `key` (`plain`: the raw path
+/// was already `key`, as `path::is_key` says, and looked up as it is):
+/// `key` itself when a raw path can be it; else (a name with `%` or `\`,
+/// or under `.well-known`) `key` behind a byte no raw path starts with,
+/// so that no raw path that would not normalise to it finds its entry
+/// (`\0` is for `page`'s keys).
+fn stored_key(plain: bool, key: &str) -> std::borrow::Cow<'_, str> {
+    if plain || path::is_key(key) {
+        key.into()
+    } else {
+        format!("\u{1}{key}").into()
+    }
+}
+
+/// RFC 9110 §15.6.4: 503 for a temporary overload; descriptors come back
+/// as connections close and caches let go, so the client may try again in
+/// a second (as the proxy's answer when its upstream is full).
+fn unavailable() -> Response {
+    Response::error(503).with_header("Retry-After", "1")
+}
+
+/// Says that files cannot be opened for want of descriptors, at most once
+/// a minute per process (it comes with every request while it lasts).
+fn warn_exhausted(e: &std::io::Error) {
+    static SAID_AT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let said = SAID_AT.load(std::sync::atomic::Ordering::Relaxed);
+    if now >= said + 60
+        && SAID_AT
+            .compare_exchange(
+                said,
+                now,
+                std::sync::atomic::Ordering::Relaxed,
+                std::sync::atomic::Ordering::Relaxed,
+            )
+            .is_ok()
+    {
+        peregrine::log::error(format_args!(
+            "cannot open files: {e}; answering 503 (raise the descriptor limit: LimitNOFILE=, ulimit -n)"
+        ));
     }
 }
