@@ -122,8 +122,9 @@ pub(crate) struct FileArgs {
     pub(crate) revalidate_interval: Option<f64>,
     /// Files each worker keeps in its cache (open handles, validators,
     /// pre-built heads, small files' bytes), as nginx's `open_file_cache
-    /// max`; past it the least recently asked are dropped. A quarter of the
-    /// descriptor limit bounds how many of them keep a file open.
+    /// max`; past it the least recently asked are dropped. Half of the
+    /// descriptor limit bounds how many files the caches of every worker
+    /// and site keep open together.
     #[arg(long, value_name = "N", default_value_t = Options::new("").cache_entries as u64, value_parser = clap::value_parser!(u64).range(1..=10_000_000))]
     pub(crate) cache_entries: u64,
     /// `serve --proxy-allow`'s list, connected: set for every directory
