@@ -157,6 +157,11 @@ impl Session {
         } else {
             Sending::Done
         };
+        if let Some(p) = &s.pending {
+            // Counted until the body ends (`send_stream`, `remove`).
+            s.held = p.held_bytes();
+            self.unsent.held += s.held;
+        }
         let sent = Sent {
             status,
             body_bytes: if head_only { 0 } else { length.unwrap_or(0) },
@@ -394,6 +399,12 @@ impl Session {
                 }
             };
             let done = pending.is_done();
+            if pending.is_stream() {
+                // A stream's chunk: held while some of it is unsent.
+                let held = pending.held_bytes();
+                self.unsent.held = self.unsent.held - s.held + held;
+                s.held = held;
+            }
             if n == 0 && !done {
                 // Nothing to send now (a zero window).
                 out.truncate(at);
@@ -413,6 +424,7 @@ impl Session {
             self.bytes_sent += n as u64;
             if done {
                 s.pending = None;
+                self.unsent.held -= std::mem::take(&mut s.held);
                 s.send = Sending::Done;
                 if let Some(t) = trailers {
                     let (id, encoder) = (s.id, &mut self.encoder);
