@@ -159,8 +159,11 @@ impl Session {
         };
         if let Some(p) = &s.pending {
             // Counted until the body ends (`send_stream`, `remove`).
-            s.held = p.held_bytes();
-            self.unsent.held += s.held;
+            let held = p.held_bytes();
+            if held != 0 {
+                s.held = held;
+                self.unsent.held += held;
+            }
         }
         let sent = Sent {
             status,
@@ -399,7 +402,7 @@ impl Session {
                 }
             };
             let done = pending.is_done();
-            if pending.is_stream() {
+            if !done && pending.is_stream() {
                 // A stream's chunk: held while some of it is unsent.
                 let held = pending.held_bytes();
                 self.unsent.held = self.unsent.held - s.held + held;
@@ -424,7 +427,9 @@ impl Session {
             self.bytes_sent += n as u64;
             if done {
                 s.pending = None;
-                self.unsent.held -= std::mem::take(&mut s.held);
+                if s.held != 0 {
+                    self.unsent.held -= std::mem::take(&mut s.held);
+                }
                 s.send = Sending::Done;
                 if let Some(t) = trailers {
                     let (id, encoder) = (s.id, &mut self.encoder);

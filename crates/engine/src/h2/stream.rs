@@ -299,7 +299,9 @@ impl Session {
             s.head_ready = false;
         }
         s.pending = None;
-        self.unsent.held -= std::mem::take(&mut s.held);
+        if s.held != 0 {
+            self.unsent.held -= std::mem::take(&mut s.held);
+        }
         // Dropped before its end: the reader gets UnexpectedEof.
         s.upload = None;
         if let Some(t) = s.tunnel.take() {
