@@ -2,7 +2,8 @@
 //! server's peak heap (a counting allocator; the clients' threads are left
 //! out) while honest clients keep being answered: bodies nobody reads over
 //! HTTP/1.1 and h2c, bodies that are read but withheld past the worker's
-//! budget, and a client that pipelines without reading. Each must cost at
+//! budget, a client that pipelines without reading, and h2c streams whose
+//! in-memory answers wait for a window the client keeps shut. Each must cost at
 //! most `ATTACK_BYTES_MAX` of heap, where before this file they cost 30 to
 //! 200 MB. The attacks run one at a time (`serial`): the peak counts every
 //! server thread.
@@ -17,7 +18,10 @@ use std::time::Duration;
 use common::{start_with, Client, PATIENCE};
 use peregrine::{Limits, Request, Response, Router};
 use test_support::alloc::{leave_this_thread_out, peak_bytes, reset_peak, Counting};
-use test_support::h2::{frame, take_frame, DATA, END_HEADERS, HEADERS, PREFACE, SETTINGS};
+use test_support::h2::{
+    frame, get_head, take_frame, ACK, DATA, END_HEADERS, END_STREAM, GOAWAY, HEADERS, PING, PREFACE, RST_STREAM,
+    SETTINGS, WINDOW_UPDATE,
+};
 
 #[global_allocator]
 static GLOBAL: Counting = Counting;
@@ -265,5 +269,96 @@ fn h2c_streams_of_bodies_cost_at_most_the_budget() {
             peak >> 10
         );
         assert!(peak < ATTACK_BYTES_MAX, "{path}: peak heap +{peak} bytes");
+    }
+}
+
+/// h2c connections whose streams' windows are one byte
+/// (SETTINGS_INITIAL_WINDOW_SIZE 1, as the review's repro) ask 12 times
+/// each for a route answering 4 MiB of owned bytes, then PING: when the
+/// ACK comes, the server has read every request and answered what it
+/// will. Each connection may hold its share of queued output
+/// (`write_buffer_bytes_max`, 64 KiB) and one answer, so the server's
+/// heap grows by 2 × (4 MiB + 64 KiB) and its buffers: under 10 MiB.
+/// Before, every stream's answer was built, each waiting for window:
+/// 96 MiB. Then the windows open, and every stream gets its whole answer:
+/// the requests that waited are answered as the bodies before them go.
+#[test]
+fn h2c_answers_waiting_for_window_hold_one_answer_per_connection() {
+    const BODY: usize = 4 * MIB;
+    const CONNS: usize = 2;
+    const STREAMS: u32 = 12;
+    let _serial = serial();
+    let app = app().get("/big", |_: &Request<'_>| Response::new(200).with_body(vec![b'x'; BODY]));
+    let server = start_with(limits(), app);
+    let addr = server.local_addr();
+    // Each connection, what it has read and not looked at, and the body
+    // bytes each stream has had.
+    let mut conns: Vec<(TcpStream, Vec<u8>, Vec<usize>)> = Vec::new();
+    let peak = peak_during(addr, || {
+        for _ in 0..CONNS {
+            let mut s = TcpStream::connect(addr).unwrap();
+            s.set_read_timeout(Some(PATIENCE)).unwrap();
+            let mut hello = PREFACE.to_vec();
+            hello.extend(frame(SETTINGS, 0, 0, &[0, 4, 0, 0, 0, 1]));
+            for i in 0..STREAMS {
+                hello.extend(frame(
+                    HEADERS,
+                    END_HEADERS | END_STREAM,
+                    1 + 2 * i,
+                    &get_head("/big", "x"),
+                ));
+            }
+            hello.extend(frame(PING, 0, 0, b"answered"));
+            s.write_all(&hello).unwrap();
+            let mut buf = Vec::new();
+            let mut got = vec![0; STREAMS as usize];
+            let mut acked = false;
+            while !acked {
+                let mut chunk = vec![0; 1 << 16];
+                let n = s.read(&mut chunk).unwrap();
+                assert!(n > 0, "the server closed the connection");
+                buf.extend_from_slice(&chunk[..n]);
+                while let Some(f) = take_frame(&mut buf) {
+                    assert!(f.kind != GOAWAY && f.kind != RST_STREAM, "{f:?}");
+                    if f.kind == DATA {
+                        got[(f.stream / 2) as usize] += f.payload.len();
+                    }
+                    acked |= f.kind == PING && f.flags & ACK != 0 && f.payload == b"answered";
+                }
+            }
+            conns.push((s, buf, got));
+        }
+        honest(addr);
+    });
+    println!(
+        "{CONNS} h2c connections x {STREAMS} answers of 4 MiB, windows of 1 byte: peak heap +{} KiB",
+        peak >> 10
+    );
+    let bound = (CONNS * (BODY + (64 << 10)) + 1536 * 1024) as isize;
+    assert!(peak < bound, "peak heap +{peak} bytes, over {bound}");
+    // The client opens its windows: every answer comes whole.
+    for (s, buf, got) in &mut conns {
+        let mut open = frame(SETTINGS, 0, 0, &[0, 4, 0x7f, 0xff, 0xff, 0xff]);
+        open.extend(frame(WINDOW_UPDATE, 0, 0, &(0x7fff_ffffu32 - 65_535).to_be_bytes()));
+        s.write_all(&open).unwrap();
+        let mut ended = 0;
+        let mut chunk = vec![0; 1 << 16];
+        while ended < STREAMS {
+            while let Some(f) = take_frame(buf) {
+                assert!(f.kind != GOAWAY && f.kind != RST_STREAM, "{f:?}");
+                if f.kind == DATA {
+                    got[(f.stream / 2) as usize] += f.payload.len();
+                }
+                if f.kind <= HEADERS && f.flags & END_STREAM != 0 {
+                    ended += 1;
+                }
+            }
+            if ended < STREAMS {
+                let n = s.read(&mut chunk).unwrap();
+                assert!(n > 0, "the server closed the connection");
+                buf.extend_from_slice(&chunk[..n]);
+            }
+        }
+        assert_eq!(*got, vec![BODY; STREAMS as usize]);
     }
 }

@@ -172,8 +172,24 @@ impl Conn {
     }
     /// Feeds the read bytes to the session, answers the streams that are
     /// complete, and queues DATA while the windows and the output budget
-    /// allow.
+    /// allow; then holds what the answers' bodies hold unsent against
+    /// the worker's output budget.
     pub(super) fn process_h2(&mut self, ctx: &mut Ctx<'_>) -> Stop {
+        let stop = self.process_h2_pass(ctx);
+        if let Some(h2) = self.proto.h2_mut() {
+            h2.session.unsent().charge(ctx.pool);
+        }
+        stop
+    }
+
+    /// `process_h2` but the charge. Bytes queued for the socket past the
+    /// connection's share (`write_buffer_bytes_max`), or any while the
+    /// worker's budget is spent, stop it before it reads; bodies held
+    /// unsent past that share (`over_share_h2`) only stop it taking new
+    /// streams: it goes on reading, since what would let them go (the
+    /// client's WINDOW_UPDATE) comes that way.
+    #[inline(always)]
+    fn process_h2_pass(&mut self, ctx: &mut Ctx<'_>) -> Stop {
         let budget = ctx.limits.write_buffer_bytes_max;
         self.ensure_output(ctx.pool);
         let Some(h2) = self.proto.h2_mut() else {
@@ -215,6 +231,9 @@ impl Conn {
         if let Some(h2) = self.proto.h2_mut() {
             h2.session.grant_uploads(&mut self.output.buf);
         }
+        // Streams whose requests wait because the bodies held are over
+        // the connection's share: see the end.
+        let mut held_back = false;
         loop {
             if self.work_left == 0 {
                 return Stop::Turn;
@@ -222,6 +241,13 @@ impl Conn {
             let Some(h2) = self.proto.h2_mut() else {
                 return Stop::Closing;
             };
+            if h2.session.unsent_bytes() != 0 && h2.session.has_ready() {
+                let queued = self.output.buf.len() - self.output.pos + h2.session.splices.bytes();
+                if Self::over_share_h2(ctx, &mut h2.session, queued) {
+                    held_back = true;
+                    break;
+                }
+            }
             let Some(id) = h2.session.take_ready() else { break };
             self.work_left -= 1;
             self.answer_h2(ctx, id);
@@ -249,7 +275,43 @@ impl Conn {
         if self.h2_queued() > budget || wants_send {
             return Stop::Output;
         }
+        // `send` may have ended the bodies that held the streams back:
+        // another pass answers them, as no event from the client may come.
+        if held_back {
+            let Some(h2) = self.proto.h2_mut() else {
+                return Stop::Closing;
+            };
+            let queued = self.output.buf.len() - self.output.pos + h2.session.splices.bytes();
+            if h2.session.unsent_bytes() == 0 || !Self::over_share_h2(ctx, &mut h2.session, queued) {
+                return Stop::Output;
+            }
+        }
         Stop::Input
+    }
+
+    /// A connection whose answers' bodies hold memory unsent
+    /// (`Session::unsent`) takes no new stream while that, with `queued`
+    /// (bytes for the socket), is over its share, `write_buffer_bytes_max`
+    /// (what HTTP/1.1 queues before it stops answering a pipelining
+    /// client), or while the worker's output budget is spent: its requests
+    /// wait in the session, as an HTTP/1.1 client's pipelined requests
+    /// wait in its socket. One holding nothing takes one, as an HTTP/1.1
+    /// connection with nothing queued is read: a connection's memory is
+    /// then its share and one answer, however small the client's windows.
+    /// Charges the bodies to the worker first, so that the budget seen is
+    /// this pass's.
+    fn over_share_h2(ctx: &mut Ctx<'_>, session: &mut Session, queued: usize) -> bool {
+        session.unsent().charge(ctx.pool);
+        if session.unsent_bytes() + queued > ctx.limits.write_buffer_bytes_max {
+            return true;
+        }
+        if ctx.pool.output_held() > ctx.limits.output_budget_bytes {
+            if let Some(m) = ctx.metrics {
+                m.output_budget_waits.add(1);
+            }
+            return true;
+        }
+        false
     }
 
     /// The connection is closing: what its streams held goes back to the
@@ -257,6 +319,7 @@ impl Conn {
     pub(super) fn release_h2(&mut self, pool: &mut crate::conn::BufPool) {
         if let Some(h2) = self.proto.h2_mut() {
             h2.session.bodies().release(pool);
+            h2.session.unsent().release(pool);
         }
     }
 

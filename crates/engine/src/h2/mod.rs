@@ -66,6 +66,7 @@ use stream::{Continuation, Stream};
 use crate::limits::{H2_CONN_WINDOW, H2_CONTROL_FRAMES_BASE};
 
 use crate::budget::BodyBudget;
+use crate::message::pending::Unsent;
 pub(crate) use frame::PREFACE;
 pub(crate) use timeout::{Expired, Timeouts};
 
@@ -155,6 +156,10 @@ pub(crate) struct Session {
     request_bytes: u64,
     /// Request bodies buffered in the streams, against the worker's budget.
     bodies: BodyBudget,
+    /// What the answers' bodies hold in memory, unsent (waiting for the
+    /// client's window, or for the output buffer to drain): queued output,
+    /// against the worker's output budget.
+    unsent: Unsent,
     /// DATA payloads of lasting bodies are queued in `splices` instead of
     /// being copied into the output buffer (`splice.rs`).
     splicing: bool,
@@ -198,6 +203,7 @@ impl Session {
             bytes_sent: 0,
             request_bytes: 0,
             bodies: BodyBudget::default(),
+            unsent: Unsent::default(),
             splicing: false,
             splices: Splices::default(),
             head_cache: HeadCache::default(),
@@ -378,6 +384,23 @@ impl Session {
     /// it, a body is refused with 503.
     pub(crate) fn bodies(&mut self) -> &mut BodyBudget {
         &mut self.bodies
+    }
+
+    /// What the answers' bodies hold in memory and have not sent, against
+    /// the worker's output budget (`message::pending::Unsent`).
+    pub(crate) fn unsent(&mut self) -> &mut Unsent {
+        &mut self.unsent
+    }
+
+    /// Bytes the answers' bodies hold in memory and have not sent.
+    #[inline]
+    pub(crate) fn unsent_bytes(&self) -> usize {
+        self.unsent.held
+    }
+
+    /// Some stream's request is complete and waits for its handler.
+    pub(crate) fn has_ready(&self) -> bool {
+        self.n_ready > 0
     }
 
     /// A header block is begun (HEADERS without END_HEADERS) and its

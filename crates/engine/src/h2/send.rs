@@ -157,6 +157,14 @@ impl Session {
         } else {
             Sending::Done
         };
+        if let Some(p) = &s.pending {
+            // Counted until the body ends (`send_stream`, `remove`).
+            let held = p.held_bytes();
+            if held != 0 {
+                s.held = held;
+                self.unsent.held += held;
+            }
+        }
         let sent = Sent {
             status,
             body_bytes: if head_only { 0 } else { length.unwrap_or(0) },
@@ -394,6 +402,12 @@ impl Session {
                 }
             };
             let done = pending.is_done();
+            if !done && pending.is_stream() {
+                // A stream's chunk: held while some of it is unsent.
+                let held = pending.held_bytes();
+                self.unsent.held = self.unsent.held - s.held + held;
+                s.held = held;
+            }
             if n == 0 && !done {
                 // Nothing to send now (a zero window).
                 out.truncate(at);
@@ -413,6 +427,9 @@ impl Session {
             self.bytes_sent += n as u64;
             if done {
                 s.pending = None;
+                if s.held != 0 {
+                    self.unsent.held -= std::mem::take(&mut s.held);
+                }
                 s.send = Sending::Done;
                 if let Some(t) = trailers {
                     let (id, encoder) = (s.id, &mut self.encoder);

@@ -43,6 +43,8 @@ pub(super) struct Stream {
     pub(super) recv_window: i64,
     pub(super) send_window: i64,
     pub(super) pending: Option<Pending>,
+    /// Bytes of `pending` counted in the session's `unsent`.
+    pub(super) held: usize,
     /// Answer this status instead of calling the handler (431, 413).
     pub(super) refused: Option<(u16, &'static str)>,
     /// The head is complete, the body is coming, and the driver has not
@@ -99,6 +101,7 @@ impl Stream {
             recv_window: 0,
             send_window: 0,
             pending: None,
+            held: 0,
             refused: None,
             head_ready: false,
             upload: None,
@@ -296,6 +299,9 @@ impl Session {
             s.head_ready = false;
         }
         s.pending = None;
+        if s.held != 0 {
+            self.unsent.held -= std::mem::take(&mut s.held);
+        }
         // Dropped before its end: the reader gets UnexpectedEof.
         s.upload = None;
         if let Some(t) = s.tunnel.take() {

@@ -38,7 +38,7 @@ use stream::{Error, RequestStream, UniKind, UniStream};
 
 use crate::budget::BodyBudget;
 use crate::limits::H3_CHUNK_BYTES;
-use crate::message::pending::Pending;
+use crate::message::pending::{Pending, Unsent};
 use crate::message::{Parts, Sent};
 use crate::min_rate::{MinRate, Rate};
 use crate::response::Response;
@@ -61,6 +61,8 @@ struct Request {
     out: Vec<u8>,
     pos: usize,
     pending: Option<Pending>,
+    /// Bytes of `pending` counted in the session's `unsent`.
+    held: usize,
     /// The head was offered to the driver (`take_head`).
     offered: bool,
     /// An interim 100 (Continue) was queued (`send_continue`).
@@ -185,6 +187,10 @@ pub(crate) struct Session {
     spare_bytes: usize,
     /// Request bodies buffered in the streams, against the worker's budget.
     bodies: BodyBudget,
+    /// What the answers' bodies hold in memory, unsent (waiting for
+    /// QUIC's flow control or send buffer): queued output, against the
+    /// worker's output budget.
+    unsent: Unsent,
     /// The driver's clock (`set_now`), for when streams open.
     now: Instant,
     /// `head_timeout`, `body_timeout` and `min_rate_bytes_per_sec`.
@@ -241,6 +247,7 @@ impl Session {
             spare: Vec::new(),
             spare_bytes: 0,
             bodies: BodyBudget::default(),
+            unsent: Unsent::default(),
             now: Instant::now(),
             timeouts: Timeouts {
                 head: Duration::from_secs(10),
@@ -256,6 +263,8 @@ impl Session {
         // Dropped before its end: the reader gets UnexpectedEof.
         r.parse.upload = None;
         self.bodies.held -= r.parse.body.len();
+        r.pending = None;
+        self.unsent.held -= std::mem::take(&mut r.held);
         let bytes = r.retained_bytes();
         if bytes <= SPARE_BUFFER_BYTES_MAX
             && self.spare_bytes + bytes <= SPARE_BYTES_MAX
@@ -349,6 +358,22 @@ impl Session {
     /// it, a body is refused with 503.
     pub(crate) fn bodies(&mut self) -> &mut BodyBudget {
         &mut self.bodies
+    }
+
+    /// What the answers' bodies hold in memory and have not sent, against
+    /// the worker's output budget (`message::pending::Unsent`).
+    pub(crate) fn unsent(&mut self) -> &mut Unsent {
+        &mut self.unsent
+    }
+
+    /// Bytes the answers' bodies hold in memory and have not sent.
+    pub(crate) fn unsent_bytes(&self) -> usize {
+        self.unsent.held
+    }
+
+    /// Some stream's request is complete and waits for its handler.
+    pub(crate) fn has_ready(&self) -> bool {
+        self.n_ready > 0
     }
 
     /// Our control stream's pending bytes (its type, SETTINGS, GOAWAY).
@@ -461,6 +486,7 @@ impl Session {
                         r.out.clear();
                         r.pos = 0;
                         r.pending = None;
+                        r.held = 0;
                         r.offered = false;
                         r.continued = false;
                         r.opened = self.now;
@@ -475,6 +501,7 @@ impl Session {
                         out: Vec::new(),
                         pos: 0,
                         pending: None,
+                        held: 0,
                         offered: false,
                         continued: false,
                         opened: self.now,
@@ -799,6 +826,11 @@ impl Session {
         frame::write_header(&mut r.out, frame::HEADERS, block.len() as u64);
         r.out.extend_from_slice(block);
         r.pending = Pending::take(resp, follows);
+        if let Some(p) = &r.pending {
+            // Counted until the body ends (`poll_output`, `forget`).
+            r.held = p.held_bytes();
+            self.unsent.held += r.held;
+        }
         r.answer = Answer::Sending;
         Some(Sent {
             status,
@@ -843,6 +875,12 @@ impl Session {
             if n == 0 {
                 r.out.truncate(at);
             }
+            if pending.is_stream() {
+                // A stream's chunk: held while some of it is unsent.
+                let held = pending.held_bytes();
+                self.unsent.held = self.unsent.held - r.held + held;
+                r.held = held;
+            }
             if pending.is_done() {
                 if let Some(t) = pending.trailers() {
                     // Trailers: a HEADERS frame after the DATA (§4.1),
@@ -857,6 +895,7 @@ impl Session {
                     r.out.extend_from_slice(block);
                 }
                 r.pending = None;
+                self.unsent.held -= std::mem::take(&mut r.held);
             }
             if n == 0 {
                 break;

@@ -1021,3 +1021,48 @@ fn a_websocket_streams_unread_input_is_bounded() {
     assert_eq!(s.recv_room(0), 1000);
     assert_eq!(s.bodies().held, fed - 1000);
 }
+
+/// What the answers' bodies hold in memory unsent is counted
+/// (`Session::unsent`, held against the worker's output budget, and over
+/// the connection's share no new request is answered: `quic/conn.rs`)
+/// from the answer until its body ends or its stream goes: owned bytes,
+/// and a shared buffer only the answer holds; not a buffer something else
+/// keeps anyway (a cache's entry), nor `'static` bytes.
+#[test]
+fn bodies_held_unsent_are_counted_until_they_end() {
+    use crate::response::{Body, SharedBytes};
+    use std::sync::Arc;
+    let mut s = Session::new(CFG);
+    for id in [0, 4, 8, 12] {
+        assert_eq!(s.handle_input(id, &headers_frame(&GET), true), Action::None);
+        assert_eq!(s.take_ready(), Some(id));
+    }
+    let owned = vec![b'x'; 40 * 1024];
+    let capacity = owned.capacity();
+    s.respond(0, &mut Response::text(owned), false, b"date", b"").unwrap();
+    assert_eq!(s.unsent_bytes(), capacity);
+    let cached: Arc<dyn AsRef<[u8]> + Send + Sync> = Arc::new(vec![b'y'; 40 * 1024]);
+    let mut resp = Response::new(200).with_body(Body::Shared(SharedBytes::new(cached.clone())));
+    s.respond(4, &mut resp, false, b"date", b"").unwrap();
+    assert_eq!(s.unsent_bytes(), capacity, "the cache's buffer is not the answer's");
+    let own: Arc<dyn AsRef<[u8]> + Send + Sync> = Arc::new(vec![b'z'; 10_000]);
+    let mut resp = Response::new(200).with_body(Body::Shared(SharedBytes::new(own)));
+    s.respond(8, &mut resp, false, b"date", b"").unwrap();
+    assert_eq!(s.unsent_bytes(), capacity + 10_000);
+    s.respond(12, &mut Response::text("static"), false, b"date", b"")
+        .unwrap();
+    assert_eq!(s.unsent_bytes(), capacity + 10_000);
+    // Stream 0 sends its body: the last chunk taken, it holds nothing.
+    loop {
+        let (bytes, last) = s.poll_output(0).unwrap();
+        let n = bytes.len();
+        s.consumed(0, n);
+        if n == 0 && last {
+            break;
+        }
+    }
+    assert_eq!(s.unsent_bytes(), 10_000);
+    // Stream 8 goes (the client stopped it): what it held goes too.
+    s.remove(8);
+    assert_eq!(s.unsent_bytes(), 0);
+}

@@ -1,10 +1,13 @@
 //! The part of a response body still to send, for HTTP/2's DATA frames
 //! and HTTP/3's (`h3` sends from it too): bytes, a file range, or a
-//! stream's chunks, taken a frame's worth at a time.
+//! stream's chunks, taken a frame's worth at a time; and what such bodies
+//! hold in memory, counted in the worker's output budget (`Unsent`).
 
 use std::io;
+use std::sync::Arc;
 
 use crate::body::{Chunks, Next};
+use crate::buffers::BufPool;
 use crate::response::{Body, FileRange, Response, SharedBytes};
 
 /// The part of a response body not sent yet (HTTP/3 sends from it too).
@@ -170,6 +173,64 @@ impl Pending {
             Pending::File { range, sent } => *sent == range.len,
             Pending::Stream { buf, pos, done, .. } => *done && *pos == buf.len(),
         }
+    }
+
+    /// Bytes of memory this body holds for its answer alone, until it
+    /// ends: owned bytes (a multipart answer, a handler's `Vec`) whole,
+    /// the sent part too (the buffer is freed only with the body); a
+    /// shared buffer only this answer holds (a handler's own `Arc`, not a
+    /// cache entry or an archive's map, whose memory is theirs and held
+    /// anyway); a stream's chunk while some of it is unsent. Files
+    /// (read as they are sent) and `'static` bytes hold nothing. Counted
+    /// once when the answer is queued, except a stream's, which changes
+    /// with each chunk (`is_stream`).
+    pub(crate) fn held_bytes(&self) -> usize {
+        match self {
+            Pending::Bytes {
+                body: Body::Bytes(b), ..
+            } => b.capacity(),
+            Pending::Bytes {
+                body: Body::Shared(s), ..
+            } if Arc::strong_count(&s.buf) == 1 => (*s.buf).as_ref().len(),
+            Pending::Stream { buf, pos, .. } if *pos < buf.len() => buf.capacity(),
+            _ => 0,
+        }
+    }
+
+    /// A stream's chunks: what it holds changes as they come and go.
+    pub(crate) fn is_stream(&self) -> bool {
+        matches!(self, Pending::Stream { .. })
+    }
+}
+
+/// What the answer bodies of one connection's streams hold in memory and
+/// have not sent (`Pending::held_bytes`): its queued output as much as
+/// the bytes in its output buffer, so held against the worker's output
+/// budget (`Limits::output_budget_bytes`, `BufPool::output`). The session
+/// adds each body's bytes when it is queued and takes them back when it
+/// ends; its driver charges the sum to the worker (`charge`) and, while
+/// it is over the connection's share, answers no new stream.
+#[derive(Default)]
+pub(crate) struct Unsent {
+    /// Bytes the streams' bodies hold now.
+    pub(crate) held: usize,
+    /// `held` as last charged to the worker.
+    charged: usize,
+}
+
+impl Unsent {
+    /// Holds what the bodies hold against the worker's output budget.
+    #[inline]
+    pub(crate) fn charge(&mut self, pool: &mut BufPool) {
+        if self.held != self.charged {
+            pool.output = pool.output - self.charged + self.held;
+            self.charged = self.held;
+        }
+    }
+
+    /// The connection is gone: what it held goes back to the worker.
+    pub(crate) fn release(&mut self, pool: &mut BufPool) {
+        pool.output -= std::mem::take(&mut self.charged);
     }
 }
 

@@ -231,13 +231,18 @@ impl QuicConn {
             }
         }
         self.sending = uploads;
-        while let Some(id) = self.session.take_ready() {
-            self.answer(ctx, shared, id);
-        }
+        self.answer_ready(ctx, shared);
         if !self.websockets.is_empty() {
             self.run_websockets(ctx, drain);
         }
         self.pump();
+        // Bodies that QUIC took whole make room for the requests that
+        // waited for it (`answer_ready`): answered now, as no packet from
+        // the client may come to ask again.
+        while self.session.has_ready() && !self.over_share(ctx) && self.answer_ready(ctx, shared) {
+            self.pump();
+        }
+        self.session.unsent().charge(ctx.pool);
         if !self.held.is_empty() {
             self.end_held(ctx, false);
         }
@@ -344,6 +349,44 @@ impl QuicConn {
         let _ = chunks.finalize();
         self.charge_bodies(ctx);
         self.act(ctx, id, action);
+    }
+
+    /// Answers the complete requests, oldest first, while the answers'
+    /// bodies held unsent are within the connection's share
+    /// (`over_share`). Whether it answered any.
+    fn answer_ready(&mut self, ctx: &mut Ctx<'_>, shared: &Shared) -> bool {
+        let mut answered = false;
+        while !(self.session.unsent_bytes() != 0 && self.over_share(ctx)) {
+            let Some(id) = self.session.take_ready() else { break };
+            self.answer(ctx, shared, id);
+            answered = true;
+        }
+        answered
+    }
+
+    /// The answers' bodies hold memory unsent (`Session::unsent`) past
+    /// the connection's share (`write_buffer_bytes_max`, as HTTP/2's), or
+    /// while the worker's output budget is spent: no new request is
+    /// answered; it waits in the session, as an HTTP/1.1 client's
+    /// pipelined requests wait in its socket. One holding nothing answers
+    /// one. What quinn-proto buffers is bounded apart
+    /// (`H3_SEND_WINDOW_BYTES`). Charges the bodies to the worker first.
+    fn over_share(&mut self, ctx: &mut Ctx<'_>) -> bool {
+        self.session.unsent().charge(ctx.pool);
+        let held = self.session.unsent_bytes();
+        if held == 0 {
+            return false;
+        }
+        if held > ctx.limits.write_buffer_bytes_max {
+            return true;
+        }
+        if ctx.pool.output_held() > ctx.limits.output_budget_bytes {
+            if let Some(m) = ctx.metrics {
+                m.output_budget_waits.add(1);
+            }
+            return true;
+        }
+        false
     }
 
     /// Holds the streams' buffered bodies against the worker's budget.
@@ -544,6 +587,7 @@ impl QuicConn {
         self.websockets.clear();
         self.end_held(ctx, true);
         self.session.bodies().release(ctx.pool);
+        self.session.unsent().release(ctx.pool);
         if let Some(m) = ctx.metrics {
             m.deferred_ended.add(self.deferred.len() as u64);
         }
