@@ -224,7 +224,15 @@ impl Limits {
     ///
     /// Buffered request bodies never pass their budget (503 past it) and
     /// queued answers pass theirs by at most one turn's per connection
-    /// (no connection with output queued is read while it is spent). The
+    /// (no connection with output queued is read while it is spent). An
+    /// answer body held in memory and not yet sent (a handler's bytes, a
+    /// multipart range answer, at most 1 MiB from the file server) counts
+    /// as queued output on every protocol: HTTP/2 and HTTP/3 take no new
+    /// stream's request while a connection's exceed its share
+    /// (`write_buffer_bytes_max`), as HTTP/1.1 does not read a pipelining
+    /// one; each connection may still hold the one answer its first
+    /// request gets, a term the handlers' answer sizes bound, not this
+    /// figure. The
     /// reverse proxy's answers read ahead of their clients (each
     /// upstream's `proxy_buffer_bytes`, 1 MiB, a channel per answer) are
     /// queued answers too: counted in `output_budget_bytes`, and while it
@@ -239,8 +247,10 @@ impl Limits {
     /// 192 KiB, under 3 MiB and 1,024 × 64 KiB: 964 MiB, rounded up. HTTP/2 upstreams
     /// (`h2c://`) are not in the last term: their streams' windows stay
     /// shut while the budget is spent. HTTP/3 connections are not in it: QUIC's
-    /// flow control bounds each (`H3_SEND_WINDOW_BYTES`,
-    /// `H3_CONN_RECV_WINDOW_BYTES`), and Retry bounds their handshakes.
+    /// flow control bounds what each reads and sends
+    /// (`H3_SEND_WINDOW_BYTES`, `H3_CONN_RECV_WINDOW_BYTES`), their
+    /// answers held unsent count in `output_budget_bytes` as above, and
+    /// Retry bounds their handshakes.
     /// The proxy's response caches add [`Limits::proxy_cache_memory`].
     pub fn worst_case_bytes_per_worker(&self) -> u64 {
         let per_conn =
