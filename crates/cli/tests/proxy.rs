@@ -28,39 +28,14 @@ fn upstream() -> SocketAddr {
 /// An upstream that answers every request, kept alive, with the text
 /// `body_of` makes from its head's lines (the request line first).
 fn upstream_answering(body_of: fn(&[String]) -> String) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(stream) = stream else { return };
-            thread::spawn(move || {
-                let mut reader = BufReader::new(stream.try_clone().unwrap());
-                let mut out = stream;
-                loop {
-                    let mut head = Vec::new();
-                    loop {
-                        let mut line = String::new();
-                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                            return;
-                        }
-                        if line == "\r\n" {
-                            break;
-                        }
-                        head.push(line.trim_end().to_owned());
-                    }
-                    let body = body_of(&head);
-                    let answer = format!(
-                        "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{body}",
-                        body.len()
-                    );
-                    if out.write_all(answer.as_bytes()).is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    addr
+    common::answering_upstream(move |head| {
+        let body = body_of(head);
+        format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+        .into_bytes()
+    })
 }
 
 fn get(addr: &str, host: &str, path: &str) -> String {

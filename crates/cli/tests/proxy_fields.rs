@@ -28,90 +28,41 @@ const OTHER: &str = "https://evil.test";
 /// `X-Route`, `Vary: Accept-Encoding`); for one with `cached`, a
 /// `Cache-Control` that lets the proxy keep it.
 fn upstream() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(stream) = stream else { return };
-            thread::spawn(move || {
-                let mut reader = BufReader::new(stream.try_clone().unwrap());
-                let mut out = stream;
-                loop {
-                    let mut head = Vec::new();
-                    loop {
-                        let mut line = String::new();
-                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                            return;
-                        }
-                        if line == "\r\n" {
-                            break;
-                        }
-                        head.push(line.trim_end().to_owned());
-                    }
-                    let path = head[0].split(' ').nth(1).unwrap_or("/").to_owned();
-                    let mut fields = String::new();
-                    if path.contains("star") {
-                        fields.push_str(
-                            "Access-Control-Allow-Origin: *\r\nAccess-Control-Expose-Headers: X-Up\r\n\
-                             X-Route: upstream\r\nVary: Accept-Encoding\r\n",
-                        );
-                    }
-                    if path.contains("cached") {
-                        fields.push_str("Cache-Control: public, max-age=600\r\n");
-                    }
-                    let answer = format!(
-                        "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n{fields}Content-Length: {}\r\n\r\n{path}",
-                        path.len()
-                    );
-                    if out.write_all(answer.as_bytes()).is_err() {
-                        return;
-                    }
-                }
-            });
+    common::answering_upstream(|head| {
+        let path = head[0].split(' ').nth(1).unwrap_or("/").to_owned();
+        let mut fields = String::new();
+        if path.contains("star") {
+            fields.push_str(
+                "Access-Control-Allow-Origin: *\r\nAccess-Control-Expose-Headers: X-Up\r\n\
+                 X-Route: upstream\r\nVary: Accept-Encoding\r\n",
+            );
         }
-    });
-    addr
+        if path.contains("cached") {
+            fields.push_str("Cache-Control: public, max-age=600\r\n");
+        }
+        format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n{fields}Content-Length: {}\r\n\r\n{path}",
+            path.len()
+        )
+        .into_bytes()
+    })
 }
 
 /// An auth service, kept alive, that lets every request through (204)
 /// but those for a path with `deny` in it, which get a 401 with CORS of
 /// its own (`Access-Control-Allow-Origin: *`).
 fn auth_service() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = listener.local_addr().unwrap();
-    thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(stream) = stream else { return };
-            thread::spawn(move || {
-                let mut reader = BufReader::new(stream.try_clone().unwrap());
-                let mut out = stream;
-                loop {
-                    let mut deny = false;
-                    loop {
-                        let mut line = String::new();
-                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
-                            return;
-                        }
-                        if line == "\r\n" {
-                            break;
-                        }
-                        deny |= line.starts_with("X-Forwarded-Uri:") && line.contains("deny");
-                    }
-                    let answer: &[u8] = match deny {
-                        true => {
-                            b"HTTP/1.1 401 Unauthorized\r\nAccess-Control-Allow-Origin: *\r\n\
-                              WWW-Authenticate: Bearer\r\nContent-Length: 0\r\n\r\n"
-                        }
-                        false => b"HTTP/1.1 204 No Content\r\n\r\n",
-                    };
-                    if out.write_all(answer).is_err() {
-                        return;
-                    }
-                }
-            });
+    common::answering_upstream(|head| {
+        let deny = head
+            .iter()
+            .any(|line| line.starts_with("X-Forwarded-Uri:") && line.contains("deny"));
+        match deny {
+            true => b"HTTP/1.1 401 Unauthorized\r\nAccess-Control-Allow-Origin: *\r\n\
+                      WWW-Authenticate: Bearer\r\nContent-Length: 0\r\n\r\n"
+                .to_vec(),
+            false => b"HTTP/1.1 204 No Content\r\n\r\n".to_vec(),
         }
-    });
-    addr
+    })
 }
 
 /// The route's rules, the same on each proxy route.

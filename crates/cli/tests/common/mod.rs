@@ -223,3 +223,40 @@ pub fn h3_at(to: &str, from: Option<&str>, port: u16, host: &str, reqs: &[H3Requ
     let _ = std::fs::remove_dir_all(&out);
     answers
 }
+
+/// An HTTP/1.1 server on 127.0.0.1 that answers every request it reads,
+/// on connections kept alive, with the bytes `answer` makes from the
+/// request head's lines (the request line first, each without its CRLF).
+/// It reads no body: the requests sent to it have none. Its address.
+pub fn answering_upstream(answer: impl Fn(&[String]) -> Vec<u8> + Send + Sync + 'static) -> std::net::SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let answer = std::sync::Arc::new(answer);
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(stream) = stream else { return };
+            let answer = answer.clone();
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut out = stream;
+                loop {
+                    let mut head = Vec::new();
+                    loop {
+                        let mut line = String::new();
+                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                        head.push(line.trim_end().to_owned());
+                    }
+                    if out.write_all(&answer(&head)).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}

@@ -158,15 +158,11 @@ fn pinning_config(
     let inner = rustls::client::WebPkiServerVerifier::builder_with_provider(roots, provider.clone())
         .build()
         .map_err(|e| e.to_string())?;
-    let mut config = ClientConfig::builder_with_provider(provider.clone())
+    let mut config = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?
         .dangerous()
-        .with_custom_certificate_verifier(Arc::new(Pinned {
-            inner,
-            pinned,
-            provider,
-        }))
+        .with_custom_certificate_verifier(Arc::new(Pinned { inner, pinned }))
         .with_no_client_auth();
     config.alpn_protocols = vec![alpn(h2)];
     Ok(Arc::new(config))
@@ -185,7 +181,6 @@ fn pinning_config(
 struct Pinned {
     inner: Arc<rustls::client::WebPkiServerVerifier>,
     pinned: Vec<CertificateDer<'static>>,
-    provider: Arc<rustls::crypto::CryptoProvider>,
 }
 
 impl ServerCertVerifier for Pinned {
@@ -215,13 +210,14 @@ impl ServerCertVerifier for Pinned {
         Ok(ServerCertVerified::assertion())
     }
 
+    // The handshake's signatures: webpki's, by the certificate's key.
     fn verify_tls12_signature(
         &self,
         message: &[u8],
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+        self.inner.verify_tls12_signature(message, cert, dss)
     }
 
     fn verify_tls13_signature(
@@ -230,11 +226,11 @@ impl ServerCertVerifier for Pinned {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.provider.signature_verification_algorithms)
+        self.inner.verify_tls13_signature(message, cert, dss)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider.signature_verification_algorithms.supported_schemes()
+        self.inner.supported_verify_schemes()
     }
 }
 
