@@ -9,10 +9,9 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::process::Command;
-use std::thread;
 
 use common::{Scratch, PATIENCE};
 use test_support::http::dead_addr;
