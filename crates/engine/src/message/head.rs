@@ -147,10 +147,13 @@ impl Head {
             // mandatory authority, as http and https have, needs
             // :authority or Host; without either the request names no
             // origin (HTTP/1.1's answer to a missing Host is a 400 too).
-            let scheme = self.span(scheme.value);
-            let has_authority = scheme.eq_ignore_ascii_case(b"http") || scheme.eq_ignore_ascii_case(b"https");
-            if has_authority && self.authority.is_none() && host.is_none() {
-                return Err(Refusal::Malformed("neither :authority nor Host"));
+            // The scheme is read only then (every request from a browser
+            // has :authority).
+            if self.authority.is_none() && host.is_none() {
+                let scheme = self.span(scheme.value);
+                if scheme.eq_ignore_ascii_case(b"http") || scheme.eq_ignore_ascii_case(b"https") {
+                    return Err(Refusal::Malformed("neither :authority nor Host"));
+                }
             }
             let path = self.span(path.value);
             if path.is_empty() {
