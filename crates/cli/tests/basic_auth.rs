@@ -14,7 +14,6 @@
 
 mod common;
 
-use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr};
 use std::process::Command;
 
@@ -121,26 +120,9 @@ fn ask(from: &str, to: SocketAddr, host: &str, path: &str, extra: &[&str]) -> An
     let socket = Socket::new(Domain::for_address(to), Type::STREAM, None).unwrap();
     socket.bind(&SocketAddr::new(from, 0).into()).unwrap();
     socket.connect(&to.into()).unwrap();
-    let mut s: std::net::TcpStream = socket.into();
-    s.set_read_timeout(Some(PATIENCE)).unwrap();
-    let mut req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
-    for line in extra {
-        req.push_str(line);
-        req.push_str("\r\n");
-    }
-    req.push_str("\r\n");
-    s.write_all(req.as_bytes()).unwrap();
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).unwrap();
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .unwrap_or_else(|| panic!("no head in {text:?}"));
-    Answer {
-        status: head[9..12].parse().unwrap(),
-        head: head.to_owned(),
-        body: body.to_owned(),
-    }
+    let s: std::net::TcpStream = socket.into();
+    let (status, head, body) = common::exchange(s, "GET", host, path, extra);
+    Answer { status, head, body }
 }
 
 const HOSTS: [&str; 2] = ["dir.test", "arc.test"];

@@ -10,10 +10,9 @@
 
 mod common;
 
-use std::io::{Read, Write};
 use std::net::SocketAddr;
 
-use common::{Scratch, PATIENCE};
+use common::Scratch;
 use test_support::process::Process;
 
 /// The files both sites serve, and the `_redirects` of content authors
@@ -91,26 +90,9 @@ struct Answer {
 
 /// One GET over HTTP/1.1 for `host`, with `extra` head lines.
 fn get(to: SocketAddr, host: &str, path: &str, extra: &[&str]) -> Answer {
-    let mut s = std::net::TcpStream::connect(to).unwrap();
-    s.set_read_timeout(Some(PATIENCE)).unwrap();
-    let mut req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
-    for line in extra {
-        req.push_str(line);
-        req.push_str("\r\n");
-    }
-    req.push_str("\r\n");
-    s.write_all(req.as_bytes()).unwrap();
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).unwrap();
-    let text = String::from_utf8_lossy(&raw).into_owned();
-    let (head, body) = text
-        .split_once("\r\n\r\n")
-        .unwrap_or_else(|| panic!("no head in {text:?}"));
-    Answer {
-        status: head[9..12].parse().unwrap(),
-        head: head.to_owned(),
-        body: body.to_owned(),
-    }
+    let s = std::net::TcpStream::connect(to).unwrap();
+    let (status, head, body) = common::exchange(s, "GET", host, path, extra);
+    Answer { status, head, body }
 }
 
 const HOSTS: [&str; 2] = ["dir.test", "arc.test"];

@@ -260,3 +260,24 @@ pub fn answering_upstream(answer: impl Fn(&[String]) -> Vec<u8> + Send + Sync + 
     });
     addr
 }
+
+/// One HTTP/1.1 request on `s` (`method` `path` for `host`, with `extra`
+/// head lines and `Connection: close`), read to the connection's end:
+/// the status, the head and the body.
+pub fn exchange(mut s: TcpStream, method: &str, host: &str, path: &str, extra: &[&str]) -> (u16, String, String) {
+    s.set_read_timeout(Some(PATIENCE)).unwrap();
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
+    for line in extra {
+        req.push_str(line);
+        req.push_str("\r\n");
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes()).unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .unwrap_or_else(|| panic!("no head in {text:?}"));
+    (head[9..12].parse().unwrap(), head.to_owned(), body.to_owned())
+}
