@@ -42,6 +42,11 @@ use crate::write::{VariantIn, Writer};
 /// Files read and compressed at once, across threads, before they are
 /// written: bounds pack's memory whatever the tree's size.
 const PACK_BATCH_FILES: usize = 256;
+/// Bytes of files read at once (their sizes as the walk saw them): a batch
+/// ends before the file that would pass it, so pack holds at most this
+/// much, or one file larger than it, and its compressed forms. Without it
+/// 256 large media files were held at once (a 4.4 GB file took 9 GB).
+const PACK_BATCH_BYTES: u64 = 128 << 20;
 
 /// What to pack.
 #[derive(Debug, Clone)]
@@ -241,6 +246,8 @@ struct Found {
     path: String,
     disk: PathBuf,
     mtime: u64,
+    /// Its length when walked (batches are bounded by it).
+    size: u64,
 }
 
 fn pack_site(opts: &PackOptions, w: &mut Writer, site: u32, root: &Path, stats: &mut PackStats) -> Result<(), String> {
@@ -256,6 +263,7 @@ fn pack_site(opts: &PackOptions, w: &mut Writer, site: u32, root: &Path, stats: 
         &mut errors,
         &mut stats.skipped_symlinks,
         &mut stats.skipped_loops,
+        &mut stats.warnings,
     );
     if !errors.is_empty() {
         return Err(format!("cannot pack {}:\n  {}", root.display(), errors.join("\n  ")));
@@ -310,14 +318,12 @@ fn pack_site(opts: &PackOptions, w: &mut Writer, site: u32, root: &Path, stats: 
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
     };
-    for (batch_idx, batch) in files.chunks(PACK_BATCH_FILES).enumerate() {
+    let mut done = 0;
+    for batch in batches(&files) {
         if show {
-            eprint!(
-                "\rpacking {}: {}/{total} files",
-                root.display(),
-                batch_idx * PACK_BATCH_FILES
-            );
+            eprint!("\rpacking {}: {done}/{total} files", root.display());
         }
+        done += batch.len();
         let prepared = prepare_batch(opts, batch, &headers, n_threads);
         for (f, prepared) in batch.iter().zip(prepared) {
             let Prepared { variants, heads } = prepared?;
@@ -401,6 +407,29 @@ fn prepare_batch(
         .collect()
 }
 
+/// `files` cut into batches of at most `PACK_BATCH_FILES` files and
+/// `PACK_BATCH_BYTES` bytes (a larger file is a batch alone), in order.
+fn batches<'a>(files: &'a [&'a Found]) -> impl Iterator<Item = &'a [&'a Found]> {
+    let mut rest = files;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let mut bytes = 0u64;
+        let mut n = 0;
+        while n < rest.len().min(PACK_BATCH_FILES) {
+            bytes = bytes.saturating_add(rest[n].size);
+            if n > 0 && bytes > PACK_BATCH_BYTES {
+                break;
+            }
+            n += 1;
+        }
+        let (batch, after) = rest.split_at(n);
+        rest = after;
+        Some(batch)
+    })
+}
+
 /// Reads one file, makes its variants and their heads.
 fn prepare(opts: &PackOptions, f: &Found, headers: &[HeaderRule]) -> Result<Prepared, String> {
     let name = f.path.rsplit('/').next().unwrap_or_default();
@@ -409,7 +438,7 @@ fn prepare(opts: &PackOptions, f: &Found, headers: &[HeaderRule]) -> Result<Prep
     let content_type = peregrine_files::conventions::content_type(&custom, name);
     // The same settings `serve DIR` compresses with on the fly, so that a
     // directory and its archive send the same bytes.
-    let variants = encode(&body, &content_type, opts.compress).map_err(|e| format!("{}: {e}", f.disk.display()))?;
+    let variants = encode(body, &content_type, opts.compress).map_err(|e| format!("{}: {e}", f.disk.display()))?;
     let heads = variants
         .iter()
         .map(|(coding, bytes)| {
@@ -543,13 +572,15 @@ fn read(path: &Path) -> Result<Vec<u8>, String> {
 /// when they resolve inside the root and not to a dotfile (`serve DIR`'s
 /// rules), and a symlink back to one of its own ancestors (`ln -s .. d/up`)
 /// is a loop: skipped once, named in `loops`, not followed 40 levels deep.
-/// Other symlinks not followed are named in `skipped` with why.
+/// Other symlinks not followed are named in `skipped` with why, and what is
+/// not a regular file (a FIFO, a socket, a device) in `warnings`.
 fn walk(
     root: &Path,
     out: &mut Vec<Found>,
     errors: &mut Vec<String>,
     skipped: &mut Vec<(String, SymlinkSkip)>,
     loops: &mut Vec<String>,
+    warnings: &mut Vec<String>,
 ) {
     // Decided before walkdir descends, so nothing refused is read.
     let mut refused: Vec<Result<(String, SymlinkSkip), String>> = Vec::new();
@@ -577,23 +608,51 @@ fn walk(
             }
         };
         if !entry.file_type().is_file() {
+            use std::os::unix::fs::FileTypeExt;
+            let t = entry.file_type();
+            let kind = if t.is_fifo() {
+                "a FIFO"
+            } else if t.is_socket() {
+                "a Unix socket"
+            } else if t.is_block_device() || t.is_char_device() {
+                "a device"
+            } else {
+                continue; // a directory
+            };
+            warnings.push(format!(
+                "skipped {}: {kind} (only regular files are packed)",
+                site_path(root, entry.path())
+            ));
             continue;
         }
-        let mtime = match entry.metadata() {
-            Ok(m) => m
-                .modified()
-                .ok()
-                .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-                .map_or(0, |d| d.as_secs()),
+        let meta = match entry.metadata() {
+            Ok(m) => m,
             Err(e) => {
                 errors.push(format!("{}: {}", entry.path().display(), io::Error::from(e)));
                 continue;
             }
         };
+        // A file nobody may read (mode 000) is one its owner withheld: root
+        // could read it, and would publish it; anyone else cannot. Refused
+        // alike for every user, as `serve DIR` refuses to run as root.
+        if std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o444 == 0 {
+            errors.push(format!(
+                "{}: readable by no one (mode {:03o}); give it a read bit or move it out of the tree",
+                entry.path().display(),
+                std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o7777
+            ));
+            continue;
+        }
+        let mtime = meta
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_secs());
         out.push(Found {
             path: site_path(root, entry.path()),
             disk: entry.into_path(),
             mtime,
+            size: meta.len(),
         });
     }
     for r in refused {

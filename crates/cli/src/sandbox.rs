@@ -173,8 +173,8 @@ fn policy(command: &Command, argv: &[OsString]) -> anyhow::Result<Policy> {
     // beside the old one, which the target's directory would not cover.
     for pem in pems.into_iter().chain(keys) {
         if let Ok(file) = std::fs::canonicalize(pem) {
-            policy.read(&parent(&file))?;
-            policy.read(&parent(pem))?;
+            policy.read(&swappable(&std::path::absolute(&file)?))?;
+            policy.read(&swappable(&std::path::absolute(pem)?))?;
         }
     }
     // A reload reads `--bind HOST:PORT` again and resolves HOST: the C
@@ -186,8 +186,8 @@ fn policy(command: &Command, argv: &[OsString]) -> anyhow::Result<Policy> {
     }
     if let Some(file) = config_file(argv) {
         let target = std::fs::canonicalize(&file).with_context(|| format!("{}", file.display()))?;
-        policy.read(&parent(&target))?;
-        policy.read(&parent(&file))?;
+        policy.read(&swappable(&target))?;
+        policy.read(&swappable(&file))?;
     }
     for log in logs.into_iter().filter(|&l| l != "-") {
         policy
@@ -290,6 +290,45 @@ fn symlink_targets(root: &Path) -> Vec<PathBuf> {
 }
 
 /// The directory `path` is in (`.` for a bare file name).
+/// Directories that hold much more than a server's own files: the system's
+/// configuration, other services' keys, home directories.
+const SHARED_DIRS: &[&str] = &[
+    "/",
+    "/etc",
+    "/etc/ssl",
+    "/etc/ssl/private",
+    "/etc/pki/tls/private",
+    "/root",
+    "/home",
+    "/usr",
+    "/usr/local",
+    "/usr/local/etc",
+    "/var",
+    "/var/lib",
+    "/tmp",
+    "/var/tmp",
+    "/dev/shm",
+    "/opt",
+    "/srv",
+    "/run",
+];
+
+/// What to grant for a file that is replaced by renaming another into its
+/// directory (a configuration, a certificate, a key): the directory, so
+/// the new file is readable, unless the directory is one shared with the
+/// rest of the system (`SHARED_DIRS`, or a home directory), where it would
+/// open `/etc/shadow` or `~/.ssh`: then the file alone, and a file renamed
+/// over it is refused at a reload (which names it) until a restart.
+fn swappable(file: &Path) -> PathBuf {
+    let dir = parent(file);
+    let home = dir.parent() == Some(Path::new("/home"));
+    if home || SHARED_DIRS.iter().any(|d| dir == Path::new(d)) {
+        file.to_owned()
+    } else {
+        dir
+    }
+}
+
 fn parent(path: &Path) -> PathBuf {
     match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir.to_owned(),

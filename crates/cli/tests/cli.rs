@@ -435,6 +435,11 @@ fn pack_names_why_it_skipped_each_symlink() {
     ] {
         std::os::unix::fs::symlink(target, site.join(link)).unwrap();
     }
+    let fifo = std::process::Command::new("mkfifo")
+        .arg(site.join("pipe"))
+        .status()
+        .unwrap();
+    assert!(fifo.success());
     let out = peregrine()
         .arg("pack")
         .arg(&site)
@@ -448,9 +453,82 @@ fn pack_names_why_it_skipped_each_symlink() {
         "peregrine: skipped /loop: a symlink loop (resolving it leads back to itself)",
         "peregrine: skipped /passwd: a symlink leading outside the tree",
         "peregrine: skipped /env-link.txt: a symlink to a dotfile (dotfiles are not served)",
+        "peregrine: skipped /pipe: a FIFO (only regular files are packed)",
     ] {
         assert!(err.lines().any(|l| l == line), "{line:?} not in:\n{err}");
     }
+}
+
+/// Pack reads files in batches bounded by bytes as well as by count, and
+/// a file's bytes become its identity variant without a copy: three
+/// 100 MiB files are never held at once (main held all three, each twice:
+/// about 600 MiB). The peak is measured by the kernel (`ru_maxrss` of the
+/// pack process, read by a Python parent that runs nothing else).
+#[test]
+fn pack_holds_a_bounded_batch_of_file_bytes() {
+    let dir = scratch("pack-memory");
+    let site = dir.join("site");
+    std::fs::create_dir_all(&site).unwrap();
+    for name in ["a.bin", "b.bin", "c.bin"] {
+        // Sparse: no disk is used, yet reading it fills 100 MiB of memory.
+        let f = std::fs::File::create(site.join(name)).unwrap();
+        f.set_len(100 << 20).unwrap();
+    }
+    let script = "import resource, subprocess, sys\n\
+                  r = subprocess.run(sys.argv[1:], capture_output=True)\n\
+                  sys.stderr.write(r.stderr.decode())\n\
+                  print(r.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n";
+    let out = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(env!("CARGO_BIN_EXE_peregrine"))
+        .arg("pack")
+        .arg(&site)
+        .arg("-o")
+        .arg(dir.join("site.prg"))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    let mut words = said.split_whitespace();
+    assert_eq!(words.next(), Some("0"), "{}", String::from_utf8_lossy(&out.stderr));
+    let peak_kib: u64 = words.next().unwrap().parse().unwrap();
+    assert!(
+        peak_kib < 250 << 10,
+        "pack peaked at {} MiB for three 100 MiB files",
+        peak_kib >> 10
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A file nobody may read (mode 000) is refused by name, for root (who
+/// could read it, and would publish what its owner withheld) as for
+/// anyone else.
+#[test]
+fn pack_refuses_a_file_nobody_may_read() {
+    let dir = scratch("pack-mode-000");
+    let site = dir.join("site");
+    std::fs::create_dir_all(&site).unwrap();
+    std::fs::write(site.join("index.html"), "hi").unwrap();
+    std::fs::write(site.join("secret.html"), "withheld").unwrap();
+    std::fs::set_permissions(site.join("secret.html"), std::fs::Permissions::from_mode(0o000)).unwrap();
+    let archive = dir.join("site.prg");
+    let out = peregrine()
+        .arg("pack")
+        .arg(&site)
+        .arg("-o")
+        .arg(&archive)
+        .bounded_output();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "packed: {err}");
+    assert!(
+        err.contains(&format!(
+            "{}: readable by no one (mode 000)",
+            site.join("secret.html").display()
+        )),
+        "{err}"
+    );
+    assert!(!archive.exists());
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

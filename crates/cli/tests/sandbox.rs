@@ -179,6 +179,36 @@ fn the_start_line_and_check_config_say_what_was_applied() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("\nno-sandbox = false"));
 }
 
+/// A configuration file directly in a directory shared with the rest of
+/// the system (here /tmp; /etc, a home directory alike) is granted alone:
+/// granting its directory, as for one in a directory of its own, would
+/// let the server read the whole of /etc (`/etc/shadow`, other services'
+/// keys).
+#[test]
+fn a_file_in_a_shared_directory_is_granted_alone() {
+    let t = tmp("shared");
+    let config = std::env::temp_dir().join(format!("peregrine-sandbox-shared-{}.toml", std::process::id()));
+    std::fs::write(&config, format!("root = {:?}\n", t.path("site"))).unwrap();
+    let out = peregrine()
+        .args(["check-config", "serve", "--config", s(&config)])
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&config);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let said = String::from_utf8_lossy(&out.stderr);
+    let read = said
+        .split("read beneath ")
+        .nth(1)
+        .expect("the read list")
+        .lines()
+        .next()
+        .unwrap();
+    let read: Vec<&str> = read.split("; ").next().unwrap().split(", ").collect();
+    let tmp_dir = std::fs::canonicalize(std::env::temp_dir()).unwrap();
+    assert!(!read.contains(&tmp_dir.to_str().unwrap()), "{said}");
+    assert!(read.contains(&config.to_str().unwrap()), "{said}");
+}
+
 #[test]
 fn a_reload_must_stay_within_the_sandbox() {
     let t = tmp("reload");

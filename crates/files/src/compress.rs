@@ -48,17 +48,23 @@ pub type Encoded = Vec<(Option<Encoding>, Vec<u8>)>;
 
 /// `body` and its compressed forms that are smaller than it (brotli 11,
 /// zstd 19, gzip 9), or identity alone for a small or binary body.
-pub fn encode(body: &[u8], content_type: &str, compress: bool) -> io::Result<Encoded> {
-    let mut out = vec![(None, body.to_vec())];
+///
+/// The body is taken, not copied: it becomes the identity variant (pack
+/// holds large files whole, and a copy doubled that).
+pub fn encode(body: Vec<u8>, content_type: &str, compress: bool) -> io::Result<Encoded> {
     if !compress || (body.len() as u64) < COMPRESS_MIN_BYTES || !compressible(content_type) {
-        return Ok(out);
+        return Ok(vec![(None, body)]);
     }
+    let mut packed = Vec::new();
     for coding in Encoding::ALL {
-        let packed = compress_one(body, coding)?;
-        if packed.len() < body.len() {
-            out.push((Some(coding), packed));
+        let bytes = compress_one(&body, coding)?;
+        if bytes.len() < body.len() {
+            packed.push((Some(coding), bytes));
         }
     }
+    let mut out = Vec::with_capacity(1 + packed.len());
+    out.push((None, body));
+    out.extend(packed);
     Ok(out)
 }
 

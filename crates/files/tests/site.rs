@@ -49,7 +49,7 @@ fn the_committed_sites_siblings_are_the_bytes_pack_makes() {
         }
         let name = file.file_name().unwrap().to_string_lossy().into_owned();
         let body = std::fs::read(&file).unwrap();
-        let made = encode(&body, &mime::content_type(&name), true).unwrap();
+        let made = encode(body, &mime::content_type(&name), true).unwrap();
         for coding in Encoding::ALL {
             let sibling = sibling_of(coding);
             let want = made.iter().find(|(c, _)| *c == Some(coding)).map(|(_, b)| b);
