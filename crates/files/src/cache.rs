@@ -159,6 +159,11 @@ pub struct Resource {
     /// `Instant` compared per hit, not a `Duration` computed (37
     /// instructions a request, `bench/instructions.sh` f17-c50).
     fresh_until: Cell<Option<Instant>>,
+    /// The loop time (`peregrine::now`, read once per wake-up) at which
+    /// the open files of its large variants were last found unchanged:
+    /// the requests a worker reads in one wake-up share one `fstat`
+    /// (`open_files_unchanged`).
+    looked_at: Cell<Option<Instant>>,
 }
 
 impl Resource {
@@ -455,10 +460,13 @@ impl Cache {
             }
         };
         if now < fresh_until {
-            // Large files are sent from the open file: one fstat (cheap next
-            // to sending 32 KiB or more) catches a file rewritten in place,
-            // which would otherwise be answered with its old length.
-            if open_files_unchanged(res) {
+            // Large files are sent from the open file: an fstat catches a
+            // file rewritten in place, which would otherwise be answered
+            // with its old length. One per wake-up: the requests read
+            // together are answered from one look (a request read after
+            // the rewrite came in a later wake-up, with a later `now`).
+            if res.looked_at.get() == Some(now) || open_files_unchanged(res) {
+                res.looked_at.set(Some(now));
                 return Some(res.clone());
             }
             self.remove(key);
@@ -777,6 +785,7 @@ pub fn load(
         negotiable,
         loaded: Instant::now(),
         fresh_until: Cell::new(None),
+        looked_at: Cell::new(None),
     }))
 }
 
@@ -1084,6 +1093,42 @@ mod tests {
             .map(|k| cache.get(k.as_bytes(), &fd, hour, now).is_some())
             .collect();
         assert_eq!(held, [true, false, false, true, true]);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// A large file sent from its open descriptor is looked at (`fstat`)
+    /// once per wake-up: a second request of the same wake-up (the same
+    /// loop time) shares the first one's look, and the first request of
+    /// a later wake-up sees a file rewritten in place.
+    #[test]
+    fn an_open_file_is_looked_at_once_per_wake_up() {
+        let (dir, fd) = root("looked", &["big"], 64 << 10);
+        let mut cache = Cache::new(4);
+        let hour = Duration::from_secs(3600);
+        let res = loaded(&fd, "big", 1 << 20);
+        assert!(
+            matches!(res.identity.data, Data::File(_)),
+            "64 KiB is sent from its file"
+        );
+        cache.insert(b"big", res);
+        let wake = Instant::now();
+        assert!(cache.get(b"big", &fd, hour, wake).is_some());
+        // Rewritten in place, shorter.
+        std::fs::File::options()
+            .write(true)
+            .open(dir.join("big"))
+            .unwrap()
+            .set_len(1000)
+            .unwrap();
+        assert!(
+            cache.get(b"big", &fd, hour, wake).is_some(),
+            "the same wake-up: the look already made stands"
+        );
+        let next = wake + Duration::from_micros(50);
+        assert!(
+            cache.get(b"big", &fd, hour, next).is_none(),
+            "the next wake-up looks again"
+        );
         std::fs::remove_dir_all(dir).unwrap();
     }
 
