@@ -148,29 +148,7 @@ fn client_frame(op: u8, payload: &[u8]) -> Vec<u8> {
 /// Runs a scripted client to its end: it must exit 0 having printed `ok:
 /// CHECK` (or `ok: CHECK (details)`) for each of `checks`.
 fn run_client(name: &str, cmd: &mut Command, checks: &[&str]) {
-    let out = Command::new("timeout")
-        .args(["--kill-after=5", &CLIENT_TIMEOUT_SECS.to_string()])
-        .arg(cmd.get_program())
-        .args(cmd.get_args())
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run timeout(1) for the {name} client: {e}"));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let said = format!(
-        "--- stdout\n{stdout}--- stderr\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.status.success(),
-        "the {name} client failed ({}):\n{said}",
-        out.status
-    );
-    for check in checks {
-        let line = format!("ok: {check}");
-        assert!(
-            stdout.lines().any(|l| l == line || l.starts_with(&format!("{line} ("))),
-            "the {name} client passed without {line:?}:\n{said}"
-        );
-    }
+    test_support::process::run_checks(name, cmd, checks, CLIENT_TIMEOUT_SECS);
 }
 
 fn client_dir() -> PathBuf {
