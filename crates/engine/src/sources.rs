@@ -22,6 +22,12 @@ const QUIC_BASE: usize = usize::MAX / 4;
 /// Tokens of one QUIC endpoint's connections: its index times this, plus
 /// quinn-proto's connection handle.
 const QUIC_STRIDE: usize = 1 << 24;
+/// From here to `LISTENER_BASE`, the upstream sockets of WebSocket
+/// tunnels on HTTP/3 request streams: their QUIC connection's token (less
+/// `QUIC_BASE`) times `QUIC_TUNNEL_STRIDE`, plus the stream's index (its
+/// id over 4: request streams are the client's bidirectional ones).
+const QUIC_TUNNEL_BASE: usize = QUIC_BASE + usize::MAX / 8;
+pub(crate) const QUIC_TUNNEL_STRIDE: usize = 1 << 32;
 const LISTENER_BASE: usize = usize::MAX / 2;
 const UDP_BASE: usize = LISTENER_BASE + (1 << 24);
 const TIMER: usize = usize::MAX - 2;
@@ -41,6 +47,11 @@ pub(crate) enum Source {
     /// A QUIC connection (in the mailbox only: its datagrams come through
     /// its endpoint's socket): the endpoint's index, quinn-proto's handle.
     Quic { endpoint: usize, conn: usize },
+    /// The upstream socket of a WebSocket tunnel on an HTTP/3 request
+    /// stream (`conn/tunnel.rs`): the QUIC connection's token (a
+    /// `Source::Quic`'s) and the stream's id (below
+    /// `4 * QUIC_TUNNEL_STRIDE`).
+    QuicTunnel { quic: usize, stream: u64 },
     /// A listening socket: its index in the worker's list.
     Listener(usize),
     /// A QUIC endpoint's UDP socket: its index in the worker's list.
@@ -65,6 +76,10 @@ impl Source {
             }
             Source::Tunnel { conn, stream } => TUNNEL_BASE + conn * TUNNEL_STRIDE + stream as usize,
             Source::Quic { endpoint, conn } => QUIC_BASE + endpoint * QUIC_STRIDE + conn,
+            Source::QuicTunnel { quic, stream } => {
+                debug_assert!(stream % 4 == 0 && stream < 4 * QUIC_TUNNEL_STRIDE as u64);
+                QUIC_TUNNEL_BASE + (quic - QUIC_BASE) * QUIC_TUNNEL_STRIDE + (stream / 4) as usize
+            }
             Source::Listener(i) => LISTENER_BASE + i,
             Source::Udp(i) => UDP_BASE + i,
             Source::Timer => TIMER,
@@ -84,6 +99,10 @@ impl Source {
             TIMER => Source::Timer,
             t if t >= UDP_BASE => Source::Udp(t - UDP_BASE),
             t if t >= LISTENER_BASE => Source::Listener(t - LISTENER_BASE),
+            t if t >= QUIC_TUNNEL_BASE => Source::QuicTunnel {
+                quic: QUIC_BASE + (t - QUIC_TUNNEL_BASE) / QUIC_TUNNEL_STRIDE,
+                stream: ((t - QUIC_TUNNEL_BASE) % QUIC_TUNNEL_STRIDE * 4) as u64,
+            },
             t if t >= QUIC_BASE => Source::Quic {
                 endpoint: (t - QUIC_BASE) / QUIC_STRIDE,
                 conn: (t - QUIC_BASE) % QUIC_STRIDE,
@@ -182,6 +201,14 @@ mod tests {
             },
             Source::Quic { endpoint: 0, conn: 0 },
             Source::Quic { endpoint: 3, conn: 77 },
+            Source::QuicTunnel {
+                quic: Source::Quic { endpoint: 0, conn: 0 }.token(),
+                stream: 0,
+            },
+            Source::QuicTunnel {
+                quic: Source::Quic { endpoint: 3, conn: 77 }.token(),
+                stream: 4 * (QUIC_TUNNEL_STRIDE as u64 - 1),
+            },
             Source::Listener(0),
             Source::Listener(9),
             Source::Udp(0),

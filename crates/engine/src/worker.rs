@@ -414,6 +414,15 @@ impl Hosted {
                         self.settle(ctx, t, next);
                     }
                 }
+                // A tunnel's upstream socket on an HTTP/3 stream.
+                Source::QuicTunnel { quic, stream } => {
+                    for endpoint in self.quic.iter_mut() {
+                        if let Some(ch) = endpoint.conn_of_token(quic) {
+                            endpoint.on_tunnel_event(ctx, ch, stream);
+                            break;
+                        }
+                    }
+                }
                 // Not registered in the poll: its endpoint's socket is.
                 Source::Quic { .. } => {}
             }
@@ -632,11 +641,24 @@ impl Hosted {
     fn hand_tunnel(&mut self, ctx: &mut Ctx<'_>, mut handoff: crate::proxy::Handoff) {
         let responder = std::mem::replace(&mut handoff.responder, crate::responder::Responder::new(None, 0, 0));
         let (token, id) = responder.into_parts();
-        if let Source::Conn(t) = Source::of(token) {
-            if let Some(conn) = self.conns.get_mut(t) {
-                let next = conn.on_tunnel(ctx, id, handoff);
-                self.settle(ctx, t, next);
+        match Source::of(token) {
+            Source::Conn(t) => {
+                if let Some(conn) = self.conns.get_mut(t) {
+                    let next = conn.on_tunnel(ctx, id, handoff);
+                    self.settle(ctx, t, next);
+                }
             }
+            // An extended CONNECT over HTTP/3 (RFC 9220).
+            Source::Quic { .. } => {
+                let found = self
+                    .quic
+                    .iter_mut()
+                    .find_map(|e| e.conn_of_token(token).map(|ch| (e, ch)));
+                if let Some((endpoint, ch)) = found {
+                    endpoint.on_tunnel(ctx, ch, id, handoff);
+                }
+            }
+            _ => {}
         }
     }
 

@@ -4,9 +4,12 @@
 //! (`ws::upgrade`, a second server in this process, HTTP/1.1 only) or a
 //! raw socket that answers what the test needs (a wrong accept value, a
 //! flood). Clients we did not write: Python's `websockets` over HTTP/1.1
-//! (the `client.py` the WebSocket tests run) and python-hyper's `h2` over
-//! HTTP/2's extended CONNECT (`proxy_h2_client.py`); the rest is raw
-//! bytes. Installs as `websocket_clients.rs` does (`test_support::install`).
+//! (the `client.py` the WebSocket tests run), python-hyper's `h2` over
+//! HTTP/2's extended CONNECT (`proxy_h2_client.py`) and aioquic over
+//! HTTP/3's (`proxy_h3_client.py`, whose other checks
+//! `crates/cli/tests/proxy_ws_h3.rs` runs through `serve --proxy`); the
+//! rest is raw bytes. Installs as `websocket_clients.rs` does
+//! (`test_support::install`).
 
 mod common;
 
@@ -148,29 +151,7 @@ fn client_frame(op: u8, payload: &[u8]) -> Vec<u8> {
 /// Runs a scripted client to its end: it must exit 0 having printed `ok:
 /// CHECK` (or `ok: CHECK (details)`) for each of `checks`.
 fn run_client(name: &str, cmd: &mut Command, checks: &[&str]) {
-    let out = Command::new("timeout")
-        .args(["--kill-after=5", &CLIENT_TIMEOUT_SECS.to_string()])
-        .arg(cmd.get_program())
-        .args(cmd.get_args())
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run timeout(1) for the {name} client: {e}"));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let said = format!(
-        "--- stdout\n{stdout}--- stderr\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.status.success(),
-        "the {name} client failed ({}):\n{said}",
-        out.status
-    );
-    for check in checks {
-        let line = format!("ok: {check}");
-        assert!(
-            stdout.lines().any(|l| l == line || l.starts_with(&format!("{line} ("))),
-            "the {name} client passed without {line:?}:\n{said}"
-        );
-    }
+    test_support::process::run_checks(name, cmd, checks, CLIENT_TIMEOUT_SECS);
 }
 
 fn client_dir() -> PathBuf {
@@ -517,16 +498,7 @@ fn a_client_that_does_not_read_holds_a_flooding_upstream_back() {
     let (head, _) = open(&mut s, "/flood", "");
     assert!(head.starts_with("HTTP/1.1 101"), "{head}");
     // Nothing read: wait until the upstream stops getting anywhere.
-    let mut last = usize::MAX;
-    loop {
-        thread::sleep(Duration::from_millis(300));
-        let now = written.load(Ordering::SeqCst);
-        if now == last || now == TOTAL {
-            break;
-        }
-        last = now;
-    }
-    eprintln!("the upstream stalled after {last} bytes");
+    let last = stalled(&written, TOTAL);
     assert!(
         last < 128 * 1024 * 1024,
         "the upstream wrote {last} bytes to a client that read none: the tunnel buffers without bound"
@@ -600,16 +572,7 @@ fn an_http2_client_without_window_holds_a_flooding_upstream_back() {
         };
     pump(&mut s, &mut status, &mut data, &|st, _| st.is_some());
     assert_eq!(status, Some(200));
-    let mut last = usize::MAX;
-    loop {
-        thread::sleep(Duration::from_millis(300));
-        let now = written.load(Ordering::SeqCst);
-        if now == last || now == TOTAL {
-            break;
-        }
-        last = now;
-    }
-    eprintln!("the upstream stalled after {last} bytes");
+    let last = stalled(&written, TOTAL);
     assert!(
         last < 128 * 1024 * 1024,
         "the upstream wrote {last} bytes to a client that gave no window: the tunnel buffers without bound"
@@ -661,6 +624,72 @@ fn keyed_flood(total: usize) -> (SocketAddr, Arc<AtomicUsize>) {
         }
     });
     (addr, written)
+}
+
+/// What a flooding upstream (`keyed_flood`, `raw_upstream`) wrote once it
+/// stopped getting anywhere (or wrote `total`): its count, looked at until
+/// it no longer moves.
+fn stalled(written: &AtomicUsize, total: usize) -> usize {
+    let mut last = usize::MAX;
+    loop {
+        thread::sleep(Duration::from_millis(300));
+        let now = written.load(Ordering::SeqCst);
+        if now == last || now == total {
+            eprintln!("the upstream stalled after {now} bytes");
+            return now;
+        }
+        last = now;
+    }
+}
+
+/// The same over HTTP/3 (RFC 9220; aioquic, `proxy_h3_client.py stall`):
+/// a client that reads nothing gives no QUIC credit beyond its windows,
+/// and the tunnel reads at most 64 KiB of the upstream ahead of its
+/// stream, so a flooding upstream is held back at the sockets' buffers,
+/// far below the flood; once the client reads, every byte arrives.
+#[test]
+fn an_http3_client_that_does_not_read_holds_a_flooding_upstream_back() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+    const TOTAL: usize = 48 * 1024 * 1024;
+    let python =
+        install::aioquic_python(&tmp("aioquic-venv")).unwrap_or_else(|e| panic!("this test needs aioquic: {e}"));
+    let (up, written) = keyed_flood(TOTAL);
+    let cert = test_support::pki::SelfSigned::new("proxy-ws-h3-flood", &["localhost"]);
+    let proxy = Server::new()
+        .bind_tls(
+            "127.0.0.1:0",
+            peregrine::TlsConfig::from_pem_files(&cert.cert, &cert.key).unwrap(),
+        )
+        .workers(1)
+        .websockets(true)
+        .start(Proxy::new(Upstream::parse(&format!("http://{up}")).unwrap()))
+        .expect("the proxy starts");
+    let mut client = Command::new("timeout")
+        .args(["--kill-after=5", &CLIENT_TIMEOUT_SECS.to_string()])
+        .arg(python)
+        .arg(client_dir().join("proxy_h3_client.py"))
+        .arg(proxy.local_addr().to_string())
+        .args(["stall", &TOTAL.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut said = BufReader::new(client.stdout.take().unwrap());
+    let mut line = String::new();
+    said.read_line(&mut line).unwrap();
+    assert_eq!(line, "ok: connect\n", "the client's first line");
+    let last = stalled(&written, TOTAL);
+    assert!(
+        last < TOTAL / 2,
+        "the upstream wrote {last} bytes to an HTTP/3 client that read none: the tunnel buffers without bound"
+    );
+    client.stdin.take().unwrap().write_all(b"read\n").unwrap();
+    let mut rest = String::new();
+    said.read_to_string(&mut rest).unwrap();
+    assert!(client.wait().unwrap().success(), "the client failed: {rest}");
+    assert!(rest.lines().any(|l| l == "ok: every byte arrives"), "{rest}");
+    assert_eq!(written.load(Ordering::SeqCst), TOTAL);
 }
 
 /// `Sec-WebSocket-Accept` for `key` (RFC 6455 §4.2.2), by tungstenite.

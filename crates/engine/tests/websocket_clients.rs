@@ -372,29 +372,7 @@ impl Echo {
 /// 0 having printed `ok: CHECK` (or `ok: CHECK (details)`) for each of
 /// `checks`. Returns what it printed.
 fn run_client(name: &str, cmd: &mut Command, checks: &[&str]) -> String {
-    let program = cmd.get_program().to_owned();
-    let out = Command::new("timeout")
-        .args(["--kill-after=5", &CLIENT_TIMEOUT_SECS.to_string()])
-        .arg(program)
-        .args(cmd.get_args())
-        .envs(cmd.get_envs().filter_map(|(k, v)| Some((k, v?))))
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run timeout(1) for the {name} client: {e}"));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let said = format!("--- stdout\n{stdout}--- stderr\n{stderr}");
-    assert!(
-        out.status.success(),
-        "the {name} client failed ({}):\n{said}",
-        out.status
-    );
-    for check in checks {
-        let line = format!("ok: {check}");
-        assert!(
-            stdout.lines().any(|l| l == line || l.starts_with(&format!("{line} ("))),
-            "the {name} client passed without {line:?}:\n{said}"
-        );
-    }
+    let said = test_support::process::run_checks(name, cmd, checks, CLIENT_TIMEOUT_SECS);
     println!("{said}");
     said
 }

@@ -279,6 +279,37 @@ pub fn spawn_h3_client(python: &std::path::Path, spec: &str, limit_s: u32, piped
     child
 }
 
+/// Runs a scripted client (the WebSocket tests' Python, Node and Go
+/// clients) to its end, killed after `limit_s` seconds (a bound for a hung
+/// client, never a pass condition): it must exit 0 having printed `ok:
+/// CHECK` (or `ok: CHECK (details)`) for each of `checks`. Returns what it
+/// printed.
+pub fn run_checks(name: &str, cmd: &Command, checks: &[&str], limit_s: u32) -> String {
+    let out = Command::new("timeout")
+        .args(["--kill-after=5", &limit_s.to_string()])
+        .arg(cmd.get_program())
+        .args(cmd.get_args())
+        .envs(cmd.get_envs().filter_map(|(k, v)| Some((k, v?))))
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run timeout(1) for the {name} client: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let said = format!("--- stdout\n{stdout}--- stderr\n{stderr}");
+    assert!(
+        out.status.success(),
+        "the {name} client failed ({}):\n{said}",
+        out.status
+    );
+    for check in checks {
+        let line = format!("ok: {check}");
+        assert!(
+            stdout.lines().any(|l| l == line || l.starts_with(&format!("{line} ("))),
+            "the {name} client passed without {line:?}:\n{said}"
+        );
+    }
+    said
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -59,6 +59,7 @@ mod ws;
 
 pub(crate) use crate::buffers::BufPool;
 use crate::buffers::{ensure_output, Input, Output, Tail};
+pub(crate) use tunnel::{H3Opened, H3Tunnel};
 pub(crate) use ws::{H3Ran, H3Ws};
 
 use crate::access_log::{Line, LogWriter};

@@ -9,35 +9,50 @@
 //!   or not;
 //! - over HTTP/2 (an extended CONNECT, RFC 8441) each tunnel is a stream
 //!   (`Http2::proxied`), whose DATA are written to the upstream and whose
-//!   upstream bytes leave as DATA (`h2::Tunnel`, as a WebSocket's frames).
+//!   upstream bytes leave as DATA (`h2::Tunnel`, as a WebSocket's frames);
+//! - over HTTP/3 (RFC 9220) likewise a request stream (`H3Tunnel`, kept
+//!   and driven by `quic::conn` as it does its WebSockets): its DATA
+//!   payloads come from `h3::Session::with_tunnel` as input, read from
+//!   quinn-proto only while under 64 KiB wait unread (QUIC credits the
+//!   client only as the upstream takes them), and the upstream's bytes
+//!   leave as one DATA frame per pass.
+//!
+//! The stream carriers share one pass (`Tunnel::pump_stream`).
 //!
 //! The upstream socket is registered under `Source::Tunnel` (the
+//! connection and its HTTP/2 stream) or `Source::QuicTunnel` (the QUIC
 //! connection and its stream), so its readiness wakes this connection.
 //!
 //! Bounds (`limits::PROXY_TUNNEL_BYTES`): the upstream is not read while
-//! 64 KiB of its bytes wait for the client (an HTTP/2 connection's tunnels
-//! share that), and the client is not read while `BUFFER_BYTES` of its
-//! bytes wait for the upstream (HTTP/2: its stream's window is given back
-//! only as the upstream takes them). Either side that stops reading stops
-//! the other's sender at TCP's window. The upstream also waits while the
-//! worker's queued output is over `output_budget_bytes`, and a client that
-//! takes nothing for `send_timeout` is closed, as any.
+//! 64 KiB of its bytes wait for the client (an HTTP/2 or HTTP/3
+//! connection's tunnels share that, its WebSockets' frames included over
+//! HTTP/3), and the client is not read while `BUFFER_BYTES` of its bytes
+//! wait for the upstream (HTTP/2: its stream's window is given back only
+//! as the upstream takes them; HTTP/3: 64 KiB, as above). Either side
+//! that stops reading stops the other's sender at TCP's window (or
+//! QUIC's). The upstream also waits while the worker's queued output is
+//! over `output_budget_bytes` (TCP connections), and a client that takes
+//! nothing for `send_timeout` is closed, as any.
 //!
 //! Ends: no byte either way for the upstream's `read_timeout` (60 s by
 //! default, nginx's `proxy_read_timeout`) closes the tunnel (HTTP/2:
-//! RST_STREAM with CANCEL); a client's
-//! FIN (END_STREAM) is passed on as a FIN to the upstream, whose answer
-//! may still come (within `PROXY_TUNNEL_FIN_TIMEOUT`, 5 s, of the last
-//! byte; a client's reset reads as its FIN, and the next write to it
-//! fails); the upstream's FIN ends the tunnel once the client has
-//! what came before it (HTTP/1.1: then a lingering close; HTTP/2:
-//! END_STREAM); an error or reset on either side closes both (HTTP/2:
-//! RST_STREAM with CONNECT_ERROR, RFC 9113 §8.5). A draining server keeps
+//! RST_STREAM with CANCEL; HTTP/3: the stream reset with
+//! H3_REQUEST_CANCELLED); a client's FIN (END_STREAM, a QUIC stream's
+//! FIN) is passed on as a FIN to the upstream, whose answer may still
+//! come (within `PROXY_TUNNEL_FIN_TIMEOUT`, 5 s, of the last byte; over
+//! TCP a client's reset reads as its FIN, and the next write to it
+//! fails); the upstream's FIN ends the tunnel once the client has what
+//! came before it (HTTP/1.1: then a lingering close; HTTP/2: END_STREAM;
+//! HTTP/3: the stream's FIN); an error or reset on either side closes
+//! both (HTTP/2: RST_STREAM with CONNECT_ERROR, RFC 9113 §8.5; HTTP/3:
+//! a reset with H3_CONNECT_ERROR, RFC 9114 §4.4; a stream the client
+//! resets or stops closes the upstream socket). A draining server keeps
 //! its tunnels until the shutdown timeout cuts them, as it keeps any
 //! connection still busy: it cannot speak inside frames it does not read
 //! (its own WebSockets get a 1001 instead).
 
 use std::io::{self, Read, Write};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -73,10 +88,9 @@ pub(super) struct Tunnel {
 const _: () = assert!(std::mem::size_of::<Tunnel>() <= std::mem::size_of::<super::h1::Http1>());
 
 impl Tunnel {
-    /// The tunnel of `handoff`'s socket, registered for connection
-    /// `token`'s `stream` (0: the connection itself). `None` if the poll
-    /// refuses it.
-    fn open(ctx: &Ctx<'_>, sock: Sock, idle_timeout: Duration, token: usize, stream: u32) -> Option<Tunnel> {
+    /// The tunnel of `handoff`'s socket, registered as `source` (the
+    /// connection and its stream). `None` if the poll refuses it.
+    fn open(ctx: &Ctx<'_>, sock: Sock, idle_timeout: Duration, source: Source) -> Option<Tunnel> {
         let mut t = Tunnel {
             up: sock,
             readable: true,
@@ -86,9 +100,8 @@ impl Tunnel {
             idle_timeout,
             last: ctx.now,
         };
-        let source = Source::Tunnel { conn: token, stream }.mio();
         ctx.registry
-            .register(t.up.mio_source(), source, Interest::READABLE | Interest::WRITABLE)
+            .register(t.up.mio_source(), source.mio(), Interest::READABLE | Interest::WRITABLE)
             .ok()?;
         if let Some(m) = ctx.metrics {
             m.proxy_tunnels_opened.add(1);
@@ -139,6 +152,55 @@ impl Tunnel {
         Ok(read)
     }
 
+    /// One pass over a stream tunnel's bytes (HTTP/2's or HTTP/3's): the
+    /// client's DATA payloads (`input`) written to the upstream as far as
+    /// it takes them, the client's end passed on once all went
+    /// (`peer_done`), and the upstream read into `output` while fewer
+    /// than `room` of its bytes wait there past `sent`. Whether the
+    /// upstream is done (its FIN read), or `Err` if it failed.
+    fn pump_stream(
+        &mut self,
+        input: &mut Vec<u8>,
+        peer_done: bool,
+        (output, sent): (&mut Vec<u8>, usize),
+        room: usize,
+        now: Instant,
+        work_left: &mut u32,
+    ) -> Result<bool, ()> {
+        let mut moved = 0;
+        if !input.is_empty() {
+            let n = self.send_up(input, work_left)?;
+            input.drain(..n);
+            moved += n;
+        }
+        if peer_done && input.is_empty() {
+            self.client_done(now);
+        }
+        moved += self.recv_up(output, sent, room, work_left)?;
+        if moved > 0 {
+            self.last = now;
+        }
+        Ok(self.up_done)
+    }
+
+    /// Says that it is closed for idling past its timeout.
+    fn said_idle(&self) {
+        crate::log::debug(format_args!(
+            "proxy: a WebSocket tunnel idle for {:?}: closed",
+            self.idle_timeout
+        ));
+    }
+
+    /// Its socket is ready: a read (write) may find something (room).
+    fn on_ready(&mut self) {
+        self.readable = true;
+        self.writable = true;
+        // An `https://` upstream's records rustls could not send before
+        // (the socket was full) go now; an error shows at the next
+        // write or read.
+        let _ = self.up.flush();
+    }
+
     /// The client ended its side and every byte it sent is written: the
     /// upstream is told, and may still answer, within
     /// `PROXY_TUNNEL_FIN_TIMEOUT` of the last byte.
@@ -159,11 +221,125 @@ fn ended(ctx: &Ctx<'_>) {
     }
 }
 
+/// The 200 that accepts a proxied extended CONNECT (HTTP/2, HTTP/3), with
+/// the upstream's `fields` (complete lines, `proxy::tunnel::switched`).
+fn accepted(fields: &[u8]) -> Response {
+    let block = HeaderBlock::from_lines(SharedBytes::new(Arc::new(fields.to_vec())))
+        .unwrap_or_else(|_| HeaderBlock::engine_lines(b""));
+    Response::prepared(200, block, Vec::new())
+}
+
+/// A proxied WebSocket on an HTTP/3 request stream (RFC 9220), for
+/// `quic::conn`, which keeps it beside its stream as it keeps its
+/// WebSockets (`H3Ws`): the tunnel's upstream side, run over the bytes
+/// the stream lends (`h3::TunnelIo`).
+pub(crate) struct H3Tunnel(Tunnel);
+
+/// What came of handing an upstream's switch to an HTTP/3 stream
+/// (`H3Tunnel::open`).
+pub(crate) enum H3Opened {
+    /// The stream is gone (the client reset it): the upstream closes.
+    Gone,
+    /// The 200 is queued but the poll refused the upstream socket: the
+    /// stream is to be reset (H3_CONNECT_ERROR).
+    Refused,
+    /// The tunnel, with what the upstream sent after its 101: the
+    /// stream's first bytes for the client.
+    Open(H3Tunnel, Vec<u8>),
+}
+
+impl H3Tunnel {
+    /// Accepts the extended CONNECT on QUIC connection `quic`'s `stream`
+    /// (`None`: reset by the client meanwhile) for `handoff`'s upstream:
+    /// its 200 is queued through `accept` (the stream, the response and
+    /// the date; false if the stream is gone), the deferral is logged as
+    /// that 200, and the upstream socket is registered.
+    pub(crate) fn open(
+        ctx: &mut Ctx<'_>,
+        (peer, deferral): (SocketAddr, dispatch::Deferral),
+        handoff: Handoff,
+        (quic, stream): (usize, Option<u64>),
+        accept: impl FnOnce(u64, &Response, &[u8]) -> bool,
+    ) -> H3Opened {
+        let date = ctx.date.http();
+        let Some(stream) = stream.filter(|&s| accept(s, &accepted(&handoff.fields), &date[..])) else {
+            dispatch::finish(ctx, peer, deferral, None, None);
+            return H3Opened::Gone;
+        };
+        // RFC 9220 §3 (RFC 8441 §5): the extended CONNECT's 200, logged
+        // as such.
+        dispatch::finish(ctx, peer, deferral, Some((200, 0, None)), None);
+        // A stream id past the tokens' room (four billion requests on one
+        // connection) gets no tunnel.
+        if stream >= 4 * crate::sources::QUIC_TUNNEL_STRIDE as u64 {
+            return H3Opened::Refused;
+        }
+        let source = Source::QuicTunnel { quic, stream };
+        match Tunnel::open(ctx, handoff.sock, handoff.idle_timeout, source) {
+            Some(t) => H3Opened::Open(H3Tunnel(t), handoff.early),
+            None => H3Opened::Refused,
+        }
+    }
+
+    /// Copies what the stream received to the upstream and the
+    /// upstream's bytes into the stream's DATA (`io`); `total` is what all
+    /// of the connection's tunnels and WebSockets have waiting for the
+    /// client (one client reads them all). Whether the upstream is done,
+    /// or `Err` if it failed.
+    pub(crate) fn run(
+        &mut self,
+        ctx: &Ctx<'_>,
+        io: &mut crate::h3::TunnelIo<'_>,
+        total: usize,
+        work_left: &mut u32,
+    ) -> Result<bool, ()> {
+        // This stream's own bytes waiting (with the DATA frame's header
+        // opened for this run, which `total` was counted without).
+        let own = io.output.len() - io.sent;
+        let room = PROXY_TUNNEL_BYTES.saturating_sub(total.saturating_sub(own));
+        let t = &mut self.0;
+        t.pump_stream(
+            io.input,
+            io.peer_done,
+            (&mut *io.output, io.sent),
+            room,
+            ctx.now,
+            work_left,
+        )
+    }
+
+    /// Its upstream socket is ready.
+    pub(crate) fn on_ready(&mut self) {
+        self.0.on_ready();
+    }
+
+    /// Whether `work_left` (what `run` counts down) still pays for a
+    /// read or write of an upstream socket.
+    pub(crate) fn can_work(work_left: u32) -> bool {
+        work_left >= SYSCALL_WORK
+    }
+
+    /// When it times out if nothing moves.
+    pub(crate) fn deadline(&self) -> Instant {
+        self.0.deadline()
+    }
+
+    /// Its stream or connection is gone, or it timed out: counted ended
+    /// (dropping it closes the upstream socket).
+    pub(crate) fn end(self, ctx: &Ctx<'_>) {
+        if self.0.deadline() <= ctx.now {
+            self.0.said_idle();
+        }
+        ended(ctx);
+    }
+}
+
 impl Conn {
     /// An upstream switched to WebSocket for this connection's deferred
     /// request `id`: the client gets its 101 (HTTP/1.1) or 200 (HTTP/2)
-    /// and the tunnel opens. A connection that no longer waits for `id`
-    /// drops it (the upstream socket closes).
+    /// and the tunnel opens (HTTP/3's: `QuicConn::on_tunnel`). A
+    /// connection that no longer waits for `id` drops it (the upstream
+    /// socket closes).
     #[cold]
     #[inline(never)]
     pub(crate) fn on_tunnel(&mut self, ctx: &mut Ctx<'_>, id: u64, handoff: Handoff) -> Next {
@@ -206,7 +382,11 @@ impl Conn {
             Some((sent.status, sent.body_bytes, None)),
             None,
         );
-        let Some(t) = Tunnel::open(ctx, handoff.sock, handoff.idle_timeout, self.token, 0) else {
+        let source = Source::Tunnel {
+            conn: self.token,
+            stream: 0,
+        };
+        let Some(t) = Tunnel::open(ctx, handoff.sock, handoff.idle_timeout, source) else {
             return Next::Close;
         };
         // What the upstream sent after its 101 follows ours.
@@ -232,9 +412,7 @@ impl Conn {
         let deferral = h2.deferred.swap_remove(at);
         // The client may have reset the stream meanwhile.
         let accepted = h2.session.deferred_stream(id).filter(|&stream| {
-            let block = HeaderBlock::from_lines(SharedBytes::new(Arc::new(handoff.fields.clone())))
-                .unwrap_or_else(|_| HeaderBlock::engine_lines(b""));
-            let response = Response::prepared(200, block, Vec::new());
+            let response = accepted(&handoff.fields);
             let date = &ctx.date.http()[..];
             h2.session
                 .accept_tunnel(stream, &response, date, transport.extra_fields(), &mut output.buf)
@@ -245,7 +423,8 @@ impl Conn {
         };
         // RFC 8441 §5: the extended CONNECT's 200, logged as such.
         dispatch::finish(ctx, *peer, deferral, Some((200, 0, None)), None);
-        match Tunnel::open(ctx, handoff.sock, handoff.idle_timeout, *token, stream) {
+        let source = Source::Tunnel { conn: *token, stream };
+        match Tunnel::open(ctx, handoff.sock, handoff.idle_timeout, source) {
             Some(t) => {
                 h2.session
                     .with_tunnel(stream, |st, _| st.output.extend_from_slice(&handoff.early));
@@ -267,12 +446,7 @@ impl Conn {
             },
             _ => return Next::Keep,
         };
-        t.readable = true;
-        t.writable = true;
-        // An `https://` upstream's records rustls could not send before
-        // (the socket was full) go now; an error shows at the next
-        // write or read.
-        let _ = t.up.flush();
+        t.on_ready();
         self.drive(ctx)
     }
 
@@ -369,10 +543,7 @@ impl Conn {
             return Next::Close;
         };
         if t.deadline() <= ctx.now {
-            crate::log::debug(format_args!(
-                "proxy: a WebSocket tunnel idle for {:?}: closed",
-                t.idle_timeout
-            ));
+            t.said_idle();
             return Next::Close;
         }
         self.state_deadline = Some(t.deadline());
@@ -400,24 +571,11 @@ impl Conn {
                 // The connection's tunnels share the bound: one client
                 // reads them all.
                 let room = PROXY_TUNNEL_BYTES.saturating_sub(total - st.queued());
-                let mut moved = 0;
-                if !st.input.is_empty() {
-                    let n = t.send_up(&st.input, work_left)?;
-                    st.input.drain(..n);
-                    moved += n;
-                }
-                if peer_done && st.input.is_empty() {
-                    t.client_done(ctx.now);
-                }
                 if st.sent > 0 {
                     st.output.drain(..st.sent);
                     st.sent = 0;
                 }
-                moved += t.recv_up(&mut st.output, 0, room, work_left)?;
-                if moved > 0 {
-                    t.last = ctx.now;
-                }
-                Ok::<bool, ()>(t.up_done)
+                t.pump_stream(&mut st.input, peer_done, (&mut st.output, 0), room, ctx.now, work_left)
             });
             match pumped {
                 // The stream is gone (reset by the client, or over both

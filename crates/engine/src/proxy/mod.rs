@@ -39,15 +39,15 @@
 //! upstream's error text or address (those go to the error log).
 //!
 //! WebSockets pass through (`tunnel.rs`): an HTTP/1.1 `Upgrade:
-//! websocket` or an HTTP/2 extended CONNECT (RFC 8441; give the server
-//! [`crate::Server::websockets`] so that HTTP/2 clients are told they
-//! may) goes to the upstream as an HTTP/1.1 upgrade; a 101 with the right
-//! `Sec-WebSocket-Accept` hands the upstream connection to the client's,
-//! which copies bytes both ways from then on (`conn/tunnel.rs`: bounded
-//! each way, closed after the upstream's `read_timeout` with no byte
-//! moving, and when either side ends). Every other upgrade (`h2c`) is
-//! dropped, as a hop-by-hop field, and the request goes as an ordinary
-//! one. HTTP/3 clients cannot open one yet (no RFC 9220 in the engine).
+//! websocket` or an extended CONNECT over HTTP/2 (RFC 8441) or HTTP/3
+//! (RFC 9220; give the server [`crate::Server::websockets`] so that
+//! HTTP/2 and HTTP/3 clients are told they may) goes to the upstream as
+//! an HTTP/1.1 upgrade; a 101 with the right `Sec-WebSocket-Accept`
+//! hands the upstream connection to the client's, which copies bytes
+//! both ways from then on (`conn/tunnel.rs`: bounded each way, closed
+//! after the upstream's `read_timeout` with no byte moving, and when
+//! either side ends). Every other upgrade (`h2c`) is dropped, as a
+//! hop-by-hop field, and the request goes as an ordinary one.
 
 mod auth;
 mod balance;
@@ -776,10 +776,10 @@ impl Proxy {
         let built = build_as(&self.up, req, framing, req.method(), expect_continue, &[], target);
         // A WebSocket opening (`tunnel.rs`) is an HTTP/1.1 GET with an
         // `Upgrade` field, which the pass over the fields saw, or an
-        // HTTP/2 CONNECT, which `build_as` refuses: looked for only then
-        // (a look through every request's fields first was about 60
-        // instructions of a proxied GET, callgrind `proxy-c50`). Its own
-        // request is written by `tunnel::request`.
+        // HTTP/2 or HTTP/3 CONNECT, which `build_as` refuses: looked for
+        // only then (a look through every request's fields first was
+        // about 60 instructions of a proxied GET, callgrind `proxy-c50`).
+        // Its own request is written by `tunnel::request`.
         let maybe_tunnel = match &built {
             Ok((_, seen)) => seen.has(head::Seen::UPGRADE),
             Err(_) => true,

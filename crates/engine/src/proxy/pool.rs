@@ -2202,10 +2202,11 @@ impl UpConn {
                 && self
                     .job
                     .as_ref()
-                    .is_some_and(|j| j.more().is_some_and(|m| m.tunnel.is_some_and(|a| a.h2)))
+                    .is_some_and(|j| j.more().is_some_and(|m| m.tunnel.is_some_and(|a| a.connect)))
             {
                 // A 2xx to an extended CONNECT opens a tunnel (RFC 8441
-                // §4): a page in its place would be read as frames.
+                // §4, RFC 9220 §3): a page in its place would be read as
+                // frames.
                 return Err(bad("a 2xx without switching to WebSocket"));
             }
             if head.status >= 600 {

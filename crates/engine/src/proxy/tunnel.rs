@@ -1,34 +1,36 @@
 //! WebSocket pass-through: a client's WebSocket opening (an HTTP/1.1
-//! `Upgrade: websocket`, or an HTTP/2 extended CONNECT with `:protocol =
-//! websocket`, RFC 8441) becomes an HTTP/1.1 upgrade request to the
-//! upstream, and the upstream's answer decides what the client gets.
+//! `Upgrade: websocket`, or an extended CONNECT with `:protocol =
+//! websocket` over HTTP/2, RFC 8441, or HTTP/3, RFC 9220) becomes an
+//! HTTP/1.1 upgrade request to the upstream, and the upstream's answer
+//! decides what the client gets.
 //!
 //! - The request is re-framed as every proxied request is (`build_as`),
 //!   as a GET with `Upgrade: websocket` and `Connection: Upgrade` added
 //!   back (the codec drops both as hop-by-hop). `Sec-WebSocket-Version`,
 //!   `-Protocol` and `-Extensions` pass as ordinary fields. An HTTP/1.1
-//!   client's `Sec-WebSocket-Key` is passed on; for an HTTP/2 client, which
-//!   has none (RFC 8441 §5), the proxy makes one.
+//!   client's `Sec-WebSocket-Key` is passed on; for an extended CONNECT,
+//!   which has none (RFC 8441 §5, RFC 9220 §3), the proxy makes one.
 //! - Only a 101 with `Upgrade: websocket`, `Connection: upgrade` and the
 //!   `Sec-WebSocket-Accept` the key calls for (RFC 6455 §4.1, the
 //!   client's checks) opens the tunnel (`switched`): the upstream
 //!   connection leaves the pool for good and goes, with the bytes the
 //!   upstream sent after its 101, to the client's connection
-//!   (`Handoff`, `conn/tunnel.rs`), which answers 101 (HTTP/1.1) or 200
-//!   (HTTP/2) and from then on copies bytes both ways without reading
-//!   frames. A 101 that fails a check is a 502 and a closed upstream
-//!   connection.
+//!   (`Handoff`, `conn/tunnel.rs`; an HTTP/3 client's QUIC connection,
+//!   `quic/conn.rs`), which answers 101 (HTTP/1.1) or 200 (HTTP/2,
+//!   HTTP/3: on the stream, which stays open) and from then on copies
+//!   bytes both ways without reading frames (over HTTP/2 and HTTP/3, the
+//!   stream's DATA payloads). A 101 that fails a check is a 502 and a
+//!   closed upstream connection.
 //! - Any other answer is relayed as an ordinary response and HTTP goes on
 //!   on both sides (the upstream connection may be kept alive), except a
-//!   2xx to an HTTP/2 client: a 2xx to an extended CONNECT opens a tunnel
-//!   (RFC 8441 §4), so an upstream that answers a WebSocket request with
-//!   a page gets its client a 502 instead of a page in place of frames.
+//!   2xx to an extended CONNECT: a 2xx opens a tunnel there (RFC 8441
+//!   §4, RFC 9220 §3), so an upstream that answers a WebSocket request
+//!   with a page gets its client a 502 instead of a page in place of
+//!   frames.
 //! - Other upgrades (`h2c`, anything but `websocket`) are never forwarded:
 //!   the request goes as an ordinary one, without Upgrade or Connection,
-//!   as nginx and Caddy strip them.
-//!
-//! HTTP/3 clients have no extended CONNECT here yet (RFC 9220 is issue
-//! 31): their CONNECT gets 501, as before.
+//!   as nginx and Caddy strip them. A CONNECT without `:protocol =
+//!   websocket` gets 501 (`build_as`).
 
 use std::time::Duration;
 
@@ -43,11 +45,12 @@ use crate::responder::Responder;
 
 /// What a WebSocket request through the proxy waits for: the
 /// `Sec-WebSocket-Accept` the upstream's 101 must carry, and whether the
-/// client spoke HTTP/2 (its answer is then a 200 on the stream).
+/// client sent an extended CONNECT (HTTP/2 or HTTP/3: its answer is then
+/// a 200 on the stream).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Ask {
     pub(crate) accept: [u8; 28],
-    pub(crate) h2: bool,
+    pub(crate) connect: bool,
 }
 
 /// An upstream connection that switched to WebSocket, on its way to the
@@ -57,7 +60,7 @@ pub(crate) struct Handoff {
     pub(crate) responder: Responder,
     pub(crate) sock: Sock,
     /// Complete field lines (`Name: value\r\n`): the upstream's fields
-    /// less the hop-by-hop ones (and, for HTTP/2, less
+    /// less the hop-by-hop ones (and, for an extended CONNECT, less
     /// `Sec-WebSocket-Accept`).
     pub(crate) fields: Vec<u8>,
     /// Bytes the upstream sent after its 101's head: the first for the
@@ -96,7 +99,7 @@ impl Sock {
 /// Whether `req` opens a WebSocket the proxy can pass through: an
 /// HTTP/1.1 GET offering `websocket` in an Upgrade field that Connection
 /// names, with one `Sec-WebSocket-Key` of 16 bytes and no body; or an
-/// HTTP/2 extended CONNECT for `websocket`. Anything else (another
+/// HTTP/2 or HTTP/3 extended CONNECT for `websocket`. Anything else (another
 /// upgrade, a malformed handshake) goes as an ordinary request, which the
 /// upstream answers as it sees fit.
 pub(crate) fn offer(req: &Request<'_>) -> Option<Offer> {
@@ -134,7 +137,7 @@ pub(crate) fn offer(req: &Request<'_>) -> Option<Offer> {
                 accept: crate::ws::handshake::accept_key(key),
             })
         }
-        Version::Http2 if req.method() == "CONNECT" => {
+        Version::Http2 | Version::Http3 if req.method() == "CONNECT" => {
             req.protocol().filter(|p| p.eq_ignore_ascii_case("websocket"))?;
             Some(Offer::Connect)
         }
@@ -147,7 +150,7 @@ pub(crate) fn offer(req: &Request<'_>) -> Option<Offer> {
 pub(crate) enum Offer {
     /// HTTP/1.1: the accept value the client's own key calls for.
     Upgrade { accept: [u8; 28] },
-    /// HTTP/2's extended CONNECT: the proxy makes the key.
+    /// HTTP/2's or HTTP/3's extended CONNECT: the proxy makes the key.
     Connect,
 }
 
@@ -160,7 +163,8 @@ fn is_key(key: &[u8]) -> bool {
 }
 
 /// The upstream request for a WebSocket opening: the request re-framed
-/// as a GET, the upgrade fields added, and the key for HTTP/2's; with
+/// as a GET, the upgrade fields added, and the key for an extended
+/// CONNECT's; with
 /// what the upstream's 101 must say.
 pub(crate) fn request(up: &super::Upstream, req: &Request<'_>, offer: Offer) -> Result<(Vec<u8>, Ask), u16> {
     let (own_key, accept) = match offer {
@@ -171,7 +175,7 @@ pub(crate) fn request(up: &super::Upstream, req: &Request<'_>, offer: Offer) -> 
             (Some(key), accept)
         }
     };
-    // An HTTP/2 client's key, if it sent one, is not ours to pass; nor
+    // An extended CONNECT's key, if it sent one, is not ours to pass; nor
     // is an `Expect` (`build_as` leaves it out).
     let skip: &[&str] = if own_key.is_some() { &["sec-websocket-key"] } else { &[] };
     let (mut bytes, _) = super::build_as(up, req, crate::codec::head::Framing::Empty, "GET", false, skip, None)?;
@@ -191,7 +195,7 @@ pub(crate) fn request(up: &super::Upstream, req: &Request<'_>, offer: Offer) -> 
         bytes,
         Ask {
             accept,
-            h2: own_key.is_some(),
+            connect: own_key.is_some(),
         },
     ))
 }
@@ -239,7 +243,7 @@ pub(crate) fn switched(head: &ResponseHead<'_, '_>, ask: &Ask) -> Result<Vec<u8>
         // RFC 8441 §5: an extended CONNECT has no key, and its answer no
         // accept value.
         let name = line.split(|&b| b == b':').next().unwrap_or_default();
-        if ask.h2 && name.eq_ignore_ascii_case(b"sec-websocket-accept") {
+        if ask.connect && name.eq_ignore_ascii_case(b"sec-websocket-accept") {
             continue;
         }
         fields.extend_from_slice(line);
@@ -265,10 +269,10 @@ mod tests {
     /// RFC 6455 §1.3's example key and its accept value.
     const ACCEPT: &str = "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=";
 
-    fn ask(h2: bool) -> Ask {
+    fn ask(connect: bool) -> Ask {
         Ask {
             accept: crate::ws::handshake::accept_key(b"dGhlIHNhbXBsZSBub25jZQ=="),
-            h2,
+            connect,
         }
     }
 
@@ -291,7 +295,7 @@ mod tests {
         );
         assert!(!fields.to_ascii_lowercase().contains("upgrade:"), "{fields}");
         assert!(!fields.to_ascii_lowercase().contains("connection:"), "{fields}");
-        // HTTP/2's 200 carries no accept value.
+        // An extended CONNECT's 200 carries no accept value.
         let h2 = String::from_utf8(check(&good, &ask(true)).unwrap()).unwrap();
         assert!(!h2.contains("Accept"), "{h2}");
         assert!(h2.contains("Sec-WebSocket-Protocol: chat\r\n"), "{h2}");

@@ -4,7 +4,9 @@
 //! are: the same access log lines, metrics and deferred answers, per
 //! stream. A WebSocket (RFC 9220's extended CONNECT, accepted) runs on
 //! its request stream: `conn::H3Ws`, the machine HTTP/1.1 and HTTP/2 run,
-//! fed from the stream as far as its input has room.
+//! fed from the stream as far as its input has room; or, through the
+//! reverse proxy, `conn::H3Tunnel`, the bytes copied between the stream
+//! and the upstream socket (`conn/tunnel.rs`).
 
 use std::net::SocketAddr;
 use std::time::Instant;
@@ -16,7 +18,7 @@ use crate::body::BodySink;
 use crate::codec::Version;
 use crate::conn::dispatch::{Deferral, Held};
 use crate::conn::streams::{self, Client, Streams};
-use crate::conn::{Ctx, H3Ran, H3Ws};
+use crate::conn::{Ctx, H3Opened, H3Ran, H3Tunnel, H3Ws};
 use crate::h3::frame::Code;
 use crate::h3::{Action, Session};
 use crate::limits::HEADERS_ARRAY_MAX;
@@ -53,6 +55,9 @@ pub(super) struct QuicConn {
     server_name: Option<Option<Box<str>>>,
     /// The WebSockets on this connection's request streams, by stream.
     websockets: Vec<(u64, H3Ws)>,
+    /// The reverse proxy's WebSocket tunnels on its request streams, by
+    /// stream.
+    proxied: Vec<(u64, H3Tunnel)>,
 }
 
 /// Messages the WebSockets of one connection are handed per drive at
@@ -60,6 +65,12 @@ pub(super) struct QuicConn {
 /// connection wakes itself through the mailbox to go on, so that a
 /// client sending without pause cannot starve the worker's others.
 const WS_WORK_PER_DRIVE: u32 = 1024;
+
+/// The work the reverse proxy's tunnels of one connection may do per
+/// drive, in the units of a TCP connection's turn (`conn::TURN_WORK`: a
+/// read or write of an upstream socket costs 16); past it, the
+/// connection wakes itself to go on, as for `WS_WORK_PER_DRIVE`.
+const TUNNEL_WORK_PER_DRIVE: u32 = 1024;
 
 /// The name the client asked for in its handshake (SNI), in normal form.
 fn server_name(conn: &quinn_proto::Connection) -> Option<Box<str>> {
@@ -167,6 +178,7 @@ impl QuicConn {
             counted_lost: 0,
             server_name: None,
             websockets: Vec::new(),
+            proxied: Vec::new(),
         }
     }
 
@@ -235,6 +247,9 @@ impl QuicConn {
         if !self.websockets.is_empty() {
             self.run_websockets(ctx, drain);
         }
+        if !self.proxied.is_empty() {
+            self.run_proxied(ctx);
+        }
         self.pump();
         // Bodies that QUIC took whole make room for the requests that
         // waited for it (`answer_ready`): answered now, as no packet from
@@ -268,11 +283,13 @@ impl QuicConn {
     /// Its timer: quinn-proto's, or the next keep-alive PING if sooner.
     pub(super) fn next_timeout(&mut self) -> Option<Instant> {
         let ws = self.websockets.iter().filter_map(|(_, ws)| ws.deadline()).min();
+        let proxied = self.proxied.iter().map(|(_, t)| t.deadline()).min();
         [
             self.conn.poll_timeout(),
             self.keepalive_at,
             self.session.poll_timeout(),
             ws,
+            proxied,
         ]
         .into_iter()
         .flatten()
@@ -291,6 +308,17 @@ impl QuicConn {
             if keep == Some(false) {
                 self.session.end_tunnel(*id);
             }
+        }
+        let mut i = 0;
+        while i < self.proxied.len() {
+            if self.proxied[i].1.deadline() > ctx.now {
+                i += 1;
+                continue;
+            }
+            // Idle past the upstream's `read_timeout`: cancelled.
+            let (id, t) = self.proxied.swap_remove(i);
+            self.reset_stream(ctx, id, Code::RequestCancelled);
+            t.end(ctx);
         }
         let ended = self.session.handle_timeout();
         if let (true, Some(m)) = (ended > 0, ctx.metrics) {
@@ -507,6 +535,108 @@ impl QuicConn {
         }
     }
 
+    /// An upstream switched to WebSocket for the deferred request `id`
+    /// (an extended CONNECT through the reverse proxy): the stream's 200
+    /// is queued and the tunnel opens, or, if the stream is gone, the
+    /// upstream socket closes.
+    #[cold]
+    #[inline(never)]
+    pub(super) fn on_tunnel(&mut self, ctx: &mut Ctx<'_>, shared: &Shared, id: u64, handoff: crate::proxy::Handoff) {
+        let Some(at) = self.deferred.iter().position(|d| d.id == id) else {
+            return;
+        };
+        let deferral = self.deferred.swap_remove(at);
+        let stream = self.session.deferred_stream(id);
+        let (session, extra_fields) = (&mut self.session, shared.tls.extra_fields.as_deref().unwrap_or(&[]));
+        let opened = H3Tunnel::open(
+            ctx,
+            (self.conn.remote_address(), deferral),
+            handoff,
+            (self.token, stream),
+            |s, resp, date| session.accept_tunnel(s, resp, date, extra_fields),
+        );
+        let Some(stream) = stream else { return };
+        match opened {
+            H3Opened::Gone => {}
+            H3Opened::Refused => self.reset_stream(ctx, stream, Code::ConnectError),
+            H3Opened::Open(t, early) => {
+                self.session
+                    .with_tunnel(stream, |io| io.output.extend_from_slice(&early));
+                self.proxied.push((stream, t));
+            }
+        }
+    }
+
+    /// The upstream socket of the tunnel on `stream` is ready.
+    pub(super) fn on_tunnel_event(&mut self, stream: u64) {
+        if let Some((_, t)) = self.proxied.iter_mut().find(|(s, _)| *s == stream) {
+            t.on_ready();
+        }
+    }
+
+    /// Copies each tunnel's bytes both ways: what its stream received
+    /// (read from QUIC first, as far as its input has room: what is not
+    /// read is not credited to the client) to its upstream, the
+    /// upstream's into the stream while the connection's bound allows.
+    /// A stream gone (reset or stopped by the client, or ended both ways)
+    /// closes its upstream; an upstream that failed resets its stream
+    /// (H3_CONNECT_ERROR, RFC 9114 §4.4); one that ended gets the
+    /// stream's FIN after its last bytes.
+    #[cold]
+    #[inline(never)]
+    fn run_proxied(&mut self, ctx: &mut Ctx<'_>) {
+        let mut work_left = TUNNEL_WORK_PER_DRIVE;
+        let mut i = 0;
+        while i < self.proxied.len() {
+            let id = self.proxied[i].0;
+            let pumped = loop {
+                if let Ok(v) = VarInt::from_u64(id) {
+                    self.read(ctx, StreamId::from(v));
+                }
+                let total = self.session.tunnels_queued();
+                let room = self.session.recv_room(id);
+                let t = &mut self.proxied[i].1;
+                let pumped = self.session.with_tunnel(id, |io| t.run(ctx, io, total, &mut work_left));
+                // Again while the pass made room for more of the stream's
+                // bytes, which QUIC may hold already (no event comes for
+                // those).
+                let again = matches!(pumped, Some(Ok(false)))
+                    && self.session.recv_room(id) > room
+                    && H3Tunnel::can_work(work_left);
+                if !again {
+                    break pumped;
+                }
+            };
+            match pumped {
+                None => {
+                    let (_, t) = self.proxied.swap_remove(i);
+                    t.end(ctx);
+                    continue;
+                }
+                Some(Err(())) => {
+                    let (_, t) = self.proxied.swap_remove(i);
+                    self.reset_stream(ctx, id, Code::ConnectError);
+                    t.end(ctx);
+                    continue;
+                }
+                Some(Ok(true)) => self.session.end_tunnel(id),
+                Some(Ok(false)) => {}
+            }
+            i += 1;
+        }
+        if !H3Tunnel::can_work(work_left) {
+            ctx.mailbox.post(crate::responder::Post::Wake { token: self.token });
+        }
+    }
+
+    /// Resets stream `id` both ways with `c` and forgets it.
+    fn reset_stream(&mut self, ctx: &mut Ctx<'_>, id: u64, c: Code) {
+        if let Ok(v) = VarInt::from_u64(id) {
+            self.act(ctx, StreamId::from(v), Action::Reset(c));
+        }
+        self.session.remove(id);
+    }
+
     /// A frame published to a topic the WebSocket on `stream` subscribes
     /// to.
     pub(super) fn on_publish(&mut self, ctx: &mut Ctx<'_>, stream: u64, frame: &[u8]) {
@@ -585,6 +715,9 @@ impl QuicConn {
             ws.end(ctx);
         }
         self.websockets.clear();
+        for (_, t) in self.proxied.drain(..) {
+            t.end(ctx);
+        }
         self.end_held(ctx, true);
         self.session.bodies().release(ctx.pool);
         self.session.unsent().release(ctx.pool);

@@ -737,6 +737,26 @@ impl Endpoint {
         }
     }
 
+    /// An upstream switched to WebSocket for connection `ch`'s deferred
+    /// request `id` (the reverse proxy's tunnel, `conn/tunnel.rs`).
+    pub(crate) fn on_tunnel(&mut self, ctx: &mut Ctx<'_>, ch: usize, id: u64, handoff: crate::proxy::Handoff) {
+        if let Some(Some(c)) = self.conns.get_mut(ch) {
+            c.on_tunnel(ctx, &self.shared, id, handoff);
+            self.touched.push(ch);
+            self.drive_touched(ctx);
+        }
+    }
+
+    /// The upstream socket of the tunnel on connection `ch`'s `stream` is
+    /// ready.
+    pub(crate) fn on_tunnel_event(&mut self, ctx: &mut Ctx<'_>, ch: usize, stream: u64) {
+        if let Some(Some(c)) = self.conns.get_mut(ch) {
+            c.on_tunnel_event(stream);
+            self.touched.push(ch);
+            self.drive_touched(ctx);
+        }
+    }
+
     /// A message published to a topic a WebSocket on connection `ch`'s
     /// `stream` subscribes to.
     pub(crate) fn on_publish(&mut self, ctx: &mut Ctx<'_>, ch: usize, stream: u64, frame: &[u8]) {
