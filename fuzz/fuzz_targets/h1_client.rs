@@ -7,8 +7,11 @@
 //! the proxy relays of it is well-formed lines of allowed fields; the
 //! plain response parser and httparse alone agree
 //! (`peregrine::fuzzing::response_head_plain`), and so do the proxy's
-//! one-pass relay and the general one (`relay_plain_agrees`). As a caller's fields: a request head either is refused or has
-//! every line ended by CRLF, no NUL, and one empty line, its last.
+//! one-pass relay and the general one (`relay_plain_agrees`), whose
+//! fields are lines a header block takes, obs-text and all
+//! (`relayed_answer_fields`). As a caller's fields: a request head
+//! either is refused or has every line ended by CRLF, no NUL, and one
+//! empty line, its last.
 #![no_main]
 
 use std::mem::MaybeUninit;
@@ -136,6 +139,9 @@ fuzz_target!(|data: &[u8]| {
     // The proxy's one-pass relay takes only what the general parser and
     // relay take, and relays the same lines.
     peregrine::fuzzing::relay_plain_agrees(input);
+    // What it relays of any head is lines a header block takes, obs-text
+    // and all.
+    peregrine::fuzzing::relayed_answer_fields(input);
     let method = ["GET", "HEAD", "CONNECT", "POST"][usize::from(seed & 3)];
     let at = usize::from(seed >> 2) * input.len() / 31;
     let whole = parse(input, method);

@@ -524,6 +524,27 @@ pub fn relay_plain_agrees(data: &[u8]) -> bool {
     crate::proxy::pool::plain_relay_agrees(data)
 }
 
+/// The fields the proxy relays of an upstream's answer
+/// (`proxy::pool::answer_fields`, which no longer refuses a value that
+/// is not UTF-8): for every head the general parser takes, lines
+/// `HeaderBlock::from_lines` takes too (token names, field-value bytes:
+/// no CR, LF, NUL or other control byte but HTAB; obs-text kept), so the
+/// block's promise (`from_checked_lines`) holds without the look.
+pub fn relayed_answer_fields(data: &[u8]) {
+    use crate::codec::client::{parse_response_head, ParsedResponse, RESPONSE_FIELDS_MAX};
+    let mut fields = [const { std::mem::MaybeUninit::uninit() }; RESPONSE_FIELDS_MAX];
+    if let Ok(ParsedResponse::Complete(head)) = parse_response_head(data, &mut fields, "GET") {
+        let block = crate::proxy::pool::answer_fields(&head);
+        let lines = crate::response::SharedBytes::new(std::sync::Arc::new(block.as_bytes().to_vec()));
+        if let Err(why) = crate::response::HeaderBlock::from_lines(lines) {
+            panic!(
+                "relayed lines from_lines refuses: {why}: {:?}",
+                block.as_bytes().escape_ascii().to_string()
+            );
+        }
+    }
+}
+
 /// An upstream's trailer section (as `ResponseBodyDecoder::take_trailers`
 /// gives it) as the proxy relays it (`Trailers::relayed`, no field named
 /// by a Connection field), checked: every line `name: value` with a

@@ -616,7 +616,8 @@ impl Response {
 
     /// The values of every field named `name` (case-insensitive), in the
     /// order they are written: those added with `with_header`, then the
-    /// header block's.
+    /// header block's. A block's value that is not UTF-8 (obs-text, an
+    /// upstream's Latin-1 relayed by the proxy) is left out.
     pub fn header_values<'s>(&'s self, name: &'s str) -> impl Iterator<Item = &'s str> + 's {
         let content_type = match name.eq_ignore_ascii_case("content-type") {
             true => self.content_type.as_deref(),
@@ -637,7 +638,7 @@ impl Response {
             }
             let value = &line[name.len() + 1..];
             let value = value.strip_suffix(b"\r").unwrap_or(value);
-            // The block was validated as UTF-8 lines.
+            // A block's values are field-value octets, not always UTF-8.
             std::str::from_utf8(crate::codec::head::trim_ows(value)).ok()
         });
         content_type.into_iter().chain(given).chain(block)
@@ -661,7 +662,10 @@ impl Response {
         self.reason
     }
 
-    /// The value of the first header field named `name` (case-insensitive).
+    /// The value of the first header field named `name` (case-insensitive),
+    /// if it is valid UTF-8: `None` for a value of other bytes (obs-text,
+    /// such as an upstream's Latin-1 `filename="caf\xe9.pdf"`), which
+    /// [`Response::header_bytes`] gives.
     pub fn header(&self, name: &str) -> Option<&str> {
         if name.eq_ignore_ascii_case("content-type") {
             return self.content_type.as_deref();
@@ -670,10 +674,31 @@ impl Response {
         if let Some((_, v)) = given {
             return Some(v.as_ref());
         }
-        // The block was validated as UTF-8 lines `Name: value\r\n`. A
-        // byte scan, not `str::split`: this runs per answer over TLS (is
-        // the transport's Alt-Svc or HSTS already set?), and the substring
-        // searcher cost 2 % of a TLS keep-alive answer's CPU (perf).
+        self.block_value(name).and_then(|v| std::str::from_utf8(v).ok())
+    }
+
+    /// The raw value of the first header field named `name`
+    /// (case-insensitive), as [`Request::header_bytes`](crate::Request::header_bytes)
+    /// gives a request's: RFC 9110 §5.5 makes a field value octets, and a
+    /// header block (the proxy's relay of an upstream's answer) may hold
+    /// obs-text (%x80-FF) that is not UTF-8.
+    pub fn header_bytes(&self, name: &str) -> Option<&[u8]> {
+        if name.eq_ignore_ascii_case("content-type") {
+            return self.content_type.as_deref().map(str::as_bytes);
+        }
+        let given = self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name));
+        if let Some((_, v)) = given {
+            return Some(v.as_bytes());
+        }
+        self.block_value(name)
+    }
+
+    /// The value of the block's first line named `name`, as octets.
+    fn block_value(&self, name: &str) -> Option<&[u8]> {
+        // The block's lines are `Name: value\r\n`. A byte scan, not
+        // `str::split`: this ran per answer over TLS (is the transport's
+        // Alt-Svc or HSTS already set?), and the substring searcher cost
+        // 2 % of a TLS keep-alive answer's CPU (perf).
         let mut rest = self.block.as_ref()?.as_bytes();
         let name = name.as_bytes();
         while !rest.is_empty() {
@@ -683,8 +708,7 @@ impl Response {
             if line.len() > name.len() && line[name.len()] == b':' && line[..name.len()].eq_ignore_ascii_case(name) {
                 let value = &line[name.len() + 1..];
                 let value = value.strip_prefix(b" ").unwrap_or(value);
-                let value = value.strip_suffix(b"\r\n").unwrap_or(value);
-                return std::str::from_utf8(value).ok();
+                return Some(value.strip_suffix(b"\r\n").unwrap_or(value));
             }
         }
         None
@@ -945,7 +969,13 @@ impl HeaderBlock {
 
     /// Uses bytes that are already header lines (`Name: value\r\n` each),
     /// such as a head stored in a memory-mapped archive, without copying
-    /// them. They are checked as [`HeaderBlock::new`] checks its fields.
+    /// them. They are checked as [`HeaderBlock::new`] checks its fields,
+    /// but for one thing a `str` cannot hold: a value's bytes are
+    /// field-value octets (RFC 9110 §5.5: VCHAR, SP, HTAB and obs-text,
+    /// %x80-FF), not necessarily UTF-8, as an upstream's answer relayed
+    /// by the proxy may have them (`filename="caf\xe9.pdf"` in Latin-1).
+    /// [`Response::header`] reads such a value as absent;
+    /// [`Response::header_bytes`] gives it.
     pub fn from_lines(lines: SharedBytes) -> Result<Self, String> {
         let mut rest = lines.as_slice();
         while !rest.is_empty() {
@@ -958,7 +988,7 @@ impl HeaderBlock {
             };
             let (name, value) = (&line[..colon], &line[colon + 1..]);
             let name_str = String::from_utf8_lossy(name);
-            if !crate::codec::head::is_token(name) || std::str::from_utf8(value).is_err() {
+            if !crate::codec::head::is_token(name) {
                 return Err(format!("invalid header field {name_str:?}"));
             }
             if !is_valid_value(value) {
@@ -1095,6 +1125,35 @@ mod tests {
         assert!(!ok("Bad Name: x\r\n"));
         assert!(!ok("no colon\r\n"));
         assert!(!ok("X: a\r\n\r\n"));
+    }
+
+    /// RFC 9110 §5.5: a value's obs-text (%x80-FF) is opaque data, kept
+    /// as it came (a Latin-1 `é`, not UTF-8); `header` reads it as absent,
+    /// `header_bytes` gives its bytes. CR, LF, NUL and the other control
+    /// bytes but HTAB are refused as before.
+    #[test]
+    fn a_block_keeps_obs_text_that_is_not_utf8_and_refuses_control_bytes() {
+        let lines: &'static [u8] = b"Content-Disposition: attachment; filename=\"caf\xe9.pdf\"\r\nX-A: 1\r\n";
+        let block = HeaderBlock::from_lines(SharedBytes::new(Arc::new(lines))).expect("obs-text is a value's");
+        assert_eq!(block.as_bytes(), lines);
+        let r = Response::new(200).with_header_block(block);
+        assert_eq!(
+            r.header_bytes("content-disposition"),
+            Some(&b"attachment; filename=\"caf\xe9.pdf\""[..])
+        );
+        assert_eq!(r.header("content-disposition"), None);
+        assert_eq!(r.header_values("content-disposition").count(), 0);
+        assert_eq!((r.header("x-a"), r.header_bytes("x-a")), (Some("1"), Some(&b"1"[..])));
+        assert_eq!(r.header_bytes("x-b"), None);
+        for bad in [
+            &b"X: caf\xe9\rx\r\n"[..],
+            b"X: caf\xe9\0\r\n",
+            b"X: \xe9\x01\r\n",
+            b"X: \xe9\x7f\r\n",
+        ] {
+            let refused = HeaderBlock::from_lines(SharedBytes::new(Arc::new(bad)));
+            assert!(refused.is_err(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -226,9 +226,20 @@ pub fn h3_at(to: &str, from: Option<&str>, port: u16, host: &str, reqs: &[H3Requ
 
 /// An HTTP/1.1 server on 127.0.0.1 that answers every request it reads,
 /// on connections kept alive, with the bytes `answer` makes from the
-/// request head's lines (the request line first, each without its CRLF).
-/// It reads no body: the requests sent to it have none. Its address.
+/// request head's lines (the request line first, each without its CRLF;
+/// bytes that are not UTF-8 replaced, as `answering_upstream_raw` gives
+/// them). It reads no body: the requests sent to it have none. Its
+/// address.
 pub fn answering_upstream(answer: impl Fn(&[String]) -> Vec<u8> + Send + Sync + 'static) -> std::net::SocketAddr {
+    answering_upstream_raw(move |head| {
+        let head: Vec<String> = head.iter().map(|l| String::from_utf8_lossy(l).into_owned()).collect();
+        answer(&head)
+    })
+}
+
+/// `answering_upstream`, given the head's lines as the bytes that came
+/// (a field value's obs-text is not UTF-8).
+pub fn answering_upstream_raw(answer: impl Fn(&[Vec<u8>]) -> Vec<u8> + Send + Sync + 'static) -> std::net::SocketAddr {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     let answer = std::sync::Arc::new(answer);
@@ -242,14 +253,16 @@ pub fn answering_upstream(answer: impl Fn(&[String]) -> Vec<u8> + Send + Sync + 
                 loop {
                     let mut head = Vec::new();
                     loop {
-                        let mut line = String::new();
-                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                        let mut line = Vec::new();
+                        if reader.read_until(b'\n', &mut line).unwrap_or(0) == 0 {
                             return;
                         }
-                        if line == "\r\n" {
+                        if line == b"\r\n" {
                             break;
                         }
-                        head.push(line.trim_end().to_owned());
+                        let end = line.trim_ascii_end().len();
+                        line.truncate(end);
+                        head.push(line);
                     }
                     if out.write_all(&answer(&head)).is_err() {
                         return;

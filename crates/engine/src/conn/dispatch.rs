@@ -233,7 +233,9 @@ pub(crate) fn settle<'r>(
 #[cold]
 #[inline(never)]
 pub(crate) fn tag_request_id(id: &[u8], response: &mut Response) {
-    if response.header("x-request-id").is_some() {
+    // Present whatever its bytes (an upstream's obs-text is not UTF-8):
+    // never a second one.
+    if response.header_bytes("x-request-id").is_some() {
         return;
     }
     // Ids are visible ASCII (`Request::request_id`).

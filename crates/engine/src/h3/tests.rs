@@ -508,6 +508,44 @@ fn a_body_beside_its_block_sends_what_the_block_and_a_shared_body_send() {
     assert_eq!(std::sync::Arc::strong_count(&whole), 1);
 }
 
+/// A block's value with obs-text that is not UTF-8 (an upstream's
+/// Latin-1, relayed by the proxy: issue 26) goes out in QPACK with its
+/// bytes as they are (RFC 9204 string literals are octets).
+#[test]
+fn a_blocks_obs_text_goes_out_as_its_bytes() {
+    use crate::response::{HeaderBlock, SharedBytes};
+    let lines: &'static [u8] = b"Content-Disposition: attachment; filename=\"caf\xe9.pdf\"\r\n";
+    let block = HeaderBlock::from_lines(SharedBytes::new(std::sync::Arc::new(lines))).unwrap();
+    let mut s = Session::new(CFG);
+    assert_eq!(s.handle_input(0, &headers_frame(&GET), true), Action::None);
+    assert_eq!(s.take_ready(), Some(0));
+    let mut resp = Response::prepared(200, block, "ok");
+    s.respond(0, &mut resp, false, b"date", b"").unwrap();
+    let mut wire = Vec::new();
+    loop {
+        let (bytes, last) = s.poll_output(0).unwrap();
+        let k = bytes.len();
+        wire.extend_from_slice(bytes);
+        s.consumed(0, k);
+        if k == 0 && last {
+            break;
+        }
+    }
+    let frames = pieces(&[&wire]);
+    let (mut bytes, mut fields, mut scratch) = (Vec::new(), Vec::<Field>::new(), Vec::new());
+    let mut sink = Sink::new(&mut bytes, &mut fields, 1 << 20);
+    qpack::decode(&frames[0].1, &mut sink, &mut scratch).unwrap();
+    let span = |(at, len): (u32, u32)| &bytes[at as usize..(at + len) as usize];
+    let got: Vec<(&[u8], &[u8])> = fields.iter().map(|f| (span(f.name), span(f.value))).collect();
+    assert!(
+        got.contains(&(
+            &b"content-disposition"[..],
+            &b"attachment; filename=\"caf\xe9.pdf\""[..]
+        )),
+        "{got:?}"
+    );
+}
+
 #[test]
 fn after_goaway_new_request_streams_are_rejected_and_open_ones_answered() {
     let mut s = Session::new(CFG);

@@ -2248,9 +2248,7 @@ impl UpConn {
             let mut lines = answer_buf(&mut self.lines);
             let lines_len = {
                 let buf = Arc::get_mut(&mut lines).expect("answer_buf's buffer is not shared");
-                if let Err(why) = answer_lines_into(buf, &head, verdict) {
-                    return Err(bad(why));
-                }
+                answer_lines_into(buf, &head, verdict);
                 buf.len()
             };
             let block_of = |lines: &Arc<Vec<u8>>| {
@@ -2675,7 +2673,7 @@ fn bad(why: &str) -> Outcome {
 
 /// The answer's fields as the client gets them: without the hop-by-hop
 /// ones and those a `Connection` field names, Date, Server and framing.
-pub(crate) fn answer_fields(head: &ResponseHead<'_, '_>) -> Result<HeaderBlock, &'static str> {
+pub(crate) fn answer_fields(head: &ResponseHead<'_, '_>) -> HeaderBlock {
     answer_fields_as(head, Verdict::default())
 }
 
@@ -2688,25 +2686,23 @@ pub(crate) fn answer_fields(head: &ResponseHead<'_, '_>) -> Result<HeaderBlock, 
 /// callgrind `proxy-c50`): the codec's parser let through only token
 /// names and values of field-value bytes, `relayed_lines_as` dropped
 /// every field the engine writes itself, and what `encode` adds is its
-/// own. What is left of `from_lines`'s rules is UTF-8 (a value of other
-/// obs-text is a 502, as before), one look at the whole buffer: the
-/// names and line ends are ASCII, so no sequence spans two lines.
-fn answer_fields_as(head: &ResponseHead<'_, '_>, verdict: Verdict) -> Result<HeaderBlock, &'static str> {
+/// own. A value's obs-text goes on as it came, UTF-8 or not (RFC 9110
+/// §5.5: "a recipient SHOULD treat other allowed octets in field
+/// content (i.e., obs-text) as opaque data"), as nginx, Caddy and
+/// HAProxy relay a Latin-1 `filename="caf\xe9.pdf"`; it was a 502 when
+/// the block had to be UTF-8.
+fn answer_fields_as(head: &ResponseHead<'_, '_>, verdict: Verdict) -> HeaderBlock {
     let mut lines = Vec::with_capacity(512);
-    answer_lines_into(&mut lines, head, verdict)?;
-    Ok(HeaderBlock::from_checked_lines(SharedBytes::new(Arc::new(lines))))
+    answer_lines_into(&mut lines, head, verdict);
+    HeaderBlock::from_checked_lines(SharedBytes::new(Arc::new(lines)))
 }
 
 /// `answer_fields_as`'s lines, written to `lines` (empty). Inlined into
 /// `UpConn::head`, its one caller per answer.
 #[inline(always)]
-fn answer_lines_into(lines: &mut Vec<u8>, head: &ResponseHead<'_, '_>, verdict: Verdict) -> Result<(), &'static str> {
+fn answer_lines_into(lines: &mut Vec<u8>, head: &ResponseHead<'_, '_>, verdict: Verdict) {
     relayed_lines_into(lines, head, verdict.coding.is_some());
     encode::push_fields(lines, head, verdict);
-    if !lines.is_ascii() && std::str::from_utf8(lines).is_err() {
-        return Err("a field the engine cannot pass on");
-    }
-    Ok(())
 }
 
 /// The fields of `head` that are passed on, as complete lines.
@@ -2835,12 +2831,15 @@ pub(crate) fn plain_relay_agrees(input: &[u8]) -> bool {
     };
     assert_eq!(framing, general.framing);
     let mut relayed = b"kept".to_vec();
-    answer_lines_into(&mut relayed, &general, Verdict::default()).expect("relayed");
-    assert_eq!(
-        String::from_utf8_lossy(&lines),
-        String::from_utf8_lossy(&relayed),
-        "{}",
-        String::from_utf8_lossy(input)
+    answer_lines_into(&mut relayed, &general, Verdict::default());
+    // Compared as bytes: the relay passes obs-text on as it is, which a
+    // lossy view would make alike.
+    assert!(
+        lines == relayed,
+        "{:?} against {:?} for {:?}",
+        lines.escape_ascii().to_string(),
+        relayed.escape_ascii().to_string(),
+        input.escape_ascii().to_string()
     );
     true
 }
@@ -2882,6 +2881,50 @@ mod pools_tests {
         let unknown = Upstream::parse("http://127.0.0.1:9999").unwrap();
         assert!(pools.get(&unknown.id).is_none());
         assert_eq!(pools.list.len(), 3);
+    }
+}
+
+#[cfg(test)]
+mod relay_tests {
+    use super::*;
+
+    fn parsed<'b, 'h>(
+        input: &'b [u8],
+        fields: &'h mut [MaybeUninit<httparse::Header<'b>>],
+    ) -> Result<ResponseHead<'b, 'h>, crate::codec::client::ResponseError> {
+        match parse_response_head(input, fields, "GET")? {
+            ParsedResponse::Complete(head) => Ok(head),
+            ParsedResponse::Partial => panic!("a whole head"),
+        }
+    }
+
+    /// Issue 26: an upstream's value with obs-text that is not UTF-8 (a
+    /// Latin-1 `é`) is parsed and relayed byte for byte (it was a 502);
+    /// the one pass leaves such an answer to the general path, which
+    /// relays it alike. A bare CR, a NUL or another control byte in a
+    /// value stays the parser's refusal, a 502.
+    #[test]
+    fn obs_text_in_an_upstream_value_is_relayed_byte_for_byte() {
+        let input: &[u8] = b"HTTP/1.1 200 OK\r\nServer: up\r\n\
+            Content-Disposition: attachment; filename=\"caf\xe9.pdf\"\r\n\
+            X-Raw: \x80\xff \xc3\r\nContent-Length: 2\r\n\r\nok";
+        let mut fields = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; RESPONSE_FIELDS_MAX];
+        let head = parsed(input, &mut fields).expect("obs-text is allowed in a value");
+        assert_eq!(head.status, 200);
+        let block = answer_fields(&head);
+        assert_eq!(
+            block.as_bytes(),
+            b"Content-Disposition: attachment; filename=\"caf\xe9.pdf\"\r\nX-Raw: \x80\xff \xc3\r\n"
+        );
+        assert!(!plain_relay_agrees(input), "left to the general path");
+        for bad in [
+            &b"HTTP/1.1 200 OK\r\nX-A: caf\xe9\rx\r\nContent-Length: 2\r\n\r\nok"[..],
+            b"HTTP/1.1 200 OK\r\nX-A: caf\xe9\0\r\nContent-Length: 2\r\n\r\nok",
+            b"HTTP/1.1 200 OK\r\nX-A: caf\xe9\x01\r\nContent-Length: 2\r\n\r\nok",
+        ] {
+            let mut fields = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; RESPONSE_FIELDS_MAX];
+            assert!(parsed(bad, &mut fields).is_err(), "{bad:?}");
+        }
     }
 }
 

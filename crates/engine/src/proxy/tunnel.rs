@@ -237,7 +237,7 @@ pub(crate) fn switched(head: &ResponseHead<'_, '_>, ask: &Ask) -> Result<Vec<u8>
         (Some(h), None) if trim_ows(h.value) == ask.accept => {}
         _ => return Err("a 101 with a wrong Sec-WebSocket-Accept"),
     }
-    let block = super::pool::answer_fields(head)?;
+    let block = super::pool::answer_fields(head);
     let mut fields = Vec::with_capacity(block.as_bytes().len());
     for line in block.as_bytes().split_inclusive(|&b| b == b'\n') {
         // RFC 8441 §5: an extended CONNECT has no key, and its answer no
