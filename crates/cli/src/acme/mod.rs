@@ -380,8 +380,11 @@ impl Parent {
             install_held(&tls, &shared, &names)?;
         }
         // The first generation: nothing is served yet, the ACME process
-        // may install from now on.
+        // may install from now on; what it sent before is installed now.
         if shared.tls.is_none() {
+            for (_, msg) in &shared.challenges {
+                install_challenge(&tls, msg)?;
+            }
             shared.tls = Some(tls.clone());
         }
         Ok(tls)
@@ -513,11 +516,11 @@ fn install(msg: &serde_json::Value, shared: &Mutex<Shared>) -> anyhow::Result<()
         shared.update_readiness();
         return Ok(());
     }
-    let Some(tls) = &shared.tls else {
-        anyhow::bail!("no certificate set yet");
-    };
-    install_challenge(tls, msg)?;
-    // Kept for the next generation while the CA may look.
+    // Kept for the next generation while the CA may look; and, before the
+    // first generation is built (a loaded machine can run the ACME
+    // process's first order ahead of it), for that one: `attach`
+    // installs them. Refusing one then failed the order, which was tried
+    // again only a minute later.
     let id = format!("{}{}", text("name"), text("token"));
     match kind.strip_suffix("-clear") {
         Some(_) => {
@@ -525,7 +528,10 @@ fn install(msg: &serde_json::Value, shared: &Mutex<Shared>) -> anyhow::Result<()
         }
         None => shared.challenges.push((id, msg.clone())),
     }
-    Ok(())
+    match &shared.tls {
+        Some(tls) => install_challenge(tls, msg),
+        None => Ok(()),
+    }
 }
 
 /// A challenge answer (or its end) installed in `tls`.
