@@ -462,12 +462,46 @@ fn http3_is_switched_off_by_flag_file_and_variable_and_misuses_are_refused() {
     let both: Vec<&str> = tls.iter().copied().chain(["--http3", "--no-http3"]).collect();
     assert!(refused(&both).contains("cannot be used with"));
     let err = refused(&["hello", "--bind", "127.0.0.1:0", "--http3"]);
-    assert!(err.contains("--http3 needs --tls-cert and --tls-key"), "{err}");
+    assert!(err.contains("--http3 needs certificates (--tls-cert"), "{err}");
     let on_in_file = pki.dir().join("on.toml");
     std::fs::write(&on_in_file, "http3 = true\n").unwrap();
     let err = refused(&["check-config", "hello", "--config", on_in_file.to_str().unwrap()]);
     assert!(err.contains("--http3 (file "), "{err}");
-    assert!(err.contains("needs --tls-cert"), "{err}");
+    assert!(err.contains("needs certificates"), "{err}");
+}
+
+/// `http3 = true` where the certificates are the sites' own (no
+/// `--tls-cert`): accepted by check-config and by serve, which then
+/// holds the UDP port of its TLS address, as it does by default there.
+#[test]
+fn http3_true_is_accepted_when_the_certificates_are_the_sites() {
+    use std::net::UdpSocket;
+    let pki = Pki::new("h3-sites");
+    let (cert, key, _) = pki.issue("site", &["localhost"]);
+    let root = pki.dir().join("root");
+    std::fs::create_dir_all(&root).unwrap();
+    std::fs::write(root.join("index.html"), "site\n").unwrap();
+    let config = pki.dir().join("sites.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "version = 1\nbind = [\"127.0.0.1:0\"]\nworkers = 1\nhttp3 = true\n\
+             [[site]]\nnames = [\"localhost\"]\nroot = {root:?}\ntls-cert = [{cert:?}]\ntls-key = [{key:?}]\n"
+        ),
+    )
+    .unwrap();
+    let config = config.to_str().unwrap();
+    let out = common::peregrine()
+        .args(["check-config", "serve", "--config", config])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let server = Running::start(&["serve", "--config", config]);
+    let port: u16 = server.addr("https").rsplit_once(':').unwrap().1.parse().unwrap();
+    assert!(
+        UdpSocket::bind(("127.0.0.1", port)).is_err(),
+        "HTTP/3 holds the TLS address's UDP port"
+    );
 }
 
 /// HTTP/2 is offered by ALPN before HTTP/1.1 on a TLS listener and taken

@@ -55,10 +55,14 @@ pub struct Limits {
     pub proxy_header_timeout: Duration,
     /// Grace given to a request body once its head is complete: past it,
     /// the body must keep arriving at `min_rate_bytes_per_sec` averaged
-    /// over 5 s, else → 408 and close (HTTP/2: GOAWAY). Not restarted by
-    /// each read: a client sending a byte now and then is ended at the
-    /// grace's end. No rate is asked while the server itself does not read
-    /// (a streamed body's reader is behind).
+    /// over 5 s, else → 408 and close (HTTP/2 and HTTP/3: 408 on that
+    /// stream alone). Not restarted by each read: a client sending a byte
+    /// now and then is ended at the grace's end. No rate is asked while
+    /// the server itself does not read (a streamed body's reader is
+    /// behind). Over HTTP/2, a body streamed to its reader (which the
+    /// server does not hold: at most the reader's pipe) is ended only by a
+    /// silence longer than this, so that a gRPC client stream may send a
+    /// small message now and then.
     pub body_timeout: Duration,
     /// The slowest a request head may grow past `head_timeout`, and a body
     /// arrive past `body_timeout`, in bytes per second; 0 asks no rate.
@@ -122,8 +126,9 @@ pub struct Limits {
     /// past it. quic-go (Caddy) and nginx: 100 and 128.
     pub h3_streams_max: u32,
     /// How long an HTTP/3 connection may stay without a packet from the
-    /// client before it is dropped (QUIC's max_idle_timeout). Caddy's and
-    /// quic-go's: 30 s; nginx's `quic_timeout`: 60 s.
+    /// client before it is dropped (QUIC's max_idle_timeout), and without
+    /// a request open, whatever packets (PINGs, ACKs) come meanwhile.
+    /// Caddy's and quic-go's: 30 s; nginx's `quic_timeout`: 60 s.
     pub h3_idle_timeout: Duration,
     /// Largest UDP payload we send or announce (max_udp_payload_size, and
     /// the ceiling of path MTU discovery): 1452 fits a 1500-byte Ethernet

@@ -227,6 +227,39 @@ fn unrecognised_methods_get_501_without_reaching_the_handler() {
     assert_eq!(c.response(7), (200, b"hello\n".to_vec()));
 }
 
+/// A plain CONNECT (no `:protocol`) is answered 501 at its head, as over
+/// HTTP/1.1 and HTTP/3, and its stream then reset with NO_ERROR (RFC 9113
+/// §8.1): its "body", a tunnel's bytes, may never end, and waiting for it
+/// held the stream unanswered until the body's timeout ended the whole
+/// connection. That timeout is short here, so a wrong answer shows at
+/// once.
+#[test]
+fn a_plain_connect_is_answered_501_at_its_head() {
+    let limits = Limits {
+        body_timeout: Duration::from_millis(300),
+        sweep_interval: Duration::from_millis(50),
+        ..Limits::default()
+    };
+    let server = start(limits);
+    let mut c = H2::connect(server.local_addr());
+    // :method CONNECT, :authority example.com:443, and nothing else
+    // (RFC 9113 §8.5).
+    let mut block = vec![2, 7];
+    block.extend_from_slice(b"CONNECT");
+    block.extend_from_slice(&[1, 15]);
+    block.extend_from_slice(b"example.com:443");
+    c.send(&frame(HEADERS, END_HEADERS, 1, &block));
+    let f = c.until("an answer", |f| matches!(f.kind, HEADERS | RST_STREAM | GOAWAY));
+    assert_eq!((f.kind, f.stream), (HEADERS, 1), "{f:?}");
+    assert_eq!(f.status(), 501);
+    let f = c.until("the reset", |f| matches!(f.kind, RST_STREAM | GOAWAY));
+    assert_eq!((f.kind, f.stream, f.code()), (RST_STREAM, 1, NO_ERROR), "{f:?}");
+    // Bytes the client sent meanwhile are ignored; the connection goes on.
+    c.send(&frame(DATA, 0, 1, b"tunnel bytes"));
+    c.get(3, "/");
+    assert_eq!(c.response(3), (200, b"hello\n".to_vec()));
+}
+
 #[test]
 fn request_body_respects_flow_control() {
     let server = start(Limits::default());
@@ -506,16 +539,20 @@ fn zero_window_reader_is_dropped_after_the_send_timeout() {
     c.get(1, "/big");
     let h = c.until("HEADERS", |f| f.kind == HEADERS);
     assert_eq!(h.stream, 1);
+    // A stream abandoned: not NO_ERROR, which says every stream up to
+    // the last was seen through.
     let g = c.goaway().expect("GOAWAY before close");
-    assert_eq!(g.code(), NO_ERROR);
+    assert_eq!(g.code(), ENHANCE_YOUR_CALM);
     still_served(server.local_addr());
 }
 
 /// A request whose body stops arriving is timed out even while the client
 /// keeps the connection busy with PINGs (which cost it nothing but its
-/// control-frame budget, far from spent here).
+/// control-frame budget, far from spent here): its stream gets 408, and
+/// the connection goes on (one slow stream once ended them all, healthy
+/// downloads included, with GOAWAY(NO_ERROR)).
 #[test]
-fn a_stalled_body_times_out_though_pings_keep_coming() {
+fn a_stalled_body_gets_408_though_pings_keep_coming_and_the_connection_goes_on() {
     let limits = Limits {
         body_timeout: Duration::from_millis(500),
         sweep_interval: Duration::from_millis(50),
@@ -532,7 +569,7 @@ fn a_stalled_body_times_out_though_pings_keep_coming() {
     c.send(&frame(DATA, 0, 1, b"12345"));
     c.stream.set_read_timeout(Some(Duration::from_millis(10))).unwrap();
     // A PING every 100 ms for up to PATIENCE: 100 pings at most.
-    let mut goaway = None;
+    let mut answer = None;
     for i in 0..PATIENCE.as_millis() / 100 {
         std::thread::sleep(Duration::from_millis(100));
         if !c.send_lossy(&frame(PING, 0, 0, &(i as u64).to_be_bytes())) {
@@ -540,30 +577,26 @@ fn a_stalled_body_times_out_though_pings_keep_coming() {
         }
         let mut chunk = [0; 4096];
         match c.stream.read(&mut chunk) {
-            Ok(0) => panic!("closed without GOAWAY after {i} pings"),
+            Ok(0) => panic!("closed without an answer after {i} pings"),
             Ok(n) => c.buf.extend_from_slice(&chunk[..n]),
             Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
             Err(e) => panic!("{e} after {i} pings"),
         }
-        while c.buf.len() >= 9 {
-            let len = (usize::from(c.buf[0]) << 16) | (usize::from(c.buf[1]) << 8) | usize::from(c.buf[2]);
-            if c.buf.len() < 9 + len {
-                break;
+        while let Some(f) = take_frame(&mut c.buf) {
+            assert_ne!(f.kind, GOAWAY, "{f:?}");
+            if f.kind == HEADERS && f.stream == 1 {
+                answer = Some(f.status());
             }
-            if c.buf[3] == GOAWAY {
-                goaway = Some(u32::from_be_bytes(c.buf[13..17].try_into().unwrap()));
-            }
-            c.buf.drain(..9 + len);
         }
-        if goaway.is_some() {
+        if answer.is_some() {
             break;
         }
     }
-    assert_eq!(
-        goaway,
-        Some(NO_ERROR),
-        "no GOAWAY while the body stalled and PINGs kept coming"
-    );
+    assert_eq!(answer, Some(408), "no 408 while the body stalled and PINGs kept coming");
+    c.stream.set_read_timeout(Some(PATIENCE)).unwrap();
+    c.get(3, "/big");
+    let (status, body) = c.response(3);
+    assert_eq!((status, body.len()), (200, 200_000));
 }
 
 /// A stream parked on its producer (`body::channel`, nothing queued) is

@@ -530,6 +530,75 @@ fn a_streamed_body_silent_longer_than_the_idle_timeout_keeps_its_connection() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// A connection with no request open is closed at `h3_idle_timeout` even
+/// while the client PINGs (QUIC's own idle timer restarts on every
+/// packet): HTTP/2 refuses the same (`h2/timeout.rs`), and a few PINGing
+/// clients would otherwise hold `n_conns_max` connections forever.
+#[test]
+fn an_http3_connection_without_requests_idles_out_though_the_client_pings() {
+    let (config, dir) = tls("idle-pings");
+    let limits = peregrine::Limits {
+        h3_idle_timeout: std::time::Duration::from_millis(500),
+        ..peregrine::Limits::default()
+    };
+    let server = Server::new()
+        .bind_tls("127.0.0.1:0", config)
+        .workers(1)
+        .limits(limits)
+        .start(|_: &Request<'_>| Response::text("hi"))
+        .unwrap();
+    let out = std::env::temp_dir().join(format!("peregrine-e-h3-idle-pings-{}", std::process::id()));
+    std::fs::create_dir_all(&out).unwrap();
+    // One request first (the timer runs from its end), then only PINGs,
+    // five times a second, for up to 20 s.
+    let spec = format!(
+        "{{\"host\": \"127.0.0.1\", \"port\": {}, \"out\": \"{}\", \"timeout\": 20, \"wait_close\": true, \
+         \"ping\": true, \"requests\": [{{\"path\": \"/\"}}]}}",
+        server.local_addr().port(),
+        out.display(),
+    );
+    let done = run_client(&spec, 60);
+    assert!(done.status.success(), "{}", String::from_utf8_lossy(&done.stderr));
+    assert_eq!(std::fs::read(out.join("0.body")).unwrap(), b"hi");
+    let said = String::from_utf8_lossy(&done.stdout);
+    assert!(said.starts_with("answered\nconnection closed 256"), "{said}");
+    let _ = std::fs::remove_dir_all(out);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// An answer blocked on the client's stream credit, which the client
+/// never raises, ends the connection at `send_timeout` (as on HTTP/2):
+/// the request being open, the server's own keep-alive PINGs and the
+/// client's ACKs would otherwise hold it forever.
+#[test]
+fn an_http3_answer_blocked_on_a_window_never_opened_ends_at_the_send_timeout() {
+    let (config, dir) = tls("stall");
+    let limits = peregrine::Limits {
+        send_timeout: std::time::Duration::from_millis(500),
+        ..peregrine::Limits::default()
+    };
+    let server = Server::new()
+        .bind_tls("127.0.0.1:0", config)
+        .workers(1)
+        .limits(limits)
+        .start(|_: &Request<'_>| Response::bytes("application/octet-stream", vec![b'x'; 200_000]))
+        .unwrap();
+    let out = std::env::temp_dir().join(format!("peregrine-e-h3-stall-{}", std::process::id()));
+    std::fs::create_dir_all(&out).unwrap();
+    let spec = format!(
+        "{{\"host\": \"127.0.0.1\", \"port\": {}, \"out\": \"{}\", \"timeout\": 20, \"stall\": true, \
+         \"requests\": [{{\"path\": \"/big\"}}]}}",
+        server.local_addr().port(),
+        out.display(),
+    );
+    let done = run_client(&spec, 60);
+    assert!(done.status.success(), "{}", String::from_utf8_lossy(&done.stderr));
+    let head = std::fs::read_to_string(out.join("0.head")).unwrap();
+    assert!(head.starts_with("error connection closed 263 "), "{head}");
+    let _ = std::fs::remove_dir_all(out);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 /// Connections cut at the shutdown deadline are counted closed, and the
 /// deferred answers they wait for abandoned: a QUIC connection and a TCP
 /// one waiting for an answer that never comes, an HTTP/2 one waiting for

@@ -75,6 +75,20 @@ fn get_over_tls13_negotiates_http11() {
     assert_eq!(c.send(&get("/again")).response().text(), "path /again");
 }
 
+/// A client whose only ALPN protocol is `http/1.0` is served HTTP/1.x
+/// (nginx negotiates it too), not refused with alert 120; a 1.0 request
+/// gets a 1.0 answer.
+#[test]
+fn a_client_offering_only_alpn_http10_is_served() {
+    let (pki, server) = localhost("alpn-h10", echo_path);
+    let mut config = pki.client_config(&[&rustls::version::TLS13]);
+    config.alpn_protocols = vec![b"http/1.0".to_vec()];
+    let mut c = connect(server.local_addr(), &Arc::new(config), "localhost");
+    let r = c.send(b"GET /ten HTTP/1.0\r\nHost: localhost\r\n\r\n").response();
+    assert_eq!(c.stream.conn.alpn_protocol(), Some(&b"http/1.0"[..]));
+    assert_eq!((r.status, r.text()), (200, "path /ten".to_string()));
+}
+
 /// HTTP/2 over TLS is what ALPN chose, never prior knowledge (RFC 9113
 /// §3.3): a client that negotiated `http/1.1` and then sends the HTTP/2
 /// preface gets no HTTP/2 frames (an HTTP/1.1 error, or a close).

@@ -69,9 +69,10 @@ pub(crate) fn check_config(cli: &Cli, argv: &[OsString]) -> anyhow::Result<()> {
         }
     }
     match &cli.command {
-        Command::Hello { server } => check_server(server, 0)?,
+        Command::Hello { server } => check_server(server, 0, false)?,
         Command::Serve { server, sites, .. } if !sites.is_empty() => {
-            check_server(server, cache_bytes)?;
+            let site_tls = sites.iter().any(|site| !site.tls.is_empty());
+            check_server(server, cache_bytes, site_tls)?;
             for site in sites {
                 check_site(site).with_context(|| format!("site {} ({})", site.names[0], site.given))?;
             }
@@ -83,7 +84,7 @@ pub(crate) fn check_config(cli: &Cli, argv: &[OsString]) -> anyhow::Result<()> {
             server,
             ..
         } => {
-            check_server(server, cache_bytes)?;
+            check_server(server, cache_bytes, false)?;
             if is_archive_root(root, files, archive)? {
                 check_archive(root, archive, &[])?;
             } else {
@@ -226,8 +227,9 @@ fn check_archive(root: &Path, args: &ServeArchiveArgs, names: &[String]) -> anyh
 /// port may well be in use by the server being reconfigured).
 /// What building the server would refuse, without binding anything or
 /// taking systemd's sockets: `reload::build` makes the same checks.
-/// `cache_bytes`: the response caches' bound per worker, summed.
-fn check_server(args: &ServerArgs, cache_bytes: u64) -> anyhow::Result<()> {
+/// `cache_bytes`: the response caches' bound per worker, summed;
+/// `site_tls`: some site has its own certificates.
+fn check_server(args: &ServerArgs, cache_bytes: u64, site_tls: bool) -> anyhow::Result<()> {
     let limits = Limits {
         proxy_cache_bytes: cache_bytes,
         ..args.limits.to_limits()?
@@ -235,7 +237,7 @@ fn check_server(args: &ServerArgs, cache_bytes: u64) -> anyhow::Result<()> {
     eprintln!("peregrine: {}", memory_line(&limits));
     args.unix_binds()?;
     args.tls.config()?;
-    args.http3()?;
+    args.http3(site_tls)?;
     Ok(())
 }
 

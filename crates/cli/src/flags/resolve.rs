@@ -136,15 +136,17 @@ impl ServerArgs {
     }
 
     /// Whether TLS addresses speak HTTP/3: `--http3`, `--http3=false` and
-    /// `--no-http3` (which clap keeps apart), else on with TLS. Asking
-    /// for it without TLS is refused rather than ignored: QUIC is always
-    /// encrypted, so there is nothing to speak it on.
-    pub(crate) fn http3(&self) -> anyhow::Result<bool> {
-        let tls = !self.tls.certs.is_empty();
+    /// `--no-http3` (which clap keeps apart), else on with TLS. `tls`:
+    /// there are certificates, from `--tls-cert`, from the sites' own
+    /// `tls-cert` or by ACME (`--acme-ca`). Asking for HTTP/3 without
+    /// any is refused rather than ignored: QUIC is always encrypted, so
+    /// there is nothing to speak it on.
+    pub(crate) fn http3(&self, tls: bool) -> anyhow::Result<bool> {
+        let tls = tls || !self.tls.certs.is_empty() || self.tls.acme_ca.is_some();
         match (self.http3, self.no_http3) {
             (Some(true), _) if !tls => anyhow::bail!(
-                "--http3{} needs --tls-cert and --tls-key: HTTP/3 runs over QUIC, which is always \
-                 encrypted, on the TLS addresses' ports",
+                "--http3{} needs certificates (--tls-cert and --tls-key, a site's tls-cert, or \
+                 --acme-ca): HTTP/3 runs over QUIC, which is always encrypted, on the TLS addresses' ports",
                 config::origin("--http3")
             ),
             (Some(wanted), _) => Ok(wanted),

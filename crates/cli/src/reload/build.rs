@@ -58,7 +58,7 @@ pub(super) fn build(
             tls
         }
     };
-    let srv = configure(args, process, first)?;
+    let srv = configure(args, process, first, tls.is_some())?;
     let error_log = crate::logger::Route::to(args.error_log.as_deref(), args.error_log_format)?;
     let plan = plan_listeners(args, process, !acme_sites.is_empty())?;
     check_client_addresses(command, &taken, process)?;
@@ -189,14 +189,15 @@ fn ticket_keys(args: &ServerArgs) -> anyhow::Result<()> {
 
 /// The engine's server with the settings that are not listeners: limits,
 /// protocols, workers, the access log, and (at start only) the identity
-/// to become once the ports are bound.
-fn configure(args: &ServerArgs, process: &Process, first: bool) -> anyhow::Result<Server> {
+/// to become once the ports are bound. `tls`: certificates were loaded
+/// (the flags', the sites' or ACME's), so HTTP/3 is on unless refused.
+fn configure(args: &ServerArgs, process: &Process, first: bool, tls: bool) -> anyhow::Result<Server> {
     let mut srv = Server::new()
         .limits(args.limits.to_limits()?)
         .access_log_format(args.access_log_format.clone())
         .request_id_header(args.request_id_header)
         .http2(!args.no_http2)
-        .http3(args.http3()?)
+        .http3(args.http3(tls)?)
         .trusted_proxies(args.trusted(), args.client_addr_header);
     if first {
         srv = srv.run_as(process.run_as.clone());

@@ -22,9 +22,12 @@ fields ("name: value", one a line); trailer fields, if any, into
 N.trailers, one a line. A request's "trailers": [["name", "value"]] are
 sent after its body, as a HEADERS frame that ends the stream.
 "ignore_stream_limit": true makes the client open streams past the
-server's limit (as a hostile client would). "wait_close": true prints
+server's limit (as a hostile client would); "stall": true gives each
+stream a 4 KiB receive window and never raises it (a client that stops
+reading). "wait_close": true prints
 "answered" once the answers are written, then how the server closed the
-connection ("connection closed CODE REASON"). "then": "reset control"
+connection ("connection closed CODE REASON"); with "ping": true the
+client sends a QUIC PING every 100 ms meanwhile. "then": "reset control"
 (or "finish control", "reset encoder", "reset decoder", "stop
 server-control") does that to the client's control or QPACK stream, or
 asks the server to stop sending on its control stream, once the answers
@@ -237,6 +240,9 @@ async def main():
     if os.environ.get("PEREGRINE_H3_QLOG"):
         from aioquic.quic.logger import QuicFileLogger
         config.quic_logger = QuicFileLogger(os.environ["PEREGRINE_H3_QLOG"])
+    if spec.get("stall"):
+        # A 4 KiB receive window per stream, never raised (below).
+        config.max_stream_data = 4096
     if "flood" in spec:
         return flood(spec, config)
     authority = "%s:%d" % (spec.get("server_name", "localhost"), spec["port"])
@@ -247,6 +253,9 @@ async def main():
     async with connecting as client:
         if spec.get("ignore_stream_limit"):
             client._quic._remote_max_streams_bidi = 1 << 20
+        if spec.get("stall"):
+            # aioquic raises MAX_STREAM_DATA as data arrives: never here.
+            client._quic._write_stream_limits = lambda **_: None
         futs = []
         for r in spec["requests"]:
             if "raw" in r:
@@ -314,10 +323,15 @@ async def main():
         if spec.get("wait_close") or spec.get("then"):
             # Say so, then wait for the server to close the connection
             # (a graceful shutdown: GOAWAY, then CONNECTION_CLOSE).
+            # With "ping": a QUIC PING every tenth of a second meanwhile,
+            # as a client holding an idle connection open would send.
             print("answered", flush=True)
-            for _ in range(spec.get("timeout", 30) * 10):
+            for i in range(spec.get("timeout", 30) * 10):
                 if client.closed:
                     break
+                if spec.get("ping"):
+                    client._quic.send_ping(i)
+                    client.transmit()
                 await asyncio.sleep(0.1)
             print(client.closed or "still open", flush=True)
 

@@ -151,12 +151,18 @@ pub(crate) fn body_use(ctx: &Ctx<'_>, redirect: bool, req: &Request<'_>) -> Body
     panic::catch_unwind(AssertUnwindSafe(|| handler.body_use(req))).unwrap_or(BodyUse::Buffer)
 }
 
+/// `req` is a stream's request the engine answers 501 without a handler
+/// (`call_stream`): a method it does not recognise, or a plain CONNECT.
+/// An extended CONNECT (`:protocol`, RFC 8441) is for the handler.
+pub(crate) fn is_unimplemented(req: &Request<'_>) -> bool {
+    req.protocol.is_none() && crate::codec::head::check_method(req.method()).is_err()
+}
+
 /// `call` for a request of HTTP/2 or HTTP/3, whose heads the codec has not
 /// seen: a method the server does not recognise (or CONNECT) is answered
 /// 501 before any handler runs, as HTTP/1.1's are (RFC 9110 §9.1).
 pub(crate) fn call_stream(ctx: &Ctx<'_>, redirect: bool, req: &Request<'_>) -> Handled {
-    // An extended CONNECT (`:protocol`, RFC 8441) is for the handler.
-    if req.protocol.is_none() && crate::codec::head::check_method(req.method()).is_err() {
+    if is_unimplemented(req) {
         return Ok(Reply::Now(Response::error(501).with_reason(Reason::NotImplemented)));
     }
     call(ctx, redirect, req)

@@ -436,9 +436,11 @@ impl Conn {
         streams::on_answer(ctx, &mut view, client.peer, deferred, id, &mut response)
     }
 
-    /// A deadline passed: ends the connection (GOAWAY, then close) if one
-    /// of the session's timeouts has, and returns true; else (a body
-    /// keeping its rate) sets the next deadline.
+    /// A deadline passed: returns true if the connection has work (GOAWAY
+    /// written and the connection closing, when one of the session's
+    /// timeouts ended it; or slow streams answered 408 or reset, the
+    /// others going on); else (bodies keeping their rate) sets the next
+    /// deadline.
     pub(super) fn time_out_h2(&mut self, ctx: &mut Ctx<'_>) -> bool {
         self.ensure_output(ctx.pool);
         let Some(h2) = self.proto.h2_mut() else { return true };
@@ -448,10 +450,16 @@ impl Conn {
                 false
             }
             Some(expired) => {
-                if let (Expired::SlowRequest(_), Some(m)) = (expired, ctx.metrics) {
-                    m.slow_requests.add(1);
+                if let Some(m) = ctx.metrics {
+                    match expired {
+                        Expired::SlowRequest(_) => m.slow_requests.add(1),
+                        Expired::SlowStreams(n) => m.slow_requests.add(n as u64),
+                        Expired::Idle | Expired::WindowClosed => {}
+                    }
                 }
-                self.phase = Phase::Closing;
+                if expired.ends_connection() {
+                    self.phase = Phase::Closing;
+                }
                 true
             }
         }

@@ -35,7 +35,9 @@ pub(crate) trait Streams {
     /// STOP_SENDING), rather than left to the session, which makes the
     /// stream ready when it has seen enough of the body (HTTP/2, where
     /// the client's DATA frames must still be judged: h2spec expects
-    /// their stream errors).
+    /// their stream errors). A request the engine refuses before any
+    /// handler (501: `dispatch::is_unimplemented`) is answered at its
+    /// head on both.
     const IGNORED_BODY_ANSWERED_AT_HEAD: bool;
 
     /// The status stream `id` was refused with before any handler saw it
@@ -267,7 +269,12 @@ pub(crate) fn start_upload<S: Streams>(
             if let Some(m) = ctx.metrics {
                 m.bodies_ignored.add(1);
             }
-            if !S::IGNORED_BODY_ANSWERED_AT_HEAD {
+            // A request refused before any handler runs (a method not
+            // implemented, a plain CONNECT) is answered at its head on
+            // every version: no DATA frame can change its answer, and a
+            // CONNECT's "body" may never end (HTTP/2 resets the stream
+            // once the 501 is sent, §8.1).
+            if !S::IGNORED_BODY_ANSWERED_AT_HEAD && !dispatch::is_unimplemented(&req) {
                 s.ignore_body(id);
                 return;
             }

@@ -420,6 +420,7 @@ impl Session {
         s.pending = None;
         s.upload = None;
         s.trailers = None;
+        s.clock = None;
         s.continue_due = s.head.expect_continue && !end_stream && s.refused.is_none();
         // A body is coming: the driver asks the handler whether it reads
         // it as it arrives before the stream is complete.

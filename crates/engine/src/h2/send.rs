@@ -425,6 +425,7 @@ impl Session {
             s.send_window -= n as i64;
             self.send_window -= n as i64;
             self.bytes_sent += n as u64;
+            self.n_data_sent += u64::from(n != 0);
             if done {
                 s.pending = None;
                 if s.held != 0 {
@@ -484,6 +485,7 @@ impl Session {
             s.send_window -= n as i64;
             self.send_window -= n as i64;
             self.bytes_sent += n as u64;
+            self.n_data_sent += u64::from(n != 0);
             if last {
                 s.send = Sending::Done;
                 t.output.clear();

@@ -65,6 +65,8 @@ pub(super) struct Stream {
     /// The trailer fields that ended a body collected whole (a streamed
     /// body's go to its reader), for the handler.
     pub(super) trailers: Option<Trailers>,
+    /// The body's deadline while it arrives (`timeout.rs`).
+    pub(super) clock: Option<super::timeout::BodyClock>,
 }
 
 /// A stream's WebSocket bytes, between the session and the WebSocket
@@ -109,6 +111,7 @@ impl Stream {
             await_data: false,
             tunnel: None,
             trailers: None,
+            clock: None,
         }
     }
 }

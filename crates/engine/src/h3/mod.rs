@@ -966,6 +966,17 @@ impl Session {
         self.requests.is_empty() && !self.unseen.iter().any(|&u| self.goaway.is_none_or(|g| u < g))
     }
 
+    /// No request stream is open, and how many were ever opened (a mark
+    /// that moves with each new one): the driver's idle timeout runs
+    /// while the first holds and the mark stays. Unlike `is_idle`, ids
+    /// skipped over whose bytes never came do not count: they hold
+    /// nothing, and naming stream 16 alone would keep a connection open
+    /// for as long as the client PINGs.
+    pub(crate) fn quiet_mark(&self) -> (bool, u64) {
+        let opened = (self.next_request_id / 4).saturating_sub(self.unseen.len() as u64);
+        (self.requests.is_empty(), opened)
+    }
+
     /// Whether stream `id` is still being answered or read.
     pub(crate) fn is_open(&self, id: u64) -> bool {
         self.find(id).is_some()

@@ -377,6 +377,12 @@ pub(crate) struct UniStream {
     payload: Vec<u8>,
     /// A decoder-stream instruction split across inputs.
     instruction: Vec<u8>,
+    /// The push ID of the client's last GOAWAY, and the largest it allowed
+    /// by MAX_PUSH_ID: neither may go back (§5.2, §7.2.7), and a
+    /// CANCEL_PUSH past the latter names a push that cannot exist
+    /// (§7.2.3).
+    goaway_id: Option<u64>,
+    max_push_id: Option<u64>,
 }
 
 /// Control frames we read (SETTINGS, GOAWAY, MAX_PUSH_ID, CANCEL_PUSH)
@@ -504,19 +510,43 @@ impl UniStream {
                         Some(frame::SETTINGS) => {
                             frame::check_settings(&self.payload).map_err(|(code, why)| Error::Conn(code, why))?;
                         }
-                        Some(frame::GOAWAY | frame::MAX_PUSH_ID | frame::CANCEL_PUSH) => {
-                            // One varint each (§7.2.3, §7.2.6, §7.2.7). A
-                            // client's GOAWAY concerns pushes, which we never
-                            // make; nothing to do beyond checking the frame.
-                            match frame::read_varint(&self.payload) {
-                                Some((_, n)) if n == self.payload.len() => {}
+                        Some(kind @ (frame::GOAWAY | frame::MAX_PUSH_ID | frame::CANCEL_PUSH)) => {
+                            // One varint each (§7.2.3, §7.2.6, §7.2.7): a
+                            // push ID. We never push, so there is nothing
+                            // to do beyond checking the IDs' order.
+                            let id = match frame::read_varint(&self.payload) {
+                                Some((id, n)) if n == self.payload.len() => id,
                                 _ => return Err(Error::Conn(Code::FrameError, "a malformed control frame")),
-                            }
+                            };
+                            self.push_id(kind, id)?;
                         }
                         _ => {}
                     }
                 }
             }
+        }
+        Ok(())
+    }
+
+    /// A push ID the client's control stream named in a frame of `kind`:
+    /// H3_ID_ERROR for a GOAWAY larger than the one before ("MUST NOT
+    /// increase", §5.2), a MAX_PUSH_ID smaller than the one before
+    /// ("cannot reduce the maximum push ID", §7.2.7), or a CANCEL_PUSH
+    /// "that references a push ID greater than currently allowed on the
+    /// connection" (§7.2.3): with no MAX_PUSH_ID, none is allowed.
+    fn push_id(&mut self, kind: u64, id: u64) -> Result<(), Error> {
+        let refused = match kind {
+            frame::GOAWAY => self.goaway_id.replace(id).is_some_and(|before| id > before),
+            frame::MAX_PUSH_ID => self.max_push_id.replace(id).is_some_and(|before| id < before),
+            _ => self.max_push_id.is_none_or(|max| id > max),
+        };
+        if refused {
+            let why = match kind {
+                frame::GOAWAY => "a GOAWAY whose push ID increased",
+                frame::MAX_PUSH_ID => "a MAX_PUSH_ID that decreased",
+                _ => "a CANCEL_PUSH for a push ID never allowed",
+            };
+            return Err(Error::Conn(Code::IdError, why));
         }
         Ok(())
     }

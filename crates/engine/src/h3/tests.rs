@@ -371,6 +371,39 @@ fn the_control_stream_must_open_with_settings_and_stay_open() {
     );
 }
 
+/// Push IDs on the control stream keep their order (RFC 9114 §5.2,
+/// §7.2.3, §7.2.7): a client's GOAWAY may not increase, MAX_PUSH_ID may
+/// not decrease, and CANCEL_PUSH may name only a push ID allowed.
+#[test]
+fn push_ids_out_of_order_on_the_control_stream_are_id_errors() {
+    let mut settings = vec![0x00];
+    frame::write_settings(&mut settings, 100, false);
+    let code = |frames: &str| match UniStream::default().recv(&[settings.clone(), hex(frames)].concat(), false) {
+        Err(Error::Conn(code, _)) => Some(code),
+        _ => None,
+    };
+    // GOAWAY (7), MAX_PUSH_ID (0x0d), CANCEL_PUSH (3), each one varint.
+    assert_eq!(code("07 01 04  07 01 04  07 01 00"), None, "GOAWAY that holds or falls");
+    assert_eq!(code("07 01 00  07 01 04"), Some(Code::IdError), "GOAWAY that rises");
+    assert_eq!(
+        code("0d 01 0a  0d 01 0a  0d 01 0b"),
+        None,
+        "MAX_PUSH_ID that holds or rises"
+    );
+    assert_eq!(
+        code("0d 01 0a  0d 01 09"),
+        Some(Code::IdError),
+        "MAX_PUSH_ID that falls"
+    );
+    assert_eq!(code("03 01 03"), Some(Code::IdError), "CANCEL_PUSH with no MAX_PUSH_ID");
+    assert_eq!(
+        code("0d 01 02  03 01 03"),
+        Some(Code::IdError),
+        "CANCEL_PUSH past MAX_PUSH_ID"
+    );
+    assert_eq!(code("0d 01 03  03 01 03"), None, "CANCEL_PUSH within MAX_PUSH_ID");
+}
+
 #[test]
 fn the_session_refuses_a_second_control_stream_and_client_pushes() {
     let mut s = Session::new(CFG);
@@ -585,6 +618,25 @@ fn a_first_goaway_names_the_largest_id_and_refuses_nothing_the_second_names_the_
         s.handle_input(8, &headers_frame(&GET), true),
         Action::Reset(Code::RequestRejected)
     );
+}
+
+/// Stream ids a client skipped over and never used keep a connection
+/// from closing while it goes away (`is_idle`: their requests may still
+/// come), but not from idling out (`quiet_mark`): a request on stream 16
+/// alone must not hold a connection for as long as the client ACKs.
+/// The mark moves with each request opened, late ones included.
+#[test]
+fn ids_skipped_over_do_not_keep_a_connection_from_idling_out() {
+    let mut s = Session::new(CFG);
+    assert_eq!(s.quiet_mark(), (true, 0));
+    assert_eq!(s.handle_input(16, &headers_frame(&GET), true), Action::None);
+    assert_eq!(s.take_ready(), Some(16));
+    assert_eq!(s.quiet_mark(), (false, 1));
+    s.remove(16);
+    assert!(!s.is_idle(), "streams 0 to 12 may still come");
+    assert_eq!(s.quiet_mark(), (true, 1));
+    assert_eq!(s.handle_input(4, &headers_frame(&GET), true), Action::None);
+    assert_eq!(s.quiet_mark(), (false, 2));
 }
 
 #[test]

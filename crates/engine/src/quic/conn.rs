@@ -35,6 +35,24 @@ pub(super) struct QuicConn {
     /// a deferred answer): when to send the next PING, so that the
     /// connection does not reach its idle timeout meanwhile.
     pub(super) keepalive_at: Option<Instant>,
+    /// While no request is open: since when, and the session's count of
+    /// requests opened then (`Session::quiet_mark`). The connection is
+    /// closed `h3_idle_timeout` later: QUIC's own idle timer restarts on
+    /// every packet, a client's PING or ACK too, so it alone would let a
+    /// client that only PINGs hold a connection (and one of `n_conns_max`)
+    /// forever, which HTTP/2 refuses (`h2/timeout.rs`).
+    idle: Option<(Instant, u64)>,
+    idle_timeout: std::time::Duration,
+    /// Answer bytes QUIC has taken from us, and whether the last `pump`
+    /// left some it would not take (the client's stream or connection
+    /// credit spent). While that lasts with no byte taken, since when
+    /// and the count then: `send_timeout` later the connection is closed,
+    /// as HTTP/2's is (`h2/timeout.rs`), since its PINGs (sent while a
+    /// request is open) and the client's ACKs would keep it forever.
+    sent: u64,
+    write_blocked: bool,
+    blocked: Option<(Instant, u64)>,
+    send_timeout: std::time::Duration,
     pub(super) handshaken: bool,
     /// The client's address when the connection was accepted (for the
     /// debug log; requests take the current one, `remote_address`).
@@ -167,6 +185,12 @@ impl QuicConn {
             control: None,
             timer: None,
             keepalive_at: None,
+            idle: None,
+            idle_timeout: ctx.limits.h3_idle_timeout,
+            sent: 0,
+            write_blocked: false,
+            blocked: None,
+            send_timeout: ctx.limits.send_timeout,
             handshaken: false,
             peer,
             token,
@@ -268,10 +292,22 @@ impl QuicConn {
         // download; the client would see its response cut short).
         // Requests open: pings keep the connection from idling out while
         // they wait (an SSE stream's producer may be silent for minutes).
-        if self.session.is_idle() || self.conn.is_closed() {
+        let (no_requests, opened) = self.session.quiet_mark();
+        let quiet = no_requests && self.websockets.is_empty();
+        if quiet || self.conn.is_closed() {
             self.keepalive_at = None;
         } else if self.keepalive_at.is_none() {
             self.keepalive_at = Some(ctx.now + super::keepalive_interval(ctx.limits));
+        }
+        match self.idle {
+            _ if !quiet || !self.handshaken => self.idle = None,
+            Some((_, mark)) if mark == opened => {}
+            _ => self.idle = Some((ctx.now, opened)),
+        }
+        match self.blocked {
+            _ if !self.write_blocked => self.blocked = None,
+            Some((_, mark)) if mark == self.sent => {}
+            _ => self.blocked = Some((ctx.now, self.sent)),
         }
         let unacked = self.conn.streams().send_streams() - usize::from(self.control.is_some());
         if self.session.is_going_away() && self.session.is_idle() && unacked == 0 && !self.conn.is_closed() {
@@ -290,6 +326,8 @@ impl QuicConn {
             self.session.poll_timeout(),
             ws,
             proxied,
+            self.idle.map(|(since, _)| since + self.idle_timeout),
+            self.blocked.map(|(since, _)| since + self.send_timeout),
         ]
         .into_iter()
         .flatten()
@@ -325,6 +363,26 @@ impl QuicConn {
             m.slow_requests.add(ended as u64);
         }
         self.conn.handle_timeout(ctx.now);
+        if self.idle.is_some_and(|(since, _)| since + self.idle_timeout <= ctx.now) && !self.conn.is_closed() {
+            // No request within the idle timeout (§5.2: an idle
+            // connection may be closed at any time; no stream is lost).
+            self.idle = None;
+            self.session.go_away();
+            self.flush_control();
+            self.conn.close(ctx.now, code(Code::NoError), "idle timeout".into());
+        }
+        if self
+            .blocked
+            .is_some_and(|(since, _)| since + self.send_timeout <= ctx.now)
+            && !self.conn.is_closed()
+        {
+            self.blocked = None;
+            self.conn.close(
+                ctx.now,
+                code(Code::ExcessiveLoad),
+                "client did not open its flow-control window in time".into(),
+            );
+        }
         if self.keepalive_at.is_some_and(|k| k <= ctx.now) {
             self.conn.ping();
             self.keepalive_at = Some(ctx.now + super::keepalive_interval(ctx.limits));
@@ -731,6 +789,7 @@ impl QuicConn {
     /// far as quinn-proto's flow control and send buffer take them.
     fn pump(&mut self) {
         self.flush_control();
+        self.write_blocked = false;
         self.sending.clear();
         self.session.sending(&mut self.sending);
         for i in 0..self.sending.len() {
@@ -760,11 +819,16 @@ impl QuicConn {
                     Ok(n) => {
                         let all = n == bytes.len();
                         self.session.consumed(sid, n);
+                        self.sent += n as u64;
                         if !all {
+                            self.write_blocked = true;
                             break; // wait for Writable
                         }
                     }
-                    Err(WriteError::Blocked) => break,
+                    Err(WriteError::Blocked) => {
+                        self.write_blocked = true;
+                        break;
+                    }
                     Err(_) => {
                         // Stopped or closed by the client.
                         self.session.remove(sid);

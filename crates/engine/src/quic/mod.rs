@@ -23,7 +23,10 @@
 //! connection with a request open (a streamed body whose producer is
 //! silent, a deferred answer) also pings every `keepalive_interval`, so
 //! that it does not reach its idle timeout while it waits; one with none
-//! open idles out as the timeout says.
+//! open is closed at the idle timeout after its last request, whatever
+//! packets (a client's PINGs, ACKs) come meanwhile, and one whose answer
+//! waits on a window the client never opens, at `send_timeout`
+//! (`conn.rs`).
 //!
 //! Defences: address validation with Retry once `h3_handshakes_before_retry`
 //! handshakes are in progress (a flood of Initials from forged addresses

@@ -2,7 +2,7 @@
 //! handshake by the name the client asks for (SNI), reloadable while
 //! serving. rustls with the `aws-lc-rs` provider, the hybrid
 //! post-quantum group X25519MLKEM768 preferred ([`provider`]); TLS 1.2
-//! and 1.3; ALPN `h2` and `http/1.1`; and for QUIC (HTTP/3) TLS 1.3 with
+//! and 1.3; ALPN `h2`, `http/1.1` and `http/1.0`; and for QUIC (HTTP/3) TLS 1.3 with
 //! ALPN `h3`.
 //!
 //! A [`TlsConfig`] is a list of (certificate chain, key) file pairs. The
@@ -421,7 +421,7 @@ impl TlsConfig {
     }
 
     /// The rustls configuration listeners with this certificate set use;
-    /// with `http2`, ALPN offers `h2` before `http/1.1`.
+    /// with `http2`, ALPN offers `h2` before `http/1.1` (then `http/1.0`).
     /// With `h3_port`, responses carry `Alt-Svc: h3=":PORT"`.
     pub(crate) fn listener(&self, http2: bool, h3_port: Option<u16>) -> Result<Arc<TlsListener>, Error> {
         let versions: &[&rustls::SupportedProtocolVersion] = &[&rustls::version::TLS13, &rustls::version::TLS12];
@@ -430,10 +430,13 @@ impl TlsConfig {
             .map_err(|e| Error::tls(format!("TLS versions: {e}")))?
             .with_no_client_auth()
             .with_cert_resolver(self.resolver.clone());
+        // `http/1.0` last: a client that offers only it is served by the
+        // same HTTP/1.x codec (which answers a 1.0 request as 1.0), as
+        // nginx does, rather than refused with alert 120.
         config.alpn_protocols = if http2 {
-            vec![b"h2".to_vec(), b"http/1.1".to_vec()]
+            vec![b"h2".to_vec(), b"http/1.1".to_vec(), b"http/1.0".to_vec()]
         } else {
-            vec![b"http/1.1".to_vec()]
+            vec![b"http/1.1".to_vec(), b"http/1.0".to_vec()]
         };
         if self.acme {
             config.alpn_protocols.push(store::ACME_TLS_ALPN.to_vec());

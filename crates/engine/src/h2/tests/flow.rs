@@ -116,3 +116,43 @@ fn the_output_stays_within_the_budget_given_to_send() {
     }
     assert!(p.session.is_idle());
 }
+
+/// A client with a small receive window (`nghttp -w 10`, 1 KiB) returns
+/// it after every DATA frame, on the stream and on the connection: two
+/// WINDOW_UPDATEs per frame, earned by the frame they answer, so a large
+/// download is never cut off as a control-frame flood (it was, with
+/// ENHANCE_YOUR_CALM after about 570 KB, when only bytes sent earned).
+#[test]
+fn a_small_window_returned_after_every_frame_is_not_a_flood() {
+    const WIN: usize = 1000;
+    const LEN: usize = 2_000_000;
+    let mut p = Peer::new(cfg());
+    p.feed(&settings(&[(frame::SETTINGS_INITIAL_WINDOW_SIZE, WIN as u32)]));
+    p.feed(&get(1, "/ten.bin"));
+    p.ready();
+    p.respond(1, Response::bytes("application/octet-stream", vec![b'x'; LEN]))
+        .unwrap();
+    let mut got = 0;
+    loop {
+        let f = p.frames();
+        assert!(
+            f.iter().all(|f| f.kind != frame::GOAWAY),
+            "cut off after {got} bytes: {f:?}"
+        );
+        let data: Vec<&Frame> = f.iter().filter(|f| f.kind == frame::DATA && f.stream == 1).collect();
+        assert!(!data.is_empty(), "no DATA after {got} bytes");
+        for d in &data {
+            assert!(d.payload.len() <= WIN);
+            got += d.payload.len();
+            let n = d.payload.len() as u32;
+            if n != 0 {
+                p.feed(&[window_update(1, n), window_update(0, n)].concat());
+            }
+        }
+        if data.iter().any(|d| d.has(frame::END_STREAM)) {
+            break;
+        }
+        p.send();
+    }
+    assert_eq!(got, LEN);
+}
