@@ -6,7 +6,10 @@
 //! `stale-if-error`, 50 concurrent misses make one request, the size
 //! bound evicts the least recently used, a purge empties it, and an
 //! HTTP/2 client gets hits too; a hit answers If-None-Match and
-//! If-Modified-Since with 304 and one range with 206; SIGWINCH purges.
+//! If-Modified-Since with 304 and one range with 206, and so does a miss
+//! (from the whole answer it stored); a weak If-Range gets the whole
+//! answer; behind forward-auth one user's answer never reaches another;
+//! an unsafe method's success invalidates; SIGWINCH purges.
 //!
 //! The backend is Python's `http.server` (the standard library only);
 //! without `python3` on the PATH these tests say so and pass nothing.
@@ -33,8 +36,29 @@ LOCK = threading.Lock()
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
+    def do_POST(self):
+        self.unsafe()
+
+    def do_DELETE(self):
+        self.unsafe()
+
+    def unsafe(self):
+        # Counted with the path's GETs; `X-Fail` makes it a 500.
+        n = int(self.headers.get("Content-Length") or 0)
+        self.rfile.read(n)
+        with LOCK:
+            COUNTS[self.path] = COUNTS.get(self.path, 0) + 1
+        status = 500 if self.headers.get("X-Fail") else 200
+        self.answer(status, [("Cache-Control", "no-store")], b"done")
+
     def do_GET(self):
         path = self.path
+        if path.startswith("/auth"):
+            # The forward-auth service: `X-Key` names the user.
+            user = {"k-alice": "alice", "k-bob": "bob"}.get(self.headers.get("X-Key", ""))
+            if user is None:
+                return self.answer(401, [], b"who?")
+            return self.answer(200, [("Remote-User", user)], b"")
         if path.startswith("/count?"):
             with LOCK:
                 n = COUNTS.get(path[len("/count?"):], 0)
@@ -72,8 +96,22 @@ class Handler(BaseHTTPRequestHandler):
         elif path.startswith("/api/slow"):
             time.sleep(0.5)
         elif path.startswith("/api/validated"):
+            if self.headers.get("If-None-Match") == '"v1"' or self.headers.get("Range"):
+                # What the cache must not be given on a miss: it could
+                # store neither.
+                return self.answer(412, [("Cache-Control", "no-store")], b"conditional upstream")
             fields.append(("ETag", '"v1"'))
             fields.append(("Last-Modified", "Wed, 21 Oct 2015 07:28:00 GMT"))
+            body = b"0123456789abcdefghij"
+        elif path.startswith("/fa/"):
+            # Behind forward-auth: made for the user the service named.
+            body = ("user=%s n=%d" % (self.headers.get("Remote-User", "-"), n)).encode()
+            if "/public" in path:
+                fields = [("Cache-Control", "public, max-age=60")]
+            if "/vary" in path or "/public" in path:
+                fields.append(("Vary", "Remote-User"))
+        elif path.startswith("/api/weak"):
+            fields.append(("ETag", 'W/"w1"'))
             body = b"0123456789abcdefghij"
         elif path.startswith("/api/big"):
             body = body + b" " + b"x" * 6000
@@ -128,7 +166,9 @@ fn setup(name: &str, size: &str) -> Setup {
             "version = 1\nbind = [\"127.0.0.1:0\"]\nworkers = 1\n\
              [[site]]\nnames = [\"a.test\"]\nroot = \"site\"\n\
              [[site.route]]\npath = \"/api/*\"\nproxy = \"http://{backend_addr}\"\n\
-             [[site.route]]\npath = \"/gz/*\"\nproxy = \"http://{backend_addr}\"\nencode = true\n"
+             [[site.route]]\npath = \"/gz/*\"\nproxy = \"http://{backend_addr}\"\nencode = true\n\
+             [[site.route]]\npath = \"/fa/*\"\nproxy = \"http://{backend_addr}\"\n\
+             forward-auth = {{ url = \"http://{backend_addr}/auth\", copy-headers = [\"Remote-User\"] }}\n"
         ),
     );
     let server = Process::spawn(
@@ -484,6 +524,123 @@ fn a_hit_answers_conditionals_with_304_and_one_range_with_206() {
     assert_eq!(count(&s, "/api/validated"), 2);
 }
 
+/// Issue 32's "one client's answer never reaches another's" behind
+/// forward-auth: the service names the user (`X-Key` → `Remote-User`,
+/// copied onto the upstream request), which the client's own fields do
+/// not show. An answer is stored only when `public`, and looked up only
+/// once the check let the request through, Vary matched against the
+/// fields the upstream gets (the copied `Remote-User`, not the client's).
+#[test]
+fn behind_forward_auth_one_users_answer_never_reaches_another() {
+    if !common::have_python() {
+        return;
+    }
+    let s = setup("cache-forward-auth", "1M");
+    let alice = "X-Key: k-alice\r\n";
+    let bob = "X-Key: k-bob\r\n";
+    // Not public (with or without `Vary: Remote-User`): never stored.
+    for path in ["/fa/plain", "/fa/vary"] {
+        assert_eq!(get(&s.addr, path, alice).2, "user=alice n=1", "{path}");
+        let (status, head, body) = get(&s.addr, path, bob);
+        assert_eq!((status, body.as_str()), (200, "user=bob n=2"), "{path}: {head}");
+        assert!(head.contains("cache-control: private"), "{head}");
+        assert_eq!(get(&s.addr, path, alice).2, "user=alice n=3", "{path}");
+        assert_eq!(count(&s, path), 3, "{path}");
+    }
+    // `public` with `Vary: Remote-User`: each user's own entry, matched
+    // on the service's name, whatever the client says it is.
+    let path = "/fa/public";
+    assert_eq!(get(&s.addr, path, alice).2, "user=alice n=1");
+    let (status, head, body) = get(&s.addr, path, alice);
+    assert_eq!((status, body.as_str()), (200, "user=alice n=1"), "{head}");
+    assert!(head.contains("\r\nage: "), "{head}");
+    assert!(head.contains("cache-control: private"), "{head}");
+    let forged = format!("{bob}Remote-User: alice\r\n");
+    assert_eq!(get(&s.addr, path, &forged).2, "user=bob n=2");
+    assert_eq!(get(&s.addr, path, bob).2, "user=bob n=2");
+    assert_eq!(count(&s, path), 2);
+    // Refused: the service's answer, nothing from the cache.
+    let (status, _, body) = get(&s.addr, path, "Remote-User: alice\r\n");
+    assert_eq!((status, body.as_str()), (401, "who?"));
+}
+
+/// A miss with `If-None-Match` or `Range` asks the upstream for the whole
+/// answer (nginx's `proxy_cache` drops the conditional fields on a
+/// miss), stores it, and answers the client from the entry: the backend
+/// here answers 412 to a request that still carries them.
+#[test]
+fn a_conditional_or_ranged_miss_is_stored_whole_and_answered_from_the_entry() {
+    if !common::have_python() {
+        return;
+    }
+    let s = setup("cache-conditional-miss", "1M");
+    let (status, head, body) = get(&s.addr, "/api/validated/i", "If-None-Match: \"v1\"\r\n");
+    assert_eq!((status, body.as_str()), (304, ""), "{head}");
+    assert!(head.contains("etag: \"v1\""), "{head}");
+    let (status, _, body) = get(&s.addr, "/api/validated/i", "");
+    assert_eq!((status, body.as_str()), (200, "0123456789abcdefghij"));
+    assert_eq!(count(&s, "/api/validated/i"), 1);
+    let (status, head, body) = get(&s.addr, "/api/validated/r", "Range: bytes=2-5\r\n");
+    assert_eq!((status, body.as_str()), (206, "2345"), "{head}");
+    assert!(head.contains("content-range: bytes 2-5/20"), "{head}");
+    assert_eq!(get(&s.addr, "/api/validated/r", "").2, "0123456789abcdefghij");
+    assert_eq!(count(&s, "/api/validated/r"), 1);
+    // A request with credentials keeps its fields (its answer is stored
+    // only if `public`): the origin judges them.
+    let (status, _, _) = get(&s.addr, "/api/validated/c", "Cookie: a=b\r\nIf-None-Match: \"v1\"\r\n");
+    assert_eq!(status, 412);
+}
+
+/// RFC 9110 §13.1.5: `If-Range` needs a strong match; a weak tag (the
+/// stored answer's own) never holds, so the whole answer is sent.
+#[test]
+fn if_range_with_a_weak_tag_gets_the_whole_answer() {
+    if !common::have_python() {
+        return;
+    }
+    let s = setup("cache-weak-if-range", "1M");
+    assert_eq!(get(&s.addr, "/api/weak", "").0, 200);
+    let (status, head, body) = get(&s.addr, "/api/weak", "Range: bytes=0-1\r\nIf-Range: W/\"w1\"\r\n");
+    assert_eq!((status, body.as_str()), (200, "0123456789abcdefghij"), "{head}");
+    // Without If-Range the range is served from the same entry.
+    assert_eq!(get(&s.addr, "/api/weak", "Range: bytes=0-1\r\n").0, 206);
+    assert_eq!(count(&s, "/api/weak"), 1);
+}
+
+/// RFC 9111 §4.4: a 2xx or 3xx to an unsafe method invalidates the
+/// target URI's entries, every variant; an error leaves them.
+#[test]
+fn an_unsafe_methods_success_invalidates_the_targets_entries() {
+    if !common::have_python() {
+        return;
+    }
+    let s = setup("cache-invalidate", "1M");
+    let en = "Accept-Language: en\r\n";
+    let de = "Accept-Language: de\r\n";
+    assert_eq!(get(&s.addr, "/api/vary/p", en).2, "lang=en n=1");
+    assert_eq!(get(&s.addr, "/api/vary/p", de).2, "lang=de n=2");
+    assert_eq!(get(&s.addr, "/api/vary/p", en).2, "lang=en n=1");
+    // A failed POST (500) leaves the entries.
+    let (status, _, _) = request(&s.addr, "POST", "/api/vary/p", "X-Fail: 1\r\nContent-Length: 0\r\n");
+    assert_eq!(status, 500);
+    assert_eq!(get(&s.addr, "/api/vary/p", en).2, "lang=en n=1");
+    // A POST with a body that succeeds removes both variants.
+    let mut c = TcpStream::connect(&s.addr).unwrap();
+    c.set_read_timeout(Some(PATIENCE)).unwrap();
+    c.write_all(b"POST /api/vary/p HTTP/1.1\r\nHost: a.test\r\nContent-Length: 4\r\nConnection: close\r\n\r\nbody")
+        .unwrap();
+    let mut out = String::new();
+    c.read_to_string(&mut out).unwrap();
+    assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+    assert_eq!(get(&s.addr, "/api/vary/p", en).2, "lang=en n=5");
+    assert_eq!(get(&s.addr, "/api/vary/p", de).2, "lang=de n=6");
+    // DELETE too; another path's entry stays.
+    assert_eq!(get(&s.addr, "/api/fresh", "").2, "n=1");
+    assert_eq!(request(&s.addr, "DELETE", "/api/vary/p", "").0, 200);
+    assert_eq!(get(&s.addr, "/api/vary/p", de).2, "lang=de n=8");
+    assert_eq!(get(&s.addr, "/api/fresh", "").2, "n=1");
+}
+
 #[test]
 fn sigwinch_from_the_servers_user_purges_the_cache() {
     if !common::have_python() {
@@ -492,10 +649,10 @@ fn sigwinch_from_the_servers_user_purges_the_cache() {
     let s = setup("cache-sigwinch", "1M");
     assert_eq!(get(&s.addr, "/api/fresh", "").2, "n=1");
     assert_eq!(get(&s.addr, "/api/fresh", "").2, "n=1");
-    // kill(1) is a process of this user: the signal counts (two routes,
-    // two caches).
+    // kill(1) is a process of this user: the signal counts (three
+    // routes, three caches).
     s.server.signal("WINCH");
-    s.server.line("SIGWINCH: purged 2 response cache(s)");
+    s.server.line("SIGWINCH: purged 3 response cache(s)");
     assert_eq!(get(&s.addr, "/api/fresh", "").2, "n=2");
 }
 

@@ -66,13 +66,16 @@ pub fn if_range_holds(value: Option<&[u8]>, etag: &str, last_modified: SystemTim
 
 /// [`if_range_holds`] for a representation that may lack either
 /// validator (a stored answer: the proxy's cache): a tag or a date it
-/// has not never holds.
+/// has not never holds. The one test of `If-Range` for every handler
+/// (files, archives, the proxy's cache).
 pub fn if_range_holds_for(value: Option<&[u8]>, etag: Option<&str>, last_modified: Option<SystemTime>) -> bool {
     let Some(value) = value else { return true };
     let value = trim_ows(value);
     if value.starts_with(b"\"") || value.starts_with(b"W/") {
-        // A weak tag never matches strongly.
-        return etag.is_some_and(|t| value == t.as_bytes());
+        // §13.1.5: "A server MUST use a strong comparison", and in a
+        // strong comparison (§8.8.3.2) a weak tag, the client's or the
+        // representation's (a compressed answer's), matches nothing.
+        return etag.is_some_and(|t| same_tag(value, t.as_bytes(), Comparison::Strong));
     }
     match (parse_date(value), last_modified) {
         (Some(d), Some(lm)) => seconds(d) == seconds(lm),
@@ -496,6 +499,16 @@ mod tests {
         assert!(if_range_holds(Some(DATE), TAG, at(T)));
         assert!(!if_range_holds(Some(EARLIER), TAG, at(T)));
         assert!(!if_range_holds(Some(b"nonsense"), TAG, at(T)));
+    }
+
+    /// RFC 9110 §13.1.5: a strong comparison, so a weak tag never holds,
+    /// even byte for byte the representation's own weak tag.
+    #[test]
+    fn if_range_never_holds_for_a_weak_tag() {
+        assert!(!if_range_holds_for(Some(b"W/\"e1\""), Some("W/\"e1\""), None));
+        assert!(!if_range_holds_for(Some(b"\"e1\""), Some("W/\"e1\""), None));
+        assert!(!if_range_holds_for(Some(b" W/\"e1\" "), Some("\"e1\""), None));
+        assert!(if_range_holds_for(Some(b" \"e1\" "), Some("\"e1\""), None));
     }
 
     #[test]

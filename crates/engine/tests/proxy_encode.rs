@@ -80,6 +80,10 @@ fn serve(stream: TcpStream, go: Arc<Mutex<Receiver<()>>>) {
                 "Content-Type: text/plain\r\nContent-Encoding: gzip\r\n",
                 &text_of(WHOLE),
             ),
+            "identity" => fixed(
+                "Content-Type: text/plain\r\nContent-Encoding: identity\r\n",
+                &text_of(WHOLE),
+            ),
             "partial" => {
                 let body = text_of(WHOLE);
                 let mut a = format!(
@@ -285,6 +289,17 @@ fn answers_that_must_not_be_compressed_are_relayed_as_they_came() {
     // Already encoded: the upstream's coding, untouched.
     let a = get(server.local_addr(), "GET", "/api/encoded", Some("zstd, gzip"));
     assert_eq!(a.field("content-encoding"), Some("gzip"), "{:?}", a.fields);
+    assert_eq!(a.body, text_of(WHOLE));
+    // Any Content-Encoding field, `identity` too, is left alone (nginx):
+    // never `identity, gzip`.
+    let a = get(server.local_addr(), "GET", "/api/identity", Some("gzip"));
+    let codings: Vec<_> = a
+        .fields
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case("content-encoding"))
+        .collect();
+    assert_eq!(codings.len(), 1, "{:?}", a.fields);
+    assert_eq!(a.field("content-encoding"), Some("identity"), "{:?}", a.fields);
     assert_eq!(a.body, text_of(WHOLE));
     // A client that accepts no coding gets the identity answer, whose
     // cache key still varies; its ETag stays strong.

@@ -171,7 +171,12 @@ impl ForwardAuth {
             Err(status) => return Response::error(status).into(),
         };
         let before = outbox.borrow().len();
-        let then = match inner() {
+        // The cache looks a checked request up only once it is let
+        // through (`cache::checked_miss`).
+        CHECKING.set(true);
+        let held = inner();
+        CHECKING.set(false);
+        let then = match held {
             Held::Reply(Reply::Now(resp)) => Then::Answer(req.defer(), resp),
             Held::Reply(Reply::Later) => {
                 let mut queued = outbox.borrow_mut();
@@ -270,6 +275,21 @@ impl ForwardAuth {
         .map_err(|_| 400u16)?;
         Ok(bytes)
     }
+}
+
+thread_local! {
+    /// Set while [`ForwardAuth::check`] calls the protected handler.
+    static CHECKING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Whether the handler running now is behind a forward-auth check: its
+/// answer depends on who the service says the client is, which the
+/// request's own fields do not show (an API key, the address, the fields
+/// the check copies), so a proxy's cache treats it as a request with
+/// credentials and looks it up only once it is let through
+/// (`cache::granted`).
+pub(crate) fn checking() -> bool {
+    CHECKING.get()
 }
 
 /// Fields of the client's never sent to the service: those written here
@@ -452,7 +472,20 @@ impl Checks {
             return match then {
                 Then::Answer(responder, resp) => Some((responder, private(resp))),
                 Then::Proxy(mut job) => {
-                    job.bytes = with_fields(&job.bytes, &copy, &copied(&answer, &copy));
+                    let values = copied(&answer, &copy);
+                    job.bytes = with_fields(&job.bytes, &copy, &values);
+                    // A route's cache answers with the fields the upstream
+                    // would get (a `public` entry only), marked and
+                    // finished as the upstream's answer would be.
+                    if let Some(stored) = super::cache::granted(&mut job, &copy, &values) {
+                        let stored = private(stored);
+                        let stored = match job.more.as_mut().and_then(|m| m.finish.take()) {
+                            Some(finish) => finish(stored),
+                            None => stored,
+                        };
+                        super::cache::unwatch(job.responder.key());
+                        return Some((job.responder, stored));
+                    }
                     self.private.insert(job.responder.key());
                     self.granted.push(*job);
                     None
@@ -472,7 +505,12 @@ impl Checks {
         };
         match then {
             Then::Answer(responder, _) => Some((responder, refusal)),
-            Then::Proxy(job) => Some((job.responder, refusal)),
+            Then::Proxy(job) => {
+                // Its upstream answer, which the cache may have watched
+                // for (an unsafe method's invalidation), never comes.
+                super::cache::unwatch(job.responder.key());
+                Some((job.responder, refusal))
+            }
             Then::Decide(decide) => {
                 decide(Err(refusal));
                 None
@@ -533,7 +571,7 @@ fn with_fields(request: &[u8], copy: &[String], values: &[(String, Vec<u8>)]) ->
 /// `Remote_User` must go where its `Remote-User` goes, or it passes for
 /// the name the auth service vouches for (nginx drops every name with an
 /// underscore by default, `underscores_in_headers off`).
-fn same_name_loosely(a: &[u8], b: &[u8]) -> bool {
+pub(super) fn same_name_loosely(a: &[u8], b: &[u8]) -> bool {
     let fold = |c: u8| if c == b'_' { b'-' } else { c.to_ascii_lowercase() };
     a.len() == b.len() && a.iter().zip(b).all(|(&x, &y)| fold(x) == fold(y))
 }

@@ -13,7 +13,7 @@
 //! - never an answer with `no-store`, `private`, `no-cache` (this cache
 //!   does not revalidate), `Vary: *`, `Set-Cookie` (nginx's default) or
 //!   trailer fields; never one to a request with `Authorization` or
-//!   `Cookie` unless it says `public`;
+//!   `Cookie`, or behind a forward-auth check, unless it says `public`;
 //! - with a body of at most [`Cache::entry_bytes_max`] (1 MiB, or an
 //!   eighth of the cache), read whole as it is relayed; a longer answer,
 //!   or one whose length is only known at the connection's close, passes
@@ -35,9 +35,25 @@
 //! body, a shared range of the entry's buffer: no allocation. `Date` is
 //! written by the engine as for any answer. A HEAD is answered from
 //! its GET's entry. A request with `Authorization` or `Cookie` is answered
-//! only from a `public` entry. The client's own `Cache-Control` (`no-cache`,
+//! only from a `public` entry. A miss answered whole (its body read in
+//! one piece, at most 64 KiB) gets the same 304 or 206 from the entry
+//! it made; a longer one streams to its client as the 200 it is. The client's own `Cache-Control` (`no-cache`,
 //! `max-age=0`) is ignored, as nginx ignores it: otherwise any client
 //! could send every request to the upstream.
+//!
+//! Forward-auth (`auth.rs`): who the client is, the service decides
+//! (an API key, its address, the fields the check copies onto the
+//! upstream request), and the request's own fields do not show it. Such
+//! a request is looked up only once the check let it through, its Vary
+//! values those of the request as the upstream gets it, and answered
+//! only from a `public` entry ([`granted`]): one user's answer never
+//! reaches another unless the upstream said it may.
+//!
+//! A miss that may be stored for any client asks the upstream for the
+//! whole answer ([`MISS_SKIPPED`] left out, as nginx does), and the
+//! client's conditional or range is answered from the entry
+//! (`Fill::finish`). A non-error answer to an unsafe method removes its
+//! target's entries, every variant ([`invalidation`], RFC 9111 §4.4).
 //!
 //! Collapsing (nginx's `proxy_cache_lock`): the first miss of a key goes
 //! upstream; the worker's next misses of that key (at most
@@ -775,7 +791,7 @@ impl Store {
         self.publish();
     }
 
-    fn insert(&mut self, e: Entry) {
+    fn insert(&mut self, e: Entry) -> usize {
         // The same variant replaced; the oldest of too many dropped.
         let same: Vec<usize> = self.index.get(&e.key).map_or_else(Vec::new, |slots| {
             slots
@@ -806,6 +822,7 @@ impl Store {
         self.link_newest(slot);
         self.index.entry(key).or_default().push(slot);
         self.publish();
+        slot
     }
 
     fn bytes_max(&self) -> usize {
@@ -973,11 +990,15 @@ struct Asked<'a> {
 
 impl<'a> Asked<'a> {
     fn of(req: &Request<'a>) -> Asked<'a> {
+        Asked::of_fields(req.headers().map(|(n, v)| (n.as_bytes(), v)))
+    }
+
+    /// [`Asked::of`] for fields given as names and values.
+    fn of_fields(fields: impl Iterator<Item = (&'a [u8], &'a [u8])>) -> Asked<'a> {
         let mut a = Asked::default();
-        for (n, v) in req.headers() {
+        for (n, v) in fields {
             // The names looked for begin with `a`, `c`, `i`, `r` or `u`: most
             // fields are passed over on their first byte.
-            let n = n.as_bytes();
             match n.first().map(u8::to_ascii_lowercase) {
                 Some(b'u') => a.upgrade |= n.eq_ignore_ascii_case(b"upgrade"),
                 Some(b'a' | b'c') if n.eq_ignore_ascii_case(b"authorization") || n.eq_ignore_ascii_case(b"cookie") => {
@@ -1023,17 +1044,75 @@ pub(crate) struct Ask {
     leader: bool,
     /// Parked behind a lock (counted once resolved).
     waited: bool,
+    /// An unsafe method's request (`invalidation`): not a miss; its
+    /// non-error answer removes the key's entries.
+    invalidates: bool,
 }
 
+/// The client's fields a miss that may be stored for others leaves out of
+/// its upstream request (nginx's `proxy_cache` drops these and
+/// `If-Match`, `If-Unmodified-Since`, which never reach a miss here: such
+/// a request passes the cache): the upstream sends the whole
+/// representation, which is stored, and the client's conditional or
+/// range is answered from it (`Fill::finish`) as a hit's would be; a 304
+/// or 206 from the upstream could not be stored, and the requests
+/// waiting for the key would all go upstream after it.
+pub(crate) const MISS_SKIPPED: [&str; 4] = ["if-none-match", "if-modified-since", "range", "if-range"];
+
 impl Ask {
+    fn lines(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.fields.split(|&b| b == b'\n').filter_map(|line| {
+            let colon = line.iter().position(|&b| b == b':')?;
+            Some((&line[..colon], &line[colon + 1..]))
+        })
+    }
+
     fn field_value(&self, name: &[u8]) -> Option<Vec<u8>> {
-        normalised(
-            name,
-            self.fields.split(|&b| b == b'\n').filter_map(|line| {
-                let colon = line.iter().position(|&b| b == b':')?;
-                (&line[..colon] == name).then(|| &line[colon + 1..])
-            }),
-        )
+        normalised(name, self.lines().filter(|(n, _)| *n == name).map(|(_, v)| v))
+    }
+
+    /// What the request asked beside the whole answer.
+    fn asked(&self) -> Asked<'_> {
+        Asked::of_fields(self.lines())
+    }
+
+    /// Whether the upstream request is to leave out [`MISS_SKIPPED`]: a
+    /// GET whose answer may be stored for any client (not one with
+    /// credentials, or behind a forward-auth check, whose answer is
+    /// stored only when `public`: most are not, and such a client keeps
+    /// its 304s from the upstream).
+    pub(crate) fn fetches_whole(&self) -> bool {
+        !self.head && !self.credentials && !self.invalidates
+    }
+
+    /// Whether the answer, once stored, answers the request's conditional
+    /// or range (the upstream was not asked them: [`MISS_SKIPPED`]), so the
+    /// pool reads a short body whole before it answers.
+    pub(crate) fn answers_from_entry(&self) -> bool {
+        self.fetches_whole() && self.asked().is_conditional()
+    }
+
+    /// The fields as the upstream gets them once a forward-auth check
+    /// copied `values` onto the request: the client's of the `copy`
+    /// names gone (`auth::same_name_loosely`), the service's added.
+    fn take_copied(&mut self, copy: &[String], values: &[(String, Vec<u8>)]) {
+        let mut fields = Vec::with_capacity(self.fields.len() + 64);
+        for line in self.fields.split_inclusive(|&b| b == b'\n') {
+            let colon = line.iter().position(|&b| b == b':').unwrap_or(0);
+            if !copy
+                .iter()
+                .any(|c| super::auth::same_name_loosely(c.as_bytes(), &line[..colon]))
+            {
+                fields.extend_from_slice(line);
+            }
+        }
+        for (name, value) in values {
+            fields.extend(name.bytes().map(|b| b.to_ascii_lowercase()));
+            fields.push(b':');
+            fields.extend_from_slice(value);
+            fields.push(b'\n');
+        }
+        self.fields = fields;
     }
 }
 
@@ -1076,8 +1155,11 @@ pub(crate) fn lookup(cache: &Cache, req: &Request<'_>, target: Option<&str>) -> 
     if asked.origin_preconditions || asked.upgrade {
         return Lookup::Pass;
     }
-    let now = crate::date::now();
     let shared = &cache.shared;
+    if super::auth::checking() {
+        return checked_miss(shared, req, target, head);
+    }
+    let now = crate::date::now();
     with_store(shared, |store| {
         // Built in the store's buffer: a hit allocates no key, and takes
         // no thread-local of its own (a hit's thread-locals were about 44
@@ -1143,6 +1225,7 @@ fn look(
                     credentials,
                     leader: false,
                     waited: true,
+                    invalidates: false,
                 }));
             }
             Some(_) => {}
@@ -1170,9 +1253,104 @@ fn look(
             credentials,
             leader,
             waited: false,
+            invalidates: false,
         }),
         rescue,
     }
+}
+
+/// A request behind a forward-auth check (`auth::checking`): its own
+/// identity (the fields the check copies, an API key, its address) is
+/// the service's to judge, and the cache cannot tell whose answer an
+/// entry holds. It is looked up only once the check let it through, with
+/// the fields the upstream gets (`granted`), and answered only from an
+/// entry its upstream made `public`; its answer is stored only if
+/// `public` (as for a request with credentials). It neither leads nor
+/// waits for a key (a parked job is not the check's to hold), and gets
+/// no stale answer.
+#[cold]
+#[inline(never)]
+fn checked_miss(shared: &Arc<Shared>, req: &Request<'_>, target: Option<&str>, head: bool) -> Lookup {
+    let mut k = Vec::new();
+    key(&mut k, req, target);
+    Lookup::Miss {
+        ask: Box::new(Ask {
+            shared: shared.clone(),
+            key: k.into(),
+            fields: copy_fields(req),
+            head,
+            credentials: true,
+            leader: false,
+            waited: false,
+            invalidates: false,
+        }),
+        rescue: false,
+    }
+}
+
+/// The answer from `job`'s cache, if it may have one, once a forward-auth
+/// check let it through, `values` (those of `copy`) copied onto its
+/// upstream request: its fields made what the upstream gets, then looked
+/// up (a fresh `public` entry whose Vary values they match).
+pub(crate) fn granted(job: &mut Job, copy: &[String], values: &[(String, Vec<u8>)]) -> Option<Response> {
+    let ask = job.more.as_mut()?.cache.as_mut()?;
+    ask.take_copied(copy, values);
+    let now = crate::date::now();
+    let shared = ask.shared.clone();
+    with_store(&shared, |store| {
+        let slot = store
+            .find(&ask.key, |name| ask.field_value(name))
+            .filter(|&slot| store.entries[slot].public && store.entries[slot].fresh_at(now));
+        let Some(slot) = slot else {
+            bump(&store.counts.bypass);
+            return None;
+        };
+        let answer = store.entries[slot].serve(now, &ask.asked(), ask.head);
+        store.touch(slot);
+        bump(&store.counts.hit);
+        Some(answer)
+    })
+}
+
+/// Whether a method is safe (RFC 9110 §9.2.1): its answers leave the
+/// cache's entries be.
+fn is_safe(method: &str) -> bool {
+    matches!(method, "GET" | "HEAD" | "OPTIONS" | "TRACE")
+}
+
+/// For a request of an unsafe method (POST, PUT, DELETE, PATCH, any
+/// other): what `watch` needs to invalidate its target's entries, every
+/// variant, once its answer is a 2xx or 3xx (RFC 9111 §4.4: "A cache
+/// MUST invalidate the target URI [...] when it receives a non-error
+/// status code in response to an unsafe request method"). `Location`
+/// and `Content-Location` (a MAY) are not followed. `None` for a safe
+/// method.
+pub(crate) fn invalidation(cache: &Cache, req: &Request<'_>, target: Option<&str>) -> Option<Box<Ask>> {
+    if is_safe(req.method()) {
+        return None;
+    }
+    let mut k = Vec::new();
+    key(&mut k, req, target);
+    Some(Box::new(Ask {
+        shared: cache.shared.clone(),
+        key: k.into(),
+        fields: Vec::new(),
+        head: false,
+        credentials: false,
+        leader: false,
+        waited: false,
+        invalidates: true,
+    }))
+}
+
+/// A request that will not be answered through `rescue` (a forward-auth
+/// check refused it): what was watched for it goes.
+pub(crate) fn unwatch(responder_key: (usize, u64)) {
+    let _ = RESCUES.try_with(|r| {
+        if let Ok(mut r) = r.try_borrow_mut() {
+            r.remove(&responder_key);
+        }
+    });
 }
 
 fn copy_fields(req: &Request<'_>) -> Vec<u8> {
@@ -1247,7 +1425,7 @@ pub(crate) fn take_released(answers: &mut Vec<super::pool::Answer>) -> Vec<Job> 
             if (ask.credentials && !e.public) || !e.fresh_at(now) {
                 return None;
             }
-            let answer = store.entries[slot].answer(now);
+            let answer = store.entries[slot].serve(now, &ask.asked(), ask.head);
             store.touch(slot);
             bump(&store.counts.hit);
             Some(answer)
@@ -1278,7 +1456,9 @@ pub(crate) fn take_released(answers: &mut Vec<super::pool::Answer>) -> Vec<Job> 
 }
 
 /// Remembers that the request answered through `responder_key` may get
-/// its key's stale entry should its upstream fail (`stale-if-error`).
+/// its key's stale entry should its upstream fail (`stale-if-error`), or,
+/// for an unsafe method's (`invalidation`), that its answer, if not an
+/// error, removes its key's entries.
 pub(crate) fn watch(responder_key: (usize, u64), ask: &Ask) {
     let copy = Box::new(Ask {
         shared: ask.shared.clone(),
@@ -1288,6 +1468,7 @@ pub(crate) fn watch(responder_key: (usize, u64), ask: &Ask) {
         credentials: ask.credentials,
         leader: false,
         waited: false,
+        invalidates: ask.invalidates,
     });
     let now = crate::date::now();
     RESCUES.with(|r| {
@@ -1333,6 +1514,17 @@ fn rescue_watched(mut answers: Vec<super::pool::Answer>) -> Vec<super::pool::Ans
         let Some((_, ask)) = RESCUES.with(|r| r.borrow_mut().remove(&key)) else {
             continue;
         };
+        if ask.invalidates {
+            if (200..400).contains(&response.status()) {
+                with_store(&ask.shared, |store| {
+                    let slots = store.index.get(&ask.key).cloned().unwrap_or_default();
+                    for slot in slots {
+                        store.remove(slot);
+                    }
+                });
+            }
+            continue;
+        }
         if !matches!(response.status(), 500 | 502 | 503 | 504) {
             continue;
         }
@@ -1523,15 +1715,19 @@ impl Fill {
         ok
     }
 
-    /// The body is whole: stores the entry.
-    pub(crate) fn finish(mut self) {
+    /// The body is whole: stores the entry. When the request asked a
+    /// conditional or a range (which [`MISS_SKIPPED`] kept from the
+    /// upstream), its answer from the entry, as a hit gets it: a 304, a
+    /// 206 or a 416 (`None`: the whole answer as it came, or nothing
+    /// stored).
+    pub(crate) fn finish(mut self) -> Option<Response> {
         let buf = std::mem::take(&mut self.buf);
         let held = buf.len();
         let shared = self.ask.shared.clone();
         with_store(&shared, |s| {
             s.filling -= held.min(s.filling);
             if self.purges != shared.purge_count.load(Ordering::Acquire) {
-                return;
+                return None;
             }
             let body_range = self.lines..buf.len();
             let whole: Arc<dyn AsRef<[u8]> + Send + Sync> = Arc::new(buf);
@@ -1539,10 +1735,10 @@ impl Fill {
                 SharedBytes::slice(whole.clone(), 0..self.lines),
                 SharedBytes::slice(whole, body_range),
             ) else {
-                return;
+                return None;
             };
             if HeaderBlock::from_lines(lines.clone()).is_err() {
-                return;
+                return None;
             }
             let vary = std::mem::take(&mut self.vary);
             let cost = held
@@ -1553,14 +1749,14 @@ impl Fill {
                     .sum::<usize>()
                 + ENTRY_OVERHEAD;
             if cost > s.bytes_max() {
-                return;
+                return None;
             }
             let d = self.directives;
             let (swr, sie) = match d.must_revalidate {
                 true => (0, 0),
                 false => (d.stale_while_revalidate.unwrap_or(0), d.stale_if_error.unwrap_or(0)),
             };
-            s.insert(Entry {
+            let slot = s.insert(Entry {
                 key: self.ask.key.clone(),
                 vary,
                 status: self.status,
@@ -1582,7 +1778,12 @@ impl Fill {
                 newer: None,
                 older: None,
             });
-        });
+            let asked = self.ask.asked();
+            match asked.is_conditional() && (200..300).contains(&self.status) {
+                true => s.entries[slot].answer_conditional(crate::date::now(), &asked, false),
+                false => None,
+            }
+        })
         // `self` (its ask: the lock) goes now, after the entry is in.
     }
 }

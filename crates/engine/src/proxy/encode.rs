@@ -8,8 +8,9 @@
 //! `Accept-Encoding` ([`plan`]) and the pool decides when the upstream's
 //! head is read ([`decide`]): an answer is compressed when it has a body
 //! (not 1xx, 204, 304, nor a HEAD's), is not partial (206,
-//! `Content-Range`), carries no `Content-Encoding` (other than
-//! `identity`), its `Content-Type` is one the file server compresses
+//! `Content-Range`), carries no `Content-Encoding` field (not even
+//! `identity`: nginx's `gzip` leaves any such answer alone, and ours
+//! beside it would read `identity, gzip`), its `Content-Type` is one the file server compresses
 //! (`text/*`, JSON, XML, JavaScript, wasm, icons, uncompressed fonts),
 //! its `Cache-Control` does not say `no-transform` (RFC 9110 §7.7), its
 //! `Content-Length`, when it has one, is at least [`Encode::min_bytes`],
@@ -213,9 +214,10 @@ pub(crate) fn decide(plan: Option<&Plan>, head: &ResponseHead<'_, '_>) -> Verdic
         let name = h.name.as_bytes();
         let value = trim_ows(h.value);
         if name.eq_ignore_ascii_case(b"content-encoding") {
-            if !list_elements(value).all(|c| c.eq_ignore_ascii_case(b"identity")) {
-                return Verdict::default();
-            }
+            // Any Content-Encoding field, `identity` too (nginx's `gzip`
+            // and Caddy's `encode` leave such answers alone): one kept
+            // beside ours would say `identity, gzip`.
+            return Verdict::default();
         } else if name.eq_ignore_ascii_case(b"content-range") {
             return Verdict::default();
         } else if name.eq_ignore_ascii_case(b"cache-control") {

@@ -772,8 +772,16 @@ impl Proxy {
             true => chunked.then(|| connection_named(req)),
             false => streams.then(|| connection_named(req)),
         };
-        // `Expect` goes on only with the body it asks about.
-        let built = build_as(&self.up, req, framing, req.method(), expect_continue, &[], target);
+        // `Expect` goes on only with the body it asks about. A miss whose
+        // answer may be stored for others asks for the whole
+        // representation (`cache::MISS_SKIPPED`); an unsafe method's
+        // answer invalidates the target's entries (`cache::invalidation`).
+        let skip: &[&str] = match &ask {
+            Some(a) if a.fetches_whole() => &cache::MISS_SKIPPED,
+            _ => &[],
+        };
+        let invalidate = self.cache.as_ref().and_then(|c| cache::invalidation(c, req, target));
+        let built = build_as(&self.up, req, framing, req.method(), expect_continue, skip, target);
         // A WebSocket opening (`tunnel.rs`) is an HTTP/1.1 GET with an
         // `Upgrade` field, which the pass over the fields saw, or an
         // HTTP/2 or HTTP/3 CONNECT, which `build_as` refuses: looked for
@@ -819,6 +827,9 @@ impl Proxy {
                 let responder = req.defer_here();
                 if let (true, Some(ask)) = (rescue, &ask) {
                     cache::watch(responder.key(), ask);
+                }
+                if let Some(invalidate) = &invalidate {
+                    cache::watch(responder.key(), invalidate);
                 }
                 let encode = self
                     .encode

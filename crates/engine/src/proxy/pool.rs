@@ -2216,11 +2216,17 @@ impl UpConn {
                 return Err(bad("a transfer coding other than chunked"));
             }
             if let ResponseFraming::Length(n) = head.framing {
-                if self.more && n as usize <= WHOLE_BODY_MAX && self.buf.len() < head.head_len + n as usize {
+                if n as usize <= WHOLE_BODY_MAX
+                    && self.buf.len() < head.head_len + n as usize
+                    && (self.more || self.answers_from_entry())
+                {
                     // The last read filled its room and the body is not
                     // all here: one more read, and the answer goes whole
                     // (one write to the client, no channel). Nothing was
-                    // decided yet: the head is parsed again then.
+                    // decided yet: the head is parsed again then. A cache
+                    // miss whose conditional or range is answered from
+                    // the entry it makes waits for the whole body however
+                    // it comes (`Fill::finish`).
                     self.missing = head.head_len + n as usize - self.buf.len();
                     return Ok(false);
                 }
@@ -2351,10 +2357,12 @@ impl UpConn {
                         // Moved, not taken: this branch returns, and a
                         // `None` left behind was a call to drop it (9
                         // instructions of a proxied GET, callgrind
-                        // `proxy-c50`).
+                        // `proxy-c50`). `stored`: a conditional or a range
+                        // the cache answers from its entry (`Fill::finish`).
+                        let mut stored = None;
                         if let Some(mut f) = fill {
                             if f.push(&buf[lines_len..]) {
-                                (*f).finish();
+                                stored = (*f).finish();
                             }
                         }
                         // Usually all there was: emptied, nothing moved.
@@ -2363,7 +2371,10 @@ impl UpConn {
                         } else {
                             self.buf.drain(..body_at + n);
                         }
-                        let response = Response::prepared_beside(status, block_of(&lines), lines_len..lines_len + n);
+                        let response = match stored {
+                            Some(stored) => stored,
+                            None => Response::prepared_beside(status, block_of(&lines), lines_len..lines_len + n),
+                        };
                         keep_lines(&mut self.lines, lines);
                         self.answer_to(answers, responder, response, logged);
                         let reusable = self.keep_alive && self.buf.is_empty();
@@ -2421,12 +2432,17 @@ impl UpConn {
                     crate::Body::Shared(s) => Some(s.as_slice()),
                     _ => None,
                 };
+                let mut stored = None;
                 if let (Some(mut f), Some(b)) = (fill.take(), bytes) {
                     if f.push(b) {
-                        (*f).finish();
+                        stored = (*f).finish();
                     }
                 }
-                self.answer_to(answers, responder, Response::prepared(status, block, body), logged);
+                let response = match stored {
+                    Some(stored) => stored,
+                    None => Response::prepared(status, block, body),
+                };
+                self.answer_to(answers, responder, response, logged);
                 let reusable = self.keep_alive && self.buf.is_empty();
                 return Err(if reusable { Outcome::Reusable } else { Outcome::Close });
             }
@@ -2451,6 +2467,16 @@ impl UpConn {
             self.state = State::Body;
             return Ok(true);
         }
+    }
+
+    /// Whether the job's answer, once stored, answers its client's
+    /// conditional or range (`cache::Ask::answers_from_entry`).
+    #[cold]
+    fn answers_from_entry(&self) -> bool {
+        self.job
+            .as_ref()
+            .and_then(|j| j.more()?.cache.as_deref())
+            .is_some_and(super::cache::Ask::answers_from_entry)
     }
 
     /// An answer `codec::client::relay_plain` takes, with its whole body
@@ -2544,9 +2570,10 @@ impl UpConn {
         self.decoder = None;
         if let Some(fill) = self.fill.take() {
             // An answer with trailer fields is not stored: a hit could
-            // not give them.
+            // not give them. (Its head went to the client already: a
+            // conditional or a range got the whole answer, as it came.)
             if section.as_ref().is_none_or(|s| s.is_empty()) {
-                (*fill).finish();
+                let _ = (*fill).finish();
             }
         }
         let Some(tx) = self.tx.take() else { return };

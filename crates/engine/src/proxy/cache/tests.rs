@@ -178,6 +178,7 @@ fn ask(cache: &Cache, fields: &str, credentials: bool) -> Box<Ask> {
         credentials,
         leader: false,
         waited: false,
+        invalidates: false,
     })
 }
 
@@ -304,4 +305,34 @@ fn eight_bytes_at_a_time_lower_case_as_the_byte_loop_does() {
         slow.make_ascii_lowercase();
         assert_eq!(fast, slow, "{len} bytes");
     }
+}
+
+/// Behind forward-auth the Vary values are those the upstream gets: the
+/// copied fields in place of the client's of those names (`Remote_User`
+/// too, read as the same name behind CGI).
+#[test]
+fn a_checked_requests_vary_values_are_the_copied_fields() {
+    let cache = Cache::new(1 << 20);
+    let mut ask = Ask {
+        shared: cache.shared.clone(),
+        key: b"ha\nG/".as_slice().into(),
+        fields: b"remote-user:alice\nremote_user:alice\nx-key:k-bob\n".to_vec(),
+        head: false,
+        credentials: true,
+        leader: false,
+        waited: false,
+        invalidates: false,
+    };
+    assert!(!ask.fetches_whole());
+    ask.take_copied(
+        &["Remote-User".to_owned()],
+        &[("Remote-User".to_owned(), b"bob".to_vec())],
+    );
+    assert_eq!(ask.field_value(b"remote-user").as_deref(), Some(&b"bob"[..]));
+    assert_eq!(ask.field_value(b"remote_user"), None);
+    assert_eq!(ask.field_value(b"x-key").as_deref(), Some(&b"k-bob"[..]));
+    with_store(&cache.shared, |s| {
+        s.insert(entry(b"ha\nG/", &[("remote-user", Some("alice"))], 5));
+        assert_eq!(s.find(b"ha\nG/", |n| ask.field_value(n)), None);
+    });
 }
