@@ -156,6 +156,9 @@ pub(crate) fn route_proxy(
             b.fail_timeout.map_or(fail_timeout, Duration::from_secs),
         );
     }
+    if !b.fail_status.is_empty() {
+        proxy = proxy.fail_status(&b.fail_status)?;
+    }
     if let Some(uri) = &b.health_uri {
         let mut check = ActiveCheck::new(uri)?;
         if let Some(s) = b.health_interval {

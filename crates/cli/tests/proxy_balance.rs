@@ -1,6 +1,7 @@
 //! Several upstreams behind one proxy route (`proxy = [...]` and its
 //! `balance` table), with two Python backends on 127.0.0.1: requests
-//! spread evenly, a backend killed loses no idempotent GET, and the
+//! spread evenly, a backend killed loses no idempotent GET, a backend's
+//! own 5xx takes no backend out unless `fail-status` lists it, and the
 //! active check takes a dead backend out and brings it back.
 //!
 //! The backends are Python's `http.server` (the standard library only);
@@ -30,6 +31,13 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_GET(self):
         body = ("health ok" if self.path == "/health" else "from " + NAME).encode()
+        if self.path.startswith("/api/status/"):
+            # An error page of that status, the connection kept.
+            self.send_response(int(self.path[len("/api/status/"):]))
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
         self.send_response(200)
         self.send_header("Content-Type", "text/plain")
         self.send_header("Content-Length", str(len(body)))
@@ -191,6 +199,57 @@ fn killing_one_backend_loses_no_idempotent_get() {
     assert_eq!(series(&m, "peregrine_upstream_out_workers", &b_url), Some(1), "{m}");
 }
 
+/// One request of `method` to `path`; the status.
+fn status_of(addr: &str, method: &str, path: &str) -> u16 {
+    let s = TcpStream::connect(addr).unwrap();
+    common::exchange(s, method, "a.test", path, &[]).0
+}
+
+#[test]
+fn a_backends_own_5xx_takes_no_backend_out_unless_fail_status_lists_it() {
+    if !common::have_python() {
+        return;
+    }
+    let t = Scratch::new("balance-5xx");
+    let (_a, a) = backend(&t, "a", None);
+    let (_b, b) = backend(&t, "b", None);
+    // The defaults (max-fails 3, fail-timeout 10): six 500s from one URL
+    // and six 501s (http.server implements no OPTIONS) are answers, not
+    // failures; every other URL still gets its backends.
+    let (_server, addr, metrics_addr) = serve(&t, &[a, b], "");
+    for _ in 0..6 {
+        assert_eq!(status_of(&addr, "GET", "/api/status/500"), 500);
+        assert_eq!(status_of(&addr, "OPTIONS", "/api/x"), 501);
+    }
+    for i in 0..4 {
+        let (status, body) = get(&addr, "/api/x", "");
+        assert_eq!(status, 200, "GET {i} after the 5xx: {body}");
+    }
+    let m = metrics(&metrics_addr);
+    for port in [a, b] {
+        let url = format!("http://127.0.0.1:{port}");
+        assert_eq!(series(&m, "peregrine_upstream_out_workers", &url), Some(0), "{m}");
+    }
+    // Listed, a status counts: three 503s from each take both out (503
+    // with Retry-After for every URL), a 500 still counts for nothing.
+    let (_server, addr, _) = serve(
+        &t,
+        &[a, b],
+        "balance = { fail-status = [502, 503, 504] }
+",
+    );
+    for _ in 0..6 {
+        assert_eq!(status_of(&addr, "GET", "/api/status/500"), 500);
+    }
+    assert_eq!(get(&addr, "/api/x", "").0, 200);
+    for _ in 0..6 {
+        assert_eq!(status_of(&addr, "GET", "/api/status/503"), 503);
+    }
+    let (status, body) = get(&addr, "/api/x", "");
+    assert_eq!(status, 503, "every backend out: {body}");
+    assert!(!body.starts_with("from "), "{body}");
+}
+
 #[test]
 fn active_checks_take_a_dead_backend_out_and_bring_it_back() {
     if !common::have_python() {
@@ -312,6 +371,14 @@ fn bad_balance_settings_are_refused_at_their_line() {
         (
             "proxy = [\"http://127.0.0.1:9\", \"http://127.0.0.1:10\"]\nbalance = { health-uri = \"health\" }\n",
             "a path beginning with /",
+        ),
+        (
+            "proxy = [\"http://127.0.0.1:9\", \"http://127.0.0.1:10\"]\nbalance = { fail-status = [200] }\n",
+            "fail-status: 200: a status from 400 to 599",
+        ),
+        (
+            "proxy = [\"http://127.0.0.1:9\", \"http://127.0.0.1:10\"]\nbalance = { fail-status = 503 }\n",
+            "fail-status: expected a list of statuses",
         ),
     ] {
         let config = t.write(

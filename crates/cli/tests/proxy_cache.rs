@@ -428,6 +428,44 @@ fn a_purge_on_the_metrics_listener_empties_the_cache() {
     assert_eq!(get(&s.addr, "/api/other", "").2, "n=2");
 }
 
+/// A cache given only by a route (`cache = "1M"`, no `--proxy-cache`)
+/// has its metrics too.
+#[test]
+fn a_routes_own_cache_has_its_metrics() {
+    if !common::have_python() {
+        return;
+    }
+    let t = Scratch::new("cache-route-metrics");
+    let script = t.write("backend.py", BACKEND);
+    let backend = Process::spawn_stdout(Command::new("python3").arg(script));
+    let port: u16 = backend.first_line().trim().parse().unwrap();
+    t.write("site/index.html", "home\n");
+    let config = t.write(
+        "peregrine.toml",
+        format!(
+            "version = 1\nbind = [\"127.0.0.1:0\"]\nworkers = 1\n\
+             [[site]]\nnames = [\"a.test\"]\nroot = \"site\"\n\
+             [[site.route]]\npath = \"/api/*\"\nproxy = \"http://127.0.0.1:{port}\"\ncache = \"1M\"\n"
+        ),
+    );
+    let server = Process::spawn(
+        common::peregrine()
+            .current_dir(t.dir())
+            .args(["serve", "--config"])
+            .arg(&config)
+            .args(["--metrics", "127.0.0.1:0"]),
+    );
+    let metrics = common::metrics_addr(&server.line("metrics on http://"));
+    let addr = common::last_addr(&server.listening());
+    assert_eq!(get(&addr, "/api/fresh", "").2, "n=1");
+    assert_eq!(get(&addr, "/api/fresh", "").2, "n=1");
+    let m = get(&metrics, "/metrics", "").2;
+    assert!(m.contains("peregrine_proxy_cache_total{result=\"hit\"} 1"), "{m}");
+    assert!(m.contains("peregrine_proxy_cache_total{result=\"miss\"} 1"), "{m}");
+    assert!(m.contains("peregrine_proxy_cache_entries 1"), "{m}");
+    drop(backend);
+}
+
 #[test]
 fn an_http2_client_gets_hits_too() {
     if !common::have_python() {

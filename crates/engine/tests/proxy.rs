@@ -1259,6 +1259,39 @@ fn metrics_count_each_upstreams_requests_failures_header_times_and_pool() {
     assert_eq!(series(&text, &failed(&down, "timeout")), 0);
 }
 
+/// A request queued for the upstream's one connection when the server
+/// begins to shut down is still sent and answered once that connection
+/// is free: it was taken before the shutdown (it waited for the drain's
+/// end instead, then got no answer).
+#[test]
+fn a_request_queued_when_the_shutdown_begins_is_still_answered() {
+    let up = upstream();
+    let metrics = Arc::new(peregrine::Metrics::new());
+    let one = Upstream::parse(&format!("http://{}", up.addr)).unwrap().max_conns(1);
+    let server = proxy_server_with(&[(one, "/api/")], |s| s.metrics(metrics.clone()));
+    let addr = server.local_addr();
+    let held = thread::spawn(move || get(addr, "/api/held", ""));
+    up.seen
+        .recv_timeout(PATIENCE)
+        .expect("the held request reached the upstream");
+    let queued = thread::spawn(move || get(addr, "/api/hello", ""));
+    // Queued: handed to the upstream's pool (counted) with its one
+    // connection busy.
+    let requests = format!("peregrine_upstream_requests_total{{upstream=\"http://{}\"}}", up.addr);
+    let start = std::time::Instant::now();
+    while series(&metrics.render(), &requests) < 2 {
+        assert!(start.elapsed() < PATIENCE, "the second request was not queued");
+        thread::sleep(std::time::Duration::from_millis(5));
+    }
+    server.shutdown_handle().shutdown();
+    up.go.send(()).unwrap();
+    let held = held.join().unwrap();
+    assert_eq!(status_of(&held), 200, "{}", text(&held));
+    let queued = queued.join().unwrap();
+    assert_eq!(status_of(&queued), 200, "{}", text(&queued));
+    assert!(text(&queued).ends_with("hello"), "{}", text(&queued));
+}
+
 /// The proxy's own 503 (queue full) and 504 (no answer in time) carry no
 /// upstream address or text; with an error page, they carry the page,
 /// with their status; the metrics count them by kind.

@@ -99,13 +99,7 @@ pub(super) fn build(
     adopt_metrics_server(process, args.metrics, metrics_server);
     if let Some(m) = &metrics {
         archive_gauges(m, &archives);
-        if matches!(
-            command,
-            Command::Serve {
-                proxy_cache: Some(_),
-                ..
-            }
-        ) {
+        if caches(command) {
             peregrine::proxy::cache::publish_all(m);
         }
     }
@@ -120,6 +114,20 @@ pub(super) fn build(
         archives,
     };
     Ok((generation, urls))
+}
+
+/// Whether the server has a response cache: `--proxy-cache`, or a
+/// route's `cache` (its metrics are published then, summed over every
+/// cache of the process).
+fn caches(command: &Command) -> bool {
+    let Command::Serve { proxy_cache, sites, .. } = command else {
+        return false;
+    };
+    proxy_cache.is_some()
+        || sites
+            .iter()
+            .flat_map(|s| &s.routes)
+            .any(|r| matches!(&r.handler, crate::sites::HandlerSpec::Proxy(p) if p.cache.is_some()))
 }
 
 /// The certificate and key files a generation reads: the flags' and
@@ -781,8 +789,9 @@ fn serve_metrics(addr: SocketAddr, metrics: Arc<Metrics>, inherited: Option<List
 }
 
 /// `POST /purge[?host=H&path=PREFIX]` on the metrics listener: empties
-/// the `--proxy-cache` caches (each worker at its next lookup), or only
-/// the entries of host H whose path begins with PREFIX. An admin path,
+/// the caches (`--proxy-cache`'s and routes'; each worker at its next
+/// lookup), or only the entries of host H (without a port, on any port)
+/// whose path begins with PREFIX. An admin path,
 /// as the listener is (`/metrics` tells what the server serves).
 fn purge(req: &Request<'_>) -> Response {
     let (mut host, mut path) = (None, None);

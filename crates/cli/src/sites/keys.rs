@@ -121,6 +121,7 @@ pub(crate) const BALANCE_KEYS: &[&str] = &[
     "policy",
     "max-fails",
     "fail-timeout",
+    "fail-status",
     "health-uri",
     "health-interval",
     "health-timeout",

@@ -202,6 +202,9 @@ pub(crate) struct Balance {
     pub(crate) max_fails: Option<u32>,
     /// Seconds.
     pub(crate) fail_timeout: Option<u64>,
+    /// `fail-status = [502, 503, 504]`: an upstream's answers of these
+    /// statuses count as passive-health failures (none unless given).
+    pub(crate) fail_status: Vec<u16>,
     pub(crate) health_uri: Option<String>,
     /// Seconds.
     pub(crate) health_interval: Option<u64>,

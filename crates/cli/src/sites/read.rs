@@ -1704,6 +1704,33 @@ impl FileSites<'_> {
                     }
                 }
                 "fail-timeout" => b.fail_timeout = Some(seconds(errors, 1)?),
+                "fail-status" => {
+                    let DeValue::Array(items) = v.get_ref() else {
+                        errors.push(self.error(
+                            at,
+                            "balance",
+                            format!(
+                                "{name}: expected a list of statuses, e.g. [502, 503, 504], found {}",
+                                config::describe(v.get_ref())
+                            ),
+                        ));
+                        return None;
+                    };
+                    for item in items {
+                        let n = self.integer("balance", name, item, errors)?;
+                        match u16::try_from(n) {
+                            Ok(n) if peregrine::proxy::FailStatus::RANGE.contains(&n) => b.fail_status.push(n),
+                            _ => {
+                                errors.push(self.error(
+                                    at,
+                                    "balance",
+                                    format!("{name}: {n}: a status from 400 to 599"),
+                                ));
+                                return None;
+                            }
+                        }
+                    }
+                }
                 "health-interval" => b.health_interval = Some(seconds(errors, 1)?),
                 "health-timeout" => b.health_timeout = Some(seconds(errors, 1)?),
                 _ => {
@@ -1870,6 +1897,10 @@ fn balance_text(b: &Balance) -> String {
     }
     if let Some(n) = b.fail_timeout {
         v.push_str(&format!(", fail-timeout = {n}"));
+    }
+    if !b.fail_status.is_empty() {
+        let list: Vec<String> = b.fail_status.iter().map(u16::to_string).collect();
+        v.push_str(&format!(", fail-status = [{}]", list.join(", ")));
     }
     if let Some(uri) = &b.health_uri {
         v.push_str(&format!(", health-uri = {}", config::toml_string(uri)));

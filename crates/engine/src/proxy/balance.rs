@@ -24,13 +24,23 @@
 //! (`health.rs`, one thread per process, atomics read here), and those
 //! this worker took out itself (passive health, per worker as nginx's
 //! `max_fails` without a shared zone is): `max_fails` failures (a connect
-//! that failed or timed out, an answer cut or malformed, or a 5xx from the
-//! upstream) within `fail_timeout` take a member out for `fail_timeout`;
+//! that failed or timed out, a connection closed or reset before the
+//! answer's head, an answer cut, malformed or late, and an answer whose
+//! status is in the balance's `fail_status`, empty unless configured)
+//! within `fail_timeout` take a member out for `fail_timeout`;
 //! then it is back on probation, and its first failure takes it out again
 //! at once, its first success clears it (nginx's `max_fails` and
 //! `fail_timeout`, which are one setting for the window and the pause
 //! there too). When every member is out, the request gets 503 with
 //! `Retry-After` (Caddy's and HAProxy's answer; nginx says 502).
+//!
+//! An upstream's own 5xx is no failure by default: nginx's `max_fails`
+//! counts what `proxy_next_upstream` names, `error timeout` by default,
+//! and Caddy's passive `unhealthy_status` is empty by default. Counting
+//! them would let any client take every member out with a few requests
+//! to one URL that answers 500 (or a method the upstream does not
+//! implement: 501). A route opts in with `fail_status` (Caddy's
+//! `unhealthy_status`), e.g. 502, 503 and 504.
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -103,6 +113,9 @@ pub(crate) struct Balance {
     pub(crate) policy: Policy,
     pub(crate) max_fails: u32,
     pub(crate) fail_timeout: Duration,
+    /// Statuses of an upstream's answer that count as failures (none by
+    /// default).
+    pub(crate) fail_status: FailStatus,
     /// The active check's verdicts, when there is one.
     pub(crate) checked: Option<Arc<Checked>>,
 }
@@ -123,8 +136,9 @@ impl Balance {
     /// it tried in one 64-bit word.
     pub const MEMBERS_MAX: usize = 64;
     /// Failures within `fail_timeout` that take a member out (nginx's
-    /// `max_fails` is 1, but it counts no 5xx; with them, one error page
-    /// would take a member out). 0 turns passive health off.
+    /// `max_fails` is 1; 3 rides out a lone reset, and a route that
+    /// counts statuses too (`fail_status`) is not taken out by one error
+    /// page). 0 turns passive health off.
     pub const MAX_FAILS: u32 = 3;
     /// The window failures are counted in, and how long a member stays out
     /// (nginx's `fail_timeout`, Caddy's `fail_duration`).
@@ -162,6 +176,7 @@ impl Balance {
             policy,
             max_fails: Balance::MAX_FAILS,
             fail_timeout: Balance::FAIL_TIMEOUT,
+            fail_status: FailStatus::default(),
             checked: None,
         })
     }
@@ -185,12 +200,51 @@ impl Balance {
     }
 }
 
+/// The statuses of an upstream's answers that passive health counts as
+/// failures (Caddy's `unhealthy_status`): 400 to 599, a bit each.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FailStatus([u64; 4]);
+
+impl FailStatus {
+    /// The statuses that may be counted: an upstream's error answers.
+    pub const RANGE: std::ops::RangeInclusive<u16> = 400..=599;
+
+    /// The set of `statuses`, each in [`FailStatus::RANGE`].
+    pub fn new(statuses: &[u16]) -> Result<FailStatus, String> {
+        let mut set = FailStatus::default();
+        for &s in statuses {
+            if !FailStatus::RANGE.contains(&s) {
+                return Err(format!("{s}: a status from 400 to 599"));
+            }
+            let bit = usize::from(s - 400);
+            set.0[bit / 64] |= 1 << (bit % 64);
+        }
+        Ok(set)
+    }
+
+    /// Whether an answer of `status` counts as a failure.
+    #[inline]
+    pub fn contains(&self, status: u16) -> bool {
+        match status.checked_sub(400) {
+            Some(bit @ 0..=199) => self.0[usize::from(bit) / 64] & (1 << (bit % 64)) != 0,
+            _ => false,
+        }
+    }
+
+    /// The statuses in the set, lowest first.
+    pub fn statuses(&self) -> Vec<u16> {
+        FailStatus::RANGE.filter(|&s| self.contains(s)).collect()
+    }
+}
+
 /// A member's passive health in one worker.
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct Passive {
     /// The balance's `max_fails` and `fail_timeout`.
     max_fails: u32,
     timeout: Duration,
+    /// The balance's `fail_status`.
+    fail_status: FailStatus,
     /// Failures counted since `since`.
     fails: u32,
     since: Option<Instant>,
@@ -205,8 +259,15 @@ impl Passive {
         Passive {
             max_fails: b.max_fails,
             timeout: b.fail_timeout,
+            fail_status: b.fail_status,
             ..Passive::default()
         }
+    }
+
+    /// Whether an upstream's answer of `status` is a failure (its status
+    /// in the balance's `fail_status`), rather than an answer.
+    pub(crate) fn fails_with(&self, status: u16) -> bool {
+        self.fail_status.contains(status)
     }
 
     /// Whether the member was out when last looked at.
@@ -414,6 +475,33 @@ mod tests {
         for _ in 0..10 {
             assert!(!off.failed(now, 0, t));
         }
+    }
+
+    #[test]
+    fn statuses_count_as_failures_only_when_listed() {
+        let none = FailStatus::default();
+        for s in [200, 404, 500, 501, 502, 503, 504, 599] {
+            assert!(!none.contains(s), "{s}");
+        }
+        let set = FailStatus::new(&[502, 503, 504, 429]).unwrap();
+        for s in [429, 502, 503, 504] {
+            assert!(set.contains(s), "{s}");
+        }
+        for s in [0, 200, 399, 400, 428, 430, 500, 501, 505, 599, 600, 1000, u16::MAX] {
+            assert!(!set.contains(s), "{s}");
+        }
+        assert_eq!(set.statuses(), [429, 502, 503, 504]);
+        let edges = FailStatus::new(&[400, 599]).unwrap();
+        assert!(edges.contains(400) && edges.contains(599) && !edges.contains(401));
+        for bad in [200, 399, 600] {
+            assert!(FailStatus::new(&[bad]).is_err(), "{bad}");
+        }
+        // A member's passive health reads its balance's set.
+        let mut b = balance(2, Policy::RoundRobin);
+        assert!(!Passive::new(&b).fails_with(500));
+        b.fail_status = FailStatus::new(&[500]).unwrap();
+        assert!(Passive::new(&b).fails_with(500));
+        assert!(!Passive::new(&b).fails_with(502));
     }
 
     #[test]

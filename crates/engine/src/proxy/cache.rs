@@ -248,8 +248,9 @@ impl Cache {
         self.shared.purge(Purge::default());
     }
 
-    /// Removes the entries of `host` (any, if `None`) whose path begins
-    /// with `path_prefix` (any, if `None`).
+    /// Removes the entries of `host` (any, if `None`; without a port, on
+    /// any port; `name:port`, that port only) whose path begins with
+    /// `path_prefix` (any, if `None`).
     pub fn purge_matching(&self, host: Option<&str>, path_prefix: Option<&str>) {
         let host = host.map(|h| {
             let mut k = Vec::new();
@@ -723,7 +724,7 @@ impl Store {
             let (host, path) = split_key(&e.key);
             let hit = !complete
                 || purges.iter().filter(|(k, _)| *k > self.purged).any(|(_, p)| {
-                    p.host.as_deref().is_none_or(|h| h == host)
+                    p.host.as_deref().is_none_or(|h| purge_host_matches(h, host))
                         && p.path_prefix.as_deref().is_none_or(|pre| path.starts_with(pre))
                 });
             if hit {
@@ -841,6 +842,17 @@ fn split_key(key: &[u8]) -> (&[u8], &[u8]) {
     let host = key.get(1..nl).unwrap_or_default();
     let path = key.get(nl + 2..).unwrap_or_default();
     (host, path)
+}
+
+/// Whether a purge's host (normalised) covers an entry's: the same, or,
+/// for a purge host without a port, the entry's host on any port
+/// (`127.0.0.1` covers `127.0.0.1:8080`); `name:port` only itself.
+fn purge_host_matches(purge: &[u8], host: &[u8]) -> bool {
+    match host.strip_prefix(purge) {
+        Some([]) => true,
+        Some([b':', port @ ..]) => !port.is_empty() && port.iter().all(u8::is_ascii_digit),
+        _ => false,
+    }
 }
 
 /// `host` lower-cased, without a trailing dot or the scheme's default

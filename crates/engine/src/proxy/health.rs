@@ -1,4 +1,4 @@
-//! Active health checks: one thread per process (never an event loop)
+//! Active health checks: a thread per process (never an event loop)
 //! asks each member of a balance for a path every interval, and publishes
 //! its verdicts to the workers through one atomic flag per member, which
 //! the pools read when they choose (`balance.rs`). Caddy's
@@ -9,12 +9,28 @@
 //! default). Members are taken for up until their first check, which
 //! runs when the server starts.
 //!
-//! The check is `GET PATH HTTP/1.1` with the upstream's `host:port` as
-//! Host and `Connection: close`; only the status line is read (at most
-//! [`STATUS_LINE_MAX`] bytes), so a member cannot make the checker hold
-//! more. It connects as the pool does (TCP to the addresses the name
-//! resolves to now, a `unix:` socket, or TLS verified as the pool
-//! verifies), inside the same sandbox: the ports are the upstreams'.
+//! Each probe runs on a thread of its own, started by the checker when
+//! the member's check is due, so a member that hangs delays no other
+//! member's check (of its route or another): each is late by at most its
+//! own `timeout`. They are bounded by the members checked: a member has
+//! one probe under way at most, and one due while its last still runs
+//! starts when that one ends (the probe thread wakes the checker). A
+//! thread per probe rather than non-blocking sockets polled together:
+//! the probe stays the plain blocking exchange `check-config` also
+//! makes, and at an interval of 100 ms at least, a thread's start (tens
+//! of microseconds) is nothing.
+//!
+//! The check is `GET PATH` with the upstream's `host:port` as its
+//! authority, in the member's protocol: HTTP/1.1 with Host and
+//! `Connection: close`, only the status line read (at most
+//! [`STATUS_LINE_MAX`] bytes); for `h2c://` and `h2s://` (TLS, ALPN
+//! `h2`) HTTP/2: the preface, our SETTINGS and one HEADERS with
+//! END_STREAM, written and read by the proxy's own client session
+//! (`h2up::Session`, its HPACK), until the answer's `:status` (at most
+//! [`H2_ANSWER_BYTES_MAX`] bytes read). So a member cannot make the
+//! checker hold more. It connects as the pool does (TCP to the addresses
+//! the name resolves to now, a `unix:` socket, or TLS verified as the
+//! pool verifies), inside the same sandbox: the ports are the upstreams'.
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
@@ -22,10 +38,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
+use super::h2up::{Event, Session};
 use super::upstream::{Addr, Upstream, UpstreamError};
 
 /// Bytes of a check's answer read at most: its status line.
 pub const STATUS_LINE_MAX: usize = 1024;
+/// Bytes of an HTTP/2 check's answer read at most before its `:status`:
+/// the server's SETTINGS and the answer's header block (a member that
+/// sends more, PINGs or padding, fails its check).
+pub const H2_ANSWER_BYTES_MAX: usize = 64 * 1024;
 
 /// What an active check asks, and how often.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -80,18 +101,28 @@ pub(crate) struct Checked {
     check: ActiveCheck,
     members: Vec<Arc<Upstream>>,
     up: Vec<Arc<AtomicBool>>,
-    /// When the checker asks next (the checker's only).
+    /// Each member's next check, and whether a probe of it is under way.
+    probes: Vec<Arc<Probe>>,
+}
+
+/// One member's place in the checker's schedule.
+#[derive(Debug, Default)]
+struct Probe {
+    /// When it is asked next (`None`: at once).
     due: Mutex<Option<Instant>>,
+    /// A probe's thread is under way.
+    busy: AtomicBool,
 }
 
 impl Checked {
     pub(crate) fn new(check: ActiveCheck, members: Vec<Arc<Upstream>>) -> Arc<Checked> {
         let up = members.iter().map(|_| Arc::new(AtomicBool::new(true))).collect();
+        let probes = members.iter().map(|_| Arc::new(Probe::default())).collect();
         let checked = Arc::new(Checked {
             check,
             members,
             up,
-            due: Mutex::new(None),
+            probes,
         });
         CHECKED
             .lock()
@@ -113,28 +144,78 @@ impl Checked {
         &self.check
     }
 
-    /// Asks every member once and publishes the verdicts.
-    fn run(&self) {
-        for (m, up) in self.members.iter().zip(&self.up) {
-            let verdict = probe(m, &self.check.uri, self.check.timeout);
-            let now_up = matches!(verdict, Ok(200..=299));
-            let was_up = up.swap(now_up, Ordering::Relaxed);
-            match (&verdict, was_up, now_up) {
-                (_, true, false) => log::warn!(
-                    "proxy: {}: health check {} failed ({}): out until it passes",
-                    m.url(),
-                    self.check.uri,
-                    match &verdict {
-                        Ok(status) => format!("status {status}"),
-                        Err(why) => why.clone(),
-                    }
-                ),
-                (_, false, true) => log::info!("proxy: {}: health check {} passes: in again", m.url(), self.check.uri),
-                _ => {}
+    /// Asks member `i` once and publishes the verdict.
+    fn run(&self, i: usize) {
+        ask(&self.members[i], &self.check, &self.up[i]);
+    }
+
+    /// Starts the probes that are due at `now`, each on a thread of its
+    /// own that wakes `checker` when it ends; the earliest next due.
+    fn start_due(&self, now: Instant, checker: &std::thread::Thread) -> Option<Instant> {
+        let mut next: Option<Instant> = None;
+        for (i, p) in self.probes.iter().enumerate() {
+            if p.busy.load(Ordering::Acquire) {
+                // Its end wakes the checker.
+                continue;
+            }
+            let mut due = p.due.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(d) = due.filter(|&d| d > now) {
+                next = Some(next.map_or(d, |n| n.min(d)));
+                continue;
+            }
+            // The next check is an interval after this one's start (a
+            // probe slower than that is followed at once by the next).
+            let then = now + self.check.interval;
+            *due = Some(then);
+            next = Some(next.map_or(then, |n| n.min(then)));
+            drop(due);
+            p.busy.store(true, Ordering::Release);
+            // Not the `Checked` itself: a balance a reload dropped is not
+            // kept alive (and checked on) by its probes under way.
+            let (m, check, up) = (self.members[i].clone(), self.check.clone(), self.up[i].clone());
+            let (probe, waker) = (p.clone(), checker.clone());
+            let spawned = std::thread::Builder::new()
+                .name("peregrine-health-probe".into())
+                .stack_size(PROBE_STACK_BYTES)
+                .spawn(move || {
+                    ask(&m, &check, &up);
+                    probe.busy.store(false, Ordering::Release);
+                    waker.unpark();
+                });
+            if let Err(e) = spawned {
+                // No thread: asked here, as the checker did before.
+                log::warn!("proxy: no thread for a health check ({e}): asked in turn");
+                self.run(i);
+                p.busy.store(false, Ordering::Release);
             }
         }
+        next
     }
 }
+
+/// Asks `m` once for `check` and publishes the verdict in `up`.
+fn ask(m: &Upstream, check: &ActiveCheck, up: &AtomicBool) {
+    let verdict = probe(m, &check.uri, check.timeout);
+    let now_up = matches!(verdict, Ok(200..=299));
+    let was_up = up.swap(now_up, Ordering::Relaxed);
+    match (&verdict, was_up, now_up) {
+        (_, true, false) => log::warn!(
+            "proxy: {}: health check {} failed ({}): out until it passes",
+            m.url(),
+            check.uri,
+            match &verdict {
+                Ok(status) => format!("status {status}"),
+                Err(why) => why.clone(),
+            }
+        ),
+        (_, false, true) => log::info!("proxy: {}: health check {} passes: in again", m.url(), check.uri),
+        _ => {}
+    }
+}
+
+/// A probe thread's stack: a TLS handshake and an HPACK block, not a
+/// worker's 2 MiB default.
+const PROBE_STACK_BYTES: usize = 256 * 1024;
 
 /// The checks the checker thread runs (those of live balances).
 static CHECKED: Mutex<Vec<Weak<Checked>>> = Mutex::new(Vec::new());
@@ -156,18 +237,18 @@ pub(crate) fn start() {
                     all.retain(|w| w.strong_count() > 0);
                     all.iter().filter_map(Weak::upgrade).collect()
                 };
-                let mut next = Instant::now() + Duration::from_secs(1);
+                let me = std::thread::current();
+                let now = Instant::now();
+                // At least once a second: checks a reload made join.
+                let mut next = now + Duration::from_secs(1);
                 for c in &checks {
-                    let mut due = c.due.lock().unwrap_or_else(|e| e.into_inner());
-                    let now = Instant::now();
-                    if due.is_none_or(|d| d <= now) {
-                        c.run();
-                        *due = Some(Instant::now() + c.check.interval);
+                    if let Some(due) = c.start_due(now, &me) {
+                        next = next.min(due);
                     }
-                    next = next.min(due.unwrap_or(next));
                 }
                 drop(checks);
-                std::thread::sleep(next.saturating_duration_since(Instant::now()));
+                // A probe's end unparks it early.
+                std::thread::park_timeout(next.saturating_duration_since(Instant::now()));
             });
         if let Err(e) = spawned {
             log::warn!("proxy: no thread for active health checks ({e}); every upstream stays in");
@@ -180,10 +261,18 @@ pub(crate) fn start() {
 /// `check-config`).
 pub fn probe(up: &Upstream, uri: &str, timeout: Duration) -> Result<u16, String> {
     let deadline = Instant::now() + timeout;
-    let request = format!(
-        "GET {uri} HTTP/1.1\r\nHost: {}\r\nUser-Agent: peregrine-health-check\r\nAccept: */*\r\nConnection: close\r\n\r\n",
-        up.authority()
-    );
+    let request = if up.is_h2() {
+        Request::H2 {
+            scheme: if up.is_tls() { "https" } else { "http" },
+            authority: up.authority(),
+            uri,
+        }
+    } else {
+        Request::H1(format!(
+            "GET {uri} HTTP/1.1\r\nHost: {}\r\nUser-Agent: peregrine-health-check\r\nAccept: */*\r\nConnection: close\r\n\r\n",
+            up.authority()
+        ))
+    };
     let left = || {
         deadline
             .checked_duration_since(Instant::now())
@@ -195,7 +284,7 @@ pub fn probe(up: &Upstream, uri: &str, timeout: Duration) -> Result<u16, String>
             let s = std::os::unix::net::UnixStream::connect(path).map_err(|e| format!("connect: {e}"))?;
             s.set_read_timeout(Some(left()?)).map_err(|e| e.to_string())?;
             s.set_write_timeout(Some(left()?)).map_err(|e| e.to_string())?;
-            exchange(s, request.as_bytes(), deadline)
+            exchange(s, &request, deadline)
         }
         Addr::Tcp(addrs) => {
             let mut last = "no address".to_owned();
@@ -215,9 +304,20 @@ pub fn probe(up: &Upstream, uri: &str, timeout: Duration) -> Result<u16, String>
             match &up.tls {
                 Some(tls) => {
                     let conn = tls.connection().map_err(|e| e.to_string())?;
-                    exchange(rustls::StreamOwned::new(conn, s), request.as_bytes(), deadline)
+                    let mut s = rustls::StreamOwned::new(conn, s);
+                    if up.is_h2() {
+                        // RFC 9113 §3.2: HTTP/2 over TLS only once the
+                        // upstream chose "h2" (as the pool asks).
+                        while s.conn.is_handshaking() {
+                            s.conn.complete_io(&mut s.sock).map_err(|e| format!("TLS: {e}"))?;
+                        }
+                        if s.conn.alpn_protocol() != Some(b"h2") {
+                            return Err("TLS: the upstream did not agree to h2 (ALPN)".into());
+                        }
+                    }
+                    exchange(s, &request, deadline)
                 }
-                None => exchange(s, request.as_bytes(), deadline),
+                None => exchange(s, &request, deadline),
             }
         }
     };
@@ -230,8 +330,84 @@ pub fn probe(up: &Upstream, uri: &str, timeout: Duration) -> Result<u16, String>
     })?
 }
 
-/// Writes the request, reads up to the status line's end: its status.
-fn exchange(mut s: impl Read + Write, request: &[u8], deadline: Instant) -> io::Result<Result<u16, String>> {
+/// A check's request, in the member's protocol.
+enum Request<'a> {
+    H1(String),
+    H2 {
+        scheme: &'static str,
+        authority: &'a str,
+        uri: &'a str,
+    },
+}
+
+/// Writes the request, reads up to the answer's status: its status.
+fn exchange(s: impl Read + Write, request: &Request<'_>, deadline: Instant) -> io::Result<Result<u16, String>> {
+    match request {
+        Request::H1(request) => exchange_h1(s, request.as_bytes(), deadline),
+        Request::H2 { scheme, authority, uri } => exchange_h2(s, scheme, authority, uri, deadline),
+    }
+}
+
+/// HTTP/2: the preface, SETTINGS and a GET's HEADERS with END_STREAM
+/// (`Session` writes them), then frames until the answer's final head.
+fn exchange_h2(
+    mut s: impl Read + Write,
+    scheme: &str,
+    authority: &str,
+    uri: &str,
+    deadline: Instant,
+) -> io::Result<Result<u16, String>> {
+    let mut session = Session::new();
+    let fields: [(&[u8], &[u8]); 2] = [(b"user-agent", b"peregrine-health-check"), (b"accept", b"*/*")];
+    let id = session.open("GET", scheme, authority, uri, fields.into_iter(), true);
+    let mut input = Vec::new();
+    let mut events = Vec::new();
+    let mut buf = [0u8; 4096];
+    let mut n_read = 0;
+    loop {
+        // What the session owes (its preface and request, then the
+        // acknowledgments of the server's SETTINGS and PINGs).
+        if !session.out.is_empty() {
+            s.write_all(&session.out)?;
+            s.flush()?;
+            session.out.clear();
+        }
+        for ev in events.drain(..) {
+            match ev {
+                Event::Head { stream, status, .. } if stream == id => return Ok(Ok(status)),
+                Event::Reset { stream, code } if stream == id => {
+                    return Ok(Err(format!("stream reset by the upstream (code {code})")))
+                }
+                Event::Malformed { stream, why } if stream == id => return Ok(Err(format!("bad answer: {why}"))),
+                Event::GoAway { last, code } if last < id => return Ok(Err(format!("GOAWAY (code {code})"))),
+                _ => {}
+            }
+        }
+        if n_read >= H2_ANSWER_BYTES_MAX {
+            return Ok(Err("no :status in the first 64 KiB".into()));
+        }
+        if Instant::now() >= deadline {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        let n = match s.read(&mut buf) {
+            Ok(0) => return Ok(Err("closed before an HTTP/2 answer".into())),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        n_read += n;
+        input.extend_from_slice(&buf[..n]);
+        match session.recv(&input, &mut events) {
+            Ok(used) => {
+                input.drain(..used);
+            }
+            Err(e) => return Ok(Err(format!("bad HTTP/2: {}", e.why))),
+        }
+    }
+}
+
+/// HTTP/1.1: writes the request, reads up to the status line's end.
+fn exchange_h1(mut s: impl Read + Write, request: &[u8], deadline: Instant) -> io::Result<Result<u16, String>> {
     s.write_all(request)?;
     s.flush()?;
     let mut buf = [0u8; STATUS_LINE_MAX];
@@ -310,5 +486,98 @@ mod tests {
         // Nobody listens any more (the port is closed): connect fails.
         let err = probe(&up, "/h", Duration::from_secs(30)).unwrap_err();
         assert!(err.contains("connect"), "{err}");
+    }
+
+    /// Reads a client's preface and frames until a HEADERS frame with
+    /// END_STREAM and END_HEADERS on stream 1 (a GET's head).
+    fn read_h2_get(s: &mut TcpStream) {
+        let mut got = Vec::new();
+        let mut b = [0u8; 4096];
+        loop {
+            if got.len() >= 24 {
+                assert_eq!(&got[..24], b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+                let mut at = 24;
+                while got.len() >= at + 9 {
+                    let len = (usize::from(got[at]) << 16) | (usize::from(got[at + 1]) << 8) | usize::from(got[at + 2]);
+                    let (kind, flags) = (got[at + 3], got[at + 4]);
+                    let stream = u32::from_be_bytes([got[at + 5], got[at + 6], got[at + 7], got[at + 8]]);
+                    if kind == 1 && stream == 1 {
+                        assert_eq!(flags & 0x5, 0x5, "END_STREAM and END_HEADERS");
+                        return;
+                    }
+                    at += 9 + len;
+                }
+            }
+            let n = s.read(&mut b).unwrap();
+            assert!(n > 0, "closed before a HEADERS frame: {got:?}");
+            got.extend_from_slice(&b[..n]);
+        }
+    }
+
+    #[test]
+    fn an_h2c_probe_speaks_http2_and_reads_the_status() {
+        use std::net::TcpListener;
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        // An empty SETTINGS, then the answer's HEADERS (END_STREAM,
+        // END_HEADERS) on stream 1: `:status 204` (HPACK static index 9);
+        // then RST_STREAM(REFUSED_STREAM); then GOAWAY(last 0).
+        let settings = [0u8, 0, 0, 4, 0, 0, 0, 0, 0];
+        let answers: [&[u8]; 3] = [
+            &[0, 0, 1, 1, 5, 0, 0, 0, 1, 0x89],
+            &[0, 0, 4, 3, 0, 0, 0, 0, 1, 0, 0, 0, 7],
+            &[0, 0, 8, 7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+        ];
+        let server = std::thread::spawn(move || {
+            for answer in answers {
+                let (mut s, _) = listener.accept().unwrap();
+                read_h2_get(&mut s);
+                s.write_all(&settings).unwrap();
+                s.write_all(answer).unwrap();
+                let _ = s.read(&mut [0u8; 64]);
+            }
+        });
+        let up = Upstream::parse(&format!("h2c://{addr}")).unwrap();
+        assert_eq!(
+            probe(&up, "/grpc.health.v1.Health/Check", Duration::from_secs(30)),
+            Ok(204)
+        );
+        let err = probe(&up, "/h", Duration::from_secs(30)).unwrap_err();
+        assert!(err.contains("reset") && err.contains("code 7"), "{err}");
+        let err = probe(&up, "/h", Duration::from_secs(30)).unwrap_err();
+        assert!(err.contains("GOAWAY"), "{err}");
+        server.join().unwrap();
+    }
+
+    #[test]
+    fn a_hanging_member_delays_no_other_members_check() {
+        use std::net::TcpListener;
+        // Connects (the kernel's backlog) and never answers.
+        let hanging = TcpListener::bind("127.0.0.1:0").unwrap();
+        // Nobody listens: refused at once.
+        let dead = |_| {
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            Upstream::parse(&format!("http://{}", l.local_addr().unwrap())).unwrap()
+        };
+        let hung = Upstream::parse(&format!("http://{}", hanging.local_addr().unwrap())).unwrap();
+        let check = ActiveCheck::new("/h")
+            .unwrap()
+            .interval(Duration::from_millis(100))
+            .timeout(Duration::from_secs(5));
+        // The hanging member first in its route, and first of the routes.
+        let route = Checked::new(check.clone(), vec![Arc::new(hung.clone()), Arc::new(dead(0))]);
+        let other = Checked::new(check, vec![Arc::new(hung), Arc::new(dead(1))]);
+        let start = Instant::now();
+        super::start();
+        while route.is_up(1) || other.is_up(1) {
+            assert!(
+                start.elapsed() < Duration::from_secs(2),
+                "a dead member waited for a hanging one's timeout"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // The hanging ones are still being asked (in for now).
+        assert!(route.is_up(0) && other.is_up(0));
+        drop(hanging);
     }
 }

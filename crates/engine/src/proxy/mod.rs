@@ -64,7 +64,7 @@ mod tunnel;
 mod upstream;
 
 pub use auth::{Decide, Finish, ForwardAuth, Held};
-pub use balance::Policy;
+pub use balance::{FailStatus, Policy};
 pub use cache::{Cache, CacheStats};
 pub use encode::{Encode, ENCODER_BYTES_MAX, STREAMS_MAX as ENCODE_STREAMS_MAX};
 pub use guard::{is_metadata, special as special_address, AddressGuard};
@@ -436,6 +436,27 @@ impl Proxy {
             self.balance = Some(Arc::new(b));
         }
         self
+    }
+
+    /// Passive health also counts an upstream's answers of these
+    /// statuses (400 to 599) as failures (Caddy's `unhealthy_status`;
+    /// none by default: only connection failures, resets before an
+    /// answer and timeouts count). Nothing for one upstream.
+    pub fn fail_status(mut self, statuses: &[u16]) -> Result<Proxy, UpstreamError> {
+        let set = balance::FailStatus::new(statuses).map_err(UpstreamError::new)?;
+        if let Some(b) = &self.balance {
+            let mut b = (**b).clone();
+            b.fail_status = set;
+            self.balance = Some(Arc::new(b));
+        }
+        Ok(self)
+    }
+
+    /// The statuses passive health counts as failures (empty by default).
+    pub fn fail_statuses(&self) -> Vec<u16> {
+        self.balance
+            .as_ref()
+            .map_or_else(Vec::new, |b| b.fail_status.statuses())
     }
 
     /// Active health: `check` asked of every member by one thread of the

@@ -391,8 +391,8 @@ struct UpConn {
     /// compressor, until the body's end has gone through it.
     encoder: Option<Encoder>,
     /// The last step made an answer (pushed to `Upstreams::answers`):
-    /// whether it counts as a success for passive health (`judge`).
-    judged: Option<bool>,
+    /// the answer's status, for passive health to judge (`judge`).
+    judged: Option<u16>,
     /// The buffer the last answer's fields (and a short body beside them)
     /// were written into, kept for the next answer: once the client's
     /// connection has written and dropped that answer, this is its only
@@ -798,26 +798,30 @@ impl Upstreams {
         true
     }
 
-    /// Passive health: an exchange with upstream `id` failed (`ok` false)
-    /// or got an answer; counted for a balance's members only.
+    /// Passive health: an exchange with upstream `id` failed (`None`: no
+    /// answer came, or it was cut, malformed or late) or got an answer of
+    /// `status`, a failure only if the balance lists it (`fail_status`:
+    /// none by default, as nginx's `proxy_next_upstream error timeout`
+    /// and Caddy's empty `unhealthy_status`); counted for a balance's
+    /// members only.
     /// Inlined to its first test: a worker without balanced routes has no
     /// passive health to keep (the call was 17 instructions of every
     /// proxied GET, callgrind `proxy-c50`).
     #[inline(always)]
-    fn judge(&mut self, now: Instant, id: usize, ok: bool) {
+    fn judge(&mut self, now: Instant, id: usize, status: Option<u16>) {
         if self.balance.passive.is_empty() {
             return;
         }
-        self.judge_member(now, id, ok);
+        self.judge_member(now, id, status);
     }
 
     /// `judge`, for a worker with balanced routes.
     #[inline(never)]
-    fn judge_member(&mut self, now: Instant, id: usize, ok: bool) {
+    fn judge_member(&mut self, now: Instant, id: usize, status: Option<u16>) {
         let Some(p) = self.balance.passive.get_mut(&id) else {
             return;
         };
-        if ok {
+        if status.is_some_and(|s| !p.fails_with(s)) {
             p.succeeded();
         } else if p.failed_now(now) {
             let url = self.pools.get(&id).map_or("", |p| p.up.url());
@@ -893,7 +897,7 @@ impl Upstreams {
                 let (answer, figures) = failed(&format_args!("connect: {e}"), job.tried.take());
                 // Nothing was sent: another member may take it (the failed
                 // attempt logged before the next).
-                self.judge(ctx.now, up.id, false);
+                self.judge(ctx.now, up.id, None);
                 job.tried = figures.map(Box::new);
                 if let Some(mut job) = self.resend(ctx, timers, job) {
                     let figures = job.tried.take().map(|f| *f);
@@ -1126,10 +1130,10 @@ impl Upstreams {
         if !c.interims.is_empty() {
             self.interims.append(&mut c.interims);
         }
-        if let Some(ok) = c.judged.take() {
+        if let Some(status) = c.judged.take() {
             // An answer's head was relayed (`UpConn::answer_to`).
             let id = c.up;
-            self.judge(ctx.now, id, ok);
+            self.judge(ctx.now, id, Some(status));
         }
         match outcome {
             Outcome::Wait => {
@@ -1170,10 +1174,12 @@ impl Upstreams {
         };
         c.deadline = Some(ctx.now + pool.up.idle_timeout);
         timers.arm(Source::Upstream(key).token(), c.deadline, &mut c.armed);
-        if ctx.draining {
-            self.close(ctx, timers, key);
-        } else if let Some(job) = self.pools.list[c.pool].queue.pop_front() {
+        if let Some(job) = self.pools.list[c.pool].queue.pop_front() {
+            // Even while draining: a queued job is a request taken
+            // already, which would otherwise wait for the drain's end.
             self.assign(ctx, timers, key, job);
+        } else if ctx.draining {
+            self.close(ctx, timers, key);
         } else if self.waiting_for_room().is_some() {
             // Another upstream's request waits for the worker's cap:
             // this connection makes room (`close` starts it).
@@ -1231,7 +1237,7 @@ impl Upstreams {
                         if let Some(m) = self.pools.get(&up_id).and_then(|p| p.metrics.as_ref()) {
                             m.fail(kind);
                         }
-                        self.judge(ctx.now, up_id, false);
+                        self.judge(ctx.now, up_id, None);
                     }
                     let (job, figures) = if elsewhere {
                         // The failed attempt is logged before the next.
@@ -1284,12 +1290,12 @@ impl Upstreams {
                 idle_timeout,
             });
         }
-        if !ctx.draining {
-            if let Some(job) = pool.queue.pop_front() {
-                self.connect(ctx, timers, job);
-            } else {
-                self.start_waiting(ctx, timers);
-            }
+        // A queued job gets a connection even while draining (a request
+        // taken already); another upstream's waiting one only otherwise.
+        if let Some(job) = pool.queue.pop_front() {
+            self.connect(ctx, timers, job);
+        } else if !ctx.draining {
+            self.start_waiting(ctx, timers);
         }
     }
 
@@ -1363,12 +1369,12 @@ impl Upstreams {
         pool.open -= 1;
         pool.idle.retain(|&k| k != key);
         pool.publish();
-        if !ctx.draining {
-            if let Some(job) = pool.queue.pop_front() {
-                self.connect(ctx, timers, job);
-            } else {
-                self.start_waiting(ctx, timers);
-            }
+        // A queued job gets a connection even while draining (a request
+        // taken already); another upstream's waiting one only otherwise.
+        if let Some(job) = pool.queue.pop_front() {
+            self.connect(ctx, timers, job);
+        } else if !ctx.draining {
+            self.start_waiting(ctx, timers);
         }
     }
 }
@@ -2610,13 +2616,13 @@ impl UpConn {
     }
 
     /// An answer of `status` was made: the time to its head counted,
-    /// and whether it counts as a success for passive health (`judged`).
+    /// and its status, for passive health to judge (`judged`).
     #[inline(always)]
     fn judge_answer(&mut self, status: u16) {
         if let (Some(m), Some(took)) = (&self.metrics, self.figures.header) {
             m.header_time(took);
         }
-        self.judged = Some(status < 500);
+        self.judged = Some(status);
     }
 
     /// The exchange's figures, for its answer when an access log may

@@ -12,6 +12,12 @@ with last_stream_id = that held stream follows, the second stream left
 unprocessed. /refused-once is refused (RST_STREAM REFUSED_STREAM) the
 first time it is seen, /refused-always every time. Everything else is
 answered 200 with "conn N stream S METHOD PATH" once its request ended.
+
+A path starting with /close-after-goaway is answered, the first time it
+is seen, with GOAWAY(last_stream_id=0) and the connection's close at once
+(a FIN right behind the GOAWAY, so the proxy often reads both in one
+go); /close-after-refusal likewise with RST_STREAM REFUSED_STREAM, then
+the close. Seen again, each is answered as everything else.
 """
 
 import socket
@@ -39,6 +45,19 @@ def answer(c, sid, text):
     c.send_data(sid, body, end_stream=True)
 
 
+def close_at_once(sock):
+    """A FIN right behind what was sent; what the proxy still sends is
+    drained (unread bytes at close would make it a reset instead)."""
+    sock.shutdown(socket.SHUT_WR)
+    sock.settimeout(5)
+    try:
+        while sock.recv(65536):
+            pass
+    except OSError:
+        pass
+    sock.close()
+
+
 def serve(sock, n):
     c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False, header_encoding="utf-8"))
     c.initiate_connection()
@@ -58,7 +77,19 @@ def serve(sock, n):
                 method, path = h[":method"], h[":path"]
                 reqs[ev.stream_id] = (method, path)
                 log("conn %d stream %d %s %s" % (n, ev.stream_id, method, path))
-                if n == 1 and path.startswith("/hold") and held is None:
+                if path.startswith("/close-after-"):
+                    with lock:
+                        seen[path] = seen.get(path, 0) + 1
+                        k = seen[path]
+                    if k == 1:
+                        if path.startswith("/close-after-goaway"):
+                            c.close_connection(error_code=0, last_stream_id=0)
+                        else:
+                            c.reset_stream(ev.stream_id, error_code=h2.errors.ErrorCodes.REFUSED_STREAM)
+                        sock.sendall(c.data_to_send())
+                        close_at_once(sock)
+                        return
+                elif n == 1 and path.startswith("/hold") and held is None:
                     held = ev.stream_id
                 elif held is not None and method == "GET":
                     gone = True

@@ -126,6 +126,35 @@ fn purges_remove_what_they_match_at_the_next_lookup() {
 }
 
 #[test]
+fn a_purge_host_without_a_port_covers_every_port_and_one_with_a_port_its_own() {
+    let cache = Cache::new(1 << 20);
+    let keys = [
+        &b"h127.0.0.1:18310\nG/a"[..],
+        b"h127.0.0.1:18311\nG/a",
+        b"h127.0.0.1\nG/a",
+        b"h127.0.0.10\nG/a",
+        b"h127.0.0.1.example\nG/a",
+        b"h[::1]:8080\nG/a",
+    ];
+    with_store(&cache.shared, |s| {
+        for k in keys {
+            s.insert(entry(k, &[], 1));
+        }
+    });
+    cache.purge_matching(Some("127.0.0.1:18311"), None);
+    with_store(&cache.shared, |s| {
+        let left: Vec<bool> = keys.iter().map(|k| s.find(k, |_| None).is_some()).collect();
+        assert_eq!(left, [true, false, true, true, true, true]);
+    });
+    cache.purge_matching(Some("127.0.0.1"), None);
+    cache.purge_matching(Some("[::1]"), None);
+    with_store(&cache.shared, |s| {
+        let left: Vec<bool> = keys.iter().map(|k| s.find(k, |_| None).is_some()).collect();
+        assert_eq!(left, [false, false, false, true, true, false]);
+    });
+}
+
+#[test]
 fn hosts_are_normalised_and_vary_values_compared_without_white_space() {
     let mut k = Vec::new();
     push_host(&mut k, b"Example.COM.:443", Some(true));

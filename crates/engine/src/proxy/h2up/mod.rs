@@ -34,7 +34,10 @@
 //! the upstream's RST_STREAM does the same to its stream alone. GOAWAY:
 //! streams above its last id were never processed, and a REFUSED_STREAM
 //! was not either (RFC 9113 §8.7): such a request is sent once more on a
-//! new connection if no byte of a streamed body was taken yet, else 502.
+//! new connection if no byte of a streamed body was taken yet, else 502
+//! (a connection that refused a stream takes no new one and closes once
+//! idle; the jobs to send again survive the connection's end met in the
+//! same read, as a GOAWAY followed at once by the close is).
 //! A client that goes away (its channel closed) gets its stream reset
 //! with CANCEL; a request body the client cuts short too (and a 400).
 //!
@@ -137,6 +140,11 @@ struct H2Conn {
     /// When the last stream ended (idle since).
     idle_since: Option<Instant>,
     armed: Option<Instant>,
+    /// The upstream refused a stream (REFUSED_STREAM): no new stream
+    /// goes on it, so the refused one is sent again on another
+    /// connection (RFC 9113 §8.7 allows either; an upstream that refuses
+    /// is often about to close); it closes once idle.
+    retiring: bool,
 }
 
 /// One request and its answer on a stream.
@@ -229,7 +237,11 @@ impl H2Upstreams {
             if pool.queue.is_empty() {
                 break;
             }
-            let ready = pool.conns.iter().copied().find(|&k| self.conns[k].session.can_open());
+            let ready = pool
+                .conns
+                .iter()
+                .copied()
+                .find(|&k| self.conns[k].session.can_open() && !self.conns[k].retiring);
             if let Some(k) = ready {
                 let job = pool.queue.pop_front().expect("not empty");
                 self.conns[k].start(ctx, job, out);
@@ -239,7 +251,11 @@ impl H2Upstreams {
                 continue;
             }
             let warming = pool.conns.iter().any(|&k| !self.conns[k].session.is_ready());
-            if warming || pool.conns.len() >= CONNS_MAX || ctx.draining {
+            // Queued jobs are requests taken already: a draining worker
+            // still opens a connection for them (one sent again after a
+            // GOAWAY included), else they would wait for the drain's end
+            // and get the 500 of a responder dropped at exit.
+            if warming || pool.conns.len() >= CONNS_MAX {
                 break;
             }
             if !self.connect(ctx, timers, up_id, out) {
@@ -277,6 +293,7 @@ impl H2Upstreams {
                 connect_time: None,
                 idle_since: None,
                 armed: None,
+                retiring: false,
             });
             Ok(key)
         });
@@ -370,11 +387,15 @@ impl H2Upstreams {
             self.scratch = vec![0; READ_CHUNK];
         }
         let c = &mut self.conns[key];
-        let result = c.advance(ctx, key, &mut self.scratch, out);
-        let up_id = c.up.id;
+        // The jobs to send again come back even when the same call then
+        // met the connection's end: a GOAWAY (or REFUSED_STREAM) and the
+        // upstream's close are often read at once, and dropping them there
+        // answered their clients 500 (the responder's drop).
         let mut again = Vec::new();
+        let result = c.advance(ctx, key, &mut self.scratch, out, &mut again);
+        let up_id = c.up.id;
         match result {
-            Ok(jobs) => again = jobs,
+            Ok(()) => {}
             Err((status, kind, why)) => {
                 if c.exchanges.is_empty() {
                     // An idle connection the upstream closed: nothing lost.
@@ -394,7 +415,7 @@ impl H2Upstreams {
         if let Some(c) = self.conns.get_mut(key) {
             if c.exchanges.is_empty() && c.session.is_ready() {
                 c.idle_since.get_or_insert(ctx.now);
-                if ctx.draining || c.session.is_closing() {
+                if ctx.draining || c.session.is_closing() || c.retiring {
                     c.session.go_away();
                     let _ = c.flush();
                     self.close(ctx, timers, key, 502, UpstreamFailure::Closed, out);
@@ -407,12 +428,21 @@ impl H2Upstreams {
             let deadline = c.deadline();
             timers.arm(token(key), deadline, &mut c.armed);
         }
-        if let Some(pool) = self.pools.get_mut(&up_id) {
-            for job in again.into_iter().rev() {
-                pool.queue.push_front(job);
+        match self.pools.get_mut(&up_id) {
+            Some(pool) => {
+                for job in again.into_iter().rev() {
+                    pool.queue.push_front(job);
+                }
+                if !pool.queue.is_empty() {
+                    self.dispatch(ctx, timers, up_id, out);
+                }
             }
-            if !pool.queue.is_empty() {
-                self.dispatch(ctx, timers, up_id, out);
+            None => {
+                // No pool to send them through (never so: pools stay):
+                // a 502, not the responder's 500.
+                for job in again {
+                    Exchange::failed(job).fail(502, UpstreamFailure::Closed, out);
+                }
             }
         }
     }
@@ -588,7 +618,8 @@ impl H2Conn {
 
     /// Moves everything it can: connecting, writing, reading frames and
     /// acting on them, the request bodies, the answers' bodies. The jobs
-    /// to send again elsewhere, or why the connection failed.
+    /// to send again on another connection go to `again` (whether or not
+    /// the connection then failed); the error says why it failed.
     #[allow(clippy::type_complexity)]
     fn advance(
         &mut self,
@@ -596,7 +627,8 @@ impl H2Conn {
         key: usize,
         scratch: &mut [u8],
         out: &mut Out<'_>,
-    ) -> Result<Vec<Job>, (u16, UpstreamFailure, String)> {
+        again: &mut Vec<Job>,
+    ) -> Result<(), (u16, UpstreamFailure, String)> {
         if self.state == State::Connecting {
             match self.sock.connected() {
                 Ok(true) => {
@@ -614,11 +646,10 @@ impl H2Conn {
                     self.state = State::Open;
                     self.connect_time = Some(ctx.now.saturating_duration_since(self.opened));
                 }
-                Ok(false) => return Ok(Vec::new()),
+                Ok(false) => return Ok(()),
                 Err(e) => return Err((502, UpstreamFailure::Connect, format!("connect: {e}"))),
             }
         }
-        let mut again = Vec::new();
         let mut events = Vec::new();
         loop {
             self.flush()
@@ -652,7 +683,7 @@ impl H2Conn {
                             }
                         }
                         for ev in events.drain(..) {
-                            self.on_frame_event(ctx, ev, out, &mut again);
+                            self.on_frame_event(ctx, ev, out, again);
                         }
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
@@ -690,7 +721,7 @@ impl H2Conn {
                 }
             }
         }
-        Ok(again)
+        Ok(())
     }
 
     /// Acts on what the session read for one stream; a job the upstream
@@ -801,7 +832,9 @@ impl H2Conn {
                 let mut x = self.exchanges.remove(&stream)?;
                 log::warn!("proxy: {}: stream reset by the upstream (code {code})", self.up.url());
                 if code == Code::RefusedStream as u32 {
-                    // RFC 9113 §8.7: not processed; safe to send again.
+                    // RFC 9113 §8.7: not processed; safe to send again,
+                    // on another connection (`retiring`).
+                    self.retiring = true;
                     match x.again() {
                         Some(job) => again.push(job),
                         None => x.fail(502, UpstreamFailure::Closed, out),
