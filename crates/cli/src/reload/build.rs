@@ -792,8 +792,15 @@ fn serve_metrics(addr: SocketAddr, metrics: Arc<Metrics>, inherited: Option<List
 /// the caches (`--proxy-cache`'s and routes'; each worker at its next
 /// lookup), or only the entries of host H (without a port, on any port)
 /// whose path begins with PREFIX. An admin path,
-/// as the listener is (`/metrics` tells what the server serves).
+/// as the listener is (`/metrics` tells what the server serves), taken
+/// from this host only (`may_purge`): the listener is often open to a
+/// whole cluster for scrapes (the Kubernetes manifest binds
+/// `0.0.0.0:9090`), where anyone could empty the caches at will.
 fn purge(req: &Request<'_>) -> Response {
+    if !may_purge(req.peer_addr().ip()) {
+        return Response::error(403)
+            .with_body("purge: only from this host (a loopback address); or send SIGWINCH to the server\n");
+    }
     let (mut host, mut path) = (None, None);
     for pair in req.query().unwrap_or("").split('&') {
         let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
@@ -814,8 +821,31 @@ fn purge(req: &Request<'_>) -> Response {
     Response::text(format!("purged {n} caches\n")).with_header("Cache-Control", "no-store")
 }
 
+/// Whether a purge may come from `peer`: a loopback address (IPv4,
+/// IPv6, or IPv4 mapped into IPv6), as Caddy's admin endpoint listens on
+/// localhost only.
+fn may_purge(peer: std::net::IpAddr) -> bool {
+    peer.to_canonical().is_loopback()
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_purge_is_taken_from_loopback_peers_only() {
+        for (peer, may) in [
+            ("127.0.0.1", true),
+            ("127.3.2.1", true),
+            ("::1", true),
+            ("::ffff:127.0.0.1", true),
+            ("10.0.0.7", false),
+            ("192.168.1.2", false),
+            ("::ffff:10.0.0.7", false),
+            ("fd00::1", false),
+        ] {
+            assert_eq!(super::may_purge(peer.parse().unwrap()), may, "{peer}");
+        }
+    }
+
     #[test]
     fn acme_sites_without_a_listener_get_443_and_a_redirect_on_80_of_every_address() {
         let parse = |a: &str| a.parse::<std::net::SocketAddr>().unwrap();
