@@ -634,7 +634,11 @@ impl Hosted {
         let (token, id) = responder.into_parts();
         if let Source::Conn(t) = Source::of(token) {
             if let Some(conn) = self.conns.get_mut(t) {
+                // For the 101's log line (`dispatch::finish` takes them),
+                // as `hand_answer` does.
+                ctx.upstream_log = handoff.figures.take();
                 let next = conn.on_tunnel(ctx, id, handoff);
+                ctx.upstream_log = None;
                 self.settle(ctx, t, next);
             }
         }
