@@ -111,7 +111,7 @@ pub(crate) fn upstreams(
 
 /// A `[[site.route]]`'s upstreams: each URL with the route's
 /// `proxy-ca` (read now) and `insecure-skip-verify` where it is
-/// `https://`.
+/// `https://`, and its `proxy-authorization`.
 pub(crate) fn route_upstreams(p: &crate::sites::Proxy) -> anyhow::Result<Vec<Upstream>> {
     p.urls()
         .map(|url| {
@@ -122,7 +122,7 @@ pub(crate) fn route_upstreams(p: &crate::sites::Proxy) -> anyhow::Result<Vec<Ups
             if p.insecure_skip_verify && up.is_tls() {
                 up = up.insecure_skip_verify()?;
             }
-            Ok(up)
+            Ok(up.proxy_authorization(p.proxy_authorization))
         })
         .collect()
 }
@@ -172,6 +172,7 @@ pub(crate) fn route_proxy(
     if let Some(e) = &p.encode {
         proxy = proxy.encode(e.clone());
     }
+    proxy = proxy.trace(p.trace);
     if let Some(bytes) = p.cache.or(cache) {
         proxy = proxy.cache(Cache::new(usize::try_from(bytes).unwrap_or(usize::MAX)));
     }
@@ -282,6 +283,11 @@ impl Handler for FilesFirst {
     fn body_use(&self, req: &Request<'_>) -> BodyUse {
         self.proxy.body_use(req)
     }
+
+    /// A method the engine does not know goes upstream.
+    fn takes_unknown_method(&self, req: &Request<'_>) -> bool {
+        self.proxy.takes_unknown_method(req)
+    }
 }
 
 /// A site's handler with `--proxy` prefixes in front of it; under a
@@ -313,6 +319,10 @@ impl Handler for Shared {
 
     fn body_use(&self, req: &Request<'_>) -> BodyUse {
         self.0.body_use(req)
+    }
+
+    fn takes_unknown_method(&self, req: &Request<'_>) -> bool {
+        self.0.takes_unknown_method(req)
     }
 }
 
@@ -356,6 +366,15 @@ impl Handler for Prefixed {
         match self.route(req) {
             Some((proxy, _)) => proxy.body_use(req),
             None => self.inner.body_use(req),
+        }
+    }
+
+    /// Under a proxy prefix, yes (the upstream says what it implements);
+    /// elsewhere, what the site's handler says (the files: no, 501).
+    fn takes_unknown_method(&self, req: &Request<'_>) -> bool {
+        match self.route(req) {
+            Some((proxy, _)) => proxy.takes_unknown_method(req),
+            None => self.inner.takes_unknown_method(req),
         }
     }
 }

@@ -432,6 +432,10 @@ impl<H: peregrine::Handler> peregrine::Handler for Planted<H> {
     fn body_use(&self, req: &peregrine::Request<'_>) -> peregrine::BodyUse {
         self.inner.body_use(req)
     }
+
+    fn takes_unknown_method(&self, req: &peregrine::Request<'_>) -> bool {
+        self.inner.takes_unknown_method(req)
+    }
 }
 
 /// Release builds have no planted bug.

@@ -21,7 +21,7 @@ use std::collections::VecDeque;
 use std::fmt;
 use std::io::{self, Read};
 use std::panic::{self, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use crate::handler::{BodyUse, Handler, Reply};
@@ -64,6 +64,7 @@ fn channel_counted(capacity_bytes: usize, length: Option<u64>, held: Option<Arc<
         queue: Queue::new(capacity_bytes.max(1), End::Open),
         parked: AtomicBool::new(false),
         finished_at: std::sync::OnceLock::new(),
+        taken: AtomicU64::new(0),
         held,
         trailers: std::sync::OnceLock::new(),
     });
@@ -244,6 +245,10 @@ struct Shared {
     /// upstream's last byte (`$upstream_response_time` of a streamed
     /// answer). One clock read per channel body.
     finished_at: std::sync::OnceLock<std::time::Instant>,
+    /// The bytes the connection took from the queue to send: what the
+    /// access log counts of a body cut short (`$body_bytes_sent`, not
+    /// the length its head announced). Written by the connection only.
+    taken: AtomicU64,
     /// Where the queued bytes are counted, if anywhere (`channel_held`):
     /// added as a chunk is queued, taken back as it leaves or is dropped.
     held: Option<Arc<AtomicUsize>>,
@@ -493,6 +498,11 @@ impl EndWatch {
     pub(crate) fn finished_at(&self) -> Option<std::time::Instant> {
         self.0.finished_at.get().copied()
     }
+
+    /// The body's bytes the connection has taken to send so far.
+    pub(crate) fn taken(&self) -> u64 {
+        self.0.taken.load(Ordering::Relaxed)
+    }
 }
 
 impl ChannelBody {
@@ -525,6 +535,7 @@ impl ChannelBody {
         let mut state = shared.lock();
         if let Some(chunk) = state.pop() {
             shared.count(chunk.len(), false);
+            shared.taken.fetch_add(chunk.len() as u64, Ordering::Relaxed);
             let producer = if state.bytes <= shared.queue.capacity / 2 {
                 state.loop_waiter.take()
             } else {

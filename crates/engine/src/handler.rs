@@ -56,6 +56,21 @@ pub trait Handler: Send + Sync + 'static {
     fn body_use(&self, _req: &Request<'_>) -> BodyUse {
         BodyUse::Buffer
     }
+
+    /// Whether this handler answers `req`, whose method is not in IANA's
+    /// HTTP Method Registry (`PURGE`, `BAN`, a custom token): asked only
+    /// for such a request, before [`Handler::body_use`] and
+    /// [`Handler::call`]. `false` unless the handler says otherwise: the
+    /// engine answers 501 itself (RFC 9110 §9.1: "An origin server that
+    /// receives a request method that is unrecognized or not implemented
+    /// SHOULD respond with the 501 (Not Implemented) status code"), so a
+    /// handler written for the methods it knows never mistakes one for
+    /// `GET`. The reverse proxy says yes (a proxy forwards what it does
+    /// not know); a [`crate::Router`] asks the route for that very method,
+    /// if the path has one. A handler that wraps another asks it.
+    fn takes_unknown_method(&self, _req: &Request<'_>) -> bool {
+        false
+    }
 }
 
 /// What a handler does with a request's body ([`Handler::body_use`]).

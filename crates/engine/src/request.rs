@@ -46,6 +46,11 @@ pub struct Request<'a> {
     pub(crate) site: crate::sites::Chosen,
     /// Extended CONNECT's `:protocol` (RFC 8441, HTTP/2): `websocket`.
     pub(crate) protocol: Option<&'a str>,
+    /// The method is in IANA's registry, or is CONNECT
+    /// (`codec::head::check_method`); else only a handler that takes it
+    /// sees it (`Handler::takes_unknown_method`), and the others' 501 is
+    /// the engine's.
+    pub(crate) method_registered: bool,
     /// This thread's count of requests when this one was made: with the
     /// thread's random prefix, the request's id unless a trusted proxy
     /// gave one ([`Request::request_id`]).
@@ -248,6 +253,7 @@ impl<'a> Request<'a> {
             tls: None,
             site: crate::sites::Chosen::new(None),
             protocol: None,
+            method_registered: !matches!(crate::codec::head::check_method(method), Ok(false)),
             serial: next_serial(),
             tls_facts: None,
         }
@@ -274,6 +280,7 @@ impl<'a> Request<'a> {
             tls: None,
             site: crate::sites::Chosen::new(None),
             protocol: None,
+            method_registered: head.method_registered,
             serial: next_serial(),
             tls_facts: None,
         }

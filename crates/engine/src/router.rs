@@ -8,9 +8,11 @@
 //! matched against the path as sent, segment by segment, so an encoded
 //! `%2F` stays inside its segment; captures are then percent-decoded for
 //! the handler (`/users/%E2%9C%93` gives `id` = `✓`), and a capture that
-//! does not decode to UTF-8 is a 400. A method the engine does not
-//! recognise never gets here: the codec answers it 501 (RFC 9110 §9.1), so
-//! 405 means "known, not here".
+//! does not decode to UTF-8 is a 400. A method outside IANA's registry
+//! (`PURGE`, a custom token) gets here only for a path with a route for
+//! that very method (`Router::route("PURGE", ..)`), or with none at all
+//! and a fallback that takes it; elsewhere the engine answers it 501 (RFC
+//! 9110 §9.1), so 405 means "known, not here".
 
 use std::borrow::Cow;
 
@@ -122,6 +124,26 @@ impl Handler for Router {
         }
     }
 
+    /// A route for this very method on the request's path (named for it,
+    /// its handler is meant for it, a closure included), or, where no
+    /// route's pattern takes the path, a fallback that takes it.
+    fn takes_unknown_method(&self, req: &Request<'_>) -> bool {
+        let mut params: [(&str, &str); PARAMS_MAX] = [("", ""); PARAMS_MAX];
+        let mut path_known = false;
+        for route in &self.routes {
+            if route.matches(req.path(), &mut params).is_some() {
+                path_known = true;
+                if route.method == req.method() {
+                    return true;
+                }
+            }
+        }
+        match &self.fallback {
+            Some(fallback) if !path_known => fallback.takes_unknown_method(req),
+            _ => false,
+        }
+    }
+
     fn call(&self, req: &Request<'_>) -> Reply {
         let path = req.path();
         let method = req.method();
@@ -230,6 +252,35 @@ mod tests {
             }
             Reply::Later | Reply::Upgrade(_) => panic!("deferred or upgraded"),
         }
+    }
+
+    /// A method outside IANA's registry is taken where a route names it,
+    /// or by a fallback that takes it where no pattern matches; nowhere
+    /// else (the engine answers 501 there).
+    #[test]
+    fn an_unknown_method_is_taken_only_by_a_route_for_it() {
+        struct Any;
+        impl Handler for Any {
+            fn call(&self, _req: &Request<'_>) -> Reply {
+                Response::text("any").into()
+            }
+            fn takes_unknown_method(&self, _req: &Request<'_>) -> bool {
+                true
+            }
+        }
+        let r = router().route("PURGE", "/cache/*key", |_: &Request<'_>| Response::text("purged"));
+        assert!(r.takes_unknown_method(&Request::bare("PURGE", "/cache/a")));
+        assert_eq!(call(&r, "PURGE", "/cache/a").1, "purged");
+        assert!(!r.takes_unknown_method(&Request::bare("BAN", "/cache/a")));
+        assert!(!r.takes_unknown_method(&Request::bare("PURGE", "/users/1")));
+        assert!(!r.takes_unknown_method(&Request::bare("PURGE", "/nowhere")));
+        // The route's Allow names it.
+        assert_eq!(call(&r, "GET", "/cache/a").2.as_deref(), Some("PURGE, OPTIONS"));
+        let r = router().fallback(Any);
+        assert!(r.takes_unknown_method(&Request::bare("PURGE", "/nowhere")));
+        assert!(!r.takes_unknown_method(&Request::bare("PURGE", "/users/1")));
+        let r = router().fallback(|_: &Request<'_>| Response::text("plain"));
+        assert!(!r.takes_unknown_method(&Request::bare("PURGE", "/nowhere")));
     }
 
     fn router() -> Router {

@@ -644,7 +644,11 @@ impl Hosted {
         match Source::of(token) {
             Source::Conn(t) => {
                 if let Some(conn) = self.conns.get_mut(t) {
+                    // For the 101's log line (`dispatch::finish` takes them),
+                    // as `hand_answer` does.
+                    ctx.upstream_log = handoff.figures.take();
                     let next = conn.on_tunnel(ctx, id, handoff);
+                    ctx.upstream_log = None;
                     self.settle(ctx, t, next);
                 }
             }
@@ -655,7 +659,9 @@ impl Hosted {
                     .iter_mut()
                     .find_map(|e| e.conn_of_token(token).map(|ch| (e, ch)));
                 if let Some((endpoint, ch)) = found {
+                    ctx.upstream_log = handoff.figures.take();
                     endpoint.on_tunnel(ctx, ch, id, handoff);
+                    ctx.upstream_log = None;
                 }
             }
             _ => {}

@@ -281,6 +281,11 @@ impl Handler for Access {
     fn body_use(&self, req: &Request<'_>) -> BodyUse {
         self.inner.body_use(req)
     }
+
+    /// As the route's handler says: its rules apply to what it takes.
+    fn takes_unknown_method(&self, req: &Request<'_>) -> bool {
+        self.inner.takes_unknown_method(req)
+    }
 }
 
 #[cfg(test)]

@@ -421,6 +421,10 @@ impl Handler for SiteHandler {
             Err(_) => peregrine::BodyUse::Ignore,
         }
     }
+
+    fn takes_unknown_method(&self, req: &Request<'_>) -> bool {
+        self.pick(req).is_ok_and(|handler| handler.takes_unknown_method(req))
+    }
 }
 
 /// A route that redirects: `to` with the pattern's captures put in.

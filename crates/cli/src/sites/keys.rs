@@ -90,6 +90,8 @@ pub(crate) const ROUTE_KEYS: &[&str] = &[
     "error-page",
     "proxy-ca",
     "insecure-skip-verify",
+    "trace",
+    "proxy-authorization",
     "headers",
     "ip",
     "rate-limit",

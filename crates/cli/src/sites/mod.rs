@@ -185,6 +185,15 @@ pub(crate) struct Proxy {
     /// certificate is not verified (flagged at start and by
     /// `check-config`).
     pub(crate) insecure_skip_verify: bool,
+    /// `trace = true`: TRACE goes upstream (Caddy); without it the proxy
+    /// answers TRACE 405 itself (nginx), so no upstream echoes the
+    /// client's Cookie and Authorization to a script.
+    pub(crate) trace: bool,
+    /// `proxy-authorization = true`: the client's `Proxy-Authorization`
+    /// goes upstream (nginx); without it the field stays here (Caddy;
+    /// RFC 9110 §11.7.2: it is for the proxy that asked, and Peregrine
+    /// asks none).
+    pub(crate) proxy_authorization: bool,
     /// `encode = true` or `encode = { min-length = N, set-cookie = B }`:
     /// answers compressed on the fly (`peregrine::proxy::Encode`); off
     /// unless given, as Caddy's `encode` and nginx's `gzip`.

@@ -656,6 +656,8 @@ impl FileSites<'_> {
         let mut error_page: Option<(PathBuf, usize)> = None;
         let mut proxy_ca: Option<(PathBuf, usize)> = None;
         let mut skip_verify: Option<(bool, usize)> = None;
+        let mut trace: Option<(bool, usize)> = None;
+        let mut proxy_authorization: Option<(bool, usize)> = None;
         let mut status: Option<(u16, usize)> = None;
         let mut headers: Option<(Vec<(String, String)>, usize)> = None;
         let mut ip: Option<(IpRules, usize)> = None;
@@ -775,8 +777,15 @@ impl FileSites<'_> {
                         proxy_ca = Some((self.path_of(&s), line));
                     }
                 }
-                "insecure-skip-verify" => match v.get_ref() {
-                    DeValue::Boolean(b) => skip_verify = Some((*b, line)),
+                "insecure-skip-verify" | "trace" | "proxy-authorization" => match v.get_ref() {
+                    DeValue::Boolean(b) => {
+                        let slot = match key {
+                            "trace" => &mut trace,
+                            "proxy-authorization" => &mut proxy_authorization,
+                            _ => &mut skip_verify,
+                        };
+                        *slot = Some((*b, line));
+                    }
                     other => errors.push(self.error(
                         line,
                         key,
@@ -873,6 +882,8 @@ impl FileSites<'_> {
                 ("error-page", error_page.as_ref().map(|e| e.1)),
                 ("proxy-ca", proxy_ca.as_ref().map(|e| e.1)),
                 ("insecure-skip-verify", skip_verify.map(|e| e.1)),
+                ("trace", trace.map(|e| e.1)),
+                ("proxy-authorization", proxy_authorization.map(|e| e.1)),
                 ("balance", balance.as_ref().map(|b| b.1)),
                 ("encode", encode.as_ref().map(|e| e.1)),
                 ("cache", cache.map(|c| c.1)),
@@ -1061,6 +1072,15 @@ impl FileSites<'_> {
                         }
                     }
                 }
+                let mut flag = |name: &'static str, given: Option<(bool, usize)>| match given {
+                    Some((on, line)) => {
+                        shown.push(Shown::new(name, on.to_string(), self.origin(line)));
+                        on
+                    }
+                    None => false,
+                };
+                let trace = flag("trace", trace);
+                let proxy_authorization = flag("proxy-authorization", proxy_authorization);
                 let encode = encode.and_then(|(e, line)| {
                     shown.push(Shown::new("encode", encode_text(e.as_ref()), self.origin(line)));
                     e
@@ -1078,6 +1098,8 @@ impl FileSites<'_> {
                     error_page,
                     ca,
                     insecure_skip_verify,
+                    trace,
+                    proxy_authorization,
                 })
             }
             "redirect" => {

@@ -65,8 +65,9 @@ pub enum HeadError {
     ExpectationFailed,
     /// 501: a transfer coding other than `chunked`.
     NotImplemented,
-    /// 501: a method not in IANA's HTTP Method Registry, or `CONNECT`, which
-    /// the engine cannot tunnel.
+    /// 501: `CONNECT`, which the engine cannot tunnel. (A method not in
+    /// IANA's HTTP Method Registry is no error of the head's: the engine
+    /// answers it 501 unless its handler takes it.)
     MethodNotImplemented,
     /// 505: an HTTP version other than 1.0 and 1.1.
     VersionNotSupported,
@@ -136,6 +137,10 @@ pub struct Head<'b, 'h> {
     /// value: the head is built for every request, and a wider one cost
     /// 2 % of a pipelined hello (`bench/ab-cpu.sh`).
     pub upgrade: bool,
+    /// The method is in IANA's HTTP Method Registry (`check_method`): a
+    /// method that is not (PURGE, a custom token) reaches only a handler
+    /// that takes it (`Handler::takes_unknown_method`), else 501.
+    pub method_registered: bool,
     /// Which of the fields a file or archive handler reads the head may
     /// carry, noted where `Fields::scan` classifies each name anyway
     /// (see [`FieldNames`]).
@@ -477,12 +482,11 @@ fn checked<'b, 'h, R>(
     // asterisk-form (OPTIONS). Anything else is not a request target. The
     // common request, `GET /…`, passes both checks: it skips them (the two
     // calls were 58 instructions of a pipelined hello's 2,068, callgrind).
-    let authority = if method == "GET" && bytes.first() == Some(&b'/') {
-        None
+    let (authority, method_registered) = if method == "GET" && bytes.first() == Some(&b'/') {
+        (None, true)
     } else {
         let authority = target_authority(method, target)?;
-        check_method(method)?;
-        authority
+        (authority, check_method(method)?)
     };
 
     // RFC 9112 §3.2: "A server MUST respond with a 400 (Bad Request) status
@@ -527,6 +531,7 @@ fn checked<'b, 'h, R>(
         expect_continue: fields.expect_continue,
         te_trailers: fields.te_trailers,
         upgrade,
+        method_registered,
         field_names: fields.names,
         host,
         headers,
@@ -780,19 +785,29 @@ fn target_authority<'b>(method: &str, target: &'b str) -> Result<Option<&'b str>
     Ok(Some(authority))
 }
 
+/// Whether `method` is in IANA's HTTP Method Registry (RFC 9110's, PATCH,
+/// WebDAV's and the rest): `Ok(true)`; `Ok(false)` for any other token
+/// (RFC 9110 §9.1: "method = token"; PURGE, BAN, a custom one).
+///
 /// RFC 9110 §9.1: "An origin server that receives a request method that is
 /// unrecognized or not implemented SHOULD respond with the 501 (Not
-/// Implemented) status code." The engine recognises the methods of IANA's
-/// HTTP Method Registry (RFC 9110's, PATCH, WebDAV's and the rest), so that
-/// every handler, a plain closure included, never sees one it could mistake
-/// for GET; a handler answers 405 for a registered method it does not allow.
-/// `CONNECT` is registered but asks for a tunnel, which the engine cannot
-/// open, and a 2xx to it would tell the client the tunnel is up: 501 too.
-pub(crate) fn check_method(method: &str) -> Result<(), HeadError> {
+/// Implemented) status code", and a proxy forwards what it does not know.
+/// So an unregistered method is no error here: it reaches a handler that
+/// says it takes it (`Handler::takes_unknown_method`: the reverse proxy, a
+/// `Router` route for that method), and every other handler, a plain
+/// closure included, never sees one it could mistake for GET: the engine
+/// answers it 501 (`conn/dispatch.rs`). A handler answers 405 for a
+/// registered method it does not allow. `CONNECT` is registered but asks
+/// for a tunnel, which the engine cannot open, and a 2xx to it would tell
+/// the client the tunnel is up: 501 here.
+pub(crate) fn check_method(method: &str) -> Result<bool, HeadError> {
     match method {
-        "GET" | "HEAD" | "POST" | "PUT" | "DELETE" | "OPTIONS" | "TRACE" | "PATCH" => Ok(()),
+        "GET" | "HEAD" | "POST" | "PUT" | "DELETE" | "OPTIONS" | "TRACE" | "PATCH" => Ok(true),
         "CONNECT" => Err(HeadError::MethodNotImplemented),
-        _ if REGISTERED_METHODS.contains(&method) => Ok(()),
+        _ if REGISTERED_METHODS.contains(&method) => Ok(true),
+        // Both HTTP/1.1 parsers, and HTTP/2's and HTTP/3's `:method`
+        // check, take tokens only: looked at again for any other caller.
+        _ if is_token(method.as_bytes()) => Ok(false),
         _ => Err(HeadError::MethodNotImplemented),
     }
 }
@@ -1213,14 +1228,16 @@ mod tests {
     fn a_complete_request_line_is_measured_to_its_lf() {
         // uri_bytes_max 100: the line may be 164 bytes up to its LF.
         let target = format!("/{}", "a".repeat(99));
+        // Within the limit, the line is a head (its method one the
+        // engine answers 501 unless a handler takes it).
         let cases = [
-            (53, "\n", 400),
-            (54, "\r\n", 414),
-            (54, "\n", 400),
-            (55, "\n", 414),
-            (53, "\r\n", 501),
+            (53, "\n", Err(400)),
+            (54, "\r\n", Err(414)),
+            (54, "\n", Err(400)),
+            (55, "\n", Err(414)),
+            (53, "\r\n", Ok(())),
         ];
-        for (n, eol, status) in cases {
+        for (n, eol, want) in cases {
             let head = format!("{} {target} HTTP/1.1{eol}Host: x\r\n\r\n", "X".repeat(n));
             let mut headers = [const { MaybeUninit::uninit() }; 100];
             let limits = Limits {
@@ -1228,7 +1245,7 @@ mod tests {
                 ..Limits::default()
             };
             let got = parse_head(head.as_bytes(), &mut headers, &limits).map(|_| ());
-            assert_eq!(got.map_err(HeadError::status), Err(status), "method of {n}, {eol:?}");
+            assert_eq!(got.map_err(HeadError::status), want, "method of {n}, {eol:?}");
         }
     }
 
@@ -1422,16 +1439,47 @@ mod tests {
         let cases: [(&[u8], Result<(), u16>); 7] = [
             (b"GET / HTTP/1.1\r\nHost: a\r\n\r\n", Ok(())),
             (b"GET /a#b HTTP/1.1\r\nHost: a\r\n\r\n", Err(400)),
-            (b"get / HTTP/1.1\r\nHost: a\r\n\r\n", Err(501)),
+            (b"get / HTTP/1.1\r\nHost: a\r\n\r\n", Ok(())),
             (b"GET * HTTP/1.1\r\nHost: a\r\n\r\n", Err(400)),
             (b"GET a HTTP/1.1\r\nHost: a\r\n\r\n", Err(400)),
             (b"GET http://b/ HTTP/1.1\r\nHost: a\r\n\r\n", Ok(())),
-            (b"GETS / HTTP/1.1\r\nHost: a\r\n\r\n", Err(501)),
+            (b"GETS / HTTP/1.1\r\nHost: a\r\n\r\n", Ok(())),
         ];
         for (head, want) in cases {
             let got = parse(head).map(|_| ()).map_err(HeadError::status);
             assert_eq!(got, want, "{:?}", String::from_utf8_lossy(head));
         }
+    }
+
+    /// A method outside IANA's registry is a head like any other (RFC
+    /// 9110 §9.1: a proxy forwards it), marked so that only a handler
+    /// that takes it sees it; a registered one, the `GET /` fast path's
+    /// included, is marked registered; CONNECT is still 501.
+    #[test]
+    fn unregistered_methods_are_heads_marked_so() {
+        let cases: [(&[u8], Result<bool, u16>); 9] = [
+            (b"GET / HTTP/1.1\r\nHost: a\r\n\r\n", Ok(true)),
+            (b"GET http://a/ HTTP/1.1\r\nHost: a\r\n\r\n", Ok(true)),
+            (b"PROPFIND / HTTP/1.1\r\nHost: a\r\n\r\n", Ok(true)),
+            (b"TRACE / HTTP/1.1\r\nHost: a\r\n\r\n", Ok(true)),
+            (b"PURGE /x HTTP/1.1\r\nHost: a\r\n\r\n", Ok(false)),
+            (b"BAN / HTTP/1.1\r\nHost: a\r\n\r\n", Ok(false)),
+            (b"get / HTTP/1.1\r\nHost: a\r\n\r\n", Ok(false)),
+            (b"X-MY_METHOD! / HTTP/1.1\r\nHost: a\r\n\r\n", Ok(false)),
+            (b"CONNECT a:443 HTTP/1.1\r\nHost: a:443\r\n\r\n", Err(501)),
+        ];
+        for (bytes, want) in cases {
+            let mut headers = [const { MaybeUninit::uninit() }; 16];
+            let got = match parse_head(bytes, &mut headers, &Limits::default()) {
+                Ok(Parsed::Complete(h)) => Ok(h.method_registered),
+                Ok(Parsed::Partial) => panic!("partial"),
+                Err(e) => Err(e.status()),
+            };
+            assert_eq!(got, want, "{:?}", String::from_utf8_lossy(bytes));
+        }
+        // A method that is no token never gets this far (the parsers),
+        // and is refused if asked.
+        assert!(check_method("A B").is_err());
     }
 
     /// httparse trims the blanks around a value, so the Host check (which
@@ -1800,10 +1848,9 @@ mod tests {
             (b"GET / http/1.1\r\nHost: a\r\n\r\n", 400),
             // Expectations.
             (b"POST / HTTP/1.1\r\nHost: a\r\nExpect: 200-ok\r\n\r\n", 417),
-            // Methods: unknown ones and CONNECT are 501, a bad CONNECT
-            // target 400; registered ones reach the handler.
-            (b"ANNOUNCE / HTTP/1.1\r\nHost: a\r\n\r\n", 501),
-            (b"get / HTTP/1.1\r\nHost: a\r\n\r\n", 501),
+            // Methods: CONNECT is 501, a bad CONNECT target 400; the
+            // others are no error of the head's
+            // (`unregistered_methods_are_heads_marked_so`).
             (
                 b"CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n",
                 501,

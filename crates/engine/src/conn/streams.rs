@@ -274,7 +274,7 @@ pub(crate) fn start_upload<S: Streams>(
             // every version: no DATA frame can change its answer, and a
             // CONNECT's "body" may never end (HTTP/2 resets the stream
             // once the 501 is sent, §8.1).
-            if !S::IGNORED_BODY_ANSWERED_AT_HEAD && !dispatch::is_unimplemented(&req) {
+            if !S::IGNORED_BODY_ANSWERED_AT_HEAD && !dispatch::is_unimplemented(ctx, client.redirect, &req) {
                 s.ignore_body(id);
                 return;
             }

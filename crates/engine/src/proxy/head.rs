@@ -72,7 +72,9 @@ impl Seen {
     pub(super) const X_FORWARDED_FOR: u16 = 4;
     /// A field `dropped` names that the caller does not read again.
     const OTHER: u16 = 8;
-    const CONNECTION: u16 = 16;
+    /// `Connection`: its options name fields that go with it (RFC 9110
+    /// §7.6.1), which the caller looks for among those it writes again.
+    pub(super) const CONNECTION: u16 = 16;
     /// `Upgrade`: the request may open a WebSocket (`tunnel::offer`).
     pub(super) const UPGRADE: u16 = 32;
     /// `TE`: the client may take trailer fields (`takes_trailers`).
@@ -85,6 +87,10 @@ impl Seen {
     pub(super) const FORWARDED: u16 = 256;
     pub(super) const X_FORWARDED_HOST: u16 = 512;
     pub(super) const X_FORWARDED_PROTO: u16 = 1024;
+    /// `Proxy-Authorization`: consumed by the proxy it is for (RFC 9110
+    /// §11.7.2), so left out unless the route passes it
+    /// (`Upstream::proxy_authorization`).
+    pub(super) const PROXY_AUTHORIZATION: u16 = 2048;
 
     /// Whether a field of `kind` (`Seen::VIA` ...) was seen.
     pub(super) fn has(self, kind: u16) -> bool {
@@ -360,7 +366,8 @@ fn content_length(out: &mut Vec<u8>, n: u64) {
 /// Transfer-Encoding, Upgrade), the two the head spells from its own
 /// arguments (Host, Content-Length) and those this hop writes afresh
 /// (`X-Forwarded-*`, `Forwarded`, `Via`, `X-Request-ID`, and `Cookie`,
-/// joined from HTTP/2 crumbs). Found by length, then one or two
+/// joined from HTTP/2 crumbs), and `Proxy-Authorization`, written again
+/// only where the route passes it. Found by length, then one or two
 /// comparisons, not a walk through a list of names.
 /// (`Expect` is found the same way, but goes on when the caller keeps
 /// it: `fields_into`.)
@@ -398,6 +405,7 @@ fn dropped_kind(name: &[u8]) -> u16 {
         (16, b'x') if is(b"x-forwarded-host") => Seen::X_FORWARDED_HOST,
         (17, b't') => other(is(b"transfer-encoding")),
         (17, b'x') if is(b"x-forwarded-proto") => Seen::X_FORWARDED_PROTO,
+        (19, b'p') if is(b"proxy-authorization") => Seen::PROXY_AUTHORIZATION,
         _ => 0,
     }
 }
@@ -536,6 +544,7 @@ mod tests {
             "X-Forwarded-Host",
             "Transfer-Encoding",
             "X-Forwarded-Proto",
+            "Proxy-Authorization",
         ] {
             assert!(dropped(n.as_bytes()), "{n}");
         }
@@ -576,6 +585,7 @@ mod tests {
             "x-forwarded-host",
             "transfer-encoding",
             "x-forwarded-proto",
+            "proxy-authorization",
         ] {
             for b in 0..=255u8 {
                 let mut name = n.as_bytes().to_vec();

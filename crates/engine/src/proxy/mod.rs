@@ -116,6 +116,8 @@ pub struct Proxy {
     encode: Option<Arc<Encode>>,
     /// Answers kept and given again (`cache.rs`); `None`: never.
     cache: Option<Cache>,
+    /// Whether TRACE goes upstream ([`Proxy::trace`]); else 405 here.
+    trace: bool,
 }
 
 /// One request for an upstream, as the handler left it for the worker: the
@@ -399,6 +401,7 @@ impl Proxy {
             balance: None,
             encode: None,
             cache: None,
+            trace: false,
         }
     }
 
@@ -415,6 +418,7 @@ impl Proxy {
                 balance: None,
                 encode: None,
                 cache: None,
+                trace: false,
             });
         }
         Ok(Proxy {
@@ -422,6 +426,7 @@ impl Proxy {
             balance: Some(Arc::new(b)),
             encode: None,
             cache: None,
+            trace: false,
         })
     }
 
@@ -488,6 +493,7 @@ impl Proxy {
             balance,
             encode: self.encode.clone(),
             cache: self.cache.clone(),
+            trace: self.trace,
         }
     }
 
@@ -505,6 +511,20 @@ impl Proxy {
     pub fn cache(mut self, cache: Cache) -> Proxy {
         self.cache = Some(cache);
         self
+    }
+
+    /// Passes TRACE to the upstream (Caddy's behaviour). Off by default,
+    /// as in nginx: the proxy answers TRACE itself with 405 and `Allow`,
+    /// because an upstream's echo of the request would hand a script the
+    /// client's `Cookie` and `Authorization` (cross-site tracing).
+    pub fn trace(mut self, pass: bool) -> Proxy {
+        self.trace = pass;
+        self
+    }
+
+    /// Whether TRACE goes to the upstream.
+    pub fn passes_trace(&self) -> bool {
+        self.trace
     }
 
     /// The route's cache, if it has one.
@@ -592,6 +612,13 @@ fn push_hex(s: &mut String, bytes: &[u8]) {
         s.push(HEX[usize::from(x & 15)] as char);
     }
 }
+
+/// The `Allow` of the 405 a route that does not pass TRACE answers it
+/// with (RFC 9110 §15.5.6: a 405 carries one): the methods any upstream
+/// may take, less TRACE and CONNECT (which the proxy opens for
+/// WebSockets only). Others (PURGE, a custom token) go on too; an `Allow`
+/// cannot list what the upstream knows.
+const ALLOWED_WITHOUT_TRACE: &str = "GET, HEAD, POST, PUT, DELETE, OPTIONS, PATCH";
 
 /// Methods whose answer may be asked for again (RFC 9110 §9.2.2).
 fn is_idempotent(method: &str) -> bool {
@@ -704,6 +731,13 @@ impl Handler for Proxy {
             _ => BodyUse::Stream,
         }
     }
+
+    /// Every method that is a token goes upstream (RFC 9110 §9.1: the
+    /// upstream knows what it implements); the engine answers no 501 for
+    /// a proxy route.
+    fn takes_unknown_method(&self, _req: &Request<'_>) -> bool {
+        true
+    }
 }
 
 impl Proxy {
@@ -728,6 +762,9 @@ impl Proxy {
     }
 
     fn send(&self, req: &Request<'_>, target: Option<&str>) -> Reply {
+        if req.method() == "TRACE" && !self.trace {
+            return now(Response::error(405).with_header("Allow", ALLOWED_WITHOUT_TRACE));
+        }
         let Some(outbox) = req.outbox() else {
             // Outside a running server (a test calling the handler):
             // nothing can carry the request.
@@ -1171,7 +1208,17 @@ fn build_as(
     // not five (about 30 instructions of a proxied GET, callgrind
     // `proxy-c50`); its digits are put in place after (a copy of the
     // line onto the stack first, and a call to append it, were about 50).
-    let cookies = seen.has(head::Seen::COOKIE);
+    // RFC 9110 §7.6.1: "a proxy or gateway MUST ... remove any header or
+    // trailer fields listed in the Connection header field", those this
+    // hop writes again from the client's too (Cookie, joined from HTTP/2
+    // crumbs; Proxy-Authorization where the route passes it). The
+    // forwarding fields are this hop's own: a `Connection` cannot take a
+    // trusted proxy's `X-Forwarded-For` away (issue 26).
+    let cookies =
+        seen.has(head::Seen::COOKIE) && !(seen.has(head::Seen::CONNECTION) && connection_names(req, b"cookie"));
+    let proxy_auth = seen.has(head::Seen::PROXY_AUTHORIZATION)
+        && up.passes_proxy_authorization()
+        && !(seen.has(head::Seen::CONNECTION) && connection_names(req, b"proxy-authorization"));
     let framed = head::framed(method, framing);
     // Only a trusted proxy's is kept (`Request::kept_request_id`, a call
     // that asks again whether the peer is trusted).
@@ -1190,7 +1237,7 @@ fn build_as(
         None => {
             const LINE: &[u8; 52] = b"\r\nX-Request-ID: 0123456789abcdef0123456789abcdef\r\n\r\n";
             let at = out.len();
-            let ended = !(cookies || framed);
+            let ended = !(cookies || proxy_auth || framed);
             match ended {
                 true => out.extend_from_slice(LINE),
                 false => out.extend_from_slice(&LINE[..50]),
@@ -1204,6 +1251,9 @@ fn build_as(
     }
     if cookies {
         join_cookies(&mut out, req, from)?;
+    }
+    if proxy_auth {
+        pass_proxy_authorization(&mut out, req, from)?;
     }
     head::finish(&mut out, method, framing);
     Ok((with_body(out, body), seen))
@@ -1499,6 +1549,29 @@ fn write_forwarding(
 /// HTTP/1.x request's one `Cookie` goes on as it came. Out of line, as
 /// the other parts only some requests have.
 #[inline(never)]
+/// Whether a `Connection` field of `req` names `name` (lower case).
+#[cold]
+fn connection_names(req: &Request<'_>, name: &[u8]) -> bool {
+    req.headers()
+        .filter(|(n, _)| n.eq_ignore_ascii_case("connection"))
+        .any(|(_, v)| crate::codec::head::list_elements(v).any(|o| o.eq_ignore_ascii_case(name)))
+}
+
+/// The client's `Proxy-Authorization` lines, for a route that passes them
+/// (`Upstream::proxy_authorization`).
+#[cold]
+fn pass_proxy_authorization(out: &mut Vec<u8>, req: &Request<'_>, from: head::Fields) -> Result<(), u16> {
+    for (_, v) in req
+        .headers()
+        .filter(|(n, _)| n.eq_ignore_ascii_case("proxy-authorization"))
+    {
+        let at = head::open(out, "Proxy-Authorization");
+        out.extend_from_slice(v);
+        head::close(out, at, from).map_err(|_| 400u16)?;
+    }
+    Ok(())
+}
+
 fn join_cookies(out: &mut Vec<u8>, req: &Request<'_>, from: head::Fields) -> Result<(), u16> {
     let mut crumbs = req.headers().filter(|(n, _)| n.eq_ignore_ascii_case("cookie"));
     if let Some((_, first)) = crumbs.next() {

@@ -1282,12 +1282,27 @@ impl Upstreams {
         pool.publish();
         let idle_timeout = pool.up.read_timeout;
         if let Some(job) = c.job.take() {
+            // The 101's log line is written as the tunnel opens, so its
+            // response time is its header time (nginx writes its line at
+            // the tunnel's end, timed to it).
+            let logged = ctx.log.is_some() || ctx.site_logs.iter().any(Option::is_some);
+            let figures = logged.then(|| {
+                let took = ctx.now.saturating_duration_since(c.started);
+                UpstreamLog {
+                    status: Some(101),
+                    header: Some(took),
+                    response: Some(took),
+                    started: Some(c.started),
+                    ..std::mem::take(&mut c.figures)
+                }
+            });
             self.handoffs.push(super::Handoff {
                 responder: job.responder,
                 sock: c.sock,
                 fields,
                 early: std::mem::take(&mut c.buf),
                 idle_timeout,
+                figures,
             });
         }
         // A queued job gets a connection even while draining (a request

@@ -69,6 +69,10 @@ pub(crate) struct Handoff {
     /// No byte either way for this long ends the tunnel (the upstream's
     /// `read_timeout`: nginx's `proxy_read_timeout`, 60 s by default).
     pub(crate) idle_timeout: Duration,
+    /// The upstream figures of the 101's access log line (status 101,
+    /// address, connect and header times; the response time is the
+    /// header's: the line is written at the switch), when one is kept.
+    pub(crate) figures: Option<crate::access_log::UpstreamLog>,
 }
 
 impl Sock {

@@ -61,6 +61,10 @@ pub struct Upstream {
     /// The route's prefix, as matched (`/api/`).
     prefix: String,
     host_header: HostHeader,
+    /// Whether the client's `Proxy-Authorization` goes on (off: Caddy's
+    /// choice; RFC 9110 §11.7.2, it is for the proxy that asked, and
+    /// this one asks none).
+    proxy_authorization: bool,
     pub(crate) max_conns: usize,
     pub(crate) queue_max: usize,
     pub(crate) idle_timeout: Duration,
@@ -238,6 +242,7 @@ impl Upstream {
             path,
             prefix: "/".to_owned(),
             host_header: HostHeader::Preserve,
+            proxy_authorization: false,
             tls,
             h2,
             max_conns: Upstream::MAX_CONNS,
@@ -267,6 +272,22 @@ impl Upstream {
     pub fn host_header(mut self, host: HostHeader) -> Upstream {
         self.host_header = host;
         self
+    }
+
+    /// Passes the client's `Proxy-Authorization` on to the upstream
+    /// (nginx's default: an upstream that is itself a proxy asking for
+    /// credentials). Off by default, as in Caddy: RFC 9110 §11.7.2 says
+    /// the field is consumed by the proxy that asked for it, and this
+    /// one asks none, so credentials meant for a proxy do not reach an
+    /// application and its logs.
+    pub fn proxy_authorization(mut self, pass: bool) -> Upstream {
+        self.proxy_authorization = pass;
+        self
+    }
+
+    /// Whether the client's `Proxy-Authorization` goes on.
+    pub fn passes_proxy_authorization(&self) -> bool {
+        self.proxy_authorization
     }
 
     /// Connections kept open at most, per worker.
