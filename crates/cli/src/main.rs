@@ -34,7 +34,8 @@ fn main() -> ExitCode {
         return match acme::agent::run() {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
-                eprintln!("peregrine: ACME process: {e:#}");
+                // Through its logger: the serving process relays it.
+                peregrine::log::error(format_args!("ACME process: {e:#}"));
                 ExitCode::FAILURE
             }
         };

@@ -35,6 +35,7 @@ mod config_watch;
 mod sites;
 mod watch;
 
+use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -244,6 +245,9 @@ pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()>
         adopt(std::mem::take(&mut up.listeners), &mut taken, &mut process);
     }
     let (mut current, urls) = build(&command, taken, None, &mut process)?;
+    if let Some(acme) = &mut process.acme {
+        acme.relay_logs()?;
+    }
     watch::start(process.watched.clone()).context("cannot start the certificate files' watcher")?;
     if let Some(off) = crate::platform::features_off(std::env::consts::OS) {
         log::warn(format_args!("{off}"));
@@ -300,10 +304,18 @@ pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()>
     }
     let mut retired: Vec<Retired> = Vec::new();
     let mut cause = DrainCause::Shutdown;
-    for signal in signals.forever() {
+    // Signals that came while an upgrade was under way, handled after it.
+    let mut queued: VecDeque<i32> = VecDeque::new();
+    while let Some(signal) = queued.pop_front().or_else(|| signals.forever().next()) {
         match signal {
             SIGUSR2 => {
-                if upgrade(&process, &current) {
+                if let Some(pid) = upgrade(&process, &current, &mut signals, &mut queued) {
+                    if queued.contains(&SIGHUP) {
+                        log::warn(format_args!(
+                            "SIGHUP during the upgrade not applied here: process {pid} serves now, with the \
+                             configuration it read at its start; send it SIGHUP if the files changed since"
+                        ));
+                    }
                     cause = DrainCause::Upgrade;
                     break;
                 }
@@ -361,11 +373,12 @@ pub(crate) fn serve(argv: Vec<OsString>, command: Command) -> anyhow::Result<()>
     let handles = drain(cause, &current, &retired, &process);
     // SIGINT or SIGTERM: a second one exits at once. After an upgrade,
     // the first closes idle connections (systemd's stop reaches the
-    // draining process too), the next exits.
+    // draining process too), the next exits. Those that came during the
+    // upgrade count first.
     std::thread::Builder::new()
         .name("peregrine-signals".into())
         .spawn(move || {
-            let mut stops = signals.forever().filter(|&s| s == SIGINT || s == SIGTERM);
+            let mut stops = (queued.into_iter().chain(signals.forever())).filter(|&s| s == SIGINT || s == SIGTERM);
             if cause == DrainCause::Upgrade && stops.next().is_some() {
                 for handle in &handles {
                     handle.shutdown();
@@ -426,25 +439,39 @@ fn drain(cause: DrainCause, current: &Generation, retired: &[Retired], process: 
 }
 
 /// SIGUSR2: hands the listening sockets to the upgrader, which starts the
-/// program anew on them; true once the new process serves (this one then
-/// drains), false (with a line saying why) if it does not.
-fn upgrade(process: &Process, current: &Generation) -> bool {
+/// program anew on them; the new process's pid once it serves (this one
+/// then drains), `None` (with a line saying why) if it does not.
+///
+/// While the new process starts (up to `upgrade::READY_TIMEOUT`), the
+/// signals are still read: SIGTERM or SIGINT cancels the upgrade (the
+/// upgrader kills the new process) and is then acted on as always, so a
+/// stop is never held up by an upgrade (systemd's TimeoutStopSec);
+/// SIGHUP, SIGUSR1 and SIGWINCH are deferred to `queued`, done as soon as
+/// the upgrade has failed (a reload then builds on the sockets this
+/// process still has); another SIGUSR2 is ignored.
+fn upgrade(
+    process: &Process,
+    current: &Generation,
+    signals: &mut signal_hook::iterator::Signals,
+    queued: &mut VecDeque<i32>,
+) -> Option<u32> {
+    use signal_hook::consts::{SIGINT, SIGTERM, SIGUSR2};
     let Some(upgrader) = &process.upgrader else {
         log::error(format_args!(
             "SIGUSR2: no binary upgrade (the upgrader process could not be started), still serving"
         ));
-        return false;
+        return None;
     };
     if let Err(why) = upgrader.allowed() {
         log::warn(format_args!("{why}"));
-        return false;
+        return None;
     }
     let mut handed = Vec::new();
     let listening = match current.running.listeners() {
         Ok(l) => l,
         Err(e) => {
             log::error(format_args!("upgrade failed, still serving: {e}"));
-            return false;
+            return None;
         }
     };
     for (origin, listening) in current.origins.iter().zip(listening) {
@@ -461,7 +488,7 @@ fn upgrade(process: &Process, current: &Generation) -> bool {
             })),
             Err(e) => {
                 log::error(format_args!("upgrade failed, still serving: the metrics listener: {e}"));
-                return false;
+                return None;
             }
         }
     }
@@ -470,7 +497,29 @@ fn upgrade(process: &Process, current: &Generation) -> bool {
         upgrader.exe.display(),
         current.number
     ));
-    match upgrader.upgrade(&handed) {
+    let outcome = match upgrader.hand_over(&handed) {
+        Err(why) => Err(why),
+        Ok(()) => 'wait: loop {
+            if let Some(outcome) = upgrader.answer() {
+                break 'wait outcome;
+            }
+            for signal in signals.pending() {
+                match signal {
+                    SIGTERM | SIGINT => {
+                        let name = if signal == SIGINT { "SIGINT" } else { "SIGTERM" };
+                        log::info(format_args!(
+                            "{name} during the upgrade: stopping the new process, then shutting down"
+                        ));
+                        queued.push_back(signal);
+                        break 'wait upgrader.cancel();
+                    }
+                    SIGUSR2 => log::warn(format_args!("SIGUSR2 ignored: an upgrade is under way")),
+                    other => queued.push_back(other),
+                }
+            }
+        },
+    };
+    match outcome {
         Ok(pid) => {
             for h in &handed {
                 h.listening.keep_socket_file();
@@ -479,14 +528,14 @@ fn upgrade(process: &Process, current: &Generation) -> bool {
                 "upgrade: process {pid} serves now; this process ({}) drains and exits",
                 std::process::id()
             ));
-            true
+            Some(pid)
         }
         Err(why) => {
             log::error(format_args!(
                 "upgrade failed, still serving generation {}: {why}",
                 current.number
             ));
-            false
+            None
         }
     }
 }

@@ -7,9 +7,13 @@
 //! The serving process is sandboxed and cannot execute a program, so the
 //! executing is done by a small unsandboxed process, the upgrader
 //! (`peregrine upgrade-helper`), started before the sandbox with this
-//! program's path, resolved then (`/proc/self/exe` points at a deleted
-//! inode once a package manager has replaced the file, so the path is
-//! kept, not the inode), and the command line. It is this process's child
+//! program's path as it was started, as nginx re-executes its `argv[0]`:
+//! made absolute against the working directory of the start (or found in
+//! `PATH` for a bare name), but not resolved through symbolic links, so
+//! that an install that swaps a `current` link to a new release directory
+//! has the new release run (`/proc/self/exe`, `current_exe()`, is the old
+//! release's file, or a deleted inode once a package manager has replaced
+//! it); and the command line. It is this process's child
 //! rather than its parent, so the pid that systemd, scripts and the
 //! operator signal stays the serving one, with every signal's meaning
 //! unchanged. What it does for the serving process is one thing: given
@@ -63,14 +67,31 @@ const ENV: &str = "PEREGRINE_UPGRADE";
 /// new process is killed and this one goes on.
 pub(crate) const READY_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// How long the serving process waits for the upgrader's answer at a
+/// time before it looks at its signals again: a SIGTERM during an upgrade
+/// is acted on within this (the unit's TimeoutStopSec is 40 s, the new
+/// process may take `READY_TIMEOUT`).
+const ANSWER_POLL: Duration = Duration::from_millis(100);
+
+/// How long a cancelled upgrade may take to be answered: the upgrader
+/// kills the new process and says so at once.
+const CANCEL_WAIT: Duration = Duration::from_secs(5);
+
+/// What the serving process writes to the upgrader to stop the upgrade
+/// under way (a SIGTERM came): the new process is killed.
+const CANCEL: &[u8] = b"cancel";
+
 /// The serving process's end: the upgrader, and who may ask.
 pub(crate) struct Upgrader {
-    channel: OwnedFd,
+    /// A sequenced-packet socket (held as a `UnixStream` for its receive
+    /// timeout, `ANSWER_POLL`).
+    channel: UnixStream,
     child: Child,
     /// The real user the process was started as (root, before `--user`):
     /// SIGUSR2 is taken from root or this user only.
     owner_uid: u32,
-    /// The program's path, as resolved at start (for the log lines).
+    /// The program's path as it was started (`program_path`), which an
+    /// upgrade executes anew (for the log lines).
     pub(crate) exe: PathBuf,
     sender: peregrine::upgrade::SignalSender,
 }
@@ -90,15 +111,63 @@ pub(crate) enum Tag {
     Metrics(SocketAddr),
 }
 
+/// The path an upgrade executes: `argv[0]` as the program was started,
+/// absolute (against the working directory now, at the start, or the
+/// first `PATH` entry holding an executable file of that name for a bare
+/// name) but with its symbolic links kept, as nginx's `ngx_argv[0]`; the
+/// running file (`this`) when `argv[0]` names no file (a caller that set
+/// it to something else, `exec -a`).
+fn program_path(argv: &[std::ffi::OsString], this: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let Some(arg0) = argv.first().map(Path::new).filter(|p| !p.as_os_str().is_empty()) else {
+        return this.to_owned();
+    };
+    let is_program = |p: &Path| std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0);
+    let found = if arg0.is_absolute() {
+        Some(arg0.to_owned())
+    } else if arg0.components().count() > 1 || arg0.starts_with(".") {
+        std::env::current_dir().ok().map(|cwd| lexical(&cwd.join(arg0)))
+    } else {
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        (std::env::split_paths(&path))
+            .filter(|dir| dir.is_absolute())
+            .map(|dir| dir.join(arg0))
+            .find(|p| is_program(p))
+    };
+    found.filter(|p| is_program(p)).unwrap_or_else(|| this.to_owned())
+}
+
+/// `path` with its `.` components dropped and each `..` taking the
+/// component before it off, without looking at the file system (a `..`
+/// after a symbolic link is then the link's parent, as a shell's `cd`
+/// has it).
+fn lexical(path: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other),
+        }
+    }
+    out
+}
+
 impl Upgrader {
     /// Starts the upgrader, before the sandbox and before any thread.
     /// `argv` is the command line as given (argument 0 included).
     pub(crate) fn start(argv: &[std::ffi::OsString]) -> anyhow::Result<Upgrader> {
         let sender = peregrine::upgrade::track_sender(signal_hook::consts::SIGUSR2)
             .context("cannot watch for SIGUSR2 (binary upgrade)")?;
-        let exe = std::env::current_exe().context("cannot find this program's path (binary upgrade)")?;
+        // The upgrader is this very file; what it executes at an upgrade
+        // is the path as started.
+        let this = std::env::current_exe().context("cannot find this program's path (binary upgrade)")?;
+        let exe = program_path(argv, &this);
         let (ours, theirs) = peregrine::upgrade::pair().context("cannot make the upgrader's channel")?;
-        let child = Command::new(&exe)
+        let child = Command::new(&this)
             .arg(HELPER_ARG)
             .arg(&exe)
             .arg("--")
@@ -109,8 +178,13 @@ impl Upgrader {
             .stderr(Stdio::inherit())
             .spawn()
             .context("cannot start the upgrader process (binary upgrade)")?;
+        // Set now: the sandbox may forbid setsockopt later.
+        let channel = UnixStream::from(ours);
+        channel
+            .set_read_timeout(Some(ANSWER_POLL))
+            .context("the upgrader's channel")?;
         Ok(Upgrader {
-            channel: ours,
+            channel,
             child,
             owner_uid: peregrine::upgrade::uid(),
             exe,
@@ -137,9 +211,9 @@ impl Upgrader {
         }
     }
 
-    /// Hands `listeners` to the upgrader and waits for its answer: the
-    /// new process's pid once it serves, or why it does not.
-    pub(crate) fn upgrade(&self, listeners: &[Handed]) -> Result<u32, String> {
+    /// Hands `listeners` to the upgrader, which starts the new process on
+    /// them; its outcome comes from `answer` (or `cancel`).
+    pub(crate) fn hand_over(&self, listeners: &[Handed]) -> Result<(), String> {
         let mut layout = String::new();
         let mut fds: Vec<BorrowedFd<'_>> = Vec::new();
         for h in listeners {
@@ -157,16 +231,40 @@ impl Upgrader {
         }
         layout.push_str(&format!("k={}", hex(&peregrine::TicketKeys::process().to_bytes())));
         peregrine::upgrade::send(self.channel.as_fd(), layout.as_bytes(), &fds)
-            .map_err(|e| format!("cannot hand the sockets to the upgrader (pid {}): {e}", self.pid()))?;
-        let (reply, _) = peregrine::upgrade::recv(self.channel.as_fd())
-            .map_err(|e| format!("no answer from the upgrader (pid {}): {e}", self.pid()))?;
+            .map_err(|e| format!("cannot hand the sockets to the upgrader (pid {}): {e}", self.pid()))
+    }
+
+    /// The upgrader's answer to the hand-over, if it came within
+    /// `ANSWER_POLL`: the new process's pid once it serves, or why it
+    /// does not. `None`: not yet (the new process is starting).
+    pub(crate) fn answer(&self) -> Option<Result<u32, String>> {
+        let reply = match peregrine::upgrade::recv(self.channel.as_fd()) {
+            Ok((reply, _)) => reply,
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => return None,
+            Err(e) => return Some(Err(format!("no answer from the upgrader (pid {}): {e}", self.pid()))),
+        };
         let reply = String::from_utf8_lossy(&reply).into_owned();
-        match reply.split_once(' ') {
+        Some(match reply.split_once(' ') {
             Some(("ready", pid)) => pid.parse().map_err(|_| format!("the upgrader said {reply:?}")),
             Some(("failed", why)) => Err(why.to_owned()),
             _ if reply.is_empty() => Err(format!("the upgrader (pid {}) has exited", self.pid())),
             _ => Err(format!("the upgrader said {reply:?}")),
+        })
+    }
+
+    /// Stops the upgrade under way: the upgrader kills the new process.
+    /// Its answer: `Err` (cancelled), or the new process's pid if it said
+    /// it serves before the cancel reached the upgrader.
+    pub(crate) fn cancel(&self) -> Result<u32, String> {
+        peregrine::upgrade::send(self.channel.as_fd(), CANCEL, &[])
+            .map_err(|e| format!("cannot cancel the upgrade (upgrader pid {}): {e}", self.pid()))?;
+        let deadline = Instant::now() + CANCEL_WAIT;
+        while Instant::now() < deadline {
+            if let Some(outcome) = self.answer() {
+                return outcome;
+            }
         }
+        Err(format!("the upgrader (pid {}) did not answer the cancel", self.pid()))
     }
 }
 
@@ -326,16 +424,40 @@ pub(crate) fn run_helper(args: &[std::ffi::OsString]) -> anyhow::Result<()> {
     anyhow::ensure!(!argv.is_empty(), "upgrade-helper: no command line");
     let stdin = std::io::stdin();
     let channel = stdin.as_fd();
+    // The channel is read by a thread, so that a "cancel" (or the serving
+    // process's end) is seen while a new process is being waited for.
+    let incoming = {
+        let reader = channel.try_clone_to_owned().context("upgrade-helper: the channel")?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("upgrade-channel".into())
+            .spawn(move || loop {
+                let received = peregrine::upgrade::recv(reader.as_fd());
+                // Only a message cut short is worth reading on after.
+                let last = match &received {
+                    Ok((bytes, _)) => bytes.is_empty(),
+                    Err(e) => e.kind() != std::io::ErrorKind::InvalidData,
+                };
+                if tx.send(received).is_err() || last {
+                    return;
+                }
+            })
+            .context("upgrade-helper: the channel's thread")?;
+        rx
+    };
     loop {
-        let (layout, fds) = match peregrine::upgrade::recv(channel) {
-            Ok((layout, _)) if layout.is_empty() => return Ok(()),
-            Ok(received) => received,
-            Err(e) => {
+        let (layout, fds) = match incoming.recv() {
+            Ok(Ok((layout, _))) if layout.is_empty() => return Ok(()),
+            // A cancel that crossed the answer "ready": nothing to stop.
+            Ok(Ok((layout, _))) if layout == CANCEL => continue,
+            Ok(Ok(received)) => received,
+            Ok(Err(e)) => {
                 let _ = peregrine::upgrade::send(channel, format!("failed {e}").as_bytes(), &[]);
                 continue;
             }
+            Err(_) => return Ok(()),
         };
-        let reply = match start(&exe, argv, &layout, fds) {
+        let reply = match start(&exe, argv, &layout, fds, &incoming) {
             Ok(pid) => format!("ready {pid}"),
             Err(why) => format!("failed {why}"),
         };
@@ -345,8 +467,22 @@ pub(crate) fn run_helper(args: &[std::ffi::OsString]) -> anyhow::Result<()> {
     }
 }
 
+/// What the upgrader's channel brings: a message and its descriptors.
+type Incoming = std::sync::mpsc::Receiver<std::io::Result<(Vec<u8>, Vec<OwnedFd>)>>;
+
+/// How often the upgrader, waiting for the new process, looks for a
+/// cancel from the serving process.
+const CANCEL_POLL: Duration = Duration::from_millis(50);
+
 /// Starts the new process on `fds` and waits for its "ready".
-fn start(exe: &Path, argv: &[std::ffi::OsString], layout: &[u8], fds: Vec<OwnedFd>) -> Result<u32, String> {
+/// A "cancel" on `incoming` (or the serving process's end) kills it.
+fn start(
+    exe: &Path,
+    argv: &[std::ffi::OsString],
+    layout: &[u8],
+    fds: Vec<OwnedFd>,
+    incoming: &Incoming,
+) -> Result<u32, String> {
     if !layout.iter().all(|&b| b.is_ascii_graphic() || b == b' ') {
         return Err("the listeners' description is not plain text".to_owned());
     }
@@ -416,7 +552,20 @@ fn start(exe: &Path, argv: &[std::ffi::OsString], layout: &[u8], fds: Vec<OwnedF
                 READY_TIMEOUT.as_secs()
             ));
         }
-        let _ = ours.set_read_timeout(Some(left));
+        // The serving process is stopping (SIGTERM), or gone: the new
+        // process must not serve on its own.
+        let stop = match incoming.try_recv() {
+            Ok(Ok((msg, _))) if msg == CANCEL => Some("the upgrade was cancelled (the old process is stopping)"),
+            Ok(Ok((msg, _))) if msg.is_empty() => Some("the old process has exited"),
+            Ok(_) | Err(std::sync::mpsc::TryRecvError::Empty) => None,
+            Err(std::sync::mpsc::TryRecvError::Disconnected) => Some("the old process has exited"),
+        };
+        if let Some(why) = stop {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!("{} (pid {pid}) was killed: {why}", exe.display()));
+        }
+        let _ = ours.set_read_timeout(Some(left.min(CANCEL_POLL)));
         match ours.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => {
@@ -460,7 +609,10 @@ fn wait_briefly(child: &mut Child) -> String {
 /// root or this process's user and writable by no one else (a sticky
 /// directory, /tmp's kind, aside: there only an entry's owner may replace
 /// it); the file must be a regular, executable file. Otherwise anyone who
-/// could write there could have root run their program.
+/// could write there could have root run their program. Both the path as
+/// given and the file it resolves to are checked: a symbolic link on the
+/// way (`/opt/peregrine/current`) may be repointed by whoever may write
+/// the directory holding it.
 fn check_binary(exe: &Path) -> Result<(), String> {
     use std::os::unix::fs::MetadataExt;
     if !exe.is_absolute() {
@@ -475,8 +627,8 @@ fn check_binary(exe: &Path) -> Result<(), String> {
         return Err(format!("{} is not executable", exe.display()));
     }
     let real = std::fs::canonicalize(exe).map_err(|e| format!("{}: {e}", exe.display()))?;
-    let mut path = Some(real.as_path());
-    while let Some(p) = path {
+    let chains = [real.as_path(), exe];
+    for p in chains.iter().flat_map(|start| start.ancestors()) {
         let m = std::fs::metadata(p).map_err(|e| format!("{}: {e}", p.display()))?;
         let sticky_dir = m.is_dir() && m.mode() & 0o1000 != 0;
         if m.uid() != 0 && m.uid() != uid {
@@ -493,7 +645,6 @@ fn check_binary(exe: &Path) -> Result<(), String> {
                 m.mode() & 0o7777
             ));
         }
-        path = p.parent();
     }
     Ok(())
 }

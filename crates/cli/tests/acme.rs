@@ -1172,3 +1172,76 @@ fn a_reload_that_adds_acme_to_a_server_started_without_it_is_refused_and_serving
     assert!(!dir.join("state").exists());
     child.stop();
 }
+
+/// `--acme-ca` changed (staging to production is the usual recipe), at a
+/// reload and at a restart: the new CA is ordered from at once, and its
+/// certificate served once issued, the old CA's serving meanwhile; each
+/// CA has its own account. Run with `--error-log-format json`: the ACME
+/// process's lines reach the error log as the serving process's do, each
+/// a JSON object with its time and level.
+#[test]
+fn a_changed_ca_is_ordered_from_at_a_reload_and_at_a_restart() {
+    let scratch = Scratch::new("acme-ca-switch");
+    let dir = scratch.dir();
+    let port = free_port();
+    let (dir1, dir2) = (dir.join("ca1"), dir.join("ca2"));
+    std::fs::create_dir_all(&dir1).unwrap();
+    std::fs::create_dir_all(&dir2).unwrap();
+    let ca1 = start_pebble(&dir1, free_port(), port);
+    let ca2 = start_pebble(&dir2, free_port(), port);
+    let (state, www) = (dir.join("state"), dir.join("www"));
+    std::fs::create_dir_all(&www).unwrap();
+    std::fs::write(www.join("index.html"), "hello").unwrap();
+    let config = dir.join("peregrine.toml");
+    let write_config = |ca: &Pebble| {
+        let text = acme_config(ca, &state, &www, port, &["s.acme.test"]);
+        std::fs::write(&config, format!("error-log-format = \"json\"\n{text}")).unwrap();
+    };
+    let issued = |ca: &Pebble| read(&ca.log).matches("Issued certificate serial").count();
+    let serve = || {
+        let mut cmd = peregrine();
+        cmd.arg("serve").arg("--config").arg(&config);
+        spawn_logged(cmd)
+    };
+
+    write_config(&ca1);
+    let (child, log) = serve();
+    let show = || format!("{}\n{}\n{}", log.lock().unwrap(), read(&ca1.log), read(&ca2.log));
+    wait_for_certificate(port, "s.acme.test", &ca1.issuing_root, &show);
+    // The ACME process's lines, as JSON objects with time and level.
+    wait_log(&log, "s.acme.test: certificate issued", PATIENCE, &show);
+    let acme_lines: Vec<String> = (log.lock().unwrap().lines())
+        .filter(|l| l.contains("ACME: s.acme.test"))
+        .map(str::to_owned)
+        .collect();
+    assert!(acme_lines.len() >= 2, "{}", show());
+    for line in &acme_lines {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        assert!(v["time"].as_str().is_some_and(|t| t.ends_with('Z')), "{line}");
+        assert_eq!(v["level"], "info", "{line}");
+    }
+
+    // A reload to the other CA: ordered from it, served once issued.
+    write_config(&ca2);
+    common::signal(child.0.as_ref().unwrap().id(), "HUP");
+    wait_log(&log, "configuration reloaded (generation 2)", PATIENCE, &show);
+    wait_for_certificate(port, "s.acme.test", &ca2.issuing_root, &show);
+    wait_log(&log, "s.acme.test: the CA is now", PATIENCE, &show);
+    child.stop();
+    assert_eq!((issued(&ca1), issued(&ca2)), (1, 1), "{}", show());
+
+    // A restart back on the first CA: the stored certificate (the second
+    // CA's) is not taken for the first's; one is ordered from it.
+    write_config(&ca1);
+    let (child, log) = serve();
+    let show = || format!("{}\n{}\n{}", log.lock().unwrap(), read(&ca1.log), read(&ca2.log));
+    wait_for_certificate(port, "s.acme.test", &ca1.issuing_root, &show);
+    wait_log(&log, "the stored certificate is from another CA", PATIENCE, &show);
+    child.stop();
+    assert_eq!((issued(&ca1), issued(&ca2)), (2, 1), "{}", show());
+    // One account per CA directory.
+    let accounts = (std::fs::read_dir(&state).unwrap().filter_map(Result::ok))
+        .filter(|e| e.file_name().to_string_lossy().starts_with("account-"))
+        .count();
+    assert_eq!(accounts, 2);
+}

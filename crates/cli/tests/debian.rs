@@ -31,15 +31,16 @@ fn read(rel: &str) -> String {
 /// systemd's own units under `root` too); `None` where systemd-analyze is
 /// missing.
 fn verify_unit(root: &Path, unit: &Path) -> Option<(bool, String)> {
+    verify_unit_of(root, unit, "/usr/bin/peregrine")
+}
+
+/// As `verify_unit`, for a unit whose ExecStart names `exe`.
+fn verify_unit_of(root: &Path, unit: &Path, exe: &str) -> Option<(bool, String)> {
     let analyze = test_support::install::find_on_path(&["systemd-analyze"])?;
     let text = std::fs::read_to_string(unit).unwrap();
-    let bin = root.join("usr/bin/peregrine");
+    let bin = root.join(exe.trim_start_matches('/'));
     let copy = root.join("peregrine.service");
-    std::fs::write(
-        &copy,
-        text.replace("/usr/bin/peregrine ", &format!("{} ", bin.display())),
-    )
-    .unwrap();
+    std::fs::write(&copy, text.replace(&format!("{exe} "), &format!("{} ", bin.display()))).unwrap();
     let out = Command::new(analyze)
         .args(["verify", "--man=no"])
         .arg(&copy)
@@ -78,6 +79,71 @@ fn the_packaged_unit_runs_as_peregrine_and_passes_systemd_analyze() {
     std::fs::copy(env!("CARGO_BIN_EXE_peregrine"), bin.join("peregrine")).unwrap();
     let unit = repo().join("dist/debian/peregrine.service");
     match verify_unit(root.dir(), &unit) {
+        Some((ok, text)) => assert!(ok, "{text}"),
+        None => eprintln!("debian.rs: systemd-analyze is not installed: the unit's text was checked, not verified"),
+    }
+}
+
+/// The example unit for a hand install (`dist/systemd/`) serves what its
+/// header says under its hardening: ACME's default state directory
+/// (`/var/lib/peregrine`) writable under `ProtectSystem=strict`
+/// (`StateDirectory=`; the review found it read-only), HTTPS on 443 when
+/// the header names it (the review found ExecStart binding :80 only);
+/// ExecStart's command line is one `check-config` accepts (its root and
+/// log replaced by scratch ones); `systemd-analyze verify` passes where
+/// present.
+#[test]
+fn the_example_unit_can_write_what_it_serves_and_passes_systemd_analyze() {
+    let unit = read("dist/systemd/peregrine.service");
+    let exec: String = (unit.lines())
+        .skip_while(|l| !l.starts_with("ExecStart="))
+        .scan(true, |more, l| {
+            let line = (*more).then(|| l.trim_end_matches('\\').to_owned());
+            *more = l.ends_with('\\');
+            line
+        })
+        .collect::<Vec<_>>()
+        .join(" ");
+    let args: Vec<&str> = exec.trim_start_matches("ExecStart=").split_whitespace().collect();
+    assert_eq!(args[0], "/usr/local/bin/peregrine", "{exec}");
+    assert!(unit.lines().any(|l| l == "ProtectSystem=strict"));
+    // ACME's default state directory, writable (also for an `--acme-ca`
+    // added to ExecStart later).
+    assert!(
+        unit.lines().any(|l| l == "StateDirectory=peregrine"),
+        "ACME's state directory /var/lib/peregrine is read-only under ProtectSystem=strict:\n{unit}"
+    );
+    // HTTPS on 443: bound, or an ACME site's default listeners (no --bind).
+    let header: String = (unit.lines()).take_while(|l| l.starts_with('#')).collect();
+    let https = (args.contains(&"--acme-ca") && !args.contains(&"--bind")) || args.iter().any(|a| a.ends_with(":443"));
+    assert_eq!(
+        header.contains("443"),
+        https,
+        "the header's ports and ExecStart's:\n{unit}"
+    );
+    let site = Scratch::new("peregrine-example-unit");
+    let root = site.dir().to_string_lossy().into_owned();
+    let log = site.dir().join("access.log").to_string_lossy().into_owned();
+    let args: Vec<String> = (args[1..].iter())
+        .map(|a| {
+            a.replace("/srv/www", &root)
+                .replace("/var/log/peregrine/access.log", &log)
+        })
+        .collect();
+    let out = common::peregrine().arg("check-config").args(&args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{args:?}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bin = site.dir().join("usr/local/bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    if std::fs::hard_link(env!("CARGO_BIN_EXE_peregrine"), bin.join("peregrine")).is_err() {
+        std::fs::copy(env!("CARGO_BIN_EXE_peregrine"), bin.join("peregrine")).unwrap();
+    }
+    let unit = repo().join("dist/systemd/peregrine.service");
+    match verify_unit_of(site.dir(), &unit, "/usr/local/bin/peregrine") {
         Some((ok, text)) => assert!(ok, "{text}"),
         None => eprintln!("debian.rs: systemd-analyze is not installed: the unit's text was checked, not verified"),
     }

@@ -413,8 +413,9 @@ fn wait_for_open_connections(metrics: &str, n: u64) {
 
 /// `/livez` and `/readyz` on the `--metrics` listener: both 200 while
 /// serving; from SIGTERM on, while a request is still in flight, `/readyz`
-/// is 503 and `/livez` still 200 (draining is not dead); the shutdown and
-/// the stop are each logged.
+/// is 503 and `/livez` still 200 (draining is not dead), also once the
+/// worker with nothing in flight has ended; the shutdown and the stop are
+/// each logged.
 #[test]
 fn readyz_turns_503_at_sigterm_while_livez_stays_200() {
     let mut child = peregrine()
@@ -474,6 +475,17 @@ fn readyz_turns_503_at_sigterm_while_livez_stays_200() {
     );
     let live = get(&metrics, "/livez");
     assert!(live.starts_with("HTTP/1.1 200 OK\r\n"), "{live}");
+    // Past the 2 s a loop has to turn: the worker with nothing in flight
+    // has ended its drain, which is not being stuck (issue 30's review
+    // saw "stuck: 1 of 2 workers" here). Time passing is what is tested.
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    for path in ["/livez", "/healthz"] {
+        let live = get(&metrics, path);
+        assert!(
+            live.starts_with("HTTP/1.1 200 OK\r\n"),
+            "{path} 2.5 s into the drain: {live}"
+        );
+    }
     // The last request ends (its client gives up): the process stops.
     drop(slow);
     let stopped = line_with(&mut stderr, "stopped");

@@ -79,7 +79,12 @@ impl Site {
     /// choosing and on a Unix socket in cleartext is refused with TLS, so
     /// TLS on 127.0.0.1 and the metrics listener beside it.
     fn serve(&self) -> (Process, u16, u16) {
-        let mut cmd = Command::new(self.exe());
+        self.serve_as(&self.exe())
+    }
+
+    /// As `serve`, the program started by the path `exe`.
+    fn serve_as(&self, exe: &Path) -> (Process, u16, u16) {
+        let mut cmd = Command::new(exe);
         for (name, _) in std::env::vars_os() {
             if name.to_string_lossy().starts_with("PEREGRINE_") {
                 cmd.env_remove(name);
@@ -399,6 +404,82 @@ fn a_new_binary_others_may_replace_is_refused() {
     assert!(why.contains("writable by its group or by everyone"), "{why}");
     let why = failed_upgrade("upgrade-writable-file", STAND_IN, 0o775, 0o755);
     assert!(why.contains("writable by its group or by everyone"), "{why}");
+}
+
+/// An install that keeps each release in its own directory and a
+/// `current` link to the one in use (Capistrano's, many packages'): the
+/// program started as `DIR/current/peregrine`, the link moved to a new
+/// release, SIGUSR2 runs the new release's file, as nginx runs its
+/// `argv[0]` again; not the old file the link pointed at when it started
+/// (`/proc/self/exe`). The new release is a stand-in that exits 1, so the
+/// line says which file ran: the old release would have served.
+#[test]
+fn sigusr2_runs_the_path_it_started_from_through_a_moved_link() {
+    let site = Site::new("upgrade-link");
+    for release in ["r1", "r2"] {
+        let dir = site.scratch.path(release);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    std::fs::hard_link(site.exe(), site.scratch.path("r1/peregrine")).unwrap();
+    install(&site.scratch.path("r2/peregrine"), b"#!/bin/sh\nexit 1\n");
+    std::os::unix::fs::symlink("r1", site.scratch.path("current")).unwrap();
+    let started_as = site.scratch.path("current/peregrine");
+    let (server, port, _) = site.serve_as(&started_as);
+    // The new release goes in as a link renamed over the old one.
+    std::os::unix::fs::symlink("r2", site.scratch.path("current.new")).unwrap();
+    std::fs::rename(site.scratch.path("current.new"), site.scratch.path("current")).unwrap();
+    server.signal("USR2");
+    let starting = server.line("upgrade: starting ");
+    assert!(
+        starting.contains(&format!("starting {} on", started_as.display())),
+        "the path as started, link kept: {starting}"
+    );
+    // Which ran: r2 fails; r1 (the file the link led to at start) would
+    // serve, and is then ended with the test.
+    let outcome = test_support::wait_for("the upgrade's outcome", || {
+        let line = server.next_line_before(std::time::Instant::now() + common::PATIENCE)?;
+        (line.contains("upgrade failed") || line.contains("serves now; this process")).then_some(line)
+    });
+    let _adopted = outcome.contains("serves now").then(|| Adopted(new_pid(&outcome)));
+    assert!(
+        outcome.contains("exited before serving (exit status: 1)"),
+        "r2 must have run: {outcome}"
+    );
+    assert_eq!(h1_round(&site.client, port), Ok(20));
+    server.terminate();
+}
+
+/// A new binary that never says it serves (it hangs): SIGTERM during the
+/// upgrade (which waits up to a minute for it) is acted on at once, as
+/// systemd's stop (TimeoutStopSec=40) needs: the new process is killed,
+/// and the old one shuts down gracefully.
+#[test]
+fn sigterm_during_an_upgrade_stops_the_new_process_and_shuts_down_at_once() {
+    let site = Site::new("upgrade-hang");
+    let (server, _, _) = site.serve();
+    let pid_file = site.scratch.path("new.pid");
+    let script = format!("#!/bin/sh\necho $$ > {}\nexec sleep 300\n", pid_file.display());
+    install(&site.exe(), script.as_bytes());
+    server.signal("USR2");
+    server.line("upgrade: starting ");
+    let new_pid: u32 = test_support::wait_for("the new process starts", || {
+        std::fs::read_to_string(&pid_file).ok()?.trim().parse().ok()
+    });
+    let _adopted = Adopted(new_pid);
+    let asked = std::time::Instant::now();
+    server.signal("TERM");
+    let said = server.line("SIGTERM during the upgrade");
+    assert!(said.contains("stopping the new process, then shutting down"), "{said}");
+    let old_pid = server.pid();
+    wait_until("the old process exits", || !is_alive(old_pid));
+    assert!(
+        asked.elapsed() < std::time::Duration::from_secs(10),
+        "the stop took {:?}",
+        asked.elapsed()
+    );
+    assert_eq!(server.wait().code(), Some(0), "a graceful end");
+    assert!(!is_alive(new_pid), "the new process was killed");
 }
 
 #[test]

@@ -8,7 +8,10 @@
 //! "waiting" before it sleeps in `epoll_wait`: a loop with nothing to do
 //! is idle, not dead, so it need not wake up to prove it. A loop stuck in a
 //! handler (a deadlock, a blocking call, an endless loop) keeps the stamp
-//! of the turn it is stuck in, which grows old.
+//! of the turn it is stuck in, which grows old. A loop that has ended
+//! (its drain is done: a worker with nothing left in flight ends before
+//! the others) is marked "exited": done, not stuck, however long the other
+//! workers drain.
 //!
 //! Ready: not draining (shutdown or hand-over not begun) and no name
 //! waiting for its first ACME certificate ([`TlsConfig::set_waiting`]).
@@ -22,6 +25,9 @@ use crate::tls::TlsConfig;
 /// The heartbeat's value while its loop waits for events.
 const WAITING: u64 = u64::MAX;
 
+/// The heartbeat's value once its loop has ended.
+const EXITED: u64 = u64::MAX - 1;
+
 /// What the heartbeats count from.
 static EPOCH: OnceLock<Instant> = OnceLock::new();
 
@@ -30,10 +36,11 @@ fn epoch() -> Instant {
 }
 
 fn millis(at: Instant) -> u64 {
-    u64::try_from(at.saturating_duration_since(epoch()).as_millis()).unwrap_or(WAITING - 1)
+    u64::try_from(at.saturating_duration_since(epoch()).as_millis()).unwrap_or(EXITED - 1)
 }
 
-/// One worker's last turn: milliseconds since [`EPOCH`], or [`WAITING`].
+/// One worker's last turn: milliseconds since [`EPOCH`], [`WAITING`] or
+/// [`EXITED`].
 /// Each in its own allocation, so that workers stamping theirs share no
 /// cache line.
 #[derive(Debug)]
@@ -54,10 +61,16 @@ impl Heartbeat {
         self.0.store(WAITING, Ordering::Relaxed);
     }
 
-    /// Whether the loop waits, or turned within `within` of `now`.
+    /// The loop has ended (its drain is done): not stuck.
+    pub(crate) fn exit(&self) {
+        self.0.store(EXITED, Ordering::Relaxed);
+    }
+
+    /// Whether the loop waits or has ended, or turned within `within` of
+    /// `now`.
     fn is_live(&self, now: Instant, within: Duration) -> bool {
         match self.0.load(Ordering::Relaxed) {
-            WAITING => true,
+            WAITING | EXITED => true,
             ms => millis(now).saturating_sub(ms) <= u64::try_from(within.as_millis()).unwrap_or(u64::MAX),
         }
     }
@@ -74,7 +87,7 @@ pub struct Health {
 
 impl Health {
     /// How many workers have neither turned within `within` nor wait for
-    /// events: stuck. 0 means alive.
+    /// events nor have ended: stuck. 0 means alive.
     pub fn n_stuck(&self, within: Duration) -> usize {
         let now = Instant::now();
         self.beats.iter().filter(|b| !b.is_live(now, within)).count()
@@ -109,6 +122,17 @@ mod tests {
         assert!(beat.is_live(start + Duration::from_millis(1999), Duration::from_secs(2)));
         assert!(!beat.is_live(start + Duration::from_millis(2100), Duration::from_secs(2)));
         beat.wait();
+        assert!(beat.is_live(start + Duration::from_secs(3600), Duration::from_secs(2)));
+    }
+
+    /// A worker whose drain is done ends while another still drains (a
+    /// download): it is done, not stuck, long after its last turn.
+    #[test]
+    fn an_exited_loop_is_not_stuck() {
+        let beat = Heartbeat::new();
+        let start = Instant::now();
+        beat.beat(start);
+        beat.exit();
         assert!(beat.is_live(start + Duration::from_secs(3600), Duration::from_secs(2)));
     }
 }

@@ -231,6 +231,9 @@ impl Worker {
         for log in site_logs.iter_mut().flatten() {
             log.flush();
         }
+        // Done: `/livez` must not count this loop as stuck while the
+        // other workers drain.
+        heartbeat.exit();
         Ok(())
     }
 }

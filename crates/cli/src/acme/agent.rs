@@ -6,17 +6,24 @@
 //! object: the serving process reloaded). It ends when its standard
 //! input closes.
 //!
-//! State directory: `DIR` (0700) holds `account-HOST.json` (the account's
-//! credentials at the CA of that host, 0600, made once and kept), one
-//! directory per site, named by its first name, with `cert.pem` and
-//! `key.pem` (0600, ECDSA P-256 or RSA 2048: `--acme-key-type`), and
-//! `locks/` (`lock.rs`: one replica of a fleet orders a name at a time).
-//! A certificate found there for the same names is sent to the serving
-//! process as it is, even if due (it serves while its renewal is tried):
-//! a restart orders nothing until renewal is due, and a replica picks up
-//! what another one renewed. One whose key is not of the configured type
-//! (the setting changed, at a reload or a restart) is served too, until
-//! its replacement, ordered at once, is issued.
+//! State directory: `DIR` (0700) holds `account-HOST-HASH.json` (the
+//! account's credentials at one CA directory, 0600, made once and kept;
+//! `HASH` is of the whole directory URL, so that two directories on one
+//! host, a CA's staging and production say, have two accounts), one
+//! directory per site, named by its first name, with `cert.pem`,
+//! `key.pem` (0600, ECDSA P-256 or RSA 2048: `--acme-key-type`) and `ca`
+//! (the directory URL of the CA that issued it), and `locks/` (`lock.rs`:
+//! one replica of a fleet orders a name at a time). A certificate found
+//! there for the same names is sent to the serving process as it is, even
+//! if due (it serves while its renewal is tried): a restart orders nothing
+//! until renewal is due, and a replica picks up what another one renewed.
+//! One whose key is not of the configured type, or that another CA issued
+//! (`--acme-ca` changed, at a reload or a restart: staging to production,
+//! the usual recipe), is served too, until its replacement, ordered at
+//! once from the configured CA, is issued, as Caddy keeps serving a
+//! certificate while it obtains one from a new issuer. A certificate
+//! stored before the `ca` file existed (0.x) counts as the configured
+//! CA's: upgrading must not re-order every certificate of a fleet.
 //!
 //! Renewal: where the CA offers ACME Renewal Information (RFC 9773), at
 //! a random time in the window it suggests, but no later than two thirds
@@ -224,6 +231,9 @@ impl Link {
 
 /// Runs the ACME process until its standard input closes.
 pub(crate) fn run() -> anyhow::Result<()> {
+    // Its lines go to the serving process, which writes them to its error
+    // log (`mod.rs`): JSON, so that each keeps its level.
+    crate::logger::Route::to(None, crate::logger::Format::Json)?.apply();
     // `systemctl kill -s USR2` (a binary upgrade) reaches every process of
     // the unit; it means nothing here, and must not end this one.
     signal_hook::flag::register(signal_hook::consts::SIGUSR2, std::sync::Arc::default()).context("signals")?;
@@ -284,6 +294,8 @@ struct Site {
 /// A certificate sent to the serving process.
 struct Held {
     chain: String,
+    /// The directory URL of the CA that issued it.
+    ca: String,
     /// Its key's type (`None`: neither of `KeyType`'s).
     key_type: Option<KeyType>,
     not_before: u64,
@@ -297,11 +309,12 @@ struct Held {
 }
 
 impl Held {
-    fn new(chain: String) -> Option<Held> {
+    fn new(chain: String, ca: String) -> Option<Held> {
         let (not_before, not_after) = lifetime(chain.as_bytes())?;
         Some(Held {
             key_type: KeyType::of_chain(chain.as_bytes()),
             chain,
+            ca,
             not_before,
             not_after,
             renew_at: at(two_thirds(not_before, not_after)),
@@ -313,6 +326,22 @@ impl Held {
     /// When to look at it next: renewal, or renewal information.
     fn due(&self) -> SystemTime {
         self.ari_at.map_or(self.renew_at, |a| a.min(self.renew_at))
+    }
+
+    /// Whether it is what `config` asks for: from its CA, with a key of
+    /// its type. Otherwise it serves until a replacement is issued.
+    fn is_current(&self, config: &Config) -> bool {
+        self.ca == config.ca && self.key_type == Some(config.key_type)
+    }
+
+    /// Why it is not current, after "the stored certificate", for the
+    /// line that says a new one is ordered.
+    fn outdated_by(&self, config: &Config) -> String {
+        if self.ca == config.ca {
+            format!("'s key is not {}", config.key_type.name())
+        } else {
+            format!(" is from another CA ({})", self.ca)
+        }
     }
 }
 
@@ -328,35 +357,36 @@ impl Site {
     }
 
     /// Takes the stored certificate if it is newer than the one held (a
-    /// restart, or another replica renewed it), a key of the configured
-    /// type counting before a newer one of another: sent, and scheduled
-    /// (at once if its key is of another type: it serves until the new
-    /// one is issued).
+    /// restart, or another replica renewed it), one current for `config`
+    /// (its CA, its key type) counting before a newer one that is not:
+    /// sent, and scheduled (at once if it is not current: it serves until
+    /// the new one is issued).
     fn adopt_stored(&mut self, config: &Config, link: &Link) -> anyhow::Result<bool> {
-        let Some((chain, key)) = stored(config, &self.names) else {
+        let Some((chain, key, ca)) = stored(config, &self.names) else {
             return Ok(false);
         };
-        let Some(held) = Held::new(chain) else {
+        let Some(held) = Held::new(chain, ca.unwrap_or_else(|| config.ca.clone())) else {
             return Ok(false);
         };
         let now = secs(SystemTime::now());
-        let right_type = held.key_type == Some(config.key_type);
+        let current = held.is_current(config);
         let better = self.held.as_ref().is_none_or(|h| {
-            let theirs = h.key_type == Some(config.key_type);
-            (right_type && !theirs) || (right_type == theirs && held.not_after > h.not_after)
+            let theirs = h.is_current(config);
+            (current && !theirs) || (current == theirs && held.not_after > h.not_after)
         });
         if !better || held.not_after <= now {
             return Ok(false);
         }
         info(&format!("{}: using the stored certificate", self.names[0]));
         send_cert(link, &self.names, &held.chain, &key)?;
-        if right_type {
+        if current {
             self.due = held.due();
         } else {
             info(&format!(
-                "{}: the stored certificate's key is not {}; ordering a new certificate",
+                "{}: the stored certificate{}; ordering a new certificate from {} (the stored one serves until it is issued)",
                 self.names[0],
-                config.key_type.name()
+                held.outdated_by(config),
+                config.ca
             ));
             self.due = SystemTime::now();
         }
@@ -478,15 +508,24 @@ fn apply(state: &mut State, config: Config, link: &Link) -> anyhow::Result<()> {
         let site = match old.iter().position(|s| &s.names == names) {
             Some(i) => {
                 let mut site = old.swap_remove(i);
-                // Another key type: ordered now (its turn takes a stored
-                // one of the new type first, if a replica made one).
-                if site.held.as_ref().is_some_and(|h| h.key_type != Some(config.key_type)) {
-                    info(&format!(
-                        "{}: the key type is now {}; ordering a new certificate",
-                        names[0],
-                        config.key_type.name()
-                    ));
+                // Another CA or key type: ordered now, the certificate
+                // held serving until then (its turn takes a stored one
+                // that is current first, if a replica made one).
+                if let Some(held) = site.held.as_ref().filter(|h| !h.is_current(&config)) {
+                    if held.ca != config.ca {
+                        info(&format!(
+                            "{}: the CA is now {}; ordering a new certificate (the current one serves until it is issued)",
+                            names[0], config.ca
+                        ));
+                    } else {
+                        info(&format!(
+                            "{}: the key type is now {}; ordering a new certificate",
+                            names[0],
+                            config.key_type.name()
+                        ));
+                    }
                     site.due = SystemTime::now();
+                    site.retry = RETRY_FIRST;
                 }
                 site
             }
@@ -525,7 +564,7 @@ async fn turn(state: &mut State, idx: usize, link: &Link) -> anyhow::Result<()> 
         return Ok(());
     }
     if let Some(held) = &mut site.held {
-        if held.renew_at > now && held.key_type == Some(config.key_type) {
+        if held.renew_at > now && held.is_current(config) {
             // Not due: it was the renewal information's turn.
             if let Ok(a) = account_for(config, account).await {
                 ask_renewal_info(a, held).await;
@@ -585,7 +624,7 @@ async fn turn(state: &mut State, idx: usize, link: &Link) -> anyhow::Result<()> 
     match outcome {
         Ok((chain, key)) => {
             send_cert(link, &site.names, &chain, &key)?;
-            let mut held = Held::new(chain).context("the CA's certificate")?;
+            let mut held = Held::new(chain, config.ca.clone()).context("the CA's certificate")?;
             if let Some(a) = account.as_ref() {
                 ask_renewal_info(a, &mut held).await;
             }
@@ -659,15 +698,44 @@ fn ari_id(chain_pem: &[u8]) -> Option<CertificateIdentifier<'static>> {
     })
 }
 
+/// The CA's host, for a file name: `127_0_0_1_14000`.
+fn ca_host(ca: &str) -> String {
+    ca.split('/').nth(2).unwrap_or("ca").replace([':', '.'], "_")
+}
+
+/// Where the account at `config.ca` is kept: named by the CA's host (for
+/// the reader) and a hash of the whole directory URL (two directories on
+/// one host are two CAs, with two accounts).
+fn account_path(config: &Config) -> PathBuf {
+    let digest = ring::digest::digest(&ring::digest::SHA256, config.ca.as_bytes());
+    let hash: String = digest.as_ref()[..6].iter().map(|b| format!("{b:02x}")).collect();
+    (config.state_dir).join(format!("account-{}-{hash}.json", ca_host(&config.ca)))
+}
+
+/// The account stored under the name of 0.x (`account-HOST.json`, one per
+/// host), if it was made at this very directory (its credentials say
+/// which): taken over under the new name, so that an upgrade makes no new
+/// account.
+fn legacy_account(config: &Config) -> Option<String> {
+    let path = (config.state_dir).join(format!("account-{}.json", ca_host(&config.ca)));
+    let text = std::fs::read_to_string(path).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    (v.get("directory")?.as_str()? == config.ca).then_some(text)
+}
+
 /// The account, made once at this CA and kept in the state directory.
 async fn load_account(config: &Config) -> anyhow::Result<Account> {
-    let host = config.ca.split('/').nth(2).unwrap_or("ca").replace([':', '.'], "_");
-    let path = config.state_dir.join(format!("account-{host}.json"));
+    let path = account_path(config);
     let builder = || match &config.ca_root {
         Some(root) => Account::builder_with_root(root),
         None => Account::builder(),
     };
-    if let Ok(text) = std::fs::read_to_string(&path) {
+    let stored = std::fs::read_to_string(&path).ok().or_else(|| {
+        let text = legacy_account(config)?;
+        write_private(&path, text.as_bytes()).ok()?;
+        Some(text)
+    });
+    if let Some(text) = stored {
         let credentials: AccountCredentials = serde_json::from_str(&text).context("stored account")?;
         return Ok(builder()?.from_credentials(credentials).await?);
     }
@@ -788,6 +856,10 @@ async fn order(
     // not match and skips it: `stored`).
     write_private(&dir.join("key.pem"), key.as_bytes())?;
     write_private(&dir.join("cert.pem"), chain.as_bytes())?;
+    // The CA last: a reader between the renames takes the new certificate
+    // for the old CA's (a needless order), never an old one for the new
+    // CA's (an untrusted one kept).
+    write_private(&dir.join("ca"), config.ca.as_bytes())?;
     info(&format!(
         "{}: certificate issued, stored in {}",
         names[0],
@@ -810,12 +882,16 @@ fn alpn_certificate(name: &str, digest: &[u8]) -> anyhow::Result<(String, String
     Ok((cert.pem(), key.serialize_pem()))
 }
 
-/// A stored certificate for exactly `names`, whose key matches it: chain
-/// and key.
-fn stored(config: &Config, names: &[String]) -> Option<(String, String)> {
+/// A stored certificate for exactly `names`, whose key matches it: chain,
+/// key, and the directory URL of the CA that issued it (`None`: stored
+/// before that was recorded).
+fn stored(config: &Config, names: &[String]) -> Option<(String, String, Option<String>)> {
     let dir = config.state_dir.join(&names[0]);
     let chain = std::fs::read_to_string(dir.join("cert.pem")).ok()?;
     let key = std::fs::read_to_string(dir.join("key.pem")).ok()?;
+    let ca = std::fs::read_to_string(dir.join("ca"))
+        .ok()
+        .map(|c| c.trim().to_owned());
     let der = rustls_pem_first(chain.as_bytes())?;
     let (_, cert) = x509_parser::parse_x509_certificate(&der).ok()?;
     let mut covered: Vec<String> = (cert.subject_alternative_name().ok().flatten().into_iter())
@@ -834,7 +910,7 @@ fn stored(config: &Config, names: &[String]) -> Option<(String, String)> {
         return None;
     }
     let pair = rcgen::KeyPair::from_pem(&key).ok()?;
-    (rcgen::PublicKeyData::subject_public_key_info(&pair) == cert.public_key().raw).then_some((chain, key))
+    (rcgen::PublicKeyData::subject_public_key_info(&pair) == cert.public_key().raw).then_some((chain, key, ca))
 }
 
 /// The leaf's notBefore and notAfter, in seconds since the epoch.
@@ -1003,6 +1079,28 @@ mod tests {
         assert!(KeyType::parse("rsa4096").is_err());
     }
 
+    /// Two directories on one host (a CA's staging and production, two
+    /// Pebbles' paths) are two accounts; one directory is always the same.
+    #[test]
+    fn accounts_are_kept_per_directory_url_not_per_host() {
+        let config = |ca: &str| Config {
+            ca: ca.to_owned(),
+            email: None,
+            ca_root: None,
+            state_dir: PathBuf::from("/state"),
+            challenge: "tls-alpn-01".to_owned(),
+            eab: None,
+            key_type: KeyType::default(),
+            sites: Vec::new(),
+        };
+        let staging = account_path(&config("https://ca.example:14000/staging/dir"));
+        let production = account_path(&config("https://ca.example:14000/dir"));
+        assert_ne!(staging, production);
+        assert_eq!(production, account_path(&config("https://ca.example:14000/dir")));
+        let name = production.file_name().unwrap().to_str().unwrap();
+        assert!(name.starts_with("account-ca_example_14000-"), "{name}");
+    }
+
     #[test]
     fn eab_keys_are_base64url_padded_or_not() {
         assert_eq!(eab_key("aGVsbG8").unwrap(), b"hello");
@@ -1018,6 +1116,7 @@ mod tests {
         let n = secs(now);
         site.held = Some(Held {
             chain: String::new(),
+            ca: String::new(),
             key_type: None,
             not_before: n - 500,
             not_after: n + 400,

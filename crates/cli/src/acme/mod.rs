@@ -23,6 +23,13 @@
 //! JSON line on the same standard input, once the new generation has
 //! started (`Parent::adopt`).
 //!
+//! The ACME process's log lines are the serving process's: it writes them
+//! as JSON on its standard error (a pipe), and the serving process's
+//! `acme-log` thread (started once the first generation has set the
+//! error log up) writes each to the error log with its level, where
+//! `--error-log` and `--error-log-format` say (and where a reload or
+//! SIGUSR1 moves them), as if it had written them itself.
+//!
 //! Which names: the configured names of each site without certificate
 //! files, never one seen in SNI or Host. A wildcard (DNS-01, not built)
 //! is refused at start, and so are names no public CA issues for
@@ -282,7 +289,16 @@ struct Shared {
     /// in a generation that starts while the CA may look. As many as the
     /// ACME process has orders open: one site's names at a time.
     challenges: Vec<(String, serde_json::Value)>,
+    /// A generation has started (`adopt`): its listeners take the CA's
+    /// validation connections.
+    serving: bool,
 }
+
+/// How long a challenge from the ACME process waits for the first
+/// generation to start before it is refused (the CA would find no
+/// listener). Building one may hash a large archive: a minute, as an
+/// upgrade's new process has.
+const SERVING_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl Shared {
     /// Every site's names covered by its last certificate.
@@ -291,6 +307,32 @@ impl Shared {
             (self.certs.get(&names[0])).is_some_and(|(covered, _, _)| names.iter().all(|n| covered.contains(n)))
         });
         self.ready.0.store(all, Ordering::Relaxed);
+    }
+}
+
+/// One line of the ACME process's standard error, written to this
+/// process's error log: a JSON line (`agent::run` sets its logger so) at
+/// its level; anything else (a panic's message) as an error.
+fn relay_line(line: &str) {
+    if line.trim().is_empty() {
+        return;
+    }
+    let parsed: Option<(String, String)> = serde_json::from_str::<serde_json::Value>(line).ok().and_then(|v| {
+        let level = v.get("level")?.as_str()?.to_owned();
+        let message = v.get("message")?.as_str()?.to_owned();
+        Some((level, message))
+    });
+    match parsed {
+        Some((level, message)) => {
+            let level = match level.as_str() {
+                "error" => log::Level::Error,
+                "warn" => log::Level::Warn,
+                "debug" => log::Level::Debug,
+                _ => log::Level::Info,
+            };
+            log::write(level, format_args!("{message}"));
+        }
+        None => log::error(format_args!("ACME process: {line}")),
     }
 }
 
@@ -311,7 +353,7 @@ impl Parent {
             .arg(AGENT_ARG)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(Stdio::piped())
             .spawn()
             .context("ACME: cannot start the ACME process")?;
         let mut stdin = child.stdin.take().context("ACME process's stdin")?;
@@ -350,6 +392,26 @@ impl Parent {
             .name("acme-reader".into())
             .spawn(move || read_agent(stdout, &stdin, &shared))
             .context("ACME: cannot start the reader thread")?;
+        Ok(())
+    }
+
+    /// Starts writing the ACME process's log lines to the error log, once
+    /// the first generation has set where it is and its format (until
+    /// then they wait in the pipe: the first order's lines go where the
+    /// server's own go).
+    pub(crate) fn relay_logs(&mut self) -> anyhow::Result<()> {
+        let Some(stderr) = self.child.stderr.take() else {
+            return Ok(());
+        };
+        std::thread::Builder::new()
+            .name("acme-log".into())
+            .spawn(move || {
+                for line in BufReader::new(stderr).lines() {
+                    let Ok(line) = line else { break };
+                    relay_line(&line);
+                }
+            })
+            .context("ACME: cannot start the log thread")?;
         Ok(())
     }
 
@@ -420,6 +482,7 @@ impl Parent {
             }
             shared.tls = Some(tls.clone());
         }
+        shared.serving = true;
         shared.update_readiness();
         drop(shared);
         if *config != next {
@@ -478,7 +541,20 @@ fn read_agent(stdout: std::process::ChildStdout, stdin: &Mutex<Option<ChildStdin
     for line in BufReader::new(stdout).lines() {
         let Ok(line) = line else { break };
         let outcome = match serde_json::from_str::<serde_json::Value>(&line) {
-            Ok(msg) => install(&msg, shared),
+            Ok(msg) => {
+                // A challenge waits for the first generation to serve:
+                // the agent tells the CA to look once it is acknowledged,
+                // and a start that takes a while (a busy machine, a large
+                // archive) lost the first order ("no certificate set
+                // yet"), retried only a minute later.
+                if msg.get("kind").and_then(|k| k.as_str()) != Some("cert") {
+                    let until = std::time::Instant::now() + SERVING_WAIT;
+                    while !lock(shared).serving && std::time::Instant::now() < until {
+                        std::thread::sleep(std::time::Duration::from_millis(20));
+                    }
+                }
+                install(&msg, shared)
+            }
             Err(e) => Err(anyhow::anyhow!("{e}")),
         };
         if let Err(e) = &outcome {
