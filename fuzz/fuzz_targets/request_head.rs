@@ -37,8 +37,14 @@ fuzz_target!(|data: &[u8]| {
                 "bare LF accepted at {i}"
             );
         }
-        // A method that reached a handler is a registered one, and CONNECT never does.
-        assert!(head.method != "CONNECT" && head.method.bytes().all(|b| b.is_ascii_uppercase() || b == b'-'));
+        // A method that reaches a handler is a token (RFC 9110 §9.1: a
+        // proxy route forwards PURGE or BAN), never CONNECT; one marked
+        // registered is one of IANA's (capitals and '-').
+        let tchar = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+        assert!(head.method != "CONNECT" && !head.method.is_empty() && head.method.bytes().all(tchar));
+        if head.method_registered {
+            assert!(head.method.bytes().all(|b| b.is_ascii_uppercase() || b == b'-'));
+        }
         // Parsing a prefix never yields a different complete head.
         let mut again = [const { MaybeUninit::uninit() }; 32];
         match parse_head(&data[..head.head_len], &mut again, &limits) {
