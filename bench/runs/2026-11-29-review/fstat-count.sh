@@ -1,6 +1,10 @@
 #!/bin/bash
-# usage: run.sh BIN PORT
+# fstat-count.sh BIN PORT: fstat, statx, sendfile and epoll_wait per request
+# of `serve DIR` answering a 64 KiB file (one worker, wrk -t1 -c50, both on
+# CPU 0; perf's syscall tracepoints over 3 s).
 B=$1; P=$2
+mkdir -p /tmp/fst/root
+[ -f /tmp/fst/root/64k.txt ] || head -c 65536 /dev/zero | tr '\0' 'c' > /tmp/fst/root/64k.txt
 PEREGRINE_ALLOW_ROOT=1 taskset -c 0 $B serve /tmp/fst/root --bind 127.0.0.1:$P --workers 1 >/dev/null 2>&1 & pid=$!
 sleep 0.6
 taskset -c 0 wrk -t1 -c50 -d1s http://127.0.0.1:$P/64k.txt >/dev/null 2>&1
