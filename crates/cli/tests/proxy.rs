@@ -535,30 +535,8 @@ fn h2_settings(addr: &str) -> Vec<(u16, u32)> {
 /// which a server without one does not say.
 #[test]
 fn a_websocket_passes_through_serve_proxy_and_http2_clients_are_told_they_may() {
-    const KEY: &str = "dGhlIHNhbXBsZSBub25jZQ==";
-    const ACCEPT: &str = "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=";
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let up = listener.local_addr().unwrap();
-    thread::spawn(move || {
-        let Ok((stream, _)) = listener.accept() else { return };
-        let mut reader = BufReader::new(stream.try_clone().unwrap());
-        let mut out = stream;
-        let mut line = String::new();
-        while reader.read_line(&mut line).unwrap_or(0) > 0 && !line.ends_with("\r\n\r\n") {}
-        write!(
-            out,
-            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-             Sec-WebSocket-Accept: {ACCEPT}\r\n\r\n"
-        )
-        .unwrap();
-        // An echo of raw bytes: the proxy reads no frames.
-        let mut b = [0u8; 1024];
-        while let Ok(n) = reader.read(&mut b) {
-            if n == 0 || out.write_all(&b[..n]).is_err() {
-                return;
-            }
-        }
-    });
+    const KEY: &str = common::WS_KEY;
+    let up = common::switching_echo_upstream();
     let t = Scratch::new("proxy-ws");
     t.write("site/index.html", "home\n");
     let server = Process::spawn(
@@ -584,7 +562,10 @@ fn a_websocket_passes_through_serve_proxy_and_http2_clients_are_told_they_may() 
     }
     let head = String::from_utf8(head).unwrap();
     assert!(head.starts_with("HTTP/1.1 101"), "{head}");
-    assert!(head.contains(&format!("Sec-WebSocket-Accept: {ACCEPT}\r\n")), "{head}");
+    assert!(
+        head.contains(&format!("Sec-WebSocket-Accept: {}\r\n", common::WS_ACCEPT)),
+        "{head}"
+    );
     s.write_all(b"through the sandbox").unwrap();
     let mut echo = [0u8; 19];
     s.read_exact(&mut echo).unwrap();

@@ -361,29 +361,8 @@ fn a_body_the_upstream_cuts_short_is_logged_with_the_bytes_sent() {
 /// the header's: the line is written as the tunnel opens).
 #[test]
 fn a_websocket_101_is_logged_with_its_upstream() {
-    const KEY: &str = "dGhlIHNhbXBsZSBub25jZQ==";
-    const ACCEPT: &str = "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=";
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let up = listener.local_addr().unwrap();
-    thread::spawn(move || {
-        let Ok((stream, _)) = listener.accept() else { return };
-        let mut reader = BufReader::new(stream.try_clone().unwrap());
-        let mut out = stream;
-        let mut line = String::new();
-        while reader.read_line(&mut line).unwrap_or(0) > 0 && !line.ends_with("\r\n\r\n") {}
-        write!(
-            out,
-            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-             Sec-WebSocket-Accept: {ACCEPT}\r\n\r\n"
-        )
-        .unwrap();
-        let mut b = [0u8; 1024];
-        while let Ok(n) = reader.read(&mut b) {
-            if n == 0 || out.write_all(&b[..n]).is_err() {
-                return;
-            }
-        }
-    });
+    const KEY: &str = common::WS_KEY;
+    let up = common::switching_echo_upstream();
     let t = Scratch::new("proxy-ws-log");
     let log = t.path("access.log");
     let (_server, addr) = serve(

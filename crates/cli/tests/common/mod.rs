@@ -294,3 +294,35 @@ pub fn exchange(mut s: TcpStream, method: &str, host: &str, path: &str, extra: &
         .unwrap_or_else(|| panic!("no head in {text:?}"));
     (head[9..12].parse().unwrap(), head.to_owned(), body.to_owned())
 }
+
+/// RFC 6455's sample `Sec-WebSocket-Key`, and the accept value it calls for.
+pub const WS_KEY: &str = "dGhlIHNhbXBsZSBub25jZQ==";
+pub const WS_ACCEPT: &str = "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=";
+
+/// An upstream for one connection: it answers the first request with a
+/// WebSocket 101 (`WS_ACCEPT`, whatever the key), then echoes raw bytes
+/// (the proxy reads no frames). Its address.
+pub fn switching_echo_upstream() -> std::net::SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let up = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let Ok((stream, _)) = listener.accept() else { return };
+        let mut reader = BufReader::new(stream.try_clone().unwrap());
+        let mut out = stream;
+        let mut line = String::new();
+        while reader.read_line(&mut line).unwrap_or(0) > 0 && !line.ends_with("\r\n\r\n") {}
+        write!(
+            out,
+            "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+             Sec-WebSocket-Accept: {WS_ACCEPT}\r\n\r\n"
+        )
+        .unwrap();
+        let mut b = [0u8; 1024];
+        while let Ok(n) = reader.read(&mut b) {
+            if n == 0 || out.write_all(&b[..n]).is_err() {
+                return;
+            }
+        }
+    });
+    up
+}
