@@ -171,15 +171,11 @@ pub(crate) fn call_answering<T>(
 /// ignored. A panic counts as `Buffer`: the body is buffered and the
 /// handler's `call` meets the same bug.
 pub(crate) fn body_use(ctx: &Ctx<'_>, redirect: bool, req: &Request<'_>) -> BodyUse {
-    // An HTTP/2 or HTTP/3 CONNECT (no `:protocol`) is answered 501
-    // without the handler (`call_stream`).
-    if req.protocol.is_none() && req.method() == "CONNECT" {
+    // Answered 501 without the handler (`call_stream`, `call`).
+    if is_unimplemented(ctx, redirect, req) {
         return BodyUse::Ignore;
     }
     let handler = handler(ctx, redirect, req);
-    if !req.method_registered && !takes_unknown_method(handler, req) {
-        return BodyUse::Ignore;
-    }
     panic::catch_unwind(AssertUnwindSafe(|| handler.body_use(req))).unwrap_or(BodyUse::Buffer)
 }
 
